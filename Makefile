@@ -1,0 +1,24 @@
+# Two entry points for a fresh machine: `make run` (main job on embedded defaults)
+# and `make test` (lint + test suite). Both create the virtual environment they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/mosaic: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/mosaic
+
+.PHONY: install run test bench
+install: $(BIN)/mosaic
+
+run: install
+	$(BIN)/mosaic demo
+
+test: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python benchmarks/bench_law_fit.py

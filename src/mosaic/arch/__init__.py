@@ -1,0 +1,38 @@
+"""Architecture calculator: geometry, exact parameter/FLOP counts, the geometry ladder."""
+
+from mosaic.arch.counts import (
+    LayerParameters,
+    ParameterCounts,
+    count_parameters,
+    layer_breakdown,
+)
+from mosaic.arch.flops import (
+    FlopConvention,
+    attention_flops_per_token,
+    lm_head_flops_per_token,
+    model_flops_per_token,
+    useful_flops_per_token,
+)
+from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
+from mosaic.arch.ladder import LadderGrid, enumerate_ladder_grid, ladder_backbone, ladder_geometry
+
+__all__ = [
+    "AttentionKind",
+    "FlopConvention",
+    "Geometry",
+    "LadderGrid",
+    "LayerParameters",
+    "MLAConfig",
+    "MoEConfig",
+    "NormKind",
+    "ParameterCounts",
+    "attention_flops_per_token",
+    "count_parameters",
+    "enumerate_ladder_grid",
+    "ladder_backbone",
+    "ladder_geometry",
+    "layer_breakdown",
+    "lm_head_flops_per_token",
+    "model_flops_per_token",
+    "useful_flops_per_token",
+]

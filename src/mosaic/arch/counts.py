@@ -1,0 +1,270 @@
+"""Exact parameter counts of dense and MoE transformers.
+
+Every formula is plain arithmetic on its arguments, so it accepts Python ints or numpy
+arrays alike: the scalar path (:func:`count_parameters`) and the vectorised geometry grid
+(:mod:`mosaic.arch.ladder`) share these functions. No biases on linear layers (Llama /
+Megatron-style); norms count their gain (and bias for LayerNorm).
+
+Conventions (paper, Table 9 footnote): ``n_total``/``n_active`` are non-embedding counts;
+the ``*_with_embedding`` variants add the input embedding and the (untied) LM head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, NormKind
+
+ArrayLike = Any  # int, float or numpy array: formulas here broadcast over numpy arrays
+
+
+def params_per_norm(width: ArrayLike, norm: NormKind) -> ArrayLike:
+    """A LayerNorm has gain + bias (2·width); an RMSNorm has a gain only (width)."""
+    return (2 if norm is NormKind.LAYERNORM else 1) * width
+
+
+def params_attention_gqa(
+    d_model: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: ArrayLike, gated: bool
+) -> ArrayLike:
+    """Q, K, V, O projections of MHA/GQA (Ainslie et al., 2023), plus a per-head gate.
+
+    Q: d·h·dh, K and V: d·kv·dh each, O: h·dh·d. Gated attention (Qiu et al., 2025;
+    paper A.1) adds one sigmoid gate per head computed from the block input: d·h.
+    """
+    projections = 2 * d_model * heads * head_dim + 2 * d_model * kv_heads * head_dim
+    return projections + (d_model * heads if gated else 0)
+
+
+def params_attention_mla(
+    d_model: ArrayLike, heads: ArrayLike, mla: MLAConfig, norm: NormKind, gated: bool
+) -> ArrayLike:
+    """DeepSeek MLA (DeepSeek-V2 Sec. 2.1.2-2.1.3; DeepSeek-V3 Sec. 2.1.1).
+
+    Queries: d→q_lora (down) + norm + q_lora→h·(nope+rope) (up), or d→h·(nope+rope)
+    directly. Keys/values: d→kv_lora + rope (shared rope key) + norm, kv_lora→h·(nope+v).
+    Output: h·v→d.
+    """
+    qk_head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if mla.q_lora_rank is None:
+        query = d_model * heads * qk_head_dim
+    else:
+        query = (
+            d_model * mla.q_lora_rank
+            + params_per_norm(mla.q_lora_rank, norm)
+            + mla.q_lora_rank * heads * qk_head_dim
+        )
+    key_value = (
+        d_model * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        + params_per_norm(mla.kv_lora_rank, norm)
+        + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    )
+    output = heads * mla.v_head_dim * d_model
+    return query + key_value + output + (d_model * heads if gated else 0)
+
+
+def params_ffn(d_model: ArrayLike, width: ArrayLike, glu: bool) -> ArrayLike:
+    """Two-matrix FFN (2·d·w) or gated GLU/SwiGLU FFN (3·d·w; Shazeer, 2020)."""
+    return (3 if glu else 2) * d_model * width
+
+
+def params_router(d_model: ArrayLike, experts: ArrayLike) -> ArrayLike:
+    """Router W_r ∈ R^{E×d} (Sec. 3.2). The LFLB bias φ is controller state, not a parameter."""
+    return experts * d_model
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    """Parameter counts by component; fields are ints or equally shaped numpy arrays.
+
+    Per-layer fields hold the count of one block of that kind; totals are properties.
+    """
+
+    layers: ArrayLike
+    moe_layers: ArrayLike
+    experts: ArrayLike
+    top_k: ArrayLike
+    attention_per_layer: ArrayLike
+    norms_per_layer: ArrayLike
+    final_norm: ArrayLike
+    dense_ffn_per_layer: ArrayLike
+    routed_expert: ArrayLike
+    shared_experts_per_layer: ArrayLike
+    router_per_layer: ArrayLike
+    embedding: ArrayLike
+    lm_head: ArrayLike
+
+    @property
+    def dense_layers(self) -> ArrayLike:
+        return self.layers - self.moe_layers
+
+    @property
+    def _backbone(self) -> ArrayLike:
+        """Everything every token uses: attention, norms and dense-block FFNs."""
+        return (
+            self.layers * (self.attention_per_layer + self.norms_per_layer)
+            + self.final_norm
+            + self.dense_layers * self.dense_ffn_per_layer
+        )
+
+    @property
+    def routers(self) -> ArrayLike:
+        return self.moe_layers * self.router_per_layer
+
+    @property
+    def n_total(self) -> ArrayLike:
+        """Non-embedding total parameters N_tot (all E routed experts)."""
+        moe = self.experts * self.routed_expert + self.shared_experts_per_layer
+        return self._backbone + self.moe_layers * (moe + self.router_per_layer)
+
+    @property
+    def n_active(self) -> ArrayLike:
+        """Non-embedding parameters one token uses N_act (K routed experts + shared)."""
+        moe = self.top_k * self.routed_expert + self.shared_experts_per_layer
+        return self._backbone + self.moe_layers * (moe + self.router_per_layer)
+
+    @property
+    def n_embedding(self) -> ArrayLike:
+        """Input embedding plus LM head (zero extra when tied)."""
+        return self.embedding + self.lm_head
+
+    @property
+    def n_total_with_embedding(self) -> ArrayLike:
+        return self.n_total + self.n_embedding
+
+    @property
+    def n_active_with_embedding(self) -> ArrayLike:
+        return self.n_active + self.n_embedding
+
+    @property
+    def sparsity(self) -> ArrayLike:
+        """S = 1 − N_act / N_tot (paper Table 1, Sec. 3.4)."""
+        return 1.0 - np.asarray(self.n_active, dtype=float) / np.asarray(self.n_total, dtype=float)
+
+
+def build_counts(
+    *,
+    attention_per_layer: ArrayLike,
+    layers: ArrayLike,
+    d_model: ArrayLike,
+    ffn: ArrayLike,
+    glu: bool,
+    norm: NormKind,
+    vocab: ArrayLike,
+    tied_embeddings: bool,
+    moe_layers: ArrayLike = 0,
+    experts: ArrayLike = 0,
+    top_k: ArrayLike = 0,
+    expert_ffn: ArrayLike = 0,
+    shared_experts: ArrayLike = 0,
+    shared_expert_ffn: ArrayLike = 0,
+) -> ParameterCounts:
+    """Assemble :class:`ParameterCounts` from dimensions (scalars or arrays)."""
+    return ParameterCounts(
+        layers=layers,
+        moe_layers=moe_layers,
+        experts=experts,
+        top_k=top_k,
+        attention_per_layer=attention_per_layer,
+        norms_per_layer=2 * params_per_norm(d_model, norm),  # pre-attention + pre-FFN norm
+        final_norm=params_per_norm(d_model, norm),
+        dense_ffn_per_layer=params_ffn(d_model, ffn, glu),
+        routed_expert=params_ffn(d_model, expert_ffn, glu),
+        shared_experts_per_layer=shared_experts * params_ffn(d_model, shared_expert_ffn, glu),
+        router_per_layer=params_router(d_model, experts),
+        embedding=vocab * d_model,
+        lm_head=0 if tied_embeddings else vocab * d_model,
+    )
+
+
+def attention_params(geometry: Geometry) -> int:
+    """Attention parameters of one block of ``geometry``."""
+    if geometry.attention is AttentionKind.MLA:
+        assert geometry.mla is not None  # guaranteed by Geometry validation
+        return params_attention_mla(
+            geometry.d_model, geometry.heads, geometry.mla, geometry.norm, geometry.gated_attention
+        )
+    return params_attention_gqa(
+        geometry.d_model,
+        geometry.heads,
+        geometry.kv_heads,
+        geometry.head_dim,
+        geometry.gated_attention,
+    )
+
+
+def count_parameters(geometry: Geometry) -> ParameterCounts:
+    """Exact parameter counts of one geometry."""
+    moe = geometry.moe
+    return build_counts(
+        attention_per_layer=attention_params(geometry),
+        layers=geometry.layers,
+        d_model=geometry.d_model,
+        ffn=geometry.ffn,
+        glu=geometry.glu,
+        norm=geometry.norm,
+        vocab=geometry.vocab,
+        tied_embeddings=geometry.tied_embeddings,
+        moe_layers=geometry.moe_layer_count,
+        experts=moe.experts if moe else 0,
+        top_k=moe.top_k if moe else 0,
+        expert_ffn=moe.expert_ffn if moe else 0,
+        shared_experts=moe.shared_experts if moe else 0,
+        shared_expert_ffn=moe.shared_width if moe else 0,
+    )
+
+
+@dataclass(frozen=True)
+class LayerParameters:
+    """Parameters of one block: total and per-token active."""
+
+    index: int
+    kind: str  # "dense" or "moe"
+    attention: int
+    norms: int
+    ffn_total: int
+    ffn_active: int
+    router: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.norms + self.ffn_total + self.router
+
+    @property
+    def active(self) -> int:
+        return self.attention + self.norms + self.ffn_active + self.router
+
+
+def layer_breakdown(geometry: Geometry) -> list[LayerParameters]:
+    """Per-block parameter breakdown (embedding, LM head and final norm excluded)."""
+    counts = count_parameters(geometry)
+    rows = []
+    for index in range(geometry.layers):
+        if geometry.is_moe_layer(index):
+            shared = counts.shared_experts_per_layer
+            rows.append(
+                LayerParameters(
+                    index=index,
+                    kind="moe",
+                    attention=counts.attention_per_layer,
+                    norms=counts.norms_per_layer,
+                    ffn_total=counts.experts * counts.routed_expert + shared,
+                    ffn_active=counts.top_k * counts.routed_expert + shared,
+                    router=counts.router_per_layer,
+                )
+            )
+        else:
+            rows.append(
+                LayerParameters(
+                    index=index,
+                    kind="dense",
+                    attention=counts.attention_per_layer,
+                    norms=counts.norms_per_layer,
+                    ffn_total=counts.dense_ffn_per_layer,
+                    ffn_active=counts.dense_ffn_per_layer,
+                    router=0,
+                )
+            )
+    return rows

@@ -1,0 +1,71 @@
+"""FLOPs per token under named conventions.
+
+* ``model``: the paper's MFU numerator, 6·N_act with N_act non-embedding and no attention
+  term (Eq. 1; Kaplan et al., 2020, Sec. 2.1).
+* ``attention``: the causal (or full) attention-core FLOPs that 6·N omits
+  (Chowdhery et al., 2022, PaLM, Appendix B: 12·L·H·Q·T for full attention).
+* ``lm_head``: the unembedding matmul, 6·V·d per trained token.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from mosaic.arch.counts import ParameterCounts
+from mosaic.arch.geometry import AttentionKind, Geometry
+from mosaic.errors import MosaicInputError
+
+# Training = forward + backward; backward costs twice the forward (Kaplan et al., 2020).
+TRAIN_TO_FORWARD_FLOPS = 3
+FLOPS_PER_MULTIPLY_ADD = 2
+
+
+class FlopConvention(StrEnum):
+    """Which FLOPs count as useful work in a utilisation figure."""
+
+    PAPER = "paper"  # 6·N_active, non-embedding, no attention (paper Eq. 1)
+    WITH_ATTENTION = "with_attention"  # PAPER + causal attention core
+
+
+def model_flops_per_token(counts: ParameterCounts) -> float:
+    """6·N_act: forward + backward matmul FLOPs per trained token (paper Eq. 1)."""
+    return 2 * TRAIN_TO_FORWARD_FLOPS * counts.n_active
+
+
+def attended_keys_per_query(seq_len: int, causal: bool) -> float:
+    """Mean keys a query attends to: T for full attention, (T + 1)/2 for causal."""
+    if seq_len <= 0:
+        raise MosaicInputError(f"seq_len must be a positive integer, got {seq_len}")
+    return (seq_len + 1) / 2 if causal else float(seq_len)
+
+
+def attention_flops_per_token(geometry: Geometry, seq_len: int, causal: bool = True) -> float:
+    """Training FLOPs per token of the attention core (QKᵀ and AV), all layers.
+
+    Forward per token and layer: 2·h·d_qk·ctx for the scores plus 2·h·d_v·ctx for the
+    weighted values, ctx the mean attended keys; training multiplies by 3 (PaLM App. B).
+    """
+    if geometry.attention is AttentionKind.MLA:
+        assert geometry.mla is not None
+        qk_dim = geometry.mla.qk_nope_head_dim + geometry.mla.qk_rope_head_dim
+        v_dim = geometry.mla.v_head_dim
+    else:
+        qk_dim = v_dim = geometry.head_dim
+    context = attended_keys_per_query(seq_len, causal)
+    forward = FLOPS_PER_MULTIPLY_ADD * geometry.heads * (qk_dim + v_dim) * context
+    return TRAIN_TO_FORWARD_FLOPS * forward * geometry.layers
+
+
+def lm_head_flops_per_token(geometry: Geometry) -> float:
+    """Training FLOPs per token of the unembedding matmul: 6·V·d."""
+    return 2 * TRAIN_TO_FORWARD_FLOPS * geometry.vocab * geometry.d_model
+
+
+def useful_flops_per_token(
+    geometry: Geometry, counts: ParameterCounts, seq_len: int, convention: FlopConvention
+) -> float:
+    """FLOPs per token credited as useful under ``convention``."""
+    flops = model_flops_per_token(counts)
+    if convention is FlopConvention.WITH_ATTENTION:
+        flops += attention_flops_per_token(geometry, seq_len, causal=True)
+    return flops

@@ -1,0 +1,208 @@
+"""Geometry of a decoder-only transformer, dense or Mixture-of-Experts.
+
+The vocabulary follows the paper (Sec. 3.2, 3.4): ``d_model`` is the residual width d,
+``ffn`` the reference dense FFN width d_ff, ``expert_ffn`` the routed-expert width
+d_expert, and the split factor is G = d_ff / d_expert (Eq. 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mosaic.errors import MosaicInputError
+
+
+class AttentionKind(StrEnum):
+    """Attention variants whose parameter counts differ."""
+
+    MHA = "mha"  # kv_heads == heads
+    GQA = "gqa"  # kv_heads divides heads (Ainslie et al., 2023)
+    MLA = "mla"  # DeepSeek multi-head latent attention (DeepSeek-V2, 2024)
+
+
+class NormKind(StrEnum):
+    """Normalisation layers: LayerNorm has a gain and a bias, RMSNorm only a gain."""
+
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise MosaicInputError(message)
+
+
+def _require_positive(owner: str, **values: int | None) -> None:
+    for name, value in values.items():
+        if value is not None and value <= 0:
+            raise MosaicInputError(f"{owner}.{name} must be a positive integer, got {value}")
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """Dimensions of DeepSeek's multi-head latent attention (DeepSeek-V2 Sec. 2.1).
+
+    ``q_lora_rank`` None means queries are projected directly (no low-rank query path).
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "mla",
+            kv_lora_rank=self.kv_lora_rank,
+            qk_nope_head_dim=self.qk_nope_head_dim,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            v_head_dim=self.v_head_dim,
+            q_lora_rank=self.q_lora_rank,
+        )
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """The routed part of an MoE transformer.
+
+    Attributes:
+        experts: routed experts E per MoE layer.
+        top_k: routed experts K activated per token.
+        expert_ffn: hidden width d_expert of one routed expert.
+        shared_experts: always-active shared experts per MoE layer (paper: 1, Sec. 3.1).
+        shared_expert_ffn: hidden width of a shared expert; None means ``expert_ffn``
+            (the paper's choice, Appendix A.1).
+        dense_layers: leading blocks kept dense (the paper keeps block 1 dense, Sec. 3.1).
+        moe_every: after the dense prefix, every n-th block is MoE (1 = all of them).
+    """
+
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_experts: int = 0
+    shared_expert_ffn: int | None = None
+    dense_layers: int = 0
+    moe_every: int = 1
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "moe",
+            experts=self.experts,
+            top_k=self.top_k,
+            expert_ffn=self.expert_ffn,
+            shared_expert_ffn=self.shared_expert_ffn,
+            moe_every=self.moe_every,
+        )
+        _require(
+            self.shared_experts >= 0, f"moe.shared_experts must be >= 0, got {self.shared_experts}"
+        )
+        _require(self.dense_layers >= 0, f"moe.dense_layers must be >= 0, got {self.dense_layers}")
+        _require(
+            self.top_k <= self.experts,
+            f"moe.top_k ({self.top_k}) must not exceed moe.experts ({self.experts})",
+        )
+
+    @property
+    def shared_width(self) -> int:
+        """Hidden width of one shared expert."""
+        return self.shared_expert_ffn if self.shared_expert_ffn is not None else self.expert_ffn
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A decoder-only transformer; ``moe`` None means dense.
+
+    Attributes:
+        layers: transformer blocks L.
+        d_model: residual width d.
+        heads: query heads.
+        kv_heads: key/value heads (== heads for MHA; ignored for MLA).
+        head_dim: per-head width of queries/keys/values (MHA/GQA).
+        ffn: reference dense FFN hidden width d_ff (used by dense blocks).
+        vocab: vocabulary size (GPT-2 BPE, 50,257, in the paper's runs, Appendix A.1).
+        glu: gated FFN (SwiGLU: three matrices) instead of two.
+        tied_embeddings: input embedding shared with the LM head.
+        attention: MHA, GQA or MLA.
+        mla: MLA dimensions, required when ``attention`` is MLA.
+        gated_attention: per-head sigmoid output gate (Qiu et al., 2025; paper A.1).
+        norm: LayerNorm (the paper's pre-LN, A.1) or RMSNorm.
+        moe: the routed part, or None for a dense model.
+    """
+
+    layers: int
+    d_model: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int = 50257
+    glu: bool = True
+    tied_embeddings: bool = False
+    attention: AttentionKind = AttentionKind.GQA
+    mla: MLAConfig | None = None
+    gated_attention: bool = False
+    norm: NormKind = NormKind.LAYERNORM
+    moe: MoEConfig | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "model",
+            layers=self.layers,
+            d_model=self.d_model,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            ffn=self.ffn,
+            vocab=self.vocab,
+        )
+        object.__setattr__(self, "attention", AttentionKind(self.attention))
+        object.__setattr__(self, "norm", NormKind(self.norm))
+        if self.attention is AttentionKind.MLA:
+            _require(self.mla is not None, "model.mla dimensions are required for MLA attention")
+        else:
+            _require(
+                self.heads % self.kv_heads == 0,
+                f"model.kv_heads ({self.kv_heads}) must divide model.heads ({self.heads})",
+            )
+            if self.attention is AttentionKind.MHA:
+                _require(
+                    self.kv_heads == self.heads,
+                    f"MHA needs kv_heads == heads, got {self.kv_heads} and {self.heads}",
+                )
+        if self.moe is not None:
+            _require(
+                self.moe.dense_layers <= self.layers,
+                f"moe.dense_layers ({self.moe.dense_layers}) exceeds model.layers ({self.layers})",
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def moe_layer_count(self) -> int:
+        """Blocks that carry an MoE FFN (Sec. 3.1: all but the dense prefix, every n-th)."""
+        return moe_layer_count(self.layers, self.moe) if self.moe else 0
+
+    @property
+    def dense_layer_count(self) -> int:
+        return self.layers - self.moe_layer_count
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether block ``index`` (0-based) is an MoE block."""
+        if self.moe is None or index < self.moe.dense_layers:
+            return False
+        return (index - self.moe.dense_layers) % self.moe.moe_every == 0
+
+    @property
+    def split_factor(self) -> float:
+        """G = d_ff / d_expert (Eq. 8); 1.0 for a dense model."""
+        return self.ffn / self.moe.expert_ffn if self.moe else 1.0
+
+
+def moe_layer_count(layers: int, moe: MoEConfig) -> int:
+    """Number of MoE blocks: ceil((L - dense prefix) / moe_every)."""
+    remaining = max(0, layers - moe.dense_layers)
+    return -(-remaining // moe.moe_every)

@@ -1,0 +1,1 @@
+"""Command-line interface; the entry point is :data:`mosaic.cli.main.app`."""

@@ -1,0 +1,286 @@
+"""`mosaic arch`: parameter and FLOP accounting of one geometry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mosaic.arch import (
+    AttentionKind,
+    Geometry,
+    MoEConfig,
+    attention_flops_per_token,
+    count_parameters,
+    ladder_geometry,
+    layer_breakdown,
+    lm_head_flops_per_token,
+    model_flops_per_token,
+)
+from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
+from mosaic.cli.common import guarded, print_json, print_key_value_table, print_table
+from mosaic.config.model_schema import geometry_from_document
+from mosaic.config.validation import load_yaml_mapping
+from mosaic.errors import MosaicInputError
+
+
+def geometry_from_options(
+    *,
+    config: Path | None,
+    q: int | None,
+    layers: int | None,
+    d_model: int | None,
+    heads: int | None,
+    kv_heads: int | None,
+    head_dim: int | None,
+    ffn: int | None,
+    vocab: int | None,
+    experts: int | None,
+    top_k: int | None,
+    split_factor: int | None,
+    expert_ffn: int | None,
+    shared_experts: int | None,
+    dense_layers: int | None,
+    moe_every: int,
+    gated_attention: bool,
+    tied_embeddings: bool,
+    glu: bool,
+) -> Geometry:
+    """Resolve a geometry from a YAML file, a ladder seed, or explicit dimensions."""
+    if config is not None:
+        return geometry_from_document(load_yaml_mapping(config), str(config))
+    if split_factor is not None and expert_ffn is not None:
+        raise MosaicInputError("give either --split-factor or --expert-ffn, not both")
+    if (top_k is None) != (experts is None):
+        raise MosaicInputError("--experts and --top-k go together")
+    if q is not None:
+        explicit = [layers, d_model, heads, kv_heads, head_dim, ffn, expert_ffn]
+        if any(value is not None for value in explicit):
+            raise MosaicInputError(
+                "--q fixes the backbone; drop --layers/--d-model/--heads/--kv-heads/"
+                "--head-dim/--ffn/--expert-ffn"
+            )
+        return ladder_geometry(
+            q,
+            experts,
+            top_k,
+            split_factor or 1,
+            shared_experts=PAPER_SHARED_EXPERTS if shared_experts is None else shared_experts,
+            dense_layers=PAPER_DENSE_LAYERS if dense_layers is None else dense_layers,
+            gated_attention=gated_attention,
+            **({"vocab": vocab} if vocab else {}),
+        )
+    missing = [
+        name
+        for name, value in {
+            "--layers": layers,
+            "--d-model": d_model,
+            "--heads": heads,
+            "--ffn": ffn,
+        }.items()
+        if value is None
+    ]
+    if missing:
+        raise MosaicInputError(
+            f"give --q (ladder seed), --config FILE, or all of {', '.join(missing)}"
+        )
+    assert layers and d_model and heads and ffn  # narrowed by the check above
+    if head_dim is None:
+        if d_model % heads:
+            raise MosaicInputError(
+                f"--heads ({heads}) must divide --d-model ({d_model}) unless --head-dim is given"
+            )
+        head_dim = d_model // heads
+    kv = kv_heads or heads
+    moe = None
+    if experts is not None:
+        assert top_k is not None
+        width = expert_ffn if expert_ffn is not None else expert_width(ffn, split_factor or 1)
+        moe = MoEConfig(
+            experts=experts,
+            top_k=top_k,
+            expert_ffn=width,
+            shared_experts=shared_experts or 0,
+            dense_layers=dense_layers or 0,
+            moe_every=moe_every,
+        )
+    return Geometry(
+        layers=layers,
+        d_model=d_model,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        ffn=ffn,
+        vocab=vocab or 50257,
+        glu=glu,
+        tied_embeddings=tied_embeddings,
+        attention=AttentionKind.MHA if kv == heads else AttentionKind.GQA,
+        gated_attention=gated_attention,
+        moe=moe,
+    )
+
+
+def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
+    """The JSON document `mosaic arch --json` prints."""
+    counts = count_parameters(geometry)
+    moe = geometry.moe
+    return {
+        "layers": geometry.layers,
+        "d_model": geometry.d_model,
+        "heads": geometry.heads,
+        "kv_heads": geometry.kv_heads,
+        "head_dim": geometry.head_dim,
+        "ffn": geometry.ffn,
+        "vocab": geometry.vocab,
+        "attention": str(geometry.attention),
+        "experts": moe.experts if moe else None,
+        "top_k": moe.top_k if moe else None,
+        "expert_ffn": moe.expert_ffn if moe else None,
+        "shared_experts": moe.shared_experts if moe else 0,
+        "dense_layers": geometry.dense_layer_count,
+        "moe_layers": geometry.moe_layer_count,
+        "n_total": int(counts.n_total),
+        "n_active": int(counts.n_active),
+        "n_total_with_embedding": int(counts.n_total_with_embedding),
+        "n_active_with_embedding": int(counts.n_active_with_embedding),
+        "n_embedding": int(counts.n_embedding),
+        "router_params": int(counts.routers),
+        "sparsity": float(counts.sparsity),
+        "split_factor": geometry.split_factor,
+        "seq_len": seq_len,
+        "flops_per_token": float(model_flops_per_token(counts)),
+        "attention_flops_per_token": attention_flops_per_token(geometry, seq_len, causal=True),
+        "lm_head_flops_per_token": lm_head_flops_per_token(geometry),
+    }
+
+
+def _billions(value: float) -> str:
+    return f"{value / 1e9:,.3f} B"
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    rows = [
+        (
+            "layers / d_model / heads (kv)",
+            f"{summary['layers']} / {summary['d_model']} / "
+            f"{summary['heads']} ({summary['kv_heads']})",
+        ),
+        ("dense FFN width", str(summary["ffn"])),
+    ]
+    if summary["experts"]:
+        rows += [
+            ("experts E / top-K", f"{summary['experts']} / {summary['top_k']}"),
+            (
+                "expert width / split factor G",
+                f"{summary['expert_ffn']} / {summary['split_factor']:g}",
+            ),
+            (
+                "shared experts, dense / MoE blocks",
+                f"{summary['shared_experts']}, {summary['dense_layers']} / {summary['moe_layers']}",
+            ),
+        ]
+    rows += [
+        ("N_total (non-embedding)", _billions(summary["n_total"])),
+        ("N_active (non-embedding)", _billions(summary["n_active"])),
+        ("N_total with embedding", _billions(summary["n_total_with_embedding"])),
+        ("N_active with embedding", _billions(summary["n_active_with_embedding"])),
+        ("router parameters", f"{summary['router_params']:,}"),
+        ("sparsity S = 1 - N_act/N_tot", f"{summary['sparsity']:.4f}"),
+        ("model FLOPs/token (6·N_act)", f"{summary['flops_per_token']:.4e}"),
+        (
+            f"attention FLOPs/token (causal, T={summary['seq_len']})",
+            f"{summary['attention_flops_per_token']:.4e}",
+        ),
+        ("LM-head FLOPs/token", f"{summary['lm_head_flops_per_token']:.4e}"),
+    ]
+    print_key_value_table("Architecture", rows)
+
+
+def arch(
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with model: and moe: blocks")
+    ] = None,
+    q: Annotated[int | None, typer.Option("--q", help="ladder seed q (Sec. 7.1)")] = None,
+    layers: Annotated[int | None, typer.Option(help="transformer blocks")] = None,
+    d_model: Annotated[int | None, typer.Option(help="residual width d")] = None,
+    heads: Annotated[int | None, typer.Option(help="query heads")] = None,
+    kv_heads: Annotated[int | None, typer.Option(help="key/value heads (GQA)")] = None,
+    head_dim: Annotated[int | None, typer.Option(help="per-head width")] = None,
+    ffn: Annotated[int | None, typer.Option(help="dense FFN width d_ff")] = None,
+    vocab: Annotated[int | None, typer.Option(help="vocabulary size")] = None,
+    experts: Annotated[int | None, typer.Option(help="routed experts E")] = None,
+    top_k: Annotated[int | None, typer.Option(help="experts per token K")] = None,
+    split_factor: Annotated[int | None, typer.Option(help="G = d_ff / d_expert")] = None,
+    expert_ffn: Annotated[int | None, typer.Option(help="routed expert width d_expert")] = None,
+    shared_experts: Annotated[
+        int | None, typer.Option(help="shared experts (ladder default 1)")
+    ] = None,
+    dense_layers: Annotated[
+        int | None, typer.Option(help="leading dense blocks (ladder default 1)")
+    ] = None,
+    moe_every: Annotated[int, typer.Option(help="every n-th block is MoE")] = 1,
+    gated_attention: Annotated[bool, typer.Option(help="per-head sigmoid output gate")] = False,
+    tied_embeddings: Annotated[bool, typer.Option(help="share embedding and LM head")] = False,
+    glu: Annotated[bool, typer.Option(help="gated (SwiGLU) FFN")] = True,
+    seq_len: Annotated[int, typer.Option(help="sequence length for attention FLOPs")] = 2048,
+    per_layer: Annotated[bool, typer.Option(help="add the per-block breakdown")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Exact parameter counts, sparsity and FLOPs per token of a transformer geometry."""
+    geometry = geometry_from_options(
+        config=config,
+        q=q,
+        layers=layers,
+        d_model=d_model,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn=ffn,
+        vocab=vocab,
+        experts=experts,
+        top_k=top_k,
+        split_factor=split_factor,
+        expert_ffn=expert_ffn,
+        shared_experts=shared_experts,
+        dense_layers=dense_layers,
+        moe_every=moe_every,
+        gated_attention=gated_attention,
+        tied_embeddings=tied_embeddings,
+        glu=glu,
+    )
+    summary = geometry_summary(geometry, seq_len)
+    breakdown = (
+        [
+            vars(row) | {"total": row.total, "active": row.active}
+            for row in layer_breakdown(geometry)
+        ]
+        if per_layer
+        else None
+    )
+    if json_output:
+        print_json(summary | ({"per_layer": breakdown} if breakdown else {}))
+        return
+    _print_summary(summary)
+    if breakdown:
+        columns = ["block", "kind", "attention", "FFN total", "FFN active", "router"]
+        print_table(
+            "Per-block parameters",
+            columns,
+            [
+                [
+                    str(r["index"]),
+                    r["kind"],
+                    f"{r['attention']:,}",
+                    f"{r['ffn_total']:,}",
+                    f"{r['ffn_active']:,}",
+                    f"{r['router']:,}",
+                ]
+                for r in breakdown
+            ],
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic arch` to the root command."""
+    app.command("arch")(guarded(arch))

@@ -1,0 +1,81 @@
+"""Shared CLI plumbing: JSON/table output and turning input errors into one clear line."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mosaic.errors import MosaicInputError
+
+console = Console()
+error_console = Console(stderr=True)
+
+
+def _to_jsonable(value: Any) -> Any:
+    """Convert numpy scalars/arrays and non-finite floats into plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_to_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def print_json(payload: Mapping[str, Any]) -> None:
+    """Write a JSON document to stdout (no rich markup, machine readable)."""
+    typer.echo(json.dumps(_to_jsonable(payload), indent=2))
+
+
+def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
+    """Render a two-column table for humans."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("quantity", style="bold")
+    table.add_column("value", justify="right")
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Render a table with a header row for humans."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Report MosaicInputError (and file errors) as one line and exit with status 2."""
+    try:
+        yield
+    except (MosaicInputError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        error_console.print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(code=2) from None
+
+
+def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator form of :func:`user_errors` for command functions."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with user_errors():
+            return function(*args, **kwargs)
+
+    return wrapper

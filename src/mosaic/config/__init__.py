@@ -1,0 +1,1 @@
+"""Typed input schemas (YAML/JSON) validated once at the boundary."""

@@ -1,0 +1,9 @@
+"""The one exception type that means "the user's input is wrong".
+
+The CLI turns it into a single line on stderr and a non-zero exit; library callers can
+catch it like any ValueError.
+"""
+
+
+class MosaicInputError(ValueError):
+    """Bad user input: the message names the field, the bad value and what is allowed."""
