@@ -1,0 +1,185 @@
+"""The hardware catalog: shipped devices and systems plus any the user adds from YAML.
+
+Names are looked up case-insensitively, ignoring spaces, '-' and '_', so "p6-b200.48xlarge",
+"P6-B200.48 xlarge" and the alias "p6-b200" all find the paper's node type.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import TypeVar
+
+from mosaic.errors import MosaicInputError
+from mosaic.hardware.device import Device
+from mosaic.hardware.schema import CatalogFile, DeviceEntry, SystemEntry, read_catalog_file
+from mosaic.hardware.system import System
+
+_SHIPPED_FILES = ("devices.yaml", "systems.yaml")
+
+
+def name_key(name: str) -> str:
+    """Lookup key of a name: case-folded, without whitespace, '-' or '_'."""
+    return re.sub(r"[\s_\-]+", "", name).casefold()
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Devices and systems by canonical name (read-only mappings, catalog order)."""
+
+    devices: Mapping[str, Device]
+    systems: Mapping[str, System]
+
+    def device(self, name: str) -> Device:
+        """The device called `name` (or an alias of it); MosaicInputError lists known names."""
+        return _lookup("device", name, self.devices)
+
+    def system(self, name: str) -> System:
+        """The system called `name` (or an alias of it); MosaicInputError lists known names."""
+        return _lookup("system", name, self.systems)
+
+
+_Entry = TypeVar("_Entry", Device, System)
+
+
+def _lookup(kind: str, name: str, entries: Mapping[str, _Entry]) -> _Entry:
+    key = name_key(name)
+    for entry in entries.values():
+        if key in {name_key(n) for n in (entry.name, *entry.aliases)}:
+            return entry
+    raise MosaicInputError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(entries)}")
+
+
+def load_catalog(*extra_yaml_paths: str | Path) -> Catalog:
+    """The shipped catalog plus the devices and systems of each extra YAML file.
+
+    Extra files use the shipped schema (docs/hardware.md). Their systems may use shipped or
+    newly added devices; a name or alias that is already taken is an error, not an override.
+    """
+    data = resources.files("mosaic.hardware").joinpath("data")
+    files: list[tuple[str, CatalogFile]] = []
+    for file_name in _SHIPPED_FILES:
+        with resources.as_file(data.joinpath(file_name)) as path:
+            files.append((f"shipped {file_name}", read_catalog_file(path)))
+    files += [(str(p), read_catalog_file(Path(p))) for p in extra_yaml_paths]
+    return _build(files)
+
+
+@functools.cache
+def shipped_catalog() -> Catalog:
+    """The catalog shipped with mosaic (loaded and validated once)."""
+    return load_catalog()
+
+
+def get_device(name: str) -> Device:
+    """A shipped device by name or alias, e.g. get_device("b200")."""
+    return shipped_catalog().device(name)
+
+
+def get_system(name: str) -> System:
+    """A shipped system by name or alias, e.g. get_system("p6-b200.48xlarge")."""
+    return shipped_catalog().system(name)
+
+
+def list_devices() -> tuple[str, ...]:
+    """Canonical names of the shipped devices."""
+    return tuple(shipped_catalog().devices)
+
+
+def list_systems() -> tuple[str, ...]:
+    """Canonical names of the shipped systems."""
+    return tuple(shipped_catalog().systems)
+
+
+def _build(files: list[tuple[str, CatalogFile]]) -> Catalog:
+    """Convert validated files to frozen objects; names must be unique across all files."""
+    device_names: dict[str, tuple[str, str]] = {}
+    devices: dict[str, Device] = {}
+    for origin, content in files:
+        for entry in content.devices:
+            _claim_names("device", entry.name, entry.aliases, origin, device_names)
+            devices[entry.name] = _device(entry)
+    catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
+
+    system_names: dict[str, tuple[str, str]] = {}
+    systems: dict[str, System] = {}
+    for origin, content in files:
+        for entry in content.systems:
+            _claim_names("system", entry.name, entry.aliases, origin, system_names)
+            try:
+                device = catalog_devices.device(entry.device)
+            except MosaicInputError as exc:
+                raise MosaicInputError(
+                    f"{origin}: system {entry.name!r}: field 'device': {exc}"
+                ) from None
+            systems[entry.name] = _system(entry, device)
+    return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
+
+
+def _claim_names(
+    kind: str,
+    name: str,
+    aliases: Iterable[str],
+    origin: str,
+    taken: dict[str, tuple[str, str]],
+) -> None:
+    """Record the lookup keys of one entry; a key already taken by an earlier entry is an error."""
+    own = {name_key(alias): alias for alias in (*aliases, name)}
+    for key, alias in own.items():
+        if key in taken:
+            other, other_origin = taken[key]
+            raise MosaicInputError(
+                f"{origin}: {kind} {name!r}: name {alias!r} is already used by {kind} "
+                f"{other!r} ({other_origin}); choose another name"
+            )
+    taken.update(dict.fromkeys(own, (name, origin)))
+
+
+def _device(entry: DeviceEntry) -> Device:
+    sources = {
+        "hbm_bytes": entry.hbm_bytes.source,
+        "hbm_bw_bytes_per_s": entry.hbm_bw_bytes_per_s.source,
+        "scale_up_bw_bytes_per_s": entry.scale_up_bw_bytes_per_s.source,
+    }
+    for field in ("peak_flops_per_s", "achievable_flops_per_s"):
+        for dtype, sourced in getattr(entry, field).items():
+            sources[f"{field}.{dtype}"] = sourced.source
+    return Device(
+        name=entry.name,
+        aliases=tuple(entry.aliases),
+        vendor=entry.vendor,
+        description=entry.description.strip(),
+        peak_flops_per_s=MappingProxyType({d: v.value for d, v in entry.peak_flops_per_s.items()}),
+        achievable_flops_per_s=MappingProxyType(
+            {d: v.value for d, v in entry.achievable_flops_per_s.items()}
+        ),
+        hbm_bytes=entry.hbm_bytes.value,
+        hbm_bw_bytes_per_s=entry.hbm_bw_bytes_per_s.value,
+        scale_up_bw_bytes_per_s=entry.scale_up_bw_bytes_per_s.value,
+        sources=MappingProxyType(sources),
+    )
+
+
+def _system(entry: SystemEntry, device: Device) -> System:
+    numbers = (
+        "gpus_per_node",
+        "scale_up_domain_gpus",
+        "nics_per_node",
+        "nic_bw_bytes_per_s",
+        "scale_up_latency_s",
+        "scale_out_latency_s",
+    )
+    return System(
+        name=entry.name,
+        aliases=tuple(entry.aliases),
+        description=entry.description.strip(),
+        device=device,
+        scale_out_fabric=entry.scale_out_fabric,
+        sources=MappingProxyType({f: getattr(entry, f).source for f in numbers}),
+        **{f: getattr(entry, f).value for f in numbers},
+    )

@@ -1,0 +1,100 @@
+"""One accelerator: dense peak and measured achievable FLOP/s per dtype, HBM, scale-up link.
+
+Conventions (docs/hardware.md): SI units; peak rates are dense (no 2:4 sparsity); the
+scale-up bandwidth is per GPU and per direction. Every number keeps its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mosaic.errors import MosaicInputError
+
+#: Compute precisions a device may list, in the spelling used everywhere in mosaic.
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+
+_DTYPE_ALIASES: Mapping[str, str] = {
+    "float32": "fp32",
+    "tensorfloat32": "tf32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float8": "fp8",
+    "float4": "fp4",
+}
+
+
+def normalize_dtype(dtype: str) -> str:
+    """Canonical dtype name ('BF16', 'bfloat16' -> 'bf16'); MosaicInputError if unknown."""
+    key = dtype.strip().lower()
+    key = _DTYPE_ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise MosaicInputError(
+            f"unknown dtype {dtype!r}: allowed are {', '.join(DTYPES)} "
+            f"(or {', '.join(sorted(_DTYPE_ALIASES))})"
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class Device:
+    """An accelerator as the performance model sees it (per GPU, SI units).
+
+    Attributes:
+        name: canonical catalog name, e.g. "H100-SXM-80GB".
+        aliases: other names that resolve to this device.
+        vendor: "NVIDIA", "AMD", ...
+        description: one line for people.
+        peak_flops_per_s: datasheet dense peak FLOP/s by dtype (tensor cores; fp32 is the
+            vector rate). Sparse datasheet figures are halved before they get here.
+        achievable_flops_per_s: measured best large-GEMM FLOP/s by dtype; a subset of the
+            peak dtypes, possibly empty.
+        hbm_bytes: device memory capacity in bytes (datasheet GB x 1e9).
+        hbm_bw_bytes_per_s: device memory bandwidth in bytes/s.
+        scale_up_bw_bytes_per_s: NVLink (or equivalent) bandwidth per GPU, one direction.
+        sources: provenance of every number, keyed by field path ("hbm_bytes",
+            "peak_flops_per_s.bf16", ...).
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    vendor: str
+    description: str
+    peak_flops_per_s: Mapping[str, float]
+    achievable_flops_per_s: Mapping[str, float]
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    scale_up_bw_bytes_per_s: float
+    sources: Mapping[str, str]
+
+    def __hash__(self) -> int:
+        # Mapping fields are not hashable; the catalog guarantees unique names.
+        return hash(("Device", self.name))
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """Dtypes with a datasheet peak on this device, in DTYPES order."""
+        return tuple(d for d in DTYPES if d in self.peak_flops_per_s)
+
+    def peak_flops_per_s_for(self, dtype: str) -> float:
+        """Dense datasheet peak FLOP/s for `dtype`; MosaicInputError if the device lacks it."""
+        key = normalize_dtype(dtype)
+        if key not in self.peak_flops_per_s:
+            raise MosaicInputError(
+                f"device {self.name!r} has no {key} peak: it lists {', '.join(self.dtypes)}"
+            )
+        return self.peak_flops_per_s[key]
+
+    def achievable_flops_per_s_for(self, dtype: str) -> float | None:
+        """Measured large-GEMM FLOP/s for `dtype`, or None when no measurement is recorded."""
+        return self.achievable_flops_per_s.get(normalize_dtype(dtype))
+
+    def source(self, field: str) -> str:
+        """Provenance of one number, e.g. source("peak_flops_per_s.bf16")."""
+        if field not in self.sources:
+            raise MosaicInputError(
+                f"device {self.name!r} has no field {field!r}: known are "
+                f"{', '.join(sorted(self.sources))}"
+            )
+        return self.sources[field]

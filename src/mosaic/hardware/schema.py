@@ -1,0 +1,142 @@
+"""The YAML schema of hardware catalog files, validated once at the boundary (pydantic).
+
+A catalog file is a mapping with optional `devices:` and `systems:` lists; every number is
+`{value: ..., source: "..."}`. See docs/hardware.md for the full description.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+
+from mosaic.errors import MosaicInputError
+
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
+NonEmptyStr = Annotated[str, Field(min_length=1, pattern=r"\S")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourcedValue(_Strict):
+    """A positive, finite number with its provenance."""
+
+    value: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    source: NonEmptyStr
+
+
+class SourcedCount(_Strict):
+    """A positive integer with its provenance."""
+
+    value: Annotated[StrictInt, Field(ge=1)]
+    source: NonEmptyStr
+
+
+class DeviceEntry(_Strict):
+    name: NonEmptyStr
+    aliases: list[NonEmptyStr] = []
+    vendor: NonEmptyStr
+    description: str = ""
+    peak_flops_per_s: Annotated[dict[Dtype, SourcedValue], Field(min_length=1)]
+    achievable_flops_per_s: dict[Dtype, SourcedValue] = {}
+    hbm_bytes: SourcedValue
+    hbm_bw_bytes_per_s: SourcedValue
+    scale_up_bw_bytes_per_s: SourcedValue
+
+    @model_validator(mode="after")
+    def _achievable_below_peak(self) -> DeviceEntry:
+        for dtype, achievable in self.achievable_flops_per_s.items():
+            peak = self.peak_flops_per_s.get(dtype)
+            if peak is None:
+                raise ValueError(
+                    f"achievable_flops_per_s.{dtype} given but peak_flops_per_s has no {dtype}"
+                )
+            if achievable.value > peak.value:
+                raise ValueError(
+                    f"achievable_flops_per_s.{dtype} = {achievable.value:.4g} exceeds "
+                    f"peak_flops_per_s.{dtype} = {peak.value:.4g}"
+                )
+        return self
+
+
+class SystemEntry(_Strict):
+    name: NonEmptyStr
+    aliases: list[NonEmptyStr] = []
+    description: str = ""
+    device: NonEmptyStr
+    gpus_per_node: SourcedCount
+    scale_up_domain_gpus: SourcedCount
+    nics_per_node: SourcedCount
+    nic_bw_bytes_per_s: SourcedValue
+    scale_out_fabric: NonEmptyStr
+    scale_up_latency_s: SourcedValue
+    scale_out_latency_s: SourcedValue
+
+    @model_validator(mode="after")
+    def _domain_tiles_nodes(self) -> SystemEntry:
+        node, domain = self.gpus_per_node.value, self.scale_up_domain_gpus.value
+        if node % domain and domain % node:
+            raise ValueError(
+                f"scale_up_domain_gpus = {domain} and gpus_per_node = {node}: one must "
+                "divide the other (NVLink domains are whole hosts or split hosts evenly)"
+            )
+        return self
+
+
+class CatalogFile(_Strict):
+    devices: list[DeviceEntry] = []
+    systems: list[SystemEntry] = []
+
+
+def read_catalog_file(path: Path) -> CatalogFile:
+    """Parse and validate one catalog YAML file; MosaicInputError naming file, entry, field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MosaicInputError(
+            f"{path}: cannot read hardware catalog file ({exc.strerror})"
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise MosaicInputError(f"{path}: not valid YAML{at}: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise MosaicInputError(
+            f"{path}: a hardware catalog file must be a mapping with 'devices:' and/or "
+            f"'systems:' lists, got {type(raw).__name__}"
+        )
+    try:
+        return CatalogFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe(error, raw) for error in exc.errors()]
+        raise MosaicInputError(f"{path}: " + "; ".join(problems)) from None
+
+
+def _describe(error: Any, raw: dict[str, Any]) -> str:
+    """One validation error as 'device 'X' (entry 2): field 'hbm_bytes.value': message'."""
+    loc = list(error["loc"])
+    where = "file"
+    if len(loc) >= 2 and loc[0] in ("devices", "systems") and isinstance(loc[1], int):
+        kind = loc[0][:-1]
+        entries = raw.get(loc[0])
+        entry = entries[loc[1]] if isinstance(entries, list) else None
+        name = entry.get("name") if isinstance(entry, dict) else None
+        label = f"{kind} {name!r}" if isinstance(name, str) else kind
+        where = f"{label} (entry {loc[1] + 1})"
+        loc = loc[2:]
+    field = ".".join(str(part) for part in loc).replace(".[key]", " (key)") or "(whole entry)"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] not in ("missing", "extra_forbidden") and not isinstance(
+        error.get("input"), dict | list
+    ):
+        message += f" (got {error.get('input')!r})"
+    return f"{where}: field '{field}': {message}"

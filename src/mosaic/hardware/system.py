@@ -1,0 +1,122 @@
+"""Node types (System) and clusters of them (Cluster).
+
+A System is one host type: its device, GPUs per host, the NVLink (scale-up) domain and the
+scale-out NICs. A GB200 NVL72 rack is a System whose host is a 4-GPU compute tray and whose
+scale-up domain is 72 GPUs. A Cluster is `n_nodes` hosts of one System.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mosaic.errors import MosaicInputError
+from mosaic.hardware.device import Device
+
+
+@dataclass(frozen=True)
+class System:
+    """A node type (SI units; bandwidths per direction).
+
+    Attributes:
+        name: canonical catalog name, e.g. "p6-b200.48xlarge".
+        aliases: other names that resolve to this system.
+        description: one line for people.
+        device: the accelerator in every slot.
+        gpus_per_node: GPUs per host (OS image, NICs, failure unit).
+        scale_up_domain_gpus: GPUs sharing one NVLink domain (8 for HGX, 72 for NVL72).
+        nics_per_node: scale-out NICs per host.
+        nic_bw_bytes_per_s: line rate of one NIC in one direction, bytes/s.
+        scale_out_fabric: name of the scale-out network, for people.
+        scale_up_latency_s: per-step latency (alpha) of one scale-up hop.
+        scale_out_latency_s: per-step latency (alpha) of one scale-out hop.
+        sources: provenance of every number, keyed by field name.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    device: Device
+    gpus_per_node: int
+    scale_up_domain_gpus: int
+    nics_per_node: int
+    nic_bw_bytes_per_s: float
+    scale_out_fabric: str
+    scale_up_latency_s: float
+    scale_out_latency_s: float
+    sources: Mapping[str, str]
+
+    def __hash__(self) -> int:
+        # Mapping fields are not hashable; the catalog guarantees unique names.
+        return hash(("System", self.name))
+
+    @property
+    def scale_up_bw_bytes_per_s(self) -> float:
+        """NVLink bandwidth per GPU, one direction (a property of the device)."""
+        return self.device.scale_up_bw_bytes_per_s
+
+    @property
+    def scale_out_bw_bytes_per_s(self) -> float:
+        """Scale-out NIC bandwidth per GPU, one direction: NICs x rate / GPUs per host."""
+        return self.nics_per_node * self.nic_bw_bytes_per_s / self.gpus_per_node
+
+    def source(self, field: str) -> str:
+        """Provenance of one number, e.g. source("nic_bw_bytes_per_s")."""
+        if field not in self.sources:
+            raise MosaicInputError(
+                f"system {self.name!r} has no field {field!r}: known are "
+                f"{', '.join(sorted(self.sources))}"
+            )
+        return self.sources[field]
+
+    def cluster(self, n_nodes: int) -> Cluster:
+        """A cluster of `n_nodes` hosts of this system."""
+        return Cluster(system=self, n_nodes=n_nodes)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """`n_nodes` hosts of one System; the hardware half of the paper's (F_peak, N_dev)."""
+
+    system: System
+    n_nodes: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_nodes, bool) or not isinstance(self.n_nodes, int) or self.n_nodes < 1:
+            raise MosaicInputError(
+                f"cluster of {self.system.name!r}: n_nodes must be an integer >= 1, "
+                f"got {self.n_nodes!r}"
+            )
+
+    @classmethod
+    def from_n_devices(cls, system: System, n_devices: int) -> Cluster:
+        """The cluster with `n_devices` GPUs; they must fill whole hosts."""
+        if (
+            isinstance(n_devices, bool)
+            or not isinstance(n_devices, int)
+            or n_devices < 1
+            or n_devices % system.gpus_per_node
+        ):
+            raise MosaicInputError(
+                f"cluster of {system.name!r}: n_devices must be a positive multiple of "
+                f"{system.gpus_per_node} GPUs per node, got {n_devices!r}"
+            )
+        return cls(system=system, n_nodes=n_devices // system.gpus_per_node)
+
+    @property
+    def device(self) -> Device:
+        return self.system.device
+
+    @property
+    def n_devices(self) -> int:
+        """N_dev: total GPUs."""
+        return self.n_nodes * self.system.gpus_per_node
+
+    @property
+    def scale_up_domain_gpus(self) -> int:
+        """GPUs per NVLink domain in this cluster (a small cluster fills part of one domain)."""
+        return min(self.system.scale_up_domain_gpus, self.n_devices)
+
+    def peak_flops_per_s_for(self, dtype: str) -> float:
+        """Whole-cluster dense datasheet peak, F_peak * N_dev (paper Sec. 2.1)."""
+        return self.device.peak_flops_per_s_for(dtype) * self.n_devices

@@ -1,0 +1,225 @@
+"""Catalog lookups, dtypes, clusters, and user YAML files (good and bad)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import (
+    Cluster,
+    get_device,
+    get_system,
+    list_devices,
+    list_systems,
+    load_catalog,
+    normalize_dtype,
+)
+
+
+def test_shipped_catalog_lists_every_device_and_system_of_the_issue() -> None:
+    assert set(list_devices()) >= {
+        "A100-SXM-80GB",
+        "H100-SXM-80GB",
+        "H200-SXM-141GB",
+        "H800-SXM-80GB",
+        "B200",
+        "GB200",
+        "B300",
+        "GB300",
+        "MI300X",
+    }
+    assert set(list_systems()) >= {
+        "DGX-A100",
+        "DGX-H100",
+        "DGX-H200",
+        "DGX-B200",
+        "H800-node",
+        "p5.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+        "GB200-NVL72",
+        "GB300-NVL72",
+    }
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("B200", "B200"),
+        ("b200", "B200"),
+        ("H200", "H200-SXM-141GB"),
+        ("h100 sxm5", "H100-SXM-80GB"),
+        ("h100_sxm_80gb", "H100-SXM-80GB"),
+    ],
+)
+def test_device_aliases(alias: str, name: str) -> None:
+    assert get_device(alias).name == name
+
+
+@pytest.mark.parametrize(
+    "alias",
+    ["p6-b200.48xlarge", "p6-b200.48 xlarge", "P6-B200.48XLARGE", "p6-b200", " p6-b200 "],
+)
+def test_the_papers_node_type_resolves_however_it_is_written(alias: str) -> None:
+    assert get_system(alias).name == "p6-b200.48xlarge"
+
+
+def test_rack_aliases() -> None:
+    assert get_system("GB200-NVL72").name == "GB200-NVL72"
+    assert get_system("gb200 nvl72").name == "GB200-NVL72"
+
+
+def test_unknown_names_list_the_known_ones() -> None:
+    with pytest.raises(MosaicInputError, match=r"unknown device 'X9'.*H100-SXM-80GB.*MI300X"):
+        get_device("X9")
+    with pytest.raises(MosaicInputError, match=r"unknown system 'p7'.*p6-b200\.48xlarge"):
+        get_system("p7")
+
+
+def test_missing_dtype_is_a_clear_error() -> None:
+    with pytest.raises(MosaicInputError, match=r"'A100-SXM-80GB' has no fp8 peak: it lists"):
+        get_device("A100").peak_flops_per_s_for("fp8")
+    with pytest.raises(MosaicInputError, match=r"unknown dtype 'int3': allowed are fp32"):
+        get_device("A100").peak_flops_per_s_for("int3")
+
+
+def test_dtype_spellings() -> None:
+    assert normalize_dtype("BF16") == "bf16"
+    assert normalize_dtype("bfloat16") == "bf16"
+    assert normalize_dtype("float16") == "fp16"
+    assert get_device("H100").peak_flops_per_s_for("BFloat16") == 989.4e12
+
+
+def test_device_data_is_read_only() -> None:
+    h100 = get_device("H100")
+    with pytest.raises(TypeError):
+        h100.peak_flops_per_s["bf16"] = 1.0  # type: ignore[index]
+    assert {h100: 1}[get_device("H100-SXM-80GB")] == 1  # hashable, usable as a key
+
+
+def test_cluster_sizes() -> None:
+    nvl72 = get_system("GB200-NVL72")
+    rack = nvl72.cluster(n_nodes=18)
+    assert rack.n_devices == 72
+    assert rack.scale_up_domain_gpus == 72
+    assert nvl72.cluster(n_nodes=2).scale_up_domain_gpus == 8  # part of one domain
+    assert Cluster.from_n_devices(get_system("p6-b200"), 512).n_nodes == 64
+    with pytest.raises(MosaicInputError, match="positive multiple of 8 GPUs per node, got 12"):
+        Cluster.from_n_devices(get_system("p6-b200"), 12)
+    with pytest.raises(MosaicInputError, match="n_nodes must be an integer >= 1, got 0"):
+        get_system("DGX-H100").cluster(n_nodes=0)
+
+
+_MY_DEVICE = """
+devices:
+  - name: MyAccel-1
+    aliases: [myaccel]
+    vendor: Acme
+    peak_flops_per_s:
+      bf16: {value: 1.0e+15, source: "Acme datasheet rev 3"}
+    achievable_flops_per_s:
+      bf16: {value: 0.7e+15, source: "our GEMM sweep, 2026-01"}
+    hbm_bytes: {value: 128.0e+9, source: "Acme datasheet rev 3"}
+    hbm_bw_bytes_per_s: {value: 4.0e+12, source: "Acme datasheet rev 3"}
+    scale_up_bw_bytes_per_s: {value: 400.0e+9, source: "Acme datasheet rev 3"}
+"""
+
+_MY_SYSTEM_ENTRY = """
+  - name: my-{device}-node
+    device: {device}
+    gpus_per_node: {{value: 8, source: "rack drawing"}}
+    scale_up_domain_gpus: {{value: 8, source: "rack drawing"}}
+    nics_per_node: {{value: 4, source: "rack drawing"}}
+    nic_bw_bytes_per_s: {{value: 50.0e+9, source: "400 Gb/s NIC"}}
+    scale_out_fabric: RoCE 400 Gb/s
+    scale_up_latency_s: {{value: 3.0e-6, source: "nccl-tests"}}
+    scale_out_latency_s: {{value: 1.5e-5, source: "nccl-tests"}}
+"""
+
+
+def _systems(*devices: str) -> str:
+    return "\nsystems:" + "".join(_MY_SYSTEM_ENTRY.format(device=d) for d in devices)
+
+
+def _write(tmp_path: Path, text: str, name: str = "hw.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_user_yaml_adds_devices_and_systems(tmp_path: Path) -> None:
+    path = _write(tmp_path, _MY_DEVICE + _systems("myaccel", "H200"))
+    catalog = load_catalog(path)
+    mine = catalog.device("MYACCEL")
+    assert mine.name == "MyAccel-1"
+    assert mine.achievable_flops_per_s_for("bf16") == 0.7e15
+    assert mine.source("hbm_bytes") == "Acme datasheet rev 3"
+    node = catalog.system("my-myaccel-node")
+    assert node.device is mine
+    assert node.scale_out_bw_bytes_per_s == 4 * 50e9 / 8
+    assert catalog.system("my-H200-node").device.name == "H200-SXM-141GB"
+    assert catalog.device("B200").name == "B200"  # shipped entries stay
+    assert "MyAccel-1" not in list_devices()  # the shipped catalog is untouched
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = _write(tmp_path, text)
+    with pytest.raises(MosaicInputError) as info:
+        load_catalog(path)
+    message = str(info.value)
+    assert str(path) in message
+    return message
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path: Path) -> None:
+    message = _error(tmp_path, "devices:\n  - name: [unclosed\n")
+    assert "not valid YAML at line" in message
+
+
+def test_missing_field_names_entry_and_field(tmp_path: Path) -> None:
+    message = _error(tmp_path, _MY_DEVICE.replace("    hbm_bytes:", "    # hbm_bytes:"))
+    assert "device 'MyAccel-1' (entry 1): field 'hbm_bytes': Field required" in message
+
+
+def test_negative_value_names_entry_and_field(tmp_path: Path) -> None:
+    message = _error(tmp_path, _MY_DEVICE.replace("value: 128.0e+9", "value: -128.0e+9"))
+    assert "device 'MyAccel-1' (entry 1): field 'hbm_bytes.value'" in message
+    assert "greater than 0" in message
+
+
+def test_missing_source_is_rejected(tmp_path: Path) -> None:
+    message = _error(tmp_path, _MY_DEVICE.replace('"our GEMM sweep, 2026-01"', '""'))
+    assert "field 'achievable_flops_per_s.bf16.source'" in message
+
+
+def test_misspelled_field_and_unknown_dtype_are_rejected(tmp_path: Path) -> None:
+    text = _MY_DEVICE.replace("hbm_bw_bytes_per_s", "hbm_bw_bytes")
+    text = text.replace("bf16: {value: 1.0", "bf17: {value: 1.0")
+    message = _error(tmp_path, text)
+    assert "field 'hbm_bw_bytes': Extra inputs are not permitted" in message
+    assert "field 'peak_flops_per_s.bf17 (key)'" in message
+
+
+def test_achievable_above_peak_is_rejected(tmp_path: Path) -> None:
+    message = _error(tmp_path, _MY_DEVICE.replace("value: 0.7e+15", "value: 1.7e+15"))
+    assert "achievable_flops_per_s.bf16 = 1.7e+15 exceeds peak_flops_per_s.bf16" in message
+
+
+def test_fractional_gpu_count_is_rejected(tmp_path: Path) -> None:
+    message = _error(tmp_path, _systems("H200").replace("value: 8,", "value: 8.5,", 1))
+    assert "system 'my-H200-node' (entry 1): field 'gpus_per_node.value'" in message
+
+
+def test_system_with_unknown_device_lists_devices(tmp_path: Path) -> None:
+    message = _error(tmp_path, _systems("Z100"))
+    assert "system 'my-Z100-node': field 'device': unknown device 'Z100'" in message
+    assert "H100-SXM-80GB" in message
+
+
+def test_a_shipped_name_cannot_be_overridden(tmp_path: Path) -> None:
+    message = _error(tmp_path, _MY_DEVICE.replace("aliases: [myaccel]", "aliases: [h-100]"))
+    assert (
+        "name 'h-100' is already used by device 'H100-SXM-80GB' (shipped devices.yaml)" in message
+    )
