@@ -1,0 +1,107 @@
+"""Divisibility rules a parallel plan must satisfy, evaluated over arrays of plans.
+
+Each rule yields a boolean array (True = violated) and a message template; the layout
+search drops violating plans and can report why, and a single job file with a violation
+is rejected with the same message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mosaic.perf.plan import ParallelPlans, Sharding
+from mosaic.perf.workload import Workload
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One rule and the plans that break it."""
+
+    rule: str
+    violated: np.ndarray  # bool per plan
+
+    def message(self, plans: ParallelPlans, index: int) -> str:
+        values = plans.row(index)
+        return self.rule.format(**values)
+
+
+def _not_divisible(numerator: np.ndarray | int, denominator: np.ndarray | int) -> np.ndarray:
+    numerator = np.asarray(numerator)
+    denominator = np.asarray(denominator)
+    return (denominator <= 0) | (np.mod(numerator, np.maximum(denominator, 1)) != 0)
+
+
+def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int) -> list[Violation]:
+    """Every rule with the plans that violate it (Appendix D.1 plus Megatron-Core rules)."""
+    geometry = workload.geometry
+    moe = geometry.moe
+    experts = moe.experts if moe else 1
+    stage_layers = plans.pp * plans.vpp
+    micro_batches_per_step = plans.dp * plans.micro_batch
+    expert_domain = plans.tp * plans.cp * plans.dp  # ranks an MoE layer repartitions (Eq. 24)
+    rules = [
+        (
+            "tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} must equal the device count " + str(n_devices),
+            plans.n_devices != n_devices,
+        ),
+        (f"tp={{tp}} must divide heads={geometry.heads}", _not_divisible(geometry.heads, plans.tp)),
+        (
+            f"tp={{tp}} must divide kv_heads={geometry.kv_heads} or be a multiple of it",
+            _not_divisible(geometry.kv_heads, plans.tp)
+            & _not_divisible(plans.tp, geometry.kv_heads),
+        ),
+        (f"tp={{tp}} must divide ffn={geometry.ffn}", _not_divisible(geometry.ffn, plans.tp)),
+        (
+            f"pp·vpp={{pp}}·{{vpp}} must divide layers={geometry.layers}",
+            _not_divisible(geometry.layers, stage_layers),
+        ),
+        (
+            f"cp={{cp}} must divide seq_len={workload.seq_len}",
+            _not_divisible(workload.seq_len, plans.cp),
+        ),
+        (
+            f"dp·micro_batch={{dp}}·{{micro_batch}} must divide global_batch"
+            f"={workload.global_batch}",
+            _not_divisible(workload.global_batch, micro_batches_per_step),
+        ),
+        (f"ep={{ep}} must divide experts={experts}", _not_divisible(experts, plans.ep)),
+        (
+            "etp·ep={etp}·{ep} must divide tp·cp·dp={tp}·{cp}·{dp} (expert mesh, Eq. 24)",
+            _not_divisible(expert_domain, plans.etp * plans.ep),
+        ),
+        ("vpp={vpp} > 1 needs pp > 1", (plans.vpp > 1) & (plans.pp == 1)),
+        (
+            "hsdp_shard={hsdp_shard} must divide dp={dp}",
+            (plans.sharding == Sharding.HSDP) & _not_divisible(plans.dp, plans.hsdp_shard),
+        ),
+        (
+            "ep={ep} and etp={etp} must be 1 for a dense model",
+            np.full(len(plans), moe is None) & ((plans.ep > 1) | (plans.etp > 1)),
+        ),
+    ]
+    if moe is not None:
+        rules.append(
+            (
+                f"etp={{etp}} must divide expert_ffn={moe.expert_ffn}",
+                _not_divisible(moe.expert_ffn, plans.etp),
+            )
+        )
+    return [Violation(rule=text, violated=np.asarray(mask, dtype=bool)) for text, mask in rules]
+
+
+def valid_mask(violations: list[Violation], n_plans: int) -> np.ndarray:
+    """Plans that break no rule."""
+    mask = np.ones(n_plans, dtype=bool)
+    for violation in violations:
+        mask &= ~violation.violated
+    return mask
+
+
+def first_reason(violations: list[Violation], plans: ParallelPlans, index: int) -> str | None:
+    """The first broken rule of plan ``index``, or None if it is valid."""
+    for violation in violations:
+        if violation.violated[index]:
+            return violation.message(plans, index)
+    return None

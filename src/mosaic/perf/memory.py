@@ -1,0 +1,563 @@
+"""Per-GPU memory of a training step on the heaviest pipeline stage, by component.
+
+Every formula is written over the arrays of :class:`~mosaic.perf.plan.ParallelPlans`, so a
+layout search scores all of its candidate plans in one call; a single plan is a length-1
+set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`):
+
+* ``weights``: bf16 parameters (2 B/param; fp8 recipes keep bf16 weights too).
+* ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16).
+* ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B).
+* ``master_weights``: fp32 master parameters (4 B/param).
+* ``activations``: tensors saved for the backward pass of every in-flight micro-batch.
+* ``logits``: LM-head output and fp32 cross-entropy working copy (last stage only).
+* ``communication_buffers``: FSDP gather/reduce buffers, ZeRO-2 buckets, EP and PP buffers.
+* ``runtime_reserve``: CUDA context, library workspaces and NCCL buffers.
+
+Sharding (ZeRO, Rajbhandari et al. 2020, Sec. 5; Megatron-Core distributed optimizer):
+non-expert parameters are split over TP and, where the sharding mode says so, over the
+dense data-parallel group dp·cp; routed experts are split over EP·ETP and over the
+expert-data-parallel group edp (paper Appendix D.1, Eq. 24).
+
+Activation accounting follows Korthikanti et al. 2022 ("Reducing Activation Recomputation
+in Large Transformer Models", arXiv 2205.05198), re-derived tensor by tensor for GQA/MLA,
+SwiGLU, flash attention and MoE layers; see ``docs/memory.md`` for the derivation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mosaic.arch import AttentionKind, Geometry, MoEConfig, count_parameters
+from mosaic.errors import MosaicInputError
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.workload import OptimizerKind, Workload
+
+GIB = 2**30
+
+# --- Constants (bytes) -------------------------------------------------------------------
+# Model weights are held in bf16 (fp8 GEMM recipes keep bf16 weights and cast per GEMM;
+# Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4).
+WEIGHT_BYTES_PER_PARAM = 2
+# Megatron-LM forces fp32 gradient accumulation and reduction for bf16 training
+# (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce
+# to be done in fp32"); --grad-reduce-in-bf16 would make this 2.
+GRADIENT_BYTES_PER_PARAM = 4
+# fp32 main parameters for the optimizer step ("we always use fp32 main parameters",
+# Megatron-Core distributed-optimizer docs: bf16 params + fp32 grads = 6 + 12/d bytes).
+MASTER_WEIGHT_BYTES_PER_PARAM = 4
+# fp32 optimizer state per parameter: Adam/AdamW keep exp_avg and exp_avg_sq (Kingma & Ba
+# 2015; Loshchilov & Hutter 2019); Muon keeps one momentum buffer (Jordan et al. 2024;
+# Liu et al. 2025, "Muon is Scalable for LLM Training"); SGD is taken with momentum.
+OPTIMIZER_STATE_BYTES_PER_PARAM: dict[OptimizerKind, int] = {
+    OptimizerKind.ADAM: 8,
+    OptimizerKind.ADAMW: 8,
+    OptimizerKind.MUON: 4,
+    OptimizerKind.SGD: 4,
+}
+# Muon orthogonalises hidden 2-D matrices only; embedding and LM head are trained with AdamW
+# (Jordan et al. 2024; Liu et al. 2025, Sec. 2). Norm gains are negligible and count as Muon.
+MUON_VOCAB_OPTIMIZER = OptimizerKind.ADAMW
+ACTIVATION_BYTES = 2  # bf16 activations (paper Sec. 3.1: "bf16 weights and activations")
+FP32_BYTES = 4
+INDEX_BYTES = 8  # int64 routing indices
+# Megatron-Core vocab-parallel cross entropy (tensor_parallel/cross_entropy.py) upcasts the
+# bf16 logits to an fp32 copy, turns it into the softmax in place, saves it, and writes the
+# gradient into it in place: peak 2 B (bf16 logits) + 4 B (fp32 copy) per logit element, in
+# the forward (logits alive during the upcast) and in the backward (fp32 grad + bf16 cast).
+LOGITS_BYTES_PER_ELEMENT = ACTIVATION_BYTES + FP32_BYTES
+# CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
+# and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
+# candidate: measure nvidia-smi used minus allocator reserved on the target stack.
+RUNTIME_RESERVE_BYTES = 2 * GIB
+
+COMPONENTS: tuple[str, ...] = (
+    "weights",
+    "gradients",
+    "optimizer_states",
+    "master_weights",
+    "activations",
+    "logits",
+    "communication_buffers",
+    "runtime_reserve",
+)
+
+Stage = Literal["first", "last"]
+LayerKind = Literal["dense", "moe"]
+
+_FULLY_SHARDED = (Sharding.FSDP, Sharding.HSDP)
+_GRADIENTS_SHARDED = (Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
+_STATES_SHARDED = (Sharding.ZERO1, Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
+
+
+# --- Pipeline stages ---------------------------------------------------------------------
+def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Micro-batches per optimizer step n_mb = B_global / (dp·B_micro) (paper Eq. 11)."""
+    return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
+
+
+def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
+
+    1F1B (Narayanan et al. 2021, Sec. 2.2.1): rank r runs pp−r−1 warm-up forwards plus one
+    before its first backward, so the first stage holds pp micro-batches and the last one.
+    Interleaved 1F1B with vpp chunks per rank (Sec. 2.2.2): Megatron-Core's warm-up is
+    2(pp−r−1) + (vpp−1)·pp chunk-forwards (pipeline_parallel/schedules.py), so with the
+    extra steady-state forward the first stage holds pp·(1 + (pp−1)/(pp·vpp)) stage-units,
+    the factor of Korthikanti et al. 2022 (Sec. 4.2.3). Never more than n_mb.
+    """
+    pp, vpp = plans.pp, plans.vpp
+    rank = np.zeros_like(pp) if stage == "first" else pp - 1
+    plain = pp - rank
+    interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
+    in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
+    return np.minimum(in_flight, n_microbatches(workload, plans))
+
+
+def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
+    """MoE blocks among block indices [0, index) (Geometry.is_moe_layer, vectorised)."""
+    if moe is None:
+        return np.zeros_like(index)
+    past_prefix = np.maximum(index - moe.dense_layers, 0)
+    return -(-past_prefix // moe.moe_every)
+
+
+def stage_layer_counts(
+    geometry: Geometry, plans: ParallelPlans, stage: Stage
+) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, MoE blocks) on the first or last pipeline rank.
+
+    Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)) (the heaviest stage gets the
+    ceiling when L does not divide); rank 0 holds chunks 0, pp, 2pp, ... and the last rank
+    their mirror image from the end. Real block indices decide which blocks are MoE, so the
+    dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage.
+    """
+    layers = geometry.layers
+    chunk = -(-layers // (plans.pp * plans.vpp))
+    blocks = np.zeros_like(plans.pp)
+    moe_blocks = np.zeros_like(plans.pp)
+    for c in range(int(plans.vpp.max())):
+        offset = c * plans.pp * chunk
+        if stage == "first":
+            start, stop = offset, offset + chunk
+        else:
+            start, stop = layers - offset - chunk, layers - offset
+        start, stop = np.clip(start, 0, layers), np.clip(stop, 0, layers)
+        held = c < plans.vpp
+        blocks = blocks + np.where(held, stop - start, 0)
+        moe_in_chunk = _moe_blocks_below(stop, geometry.moe)
+        moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry.moe)
+        moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
+    return blocks, moe_blocks
+
+
+def _holds_embedding(plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    return np.full(len(plans), stage == "first") | (plans.pp == 1)
+
+
+def _holds_lm_head(plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    return np.full(len(plans), stage == "last") | (plans.pp == 1)
+
+
+# --- Parameters per GPU ------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageParameters:
+    """Parameters one GPU of a stage holds after TP/EP splitting, before (E)DP sharding.
+
+    Attributes:
+        dense: attention, dense-FFN and shared-expert matrices, split over TP.
+        replicated: norm gains and routers, replicated across TP ranks (Megatron-Core).
+        vocab: embedding (first stage) and LM head (last stage), vocab-parallel over TP.
+        expert: routed experts, E/ep experts per rank, each split over etp.
+        largest_block: the biggest transformer block on the stage (an FSDP unit).
+        largest_unit: the biggest FSDP unit on the stage (a block, the embedding or the
+            LM head), which FSDP gathers whole.
+    """
+
+    dense: np.ndarray
+    replicated: np.ndarray
+    vocab: np.ndarray
+    expert: np.ndarray
+    largest_block: np.ndarray
+    largest_unit: np.ndarray
+
+    @property
+    def non_expert(self) -> np.ndarray:
+        return self.dense + self.replicated + self.vocab
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.non_expert + self.expert
+
+
+def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage) -> StageParameters:
+    """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
+    counts = count_parameters(geometry)
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage)
+    dense_blocks = blocks - moe_blocks
+    tp = plans.tp.astype(float)
+    expert_split = (plans.ep * plans.etp).astype(float)
+    lm_head = _holds_lm_head(plans, stage)
+    # Tied embeddings still need a copy on the last stage when pp > 1 (Megatron-LM).
+    lm_head_params = np.where(plans.pp > 1, geometry.vocab * geometry.d_model, counts.lm_head)
+    embedding = np.where(_holds_embedding(plans, stage), counts.embedding / tp, 0.0)
+    head = np.where(lm_head, lm_head_params / tp, 0.0)
+
+    dense_block = (counts.attention_per_layer + counts.dense_ffn_per_layer) / tp
+    moe_block_tp = (counts.attention_per_layer + counts.shared_experts_per_layer) / tp
+    experts_per_block = counts.experts * counts.routed_expert / expert_split
+    dense_block_total = dense_block + counts.norms_per_layer
+    moe_block_total = moe_block_tp + counts.norms_per_layer + counts.router_per_layer
+    moe_block_total = moe_block_total + experts_per_block
+    largest_block = np.maximum(
+        np.where(dense_blocks > 0, dense_block_total, 0.0),
+        np.where(moe_blocks > 0, moe_block_total, 0.0),
+    )
+    return StageParameters(
+        dense=dense_blocks * dense_block + moe_blocks * moe_block_tp,
+        replicated=blocks * counts.norms_per_layer
+        + moe_blocks * counts.router_per_layer
+        + np.where(lm_head, counts.final_norm, 0),
+        vocab=embedding + head,
+        expert=moe_blocks * experts_per_block,
+        largest_block=largest_block,
+        largest_unit=np.maximum.reduce([largest_block, embedding, head]),
+    )
+
+
+def shard_degrees(plans: ParallelPlans) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) data-parallel shard-group sizes.
+
+    Megatron-Core's distributed optimizer shards dense state over the data-parallel group
+    with CP (dp·cp) and expert state over the expert-data-parallel group edp. HSDP shards
+    inside a group of hsdp_shard replicas; experts then shard over the same fraction of edp.
+    """
+    hsdp = plans.sharding == Sharding.HSDP
+    dense = np.where(hsdp, plans.hsdp_shard, plans.dp) * plans.cp
+    edp = np.maximum(plans.edp, 1)
+    expert_hsdp = np.maximum(edp * plans.hsdp_shard // plans.dp, 1)
+    return dense.astype(float), np.where(hsdp, expert_hsdp, edp).astype(float)
+
+
+def _shard_divisors(
+    plans: ParallelPlans, modes: tuple[Sharding, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, expert) divisors: the shard-group sizes where a plan's sharding is in
+    ``modes``, else 1."""
+    sharded = np.isin(plans.sharding, [int(m) for m in modes])
+    dense_degree, expert_degree = shard_degrees(plans)
+    return np.where(sharded, dense_degree, 1.0), np.where(sharded, expert_degree, 1.0)
+
+
+def _sharded_params(
+    params: StageParameters, plans: ParallelPlans, modes: tuple[Sharding, ...]
+) -> np.ndarray:
+    """Parameters per GPU when the plans whose sharding is in ``modes`` shard over (E)DP."""
+    dense_divisor, expert_divisor = _shard_divisors(plans, modes)
+    return params.non_expert / dense_divisor + params.expert / expert_divisor
+
+
+def optimizer_state_bytes(
+    workload: Workload, params: StageParameters, plans: ParallelPlans
+) -> np.ndarray:
+    """Optimizer moments, sharded over (E)DP for ZeRO-1/2, FSDP and HSDP."""
+    per_param = OPTIMIZER_STATE_BYTES_PER_PARAM[workload.optimizer]
+    state = per_param * _sharded_params(params, plans, _STATES_SHARDED)
+    if workload.optimizer is OptimizerKind.MUON:
+        vocab_divisor, _ = _shard_divisors(plans, _STATES_SHARDED)
+        extra = OPTIMIZER_STATE_BYTES_PER_PARAM[MUON_VOCAB_OPTIMIZER] - per_param
+        state = state + extra * params.vocab / vocab_divisor
+    return state
+
+
+# --- Activations -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _AttentionWidths:
+    """Per-token widths of one attention block (all heads, before TP)."""
+
+    query: int
+    key_value: int  # K and V together
+    output: int  # attention output = input of the output projection
+    kv_groups: int  # heads K/V are split by under TP (kv_heads for GQA)
+    latent: int  # MLA low-rank latents kept for the up-projections (0 for MHA/GQA)
+
+
+def _attention_widths(geometry: Geometry) -> _AttentionWidths:
+    if geometry.attention is AttentionKind.MLA:
+        assert geometry.mla is not None  # guaranteed by Geometry validation
+        mla = geometry.mla
+        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        # q latent before and after its norm; kv latent (+ shared rope key) likewise.
+        q_latent = 2 * mla.q_lora_rank if mla.q_lora_rank else 0
+        return _AttentionWidths(
+            query=geometry.heads * qk_dim,
+            key_value=geometry.heads * (qk_dim + mla.v_head_dim),
+            output=geometry.heads * mla.v_head_dim,
+            kv_groups=geometry.heads,
+            latent=q_latent + 2 * mla.kv_lora_rank + mla.qk_rope_head_dim,
+        )
+    head_dim = geometry.head_dim
+    return _AttentionWidths(
+        query=geometry.heads * head_dim,
+        key_value=2 * geometry.kv_heads * head_dim,
+        output=geometry.heads * head_dim,
+        kv_groups=geometry.kv_heads,
+        latent=0,
+    )
+
+
+def _tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens of one micro-batch on one CP rank: b·s/cp (CP splits the sequence)."""
+    return plans.micro_batch * workload.seq_len / plans.cp
+
+
+def _sequence_divisor(plans: ParallelPlans) -> np.ndarray:
+    """TP degree where sequence parallelism shards norm/residual regions, else 1."""
+    return np.where(plans.sequence_parallel, plans.tp, 1).astype(float)
+
+
+def softmax_statistics_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """fp32 log-sum-exp per query row and head that flash attention keeps for its backward
+    (Dao 2023, FlashAttention-2, Alg. 1); the s×s score matrix is never stored."""
+    return FP32_BYTES * _tokens(workload, plans) * workload.geometry.heads / plans.tp
+
+
+def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Bytes one attention block saves per micro-batch with nothing recomputed.
+
+    Korthikanti et al. 2022 Sec. 4.1 count 11sbh + 5as²b; with flash attention, no dropout
+    and separate K/V widths this becomes: norm input and QKV-GEMM input (2·2sbh, sharded by
+    SP, Sec. 4.2.2), rotated Q, K, V (2sb·(q + k + v)/tp), attention output (the output
+    projection's input, 2sb·q/tp), softmax statistics, plus gate tensors for gated
+    attention and MLA latents (replicated across TP).
+    """
+    geometry = workload.geometry
+    widths = _attention_widths(geometry)
+    tokens, tp = _tokens(workload, plans), plans.tp
+    kv_split = np.minimum(tp, widths.kv_groups)
+    sequence_region = 2 * tokens * geometry.d_model / _sequence_divisor(plans)
+    projections = tokens * (widths.query / tp + widths.key_value / kv_split + widths.output / tp)
+    latents = tokens * widths.latent
+    gate = tokens * (geometry.heads + widths.output) / tp if geometry.gated_attention else 0.0
+    stored = ACTIVATION_BYTES * (sequence_region + projections + latents + gate)
+    return stored + softmax_statistics_bytes(workload, plans)
+
+
+def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool) -> np.ndarray:
+    """FFN intermediates per token: GEMM-1 output (2 tensors for a GLU: gate and up) and the
+    activation output (GEMM-2 input). SwiGLU: 3 tensors of width w; GELU: 2 (Korthikanti's
+    8sbh + 8sbh for w = 4h)."""
+    return ACTIVATION_BYTES * tokens * width_per_rank * (3 if glu else 2)
+
+
+def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Dense FFN block: norm input + GEMM-1 input (2·2sbh, SP-sharded) and intermediates."""
+    geometry = workload.geometry
+    tokens = _tokens(workload, plans)
+    sequence_region = 2 * ACTIVATION_BYTES * tokens * geometry.d_model / _sequence_divisor(plans)
+    return sequence_region + _ffn_bytes(tokens, geometry.ffn / plans.tp, geometry.glu)
+
+
+def routed_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens one GPU routes per micro-batch: its SP shard b·s/(cp·tp) (Megatron-Core MoE
+    needs SP when tp > 1; without SP each TP rank routes the whole CP shard)."""
+    return _tokens(workload, plans) / _sequence_divisor(plans)
+
+
+def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """MoE FFN block of one layer per micro-batch, with nothing recomputed.
+
+    T routed tokens per GPU, K experts per token, balanced routing. After the all-to-all
+    (and the ETP all-gather) a GPU holds C = K·T·etp token copies for experts of width
+    d_expert/etp. Saved: norm input and output (2·2Th; the router, dispatcher and shared
+    expert read the same norm output), fp32 router logits and scores (2·4TE) with int64
+    top-K indices and fp32 top-K probabilities (12TK), permuted expert inputs (2Ch), expert
+    intermediates (SwiGLU: 3 tensors of d_expert/etp per copy), expert outputs kept for the
+    probability-weighted combine (2KTh), and shared-expert intermediates (TP-split).
+    """
+    geometry, moe = workload.geometry, workload.geometry.moe
+    if moe is None:
+        raise MosaicInputError("activation kind 'moe' needs a geometry with an moe section")
+    h = geometry.d_model
+    routed = routed_tokens(workload, plans)
+    copies = moe.top_k * routed * plans.etp
+    norm = 2 * ACTIVATION_BYTES * routed * h
+    router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
+    expert_inputs = ACTIVATION_BYTES * copies * h
+    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu)
+    combine = ACTIVATION_BYTES * moe.top_k * routed * h
+    shared_width = moe.shared_experts * moe.shared_width / plans.tp
+    shared = _ffn_bytes(_tokens(workload, plans), shared_width, geometry.glu)
+    return norm + router + expert_inputs + experts + combine + shared
+
+
+def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """A block's input, all full recomputation keeps: 2sbh, SP-sharded (Korthikanti Sec. 5)."""
+    tokens = _tokens(workload, plans)
+    return ACTIVATION_BYTES * tokens * workload.geometry.d_model / _sequence_divisor(plans)
+
+
+def layer_working_set_bytes(
+    workload: Workload, plans: ParallelPlans, kind: LayerKind
+) -> np.ndarray:
+    """Everything one block saves with no recomputation (also its recompute working set)."""
+    block = (
+        moe_block_activation_bytes(workload, plans)
+        if kind == "moe"
+        else dense_mlp_activation_bytes(workload, plans)
+    )
+    return attention_activation_bytes(workload, plans) + block
+
+
+def activation_bytes_per_layer(
+    workload: Workload, plans: ParallelPlans, kind: LayerKind = "dense"
+) -> np.ndarray:
+    """Bytes one block keeps per micro-batch under each plan's checkpointing mode.
+
+    NONE keeps the working set; SELECTIVE recomputes the attention core (Korthikanti Sec. 5),
+    which under flash attention only drops the softmax statistics; FULL keeps the input.
+    """
+    if kind not in ("dense", "moe"):
+        raise MosaicInputError(f"activation kind must be 'dense' or 'moe', got {kind!r}")
+    working_set = layer_working_set_bytes(workload, plans, kind)
+    selective = working_set - softmax_statistics_bytes(workload, plans)
+    mode = plans.checkpointing
+    return np.select(
+        [mode == Checkpointing.FULL, mode == Checkpointing.SELECTIVE],
+        [layer_input_bytes(workload, plans), selective],
+        default=working_set,
+    )
+
+
+def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    """Activations a stage holds at its peak.
+
+    In-flight micro-batches × the stage's blocks; under FULL recomputation plus one block's
+    working set while it is recomputed; on the last stage plus the final-norm and LM-head
+    inputs of the micro-batch in its backward.
+    """
+    geometry = workload.geometry
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage)
+    dense_blocks = blocks - moe_blocks
+    per_microbatch = dense_blocks * activation_bytes_per_layer(workload, plans, "dense")
+    working_set = np.where(dense_blocks > 0, layer_working_set_bytes(workload, plans, "dense"), 0)
+    if geometry.is_moe:
+        per_microbatch = per_microbatch + moe_blocks * activation_bytes_per_layer(
+            workload, plans, "moe"
+        )
+        moe_working_set = layer_working_set_bytes(workload, plans, "moe")
+        working_set = np.maximum(working_set, np.where(moe_blocks > 0, moe_working_set, 0))
+    recompute = np.where(plans.checkpointing == Checkpointing.FULL, working_set, 0.0)
+    head_inputs = np.where(_holds_lm_head(plans, stage), 2 * layer_input_bytes(workload, plans), 0)
+    in_flight = in_flight_microbatches(workload, plans, stage)
+    return in_flight * per_microbatch + recompute + head_inputs
+
+
+def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
+    LOGITS_BYTES_PER_ELEMENT (Megatron-Core vocab-parallel cross entropy)."""
+    elements = _tokens(workload, plans) * workload.geometry.vocab / plans.tp
+    return np.where(_holds_lm_head(plans, stage), LOGITS_BYTES_PER_ELEMENT * elements, 0.0)
+
+
+# --- Buffers -----------------------------------------------------------------------------
+def communication_buffer_bytes(
+    workload: Workload, plans: ParallelPlans, params: StageParameters, stage: Stage
+) -> np.ndarray:
+    """Transient communication buffers at the stage's peak.
+
+    * FSDP/HSDP: the current unit (at worst the largest) and the prefetched next block
+      gathered in bf16, plus the current unit's unsharded fp32 gradient before its
+      reduce-scatter (Zhao et al. 2023, PyTorch FSDP, Sec. 3.3-3.4: backward prefetching
+      keeps two gathered units alive). With pp > 1 the whole stage stays gathered and its
+      gradients accumulate unsharded until the last micro-batch: torchtitan does not
+      reshard after forward under PP, and torch.distributed.pipelining turns gradient sync
+      off for all but the last backward (set_requires_gradient_sync(last_backward)).
+    * ZeRO-2: one unit's unsharded fp32 gradient bucket before its reduce-scatter.
+    * Plain DDP / ZeRO-1 in Megatron-Core: none extra; buckets are views into the contiguous
+      gradient buffer already counted under ``gradients``.
+    * EP > 1: the all-to-all send buffer of permuted tokens, K·T·h in bf16 (the receive
+      side is the expert input, counted under ``activations``).
+    * PP > 1: one received activation and one received gradient (2sbh each, SP-sharded).
+    """
+    sharding = plans.sharding
+    fully_sharded = np.isin(sharding, [int(m) for m in _FULLY_SHARDED])
+    unit = params.largest_unit
+    per_unit = WEIGHT_BYTES_PER_PARAM * (unit + params.largest_block)
+    per_unit = per_unit + GRADIENT_BYTES_PER_PARAM * unit
+    whole_stage = (WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM) * params.total
+    fsdp = np.where(fully_sharded, np.where(plans.pp > 1, whole_stage, per_unit), 0.0)
+    zero2 = np.where(sharding == Sharding.ZERO2, GRADIENT_BYTES_PER_PARAM * unit, 0.0)
+    pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)
+    buffers = fsdp + zero2 + pipeline
+    moe = workload.geometry.moe
+    if moe is not None:
+        _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage)
+        send = ACTIVATION_BYTES * moe.top_k * routed_tokens(workload, plans)
+        send = send * workload.geometry.d_model
+        buffers = buffers + np.where((plans.ep > 1) & (moe_blocks > 0), send, 0.0)
+    return buffers
+
+
+# --- Breakdown ---------------------------------------------------------------------------
+def stage_memory_breakdown_bytes(
+    workload: Workload, plans: ParallelPlans, stage: Stage
+) -> dict[str, np.ndarray]:
+    """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
+    params = stage_parameters(workload.geometry, plans, stage)
+    states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
+    return {
+        "weights": WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED),
+        "gradients": GRADIENT_BYTES_PER_PARAM
+        * _sharded_params(params, plans, _GRADIENTS_SHARDED),
+        "optimizer_states": optimizer_state_bytes(workload, params, plans),
+        "master_weights": MASTER_WEIGHT_BYTES_PER_PARAM * states_sharded,
+        "activations": stage_activation_bytes(workload, plans, stage),
+        "logits": logits_bytes(workload, plans, stage),
+        "communication_buffers": communication_buffer_bytes(workload, plans, params, stage),
+        "runtime_reserve": np.full(len(plans), float(RUNTIME_RESERVE_BYTES)),
+    }
+
+
+def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
+    """Sum of all components of a breakdown."""
+    return np.sum([breakdown[name] for name in COMPONENTS], axis=0)
+
+
+def _first_and_last(
+    workload: Workload, plans: ParallelPlans
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    first = stage_memory_breakdown_bytes(workload, plans, "first")
+    last = stage_memory_breakdown_bytes(workload, plans, "last")
+    return first, last, total_memory_bytes(last) > total_memory_bytes(first)
+
+
+def memory_breakdown_bytes(workload: Workload, plans: ParallelPlans) -> dict[str, np.ndarray]:
+    """Per-GPU bytes on the heaviest pipeline stage, by component, one entry per plan.
+
+    Only the first stage (embedding, most in-flight micro-batches) and the last stage
+    (LM head, logits) can be heaviest: a middle stage holds the same blocks as the first
+    with fewer micro-batches in flight and no embedding.
+    """
+    first, last, last_heavier = _first_and_last(workload, plans)
+    return {name: np.where(last_heavier, last[name], first[name]) for name in COMPONENTS}
+
+
+def heaviest_stage(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Pipeline rank of the heaviest stage (0 or pp−1) per plan."""
+    _, _, last_heavier = _first_and_last(workload, plans)
+    return np.where(last_heavier, plans.pp - 1, 0)
+
+
+def feasibility(
+    total_bytes: np.ndarray, capacity_bytes: float, usable_fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(fits, overshoot_bytes): whether each total fits in usable_fraction of the device
+    memory (the rest absorbs allocator fragmentation), and by how much it does not."""
+    if not 0.0 < usable_fraction <= 1.0:
+        raise MosaicInputError(f"usable_fraction must be in (0, 1], got {usable_fraction}")
+    budget = capacity_bytes * usable_fraction
+    total = np.asarray(total_bytes, dtype=float)
+    return total <= budget, np.maximum(total - budget, 0.0)
