@@ -1,0 +1,256 @@
+"""Run-record files: the example and the shared calibration set load; bad records are skipped."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mosaic.config.run_records import (
+    RunRecordWarning,
+    load_run_records,
+    reference_system,
+    stack_label,
+)
+from mosaic.errors import MosaicInputError
+from mosaic.perf.memory import GIB
+from mosaic.perf.plan import Checkpointing
+from mosaic.perf.workload import Precision
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO_ROOT / "examples" / "runs_example.yaml"
+PUBLISHED = REPO_ROOT.parent / "shared" / "calibration" / "published_runs.yaml"
+
+
+def _example_runs() -> list[dict[str, Any]]:
+    return yaml.safe_load(EXAMPLE.read_text())["runs"]
+
+
+def _load_one(tmp_path: Path, run: dict[str, Any]):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunRecordWarning)
+        return load_run_records(path)
+
+
+def _skip_reason(tmp_path: Path, run: dict[str, Any]) -> str:
+    loaded = _load_one(tmp_path, run)
+    assert loaded.records == ()
+    ((run_id, reason),) = loaded.skipped
+    assert run_id == run["id"]
+    assert repr(run["id"]) in reason
+    return reason
+
+
+# ------------------------------------------------------------------ example file
+
+
+def test_example_file_loads_every_record_without_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = load_run_records(EXAMPLE)
+    assert loaded.skipped == ()
+    assert [r.id for r in loaded.records] == [run["id"] for run in _example_runs()]
+
+
+def test_example_dense_record_maps_to_grand_teton_with_measured_values() -> None:
+    dense = load_run_records(EXAMPLE).records[0]
+    assert dense.system.name == "Grand-Teton-H100"
+    assert dense.n_devices == 8 and dense.cluster.n_nodes == 1
+    assert dense.workload.geometry.glu and not dense.workload.geometry.is_moe
+    assert dense.workload.stack == "torchtitan"
+    assert dense.workload.tokens_per_step == 16 * 8192
+    assert dense.plan.row(0)["checkpointing"] == "selective"
+    assert dense.plan.row(0)["sharding"] == "fsdp"
+    assert dense.measured_tokens_per_s_per_gpu == 5762.0
+    assert dense.measured_memory_bytes == pytest.approx(82.4 * GIB)
+    assert dense.group_key == "Llama-3.1-8B @ H100-SXM-96GB-500W"
+    assert dense.source_key == "example"
+
+
+def test_example_all_moe_record_fills_ffn_recompute_and_precision_with_notes() -> None:
+    moe = load_run_records(EXAMPLE).records[1]
+    geometry = moe.workload.geometry
+    assert geometry.ffn == geometry.moe.expert_ffn == 768
+    assert moe.workload.precision is Precision.FP8 and moe.precision_recipe == "mxfp8"
+    assert moe.plan.checkpointing[0] == Checkpointing.SELECTIVE
+    assert moe.system.name == "DGX-B200" and moe.routing == "balanced"
+    notes = " | ".join(moe.assumptions)
+    for fragment in ("model.ffn null", "tied_embeddings", "recompute unknown", "mxfp8"):
+        assert fragment in notes
+
+
+def test_example_mla_record_on_nvl72_keeps_its_uneven_pipeline() -> None:
+    mla = load_run_records(EXAMPLE).records[2]
+    geometry = mla.workload.geometry
+    assert geometry.mla.qk_nope_head_dim == 128 and geometry.mla.q_lora_rank == 1536
+    assert geometry.head_dim == geometry.mla.v_head_dim
+    assert mla.system.name == "GB200-NVL72" and mla.cluster.n_nodes == 64
+    assert (mla.plan.pp[0], mla.plan.vpp[0], geometry.layers) == (4, 4, 61)
+
+
+def test_example_oom_record_has_no_throughput() -> None:
+    oom = load_run_records(EXAMPLE).records[3]
+    assert oom.oom
+    assert oom.measured_tokens_per_s_per_gpu is None and oom.measured_step_time_s is None
+    assert oom.plan.micro_batch[0] == 1
+    assert "batch.micro_seqs not stated: 1 assumed" in oom.assumptions
+
+
+# ------------------------------------------------------------------ shared calibration set
+
+
+def test_published_runs_load_with_the_verified_skip_count() -> None:
+    if not PUBLISHED.is_file():
+        pytest.skip(f"shared calibration set not found at {PUBLISHED}")
+    with pytest.warns(RunRecordWarning, match="skipped 44 of 127"):
+        loaded = load_run_records(PUBLISHED)
+    assert (len(loaded.records), len(loaded.skipped)) == (83, 44)
+    reasons = Counter(reason.split(": ", 1)[1] for _, reason in loaded.skipped)
+    assert reasons == {
+        "model.head_dim: not stated (null); it is never derived from d_model/heads": 43,
+        "model.mla: null, but MLA attention needs its dimensions": 1,
+    }
+    assert sum(r.workload.geometry.is_moe for r in loaded.records) == 24
+    assert {r.system.name for r in loaded.records} == {
+        "DGX-A100",
+        "DGX-H100",
+        "Grand-Teton-H100",
+        "DGX-H200",
+        "DGX-B200",
+        "GB200-NVL72",
+    }
+
+
+# ------------------------------------------------------------------ bad records are skipped
+
+
+def test_missing_essential_is_skipped_naming_record_and_field(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    del run["model"]["layers"]
+    assert "model.layers: Field required" in _skip_reason(tmp_path, run)
+
+
+def test_null_head_dim_is_skipped_not_guessed(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["model"]["head_dim"] = None
+    assert "model.head_dim: not stated" in _skip_reason(tmp_path, run)
+
+
+def test_unknown_fields_are_all_listed(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["colour"] = "blue"
+    run["model"]["rope_theta"] = 500000
+    reason = _skip_reason(tmp_path, run)
+    assert "unknown field(s) colour, model.rope_theta" in reason
+
+
+def test_bad_value_names_the_field_and_value(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["precision"] = "fp4"
+    reason = _skip_reason(tmp_path, run)
+    assert "precision:" in reason and "'fp4'" in reason
+
+
+def test_unknown_gpu_is_a_skip_reason(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["gpu"] = "TPU-v5p"
+    assert "gpu: unknown GPU 'TPU-v5p'" in _skip_reason(tmp_path, run)
+
+
+def test_layout_that_does_not_multiply_to_num_gpus_is_skipped(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["parallel"]["dp"] = 4
+    assert "parallel.dp: tp·pp·cp·dp = 1·1·1·4 = 4, not num_gpus=8" in _skip_reason(tmp_path, run)
+
+
+def test_inconsistent_throughput_and_step_time_is_skipped(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["measured"]["step_time_s"] = 3.5
+    assert "measured.consistent" in _skip_reason(tmp_path, run)
+
+
+def test_duplicate_id_is_skipped_and_the_first_kept(tmp_path: Path) -> None:
+    run = _example_runs()[0]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run, run]}))
+    with pytest.warns(RunRecordWarning, match="skipped 1 of 2"):
+        loaded = load_run_records(path)
+    assert len(loaded.records) == 1
+    assert "duplicate of entry 1" in loaded.skipped[0][1]
+
+
+def test_entry_that_is_not_a_mapping_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": ["just text"]}))
+    with pytest.warns(RunRecordWarning):
+        loaded = load_run_records(path)
+    assert loaded.skipped == (
+        ("<entry 1>", "run '<entry 1>' (entry 1): expected a mapping, got str"),
+    )
+
+
+# ------------------------------------------------------------------ malformed files raise
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("runs: [unclosed\n", "malformed YAML"),
+        ("description: no runs here\n", "expected a 'runs' list of run records, got nothing"),
+        ("runs: {id: x}\n", "expected a 'runs' list of run records, got dict"),
+        ("runs: []\nrecords: []\n", "unknown top-level field(s) records"),
+        ("schema_version: 2\nruns: []\n", "schema_version 2 is not supported"),
+    ],
+)
+def test_malformed_file_raises_naming_the_file(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(MosaicInputError, match=r"bad\.yaml") as info:
+        load_run_records(path)
+    assert message in str(info.value)
+
+
+# ------------------------------------------------------------------ mapping rules
+
+
+@pytest.mark.parametrize(
+    ("gpu", "per_node", "domain", "system"),
+    [
+        ("A100-SXM-80GB", 8, 8, "DGX-A100"),
+        ("H100-SXM-80GB", 8, 8, "DGX-H100"),
+        ("H100-SXM-96GB-500W", 8, 8, "Grand-Teton-H100"),
+        ("H200-SXM-141GB", 8, 8, "DGX-H200"),
+        ("H800-SXM-80GB", 8, 8, "H800-node"),
+        ("B200", 8, 8, "DGX-B200"),
+        ("GB200", 4, 72, "GB200-NVL72"),
+    ],
+)
+def test_reference_system_per_gpu(gpu: str, per_node: int, domain: int, system: str) -> None:
+    assert reference_system(gpu, per_node, domain).name == system
+
+
+def test_reference_system_rejects_a_host_shape_the_catalog_lacks() -> None:
+    with pytest.raises(MosaicInputError, match="gpus_per_node/scaleup_domain: 8/8"):
+        reference_system("GB200", 8, 8)
+
+
+@pytest.mark.parametrize(
+    ("software", "label"),
+    [
+        ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "megatron-core"),
+        ("NeMo AutoModel main (PyTorch FSDP2 + EP), TE + DeepEP", "nemo-automodel"),
+        ("torch 2.8.0a0 (NGC 25.05), torchao 0afa4c1, torchtitan e7c0cae", "torchtitan"),
+        ("Composer/llm-foundry (PyTorch FSDP1), flash/triton attention", "llm-foundry"),
+        ("MaxText", "other"),
+        (None, "other"),
+    ],
+)
+def test_stack_label(software: str | None, label: str) -> None:
+    assert stack_label(software) == label
