@@ -1,0 +1,452 @@
+"""Alpha-beta costs of NCCL collectives on a two-level (scale-up / scale-out) topology.
+
+Every cost function broadcasts over numpy arrays of message size, group size and stride.
+
+Topology. GPUs form scale-up domains of ``scale_up_domain_gpus`` (an NVLink/NVSwitch island:
+8 on HGX, 72 on NVL72); domains are joined by a scale-out network. A collective group is
+given by its size ``n`` and rank ``stride`` in the global rank order (mesh axes
+innermost-first, Megatron order tp, cp, ep/dp, pp: the caller passes the product of the
+inner axis sizes). Group members are ``base + i*stride``, groups tile aligned blocks.
+
+Bandwidth. ``scale_out_bw_bytes_per_s`` is the scale-out bandwidth *per GPU* (its own NIC on
+p5/p6/DGX, or the node's NIC bandwidth divided by its GPUs). Sharing rule: every GPU belongs
+to exactly one group of a given mesh axis and sends through its own NIC share, so concurrent
+strided groups of the same axis do not contend; a group with ``k`` ranks per domain can use
+``k`` NIC shares. Contention between different axes communicating at the same moment is not
+modelled here.
+
+Message-size conventions follow nccl-tests (doc/PERFORMANCE.md and src/*.cu ``GetBw``):
+all-gather and reduce-scatter take the full (gathered / unreduced) buffer, all-reduce the
+buffer, all-to-all the per-rank send buffer, send/recv the message. Bus bandwidth is
+``algbw * factor`` with factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
+reduce-scatter and all-to-all, 1 for send/recv.
+
+Not modelled: NCCL protocol switching (LL/LL128/Simple) beyond one latency per step, NVLS
+in-switch reduction, and tree all-reduce at small sizes. Measured bus-bandwidth curves
+(``BusBandwidthTable``) replace the analytical estimate wherever they cover a point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from mosaic.errors import MosaicInputError
+from mosaic.perf.fitted_constants import fitted
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send_recv")
+MEASURED = "measured"
+ANALYTICAL = "analytical"
+
+
+def _c(name: str) -> float:
+    return float(fitted("collectives", name))
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """Links of one cluster as the collective model sees them (SI units, per GPU)."""
+
+    scale_up_domain_gpus: int
+    """GPUs sharing one NVLink/NVSwitch domain (8 for HGX, 72 for NVL72)."""
+    gpus_per_node: int
+    """GPUs per host (used to count nodes a group spans, paper Eq. 15)."""
+    scale_up_bw_bytes_per_s: float
+    """NVLink bandwidth per GPU, one direction."""
+    scale_out_bw_bytes_per_s: float
+    """Scale-out (NIC) bandwidth per GPU, one direction."""
+    scale_up_latency_s: float = _c("scale_up_latency_s")
+    """Latency of one sequential step over NVLink."""
+    scale_out_latency_s: float = _c("scale_out_latency_s")
+    """Latency of one sequential step when the group spans domains."""
+    launch_latency_s: float = _c("launch_latency_s")
+    """Fixed cost of one collective call (launch, rank hand-shake)."""
+    ring_scale_up_efficiency: float = _c("ring_scale_up_efficiency")
+    """Achieved / peak NVLink bandwidth of ring collectives."""
+    ring_scale_out_efficiency: float = _c("ring_scale_out_efficiency")
+    """Achieved / peak NIC bandwidth of ring collectives."""
+    p2p_scale_up_efficiency: float = _c("p2p_scale_up_efficiency")
+    """Achieved / peak NVLink bandwidth of all-to-all and send/recv."""
+    p2p_scale_out_efficiency: float = _c("p2p_scale_out_efficiency")
+    """Achieved / peak NIC bandwidth of all-to-all and send/recv."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int":
+                if int(value) != value or value < 1:
+                    raise MosaicInputError(f"Interconnect.{f.name}={value!r}; allowed: "
+                                           "integer >= 1")
+            elif f.name.endswith("_efficiency"):
+                if not 0.0 < value <= 1.0:
+                    raise MosaicInputError(f"Interconnect.{f.name}={value!r}; allowed: (0, 1]")
+            elif f.name.endswith("_latency_s"):
+                if value < 0.0:
+                    raise MosaicInputError(f"Interconnect.{f.name}={value!r}; allowed: >= 0")
+            elif not value > 0:
+                raise MosaicInputError(f"Interconnect.{f.name}={value!r}; allowed: > 0")
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """Where the members of a collective group sit relative to domains (arrays)."""
+
+    ranks_per_domain: np.ndarray
+    """Members sharing a domain, in the group's worst-placed domain."""
+    domains_spanned: np.ndarray
+    """Domains a group touches: ceil(n / ranks_per_domain)."""
+
+    @property
+    def inside_domain(self) -> np.ndarray:
+        return self.domains_spanned == 1
+
+
+def _as_int(name: str, value: npt.ArrayLike) -> np.ndarray:
+    arr = np.asarray(value)
+    as_int = np.rint(arr).astype(np.int64)
+    if np.any(as_int < 1) or np.any(as_int != arr):
+        raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
+    return as_int
+
+
+def group_placement(
+    n: npt.ArrayLike, stride: npt.ArrayLike, domain_gpus: npt.ArrayLike
+) -> GroupPlacement:
+    """Ranks per domain and domains spanned for groups of size ``n`` and rank ``stride``.
+
+    Aligned groups occupy ranks ``b + i*stride`` inside blocks of ``n*stride`` ranks, so a
+    domain of ``d`` GPUs holds ``gcd(d, n*stride) / stride`` members of a group (clipped to
+    [1, n]). This is exact when the sizes divide each other (power-of-two layouts) and the
+    worst case otherwise (a group that straddles a domain edge is paced by its thinnest part).
+    """
+    n_i, s_i, d_i = (_as_int(k, v) for k, v in (("n", n), ("stride", stride),
+                                                  ("domain_gpus", domain_gpus)))
+    per_domain = np.clip(np.gcd(d_i, n_i * s_i) // s_i, 1, n_i)
+    return GroupPlacement(per_domain, -(-n_i // per_domain))
+
+
+def nodes_spanned(n: npt.ArrayLike, stride: npt.ArrayLike, ic: Interconnect) -> np.ndarray:
+    """Hosts a group spans (N_node of paper Eq. 15)."""
+    return group_placement(n, stride, ic.gpus_per_node).domains_spanned
+
+
+def bus_factor(collective: str, n: npt.ArrayLike) -> np.ndarray:
+    """busbw / algbw of nccl-tests (doc/PERFORMANCE.md; src/alltoall.cu AlltoAllGetBw)."""
+    n_f = np.asarray(n, dtype=float)
+    if collective == "all_reduce":
+        return 2.0 * (n_f - 1.0) / n_f
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n_f - 1.0) / n_f
+    if collective == "send_recv":
+        return np.ones_like(n_f)
+    raise MosaicInputError(f"unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+
+
+def _step_latency_s(p: GroupPlacement, ic: Interconnect) -> np.ndarray:
+    return np.where(p.inside_domain, ic.scale_up_latency_s, ic.scale_out_latency_s)
+
+
+def _ring_up_bw(ic: Interconnect) -> float:
+    return ic.scale_up_bw_bytes_per_s * ic.ring_scale_up_efficiency
+
+
+def _ring_out_bw(ic: Interconnect) -> float:
+    return ic.scale_out_bw_bytes_per_s * ic.ring_scale_out_efficiency
+
+
+def ring_bus_bw_bytes_per_s(p: GroupPlacement, ic: Interconnect) -> np.ndarray:
+    """Bus bandwidth of a ring: NVLink inside a domain, else min(NVLink, k NIC shares).
+
+    A ring that spans domains runs one channel per NIC; each inter-domain edge carries the
+    full ring traffic, spread over the ``k = ranks_per_domain`` NICs of the group's GPUs.
+    Checked against ScalePlan: 16/32-rank groups over 2/4 p6-b200 nodes saturate at
+    360-366 GB/s bus bandwidth (8 x 50 GB/s NICs), stride-8 groups at 46-47 GB/s.
+    """
+    spanning = np.minimum(_ring_up_bw(ic), p.ranks_per_domain * _ring_out_bw(ic))
+    return np.where(p.inside_domain, _ring_up_bw(ic), spanning)
+
+
+def _ring_time_s(full_bytes: np.ndarray, n: np.ndarray, p: GroupPlacement,
+                 ic: Interconnect) -> np.ndarray:
+    """Ring all-gather / reduce-scatter: L + (n-1)·alpha + (n-1)/n · bytes / busbw."""
+    return (ic.launch_latency_s + (n - 1) * _step_latency_s(p, ic)
+            + (n - 1) / n * full_bytes / ring_bus_bw_bytes_per_s(p, ic))
+
+
+def _all_reduce_analytical_s(size_bytes: np.ndarray, n: np.ndarray, p: GroupPlacement,
+                             ic: Interconnect) -> np.ndarray:
+    """Ring all-reduce inside a domain; hierarchical (NCCL tree / NVLS-tree) across domains.
+
+    Inside a domain: L + 2(n-1)·alpha + 2(n-1)/n · bytes / busbw (= reduce-scatter +
+    all-gather). Across D domains with k ranks each, the pipelined hierarchical algorithm is
+    paced by its slower phase: the intra-domain reduce-scatter + all-gather,
+    2(k-1)/k · bytes / NVLink, or the inter-domain all-reduce of a 1/k shard on k NICs,
+    2(D-1)/D · bytes / (k · NIC). For k = 1 both forms equal the ring. ScalePlan: 16 ranks
+    over 2 p6-b200 nodes reach 646 GB/s all-reduce bus bandwidth, far above the
+    400 GB/s NIC limit a flat ring would allow.
+    """
+    k, d = p.ranks_per_domain, p.domains_spanned
+    intra_s = 2.0 * (k - 1) / k * size_bytes / _ring_up_bw(ic)
+    inter_s = 2.0 * (d - 1) / d * size_bytes / (k * _ring_out_bw(ic))
+    return ic.launch_latency_s + 2 * (n - 1) * _step_latency_s(p, ic) + np.maximum(intra_s,
+                                                                                   inter_s)
+
+
+def _all_to_all_analytical_s(bytes_per_rank: np.ndarray, n: np.ndarray, p: GroupPlacement,
+                             ic: Interconnect) -> np.ndarray:
+    """Pairwise all-to-all: each rank sends (n-1)/n of its buffer.
+
+    The (k-1)/n share to peers in the same domain goes over NVLink, the (n-k)/n share to
+    other domains through the rank's own NIC; both run concurrently, so the slower one
+    sets the time. Plus (n-1) step latencies (one per peer).
+    """
+    k = p.ranks_per_domain
+    up_bw = ic.scale_up_bw_bytes_per_s * ic.p2p_scale_up_efficiency
+    out_bw = ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency
+    intra_s = (k - 1) / n * bytes_per_rank / up_bw
+    inter_s = (n - k) / n * bytes_per_rank / out_bw
+    return (ic.launch_latency_s + (n - 1) * _step_latency_s(p, ic)
+            + np.maximum(intra_s, inter_s))
+
+
+_ANALYTICAL = {
+    "all_gather": _ring_time_s,
+    "reduce_scatter": _ring_time_s,
+    "all_reduce": _all_reduce_analytical_s,
+    "all_to_all": _all_to_all_analytical_s,
+}
+
+
+def _bytes(name: str, value: npt.ArrayLike) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if np.any(~(arr >= 0.0)):
+        raise MosaicInputError(f"{name} must be >= 0 bytes; got {arr.ravel()[:8]}")
+    return arr
+
+
+def _estimate(collective: str, message_bytes: npt.ArrayLike, n: npt.ArrayLike,
+              stride: npt.ArrayLike, ic: Interconnect,
+              table: BusBandwidthTable | None) -> tuple[np.ndarray, np.ndarray]:
+    """(time_s, source) of a collective; zero time for single-rank groups."""
+    size, n_i, s_i = np.broadcast_arrays(_bytes("message_bytes", message_bytes),
+                                         _as_int("n", n), _as_int("stride", stride))
+    p = group_placement(n_i, s_i, ic.scale_up_domain_gpus)
+    time_s = _ANALYTICAL[collective](size, n_i.astype(float), p, ic)
+    measured = np.zeros(size.shape, dtype=bool)
+    if table is not None:
+        bw = table.bus_bw_bytes_per_s(collective, n_i, size, p.inside_domain,
+                                      p.ranks_per_domain)
+        measured = np.isfinite(bw)
+        time_s = np.where(measured, bus_factor(collective, n_i) * size / np.where(
+            measured, bw, 1.0), time_s)
+    time_s = np.where(n_i == 1, 0.0, time_s)
+    return time_s, np.where(measured & (n_i > 1), MEASURED, ANALYTICAL)
+
+
+def all_gather_time_s(full_bytes: npt.ArrayLike, n: npt.ArrayLike, stride: npt.ArrayLike,
+                      ic: Interconnect, table: BusBandwidthTable | None = None) -> np.ndarray:
+    """All-gather of a buffer of ``full_bytes`` (the gathered size; each rank owns 1/n)."""
+    return _estimate("all_gather", full_bytes, n, stride, ic, table)[0]
+
+
+def reduce_scatter_time_s(full_bytes: npt.ArrayLike, n: npt.ArrayLike, stride: npt.ArrayLike,
+                          ic: Interconnect,
+                          table: BusBandwidthTable | None = None) -> np.ndarray:
+    """Reduce-scatter of a ``full_bytes`` buffer (each rank keeps 1/n reduced)."""
+    return _estimate("reduce_scatter", full_bytes, n, stride, ic, table)[0]
+
+
+def all_reduce_time_s(size_bytes: npt.ArrayLike, n: npt.ArrayLike, stride: npt.ArrayLike,
+                      ic: Interconnect, table: BusBandwidthTable | None = None) -> np.ndarray:
+    """All-reduce of a ``size_bytes`` buffer held by every rank."""
+    return _estimate("all_reduce", size_bytes, n, stride, ic, table)[0]
+
+
+def all_to_all_time_s(bytes_per_rank: npt.ArrayLike, n: npt.ArrayLike, stride: npt.ArrayLike,
+                      ic: Interconnect, table: BusBandwidthTable | None = None) -> np.ndarray:
+    """All-to-all where each rank's send buffer is ``bytes_per_rank`` (1/n to each peer).
+
+    This is one expert-parallel dispatch or combine (the buffer is tokens x top-k x hidden x
+    bytes per element on one rank).
+    """
+    return _estimate("all_to_all", bytes_per_rank, n, stride, ic, table)[0]
+
+
+def send_recv_time_s(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLike,
+                     ic: Interconnect, table: BusBandwidthTable | None = None) -> np.ndarray:
+    """Point-to-point transfer of ``message_bytes`` (pipeline-parallel activations).
+
+    L + alpha + bytes / (link bw x p2p efficiency), over NVLink or the sender's NIC.
+    """
+    return send_recv_estimate(message_bytes, crosses_domain, ic, table)[0]
+
+
+def send_recv_estimate(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLike,
+                       ic: Interconnect,
+                       table: BusBandwidthTable | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(time_s, source) of :func:`send_recv_time_s`."""
+    size, crosses = np.broadcast_arrays(_bytes("message_bytes", message_bytes),
+                                        np.asarray(crosses_domain, dtype=bool))
+    bw = np.where(crosses, ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency,
+                  ic.scale_up_bw_bytes_per_s * ic.p2p_scale_up_efficiency)
+    alpha = np.where(crosses, ic.scale_out_latency_s, ic.scale_up_latency_s)
+    time_s = ic.launch_latency_s + alpha + size / bw
+    measured = np.zeros(size.shape, dtype=bool)
+    if table is not None:
+        two = np.full(size.shape, 2, dtype=np.int64)
+        bw_measured = table.bus_bw_bytes_per_s("send_recv", two, size, ~crosses,
+                                               np.where(crosses, 1, 2))
+        measured = np.isfinite(bw_measured)
+        time_s = np.where(measured, size / np.where(measured, bw_measured, 1.0), time_s)
+    return time_s, np.where(measured, MEASURED, ANALYTICAL)
+
+
+def collective_estimate(collective: str, message_bytes: npt.ArrayLike, n: npt.ArrayLike,
+                        stride: npt.ArrayLike, ic: Interconnect,
+                        table: BusBandwidthTable | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(time_s, source) of a group collective; ``source`` is "measured" or "analytical".
+
+    ``collective`` is one of all_gather, reduce_scatter, all_reduce, all_to_all, with the
+    message-size convention of the matching ``*_time_s`` function.
+    """
+    if collective not in _ANALYTICAL:
+        raise MosaicInputError(
+            f"unknown group collective {collective!r}; allowed: {', '.join(_ANALYTICAL)}")
+    return _estimate(collective, message_bytes, n, stride, ic, table)
+
+
+# --------------------------------------------------------------------------------------
+# Measured bus-bandwidth curves
+# --------------------------------------------------------------------------------------
+
+TABLE_COLUMNS = ("collective", "group_size", "message_bytes", "bus_bw_bytes_per_s", "scope")
+SCOPES = ("intra", "inter")
+
+
+@dataclass(frozen=True)
+class _Curve:
+    group_size: int
+    log_bytes: np.ndarray
+    log_bw: np.ndarray
+
+    def at(self, log_bytes: np.ndarray) -> np.ndarray:
+        """log bus bandwidth, linear in log-log inside the measured sizes, else NaN."""
+        inside = (log_bytes >= self.log_bytes[0]) & (log_bytes <= self.log_bytes[-1])
+        return np.where(inside, np.interp(log_bytes, self.log_bytes, self.log_bw), np.nan)
+
+
+class BusBandwidthTable:
+    """Measured NCCL bus-bandwidth curves: (collective, scope, group size, bytes) -> busbw.
+
+    Columns: ``collective`` (all_gather, reduce_scatter, all_reduce, all_to_all, send_recv),
+    ``group_size``, ``message_bytes`` (nccl-tests size convention, see module docstring),
+    ``bus_bw_bytes_per_s``, ``scope`` ("intra": group inside one scale-up domain, "inter":
+    spanning domains) and optionally ``ranks_per_domain`` (group members per domain, which
+    separates contiguous from strided inter-domain layouts; without it inter rows match any
+    layout). Inside a curve the bandwidth is interpolated linearly in log(bytes)-log(busbw);
+    between two measured group sizes of the same (collective, scope, layout), linearly in
+    log(n). Anything else is not covered and returns NaN: the caller falls back to the
+    analytical model and labels the point.
+    """
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        _validate_table(frame)
+        self._by_layout = "ranks_per_domain" in frame.columns
+        layout = (np.where(frame["scope"] == "inter", frame["ranks_per_domain"], 0)
+                  if self._by_layout else np.zeros(len(frame)))
+        keyed = frame.assign(_layout=layout.astype(np.int64))
+        self._curves: dict[tuple[str, str, int], list[_Curve]] = {
+            (str(c), str(s), int(lay)): _curves_of(rows)
+            for (c, s, lay), rows in keyed.groupby(["collective", "scope", "_layout"])
+        }
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BusBandwidthTable:
+        """Load a CSV or Parquet file of measured curves."""
+        return cls(_read_table(Path(path)))
+
+    def bus_bw_bytes_per_s(self, collective: str, n: npt.ArrayLike,
+                           message_bytes: npt.ArrayLike, inside_domain: npt.ArrayLike,
+                           ranks_per_domain: npt.ArrayLike) -> np.ndarray:
+        """Interpolated bus bandwidth, NaN where the measurements do not cover the point."""
+        n_a, size, inside, per_domain = np.broadcast_arrays(
+            np.asarray(n, dtype=float), np.asarray(message_bytes, dtype=float),
+            np.asarray(inside_domain, dtype=bool), np.asarray(ranks_per_domain))
+        layouts = np.where(inside | (not self._by_layout), 0, per_domain)
+        out = np.full(size.shape, np.nan)
+        for scope, in_scope in (("intra", inside), ("inter", ~inside)):
+            for layout in np.unique(layouts[in_scope]):
+                curves = self._curves.get((collective, scope, int(layout)))
+                mask = in_scope & (layouts == layout)
+                if curves:
+                    with np.errstate(divide="ignore"):
+                        log_bw = _between_sizes(curves, n_a[mask], np.log(size[mask]))
+                    out[mask] = np.exp(log_bw)
+        return out
+
+    def source(self, collective: str, n: npt.ArrayLike, message_bytes: npt.ArrayLike,
+               inside_domain: npt.ArrayLike, ranks_per_domain: npt.ArrayLike) -> np.ndarray:
+        """"measured" where the table covers a point, else "analytical"."""
+        bw = self.bus_bw_bytes_per_s(collective, n, message_bytes, inside_domain,
+                                     ranks_per_domain)
+        return np.where(np.isfinite(bw), MEASURED, ANALYTICAL)
+
+
+def _curves_of(rows: pd.DataFrame) -> list[_Curve]:
+    """One curve per group size; repeated sizes are averaged in log space."""
+    curves = []
+    for n, g in rows.groupby("group_size"):
+        sizes, inverse = np.unique(np.log(g["message_bytes"].to_numpy(float)),
+                                   return_inverse=True)
+        log_bw = np.log(g["bus_bw_bytes_per_s"].to_numpy(float))
+        curves.append(_Curve(int(n), sizes, np.bincount(inverse, log_bw) / np.bincount(inverse)))
+    return sorted(curves, key=lambda c: c.group_size)
+
+
+def _between_sizes(curves: list[_Curve], n: np.ndarray, log_bytes: np.ndarray) -> np.ndarray:
+    """log busbw interpolated in log(n) between the two measured group sizes around n."""
+    sizes = np.array([c.group_size for c in curves], dtype=float)
+    values = np.stack([c.at(log_bytes) for c in curves])  # (curves, points)
+    if len(curves) == 1:
+        return np.where(n == sizes[0], values[0], np.nan)
+    hi = np.clip(np.searchsorted(sizes, n), 1, len(sizes) - 1)
+    lo = hi - 1
+    cols = np.arange(n.size)
+    v_lo, v_hi = values[lo, cols], values[hi, cols]
+    w = np.log(n / sizes[lo]) / np.log(sizes[hi] / sizes[lo])
+    between = np.where(n == sizes[lo], v_lo,
+                       np.where(n == sizes[hi], v_hi, (1 - w) * v_lo + w * v_hi))
+    return np.where((n >= sizes[0]) & (n <= sizes[-1]), between, np.nan)
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    if path.suffix in (".parquet", ".pq"):
+        return pd.read_parquet(path)
+    raise MosaicInputError(f"measured table {path}: unknown format {path.suffix!r}; "
+                           "allowed: .csv, .parquet")
+
+
+def _validate_table(frame: pd.DataFrame) -> None:
+    missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise MosaicInputError(f"bus-bandwidth table lacks columns {missing}; "
+                               f"required: {', '.join(TABLE_COLUMNS)}")
+    checks = (
+        ("collective", ~frame["collective"].isin(COLLECTIVES), ", ".join(COLLECTIVES)),
+        ("scope", ~frame["scope"].isin(SCOPES), ", ".join(SCOPES)),
+        ("group_size", ~(frame["group_size"] >= 2), "integers >= 2"),
+        ("message_bytes", ~(frame["message_bytes"] > 0), "> 0"),
+        ("bus_bw_bytes_per_s", ~(frame["bus_bw_bytes_per_s"] > 0), "> 0"),
+    )
+    for column, bad, allowed in checks:
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise MosaicInputError(f"bus-bandwidth table row {row}: {column}="
+                                   f"{frame[column].iloc[row]!r}; allowed: {allowed}")

@@ -1,0 +1,257 @@
+"""Seconds one GPU spends per micro-batch on each kind of transformer block.
+
+Every term is an array over plans (:class:`~mosaic.perf.plan.ParallelPlans`). Shapes follow
+Megatron-Core's parallel layers (Shoeybi et al. 2019; Korthikanti et al. 2022): a
+micro-batch on one CP rank has ``b·s/cp`` tokens; column-parallel GEMMs split their output
+and row-parallel GEMMs their reduction over TP; with sequence parallelism, norms and
+residuals run on ``1/tp`` of the tokens and TP communicates by all-gather/reduce-scatter.
+MoE blocks route ``b·s/(cp·tp)`` tokens per rank (sequence-parallel input), K copies each,
+over E/ep local experts; the grouped-GEMM tile per expert is
+``M = tokens_per_rank·ep·etp·K/E`` (paper Sec. 5.3), which does not shrink with EP.
+
+Backward GEMMs cost twice the forward (data and weight gradients); flash-attention
+backward is timed by its own fit (Dao 2023).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from mosaic.arch import AttentionKind, count_parameters
+from mosaic.perf.collectives import (
+    all_gather_time_s,
+    all_reduce_time_s,
+    all_to_all_time_s,
+    reduce_scatter_time_s,
+    send_recv_time_s,
+)
+from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
+from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
+from mosaic.perf.machine import Machine
+from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.workload import Precision, Workload
+
+ACTIVATION_BYTES = 2  # bf16 activations on the wire and in HBM
+BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
+BACKWARD_TO_FORWARD_STREAMING = 2.0  # element-wise backward reads grads and saved inputs
+# Streamed bytes per token of one block's forward, in units of d (bf16, read + write):
+# two norms (read d, write d) and two residual adds (read 2d, write d) (Korthikanti et al.
+# 2022 Sec. 4.1 count the same tensors).
+NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D = 2 * 2 * ACTIVATION_BYTES + 2 * 3 * ACTIVATION_BYTES
+# Router scores are fp32 (paper F.3: "the fp32 router is a precision island"): sigmoid,
+# top-k and gate normalisation each stream E fp32 values per token.
+ROUTER_STREAMS = 3
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class BlockTimes:
+    """Per-micro-batch seconds of one block on one GPU (arrays over plans), fwd + bwd."""
+
+    attention_gemm: np.ndarray
+    attention_core: np.ndarray
+    attention_core_forward: np.ndarray  # recomputed under selective checkpointing
+    mlp_gemm: np.ndarray  # dense FFN (dense blocks) or routed experts (MoE blocks)
+    shared_expert: np.ndarray
+    router: np.ndarray
+    streaming: np.ndarray  # norms, residuals, activation function, permute/unpermute
+    forward: np.ndarray  # forward share of all of the above (recomputed under full)
+    tp_communication: np.ndarray
+    ep_all_to_all: np.ndarray  # exposed part, after overlap with the shared expert
+    cp_communication: np.ndarray  # exposed part, after overlap with attention
+
+    @property
+    def compute(self) -> np.ndarray:
+        return (self.attention_gemm + self.attention_core + self.mlp_gemm
+                + self.shared_expert + self.router + self.streaming)
+
+
+def tokens_per_rank(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens of one micro-batch on one CP rank, b·s/cp."""
+    return plans.micro_batch * workload.seq_len / plans.cp
+
+
+def _gemm(
+    machine: Machine, workload: Workload, m: ArrayLike, n: ArrayLike, k: ArrayLike
+) -> np.ndarray:
+    element_bytes = 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
+    return gemm_time_s(m, n, k, machine.gemm_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
+                       machine.sm_count, bytes_per_element=element_bytes)
+
+
+def _fwd_bwd(forward_s: np.ndarray) -> np.ndarray:
+    return forward_s * (1 + BACKWARD_TO_FORWARD_GEMM)
+
+
+def _attention_widths(workload: Workload) -> tuple[int, int, int]:
+    """(q/k/v projection width, attention output width, per-head width) before TP."""
+    geometry = workload.geometry
+    counts = count_parameters(geometry)
+    if geometry.attention is AttentionKind.MLA:
+        assert geometry.mla is not None
+        output = geometry.heads * geometry.mla.v_head_dim
+        head_dim = (geometry.mla.qk_nope_head_dim + geometry.mla.qk_rope_head_dim
+                    + geometry.mla.v_head_dim) // 2
+    else:
+        output = geometry.heads * geometry.head_dim
+        head_dim = geometry.head_dim
+    projection = counts.attention_per_layer // geometry.d_model - output
+    return projection, output, head_dim
+
+
+def _tp_collectives(machine: Machine, plans: ParallelPlans, activation_bytes: np.ndarray,
+                    pairs_forward: int) -> np.ndarray:
+    """TP communication of ``pairs_forward`` gather/scatter pairs per forward, fwd + bwd.
+
+    With sequence parallelism each pair is an all-gather plus a reduce-scatter of the full
+    activation; without it, one all-reduce (Korthikanti et al. 2022, Sec. 4.2.2).
+    """
+    ic = machine.interconnect
+    with_sp = (all_gather_time_s(activation_bytes, plans.tp, 1, ic)
+               + reduce_scatter_time_s(activation_bytes, plans.tp, 1, ic))
+    without_sp = all_reduce_time_s(activation_bytes, plans.tp, 1, ic)
+    per_pair = np.where(plans.sequence_parallel, with_sp, without_sp)
+    return 2 * pairs_forward * per_pair  # backward mirrors the forward
+
+
+def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(GEMM fwd+bwd, core fwd+bwd, core fwd, streaming fwd+bwd, CP exposed) of one block."""
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    projection, output, head_dim = _attention_widths(workload)
+    qkv = _gemm(machine, workload, tokens, projection / plans.tp, geometry.d_model)
+    out = _gemm(machine, workload, tokens, geometry.d_model, output / plans.tp)
+    heads = geometry.heads / plans.tp
+    seq_q = workload.seq_len / plans.cp
+    core_fwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
+                                      head_dim, True, machine.attention_peak_flops_per_s,
+                                      efficiency=machine.attention_fwd)
+    core_bwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
+                                      head_dim, True, machine.attention_peak_flops_per_s,
+                                      backward=True, efficiency=machine.attention_bwd)
+    sequence_tokens = tokens / np.where(plans.sequence_parallel, plans.tp, 1)
+    streaming = streaming_time_s(sequence_tokens * geometry.d_model
+                                 * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
+                                 machine.hbm_bw_bytes_per_s)
+    # Ring attention (Liu et al. 2023): cp−1 exchanges of the local K/V chunk forward and
+    # of K/V plus their gradients backward, overlapped with the attention core.
+    kv_bytes = tokens * (projection - geometry.heads * head_dim) / plans.tp * ACTIVATION_BYTES
+    crosses = plans.tp * plans.cp > machine.interconnect.scale_up_domain_gpus
+    exchange = send_recv_time_s(kv_bytes, crosses, machine.interconnect)
+    cp_fwd = np.maximum(0.0, (plans.cp - 1) * exchange - core_fwd)
+    cp_bwd = np.maximum(0.0, 2 * (plans.cp - 1) * exchange - core_bwd)
+    cp_exposed = np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0)
+    streaming_total = streaming * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    return _fwd_bwd(qkv + out), core_fwd + core_bwd, core_fwd, streaming_total, cp_exposed
+
+
+def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np.ndarray:
+    """SwiGLU reads gate and up (2w) and writes w; GELU reads w and writes w (bf16)."""
+    return tokens * width * (3 if glu else 2) * ACTIVATION_BYTES
+
+
+def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """One dense block per micro-batch."""
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    attn_gemm, core, core_fwd, attn_stream, cp = attention_times(machine, workload, plans)
+    width = geometry.ffn / plans.tp
+    up = _gemm(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
+    down = _gemm(machine, workload, tokens, geometry.d_model, width)
+    activation = streaming_time_s(_ffn_streaming_bytes(tokens, width, geometry.glu),
+                                  machine.hbm_bw_bytes_per_s)
+    streaming = attn_stream + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
+    forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + up + down
+               + streaming / (1 + BACKWARD_TO_FORWARD_STREAMING))
+    zero = np.zeros(len(plans))
+    return BlockTimes(
+        attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
+        mlp_gemm=_fwd_bwd(up + down), shared_expert=zero, router=zero, streaming=streaming,
+        forward=forward,
+        tp_communication=_tp_collectives(machine, plans, activation_bytes, pairs_forward=2),
+        ep_all_to_all=zero, cp_communication=cp,
+    )
+
+
+def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """One MoE block per micro-batch (routed experts, shared experts, router, dispatch)."""
+    geometry = workload.geometry
+    moe = geometry.moe
+    assert moe is not None
+    tokens = tokens_per_rank(workload, plans)
+    attn_gemm, core, core_fwd, attn_stream, cp = attention_times(machine, workload, plans)
+    routed_tokens = tokens / plans.tp  # sequence-parallel MoE input
+    glu_factor = 2 if geometry.glu else 1
+    # Grouped expert GEMM: E/ep local experts, per-expert tile M (paper Sec. 5.3).
+    local_experts = moe.experts / plans.ep
+    m_per_expert = np.maximum(np.ceil(routed_tokens * plans.ep * plans.etp * moe.top_k
+                                      / moe.experts), 1)
+    expert_width = moe.expert_ffn / plans.etp
+    experts_up = grouped_gemm_time_s(local_experts, m_per_expert, glu_factor * expert_width,
+                                     geometry.d_model, machine.gemm_peak_flops_per_s,
+                                     machine.hbm_bw_bytes_per_s, machine.sm_count)
+    experts_down = grouped_gemm_time_s(local_experts, m_per_expert, geometry.d_model,
+                                       expert_width, machine.gemm_peak_flops_per_s,
+                                       machine.hbm_bw_bytes_per_s, machine.sm_count)
+    shared_fwd = np.zeros(len(plans))
+    if moe.shared_experts:
+        shared_width = moe.shared_experts * moe.shared_width / plans.tp
+        shared_fwd = (_gemm(machine, workload, tokens, glu_factor * shared_width,
+                            geometry.d_model)
+                      + _gemm(machine, workload, tokens, geometry.d_model, shared_width))
+    router_gemm = gemm_time_s(routed_tokens, moe.experts, geometry.d_model,
+                              machine.mfu_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
+                              machine.sm_count, bytes_per_element=FP32_BYTES)
+    router_stream = streaming_time_s(routed_tokens * moe.experts * FP32_BYTES * ROUTER_STREAMS,
+                                     machine.hbm_bw_bytes_per_s)
+    copies = routed_tokens * moe.top_k * plans.etp
+    # Permute + unpermute read and write every token copy; expert activation on each copy.
+    permute_bytes = 2 * 2 * copies * geometry.d_model * ACTIVATION_BYTES
+    expert_act_bytes = _ffn_streaming_bytes(copies, expert_width, geometry.glu)
+    shared_act_bytes = (_ffn_streaming_bytes(tokens, moe.shared_experts * moe.shared_width
+                                             / plans.tp, geometry.glu)
+                        if moe.shared_experts else np.zeros(len(plans)))
+    moe_stream = streaming_time_s(permute_bytes + expert_act_bytes + shared_act_bytes,
+                                  machine.hbm_bw_bytes_per_s)
+    streaming = attn_stream + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
+    # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
+    ic = machine.interconnect
+    dispatch_bytes = routed_tokens * moe.top_k * geometry.d_model * ACTIVATION_BYTES
+    a2a = all_to_all_time_s(dispatch_bytes, plans.ep, plans.etp, ic)
+    a2a_fwd_exposed = np.maximum(0.0, 2 * a2a - shared_fwd)
+    a2a_bwd_exposed = np.maximum(0.0, 2 * a2a - BACKWARD_TO_FORWARD_GEMM * shared_fwd)
+    # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
+    # back, forward and backward.
+    etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
+    etp_comm = 2 * (all_gather_time_s(etp_bytes, plans.etp, 1, ic)
+                    + reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic))
+    activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
+    tp_comm = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1) + etp_comm
+    mlp_fwd = experts_up + experts_down
+    forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + mlp_fwd + shared_fwd
+               + router_gemm + router_stream
+               + streaming / (1 + BACKWARD_TO_FORWARD_STREAMING))
+    return BlockTimes(
+        attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
+        mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
+        router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
+        streaming=streaming, forward=forward, tp_communication=tp_comm,
+        ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed, cp_communication=cp,
+    )
+
+
+def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""
+    moe = workload.geometry.moe
+    if moe is None:
+        return np.zeros(len(plans))
+    routed_tokens = tokens_per_rank(workload, plans) / plans.tp
+    dispatch_bytes = routed_tokens * moe.top_k * workload.geometry.d_model * ACTIVATION_BYTES
+    return 4 * all_to_all_time_s(dispatch_bytes, plans.ep, plans.etp, machine.interconnect)

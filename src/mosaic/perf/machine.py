@@ -1,0 +1,87 @@
+"""The hardware numbers the time model reads, resolved once from a catalog cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster
+from mosaic.perf.collectives import Interconnect
+from mosaic.perf.kernels import FLASH_ATTENTION_EFFICIENCY, SM_COUNT, AttentionEfficiency
+from mosaic.perf.workload import Precision
+
+# Streaming multiprocessors assumed for devices the kernel fits do not list (a B200-class
+# count; only tile-quantisation granularity depends on it).
+DEFAULT_SM_COUNT = 132
+
+
+def _device_key(name: str) -> str:
+    """Key of the kernel-fit tables (B200, H200, H100, A100) a catalog device maps to.
+
+    GB200 and B300 are Blackwell parts with the B200's SM array; H800 is an H100 die.
+    """
+    upper = name.upper()
+    for key, fit_key in (("GB200", "B200"), ("B300", "B200"), ("B200", "B200"),
+                         ("H200", "H200"), ("H800", "H100"), ("H100", "H100"),
+                         ("A100", "A100")):
+        if key in upper:
+            return fit_key
+    return upper
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Per-GPU peak rates, memory and links of the cluster a job runs on.
+
+    Attributes:
+        gemm_peak_flops_per_s: dense datasheet peak of the GEMM precision.
+        mfu_peak_flops_per_s: dense bf16 datasheet peak, the MFU denominator (GUIDE.md).
+        attention_peak_flops_per_s: dense bf16 peak (attention runs in bf16).
+    """
+
+    device_name: str
+    n_devices: int
+    gpus_per_node: int
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    sm_count: int
+    gemm_peak_flops_per_s: float
+    mfu_peak_flops_per_s: float
+    attention_peak_flops_per_s: float
+    attention_fwd: AttentionEfficiency
+    attention_bwd: AttentionEfficiency
+    interconnect: Interconnect
+
+
+def machine_for(cluster: Cluster, precision: Precision) -> Machine:
+    """Resolve a :class:`Machine` from a catalog cluster and the GEMM precision."""
+    device = cluster.device
+    system = cluster.system
+    gemm_dtype = {Precision.BF16: "bf16", Precision.FP16: "fp16", Precision.FP8: "fp8"}[precision]
+    if gemm_dtype not in device.dtypes:
+        raise MosaicInputError(
+            f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
+        )
+    key = _device_key(device.name)
+    attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
+    interconnect = Interconnect(
+        scale_up_domain_gpus=cluster.scale_up_domain_gpus,
+        gpus_per_node=system.gpus_per_node,
+        scale_up_bw_bytes_per_s=system.scale_up_bw_bytes_per_s,
+        scale_out_bw_bytes_per_s=system.scale_out_bw_bytes_per_s,
+    )
+    bf16_peak = device.peak_flops_per_s_for("bf16")
+    return Machine(
+        device_name=device.name,
+        n_devices=cluster.n_devices,
+        gpus_per_node=system.gpus_per_node,
+        hbm_bytes=device.hbm_bytes,
+        hbm_bw_bytes_per_s=device.hbm_bw_bytes_per_s,
+        sm_count=SM_COUNT.get(key, DEFAULT_SM_COUNT),
+        gemm_peak_flops_per_s=device.peak_flops_per_s_for(gemm_dtype),
+        mfu_peak_flops_per_s=bf16_peak,
+        attention_peak_flops_per_s=bf16_peak,
+        attention_fwd=attention["fwd"],
+        attention_bwd=attention["bwd"],
+        interconnect=interconnect,
+    )

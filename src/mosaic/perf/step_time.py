@@ -1,0 +1,379 @@
+"""Iteration time of a training step (paper Sec. 5.4-5.5) and the metrics derived from it.
+
+    t_iter = χ_sys · stack · (t_block + t_bubble + t_vocab + t_dp + t_optimizer)
+
+* t_block = n_mb · max(t_cmp, t_disp) (Eq. 11): per-micro-batch compute of the heaviest
+  stage's blocks, with TP, exposed EP all-to-all, exposed CP and PP send/recv on the
+  critical path, against the CPU-dispatch floor t_disp = L_stage·κ(E_loc)·t_gap + t_host.
+* t_bubble = (pp − 1)/(vpp · n_mb) · t_block (Eq. 12).
+* t_vocab: embedding on the first stage and LM head + fp32 cross-entropy on the last
+  (Eq. 13; for pp = 1 both run on the one stage every micro-batch).
+* t_dp: data-parallel gradient reduction and parameter gathers not hidden behind compute
+  (ZeRO-1/2 once per step; FSDP per block per micro-batch with one-block prefetch).
+* t_optimizer: a streaming update over the local optimizer shard, plus Muon's
+  Newton-Schulz FLOPs.
+* χ_sys (Eq. 15): inter-node EP straggler, multi-node pipeline and intra-node deep-pipeline
+  terms, with constants from the calibration file.
+
+Every term is an array over plans; the breakdown sums exactly to the step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mosaic.arch import attention_flops_per_token, count_parameters, lm_head_flops_per_token
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.collectives import (
+    all_gather_time_s,
+    all_reduce_time_s,
+    group_placement,
+    nodes_spanned,
+    reduce_scatter_time_s,
+    send_recv_time_s,
+)
+from mosaic.perf.kernels import gemm_time_s
+from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
+from mosaic.perf.layer_costs import (
+    ACTIVATION_BYTES,
+    FP32_BYTES,
+    BlockTimes,
+    dense_block_times,
+    expert_all_to_all_s,
+    moe_block_times,
+    tokens_per_rank,
+)
+from mosaic.perf.machine import Machine
+from mosaic.perf.memory import (
+    GRADIENT_BYTES_PER_PARAM,
+    StageParameters,
+    feasibility,
+    memory_breakdown_bytes,
+    n_microbatches,
+    stage_layer_counts,
+    stage_parameters,
+    total_memory_bytes,
+)
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.workload import OptimizerKind, Workload
+
+# Bytes streamed per parameter by the optimizer update (read + write, fp32 state and master,
+# fp32 grad read, bf16 param write): Adam 2·(4+4+4) + 4 + 2, Muon/SGD one moment fewer.
+OPTIMIZER_STREAM_BYTES_PER_PARAM = {
+    OptimizerKind.ADAM: 30, OptimizerKind.ADAMW: 30, OptimizerKind.MUON: 22,
+    OptimizerKind.SGD: 22,
+}
+# Muon: 5 Newton-Schulz iterations, each 4·m²·n + 2·m³ FLOPs for an m×n matrix, m ≤ n
+# (Jordan et al. 2024, "Muon"); the work is spread over data-parallel ranks (Liu et al.
+# 2025, "Muon is Scalable for LLM Training", distributed Muon).
+MUON_ITERATIONS = 5
+# Fused cross-entropy over fp32-upcast logits streams ~18 B per logit forward + backward
+# (read bf16 logits 2, write fp32 4, softmax read/write 8, gradient write 4): Megatron-Core
+# tensor_parallel/cross_entropy.py.
+CROSS_ENTROPY_BYTES_PER_LOGIT = 18
+# Embedding: gather d bf16 values per token forward, scatter-add fp32 gradients backward.
+EMBEDDING_BYTES_PER_TOKEN_PER_D = ACTIVATION_BYTES + 2 * FP32_BYTES
+USABLE_MEMORY_FRACTION = 1.0
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Predicted step of every plan (arrays over plans)."""
+
+    step_time_s: np.ndarray
+    breakdown_s: dict[str, np.ndarray]
+    labels: dict[str, str]
+    tokens_per_s: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    mfu: np.ndarray
+    mfu_with_attention: np.ndarray
+    hfu: np.ndarray
+    memory_bytes: np.ndarray
+    memory_breakdown_bytes: dict[str, np.ndarray]
+    feasible: np.ndarray
+    overshoot_bytes: np.ndarray
+    chi_sys: np.ndarray
+
+
+def _heaviest_stage_blocks(machine: Machine, workload: Workload, plans: ParallelPlans
+                           ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-micro-batch times of the heaviest stage's blocks by component, and block count."""
+    dense = dense_block_times(machine, workload, plans)
+    moe = moe_block_times(machine, workload, plans) if workload.geometry.moe else dense
+    best: dict[str, np.ndarray] | None = None
+    best_total = None
+    best_blocks = None
+    for stage in ("first", "last"):
+        blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage)
+        terms = _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans)
+        total = sum(terms.values())
+        if best is None:
+            best, best_total, best_blocks = terms, total, blocks
+            continue
+        heavier = total > best_total
+        best = {k: np.where(heavier, v, best[k]) for k, v in terms.items()}
+        best_total = np.where(heavier, total, best_total)
+        best_blocks = np.where(heavier, blocks, best_blocks)
+    assert best is not None and best_blocks is not None
+    return best, best_blocks
+
+
+def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
+                 moe_blocks: np.ndarray, plans: ParallelPlans) -> dict[str, np.ndarray]:
+    def both(attribute: str) -> np.ndarray:
+        return dense_blocks * getattr(dense, attribute) + moe_blocks * getattr(moe, attribute)
+
+    full = plans.checkpointing == Checkpointing.FULL
+    selective = plans.checkpointing == Checkpointing.SELECTIVE
+    recompute = np.where(full, both("forward") + both("tp_communication") / 2,
+                         np.where(selective, both("attention_core_forward"), 0.0))
+    return {
+        "compute_attention": both("attention_gemm") + both("attention_core"),
+        "compute_mlp": dense_blocks * dense.mlp_gemm,
+        "compute_experts": moe_blocks * moe.mlp_gemm if moe is not dense else 0 * dense_blocks,
+        "compute_shared_expert": both("shared_expert"),
+        "compute_router": both("router"),
+        "compute_elementwise": both("streaming"),
+        "compute_recompute": recompute,
+        "tp_communication": both("tp_communication"),
+        "ep_all_to_all": both("ep_all_to_all"),
+        "cp_communication": both("cp_communication"),
+    }
+
+
+def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """Activations and their gradients crossing each stage boundary, per micro-batch."""
+    ic = machine.interconnect
+    sequence_split = np.where(plans.sequence_parallel, plans.tp, 1)
+    message = (tokens_per_rank(workload, plans) * workload.geometry.d_model
+               * ACTIVATION_BYTES / sequence_split)
+    stage_stride = plans.tp * plans.cp * plans.dp
+    crosses = ~group_placement(plans.pp, stage_stride, ic.scale_up_domain_gpus).inside_domain
+    per_boundary = send_recv_time_s(message, crosses, ic)
+    return np.where(plans.pp > 1, 2 * plans.vpp * per_boundary, 0.0)
+
+
+def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlans
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(t_first, t_last) per micro-batch: embedding; LM head GEMMs + cross-entropy."""
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    vocab_shard = geometry.vocab / plans.tp
+    head = gemm_time_s(tokens, vocab_shard, geometry.d_model, machine.mfu_peak_flops_per_s,
+                       machine.hbm_bw_bytes_per_s, machine.sm_count)
+    cross_entropy = streaming_time_s(tokens * vocab_shard * CROSS_ENTROPY_BYTES_PER_LOGIT,
+                                     machine.hbm_bw_bytes_per_s)
+    t_last = 3 * head + cross_entropy
+    t_first = streaming_time_s(tokens * geometry.d_model * EMBEDDING_BYTES_PER_TOKEN_PER_D,
+                               machine.hbm_bw_bytes_per_s)
+    return t_first, t_last
+
+
+def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
+                  bubble_fraction: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Eq. 13: (n_mb − 1)·max(t_first, t_last) + t_first + t_last + t_last·n_mb·f_bubble;
+    with one stage both ends run every micro-batch: n_mb·(t_first + t_last)."""
+    pipelined = ((n_mb - 1) * np.maximum(t_first, t_last) + t_first + t_last
+                 + t_last * n_mb * bubble_fraction)
+    return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
+
+
+def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray) -> np.ndarray:
+    """Eq. 12: f_bubble = (pp − 1)/(vpp · n_mb)."""
+    return (pp - 1) / (vpp * n_mb)
+
+
+def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
+                         params: StageParameters, fwd_block_s: np.ndarray,
+                         bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
+                         calibration: Calibration) -> dict[str, np.ndarray]:
+    """Exposed data-parallel communication per step, by collective."""
+    ic = machine.interconnect
+    dense_group = plans.dp * plans.cp
+    dense_stride = plans.tp
+    expert_group = np.maximum(plans.edp, 1)
+    expert_stride = plans.etp * plans.ep
+    sharding = plans.sharding
+    grad_dense = params.non_expert * GRADIENT_BYTES_PER_PARAM
+    grad_expert = params.expert * GRADIENT_BYTES_PER_PARAM
+    weight_dense = params.non_expert * ACTIVATION_BYTES
+    weight_expert = params.expert * ACTIVATION_BYTES
+    overlap = calibration.dp_overlap_fraction
+
+    # DDP: one all-reduce of all gradients; ZeRO-1/2: reduce-scatter of gradients and an
+    # all-gather of updated bf16 parameters (Megatron-Core distributed optimizer).
+    all_reduce = (all_reduce_time_s(grad_dense, dense_group, dense_stride, ic)
+                  + all_reduce_time_s(grad_expert, expert_group, expert_stride, ic))
+    reduce_scatter = (reduce_scatter_time_s(grad_dense, dense_group, dense_stride, ic)
+                      + reduce_scatter_time_s(grad_expert, expert_group, expert_stride, ic))
+    all_gather = (all_gather_time_s(weight_dense, dense_group, dense_stride, ic)
+                  + all_gather_time_s(weight_expert, expert_group, expert_stride, ic))
+    hide_bwd = overlap * bwd_block_s * blocks
+    hide_fwd = overlap * fwd_block_s * blocks
+    is_ddp = sharding == Sharding.NONE
+    is_zero = (sharding == Sharding.ZERO1) | (sharding == Sharding.ZERO2)
+    is_fsdp = (sharding == Sharding.FSDP) | (sharding == Sharding.HSDP)
+
+    # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
+    # forward and backward and reduce-scatter gradients after backward, prefetching one
+    # block ahead; with pp > 1 parameters stay gathered for the step (torchtitan).
+    shard_group = np.where(sharding == Sharding.HSDP, plans.hsdp_shard * plans.cp,
+                           dense_group)
+    block_weights = params.largest_block * ACTIVATION_BYTES
+    block_grads = params.largest_block * GRADIENT_BYTES_PER_PARAM
+    gather = all_gather_time_s(block_weights, shard_group, dense_stride, ic)
+    scatter = reduce_scatter_time_s(block_grads, shard_group, dense_stride, ic)
+    gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
+    gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
+    scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed
+    gathers_per_step = np.where(plans.pp > 1, 1, n_mb) * blocks
+    fsdp_gather = gathers_per_step * (gather_fwd_exposed + gather_bwd_exposed)
+    fsdp_scatter = gathers_per_step * scatter_exposed
+    replicas = np.maximum(dense_group // np.maximum(shard_group, 1), 1)
+    hsdp_replica = all_reduce_time_s(grad_dense / shard_group, replicas,
+                                     dense_stride * shard_group, ic)
+    zero = np.zeros(len(plans))
+    return {
+        "dp_all_reduce": np.where(is_ddp, np.maximum(0.0, all_reduce - hide_bwd), zero),
+        "dp_reduce_scatter": np.where(is_zero, np.maximum(0.0, reduce_scatter - hide_bwd),
+                                      zero),
+        "dp_all_gather": np.where(is_zero, np.maximum(0.0, all_gather - hide_fwd), zero),
+        "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
+        "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero)
+        + np.where(sharding == Sharding.HSDP, hsdp_replica, zero),
+    }
+
+
+def _matrix_newton_schulz_flops(rows: float, cols: float) -> float:
+    small, large = min(rows, cols), max(rows, cols)
+    return MUON_ITERATIONS * (4 * small * small * large + 2 * small**3)
+
+
+def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                 params: StageParameters, blocks: np.ndarray) -> np.ndarray:
+    """Streaming optimizer update over the local shard (+ Muon's Newton-Schulz FLOPs)."""
+    sharded = plans.sharding != Sharding.NONE
+    dense_shard = np.where(sharded, plans.dp * plans.cp, 1)
+    expert_shard = np.where(sharded, np.maximum(plans.edp, 1), 1)
+    local = params.non_expert / dense_shard + params.expert / expert_shard
+    per_param = OPTIMIZER_STREAM_BYTES_PER_PARAM[workload.optimizer]
+    update = streaming_time_s(local * per_param, machine.hbm_bw_bytes_per_s)
+    if workload.optimizer is not OptimizerKind.MUON:
+        return update
+    geometry = workload.geometry
+    d = geometry.d_model
+    counts = count_parameters(geometry)
+    dense_matrix_flops = (
+        _matrix_newton_schulz_flops(d, counts.attention_per_layer / d)
+        + _matrix_newton_schulz_flops(d, counts.dense_ffn_per_layer / d)
+    )
+    block_flops = np.full(len(plans), dense_matrix_flops) / plans.tp**2
+    if geometry.moe is not None:
+        expert = _matrix_newton_schulz_flops(d, counts.routed_expert / d)
+        block_flops = block_flops + geometry.moe.experts / plans.ep * expert / plans.etp**2
+    ns_flops = blocks * block_flops / np.maximum(plans.dp * plans.cp, 1)
+    return update + ns_flops / (machine.gemm_peak_flops_per_s * 0.5)
+
+
+def _chi_sys(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray, t_iter: np.ndarray,
+             calibration: Calibration) -> np.ndarray:
+    """Eq. 15: 1 + c_A2A·t_A2A/t_iter·[EP spans nodes] + c_PP·(N_PP_node − 1)
+    + c_ovl·[pp ≥ GPUs/node and the pipeline stays in one node].
+
+    Node spans are computed from the actual rank placement (EP stride etp, PP stride
+    tp·cp·dp) instead of the paper's ceil(P·P_TP / N_gpu/node).
+    """
+    ic = machine.interconnect
+    ep_nodes = nodes_spanned(plans.ep, plans.etp, ic)
+    pp_nodes = nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic)
+    a2a_term = calibration.chi_a2a * a2a_s / np.maximum(t_iter, 1e-30) * (ep_nodes > 1)
+    pp_term = calibration.chi_pp * (pp_nodes - 1)
+    overlap_term = calibration.chi_overlap * ((plans.pp >= machine.gpus_per_node)
+                                              & (pp_nodes == 1))
+    return 1.0 + a2a_term + pp_term + overlap_term
+
+
+def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
+                      calibration: Calibration) -> np.ndarray:
+    """t_disp = L_stage · (κ0 + κ1·E_loc) · t_gap + t_host (Eq. 11)."""
+    moe = workload.geometry.moe
+    local_experts = moe.experts / plans.ep if moe else np.zeros(len(plans))
+    kernels = calibration.kernels_per_layer_base + calibration.kernels_per_local_expert * \
+        local_experts
+    return (blocks * kernels * calibration.dispatch_gap_s
+            + calibration.host_overhead_per_microbatch_s)
+
+
+def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
+                 calibration: Calibration) -> StepPrediction:
+    """Step time, throughput, utilisation and memory of every plan."""
+    geometry = workload.geometry
+    n_mb = n_microbatches(workload, plans).astype(float)
+    block_terms, blocks = _heaviest_stage_blocks(machine, workload, plans)
+    pipeline_p2p = _pipeline_send_recv(machine, workload, plans)
+    per_mb = {**block_terms, "pp_send_recv": pipeline_p2p}
+    t_cmp = sum(per_mb.values())
+    t_disp = _dispatch_floor_s(workload, plans, blocks, calibration)
+    dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
+    breakdown = {name: n_mb * value for name, value in per_mb.items()}
+    breakdown["dispatch_floor"] = n_mb * dispatch_extra
+    t_block = n_mb * (t_cmp + dispatch_extra)
+    f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb)
+    breakdown["pipeline_bubble"] = f_bubble * t_block
+    t_first, t_last = _vocab_stage_times(machine, workload, plans)
+    breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
+
+    params = stage_parameters(geometry, plans, "last")
+    first_params = stage_parameters(geometry, plans, "first")
+    heavier_first = first_params.total > params.total
+    params = StageParameters(**{
+        name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
+        for name in StageParameters.__dataclass_fields__
+    })
+    dense = dense_block_times(machine, workload, plans)
+    block = moe_block_times(machine, workload, plans) if geometry.moe else dense
+    fwd_block = block.forward
+    bwd_block = block.compute - block.forward
+    breakdown.update(_data_parallel_times(machine, workload, plans, params, fwd_block,
+                                          bwd_block, blocks, n_mb, calibration))
+    breakdown["optimizer"] = _optimizer_s(machine, workload, plans, params, blocks)
+
+    analytic = sum(breakdown.values())
+    stack = calibration.stack_multiplier(workload.stack)
+    a2a_s = n_mb * blocks * expert_all_to_all_s(machine, workload, plans)
+    chi = _chi_sys(machine, plans, a2a_s, analytic, calibration)
+    step_time_s = analytic * chi * stack
+    breakdown["calibration"] = step_time_s - analytic
+
+    tokens = workload.tokens_per_step
+    counts = count_parameters(geometry)
+    cluster_peak = machine.mfu_peak_flops_per_s * machine.n_devices
+    model_flops = 6.0 * counts.n_active * tokens
+    attention_flops = attention_flops_per_token(geometry, workload.seq_len) * tokens
+    recompute_share = np.where(plans.checkpointing == Checkpointing.FULL, 1 / 3, 0.0)
+    hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
+                      + lm_head_flops_per_token(geometry) * tokens)
+    memory = memory_breakdown_bytes(workload, plans)
+    memory_total = total_memory_bytes(memory)
+    feasible, overshoot = feasibility(memory_total, machine.hbm_bytes, USABLE_MEMORY_FRACTION)
+    labels = {name: "analytical" for name in breakdown}
+    labels["calibration"] = "calibrated"
+    labels["dispatch_floor"] = "calibrated"
+    return StepPrediction(
+        step_time_s=step_time_s,
+        breakdown_s=breakdown,
+        labels=labels,
+        tokens_per_s=tokens / step_time_s,
+        tokens_per_s_per_gpu=tokens / step_time_s / machine.n_devices,
+        mfu=model_flops / (step_time_s * cluster_peak),
+        mfu_with_attention=(model_flops + attention_flops) / (step_time_s * cluster_peak),
+        hfu=hardware_flops / (step_time_s * cluster_peak),
+        memory_bytes=memory_total,
+        memory_breakdown_bytes=memory,
+        feasible=feasible,
+        overshoot_bytes=overshoot,
+        chi_sys=chi,
+    )
