@@ -65,7 +65,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (MosaicInputError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        error_console.print(f"error: {exc}", markup=False, highlight=False)
+        error_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
 
 

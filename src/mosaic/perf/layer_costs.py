@@ -59,9 +59,15 @@ class BlockTimes:
     router: np.ndarray
     streaming: np.ndarray  # norms, residuals, activation function, permute/unpermute
     forward: np.ndarray  # forward share of all of the above (recomputed under full)
-    tp_communication: np.ndarray
+    tp_all_gather: np.ndarray  # sequence-parallel gathers (and expert-TP token gathers)
+    tp_reduce_scatter: np.ndarray  # sequence-parallel scatters (and expert-TP scatters)
+    tp_all_reduce: np.ndarray  # TP without sequence parallelism
     ep_all_to_all: np.ndarray  # exposed part, after overlap with the shared expert
-    cp_communication: np.ndarray  # exposed part, after overlap with attention
+    cp_send_recv: np.ndarray  # exposed part, after overlap with attention
+
+    @property
+    def tp_communication(self) -> np.ndarray:
+        return self.tp_all_gather + self.tp_reduce_scatter + self.tp_all_reduce
 
     @property
     def compute(self) -> np.ndarray:
@@ -86,35 +92,52 @@ def _fwd_bwd(forward_s: np.ndarray) -> np.ndarray:
     return forward_s * (1 + BACKWARD_TO_FORWARD_GEMM)
 
 
-def _attention_widths(workload: Workload) -> tuple[int, int, int]:
-    """(q/k/v projection width, attention output width, per-head width) before TP."""
+@dataclass(frozen=True)
+class AttentionWidths:
+    """Per-token widths of one attention block before TP."""
+
+    projection: int  # all input projections (Q, K, V, MLA down/up), as one GEMM's N
+    key_value: int  # K and V a CP rank exchanges (GQA: 2·kv·dh; MLA: after up-projection)
+    output: int  # attention output = input of the output projection
+    head_dim: int  # per-head width the attention kernel sees
+
+
+def attention_widths(workload: Workload) -> AttentionWidths:
+    """Widths of ``workload``'s attention (MHA/GQA or MLA)."""
     geometry = workload.geometry
     counts = count_parameters(geometry)
     if geometry.attention is AttentionKind.MLA:
         assert geometry.mla is not None
-        output = geometry.heads * geometry.mla.v_head_dim
-        head_dim = (geometry.mla.qk_nope_head_dim + geometry.mla.qk_rope_head_dim
-                    + geometry.mla.v_head_dim) // 2
+        mla = geometry.mla
+        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        output = geometry.heads * mla.v_head_dim
+        key_value = geometry.heads * (qk_dim + mla.v_head_dim)
+        head_dim = (qk_dim + mla.v_head_dim) // 2
     else:
         output = geometry.heads * geometry.head_dim
+        key_value = 2 * geometry.kv_heads * geometry.head_dim
         head_dim = geometry.head_dim
     projection = counts.attention_per_layer // geometry.d_model - output
-    return projection, output, head_dim
+    return AttentionWidths(projection=projection, key_value=key_value, output=output,
+                           head_dim=head_dim)
 
 
 def _tp_collectives(machine: Machine, plans: ParallelPlans, activation_bytes: np.ndarray,
-                    pairs_forward: int) -> np.ndarray:
-    """TP communication of ``pairs_forward`` gather/scatter pairs per forward, fwd + bwd.
+                    pairs_forward: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(all-gather, reduce-scatter, all-reduce) seconds of ``pairs_forward`` TP pairs, fwd+bwd.
 
     With sequence parallelism each pair is an all-gather plus a reduce-scatter of the full
-    activation; without it, one all-reduce (Korthikanti et al. 2022, Sec. 4.2.2).
+    activation; without it, one all-reduce (Korthikanti et al. 2022, Sec. 4.2.2). The
+    backward mirrors the forward.
     """
     ic = machine.interconnect
-    with_sp = (all_gather_time_s(activation_bytes, plans.tp, 1, ic)
-               + reduce_scatter_time_s(activation_bytes, plans.tp, 1, ic))
-    without_sp = all_reduce_time_s(activation_bytes, plans.tp, 1, ic)
-    per_pair = np.where(plans.sequence_parallel, with_sp, without_sp)
-    return 2 * pairs_forward * per_pair  # backward mirrors the forward
+    sp = plans.sequence_parallel
+    repeats = 2 * pairs_forward
+    gather = np.where(sp, repeats * all_gather_time_s(activation_bytes, plans.tp, 1, ic), 0.0)
+    scatter = np.where(sp, repeats * reduce_scatter_time_s(activation_bytes, plans.tp, 1, ic),
+                       0.0)
+    reduce = np.where(sp, 0.0, repeats * all_reduce_time_s(activation_bytes, plans.tp, 1, ic))
+    return gather, scatter, reduce
 
 
 def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
@@ -122,9 +145,10 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     """(GEMM fwd+bwd, core fwd+bwd, core fwd, streaming fwd+bwd, CP exposed) of one block."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    projection, output, head_dim = _attention_widths(workload)
-    qkv = _gemm(machine, workload, tokens, projection / plans.tp, geometry.d_model)
-    out = _gemm(machine, workload, tokens, geometry.d_model, output / plans.tp)
+    widths = attention_widths(workload)
+    head_dim = widths.head_dim
+    qkv = _gemm(machine, workload, tokens, widths.projection / plans.tp, geometry.d_model)
+    out = _gemm(machine, workload, tokens, geometry.d_model, widths.output / plans.tp)
     heads = geometry.heads / plans.tp
     seq_q = workload.seq_len / plans.cp
     core_fwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
@@ -139,7 +163,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
                                  machine.hbm_bw_bytes_per_s)
     # Ring attention (Liu et al. 2023): cp−1 exchanges of the local K/V chunk forward and
     # of K/V plus their gradients backward, overlapped with the attention core.
-    kv_bytes = tokens * (projection - geometry.heads * head_dim) / plans.tp * ACTIVATION_BYTES
+    kv_bytes = tokens * widths.key_value / plans.tp * ACTIVATION_BYTES
     crosses = plans.tp * plans.cp > machine.interconnect.scale_up_domain_gpus
     exchange = send_recv_time_s(kv_bytes, crosses, machine.interconnect)
     cp_fwd = np.maximum(0.0, (plans.cp - 1) * exchange - core_fwd)
@@ -169,12 +193,12 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + up + down
                + streaming / (1 + BACKWARD_TO_FORWARD_STREAMING))
     zero = np.zeros(len(plans))
+    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
     return BlockTimes(
         attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
         mlp_gemm=_fwd_bwd(up + down), shared_expert=zero, router=zero, streaming=streaming,
-        forward=forward,
-        tp_communication=_tp_collectives(machine, plans, activation_bytes, pairs_forward=2),
-        ep_all_to_all=zero, cp_communication=cp,
+        forward=forward, tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
+        ep_all_to_all=zero, cp_send_recv=cp,
     )
 
 
@@ -229,10 +253,10 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
     # back, forward and backward.
     etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
-    etp_comm = 2 * (all_gather_time_s(etp_bytes, plans.etp, 1, ic)
-                    + reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic))
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
-    tp_comm = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1) + etp_comm
+    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1)
+    gather = gather + 2 * all_gather_time_s(etp_bytes, plans.etp, 1, ic)
+    scatter = scatter + 2 * reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic)
     mlp_fwd = experts_up + experts_down
     forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + mlp_fwd + shared_fwd
                + router_gemm + router_stream
@@ -241,8 +265,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
         router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
-        streaming=streaming, forward=forward, tp_communication=tp_comm,
-        ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed, cp_communication=cp,
+        streaming=streaming, forward=forward, tp_all_gather=gather, tp_reduce_scatter=scatter,
+        tp_all_reduce=reduce, ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed, cp_send_recv=cp,
     )
 
 

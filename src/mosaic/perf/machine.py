@@ -29,6 +29,20 @@ def _device_key(name: str) -> str:
     return upper
 
 
+def job_domain_gpus(domain_gpus: int, gpus_per_node: int, n_devices: int) -> int:
+    """GPUs of the job that share one NVLink domain.
+
+    A job is assumed to fill every domain it uses equally with whole hosts: the largest
+    multiple of ``gpus_per_node`` that is at most the domain size and divides the job's
+    device count (e.g. 256 GPUs on GB200 NVL72 racks run as 4 racks x 64 GPUs).
+    """
+    best = min(gpus_per_node, n_devices)
+    for size in range(gpus_per_node, min(domain_gpus, n_devices) + 1, gpus_per_node):
+        if n_devices % size == 0:
+            best = size
+    return best
+
+
 @dataclass(frozen=True)
 class Machine:
     """Per-GPU peak rates, memory and links of the cluster a job runs on.
@@ -65,7 +79,9 @@ def machine_for(cluster: Cluster, precision: Precision) -> Machine:
     key = _device_key(device.name)
     attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
     interconnect = Interconnect(
-        scale_up_domain_gpus=cluster.scale_up_domain_gpus,
+        scale_up_domain_gpus=job_domain_gpus(
+            system.scale_up_domain_gpus, system.gpus_per_node, cluster.n_devices
+        ),
         gpus_per_node=system.gpus_per_node,
         scale_up_bw_bytes_per_s=system.scale_up_bw_bytes_per_s,
         scale_out_bw_bytes_per_s=system.scale_out_bw_bytes_per_s,

@@ -137,9 +137,11 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
         "compute_router": both("router"),
         "compute_elementwise": both("streaming"),
         "compute_recompute": recompute,
-        "tp_communication": both("tp_communication"),
+        "tp_all_gather": both("tp_all_gather"),
+        "tp_reduce_scatter": both("tp_reduce_scatter"),
+        "tp_all_reduce": both("tp_all_reduce"),
         "ep_all_to_all": both("ep_all_to_all"),
-        "cp_communication": both("cp_communication"),
+        "cp_send_recv": both("cp_send_recv"),
     }
 
 

@@ -1,0 +1,116 @@
+"""`mosaic perf`: step time, MFU and memory of one training job, with breakdowns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mosaic.cli.common import guarded, print_json, print_key_value_table, print_table
+from mosaic.config.job_schema import load_job
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.job import JobPrediction, predict_job
+
+GIB = 2**30
+
+
+def prediction_document(result: JobPrediction) -> dict[str, Any]:
+    """The JSON document of `mosaic perf --json`."""
+    p = result.prediction
+    machine = result.machine
+    return {
+        "step_time_s": float(p.step_time_s[0]),
+        "tokens_per_s": float(p.tokens_per_s[0]),
+        "tokens_per_s_per_gpu": float(p.tokens_per_s_per_gpu[0]),
+        "mfu": float(p.mfu[0]),
+        "mfu_with_attention": float(p.mfu_with_attention[0]),
+        "hfu": float(p.hfu[0]),
+        "mfu_peak": f"dense bf16 datasheet peak of {machine.device_name} "
+        f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)",
+        "memory_gib": float(p.memory_bytes[0] / GIB),
+        "memory_capacity_gib": machine.hbm_bytes / GIB,
+        "feasible": bool(p.feasible[0]),
+        "overshoot_gib": float(p.overshoot_bytes[0] / GIB),
+        "chi_sys": float(p.chi_sys[0]),
+        "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
+        "labels": p.labels,
+        "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
+        "plan": result.spec.plan.row(0),
+        "hardware": {
+            "system": result.cluster.system.name,
+            "nodes": result.cluster.n_nodes,
+            "devices": result.cluster.n_devices,
+        },
+    }
+
+
+def _render(document: dict[str, Any]) -> None:
+    plan = document["plan"]
+    layout = ", ".join(
+        f"{key}={plan[key]}" for key in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
+    )
+    verdict = (
+        "fits"
+        if document["feasible"]
+        else (f"OUT OF MEMORY by {document['overshoot_gib']:.2f} GiB")
+    )
+    print_key_value_table(
+        "Predicted step",
+        [
+            ("hardware", f"{document['hardware']['devices']} x {document['hardware']['system']}"),
+            ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"),
+            ("step time", f"{document['step_time_s']:.3f} s"),
+            (
+                "tokens/s (per GPU)",
+                f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})",
+            ),
+            ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"),
+            ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
+            ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
+            ("MFU peak", document["mfu_peak"]),
+            (
+                "memory per GPU",
+                f"{document['memory_gib']:.2f} of "
+                f"{document['memory_capacity_gib']:.1f} GiB, {verdict}",
+            ),
+            ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
+        ],
+    )
+    step = document["step_time_s"]
+    rows = [
+        [name, f"{seconds:.4f}", f"{seconds / step:.1%}", document["labels"][name]]
+        for name, seconds in document["breakdown"].items()
+        if abs(seconds) > 0
+    ]
+    print_table("Step-time breakdown", ["term", "seconds", "share", "source"], rows)
+    memory = document["memory_breakdown"]
+    print_table(
+        "Memory breakdown (heaviest stage)",
+        ["component", "GiB"],
+        [[name, f"{value / GIB:.2f}"] for name, value in memory.items()],
+    )
+
+
+def perf(
+    job: Annotated[Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a field: block.field=value (repeatable)"),
+    ] = None,
+    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
+    spec = load_job(job, set_ or [])
+    result = predict_job(spec, load_calibration(calibration))
+    document = prediction_document(result)
+    if json_output:
+        print_json(document)
+    else:
+        _render(document)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic perf` to the root command."""
+    app.command("perf")(guarded(perf))

@@ -1,0 +1,50 @@
+"""One job end to end: resolve its hardware and predict its step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mosaic.config.job_schema import JobSpec
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.constraints import first_reason, plan_violations
+from mosaic.perf.machine import Machine, machine_for
+from mosaic.perf.step_time import StepPrediction, predict_step
+
+
+@dataclass(frozen=True)
+class JobPrediction:
+    """A job, the machine it runs on, and its predicted step (length-1 arrays)."""
+
+    spec: JobSpec
+    cluster: Cluster
+    machine: Machine
+    prediction: StepPrediction
+
+
+def cluster_for(spec: JobSpec) -> Cluster:
+    """The catalog cluster a job names (nodes, or devices filling whole nodes)."""
+    system = get_system(spec.system_name)
+    if spec.nodes is not None:
+        cluster = Cluster(system=system, n_nodes=spec.nodes)
+        if spec.n_devices is not None and spec.n_devices != cluster.n_devices:
+            raise MosaicInputError(
+                f"hardware.nodes={spec.nodes} gives {cluster.n_devices} GPUs but the job "
+                f"asks for {spec.n_devices}"
+            )
+        return cluster
+    assert spec.n_devices is not None
+    return Cluster.from_n_devices(system, spec.n_devices)
+
+
+def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
+    """Validate the job's layout against its cluster and predict its step."""
+    cluster = cluster_for(spec)
+    violations = plan_violations(spec.workload, spec.plan, cluster.n_devices)
+    reason = first_reason(violations, spec.plan, 0)
+    if reason is not None:
+        raise MosaicInputError(f"invalid parallel layout: {reason}")
+    machine = machine_for(cluster, spec.workload.precision)
+    prediction = predict_step(spec.workload, spec.plan, machine, calibration)
+    return JobPrediction(spec=spec, cluster=cluster, machine=machine, prediction=prediction)

@@ -1,0 +1,112 @@
+"""`mosaic arch` and `mosaic perf` from the command line: JSON keys, overrides, errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_arch_json_for_table4_geometry():
+    doc = run_json("arch", "--q", "12", "--experts", "96", "--top-k", "2", "--split-factor", "4")
+    for key in ("n_total", "n_active", "n_total_with_embedding", "n_active_with_embedding",
+                "sparsity", "split_factor", "flops_per_token"):
+        assert key in doc
+    assert round(doc["n_active"] / 1e9, 1) == 14.5
+    assert round(doc["sparsity"], 3) == 0.956
+    assert doc["flops_per_token"] == 6 * doc["n_active"]
+
+
+def test_arch_from_yaml_matches_flags():
+    from_file = run_json("arch", "--config", str(EXAMPLES / "q12_moe.yaml"))
+    from_flags = run_json("arch", "--q", "12", "--experts", "96", "--top-k", "2",
+                          "--split-factor", "4")
+    assert from_file["n_total"] == from_flags["n_total"]
+    assert from_file["n_active"] == from_flags["n_active"]
+
+
+def test_arch_expert_ffn_equals_split_factor():
+    by_width = run_json("arch", "--q", "8", "--experts", "64", "--top-k", "2",
+                        "--split-factor", "2")
+    explicit = run_json("arch", "--layers", "32", "--d-model", "4096", "--heads", "32",
+                        "--kv-heads", "8", "--ffn", "10240", "--experts", "64", "--top-k", "2",
+                        "--expert-ffn", "5120", "--shared-experts", "1", "--dense-layers", "1")
+    assert by_width["n_total"] == explicit["n_total"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["arch", "--q", "4", "--experts", "4", "--top-k", "8"], "top_k (8) must not exceed"),
+        (["arch", "--layers", "4", "--d-model", "100", "--heads", "3", "--ffn", "8"],
+         "must divide --d-model"),
+        (["arch", "--q", "4", "--experts", "4", "--top-k", "1", "--split-factor", "7"],
+         "split factor G=7"),
+        (["arch", "--layers", "-3", "--d-model", "64", "--heads", "4", "--ffn", "8"],
+         "model.layers must be a positive integer"),
+        (["arch"], "give --q"),
+    ],
+)
+def test_arch_bad_input_is_one_line(args, fragment):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+
+
+def test_arch_malformed_and_empty_files(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [1, 2\n")
+    for path, fragment in ((empty, "file is empty"), (broken, "malformed YAML")):
+        result = runner.invoke(app, ["arch", "--config", str(path)])
+        assert result.exit_code == 2
+        assert fragment in result.output
+
+
+def test_perf_json_keys_and_consistency():
+    doc = run_json("perf", str(EXAMPLES / "appendix_e.yaml"))
+    for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib",
+                "feasible", "breakdown", "memory_breakdown"):
+        assert key in doc
+    assert sum(doc["breakdown"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
+    assert "ep_all_to_all" in doc["breakdown"] and "dp_reduce_scatter" in doc["breakdown"]
+    assert doc["tokens_per_s"] == pytest.approx(8192 * 8192 / doc["step_time_s"])
+
+
+def test_perf_set_overrides_fields():
+    base = run_json("perf", str(EXAMPLES / "appendix_e.yaml"))
+    changed = run_json("perf", str(EXAMPLES / "appendix_e.yaml"),
+                       "--set", "data.global_batch=4096", "--set", "parallelism.ep=16")
+    assert changed["plan"]["ep"] == 16
+    assert changed["step_time_s"] < base["step_time_s"]
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("parallelism.ep=7", "ep=7 must divide experts=128"),
+        ("parallelism.pp=5", "not a multiple of tp·pp·cp=5"),
+        ("parallelism.pp=32", "pp·vpp=32·1 must divide layers=48"),
+        ("data.bogus=1", "unknown field"),
+        ("nonsense", "expected block.field=value"),
+        ("hardware.system=TPU-v9", "TPU-v9"),
+    ],
+)
+def test_perf_bad_input_is_one_line(override, fragment):
+    result = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"), "--set", override])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1

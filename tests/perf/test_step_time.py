@@ -1,0 +1,129 @@
+"""Iteration-time model: hand-computed schedule terms and physical invariants."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mosaic.arch import count_parameters, ladder_geometry
+from mosaic.config.job_schema import load_job
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.job import predict_job
+from mosaic.perf.layer_costs import moe_block_times
+from mosaic.perf.machine import job_domain_gpus, machine_for
+from mosaic.perf.plan import Checkpointing, plans_from_columns, single_plan
+from mosaic.perf.step_time import bubble_fraction, predict_step, vocab_stage_s
+from mosaic.perf.workload import Workload
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CALIBRATION = default_calibration()
+
+
+def b200_machine(nodes: int):
+    cluster = Cluster(system=get_system("p6-b200.48xlarge"), n_nodes=nodes)
+    return machine_for(cluster, "bf16")
+
+
+def moe_workload(global_batch: int = 256) -> Workload:
+    return Workload(geometry=ladder_geometry(4, experts=64, top_k=2, split_factor=4),
+                    global_batch=global_batch, seq_len=2048)
+
+
+def test_bubble_fraction_eq12_by_hand():
+    # (pp − 1)/(vpp · n_mb): pp=4, vpp=2, n_mb=12 -> 3/24.
+    assert bubble_fraction(np.array([4]), np.array([2]), np.array([12]))[0] == pytest.approx(0.125)
+
+
+def test_vocab_stage_eq13_by_hand():
+    first, last = np.array([0.1]), np.array([0.3])
+    n_mb, f = np.array([8.0]), np.array([0.25])
+    expected = 7 * 0.3 + 0.1 + 0.3 + 0.3 * 8 * 0.25
+    assert vocab_stage_s(first, last, n_mb, f, np.array([4]))[0] == pytest.approx(expected)
+    # One stage runs both ends every micro-batch.
+    assert vocab_stage_s(first, last, n_mb, f, np.array([1]))[0] == pytest.approx(8 * 0.4)
+
+
+def test_breakdown_sums_to_step_time_and_mfu_by_hand():
+    workload = moe_workload()
+    machine = b200_machine(4)
+    plan = single_plan(pp=2, dp=16, ep=8, micro_batch=2)
+    p = predict_step(workload, plan, machine, CALIBRATION)
+    assert sum(p.breakdown_s.values())[0] == pytest.approx(p.step_time_s[0], rel=1e-12)
+    n_active = count_parameters(workload.geometry).n_active
+    mfu = 6 * n_active * 256 * 2048 / (p.step_time_s[0] * 32 * 2.25e15)
+    assert p.mfu[0] == pytest.approx(mfu, rel=1e-12)
+    assert p.tokens_per_s_per_gpu[0] == pytest.approx(256 * 2048 / p.step_time_s[0] / 32)
+
+
+def test_ep_inside_a_node_is_cheaper_than_across_nodes():
+    workload = moe_workload()
+    machine = b200_machine(4)
+    plan = single_plan(dp=32, ep=8, micro_batch=2)
+    inside = predict_step(workload, plan, machine, CALIBRATION)
+    split_nodes = replace(machine, interconnect=replace(machine.interconnect,
+                                                        scale_up_domain_gpus=4,
+                                                        gpus_per_node=4))
+    across = predict_step(workload, plan, split_nodes, CALIBRATION)
+    assert inside.breakdown_s["ep_all_to_all"][0] < across.breakdown_s["ep_all_to_all"][0]
+    assert inside.step_time_s[0] < across.step_time_s[0]
+
+
+def test_full_checkpointing_trades_time_for_memory():
+    workload = moe_workload()
+    machine = b200_machine(4)
+    plans = plans_from_columns(
+        tp=[1, 1], pp=[2, 2], vpp=[1, 1], cp=[1, 1], dp=[16, 16], ep=[8, 8], etp=[1, 1],
+        micro_batch=[2, 2], sharding=[1, 1],
+        checkpointing=[int(Checkpointing.NONE), int(Checkpointing.FULL)],
+        hsdp_shard=[16, 16], sequence_parallel=[False, False])
+    p = predict_step(workload, plans, machine, CALIBRATION)
+    assert p.memory_bytes[1] < p.memory_bytes[0]
+    assert p.step_time_s[1] > p.step_time_s[0]
+    assert p.hfu[1] > p.mfu[1]
+
+
+def test_doubling_global_batch_never_lowers_throughput():
+    machine = b200_machine(4)
+    plan = single_plan(pp=4, dp=8, ep=8, micro_batch=1)
+    small = predict_step(moe_workload(128), plan, machine, CALIBRATION)
+    large = predict_step(moe_workload(256), plan, machine, CALIBRATION)
+    assert large.feasible[0]
+    assert large.tokens_per_s[0] >= small.tokens_per_s[0]
+
+
+def test_per_rank_expert_compute_does_not_shrink_with_ep():
+    """At fixed tokens per rank, EP only regroups the same K·tokens expert rows."""
+    workload = moe_workload()
+    machine = b200_machine(4)
+    plans = plans_from_columns(
+        tp=[1, 1], pp=[1, 1], vpp=[1, 1], cp=[1, 1], dp=[32, 32], ep=[2, 16], etp=[1, 1],
+        micro_batch=[2, 2], sharding=[1, 1], checkpointing=[0, 0], hsdp_shard=[32, 32],
+        sequence_parallel=[False, False])
+    experts = moe_block_times(machine, workload, plans).mlp_gemm
+    # Eight times the EP would be 8x cheaper under a 1/EP model; the grouped GEMM does the
+    # same FLOPs on larger tiles, so it may get a little faster but not 8x.
+    assert experts[1] > experts[0] / 2
+
+
+def test_job_domain_packs_hosts_evenly():
+    assert job_domain_gpus(72, 4, 256) == 64  # 4 NVL72 racks x 64 GPUs
+    assert job_domain_gpus(72, 4, 72) == 72
+    assert job_domain_gpus(8, 8, 512) == 8
+    assert job_domain_gpus(8, 8, 8) == 8
+
+
+def test_appendix_e_listing_smoke():
+    """The paper's Appendix E listing loads as written and predicts a plausible step.
+
+    The paper's ScalePlan output (differently calibrated stack) prints MFU 13.69%,
+    21.30 GB and 44.9 s for this layout; mosaic's uncalibrated prediction is reported in
+    the README next to those numbers rather than pinned here.
+    """
+    result = predict_job(load_job(EXAMPLES / "appendix_e.yaml"), CALIBRATION)
+    p = result.prediction
+    assert result.cluster.n_devices == 512
+    assert result.spec.plan.row(0)["dp"] == 32
+    assert 0.05 < p.mfu[0] < 0.30
+    assert p.feasible[0]
