@@ -1,0 +1,63 @@
+"""Benchmark: the full multi-start Chinchilla fit to Epoch's replication data.
+
+Run: .venv/bin/python benchmarks/bench_law_fit.py   (target: < 10 s on 2 cores)
+Prints wall time and the fitted coefficients against Epoch's Huber fit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from mosaic.law import (
+    CHINCHILLA,
+    EPOCH_HUBER_FIT,
+    EPOCH_HUBER_OBJECTIVE,
+    HOFFMANN_2022_FIT,
+    FitSettings,
+    fit_law,
+    load_epoch_chinchilla,
+    starts_from_values,
+)
+
+EPOCH_CSV = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared/research/data/epoch-chinchilla/svg_extracted_data.csv"
+)
+
+
+def report(title: str, seconds: float, fit) -> None:
+    print(f"\n{title}: {seconds:.2f} s ({fit.n_starts} starts screened, "
+          f"{len(fit.polished_objectives)} refined with L-BFGS-B)")  # fmt: skip
+    print(f"  {'coef':>6} {'fitted':>12} {'Epoch':>12} {'rel. error':>11}")
+    for name, reference in EPOCH_HUBER_FIT.items():
+        value = fit.law.coefficients[name]
+        print(f"  {name:>6} {value:12.6g} {reference:12.6g} {value / reference - 1:+11.2e}")
+    error = fit.objective / EPOCH_HUBER_OBJECTIVE - 1
+    print(f"  {'F':>6} {fit.objective:12.8g} {EPOCH_HUBER_OBJECTIVE:12.8g} {error:+11.2e}")
+
+
+def main() -> int:
+    if not EPOCH_CSV.is_file():
+        print(f"skipped: Epoch data not found at {EPOCH_CSV} (needs ../shared)")
+        return 0
+    runs = load_epoch_chinchilla(EPOCH_CSV)
+    settings = FitSettings(huber_delta=1e-3, reduction="sum")
+    print(f"Epoch Chinchilla data: {runs.n_runs} runs; Huber delta 1e-3, summed; "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+
+    start = time.perf_counter()
+    fit = fit_law(runs, CHINCHILLA, settings)
+    report("multi-start fit (default settings)", time.perf_counter() - start, fit)
+
+    start = time.perf_counter()
+    hoffmann = starts_from_values(CHINCHILLA, [HOFFMANN_2022_FIT])
+    single = fit_law(runs, CHINCHILLA, settings, initial=hoffmann)
+    report("single start at Hoffmann et al.'s values", time.perf_counter() - start, single)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""`mosaic law`: predict loss, fit a law to run data, and find the model-FLOPs optimum."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
+import typer
+
+from mosaic.cli.common import (
+    _to_jsonable,
+    guarded,
+    print_json,
+    print_key_value_table,
+    print_table,
+)
+from mosaic.errors import MosaicInputError
+from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
+from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
+from mosaic.law.forms import FORMS, get_form
+from mosaic.law.law import ScalingLaw, default_law
+from mosaic.law.optimum import (
+    DEFAULT_SPARSITY_RANGE,
+    compute_optimum,
+    sparsity_profile,
+)
+from mosaic.law.rundata import load_run_data
+from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
+
+law_app = typer.Typer(
+    name="law",
+    help="Loss law (paper Sec. 4, 6.1): predict, fit run data, model-FLOPs optimum.",
+    no_args_is_help=True,
+)
+
+LawOption = Annotated[
+    Path | None,
+    typer.Option("--law", help="Law JSON file (from `mosaic law fit --out`); default Table 2."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+PROFILE_KEYS = ("sparsity", "n_total", "n_active", "tokens", "loss")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `law` sub-command group to the top-level app."""
+    app.add_typer(law_app, name="law")
+
+
+def _load_law(path: Path | None) -> ScalingLaw:
+    return default_law() if path is None else ScalingLaw.load(path)
+
+
+def _law_label(law: ScalingLaw) -> str:
+    return f"{law.form.name}, {law.provenance.get('source', 'fitted')}"
+
+
+def _count(value: float) -> str:
+    """Human count: 3.272e11 -> '327.2 B'."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {suffix}"
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class LawInputs:
+    """The law's raw inputs. Each input path (counts today) builds one of these."""
+
+    n_total: float
+    tokens: float
+    sparsity: float | None
+    split_factor: float | None
+
+
+def _inputs_from_counts(
+    n_total: float | None, tokens: float | None, sparsity: float | None, split: float | None
+) -> LawInputs:
+    if n_total is None or tokens is None:
+        missing = [flag for flag, v in (("--n-total", n_total), ("--tokens", tokens)) if v is None]
+        raise MosaicInputError(
+            f"missing {' and '.join(missing)}; --n-total and --tokens are required"
+        )
+    return LawInputs(n_total, tokens, sparsity, split)
+
+
+@law_app.command("predict")
+@guarded
+def predict(
+    n_total: Annotated[
+        float | None, typer.Option("--n-total", help="Total parameters N_tot (count).")
+    ] = None,
+    sparsity: Annotated[
+        float | None, typer.Option("--sparsity", help="S = 1 - N_act/N_tot, 0 <= S < 1.")
+    ] = None,
+    tokens: Annotated[float | None, typer.Option("--tokens", help="Training tokens D.")] = None,
+    split_factor: Annotated[
+        float | None, typer.Option("--split-factor", help="Expert split factor G (Eq. 8).")
+    ] = None,
+    law_file: LawOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Predict the final training loss of one configuration."""
+    law = _load_law(law_file)
+    inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
+    loss = float(law.predict(**asdict(inputs)))
+    if as_json:
+        print_json({**asdict(inputs), "loss": loss, "form": law.form.name, "law": _law_label(law)})
+        return
+    rows = [("law", _law_label(law)), ("N_tot", _count(inputs.n_total))]
+    if inputs.sparsity is not None:
+        rows.append(("sparsity S", f"{inputs.sparsity:.4f}"))
+    rows.append(("tokens D", _count(inputs.tokens)))
+    if inputs.split_factor is not None:
+        rows.append(("split factor G", f"{inputs.split_factor:g}"))
+    rows.append(("predicted loss", f"{loss:.4f}"))
+    print_key_value_table("Predicted loss", rows)
+
+
+@law_app.command("fit")
+@guarded
+def fit(
+    data: Annotated[Path, typer.Argument(help="Run data, .csv or .parquet (see docs/law.md).")],
+    form: Annotated[str, typer.Option("--form", help=f"One of {sorted(FORMS)}.")] = "joint",
+    huber_delta: Annotated[
+        float, typer.Option("--huber-delta", help="Huber threshold on log-loss residuals.")
+    ] = DEFAULT_HUBER_DELTA,
+    n_bootstrap: Annotated[
+        int, typer.Option("--bootstrap", help="Bootstrap resamples for intervals (0: none).")
+    ] = 0,
+    method: Annotated[
+        str, typer.Option("--bootstrap-method", help="'wild' (App. B.2) or 'case'.")
+    ] = "wild",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of starts and bootstrap.")] = 0,
+    starts: Annotated[
+        int, typer.Option("--starts", help="Initialisations screened (vectorised).")
+    ] = DEFAULT_STARTS,
+    refine: Annotated[
+        int, typer.Option("--refine", help="Best starts refined with L-BFGS-B.")
+    ] = DEFAULT_POLISHED,
+    holdout: Annotated[
+        float, typer.Option("--holdout", help="Fraction held out per G stratum (0: none).")
+    ] = HOLDOUT_FRACTION,
+    split_factor: Annotated[
+        float | None, typer.Option("--split-factor", help="Fit only the runs with this G.")
+    ] = None,
+    scan: Annotated[
+        int, typer.Option("--scan", help="Fresh restarts of an identifiability scan (0: none).")
+    ] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the fitted law JSON.")] = None,
+    parity: Annotated[
+        Path | None,
+        typer.Option("--parity", help="Write observed/predicted/held-out per run as CSV."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Fit a law form to run data (Huber on log L, multi-start L-BFGS-B, held-out check)."""
+    law_form = get_form(form)
+    runs = load_run_data(data)
+    if split_factor is not None:
+        runs = runs.with_split_factor(split_factor)
+    settings = FitSettings(huber_delta=huber_delta, starts=starts, n_polished=refine, seed=seed)
+    validated = fit_with_holdout(runs, law_form, settings, holdout_fraction=holdout)
+    payload: dict[str, Any] = {
+        "form": law_form.name,
+        "data": str(data),
+        "coefficients": dict(validated.law.coefficients),
+        "metrics": asdict(validated.metrics),
+        "settings": {"huber_delta": huber_delta, "starts": starts, "refine": refine, "seed": seed},
+    }
+    if n_bootstrap:
+        result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap, seed=seed)
+        payload["intervals"] = {
+            name: {"percentile": list(iv.percentile), "bca": list(iv.bca)}
+            for name, iv in result.intervals.items()
+        }
+        payload["bootstrap"] = {"method": method, "resamples": n_bootstrap, "level": result.level}
+    if scan:
+        scanned = identifiability_scan(validated.fit, n_restarts=scan, seed=seed + 1)
+        payload["identifiability"] = {
+            name: {"verdict": scanned.verdicts[name], "relative_spread": float(spread)}
+            for name, spread in zip(scanned.params, scanned.relative_spread, strict=True)
+        }
+    if parity is not None:
+        pd.DataFrame(asdict(validated.parity)).to_csv(parity, index=False)
+        payload["parity_file"] = str(parity)
+    if out is not None:
+        provenance = {key: payload[key] for key in payload if key != "coefficients"}
+        provenance = _to_jsonable({"source": f"fitted to {data}", **provenance})
+        replace(validated.law, provenance=provenance).save(out)
+        payload["law_file"] = str(out)
+    if as_json:
+        print_json(payload)
+        return
+    _print_fit(payload)
+
+
+def _print_fit(payload: dict[str, Any]) -> None:
+    columns = ["coefficient", "value"]
+    if "intervals" in payload:
+        columns += ["percentile 95%", "BCa 95%"]
+    if "identifiability" in payload:
+        columns += ["spread", "verdict"]
+    rows = []
+    for name, value in payload["coefficients"].items():
+        row = [name, f"{value:.6g}"]
+        if "intervals" in payload:
+            iv = payload["intervals"][name]
+            row += [f"[{iv['percentile'][0]:.4g}, {iv['percentile'][1]:.4g}]"]
+            row += [f"[{iv['bca'][0]:.4g}, {iv['bca'][1]:.4g}]"]
+        if "identifiability" in payload:
+            ident = payload["identifiability"][name]
+            row += [f"{ident['relative_spread']:.3g}", ident["verdict"]]
+        rows.append(row)
+    print_table(f"Fitted {payload['form']} law ({payload['data']})", columns, rows)
+    metrics = payload["metrics"]
+    print_key_value_table(
+        "Fit quality (loss units)",
+        [
+            ("RMSE, all runs", f"{metrics['rmse']:.5f}"),
+            ("R^2, all runs", f"{metrics['r2']:.5f}"),
+            ("held-out RMSE", f"{metrics['heldout_rmse']:.5f}"),
+            ("runs / held out", f"{metrics['n_runs']} / {metrics['n_heldout']}"),
+            ("objective", f"{metrics['objective']:.8g}"),
+        ]
+        + ([("law file", payload["law_file"])] if "law_file" in payload else []),
+    )
+
+
+@law_app.command("optimum")
+@guarded
+def optimum(
+    compute: Annotated[float, typer.Option("--compute", help="Model FLOPs C = 6 N_act D.")],
+    split_factor: Annotated[
+        float | None,
+        typer.Option("--split-factor", help="Expert split factor G, held fixed (joint: 4)."),
+    ] = None,
+    s_min: Annotated[
+        float, typer.Option("--s-min", help="Lowest sparsity allowed.")
+    ] = DEFAULT_SPARSITY_RANGE[0],
+    s_max: Annotated[
+        float, typer.Option("--s-max", help="Highest sparsity allowed (data support 0.981).")
+    ] = DEFAULT_SPARSITY_RANGE[1],
+    profile_points: Annotated[
+        int, typer.Option("--profile", help="Also tabulate L*(S) at this many sparsities.")
+    ] = 0,
+    law_file: LawOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Model-FLOPs-optimal (N_tot, S, D) of Eq. 16 and the peak learning rate of Eq. 17."""
+    law = _load_law(law_file)
+    best = compute_optimum(law, compute, split_factor, (s_min, s_max))
+    payload: dict[str, Any] = {
+        "c_model_flops": best.c_model_flops,
+        "split_factor": best.split_factor,
+        "n_total": best.n_total,
+        "n_active": best.n_active,
+        "sparsity": best.sparsity,
+        "tokens": best.tokens,
+        "loss": best.loss,
+        "lr": best.learning_rate,
+        "at_boundary": best.at_boundary,
+        "sparsity_range": list(best.sparsity_range),
+        "form": law.form.name,
+    }
+    if profile_points:
+        if profile_points < 2:
+            raise MosaicInputError(f"--profile needs at least 2 points, got {profile_points}")
+        grid = np.linspace(best.sparsity_range[0], best.sparsity_range[1], profile_points)
+        curve = sparsity_profile(law, compute, grid, best.split_factor)
+        columns = np.column_stack([getattr(curve, key) for key in PROFILE_KEYS])
+        payload["profile"] = [dict(zip(PROFILE_KEYS, row.tolist(), strict=True)) for row in columns]
+    if as_json:
+        print_json(payload)
+        return
+    print_key_value_table(
+        f"Model-FLOPs optimum (Eq. 16) at C = {compute:.3g} FLOPs",
+        [
+            ("law", _law_label(law)),
+            ("split factor G", "-" if best.split_factor is None else f"{best.split_factor:g}"),
+            ("sparsity S*", f"{best.sparsity:.4f}" + (" (on the bound)" * best.at_boundary)),
+            ("N_tot*", _count(best.n_total)),
+            ("N_act*", _count(best.n_active)),
+            ("tokens D*", _count(best.tokens)),
+            ("loss L*", f"{best.loss:.4f}"),
+            ("peak lr (Eq. 17)", f"{best.learning_rate:.3e}"),
+        ],
+    )
+    if profile_points:
+        print_table(
+            "Profile over sparsity (Fig. 4)",
+            ["S", "N_tot*", "N_act*", "D*", "L*"],
+            [
+                [
+                    f"{r['sparsity']:.4f}",
+                    _count(r["n_total"]),
+                    _count(r["n_active"]),
+                    _count(r["tokens"]),
+                    f"{r['loss']:.4f}",
+                ]
+                for r in payload["profile"]
+            ],
+        )

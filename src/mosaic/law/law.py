@@ -1,0 +1,167 @@
+"""A loss law: a form plus its coefficients, with prediction and a JSON file format.
+
+Law file (JSON, ``"format": "mosaic-law/1"``)::
+
+    {"format": "mosaic-law/1", "form": "joint",
+     "coefficients": {"a": 8.462, ...},        # every coefficient of the form, natural units
+     "split_factor": null,                     # per-g laws: the G stratum they describe
+     "provenance": {...}}                      # free-form: source, fit settings, metrics, CIs
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from mosaic.errors import MosaicInputError
+from mosaic.law.forms import LawForm, get_form
+from mosaic.law.rundata import RunData
+
+LAW_FILE_FORMAT = "mosaic-law/1"
+DEFAULT_LAW_RESOURCE = "joint_table2.json"
+
+ArrayLike = float | np.ndarray
+
+
+def _positive(name: str, values: ArrayLike) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    good = np.isfinite(array) & (array > 0)
+    if not np.all(good):
+        bad = float(array[~good].reshape(-1)[0])
+        raise MosaicInputError(f"{name} must be a positive finite number, got {bad:g}")
+    return array
+
+
+@dataclass(frozen=True)
+class ScalingLaw:
+    """A law form with coefficients; ``predict`` takes raw counts (parameters, tokens)."""
+
+    form: LawForm
+    coefficients: Mapping[str, float]
+    split_factor: float | None = None
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        values = self.form.vector(self.coefficients)
+        ordered = dict(zip(self.form.params, values.tolist(), strict=True))
+        object.__setattr__(self, "coefficients", MappingProxyType(ordered))
+        object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
+        if self.split_factor is not None:
+            _positive("split_factor", self.split_factor)
+            object.__setattr__(self, "split_factor", float(self.split_factor))
+
+    @property
+    def log_coefs(self) -> np.ndarray:
+        """(P,) natural logs of the coefficients in ``form.params`` order."""
+        return np.log(np.array(list(self.coefficients.values())))
+
+    def check_split_factor(self, split_factor: ArrayLike) -> np.ndarray:
+        """Validate G > 0 and, for a per-G law, that it is the G the law describes."""
+        g = _positive("split_factor", split_factor)
+        if self.split_factor is not None and np.any(g != self.split_factor):
+            other = float(g[g != self.split_factor].reshape(-1)[0])
+            raise MosaicInputError(
+                f"this {self.form.name} law describes split_factor G = {self.split_factor:g} "
+                f"only, got {other:g}"
+            )
+        return g
+
+    def predict(
+        self,
+        n_total: ArrayLike,
+        tokens: ArrayLike,
+        sparsity: ArrayLike | None = None,
+        split_factor: ArrayLike | None = None,
+    ) -> np.ndarray:
+        """Predicted loss, broadcast over the inputs (N_tot in parameters, D in tokens)."""
+        uses = set(self.form.features)
+        logs = {
+            "n_total": np.log(_positive("n_total", n_total)),
+            "tokens": np.log(_positive("tokens", tokens)),
+        }
+        if sparsity is not None:
+            s = np.asarray(sparsity, dtype=float)
+            if not np.all((s >= 0) & (s < 1)):
+                bad = float(s[~((s >= 0) & (s < 1))].reshape(-1)[0])
+                raise MosaicInputError(f"sparsity must satisfy 0 <= S < 1, got {bad:g}")
+            if "active_fraction" not in uses and np.any(s > 0):
+                raise MosaicInputError(
+                    f"form '{self.form.name}' is a dense law; sparsity must be 0 or omitted"
+                )
+            logs["active_fraction"] = np.log1p(-s)
+        elif "active_fraction" in uses:
+            raise MosaicInputError(f"form '{self.form.name}' needs sparsity (0 <= S < 1)")
+        if split_factor is not None:
+            logs["split_factor"] = np.log(self.check_split_factor(split_factor))
+        elif "split_factor" in uses:
+            raise MosaicInputError(f"form '{self.form.name}' needs split_factor (G > 0)")
+        columns = np.broadcast_arrays(*(logs[f] for f in self.form.features))
+        shape = columns[0].shape
+        log_features = np.column_stack([c.reshape(-1) for c in columns])
+        log_loss = self.form.log_predict(self.log_coefs, self.form.design(log_features)).value
+        return np.exp(log_loss[0]).reshape(shape)
+
+    def predict_runs(self, data: RunData) -> np.ndarray:
+        """Predicted loss for every run in ``data``."""
+        design = self.form.design(data.log_features(self.form))
+        return np.exp(self.form.log_predict(self.log_coefs, design).value[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": LAW_FILE_FORMAT,
+            "form": self.form.name,
+            "coefficients": dict(self.coefficients),
+            "split_factor": self.split_factor,
+            "provenance": dict(self.provenance),
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any], source: str = "law") -> ScalingLaw:
+        if not isinstance(payload, Mapping):
+            raise MosaicInputError(f"{source}: a law file must hold a JSON object")
+        if payload.get("format") != LAW_FILE_FORMAT:
+            raise MosaicInputError(
+                f"{source}: format is {payload.get('format')!r}; expected {LAW_FILE_FORMAT!r}"
+            )
+        coefficients = payload.get("coefficients")
+        if not isinstance(coefficients, Mapping):
+            raise MosaicInputError(f"{source}: 'coefficients' must be an object name -> value")
+        provenance = payload.get("provenance", {})
+        if not isinstance(provenance, Mapping):
+            raise MosaicInputError(f"{source}: 'provenance' must be an object")
+        try:
+            return cls(
+                form=get_form(str(payload.get("form"))),
+                coefficients=coefficients,
+                split_factor=payload.get("split_factor"),
+                provenance=provenance,
+            )
+        except (MosaicInputError, TypeError, ValueError) as exc:
+            raise MosaicInputError(f"{source}: {exc}") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ScalingLaw:
+        path = Path(path)
+        if not path.is_file():
+            raise MosaicInputError(f"law file {str(path)!r} does not exist or is not a file")
+        try:
+            payload = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise MosaicInputError(f"law file {str(path)!r} is not valid JSON: {exc}") from None
+        return cls.from_dict(payload, source=str(path))
+
+
+def default_law() -> ScalingLaw:
+    """The built-in joint law: Table 2 coefficients of Eq. 10."""
+    text = resources.files("mosaic.law").joinpath("data", DEFAULT_LAW_RESOURCE).read_text()
+    return ScalingLaw.from_dict(json.loads(text), source=f"built-in {DEFAULT_LAW_RESOURCE}")

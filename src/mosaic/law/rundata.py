@@ -1,0 +1,228 @@
+"""Scaling-law run data: one row per training run, validated once when it enters.
+
+Columns (names are exact; extra columns are ignored):
+    n_total       total parameters N_tot (dense runs: N)                    required
+    n_active      activated parameters per token N_act         \\ one of these for
+    sparsity      S = 1 - N_act / N_tot, in [0, 1)             /  sparse forms
+    tokens        training tokens D                                          required
+    split_factor  expert split factor G = d_ff / d_expert (Eq. 8)            joint form
+    loss          final training loss (nats/token)                           required
+    experts, top_k, layers, d_model                                          optional
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+import pandas as pd
+
+from mosaic.errors import MosaicInputError
+from mosaic.law.forms import LawForm
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("n_total", "tokens", "loss")
+OPTIONAL_COLUMNS: tuple[str, ...] = (
+    "n_active",
+    "sparsity",
+    "split_factor",
+    "experts",
+    "top_k",
+    "layers",
+    "d_model",
+)
+# n_active and sparsity given together must agree to this absolute tolerance in S.
+SPARSITY_AGREEMENT_TOL = 1e-4
+
+
+def _as_column(values: np.ndarray) -> np.ndarray:
+    column = np.array(values, dtype=float).reshape(-1)
+    column.setflags(write=False)
+    return column
+
+
+def _take(values: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
+    return None if values is None else values[mask]
+
+
+def _check_positive(name: str, values: np.ndarray, source: str) -> None:
+    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+    if bad.size:
+        row = int(bad[0])
+        raise MosaicInputError(
+            f"{source}: row {row + 1}: column '{name}' is {values[row]:g}; it must be a "
+            f"positive finite number ({bad.size} bad row(s) in total)"
+        )
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Validated run data as float arrays (SI counts; rows numbered from 1 in errors)."""
+
+    n_total: np.ndarray
+    tokens: np.ndarray
+    loss: np.ndarray
+    n_active: np.ndarray | None = None
+    split_factor: np.ndarray | None = None
+    extra: Mapping[str, np.ndarray] = field(default_factory=dict)
+    source: str = "run data"
+
+    def __post_init__(self) -> None:
+        for name in ("n_total", "tokens", "loss", "n_active", "split_factor"):
+            values = getattr(self, name)
+            if values is not None:
+                object.__setattr__(self, name, _as_column(values))
+        object.__setattr__(
+            self, "extra", MappingProxyType({k: _as_column(v) for k, v in self.extra.items()})
+        )
+        columns = {"n_total": self.n_total, "tokens": self.tokens, "loss": self.loss}
+        columns |= {"n_active": self.n_active, "split_factor": self.split_factor}
+        columns = {k: v for k, v in (columns | dict(self.extra)).items() if v is not None}
+        lengths = {k: v.size for k, v in columns.items()}
+        if len(set(lengths.values())) != 1:
+            raise MosaicInputError(f"{self.source}: columns differ in length: {lengths}")
+        if self.n_total.size == 0:
+            raise MosaicInputError(f"{self.source}: no runs (the table is empty)")
+        for name, values in columns.items():
+            _check_positive(name, values, self.source)
+        if self.n_active is not None:
+            over = np.flatnonzero(self.n_active > self.n_total)
+            if over.size:
+                row = int(over[0])
+                raise MosaicInputError(
+                    f"{self.source}: row {row + 1}: n_active {self.n_active[row]:g} "
+                    f"exceeds n_total {self.n_total[row]:g}"
+                )
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, source: str = "run data") -> RunData:
+        """Build from a DataFrame with the documented column names."""
+        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+        if missing:
+            raise MosaicInputError(
+                f"{source}: missing required column(s) {missing}; found {list(frame.columns)}"
+            )
+        if frame.empty:
+            raise MosaicInputError(f"{source}: no runs (the table has a header but no rows)")
+        columns = {}
+        for name in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
+            if name in frame.columns:
+                raw = frame[name]
+                numeric = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+                not_number = np.flatnonzero(np.isnan(numeric) & raw.notna().to_numpy())
+                if not_number.size:
+                    row = int(not_number[0])
+                    raise MosaicInputError(
+                        f"{source}: row {row + 1}: column '{name}' is {raw.iloc[row]!r}, "
+                        "which is not a number"
+                    )
+                columns[name] = numeric
+        n_active = columns.pop("n_active", None)
+        sparsity = columns.pop("sparsity", None)
+        if sparsity is not None:
+            bad = np.flatnonzero(~((sparsity >= 0) & (sparsity < 1)))
+            if bad.size:
+                row = int(bad[0])
+                raise MosaicInputError(
+                    f"{source}: row {row + 1}: sparsity is {sparsity[row]:g}; allowed: 0 <= S < 1"
+                )
+            from_sparsity = (1.0 - sparsity) * columns["n_total"]
+            if n_active is None:
+                n_active = from_sparsity
+            else:
+                mismatch = np.flatnonzero(
+                    np.abs(1.0 - n_active / columns["n_total"] - sparsity) > SPARSITY_AGREEMENT_TOL
+                )
+                if mismatch.size:
+                    row = int(mismatch[0])
+                    raise MosaicInputError(
+                        f"{source}: row {row + 1}: sparsity {sparsity[row]:g} disagrees with "
+                        f"1 - n_active/n_total = {1 - n_active[row] / columns['n_total'][row]:g}"
+                    )
+        return cls(
+            n_total=columns.pop("n_total"),
+            tokens=columns.pop("tokens"),
+            loss=columns.pop("loss"),
+            n_active=n_active,
+            split_factor=columns.pop("split_factor", None),
+            extra=columns,
+            source=source,
+        )
+
+    @property
+    def n_runs(self) -> int:
+        return int(self.n_total.size)
+
+    @property
+    def active_params(self) -> np.ndarray:
+        """N_act per run; for dense data (no n_active/sparsity column) N_tot."""
+        return self.n_total if self.n_active is None else self.n_active
+
+    @property
+    def sparsity(self) -> np.ndarray | None:
+        """S = 1 - N_act / N_tot (Sec. 3.4), or None for dense data."""
+        return None if self.n_active is None else 1.0 - self.n_active / self.n_total
+
+    @property
+    def strata(self) -> np.ndarray:
+        """Split factor per run (1 where the data has no split_factor column)."""
+        return np.ones(self.n_runs) if self.split_factor is None else self.split_factor
+
+    def with_split_factor(self, split_factor: float) -> RunData:
+        """The runs of one G stratum; an error names the strata present if none match."""
+        rows = self.strata == split_factor
+        if not rows.any():
+            raise MosaicInputError(
+                f"{self.source}: no runs with split_factor {split_factor:g}; "
+                f"present: {np.unique(self.strata).tolist()}"
+            )
+        return self.subset(rows)
+
+    def subset(self, mask: np.ndarray) -> RunData:
+        """Rows where ``mask`` is True (boolean mask or integer indices, repeats allowed)."""
+        return RunData(
+            n_total=self.n_total[mask],
+            tokens=self.tokens[mask],
+            loss=self.loss[mask],
+            n_active=_take(self.n_active, mask),
+            split_factor=_take(self.split_factor, mask),
+            extra={k: v[mask] for k, v in self.extra.items()},
+            source=self.source,
+        )
+
+    def log_features(self, form: LawForm) -> np.ndarray:
+        """(n, F) log-features in ``form.features`` order; clear error if a column is missing."""
+        logs = {"n_total": np.log(self.n_total), "tokens": np.log(self.tokens)}
+        if self.n_active is not None:
+            logs["active_fraction"] = np.log(self.n_active) - np.log(self.n_total)
+        if self.split_factor is not None:
+            logs["split_factor"] = np.log(self.split_factor)
+        column_for = {"active_fraction": "n_active or sparsity", "split_factor": "split_factor"}
+        missing = [column_for[f] for f in form.features if f not in logs]
+        if missing:
+            raise MosaicInputError(
+                f"{self.source}: form '{form.name}' needs column(s) {missing}, which are absent"
+            )
+        return np.column_stack([logs[f] for f in form.features])
+
+
+def load_run_data(path: str | Path) -> RunData:
+    """Read run data from a .csv or .parquet file and validate it."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
+        raise MosaicInputError(
+            f"run data file {str(path)!r}: unknown extension {suffix!r}; "
+            "allowed: .csv, .parquet, .pq"
+        )
+    if not path.is_file():
+        raise MosaicInputError(f"run data file {str(path)!r} does not exist or is not a file")
+    try:
+        frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    except pd.errors.EmptyDataError:
+        raise MosaicInputError(f"run data file {str(path)!r} is empty") from None
+    except (pd.errors.ParserError, OSError, ValueError) as exc:
+        raise MosaicInputError(f"run data file {str(path)!r} could not be read: {exc}") from None
+    return RunData.from_frame(frame, source=str(path))

@@ -1,0 +1,109 @@
+"""Held-out validation as in the paper: hold out the largest runs, report fit metrics.
+
+Sec. 4.2 / Appendix B.1: the top 10% of runs by N_act within each G stratum are held out of
+the fit; RMSE and R^2 are reported in loss units over all runs, and RMSE on the held-out runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mosaic.errors import MosaicInputError
+from mosaic.law.fit import FitResult, FitSettings, fit_law
+from mosaic.law.forms import LawForm
+from mosaic.law.law import ScalingLaw
+from mosaic.law.rundata import RunData
+
+HOLDOUT_FRACTION = 0.1  # Sec. 4.2: "top-10% of runs by N_act within each G-stratum"
+
+
+def holdout_mask(data: RunData, fraction: float = HOLDOUT_FRACTION) -> np.ndarray:
+    """True for held-out runs: per G stratum, the round(fraction * n) largest by N_act."""
+    if not 0 <= fraction < 1:
+        raise MosaicInputError(f"holdout fraction must satisfy 0 <= f < 1, got {fraction}")
+    held_out = np.zeros(data.n_runs, dtype=bool)
+    for g in np.unique(data.strata):
+        rows = np.flatnonzero(data.strata == g)
+        count = int(np.floor(fraction * rows.size + 0.5))
+        if count:
+            largest_first = rows[np.argsort(-data.active_params[rows], kind="stable")]
+            held_out[largest_first[:count]] = True
+    return held_out
+
+
+@dataclass(frozen=True)
+class ParityData:
+    """Observed vs predicted loss per run, for parity plots (Fig. 3, 7)."""
+
+    observed: np.ndarray
+    predicted: np.ndarray
+    held_out: np.ndarray
+    split_factor: np.ndarray
+
+
+@dataclass(frozen=True)
+class FitMetrics:
+    """Fit quality in loss units (not log)."""
+
+    rmse: float  # over all runs
+    r2: float  # over all runs
+    heldout_rmse: float  # over held-out runs; NaN when none are held out
+    train_rmse: float
+    n_runs: int
+    n_heldout: int
+    objective: float  # Huber objective at the optimum, on the training runs
+
+
+@dataclass(frozen=True)
+class ValidatedFit:
+    """A fit on the training runs together with its held-out evaluation."""
+
+    fit: FitResult
+    metrics: FitMetrics
+    parity: ParityData
+
+    @property
+    def law(self) -> ScalingLaw:
+        return self.fit.law
+
+
+def _rmse(error: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(error**2))) if error.size else float("nan")
+
+
+def evaluate(
+    law: ScalingLaw, data: RunData, held_out: np.ndarray, objective: float
+) -> tuple[FitMetrics, ParityData]:
+    """Metrics and parity data of ``law`` on ``data`` given the held-out mask."""
+    predicted = law.predict_runs(data)
+    error = predicted - data.loss
+    total = float(np.sum((data.loss - data.loss.mean()) ** 2))
+    metrics = FitMetrics(
+        rmse=_rmse(error),
+        r2=1.0 - float(np.sum(error**2)) / total if total > 0 else float("nan"),
+        heldout_rmse=_rmse(error[held_out]),
+        train_rmse=_rmse(error[~held_out]),
+        n_runs=data.n_runs,
+        n_heldout=int(held_out.sum()),
+        objective=objective,
+    )
+    parity = ParityData(data.loss, predicted, held_out, data.strata)
+    return metrics, parity
+
+
+def fit_with_holdout(
+    data: RunData,
+    form: LawForm,
+    settings: FitSettings | None = None,
+    *,
+    holdout_fraction: float = HOLDOUT_FRACTION,
+) -> ValidatedFit:
+    """Hold out the largest runs per G stratum, fit the rest, evaluate on all (Sec. 4.2)."""
+    held_out = holdout_mask(data, holdout_fraction)
+    if held_out.all():
+        raise MosaicInputError("holdout leaves no runs to fit; lower the holdout fraction")
+    fit = fit_law(data.subset(~held_out), form, settings)
+    metrics, parity = evaluate(fit.law, data, held_out, fit.objective)
+    return ValidatedFit(fit=fit, metrics=metrics, parity=parity)

@@ -1,0 +1,124 @@
+"""`mosaic law predict | fit | optimum`: JSON payloads, law files, one-line errors."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.law import EPOCH_HUBER_FIT, ScalingLaw
+
+from .test_law import table4_counts
+
+runner = CliRunner()
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, ["law", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def write_runs(path, runs) -> None:
+    columns = {"n_total": runs.n_total, "tokens": runs.tokens, "loss": runs.loss}
+    if runs.n_active is not None:
+        columns |= {"n_active": runs.n_active, "split_factor": runs.split_factor}
+    pd.DataFrame(columns).to_csv(path, index=False)
+
+
+def test_predict_table4():
+    n_total, n_active = table4_counts()
+    args = ["--n-total", str(n_total), "--sparsity", str(1 - n_active / n_total)]
+    payload = run_json("predict", *args, "--tokens", "1.42e12", "--split-factor", "4")
+    assert payload["loss"] == pytest.approx(1.3898, abs=5e-4)  # Table 4
+    assert payload["n_total"] == n_total and payload["split_factor"] == 4.0
+    human = runner.invoke(app, ["law", "predict", *args, "--tokens", "1.42e12",
+                                "--split-factor", "4"])  # fmt: skip
+    assert human.exit_code == 0 and "predicted loss" in human.stdout
+
+
+def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_factory):
+    runs, _ = joint_runs_factory(noise=0.005, seed=3)
+    data = tmp_path / "runs.csv"
+    write_runs(data, runs)
+    law_file = tmp_path / "law.json"
+    payload = run_json(
+        "fit", str(data), "--form", "joint", "--starts", "256", "--refine", "2",
+        "--bootstrap", "4", "--seed", "5", "--out", str(law_file),
+    )  # fmt: skip
+    assert set(payload["coefficients"]) == {"a", "b", "c", "j", "e", "alpha", "beta", "lambda",
+                                            "delta", "gamma", "eta"}  # fmt: skip
+    assert set(payload["intervals"]["eta"]) == {"percentile", "bca"}
+    metrics = payload["metrics"]
+    assert {"rmse", "r2", "heldout_rmse", "n_runs", "n_heldout", "objective"} <= set(metrics)
+    assert (metrics["n_runs"], metrics["n_heldout"]) == (152, 16)
+    law = ScalingLaw.load(law_file)
+    assert dict(law.coefficients) == payload["coefficients"]
+    assert law.provenance["metrics"] == metrics
+    predicted = run_json("predict", "--n-total", "1e10", "--sparsity", "0.9", "--tokens", "1e10",
+                         "--split-factor", "2", "--law", str(law_file))  # fmt: skip
+    assert predicted["loss"] == pytest.approx(float(law.predict(1e10, 1e10, 0.9, 2.0)))
+    assert run_json("optimum", "--compute", "1e21", "--law", str(law_file))["sparsity"] > 0
+
+
+def test_fit_per_g_on_one_stratum(tmp_path, joint_runs_factory):
+    runs, _ = joint_runs_factory(noise=0.0)
+    data = tmp_path / "runs.csv"
+    write_runs(data, runs)
+    payload = run_json("fit", str(data), "--form", "per-g", "--split-factor", "8",
+                       "--starts", "512", "--refine", "2", "--holdout", "0")  # fmt: skip
+    assert payload["metrics"]["n_runs"] == 38
+    assert payload["metrics"]["heldout_rmse"] is None  # nothing held out
+
+
+def test_fit_reproduces_epoch_from_the_command_line(tmp_path, epoch_runs):
+    data = tmp_path / "epoch.csv"
+    write_runs(data, epoch_runs)
+    parity = tmp_path / "parity.csv"
+    payload = run_json(
+        "fit", str(data), "--form", "chinchilla", "--huber-delta", "1e-3", "--holdout", "0",
+        "--scan", "8", "--parity", str(parity),
+    )  # fmt: skip
+    for name, value in EPOCH_HUBER_FIT.items():
+        assert payload["coefficients"][name] == pytest.approx(value, rel=2e-3)
+        assert payload["identifiability"][name]["verdict"] == "identified"
+    table = pd.read_csv(parity)
+    assert list(table.columns) == ["observed", "predicted", "held_out", "split_factor"]
+    assert len(table) == 240 and not table["held_out"].any()
+
+
+def test_optimum_json():
+    payload = run_json("optimum", "--compute", "1e22", "--split-factor", "4", "--profile", "5")
+    assert payload["sparsity"] == 0.981 and payload["at_boundary"] is True
+    assert payload["lr"] == pytest.approx(3.30 * 1e22**-0.199)
+    assert 6 * payload["n_active"] * payload["tokens"] == pytest.approx(1e22)
+    assert len(payload["profile"]) == 5
+    assert np.all(np.diff([row["loss"] for row in payload["profile"]]) < 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["predict", "--tokens", "1e10"], "missing --n-total"),
+        (["predict", "--n-total", "-5", "--tokens", "1e10", "--sparsity", "0.9",
+          "--split-factor", "4"], "n_total must be a positive finite number, got -5"),
+        (["predict", "--n-total", "1e9", "--tokens", "1e10", "--sparsity", "0.9"],
+         "needs split_factor"),
+        (["fit", "runs.xlsx"], "unknown extension '.xlsx'"),
+        (["fit", "absent.csv"], "does not exist"),
+        (["fit", "runs.csv", "--form", "cubic"], "form must be one of"),
+        (["optimum", "--compute", "1e21", "--law", "absent.json"], "does not exist"),
+        (["optimum", "--compute", "1e21", "--s-max", "1.5"], "0 <= s_min <= s_max < 1"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs.csv").write_text("n_total,tokens,loss\n1e9,1e10,2.5\n")
+    result = runner.invoke(app, ["law", *args])
+    assert result.exit_code == 2
+    # One message (rich may wrap it at the terminal width), no traceback.
+    assert result.stderr.startswith("error: ") and result.stderr.count("error:") == 1
+    assert message in " ".join(result.stderr.split())
+    assert "Traceback" not in result.output

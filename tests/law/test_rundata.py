@@ -1,0 +1,85 @@
+"""Run-data loading and validation: every bad input gets one clear message."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.law import JOINT, RunData, load_run_data
+
+GOOD = {
+    "n_total": [1e9, 4e9, 8e9],
+    "n_active": [1e8, 2e8, 4e8],
+    "tokens": [5e9, 6e9, 7e9],
+    "split_factor": [1, 2, 4],
+    "loss": [2.5, 2.3, 2.2],
+    "experts": [16, 32, 64],
+}
+
+
+def write_csv(tmp_path, columns, name="runs.csv"):
+    path = tmp_path / name
+    pd.DataFrame(columns).to_csv(path, index=False)
+    return path
+
+
+def test_csv_and_parquet_load_the_same(tmp_path):
+    from_csv = load_run_data(write_csv(tmp_path, GOOD))
+    parquet = tmp_path / "runs.parquet"
+    pd.DataFrame(GOOD).to_parquet(parquet)
+    from_parquet = load_run_data(parquet)
+    for data in (from_csv, from_parquet):
+        np.testing.assert_array_equal(data.n_active, GOOD["n_active"])
+        np.testing.assert_allclose(data.sparsity, [0.9, 0.95, 0.95])
+        np.testing.assert_array_equal(data.extra["experts"], GOOD["experts"])
+        assert data.log_features(JOINT).shape == (3, 4)
+
+
+def test_sparsity_column_gives_active_params(tmp_path):
+    columns = {k: v for k, v in GOOD.items() if k != "n_active"} | {"sparsity": [0.9, 0.95, 0.5]}
+    data = load_run_data(write_csv(tmp_path, columns))
+    np.testing.assert_allclose(data.n_active, [1e8, 2e8, 4e9])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"loss": None}, r"missing required column\(s\) \['loss'\]"),
+        ({"loss": [2.5, np.nan, 2.2]}, "row 2: column 'loss' is nan"),
+        ({"tokens": [5e9, 6e9, 0.0]}, "row 3: column 'tokens' is 0; it must be a positive"),
+        ({"n_total": [1e9, "lots", 8e9]}, "row 2: column 'n_total' is 'lots', which is not a"),
+        ({"n_active": [1e8, 5e9, 4e8]}, "row 2: n_active 5e[+]09 exceeds n_total 4e[+]09"),
+        ({"sparsity": [0.9, 0.95, 1.0]}, "row 3: sparsity is 1; allowed: 0 <= S < 1"),
+        ({"sparsity": [0.9, 0.5, 0.95]}, "row 2: sparsity 0.5 disagrees"),
+    ],
+)
+def test_bad_columns_are_named_with_row(tmp_path, change, message):
+    columns = dict(GOOD)
+    for key, value in change.items():
+        if value is None:
+            columns.pop(key)
+        else:
+            columns[key] = value
+    with pytest.raises(MosaicInputError, match=message):
+        load_run_data(write_csv(tmp_path, columns))
+
+
+def test_bad_files_are_reported(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(MosaicInputError, match="is empty"):
+        load_run_data(empty)
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("n_total,tokens,loss\n")
+    with pytest.raises(MosaicInputError, match="no runs"):
+        load_run_data(header_only)
+    with pytest.raises(MosaicInputError, match=r"unknown extension '.xlsx'; allowed: .csv"):
+        load_run_data(tmp_path / "runs.xlsx")
+    with pytest.raises(MosaicInputError, match="does not exist"):
+        load_run_data(tmp_path / "absent.csv")
+
+
+def test_form_needs_its_columns():
+    dense = RunData(n_total=[1e9], tokens=[1e10], loss=[2.0], source="dense.csv")
+    with pytest.raises(MosaicInputError, match=r"dense.csv: form 'joint' needs column\(s\)"):
+        dense.log_features(JOINT)
