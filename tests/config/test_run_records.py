@@ -109,15 +109,15 @@ def test_example_oom_record_has_no_throughput() -> None:
 def test_published_runs_load_with_the_verified_skip_count() -> None:
     if not PUBLISHED.is_file():
         pytest.skip(f"shared calibration set not found at {PUBLISHED}")
-    with pytest.warns(RunRecordWarning, match="skipped 44 of 127"):
+    with pytest.warns(RunRecordWarning, match="skipped 1 of 127"):
         loaded = load_run_records(PUBLISHED)
-    assert (len(loaded.records), len(loaded.skipped)) == (83, 44)
+    assert (len(loaded.records), len(loaded.skipped)) == (126, 1)
     reasons = Counter(reason.split(": ", 1)[1] for _, reason in loaded.skipped)
-    assert reasons == {
-        "model.head_dim: not stated (null); it is never derived from d_model/heads": 43,
-        "model.mla: null, but MLA attention needs its dimensions": 1,
-    }
-    assert sum(r.workload.geometry.is_moe for r in loaded.records) == 24
+    assert reasons == {"model.mla: null, but MLA attention needs its dimensions": 1}
+    derived = [r for r in loaded.records
+               if any(a.startswith("model.head_dim null") for a in r.assumptions)]
+    assert len(derived) == 43  # 32 MHA + 11 GQA records state heads but not head_dim
+    assert sum(r.workload.geometry.is_moe for r in loaded.records) == 29
     assert {r.system.name for r in loaded.records} == {
         "DGX-A100",
         "DGX-H100",
@@ -137,10 +137,11 @@ def test_missing_essential_is_skipped_naming_record_and_field(tmp_path: Path) ->
     assert "model.layers: Field required" in _skip_reason(tmp_path, run)
 
 
-def test_null_head_dim_is_skipped_not_guessed(tmp_path: Path) -> None:
+def test_null_head_dim_is_derived_and_noted_or_skipped(tmp_path: Path) -> None:
     run = copy.deepcopy(_example_runs()[0])
     run["model"]["head_dim"] = None
-    assert "model.head_dim: not stated" in _skip_reason(tmp_path, run)
+    run["model"]["heads"] = 7  # does not divide d_model: cannot derive
+    assert "model.head_dim: not stated and heads=7" in _skip_reason(tmp_path, run)
 
 
 def test_unknown_fields_are_all_listed(tmp_path: Path) -> None:

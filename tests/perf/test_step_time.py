@@ -71,14 +71,18 @@ def test_ep_inside_a_node_is_cheaper_than_across_nodes():
 
 
 def test_full_checkpointing_trades_time_for_memory():
-    workload = moe_workload()
+    # q=8 with 8-sequence micro-batches is compute-bound (in a host-dispatch-bound step the
+    # recompute would hide behind the launch floor, Eq. 11).
+    workload = Workload(geometry=ladder_geometry(8, experts=64, top_k=2, split_factor=4),
+                        global_batch=256, seq_len=2048)
     machine = b200_machine(4)
     plans = plans_from_columns(
         tp=[1, 1], pp=[2, 2], vpp=[1, 1], cp=[1, 1], dp=[16, 16], ep=[8, 8], etp=[1, 1],
-        micro_batch=[2, 2], sharding=[1, 1],
+        micro_batch=[8, 8], sharding=[1, 1],
         checkpointing=[int(Checkpointing.NONE), int(Checkpointing.FULL)],
         hsdp_shard=[16, 16], sequence_parallel=[False, False])
     p = predict_step(workload, plans, machine, CALIBRATION)
+    assert (p.breakdown_s["dispatch_floor"] == 0).all()
     assert p.memory_bytes[1] < p.memory_bytes[0]
     assert p.step_time_s[1] > p.step_time_s[0]
     assert p.hfu[1] > p.mfu[1]

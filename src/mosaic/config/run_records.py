@@ -293,17 +293,28 @@ def _mla(model: ModelEntry) -> MLAConfig | None:
 
 
 def _heads(model: ModelEntry, mla: MLAConfig | None, notes: list[str]) -> tuple[int, int, int]:
-    """(heads, kv_heads, head_dim); never derived from d_model (published_runs README)."""
+    """(heads, kv_heads, head_dim).
+
+    The published file leaves head_dim null where a source does not state it (its README:
+    never guessed there). Every such MHA/GQA record in it is a model whose published config
+    uses d_model/heads (GPT-3, Llama-2, Mixtral, Nemotron, MPT), so the loader derives it
+    and records the assumption; models where that rule fails (e.g. Qwen3) state head_dim.
+    """
     if model.heads is None:
         raise MosaicInputError("model.heads: not stated (null)")
     if mla is None:
         if model.kv_heads is None:
             raise MosaicInputError("model.kv_heads: not stated (null)")
-        if model.head_dim is None:
-            raise MosaicInputError(
-                "model.head_dim: not stated (null); it is never derived from d_model/heads"
-            )
-        return model.heads, model.kv_heads, model.head_dim
+        head_dim = model.head_dim
+        if head_dim is None:
+            if model.d_model % model.heads:
+                raise MosaicInputError(
+                    f"model.head_dim: not stated and heads={model.heads} does not divide "
+                    f"d_model={model.d_model}"
+                )
+            head_dim = model.d_model // model.heads
+            notes.append(f"model.head_dim null: assumed d_model/heads = {head_dim}")
+        return model.heads, model.kv_heads, head_dim
     kv_heads, head_dim = model.kv_heads, model.head_dim
     if kv_heads is None:
         kv_heads = model.heads
@@ -479,6 +490,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         seq_len=entry.seq_len,
         precision=_PRECISIONS[entry.precision],
         stack=stack,
+        routing=entry.routing or "dropless",
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, notes)

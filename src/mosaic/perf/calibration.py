@@ -37,10 +37,11 @@ class _Constants(BaseModel):
     chi_overlap: _Sourced
     dispatch_gap_s: _Sourced
     kernels_per_layer_base: _Sourced
-    kernels_per_local_expert: _Sourced
     host_overhead_per_microbatch_s: _Sourced
     dp_overlap_fraction: _Sourced
     stack_overhead: _SourcedMapping
+    attention_efficiency: _SourcedMapping
+    routing_imbalance: _SourcedMapping
 
 
 class _CalibrationFile(BaseModel):
@@ -61,22 +62,33 @@ class Calibration:
     chi_overlap: float
     dispatch_gap_s: float
     kernels_per_layer_base: float
-    kernels_per_local_expert: float
     host_overhead_per_microbatch_s: float
     dp_overlap_fraction: float
     stack_overhead: dict[str, float] = field(default_factory=dict)
+    attention_efficiency: dict[str, float] = field(default_factory=dict)
+    routing_imbalance: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def stack_multiplier(self, stack: str) -> float:
-        """Multiplier for a software stack; 1.0 for a stack the calibration has not seen."""
-        return self.stack_overhead.get(stack, 1.0)
+        """Multiplier for a software stack; the ``default`` entry (else 1.0) for a stack the
+        calibration has not seen."""
+        return self.stack_overhead.get(stack, self.stack_overhead.get("default", 1.0))
 
-    def to_document(self, sources: dict[str, str] | None = None) -> dict[str, Any]:
-        """The YAML document of this calibration (``sources`` replaces per-constant notes)."""
-        sources = sources or {}
-        constants: dict[str, Any] = {}
-        for name in _Constants.model_fields:
-            constants[name] = {"value": getattr(self, name),
-                               "source": sources.get(name, "fitted by mosaic calibrate")}
+    def routing_multiplier(self, routing: str) -> float:
+        """Load-imbalance factor on routed-expert time for a routing regime."""
+        return self.routing_imbalance.get(routing, self.routing_imbalance.get("default", 1.0))
+
+    def attention_multiplier(self, stack: str) -> float:
+        """Flash-attention efficiency relative to the microbenchmark fit, for a stack."""
+        return self.attention_efficiency.get(stack,
+                                             self.attention_efficiency.get("default", 1.0))
+
+    def to_document(self) -> dict[str, Any]:
+        """The YAML document of this calibration, each constant with its source note."""
+        constants = {
+            name: {"value": getattr(self, name), "source": self.sources.get(name, "")}
+            for name in _Constants.model_fields
+        }
         return {"name": self.name, "provenance": self.provenance, "constants": constants}
 
 
@@ -84,7 +96,8 @@ def _from_document(document: dict[str, Any], where: str) -> Calibration:
     parsed = validate_mapping(_CalibrationFile, document, where)
     constants = parsed.constants
     values = {name: getattr(constants, name).value for name in _Constants.model_fields}
-    return Calibration(name=parsed.name, provenance=parsed.provenance, **values)
+    sources = {name: getattr(constants, name).source for name in _Constants.model_fields}
+    return Calibration(name=parsed.name, provenance=parsed.provenance, sources=sources, **values)
 
 
 def default_calibration() -> Calibration:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
@@ -100,4 +100,18 @@ def machine_for(cluster: Cluster, precision: Precision) -> Machine:
         attention_fwd=attention["fwd"],
         attention_bwd=attention["bwd"],
         interconnect=interconnect,
+    )
+
+
+def with_attention_efficiency(machine: Machine, multiplier: float) -> Machine:
+    """``machine`` with its flash-attention efficiency scaled by ``multiplier`` (a
+    calibrated per-stack kernel factor, e.g. FlashAttention-2 vs cuDNN fused attention)."""
+    if multiplier == 1.0:
+        return machine
+    return replace(
+        machine,
+        attention_fwd=replace(machine.attention_fwd,
+                              max_fraction=machine.attention_fwd.max_fraction * multiplier),
+        attention_bwd=replace(machine.attention_bwd,
+                              max_fraction=machine.attention_bwd.max_fraction * multiplier),
     )

@@ -34,7 +34,7 @@ from mosaic.perf.collectives import (
     reduce_scatter_time_s,
     send_recv_time_s,
 )
-from mosaic.perf.kernels import gemm_time_s
+from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.layer_costs import (
     ACTIVATION_BYTES,
@@ -45,7 +45,7 @@ from mosaic.perf.layer_costs import (
     moe_block_times,
     tokens_per_rank,
 )
-from mosaic.perf.machine import Machine
+from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memory import (
     GRADIENT_BYTES_PER_PARAM,
     StageParameters,
@@ -95,29 +95,44 @@ class StepPrediction:
     feasible: np.ndarray
     overshoot_bytes: np.ndarray
     chi_sys: np.ndarray
+    analytic_step_time_s: np.ndarray  # before χ_sys and the stack multiplier
+    attention_core_s: np.ndarray  # flash-attention time on the critical path (incl. bubble)
+    routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
+    chi_drivers: ChiDrivers
 
 
 def _heaviest_stage_blocks(machine: Machine, workload: Workload, plans: ParallelPlans
-                           ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Per-micro-batch times of the heaviest stage's blocks by component, and block count."""
+                           ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Per-micro-batch times of the heaviest stage's blocks by component, and its block
+    and MoE-block counts."""
     dense = dense_block_times(machine, workload, plans)
     moe = moe_block_times(machine, workload, plans) if workload.geometry.moe else dense
     best: dict[str, np.ndarray] | None = None
     best_total = None
-    best_blocks = None
+    best_blocks = best_moe_blocks = None
     for stage in ("first", "last"):
         blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage)
         terms = _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans)
         total = sum(terms.values())
         if best is None:
-            best, best_total, best_blocks = terms, total, blocks
+            best, best_total, best_blocks, best_moe_blocks = terms, total, blocks, moe_blocks
             continue
         heavier = total > best_total
         best = {k: np.where(heavier, v, best[k]) for k, v in terms.items()}
         best_total = np.where(heavier, total, best_total)
         best_blocks = np.where(heavier, blocks, best_blocks)
-    assert best is not None and best_blocks is not None
-    return best, best_blocks
+        best_moe_blocks = np.where(heavier, moe_blocks, best_moe_blocks)
+    assert best is not None and best_blocks is not None and best_moe_blocks is not None
+    return best, best_blocks, best_moe_blocks
+
+
+def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
+                               moe_blocks: np.ndarray, plans: ParallelPlans) -> np.ndarray:
+    """Attention-core forward time that checkpointing recomputes (selective or full)."""
+    recomputes = plans.checkpointing != Checkpointing.NONE
+    core_fwd = (dense_blocks * dense.attention_core_forward
+                + moe_blocks * moe.attention_core_forward)
+    return np.where(recomputes, core_fwd, 0.0)
 
 
 def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
@@ -130,7 +145,10 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     recompute = np.where(full, both("forward") + both("tp_communication") / 2,
                          np.where(selective, both("attention_core_forward"), 0.0))
     return {
-        "compute_attention": both("attention_gemm") + both("attention_core"),
+        "attention_core_recompute": _recomputed_attention_core(dense, moe, dense_blocks,
+                                                               moe_blocks, plans),
+        "compute_attention_gemm": both("attention_gemm"),
+        "compute_attention_core": both("attention_core"),
         "compute_mlp": dense_blocks * dense.mlp_gemm,
         "compute_experts": moe_blocks * moe.mlp_gemm if moe is not dense else 0 * dense_blocks,
         "compute_shared_expert": both("shared_expert"),
@@ -280,51 +298,84 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
     return update + ns_flops / (machine.gemm_peak_flops_per_s * 0.5)
 
 
-def _chi_sys(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray, t_iter: np.ndarray,
-             calibration: Calibration) -> np.ndarray:
-    """Eq. 15: 1 + c_A2A·t_A2A/t_iter·[EP spans nodes] + c_PP·(N_PP_node − 1)
-    + c_ovl·[pp ≥ GPUs/node and the pipeline stays in one node].
+@dataclass(frozen=True)
+class ChiDrivers:
+    """The physical quantities Eq. 15 scales (arrays over plans).
 
-    Node spans are computed from the actual rank placement (EP stride etp, PP stride
-    tp·cp·dp) instead of the paper's ceil(P·P_TP / N_gpu/node).
+    Node spans come from the actual rank placement (EP stride etp, PP stride tp·cp·dp)
+    instead of the paper's ceil(P·P_TP / N_gpu/node).
     """
+
+    a2a_share: np.ndarray  # t_A2A / t_iter, zero when the EP group stays in one node
+    pp_extra_nodes: np.ndarray  # N_PP_node − 1
+    deep_local_pipeline: np.ndarray  # pp ≥ GPUs per node and the pipeline in one node
+
+
+def chi_drivers(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray,
+                t_iter: np.ndarray) -> ChiDrivers:
+    """Drivers of χ_sys for every plan."""
     ic = machine.interconnect
     ep_nodes = nodes_spanned(plans.ep, plans.etp, ic)
     pp_nodes = nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic)
-    a2a_term = calibration.chi_a2a * a2a_s / np.maximum(t_iter, 1e-30) * (ep_nodes > 1)
-    pp_term = calibration.chi_pp * (pp_nodes - 1)
-    overlap_term = calibration.chi_overlap * ((plans.pp >= machine.gpus_per_node)
-                                              & (pp_nodes == 1))
-    return 1.0 + a2a_term + pp_term + overlap_term
+    return ChiDrivers(
+        a2a_share=np.where(ep_nodes > 1, a2a_s / np.maximum(t_iter, 1e-30), 0.0),
+        pp_extra_nodes=(pp_nodes - 1).astype(float),
+        deep_local_pipeline=((plans.pp >= machine.gpus_per_node) & (pp_nodes == 1)).astype(float),
+    )
+
+
+def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
+    """Eq. 15: 1 + c_A2A·t_A2A/t_iter·[EP spans nodes] + c_PP·(N_PP_node − 1)
+    + c_ovl·[pp ≥ GPUs/node and the pipeline stays in one node]."""
+    return (1.0 + calibration.chi_a2a * drivers.a2a_share
+            + calibration.chi_pp * drivers.pp_extra_nodes
+            + calibration.chi_overlap * drivers.deep_local_pipeline)
 
 
 def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
-                      calibration: Calibration) -> np.ndarray:
-    """t_disp = L_stage · (κ0 + κ1·E_loc) · t_gap + t_host (Eq. 11)."""
+                      moe_blocks: np.ndarray, calibration: Calibration) -> np.ndarray:
+    """t_disp = L_stage · (κ0 + κ1·E_loc) · t_gap + t_host (Eq. 11).
+
+    The κ1·E_loc part is the measured host floor of the grouped expert GEMMs (up and down
+    projections, forward and backward), which grows per local expert
+    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`).
+    """
     moe = workload.geometry.moe
-    local_experts = moe.experts / plans.ep if moe else np.zeros(len(plans))
-    kernels = calibration.kernels_per_layer_base + calibration.kernels_per_local_expert * \
-        local_experts
-    return (blocks * kernels * calibration.dispatch_gap_s
-            + calibration.host_overhead_per_microbatch_s)
+    per_block = np.full(len(plans), calibration.kernels_per_layer_base
+                        * calibration.dispatch_gap_s)
+    if moe is not None:
+        local_experts = moe.experts / plans.ep
+        experts = 2 * (te_grouped_linear_host_floor_s(local_experts)
+                       + te_grouped_linear_host_floor_s(local_experts, backward=True))
+        return (blocks * per_block + moe_blocks * experts
+                + calibration.host_overhead_per_microbatch_s)
+    return blocks * per_block + calibration.host_overhead_per_microbatch_s
 
 
 def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  calibration: Calibration) -> StepPrediction:
     """Step time, throughput, utilisation and memory of every plan."""
     geometry = workload.geometry
+    machine = with_attention_efficiency(machine, calibration.attention_multiplier(workload.stack))
     n_mb = n_microbatches(workload, plans).astype(float)
-    block_terms, blocks = _heaviest_stage_blocks(machine, workload, plans)
+    block_terms, blocks, moe_blocks = _heaviest_stage_blocks(machine, workload, plans)
     pipeline_p2p = _pipeline_send_recv(machine, workload, plans)
+    attention_core_per_mb = block_terms.pop("attention_core_recompute") + block_terms[
+        "compute_attention_core"]
+    imbalance = calibration.routing_multiplier(workload.routing) if geometry.moe else 1.0
+    routed_per_mb = block_terms["compute_experts"] + block_terms["ep_all_to_all"]
+    block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p}
     t_cmp = sum(per_mb.values())
-    t_disp = _dispatch_floor_s(workload, plans, blocks, calibration)
+    t_disp = _dispatch_floor_s(workload, plans, blocks, moe_blocks, calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
     breakdown = {name: n_mb * value for name, value in per_mb.items()}
     breakdown["dispatch_floor"] = n_mb * dispatch_extra
     t_block = n_mb * (t_cmp + dispatch_extra)
     f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb)
     breakdown["pipeline_bubble"] = f_bubble * t_block
+    attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
+    routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)
     t_first, t_last = _vocab_stage_times(machine, workload, plans)
     breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
@@ -346,7 +397,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     analytic = sum(breakdown.values())
     stack = calibration.stack_multiplier(workload.stack)
     a2a_s = n_mb * blocks * expert_all_to_all_s(machine, workload, plans)
-    chi = _chi_sys(machine, plans, a2a_s, analytic, calibration)
+    drivers = chi_drivers(machine, plans, a2a_s, analytic)
+    chi = chi_sys(drivers, calibration)
     step_time_s = analytic * chi * stack
     breakdown["calibration"] = step_time_s - analytic
 
@@ -364,6 +416,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     labels = {name: "analytical" for name in breakdown}
     labels["calibration"] = "calibrated"
     labels["dispatch_floor"] = "calibrated"
+    labels["routing_imbalance"] = "calibrated"
     return StepPrediction(
         step_time_s=step_time_s,
         breakdown_s=breakdown,
@@ -378,4 +431,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         feasible=feasible,
         overshoot_bytes=overshoot,
         chi_sys=chi,
+        analytic_step_time_s=analytic,
+        attention_core_s=attention_core_s,
+        routed_expert_s=routed_expert_s,
+        chi_drivers=drivers,
     )

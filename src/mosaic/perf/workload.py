@@ -38,6 +38,8 @@ class Workload:
             (fp8 recipes keep bf16 copies, Micikevicius et al., 2022).
         optimizer: optimizer family.
         stack: software-stack label calibration can attach overheads to.
+        routing: MoE routing regime (dropless, balanced, token_drop, unknown); calibration
+            attaches a load-imbalance factor to it. The paper trains dropless (A.2).
     """
 
     geometry: Geometry
@@ -46,6 +48,7 @@ class Workload:
     precision: Precision = Precision.BF16
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     stack: str = "megatron-core"
+    routing: str = "dropless"
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len"):

@@ -1,0 +1,214 @@
+"""Fit the performance model's few free constants to measured runs, and cross-validate.
+
+The fitted constants act on the analytical step time t_a of each run in closed form:
+
+    t = (t_a + (1/a_stack − 1)·t_att + (r_routing − 1)·t_moe) · χ_sys(c_A2A, c_PP, c_ovl)
+        · m_stack,    m_stack = exp(b + u_stack)
+
+(paper Eqs. 14-15, one time multiplier and one flash-attention efficiency factor a per
+software stack, one load-imbalance factor r >= 1 per MoE routing regime; t_att and t_moe
+are the attention-core and routed-expert times on the critical path). ``b`` is shared by
+all stacks; the per-stack deviations ``u`` and log a are shrunk towards 0 (Gaussian priors
+of width ``STACK_PRIOR_LOG_SD`` and ``ATTENTION_PRIOR_LOG_SD``), so a stack seen in few
+runs borrows strength from the rest and an unseen stack is predicted with exp(b) alone.
+The fit is robust least squares on
+the log of predicted/measured step time (scipy ``least_squares``, soft-L1 loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from mosaic.config.run_records import RunRecord
+from mosaic.errors import MosaicInputError
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.machine import machine_for
+from mosaic.perf.step_time import predict_step
+
+STACK_PRIOR_LOG_SD = 0.3  # a stack is rarely more than ~1.35x off the shared multiplier
+ATTENTION_PRIOR_LOG_SD = 0.5  # attention kernels differ up to ~2x (FA2 vs FA3/cuDNN)
+ATTENTION_LOG_BOUNDS = (-1.2, 0.2)
+ROUTING_LOG_BOUNDS = (0.0, 1.5)  # imbalance only slows the busiest rank: r in [1, 4.5]
+ROUTING_PRIOR_LOG_SD = 0.5
+ROBUST_SCALE_LOG = 0.1  # soft-L1 transition: residuals beyond ~10% count linearly
+CHI_BOUNDS = {"chi_a2a": (0.0, 10.0), "chi_pp": (0.0, 1.0), "chi_overlap": (-0.5, 0.0)}
+DEFAULT_STACK_KEY = "default"
+FITTED = "fitted by mosaic calibrate (robust least squares on log step time)"
+
+
+@dataclass(frozen=True)
+class RecordBaselines:
+    """What the fit needs of each run, from one uncalibrated prediction (arrays over runs)."""
+
+    ids: tuple[str, ...]
+    stacks: tuple[str, ...]
+    routings: tuple[str, ...]
+    analytic_step_time_s: np.ndarray
+    attention_core_s: np.ndarray
+    routed_expert_s: np.ndarray
+    a2a_share: np.ndarray
+    pp_extra_nodes: np.ndarray
+    deep_local_pipeline: np.ndarray
+    measured_step_time_s: np.ndarray
+
+    def subset(self, mask: np.ndarray) -> RecordBaselines:
+        keep = np.flatnonzero(mask)
+        return RecordBaselines(
+            ids=tuple(self.ids[i] for i in keep),
+            stacks=tuple(self.stacks[i] for i in keep),
+            routings=tuple(self.routings[i] for i in keep),
+            analytic_step_time_s=self.analytic_step_time_s[keep],
+            attention_core_s=self.attention_core_s[keep],
+            routed_expert_s=self.routed_expert_s[keep],
+            a2a_share=self.a2a_share[keep],
+            pp_extra_nodes=self.pp_extra_nodes[keep],
+            deep_local_pipeline=self.deep_local_pipeline[keep],
+            measured_step_time_s=self.measured_step_time_s[keep],
+        )
+
+
+def _routing_key(record: RunRecord) -> str:
+    return record.workload.routing if record.workload.geometry.is_moe else "dense"
+
+
+def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordBaselines:
+    """Predict every (non-OOM) run once, uncorrected, and keep the fit's inputs."""
+    base = replace(base, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
+                   attention_efficiency={}, routing_imbalance={})
+    rows = [r for r in records if not r.oom and r.measured_step_time_s]
+    if not rows:
+        raise MosaicInputError("no run with a measured step time to calibrate on")
+    analytic, attention, routed, a2a, pp_nodes, deep = [], [], [], [], [], []
+    for record in rows:
+        machine = machine_for(record.cluster, record.workload.precision)
+        prediction = predict_step(record.workload, record.plan, machine, base)
+        analytic.append(prediction.analytic_step_time_s[0])
+        attention.append(prediction.attention_core_s[0])
+        routed.append(prediction.routed_expert_s[0])
+        a2a.append(prediction.chi_drivers.a2a_share[0])
+        pp_nodes.append(prediction.chi_drivers.pp_extra_nodes[0])
+        deep.append(prediction.chi_drivers.deep_local_pipeline[0])
+    return RecordBaselines(
+        ids=tuple(r.id for r in rows),
+        stacks=tuple(r.workload.stack for r in rows),
+        routings=tuple(_routing_key(r) for r in rows),
+        analytic_step_time_s=np.array(analytic),
+        attention_core_s=np.array(attention),
+        routed_expert_s=np.array(routed),
+        a2a_share=np.array(a2a),
+        pp_extra_nodes=np.array(pp_nodes),
+        deep_local_pipeline=np.array(deep),
+        measured_step_time_s=np.array([r.measured_step_time_s for r in rows], dtype=float),
+    )
+
+
+def _step_time_s(baselines: RecordBaselines, attention: np.ndarray, routing: np.ndarray,
+                 chi_a2a: float, chi_pp: float, chi_ovl: float, stack: np.ndarray
+                 ) -> np.ndarray:
+    """The module docstring's closed form, arrays over runs."""
+    chi = (1.0 + chi_a2a * baselines.a2a_share + chi_pp * baselines.pp_extra_nodes
+           + chi_ovl * baselines.deep_local_pipeline)
+    analytic = (baselines.analytic_step_time_s
+                + (1 / attention - 1) * baselines.attention_core_s
+                + (routing - 1) * baselines.routed_expert_s)
+    return analytic * np.maximum(chi, 1e-6) * stack
+
+
+def calibrated_step_time_s(baselines: RecordBaselines, calibration: Calibration) -> np.ndarray:
+    """Closed-form step time of each run under ``calibration``."""
+    stack = np.array([calibration.stack_multiplier(s) for s in baselines.stacks])
+    attention = np.array([calibration.attention_multiplier(s) for s in baselines.stacks])
+    routing = np.array([calibration.routing_multiplier(r) for r in baselines.routings])
+    return _step_time_s(baselines, attention, routing, calibration.chi_a2a,
+                        calibration.chi_pp, calibration.chi_overlap, stack)
+
+
+def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
+                    provenance: str) -> Calibration:
+    """Fit c_A2A, c_PP, c_ovl, the stack multipliers, attention and routing factors."""
+    stacks = sorted(set(baselines.stacks))
+    routings = sorted(set(baselines.routings) - {"dense"})
+    index = np.array([stacks.index(s) for s in baselines.stacks])
+    routing_index = np.array([routings.index(r) if r in routings else -1
+                              for r in baselines.routings])
+    log_measured = np.log(baselines.measured_step_time_s)
+    n, k = len(stacks), len(routings)
+
+    def unpack(theta: np.ndarray) -> tuple[float, float, float, float, np.ndarray, np.ndarray,
+                                           np.ndarray]:
+        return (*(float(v) for v in theta[:4]), theta[4:4 + n], theta[4 + n:4 + 2 * n],
+                theta[4 + 2 * n:])
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        chi_a2a, chi_pp, chi_ovl, shared, deviations, log_attention, log_routing = unpack(theta)
+        routing = np.where(routing_index >= 0, np.exp(np.append(log_routing, 0.0)[
+            routing_index]), 1.0)
+        predicted = _step_time_s(baselines, np.exp(log_attention[index]), routing, chi_a2a,
+                                 chi_pp, chi_ovl, np.exp(shared + deviations[index]))
+        return np.concatenate([np.log(predicted) - log_measured,
+                               deviations / STACK_PRIOR_LOG_SD,
+                               log_attention / ATTENTION_PRIOR_LOG_SD,
+                               log_routing / ROUTING_PRIOR_LOG_SD])
+
+    lower = ([CHI_BOUNDS["chi_a2a"][0], CHI_BOUNDS["chi_pp"][0], CHI_BOUNDS["chi_overlap"][0],
+              -3.0] + [-3.0] * n + [ATTENTION_LOG_BOUNDS[0]] * n + [ROUTING_LOG_BOUNDS[0]] * k)
+    upper = ([CHI_BOUNDS["chi_a2a"][1], CHI_BOUNDS["chi_pp"][1], CHI_BOUNDS["chi_overlap"][1],
+              3.0] + [3.0] * n + [ATTENTION_LOG_BOUNDS[1]] * n + [ROUTING_LOG_BOUNDS[1]] * k)
+    start = np.zeros(4 + 2 * n + k)
+    start[2] = -1e-3  # strictly inside the bounds
+    start[4 + 2 * n:] = 1e-3
+    fit = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1",
+                        f_scale=ROBUST_SCALE_LOG)
+    rounded = np.array([float(f"{v:.6g}") for v in fit.x])  # readable files, same fit
+    chi_a2a, chi_pp, chi_ovl, shared, deviations, log_attention, log_routing = unpack(rounded)
+    multipliers = {stack: float(np.exp(shared + deviations[i])) for i, stack in enumerate(stacks)}
+    multipliers[DEFAULT_STACK_KEY] = float(np.exp(shared))
+    attention = {stack: float(np.exp(log_attention[i])) for i, stack in enumerate(stacks)}
+    attention[DEFAULT_STACK_KEY] = 1.0
+    imbalance = {routing: float(np.exp(log_routing[i])) for i, routing in enumerate(routings)}
+    imbalance[DEFAULT_STACK_KEY] = 1.0
+    sources = dict(base.sources) | {
+        "chi_a2a": "c_A2A of Eq. 15 (inter-node expert all-to-all straggler), " + FITTED,
+        "chi_pp": "c_PP of Eq. 15 (per extra node a pipeline spans), " + FITTED,
+        "chi_overlap": "c_ovl of Eq. 15 (deep pipeline inside one node), " + FITTED,
+        "stack_overhead": "step-time multiplier per software stack; 'default' for stacks "
+                          "not seen in the fit, " + FITTED,
+        "attention_efficiency": "flash-attention efficiency factor per stack, " + FITTED,
+        "routing_imbalance": "routed-expert load-imbalance factor per routing regime, " + FITTED,
+    }
+    return replace(base, name=name, provenance=provenance, chi_a2a=chi_a2a, chi_pp=chi_pp,
+                   chi_overlap=chi_ovl, stack_overhead=multipliers,
+                   attention_efficiency=attention, routing_imbalance=imbalance, sources=sources)
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Held-out predictions: each group's runs predicted by a fit without that group."""
+
+    groups: tuple[str, ...]  # group of each run
+    predicted_step_time_s: np.ndarray
+    measured_step_time_s: np.ndarray
+
+    @property
+    def errors(self) -> np.ndarray:
+        """Relative tokens/s error predicted/measured − 1 (tokens/s ∝ 1/step time)."""
+        return self.measured_step_time_s / self.predicted_step_time_s - 1.0
+
+
+def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
+                        base: Calibration) -> CrossValidation:
+    """Predict each group's runs with a calibration fitted on all other groups."""
+    groups_array = np.array(groups)
+    predicted = np.empty(len(groups_array))
+    for group in sorted(set(groups)):
+        held_out = groups_array == group
+        if held_out.all():
+            raise MosaicInputError("cross-validation needs at least two groups of runs")
+        fitted = fit_calibration(baselines.subset(~held_out), base, name="cv", provenance="cv")
+        predicted[held_out] = calibrated_step_time_s(baselines.subset(held_out), fitted)
+    return CrossValidation(groups=tuple(groups), predicted_step_time_s=predicted,
+                           measured_step_time_s=baselines.measured_step_time_s)

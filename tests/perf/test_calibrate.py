@@ -1,0 +1,77 @@
+"""Calibration fit and cross-validation on runs with known answers."""
+
+import numpy as np
+import pytest
+
+from mosaic.perf.calibrate import (
+    RecordBaselines,
+    calibrated_step_time_s,
+    fit_calibration,
+    leave_one_group_out,
+)
+from mosaic.perf.calibration import default_calibration, load_calibration
+
+BASE = default_calibration()
+
+
+def synthetic_baselines(multipliers: dict[str, float], seed: int = 0) -> RecordBaselines:
+    """Runs whose measured time is the analytic time times a known per-stack factor."""
+    rng = np.random.default_rng(seed)
+    stacks = tuple(s for s in multipliers for _ in range(20))
+    analytic = rng.uniform(0.5, 5.0, len(stacks))
+    measured = analytic * np.array([multipliers[s] for s in stacks])
+    zeros = np.zeros(len(stacks))
+    return RecordBaselines(
+        ids=tuple(f"run{i}" for i in range(len(stacks))), stacks=stacks,
+        routings=("dense",) * len(stacks), analytic_step_time_s=analytic,
+        attention_core_s=zeros, routed_expert_s=zeros, a2a_share=zeros,
+        pp_extra_nodes=zeros, deep_local_pipeline=zeros, measured_step_time_s=measured)
+
+
+def test_fit_recovers_a_single_stack_multiplier_exactly():
+    baselines = synthetic_baselines({"torchtitan": 1.5})
+    fitted = fit_calibration(baselines, BASE, name="t", provenance="test")
+    assert fitted.stack_multiplier("torchtitan") == pytest.approx(1.5, rel=1e-4)
+    assert calibrated_step_time_s(baselines, fitted) == pytest.approx(
+        baselines.measured_step_time_s, rel=1e-4)
+
+
+def test_stack_multipliers_are_shrunk_towards_the_shared_value():
+    baselines = synthetic_baselines({"megatron-core": 1.1, "torchtitan": 1.5})
+    fitted = fit_calibration(baselines, BASE, name="t", provenance="test")
+    megatron = fitted.stack_multiplier("megatron-core")
+    torchtitan = fitted.stack_multiplier("torchtitan")
+    shared = fitted.stack_multiplier("jax")  # unseen stack: the shared multiplier
+    # The prior pulls each stack a little towards the shared value (between the two).
+    assert 1.1 <= megatron < shared < torchtitan <= 1.5
+    assert megatron == pytest.approx(1.1, rel=3e-2)
+    assert torchtitan == pytest.approx(1.5, rel=3e-2)
+
+
+def test_fit_recovers_attention_efficiency_factor():
+    baselines = synthetic_baselines({"torchtitan": 1.0})
+    attention = baselines.analytic_step_time_s * 0.4
+    # Attention kernels at half the benchmarked efficiency double the attention time.
+    measured = baselines.analytic_step_time_s + attention
+    baselines = RecordBaselines(**{**baselines.__dict__, "attention_core_s": attention,
+                                   "measured_step_time_s": measured})
+    fitted = fit_calibration(baselines, BASE, name="t", provenance="test")
+    predicted = calibrated_step_time_s(baselines, fitted)
+    assert predicted == pytest.approx(measured, rel=2e-2)
+
+
+def test_leave_one_group_out_predicts_held_out_stack_from_the_others():
+    baselines = synthetic_baselines({"megatron-core": 1.2, "nemo": 1.2})
+    groups = ["a" if s == "megatron-core" else "b" for s in baselines.stacks]
+    cv = leave_one_group_out(baselines, groups, BASE)
+    # Each held-out group's stack is unseen in its training fold: predicted with the shared
+    # multiplier, 1.2, so the held-out error is ~0.
+    assert np.abs(cv.errors).max() < 1e-2
+
+
+def test_built_in_calibration_loads_with_provenance():
+    calibration = load_calibration(None)
+    assert "published_runs" in calibration.provenance
+    assert calibration.stack_multiplier("never-seen-stack") == calibration.stack_overhead[
+        "default"]
+    assert calibration.sources["chi_a2a"].startswith("c_A2A of Eq. 15")
