@@ -121,6 +121,8 @@ def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
         "top_k_overlap": _top_k_overlap_within_groups(predicted, measured, groups),
         "oom_runs": len(oom_runs),
         "oom_correct": int(np.sum(oom_correct)),
+        "trained_runs_predicted_infeasible": sum(
+            1 for p in predictions if not p.record.oom and not p.feasible),
         "memory": memory_stats,
     }
 

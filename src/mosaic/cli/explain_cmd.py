@@ -1,0 +1,209 @@
+"""`mosaic explain`: what bounds a job's step, why a measurement differs, what to try."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from mosaic.cli.common import console, guarded, print_json, print_key_value_table, print_table
+from mosaic.config.job_schema import load_job
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.diagnosis import (
+    GIB,
+    PARTED_CLASSES,
+    Bound,
+    Diagnosis,
+    diagnose,
+    measured_step_time,
+)
+from mosaic.perf.job import predict_job
+
+LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
+
+
+def _layout(plan: dict[str, Any]) -> str:
+    text = ", ".join(f"{key}={plan[key]}" for key in LAYOUT_KEYS)
+    return f"{text}, {plan['sharding']}, ckpt={plan['checkpointing']}"
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def explain_document(diagnosis: Diagnosis) -> dict[str, Any]:
+    """The JSON document of `mosaic explain --json`."""
+    result = diagnosis.result
+    p = result.prediction
+    bound = diagnosis.bound
+    gap = diagnosis.gap
+    return {
+        "current": {
+            "plan": result.spec.plan.row(0),
+            "global_batch": result.spec.workload.global_batch,
+            "step_time_s": float(p.step_time_s[0]),
+            "mfu": float(p.mfu[0]),
+            "tokens_per_s": float(p.tokens_per_s[0]),
+        },
+        "bound": {
+            "limiter": bound.limiter,
+            "class": bound.time_class,
+            "share": bound.time_share,
+            "part": bound.part,
+            "part_share": bound.part_share,
+            "summary": bound.summary,
+            "classes_s": bound.classes_s,
+            "parts_s": bound.parts_s,
+            "memory": {
+                "status": bound.memory.status,
+                "memory_gib": bound.memory.memory_bytes / GIB,
+                "capacity_gib": bound.memory.capacity_bytes / GIB,
+                "overshoot_gib": bound.memory.overshoot_bytes / GIB,
+            },
+        },
+        "breakdown": [asdict(term) for term in diagnosis.terms],
+        "gap": None if gap is None else {
+            "measured_step_time_s": gap.measured_step_time_s,
+            "predicted_step_time_s": gap.predicted_step_time_s,
+            "gap_s": gap.gap_s,
+            "ratio": gap.ratio,
+            "compute_kernel_s": gap.compute_kernel_s,
+            "communication_s": gap.communication_s,
+            "compute_scale": gap.compute_scale,
+            "communication_scale": gap.communication_scale,
+            "more_plausible": gap.more_plausible,
+            "findings": gap.findings,
+        },
+        "levers": [
+            {
+                "name": lever.name,
+                "description": lever.description,
+                "plan": lever.plan,
+                "global_batch": lever.global_batch,
+                "step_time_s": _finite(lever.step_time_s),
+                "mfu": _finite(lever.mfu),
+                "tokens_per_s": _finite(lever.tokens_per_s),
+                "gain": _finite(lever.gain),
+                "feasible": lever.feasible,
+                "reason": lever.reason,
+            }
+            for lever in diagnosis.levers
+        ],
+    }
+
+
+def _render_current(diagnosis: Diagnosis) -> None:
+    result = diagnosis.result
+    p = result.prediction
+    memory = diagnosis.bound.memory
+    print_key_value_table("Job", [
+        ("hardware", f"{result.cluster.n_devices} x {result.cluster.system.name}"),
+        ("layout", _layout(result.spec.plan.row(0))),
+        ("global batch", f"{result.spec.workload.global_batch} x "
+                         f"{result.spec.workload.seq_len} tokens"),
+        ("step time", f"{p.step_time_s[0]:.3f} s"),
+        ("tokens/s", f"{p.tokens_per_s[0]:,.0f}"),
+        ("MFU (6·N_act, dense bf16 datasheet peak)", f"{p.mfu[0]:.2%}"),
+        ("memory per GPU", f"{memory.memory_bytes / GIB:.1f} of "
+                           f"{memory.capacity_bytes / GIB:.1f} GiB ({memory.status})"),
+    ])
+
+
+def _largest_parts(bound: Bound, group: str, step_s: float) -> str:
+    """The three largest parts of a class with parts (compute op classes, comm axes)."""
+    if group not in PARTED_CLASSES:
+        return ""
+    parts = list(bound.parts_s[group].items())[:3]
+    return ", ".join(f"{part} {seconds / step_s:.0%}" for part, seconds in parts)
+
+
+def _render_bound(diagnosis: Diagnosis) -> None:
+    rows = [[term.name, term.group, f"{term.seconds:.4f}", f"{term.share:.1%}", term.label]
+            for term in diagnosis.terms]
+    print_table("Step-time breakdown, largest first",
+                ["term", "class", "seconds", "share", "source"], rows)
+    bound = diagnosis.bound
+    step = float(diagnosis.result.prediction.step_time_s[0])
+    class_rows = [
+        [group, f"{seconds:.4f}", f"{seconds / step:.1%}", _largest_parts(bound, group, step)]
+        for group, seconds in bound.classes_s.items()
+    ]
+    print_table("What bounds this step", ["class", "seconds", "share", "largest parts"],
+                class_rows)
+    console.print(f"Bound: {bound.summary}", markup=False, highlight=False)
+
+
+def _render_gap(diagnosis: Diagnosis) -> None:
+    gap = diagnosis.gap
+    if gap is None:
+        return
+    print_key_value_table("Measured vs predicted", [
+        ("measured step time", f"{gap.measured_step_time_s:.3f} s"),
+        ("predicted step time", f"{gap.predicted_step_time_s:.3f} s"),
+        ("measured / predicted", f"{gap.ratio:.2f}x"),
+        ("compute kernels (with their bubble/overhead share)",
+         f"{gap.compute_kernel_s:.3f} s ({gap.compute_kernel_s / gap.predicted_step_time_s:.0%})"),
+        ("communication (with its bubble/overhead share)",
+         f"{gap.communication_s:.3f} s ({gap.communication_s / gap.predicted_step_time_s:.0%})"),
+    ])
+    for finding in gap.findings:
+        console.print(f"- {finding}", markup=False, highlight=False)
+
+
+def _render_levers(diagnosis: Diagnosis) -> None:
+    table = Table(title="Levers, best feasible first (gain = tokens/s over current)",
+                  title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("what changes", ratio=3)
+    for column in ("MFU", "step s", "gain"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("feasible?", ratio=2)
+    for rank, lever in enumerate(diagnosis.levers, start=1):
+        predicted = math.isfinite(lever.step_time_s)
+        table.add_row(
+            str(rank), lever.description,
+            f"{lever.mfu:.2%}" if predicted else "-",
+            f"{lever.step_time_s:.3f}" if predicted else "-",
+            f"{lever.gain:.2f}x" if predicted else "-",
+            "yes" if lever.feasible else f"no: {lever.reason}",
+        )
+    console.print(table)
+
+
+def explain(
+    job: Annotated[Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")],
+    measured_tokens_per_s: Annotated[
+        float | None, typer.Option(help="measured cluster-total tokens/s, for the gap analysis")
+    ] = None,
+    measured_step_time_s: Annotated[
+        float | None, typer.Option(help="measured seconds per step, for the gap analysis")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a field: block.field=value (repeatable)"),
+    ] = None,
+    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
+    spec = load_job(job, set_ or [])
+    measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
+                                  measured_step_time_s)
+    constants = load_calibration(calibration)
+    diagnosis = diagnose(predict_job(spec, constants), constants, measured)
+    if json_output:
+        print_json(explain_document(diagnosis))
+        return
+    _render_current(diagnosis)
+    _render_bound(diagnosis)
+    _render_gap(diagnosis)
+    _render_levers(diagnosis)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic explain` to the root command."""
+    app.command("explain")(guarded(explain))

@@ -1,0 +1,166 @@
+"""`mosaic validate` and `mosaic calibrate`: accuracy against measured runs."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+import yaml
+
+from mosaic.cli.common import guarded, print_json, print_key_value_table, print_table
+from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
+from mosaic.errors import MosaicInputError
+from mosaic.perf.calibrate import fit_calibration, leave_one_group_out, record_baselines
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.validation_report import aggregate, predict_runs, run_rows
+
+CV_GROUPINGS = ("source", "group", "none")
+
+
+def _load(runs: Path) -> RunRecordSet:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunRecordWarning)
+        return load_run_records(runs)
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
+    rows = [
+        ("runs predicted (skipped)", f"{stats['n_runs']} ({n_skipped})"),
+        ("MAPE tokens/s, all", _percent(stats["mape"])),
+        ("MAPE, MoE runs", f"{_percent(stats['moe']['mape'])} of {stats['moe']['n_runs']}"),
+        ("MAPE, dense runs", f"{_percent(stats['dense']['mape'])} of {stats['dense']['n_runs']}"),
+        (
+            "median / max |error|",
+            f"{_percent(stats['median_abs_error'])} / {_percent(stats['max_abs_error'])}",
+        ),
+        (
+            "Spearman within model+GPU groups",
+            "n/a" if stats["spearman"] is None else f"{stats['spearman']:.2f}",
+        ),
+        ("top-3 overlap within groups", _percent(stats["top_k_overlap"])),
+        ("OOM runs predicted infeasible", f"{stats['oom_correct']} of {stats['oom_runs']}"),
+        ("trained runs predicted infeasible", str(stats["trained_runs_predicted_infeasible"])),
+        (
+            "memory MAPE (runs reporting memory)",
+            f"{_percent(stats['memory']['mape'])} of {stats['memory']['n_runs']}",
+        ),
+    ]
+    print_key_value_table(title, rows)
+
+
+def validate(
+    runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
+    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Predict each recorded run and compare with its measured tokens/s (and memory)."""
+    record_set = _load(runs)
+    predictions = predict_runs(record_set.records, load_calibration(calibration))
+    rows = run_rows(predictions)
+    summary = aggregate(predictions)
+    skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
+    if json_output:
+        print_json({"runs": rows, "aggregate": summary, "skipped": skipped})
+        return
+    table = [
+        [
+            r["id"],
+            f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
+            "OOM" if r["oom"] else f"{r['measured_tokens_per_s_per_gpu']:,.0f}",
+            "n/a" if r["error"] is None else f"{r['error']:+.1%}",
+            f"{r['predicted_memory_gib']:.1f}",
+            "-" if r["measured_memory_gib"] is None else f"{r['measured_memory_gib']:.1f}",
+        ]
+        for r in rows
+    ]
+    print_table(
+        "Predicted vs measured tokens/s per GPU",
+        ["run", "predicted", "measured", "error", "mem GiB", "measured GiB"],
+        table,
+    )
+    _print_aggregate("Accuracy", summary, len(skipped))
+    if skipped:
+        typer.echo(f"{len(skipped)} record(s) skipped; --json lists each with its reason")
+
+
+def calibrate(
+    runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
+    out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
+    cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
+    base: Annotated[Path | None, typer.Option(help="calibration to start from")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
+    if cv not in CV_GROUPINGS:
+        raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
+    record_set = _load(runs)
+    start = load_calibration(base)
+    baselines = record_baselines(record_set.records, start)
+    provenance = (
+        f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name} "
+        f"(robust least squares on log step time)"
+    )
+    fitted = fit_calibration(baselines, start, name=runs.stem, provenance=provenance)
+    records = {r.id: r for r in record_set.records}
+    report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids)}
+    if cv != "none":
+        groups = [
+            records[i].source_key if cv == "source" else records[i].group_key for i in baselines.ids
+        ]
+        result = leave_one_group_out(baselines, groups, start)
+        errors = np.abs(result.errors)
+        moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
+        report["cross_validation"] = {
+            "grouping": cv,
+            "mape": float(errors.mean()),
+            "median_abs_error": float(np.median(errors)),
+            "max_abs_error": float(errors.max()),
+            "moe_mape": float(errors[moe].mean()) if moe.any() else None,
+            "dense_mape": float(errors[~moe].mean()) if (~moe).any() else None,
+            "per_group_mape": {
+                g: float(errors[np.array(groups) == g].mean()) for g in sorted(set(groups))
+            },
+        }
+        fitted_doc = fitted.to_document()
+        fitted_doc["provenance"] += (
+            f"; leave-one-{cv}-out cross-validated tokens/s MAPE "
+            f"{report['cross_validation']['mape']:.1%} (MoE "
+            f"{report['cross_validation']['moe_mape']:.1%})"
+        )
+        report["calibration"] = fitted_doc
+    out.write_text(yaml.safe_dump(report["calibration"], sort_keys=False))
+    if json_output:
+        print_json(report)
+        return
+    constants = report["calibration"]["constants"]
+    print_key_value_table(
+        f"Calibration written to {out}",
+        [(name, str(entry["value"])) for name, entry in constants.items()],
+    )
+    if "cross_validation" in report:
+        c = report["cross_validation"]
+        print_key_value_table(
+            f"Leave-one-{cv}-out cross-validation (tokens/s)",
+            [
+                ("MAPE all", _percent(c["mape"])),
+                ("MAPE MoE", _percent(c["moe_mape"])),
+                ("MAPE dense", _percent(c["dense_mape"])),
+                (
+                    "median / max |error|",
+                    f"{_percent(c['median_abs_error'])} / {_percent(c['max_abs_error'])}",
+                ),
+            ],
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic validate` and `mosaic calibrate` to the root command."""
+    app.command("validate")(guarded(validate))
+    app.command("calibrate")(guarded(calibrate))

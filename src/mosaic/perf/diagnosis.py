@@ -1,0 +1,588 @@
+"""Why a predicted step takes as long as it does, how a measurement departs from it, and
+which layout or batch changes would help most (`mosaic explain`).
+
+Three parts, each built on :func:`mosaic.perf.step_time.predict_step`:
+
+* **Bound**: the breakdown grouped into classes (compute by op class, exposed communication
+  by parallel axis, pipeline bubble, vocabulary stage, CPU dispatch floor, optimizer,
+  calibrated overhead) plus the memory status; the largest class bounds the step.
+* **Gap**: a measured step time against the prediction, attributed to compute kernels or
+  communication by the uniform slowdown of each that would alone explain it.
+* **Levers**: concrete what-ifs (EP inside the NVLink domain, sharding, checkpointing,
+  pipeline, micro-batch, TP, global batch), each re-predicted and checked against the plan
+  rules and device memory, ranked by throughput gain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from mosaic.errors import MosaicInputError
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.collectives import group_placement
+from mosaic.perf.constraints import first_reason, plan_violations
+from mosaic.perf.job import JobPrediction
+from mosaic.perf.machine import Machine
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
+from mosaic.perf.step_time import StepPrediction, predict_step
+from mosaic.perf.workload import Workload
+
+GIB = 2**30
+# Memory use above this fraction of device memory is reported as "near capacity": the
+# allocator's fragmentation and transient buffers the model does not itemise live there.
+NEAR_CAPACITY_FRACTION = 0.9
+# A measurement within this relative distance of the prediction needs no attribution.
+AGREEMENT_TOLERANCE = 0.05
+
+COMMUNICATION_AXES = {"tp_": "tp", "ep_": "ep", "cp_": "cp", "pp_": "pp", "dp_": "dp/fsdp",
+                      "fsdp_": "dp/fsdp"}
+NAMED_CLASSES = {"pipeline_bubble": "pipeline_bubble", "vocab_stage": "vocab_stage",
+                 "dispatch_floor": "dispatch", "optimizer": "optimizer",
+                 "routing_imbalance": "imbalance", "calibration": "overhead"}
+CLASS_DESCRIPTIONS = {
+    "compute": "compute kernels",
+    "communication": "exposed communication",
+    "pipeline_bubble": "the pipeline bubble",
+    "vocab_stage": "the vocabulary stage (embedding, LM head, loss)",
+    "dispatch": "the CPU kernel-launch floor",
+    "optimizer": "the optimizer update",
+    "imbalance": "routed-expert load imbalance (calibrated)",
+    "overhead": "calibrated system overhead (chi_sys, stack)",
+}
+PLAUSIBLE_SOURCES = {"compute": "compute kernels", "communication": "communication"}
+# Classes made of several terms, reported by part (op class, parallel axis).
+PARTED_CLASSES = ("compute", "communication")
+# Terms the schedule repeats per micro-batch inside t_block (Eq. 11): these classes and the
+# communication of these axes (data-parallel communication is outside the block). The
+# bubble is a fraction of t_block (Eq. 12), so it grows in proportion with exactly these.
+BLOCK_CLASSES = ("compute", "dispatch", "imbalance")
+BLOCK_AXES = ("tp", "ep", "cp", "pp")
+# Device-kernel time a compute-efficiency error would stretch: block compute, the vocabulary
+# stage (LM-head GEMMs, cross-entropy) and the optimizer's streaming update.
+KERNEL_CLASSES = ("compute", "vocab_stage", "optimizer")
+
+
+def classify_term(name: str) -> tuple[str, str]:
+    """(class, part) of a breakdown term, e.g. ('compute', 'experts'), ('communication', 'ep')."""
+    if name.startswith("compute_"):
+        return "compute", name.removeprefix("compute_")
+    for prefix, axis in COMMUNICATION_AXES.items():
+        if name.startswith(prefix):
+            return "communication", axis
+    return NAMED_CLASSES.get(name, "other"), name
+
+
+@dataclass(frozen=True)
+class TermShare:
+    """One breakdown term of the step."""
+
+    name: str
+    seconds: float
+    share: float
+    label: str
+    group: str
+    part: str
+
+
+@dataclass(frozen=True)
+class MemoryStatus:
+    """Per-GPU memory of the heaviest stage against device memory."""
+
+    memory_bytes: float
+    capacity_bytes: float
+    overshoot_bytes: float
+
+    @property
+    def fraction(self) -> float:
+        return self.memory_bytes / self.capacity_bytes
+
+    @property
+    def status(self) -> str:
+        if self.overshoot_bytes > 0:
+            return "out of memory"
+        return "near capacity" if self.fraction >= NEAR_CAPACITY_FRACTION else "fits"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What bounds the step.
+
+    Attributes:
+        limiter: "memory" when the plan does not fit, else ``time_class``.
+        time_class: the class with the most step time (compute, communication, ...).
+        time_share: its share of the step.
+        part: the largest part inside that class (an op class or a parallel axis).
+        part_share: that part's share of the step.
+        classes_s: seconds per class, largest first.
+        parts_s: seconds per part of each class, largest first.
+    """
+
+    limiter: str
+    time_class: str
+    time_share: float
+    part: str
+    part_share: float
+    classes_s: dict[str, float]
+    parts_s: dict[str, dict[str, float]]
+    memory: MemoryStatus
+
+    @property
+    def summary(self) -> str:
+        what = CLASS_DESCRIPTIONS.get(self.time_class, self.time_class)
+        text = f"{self.time_class}-bound: {what} is {self.time_share:.0%} of the step"
+        if self.time_class in PARTED_CLASSES:
+            text += f", most of it {self.part} ({self.part_share:.0%} of the step)"
+        if self.memory.status == "out of memory":
+            return (f"does not fit: needs {self.memory.memory_bytes / GIB:.1f} of "
+                    f"{self.memory.capacity_bytes / GIB:.1f} GiB per GPU (over by "
+                    f"{self.memory.overshoot_bytes / GIB:.1f} GiB); if it fit it would be "
+                    + text)
+        if self.memory.status == "near capacity":
+            return (text + f"; memory is near capacity ({self.memory.fraction:.0%} of "
+                    f"{self.memory.capacity_bytes / GIB:.1f} GiB)")
+        return text
+
+
+def _sorted(values: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(values.items(), key=lambda item: -item[1]))
+
+
+def breakdown_terms(prediction: StepPrediction, index: int = 0) -> list[TermShare]:
+    """The breakdown of plan ``index`` as classified terms, largest first (zeros dropped)."""
+    step = float(prediction.step_time_s[index])
+    terms = [
+        TermShare(name, float(value[index]), float(value[index]) / step,
+                  prediction.labels[name], *classify_term(name))
+        for name, value in prediction.breakdown_s.items()
+        if value[index] != 0
+    ]
+    return sorted(terms, key=lambda term: -term.seconds)
+
+
+def classify_bound(prediction: StepPrediction, capacity_bytes: float, index: int = 0) -> Bound:
+    """Group plan ``index``'s breakdown into classes and parts and name the dominant ones."""
+    step = float(prediction.step_time_s[index])
+    classes: dict[str, float] = {}
+    parts: dict[str, dict[str, float]] = {}
+    for term in breakdown_terms(prediction, index):
+        classes[term.group] = classes.get(term.group, 0.0) + term.seconds
+        group_parts = parts.setdefault(term.group, {})
+        group_parts[term.part] = group_parts.get(term.part, 0.0) + term.seconds
+    classes = _sorted(classes)
+    parts = {group: _sorted(group_parts) for group, group_parts in parts.items()}
+    time_class = next(iter(classes))
+    part, part_s = next(iter(parts[time_class].items()))
+    memory = MemoryStatus(float(prediction.memory_bytes[index]), capacity_bytes,
+                          float(prediction.overshoot_bytes[index]))
+    return Bound(
+        limiter="memory" if memory.status == "out of memory" else time_class,
+        time_class=time_class,
+        time_share=classes[time_class] / step,
+        part=part,
+        part_share=part_s / step,
+        classes_s=classes,
+        parts_s=parts,
+        memory=memory,
+    )
+
+
+# --------------------------------------------------------------------------- gap analysis
+
+
+def measured_step_time(tokens_per_step: int, measured_tokens_per_s: float | None = None,
+                       measured_step_time_s: float | None = None) -> float | None:
+    """The measured step time from either cluster-total tokens/s or step seconds (or None)."""
+    if measured_tokens_per_s is not None and measured_step_time_s is not None:
+        raise MosaicInputError(
+            "give --measured-tokens-per-s or --measured-step-time-s, not both"
+        )
+    for flag, value in (("--measured-tokens-per-s", measured_tokens_per_s),
+                        ("--measured-step-time-s", measured_step_time_s)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise MosaicInputError(f"{flag} must be a positive number, got {value}")
+    if measured_tokens_per_s is not None:
+        return tokens_per_step / measured_tokens_per_s
+    return measured_step_time_s
+
+
+def _in_block(name: str) -> bool:
+    """Whether a breakdown term is part of t_block (Eq. 11)."""
+    group, part = classify_term(name)
+    return group in BLOCK_CLASSES or (group == "communication" and part in BLOCK_AXES)
+
+
+def effective_class_times_s(prediction: StepPrediction, index: int = 0) -> dict[str, float]:
+    """Step seconds per class with the bubble and calibrated overhead shared out.
+
+    The bubble is f_bubble·t_block (Eq. 12), so it is split over the terms of t_block in
+    proportion to their time; the calibration term is (χ_sys·stack − 1) times the analytic
+    total (Eq. 15), so it is split over every term in proportion. The result sums to the
+    step time and says how much of it scales with each class, to first order.
+    """
+    terms = {name: float(value[index]) for name, value in prediction.breakdown_s.items()}
+    bubble = terms.pop("pipeline_bubble", 0.0)
+    overhead = terms.pop("calibration", 0.0)
+    block_s = sum(seconds for name, seconds in terms.items() if _in_block(name))
+    bubble_factor = 1 + bubble / block_s if block_s > 0 else 1.0
+    overhead_factor = 1 + overhead / (sum(terms.values()) + bubble)
+    effective: dict[str, float] = {}
+    for name, seconds in terms.items():
+        group = classify_term(name)[0]
+        scaled = seconds * (bubble_factor if _in_block(name) else 1.0) * overhead_factor
+        effective[group] = effective.get(group, 0.0) + scaled
+    return effective
+
+
+@dataclass(frozen=True)
+class GapAttribution:
+    """A measured step against the prediction, attributed to first order.
+
+    ``*_scale`` is the factor by which that class's effective time (see
+    :func:`effective_class_times_s`) would have to grow, everything else as predicted, to
+    give the measured step: ``1 + gap / class_time``; None where no factor can (the class
+    takes no time, or would need negative time). First order: the max() floors of the
+    schedule are held fixed, so where the CPU launch floor or overlap hides part of a
+    slowdown the true factor is larger (``launch_floor_s`` says how much the floor hides).
+    """
+
+    measured_step_time_s: float
+    predicted_step_time_s: float
+    compute_kernel_s: float
+    communication_s: float
+    launch_floor_s: float
+    compute_scale: float | None
+    communication_scale: float | None
+
+    @property
+    def gap_s(self) -> float:
+        return self.measured_step_time_s - self.predicted_step_time_s
+
+    @property
+    def ratio(self) -> float:
+        """Measured over predicted step time (= predicted over measured tokens/s)."""
+        return self.measured_step_time_s / self.predicted_step_time_s
+
+    @property
+    def more_plausible(self) -> str | None:
+        """'compute' or 'communication': the one needing the smaller departure from the
+        model (closer to 1 on a log scale); None when the two agree or neither can."""
+        if abs(self.ratio - 1) <= AGREEMENT_TOLERANCE:
+            return None
+        candidates = {name: abs(math.log(scale)) for name, scale in
+                      (("compute", self.compute_scale),
+                       ("communication", self.communication_scale)) if scale is not None}
+        return min(candidates, key=candidates.__getitem__) if candidates else None
+
+    @property
+    def findings(self) -> list[str]:
+        """What the numbers say, one sentence each; the last, when present, is the inference."""
+        if abs(self.ratio - 1) <= AGREEMENT_TOLERANCE:
+            return [f"measured is within {AGREEMENT_TOLERANCE:.0%} of predicted "
+                    f"({self.ratio:.2f}x): the model accounts for the step"]
+        direction = "slower" if self.gap_s > 0 else "faster"
+        findings = [f"measured step is {self.ratio:.2f}x the predicted one ({direction} by "
+                    f"{abs(self.gap_s):.3f} s)"]
+        for name, scale, seconds in (
+            ("compute kernels", self.compute_scale, self.compute_kernel_s),
+            ("communication", self.communication_scale, self.communication_s),
+        ):
+            if scale is None:
+                findings.append(f"{name} ({seconds:.3f} s predicted) cannot explain it alone")
+                continue
+            finding = (f"{name} alone would have to take {scale:.2f}x the predicted "
+                       f"{seconds:.3f} s")
+            if scale > 2:
+                finding += f": the gap is larger than all predicted {name} time"
+            findings.append(finding)
+        if self.launch_floor_s > 0 and self.gap_s > 0:
+            findings.append(f"the CPU launch floor hides {self.launch_floor_s:.3f} s: block "
+                            "compute or communication can slow by that much unseen, so these "
+                            "factors are lower bounds")
+        choice = self.more_plausible
+        if choice is not None:
+            change = "slower" if self.gap_s > 0 else "faster"
+            findings.append(f"inference: {change} {PLAUSIBLE_SOURCES[choice]} is the more "
+                            "plausible main source (it needs the smaller departure from the "
+                            "model); a mix of both is likely")
+        return findings
+
+
+def _scale_to_explain(gap_s: float, class_s: float) -> float | None:
+    if class_s <= 0:
+        return None
+    scale = 1 + gap_s / class_s
+    return scale if scale > 0 else None
+
+
+def attribute_gap(prediction: StepPrediction, measured_step_time_s: float,
+                  index: int = 0) -> GapAttribution:
+    """Attribute a measured step time of plan ``index`` to compute kernels vs communication."""
+    effective = effective_class_times_s(prediction, index)
+    kernels = sum(effective.get(group, 0.0) for group in KERNEL_CLASSES)
+    communication = effective.get("communication", 0.0)
+    predicted = float(prediction.step_time_s[index])
+    gap = measured_step_time_s - predicted
+    return GapAttribution(
+        measured_step_time_s=measured_step_time_s,
+        predicted_step_time_s=predicted,
+        compute_kernel_s=kernels,
+        communication_s=communication,
+        launch_floor_s=effective.get("dispatch", 0.0),
+        compute_scale=_scale_to_explain(gap, kernels),
+        communication_scale=_scale_to_explain(gap, communication),
+    )
+
+
+# --------------------------------------------------------------------------------- levers
+
+PlanRow = dict[str, int | str | bool]
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One what-if, re-predicted. ``gain`` is its tokens/s over the current plan's (NaN,
+    like the times, when the plan breaks a rule); ``reason`` says why it is not feasible."""
+
+    name: str
+    description: str
+    plan: PlanRow
+    global_batch: int
+    step_time_s: float
+    mfu: float
+    tokens_per_s: float
+    gain: float
+    memory_bytes: float
+    feasible: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    name: str
+    description: str
+    plan: PlanRow
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _with(row: PlanRow, **changes: int | str | bool) -> PlanRow:
+    """``row`` with ``changes``; non-HSDP plans keep hsdp_shard = dp, as single_plan does."""
+    new = {**row, **changes}
+    if new["sharding"] != "hsdp":
+        new["hsdp_shard"] = new["dp"]
+    if "tp" in changes:
+        new["sequence_parallel"] = int(new["tp"]) > 1
+    return new
+
+
+def _ep_in_domain(workload: Workload, machine: Machine, row: PlanRow) -> Iterator[_Candidate]:
+    """Largest ep that divides the experts and the expert mesh with its group in one domain
+    (Appendix F.2: expert parallelism helps up to the node boundary, hurts past it)."""
+    moe = workload.geometry.moe
+    if moe is None:
+        return
+    domain = machine.interconnect.scale_up_domain_gpus
+    etp = int(row["etp"])
+    mesh = int(row["tp"]) * int(row["cp"]) * int(row["dp"])
+    eps = np.array([ep for ep in _divisors(moe.experts) if mesh % (ep * etp) == 0])
+    inside = eps[group_placement(eps, etp, domain).inside_domain]
+    best = int(inside.max()) if inside.size else None
+    if best is not None and best != row["ep"]:
+        yield _Candidate("ep_in_domain", f"expert parallelism inside the {domain}-GPU NVLink "
+                         f"domain: ep {row['ep']} -> {best}", _with(row, ep=best))
+
+
+def _hsdp_shard_in_domain(machine: Machine, row: PlanRow) -> int:
+    """Largest HSDP shard group (a divisor of dp) whose ranks share one NVLink domain."""
+    domain = machine.interconnect.scale_up_domain_gpus
+    stride = int(row["tp"]) * int(row["cp"])
+    return max((d for d in _divisors(int(row["dp"])) if d * stride <= domain), default=1)
+
+
+def _sharding(machine: Machine, row: PlanRow) -> Iterator[_Candidate]:
+    for mode in (Sharding.NONE, Sharding.ZERO1, Sharding.FSDP, Sharding.HSDP):
+        name = mode.name.lower()
+        if name == row["sharding"]:
+            continue
+        if mode is Sharding.HSDP:
+            shard = _hsdp_shard_in_domain(machine, row)
+            if shard in (1, row["dp"]):
+                continue
+            yield _Candidate("sharding_hsdp", f"HSDP: shard over {shard} ranks inside the "
+                             f"NVLink domain, replicate x{int(row['dp']) // shard}",
+                             _with(row, sharding=name, hsdp_shard=shard))
+        else:
+            yield _Candidate(f"sharding_{name}", f"sharding {row['sharding']} -> {name}",
+                             _with(row, sharding=name))
+
+
+def _checkpointing(row: PlanRow) -> Iterator[_Candidate]:
+    for mode in Checkpointing:
+        name = mode.name.lower()
+        if name != row["checkpointing"]:
+            yield _Candidate(f"checkpointing_{name}",
+                             f"activation checkpointing {row['checkpointing']} -> {name}",
+                             _with(row, checkpointing=name))
+
+
+def _pipeline(row: PlanRow) -> Iterator[_Candidate]:
+    """Interleaving and pipeline depth (Eq. 12: bubble (pp-1)/(vpp·n_mb))."""
+    pp, vpp, dp = int(row["pp"]), int(row["vpp"]), int(row["dp"])
+    if pp > 1 and vpp == 1:
+        yield _Candidate("vpp_2", "interleaved pipeline: vpp 1 -> 2", _with(row, vpp=2))
+    if pp > 1 and pp % 2 == 0:
+        yield _Candidate("pp_halve", f"pipeline pp {pp} -> {pp // 2} (dp {dp} -> {2 * dp})",
+                         _with(row, pp=pp // 2, dp=2 * dp, vpp=vpp if pp > 2 else 1))
+    if dp % 2 == 0:
+        yield _Candidate("pp_double", f"pipeline pp {pp} -> {2 * pp} (dp {dp} -> {dp // 2})",
+                         _with(row, pp=2 * pp, dp=dp // 2))
+
+
+def _micro_batch(row: PlanRow) -> Iterator[_Candidate]:
+    mb = int(row["micro_batch"])
+    yield _Candidate("micro_batch_double", f"micro-batch {mb} -> {2 * mb} sequences",
+                     _with(row, micro_batch=2 * mb))
+    if mb % 2 == 0:
+        yield _Candidate("micro_batch_halve", f"micro-batch {mb} -> {mb // 2} sequences",
+                         _with(row, micro_batch=mb // 2))
+
+
+def _tensor_parallel(row: PlanRow) -> Iterator[_Candidate]:
+    tp, dp = int(row["tp"]), int(row["dp"])
+    if dp % 2 == 0:
+        yield _Candidate("tp_double", f"tensor parallel tp {tp} -> {2 * tp} (dp {dp} -> "
+                         f"{dp // 2})", _with(row, tp=2 * tp, dp=dp // 2))
+    if tp % 2 == 0:
+        yield _Candidate("tp_halve", f"tensor parallel tp {tp} -> {tp // 2} (dp {dp} -> "
+                         f"{2 * dp})", _with(row, tp=tp // 2, dp=2 * dp))
+
+
+def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[_Candidate]:
+    """Every plan-only what-if of the current plan, without duplicates or no-ops."""
+    seen = {tuple(row.items())}
+    unique = []
+    for candidate in (*_ep_in_domain(workload, machine, row), *_sharding(machine, row),
+                      *_checkpointing(row), *_pipeline(row), *_micro_batch(row),
+                      *_tensor_parallel(row)):
+        key = tuple(candidate.plan.items())
+        if key not in seen:
+            seen.add(key)
+            unique.append(candidate)
+    return unique
+
+
+def plans_from_rows(rows: list[PlanRow]) -> ParallelPlans:
+    """Plans from rows in the form of :meth:`ParallelPlans.row` (the inverse of it)."""
+    columns: dict[str, list[int]] = {name: [] for name in rows[0]}
+    for row in rows:
+        for name, value in row.items():
+            if name == "sharding":
+                value = int(Sharding.parse(str(value)))
+            elif name == "checkpointing":
+                value = int(Checkpointing.parse(str(value)))
+            columns[name].append(int(value))
+    return plans_from_columns(**columns)
+
+
+def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: float) -> str:
+    return (f"out of memory: needs {memory_bytes / GIB:.1f} of {capacity_bytes / GIB:.1f} GiB "
+            f"(over by {overshoot_bytes / GIB:.1f} GiB)")
+
+
+def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,
+              calibration: Calibration, current_tokens_per_s: float) -> list[Lever]:
+    """Predict every candidate plan in one vectorised call; rule breakers get NaN times."""
+    plans = plans_from_rows([candidate.plan for candidate in candidates])
+    violations = plan_violations(workload, plans, machine.n_devices)
+    reasons = [first_reason(violations, plans, i) for i in range(len(plans))]
+    valid = np.flatnonzero([reason is None for reason in reasons])
+    prediction = (predict_step(workload, plans.take(valid), machine, calibration)
+                  if valid.size else None)
+    position = {int(index): k for k, index in enumerate(valid)}
+    levers = []
+    for i, candidate in enumerate(candidates):
+        if reasons[i] is not None:
+            levers.append(Lever(candidate.name, candidate.description, candidate.plan,
+                                workload.global_batch, math.nan, math.nan, math.nan, math.nan,
+                                math.nan, False, f"breaks a rule: {reasons[i]}"))
+            continue
+        assert prediction is not None
+        k = position[i]
+        fits = bool(prediction.feasible[k])
+        memory = float(prediction.memory_bytes[k])
+        tokens_per_s = float(prediction.tokens_per_s[k])
+        levers.append(Lever(
+            candidate.name, candidate.description, candidate.plan, workload.global_batch,
+            float(prediction.step_time_s[k]), float(prediction.mfu[k]), tokens_per_s,
+            tokens_per_s / current_tokens_per_s, memory, fits,
+            None if fits else _memory_reason(memory, float(prediction.overshoot_bytes[k]),
+                                             machine.hbm_bytes),
+        ))
+    return levers
+
+
+def _rank(lever: Lever) -> tuple[int, float]:
+    """Feasible first, then out-of-memory, then rule breakers; larger gain first."""
+    tier = 0 if lever.feasible else (2 if math.isnan(lever.gain) else 1)
+    return tier, -(0.0 if math.isnan(lever.gain) else lever.gain)
+
+
+def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
+                calibration: Calibration) -> list[Lever]:
+    """Every what-if of a one-plan job, predicted and ranked (best feasible gain first).
+
+    Plan-only changes are predicted together in one call; doubling the global batch (more
+    micro-batches: a smaller bubble, data-parallel communication amortised) changes the
+    workload and needs its own call. Its gain is in throughput only: a larger batch also
+    changes the optimisation, which the performance model does not judge.
+
+    Not offered: reducing gradients in bf16. Gradient bytes per parameter are a constant of
+    the time and memory model (``GRADIENT_BYTES_PER_PARAM``), not a plan parameter, so
+    the what-if cannot be predicted without changing the model itself.
+    """
+    current = predict_step(workload, plan, machine, calibration)
+    current_tokens_per_s = float(current.tokens_per_s[0])
+    row = plan.row(0)
+    levers = _evaluate(plan_candidates(workload, machine, row), workload, machine,
+                       calibration, current_tokens_per_s)
+    doubled = replace(workload, global_batch=2 * workload.global_batch)
+    levers += _evaluate(
+        [_Candidate("global_batch_double", f"global batch {workload.global_batch} -> "
+                    f"{doubled.global_batch} sequences (more micro-batches per step)", row)],
+        doubled, machine, calibration, current_tokens_per_s)
+    return sorted(levers, key=_rank)
+
+
+# ------------------------------------------------------------------------------ diagnosis
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Everything `mosaic explain` reports about one job."""
+
+    result: JobPrediction
+    terms: list[TermShare]
+    bound: Bound
+    gap: GapAttribution | None
+    levers: list[Lever]
+
+
+def diagnose(result: JobPrediction, calibration: Calibration,
+             measured_step_time_s: float | None = None) -> Diagnosis:
+    """Bound, gap (when a measured step time is given) and ranked levers of one job."""
+    prediction = result.prediction
+    workload = result.spec.workload
+    return Diagnosis(
+        result=result,
+        terms=breakdown_terms(prediction),
+        bound=classify_bound(prediction, result.machine.hbm_bytes),
+        gap=(attribute_gap(prediction, measured_step_time_s)
+             if measured_step_time_s is not None else None),
+        levers=rank_levers(workload, result.spec.plan, result.machine, calibration),
+    )

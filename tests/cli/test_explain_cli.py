@@ -1,0 +1,93 @@
+"""`mosaic explain` from the command line: JSON keys, human output, measurements, errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "fsdp_moe_comm_bound.yaml")
+LEVER_KEYS = {"name", "description", "plan", "step_time_s", "mfu", "tokens_per_s", "gain",
+              "feasible", "reason"}
+runner = CliRunner()
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, ["explain", EXAMPLE, *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_json_keys_and_verdict():
+    doc = run_json()
+    assert {"bound", "breakdown", "gap", "levers"} <= set(doc)
+    assert doc["gap"] is None
+    assert doc["bound"]["limiter"] == "communication"
+    assert doc["bound"]["part"] == "dp/fsdp"
+    assert sum(term["seconds"] for term in doc["breakdown"]) == pytest.approx(
+        doc["current"]["step_time_s"], rel=1e-9)
+    for lever in doc["levers"]:
+        assert set(lever) >= LEVER_KEYS
+    top = doc["levers"][0]
+    assert top["feasible"] and top["gain"] > 1.5 and top["reason"] is None
+
+
+def test_json_reports_rule_breaking_lever_with_nulls():
+    doc = run_json()
+    lever = next(x for x in doc["levers"] if x["name"] == "micro_batch_double")
+    assert lever["feasible"] is False
+    assert lever["step_time_s"] is None and lever["gain"] is None
+    assert "must divide global_batch=256" in lever["reason"]
+
+
+def test_perf_predicts_a_few_percent_mfu_for_the_example():
+    result = runner.invoke(app, ["perf", EXAMPLE, "--json"])
+    assert result.exit_code == 0, result.output
+    assert 0.02 <= json.loads(result.output)["mfu"] <= 0.05
+
+
+def test_measured_tokens_per_s_gives_the_gap():
+    base = run_json()
+    predicted_tokens_per_s = base["current"]["tokens_per_s"]
+    doc = run_json("--measured-tokens-per-s", str(predicted_tokens_per_s / 2))
+    gap = doc["gap"]
+    assert gap["ratio"] == pytest.approx(2.0)
+    assert gap["measured_step_time_s"] == pytest.approx(2 * base["current"]["step_time_s"])
+    assert gap["more_plausible"] in {"compute", "communication"}
+    assert gap["findings"][-1].startswith("inference:")
+
+
+def test_human_output_says_why_and_what_to_try():
+    result = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s", "2.0"])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "Bound: communication-bound" in text
+    assert "Measured vs predicted" in text
+    assert "inference:" in text
+    levers = text[text.index("Levers"):]
+    first_row = next(line for line in levers.splitlines() if "│  1 │" in line)
+    assert "expert parallelism" in first_row and "yes" in first_row
+
+
+def test_set_override_reaches_the_diagnosis():
+    doc = run_json("--set", "parallelism.ep=8")
+    assert doc["current"]["plan"]["ep"] == 8
+    assert all(lever["name"] != "ep_in_domain" for lever in doc["levers"])
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--measured-tokens-per-s", "1e6", "--measured-step-time-s", "1"], "not both"),
+        (["--measured-step-time-s", "-1"], "--measured-step-time-s must be a positive number"),
+        (["--measured-tokens-per-s", "0"], "--measured-tokens-per-s must be a positive number"),
+        (["--set", "parallelism.ep=7"], "ep=7 must divide experts=128"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, fragment):
+    result = runner.invoke(app, ["explain", EXAMPLE, *args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,51 @@
+"""`mosaic validate` and `mosaic calibrate` on the shipped example records."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.perf.calibration import load_calibration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def test_validate_json_keys_and_oom_rule():
+    result = runner.invoke(app, ["validate", str(EXAMPLES / "runs_example.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {"runs", "aggregate"} <= set(doc)
+    for row in doc["runs"]:
+        assert {"id", "predicted_tokens_per_s_per_gpu", "measured_tokens_per_s_per_gpu",
+                "error"} <= set(row)
+        if row["error"] is not None:
+            expected = row["predicted_tokens_per_s_per_gpu"] / row[
+                "measured_tokens_per_s_per_gpu"] - 1
+            assert abs(row["error"] - expected) < 1e-12
+    aggregate = doc["aggregate"]
+    assert {"mape", "median_abs_error", "max_abs_error", "spearman"} <= set(aggregate)
+    # The example's constructed OOM run (an 8B model under plain DDP on 80 GB GPUs) is
+    # predicted infeasible, which counts as correct.
+    assert aggregate["oom_runs"] == 1 and aggregate["oom_correct"] == 1
+
+
+def test_calibrate_writes_a_loadable_file(tmp_path):
+    out = tmp_path / "calib.yaml"
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),
+                                 "--out", str(out), "--cv", "none", "--json"])
+    assert result.exit_code == 0, result.output
+    calibration = load_calibration(out)
+    assert "runs_example.yaml" in calibration.provenance
+    again = runner.invoke(app, ["validate", str(EXAMPLES / "runs_example.yaml"),
+                                "--calibration", str(out), "--json"])
+    assert again.exit_code == 0
+
+
+def test_bad_cv_option_and_missing_file_are_one_line(tmp_path):
+    bad = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"), "--out",
+                              str(tmp_path / "x.yaml"), "--cv", "nope"])
+    assert bad.exit_code == 2 and "allowed values are source, group, none" in bad.output
+    missing = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
+    assert missing.exit_code == 2 and "absent.yaml" in missing.output

@@ -1,0 +1,238 @@
+"""Diagnosis: what bounds a step, gap attribution checked by hand, and ranked levers."""
+
+import math
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mosaic.config.job_schema import load_job
+from mosaic.errors import MosaicInputError
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.diagnosis import (
+    GIB,
+    MemoryStatus,
+    attribute_gap,
+    classify_term,
+    diagnose,
+    effective_class_times_s,
+    measured_step_time,
+    plans_from_rows,
+)
+from mosaic.perf.job import predict_job
+from mosaic.perf.step_time import StepPrediction, predict_step
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+COMM_BOUND = EXAMPLES / "fsdp_moe_comm_bound.yaml"
+CALIBRATION = default_calibration()
+
+
+def job(path: Path = COMM_BOUND, *overrides: str):
+    return predict_job(load_job(path, list(overrides)), CALIBRATION)
+
+
+def hand_prediction(breakdown_s: dict[str, float]) -> StepPrediction:
+    """A one-plan StepPrediction with a hand-made breakdown (other fields zero)."""
+    values = {f.name: np.zeros(1) for f in fields(StepPrediction)}
+    values["breakdown_s"] = {name: np.array([s]) for name, s in breakdown_s.items()}
+    values["labels"] = {name: "analytical" for name in breakdown_s}
+    values["memory_breakdown_bytes"] = {}
+    values["step_time_s"] = np.array([sum(breakdown_s.values())])
+    return StepPrediction(**values)
+
+
+@pytest.fixture(scope="module")
+def comm_bound():
+    return diagnose(job(), CALIBRATION)
+
+
+def test_example_predicts_a_few_percent_mfu(comm_bound):
+    assert 0.02 <= comm_bound.result.prediction.mfu[0] <= 0.05
+
+
+def test_example_is_bound_by_exposed_fsdp_communication(comm_bound):
+    bound = comm_bound.bound
+    assert bound.limiter == "communication"
+    assert bound.time_class == "communication"
+    assert bound.part == "dp/fsdp"
+    assert bound.time_share > 0.5
+    assert sum(bound.classes_s.values()) == pytest.approx(
+        comm_bound.result.prediction.step_time_s[0], rel=1e-12)
+    assert bound.summary.startswith("communication-bound")
+
+
+def test_top_lever_is_a_real_feasible_fix(comm_bound):
+    top = comm_bound.levers[0]
+    assert top.feasible and top.reason is None
+    assert top.gain > 1.5
+    assert top.name == "ep_in_domain"
+    assert top.plan["ep"] == 8  # one p5 node: the EP group stays on NVLink
+
+
+def test_rule_breaking_lever_is_reported_with_its_rule(comm_bound):
+    lever = next(x for x in comm_bound.levers if x.name == "micro_batch_double")
+    assert not lever.feasible
+    assert "dp·micro_batch=256·2 must divide global_batch=256" in lever.reason
+    assert math.isnan(lever.step_time_s) and math.isnan(lever.gain)
+    assert comm_bound.levers[-1] is lever or math.isnan(comm_bound.levers[-1].gain)
+
+
+def test_out_of_memory_lever_says_by_how_much(comm_bound):
+    lever = next(x for x in comm_bound.levers if x.name == "sharding_none")
+    assert not lever.feasible
+    assert lever.reason.startswith("out of memory: needs")
+    assert math.isfinite(lever.gain)
+
+
+def test_levers_ranked_feasible_first_then_by_gain(comm_bound):
+    tiers = [0 if x.feasible else (2 if math.isnan(x.gain) else 1) for x in comm_bound.levers]
+    assert tiers == sorted(tiers)
+    feasible_gains = [x.gain for x in comm_bound.levers if x.feasible]
+    assert feasible_gains == sorted(feasible_gains, reverse=True)
+
+
+def test_vectorised_levers_match_one_plan_predictions(comm_bound):
+    result = comm_bound.result
+    for lever in comm_bound.levers:
+        if math.isnan(lever.step_time_s) or lever.name == "global_batch_double":
+            continue
+        alone = predict_step(result.spec.workload, plans_from_rows([lever.plan]),
+                             result.machine, CALIBRATION)
+        assert alone.step_time_s[0] == pytest.approx(lever.step_time_s, rel=1e-12)
+
+
+def test_global_batch_lever_changes_only_the_batch(comm_bound):
+    lever = next(x for x in comm_bound.levers if x.name == "global_batch_double")
+    assert lever.global_batch == 2 * comm_bound.result.spec.workload.global_batch
+    assert lever.plan == comm_bound.result.spec.plan.row(0)
+
+
+def test_plans_from_rows_inverts_row():
+    plan = job().spec.plan
+    assert plans_from_rows([plan.row(0)]).row(0) == plan.row(0)
+
+
+def test_every_model_term_is_classified():
+    for path in (COMM_BOUND, EXAMPLES / "appendix_e.yaml"):
+        for name in job(path).prediction.breakdown_s:
+            assert classify_term(name)[0] != "other", name
+
+
+def test_gap_equal_to_communication_needs_communication_twice_as_slow():
+    # compute 0.2 + vocab 0.05 + optimizer 0.05 = 0.3 s of kernels; 0.5 s communication;
+    # 0.2 s launch floor. Step 1.0 s; measured 1.5 s = predicted + all communication.
+    prediction = hand_prediction({"compute_experts": 0.2, "vocab_stage": 0.05,
+                                  "optimizer": 0.05, "fsdp_all_gather": 0.3,
+                                  "ep_all_to_all": 0.2, "dispatch_floor": 0.2})
+    gap = attribute_gap(prediction, 1.5)
+    assert gap.gap_s == pytest.approx(0.5)
+    assert gap.ratio == pytest.approx(1.5)
+    assert gap.communication_s == pytest.approx(0.5)
+    assert gap.compute_kernel_s == pytest.approx(0.3)
+    assert gap.communication_scale == pytest.approx(2.0)  # 1 + 0.5/0.5
+    assert gap.compute_scale == pytest.approx(1 + 0.5 / 0.3)
+    assert gap.more_plausible == "communication"
+    text = " ".join(gap.findings)
+    assert "communication alone would have to take 2.00x" in text
+    assert "compute kernels alone would have to take 2.67x" in text
+    assert "larger than all predicted compute kernels time" in text
+    assert "lower bounds" in text  # the 0.2 s launch floor
+    assert gap.findings[-1].startswith("inference: slower communication")
+
+
+def test_gap_that_needs_negative_time_cannot_be_explained():
+    prediction = hand_prediction({"compute_experts": 0.8, "tp_all_reduce": 0.2})
+    gap = attribute_gap(prediction, 0.5)  # 0.5 s faster than predicted
+    assert gap.communication_scale is None  # would need -1.5x the communication
+    assert gap.compute_scale == pytest.approx(1 - 0.5 / 0.8)
+    assert gap.more_plausible == "compute"
+
+
+def test_measurement_within_tolerance_is_not_attributed():
+    prediction = hand_prediction({"compute_experts": 0.8, "tp_all_reduce": 0.2})
+    gap = attribute_gap(prediction, 1.02)
+    assert gap.more_plausible is None
+    assert gap.findings == ["measured is within 5% of predicted (1.02x): the model accounts "
+                            "for the step"]
+
+
+def test_bubble_and_overhead_are_shared_out_by_hand():
+    # Block terms 0.4 + 0.2 = 0.6 s, bubble 0.15 s = 0.25 of the block; dp 0.1 s outside the
+    # block; calibrated overhead 0.1 s on an analytic 0.85 s.
+    prediction = hand_prediction({"compute_experts": 0.4, "ep_all_to_all": 0.2,
+                                  "pipeline_bubble": 0.15, "dp_all_reduce": 0.1,
+                                  "calibration": 0.1})
+    effective = effective_class_times_s(prediction)
+    assert effective["compute"] == pytest.approx(0.4 * 1.25 * 0.95 / 0.85)
+    assert effective["communication"] == pytest.approx((0.2 * 1.25 + 0.1) * 0.95 / 0.85)
+    assert sum(effective.values()) == pytest.approx(0.95)
+
+
+def test_effective_times_partition_a_pipelined_step():
+    prediction = job(EXAMPLES / "appendix_e.yaml").prediction
+    assert prediction.breakdown_s["pipeline_bubble"][0] > 0
+    total = sum(effective_class_times_s(prediction).values())
+    assert total == pytest.approx(prediction.step_time_s[0], rel=1e-12)
+
+
+def test_real_job_gap_of_all_communication_doubles_it():
+    prediction = job().prediction
+    communication = effective_class_times_s(prediction)["communication"]
+    gap = attribute_gap(prediction, prediction.step_time_s[0] + communication)
+    assert gap.communication_scale == pytest.approx(2.0)
+
+
+def test_measured_tokens_per_s_becomes_a_step_time():
+    assert measured_step_time(1_000_000, measured_tokens_per_s=250_000) == pytest.approx(4.0)
+    assert measured_step_time(1_000_000, measured_step_time_s=3.0) == 3.0
+    assert measured_step_time(1_000_000) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"measured_tokens_per_s": 1.0, "measured_step_time_s": 1.0}, "not both"),
+        ({"measured_step_time_s": -2.0}, "--measured-step-time-s must be a positive number"),
+        ({"measured_tokens_per_s": 0.0}, "--measured-tokens-per-s must be a positive number"),
+        ({"measured_step_time_s": math.nan}, "must be a positive number"),
+    ],
+)
+def test_bad_measurements_are_rejected(kwargs, fragment):
+    with pytest.raises(MosaicInputError, match=fragment):
+        measured_step_time(1000, **kwargs)
+
+
+def test_memory_status_thresholds():
+    assert MemoryStatus(50 * GIB, 100 * GIB, 0.0).status == "fits"
+    assert MemoryStatus(95 * GIB, 100 * GIB, 0.0).status == "near capacity"
+    assert MemoryStatus(120 * GIB, 100 * GIB, 20 * GIB).status == "out of memory"
+
+
+def test_out_of_memory_job_is_memory_limited():
+    result = job(COMM_BOUND, "parallelism.sharding=none")
+    diagnosis = diagnose(result, CALIBRATION)
+    assert diagnosis.bound.limiter == "memory"
+    assert diagnosis.bound.summary.startswith("does not fit")
+
+
+def test_pipeline_levers_report_layer_divisibility():
+    diagnosis = diagnose(job(EXAMPLES / "appendix_e.yaml"), CALIBRATION)
+    names = {lever.name for lever in diagnosis.levers}
+    assert {"vpp_2", "pp_halve", "pp_double"} <= names
+    assert "ep_in_domain" not in names  # ep=8 already fills the 8-GPU domain
+    vpp = next(x for x in diagnosis.levers if x.name == "vpp_2")
+    assert vpp.reason == "breaks a rule: pp·vpp=16·2 must divide layers=48"
+
+
+def test_dense_model_gets_no_expert_lever(tmp_path):
+    dense = tmp_path / "dense.yaml"
+    dense.write_text(
+        "model: {n_layers: 16, hidden_sz: 2048, inter_sz: 8192, n_q_heads: 16}\n"
+        "data: {global_batch: 64, seq_len: 2048}\n"
+        "hardware: {system: p5.48xlarge, nodes: 2}\n"
+        "parallelism: {dp: 16}\n"
+    )
+    diagnosis = diagnose(job(dense), CALIBRATION)
+    assert diagnosis.levers
+    assert all(lever.plan["ep"] == 1 for lever in diagnosis.levers)
