@@ -1,0 +1,283 @@
+"""`mosaic layouts`: every parallel layout of a job, ranked by predicted throughput."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from mosaic.cli.common import console, error_console, guarded, print_json
+from mosaic.config.job_schema import FIELD_ALIASES, apply_overrides, load_job
+from mosaic.config.validation import load_yaml_mapping
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.job import cluster_for
+from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
+from mosaic.perf.machine import Machine, machine_for
+from mosaic.perf.memory import GIB
+from mosaic.perf.workload import Workload
+
+PLAN_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard",
+               "micro_batch", "checkpointing", "sequence_parallel")
+TABLE_COLUMNS = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "mbs", "ckpt",
+                 "tok/s/GPU", "MFU", "step s", "GiB"]
+LAYOUT_PLACEHOLDER = "parallelism.dp=1"
+CHECKPOINTING_SHORT = {"none": "none", "selective": "sel", "full": "full"}
+
+
+# --- Input ---------------------------------------------------------------------------------
+def _gives_devices(document: dict[str, Any]) -> bool:
+    """Whether a job document sets search.devices (under its name or an alias)."""
+    search = document.get("search") or {}
+    names = {"devices", *(a for a, c in FIELD_ALIASES["search"].items() if c == "devices")}
+    return isinstance(search, dict) and any(search.get(name) is not None for name in names)
+
+
+def load_search_job(path: Path, overrides: list[str], devices: int | None
+                    ) -> tuple[Workload, Cluster]:
+    """The workload and cluster of a job file, ignoring its layout.
+
+    GPUs: ``devices`` if given, else ``search.devices``, else ``hardware.nodes``. The
+    parallelism block must be well-formed but its degrees are not checked: dp=1 is set
+    so that any layout validates, and the search replaces the whole layout.
+    """
+    spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER])
+    if devices is not None:
+        spec = replace(spec, n_devices=devices, nodes=None)
+    elif not _gives_devices(apply_overrides(load_yaml_mapping(path), overrides)):
+        if spec.nodes is None:
+            raise MosaicInputError(f"{path}: give --devices, search.devices or hardware.nodes")
+        spec = replace(spec, n_devices=None)
+    return spec.workload, cluster_for(spec)
+
+
+def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
+    """Parse "1,2,4" into (1, 2, 4)."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise MosaicInputError(
+            f"{option} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+
+
+def _name_list(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(part.strip() for part in text.split(","))
+
+
+# --- Output --------------------------------------------------------------------------------
+def _plan_fields(search: LayoutSearch, index: int) -> dict[str, Any]:
+    row = search.plans.row(index)
+    return {name: row[name] for name in PLAN_FIELDS}
+
+
+def ranked_rows(search: LayoutSearch, top: int) -> list[dict[str, Any]]:
+    """The best ``top`` plans with their metrics."""
+    return [{"rank": rank, **_plan_fields(search, int(i)), **search.metrics(int(i))}
+            for rank, i in enumerate(search.ranking[:top], start=1)]
+
+
+def out_of_memory_rows(search: LayoutSearch, top: int) -> list[dict[str, Any]]:
+    """The ``top`` plans closest to fitting, with how far over they are."""
+    return [{**_plan_fields(search, int(i)), **search.metrics(int(i)),
+             "overshoot_gib": float(search.prediction.overshoot_bytes[i] / GIB),
+             "reason": search.oom_reason(int(i))}
+            for i in search.out_of_memory()[:top]]
+
+
+def infeasible_document(search: LayoutSearch, top: int, details: bool) -> dict[str, Any]:
+    """Counts of plans out of memory and rejected per rule (and examples with ``details``)."""
+    oom = search.out_of_memory()
+    document: dict[str, Any] = {
+        "out_of_memory": int(oom.size),
+        "min_overshoot_gib": (float(search.prediction.overshoot_bytes[oom[0]] / GIB)
+                              if oom.size else None),
+        "rejected": [{"rule": rule, "plans": count, "example": search.rule_example(rule)}
+                     for rule, count in search.rejected_counts().items()],
+    }
+    if details:
+        document["out_of_memory_plans"] = out_of_memory_rows(search, top)
+        document["rejected_plans"] = [{**plan, "reason": reason}
+                                      for plan, reason in search.rejected_examples(top)]
+    return document
+
+
+def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, top: int,
+                    show_infeasible: bool) -> dict[str, Any]:
+    """The JSON document of `mosaic layouts --json`."""
+    return {
+        "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,
+                     "devices": cluster.n_devices},
+        "mfu_peak": f"dense bf16 datasheet peak of {machine.device_name} "
+        f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)",
+        "n_candidates": search.n_candidates,
+        "n_plans": search.n_plans,
+        "n_feasible": search.n_feasible,
+        "rows": ranked_rows(search, top),
+        "infeasible": infeasible_document(search, top, show_infeasible),
+    }
+
+
+def _sharding_cell(row: dict[str, Any]) -> str:
+    if row["sharding"] == "hsdp":
+        return f"hsdp/{row['hsdp_shard']}"
+    return str(row["sharding"])
+
+
+def _table_cells(row: dict[str, Any]) -> list[str]:
+    return [
+        *(str(row[name]) for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")),
+        _sharding_cell(row), str(row["micro_batch"]), CHECKPOINTING_SHORT[row["checkpointing"]],
+        f"{row['tokens_per_s_per_gpu']:,.0f}", f"{row['mfu']:.2%}",
+        f"{row['step_time_s']:.3f}", f"{row['memory_gib']:.1f}",
+    ]
+
+
+def _print_compact_table(title: str, columns: list[str], rows: list[list[str]],
+                         wrap: bool = False) -> None:
+    """A table with one-space column gaps (15 columns fit 80 characters); numbers are
+    right-aligned, wrapped text left-aligned."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0,
+                  show_edge=False)
+    for column in columns:
+        table.add_column(column, justify="left" if wrap else "right", no_wrap=not wrap)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _render(document: dict[str, Any], capacity_gib: float) -> None:
+    hardware = document["hardware"]
+    console.print(
+        f"{hardware['devices']} x {hardware['system']}: {document['n_candidates']:,} "
+        f"candidate layouts, {document['n_plans']:,} pass the divisibility rules, "
+        f"{document['n_feasible']:,} fit in {capacity_gib:.1f} GiB per GPU. "
+        f"MFU against the {document['mfu_peak']}.", highlight=False)
+    rows = document["rows"]
+    if rows:
+        _print_compact_table("Layouts by predicted throughput", TABLE_COLUMNS,
+                             [[str(r["rank"]), *_table_cells(r)] for r in rows])
+    else:
+        console.print("No layout fits in memory.", highlight=False)
+    infeasible = document["infeasible"]
+    if "out_of_memory_plans" in infeasible:
+        _render_infeasible(infeasible)
+    else:
+        rejected = sum(item["plans"] for item in infeasible["rejected"])
+        console.print(f"{infeasible['out_of_memory']:,} layouts run out of memory, {rejected:,} "
+                      "break a divisibility rule (--show-infeasible lists them).",
+                      highlight=False)
+
+
+def _render_infeasible(infeasible: dict[str, Any]) -> None:
+    plans = infeasible["out_of_memory_plans"]
+    if plans:
+        _print_compact_table("Out of memory, closest to fitting first (over: GiB)",
+                             [*TABLE_COLUMNS[1:], "over"],
+                             [[*_table_cells(r), f"{r['overshoot_gib']:.2f}"] for r in plans])
+    rejected = infeasible["rejected"]
+    if rejected:
+        _print_compact_table("Rejected by the divisibility rules (first broken rule)",
+                             ["rule", "layouts", "example"],
+                             [[item["rule"], f"{item['plans']:,}", item["example"]]
+                              for item in rejected], wrap=True)
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[ProgressCallback | None]:
+    """A transient bar on stderr, shown from the first chunk on when a search takes more
+    than one chunk of plans."""
+    if not enabled:
+        yield None
+        return
+    bar = Progress(TextColumn("evaluating layouts"), BarColumn(), MofNCompleteColumn(),
+                   console=error_console, transient=True)
+    task = bar.add_task("layouts", total=None)
+
+    def advance(done: int, total: int) -> None:
+        if done < total and not bar.live.is_started:
+            bar.start()
+        bar.update(task, completed=done, total=total)
+
+    try:
+        yield advance
+    finally:
+        if bar.live.is_started:
+            bar.stop()
+
+
+def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
+    counts = search.rejected_counts()
+    rule = max(counts, key=counts.__getitem__)
+    return MosaicInputError(
+        f"no layout of {n_devices} GPUs passes the divisibility rules "
+        f"({search.n_candidates} candidates); most fail {search.rule_example(rule)!r} "
+        f"({counts[rule]} layouts)")
+
+
+# --- Command -------------------------------------------------------------------------------
+def layouts(
+    job: Annotated[Path, typer.Argument(
+        help="job YAML; its parallelism block is ignored (only its stack name is kept)")],
+    devices: Annotated[int | None, typer.Option(
+        min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes)")] = None,
+    top: Annotated[int, typer.Option(min=1, help="layouts to list")] = 10,
+    max_tp: Annotated[int | None, typer.Option(
+        min=1, help="largest tp (default: the NVLink domain)")] = None,
+    tp: Annotated[str | None, typer.Option(help="pin tp, e.g. 1,2")] = None,
+    pp: Annotated[str | None, typer.Option(help="pin pp, e.g. 4")] = None,
+    vpp: Annotated[str | None, typer.Option(help="pin vpp (default 1,2,4)")] = None,
+    cp: Annotated[str | None, typer.Option(
+        help="pin cp (default 1; up to 8 from 16k-token sequences)")] = None,
+    ep: Annotated[str | None, typer.Option(help="pin ep, e.g. 8")] = None,
+    etp: Annotated[str | None, typer.Option(help="pin expert tp")] = None,
+    mbs: Annotated[str | None, typer.Option(help="micro-batch sizes (default 1,2,4,8)")] = None,
+    sharding: Annotated[str | None, typer.Option(
+        help="sharding modes: none, zero1, zero2, fsdp, hsdp (default all)")] = None,
+    checkpointing: Annotated[str | None, typer.Option(
+        help="checkpointing modes: none, selective, full (default all)")] = None,
+    show_infeasible: Annotated[bool, typer.Option(
+        help="list out-of-memory and rule-rejected layouts with their reasons")] = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a field: block.field=value (repeatable)")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
+
+    The job's parallelism block is ignored: tp, pp, vpp, cp, ep, etp, micro-batch,
+    sharding and checkpointing are searched (pin them with the options).
+    """
+    workload, cluster = load_search_job(job, set_ or [], devices)
+    limits = LayoutLimits(
+        max_tp=max_tp, tp=_int_list("--tp", tp), pp=_int_list("--pp", pp),
+        vpp=_int_list("--vpp", vpp), cp=_int_list("--cp", cp), ep=_int_list("--ep", ep),
+        etp=_int_list("--etp", etp), micro_batches=_int_list("--mbs", mbs),
+        sharding=_name_list(sharding), checkpointing=_name_list(checkpointing),
+    )
+    machine = machine_for(cluster, workload.precision)
+    with _progress_bar(not json_output) as progress:
+        search = search_layouts(workload, machine, load_calibration(calibration), limits,
+                                progress=progress)
+    if search.n_plans == 0:
+        raise _no_valid_layout(search, cluster.n_devices)
+    details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
+    document = search_document(search, cluster, machine, top, details)
+    if json_output:
+        print_json(document)
+    else:
+        _render(document, machine.hbm_bytes / GIB)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic layouts` to the root command."""
+    app.command("layouts")(guarded(layouts))

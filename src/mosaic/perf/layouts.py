@@ -1,0 +1,468 @@
+"""Layout search: every parallel plan of a job, scored at once by the performance model.
+
+The candidate grid is the product of per-axis candidate lists. As in the paper's tool
+(Sec. 5.2, Appendix E) the search enumerates the execution plans that tile the device
+budget, drops those that breach the memory cap and ranks the rest (by tokens/s, which for
+one workload on one cluster orders plans exactly as MFU does). The grid is built with
+numpy index arithmetic, not a Python loop per plan:
+
+* tp: divisors of the device count up to ``max_tp`` (default: the job's NVLink domain,
+  and never more than the head count);
+* pp: common divisors of the device count and the layer count; vpp from ``(1, 2, 4)``,
+  vpp > 1 only with pp > 1 (interleaved 1F1B needs a pipeline);
+* cp: common divisors of the device count and the sequence length up to ``max_cp``;
+* dp = N_dev / (tp·pp·cp) (Appendix D.1): only meshes whose tp·pp·cp divides N_dev;
+* ep: common divisors of the expert count and N_dev (1 for a dense model); etp: divisors
+  of tp (Megatron-Core keeps expert TP at most TP);
+* micro-batch, sharding and checkpointing from their option lists;
+* hsdp_shard (HSDP only): gcd(dp, max(1, domain // (tp·cp))), the data-parallel ranks
+  that share one NVLink domain with their TP and CP peers, so every shard group stays in
+  one domain and replicas all-reduce across domains (PyTorch FSDP HYBRID_SHARD: shard
+  within a node, replicate across nodes; Zhao et al. 2023, Sec. 3.2); other modes carry
+  hsdp_shard = dp;
+* sequence_parallel = tp > 1 (Korthikanti et al. 2022).
+
+Pinning an axis replaces its default candidates by the pinned values as given, so a
+pin that breaks a rule is reported with that rule. The remaining cross-axis divisibility
+(pp·vpp | L, dp·B_micro | B_global, etp·ep | tp·cp·dp of Eq. 24, tp | heads, ...) is left to
+:func:`~mosaic.perf.constraints.plan_violations`, so every rejected candidate keeps the
+first rule it breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from math import gcd
+from typing import Any
+
+import numpy as np
+
+from mosaic.errors import MosaicInputError
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.constraints import plan_violations
+from mosaic.perf.machine import Machine
+from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
+from mosaic.perf.step_time import USABLE_MEMORY_FRACTION, StepPrediction, predict_step
+from mosaic.perf.workload import Workload
+
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+DEFAULT_VPP = (1, 2, 4)
+# Context parallelism only pays off on long sequences: the paper's sweeps (2k-8k tokens)
+# keep cp = 1 (Sec. 7.2), and Llama 3 used cp > 1 only in its 128k-token stage (Dubey et
+# al. 2024, Sec. 3.3.2, Table 4). From 16k tokens on, the search tries cp up to 8 (one
+# HGX node).
+LONG_SEQUENCE_TOKENS = 16384
+LONG_SEQUENCE_MAX_CP = 8
+# Plans per predict_step call: bounds its intermediate arrays (measured ~1.2 kB per plan,
+# ~60 MB per chunk, on the benchmark's MoE).
+CHUNK_PLANS = 50_000
+
+Pin = int | Sequence[int] | None
+ProgressCallback = Callable[[int, int], None]
+PINNED_AXES = ("tp", "pp", "vpp", "cp", "ep", "etp")
+
+
+def _positive_ints(name: str, values: Sequence[Any]) -> tuple[int, ...]:
+    """Sorted unique positive integers, or a MosaicInputError naming ``name``."""
+    if len(values) == 0:
+        raise MosaicInputError(f"layout {name}: give at least one value")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise MosaicInputError(
+                f"layout {name}={value!r}: allowed values are positive integers")
+    return tuple(sorted({int(v) for v in values}))
+
+
+def _pin(name: str, value: Pin) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    return _positive_ints(name, [value] if isinstance(value, int | np.integer) else value)
+
+
+def _modes(kind: type[Sharding] | type[Checkpointing], name: str,
+           values: Sequence[Any] | None) -> tuple[Any, ...]:
+    """Sorted unique modes; None means all of them."""
+    if values is None:
+        return tuple(kind)
+    if isinstance(values, str | int):
+        values = [values]
+    if len(values) == 0:
+        raise MosaicInputError(f"layout {name}: give at least one mode")
+    return tuple(sorted({_mode(kind, value) for value in values}))
+
+
+def _mode(kind: type[Sharding] | type[Checkpointing], value: Any) -> Any:
+    if isinstance(value, str):
+        return kind.parse(value)
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.name.lower() for m in kind)
+        raise MosaicInputError(f"unknown {kind.__name__.lower()} {value!r}; "
+                               f"allowed: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class LayoutLimits:
+    """Bounds and pins of a layout search; None means the default described per field.
+
+    Attributes:
+        max_tp: largest tensor-parallel degree (default: the job's NVLink domain size).
+        max_cp: largest context-parallel degree (default: 1, or 8 from 16k-token
+            sequences on).
+        tp, pp, vpp, cp, ep, etp: pinned values of one axis (an int or a sequence of
+            allowed values); they replace the axis's default candidates as given, so
+            max_tp and max_cp do not cap them. vpp defaults to (1, 2, 4).
+        micro_batches: micro-batch sizes to try (default 1, 2, 4, 8).
+        sharding: sharding modes to try (names or :class:`Sharding`; default all five).
+        checkpointing: checkpointing modes to try (default all three).
+    """
+
+    max_tp: int | None = None
+    max_cp: int | None = None
+    tp: Pin = None
+    pp: Pin = None
+    vpp: Pin = None
+    cp: Pin = None
+    ep: Pin = None
+    etp: Pin = None
+    micro_batches: Sequence[int] | None = None
+    sharding: Sequence[Sharding | str] | None = None
+    checkpointing: Sequence[Checkpointing | str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_tp", "max_cp"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _positive_ints(name, [value])[0])
+        for name in PINNED_AXES:
+            object.__setattr__(self, name, _pin(name, getattr(self, name)))
+        micro_batches = DEFAULT_MICRO_BATCHES if self.micro_batches is None else self.micro_batches
+        object.__setattr__(self, "micro_batches", _positive_ints("micro_batches",
+                                                                 list(micro_batches)))
+        object.__setattr__(self, "sharding", _modes(Sharding, "sharding", self.sharding))
+        object.__setattr__(self, "checkpointing",
+                           _modes(Checkpointing, "checkpointing", self.checkpointing))
+
+
+# --- Enumeration -------------------------------------------------------------------------
+def divisors(n: int) -> np.ndarray:
+    """Positive divisors of ``n`` in increasing order."""
+    candidates = np.arange(1, n + 1)
+    return candidates[n % candidates == 0]
+
+
+def _axis(pinned: tuple[int, ...] | None, default: np.ndarray) -> np.ndarray:
+    return np.asarray(pinned, dtype=np.int64) if pinned is not None else default.astype(np.int64)
+
+
+def _default_max_cp(workload: Workload) -> int:
+    return LONG_SEQUENCE_MAX_CP if workload.seq_len >= LONG_SEQUENCE_TOKENS else 1
+
+
+def _pairs(names: tuple[str, str], outer: np.ndarray, inner: np.ndarray,
+           keep: Callable[[np.ndarray, np.ndarray], np.ndarray],
+           rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """(outer, inner) value pairs of the product that satisfy ``keep``."""
+    o, i = (a.ravel() for a in np.meshgrid(outer, inner, indexing="ij"))
+    mask = keep(o, i)
+    if not mask.any():
+        raise MosaicInputError(f"no layout candidates: {rule}; {names[0]} candidates "
+                               f"{outer.tolist()}, {names[1]} candidates {inner.tolist()}")
+    return o[mask], i[mask]
+
+
+def _tp_etp_pairs(workload: Workload, n_devices: int, domain_gpus: int,
+                  limits: LayoutLimits) -> tuple[np.ndarray, np.ndarray]:
+    max_tp = min(limits.max_tp or domain_gpus, workload.geometry.heads)
+    all_tp = divisors(n_devices)
+    tp = _axis(limits.tp, all_tp[all_tp <= max_tp])
+    etp_default = divisors(int(tp.max())) if workload.geometry.moe else np.ones(1)
+    etp = _axis(limits.etp, etp_default)
+    return _pairs(("tp", "etp"), tp, etp, lambda t, e: t % e == 0,
+                  "etp must divide tp (Megatron-Core expert TP is at most TP)")
+
+
+def _pp_vpp_pairs(workload: Workload, n_devices: int,
+                  limits: LayoutLimits) -> tuple[np.ndarray, np.ndarray]:
+    pp = _axis(limits.pp, divisors(gcd(n_devices, workload.geometry.layers)))
+    vpp = _axis(limits.vpp, np.asarray(DEFAULT_VPP))
+    return _pairs(("pp", "vpp"), pp, vpp, lambda p, v: (v == 1) | (p > 1),
+                  "vpp > 1 needs pp > 1 (interleaving splits a pipeline)")
+
+
+def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices into the (tp, etp), (pp, vpp) and cp candidates of the meshes whose
+    tp·pp·cp divides the device count (dp = N_dev / (tp·pp·cp), Appendix D.1)."""
+    i_tp, i_pp, i_cp = np.unravel_index(np.arange(tp.size * pp.size * cp.size),
+                                        (tp.size, pp.size, cp.size))
+    keep = n_devices % (tp[i_tp] * pp[i_pp] * cp[i_cp]) == 0
+    if not keep.any():
+        raise MosaicInputError(
+            f"no layout candidates: tp·pp·cp must divide the device count {n_devices}; tp "
+            f"candidates {np.unique(tp).tolist()}, pp candidates {np.unique(pp).tolist()}, "
+            f"cp candidates {cp.tolist()}")
+    return i_tp[keep], i_pp[keep], i_cp[keep]
+
+
+def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,
+                    limits: LayoutLimits) -> ParallelPlans:
+    """Every candidate plan of the grid (see module doc), before the divisibility rules."""
+    if n_devices < 1 or domain_gpus < 1:
+        raise MosaicInputError(f"layout search needs n_devices >= 1 and domain_gpus >= 1, "
+                               f"got {n_devices} and {domain_gpus}")
+    moe = workload.geometry.moe
+    tp, etp = _tp_etp_pairs(workload, n_devices, domain_gpus, limits)
+    pp, vpp = _pp_vpp_pairs(workload, n_devices, limits)
+    all_cp = divisors(gcd(n_devices, workload.seq_len))
+    cp = _axis(limits.cp, all_cp[all_cp <= (limits.max_cp or _default_max_cp(workload))])
+    # ep·etp divides tp·cp·dp, a divisor of N_dev, so ep must divide N_dev too (Eq. 24).
+    ep = _axis(limits.ep, divisors(gcd(moe.experts, n_devices)) if moe else np.ones(1))
+    micro_batch = np.asarray(limits.micro_batches, dtype=np.int64)
+    sharding = np.asarray(limits.sharding, dtype=np.int64)
+    checkpointing = np.asarray(limits.checkpointing, dtype=np.int64)
+    mesh_tp, mesh_pp, mesh_cp = _model_meshes(tp, pp, cp, n_devices)
+    axes = (mesh_tp.size, ep.size, micro_batch.size, sharding.size, checkpointing.size)
+    i_mesh, i_ep, i_mb, i_sh, i_ck = np.unravel_index(np.arange(int(np.prod(axes))), axes)
+    i_tp, i_pp, i_cp = mesh_tp[i_mesh], mesh_pp[i_mesh], mesh_cp[i_mesh]
+    tp_, cp_ = tp[i_tp], cp[i_cp]
+    dp = n_devices // (tp_ * pp[i_pp] * cp_)
+    shard = sharding[i_sh]
+    domain_dp = np.maximum(domain_gpus // (tp_ * cp_), 1)
+    return ParallelPlans(
+        tp=tp_, pp=pp[i_pp], vpp=vpp[i_pp], cp=cp_, dp=dp, ep=ep[i_ep], etp=etp[i_tp],
+        micro_batch=micro_batch[i_mb], sharding=shard, checkpointing=checkpointing[i_ck],
+        hsdp_shard=np.where(shard == Sharding.HSDP, np.gcd(dp, domain_dp), dp),
+        sequence_parallel=tp_ > 1,
+    )
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """The divisibility rules over a candidate set: which rule each candidate breaks first.
+
+    Attributes:
+        rules: rule templates in the order of :func:`plan_violations`.
+        first_broken: per candidate, the index into ``rules`` of its first broken rule,
+            or -1 when it breaks none.
+    """
+
+    rules: tuple[str, ...]
+    first_broken: np.ndarray
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.first_broken < 0
+
+
+def check_rules(workload: Workload, plans: ParallelPlans, n_devices: int) -> RuleCheck:
+    """Evaluate :func:`plan_violations` and keep each plan's first broken rule."""
+    violations = plan_violations(workload, plans, n_devices)
+    first = np.full(len(plans), -1, dtype=np.int64)
+    for index, violation in enumerate(violations):
+        first = np.where((first < 0) & violation.violated, index, first)
+    return RuleCheck(rules=tuple(v.rule for v in violations), first_broken=first)
+
+
+def enumerate_plans(workload: Workload, n_devices: int, domain_gpus: int,
+                    limits: LayoutLimits) -> ParallelPlans:
+    """The candidate plans that break no divisibility rule."""
+    candidates = candidate_plans(workload, n_devices, domain_gpus, limits)
+    return candidates.take(np.flatnonzero(check_rules(workload, candidates, n_devices).valid))
+
+
+# --- Evaluation ----------------------------------------------------------------------------
+def _concatenate(values: Sequence[Any]) -> Any:
+    """Join per-chunk results: arrays end to end, dicts and dataclasses field by field;
+    anything else (labels) is taken from the first chunk."""
+    first = values[0]
+    if isinstance(first, np.ndarray):
+        return np.concatenate(values)
+    if isinstance(first, dict):
+        return {key: _concatenate([v[key] for v in values]) for key in first}
+    if is_dataclass(first):
+        return type(first)(**{f.name: _concatenate([getattr(v, f.name) for v in values])
+                              for f in fields(first)})
+    return first
+
+
+def _take(value: Any, index: np.ndarray) -> Any:
+    """The rows ``index`` of every array inside ``value`` (dicts and dataclasses too)."""
+    if isinstance(value, np.ndarray):
+        return value[index]
+    if isinstance(value, dict):
+        return {key: _take(v, index) for key, v in value.items()}
+    if is_dataclass(value):
+        return type(value)(**{f.name: _take(getattr(value, f.name), index)
+                              for f in fields(value)})
+    return value
+
+
+def take_prediction(prediction: StepPrediction, index: np.ndarray | int) -> StepPrediction:
+    """The prediction of the plans at ``index`` (an int keeps a length-1 prediction)."""
+    taken: StepPrediction = _take(prediction, np.atleast_1d(index))
+    return taken
+
+
+def predict_in_chunks(workload: Workload, plans: ParallelPlans, machine: Machine,
+                      calibration: Calibration, *, chunk_plans: int = CHUNK_PLANS,
+                      progress: ProgressCallback | None = None) -> StepPrediction:
+    """:func:`predict_step` over ``plans``, ``chunk_plans`` at a time."""
+    if chunk_plans < 1:
+        raise MosaicInputError(f"chunk_plans must be >= 1, got {chunk_plans}")
+    if len(plans) == 0:  # the shape of a prediction, with no rows
+        template = predict_step(workload, single_plan(dp=machine.n_devices), machine,
+                                calibration)
+        return take_prediction(template, np.empty(0, dtype=np.int64))
+    parts = []
+    for index in _chunks(len(plans), chunk_plans):
+        parts.append(predict_step(workload, plans.take(index), machine, calibration))
+        if progress is not None:
+            progress(int(index[-1]) + 1, len(plans))
+    prediction: StepPrediction = _concatenate(parts)
+    return prediction
+
+
+def _chunks(n: int, size: int) -> Iterator[np.ndarray]:
+    """Consecutive index ranges of at most ``size`` covering range(n)."""
+    for start in range(0, n, size):
+        yield np.arange(start, min(start + size, n))
+
+
+def fits_in_memory(workload: Workload, plans: ParallelPlans, machine: Machine) -> np.ndarray:
+    """Which plans fit in HBM: the memory half of :func:`predict_step` alone (same
+    functions and usable fraction, so it agrees with ``StepPrediction.feasible``)."""
+    parts = [np.zeros(0, dtype=bool)]
+    for index in _chunks(len(plans), CHUNK_PLANS):
+        memory = total_memory_bytes(memory_breakdown_bytes(workload, plans.take(index)))
+        parts.append(feasibility(memory, machine.hbm_bytes, USABLE_MEMORY_FRACTION)[0])
+    return np.concatenate(parts)
+
+
+def rank_feasible(prediction: StepPrediction) -> np.ndarray:
+    """Indices of the plans that fit in memory, highest tokens/s first; ties go to the
+    smaller memory footprint, then to the earlier plan."""
+    feasible = np.flatnonzero(prediction.feasible)
+    order = np.lexsort((feasible, prediction.memory_bytes[feasible],
+                        -prediction.tokens_per_s[feasible]))
+    return feasible[order]
+
+
+@dataclass(frozen=True)
+class LayoutSearch:
+    """Result of a layout search.
+
+    Attributes:
+        candidates: every enumerated plan.
+        rule_check: the first divisibility rule each candidate breaks.
+        plans: the candidates that break no rule (all of them were evaluated).
+        prediction: the performance model's arrays over ``plans``.
+        ranking: indices into ``plans`` of the plans that fit in memory, best first.
+        capacity_bytes: HBM per GPU the memory was checked against.
+    """
+
+    candidates: ParallelPlans
+    rule_check: RuleCheck
+    plans: ParallelPlans
+    prediction: StepPrediction
+    ranking: np.ndarray
+    capacity_bytes: float
+
+    @property
+    def n_candidates(self) -> int:
+        return len(self.candidates)
+
+    @property
+    def n_plans(self) -> int:
+        return len(self.plans)
+
+    @property
+    def n_feasible(self) -> int:
+        return int(self.ranking.size)
+
+    def out_of_memory(self) -> np.ndarray:
+        """Indices into ``plans`` of the plans that do not fit, closest to fitting first."""
+        oom = np.flatnonzero(~self.prediction.feasible)
+        return oom[np.argsort(self.prediction.overshoot_bytes[oom], kind="stable")]
+
+    def oom_reason(self, index: int) -> str:
+        """Why plan ``index`` does not fit, in GiB."""
+        p = self.prediction
+        return (f"out of memory by {p.overshoot_bytes[index] / GIB:.2f} GiB "
+                f"({p.memory_bytes[index] / GIB:.2f} GiB needed, "
+                f"{self.capacity_bytes / GIB:.2f} GiB per GPU)")
+
+    def rejected_counts(self) -> dict[str, int]:
+        """Candidates rejected per rule (first broken rule only), in rule order."""
+        counts = np.bincount(self.rule_check.first_broken[~self.rule_check.valid],
+                             minlength=len(self.rule_check.rules))
+        return {rule: int(c) for rule, c in zip(self.rule_check.rules, counts, strict=True)
+                if c}
+
+    def rejected_examples(self, limit: int | None = None
+                          ) -> list[tuple[dict[str, int | str | bool], str]]:
+        """(plan, first broken rule) of rejected candidates, in enumeration order."""
+        examples = []
+        for index in np.flatnonzero(~self.rule_check.valid)[:limit]:
+            plan = self.candidates.row(int(index))
+            rule = self.rule_check.rules[self.rule_check.first_broken[index]]
+            examples.append((plan, rule.format(**plan)))
+        return examples
+
+    def rule_example(self, rule: str) -> str:
+        """The message of the first candidate rejected by ``rule``."""
+        index = self.rule_check.rules.index(rule)
+        first = int(np.flatnonzero(self.rule_check.first_broken == index)[0])
+        return rule.format(**self.candidates.row(first))
+
+    def metrics(self, index: int) -> dict[str, float]:
+        """Throughput, utilisation, step time and memory of plan ``index``."""
+        p = self.prediction
+        return {
+            "tokens_per_s_per_gpu": float(p.tokens_per_s_per_gpu[index]),
+            "mfu": float(p.mfu[index]),
+            "step_time_s": float(p.step_time_s[index]),
+            "memory_gib": float(p.memory_bytes[index] / GIB),
+        }
+
+
+def search_layouts(workload: Workload, machine: Machine, calibration: Calibration,
+                   limits: LayoutLimits, *, progress: ProgressCallback | None = None,
+                   chunk_plans: int = CHUNK_PLANS) -> LayoutSearch:
+    """Enumerate, check and evaluate every plan of ``workload`` on ``machine``.
+
+    ``progress(done, total)`` is called after each chunk of evaluated plans.
+    """
+    n_devices = machine.n_devices
+    candidates = candidate_plans(workload, n_devices, machine.interconnect.scale_up_domain_gpus,
+                                 limits)
+    rule_check = check_rules(workload, candidates, n_devices)
+    plans = candidates.take(np.flatnonzero(rule_check.valid))
+    prediction = predict_in_chunks(workload, plans, machine, calibration,
+                                   chunk_plans=chunk_plans, progress=progress)
+    return LayoutSearch(candidates=candidates, rule_check=rule_check, plans=plans,
+                        prediction=prediction, ranking=rank_feasible(prediction),
+                        capacity_bytes=machine.hbm_bytes)
+
+
+def best_layout(workload: Workload, machine: Machine, calibration: Calibration,
+                limits: LayoutLimits | None = None
+                ) -> tuple[dict[str, int | str | bool], StepPrediction] | None:
+    """The plan with the highest predicted tokens/s that fits in memory, with its
+    length-1 prediction; None when no plan fits (the inner max of paper Eq. C-FLOPs).
+
+    Same plan as rank 1 of :func:`search_layouts`, found faster: memory is checked first
+    and only the plans that fit are timed.
+    """
+    limits = limits or LayoutLimits()
+    plans = enumerate_plans(workload, machine.n_devices,
+                            machine.interconnect.scale_up_domain_gpus, limits)
+    plans = plans.take(np.flatnonzero(fits_in_memory(workload, plans, machine)))
+    if len(plans) == 0:
+        return None
+    prediction = predict_in_chunks(workload, plans, machine, calibration)
+    best = int(rank_feasible(prediction)[0])
+    return plans.row(best), take_prediction(prediction, best)

@@ -1,0 +1,124 @@
+"""`mosaic layouts` from the command line: JSON rows, pins, devices, reasons, errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+ROW_FIELDS = {"rank", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "micro_batch",
+              "checkpointing", "tokens_per_s_per_gpu", "mfu", "step_time_s", "memory_gib"}
+# The paper's q=4 validation model (Sec. 7.2: 0.7B active on 4 p6-b200 nodes).
+Q4_JOB = {
+    "model": {"n_layers": 16, "hidden_sz": 2048, "inter_sz": 5120, "n_q_heads": 16,
+              "n_kv_heads": 8, "head_dim": 128},
+    "moe": {"n_experts": 64, "experts_per_token": 2, "expert_inter_sz": 1280,
+            "n_shared_experts": 1, "n_dense_layers": 1},
+    "data": {"gbs": 256, "seqlen": 2048},
+    "hardware": {"node_type": "p6-b200.48xlarge", "nodes": 4},
+    "parallelism": {"tp": 3, "pp": 5},  # invalid on purpose: the search ignores it
+}
+
+
+@pytest.fixture
+def q4_job(tmp_path):
+    path = tmp_path / "q4.yaml"
+    path.write_text(yaml.safe_dump(Q4_JOB))
+    return path
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, ["layouts", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_json_rows_have_the_required_fields_and_are_ranked(q4_job):
+    doc = run_json(str(q4_job), "--top", "7")
+    assert len(doc["rows"]) == 7
+    for row in doc["rows"]:
+        assert set(row) >= ROW_FIELDS
+    assert [row["rank"] for row in doc["rows"]] == list(range(1, 8))
+    throughput = [row["tokens_per_s_per_gpu"] for row in doc["rows"]]
+    assert throughput == sorted(throughput, reverse=True)
+    assert doc["hardware"]["devices"] == 32
+    assert doc["n_candidates"] >= doc["n_plans"] >= doc["n_feasible"] >= 7
+    rejected = sum(item["plans"] for item in doc["infeasible"]["rejected"])
+    assert rejected == doc["n_candidates"] - doc["n_plans"]
+
+
+def test_pins_reach_the_search(q4_job):
+    doc = run_json(str(q4_job), "--pp", "2", "--ep", "4,8", "--mbs", "1,2", "--max-tp", "2",
+                   "--sharding", "zero1,fsdp", "--checkpointing", "none,full", "--top", "50")
+    assert doc["rows"]
+    for row in doc["rows"]:
+        assert row["pp"] == 2 and row["ep"] in (4, 8) and row["micro_batch"] in (1, 2)
+        assert row["tp"] <= 2
+        assert row["sharding"] in ("zero1", "fsdp")
+        assert row["checkpointing"] in ("none", "full")
+
+
+def test_devices_option_and_nodes_default(q4_job):
+    assert run_json(str(q4_job), "--devices", "64", "--top", "1")["hardware"]["devices"] == 64
+    document = {**Q4_JOB, "search": {"num_devices": 16},
+                "hardware": {"node_type": "p6-b200.48xlarge"}}
+    q4_job.write_text(yaml.safe_dump(document))
+    assert run_json(str(q4_job), "--top", "1")["hardware"]["devices"] == 16
+
+
+def test_show_infeasible_lists_reasons():
+    doc = run_json(str(EXAMPLES / "appendix_e.yaml"), "--pp", "16", "--ep", "8", "--tp", "1",
+                   "--top", "3", "--show-infeasible")
+    infeasible = doc["infeasible"]
+    assert infeasible["out_of_memory"] > 0
+    for plan in infeasible["out_of_memory_plans"]:
+        assert plan["overshoot_gib"] > 0
+        assert plan["reason"].startswith(f"out of memory by {plan['overshoot_gib']:.2f} GiB")
+    assert infeasible["rejected"][0]["rule"] == "pp·vpp={pp}·{vpp} must divide layers=48"
+    assert infeasible["rejected_plans"][0]["reason"].endswith("must divide layers=48")
+
+
+def test_set_overrides_the_job(q4_job):
+    base = run_json(str(q4_job), "--top", "1")
+    larger = run_json(str(q4_job), "--top", "1", "--set", "data.global_batch=512")
+    assert larger["rows"][0]["step_time_s"] > base["rows"][0]["step_time_s"]
+
+
+def test_human_table(q4_job):
+    result = runner.invoke(app, ["layouts", str(q4_job), "--top", "3"])
+    assert result.exit_code == 0, result.output
+    assert "Layouts by predicted throughput" in result.output
+    assert "tok/s/GPU" in result.output and "MFU" in result.output
+    assert "--show-infeasible" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--tp", "a"], "--tp 'a': expected comma-separated integers"),
+        (["--sharding", "zero9"], "unknown sharding 'zero9'"),
+        (["--pp", "5"], "tp·pp·cp must divide the device count 32"),
+        (["--ep", "3"], "no layout of 32 GPUs passes the divisibility rules"),
+        (["--pp", "1", "--vpp", "2"], "vpp > 1 needs pp > 1"),
+        (["--devices", "12"], "positive multiple of 8 GPUs per node"),
+        (["--set", "data.bogus=1"], "unknown field"),
+    ],
+)
+def test_bad_input_is_one_line(q4_job, args, fragment):
+    result = runner.invoke(app, ["layouts", str(q4_job), *args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_missing_device_count_is_one_line(q4_job):
+    document = {**Q4_JOB, "hardware": {"node_type": "p6-b200.48xlarge"}}
+    q4_job.write_text(yaml.safe_dump(document))
+    result = runner.invoke(app, ["layouts", str(q4_job)])
+    assert result.exit_code == 2
+    assert "give --devices, search.devices or hardware.nodes" in result.output

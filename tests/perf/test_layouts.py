@@ -1,0 +1,250 @@
+"""Layout search: hand-counted enumerations, pins, vectorised = single-plan, ranking, reasons."""
+
+import numpy as np
+import pytest
+
+from mosaic.arch import Geometry, MoEConfig, ladder_geometry
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.constraints import first_reason, plan_violations
+from mosaic.perf.layouts import (
+    LayoutLimits,
+    best_layout,
+    candidate_plans,
+    divisors,
+    enumerate_plans,
+    fits_in_memory,
+    search_layouts,
+)
+from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import GIB
+from mosaic.perf.plan import Checkpointing, Sharding
+from mosaic.perf.step_time import predict_step
+from mosaic.perf.workload import Workload
+
+CALIBRATION = default_calibration()
+PINNED_MODES = {"sharding": ("zero1",), "checkpointing": ("none",)}
+
+
+def b200_machine(nodes: int):
+    return machine_for(Cluster(system=get_system("p6-b200.48xlarge"), n_nodes=nodes), "bf16")
+
+
+def tiny_dense(global_batch: int = 8) -> Workload:
+    """6 layers (pp ∈ {1, 2} on 8 GPUs), 4 heads (tp ∈ {1, 2, 4})."""
+    geometry = Geometry(layers=6, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=64,
+                        vocab=256)
+    return Workload(geometry=geometry, global_batch=global_batch, seq_len=2048)
+
+
+def tiny_moe() -> Workload:
+    geometry = Geometry(layers=4, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=64,
+                        vocab=256, moe=MoEConfig(experts=4, top_k=2, expert_ffn=32))
+    return Workload(geometry=geometry, global_batch=64, seq_len=2048)
+
+
+def moe_workload(global_batch: int = 256, seq_len: int = 2048) -> Workload:
+    return Workload(geometry=ladder_geometry(4, experts=64, top_k=2, split_factor=4),
+                    global_batch=global_batch, seq_len=seq_len)
+
+
+@pytest.fixture(scope="module")
+def q4_search():
+    """Every layout of the paper's q=4 validation model on 4 p6-b200 nodes (Sec. 7.2)."""
+    return search_layouts(moe_workload(), b200_machine(4), CALIBRATION, LayoutLimits())
+
+
+def test_divisors():
+    assert divisors(12).tolist() == [1, 2, 3, 4, 6, 12]
+    assert divisors(1).tolist() == [1]
+
+
+def test_dense_enumeration_count_by_hand():
+    workload = tiny_dense()
+    limits = LayoutLimits(micro_batches=(1, 2), **PINNED_MODES)
+    candidates = candidate_plans(workload, 8, 8, limits)
+    # tp ∈ {1, 2, 4} (≤ heads), (pp, vpp) ∈ {(1, 1), (2, 1), (2, 2), (2, 4)}, cp = ep = etp
+    # = 1, micro-batch ∈ {1, 2}, one sharding, one checkpointing mode.
+    assert len(candidates) == 3 * 4 * 2
+    valid = enumerate_plans(workload, 8, 8, limits)
+    # pp·vpp | 6 leaves vpp = 1; dp·mbs | 8 drops only tp = pp = 1 (dp = 8) with mbs = 2.
+    assert len(valid) == 3 * 2 * 2 - 1
+    assert set(valid.dp.tolist()) == {8, 4, 2, 1}
+    assert np.array_equal(valid.dp * valid.tp * valid.pp * valid.cp, np.full(len(valid), 8))
+    assert np.array_equal(valid.sequence_parallel, valid.tp > 1)
+
+
+def test_moe_enumeration_pairs_expert_tp_with_tp():
+    limits = LayoutLimits(tp=(1, 2), pp=1, micro_batches=(1,), **PINNED_MODES)
+    plans = enumerate_plans(tiny_moe(), 8, 8, limits)
+    # (tp, etp) ∈ {(1, 1), (2, 1), (2, 2)} × ep ∈ divisors(4) = {1, 2, 4}; etp·ep | 8 always.
+    assert len(plans) == 3 * 3
+    assert set(zip(plans.tp.tolist(), plans.etp.tolist(), strict=True)) == {
+        (1, 1), (2, 1), (2, 2)}
+    assert set(plans.ep.tolist()) == {1, 2, 4}
+
+
+def test_rejected_counts_by_rule():
+    workload = tiny_dense()
+    search = search_layouts(workload, b200_machine(1), CALIBRATION,
+                            LayoutLimits(micro_batches=(1, 2), **PINNED_MODES))
+    counts = search.rejected_counts()
+    assert counts == {"pp·vpp={pp}·{vpp} must divide layers=6": 3 * 2 * 2,
+                      "dp·micro_batch={dp}·{micro_batch} must divide global_batch=8": 1}
+    assert sum(counts.values()) == search.n_candidates - search.n_plans
+    violations = plan_violations(workload, search.candidates, 8)
+    for plan, reason in search.rejected_examples(limit=5):
+        index = next(i for i in range(search.n_candidates)
+                     if search.candidates.row(i) == plan)
+        assert reason == first_reason(violations, search.candidates, index)
+    assert search.rule_example("dp·micro_batch={dp}·{micro_batch} must divide "
+                               "global_batch=8") == "dp·micro_batch=8·2 must divide global_batch=8"
+
+
+def test_hsdp_shards_inside_one_domain():
+    limits = LayoutLimits(tp=2, pp=1, ep=1, micro_batches=(1,), sharding=("hsdp", "fsdp"),
+                          checkpointing=("none",))
+    plans = enumerate_plans(moe_workload(), 16, 8, limits)
+    hsdp = plans.sharding == Sharding.HSDP
+    # dp = 16/2 = 8; a domain of 8 GPUs holds 8/(tp·cp) = 4 data-parallel ranks.
+    assert plans.hsdp_shard[hsdp].tolist() == [4] * int(hsdp.sum())
+    assert np.array_equal(plans.hsdp_shard[~hsdp], plans.dp[~hsdp])
+
+
+def test_pins_and_limits_are_respected():
+    limits = LayoutLimits(max_tp=2, pp=(2, 4), ep=(4, 8), micro_batches=(2,),
+                          sharding=("zero1", "fsdp"), checkpointing=("full",))
+    plans = enumerate_plans(moe_workload(), 32, 8, limits)
+    assert len(plans) > 0
+    assert set(plans.tp.tolist()) <= {1, 2}
+    assert set(plans.pp.tolist()) <= {2, 4}
+    assert set(plans.ep.tolist()) <= {4, 8}
+    assert set(plans.micro_batch.tolist()) == {2}
+    assert set(plans.sharding.tolist()) == {int(Sharding.ZERO1), int(Sharding.FSDP)}
+    assert set(plans.checkpointing.tolist()) == {int(Checkpointing.FULL)}
+    assert np.all(plans.etp <= plans.tp) and np.all(plans.tp % plans.etp == 0)
+
+
+def test_default_tp_is_capped_by_the_domain_and_cp_by_sequence_length():
+    short = enumerate_plans(moe_workload(), 32, 8, LayoutLimits(**PINNED_MODES))
+    assert set(short.tp.tolist()) == {1, 2, 4, 8}
+    assert set(short.cp.tolist()) == {1}
+    long = enumerate_plans(moe_workload(seq_len=16384), 32, 8,
+                           LayoutLimits(**PINNED_MODES))
+    assert set(long.cp.tolist()) == {1, 2, 4, 8}
+    assert set(enumerate_plans(moe_workload(), 32, 4, LayoutLimits(**PINNED_MODES))
+               .tp.tolist()) == {1, 2, 4}
+
+
+def test_vectorised_search_equals_single_plan_path(q4_search):
+    machine = b200_machine(4)
+    workload = moe_workload()
+    rng = np.random.default_rng(0)
+    sample = rng.choice(q4_search.n_plans, size=60, replace=False)
+    for i in sample:
+        alone = predict_step(workload, q4_search.plans.take(int(i)), machine, CALIBRATION)
+        for name in ("step_time_s", "memory_bytes", "mfu"):
+            np.testing.assert_allclose(getattr(alone, name)[0],
+                                       getattr(q4_search.prediction, name)[i], rtol=1e-9)
+
+
+def test_chunked_evaluation_equals_one_call(q4_search):
+    calls = []
+    chunked = search_layouts(moe_workload(), b200_machine(4), CALIBRATION, LayoutLimits(),
+                             chunk_plans=997, progress=lambda done, total: calls.append(
+                                 (done, total)))
+    assert calls[-1] == (q4_search.n_plans, q4_search.n_plans)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    for name in ("step_time_s", "memory_bytes", "mfu", "overshoot_bytes"):
+        np.testing.assert_array_equal(getattr(chunked.prediction, name),
+                                      getattr(q4_search.prediction, name))
+    assert set(chunked.prediction.breakdown_s) == set(q4_search.prediction.breakdown_s)
+    np.testing.assert_array_equal(chunked.ranking, q4_search.ranking)
+
+
+def test_ranking_is_sorted_and_feasible(q4_search):
+    ranking = q4_search.ranking
+    assert q4_search.n_feasible > 0
+    assert np.all(q4_search.prediction.feasible[ranking])
+    throughput = q4_search.prediction.tokens_per_s[ranking]
+    assert np.all(np.diff(throughput) <= 0)
+    assert q4_search.n_feasible + q4_search.out_of_memory().size == q4_search.n_plans
+
+
+def test_best_layout_is_rank_one(q4_search):
+    plan, prediction = best_layout(moe_workload(), b200_machine(4), CALIBRATION)
+    top = int(q4_search.ranking[0])
+    assert plan == q4_search.plans.row(top)
+    assert prediction.step_time_s.shape == (1,)
+    assert prediction.step_time_s[0] == q4_search.prediction.step_time_s[top]
+    assert prediction.breakdown_s["optimizer"][0] == (
+        q4_search.prediction.breakdown_s["optimizer"][top])
+
+
+@pytest.fixture(scope="module")
+def tight_search():
+    """The q=8 rung on one node: most layouts cannot hold its experts."""
+    workload = Workload(geometry=ladder_geometry(8, experts=64, top_k=2, split_factor=4),
+                        global_batch=64, seq_len=2048)
+    return workload, search_layouts(workload, b200_machine(1), CALIBRATION, LayoutLimits())
+
+
+def test_memory_first_best_layout_matches_the_full_search(tight_search):
+    workload, search = tight_search
+    machine = b200_machine(1)
+    fits = fits_in_memory(workload, search.plans, machine)
+    np.testing.assert_array_equal(fits, search.prediction.feasible)
+    plan, prediction = best_layout(workload, machine, CALIBRATION)
+    assert plan == search.plans.row(int(search.ranking[0]))
+    assert prediction.mfu[0] == search.prediction.mfu[search.ranking[0]]
+
+
+def test_out_of_memory_reason_in_gib(tight_search):
+    _, search = tight_search
+    oom = search.out_of_memory()
+    assert oom.size > 0 and search.n_feasible > 0
+    overshoot = search.prediction.overshoot_bytes[oom]
+    assert np.all(overshoot > 0) and np.all(np.diff(overshoot) >= 0)
+    reason = search.oom_reason(int(oom[0]))
+    assert reason.startswith(f"out of memory by {overshoot[0] / GIB:.2f} GiB")
+    assert f"{search.capacity_bytes / GIB:.2f} GiB per GPU" in reason
+
+
+def test_nothing_fits_gives_none():
+    huge = Workload(geometry=ladder_geometry(12, experts=96, top_k=2, split_factor=4),
+                    global_batch=64, seq_len=2048)
+    assert best_layout(huge, b200_machine(1), CALIBRATION) is None
+
+
+def test_no_valid_plan_is_an_empty_search():
+    workload = tiny_dense(global_batch=3)
+    limits = LayoutLimits(tp=1, pp=1, **PINNED_MODES)
+    search = search_layouts(workload, b200_machine(1), CALIBRATION, limits)
+    assert search.n_plans == 0 and search.n_feasible == 0
+    assert search.prediction.step_time_s.shape == (0,)
+    assert sum(search.rejected_counts().values()) == search.n_candidates
+    assert best_layout(workload, b200_machine(1), CALIBRATION, limits) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"tp": 0}, "layout tp=0"),
+        ({"pp": (2, True)}, "layout pp=True"),
+        ({"max_tp": 0}, "layout max_tp=0"),
+        ({"micro_batches": ()}, "layout micro_batches: give at least one value"),
+        ({"sharding": ("zero9",)}, "unknown sharding 'zero9'"),
+        ({"checkpointing": ("partial",)}, "unknown checkpointing 'partial'"),
+    ],
+)
+def test_bad_limits_name_the_field(kwargs, fragment):
+    with pytest.raises(MosaicInputError, match=fragment):
+        LayoutLimits(**kwargs)
+
+
+def test_pins_that_leave_no_pair_are_explained():
+    with pytest.raises(MosaicInputError, match="vpp > 1 needs pp > 1"):
+        candidate_plans(tiny_dense(), 8, 8, LayoutLimits(pp=1, vpp=2))
+    with pytest.raises(MosaicInputError, match="etp must divide tp"):
+        candidate_plans(tiny_moe(), 8, 8, LayoutLimits(tp=1, etp=2))
