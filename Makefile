@@ -6,7 +6,6 @@ BIN := $(VENV)/bin
 
 $(BIN)/mosaic: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(BIN)/mosaic
 
@@ -14,11 +13,11 @@ $(BIN)/mosaic: pyproject.toml
 install: $(BIN)/mosaic
 
 run: install
-	$(BIN)/mosaic demo
+	$(BIN)/mosaic plan
 
 test: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
 
 bench: install
-	$(BIN)/python benchmarks/bench_law_fit.py
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done

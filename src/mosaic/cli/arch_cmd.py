@@ -19,7 +19,7 @@ from mosaic.arch import (
     model_flops_per_token,
 )
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
-from mosaic.cli.common import guarded, print_json, print_key_value_table, print_table
+from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.config.model_schema import geometry_from_document
 from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
@@ -225,7 +225,7 @@ def arch(
     glu: Annotated[bool, typer.Option(help="gated (SwiGLU) FFN")] = True,
     seq_len: Annotated[int, typer.Option(help="sequence length for attention FLOPs")] = 2048,
     per_layer: Annotated[bool, typer.Option(help="add the per-block breakdown")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    json_output: JsonFlag = False,
 ) -> None:
     """Exact parameter counts, sparsity and FLOPs per token of a transformer geometry."""
     geometry = geometry_from_options(

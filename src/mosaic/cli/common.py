@@ -6,7 +6,8 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -79,3 +80,15 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
             return function(*args, **kwargs)
 
     return wrapper
+
+
+# Parameter types shared by the subcommands (one definition, one help text).
+JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+CalibrationOption = Annotated[Path | None, typer.Option(help="calibration YAML")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override a field: block.field=value (repeatable)"),
+]
+JobArgument = Annotated[
+    Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")
+]

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from mosaic.cli.common import console, guarded, print_json, print_key_value_table, print_table
+from mosaic.cli.common import (
+    CalibrationOption,
+    JobArgument,
+    JsonFlag,
+    SetOption,
+    console,
+    guarded,
+    print_json,
+    print_key_value_table,
+    print_table,
+)
 from mosaic.config.job_schema import load_job
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.diagnosis import (
@@ -175,19 +184,16 @@ def _render_levers(diagnosis: Diagnosis) -> None:
 
 
 def explain(
-    job: Annotated[Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")],
+    job: JobArgument,
     measured_tokens_per_s: Annotated[
         float | None, typer.Option(help="measured cluster-total tokens/s, for the gap analysis")
     ] = None,
     measured_step_time_s: Annotated[
         float | None, typer.Option(help="measured seconds per step, for the gap analysis")
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="override a field: block.field=value (repeatable)"),
-    ] = None,
-    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    set_: SetOption = None,
+    calibration: CalibrationOption = None,
+    json_output: JsonFlag = False,
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     spec = load_job(job, set_ or [])

@@ -13,7 +13,15 @@ from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from mosaic.cli.common import console, error_console, guarded, print_json
+from mosaic.cli.common import (
+    CalibrationOption,
+    JsonFlag,
+    SetOption,
+    console,
+    error_console,
+    guarded,
+    print_json,
+)
 from mosaic.config.job_schema import FIELD_ALIASES, apply_overrides, load_job
 from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
@@ -247,10 +255,9 @@ def layouts(
         help="checkpointing modes: none, selective, full (default all)")] = None,
     show_infeasible: Annotated[bool, typer.Option(
         help="list out-of-memory and rule-rejected layouts with their reasons")] = False,
-    set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="override a field: block.field=value (repeatable)")] = None,
-    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    set_: SetOption = None,
+    calibration: CalibrationOption = None,
+    json_output: JsonFlag = False,
 ) -> None:
     """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
 

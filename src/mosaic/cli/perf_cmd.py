@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from mosaic.cli.common import guarded, print_json, print_key_value_table, print_table
+from mosaic.cli.common import (
+    CalibrationOption,
+    JobArgument,
+    JsonFlag,
+    SetOption,
+    guarded,
+    print_json,
+    print_key_value_table,
+    print_table,
+)
 from mosaic.config.job_schema import load_job
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.job import JobPrediction, predict_job
@@ -93,13 +101,10 @@ def _render(document: dict[str, Any]) -> None:
 
 
 def perf(
-    job: Annotated[Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="override a field: block.field=value (repeatable)"),
-    ] = None,
-    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    job: JobArgument,
+    set_: SetOption = None,
+    calibration: CalibrationOption = None,
+    json_output: JsonFlag = False,
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
     spec = load_job(job, set_ or [])

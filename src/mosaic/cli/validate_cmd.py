@@ -10,7 +10,14 @@ import numpy as np
 import typer
 import yaml
 
-from mosaic.cli.common import guarded, print_json, print_key_value_table, print_table
+from mosaic.cli.common import (
+    CalibrationOption,
+    JsonFlag,
+    guarded,
+    print_json,
+    print_key_value_table,
+    print_table,
+)
 from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
 from mosaic.errors import MosaicInputError
 from mosaic.perf.calibrate import fit_calibration, leave_one_group_out, record_baselines
@@ -57,8 +64,8 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
 
 def validate(
     runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
-    calibration: Annotated[Path | None, typer.Option(help="calibration YAML")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    calibration: CalibrationOption = None,
+    json_output: JsonFlag = False,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
     record_set = _load(runs)
@@ -95,7 +102,7 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
     cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
     base: Annotated[Path | None, typer.Option(help="calibration to start from")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    json_output: JsonFlag = False,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
     if cv not in CV_GROUPINGS:
