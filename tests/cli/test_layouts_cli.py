@@ -100,7 +100,7 @@ def test_human_table(q4_job):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--tp", "a"], "--tp 'a': expected comma-separated integers"),
+        (["--tp", "a"], "--tp must be comma-separated integers, got 'a'"),
         (["--sharding", "zero9"], "unknown sharding 'zero9'"),
         (["--pp", "5"], "tp·pp·cp must divide the device count 32"),
         (["--ep", "3"], "no layout of 32 GPUs passes the divisibility rules"),

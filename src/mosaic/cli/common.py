@@ -20,14 +20,14 @@ console = Console()
 error_console = Console(stderr=True)
 
 
-def _to_jsonable(value: Any) -> Any:
+def to_jsonable(value: Any) -> Any:
     """Convert numpy scalars/arrays and non-finite floats into plain JSON values."""
     if isinstance(value, Mapping):
-        return {str(k): _to_jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_to_jsonable(v) for v in value]
+        return [to_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
-        return [_to_jsonable(v) for v in value.tolist()]
+        return [to_jsonable(v) for v in value.tolist()]
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -37,7 +37,7 @@ def _to_jsonable(value: Any) -> Any:
 
 def print_json(payload: Mapping[str, Any]) -> None:
     """Write a JSON document to stdout (no rich markup, machine readable)."""
-    typer.echo(json.dumps(_to_jsonable(payload), indent=2))
+    typer.echo(json.dumps(to_jsonable(payload), indent=2))
 
 
 def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -92,3 +92,28 @@ SetOption = Annotated[
 JobArgument = Annotated[
     Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")
 ]
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
+    try:
+        values = tuple(kind(part) for part in _csv(text))
+    except ValueError:
+        raise MosaicInputError(f"{option} must be comma-separated {what}, got {text!r}"
+                               ) from None
+    if not values:
+        raise MosaicInputError(f"{option} is empty; give at least one value")
+    return values
+
+
+def parse_ints(option: str, text: str) -> tuple[int, ...]:
+    """'8,10,12' -> (8, 10, 12); a one-line error names the option."""
+    return _parse_numbers(option, text, int, "integers")
+
+
+def parse_floats(option: str, text: str) -> tuple[float, ...]:
+    """'10,20.5' -> (10.0, 20.5); a one-line error names the option."""
+    return _parse_numbers(option, text, float, "numbers")

@@ -11,11 +11,11 @@ import pandas as pd
 import typer
 
 from mosaic.cli.common import (
-    _to_jsonable,
     guarded,
     print_json,
     print_key_value_table,
     print_table,
+    to_jsonable,
 )
 from mosaic.errors import MosaicInputError
 from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
@@ -188,7 +188,7 @@ def fit(
         payload["parity_file"] = str(parity)
     if out is not None:
         provenance = {key: payload[key] for key in payload if key != "coefficients"}
-        provenance = _to_jsonable({"source": f"fitted to {data}", **provenance})
+        provenance = to_jsonable({"source": f"fitted to {data}", **provenance})
         replace(validated.law, provenance=provenance).save(out)
         payload["law_file"] = str(out)
     if as_json:

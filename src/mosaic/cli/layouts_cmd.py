@@ -20,6 +20,7 @@ from mosaic.cli.common import (
     console,
     error_console,
     guarded,
+    parse_ints,
     print_json,
 )
 from mosaic.config.job_schema import FIELD_ALIASES, apply_overrides, load_job
@@ -68,14 +69,8 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    """Parse "1,2,4" into (1, 2, 4)."""
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise MosaicInputError(
-            f"{option} {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+    """Parse "1,2,4" into (1, 2, 4); None when the option is not given."""
+    return None if text is None else parse_ints(option, text)
 
 
 def _name_list(text: str | None) -> tuple[str, ...] | None:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from mosaic.cli import arch_cmd, law_cmd, perf_cmd
+from mosaic.cli import (
+    arch_cmd,
+    explain_cmd,
+    law_cmd,
+    layouts_cmd,
+    perf_cmd,
+    plan_cmd,
+    validate_cmd,
+)
 
 app = typer.Typer(
     name="mosaic",
@@ -14,5 +22,5 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (arch_cmd, law_cmd, perf_cmd):
+for _module in (arch_cmd, law_cmd, perf_cmd, layouts_cmd, explain_cmd, validate_cmd, plan_cmd):
     _module.register(app)

@@ -52,6 +52,7 @@ from mosaic.perf.memory import (
     feasibility,
     memory_breakdown_bytes,
     n_microbatches,
+    shard_degrees,
     stage_layer_counts,
     stage_parameters,
     total_memory_bytes,
@@ -206,6 +207,20 @@ def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray) -> np.nda
     return (pp - 1) / (vpp * n_mb)
 
 
+def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, routed-expert) parameters per GPU of the largest block, FSDP's unit."""
+    counts = count_parameters(workload.geometry)
+    norms = counts.norms_per_layer
+    if workload.geometry.moe is None:
+        dense = (counts.attention_per_layer + counts.dense_ffn_per_layer) / plans.tp + norms
+        return dense, np.zeros(len(plans))
+    dense = ((counts.attention_per_layer + counts.shared_experts_per_layer) / plans.tp
+             + norms + counts.router_per_layer)
+    expert = counts.experts * counts.routed_expert / (plans.ep * plans.etp)
+    return dense, expert
+
+
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
                          params: StageParameters, fwd_block_s: np.ndarray,
                          bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
@@ -240,12 +255,17 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
     # forward and backward and reduce-scatter gradients after backward, prefetching one
     # block ahead; with pp > 1 parameters stay gathered for the step (torchtitan).
-    shard_group = np.where(sharding == Sharding.HSDP, plans.hsdp_shard * plans.cp,
-                           dense_group)
-    block_weights = params.largest_block * ACTIVATION_BYTES
-    block_grads = params.largest_block * GRADIENT_BYTES_PER_PARAM
-    gather = all_gather_time_s(block_weights, shard_group, dense_stride, ic)
-    scatter = reduce_scatter_time_s(block_grads, shard_group, dense_stride, ic)
+    # Dense parameters shard over the (HSDP shard group of the) data-parallel ranks, routed
+    # experts over the expert-data-parallel ranks, which sit ep·etp ranks apart (Eq. 24).
+    shard_group, expert_shard_group = shard_degrees(plans)
+    block_dense, block_expert = _fsdp_unit_parameters(workload, plans)
+    gather = (all_gather_time_s(block_dense * ACTIVATION_BYTES, shard_group, dense_stride, ic)
+              + all_gather_time_s(block_expert * ACTIVATION_BYTES, expert_shard_group,
+                                  expert_stride, ic))
+    scatter = (reduce_scatter_time_s(block_dense * GRADIENT_BYTES_PER_PARAM, shard_group,
+                                     dense_stride, ic)
+               + reduce_scatter_time_s(block_expert * GRADIENT_BYTES_PER_PARAM,
+                                       expert_shard_group, expert_stride, ic))
     gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
     scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed

@@ -1,0 +1,52 @@
+"""Benchmark: the full Table 3 MOSAIC search (paper Sec. 7.3).
+
+Run: .venv/bin/python benchmarks/bench_plan.py [--workers N]   (target: < 30 s on 2 cores)
+
+32 p6-b200 nodes (256 B200), 20 days, q in 8..18, 13 expert counts, K in {1,2,4,6,8},
+G in {1,2,4,8}, S >= 0.7; every layout of the layout search with B_micro in {1,2,4} and
+every checkpointing mode. Prints wall time, geometries, plans evaluated and the optimum
+next to the paper's Table 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from mosaic.law import default_law
+from mosaic.perf.calibration import default_calibration
+from mosaic.plan import Envelope, SearchSpace, resolve_system, search
+
+PAPER_TABLE4 = "q=12 L=48 E=96 K=2 G=4, N_act 14.5 B, S 0.956, D 1.42 T, MFU 12.38%, loss 1.3898"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=None, help="default: all CPUs")
+    workers = parser.parse_args().workers
+    envelope = Envelope(resolve_system("B200"))
+    start = time.perf_counter()
+    result = search(envelope, SearchSpace(), default_law(), default_calibration(),
+                    workers=workers)
+    seconds = time.perf_counter() - start
+    table = result.throughput
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"Table 3 search: {seconds:.1f} s on {cpus} CPUs "
+          f"(workers: {workers or 'all'})")
+    print(f"  geometries {len(result.grid)}, trainable {int(result.feasible.sum())}")
+    print(f"  plans evaluated (memory) {table.plans_evaluated:,}, timed {table.plans_timed:,}")
+    best = result.candidate(result.optimum_index)
+    plan = best["plan"]
+    print(f"  optimum: q={best['q']} L={best['layers']} E={best['experts']} "
+          f"K={best['top_k']} G={best['split_factor']}, N_act {best['n_active'] / 1e9:.1f} B, "
+          f"S {best['sparsity']:.3f}, D {best['tokens'] / 1e12:.2f} T, "
+          f"MFU {best['mfu']:.2%}, loss {best['loss']:.4f}")
+    print(f"  layout: pp={plan['pp']} vpp={plan['vpp']} ep={plan['ep']} tp={plan['tp']} "
+          f"cp={plan['cp']} dp={plan['dp']} mb={plan['micro_batch']} "
+          f"{plan['sharding']} ckpt={plan['checkpointing']}")
+    print(f"  paper Table 4: {PAPER_TABLE4}")
+
+
+if __name__ == "__main__":
+    main()

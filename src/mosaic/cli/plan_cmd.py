@@ -1,0 +1,379 @@
+"""`mosaic plan` and `mosaic sweep days|nodes`: the MOSAIC co-design search (docs/plan.md).
+
+Defaults are the paper's Table 3 envelope, so a bare `mosaic plan` runs the paper's setting
+on the built-in law, hardware catalog and calibration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mosaic.cli import plan_render as render
+from mosaic.cli.common import (
+    CalibrationOption,
+    JsonFlag,
+    error_console,
+    guarded,
+    parse_floats,
+    parse_ints,
+    print_json,
+)
+from mosaic.errors import MosaicInputError
+from mosaic.law import ScalingLaw, default_law
+from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.plan.analysis import (
+    JOINT_EXPONENTS,
+    allocation_exponents,
+    compare_model_flops,
+    flop_cost_profile,
+    sparsity_frontier,
+)
+from mosaic.plan.cost import cheapest_plan, run_cost
+from mosaic.plan.envelope import (
+    TABLE3_DAYS,
+    TABLE3_GLOBAL_BATCH,
+    TABLE3_NODES,
+    TABLE3_S_MIN,
+    TABLE3_SEQ_LEN,
+    TABLE3_SPLIT,
+    TABLE3_TOP_K,
+    TABLE3_TPP,
+    Envelope,
+    SearchSpace,
+    resolve_system,
+    with_gpus_per_node,
+)
+from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
+from mosaic.plan.search import PlanResult, ProgressFn, search
+from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
+from mosaic.plan.uncertainty import load_samples, propagate
+from mosaic.report import plan_report, plots
+
+SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
+SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
+SWEEP_NODES_DAYS = 30.0  # the window of the node sweep (Sec. 7.4)
+DEFAULT_TOP = 10
+
+sweep_app = typer.Typer(name="sweep", no_args_is_help=True,
+                        help="Budget sweeps of the MOSAIC optimum (paper Sec. 7.4, Fig. 11).")
+
+
+# --- Option parsing ------------------------------------------------------------------------
+def parse_tpp(text: str) -> tuple[float, float]:
+    """'40:150' -> (40.0, 150.0)."""
+    parts = text.split(":")
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise MosaicInputError(f"--tpp must be MIN:MAX tokens per active parameter, e.g. "
+                               f"40:150, got {text!r}") from None
+    return low, high
+
+
+def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
+                  checkpoint_s: float | None, restart_s: float) -> Goodput:
+    """--goodput X, or --mtbf-gpu-hours H with --checkpoint-s S (Young-Daly)."""
+    if mtbf_gpu_hours is None and checkpoint_s is None:
+        return ConstantGoodput(1.0 if goodput is None else goodput)
+    if goodput is not None:
+        raise MosaicInputError("give either --goodput or --mtbf-gpu-hours/--checkpoint-s, "
+                               "not both")
+    if mtbf_gpu_hours is None or checkpoint_s is None:
+        raise MosaicInputError("the Young-Daly goodput needs both --mtbf-gpu-hours and "
+                               "--checkpoint-s")
+    return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
+
+
+# --- Shared options --------------------------------------------------------------------------
+Gpu = Annotated[str | None, typer.Option(
+    "--gpu", help="Accelerator (catalog name or alias): B200 -> p6-b200.48xlarge, H100 -> "
+    "p5.48xlarge, H200 -> p5en.48xlarge, GB200 -> GB200-NVL72 (docs/plan.md). Default B200.")]
+System = Annotated[str | None, typer.Option(
+    "--system", help="Node type from the catalog; overrides the --gpu mapping.")]
+Nodes = Annotated[int, typer.Option("--nodes", help="Nodes in the cluster.")]
+GpusPerNode = Annotated[int | None, typer.Option(
+    "--gpus-per-node", help="What-if host size (default: the system's; per-GPU links kept).")]
+Days = Annotated[float, typer.Option("--days", help="Training window T_train in days.")]
+GoodputOpt = Annotated[float | None, typer.Option(
+    "--goodput", help="Constant goodput η_good in (0, 1] (default 1.0, Table 3).")]
+Mtbf = Annotated[float | None, typer.Option(
+    "--mtbf-gpu-hours", help="MTBF of one GPU in hours: Young-Daly goodput (with "
+    "--checkpoint-s).")]
+CheckpointS = Annotated[float | None, typer.Option(
+    "--checkpoint-s", help="Seconds to write one checkpoint (Young-Daly goodput).")]
+RestartS = Annotated[float, typer.Option(
+    "--restart-s", help="Seconds lost per failure to restart and reload (Young-Daly).")]
+GlobalBatch = Annotated[int, typer.Option("--global-batch", help="B_global, sequences/step.")]
+SeqLen = Annotated[int, typer.Option("--seq-len", help="T_seq, tokens per sequence.")]
+LawFile = Annotated[Path | None, typer.Option(
+    "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
+QValues = Annotated[str, typer.Option("--q", help="Ladder seeds q, comma-separated.")]
+Experts = Annotated[str, typer.Option("--experts", help="Expert counts E, comma-separated.")]
+TopK = Annotated[str, typer.Option("--top-k", help="Active experts K, comma-separated.")]
+Split = Annotated[str, typer.Option("--split-factor", help="Split factors G, comma-separated.")]
+Tpp = Annotated[str, typer.Option("--tpp", help="Tokens per active parameter MIN:MAX.")]
+SMin = Annotated[float, typer.Option("--s-min", help="Sparsity guard S >= s_min.")]
+Workers = Annotated[int | None, typer.Option(
+    "--workers", help="Processes for the layout search (default: all CPUs).")]
+PlotDir = Annotated[Path | None, typer.Option(
+    "--plot", help="Write figures (PNG and SVG) into this directory.")]
+
+TABLE3_Q_TEXT = "8,10,12,14,16,18"
+TABLE3_EXPERTS_TEXT = "4,6,8,16,24,32,48,96,128,192,256,384,512"
+TABLE3_TOP_K_TEXT = ",".join(map(str, TABLE3_TOP_K))
+TABLE3_SPLIT_TEXT = ",".join(map(str, TABLE3_SPLIT))
+TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
+
+
+def build_inputs(
+    *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
+    days: float, goodput: float | None, mtbf_gpu_hours: float | None,
+    checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
+    q: str, experts: str, top_k: str, split_factor: str, tpp: str, s_min: float,
+) -> tuple[Envelope, SearchSpace]:
+    """Validate the shared options into an envelope and a search space."""
+    node_type = resolve_system(gpu, system)
+    if gpus_per_node is not None:
+        node_type = with_gpus_per_node(node_type, gpus_per_node)
+    envelope = Envelope(
+        system=node_type, n_nodes=nodes, days=days,
+        goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
+        global_batch=global_batch, seq_len=seq_len,
+    )
+    tpp_min, tpp_max = parse_tpp(tpp)
+    space = SearchSpace(
+        q=parse_ints("--q", q), experts=parse_ints("--experts", experts),
+        top_k=parse_ints("--top-k", top_k), split_factor=parse_ints("--split-factor",
+                                                                      split_factor),
+        s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max,
+    )
+    space.enumerate()  # an empty grid fails here, before any hardware work
+    return envelope, space
+
+
+def load_models(law_file: Path | None, calibration_file: Path | None
+                ) -> tuple[ScalingLaw, Calibration]:
+    law = default_law() if law_file is None else ScalingLaw.load(law_file)
+    return law, load_calibration(calibration_file)
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Any]:
+    """A factory ``label -> (done, total) callback`` drawing bars on stderr, or None."""
+    if not (enabled and error_console.is_terminal):
+        yield lambda label: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=error_console, transient=True) as bar:
+        def factory(label: str) -> ProgressFn:
+            task = bar.add_task(label, total=None)
+
+            def update(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            return update
+
+        yield factory
+
+
+def require_trainable(result: PlanResult) -> None:
+    """A budget under which nothing can be trained is a user error with the reasons."""
+    if result.optimum_index is not None:
+        return
+    summary = "; ".join(f"{n} geometries: {reason}"
+                        for reason, n in plan_report.infeasible_summary(result).items())
+    raise MosaicInputError(f"no geometry of the grid is trainable on {result.envelope.n_nodes} "
+                           f"nodes in {result.envelope.days:g} days ({summary}); add nodes or "
+                           f"days, or lower --tpp")
+
+
+# --- mosaic plan ---------------------------------------------------------------------------
+def _analysis(result: PlanResult, law: ScalingLaw, plot_dir: Path | None
+              ) -> tuple[dict[str, Any], list[str]]:
+    """Model-FLOPs comparison and allocation exponents (documents), and figures."""
+    comparison = compare_model_flops(result, law)
+    documents: dict[str, Any] = {
+        "model_flops_comparison": plan_report.comparison_document(comparison, result)}
+    if all(name in law.coefficients for name in JOINT_EXPONENTS):
+        documents["allocation_exponents"] = plan_report.exponents_document(
+            allocation_exponents(result, law))
+    written: list[str] = []
+    if plot_dir is not None:
+        assert comparison.split_factor is not None
+        frontier = sparsity_frontier(result, law, comparison.c_model_flops,
+                                     comparison.split_factor)
+        profiles = [flop_cost_profile(result, law, comparison.c_model_flops, "sparsity",
+                                      split_factor=comparison.split_factor),
+                    flop_cost_profile(result, law, comparison.c_model_flops, "split_factor")]
+        for paths in (plots.plot_frontier(result, plot_dir),
+                      plots.plot_sparsity_tradeoff(frontier, comparison, plot_dir),
+                      plots.plot_flop_cost(profiles, plot_dir)):
+            written += [str(p) for p in paths]
+    return documents, written
+
+
+def _cheapest_lists(envelope: Envelope, nodes_text: str | None, days_text: str | None
+                    ) -> tuple[list[int], list[float]]:
+    """Budgets of the cheapest-plan search: given lists, else n/2, n, 2n and d/4 ... 2d."""
+    nodes = (list(parse_ints("--cheapest-nodes", nodes_text)) if nodes_text else
+             sorted({max(1, envelope.n_nodes // 2), envelope.n_nodes, 2 * envelope.n_nodes}))
+    days = (list(parse_floats("--cheapest-days", days_text)) if days_text else
+            [envelope.days * f for f in (0.25, 0.5, 1.0, 2.0)])
+    return nodes, days
+
+
+def plan(
+    gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
+    gpus_per_node: GpusPerNode = None, days: Days = TABLE3_DAYS, goodput: GoodputOpt = None,
+    mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
+    global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
+    law_file: LawFile = None, calibration_file: CalibrationOption = None,
+    q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
+    top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
+    tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
+    top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = DEFAULT_TOP,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(
+        "--price-per-gpu-hour", help="Price of one GPU-hour; adds the cost.")] = None,
+    target_loss: Annotated[float | None, typer.Option(
+        "--target-loss", help="Also find the cheapest budget whose optimum reaches this loss.")
+    ] = None,
+    cheapest_nodes: Annotated[str | None, typer.Option(
+        "--cheapest-nodes", help="Node counts for --target-loss (default n/2, n, 2n).")] = None,
+    cheapest_days: Annotated[str | None, typer.Option(
+        "--cheapest-days", help="Windows for --target-loss (default d/4, d/2, d, 2d).")] = None,
+    bootstrap_samples: Annotated[Path | None, typer.Option(
+        "--bootstrap-samples", help="Law coefficient samples (JSON or CSV, docs/plan.md).")
+    ] = None,
+    workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
+) -> None:
+    """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
+    envelope, space = build_inputs(
+        gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,
+        goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
+        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len, q=q, experts=experts,
+        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
+    law, calibration = load_models(law_file, calibration_file)
+    cost = run_cost(envelope, price_per_gpu_hour)
+    samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
+                                                                  law.form.name)
+    with progress_bar(not as_json) as bar:
+        result = search(envelope, space, law, calibration, progress=bar("geometries"),
+                        workers=workers)
+        require_trainable(result)
+        cheapest = None
+        if target_loss is not None:
+            node_list, day_list = _cheapest_lists(envelope, cheapest_nodes, cheapest_days)
+            cheapest = cheapest_plan(envelope, space, law, calibration, target_loss, node_list,
+                                     day_list, price_per_gpu_hour,
+                                     progress=lambda n: bar(f"{n} nodes"), workers=workers)
+    document = plan_report.plan_document(result, cost)
+    analysis, written = _analysis(result, law, plot_dir)
+    document.update(analysis)
+    uncertainty = None if samples is None else propagate(result, law, samples)
+    if uncertainty is not None:
+        document["uncertainty"] = plan_report.uncertainty_document(uncertainty, result)
+    if cheapest is not None:
+        document["cheapest"] = plan_report.cheapest_document(cheapest)
+    if written:
+        document["plots"] = written
+    if as_json:
+        print_json(document)
+        return
+    render.print_envelope(result, cost)
+    render.print_optimum(document["optimum"])
+    render.print_ranking(result, top, uncertainty)
+    render.print_comparison(document["model_flops_comparison"])
+    if "uncertainty" in document:
+        render.print_uncertainty(document["uncertainty"])
+    if "cheapest" in document:
+        render.print_cheapest(document["cheapest"])
+    for path in written:
+        typer.echo(f"wrote {path}")
+
+
+# --- mosaic sweep ----------------------------------------------------------------------------
+def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None) -> None:
+    document = plan_report.sweep_document(points)
+    if plot_dir is not None:
+        document["plots"] = [str(p) for p in plots.plot_sweep(points, plot_dir)]
+    if as_json:
+        print_json(document)
+        return
+    render.print_sweep(points)
+    for path in document.get("plots", []):
+        typer.echo(f"wrote {path}")
+
+
+@sweep_app.command("days")
+@guarded
+def sweep_days_command(
+    values: Annotated[str, typer.Option("--values", help="Windows in days.")] = SWEEP_DAYS,
+    gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
+    gpus_per_node: GpusPerNode = None, goodput: GoodputOpt = None,
+    mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
+    global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
+    law_file: LawFile = None, calibration_file: CalibrationOption = None,
+    q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
+    top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
+    tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
+    workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
+) -> None:
+    """Optimum per training window on a fixed cluster (layouts searched once)."""
+    windows = parse_floats("--values", values)
+    envelope, space = build_inputs(
+        gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
+        goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
+        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len, q=q, experts=experts,
+        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
+    for window in windows:
+        envelope.with_budget(days=window)  # validates every window up front
+    law, calibration = load_models(law_file, calibration_file)
+    with progress_bar(not as_json) as bar:
+        points = sweep_days(envelope, space, law, calibration, windows,
+                            progress=bar("geometries"), workers=workers)
+    _finish_sweep(points, as_json, plot_dir)
+
+
+@sweep_app.command("nodes")
+@guarded
+def sweep_nodes_command(
+    values: Annotated[str, typer.Option("--values", help="Node counts.")] = SWEEP_NODES,
+    gpu: Gpu = None, system: System = None, gpus_per_node: GpusPerNode = None,
+    days: Annotated[float, typer.Option(
+        "--days", help="Training window in days (Sec. 7.4 uses 30).")] = SWEEP_NODES_DAYS,
+    goodput: GoodputOpt = None, mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
+    restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
+    seq_len: SeqLen = TABLE3_SEQ_LEN, law_file: LawFile = None,
+    calibration_file: CalibrationOption = None, q: QValues = TABLE3_Q_TEXT,
+    experts: Experts = TABLE3_EXPERTS_TEXT, top_k: TopK = TABLE3_TOP_K_TEXT,
+    split_factor: Split = TABLE3_SPLIT_TEXT, tpp: Tpp = TABLE3_TPP_TEXT,
+    s_min: SMin = TABLE3_S_MIN, workers: Workers = None, as_json: JsonFlag = False,
+    plot_dir: PlotDir = None,
+) -> None:
+    """Optimum per cluster size at a fixed window (layouts searched per node count)."""
+    node_counts = parse_ints("--values", values)
+    envelope, space = build_inputs(
+        gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node, days=days,
+        goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
+        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len, q=q, experts=experts,
+        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
+    for n in node_counts:
+        envelope.with_budget(n_nodes=n)  # validates every node count up front
+    law, calibration = load_models(law_file, calibration_file)
+    with progress_bar(not as_json) as bar:
+        points = sweep_nodes(envelope, space, law, calibration, node_counts,
+                             progress=lambda n: bar(f"{n} nodes"), workers=workers)
+    _finish_sweep(points, as_json, plot_dir)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic plan` and `mosaic sweep` to the root command."""
+    app.command("plan")(guarded(plan))
+    app.add_typer(sweep_app, name="sweep")

@@ -1,0 +1,182 @@
+"""Human tables of `mosaic plan` and `mosaic sweep` (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.cli.common import print_key_value_table, print_table
+from mosaic.plan.cost import RunCost
+from mosaic.plan.search import PlanResult
+from mosaic.plan.sweep import SweepPoint
+from mosaic.plan.uncertainty import Uncertainty
+from mosaic.report.plan_report import infeasible_summary
+
+GIB = 2**30
+
+
+def count(value: float) -> str:
+    """Human count: 3.272e11 -> '327.2 B'."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {suffix}"
+    return f"{value:.4g}"
+
+
+def short_count(value: float) -> str:
+    """Compact count for table cells: 4.427e9 -> '4.4B'."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
+    """'tp1 pp4 ... mb4 zero1 ckpt=none'; compact drops degrees of 1 and ckpt=none."""
+    if plan is None:
+        return "-"
+    keys = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
+    degrees = [f"{k}{plan[k]}" for k in keys if not compact or plan[k] != 1 or k == "dp"]
+    parts = [*degrees, f"mb{plan['micro_batch']}", str(plan["sharding"])]
+    if not compact or plan["checkpointing"] != "none":
+        parts.append(f"ckpt={plan['checkpointing']}")
+    return " ".join(parts)
+
+
+def print_envelope(result: PlanResult, cost: RunCost) -> None:
+    envelope = result.envelope
+    goodput = envelope.goodput.describe(envelope.n_devices)
+    rows = [
+        ("hardware", f"{envelope.n_nodes} × {envelope.system.name} "
+                     f"({envelope.n_devices} × {envelope.system.device.name})"),
+        ("window", f"{envelope.days:g} days"),
+        ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
+        ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"),
+        ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
+        ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
+    ]
+    if cost.cost is not None:
+        rows.append(("cost", f"{cost.cost:,.0f} (at {cost.price_per_gpu_hour:g} per GPU-hour)"))
+    table = result.throughput
+    rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
+                             f"layouts checked, {table.plans_timed:,} timed"))
+    print_key_value_table("Envelope", rows)
+
+
+def print_optimum(candidate: dict[str, Any]) -> None:
+    print_key_value_table("MOSAIC optimum", [
+        ("geometry", f"q={candidate['q']} L={candidate['layers']} d={candidate['d_model']} "
+                     f"E={candidate['experts']} K={candidate['top_k']} "
+                     f"G={candidate['split_factor']}"),
+        ("N_act / N_tot", f"{count(candidate['n_active'])} / {count(candidate['n_total'])}"),
+        ("sparsity S", f"{candidate['sparsity']:.4f}"),
+        ("tokens D (TPP)", f"{count(candidate['tokens'])} ({candidate['tpp']:.1f}"
+                           f"{', capped' if candidate['tpp_capped'] else ''})"),
+        ("MFU (paper Eq. 1)", f"{candidate['mfu']:.2%}"),
+        ("tokens/s", f"{candidate['tokens_per_s']:,.0f}"),
+        ("step time", f"{candidate['step_time_s']:.3f} s"),
+        ("memory per GPU", f"{candidate['memory_bytes'] / GIB:.1f} GiB"),
+        ("predicted loss", f"{candidate['loss']:.4f}"),
+        ("layout", layout_text(candidate["plan"])),
+    ])
+
+
+def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None) -> None:
+    """The top geometries, then their layouts (two tables keep each narrow)."""
+    columns = ["#", "q", "E", "K", "G", "N_act", "N_tot", "S", "D", "TPP", "MFU", "loss"]
+    if uncertainty is not None:
+        columns.append("P(opt)")
+    rows, layouts = [], []
+    for rank, row in enumerate(result.ranking[:top], start=1):
+        c = result.candidate(int(row))
+        cells = [str(rank), str(c["q"]), str(c["experts"]), str(c["top_k"]),
+                 str(c["split_factor"]), short_count(c["n_active"]),
+                 short_count(c["n_total"]), f"{c['sparsity']:.3f}", short_count(c["tokens"]),
+                 f"{c['tpp']:.0f}", f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
+        if uncertainty is not None:
+            cells.append(f"{uncertainty.summary(int(row))['p_optimal']:.2f}")
+        rows.append(cells)
+        layouts.append([str(rank), layout_text(c["plan"], compact=True),
+                        f"{c['step_time_s']:.2f}", f"{c['memory_bytes'] / GIB:.0f}"])
+    print_table(f"Top {len(rows)} of {int(result.feasible.sum())} trainable geometries",
+                columns, rows)
+    print_table("Their best layouts", ["#", "layout", "step s", "GiB/GPU"], layouts)
+    summary = infeasible_summary(result)
+    if summary:
+        print_table("Not trainable in this window", ["reason", "geometries"],
+                    [[reason, str(n)] for reason, n in summary.items()])
+
+
+def print_comparison(document: dict[str, Any]) -> None:
+    mf = document["model_flops_geometry"]
+    gap = document["loss_gap_nats"]
+    s_feas = document["s_feas_max"]
+    print_key_value_table(
+        f"Model-FLOPs view at C_model = {document['c_model_flops']:.3g} FLOP, "
+        f"G = {document['split_factor']} (Sec. 6)", [
+            ("Eq. 16 optimum S* (continuous)",
+             f"{document['continuous_optimum']['sparsity']:.4f}"
+             + (" (on the S bound)" if document["continuous_optimum"]["at_sparsity_boundary"]
+                else "")),
+            ("model-FLOPs pick on the grid", f"q={mf['q']} E={mf['experts']} K={mf['top_k']} "
+                                             f"S={mf['sparsity']:.4f}"),
+            ("pick deliverable in the window",
+             f"{'yes' if mf['prescription_feasible'] else 'no'} "
+             f"({mf['deliverable_flops']:.3g} FLOP)"),
+            ("S_feas_max", "-" if s_feas is None else f"{s_feas:.4f}"),
+            ("cluster-optimal S", "-" if document["cluster_sparsity"] is None
+             else f"{document['cluster_sparsity']:.4f}"),
+            ("loss gap (nats)", "-" if gap is None else f"{gap:+.4f}"),
+        ])
+
+
+def print_uncertainty(document: dict[str, Any]) -> None:
+    def label(c: dict[str, Any]) -> str:
+        low, high = c["loss_interval"]
+        return (f"q={c['q']} E={c['experts']} K={c['top_k']} G={c['split_factor']}: "
+                f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]")
+
+    print_key_value_table(
+        f"Law uncertainty ({document['samples']} samples, {document['level']:.0%} intervals)", [
+            ("point optimum", label(document["optimum"])),
+            ("robust choice (min expected loss)", label(document["robust_choice"])),
+            ("minimax-regret choice", label(document["minimax_regret_choice"])),
+        ])
+
+
+def print_cheapest(document: dict[str, Any]) -> None:
+    choice = document["choice"]
+    if choice is None:
+        print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}",
+                              [("result", "no budget of the sweep reaches it")])
+        return
+    rows = [("budget", f"{choice['nodes']} nodes × {choice['days']:g} days"),
+            ("GPU-hours", f"{choice['gpu_hours']:,.0f}")]
+    if choice["cost"] is not None:
+        rows.append(("cost", f"{choice['cost']:,.0f}"))
+    optimum = choice["optimum"]
+    rows += [("optimum loss", f"{choice['loss']:.4f}"),
+             ("geometry", f"q={optimum['q']} E={optimum['experts']} K={optimum['top_k']} "
+                          f"G={optimum['split_factor']} S={optimum['sparsity']:.4f}")]
+    print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}", rows)
+
+
+def print_sweep(points: list[SweepPoint]) -> None:
+    axis = points[0].axis
+    splits = sorted({g for p in points for g in p.best_per_split})
+    columns = [axis, "G*", "S*", "N_act", "N_tot", "D", "MFU", "loss*"]
+    columns += [f"best G={g}" for g in splits]
+    rows = []
+    for p in points:
+        row = p.result.optimum_index
+        cells = [f"{p.value:g}"]
+        if row is None:
+            cells += ["-"] * 7
+        else:
+            c = p.result.candidate(row)
+            cells += [str(c["split_factor"]), f"{c['sparsity']:.3f}",
+                      short_count(c["n_active"]), short_count(c["n_total"]),
+                      short_count(c["tokens"]), f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
+        cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
+                  else "-" for g in splits]
+        rows.append(cells)
+    print_table(f"MOSAIC optimum per {axis} (Fig. 11)", columns, rows)

@@ -1,0 +1,104 @@
+"""What a budget costs, and the cheapest budget whose optimum reaches a target loss.
+
+GPU-hours = N_dev · T_train / 3600 (allocated time, whatever the goodput); money =
+GPU-hours · price per GPU-hour. The cheapest plan for a target loss L is the budget
+(nodes × days) of the smallest GPU-hours, among a given set, whose MOSAIC optimum has
+predicted loss ≤ L; ties go to the shorter window, then to fewer nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from mosaic.errors import MosaicInputError
+from mosaic.law import ScalingLaw
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.layouts import LayoutLimits
+from mosaic.plan.envelope import Envelope, SearchSpace
+from mosaic.plan.search import PlanResult, ProgressFn
+from mosaic.plan.sweep import sweep_days
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """Allocated GPU-hours and, when priced, their cost (currency of the price)."""
+
+    gpu_hours: float
+    price_per_gpu_hour: float | None
+    cost: float | None
+
+
+def check_price(price_per_gpu_hour: float | None) -> float | None:
+    if price_per_gpu_hour is None:
+        return None
+    if not (math.isfinite(price_per_gpu_hour) and price_per_gpu_hour > 0):
+        raise MosaicInputError(
+            f"price per GPU-hour must be a positive number, got {price_per_gpu_hour!r}")
+    return float(price_per_gpu_hour)
+
+
+def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None) -> RunCost:
+    price = check_price(price_per_gpu_hour)
+    hours = envelope.gpu_hours
+    return RunCost(hours, price, None if price is None else hours * price)
+
+
+@dataclass(frozen=True)
+class BudgetOption:
+    """One (nodes, days) budget: its cost and its MOSAIC optimum."""
+
+    n_nodes: int
+    days: float
+    cost: RunCost
+    result: PlanResult
+
+    @property
+    def loss(self) -> float | None:
+        row = self.result.optimum_index
+        return None if row is None else float(self.result.loss[row])
+
+
+@dataclass(frozen=True)
+class CheapestPlan:
+    """Every budget evaluated (cheapest first) and the cheapest that reaches the target."""
+
+    target_loss: float
+    options: tuple[BudgetOption, ...]
+    choice: BudgetOption | None
+
+
+def cheapest_plan(
+    envelope: Envelope,
+    space: SearchSpace,
+    law: ScalingLaw,
+    calibration: Calibration,
+    target_loss: float,
+    nodes: Iterable[int],
+    days: Iterable[float],
+    price_per_gpu_hour: float | None = None,
+    limits: LayoutLimits | None = None,
+    progress: Callable[[int], ProgressFn | None] | None = None,
+    workers: int | None = None,
+) -> CheapestPlan:
+    """Search every (nodes, days) budget; layouts are profiled once per node count."""
+    if not (math.isfinite(target_loss) and target_loss > 0):
+        raise MosaicInputError(f"target loss must be a positive number, got {target_loss!r}")
+    windows = list(days)
+    node_counts = list(nodes)
+    if not windows or not node_counts:
+        raise MosaicInputError("the cheapest-plan search needs at least one node count and "
+                               "one window")
+    options = []
+    for n_nodes in node_counts:
+        cluster = envelope.with_budget(n_nodes=int(n_nodes))
+        callback = progress(cluster.n_nodes) if progress is not None else None
+        for point in sweep_days(cluster, space, law, calibration, windows, limits, callback,
+                                workers):
+            window = point.result.envelope
+            options.append(BudgetOption(cluster.n_nodes, window.days,
+                                        run_cost(window, price_per_gpu_hour), point.result))
+    options.sort(key=lambda o: (o.cost.gpu_hours, o.days, o.n_nodes))
+    reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
+    return CheapestPlan(float(target_loss), tuple(options), reaching[0] if reaching else None)

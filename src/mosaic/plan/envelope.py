@@ -1,0 +1,254 @@
+"""The hardware budget of a MOSAIC search and the architecture grid it searches.
+
+Defaults are the paper's Table 3 envelope (Sec. 7.3): 32 p6-b200.48xlarge nodes (256 B200),
+20 days, goodput 1.0, B_global = 1024, T_seq = 2048, TPP = D / N_act in [40, 150], S ≥ 0.7,
+q ∈ {8..18 step 2}, E ∈ {4, ..., 512} (13 values), K ∈ {1, 2, 4, 6, 8}, G ∈ {1, 2, 4, 8}.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mosaic.arch import LadderGrid, enumerate_ladder_grid
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster, System, get_device, get_system, shipped_catalog
+from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.workload import Precision
+from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
+
+SECONDS_PER_DAY = 86_400.0
+
+# Table 3 (Sec. 7.3).
+TABLE3_SYSTEM = "p6-b200.48xlarge"
+TABLE3_NODES = 32
+TABLE3_DAYS = 20.0
+TABLE3_GOODPUT = 1.0
+TABLE3_GLOBAL_BATCH = 1024
+TABLE3_SEQ_LEN = 2048
+TABLE3_TPP = (40.0, 150.0)
+TABLE3_S_MIN = 0.7
+TABLE3_Q = (8, 10, 12, 14, 16, 18)
+TABLE3_EXPERTS = (4, 6, 8, 16, 24, 32, 48, 96, 128, 192, 256, 384, 512)
+TABLE3_TOP_K = (1, 2, 4, 6, 8)
+TABLE3_SPLIT = (1, 2, 4, 8)
+# Inner layout search of Table 3: B_micro in {1, 2, 4}, every checkpointing mode the
+# performance model has (none, selective, full), every other axis at the search default.
+TABLE3_LAYOUT_LIMITS = LayoutLimits(micro_batches=(1, 2, 4))
+
+# Default node type per accelerator for `--gpu` (catalog canonical names). AWS instances
+# where the paper's setting (AWS p6) has an AWS sibling, else the NVIDIA reference system.
+GPU_DEFAULT_SYSTEM = {
+    "A100-SXM-80GB": "DGX-A100",
+    "H100-SXM-80GB": "p5.48xlarge",
+    "H100-SXM-96GB-500W": "Grand-Teton-H100",
+    "H200-SXM-141GB": "p5en.48xlarge",
+    "H800-SXM-80GB": "H800-node",
+    "B200": "p6-b200.48xlarge",
+    "B300": "DGX-B300",
+    "GB200": "GB200-NVL72",
+    "GB300": "GB300-NVL72",
+}
+
+
+def resolve_system(gpu: str | None = None, system: str | None = None) -> System:
+    """The node type for ``--gpu`` / ``--system``: the system wins; both must agree."""
+    if system is not None:
+        chosen = get_system(system)
+        if gpu is not None and get_device(gpu).name != chosen.device.name:
+            raise MosaicInputError(
+                f"--gpu {gpu} does not match --system {chosen.name}, which holds "
+                f"{chosen.device.name}; drop one of them"
+            )
+        return chosen
+    device = get_device(gpu or "B200")
+    if device.name in GPU_DEFAULT_SYSTEM:
+        return get_system(GPU_DEFAULT_SYSTEM[device.name])
+    for candidate in shipped_catalog().systems.values():
+        if candidate.device.name == device.name:
+            return candidate
+    raise MosaicInputError(
+        f"no node type in the catalog holds {device.name}; pass --system with a catalog "
+        f"system (see `mosaic hardware`) or add one (docs/hardware.md)"
+    )
+
+
+def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
+    """A what-if variant of ``system`` with a different host size, same per-GPU links.
+
+    The NIC rate is rescaled so per-GPU scale-out bandwidth is unchanged. HGX-style hosts
+    (NVLink domain = host) keep domain = host; rack-scale domains must be a multiple.
+    """
+    if gpus_per_node == system.gpus_per_node:
+        return system
+    if gpus_per_node < 1:
+        raise MosaicInputError(f"--gpus-per-node must be >= 1, got {gpus_per_node}")
+    domain = system.scale_up_domain_gpus
+    if domain == system.gpus_per_node:
+        domain = gpus_per_node
+    elif domain % gpus_per_node:
+        raise MosaicInputError(
+            f"{system.name}: --gpus-per-node {gpus_per_node} must divide its "
+            f"{domain}-GPU NVLink domain"
+        )
+    return replace(
+        system,
+        name=f"{system.name} ({gpus_per_node} GPUs/node)",
+        gpus_per_node=gpus_per_node,
+        scale_up_domain_gpus=domain,
+        nic_bw_bytes_per_s=system.nic_bw_bytes_per_s * gpus_per_node / system.gpus_per_node,
+    )
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Cluster, window and batch: (F_peak, N_dev, T_train, M_dev) and B of Sec. 2.2.
+
+    Attributes:
+        system: node type (device, host size, links).
+        n_nodes: hosts in the cluster.
+        days: training window T_train in days.
+        goodput: η_good model (Sec. 2.1).
+        global_batch: B_global, sequences per optimizer step.
+        seq_len: T_seq, tokens per sequence.
+        precision: GEMM precision of the run (MFU is against the bf16 peak either way).
+    """
+
+    system: System
+    n_nodes: int = TABLE3_NODES
+    days: float = TABLE3_DAYS
+    goodput: Goodput = field(default_factory=lambda: ConstantGoodput(TABLE3_GOODPUT))
+    global_batch: int = TABLE3_GLOBAL_BATCH
+    seq_len: int = TABLE3_SEQ_LEN
+    precision: Precision = Precision.BF16
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.n_nodes, int) and self.n_nodes >= 1):
+            raise MosaicInputError(f"nodes must be an integer >= 1, got {self.n_nodes!r}")
+        if not (math.isfinite(self.days) and self.days > 0):
+            raise MosaicInputError(f"days must be a positive number, got {self.days!r}")
+        for name in ("global_batch", "seq_len"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise MosaicInputError(f"{name} must be a positive integer, got {value!r}")
+        object.__setattr__(self, "precision", Precision(self.precision))
+
+    @property
+    def cluster(self) -> Cluster:
+        return Cluster(system=self.system, n_nodes=self.n_nodes)
+
+    @property
+    def n_devices(self) -> int:
+        """N_dev."""
+        return self.n_nodes * self.system.gpus_per_node
+
+    @property
+    def train_s(self) -> float:
+        """T_train in seconds."""
+        return self.days * SECONDS_PER_DAY
+
+    @property
+    def goodput_fraction(self) -> float:
+        """η_good(N_dev)."""
+        return self.goodput.fraction(self.n_devices)
+
+    @property
+    def peak_flops_per_s_per_device(self) -> float:
+        """F_peak: dense bf16 datasheet peak, the MFU denominator (Eq. 1)."""
+        return self.system.device.peak_flops_per_s_for("bf16")
+
+    @property
+    def c_peak_flops(self) -> float:
+        """C_peak = F_peak · N_dev · T_train (Sec. 2.1); Table 3 gives 9.95e23."""
+        return self.peak_flops_per_s_per_device * self.n_devices * self.train_s
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.n_devices * self.train_s / SECONDS_PER_HOUR
+
+    def with_budget(self, *, n_nodes: int | None = None, days: float | None = None) -> Envelope:
+        """The same envelope with another node count and/or window."""
+        return replace(
+            self,
+            n_nodes=self.n_nodes if n_nodes is None else n_nodes,
+            days=self.days if days is None else days,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system.name,
+            "gpu": self.system.device.name,
+            "nodes": self.n_nodes,
+            "gpus_per_node": self.system.gpus_per_node,
+            "n_devices": self.n_devices,
+            "days": self.days,
+            "train_s": self.train_s,
+            "goodput": self.goodput.describe(self.n_devices),
+            "global_batch": self.global_batch,
+            "seq_len": self.seq_len,
+            "precision": str(self.precision),
+            "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
+            "hbm_bytes_per_device": self.system.device.hbm_bytes,
+            "c_peak_flops": self.c_peak_flops,
+            "gpu_hours": self.gpu_hours,
+        }
+
+
+def _positive_ints(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
+    if not values:
+        raise MosaicInputError(f"grid axis {name} is empty; give at least one value")
+    return tuple(int(v) for v in values)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The outer grid (q, E, K, G) with its sparsity guard, and the TPP range (Sec. 7.3).
+
+    Attributes:
+        q, experts, top_k, split_factor: axis values of the ladder grid (Sec. 7.1).
+        s_min: geometry guard S ≥ s_min (the law's data support, Sec. 7.3).
+        tpp_min, tpp_max: D / N_act range; D below tpp_min·N_act is not worth training,
+            D above tpp_max·N_act is capped there.
+    """
+
+    q: tuple[int, ...] = TABLE3_Q
+    experts: tuple[int, ...] = TABLE3_EXPERTS
+    top_k: tuple[int, ...] = TABLE3_TOP_K
+    split_factor: tuple[int, ...] = TABLE3_SPLIT
+    s_min: float = TABLE3_S_MIN
+    tpp_min: float = TABLE3_TPP[0]
+    tpp_max: float = TABLE3_TPP[1]
+
+    def __post_init__(self) -> None:
+        for name in ("q", "experts", "top_k", "split_factor"):
+            object.__setattr__(self, name, _positive_ints(name, tuple(getattr(self, name))))
+        if not (math.isfinite(self.s_min) and 0 <= self.s_min < 1):
+            raise MosaicInputError(f"s_min must be in [0, 1), got {self.s_min!r}")
+        if not (math.isfinite(self.tpp_min) and math.isfinite(self.tpp_max)
+                and 0 < self.tpp_min <= self.tpp_max):
+            raise MosaicInputError(
+                f"TPP range must satisfy 0 < min <= max, got {self.tpp_min!r}:{self.tpp_max!r}"
+            )
+
+    def enumerate(self) -> LadderGrid:
+        """The admissible geometries; an empty grid is an error that says why."""
+        grid = enumerate_ladder_grid(
+            self.q, self.experts, self.top_k, self.split_factor, s_min=self.s_min
+        )
+        if len(grid) == 0:
+            raise MosaicInputError(
+                f"the architecture grid is empty: no (q, E, K, G) with K <= E, G dividing "
+                f"d_ff and S >= {self.s_min:g}; widen --experts/--top-k or lower --s-min"
+            )
+        return grid
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "q": list(self.q),
+            "experts": list(self.experts),
+            "top_k": list(self.top_k),
+            "split_factor": list(self.split_factor),
+            "s_min": self.s_min,
+            "tpp": [self.tpp_min, self.tpp_max],
+        }

@@ -1,0 +1,422 @@
+"""The MOSAIC co-design search: exact enumeration of Eq. 5 (paper Appendix D.2).
+
+For every ladder geometry Z of the grid:
+
+1. the best feasible layout P*(Z) = the max-throughput plan that fits memory (Eq. 6); the
+   law never enters this step (Appendix D.2, "Algorithmic consequence");
+2. the token budget D*(Z) = tokens/s · T_train · η_good (Eq. 25, with MFU counted on the
+   law's N_act so that tokens/s·6·N_act = MFU·F_peak·N_dev), capped at tpp_max·N_act;
+   a geometry whose D* is below tpp_min·N_act is not trainable in the window;
+3. the predicted loss L(N_tot, S, D, G) (Eq. 10, or any law given).
+
+The optimum is the exact argmin of the loss over the trainable geometries; ties go to the
+earlier grid row. Step 1 depends only on the cluster and batch, not on the window or the
+law, so :func:`profile_geometries` is separate and reusable (e.g. for a sweep over days).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mosaic.arch import LadderGrid
+from mosaic.errors import MosaicInputError
+from mosaic.law import ScalingLaw
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.layouts import (
+    LayoutLimits,
+    candidate_plans,
+    check_rules,
+    enumerate_plans,
+    predict_in_chunks,
+    rank_feasible,
+    take_prediction,
+)
+from mosaic.perf.machine import Machine, machine_for
+from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.step_time import USABLE_MEMORY_FRACTION, StepPrediction
+from mosaic.perf.workload import Workload
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
+
+FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Sec. 2.1)
+PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "micro_batch",
+             "checkpointing")
+GEOMETRY_KEYS = ("q", "layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn")
+
+BLOCK_ROWS = 8  # geometries per task handed to a worker process
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ThroughputTable:
+    """Best feasible layout of every grid geometry on one cluster (arrays over rows).
+
+    ``tokens_per_s`` is 0 and the other metrics NaN where no layout is feasible;
+    ``layout_reasons`` then says why ('' where a layout exists). ``plans_evaluated``
+    counts the valid plans checked against memory, ``plans_timed`` those that fit and
+    were timed.
+    """
+
+    grid: LadderGrid
+    n_devices: int
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+    step_time_s: np.ndarray
+    memory_bytes: np.ndarray
+    plans: tuple[dict[str, Any] | None, ...]
+    layout_reasons: tuple[str, ...]
+    plans_evaluated: int
+    plans_timed: int
+
+    @property
+    def has_layout(self) -> np.ndarray:
+        return self.tokens_per_s > 0
+
+
+def _workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
+    return Workload(
+        geometry=grid.geometry(row),
+        global_batch=envelope.global_batch,
+        seq_len=envelope.seq_len,
+        precision=envelope.precision,
+    )
+
+
+@dataclass(frozen=True)
+class LayoutOutcome:
+    """The best layout of one geometry, or why there is none.
+
+    ``plan``/``prediction`` are None when no plan fits; ``plans_evaluated`` counts the
+    plans whose memory was checked, ``plans_timed`` those also timed.
+    """
+
+    plan: dict[str, Any] | None
+    prediction: StepPrediction | None
+    reason: str
+    plans_evaluated: int
+    plans_timed: int
+
+
+def best_feasible_layout(workload: Workload, machine: Machine, calibration: Calibration,
+                         limits: LayoutLimits) -> LayoutOutcome:
+    """Max-tokens/s plan that fits memory: the same plan as ``layouts.best_layout``.
+
+    Memory does not depend on time, so plans are first checked against the memory cap
+    (the same formula :func:`predict_step` uses) and only those that fit are timed; the
+    ranking and its ties (tokens/s, then memory, then enumeration order) are unchanged.
+    """
+    try:
+        plans = enumerate_plans(workload, machine.n_devices,
+                                machine.interconnect.scale_up_domain_gpus, limits)
+    except MosaicInputError as exc:  # an axis with no candidate at all
+        return LayoutOutcome(None, None, str(exc), 0, 0)
+    if len(plans) == 0:
+        return LayoutOutcome(None, None, _broken_rule(workload, machine, limits), 0, 0)
+    memory = total_memory_bytes(memory_breakdown_bytes(workload, plans))
+    fits, overshoot = feasibility(memory, machine.hbm_bytes, USABLE_MEMORY_FRACTION)
+    if not fits.any():
+        closest = int(np.argmin(overshoot))
+        reason = (f"all {len(plans)} layouts run out of memory; the closest needs "
+                  f"{memory[closest] / GIB:.1f} GiB of {machine.hbm_bytes / GIB:.1f} GiB "
+                  f"per GPU ({plans.row(closest)['checkpointing']} checkpointing)")
+        return LayoutOutcome(None, None, reason, len(plans), 0)
+    fitting = plans.take(np.flatnonzero(fits))
+    prediction = predict_in_chunks(workload, fitting, machine, calibration)
+    best = int(rank_feasible(prediction)[0])
+    return LayoutOutcome(fitting.row(best), take_prediction(prediction, best), "",
+                         len(plans), len(fitting))
+
+
+def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> str:
+    """The divisibility rule most candidates break, with an example."""
+    candidates = candidate_plans(workload, machine.n_devices,
+                                 machine.interconnect.scale_up_domain_gpus, limits)
+    check = check_rules(workload, candidates, machine.n_devices)
+    rule = int(np.argmax(np.bincount(check.first_broken[~check.valid],
+                                     minlength=len(check.rules))))
+    example = candidates.row(int(np.flatnonzero(check.first_broken == rule)[0]))
+    message = check.rules[rule].format(**example)
+    return f"no layout satisfies the divisibility rules (e.g. {message})"
+
+
+@dataclass(frozen=True)
+class _Profile:
+    """The best layout of a block of rows (plain values: crosses process boundaries)."""
+
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+    step_time_s: np.ndarray
+    memory_bytes: np.ndarray
+    plans: list[dict[str, Any] | None]
+    reasons: list[str]
+    plans_evaluated: int
+    plans_timed: int
+
+
+_WORKER_STATE: dict[str, Any] = {}
+
+
+def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration,
+                  limits: LayoutLimits, rows: range) -> _Profile:
+    machine = machine_for(envelope.cluster, envelope.precision)
+    n = len(rows)
+    metrics = {name: np.full(n, np.nan) for name in ("mfu", "step_time_s", "memory_bytes")}
+    tokens_per_s = np.zeros(n)
+    plans: list[dict[str, Any] | None] = [None] * n
+    reasons = [""] * n
+    evaluated = timed = 0
+    for i, row in enumerate(rows):
+        outcome = best_feasible_layout(_workload(envelope, grid, row), machine, calibration,
+                                       limits)
+        evaluated += outcome.plans_evaluated
+        timed += outcome.plans_timed
+        if outcome.plan is None or outcome.prediction is None:
+            reasons[i] = outcome.reason
+            continue
+        prediction = outcome.prediction
+        tokens_per_s[i] = prediction.tokens_per_s[0]
+        metrics["mfu"][i] = prediction.mfu[0]
+        metrics["step_time_s"][i] = prediction.step_time_s[0]
+        metrics["memory_bytes"][i] = prediction.memory_bytes[0]
+        plans[i] = {key: outcome.plan[key] for key in PLAN_KEYS}
+    return _Profile(tokens_per_s, plans=plans, reasons=reasons, plans_evaluated=evaluated,
+                    plans_timed=timed, **metrics)
+
+
+def _init_worker(*state: Any) -> None:
+    _WORKER_STATE["state"] = state
+
+
+def _profile_rows_in_worker(start: int, stop: int) -> _Profile:
+    return _profile_rows(*_WORKER_STATE["state"], range(start, stop))
+
+
+def default_workers() -> int:
+    """CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+def _blocks(n: int, size: int) -> list[range]:
+    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _run_serial(state: tuple[Any, ...], blocks: list[range],
+                progress: ProgressFn | None, total: int) -> list[_Profile]:
+    parts = []
+    for block in blocks:
+        parts.append(_profile_rows(*state, block))
+        if progress is not None:
+            progress(block.stop, total)
+    return parts
+
+
+def _run_forked(state: tuple[Any, ...], blocks: list[range], workers: int,
+                progress: ProgressFn | None, total: int) -> list[_Profile]:
+    """Blocks in forked workers: they inherit ``state`` (catalog objects hold read-only
+    mappings that do not pickle); only row ranges and plain results are pickled."""
+    parts: list[_Profile | None] = [None] * len(blocks)
+    done = 0
+    with ProcessPoolExecutor(max_workers=min(workers, len(blocks)),
+                             mp_context=mp.get_context("fork"),
+                             initializer=_init_worker, initargs=state) as pool:
+        futures = {pool.submit(_profile_rows_in_worker, b.start, b.stop): i
+                   for i, b in enumerate(blocks)}
+        for future in as_completed(futures):
+            i = futures[future]
+            parts[i] = future.result()
+            done += len(blocks[i])
+            if progress is not None:
+                progress(done, total)
+    return [p for p in parts if p is not None]
+
+
+def profile_geometries(
+    envelope: Envelope,
+    grid: LadderGrid,
+    calibration: Calibration,
+    limits: LayoutLimits | None = None,
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
+) -> ThroughputTable:
+    """Best feasible layout per geometry (Eq. 6), one full layout search per grid row.
+
+    Rows are independent, so blocks of rows run in ``workers`` forked processes (default:
+    the CPUs available); the result does not depend on the number of workers.
+    """
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise MosaicInputError(f"workers must be >= 1, got {workers}")
+    state = (envelope, grid, calibration, limits or TABLE3_LAYOUT_LIMITS)
+    blocks = _blocks(len(grid), BLOCK_ROWS)
+    if workers == 1 or len(blocks) == 1 or "fork" not in mp.get_all_start_methods():
+        parts = _run_serial(state, blocks, progress, len(grid))
+    else:
+        parts = _run_forked(state, blocks, workers, progress, len(grid))
+    return ThroughputTable(
+        grid=grid,
+        n_devices=envelope.n_devices,
+        tokens_per_s=np.concatenate([p.tokens_per_s for p in parts]),
+        mfu=np.concatenate([p.mfu for p in parts]),
+        step_time_s=np.concatenate([p.step_time_s for p in parts]),
+        memory_bytes=np.concatenate([p.memory_bytes for p in parts]),
+        plans=tuple(plan for p in parts for plan in p.plans),
+        layout_reasons=tuple(reason for p in parts for reason in p.reasons),
+        plans_evaluated=sum(p.plans_evaluated for p in parts),
+        plans_timed=sum(p.plans_timed for p in parts),
+    )
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Every geometry of the grid scored under one envelope (arrays over grid rows).
+
+    Attributes:
+        budget_tokens: D* = tokens/s · T_train · η_good (Eq. 25); 0 without a layout.
+        tokens: the trained D = min(D*, tpp_max·N_act); NaN where not trainable.
+        feasible: a layout fits and D* ≥ tpp_min·N_act.
+        loss: predicted loss at (N_tot, S, D, G); NaN where not trainable.
+        reasons: why a geometry is not trainable ('' where it is).
+        ranking: trainable rows by increasing loss (ties: earlier row first).
+    """
+
+    envelope: Envelope
+    space: SearchSpace
+    throughput: ThroughputTable
+    budget_tokens: np.ndarray
+    tokens: np.ndarray
+    feasible: np.ndarray
+    loss: np.ndarray
+    reasons: tuple[str, ...]
+    ranking: np.ndarray
+
+    @property
+    def grid(self) -> LadderGrid:
+        return self.throughput.grid
+
+    @property
+    def optimum_index(self) -> int | None:
+        return int(self.ranking[0]) if self.ranking.size else None
+
+    @property
+    def c_model_flops(self) -> np.ndarray:
+        """C_model = 6·N_act·D of every row (NaN where not trainable)."""
+        return FLOPS_PER_PARAM_TOKEN * self.grid.n_active * self.tokens
+
+    @property
+    def c_deliverable_flops(self) -> np.ndarray:
+        """C_deliverable = C_peak·MFU·η_good = 6·N_act·D* (Eq. 2)."""
+        return FLOPS_PER_PARAM_TOKEN * self.grid.n_active * self.budget_tokens
+
+    @property
+    def tpp_capped(self) -> np.ndarray:
+        """Rows whose D is the tpp_max cap rather than the wall-clock budget."""
+        return self.feasible & (self.budget_tokens > self.space.tpp_max * self.grid.n_active)
+
+    def candidate(self, row: int) -> dict[str, Any]:
+        """One geometry with its tokens, throughput, loss and layout, as plain values."""
+        grid = self.grid
+        table = self.throughput
+        entry: dict[str, Any] = {key: int(getattr(grid, key)[row]) for key in GEOMETRY_KEYS}
+        n_active = float(grid.n_active[row])
+        entry.update(
+            n_active=n_active,
+            n_total=float(grid.n_total[row]),
+            sparsity=float(grid.sparsity[row]),
+            tokens=float(self.tokens[row]),
+            tpp=float(self.tokens[row] / n_active),
+            tpp_capped=bool(self.tpp_capped[row]),
+            budget_tokens=float(self.budget_tokens[row]),
+            c_model_flops=float(self.c_model_flops[row]),
+            mfu=float(table.mfu[row]),
+            tokens_per_s=float(table.tokens_per_s[row]),
+            step_time_s=float(table.step_time_s[row]),
+            memory_bytes=float(table.memory_bytes[row]),
+            loss=float(self.loss[row]),
+            plan=table.plans[row],
+        )
+        return entry
+
+    def candidates(self, top: int | None = None) -> list[dict[str, Any]]:
+        """Trainable geometries by increasing loss (the first ``top`` when given)."""
+        rows = self.ranking if top is None else self.ranking[:top]
+        return [self.candidate(int(row)) for row in rows]
+
+    def infeasible(self) -> list[dict[str, Any]]:
+        """Geometries that cannot be trained in the window, with the reason."""
+        grid = self.grid
+        return [
+            {**{key: int(getattr(grid, key)[row]) for key in ("q", "experts", "top_k",
+                                                              "split_factor")},
+             "reason": self.reasons[row]}
+            for row in np.flatnonzero(~self.feasible)
+        ]
+
+
+def score(
+    throughput: ThroughputTable, envelope: Envelope, space: SearchSpace, law: ScalingLaw
+) -> PlanResult:
+    """Token budget (Eq. 25), TPP range and loss of every profiled geometry."""
+    grid = throughput.grid
+    if throughput.n_devices != envelope.n_devices:
+        raise ValueError("throughput table was profiled for another device count")
+    budget = throughput.tokens_per_s * envelope.train_s * envelope.goodput_fraction
+    floor = space.tpp_min * grid.n_active
+    feasible = throughput.has_layout & (budget >= floor)
+    tokens = np.where(feasible, np.minimum(budget, space.tpp_max * grid.n_active), np.nan)
+    loss = np.full(len(grid), np.nan)
+    if feasible.any():
+        loss[feasible] = law.predict(
+            n_total=grid.n_total[feasible],
+            tokens=tokens[feasible],
+            sparsity=grid.sparsity[feasible],
+            split_factor=grid.split_factor[feasible],
+        )
+    reasons = tuple(
+        _reason(throughput.layout_reasons[row], budget[row], floor[row], space.tpp_min)
+        for row in range(len(grid))
+    )
+    rows = np.flatnonzero(feasible)
+    ranking = rows[np.argsort(loss[rows], kind="stable")]
+    return PlanResult(
+        envelope=envelope,
+        space=space,
+        throughput=throughput,
+        budget_tokens=budget,
+        tokens=tokens,
+        feasible=feasible,
+        loss=loss,
+        reasons=reasons,
+        ranking=ranking,
+    )
+
+
+def _reason(layout_reason: str, budget: float, floor: float, tpp_min: float) -> str:
+    if layout_reason:
+        return layout_reason
+    if budget < floor:
+        return (f"window delivers D* = {budget:.3g} tokens < {tpp_min:g}·N_act = {floor:.3g} "
+                f"(too large for this cluster and window)")
+    return ""
+
+
+def search(
+    envelope: Envelope,
+    space: SearchSpace,
+    law: ScalingLaw,
+    calibration: Calibration,
+    limits: LayoutLimits | None = None,
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
+) -> PlanResult:
+    """Solve Eq. 5 exactly over the grid: profile every geometry, then score it."""
+    throughput = profile_geometries(envelope, space.enumerate(), calibration, limits, progress,
+                                    workers)
+    return score(throughput, envelope, space, law)

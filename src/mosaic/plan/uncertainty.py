@@ -1,0 +1,185 @@
+"""Law uncertainty through the search: bootstrap coefficient samples -> ranking risk.
+
+The token budget D of a geometry comes from the hardware (Eq. 25), not from the law, so
+the trainable candidates and their D are fixed; each coefficient sample re-scores them.
+Per candidate we report the probability of being the optimum, a percentile loss interval,
+the expected loss and the regret L_i − min_j L_j (per sample). The **robust choice** is the
+candidate of minimum expected loss over the samples (equivalently minimum expected
+regret); the minimax-regret candidate is reported next to it. Only the law's uncertainty
+is propagated, not the performance model's.
+
+Samples file (written by :func:`save_samples`, e.g. from ``bootstrap_fit``; a law file of
+``mosaic law fit --out`` stores intervals, not samples):
+
+* JSON ``{"format": "mosaic-law-samples/1", "form": "joint", "params": [...],
+  "log_coefficients": [[...], ...]}`` — one row per sample, natural-log coefficients;
+* or CSV with a header of coefficient names and one row per sample in natural units.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mosaic.errors import MosaicInputError
+from mosaic.law import BootstrapResult, ScalingLaw
+from mosaic.law.forms import LawForm, get_form
+from mosaic.plan.search import PlanResult
+
+SAMPLES_FORMAT = "mosaic-law-samples/1"
+DEFAULT_LEVEL = 0.90
+
+
+@dataclass(frozen=True)
+class LawSamples:
+    """Coefficient samples of one law form: (B, P) natural-log coefficients."""
+
+    form: LawForm
+    log_coefs: np.ndarray
+
+    def __post_init__(self) -> None:
+        shape = self.log_coefs.shape
+        if self.log_coefs.ndim != 2 or shape[1] != len(self.form.params) or shape[0] < 2:
+            raise MosaicInputError(
+                f"law samples must be a (B >= 2, {len(self.form.params)}) array for form "
+                f"'{self.form.name}', got shape {shape}")
+        if not np.all(np.isfinite(self.log_coefs)):
+            raise MosaicInputError("law samples hold a non-finite log-coefficient")
+
+    @classmethod
+    def from_bootstrap(cls, result: BootstrapResult) -> LawSamples:
+        return cls(result.fit.form, np.asarray(result.samples, dtype=float))
+
+
+def save_samples(samples: LawSamples, path: str | Path) -> None:
+    """Write ``samples`` as a JSON samples file."""
+    payload = {"format": SAMPLES_FORMAT, "form": samples.form.name,
+               "params": list(samples.form.params),
+               "log_coefficients": samples.log_coefs.tolist()}
+    Path(path).write_text(json.dumps(payload) + "\n")
+
+
+def load_samples(path: str | Path, form_name: str = "joint") -> LawSamples:
+    """Read a JSON or CSV samples file (module docstring); CSV rows are of ``form_name``."""
+    path = Path(path)
+    if not path.is_file():
+        raise MosaicInputError(f"samples file {str(path)!r} does not exist or is not a file")
+    if path.suffix.lower() == ".csv":
+        return _samples_from_csv(path, get_form(form_name))
+    try:
+        payload = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise MosaicInputError(f"samples file {str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict) or payload.get("format") != SAMPLES_FORMAT:
+        raise MosaicInputError(f"{path}: expected a JSON object with format {SAMPLES_FORMAT!r}")
+    form = get_form(str(payload.get("form")))
+    if list(payload.get("params", [])) != list(form.params):
+        raise MosaicInputError(f"{path}: params must be {list(form.params)} in that order")
+    try:
+        log_coefs = np.asarray(payload["log_coefficients"], dtype=float)
+    except (KeyError, TypeError, ValueError):
+        raise MosaicInputError(f"{path}: 'log_coefficients' must be a list of number rows"
+                               ) from None
+    return LawSamples(form, log_coefs)
+
+
+def _samples_from_csv(path: Path, form: LawForm) -> LawSamples:
+    table = pd.read_csv(path)
+    missing = [p for p in form.params if p not in table.columns]
+    if missing:
+        raise MosaicInputError(f"{path}: columns {missing} of form '{form.name}' are missing")
+    values = table[list(form.params)].to_numpy(dtype=float)
+    if not np.all(values > 0):
+        raise MosaicInputError(f"{path}: coefficients must be positive numbers")
+    return LawSamples(form, np.log(values))
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """Per trainable candidate (in ``rows`` order, the point-law ranking).
+
+    Attributes:
+        p_optimal: share of samples in which the candidate has the lowest loss.
+        loss_low, loss_median, loss_high: percentile interval at ``level``.
+        expected_loss, expected_regret, max_regret: over the samples.
+        robust_row: minimum expected loss (the robust choice).
+        minimax_row: minimum worst-case regret.
+    """
+
+    rows: np.ndarray
+    samples: int
+    level: float
+    p_optimal: np.ndarray
+    loss_low: np.ndarray
+    loss_median: np.ndarray
+    loss_high: np.ndarray
+    expected_loss: np.ndarray
+    expected_regret: np.ndarray
+    max_regret: np.ndarray
+    robust_row: int
+    minimax_row: int
+
+    def summary(self, row: int) -> dict[str, Any]:
+        """The uncertainty columns of one grid row."""
+        i = int(np.flatnonzero(self.rows == row)[0])
+        return {
+            "p_optimal": float(self.p_optimal[i]),
+            "loss_interval": [float(self.loss_low[i]), float(self.loss_high[i])],
+            "loss_median": float(self.loss_median[i]),
+            "expected_loss": float(self.expected_loss[i]),
+            "expected_regret": float(self.expected_regret[i]),
+            "max_regret": float(self.max_regret[i]),
+        }
+
+
+def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray) -> np.ndarray:
+    """(B, n) predicted loss of grid ``rows`` under every coefficient sample."""
+    grid = result.grid
+    logs = {
+        "n_total": np.log(grid.n_total[rows]),
+        "tokens": np.log(result.tokens[rows]),
+        "active_fraction": np.log1p(-grid.sparsity[rows]),
+        "split_factor": np.log(grid.split_factor[rows].astype(float)),
+    }
+    features = np.column_stack([logs[f] for f in samples.form.features])
+    return np.exp(samples.form.log_predict(samples.log_coefs, samples.form.design(features)).value)
+
+
+def propagate(
+    result: PlanResult, law: ScalingLaw, samples: LawSamples, level: float = DEFAULT_LEVEL
+) -> Uncertainty:
+    """Re-score the trainable candidates of ``result`` under every sample."""
+    if samples.form.name != law.form.name:
+        raise MosaicInputError(
+            f"samples are of form '{samples.form.name}' but the law is '{law.form.name}'")
+    if not 0 < level < 1:
+        raise MosaicInputError(f"interval level must be in (0, 1), got {level!r}")
+    rows = result.ranking
+    if rows.size == 0:
+        raise MosaicInputError("no trainable geometry to propagate uncertainty through")
+    losses = sample_losses(result, samples, rows)
+    regret = losses - losses.min(axis=1, keepdims=True)
+    winners = np.argmin(losses, axis=1)
+    tail = (1 - level) / 2
+    low, median, high = np.quantile(losses, [tail, 0.5, 1 - tail], axis=0)
+    expected = losses.mean(axis=0)
+    worst = regret.max(axis=0)
+    return Uncertainty(
+        rows=rows,
+        samples=losses.shape[0],
+        level=level,
+        p_optimal=np.bincount(winners, minlength=rows.size) / losses.shape[0],
+        loss_low=low,
+        loss_median=median,
+        loss_high=high,
+        expected_loss=expected,
+        expected_regret=regret.mean(axis=0),
+        max_regret=worst,
+        robust_row=int(rows[np.argmin(expected)]),
+        minimax_row=int(rows[np.argmin(worst)]),
+    )

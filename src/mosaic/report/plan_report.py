@@ -1,0 +1,147 @@
+"""JSON documents of `mosaic plan` and `mosaic sweep` (plain values, SI units)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from mosaic.plan.analysis import AllocationExponents, ModelFlopsComparison
+from mosaic.plan.cost import CheapestPlan, RunCost
+from mosaic.plan.search import PlanResult
+from mosaic.plan.sweep import SweepPoint
+from mosaic.plan.uncertainty import Uncertainty
+
+
+def reason_category(reason: str) -> str:
+    """A short label for an infeasibility reason."""
+    if "out of memory" in reason:
+        return "no layout fits device memory"
+    if "divisibility" in reason or "no layout candidates" in reason:
+        return "no layout satisfies the divisibility rules"
+    if "window delivers" in reason:
+        return "window too short for tpp_min·N_act tokens"
+    return reason
+
+
+def infeasible_summary(result: PlanResult) -> dict[str, int]:
+    return dict(Counter(reason_category(r["reason"]) for r in result.infeasible()))
+
+
+# --- JSON documents -------------------------------------------------------------------
+def cost_document(cost: RunCost) -> dict[str, Any]:
+    return {"gpu_hours": cost.gpu_hours, "price_per_gpu_hour": cost.price_per_gpu_hour,
+            "cost": cost.cost}
+
+
+def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
+                        ) -> dict[str, Any]:
+    grid = result.grid
+    row = comparison.model_flops_row
+    continuous = comparison.continuous
+    return {
+        "c_model_flops": comparison.c_model_flops,
+        "split_factor": comparison.split_factor,
+        "continuous_optimum": {
+            "sparsity": continuous.sparsity, "n_total": continuous.n_total,
+            "n_active": continuous.n_active, "tokens": continuous.tokens,
+            "loss": continuous.loss, "at_sparsity_boundary": continuous.at_boundary,
+            "sparsity_range": list(continuous.sparsity_range),
+        },
+        "model_flops_geometry": {
+            "q": int(grid.q[row]), "experts": int(grid.experts[row]),
+            "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row]),
+            "sparsity": float(grid.sparsity[row]), "n_active": float(grid.n_active[row]),
+            "deliverable_flops": comparison.model_flops_deliverable_flops,
+            "prescription_feasible": comparison.prescription_feasible,
+        },
+        "s_feas_max": comparison.s_feas_max,
+        "cluster_sparsity": (None if comparison.cluster_row is None
+                             else float(grid.sparsity[comparison.cluster_row])),
+        "loss_gap_nats": comparison.loss_gap_nats,
+    }
+
+
+def exponents_document(exponents: AllocationExponents) -> dict[str, Any]:
+    return {
+        "omega_n": exponents.omega_n, "omega_s": exponents.omega_s,
+        "omega_g": exponents.omega_g, "points": exponents.points,
+        "p": exponents.p, "rho": exponents.rho, "g": exponents.g, "nu": exponents.nu,
+        "exponents_vs_c_peak": {
+            "n_total": exponents.n_total_exponent,
+            "active_fraction": exponents.active_fraction_exponent,
+            "tokens": exponents.tokens_exponent,
+            "split_factor": exponents.split_factor_exponent,
+        },
+        "interior_conditions": exponents.interior,
+    }
+
+
+def uncertainty_document(uncertainty: Uncertainty, result: PlanResult) -> dict[str, Any]:
+    def short(row: int) -> dict[str, Any]:
+        grid = result.grid
+        return {"q": int(grid.q[row]), "experts": int(grid.experts[row]),
+                "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row]),
+                **uncertainty.summary(row)}
+
+    return {
+        "samples": uncertainty.samples,
+        "level": uncertainty.level,
+        "robust_choice_rule": "minimum expected loss over the coefficient samples",
+        "robust_choice": short(uncertainty.robust_row),
+        "minimax_regret_choice": short(uncertainty.minimax_row),
+        "optimum": short(int(result.ranking[0])),
+    }
+
+
+def cheapest_document(cheapest: CheapestPlan) -> dict[str, Any]:
+    def option(o: Any) -> dict[str, Any]:
+        row = o.result.optimum_index
+        return {"nodes": o.n_nodes, "days": o.days, **cost_document(o.cost), "loss": o.loss,
+                "optimum": None if row is None else o.result.candidate(row)}
+
+    return {
+        "target_loss": cheapest.target_loss,
+        "choice": None if cheapest.choice is None else option(cheapest.choice),
+        "options": [{k: v for k, v in option(o).items() if k != "optimum"}
+                    for o in cheapest.options],
+    }
+
+
+def plan_document(result: PlanResult, cost: RunCost) -> dict[str, Any]:
+    """The core of `mosaic plan --json` (analysis blocks are added by the caller)."""
+    envelope = result.envelope
+    table = result.throughput
+    row = result.optimum_index
+    return {
+        "envelope": envelope.to_dict(),
+        "search_space": result.space.to_dict(),
+        "c_peak_flops": envelope.c_peak_flops,
+        **cost_document(cost),
+        "counts": {
+            "geometries": len(result.grid),
+            "trainable": int(result.feasible.sum()),
+            "plans_evaluated": table.plans_evaluated,
+            "plans_timed": table.plans_timed,
+        },
+        "optimum": None if row is None else result.candidate(row),
+        "candidates": result.candidates(),
+        "infeasible_summary": infeasible_summary(result),
+        "infeasible": result.infeasible(),
+    }
+
+
+def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
+    def point(p: SweepPoint) -> dict[str, Any]:
+        row = p.result.optimum_index
+        return {
+            p.axis: int(p.value) if p.axis == "nodes" else p.value,
+            "c_peak_flops": p.result.envelope.c_peak_flops,
+            "gpu_hours": p.result.envelope.gpu_hours,
+            "optimum": None if row is None else p.result.candidate(row),
+            "best_per_split": {str(g): p.result.candidate(r)
+                               for g, r in p.best_per_split.items()},
+        }
+
+    return {"axis": points[0].axis, "envelope": points[0].result.envelope.to_dict(),
+            "search_space": points[0].result.space.to_dict(),
+            "points": [point(p) for p in points]}

@@ -1,0 +1,156 @@
+"""Figures of the co-design search (paper Fig. 1, 8, 10, 11) as PNG and SVG.
+
+Uses matplotlib's object API (no pyplot state; rendering through the Agg and SVG canvases),
+with a fixed SVG hash salt and no timestamps so the same inputs write the same files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from mosaic.plan.analysis import FlopCostProfile, ModelFlopsComparison, SparsityFrontier
+from mosaic.plan.search import PlanResult
+from mosaic.plan.sweep import SweepPoint, optimum_losses
+
+FORMATS = ("png", "svg")
+DPI = 150
+_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+            "tab:pink", "tab:gray")
+_METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
+
+
+def split_colour(split_factor: int, all_splits: list[int]) -> str:
+    """A stable colour per G (its position among the G values present)."""
+    return _PALETTE[sorted(all_splits).index(split_factor) % len(_PALETTE)]
+
+
+def save_figure(figure: Figure, directory: str | Path, stem: str) -> list[Path]:
+    """Write ``stem.png`` and ``stem.svg`` into ``directory`` (created if missing)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with mpl.rc_context({"svg.hashsalt": "mosaic"}):
+        for fmt in FORMATS:
+            path = directory / f"{stem}.{fmt}"
+            figure.savefig(path, format=fmt, dpi=DPI, metadata=_METADATA[fmt],
+                           bbox_inches="tight")
+            paths.append(path)
+    return paths
+
+
+def _star(ax: Axes, x: float, y: float, label: str) -> None:
+    ax.scatter([x], [y], marker="*", s=320, color="gold", edgecolor="black", zorder=5,
+               label=label)
+
+
+def plot_frontier(result: PlanResult, directory: str | Path,
+                  stem: str = "frontier") -> list[Path]:
+    """Fig. 10: loss vs realised C_model of every trainable candidate, coloured by G."""
+    rows = result.ranking
+    grid = result.grid
+    figure = Figure(figsize=(7, 4.5))
+    ax = figure.add_subplot()
+    splits = sorted({int(g) for g in grid.split_factor[rows]})
+    for g in splits:
+        pick = rows[grid.split_factor[rows] == g]
+        ax.scatter(result.c_model_flops[pick], result.loss[pick], s=14, alpha=0.75,
+                   color=split_colour(g, splits), label=f"G = {g}")
+    if rows.size:
+        best = rows[0]
+        _star(ax, result.c_model_flops[best], result.loss[best], "MOSAIC optimum")
+    envelope = result.envelope
+    ax.set_xscale("log")
+    ax.set_xlabel("model FLOPs C_model = 6·N_act·D (FLOP)")
+    ax.set_ylabel("predicted loss (nats/token)")
+    ax.set_title(f"Loss vs model FLOPs: {envelope.n_nodes} × {envelope.system.name}, "
+                 f"{envelope.days:g} days (C_peak = {envelope.c_peak_flops:.3g} FLOP)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return save_figure(figure, directory, stem)
+
+
+def plot_sweep(points: list[SweepPoint], directory: str | Path,
+               stem: str | None = None) -> list[Path]:
+    """Fig. 11: optimal loss vs budget; markers coloured by G*, annotated with S* and
+    N_tot*; dashed lines are the best configuration per G."""
+    axis = points[0].axis
+    values = np.array([p.value for p in points])
+    figure = Figure(figsize=(7, 4.5))
+    ax = figure.add_subplot()
+    splits = sorted({g for p in points for g in p.best_per_split})
+    for g in splits:
+        losses = [p.result.loss[p.best_per_split[g]] if g in p.best_per_split else np.nan
+                  for p in points]
+        ax.plot(values, losses, linestyle="--", linewidth=1, color=split_colour(g, splits),
+                label=f"best with G = {g}")
+    ax.plot(values, optimum_losses(points), color="black", linewidth=1.5, label="optimum")
+    for point in points:
+        row = point.result.optimum_index
+        if row is None:
+            continue
+        grid = point.result.grid
+        g = int(grid.split_factor[row])
+        loss = point.result.loss[row]
+        ax.scatter([point.value], [loss], s=60, color=split_colour(g, splits),
+                   edgecolor="black", zorder=5)
+        ax.annotate(f"S={grid.sparsity[row]:.3f}\nN_tot={grid.n_total[row] / 1e9:.0f}B",
+                    (point.value, loss), textcoords="offset points", xytext=(6, 6),
+                    fontsize=7)
+    envelope = points[0].result.envelope
+    fixed = (f"{envelope.n_nodes} × {envelope.system.name}" if axis == "days"
+             else f"{envelope.days:g} days on {envelope.system.name}")
+    ax.set_xlabel("training window (days)" if axis == "days" else "cluster size (nodes)")
+    ax.set_ylabel("optimal predicted loss (nats/token)")
+    ax.set_title(f"MOSAIC optimum vs {axis} ({fixed})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return save_figure(figure, directory, stem or f"sweep_{axis}")
+
+
+def plot_sparsity_tradeoff(frontier: SparsityFrontier, comparison: ModelFlopsComparison,
+                           directory: str | Path, stem: str = "sparsity") -> list[Path]:
+    """Fig. 1: L*(S) at fixed C_model (boundary-seeking) and under the hardware budget."""
+    figure = Figure(figsize=(7, 4.5))
+    ax = figure.add_subplot()
+    ax.plot(frontier.model_flops_sparsity, frontier.model_flops_loss, marker="o",
+            markersize=3, color="tab:red",
+            label=f"model-FLOPs view, C_model = {frontier.c_model_flops:.3g} FLOP")
+    undeliverable = ~frontier.delivers_c_model
+    ax.scatter(frontier.model_flops_sparsity[undeliverable],
+               frontier.model_flops_loss[undeliverable], marker="x", color="black", zorder=4,
+               label="C_model not deliverable in the window")
+    order = np.argsort(frontier.hardware_sparsity)
+    ax.plot(frontier.hardware_sparsity[order], frontier.hardware_loss[order], marker="s",
+            markersize=3, color="tab:green", label="hardware view (tokens the window gives)")
+    if comparison.s_feas_max is not None:
+        ax.axvline(comparison.s_feas_max, color="gray", linestyle=":",
+                   label=f"S_feas_max = {comparison.s_feas_max:.3f}")
+    ax.set_xlabel("sparsity S = 1 − N_act/N_tot")
+    ax.set_ylabel("predicted loss (nats/token)")
+    ax.set_title(f"Model-FLOPs vs cluster optimum at G = {frontier.split_factor}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return save_figure(figure, directory, stem)
+
+
+def plot_flop_cost(profiles: list[FlopCostProfile], directory: str | Path,
+                   stem: str = "flop_cost") -> list[Path]:
+    """Fig. 8 right: wall-clock per delivered model FLOP, relative to the first point."""
+    figure = Figure(figsize=(5 * len(profiles), 4))
+    labels = {"sparsity": "sparsity S", "split_factor": "expert split factor G"}
+    for i, profile in enumerate(profiles):
+        ax = figure.add_subplot(1, len(profiles), i + 1)
+        ax.plot(profile.knob_values, profile.relative, marker="o", color="tab:blue",
+                label="time per model FLOP")
+        ax.set_xlabel(labels[profile.knob])
+        ax.set_ylabel("wall-clock per model FLOP (relative to first)")
+        ax.set_title(f"Systems cost vs {labels[profile.knob]}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    figure.tight_layout()
+    return save_figure(figure, directory, stem)

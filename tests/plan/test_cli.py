@@ -1,0 +1,102 @@
+"""`mosaic plan` and `mosaic sweep`: JSON documents, figures, one-line errors."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.plan import LawSamples, save_samples
+
+runner = CliRunner()
+SMALL = ["--nodes", "1", "--days", "2", "--q", "4,6", "--experts", "8,16,32", "--top-k", "1,2",
+         "--split-factor", "1,4", "--s-min", "0.5", "--workers", "1"]
+GEOMETRY = ("layers", "d_model", "experts", "top_k", "split_factor", "n_active", "n_total",
+            "sparsity", "tokens", "mfu", "tokens_per_s", "loss")
+PLAN = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "micro_batch", "checkpointing")
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def plan_doc() -> dict:
+    return run_json("plan", *SMALL, "--price-per-gpu-hour", "3.5")
+
+
+def test_plan_json_document(plan_doc):
+    optimum = plan_doc["optimum"]
+    assert set(GEOMETRY) <= set(optimum) and set(PLAN) <= set(optimum["plan"])
+    candidates = plan_doc["candidates"]
+    assert candidates[0] == optimum
+    assert [c["loss"] for c in candidates] == sorted(c["loss"] for c in candidates)
+    assert plan_doc["envelope"]["n_devices"] == 8
+    assert plan_doc["c_peak_flops"] == pytest.approx(2.25e15 * 8 * 2 * 86400)
+    assert plan_doc["gpu_hours"] == pytest.approx(8 * 48)
+    assert plan_doc["cost"] == pytest.approx(8 * 48 * 3.5)
+    counts = plan_doc["counts"]
+    assert counts["trainable"] == len(candidates)
+    assert counts["geometries"] == len(candidates) + len(plan_doc["infeasible"])
+    assert plan_doc["model_flops_comparison"]["continuous_optimum"]["at_sparsity_boundary"]
+    assert "nu" in plan_doc["allocation_exponents"]
+
+
+def test_plan_human_output():
+    result = runner.invoke(app, ["plan", *SMALL, "--top", "3"])
+    assert result.exit_code == 0, result.output
+    for fragment in ("MOSAIC optimum", "Top 3 of", "Model-FLOPs view", "C_peak"):
+        assert fragment in result.stdout
+
+
+def test_plan_uncertainty_cheapest_and_plots(tmp_path, law):
+    rng = np.random.default_rng(0)
+    samples = LawSamples(law.form, law.log_coefs + 0.01 * rng.standard_normal((50, 11)))
+    save_samples(samples, tmp_path / "samples.json")
+    doc = run_json("plan", *SMALL, "--bootstrap-samples", str(tmp_path / "samples.json"),
+                   "--target-loss", "1.8", "--cheapest-nodes", "1,2", "--cheapest-days", "1,2",
+                   "--plot", str(tmp_path / "figs"))
+    assert doc["uncertainty"]["samples"] == 50
+    assert 0 <= doc["uncertainty"]["robust_choice"]["p_optimal"] <= 1
+    assert doc["cheapest"]["choice"]["loss"] <= 1.8
+    written = {p.split("/")[-1] for p in doc["plots"]}
+    assert {"frontier.png", "frontier.svg", "sparsity.svg", "flop_cost.png"} <= written
+
+
+def test_young_daly_goodput_option():
+    doc = run_json("plan", *SMALL, "--mtbf-gpu-hours", "10000", "--checkpoint-s", "60")
+    goodput = doc["envelope"]["goodput"]
+    assert goodput["model"] == "young-daly" and 0.9 < goodput["goodput"] < 1
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--days", "0"], "days must be a positive number, got 0.0"),
+    (["--gpu", "X100"], "unknown device 'X100'"),
+    (["--experts", "4", "--top-k", "8"], "the architecture grid is empty"),
+    (["--experts", ""], "--experts is empty"),
+    (["--tpp", "40"], "--tpp must be MIN:MAX"),
+    (["--goodput", "0.9", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "60"], "not both"),
+    (["--nodes", "1", "--days", "0.01", "--q", "18", "--experts", "512", "--top-k", "8"],
+     "no geometry of the grid is trainable"),
+])
+def test_bad_budgets_are_one_line_exit_2(args, fragment):
+    result = runner.invoke(app, ["plan", *args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_sweeps(tmp_path):
+    days = run_json("sweep", "days", "--values", "1,2", *SMALL[:2], *SMALL[4:],
+                    "--plot", str(tmp_path))
+    assert [p["days"] for p in days["points"]] == [1.0, 2.0]
+    assert days["points"][1]["optimum"]["loss"] <= days["points"][0]["optimum"]["loss"]
+    assert (tmp_path / "sweep_days.png").stat().st_size > 0
+    nodes = run_json("sweep", "nodes", "--values", "1,2", "--days", "2", *SMALL[4:])
+    assert [p["nodes"] for p in nodes["points"]] == [1, 2]
+    assert set(nodes["points"][0]["best_per_split"]) <= {"1", "4"}
+    bad = runner.invoke(app, ["sweep", "days", "--values", "5,-1"])
+    assert bad.exit_code == 2 and "days must be a positive number" in bad.output

@@ -1,0 +1,61 @@
+"""The Table 3 envelope, the --gpu mapping and the search space guards."""
+
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.plan import Envelope, SearchSpace, resolve_system, with_gpus_per_node
+
+
+def test_table3_envelope_c_peak():
+    envelope = Envelope(resolve_system("B200"))
+    assert envelope.system.name == "p6-b200.48xlarge"
+    assert envelope.n_devices == 256
+    assert envelope.c_peak_flops == pytest.approx(9.95e23, rel=1e-3)  # Table 3
+    assert envelope.gpu_hours == pytest.approx(256 * 20 * 24)
+
+
+@pytest.mark.parametrize(("gpu", "system"), [
+    ("B200", "p6-b200.48xlarge"), ("H100", "p5.48xlarge"), ("h200", "p5en.48xlarge"),
+    ("GB200", "GB200-NVL72"), ("A100", "DGX-A100"),
+])
+def test_gpu_maps_to_a_catalog_system(gpu, system):
+    assert resolve_system(gpu).name == system
+
+
+def test_system_overrides_and_must_agree_with_gpu():
+    assert resolve_system("H100", "DGX-H100").name == "DGX-H100"
+    with pytest.raises(MosaicInputError, match="does not match"):
+        resolve_system("B200", "DGX-H100")
+    with pytest.raises(MosaicInputError, match="no node type in the catalog holds MI300X"):
+        resolve_system("MI300X")
+    with pytest.raises(MosaicInputError, match="unknown device"):
+        resolve_system("X100")
+
+
+def test_gpus_per_node_variant_keeps_per_gpu_links():
+    p6 = resolve_system("B200")
+    four = with_gpus_per_node(p6, 4)
+    assert (four.gpus_per_node, four.scale_up_domain_gpus) == (4, 4)
+    assert four.scale_out_bw_bytes_per_s == pytest.approx(p6.scale_out_bw_bytes_per_s)
+    with pytest.raises(MosaicInputError, match="must divide"):
+        with_gpus_per_node(resolve_system("GB200"), 5)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"days": 0.0}, "days must be a positive number"),
+    ({"n_nodes": 0}, "nodes must be an integer >= 1"),
+    ({"global_batch": 0}, "global_batch must be a positive integer"),
+])
+def test_bad_budgets(kwargs, message):
+    with pytest.raises(MosaicInputError, match=message):
+        Envelope(resolve_system("B200"), **kwargs)
+
+
+def test_search_space_guards():
+    with pytest.raises(MosaicInputError, match="grid axis experts is empty"):
+        SearchSpace(experts=())
+    with pytest.raises(MosaicInputError, match="TPP range"):
+        SearchSpace(tpp_min=150, tpp_max=40)
+    with pytest.raises(MosaicInputError, match="architecture grid is empty"):
+        SearchSpace(experts=(4,), top_k=(8,)).enumerate()
+    assert len(SearchSpace().enumerate()) == 1092  # Table 3 grid after the S >= 0.7 guard

@@ -1,0 +1,38 @@
+"""Goodput models: Young's checkpoint interval and the lost fraction, by hand."""
+
+import math
+
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.plan import ConstantGoodput, YoungDalyGoodput
+
+
+def test_young_daly_interval_and_loss_by_hand():
+    # 256 GPUs, MTBF 50,000 GPU-hours, 120 s checkpoints, 600 s restarts.
+    model = YoungDalyGoodput(mtbf_gpu_s=50_000 * 3600.0, checkpoint_s=120.0, restart_s=600.0)
+    mtbf = 50_000 * 3600.0 / 256  # 703,125 s between job failures
+    tau = math.sqrt(2 * 120.0 * mtbf)  # Young 1974: sqrt(2 δ M) = 12,990.4 s
+    assert model.system_mtbf_s(256) == pytest.approx(703_125.0)
+    assert model.checkpoint_interval_s(256) == pytest.approx(tau)
+    assert tau == pytest.approx(12_990.38, rel=1e-6)
+    lost = 120.0 / tau + tau / (2 * mtbf) + 600.0 / mtbf
+    assert model.lost_fraction(256) == pytest.approx(lost)
+    # At Young's interval the first two terms add to sqrt(2 δ / M).
+    assert lost == pytest.approx(math.sqrt(2 * 120.0 / mtbf) + 600.0 / mtbf)
+    assert model.fraction(256) == pytest.approx(1 - lost)
+
+
+def test_goodput_falls_with_devices_and_floors_at_zero():
+    model = YoungDalyGoodput(mtbf_gpu_s=10_000 * 3600.0, checkpoint_s=300.0)
+    fractions = [model.fraction(n) for n in (8, 64, 512, 4096)]
+    assert fractions == sorted(fractions, reverse=True)
+    assert YoungDalyGoodput(mtbf_gpu_s=3600.0, checkpoint_s=3000.0).fraction(1024) == 0.0
+
+
+def test_constant_goodput_and_bad_inputs():
+    assert ConstantGoodput(0.9).fraction(10_000) == 0.9
+    with pytest.raises(MosaicInputError, match="goodput must be in"):
+        ConstantGoodput(1.5)
+    with pytest.raises(MosaicInputError, match="checkpoint time"):
+        YoungDalyGoodput(mtbf_gpu_s=1e6, checkpoint_s=0.0)

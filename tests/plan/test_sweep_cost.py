@@ -1,0 +1,59 @@
+"""Budget sweeps (Fig. 11) and the cheapest budget reaching a loss."""
+
+import numpy as np
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.plan import (
+    SearchSpace,
+    cheapest_plan,
+    run_cost,
+    score,
+    sweep_days,
+    sweep_nodes,
+)
+from mosaic.plan.sweep import optimum_losses
+
+SPACE = SearchSpace(q=(4, 6), experts=(8, 32), top_k=(1, 2), split_factor=(1, 4), s_min=0.5)
+
+
+def test_days_sweep_rescoring_and_monotone_loss(one_node, law, calibration):
+    points = sweep_days(one_node, SPACE, law, calibration, [1, 2, 4, 8], workers=1)
+    losses = optimum_losses(points)
+    assert np.all(np.diff(losses) <= 0)  # a longer window never hurts
+    # One layout search serves every window; each point is a plain rescoring.
+    table = points[0].result.throughput
+    assert all(p.result.throughput is table for p in points)
+    again = score(table, one_node.with_budget(days=4), SPACE, law)
+    np.testing.assert_array_equal(again.loss, points[2].result.loss)
+    for point in points:
+        for g, row in point.best_per_split.items():
+            rows = point.result.ranking[point.result.grid.split_factor[point.result.ranking]
+                                        == g]
+            assert row == rows[0]
+
+
+def test_nodes_sweep(one_node, law, calibration):
+    points = sweep_nodes(one_node.with_budget(days=2), SPACE, law, calibration, [1, 2],
+                         workers=1)
+    assert [p.result.envelope.n_devices for p in points] == [8, 16]
+    assert optimum_losses(points)[1] <= optimum_losses(points)[0]
+    with pytest.raises(MosaicInputError, match="integers >= 1"):
+        sweep_nodes(one_node, SPACE, law, calibration, [1.5])
+
+
+def test_cost_and_cheapest_plan(one_node, law, calibration):
+    cost = run_cost(one_node, price_per_gpu_hour=4.0)
+    assert cost.gpu_hours == pytest.approx(8 * 2 * 24) and cost.cost == pytest.approx(1536.0)
+    with pytest.raises(MosaicInputError, match="price per GPU-hour"):
+        run_cost(one_node, -1.0)
+    cheapest = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.8,
+                             nodes=[1, 2], days=[1, 2, 4], workers=1)
+    hours = [o.cost.gpu_hours for o in cheapest.options]
+    assert hours == sorted(hours)
+    reaching = [o for o in cheapest.options if o.loss is not None and o.loss <= 1.8]
+    assert cheapest.choice is reaching[0]
+    assert cheapest.choice.loss <= 1.8
+    unreachable = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.0,
+                                nodes=[1], days=[1], workers=1)
+    assert unreachable.choice is None
