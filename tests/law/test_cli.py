@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from mosaic.cli.main import app
 from mosaic.law import EPOCH_HUBER_FIT, ScalingLaw
+from mosaic.plan import load_samples
 
 from .test_law import table4_counts
 
@@ -47,6 +48,7 @@ def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_fa
     payload = run_json(
         "fit", str(data), "--form", "joint", "--starts", "256", "--refine", "2",
         "--bootstrap", "4", "--seed", "5", "--out", str(law_file),
+        "--samples-out", str(tmp_path / "samples.json"),
     )  # fmt: skip
     assert set(payload["coefficients"]) == {"a", "b", "c", "j", "e", "alpha", "beta", "lambda",
                                             "delta", "gamma", "eta"}  # fmt: skip
@@ -61,6 +63,9 @@ def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_fa
                          "--split-factor", "2", "--law", str(law_file))  # fmt: skip
     assert predicted["loss"] == pytest.approx(float(law.predict(1e10, 1e10, 0.9, 2.0)))
     assert run_json("optimum", "--compute", "1e21", "--law", str(law_file))["sparsity"] > 0
+    # The bootstrap samples feed `mosaic plan --bootstrap-samples`.
+    samples = load_samples(tmp_path / "samples.json")
+    assert samples.log_coefs.shape == (4, 11)
 
 
 def test_fit_per_g_on_one_stratum(tmp_path, joint_runs_factory):

@@ -131,3 +131,16 @@ def test_appendix_e_listing_smoke():
     assert result.spec.plan.row(0)["dp"] == 32
     assert 0.05 < p.mfu[0] < 0.30
     assert p.feasible[0]
+
+
+def test_usable_memory_fraction_tightens_feasibility():
+    workload = moe_workload()
+    cluster = Cluster(system=get_system("p6-b200.48xlarge"), n_nodes=4)
+    plan = single_plan(pp=2, dp=16, ep=8, micro_batch=2)
+    full = predict_step(workload, plan, machine_for(cluster, "bf16"), CALIBRATION)
+    used = full.memory_bytes[0] / cluster.device.hbm_bytes
+    tight = predict_step(workload, plan, machine_for(cluster, "bf16", used * 0.9), CALIBRATION)
+    assert full.feasible[0] and not tight.feasible[0]
+    assert tight.overshoot_bytes[0] == pytest.approx(
+        full.memory_bytes[0] - used * 0.9 * cluster.device.hbm_bytes)
+    assert tight.step_time_s[0] == full.step_time_s[0]  # memory policy does not change time

@@ -84,7 +84,7 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
 
 # Parameter types shared by the subcommands (one definition, one help text).
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-CalibrationOption = Annotated[Path | None, typer.Option(help="calibration YAML")]
+CalibrationOption = Annotated[Path | None, typer.Option("--calibration", help="calibration YAML")]
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a field: block.field=value (repeatable)"),

@@ -29,6 +29,7 @@ from mosaic.law.optimum import (
 )
 from mosaic.law.rundata import load_run_data
 from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
+from mosaic.plan.uncertainty import LawSamples, save_samples
 
 law_app = typer.Typer(
     name="law",
@@ -150,6 +151,12 @@ def fit(
         int, typer.Option("--scan", help="Fresh restarts of an identifiability scan (0: none).")
     ] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Write the fitted law JSON.")] = None,
+    samples_out: Annotated[
+        Path | None,
+        typer.Option("--samples-out",
+                     help="Write the bootstrap coefficient samples (for mosaic plan "
+                          "--bootstrap-samples); needs --bootstrap."),
+    ] = None,
     parity: Annotated[
         Path | None,
         typer.Option("--parity", help="Write observed/predicted/held-out per run as CSV."),
@@ -157,6 +164,8 @@ def fit(
     as_json: JsonOption = False,
 ) -> None:
     """Fit a law form to run data (Huber on log L, multi-start L-BFGS-B, held-out check)."""
+    if samples_out is not None and not n_bootstrap:
+        raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
     law_form = get_form(form)
     runs = load_run_data(data)
     if split_factor is not None:
@@ -177,6 +186,9 @@ def fit(
             for name, iv in result.intervals.items()
         }
         payload["bootstrap"] = {"method": method, "resamples": n_bootstrap, "level": result.level}
+        if samples_out is not None:
+            save_samples(LawSamples.from_bootstrap(result), samples_out)
+            payload["samples_file"] = str(samples_out)
     if scan:
         scanned = identifiability_scan(validated.fit, n_restarts=scan, seed=seed + 1)
         payload["identifiability"] = {

@@ -23,7 +23,7 @@ from mosaic.cli.common import (
     parse_ints,
     print_json,
 )
-from mosaic.config.job_schema import FIELD_ALIASES, apply_overrides, load_job
+from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, load_job
 from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
@@ -32,7 +32,6 @@ from mosaic.perf.job import cluster_for
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB
-from mosaic.perf.workload import Workload
 
 PLAN_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard",
                "micro_batch", "checkpointing", "sequence_parallel")
@@ -51,8 +50,8 @@ def _gives_devices(document: dict[str, Any]) -> bool:
 
 
 def load_search_job(path: Path, overrides: list[str], devices: int | None
-                    ) -> tuple[Workload, Cluster]:
-    """The workload and cluster of a job file, ignoring its layout.
+                    ) -> tuple[JobSpec, Cluster]:
+    """The job and cluster of a job file, ignoring its layout.
 
     GPUs: ``devices`` if given, else ``search.devices``, else ``hardware.nodes``. The
     parallelism block must be well-formed but its degrees are not checked: dp=1 is set
@@ -65,7 +64,7 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
         if spec.nodes is None:
             raise MosaicInputError(f"{path}: give --devices, search.devices or hardware.nodes")
         spec = replace(spec, n_devices=None)
-    return spec.workload, cluster_for(spec)
+    return spec, cluster_for(spec)
 
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
@@ -259,14 +258,15 @@ def layouts(
     The job's parallelism block is ignored: tp, pp, vpp, cp, ep, etp, micro-batch,
     sharding and checkpointing are searched (pin them with the options).
     """
-    workload, cluster = load_search_job(job, set_ or [], devices)
+    spec, cluster = load_search_job(job, set_ or [], devices)
+    workload = spec.workload
     limits = LayoutLimits(
         max_tp=max_tp, tp=_int_list("--tp", tp), pp=_int_list("--pp", pp),
         vpp=_int_list("--vpp", vpp), cp=_int_list("--cp", cp), ep=_int_list("--ep", ep),
         etp=_int_list("--etp", etp), micro_batches=_int_list("--mbs", mbs),
         sharding=_name_list(sharding), checkpointing=_name_list(checkpointing),
     )
-    machine = machine_for(cluster, workload.precision)
+    machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction)
     with _progress_bar(not json_output) as progress:
         search = search_layouts(workload, machine, load_calibration(calibration), limits,
                                 progress=progress)

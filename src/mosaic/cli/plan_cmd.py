@@ -111,6 +111,8 @@ RestartS = Annotated[float, typer.Option(
     "--restart-s", help="Seconds lost per failure to restart and reload (Young-Daly).")]
 GlobalBatch = Annotated[int, typer.Option("--global-batch", help="B_global, sequences/step.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="T_seq, tokens per sequence.")]
+MemoryFraction = Annotated[float, typer.Option(
+    "--memory-fraction", help="Share of device memory a layout may fill (0, 1].")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
 QValues = Annotated[str, typer.Option("--q", help="Ladder seeds q, comma-separated.")]
@@ -135,7 +137,8 @@ def build_inputs(
     *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
     days: float, goodput: float | None, mtbf_gpu_hours: float | None,
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
-    q: str, experts: str, top_k: str, split_factor: str, tpp: str, s_min: float,
+    memory_fraction: float, q: str, experts: str, top_k: str, split_factor: str, tpp: str,
+    s_min: float,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     node_type = resolve_system(gpu, system)
@@ -144,7 +147,7 @@ def build_inputs(
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
-        global_batch=global_batch, seq_len=seq_len,
+        global_batch=global_batch, seq_len=seq_len, usable_memory_fraction=memory_fraction,
     )
     tpp_min, tpp_max = parse_tpp(tpp)
     space = SearchSpace(
@@ -234,6 +237,7 @@ def plan(
     gpus_per_node: GpusPerNode = None, days: Days = TABLE3_DAYS, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
+    memory_fraction: MemoryFraction = 1.0,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
     top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
@@ -257,7 +261,8 @@ def plan(
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
-        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len, q=q, experts=experts,
+        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
+        memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
     law, calibration = load_models(law_file, calibration_file)
     cost = run_cost(envelope, price_per_gpu_hour)
@@ -319,6 +324,7 @@ def sweep_days_command(
     gpus_per_node: GpusPerNode = None, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
+    memory_fraction: MemoryFraction = 1.0,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
     top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
@@ -330,7 +336,8 @@ def sweep_days_command(
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
-        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len, q=q, experts=experts,
+        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
+        memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
@@ -350,8 +357,9 @@ def sweep_nodes_command(
         "--days", help="Training window in days (Sec. 7.4 uses 30).")] = SWEEP_NODES_DAYS,
     goodput: GoodputOpt = None, mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
     restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
-    seq_len: SeqLen = TABLE3_SEQ_LEN, law_file: LawFile = None,
-    calibration_file: CalibrationOption = None, q: QValues = TABLE3_Q_TEXT,
+    seq_len: SeqLen = TABLE3_SEQ_LEN, memory_fraction: MemoryFraction = 1.0,
+    law_file: LawFile = None, calibration_file: CalibrationOption = None,
+    q: QValues = TABLE3_Q_TEXT,
     experts: Experts = TABLE3_EXPERTS_TEXT, top_k: TopK = TABLE3_TOP_K_TEXT,
     split_factor: Split = TABLE3_SPLIT_TEXT, tpp: Tpp = TABLE3_TPP_TEXT,
     s_min: SMin = TABLE3_S_MIN, workers: Workers = None, as_json: JsonFlag = False,
@@ -362,7 +370,8 @@ def sweep_nodes_command(
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node, days=days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
-        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len, q=q, experts=experts,
+        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
+        memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front

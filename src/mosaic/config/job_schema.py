@@ -70,6 +70,9 @@ class HardwareBlock(_Strict):
     system: str = Field(description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
     nodes: int | None = Field(default=None, gt=0, description="nodes; else search.devices")
     precision: Precision | None = None
+    usable_memory_fraction: float = Field(
+        default=1.0, gt=0, le=1, description="share of device memory a plan may fill"
+    )
 
 
 class ParallelismBlock(_Strict):
@@ -95,6 +98,7 @@ class JobSpec:
     system_name: str
     n_devices: int | None
     nodes: int | None
+    usable_memory_fraction: float = 1.0
 
 
 def _canonical(document: dict[str, Any], where: str) -> dict[str, Any]:
@@ -217,6 +221,7 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
         system_name=hardware.system,
         n_devices=n_devices,
         nodes=hardware.nodes,
+        usable_memory_fraction=hardware.usable_memory_fraction,
     )
 
 

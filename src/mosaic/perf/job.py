@@ -45,6 +45,6 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     reason = first_reason(violations, spec.plan, 0)
     if reason is not None:
         raise MosaicInputError(f"invalid parallel layout: {reason}")
-    machine = machine_for(cluster, spec.workload.precision)
+    machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction)
     prediction = predict_step(spec.workload, spec.plan, machine, calibration)
     return JobPrediction(spec=spec, cluster=cluster, machine=machine, prediction=prediction)

@@ -44,7 +44,7 @@ from mosaic.perf.constraints import plan_violations
 from mosaic.perf.machine import Machine
 from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
-from mosaic.perf.step_time import USABLE_MEMORY_FRACTION, StepPrediction, predict_step
+from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
@@ -338,7 +338,7 @@ def fits_in_memory(workload: Workload, plans: ParallelPlans, machine: Machine) -
     parts = [np.zeros(0, dtype=bool)]
     for index in _chunks(len(plans), CHUNK_PLANS):
         memory = total_memory_bytes(memory_breakdown_bytes(workload, plans.take(index)))
-        parts.append(feasibility(memory, machine.hbm_bytes, USABLE_MEMORY_FRACTION)[0])
+        parts.append(feasibility(memory, machine.hbm_bytes, machine.usable_memory_fraction)[0])
     return np.concatenate(parts)
 
 

@@ -65,10 +65,15 @@ class Machine:
     attention_fwd: AttentionEfficiency
     attention_bwd: AttentionEfficiency
     interconnect: Interconnect
+    usable_memory_fraction: float = 1.0  # share of HBM a plan may fill (policy, not physics)
 
 
-def machine_for(cluster: Cluster, precision: Precision) -> Machine:
+def machine_for(cluster: Cluster, precision: Precision,
+                usable_memory_fraction: float = 1.0) -> Machine:
     """Resolve a :class:`Machine` from a catalog cluster and the GEMM precision."""
+    if not 0.0 < usable_memory_fraction <= 1.0:
+        raise MosaicInputError(
+            f"usable memory fraction must be in (0, 1], got {usable_memory_fraction}")
     device = cluster.device
     system = cluster.system
     gemm_dtype = {Precision.BF16: "bf16", Precision.FP16: "fp16", Precision.FP8: "fp8"}[precision]
@@ -100,6 +105,7 @@ def machine_for(cluster: Cluster, precision: Precision) -> Machine:
         attention_fwd=attention["fwd"],
         attention_bwd=attention["bwd"],
         interconnect=interconnect,
+        usable_memory_fraction=usable_memory_fraction,
     )
 
 

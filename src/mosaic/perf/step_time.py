@@ -76,7 +76,6 @@ MUON_ITERATIONS = 5
 CROSS_ENTROPY_BYTES_PER_LOGIT = 18
 # Embedding: gather d bf16 values per token forward, scatter-add fp32 gradients backward.
 EMBEDDING_BYTES_PER_TOKEN_PER_D = ACTIVATION_BYTES + 2 * FP32_BYTES
-USABLE_MEMORY_FRACTION = 1.0
 
 
 @dataclass(frozen=True)
@@ -432,7 +431,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                       + lm_head_flops_per_token(geometry) * tokens)
     memory = memory_breakdown_bytes(workload, plans)
     memory_total = total_memory_bytes(memory)
-    feasible, overshoot = feasibility(memory_total, machine.hbm_bytes, USABLE_MEMORY_FRACTION)
+    feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
+                                     machine.usable_memory_fraction)
     labels = {name: "analytical" for name in breakdown}
     labels["calibration"] = "calibrated"
     labels["dispatch_floor"] = "calibrated"

@@ -113,6 +113,7 @@ class Envelope:
         global_batch: B_global, sequences per optimizer step.
         seq_len: T_seq, tokens per sequence.
         precision: GEMM precision of the run (MFU is against the bf16 peak either way).
+        usable_memory_fraction: share of device memory a layout may fill.
     """
 
     system: System
@@ -122,8 +123,12 @@ class Envelope:
     global_batch: int = TABLE3_GLOBAL_BATCH
     seq_len: int = TABLE3_SEQ_LEN
     precision: Precision = Precision.BF16
+    usable_memory_fraction: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.usable_memory_fraction <= 1.0:
+            raise MosaicInputError(
+                f"memory fraction must be in (0, 1], got {self.usable_memory_fraction}")
         if not (isinstance(self.n_nodes, int) and self.n_nodes >= 1):
             raise MosaicInputError(f"nodes must be an integer >= 1, got {self.n_nodes!r}")
         if not (math.isfinite(self.days) and self.days > 0):

@@ -40,7 +40,7 @@ from mosaic.perf.layouts import (
 )
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
-from mosaic.perf.step_time import USABLE_MEMORY_FRACTION, StepPrediction
+from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
 
@@ -120,7 +120,7 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     if len(plans) == 0:
         return LayoutOutcome(None, None, _broken_rule(workload, machine, limits), 0, 0)
     memory = total_memory_bytes(memory_breakdown_bytes(workload, plans))
-    fits, overshoot = feasibility(memory, machine.hbm_bytes, USABLE_MEMORY_FRACTION)
+    fits, overshoot = feasibility(memory, machine.hbm_bytes, machine.usable_memory_fraction)
     if not fits.any():
         closest = int(np.argmin(overshoot))
         reason = (f"all {len(plans)} layouts run out of memory; the closest needs "
@@ -165,7 +165,8 @@ _WORKER_STATE: dict[str, Any] = {}
 
 def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration,
                   limits: LayoutLimits, rows: range) -> _Profile:
-    machine = machine_for(envelope.cluster, envelope.precision)
+    machine = machine_for(envelope.cluster, envelope.precision,
+                          envelope.usable_memory_fraction)
     n = len(rows)
     metrics = {name: np.full(n, np.nan) for name in ("mfu", "step_time_s", "memory_bytes")}
     tokens_per_s = np.zeros(n)
