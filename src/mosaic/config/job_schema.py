@@ -10,7 +10,7 @@ a ``parallelism`` block, so such files load as written. Aliases (``gbs``, ``seql
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +21,9 @@ from mosaic.arch import Geometry
 from mosaic.config.model_schema import geometry_from_document
 from mosaic.config.validation import load_yaml_mapping, validate_mapping
 from mosaic.errors import MosaicInputError
+from mosaic.perf.collectives import BusBandwidthTable
+from mosaic.perf.kernels import GemmTable, GroupedGemmTable
+from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
 
@@ -73,6 +76,13 @@ class HardwareBlock(_Strict):
     usable_memory_fraction: float = Field(
         default=1.0, gt=0, le=1, description="share of device memory a plan may fill"
     )
+    gemm_table: Path | None = Field(default=None, description="measured GEMM times CSV/Parquet")
+    grouped_gemm_table: Path | None = Field(
+        default=None, description="measured grouped expert GEMM times CSV/Parquet"
+    )
+    collective_table: Path | None = Field(
+        default=None, description="measured collective bus bandwidths CSV/Parquet"
+    )
 
 
 class ParallelismBlock(_Strict):
@@ -99,6 +109,7 @@ class JobSpec:
     n_devices: int | None
     nodes: int | None
     usable_memory_fraction: float = 1.0
+    tables: MeasuredTables = field(default_factory=MeasuredTables)
 
 
 def _canonical(document: dict[str, Any], where: str) -> dict[str, Any]:
@@ -151,6 +162,21 @@ def _expert_tp(document: dict[str, Any], parallel: ParallelismBlock, where: str)
             f"{where}: parallelism.etp={parallel.etp} contradicts moe.expert_tp_degree={in_moe}"
         )
     return parallel.etp if in_parallelism or in_moe is None else int(in_moe)
+
+
+def _measured_tables(hardware: HardwareBlock, base: Path) -> MeasuredTables:
+    """Load the measured tables a hardware block names (paths relative to the job file)."""
+
+    def resolve(path: Path | None) -> Path | None:
+        return None if path is None else (path if path.is_absolute() else base / path)
+
+    gemm, grouped, collectives = (resolve(p) for p in (
+        hardware.gemm_table, hardware.grouped_gemm_table, hardware.collective_table))
+    return MeasuredTables(
+        gemm=GemmTable.from_file(gemm) if gemm else None,
+        grouped_gemm=GroupedGemmTable.from_file(grouped) if grouped else None,
+        collectives=BusBandwidthTable.from_file(collectives) if collectives else None,
+    )
 
 
 def _block(schema: type[BaseModel], document: dict[str, Any], name: str, where: str) -> Any:
@@ -222,6 +248,7 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
         n_devices=n_devices,
         nodes=hardware.nodes,
         usable_memory_fraction=hardware.usable_memory_fraction,
+        tables=_measured_tables(hardware, Path(where).parent),
     )
 
 

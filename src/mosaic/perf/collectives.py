@@ -73,9 +73,13 @@ class Interconnect:
     """Achieved / peak NVLink bandwidth of all-to-all and send/recv."""
     p2p_scale_out_efficiency: float = _c("p2p_scale_out_efficiency")
     """Achieved / peak NIC bandwidth of all-to-all and send/recv."""
+    measured: BusBandwidthTable | None = None
+    """Measured bus-bandwidth curves used where they cover a call (else the model)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            if f.name == "measured":
+                continue
             value = getattr(self, f.name)
             if f.type == "int":
                 if int(value) != value or value < 1:
@@ -232,6 +236,7 @@ def _estimate(collective: str, message_bytes: npt.ArrayLike, n: npt.ArrayLike,
               stride: npt.ArrayLike, ic: Interconnect,
               table: BusBandwidthTable | None) -> tuple[np.ndarray, np.ndarray]:
     """(time_s, source) of a collective; zero time for single-rank groups."""
+    table = table if table is not None else ic.measured
     size, n_i, s_i = np.broadcast_arrays(_bytes("message_bytes", message_bytes),
                                          _as_int("n", n), _as_int("stride", stride))
     p = group_placement(n_i, s_i, ic.scale_up_domain_gpus)
@@ -289,6 +294,7 @@ def send_recv_estimate(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLi
                        ic: Interconnect,
                        table: BusBandwidthTable | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(time_s, source) of :func:`send_recv_time_s`."""
+    table = table if table is not None else ic.measured
     size, crosses = np.broadcast_arrays(_bytes("message_bytes", message_bytes),
                                         np.asarray(crosses_domain, dtype=bool))
     bw = np.where(crosses, ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from mosaic.config.job_schema import JobSpec
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import first_reason, plan_violations
-from mosaic.perf.machine import Machine, machine_for
+from mosaic.perf.machine import Machine, MeasuredTables, machine_for
 from mosaic.perf.step_time import StepPrediction, predict_step
 
 
@@ -38,6 +40,20 @@ def cluster_for(spec: JobSpec) -> Cluster:
     return Cluster.from_n_devices(system, spec.n_devices)
 
 
+def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cluster,
+                          calibration: Calibration) -> StepPrediction:
+    """Label the breakdown terms that the measured tables changed as "measured"."""
+    analytical = predict_step(spec.workload, spec.plan,
+                              machine_for(cluster, spec.workload.precision,
+                                          spec.usable_memory_fraction), calibration)
+    labels = dict(prediction.labels)
+    for name, seconds in prediction.breakdown_s.items():
+        if labels[name] == "analytical" and not np.allclose(
+                seconds, analytical.breakdown_s[name], rtol=1e-12, atol=0.0):
+            labels[name] = "measured"
+    return replace(prediction, labels=labels)
+
+
 def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     """Validate the job's layout against its cluster and predict its step."""
     cluster = cluster_for(spec)
@@ -45,6 +61,9 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     reason = first_reason(violations, spec.plan, 0)
     if reason is not None:
         raise MosaicInputError(f"invalid parallel layout: {reason}")
-    machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction)
+    machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
+                          spec.tables)
     prediction = predict_step(spec.workload, spec.plan, machine, calibration)
+    if spec.tables != MeasuredTables():
+        prediction = _label_measured_terms(prediction, spec, cluster, calibration)
     return JobPrediction(spec=spec, cluster=cluster, machine=machine, prediction=prediction)

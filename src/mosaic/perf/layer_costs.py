@@ -85,7 +85,22 @@ def _gemm(
 ) -> np.ndarray:
     element_bytes = 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
     return gemm_time_s(m, n, k, machine.gemm_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
-                       machine.sm_count, bytes_per_element=element_bytes)
+                       machine.sm_count, bytes_per_element=element_bytes,
+                       table=machine.gemm_table, dtype=gemm_dtype(workload))
+
+
+def gemm_dtype(workload: Workload) -> str:
+    """Dtype key of measured GEMM tables for the workload's precision."""
+    return str(workload.precision)
+
+
+def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
+                  m_per_group: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
+    element_bytes = 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
+    return grouped_gemm_time_s(groups, m_per_group, n, k, machine.gemm_peak_flops_per_s,
+                               machine.hbm_bw_bytes_per_s, machine.sm_count,
+                               bytes_per_element=element_bytes,
+                               table=machine.grouped_gemm_table, dtype=gemm_dtype(workload))
 
 
 def _fwd_bwd(forward_s: np.ndarray) -> np.ndarray:
@@ -216,12 +231,10 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     m_per_expert = np.maximum(np.ceil(routed_tokens * plans.ep * plans.etp * moe.top_k
                                       / moe.experts), 1)
     expert_width = moe.expert_ffn / plans.etp
-    experts_up = grouped_gemm_time_s(local_experts, m_per_expert, glu_factor * expert_width,
-                                     geometry.d_model, machine.gemm_peak_flops_per_s,
-                                     machine.hbm_bw_bytes_per_s, machine.sm_count)
-    experts_down = grouped_gemm_time_s(local_experts, m_per_expert, geometry.d_model,
-                                       expert_width, machine.gemm_peak_flops_per_s,
-                                       machine.hbm_bw_bytes_per_s, machine.sm_count)
+    experts_up = _grouped_gemm(machine, workload, local_experts, m_per_expert,
+                               glu_factor * expert_width, geometry.d_model)
+    experts_down = _grouped_gemm(machine, workload, local_experts, m_per_expert,
+                                 geometry.d_model, expert_width)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
         shared_width = moe.shared_experts * moe.shared_width / plans.tp

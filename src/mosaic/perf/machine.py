@@ -6,8 +6,14 @@ from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
-from mosaic.perf.collectives import Interconnect
-from mosaic.perf.kernels import FLASH_ATTENTION_EFFICIENCY, SM_COUNT, AttentionEfficiency
+from mosaic.perf.collectives import BusBandwidthTable, Interconnect
+from mosaic.perf.kernels import (
+    FLASH_ATTENTION_EFFICIENCY,
+    SM_COUNT,
+    AttentionEfficiency,
+    GemmTable,
+    GroupedGemmTable,
+)
 from mosaic.perf.workload import Precision
 
 # Streaming multiprocessors assumed for devices the kernel fits do not list (a B200-class
@@ -27,6 +33,15 @@ def _device_key(name: str) -> str:
         if key in upper:
             return fit_key
     return upper
+
+
+@dataclass(frozen=True)
+class MeasuredTables:
+    """Microbenchmark tables a user measured on their cluster (each optional)."""
+
+    gemm: GemmTable | None = None
+    grouped_gemm: GroupedGemmTable | None = None
+    collectives: BusBandwidthTable | None = None
 
 
 def job_domain_gpus(domain_gpus: int, gpus_per_node: int, n_devices: int) -> int:
@@ -66,11 +81,16 @@ class Machine:
     attention_bwd: AttentionEfficiency
     interconnect: Interconnect
     usable_memory_fraction: float = 1.0  # share of HBM a plan may fill (policy, not physics)
+    gemm_table: GemmTable | None = None  # measured dense GEMM times, used where they cover
+    grouped_gemm_table: GroupedGemmTable | None = None  # measured grouped expert GEMMs
 
 
 def machine_for(cluster: Cluster, precision: Precision,
-                usable_memory_fraction: float = 1.0) -> Machine:
-    """Resolve a :class:`Machine` from a catalog cluster and the GEMM precision."""
+                usable_memory_fraction: float = 1.0,
+                tables: MeasuredTables | None = None) -> Machine:
+    """Resolve a :class:`Machine` from a catalog cluster and the GEMM precision, with the
+    user's measured tables where given (paper Sec. 5.3)."""
+    tables = tables or MeasuredTables()
     if not 0.0 < usable_memory_fraction <= 1.0:
         raise MosaicInputError(
             f"usable memory fraction must be in (0, 1], got {usable_memory_fraction}")
@@ -90,6 +110,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         gpus_per_node=system.gpus_per_node,
         scale_up_bw_bytes_per_s=system.scale_up_bw_bytes_per_s,
         scale_out_bw_bytes_per_s=system.scale_out_bw_bytes_per_s,
+        measured=tables.collectives,
     )
     bf16_peak = device.peak_flops_per_s_for("bf16")
     return Machine(
@@ -106,6 +127,8 @@ def machine_for(cluster: Cluster, precision: Precision,
         attention_bwd=attention["bwd"],
         interconnect=interconnect,
         usable_memory_fraction=usable_memory_fraction,
+        gemm_table=tables.gemm,
+        grouped_gemm_table=tables.grouped_gemm,
     )
 
 

@@ -1,0 +1,46 @@
+"""Measured kernel tables named in a job file replace the analytical times they cover."""
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from mosaic.config.job_schema import load_job
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.job import predict_job
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def job_with_gemm_table(tmp_path: Path, seconds_per_flop: float) -> Path:
+    """The Appendix E job plus a GEMM table around its attention projection shapes."""
+    rows = [
+        {"m": m, "n": n, "k": k, "dtype": "bf16", "time_s": 2 * m * n * k * seconds_per_flop}
+        for m, n, k in itertools.product((8192, 32768), (4096, 16384), (4096, 8192))
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "gemm.csv", index=False)
+    document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+    document["hardware"]["gemm_table"] = "gemm.csv"  # relative to the job file
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    return job
+
+
+def test_covered_gemms_use_the_table_and_are_labelled_measured(tmp_path):
+    calibration = default_calibration()
+    baseline = predict_job(load_job(EXAMPLES / "appendix_e.yaml"), calibration).prediction
+    slow = 1 / 100e12  # a 100 TFLOP/s GEMM: far slower than the analytical B200 model
+    result = predict_job(load_job(job_with_gemm_table(tmp_path, slow)), calibration)
+    prediction = result.prediction
+    assert prediction.labels["compute_attention_gemm"] == "measured"
+    assert prediction.labels["vocab_stage"] == "analytical"  # LM head shape not covered
+    assert prediction.labels["compute_attention_core"] == "analytical"
+    # Q/K/V and output projections (m=16384 tokens, n,k within the grid) at 100 TFLOP/s:
+    # 3x (forward + two backward GEMMs) of 2·m·(8192·6144 + 6144·6144)·3 blocks x 128 mbs.
+    m, blocks, microbatches = 16384, 3, 128
+    flops = 2 * m * (8192 * 6144 + 6144 * 6144) * 3 * blocks * microbatches
+    assert prediction.breakdown_s["compute_attention_gemm"][0] == pytest.approx(
+        flops * slow, rel=1e-6)
+    assert prediction.step_time_s[0] > baseline.step_time_s[0]
