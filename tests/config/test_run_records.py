@@ -109,15 +109,16 @@ def test_example_oom_record_has_no_throughput() -> None:
 def test_published_runs_load_with_the_verified_skip_count() -> None:
     if not PUBLISHED.is_file():
         pytest.skip(f"shared calibration set not found at {PUBLISHED}")
-    with pytest.warns(RunRecordWarning, match="skipped 1 of 127"):
+    with pytest.warns(RunRecordWarning, match="skipped 2 of 127"):
         loaded = load_run_records(PUBLISHED)
-    assert (len(loaded.records), len(loaded.skipped)) == (126, 1)
+    assert (len(loaded.records), len(loaded.skipped)) == (125, 2)
     reasons = Counter(reason.split(": ", 1)[1] for _, reason in loaded.skipped)
-    assert reasons == {"model.mla: null, but MLA attention needs its dimensions": 1}
+    assert reasons == {"model.mla: null, but MLA attention needs its dimensions": 1,
+                       "parallel.ep: not stated (null) for an MoE run": 1}
     derived = [r for r in loaded.records
                if any(a.startswith("model.head_dim null") for a in r.assumptions)]
     assert len(derived) == 43  # 32 MHA + 11 GQA records state heads but not head_dim
-    assert sum(r.workload.geometry.is_moe for r in loaded.records) == 29
+    assert sum(r.workload.geometry.is_moe for r in loaded.records) == 28
     assert {r.system.name for r in loaded.records} == {
         "DGX-A100",
         "DGX-H100",

@@ -402,6 +402,9 @@ def _plan(entry: RunRecordEntry, notes: list[str]) -> ParallelPlans:
         checkpointing = Checkpointing.parse(entry.recompute)
     if parallel.sharding == "hsdp":
         notes.append("hsdp shard group not recorded: the whole dp group assumed")
+    if entry.model.moe is not None and parallel.ep is None:
+        # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
+        raise MosaicInputError("parallel.ep: not stated (null) for an MoE run")
     return single_plan(
         tp=parallel.tp,
         pp=parallel.pp,
