@@ -110,3 +110,17 @@ def test_perf_bad_input_is_one_line(override, fragment):
     assert result.exit_code == 2, result.output
     assert fragment in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_perf_takes_the_device_count_from_hardware_nodes(tmp_path):
+    job = tmp_path / "dense.yaml"
+    job.write_text(
+        "model: {n_layers: 32, hidden_sz: 4096, inter_sz: 14336, n_q_heads: 32, n_kv_heads: 8,"
+        " vocab_sz: 128256}\n"
+        "data: {global_batch: 512, seq_len: 8192}\n"
+        "hardware: {system: DGX-H100, nodes: 8}\n"
+        "parallelism: {tp: 2, sharding: fsdp}\n"
+    )
+    doc = run_json("perf", str(job))
+    assert doc["hardware"]["devices"] == 64
+    assert doc["plan"]["dp"] == 32  # 64 GPUs / tp 2

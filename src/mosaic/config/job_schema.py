@@ -21,6 +21,7 @@ from mosaic.arch import Geometry
 from mosaic.config.model_schema import geometry_from_document
 from mosaic.config.validation import load_yaml_mapping, validate_mapping
 from mosaic.errors import MosaicInputError
+from mosaic.hardware import get_system
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
@@ -210,17 +211,21 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
         optimizer=optimizer.kind,
         stack=parallel.stack,
     )
+    devices = search.devices
+    if devices is None and hardware.nodes is not None:
+        devices = hardware.nodes * get_system(hardware.system).gpus_per_node
     dp = parallel.dp
-    if dp is None and search.devices is not None:
+    if dp is None and devices is not None:
         model_ranks = parallel.tp * parallel.pp * parallel.cp
-        if search.devices % model_ranks:
+        if devices % model_ranks:
             raise MosaicInputError(
-                f"{where}: search.devices={search.devices} is not a multiple of "
-                f"tp·pp·cp={model_ranks}"
+                f"{where}: {devices} devices are not a multiple of tp·pp·cp={model_ranks}"
             )
-        dp = search.devices // model_ranks
+        dp = devices // model_ranks
     if dp is None:
-        raise MosaicInputError(f"{where}: give parallelism.dp or search.devices")
+        raise MosaicInputError(
+            f"{where}: give parallelism.dp, search.devices or hardware.nodes"
+        )
     etp = _expert_tp(document, parallel, where)
     plan = single_plan(
         tp=parallel.tp,
