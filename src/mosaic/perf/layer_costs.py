@@ -259,8 +259,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
-    dispatch_bytes = routed_tokens * moe.top_k * geometry.d_model * ACTIVATION_BYTES
-    a2a = all_to_all_time_s(dispatch_bytes, plans.ep, plans.etp, ic)
+    a2a = dispatch_all_to_all_s(machine, workload, plans)
     a2a_fwd_exposed = np.maximum(0.0, 2 * a2a - shared_fwd)
     a2a_bwd_exposed = np.maximum(0.0, 2 * a2a - BACKWARD_TO_FORWARD_GEMM * shared_fwd)
     # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
@@ -283,12 +282,18 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     )
 
 
-def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
-                        ) -> np.ndarray:
-    """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""
+def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                          ) -> np.ndarray:
+    """One EP dispatch (or combine): each rank sends its K copies of its routed tokens."""
     moe = workload.geometry.moe
     if moe is None:
         return np.zeros(len(plans))
     routed_tokens = tokens_per_rank(workload, plans) / plans.tp
     dispatch_bytes = routed_tokens * moe.top_k * workload.geometry.d_model * ACTIVATION_BYTES
-    return 4 * all_to_all_time_s(dispatch_bytes, plans.ep, plans.etp, machine.interconnect)
+    return all_to_all_time_s(dispatch_bytes, plans.ep, plans.etp, machine.interconnect)
+
+
+def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""
+    return 4 * dispatch_all_to_all_s(machine, workload, plans)
