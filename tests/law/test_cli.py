@@ -1,6 +1,7 @@
 """`mosaic law predict | fit | optimum`: JSON payloads, law files, one-line errors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -127,3 +128,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):
     assert result.stderr.startswith("error: ") and result.stderr.count("error:") == 1
     assert message in " ".join(result.stderr.split())
     assert "Traceback" not in result.output
+
+
+def test_predict_from_a_geometry_gives_table4_loss():
+    """Table 4: q=12, E=96, K=2, G=4 at 1.42 T tokens reaches loss 1.3898 (± 0.0005)."""
+    by_seed = run_json("predict", "--q", "12", "--experts", "96", "--top-k", "2",
+                       "--split-factor", "4", "--tokens", "1.42e12")
+    assert by_seed["loss"] == pytest.approx(1.3898, abs=5e-4)
+    assert round(by_seed["sparsity"], 3) == 0.956
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    by_file = run_json("predict", "--arch", str(examples / "q12_moe.yaml"), "--tokens", "1.42e12")
+    assert by_file["loss"] == by_seed["loss"]
+    contradiction = runner.invoke(app, ["law", "predict", "--arch", str(examples / "q12_moe.yaml"),
+                                        "--tokens", "1e12", "--split-factor", "2"])
+    assert contradiction.exit_code == 2 and "contradicts" in contradiction.output

@@ -10,13 +10,17 @@ import numpy as np
 import pandas as pd
 import typer
 
+from mosaic.arch import Geometry, count_parameters, ladder_geometry
 from mosaic.cli.common import (
+    JsonFlag,
     guarded,
     print_json,
     print_key_value_table,
     print_table,
     to_jsonable,
 )
+from mosaic.config.model_schema import geometry_from_document
+from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
 from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
 from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
@@ -41,7 +45,6 @@ LawOption = Annotated[
     Path | None,
     typer.Option("--law", help="Law JSON file (from `mosaic law fit --out`); default Table 2."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 PROFILE_KEYS = ("sparsity", "n_total", "n_active", "tokens", "loss")
 
 
@@ -76,6 +79,15 @@ class LawInputs:
     split_factor: float | None
 
 
+def _inputs_from_geometry(geometry: Geometry, tokens: float | None) -> LawInputs:
+    """N_tot, S and G of a geometry (non-embedding counts, Table 9 convention)."""
+    if tokens is None:
+        raise MosaicInputError("missing --tokens; a geometry needs a token count too")
+    counts = count_parameters(geometry)
+    return LawInputs(float(counts.n_total), tokens, float(counts.sparsity),
+                     geometry.split_factor)
+
+
 def _inputs_from_counts(
     n_total: float | None, tokens: float | None, sparsity: float | None, split: float | None
 ) -> LawInputs:
@@ -100,12 +112,42 @@ def predict(
     split_factor: Annotated[
         float | None, typer.Option("--split-factor", help="Expert split factor G (Eq. 8).")
     ] = None,
+    q: Annotated[
+        int | None, typer.Option("--q", help="Ladder seed q (Sec. 7.1) instead of counts.")
+    ] = None,
+    experts: Annotated[int | None, typer.Option("--experts", help="With --q: experts E.")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="With --q: top-K.")] = None,
+    arch: Annotated[
+        Path | None, typer.Option("--arch", help="Architecture YAML (model:, moe: blocks).")
+    ] = None,
     law_file: LawOption = None,
-    as_json: JsonOption = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Predict the final training loss of one configuration."""
+    """Predict the final training loss of one configuration (counts or a geometry)."""
     law = _load_law(law_file)
-    inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
+    if q is not None or arch is not None:
+        if n_total is not None or sparsity is not None:
+            raise MosaicInputError("give a geometry (--q or --arch) or --n-total/--sparsity, "
+                                   "not both")
+        if q is not None and arch is not None:
+            raise MosaicInputError("give --q or --arch, not both")
+        if arch is not None:
+            geometry = geometry_from_document(load_yaml_mapping(arch), str(arch))
+            if split_factor is not None and split_factor != geometry.split_factor:
+                raise MosaicInputError(
+                    f"--split-factor {split_factor:g} contradicts the architecture file's "
+                    f"G = {geometry.split_factor:g}")
+        else:
+            if (experts is None) != (top_k is None):
+                raise MosaicInputError("--experts and --top-k go together")
+            g = 1 if split_factor is None else int(split_factor)
+            if g != split_factor and split_factor is not None:
+                raise MosaicInputError(f"--split-factor must be an integer with --q, "
+                                       f"got {split_factor}")
+            geometry = ladder_geometry(q, experts, top_k, g)
+        inputs = _inputs_from_geometry(geometry, tokens)
+    else:
+        inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
     loss = float(law.predict(**asdict(inputs)))
     if as_json:
         print_json({**asdict(inputs), "loss": loss, "form": law.form.name, "law": _law_label(law)})
@@ -161,7 +203,7 @@ def fit(
         Path | None,
         typer.Option("--parity", help="Write observed/predicted/held-out per run as CSV."),
     ] = None,
-    as_json: JsonOption = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Fit a law form to run data (Huber on log L, multi-start L-BFGS-B, held-out check)."""
     if samples_out is not None and not n_bootstrap:
@@ -259,7 +301,7 @@ def optimum(
         int, typer.Option("--profile", help="Also tabulate L*(S) at this many sparsities.")
     ] = 0,
     law_file: LawOption = None,
-    as_json: JsonOption = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Model-FLOPs-optimal (N_tot, S, D) of Eq. 16 and the peak learning rate of Eq. 17."""
     law = _load_law(law_file)
