@@ -124,3 +124,21 @@ def test_perf_takes_the_device_count_from_hardware_nodes(tmp_path):
     doc = run_json("perf", str(job))
     assert doc["hardware"]["devices"] == 64
     assert doc["plan"]["dp"] == 32  # 64 GPUs / tp 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["arch", "--bogus", "3"], "No such option: --bogus"),
+        (["law", "predict", "--tokens", "abc"], "Invalid value for '--tokens'"),
+    ],
+)
+def test_usage_errors_are_one_line_from_the_entry_point(monkeypatch, capsys, argv, fragment):
+    from mosaic.cli.main import main
+
+    monkeypatch.setattr("sys.argv", ["mosaic", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and fragment in err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from mosaic.cli import (
@@ -13,6 +15,7 @@ from mosaic.cli import (
     plan_cmd,
     validate_cmd,
 )
+from mosaic.cli.common import error_console
 
 app = typer.Typer(
     name="mosaic",
@@ -24,3 +27,19 @@ app = typer.Typer(
 
 for _module in (arch_cmd, law_cmd, perf_cmd, layouts_cmd, explain_cmd, validate_cmd, plan_cmd):
     _module.register(app)
+
+
+def main() -> None:
+    """Console entry point: usage errors (unknown option, unparsable value) as one line."""
+    try:
+        code = app(standalone_mode=False)
+    except Exception as exc:  # typer's (or click's) UsageError family, matched by shape
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()
+        else:
+            error_console.print(f"error: {exc.format_message()}", markup=False,
+                                highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
