@@ -101,12 +101,11 @@ class StepPrediction:
     chi_drivers: ChiDrivers
 
 
-def _heaviest_stage_blocks(machine: Machine, workload: Workload, plans: ParallelPlans
+def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
+                           moe: BlockTimes
                            ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Per-micro-batch times of the heaviest stage's blocks by component, and its block
-    and MoE-block counts."""
-    dense = dense_block_times(machine, workload, plans)
-    moe = moe_block_times(machine, workload, plans) if workload.geometry.moe else dense
+    and MoE-block counts (``moe`` is ``dense`` for a dense model)."""
     best: dict[str, np.ndarray] | None = None
     best_total = None
     best_blocks = best_moe_blocks = None
@@ -377,7 +376,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     geometry = workload.geometry
     machine = with_attention_efficiency(machine, calibration.attention_multiplier(workload.stack))
     n_mb = n_microbatches(workload, plans).astype(float)
-    block_terms, blocks, moe_blocks = _heaviest_stage_blocks(machine, workload, plans)
+    dense = dense_block_times(machine, workload, plans)
+    block = moe_block_times(machine, workload, plans) if geometry.moe else dense
+    block_terms, blocks, moe_blocks = _heaviest_stage_blocks(workload, plans, dense, block)
     pipeline_p2p = _pipeline_send_recv(machine, workload, plans)
     attention_core_per_mb = block_terms.pop("attention_core_recompute") + block_terms[
         "compute_attention_core"]
@@ -405,8 +406,6 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
         for name in StageParameters.__dataclass_fields__
     })
-    dense = dense_block_times(machine, workload, plans)
-    block = moe_block_times(machine, workload, plans) if geometry.moe else dense
     fwd_block = block.forward
     bwd_block = block.compute - block.forward
     breakdown.update(_data_parallel_times(machine, workload, plans, params, fwd_block,
