@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mosaic.errors import MosaicInputError
+from mosaic.yaml_errors import describe_yaml_error
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
@@ -45,10 +46,7 @@ def load_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise MosaicInputError(f"{path}: malformed YAML{where}: {problem}") from None
+        raise MosaicInputError(f"{path}: malformed YAML{describe_yaml_error(exc)}") from None
     if data is None:
         raise MosaicInputError(f"{path}: file is empty")
     if not isinstance(data, dict):

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from mosaic.errors import MosaicInputError
+from mosaic.yaml_errors import describe_yaml_error
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
 NonEmptyStr = Annotated[str, Field(min_length=1, pattern=r"\S")]
@@ -103,10 +104,7 @@ def read_catalog_file(path: Path) -> CatalogFile:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise MosaicInputError(f"{path}: not valid YAML{at}: {problem}") from None
+        raise MosaicInputError(f"{path}: not valid YAML{describe_yaml_error(exc)}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
