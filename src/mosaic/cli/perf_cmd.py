@@ -41,6 +41,7 @@ def prediction_document(result: JobPrediction) -> dict[str, Any]:
         "feasible": bool(p.feasible[0]),
         "overshoot_gib": float(p.overshoot_bytes[0] / GIB),
         "chi_sys": float(p.chi_sys[0]),
+        "attention_kernel": p.attention_kernel,
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
@@ -83,6 +84,7 @@ def _render(document: dict[str, Any]) -> None:
                 f"{document['memory_capacity_gib']:.1f} GiB, {verdict}",
             ),
             ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
+            ("attention kernel", document["attention_kernel"]),
         ],
     )
     step = document["step_time_s"]

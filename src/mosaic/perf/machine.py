@@ -132,15 +132,16 @@ def machine_for(cluster: Cluster, precision: Precision,
     )
 
 
-def with_attention_efficiency(machine: Machine, multiplier: float) -> Machine:
-    """``machine`` with its flash-attention efficiency scaled by ``multiplier`` (a
-    calibrated per-stack kernel factor, e.g. FlashAttention-2 vs cuDNN fused attention)."""
-    if multiplier == 1.0:
+def with_attention_efficiency(machine: Machine, fwd_multiplier: float,
+                              bwd_multiplier: float) -> Machine:
+    """``machine`` with its flash-attention efficiency scaled per pass (the kernel family's
+    rate relative to cuDNN times a calibrated per-stack factor)."""
+    if fwd_multiplier == 1.0 and bwd_multiplier == 1.0:
         return machine
     return replace(
         machine,
         attention_fwd=replace(machine.attention_fwd,
-                              max_fraction=machine.attention_fwd.max_fraction * multiplier),
+                              max_fraction=machine.attention_fwd.max_fraction * fwd_multiplier),
         attention_bwd=replace(machine.attention_bwd,
-                              max_fraction=machine.attention_bwd.max_fraction * multiplier),
+                              max_fraction=machine.attention_bwd.max_fraction * bwd_multiplier),
     )

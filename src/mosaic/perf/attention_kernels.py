@@ -1,0 +1,74 @@
+"""Which flash-attention kernel a job runs, and its throughput relative to cuDNN.
+
+The analytical attention model (``kernels.flash_attention_time_s``) is fitted to cuDNN fused
+attention. Stacks differ in the kernel they call (FlashAttention-2 through torch SDPA runs
+at ~0.6x cuDNN on Hopper), so the family is resolved per job: the workload's explicit
+choice, else the stack's default on that GPU generation. Both tables, with sources, live in
+``data/microbench_fits.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from mosaic.errors import MosaicInputError
+from mosaic.perf.fitted_constants import fitted
+
+
+class AttentionKernel(StrEnum):
+    """Flash-attention kernel families with published relative throughput."""
+
+    CUDNN = "cudnn"  # Transformer Engine FusedAttention / torch SDPA cuDNN backend
+    FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x, torch SDPA flash backend)
+    FA3 = "fa3"  # FlashAttention-3 (Hopper only)
+
+
+_RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
+    "kernels", "attention_kernel_relative_throughput")
+_BY_STACK: dict[str, dict[str, str]] = fitted("kernels", "attention_kernel_by_stack")
+
+# GPU generation of a device name (first match, case-insensitive).
+_GENERATIONS = (("GB200", "blackwell"), ("B300", "blackwell"), ("B200", "blackwell"),
+                ("H100", "hopper"), ("H200", "hopper"), ("H800", "hopper"),
+                ("A100", "ampere"))
+
+
+@dataclass(frozen=True)
+class AttentionKernelChoice:
+    """The kernel a job runs and its forward/backward throughput relative to cuDNN."""
+
+    kernel: str
+    generation: str | None  # None: a device outside the table (taken at the cuDNN rate)
+    fwd_multiplier: float
+    bwd_multiplier: float
+
+
+def gpu_generation(device_name: str) -> str | None:
+    """``ampere``, ``hopper`` or ``blackwell`` for a catalog device; None when unknown."""
+    upper = device_name.upper()
+    return next((gen for key, gen in _GENERATIONS if key in upper), None)
+
+
+def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
+                             ) -> AttentionKernelChoice:
+    """The kernel ``kernel`` (None = the stack's default on this GPU) and its multipliers."""
+    generation = gpu_generation(device_name)
+    if kernel is None:
+        defaults = _BY_STACK.get(stack, _BY_STACK["default"])
+        kernel = defaults.get(generation, AttentionKernel.CUDNN.value) if generation else (
+            AttentionKernel.CUDNN.value)
+    if kernel not in set(AttentionKernel):
+        raise MosaicInputError(f"attention kernel {kernel!r}: allowed values are "
+                               f"{', '.join(AttentionKernel)}")
+    kernel = AttentionKernel(kernel).value
+    if generation is None:
+        return AttentionKernelChoice(kernel, None, 1.0, 1.0)
+    rates = _RELATIVE[kernel].get(generation)
+    if rates is None:
+        offered = sorted(k for k, table in _RELATIVE.items() if generation in table)
+        raise MosaicInputError(
+            f"attention kernel {kernel!r} has no published rate on {generation} GPUs "
+            f"({device_name}); choose one of {', '.join(offered)}"
+        )
+    return AttentionKernelChoice(kernel, generation, rates["fwd"], rates["bwd"])

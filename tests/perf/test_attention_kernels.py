@@ -1,0 +1,60 @@
+"""Attention kernel family per stack and GPU generation (published relative rates)."""
+
+from dataclasses import replace
+
+import pytest
+
+from mosaic.arch import ladder_geometry
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.attention_kernels import gpu_generation, resolve_attention_kernel
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import single_plan
+from mosaic.perf.step_time import predict_step
+from mosaic.perf.workload import Workload
+
+
+def test_generations_of_catalog_devices():
+    assert gpu_generation("H100-SXM-96GB-500W") == "hopper"
+    assert gpu_generation("GB200") == "blackwell"
+    assert gpu_generation("A100-SXM-80GB") == "ampere"
+    assert gpu_generation("MI300X") is None
+
+
+def test_torchtitan_on_hopper_runs_flash_attention_2_at_fa3_paper_rates():
+    # FA3 (≈ cuDNN) is 1.5-2.0x faster than FA2 forward and 1.5-1.75x backward (Shah et
+    # al. 2024): midpoints 1.75 and 1.625.
+    choice = resolve_attention_kernel(None, "torchtitan", "H100-SXM-80GB")
+    assert choice.kernel == "fa2"
+    assert choice.fwd_multiplier == pytest.approx(1 / 1.75, abs=1e-3)
+    assert choice.bwd_multiplier == pytest.approx(1 / 1.625, abs=1e-3)
+    # torchtitan selects cuDNN on Blackwell; Megatron-Core runs cuDNN everywhere.
+    assert resolve_attention_kernel(None, "torchtitan", "B200").kernel == "cudnn"
+    assert resolve_attention_kernel(None, "megatron-core", "H100-SXM-80GB").fwd_multiplier == 1
+    # FA2 is the reference kernel on Ampere.
+    assert resolve_attention_kernel("fa2", "megatron-core", "A100-SXM-80GB").fwd_multiplier == 1
+
+
+def test_kernel_without_a_published_rate_is_refused():
+    with pytest.raises(MosaicInputError, match=r"fa3.*blackwell"):
+        resolve_attention_kernel("fa3", "megatron-core", "B200")
+    with pytest.raises(MosaicInputError, match="allowed values are cudnn, fa2, fa3"):
+        resolve_attention_kernel("fa9", "megatron-core", "B200")
+
+
+def test_fa2_slows_the_attention_core_by_its_relative_rate():
+    cluster = Cluster(system=get_system("dgx-h100"), n_nodes=1)
+    machine = machine_for(cluster, "bf16")
+    workload = Workload(geometry=ladder_geometry(8), global_batch=16, seq_len=8192,
+                        attention_kernel="cudnn")
+    plan = single_plan(dp=8)
+    calibration = replace(default_calibration(), attention_efficiency={})
+    cudnn = predict_step(workload, plan, machine, calibration)
+    fa2 = predict_step(replace(workload, attention_kernel="fa2"), plan, machine, calibration)
+    ratio = fa2.attention_core_s[0] / cudnn.attention_core_s[0]
+    # Between the backward (1.625x) and forward (1.75x) slowdowns, less a little launch
+    # latency that does not scale.
+    assert 1.6 < ratio < 1.75
+    assert fa2.attention_kernel == "fa2"
+    assert fa2.step_time_s[0] > cudnn.step_time_s[0]
