@@ -60,6 +60,8 @@ class DataBlock(_Strict):
 
 class PerformanceBlock(_Strict):
     checkpointing: Literal["none", "selective", "full"] = "none"
+    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3"] = Field(
+        default="auto", description="flash-attention kernel; auto = the stack's default")
 
 
 class OptimizerBlock(_Strict):
@@ -98,6 +100,8 @@ class ParallelismBlock(_Strict):
     hsdp_shard: int | None = Field(default=None, gt=0)
     sequence_parallel: bool | None = Field(default=None, description="default: tp > 1")
     stack: str = "megatron-core"
+    fsdp_gather: Literal["auto", "block", "tensor"] = Field(
+        default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,9 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
         precision=precision,
         optimizer=optimizer.kind,
         stack=parallel.stack,
+        attention_kernel=(None if performance.attention_kernel == "auto"
+                          else performance.attention_kernel),
+        fsdp_gather=None if parallel.fsdp_gather == "auto" else parallel.fsdp_gather,
     )
     devices = search.devices
     if devices is None and hardware.nodes is not None:

@@ -45,6 +45,13 @@ NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D = 2 * 2 * ACTIVATION_BYTES + 2 * 3 * ACTIVAT
 # top-k and gate normalisation each stream E fp32 values per token.
 ROUTER_STREAMS = 3
 FP32_BYTES = 4
+# An FP8 GEMM operand is quantised from bf16 by a streaming kernel that reads it (2 B) and
+# writes a row-wise and a column-wise (transposed) FP8 copy (1 B each), because the other
+# GEMM that consumes it in backward needs the transposed layout (Transformer Engine FP8
+# primer; Micikevicius et al. 2022, "FP8 formats for deep learning", Sec. 3). Forward
+# quantises each GEMM input, backward each output gradient; weights are cast once per
+# step (Megatron-Core's is_first_microbatch caching) and left out.
+FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,22 @@ def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
                                machine.hbm_bw_bytes_per_s, machine.sm_count,
                                bytes_per_element=element_bytes,
                                table=machine.grouped_gemm_table, dtype=gemm_dtype(workload))
+
+
+def fp8_cast_s(machine: Machine, workload: Workload, tokens: ArrayLike,
+               gemms: tuple[tuple[ArrayLike, ArrayLike], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds quantising the operands of FP8 GEMMs of ``tokens`` rows,
+    each given as (k, n): forward casts the tokens×k input, backward the tokens×n output
+    gradient, one cast kernel per operand. Zero unless the workload runs FP8 GEMMs."""
+    if workload.precision is not Precision.FP8:
+        zero = np.zeros(np.shape(tokens))
+        return zero, zero
+    rows = FP8_CAST_BYTES_PER_ELEMENT * np.asarray(tokens, dtype=float)
+    forward = sum(streaming_time_s(rows * np.asarray(k, dtype=float), machine.hbm_bw_bytes_per_s)
+                  for k, _ in gemms)
+    backward = sum(streaming_time_s(rows * np.asarray(n, dtype=float),
+                                    machine.hbm_bw_bytes_per_s) for _, n in gemms)
+    return forward, backward
 
 
 def _fwd_bwd(forward_s: np.ndarray) -> np.ndarray:
@@ -184,7 +207,10 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     cp_fwd = np.maximum(0.0, (plans.cp - 1) * exchange - core_fwd)
     cp_bwd = np.maximum(0.0, 2 * (plans.cp - 1) * exchange - core_bwd)
     cp_exposed = np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0)
-    streaming_total = streaming * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
+        (geometry.d_model, widths.projection / plans.tp),
+        (widths.output / plans.tp, geometry.d_model)))
+    streaming_total = streaming * (1 + BACKWARD_TO_FORWARD_STREAMING) + cast_fwd + cast_bwd
     return _fwd_bwd(qkv + out), core_fwd + core_bwd, core_fwd, streaming_total, cp_exposed
 
 
@@ -203,7 +229,10 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     down = _gemm(machine, workload, tokens, geometry.d_model, width)
     activation = streaming_time_s(_ffn_streaming_bytes(tokens, width, geometry.glu),
                                   machine.hbm_bw_bytes_per_s)
-    streaming = attn_stream + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
+        (geometry.d_model, (2 if geometry.glu else 1) * width), (width, geometry.d_model)))
+    streaming = (attn_stream + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                 + cast_fwd + cast_bwd)
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + up + down
                + streaming / (1 + BACKWARD_TO_FORWARD_STREAMING))
@@ -255,7 +284,15 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                         if moe.shared_experts else np.zeros(len(plans)))
     moe_stream = streaming_time_s(permute_bytes + expert_act_bytes + shared_act_bytes,
                                   machine.hbm_bw_bytes_per_s)
-    streaming = attn_stream + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    expert_gemms = ((geometry.d_model, glu_factor * expert_width),
+                    (expert_width, geometry.d_model))
+    cast_fwd, cast_bwd = fp8_cast_s(machine, workload, copies, expert_gemms)
+    if moe.shared_experts:
+        shared_cast = fp8_cast_s(machine, workload, tokens, (
+            (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
+        cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
+    streaming = (attn_stream + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                 + cast_fwd + cast_bwd)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic.arch import attention_flops_per_token, count_parameters, lm_head_flops_per_token
+from mosaic.arch import (
+    AttentionKind,
+    attention_flops_per_token,
+    count_parameters,
+    lm_head_flops_per_token,
+)
+from mosaic.perf.attention_kernels import resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import (
     all_gather_time_s,
@@ -99,6 +105,7 @@ class StepPrediction:
     attention_core_s: np.ndarray  # flash-attention time on the critical path (incl. bubble)
     routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
     chi_drivers: ChiDrivers
+    attention_kernel: str  # flash-attention kernel family the prediction assumes
 
 
 def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
@@ -219,6 +226,24 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
     return dense, expert
 
 
+def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
+                       ) -> tuple[int, np.ndarray]:
+    """(dense, routed-expert) parameter tensors of one block on one GPU, as a per-tensor
+    gather sees them: separate Q, K, V and output projections (MLA: q down/up, kv down/up,
+    output and the two latent norms), an optional attention gate, two block norms, the FFN
+    matrices (3 with a GLU, else 2), the router and the shared experts' matrices, and each
+    local expert's matrices."""
+    geometry = workload.geometry
+    ffn_matrices = 3 if geometry.glu else 2
+    attention = 7 if geometry.attention is AttentionKind.MLA else 4
+    dense = attention + int(geometry.gated_attention) + 2
+    if geometry.moe is None:
+        return dense + ffn_matrices, np.zeros(len(plans))
+    moe = geometry.moe
+    dense += 1 + moe.shared_experts * ffn_matrices
+    return dense, moe.experts / plans.ep * ffn_matrices
+
+
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
                          params: StageParameters, fwd_block_s: np.ndarray,
                          bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
@@ -264,6 +289,17 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                                      dense_stride, ic)
                + reduce_scatter_time_s(block_expert * GRADIENT_BYTES_PER_PARAM,
                                        expert_shard_group, expert_stride, ic))
+    if workload.fsdp_gathers_per_tensor:
+        # Every tensor beyond the first pays one more collective's fixed cost (launch and
+        # per-step latency: the zero-byte time of the same collective).
+        dense_tensors, expert_tensors = _fsdp_unit_tensors(workload, plans)
+        gather = gather + ((dense_tensors - 1) * all_gather_time_s(0.0, shard_group,
+                                                                   dense_stride, ic)
+                           + expert_tensors * all_gather_time_s(0.0, expert_shard_group,
+                                                                expert_stride, ic))
+        scatter = scatter + ((dense_tensors - 1) * reduce_scatter_time_s(
+            0.0, shard_group, dense_stride, ic) + expert_tensors * reduce_scatter_time_s(
+            0.0, expert_shard_group, expert_stride, ic))
     gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
     scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed
@@ -374,7 +410,11 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  calibration: Calibration) -> StepPrediction:
     """Step time, throughput, utilisation and memory of every plan."""
     geometry = workload.geometry
-    machine = with_attention_efficiency(machine, calibration.attention_multiplier(workload.stack))
+    kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
+                                      machine.device_name)
+    stack_factor = calibration.attention_multiplier(workload.stack)
+    machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
+                                        kernel.bwd_multiplier * stack_factor)
     n_mb = n_microbatches(workload, plans).astype(float)
     dense = dense_block_times(machine, workload, plans)
     block = moe_block_times(machine, workload, plans) if geometry.moe else dense
@@ -454,4 +494,5 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         attention_core_s=attention_core_s,
         routed_expert_s=routed_expert_s,
         chi_drivers=drivers,
+        attention_kernel=kernel.kernel,
     )

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from mosaic.arch import Geometry
 from mosaic.errors import MosaicInputError
+from mosaic.perf.attention_kernels import AttentionKernel
 
 
 class Precision(StrEnum):
@@ -26,6 +27,19 @@ class OptimizerKind(StrEnum):
     SGD = "sgd"
 
 
+class FsdpGather(StrEnum):
+    """How an FSDP stack gathers a block's parameters."""
+
+    BLOCK = "block"  # one bucketed collective per block (PyTorch FSDP1/FSDP2, Megatron FSDP)
+    TENSOR = "tensor"  # one collective per parameter tensor (DeepSpeed ZeRO-3 style)
+
+
+# Stacks whose FSDP gathers parameters tensor by tensor (DeepSpeed ZeRO-3 fetches each
+# module's parameters with its own all-gather: DeepSpeed docs, "ZeRO-3 Offload" / stage3
+# parameter fetching); all others bucket a block into one collective.
+PER_TENSOR_GATHER_STACKS = frozenset({"deepspeed"})
+
+
 @dataclass(frozen=True)
 class Workload:
     """A training job minus its parallel layout and hardware.
@@ -40,6 +54,10 @@ class Workload:
         stack: software-stack label calibration can attach overheads to.
         routing: MoE routing regime (dropless, balanced, token_drop, unknown); calibration
             attaches a load-imbalance factor to it. The paper trains dropless (A.2).
+        attention_kernel: flash-attention kernel family (cudnn, fa2, fa3); None = the
+            stack's default on the job's GPU generation (see ``perf.attention_kernels``).
+        fsdp_gather: FSDP gather granularity; None = per tensor for DeepSpeed, per block
+            for every other stack.
     """
 
     geometry: Geometry
@@ -49,6 +67,8 @@ class Workload:
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     stack: str = "megatron-core"
     routing: str = "dropless"
+    attention_kernel: AttentionKernel | None = None
+    fsdp_gather: FsdpGather | None = None
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len"):
@@ -57,6 +77,17 @@ class Workload:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
+        if self.fsdp_gather is not None:
+            object.__setattr__(self, "fsdp_gather", FsdpGather(self.fsdp_gather))
+        if self.attention_kernel is not None:
+            object.__setattr__(self, "attention_kernel", AttentionKernel(self.attention_kernel))
+
+    @property
+    def fsdp_gathers_per_tensor(self) -> bool:
+        """FSDP issues one all-gather (and reduce-scatter) per parameter tensor."""
+        if self.fsdp_gather is not None:
+            return self.fsdp_gather is FsdpGather.TENSOR
+        return self.stack in PER_TENSOR_GATHER_STACKS
 
     @property
     def tokens_per_step(self) -> int:

@@ -1,0 +1,74 @@
+"""Per-block cost terms computed by hand: FP8 operand casts, FSDP per-tensor gathers."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mosaic.arch import ladder_geometry
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.collectives import all_gather_time_s
+from mosaic.perf.kernels import fitted
+from mosaic.perf.layer_costs import attention_widths, fp8_cast_s
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import Sharding, single_plan
+from mosaic.perf.step_time import predict_step
+from mosaic.perf.workload import Workload
+
+H100 = Cluster(system=get_system("DGX-H100"), n_nodes=1)
+
+
+def test_fp8_cast_of_one_ffn_gemm_by_hand():
+    machine = machine_for(H100, "fp8")
+    workload = Workload(geometry=ladder_geometry(8), global_batch=8, seq_len=4096,
+                        precision="fp8")
+    fwd, bwd = fp8_cast_s(machine, workload, 4096.0, ((4096, 14336),))
+    bandwidth = 3.35e12 * fitted("kernels", "elementwise_hbm_efficiency")
+    latency = fitted("kernels", "kernel_latency_s")
+    # Read 2 B of bf16, write a row-wise and a column-wise FP8 copy: 4 B per element of the
+    # 4096 x 4096 input (forward) and of the 4096 x 14336 output gradient (backward).
+    assert fwd == pytest.approx(latency + 4096 * 4096 * 4 / bandwidth, rel=1e-12)
+    assert bwd == pytest.approx(latency + 4096 * 14336 * 4 / bandwidth, rel=1e-12)
+    bf16 = replace(workload, precision="bf16")
+    assert fp8_cast_s(machine, bf16, 4096.0, ((4096, 14336),)) == (0.0, 0.0)
+
+
+def test_fp8_step_pays_for_the_casts_of_every_block_gemm():
+    machine = machine_for(H100, "fp8")
+    geometry = ladder_geometry(8)
+    fp8 = Workload(geometry=geometry, global_batch=8, seq_len=4096, precision="fp8")
+    plan = single_plan(dp=8)  # one 4096-token micro-batch per GPU
+    calibration = default_calibration()
+    with_casts = predict_step(fp8, plan, machine, calibration)
+    without = predict_step(replace(fp8, precision="bf16"), plan, machine_for(H100, "bf16"),
+                           calibration)
+    widths = attention_widths(fp8)
+    d, w = geometry.d_model, geometry.ffn
+    gemms = ((d, widths.projection), (widths.output, d), (d, 2 * w), (w, d))
+    per_block = sum(fp8_cast_s(machine, fp8, 4096.0, gemms))
+    extra = (with_casts.breakdown_s["compute_elementwise"][0]
+             - without.breakdown_s["compute_elementwise"][0])
+    assert extra == pytest.approx(geometry.layers * per_block, rel=1e-9)
+
+
+def test_per_tensor_fsdp_gathers_cost_one_collective_latency_per_extra_tensor():
+    # A small model over 64 GPUs: gathers are latency-bound and cannot hide.
+    cluster = Cluster(system=get_system("DGX-H100"), n_nodes=8)
+    machine = machine_for(cluster, "bf16")
+    workload = Workload(geometry=ladder_geometry(2), global_batch=64, seq_len=1024,
+                        stack="torchtitan")
+    plan = single_plan(dp=64, sharding=Sharding.FSDP)
+    calibration = default_calibration()
+    block = predict_step(workload, plan, machine, calibration)
+    tensor = predict_step(replace(workload, fsdp_gather="tensor"), plan, machine, calibration)
+    assert tensor.breakdown_s["fsdp_all_gather"][0] > block.breakdown_s["fsdp_all_gather"][0]
+    # Both gathers (forward and backward) of every block are exposed here, so each block
+    # pays 8 more zero-byte all-gathers over the 64 ranks twice (9 tensors: Q, K, V, O,
+    # two norms, three GLU matrices).
+    one_call = all_gather_time_s(0.0, np.array([64]), np.array([1]), machine.interconnect)[0]
+    extra = (tensor.breakdown_s["fsdp_all_gather"][0]
+             - block.breakdown_s["fsdp_all_gather"][0])
+    assert extra == pytest.approx(workload.geometry.layers * 2 * 8 * one_call, rel=1e-9)
+    assert not workload.fsdp_gathers_per_tensor
+    assert replace(workload, stack="deepspeed").fsdp_gathers_per_tensor
