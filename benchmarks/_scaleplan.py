@@ -21,6 +21,7 @@ P6_B200 = Interconnect(
     gpus_per_node=8,
     scale_up_bw_bytes_per_s=900e9,  # NVLink5 1.8 TB/s bidirectional per GPU -> 900 GB/s
     scale_out_bw_bytes_per_s=50e9,  # EFA 3.2 Tbps per node / 8 GPUs = 400 Gb/s = 50 GB/s
+    low_latency_protocols=False,  # EFA: the aws-ofi-nccl plugin runs NCCL_PROTO=simple
 )
 
 DEVICES = {

@@ -100,11 +100,32 @@ def test_all_reduce_across_nodes_is_hierarchical_by_hand():
     assert float(all_reduce_time_s(MB800, 16, 1, IC)) == pytest.approx(expected, rel=1e-12)
 
 
-def test_tiny_messages_are_latency_bound():
+def test_tiny_messages_are_latency_bound_and_run_nccl_ll():
+    # LL's per-step latency is 0.6/3.4 of Simple's on NVLink (NCCL tuning model): 14 steps
+    # of 2 us x 0.176 after the 5 us launch; the bandwidth term is ~1e-10 s.
     t8 = float(all_reduce_time_s(8, 8, 1, IC))
-    assert t8 == pytest.approx(5e-6 + 2 * 7 * 2e-6, rel=1e-5)  # bandwidth term: 1.4e-10 s
-    assert float(all_reduce_time_s(16, 8, 1, IC)) == pytest.approx(t8, rel=1e-5)
+    assert t8 == pytest.approx(5e-6 + 2 * 7 * 2e-6 * 0.176, rel=1e-4)
+    assert float(all_reduce_time_s(16, 8, 1, IC)) == pytest.approx(t8, rel=1e-4)
     assert float(all_reduce_time_s(MB800, 8, 1, IC)) > 100 * t8
+
+
+def test_protocol_crossover_by_hand():
+    # 8-rank all-gather inside a node; Simple: 7 x 2 us + 7/8 F / 100 GB/s. LL: 7 x 0.352 us
+    # + 7/8 F / min(50 GB/s, 141 GB/s cap). LL128: 7 x 1.118 us + 7/8 F / 92 GB/s.
+    def by_hand(full_bytes: float) -> float:
+        wire = 7 / 8 * full_bytes
+        simple = 7 * 2e-6 + wire / 100e9
+        ll128 = 7 * 2e-6 * 0.559 + wire / 92e9
+        ll = 7 * 2e-6 * 0.176 + wire / 50e9
+        return 5e-6 + min(simple, ll128, ll)
+
+    for size in (1e3, 64e3, 1e6, 64e6):
+        assert float(all_gather_time_s(size, 8, 1, IC)) == pytest.approx(by_hand(size),
+                                                                         rel=1e-12)
+    # Small messages take LL, large ones Simple (the fitted regime, unchanged).
+    assert by_hand(1e3) < 5e-6 + 7 * 2e-6
+    assert float(all_gather_time_s(64e6, 8, 1, IC)) == pytest.approx(
+        5e-6 + 7 * 2e-6 + 7 / 8 * 64e6 / 100e9, rel=1e-12)
 
 
 def test_all_to_all_inside_vs_across_node_by_hand():

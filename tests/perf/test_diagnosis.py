@@ -65,7 +65,7 @@ def test_example_is_bound_by_exposed_fsdp_communication(comm_bound):
 def test_top_lever_is_a_real_feasible_fix(comm_bound):
     top = comm_bound.levers[0]
     assert top.feasible and top.reason is None
-    assert top.gain > 1.5
+    assert top.gain > 1.4
     assert top.name == "ep_in_domain"
     assert top.plan["ep"] == 8  # one p5 node: the EP group stays on NVLink
 

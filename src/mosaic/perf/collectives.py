@@ -21,8 +21,13 @@ buffer, all-to-all the per-rank send buffer, send/recv the message. Bus bandwidt
 ``algbw * factor`` with factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
 reduce-scatter and all-to-all, 1 for send/recv.
 
-Not modelled: NCCL protocol switching (LL/LL128/Simple) beyond one latency per step, NVLS
-in-switch reduction, and tree all-reduce at small sizes. Measured bus-bandwidth curves
+Protocols. Ring collectives take the cheapest of NCCL's Simple, LL128 and LL protocols
+(NCCL tuning model, src/graph/tuning.cc): the fitted constants describe Simple, LL128 and LL
+cut the per-step latency and the bandwidth by the ratios in ``nccl_protocols``. On AWS EFA
+only Simple runs (the aws-ofi-nccl plugin sets NCCL_PROTO=simple where the fabric does not
+deliver 128-byte writes in order: AWS EFA NCCL guide; aws/aws-ofi-nccl#850). All-to-all
+and send/recv run Simple. Not modelled: NVLS in-switch reduction and tree all-reduce at
+small sizes. Measured bus-bandwidth curves
 (``BusBandwidthTable``) replace the analytical estimate wherever they cover a point.
 """
 
@@ -45,6 +50,16 @@ ANALYTICAL = "analytical"
 
 def _c(name: str) -> float:
     return float(fitted("collectives", name))
+
+
+_PROTOCOLS = fitted("collectives", "nccl_protocols")
+_LL_CAP = _PROTOCOLS["ll_max_bus_bw_bytes_per_s"]
+
+
+def ll_max_bus_bw_bytes_per_s(generation: str | None) -> float:
+    """NCCL's LL bus-bandwidth cap inside one domain for a GPU generation (Hopper if None)."""
+    caps = _LL_CAP["one_domain"]
+    return float(caps.get(generation or "hopper", caps["hopper"]))
 
 
 @dataclass(frozen=True)
@@ -73,12 +88,16 @@ class Interconnect:
     """Achieved / peak NVLink bandwidth of all-to-all and send/recv."""
     p2p_scale_out_efficiency: float = _c("p2p_scale_out_efficiency")
     """Achieved / peak NIC bandwidth of all-to-all and send/recv."""
+    ll_max_bus_bw_bytes_per_s: float = ll_max_bus_bw_bytes_per_s(None)
+    """Cap on the LL protocol's bus bandwidth inside one domain (NCCL llMaxBws)."""
+    low_latency_protocols: bool = True
+    """NCCL may pick LL/LL128 (False on AWS EFA, where the plugin forces NCCL_PROTO=simple)."""
     measured: BusBandwidthTable | None = None
     """Measured bus-bandwidth curves used where they cover a call (else the model)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name == "measured":
+            if f.name in ("measured", "low_latency_protocols"):
                 continue
             value = getattr(self, f.name)
             if f.type == "int":
@@ -174,11 +193,40 @@ def ring_bus_bw_bytes_per_s(p: GroupPlacement, ic: Interconnect) -> np.ndarray:
     return np.where(p.inside_domain, _ring_up_bw(ic), spanning)
 
 
+def _cheapest_protocol_s(steps: np.ndarray, simple_transfer_s: np.ndarray,
+                         bus_bytes: np.ndarray, p: GroupPlacement, ic: Interconnect
+                         ) -> np.ndarray:
+    """L + min over Simple, LL128, LL of steps·alpha_proto + transfer_proto.
+
+    ``simple_transfer_s`` is the Simple protocol's wire time; LL128 stretches it by
+    1/0.92, LL by 1/0.5 or to ``bus_bytes`` over the LL cap, whichever is slower.
+    """
+    alpha = _step_latency_s(p, ic)
+    side = np.where(p.inside_domain, "scale_up", "scale_out")
+    ratio = _PROTOCOLS["step_latency_ratio"]
+    fraction = _PROTOCOLS["bus_bw_fraction"]
+    ll_cap = np.where(p.inside_domain, ic.ll_max_bus_bw_bytes_per_s,
+                      np.where(p.domains_spanned == 2, _LL_CAP["two_domains"],
+                               _LL_CAP["more_domains"]))
+    simple = steps * alpha + simple_transfer_s
+    ll128 = (steps * alpha * np.where(side == "scale_up", ratio["ll128"]["scale_up"],
+                                      ratio["ll128"]["scale_out"])
+             + simple_transfer_s / fraction["ll128"])
+    ll = (steps * alpha * np.where(side == "scale_up", ratio["ll"]["scale_up"],
+                                   ratio["ll"]["scale_out"])
+          + np.maximum(simple_transfer_s / fraction["ll"], bus_bytes / ll_cap))
+    if not ic.low_latency_protocols:
+        return ic.launch_latency_s + simple
+    return ic.launch_latency_s + np.minimum(simple, np.minimum(ll128, ll))
+
+
 def _ring_time_s(full_bytes: np.ndarray, n: np.ndarray, p: GroupPlacement,
                  ic: Interconnect) -> np.ndarray:
-    """Ring all-gather / reduce-scatter: L + (n-1)·alpha + (n-1)/n · bytes / busbw."""
-    return (ic.launch_latency_s + (n - 1) * _step_latency_s(p, ic)
-            + (n - 1) / n * full_bytes / ring_bus_bw_bytes_per_s(p, ic))
+    """Ring all-gather / reduce-scatter: L + (n-1)·alpha + (n-1)/n · bytes / busbw (Simple),
+    or LL128/LL where cheaper."""
+    bus_bytes = (n - 1) / n * full_bytes
+    return _cheapest_protocol_s(n - 1, bus_bytes / ring_bus_bw_bytes_per_s(p, ic), bus_bytes,
+                                p, ic)
 
 
 def _all_reduce_analytical_s(size_bytes: np.ndarray, n: np.ndarray, p: GroupPlacement,
@@ -191,13 +239,13 @@ def _all_reduce_analytical_s(size_bytes: np.ndarray, n: np.ndarray, p: GroupPlac
     2(k-1)/k · bytes / NVLink, or the inter-domain all-reduce of a 1/k shard on k NICs,
     2(D-1)/D · bytes / (k · NIC). For k = 1 both forms equal the ring. ScalePlan: 16 ranks
     over 2 p6-b200 nodes reach 646 GB/s all-reduce bus bandwidth, far above the
-    400 GB/s NIC limit a flat ring would allow.
+    400 GB/s NIC limit a flat ring would allow. LL128/LL replace Simple where cheaper.
     """
     k, d = p.ranks_per_domain, p.domains_spanned
     intra_s = 2.0 * (k - 1) / k * size_bytes / _ring_up_bw(ic)
     inter_s = 2.0 * (d - 1) / d * size_bytes / (k * _ring_out_bw(ic))
-    return ic.launch_latency_s + 2 * (n - 1) * _step_latency_s(p, ic) + np.maximum(intra_s,
-                                                                                   inter_s)
+    bus_bytes = 2.0 * (n - 1) / n * size_bytes
+    return _cheapest_protocol_s(2 * (n - 1), np.maximum(intra_s, inter_s), bus_bytes, p, ic)
 
 
 def _all_to_all_analytical_s(bytes_per_rank: np.ndarray, n: np.ndarray, p: GroupPlacement,

@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
-from mosaic.perf.collectives import BusBandwidthTable, Interconnect
+from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
     FLASH_ATTENTION_EFFICIENCY,
     SM_COUNT,
@@ -110,6 +111,8 @@ def machine_for(cluster: Cluster, precision: Precision,
         gpus_per_node=system.gpus_per_node,
         scale_up_bw_bytes_per_s=system.scale_up_bw_bytes_per_s,
         scale_out_bw_bytes_per_s=system.scale_out_bw_bytes_per_s,
+        ll_max_bus_bw_bytes_per_s=ll_max_bus_bw_bytes_per_s(gpu_generation(device.name)),
+        low_latency_protocols="EFA" not in system.scale_out_fabric.upper(),
         measured=tables.collectives,
     )
     bf16_peak = device.peak_flops_per_s_for("bf16")
