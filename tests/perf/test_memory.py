@@ -85,6 +85,34 @@ def test_dense_layer_activations_hand_computed(mode, name):
     assert got[0] == pytest.approx(expected)
 
 
+def test_fp8_saves_gemm_inputs_in_one_byte_by_hand():
+    # Same layer as above without recompute: under FP8 the four GEMM inputs (QKV input and
+    # FC1 input, 2sbh/t each with SP; the output projection's input sb·q/t; the SwiGLU
+    # output sb·f/t) are saved as the 1-byte FP8 copies, so each loses one byte/element.
+    s, b, h, f, t = 128, 2, 64, 160, 2
+    sb, q = s * b, 4 * 16
+    plans = single_plan(tp=t, micro_batch=b, checkpointing=Checkpointing.NONE,
+                        sequence_parallel=True)
+    bf16 = activation_bytes_per_layer(workload(dense_geometry()), plans, "dense")[0]
+    fp8 = activation_bytes_per_layer(workload(dense_geometry(), precision="fp8"), plans,
+                                     "dense")[0]
+    assert bf16 - fp8 == pytest.approx(2 * sb * h / t + sb * q / t + sb * f / t)
+
+
+def test_torchtitan_selective_is_per_op_sac_by_hand():
+    # torchtitan's op-level SAC keeps the block input, the SDPA output (+ fp32 statistics)
+    # and every second matmul output of Q, K, V, O, W1, W3, W2: Q, V, W1, W2 (bf16, tp=1).
+    s, b, h, f, a = 128, 2, 64, 160, 4
+    sb, q, v = s * b, 4 * 16, 2 * 16
+    plans = single_plan(micro_batch=b, checkpointing=Checkpointing.SELECTIVE)
+    work = workload(dense_geometry(), stack="torchtitan")
+    expected = 2 * sb * (h + q + q + v + f + h) + 4 * sb * a
+    assert activation_bytes_per_layer(work, plans, "dense")[0] == pytest.approx(expected)
+    # Megatron-Core's selective (core attention only) keeps far more.
+    megatron = activation_bytes_per_layer(workload(dense_geometry()), plans, "dense")[0]
+    assert megatron > 1.5 * expected
+
+
 def test_reproduces_korthikanti_without_dropout_masks():
     """MHA, GELU FFN of 4h, selective recompute: Korthikanti et al. 2022 give 34·sbh/t with
     SP and sbh(10 + 24/t) without; both include two 1-byte dropout masks (sbh each)."""

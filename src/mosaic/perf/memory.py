@@ -33,7 +33,7 @@ import numpy as np
 from mosaic.arch import AttentionKind, Geometry, MoEConfig, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
-from mosaic.perf.workload import OptimizerKind, Workload
+from mosaic.perf.workload import OptimizerKind, Precision, Workload
 
 GIB = 2**30
 
@@ -308,6 +308,13 @@ def _attention_widths(geometry: Geometry) -> _AttentionWidths:
     )
 
 
+def gemm_input_bytes(workload: Workload) -> int:
+    """Bytes per element of a GEMM input saved for backward: FP8 recipes save the FP8 copy
+    they cast for the forward GEMM (Transformer Engine Linear/LayerNormLinear/GroupedLinear
+    keep the quantised input for the weight-gradient GEMM), bf16 recipes the bf16 tensor."""
+    return 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
+
+
 def _tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Tokens of one micro-batch on one CP rank: b·s/cp (CP splits the sequence)."""
     return plans.micro_batch * workload.seq_len / plans.cp
@@ -331,33 +338,40 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     and separate K/V widths this becomes: norm input and QKV-GEMM input (2·2sbh, sharded by
     SP, Sec. 4.2.2), rotated Q, K, V (2sb·(q + k + v)/tp), attention output (the output
     projection's input, 2sb·q/tp), softmax statistics, plus gate tensors for gated
-    attention and MLA latents (replicated across TP).
+    attention and MLA latents (replicated across TP). GEMM inputs (QKV and output
+    projection) take :func:`gemm_input_bytes`.
     """
     geometry = workload.geometry
     widths = _attention_widths(geometry)
     tokens, tp = _tokens(workload, plans), plans.tp
     kv_split = np.minimum(tp, widths.kv_groups)
-    sequence_region = 2 * tokens * geometry.d_model / _sequence_divisor(plans)
-    projections = tokens * (widths.query / tp + widths.key_value / kv_split + widths.output / tp)
+    gemm_in = gemm_input_bytes(workload)
+    sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
+        _sequence_divisor(plans))
+    qkv = tokens * (widths.query / tp + widths.key_value / kv_split)
     latents = tokens * widths.latent
     gate = tokens * (geometry.heads + widths.output) / tp if geometry.gated_attention else 0.0
-    stored = ACTIVATION_BYTES * (sequence_region + projections + latents + gate)
+    stored = (sequence_region + ACTIVATION_BYTES * (qkv + latents + gate)
+              + gemm_in * tokens * widths.output / tp)
     return stored + softmax_statistics_bytes(workload, plans)
 
 
-def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool) -> np.ndarray:
+def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool,
+               gemm_in: int) -> np.ndarray:
     """FFN intermediates per token: GEMM-1 output (2 tensors for a GLU: gate and up) and the
-    activation output (GEMM-2 input). SwiGLU: 3 tensors of width w; GELU: 2 (Korthikanti's
-    8sbh + 8sbh for w = 4h)."""
-    return ACTIVATION_BYTES * tokens * width_per_rank * (3 if glu else 2)
+    activation output, which is GEMM-2's input at ``gemm_in`` bytes. SwiGLU: 3 tensors of
+    width w; GELU: 2 (Korthikanti's 8sbh + 8sbh for w = 4h in bf16)."""
+    return tokens * width_per_rank * ((2 if glu else 1) * ACTIVATION_BYTES + gemm_in)
 
 
 def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Dense FFN block: norm input + GEMM-1 input (2·2sbh, SP-sharded) and intermediates."""
+    """Dense FFN block: norm input + GEMM-1 input (2sbh each, SP-sharded) and intermediates."""
     geometry = workload.geometry
     tokens = _tokens(workload, plans)
-    sequence_region = 2 * ACTIVATION_BYTES * tokens * geometry.d_model / _sequence_divisor(plans)
-    return sequence_region + _ffn_bytes(tokens, geometry.ffn / plans.tp, geometry.glu)
+    gemm_in = gemm_input_bytes(workload)
+    sequence_region = ((ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model
+                       / _sequence_divisor(plans))
+    return sequence_region + _ffn_bytes(tokens, geometry.ffn / plans.tp, geometry.glu, gemm_in)
 
 
 def routed_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -376,20 +390,22 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     top-K indices and fp32 top-K probabilities (12TK), permuted expert inputs (2Ch), expert
     intermediates (SwiGLU: 3 tensors of d_expert/etp per copy), expert outputs kept for the
     probability-weighted combine (2KTh), and shared-expert intermediates (TP-split).
+    Expert and shared-expert GEMM inputs take :func:`gemm_input_bytes` (1 B under FP8).
     """
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
         raise MosaicInputError("activation kind 'moe' needs a geometry with an moe section")
     h = geometry.d_model
+    gemm_in = gemm_input_bytes(workload)
     routed = routed_tokens(workload, plans)
     copies = moe.top_k * routed * plans.etp
     norm = 2 * ACTIVATION_BYTES * routed * h
     router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
-    expert_inputs = ACTIVATION_BYTES * copies * h
-    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu)
+    expert_inputs = gemm_in * copies * h
+    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in)
     combine = ACTIVATION_BYTES * moe.top_k * routed * h
     shared_width = moe.shared_experts * moe.shared_width / plans.tp
-    shared = _ffn_bytes(_tokens(workload, plans), shared_width, geometry.glu)
+    shared = _ffn_bytes(_tokens(workload, plans), shared_width, geometry.glu, gemm_in)
     return norm + router + expert_inputs + experts + combine + shared
 
 
@@ -411,18 +427,54 @@ def layer_working_set_bytes(
     return attention_activation_bytes(workload, plans) + block
 
 
+# Stacks whose "selective" checkpointing is per-op selective activation checkpointing:
+# torchtitan's default "op" policy saves the outputs of SDPA and of every second matmul of a
+# block and recomputes everything else (pytorch/torchtitan activation checkpointing,
+# _save_list with its alternating mm rule), not Megatron's core-attention recompute.
+PER_OP_SAC_STACKS = frozenset({"torchtitan"})
+
+
+def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """A dense GQA/MHA block under per-op SAC: the block input (2sbh, SP-sharded), the SDPA
+    output and its softmax statistics, and the 1st, 3rd, 5th, ... matmul outputs in forward
+    order Q, K, V, O, then W1, W3, W2 (GLU) or W1, W2 (bf16 outputs, TP-split widths; the
+    output projection's partial sum is full width)."""
+    geometry = workload.geometry
+    widths = _attention_widths(geometry)
+    tokens, tp = _tokens(workload, plans), plans.tp
+    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
+    ffn = geometry.ffn / tp
+    matmuls = [widths.query / tp, half_kv, half_kv, np.full(len(plans), geometry.d_model),
+               ffn, *([ffn] if geometry.glu else []), np.full(len(plans), geometry.d_model)]
+    saved_width = sum(matmuls[0::2]) + widths.output / tp
+    return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * saved_width
+            + softmax_statistics_bytes(workload, plans))
+
+
+def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
+                     working_set: np.ndarray) -> np.ndarray:
+    """What SELECTIVE keeps: per-op SAC for dense GQA/MHA blocks of the stacks that run it,
+    else Megatron's core-attention recompute (only the softmax statistics go)."""
+    geometry = workload.geometry
+    if (workload.stack in PER_OP_SAC_STACKS and kind == "dense"
+            and geometry.attention is not AttentionKind.MLA):
+        return per_op_sac_dense_bytes(workload, plans)
+    return working_set - softmax_statistics_bytes(workload, plans)
+
+
 def activation_bytes_per_layer(
     workload: Workload, plans: ParallelPlans, kind: LayerKind = "dense"
 ) -> np.ndarray:
     """Bytes one block keeps per micro-batch under each plan's checkpointing mode.
 
     NONE keeps the working set; SELECTIVE recomputes the attention core (Korthikanti Sec. 5),
-    which under flash attention only drops the softmax statistics; FULL keeps the input.
+    which under flash attention only drops the softmax statistics, or runs per-op SAC on
+    the stacks that use it (:data:`PER_OP_SAC_STACKS`); FULL keeps the input.
     """
     if kind not in ("dense", "moe"):
         raise MosaicInputError(f"activation kind must be 'dense' or 'moe', got {kind!r}")
     working_set = layer_working_set_bytes(workload, plans, kind)
-    selective = working_set - softmax_statistics_bytes(workload, plans)
+    selective = _selective_bytes(workload, plans, kind, working_set)
     mode = plans.checkpointing
     return np.select(
         [mode == Checkpointing.FULL, mode == Checkpointing.SELECTIVE],
