@@ -49,3 +49,22 @@ def test_bad_cv_option_and_missing_file_are_one_line(tmp_path):
     assert bad.exit_code == 2 and "allowed values are source, group, none" in bad.output
     missing = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
     assert missing.exit_code == 2 and "absent.yaml" in missing.output
+
+
+def test_exclude_leaves_runs_out_of_report_and_fit(tmp_path):
+    runs = str(EXAMPLES / "runs_example.yaml")
+    dropped = "example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
+    full = json.loads(runner.invoke(app, ["validate", runs, "--json"]).output)
+    result = runner.invoke(app, ["validate", runs, "--exclude", dropped, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["excluded"] == [dropped]
+    assert {r["id"] for r in doc["runs"]} == {r["id"] for r in full["runs"]} - {dropped}
+    out = tmp_path / "calib.yaml"
+    fitted = runner.invoke(app, ["calibrate", runs, "--out", str(out), "--cv", "none",
+                                 "--exclude", dropped, "--json"])
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(fitted.output)["n_runs"] == 2  # 4 records, one OOM, one excluded
+    assert dropped in load_calibration(out).provenance
+    unknown = runner.invoke(app, ["validate", runs, "--exclude", "no-such-run"])
+    assert unknown.exit_code == 2 and "no-such-run" in unknown.output

@@ -1,14 +1,16 @@
 """Diagnosis: what bounds a step, gap attribution checked by hand, and ranked levers."""
 
 import math
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mosaic.arch import ladder_geometry
 from mosaic.config.job_schema import load_job
 from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.diagnosis import (
     GIB,
@@ -19,9 +21,13 @@ from mosaic.perf.diagnosis import (
     effective_class_times_s,
     measured_step_time,
     plans_from_rows,
+    rank_levers,
 )
 from mosaic.perf.job import predict_job
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import Checkpointing, single_plan
 from mosaic.perf.step_time import StepPrediction, predict_step
+from mosaic.perf.workload import Workload
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COMM_BOUND = EXAMPLES / "fsdp_moe_comm_bound.yaml"
@@ -236,3 +242,19 @@ def test_dense_model_gets_no_expert_lever(tmp_path):
     diagnosis = diagnose(job(dense), CALIBRATION)
     assert diagnosis.levers
     assert all(lever.plan["ep"] == 1 for lever in diagnosis.levers)
+
+
+def test_fa2_job_on_hopper_gets_the_cudnn_attention_lever():
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
+    geometry = ladder_geometry(8)
+    plan = single_plan(dp=8, checkpointing=Checkpointing.FULL)
+    torchtitan = Workload(geometry=geometry, global_batch=8, seq_len=32768, stack="torchtitan")
+    levers = {lever.name: lever
+              for lever in rank_levers(torchtitan, plan, machine, CALIBRATION)}
+    cudnn = levers["attention_cudnn"]
+    # Long-context attention dominates: running it at cuDNN's rate (1/0.571 forward,
+    # 1/0.615 backward faster than FA2) must help, by less than the kernel ratio itself.
+    assert cudnn.feasible and 1.1 < cudnn.gain < 1 / 0.571
+    megatron = replace(torchtitan, stack="megatron-core")
+    assert "attention_cudnn" not in {lever.name for lever in
+                                     rank_levers(megatron, plan, machine, CALIBRATION)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,11 +27,28 @@ from mosaic.perf.validation_report import aggregate, predict_runs, run_rows
 
 CV_GROUPINGS = ("source", "group", "none")
 
+ExcludeOption = Annotated[
+    str | None,
+    typer.Option("--exclude", help="comma-separated run ids to leave out (fit and report)"),
+]
 
-def _load(runs: Path) -> RunRecordSet:
+
+def _excluded_ids(exclude: str | None) -> tuple[str, ...]:
+    return tuple(sorted({i.strip() for i in (exclude or "").split(",") if i.strip()}))
+
+
+def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
+    """The usable records of ``runs`` minus the ids in ``exclude`` (each must exist)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)
-        return load_run_records(runs)
+        record_set = load_run_records(runs)
+    excluded = set(_excluded_ids(exclude))
+    unknown = excluded - {r.id for r in record_set.records}
+    if unknown:
+        raise MosaicInputError(f"--exclude: no usable run with id {', '.join(sorted(unknown))} "
+                               f"in {runs}")
+    records = tuple(r for r in record_set.records if r.id not in excluded)
+    return replace(record_set, records=records)
 
 
 def _percent(value: float | None) -> str:
@@ -65,16 +83,19 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
 def validate(
     runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
     calibration: CalibrationOption = None,
+    exclude: ExcludeOption = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
-    record_set = _load(runs)
+    record_set = _load(runs, exclude)
     predictions = predict_runs(record_set.records, load_calibration(calibration))
     rows = run_rows(predictions)
     summary = aggregate(predictions)
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
+    excluded = list(_excluded_ids(exclude))
     if json_output:
-        print_json({"runs": rows, "aggregate": summary, "skipped": skipped})
+        print_json({"runs": rows, "aggregate": summary, "skipped": skipped,
+                    "excluded": excluded})
         return
     table = [
         [
@@ -95,6 +116,8 @@ def validate(
     _print_aggregate("Accuracy", summary, len(skipped))
     if skipped:
         typer.echo(f"{len(skipped)} record(s) skipped; --json lists each with its reason")
+    if excluded:
+        typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
 
 
 def calibrate(
@@ -102,21 +125,25 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
     cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
     base: Annotated[Path | None, typer.Option(help="calibration to start from")] = None,
+    exclude: ExcludeOption = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
     if cv not in CV_GROUPINGS:
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
-    record_set = _load(runs)
+    record_set = _load(runs, exclude)
+    excluded = list(_excluded_ids(exclude))
     start = load_calibration(base)
     baselines = record_baselines(record_set.records, start)
+    left_out = f", excluding {', '.join(excluded)}" if excluded else ""
     provenance = (
-        f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name} "
+        f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name}{left_out} "
         f"(robust least squares on log step time)"
     )
     fitted = fit_calibration(baselines, start, name=runs.stem, provenance=provenance)
     records = {r.id: r for r in record_set.records}
-    report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids)}
+    report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
+                              "excluded": excluded}
     if cv != "none":
         groups = [
             records[i].source_key if cv == "source" else records[i].group_key for i in baselines.ids
@@ -165,6 +192,8 @@ def calibrate(
                 ),
             ],
         )
+    if excluded:
+        typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mosaic.errors import MosaicInputError
+from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
@@ -540,7 +541,9 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     Plan-only changes are predicted together in one call; doubling the global batch (more
     micro-batches: a smaller bubble, data-parallel communication amortised) changes the
     workload and needs its own call. Its gain is in throughput only: a larger batch also
-    changes the optimisation, which the performance model does not judge.
+    changes the optimisation, which the performance model does not judge. A job whose stack
+    runs a slower attention kernel than cuDNN (FlashAttention-2 on Hopper) also gets the
+    cuDNN what-if (torch SDPA's cuDNN backend, Transformer Engine fused attention).
 
     Not offered: reducing gradients in bf16. Gradient bytes per parameter are a constant of
     the time and memory model (``GRADIENT_BYTES_PER_PARAM``), not a plan parameter, so
@@ -556,6 +559,12 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
         [_Candidate("global_batch_double", f"global batch {workload.global_batch} -> "
                     f"{doubled.global_batch} sequences (more micro-batches per step)", row)],
         doubled, machine, calibration, current_tokens_per_s)
+    if current.attention_kernel != AttentionKernel.CUDNN:
+        levers += _evaluate(
+            [_Candidate("attention_cudnn", f"attention kernel {current.attention_kernel} -> "
+                        "cudnn (torch SDPA cuDNN backend or Transformer Engine)", row)],
+            replace(workload, attention_kernel=AttentionKernel.CUDNN), machine, calibration,
+            current_tokens_per_s)
     return sorted(levers, key=_rank)
 
 
