@@ -21,8 +21,8 @@ from mosaic.arch import (
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.config.model_schema import geometry_from_document
-from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import load_yaml_mapping
 
 
 def geometry_from_options(

@@ -20,7 +20,6 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.config.model_schema import geometry_from_document
-from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
 from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
 from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
@@ -34,6 +33,7 @@ from mosaic.law.optimum import (
 from mosaic.law.rundata import load_run_data
 from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
 from mosaic.plan.uncertainty import LawSamples, save_samples
+from mosaic.schema_validation import load_yaml_mapping
 
 law_app = typer.Typer(
     name="law",

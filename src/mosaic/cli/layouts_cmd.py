@@ -24,7 +24,6 @@ from mosaic.cli.common import (
     print_json,
 )
 from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, load_job
-from mosaic.config.validation import load_yaml_mapping
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
 from mosaic.perf.calibration import load_calibration
@@ -32,6 +31,7 @@ from mosaic.perf.job import cluster_for
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB
+from mosaic.schema_validation import load_yaml_mapping
 
 PLAN_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard",
                "micro_batch", "checkpointing", "sequence_parallel")

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.arch import Geometry
 from mosaic.config.model_schema import geometry_from_document
-from mosaic.config.validation import load_yaml_mapping, validate_mapping
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
 from mosaic.perf.collectives import BusBandwidthTable
@@ -27,6 +26,7 @@ from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
+from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
 # alias -> canonical field name, per block (Appendix E names on the left).
 FIELD_ALIASES: dict[str, dict[str, str]] = {

@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
-from mosaic.config.validation import validate_mapping
 from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import validate_mapping
 
 Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 

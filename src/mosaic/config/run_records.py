@@ -22,12 +22,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig
-from mosaic.config.validation import describe_validation_error, load_yaml_mapping
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import Precision, Workload
+from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 
 # ---------------------------------------------------------------- file schema (pydantic)
 

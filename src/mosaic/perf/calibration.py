@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from mosaic.config.validation import load_yaml_mapping, validate_mapping
+from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
 
 class _Sourced(BaseModel):
