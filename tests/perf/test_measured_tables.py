@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from mosaic.config.job_schema import load_job
+from mosaic.evaluate.job import predict_job
 from mosaic.perf.calibration import default_calibration
-from mosaic.perf.job import predict_job
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -8,9 +8,9 @@ import pytest
 
 from mosaic.arch import count_parameters, ladder_geometry
 from mosaic.config.job_schema import load_job
+from mosaic.evaluate.job import predict_job
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
-from mosaic.perf.job import predict_job
 from mosaic.perf.layer_costs import moe_block_times
 from mosaic.perf.machine import job_domain_gpus, machine_for
 from mosaic.perf.plan import Checkpointing, plans_from_columns, single_plan

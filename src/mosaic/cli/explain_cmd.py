@@ -21,8 +21,7 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.config.job_schema import load_job
-from mosaic.perf.calibration import load_calibration
-from mosaic.perf.diagnosis import (
+from mosaic.evaluate.diagnosis import (
     GIB,
     PARTED_CLASSES,
     Bound,
@@ -30,7 +29,8 @@ from mosaic.perf.diagnosis import (
     diagnose,
     measured_step_time,
 )
-from mosaic.perf.job import predict_job
+from mosaic.evaluate.job import predict_job
+from mosaic.perf.calibration import load_calibration
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
 

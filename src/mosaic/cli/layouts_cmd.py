@@ -25,9 +25,9 @@ from mosaic.cli.common import (
 )
 from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, load_job
 from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import cluster_for
 from mosaic.hardware import Cluster
 from mosaic.perf.calibration import load_calibration
-from mosaic.perf.job import cluster_for
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB

@@ -17,8 +17,8 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.config.job_schema import load_job
+from mosaic.evaluate.job import JobPrediction, predict_job
 from mosaic.perf.calibration import load_calibration
-from mosaic.perf.job import JobPrediction, predict_job
 
 GIB = 2**30
 

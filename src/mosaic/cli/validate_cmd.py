@@ -21,9 +21,9 @@ from mosaic.cli.common import (
 )
 from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
 from mosaic.errors import MosaicInputError
-from mosaic.perf.calibrate import fit_calibration, leave_one_group_out, record_baselines
+from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
+from mosaic.evaluate.validation_report import aggregate, predict_runs, run_rows
 from mosaic.perf.calibration import load_calibration
-from mosaic.perf.validation_report import aggregate, predict_runs, run_rows
 
 CV_GROUPINGS = ("source", "group", "none")
 

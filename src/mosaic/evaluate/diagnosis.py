@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import JobPrediction
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
-from mosaic.perf.job import JobPrediction
 from mosaic.perf.machine import Machine
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step

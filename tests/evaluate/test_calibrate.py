@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mosaic.perf.calibrate import (
+from mosaic.evaluate.calibrate import (
     RecordBaselines,
     calibrated_step_time_s,
     fit_calibration,

@@ -10,9 +10,7 @@ import pytest
 from mosaic.arch import ladder_geometry
 from mosaic.config.job_schema import load_job
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster, get_system
-from mosaic.perf.calibration import default_calibration
-from mosaic.perf.diagnosis import (
+from mosaic.evaluate.diagnosis import (
     GIB,
     MemoryStatus,
     attribute_gap,
@@ -23,7 +21,9 @@ from mosaic.perf.diagnosis import (
     plans_from_rows,
     rank_levers,
 )
-from mosaic.perf.job import predict_job
+from mosaic.evaluate.job import predict_job
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import Checkpointing, single_plan
 from mosaic.perf.step_time import StepPrediction, predict_step
