@@ -112,6 +112,18 @@ def test_perf_bad_input_is_one_line(override, fragment):
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_perf_accepts_uneven_stages_when_asked():
+    # 48 layers over pp = 5: rejected as even stages, accepted as chunks of 10, 10, 10, 10, 8,
+    # with the first stage carrying ceil(48/5) = 10 blocks.
+    layout = ["--set", "search.devices=320", "--set", "parallelism.pp=5",
+              "--set", "parallelism.dp=64"]
+    even = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"), *layout])
+    assert even.exit_code == 2 and "pp·vpp=5·1 must divide layers=48" in even.output
+    doc = run_json("perf", str(EXAMPLES / "appendix_e.yaml"), *layout,
+                   "--set", "parallelism.uneven_stages=true")
+    assert doc["plan"]["pp"] == 5 and doc["step_time_s"] > 0
+
+
 def test_perf_takes_the_device_count_from_hardware_nodes(tmp_path):
     job = tmp_path / "dense.yaml"
     job.write_text(

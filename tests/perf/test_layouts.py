@@ -248,3 +248,22 @@ def test_pins_that_leave_no_pair_are_explained():
         candidate_plans(tiny_dense(), 8, 8, LayoutLimits(pp=1, vpp=2))
     with pytest.raises(MosaicInputError, match="etp must divide tp"):
         candidate_plans(tiny_moe(), 8, 8, LayoutLimits(tp=1, etp=2))
+
+
+def test_uneven_stages_enumeration_by_hand():
+    # 7 layers on 4 GPUs, tp = cp = 1, vpp = 1, one micro-batch size and mode: even stages
+    # allow only pp = 1 (gcd(4, 7) = 1); uneven ones add pp = 2 (chunks of 4 + 3 blocks) and
+    # pp = 4 (2 + 2 + 2 + 1).
+    geometry = Geometry(layers=7, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=64,
+                        vocab=256)
+    even = Workload(geometry=geometry, global_batch=8, seq_len=2048)
+    uneven = Workload(geometry=geometry, global_batch=8, seq_len=2048,
+                      uneven_pipeline_stages=True)
+    limits = LayoutLimits(tp=1, cp=1, vpp=1, micro_batches=(1,), **PINNED_MODES)
+    assert enumerate_plans(even, 4, 8, limits).pp.tolist() == [1]
+    assert sorted(enumerate_plans(uneven, 4, 8, limits).pp.tolist()) == [1, 2, 4]
+    # pp = 4 with vpp = 2: 8 chunks of ceil(7/8) = 1 block leave the last one empty.
+    plans = candidate_plans(uneven, 4, 8, LayoutLimits(tp=1, cp=1, pp=4, vpp=2,
+                                                       micro_batches=(1,), **PINNED_MODES))
+    reason = first_reason(plan_violations(uneven, plans, 4), plans, 0)
+    assert reason is not None and "without blocks" in reason

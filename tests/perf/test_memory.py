@@ -368,3 +368,12 @@ def test_published_peak_memory_is_in_range():
         print(f"{record.id}: measured {record.measured_memory_bytes / GIB:.1f} GiB, "
               f"predicted {predicted / GIB:.1f}")
     assert min(ratios) > 0.5 and max(ratios) < 1.5
+
+
+def test_uneven_stages_put_the_ceiling_on_the_heaviest_stage():
+    # 7 blocks over pp = 4: chunks of ceil(7/4) = 2, so the first and last ranks hold 2.
+    geometry = dense_geometry(layers=7)
+    plans = single_plan(pp=4)
+    for stage in ("first", "last"):
+        blocks, _ = stage_layer_counts(geometry, plans, stage)
+        assert blocks[0] == 2

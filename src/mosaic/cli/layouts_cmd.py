@@ -229,7 +229,8 @@ def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
 # --- Command -------------------------------------------------------------------------------
 def layouts(
     job: Annotated[Path, typer.Argument(
-        help="job YAML; its parallelism block is ignored (only its stack name is kept)")],
+        help="job YAML; its parallelism block is ignored except stack, fsdp_gather and "
+             "uneven_stages")],
     devices: Annotated[int | None, typer.Option(
         min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes)")] = None,
     top: Annotated[int, typer.Option(min=1, help="layouts to list")] = 10,
@@ -249,6 +250,9 @@ def layouts(
         help="checkpointing modes: none, selective, full (default all)")] = None,
     show_infeasible: Annotated[bool, typer.Option(
         help="list out-of-memory and rule-rejected layouts with their reasons")] = False,
+    uneven_stages: Annotated[bool, typer.Option(
+        help="also try pp·vpp that does not divide the layers (uneven pipeline stages)")
+    ] = False,
     set_: SetOption = None,
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
@@ -260,6 +264,8 @@ def layouts(
     """
     spec, cluster = load_search_job(job, set_ or [], devices)
     workload = spec.workload
+    if uneven_stages:
+        workload = replace(workload, uneven_pipeline_stages=True)
     limits = LayoutLimits(
         max_tp=max_tp, tp=_int_list("--tp", tp), pp=_int_list("--pp", pp),
         vpp=_int_list("--vpp", vpp), cp=_int_list("--cp", cp), ep=_int_list("--ep", ep),

@@ -102,6 +102,8 @@ class ParallelismBlock(_Strict):
     stack: str = "megatron-core"
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
+    uneven_stages: bool = Field(
+        default=False, description="allow pp·vpp that does not divide the layers")
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,7 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
         attention_kernel=(None if performance.attention_kernel == "auto"
                           else performance.attention_kernel),
         fsdp_gather=None if parallel.fsdp_gather == "auto" else parallel.fsdp_gather,
+        uneven_pipeline_stages=parallel.uneven_stages,
     )
     devices = search.devices
     if devices is None and hardware.nodes is not None:

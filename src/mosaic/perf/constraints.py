@@ -33,6 +33,18 @@ def _not_divisible(numerator: np.ndarray | int, denominator: np.ndarray | int) -
     return (denominator <= 0) | (np.mod(numerator, np.maximum(denominator, 1)) != 0)
 
 
+def _pipeline_split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray]:
+    """Even stages: pp·vpp divides the layers. Uneven stages: chunks of ceil(L/(pp·vpp))
+    blocks with the remainder short, so every chunk keeps at least one block."""
+    layers = workload.geometry.layers
+    if not workload.uneven_pipeline_stages:
+        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}",
+                _not_divisible(layers, chunks))
+    per_chunk = -(-layers // np.maximum(chunks, 1))
+    return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
+            (chunks - 1) * per_chunk >= layers)
+
+
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int) -> list[Violation]:
     """Every rule with the plans that violate it (Appendix D.1 plus Megatron-Core rules)."""
     geometry = workload.geometry
@@ -53,10 +65,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int) ->
             & _not_divisible(plans.tp, geometry.kv_heads),
         ),
         (f"tp={{tp}} must divide ffn={geometry.ffn}", _not_divisible(geometry.ffn, plans.tp)),
-        (
-            f"pp·vpp={{pp}}·{{vpp}} must divide layers={geometry.layers}",
-            _not_divisible(geometry.layers, stage_layers),
-        ),
+        _pipeline_split_rule(workload, stage_layers),
         (
             f"cp={{cp}} must divide seq_len={workload.seq_len}",
             _not_divisible(workload.seq_len, plans.cp),

@@ -187,7 +187,9 @@ def _tp_etp_pairs(workload: Workload, n_devices: int, domain_gpus: int,
 
 def _pp_vpp_pairs(workload: Workload, n_devices: int,
                   limits: LayoutLimits) -> tuple[np.ndarray, np.ndarray]:
-    pp = _axis(limits.pp, divisors(gcd(n_devices, workload.geometry.layers)))
+    layers = workload.geometry.layers
+    pp = _axis(limits.pp, divisors(n_devices if workload.uneven_pipeline_stages
+                                   else gcd(n_devices, layers)))
     vpp = _axis(limits.vpp, np.asarray(DEFAULT_VPP))
     return _pairs(("pp", "vpp"), pp, vpp, lambda p, v: (v == 1) | (p > 1),
                   "vpp > 1 needs pp > 1 (interleaving splits a pipeline)")

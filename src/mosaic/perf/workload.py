@@ -58,6 +58,9 @@ class Workload:
             stack's default on the job's GPU generation (see ``perf.attention_kernels``).
         fsdp_gather: FSDP gather granularity; None = per tensor for DeepSpeed, per block
             for every other stack.
+        uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
+            ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
+            decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
     """
 
     geometry: Geometry
@@ -69,6 +72,7 @@ class Workload:
     routing: str = "dropless"
     attention_kernel: AttentionKernel | None = None
     fsdp_gather: FsdpGather | None = None
+    uneven_pipeline_stages: bool = False
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len"):
