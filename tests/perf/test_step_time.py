@@ -144,3 +144,24 @@ def test_usable_memory_fraction_tightens_feasibility():
     assert tight.overshoot_bytes[0] == pytest.approx(
         full.memory_bytes[0] - used * 0.9 * cluster.device.hbm_bytes)
     assert tight.step_time_s[0] == full.step_time_s[0]  # memory policy does not change time
+
+
+def test_dropless_megatron_moe_exposes_the_grouped_gemm_host_floor_by_hand():
+    from mosaic.perf.kernels import te_grouped_linear_host_floor_s
+    from mosaic.perf.memory import n_microbatches, stage_layer_counts
+
+    workload = moe_workload()  # routing "dropless", stack "megatron-core"
+    machine = b200_machine(4)
+    plan = single_plan(pp=2, dp=16, ep=8, micro_batch=2)
+    p = predict_step(workload, plan, machine, CALIBRATION)
+    local = 64 / 8
+    per_layer = 2 * (te_grouped_linear_host_floor_s(local)
+                     + te_grouped_linear_host_floor_s(local, backward=True))
+    moe_blocks = max(stage_layer_counts(workload.geometry, plan, s)[1][0]
+                     for s in ("first", "last"))
+    expected = n_microbatches(workload, plan)[0] * moe_blocks * per_layer
+    assert p.breakdown_s["moe_host_sync"][0] == pytest.approx(expected, rel=1e-12)
+    # Drop-and-pad routing needs no host sync; other stacks do not run TE GroupedLinear.
+    for other in (replace(workload, routing="token_drop"), replace(workload, stack="torchtitan")):
+        assert predict_step(other, plan, machine, CALIBRATION).breakdown_s[
+            "moe_host_sync"][0] == 0.0

@@ -42,14 +42,15 @@ AGREEMENT_TOLERANCE = 0.05
 COMMUNICATION_AXES = {"tp_": "tp", "ep_": "ep", "cp_": "cp", "pp_": "pp", "dp_": "dp/fsdp",
                       "fsdp_": "dp/fsdp"}
 NAMED_CLASSES = {"pipeline_bubble": "pipeline_bubble", "vocab_stage": "vocab_stage",
-                 "dispatch_floor": "dispatch", "optimizer": "optimizer",
+                 "dispatch_floor": "dispatch", "moe_host_sync": "dispatch",
+                 "optimizer": "optimizer",
                  "routing_imbalance": "imbalance", "calibration": "overhead"}
 CLASS_DESCRIPTIONS = {
     "compute": "compute kernels",
     "communication": "exposed communication",
     "pipeline_bubble": "the pipeline bubble",
     "vocab_stage": "the vocabulary stage (embedding, LM head, loss)",
-    "dispatch": "the CPU kernel-launch floor",
+    "dispatch": "the CPU kernel-launch floor (and host work a dropless MoE sync exposes)",
     "optimizer": "the optimizer update",
     "imbalance": "routed-expert load imbalance (calibrated)",
     "overhead": "calibrated system overhead (chi_sys, stack)",

@@ -386,6 +386,39 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
             + calibration.chi_overlap * drivers.deep_local_pipeline)
 
 
+# Routing regimes whose token dispatch is dropless. Megatron-Core's all-to-all token
+# dispatcher copies the per-expert token counts to the host and waits for them before the
+# expert all-to-all (MoEAlltoAllTokenDispatcher.cuda_sync_point; only drop-and-pad runs
+# "no_sync"), and Transformer Engine's GroupedLinear takes the counts as host integers
+# (m_splits); NeMo AutoModel's HybridEP path likewise drains the compute stream every MoE
+# layer (NVIDIA-NeMo/Automodel#3931).
+DROPLESS_ROUTINGS = frozenset({"dropless", "balanced"})
+# Stacks whose routed experts run Transformer Engine GroupedLinear, whose host floor
+# (te_grouped_linear_host_floor_s) is measured.
+TE_GROUPED_LINEAR_STACKS = frozenset({"megatron-core"})
+
+
+def _moe_host_sync_s(workload: Workload, plans: ParallelPlans,
+                     moe_blocks: np.ndarray) -> np.ndarray:
+    """Per micro-batch: host time of the grouped expert GEMMs that no GPU work hides.
+
+    With a host-device synchronisation in every MoE layer the host cannot run ahead of the
+    GPU, so the measured GroupedLinear host floor (up and down projections, forward and
+    backward) adds to the GPU time instead of overlapping it (Eq. 11's max assumes a host
+    that runs ahead). Zero for token-drop-and-pad routing, dense models and stacks without
+    TE GroupedLinear. Fit evidence: leave-one-source-out MoE tokens/s MAPE on the published
+    runs drops from 22.8% to 17.2% with this term (docs/perf.md).
+    """
+    moe = workload.geometry.moe
+    if (moe is None or workload.routing not in DROPLESS_ROUTINGS
+            or workload.stack not in TE_GROUPED_LINEAR_STACKS):
+        return np.zeros(len(plans))
+    local_experts = moe.experts / plans.ep
+    per_layer = 2 * (te_grouped_linear_host_floor_s(local_experts)
+                     + te_grouped_linear_host_floor_s(local_experts, backward=True))
+    return moe_blocks * per_layer
+
+
 def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
                       moe_blocks: np.ndarray, calibration: Calibration) -> np.ndarray:
     """t_disp = L_stage · (κ0 + κ1·E_loc) · t_gap + t_host (Eq. 11).
@@ -425,7 +458,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     imbalance = calibration.routing_multiplier(workload.routing) if geometry.moe else 1.0
     routed_per_mb = block_terms["compute_experts"] + block_terms["ep_all_to_all"]
     block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
-    per_mb = {**block_terms, "pp_send_recv": pipeline_p2p}
+    per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
+              "moe_host_sync": _moe_host_sync_s(workload, plans, moe_blocks)}
     t_cmp = sum(per_mb.values())
     t_disp = _dispatch_floor_s(workload, plans, blocks, moe_blocks, calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
