@@ -256,3 +256,21 @@ def test_reference_system_rejects_a_host_shape_the_catalog_lacks() -> None:
 )
 def test_stack_label(software: str | None, label: str) -> None:
     assert stack_label(software) == label
+
+
+def test_torchtitan_pipeline_defaults_fill_unstated_vpp_and_micro_batch(tmp_path: Path) -> None:
+    # torchtitan splits the local batch into pp micro-batches and interleaves at least two
+    # stages per rank: 8 GPUs as pp=2 x dp=4, 16 sequences -> local 4 -> micro-batch 2.
+    run = copy.deepcopy(_example_runs()[0])
+    assert run["software"].startswith("torchtitan")
+    run["num_gpus"], run["parallel"] = 8, {**run["parallel"], "pp": 2, "dp": 4, "vpp": None}
+    run["batch"] = {"global_seqs": 16, "micro_seqs": None}
+    (record,) = _load_one(tmp_path, run).records
+    row = record.plan.row(0)
+    assert (row["vpp"], row["micro_batch"]) == (2, 2)
+    assert any("torchtitan splits the local batch of 4 into pp=2" in a
+               for a in record.assumptions)
+    # Other stacks keep the neutral default of one sequence and no interleaving.
+    run["software"] = "NeMo 25.09 container / Megatron-Bridge + Megatron-Core"
+    (record,) = _load_one(tmp_path, run).records
+    assert (record.plan.row(0)["vpp"], record.plan.row(0)["micro_batch"]) == (1, 1)

@@ -393,8 +393,36 @@ def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> i
     return 1
 
 
-def _plan(entry: RunRecordEntry, notes: list[str]) -> ParallelPlans:
+# torchtitan's pipeline defaults for what its benchmark files leave unstated: the schedule
+# splits the local batch into as many micro-batches as pipeline ranks
+# (``pipeline_parallel_microbatches or pipeline_parallel_degree``, torchtitan 2024-12), and
+# an interleaved schedule runs at least two stages per rank (its 1F1B records state vpp 1).
+TORCHTITAN_STACK = "torchtitan"
+TORCHTITAN_INTERLEAVED_STAGES_PER_RANK = 2
+
+
+def _pipeline_defaults(entry: RunRecordEntry, stack: str, notes: list[str]
+                       ) -> tuple[int | None, int | None]:
+    """(vpp, micro_seqs) with the stack's pipeline defaults filled in where unstated."""
+    parallel, micro = entry.parallel, entry.batch.micro_seqs
+    vpp = parallel.vpp
+    if stack != TORCHTITAN_STACK or parallel.pp == 1:
+        return vpp, micro
+    if vpp is None:
+        vpp = TORCHTITAN_INTERLEAVED_STAGES_PER_RANK
+        notes.append(f"parallel.vpp not stated: {vpp} assumed (torchtitan interleaved schedule, "
+                     "fewest stages per rank)")
+    if micro is None:
+        local = entry.batch.global_seqs // parallel.dp
+        micro = max(local // parallel.pp, 1)
+        notes.append(f"batch.micro_seqs not stated: {micro} assumed (torchtitan splits the "
+                     f"local batch of {local} into pp={parallel.pp} micro-batches)")
+    return vpp, micro
+
+
+def _plan(entry: RunRecordEntry, stack: str, notes: list[str]) -> ParallelPlans:
     parallel = entry.parallel
+    vpp, micro_seqs = _pipeline_defaults(entry, stack, notes)
     if entry.recompute == "unknown":
         checkpointing = UNKNOWN_RECOMPUTE
         notes.append("recompute unknown: selective assumed (fused attention recomputes scores)")
@@ -408,12 +436,12 @@ def _plan(entry: RunRecordEntry, notes: list[str]) -> ParallelPlans:
     return single_plan(
         tp=parallel.tp,
         pp=parallel.pp,
-        vpp=_stated(parallel.vpp, "parallel.vpp", notes, " (no interleaving)"),
+        vpp=_stated(vpp, "parallel.vpp", notes, " (no interleaving)"),
         cp=parallel.cp,
         dp=parallel.dp,
         ep=_stated(parallel.ep, "parallel.ep", notes),
         etp=_stated(parallel.etp, "parallel.etp", notes, " (Megatron-Core would default to tp)"),
-        micro_batch=_stated(entry.batch.micro_seqs, "batch.micro_seqs", notes),
+        micro_batch=_stated(micro_seqs, "batch.micro_seqs", notes),
         sharding=Sharding.parse(parallel.sharding),
         checkpointing=checkpointing,
         sequence_parallel=parallel.sequence_parallel,
@@ -496,7 +524,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         routing=entry.routing or "dropless",
     )
     notes.append("optimizer not recorded: AdamW assumed")
-    plan = _plan(entry, notes)
+    plan = _plan(entry, stack, notes)
     _check_layout(entry, plan.row(0))
     tokens_per_s, step_time_s = _measured(entry, notes)
     memory_gib = entry.measured.memory_gib
