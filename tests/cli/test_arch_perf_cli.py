@@ -112,6 +112,14 @@ def test_perf_bad_input_is_one_line(override, fragment):
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_perf_hierarchical_dispatcher_cuts_cross_node_all_to_all():
+    across_nodes = ("--set", "parallelism.ep=32")  # 4 p6-b200 nodes per EP group
+    alltoall = run_json("perf", str(EXAMPLES / "appendix_e.yaml"), *across_nodes)
+    deepep = run_json("perf", str(EXAMPLES / "appendix_e.yaml"), *across_nodes,
+                      "--set", "parallelism.dispatcher=deepep")
+    assert deepep["breakdown"]["ep_all_to_all"] < alltoall["breakdown"]["ep_all_to_all"]
+
+
 def test_perf_accepts_uneven_stages_when_asked():
     # 48 layers over pp = 5: rejected as even stages, accepted as chunks of 10, 10, 10, 10, 8,
     # with the first stage carrying ceil(48/5) = 10 blocks.

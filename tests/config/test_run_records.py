@@ -274,3 +274,15 @@ def test_torchtitan_pipeline_defaults_fill_unstated_vpp_and_micro_batch(tmp_path
     run["software"] = "NeMo 25.09 container / Megatron-Bridge + Megatron-Core"
     (record,) = _load_one(tmp_path, run).records
     assert (record.plan.row(0)["vpp"], record.plan.row(0)["micro_batch"]) == (1, 1)
+
+
+def test_dispatcher_is_read_from_the_record(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[1])
+    assert run["model"]["moe"] is not None
+    run["parallel"]["dispatcher"] = "DeepEP"
+    (record,) = _load_one(tmp_path, run).records
+    assert record.workload.dispatcher == "deepep"
+    run["parallel"]["dispatcher"] = "carrier-pigeon"
+    (record,) = _load_one(tmp_path, run).records
+    assert record.workload.dispatcher == "alltoall"
+    assert any("carrier-pigeon" in a for a in record.assumptions)

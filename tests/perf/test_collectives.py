@@ -306,3 +306,22 @@ def test_scaleplan_table_reproduces_measurements_and_model_error_is_bounded():
         analytical_t = collective_estimate(op, *args)[0]
         mape = np.mean(np.abs(analytical_t / g["time_s"].to_numpy() - 1))
         assert mape < 0.2, f"{op}: analytical MAPE {mape:.1%} vs ScalePlan"
+
+
+def test_node_deduplicated_dispatch_by_hand():
+    # 16 ranks over 2 nodes, 8 experts (4 per node), top-2: a token hits the remote node
+    # with probability 1 - C(4,2)/C(8,2) = 1 - 6/28, so 22/28 of its bytes cross the NIC
+    # instead of the pairwise all-to-all's K·(n-k)/n = 1.
+    from mosaic.perf.collectives import node_deduplicated_dispatch_time_s
+
+    token_bytes = 80e6
+    inter = (22 / 28) * token_bytes / 10e9
+    intra = 2 * 15 / 16 * token_bytes / 100e9
+    expected = 5e-6 + 15 * 10e-6 + max(inter, intra)
+    got = float(node_deduplicated_dispatch_time_s(token_bytes, 2, 8, 16, 1, IC))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert got < float(all_to_all_time_s(2 * token_bytes, 16, 1, IC))
+    # Inside one node nothing crosses the network: the pairwise all-to-all again.
+    inside = float(node_deduplicated_dispatch_time_s(token_bytes, 2, 8, 8, 1, IC))
+    assert inside == pytest.approx(float(all_to_all_time_s(2 * token_bytes, 8, 1, IC)),
+                                   rel=1e-12)

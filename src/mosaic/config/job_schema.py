@@ -104,6 +104,8 @@ class ParallelismBlock(_Strict):
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(
         default=False, description="allow pp·vpp that does not divide the layers")
+    dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+        default="alltoall", description="EP token dispatch")
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
                           else performance.attention_kernel),
         fsdp_gather=None if parallel.fsdp_gather == "auto" else parallel.fsdp_gather,
         uneven_pipeline_stages=parallel.uneven_stages,
+        dispatcher=parallel.dispatcher,
     )
     devices = search.devices
     if devices is None and hardware.nodes is not None:

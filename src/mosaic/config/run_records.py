@@ -26,7 +26,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
-from mosaic.perf.workload import Precision, Workload
+from mosaic.perf.workload import Dispatcher, Precision, Workload
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 
 # ---------------------------------------------------------------- file schema (pydantic)
@@ -500,6 +500,18 @@ def _measured(entry: RunRecordEntry, notes: list[str]) -> tuple[float | None, fl
     return tokens_per_s, step_time_s
 
 
+def _dispatcher(entry: RunRecordEntry, notes: list[str]) -> Dispatcher:
+    """The record's EP dispatcher; unstated means Megatron-Core's default all-to-all."""
+    stated = (entry.parallel.dispatcher or "").strip().casefold()
+    if not stated:
+        return Dispatcher.ALLTOALL
+    for dispatcher in Dispatcher:
+        if dispatcher.value in stated:
+            return dispatcher
+    notes.append(f"dispatcher {entry.parallel.dispatcher!r} not recognised: all-to-all assumed")
+    return Dispatcher.ALLTOALL
+
+
 def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     """Convert one validated entry; MosaicInputError names the field when it is unusable."""
     notes: list[str] = []
@@ -522,6 +534,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         precision=_PRECISIONS[entry.precision],
         stack=stack,
         routing=entry.routing or "dropless",
+        dispatcher=_dispatcher(entry, notes),
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)

@@ -329,6 +329,40 @@ def all_to_all_time_s(bytes_per_rank: npt.ArrayLike, n: npt.ArrayLike, stride: n
     return _estimate("all_to_all", bytes_per_rank, n, stride, ic, table)[0]
 
 
+def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, experts: int,
+                                      n: npt.ArrayLike, stride: npt.ArrayLike,
+                                      ic: Interconnect) -> np.ndarray:
+    """One hierarchical (DeepEP/HybridEP-style) MoE dispatch or combine of an EP group.
+
+    Each of a rank's tokens (``token_bytes`` in all) crosses the scale-out network once per
+    remote domain that holds any of its ``top_k`` experts, then is forwarded over NVLink to
+    the expert's GPU (DeepEP internode kernels: RDMA to the same-index GPU of the target
+    node, NVLink forwarding; deepseek-ai/DeepEP README). With uniform routing over
+    ``experts`` spread evenly over the D domains the group spans, a remote domain is hit
+    with probability 1 - C(E - E/D, K)/C(E, K), so (D-1) of those copies cross the network
+    instead of the K·(D-1)/D of a pairwise all-to-all; every copy not for the sending GPU
+    crosses NVLink once, K·(n-1)/n. Inside one domain this equals the pairwise all-to-all.
+    Latency as :func:`all_to_all_time_s`.
+    """
+    size, n_i, s_i = np.broadcast_arrays(_bytes("token_bytes", token_bytes), _as_int("n", n),
+                                         _as_int("stride", stride))
+    p = group_placement(n_i, s_i, ic.scale_up_domain_gpus)
+    domains = p.domains_spanned.astype(float)
+    per_domain = experts / domains
+    miss = np.ones_like(domains)
+    for i in range(top_k):  # C(E - E/D, K) / C(E, K) as a product
+        miss = miss * np.clip((experts - per_domain - i) / (experts - i), 0.0, 1.0)
+    remote_copies = (domains - 1) * (1 - miss)
+    n_f = n_i.astype(float)
+    up_bw = ic.scale_up_bw_bytes_per_s * ic.p2p_scale_up_efficiency
+    out_bw = ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency
+    intra_s = top_k * (n_f - 1) / n_f * size / up_bw
+    inter_s = remote_copies * size / out_bw
+    time_s = (ic.launch_latency_s + (n_f - 1) * _step_latency_s(p, ic)
+              + np.maximum(intra_s, inter_s))
+    return np.where(n_i == 1, 0.0, time_s)
+
+
 def send_recv_time_s(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLike,
                      ic: Interconnect, table: BusBandwidthTable | None = None) -> np.ndarray:
     """Point-to-point transfer of ``message_bytes`` (pipeline-parallel activations).

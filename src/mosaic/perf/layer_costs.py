@@ -25,6 +25,7 @@ from mosaic.perf.collectives import (
     all_gather_time_s,
     all_reduce_time_s,
     all_to_all_time_s,
+    node_deduplicated_dispatch_time_s,
     reduce_scatter_time_s,
     send_recv_time_s,
 )
@@ -321,13 +322,19 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
 
 def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
                           ) -> np.ndarray:
-    """One EP dispatch (or combine): each rank sends its K copies of its routed tokens."""
+    """One EP dispatch (or combine): each rank sends its K copies of its routed tokens, as a
+    pairwise all-to-all or, with a hierarchical dispatcher (DeepEP, HybridEP), one network
+    copy per remote node (:func:`node_deduplicated_dispatch_time_s`)."""
     moe = workload.geometry.moe
     if moe is None:
         return np.zeros(len(plans))
     routed_tokens = tokens_per_rank(workload, plans) / plans.tp
-    dispatch_bytes = routed_tokens * moe.top_k * workload.geometry.d_model * ACTIVATION_BYTES
-    return all_to_all_time_s(dispatch_bytes, plans.ep, plans.etp, machine.interconnect)
+    token_bytes = routed_tokens * workload.geometry.d_model * ACTIVATION_BYTES
+    if workload.dispatcher.deduplicates_per_node:
+        return node_deduplicated_dispatch_time_s(token_bytes, moe.top_k, moe.experts,
+                                                 plans.ep, plans.etp, machine.interconnect)
+    return all_to_all_time_s(token_bytes * moe.top_k, plans.ep, plans.etp,
+                             machine.interconnect)
 
 
 def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans

@@ -34,6 +34,18 @@ class FsdpGather(StrEnum):
     TENSOR = "tensor"  # one collective per parameter tensor (DeepSpeed ZeRO-3 style)
 
 
+class Dispatcher(StrEnum):
+    """How routed tokens reach their experts across an EP group."""
+
+    ALLTOALL = "alltoall"  # pairwise NCCL all-to-all: every token copy travels on its own
+    DEEPEP = "deepep"  # hierarchical: one network copy per remote node, NVLink forwarding
+    HYBRIDEP = "hybridep"  # NVIDIA's hierarchical EP dispatcher, costed as DeepEP
+
+    @property
+    def deduplicates_per_node(self) -> bool:
+        return self is not Dispatcher.ALLTOALL
+
+
 # Stacks whose FSDP gathers parameters tensor by tensor (DeepSpeed ZeRO-3 fetches each
 # module's parameters with its own all-gather: DeepSpeed docs, "ZeRO-3 Offload" / stage3
 # parameter fetching); all others bucket a block into one collective.
@@ -58,6 +70,7 @@ class Workload:
             stack's default on the job's GPU generation (see ``perf.attention_kernels``).
         fsdp_gather: FSDP gather granularity; None = per tensor for DeepSpeed, per block
             for every other stack.
+        dispatcher: EP token dispatch (alltoall, deepep, hybridep).
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -73,6 +86,7 @@ class Workload:
     attention_kernel: AttentionKernel | None = None
     fsdp_gather: FsdpGather | None = None
     uneven_pipeline_stages: bool = False
+    dispatcher: Dispatcher = Dispatcher.ALLTOALL
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "seq_len"):
@@ -81,6 +95,7 @@ class Workload:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
+        object.__setattr__(self, "dispatcher", Dispatcher(self.dispatcher))
         if self.fsdp_gather is not None:
             object.__setattr__(self, "fsdp_gather", FsdpGather(self.fsdp_gather))
         if self.attention_kernel is not None:
