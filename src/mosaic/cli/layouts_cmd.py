@@ -229,8 +229,8 @@ def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
 # --- Command -------------------------------------------------------------------------------
 def layouts(
     job: Annotated[Path, typer.Argument(
-        help="job YAML; its parallelism block is ignored except stack, fsdp_gather and "
-             "uneven_stages")],
+        help="job YAML; its parallelism block is ignored except stack, fsdp_gather, "
+             "dispatcher and uneven_stages")],
     devices: Annotated[int | None, typer.Option(
         min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes)")] = None,
     top: Annotated[int, typer.Option(min=1, help="layouts to list")] = 10,
