@@ -391,8 +391,9 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
 # expert all-to-all (MoEAlltoAllTokenDispatcher.cuda_sync_point; only drop-and-pad runs
 # "no_sync"), and Transformer Engine's GroupedLinear takes the counts as host integers
 # (m_splits); NeMo AutoModel's HybridEP path likewise drains the compute stream every MoE
-# layer (NVIDIA-NeMo/Automodel#3931).
-DROPLESS_ROUTINGS = frozenset({"dropless", "balanced"})
+# layer (NVIDIA-NeMo/Automodel#3931). An unstated regime ("unknown") is Megatron-Core's
+# default, dropless (moe_expert_capacity_factor None).
+DROPLESS_ROUTINGS = frozenset({"dropless", "balanced", "unknown"})
 # Stacks whose routed experts run Transformer Engine GroupedLinear, whose host floor
 # (te_grouped_linear_host_floor_s) is measured.
 TE_GROUPED_LINEAR_STACKS = frozenset({"megatron-core"})
