@@ -325,3 +325,21 @@ def test_node_deduplicated_dispatch_by_hand():
     inside = float(node_deduplicated_dispatch_time_s(token_bytes, 2, 8, 8, 1, IC))
     assert inside == pytest.approx(float(all_to_all_time_s(2 * token_bytes, 8, 1, IC)),
                                    rel=1e-12)
+
+
+def test_efa_systems_run_only_the_simple_protocol():
+    from dataclasses import replace
+
+    from mosaic.hardware import Cluster, get_system
+    from mosaic.perf.machine import machine_for
+
+    efa = machine_for(Cluster(system=get_system("p6-b200.48xlarge"), n_nodes=1), "bf16")
+    infiniband = machine_for(Cluster(system=get_system("DGX-B200"), n_nodes=1), "bf16")
+    assert not efa.interconnect.low_latency_protocols
+    assert infiniband.interconnect.low_latency_protocols
+    # Same links otherwise: a tiny all-gather pays Simple's full per-step latency on EFA.
+    simple_only = replace(IC, low_latency_protocols=False)
+    assert float(all_gather_time_s(1e3, 8, 1, simple_only)) == pytest.approx(
+        5e-6 + 7 * 2e-6 + 7 / 8 * 1e3 / 100e9, rel=1e-12)
+    assert float(all_gather_time_s(1e3, 8, 1, IC)) < float(
+        all_gather_time_s(1e3, 8, 1, simple_only))

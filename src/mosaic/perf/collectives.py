@@ -202,18 +202,19 @@ def _cheapest_protocol_s(steps: np.ndarray, simple_transfer_s: np.ndarray,
     1/0.92, LL by 1/0.5 or to ``bus_bytes`` over the LL cap, whichever is slower.
     """
     alpha = _step_latency_s(p, ic)
-    side = np.where(p.inside_domain, "scale_up", "scale_out")
     ratio = _PROTOCOLS["step_latency_ratio"]
     fraction = _PROTOCOLS["bus_bw_fraction"]
     ll_cap = np.where(p.inside_domain, ic.ll_max_bus_bw_bytes_per_s,
                       np.where(p.domains_spanned == 2, _LL_CAP["two_domains"],
                                _LL_CAP["more_domains"]))
+
+    def step_ratio(protocol: str) -> np.ndarray:
+        return np.where(p.inside_domain, ratio[protocol]["scale_up"],
+                        ratio[protocol]["scale_out"])
+
     simple = steps * alpha + simple_transfer_s
-    ll128 = (steps * alpha * np.where(side == "scale_up", ratio["ll128"]["scale_up"],
-                                      ratio["ll128"]["scale_out"])
-             + simple_transfer_s / fraction["ll128"])
-    ll = (steps * alpha * np.where(side == "scale_up", ratio["ll"]["scale_up"],
-                                   ratio["ll"]["scale_out"])
+    ll128 = steps * alpha * step_ratio("ll128") + simple_transfer_s / fraction["ll128"]
+    ll = (steps * alpha * step_ratio("ll")
           + np.maximum(simple_transfer_s / fraction["ll"], bus_bytes / ll_cap))
     if not ic.low_latency_protocols:
         return ic.launch_latency_s + simple
