@@ -24,7 +24,7 @@ def synthetic_baselines(multipliers: dict[str, float], seed: int = 0) -> RecordB
     return RecordBaselines(
         ids=tuple(f"run{i}" for i in range(len(stacks))), stacks=stacks,
         routings=("dense",) * len(stacks), analytic_step_time_s=analytic,
-        attention_core_s=zeros, routed_expert_s=zeros, a2a_share=zeros,
+        attention_core_s=zeros, routed_expert_s=zeros, elementwise_s=zeros, a2a_share=zeros,
         pp_extra_nodes=zeros, deep_local_pipeline=zeros, measured_step_time_s=measured)
 
 
@@ -58,6 +58,20 @@ def test_fit_recovers_attention_efficiency_factor():
     fitted = fit_calibration(baselines, BASE, name="t", provenance="test")
     predicted = calibrated_step_time_s(baselines, fitted)
     assert predicted == pytest.approx(measured, rel=2e-2)
+
+
+def test_fit_recovers_the_elementwise_traffic_factor():
+    # Two stacks with different element-wise shares: only a factor on the element-wise time
+    # (not a stack multiplier) explains both; the data say 2.5x the counted traffic.
+    baselines = synthetic_baselines({"megatron-core": 1.0, "torchtitan": 1.0})
+    share = np.where(np.array(baselines.stacks) == "torchtitan", 0.3, 0.05)
+    elementwise = baselines.analytic_step_time_s * share
+    measured = baselines.analytic_step_time_s + 1.5 * elementwise
+    baselines = RecordBaselines(**{**baselines.__dict__, "elementwise_s": elementwise,
+                                   "measured_step_time_s": measured})
+    fitted = fit_calibration(baselines, BASE, name="t", provenance="test")
+    assert fitted.elementwise_traffic_factor == pytest.approx(2.5, rel=5e-2)
+    assert calibrated_step_time_s(baselines, fitted) == pytest.approx(measured, rel=2e-2)
 
 
 def test_leave_one_group_out_predicts_held_out_stack_from_the_others():

@@ -2,12 +2,15 @@
 
 The fitted constants act on the analytical step time t_a of each run in closed form:
 
-    t = (t_a + (1/a_stack − 1)·t_att + (r_routing − 1)·t_moe) · χ_sys(c_A2A, c_PP, c_ovl)
-        · m_stack,    m_stack = exp(b + u_stack)
+    t = (t_a + (1/a_stack − 1)·t_att + (r_routing − 1)·t_moe + (e − 1)·t_elem)
+        · χ_sys(c_A2A, c_PP, c_ovl) · m_stack,    m_stack = exp(b + u_stack)
 
 (paper Eqs. 14-15, one time multiplier and one flash-attention efficiency factor a per
-software stack, one load-imbalance factor r >= 1 per MoE routing regime; t_att and t_moe
-are the attention-core and routed-expert times on the critical path). ``b`` is shared by
+software stack, one load-imbalance factor r >= 1 per MoE routing regime, one element-wise
+traffic factor e >= 1 shared by all runs; t_att, t_moe and t_elem are the attention-core,
+routed-expert and element-wise times on the critical path). e says how many times real
+stacks move the data the streaming model counts once (unfused norms, rotary embedding,
+casts, masks and the many small kernels it does not itemise). ``b`` is shared by
 all stacks; the per-stack deviations ``u`` and log a are shrunk towards 0 (Gaussian priors
 of width ``STACK_PRIOR_LOG_SD`` and ``ATTENTION_PRIOR_LOG_SD``), so a stack seen in few
 runs borrows strength from the rest and an unseen stack is predicted with exp(b) alone.
@@ -34,6 +37,7 @@ ATTENTION_PRIOR_LOG_SD = 0.5  # attention kernels differ up to ~2x (FA2 vs FA3/c
 ATTENTION_LOG_BOUNDS = (-1.2, 0.2)
 ROUTING_LOG_BOUNDS = (0.0, 1.5)  # imbalance only slows the busiest rank: r in [1, 4.5]
 ROUTING_PRIOR_LOG_SD = 0.5
+ELEMENTWISE_LOG_BOUNDS = (0.0, np.log(4.0))  # at least the fused minimum, at most 4x it
 ROBUST_SCALE_LOG = 0.1  # soft-L1 transition: residuals beyond ~10% count linearly
 CHI_BOUNDS = {"chi_a2a": (0.0, 10.0), "chi_pp": (0.0, 1.0), "chi_overlap": (-0.5, 0.0)}
 DEFAULT_STACK_KEY = "default"
@@ -50,6 +54,7 @@ class RecordBaselines:
     analytic_step_time_s: np.ndarray
     attention_core_s: np.ndarray
     routed_expert_s: np.ndarray
+    elementwise_s: np.ndarray
     a2a_share: np.ndarray
     pp_extra_nodes: np.ndarray
     deep_local_pipeline: np.ndarray
@@ -64,6 +69,7 @@ class RecordBaselines:
             analytic_step_time_s=self.analytic_step_time_s[keep],
             attention_core_s=self.attention_core_s[keep],
             routed_expert_s=self.routed_expert_s[keep],
+            elementwise_s=self.elementwise_s[keep],
             a2a_share=self.a2a_share[keep],
             pp_extra_nodes=self.pp_extra_nodes[keep],
             deep_local_pipeline=self.deep_local_pipeline[keep],
@@ -78,17 +84,18 @@ def _routing_key(record: RunRecord) -> str:
 def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordBaselines:
     """Predict every (non-OOM) run once, uncorrected, and keep the fit's inputs."""
     base = replace(base, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
-                   attention_efficiency={}, routing_imbalance={})
+                   attention_efficiency={}, routing_imbalance={}, elementwise_traffic_factor=1.0)
     rows = [r for r in records if not r.oom and r.measured_step_time_s]
     if not rows:
         raise MosaicInputError("no run with a measured step time to calibrate on")
-    analytic, attention, routed, a2a, pp_nodes, deep = [], [], [], [], [], []
+    analytic, attention, routed, elementwise, a2a, pp_nodes, deep = [], [], [], [], [], [], []
     for record in rows:
         machine = machine_for(record.cluster, record.workload.precision)
         prediction = predict_step(record.workload, record.plan, machine, base)
         analytic.append(prediction.analytic_step_time_s[0])
         attention.append(prediction.attention_core_s[0])
         routed.append(prediction.routed_expert_s[0])
+        elementwise.append(prediction.elementwise_s[0])
         a2a.append(prediction.chi_drivers.a2a_share[0])
         pp_nodes.append(prediction.chi_drivers.pp_extra_nodes[0])
         deep.append(prediction.chi_drivers.deep_local_pipeline[0])
@@ -99,6 +106,7 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordB
         analytic_step_time_s=np.array(analytic),
         attention_core_s=np.array(attention),
         routed_expert_s=np.array(routed),
+        elementwise_s=np.array(elementwise),
         a2a_share=np.array(a2a),
         pp_extra_nodes=np.array(pp_nodes),
         deep_local_pipeline=np.array(deep),
@@ -107,14 +115,15 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordB
 
 
 def _step_time_s(baselines: RecordBaselines, attention: np.ndarray, routing: np.ndarray,
-                 chi_a2a: float, chi_pp: float, chi_ovl: float, stack: np.ndarray
-                 ) -> np.ndarray:
+                 elementwise: float, chi_a2a: float, chi_pp: float, chi_ovl: float,
+                 stack: np.ndarray) -> np.ndarray:
     """The module docstring's closed form, arrays over runs."""
     chi = (1.0 + chi_a2a * baselines.a2a_share + chi_pp * baselines.pp_extra_nodes
            + chi_ovl * baselines.deep_local_pipeline)
     analytic = (baselines.analytic_step_time_s
                 + (1 / attention - 1) * baselines.attention_core_s
-                + (routing - 1) * baselines.routed_expert_s)
+                + (routing - 1) * baselines.routed_expert_s
+                + (elementwise - 1) * baselines.elementwise_s)
     return analytic * np.maximum(chi, 1e-6) * stack
 
 
@@ -123,13 +132,14 @@ def calibrated_step_time_s(baselines: RecordBaselines, calibration: Calibration)
     stack = np.array([calibration.stack_multiplier(s) for s in baselines.stacks])
     attention = np.array([calibration.attention_multiplier(s) for s in baselines.stacks])
     routing = np.array([calibration.routing_multiplier(r) for r in baselines.routings])
-    return _step_time_s(baselines, attention, routing, calibration.chi_a2a,
-                        calibration.chi_pp, calibration.chi_overlap, stack)
+    return _step_time_s(baselines, attention, routing, calibration.elementwise_traffic_factor,
+                        calibration.chi_a2a, calibration.chi_pp, calibration.chi_overlap, stack)
 
 
 def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                     provenance: str) -> Calibration:
-    """Fit c_A2A, c_PP, c_ovl, the stack multipliers, attention and routing factors."""
+    """Fit c_A2A, c_PP, c_ovl, the stack multipliers, attention, routing and element-wise
+    traffic factors."""
     stacks = sorted(set(baselines.stacks))
     routings = sorted(set(baselines.routings) - {"dense"})
     index = np.array([stacks.index(s) for s in baselines.stacks])
@@ -137,34 +147,41 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                               for r in baselines.routings])
     log_measured = np.log(baselines.measured_step_time_s)
     n, k = len(stacks), len(routings)
+    scalars = 5  # c_A2A, c_PP, c_ovl, shared log multiplier b, log element-wise factor
 
-    def unpack(theta: np.ndarray) -> tuple[float, float, float, float, np.ndarray, np.ndarray,
-                                           np.ndarray]:
-        return (*(float(v) for v in theta[:4]), theta[4:4 + n], theta[4 + n:4 + 2 * n],
-                theta[4 + 2 * n:])
+    def unpack(theta: np.ndarray) -> tuple[float, float, float, float, float, np.ndarray,
+                                           np.ndarray, np.ndarray]:
+        return (*(float(v) for v in theta[:scalars]), theta[scalars:scalars + n],
+                theta[scalars + n:scalars + 2 * n], theta[scalars + 2 * n:])
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        chi_a2a, chi_pp, chi_ovl, shared, deviations, log_attention, log_routing = unpack(theta)
+        (chi_a2a, chi_pp, chi_ovl, shared, log_elementwise, deviations, log_attention,
+         log_routing) = unpack(theta)
         routing = np.where(routing_index >= 0, np.exp(np.append(log_routing, 0.0)[
             routing_index]), 1.0)
-        predicted = _step_time_s(baselines, np.exp(log_attention[index]), routing, chi_a2a,
-                                 chi_pp, chi_ovl, np.exp(shared + deviations[index]))
+        predicted = _step_time_s(baselines, np.exp(log_attention[index]), routing,
+                                 float(np.exp(log_elementwise)), chi_a2a, chi_pp, chi_ovl,
+                                 np.exp(shared + deviations[index]))
         return np.concatenate([np.log(predicted) - log_measured,
                                deviations / STACK_PRIOR_LOG_SD,
                                log_attention / ATTENTION_PRIOR_LOG_SD,
                                log_routing / ROUTING_PRIOR_LOG_SD])
 
     lower = ([CHI_BOUNDS["chi_a2a"][0], CHI_BOUNDS["chi_pp"][0], CHI_BOUNDS["chi_overlap"][0],
-              -3.0] + [-3.0] * n + [ATTENTION_LOG_BOUNDS[0]] * n + [ROUTING_LOG_BOUNDS[0]] * k)
+              -3.0, ELEMENTWISE_LOG_BOUNDS[0]] + [-3.0] * n + [ATTENTION_LOG_BOUNDS[0]] * n
+             + [ROUTING_LOG_BOUNDS[0]] * k)
     upper = ([CHI_BOUNDS["chi_a2a"][1], CHI_BOUNDS["chi_pp"][1], CHI_BOUNDS["chi_overlap"][1],
-              3.0] + [3.0] * n + [ATTENTION_LOG_BOUNDS[1]] * n + [ROUTING_LOG_BOUNDS[1]] * k)
-    start = np.zeros(4 + 2 * n + k)
+              3.0, ELEMENTWISE_LOG_BOUNDS[1]] + [3.0] * n + [ATTENTION_LOG_BOUNDS[1]] * n
+             + [ROUTING_LOG_BOUNDS[1]] * k)
+    start = np.zeros(scalars + 2 * n + k)
     start[2] = -1e-3  # strictly inside the bounds
-    start[4 + 2 * n:] = 1e-3
+    start[4] = 1e-3
+    start[scalars + 2 * n:] = 1e-3
     fit = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1",
                         f_scale=ROBUST_SCALE_LOG)
     rounded = np.array([float(f"{v:.6g}") for v in fit.x])  # readable files, same fit
-    chi_a2a, chi_pp, chi_ovl, shared, deviations, log_attention, log_routing = unpack(rounded)
+    (chi_a2a, chi_pp, chi_ovl, shared, log_elementwise, deviations, log_attention,
+     log_routing) = unpack(rounded)
     multipliers = {stack: float(np.exp(shared + deviations[i])) for i, stack in enumerate(stacks)}
     multipliers[DEFAULT_STACK_KEY] = float(np.exp(shared))
     attention = {stack: float(np.exp(log_attention[i])) for i, stack in enumerate(stacks)}
@@ -179,10 +196,14 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                           "not seen in the fit, " + FITTED,
         "attention_efficiency": "flash-attention efficiency factor per stack, " + FITTED,
         "routing_imbalance": "routed-expert load-imbalance factor per routing regime, " + FITTED,
+        "elementwise_traffic_factor": "times real stacks move the data the element-wise "
+                                      "streaming model counts once (unfused kernels), " + FITTED,
     }
     return replace(base, name=name, provenance=provenance, chi_a2a=chi_a2a, chi_pp=chi_pp,
                    chi_overlap=chi_ovl, stack_overhead=multipliers,
-                   attention_efficiency=attention, routing_imbalance=imbalance, sources=sources)
+                   attention_efficiency=attention, routing_imbalance=imbalance,
+                   elementwise_traffic_factor=float(f"{np.exp(log_elementwise):.6g}"),
+                   sources=sources)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ class _Constants(BaseModel):
     kernels_per_layer_base: _Sourced
     host_overhead_per_microbatch_s: _Sourced
     dp_overlap_fraction: _Sourced
+    elementwise_traffic_factor: _Sourced = _Sourced(
+        value=1.0, source="not in this file: element-wise kernels at the fused minimum traffic")
     stack_overhead: _SourcedMapping
     attention_efficiency: _SourcedMapping
     routing_imbalance: _SourcedMapping
@@ -64,6 +66,7 @@ class Calibration:
     kernels_per_layer_base: float
     host_overhead_per_microbatch_s: float
     dp_overlap_fraction: float
+    elementwise_traffic_factor: float = 1.0
     stack_overhead: dict[str, float] = field(default_factory=dict)
     attention_efficiency: dict[str, float] = field(default_factory=dict)
     routing_imbalance: dict[str, float] = field(default_factory=dict)

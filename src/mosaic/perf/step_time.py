@@ -103,6 +103,7 @@ class StepPrediction:
     chi_sys: np.ndarray
     analytic_step_time_s: np.ndarray  # before χ_sys and the stack multiplier
     attention_core_s: np.ndarray  # flash-attention time on the critical path (incl. bubble)
+    elementwise_s: np.ndarray  # element-wise kernels at the fused minimum traffic, same basis
     routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
     chi_drivers: ChiDrivers
     attention_kernel: str  # flash-attention kernel family the prediction assumes
@@ -459,6 +460,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     imbalance = calibration.routing_multiplier(workload.routing) if geometry.moe else 1.0
     routed_per_mb = block_terms["compute_experts"] + block_terms["ep_all_to_all"]
     block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
+    elementwise_per_mb = block_terms["compute_elementwise"]
+    block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
+                                                * elementwise_per_mb)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, plans, moe_blocks)}
     t_cmp = sum(per_mb.values())
@@ -470,6 +474,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb)
     breakdown["pipeline_bubble"] = f_bubble * t_block
     attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
+    elementwise_s = n_mb * elementwise_per_mb * (1 + f_bubble)
     routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)
     t_first, t_last = _vocab_stage_times(machine, workload, plans)
     breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
@@ -511,6 +516,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     labels["calibration"] = "calibrated"
     labels["dispatch_floor"] = "calibrated"
     labels["routing_imbalance"] = "calibrated"
+    labels["compute_elementwise_extra"] = "calibrated"
     return StepPrediction(
         step_time_s=step_time_s,
         breakdown_s=breakdown,
@@ -527,6 +533,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         chi_sys=chi,
         analytic_step_time_s=analytic,
         attention_core_s=attention_core_s,
+        elementwise_s=elementwise_s,
         routed_expert_s=routed_expert_s,
         chi_drivers=drivers,
         attention_kernel=kernel.kernel,
