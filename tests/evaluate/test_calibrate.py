@@ -89,3 +89,14 @@ def test_built_in_calibration_loads_with_provenance():
     assert calibration.stack_multiplier("never-seen-stack") == calibration.stack_overhead[
         "default"]
     assert calibration.sources["chi_a2a"].startswith("c_A2A of Eq. 15")
+
+
+def test_calibration_files_without_the_elementwise_factor_still_load(tmp_path):
+    import yaml
+
+    document = BASE.to_document()
+    del document["constants"]["elementwise_traffic_factor"]
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert load_calibration(path).elementwise_traffic_factor == 1.0
+    assert BASE.elementwise_traffic_factor > 1.0  # the built-in fit found extra traffic
