@@ -26,6 +26,7 @@ import numpy as np
 
 from mosaic.arch import (
     AttentionKind,
+    MoEConfig,
     attention_flops_per_token,
     count_parameters,
     lm_head_flops_per_token,
@@ -400,6 +401,14 @@ DROPLESS_ROUTINGS = frozenset({"dropless", "balanced", "unknown"})
 TE_GROUPED_LINEAR_STACKS = frozenset({"megatron-core"})
 
 
+def _grouped_expert_host_floor_s(moe: MoEConfig, plans: ParallelPlans) -> np.ndarray:
+    """Host floor of one MoE layer's grouped expert GEMMs per micro-batch: up and down
+    projections, forward and backward, over the E/ep local experts."""
+    local_experts = moe.experts / plans.ep
+    return 2 * (te_grouped_linear_host_floor_s(local_experts)
+                + te_grouped_linear_host_floor_s(local_experts, backward=True))
+
+
 def _moe_host_sync_s(workload: Workload, plans: ParallelPlans,
                      moe_blocks: np.ndarray) -> np.ndarray:
     """Per micro-batch: host time of the grouped expert GEMMs that no GPU work hides.
@@ -415,10 +424,7 @@ def _moe_host_sync_s(workload: Workload, plans: ParallelPlans,
     if (moe is None or workload.routing not in DROPLESS_ROUTINGS
             or workload.stack not in TE_GROUPED_LINEAR_STACKS):
         return np.zeros(len(plans))
-    local_experts = moe.experts / plans.ep
-    per_layer = 2 * (te_grouped_linear_host_floor_s(local_experts)
-                     + te_grouped_linear_host_floor_s(local_experts, backward=True))
-    return moe_blocks * per_layer
+    return moe_blocks * _grouped_expert_host_floor_s(moe, plans)
 
 
 def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
@@ -433,10 +439,7 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
     per_block = np.full(len(plans), calibration.kernels_per_layer_base
                         * calibration.dispatch_gap_s)
     if moe is not None:
-        local_experts = moe.experts / plans.ep
-        experts = 2 * (te_grouped_linear_host_floor_s(local_experts)
-                       + te_grouped_linear_host_floor_s(local_experts, backward=True))
-        return (blocks * per_block + moe_blocks * experts
+        return (blocks * per_block + moe_blocks * _grouped_expert_host_floor_s(moe, plans)
                 + calibration.host_overhead_per_microbatch_s)
     return blocks * per_block + calibration.host_overhead_per_microbatch_s
 
