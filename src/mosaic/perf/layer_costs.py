@@ -91,7 +91,7 @@ def tokens_per_rank(workload: Workload, plans: ParallelPlans) -> np.ndarray:
 def _gemm(
     machine: Machine, workload: Workload, m: ArrayLike, n: ArrayLike, k: ArrayLike
 ) -> np.ndarray:
-    element_bytes = 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
+    element_bytes = workload.gemm_element_bytes
     return gemm_time_s(m, n, k, machine.gemm_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
                        machine.sm_count, bytes_per_element=element_bytes,
                        table=machine.gemm_table, dtype=gemm_dtype(workload))
@@ -104,7 +104,7 @@ def gemm_dtype(workload: Workload) -> str:
 
 def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
                   m_per_group: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
-    element_bytes = 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
+    element_bytes = workload.gemm_element_bytes
     return grouped_gemm_time_s(groups, m_per_group, n, k, machine.gemm_peak_flops_per_s,
                                machine.hbm_bw_bytes_per_s, machine.sm_count,
                                bytes_per_element=element_bytes,

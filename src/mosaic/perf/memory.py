@@ -33,7 +33,7 @@ import numpy as np
 from mosaic.arch import AttentionKind, Geometry, MoEConfig, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
-from mosaic.perf.workload import OptimizerKind, Precision, Workload
+from mosaic.perf.workload import OptimizerKind, Workload
 
 GIB = 2**30
 
@@ -308,13 +308,6 @@ def _attention_widths(geometry: Geometry) -> _AttentionWidths:
     )
 
 
-def gemm_input_bytes(workload: Workload) -> int:
-    """Bytes per element of a GEMM input saved for backward: FP8 recipes save the FP8 copy
-    they cast for the forward GEMM (Transformer Engine Linear/LayerNormLinear/GroupedLinear
-    keep the quantised input for the weight-gradient GEMM), bf16 recipes the bf16 tensor."""
-    return 1 if workload.precision is Precision.FP8 else ACTIVATION_BYTES
-
-
 def _tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Tokens of one micro-batch on one CP rank: b·s/cp (CP splits the sequence)."""
     return plans.micro_batch * workload.seq_len / plans.cp
@@ -339,13 +332,14 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     SP, Sec. 4.2.2), rotated Q, K, V (2sb·(q + k + v)/tp), attention output (the output
     projection's input, 2sb·q/tp), softmax statistics, plus gate tensors for gated
     attention and MLA latents (replicated across TP). GEMM inputs (QKV and output
-    projection) take :func:`gemm_input_bytes`.
+    projection) take ``Workload.gemm_element_bytes`` (FP8 recipes save the FP8 copy
+    Transformer Engine cast for the forward GEMM).
     """
     geometry = workload.geometry
     widths = _attention_widths(geometry)
     tokens, tp = _tokens(workload, plans), plans.tp
     kv_split = np.minimum(tp, widths.kv_groups)
-    gemm_in = gemm_input_bytes(workload)
+    gemm_in = workload.gemm_element_bytes
     sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
         _sequence_divisor(plans))
     qkv = tokens * (widths.query / tp + widths.key_value / kv_split)
@@ -368,7 +362,7 @@ def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     """Dense FFN block: norm input + GEMM-1 input (2sbh each, SP-sharded) and intermediates."""
     geometry = workload.geometry
     tokens = _tokens(workload, plans)
-    gemm_in = gemm_input_bytes(workload)
+    gemm_in = workload.gemm_element_bytes
     sequence_region = ((ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model
                        / _sequence_divisor(plans))
     return sequence_region + _ffn_bytes(tokens, geometry.ffn / plans.tp, geometry.glu, gemm_in)
@@ -390,13 +384,13 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     top-K indices and fp32 top-K probabilities (12TK), permuted expert inputs (2Ch), expert
     intermediates (SwiGLU: 3 tensors of d_expert/etp per copy), expert outputs kept for the
     probability-weighted combine (2KTh), and shared-expert intermediates (TP-split).
-    Expert and shared-expert GEMM inputs take :func:`gemm_input_bytes` (1 B under FP8).
+    Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8).
     """
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
         raise MosaicInputError("activation kind 'moe' needs a geometry with an moe section")
     h = geometry.d_model
-    gemm_in = gemm_input_bytes(workload)
+    gemm_in = workload.gemm_element_bytes
     routed = routed_tokens(workload, plans)
     copies = moe.top_k * routed * plans.etp
     norm = 2 * ACTIVATION_BYTES * routed * h

@@ -102,6 +102,12 @@ class Workload:
             object.__setattr__(self, "attention_kernel", AttentionKernel(self.attention_kernel))
 
     @property
+    def gemm_element_bytes(self) -> int:
+        """Bytes per GEMM operand element: 1 for FP8 GEMMs (also the copy Transformer Engine
+        saves for the weight gradient), else 2 (bf16/fp16)."""
+        return 1 if self.precision is Precision.FP8 else 2
+
+    @property
     def fsdp_gathers_per_tensor(self) -> bool:
         """FSDP issues one all-gather (and reduce-scatter) per parameter tensor."""
         if self.fsdp_gather is not None:
