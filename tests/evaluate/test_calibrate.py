@@ -1,5 +1,7 @@
 """Calibration fit and cross-validation on runs with known answers."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -24,7 +26,8 @@ def synthetic_baselines(multipliers: dict[str, float], seed: int = 0) -> RecordB
     return RecordBaselines(
         ids=tuple(f"run{i}" for i in range(len(stacks))), stacks=stacks,
         routings=("dense",) * len(stacks), analytic_step_time_s=analytic,
-        attention_core_s=zeros, routed_expert_s=zeros, elementwise_s=zeros, a2a_share=zeros,
+        attention_core_s=zeros, routed_expert_s=zeros, elementwise_s=zeros,
+        block_compute_s=analytic, block_dispatch_floor_s=zeros, a2a_share=zeros,
         pp_extra_nodes=zeros, deep_local_pipeline=zeros, measured_step_time_s=measured)
 
 
@@ -72,6 +75,22 @@ def test_fit_recovers_the_elementwise_traffic_factor():
     fitted = fit_calibration(baselines, BASE, name="t", provenance="test")
     assert fitted.elementwise_traffic_factor == pytest.approx(2.5, rel=5e-2)
     assert calibrated_step_time_s(baselines, fitted) == pytest.approx(measured, rel=2e-2)
+
+
+def test_closed_form_keeps_the_launch_floor_max_of_eq_11():
+    # A run whose blocks are launch-bound (floor 3 s over 2 s of block work, 1 s outside
+    # the blocks): slower element-wise kernels first fill the idle launch time.
+    one = {name: np.array([value]) for name, value in (
+        ("analytic_step_time_s", 4.0), ("block_compute_s", 2.0),
+        ("block_dispatch_floor_s", 3.0), ("elementwise_s", 0.5), ("attention_core_s", 0.0),
+        ("routed_expert_s", 0.0), ("a2a_share", 0.0), ("pp_extra_nodes", 0.0),
+        ("deep_local_pipeline", 0.0), ("measured_step_time_s", 4.0))}
+    run = RecordBaselines(ids=("r",), stacks=("megatron-core",), routings=("dense",), **one)
+    neutral = replace(BASE, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
+                      attention_efficiency={}, routing_imbalance={})
+    for factor, expected in ((1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (5.0, 1.0 + 2.0 + 4 * 0.5)):
+        calibration = replace(neutral, elementwise_traffic_factor=factor)
+        assert calibrated_step_time_s(run, calibration)[0] == pytest.approx(expected)
 
 
 def test_leave_one_group_out_predicts_held_out_stack_from_the_others():

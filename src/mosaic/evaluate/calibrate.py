@@ -2,13 +2,16 @@
 
 The fitted constants act on the analytical step time t_a of each run in closed form:
 
-    t = (t_a + (1/a_stack − 1)·t_att + (r_routing − 1)·t_moe + (e − 1)·t_elem)
-        · χ_sys(c_A2A, c_PP, c_ovl) · m_stack,    m_stack = exp(b + u_stack)
+    t = (t_rest + max(t_cmp + Δ, t_disp)) · χ_sys(c_A2A, c_PP, c_ovl) · m_stack,
+    Δ = (1/a_stack − 1)·t_att + (r_routing − 1)·t_moe + (e − 1)·t_elem,
+    m_stack = exp(b + u_stack)
 
 (paper Eqs. 14-15, one time multiplier and one flash-attention efficiency factor a per
 software stack, one load-imbalance factor r >= 1 per MoE routing regime, one element-wise
 traffic factor e >= 1 shared by all runs; t_att, t_moe and t_elem are the attention-core,
-routed-expert and element-wise times on the critical path). e says how many times real
+routed-expert and element-wise times on the critical path; the block work t_cmp and its
+launch floor t_disp keep Eq. 11's max, so a factor that only fills idle launch time does
+not stretch the step; t_rest is everything outside the blocks). e says how many times real
 stacks move the data the streaming model counts once (unfused norms, rotary embedding,
 casts, masks and the many small kernels it does not itemise). ``b`` is shared by
 all stacks; the per-stack deviations ``u`` and log a are shrunk towards 0 (Gaussian priors
@@ -55,6 +58,8 @@ class RecordBaselines:
     attention_core_s: np.ndarray
     routed_expert_s: np.ndarray
     elementwise_s: np.ndarray
+    block_compute_s: np.ndarray
+    block_dispatch_floor_s: np.ndarray
     a2a_share: np.ndarray
     pp_extra_nodes: np.ndarray
     deep_local_pipeline: np.ndarray
@@ -70,11 +75,18 @@ class RecordBaselines:
             attention_core_s=self.attention_core_s[keep],
             routed_expert_s=self.routed_expert_s[keep],
             elementwise_s=self.elementwise_s[keep],
+            block_compute_s=self.block_compute_s[keep],
+            block_dispatch_floor_s=self.block_dispatch_floor_s[keep],
             a2a_share=self.a2a_share[keep],
             pp_extra_nodes=self.pp_extra_nodes[keep],
             deep_local_pipeline=self.deep_local_pipeline[keep],
             measured_step_time_s=self.measured_step_time_s[keep],
         )
+
+
+# StepPrediction fields the closed form reads, copied one per run into RecordBaselines.
+_PREDICTION_COLUMNS = ("analytic_step_time_s", "attention_core_s", "routed_expert_s",
+                       "elementwise_s", "block_compute_s", "block_dispatch_floor_s")
 
 
 def _routing_key(record: RunRecord) -> str:
@@ -88,14 +100,13 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordB
     rows = [r for r in records if not r.oom and r.measured_step_time_s]
     if not rows:
         raise MosaicInputError("no run with a measured step time to calibrate on")
-    analytic, attention, routed, elementwise, a2a, pp_nodes, deep = [], [], [], [], [], [], []
+    columns: dict[str, list[float]] = {name: [] for name in _PREDICTION_COLUMNS}
+    a2a, pp_nodes, deep = [], [], []
     for record in rows:
         machine = machine_for(record.cluster, record.workload.precision)
         prediction = predict_step(record.workload, record.plan, machine, base)
-        analytic.append(prediction.analytic_step_time_s[0])
-        attention.append(prediction.attention_core_s[0])
-        routed.append(prediction.routed_expert_s[0])
-        elementwise.append(prediction.elementwise_s[0])
+        for name in _PREDICTION_COLUMNS:
+            columns[name].append(getattr(prediction, name)[0])
         a2a.append(prediction.chi_drivers.a2a_share[0])
         pp_nodes.append(prediction.chi_drivers.pp_extra_nodes[0])
         deep.append(prediction.chi_drivers.deep_local_pipeline[0])
@@ -103,10 +114,7 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordB
         ids=tuple(r.id for r in rows),
         stacks=tuple(r.workload.stack for r in rows),
         routings=tuple(_routing_key(r) for r in rows),
-        analytic_step_time_s=np.array(analytic),
-        attention_core_s=np.array(attention),
-        routed_expert_s=np.array(routed),
-        elementwise_s=np.array(elementwise),
+        **{name: np.array(values) for name, values in columns.items()},
         a2a_share=np.array(a2a),
         pp_extra_nodes=np.array(pp_nodes),
         deep_local_pipeline=np.array(deep),
@@ -120,10 +128,13 @@ def _step_time_s(baselines: RecordBaselines, attention: np.ndarray, routing: np.
     """The module docstring's closed form, arrays over runs."""
     chi = (1.0 + chi_a2a * baselines.a2a_share + chi_pp * baselines.pp_extra_nodes
            + chi_ovl * baselines.deep_local_pipeline)
-    analytic = (baselines.analytic_step_time_s
-                + (1 / attention - 1) * baselines.attention_core_s
-                + (routing - 1) * baselines.routed_expert_s
-                + (elementwise - 1) * baselines.elementwise_s)
+    delta = ((1 / attention - 1) * baselines.attention_core_s
+             + (routing - 1) * baselines.routed_expert_s
+             + (elementwise - 1) * baselines.elementwise_s)
+    block = np.maximum(baselines.block_compute_s, baselines.block_dispatch_floor_s)
+    rest = baselines.analytic_step_time_s - block
+    analytic = rest + np.maximum(baselines.block_compute_s + delta,
+                                 baselines.block_dispatch_floor_s)
     return analytic * np.maximum(chi, 1e-6) * stack
 
 

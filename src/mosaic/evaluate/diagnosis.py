@@ -23,7 +23,7 @@ import numpy as np
 
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction
-from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
@@ -543,8 +543,8 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     micro-batches: a smaller bubble, data-parallel communication amortised) changes the
     workload and needs its own call. Its gain is in throughput only: a larger batch also
     changes the optimisation, which the performance model does not judge. A job whose stack
-    runs a slower attention kernel than cuDNN (FlashAttention-2 on Hopper) also gets the
-    cuDNN what-if (torch SDPA's cuDNN backend, Transformer Engine fused attention).
+    runs an attention kernel slower than cuDNN on its GPU (FlashAttention-2 on Hopper) also
+    gets the cuDNN what-if (torch SDPA's cuDNN backend, Transformer Engine fused attention).
 
     Not offered: reducing gradients in bf16. Gradient bytes per parameter are a constant of
     the time and memory model (``GRADIENT_BYTES_PER_PARAM``), not a plan parameter, so
@@ -560,9 +560,11 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
         [_Candidate("global_batch_double", f"global batch {workload.global_batch} -> "
                     f"{doubled.global_batch} sequences (more micro-batches per step)", row)],
         doubled, machine, calibration, current_tokens_per_s)
-    if current.attention_kernel != AttentionKernel.CUDNN:
+    kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
+                                      machine.device_name)
+    if min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0:
         levers += _evaluate(
-            [_Candidate("attention_cudnn", f"attention kernel {current.attention_kernel} -> "
+            [_Candidate("attention_cudnn", f"attention kernel {kernel.kernel} -> "
                         "cudnn (torch SDPA cuDNN backend or Transformer Engine)", row)],
             replace(workload, attention_kernel=AttentionKernel.CUDNN), machine, calibration,
             current_tokens_per_s)

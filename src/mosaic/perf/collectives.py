@@ -342,8 +342,10 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     ``experts`` spread evenly over the D domains the group spans, a remote domain is hit
     with probability 1 - C(E - E/D, K)/C(E, K), so (D-1) of those copies cross the network
     instead of the K·(D-1)/D of a pairwise all-to-all; every copy not for the sending GPU
-    crosses NVLink once, K·(n-1)/n. Inside one domain this equals the pairwise all-to-all.
-    Latency as :func:`all_to_all_time_s`.
+    crosses NVLink once, K·(n-1)/n. Inside one domain nothing crosses the network and the
+    pairwise all-to-all (measured curves included) is returned. Latency as the pairwise
+    all-to-all; a measured all-to-all table does not describe the deduplicated pattern
+    across domains, which stays analytical.
     """
     size, n_i, s_i = np.broadcast_arrays(_bytes("token_bytes", token_bytes), _as_int("n", n),
                                          _as_int("stride", stride))
@@ -361,7 +363,8 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     inter_s = remote_copies * size / out_bw
     time_s = (ic.launch_latency_s + (n_f - 1) * _step_latency_s(p, ic)
               + np.maximum(intra_s, inter_s))
-    return np.where(n_i == 1, 0.0, time_s)
+    pairwise = all_to_all_time_s(top_k * size, n_i, s_i, ic)
+    return np.where(p.inside_domain, pairwise, np.where(n_i == 1, 0.0, time_s))
 
 
 def send_recv_time_s(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLike,

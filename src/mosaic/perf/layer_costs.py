@@ -180,8 +180,10 @@ def _tp_collectives(machine: Machine, plans: ParallelPlans, activation_bytes: np
 
 
 def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(GEMM fwd+bwd, core fwd+bwd, core fwd, streaming fwd+bwd, CP exposed) of one block."""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                               np.ndarray]:
+    """(GEMM fwd+bwd, core fwd+bwd, core fwd, streaming fwd+bwd, streaming fwd, CP exposed)
+    of one block."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     widths = attention_widths(workload)
@@ -212,7 +214,8 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
         (geometry.d_model, widths.projection / plans.tp),
         (widths.output / plans.tp, geometry.d_model)))
     streaming_total = streaming * (1 + BACKWARD_TO_FORWARD_STREAMING) + cast_fwd + cast_bwd
-    return _fwd_bwd(qkv + out), core_fwd + core_bwd, core_fwd, streaming_total, cp_exposed
+    return (_fwd_bwd(qkv + out), core_fwd + core_bwd, core_fwd, streaming_total,
+            streaming + cast_fwd, cp_exposed)
 
 
 def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np.ndarray:
@@ -224,7 +227,8 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     """One dense block per micro-batch."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    attn_gemm, core, core_fwd, attn_stream, cp = attention_times(machine, workload, plans)
+    attn_gemm, core, core_fwd, attn_stream, attn_stream_fwd, cp = attention_times(
+        machine, workload, plans)
     width = geometry.ffn / plans.tp
     up = _gemm(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
     down = _gemm(machine, workload, tokens, geometry.d_model, width)
@@ -236,7 +240,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
                  + cast_fwd + cast_bwd)
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + up + down
-               + streaming / (1 + BACKWARD_TO_FORWARD_STREAMING))
+               + attn_stream_fwd + activation + cast_fwd)
     zero = np.zeros(len(plans))
     gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
     return BlockTimes(
@@ -253,7 +257,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     moe = geometry.moe
     assert moe is not None
     tokens = tokens_per_rank(workload, plans)
-    attn_gemm, core, core_fwd, attn_stream, cp = attention_times(machine, workload, plans)
+    attn_gemm, core, core_fwd, attn_stream, attn_stream_fwd, cp = attention_times(
+        machine, workload, plans)
     routed_tokens = tokens / plans.tp  # sequence-parallel MoE input
     glu_factor = 2 if geometry.glu else 1
     # Grouped expert GEMM: E/ep local experts, per-expert tile M (paper Sec. 5.3).
@@ -309,8 +314,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     scatter = scatter + 2 * reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic)
     mlp_fwd = experts_up + experts_down
     forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + mlp_fwd + shared_fwd
-               + router_gemm + router_stream
-               + streaming / (1 + BACKWARD_TO_FORWARD_STREAMING))
+               + router_gemm + router_stream + attn_stream_fwd + moe_stream + cast_fwd)
     return BlockTimes(
         attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),

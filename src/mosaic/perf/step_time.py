@@ -105,6 +105,8 @@ class StepPrediction:
     analytic_step_time_s: np.ndarray  # before χ_sys and the stack multiplier
     attention_core_s: np.ndarray  # flash-attention time on the critical path (incl. bubble)
     elementwise_s: np.ndarray  # element-wise kernels at the fused minimum traffic, same basis
+    block_compute_s: np.ndarray  # n_mb·t_cmp·(1 + f_bubble): the block work of Eq. 11
+    block_dispatch_floor_s: np.ndarray  # n_mb·t_disp·(1 + f_bubble): its launch floor
     routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
     chi_drivers: ChiDrivers
     attention_kernel: str  # flash-attention kernel family the prediction assumes
@@ -292,16 +294,15 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                + reduce_scatter_time_s(block_expert * GRADIENT_BYTES_PER_PARAM,
                                        expert_shard_group, expert_stride, ic))
     if workload.fsdp_gathers_per_tensor:
-        # Every tensor beyond the first pays one more collective's fixed cost (launch and
-        # per-step latency: the zero-byte time of the same collective).
+        # Every tensor beyond the first of each group (dense, routed experts) pays one more
+        # all-gather's fixed cost (launch and per-step latency: the zero-byte time of the
+        # same collective). Gradients still reduce-scatter in buckets (DeepSpeed ZeRO-3's
+        # reduce_bucket_size), so the scatter is unchanged.
         dense_tensors, expert_tensors = _fsdp_unit_tensors(workload, plans)
         gather = gather + ((dense_tensors - 1) * all_gather_time_s(0.0, shard_group,
                                                                    dense_stride, ic)
-                           + expert_tensors * all_gather_time_s(0.0, expert_shard_group,
-                                                                expert_stride, ic))
-        scatter = scatter + ((dense_tensors - 1) * reduce_scatter_time_s(
-            0.0, shard_group, dense_stride, ic) + expert_tensors * reduce_scatter_time_s(
-            0.0, expert_shard_group, expert_stride, ic))
+                           + np.maximum(expert_tensors - 1, 0)
+                           * all_gather_time_s(0.0, expert_shard_group, expert_stride, ic))
     gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
     scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed
@@ -478,6 +479,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     breakdown["pipeline_bubble"] = f_bubble * t_block
     attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
     elementwise_s = n_mb * elementwise_per_mb * (1 + f_bubble)
+    block_compute_s = n_mb * t_cmp * (1 + f_bubble)
+    block_dispatch_floor_s = n_mb * t_disp * (1 + f_bubble)
     routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)
     t_first, t_last = _vocab_stage_times(machine, workload, plans)
     breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
@@ -537,6 +540,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         analytic_step_time_s=analytic,
         attention_core_s=attention_core_s,
         elementwise_s=elementwise_s,
+        block_compute_s=block_compute_s,
+        block_dispatch_floor_s=block_dispatch_floor_s,
         routed_expert_s=routed_expert_s,
         chi_drivers=drivers,
         attention_kernel=kernel.kernel,

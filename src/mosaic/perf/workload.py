@@ -52,6 +52,15 @@ class Dispatcher(StrEnum):
 PER_TENSOR_GATHER_STACKS = frozenset({"deepspeed"})
 
 
+def _member(kind: type[StrEnum], value: object, name: str) -> StrEnum:
+    """``value`` as a member of ``kind``, or a one-line error naming the allowed values."""
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise MosaicInputError(f"{name} {value!r}: allowed values are {allowed}") from None
+
+
 @dataclass(frozen=True)
 class Workload:
     """A training job minus its parallel layout and hardware.
@@ -93,13 +102,12 @@ class Workload:
             value = getattr(self, name)
             if value <= 0:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
-        object.__setattr__(self, "precision", Precision(self.precision))
-        object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
-        object.__setattr__(self, "dispatcher", Dispatcher(self.dispatcher))
-        if self.fsdp_gather is not None:
-            object.__setattr__(self, "fsdp_gather", FsdpGather(self.fsdp_gather))
-        if self.attention_kernel is not None:
-            object.__setattr__(self, "attention_kernel", AttentionKernel(self.attention_kernel))
+        for name, kind in (("precision", Precision), ("optimizer", OptimizerKind),
+                           ("dispatcher", Dispatcher), ("fsdp_gather", FsdpGather),
+                           ("attention_kernel", AttentionKernel)):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _member(kind, value, name))
 
     @property
     def gemm_element_bytes(self) -> int:
