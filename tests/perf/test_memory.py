@@ -189,9 +189,12 @@ def test_full_checkpointing_uses_less_memory_than_none():
 def test_stage_layers_take_the_ceiling_and_the_dense_prefix_sits_first():
     geometry = dense_geometry(layers=10, moe=MoEConfig(experts=8, top_k=2, expert_ffn=32,
                                                        dense_layers=1))
-    plans = single_plan(pp=4)
+    plans = single_plan(pp=4)  # chunks of ceil(10/4) = 3
     assert [int(x[0]) for x in stage_layer_counts(geometry, plans, "first")] == [3, 2]
+    # Split not stated: the last rank gets a full chunk too (conservative); uneven stages
+    # cut in order, 3 + 3 + 3 + 1, so the last rank holds the 1-block remainder.
     assert [int(x[0]) for x in stage_layer_counts(geometry, plans, "last")] == [3, 3]
+    assert [int(x[0]) for x in stage_layer_counts(geometry, plans, "last", True)] == [1, 1]
     interleaved = single_plan(pp=2, vpp=2)  # chunks of 3: rank 0 holds [0,3) and [6,9)
     assert [int(x[0]) for x in stage_layer_counts(geometry, interleaved, "first")] == [6, 5]
 
@@ -370,10 +373,10 @@ def test_published_peak_memory_is_in_range():
     assert min(ratios) > 0.5 and max(ratios) < 1.5
 
 
-def test_uneven_stages_put_the_ceiling_on_the_heaviest_stage():
-    # 7 blocks over pp = 4: chunks of ceil(7/4) = 2, so the first and last ranks hold 2.
+def test_uneven_stages_put_the_ceiling_first_and_the_remainder_last():
+    # 7 blocks over pp = 4: chunks of ceil(7/4) = 2 in order, 2 + 2 + 2 + 1, so the first
+    # rank holds 2 blocks and the last rank (with the LM head) 1.
     geometry = dense_geometry(layers=7)
     plans = single_plan(pp=4)
-    for stage in ("first", "last"):
-        blocks, _ = stage_layer_counts(geometry, plans, stage)
-        assert blocks[0] == 2
+    assert stage_layer_counts(geometry, plans, "first", True)[0][0] == 2
+    assert stage_layer_counts(geometry, plans, "last", True)[0][0] == 1

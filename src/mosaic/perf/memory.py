@@ -125,26 +125,30 @@ def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
 
 
 def stage_layer_counts(
-    geometry: Geometry, plans: ParallelPlans, stage: Stage
+    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(blocks, MoE blocks) on the first or last pipeline rank.
 
-    Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)) (the heaviest stage gets the
-    ceiling when L does not divide); rank 0 holds chunks 0, pp, 2pp, ... and the last rank
-    their mirror image from the end. Real block indices decide which blocks are MoE, so the
-    dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage.
+    Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)); pipeline rank r holds chunks r,
+    r + pp, r + 2pp, ... When pp·vpp does not divide L, ``remainder_last`` (a job's
+    ``uneven_pipeline_stages``) cuts the chunks in order with the short one at the end;
+    otherwise (a layout whose split is not stated) the first and last ranks both get full
+    chunks, the conservative reading. Real block indices decide which blocks are MoE, so
+    the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage.
     """
     layers = geometry.layers
     chunk = -(-layers // (plans.pp * plans.vpp))
     blocks = np.zeros_like(plans.pp)
     moe_blocks = np.zeros_like(plans.pp)
     for c in range(int(plans.vpp.max())):
-        offset = c * plans.pp * chunk
         if stage == "first":
-            start, stop = offset, offset + chunk
+            start = c * plans.pp * chunk
+        elif remainder_last:
+            start = (plans.pp - 1 + c * plans.pp) * chunk
         else:
-            start, stop = layers - offset - chunk, layers - offset
-        start, stop = np.clip(start, 0, layers), np.clip(stop, 0, layers)
+            start = layers - c * plans.pp * chunk - chunk
+        start = np.clip(start, 0, layers)
+        stop = np.clip(start + chunk, 0, layers)
         held = c < plans.vpp
         blocks = blocks + np.where(held, stop - start, 0)
         moe_in_chunk = _moe_blocks_below(stop, geometry.moe)
@@ -192,10 +196,11 @@ class StageParameters:
         return self.non_expert + self.expert
 
 
-def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage) -> StageParameters:
+def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
+                     remainder_last: bool = False) -> StageParameters:
     """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
     counts = count_parameters(geometry)
-    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage)
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, remainder_last)
     dense_blocks = blocks - moe_blocks
     tp = plans.tp.astype(float)
     expert_split = (plans.ep * plans.etp).astype(float)
@@ -485,7 +490,8 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     inputs of the micro-batch in its backward.
     """
     geometry = workload.geometry
-    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage)
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
+                                            workload.uneven_pipeline_stages)
     dense_blocks = blocks - moe_blocks
     per_microbatch = dense_blocks * activation_bytes_per_layer(workload, plans, "dense")
     working_set = np.where(dense_blocks > 0, layer_working_set_bytes(workload, plans, "dense"), 0)
@@ -540,7 +546,8 @@ def communication_buffer_bytes(
     buffers = fsdp + zero2 + pipeline
     moe = workload.geometry.moe
     if moe is not None:
-        _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage)
+        _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
+                                           workload.uneven_pipeline_stages)
         send = ACTIVATION_BYTES * moe.top_k * routed_tokens(workload, plans)
         send = send * workload.geometry.d_model
         buffers = buffers + np.where((plans.ep > 1) & (moe_blocks > 0), send, 0.0)
@@ -552,7 +559,7 @@ def stage_memory_breakdown_bytes(
     workload: Workload, plans: ParallelPlans, stage: Stage
 ) -> dict[str, np.ndarray]:
     """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
-    params = stage_parameters(workload.geometry, plans, stage)
+    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages)
     states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
         "weights": WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED),

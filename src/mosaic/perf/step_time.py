@@ -121,7 +121,8 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
     best_total = None
     best_blocks = best_moe_blocks = None
     for stage in ("first", "last"):
-        blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage)
+        blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
+                                                workload.uneven_pipeline_stages)
         terms = _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans)
         total = sum(terms.values())
         if best is None:
@@ -485,8 +486,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     t_first, t_last = _vocab_stage_times(machine, workload, plans)
     breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
-    params = stage_parameters(geometry, plans, "last")
-    first_params = stage_parameters(geometry, plans, "first")
+    uneven = workload.uneven_pipeline_stages
+    params = stage_parameters(geometry, plans, "last", uneven)
+    first_params = stage_parameters(geometry, plans, "first", uneven)
     heavier_first = first_params.total > params.total
     params = StageParameters(**{
         name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
