@@ -72,3 +72,39 @@ def test_per_tensor_fsdp_gathers_cost_one_collective_latency_per_extra_tensor():
     assert extra == pytest.approx(workload.geometry.layers * 2 * 8 * one_call, rel=1e-9)
     assert not workload.fsdp_gathers_per_tensor
     assert replace(workload, stack="deepspeed").fsdp_gathers_per_tensor
+
+
+def test_per_op_sac_recomputes_k_o_and_w3_by_hand():
+    from mosaic.arch import Geometry
+    from mosaic.perf.layer_costs import AttentionTimes, _per_op_sac_recompute
+
+    # 4 query heads and 2 KV heads of 16: QKV width 64 + 2·32, so K is 32/128 = 1/4 of it.
+    glu = Workload(geometry=Geometry(layers=2, d_model=64, heads=4, kv_heads=2, head_dim=16,
+                                     ffn=160, vocab=256), global_batch=8, seq_len=128)
+    one = np.ones(1)
+    attention = AttentionTimes(gemm=one, qkv_forward=4 * one, output_forward=one, core=one,
+                               core_forward=one, streaming=one, streaming_forward=one,
+                               cp_exposed=one)
+    up, down, streaming = 2 * one, 3 * one, 0.5 * one
+    # GLU: K (1/4 of QKV), O, W3 (half the fused up GEMM) and all element-wise kernels.
+    assert _per_op_sac_recompute(glu, attention, up, down, streaming)[0] == pytest.approx(
+        0.25 * 4 + 1 + 1 + 0.5)
+    # Without a GLU the unsaved MLP matmul is W2 (the down projection).
+    gelu = replace(glu, geometry=replace(glu.geometry, glu=False))
+    assert _per_op_sac_recompute(gelu, attention, up, down, streaming)[0] == pytest.approx(
+        0.25 * 4 + 1 + 3 + 0.5)
+
+
+def test_torchtitan_selective_recomputes_matmuls_not_the_attention_core():
+    from mosaic.perf.plan import Checkpointing
+
+    machine = machine_for(H100, "bf16")
+    workload = Workload(geometry=ladder_geometry(8), global_batch=8, seq_len=8192,
+                        stack="torchtitan")
+    calibration = default_calibration()
+    by_mode = {mode: predict_step(workload, single_plan(dp=8, checkpointing=mode), machine,
+                                  calibration) for mode in Checkpointing}
+    none, sel, full = (by_mode[m] for m in (Checkpointing.NONE, Checkpointing.SELECTIVE,
+                                            Checkpointing.FULL))
+    assert sel.attention_core_s[0] == pytest.approx(none.attention_core_s[0])
+    assert 0 < sel.breakdown_s["compute_recompute"][0] < full.breakdown_s["compute_recompute"][0]

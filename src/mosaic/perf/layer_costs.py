@@ -32,6 +32,7 @@ from mosaic.perf.collectives import (
 from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
+from mosaic.perf.memory import PER_OP_SAC_STACKS
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Precision, Workload
 
@@ -61,7 +62,9 @@ class BlockTimes:
 
     attention_gemm: np.ndarray
     attention_core: np.ndarray
-    attention_core_forward: np.ndarray  # recomputed under selective checkpointing
+    attention_core_forward: np.ndarray
+    selective_recompute: np.ndarray  # forward time SELECTIVE checkpointing recomputes
+    selective_core_recompute: np.ndarray  # its attention-core part
     mlp_gemm: np.ndarray  # dense FFN (dense blocks) or routed experts (MoE blocks)
     shared_expert: np.ndarray
     router: np.ndarray
@@ -179,11 +182,23 @@ def _tp_collectives(machine: Machine, plans: ParallelPlans, activation_bytes: np
     return gather, scatter, reduce
 
 
+@dataclass(frozen=True)
+class AttentionTimes:
+    """Per-micro-batch seconds of one attention block (arrays over plans)."""
+
+    gemm: np.ndarray  # QKV and output projections, forward + backward
+    qkv_forward: np.ndarray
+    output_forward: np.ndarray
+    core: np.ndarray  # flash attention, forward + backward
+    core_forward: np.ndarray
+    streaming: np.ndarray  # norms, residuals, FP8 casts, forward + backward
+    streaming_forward: np.ndarray
+    cp_exposed: np.ndarray
+
+
 def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                               np.ndarray]:
-    """(GEMM fwd+bwd, core fwd+bwd, core fwd, streaming fwd+bwd, streaming fwd, CP exposed)
-    of one block."""
+                    ) -> AttentionTimes:
+    """Times of one attention block (projections, core, streaming kernels, CP exchange)."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     widths = attention_widths(workload)
@@ -209,13 +224,16 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     exchange = send_recv_time_s(kv_bytes, crosses, machine.interconnect)
     cp_fwd = np.maximum(0.0, (plans.cp - 1) * exchange - core_fwd)
     cp_bwd = np.maximum(0.0, 2 * (plans.cp - 1) * exchange - core_bwd)
-    cp_exposed = np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0)
     cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
         (geometry.d_model, widths.projection / plans.tp),
         (widths.output / plans.tp, geometry.d_model)))
-    streaming_total = streaming * (1 + BACKWARD_TO_FORWARD_STREAMING) + cast_fwd + cast_bwd
-    return (_fwd_bwd(qkv + out), core_fwd + core_bwd, core_fwd, streaming_total,
-            streaming + cast_fwd, cp_exposed)
+    return AttentionTimes(
+        gemm=_fwd_bwd(qkv + out), qkv_forward=qkv, output_forward=out,
+        core=core_fwd + core_bwd, core_forward=core_fwd,
+        streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING) + cast_fwd + cast_bwd,
+        streaming_forward=streaming + cast_fwd,
+        cp_exposed=np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0),
+    )
 
 
 def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np.ndarray:
@@ -223,12 +241,24 @@ def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np
     return tokens * width * (3 if glu else 2) * ACTIVATION_BYTES
 
 
+def _per_op_sac_recompute(workload: Workload, attention: AttentionTimes, up: np.ndarray,
+                          down: np.ndarray, streaming_forward: np.ndarray) -> np.ndarray:
+    """Forward time per-op selective checkpointing recomputes in a dense block: the matmuls
+    it does not save (K, the output projection, then W3 with a GLU or W2 without; see
+    ``memory.per_op_sac_dense_bytes``), apportioned by FLOPs within the fused QKV and up
+    GEMMs, and every element-wise kernel."""
+    widths = attention_widths(workload)
+    key_share = widths.key_value / 2 / widths.projection
+    mlp = up / 2 if workload.geometry.glu else down
+    return (key_share * attention.qkv_forward + attention.output_forward + mlp
+            + streaming_forward)
+
+
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One dense block per micro-batch."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    attn_gemm, core, core_fwd, attn_stream, attn_stream_fwd, cp = attention_times(
-        machine, workload, plans)
+    attention = attention_times(machine, workload, plans)
     width = geometry.ffn / plans.tp
     up = _gemm(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
     down = _gemm(machine, workload, tokens, geometry.d_model, width)
@@ -236,18 +266,26 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
                                   machine.hbm_bw_bytes_per_s)
     cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
         (geometry.d_model, (2 if geometry.glu else 1) * width), (width, geometry.d_model)))
-    streaming = (attn_stream + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    streaming = (attention.streaming + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
                  + cast_fwd + cast_bwd)
+    streaming_forward = attention.streaming_forward + activation + cast_fwd
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
-    forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + up + down
-               + attn_stream_fwd + activation + cast_fwd)
+    forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward + up
+               + down + streaming_forward)
+    if workload.stack in PER_OP_SAC_STACKS and geometry.attention is not AttentionKind.MLA:
+        selective = _per_op_sac_recompute(workload, attention, up, down, streaming_forward)
+        selective_core = np.zeros(len(plans))
+    else:
+        selective = selective_core = attention.core_forward
     zero = np.zeros(len(plans))
     gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
     return BlockTimes(
-        attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
-        mlp_gemm=_fwd_bwd(up + down), shared_expert=zero, router=zero, streaming=streaming,
-        forward=forward, tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
-        ep_all_to_all=zero, cp_send_recv=cp,
+        attention_gemm=attention.gemm, attention_core=attention.core,
+        attention_core_forward=attention.core_forward, selective_recompute=selective,
+        selective_core_recompute=selective_core, mlp_gemm=_fwd_bwd(up + down),
+        shared_expert=zero, router=zero, streaming=streaming, forward=forward,
+        tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
+        ep_all_to_all=zero, cp_send_recv=attention.cp_exposed,
     )
 
 
@@ -257,8 +295,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     moe = geometry.moe
     assert moe is not None
     tokens = tokens_per_rank(workload, plans)
-    attn_gemm, core, core_fwd, attn_stream, attn_stream_fwd, cp = attention_times(
-        machine, workload, plans)
+    attention = attention_times(machine, workload, plans)
     routed_tokens = tokens / plans.tp  # sequence-parallel MoE input
     glu_factor = 2 if geometry.glu else 1
     # Grouped expert GEMM: E/ep local experts, per-expert tile M (paper Sec. 5.3).
@@ -297,7 +334,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         shared_cast = fp8_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
         cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
-    streaming = (attn_stream + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    streaming = (attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
                  + cast_fwd + cast_bwd)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
@@ -313,14 +350,19 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     gather = gather + 2 * all_gather_time_s(etp_bytes, plans.etp, 1, ic)
     scatter = scatter + 2 * reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic)
     mlp_fwd = experts_up + experts_down
-    forward = (attn_gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + core_fwd + mlp_fwd + shared_fwd
-               + router_gemm + router_stream + attn_stream_fwd + moe_stream + cast_fwd)
+    forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
+               + mlp_fwd + shared_fwd + router_gemm + router_stream
+               + attention.streaming_forward + moe_stream + cast_fwd)
     return BlockTimes(
-        attention_gemm=attn_gemm, attention_core=core, attention_core_forward=core_fwd,
+        attention_gemm=attention.gemm, attention_core=attention.core,
+        attention_core_forward=attention.core_forward,
+        selective_recompute=attention.core_forward,
+        selective_core_recompute=attention.core_forward,
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
         router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming=streaming, forward=forward, tp_all_gather=gather, tp_reduce_scatter=scatter,
-        tp_all_reduce=reduce, ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed, cp_send_recv=cp,
+        tp_all_reduce=reduce, ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed,
+        cp_send_recv=attention.cp_exposed,
     )
 
 

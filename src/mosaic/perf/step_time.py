@@ -139,11 +139,13 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
 
 def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
                                moe_blocks: np.ndarray, plans: ParallelPlans) -> np.ndarray:
-    """Attention-core forward time that checkpointing recomputes (selective or full)."""
-    recomputes = plans.checkpointing != Checkpointing.NONE
-    core_fwd = (dense_blocks * dense.attention_core_forward
-                + moe_blocks * moe.attention_core_forward)
-    return np.where(recomputes, core_fwd, 0.0)
+    """Attention-core forward time that checkpointing recomputes (all of it under full; under
+    selective, what the stack's selective policy recomputes)."""
+    full = dense_blocks * dense.attention_core_forward + moe_blocks * moe.attention_core_forward
+    selective = (dense_blocks * dense.selective_core_recompute
+                 + moe_blocks * moe.selective_core_recompute)
+    return np.select([plans.checkpointing == Checkpointing.FULL,
+                      plans.checkpointing == Checkpointing.SELECTIVE], [full, selective], 0.0)
 
 
 def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
@@ -154,7 +156,7 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     full = plans.checkpointing == Checkpointing.FULL
     selective = plans.checkpointing == Checkpointing.SELECTIVE
     recompute = np.where(full, both("forward") + both("tp_communication") / 2,
-                         np.where(selective, both("attention_core_forward"), 0.0))
+                         np.where(selective, both("selective_recompute"), 0.0))
     return {
         "attention_core_recompute": _recomputed_attention_core(dense, moe, dense_blocks,
                                                                moe_blocks, plans),
