@@ -180,6 +180,9 @@ def _system(entry: SystemEntry, device: Device) -> System:
         description=entry.description.strip(),
         device=device,
         scale_out_fabric=entry.scale_out_fabric,
-        sources=MappingProxyType({f: getattr(entry, f).source for f in numbers}),
+        sources=MappingProxyType({f: getattr(entry, f).source for f in numbers}
+                                 | {"nccl_low_latency_protocols":
+                                    entry.nccl_low_latency_protocols.source}),
+        nccl_low_latency_protocols=entry.nccl_low_latency_protocols.value,
         **{f: getattr(entry, f).value for f in numbers},
     )

@@ -37,6 +37,11 @@ class SourcedCount(_Strict):
     source: NonEmptyStr
 
 
+class SourcedFlag(_Strict):
+    value: bool
+    source: NonEmptyStr
+
+
 class DeviceEntry(_Strict):
     name: NonEmptyStr
     aliases: list[NonEmptyStr] = []
@@ -76,6 +81,8 @@ class SystemEntry(_Strict):
     scale_out_fabric: NonEmptyStr
     scale_up_latency_s: SourcedValue
     scale_out_latency_s: SourcedValue
+    nccl_low_latency_protocols: SourcedFlag = SourcedFlag(
+        value=True, source="NCCL default: LL, LL128 and Simple all enabled")
 
     @model_validator(mode="after")
     def _domain_tiles_nodes(self) -> SystemEntry:

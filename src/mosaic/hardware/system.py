@@ -30,6 +30,8 @@ class System:
         scale_out_fabric: name of the scale-out network, for people.
         scale_up_latency_s: per-step latency (alpha) of one scale-up hop.
         scale_out_latency_s: per-step latency (alpha) of one scale-out hop.
+        nccl_low_latency_protocols: NCCL may use its LL/LL128 protocols (False where the
+            fabric's plugin forces Simple, e.g. AWS EFA).
         sources: provenance of every number, keyed by field name.
     """
 
@@ -45,6 +47,7 @@ class System:
     scale_up_latency_s: float
     scale_out_latency_s: float
     sources: Mapping[str, str]
+    nccl_low_latency_protocols: bool = True
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; the catalog guarantees unique names.

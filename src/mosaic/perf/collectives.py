@@ -23,12 +23,13 @@ reduce-scatter and all-to-all, 1 for send/recv.
 
 Protocols. Ring collectives take the cheapest of NCCL's Simple, LL128 and LL protocols
 (NCCL tuning model, src/graph/tuning.cc): the fitted constants describe Simple, LL128 and LL
-cut the per-step latency and the bandwidth by the ratios in ``nccl_protocols``. On AWS EFA
-only Simple runs (the aws-ofi-nccl plugin sets NCCL_PROTO=simple where the fabric does not
-deliver 128-byte writes in order: AWS EFA NCCL guide; aws/aws-ofi-nccl#850). All-to-all
-and send/recv run Simple. Not modelled: NVLS in-switch reduction and tree all-reduce at
-small sizes. Measured bus-bandwidth curves
-(``BusBandwidthTable``) replace the analytical estimate wherever they cover a point.
+cut the per-step latency and the bandwidth by the ratios in ``nccl_protocols``. Systems
+whose catalog entry sets ``nccl_low_latency_protocols: false`` run Simple only (AWS
+p6-b200: the aws-ofi-nccl plugin sets NCCL_PROTO=simple where the fabric does not deliver
+128-byte writes in order, aws/aws-ofi-nccl#850). All-to-all and send/recv run Simple. Not
+modelled: NVLS in-switch reduction and tree all-reduce at small sizes. Measured
+bus-bandwidth curves (``BusBandwidthTable``) replace the analytical estimate wherever they
+cover a point.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class Interconnect:
     ll_max_bus_bw_bytes_per_s: float = ll_max_bus_bw_bytes_per_s(None)
     """Cap on the LL protocol's bus bandwidth inside one domain (NCCL llMaxBws)."""
     low_latency_protocols: bool = True
-    """NCCL may pick LL/LL128 (False on AWS EFA, where the plugin forces NCCL_PROTO=simple)."""
+    """NCCL may pick LL/LL128 (the system's ``nccl_low_latency_protocols``)."""
     measured: BusBandwidthTable | None = None
     """Measured bus-bandwidth curves used where they cover a call (else the model)."""
 

@@ -112,7 +112,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         scale_up_bw_bytes_per_s=system.scale_up_bw_bytes_per_s,
         scale_out_bw_bytes_per_s=system.scale_out_bw_bytes_per_s,
         ll_max_bus_bw_bytes_per_s=ll_max_bus_bw_bytes_per_s(gpu_generation(device.name)),
-        low_latency_protocols="EFA" not in system.scale_out_fabric.upper(),
+        low_latency_protocols=system.nccl_low_latency_protocols,
         measured=tables.collectives,
     )
     bf16_peak = device.peak_flops_per_s_for("bf16")
