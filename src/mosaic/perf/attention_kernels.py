@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from mosaic.errors import MosaicInputError
 from mosaic.perf.fitted_constants import fitted
+from mosaic.perf.kernels import device_fit_key
 
 
 class AttentionKernel(StrEnum):
@@ -28,10 +29,9 @@ _RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
     "kernels", "attention_kernel_relative_throughput")
 _BY_STACK: dict[str, dict[str, str]] = fitted("kernels", "attention_kernel_by_stack")
 
-# GPU generation of a device name (first match, case-insensitive).
-_GENERATIONS = (("GB200", "blackwell"), ("B300", "blackwell"), ("B200", "blackwell"),
-                ("H100", "hopper"), ("H200", "hopper"), ("H800", "hopper"),
-                ("A100", "ampere"))
+# GPU generation of each kernel-fit device key (kernels.device_fit_key).
+_GENERATION_BY_FIT_KEY = {"B200": "blackwell", "H200": "hopper", "H100": "hopper",
+                          "A100": "ampere"}
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,7 @@ class AttentionKernelChoice:
 
 def gpu_generation(device_name: str) -> str | None:
     """``ampere``, ``hopper`` or ``blackwell`` for a catalog device; None when unknown."""
-    upper = device_name.upper()
-    return next((gen for key, gen in _GENERATIONS if key in upper), None)
+    return _GENERATION_BY_FIT_KEY.get(device_fit_key(device_name))
 
 
 def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str

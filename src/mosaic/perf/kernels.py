@@ -37,6 +37,21 @@ SM_COUNT: dict[str, int] = {k: int(v) for k, v in fitted("kernels", "sm_count").
 """Streaming multiprocessors per device (sources in data/microbench_fits.yaml)."""
 
 
+def device_fit_key(name: str) -> str:
+    """Key of the kernel-fit tables (B200, H200, H100, A100) a catalog device maps to; the
+    upper-cased name for a device outside them.
+
+    GB200 and B300 are Blackwell parts with the B200's SM array; H800 is an H100 die.
+    """
+    upper = name.upper()
+    for key, fit_key in (("GB200", "B200"), ("B300", "B200"), ("B200", "B200"),
+                         ("H200", "H200"), ("H800", "H100"), ("H100", "H100"),
+                         ("A100", "A100")):
+        if key in upper:
+            return fit_key
+    return upper
+
+
 def _k(name: str) -> float:
     return float(fitted("kernels", name))
 

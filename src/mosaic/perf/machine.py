@@ -14,26 +14,13 @@ from mosaic.perf.kernels import (
     AttentionEfficiency,
     GemmTable,
     GroupedGemmTable,
+    device_fit_key,
 )
 from mosaic.perf.workload import Precision
 
 # Streaming multiprocessors assumed for devices the kernel fits do not list (a B200-class
 # count; only tile-quantisation granularity depends on it).
 DEFAULT_SM_COUNT = 132
-
-
-def _device_key(name: str) -> str:
-    """Key of the kernel-fit tables (B200, H200, H100, A100) a catalog device maps to.
-
-    GB200 and B300 are Blackwell parts with the B200's SM array; H800 is an H100 die.
-    """
-    upper = name.upper()
-    for key, fit_key in (("GB200", "B200"), ("B300", "B200"), ("B200", "B200"),
-                         ("H200", "H200"), ("H800", "H100"), ("H100", "H100"),
-                         ("A100", "A100")):
-        if key in upper:
-            return fit_key
-    return upper
 
 
 @dataclass(frozen=True)
@@ -102,7 +89,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         raise MosaicInputError(
             f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
         )
-    key = _device_key(device.name)
+    key = device_fit_key(device.name)
     attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
     interconnect = Interconnect(
         scale_up_domain_gpus=job_domain_gpus(
