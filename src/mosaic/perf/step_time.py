@@ -26,7 +26,6 @@ import numpy as np
 
 from mosaic.arch import (
     AttentionKind,
-    MoEConfig,
     attention_flops_per_token,
     count_parameters,
     lm_head_flops_per_token,
@@ -405,16 +404,20 @@ DROPLESS_ROUTINGS = frozenset({"dropless", "balanced", "unknown"})
 TE_GROUPED_LINEAR_STACKS = frozenset({"megatron-core"})
 
 
-def _grouped_expert_host_floor_s(moe: MoEConfig, plans: ParallelPlans) -> np.ndarray:
-    """Host floor of one MoE layer's grouped expert GEMMs per micro-batch: up and down
-    projections, forward and backward, over the E/ep local experts."""
+def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
+                         moe_blocks: np.ndarray) -> np.ndarray:
+    """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
+    projections, forward and backward, over the E/ep local experts of each MoE block
+    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`); zero for a dense model."""
+    moe = workload.geometry.moe
+    if moe is None:
+        return np.zeros(len(plans))
     local_experts = moe.experts / plans.ep
-    return 2 * (te_grouped_linear_host_floor_s(local_experts)
-                + te_grouped_linear_host_floor_s(local_experts, backward=True))
+    return moe_blocks * 2 * (te_grouped_linear_host_floor_s(local_experts)
+                             + te_grouped_linear_host_floor_s(local_experts, backward=True))
 
 
-def _moe_host_sync_s(workload: Workload, plans: ParallelPlans,
-                     moe_blocks: np.ndarray) -> np.ndarray:
+def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.ndarray:
     """Per micro-batch: host time of the grouped expert GEMMs that no GPU work hides.
 
     With a host-device synchronisation in every MoE layer the host cannot run ahead of the
@@ -424,28 +427,20 @@ def _moe_host_sync_s(workload: Workload, plans: ParallelPlans,
     TE GroupedLinear. Fit evidence: leave-one-source-out MoE tokens/s MAPE on the published
     runs drops from 22.8% to 17.2% with this term (docs/perf.md).
     """
-    moe = workload.geometry.moe
-    if (moe is None or workload.routing not in DROPLESS_ROUTINGS
+    if (workload.routing not in DROPLESS_ROUTINGS
             or workload.stack not in TE_GROUPED_LINEAR_STACKS):
-        return np.zeros(len(plans))
-    return moe_blocks * _grouped_expert_host_floor_s(moe, plans)
+        return np.zeros_like(expert_host_floor_s)
+    return expert_host_floor_s
 
 
-def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
-                      moe_blocks: np.ndarray, calibration: Calibration) -> np.ndarray:
-    """t_disp = L_stage · (κ0 + κ1·E_loc) · t_gap + t_host (Eq. 11).
-
-    The κ1·E_loc part is the measured host floor of the grouped expert GEMMs (up and down
-    projections, forward and backward), which grows per local expert
-    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`).
-    """
-    moe = workload.geometry.moe
+def _dispatch_floor_s(plans: ParallelPlans, blocks: np.ndarray,
+                      expert_host_floor_s: np.ndarray, calibration: Calibration) -> np.ndarray:
+    """t_disp = L_stage · (κ0 + κ1·E_loc) · t_gap + t_host (Eq. 11); the κ1·E_loc part is
+    the measured host floor of the grouped expert GEMMs, which grows per local expert."""
     per_block = np.full(len(plans), calibration.kernels_per_layer_base
                         * calibration.dispatch_gap_s)
-    if moe is not None:
-        return (blocks * per_block + moe_blocks * _grouped_expert_host_floor_s(moe, plans)
-                + calibration.host_overhead_per_microbatch_s)
-    return blocks * per_block + calibration.host_overhead_per_microbatch_s
+    return (blocks * per_block + expert_host_floor_s
+            + calibration.host_overhead_per_microbatch_s)
 
 
 def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
@@ -470,10 +465,11 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     elementwise_per_mb = block_terms["compute_elementwise"]
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
                                                 * elementwise_per_mb)
+    expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
-              "moe_host_sync": _moe_host_sync_s(workload, plans, moe_blocks)}
+              "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
     t_cmp = sum(per_mb.values())
-    t_disp = _dispatch_floor_s(workload, plans, blocks, moe_blocks, calibration)
+    t_disp = _dispatch_floor_s(plans, blocks, expert_host_floor, calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
     breakdown = {name: n_mb * value for name, value in per_mb.items()}
     breakdown["dispatch_floor"] = n_mb * dispatch_extra
