@@ -87,6 +87,8 @@ class RecordBaselines:
 # StepPrediction fields the closed form reads, copied one per run into RecordBaselines.
 _PREDICTION_COLUMNS = ("analytic_step_time_s", "attention_core_s", "routed_expert_s",
                        "elementwise_s", "block_compute_s", "block_dispatch_floor_s")
+# ChiDrivers fields (the inputs of Eq. 15), copied the same way.
+_DRIVER_COLUMNS = ("a2a_share", "pp_extra_nodes", "deep_local_pipeline")
 
 
 def _routing_key(record: RunRecord) -> str:
@@ -100,24 +102,20 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordB
     rows = [r for r in records if not r.oom and r.measured_step_time_s]
     if not rows:
         raise MosaicInputError("no run with a measured step time to calibrate on")
-    columns: dict[str, list[float]] = {name: [] for name in _PREDICTION_COLUMNS}
-    a2a, pp_nodes, deep = [], [], []
+    columns: dict[str, list[float]] = {
+        name: [] for name in _PREDICTION_COLUMNS + _DRIVER_COLUMNS}
     for record in rows:
         machine = machine_for(record.cluster, record.workload.precision)
         prediction = predict_step(record.workload, record.plan, machine, base)
         for name in _PREDICTION_COLUMNS:
             columns[name].append(getattr(prediction, name)[0])
-        a2a.append(prediction.chi_drivers.a2a_share[0])
-        pp_nodes.append(prediction.chi_drivers.pp_extra_nodes[0])
-        deep.append(prediction.chi_drivers.deep_local_pipeline[0])
+        for name in _DRIVER_COLUMNS:
+            columns[name].append(getattr(prediction.chi_drivers, name)[0])
     return RecordBaselines(
         ids=tuple(r.id for r in rows),
         stacks=tuple(r.workload.stack for r in rows),
         routings=tuple(_routing_key(r) for r in rows),
         **{name: np.array(values) for name, values in columns.items()},
-        a2a_share=np.array(a2a),
-        pp_extra_nodes=np.array(pp_nodes),
-        deep_local_pipeline=np.array(deep),
         measured_step_time_s=np.array([r.measured_step_time_s for r in rows], dtype=float),
     )
 
