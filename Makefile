@@ -3,21 +3,33 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The tests use torch on CPU; pin the CPU build (a plain `torch` pulls a multi-GB CUDA build).
+TORCH ?= torch==2.13.0
 
 $(BIN)/mosaic: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(BIN)/mosaic
 
-.PHONY: install run test bench
+# Everything the full test suite exercises: trainer, bench, report, studio, Ray, browser driver.
+$(VENV)/.test-extras: $(BIN)/mosaic pyproject.toml
+	$(BIN)/pip install --quiet '$(TORCH)' -e '.[dev,all,browser-tests]'
+	touch $(VENV)/.test-extras
+
+.PHONY: install install-test run test test-fast bench
 install: $(BIN)/mosaic
+
+install-test: $(VENV)/.test-extras
 
 run: install
 	$(BIN)/mosaic plan
 
-test: install
+test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
+
+test-fast: install-test
+	$(BIN)/pytest -m "not slow"
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done
