@@ -1,45 +1,146 @@
-"""The `mosaic` command: thin subcommands that parse, call the library and render."""
+"""The `mosaic` command: thin subcommands that parse, call the library and render.
+
+Start-up is kept light: this module imports only typer. Each subcommand's module (and
+the numerical libraries behind it) is imported when that subcommand runs, so `mosaic
+--help` and `mosaic arch ...` do not pay for scipy, pandas or matplotlib.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from mosaic.cli import (
-    arch_cmd,
-    explain_cmd,
-    law_cmd,
-    layouts_cmd,
-    perf_cmd,
-    plan_cmd,
-    validate_cmd,
-)
-from mosaic.cli.common import error_console
+# To add a subcommand: one row here, `name: (module, one-line help)`. The module must have
+# `register(app)` that attaches the command called `name` (tests check the help line
+# matches the command's own docstring, so keep them in step).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "arch": ("mosaic.cli.arch_cmd",
+             "Exact parameter counts, sparsity and FLOPs per token of a transformer geometry."),
+    "perf": ("mosaic.cli.perf_cmd",
+             "Predict step time, tokens/s, MFU and per-GPU memory of one job, with "
+             "breakdowns."),
+    "layouts": ("mosaic.cli.layouts_cmd",
+                "Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, "
+                "App. E)."),
+    "explain": ("mosaic.cli.explain_cmd",
+                "Explain a job's predicted step: what bounds it, a measured gap, and levers "
+                "to try."),
+    "validate": ("mosaic.cli.validate_cmd",
+                 "Predict each recorded run and compare with its measured tokens/s (and "
+                 "memory)."),
+    "calibrate": ("mosaic.cli.validate_cmd",
+                  "Fit the model's free constants (χ_sys terms, stack and kernel factors) to "
+                  "runs."),
+    "plan": ("mosaic.cli.plan_cmd",
+             "Jointly choose the MoE geometry, token budget and parallel layout for a "
+             "cluster."),
+    "law": ("mosaic.cli.law_cmd",
+            "Loss law (paper Sec. 4, 6.1): predict, fit run data, model-FLOPs optimum."),
+    "sweep": ("mosaic.cli.plan_cmd",
+              "Budget sweeps of the MOSAIC optimum (paper Sec. 7.4, Fig. 11)."),
+}
+
+
+def _load_commands(module_name: str) -> dict[str, Any]:
+    """Import one command module and return the click commands it registers."""
+    module = importlib.import_module(module_name)
+    holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    module.register(holder)
+    group = typer.main.get_group(holder)
+    return dict(group.commands)
+
+
+class LazyGroup(TyperGroup):
+    """Root group that imports a subcommand's module only when that subcommand is used."""
+
+    _listing_help = False
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self._loaded: dict[str, Any] = {}
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return None
+        if self._listing_help:  # the help listing needs only the one-line help
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
+        if cmd_name not in self._loaded:
+            self._loaded.update(_load_commands(COMMANDS[cmd_name][0]))
+        return self._loaded.get(cmd_name)
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> Any:
+        self.commands = {name: TyperCommand(name) for name in COMMANDS}  # for suggestions
+        return super().resolve_command(ctx, args)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        self._listing_help = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing_help = False
+
 
 app = typer.Typer(
     name="mosaic",
-    help="Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605).",
+    cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 
-for _module in (arch_cmd, law_cmd, perf_cmd, layouts_cmd, explain_cmd, validate_cmd, plan_cmd):
-    _module.register(app)
+
+@app.callback()
+def _root() -> None:
+    """Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605)."""
+
+
+def _one_line(message: str) -> None:
+    sys.stderr.write(message.replace("\n", " ").strip() + "\n")
+
+
+def _internal_error(exc: BaseException) -> None:
+    if os.environ.get("MOSAIC_DEBUG"):
+        raise exc
+    _one_line(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in mosaic, "
+              "please report it (MOSAIC_DEBUG=1 shows the traceback)")
+    sys.exit(1)
 
 
 def main() -> None:
-    """Console entry point: usage errors (unknown option, unparsable value) as one line."""
+    """Console entry point: usage errors (unknown option, unparsable value) as one line.
+
+    Anything the commands did not turn into a one-line input error is a bug; it is still
+    reported as one line (exit status 1) unless MOSAIC_DEBUG=1 asks for the traceback.
+    """
     try:
         code = app(standalone_mode=False)
-    except Exception as exc:  # typer's (or click's) UsageError family, matched by shape
+    except typer.Abort:
+        _one_line("error: interrupted")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # stdout closed early (`mosaic ... | head`): nothing more to say.
+        sys.stderr.close()
+        sys.exit(0)
+    except Exception as exc:
+        # click's UsageError family (typer vendors click), matched by shape
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
-            raise
+            _internal_error(exc)
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()
         else:
-            error_console.print(f"error: {exc.format_message()}", markup=False,
-                                highlight=False, soft_wrap=True)
+            _one_line(f"error: {exc.format_message()}")
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _one_line("error: interrupted")
+        sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
