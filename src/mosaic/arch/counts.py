@@ -11,7 +11,7 @@ the ``*_with_embedding`` variants add the input embedding and the (untied) LM he
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,9 +65,32 @@ def params_attention_mla(
     return query + key_value + output + (d_model * heads if gated else 0)
 
 
-def params_ffn(d_model: ArrayLike, width: ArrayLike, glu: bool) -> ArrayLike:
-    """Two-matrix FFN (2·d·w) or gated GLU/SwiGLU FFN (3·d·w; Shazeer, 2020)."""
-    return (3 if glu else 2) * d_model * width
+def params_attention_extras(geometry: Geometry) -> int:
+    """Small per-block attention parameters beyond the projections (MHA/GQA only).
+
+    Per-head Q/K norms (Qwen3: one norm of width head_dim each for Q and K), Q/K/V biases
+    (Qwen2, gpt-oss), an output bias (gpt-oss) and one sink logit per head (gpt-oss model
+    card, arXiv:2508.10925 Sec. 2.1).
+    """
+    extra = 0
+    if geometry.qk_norm:
+        extra += 2 * params_per_norm(geometry.head_dim, geometry.norm)
+    if geometry.qkv_bias:
+        extra += (geometry.heads + 2 * geometry.kv_heads) * geometry.head_dim
+    if geometry.output_bias:
+        extra += geometry.d_model
+    if geometry.attention_sinks:
+        extra += geometry.heads
+    return extra
+
+
+def params_ffn(d_model: ArrayLike, width: ArrayLike, glu: bool, bias: bool = False) -> ArrayLike:
+    """Two-matrix FFN (2·d·w) or gated GLU/SwiGLU FFN (3·d·w; Shazeer, 2020).
+
+    ``bias`` adds the linear biases: w per input matrix (two for GLU) plus d for the output.
+    """
+    weights = (3 if glu else 2) * d_model * width
+    return weights + ((2 if glu else 1) * width + d_model if bias else 0)
 
 
 def params_router(d_model: ArrayLike, experts: ArrayLike) -> ArrayLike:
@@ -95,6 +118,7 @@ class ParameterCounts:
     router_per_layer: ArrayLike
     embedding: ArrayLike
     lm_head: ArrayLike
+    mtp: ArrayLike = 0  # DeepSeek-V3 MTP modules, outside every total below
 
     @property
     def dense_layers(self) -> ArrayLike:
@@ -160,8 +184,16 @@ def build_counts(
     expert_ffn: ArrayLike = 0,
     shared_experts: ArrayLike = 0,
     shared_expert_ffn: ArrayLike = 0,
+    expert_bias: bool = False,
+    router_bias: bool = False,
+    shared_expert_gate: bool = False,
 ) -> ParameterCounts:
-    """Assemble :class:`ParameterCounts` from dimensions (scalars or arrays)."""
+    """Assemble :class:`ParameterCounts` from dimensions (scalars or arrays).
+
+    The shared-expert gate (Qwen2-MoE) is a d→1 linear per MoE block, counted with the
+    shared experts; a router bias adds E parameters per MoE block (gpt-oss).
+    """
+    gate = d_model if shared_expert_gate else 0
     return ParameterCounts(
         layers=layers,
         moe_layers=moe_layers,
@@ -171,9 +203,11 @@ def build_counts(
         norms_per_layer=2 * params_per_norm(d_model, norm),  # pre-attention + pre-FFN norm
         final_norm=params_per_norm(d_model, norm),
         dense_ffn_per_layer=params_ffn(d_model, ffn, glu),
-        routed_expert=params_ffn(d_model, expert_ffn, glu),
-        shared_experts_per_layer=shared_experts * params_ffn(d_model, shared_expert_ffn, glu),
-        router_per_layer=params_router(d_model, experts),
+        routed_expert=params_ffn(d_model, expert_ffn, glu, expert_bias),
+        shared_experts_per_layer=(
+            shared_experts * params_ffn(d_model, shared_expert_ffn, glu, expert_bias) + gate
+        ),
+        router_per_layer=params_router(d_model, experts) + (experts if router_bias else 0),
         embedding=vocab * d_model,
         lm_head=0 if tied_embeddings else vocab * d_model,
     )
@@ -192,13 +226,29 @@ def attention_params(geometry: Geometry) -> int:
         geometry.kv_heads,
         geometry.head_dim,
         geometry.gated_attention,
-    )
+    ) + params_attention_extras(geometry)
+
+
+def params_mtp_module(counts: ParameterCounts, d_model: int, norm: NormKind, moe: bool) -> int:
+    """One DeepSeek-V3 multi-token-prediction module (DeepSeek-V3 Sec. 2.2, Eq. 21).
+
+    A transformer block like the main model's last one, the projection M ∈ R^{d×2d}, the
+    two input norms (HF checkpoint ``enorm``/``hnorm``) and the head's norm
+    (``shared_head.norm``); the embedding and output head are shared with the main model.
+    """
+    block = counts.attention_per_layer + counts.norms_per_layer
+    if moe:
+        block += (counts.experts * counts.routed_expert + counts.shared_experts_per_layer
+                  + counts.router_per_layer)
+    else:
+        block += counts.dense_ffn_per_layer
+    return int(block + 2 * d_model * d_model + 3 * params_per_norm(d_model, norm))
 
 
 def count_parameters(geometry: Geometry) -> ParameterCounts:
     """Exact parameter counts of one geometry."""
     moe = geometry.moe
-    return build_counts(
+    counts = build_counts(
         attention_per_layer=attention_params(geometry),
         layers=geometry.layers,
         d_model=geometry.d_model,
@@ -213,7 +263,16 @@ def count_parameters(geometry: Geometry) -> ParameterCounts:
         expert_ffn=moe.expert_ffn if moe else 0,
         shared_experts=moe.shared_experts if moe else 0,
         shared_expert_ffn=moe.shared_width if moe else 0,
+        expert_bias=moe.expert_bias if moe else False,
+        router_bias=moe.router_bias if moe else False,
+        shared_expert_gate=moe.shared_expert_gate if moe else False,
     )
+    if geometry.mtp_layers:
+        last_is_moe = geometry.is_moe_layer(geometry.layers - 1)
+        mtp = geometry.mtp_layers * params_mtp_module(
+            counts, geometry.d_model, geometry.norm, last_is_moe)
+        counts = replace(counts, mtp=mtp)
+    return counts
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,11 @@ class MoEConfig:
             (the paper's choice, Appendix A.1).
         dense_layers: leading blocks kept dense (the paper keeps block 1 dense, Sec. 3.1).
         moe_every: after the dense prefix, every n-th block is MoE (1 = all of them).
+        expert_bias: routed/shared expert linears carry biases (gpt-oss, OpenAI 2025 model
+            card arXiv:2508.10925).
+        router_bias: the router linear carries a bias (gpt-oss).
+        shared_expert_gate: a sigmoid gate d→1 scales the shared experts' output
+            (Qwen2-MoE, HF transformers ``Qwen2MoeSparseMoeBlock.shared_expert_gate``).
     """
 
     experts: int
@@ -85,6 +90,9 @@ class MoEConfig:
     shared_expert_ffn: int | None = None
     dense_layers: int = 0
     moe_every: int = 1
+    expert_bias: bool = False
+    router_bias: bool = False
+    shared_expert_gate: bool = False
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -129,6 +137,12 @@ class Geometry:
         gated_attention: per-head sigmoid output gate (Qiu et al., 2025; paper A.1).
         norm: LayerNorm (the paper's pre-LN, A.1) or RMSNorm.
         moe: the routed part, or None for a dense model.
+        qk_norm: per-head norm of queries and keys (Qwen3; HF ``Qwen3Attention.q_norm``).
+        qkv_bias: biases on the Q, K and V projections (Qwen2, gpt-oss).
+        output_bias: bias on the attention output projection (gpt-oss).
+        attention_sinks: one learned sink logit per head (gpt-oss model card, Sec. 2.1).
+        mtp_layers: DeepSeek-V3 multi-token-prediction modules (DeepSeek-V3 Sec. 2.2); their
+            parameters are counted apart from ``n_total`` (the published 671 B excludes them).
     """
 
     layers: int
@@ -145,6 +159,11 @@ class Geometry:
     gated_attention: bool = False
     norm: NormKind = NormKind.LAYERNORM
     moe: MoEConfig | None = field(default=None)
+    qk_norm: bool = False
+    qkv_bias: bool = False
+    output_bias: bool = False
+    attention_sinks: bool = False
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -157,6 +176,7 @@ class Geometry:
             ffn=self.ffn,
             vocab=self.vocab,
         )
+        _require(self.mtp_layers >= 0, f"model.mtp_layers must be >= 0, got {self.mtp_layers}")
         object.__setattr__(self, "attention", AttentionKind(self.attention))
         object.__setattr__(self, "norm", NormKind(self.norm))
         if self.attention is AttentionKind.MLA:

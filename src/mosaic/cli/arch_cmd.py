@@ -20,9 +20,8 @@ from mosaic.arch import (
 )
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
-from mosaic.config.model_schema import geometry_from_document
+from mosaic.cli.model_option import load_model_file
 from mosaic.errors import MosaicInputError
-from mosaic.schema_validation import load_yaml_mapping
 
 
 def geometry_from_options(
@@ -49,7 +48,7 @@ def geometry_from_options(
 ) -> Geometry:
     """Resolve a geometry from a YAML file, a ladder seed, or explicit dimensions."""
     if config is not None:
-        return geometry_from_document(load_yaml_mapping(config), str(config))
+        return load_model_file(config)
     if split_factor is not None and expert_ffn is not None:
         raise MosaicInputError("give either --split-factor or --expert-ffn, not both")
     if (top_k is None) != (experts is None):
@@ -146,6 +145,7 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "n_active_with_embedding": int(counts.n_active_with_embedding),
         "n_embedding": int(counts.n_embedding),
         "router_params": int(counts.routers),
+        "mtp_params": int(counts.mtp),
         "sparsity": float(counts.sparsity),
         "split_factor": geometry.split_factor,
         "seq_len": seq_len,
@@ -186,6 +186,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("N_total with embedding", _billions(summary["n_total_with_embedding"])),
         ("N_active with embedding", _billions(summary["n_active_with_embedding"])),
         ("router parameters", f"{summary['router_params']:,}"),
+        *([("MTP modules (not in N_total)", _billions(summary["mtp_params"]))]
+          if summary.get("mtp_params") else []),
         ("sparsity S = 1 - N_act/N_tot", f"{summary['sparsity']:.4f}"),
         ("model FLOPs/token (6·N_act)", f"{summary['flops_per_token']:.4e}"),
         (
@@ -198,9 +200,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def arch(
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with model: and moe: blocks")
-    ] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "--model",
+        help="HuggingFace config.json, or YAML file with model: and moe: blocks")] = None,
     q: Annotated[int | None, typer.Option("--q", help="ladder seed q (Sec. 7.1)")] = None,
     layers: Annotated[int | None, typer.Option(help="transformer blocks")] = None,
     d_model: Annotated[int | None, typer.Option(help="residual width d")] = None,

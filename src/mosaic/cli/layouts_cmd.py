@@ -23,6 +23,7 @@ from mosaic.cli.common import (
     parse_ints,
     print_json,
 )
+from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, load_job
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for
@@ -256,6 +257,7 @@ def layouts(
     set_: SetOption = None,
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
+    model: ModelOption = None,
 ) -> None:
     """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
 
@@ -263,7 +265,7 @@ def layouts(
     sharding and checkpointing are searched (pin them with the options).
     """
     spec, cluster = load_search_job(job, set_ or [], devices)
-    workload = spec.workload
+    workload = with_model(spec, model).workload
     if uneven_stages:
         workload = replace(workload, uneven_pipeline_stages=True)
     limits = LayoutLimits(

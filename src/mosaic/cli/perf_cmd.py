@@ -16,6 +16,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
+from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.config.job_schema import load_job
 from mosaic.evaluate.job import JobPrediction, predict_job
 from mosaic.perf.calibration import load_calibration
@@ -107,9 +108,10 @@ def perf(
     set_: SetOption = None,
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
+    model: ModelOption = None,
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
-    spec = load_job(job, set_ or [])
+    spec = with_model(load_job(job, set_ or []), model)
     result = predict_job(spec, load_calibration(calibration))
     document = prediction_document(result)
     if json_output:

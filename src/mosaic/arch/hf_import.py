@@ -1,0 +1,240 @@
+"""Import a HuggingFace ``config.json`` into a :class:`Geometry`.
+
+Supported ``model_type`` values and the HF transformers configuration classes whose field
+names (and defaults) they follow:
+
+- ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (dense): ``LlamaConfig``, ``Qwen2Config``...
+- ``mixtral``: ``MixtralConfig`` (``num_local_experts``, ``num_experts_per_tok``).
+- ``qwen2_moe``, ``qwen3_moe``: ``Qwen2MoeConfig``/``Qwen3MoeConfig`` (``num_experts``,
+  ``moe_intermediate_size``, ``shared_expert_intermediate_size``, ``decoder_sparse_step``,
+  ``mlp_only_layers``).
+- ``deepseek_v2``, ``deepseek_v3``: ``DeepseekV3Config`` (MLA ranks, ``n_routed_experts``,
+  ``n_shared_experts``, ``first_k_dense_replace``, ``moe_layer_freq``,
+  ``num_nextn_predict_layers``).
+- ``gpt_oss``: ``GptOssConfig`` (biases on attention and experts, attention sinks).
+
+All of these use RMSNorm, SwiGLU experts/FFNs and no FFN biases unless stated. Things
+that do not change the parameter count (RoPE scaling, sliding windows, dtypes) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
+from mosaic.errors import MosaicInputError
+
+DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
+
+
+class _Fields:
+    """Typed access to a config mapping with one-line errors naming the field."""
+
+    def __init__(self, config: Mapping[str, Any], where: str) -> None:
+        self.config = config
+        self.where = where
+
+    def int(self, name: str, default: int | None = None) -> int:
+        value = self.config.get(name, default)
+        if value is None:
+            raise MosaicInputError(f"{self.where}: missing required field {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise MosaicInputError(
+                f"{self.where}: {name} must be a positive integer, got {value!r}")
+        return value
+
+    def optional_int(self, name: str) -> int | None:
+        return None if self.config.get(name) is None else self.int(name)
+
+    def count(self, name: str, default: int = 0) -> int:
+        """A non-negative integer (0 allowed)."""
+        value = self.config.get(name, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise MosaicInputError(
+                f"{self.where}: {name} must be a non-negative integer, got {value!r}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.config.get(name, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise MosaicInputError(f"{self.where}: {name} must be true or false, got {value!r}")
+        return value
+
+
+def _check_gated_activation(fields: _Fields) -> None:
+    """Every supported family uses a gated (SwiGLU-like) MLP; refuse an unexpected one."""
+    act = fields.config.get("hidden_act", "silu")
+    if act not in ("silu", "swish", "gelu", "gelu_pytorch_tanh"):
+        raise MosaicInputError(
+            f"{fields.where}: hidden_act {act!r} is not supported; allowed: silu, swish, gelu")
+    if fields.bool("mlp_bias", False):
+        raise MosaicInputError(f"{fields.where}: mlp_bias=true is not supported (FFN biases)")
+
+
+def _moe_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
+    """(dense prefix, moe_every) from Qwen-MoE ``mlp_only_layers``/``decoder_sparse_step``.
+
+    HF Qwen2/3-MoE make block i sparse when i is not in ``mlp_only_layers`` and
+    (i + 1) % decoder_sparse_step == 0.
+    """
+    step = fields.int("decoder_sparse_step", 1)
+    dense_list = fields.config.get("mlp_only_layers") or []
+    sparse = [i for i in range(layers) if i not in dense_list and (i + 1) % step == 0]
+    if not sparse:
+        raise MosaicInputError(f"{fields.where}: no MoE block left by mlp_only_layers")
+    prefix = sparse[0]
+    every = sparse[1] - sparse[0] if len(sparse) > 1 else 1
+    expected = list(range(prefix, layers, every))
+    if sparse != expected:
+        raise MosaicInputError(
+            f"{fields.where}: MoE blocks {sparse} are not a dense prefix followed by every "
+            "n-th block; mosaic's geometry cannot express this pattern")
+    return prefix, every
+
+
+def _deepseek_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
+    """DeepSeek-V2/V3 block i is MoE when i >= first_k_dense_replace and i % freq == 0."""
+    first = fields.count("first_k_dense_replace", 0)
+    freq = fields.int("moe_layer_freq", 1)
+    sparse = [i for i in range(first, layers) if i % freq == 0]
+    if not sparse:
+        raise MosaicInputError(f"{fields.where}: no MoE block left by first_k_dense_replace")
+    return sparse[0], freq  # the multiples of freq from the first one: prefix + every n-th
+
+
+def _attention(fields: _Fields, d_model: int) -> dict[str, Any]:
+    heads = fields.int("num_attention_heads")
+    kv_heads = fields.int("num_key_value_heads", heads)
+    if fields.config.get("head_dim") is None and d_model % heads:
+        raise MosaicInputError(
+            f"{fields.where}: num_attention_heads ({heads}) must divide hidden_size "
+            f"({d_model}) when head_dim is not given")
+    head_dim = fields.int("head_dim", d_model // heads)
+    return {
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "attention": AttentionKind.MHA if kv_heads == heads else AttentionKind.GQA,
+    }
+
+
+def _mla(fields: _Fields) -> dict[str, Any]:
+    heads = fields.int("num_attention_heads")
+    mla = MLAConfig(
+        kv_lora_rank=fields.int("kv_lora_rank"),
+        qk_nope_head_dim=fields.int("qk_nope_head_dim"),
+        qk_rope_head_dim=fields.int("qk_rope_head_dim"),
+        v_head_dim=fields.int("v_head_dim"),
+        q_lora_rank=fields.optional_int("q_lora_rank"),
+    )
+    return {"heads": heads, "kv_heads": heads, "head_dim": mla.v_head_dim,
+            "attention": AttentionKind.MLA, "mla": mla}
+
+
+def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json") -> Geometry:
+    """Build the geometry of a HuggingFace model config (see the module docstring)."""
+    if not isinstance(config, Mapping):
+        raise MosaicInputError(f"{where}: expected a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_TYPES:
+        raise MosaicInputError(
+            f"{where}: model_type {model_type!r} is not supported; allowed: "
+            f"{', '.join(SUPPORTED_TYPES)}")
+    fields = _Fields(config, where)
+    _check_gated_activation(fields)
+    d_model = fields.int("hidden_size")
+    layers = fields.int("num_hidden_layers")
+    common: dict[str, Any] = {
+        "layers": layers,
+        "d_model": d_model,
+        "vocab": fields.int("vocab_size"),
+        "glu": True,
+        "norm": NormKind.RMSNORM,
+        # HF PretrainedConfig defaults tie_word_embeddings to True, but every family here
+        # overrides the default to False (LlamaConfig, MixtralConfig, Qwen*Config, ...).
+        "tied_embeddings": fields.bool("tie_word_embeddings", False),
+    }
+    attention_bias = fields.bool("attention_bias", False)
+
+    if model_type in DENSE_TYPES:
+        return Geometry(
+            **common, **_attention(fields, d_model), ffn=fields.int("intermediate_size"),
+            # Qwen2's q/k/v projections always carry biases (HF Qwen2Attention: bias=True).
+            qkv_bias=model_type == "qwen2" or attention_bias,
+            output_bias=attention_bias and model_type != "qwen2",
+            qk_norm=model_type == "qwen3",
+        )
+
+    if model_type == "mixtral":
+        width = fields.int("intermediate_size")
+        moe = MoEConfig(experts=fields.int("num_local_experts"),
+                        top_k=fields.int("num_experts_per_tok"), expert_ffn=width)
+        return Geometry(**common, **_attention(fields, d_model), ffn=width, moe=moe)
+
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        dense_layers, every = _moe_prefix(fields, layers)
+        shared_width = fields.count("shared_expert_intermediate_size", 0)
+        moe = MoEConfig(
+            experts=fields.int("num_experts"),
+            top_k=fields.int("num_experts_per_tok"),
+            expert_ffn=fields.int("moe_intermediate_size"),
+            shared_experts=1 if shared_width else 0,
+            shared_expert_ffn=shared_width or None,
+            dense_layers=dense_layers,
+            moe_every=every,
+            shared_expert_gate=bool(shared_width),  # HF Qwen2MoeSparseMoeBlock
+        )
+        qwen2 = model_type == "qwen2_moe"
+        return Geometry(
+            **common, **_attention(fields, d_model), ffn=fields.int("intermediate_size"),
+            moe=moe, qkv_bias=qwen2 or attention_bias,
+            output_bias=attention_bias and not qwen2, qk_norm=not qwen2,
+        )
+
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        dense_layers, every = _deepseek_prefix(fields, layers)
+        moe = MoEConfig(
+            experts=fields.int("n_routed_experts"),
+            top_k=fields.int("num_experts_per_tok"),
+            expert_ffn=fields.int("moe_intermediate_size"),
+            shared_experts=fields.count("n_shared_experts", 0),
+            dense_layers=dense_layers,
+            moe_every=every,
+        )
+        if attention_bias:
+            raise MosaicInputError(f"{where}: attention_bias=true is not supported with MLA")
+        return Geometry(**common, **_mla(fields), ffn=fields.int("intermediate_size"),
+                        moe=moe, mtp_layers=fields.count("num_nextn_predict_layers", 0))
+
+    # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
+    # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
+    width = fields.int("intermediate_size")
+    top_k = fields.int("num_experts_per_tok", config.get("experts_per_token"))
+    moe = MoEConfig(experts=fields.int("num_local_experts"), top_k=top_k, expert_ffn=width,
+                    expert_bias=True, router_bias=True)
+    return Geometry(**common, **_attention(fields, d_model), ffn=width, moe=moe,
+                    qkv_bias=attention_bias, output_bias=attention_bias, attention_sinks=True)
+
+
+def load_hf_config(path: Path) -> Geometry:
+    """Read a ``config.json`` file and import its geometry."""
+    try:
+        config = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise MosaicInputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})"
+                               ) from None
+    return geometry_from_hf_config(config, str(path))
+
+
+def is_hf_config_file(path: Path) -> bool:
+    """Whether ``path`` names a JSON file (HF config) rather than a mosaic YAML file."""
+    return Path(path).suffix.lower() == ".json"

@@ -1,0 +1,169 @@
+"""HuggingFace config.json import against published parameter totals.
+
+The example configs in examples/hf/ are the architecture fields of the published
+config.json files (sources in docs/export.md, "Model configs"). Each test checks the
+published total and an independent hand calculation written out term by term.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mosaic.arch import count_parameters
+from mosaic.arch.geometry import AttentionKind
+from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
+from mosaic.errors import MosaicInputError
+
+HF = Path(__file__).resolve().parents[2] / "examples" / "hf"
+
+
+def counts(name: str):
+    return count_parameters(load_hf_config(HF / name))
+
+
+def test_llama3_8b_exact():
+    """Meta-Llama-3-8B: 8,030,261,248 parameters (the checkpoint's safetensors total)."""
+    c = counts("llama-3-8b.json")
+    attention = 2 * 4096 * 4096 + 2 * 4096 * 1024
+    block = attention + 3 * 4096 * 14336 + 2 * 4096
+    assert int(c.n_total_with_embedding) == 32 * block + 4096 + 2 * 128256 * 4096
+    assert int(c.n_total_with_embedding) == 8_030_261_248
+
+
+def test_mixtral_8x7b_exact():
+    """Mixtral 8x7B (Jiang et al., 2024): 46.7 B total, 12.9 B active."""
+    c = counts("mixtral-8x7b.json")
+    assert int(c.n_total_with_embedding) == 46_702_792_704  # HF checkpoint total
+    assert round(c.n_total_with_embedding / 1e9, 1) == 46.7
+    assert round(c.n_active_with_embedding / 1e9, 1) == 12.9
+
+
+def test_qwen3_30b_a3b():
+    """Qwen3-30B-A3B model card: 30.5 B total, 29.9 B non-embedding, 3.3 B activated."""
+    c = counts("qwen3-30b-a3b.json")
+    attention = 2 * 2048 * 4096 + 2 * 2048 * 512 + 2 * 128  # + per-head q/k RMSNorm
+    moe = 128 * 3 * 2048 * 768 + 128 * 2048  # experts + router
+    block = attention + moe + 2 * 2048
+    assert int(c.n_total) == 48 * block + 2048
+    assert int(c.n_total_with_embedding) == 30_532_122_624
+    assert round(c.n_total_with_embedding / 1e9, 1) == 30.5
+    assert round(c.n_total / 1e9, 1) == 29.9
+    # 3.35 B with embedding and head: the card's "3.3B" truncates.
+    assert int(c.n_active_with_embedding / 1e8) == 33
+
+
+def test_deepseek_v3_mla_and_mtp():
+    """DeepSeek-V3 (arXiv:2412.19437; README_WEIGHTS.md): 671 B main model, 36.6 B activated
+    counting the 0.9 B output head; one MTP module outside the 671 B."""
+    geometry = load_hf_config(HF / "deepseek-v3.json")
+    assert geometry.attention is AttentionKind.MLA and geometry.mtp_layers == 1
+    assert geometry.dense_layer_count == 3 and geometry.moe_layer_count == 58
+    c = count_parameters(geometry)
+    assert round(c.n_total_with_embedding / 1e9, 1) == 671.0
+    assert round((c.n_active + c.lm_head) / 1e9, 1) == 36.6
+    assert round(c.lm_head / 1e9, 1) == 0.9
+    # MTP module (Sec. 2.2): a MoE block + M (d x 2d) + three RMSNorms, by hand.
+    mla = 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 \
+        + 128 * 128 * 7168
+    moe_block = mla + 2 * 7168 + 257 * 3 * 7168 * 2048 + 256 * 7168
+    assert int(c.mtp) == moe_block + 2 * 7168 * 7168 + 3 * 7168
+    # DeepSeek's README quotes 11.5 B for the module, i.e. the block without M (2·d² = 0.1 B).
+    assert round(moe_block / 1e9, 1) == 11.5
+
+
+def test_gpt_oss_20b():
+    """gpt-oss model card (arXiv:2508.10925, Table 1): 20.91 B total, 3.61 B active
+    (unembedding counted, embedding not), MLP 19.12 B, attention 0.64 B, embed+unembed
+    1.16 B."""
+    c = counts("gpt-oss-20b.json")
+    assert round(c.n_total_with_embedding / 1e9, 2) == 20.91
+    assert round((c.n_active + c.lm_head) / 1e9, 2) == 3.61
+    assert round(24 * (c.experts * c.routed_expert + c.router_per_layer) / 1e9, 2) == 19.12
+    assert round(24 * c.attention_per_layer / 1e9, 2) == 0.64
+    assert round(c.n_embedding / 1e9, 2) == 1.16
+    # biases: q,k,v,o (4096 + 2·512 + 2880) and 64 sinks per block
+    assert c.attention_per_layer == 2 * 2880 * 4096 + 2 * 2880 * 512 + 4096 + 1024 + 2880 + 64
+
+
+def test_qwen2_moe_shared_expert_gate():
+    """Qwen1.5-MoE-A2.7B (Qwen blog, 2024): 14.3 B total, 2.7 B activated; q/k/v biases,
+    one shared expert of width 5632 with a sigmoid gate."""
+    config = {
+        "model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632,
+        "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+        "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False,
+    }
+    c = count_parameters(geometry_from_hf_config(config))
+    assert round(c.n_total_with_embedding / 1e9, 1) == 14.3
+    assert round(c.n_active_with_embedding / 1e9, 1) == 2.7
+    assert c.shared_experts_per_layer == 3 * 2048 * 5632 + 2048
+
+
+def test_qwen_moe_dense_prefix_and_step():
+    base = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 8,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4,
+            "num_experts_per_tok": 2, "vocab_size": 100}
+    g = geometry_from_hf_config(base | {"mlp_only_layers": [0, 1]})
+    assert (g.moe.dense_layers, g.moe.moe_every, g.moe_layer_count) == (2, 1, 6)
+    g = geometry_from_hf_config(base | {"decoder_sparse_step": 2})  # blocks 1, 3, 5, 7
+    assert (g.moe.dense_layers, g.moe.moe_every, g.moe_layer_count) == (1, 2, 4)
+    with pytest.raises(MosaicInputError, match="cannot express"):
+        geometry_from_hf_config(base | {"mlp_only_layers": [3]})
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"model_type": "bert"}, "model_type 'bert' is not supported"),
+    ({"hidden_size": -1}, "hidden_size must be a positive integer, got -1"),
+    ({"hidden_size": None}, "missing required field 'hidden_size'"),
+    ({"hidden_act": "relu"}, "hidden_act 'relu' is not supported"),
+    ({"mlp_bias": True}, "mlp_bias"),
+])
+def test_errors_name_the_field(change, message):
+    config = json.loads((HF / "llama-3-8b.json").read_text()) | change
+    with pytest.raises(MosaicInputError, match=message):
+        geometry_from_hf_config(config, "cfg.json")
+
+
+def test_invalid_json_is_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    with pytest.raises(MosaicInputError, match="not valid JSON"):
+        load_hf_config(path)
+
+
+# --- `--model config.json` on arch, perf and layouts ---------------------------------------
+def _cli_json(*args: str) -> dict:
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_arch_model_option_reads_hf_config():
+    doc = _cli_json("arch", "--model", str(HF / "mixtral-8x7b.json"))
+    assert doc["n_total_with_embedding"] == 46_702_792_704
+    assert doc["experts"] == 8 and doc["top_k"] == 2 and doc["attention"] == "gqa"
+
+
+def test_perf_and_layouts_model_option_replace_the_job_model():
+    job = str(HF.parent / "appendix_e.yaml")
+    base = _cli_json("perf", job)
+    swapped = _cli_json("perf", job, "--model", str(HF / "qwen3-30b-a3b.json"))
+    # Qwen3-30B-A3B (2.7 B active) is far smaller than the Appendix E model (~20 B active):
+    # each step takes less time, on the same layout.
+    assert swapped["plan"] == base["plan"]
+    assert swapped["step_time_s"] < 0.5 * base["step_time_s"]
+    layouts = _cli_json("layouts", job, "--model", str(HF / "qwen3-30b-a3b.json"),
+                        "--tp", "1", "--pp", "1,2", "--vpp", "1", "--cp", "1", "--ep", "8",
+                        "--mbs", "1", "--sharding", "zero1", "--checkpointing", "full",
+                        "--top", "1")
+    assert layouts["rows"][0]["tokens_per_s_per_gpu"] > base["tokens_per_s_per_gpu"]
