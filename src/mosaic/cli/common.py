@@ -84,7 +84,8 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
 
 # Parameter types shared by the subcommands (one definition, one help text).
 JsonFlag = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-CalibrationOption = Annotated[Path | None, typer.Option("--calibration", help="calibration YAML")]
+CalibrationOption = Annotated[str | None, typer.Option(
+    "--calibration", help="calibration profile (default, paper-p6b200) or YAML file")]
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="override a field: block.field=value (repeatable)"),

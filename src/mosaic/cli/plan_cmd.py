@@ -160,7 +160,7 @@ def build_inputs(
     return envelope, space
 
 
-def load_models(law_file: Path | None, calibration_file: Path | None
+def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
     law = default_law() if law_file is None else ScalingLaw.load(law_file)
     return law, load_calibration(calibration_file)

@@ -124,8 +124,11 @@ def calibrate(
     runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
     out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
     cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
-    base: Annotated[Path | None, typer.Option(help="calibration to start from")] = None,
+    base: Annotated[str | None, typer.Option(
+        help="calibration (profile name or file) to start from; its fitted_constants are refitted")] = None,
     exclude: ExcludeOption = None,
+    name: Annotated[str | None, typer.Option(
+        help="name of the written calibration (default: the run file's stem)")] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
@@ -140,7 +143,7 @@ def calibrate(
         f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name}{left_out} "
         f"(robust least squares on log step time)"
     )
-    fitted = fit_calibration(baselines, start, name=runs.stem, provenance=provenance)
+    fitted = fit_calibration(baselines, start, name=name or runs.stem, provenance=provenance)
     records = {r.id: r for r in record_set.records}
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
                               "excluded": excluded}

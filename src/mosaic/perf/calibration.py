@@ -1,8 +1,10 @@
 """The performance model's few free constants, with provenance, loaded from YAML.
 
-The shipped default lives in ``data/calibration_default.yaml``; ``mosaic calibrate``
-writes files of the same shape and every command that predicts accepts
-``--calibration FILE``.
+Built-in profiles live in ``data/calibration_<name>.yaml``: ``default`` (modern Megatron-
+Core/NeMo, torchtitan and FSDP stacks, fitted on published runs) and ``paper-p6b200`` (the
+paper's own NeMo + Megatron-Core stack on AWS p6-b200, Appendix F.3 / Sec. 7.2).
+``mosaic calibrate`` writes files of the same shape and every command that predicts accepts
+``--calibration NAME|FILE``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
 
@@ -41,6 +44,11 @@ class _Constants(BaseModel):
     dp_overlap_fraction: _Sourced
     elementwise_traffic_factor: _Sourced = _Sourced(
         value=1.0, source="not in this file: element-wise kernels at the fused minimum traffic")
+    kernels_per_local_expert: _Sourced = _Sourced(
+        value=0.0, source="not in this file: local-expert launches costed by the measured "
+                          "grouped-GEMM host floor instead")
+    ep_dispatch_host_s_per_moe_layer: _Sourced = _Sourced(
+        value=0.0, source="not in this file: no extra host cost of the EP dispatch path")
     stack_overhead: _SourcedMapping
     attention_efficiency: _SourcedMapping
     routing_imbalance: _SourcedMapping
@@ -49,8 +57,18 @@ class _Constants(BaseModel):
 class _CalibrationFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
+    description: str = ""
     provenance: str
+    fitted_constants: tuple[str, ...] | None = None
+    at_bounds: tuple[str, ...] = ()
     constants: _Constants
+
+
+# Constants ``mosaic calibrate`` may fit; a file's ``fitted_constants`` names the subset it
+# refits (the others keep their measured or assumed values).
+FITTABLE_CONSTANTS: tuple[str, ...] = (
+    "chi_a2a", "chi_pp", "chi_overlap", "stack_overhead", "elementwise_traffic_factor",
+    "attention_efficiency", "routing_imbalance")
 
 
 @dataclass(frozen=True)
@@ -67,10 +85,15 @@ class Calibration:
     host_overhead_per_microbatch_s: float
     dp_overlap_fraction: float
     elementwise_traffic_factor: float = 1.0
+    kernels_per_local_expert: float = 0.0
+    ep_dispatch_host_s_per_moe_layer: float = 0.0
     stack_overhead: dict[str, float] = field(default_factory=dict)
     attention_efficiency: dict[str, float] = field(default_factory=dict)
     routing_imbalance: dict[str, float] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    fitted_constants: tuple[str, ...] = FITTABLE_CONSTANTS
+    at_bounds: tuple[str, ...] = ()
+    description: str = ""  # what stack and platform the profile describes (kept by refits)
 
     def stack_multiplier(self, stack: str) -> float:
         """Multiplier for a software stack; the ``default`` entry (else 1.0) for a stack the
@@ -92,7 +115,16 @@ class Calibration:
             name: {"value": getattr(self, name), "source": self.sources.get(name, "")}
             for name in _Constants.model_fields
         }
-        return {"name": self.name, "provenance": self.provenance, "constants": constants}
+        document: dict[str, Any] = {"name": self.name}
+        if self.description:
+            document["description"] = self.description
+        document["provenance"] = self.provenance
+        if self.fitted_constants != FITTABLE_CONSTANTS:
+            document["fitted_constants"] = list(self.fitted_constants)
+        if self.at_bounds:
+            document["at_bounds"] = list(self.at_bounds)
+        document["constants"] = constants
+        return document
 
 
 def _from_document(document: dict[str, Any], where: str) -> Calibration:
@@ -100,17 +132,46 @@ def _from_document(document: dict[str, Any], where: str) -> Calibration:
     constants = parsed.constants
     values = {name: getattr(constants, name).value for name in _Constants.model_fields}
     sources = {name: getattr(constants, name).source for name in _Constants.model_fields}
-    return Calibration(name=parsed.name, provenance=parsed.provenance, sources=sources, **values)
+    fitted = parsed.fitted_constants if parsed.fitted_constants is not None else FITTABLE_CONSTANTS
+    unknown = sorted(set(fitted) - set(FITTABLE_CONSTANTS))
+    if unknown:
+        raise MosaicInputError(f"{where}: fitted_constants {unknown} not fittable; allowed: "
+                               f"{', '.join(FITTABLE_CONSTANTS)}")
+    return Calibration(name=parsed.name, provenance=parsed.provenance, sources=sources,
+                       fitted_constants=tuple(fitted), at_bounds=parsed.at_bounds,
+                       description=parsed.description, **values)
+
+
+# Built-in calibration profiles: name -> (data file, what it describes).
+BUILT_IN_PROFILES: dict[str, str] = {
+    "default": "modern stacks (Megatron-Core/NeMo, torchtitan, FSDP), fitted on published runs",
+    "paper-p6b200": "the paper's NeMo + Megatron-Core stack on AWS p6-b200 (Appendix F.3)",
+}
+DEFAULT_PROFILE = "default"
+
+
+def built_in_calibration(name: str) -> Calibration:
+    """A calibration profile shipped with mosaic, by name (see :data:`BUILT_IN_PROFILES`)."""
+    if name not in BUILT_IN_PROFILES:
+        known = ", ".join(BUILT_IN_PROFILES)
+        raise MosaicInputError(f"calibration {name!r}: not a file and not a built-in profile "
+                               f"(built-in: {known})")
+    text = resources.files("mosaic.perf").joinpath("data", f"calibration_{name}.yaml").read_text()
+    return _from_document(yaml.safe_load(text), f"built-in calibration {name!r}")
 
 
 def default_calibration() -> Calibration:
-    """The calibration shipped with mosaic."""
-    text = resources.files("mosaic.perf").joinpath("data", "calibration_default.yaml").read_text()
-    return _from_document(yaml.safe_load(text), "built-in calibration")
+    """The default calibration shipped with mosaic (modern stacks)."""
+    return built_in_calibration(DEFAULT_PROFILE)
 
 
-def load_calibration(path: Path | None) -> Calibration:
-    """A calibration file, or the built-in default when ``path`` is None."""
-    if path is None:
+def load_calibration(source: str | Path | None) -> Calibration:
+    """A calibration by built-in profile name or file path; the default when None."""
+    if source is None:
         return default_calibration()
+    if str(source) in BUILT_IN_PROFILES and not Path(source).exists():
+        return built_in_calibration(str(source))
+    path = Path(source)
+    if not path.exists() and path.suffix not in (".yaml", ".yml", ".json"):
+        built_in_calibration(str(source))  # raises: neither a file nor a profile name
     return _from_document(load_yaml_mapping(path), str(path))

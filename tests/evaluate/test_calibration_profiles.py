@@ -1,0 +1,60 @@
+"""Built-in calibration profiles: loading by name, reproducible refits, bounded constants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mosaic.config.run_records import load_run_records
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.calibrate import CHI_BOUNDS, fit_calibration, record_baselines
+from mosaic.perf.calibration import BUILT_IN_PROFILES, built_in_calibration, load_calibration
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
+# Profile name -> the shipped run file it is fitted on.
+FIT_DATA = {"default": "published_runs.yaml", "paper-p6b200": "paper_p6b200_sweeps.yaml"}
+
+
+def test_profiles_load_by_name_and_unknown_names_are_refused() -> None:
+    for name in BUILT_IN_PROFILES:
+        assert load_calibration(name).name == name
+    with pytest.raises(MosaicInputError, match="built-in: default, paper-p6b200"):
+        load_calibration("paper-p6b100")
+
+
+def test_paper_profile_carries_the_papers_measured_host_constants() -> None:
+    # ScalePlan (the paper's model) measured these from its stack's profiler traces:
+    # kappa = 642 + 7.29 E_loc kernels per layer-execution, 27 us per kernel on B200,
+    # 24 ms host work per micro-batch, 10 ms EP dispatch host path per MoE layer.
+    paper = built_in_calibration("paper-p6b200")
+    assert (paper.kernels_per_layer_base, paper.kernels_per_local_expert) == (642.0, 7.29)
+    assert paper.dispatch_gap_s == pytest.approx(27e-6)
+    assert paper.host_overhead_per_microbatch_s == pytest.approx(0.024)
+    assert paper.ep_dispatch_host_s_per_moe_layer == pytest.approx(0.010)
+    # No global slowdown factor: the gap is carried by the physical terms.
+    assert "stack_overhead" not in paper.fitted_constants
+    assert paper.stack_multiplier("megatron-core") == 1.0
+
+
+def test_every_fitted_constant_lies_inside_its_physical_bounds() -> None:
+    for name in BUILT_IN_PROFILES:
+        calibration = built_in_calibration(name)
+        for key, (low, high) in CHI_BOUNDS.items():
+            assert low <= getattr(calibration, key) <= high, (name, key)
+        assert calibration.elementwise_traffic_factor >= 1.0
+        assert all(r >= 1.0 for r in calibration.routing_imbalance.values())
+
+
+@pytest.mark.parametrize("profile", sorted(FIT_DATA))
+def test_refitting_on_the_shipped_data_reproduces_the_built_in_profile(profile: str) -> None:
+    runs = SHARED / FIT_DATA[profile]
+    if not runs.exists():
+        pytest.skip(f"{runs} not present (the shared calibration data is outside the repo)")
+    shipped = built_in_calibration(profile)
+    baselines = record_baselines(load_run_records(runs).records, shipped)
+    refit = fit_calibration(baselines, shipped, name=profile, provenance="test")
+    shipped_doc, refit_doc = shipped.to_document(), refit.to_document()
+    assert refit_doc["constants"] == yaml.safe_load(yaml.safe_dump(shipped_doc["constants"]))
+    assert refit.at_bounds == shipped.at_bounds
