@@ -125,7 +125,8 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
     cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
     base: Annotated[str | None, typer.Option(
-        help="calibration (profile name or file) to start from; its fitted_constants are refitted")] = None,
+        help="calibration (profile name or file) to start from; its fitted_constants "
+             "are refitted")] = None,
     exclude: ExcludeOption = None,
     name: Annotated[str | None, typer.Option(
         help="name of the written calibration (default: the run file's stem)")] = None,
