@@ -24,6 +24,7 @@ from mosaic.cli.common import (
     print_json,
 )
 from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, load_job
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for
@@ -258,6 +259,7 @@ def layouts(
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
     model: ModelOption = None,
+    html: HtmlOption = None,
 ) -> None:
     """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
 
@@ -282,6 +284,10 @@ def layouts(
         raise _no_valid_layout(search, cluster.n_devices)
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
     document = search_document(search, cluster, machine, top, details)
+    if html is not None:
+        from mosaic.report.html.documents import layouts_report_blocks
+
+        write_html({**document, **layouts_report_blocks(search)}, html, "layouts")
     if json_output:
         print_json(document)
     else:

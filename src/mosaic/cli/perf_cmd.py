@@ -17,6 +17,7 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.job_schema import load_job
 from mosaic.evaluate.job import JobPrediction, predict_job
 from mosaic.perf.calibration import load_calibration
@@ -109,11 +110,13 @@ def perf(
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
     model: ModelOption = None,
+    html: HtmlOption = None,
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
     spec = with_model(load_job(job, set_ or []), model)
     result = predict_job(spec, load_calibration(calibration))
     document = prediction_document(result)
+    write_html(document, html, "perf")
     if json_output:
         print_json(document)
     else:

@@ -24,6 +24,7 @@ from mosaic.cli.common import (
     parse_ints,
     print_json,
 )
+from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw, default_law
 from mosaic.perf.calibration import Calibration, load_calibration
@@ -54,6 +55,7 @@ from mosaic.plan.search import PlanResult, ProgressFn, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import load_samples, propagate
 from mosaic.report import plan_report, plots
+from mosaic.report.html.documents import plan_report_blocks
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -256,6 +258,7 @@ def plan(
         "--bootstrap-samples", help="Law coefficient samples (JSON or CSV, docs/plan.md).")
     ] = None,
     workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
+    html: HtmlOption = None,
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
     envelope, space = build_inputs(
@@ -288,6 +291,8 @@ def plan(
         document["cheapest"] = plan_report.cheapest_document(cheapest)
     if written:
         document["plots"] = written
+    document.update(plan_report_blocks(result, law, calibration, uncertainty))
+    write_html(document, html, "plan")
     if as_json:
         print_json(document)
         return
@@ -304,8 +309,10 @@ def plan(
 
 
 # --- mosaic sweep ----------------------------------------------------------------------------
-def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None) -> None:
+def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None,
+                  html: Path | None = None) -> None:
     document = plan_report.sweep_document(points)
+    write_html(document, html, "sweep")
     if plot_dir is not None:
         document["plots"] = [str(p) for p in plots.plot_sweep(points, plot_dir)]
     if as_json:
@@ -330,6 +337,7 @@ def sweep_days_command(
     top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
     tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
     workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
+    html: HtmlOption = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
     windows = parse_floats("--values", values)
@@ -345,7 +353,7 @@ def sweep_days_command(
     with progress_bar(not as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows,
                             progress=bar("geometries"), workers=workers)
-    _finish_sweep(points, as_json, plot_dir)
+    _finish_sweep(points, as_json, plot_dir, html)
 
 
 @sweep_app.command("nodes")
@@ -363,7 +371,7 @@ def sweep_nodes_command(
     experts: Experts = TABLE3_EXPERTS_TEXT, top_k: TopK = TABLE3_TOP_K_TEXT,
     split_factor: Split = TABLE3_SPLIT_TEXT, tpp: Tpp = TABLE3_TPP_TEXT,
     s_min: SMin = TABLE3_S_MIN, workers: Workers = None, as_json: JsonFlag = False,
-    plot_dir: PlotDir = None,
+    plot_dir: PlotDir = None, html: HtmlOption = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
     node_counts = parse_ints("--values", values)
@@ -379,7 +387,7 @@ def sweep_nodes_command(
     with progress_bar(not as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
-    _finish_sweep(points, as_json, plot_dir)
+    _finish_sweep(points, as_json, plot_dir, html)
 
 
 def register(app: typer.Typer) -> None:

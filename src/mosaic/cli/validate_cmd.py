@@ -19,6 +19,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
+from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
@@ -85,6 +86,7 @@ def validate(
     calibration: CalibrationOption = None,
     exclude: ExcludeOption = None,
     json_output: JsonFlag = False,
+    html: HtmlOption = None,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
     record_set = _load(runs, exclude)
@@ -93,6 +95,8 @@ def validate(
     summary = aggregate(predictions)
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
     excluded = list(_excluded_ids(exclude))
+    write_html({"runs": rows, "aggregate": summary, "skipped": skipped, "excluded": excluded},
+               html, "validate")
     if json_output:
         print_json({"runs": rows, "aggregate": summary, "skipped": skipped,
                     "excluded": excluded})

@@ -1,0 +1,49 @@
+"""`mosaic report`: the self-contained HTML report of a saved `--json` result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mosaic.cli.common import guarded
+from mosaic.errors import MosaicInputError
+
+HtmlOption = Annotated[Path | None, typer.Option(
+    "--html", help="also write a self-contained HTML report to this file")]
+
+
+def write_html(document: dict, path: Path | None, kind: str) -> None:
+    """`--html FILE` of the plan, perf, layouts, validate and sweep commands."""
+    if path is None:
+        return
+    from mosaic.cli.common import error_console, to_jsonable
+    from mosaic.report.html import write_report
+
+    written = write_report(to_jsonable(document), path, kind)
+    error_console.print(f"wrote {written}", markup=False, highlight=False)
+
+
+def report(
+    result: Annotated[Path, typer.Argument(
+        help="JSON written by `mosaic plan|sweep|perf|layouts|validate --json`")],
+    out: Annotated[Path, typer.Option("--out", help="HTML file to write")] = Path("report.html"),
+    kind: Annotated[str | None, typer.Option(
+        "--kind", help="plan, sweep, perf, layouts or validate (default: detected)")] = None,
+) -> None:
+    """Write the self-contained HTML report (interactive figures and tables) of a result."""
+    from mosaic.report.html import write_report
+
+    try:
+        document = json.loads(result.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise MosaicInputError(f"{result}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    written = write_report(document, out, kind)
+    typer.echo(f"wrote {written}")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic report` to the root command."""
+    app.command("report")(guarded(report))

@@ -1,0 +1,93 @@
+"""The self-contained HTML report of plan, sweep, perf, layouts and validate documents.
+
+Every page is built from the JSON document the matching command writes with ``--json``
+(plus, for ``--html``, blocks too large for JSON), so ``mosaic report RESULT.json`` and
+``mosaic <command> --html FILE`` draw the same page. Needs plotly (``mosaic[report]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+
+KINDS = ("plan", "sweep", "perf", "layouts", "validate")
+
+# kind -> keys its document always has (how `mosaic report` recognises a file).
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "plan": ("envelope", "candidates", "optimum"),
+    "sweep": ("axis", "points", "envelope"),
+    "perf": ("step_time_s", "breakdown", "memory_breakdown"),
+    "layouts": ("rows", "n_plans", "infeasible"),
+    "validate": ("runs", "aggregate"),
+}
+
+
+def detect_kind(document: Any) -> str:
+    """Which command wrote ``document``; a one-line error when none matches."""
+    if isinstance(document, dict):
+        for kind, keys in SIGNATURES.items():
+            if all(key in document for key in keys):
+                return kind
+    raise MosaicInputError(
+        "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate "
+        "--json`")
+
+
+def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
+                                   Callable[[dict[str, Any]], tuple[str, str]]]]:
+    from mosaic.report.html import perf_page, plan_page, validate_sweep_page
+
+    return {
+        "plan": (plan_page.plan_sections, plan_page.plan_title),
+        "sweep": (validate_sweep_page.sweep_sections,
+                  lambda d: ("mosaic sweep", f"optimum against {d['axis']}")),
+        "perf": (perf_page.perf_sections,
+                 lambda d: ("mosaic perf", f"{d['hardware']['devices']} × "
+                                           f"{d['hardware']['system']}")),
+        "layouts": (perf_page.layouts_sections,
+                    lambda d: ("mosaic layouts", f"{d['hardware']['devices']} × "
+                                                 f"{d['hardware']['system']}")),
+        "validate": (validate_sweep_page.validate_sections,
+                     lambda d: ("mosaic validate", f"{len(d['runs'])} runs")),
+    }
+
+
+def require_plotly() -> None:
+    """One-line error when the report extra is missing."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise MosaicInputError("this needs `pip install mosaic[report]`") from None
+
+
+def render_report(document: dict[str, Any], kind: str | None = None) -> str:
+    """The HTML page of a result document (kind detected when not given)."""
+    require_plotly()
+    kind = kind or detect_kind(document)
+    if kind not in KINDS:
+        raise MosaicInputError(f"report kind {kind!r}: allowed {', '.join(KINDS)}")
+    from mosaic import __version__
+    from mosaic.report.html.page import render_page
+
+    sections, title = _builders()[kind]
+    try:
+        parts = sections(document)
+        heading, subtitle = title(document)
+    except (KeyError, TypeError) as exc:
+        raise MosaicInputError(f"the {kind} document is incomplete or malformed "
+                               f"(missing or bad {exc})") from None
+    return render_page(heading, subtitle, parts,
+                       footer=f"mosaic {__version__} — {kind} report. "
+                              "Self-contained: opens without a network.")
+
+
+def write_report(document: dict[str, Any], path: str | Path, kind: str | None = None) -> Path:
+    """Write the page of a plain (JSON-ready) document to ``path`` (folders created)."""
+    html = render_report(document, kind)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    return path

@@ -1,0 +1,67 @@
+// Sortable, filterable tables for the mosaic report and studio (no dependencies).
+// A <table class="sortable"> sorts by a column when its header is clicked (numeric cells
+// carry data-value); an <input data-filter-for="TABLE_ID"> hides rows not containing its text.
+(function () {
+  "use strict";
+
+  function cellValue(row, index) {
+    var cell = row.cells[index];
+    if (!cell) { return ""; }
+    var raw = cell.getAttribute("data-value");
+    if (raw !== null && raw !== "" && !isNaN(Number(raw))) { return Number(raw); }
+    return cell.textContent.trim().toLowerCase();
+  }
+
+  function sortBy(table, index, header) {
+    var body = table.tBodies[0];
+    if (!body) { return; }
+    var ascending = header.getAttribute("data-sort") !== "asc";
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = cellValue(a, index), y = cellValue(b, index);
+      if (typeof x === "number" && typeof y === "number") { return ascending ? x - y : y - x; }
+      x = String(x); y = String(y);
+      return ascending ? x.localeCompare(y) : y.localeCompare(x);
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (cell) {
+      cell.removeAttribute("data-sort");
+    });
+    header.setAttribute("data-sort", ascending ? "asc" : "desc");
+  }
+
+  function makeSortable(table) {
+    if (!table.tHead || table.getAttribute("data-sortable-ready")) { return; }
+    table.setAttribute("data-sortable-ready", "1");
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (header, index) {
+      header.addEventListener("click", function () { sortBy(table, index, header); });
+      header.title = "click to sort";
+    });
+  }
+
+  function applyFilter(input) {
+    var table = document.getElementById(input.getAttribute("data-filter-for"));
+    if (!table || !table.tBodies[0]) { return; }
+    var needle = input.value.trim().toLowerCase();
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
+      row.style.display = row.textContent.toLowerCase().indexOf(needle) >= 0 ? "" : "none";
+    });
+  }
+
+  function init(root) {
+    root = root || document;
+    Array.prototype.forEach.call(root.querySelectorAll("table.sortable"), makeSortable);
+    Array.prototype.forEach.call(root.querySelectorAll("input[data-filter-for]"), function (input) {
+      if (input.getAttribute("data-filter-ready")) { return; }
+      input.setAttribute("data-filter-ready", "1");
+      input.addEventListener("input", function () { applyFilter(input); });
+    });
+  }
+
+  window.mosaicTables = { init: init, sortBy: sortBy };
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { init(document); });
+  } else {
+    init(document);
+  }
+})();

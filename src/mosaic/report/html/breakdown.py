@@ -1,0 +1,136 @@
+"""Step-time and memory breakdowns as stacked bars (one bar per layout or job).
+
+The terms are those of ``mosaic.perf.step_time.StepPrediction.breakdown_s`` (they sum to
+the step time exactly); communication terms are the *exposed* time the model charges on
+the critical path (paper Sec. 5.4-5.5: overlapped communication is hidden behind compute
+and is not a term), so each parallel axis shows its exposed share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+GIB = 2**30
+
+# term -> group; the group names the parallel axis for communication (exposed time).
+TERM_GROUPS: dict[str, str] = {
+    "compute_attention_gemm": "compute",
+    "compute_attention_core": "compute",
+    "compute_mlp": "compute",
+    "compute_experts": "compute",
+    "compute_shared_expert": "compute",
+    "compute_router": "compute",
+    "compute_elementwise": "compute",
+    "compute_elementwise_extra": "compute",
+    "compute_recompute": "recompute",
+    "routing_imbalance": "EP (routing imbalance)",
+    "tp_all_gather": "TP comm, exposed",
+    "tp_reduce_scatter": "TP comm, exposed",
+    "tp_all_reduce": "TP comm, exposed",
+    "ep_all_to_all": "EP comm, exposed",
+    "cp_send_recv": "CP comm, exposed",
+    "pp_send_recv": "PP comm, exposed",
+    "pipeline_bubble": "PP bubble",
+    "dp_all_reduce": "DP comm, exposed",
+    "dp_reduce_scatter": "DP comm, exposed",
+    "dp_all_gather": "DP comm, exposed",
+    "fsdp_all_gather": "DP comm, exposed",
+    "fsdp_reduce_scatter": "DP comm, exposed",
+    "moe_host_sync": "host / launch",
+    "dispatch_floor": "host / launch",
+    "vocab_stage": "embedding + LM head",
+    "optimizer": "optimizer",
+    "calibration": "calibration (χ_sys, stack)",
+}
+GROUP_COLOURS: dict[str, str] = {
+    "compute": "#4C78A8",
+    "recompute": "#9ECAE9",
+    "EP (routing imbalance)": "#B279A2",
+    "TP comm, exposed": "#F58518",
+    "EP comm, exposed": "#E45756",
+    "CP comm, exposed": "#FF9DA6",
+    "PP comm, exposed": "#72B7B2",
+    "PP bubble": "#54A24B",
+    "DP comm, exposed": "#EECA3B",
+    "host / launch": "#9D755D",
+    "embedding + LM head": "#BAB0AC",
+    "optimizer": "#79706E",
+    "calibration (χ_sys, stack)": "#D6D6D6",
+    "other": "#333333",
+}
+
+
+def term_group(term: str) -> str:
+    return TERM_GROUPS.get(term, "other")
+
+
+def grouped_seconds(breakdown_s: Mapping[str, float]) -> dict[str, float]:
+    """Seconds per group (communication per parallel axis), in ``GROUP_COLOURS`` order."""
+    totals: dict[str, float] = {}
+    for term, seconds in breakdown_s.items():
+        group = term_group(term)
+        totals[group] = totals.get(group, 0.0) + float(seconds)
+    return {g: totals[g] for g in GROUP_COLOURS if g in totals}
+
+
+def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
+                          labels: Mapping[str, str] | None = None, title: str = "") -> Any:
+    """Stacked bar of step-time terms, one bar per (name, breakdown_s); terms coloured by
+    group, hover shows seconds, share and (when given) the term's source label."""
+    import plotly.graph_objects as go
+
+    names = [name for name, _ in bars]
+    terms = [t for t in dict.fromkeys(t for _, b in bars for t in b) if any(
+        abs(float(b.get(t, 0.0))) > 0 for _, b in bars)]
+    terms.sort(key=lambda t: list(GROUP_COLOURS).index(term_group(t)))
+    figure = go.Figure()
+    shown_groups: set[str] = set()
+    for term in terms:
+        group = term_group(term)
+        values = [float(b.get(term, 0.0)) for _, b in bars]
+        totals = [sum(float(v) for v in b.values()) for _, b in bars]
+        share = [v / t if t else 0.0 for v, t in zip(values, totals, strict=True)]
+        source = (labels or {}).get(term, "")
+        figure.add_trace(go.Bar(
+            x=names, y=values, name=group, legendgroup=group,
+            showlegend=group not in shown_groups, marker_color=GROUP_COLOURS[group],
+            customdata=[[term, s, source] for s in share],
+            hovertemplate="%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
+                          "<br>%{customdata[2]}<extra>%{x}</extra>"))
+        shown_groups.add(group)
+    figure.update_layout(barmode="relative", title=title or "Step-time breakdown",
+                         yaxis_title="seconds per step", legend_title="term group",
+                         margin={"t": 50, "b": 40, "l": 60, "r": 20}, height=430)
+    return figure
+
+
+def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
+                            capacity_bytes: float | None = None, title: str = "") -> Any:
+    """Stacked bar of per-GPU memory components (bytes in, GiB shown), capacity as a line."""
+    import plotly.graph_objects as go
+
+    names = [name for name, _ in bars]
+    components = list(dict.fromkeys(c for _, b in bars for c in b))
+    figure = go.Figure()
+    for component in components:
+        figure.add_trace(go.Bar(
+            x=names, y=[float(b.get(component, 0.0)) / GIB for _, b in bars], name=component,
+            hovertemplate=f"{component}: %{{y:.2f}} GiB<extra>%{{x}}</extra>"))
+    if capacity_bytes:
+        figure.add_hline(y=capacity_bytes / GIB, line_dash="dot", line_color="#b3261e",
+                         annotation_text=f"capacity {capacity_bytes / GIB:.1f} GiB",
+                         annotation_position="top left")
+    figure.update_layout(barmode="stack", title=title or "Memory per GPU (heaviest stage)",
+                         yaxis_title="GiB", margin={"t": 50, "b": 40, "l": 60, "r": 20},
+                         height=430)
+    return figure
+
+
+def layout_label(plan: Mapping[str, Any]) -> str:
+    """'tp1 pp16 ep8 dp32 mb2 zero1 full' (only axes > 1, plus mb, sharding, recompute)."""
+    axes = [f"{k}{plan[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
+            if k in plan and (plan[k] != 1 or k == "dp")]
+    extra = [f"mb{plan['micro_batch']}"] if "micro_batch" in plan else []
+    extra += [str(plan[k]) for k in ("sharding", "checkpointing") if k in plan]
+    return " ".join(axes + extra)

@@ -1,0 +1,160 @@
+"""Report blocks the CLI's JSON documents lack, computed once from the library's objects.
+
+`mosaic plan --json` carries these blocks, so `mosaic report plan.json` draws the same
+page as `mosaic plan --html`; the layout search adds its scatter and breakdowns only to
+the HTML (tens of thousands of points do not belong in a JSON summary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mosaic.law import ScalingLaw
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.layouts import LayoutLimits, LayoutSearch, best_layout, take_prediction
+from mosaic.perf.machine import machine_for
+from mosaic.perf.step_time import StepPrediction
+from mosaic.perf.workload import Workload
+from mosaic.plan.analysis import ModelFlopsComparison, compare_model_flops, sparsity_frontier
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
+from mosaic.plan.search import PlanResult
+from mosaic.plan.uncertainty import Uncertainty
+
+GIB = 2**30
+TOP_BREAKDOWNS = 3  # layouts shown side by side
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def step_document(prediction: StepPrediction, index: int = 0) -> dict[str, Any]:
+    """Breakdown of one predicted step (seconds and bytes, plain values)."""
+    return {
+        "step_time_s": float(prediction.step_time_s[index]),
+        "mfu": float(prediction.mfu[index]),
+        "memory_bytes": float(prediction.memory_bytes[index]),
+        "breakdown_s": {k: float(v[index]) for k, v in prediction.breakdown_s.items()},
+        "labels": dict(prediction.labels),
+        "memory_breakdown_bytes": {k: float(v[index])
+                                   for k, v in prediction.memory_breakdown_bytes.items()},
+    }
+
+
+def optimum_step_document(result: PlanResult, calibration: Calibration,
+                          limits: LayoutLimits | None = None) -> dict[str, Any] | None:
+    """Step-time and memory breakdown of the optimum's layout.
+
+    Re-runs the optimum geometry's layout search with the planner's limits (the same
+    workload the search builds: geometry, batch, sequence, precision), so the breakdown
+    belongs to exactly the plan the planner chose.
+    """
+    row = result.optimum_index
+    if row is None:
+        return None
+    envelope = result.envelope
+    workload = Workload(geometry=result.grid.geometry(row), global_batch=envelope.global_batch,
+                        seq_len=envelope.seq_len, precision=envelope.precision)
+    machine = machine_for(envelope.cluster, envelope.precision,
+                          envelope.usable_memory_fraction)
+    found = best_layout(workload, machine, calibration, limits or TABLE3_LAYOUT_LIMITS)
+    if found is None:
+        return None
+    plan, prediction = found
+    return {"plan": plan, "capacity_bytes": float(machine.hbm_bytes), **step_document(prediction)}
+
+
+def frontier_document(result: PlanResult, law: ScalingLaw,
+                      comparison: ModelFlopsComparison) -> dict[str, Any]:
+    """L*(S) under both views at the comparison's G (paper Fig. 1)."""
+    assert comparison.split_factor is not None
+    frontier = sparsity_frontier(result, law, comparison.c_model_flops, comparison.split_factor)
+    return {
+        "split_factor": frontier.split_factor,
+        "c_model_flops": frontier.c_model_flops,
+        "experts": frontier.experts.tolist(),
+        "top_k": frontier.top_k.tolist(),
+        "model_flops_sparsity": frontier.model_flops_sparsity.tolist(),
+        "model_flops_loss": frontier.model_flops_loss.tolist(),
+        "delivers_c_model": frontier.delivers_c_model.tolist(),
+        "hardware_sparsity": [_finite(v) for v in frontier.hardware_sparsity],
+        "hardware_loss": [_finite(v) for v in frontier.hardware_loss],
+    }
+
+
+def assumptions_document(law: ScalingLaw, calibration: Calibration,
+                         limits: LayoutLimits | None = None) -> dict[str, Any]:
+    """Every model input the plan rests on, with its source."""
+    limits = limits or TABLE3_LAYOUT_LIMITS
+    return {
+        "law": {"form": law.form.name, "coefficients": dict(law.coefficients),
+                "split_factor": law.split_factor, "provenance": dict(law.provenance)},
+        "calibration": {"name": calibration.name, "provenance": calibration.provenance},
+        "layout_limits": {"micro_batches": list(limits.micro_batches or ()),
+                          "sharding": [s.name.lower() for s in limits.sharding or ()],
+                          "checkpointing": [c.name.lower() for c in limits.checkpointing or ()]},
+        "flop_convention": "C_model = 6·N_act·D with non-embedding N_act, no attention "
+                           "term (paper Sec. 2.1, Eq. 1)",
+        "token_budget": "D* = tokens/s · T_train · η_good, capped at tpp_max·N_act "
+                        "(paper Eq. 25)",
+        "mfu_peak": "dense bf16 datasheet peak of the device (catalog)",
+    }
+
+
+def uncertainty_rows(uncertainty: Uncertainty, result: PlanResult) -> list[dict[str, Any]]:
+    """P(optimal), interval and regret of every trainable candidate (ranking order)."""
+    grid = result.grid
+    return [{"q": int(grid.q[row]), "experts": int(grid.experts[row]),
+             "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row]),
+             **uncertainty.summary(int(row))} for row in uncertainty.rows]
+
+
+def plan_report_blocks(result: PlanResult, law: ScalingLaw, calibration: Calibration,
+                       uncertainty: Uncertainty | None = None,
+                       comparison: ModelFlopsComparison | None = None) -> dict[str, Any]:
+    """The blocks added to `mosaic plan --json` for the report."""
+    blocks: dict[str, Any] = {"assumptions": assumptions_document(law, calibration)}
+    if result.optimum_index is not None:
+        comparison = comparison or compare_model_flops(result, law)
+        blocks["sparsity_frontier"] = frontier_document(result, law, comparison)
+        blocks["optimum_step"] = optimum_step_document(result, calibration)
+    if uncertainty is not None:
+        blocks["uncertainty_candidates"] = uncertainty_rows(uncertainty, result)
+    return blocks
+
+
+@dataclass(frozen=True)
+class LayoutPoints:
+    """MFU and memory of every feasible layout (the scatter of the layouts report)."""
+
+    mfu: list[float]
+    memory_gib: list[float]
+    step_time_s: list[float]
+    labels: list[str]
+
+
+def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> dict[str, Any]:
+    """Breakdowns of the best ``top`` layouts and the (MFU, memory) of every feasible one."""
+    from mosaic.report.html.breakdown import layout_label
+
+    p = search.prediction
+    ranking = search.ranking
+    breakdowns = []
+    for rank, index in enumerate(ranking[:top], start=1):
+        plan = search.plans.row(int(index))
+        single = take_prediction(p, int(index))
+        breakdowns.append({"rank": rank, "plan": plan, **step_document(single)})
+    labels = [layout_label(search.plans.row(int(i))) for i in ranking]
+    return {
+        "top_breakdowns": breakdowns,
+        "capacity_bytes": float(search.capacity_bytes),
+        "feasible_points": {
+            "mfu": p.mfu[ranking].tolist(),
+            "memory_gib": (p.memory_bytes[ranking] / GIB).tolist(),
+            "step_time_s": p.step_time_s[ranking].tolist(),
+            "labels": labels,
+        },
+    }

@@ -1,0 +1,149 @@
+"""One self-contained HTML page: inlined plotly.js, styles and table script, then sections.
+
+Figures are plotly figures written with ``Figure.to_html(include_plotlyjs=False)`` after a
+single inlined copy of plotly.js (plotly docs, "Interactive HTML Export in Python":
+https://plotly.com/python/interactive-html-export/), so the file opens without a network.
+Element ids are fixed (no random ids), so the same document gives the same file.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
+                 "toImageButtonOptions": {"format": "svg"}}
+
+
+def asset_text(name: str) -> str:
+    """A file of ``mosaic/report/html/assets`` (CSS and the table script)."""
+    return resources.files("mosaic.report.html").joinpath("assets", name).read_text()
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle shipped inside the plotly package (no network)."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# --- Tables ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """One table column: the row key, its header and how to print the value."""
+
+    key: str
+    label: str
+    fmt: Callable[[Any], str] = str
+    text: bool = False  # left-aligned free text (no numeric sort value)
+
+
+def fmt_float(digits: int) -> Callable[[Any], str]:
+    return lambda v: "–" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_percent(digits: int = 1) -> Callable[[Any], str]:
+    return lambda v: "–" if v is None else f"{v:.{digits}%}"
+
+
+def fmt_si(unit: str = "", digits: int = 3) -> Callable[[Any], str]:
+    """1.42e12 -> '1.42 T' (k, M, B/G, T, P)."""
+    def fmt(value: Any) -> str:
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return "–"
+        for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+            if abs(value) >= factor:
+                return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
+        return f"{value:.{digits}g} {unit}".rstrip()
+    return fmt
+
+
+def _sort_value(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return ""
+    if isinstance(value, int | float) and math.isfinite(float(value)):
+        return repr(float(value))
+    return ""
+
+
+def table_html(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, table_id: str,
+               sortable: bool = True, highlight: Callable[[dict[str, Any]], bool] | None = None,
+               filterable: bool = False) -> str:
+    """An HTML table; numeric cells carry their raw value for sorting."""
+    classes = "data sortable" if sortable else "data"
+    head = "".join(f'<th class="{"text" if c.text else ""}">{esc(c.label)}</th>'
+                   for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for c in columns:
+            value = row.get(c.key)
+            shown = "–" if value is None else c.fmt(value)
+            cells.append(f'<td class="{"text" if c.text else ""}" '
+                         f'data-value="{esc(_sort_value(value))}">{esc(shown)}</td>')
+        marked = ' class="highlight"' if highlight is not None and highlight(row) else ""
+        body.append(f"<tr{marked}>{''.join(cells)}</tr>")
+    search = (f'<input class="filter" placeholder="filter rows" data-filter-for="{table_id}">'
+              if filterable else "")
+    return (f'{search}<div class="scroll"><table id="{table_id}" class="{classes}">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+
+
+def key_value_html(rows: Sequence[tuple[str, Any]], *, table_id: str) -> str:
+    """A two-column table (quantity, value)."""
+    body = "".join(f'<tr><td class="text">{esc(k)}</td><td class="text">{esc(v)}</td></tr>'
+                   for k, v in rows)
+    return f'<table id="{table_id}" class="data kv"><tbody>{body}</tbody></table>'
+
+
+# --- Figures --------------------------------------------------------------------------------
+def figure_html(figure: Any, div_id: str) -> str:
+    """A plotly figure as a <div> (plotly.js is inlined once in the page head)."""
+    inner = figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                           config=PLOTLY_CONFIG)
+    return f'<div class="figure" data-figure="{div_id}">{inner}</div>'
+
+
+def row_html(*blocks: str) -> str:
+    return f'<div class="row">{"".join(blocks)}</div>'
+
+
+def note(text: str) -> str:
+    return f'<p class="note">{esc(text)}</p>'
+
+
+# --- Page -----------------------------------------------------------------------------------
+@dataclass
+class Section:
+    """A titled part of the page; ``body`` is HTML built with the helpers above."""
+
+    anchor: str
+    title: str
+    body: list[str] = field(default_factory=list)
+
+
+def render_page(title: str, subtitle: str, sections: Sequence[Section], *,
+                footer: str = "") -> str:
+    """The whole self-contained page."""
+    toc = "".join(f'<a href="#{s.anchor}">{esc(s.title)}</a>' for s in sections)
+    parts = "".join(
+        f'<section class="block" id="{s.anchor}"><h2>{esc(s.title)}</h2>{"".join(s.body)}'
+        f"</section>" for s in sections)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{esc(title)}</title><style>{asset_text('report.css')}</style>"
+        f"<script>{plotly_js()}</script></head><body>"
+        f"<header class=\"page\"><h1>{esc(title)}</h1><p>{esc(subtitle)}</p></header>"
+        f"<nav class=\"toc\">{toc}</nav><main>{parts}</main>"
+        f"<footer class=\"page\">{esc(footer)}</footer>"
+        f"<script>{asset_text('table.js')}</script></body></html>\n"
+    )

@@ -1,0 +1,166 @@
+"""Reports of one job (`mosaic perf`) and of its layout search (`mosaic layouts`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.report.html.breakdown import (
+    GIB,
+    layout_label,
+    memory_breakdown_figure,
+    step_breakdown_figure,
+)
+from mosaic.report.html.page import (
+    Column,
+    Section,
+    figure_html,
+    fmt_float,
+    fmt_percent,
+    key_value_html,
+    note,
+    row_html,
+    table_html,
+)
+
+LAYOUT_COLUMNS = [
+    Column("rank", "#"), *(Column(k, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")),
+    Column("sharding", "sharding", text=True), Column("micro_batch", "mbs"),
+    Column("checkpointing", "ckpt", text=True),
+    Column("tokens_per_s_per_gpu", "tok/s/GPU", fmt_float(0)),
+    Column("mfu", "MFU", fmt_percent(2)), Column("step_time_s", "step s", fmt_float(3)),
+    Column("memory_gib", "GiB", fmt_float(1)),
+]
+
+
+# --- perf -----------------------------------------------------------------------------------
+def perf_sections(document: dict[str, Any]) -> list[Section]:
+    """One job: metrics, step-time and memory breakdowns (`mosaic perf --json`)."""
+    plan = document["plan"]
+    name = layout_label(plan)
+    verdict = ("fits" if document["feasible"]
+               else f"OUT OF MEMORY by {document['overshoot_gib']:.2f} GiB")
+    hardware = document["hardware"]
+    summary = [
+        ("hardware", f"{hardware['devices']} × {hardware['system']}"),
+        ("layout", name),
+        ("step time", f"{document['step_time_s']:.4f} s"),
+        ("tokens/s (per GPU)",
+         f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})"),
+        ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"),
+        ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
+        ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
+        ("MFU peak", document["mfu_peak"]),
+        ("memory per GPU", f"{document['memory_gib']:.2f} of "
+                           f"{document['memory_capacity_gib']:.1f} GiB, {verdict}"),
+        ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
+        ("attention kernel", document["attention_kernel"]),
+    ]
+    terms = [{"term": k, "seconds": v, "share": v / document["step_time_s"],
+              "source": document["labels"].get(k, "")}
+             for k, v in document["breakdown"].items() if abs(v) > 0]
+    capacity = document["memory_capacity_gib"] * GIB
+    return [
+        Section("summary", "Predicted step", [key_value_html(summary, table_id="perf-summary")]),
+        Section("breakdown", "Step time and memory", [
+            note("Communication bars are the exposed time per parallel axis (the model hides "
+                 "overlapped communication behind compute)."),
+            row_html(
+                figure_html(step_breakdown_figure([(name, document["breakdown"])],
+                                                  document["labels"]), "fig-step"),
+                figure_html(memory_breakdown_figure([(name, document["memory_breakdown"])],
+                                                    capacity), "fig-memory")),
+            table_html([Column("term", "term", text=True),
+                        Column("seconds", "seconds", fmt_float(4)),
+                        Column("share", "share", fmt_percent(1)),
+                        Column("source", "source", text=True)], terms,
+                       table_id="terms-table")]),
+    ]
+
+
+# --- layouts --------------------------------------------------------------------------------
+def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
+                      title: str) -> Any:
+    """MFU against memory per GPU of every feasible layout (best first)."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    figure.add_trace(go.Scattergl(
+        x=points["memory_gib"], y=points["mfu"], mode="markers", name="feasible layouts",
+        marker={"size": 5, "color": points["step_time_s"], "colorscale": "Viridis",
+                "colorbar": {"title": "step s"}, "opacity": 0.7},
+        text=points["labels"],
+        hovertemplate="%{text}<br>MFU=%{y:.2%}<br>%{x:.1f} GiB<extra></extra>"))
+    if points["mfu"]:
+        figure.add_trace(go.Scatter(
+            x=[points["memory_gib"][0]], y=[points["mfu"][0]], mode="markers",
+            name="best layout", marker={"symbol": "star", "size": 16, "color": "gold",
+                                        "line": {"color": "black", "width": 1}},
+            hoverinfo="skip"))
+    if capacity_gib:
+        figure.add_vline(x=capacity_gib, line_dash="dot", line_color="#b3261e",
+                         annotation_text=f"capacity {capacity_gib:.0f} GiB")
+    figure.update_layout(title=title, xaxis_title="memory per GPU (GiB)",
+                         yaxis_title="MFU", yaxis_tickformat=".0%", height=470,
+                         margin={"t": 50, "b": 50, "l": 60, "r": 20})
+    return figure
+
+
+def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    infeasible = document["infeasible"]
+    rows = []
+    if infeasible["out_of_memory"]:
+        closest = infeasible.get("min_overshoot_gib")
+        rows.append({"reason": "out of memory", "plans": infeasible["out_of_memory"],
+                     "example": ("" if closest is None
+                                 else f"closest misses by {closest:.2f} GiB")})
+    rows += [{"reason": item["rule"].split("{")[0].strip() or item["rule"],
+              "plans": item["plans"], "example": item["example"]}
+             for item in infeasible["rejected"]]
+    return rows
+
+
+def layouts_sections(document: dict[str, Any]) -> list[Section]:
+    """Ranked layouts, top breakdowns, MFU-memory scatter, infeasible reasons."""
+    hardware = document["hardware"]
+    rows = document["rows"]
+    summary = [
+        ("hardware", f"{hardware['devices']} × {hardware['system']}"),
+        ("candidates", f"{document['n_candidates']:,} enumerated, {document['n_plans']:,} "
+                       f"pass the divisibility rules, {document['n_feasible']:,} fit memory"),
+        ("MFU peak", document["mfu_peak"]),
+    ]
+    sections = [Section("summary", "Layout search",
+                        [key_value_html(summary, table_id="layouts-summary")])]
+    breakdowns = document.get("top_breakdowns")
+    compare = Section("breakdowns", "Best layouts side by side")
+    if breakdowns:
+        bars = [(f"#{b['rank']} {layout_label(b['plan'])}", b) for b in breakdowns]
+        compare.body.append(note("Communication bars are the exposed time per parallel axis."))
+        compare.body.append(row_html(
+            figure_html(step_breakdown_figure([(n, b["breakdown_s"]) for n, b in bars],
+                                              breakdowns[0]["labels"]), "fig-step"),
+            figure_html(memory_breakdown_figure(
+                [(n, b["memory_breakdown_bytes"]) for n, b in bars],
+                document.get("capacity_bytes")), "fig-memory")))
+    else:
+        compare.body.append(note("Breakdowns are written by `mosaic layouts --html` (the "
+                                 "JSON summary does not carry them)."))
+    sections.append(compare)
+    points = document.get("feasible_points") or {
+        "mfu": [r["mfu"] for r in rows], "memory_gib": [r["memory_gib"] for r in rows],
+        "step_time_s": [r["step_time_s"] for r in rows],
+        "labels": [layout_label(r) for r in rows]}
+    capacity = document.get("capacity_bytes")
+    scope = ("every feasible layout" if "feasible_points" in document
+             else f"the {len(rows)} listed layouts")
+    sections.append(Section("scatter", "MFU against memory", [figure_html(mfu_memory_figure(
+        points, None if capacity is None else capacity / GIB,
+        f"MFU vs memory per GPU: {scope}"), "fig-scatter")]))
+    sections.append(Section("table", f"Ranked layouts ({len(rows)} listed)", [
+        table_html(LAYOUT_COLUMNS, rows, table_id="layouts-table", filterable=True,
+                   highlight=lambda r: r["rank"] == 1)]))
+    sections.append(Section("infeasible", "Why the other layouts are infeasible", [
+        table_html([Column("reason", "reason", text=True), Column("plans", "layouts"),
+                    Column("example", "example", text=True)], _infeasible_rows(document),
+                   table_id="infeasible-table")]))
+    return sections

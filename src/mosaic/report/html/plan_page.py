@@ -1,0 +1,329 @@
+"""The plan report: frontier, candidates, chosen layout, uncertainty, cost, assumptions.
+
+Reads the document of `mosaic plan --json` (``mosaic.report.plan_report.plan_document`` plus
+the analysis blocks and ``documents.plan_report_blocks``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.report.html.breakdown import (
+    layout_label,
+    memory_breakdown_figure,
+    step_breakdown_figure,
+)
+from mosaic.report.html.page import (
+    Column,
+    Section,
+    figure_html,
+    fmt_float,
+    fmt_percent,
+    fmt_si,
+    key_value_html,
+    note,
+    row_html,
+    table_html,
+)
+
+SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
+
+CANDIDATE_COLUMNS = [
+    Column("rank", "#"), Column("q", "q"), Column("experts", "E"), Column("top_k", "K"),
+    Column("split_factor", "G"), Column("sparsity", "S", fmt_float(4)),
+    Column("n_active", "N_act", fmt_si()), Column("n_total", "N_tot", fmt_si()),
+    Column("tokens", "tokens D", fmt_si()), Column("tpp", "D/N_act", fmt_float(1)),
+    Column("mfu", "MFU", fmt_percent(1)), Column("step_time_s", "step s", fmt_float(3)),
+    Column("memory_gib", "GiB/GPU", fmt_float(1)), Column("loss", "loss", fmt_float(5)),
+    Column("layout", "layout", text=True),
+]
+UNCERTAINTY_COLUMNS = [
+    Column("p_optimal", "P(optimal)", fmt_percent(1)),
+    Column("loss_low", "loss low", fmt_float(5)), Column("loss_high", "loss high", fmt_float(5)),
+    Column("expected_regret", "E[regret]", fmt_float(5)),
+]
+
+
+def _candidate_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    uncertainty = {(u["q"], u["experts"], u["top_k"], u["split_factor"]): u
+                   for u in document.get("uncertainty_candidates", [])}
+    rows = []
+    for rank, c in enumerate(document["candidates"], start=1):
+        row = {**c, "rank": rank, "memory_gib": c["memory_bytes"] / 2**30,
+               "layout": layout_label(c["plan"]) if c.get("plan") else ""}
+        u = uncertainty.get((c["q"], c["experts"], c["top_k"], c["split_factor"]))
+        if u is not None:
+            row.update(p_optimal=u["p_optimal"], loss_low=u["loss_interval"][0],
+                       loss_high=u["loss_interval"][1], expected_regret=u["expected_regret"])
+        rows.append(row)
+    return rows
+
+
+def frontier_figure(document: dict[str, Any]) -> Any:
+    """Paper Fig. 1: L*(S) in the model-FLOPs view and under the cluster, S_feas_max and
+    both optima marked."""
+    import plotly.graph_objects as go
+
+    f = document["sparsity_frontier"]
+    comparison = document["model_flops_comparison"]
+    optimum = document["optimum"]
+    ek = [f"E={e}, K={k}" for e, k in zip(f["experts"], f["top_k"], strict=True)]
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(
+        x=f["model_flops_sparsity"], y=f["model_flops_loss"], mode="lines+markers",
+        name=f"model-FLOPs view (C_model = {f['c_model_flops']:.3g} FLOP)",
+        line={"color": "#E45756"}, text=ek,
+        hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra>model-FLOPs view</extra>"))
+    undeliverable = [i for i, ok in enumerate(f["delivers_c_model"]) if not ok]
+    if undeliverable:
+        figure.add_trace(go.Scatter(
+            x=[f["model_flops_sparsity"][i] for i in undeliverable],
+            y=[f["model_flops_loss"][i] for i in undeliverable], mode="markers",
+            marker={"symbol": "x", "size": 9, "color": "black"},
+            name="C_model not deliverable in the window", hoverinfo="skip"))
+    hw = [(s, loss, t) for s, loss, t in zip(f["hardware_sparsity"], f["hardware_loss"], ek,
+                                             strict=True) if s is not None]
+    hw.sort()
+    figure.add_trace(go.Scatter(
+        x=[h[0] for h in hw], y=[h[1] for h in hw], mode="lines+markers",
+        name="cluster view (tokens the window delivers)", line={"color": "#54A24B"},
+        marker={"symbol": "square"}, text=[h[2] for h in hw],
+        hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra>cluster view</extra>"))
+    geometry = comparison["model_flops_geometry"]
+    flops_loss = min(f["model_flops_loss"])
+    figure.add_trace(go.Scatter(
+        x=[geometry["sparsity"]], y=[flops_loss], mode="markers",
+        marker={"symbol": "diamond", "size": 14, "color": "#E45756",
+                "line": {"color": "black", "width": 1}},
+        name=f"model-FLOPs optimum (S = {geometry['sparsity']:.3f})",
+        hovertemplate="model-FLOPs optimum<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
+    figure.add_trace(go.Scatter(
+        x=[optimum["sparsity"]], y=[optimum["loss"]], mode="markers",
+        marker={"symbol": "star", "size": 18, "color": "gold",
+                "line": {"color": "black", "width": 1}},
+        name=f"cluster optimum (S = {optimum['sparsity']:.3f})",
+        hovertemplate="MOSAIC optimum<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
+    if comparison.get("s_feas_max") is not None:
+        figure.add_vline(x=comparison["s_feas_max"], line_dash="dot", line_color="gray",
+                         annotation_text=f"S_feas_max = {comparison['s_feas_max']:.3f}",
+                         annotation_position="top left")
+    figure.update_layout(
+        title=f"Loss vs sparsity at G = {f['split_factor']}",
+        xaxis_title="sparsity S = 1 − N_act/N_tot", yaxis_title="predicted loss (nats/token)",
+        height=470, margin={"t": 50, "b": 50, "l": 60, "r": 20},
+        legend={"orientation": "h", "y": -0.2})
+    return figure
+
+
+def candidates_figure(rows: list[dict[str, Any]]) -> Any:
+    """Loss vs sparsity of every trainable candidate, coloured by G (paper Fig. 10 view)."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for i, g in enumerate(sorted({r["split_factor"] for r in rows})):
+        pick = [r for r in rows if r["split_factor"] == g]
+        figure.add_trace(go.Scatter(
+            x=[r["sparsity"] for r in pick], y=[r["loss"] for r in pick], mode="markers",
+            name=f"G = {g}", marker={"color": SPLIT_COLOURS[i % len(SPLIT_COLOURS)], "size": 8},
+            customdata=[[r["rank"], r["q"], r["experts"], r["top_k"], r["mfu"], r["tokens"]]
+                        for r in pick],
+            hovertemplate="#%{customdata[0]} q=%{customdata[1]} E=%{customdata[2]} "
+                          "K=%{customdata[3]}<br>S=%{x:.4f} loss=%{y:.5f}<br>"
+                          "MFU=%{customdata[4]:.1%} D=%{customdata[5]:.3g}<extra></extra>"))
+    if rows:
+        figure.add_trace(go.Scatter(
+            x=[rows[0]["sparsity"]], y=[rows[0]["loss"]], mode="markers", name="optimum",
+            marker={"symbol": "star", "size": 18, "color": "gold",
+                    "line": {"color": "black", "width": 1}}, hoverinfo="skip"))
+    figure.update_layout(title="Every trainable candidate", xaxis_title="sparsity S",
+                         yaxis_title="predicted loss (nats/token)", height=470,
+                         margin={"t": 50, "b": 50, "l": 60, "r": 20})
+    return figure
+
+
+def uncertainty_figure(rows: list[dict[str, Any]], level: float, top: int = 15) -> Any:
+    """Loss intervals and P(optimal) of the best candidates."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    pick = [r for r in rows if "p_optimal" in r][:top]
+    names = [f"#{r['rank']} q{r['q']} E{r['experts']} K{r['top_k']} G{r['split_factor']}"
+             for r in pick]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(
+        f"predicted loss with {level:.0%} interval", "P(optimal) over law samples"))
+    figure.add_trace(go.Scatter(
+        x=names, y=[r["loss"] for r in pick], mode="markers", name="point law",
+        error_y={"type": "data", "symmetric": False,
+                 "array": [r["loss_high"] - r["loss"] for r in pick],
+                 "arrayminus": [r["loss"] - r["loss_low"] for r in pick]}), row=1, col=1)
+    figure.add_trace(go.Bar(x=names, y=[r["p_optimal"] for r in pick], name="P(optimal)",
+                            marker_color="#4C78A8"), row=1, col=2)
+    figure.update_yaxes(tickformat=".0%", row=1, col=2)
+    figure.update_layout(height=430, showlegend=False, margin={"t": 50, "b": 90})
+    return figure
+
+
+def goodput_text(goodput: dict[str, Any]) -> str:
+    """{'model': 'constant', 'goodput': 1.0} -> 'constant, 1.0' (every field of the model)."""
+    rest = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in goodput.items() if k != "model")
+    return f"{goodput.get('model', '?')}: {rest}"
+
+
+def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
+    o = document["optimum"]
+    e = document["envelope"]
+    rows = [
+        ("cluster", f"{e['nodes']} × {e['system']} ({e['n_devices']} × {e['gpu']})"),
+        ("window", f"{e['days']:g} days, goodput {goodput_text(e['goodput'])}"),
+        ("C_peak", f"{document['c_peak_flops']:.3g} FLOP"),
+    ]
+    if o is not None:
+        rows += [
+            ("optimum geometry", f"q={o['q']} ({o['layers']} layers, d={o['d_model']}), "
+                                 f"E={o['experts']}, K={o['top_k']}, G={o['split_factor']}"),
+            ("parameters", f"N_act {fmt_si()(o['n_active'])}, N_tot {fmt_si()(o['n_total'])}, "
+                           f"S = {o['sparsity']:.4f}"),
+            ("tokens", f"{fmt_si()(o['tokens'])} ({o['tpp']:.1f} per active parameter"
+                       f"{', tpp_max cap' if o['tpp_capped'] else ''})"),
+            ("predicted loss", f"{o['loss']:.5f} nats/token"),
+            ("MFU / step", f"{o['mfu']:.2%}, {o['step_time_s']:.3f} s per step, "
+                           f"{o['memory_bytes'] / 2**30:.1f} GiB per GPU"),
+            ("layout", layout_label(o["plan"])),
+        ]
+    comparison = document.get("model_flops_comparison")
+    if comparison:
+        g = comparison["model_flops_geometry"]
+        gap = comparison.get("loss_gap_nats")
+        rows += [("model-FLOPs pick", f"q={g['q']} E={g['experts']} K={g['top_k']} "
+                  f"G={g['split_factor']}, S = {g['sparsity']:.4f}, "
+                  f"{'deliverable' if g['prescription_feasible'] else 'NOT deliverable'}"
+                  " in the window"),
+                 ("loss gap (model-FLOPs pick − optimum)",
+                  "–" if gap is None else f"{gap:.4f} nats")]
+    return rows
+
+
+def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
+    e = document["envelope"]
+    rows = [("GPU-hours", f"{document['gpu_hours']:,.0f}"),
+            ("goodput model", goodput_text(e["goodput"]))]
+    if document.get("cost") is not None:
+        rows.append(("cost", f"{document['cost']:,.0f} at {document['price_per_gpu_hour']:g} "
+                             "per GPU-hour"))
+    else:
+        rows.append(("cost", "not computed (pass --price-per-gpu-hour)"))
+    cheapest = document.get("cheapest")
+    if cheapest and cheapest.get("choice"):
+        c = cheapest["choice"]
+        rows.append((f"cheapest budget reaching loss {cheapest['target_loss']:g}",
+                     f"{c['nodes']} nodes × {c['days']:g} days, {c['gpu_hours']:,.0f} "
+                     "GPU-hours"))
+    return rows
+
+
+def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
+    e = document["envelope"]
+    s = document["search_space"]
+    rows = [
+        ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {e['precision']}"),
+        ("device", f"{e['gpu']}: peak {e['peak_flops_per_s_per_device'] / 1e12:.0f} TFLOP/s, "
+                   f"{e['hbm_bytes_per_device'] / 1e9:.0f} GB HBM (hardware catalog)"),
+        ("search space", f"q {s['q']}, E {s['experts']}, K {s['top_k']}, "
+                         f"G {s['split_factor']}, S ≥ {s['s_min']}, tokens per active "
+                         f"parameter {s['tpp'][0]:g}–{s['tpp'][1]:g}"),
+    ]
+    a = document.get("assumptions")
+    if a:
+        law = a["law"]
+        coefficients = ", ".join(f"{k}={v:.4g}" for k, v in law["coefficients"].items())
+        source = law["provenance"].get("source") or law["provenance"]
+        rows += [
+            ("scaling law", f"{law['form']}: {coefficients}"),
+            ("law source", str(source)),
+            ("calibration", f"{a['calibration']['name']}: {a['calibration']['provenance']}"),
+            ("layout search", f"micro-batches {a['layout_limits']['micro_batches']}, "
+                              f"sharding {a['layout_limits']['sharding']}, checkpointing "
+                              f"{a['layout_limits']['checkpointing']}"),
+            ("FLOP convention", a["flop_convention"]),
+            ("token budget", a["token_budget"]),
+            ("MFU peak", a["mfu_peak"]),
+        ]
+    return rows
+
+
+def plan_sections(document: dict[str, Any]) -> list[Section]:
+    rows = _candidate_rows(document)
+    has_uncertainty = any("p_optimal" in r for r in rows)
+    sections = [Section("summary", "Plan", [key_value_html(_summary(document),
+                                                           table_id="plan-summary")])]
+    frontier = Section("frontier", "Frontier: model-FLOPs vs cluster optimum")
+    if "sparsity_frontier" in document and document.get("optimum"):
+        frontier.body.append(note(
+            "Red: the loss each (E, K) reaches at the fixed model-FLOPs budget C_model "
+            "(boundary-seeking in S, paper Eq. 16); green: the loss with the tokens the "
+            "cluster delivers in the window (Eq. 25). Beyond S_feas_max the model-FLOPs "
+            "prescription is not deliverable (Eq. 3)."))
+        frontier.body.append(row_html(figure_html(frontier_figure(document), "fig-frontier"),
+                                      figure_html(candidates_figure(rows), "fig-candidates")))
+    else:
+        frontier.body.append(note("No frontier: the document has no trainable optimum."))
+    sections.append(frontier)
+    columns = CANDIDATE_COLUMNS + (UNCERTAINTY_COLUMNS if has_uncertainty else [])
+    sections.append(Section("candidates", f"Ranked candidates ({len(rows)} trainable)", [
+        note("Click a header to sort; the optimum is highlighted."),
+        table_html(columns, rows, table_id="candidates-table", filterable=True,
+                   highlight=lambda r: r["rank"] == 1)]))
+    step = document.get("optimum_step")
+    chosen = Section("layout", "Chosen layout: step time and memory")
+    if step:
+        name = layout_label(step["plan"])
+        chosen.body.append(note(
+            f"{name}: {step['step_time_s']:.3f} s per step, MFU {step['mfu']:.2%}. "
+            "Communication bars are the exposed time per parallel axis; overlapped "
+            "communication is hidden behind compute and costs no time in the model."))
+        chosen.body.append(row_html(
+            figure_html(step_breakdown_figure([(name, step["breakdown_s"])], step["labels"]),
+                        "fig-step"),
+            figure_html(memory_breakdown_figure([(name, step["memory_breakdown_bytes"])],
+                                                step["capacity_bytes"]), "fig-memory")))
+    else:
+        chosen.body.append(note("No breakdown in this document (no trainable optimum)."))
+    sections.append(chosen)
+    uncertainty = Section("uncertainty", "Uncertainty")
+    if has_uncertainty:
+        u = document.get("uncertainty", {})
+        uncertainty.body.append(note(
+            f"{u.get('samples', '?')} law coefficient samples; robust choice: "
+            f"{u.get('robust_choice_rule', '')}."))
+        uncertainty.body.append(figure_html(uncertainty_figure(rows, u.get("level", 0.9)),
+                                            "fig-uncertainty"))
+        for key, label in (("robust_choice", "robust choice"),
+                           ("minimax_regret_choice", "minimax-regret choice")):
+            c = u.get(key)
+            if c:
+                uncertainty.body.append(note(
+                    f"{label}: q={c['q']} E={c['experts']} K={c['top_k']} "
+                    f"G={c['split_factor']}, P(optimal) {c['p_optimal']:.1%}"))
+    else:
+        uncertainty.body.append(note("Not computed: pass --bootstrap-samples FILE to "
+                                     "`mosaic plan` for P(optimal) and loss intervals."))
+    sections.append(uncertainty)
+    sections.append(Section("cost", "Cost and goodput",
+                            [key_value_html(_cost(document), table_id="cost-table")]))
+    infeasible = document.get("infeasible_summary", {})
+    sections.append(Section("infeasible", "Geometries not trainable", [
+        key_value_html([(k, f"{v} geometries") for k, v in infeasible.items()] or
+                       [("none", "every geometry is trainable")], table_id="infeasible-table")]))
+    sections.append(Section("assumptions", "Envelope and assumptions",
+                            [key_value_html(_assumptions(document),
+                                            table_id="assumptions-table")]))
+    return sections
+
+
+def plan_title(document: dict[str, Any]) -> tuple[str, str]:
+    e = document["envelope"]
+    return ("mosaic plan", f"{e['nodes']} × {e['system']}, {e['days']:g} days — "
+            f"{document['counts']['geometries']} geometries, "
+            f"{document['counts']['trainable']} trainable; "
+            f"{document['counts']['plans_evaluated']:,} layouts evaluated")

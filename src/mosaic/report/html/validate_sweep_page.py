@@ -1,0 +1,204 @@
+"""Reports of `mosaic validate` (parity and ranks) and `mosaic sweep` (allocation curves)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.report.html.page import (
+    Column,
+    Section,
+    figure_html,
+    fmt_float,
+    fmt_percent,
+    fmt_si,
+    key_value_html,
+    note,
+    table_html,
+)
+
+
+# --- validate -------------------------------------------------------------------------------
+def parity_figure(runs: list[dict[str, Any]], band: float | None) -> Any:
+    """Predicted against measured tokens/s per GPU (log-log), y = x and a ±band."""
+    import plotly.graph_objects as go
+
+    measured = [r for r in runs if r["measured_tokens_per_s_per_gpu"] is not None]
+    figure = go.Figure()
+    for moe, name, colour in ((True, "MoE runs", "#E45756"), (False, "dense runs", "#4C78A8")):
+        pick = [r for r in measured if r["moe"] == moe]
+        if not pick:
+            continue
+        figure.add_trace(go.Scatter(
+            x=[r["measured_tokens_per_s_per_gpu"] for r in pick],
+            y=[r["predicted_tokens_per_s_per_gpu"] for r in pick], mode="markers", name=name,
+            marker={"color": colour, "size": 8,
+                    "symbol": ["circle" if r["feasible"] else "x" for r in pick]},
+            customdata=[[r["id"], r["error"], r["group"]] for r in pick],
+            hovertemplate="%{customdata[0]}<br>%{customdata[2]}<br>measured %{x:,.0f}"
+                          "<br>predicted %{y:,.0f}<br>error %{customdata[1]:+.1%}"
+                          "<extra></extra>"))
+    if measured:
+        values = [v for r in measured for v in (r["measured_tokens_per_s_per_gpu"],
+                                                r["predicted_tokens_per_s_per_gpu"])]
+        low, high = min(values) / 1.3, max(values) * 1.3
+        figure.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines",
+                                    name="predicted = measured",
+                                    line={"color": "black", "dash": "dash"}))
+        if band:
+            for sign in (1, -1):
+                figure.add_trace(go.Scatter(
+                    x=[low, high], y=[low * (1 + sign * band), high * (1 + sign * band)],
+                    mode="lines", line={"color": "gray", "dash": "dot"},
+                    name=f"±{band:.1%} (MAPE)", showlegend=sign == 1, legendgroup="band"))
+    figure.update_layout(title="Predicted vs measured tokens/s per GPU (x: predicted "
+                               "infeasible)", xaxis={"type": "log", "title": "measured"},
+                         yaxis={"type": "log", "title": "predicted"}, height=500,
+                         margin={"t": 50, "b": 50, "l": 70, "r": 20})
+    return figure
+
+
+def _ranks(values: list[float]) -> list[int]:
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    ranks = [0] * len(values)
+    for rank, i in enumerate(order, start=1):
+        ranks[i] = rank
+    return ranks
+
+
+def rank_figure(runs: list[dict[str, Any]]) -> Any | None:
+    """Per model+GPU group: measured rank against predicted rank (1 = fastest)."""
+    import plotly.graph_objects as go
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["measured_tokens_per_s_per_gpu"] is not None:
+            groups.setdefault(r["group"], []).append(r)
+    groups = {g: rs for g, rs in groups.items() if len(rs) >= 2}
+    if not groups:
+        return None
+    figure = go.Figure()
+    largest = 1
+    for group, rs in sorted(groups.items()):
+        measured = _ranks([r["measured_tokens_per_s_per_gpu"] for r in rs])
+        predicted = _ranks([r["predicted_tokens_per_s_per_gpu"] for r in rs])
+        largest = max(largest, len(rs))
+        figure.add_trace(go.Scatter(
+            x=measured, y=predicted, mode="markers+lines", name=group,
+            text=[r["id"] for r in rs], line={"width": 1},
+            hovertemplate="%{text}<br>measured rank %{x}, predicted rank %{y}<extra>"
+                          f"{group}</extra>"))
+    figure.add_trace(go.Scatter(x=[1, largest], y=[1, largest], mode="lines",
+                                name="same rank", line={"color": "black", "dash": "dash"}))
+    figure.update_layout(title="Rank within each model+GPU group (1 = fastest)",
+                         xaxis_title="measured rank", yaxis_title="predicted rank",
+                         height=500, margin={"t": 50, "b": 50, "l": 60, "r": 20})
+    return figure
+
+
+def validate_sections(document: dict[str, Any]) -> list[Section]:
+    runs = document["runs"]
+    a = document["aggregate"]
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1%}"
+
+    summary = [
+        ("runs predicted (skipped)", f"{a['n_runs']} ({len(document.get('skipped', []))})"),
+        ("MAPE tokens/s, all", pct(a["mape"])),
+        ("MAPE, MoE runs", f"{pct(a['moe']['mape'])} of {a['moe']['n_runs']}"),
+        ("MAPE, dense runs", f"{pct(a['dense']['mape'])} of {a['dense']['n_runs']}"),
+        ("Spearman within model+GPU groups",
+         "n/a" if a["spearman"] is None else f"{a['spearman']:.2f}"),
+        ("top-3 overlap within groups", pct(a["top_k_overlap"])),
+        ("OOM runs predicted infeasible", f"{a['oom_correct']} of {a['oom_runs']}"),
+        ("memory MAPE", f"{pct(a['memory']['mape'])} of {a['memory']['n_runs']}"),
+    ]
+    ranks = rank_figure(runs)
+    columns = [Column("id", "run", text=True), Column("group", "group", text=True),
+               Column("predicted_tokens_per_s_per_gpu", "predicted tok/s/GPU", fmt_float(0)),
+               Column("measured_tokens_per_s_per_gpu", "measured", fmt_float(0)),
+               Column("error", "error", fmt_percent(1)),
+               Column("predicted_memory_gib", "mem GiB", fmt_float(1)),
+               Column("measured_memory_gib", "measured GiB", fmt_float(1)),
+               Column("oom", "OOM run", text=True), Column("feasible", "fits", text=True)]
+    sections = [
+        Section("summary", "Accuracy", [key_value_html(summary, table_id="validate-summary")]),
+        Section("parity", "Parity", [figure_html(parity_figure(runs, a["mape"]), "fig-parity")]),
+        Section("ranks", "Ranks within groups", [
+            figure_html(ranks, "fig-ranks") if ranks is not None
+            else note("No group has two or more measured runs.")]),
+        Section("runs", f"Runs ({len(runs)})", [
+            table_html(columns, runs, table_id="runs-table", filterable=True)]),
+    ]
+    skipped = document.get("skipped", [])
+    if skipped:
+        sections.append(Section("skipped", "Skipped records", [table_html(
+            [Column("id", "run", text=True), Column("reason", "reason", text=True)], skipped,
+            table_id="skipped-table")]))
+    return sections
+
+
+# --- sweep ----------------------------------------------------------------------------------
+CURVES = (("loss", "optimal loss", ".4f"), ("sparsity", "S*", ".3f"),
+          ("split_factor", "G*", "d"), ("n_active", "N_act*", ".3s"),
+          ("tokens", "D* (tokens)", ".3s"), ("mfu", "MFU", ".1%"))
+
+
+def sweep_figure(document: dict[str, Any]) -> Any:
+    """The allocation curves: loss, S*, G*, N_act, D and MFU against the swept budget."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    axis = document["axis"]
+    points = [p for p in document["points"] if p["optimum"] is not None]
+    x = [p[axis] for p in points]
+    figure = make_subplots(rows=2, cols=3, subplot_titles=[c[1] for c in CURVES],
+                           horizontal_spacing=0.08, vertical_spacing=0.16)
+    for i, (key, label, fmt) in enumerate(CURVES):
+        figure.add_trace(go.Scatter(
+            x=x, y=[p["optimum"][key] for p in points], mode="lines+markers", name=label,
+            hovertemplate=f"{axis}=%{{x}}<br>{label}=%{{y:{fmt}}}<extra></extra>",
+            showlegend=False), row=i // 3 + 1, col=i % 3 + 1)
+    splits = sorted({int(g) for p in points for g in p["best_per_split"]})
+    for g in splits:
+        figure.add_trace(go.Scatter(
+            x=x, y=[p["best_per_split"].get(str(g), {}).get("loss") for p in points],
+            mode="lines", line={"dash": "dot", "width": 1}, name=f"best with G = {g}",
+            hovertemplate=f"G={g}: %{{y:.4f}}<extra></extra>"), row=1, col=1)
+    figure.update_yaxes(tickformat=".0%", row=2, col=3)
+    figure.update_xaxes(title_text="training window (days)" if axis == "days"
+                        else "cluster size (nodes)", row=2)
+    figure.update_layout(height=640, title=f"MOSAIC optimum against {axis}",
+                         margin={"t": 70, "b": 50, "l": 60, "r": 20})
+    return figure
+
+
+def sweep_sections(document: dict[str, Any]) -> list[Section]:
+    axis = document["axis"]
+    rows = []
+    for p in document["points"]:
+        o = p["optimum"] or {}
+        rows.append({axis: p[axis], "c_peak_flops": p["c_peak_flops"],
+                     "gpu_hours": p["gpu_hours"], **{k: o.get(k) for k in (
+                         "q", "experts", "top_k", "split_factor", "sparsity", "n_active",
+                         "n_total", "tokens", "mfu", "loss")}})
+    columns = [Column(axis, axis), Column("c_peak_flops", "C_peak", fmt_si("FLOP")),
+               Column("gpu_hours", "GPU-hours", fmt_float(0)), Column("q", "q"),
+               Column("experts", "E"), Column("top_k", "K"), Column("split_factor", "G*"),
+               Column("sparsity", "S*", fmt_float(4)), Column("n_active", "N_act", fmt_si()),
+               Column("n_total", "N_tot", fmt_si()), Column("tokens", "D", fmt_si()),
+               Column("mfu", "MFU", fmt_percent(1)), Column("loss", "loss", fmt_float(5))]
+    e = document["envelope"]
+    fixed = (f"{e['nodes']} × {e['system']}" if axis == "days"
+             else f"{e['days']:g} days on {e['system']}")
+    return [
+        Section("curves", "Allocation curves", [
+            note(f"Fixed: {fixed}, batch {e['global_batch']} × {e['seq_len']} (paper Sec. 7.4, "
+                 "Fig. 11). Dotted: the best configuration per split factor G."),
+            figure_html(sweep_figure(document), "fig-sweep")]),
+        Section("table", "Optimum per budget", [table_html(columns, rows,
+                                                           table_id="sweep-table")]),
+        Section("space", "Search space", [key_value_html(
+            [(k, str(v)) for k, v in document["search_space"].items()],
+            table_id="space-table")]),
+    ]
