@@ -250,7 +250,10 @@ def test_reference_system_rejects_a_host_shape_the_catalog_lacks() -> None:
         ("NeMo AutoModel main (PyTorch FSDP2 + EP), TE + DeepEP", "nemo-automodel"),
         ("torch 2.8.0a0 (NGC 25.05), torchao 0afa4c1, torchtitan e7c0cae", "torchtitan"),
         ("Composer/llm-foundry (PyTorch FSDP1), flash/triton attention", "llm-foundry"),
-        ("MaxText", "other"),
+        ("MaxText", "jax-xla"),
+        ("Megatron-DeepSpeed ZeRO-3", "deepspeed"),
+        ("NeMo + Megatron-Core MoE stack as in the paper's Appendix F.3", "paper-nemo"),
+        ("an in-house trainer", "other"),
         (None, "other"),
     ],
 )

@@ -28,6 +28,8 @@ from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import Dispatcher, Precision, Workload
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
+from mosaic.stacks import MicroBatchDefault, get_stack, stack_for_software
+from mosaic.stacks.registry import OTHER_STACK
 
 # ---------------------------------------------------------------- file schema (pydantic)
 
@@ -157,23 +159,12 @@ _GLU = MappingProxyType(
     {"swiglu": True, "geglu": True, "gelu": False, "relu": False, "squared_relu": False}
 )
 
-# First keyword found in ``software`` (case-insensitive) names the stack label that
-# calibration attaches a per-stack overhead to (perf/data/calibration_default.yaml).
-_STACK_KEYWORDS = (
-    ("automodel", "nemo-automodel"),
-    ("torchtitan", "torchtitan"),
-    ("llm-foundry", "llm-foundry"),
-    ("megatron", "megatron-core"),
-    ("nemo", "megatron-core"),
-)
-OTHER_STACK = "other"
 
-# recompute "unknown" -> selective. The stacks that leave it unstated (Megatron-Core via
-# NeMo / Megatron-Bridge, NeMo AutoModel) run fused flash attention by default, which
-# recomputes the attention scores in backward instead of storing them: the footprint that
-# selective recompute models (Korthikanti et al. 2022, Sec. 4.2). Full recompute is a
-# deliberate setting that sources state.
-UNKNOWN_RECOMPUTE = Checkpointing.SELECTIVE
+# recompute "unknown" -> the stack's ``unstated_recompute`` trait (mosaic.stacks). The
+# stacks that leave it unstated (Megatron-Core via NeMo / Megatron-Bridge, NeMo AutoModel)
+# run fused flash attention by default, which recomputes the attention scores in backward
+# instead of storing them: the footprint selective recompute models (Korthikanti et al.
+# 2022, Sec. 4.2). Full recompute is a deliberate setting that sources state.
 
 # tokens/s/GPU and step time agree within this fraction when ``measured.consistent`` is true
 # (published_runs.yaml description: "consistent = the two agree within 2%").
@@ -201,9 +192,8 @@ def reference_system(gpu: str, gpus_per_node: int, scaleup_domain: int) -> Syste
 
 
 def stack_label(software: str | None) -> str:
-    """Software-stack label of a record (see ``_STACK_KEYWORDS``); ``other`` if none fits."""
-    text = (software or "").casefold()
-    return next((label for key, label in _STACK_KEYWORDS if key in text), OTHER_STACK)
+    """Software stack of a record (:func:`mosaic.stacks.stack_for_software`)."""
+    return stack_for_software(software).name
 
 
 # ---------------------------------------------------------------- frozen records
@@ -393,30 +383,33 @@ def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> i
     return 1
 
 
-# torchtitan's pipeline defaults for what its benchmark files leave unstated: the schedule
-# splits the local batch into as many micro-batches as pipeline ranks
-# (``pipeline_parallel_microbatches or pipeline_parallel_degree``, torchtitan 2024-12), and
-# an interleaved schedule runs at least two stages per rank (its 1F1B records state vpp 1).
-TORCHTITAN_STACK = "torchtitan"
-TORCHTITAN_INTERLEAVED_STAGES_PER_RANK = 2
-
-
 def _pipeline_defaults(entry: RunRecordEntry, stack: str, notes: list[str]
                        ) -> tuple[int | None, int | None]:
-    """(vpp, micro_seqs) with the stack's pipeline defaults filled in where unstated."""
+    """(vpp, micro_seqs) with the stack's defaults filled in where the source is silent.
+
+    torchtitan splits the local batch into as many micro-batches as pipeline ranks
+    (``pipeline_parallel_microbatches or pipeline_parallel_degree``) and runs at least two
+    stages per rank when interleaved; JAX/XLA trainers process the whole per-device batch
+    in one step unless accumulation is stated; Megatron-LM's micro-batch defaults to 1
+    (traits and sources in ``mosaic/stacks/data/stacks.yaml``).
+    """
+    traits = get_stack(stack)
     parallel, micro = entry.parallel, entry.batch.micro_seqs
     vpp = parallel.vpp
-    if stack != TORCHTITAN_STACK or parallel.pp == 1:
-        return vpp, micro
-    if vpp is None:
-        vpp = TORCHTITAN_INTERLEAVED_STAGES_PER_RANK
-        notes.append(f"parallel.vpp not stated: {vpp} assumed (torchtitan interleaved schedule, "
+    if vpp is None and parallel.pp > 1 and traits.interleaved_vpp_default > 1:
+        vpp = traits.interleaved_vpp_default
+        notes.append(f"parallel.vpp not stated: {vpp} assumed ({stack} interleaved schedule, "
                      "fewest stages per rank)")
     if micro is None:
         local = entry.batch.global_seqs // parallel.dp
-        micro = max(local // parallel.pp, 1)
-        notes.append(f"batch.micro_seqs not stated: {micro} assumed (torchtitan splits the "
-                     f"local batch of {local} into pp={parallel.pp} micro-batches)")
+        if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP:
+            micro = max(local // parallel.pp, 1) if parallel.pp > 1 else None
+            why = f"{stack} splits the local batch of {local} into pp={parallel.pp} micro-batches"
+        elif traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH:
+            micro = max(local, 1)
+            why = f"{stack} runs the whole local batch of {local} in one step, no accumulation"
+        if micro is not None:
+            notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")
     return vpp, micro
 
 
@@ -424,8 +417,9 @@ def _plan(entry: RunRecordEntry, stack: str, notes: list[str]) -> ParallelPlans:
     parallel = entry.parallel
     vpp, micro_seqs = _pipeline_defaults(entry, stack, notes)
     if entry.recompute == "unknown":
-        checkpointing = UNKNOWN_RECOMPUTE
-        notes.append("recompute unknown: selective assumed (fused attention recomputes scores)")
+        assumed = get_stack(stack).unstated_recompute
+        checkpointing = Checkpointing.parse(assumed)
+        notes.append(f"recompute unknown: {assumed} assumed ({stack}'s default)")
     else:
         checkpointing = Checkpointing.parse(entry.recompute)
     if parallel.sharding == "hsdp":

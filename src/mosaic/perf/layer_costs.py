@@ -32,9 +32,9 @@ from mosaic.perf.collectives import (
 from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
-from mosaic.perf.memory import PER_OP_SAC_STACKS
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Precision, Workload
+from mosaic.stacks import SelectiveRecompute
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire and in HBM
 BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
@@ -272,7 +272,8 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward + up
                + down + streaming_forward)
-    if workload.stack in PER_OP_SAC_STACKS and geometry.attention is not AttentionKind.MLA:
+    per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
+    if per_op and geometry.attention is not AttentionKind.MLA:
         selective = _per_op_sac_recompute(workload, attention, up, down, streaming_forward)
         selective_core = np.zeros(len(plans))
     else:

@@ -34,6 +34,7 @@ from mosaic.arch import AttentionKind, Geometry, MoEConfig, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.workload import OptimizerKind, Workload
+from mosaic.stacks import SelectiveRecompute
 
 GIB = 2**30
 
@@ -426,11 +427,7 @@ def layer_working_set_bytes(
     return attention_activation_bytes(workload, plans) + block
 
 
-# Stacks whose "selective" checkpointing is per-op selective activation checkpointing:
-# torchtitan's default "op" policy saves the outputs of SDPA and of every second matmul of a
-# block and recomputes everything else (pytorch/torchtitan activation checkpointing,
-# _save_list with its alternating mm rule), not Megatron's core-attention recompute.
-PER_OP_SAC_STACKS = frozenset({"torchtitan"})
+
 
 
 def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -455,7 +452,7 @@ def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
     """What SELECTIVE keeps: per-op SAC for dense GQA/MHA blocks of the stacks that run it,
     else Megatron's core-attention recompute (only the softmax statistics go)."""
     geometry = workload.geometry
-    if (workload.stack in PER_OP_SAC_STACKS and kind == "dense"
+    if (workload.traits.selective_recompute is SelectiveRecompute.PER_OP and kind == "dense"
             and geometry.attention is not AttentionKind.MLA):
         return per_op_sac_dense_bytes(workload, plans)
     return working_set - softmax_statistics_bytes(workload, plans)
@@ -468,7 +465,7 @@ def activation_bytes_per_layer(
 
     NONE keeps the working set; SELECTIVE recomputes the attention core (Korthikanti Sec. 5),
     which under flash attention only drops the softmax statistics, or runs per-op SAC on
-    the stacks that use it (:data:`PER_OP_SAC_STACKS`); FULL keeps the input.
+    the stacks that use it (stack trait ``selective_recompute``); FULL keeps the input.
     """
     if kind not in ("dense", "moe"):
         raise MosaicInputError(f"activation kind must be 'dense' or 'moe', got {kind!r}")
@@ -521,12 +518,13 @@ def communication_buffer_bytes(
     """Transient communication buffers at the stage's peak.
 
     * FSDP/HSDP: the current unit (at worst the largest) and the prefetched next block
-      gathered in bf16, plus the current unit's unsharded fp32 gradient before its
-      reduce-scatter (Zhao et al. 2023, PyTorch FSDP, Sec. 3.3-3.4: backward prefetching
-      keeps two gathered units alive). With pp > 1 the whole stage stays gathered and its
-      gradients accumulate unsharded until the last micro-batch: torchtitan does not
-      reshard after forward under PP, and torch.distributed.pipelining turns gradient sync
-      off for all but the last backward (set_requires_gradient_sync(last_backward)).
+      gathered in the stack's gather dtype, plus the current unit's unsharded fp32 gradient
+      before its reduce-scatter (Zhao et al. 2023, PyTorch FSDP, Sec. 3.3-3.4: backward
+      prefetching keeps two gathered units alive). With pp > 1 the whole stage stays
+      gathered and its gradients accumulate unsharded until the last micro-batch: torchtitan
+      does not reshard after forward under PP, and torch.distributed.pipelining turns
+      gradient sync off for all but the last backward
+      (set_requires_gradient_sync(last_backward)).
     * ZeRO-2: one unit's unsharded fp32 gradient bucket before its reduce-scatter.
     * Plain DDP / ZeRO-1 in Megatron-Core: none extra; buckets are views into the contiguous
       gradient buffer already counted under ``gradients``.
@@ -537,7 +535,8 @@ def communication_buffer_bytes(
     sharding = plans.sharding
     fully_sharded = np.isin(sharding, [int(m) for m in _FULLY_SHARDED])
     unit = params.largest_unit
-    per_unit = WEIGHT_BYTES_PER_PARAM * (unit + params.largest_block)
+    # Gathered units in the stack's gather dtype (bf16, or fp32 for weights at rest in fp32).
+    per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + params.largest_block)
     per_unit = per_unit + GRADIENT_BYTES_PER_PARAM * unit
     whole_stage = (WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM) * params.total
     fsdp = np.where(fully_sharded, np.where(plans.pp > 1, whole_stage, per_unit), 0.0)

@@ -288,8 +288,12 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     # experts over the expert-data-parallel ranks, which sit ep·etp ranks apart (Eq. 24).
     shard_group, expert_shard_group = shard_degrees(plans)
     block_dense, block_expert = _fsdp_unit_parameters(workload, plans)
-    gather = (all_gather_time_s(block_dense * ACTIVATION_BYTES, shard_group, dense_stride, ic)
-              + all_gather_time_s(block_expert * ACTIVATION_BYTES, expert_shard_group,
+    # Gathered parameters travel in the stack's gather dtype: bf16 for torch FSDP2 with a
+    # bf16 param_dtype, fp32 for JAX/XLA trainers whose weights rest in fp32 (stack trait
+    # fsdp_gather_bytes_per_param).
+    gather_bytes = workload.traits.fsdp_gather_bytes_per_param
+    gather = (all_gather_time_s(block_dense * gather_bytes, shard_group, dense_stride, ic)
+              + all_gather_time_s(block_expert * gather_bytes, expert_shard_group,
                                   expert_stride, ic))
     scatter = (reduce_scatter_time_s(block_dense * GRADIENT_BYTES_PER_PARAM, shard_group,
                                      dense_stride, ic)
@@ -399,9 +403,7 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
 # layer (NVIDIA-NeMo/Automodel#3931). An unstated regime ("unknown") is Megatron-Core's
 # default, dropless (moe_expert_capacity_factor None).
 DROPLESS_ROUTINGS = frozenset({"dropless", "balanced", "unknown"})
-# Stacks whose routed experts run Transformer Engine GroupedLinear, whose host floor
-# (te_grouped_linear_host_floor_s) is measured.
-TE_GROUPED_LINEAR_STACKS = frozenset({"megatron-core"})
+
 
 
 def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
@@ -428,7 +430,7 @@ def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.
     runs drops from 22.8% to 17.2% with this term (docs/perf.md).
     """
     if (workload.routing not in DROPLESS_ROUTINGS
-            or workload.stack not in TE_GROUPED_LINEAR_STACKS):
+            or not workload.traits.dropless_host_sync):
         return np.zeros_like(expert_host_floor_s)
     return expert_host_floor_s
 

@@ -8,6 +8,7 @@ from enum import StrEnum
 from mosaic.arch import Geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.stacks import StackTraits, get_stack
 
 
 class Precision(StrEnum):
@@ -46,12 +47,6 @@ class Dispatcher(StrEnum):
         return self is not Dispatcher.ALLTOALL
 
 
-# Stacks whose FSDP gathers parameters tensor by tensor (DeepSpeed ZeRO-3 fetches each
-# module's parameters with its own all-gather: DeepSpeed docs, "ZeRO-3 Offload" / stage3
-# parameter fetching); all others bucket a block into one collective.
-PER_TENSOR_GATHER_STACKS = frozenset({"deepspeed"})
-
-
 def _member(kind: type[StrEnum], value: object, name: str) -> StrEnum:
     """``value`` as a member of ``kind``, or a one-line error naming the allowed values."""
     try:
@@ -72,13 +67,14 @@ class Workload:
         precision: GEMM precision; weights/activations are stored in bf16 either way
             (fp8 recipes keep bf16 copies, Micikevicius et al., 2022).
         optimizer: optimizer family.
-        stack: software-stack label calibration can attach overheads to.
+        stack: software stack (a name in :mod:`mosaic.stacks`); sets the traits the model
+            honours and the label calibration attaches overheads to.
         routing: MoE routing regime (dropless, balanced, token_drop, unknown); calibration
             attaches a load-imbalance factor to it. The paper trains dropless (A.2).
         attention_kernel: flash-attention kernel family (cudnn, fa2, fa3); None = the
             stack's default on the job's GPU generation (see ``perf.attention_kernels``).
-        fsdp_gather: FSDP gather granularity; None = per tensor for DeepSpeed, per block
-            for every other stack.
+        fsdp_gather: FSDP gather granularity; None = the stack's (per tensor for DeepSpeed,
+            per block for every other stack).
         dispatcher: EP token dispatch (alltoall, deepep, hybridep).
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
@@ -98,6 +94,7 @@ class Workload:
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
 
     def __post_init__(self) -> None:
+        get_stack(self.stack)  # an unknown stack is an error naming the known ones
         for name in ("global_batch", "seq_len"):
             value = getattr(self, name)
             if value <= 0:
@@ -120,7 +117,12 @@ class Workload:
         """FSDP issues one all-gather (and reduce-scatter) per parameter tensor."""
         if self.fsdp_gather is not None:
             return self.fsdp_gather is FsdpGather.TENSOR
-        return self.stack in PER_TENSOR_GATHER_STACKS
+        return self.traits.fsdp_gather == FsdpGather.TENSOR
+
+    @property
+    def traits(self) -> StackTraits:
+        """The software stack's modelled behaviour (:mod:`mosaic.stacks`)."""
+        return get_stack(self.stack)
 
     @property
     def tokens_per_step(self) -> int:

@@ -1,0 +1,19 @@
+"""Software stacks as a validated registry: each stack's traits and defaults, with sources."""
+
+from mosaic.stacks.registry import (
+    MicroBatchDefault,
+    SelectiveRecompute,
+    StackTraits,
+    get_stack,
+    known_stacks,
+    stack_for_software,
+)
+
+__all__ = [
+    "MicroBatchDefault",
+    "SelectiveRecompute",
+    "StackTraits",
+    "get_stack",
+    "known_stacks",
+    "stack_for_software",
+]

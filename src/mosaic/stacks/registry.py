@@ -1,0 +1,105 @@
+"""Load and validate the stack registry (``data/stacks.yaml``) once; look stacks up by name.
+
+An unknown stack is an error that names the known ones, never a silent fallback. A run
+record's free-text ``software`` field maps to a stack by keyword; a record whose software
+matches none gets the explicit ``other`` stack and a note saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import validate_mapping
+
+OTHER_STACK = "other"
+
+
+class MicroBatchDefault(StrEnum):
+    """What a stack does when the micro-batch is not stated."""
+
+    ONE = "one"  # Megatron-LM --micro-batch-size defaults to 1
+    LOCAL_BATCH_OVER_PP = "local_batch_over_pp"  # torchtitan: local batch / pp per micro-batch
+    WHOLE_LOCAL_BATCH = "whole_local_batch"  # JAX/XLA: no gradient accumulation unless stated
+
+
+class SelectiveRecompute(StrEnum):
+    """What a stack's "selective" activation checkpointing recomputes."""
+
+    ATTENTION_CORE = "attention_core"  # Korthikanti et al. 2022
+    PER_OP = "per_op"  # torch per-op SAC (torchtitan's 'op' policy)
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str = Field(min_length=1)
+    keywords: tuple[str, ...]
+    micro_batch_default: MicroBatchDefault
+    interleaved_vpp_default: int = Field(ge=1, le=64)
+    fsdp_gather: Literal["block", "tensor"]
+    fsdp_gather_bytes_per_param: Literal[2, 4]
+    dropless_host_sync: bool
+    selective_recompute: SelectiveRecompute
+    unstated_recompute: Literal["none", "selective", "full"]
+    source: str = Field(min_length=1)
+
+
+class _Registry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    stacks: dict[str, _Entry]
+
+
+@dataclass(frozen=True)
+class StackTraits:
+    """One software stack's modelled behaviour (fields as in ``data/stacks.yaml``)."""
+
+    name: str
+    description: str
+    keywords: tuple[str, ...]
+    micro_batch_default: MicroBatchDefault
+    interleaved_vpp_default: int
+    fsdp_gather: str
+    fsdp_gather_bytes_per_param: int
+    dropless_host_sync: bool
+    selective_recompute: SelectiveRecompute
+    unstated_recompute: str
+    source: str
+
+
+@cache
+def _registry() -> dict[str, StackTraits]:
+    text = resources.files("mosaic.stacks").joinpath("data", "stacks.yaml").read_text()
+    parsed = validate_mapping(_Registry, yaml.safe_load(text), "stack registry")
+    return {name: StackTraits(name=name, **entry.model_dump())
+            for name, entry in parsed.stacks.items()}
+
+
+def known_stacks() -> tuple[str, ...]:
+    """Names of every registered stack, in registry order."""
+    return tuple(_registry())
+
+
+def get_stack(name: str) -> StackTraits:
+    """The traits of stack ``name``; an unknown name is an error listing the known ones."""
+    stacks = _registry()
+    if name not in stacks:
+        raise MosaicInputError(f"stack {name!r}: unknown; known stacks: "
+                               f"{', '.join(stacks)}")
+    return stacks[name]
+
+
+def stack_for_software(software: str | None) -> StackTraits:
+    """The stack a run record's free-text ``software`` names (first keyword match in
+    registry order), else the explicit ``other`` stack."""
+    text = (software or "").casefold()
+    for traits in _registry().values():
+        if any(keyword in text for keyword in traits.keywords):
+            return traits
+    return _registry()[OTHER_STACK]

@@ -1,0 +1,93 @@
+"""The stack registry and the traits the model honours (hand-computed cases)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mosaic.arch import Geometry, MoEConfig
+from mosaic.config.run_records import RunRecordWarning, load_run_records
+from mosaic.errors import MosaicInputError
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import StageParameters, communication_buffer_bytes, stage_parameters
+from mosaic.perf.plan import Sharding, single_plan
+from mosaic.perf.step_time import predict_step
+from mosaic.perf.workload import Workload
+from mosaic.stacks import MicroBatchDefault, get_stack, known_stacks, stack_for_software
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+
+
+def small_moe() -> Geometry:
+    return Geometry(layers=4, d_model=256, heads=4, kv_heads=4, head_dim=64, ffn=1024,
+                    vocab=1000, moe=MoEConfig(experts=8, top_k=2, expert_ffn=256,
+                                              dense_layers=1))
+
+
+def test_every_stack_states_a_source_and_typos_name_the_known_stacks() -> None:
+    for name in known_stacks():
+        assert get_stack(name).source
+    with pytest.raises(MosaicInputError) as error:
+        Workload(small_moe(), global_batch=8, seq_len=128, stack="megatron-cor")
+    message = str(error.value)
+    assert "megatron-cor" in message and "megatron-core" in message and "torchtitan" in message
+
+
+def test_software_text_maps_to_a_stack_or_to_the_explicit_other() -> None:
+    assert stack_for_software("MaxText v0.2 on A3 Mega").name == "jax-xla"
+    assert stack_for_software("levanter (JAX)").name == "jax-xla"
+    assert stack_for_software("my trainer").name == "other"
+    assert get_stack("jax-xla").micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH
+
+
+def _gather_buffer_bytes(stack: str) -> float:
+    workload = Workload(small_moe(), global_batch=16, seq_len=128, stack=stack)
+    plans = single_plan(dp=8, ep=1, sharding=Sharding.FSDP)
+    params: StageParameters = stage_parameters(workload.geometry, plans, "last")
+    return float(communication_buffer_bytes(workload, plans, params, "last")[0]), params
+
+
+def test_fp32_at_rest_gathers_twice_the_bytes_of_bf16() -> None:
+    jax_bytes, params = _gather_buffer_bytes("jax-xla")
+    torch_bytes, _ = _gather_buffer_bytes("torchtitan")
+    gathered = float((params.largest_unit + params.largest_block)[0])
+    # Two gathered units (current + prefetched) in 4 B instead of 2 B: 2 B/param more.
+    assert jax_bytes - torch_bytes == pytest.approx(2 * gathered)
+
+
+def _jax_fsdp_run(global_seqs: int) -> dict[str, Any]:
+    run = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text())["runs"][1])  # the MoE example
+    run.update(id=f"jax-fsdp-{global_seqs}", software="MaxText (JAX/XLA)", num_gpus=256)
+    run["parallel"].update(tp=1, pp=1, vpp=None, cp=1, dp=256, ep=1, etp=1,
+                           sequence_parallel=False, sharding="fsdp")
+    run["batch"] = {"global_seqs": global_seqs, "micro_seqs": None}
+    run["measured"] = {"tokens_per_s_per_gpu": 1000.0, "step_time_s": 1.0,
+                       "mfu_reported": None, "tflops_per_gpu_reported": None,
+                       "memory_gib": None, "consistent": False, "oom": False}
+    return run
+
+
+def test_whole_batch_fsdp_gathers_once_per_step_so_throughput_rises_with_batch(
+        tmp_path: Path) -> None:
+    batches = (256, 512, 1024)
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [_jax_fsdp_run(b) for b in batches]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunRecordWarning)
+        records = load_run_records(path).records
+    assert len(records) == 3
+    tokens_per_s = []
+    for batch, record in zip(batches, records, strict=True):
+        plan = record.plan.row(0)
+        assert plan["micro_batch"] == batch // 256  # the whole local batch, one micro-batch
+        assert any("whole local batch" in note for note in record.assumptions)
+        machine = machine_for(record.cluster, record.workload.precision)
+        prediction = predict_step(record.workload, record.plan, machine, default_calibration())
+        tokens_per_s.append(float(prediction.tokens_per_s[0]))
+    assert tokens_per_s[0] < tokens_per_s[1] < tokens_per_s[2]
