@@ -7,7 +7,6 @@ the HTML (tens of thousands of points do not belong in a JSON summary).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,10 @@ from mosaic.plan.uncertainty import Uncertainty
 
 GIB = 2**30
 TOP_BREAKDOWNS = 3  # layouts shown side by side
+# Scatter points kept (SVG plotting stays responsive): the best SCATTER_TOP layouts, then an
+# evenly spaced sample of the rest in ranking order.
+SCATTER_POINTS = 4000
+SCATTER_TOP = 500
 
 
 def _finite(value: float) -> float | None:
@@ -126,16 +129,6 @@ def plan_report_blocks(result: PlanResult, law: ScalingLaw, calibration: Calibra
     return blocks
 
 
-@dataclass(frozen=True)
-class LayoutPoints:
-    """MFU and memory of every feasible layout (the scatter of the layouts report)."""
-
-    mfu: list[float]
-    memory_gib: list[float]
-    step_time_s: list[float]
-    labels: list[str]
-
-
 def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> dict[str, Any]:
     """Breakdowns of the best ``top`` layouts and the (MFU, memory) of every feasible one."""
     from mosaic.report.html.breakdown import layout_label
@@ -147,7 +140,9 @@ def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> di
         plan = search.plans.row(int(index))
         single = take_prediction(p, int(index))
         breakdowns.append({"rank": rank, "plan": plan, **step_document(single)})
-    labels = [layout_label(search.plans.row(int(i))) for i in ranking]
+    shown = scatter_sample(ranking.size)
+    ranking = ranking[shown]
+    plans = [search.plans.row(int(i)) for i in ranking]
     return {
         "top_breakdowns": breakdowns,
         "capacity_bytes": float(search.capacity_bytes),
@@ -155,6 +150,17 @@ def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> di
             "mfu": p.mfu[ranking].tolist(),
             "memory_gib": (p.memory_bytes[ranking] / GIB).tolist(),
             "step_time_s": p.step_time_s[ranking].tolist(),
-            "labels": labels,
+            "labels": [layout_label(plan) for plan in plans],
+            "checkpointing": [plan["checkpointing"] for plan in plans],
+            "n_feasible": int(search.ranking.size),
         },
     }
+
+
+def scatter_sample(n: int, points: int = SCATTER_POINTS, top: int = SCATTER_TOP) -> np.ndarray:
+    """Indices 0..n-1 to plot: all when n <= points, else the first ``top`` and an evenly
+    spaced sample of the rest (deterministic)."""
+    if n <= points:
+        return np.arange(n)
+    rest = np.linspace(top, n - 1, points - top).round().astype(int)
+    return np.unique(np.concatenate([np.arange(top), rest]))

@@ -22,6 +22,7 @@ from mosaic.report.html.page import (
     table_html,
 )
 
+CHECKPOINTING_COLOURS = {"none": "#4C78A8", "selective": "#54A24B", "full": "#E45756"}
 LAYOUT_COLUMNS = [
     Column("rank", "#"), *(Column(k, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")),
     Column("sharding", "sharding", text=True), Column("micro_batch", "mbs"),
@@ -84,12 +85,19 @@ def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
     import plotly.graph_objects as go
 
     figure = go.Figure()
-    figure.add_trace(go.Scattergl(
-        x=points["memory_gib"], y=points["mfu"], mode="markers", name="feasible layouts",
-        marker={"size": 5, "color": points["step_time_s"], "colorscale": "Viridis",
-                "colorbar": {"title": "step s"}, "opacity": 0.7},
-        text=points["labels"],
-        hovertemplate="%{text}<br>MFU=%{y:.2%}<br>%{x:.1f} GiB<extra></extra>"))
+    modes = points["checkpointing"]
+    for mode, colour in CHECKPOINTING_COLOURS.items():
+        pick = [i for i, m in enumerate(modes) if m == mode]
+        if not pick:
+            continue
+        figure.add_trace(go.Scatter(
+            x=[points["memory_gib"][i] for i in pick], y=[points["mfu"][i] for i in pick],
+            mode="markers", name=f"{mode} recompute",
+            marker={"size": 5, "color": colour, "opacity": 0.6},
+            text=[points["labels"][i] for i in pick],
+            customdata=[points["step_time_s"][i] for i in pick],
+            hovertemplate="%{text}<br>MFU=%{y:.2%}, %{x:.1f} GiB<br>step %{customdata:.3f} s"
+                          "<extra></extra>"))
     if points["mfu"]:
         figure.add_trace(go.Scatter(
             x=[points["memory_gib"][0]], y=[points["mfu"][0]], mode="markers",
@@ -149,10 +157,14 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
     points = document.get("feasible_points") or {
         "mfu": [r["mfu"] for r in rows], "memory_gib": [r["memory_gib"] for r in rows],
         "step_time_s": [r["step_time_s"] for r in rows],
-        "labels": [layout_label(r) for r in rows]}
+        "labels": [layout_label(r) for r in rows],
+        "checkpointing": [r["checkpointing"] for r in rows]}
     capacity = document.get("capacity_bytes")
-    scope = ("every feasible layout" if "feasible_points" in document
-             else f"the {len(rows)} listed layouts")
+    shown = len(points["mfu"])
+    total = points.get("n_feasible", shown)
+    scope = (f"the {len(rows)} listed layouts" if "feasible_points" not in document
+             else "every feasible layout" if shown == total
+             else f"{shown:,} of {total:,} feasible layouts (best 500, then evenly spaced)")
     sections.append(Section("scatter", "MFU against memory", [figure_html(mfu_memory_figure(
         points, None if capacity is None else capacity / GIB,
         f"MFU vs memory per GPU: {scope}"), "fig-scatter")]))
