@@ -1,0 +1,224 @@
+"""Typed configuration of one training job (``mosaic train JOB.yaml``) and its defaults.
+
+Every default is the paper's recipe (Appendix A) unless its comment says otherwise. The
+schema is validated once when a file enters (one-line errors naming the field); nothing
+here imports torch, so the planner can read and check a job without the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
+from mosaic.arch.ladder import (
+    LADDER_FFN_RATIO,
+    LADDER_HEAD_DIM,
+    LADDER_KV_HEADS,
+    LADDER_MULTIPLIER,
+    PAPER_DENSE_LAYERS,
+    PAPER_SHARED_EXPERTS,
+    expert_width,
+    ladder_geometry,
+)
+from mosaic.config.model_schema import ModelBlock, MoEBlock, geometry_from_blocks
+from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+
+BYTE_VOCAB = 256  # byte-level fallback: one token per byte
+# Geometry features of other model families (mosaic.arch) that the paper's recipe lacks.
+_UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk_norm",
+                         "qkv_bias", "output_bias", "attention_sinks", "mtp_layers")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LadderModel(_Strict):
+    """A ladder rung (Sec. 7.1): seed q and the MoE axes; ``head_dim`` < 128 scales it down.
+
+    With the paper's head width (128) and 8 KV heads the geometry is exactly
+    :func:`mosaic.arch.ladder_geometry`; a smaller ``head_dim`` keeps the ladder's
+    co-scaling (L = heads = 4q, d = heads·d_head, d_ff = 2.5·d) at a width a CPU can train.
+    """
+
+    q: int = Field(gt=0, description="ladder seed q")
+    experts: int | None = Field(default=None, gt=0, description="routed experts E; None: dense")
+    top_k: int | None = Field(default=None, gt=0, description="routed experts per token K")
+    split_factor: int = Field(default=1, gt=0, description="G = d_ff / d_expert (Eq. 8)")
+    head_dim: int = Field(default=LADDER_HEAD_DIM, gt=0, description="paper: 128")
+    kv_heads: int = Field(default=LADDER_KV_HEADS, gt=0, description="paper: 8")
+    gated_attention: bool = Field(default=False, description="head-wise sigmoid gate (A.1)")
+
+
+def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
+    """Geometry of a (possibly scaled-down) ladder rung with vocabulary ``vocab``."""
+    if rung.head_dim == LADDER_HEAD_DIM and rung.kv_heads == LADDER_KV_HEADS:
+        return ladder_geometry(rung.q, rung.experts, rung.top_k, rung.split_factor,
+                               vocab=vocab, gated_attention=rung.gated_attention)
+    heads = LADDER_MULTIPLIER * rung.q
+    kv_heads = math.gcd(heads, rung.kv_heads)  # GQA needs kv_heads | heads
+    d_model = heads * rung.head_dim
+    ffn = round(LADDER_FFN_RATIO * d_model)
+    moe = None
+    if rung.experts is not None:
+        if rung.top_k is None:
+            raise MosaicInputError("model.ladder.top_k is required when experts is given")
+        moe = MoEConfig(experts=rung.experts, top_k=rung.top_k,
+                        expert_ffn=expert_width(ffn, rung.split_factor),
+                        shared_experts=PAPER_SHARED_EXPERTS, dense_layers=PAPER_DENSE_LAYERS)
+    return Geometry(layers=LADDER_MULTIPLIER * rung.q, d_model=d_model, heads=heads,
+                    kv_heads=kv_heads, head_dim=rung.head_dim, ffn=ffn, vocab=vocab, glu=True,
+                    tied_embeddings=False, attention=AttentionKind.GQA,
+                    gated_attention=rung.gated_attention, norm=NormKind.LAYERNORM, moe=moe)
+
+
+class RoutingConfig(_Strict):
+    """Routing and balancing (Algorithm 1, Appendix A.3); defaults are the paper's."""
+
+    kind: Literal["lflb_gumbel", "softmax_topk"] = Field(
+        default="lflb_gumbel",
+        description="Algorithm 1, or the plain top-K softmax + load-balancing-loss baseline")
+    tau: float = Field(default=0.01, ge=0, description="Gumbel temperature (A.3: 0.01)")
+    rho: int = Field(default=12, gt=0, description="proposal size M = min(rho*K, E) (A.3: 12)")
+    mu_b: float = Field(default=1e-3, ge=0, description="bias-controller step (Eq. 19: 1e-3)")
+    eps: float = Field(default=1e-4, gt=0, description="Eq. 19 epsilon (1e-4)")
+    router_norm: float | None = Field(
+        default=1.0, gt=0, description="row-norm target c_r (A.3: 1.0); None: no RowNorm")
+    center_noise: bool = Field(default=True, description="centre Gumbel noise per expert")
+    z_loss_coef: float = Field(default=1e-4, ge=0, description="router z-loss (Eq. 23: 1e-4)")
+    seq_aux_coef: float = Field(
+        default=1e-3, ge=0, description="DeepSeek-V3 sequence-level balance loss (A.3: 1e-3)")
+    lbl_coef: float = Field(
+        default=1e-2, ge=0,
+        description="baseline only: Switch load-balancing loss (Fedus et al., 2022: 1e-2)")
+
+
+class OptimConfig(_Strict):
+    """AdamW and the WSD schedule (Appendix A.2)."""
+
+    lr: float | None = Field(default=None, gt=0, description="peak lr; None: Eq. 17")
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.999, ge=0, lt=1)
+    eps: float = Field(default=1e-14, gt=0, description="A.2: 1e-14")
+    weight_decay: float = Field(default=0.1, ge=0, description="A.2: 0.1")
+    grad_clip: float | None = Field(default=None, gt=0, description="A.2: no clipping")
+    warmup_tokens: float = Field(default=1e8, ge=0, description="A.2: about 1e8 tokens")
+    decay_fraction: float = Field(default=0.2, ge=0, le=1,
+                                  description="linear decay to 0 over the last 20% of steps")
+
+
+class DataConfig(_Strict):
+    """Training tokens: a flat memory-mapped token file, or the bytes of any file."""
+
+    path: Path = Field(description="token file (.bin) or any text file for format 'bytes'")
+    format: Literal["bytes", "uint16", "uint32"] = Field(
+        default="bytes", description="uint16/uint32: flat little-endian token ids (nanoGPT)")
+    vocab: int | None = Field(default=None, gt=0,
+                              description="token-file vocabulary; default GPT-2's 50257")
+
+    @property
+    def vocab_size(self) -> int:
+        if self.format == "bytes":
+            return BYTE_VOCAB
+        return self.vocab or 50257
+
+
+class RunConfig(_Strict):
+    """Batch, length, precision, logging and checkpointing of one run."""
+
+    tokens: float = Field(gt=0, description="training tokens D (rounded up to whole steps)")
+    seq_len: int = Field(default=2048, gt=0, description="A.2: T_seq = 2048")
+    global_batch_seqs: int = Field(default=256, gt=0, description="sequences per step")
+    micro_batch_seqs: int = Field(default=8, gt=0, description="sequences per forward")
+    seed: int = Field(default=0, ge=0)
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        default="auto", description="auto: bf16 autocast on CUDA (fp32 master), fp32 on CPU")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    expert_compute: Literal["auto", "grouped_mm", "loop"] = Field(
+        default="auto", description="grouped GEMM where the device supports it, else a loop")
+    log_every: int = Field(default=1, gt=0)
+    checkpoint_every: int = Field(default=100, gt=0, description="steps between checkpoints")
+    smoothing_beta: float = Field(default=0.9, ge=0, lt=1,
+                                  description="EMA of the loss (bias-corrected)")
+    device_name: str | None = Field(
+        default=None, description="catalog device for MFU; default: detected CUDA device")
+    achievable_flops_per_s: float | None = Field(
+        default=None, gt=0, description="measured peak (mosaic bench) for a second MFU")
+    plot: bool = Field(default=False, description="write metrics.html (needs plotly)")
+
+
+class TrainConfig(_Strict):
+    """One training job: model geometry, routing, optimiser, data and run settings."""
+
+    model: dict[str, Any] | None = Field(default=None, description="mosaic arch model block")
+    moe: dict[str, Any] | None = Field(default=None, description="mosaic arch moe block")
+    ladder: LadderModel | None = None
+    routing: RoutingConfig = RoutingConfig()
+    optim: OptimConfig = OptimConfig()
+    data: DataConfig
+    run: RunConfig
+
+    @model_validator(mode="after")
+    def _one_model(self) -> TrainConfig:
+        if (self.model is None) == (self.ladder is None):
+            raise ValueError("give exactly one of 'model' (with optional 'moe') or 'ladder'")
+        if self.ladder is not None and self.moe is not None:
+            raise ValueError("'moe' goes with 'model'; a ladder rung sets experts itself")
+        return self
+
+    def geometry(self) -> Geometry:
+        """The model's geometry (vocabulary from the data for ladder rungs)."""
+        if self.ladder is not None:
+            return ladder_rung_geometry(self.ladder, self.data.vocab_size)
+        model = validate_mapping(ModelBlock, self.model, "model")
+        moe = validate_mapping(MoEBlock, self.moe, "moe") if self.moe is not None else None
+        if moe is not None and moe.capacity_factor is not None:
+            raise MosaicInputError(
+                f"moe.capacity_factor is {moe.capacity_factor}; the trainer is dropless "
+                "(Appendix A.2: infinite capacity), leave it unset")
+        geometry = geometry_from_blocks(model, moe)
+        if geometry.attention is AttentionKind.MLA:
+            raise MosaicInputError("model.attention 'mla' is not implemented by the trainer; "
+                                   "allowed: mha, gqa")
+        unsupported = [name for name in _UNSUPPORTED_FEATURES
+                       if getattr(geometry, name, False)
+                       or getattr(geometry.moe, name, False)]
+        if unsupported:
+            raise MosaicInputError(
+                f"model: {', '.join(unsupported)} not implemented by the trainer (the paper's "
+                "recipe, Appendix A.1, uses none of them); remove them from the file")
+        if geometry.vocab < self.data.vocab_size:
+            raise MosaicInputError(
+                f"model.vocab_sz {geometry.vocab} is smaller than the data's vocabulary "
+                f"{self.data.vocab_size}")
+        return geometry
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.run.global_batch_seqs * self.run.seq_len
+
+    @property
+    def total_steps(self) -> int:
+        return max(1, math.ceil(self.run.tokens / self.tokens_per_step))
+
+
+def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
+    """Validate a parsed job document; MosaicInputError with one line on failure."""
+    config = validate_mapping(TrainConfig, data, where)
+    config.geometry()  # surface geometry errors now, not mid-run
+    return config
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read and validate a job YAML; a relative data path is resolved against the file."""
+    path = Path(path)
+    document = load_yaml_mapping(path)
+    data = document.get("data")
+    if isinstance(data, dict) and "path" in data and not Path(str(data["path"])).is_absolute():
+        document = {**document, "data": {**data, "path": str(path.parent / str(data["path"]))}}
+    return train_config_from_mapping(document, str(path))

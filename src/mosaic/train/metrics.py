@@ -1,0 +1,130 @@
+"""Throughput and MFU of a training run, and the JSON-lines metrics log.
+
+MFU follows the project's named conventions (mosaic.arch.flops): the paper's 6·N_active
+per token (non-embedding, no attention; Eq. 1) and the same plus the causal attention
+core. Both are reported against the device's datasheet dense bf16 peak from the hardware
+catalog and, where one is known (a `mosaic bench` measurement or the catalog's
+achievable figure), against the achievable peak. CPU runs report no MFU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mosaic.arch import (
+    FlopConvention,
+    Geometry,
+    count_parameters,
+    useful_flops_per_token,
+)
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Device, shipped_catalog
+from mosaic.hardware.catalog import name_key
+
+
+def resolve_device(reported_name: str) -> Device | None:
+    """Catalog device whose name or alias appears in a driver-reported name, longest match.
+
+    "NVIDIA H100 80GB HBM3" -> H100-SXM-80GB; None when nothing matches.
+    """
+    catalog = shipped_catalog()
+    try:
+        return catalog.device(reported_name)
+    except MosaicInputError:
+        pass
+    key = name_key(reported_name)
+    best: tuple[int, Device] | None = None
+    for device in catalog.devices.values():
+        for name in (device.name, *device.aliases):
+            alias = name_key(name)
+            if alias in key and (best is None or len(alias) > best[0]):
+                best = (len(alias), device)
+    return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class FlopsAccounting:
+    """Useful FLOPs per token and the peaks MFU is measured against (per device)."""
+
+    paper_flops_per_token: float  # 6·N_active
+    attention_flops_per_token: float  # 6·N_active + causal attention core
+    peak_flops_per_s: float | None  # datasheet dense peak of the compute dtype
+    achievable_flops_per_s: float | None
+    device: str | None
+
+    @classmethod
+    def build(cls, geometry: Geometry, seq_len: int, device: Device | None, dtype: str,
+              achievable_flops_per_s: float | None) -> FlopsAccounting:
+        counts = count_parameters(geometry)
+        peak = achievable = None
+        if device is not None:
+            peak = device.peak_flops_per_s.get(dtype)
+            achievable = achievable_flops_per_s or device.achievable_flops_per_s.get(dtype)
+        return cls(
+            useful_flops_per_token(geometry, counts, seq_len, FlopConvention.PAPER),
+            useful_flops_per_token(geometry, counts, seq_len, FlopConvention.WITH_ATTENTION),
+            peak, achievable_flops_per_s if device is None else achievable,
+            None if device is None else device.name)
+
+    def mfu(self, tokens_per_s: float, world_size: int) -> dict[str, float | None]:
+        """MFU fields for a global throughput over ``world_size`` devices."""
+        def ratio(flops: float, peak: float | None) -> float | None:
+            return None if peak is None else tokens_per_s * flops / (world_size * peak)
+
+        return {
+            "mfu_paper": ratio(self.paper_flops_per_token, self.peak_flops_per_s),
+            "mfu_with_attention": ratio(self.attention_flops_per_token, self.peak_flops_per_s),
+            "mfu_paper_vs_achievable": ratio(self.paper_flops_per_token,
+                                             self.achievable_flops_per_s),
+        }
+
+
+class SmoothedLoss:
+    """Bias-corrected exponential moving average of the loss (Adam-style debiasing)."""
+
+    def __init__(self, beta: float, value: float = 0.0, steps: int = 0) -> None:
+        self.beta, self.value, self.steps = beta, value, steps
+
+    def update(self, loss: float) -> float:
+        self.value = self.beta * self.value + (1 - self.beta) * loss
+        self.steps += 1
+        return self.current
+
+    @property
+    def current(self) -> float:
+        if self.steps == 0:
+            return math.nan
+        return self.value / (1 - self.beta**self.steps)
+
+    def state(self) -> dict[str, float]:
+        return {"value": self.value, "steps": self.steps}
+
+
+class MetricsLog:
+    """Append-only JSON-lines file; on resume, lines past the checkpoint step are dropped."""
+
+    def __init__(self, path: Path, resume_step: int | None, enabled: bool = True) -> None:
+        self.path, self.enabled = path, enabled
+        if not enabled:
+            return
+        kept: list[str] = []
+        if resume_step is not None and path.exists():
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                if record.get("step", -1) < resume_step:
+                    kept.append(line)
+        path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.enabled:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

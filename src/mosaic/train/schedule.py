@@ -1,0 +1,50 @@
+"""Learning-rate schedule: warmup-stable-decay (Hägele et al., 2024; paper Appendix A.2).
+
+Warm-up is set in tokens (about 1e8 in the paper, whatever the run length), then the peak
+rate holds, then it decays linearly to zero over the final ``decay_fraction`` (20%) of the
+steps. The peak comes from Eq. 17 (lr* = 3.30·C^-0.199, C = 6·N_act·D) unless given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mosaic.errors import MosaicInputError
+from mosaic.law.optimum import FLOPS_PER_PARAM_TOKEN, peak_learning_rate
+
+
+def eq17_peak_lr(n_active: float, tokens: float) -> float:
+    """Peak learning rate of Eq. 17 for N_act active parameters trained on D tokens."""
+    return float(peak_learning_rate(FLOPS_PER_PARAM_TOKEN * n_active * tokens))
+
+
+@dataclass(frozen=True)
+class WSDSchedule:
+    """lr(step) for 0-based optimizer steps 0 .. total_steps - 1."""
+
+    peak_lr: float
+    total_steps: int
+    warmup_steps: int
+    decay_steps: int
+
+    @classmethod
+    def build(cls, peak_lr: float, total_steps: int, tokens_per_step: int,
+              warmup_tokens: float, decay_fraction: float) -> WSDSchedule:
+        warmup = math.ceil(warmup_tokens / tokens_per_step)
+        decay = round(decay_fraction * total_steps)
+        if warmup + decay > total_steps:
+            raise MosaicInputError(
+                f"optim.warmup_tokens {warmup_tokens:g} is {warmup} steps of {tokens_per_step} "
+                f"tokens; with {decay} decay steps that exceeds the run's {total_steps} steps "
+                f"(allowed: at most {(total_steps - decay) * tokens_per_step} tokens)")
+        return cls(peak_lr, total_steps, warmup, decay)
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.peak_lr * (step + 1) / self.warmup_steps
+        decay_start = self.total_steps - self.decay_steps
+        if step < decay_start:
+            return self.peak_lr
+        # Linear to zero: the rate would reach 0 at step == total_steps.
+        return self.peak_lr * (self.total_steps - step) / self.decay_steps

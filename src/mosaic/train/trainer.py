@@ -1,0 +1,375 @@
+"""The training loop: the paper's recipe (Appendix A) on one process or under torchrun.
+
+One optimizer step = ``global_batch_seqs`` sequences, split into micro-batches of
+``micro_batch_seqs``; rank r runs micro-batches r·A ... r·A + A - 1 (A accumulation steps)
+so a run's numbers do not depend on how the global batch is spread over processes. All
+randomness (initialisation, data order, Gumbel noise) derives from (seed, step,
+micro-batch, layer), so a resumed run repeats the uninterrupted one exactly on CPU.
+
+Per step: lr from the WSD schedule, forward/backward with cross-entropy + z-loss (Eq. 23) +
+balance loss summed over MoE layers, AdamW, then the bias controller (Eq. 19) once on the
+per-expert counts summed over the whole global batch. Metrics go to ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
+
+from mosaic.arch import count_parameters
+from mosaic.errors import MosaicInputError
+from mosaic.train.config import TrainConfig
+from mosaic.train.data import TokenStream
+from mosaic.train.distributed import (
+    DistContext,
+    all_reduce_sum,
+    barrier,
+    init_distributed,
+    shard_model,
+    shutdown,
+)
+from mosaic.train.metrics import FlopsAccounting, MetricsLog, SmoothedLoss, resolve_device
+from mosaic.train.model import MoETransformer
+from mosaic.train.routing import load_statistics, update_bias
+from mosaic.train.schedule import WSDSchedule, eq17_peak_lr
+
+CHECKPOINT_FILE = "checkpoint.pt"
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.jsonl"
+# Fields that may change between a run and its resumption without changing the numbers.
+_RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
+                     "achievable_flops_per_s")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Summary of a finished (or stopped) run; ``result.json`` holds the same fields."""
+
+    steps: int
+    total_steps: int
+    tokens: int
+    final_loss: float
+    smoothed_loss: float
+    peak_lr: float
+    n_total: int
+    n_active: int
+    sparsity: float
+    split_factor: float
+    experts: int
+    top_k: int
+    layers: int
+    d_model: int
+    wall_s: float
+    tokens_per_s: float
+    world_size: int
+    complete: bool
+
+
+def _seed_of(*parts: int) -> int:
+    """A 63-bit seed derived from integers (numpy SeedSequence hashing)."""
+    return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> 1)
+
+
+def _fingerprint(config: TrainConfig) -> str:
+    payload = json.loads(config.model_dump_json())
+    for name in _RESUMABLE_FIELDS:
+        payload["run"].pop(name, None)
+    return json.dumps(payload, sort_keys=True)
+
+
+def _precision(config: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """Autocast dtype: bf16 on CUDA by default, none (fp32) on CPU (fp32 master weights)."""
+    choice = config.run.precision
+    if choice == "auto":
+        choice = "bf16" if device.type == "cuda" else "fp32"
+    return torch.bfloat16 if choice == "bf16" else None
+
+
+def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW (A.2); weight decay on matrices only (norm gains/biases excluded, as nanoGPT)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    o = config.optim
+    groups = [{"params": decay, "weight_decay": o.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=0.0, betas=(o.beta1, o.beta2), eps=o.eps)
+
+
+def _state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return (get_model_state_dict(model, options=options),
+            get_optimizer_state_dict(model, optimizer, options=options))
+
+
+def _load_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                model_state: dict, optim_state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=options)
+    set_optimizer_state_dict(model, optimizer, optim_state, options=options)
+
+
+class Trainer:
+    """Builds the model, data, optimiser and schedule of one job and runs its steps."""
+
+    def __init__(self, config: TrainConfig, out_dir: str | Path,
+                 context: DistContext | None = None) -> None:
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.context = context or init_distributed(config.run.device)
+        run = config.run
+        world = self.context.world_size
+        if run.global_batch_seqs % (run.micro_batch_seqs * world):
+            raise MosaicInputError(
+                f"run.global_batch_seqs {run.global_batch_seqs} must be a multiple of "
+                f"run.micro_batch_seqs x processes = {run.micro_batch_seqs} x {world}")
+        self.accumulation = run.global_batch_seqs // (run.micro_batch_seqs * world)
+        self.geometry = config.geometry()
+        self.counts = count_parameters(self.geometry)
+        self.total_steps = config.total_steps
+        self.peak_lr = config.optim.lr or eq17_peak_lr(float(self.counts.n_active),
+                                                       float(run.tokens))
+        self.schedule = WSDSchedule.build(self.peak_lr, self.total_steps,
+                                          config.tokens_per_step, config.optim.warmup_tokens,
+                                          config.optim.decay_fraction)
+        self.data = TokenStream(config.data.path, config.data.format, run.seq_len, run.seed)
+        self.device = self.context.device
+        self.autocast_dtype = _precision(config, self.device)
+        torch.manual_seed(run.seed)
+        model = MoETransformer(self.geometry, config.routing, run.expert_compute)
+        self.model = shard_model(model.to(self.device), model.blocks, self.context)
+        self.optimizer = _optimizer(self.model, config)
+        self.smoother = SmoothedLoss(run.smoothing_beta)
+        self.step = 0
+        device = None
+        if run.device_name is not None:
+            from mosaic.hardware import get_device
+
+            device = get_device(run.device_name)
+        elif self.device.type == "cuda":
+            device = resolve_device(torch.cuda.get_device_name(self.device))
+        dtype_name = "bf16" if self.autocast_dtype is torch.bfloat16 else "fp32"
+        self.flops = FlopsAccounting.build(self.geometry, run.seq_len, device, dtype_name,
+                                           run.achievable_flops_per_s)
+
+    # ----------------------------------------------------------------- checkpointing
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out_dir / CHECKPOINT_FILE
+
+    def save_checkpoint(self) -> None:
+        model_state, optim_state = _state_dicts(self.model, self.optimizer)
+        if self.context.is_main:
+            payload = {"step": self.step, "model": model_state, "optimizer": optim_state,
+                       "smoother": self.smoother.state(), "fingerprint": _fingerprint(self.config)}
+            partial = self.checkpoint_path.with_suffix(".tmp")
+            torch.save(payload, partial)
+            os.replace(partial, self.checkpoint_path)  # atomic: a crash keeps the old one
+        barrier(self.context)
+
+    def load_checkpoint(self) -> bool:
+        """Resume from ``checkpoint.pt`` in the output folder if there is one."""
+        if not self.checkpoint_path.exists():
+            return False
+        payload = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
+        if payload["fingerprint"] != _fingerprint(self.config):
+            raise MosaicInputError(
+                f"{self.checkpoint_path} belongs to a different job (model, data, routing, "
+                "optimiser or batch differ); use a new output folder")
+        _load_state(self.model, self.optimizer, payload["model"], payload["optimizer"])
+        self.step = int(payload["step"])
+        self.smoother = SmoothedLoss(self.config.run.smoothing_beta,
+                                     payload["smoother"]["value"], payload["smoother"]["steps"])
+        return True
+
+    # ----------------------------------------------------------------- one step
+    def _micro_batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        for layer_index, layer in enumerate(self.model.moe_layers):
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(_seed_of(self.config.run.seed, self.step, micro, layer_index))
+            layer.generator = generator
+        run = self.config.run
+        inputs, targets = self.data.batch(self.step, micro, run.micro_batch_seqs,
+                                          run.global_batch_seqs, self.device)
+        autocast = (torch.autocast(self.device.type, dtype=self.autocast_dtype)
+                    if self.autocast_dtype is not None else nullcontext())
+        with autocast:
+            logits, aux = self.model(inputs)
+        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return ce, aux
+
+    def train_step(self) -> dict[str, Any]:
+        """One optimizer step over the global batch; returns its metrics record."""
+        config, context = self.config, self.context
+        routing = config.routing
+        balance_coef = (routing.lbl_coef if routing.kind == "softmax_topk"
+                        else routing.seq_aux_coef)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        lr = self.schedule(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        moe_layers = self.model.moe_layers
+        experts = self.geometry.moe.experts if self.geometry.moe else 0
+        step_counts = torch.zeros(len(moe_layers), max(experts, 1), dtype=torch.float64,
+                                  device=self.device)
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # ce, z, balance
+        for i in range(self.accumulation):
+            if context.distributed:
+                self.model.set_requires_gradient_sync(i == self.accumulation - 1)
+            ce, aux = self._micro_batch(context.rank * self.accumulation + i)
+            z = torch.stack([a.z_loss for a in aux]).sum() if aux else ce.new_zeros(())
+            balance = torch.stack([a.balance_loss for a in aux]).sum() if aux else z
+            loss = ce + routing.z_loss_coef * z + balance_coef * balance
+            (loss / self.accumulation).backward()
+            sums += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
+            for row, a in enumerate(aux):
+                step_counts[row] += a.counts.double()
+        max_norm = config.optim.grad_clip or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        all_reduce_sum(sums, context)
+        all_reduce_sum(step_counts, context)
+        if routing.kind == "lflb_gumbel" and routing.mu_b > 0:
+            with torch.no_grad():  # Eq. 19 once per optimizer step (A.3)
+                for layer, counts in zip(moe_layers, step_counts, strict=True):
+                    update_bias(layer.bias, counts, routing.mu_b, routing.eps)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        step_time_s = time.perf_counter() - start
+        micro_total = self.accumulation * context.world_size
+        ce_mean, z_mean, balance_mean = (sums / micro_total).tolist()
+        self.step += 1
+        smoothed = self.smoother.update(ce_mean)
+        tokens_per_s = config.tokens_per_step / step_time_s
+        record: dict[str, Any] = {
+            "step": self.step - 1,
+            "tokens": self.step * config.tokens_per_step,
+            "loss": ce_mean,
+            "smoothed_loss": smoothed,
+            "z_loss": z_mean,
+            "balance_loss": balance_mean,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
+            "step_time_s": step_time_s,
+            "tokens_per_s": tokens_per_s,
+            **self.flops.mfu(tokens_per_s, context.world_size),
+        }
+        if moe_layers:
+            stats = [load_statistics(c) for c in step_counts]
+            biases = [layer.bias for layer in moe_layers]
+            record["router"] = {
+                "load_max_over_mean": [s["load_max_over_mean"] for s in stats],
+                "starved_experts": [s["starved_experts"] for s in stats],
+                "empty_experts": [s["empty_experts"] for s in stats],
+                "dropped_tokens": 0,  # dropless (Appendix A.2: infinite capacity)
+                "bias_norm": [float(b.norm()) for b in biases],
+                "bias_range": [float(b.max() - b.min()) for b in biases],
+            }
+        return record
+
+    # ----------------------------------------------------------------- the run
+    def run(self, stop_after_steps: int | None = None, log: Any = None) -> TrainResult:
+        """Train to the end (or until ``stop_after_steps`` total steps), checkpointing."""
+        run = self.config.run
+        if self.context.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        barrier(self.context)
+        resumed = self.load_checkpoint()
+        metrics = MetricsLog(self.out_dir / METRICS_FILE, self.step if resumed else 0,
+                             enabled=self.context.is_main)
+        if self.context.is_main:
+            self._write_run_info()
+        last = self.total_steps if stop_after_steps is None else min(stop_after_steps,
+                                                                     self.total_steps)
+        started = time.perf_counter()
+        record: dict[str, Any] = {}
+        steady_times: list[float] = []
+        while self.step < last:
+            record = self.train_step()
+            if record["step"] > 0:
+                steady_times.append(record["step_time_s"])  # step 0 carries warm-up costs
+            if record["step"] % run.log_every == 0 or self.step == self.total_steps:
+                metrics.write(record)
+                if log is not None and self.context.is_main:
+                    log(record)
+            if self.step % run.checkpoint_every == 0 or self.step == last:
+                self.save_checkpoint()
+        wall_s = time.perf_counter() - started
+        result = self._result(record, wall_s, steady_times)
+        if self.context.is_main and result.complete:
+            (self.out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
+            if run.plot:
+                from mosaic.train.plot import write_metrics_plot
+
+                write_metrics_plot(self.out_dir / METRICS_FILE, self.out_dir / "metrics.html")
+        return result
+
+    def _result(self, record: dict[str, Any], wall_s: float,
+                steady_times: list[float]) -> TrainResult:
+        counts, geometry = self.counts, self.geometry
+        moe = geometry.moe
+        step_time = float(np.median(steady_times)) if steady_times else math.nan
+        return TrainResult(
+            steps=self.step, total_steps=self.total_steps,
+            tokens=self.step * self.config.tokens_per_step,
+            final_loss=float(record.get("loss", math.nan)),
+            smoothed_loss=float(self.smoother.current), peak_lr=self.peak_lr,
+            n_total=int(counts.n_total), n_active=int(counts.n_active),
+            sparsity=float(counts.sparsity), split_factor=float(geometry.split_factor),
+            experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
+            layers=geometry.layers, d_model=geometry.d_model, wall_s=wall_s,
+            tokens_per_s=self.config.tokens_per_step / step_time if steady_times else math.nan,
+            world_size=self.context.world_size, complete=self.step >= self.total_steps)
+
+    def _write_run_info(self) -> None:
+        info = {
+            "geometry": asdict(self.geometry),
+            "n_total": int(self.counts.n_total), "n_active": int(self.counts.n_active),
+            "n_embedding": int(self.counts.n_embedding), "sparsity": float(self.counts.sparsity),
+            "total_steps": self.total_steps, "tokens_per_step": self.config.tokens_per_step,
+            "accumulation": self.accumulation, "world_size": self.context.world_size,
+            "device": str(self.device), "autocast": str(self.autocast_dtype),
+            "schedule": asdict(self.schedule), "flops": asdict(self.flops),
+            "data_tokens": self.data.n_tokens,
+            "data_epochs": self.data.epochs_for(self.total_steps
+                                                * self.config.run.global_batch_seqs),
+            "config": json.loads(self.config.model_dump_json()),
+        }
+        (self.out_dir / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+
+
+def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | None = None,
+          log: Any = None) -> TrainResult:
+    """Train ``config`` into ``out_dir`` (resuming from its checkpoint if present)."""
+    trainer = Trainer(config, out_dir)
+    try:
+        return trainer.run(stop_after_steps, log)
+    finally:
+        shutdown(trainer.context)

@@ -1,0 +1,29 @@
+"""Shared tiny jobs for the trainer tests (CPU, seconds)."""
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "README.md"  # real English text shipped with the repo (byte-level fallback)
+
+
+def tiny_job(**overrides):
+    """A q=1 ladder rung scaled to head_dim 8 on the README's bytes."""
+    job = {
+        "ladder": {"q": 1, "experts": 8, "top_k": 2, "split_factor": 2, "head_dim": 8,
+                   "kv_heads": 2},
+        "routing": {"mu_b": 1e-2},
+        "optim": {"warmup_tokens": 512, "lr": 1e-2},
+        "data": {"path": str(CORPUS)},
+        "run": {"tokens": 16 * 8 * 32, "seq_len": 32, "global_batch_seqs": 8,
+                "micro_batch_seqs": 4, "checkpoint_every": 4},
+    }
+    for block, values in overrides.items():
+        job[block] = {**job.get(block, {}), **values}
+    return job
+
+
+@pytest.fixture
+def corpus() -> Path:
+    return CORPUS

@@ -1,0 +1,129 @@
+"""The training loop: loss falls on text, exact resume, schedule, data, MFU, config errors."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mosaic.errors import MosaicInputError  # noqa: E402
+from mosaic.hardware import get_device  # noqa: E402
+from mosaic.train.config import train_config_from_mapping  # noqa: E402
+from mosaic.train.data import TokenStream, write_token_file  # noqa: E402
+from mosaic.train.metrics import FlopsAccounting, read_metrics, resolve_device  # noqa: E402
+from mosaic.train.schedule import WSDSchedule, eq17_peak_lr  # noqa: E402
+from mosaic.train.trainer import train  # noqa: E402
+
+from .conftest import tiny_job  # noqa: E402
+
+
+def test_loss_falls_on_real_text(tmp_path):
+    config = train_config_from_mapping(tiny_job(run={"tokens": 40 * 8 * 32}), "job")
+    result = train(config, tmp_path)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(records) == 40 and result.complete
+    # Uniform over 256 bytes is ln 256 = 5.55 nats; English bytes have far less entropy.
+    assert records[0]["loss"] == pytest.approx(math.log(256), abs=0.1)
+    assert result.smoothed_loss < 3.7
+    assert records[-1]["lr"] < records[20]["lr"]  # decay phase
+    router = records[-1]["router"]
+    assert len(router["load_max_over_mean"]) == 3  # blocks 2..4 are MoE
+    assert router["dropped_tokens"] == 0
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["n_active"] == result.n_active and saved["tokens"] == 40 * 8 * 32
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    config = train_config_from_mapping(tiny_job(run={"tokens": 8 * 8 * 32,
+                                                     "checkpoint_every": 100}), "job")
+    whole = train(config, tmp_path / "whole")
+    stopped = train(config, tmp_path / "split", stop_after_steps=3)
+    assert not stopped.complete and stopped.steps == 3
+    assert not (tmp_path / "split" / "result.json").exists()
+    resumed = train(config, tmp_path / "split")
+    assert resumed.complete
+    losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
+    again = [r["loss"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")]
+    assert losses == again  # bit-identical on CPU
+    assert whole.smoothed_loss == resumed.smoothed_loss
+    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)["model"]
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)  # includes the controller biases
+
+
+def test_resume_refuses_a_different_job(tmp_path):
+    train(train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job"), tmp_path)
+    other = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "seed": 5}), "job")
+    with pytest.raises(MosaicInputError, match="different job"):
+        train(other, tmp_path)
+
+
+def test_wsd_schedule_by_hand():
+    schedule = WSDSchedule.build(1.0, total_steps=10, tokens_per_step=100,
+                                 warmup_tokens=250, decay_fraction=0.2)
+    assert (schedule.warmup_steps, schedule.decay_steps) == (3, 2)
+    values = [schedule(s) for s in range(10)]
+    assert values == pytest.approx([1 / 3, 2 / 3, 1, 1, 1, 1, 1, 1, 1.0, 0.5])
+    with pytest.raises(MosaicInputError, match="warmup_tokens"):
+        WSDSchedule.build(1.0, 10, 100, warmup_tokens=900, decay_fraction=0.2)
+
+
+def test_peak_lr_is_eq_17():
+    # C = 6·1e8·1e10 = 6e18 FLOPs -> 3.30·C^-0.199.
+    assert eq17_peak_lr(1e8, 1e10) == pytest.approx(3.30 * 6e18 ** -0.199)
+
+
+def test_token_file_windows_are_one_pass_and_deterministic(tmp_path):
+    path = write_token_file(np.arange(1001) % 60000, tmp_path / "train.bin", "uint16")
+    stream = TokenStream(path, "uint16", seq_len=10, seed=3)
+    assert stream.windows == 100
+    starts = [int(stream.sequence(i)[0]) for i in range(100)]
+    assert sorted(starts) == list(range(0, 1000, 10))  # each window once per epoch
+    x, y = stream.batch(2, 1, 4, 8, torch.device("cpu"))
+    assert x.shape == (4, 10) and torch.equal(x[:, 1:], y[:, :-1])
+    again = TokenStream(path, "uint16", seq_len=10, seed=3).batch(2, 1, 4, 8,
+                                                                  torch.device("cpu"))
+    assert torch.equal(x, again[0])
+    assert int(stream.sequence(100)[0]) in starts  # second epoch reuses windows
+    with pytest.raises(MosaicInputError, match="whole number"):
+        TokenStream(path, "uint32", seq_len=10, seed=0)
+
+
+def test_mfu_against_the_datasheet_peak():
+    config = train_config_from_mapping(tiny_job(), "job")
+    geometry = config.geometry()
+    h100 = get_device("H100")
+    flops = FlopsAccounting.build(geometry, 32, h100, "bf16", None)
+    from mosaic.arch import count_parameters
+
+    n_active = count_parameters(geometry).n_active
+    assert flops.paper_flops_per_token == 6 * n_active
+    assert flops.attention_flops_per_token > flops.paper_flops_per_token
+    mfu = flops.mfu(tokens_per_s=1e6, world_size=2)
+    peak = h100.peak_flops_per_s["bf16"]
+    assert mfu["mfu_paper"] == pytest.approx(1e6 * 6 * n_active / (2 * peak))
+    assert resolve_device("NVIDIA H100 80GB HBM3").name == h100.name
+    assert resolve_device("NVIDIA H200").name == get_device("H200").name
+    assert resolve_device("Some CPU") is None
+    cpu = FlopsAccounting.build(geometry, 32, None, "fp32", None).mfu(1e6, 1)
+    assert cpu["mfu_paper"] is None
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"run": {"global_batch_seqs": 6}}, "multiple of"),
+        ({"routing": {"tau": -1}}, "routing.tau"),
+        ({"ladder": {"experts": 8, "top_k": 9}}, "top_k"),
+        ({"data": {"format": "int8"}}, "data.format"),
+        ({"ladder": {"split_factor": 3}}, "split factor G=3"),
+    ],
+)
+def test_bad_jobs_get_one_line_errors(tmp_path, override, message):
+    with pytest.raises(MosaicInputError, match=message) as info:
+        config = train_config_from_mapping(tiny_job(**override), "job")
+        train(config, tmp_path)
+    assert "\n" not in str(info.value)
