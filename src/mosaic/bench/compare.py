@@ -1,0 +1,80 @@
+"""Compare two bench directories (two clusters, or before and after a driver upgrade).
+
+Rows are matched per family on the case key, each directory contributing the rows of its
+newest metadata (``created_utc``). The ratio is time_B / time_A (> 1: B is slower); a
+family's summary is the geometric mean ratio over the matched cases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mosaic.bench.store import FAMILIES, ok_rows, read_family, read_metadata
+from mosaic.errors import MosaicInputError
+
+
+def newest_rows(directory: Path, family: str) -> pd.DataFrame:
+    """OK rows of ``family`` from the newest metadata that measured it."""
+    frame = ok_rows(read_family(directory, family))
+    if frame.empty:
+        return frame
+    runs = read_metadata(directory).get("runs", {})
+    present = [str(i) for i in frame["metadata_id"].astype(str).unique()]
+    newest = max(present, key=lambda i: runs.get(i, {}).get("created_utc", ""))
+    return frame[frame["metadata_id"].astype(str) == newest]
+
+
+def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(matched cases with time_a_s, time_b_s, ratio; per-family summary)."""
+    for d in (dir_a, dir_b):
+        if not d.is_dir():
+            raise MosaicInputError(f"bench directory {d} does not exist")
+    matched = []
+    for family in FAMILIES:
+        a, b = newest_rows(dir_a, family), newest_rows(dir_b, family)
+        if a.empty or b.empty:
+            continue
+        a = a.groupby("case", as_index=False)["time_s"].median()
+        b = b.groupby("case", as_index=False)["time_s"].median()
+        joined = a.merge(b, on="case", suffixes=("_a", "_b"))
+        joined.insert(0, "family", family)
+        matched.append(joined)
+    if not matched:
+        raise MosaicInputError(f"{dir_a} and {dir_b} have no measured case in common")
+    cases = pd.concat(matched, ignore_index=True).rename(
+        columns={"time_s_a": "time_a_s", "time_s_b": "time_b_s"})
+    cases["ratio"] = cases["time_b_s"] / cases["time_a_s"]
+    summary = cases.groupby("family").agg(
+        cases=("ratio", "size"),
+        geomean_ratio=("ratio", lambda r: float(np.exp(np.log(r).mean()))),
+        min_ratio=("ratio", "min"), max_ratio=("ratio", "max")).reset_index()
+    return cases, summary
+
+
+def plot(cases: pd.DataFrame, path: Path, label_a: str, label_b: str) -> None:
+    """Log-log scatter of time B against time A per family, with the y = x line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for family, g in cases.groupby("family"):
+        ax.scatter(g["time_a_s"], g["time_b_s"], s=12, label=str(family))
+    lo = float(min(cases["time_a_s"].min(), cases["time_b_s"].min()))
+    hi = float(max(cases["time_a_s"].max(), cases["time_b_s"].max()))
+    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=1)
+    ax.set(xscale="log", yscale="log", xlabel=f"{label_a} time (s)",
+           ylabel=f"{label_b} time (s)", title="mosaic bench compare")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def as_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dict(orient="records")

@@ -1,0 +1,61 @@
+"""Torch device helpers shared by the kernel families (torch imported lazily)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.bench.cases import Unsupported
+
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+SEED = 1234
+
+
+def resolve_device(name: str | None) -> Any:
+    """``cuda`` when available (or the named device), else ``cpu``."""
+    import torch
+
+    if name:
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def fp8_supported(device: Any) -> bool:
+    """FP8 tensor-core GEMMs (torch._scaled_mm) need CUDA compute capability >= 8.9
+    (Ada/Hopper/Blackwell; NVIDIA Transformer Engine FP8 documentation)."""
+    import torch
+
+    if device.type != "cuda" or not hasattr(torch, "_scaled_mm"):
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def random(shape: tuple[int, ...], device: Any, dtype: Any, requires_grad: bool = False
+           ) -> Any:
+    """A seeded normal tensor (values do not change timings, the seed keeps runs equal)."""
+    import torch
+
+    generator = torch.Generator(device="cpu").manual_seed(SEED)
+    tensor = torch.randn(shape, generator=generator, dtype=torch.float32)
+    return tensor.to(device=device, dtype=dtype).requires_grad_(requires_grad)
+
+
+def check_memory(needed_bytes: float, cap_bytes: float, device: Any) -> None:
+    """Unsupported when a case needs more than the cap or (on CUDA) 90% of free memory."""
+    import torch
+
+    if needed_bytes > cap_bytes:
+        raise Unsupported(f"needs {needed_bytes / 2**30:.2f} GiB > cap "
+                          f"{cap_bytes / 2**30:.2f} GiB (--max-tensor-bytes)")
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if needed_bytes > 0.9 * free:
+            raise Unsupported(f"needs {needed_bytes / 2**30:.2f} GiB, "
+                              f"{free / 2**30:.2f} GiB free")

@@ -1,0 +1,81 @@
+"""Dense GEMMs: the model's forward shapes and both backward GEMMs, plus a sweep of large
+square GEMMs for the achievable peak (GUIDE.md: report it next to the datasheet peak).
+
+For C[m,n] = A[m,k]·B[k,n] the backward runs dA[m,k] = dC[m,n]·B^T (m, k, n) and
+dB[k,n] = A^T·dC (k, n, m) (Kaplan et al. 2020, the 2x backward FLOPs). Rows use the
+columns of ``mosaic.perf.kernels.GemmTable`` (m, n, k, dtype, time_s) plus ``pass``.
+FP8 runs ``torch._scaled_mm`` with per-tensor scales (operands pre-quantised: the timing
+is the GEMM's, the casts are element-wise kernels priced separately).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.bench.cases import BenchOptions, Case, Unsupported, summary_columns
+from mosaic.bench.device import ELEMENT_BYTES, check_memory, fp8_supported, random, torch_dtype
+from mosaic.bench.shapes import BenchShapes
+from mosaic.bench.timer import time_call
+
+FAMILY = "gemm"
+FP8_ALIGNMENT = 16  # cuBLASLt FP8 GEMMs need dimensions divisible by 16
+
+
+def passes(m: int, n: int, k: int) -> tuple[tuple[str, int, int, int], ...]:
+    """(pass, m, n, k) of the forward GEMM and its two backward GEMMs."""
+    return (("fwd", m, n, k), ("dgrad", m, k, n), ("wgrad", k, n, m))
+
+
+def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
+    """One case per distinct (dtype, m, n, k); the first pass and source that need it."""
+    cases: dict[str, Case] = {}
+    for dtype in options.dtypes:
+        for shape in shapes.gemm:
+            for name, m, n, k in passes(shape.m, shape.n, shape.k):
+                key = f"{dtype}:{m}x{n}x{k}"
+                cases.setdefault(key, Case(FAMILY, key, {
+                    "dtype": dtype, "m": m, "n": n, "k": k, "pass": name,
+                    "source": shape.source}))
+        for size in shapes.peak_sizes:
+            key = f"{dtype}:{size}x{size}x{size}"
+            cases.setdefault(key, Case(FAMILY, key, {
+                "dtype": dtype, "m": size, "n": size, "k": size, "pass": "peak",
+                "source": "peak_sweep"}))
+    return list(cases.values())
+
+
+def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
+    """Time one GEMM case."""
+    import torch
+
+    c = case.columns
+    m, n, k, dtype = c["m"], c["n"], c["k"], c["dtype"]
+    operand_bytes = (m * k + k * n) * ELEMENT_BYTES[dtype] + m * n * 2
+    check_memory(operand_bytes, options.max_tensor_bytes, device)
+    if dtype == "fp8":
+        if not fp8_supported(device):
+            raise Unsupported("fp8 GEMMs need a CUDA device of compute capability >= 8.9")
+        if any(x % FP8_ALIGNMENT for x in (m, n, k)):
+            raise Unsupported(f"fp8 GEMMs need m, n, k divisible by {FP8_ALIGNMENT}")
+        a = random((m, k), device, torch.bfloat16).to(torch.float8_e4m3fn)
+        b = random((n, k), device, torch.bfloat16).to(torch.float8_e4m3fn).t()  # col-major
+        scale = torch.ones((), device=device, dtype=torch.float32)
+
+        def call() -> Any:
+            return torch._scaled_mm(a, b, scale_a=scale, scale_b=scale,
+                                    out_dtype=torch.bfloat16)
+    else:
+        a = random((m, k), device, torch_dtype(dtype))
+        b = random((k, n), device, torch_dtype(dtype))
+        out = torch.empty((m, n), device=device, dtype=torch_dtype(dtype))
+
+        def call() -> Any:
+            return torch.mm(a, b, out=out)
+
+    try:
+        summary, calls = time_call(call, device, options.policy)
+    except RuntimeError as exc:  # a kernel this build lacks (e.g. bf16 on an old GPU)
+        raise Unsupported(str(exc).splitlines()[0][:120]) from None
+    flops = 2.0 * m * n * k
+    return {**summary_columns(summary, calls), "flops": flops,
+            "tflops": flops / summary.time_s / 1e12}

@@ -1,0 +1,128 @@
+"""What a run measured on: device, software versions, clocks, power, topology.
+
+``fingerprint`` keeps the fields that change what a kernel or collective costs (device,
+driver, CUDA/ROCm, cuDNN, NCCL, torch, host, world size, power limit); its hash is the
+``metadata_id`` every result row carries, so a rerun with the same fingerprint skips the
+rows it already has and a run after a driver upgrade measures anew. Clocks, temperatures
+and power draw are recorded but vary from run to run, so they are not in the fingerprint.
+nvidia-smi query fields: ``nvidia-smi --help-query-gpu``
+(https://docs.nvidia.com/deploy/nvidia-smi/index.html).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from datetime import UTC, datetime
+from typing import Any
+
+SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
+              "clocks.max.mem", "power.limit", "power.draw", "temperature.gpu",
+              "persistence_mode", "pstate")
+FINGERPRINT_FIELDS = ("device_name", "device_count", "driver_version", "cuda_version",
+                      "hip_version", "cudnn_version", "nccl_version", "torch_version",
+                      "hostname_hash", "world_size", "power_limit_w", "backend")
+
+
+def hostname_hash(name: str | None = None) -> str:
+    """First 12 hex digits of SHA-256 of the host name (identifies a host, reveals nothing)."""
+    return hashlib.sha256((name or socket.gethostname()).encode()).hexdigest()[:12]
+
+
+def _run(command: list[str], timeout_s: float = 20.0) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def nvidia_smi(index: int = 0) -> dict[str, str]:
+    """The SMI_FIELDS of GPU ``index`` as strings, {} without nvidia-smi."""
+    out = _run(["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}",
+                "--format=csv,noheader,nounits"])
+    if not out:
+        return {}
+    values = [v.strip() for v in out.strip().splitlines()[0].split(",")]
+    return dict(zip(SMI_FIELDS, values, strict=False))
+
+
+def topology() -> str | None:
+    """``nvidia-smi topo -m`` (NVLink/PCIe/NIC matrix), or ``rocm-smi --showtopo``."""
+    return _run(["nvidia-smi", "topo", "-m"]) or _run(["rocm-smi", "--showtopo"])
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "", "[N/A]", "N/A") else None
+    except ValueError:
+        return None
+
+
+def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dict[str, Any]:
+    """Metadata of the current process's device and software (torch imported here)."""
+    import torch
+
+    from mosaic import __version__
+
+    meta: dict[str, Any] = {
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mosaic_version": __version__,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname_hash": hostname_hash(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device_type": device.type,
+        "world_size": world_size,
+        "backend": backend,
+        "cuda_version": torch.version.cuda,
+        "hip_version": getattr(torch.version, "hip", None),
+        "cudnn_version": None,
+        "nccl_version": None,
+        "driver_version": None,
+        "power_limit_w": None,
+    }
+    if device.type == "cuda":
+        index = device.index or 0
+        props = torch.cuda.get_device_properties(index)
+        meta.update({
+            "device_name": props.name,
+            "device_count": torch.cuda.device_count(),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "sm_count": props.multi_processor_count,
+            "device_memory_bytes": props.total_memory,
+            "cudnn_version": torch.backends.cudnn.version(),
+        })
+        try:
+            version = torch.cuda.nccl.version()
+            meta["nccl_version"] = ".".join(map(str, version)) if isinstance(
+                version, tuple) else str(version)
+        except (AttributeError, RuntimeError):
+            pass
+        smi = nvidia_smi(index)
+        meta["nvidia_smi"] = smi
+        meta["driver_version"] = smi.get("driver_version")
+        meta["power_limit_w"] = _float(smi.get("power.limit"))
+        meta["topology"] = topology()
+    else:
+        meta.update({"device_name": f"cpu:{meta['cpu']}", "device_count": 1})
+    meta["fingerprint"] = {k: meta.get(k) for k in FINGERPRINT_FIELDS}
+    meta["metadata_id"] = metadata_id(meta["fingerprint"])
+    return meta
+
+
+def metadata_id(fingerprint: dict[str, Any]) -> str:
+    """Stable 12-hex-digit id of a fingerprint (sorted JSON, SHA-256)."""
+    text = json.dumps(fingerprint, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -1,0 +1,177 @@
+"""Run (or list) a bench: families of cases, metadata, resume, budget, measured tables.
+
+Kernel families run in one process. Collectives need one process per device started by
+torchrun (``torchrun --nproc-per-node 8 -m mosaic.bench collectives ...``); they
+initialise torch.distributed from torchrun's environment (NCCL on CUDA, gloo on CPU).
+After a run, ``measured/`` holds the rows of the current metadata in the exact formats
+job files accept (``hardware.gemm_table``, ``grouped_gemm_table``, ``collective_table``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pandas as pd
+
+from mosaic.bench import attention, collectives, gemm, grouped, streams
+from mosaic.bench.cases import BenchOptions, Case, RunReport, run_family
+from mosaic.bench.metadata import collect
+from mosaic.bench.shapes import BenchShapes
+from mosaic.bench.store import FamilyTable, ok_rows, read_family, record_metadata
+from mosaic.errors import MosaicInputError
+
+KERNEL_FAMILIES: dict[str, ModuleType] = {"gemm": gemm, "grouped": grouped,
+                                          "attention": attention, "kernels": streams}
+MEASURED_DIR = "measured"
+
+
+@dataclass(frozen=True)
+class CollectiveOptions:
+    """Message sizes and layouts of the collective sweep."""
+
+    min_bytes: int = 1024
+    max_bytes: int = 4 * 2**30
+    size_factor: int = 2
+    ops: tuple[str, ...] = collectives.OPS
+    group_sizes: tuple[int, ...] | None = None
+    strides: tuple[int, ...] | None = None
+    domain_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_bytes <= self.max_bytes:
+            raise MosaicInputError(f"message sizes: need 1 <= min ({self.min_bytes}) <= max "
+                                   f"({self.max_bytes})")
+        if self.size_factor < 2:
+            raise MosaicInputError(f"--size-factor {self.size_factor}: allowed: >= 2")
+        unknown = set(self.ops) - set(collectives.OPS)
+        if unknown:
+            raise MosaicInputError(f"unknown collective(s) {sorted(unknown)}; allowed: "
+                                   f"{', '.join(collectives.OPS)}")
+
+
+def kernel_cases(families: Sequence[str], shapes: BenchShapes, options: BenchOptions
+                 ) -> dict[str, list[Case]]:
+    """The cases of each kernel family."""
+    return {f: KERNEL_FAMILIES[f].build_cases(shapes, options) for f in families}
+
+
+def listing(out_dir: Path, cases: dict[str, list[Case]], metadata_id: str | None
+            ) -> list[dict[str, Any]]:
+    """What a run would do: one entry per case with ``state`` "to measure" or "done"."""
+    rows = []
+    for family, family_cases in cases.items():
+        done = FamilyTable(out_dir, family).done(metadata_id) if metadata_id else set()
+        for case in family_cases:
+            rows.append({"family": family, "case": case.key,
+                         "state": "done" if case.key in done else "to measure"})
+    return rows
+
+
+def run_kernels(out_dir: Path, families: Sequence[str], shapes: BenchShapes,
+                options: BenchOptions, device: Any, budget_s: float | None = None,
+                progress: bool = True) -> list[RunReport]:
+    """Measure the kernel families on ``device``; resumable; then export measured tables."""
+    metadata = collect(device)
+    record_metadata(out_dir, metadata)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    reports = []
+    for family, cases in kernel_cases(families, shapes, options).items():
+        module = KERNEL_FAMILIES[family]
+        reports.append(run_family(family, cases,
+                                  lambda case, m=module: m.measure(case, device, options),
+                                  out_dir, metadata, deadline, progress))
+    export_measured_tables(out_dir, metadata["metadata_id"])
+    return reports
+
+
+def in_torchrun() -> bool:
+    """True under torchrun (or any launcher that sets the env:// variables)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
+                    budget_s: float | None = None, progress: bool = True,
+                    backend: str | None = None, dry_run: bool = False
+                    ) -> RunReport | list[dict[str, Any]]:
+    """Measure (or list) the collective cases on all ranks of a torchrun job."""
+    import torch
+    import torch.distributed as dist
+
+    if not in_torchrun():
+        raise MosaicInputError(
+            "collectives run one process per device under torchrun, e.g. `torchrun "
+            "--nproc-per-node 8 -m mosaic.bench collectives --out DIR` (see docs/bench.md)")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    dist.init_process_group(backend=backend)
+    try:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        cases = collectives.build_cases(
+            world, collectives.local_size(), options.min_bytes, options.max_bytes,
+            options.size_factor, options.ops, options.group_sizes, options.strides,
+            options.domain_gpus)
+        shared: list[Any] = [collect(device, world, backend) if rank == 0 else None]
+        dist.broadcast_object_list(shared, src=0)
+        metadata = shared[0]
+        if dry_run:
+            return listing(out_dir, {collectives.FAMILY: cases}, metadata["metadata_id"])
+        if rank == 0:
+            record_metadata(out_dir, metadata)
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        report = collectives.run(out_dir, cases, metadata, policy, device, deadline, progress)
+        if rank == 0:
+            export_measured_tables(out_dir, metadata["metadata_id"])
+        dist.barrier()
+        return report
+    finally:
+        dist.destroy_process_group()
+
+
+def export_measured_tables(out_dir: Path, metadata_id: str) -> list[Path]:
+    """Write measured/{gemm,grouped_gemm,collectives}.csv from this metadata's OK rows:
+    dense GEMMs (m, n, k, dtype, time_s), balanced forward grouped GEMMs (groups,
+    m_per_group, n, k, dtype, time_s) and even collectives (BusBandwidthTable columns)."""
+    target = out_dir / MEASURED_DIR
+    written = []
+
+    def mine(family: str) -> pd.DataFrame:
+        frame = ok_rows(read_family(out_dir, family))
+        if frame.empty:
+            return frame
+        return frame[frame["metadata_id"].astype(str) == metadata_id]
+
+    frames = {}
+    g = mine("gemm")
+    if not g.empty:
+        frames["gemm"] = g[["m", "n", "k", "dtype", "time_s"]]
+    gg = mine("grouped")
+    if not gg.empty:
+        gg = gg[(gg["pass"] == "fwd") & (gg["distribution"] == "balanced")]
+        frames["grouped_gemm"] = gg[["groups", "m_per_group", "n", "k", "dtype", "time_s"]]
+    c = mine("collectives")
+    if not c.empty:
+        c = c[c["pattern"] == "even"]
+        frames["collectives"] = c[["collective", "group_size", "stride", "message_bytes",
+                                   "bus_bw_bytes_per_s", "scope", "ranks_per_domain",
+                                   "time_s"]]
+    for name, frame in frames.items():
+        if frame.empty:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        path = target / f"{name}.csv"
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+        written.append(path)
+    return written

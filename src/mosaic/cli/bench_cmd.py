@@ -1,0 +1,332 @@
+"""`mosaic bench`: microbenchmarks of the user's devices and network (needs mosaic[bench]).
+
+Thin: parse, resolve what to measure (a job's shapes through the performance model, a
+preset or a shapes file), call ``mosaic.bench``, render. Collectives run under torchrun:
+``torchrun --nproc-per-node 8 -m mosaic.bench collectives --out DIR``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mosaic.cli.common import (
+    JsonFlag,
+    SetOption,
+    error_console,
+    guarded,
+    parse_ints,
+    print_json,
+    print_table,
+)
+from mosaic.errors import MosaicInputError
+
+HELP = "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."
+bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
+                        add_completion=False)
+
+PRESETS = ("paper", "generic", "tiny")
+KERNEL_FAMILY_NAMES = ("gemm", "grouped", "attention", "kernels")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6,
+          "MIB": 2**20, "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12,
+          "TIB": 2**40}
+
+
+def parse_bytes(option: str, text: str) -> int:
+    """'4GiB' -> 4294967296, '1KiB' -> 1024, '65536' -> 65536."""
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").upper() if match else ""
+    if not match or unit not in _UNITS:
+        raise MosaicInputError(f"{option} {text!r}: expected a size such as 1024, 64MiB, 4GiB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_duration_s(option: str, text: str) -> float:
+    """'480' or '480s' -> 480, '8m' -> 480, '1.5h' -> 5400."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise MosaicInputError(f"{option} {text!r}: expected seconds or a duration like 8m, 1h")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        error_console.print("error: this needs `pip install mosaic[bench]`", markup=False)
+        raise typer.Exit(code=2)
+
+
+# Options shared by the measuring commands.
+OutOption = Annotated[Path, typer.Option("--out", help="output directory (tables, metadata)")]
+JobOption = Annotated[Path | None, typer.Option(
+    "--job", help="job YAML: measure the shapes mosaic.perf prices for it")]
+ShapesOption = Annotated[Path | None, typer.Option(
+    "--shapes", help="shapes YAML (sections gemm, grouped, attention, streams)")]
+PresetOption = Annotated[str | None, typer.Option(
+    "--preset", help="paper (Appendix E job), generic or tiny (default: generic)")]
+DryRunFlag = Annotated[bool, typer.Option("--dry-run", help="list what would be measured")]
+BudgetOption = Annotated[str | None, typer.Option(
+    "--time-budget", help="stop starting cases after this long (e.g. 480, 8m); a rerun "
+                          "resumes")]
+DeviceOption = Annotated[str | None, typer.Option(
+    "--device", help="torch device (default: cuda if available, else cpu)")]
+DtypesOption = Annotated[str, typer.Option(
+    "--dtypes", help="GEMM precisions, comma-separated (fp8 where supported)")]
+MaxTensorOption = Annotated[str, typer.Option(
+    "--max-tensor-bytes", help="skip cases whose operands exceed this (e.g. 8GiB)")]
+BackendsOption = Annotated[str, typer.Option(
+    "--attention-backends", help="SDPA backends: cudnn, flash, efficient, math")]
+QuickFlag = Annotated[bool, typer.Option(
+    "--quick", help="few repeats, no minimum time (smoke tests, CPU)")]
+ProgressFlag = Annotated[bool, typer.Option("--progress/--no-progress",
+                                            help="progress and ETA on stderr")]
+
+
+def _shapes(job: Path | None, shapes_file: Path | None, preset: str | None,
+            sets: list[str]) -> Any:
+    from mosaic.bench import shapes as bench_shapes
+
+    given = [x for x in (job, shapes_file, preset) if x is not None]
+    if len(given) > 1:
+        raise MosaicInputError("give one of --job, --shapes, --preset")
+    if preset is not None and preset not in PRESETS:
+        raise MosaicInputError(f"--preset {preset!r}: allowed values are {', '.join(PRESETS)}")
+    if shapes_file is not None:
+        return bench_shapes.shapes_from_file(shapes_file)
+    if preset == "tiny":
+        return bench_shapes.TINY
+    if job is None and preset != "paper":
+        return bench_shapes.GENERIC
+    if job is None and not bench_shapes.PAPER_JOB.exists():
+        raise MosaicInputError(f"--preset paper needs {bench_shapes.PAPER_JOB} (a source "
+                               "checkout); pass --job examples/appendix_e.yaml instead")
+    from mosaic.config.job_schema import load_job
+    from mosaic.evaluate.job import cluster_for
+
+    path = job or bench_shapes.PAPER_JOB
+    spec = load_job(path, sets)
+    name = "paper" if job is None else path.stem
+    return bench_shapes.shapes_from_model(spec.workload, spec.plan, cluster_for(spec), name,
+                                          spec.usable_memory_fraction)
+
+
+def _options(dtypes: str, max_tensor_bytes: str, backends: str, quick: bool) -> Any:
+    from mosaic.bench.attention import BACKENDS
+    from mosaic.bench.cases import BenchOptions
+    from mosaic.bench.timer import QUICK, TimingPolicy
+
+    dtype_list = tuple(d.strip() for d in dtypes.split(",") if d.strip())
+    bad = [d for d in dtype_list if d not in ("bf16", "fp16", "fp32", "fp8")]
+    if bad or not dtype_list:
+        raise MosaicInputError(f"--dtypes {dtypes!r}: allowed: bf16, fp16, fp32, fp8")
+    backend_list = tuple(b.strip() for b in backends.split(",") if b.strip())
+    unknown = [b for b in backend_list if b not in BACKENDS]
+    if unknown or not backend_list:
+        raise MosaicInputError(f"--attention-backends {backends!r}: allowed: "
+                               f"{', '.join(BACKENDS)}")
+    return BenchOptions(policy=QUICK if quick else TimingPolicy(), dtypes=dtype_list,
+                        max_tensor_bytes=parse_bytes("--max-tensor-bytes", max_tensor_bytes),
+                        attention_backends=backend_list)
+
+
+def _render_listing(rows: list[dict[str, Any]], json_output: bool) -> None:
+    if json_output:
+        print_json({"dry_run": True, "cases": rows})
+        return
+    for row in rows:
+        typer.echo(f"{row['family']:<12} {row['case']:<48} {row['state']}")
+    families = sorted({r["family"] for r in rows})
+    print_table("Dry run", ["family", "to measure", "already done"], [
+        [f, str(sum(1 for r in rows if r["family"] == f and r["state"] != "done")),
+         str(sum(1 for r in rows if r["family"] == f and r["state"] == "done"))]
+        for f in families])
+
+
+def _render_reports(reports: list[Any], out: Path, json_output: bool,
+                    notes: tuple[str, ...] = ()) -> None:
+    document = {"out": str(out), "families": [vars(r) for r in reports], "notes": list(notes)}
+    if json_output:
+        print_json(document)
+        return
+    print_table(f"mosaic bench -> {out}",
+                ["family", "cases", "already done", "measured", "skipped", "left (budget)"],
+                [[r.family, str(r.planned), str(r.already_done), str(r.measured),
+                  str(r.skipped), str(r.left_for_budget)] for r in reports])
+    for note in notes:
+        typer.echo(f"note: {note}")
+
+
+def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file: Path | None,
+             preset: str | None, sets: list[str], dry_run: bool, time_budget: str | None,
+             device: str | None, dtypes: str, max_tensor_bytes: str, backends: str,
+             quick: bool, progress: bool, json_output: bool) -> None:
+    _require_torch()
+    from mosaic.bench.device import resolve_device
+    from mosaic.bench.metadata import collect
+    from mosaic.bench.run import kernel_cases, listing, run_kernels
+
+    shapes = _shapes(job, shapes_file, preset, sets)
+    options = _options(dtypes, max_tensor_bytes, backends, quick)
+    budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
+    torch_device = resolve_device(device)
+    if dry_run:
+        metadata_id = collect(torch_device)["metadata_id"]
+        _render_listing(listing(out, kernel_cases(families, shapes, options), metadata_id),
+                        json_output)
+        return
+    reports = run_kernels(out, families, shapes, options, torch_device, budget, progress)
+    _render_reports(reports, out, json_output, shapes.notes)
+
+
+def _family_command(family: str, doc: str) -> None:
+    def command(out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
+                preset: PresetOption = None, set_: SetOption = None,
+                dry_run: DryRunFlag = False, time_budget: BudgetOption = None,
+                device: DeviceOption = None, dtypes: DtypesOption = "bf16,fp8",
+                max_tensor_bytes: MaxTensorOption = "8GiB",
+                attention_backends: BackendsOption = "cudnn,flash,efficient,math",
+                quick: QuickFlag = False, progress: ProgressFlag = True,
+                json_output: JsonFlag = False) -> None:
+        _kernels((family,), out, job, shapes_file, preset, set_ or [], dry_run, time_budget,
+                 device, dtypes, max_tensor_bytes, attention_backends, quick, progress,
+                 json_output)
+
+    command.__doc__ = doc
+    bench_app.command(family)(guarded(command))
+
+
+_family_command("gemm", "Dense GEMMs (forward + both backward shapes) and the achievable "
+                        "peak sweep.")
+_family_command("grouped", "Grouped expert GEMMs, balanced and skewed routing.")
+_family_command("attention", "Causal attention forward and backward per SDPA backend.")
+_family_command("kernels", "Element-wise, norm, cross-entropy, optimizer step, launch cost.")
+
+MinBytesOption = Annotated[str, typer.Option("--min-bytes", help="smallest message")]
+MaxBytesOption = Annotated[str, typer.Option(
+    "--max-bytes", help="largest message (cap; 4GiB on a full run)")]
+FactorOption = Annotated[int, typer.Option("--size-factor", help="message size step")]
+OpsOption = Annotated[str | None, typer.Option(
+    "--ops", help="all_gather,reduce_scatter,all_reduce,all_to_all,all_to_all_uneven,"
+                  "send_recv")]
+GroupSizesOption = Annotated[str | None, typer.Option(
+    "--group-sizes", help="group sizes (default: powers of two, or the job's)")]
+StridesOption = Annotated[str | None, typer.Option(
+    "--strides", help="rank strides (default: 1 and ranks per node across nodes)")]
+DomainOption = Annotated[int | None, typer.Option(
+    "--domain-gpus", help="GPUs per NVLink domain (default: ranks per node)")]
+BackendOption = Annotated[str | None, typer.Option(
+    "--backend", help="torch.distributed backend (default: nccl on CUDA, gloo on CPU)")]
+
+
+def _collective_options(job_shapes: Any, min_bytes: str, max_bytes: str, size_factor: int,
+                        ops: str | None, group_sizes: str | None, strides: str | None,
+                        domain_gpus: int | None) -> Any:
+    from mosaic.bench.collectives import OPS
+    from mosaic.bench.run import CollectiveOptions
+
+    sizes = parse_ints("--group-sizes", group_sizes) if group_sizes else None
+    cap = parse_bytes("--max-bytes", max_bytes)
+    if job_shapes is not None and job_shapes.collective_uses:
+        uses = job_shapes.collective_uses
+        sizes = sizes or tuple(sorted({u.group_size for u in uses}))
+        largest = max(u.message_bytes for u in uses)
+        cap = min(cap, 1 << max(int(largest - 1).bit_length(), 10))
+    return CollectiveOptions(
+        min_bytes=parse_bytes("--min-bytes", min_bytes), max_bytes=cap,
+        size_factor=size_factor,
+        ops=tuple(o.strip() for o in ops.split(",") if o.strip()) if ops else OPS,
+        group_sizes=sizes, strides=parse_ints("--strides", strides) if strides else None,
+        domain_gpus=domain_gpus)
+
+
+@bench_app.command("collectives")
+@guarded
+def collectives_command(
+    out: OutOption, job: JobOption = None, preset: PresetOption = None,
+    set_: SetOption = None, dry_run: DryRunFlag = False, time_budget: BudgetOption = None,
+    min_bytes: MinBytesOption = "1KiB", max_bytes: MaxBytesOption = "4GiB",
+    size_factor: FactorOption = 2, ops: OpsOption = None, group_sizes: GroupSizesOption = None,
+    strides: StridesOption = None, domain_gpus: DomainOption = None,
+    backend: BackendOption = None, quick: QuickFlag = False, progress: ProgressFlag = True,
+    json_output: JsonFlag = False,
+) -> None:
+    """Collectives over torch.distributed (run under torchrun): bus bandwidth and latency."""
+    _require_torch()
+    from mosaic.bench.run import run_collectives
+    from mosaic.bench.timer import QUICK, TimingPolicy
+
+    shapes = _shapes(job, None, preset, set_ or []) if (job or preset == "paper") else None
+    options = _collective_options(shapes, min_bytes, max_bytes, size_factor, ops,
+                                  group_sizes, strides, domain_gpus)
+    budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
+    result = run_collectives(out, options, QUICK if quick else TimingPolicy(), budget,
+                             progress, backend, dry_run)
+    import os
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    if dry_run:
+        _render_listing(result, json_output)
+    else:
+        _render_reports([result], out, json_output)
+
+
+@bench_app.command("all")
+@guarded
+def all_command(
+    out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
+    preset: PresetOption = None, set_: SetOption = None, dry_run: DryRunFlag = False,
+    time_budget: BudgetOption = None, device: DeviceOption = None,
+    dtypes: DtypesOption = "bf16,fp8", max_tensor_bytes: MaxTensorOption = "8GiB",
+    attention_backends: BackendsOption = "cudnn,flash,efficient,math",
+    quick: QuickFlag = False, progress: ProgressFlag = True, json_output: JsonFlag = False,
+) -> None:
+    """Every kernel family; under torchrun, rank 0 runs them, then run `collectives`."""
+    import os
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    _kernels(KERNEL_FAMILY_NAMES, out, job, shapes_file, preset, set_ or [], dry_run,
+             time_budget, device, dtypes, max_tensor_bytes, attention_backends, quick,
+             progress, json_output)
+
+
+@bench_app.command("compare")
+@guarded
+def compare_command(
+    dir_a: Annotated[Path, typer.Argument(help="first bench directory")],
+    dir_b: Annotated[Path, typer.Argument(help="second bench directory")],
+    plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG scatter here")] = None,
+    top: Annotated[int, typer.Option(help="largest differences to list")] = 10,
+    json_output: JsonFlag = False,
+) -> None:
+    """Compare two bench directories case by case (time B / time A)."""
+    from mosaic.bench.compare import as_records, compare
+    from mosaic.bench.compare import plot as plot_cases
+
+    cases, summary = compare(dir_a, dir_b)
+    if plot is not None:
+        plot_cases(cases, plot, dir_a.name, dir_b.name)
+    if json_output:
+        print_json({"summary": as_records(summary), "cases": as_records(cases),
+                    "plot": str(plot) if plot else None})
+        return
+    print_table(f"time {dir_b.name} / time {dir_a.name} per family (geometric mean)",
+                ["family", "cases", "geomean", "min", "max"],
+                [[r.family, str(r.cases), f"{r.geomean_ratio:.3f}", f"{r.min_ratio:.3f}",
+                  f"{r.max_ratio:.3f}"] for r in summary.itertuples()])
+    spread = cases.assign(off=(cases["ratio"].map(abs) - 1).abs()).nlargest(top, "off")
+    print_table("Largest differences", ["family", "case", "A ms", "B ms", "B/A"],
+                [[r.family, r.case, f"{r.time_a_s * 1e3:.4g}", f"{r.time_b_s * 1e3:.4g}",
+                  f"{r.ratio:.3f}"] for r in spread.itertuples()])
+    if plot is not None:
+        typer.echo(f"plot written to {plot}")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the `bench` command group to the root command."""
+    app.add_typer(bench_app, name="bench", help=HELP)
