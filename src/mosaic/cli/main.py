@@ -43,6 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "Loss law (paper Sec. 4, 6.1): predict, fit run data, model-FLOPs optimum."),
     "sweep": ("mosaic.cli.plan_cmd",
               "Budget sweeps of the MOSAIC optimum (paper Sec. 7.4, Fig. 11)."),
+    "export": ("mosaic.cli.export_cmd",
+               "Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan."),
     "report": ("mosaic.cli.report_cmd",
                "Write the self-contained HTML report (interactive figures and tables) of a "
                "result."),

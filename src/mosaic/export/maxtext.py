@@ -1,0 +1,129 @@
+"""A MaxText config YAML (overrides of ``src/maxtext/configs/base.yml``).
+
+Key names: AI-Hypercomputer/maxtext ``src/maxtext/configs/base.yml`` and
+``src/maxtext/common/common_types.py`` (``DecoderBlockType``) at commit e591f30
+(2026-08-22). MaxText shards the batch over every mesh axis except tensor/pipeline/context
+(per_device_batch_size counts all devices), and names recompute by what it *saves*
+(``remat_policy``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from mosaic.arch.geometry import AttentionKind
+from mosaic.export.spec import ExportSpec
+from mosaic.export.targets import ExportResult, header_lines
+
+# mosaic checkpointing -> MaxText remat_policy (base.yml lists them fastest to slowest).
+REMAT_POLICY = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
+
+
+def decoder_block(spec: ExportSpec) -> str:
+    """The MaxText decoder block type closest to the geometry."""
+    g = spec.geometry
+    if g.attention is AttentionKind.MLA:
+        return "deepseek"
+    if g.attention_sinks:
+        return "gpt_oss"
+    if g.qk_norm:
+        return "qwen3_moe" if g.moe else "qwen3"
+    return "mixtral" if g.moe else "llama2"
+
+
+def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
+    """The override mapping and what MaxText cannot express."""
+    g = spec.geometry
+    unsupported = ["single slice: all degrees are ici_*; for several nodes move the outer "
+                   "factors to the matching dcn_* keys (ici product = GPUs per node)"]
+    if spec.checkpointing == "none":
+        unsupported.append("no recompute: MaxText has no 'none' remat policy; exported as "
+                           "'minimal_with_context' (saves the most)")
+    if spec.checkpointing == "selective":
+        unsupported.append("selective recompute exported as remat_policy 'minimal' (saves "
+                           "matmul outputs), not Megatron's attention-core recompute")
+    if spec.sharding in ("zero1", "zero2"):
+        unsupported.append(f"{spec.sharding}: MaxText shards with its fsdp axis; exported "
+                           "as FSDP")
+    if spec.dispatcher != "alltoall":
+        unsupported.append(f"{spec.dispatcher} dispatcher (MaxText uses its own ragged "
+                           "all-to-all)")
+    if g.moe and spec.etp != 1:
+        unsupported.append(f"etp={spec.etp}: MaxText has no separate expert-tensor degree")
+    if spec.ep > 1 and spec.dp % spec.ep:
+        unsupported.append(f"ep={spec.ep} does not divide dp={spec.dp}: MaxText's expert axis "
+                           "is a factor of the batch axes")
+    if g.moe and g.moe.moe_every > 1:
+        unsupported.append("MoE every n-th block after the dense prefix "
+                           "(interleave_moe_layer_step is honoured by llama4 blocks only)")
+    if g.gated_attention:
+        unsupported.append("gated attention (per-head output gate)")
+    fsdp = spec.dp // spec.ep if spec.dp % spec.ep == 0 else spec.dp
+    data = 1
+    if spec.sharding == "none":
+        data, fsdp = fsdp, 1
+    elif spec.sharding == "hsdp":
+        data, fsdp = spec.hsdp_replicas, fsdp // spec.hsdp_replicas
+    accumulation = spec.micro_batches_per_step if spec.pp == 1 else 1
+    document: dict[str, Any] = {
+        "decoder_block": decoder_block(spec),
+        "base_emb_dim": g.d_model,
+        "base_num_query_heads": g.heads,
+        "base_num_kv_heads": g.kv_heads,
+        "base_mlp_dim": g.ffn,
+        "base_num_decoder_layers": g.layers,
+        "head_dim": g.head_dim,
+        "vocab_size": g.vocab,
+        "mlp_activations": ["silu", "linear"] if g.glu else ["gelu"],
+        "logits_via_embedding": g.tied_embeddings,
+        "use_qk_norm": g.qk_norm,
+        "attention_bias": g.qkv_bias,
+        "attention_sink": g.attention_sinks,
+    }
+    if g.attention is AttentionKind.MLA:
+        assert g.mla is not None
+        document |= {"attention_type": "mla", "q_lora_rank": g.mla.q_lora_rank or 0,
+                     "kv_lora_rank": g.mla.kv_lora_rank,
+                     "qk_nope_head_dim": g.mla.qk_nope_head_dim,
+                     "qk_rope_head_dim": g.mla.qk_rope_head_dim,
+                     "v_head_dim": g.mla.v_head_dim}
+    if g.moe:
+        m = g.moe
+        document |= {"num_experts": m.experts, "num_experts_per_tok": m.top_k,
+                     "base_moe_mlp_dim": m.expert_ffn, "shared_experts": m.shared_experts,
+                     "first_num_dense_layers": m.dense_layers,
+                     "interleave_moe_layer_step": m.moe_every,
+                     "mlp_bias": m.expert_bias, "routed_bias": m.router_bias,
+                     "megablox": True, "sparse_matmul": True, "capacity_factor": -1.0}
+    if g.mtp_layers:
+        document["mtp_num_layers"] = g.mtp_layers
+    document |= {
+        "max_target_length": spec.seq_len,
+        "per_device_batch_size": spec.global_batch / (accumulation * spec.n_devices),
+        "gradient_accumulation_steps": accumulation,
+        "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
+        "quantization": "fp8" if spec.precision == "fp8" else "",
+        "remat_policy": REMAT_POLICY[spec.checkpointing],
+        "ici_data_parallelism": data,
+        "ici_fsdp_parallelism": fsdp,
+        "ici_tensor_parallelism": spec.tp,
+        "ici_pipeline_parallelism": spec.pp,
+        "ici_context_parallelism": spec.cp,
+        "ici_expert_parallelism": spec.ep,
+        "dcn_data_parallelism": 1,
+        "dcn_fsdp_parallelism": 1,
+    }
+    if spec.pp > 1:
+        document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
+                     "num_layers_per_pipeline_stage": max(1, g.layers // (spec.pp * spec.vpp))}
+    return document, unsupported
+
+
+def render(spec: ExportSpec) -> ExportResult:
+    """YAML text for ``python -m maxtext.train base.yml <this file's keys>``."""
+    document, unsupported = config(spec)
+    header = "".join(f"# {line}\n" for line in header_lines(spec, "MaxText", unsupported))
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+    return ExportResult("maxtext", header + body, ".yml", unsupported)

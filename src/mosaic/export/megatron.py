@@ -1,0 +1,143 @@
+"""Megatron-Core (Megatron-LM ``pretrain_gpt.py``) command-line arguments.
+
+Option names and choices: NVIDIA/Megatron-LM ``megatron/training/arguments.py`` and the
+``TransformerConfig``/``ModelParallelConfig`` fields it exposes
+(``megatron/core/transformer/transformer_config.py``: ``moe_token_dispatcher_type`` in
+allgather/alltoall/flex, ``moe_flex_dispatcher_backend`` in deepep/hybridep,
+``recompute_granularity`` in full/selective, ``fp8`` in e4m3/hybrid), checked at commit
+d98e8a6 (2026-08-22).
+"""
+
+from __future__ import annotations
+
+from mosaic.arch.geometry import AttentionKind, NormKind
+from mosaic.export.spec import ExportSpec
+from mosaic.export.targets import ExportResult, header_lines
+
+
+def moe_layer_freq(spec: ExportSpec) -> str:
+    """``--moe-layer-freq``: an int when every block is MoE, else the pattern expression
+    (arguments.py accepts a Python list expression such as ``([0]*3+[1]*58)``)."""
+    pattern = spec.moe_layer_pattern()
+    if all(pattern):
+        return "1"
+    runs: list[tuple[int, int]] = []
+    for value in pattern:
+        if runs and runs[-1][0] == value:
+            runs[-1] = (value, runs[-1][1] + 1)
+        else:
+            runs.append((value, 1))
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+
+
+def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """(flag, value or None for a switch) pairs, and what Megatron cannot express."""
+    g = spec.geometry
+    unsupported: list[str] = []
+    args: list[tuple[str, str | None]] = [
+        ("--num-layers", str(g.layers)),
+        ("--hidden-size", str(g.d_model)),
+        ("--ffn-hidden-size", str(g.ffn)),
+        ("--num-attention-heads", str(g.heads)),
+        ("--seq-length", str(spec.seq_len)),
+        ("--max-position-embeddings", str(spec.seq_len)),
+        ("--vocab-size", str(g.vocab)),
+        ("--position-embedding-type", "rope"),
+        ("--normalization", "RMSNorm" if g.norm is NormKind.RMSNORM else "LayerNorm"),
+    ]
+    if g.attention is AttentionKind.MLA:
+        assert g.mla is not None
+        args += [("--multi-latent-attention", None),
+                 ("--kv-lora-rank", str(g.mla.kv_lora_rank)),
+                 ("--qk-head-dim", str(g.mla.qk_nope_head_dim)),
+                 ("--qk-pos-emb-head-dim", str(g.mla.qk_rope_head_dim)),
+                 ("--v-head-dim", str(g.mla.v_head_dim))]
+        if g.mla.q_lora_rank is not None:
+            args.append(("--q-lora-rank", str(g.mla.q_lora_rank)))
+    else:
+        args.append(("--kv-channels", str(g.head_dim)))
+        if g.kv_heads != g.heads:
+            args += [("--group-query-attention", None), ("--num-query-groups", str(g.kv_heads))]
+    if g.glu:
+        args.append(("--swiglu", None))
+    if not g.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    expert_bias = bool(g.moe and g.moe.expert_bias)
+    if not (g.output_bias or expert_bias):
+        args.append(("--disable-bias-linear", None))
+        if g.qkv_bias:
+            args.append(("--add-qkv-bias", None))
+    if g.qk_norm:
+        args.append(("--qk-layernorm", None))
+    if g.gated_attention:
+        unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")
+    if g.attention_sinks:
+        unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
+    if g.moe:
+        m = g.moe
+        args += [("--num-experts", str(m.experts)),
+                 ("--moe-router-topk", str(m.top_k)),
+                 ("--moe-ffn-hidden-size", str(m.expert_ffn)),
+                 ("--moe-layer-freq", moe_layer_freq(spec)),
+                 ("--moe-grouped-gemm", None)]
+        if m.shared_experts:
+            args.append(("--moe-shared-expert-intermediate-size",
+                         str(m.shared_experts * m.shared_width)))
+            if m.shared_expert_gate:
+                args.append(("--moe-shared-expert-gate", None))
+        if spec.dispatcher == "alltoall":
+            args.append(("--moe-token-dispatcher-type", "alltoall"))
+        else:  # DeepEP / HybridEP run through the flex dispatcher
+            args += [("--moe-token-dispatcher-type", "flex"),
+                     ("--moe-flex-dispatcher-backend", spec.dispatcher)]
+    if g.mtp_layers:
+        args.append(("--mtp-num-layers", str(g.mtp_layers)))
+    args += [("--tensor-model-parallel-size", str(spec.tp)),
+             ("--pipeline-model-parallel-size", str(spec.pp)),
+             ("--context-parallel-size", str(spec.cp)),
+             ("--expert-model-parallel-size", str(spec.ep)),
+             ("--expert-tensor-parallel-size", str(spec.etp))]
+    if spec.vpp > 1:
+        args.append(("--num-virtual-stages-per-pipeline-rank", str(spec.vpp)))
+    if spec.sequence_parallel and spec.tp > 1:
+        args.append(("--sequence-parallel", None))
+    if spec.sharding == "zero1":
+        args.append(("--use-distributed-optimizer", None))
+    elif spec.sharding in ("zero2", "fsdp", "hsdp"):
+        strategy = "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"
+        args += [("--use-megatron-fsdp", None), ("--use-distributed-optimizer", None),
+                 ("--data-parallel-sharding-strategy", strategy)]
+        if spec.sharding == "hsdp":
+            args += [("--num-distributed-optimizer-instances", str(spec.hsdp_replicas)),
+                     ("--outer-dp-sharding-strategy", "no_shard")]
+    args += [("--micro-batch-size", str(spec.micro_batch)),
+             ("--global-batch-size", str(spec.global_batch))]
+    if spec.checkpointing == "full":
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                 ("--recompute-num-layers", "1")]
+    elif spec.checkpointing == "selective":
+        args.append(("--recompute-granularity", "selective"))
+    if spec.precision in ("bf16", "fp8"):
+        args.append(("--bf16", None))
+    elif spec.precision == "fp16":
+        args.append(("--fp16", None))
+    if spec.precision == "fp8":
+        args.append(("--fp8-format", "hybrid"))  # E4M3 forward, E5M2 gradients
+    optimizer = {"adam": "adam", "adamw": "adam", "muon": "muon", "sgd": "sgd"}
+    args.append(("--optimizer", optimizer.get(spec.optimizer, "adam")))
+    return args, unsupported
+
+
+def render(spec: ExportSpec) -> ExportResult:
+    """One ``--flag value`` per line, comments first: use as ``$(grep -v '^#' FILE)``."""
+    args, unsupported = arguments(spec)
+    lines = [f"# {line}" for line in header_lines(spec, "Megatron-Core", unsupported)]
+    lines.append("# Megatron derives dp from the world size: launch on exactly "
+                 f"{spec.n_devices} GPUs")
+    for flag, value in args:
+        lines.append(flag if value is None else f"{flag} {_quote(value)}")
+    return ExportResult("megatron", "\n".join(lines) + "\n", ".args", unsupported)
+
+
+def _quote(value: str) -> str:
+    return f"'{value}'" if any(c in value for c in "()[]*+ ") else value

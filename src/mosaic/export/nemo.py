@@ -1,0 +1,107 @@
+"""NeMo 2 / Megatron-Bridge recipe overrides (a YAML file for ``--config-file``).
+
+Megatron-Bridge merges such a file over a recipe's ``ConfigContainer`` with OmegaConf
+(``examples/**/conf/*_override_example.yaml``): sections ``model`` (the Megatron-Core
+``TransformerConfig``/``GPTModelProvider`` field names), ``train``
+(``global_batch_size``, ``micro_batch_size``), ``dataset`` (``seq_length``), ``ddp``
+(``use_distributed_optimizer``, ``data_parallel_sharding_strategy``,
+``use_megatron_fsdp``) and ``mixed_precision`` (a registered recipe name such as
+``bf16_mixed``; ``src/megatron/bridge/training/mixed_precision.py``). Checked at
+NVIDIA-NeMo/Megatron-Bridge commit 067f987 (2026-08-22).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from mosaic.arch.geometry import AttentionKind, NormKind
+from mosaic.export.spec import ExportSpec
+from mosaic.export.targets import ExportResult, header_lines
+
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
+                   "fp8": "bf16_with_fp8_current_scaling_mixed", "fp32": None}
+
+
+def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
+    """The override mapping and what it cannot express."""
+    g = spec.geometry
+    unsupported: list[str] = []
+    model: dict[str, Any] = {
+        "num_layers": g.layers,
+        "hidden_size": g.d_model,
+        "ffn_hidden_size": g.ffn,
+        "num_attention_heads": g.heads,
+        "seq_length": spec.seq_len,
+        "vocab_size": g.vocab,
+        "normalization": "RMSNorm" if g.norm is NormKind.RMSNORM else "LayerNorm",
+        "gated_linear_unit": g.glu,
+        "share_embeddings_and_output_weights": g.tied_embeddings,
+        "add_bias_linear": bool(g.output_bias or (g.moe and g.moe.expert_bias)),
+        "add_qkv_bias": g.qkv_bias,
+        "qk_layernorm": g.qk_norm,
+    }
+    if g.attention is AttentionKind.MLA:
+        assert g.mla is not None
+        model |= {"multi_latent_attention": True, "q_lora_rank": g.mla.q_lora_rank,
+                  "kv_lora_rank": g.mla.kv_lora_rank, "qk_head_dim": g.mla.qk_nope_head_dim,
+                  "qk_pos_emb_head_dim": g.mla.qk_rope_head_dim,
+                  "v_head_dim": g.mla.v_head_dim}
+    else:
+        model |= {"num_query_groups": g.kv_heads, "kv_channels": g.head_dim}
+    if g.gated_attention:
+        unsupported.append("gated attention (per-head output gate)")
+    if g.attention_sinks:
+        unsupported.append("attention sinks (gpt-oss) need the gpt-oss model provider")
+    if g.moe:
+        m = g.moe
+        model |= {"num_moe_experts": m.experts, "moe_router_topk": m.top_k,
+                  "moe_ffn_hidden_size": m.expert_ffn, "moe_layer_freq": spec.moe_layer_pattern(),
+                  "moe_grouped_gemm": True,
+                  "moe_shared_expert_intermediate_size":
+                      m.shared_experts * m.shared_width if m.shared_experts else None,
+                  "moe_token_dispatcher_type":
+                      "alltoall" if spec.dispatcher == "alltoall" else "flex"}
+        if spec.dispatcher != "alltoall":
+            model["moe_flex_dispatcher_backend"] = spec.dispatcher
+    if g.mtp_layers:
+        model["mtp_num_layers"] = g.mtp_layers
+    model |= {
+        "tensor_model_parallel_size": spec.tp,
+        "pipeline_model_parallel_size": spec.pp,
+        "virtual_pipeline_model_parallel_size": spec.vpp if spec.vpp > 1 else None,
+        "context_parallel_size": spec.cp,
+        "expert_model_parallel_size": spec.ep,
+        "expert_tensor_parallel_size": spec.etp,
+        "sequence_parallel": bool(spec.sequence_parallel and spec.tp > 1),
+        "recompute_granularity": None if spec.checkpointing == "none" else spec.checkpointing,
+    }
+    if spec.checkpointing == "full":
+        model |= {"recompute_method": "uniform", "recompute_num_layers": 1}
+    ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none"}
+    if spec.sharding in ("zero2", "fsdp", "hsdp"):
+        ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
+                "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
+        if spec.sharding == "hsdp":
+            ddp["num_distributed_optimizer_instances"] = spec.hsdp_replicas
+    document = {
+        "model": model,
+        "train": {"global_batch_size": spec.global_batch, "micro_batch_size": spec.micro_batch},
+        "dataset": {"seq_length": spec.seq_len},
+        "ddp": ddp,
+        "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
+        "mixed_precision": MIXED_PRECISION.get(spec.precision, "bf16_mixed"),
+    }
+    if spec.optimizer == "muon":
+        unsupported.append("Muon: pick a Megatron-Bridge optimizer config by hand")
+    return document, unsupported
+
+
+def render(spec: ExportSpec) -> ExportResult:
+    """A YAML override file (comments first)."""
+    document, unsupported = overrides(spec)
+    header = "".join(f"# {line}\n" for line in header_lines(spec, "Megatron-Bridge (NeMo)",
+                                                              unsupported))
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+    return ExportResult("nemo", header + body, ".yaml", unsupported)

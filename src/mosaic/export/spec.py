@@ -1,0 +1,139 @@
+"""One framework-neutral description of what to launch: model, layout, batch, precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mosaic.arch import Geometry, ladder_geometry
+from mosaic.errors import MosaicInputError
+
+SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
+CHECKPOINTING_MODES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """Everything an exporter reads. Batch sizes are in sequences.
+
+    ``dp`` is the data-parallel degree over the whole job (devices = tp·pp·cp·dp, the
+    Megatron-Core convention); ``micro_batch`` is sequences per micro-batch per DP rank.
+    """
+
+    geometry: Geometry
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    dp: int
+    ep: int
+    etp: int
+    micro_batch: int
+    global_batch: int
+    seq_len: int
+    sharding: str = "zero1"
+    hsdp_shard: int | None = None
+    sequence_parallel: bool = False
+    checkpointing: str = "none"
+    precision: str = "bf16"
+    dispatcher: str = "alltoall"
+    stack: str = "megatron-core"
+    optimizer: str = "adamw"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch",
+                     "global_batch", "seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise MosaicInputError(f"{self.source}: {name} must be a positive integer, "
+                                       f"got {value!r}")
+        if self.sharding not in SHARDING_MODES:
+            raise MosaicInputError(f"{self.source}: sharding {self.sharding!r} is not one of "
+                                   f"{', '.join(SHARDING_MODES)}")
+        if self.checkpointing not in CHECKPOINTING_MODES:
+            raise MosaicInputError(f"{self.source}: checkpointing {self.checkpointing!r} is "
+                                   f"not one of {', '.join(CHECKPOINTING_MODES)}")
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise MosaicInputError(
+                f"{self.source}: global batch {self.global_batch} is not a multiple of "
+                f"dp·micro_batch = {self.dp}·{self.micro_batch}")
+
+    @property
+    def n_devices(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def micro_batches_per_step(self) -> int:
+        """Micro-batches each DP rank runs per optimizer step (accumulation or pipeline)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def hsdp_replicas(self) -> int:
+        """Replica groups of HSDP (dp / shard group size); 1 for the other modes."""
+        if self.sharding != "hsdp" or not self.hsdp_shard:
+            return 1
+        return max(1, self.dp // self.hsdp_shard)
+
+    def moe_layer_pattern(self) -> list[int]:
+        """1 for an MoE block, 0 for a dense one, per block."""
+        return [int(self.geometry.is_moe_layer(i)) for i in range(self.geometry.layers)]
+
+
+def spec_from_job(job: Any, source: str) -> ExportSpec:
+    """From a validated job (``mosaic.config.job_schema.JobSpec``)."""
+    workload = job.workload
+    plan = job.plan.row(0)
+    return ExportSpec(
+        geometry=workload.geometry,
+        tp=plan["tp"], pp=plan["pp"], vpp=plan["vpp"], cp=plan["cp"], dp=plan["dp"],
+        ep=plan["ep"], etp=plan["etp"], micro_batch=plan["micro_batch"],
+        global_batch=workload.global_batch, seq_len=workload.seq_len,
+        sharding=str(plan["sharding"]), hsdp_shard=plan.get("hsdp_shard") or None,
+        sequence_parallel=bool(plan.get("sequence_parallel", False)),
+        checkpointing=str(plan["checkpointing"]),
+        precision=str(workload.precision), dispatcher=str(workload.dispatcher),
+        stack=str(workload.stack), optimizer=str(workload.optimizer), source=source,
+    )
+
+
+def _plan_geometry(optimum: dict[str, Any], source: str) -> Geometry:
+    """The optimum's geometry: a ladder point (q, E, K, G), as `mosaic plan` searches."""
+    try:
+        q = int(optimum["q"])
+        experts = optimum.get("experts")
+        return ladder_geometry(q, None if experts is None else int(experts),
+                               None if experts is None else int(optimum["top_k"]),
+                               int(optimum.get("split_factor") or 1))
+    except KeyError as exc:
+        raise MosaicInputError(f"{source}: optimum has no field {exc.args[0]!r}; expected "
+                               "the output of `mosaic plan --json`") from None
+
+
+def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec:
+    """From the JSON of ``mosaic plan --json`` (its optimum and the optimum's layout)."""
+    if not isinstance(document, dict) or "optimum" not in document:
+        raise MosaicInputError(f"{source}: not a `mosaic plan --json` document (no 'optimum')")
+    optimum = document["optimum"]
+    if not optimum:
+        raise MosaicInputError(f"{source}: the plan has no trainable optimum to export")
+    envelope = document.get("envelope") or {}
+    step = document.get("optimum_step") or {}
+    plan = dict(optimum.get("plan") or {}) | dict(step.get("plan") or {})
+    missing = [k for k in ("tp", "pp", "cp", "dp", "ep", "micro_batch") if k not in plan]
+    if missing or "global_batch" not in envelope or "seq_len" not in envelope:
+        raise MosaicInputError(f"{source}: plan document lacks {missing or 'envelope batch'}")
+    return ExportSpec(
+        geometry=_plan_geometry(optimum, source),
+        tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp", 1)),
+        cp=int(plan["cp"]), dp=int(plan["dp"]), ep=int(plan["ep"]),
+        etp=int(plan.get("etp", 1)), micro_batch=int(plan["micro_batch"]),
+        global_batch=int(envelope["global_batch"]), seq_len=int(envelope["seq_len"]),
+        sharding=str(plan.get("sharding", "zero1")),
+        hsdp_shard=plan.get("hsdp_shard") or None,
+        sequence_parallel=bool(plan.get("sequence_parallel", int(plan["tp"]) > 1)),
+        checkpointing=str(plan.get("checkpointing", "none")),
+        precision=str(envelope.get("precision", "bf16")),
+        dispatcher=str(envelope.get("dispatcher", "alltoall")),
+        stack=str(envelope.get("stack", "megatron-core")), source=source,
+    )

@@ -1,0 +1,257 @@
+"""`mosaic export`: each target parses under its own format rules and round-trips the numbers.
+
+Option/key names below are written from the targets' own definitions (Megatron-LM
+megatron/training/arguments.py and TransformerConfig; torchtitan v0.2.2
+torchtitan/config/job_config.py; MaxText src/maxtext/configs/base.yml), independently of
+the exporter, so a misspelt key fails here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.export_cmd import load_export_spec
+from mosaic.cli.main import app
+from mosaic.export import ExportSpec, export
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "examples" / "appendix_e.yaml"
+DEEPSEEK = ROOT / "examples" / "hf" / "deepseek-v3.json"
+runner = CliRunner()
+
+
+def deepseek_spec() -> ExportSpec:
+    # DeepSeek-V3 geometry on the Appendix E layout, with DeepEP, fp8 and selective recompute
+    return load_export_spec(JOB, ["parallelism.dispatcher=deepep", "hardware.precision=fp8",
+                                  "performance.checkpointing=selective", "parallelism.pp=4",
+                                  "parallelism.vpp=2", "parallelism.tp=2"], DEEPSEEK)
+
+
+@pytest.fixture(scope="module")
+def plan_json(tmp_path_factory) -> Path:
+    result = runner.invoke(app, ["plan", "--nodes", "8", "--days", "5", "--q", "8,10",
+                                 "--experts", "8,16", "--top-k", "1,2", "--split-factor",
+                                 "1,2", "--json"])
+    assert result.exit_code == 0, result.output
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(result.output)
+    return path
+
+
+# --- Megatron-Core ---------------------------------------------------------------------
+def megatron_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    ints = ["num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads",
+            "seq-length", "max-position-embeddings", "vocab-size", "kv-channels",
+            "num-query-groups", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+            "moe-shared-expert-intermediate-size", "mtp-num-layers", "q-lora-rank",
+            "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+            "tensor-model-parallel-size", "pipeline-model-parallel-size",
+            "context-parallel-size", "expert-model-parallel-size",
+            "expert-tensor-parallel-size", "num-virtual-stages-per-pipeline-rank",
+            "micro-batch-size", "global-batch-size", "recompute-num-layers",
+            "num-distributed-optimizer-instances"]
+    for name in ints:
+        p.add_argument(f"--{name}", type=int)
+    choices = {"position-embedding-type": ["learned_absolute", "rope", "none"],
+               "normalization": ["LayerNorm", "RMSNorm"],
+               "moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
+               "moe-flex-dispatcher-backend": ["deepep", "hybridep", "ncclep"],
+               "data-parallel-sharding-strategy": ["no_shard", "optim", "optim_grads",
+                                                   "optim_grads_params"],
+               "outer-dp-sharding-strategy": ["no_shard", "optim"],
+               "recompute-granularity": ["full", "selective"],
+               "recompute-method": ["uniform", "block"],
+               "fp8-format": ["e4m3", "hybrid"],
+               "optimizer": ["adam", "sgd", "muon"]}
+    for name, allowed in choices.items():
+        p.add_argument(f"--{name}", choices=allowed)
+    p.add_argument("--moe-layer-freq", type=lambda s: int(s) if s.isdigit() else eval(s))
+    for name in ["group-query-attention", "swiglu", "untie-embeddings-and-output-weights",
+                 "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm",
+                 "moe-shared-expert-gate", "multi-latent-attention", "sequence-parallel",
+                 "use-distributed-optimizer", "use-megatron-fsdp", "bf16", "fp16"]:
+        p.add_argument(f"--{name}", action="store_true")
+    return p
+
+
+def parse_megatron(text: str) -> argparse.Namespace:
+    words = shlex.split("\n".join(line for line in text.splitlines()
+                                  if not line.startswith("#")))
+    return megatron_parser().parse_args(words)  # unknown flags raise
+
+
+def test_megatron_round_trip_appendix_e():
+    spec = load_export_spec(JOB, [], None)
+    a = parse_megatron(export(spec, "megatron").text)
+    assert (a.num_layers, a.hidden_size, a.num_attention_heads, a.num_query_groups) == \
+        (48, 6144, 48, 8)
+    assert (a.num_experts, a.moe_router_topk, a.moe_ffn_hidden_size) == (128, 3, 3840)
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size,
+            a.expert_model_parallel_size) == (1, 16, 8)
+    assert (a.micro_batch_size, a.global_batch_size, a.seq_length) == (2, 8192, 8192)
+    assert a.recompute_granularity == "full" and a.use_distributed_optimizer and a.bf16
+    assert a.optimizer == "muon" and a.moe_token_dispatcher_type == "alltoall"
+
+
+def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
+    a = parse_megatron(export(deepseek_spec(), "megatron").text)
+    assert a.multi_latent_attention and (a.q_lora_rank, a.kv_lora_rank) == (1536, 512)
+    assert (a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim) == (128, 64, 128)
+    assert a.moe_layer_freq == [0] * 3 + [1] * 58 and a.mtp_num_layers == 1
+    assert a.moe_shared_expert_intermediate_size == 2048
+    assert (a.moe_token_dispatcher_type, a.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    assert a.fp8_format == "hybrid" and a.bf16 and a.recompute_granularity == "selective"
+    assert (a.tensor_model_parallel_size, a.num_virtual_stages_per_pipeline_rank) == (2, 2)
+    assert a.sequence_parallel  # tp > 1: the job default
+    # dp = 512 / (tp 2 · pp 4) = 64; the global batch covers dp · micro-batch evenly
+    assert a.global_batch_size % (64 * a.micro_batch_size) == 0
+
+
+# --- NeMo / Megatron-Bridge --------------------------------------------------------------
+def test_nemo_overrides_round_trip():
+    spec = deepseek_spec()
+    doc = yaml.safe_load(export(spec, "nemo").text)
+    assert set(doc) == {"model", "train", "dataset", "ddp", "optimizer", "mixed_precision"}
+    m = doc["model"]
+    assert (m["num_layers"], m["hidden_size"], m["num_moe_experts"], m["moe_router_topk"]) == \
+        (61, 7168, 256, 8)
+    assert m["multi_latent_attention"] and m["moe_layer_freq"] == [0] * 3 + [1] * 58
+    assert (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"],
+            m["virtual_pipeline_model_parallel_size"], m["expert_model_parallel_size"]) == \
+        (2, 4, 2, 8)
+    assert m["moe_flex_dispatcher_backend"] == "deepep"
+    assert doc["train"] == {"global_batch_size": 8192, "micro_batch_size": 2}
+    assert doc["dataset"]["seq_length"] == 8192
+    assert doc["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+
+
+# --- torchtitan --------------------------------------------------------------------------
+TORCHTITAN_KEYS = {  # torchtitan v0.2.2 JobConfig sections and fields used by the exporter
+    "job": {"description"},
+    "model": {"name", "flavor", "converters"},
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
+                    "fsdp_reshard_after_forward", "tensor_parallel_degree",
+                    "pipeline_parallel_degree", "pipeline_parallel_microbatch_size",
+                    "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
+                    "context_parallel_degree", "expert_parallel_degree",
+                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+}
+
+
+@pytest.mark.parametrize("sharding", ["zero1", "fsdp", "hsdp", "none"])
+def test_torchtitan_toml_round_trip(sharding):
+    spec = load_export_spec(JOB, [f"parallelism.sharding={sharding}",
+                                  "parallelism.hsdp_shard=8"], None)
+    doc = tomllib.loads(export(spec, "torchtitan").text)
+    for section, keys in doc.items():
+        assert set(keys) <= TORCHTITAN_KEYS[section], section
+    p, t = doc["parallelism"], doc["training"]
+    dp = p["data_parallel_replicate_degree"] * p["data_parallel_shard_degree"]
+    assert dp == 32
+    assert dp * p["tensor_parallel_degree"] * p["pipeline_parallel_degree"] \
+        * p["context_parallel_degree"] == 512
+    # with PP, local_batch_size is one DP rank's whole batch split into micro-batches
+    assert t["local_batch_size"] * dp == t["global_batch_size"] == 8192
+    assert p["pipeline_parallel_microbatch_size"] == 2 and t["seq_len"] == 8192
+    assert doc["activation_checkpoint"]["mode"] == "full"
+    expected = {"zero1": (1, 32), "fsdp": (1, 32), "hsdp": (4, 8), "none": (32, 1)}[sharding]
+    assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == expected
+
+
+def test_torchtitan_fp8_deepep_and_accumulation_without_pp():
+    spec = load_export_spec(JOB, ["parallelism.pp=1", "parallelism.dispatcher=deepep",
+                                  "hardware.precision=fp8"], DEEPSEEK)
+    doc = tomllib.loads(export(spec, "torchtitan").text)
+    assert doc["model"]["name"] == "deepseek_v3"
+    assert doc["model"]["converters"] == ["quantize.linear.float8",
+                                          "quantize.grouped_mm.float8"]
+    assert doc["parallelism"]["expert_parallel_comm_backend"] == "deepep"
+    # no PP: local batch = the micro-batch; the rest is gradient accumulation
+    assert doc["training"]["local_batch_size"] == 2
+    assert doc["training"]["global_batch_size"] == 8192
+
+
+# --- MaxText -----------------------------------------------------------------------------
+MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
+    "decoder_block", "base_emb_dim", "base_num_query_heads", "base_num_kv_heads",
+    "base_mlp_dim", "base_num_decoder_layers", "head_dim", "vocab_size", "mlp_activations",
+    "logits_via_embedding", "use_qk_norm", "attention_bias", "attention_sink",
+    "attention_type", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+    "v_head_dim", "num_experts", "num_experts_per_tok", "base_moe_mlp_dim", "shared_experts",
+    "first_num_dense_layers", "interleave_moe_layer_step", "mlp_bias", "routed_bias",
+    "megablox", "sparse_matmul", "capacity_factor", "mtp_num_layers", "max_target_length",
+    "per_device_batch_size", "gradient_accumulation_steps", "dtype", "quantization",
+    "remat_policy", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
+    "ici_pipeline_parallelism", "ici_context_parallelism", "ici_expert_parallelism",
+    "dcn_data_parallelism", "dcn_fsdp_parallelism", "num_pipeline_microbatches",
+    "num_layers_per_pipeline_stage"}
+
+
+def test_maxtext_yaml_round_trip():
+    spec = deepseek_spec()
+    doc = yaml.safe_load(export(spec, "maxtext").text)
+    assert set(doc) <= MAXTEXT_KEYS
+    assert doc["decoder_block"] == "deepseek" and doc["attention_type"] == "mla"
+    assert (doc["base_num_decoder_layers"], doc["first_num_dense_layers"],
+            doc["num_experts"], doc["shared_experts"], doc["mtp_num_layers"]) == \
+        (61, 3, 256, 1, 1)
+    mesh = [doc[f"ici_{axis}_parallelism"] for axis in
+            ("data", "fsdp", "tensor", "pipeline", "context", "expert")]
+    devices = 1
+    for degree in mesh:
+        devices *= degree
+    assert devices == 512
+    global_batch = doc["per_device_batch_size"] * devices * doc["gradient_accumulation_steps"]
+    assert global_batch == 8192 and doc["max_target_length"] == 8192
+    assert doc["num_pipeline_microbatches"] == 8192 // (64 * 2)
+    assert doc["quantization"] == "fp8" and doc["remat_policy"] == "minimal"
+
+
+# --- plan JSON and the command -----------------------------------------------------------
+@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
+def test_plan_json_exports_its_optimum(plan_json, target):
+    document = json.loads(plan_json.read_text())
+    optimum, step = document["optimum"], document["optimum_step"]["plan"]
+    result = runner.invoke(app, ["export", str(plan_json), "--to", target])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    if target == "megatron":
+        a = parse_megatron(text)
+        assert (a.num_experts, a.moe_router_topk) == (optimum["experts"], optimum["top_k"])
+        assert a.moe_ffn_hidden_size == optimum["expert_ffn"]
+        assert a.expert_model_parallel_size == step["ep"]
+        assert a.global_batch_size == document["envelope"]["global_batch"]
+    elif target == "torchtitan":
+        doc = tomllib.loads(text)
+        assert doc["parallelism"]["expert_parallel_degree"] == step["ep"]
+    else:
+        doc = yaml.safe_load(text)
+        layers = doc["model"]["num_layers"] if target == "nemo" \
+            else doc["base_num_decoder_layers"]
+        assert layers == optimum["layers"]
+
+
+def test_cli_out_file_and_notes(tmp_path):
+    out = tmp_path / "titan.toml"
+    result = runner.invoke(app, ["export", str(JOB), "--to", "torchtitan", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert tomllib.loads(out.read_text())["training"]["seq_len"] == 8192
+    assert "note: torchtitan cannot express: Muon optimizer" in result.output
+
+
+def test_cli_unknown_target_is_one_line():
+    result = runner.invoke(app, ["export", str(JOB), "--to", "deepspeed"])
+    assert result.exit_code == 2
+    assert "--to 'deepspeed' is not a target; allowed: megatron, nemo, torchtitan, maxtext" \
+        in result.output
