@@ -23,10 +23,11 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
 SHARED_FILES = ("published_runs.yaml", "paper_p6b200_sweeps.yaml")
 GIB = 2**30
 # Device memory as CUDA reports it, from the sources' own logs: torchtitan prints "NVIDIA H100 80GB
-# HBM3 with 79.10GiB memory" (torchtitan issue #1570); the NousResearch torchtitan PR #19 prints
-# 167.93 GiB as 94.15% of a B200, i.e. 178.36 GiB (191.5e9 bytes: more than the 180 GB datasheet
-# figure the catalog holds). Other devices: the catalog's datasheet capacity.
-CUDA_REPORTED_GIB = {"H100-SXM-80GB": 79.10, "B200": 178.36}
+# HBM3 with 79.10GiB memory" (torchtitan issue #1570); torchtitan PR #165 converts against
+# "95.0396 GiB GPU memory" on its 96 GB H100s; the NousResearch torchtitan PR #19 prints 167.93 GiB
+# as 94.15% of a B200, i.e. 178.36 GiB. All exceed the datasheet "GB x 1e9" the catalog holds
+# (80 GB H100: 79.10 GiB = 84.9e9 bytes). Other devices: the catalog's capacity.
+CUDA_REPORTED_GIB = {"H100-SXM-80GB": 79.10, "H100-SXM-96GB-500W": 95.04, "B200": 178.36}
 
 
 def _raw_runs(path: Path) -> list[dict[str, Any]]:
