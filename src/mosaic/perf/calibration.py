@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.errors import MosaicInputError
+from mosaic.perf.microbench_constants import MicrobenchConstants, parse_block
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
 
@@ -62,6 +63,7 @@ class _CalibrationFile(BaseModel):
     fitted_constants: tuple[str, ...] | None = None
     at_bounds: tuple[str, ...] = ()
     constants: _Constants
+    microbench: dict[str, Any] | None = None  # calibrate --microbench (microbench_constants)
 
 
 # Constants ``mosaic calibrate`` may fit; a file's ``fitted_constants`` names the subset it
@@ -94,6 +96,8 @@ class Calibration:
     fitted_constants: tuple[str, ...] = FITTABLE_CONSTANTS
     at_bounds: tuple[str, ...] = ()
     description: str = ""  # what stack and platform the profile describes (kept by refits)
+    microbench: MicrobenchConstants | None = None  # measured kernel/collective constants
+    microbench_document: dict[str, Any] | None = field(default=None, compare=False)
 
     def stack_multiplier(self, stack: str) -> float:
         """Multiplier for a software stack; the ``default`` entry (else 1.0) for a stack the
@@ -124,6 +128,8 @@ class Calibration:
         if self.at_bounds:
             document["at_bounds"] = list(self.at_bounds)
         document["constants"] = constants
+        if self.microbench_document is not None:
+            document["microbench"] = self.microbench_document
         return document
 
 
@@ -139,7 +145,10 @@ def _from_document(document: dict[str, Any], where: str) -> Calibration:
                                f"{', '.join(FITTABLE_CONSTANTS)}")
     return Calibration(name=parsed.name, provenance=parsed.provenance, sources=sources,
                        fitted_constants=tuple(fitted), at_bounds=parsed.at_bounds,
-                       description=parsed.description, **values)
+                       description=parsed.description,
+                       microbench=None if parsed.microbench is None else parse_block(
+                           parsed.microbench, f"{where}: microbench"),
+                       microbench_document=parsed.microbench, **values)
 
 
 # Built-in calibration profiles: name -> (data file, what it describes).

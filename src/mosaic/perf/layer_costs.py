@@ -97,7 +97,8 @@ def _gemm(
     element_bytes = workload.gemm_element_bytes
     return gemm_time_s(m, n, k, machine.gemm_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
                        machine.sm_count, bytes_per_element=element_bytes,
-                       table=machine.gemm_table, dtype=gemm_dtype(workload))
+                       params=machine.gemm_params, table=machine.gemm_table,
+                       dtype=gemm_dtype(workload))
 
 
 def gemm_dtype(workload: Workload) -> str:
@@ -110,7 +111,7 @@ def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
     element_bytes = workload.gemm_element_bytes
     return grouped_gemm_time_s(groups, m_per_group, n, k, machine.gemm_peak_flops_per_s,
                                machine.hbm_bw_bytes_per_s, machine.sm_count,
-                               bytes_per_element=element_bytes,
+                               bytes_per_element=element_bytes, params=machine.gemm_params,
                                table=machine.grouped_gemm_table, dtype=gemm_dtype(workload))
 
 
@@ -316,7 +317,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                       + _gemm(machine, workload, tokens, geometry.d_model, shared_width))
     router_gemm = gemm_time_s(routed_tokens, moe.experts, geometry.d_model,
                               machine.mfu_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
-                              machine.sm_count, bytes_per_element=FP32_BYTES)
+                              machine.sm_count, bytes_per_element=FP32_BYTES,
+                              params=machine.gemm_params)
     router_stream = streaming_time_s(routed_tokens * moe.experts * FP32_BYTES * ROUTER_STREAMS,
                                      machine.hbm_bw_bytes_per_s)
     copies = routed_tokens * moe.top_k * plans.etp

@@ -9,9 +9,11 @@ from mosaic.hardware import Cluster
 from mosaic.perf.attention_kernels import gpu_generation
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
+    DEFAULT_GEMM,
     FLASH_ATTENTION_EFFICIENCY,
     SM_COUNT,
     AttentionEfficiency,
+    GemmParams,
     GemmTable,
     GroupedGemmTable,
     device_fit_key,
@@ -71,6 +73,7 @@ class Machine:
     usable_memory_fraction: float = 1.0  # share of HBM a plan may fill (policy, not physics)
     gemm_table: GemmTable | None = None  # measured dense GEMM times, used where they cover
     grouped_gemm_table: GroupedGemmTable | None = None  # measured grouped expert GEMMs
+    gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
 
 
 def machine_for(cluster: Cluster, precision: Precision,

@@ -63,6 +63,7 @@ from mosaic.perf.memory import (
     stage_parameters,
     total_memory_bytes,
 )
+from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.workload import OptimizerKind, Workload
 
@@ -195,7 +196,7 @@ def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlan
     tokens = tokens_per_rank(workload, plans)
     vocab_shard = geometry.vocab / plans.tp
     head = gemm_time_s(tokens, vocab_shard, geometry.d_model, machine.mfu_peak_flops_per_s,
-                       machine.hbm_bw_bytes_per_s, machine.sm_count)
+                       machine.hbm_bw_bytes_per_s, machine.sm_count, params=machine.gemm_params)
     cross_entropy = streaming_time_s(tokens * vocab_shard * CROSS_ENTROPY_BYTES_PER_LOGIT,
                                      machine.hbm_bw_bytes_per_s)
     t_last = 3 * head + cross_entropy
@@ -467,6 +468,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
     stack_factor = calibration.attention_multiplier(workload.stack)
+    machine = apply_microbench(machine, calibration.microbench)  # calibrate --microbench
     machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
                                         kernel.bwd_multiplier * stack_factor)
     n_mb = n_microbatches(workload, plans).astype(float)

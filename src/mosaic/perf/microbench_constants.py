@@ -1,0 +1,129 @@
+"""Kernel and collective constants measured on the user's own hardware (paper Sec. 5.3).
+
+``mosaic calibrate --microbench DIR`` fits the constants of ``data/microbench_fits.yaml``
+(the GEMM plateau, K ramp and HBM efficiency, the kernel latency, the attention efficiency
+triples, the element-wise HBM efficiency and the collective latencies and efficiencies)
+to ``mosaic bench`` tables and writes them into a calibration file's ``microbench`` block.
+``predict_step`` then applies them to the :class:`~mosaic.perf.machine.Machine` of every
+job whose device the block ``applies_to`` ("any" for measurements on a device outside the
+catalog, such as a CPU test run); other devices keep the built-in constants.
+
+Block layout (every value optional; ``source`` strings say where each came from)::
+
+    microbench:
+      applies_to: [H200-SXM-141GB]
+      provenance: "..."
+      gemm: {max_fraction_of_peak, k_half, hbm_efficiency, kernel_latency_s}
+      attention: {fwd: [max_fraction, seq_half_tokens, head_dim_half], bwd: [...]}
+      elementwise_hbm_efficiency: 0.8
+      collectives: {launch_latency_s: ..., ring_scale_up_efficiency: ..., ...}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+from mosaic.perf.collectives import Interconnect
+from mosaic.perf.fitted_constants import fitted
+from mosaic.perf.kernels import AttentionEfficiency, GemmParams, device_fit_key
+from mosaic.perf.machine import Machine
+
+BUILT_IN_ELEMENTWISE_EFFICIENCY = float(fitted("kernels", "elementwise_hbm_efficiency"))
+ANY_DEVICE = "any"
+_GEMM_FIELDS = ("max_fraction_of_peak", "k_half", "hbm_efficiency", "kernel_latency_s")
+_COLLECTIVE_FIELDS = tuple(f.name for f in fields(Interconnect)
+                           if f.name.endswith(("_latency_s", "_efficiency")))
+
+
+@dataclass(frozen=True)
+class MicrobenchConstants:
+    """The measured constants of one calibration file (None: keep the built-in one)."""
+
+    applies_to: tuple[str, ...]
+    gemm: dict[str, float] = field(default_factory=dict)
+    attention_fwd: AttentionEfficiency | None = None
+    attention_bwd: AttentionEfficiency | None = None
+    elementwise_hbm_efficiency: float | None = None
+    collectives: dict[str, float] = field(default_factory=dict)
+
+    def applies(self, device_name: str) -> bool:
+        """True for a device the block was measured on (same kernel-fit key) or "any"."""
+        if ANY_DEVICE in self.applies_to:
+            return True
+        key = device_fit_key(device_name)
+        return any(device_fit_key(d) == key for d in self.applies_to)
+
+
+def _number(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MosaicInputError(f"{where}={value!r}; allowed: a number")
+    return float(value)
+
+
+def parse_block(block: dict[str, Any], where: str = "microbench") -> MicrobenchConstants:
+    """Validate a calibration file's ``microbench`` block."""
+    allowed = {"applies_to", "provenance", "reference", "gemm", "attention",
+               "elementwise_hbm_efficiency", "collectives", "fit_error_percent"}
+    unknown = set(block) - allowed
+    if unknown:
+        raise MosaicInputError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: "
+                               f"{', '.join(sorted(allowed))}")
+    applies_to = block.get("applies_to") or []
+    if not isinstance(applies_to, list) or not applies_to:
+        raise MosaicInputError(f"{where}.applies_to={applies_to!r}; allowed: a non-empty list "
+                               "of device names or [any]")
+    gemm = {}
+    for name, value in (block.get("gemm") or {}).items():
+        if name not in _GEMM_FIELDS:
+            raise MosaicInputError(f"{where}.gemm.{name}: allowed: {', '.join(_GEMM_FIELDS)}")
+        gemm[name] = _number(f"{where}.gemm.{name}", value)
+    attention: dict[str, AttentionEfficiency] = {}
+    for direction, triple in (block.get("attention") or {}).items():
+        if direction not in ("fwd", "bwd") or not isinstance(triple, list) or len(triple) != 3:
+            raise MosaicInputError(f"{where}.attention.{direction}={triple!r}; allowed: fwd/bwd "
+                                   "= [max_fraction, seq_half_tokens, head_dim_half]")
+        attention[direction] = AttentionEfficiency(
+            *(_number(f"{where}.attention.{direction}", v) for v in triple))
+    collectives = {}
+    for name, value in (block.get("collectives") or {}).items():
+        if name not in _COLLECTIVE_FIELDS:
+            raise MosaicInputError(f"{where}.collectives.{name}: allowed: "
+                                   f"{', '.join(_COLLECTIVE_FIELDS)}")
+        collectives[name] = _number(f"{where}.collectives.{name}", value)
+    elementwise = block.get("elementwise_hbm_efficiency")
+    if elementwise is not None:
+        elementwise = _number(f"{where}.elementwise_hbm_efficiency", elementwise)
+        if not elementwise > 0:
+            raise MosaicInputError(f"{where}.elementwise_hbm_efficiency={elementwise}; "
+                                   "allowed: > 0")
+    return MicrobenchConstants(
+        applies_to=tuple(str(d) for d in applies_to), gemm=gemm,
+        attention_fwd=attention.get("fwd"), attention_bwd=attention.get("bwd"),
+        elementwise_hbm_efficiency=elementwise, collectives=collectives)
+
+
+def apply_microbench(machine: Machine, constants: MicrobenchConstants | None) -> Machine:
+    """``machine`` with the measured constants where they apply to its device.
+
+    The element-wise efficiency is applied through the HBM bandwidth the streaming kernels
+    read (``hbm_bw · elementwise_efficiency``): the bandwidth is scaled by measured/built-in
+    and the GEMM HBM efficiency by the inverse, so memory-bound GEMMs keep their own
+    (measured or built-in) efficiency.
+    """
+    if constants is None or not constants.applies(machine.device_name):
+        return machine
+    gemm: GemmParams = replace(machine.gemm_params, **constants.gemm)
+    hbm_bw = machine.hbm_bw_bytes_per_s
+    if constants.elementwise_hbm_efficiency is not None:
+        scale = constants.elementwise_hbm_efficiency / BUILT_IN_ELEMENTWISE_EFFICIENCY
+        hbm_bw = hbm_bw * scale
+        gemm = replace(gemm, hbm_efficiency=gemm.hbm_efficiency / scale)
+    interconnect = (replace(machine.interconnect, **constants.collectives)
+                    if constants.collectives else machine.interconnect)
+    return replace(
+        machine, gemm_params=gemm, hbm_bw_bytes_per_s=hbm_bw, interconnect=interconnect,
+        attention_fwd=constants.attention_fwd or machine.attention_fwd,
+        attention_bwd=constants.attention_bwd or machine.attention_bwd)
+
