@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,19 @@ from rich.table import Table
 
 from mosaic.errors import MosaicInputError
 
-console = Console()
+# Off a terminal (file, pipe, CI log) rich assumes 80 columns and cuts cells with '…'; use a
+# width no table reaches so numbers and names print in full (COLUMNS, if set, still wins).
+REDIRECTED_WIDTH = 10_000
+
+
+def _stdout_console() -> Console:
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = REDIRECTED_WIDTH
+    return console
+
+
+console = _stdout_console()
 error_console = Console(stderr=True)
 
 

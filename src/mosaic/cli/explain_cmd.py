@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     CalibrationOption,
     JobArgument,
@@ -194,8 +195,10 @@ def explain(
     set_: SetOption = None,
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
+    apply_catalog(catalog)
     spec = load_job(job, set_ or [])
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)

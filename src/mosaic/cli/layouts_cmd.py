@@ -13,6 +13,7 @@ from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
@@ -260,12 +261,14 @@ def layouts(
     json_output: JsonFlag = False,
     model: ModelOption = None,
     html: HtmlOption = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
 
     The job's parallelism block is ignored: tp, pp, vpp, cp, ep, etp, micro-batch,
     sharding and checkpointing are searched (pin them with the options).
     """
+    apply_catalog(catalog)
     spec, cluster = load_search_job(job, set_ or [], devices)
     workload = with_model(spec, model).workload
     if uneven_stages:

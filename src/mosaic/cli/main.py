@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -43,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "Loss law (paper Sec. 4, 6.1): predict, fit run data, model-FLOPs optimum."),
     "sweep": ("mosaic.cli.plan_cmd",
               "Budget sweeps of the MOSAIC optimum (paper Sec. 7.4, Fig. 11)."),
+    "hardware": ("mosaic.cli.hardware_cmd",
+                 "The hardware catalog: list devices and node types, show one with its sources."),
     "export": ("mosaic.cli.export_cmd",
                "Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan."),
     "report": ("mosaic.cli.report_cmd",
@@ -103,8 +106,17 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(catalog: Annotated[list[str] | None, typer.Option(
+        "--catalog", envvar="MOSAIC_CATALOG",
+        help="your hardware catalog YAML, merged over the shipped one for any command")
+          ] = None) -> None:
     """Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605)."""
+    if catalog:  # imported only when used, to keep start-up light
+        from mosaic.cli.catalog_option import apply_catalog
+        from mosaic.cli.common import user_errors
+
+        with user_errors():
+            apply_catalog([Path(p) for p in catalog])
 
 
 def _one_line(message: str) -> None:

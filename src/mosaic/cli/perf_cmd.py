@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     CalibrationOption,
     JobArgument,
@@ -111,8 +112,10 @@ def perf(
     json_output: JsonFlag = False,
     model: ModelOption = None,
     html: HtmlOption = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
+    apply_catalog(catalog)
     spec = with_model(load_job(job, set_ or []), model)
     result = predict_job(spec, load_calibration(calibration))
     document = prediction_document(result)

@@ -11,12 +11,14 @@ Shipped data: mosaic/hardware/data/{devices,systems}.yaml. Add your own hardware
 
 from mosaic.hardware.catalog import (
     Catalog,
+    active_catalog,
     get_device,
     get_system,
     list_devices,
     list_systems,
     load_catalog,
     shipped_catalog,
+    use_catalog,
 )
 from mosaic.hardware.device import DTYPES, Device, normalize_dtype
 from mosaic.hardware.system import Cluster, System
@@ -27,6 +29,7 @@ __all__ = [
     "Cluster",
     "Device",
     "System",
+    "active_catalog",
     "get_device",
     "get_system",
     "list_devices",
@@ -34,4 +37,5 @@ __all__ = [
     "load_catalog",
     "normalize_dtype",
     "shipped_catalog",
+    "use_catalog",
 ]

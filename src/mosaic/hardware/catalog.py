@@ -52,14 +52,18 @@ def _lookup(kind: str, name: str, entries: Mapping[str, _Entry]) -> _Entry:
     for entry in entries.values():
         if key in {name_key(n) for n in (entry.name, *entry.aliases)}:
             return entry
-    raise MosaicInputError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(entries)}")
+    raise MosaicInputError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(entries)} "
+                           f"(details: `mosaic hardware list`; add your own with --catalog FILE, "
+                           f"docs/hardware.md)")
 
 
-def load_catalog(*extra_yaml_paths: str | Path) -> Catalog:
+def load_catalog(*extra_yaml_paths: str | Path, override: bool = False) -> Catalog:
     """The shipped catalog plus the devices and systems of each extra YAML file.
 
     Extra files use the shipped schema (docs/hardware.md). Their systems may use shipped or
-    newly added devices; a name or alias that is already taken is an error, not an override.
+    newly added devices. A name or alias that is already taken is an error, unless
+    ``override``: then a later entry whose name or alias matches an earlier one replaces
+    it (a user catalog merged over the shipped one).
     """
     data = resources.files("mosaic.hardware").joinpath("data")
     files: list[tuple[str, CatalogFile]] = []
@@ -67,7 +71,25 @@ def load_catalog(*extra_yaml_paths: str | Path) -> Catalog:
         with resources.as_file(data.joinpath(file_name)) as path:
             files.append((f"shipped {file_name}", read_catalog_file(path)))
     files += [(str(p), read_catalog_file(Path(p))) for p in extra_yaml_paths]
-    return _build(files)
+    return _build(files, override)
+
+
+_ACTIVE: list[Catalog] = []  # the catalog set by use_catalog (empty: the shipped one)
+
+
+def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
+    """Make the shipped catalog merged with these files (later wins) the one that
+    :func:`get_device`, :func:`get_system` and :func:`active_catalog` use; no paths
+    restores the shipped catalog. Meant for one command-line run (``--catalog``)."""
+    _ACTIVE.clear()
+    if user_yaml_paths:
+        _ACTIVE.append(load_catalog(*user_yaml_paths, override=True))
+    return active_catalog()
+
+
+def active_catalog() -> Catalog:
+    """The catalog in use: the shipped one, or the one set by :func:`use_catalog`."""
+    return _ACTIVE[0] if _ACTIVE else shipped_catalog()
 
 
 @functools.cache
@@ -77,31 +99,34 @@ def shipped_catalog() -> Catalog:
 
 
 def get_device(name: str) -> Device:
-    """A shipped device by name or alias, e.g. get_device("b200")."""
-    return shipped_catalog().device(name)
+    """A device by name or alias, e.g. get_device("b200") (active catalog)."""
+    return active_catalog().device(name)
 
 
 def get_system(name: str) -> System:
-    """A shipped system by name or alias, e.g. get_system("p6-b200.48xlarge")."""
-    return shipped_catalog().system(name)
+    """A system by name or alias, e.g. get_system("p6-b200.48xlarge") (active catalog)."""
+    return active_catalog().system(name)
 
 
 def list_devices() -> tuple[str, ...]:
-    """Canonical names of the shipped devices."""
-    return tuple(shipped_catalog().devices)
+    """Canonical names of the devices (active catalog)."""
+    return tuple(active_catalog().devices)
 
 
 def list_systems() -> tuple[str, ...]:
-    """Canonical names of the shipped systems."""
-    return tuple(shipped_catalog().systems)
+    """Canonical names of the systems (active catalog)."""
+    return tuple(active_catalog().systems)
 
 
-def _build(files: list[tuple[str, CatalogFile]]) -> Catalog:
-    """Convert validated files to frozen objects; names must be unique across all files."""
+def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Catalog:
+    """Convert validated files to frozen objects; names must be unique across all files
+    (with ``override``, a later entry replaces the earlier one it names)."""
     device_names: dict[str, tuple[str, str]] = {}
     devices: dict[str, Device] = {}
     for origin, content in files:
         for entry in content.devices:
+            if override:
+                _release_names(entry.name, entry.aliases, device_names, devices)
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
     catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
@@ -110,6 +135,8 @@ def _build(files: list[tuple[str, CatalogFile]]) -> Catalog:
     systems: dict[str, System] = {}
     for origin, content in files:
         for entry in content.systems:
+            if override:
+                _release_names(entry.name, entry.aliases, system_names, systems)
             _claim_names("system", entry.name, entry.aliases, origin, system_names)
             try:
                 device = catalog_devices.device(entry.device)
@@ -119,6 +146,17 @@ def _build(files: list[tuple[str, CatalogFile]]) -> Catalog:
                 ) from None
             systems[entry.name] = _system(entry, device)
     return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
+
+
+def _release_names(name: str, aliases: Iterable[str], taken: dict[str, tuple[str, str]],
+                   entries: dict) -> None:
+    """Drop every earlier entry that one of ``name``/``aliases`` refers to (override)."""
+    keys = {name_key(n) for n in (name, *aliases)}
+    replaced = {taken[key][0] for key in keys if key in taken}
+    for old in replaced:
+        entries.pop(old, None)
+        for key in [k for k, (owner, _) in taken.items() if owner == old]:
+            del taken[key]
 
 
 def _claim_names(

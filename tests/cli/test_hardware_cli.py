@@ -1,0 +1,145 @@
+"""`mosaic hardware list|show`, user catalogs (--catalog), and tables off a terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.hardware import shipped_catalog, use_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "examples" / "appendix_e.yaml"
+runner = CliRunner()
+
+USER_CATALOG = """
+devices:
+  - name: X1000
+    aliases: [x1k]
+    vendor: Example
+    peak_flops_per_s:
+      bf16: {value: 1.0e+15, source: "made up for a test"}
+    hbm_bytes: {value: 64.0e+9, source: "made up"}
+    hbm_bw_bytes_per_s: {value: 4.0e+12, source: "made up"}
+    scale_up_bw_bytes_per_s: {value: 400.0e+9, source: "made up"}
+  - name: B200
+    vendor: NVIDIA
+    peak_flops_per_s:
+      bf16: {value: 2.25e+15, source: "as shipped"}
+    hbm_bytes: {value: 100.0e+9, source: "a smaller partition, for the test"}
+    hbm_bw_bytes_per_s: {value: 7.7e+12, source: "as shipped"}
+    scale_up_bw_bytes_per_s: {value: 900.0e+9, source: "as shipped"}
+systems:
+  - name: x1k-node
+    device: x1k
+    gpus_per_node: {value: 4, source: "made up"}
+    scale_up_domain_gpus: {value: 4, source: "made up"}
+    nics_per_node: {value: 4, source: "made up"}
+    nic_bw_bytes_per_s: {value: 50.0e+9, source: "400 Gb/s"}
+    scale_out_fabric: Ethernet 400G
+    scale_up_latency_s: {value: 3.4e-6, source: "NCCL tuning model"}
+    scale_out_latency_s: {value: 14.0e-6, source: "NCCL tuning model"}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _shipped_catalog_after():
+    yield
+    use_catalog()
+
+
+@pytest.fixture
+def user_catalog(tmp_path) -> Path:
+    path = tmp_path / "my_hw.yaml"
+    path.write_text(USER_CATALOG)
+    return path
+
+
+def run(*args: str) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_list_shows_the_shipped_catalog():
+    doc = run("hardware", "list")
+    assert [d["name"] for d in doc["devices"]] == list(shipped_catalog().devices)
+    assert {d["origin"] for d in doc["devices"] + doc["systems"]} == {"shipped"}
+    b200 = next(d for d in doc["devices"] if d["name"] == "B200")
+    assert b200["peak_flops_per_s"]["bf16"] == 2.25e15
+
+
+def test_user_catalog_adds_and_replaces(user_catalog):
+    doc = run("hardware", "list", "--catalog", str(user_catalog))
+    origins = {d["name"]: d["origin"] for d in doc["devices"] + doc["systems"]}
+    assert origins["X1000"] == "user" and origins["x1k-node"] == "user"
+    assert origins["B200"] == "user (replaces shipped)"
+    assert origins["H100-SXM-80GB"] == "shipped"
+    # shipped systems holding B200 now use the user's B200
+    p6 = next(s for s in doc["systems"] if s["name"] == "p6-b200.48xlarge")
+    assert p6["device"] == "B200"
+    show = run("hardware", "show", "p6-b200", "--catalog", str(user_catalog))
+    assert show["kind"] == "system" and show["origin"] == "shipped (with your device)"
+    device = run("hardware", "show", "b200", "--catalog", str(user_catalog))
+    assert device["hbm_bytes"] == 100e9
+    assert device["sources"]["hbm_bytes"] == "a smaller partition, for the test"
+
+
+def test_perf_on_a_user_system(user_catalog):
+    base = run("perf", str(JOB))
+    smaller = run("perf", str(JOB), "--catalog", str(user_catalog))
+    assert base["memory_capacity_gib"] == pytest.approx(180e9 / 2**30)
+    assert smaller["memory_capacity_gib"] == pytest.approx(100e9 / 2**30)
+    # the root option and the environment variable do the same for any command
+    root = runner.invoke(app, ["--catalog", str(user_catalog), "perf", str(JOB),
+                               "--set", "hardware.system=x1k-node", "--json"])
+    assert root.exit_code == 0, root.output
+    doc = json.loads(root.stdout)
+    assert doc["hardware"]["system"] == "x1k-node" and doc["hardware"]["devices"] == 512
+    assert doc["memory_capacity_gib"] == pytest.approx(64e9 / 2**30)
+    use_catalog()
+    env = runner.invoke(app, ["hardware", "show", "x1k", "--json"],
+                        env={"MOSAIC_CATALOG": str(user_catalog)})
+    assert env.exit_code == 0, env.output
+    assert json.loads(env.stdout)["name"] == "X1000"
+
+
+def test_invalid_catalog_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(USER_CATALOG.replace("value: 64.0e+9", "value: -1"))
+    result = runner.invoke(app, ["hardware", "list", "--catalog", str(path)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    assert "device 'X1000' (entry 1): field 'hbm_bytes.value'" in lines[0]
+
+
+def test_unknown_names_point_to_a_command_that_exists():
+    result = runner.invoke(app, ["perf", str(JOB), "--set", "hardware.system=nope"])
+    assert result.exit_code == 2
+    assert "`mosaic hardware list`" in result.output
+    assert runner.invoke(app, ["hardware", "list"]).exit_code == 0
+    missing = runner.invoke(app, ["hardware", "show", "nope"])
+    assert missing.exit_code == 2
+    assert "unknown device or system 'nope'; `mosaic hardware list`" in missing.output
+
+
+def test_tables_are_not_cut_when_redirected():
+    """Off a terminal rich assumed 80 columns and cut names and numbers with '…'."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    code = "from mosaic.cli.main import main; main()"
+    out = subprocess.run([sys.executable, "-c", code, "hardware", "list"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    assert "…" not in out
+    for name in ("H100-SXM-96GB-500W", "p6-b200.48xlarge", "GB200-NVL72"):
+        assert name in out
+    perf = subprocess.run([sys.executable, "-c", code, "perf", str(JOB)],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    assert "…" not in perf
+    assert "tp=1, pp=16, vpp=1, cp=1, dp=32, ep=8, etp=1, micro_batch=2" in perf
