@@ -327,6 +327,39 @@ def compare_command(
         typer.echo(f"plot written to {plot}")
 
 
+def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str | None,
+                         device: str | None, system: str | None, json_output: bool) -> None:
+    """`mosaic calibrate --microbench DIR --out FILE`: fit, write, re-load, report."""
+    import yaml
+
+    from mosaic.bench.store import atomic_write_bytes
+    from mosaic.evaluate.microbench_calibration import (
+        calibrate_from_microbench,
+        comparison_rows,
+    )
+    from mosaic.perf.calibration import load_calibration
+
+    document, report = calibrate_from_microbench(directory, load_calibration(base),
+                                                 device=device, system=system, name=name)
+    atomic_write_bytes(out, yaml.safe_dump(document, sort_keys=False).encode())
+    load_calibration(out)  # what perf, layouts and plan will read must load
+    if json_output:
+        print_json({"calibration": str(out), "report": report})
+        return
+    rows = [("device", str(report["device"])), ("reference", report["reference"])]
+    if "achievable_peak_flops_per_s" in report:
+        datasheet = report.get("datasheet_peak_flops_per_s")
+        rows.append(("achievable bf16 peak", f"{report['achievable_peak_flops_per_s'] / 1e12:.4g}"
+                     " TFLOP/s" + (f" of {datasheet / 1e12:.4g} datasheet" if datasheet else "")))
+    for family, error in report["fit_error_percent"].items():
+        rows.append((f"fit error {family}", f"{error:.1f}% MAPE"))
+    from mosaic.cli.common import print_key_value_table
+
+    print_key_value_table(f"Calibration written to {out}", rows)
+    print_table("Fitted vs built-in constants", ["family", "constant", "built-in", "fitted"],
+                [[f, c, f"{b:.4g}", f"{v:.4g}"] for f, c, b, v in comparison_rows(report)])
+
+
 def register(app: typer.Typer) -> None:
     """Attach the `bench` command group to the root command."""
     app.add_typer(bench_app, name="bench", help=HELP)

@@ -1,0 +1,428 @@
+"""``mosaic calibrate --microbench DIR``: a calibration file from ``mosaic bench`` tables.
+
+The tables of one run (one ``metadata_id``: the newest in the directory unless named) are
+turned into the column vocabulary of :mod:`mosaic.evaluate.microbench_fit` and fitted with
+the same functions that derive the built-in constants from the ScalePlan tables. Fractions
+(GEMM plateau, HBM and attention efficiencies) are relative to *reference rates*: the
+datasheet peak, HBM bandwidth and SM count of the catalog device the run measured
+(matched from the metadata, or ``device``); for a device outside the catalog (a CPU test
+run) the measured achievable peak (best GEMM of the peak sweep) and the best streaming
+bandwidth, and the constants then apply to any job ("applies_to: [any]"). Collective
+efficiencies need the link bandwidths of the measured system (``system`` from the
+catalog); without it only the collective latencies are fitted and applied.
+
+The result is the base calibration (default profile unless given) with ``dispatch_gap_s``
+(t_gap of paper Eq. 11) replaced by the measured launch gap and a ``microbench`` block
+(:mod:`mosaic.perf.microbench_constants`) that ``predict_step`` applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mosaic.bench.store import ok_rows, read_family, read_metadata
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.microbench_fit import (
+    TRAINING_SHAPES_MIN,
+    DeviceRates,
+    fit_attention,
+    fit_collectives,
+    fit_gemm,
+    fit_grouped_host_floor,
+    fit_streaming,
+    grouped_gpu_times,
+    mape,
+    training_gemm_rows,
+)
+from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.collectives import Interconnect
+from mosaic.perf.fitted_constants import fitted
+from mosaic.perf.kernels import (
+    DEFAULT_GEMM,
+    FLASH_ATTENTION_EFFICIENCY,
+    SM_COUNT,
+    device_fit_key,
+    flash_attention_time_s,
+)
+from mosaic.perf.microbench_constants import ANY_DEVICE
+
+MIN_ATTENTION_ROWS = 4  # fewer: fit the plateau only (three parameters need more shapes)
+MIN_GEMM_ROWS = 8  # fewer training-shape rows than this: fit every bf16 row instead
+BACKEND_PREFERENCE = ("cudnn", "flash", "efficient", "math")
+# SDPA backend -> the kernel family of perf.attention_kernels whose relative throughput
+# converts its fit into the cuDNN-equivalent efficiency the model multiplies per job.
+BACKEND_FAMILY = {"cudnn": "cudnn", "flash": "fa2"}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Rates the fitted fractions are relative to, and where they come from."""
+
+    rates: DeviceRates
+    device: str  # catalog device name, or the measured device's own name
+    in_catalog: bool
+    source: str
+
+
+def _newest_id(directory: Path, frames: dict[str, pd.DataFrame]) -> str:
+    runs = read_metadata(directory).get("runs", {})
+    ids = {str(i) for f in frames.values() if not f.empty for i in f["metadata_id"].unique()}
+    kernel_ids = {str(i) for name, f in frames.items() if name != "collectives" and not f.empty
+                  for i in f["metadata_id"].unique()}
+    pool = kernel_ids or ids
+    if not pool:
+        raise MosaicInputError(f"{directory}: no measured rows (run `mosaic bench` first)")
+    return max(pool, key=lambda i: runs.get(i, {}).get("created_utc", ""))
+
+
+def load_tables(directory: Path, metadata_id: str | None = None
+                ) -> tuple[dict[str, pd.DataFrame], dict[str, Any], dict[str, Any] | None]:
+    """(OK rows per family of one kernel run, its metadata, the collectives' metadata).
+
+    Kernel families use ``metadata_id`` (default: the newest kernel run); collectives,
+    measured by a torchrun job with its own metadata, use their newest run.
+    """
+    if not directory.is_dir():
+        raise MosaicInputError(f"--microbench {directory}: not a directory")
+    frames = {f: ok_rows(read_family(directory, f))
+              for f in ("gemm", "grouped", "attention", "kernels", "collectives")}
+    runs = read_metadata(directory).get("runs", {})
+    chosen = metadata_id or _newest_id(directory, {k: v for k, v in frames.items()
+                                                   if k != "collectives"} or frames)
+    if chosen not in runs:
+        raise MosaicInputError(f"{directory}: metadata id {chosen!r} not in metadata.json; "
+                               f"known: {', '.join(runs) or 'none'}")
+    out = {}
+    for family, frame in frames.items():
+        if frame.empty:
+            out[family] = frame
+        elif family == "collectives":
+            newest = max((str(i) for i in frame["metadata_id"].unique()),
+                         key=lambda i: runs.get(i, {}).get("created_utc", ""))
+            out[family] = frame[frame["metadata_id"].astype(str) == newest]
+        else:
+            out[family] = frame[frame["metadata_id"].astype(str) == chosen].reset_index(
+                drop=True)
+    collective_meta = None
+    if not out["collectives"].empty:
+        collective_meta = runs.get(str(out["collectives"]["metadata_id"].iloc[0]))
+    return out, runs[chosen], collective_meta
+
+
+def achievable_peak_flops_per_s(gemm: pd.DataFrame, dtype: str = "bf16") -> float | None:
+    """Best sustained rate of the square-GEMM sweep (GUIDE.md: the achievable peak)."""
+    if gemm.empty:
+        return None
+    rows = gemm[(gemm["pass"] == "peak") & (gemm["dtype"] == dtype)]
+    if rows.empty:
+        return None
+    return float((2.0 * rows["m"] * rows["n"] * rows["k"] / rows["time_s"]).max())
+
+
+def _catalog_device(name: str) -> Any:
+    from mosaic.hardware import get_device
+
+    for candidate in (name, name.removeprefix("NVIDIA ").strip(), device_fit_key(name)):
+        try:
+            return get_device(candidate)
+        except MosaicInputError:
+            continue
+    return None
+
+
+def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
+              device: str | None) -> Reference:
+    """The reference rates of the run (see the module docstring)."""
+    measured_name = str(metadata.get("device_name") or "unknown")
+    catalog = _catalog_device(device or measured_name)
+    if device is not None and catalog is None:
+        raise MosaicInputError(f"--device {device!r}: not in the hardware catalog")
+    if catalog is not None:
+        sm = metadata.get("sm_count") or SM_COUNT.get(device_fit_key(catalog.name), 132)
+        rates = DeviceRates(catalog.peak_flops_per_s_for("bf16"), catalog.hbm_bw_bytes_per_s,
+                            int(sm))
+        return Reference(rates, catalog.name, True,
+                         f"datasheet rates of catalog device {catalog.name}")
+    peak = achievable_peak_flops_per_s(tables["gemm"])
+    streams = tables["kernels"]
+    bandwidth = (float(streams["bandwidth_bytes_per_s"].max())
+                 if not streams.empty and "bandwidth_bytes_per_s" in streams else None)
+    if peak is None or bandwidth is None or not np.isfinite(bandwidth):
+        raise MosaicInputError(
+            f"device {measured_name!r} is not in the catalog: give --device NAME, or measure "
+            "the gemm peak sweep and the kernels family so the measured rates can serve as "
+            "the reference")
+    return Reference(DeviceRates(peak, bandwidth, 1), measured_name, False,
+                     f"measured reference rates of {measured_name} (achievable bf16 peak "
+                     f"{peak:.4g} FLOP/s from the square-GEMM sweep, best streaming bandwidth "
+                     f"{bandwidth:.4g} B/s; one SM: no tile-wave quantisation)")
+
+
+def _attention_rows(attention: pd.DataFrame, device: str) -> tuple[pd.DataFrame, str | None]:
+    """Wide fwd/bwd rows of the preferred backend that measured both passes."""
+    if attention.empty:
+        return attention, None
+    for backend in BACKEND_PREFERENCE:
+        rows = attention[attention["backend"] == backend]
+        if rows.empty:
+            continue
+        keys = ["batch", "heads", "seq", "head_dim"]
+        wide = rows.pivot_table(index=keys, columns="pass", values="time_s",
+                                aggfunc="median").reset_index()
+        if {"fwd", "bwd"} <= set(wide.columns):
+            wide = wide.rename(columns={"fwd": "fwd_time_s", "bwd": "bwd_time_s"})
+            wide["device"] = device
+            return wide.dropna(subset=["fwd_time_s", "bwd_time_s"]), backend
+    return attention.iloc[0:0], None
+
+
+def _attention_plateau(rows: pd.DataFrame, peak_flops_per_s: float
+                       ) -> dict[str, tuple[list[float], int, float]]:
+    """max_fraction per pass (geometric mean over rows) with the generic fit's
+    seq_half_tokens and head_dim_half held; the error is 0 for one row by construction."""
+    out = {}
+    for backward, label in ((False, "fwd"), (True, "bwd")):
+        held = FLASH_ATTENTION_EFFICIENCY["generic"][label]
+        unit = replace(held, max_fraction=1.0)
+        t_unit = flash_attention_time_s(rows["batch"], rows["heads"], rows["seq"], rows["seq"],
+                                        rows["head_dim"], True, peak_flops_per_s,
+                                        backward=backward, efficiency=unit,
+                                        kernel_latency_s=0.0)
+        measured = rows[f"{label}_time_s"].to_numpy(float)
+        fraction = float(np.exp(np.mean(np.log(t_unit / measured))))
+        predicted = t_unit / fraction
+        out[label] = ([fraction, held.seq_half_tokens, held.head_dim_half], len(rows),
+                      mape(predicted, measured))
+    return out
+
+
+def _grouped_wide(grouped: pd.DataFrame) -> pd.DataFrame:
+    """Balanced rows as groups, m_per_group, n, k, fwd_time_s, bwd_time_s (dgrad + wgrad)."""
+    rows = grouped[grouped["distribution"] == "balanced"]
+    keys = ["groups", "m_per_group", "n", "k"]
+    wide = rows.pivot_table(index=keys, columns="pass", values="time_s",
+                            aggfunc="median").reset_index()
+    if not {"fwd", "dgrad", "wgrad"} <= set(wide.columns):
+        return wide.iloc[0:0]
+    wide["fwd_time_s"] = wide["fwd"]
+    wide["bwd_time_s"] = wide["dgrad"] + wide["wgrad"]
+    return wide.dropna(subset=["fwd_time_s", "bwd_time_s"])
+
+
+def _interconnect(system: str | None, collectives: pd.DataFrame) -> tuple[Interconnect, bool]:
+    """The measured system's links (catalog) or, without one, the best measured bus
+    bandwidths as stand-ins (then only latencies are fitted)."""
+    if system is not None:
+        from mosaic.hardware import get_system
+
+        s = get_system(system)
+        return Interconnect(
+            scale_up_domain_gpus=s.scale_up_domain_gpus, gpus_per_node=s.gpus_per_node,
+            scale_up_bw_bytes_per_s=s.scale_up_bw_bytes_per_s,
+            scale_out_bw_bytes_per_s=s.scale_out_bw_bytes_per_s,
+            low_latency_protocols=s.nccl_low_latency_protocols), True
+    world = int(collectives["world_size"].max()) if "world_size" in collectives else 2
+    domain = int(collectives["ranks_per_domain"].max()) if "ranks_per_domain" in collectives \
+        else world
+    intra = collectives[collectives["scope"] == "intra"]["bus_bw_bytes_per_s"]
+    inter = collectives[collectives["scope"] == "inter"]["bus_bw_bytes_per_s"]
+    up = float(intra.max()) if not intra.empty else float(collectives["bus_bw_bytes_per_s"].max())
+    out = float(inter.max()) if not inter.empty else up
+    return Interconnect(scale_up_domain_gpus=max(domain, 1), gpus_per_node=max(domain, 1),
+                        scale_up_bw_bytes_per_s=up, scale_out_bw_bytes_per_s=out,
+                        low_latency_protocols=False), False
+
+
+def _fit_collective_block(collectives: pd.DataFrame, system: str | None
+                          ) -> tuple[dict[str, float], dict[str, Any]]:
+    rows = collectives[collectives["pattern"] == "even"].reset_index(drop=True)
+    rows = rows[rows["collective"] != "send_recv"].reset_index(drop=True)
+    if rows.empty:
+        return {}, {}
+    ic, links_known = _interconnect(system, rows)
+    has_inter = bool((rows["scope"] == "inter").any())
+    names = ["launch_latency_s", "scale_up_latency_s"]
+    if has_inter:
+        names.append("scale_out_latency_s")
+    if links_known:
+        names += ["ring_scale_up_efficiency", "p2p_scale_up_efficiency"]
+        if has_inter:
+            names += ["ring_scale_out_efficiency", "p2p_scale_out_efficiency"]
+    fit = fit_collectives(rows, ic, names)
+    builtin = {n: float(fitted("collectives", n)) for n in names}
+    report = {"rows": fit.rows, "mape_percent": fit.mape_percent, "fitted": fit.values,
+              "built_in": builtin,
+              "links": (f"catalog system {system}" if links_known else
+                        "best measured bus bandwidth per scope (no --system: only latencies "
+                        "are applied)")}
+    return fit.values, report
+
+
+def calibrate_from_microbench(directory: Path, base: Calibration, *,
+                              device: str | None = None, system: str | None = None,
+                              metadata_id: str | None = None, name: str | None = None
+                              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(calibration document, fit report with per-family error) from a bench directory."""
+    tables, metadata, collective_meta = load_tables(directory, metadata_id)
+    ref = reference(tables, metadata, device)
+    rates = ref.rates
+    block: dict[str, Any] = {"applies_to": [ref.device if ref.in_catalog else ANY_DEVICE]}
+    report: dict[str, Any] = {"metadata_id": metadata["metadata_id"],
+                              "device": metadata.get("device_name"),
+                              "reference": ref.source, "families": {}}
+    block["reference"] = {"peak_flops_per_s": rates.peak_flops_per_s,
+                          "hbm_bw_bytes_per_s": rates.hbm_bw_bytes_per_s,
+                          "sm_count": rates.sm_count, "source": ref.source}
+    errors: dict[str, float] = {}
+    gemm_params = DEFAULT_GEMM
+
+    gemm = tables["gemm"]
+    peak = achievable_peak_flops_per_s(gemm)
+    if peak is not None:
+        report["achievable_peak_flops_per_s"] = peak
+        report["datasheet_peak_flops_per_s"] = rates.peak_flops_per_s if ref.in_catalog else None
+    if not gemm.empty:
+        rows = training_gemm_rows(gemm)
+        min_dim = TRAINING_SHAPES_MIN
+        if len(rows) < MIN_GEMM_ROWS:
+            rows, min_dim = training_gemm_rows(gemm, min_dim=1), 1
+        if len(rows) >= 4:
+            rows = rows.assign(device="measured")
+            fit, latency = fit_gemm(rows, {"measured": rates})
+            values = {"max_fraction_of_peak": fit.values["gemm_max_fraction_of_peak"],
+                      "k_half": fit.values["gemm_k_half"],
+                      "hbm_efficiency": fit.values["gemm_hbm_efficiency"],
+                      "kernel_latency_s": float(latency[0])}
+            block["gemm"] = values
+            gemm_params = replace(DEFAULT_GEMM, **values)
+            errors["gemm"] = fit.mape_percent
+            report["families"]["gemm"] = {
+                "rows": fit.rows, "min_dim": min_dim, "mape_percent": fit.mape_percent,
+                "fitted": values,
+                "built_in": {f: getattr(DEFAULT_GEMM, f) for f in values}}
+
+    grouped = tables["grouped"]
+    if not grouped.empty:
+        wide = _grouped_wide(grouped)
+        if not wide.empty:
+            fwd_gpu, bwd_gpu = grouped_gpu_times(wide, rates, gemm_params)
+            floor = fit_grouped_host_floor(wide, rates, gemm_params)
+            measured = np.concatenate([wide["fwd_time_s"], wide["bwd_time_s"]])
+            predicted = np.concatenate([fwd_gpu, bwd_gpu])
+            errors["grouped"] = mape(predicted, measured)
+            impl = sorted(set(grouped.get("impl", pd.Series(["?"])).astype(str)))
+            report["families"]["grouped"] = {
+                "rows": len(wide), "mape_percent": errors["grouped"], "impl": impl,
+                "host_floor": {k: {"fixed_s": v[0], "per_group_s": v[1], "rows": v[2]}
+                               for k, v in floor.items()},
+                "note": "model GPU time with the fitted GEMM constants vs measured "
+                        "(fwd and dgrad + wgrad); host floor reported, not applied "
+                        "(the model's floor is Transformer Engine's)"}
+
+    attention, backend = _attention_rows(tables["attention"], "measured")
+    if backend is not None and not attention.empty:
+        if len(attention) >= MIN_ATTENTION_ROWS:
+            fits = fit_attention(attention, {"measured": rates.peak_flops_per_s})
+        else:  # too few shapes for three parameters: fit the plateau, hold the ramps
+            fits = _attention_plateau(attention, rates.peak_flops_per_s)
+        generation = gpu_generation(ref.device) if ref.in_catalog else None
+        family = BACKEND_FAMILY.get(backend)
+        relative_table = fitted("kernels", "attention_kernel_relative_throughput")
+        triples = {}
+        for direction, (triple, _rows, error) in fits.items():
+            relative = 1.0
+            if family and generation:
+                relative = relative_table.get(family, {}).get(generation, {}).get(direction, 1.0)
+            triples[direction] = [triple[0] / relative, triple[1], triple[2]]
+            errors[f"attention_{direction}"] = error
+        block["attention"] = triples
+        builtin = FLASH_ATTENTION_EFFICIENCY.get(device_fit_key(ref.device),
+                                                 FLASH_ATTENTION_EFFICIENCY["generic"])
+        report["families"]["attention"] = {
+            "backend": backend, "rows": len(attention),
+            "mape_percent": {d: fits[d][2] for d in fits}, "fitted": triples,
+            "built_in": {d: [builtin[d].max_fraction, builtin[d].seq_half_tokens,
+                             builtin[d].head_dim_half] for d in ("fwd", "bwd")},
+            "note": f"{backend} backend, max_fraction as cuDNN-equivalent"}
+
+    streams = tables["kernels"]
+    if not streams.empty:
+        adds = streams[(streams["op"] == "add")]
+        if adds["moved_bytes"].nunique() >= 2:
+            fit = fit_streaming(adds, rates.hbm_bw_bytes_per_s)
+            block["elementwise_hbm_efficiency"] = fit.values["elementwise_hbm_efficiency"]
+            errors["elementwise"] = fit.mape_percent
+            per_op = (streams[streams["moved_bytes"] > 0].groupby("op")["bandwidth_bytes_per_s"]
+                      .max() / rates.hbm_bw_bytes_per_s).to_dict()
+            report["families"]["elementwise"] = {
+                "rows": fit.rows, "mape_percent": fit.mape_percent, "fitted": fit.values,
+                "built_in": {"elementwise_hbm_efficiency":
+                             float(fitted("kernels", "elementwise_hbm_efficiency"))},
+                "best_fraction_of_reference_bw_per_op": per_op}
+        launch = streams[streams["op"] == "launch"]
+        if not launch.empty:
+            report["dispatch_gap_s"] = {"fitted": float(launch["time_s"].median()),
+                                        "built_in": base.dispatch_gap_s}
+        sync = streams[streams["op"] == "host_sync"]
+        if not sync.empty:
+            report["host_sync_s"] = float(sync["time_s"].median())
+
+    if not tables["collectives"].empty:
+        values, collective_report = _fit_collective_block(tables["collectives"], system)
+        if values:
+            applied = {k: v for k, v in values.items()
+                       if system is not None or k.endswith("_latency_s")}
+            block["collectives"] = applied
+            errors["collectives"] = collective_report["mape_percent"]
+            report["families"]["collectives"] = {
+                **collective_report,
+                "metadata_id": collective_meta["metadata_id"] if collective_meta else None}
+
+    if len(block) <= 2:  # applies_to and reference only
+        raise MosaicInputError(f"{directory}: nothing to fit (no gemm, attention, kernels or "
+                               "collectives rows)")
+    block["fit_error_percent"] = errors
+    provenance = (f"mosaic calibrate --microbench on {directory.name} (metadata "
+                  f"{metadata['metadata_id']}, device {metadata.get('device_name')}, torch "
+                  f"{metadata.get('torch_version')}, CUDA {metadata.get('cuda_version')}, "
+                  f"driver {metadata.get('driver_version')}); fractions against the "
+                  f"{ref.source}; base calibration {base.name}")
+    block["provenance"] = provenance
+    document = base.to_document()
+    document["name"] = name or f"microbench-{ref.device}".replace(" ", "-")
+    document["provenance"] = f"{base.provenance}; kernel constants: {provenance}"
+    if "dispatch_gap_s" in report:
+        document["constants"]["dispatch_gap_s"] = {
+            "value": report["dispatch_gap_s"]["fitted"],
+            "source": "t_gap of Eq. 11: measured wall time per kernel of a chain of tiny eager "
+                      f"kernels (mosaic bench kernels, launch), {directory.name}"}
+    document["microbench"] = block
+    report["fit_error_percent"] = errors
+    return document, report
+
+
+def comparison_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float]]:
+    """(family, constant, built-in, fitted) for every constant with both values."""
+    rows = []
+    for family, entry in report.get("families", {}).items():
+        fitted_values, builtin = entry.get("fitted", {}), entry.get("built_in", {})
+        for key, value in fitted_values.items():
+            if key not in builtin:
+                continue
+            if isinstance(value, list):
+                for i, label in enumerate(("max_fraction", "seq_half_tokens", "head_dim_half")):
+                    rows.append((family, f"{key}.{label}", float(builtin[key][i]),
+                                 float(value[i])))
+            else:
+                rows.append((family, key, float(builtin[key]), float(value)))
+    if "dispatch_gap_s" in report:
+        rows.append(("host", "dispatch_gap_s", float(report["dispatch_gap_s"]["built_in"]),
+                     float(report["dispatch_gap_s"]["fitted"])))
+    return rows
+
