@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "The hardware catalog: list devices and node types, show one with its sources."),
     "export": ("mosaic.cli.export_cmd",
                "Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan."),
+    "bench": ("mosaic.cli.bench_cmd",
+              "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."),
     "report": ("mosaic.cli.report_cmd",
                "Write the self-contained HTML report (interactive figures and tables) of a "
                "result."),

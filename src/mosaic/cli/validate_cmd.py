@@ -125,8 +125,9 @@ def validate(
 
 
 def calibrate(
-    runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
     out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
+    runs: Annotated[Path | None, typer.Argument(
+        help="run records (published_runs.yaml schema); omit with --microbench")] = None,
     cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
     base: Annotated[str | None, typer.Option(
         help="calibration (profile name or file) to start from; its fitted_constants "
@@ -135,8 +136,22 @@ def calibrate(
     name: Annotated[str | None, typer.Option(
         help="name of the written calibration (default: the run file's stem)")] = None,
     json_output: JsonFlag = False,
+    microbench: Annotated[Path | None, typer.Option(
+        help="fit the kernel/collective constants to a `mosaic bench` directory instead")
+    ] = None,
+    device: Annotated[str | None, typer.Option(
+        help="with --microbench: catalog device measured (default: from the metadata)")] = None,
+    system: Annotated[str | None, typer.Option(
+        help="with --microbench: catalog system whose links the collectives ran on")] = None,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
+    if microbench is not None:  # measured kernel tables instead of run records
+        from mosaic.cli.bench_cmd import calibrate_microbench
+
+        calibrate_microbench(microbench, out, base, name, device, system, json_output)
+        return
+    if runs is None:
+        raise MosaicInputError("give RUNS (run records) or --microbench DIR")
     if cv not in CV_GROUPINGS:
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
     record_set = _load(runs, exclude)
