@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,6 +54,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("mosaic.cli.report_cmd",
                "Write the self-contained HTML report (interactive figures and tables) of a "
                "result."),
+    "studio": ("mosaic.cli.studio_cmd",
+               "Start the local web studio: edit a job and see its step, layouts and plans "
+               "live."),
 }
 
 
@@ -133,12 +137,20 @@ def _internal_error(exc: BaseException) -> None:
     sys.exit(1)
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Python warnings (numpy overflow, ...) as one 'warning:' line, not a source excerpt."""
+    where = os.path.basename(filename)
+    _one_line(f"warning: {category.__name__}: {message} ({where}:{lineno})")
+
+
 def main() -> None:
     """Console entry point: usage errors (unknown option, unparsable value) as one line.
 
     Anything the commands did not turn into a one-line input error is a bug; it is still
     reported as one line (exit status 1) unless MOSAIC_DEBUG=1 asks for the traceback.
     """
+    warnings.showwarning = _warning_line
     try:
         code = app(standalone_mode=False)
     except typer.Abort:
@@ -154,8 +166,9 @@ def main() -> None:
         # click's UsageError family (typer vendors click), matched by shape
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
             _internal_error(exc)
-        if type(exc).__name__ == "NoArgsIsHelpError":
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `mosaic law`: help, not an error
             exc.show()
+            sys.exit(0)
         else:
             _one_line(f"error: {exc.format_message()}")
         sys.exit(exc.exit_code)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import write_text_atomic
 
 KINDS = ("plan", "sweep", "perf", "layouts", "validate")
 
@@ -89,5 +90,5 @@ def write_report(document: dict[str, Any], path: str | Path, kind: str | None = 
     html = render_report(document, kind)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
+    write_text_atomic(path, html)
     return path

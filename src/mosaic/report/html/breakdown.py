@@ -99,7 +99,7 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
             hovertemplate="%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
                           "<br>%{customdata[2]}<extra>%{x}</extra>"))
         shown_groups.add(group)
-    figure.update_layout(barmode="relative", title=title or "Step-time breakdown",
+    figure.update_layout(barmode="relative", title=title or "Step time",
                          yaxis_title="seconds per step", legend_title="term group",
                          margin={"t": 50, "b": 40, "l": 60, "r": 20}, height=430)
     return figure
@@ -121,7 +121,7 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
         figure.add_hline(y=capacity_bytes / GIB, line_dash="dot", line_color="#b3261e",
                          annotation_text=f"capacity {capacity_bytes / GIB:.1f} GiB",
                          annotation_position="top left")
-    figure.update_layout(barmode="stack", title=title or "Memory per GPU (heaviest stage)",
+    figure.update_layout(barmode="stack", title=title or "Memory per GPU",
                          yaxis_title="GiB", margin={"t": 50, "b": 40, "l": 60, "r": 20},
                          height=430)
     return figure

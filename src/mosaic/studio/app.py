@@ -1,0 +1,298 @@
+"""The studio's web app (FastAPI): a static page plus a small JSON API over the library.
+
+Every answer comes from the functions the CLI calls (`mosaic perf` -> ``predict_job`` and
+``prediction_document``, `mosaic layouts` -> ``search_layouts`` and ``search_document``,
+`mosaic plan` -> ``search`` and the plan documents); the page only draws. Imported only by `mosaic studio` (FastAPI is the
+``mosaic[studio]`` extra). Work per request is bounded: form size, device counts, one plan at a time under a time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+
+from mosaic.errors import MosaicInputError
+from mosaic.studio.jobs import (
+    DEFAULT_FORM,
+    GENERAL,
+    MODEL_SOURCES,
+    FormError,
+    export_yaml,
+    predict_form,
+    validate_form,
+)
+from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, Busy, PlanRunner
+
+MAX_BODY_BYTES = 1_000_000
+MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
+LAYOUT_ROWS = 200  # rows of the layout table sent to the page
+INFEASIBLE_ROWS = 50
+
+
+def _static(name: str) -> str:
+    return resources.files("mosaic.studio").joinpath("static", name).read_text()
+
+
+def _json(payload: Any, status: int = 200) -> Any:
+    from mosaic.cli.common import to_jsonable
+
+    return Response(json.dumps(to_jsonable(payload)), status_code=status,
+                    media_type="application/json")
+
+
+def _errors(errors: dict[str, str], status: int = 422) -> Any:
+    return _json({"ok": False, "errors": errors}, status)
+
+
+def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
+    """Choices of the page's selects and the initial forms."""
+    from mosaic.hardware import list_systems
+    from mosaic.perf.plan import Checkpointing, Sharding
+    from mosaic.perf.workload import OptimizerKind, Precision
+    from mosaic.stacks.registry import known_stacks
+
+    form = dict(DEFAULT_FORM)
+    if job_document is not None:
+        form.update(form_from_job(job_document))
+    return {
+        "systems": list(list_systems()),
+        "stacks": list(known_stacks()),
+        "sharding": [s.name.lower() for s in Sharding],
+        "checkpointing": [c.name.lower() for c in Checkpointing],
+        "precisions": [str(p) for p in Precision],
+        "optimizers": [str(o) for o in OptimizerKind],
+        "model_sources": list(MODEL_SOURCES) if job_document is not None
+        else [s for s in MODEL_SOURCES if s != "job"],
+        "form": form,
+        "plan_form": DEFAULT_PLAN_FORM,
+        "export_targets": _export_targets(),
+    }
+
+
+def _export_targets() -> list[str]:
+    try:
+        from mosaic.export import TARGETS
+    except ImportError:  # pragma: no cover - the export package is optional in old trees
+        return []
+    return list(TARGETS)
+
+
+def model_summary(geometry: Any) -> dict[str, Any]:
+    """Parameter counts of the edited model (`mosaic arch`'s counts)."""
+    from mosaic.arch import count_parameters
+
+    counts = count_parameters(geometry)
+    moe = geometry.moe
+    return {"layers": geometry.layers, "d_model": geometry.d_model,
+            "n_total": float(counts.n_total), "n_active": float(counts.n_active),
+            "experts": None if moe is None else moe.experts,
+            "top_k": None if moe is None else moe.top_k}
+
+
+def form_from_job(document: dict[str, Any]) -> dict[str, str]:
+    """Form fields of a job file's blocks (its model stays the job's own)."""
+    from mosaic.config.job_schema import _canonical
+    from mosaic.hardware import get_system
+
+    form = {"model.source": "job"}
+    canonical = _canonical(document, "job")
+    for block, fields in canonical.items():
+        if block in ("model", "moe", "search") or not isinstance(fields, dict):
+            continue
+        for name, value in fields.items():
+            if value is not None and not isinstance(value, dict | list):
+                form[f"{block}.{name}"] = str(value)
+    system = get_system(form.get("hardware.system", DEFAULT_FORM["hardware.system"]))
+    form["hardware.system"] = system.name  # the catalog's spelling (the select's option)
+    devices = (canonical.get("search") or {}).get("devices")
+    if devices and "hardware.nodes" not in form:  # the editor counts nodes
+        form["hardware.nodes"] = str(max(1, int(devices) // system.gpus_per_node))
+    return form
+
+
+def create_app(job_document: dict[str, Any] | None = None, calibration: Any = None,
+               plan_time_limit_s: float | None = None) -> Any:
+    """The FastAPI app; ``job_document`` is the parsed `--job` file (its model can be
+    chosen in the editor)."""
+    from mosaic.perf.calibration import load_calibration
+
+    calibration = calibration or load_calibration(None)
+    runner = PlanRunner(calibration, **({} if plan_time_limit_s is None
+                                        else {"time_limit_s": plan_time_limit_s}))
+    app = FastAPI(title="mosaic studio", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.runner = runner
+    plotly_cache: dict[str, str] = {}
+
+    async def read_form(request: Request, key: str = "form") -> dict[str, str]:
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            raise FormError({GENERAL: f"request larger than {MAX_BODY_BYTES} bytes"})
+        try:
+            payload = json.loads(body or b"{}")
+        except json.JSONDecodeError:
+            raise FormError({GENERAL: "request body is not JSON"}) from None
+        form = payload.get(key) if isinstance(payload, dict) else None
+        if not isinstance(form, dict):
+            raise FormError({GENERAL: f"request needs a '{key}' object"})
+        return {str(k): str(v) for k, v in form.items()}
+
+    @app.exception_handler(FormError)
+    async def form_error(_request: Request, exc: FormError) -> Any:
+        return _errors(exc.errors)
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return _static("index.html")
+
+    @app.get("/assets/{name}")
+    def asset(name: str) -> Any:
+        from mosaic.report.html.page import asset_text, plotly_js
+
+        types = {".js": "text/javascript", ".css": "text/css"}
+        if name == "plotly.js":
+            if "js" not in plotly_cache:
+                plotly_cache["js"] = plotly_js()
+            text = plotly_cache["js"]
+        elif name in ("table.js", "report.css"):
+            text = asset_text(name)
+        elif name in ("studio.js", "studio.css"):
+            text = _static(name)
+        else:
+            return PlainTextResponse("not found", status_code=404)
+        return Response(text, media_type=types[name[name.rfind("."):]])
+
+    @app.get("/api/options")
+    def options() -> Any:
+        return _json(options_document(job_document))
+
+    @app.post("/api/perf")
+    async def perf(request: Request) -> Any:
+        form = await read_form(request)
+        return predict_response(form)
+
+    def predict_response(form: dict[str, str]) -> Any:
+        from mosaic.cli.perf_cmd import prediction_document
+        from mosaic.report.html.breakdown import (
+            layout_label,
+            memory_breakdown_figure,
+            step_breakdown_figure,
+        )
+
+        start = time.perf_counter()
+        job, result = predict_form(form, job_document, calibration)
+        document = prediction_document(result)
+        predict_ms = (time.perf_counter() - start) * 1e3
+        name = layout_label(document["plan"])
+        figures = {
+            "step": step_breakdown_figure([(name, document["breakdown"])],
+                                          document["labels"]).to_plotly_json(),
+            "memory": memory_breakdown_figure([(name, document["memory_breakdown"])],
+                                              result.machine.hbm_bytes).to_plotly_json(),
+        }
+        return _json({"ok": True, "prediction": document, "figures": figures,
+                      "layout": name, "model": model_summary(job.geometry),
+                      "predict_ms": predict_ms,
+                      "total_ms": (time.perf_counter() - start) * 1e3})
+
+    @app.post("/api/compare")
+    async def compare(request: Request) -> Any:
+        from mosaic.cli.perf_cmd import prediction_document
+        from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
+
+        body = json.loads(await request.body() or b"{}")
+        forms = body.get("forms") if isinstance(body, dict) else None
+        if not isinstance(forms, list) or len(forms) != 2:
+            raise FormError({GENERAL: "compare needs two forms"})
+        documents = []
+        for form in forms:
+            _, result = predict_form({str(k): str(v) for k, v in form.items()}, job_document,
+                                     calibration)
+            documents.append(prediction_document(result))
+        bars = [("A", documents[0]), ("B", documents[1])]
+        return _json({"ok": True, "predictions": documents, "figures": {
+            "step": step_breakdown_figure([(n, d["breakdown"]) for n, d in bars],
+                                          documents[0]["labels"],
+                                          "Step time: A vs B").to_plotly_json(),
+            "memory": memory_breakdown_figure([(n, d["memory_breakdown"]) for n, d in bars],
+                                              documents[0]["memory_capacity_gib"] * 2**30,
+                                              "Memory per GPU: A vs B").to_plotly_json()}})
+
+    @app.post("/api/layouts")
+    async def layouts(request: Request) -> Any:
+        form = await read_form(request)
+        return layouts_response(form)
+
+    def layouts_response(form: dict[str, str]) -> Any:
+        from mosaic.cli.layouts_cmd import out_of_memory_rows, search_document
+        from mosaic.evaluate.job import cluster_for
+        from mosaic.perf.layouts import LayoutLimits, search_layouts
+        from mosaic.perf.machine import machine_for
+
+        form = {**form, "parallelism.tp": "1", "parallelism.pp": "1", "parallelism.cp": "1",
+                "parallelism.vpp": "1", "parallelism.ep": "1", "parallelism.etp": "1"}
+        job = validate_form(form, job_document)  # the layout fields are searched
+        spec = job.spec
+        cluster = cluster_for(spec)
+        if cluster.n_devices > MAX_LAYOUT_DEVICES:
+            raise FormError({"hardware.nodes": f"{cluster.n_devices} GPUs; the studio searches "
+                                               f"layouts of at most {MAX_LAYOUT_DEVICES}"})
+        machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction)
+        start = time.perf_counter()
+        search = search_layouts(spec.workload, machine, calibration, LayoutLimits())
+        if search.n_plans == 0:
+            raise FormError({GENERAL: f"no layout of {cluster.n_devices} GPUs passes the "
+                                      "divisibility rules"})
+        document = search_document(search, cluster, machine, LAYOUT_ROWS, True)
+        document["infeasible"]["out_of_memory_plans"] = out_of_memory_rows(search,
+                                                                           INFEASIBLE_ROWS)
+        document["search_ms"] = (time.perf_counter() - start) * 1e3
+        return _json({"ok": True, **document})
+
+    @app.post("/api/export")
+    async def export_job(request: Request) -> Any:
+        body = json.loads(await request.body() or b"{}")
+        target = str(body.get("target", "yaml")) if isinstance(body, dict) else "yaml"
+        form = await read_form(request)
+        job = validate_form(form, job_document)
+        if target == "yaml":
+            return _json({"ok": True, "filename": "job.yaml", "text": export_yaml(job)})
+        from mosaic.export import export, spec_from_job
+
+        try:
+            result = export(spec_from_job(job.spec, "mosaic studio"), target)
+        except MosaicInputError as exc:
+            raise FormError({GENERAL: str(exc)}) from None
+        return _json({"ok": True, "filename": f"launch{result.file_suffix}",
+                      "text": result.text, "unsupported": result.unsupported})
+
+    @app.post("/api/plan")
+    async def plan_start(request: Request) -> Any:
+        form = await read_form(request)
+        try:
+            job = runner.start(form)
+        except Busy as exc:
+            return _json({"ok": False, "errors": {GENERAL: str(exc)}}, 409)
+        return _json({"ok": True, "id": job.job_id, "total": job.total})
+
+    @app.get("/api/plan/status")
+    def plan_status() -> Any:
+        return _json({"ok": True, **runner.status()})
+
+    @app.post("/api/plan/cancel")
+    def plan_cancel() -> Any:
+        return _json({"ok": True, "cancelled": runner.cancel()})
+
+    @app.get("/report/{job_id}", response_class=HTMLResponse)
+    def plan_report(job_id: int) -> Any:
+        html = runner.report(job_id)
+        if html is None:
+            return PlainTextResponse(f"no report {job_id} (reports are kept for the last "
+                                     "plans of this session)", status_code=404)
+        return HTMLResponse(html)
+
+    return app

@@ -1,0 +1,228 @@
+"""The studio's job editor: form fields -> the CLI's job document -> prediction.
+
+A form is a flat mapping ``"block.field" -> text`` (what the page's inputs hold). It is
+turned into the same job document a YAML file holds and validated by the CLI's schema
+(:func:`mosaic.config.job_schema.job_from_document`), so the studio accepts exactly what
+`mosaic perf` accepts. Errors become ``{field: message}`` for the page to show next to
+the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import yaml
+
+from mosaic.arch import Geometry
+from mosaic.arch.ladder import ladder_geometry
+from mosaic.config.job_schema import (
+    FIELD_ALIASES,
+    KNOWN_BLOCKS,
+    JobSpec,
+    _canonical,
+    job_from_document,
+)
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import JobPrediction, cluster_for, predict_job
+from mosaic.perf.calibration import Calibration
+
+WHERE = "job"  # the name validation messages start with ("job: data: micro_batch: ...")
+MODEL_SOURCES = ("ladder", "job", "hf")
+LADDER_FIELDS = ("ladder.q", "ladder.experts", "ladder.top_k", "ladder.split_factor")
+GENERAL = "_general"  # errors that belong to no single field
+PARALLEL_AXES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
+MAX_FORM_FIELDS = 100
+MAX_FIELD_CHARS = 200_000  # a pasted HuggingFace config.json
+
+
+class FormError(Exception):
+    """Field -> message for the page."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = errors
+
+
+# The default form: the paper's Table 4 optimum (q=12, E=96, K=2, G=4) on 32 p6-b200 nodes
+# with the Appendix E listing's layout style (ep=8, pp=8, micro-batch 4; Table 4).
+DEFAULT_FORM: dict[str, str] = {
+    "model.source": "ladder",
+    "ladder.q": "12", "ladder.experts": "96", "ladder.top_k": "2", "ladder.split_factor": "4",
+    "hf.config": "",
+    "hardware.system": "p6-b200.48xlarge", "hardware.nodes": "32", "hardware.precision": "bf16",
+    "data.global_batch": "1024", "data.seq_len": "2048", "data.micro_batch": "4",
+    "parallelism.tp": "1", "parallelism.pp": "8", "parallelism.vpp": "1",
+    "parallelism.cp": "1", "parallelism.ep": "8", "parallelism.etp": "1",
+    "parallelism.sharding": "zero1", "parallelism.stack": "megatron-core",
+    "performance.checkpointing": "full", "optimizer.kind": "adamw",
+}
+
+
+def _int(form: dict[str, str], key: str) -> int:
+    text = str(form.get(key, "")).strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise FormError({key: f"must be an integer, got {text!r}"}) from None
+
+
+def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) -> Geometry | None:
+    """The geometry the form selects; None means "the job document's own model block"."""
+    source = form.get("model.source", "ladder")
+    if source == "job":
+        if job_document is None:
+            raise FormError({"model.source": "no job file was given to `mosaic studio --job`"})
+        return None
+    if source == "hf":
+        from mosaic.arch.hf_import import geometry_from_hf_config
+
+        text = str(form.get("hf.config", "")).strip()
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FormError({"hf.config": f"not JSON: {exc.msg} at line {exc.lineno}"}) from None
+        try:
+            return geometry_from_hf_config(config, "config.json")
+        except MosaicInputError as exc:
+            raise FormError({"hf.config": str(exc)}) from None
+    if source != "ladder":
+        raise FormError({"model.source": f"allowed: {', '.join(MODEL_SOURCES)}"})
+    q, experts, top_k, split = (_int(form, key) for key in LADDER_FIELDS)
+    try:
+        if experts == 0:
+            return ladder_geometry(q)
+        return ladder_geometry(q, experts, top_k, split)
+    except MosaicInputError as exc:
+        message = str(exc)
+        field = next((k for k in LADDER_FIELDS if k.split(".")[1].replace("_", " ") in message
+                      or k.split(".")[1] in message), "ladder.q")
+        raise FormError({field: message}) from None
+
+
+def geometry_blocks(geometry: Geometry) -> dict[str, Any]:
+    """``model:``/``moe:`` blocks of the job YAML for a geometry (the fields the YAML
+    schema has; HF-only features such as qk_norm are not expressible there)."""
+    model: dict[str, Any] = {
+        "n_layers": geometry.layers, "hidden_sz": geometry.d_model, "inter_sz": geometry.ffn,
+        "n_q_heads": geometry.heads, "n_kv_heads": geometry.kv_heads,
+        "head_dim": geometry.head_dim, "vocab_sz": geometry.vocab, "glu": geometry.glu,
+        "tie_embeddings": geometry.tied_embeddings, "attention": str(geometry.attention),
+        "gated_attention": geometry.gated_attention, "norm": str(geometry.norm),
+    }
+    if geometry.mla is not None:
+        mla = geometry.mla
+        model["mla"] = {"kv_lora_rank": mla.kv_lora_rank,
+                        "qk_nope_head_dim": mla.qk_nope_head_dim,
+                        "qk_rope_head_dim": mla.qk_rope_head_dim,
+                        "v_head_dim": mla.v_head_dim, "q_lora_rank": mla.q_lora_rank}
+    blocks: dict[str, Any] = {"model": model}
+    moe = geometry.moe
+    if moe is not None:
+        blocks["moe"] = {
+            "n_experts": moe.experts, "experts_per_token": moe.top_k,
+            "expert_inter_sz": moe.expert_ffn, "n_shared_experts": moe.shared_experts,
+            "shared_expert_inter_sz": moe.shared_expert_ffn, "n_dense_layers": moe.dense_layers,
+            "moe_frequency": moe.moe_every,
+        }
+    return blocks
+
+
+def job_document(form: dict[str, str], geometry: Geometry | None,
+                 base: dict[str, Any] | None) -> dict[str, Any]:
+    """The job document of a form (values stay text: the schema parses them)."""
+    if len(form) > MAX_FORM_FIELDS or any(len(str(v)) > MAX_FIELD_CHARS for v in form.values()):
+        raise FormError({GENERAL: "request too large"})
+    document: dict[str, Any] = {}
+    if base is not None:  # the job file's other settings (dispatcher, kernels, ...) carry over
+        canonical = _canonical(base, WHERE)
+        document.update({block: dict(fields) for block, fields in canonical.items()
+                         if block not in ("model", "moe", "search") and isinstance(fields, dict)})
+    if geometry is None:
+        assert base is not None
+        document.update({k: base[k] for k in ("model", "moe") if k in base})
+    else:
+        document.update(geometry_blocks(geometry))
+    for key, value in form.items():
+        block, _, field = key.partition(".")
+        if block in KNOWN_BLOCKS and block not in ("model", "moe") and field:
+            text = str(value).strip()
+            if text != "":
+                document.setdefault(block, {})[field] = text
+    return document
+
+
+_FIELD_PATH = re.compile(rf"^{WHERE}: (\w+): (\w+)")
+_AXIS = re.compile(r"\b(" + "|".join(PARALLEL_AXES) + r")\b")
+
+
+def field_of(message: str, form_keys: set[str]) -> str:
+    """The form field a validation message is about (GENERAL when none)."""
+    match = _FIELD_PATH.match(message)
+    if match:
+        block, field = match.groups()
+        field = FIELD_ALIASES.get(block, {}).get(field, field)
+        if block in ("model", "moe"):
+            return "hf.config" if "hf.config" in form_keys else "model.source"
+        key = f"{block}.{field}"
+        return key if key in form_keys else GENERAL
+    if message.startswith("invalid parallel layout"):
+        axis = _AXIS.search(message.partition(":")[2])
+        if axis and f"parallelism.{axis.group(1)}" in form_keys:
+            return f"parallelism.{axis.group(1)}"
+    return GENERAL
+
+
+@dataclass(frozen=True)
+class StudioJob:
+    """A validated form: the job spec and the document it came from."""
+
+    spec: JobSpec
+    document: dict[str, Any]
+    geometry: Geometry
+
+
+def validate_form(form: dict[str, str], base: dict[str, Any] | None) -> StudioJob:
+    """Form -> job spec through the CLI's schema; FormError names the bad fields."""
+    geometry = model_geometry(form, base)
+    document = job_document(form, geometry, base)
+    try:
+        spec = job_from_document(document, WHERE)
+        if geometry is not None:  # the exact geometry (HF features the YAML cannot hold)
+            spec = replace(spec, workload=replace(spec.workload, geometry=geometry))
+        cluster_for(spec)  # unknown system, device count vs nodes
+    except MosaicInputError as exc:
+        message = str(exc)
+        raise FormError({field_of(message, set(form)): message}) from None
+    return StudioJob(spec=spec, document=document, geometry=spec.workload.geometry)
+
+
+def predict_form(form: dict[str, str], base: dict[str, Any] | None,
+                 calibration: Calibration) -> tuple[StudioJob, JobPrediction]:
+    """Validate and predict one job (the library call `mosaic perf` makes)."""
+    job = validate_form(form, base)
+    try:
+        return job, predict_job(job.spec, calibration)
+    except MosaicInputError as exc:
+        message = str(exc)
+        raise FormError({field_of(message, set(form)): message}) from None
+
+
+def export_yaml(job: StudioJob) -> str:
+    """The job as a YAML file `mosaic perf` reads."""
+    header = ("# Exported by mosaic studio; run it with `mosaic perf job.yaml`.\n")
+    return header + yaml.safe_dump(_typed(job.document), sort_keys=False)
+
+
+def _typed(document: dict[str, Any]) -> dict[str, Any]:
+    """Form text parsed as YAML scalars ("4" -> 4, "true" -> True) for a readable file."""
+    out: dict[str, Any] = {}
+    for block, fields in document.items():
+        if isinstance(fields, dict):
+            out[block] = {k: (yaml.safe_load(v) if isinstance(v, str) else v)
+                          for k, v in fields.items() if v is not None}
+        else:
+            out[block] = fields
+    return out

@@ -1,0 +1,250 @@
+"""The studio's plan runner: one co-design search at a time, in a background thread.
+
+The form is validated by the CLI's own :func:`mosaic.cli.plan_cmd.build_inputs` (same
+rules, same messages as `mosaic plan`). The search runs serially in a worker thread
+(forking worker processes from a threaded server is unsafe) and reports progress after
+every block of geometries; that callback is also where a cancel request or the time
+limit stops it. A second request while one runs is refused with a message. The result is
+the plan report of `mosaic plan --html`, kept in memory for the page to open.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+from mosaic.studio.jobs import GENERAL, FormError
+
+DEFAULT_TIME_LIMIT_S = 300.0
+MAX_GEOMETRIES = 2000  # Table 3's grid has 1,092 (paper Sec. 7.3)
+MAX_DEVICES = 65536  # layout enumeration per geometry grows with the device count
+KEPT_REPORTS = 8
+
+# The plan form: field -> default text (the paper's Table 3 envelope, Sec. 7.3, narrowed
+# to a grid that finishes in about ten seconds on two cores).
+DEFAULT_PLAN_FORM: dict[str, str] = {
+    "plan.gpu": "B200", "plan.nodes": "32", "plan.days": "20", "plan.goodput": "1.0",
+    "plan.global_batch": "1024", "plan.seq_len": "2048",
+    "plan.q": "8,10,12", "plan.experts": "16,32,64,128", "plan.top_k": "1,2",
+    "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
+}
+
+
+class Busy(Exception):
+    """A plan is already running."""
+
+
+class _Stopped(Exception):
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _number(form: dict[str, str], key: str, kind: type) -> Any:
+    text = str(form.get(key, "")).strip()
+    try:
+        return kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise FormError({key: f"must be {what}, got {text!r}"}) from None
+
+
+def plan_field_of(message: str, keys: set[str]) -> str:
+    """The plan-form field a CLI validation message names."""
+    token = re.split(r"[\s:]", message.strip(), maxsplit=1)[0].lstrip("-").replace("-", "_")
+    if f"plan.{token}" in keys:
+        return f"plan.{token}"
+    if message.startswith(("unknown device", "unknown system")):
+        return "plan.gpu"
+    if "grid is empty" in message:
+        return "plan.experts"
+    return GENERAL
+
+
+def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
+    """(Envelope, SearchSpace) of a plan form, or FormError naming the fields."""
+    from mosaic.cli.plan_cmd import build_inputs
+
+    form = {**DEFAULT_PLAN_FORM, **{k: v for k, v in form.items() if k.startswith("plan.")}}
+    numbers = {"nodes": int, "days": float, "goodput": float, "global_batch": int,
+               "seq_len": int, "s_min": float}
+    values = {name: _number(form, f"plan.{name}", kind) for name, kind in numbers.items()}
+    try:
+        envelope, space = build_inputs(
+            gpu=form["plan.gpu"].strip() or None, system=None, gpus_per_node=None,
+            mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0, memory_fraction=1.0,
+            q=form["plan.q"], experts=form["plan.experts"], top_k=form["plan.top_k"],
+            split_factor=form["plan.split_factor"], tpp=form["plan.tpp"], **values)
+    except MosaicInputError as exc:
+        raise FormError({plan_field_of(str(exc), set(form)): str(exc)}) from None
+    if envelope.n_devices > MAX_DEVICES:
+        raise FormError({"plan.nodes": f"{envelope.n_devices} GPUs; the studio plans at most "
+                                       f"{MAX_DEVICES} (use `mosaic plan` for more)"})
+    n = len(space.enumerate())
+    if n > MAX_GEOMETRIES:
+        raise FormError({"plan.experts": f"the grid has {n} geometries; the studio plans at "
+                                         f"most {MAX_GEOMETRIES} (use `mosaic plan` for more)"})
+    return envelope, space
+
+
+@dataclass
+class PlanJob:
+    """State of one plan request (read by the status endpoint)."""
+
+    job_id: int
+    request: dict[str, str]
+    state: str = "running"  # running, done, failed, cancelled, timed out
+    done: int = 0
+    total: int = 0
+    started_s: float = field(default_factory=time.monotonic)
+    finished_s: float | None = None
+    message: str = ""
+    summary: dict[str, Any] | None = None
+
+
+class PlanRunner:
+    """Runs at most one plan at a time; keeps the last reports."""
+
+    def __init__(self, calibration: Any, law: Any = None,
+                 time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> None:
+        self.calibration = calibration
+        self.law = law
+        self.time_limit_s = time_limit_s
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._current: PlanJob | None = None
+        self._history: list[PlanJob] = []
+        self._reports: OrderedDict[int, str] = OrderedDict()
+        self._next_id = 1
+        self._thread: threading.Thread | None = None
+
+    # --- requests -------------------------------------------------------------------------
+    def start(self, form: dict[str, str]) -> PlanJob:
+        """Validate and start a plan; Busy when one is running, FormError when invalid."""
+        envelope, space = validate_plan_form(form)
+        with self._lock:
+            if self._current is not None and self._current.state == "running":
+                raise Busy(f"plan {self._current.job_id} is still running "
+                           f"({self._current.done}/{self._current.total} geometries); "
+                           "cancel it or wait for it to finish")
+            job = PlanJob(job_id=self._next_id, request=dict(form),
+                          total=len(space.enumerate()))
+            self._next_id += 1
+            self._current = job
+            self._cancel.clear()
+        self._thread = threading.Thread(target=self._run, args=(job, envelope, space),
+                                        name=f"mosaic-plan-{job.job_id}", daemon=True)
+        self._thread.start()
+        return job
+
+    def cancel(self) -> bool:
+        """Ask the running plan to stop at its next progress report."""
+        with self._lock:
+            running = self._current is not None and self._current.state == "running"
+        if running:
+            self._cancel.set()
+        return running
+
+    def report(self, job_id: int) -> str | None:
+        with self._lock:
+            return self._reports.get(job_id)
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Block until the worker thread ends (tests and shutdown)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            job = self._current
+            history = [self._describe(j) for j in self._history[-KEPT_REPORTS:]]
+            return {"current": None if job is None else self._describe(job),
+                    "history": history, "time_limit_s": self.time_limit_s}
+
+    def _describe(self, job: PlanJob) -> dict[str, Any]:
+        end = job.finished_s if job.finished_s is not None else time.monotonic()
+        return {"id": job.job_id, "state": job.state, "done": job.done, "total": job.total,
+                "elapsed_s": round(end - job.started_s, 2), "message": job.message,
+                "summary": job.summary, "request": job.request,
+                "report_url": (f"/report/{job.job_id}" if job.job_id in self._reports
+                               else None)}
+
+    # --- worker ---------------------------------------------------------------------------
+    def _progress(self, job: PlanJob) -> Any:
+        def update(done: int, total: int) -> None:
+            job.done, job.total = done, total
+            if self._cancel.is_set():
+                raise _Stopped("cancelled")
+            if time.monotonic() - job.started_s > self.time_limit_s:
+                raise _Stopped("timed out")
+        return update
+
+    def _run(self, job: PlanJob, envelope: Any, space: Any) -> None:
+        try:
+            document = self._search(job, envelope, space)
+            html = _render(document)
+            with self._lock:
+                self._reports[job.job_id] = html
+                while len(self._reports) > KEPT_REPORTS:
+                    self._reports.popitem(last=False)
+            job.summary = _summary(document)
+            job.state, job.message = "done", "finished"
+        except _Stopped as stop:
+            job.state = stop.why
+            job.message = (f"stopped after {job.done}/{job.total} geometries"
+                           + (f" (limit {self.time_limit_s:g} s)" if stop.why == "timed out"
+                              else ""))
+        except MosaicInputError as exc:
+            job.state, job.message = "failed", str(exc)
+        except Exception as exc:  # a bug: keep the server alive and say what happened
+            job.state, job.message = "failed", f"internal error ({type(exc).__name__}: {exc})"
+        finally:
+            job.finished_s = time.monotonic()
+            with self._lock:
+                self._history.append(job)
+
+    def _search(self, job: PlanJob, envelope: Any, space: Any) -> dict[str, Any]:
+        """The library calls `mosaic plan --json` makes, with this job's progress hook."""
+        from mosaic.cli.common import to_jsonable
+        from mosaic.law import default_law
+        from mosaic.plan.analysis import compare_model_flops
+        from mosaic.plan.cost import run_cost
+        from mosaic.plan.search import search
+        from mosaic.report import plan_report
+        from mosaic.report.html.documents import plan_report_blocks
+
+        law = self.law or default_law()
+        result = search(envelope, space, law, self.calibration, progress=self._progress(job),
+                        workers=1)
+        if result.optimum_index is None:
+            reasons = "; ".join(f"{n} geometries: {r}" for r, n in
+                                plan_report.infeasible_summary(result).items())
+            raise MosaicInputError(f"no geometry is trainable ({reasons}); add nodes or days")
+        document = plan_report.plan_document(result, run_cost(envelope, None))
+        comparison = compare_model_flops(result, law)
+        document["model_flops_comparison"] = plan_report.comparison_document(comparison,
+                                                                              result)
+        document.update(plan_report_blocks(result, law, self.calibration,
+                                           comparison=comparison))
+        return to_jsonable(document)
+
+
+def _render(document: dict[str, Any]) -> str:
+    from mosaic.report.html import render_report
+
+    return render_report(document, "plan")
+
+
+def _summary(document: dict[str, Any]) -> dict[str, Any]:
+    o = document["optimum"]
+    e = document["envelope"]
+    return {"cluster": f"{e['nodes']} × {e['system']}", "days": e["days"],
+            "geometry": f"q={o['q']} E={o['experts']} K={o['top_k']} G={o['split_factor']}",
+            "sparsity": o["sparsity"], "n_active": o["n_active"], "tokens": o["tokens"],
+            "mfu": o["mfu"], "loss": o["loss"], "trainable": document["counts"]["trainable"],
+            "geometries": document["counts"]["geometries"]}

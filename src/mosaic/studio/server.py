@@ -1,0 +1,77 @@
+"""Start the studio under uvicorn on localhost (or where asked, with a warning)."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import webbrowser
+from pathlib import Path
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_warning(host: str) -> str | None:
+    """The warning printed when the studio listens beyond this machine."""
+    if is_loopback(host):
+        return None
+    return (f"warning: mosaic studio is listening on {host}, not only on this machine; "
+            "anyone who can reach this address can run predictions and plans on it "
+            "(there is no login). Use --host 127.0.0.1 to keep it local.")
+
+
+def require_studio() -> None:
+    """One-line error when the studio extra is missing."""
+    try:
+        import fastapi  # noqa: F401
+        import plotly  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise MosaicInputError("this needs `pip install mosaic[studio]`") from None
+
+
+def load_job_document(path: Path | None) -> dict[str, Any] | None:
+    """The `--job` file, checked with the CLI's schema before the server starts."""
+    if path is None:
+        return None
+    from mosaic.config.job_schema import load_job
+    from mosaic.schema_validation import load_yaml_mapping
+
+    load_job(path, ["parallelism.dp=1"])  # same checks as `mosaic layouts`; layout is edited
+    return load_yaml_mapping(path)
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None = None,
+          open_browser: bool = True, plan_time_limit_s: float | None = None,
+          log: Any = print) -> None:
+    """Run the studio until interrupted."""
+    require_studio()
+    import uvicorn
+
+    from mosaic.studio.app import create_app
+
+    if not 0 < port < 65536:
+        raise MosaicInputError(f"--port must be in 1..65535, got {port}")
+    app = create_app(load_job_document(job), plan_time_limit_s=plan_time_limit_s)
+    warning = bind_warning(host)
+    if warning:
+        log(warning)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown}:{port}/"
+    log(f"mosaic studio on {url} (Ctrl-C to stop)")
+    if open_browser:
+        threading.Timer(1.0, lambda: webbrowser.open(url)).start()
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,415 @@
+// mosaic studio page: form handling only. Every number comes from the server (the mosaic
+// library); charts are plotly figures the server builds with the report's own functions.
+(function () {
+  "use strict";
+
+  var JOB_FIELDS = [
+    ["Model", [
+      ["model.source", "model from", "select:model_sources"],
+      ["ladder.q", "ladder seed q", "number"],
+      ["ladder.experts", "experts E (0: dense)", "number"],
+      ["ladder.top_k", "active experts K", "number"],
+      ["ladder.split_factor", "split factor G", "number"],
+      ["hf.config", "HuggingFace config.json", "textarea"]]],
+    ["Cluster", [
+      ["hardware.system", "system", "select:systems"],
+      ["hardware.nodes", "nodes", "number"],
+      ["hardware.precision", "precision", "select:precisions"]]],
+    ["Batch", [
+      ["data.global_batch", "global batch (seqs)", "number"],
+      ["data.seq_len", "sequence length", "number"],
+      ["data.micro_batch", "micro-batch", "number"]]],
+    ["Layout", [
+      ["parallelism.tp", "tensor parallel tp", "number"],
+      ["parallelism.pp", "pipeline pp", "number"],
+      ["parallelism.vpp", "virtual stages vpp", "number"],
+      ["parallelism.cp", "context parallel cp", "number"],
+      ["parallelism.ep", "expert parallel ep", "number"],
+      ["parallelism.etp", "expert tensor etp", "number"],
+      ["parallelism.sharding", "sharding", "select:sharding"],
+      ["parallelism.stack", "software stack", "select:stacks"]]],
+    ["Recompute and optimizer", [
+      ["performance.checkpointing", "recompute", "select:checkpointing"],
+      ["optimizer.kind", "optimizer", "select:optimizers"]]]
+  ];
+  var PLAN_FIELDS = [
+    ["plan.gpu", "GPU (catalog name)", "text"], ["plan.nodes", "nodes", "number"],
+    ["plan.days", "window (days)", "number"], ["plan.goodput", "goodput", "number"],
+    ["plan.global_batch", "global batch (seqs)", "number"], ["plan.seq_len", "sequence length", "number"],
+    ["plan.q", "ladder seeds q", "text"], ["plan.experts", "experts E", "text"],
+    ["plan.top_k", "active experts K", "text"], ["plan.split_factor", "split factors G", "text"],
+    ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"]
+  ];
+
+  var options = null;
+  var sequence = 0;
+  var pinned = null;
+  var pollTimer = null;
+
+  function $(id) { return document.getElementById(id); }
+  function fieldId(key) { return "f-" + key.replace(/\./g, "-"); }
+  function errorId(key) { return "err-" + key.replace(/\./g, "-"); }
+
+  function post(url, payload) {
+    return fetch(url, {method: "POST", headers: {"Content-Type": "application/json"},
+                       body: JSON.stringify(payload)})
+      .then(function (response) {
+        return response.json().then(function (body) { body.status = response.status; return body; });
+      });
+  }
+
+  function buildField(form, key, label, kind, values) {
+    var row = document.createElement("div");
+    row.className = "field";
+    row.setAttribute("data-field", key);
+    var lab = document.createElement("label");
+    lab.textContent = label;
+    lab.htmlFor = fieldId(key);
+    var input;
+    if (kind.indexOf("select:") === 0) {
+      input = document.createElement("select");
+      (options[kind.slice(7)] || []).forEach(function (choice) {
+        var opt = document.createElement("option");
+        opt.value = choice; opt.textContent = choice;
+        input.appendChild(opt);
+      });
+    } else if (kind === "textarea") {
+      input = document.createElement("textarea");
+      input.placeholder = "paste a config.json (Llama, Mixtral, Qwen, DeepSeek, gpt-oss)";
+    } else {
+      input = document.createElement("input");
+      input.type = "text";
+      if (kind === "number") { input.inputMode = "decimal"; }
+    }
+    input.id = fieldId(key);
+    input.name = key;
+    if (values[key] !== undefined) { input.value = values[key]; }
+    var err = document.createElement("div");
+    err.className = "field-error";
+    err.id = errorId(key);
+    row.appendChild(lab); row.appendChild(input); row.appendChild(err);
+    form.appendChild(row);
+  }
+
+  function buildForms() {
+    var form = $("job-form");
+    JOB_FIELDS.forEach(function (group) {
+      var fieldset = document.createElement("fieldset");
+      var legend = document.createElement("legend");
+      legend.textContent = group[0];
+      fieldset.appendChild(legend);
+      group[1].forEach(function (f) { buildField(fieldset, f[0], f[1], f[2], options.form); });
+      form.appendChild(fieldset);
+    });
+    var plan = $("plan-form");
+    PLAN_FIELDS.forEach(function (f) { buildField(plan, f[0], f[1], f[2], options.plan_form); });
+    var target = $("export-target");
+    (options.export_targets || []).forEach(function (name) {
+      var opt = document.createElement("option");
+      opt.value = name; opt.textContent = name + " launch config";
+      target.appendChild(opt);
+    });
+  }
+
+  function readForm(formId) {
+    var values = {};
+    Array.prototype.forEach.call($(formId).querySelectorAll("[name]"), function (input) {
+      values[input.name] = input.value;
+    });
+    return values;
+  }
+
+  function showModelFields() {
+    var source = $(fieldId("model.source")).value;
+    Array.prototype.forEach.call(document.querySelectorAll("#job-form .field"), function (row) {
+      var key = row.getAttribute("data-field");
+      if (key.indexOf("ladder.") === 0) { row.hidden = source !== "ladder"; }
+      if (key === "hf.config") { row.hidden = source !== "hf"; }
+    });
+  }
+
+  function clearErrors(formId, generalId) {
+    Array.prototype.forEach.call($(formId).querySelectorAll(".field"), function (row) {
+      row.classList.remove("invalid");
+      row.querySelector(".field-error").textContent = "";
+    });
+    if (generalId) { $(generalId).textContent = ""; }
+  }
+
+  function showErrors(errors, formId, generalId) {
+    Object.keys(errors || {}).forEach(function (key) {
+      var box = $(errorId(key));
+      if (box && $(formId).contains(box)) {
+        box.textContent = errors[key];
+        box.parentNode.classList.add("invalid");
+      } else if (generalId) {
+        $(generalId).textContent = errors[key];
+      }
+    });
+  }
+
+  function fmt(value, digits) { return Number(value).toLocaleString(undefined, {maximumFractionDigits: digits}); }
+  function pct(value, digits) { return (100 * value).toFixed(digits === undefined ? 2 : digits) + "%"; }
+  function si(value) {
+    var units = [[1e12, " T"], [1e9, " B"], [1e6, " M"], [1e3, " k"]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(value) >= units[i][0]) { return (value / units[i][0]).toPrecision(3) + units[i][1]; }
+    }
+    return String(value);
+  }
+
+  function draw(id, figure) {
+    Plotly.react(id, figure.data, figure.layout, {displaylogo: false, responsive: true});
+  }
+
+  function predict() {
+    var mine = ++sequence;
+    var form = readForm("job-form");
+    return post("/api/perf", {form: form}).then(function (body) {
+      if (mine !== sequence) { return; }  // a newer edit is on its way
+      clearErrors("job-form", "general-error");
+      document.body.setAttribute("data-perf-state", body.ok ? "ok" : "error");
+      if (!body.ok) {
+        showErrors(body.errors, "job-form", "general-error");
+        ["m-step", "m-tokens", "m-mfu", "m-memory", "m-verdict"].forEach(function (id) { $(id).textContent = "–"; });
+        $("m-verdict").className = "";
+        return;
+      }
+      var p = body.prediction;
+      $("m-step").textContent = p.step_time_s.toFixed(4) + " s";
+      $("m-tokens").textContent = fmt(p.tokens_per_s, 0) + " (" + fmt(p.tokens_per_s_per_gpu, 0) + ")";
+      $("m-mfu").textContent = pct(p.mfu) + " (with attention " + pct(p.mfu_with_attention) + ", HFU " + pct(p.hfu) + ")";
+      $("m-memory").textContent = p.memory_gib.toFixed(2) + " of " + p.memory_capacity_gib.toFixed(1) + " GiB";
+      var verdict = $("m-verdict");
+      if (p.feasible) {
+        verdict.textContent = "fits in memory";
+        verdict.className = "ok";
+      } else {
+        verdict.textContent = "infeasible: out of memory by " + p.overshoot_gib.toFixed(2) +
+          " GiB (" + p.memory_gib.toFixed(2) + " GiB needed, " + p.memory_capacity_gib.toFixed(1) + " GiB per GPU)";
+        verdict.className = "bad";
+      }
+      var m = body.model;
+      $("m-model").textContent = m.layers + " layers, d=" + m.d_model + ", N_tot " + si(m.n_total) +
+        ", N_act " + si(m.n_active) + (m.experts ? ", E=" + m.experts + " K=" + m.top_k : ", dense");
+      $("m-layout").textContent = body.layout + " on " + p.hardware.devices + " × " + p.hardware.system;
+      $("m-latency").textContent = "predicted in " + body.predict_ms.toFixed(1) + " ms (server, with charts " +
+        body.total_ms.toFixed(1) + " ms)";
+      draw("chart-step", body.figures.step);
+      draw("chart-memory", body.figures.memory);
+    }).catch(function (err) {
+      $("general-error").textContent = "request failed: " + err;
+    });
+  }
+
+  var debounce = null;
+  function schedulePredict() {
+    clearTimeout(debounce);
+    debounce = setTimeout(predict, 120);
+  }
+
+  // --- layouts --------------------------------------------------------------------------
+  function tableHtml(id, columns, rows) {
+    var head = columns.map(function (c) { return "<th class='" + (c[3] ? "text" : "") + "'>" + c[1] + "</th>"; }).join("");
+    var body = rows.map(function (row, i) {
+      return "<tr data-index='" + i + "'>" + columns.map(function (c) {
+        var value = row[c[0]];
+        var shown = c[2] ? c[2](value, row) : (value === null || value === undefined ? "–" : String(value));
+        var sort = typeof value === "number" ? value : "";
+        return "<td data-value='" + sort + "' class='" + (c[3] ? "text" : "") + "'>" + escapeHtml(shown) + "</td>";
+      }).join("") + "</tr>";
+    }).join("");
+    return "<div class='scroll'><table id='" + id + "' class='data sortable'><thead><tr>" + head +
+           "</tr></thead><tbody>" + body + "</tbody></table></div>";
+  }
+
+  function escapeHtml(text) {
+    return String(text).replace(/[&<>"']/g, function (c) {
+      return {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;"}[c];
+    });
+  }
+
+  var LAYOUT_COLUMNS = [["rank", "#"], ["tp", "tp"], ["pp", "pp"], ["vpp", "vpp"], ["cp", "cp"],
+    ["ep", "ep"], ["etp", "etp"], ["dp", "dp"], ["sharding", "sharding", null, true],
+    ["micro_batch", "mbs"], ["checkpointing", "ckpt", null, true],
+    ["tokens_per_s_per_gpu", "tok/s/GPU", function (v) { return fmt(v, 0); }],
+    ["mfu", "MFU", function (v) { return pct(v); }],
+    ["step_time_s", "step s", function (v) { return v.toFixed(3); }],
+    ["memory_gib", "GiB", function (v) { return v.toFixed(1); }]];
+
+  function searchLayouts() {
+    $("layouts-error").textContent = "";
+    $("layouts-summary").textContent = "searching…";
+    return post("/api/layouts", {form: readForm("job-form")}).then(function (body) {
+      if (!body.ok) {
+        $("layouts-summary").textContent = "";
+        $("layouts-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+        return;
+      }
+      $("layouts-summary").textContent = body.n_candidates.toLocaleString() + " candidates, " +
+        body.n_plans.toLocaleString() + " pass the divisibility rules, " + body.n_feasible.toLocaleString() +
+        " fit in memory (" + body.search_ms.toFixed(0) + " ms); best " + body.rows.length + " listed.";
+      $("layouts-table-holder").innerHTML = tableHtml("layouts-table", LAYOUT_COLUMNS, body.rows);
+      var rows = $("layouts-table").tBodies[0].rows;
+      Array.prototype.forEach.call(rows, function (tr) {
+        tr.addEventListener("click", function () { useLayout(body.rows[Number(tr.getAttribute("data-index"))]); });
+      });
+      var infeasible = (body.infeasible.rejected || []).map(function (r) {
+        return {layout: r.plans.toLocaleString() + " layouts break a divisibility rule", reason: r.example};
+      });
+      (body.infeasible.out_of_memory_plans || []).forEach(function (r) {
+        infeasible.push({layout: "tp" + r.tp + " pp" + r.pp + " vpp" + r.vpp + " cp" + r.cp + " ep" + r.ep +
+          " etp" + r.etp + " dp" + r.dp + " mb" + r.micro_batch + " " + r.sharding + " " + r.checkpointing,
+          reason: r.reason});
+      });
+      (body.infeasible.rejected_plans || []).forEach(function (r) {
+        infeasible.push({layout: "tp" + r.tp + " pp" + r.pp + " vpp" + r.vpp + " cp" + r.cp + " ep" + r.ep +
+          " etp" + r.etp + " dp" + r.dp + " mb" + r.micro_batch + " " + r.sharding + " " + r.checkpointing,
+          reason: r.reason});
+      });
+      $("infeasible-holder").innerHTML = tableHtml("infeasible-table",
+        [["layout", "layout", null, true], ["reason", "reason", null, true]], infeasible);
+      window.mosaicTables.init(document);
+      var filter = document.querySelector("input[data-filter-for='layouts-table']");
+      if (filter.value) { filter.dispatchEvent(new Event("input")); }
+    });
+  }
+
+  function useLayout(row) {
+    ["tp", "pp", "vpp", "cp", "ep", "etp"].forEach(function (k) { $(fieldId("parallelism." + k)).value = row[k]; });
+    $(fieldId("parallelism.sharding")).value = row.sharding;
+    $(fieldId("data.micro_batch")).value = row.micro_batch;
+    $(fieldId("performance.checkpointing")).value = row.checkpointing;
+    predict();
+    location.hash = "#job";
+  }
+
+  // --- compare ----------------------------------------------------------------------------
+  function pin() {
+    pinned = readForm("job-form");
+    $("compare-run").disabled = false;
+    $("pin-note").textContent = "A pinned: " + $("m-layout").textContent + ", " + $("m-step").textContent;
+  }
+
+  function compare() {
+    $("compare-error").textContent = "";
+    return post("/api/compare", {forms: [pinned, readForm("job-form")]}).then(function (body) {
+      if (!body.ok) {
+        $("compare-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+        return;
+      }
+      var rows = [["step time (s)", "step_time_s", 4], ["tokens/s per GPU", "tokens_per_s_per_gpu", 0],
+                  ["MFU", "mfu", -1], ["memory (GiB)", "memory_gib", 2]].map(function (r) {
+        var a = body.predictions[0][r[1]], b = body.predictions[1][r[1]];
+        var show = function (v) { return r[2] < 0 ? pct(v) : v.toFixed(r[2]); };
+        return {quantity: r[0], a: show(a), b: show(b), change: pct((b - a) / a, 1)};
+      });
+      $("compare-table-holder").innerHTML = tableHtml("compare-table",
+        [["quantity", "", null, true], ["a", "A"], ["b", "B"], ["change", "B vs A"]], rows);
+      draw("chart-compare-step", body.figures.step);
+      draw("chart-compare-memory", body.figures.memory);
+    });
+  }
+
+  // --- plan -------------------------------------------------------------------------------
+  function runPlan() {
+    clearErrors("plan-form", "plan-error");
+    return post("/api/plan", {form: readForm("plan-form")}).then(function (body) {
+      if (!body.ok) {
+        showErrors(body.errors, "plan-form", "plan-error");
+        return;
+      }
+      $("plan-report-link").hidden = true;
+      pollPlan();
+    });
+  }
+
+  function pollPlan() {
+    clearTimeout(pollTimer);
+    fetch("/api/plan/status").then(function (r) { return r.json(); }).then(function (body) {
+      var job = body.current;
+      if (!job) { return; }
+      var running = job.state === "running";
+      $("plan-progress").max = Math.max(job.total, 1);
+      $("plan-progress").value = job.done;
+      $("plan-state").textContent = "plan " + job.id + ": " + job.state + " (" + job.done + "/" + job.total +
+        " geometries, " + job.elapsed_s.toFixed(1) + " s)";
+      document.body.setAttribute("data-plan-state", job.state);
+      $("plan-message").textContent = job.message || "";
+      $("plan-run").disabled = running;
+      $("plan-cancel").disabled = !running;
+      if (job.report_url) {
+        $("plan-report-link").href = job.report_url;
+        $("plan-report-link").hidden = false;
+      }
+      renderHistory(body.history);
+      if (running) { pollTimer = setTimeout(pollPlan, 400); }
+    });
+  }
+
+  function renderHistory(history) {
+    var done = history.filter(function (h) { return h.summary; });
+    if (!done.length) { $("plan-history").innerHTML = ""; return; }
+    var rows = done.map(function (h) {
+      var s = h.summary;
+      return {id: h.id, cluster: s.cluster, days: s.days, geometry: s.geometry, sparsity: s.sparsity,
+              n_active: s.n_active, tokens: s.tokens, mfu: s.mfu, loss: s.loss, report: h.report_url};
+    });
+    $("plan-history").innerHTML = tableHtml("plan-history-table", [["id", "plan"], ["cluster", "cluster", null, true],
+      ["days", "days"], ["geometry", "optimum", null, true], ["sparsity", "S", function (v) { return v.toFixed(4); }],
+      ["n_active", "N_act", si], ["tokens", "tokens", si], ["mfu", "MFU", function (v) { return pct(v, 1); }],
+      ["loss", "loss", function (v) { return v.toFixed(5); }], ["report", "report", null, true]], rows);
+    Array.prototype.forEach.call($("plan-history-table").tBodies[0].rows, function (tr, i) {
+      var cell = tr.cells[tr.cells.length - 1];
+      if (rows[i].report) { cell.innerHTML = "<a target='_blank' href='" + rows[i].report + "'>open</a>"; }
+    });
+    window.mosaicTables.init(document);
+  }
+
+  function cancelPlan() {
+    return post("/api/plan/cancel", {}).then(pollPlan);
+  }
+
+  // --- export -----------------------------------------------------------------------------
+  function exportJob() {
+    $("export-error").textContent = "";
+    var target = $("export-target").value;
+    return post("/api/export", {form: readForm("job-form"), target: target}).then(function (body) {
+      if (!body.ok) {
+        $("export-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+        return;
+      }
+      var text = body.text;
+      if (body.unsupported && body.unsupported.length) {
+        $("export-error").textContent = "not expressible in " + target + ": " + body.unsupported.join("; ");
+      }
+      $("export-text").textContent = text;
+      var link = $("export-download");
+      link.href = URL.createObjectURL(new Blob([text], {type: "text/plain"}));
+      link.download = body.filename;
+      link.textContent = "download " + body.filename;
+      link.hidden = false;
+    });
+  }
+
+  function start() {
+    fetch("/api/options").then(function (r) { return r.json(); }).then(function (body) {
+      options = body;
+      buildForms();
+      showModelFields();
+      $("job-form").addEventListener("input", schedulePredict);
+      $("job-form").addEventListener("change", function () { showModelFields(); schedulePredict(); });
+      $("layouts-run").addEventListener("click", searchLayouts);
+      $("pin-a").addEventListener("click", pin);
+      $("compare-run").addEventListener("click", compare);
+      $("plan-run").addEventListener("click", runPlan);
+      $("plan-cancel").addEventListener("click", cancelPlan);
+      $("export-run").addEventListener("click", exportJob);
+      document.body.setAttribute("data-ready", "1");
+      predict();
+      pollPlan();
+    });
+  }
+
+  start();
+})();

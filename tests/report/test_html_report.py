@@ -1,0 +1,195 @@
+"""The HTML report: documents, pages and the CLI (`--html`, `mosaic report`), no browser."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.law import default_law
+from mosaic.report.html import KINDS, detect_kind, render_report
+from mosaic.report.html.breakdown import TERM_GROUPS, grouped_seconds, layout_label
+from mosaic.report.html.documents import scatter_sample
+
+pytest.importorskip("plotly")
+
+runner = CliRunner()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TINY_PLAN = ["--q", "8,10", "--experts", "8,16", "--top-k", "1,2", "--split-factor", "1,2",
+             "--nodes", "4", "--days", "10", "--workers", "1"]
+
+
+def invoke(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def plan_files(tmp_path_factory) -> tuple[dict, Path]:
+    """`mosaic plan --json --html`: the JSON document and the page written with it."""
+    folder = tmp_path_factory.mktemp("plan")
+    html = folder / "plan.html"
+    document = json.loads(invoke("plan", *TINY_PLAN, "--json", "--html", str(html)))
+    (folder / "plan.json").write_text(json.dumps(document))
+    return document, html
+
+
+def test_plan_json_carries_the_report_blocks(plan_files):
+    document, _ = plan_files
+    assert {"sparsity_frontier", "optimum_step", "assumptions"} <= set(document)
+    assert detect_kind(document) == "plan"
+    law = document["assumptions"]["law"]
+    assert law["form"] == default_law().form.name
+    assert law["coefficients"] == pytest.approx(dict(default_law().coefficients))
+
+
+def test_optimum_breakdown_is_the_chosen_layout(plan_files):
+    """The breakdown re-derived for the report belongs to the planner's layout: same plan,
+    and its terms sum to the step time the planner ranked with."""
+    document, _ = plan_files
+    optimum, step = document["optimum"], document["optimum_step"]
+    assert {k: step["plan"][k] for k in optimum["plan"]} == optimum["plan"]
+    assert sum(step["breakdown_s"].values()) == pytest.approx(optimum["step_time_s"], rel=1e-9)
+    assert step["step_time_s"] == pytest.approx(optimum["step_time_s"], rel=1e-12)
+    assert step["memory_bytes"] == pytest.approx(optimum["memory_bytes"], rel=1e-12)
+    assert sum(step["memory_breakdown_bytes"].values()) == pytest.approx(step["memory_bytes"])
+    assert step["memory_bytes"] <= step["capacity_bytes"]
+
+
+def test_frontier_model_flops_points_follow_the_law(plan_files):
+    """Each red point of the Fig. 1 view is the law at D = C_model / (6 N_act) (Sec. 6), and
+    S_feas_max is the largest S whose point the window delivers (Eq. 3)."""
+    document, _ = plan_files
+    frontier = document["sparsity_frontier"]
+    comparison = document["model_flops_comparison"]
+    assert frontier["split_factor"] == comparison["split_factor"]
+    law = default_law()
+    geometry = comparison["model_flops_geometry"]
+    n_total = geometry["n_active"] / (1 - geometry["sparsity"])
+    tokens = frontier["c_model_flops"] / (6 * geometry["n_active"])
+    expected = float(law.predict(n_total, tokens, geometry["sparsity"], geometry["split_factor"]))
+    assert min(frontier["model_flops_loss"]) == pytest.approx(expected, rel=1e-9)
+    delivered = [s for s, ok in zip(frontier["model_flops_sparsity"],
+                                    frontier["delivers_c_model"], strict=True) if ok]
+    assert comparison["s_feas_max"] >= max(delivered) - 1e-12
+
+
+def test_plan_page_is_self_contained(plan_files):
+    document, html_path = plan_files
+    html = html_path.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    # plotly.js inlined, nothing fetched from elsewhere
+    assert "Plotly" in html and len(html) > 3_000_000
+    assert "<script src=" not in html and '<link rel="stylesheet" href=' not in html
+    markup = re.sub(r"<script>.*?</script>", "", html, flags=re.S)  # code, not markup
+    assert not re.search(r"""(src|href)=["']https?://""", markup)
+    for anchor in ("frontier", "candidates", "layout", "uncertainty", "cost", "assumptions"):
+        assert f'id="{anchor}"' in html
+    for figure in ("fig-frontier", "fig-candidates", "fig-step", "fig-memory"):
+        assert f'data-figure="{figure}"' in html
+    # the candidates table has one row per trainable geometry, optimum first
+    table = html[html.index('id="candidates-table"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr") == len(document["candidates"]) + 1
+    assert 'class="highlight"' in table
+
+
+def test_report_command_redraws_the_same_page(plan_files, tmp_path):
+    """`mosaic report plan.json` draws exactly the page `mosaic plan --html` wrote."""
+    _, html_path = plan_files
+    out = tmp_path / "again.html"
+    invoke("report", str(html_path.with_suffix(".json")), "--out", str(out))
+    assert out.read_bytes() == html_path.read_bytes()
+
+
+def test_perf_layouts_validate_sweep_pages(tmp_path):
+    job = str(EXAMPLES / "appendix_e.yaml")
+    invoke("perf", job, "--html", str(tmp_path / "perf.html"))
+    invoke("layouts", job, "--devices", "64", "--top", "5", "--html",
+           str(tmp_path / "layouts.html"))
+    invoke("validate", str(EXAMPLES / "runs_example.yaml"), "--html",
+           str(tmp_path / "validate.html"))
+    invoke("sweep", "days", "--values", "5,10", *TINY_PLAN[:-6], "--nodes", "4",
+           "--workers", "1", "--html", str(tmp_path / "sweep.html"))
+    expected = {"perf": ["fig-step", "fig-memory"],
+                "layouts": ["fig-step", "fig-memory", "fig-scatter"],
+                "validate": ["fig-parity"], "sweep": ["fig-sweep"]}
+    for kind, figures in expected.items():
+        html = (tmp_path / f"{kind}.html").read_text()
+        assert f"mosaic {kind}" in html
+        for figure in figures:
+            assert f'data-figure="{figure}"' in html, (kind, figure)
+    layouts = (tmp_path / "layouts.html").read_text()
+    assert "Why the other layouts are infeasible" in layouts and "must divide" in layouts
+
+
+def test_layouts_report_from_json_says_what_is_missing(tmp_path):
+    document = json.loads(invoke("layouts", str(EXAMPLES / "appendix_e.yaml"), "--devices",
+                                 "64", "--top", "5", "--json"))
+    html = render_report(document)
+    assert "the 5 listed layouts" in html
+    assert "Breakdowns are written by `mosaic layouts --html`" in html
+
+
+def test_report_rejects_what_is_not_a_result(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])
+    assert result.exit_code == 2
+    assert "not a mosaic result" in result.output and len(result.output.splitlines()) == 1
+    bad.write_text("{not json")
+    result = runner.invoke(app, ["report", str(bad)])
+    assert result.exit_code == 2 and "not JSON" in result.output
+    broken = {"runs": [{"id": "x"}], "aggregate": {}}  # a validate document missing fields
+    bad.write_text(json.dumps(broken))
+    result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])
+    assert result.exit_code == 2 and "incomplete or malformed" in result.output
+
+
+def test_kinds_are_recognised():
+    samples = {"plan": {"envelope": 1, "candidates": 1, "optimum": 1},
+               "sweep": {"axis": 1, "points": 1, "envelope": 1},
+               "perf": {"step_time_s": 1, "breakdown": 1, "memory_breakdown": 1},
+               "layouts": {"rows": 1, "n_plans": 1, "infeasible": 1},
+               "validate": {"runs": 1, "aggregate": 1}}
+    assert set(samples) == set(KINDS)
+    for kind, document in samples.items():
+        assert detect_kind(document) == kind
+
+
+def test_every_step_term_has_a_group():
+    """A new breakdown term of the time model must be placed in the report's groups."""
+    document = json.loads(invoke("perf", str(EXAMPLES / "appendix_e.yaml"), "--json"))
+    assert set(document["breakdown"]) <= set(TERM_GROUPS)
+    grouped = grouped_seconds(document["breakdown"])
+    assert sum(grouped.values()) == pytest.approx(document["step_time_s"], rel=1e-12)
+    assert grouped["EP comm, exposed"] == pytest.approx(document["breakdown"]["ep_all_to_all"])
+
+
+def test_layout_label_and_scatter_sample():
+    plan = {"tp": 1, "pp": 16, "vpp": 1, "cp": 1, "ep": 8, "etp": 1, "dp": 32,
+            "micro_batch": 2, "sharding": "zero1", "checkpointing": "full"}
+    assert layout_label(plan) == "pp16 ep8 dp32 mb2 zero1 full"
+    assert np.array_equal(scatter_sample(10), np.arange(10))
+    sample = scatter_sample(20_000, points=1000, top=100)
+    assert len(sample) == 1000 and np.array_equal(sample[:100], np.arange(100))
+    assert sample[-1] == 19_999 and np.all(np.diff(sample) > 0)
+
+
+def test_validate_ranks_within_groups():
+    from mosaic.report.html.validate_sweep_page import _ranks, rank_figure
+
+    assert _ranks([3.0, 1.0, 2.0]) == [1, 3, 2]  # 1 = fastest
+    runs = [{"id": f"r{i}", "group": "g", "measured_tokens_per_s_per_gpu": m,
+             "predicted_tokens_per_s_per_gpu": p}
+            for i, (m, p) in enumerate([(100, 90), (200, 210), (150, 100)])]
+    figure = rank_figure(runs)
+    trace = figure.data[0]
+    assert list(trace.x) == [3, 1, 2] and list(trace.y) == [3, 1, 2]
+    assert rank_figure(runs[:1]) is None
