@@ -127,13 +127,14 @@ def todo(cases: Sequence[Case], table: FamilyTable, metadata_id: str) -> list[Ca
 
 def run_family(family: str, cases: Sequence[Case], measure: Callable[[Case], dict[str, Any]],
                out_dir: Path, metadata: dict[str, Any], budget_deadline: float | None = None,
-               progress: bool = True) -> RunReport:
+               progress: bool = True, checkpoint_every_s: float = 2.0) -> RunReport:
     """Measure the cases of one family that the table lacks; checkpoint as rows arrive.
 
     ``budget_deadline`` is a ``time.monotonic()`` value after which no new case starts
-    when the mean case time says it would not finish in time.
+    when the mean case time says it would not finish in time; rows reach the disk at
+    least every ``checkpoint_every_s`` (a killed run loses at most that much work).
     """
-    table = FamilyTable(out_dir, family)
+    table = FamilyTable(out_dir, family, checkpoint_every_s)
     pending = todo(cases, table, metadata["metadata_id"])
     report = RunReport(family, planned=len(cases), already_done=len(cases) - len(pending))
     bar = Progress(len(pending), f"bench {family}", enabled=progress)

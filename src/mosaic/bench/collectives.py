@@ -1,10 +1,11 @@
 """Collectives through torch.distributed, under torchrun (NCCL on GPUs, gloo on CPU).
 
 Measured: all-gather (``all_gather_single``, formerly ``all_gather_into_tensor``),
-reduce-scatter (``reduce_scatter_single``), all-reduce, all-to-all (``all_to_all_single``, even splits and
-uneven ones) and send/recv (a ring of ``batch_isend_irecv`` inside the group), over group
-layouts (size n, rank stride s: members ``base + i·s``, as ``mosaic.perf.collectives``
-describes TP/EP/DP groups), message sizes from ``min_bytes`` to ``max_bytes``.
+reduce-scatter (``reduce_scatter_single``), all-reduce, all-to-all
+(``all_to_all_single``, even splits and uneven ones) and send/recv (a ring of
+``batch_isend_irecv`` inside the group), over group layouts (size n, rank stride s:
+members ``base + i·s``, as ``mosaic.perf.collectives`` describes TP/EP/DP groups),
+message sizes from ``min_bytes`` to ``max_bytes``.
 
 Sizes and bus bandwidth follow nccl-tests (doc/PERFORMANCE.md): all-gather and
 reduce-scatter take the full buffer, all-reduce the buffer, all-to-all the per-rank send

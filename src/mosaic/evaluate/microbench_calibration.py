@@ -93,8 +93,7 @@ def load_tables(directory: Path, metadata_id: str | None = None
     frames = {f: ok_rows(read_family(directory, f))
               for f in ("gemm", "grouped", "attention", "kernels", "collectives")}
     runs = read_metadata(directory).get("runs", {})
-    chosen = metadata_id or _newest_id(directory, {k: v for k, v in frames.items()
-                                                   if k != "collectives"} or frames)
+    chosen = metadata_id or _newest_id(directory, frames)
     if chosen not in runs:
         raise MosaicInputError(f"{directory}: metadata id {chosen!r} not in metadata.json; "
                                f"known: {', '.join(runs) or 'none'}")
@@ -270,7 +269,13 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                               ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(calibration document, fit report with per-family error) from a bench directory."""
     tables, metadata, collective_meta = load_tables(directory, metadata_id)
-    ref = reference(tables, metadata, device)
+    if any(not tables[f].empty for f in ("gemm", "grouped", "attention", "kernels")):
+        ref = reference(tables, metadata, device)
+    else:  # collectives only: no kernel fractions, so no reference rates are needed
+        catalog = _catalog_device(device or str(metadata.get("device_name")))
+        ref = Reference(DeviceRates(float("nan"), float("nan"), 1),
+                        catalog.name if catalog else str(metadata.get("device_name")),
+                        catalog is not None, "no kernel tables (collectives only)")
     rates = ref.rates
     block: dict[str, Any] = {"applies_to": [ref.device if ref.in_catalog else ANY_DEVICE]}
     report: dict[str, Any] = {"metadata_id": metadata["metadata_id"],
