@@ -26,6 +26,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.plan.analysis import (
@@ -37,6 +38,7 @@ from mosaic.plan.analysis import (
 )
 from mosaic.plan.cost import cheapest_plan, run_cost
 from mosaic.plan.envelope import (
+    DEFAULT_STACK,
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
     TABLE3_NODES,
@@ -125,6 +127,9 @@ Tpp = Annotated[str, typer.Option("--tpp", help="Tokens per active parameter MIN
 SMin = Annotated[float, typer.Option("--s-min", help="Sparsity guard S >= s_min.")]
 Workers = Annotated[int | None, typer.Option(
     "--workers", help="Processes for the layout search (default: all CPUs).")]
+StackOpt = Annotated[str | None, typer.Option(
+    "--stack", help="Software stack of every candidate (see docs/stacks.md; default: the "
+    "calibration profile's, else megatron-core).")]
 PlotDir = Annotated[Path | None, typer.Option(
     "--plot", help="Write figures (PNG and SVG) into this directory.")]
 
@@ -140,7 +145,7 @@ def build_inputs(
     days: float, goodput: float | None, mtbf_gpu_hours: float | None,
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
     memory_fraction: float, q: str, experts: str, top_k: str, split_factor: str, tpp: str,
-    s_min: float,
+    s_min: float, stack: str = DEFAULT_STACK,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     node_type = resolve_system(gpu, system)
@@ -150,6 +155,7 @@ def build_inputs(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
         global_batch=global_batch, seq_len=seq_len, usable_memory_fraction=memory_fraction,
+        stack=stack,
     )
     tpp_min, tpp_max = parse_tpp(tpp)
     space = SearchSpace(
@@ -166,6 +172,18 @@ def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
     law = default_law() if law_file is None else ScalingLaw.load(law_file)
     return law, load_calibration(calibration_file)
+
+
+def plan_stack(stack: str | None, calibration: Calibration) -> str:
+    """The stack a plan runs on: the user's, else the calibration profile's, else the
+    default (the stack is named in every plan's output)."""
+    return stack or calibration.stack or DEFAULT_STACK
+
+
+def calibration_document(calibration: Calibration) -> dict[str, Any]:
+    """Which calibration a result used, for its JSON and report."""
+    return {"name": calibration.name, "description": calibration.description,
+            "provenance": calibration.provenance}
 
 
 @contextmanager
@@ -197,6 +215,13 @@ def require_trainable(result: PlanResult) -> None:
     raise MosaicInputError(f"no geometry of the grid is trainable on {result.envelope.n_nodes} "
                            f"nodes in {result.envelope.days:g} days ({summary}); add nodes or "
                            f"days, or lower --tpp")
+
+
+def _prepare_outputs(plot_dir: Path | None, html: Path | None) -> None:
+    if plot_dir is not None:
+        prepare_output_dir(plot_dir, "--plot")
+    if html is not None:
+        check_output_file(html, "--html")
 
 
 # --- mosaic plan ---------------------------------------------------------------------------
@@ -258,16 +283,18 @@ def plan(
         "--bootstrap-samples", help="Law coefficient samples (JSON or CSV, docs/plan.md).")
     ] = None,
     workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
-    html: HtmlOption = None,
+    html: HtmlOption = None, stack: StackOpt = None,
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
+    _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
+    law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
-        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
-    law, calibration = load_models(law_file, calibration_file)
+        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
+        stack=plan_stack(stack, calibration))
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
@@ -282,6 +309,7 @@ def plan(
                                      day_list, price_per_gpu_hour,
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)
     document = plan_report.plan_document(result, cost)
+    document["calibration"] = calibration_document(calibration)
     analysis, written = _analysis(result, law, plot_dir)
     document.update(analysis)
     uncertainty = None if samples is None else propagate(result, law, samples)
@@ -296,7 +324,7 @@ def plan(
     if as_json:
         print_json(document)
         return
-    render.print_envelope(result, cost)
+    render.print_envelope(result, cost, calibration.name)
     render.print_optimum(document["optimum"])
     render.print_ranking(result, top, uncertainty)
     render.print_comparison(document["model_flops_comparison"])
@@ -340,6 +368,7 @@ def sweep_days_command(
     html: HtmlOption = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
+    _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     windows = parse_floats("--values", values)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
@@ -374,6 +403,7 @@ def sweep_nodes_command(
     plot_dir: PlotDir = None, html: HtmlOption = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
+    _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     node_counts = parse_ints("--values", values)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node, days=days,

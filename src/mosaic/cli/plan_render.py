@@ -42,7 +42,7 @@ def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     return " ".join(parts)
 
 
-def print_envelope(result: PlanResult, cost: RunCost) -> None:
+def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "default") -> None:
     envelope = result.envelope
     goodput = envelope.goodput.describe(envelope.n_devices)
     rows = [
@@ -51,6 +51,7 @@ def print_envelope(result: PlanResult, cost: RunCost) -> None:
         ("window", f"{envelope.days:g} days"),
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"),
+        ("stack / calibration", f"{envelope.stack} / {calibration}"),
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
         ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
     ]

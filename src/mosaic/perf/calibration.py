@@ -59,6 +59,7 @@ class _CalibrationFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     description: str = ""
+    stack: str | None = None
     provenance: str
     fitted_constants: tuple[str, ...] | None = None
     at_bounds: tuple[str, ...] = ()
@@ -98,6 +99,7 @@ class Calibration:
     description: str = ""  # what stack and platform the profile describes (kept by refits)
     microbench: MicrobenchConstants | None = None  # measured kernel/collective constants
     microbench_document: dict[str, Any] | None = field(default=None, compare=False)
+    stack: str | None = None  # the stack it describes: plans that name none use it
 
     def stack_multiplier(self, stack: str) -> float:
         """Multiplier for a software stack; the ``default`` entry (else 1.0) for a stack the
@@ -122,6 +124,8 @@ class Calibration:
         document: dict[str, Any] = {"name": self.name}
         if self.description:
             document["description"] = self.description
+        if self.stack:
+            document["stack"] = self.stack
         document["provenance"] = self.provenance
         if self.fitted_constants != FITTABLE_CONSTANTS:
             document["fitted_constants"] = list(self.fitted_constants)
@@ -145,7 +149,7 @@ def _from_document(document: dict[str, Any], where: str) -> Calibration:
                                f"{', '.join(FITTABLE_CONSTANTS)}")
     return Calibration(name=parsed.name, provenance=parsed.provenance, sources=sources,
                        fitted_constants=tuple(fitted), at_bounds=parsed.at_bounds,
-                       description=parsed.description,
+                       description=parsed.description, stack=parsed.stack,
                        microbench=None if parsed.microbench is None else parse_block(
                            parsed.microbench, f"{where}: microbench"),
                        microbench_document=parsed.microbench, **values)

@@ -32,7 +32,7 @@ first rule it breaks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from math import gcd
 from typing import Any
 
@@ -210,12 +210,36 @@ def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
     return i_tp[keep], i_pp[keep], i_cp[keep]
 
 
+def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
+    """``limits`` narrowed to the layouts the workload's stack offers (stack traits
+    ``layout_sharding`` and ``layout_vpp``); an empty intersection is an error."""
+    traits = workload.traits
+    changes: dict[str, Any] = {}
+    if traits.layout_sharding is not None:
+        offered = {Sharding.parse(name) for name in traits.layout_sharding}
+        kept = [mode for mode in limits.sharding if mode in offered]
+        if not kept:
+            raise MosaicInputError(
+                f"layout sharding: stack {traits.name!r} offers only "
+                f"{', '.join(traits.layout_sharding)}")
+        changes["sharding"] = kept
+    if traits.layout_vpp is not None:
+        wanted = DEFAULT_VPP if limits.vpp is None else limits.vpp
+        kept_vpp = [v for v in wanted if v in traits.layout_vpp]
+        if not kept_vpp:
+            raise MosaicInputError(
+                f"layout vpp: stack {traits.name!r} offers only vpp in {traits.layout_vpp}")
+        changes["vpp"] = tuple(kept_vpp)
+    return replace(limits, **changes) if changes else limits
+
+
 def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,
                     limits: LayoutLimits) -> ParallelPlans:
     """Every candidate plan of the grid (see module doc), before the divisibility rules."""
     if n_devices < 1 or domain_gpus < 1:
         raise MosaicInputError(f"layout search needs n_devices >= 1 and domain_gpus >= 1, "
                                f"got {n_devices} and {domain_gpus}")
+    limits = stack_limits(limits, workload)
     moe = workload.geometry.moe
     tp, etp = _tp_etp_pairs(workload, n_devices, domain_gpus, limits)
     pp, vpp = _pp_vpp_pairs(workload, n_devices, limits)

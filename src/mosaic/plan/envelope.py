@@ -14,11 +14,15 @@ from typing import Any
 from mosaic.arch import LadderGrid, enumerate_ladder_grid
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system, shipped_catalog
+from mosaic.limits import check_range
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import Precision
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
+from mosaic.stacks import get_stack
 
 SECONDS_PER_DAY = 86_400.0
+# The stack a plan assumes when neither the user nor the calibration profile names one.
+DEFAULT_STACK = "megatron-core"
 
 # Table 3 (Sec. 7.3).
 TABLE3_SYSTEM = "p6-b200.48xlarge"
@@ -82,8 +86,7 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
     """
     if gpus_per_node == system.gpus_per_node:
         return system
-    if gpus_per_node < 1:
-        raise MosaicInputError(f"--gpus-per-node must be >= 1, got {gpus_per_node}")
+    check_range("--gpus-per-node", gpus_per_node, "gpus_per_node", integer=True)
     domain = system.scale_up_domain_gpus
     if domain == system.gpus_per_node:
         domain = gpus_per_node
@@ -114,6 +117,8 @@ class Envelope:
         seq_len: T_seq, tokens per sequence.
         precision: GEMM precision of the run (MFU is against the bf16 peak either way).
         usable_memory_fraction: share of device memory a layout may fill.
+        stack: software stack every candidate runs on (:mod:`mosaic.stacks`); its traits
+            shape the time model and the layouts a search may use.
     """
 
     system: System
@@ -124,19 +129,20 @@ class Envelope:
     seq_len: int = TABLE3_SEQ_LEN
     precision: Precision = Precision.BF16
     usable_memory_fraction: float = 1.0
+    stack: str = DEFAULT_STACK
 
     def __post_init__(self) -> None:
+        get_stack(self.stack)  # an unknown stack names the known ones
         if not 0.0 < self.usable_memory_fraction <= 1.0:
             raise MosaicInputError(
                 f"memory fraction must be in (0, 1], got {self.usable_memory_fraction}")
-        if not (isinstance(self.n_nodes, int) and self.n_nodes >= 1):
-            raise MosaicInputError(f"nodes must be an integer >= 1, got {self.n_nodes!r}")
-        if not (math.isfinite(self.days) and self.days > 0):
-            raise MosaicInputError(f"days must be a positive number, got {self.days!r}")
-        for name in ("global_batch", "seq_len"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
-                raise MosaicInputError(f"{name} must be a positive integer, got {value!r}")
+        # Physical ranges before any work (mosaic.limits): the same bounds in every command.
+        check_range("nodes", self.n_nodes, "nodes", integer=True)
+        check_range("days", self.days, "days")
+        check_range("global_batch", self.global_batch, "global_batch", integer=True)
+        check_range("seq_len", self.seq_len, "seq_len", integer=True)
+        check_range("devices (nodes x GPUs per node)", self.n_nodes * self.system.gpus_per_node,
+                    "devices", integer=True)
         object.__setattr__(self, "precision", Precision(self.precision))
 
     @property
@@ -193,6 +199,7 @@ class Envelope:
             "global_batch": self.global_batch,
             "seq_len": self.seq_len,
             "precision": str(self.precision),
+            "stack": self.stack,
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,
             "c_peak_flops": self.c_peak_flops,
@@ -226,8 +233,17 @@ class SearchSpace:
     tpp_max: float = TABLE3_TPP[1]
 
     def __post_init__(self) -> None:
-        for name in ("q", "experts", "top_k", "split_factor"):
-            object.__setattr__(self, name, _positive_ints(name, tuple(getattr(self, name))))
+        kinds = {"q": "ladder_q", "experts": "experts", "top_k": "experts",
+                 "split_factor": "split_factor"}
+        for name, kind in kinds.items():
+            values = _positive_ints(name, tuple(getattr(self, name)))
+            for value in values:
+                check_range(f"--{name.replace('_', '-')}", value, kind, integer=True)
+            object.__setattr__(self, name, values)
+        size = len(self.q) * len(self.experts) * len(self.top_k) * len(self.split_factor)
+        check_range("grid size (q x E x K x G values)", size, "grid", integer=True)
+        for name in ("tpp_min", "tpp_max"):
+            check_range(f"--tpp {name[4:]}", getattr(self, name), "tpp")
         if not (math.isfinite(self.s_min) and 0 <= self.s_min < 1):
             raise MosaicInputError(f"s_min must be in [0, 1), got {self.s_min!r}")
         if not (math.isfinite(self.tpp_min) and math.isfinite(self.tpp_max)

@@ -86,6 +86,7 @@ def _workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
         global_batch=envelope.global_batch,
         seq_len=envelope.seq_len,
         precision=envelope.precision,
+        stack=envelope.stack,
     )
 
 

@@ -48,6 +48,8 @@ class _Entry(BaseModel):
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: Literal["none", "selective", "full"]
+    layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
+    layout_vpp: tuple[int, ...] | None = None
     source: str = Field(min_length=1)
 
 
@@ -70,6 +72,8 @@ class StackTraits:
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: str
+    layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
+    layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     source: str
 
 
