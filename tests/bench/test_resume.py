@@ -1,0 +1,94 @@
+"""Atomic, resumable tables: a run killed mid-way continues where it stopped, a rerun with
+the same metadata measures nothing, new metadata measures anew."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+
+from mosaic.bench.cases import Case, run_family
+from mosaic.bench.store import FamilyTable, read_family, read_metadata, record_metadata
+
+KEYS = [f"case{i}" for i in range(8)]
+
+# A run in a child process: case "case4" kills its own process with SIGKILL (no cleanup,
+# no flush), the way an OOM killer or a lost node would.
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from mosaic.bench.cases import Case, run_family
+    out, kill_at = Path(sys.argv[1]), sys.argv[2]
+    cases = [Case("toy", f"case{i}", {"size": i}) for i in range(8)]
+    def measure(case):
+        if case.key == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"time_s": 1.0 + case.columns["size"]}
+    run_family("toy", cases, measure, out, {"metadata_id": "m1"}, progress=False,
+               checkpoint_every_s=0.0)
+""")
+
+
+def run_child(out: Path, kill_at: str) -> int:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    return subprocess.run([sys.executable, "-c", CHILD, str(out), kill_at], env=env,
+                          timeout=120, check=False).returncode
+
+
+def test_killed_run_resumes_and_ends_with_the_same_table(tmp_path):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    assert run_child(killed, "case4") == -signal.SIGKILL
+    partial = read_family(killed, "toy")
+    assert partial["case"].tolist() == KEYS[:4]  # everything before the kill was kept
+    assert not list(killed.glob(".*tmp*"))  # no half-written file left behind
+    assert run_child(killed, "none") == 0  # rerun: measures only what is missing
+    assert run_child(clean, "none") == 0
+    resumed, uninterrupted = read_family(killed, "toy"), read_family(clean, "toy")
+    assert resumed["case"].tolist() == KEYS
+    columns = ["case", "size", "time_s", "status", "metadata_id"]
+    pd.testing.assert_frame_equal(resumed[columns], uninterrupted[columns])
+    assert read_family(killed, "toy")["case"].is_unique
+    assert (killed / "toy.csv").exists()
+
+
+def test_rerun_with_same_metadata_skips_and_new_metadata_remeasures(tmp_path):
+    cases = [Case("toy", k, {"size": i}) for i, k in enumerate(KEYS[:3])]
+    calls = []
+
+    def measure(case):
+        calls.append(case.key)
+        return {"time_s": 0.5}
+
+    first = run_family("toy", cases, measure, tmp_path, {"metadata_id": "a"}, progress=False)
+    again = run_family("toy", cases, measure, tmp_path, {"metadata_id": "a"}, progress=False)
+    upgraded = run_family("toy", cases, measure, tmp_path, {"metadata_id": "b"}, progress=False)
+    assert (first.measured, again.measured, again.already_done) == (3, 0, 3)
+    assert upgraded.measured == 3
+    assert calls == KEYS[:3] * 2
+    table = read_family(tmp_path, "toy")
+    assert sorted(table["metadata_id"].unique()) == ["a", "b"]
+    assert FamilyTable(tmp_path, "toy").done("a") == set(KEYS[:3])
+
+
+def test_time_budget_leaves_cases_for_a_rerun(tmp_path):
+    import time
+
+    cases = [Case("toy", k, {}) for k in KEYS[:4]]
+    report = run_family("toy", cases, lambda c: {"time_s": 1.0}, tmp_path, {"metadata_id": "a"},
+                        budget_deadline=time.monotonic() - 1.0, progress=False)
+    assert (report.measured, report.left_for_budget) == (0, 4)
+    report = run_family("toy", cases, lambda c: {"time_s": 1.0}, tmp_path, {"metadata_id": "a"},
+                        progress=False)
+    assert report.measured == 4
+
+
+def test_metadata_file_keeps_every_run(tmp_path):
+    record_metadata(tmp_path, {"metadata_id": "a", "device_name": "x"})
+    record_metadata(tmp_path, {"metadata_id": "b", "device_name": "y"})
+    record_metadata(tmp_path, {"metadata_id": "a", "device_name": "x2"})
+    runs = read_metadata(tmp_path)["runs"]
+    assert runs == {"a": {"metadata_id": "a", "device_name": "x2"},
+                    "b": {"metadata_id": "b", "device_name": "y"}}

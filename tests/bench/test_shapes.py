@@ -1,0 +1,94 @@
+"""What bench measures: the shapes mosaic.perf prices for a job (hand-checked on the
+paper's Appendix E job), shapes files, presets, expert loads and group layouts."""
+
+from pathlib import Path
+
+import pytest
+
+from mosaic.bench import collectives, gemm, grouped
+from mosaic.bench.cases import BenchOptions
+from mosaic.bench.shapes import TINY, shapes_from_file, shapes_from_model
+from mosaic.config.job_schema import load_job
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import cluster_for
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def paper_shapes():
+    spec = load_job(EXAMPLES / "appendix_e.yaml", [])
+    return shapes_from_model(spec.workload, spec.plan, cluster_for(spec), "paper")
+
+
+def test_appendix_e_gemm_shapes(paper_shapes):
+    # Appendix E: d=6144, 48 q heads + 8 kv heads of 128, tp=1, micro-batch 2 x 8192 tokens.
+    shapes = {(s.m, s.n, s.k) for s in paper_shapes.gemm}
+    tokens = 2 * 8192
+    assert (tokens, 6144 + 2 * 8 * 128, 6144) in shapes  # fused QKV projection
+    assert (tokens, 6144, 48 * 128) in shapes  # output projection
+    assert (tokens, 257536, 6144) in shapes  # LM head (vocab 257536, tp=1)
+
+
+def test_appendix_e_expert_and_attention_shapes(paper_shapes):
+    # 128 experts over ep=8 -> 16 local; per-expert tile M = 16384 tokens * 8 * 3 / 128.
+    grouped_shapes = {(s.groups, s.m_per_group, s.n, s.k) for s in paper_shapes.grouped}
+    assert grouped_shapes == {(16, 3072, 2 * 3840, 6144), (16, 3072, 6144, 3840)}
+    (attention,) = paper_shapes.attention
+    assert (attention.batch, attention.heads, attention.kv_heads, attention.seq,
+            attention.head_dim) == (2, 48, 8, 8192, 128)
+
+
+def test_appendix_e_collectives(paper_shapes):
+    uses = {(u.collective, u.group_size, u.message_bytes) for u in paper_shapes.collective_uses}
+    # EP dispatch: 16384 tokens x top-3 x 6144 x 2 bytes per rank, pairwise over 8 ranks.
+    assert ("all_to_all", 8, 16384 * 3 * 6144 * 2) in uses
+    assert {c for c, _, _ in uses} >= {"all_to_all"}
+
+
+def test_backward_gemm_shapes_and_dedup():
+    assert gemm.passes(10, 20, 30) == (("fwd", 10, 20, 30), ("dgrad", 10, 30, 20),
+                                        ("wgrad", 30, 20, 10))
+    cases = gemm.build_cases(TINY, BenchOptions(dtypes=("bf16",)))
+    keys = [c.key for c in cases]
+    assert len(keys) == len(set(keys))
+    assert "bf16:128x64x64" in keys and "bf16:64x128x96" in keys  # dgrad of 64x96x128
+
+
+def test_shapes_file_round_trip_and_errors(tmp_path):
+    path = tmp_path / "shapes.yaml"
+    path.write_text("gemm:\n  - {m: 8, n: 16, k: 32}\npeak_sizes: [64]\n")
+    shapes = shapes_from_file(path)
+    assert [(s.m, s.n, s.k) for s in shapes.gemm] == [(8, 16, 32)] and shapes.peak_sizes == (64,)
+    path.write_text("gemm:\n  - {m: 0, n: 16, k: 32}\n")
+    with pytest.raises(MosaicInputError, match="gemm\\[0\\]"):
+        shapes_from_file(path)
+    path.write_text("gemms: []\n")
+    with pytest.raises(MosaicInputError, match="unknown section"):
+        shapes_from_file(path)
+
+
+def test_expert_loads_balanced_and_skewed():
+    assert grouped.expert_loads(4, 10, "balanced", 1.0).tolist() == [10] * 4
+    skewed = grouped.expert_loads(4, 10, "skewed", 1.0)
+    assert skewed.sum() == 40 and skewed.min() >= 1
+    # One token each, then the 36 left in Zipf(1) shares 1, 1/2, 1/3, 1/4 (sum 25/12):
+    # 17.28, 8.64, 5.76, 4.32 -> floors 17, 8, 5, 4 and the 2 left to the largest
+    # remainders (.76, .64) -> 17, 9, 6, 4; plus one each.
+    assert skewed.tolist() == [18, 10, 7, 5]
+
+
+def test_layouts_and_groups():
+    assert collectives.group_ranks(collectives.Layout(2, 1), 8) == [[0, 1], [2, 3], [4, 5],
+                                                                   [6, 7]]
+    assert collectives.group_ranks(collectives.Layout(2, 4), 8) == [[0, 4], [1, 5], [2, 6],
+                                                                   [3, 7]]
+    layouts = collectives.layouts(world_size=8, local_size=4)
+    assert collectives.Layout(2, 4) in layouts and collectives.Layout(8, 1) in layouts
+    assert collectives.Layout(4, 4) not in layouts  # 16 ranks needed
+
+
+def test_uneven_splits_sum_to_the_buffer():
+    splits = collectives.uneven_splits(4, 1000)
+    assert (splits.sum(axis=1) == 1000).all()
+    assert len(set(splits[0].tolist())) > 1  # really uneven
