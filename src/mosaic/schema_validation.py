@@ -22,7 +22,7 @@ def describe_validation_error(exc: ValidationError, where: str) -> str:
     if first["type"] == "extra_forbidden":
         message = "unknown field"
     got = first.get("input")
-    detail = "" if first["type"] == "missing" else f" (got {got!r})"
+    detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
     more = len(exc.errors()) - 1
     suffix = f"; and {more} more problem{'s' if more > 1 else ''}" if more else ""
     return f"{where}: {field_path}: {message}{detail}{suffix}"
@@ -38,15 +38,94 @@ def validate_mapping(schema: type[SchemaT], data: Any, where: str) -> SchemaT:
         raise MosaicInputError(describe_validation_error(exc, where)) from None
 
 
+# The C loader (libyaml) parses large files several times faster than the pure-Python one;
+# both build the same objects with safe (tag-free) construction (PyYAML docs, "Installation").
+SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_FILE_BYTES = 256 * 2**20  # no input file of mosaic is near this; refuse before parsing
+MAX_NESTING = 64  # mosaic's deepest schema nests 4 levels
+MAX_NODES = 2_000_000  # values in one document (aliases counted each time they are used)
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The UTF-8 text of ``path``, or a one-line MosaicInputError saying why not."""
+    path = Path(path)
+    try:
+        if not path.exists():
+            raise MosaicInputError(f"{path}: {what} not found")
+        if path.is_dir():
+            raise MosaicInputError(f"{path}: is a directory; expected a {what}")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise MosaicInputError(f"{path}: {what} is {size:,} bytes; the limit is "
+                                   f"{MAX_FILE_BYTES:,}")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MosaicInputError(f"{_short(path)}: cannot read the {what}: "
+                               f"{exc.strerror or exc}") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MosaicInputError(f"{path}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} "
+                               f"at offset {exc.start})") from None
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML text safely: no tags, bounded nesting and size, string keys only."""
+    try:
+        data = yaml.load(text, Loader=SafeLoader)  # a safe loader: no tags
+    except yaml.YAMLError as exc:
+        raise MosaicInputError(f"{where}: malformed YAML{describe_yaml_error(exc)}") from None
+    except RecursionError:
+        raise MosaicInputError(f"{where}: YAML nested too deeply (limit {MAX_NESTING} levels)"
+                               ) from None
+    check_document_shape(data, where)
+    return data
+
+
+def check_document_shape(data: Any, where: str) -> None:
+    """Refuse non-string mapping keys, nesting beyond MAX_NESTING and huge documents.
+
+    Iterative, so neither deep nesting nor alias fan-out ("billion laughs") can recurse or
+    loop without bound.
+    """
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    visited = 0
+    while stack:
+        value, path, depth = stack.pop()
+        visited += 1
+        if visited > MAX_NODES:
+            raise MosaicInputError(f"{where}: document too large (over {MAX_NODES:,} values, "
+                                   "counting repeated aliases)")
+        if depth > MAX_NESTING:
+            raise MosaicInputError(f"{where}: {path or '(top level)'}: nested deeper than "
+                                   f"{MAX_NESTING} levels")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise MosaicInputError(
+                        f"{where}: {path or '(top level)'}: key {_shown(key)} is a "
+                        f"{type(key).__name__}; field names must be strings")
+                stack.append((item, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
     """Read a YAML file whose top level is a mapping; clear errors otherwise."""
     path = Path(path)
-    if not path.is_file():
-        raise MosaicInputError(f"{path}: file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise MosaicInputError(f"{path}: malformed YAML{describe_yaml_error(exc)}") from None
+    data = parse_yaml(read_text(path, "YAML file"), str(path))
     if data is None:
         raise MosaicInputError(f"{path}: file is empty")
     if not isinstance(data, dict):

@@ -109,7 +109,7 @@ def test_optimum_json():
     [
         (["predict", "--tokens", "1e10"], "missing --n-total"),
         (["predict", "--n-total", "-5", "--tokens", "1e10", "--sparsity", "0.9",
-          "--split-factor", "4"], "n_total must be a positive finite number, got -5"),
+          "--split-factor", "4"], "--n-total: got -5.0; allowed: a number in"),
         (["predict", "--n-total", "1e9", "--tokens", "1e10", "--sparsity", "0.9"],
          "needs split_factor"),
         (["fit", "runs.xlsx"], "unknown extension '.xlsx'"),

@@ -42,9 +42,11 @@ def test_gpus_per_node_variant_keeps_per_gpu_links():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"days": 0.0}, "days must be a positive number"),
-    ({"n_nodes": 0}, "nodes must be an integer >= 1"),
-    ({"global_batch": 0}, "global_batch must be a positive integer"),
+    ({"days": 0.0}, "days: got 0.0; allowed: a number in 1e-06..3650"),
+    ({"days": float("nan")}, "days: got nan"),
+    ({"n_nodes": 0}, "nodes: got 0; allowed: an integer in 1..1048576"),
+    ({"n_nodes": 10**12}, "more nodes than any cluster built"),
+    ({"global_batch": 0}, "global_batch: got 0; allowed: an integer"),
 ])
 def test_bad_budgets(kwargs, message):
     with pytest.raises(MosaicInputError, match=message):

@@ -20,6 +20,7 @@ import numpy as np
 from mosaic.arch.counts import build_counts, params_attention_gqa
 from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
 from mosaic.errors import MosaicInputError
+from mosaic.limits import check_range
 
 LADDER_MULTIPLIER = 4  # m in L = m·q and heads = m·q (Sec. 7.1)
 LADDER_HEAD_DIM = 128  # d_head (Sec. 7.1)
@@ -43,8 +44,7 @@ class LadderBackbone:
 
 def ladder_backbone(q: int) -> LadderBackbone:
     """Backbone of seed ``q`` (Table 9 columns L, n_head, d, d_ff)."""
-    if q <= 0:
-        raise MosaicInputError(f"ladder seed q must be a positive integer, got {q}")
+    check_range("ladder seed q", q, "ladder_q", integer=True)
     heads = LADDER_MULTIPLIER * q
     d_model = LADDER_HEAD_DIM * heads
     ffn = round(LADDER_FFN_RATIO * d_model)

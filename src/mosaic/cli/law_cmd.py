@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from mosaic.cli.common import (
 )
 from mosaic.config.model_schema import geometry_from_document
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
 from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
 from mosaic.law.forms import FORMS, get_form
@@ -32,6 +34,7 @@ from mosaic.law.optimum import (
 )
 from mosaic.law.rundata import load_run_data
 from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
+from mosaic.limits import LIMITS, check_range
 from mosaic.plan.uncertainty import LawSamples, save_samples
 from mosaic.schema_validation import load_yaml_mapping
 
@@ -77,6 +80,25 @@ class LawInputs:
     tokens: float
     sparsity: float | None
     split_factor: float | None
+
+    def __post_init__(self) -> None:
+        """Physical ranges before the law is evaluated (mosaic.limits)."""
+        check_range("--n-total", self.n_total, "n_params")
+        check_range("--tokens", self.tokens, "tokens")
+        if self.sparsity is not None:
+            check_range("--sparsity", self.sparsity, "split_factor", low=0.0, high=0.9999)
+        if self.split_factor is not None:
+            check_range("--split-factor", self.split_factor, "split_factor")
+
+
+def _physical_loss(loss: float, law: ScalingLaw) -> float:
+    """The predicted loss, or a one-line error when the law gives no physical value."""
+    if not (math.isfinite(loss) and 0.0 < loss < LIMITS['loss'].high):
+        raise MosaicInputError(
+            f"the {law.form.name} law predicts a loss of {loss:g} nats/token here, outside "
+            f"any physical range (0, {LIMITS['loss'].high:g}); the inputs or the law file's "
+            f"coefficients are far outside its data support")
+    return loss
 
 
 def _inputs_from_geometry(geometry: Geometry, tokens: float | None) -> LawInputs:
@@ -148,7 +170,8 @@ def predict(
         inputs = _inputs_from_geometry(geometry, tokens)
     else:
         inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
-    loss = float(law.predict(**asdict(inputs)))
+    with np.errstate(all="ignore"):
+        loss = _physical_loss(float(law.predict(**asdict(inputs))), law)
     if as_json:
         print_json({**asdict(inputs), "loss": loss, "form": law.form.name, "law": _law_label(law)})
         return
@@ -208,6 +231,11 @@ def fit(
     """Fit a law form to run data (Huber on log L, multi-start L-BFGS-B, held-out check)."""
     if samples_out is not None and not n_bootstrap:
         raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
+    for option, path in (("--out", out), ("--samples-out", samples_out), ("--parity", parity)):
+        if path is not None:
+            check_output_file(path, option)  # before the fit, not after it
+    _check_fit_settings(huber_delta=huber_delta, n_bootstrap=n_bootstrap, seed=seed,
+                        starts=starts, refine=refine, holdout=holdout, scan=scan)
     law_form = get_form(form)
     runs = load_run_data(data)
     if split_factor is not None:
@@ -238,7 +266,8 @@ def fit(
             for name, spread in zip(scanned.params, scanned.relative_spread, strict=True)
         }
     if parity is not None:
-        pd.DataFrame(asdict(validated.parity)).to_csv(parity, index=False)
+        with atomic_path(parity) as temp:
+            pd.DataFrame(asdict(validated.parity)).to_csv(temp, index=False)
         payload["parity_file"] = str(parity)
     if out is not None:
         provenance = {key: payload[key] for key in payload if key != "coefficients"}
@@ -249,6 +278,18 @@ def fit(
         print_json(payload)
         return
     _print_fit(payload)
+
+
+def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,
+                        refine: int, holdout: float, scan: int) -> None:
+    """Bounds of the fit's knobs, checked before the data is read."""
+    check_range("--huber-delta", huber_delta, "tpp", low=1e-6, high=100.0)
+    check_range("--bootstrap", n_bootstrap, "top", integer=True, high=100_000)
+    check_range("--seed", seed, "top", integer=True, high=2**63 - 1)
+    check_range("--starts", starts, "top", integer=True, low=1, high=10**6)
+    check_range("--refine", refine, "top", integer=True, low=1, high=min(starts, 10_000))
+    check_range("--holdout", holdout, "tpp", low=0.0, high=0.9)
+    check_range("--scan", scan, "top", integer=True, high=10_000)
 
 
 def _print_fit(payload: dict[str, Any]) -> None:
@@ -304,6 +345,10 @@ def optimum(
     as_json: JsonFlag = False,
 ) -> None:
     """Model-FLOPs-optimal (N_tot, S, D) of Eq. 16 and the peak learning rate of Eq. 17."""
+    check_range("--compute", compute, "flops")
+    if split_factor is not None:
+        check_range("--split-factor", split_factor, "split_factor")
+    check_range("--profile", profile_points, "top", integer=True, high=100_000)
     law = _load_law(law_file)
     best = compute_optimum(law, compute, split_factor, (s_min, s_max))
     payload: dict[str, Any] = {

@@ -24,6 +24,7 @@ from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_r
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
 from mosaic.evaluate.validation_report import aggregate, predict_runs, run_rows
+from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import load_calibration
 
 CV_GROUPINGS = ("source", "group", "none")
@@ -154,6 +155,7 @@ def calibrate(
         raise MosaicInputError("give RUNS (run records) or --microbench DIR")
     if cv not in CV_GROUPINGS:
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
+    check_output_file(out, "--out")  # before the fit, not after it
     record_set = _load(runs, exclude)
     excluded = list(_excluded_ids(exclude))
     start = load_calibration(base)
@@ -192,7 +194,7 @@ def calibrate(
             f"{report['cross_validation']['moe_mape']:.1%})"
         )
         report["calibration"] = fitted_doc
-    out.write_text(yaml.safe_dump(report["calibration"], sort_keys=False))
+    write_text_atomic(out, yaml.safe_dump(report["calibration"], sort_keys=False))
     if json_output:
         print_json(report)
         return

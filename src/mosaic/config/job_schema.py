@@ -14,19 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.arch import Geometry
 from mosaic.config.model_schema import geometry_from_document
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
+from mosaic.limits import LIMITS, check_pipeline
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
-from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 
 # alias -> canonical field name, per block (Appendix E names on the left).
 FIELD_ALIASES: dict[str, dict[str, str]] = {
@@ -53,9 +53,11 @@ class _Strict(BaseModel):
 
 
 class DataBlock(_Strict):
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    seq_len: int = Field(gt=0, description="tokens per sequence")
-    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    global_batch: int = Field(gt=0, le=LIMITS["global_batch"].high,
+                              description="sequences per optimizer step")
+    seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high, description="tokens per sequence")
+    micro_batch: int = Field(default=1, gt=0, le=LIMITS["micro_batch"].high,
+                             description="sequences per micro-batch")
 
 
 class PerformanceBlock(_Strict):
@@ -69,12 +71,14 @@ class OptimizerBlock(_Strict):
 
 
 class SearchBlock(_Strict):
-    devices: int | None = Field(default=None, gt=0, description="GPUs in the job")
+    devices: int | None = Field(default=None, gt=0, le=LIMITS["devices"].high,
+                                description="GPUs in the job")
 
 
 class HardwareBlock(_Strict):
     system: str = Field(description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
-    nodes: int | None = Field(default=None, gt=0, description="nodes; else search.devices")
+    nodes: int | None = Field(default=None, gt=0, le=LIMITS["nodes"].high,
+                              description="nodes; else search.devices")
     precision: Precision | None = None
     usable_memory_fraction: float = Field(
         default=1.0, gt=0, le=1, description="share of device memory a plan may fill"
@@ -89,15 +93,16 @@ class HardwareBlock(_Strict):
 
 
 class ParallelismBlock(_Strict):
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    etp: int = Field(default=1, gt=0)
-    dp: int | None = Field(default=None, gt=0, description="default: devices / (tp·pp·cp)")
+    tp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
+    pp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
+    vpp: int = Field(default=1, gt=0, le=LIMITS["vpp"].high)
+    cp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
+    ep: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
+    etp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
+    dp: int | None = Field(default=None, gt=0, le=LIMITS["parallel_degree"].high,
+                           description="default: devices / (tp·pp·cp)")
     sharding: str = "zero1"
-    hsdp_shard: int | None = Field(default=None, gt=0)
+    hsdp_shard: int | None = Field(default=None, gt=0, le=LIMITS["parallel_degree"].high)
     sequence_parallel: bool | None = Field(default=None, description="default: tp > 1")
     stack: str = "megatron-core"
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
@@ -158,7 +163,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str]) -> dict[str,
         section = result.setdefault(block, {})
         if not isinstance(section, dict):
             raise MosaicInputError(f"--set {item!r}: block {block!r} is not a mapping")
-        section[field] = yaml.safe_load(raw)
+        section[field] = parse_yaml(raw, f"--set {item!r}")
     return result
 
 
@@ -240,6 +245,11 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
             f"{where}: give parallelism.dp, search.devices or hardware.nodes"
         )
     etp = _expert_tp(document, parallel, where)
+    check_pipeline(parallel.pp, parallel.vpp, geometry.layers, where)
+    ranks = parallel.tp * parallel.pp * parallel.cp * dp
+    if ranks > LIMITS["devices"].high:
+        raise MosaicInputError(f"{where}: tp·pp·cp·dp = {ranks} devices; allowed: at most "
+                               f"{LIMITS['devices'].describe()} ({LIMITS['devices'].why})")
     plan = single_plan(
         tp=parallel.tp,
         pp=parallel.pp,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
 from mosaic.errors import MosaicInputError
+from mosaic.limits import LIMITS
 from mosaic.schema_validation import validate_mapping
 
 Precision = Literal["bf16", "fp16", "fp32", "fp8"]
@@ -25,23 +26,25 @@ class _Strict(BaseModel):
 class MLABlock(_Strict):
     """DeepSeek MLA dimensions."""
 
-    kv_lora_rank: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
-    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int = Field(gt=0, le=LIMITS["width"].high)
+    qk_nope_head_dim: int = Field(gt=0, le=LIMITS["width"].high)
+    qk_rope_head_dim: int = Field(gt=0, le=LIMITS["width"].high)
+    v_head_dim: int = Field(gt=0, le=LIMITS["width"].high)
+    q_lora_rank: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
 
 
 class ModelBlock(_Strict):
     """Backbone of a decoder-only transformer (Appendix E listing names)."""
 
-    n_layers: int = Field(gt=0, description="transformer blocks L")
-    hidden_sz: int = Field(gt=0, description="residual width d")
-    inter_sz: int = Field(gt=0, description="dense FFN hidden width d_ff")
-    n_q_heads: int = Field(gt=0, description="query heads")
-    n_kv_heads: int | None = Field(default=None, gt=0, description="KV heads; default = n_q_heads")
-    head_dim: int | None = Field(default=None, gt=0, description="default hidden_sz / n_q_heads")
-    vocab_sz: int = Field(default=50257, gt=0)
+    n_layers: int = Field(gt=0, le=LIMITS["layers"].high, description="transformer blocks L")
+    hidden_sz: int = Field(gt=0, le=LIMITS["width"].high, description="residual width d")
+    inter_sz: int = Field(gt=0, le=LIMITS["width"].high, description="dense FFN hidden width d_ff")
+    n_q_heads: int = Field(gt=0, le=LIMITS["width"].high, description="query heads")
+    n_kv_heads: int | None = Field(default=None, gt=0, le=LIMITS["width"].high,
+                                   description="KV heads; default = n_q_heads")
+    head_dim: int | None = Field(default=None, gt=0, le=LIMITS["width"].high,
+                                 description="default hidden_sz / n_q_heads")
+    vocab_sz: int = Field(default=50257, gt=0, le=LIMITS["vocab"].high)
     precision: Precision = "bf16"
     sdpa_precision: Precision = "bf16"
     glu: bool = True
@@ -57,15 +60,20 @@ class ModelBlock(_Strict):
 class MoEBlock(_Strict):
     """Routed-expert part (Appendix E names plus shared experts and dense prefix)."""
 
-    n_experts: int = Field(gt=0, description="routed experts E")
-    experts_per_token: int = Field(gt=0, description="top-K")
-    expert_inter_sz: int = Field(gt=0, description="routed expert width d_expert")
-    capacity_factor: float | None = Field(default=None, gt=0, description="None = dropless")
-    moe_frequency: int = Field(default=1, gt=0, description="every n-th block after the prefix")
-    expert_tp_degree: int = Field(default=1, gt=0, description="expert tensor parallelism")
-    n_shared_experts: int = Field(default=0, ge=0)
-    shared_expert_inter_sz: int | None = Field(default=None, gt=0)
-    n_dense_layers: int = Field(default=0, ge=0, description="leading dense blocks")
+    n_experts: int = Field(gt=0, le=LIMITS["experts"].high, description="routed experts E")
+    experts_per_token: int = Field(gt=0, le=LIMITS["experts"].high, description="top-K")
+    expert_inter_sz: int = Field(gt=0, le=LIMITS["width"].high,
+                                 description="routed expert width d_expert")
+    capacity_factor: float | None = Field(default=None, gt=0, le=1024, allow_inf_nan=False,
+                                          description="None = dropless")
+    moe_frequency: int = Field(default=1, gt=0, le=LIMITS["layers"].high,
+                               description="every n-th block after the prefix")
+    expert_tp_degree: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high,
+                                  description="expert tensor parallelism")
+    n_shared_experts: int = Field(default=0, ge=0, le=LIMITS["experts"].high)
+    shared_expert_inter_sz: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
+    n_dense_layers: int = Field(default=0, ge=0, le=LIMITS["layers"].high,
+                                description="leading dense blocks")
 
 
 def _attention_kind(block: ModelBlock, kv_heads: int) -> AttentionKind:

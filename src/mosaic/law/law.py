@@ -147,7 +147,9 @@ class ScalingLaw:
             raise MosaicInputError(f"{source}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        from mosaic.io_atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> ScalingLaw:

@@ -210,19 +210,7 @@ class RunData:
 
 def load_run_data(path: str | Path) -> RunData:
     """Read run data from a .csv or .parquet file and validate it."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".parquet", ".pq"):
-        raise MosaicInputError(
-            f"run data file {str(path)!r}: unknown extension {suffix!r}; "
-            "allowed: .csv, .parquet, .pq"
-        )
-    if not path.is_file():
-        raise MosaicInputError(f"run data file {str(path)!r} does not exist or is not a file")
-    try:
-        frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
-    except pd.errors.EmptyDataError:
-        raise MosaicInputError(f"run data file {str(path)!r} is empty") from None
-    except (pd.errors.ParserError, OSError, ValueError) as exc:
-        raise MosaicInputError(f"run data file {str(path)!r} could not be read: {exc}") from None
+    from mosaic.table_files import read_table
+
+    frame = read_table(path, "run data file", allow_no_rows=True)
     return RunData.from_frame(frame, source=str(path))

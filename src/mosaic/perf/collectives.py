@@ -518,12 +518,9 @@ def _between_sizes(curves: list[_Curve], n: np.ndarray, log_bytes: np.ndarray) -
 
 
 def _read_table(path: Path) -> pd.DataFrame:
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    if path.suffix in (".parquet", ".pq"):
-        return pd.read_parquet(path)
-    raise MosaicInputError(f"measured table {path}: unknown format {path.suffix!r}; "
-                           "allowed: .csv, .parquet")
+    from mosaic.table_files import read_table
+
+    return read_table(path, "measured collective table")
 
 
 def _validate_table(frame: pd.DataFrame) -> None:

@@ -338,13 +338,9 @@ class _KernelTable:
     @classmethod
     def from_file(cls, path: str | Path) -> _KernelTable:
         """Load a CSV or Parquet file of measurements."""
-        path = Path(path)
-        if path.suffix == ".csv":
-            return cls(pd.read_csv(path))
-        if path.suffix in (".parquet", ".pq"):
-            return cls(pd.read_parquet(path))
-        raise MosaicInputError(f"{cls._NAME} table {path}: unknown format {path.suffix!r}; "
-                               "allowed: .csv, .parquet")
+        from mosaic.table_files import read_table
+
+        return cls(read_table(path, f"{cls._NAME} table"))
 
     def _flops(self, frame: pd.DataFrame) -> np.ndarray:
         return 2.0 * np.prod(frame[list(self._DIMS)].to_numpy(float), axis=1)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import write_text_atomic
 from mosaic.law import BootstrapResult, ScalingLaw
 from mosaic.law.forms import LawForm, get_form
 from mosaic.plan.search import PlanResult
@@ -61,7 +62,7 @@ def save_samples(samples: LawSamples, path: str | Path) -> None:
     payload = {"format": SAMPLES_FORMAT, "form": samples.form.name,
                "params": list(samples.form.params),
                "log_coefficients": samples.log_coefs.tolist()}
-    Path(path).write_text(json.dumps(payload) + "\n")
+    write_text_atomic(path, json.dumps(payload) + "\n")
 
 
 def load_samples(path: str | Path, form_name: str = "joint") -> LawSamples:

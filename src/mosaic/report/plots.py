@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from mosaic.io_atomic import atomic_path
 from mosaic.plan.analysis import FlopCostProfile, ModelFlopsComparison, SparsityFrontier
 from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint, optimum_losses
@@ -37,8 +38,9 @@ def save_figure(figure: Figure, directory: str | Path, stem: str) -> list[Path]:
     with mpl.rc_context({"svg.hashsalt": "mosaic"}):
         for fmt in FORMATS:
             path = directory / f"{stem}.{fmt}"
-            figure.savefig(path, format=fmt, dpi=DPI, metadata=_METADATA[fmt],
-                           bbox_inches="tight")
+            with atomic_path(path) as temp:  # never a truncated figure (mosaic.io_atomic)
+                figure.savefig(temp, format=fmt, dpi=DPI, metadata=_METADATA[fmt],
+                               bbox_inches="tight")
             paths.append(path)
     return paths
 

@@ -1,0 +1,105 @@
+"""Output files: checked before work starts, written atomically (temp file + rename).
+
+An interrupted command never leaves a truncated output: the data goes to a temporary file
+in the target's directory, is flushed to disk, and replaces the target with ``os.replace``
+(atomic on POSIX and Windows when both are on one file system; Python docs, os.replace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from mosaic.errors import MosaicInputError
+
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux (limits.h)
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written.
+
+    The parent directory must exist and be writable, the path must not be a directory.
+    """
+    path = Path(path)
+    text = str(path)
+    if not text or len(text) > MAX_PATH_CHARS or "\0" in text:
+        raise MosaicInputError(f"{option}: not a usable path ({len(text)} characters)")
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        if path.is_dir():
+            raise MosaicInputError(f"{option} {_short(path)}: is a directory; give a file name")
+        if not parent.is_dir():
+            raise MosaicInputError(f"{option} {_short(path)}: directory {_short(parent)} does "
+                                   "not exist; create it first")
+    except OSError as exc:  # name too long, ...
+        raise MosaicInputError(f"{option} {_short(path)}: {exc.strerror or exc}") from None
+    if not os.access(parent, os.W_OK):
+        raise MosaicInputError(f"{option} {_short(path)}: directory {_short(parent)} is not "
+                               "writable")
+    return path
+
+
+def prepare_output_dir(path: str | Path, option: str) -> Path:
+    """Create an output directory (and its parents) before any work, or a one-line error."""
+    path = Path(path)
+    if len(str(path)) > MAX_PATH_CHARS:
+        raise MosaicInputError(f"{option}: path longer than {MAX_PATH_CHARS} characters")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise MosaicInputError(f"{option} {_short(path)}: exists and is not a directory"
+                               ) from None
+    except OSError as exc:
+        raise MosaicInputError(f"{option} {_short(path)}: cannot create the directory: "
+                               f"{exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK):
+        raise MosaicInputError(f"{option} {_short(path)}: directory is not writable")
+    return path
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path next to ``path``; on success it replaces ``path`` atomically.
+
+    For writers that want a file name (matplotlib's savefig, pandas' to_csv): write to the
+    yielded path; on an exception the temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                         dir=path.parent if str(path.parent) else ".")
+    os.close(handle)
+    temp = Path(temp_name)
+    try:
+        yield temp
+        with open(temp, "rb+") as written:
+            os.fsync(written.fileno())
+        os.chmod(temp, 0o666 & ~_umask())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_path(path) as temp:
+        temp.write_bytes(data)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))

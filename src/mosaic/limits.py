@@ -1,0 +1,114 @@
+"""Physical ranges of every input, checked once at the boundary before any work starts.
+
+One table for every command (job files, run records, flags, the planner's envelope), so
+the same absurd value is refused the same way everywhere (issue 11). The bounds are
+generous: each is far beyond any machine or run published to date, and tight enough that
+no array sized by an input can outgrow memory and no loop runs for minutes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mosaic.errors import MosaicInputError
+
+
+@dataclass(frozen=True)
+class Range:
+    """Inclusive range of one quantity, with why it is bounded there."""
+
+    low: float
+    high: float
+    why: str
+
+    def describe(self) -> str:
+        return f"{_fmt(self.low)}..{_fmt(self.high)}"
+
+
+def _fmt(value: float) -> str:
+    if float(value).is_integer() and abs(value) < 1e7:
+        return str(int(value))
+    return f"{value:g}"
+
+
+# Largest AI clusters announced are ~10^5-10^6 accelerators (xAI Colossus 200k GPUs, 2025).
+MAX_DEVICES = 2**20
+LIMITS: dict[str, Range] = {
+    "devices": Range(1, MAX_DEVICES, "more accelerators than any cluster built"),
+    "nodes": Range(1, MAX_DEVICES, "more nodes than any cluster built"),
+    # NVIDIA's largest announced NVLink domain is 576 GPUs (Vera Rubin NVL576, GTC 2025).
+    "gpus_per_node": Range(1, 576, "the largest NVLink domain announced (NVL576)"),
+    "parallel_degree": Range(1, MAX_DEVICES, "a degree cannot exceed the devices"),
+    "vpp": Range(1, 1024, "virtual stages per rank; each needs at least one layer"),
+    "micro_batch": Range(1, 2**20, "sequences per micro-batch"),
+    "global_batch": Range(1, 2**24, "sequences per optimizer step"),
+    "seq_len": Range(1, 2**24, "tokens per sequence (16 M, beyond any published context)"),
+    "layers": Range(1, 2**14, "transformer blocks"),
+    "width": Range(1, 2**20, "model widths (d_model, d_ff, d_expert, heads, head_dim)"),
+    "vocab": Range(1, 2**24, "vocabulary entries"),
+    "experts": Range(1, 2**20, "routed experts (PEER, 2024, uses ~10^6 experts)"),
+    "days": Range(1e-6, 3650.0, "a training window of at most ten years"),
+    "seconds": Range(0.0, 1e9, "a duration of at most ~30 years"),
+    "hours": Range(1e-6, 1e9, "hours"),
+    # Law inputs: the joint law (Eq. 10) is fitted on 1e8..1e11 parameters and 1e9..1e11
+    # tokens (App. C); predictions far outside are extrapolations, but below a million
+    # parameters or tokens, or above 1e16 / 1e18, they are no longer a pretraining run.
+    "n_params": Range(1e6, 1e16, "parameters of a trainable model"),
+    "tokens": Range(1e6, 1e18, "training tokens"),
+    "flops": Range(1e12, 1e32, "training FLOPs"),
+    "split_factor": Range(1, 1024, "expert split factor G"),
+    # Cross-entropy of a language model: ln(vocab) < 17 nats for any real vocabulary.
+    "loss": Range(0.0, 50.0, "nats per token"),
+    "ladder_q": Range(1, 1024, "ladder seed q (d_model = 256·q stays below 2^20)"),
+    "tpp": Range(1e-3, 1e6, "tokens per active parameter"),
+    "grid": Range(1, 10**6, "geometries in one search grid"),
+    "workers": Range(1, 1024, "worker processes"),
+    "top": Range(0, 10**6, "rows to print"),
+}
+
+
+def check_range(field: str, value: float | int, kind: str, *, integer: bool = False,
+                low: float | None = None, high: float | None = None) -> None:
+    """Raise a one-line MosaicInputError unless ``value`` lies in ``LIMITS[kind]``.
+
+    ``low``/``high`` narrow the range for one use. Booleans are refused where numbers
+    are expected, and NaN/inf are refused everywhere.
+    """
+    bounds = LIMITS[kind]
+    lo = bounds.low if low is None else low
+    hi = bounds.high if high is None else high
+    allowed = f"{'an integer' if integer else 'a number'} in {_fmt(lo)}..{_fmt(hi)}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
+    if integer and not isinstance(value, int) and not (
+            math.isfinite(value) and float(value).is_integer()):
+        raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
+    finite = isinstance(value, int) or math.isfinite(value)
+    if not finite or not lo <= value <= hi:
+        shown = value if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+        why = f" ({bounds.why})" if finite and value > hi else ""
+        raise MosaicInputError(f"{field}: got {shown}; allowed: {allowed}{why}")
+
+
+def require_finite(field: str, value: float, *, positive: bool = False) -> float:
+    """``value`` as a float, or a one-line error if it is NaN/inf (or not > 0 if asked)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MosaicInputError(f"{field}: got {value!r}; allowed: a finite number")
+    number = float(value) if abs(value) < 1e308 or isinstance(value, float) else math.inf
+    if not math.isfinite(number) or (positive and number <= 0):
+        what = "a finite number > 0" if positive else "a finite number"
+        raise MosaicInputError(f"{field}: got {value!r}; allowed: {what}")
+    return number
+
+
+def check_pipeline(pp: int, vpp: int, layers: int, where: str) -> None:
+    """Every virtual pipeline stage holds at least one block: pp·vpp <= layers.
+
+    The same rule in every command (perf, layouts, validate), so an absurd depth is refused
+    before any schedule is built (a 10^6-deep pipeline otherwise loops for minutes).
+    """
+    if pp * vpp > layers:
+        raise MosaicInputError(
+            f"{where}: pp·vpp = {pp}·{vpp} = {pp * vpp} pipeline stages for {layers} layers; "
+            f"allowed: pp·vpp <= layers (each stage holds at least one layer)")

@@ -1,0 +1,60 @@
+"""Read a measured table (CSV or Parquet) with one-line errors for every way it can fail.
+
+One reader for run data (law fits), kernel and collective tables: missing, empty,
+non-UTF-8, malformed or truncated files and a missing Parquet engine all become a
+MosaicInputError naming the file, instead of a pandas/pyarrow traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import MAX_FILE_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = False
+               ) -> pd.DataFrame:
+    """The rows of a .csv/.parquet file as a DataFrame (at least one unless allowed)."""
+    import pandas as pd
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise MosaicInputError(f"{what} {path}: unknown extension {suffix!r}; allowed: "
+                               f"{', '.join(TABLE_SUFFIXES)}")
+    try:
+        if not path.is_file():
+            raise MosaicInputError(f"{what} {path}: does not exist or is not a file")
+        size = path.stat().st_size
+    except OSError as exc:
+        raise MosaicInputError(f"{what}: cannot read {str(path)[:120]}: {exc.strerror}"
+                               ) from None
+    if size == 0:
+        raise MosaicInputError(f"{what} {path}: file is empty")
+    if size > MAX_FILE_BYTES:
+        raise MosaicInputError(f"{what} {path}: {size:,} bytes; the limit is "
+                               f"{MAX_FILE_BYTES:,}")
+    try:
+        frame = (pd.read_csv(path, encoding="utf-8") if suffix == ".csv"
+                 else pd.read_parquet(path))
+    except ImportError:
+        raise MosaicInputError(f"{what} {path}: reading Parquet needs `pip install pyarrow`"
+                               ) from None
+    except pd.errors.EmptyDataError:
+        raise MosaicInputError(f"{what} {path}: file is empty") from None
+    except UnicodeDecodeError as exc:
+        raise MosaicInputError(f"{what} {path}: not UTF-8 text (offset {exc.start})") from None
+    except (pd.errors.ParserError, OSError, ValueError, TypeError) as exc:
+        # pyarrow's ArrowInvalid is a ValueError
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MosaicInputError(f"{what} {path}: could not be read: {message}") from None
+    if len(frame) == 0 and not allow_no_rows:
+        raise MosaicInputError(f"{what} {path}: has a header but no rows")
+    return frame
