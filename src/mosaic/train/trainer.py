@@ -373,3 +373,16 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
         return trainer.run(stop_after_steps, log)
     finally:
         shutdown(trainer.context)
+
+
+def format_record(record: dict[str, Any]) -> str:
+    """One human line per logged step."""
+    line = (f"step {record['step']:>6}  loss {record['loss']:.4f}  "
+            f"smoothed {record['smoothed_loss']:.4f}  lr {record['lr']:.3e}  "
+            f"{record['tokens_per_s']:.4g} tok/s")
+    if record.get("mfu_paper") is not None:
+        line += f"  MFU {100 * record['mfu_paper']:.1f}%"
+    router = record.get("router")
+    if router:
+        line += f"  load max/mean {max(router['load_max_over_mean']):.2f}"
+    return line

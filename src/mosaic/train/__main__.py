@@ -1,0 +1,49 @@
+"""``python -m mosaic.train JOB.yaml --out DIR`` — the launcher-friendly entry point.
+
+Single process: ``python -m mosaic.train job.yaml --out runs/a``. Data parallel (FSDP2):
+``torchrun --nproc_per_node 8 -m mosaic.train job.yaml --out runs/a`` (multi-node: add
+``--nnodes``, ``--node_rank`` and ``--rdzv_endpoint`` as usual for torchrun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mosaic.errors import MosaicInputError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mosaic.train", description=__doc__)
+    parser.add_argument("job", help="job YAML (see docs/train.md)")
+    parser.add_argument("--out", required=True, help="output folder (resumes if it holds a "
+                                                     "checkpoint of the same job)")
+    parser.add_argument("--stop-after", type=int, default=None,
+                        help="stop (with a checkpoint) after this many steps in total")
+    parser.add_argument("--quiet", action="store_true", help="no per-step lines on stdout")
+    args = parser.parse_args(argv)
+    from mosaic.train.config import load_train_config
+    from mosaic.train.trainer import format_record, train
+
+    try:
+        config = load_train_config(args.job)
+        result = train(config, args.out, stop_after_steps=args.stop_after,
+                       log=None if args.quiet else lambda r: print(format_record(r), flush=True))
+    except MosaicInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if result.world_size == 1 or _is_rank_zero():
+        state = "finished" if result.complete else f"stopped at step {result.steps}"
+        print(f"{state}: smoothed loss {result.smoothed_loss:.4f}, {result.tokens} tokens, "
+              f"{result.tokens_per_s:.4g} tokens/s", flush=True)
+    return 0
+
+
+def _is_rank_zero() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
