@@ -92,11 +92,14 @@ def wait_for(condition: Callable[[], Any], timeout_s: float = 20.0, what: str = 
 
 
 def rendered_figures(driver: Any) -> tuple[int, int]:
-    """(figure containers, plotly plots that drew an SVG) on the current page."""
+    """(figure containers, plotly plots that drew a trace with a visible path) on the
+    current page."""
     return driver.execute_script(
         "var holders = document.querySelectorAll('[data-figure]');"
         "var drawn = 0; holders.forEach(function (h) {"
-        "  if (h.querySelector('.js-plotly-plot .main-svg .plot')) { drawn += 1; } });"
+        "  var paths = h.querySelectorAll('.js-plotly-plot .main-svg .trace path');"
+        "  if (Array.prototype.some.call(paths, function (p) {"
+        "        var d = p.getAttribute('d'); return d && d.length > 2; })) { drawn += 1; } });"
         "return [holders.length, drawn];")
 
 

@@ -90,6 +90,8 @@ def model_summary(geometry: Any) -> dict[str, Any]:
     moe = geometry.moe
     return {"layers": geometry.layers, "d_model": geometry.d_model,
             "n_total": float(counts.n_total), "n_active": float(counts.n_active),
+            "n_total_with_embedding": float(counts.n_total_with_embedding),
+            "n_active_with_embedding": float(counts.n_active_with_embedding),
             "experts": None if moe is None else moe.experts,
             "top_k": None if moe is None else moe.top_k}
 

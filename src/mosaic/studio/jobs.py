@@ -155,7 +155,8 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
 
 
 _FIELD_PATH = re.compile(rf"^{WHERE}: (\w+): (\w+)")
-_AXIS = re.compile(r"\b(" + "|".join(PARALLEL_AXES) + r")\b")
+_AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch")) + r")\b")
+_UNKNOWN = re.compile(r"^unknown (\w+) ")
 
 
 def field_of(message: str, form_keys: set[str]) -> str:
@@ -168,10 +169,16 @@ def field_of(message: str, form_keys: set[str]) -> str:
             return "hf.config" if "hf.config" in form_keys else "model.source"
         key = f"{block}.{field}"
         return key if key in form_keys else GENERAL
+    unknown = _UNKNOWN.match(message)
+    if unknown:  # "unknown system 'x'", "unknown sharding 'zero9'", ...
+        key = next((k for k in form_keys if k.endswith("." + unknown.group(1))), None)
+        if key is not None:
+            return key
     if message.startswith("invalid parallel layout"):
-        axis = _AXIS.search(message.partition(":")[2])
-        if axis and f"parallelism.{axis.group(1)}" in form_keys:
-            return f"parallelism.{axis.group(1)}"
+        for name in _AXIS.findall(message.partition(":")[2]):
+            key = "data.micro_batch" if name == "micro_batch" else f"parallelism.{name}"
+            if key in form_keys:
+                return key
     return GENERAL
 
 

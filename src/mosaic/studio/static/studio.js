@@ -191,7 +191,7 @@
       }
       var m = body.model;
       $("m-model").textContent = m.layers + " layers, d=" + m.d_model + ", N_tot " + si(m.n_total) +
-        ", N_act " + si(m.n_active) + (m.experts ? ", E=" + m.experts + " K=" + m.top_k : ", dense");
+        ", N_act " + si(m.n_active) + " (non-embedding)" + (m.experts ? ", E=" + m.experts + " K=" + m.top_k : ", dense");
       $("m-layout").textContent = body.layout + " on " + p.hardware.devices + " × " + p.hardware.system;
       $("m-latency").textContent = "predicted in " + body.predict_ms.toFixed(1) + " ms (server, with charts " +
         body.total_ms.toFixed(1) + " ms)";

@@ -1,0 +1,55 @@
+"""The paper's own results under its own stack (calibration profile paper-p6b200)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mosaic.perf.calibration import built_in_calibration
+from mosaic.plan.envelope import SearchSpace
+from mosaic.report import paper_reproduction as paper
+
+
+def _by_quantity(rows: list[paper.Row]) -> dict[str, paper.Row]:
+    return {row.quantity: row for row in rows}
+
+
+def test_appendix_e_listing_under_the_papers_stack() -> None:
+    rows = _by_quantity(paper.appendix_e(built_in_calibration("paper-p6b200")))
+    # Appendix E prints 13.69% MFU and 44.9 s. Tolerances: MFU within 5% relative (the
+    # paper's MFU counts embedding parameters, +18% FLOPs for this 257k-vocabulary model,
+    # against a step 15% longer than mosaic's; the two nearly cancel), step within 20%.
+    assert rows["MFU"].mosaic == pytest.approx(0.1369, rel=0.05)
+    assert rows["step time (s)"].mosaic == pytest.approx(44.9, rel=0.20)
+
+
+def test_appendix_e_modern_default_is_not_slower_than_the_papers_stack() -> None:
+    paper_stack = _by_quantity(paper.appendix_e(built_in_calibration("paper-p6b200")))
+    modern = _by_quantity(paper.appendix_e(built_in_calibration("default")))
+    assert modern["step time (s)"].mosaic <= paper_stack["step time (s)"].mosaic
+
+
+def test_table5_order_by_predicted_loss_and_measured_mfu_order() -> None:
+    rows = paper.table5(built_in_calibration("paper-p6b200"))
+    # Table 5 ranks IDs 1-4 by predicted loss in the order printed.
+    losses = [r["loss"] for r in rows]
+    assert losses == sorted(losses)
+    # The measured MFU order (normalised 0.84, 0.69, 0.91, 1.00): ID 2 slowest, ID 4
+    # fastest; mosaic's predicted MFU must order those two ends the same way.
+    mfu = [r["mfu"] for r in rows]
+    assert min(mfu) == mfu[1] and max(mfu) == mfu[3]
+
+
+@pytest.mark.slow
+def test_table4_geometry_under_the_papers_stack() -> None:
+    """Table 4: q=12, E=96, K=2, G=4 at 12.38% MFU, 1.42 T tokens, loss 1.3898.
+
+    Searched over Table 4's own geometry on the Table 3 envelope. Tolerances: MFU and
+    tokens within 20% (the calibration's cross-validated error on the paper's sweeps is
+    about 11%; its step time is 15% shorter than ScalePlan's on the Appendix E job) and
+    the loss within 0.015 nats (the Table 2 law's slope over a 20% token change)."""
+    space = SearchSpace(q=(12,), experts=(96,), top_k=(2,), split_factor=(4,))
+    result = paper.table3_plan(built_in_calibration("paper-p6b200"), workers=1, space=space)
+    best = result.candidate(int(result.optimum_index))
+    assert best["mfu"] == pytest.approx(paper.TABLE_4["mfu"], rel=0.20)
+    assert best["tokens"] / 1e12 == pytest.approx(paper.TABLE_4["tokens_t"], rel=0.20)
+    assert best["loss"] == pytest.approx(paper.TABLE_4["loss"], abs=0.015)

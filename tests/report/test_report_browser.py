@@ -1,0 +1,86 @@
+"""The HTML reports in headless Chromium, offline: every figure draws, no console errors.
+
+Screenshots go to $MOSAIC_TEST_ARTIFACTS (default: <tmp>/mosaic-browser-artifacts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+
+pytest.importorskip("plotly")
+
+runner = CliRunner()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TINY = ["--q", "8,10", "--experts", "8,16", "--top-k", "1,2", "--split-factor", "1,2"]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("reports")
+    job = str(EXAMPLES / "appendix_e.yaml")
+    commands = {
+        "plan": ["plan", *TINY, "--nodes", "4", "--days", "10", "--workers", "1"],
+        "perf": ["perf", job],
+        "layouts": ["layouts", job, "--devices", "64", "--top", "20"],
+        "validate": ["validate", str(EXAMPLES / "runs_example.yaml")],
+        "sweep": ["sweep", "nodes", "--values", "2,4", *TINY, "--days", "10", "--workers", "1"],
+    }
+    paths = {}
+    for kind, command in commands.items():
+        paths[kind] = folder / f"{kind}.html"
+        result = runner.invoke(app, [*command, "--html", str(paths[kind])])
+        assert result.exit_code == 0, result.output
+    return paths
+
+
+@pytest.fixture(scope="module")
+def offline_driver(browser):
+    driver = browser.start_driver(offline=True, height=1600)
+    yield driver
+    driver.quit()
+
+
+@pytest.mark.parametrize("kind", ["plan", "perf", "layouts", "validate", "sweep"])
+def test_report_renders_offline(kind, reports, offline_driver, browser):
+    driver = offline_driver
+    driver.get(reports[kind].as_uri())
+    holders, drawn = browser.wait_for(
+        lambda: (lambda counts: counts if counts[0] == counts[1] else None)(
+            browser.rendered_figures(driver)), what=f"{kind} figures to draw")
+    assert holders >= 1 and drawn == holders
+    assert browser.console_errors(driver) == []
+    browser.screenshot(driver, f"report_{kind}")
+
+
+def test_plan_report_table_sorts_and_filters(reports, offline_driver, browser):
+    from selenium.webdriver.common.by import By
+
+    driver = offline_driver
+    driver.get(reports["plan"].as_uri())
+    table = driver.find_element(By.ID, "candidates-table")
+    headers = table.find_elements(By.CSS_SELECTOR, "thead th")
+    column = [h.text for h in headers].index("MFU")
+
+    def mfu_column() -> list[float]:
+        return [float(row.find_elements(By.TAG_NAME, "td")[column].get_attribute("data-value"))
+                for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+                if row.is_displayed()]
+
+    losses_first = mfu_column()
+    headers[column].click()
+    ascending = mfu_column()
+    assert ascending == sorted(losses_first)
+    headers[column].click()
+    assert mfu_column() == sorted(losses_first, reverse=True)
+    box = driver.find_element(By.CSS_SELECTOR, "input[data-filter-for='candidates-table']")
+    box.send_keys("hsdp")
+    shown = [row for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+             if row.is_displayed()]
+    assert shown and all("hsdp" in row.text for row in shown)
+    assert len(shown) < len(losses_first)
+    assert browser.console_errors(driver) == []

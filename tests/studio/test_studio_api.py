@@ -1,0 +1,226 @@
+"""The studio's JSON API against the CLI: same schema, same numbers, bounded work."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app as cli
+from mosaic.studio.jobs import DEFAULT_FORM
+from mosaic.studio.plan_runner import MAX_GEOMETRIES, PlanRunner
+from mosaic.studio.server import bind_warning, is_loopback
+
+runner = CliRunner()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TINY_PLAN = {"plan.q": "8,10", "plan.experts": "8,16", "plan.top_k": "1,2",
+             "plan.split_factor": "1,2", "plan.nodes": "4", "plan.days": "10"}
+TINY_PLAN_ARGS = ["--q", "8,10", "--experts", "8,16", "--top-k", "1,2", "--split-factor",
+                  "1,2", "--nodes", "4", "--days", "10", "--workers", "1"]
+
+
+def cli_json(*args: str) -> dict[str, Any]:
+    result = runner.invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def wait_plan(studio, timeout_s: float = 90.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, body = studio.call("/api/plan/status")
+        if body["current"] and body["current"]["state"] != "running":
+            return body["current"]
+        time.sleep(0.2)
+    raise AssertionError("the plan did not finish")
+
+
+def test_prediction_is_the_cli_prediction_of_the_exported_job(studio, tmp_path):
+    """Export the edited job as YAML, run `mosaic perf` on it: the same numbers."""
+    form = {**DEFAULT_FORM, "data.micro_batch": "2", "parallelism.pp": "4"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 200 and body["ok"], body
+    _, exported = studio.call("/api/export", {"form": form, "target": "yaml"})
+    path = tmp_path / exported["filename"]
+    path.write_text(exported["text"])
+    document = cli_json("perf", str(path))
+    prediction = body["prediction"]
+    for key in ("step_time_s", "tokens_per_s", "mfu", "memory_gib", "feasible"):
+        assert prediction[key] == pytest.approx(document[key], rel=1e-12), key
+    assert prediction["breakdown"] == pytest.approx(document["breakdown"], rel=1e-12)
+    assert prediction["plan"]["micro_batch"] == 2 and prediction["plan"]["pp"] == 4
+    # the model block is the ladder geometry q=12, E=96, K=2, G=4 (paper Table 4: 327 B)
+    assert body["model"]["n_total"] == pytest.approx(327.2e9, rel=1e-3)
+
+
+def test_prediction_latency_is_well_under_100_ms(studio):
+    form = dict(DEFAULT_FORM)
+    studio.call("/api/perf", {"form": form})  # warm: first call imports the report code
+    totals, predicts = [], []
+    for micro_batch in ("1", "2", "4", "8", "1"):
+        _, body = studio.call("/api/perf", {"form": {**form, "data.micro_batch": micro_batch}})
+        totals.append(body["total_ms"])
+        predicts.append(body["predict_ms"])
+    assert statistics.median(predicts) < 50, predicts
+    assert statistics.median(totals) < 100, totals
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("data.micro_batch", "0", "greater than 0"),
+    ("data.global_batch", "abc", "integer"),
+    ("parallelism.ep", "5", "ep=5 must divide experts=96"),
+    ("parallelism.sharding", "zero9", "sharding"),
+    ("hardware.system", "no-such-node", "unknown system"),
+    ("ladder.q", "0", "1..1024"),
+    ("ladder.split_factor", "7", "divisor of d_ff"),
+    ("data.micro_batch", "3", "dp·micro_batch=32·3 must divide global_batch=1024"),
+])
+def test_errors_name_the_field(studio, field, value, words):
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, field: value}})
+    assert status == 422 and not body["ok"]
+    assert list(body["errors"]) == [field], body
+    assert words in body["errors"][field]
+
+
+def test_huggingface_config_model(studio):
+    config = (EXAMPLES / "hf" / "mixtral-8x7b.json").read_text()
+    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": config, "parallelism.pp": "4"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 200, body
+    # Mixtral 8x7B: 46.7 B parameters, 12.9 B active (Jiang et al. 2024, Sec. 2)
+    assert body["model"]["n_total_with_embedding"] == pytest.approx(46.7e9, rel=2e-3)
+    assert body["model"]["n_active_with_embedding"] == pytest.approx(12.9e9, rel=5e-3)
+    status, body = studio.call("/api/perf", {"form": {**form, "hf.config": "{oops"}})
+    assert status == 422 and "not JSON" in body["errors"]["hf.config"]
+
+
+def test_out_of_memory_is_a_prediction_with_its_reason(studio):
+    form = {**DEFAULT_FORM, "parallelism.pp": "1", "data.micro_batch": "4",
+            "performance.checkpointing": "none"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 200
+    p = body["prediction"]
+    assert not p["feasible"] and p["overshoot_gib"] > 0
+    assert p["memory_gib"] == pytest.approx(p["memory_capacity_gib"] + p["overshoot_gib"])
+
+
+def test_layouts_rank_like_the_cli(studio, tmp_path):
+    form = {**DEFAULT_FORM, "hardware.nodes": "8"}
+    status, body = studio.call("/api/layouts", {"form": form})
+    assert status == 200, body
+    rows = body["rows"]
+    tokens = [r["tokens_per_s_per_gpu"] for r in rows]
+    assert tokens == sorted(tokens, reverse=True)
+    _, exported = studio.call("/api/export", {"form": form, "target": "yaml"})
+    path = tmp_path / "job.yaml"
+    path.write_text(exported["text"])
+    document = cli_json("layouts", str(path), "--top", "3")
+    assert document["n_plans"] == body["n_plans"] and document["n_feasible"] == body["n_feasible"]
+    assert [r["tokens_per_s_per_gpu"] for r in document["rows"]] == pytest.approx(tokens[:3])
+    reasons = [r["reason"] for r in body["infeasible"]["out_of_memory_plans"]]
+    assert reasons and all(r.startswith("out of memory by") for r in reasons)
+
+
+def test_launch_config_export(studio):
+    _, options = studio.call("/api/options")
+    assert "megatron" in options["export_targets"]
+    status, body = studio.call("/api/export", {"form": DEFAULT_FORM, "target": "megatron"})
+    assert status == 200 and "--pipeline-model-parallel-size 8" in body["text"]
+    status, body = studio.call("/api/export", {"form": DEFAULT_FORM, "target": "nope"})
+    assert status == 422 and "not a target" in body["errors"]["_general"]
+
+
+def test_plan_runs_to_a_report_equal_to_the_cli(studio):
+    status, body = studio.call("/api/plan", {"form": TINY_PLAN})
+    assert status == 200 and body["total"] == 12, body
+    job = wait_plan(studio)
+    assert job["state"] == "done" and job["done"] == job["total"] == 12
+    optimum = cli_json("plan", *TINY_PLAN_ARGS)["optimum"]
+    assert job["summary"]["loss"] == pytest.approx(optimum["loss"], rel=1e-12)
+    assert job["summary"]["geometry"] == (f"q={optimum['q']} E={optimum['experts']} "
+                                          f"K={optimum['top_k']} G={optimum['split_factor']}")
+    status, html = studio.text(job["report_url"])
+    assert status == 200 and "mosaic plan" in html and 'data-figure="fig-frontier"' in html
+    assert studio.text("/report/999")[0] == 404
+
+
+def test_second_plan_is_refused_and_cancel_stops_the_first(studio):
+    bigger = {**TINY_PLAN, "plan.q": "8,10,12,14", "plan.experts": "8,16,32,64,128",
+              "plan.nodes": "32"}
+    status, first = studio.call("/api/plan", {"form": bigger})
+    assert status == 200, first
+    status, second = studio.call("/api/plan", {"form": TINY_PLAN})
+    assert status == 409 and "still running" in second["errors"]["_general"]
+    _, cancelled = studio.call("/api/plan/cancel", {})
+    assert cancelled["cancelled"]
+    job = wait_plan(studio)
+    assert job["state"] == "cancelled" and job["done"] < job["total"]
+    assert job["report_url"] is None and "stopped after" in job["message"]
+
+
+def test_plan_time_limit(studio):
+    plans = PlanRunner(studio.app.state.runner.calibration, time_limit_s=1e-3)
+    plans.start(TINY_PLAN)
+    plans.wait(60)
+    job = plans.status()["current"]
+    assert job["state"] == "timed out" and "limit 0.001 s" in job["message"]
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("plan.tpp", "40", "MIN:MAX"), ("plan.nodes", "x", "integer"),
+    ("plan.days", "-1", "days"), ("plan.q", "8,y", "integers"),
+    ("plan.gpu", "Z80", "unknown device"),
+    ("plan.experts", ",".join(str(e) for e in range(2, 400)), str(MAX_GEOMETRIES)),
+])
+def test_plan_form_errors(studio, field, value, words):
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})
+    assert status == 422 and list(body["errors"]) == [field], body
+    assert words in body["errors"][field]
+
+
+def test_requests_are_bounded(studio):
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM,
+                                                      "hf.config": "x" * 1_100_000}})
+    assert status == 422 and "larger than" in body["errors"]["_general"]
+    status, body = studio.call("/api/perf", {"nothing": 1})
+    assert status == 422 and "'form'" in body["errors"]["_general"]
+    status, body = studio.call("/api/layouts", {"form": {**DEFAULT_FORM,
+                                                         "hardware.nodes": "100000"}})
+    assert status == 422 and "at most" in body["errors"]["hardware.nodes"]
+
+
+def test_localhost_by_default_and_a_warning_elsewhere(monkeypatch):
+    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "127.0.0.2"))
+    assert bind_warning("127.0.0.1") is None
+    for host in ("0.0.0.0", "192.168.1.5", "example.org"):
+        assert "not only on this machine" in bind_warning(host)
+    import uvicorn
+    import webbrowser
+
+    from mosaic.studio import server
+
+    calls: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.update(kw))
+    monkeypatch.setattr(webbrowser, "open", lambda url: calls.setdefault("opened", url))
+    lines: list[str] = []
+    server.serve(host="0.0.0.0", port=8766, open_browser=False, log=lines.append)
+    assert calls == {"host": "0.0.0.0", "port": 8766, "log_level": "warning"}
+    assert "warning" in lines[0] and "0.0.0.0" in lines[0]
+    lines.clear()
+    server.serve(open_browser=False, log=lines.append)
+    assert calls["host"] == "127.0.0.1" and calls["port"] == 8765
+    assert len(lines) == 1 and "http://127.0.0.1:8765/" in lines[0]
+
+
+def test_studio_command_line_errors(tmp_path):
+    result = runner.invoke(cli, ["studio", "--port", "0", "--no-browser"])
+    assert result.exit_code == 2 and "--port" in result.output
+    bad = tmp_path / "job.yaml"
+    bad.write_text("data: {global_batch: 0}\n")
+    result = runner.invoke(cli, ["studio", "--job", str(bad), "--no-browser"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
