@@ -1,0 +1,107 @@
+"""The CPU path end to end, as CI runs it: bench (kernel families, then collectives with
+gloo on 2 processes started by torchrun) -> tables -> calibrate --microbench -> perf, plus
+resume, the job-table export and compare."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.collectives import BusBandwidthTable, bus_factor
+from mosaic.perf.kernels import GemmTable, GroupedGemmTable
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "examples" / "appendix_e.yaml"
+MOSAIC = [sys.executable, "-c", "from mosaic.cli.main import main; main()"]
+BENCH = [sys.executable, "-m", "mosaic.bench"]
+TINY = ["--preset", "tiny", "--quick", "--no-progress", "--dtypes", "bf16"]
+
+
+def run(command: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    run([*BENCH, "all", "--out", str(out), *TINY, "--attention-backends", "flash,math"])
+    run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "mosaic.bench", "collectives", "--out", str(out), "--quick", "--no-progress",
+         "--max-bytes", "16KiB", "--size-factor", "4"])
+    return out
+
+
+def test_tables_metadata_and_job_exports(bench_dir):
+    for family in ("gemm", "grouped", "attention", "kernels", "collectives"):
+        assert (bench_dir / f"{family}.parquet").exists() and (bench_dir / f"{family}.csv").exists()
+    runs = json.loads((bench_dir / "metadata.json").read_text())["runs"]
+    assert {r["world_size"] for r in runs.values()} == {1, 2}
+    assert {r["backend"] for r in runs.values()} == {None, "gloo"}
+    GemmTable.from_file(bench_dir / "measured" / "gemm.csv")
+    GroupedGemmTable.from_file(bench_dir / "measured" / "grouped_gemm.csv")
+    BusBandwidthTable.from_file(bench_dir / "measured" / "collectives.csv")
+
+
+def test_collectives_cover_every_op_and_report_bus_bandwidth(bench_dir):
+    rows = pd.read_parquet(bench_dir / "collectives.parquet")
+    ok = rows[rows["status"] == "ok"]
+    # 6 ops (uneven all-to-all included) x sizes 1, 4, 16 KiB on the one 2-rank layout
+    assert len(ok) == 18 and set(ok["scope"]) == {"intra"}
+    assert set(zip(ok["collective"], ok["pattern"], strict=True)) == {
+        ("all_gather", "even"), ("reduce_scatter", "even"), ("all_reduce", "even"),
+        ("all_to_all", "even"), ("all_to_all", "uneven"), ("send_recv", "even")}
+    for r in ok.itertuples():
+        assert r.bus_bw_bytes_per_s == pytest.approx(
+            float(bus_factor(r.collective, 2)) * r.message_bytes / r.time_s)
+
+
+def test_rerun_measures_nothing(bench_dir):
+    done = run([*BENCH, "gemm", "--out", str(bench_dir), *TINY, "--json"])
+    (report,) = json.loads(done.stdout)["families"]
+    assert report["measured"] == 0 and report["already_done"] == report["planned"] > 0
+
+
+def test_calibrate_then_perf_with_the_result(bench_dir, tmp_path):
+    calibration = tmp_path / "calib.yaml"
+    done = run([*MOSAIC, "calibrate", "--microbench", str(bench_dir), "--out",
+                str(calibration), "--json"])
+    report = json.loads(done.stdout)["report"]
+    assert {"gemm", "attention_fwd", "elementwise", "collectives"} <= set(
+        report["fit_error_percent"])
+    loaded = load_calibration(calibration)
+    assert loaded.microbench is not None and loaded.microbench.applies_to == ("any",)
+    assert set(loaded.microbench.collectives) == {"launch_latency_s", "scale_up_latency_s"}
+    default = json.loads(run([*MOSAIC, "perf", str(JOB), "--json"]).stdout)
+    fitted = json.loads(run([*MOSAIC, "perf", str(JOB), "--calibration", str(calibration),
+                             "--json"]).stdout)
+    assert fitted["step_time_s"] != default["step_time_s"]
+    # the layout search and the planner accept the same file
+    run([*MOSAIC, "layouts", str(JOB), "--calibration", str(calibration), "--top", "1",
+         "--json"])
+
+
+def test_dry_run_lists_without_measuring(tmp_path):
+    done = run([*BENCH, "kernels", "--out", str(tmp_path / "d"), *TINY, "--dry-run", "--json"])
+    listing = json.loads(done.stdout)
+    assert listing["dry_run"] and all(c["state"] == "to measure" for c in listing["cases"])
+    assert not (tmp_path / "d").exists()
+
+
+def test_compare_a_directory_with_itself(bench_dir, tmp_path):
+    plot = tmp_path / "compare.png"
+    done = run([*MOSAIC, "bench", "compare", str(bench_dir), str(bench_dir), "--plot",
+                str(plot), "--json"])
+    summary = json.loads(done.stdout)["summary"]
+    assert {s["family"] for s in summary} >= {"gemm", "collectives"}
+    assert all(s["geomean_ratio"] == 1.0 for s in summary)
+    assert plot.stat().st_size > 1000

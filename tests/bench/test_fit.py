@@ -1,0 +1,157 @@
+"""The microbenchmark fits recover known constants from synthetic tables, and reproduce
+the built-in constants from the ScalePlan tables they were derived from."""
+
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from mosaic.evaluate.microbench_calibration import calibrate_from_microbench
+from mosaic.evaluate.microbench_fit import (
+    DeviceRates,
+    fit_attention,
+    fit_collectives,
+    fit_gemm,
+    fit_streaming,
+)
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.collectives import Interconnect, collective_estimate
+from mosaic.perf.fitted_constants import fitted
+from mosaic.perf.kernels import (
+    DEFAULT_GEMM,
+    AttentionEfficiency,
+    flash_attention_time_s,
+    gemm_time_s,
+)
+
+H200 = DeviceRates(989.4e12, 4.8e12, 132)  # datasheet bf16 peak, HBM3e, SMs
+TRUE_GEMM = replace(DEFAULT_GEMM, max_fraction_of_peak=0.62, k_half=240.0,
+                    hbm_efficiency=0.81, kernel_latency_s=6e-6)
+TRUE_FWD = AttentionEfficiency(0.71, 1400.0, 55.0)
+TRUE_BWD = AttentionEfficiency(0.52, 900.0, 30.0)
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "microbench"
+
+
+def gemm_table(rates=H200, params=TRUE_GEMM):
+    sizes = (256, 1024, 4096, 16384)  # m = 16, 64 rows are memory bound (HBM efficiency)
+    m, n, k = (np.array(v, float) for v in zip(*itertools.product((16, 64, *sizes), sizes,
+                                                                  sizes), strict=True))
+    t = gemm_time_s(m, n, k, rates.peak_flops_per_s, rates.hbm_bw_bytes_per_s,
+                    rates.sm_count, params=params)
+    return pd.DataFrame({"device": "H200", "dtype": "bf16", "m": m, "n": n, "k": k,
+                         "time_s": t})
+
+
+def test_gemm_fit_recovers_known_constants():
+    fit, latency = fit_gemm(gemm_table(), {"H200": H200})
+    assert fit.values["gemm_max_fraction_of_peak"] == pytest.approx(0.62, rel=1e-3)
+    assert fit.values["gemm_k_half"] == pytest.approx(240.0, rel=1e-2)
+    assert fit.values["gemm_hbm_efficiency"] == pytest.approx(0.81, rel=1e-2)
+    assert latency[0] == pytest.approx(6e-6, rel=2e-2)
+    assert fit.mape_percent < 0.1
+
+
+def test_collective_fit_recovers_known_constants():
+    truth = Interconnect(scale_up_domain_gpus=8, gpus_per_node=8,
+                         scale_up_bw_bytes_per_s=450e9, scale_out_bw_bytes_per_s=50e9,
+                         low_latency_protocols=False, launch_latency_s=2e-5,
+                         ring_scale_up_efficiency=0.8, p2p_scale_up_efficiency=0.6,
+                         ring_scale_out_efficiency=0.9, p2p_scale_out_efficiency=0.7,
+                         scale_out_latency_s=1e-5)
+    rows = []
+    for op, (n, stride), size in itertools.product(
+            ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"),
+            ((2, 1), (8, 1), (16, 1), (4, 8)), 2.0 ** np.arange(12, 33, 2)):
+        t, _ = collective_estimate(op, size, n, stride, truth)
+        rows.append({"collective": op, "group_size": n, "stride": stride,
+                     "message_bytes": size, "time_s": float(t)})
+    start = replace(truth, launch_latency_s=4e-5, ring_scale_up_efficiency=0.5,
+                    p2p_scale_up_efficiency=0.5, ring_scale_out_efficiency=0.5,
+                    p2p_scale_out_efficiency=0.5, scale_out_latency_s=3e-6)
+    fit = fit_collectives(pd.DataFrame(rows), start)
+    for name in ("launch_latency_s", "ring_scale_up_efficiency", "p2p_scale_up_efficiency",
+                 "ring_scale_out_efficiency", "p2p_scale_out_efficiency"):
+        assert fit.values[name] == pytest.approx(getattr(truth, name), rel=1e-3), name
+    assert fit.mape_percent < 0.1
+
+
+def test_attention_and_streaming_fits_recover_known_constants():
+    b, h, d = 1, 32, np.array([64, 128, 256] * 3)
+    s = np.repeat([2048, 8192, 32768], 3)
+    rows = pd.DataFrame({"device": "H200", "batch": b, "heads": h, "seq": s, "head_dim": d,
+                         "fwd_time_s": flash_attention_time_s(b, h, s, s, d, True, 989.4e12,
+                                                              efficiency=TRUE_FWD),
+                         "bwd_time_s": flash_attention_time_s(b, h, s, s, d, True, 989.4e12,
+                                                              backward=True,
+                                                              efficiency=TRUE_BWD)})
+    fits = fit_attention(rows, {"H200": 989.4e12})
+    np.testing.assert_allclose(fits["fwd"][0], [0.71, 1400.0, 55.0], rtol=1e-3)
+    np.testing.assert_allclose(fits["bwd"][0], [0.52, 900.0, 30.0], rtol=1e-3)
+    size = 3.0 * 2 * 4.0 ** np.arange(8, 14)
+    stream = pd.DataFrame({"moved_bytes": size, "time_s": 4e-6 + size / (4.8e12 * 0.77)})
+    fit = fit_streaming(stream, 4.8e12)
+    assert fit.values["elementwise_hbm_efficiency"] == pytest.approx(0.77, rel=1e-6)
+    assert fit.values["elementwise_latency_s"] == pytest.approx(4e-6, rel=1e-6)
+
+
+def write_bench_dir(directory: Path) -> None:
+    """A bench directory as `mosaic bench` writes it, from the known constants on an H200."""
+    directory.mkdir()
+    meta = {"metadata_id": "synthetic01", "device_name": "NVIDIA H200", "sm_count": 132,
+            "created_utc": "2026-01-01T00:00:00+00:00", "torch_version": "x"}
+    (directory / "metadata.json").write_text(json.dumps({"runs": {"synthetic01": meta}}))
+    common = {"metadata_id": "synthetic01", "status": "ok"}
+    g = gemm_table().drop(columns="device").assign(**common, **{"pass": "fwd"})
+    g["case"] = [f"bf16:{r.m}x{r.n}x{r.k}" for r in g.itertuples()]
+    g.to_parquet(directory / "gemm.parquet")
+    att = []
+    for s_, d_ in itertools.product((2048, 8192, 32768), (64, 128, 256)):
+        for name, eff, backward in (("fwd", TRUE_FWD, False), ("bwd", TRUE_BWD, True)):
+            t = float(flash_attention_time_s(1, 32, s_, s_, d_, True, 989.4e12,
+                                             backward=backward, efficiency=eff))
+            att.append({"case": f"cudnn:{name}:{s_}:{d_}", "backend": "cudnn", "pass": name,
+                        "batch": 1, "heads": 32, "kv_heads": 8, "seq": s_, "head_dim": d_,
+                        "time_s": t, **common})
+    pd.DataFrame(att).to_parquet(directory / "attention.parquet")
+    size = 3.0 * 2 * 4.0 ** np.arange(8, 14)
+    k = pd.DataFrame({"op": "add", "moved_bytes": size, "time_s": 4e-6 + size / (4.8e12 * 0.77),
+                      **common})
+    k["case"] = [f"add:{i}" for i in range(len(k))]
+    k["bandwidth_bytes_per_s"] = k["moved_bytes"] / k["time_s"]
+    launch = {"op": "launch", "moved_bytes": 0.0, "time_s": 9e-6, "case": "launch", **common}
+    pd.concat([k, pd.DataFrame([launch])]).to_parquet(directory / "kernels.parquet")
+
+
+def test_calibrate_from_a_bench_directory_recovers_the_constants(tmp_path):
+    directory = tmp_path / "h200"
+    write_bench_dir(directory)
+    document, report = calibrate_from_microbench(directory, default_calibration())
+    block = document["microbench"]
+    assert block["applies_to"] == ["H200-SXM-141GB"]  # matched to the catalog
+    assert block["gemm"]["max_fraction_of_peak"] == pytest.approx(0.62, rel=1e-3)
+    assert block["gemm"]["kernel_latency_s"] == pytest.approx(6e-6, rel=2e-2)
+    # cuDNN rows: the triple is stored as measured (relative throughput 1)
+    np.testing.assert_allclose(block["attention"]["fwd"], [0.71, 1400.0, 55.0], rtol=1e-3)
+    assert block["elementwise_hbm_efficiency"] == pytest.approx(0.77, rel=1e-6)
+    assert document["constants"]["dispatch_gap_s"]["value"] == 9e-6
+    assert set(report["fit_error_percent"]) == {"gemm", "attention_fwd", "attention_bwd",
+                                                "elementwise"}
+    assert max(report["fit_error_percent"].values()) < 0.5
+    yaml.safe_dump(document)  # plain data
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/reference/microbench")
+def test_scaleplan_collectives_reproduce_the_built_in_constants():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from _scaleplan import P6_B200, collective_rows
+
+    fit = fit_collectives(collective_rows(), P6_B200)
+    for name, value in fit.values.items():
+        assert value == pytest.approx(fitted("collectives", name), rel=2e-3), name
