@@ -105,3 +105,21 @@ def test_compare_a_directory_with_itself(bench_dir, tmp_path):
     assert {s["family"] for s in summary} >= {"gemm", "collectives"}
     assert all(s["geomean_ratio"] == 1.0 for s in summary)
     assert plot.stat().st_size > 1000
+
+
+def test_four_processes_strided_groups_across_two_simulated_domains(tmp_path):
+    out = tmp_path / "four"
+    run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+         "-m", "mosaic.bench", "collectives", "--out", str(out), "--quick", "--no-progress",
+         "--ops", "all_reduce,all_to_all", "--max-bytes", "4KiB", "--size-factor", "4",
+         "--strides", "1,2", "--domain-gpus", "2"])
+    rows = pd.read_parquet(out / "collectives.parquet")
+    layouts = set(zip(rows["group_size"], rows["stride"], rows["scope"],
+                      rows["ranks_per_domain"], strict=True))
+    # domains {0,1}, {2,3}: pairs (0,1) stay inside, (0,2) and the group of 4 span both
+    assert layouts == {(2, 1, "intra", 2), (2, 2, "inter", 1), (4, 1, "inter", 2)}
+    calibration = tmp_path / "c.yaml"
+    run([*MOSAIC, "calibrate", "--microbench", str(out), "--out", str(calibration)])
+    block = load_calibration(calibration).microbench
+    assert set(block.collectives) == {"launch_latency_s", "scale_up_latency_s",
+                                      "scale_out_latency_s"}
