@@ -42,6 +42,8 @@ class CollectiveOptions:
     group_sizes: tuple[int, ...] | None = None
     strides: tuple[int, ...] | None = None
     domain_gpus: int | None = None
+    world_size: int = 8  # dry run outside torchrun only
+    ranks_per_node: int | None = None  # dry run outside torchrun only (default: world size)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_bytes <= self.max_bytes:
@@ -104,6 +106,12 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
     import torch.distributed as dist
 
     if not in_torchrun():
+        if dry_run:  # plan a job without starting one: world and node size from the options
+            cases = collectives.build_cases(
+                options.world_size, options.ranks_per_node or options.world_size,
+                options.min_bytes, options.max_bytes, options.size_factor, options.ops,
+                options.group_sizes, options.strides, options.domain_gpus)
+            return listing(out_dir, {collectives.FAMILY: cases}, None)
         raise MosaicInputError(
             "collectives run one process per device under torchrun, e.g. `torchrun "
             "--nproc-per-node 8 -m mosaic.bench collectives --out DIR` (see docs/bench.md)")
@@ -114,7 +122,10 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
     else:
         device = torch.device("cpu")
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-    dist.init_process_group(backend=backend)
+    if device.type == "cuda":  # bind the rank to its GPU (barriers and NCCL communicators)
+        dist.init_process_group(backend=backend, device_id=device)
+    else:
+        dist.init_process_group(backend=backend)
     try:
         world, rank = dist.get_world_size(), dist.get_rank()
         cases = collectives.build_cases(

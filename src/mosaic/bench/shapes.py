@@ -182,8 +182,9 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
     """The shapes ``mosaic.perf`` prices for ``workload`` on ``cluster`` with ``plan``
     (a length-1 :class:`~mosaic.perf.plan.ParallelPlans`)."""
     from mosaic.perf.calibration import default_calibration
-    from mosaic.perf.layer_costs import attention_widths, tokens_per_rank
+    from mosaic.perf.layer_costs import attention_widths
     from mosaic.perf.machine import MeasuredTables, machine_for
+    from mosaic.perf.shapes import tokens_per_rank
     from mosaic.perf.step_time import predict_step
 
     gemm, grouped, bus = _recorders()
