@@ -42,6 +42,9 @@ def test_fp8_and_memory_cap_are_skips_not_errors():
     fp8 = Case("gemm", "fp8:16x16x16", {"dtype": "fp8", "m": 16, "n": 16, "k": 16})
     with pytest.raises(Unsupported, match="compute capability"):
         gemm.measure(fp8, CPU, OPTIONS)
+    mx = Case("gemm", "mxfp8:128x128x128", {"dtype": "mxfp8", "m": 128, "n": 128, "k": 128})
+    with pytest.raises(Unsupported, match="Blackwell"):
+        gemm.measure(mx, CPU, OPTIONS)
     big = Case("gemm", "bf16:big", {"dtype": "bf16", "m": 4096, "n": 4096, "k": 4096})
     with pytest.raises(Unsupported, match="cap"):
         gemm.measure(big, CPU, BenchOptions(policy=QUICK, max_tensor_bytes=1e6))

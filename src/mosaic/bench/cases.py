@@ -44,8 +44,9 @@ class BenchOptions:
     """Options shared by the kernel families."""
 
     policy: TimingPolicy = field(default_factory=TimingPolicy)
-    dtypes: tuple[str, ...] = ("bf16", "fp8")
-    """GEMM precisions; fp8 runs where the device supports it (CUDA capability >= 8.9)."""
+    dtypes: tuple[str, ...] = ("bf16", "fp8", "mxfp8")
+    """GEMM precisions; fp8 runs where the device supports it (CUDA capability >= 8.9),
+    mxfp8 on Blackwell (>= 10.0); elsewhere their cases are recorded as skipped."""
     max_tensor_bytes: float = 8 * 2**30
     """Cases whose operands exceed this are skipped (a memory cap)."""
     skew_alpha: float = 1.0

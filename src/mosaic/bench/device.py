@@ -6,7 +6,7 @@ from typing import Any
 
 from mosaic.bench.cases import Unsupported
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "mxfp8": 1}
 SEED = 1234
 
 

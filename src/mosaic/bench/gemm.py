@@ -5,7 +5,12 @@ For C[m,n] = A[m,k]·B[k,n] the backward runs dA[m,k] = dC[m,n]·B^T (m, k, n) a
 dB[k,n] = A^T·dC (k, n, m) (Kaplan et al. 2020, the 2x backward FLOPs). Rows use the
 columns of ``mosaic.perf.kernels.GemmTable`` (m, n, k, dtype, time_s) plus ``pass``.
 FP8 runs ``torch._scaled_mm`` with per-tensor scales (operands pre-quantised: the timing
-is the GEMM's, the casts are element-wise kernels priced separately).
+is the GEMM's, the casts are element-wise kernels priced separately). MXFP8 (OCP
+Microscaling: one E8M0 scale per 32 elements along K; "OCP Microscaling Formats (MX)
+Specification v1.0", 2023) runs ``torch._scaled_mm`` with block scales on Blackwell
+(capability >= 10.0); the scale tensors hold the swizzled layout's element count,
+round_up(rows, 128) x round_up(K/32, 4) (cuBLAS block-scaling layout, PyTorch
+``_scaled_mm`` block-wise checks), all set to 1.0 (values do not change the timing).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from mosaic.bench.timer import time_call
 
 FAMILY = "gemm"
 FP8_ALIGNMENT = 16  # cuBLASLt FP8 GEMMs need dimensions divisible by 16
+MX_BLOCK = 32  # elements per E8M0 scale along K (OCP MX v1.0)
+MX_ALIGNMENT = 128  # MXFP8 GEMM dimensions: multiples of 128 (tile of the scale layout)
 
 
 def passes(m: int, n: int, k: int) -> tuple[tuple[str, int, int, int], ...]:
@@ -44,6 +51,33 @@ def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
     return list(cases.values())
 
 
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _mxfp8_call(m: int, n: int, k: int, device: Any) -> Any:
+    """MXFP8 GEMM on Blackwell (Unsupported elsewhere)."""
+    import torch
+
+    e8m0 = getattr(torch, "float8_e8m0fnu", None)
+    if device.type != "cuda" or e8m0 is None or torch.cuda.get_device_capability(device) < (
+            10, 0):
+        raise Unsupported("mxfp8 GEMMs need a Blackwell GPU (capability >= 10.0) and "
+                          "torch with float8_e8m0fnu")
+    if any(x % MX_ALIGNMENT for x in (m, n, k)):
+        raise Unsupported(f"mxfp8 GEMMs need m, n, k divisible by {MX_ALIGNMENT}")
+    a = random((m, k), device, torch.bfloat16).to(torch.float8_e4m3fn)
+    b = random((n, k), device, torch.bfloat16).to(torch.float8_e4m3fn).t()
+
+    def ones(rows: int) -> Any:  # E8M0 bits 127 = 2^0
+        count = _round_up(rows, 128) * _round_up(k // MX_BLOCK, 4)
+        return torch.full((count,), 127, dtype=torch.uint8, device=device).view(e8m0)
+
+    scale_a, scale_b = ones(m), ones(n)
+    return lambda: torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b,
+                                    out_dtype=torch.bfloat16)
+
+
 def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
     """Time one GEMM case."""
     import torch
@@ -52,7 +86,9 @@ def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
     m, n, k, dtype = c["m"], c["n"], c["k"], c["dtype"]
     operand_bytes = (m * k + k * n) * ELEMENT_BYTES[dtype] + m * n * 2
     check_memory(operand_bytes, options.max_tensor_bytes, device)
-    if dtype == "fp8":
+    if dtype == "mxfp8":
+        call = _mxfp8_call(m, n, k, device)
+    elif dtype == "fp8":
         if not fp8_supported(device):
             raise Unsupported("fp8 GEMMs need a CUDA device of compute capability >= 8.9")
         if any(x % FP8_ALIGNMENT for x in (m, n, k)):

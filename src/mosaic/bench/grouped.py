@@ -44,7 +44,7 @@ def expert_loads(groups: int, m_per_group: int, distribution: str, alpha: float
 
 def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
     cases: dict[str, Case] = {}
-    dtypes = [d for d in options.dtypes if d != "fp8"] or ["bf16"]
+    dtypes = [d for d in options.dtypes if d in ("bf16", "fp16", "fp32")] or ["bf16"]
     for dtype in dtypes:
         for s in shapes.grouped:
             for distribution in DISTRIBUTIONS:

@@ -75,7 +75,7 @@ BudgetOption = Annotated[str | None, typer.Option(
 DeviceOption = Annotated[str | None, typer.Option(
     "--device", help="torch device (default: cuda if available, else cpu)")]
 DtypesOption = Annotated[str, typer.Option(
-    "--dtypes", help="GEMM precisions, comma-separated (fp8 where supported)")]
+    "--dtypes", help="GEMM precisions, comma-separated (fp8, mxfp8 where supported)")]
 MaxTensorOption = Annotated[str, typer.Option(
     "--max-tensor-bytes", help="skip cases whose operands exceed this (e.g. 8GiB)")]
 BackendsOption = Annotated[str, typer.Option(
@@ -120,9 +120,9 @@ def _options(dtypes: str, max_tensor_bytes: str, backends: str, quick: bool) -> 
     from mosaic.bench.timer import QUICK, TimingPolicy
 
     dtype_list = tuple(d.strip() for d in dtypes.split(",") if d.strip())
-    bad = [d for d in dtype_list if d not in ("bf16", "fp16", "fp32", "fp8")]
+    bad = [d for d in dtype_list if d not in ("bf16", "fp16", "fp32", "fp8", "mxfp8")]
     if bad or not dtype_list:
-        raise MosaicInputError(f"--dtypes {dtypes!r}: allowed: bf16, fp16, fp32, fp8")
+        raise MosaicInputError(f"--dtypes {dtypes!r}: allowed: bf16, fp16, fp32, fp8, mxfp8")
     backend_list = tuple(b.strip() for b in backends.split(",") if b.strip())
     unknown = [b for b in backend_list if b not in BACKENDS]
     if unknown or not backend_list:
@@ -186,7 +186,7 @@ def _family_command(family: str, doc: str) -> None:
     def command(out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
                 preset: PresetOption = None, set_: SetOption = None,
                 dry_run: DryRunFlag = False, time_budget: BudgetOption = None,
-                device: DeviceOption = None, dtypes: DtypesOption = "bf16,fp8",
+                device: DeviceOption = None, dtypes: DtypesOption = "bf16,fp8,mxfp8",
                 max_tensor_bytes: MaxTensorOption = "8GiB",
                 attention_backends: BackendsOption = "cudnn,flash,efficient,math",
                 quick: QuickFlag = False, progress: ProgressFlag = True,
@@ -286,7 +286,7 @@ def all_command(
     out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
     preset: PresetOption = None, set_: SetOption = None, dry_run: DryRunFlag = False,
     time_budget: BudgetOption = None, device: DeviceOption = None,
-    dtypes: DtypesOption = "bf16,fp8", max_tensor_bytes: MaxTensorOption = "8GiB",
+    dtypes: DtypesOption = "bf16,fp8,mxfp8", max_tensor_bytes: MaxTensorOption = "8GiB",
     attention_backends: BackendsOption = "cudnn,flash,efficient,math",
     quick: QuickFlag = False, progress: ProgressFlag = True, json_output: JsonFlag = False,
 ) -> None:
@@ -354,10 +354,12 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
         print_json({"calibration": str(out), "report": report})
         return
     rows = [("device", str(report["device"])), ("reference", report["reference"])]
-    if "achievable_peak_flops_per_s" in report:
-        datasheet = report.get("datasheet_peak_flops_per_s")
-        rows.append(("achievable bf16 peak", f"{report['achievable_peak_flops_per_s'] / 1e12:.4g}"
-                     " TFLOP/s" + (f" of {datasheet / 1e12:.4g} datasheet" if datasheet else "")))
+    for dtype, peak in report.get("peaks_flops_per_s", {}).items():
+        datasheet = peak["datasheet"]
+        share = f" of {datasheet / 1e12:.4g} datasheet ({peak['achievable'] / datasheet:.0%})" \
+            if datasheet else ""
+        rows.append((f"achievable {dtype} peak",
+                     f"{peak['achievable'] / 1e12:.4g} TFLOP/s{share}"))
     for family, error in report["fit_error_percent"].items():
         rows.append((f"fit error {family}", f"{error:.1f}% MAPE"))
     from mosaic.cli.common import print_key_value_table

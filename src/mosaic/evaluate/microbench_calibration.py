@@ -163,6 +163,24 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
                      f"{bandwidth:.4g} B/s; one SM: no tile-wave quantisation)")
 
 
+def _peaks(gemm: pd.DataFrame, ref: Reference) -> dict[str, dict[str, float | None]]:
+    """Per GEMM dtype: the achievable peak (square sweep) and the catalog datasheet peak
+    (fp8 for mxfp8: same tensor-core rate; None outside the catalog)."""
+    if gemm.empty:
+        return {}
+    device = _catalog_device(ref.device) if ref.in_catalog else None
+    out = {}
+    for dtype in sorted(set(gemm["dtype"].astype(str))):
+        achievable = achievable_peak_flops_per_s(gemm, dtype)
+        if achievable is None:
+            continue
+        datasheet = None
+        if device is not None:
+            datasheet = device.peak_flops_per_s.get("fp8" if dtype == "mxfp8" else dtype)
+        out[dtype] = {"achievable": achievable, "datasheet": datasheet}
+    return out
+
+
 def _attention_rows(attention: pd.DataFrame, device: str) -> tuple[pd.DataFrame, str | None]:
     """Wide fwd/bwd rows of the preferred backend that measured both passes."""
     if attention.empty:
@@ -288,10 +306,7 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     gemm_params = DEFAULT_GEMM
 
     gemm = tables["gemm"]
-    peak = achievable_peak_flops_per_s(gemm)
-    if peak is not None:
-        report["achievable_peak_flops_per_s"] = peak
-        report["datasheet_peak_flops_per_s"] = rates.peak_flops_per_s if ref.in_catalog else None
+    report["peaks_flops_per_s"] = _peaks(gemm, ref)
     if not gemm.empty:
         rows = training_gemm_rows(gemm)
         min_dim = TRAINING_SHAPES_MIN
