@@ -17,7 +17,7 @@ def tiny_job(**overrides):
         "optim": {"warmup_tokens": 512, "lr": 1e-2},
         "data": {"path": str(CORPUS)},
         "run": {"tokens": 16 * 8 * 32, "seq_len": 32, "global_batch_seqs": 8,
-                "micro_batch_seqs": 4, "checkpoint_every": 4},
+                "micro_batch_seqs": 4, "checkpoint_every": 4, "cpu_threads": 1},
     }
     for block, values in overrides.items():
         job[block] = {**job.get(block, {}), **values}

@@ -115,11 +115,16 @@ class OptimConfig(_Strict):
 class DataConfig(_Strict):
     """Training tokens: a flat memory-mapped token file, or the bytes of any file."""
 
-    path: Path = Field(description="token file (.bin) or any text file for format 'bytes'")
+    path: Path | list[Path] = Field(
+        description="token file (.bin), or for format 'bytes' any file(s), concatenated")
     format: Literal["bytes", "uint16", "uint32"] = Field(
         default="bytes", description="uint16/uint32: flat little-endian token ids (nanoGPT)")
     vocab: int | None = Field(default=None, gt=0,
                               description="token-file vocabulary; default GPT-2's 50257")
+
+    @property
+    def paths(self) -> list[Path]:
+        return list(self.path) if isinstance(self.path, list) else [self.path]
 
     @property
     def vocab_size(self) -> int:
@@ -139,6 +144,10 @@ class RunConfig(_Strict):
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="auto: bf16 autocast on CUDA (fp32 master), fp32 on CPU")
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    cpu_threads: int | None = Field(
+        default=None, gt=0,
+        description="torch intra-op threads on CPU; None: torch's default. 1 is fastest for "
+                    "tiny models and on busy machines (OpenMP threads spin-wait)")
     expert_compute: Literal["auto", "grouped_mm", "loop"] = Field(
         default="auto", description="grouped GEMM where the device supports it, else a loop")
     log_every: int = Field(default=1, gt=0)
@@ -214,11 +223,22 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
     return config
 
 
-def load_train_config(path: str | Path) -> TrainConfig:
-    """Read and validate a job YAML; a relative data path is resolved against the file."""
-    path = Path(path)
-    document = load_yaml_mapping(path)
+def resolve_data_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A copy of a job document whose relative ``data.path`` entries start at ``base``."""
     data = document.get("data")
-    if isinstance(data, dict) and "path" in data and not Path(str(data["path"])).is_absolute():
-        document = {**document, "data": {**data, "path": str(path.parent / str(data["path"]))}}
+    if not isinstance(data, dict) or "path" not in data:
+        return document
+
+    def resolve(entry: Any) -> Any:
+        return entry if Path(str(entry)).is_absolute() else str(base / str(entry))
+
+    raw = data["path"]
+    paths = [resolve(p) for p in raw] if isinstance(raw, list) else resolve(raw)
+    return {**document, "data": {**data, "path": paths}}
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read and validate a job YAML; relative data paths are resolved against the file."""
+    path = Path(path)
+    document = resolve_data_paths(load_yaml_mapping(path), path.parent)
     return train_config_from_mapping(document, str(path))

@@ -39,25 +39,34 @@ def write_token_file(tokens: np.ndarray, path: str | Path, dtype: str = "uint16"
 class TokenStream:
     """Deterministic (seed, step, micro-batch) -> (inputs, targets) over a token array."""
 
-    def __init__(self, path: str | Path, fmt: str, seq_len: int, seed: int) -> None:
-        path = Path(path)
+    def __init__(self, path: str | Path | list[Path], fmt: str, seq_len: int,
+                 seed: int) -> None:
         if fmt not in _DTYPES:
             raise MosaicInputError(f"data.format must be one of {sorted(_DTYPES)}, got {fmt!r}")
-        if not path.is_file():
-            raise MosaicInputError(f"data.path {str(path)!r} does not exist or is not a file")
-        itemsize = np.dtype(_DTYPES[fmt]).itemsize
-        size = path.stat().st_size
-        if size % itemsize:
-            raise MosaicInputError(
-                f"data.path {str(path)!r}: {size} bytes is not a whole number of {fmt} tokens")
-        self.tokens = np.memmap(path, dtype=_DTYPES[fmt], mode="r") if size else np.zeros(0)
+        paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
+        for one in paths:
+            if not one.is_file():
+                raise MosaicInputError(f"data.path {str(one)!r} does not exist or is not a file")
+        if fmt == "bytes":  # small text corpora: concatenated in memory
+            self.tokens = np.frombuffer(b"".join(p.read_bytes() for p in paths), dtype=np.uint8)
+        elif len(paths) != 1:
+            raise MosaicInputError(f"data.path: format {fmt} reads one token file, got "
+                                   f"{len(paths)}; concatenate them first")
+        else:
+            itemsize = np.dtype(_DTYPES[fmt]).itemsize
+            size = paths[0].stat().st_size
+            if size % itemsize:
+                raise MosaicInputError(f"data.path {str(paths[0])!r}: {size} bytes is not a "
+                                       f"whole number of {fmt} tokens")
+            self.tokens = (np.memmap(paths[0], dtype=_DTYPES[fmt], mode="r") if size
+                           else np.zeros(0, dtype=_DTYPES[fmt]))
         self.seq_len, self.seed = seq_len, seed
         self._orders: dict[int, np.ndarray] = {}
         self.windows = (len(self.tokens) - 1) // seq_len
         if self.windows < 1:
             raise MosaicInputError(
-                f"data.path {str(path)!r} holds {len(self.tokens)} tokens; at least "
-                f"seq_len + 1 = {seq_len + 1} are needed")
+                f"data.path holds {len(self.tokens)} tokens; at least seq_len + 1 = "
+                f"{seq_len + 1} are needed")
 
     @property
     def n_tokens(self) -> int:

@@ -48,7 +48,7 @@ RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
-                     "achievable_flops_per_s")
+                     "achievable_flops_per_s", "cpu_threads")
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class Trainer:
         self.schedule = WSDSchedule.build(self.peak_lr, self.total_steps,
                                           config.tokens_per_step, config.optim.warmup_tokens,
                                           config.optim.decay_fraction)
-        self.data = TokenStream(config.data.path, config.data.format, run.seq_len, run.seed)
+        self.data = TokenStream(config.data.paths, config.data.format, run.seq_len, run.seed)
         self.device = self.context.device
         self.autocast_dtype = _precision(config, self.device)
         torch.manual_seed(run.seed)
@@ -368,11 +368,17 @@ class Trainer:
 def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | None = None,
           log: Any = None) -> TrainResult:
     """Train ``config`` into ``out_dir`` (resuming from its checkpoint if present)."""
-    trainer = Trainer(config, out_dir)
+    threads = torch.get_num_threads()
+    if config.run.cpu_threads is not None:
+        torch.set_num_threads(config.run.cpu_threads)
     try:
-        return trainer.run(stop_after_steps, log)
+        trainer = Trainer(config, out_dir)
+        try:
+            return trainer.run(stop_after_steps, log)
+        finally:
+            shutdown(trainer.context)
     finally:
-        shutdown(trainer.context)
+        torch.set_num_threads(threads)
 
 
 def format_record(record: dict[str, Any]) -> str:

@@ -1,0 +1,190 @@
+"""`mosaic train` and `mosaic ladder`: the reference trainer and the scaling-law ladder.
+
+Thin: parse, call mosaic.train, render. torch is imported only when a run starts, so
+`mosaic ladder run --list` and `mosaic ladder fit` work without the train extra.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mosaic.cli.common import (
+    JsonFlag,
+    console,
+    guarded,
+    print_json,
+    print_key_value_table,
+    print_table,
+    to_jsonable,
+)
+from mosaic.errors import MosaicInputError
+
+DEFAULT_STARTS = 4096  # mosaic.law.fit.DEFAULT_STARTS (not imported: keeps scipy lazy)
+DEFAULT_POLISHED = 32  # mosaic.law.fit.DEFAULT_POLISHED
+
+ladder_app = typer.Typer(
+    name="ladder",
+    help="Train a grid of MoE geometries with the paper's recipe and fit the loss law.",
+    no_args_is_help=True,
+)
+
+OutOption = Annotated[Path, typer.Option("--out", help="output folder (resumable)")]
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic ladder ...` and `mosaic train` to the top-level app."""
+    app.add_typer(ladder_app, name="ladder")
+    app.command("train")(train_command)
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MosaicInputError("this needs `pip install mosaic[train]`") from None
+
+
+@guarded
+def train_command(
+    job: Annotated[Path, typer.Argument(help="training job YAML (docs/train.md)")],
+    out: OutOption,
+    stop_after: Annotated[
+        int | None, typer.Option("--stop-after", help="stop after this many steps in total")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no per-step lines")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train one job with the paper's MoE recipe (single process, or under torchrun)."""
+    from mosaic.train.config import load_train_config
+
+    config = load_train_config(job)
+    _require_torch()
+    from mosaic.train.trainer import format_record, train
+
+    log = None if quiet or as_json else (lambda r: console.print(format_record(r),
+                                                                 highlight=False))
+    result = train(config, out, stop_after_steps=stop_after, log=log)
+    if as_json:
+        print_json(asdict(result))
+        return
+    print_key_value_table(
+        f"Training run {out}",
+        [("state", "finished" if result.complete else f"stopped at step {result.steps}"),
+         ("steps", f"{result.steps} / {result.total_steps}"),
+         ("tokens", f"{result.tokens:,}"),
+         ("smoothed final loss", f"{result.smoothed_loss:.4f}"),
+         ("N_tot / N_act", f"{result.n_total:,} / {result.n_active:,}"),
+         ("peak lr", f"{result.peak_lr:.3e}"),
+         ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"),
+         ("metrics", str(Path(out) / "metrics.jsonl"))])
+
+
+@ladder_app.command("run")
+@guarded
+def run(
+    grid: Annotated[Path, typer.Argument(help="grid YAML (recipe + ladder axes)")],
+    out: OutOption,
+    scale: Annotated[
+        float, typer.Option("--scale", help="multiply head width and token budgets (0, 1]")
+    ] = 1.0,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="train only this rung (repeatable)")
+    ] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="list the rungs, train none")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train every rung of GRID (finished rungs are skipped) and write OUT/runs.csv."""
+    from mosaic.arch import count_parameters
+    from mosaic.train.ladder import load_grid, run_ladder
+
+    jobs = load_grid(grid, scale)
+    names = [j.name for j in jobs]
+    unknown = sorted(set(only or []) - set(names))
+    if unknown:
+        raise MosaicInputError(f"--only {unknown[0]!r} is not a rung of {grid}; rungs: "
+                               f"{', '.join(names)}")
+    if list_only:
+        rows = []
+        for job in jobs:
+            counts = count_parameters(job.config.geometry())
+            rows.append({"name": job.name, "n_total": int(counts.n_total),
+                         "n_active": int(counts.n_active), "sparsity": float(counts.sparsity),
+                         "tokens": job.config.total_steps * job.config.tokens_per_step,
+                         "steps": job.config.total_steps})
+        if as_json:
+            print_json({"rungs": rows})
+            return
+        print_table(f"Ladder {grid} ({len(rows)} rungs)", ["rung", "N_tot", "N_act", "S",
+                                                          "tokens", "steps"],
+                    [[r["name"], f"{r['n_total']:,}", f"{r['n_active']:,}",
+                      f"{r['sparsity']:.3f}", f"{r['tokens']:,}", str(r["steps"])]
+                     for r in rows])
+        return
+    _require_torch()
+    progress = None if as_json else (lambda line: console.print(line, highlight=False))
+    path = run_ladder(jobs, out, progress=progress, only=only)
+    if not path.exists():  # non-zero ranks under torchrun
+        return
+    rows = list(csv.DictReader(path.open()))
+    if as_json:
+        print_json({"runs_csv": str(path), "runs": rows})
+        return
+    print_table(f"Ladder results ({path})", ["rung", "N_tot", "N_act", "S", "D", "loss"],
+                [[r["name"], r["n_total"], r["n_active"], f"{float(r['sparsity']):.3f}",
+                  f"{float(r['tokens']):.3g}", f"{float(r['loss']):.4f}"] for r in rows])
+
+
+@ladder_app.command("fit")
+@guarded
+def fit(
+    folder: Annotated[Path, typer.Argument(help="ladder output folder (holds runs.csv)")],
+    out: Annotated[Path, typer.Option("--out", help="law JSON to write (for --law)")],
+    form: Annotated[str, typer.Option("--form", help="law form (joint, per-g, chinchilla)")]
+    = "joint",
+    holdout: Annotated[
+        float, typer.Option("--holdout", help="fraction held out per G stratum (Sec. 4.2)")
+    ] = 0.1,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the fit's starts")] = 0,
+    starts: Annotated[
+        int, typer.Option("--starts", help="initialisations screened (vectorised)")
+    ] = DEFAULT_STARTS,
+    refine: Annotated[
+        int, typer.Option("--refine", help="best starts refined with L-BFGS-B")
+    ] = DEFAULT_POLISHED,
+    as_json: JsonFlag = False,
+) -> None:
+    """Fit a loss law to FOLDER/runs.csv and write the law file `mosaic plan --law` reads."""
+    from mosaic.law.fit import FitSettings
+    from mosaic.law.forms import get_form
+    from mosaic.law.rundata import load_run_data
+    from mosaic.law.validation import fit_with_holdout
+
+    csv_path = folder / "runs.csv" if folder.is_dir() else folder
+    runs = load_run_data(csv_path)
+    law_form = get_form(form)
+    settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
+    validated = fit_with_holdout(runs, law_form, settings,
+                                 holdout_fraction=holdout)
+    metrics = asdict(validated.metrics)
+    provenance: dict[str, Any] = to_jsonable({
+        "source": f"fitted to {csv_path} (mosaic ladder fit)", "form": law_form.name,
+        "data": str(csv_path), "metrics": metrics,
+        "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine}})
+    replace(validated.law, provenance=provenance).save(out)
+    payload = {"law_file": str(out), "form": law_form.name,
+               "coefficients": dict(validated.law.coefficients), "metrics": metrics}
+    if as_json:
+        print_json(payload)
+        return
+    print_table(f"Fitted {law_form.name} law ({runs.n_runs} runs)", ["coefficient", "value"],
+                [[k, f"{v:.6g}"] for k, v in payload["coefficients"].items()])
+    print_key_value_table("Fit quality (loss units)", [
+        ("RMSE, all runs", f"{metrics['rmse']:.5f}"),
+        ("held-out RMSE", f"{metrics['heldout_rmse']:.5f}"),
+        ("runs / held out", f"{metrics['n_runs']} / {metrics['n_heldout']}"),
+        ("law file", str(out))])

@@ -1,0 +1,209 @@
+"""The ladder runner: train a grid of rungs with one recipe, write ``runs.csv`` for the law.
+
+A grid file holds a ``recipe`` (every job block except the model and ``run.tokens``,
+shared by all rungs) and a ``ladder`` block: lists of seeds q, experts E, top-K, split
+factors G and token budgets D whose product (minus inadmissible points: K > E, G not
+dividing d_ff, S below ``s_min``) are the rungs, plus optional explicit ``runs``. Each rung
+trains into ``OUT/runs/<name>/`` (resuming from its checkpoint; finished rungs are
+skipped), and ``OUT/runs.csv`` gets one row per finished rung in the columns
+:mod:`mosaic.law.rundata` reads, the loss being the smoothed final training loss (Sec. 3.1).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mosaic.arch import count_parameters
+from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
+from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.train.config import (
+    LadderModel,
+    TrainConfig,
+    resolve_data_paths,
+    train_config_from_mapping,
+)
+
+RUNS_CSV = "runs.csv"
+# The columns `mosaic law fit` reads (mosaic/law/rundata.py), then bookkeeping columns.
+CSV_COLUMNS = ("name", "n_total", "n_active", "sparsity", "tokens", "split_factor", "loss",
+               "experts", "top_k", "layers", "d_model", "q", "final_loss", "peak_lr", "steps",
+               "wall_s", "tokens_per_s")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rung(_Strict):
+    """One explicit rung."""
+
+    q: int = Field(gt=0)
+    experts: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    split_factor: int = Field(default=1, gt=0)
+    tokens: float = Field(gt=0)
+
+
+class LadderBlock(_Strict):
+    """Axes of the grid (Sec. 7.1 ladder; Appendix C ranges for the paper's own sweep)."""
+
+    q: list[int] = Field(default_factory=list, description="ladder seeds")
+    experts: list[int] = Field(default_factory=list)
+    top_k: list[int] = Field(default_factory=list)
+    split_factor: list[int] = Field(default_factory=lambda: [1])
+    tokens: list[float] = Field(default_factory=list, description="token budgets D")
+    head_dim: int = Field(default=LADDER_HEAD_DIM, gt=0, description="paper: 128")
+    kv_heads: int = Field(default=LADDER_KV_HEADS, gt=0, description="paper: 8")
+    gated_attention: bool = False
+    s_min: float = Field(default=0.0, ge=0, lt=1, description="drop rungs with S < s_min")
+    runs: list[Rung] = Field(default_factory=list, description="explicit extra rungs")
+
+
+class GridFile(_Strict):
+    recipe: dict[str, Any]
+    ladder: LadderBlock
+
+
+@dataclass(frozen=True)
+class LadderJob:
+    """One rung: its name and complete training job."""
+
+    name: str
+    config: TrainConfig
+
+
+def rung_name(q: int, experts: int, top_k: int, split: int, tokens: float) -> str:
+    return f"q{q}_E{experts}_K{top_k}_G{split}_D{tokens:.3g}".replace("+", "")
+
+
+def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
+    """Rungs of a grid file; ``scale`` multiplies the head width and every token budget."""
+    path = Path(path)
+    document = load_yaml_mapping(path)
+    grid = validate_mapping(GridFile, document, str(path))
+    if not 0 < scale <= 1:
+        raise MosaicInputError(f"--scale must satisfy 0 < scale <= 1, got {scale}")
+    recipe = dict(grid.recipe)
+    if "model" in recipe or "ladder" in recipe or "moe" in recipe:
+        raise MosaicInputError(f"{path}: recipe must not hold a model; the ladder block sets it")
+    recipe = resolve_data_paths(recipe, path.parent)
+    block = grid.ladder
+    points = [(r.q, r.experts, r.top_k, r.split_factor, r.tokens) for r in block.runs]
+    axes = (block.q, block.experts, block.top_k, block.split_factor, block.tokens)
+    if all(axes):
+        points += list(itertools.product(*axes))
+    elif any(axes[:2] + axes[4:]) and not block.runs:
+        missing = [n for n, a in zip(("q", "experts", "top_k", "split_factor", "tokens"), axes,
+                                     strict=True) if not a]
+        raise MosaicInputError(f"{path}: ladder axes {missing} are empty")
+    if not points:
+        raise MosaicInputError(f"{path}: the ladder has no rungs (give axes or runs)")
+    head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
+    jobs: dict[str, LadderJob] = {}
+    for q, experts, top_k, split, tokens in points:
+        if top_k > experts:
+            continue
+        tokens = tokens * scale
+        rung = LadderModel(q=q, experts=experts, top_k=top_k, split_factor=split,
+                           head_dim=head_dim, kv_heads=block.kv_heads,
+                           gated_attention=block.gated_attention)
+        run = {**recipe.get("run", {}), "tokens": tokens}
+        try:
+            config = train_config_from_mapping(
+                {**recipe, "ladder": rung.model_dump(), "run": run}, f"{path}: rung q={q} "
+                f"E={experts} K={top_k} G={split}")
+        except MosaicInputError as exc:
+            if "split factor" in str(exc):  # G must divide d_ff: not a ladder point
+                continue
+            raise
+        if float(count_parameters(config.geometry()).sparsity) < block.s_min:
+            continue
+        name = rung_name(q, experts, top_k, split, tokens)
+        jobs[name] = LadderJob(name, config)
+    if not jobs:
+        raise MosaicInputError(f"{path}: every grid point was inadmissible (K > E, G not "
+                               "dividing d_ff, or S below s_min)")
+    return list(jobs.values())
+
+
+def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
+    """A runs.csv row from a rung's result.json."""
+    row = {key: result[key] for key in ("n_total", "n_active", "sparsity", "tokens",
+                                        "split_factor", "experts", "top_k", "layers",
+                                        "d_model", "peak_lr", "steps", "wall_s",
+                                        "tokens_per_s", "final_loss")}
+    row["sparsity"] = 1.0 - result["n_active"] / result["n_total"]  # exactly as law fit checks
+    return {"name": name, "q": q, "loss": result["smoothed_loss"], **row}
+
+
+def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+    return path
+
+
+def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
+               progress: Callable[[str], None] | None = None,
+               only: list[str] | None = None) -> Path:
+    """Train every rung (resumable) and write ``runs.csv``; returns its path."""
+    import os
+
+    from mosaic.train.trainer import RESULT_FILE, format_record, train
+
+    out_dir = Path(out_dir)
+    main = os.environ.get("RANK", "0") == "0"
+    if main:
+        (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    selected = [j for j in jobs if only is None or j.name in only]
+    for index, job in enumerate(selected, start=1):
+        rung_dir = out_dir / "runs" / job.name
+        result_file = rung_dir / RESULT_FILE
+        assert job.config.ladder is not None
+        if result_file.exists():
+            if progress and main:
+                progress(f"[{index}/{len(selected)}] {job.name}: done earlier, skipped")
+        else:
+            if progress and main:
+                progress(f"[{index}/{len(selected)}] {job.name}: {job.config.total_steps} steps")
+            every = max(1, job.config.total_steps // 5)
+            train(job.config, rung_dir,
+                  log=_every(progress, job.name, every, format_record) if progress else None)
+        if main:
+            result = json.loads(result_file.read_text())
+            rows.append(csv_row(job.name, result, job.config.ladder.q))
+            write_runs_csv(rows, out_dir / RUNS_CSV)
+    return out_dir / RUNS_CSV
+
+
+def _every(progress: Callable[[str], None], name: str, every: int,
+           formatter: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], None]:
+    printed: set[int] = set()
+
+    def log(record: dict[str, Any]) -> None:  # the first logged step of every bucket
+        bucket = record["step"] // every
+        if bucket not in printed:
+            printed.add(bucket)
+            progress(f"  {name} {formatter(record)}")
+
+    return log
+
+
+def ladder_summary(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Table rows for people: name, N_tot, N_act, S, D, loss."""
+    return [[r["name"], f"{float(r['n_total']):.4g}", f"{float(r['n_active']):.4g}",
+             f"{float(r['sparsity']):.3f}", f"{float(r['tokens']):.3g}",
+             f"{float(r['loss']):.4f}"] for r in rows if not math.isnan(float(r["loss"]))]

@@ -1,0 +1,121 @@
+"""The ladder: grid parsing, runs.csv accepted by `mosaic law fit`, the law file for plan."""
+
+import csv
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.arch import count_parameters
+from mosaic.errors import MosaicInputError
+from mosaic.law.law import ScalingLaw
+from mosaic.law.rundata import load_run_data
+from mosaic.train.ladder import load_grid
+
+from .conftest import CORPUS, REPO
+
+RECIPE = {
+    "data": {"path": str(CORPUS)},
+    "routing": {"mu_b": 1e-2},
+    "optim": {"warmup_tokens": 256, "lr": 1e-2},
+    "run": {"seq_len": 32, "global_batch_seqs": 8, "micro_batch_seqs": 8,
+            "checkpoint_every": 2, "cpu_threads": 1},
+}
+
+
+def _grid(tmp_path, ladder):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"recipe": RECIPE, "ladder": ladder}))
+    return path
+
+
+def _app():
+    from mosaic.cli.main import app
+
+    return app
+
+
+def test_grid_expands_the_admissible_product(tmp_path):
+    path = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [2, 4],
+                            "top_k": [1, 4], "split_factor": [1, 3], "tokens": [512]})
+    jobs = load_grid(path)
+    # K=4 > E=2 is dropped; G=3 does not divide d_ff=80 and is dropped.
+    assert sorted(j.name for j in jobs) == ["q1_E2_K1_G1_D512", "q1_E4_K1_G1_D512",
+                                            "q1_E4_K4_G1_D512"]
+    assert all(j.config.run.tokens == 512 for j in jobs)
+    halved = load_grid(path, scale=0.5)
+    assert all(j.config.run.tokens == 256 for j in halved)
+    assert all(j.config.geometry().head_dim == 8 for j in halved)  # at least 8 wide
+    with pytest.raises(MosaicInputError, match="scale"):
+        load_grid(path, scale=2)
+
+
+def test_paper_width_grid_uses_the_arch_ladder(tmp_path):
+    from mosaic.arch import ladder_geometry
+
+    path = _grid(tmp_path, {"q": [2], "experts": [16], "top_k": [2], "split_factor": [4],
+                            "tokens": [1e9]})
+    (job,) = load_grid(path)
+    geometry = job.config.geometry()
+    expected = ladder_geometry(2, 16, 2, 4, vocab=256)
+    assert count_parameters(geometry).n_total == count_parameters(expected).n_total
+
+
+def test_ladder_run_writes_a_csv_law_fit_reads_and_fit_writes_a_law(tmp_path):
+    grid = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8],
+                            "top_k": [1, 2], "split_factor": [1, 2], "tokens": [512, 768]})
+    runner = CliRunner()
+    out = tmp_path / "ladder"
+    done = runner.invoke(_app(), ["ladder", "run", str(grid), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    runs = load_run_data(out / "runs.csv")
+    assert runs.n_runs == 16  # the joint law's 11 coefficients need at least 12
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    for row in rows:
+        result = json.loads((out / "runs" / row["name"] / "result.json").read_text())
+        assert float(row["loss"]) == result["smoothed_loss"]
+        assert int(row["n_total"]) == result["n_total"]
+        assert float(row["tokens"]) in (2 * 8 * 32, 3 * 8 * 32)  # whole steps
+    # Law fit reads it exactly as `mosaic law fit` does.
+    law_fit = runner.invoke(_app(), ["law", "fit", str(out / "runs.csv"), "--holdout", "0",
+                                     "--starts", "64", "--refine", "2", "--json"])
+    assert law_fit.exit_code == 0, law_fit.output
+    # A second run skips finished rungs and rewrites the same CSV.
+    before = (out / "runs.csv").read_text()
+    again = runner.invoke(_app(), ["ladder", "run", str(grid), "--out", str(out)])
+    assert again.exit_code == 0 and "skipped" in again.output
+    assert (out / "runs.csv").read_text() == before
+    law_path = tmp_path / "law.json"
+    fit = runner.invoke(_app(), ["ladder", "fit", str(out), "--out", str(law_path),
+                                 "--holdout", "0", "--starts", "64", "--refine", "2"])
+    assert fit.exit_code == 0, fit.output
+    law = ScalingLaw.load(law_path)
+    assert law.form.name == "joint"
+    observed = runs.loss
+    predicted = law.predict_runs(runs)
+    assert abs(predicted - observed).max() < 0.5
+
+
+def test_ladder_list_and_errors(tmp_path):
+    grid = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4],
+                            "top_k": [2], "tokens": [512]})
+    runner = CliRunner()
+    listed = runner.invoke(_app(), ["ladder", "run", str(grid), "--out", str(tmp_path / "o"),
+                                    "--list", "--json"])
+    assert listed.exit_code == 0
+    assert json.loads(listed.output)["rungs"][0]["name"] == "q1_E4_K2_G1_D512"
+    wrong = runner.invoke(_app(), ["ladder", "run", str(grid), "--out", str(tmp_path / "o"),
+                                   "--only", "nope"])
+    assert wrong.exit_code == 2 and "not a rung" in wrong.output
+    bad = _grid(tmp_path, {"q": [1], "experts": [4], "top_k": [2], "tokens": [512],
+                           "colour": "red"})
+    failed = runner.invoke(_app(), ["ladder", "run", str(bad), "--out", str(tmp_path / "o")])
+    assert failed.exit_code == 2 and "colour" in failed.output
+
+
+def test_tiny_example_grid_parses():
+    jobs = load_grid(REPO / "examples" / "ladder_tiny.yaml")
+    assert len(jobs) >= 12
+    assert {j.config.geometry().split_factor for j in jobs} == {1.0, 2.0}
+    assert all(j.config.total_steps <= 60 for j in jobs)
