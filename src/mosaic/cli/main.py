@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "studio": ("mosaic.cli.studio_cmd",
                "Start the local web studio: edit a job and see its step, layouts and plans "
                "live."),
+    "train": ("mosaic.cli.ladder_cmd",
+              "Train one job with the paper's MoE recipe (single process, or under torchrun)."),
+    "ladder": ("mosaic.cli.ladder_cmd",
+               "Train a grid of MoE geometries with the paper's recipe and fit the loss law."),
 }
 
 
