@@ -77,8 +77,8 @@ def test_calibrate_then_perf_with_the_result(bench_dir, tmp_path):
     done = run([*MOSAIC, "calibrate", "--microbench", str(bench_dir), "--out",
                 str(calibration), "--json"])
     report = json.loads(done.stdout)["report"]
-    assert {"gemm", "attention_fwd", "elementwise", "collectives"} <= set(
-        report["fit_error_percent"])
+    assert {"gemm", "attention_fwd", "collectives"} <= set(report["fit_error_percent"])
+    assert "elementwise" in report["families"]  # fitted, or why not (noisy shared CPUs)
     loaded = load_calibration(calibration)
     assert loaded.microbench is not None and loaded.microbench.applies_to == ("any",)
     assert set(loaded.microbench.collectives) == {"launch_latency_s", "scale_up_latency_s"}

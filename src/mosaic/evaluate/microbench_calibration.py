@@ -374,8 +374,12 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     streams = tables["kernels"]
     if not streams.empty:
         adds = streams[(streams["op"] == "add")]
-        if adds["moved_bytes"].nunique() >= 2:
+        try:
             fit = fit_streaming(adds, rates.hbm_bw_bytes_per_s)
+        except MosaicInputError as exc:
+            report["families"]["elementwise"] = {"not_fitted": str(exc)}
+            fit = None
+        if fit is not None:
             block["elementwise_hbm_efficiency"] = fit.values["elementwise_hbm_efficiency"]
             errors["elementwise"] = fit.mape_percent
             per_op = (streams[streams["moved_bytes"] > 0].groupby("op")["bandwidth_bytes_per_s"]

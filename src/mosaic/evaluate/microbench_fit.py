@@ -232,7 +232,9 @@ def fit_streaming(rows: pd.DataFrame, hbm_bw_bytes_per_s: float) -> Fit:
     weight = 1.0 / time_s
     design = np.stack([np.ones_like(size), size], axis=1) * weight[:, None]
     (latency_s, seconds_per_byte), *_ = np.linalg.lstsq(design, time_s * weight, rcond=None)
-    seconds_per_byte = max(seconds_per_byte, 1e-30)
+    if not seconds_per_byte > 0:
+        raise MosaicInputError("streaming times do not grow with the bytes moved (timer "
+                               "noise?); measure larger sizes")
     latency_s = max(latency_s, 0.0)
     efficiency = 1.0 / (seconds_per_byte * hbm_bw_bytes_per_s)
     predicted = latency_s + size * seconds_per_byte
