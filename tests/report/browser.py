@@ -75,7 +75,7 @@ def console_errors(driver: Any) -> list[dict[str, Any]]:
     return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float = 20.0, what: str = "") -> Any:
+def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -> Any:
     """Poll ``condition`` until it returns a truthy value."""
     deadline = time.monotonic() + timeout_s
     last: Any = None

@@ -199,8 +199,9 @@ def test_localhost_by_default_and_a_warning_elsewhere(monkeypatch):
     assert bind_warning("127.0.0.1") is None
     for host in ("0.0.0.0", "192.168.1.5", "example.org"):
         assert "not only on this machine" in bind_warning(host)
-    import uvicorn
     import webbrowser
+
+    import uvicorn
 
     from mosaic.studio import server
 
@@ -224,3 +225,17 @@ def test_studio_command_line_errors(tmp_path):
     bad.write_text("data: {global_batch: 0}\n")
     result = runner.invoke(cli, ["studio", "--job", str(bad), "--no-browser"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+def test_compare_two_jobs(studio):
+    a = dict(DEFAULT_FORM)
+    b = {**DEFAULT_FORM, "data.micro_batch": "1", "performance.checkpointing": "selective"}
+    status, body = studio.call("/api/compare", {"forms": [a, b]})
+    assert status == 200, body
+    for form, prediction in zip((a, b), body["predictions"], strict=True):
+        _, single = studio.call("/api/perf", {"form": form})
+        assert prediction["step_time_s"] == single["prediction"]["step_time_s"]
+    bars = body["figures"]["step"]["data"]
+    assert all(list(trace["x"]) == ["A", "B"] for trace in bars)
+    status, body = studio.call("/api/compare", {"forms": [a]})
+    assert status == 422 and "two forms" in body["errors"]["_general"]

@@ -2,8 +2,9 @@
 
 Every answer comes from the functions the CLI calls (`mosaic perf` -> ``predict_job`` and
 ``prediction_document``, `mosaic layouts` -> ``search_layouts`` and ``search_document``,
-`mosaic plan` -> ``search`` and the plan documents); the page only draws. Imported only by `mosaic studio` (FastAPI is the
-``mosaic[studio]`` extra). Work per request is bounded: form size, device counts, one plan at a time under a time limit.
+`mosaic plan` -> ``search`` and the plan documents); the page only draws. Imported only
+by `mosaic studio` (FastAPI is the ``mosaic[studio]`` extra). Work per request is bounded:
+form size, device counts, one plan at a time under a time limit.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from mosaic.studio.jobs import (
     predict_form,
     validate_form,
 )
-from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, Busy, PlanRunner
+from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, PlanBusyError, PlanRunner
 
 MAX_BODY_BYTES = 1_000_000
 MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
@@ -150,6 +151,10 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return _static("index.html")
+
+    @app.get("/favicon.ico")
+    def favicon() -> Any:
+        return Response(status_code=204)
 
     @app.get("/assets/{name}")
     def asset(name: str) -> Any:
@@ -277,7 +282,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         form = await read_form(request)
         try:
             job = runner.start(form)
-        except Busy as exc:
+        except PlanBusyError as exc:
             return _json({"ok": False, "errors": {GENERAL: str(exc)}}, 409)
         return _json({"ok": True, "id": job.job_id, "total": job.total})
 

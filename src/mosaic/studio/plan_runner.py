@@ -35,11 +35,11 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
 }
 
 
-class Busy(Exception):
+class PlanBusyError(Exception):
     """A plan is already running."""
 
 
-class _Stopped(Exception):
+class _StoppedError(Exception):
     def __init__(self, why: str) -> None:
         super().__init__(why)
         self.why = why
@@ -125,11 +125,11 @@ class PlanRunner:
 
     # --- requests -------------------------------------------------------------------------
     def start(self, form: dict[str, str]) -> PlanJob:
-        """Validate and start a plan; Busy when one is running, FormError when invalid."""
+        """Validate and start a plan; PlanBusyError when one is running, FormError when invalid."""
         envelope, space = validate_plan_form(form)
         with self._lock:
             if self._current is not None and self._current.state == "running":
-                raise Busy(f"plan {self._current.job_id} is still running "
+                raise PlanBusyError(f"plan {self._current.job_id} is still running "
                            f"({self._current.done}/{self._current.total} geometries); "
                            "cancel it or wait for it to finish")
             job = PlanJob(job_id=self._next_id, request=dict(form),
@@ -179,9 +179,9 @@ class PlanRunner:
         def update(done: int, total: int) -> None:
             job.done, job.total = done, total
             if self._cancel.is_set():
-                raise _Stopped("cancelled")
+                raise _StoppedError("cancelled")
             if time.monotonic() - job.started_s > self.time_limit_s:
-                raise _Stopped("timed out")
+                raise _StoppedError("timed out")
         return update
 
     def _run(self, job: PlanJob, envelope: Any, space: Any) -> None:
@@ -194,7 +194,7 @@ class PlanRunner:
                     self._reports.popitem(last=False)
             job.summary = _summary(document)
             job.state, job.message = "done", "finished"
-        except _Stopped as stop:
+        except _StoppedError as stop:
             job.state = stop.why
             job.message = (f"stopped after {job.done}/{job.total} geometries"
                            + (f" (limit {self.time_limit_s:g} s)" if stop.why == "timed out"

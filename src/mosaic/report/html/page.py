@@ -140,7 +140,8 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section], *,
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{esc(title)}</title><style>{asset_text('report.css')}</style>"
+        f"<title>{esc(title)}</title><link rel=\"icon\" href=\"data:,\">"
+        f"<style>{asset_text('report.css')}</style>"
         f"<script>{plotly_js()}</script></head><body>"
         f"<header class=\"page\"><h1>{esc(title)}</h1><p>{esc(subtitle)}</p></header>"
         f"<nav class=\"toc\">{toc}</nav><main>{parts}</main>"

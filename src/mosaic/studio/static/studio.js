@@ -169,6 +169,8 @@
       if (mine !== sequence) { return; }  // a newer edit is on its way
       clearErrors("job-form", "general-error");
       document.body.setAttribute("data-perf-state", body.ok ? "ok" : "error");
+      $("job-charts").classList.toggle("stale", !body.ok);
+      $("metrics").classList.toggle("stale", !body.ok);
       if (!body.ok) {
         showErrors(body.errors, "job-form", "general-error");
         ["m-step", "m-tokens", "m-mfu", "m-memory", "m-verdict"].forEach(function (id) { $(id).textContent = "–"; });
@@ -306,6 +308,7 @@
       });
       $("compare-table-holder").innerHTML = tableHtml("compare-table",
         [["quantity", "", null, true], ["a", "A"], ["b", "B"], ["change", "B vs A"]], rows);
+      $("compare-charts").hidden = false;
       draw("chart-compare-step", body.figures.step);
       draw("chart-compare-memory", body.figures.memory);
     });

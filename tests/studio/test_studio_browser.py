@@ -1,0 +1,166 @@
+"""The studio in headless Chromium: live predictions, field errors, infeasible layouts,
+a plan to its report. Screenshots go to $MOSAIC_TEST_ARTIFACTS (default <tmp>/...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mosaic.studio.jobs import DEFAULT_FORM
+
+TINY_PLAN = {"plan.q": "8,10", "plan.experts": "8,16", "plan.top_k": "1,2",
+             "plan.split_factor": "1,2", "plan.nodes": "4", "plan.days": "10"}
+
+
+@pytest.fixture(scope="module")
+def page(studio, browser):
+    driver = browser.start_driver(height=1300)
+    driver.get(studio.url + "/")
+    browser.wait_for(lambda: driver.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="first prediction")
+    yield driver
+    driver.quit()
+
+
+def field(driver: Any, key: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, "f-" + key.replace(".", "-"))
+
+
+def set_field(driver: Any, key: str, value: str) -> None:
+    """Type into a text input, or pick an option of a select (fires the page's events)."""
+    from selenium.webdriver.support.ui import Select
+
+    element = field(driver, key)
+    if element.tag_name == "select":
+        Select(element).select_by_value(value)
+    else:
+        element.clear()
+        element.send_keys(value)
+
+
+def text(driver: Any, element_id: str) -> str:
+    return driver.execute_script(f"return document.getElementById('{element_id}').textContent")
+
+
+def test_page_loads_with_a_prediction(page, studio, browser):
+    _, body = studio.call("/api/perf", {"form": DEFAULT_FORM})
+    expected = f"{body['prediction']['step_time_s']:.4f} s"
+    assert browser.wait_for(lambda: text(page, "m-step") == expected, what="the step time")
+    assert "fits in memory" in text(page, "m-verdict")
+    assert browser.wait_for(lambda: page.execute_script(
+        "return document.querySelectorAll('#chart-step .trace path').length > 0"))
+    assert browser.console_errors(page) == []
+    browser.screenshot(page, "studio_job")
+
+
+def test_micro_batch_changes_the_step_time(page, studio, browser):
+    before = text(page, "m-step")
+    set_field(page, "data.micro_batch", "1")
+    _, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "data.micro_batch": "1"}})
+    expected = f"{body['prediction']['step_time_s']:.4f} s"
+    assert expected != before
+    browser.wait_for(lambda: text(page, "m-step") == expected, what="the new step time")
+    assert "micro-batch 1" not in text(page, "general-error")
+    assert " mb1 " in text(page, "m-layout")
+
+
+def test_bad_value_is_shown_next_to_its_field(page, browser):
+    set_field(page, "parallelism.ep", "5")
+    message = browser.wait_for(lambda: text(page, "err-parallelism-ep"), what="the field error")
+    assert "ep=5 must divide experts=96" in message
+    row_class = page.execute_script(
+        "return document.getElementById('err-parallelism-ep').parentNode.className")
+    assert "invalid" in row_class
+    assert text(page, "m-step") == "–"
+    browser.screenshot(page, "studio_field_error")
+    set_field(page, "parallelism.ep", "8")
+    browser.wait_for(lambda: text(page, "err-parallelism-ep") == "" and
+                     text(page, "m-step") != "–", what="the error to clear")
+    # the only console entries: Chromium logging the 422 answers to the invalid form
+    logged = browser.console_errors(page)
+    assert logged and all("/api/perf" in e["message"] and "422" in e["message"]
+                          for e in logged), logged
+
+
+def test_infeasible_layout_shows_its_reason(page, studio, browser):
+    set_field(page, "parallelism.pp", "1")
+    set_field(page, "data.micro_batch", "4")
+    set_field(page, "performance.checkpointing", "none")
+    form = {**DEFAULT_FORM, "parallelism.pp": "1", "data.micro_batch": "4",
+            "performance.checkpointing": "none"}
+    _, body = studio.call("/api/perf", {"form": form})
+    over = body["prediction"]["overshoot_gib"]
+    expected = f"out of memory by {over:.2f} GiB"
+    browser.wait_for(lambda: expected in text(page, "m-verdict"),
+                     what="the out-of-memory verdict")
+    assert "bad" in page.execute_script("return document.getElementById('m-verdict').className")
+    page.execute_script("document.getElementById('m-verdict').scrollIntoView()")
+    browser.screenshot(page, "studio_infeasible")
+
+
+def test_layout_table_lists_layouts_and_reasons(page, browser):
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.ID, "layouts-run").click()
+    rows = browser.wait_for(lambda: page.find_elements(By.CSS_SELECTOR,
+                                                       "#layouts-table tbody tr"),
+                            what="the layout table")
+    assert len(rows) >= 10
+    reasons = page.find_elements(By.CSS_SELECTOR, "#infeasible-table tbody tr")
+    texts = [r.text for r in reasons]
+    assert any("out of memory by" in t for t in texts)
+    assert any("must divide" in t for t in texts)
+    page.execute_script("document.getElementById('layouts').scrollIntoView()")
+    browser.screenshot(page, "studio_layouts")
+    rows[0].click()  # loads the best layout into the editor
+    browser.wait_for(lambda: "fits in memory" in text(page, "m-verdict"),
+                     what="the best layout to fit")
+
+
+def test_compare_pinned_job_with_the_edited_one(page, browser):
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.ID, "pin-a").click()
+    step_a = text(page, "m-step")
+    current = field(page, "performance.checkpointing").get_attribute("value")
+    set_field(page, "performance.checkpointing", "selective" if current == "full" else "full")
+    browser.wait_for(lambda: text(page, "m-step") not in (step_a, "–"), what="job B")
+    step_b = text(page, "m-step")
+    page.find_element(By.ID, "compare-run").click()
+    row = browser.wait_for(lambda: page.find_element(By.CSS_SELECTOR,
+                                                     "#compare-table tbody tr").text,
+                           what="the comparison")
+    assert step_a.split()[0] in row and step_b.split()[0] in row
+    browser.wait_for(lambda: page.execute_script(
+        "return document.querySelectorAll('#chart-compare-step .trace path').length > 0"))
+    page.execute_script("document.getElementById('compare').scrollIntoView()")
+    browser.screenshot(page, "studio_compare")
+
+
+def test_small_plan_runs_to_its_report(page, studio, browser):
+    from selenium.webdriver.common.by import By
+
+    for key, value in TINY_PLAN.items():
+        set_field(page, key, value)
+    page.find_element(By.ID, "plan-run").click()
+    browser.wait_for(lambda: page.execute_script(
+        "return document.body.getAttribute('data-plan-state') === 'done'"), timeout_s=90,
+        what="the plan to finish")
+    link = page.find_element(By.ID, "plan-report-link")
+    assert link.is_displayed()
+    assert "12/12 geometries" in text(page, "plan-state")
+    page.execute_script("document.getElementById('plan').scrollIntoView()")
+    browser.screenshot(page, "studio_plan")
+    assert browser.console_errors(page) == []
+    page.get(link.get_attribute("href"))
+    holders, _ = browser.wait_for(
+        lambda: (lambda c: c if c[0] == c[1] else None)(browser.rendered_figures(page)),
+        what="the report's figures")
+    assert holders >= 4
+    assert "mosaic plan" in page.title
+    assert browser.console_errors(page) == []
+    browser.screenshot(page, "studio_plan_report")
