@@ -290,7 +290,7 @@ def all_command(
     attention_backends: BackendsOption = "cudnn,flash,efficient,math",
     quick: QuickFlag = False, progress: ProgressFlag = True, json_output: JsonFlag = False,
 ) -> None:
-    """Every kernel family; under torchrun, rank 0 runs them, then run `collectives`."""
+    """Every kernel family (under torchrun on rank 0 only; collectives: see `collectives`)."""
     import os
 
     if os.environ.get("RANK", "0") != "0":
