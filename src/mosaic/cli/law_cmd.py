@@ -25,14 +25,14 @@ from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
 from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
-from mosaic.law.forms import FORMS, get_form
+from mosaic.law.forms import FORMS, LawForm, get_form
 from mosaic.law.law import ScalingLaw, default_law
 from mosaic.law.optimum import (
     DEFAULT_SPARSITY_RANGE,
     compute_optimum,
     sparsity_profile,
 )
-from mosaic.law.rundata import load_run_data
+from mosaic.law.rundata import RunData, load_run_data
 from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
 from mosaic.limits import LIMITS, check_range
 from mosaic.plan.uncertainty import LawSamples, save_samples
@@ -240,6 +240,7 @@ def fit(
     runs = load_run_data(data)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
+    _check_fittable(runs, law_form)
     settings = FitSettings(huber_delta=huber_delta, starts=starts, n_polished=refine, seed=seed)
     validated = fit_with_holdout(runs, law_form, settings, holdout_fraction=holdout)
     payload: dict[str, Any] = {
@@ -278,6 +279,20 @@ def fit(
         print_json(payload)
         return
     _print_fit(payload)
+
+
+def _check_fittable(runs: RunData, law_form: LawForm) -> None:
+    """A degenerate data set is an error before the fit, not a meaningless law after it."""
+    n_params = len(law_form.params)
+    if len(runs.loss) <= n_params:
+        raise MosaicInputError(
+            f"{runs.source}: {len(runs.loss)} run(s) for the {law_form.name} form's {n_params} "
+            f"coefficients; allowed: at least {n_params + 1} runs")
+    log_loss = np.log(runs.loss)
+    if not np.all(np.isfinite(log_loss)) or np.ptp(log_loss) < 1e-9:
+        raise MosaicInputError(
+            f"{runs.source}: every run has the same loss ({runs.loss[0]:g}); a law fit needs "
+            "losses that vary with size and tokens")
 
 
 def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,

@@ -53,6 +53,7 @@ from mosaic.plan.envelope import (
     with_gpus_per_node,
 )
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
+from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, ProgressFn, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import load_samples, propagate
@@ -130,6 +131,12 @@ Workers = Annotated[int | None, typer.Option(
 StackOpt = Annotated[str | None, typer.Option(
     "--stack", help="Software stack of every candidate (see docs/stacks.md; default: the "
     "calibration profile's, else megatron-core).")]
+BackendOpt = Annotated[str, typer.Option(
+    "--backend", help="Where the layout searches run: local processes, or ray tasks "
+    "(pip install mosaic[ray]; docs/ray.md).")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", help="With --backend ray: auto (the cluster of `ray start`) or HOST:PORT "
+    "of a head node; default: a local Ray instance.")]
 PlotDir = Annotated[Path | None, typer.Option(
     "--plot", help="Write figures (PNG and SVG) into this directory.")]
 
@@ -282,7 +289,8 @@ def plan(
     bootstrap_samples: Annotated[Path | None, typer.Option(
         "--bootstrap-samples", help="Law coefficient samples (JSON or CSV, docs/plan.md).")
     ] = None,
-    workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
+    workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
+    as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
@@ -298,7 +306,8 @@ def plan(
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
-    with progress_bar(not as_json) as bar:
+    runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    with execution_backend(runner), progress_bar(not as_json) as bar:
         result = search(envelope, space, law, calibration, progress=bar("geometries"),
                         workers=workers)
         require_trainable(result)
@@ -364,7 +373,8 @@ def sweep_days_command(
     q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
     top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
     tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
-    workers: Workers = None, as_json: JsonFlag = False, plot_dir: PlotDir = None,
+    workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
+    as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
@@ -379,7 +389,8 @@ def sweep_days_command(
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     law, calibration = load_models(law_file, calibration_file)
-    with progress_bar(not as_json) as bar:
+    runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    with execution_backend(runner), progress_bar(not as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows,
                             progress=bar("geometries"), workers=workers)
     _finish_sweep(points, as_json, plot_dir, html)
@@ -399,7 +410,8 @@ def sweep_nodes_command(
     q: QValues = TABLE3_Q_TEXT,
     experts: Experts = TABLE3_EXPERTS_TEXT, top_k: TopK = TABLE3_TOP_K_TEXT,
     split_factor: Split = TABLE3_SPLIT_TEXT, tpp: Tpp = TABLE3_TPP_TEXT,
-    s_min: SMin = TABLE3_S_MIN, workers: Workers = None, as_json: JsonFlag = False,
+    s_min: SMin = TABLE3_S_MIN, workers: Workers = None, backend: BackendOpt = "local",
+    address: AddressOpt = None, as_json: JsonFlag = False,
     plot_dir: PlotDir = None, html: HtmlOption = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
@@ -414,7 +426,8 @@ def sweep_nodes_command(
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     law, calibration = load_models(law_file, calibration_file)
-    with progress_bar(not as_json) as bar:
+    runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    with execution_backend(runner), progress_bar(not as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
     _finish_sweep(points, as_json, plot_dir, html)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,16 +21,20 @@ from mosaic.errors import MosaicInputError
 from mosaic.perf.microbench_constants import MicrobenchConstants, parse_block
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
+# A calibrated constant is finite and of bounded size (the fitted ones span 1e-21..1e2);
+# NaN or 1e308 would turn every prediction into NaN or inf (issue 11).
+CONSTANT_BOUND = 1e6
+
 
 class _Sourced(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    value: float
+    value: float = Field(allow_inf_nan=False, ge=-CONSTANT_BOUND, le=CONSTANT_BOUND)
     source: str = Field(min_length=1)
 
 
 class _SourcedMapping(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    value: dict[str, float]
+    value: dict[str, Annotated[float, Field(allow_inf_nan=False, gt=0, le=CONSTANT_BOUND)]]
     source: str = Field(min_length=1)
 
 

@@ -43,6 +43,7 @@ from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_m
 from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
+from mosaic.plan.ray_backend import current_backend
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Sec. 2.1)
 PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "micro_batch",
@@ -258,7 +259,10 @@ def profile_geometries(
         raise MosaicInputError(f"workers must be >= 1, got {workers}")
     state = (envelope, grid, calibration, limits or TABLE3_LAYOUT_LIMITS)
     blocks = _blocks(len(grid), BLOCK_ROWS)
-    if workers == 1 or len(blocks) == 1 or "fork" not in mp.get_all_start_methods():
+    backend = current_backend()
+    if backend is not None:  # Ray tasks (mosaic.plan.ray_backend), same blocks, same order
+        parts = backend.run_blocks(_profile_rows, state, blocks, progress, len(grid))
+    elif workers == 1 or len(blocks) == 1 or "fork" not in mp.get_all_start_methods():
         parts = _run_serial(state, blocks, progress, len(grid))
     else:
         parts = _run_forked(state, blocks, workers, progress, len(grid))

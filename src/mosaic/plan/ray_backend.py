@@ -1,0 +1,148 @@
+"""Run the per-geometry layout searches of `plan` and `sweep` as Ray tasks.
+
+The co-design search is embarrassingly parallel over geometries (Eq. 6 is solved per grid
+row); :func:`mosaic.plan.search.profile_geometries` cuts the grid into blocks of rows. The
+local backend runs the blocks in forked processes; this one submits each block as a Ray task
+(https://docs.ray.io/en/latest/ray-core/tasks.html) to a local or remote Ray cluster, with
+the search state put once into Ray's object store. Blocks are reassembled in grid order, so
+the result is identical to the local backend's (tests/plan/test_ray_backend.py).
+
+Use it through :func:`execution_backend`::
+
+    with execution_backend(RayBackend(address="auto")):
+        result = search(envelope, space, law, calibration)
+
+Ray is an optional extra (``pip install mosaic[ray]``) and is imported only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copyreg
+import socket
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+
+BACKENDS = ("local", "ray")
+CONNECT_TIMEOUT_S = 5.0
+_CURRENT: contextvars.ContextVar[RayBackend | None] = contextvars.ContextVar(
+    "mosaic_execution_backend", default=None)
+
+
+def _reduce_mapping_proxy(proxy: types.MappingProxyType) -> tuple[Any, tuple[dict]]:
+    # Catalog objects keep read-only mappings; a proxy over a copy is the same value.
+    return types.MappingProxyType, (dict(proxy),)
+
+
+@dataclass
+class RayBackend:
+    """Where to run: ``address`` None starts a local Ray instance, "auto" joins the cluster
+    this machine belongs to (``ray start``), "HOST:PORT" a given head node."""
+
+    address: str | None = None
+    num_cpus: int | None = None  # only for a local instance started here
+
+    def connect(self) -> Any:
+        """Import ray and connect (once); one-line errors when missing or unreachable."""
+        try:
+            import ray
+        except ImportError:
+            raise MosaicInputError("this needs `pip install mosaic[ray]` (--backend ray)"
+                                   ) from None
+        copyreg.pickle(types.MappingProxyType, _reduce_mapping_proxy)
+        if ray.is_initialized():
+            return ray
+        if self.address not in (None, "auto"):
+            _check_reachable(self.address)
+        try:
+            ray.init(address=self.address, num_cpus=self.num_cpus if self.address is None
+                     else None, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            where = self.address or "a new local instance"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {where}: "
+                                   f"{first[:200]}") from None
+        return ray
+
+    def run_blocks(self, function: Callable[..., Any], state: tuple[Any, ...],
+                   blocks: list[range], progress: Callable[[int, int], None] | None,
+                   total: int) -> list[Any]:
+        """``function(*state, block)`` for every block as a Ray task, results in block order."""
+        ray = self.connect()
+        remote = ray.remote(num_cpus=1)(_call_block)
+        state_ref = ray.put((function, state))
+        pending = {remote.remote(state_ref, block.start, block.stop): index
+                   for index, block in enumerate(blocks)}
+        results: list[Any] = [None] * len(blocks)
+        done = 0
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                index = pending.pop(ref)
+                results[index] = ray.get(ref)
+                done += len(blocks[index])
+                if progress is not None:
+                    progress(done, total)
+        return results
+
+
+def _call_block(packed: tuple[Callable[..., Any], tuple[Any, ...]], start: int,
+                stop: int) -> Any:
+    function, state = packed
+    return function(*state, range(start, stop))
+
+
+def current_backend() -> RayBackend | None:
+    """The backend set by :func:`execution_backend` (None: local processes)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def execution_backend(backend: RayBackend | None) -> Iterator[None]:
+    """Run the layout searches started inside this block on ``backend``."""
+    token = _CURRENT.set(backend)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def backend_from_options(backend: str, address: str | None) -> RayBackend | None:
+    """``--backend local|ray`` and ``--address`` into a backend (None = local)."""
+    if backend not in BACKENDS:
+        raise MosaicInputError(f"--backend {backend!r}: allowed values are "
+                               f"{', '.join(BACKENDS)}")
+    if backend == "local":
+        if address is not None:
+            raise MosaicInputError("--address needs --backend ray")
+        return None
+    if address is not None and address != "auto" and not _looks_like_host_port(address):
+        raise MosaicInputError(f"--address {address!r}: allowed: auto or HOST:PORT "
+                               "(e.g. 10.0.0.5:6379)")
+    backend_obj = RayBackend(address=address)
+    backend_obj.connect()  # fail before any work when ray is missing or unreachable
+    return backend_obj
+
+
+def _check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A TCP connection to the head node's GCS port, so a wrong address fails in seconds
+    (ray.init itself retries for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as exc:
+        raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {address} "
+                               f"within {timeout_s:g} s ({exc}); start it with `ray start "
+                               "--head` (docs/ray.md) or check --address") from None
+
+
+def _looks_like_host_port(text: str) -> bool:
+    host, sep, port = text.removeprefix("ray://").rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
