@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
-from mosaic.plan.analysis import AllocationExponents, ModelFlopsComparison
+from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
 from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
@@ -73,6 +74,11 @@ def exponents_document(exponents: AllocationExponents) -> dict[str, Any]:
             "split_factor": exponents.split_factor_exponent,
         },
         "interior_conditions": exponents.interior,
+        **({"reason": f"local MFU slopes need at least {MIN_SLOPE_POINTS} feasible geometries "
+                      f"around the optimum whose axis varies ({exponents.points} here); "
+                      "unidentified slopes and the exponents built on them are null"}
+           if any(math.isnan(v) for v in (exponents.omega_n, exponents.omega_s,
+                                          exponents.omega_g, exponents.nu)) else {}),
     }
 
 
