@@ -239,3 +239,11 @@ def test_compare_two_jobs(studio):
     assert all(list(trace["x"]) == ["A", "B"] for trace in bars)
     status, body = studio.call("/api/compare", {"forms": [a]})
     assert status == 422 and "two forms" in body["errors"]["_general"]
+
+
+def test_export_says_what_the_yaml_cannot_hold(studio):
+    config = (EXAMPLES / "hf" / "qwen3-30b-a3b.json").read_text()
+    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": config, "parallelism.pp": "1"}
+    status, body = studio.call("/api/export", {"form": form, "target": "yaml"})
+    assert status == 200 and "NOT EXPRESSED in the model block: qk_norm" in body["text"]
+    assert body["text"].index("model:") < body["text"].index("data:")

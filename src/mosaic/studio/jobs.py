@@ -136,15 +136,15 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
     if len(form) > MAX_FORM_FIELDS or any(len(str(v)) > MAX_FIELD_CHARS for v in form.values()):
         raise FormError({GENERAL: "request too large"})
     document: dict[str, Any] = {}
-    if base is not None:  # the job file's other settings (dispatcher, kernels, ...) carry over
-        canonical = _canonical(base, WHERE)
-        document.update({block: dict(fields) for block, fields in canonical.items()
-                         if block not in ("model", "moe", "search") and isinstance(fields, dict)})
     if geometry is None:
         assert base is not None
         document.update({k: base[k] for k in ("model", "moe") if k in base})
     else:
         document.update(geometry_blocks(geometry))
+    if base is not None:  # the job file's other settings (dispatcher, kernels, ...) carry over
+        canonical = _canonical(base, WHERE)
+        document.update({block: dict(fields) for block, fields in canonical.items()
+                         if block not in ("model", "moe", "search") and isinstance(fields, dict)})
     for key, value in form.items():
         block, _, field = key.partition(".")
         if block in KNOWN_BLOCKS and block not in ("model", "moe") and field:
@@ -219,8 +219,21 @@ def predict_form(form: dict[str, str], base: dict[str, Any] | None,
 
 def export_yaml(job: StudioJob) -> str:
     """The job as a YAML file `mosaic perf` reads."""
-    header = ("# Exported by mosaic studio; run it with `mosaic perf job.yaml`.\n")
+    header = "# Exported by mosaic studio; run it with `mosaic perf job.yaml`.\n"
+    missing = unexpressed_features(job.geometry)
+    if missing:
+        header += (f"# NOT EXPRESSED in the model block: {', '.join(missing)}; for the exact "
+                   "model add `--model config.json` (the HuggingFace file).\n")
     return header + yaml.safe_dump(_typed(job.document), sort_keys=False)
+
+
+def unexpressed_features(geometry: Geometry) -> list[str]:
+    """Geometry features the job YAML's model block has no field for."""
+    flags = ("qk_norm", "qkv_bias", "output_bias", "attention_sinks")
+    missing = [name for name in flags if getattr(geometry, name, False)]
+    if getattr(geometry, "mtp_layers", 0):
+        missing.append(f"mtp_layers={geometry.mtp_layers}")
+    return missing
 
 
 def _typed(document: dict[str, Any]) -> dict[str, Any]:

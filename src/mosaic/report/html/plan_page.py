@@ -267,7 +267,8 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         frontier.body.append(row_html(figure_html(frontier_figure(document), "fig-frontier"),
                                       figure_html(candidates_figure(rows), "fig-candidates")))
     else:
-        frontier.body.append(note("No frontier: the document has no trainable optimum."))
+        frontier.body.append(note("No frontier in this document (no trainable optimum, or "
+                                  "written by a mosaic without the report blocks)."))
     sections.append(frontier)
     columns = CANDIDATE_COLUMNS + (UNCERTAINTY_COLUMNS if has_uncertainty else [])
     sections.append(Section("candidates", f"Ranked candidates ({len(rows)} trainable)", [
