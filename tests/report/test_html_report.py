@@ -193,3 +193,24 @@ def test_validate_ranks_within_groups():
     trace = figure.data[0]
     assert list(trace.x) == [3, 1, 2] and list(trace.y) == [3, 1, 2]
     assert rank_figure(runs[:1]) is None
+
+
+def test_plan_page_with_uncertainty_and_cost(tmp_path):
+    """With law samples the page gets P(optimal) and intervals; they agree with the JSON."""
+    from mosaic.plan import LawSamples, save_samples
+
+    law = default_law()
+    rng = np.random.default_rng(0)
+    save_samples(LawSamples(law.form, law.log_coefs + 0.01 * rng.standard_normal(
+        (40, law.log_coefs.size))), tmp_path / "samples.json")
+    html = tmp_path / "plan.html"
+    document = json.loads(invoke("plan", *TINY_PLAN, "--bootstrap-samples",
+                                 str(tmp_path / "samples.json"), "--price-per-gpu-hour", "4",
+                                 "--json", "--html", str(html)))
+    rows = document["uncertainty_candidates"]
+    assert len(rows) == len(document["candidates"])
+    assert sum(r["p_optimal"] for r in rows) == pytest.approx(1.0)
+    page = html.read_text()
+    assert 'data-figure="fig-uncertainty"' in page and "P(optimal)" in page
+    assert f"{document['cost']:,.0f} at 4 per GPU-hour" in page
+    assert document["cost"] == pytest.approx(4 * 32 * 10 * 24)
