@@ -45,6 +45,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "Loss law (paper Sec. 4, 6.1): predict, fit run data, model-FLOPs optimum."),
     "sweep": ("mosaic.cli.plan_cmd",
               "Budget sweeps of the MOSAIC optimum (paper Sec. 7.4, Fig. 11)."),
+    "compare": ("mosaic.cli.compare_cmd",
+                "Compare two jobs or two plans: step time, memory, MFU, tokens, loss, cost, "
+                "inputs."),
     "hardware": ("mosaic.cli.hardware_cmd",
                  "The hardware catalog: list devices and node types, show one with its sources."),
     "export": ("mosaic.cli.export_cmd",

@@ -1,0 +1,302 @@
+"""`mosaic compare A B`: two jobs or two plans side by side, and what differs in their inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
+from mosaic.cli.common import (
+    CalibrationOption,
+    JsonFlag,
+    guarded,
+    print_json,
+    print_key_value_table,
+    print_table,
+)
+from mosaic.errors import MosaicInputError
+
+GIB = 2**30
+SECONDS_PER_DAY = 86_400.0
+
+
+# --- One side --------------------------------------------------------------------------------
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay whole."""
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, inner in value.items():
+            flat |= flatten(inner, f"{prefix}{key}.")
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def _job_inputs(path: Path) -> dict[str, Any]:
+    """The job file's fields as block.field, alias names replaced by the canonical ones."""
+    from mosaic.config.job_schema import FIELD_ALIASES
+    from mosaic.schema_validation import load_yaml_mapping
+
+    document = load_yaml_mapping(path)
+    canonical: dict[str, Any] = {}
+    for block, fields in document.items():
+        aliases = FIELD_ALIASES.get(block, {})
+        if isinstance(fields, dict):
+            fields = {aliases.get(k, k): v for k, v in fields.items()}
+        canonical[block] = fields
+    return flatten(canonical)
+
+
+def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float, list[str]]:
+    """Loss of the law at (N_tot, S, G, D) with non-embedding counts (Table 9 convention),
+    and the law's extrapolation flags."""
+    from mosaic.arch import count_parameters
+    from mosaic.law.extrapolation import extrapolation_flags
+
+    counts = count_parameters(geometry)
+    n_total, sparsity = float(counts.n_total), float(counts.sparsity)
+    loss = float(law.predict(n_total, tokens, sparsity, geometry.split_factor))
+    flags = extrapolation_flags(law, n_total=n_total, n_active=float(counts.n_active),
+                                tokens=tokens, sparsity=sparsity,
+                                split_factor=geometry.split_factor)
+    return loss, [flag.message for flag in flags]
+
+
+def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float,
+             price: float | None) -> dict[str, Any]:
+    """Predict one job and put its figures on the common footing."""
+    from mosaic.arch import count_parameters
+    from mosaic.cli.perf_cmd import prediction_document
+    from mosaic.config.job_schema import load_job
+    from mosaic.evaluate.job import predict_job
+
+    spec = load_job(path)
+    result = predict_job(spec, calibration)
+    doc = prediction_document(result)
+    counts = count_parameters(spec.workload.geometry)
+    gpus = doc["hardware"]["devices"]
+    # D = tokens/s x T_train x goodput (paper Eq. 25)
+    tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
+    loss, flags = _loss_and_flags(spec.workload.geometry, tokens, law)
+    gpu_hours = gpus * days * 24.0
+    return {
+        "kind": "job", "source": str(path), "gpus": gpus,
+        "system": doc["hardware"]["system"], "layout": doc["plan"],
+        "step_time_s": doc["step_time_s"], "tokens_per_s": doc["tokens_per_s"],
+        "tokens_per_s_per_gpu": doc["tokens_per_s_per_gpu"], "mfu": doc["mfu"],
+        "hfu": doc["hfu"], "memory_gib": doc["memory_gib"],
+        "memory_capacity_gib": doc["memory_capacity_gib"], "feasible": doc["feasible"],
+        "n_total": float(counts.n_total), "n_active": float(counts.n_active),
+        "days": days, "tokens": tokens, "loss": loss, "law_extrapolation": flags,
+        "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
+        "breakdown_s": doc["breakdown"],
+        "memory_breakdown_bytes": doc["memory_breakdown"],
+        "inputs": _job_inputs(path),
+    }
+
+
+def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
+    """The optimum of a `mosaic plan --json` document on the common footing."""
+    optimum = document.get("optimum")
+    envelope = document.get("envelope") or {}
+    if not optimum:
+        raise MosaicInputError(f"{path}: not a `mosaic plan --json` document with an optimum")
+    step = document.get("optimum_step") or {}
+    gpus = envelope.get("n_devices")
+    gpu_hours = envelope.get("gpu_hours")
+    price = price if price is not None else document.get("price_per_gpu_hour")
+    capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
+    tokens_per_s = optimum.get("tokens_per_s")
+    assumptions = document.get("assumptions") or {}
+    law = assumptions.get("law") or {}
+    inputs = flatten({"envelope": envelope, "search_space": document.get("search_space") or {},
+                      "law": {"form": law.get("form"),
+                              "source": (law.get("provenance") or {}).get("source")},
+                      "calibration": (assumptions.get("calibration") or {}).get("name")})
+    return {
+        "kind": "plan", "source": str(path), "gpus": gpus, "system": envelope.get("system"),
+        "layout": step.get("plan") or optimum.get("plan"),
+        "step_time_s": optimum.get("step_time_s"), "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_gpu": tokens_per_s / gpus if tokens_per_s and gpus else None,
+        "mfu": optimum.get("mfu"), "hfu": None,
+        "memory_gib": optimum["memory_bytes"] / GIB if optimum.get("memory_bytes") else None,
+        "memory_capacity_gib": capacity / GIB if capacity else None,
+        "feasible": True, "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
+        "days": envelope.get("days"), "tokens": optimum.get("tokens"),
+        "loss": optimum.get("loss"),
+        "law_extrapolation": [f.get("message", "") for f in
+                              ((optimum.get("extrapolation") or {}).get("flags") or [])],
+        "gpu_hours": gpu_hours,
+        "cost": None if price is None or gpu_hours is None else gpu_hours * price,
+        "breakdown_s": step.get("breakdown_s") or {},
+        "memory_breakdown_bytes": step.get("memory_breakdown_bytes") or {},
+        "geometry": {k: optimum.get(k) for k in ("q", "layers", "d_model", "experts", "top_k",
+                                                 "split_factor", "expert_ffn")},
+        "inputs": inputs,
+    }
+
+
+# --- Both sides --------------------------------------------------------------------------------
+def input_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every input field whose value differs (or is present on one side only)."""
+    keys = list(dict.fromkeys([*a, *b]))
+    return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in keys if a.get(k) != b.get(k)]
+
+
+SUMMARY = (  # key, label, unit for printing
+    ("gpus", "GPUs", "count"), ("step_time_s", "step time", "s"),
+    ("tokens_per_s", "tokens/s", "rate"), ("tokens_per_s_per_gpu", "tokens/s per GPU", "rate"),
+    ("mfu", "MFU (6·N_act, datasheet peak)", "share"), ("hfu", "HFU", "share"),
+    ("memory_gib", "memory per GPU (GiB)", "gib"),
+    ("memory_capacity_gib", "memory capacity per GPU (GiB)", "gib"),
+    ("n_total", "N_total (non-emb.)", "count"),
+    ("n_active", "N_active (non-emb.)", "count"), ("days", "training window (days)", "plain"),
+    ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
+    ("gpu_hours", "GPU-hours", "count"), ("cost", "cost", "money"),
+)
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if isinstance(a, int | float) and isinstance(b, int | float) and a and math.isfinite(a):
+        return b / a
+    return None
+
+
+def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str) -> dict[str, Any]:
+    summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
+                "ratio_b_over_a": _ratio(a.get(key), b.get(key))} for key, _, _ in SUMMARY]
+    terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
+    parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
+    return {
+        "a": {k: v for k, v in a.items() if k != "inputs"},
+        "b": {k: v for k, v in b.items() if k != "inputs"},
+        "currency": currency,
+        "input_differences": input_differences(a["inputs"], b["inputs"]),
+        "summary": summary,
+        "breakdown_s": [{"term": t, "a": a["breakdown_s"].get(t, 0.0),
+                         "b": b["breakdown_s"].get(t, 0.0)} for t in terms],
+        "memory_breakdown_bytes": [{"part": p, "a": a["memory_breakdown_bytes"].get(p, 0.0),
+                                    "b": b["memory_breakdown_bytes"].get(p, 0.0)}
+                                   for p in parts],
+    }
+
+
+# --- Rendering --------------------------------------------------------------------------------
+def _cell(value: Any, unit: str, currency: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "share":
+        return f"{value:.2%}"
+    if unit == "money":
+        return f"{value:,.0f} {currency}"
+    if unit == "count":
+        return f"{value:,.0f}" if value < 1e6 else f"{value:.4g}"
+    if unit == "rate":
+        return f"{value:,.0f}"
+    if unit == "loss":
+        return f"{value:.4f}"
+    if unit == "gib":
+        return f"{value:.2f}"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _layout(side: dict[str, Any]) -> str:
+    plan = side.get("layout") or {}
+    keys = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch", "sharding",
+            "checkpointing")
+    return ", ".join(f"{k}={plan[k]}" for k in keys if k in plan)
+
+
+def render(document: dict[str, Any]) -> None:
+    a, b, currency = document["a"], document["b"], document["currency"]
+    print_key_value_table("Compared", [
+        ("A", f"{a['kind']} {a['source']}: {a.get('system')}, {_layout(a)}"),
+        ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {_layout(b)}")])
+    differences = document["input_differences"]
+    print_table("Inputs that differ", ["field", "A", "B"],
+                [[d["field"], json.dumps(d["a"]), json.dumps(d["b"])] for d in differences]
+                or [["(none)", "", ""]])
+    units = {key: (label, unit) for key, label, unit in SUMMARY}
+    rows = []
+    for row in document["summary"]:
+        label, unit = units[row["quantity"]]
+        ratio = row["ratio_b_over_a"]
+        rows.append([label, _cell(row["a"], unit, currency), _cell(row["b"], unit, currency),
+                     "-" if ratio is None else f"{ratio:.3f}x"])
+    print_table("Side by side", ["quantity", "A", "B", "B / A"], rows)
+    flags = [(name, message) for name, side in (("A", a), ("B", b))
+             for message in side.get("law_extrapolation") or []]
+    if flags:
+        print_key_value_table("The loss law is extrapolating (its fitted data range)", flags)
+    step_rows = [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['b'] - r['a']:+.4f}"]
+                 for r in document["breakdown_s"] if abs(r["a"]) > 0 or abs(r["b"]) > 0]
+    if step_rows:
+        print_table("Step-time breakdown (s)", ["term", "A", "B", "B - A"], step_rows)
+    memory_rows = [[r["part"], f"{r['a'] / GIB:.2f}", f"{r['b'] / GIB:.2f}",
+                    f"{(r['b'] - r['a']) / GIB:+.2f}"] for r in document["memory_breakdown_bytes"]]
+    if memory_rows:
+        print_table("Memory breakdown per GPU (GiB)", ["part", "A", "B", "B - A"], memory_rows)
+
+
+def _kind(path: Path) -> str:
+    return "plan" if path.suffix.lower() == ".json" else "job"
+
+
+def compare(
+    a: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
+    b: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
+    days: Annotated[float, typer.Option(
+        help="jobs: training window T_train in days (tokens, loss, GPU-hours)")] = 20.0,
+    goodput: Annotated[float, typer.Option(help="jobs: constant goodput in (0, 1]")] = 1.0,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(
+        "--price-per-gpu-hour", help="price of one GPU-hour; adds the cost")] = None,
+    currency: Annotated[str, typer.Option(help="currency of the price")] = "USD",
+    law_file: Annotated[Path | None, typer.Option(
+        "--law", help="law JSON for the jobs' loss (default: Table 2 joint law)")] = None,
+    calibration: CalibrationOption = None,
+    catalog: CatalogFileOption = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Compare two jobs or two plans: step time, memory, MFU, tokens, loss, cost, inputs."""
+    kinds = {_kind(a), _kind(b)}
+    if len(kinds) != 1:
+        raise MosaicInputError("compare two jobs (YAML) or two plans (JSON of `mosaic plan "
+                               f"--json`), not a {_kind(a)} with a {_kind(b)}")
+    if not (math.isfinite(days) and days > 0):
+        raise MosaicInputError(f"--days must be a positive number, got {days:g}")
+    if not 0 < goodput <= 1:
+        raise MosaicInputError(f"--goodput must be in (0, 1], got {goodput:g}")
+    if price_per_gpu_hour is not None and not (math.isfinite(price_per_gpu_hour)
+                                               and price_per_gpu_hour > 0):
+        raise MosaicInputError(
+            f"--price-per-gpu-hour must be a positive number, got {price_per_gpu_hour:g}")
+    apply_catalog(catalog)
+    if kinds == {"job"}:
+        from mosaic.law.law import ScalingLaw, default_law
+        from mosaic.perf.calibration import load_calibration
+
+        law = default_law() if law_file is None else ScalingLaw.load(law_file)
+        calib = load_calibration(calibration)
+        sides = [job_side(p, calib, law, days, goodput, price_per_gpu_hour) for p in (a, b)]
+    else:
+        sides = []
+        for path in (a, b):
+            try:
+                document = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise MosaicInputError(
+                    f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            sides.append(plan_side(path, document, price_per_gpu_hour))
+    document = compare_document(sides[0], sides[1], currency)
+    if json_output:
+        print_json(document)
+    else:
+        render(document)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `mosaic compare` to the root command."""
+    app.command("compare")(guarded(compare))

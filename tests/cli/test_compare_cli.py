@@ -1,0 +1,108 @@
+"""`mosaic compare`: two fixture jobs and two plans side by side, with their input differences."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.arch import count_parameters
+from mosaic.cli.main import app
+from mosaic.config.job_schema import load_job
+from mosaic.law import default_law
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "examples" / "appendix_e.yaml"
+runner = CliRunner()
+
+
+def invoke_json(*args: str) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def job_b(tmp_path) -> Path:
+    """The Appendix E job with pp 8 and micro-batch 1, written with canonical field names
+    where the original uses the listing's aliases (gbs, seqlen): no difference there."""
+    document = yaml.safe_load(JOB.read_text())
+    data = document["data"]
+    document["data"] = {"global_batch": data["gbs"], "seq_len": data["seqlen"],
+                        "micro_batch": 1}
+    document["parallelism"]["pp"] = 8
+    path = tmp_path / "job_b.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_two_jobs(job_b):
+    doc = invoke_json("compare", str(JOB), str(job_b), "--days", "10",
+                      "--price-per-gpu-hour", "2.5", "--currency", "EUR")
+    assert doc["input_differences"] == [
+        {"field": "data.micro_batch", "a": 2, "b": 1},
+        {"field": "parallelism.pp", "a": 16, "b": 8},
+    ]
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    for side, path in (("a", JOB), ("b", job_b)):
+        perf = invoke_json("perf", str(path))
+        assert summary["step_time_s"][side] == perf["step_time_s"]
+        assert summary["mfu"][side] == perf["mfu"]
+        # Eq. 25 with goodput 1: D = tokens/s x 10 days
+        assert summary["tokens"][side] == pytest.approx(perf["tokens_per_s"] * 10 * 86_400)
+        counts = count_parameters(load_job(path).workload.geometry)
+        loss = default_law().predict(float(counts.n_total), summary["tokens"][side],
+                                     float(counts.sparsity), 4.0)
+        assert summary["loss"][side] == pytest.approx(float(loss))
+        assert summary["cost"][side] == pytest.approx(512 * 10 * 24 * 2.5)
+        terms = {r["term"]: r[side] for r in doc["breakdown_s"]}
+        assert sum(terms.values()) == pytest.approx(perf["step_time_s"])
+        memory = {r["part"]: r[side] for r in doc["memory_breakdown_bytes"]}
+        assert memory == pytest.approx(perf["memory_breakdown"])
+    assert summary["step_time_s"]["ratio_b_over_a"] == pytest.approx(
+        summary["step_time_s"]["b"] / summary["step_time_s"]["a"])
+    assert doc["a"]["law_extrapolation"]  # ~440 B total parameters: beyond Table 2's data
+    table = runner.invoke(app, ["compare", str(JOB), str(job_b),
+                                "--price-per-gpu-hour", "2.5", "--currency", "EUR"])
+    assert table.exit_code == 0, table.output
+    for text in ("Inputs that differ", "parallelism.pp", "Step-time breakdown (s)",
+                 "Memory breakdown per GPU (GiB)", "EUR", "extrapolating"):
+        assert text in table.stdout
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("plans")
+    paths = []
+    for days in ("5", "10"):
+        result = runner.invoke(app, ["plan", "--nodes", "8", "--days", days, "--q", "8,10",
+                                     "--experts", "8,16", "--top-k", "1,2", "--split-factor",
+                                     "1,2", "--json"])
+        assert result.exit_code == 0, result.output
+        paths.append(folder / f"plan_{days}.json")
+        paths[-1].write_text(result.output)
+    return paths[0], paths[1]
+
+
+def test_two_plans(plans):
+    a_path, b_path = plans
+    doc = invoke_json("compare", str(a_path), str(b_path), "--price-per-gpu-hour", "3")
+    fields = {d["field"]: (d["a"], d["b"]) for d in doc["input_differences"]}
+    assert fields["envelope.days"] == (5.0, 10.0)
+    assert fields["envelope.gpu_hours"] == (5 * 24 * 64, 10 * 24 * 64)
+    assert not any(f.startswith("search_space") for f in fields)
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    plan_a = json.loads(a_path.read_text())
+    assert summary["loss"]["a"] == plan_a["optimum"]["loss"]
+    assert summary["tokens"]["a"] == plan_a["optimum"]["tokens"]
+    assert summary["cost"]["b"] == pytest.approx(10 * 24 * 64 * 3)
+    assert summary["loss"]["b"] <= summary["loss"]["a"]  # twice the window, no worse a loss
+
+
+def test_job_with_plan_is_one_line_error(plans):
+    result = runner.invoke(app, ["compare", str(JOB), str(plans[0])])
+    assert result.exit_code == 2
+    assert "compare two jobs (YAML) or two plans" in result.output
