@@ -22,6 +22,7 @@ from scipy.optimize import minimize
 from scipy.stats import qmc
 
 from mosaic.errors import MosaicInputError
+from mosaic.law.extrapolation import support_of_runs
 from mosaic.law.forms import LawForm
 from mosaic.law.law import ScalingLaw
 from mosaic.law.rundata import RunData
@@ -273,6 +274,8 @@ def fit_law(
             "fit": f"Huber (delta {settings.huber_delta:g}) on log L, multi-start L-BFGS-B",
             "n_runs": data.n_runs,
             "data": data.source,
+            "data_support": support_of_runs(data.n_total, data.tokens, data.n_active,
+                                            data.split_factor),
         },
     )
     return FitResult(

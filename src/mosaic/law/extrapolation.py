@@ -1,0 +1,143 @@
+"""Where a law is extrapolating: its inputs against the data range it was fitted on.
+
+A law file records its fitted range in ``provenance.data_support`` (``{"n_total": [lo, hi],
+"n_active": ..., "tokens": ..., "sparsity": ..., "split_factor": ...}``; the built-in Table 2
+law carries the paper's Appendix C range, ``mosaic law fit`` writes the range of its runs).
+Every input outside its range is flagged with a ratio >= 1 that says how far outside:
+
+- counts (``n_total``, ``n_active``, ``tokens``) and ``split_factor``: value / high above
+  the range, low / value below it;
+- ``sparsity``: the same ratio on the active fraction 1 - S (the quantity the law's power
+  acts on, Eq. 10), so S = 0.995 against a maximum of 0.981 is (1 - 0.981) / 0.005 = 3.8x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+QUANTITIES = ("n_total", "n_active", "tokens", "sparsity", "split_factor")
+
+
+@dataclass(frozen=True)
+class ExtrapolationFlag:
+    """One input outside the law's fitted range."""
+
+    quantity: str
+    value: float
+    low: float
+    high: float
+    direction: str  # "above" or "below"
+    ratio: float  # >= 1: how many times outside (see the module docstring)
+
+    @property
+    def message(self) -> str:
+        where = f"the fitted range [{_fmt(self.low)}, {_fmt(self.high)}]"
+        if self.quantity == "sparsity":
+            fraction = "below" if self.direction == "above" else "above"
+            return (f"sparsity {self.value:.4g} is {self.direction} {where}: the active "
+                    f"fraction 1 - S is {self.ratio:.3g}x {fraction} its range")
+        return f"{self.quantity} {_fmt(self.value)} is {self.ratio:.3g}x {self.direction} {where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"message": self.message}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3g}"
+
+
+def data_support(law: Any) -> dict[str, tuple[float, float]] | None:
+    """The fitted range per quantity from ``law.provenance['data_support']``, or None when
+    the law file does not record one."""
+    support = (getattr(law, "provenance", None) or {}).get("data_support")
+    if not isinstance(support, Mapping):
+        return None
+    ranges: dict[str, tuple[float, float]] = {}
+    for name in QUANTITIES:
+        bounds = support.get(name)
+        if isinstance(bounds, list | tuple) and len(bounds) == 2:
+            low, high = float(bounds[0]), float(bounds[1])
+            if np.isfinite(low) and np.isfinite(high) and low <= high:
+                ranges[name] = (low, high)
+    return ranges or None
+
+
+def _ratio(name: str, value: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Vectorised: 1 inside [low, high], else how many times outside (see module doc)."""
+    if name == "sparsity":  # compare active fractions 1 - S; a higher S is a smaller fraction
+        value, low, high = 1.0 - value, 1.0 - high, 1.0 - low
+    with np.errstate(divide="ignore", invalid="ignore"):
+        above = np.where(value > high, value / high, 1.0)
+        below = np.where(value < low, low / value, 1.0)
+    return np.where(np.isfinite(above) & np.isfinite(below), np.maximum(above, below), np.inf)
+
+
+def extrapolation_ratios(law: Any, **inputs: Any) -> dict[str, np.ndarray]:
+    """Per quantity given (arrays broadcast), the ratio outside the fitted range (1 = inside).
+
+    Quantities the law file has no range for are left out. For the vectorised plan grid.
+    """
+    support = data_support(law) or {}
+    ratios: dict[str, np.ndarray] = {}
+    for name, value in inputs.items():
+        if name not in QUANTITIES:
+            raise TypeError(f"unknown law input {name!r}; expected one of {QUANTITIES}")
+        if value is None or name not in support:
+            continue
+        ratios[name] = _ratio(name, np.asarray(value, dtype=float), *support[name])
+    return ratios
+
+
+def extrapolation_flags(
+    law: Any,
+    *,
+    n_total: float | None = None,
+    n_active: float | None = None,
+    tokens: float | None = None,
+    sparsity: float | None = None,
+    split_factor: float | None = None,
+) -> list[ExtrapolationFlag]:
+    """Flags for the scalar inputs that lie outside the law's fitted range (empty: inside,
+    or the law records no range: check :func:`data_support`)."""
+    support = data_support(law) or {}
+    given = {"n_total": n_total, "n_active": n_active, "tokens": tokens,
+             "sparsity": sparsity, "split_factor": split_factor}
+    flags = []
+    for name, value in given.items():
+        if value is None or name not in support:
+            continue
+        low, high = support[name]
+        ratio = float(_ratio(name, np.asarray(float(value)), low, high))
+        if ratio > 1.0:
+            direction = "above" if float(value) > high else "below"
+            flags.append(ExtrapolationFlag(name, float(value), low, high, direction, ratio))
+    return flags
+
+
+def extrapolation_document(law: Any, flags: list[ExtrapolationFlag]) -> dict[str, Any]:
+    """The JSON block commands print: the fitted range and every flag."""
+    support = data_support(law)
+    return {
+        "data_support": None if support is None else {k: list(v) for k, v in support.items()},
+        "extrapolating": bool(flags),
+        "flags": [flag.to_dict() for flag in flags],
+    }
+
+
+def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarray | None = None,
+                    split_factor: np.ndarray | None = None) -> dict[str, list[float]]:
+    """The ``data_support`` block of a fit: min and max of each input over the runs."""
+    def span(values: np.ndarray) -> list[float]:
+        return [float(np.min(values)), float(np.max(values))]
+
+    support = {"n_total": span(n_total), "tokens": span(tokens)}
+    if n_active is not None:
+        support["n_active"] = span(n_active)
+        support["sparsity"] = span(1.0 - np.asarray(n_active) / np.asarray(n_total))
+    if split_factor is not None:
+        support["split_factor"] = span(split_factor)
+    return support
