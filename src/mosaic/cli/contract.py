@@ -156,21 +156,25 @@ def _text(data: bytes | str | None) -> str:
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
 
 
-def json_problems(value: Any, path: str = "$") -> list[str]:
-    """Numbers that are not finite or outside their physical range; unexplained nulls."""
+def json_problems(value: Any, path: str = "$", explained: bool = False) -> list[str]:
+    """Numbers that are not finite or outside their physical range; unexplained nulls
+    (a reason field in the same object or an enclosing one explains them; an aggregate
+    ``min_``/``max_`` over nothing is null by definition)."""
     problems: list[str] = []
     if isinstance(value, Mapping):
-        explained = any(any(word in str(key).lower() for word in REASON_KEYS) for key in value)
+        explained = explained or any(
+            any(word in str(key).lower() for word in REASON_KEYS) for key in value)
         for key, item in value.items():
             where = f"{path}.{key}"
-            if item is None and not explained and _numeric_name(str(key)):
+            if (item is None and not explained and _numeric_name(str(key))
+                    and not str(key).startswith(("min_", "max_"))):
                 problems.append(f"{where}: null without a reason field")
-            problems += json_problems(item, where)
+            problems += json_problems(item, where, explained)
             if isinstance(item, int | float) and not isinstance(item, bool):
                 problems += _range_problems(str(key), float(item), where)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            problems += json_problems(item, f"{path}[{index}]")
+            problems += json_problems(item, f"{path}[{index}]", explained)
     elif isinstance(value, float) and not math.isfinite(value):
         problems.append(f"{path}: non-finite number {value}")
     return problems

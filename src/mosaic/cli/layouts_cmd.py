@@ -30,6 +30,7 @@ from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, lo
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for
 from mosaic.hardware import Cluster
+from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
 from mosaic.perf.machine import Machine, machine_for
@@ -60,6 +61,8 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
     parallelism block must be well-formed but its degrees are not checked: dp=1 is set
     so that any layout validates, and the search replaces the whole layout.
     """
+    if devices is not None:  # bounded before the divisor enumeration sizes arrays by it
+        check_range("--devices", devices, "devices", integer=True)
     spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER])
     if devices is not None:
         spec = replace(spec, n_devices=devices, nodes=None)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system
+from mosaic.limits import check_pipeline
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import Dispatcher, Precision, Workload
@@ -427,6 +428,8 @@ def _plan(entry: RunRecordEntry, stack: str, notes: list[str]) -> ParallelPlans:
     if entry.model.moe is not None and parallel.ep is None:
         # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
         raise MosaicInputError("parallel.ep: not stated (null) for an MoE run")
+    # The bound every command applies (mosaic.limits): each virtual stage holds a layer.
+    check_pipeline(parallel.pp, vpp or 1, entry.model.layers, "parallel")
     return single_plan(
         tp=parallel.tp,
         pp=parallel.pp,

@@ -1,0 +1,125 @@
+"""Seeded corpus: the nastiest inputs found by benchmarks/fuzz_cli.py and issue 11, each
+pinned with the exit status and the words its one-line error must contain."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from .conftest import REPO, assert_contract
+
+JOB = (REPO / "examples/appendix_e.yaml").read_bytes()
+SMALL_JOB = yaml.safe_dump({
+    "model": {"n_layers": 8, "hidden_sz": 1024, "inter_sz": 4096, "n_q_heads": 8,
+              "vocab_sz": 32000},
+    "moe": {"n_experts": 8, "experts_per_token": 2, "expert_inter_sz": 1024},
+    "data": {"global_batch": 64, "seq_len": 2048},
+    "hardware": {"system": "p5.48xlarge", "nodes": 2},
+    "parallelism": {"pp": 2, "ep": 4},
+}).encode()
+CALIBRATION = (REPO / "src/mosaic/perf/data/calibration_default.yaml").read_text()
+FACTOR = yaml.safe_load(CALIBRATION)["constants"]["elementwise_traffic_factor"]["value"]
+FAST_PLAN = ["--q", "8", "--experts", "8,16", "--top-k", "1,2", "--split-factor", "1,4",
+             "--workers", "1", "--nodes", "2"]
+RUNS = (REPO / "examples/runs_example.yaml").read_text()
+HUGE = "1" + "0" * 400
+
+# (id, argv, files, exit status, words in the error line)
+CASES = [
+    ("non-utf8-job", ["perf", "{dir}/j.yaml", "--json"], {"j.yaml": b"model:\n  \xff\xfe: 1\n"},
+     2, "not UTF-8"),
+    ("deep-yaml", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": b"model: " + b"[" * 20000 + b"]" * 20000 + b"\n"}, 2, "nesting"),
+    ("deep-mapping", ["arch", "--config", "{dir}/a.yaml", "--json"],
+     {"a.yaml": "".join("  " * i + f"k{i}:\n" for i in range(300)).encode()
+      + b"  " * 300 + b"k300: 1\n"},
+     2, "nested deeper"),
+    ("billion-laughs", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": ("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+         f"{c}: &{c} [" + ",".join([f"*{chr(ord(c) - 1)}"] * 9) + "]\n"
+         for c in "bcdefgh")).encode()}, 2, "too large"),
+    ("non-string-key", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": JOB + b"\n1: 2\n3.5: x\n"}, 2, "field names must be strings"),
+    ("complex-key", ["arch", "--config", "{dir}/a.yaml", "--json"],
+     {"a.yaml": b"? [a, b]\n: 1\n"}, 2, "key"),
+    ("huge-int-field", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": JOB.replace(b"n_layers: 48", b"n_layers: " + HUGE.encode())}, 2, "n_layers"),
+    ("python-tag-file", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": b"!!python/object/apply:os.system ['true']\n"}, 2, "malformed YAML"),
+    ("long-path", ["perf", "{dir}/" + "/".join(["d" * 200] * 30) + ".yaml", "--json"], {},
+     2, "too long"),
+    ("long-name", ["perf", "{dir}/" + "x" * 300 + ".yaml", "--json"], {}, 2, ""),
+    ("set-python-tag", ["perf", "examples/appendix_e.yaml", "--json", "--set",
+                        "parallelism.pp=!!python/name:os.system"], {}, 2, "malformed YAML"),
+    ("set-unparsable", ["perf", "examples/appendix_e.yaml", "--json", "--set", "data.gbs={a: 1"],
+     {}, 2, "malformed YAML"),
+    ("set-huge-int", ["perf", "examples/appendix_e.yaml", "--json", "--set",
+                      f"parallelism.tp={HUGE}"], {}, 2, "parallelism: tp"),
+    ("degree-2-63", ["perf", "examples/appendix_e.yaml", "--json", "--set",
+                     f"parallelism.ep={2**63}"], {}, 2, "parallelism: ep"),
+    ("vpp-1e6-perf", ["perf", "examples/appendix_e.yaml", "--json", "--set",
+                      "parallelism.vpp=1000000"], {}, 2, "vpp"),
+    ("unknown-precision", ["perf", "examples/appendix_e.yaml", "--json", "--set",
+                           "hardware.precision=fp4"], {}, 2, "precision"),
+    ("devices-1e12", ["layouts", "{dir}/j.yaml", "--devices", str(10**12), "--json"],
+     {"j.yaml": SMALL_JOB}, 2, "devices"),
+    ("empty-parquet", ["layouts", "{dir}/j.yaml", "--devices", "16", "--json"],
+     {"j.yaml": SMALL_JOB.replace(b"hardware:", b"hardware:\n  gemm_table: t.parquet"),
+      "t.parquet": b""}, 2, "file is empty"),
+    ("malformed-parquet", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": SMALL_JOB.replace(b"hardware:", b"hardware:\n  collective_table: t.parquet"),
+      "t.parquet": b"PAR1 not parquet"}, 2, "could not be read"),
+    ("nan-calibration", ["perf", "examples/appendix_e.yaml", "--json", "--calibration",
+                         "{dir}/c.yaml"],
+     {"c.yaml": CALIBRATION.replace(f"value: {FACTOR}", "value: .nan").encode()}, 2,
+     "elementwise_traffic_factor"),
+    ("huge-calibration", ["perf", "examples/appendix_e.yaml", "--json", "--calibration",
+                          "{dir}/c.yaml"],
+     {"c.yaml": CALIBRATION.replace(f"value: {FACTOR}", "value: 1e308").encode()}, 2,
+     "elementwise_traffic_factor"),
+    ("law-tiny-tokens", ["law", "predict", "--n-total", "1e10", "--tokens", "1e-320",
+                         "--sparsity", "0.9", "--split-factor", "4", "--json"], {}, 2, "--tokens"),
+    ("law-nan-split", ["law", "predict", "--n-total", "1e10", "--tokens", "1e11",
+                       "--sparsity", "0.9", "--split-factor", "nan", "--json"], {}, 2,
+     "--split-factor"),
+    ("law-all-1e308", ["law", "fit", "{dir}/r.csv", "--json"],
+     {"r.csv": b"n_total,tokens,loss\n" + b"1e9,1e10,1e308\n" * 12}, 2, "same loss"),
+    ("law-one-row", ["law", "fit", "{dir}/r.csv", "--json"],
+     {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "run(s)"),
+    ("law-negative-seed", ["law", "fit", "{dir}/r.csv", "--seed", "-1", "--json"],
+     {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "--seed"),
+    ("law-fit-out-missing-dir", ["law", "fit", "{dir}/r.csv", "--out", "{dir}/no/such/l.json",
+                                 "--json"],
+     {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "does not exist"),
+    ("law-parity-missing-dir", ["law", "fit", "{dir}/r.csv", "--parity", "{dir}/no/p.csv"],
+     {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "--parity"),
+    ("law-profile-huge", ["law", "optimum", "--compute", "1e22", "--profile", HUGE, "--json"],
+     {}, 2, "--profile"),
+    ("law-file-nan", ["law", "predict", "--n-total", "1e10", "--tokens", "1e11", "--sparsity",
+                      "0.9", "--split-factor", "4", "--law", "{dir}/l.json", "--json"],
+     {"l.json": (REPO / "src/mosaic/law/data/joint_table2.json").read_text()
+      .replace('"a": 8.462', '"a": 1e308').encode()}, 2, "loss"),
+    ("plan-nodes-1e12", ["plan", *FAST_PLAN, "--nodes", str(10**12), "--json"], {}, 2, "nodes"),
+    ("plan-days-nan", ["plan", *FAST_PLAN, "--days", "nan", "--json"], {}, 2, "days"),
+    ("sweep-days-1e308", ["sweep", "days", *FAST_PLAN[:-2], "--values", "1e308", "--json"], {},
+     2, "days"),
+    ("plan-gpus-per-node-1e7", ["plan", *FAST_PLAN, "--gpus-per-node", "10000000", "--json"],
+     {}, 2, "--gpus-per-node"),
+    ("plan-q-huge", ["plan", *FAST_PLAN[2:], "--q", "5000", "--json"], {}, 2, "ladder seed q"),
+    ("plan-plot-dir-created", ["plan", *FAST_PLAN, "--plot", "{dir}/new/plots", "--json"], {},
+     0, ""),
+    ("validate-vpp-1e6", ["validate", "{dir}/r.yaml", "--json"],
+     {"r.yaml": RUNS.replace("parallel: {tp: 1, pp: 1, vpp: 1,",
+                             "parallel: {tp: 1, pp: 1, vpp: 1000000,").encode()}, None, ""),
+    ("calibrate-out-missing-dir", ["calibrate", "{dir}/r.yaml", "--out", "{dir}/no/c.yaml",
+                                   "--cv", "none", "--json"],
+     {"r.yaml": RUNS.encode()}, 2, "does not exist"),
+]
+
+
+@pytest.mark.parametrize(("argv", "files", "status", "words"),
+                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_corpus_case_keeps_the_contract(argv, files, status, words):
+    outcome = assert_contract(argv, files, expect_exit=status)
+    if status == 2:
+        assert words in outcome.stderr, outcome.stderr
