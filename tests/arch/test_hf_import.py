@@ -167,3 +167,15 @@ def test_perf_and_layouts_model_option_replace_the_job_model():
                         "--mbs", "1", "--sharding", "zero1", "--checkpointing", "full",
                         "--top", "1")
     assert layouts["rows"][0]["tokens_per_s_per_gpu"] > base["tokens_per_s_per_gpu"]
+
+
+def test_law_predict_reads_a_hf_config_and_flags_extrapolation():
+    """DeepSeek-V3 (669 B non-embedding, 14.8 T tokens) lies far outside Table 2's runs."""
+    doc = _cli_json("law", "predict", "--model", str(HF / "deepseek-v3.json"),
+                    "--tokens", "14.8e12")
+    c = counts("deepseek-v3.json")
+    assert doc["n_total"] == float(c.n_total) and doc["split_factor"] == 18432 / 2048
+    flags = {f["quantity"]: f["ratio"] for f in doc["extrapolation"]["flags"]}
+    assert flags["n_total"] == pytest.approx(float(c.n_total) / 79.24e9)
+    assert flags["tokens"] == pytest.approx(14.8e12 / 56.38e9)
+    assert flags["split_factor"] == pytest.approx(9 / 8)

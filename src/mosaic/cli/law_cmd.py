@@ -20,10 +20,16 @@ from mosaic.cli.common import (
     print_table,
     to_jsonable,
 )
-from mosaic.config.model_schema import geometry_from_document
+from mosaic.cli.model_option import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
+from mosaic.law.extrapolation import (
+    ExtrapolationFlag,
+    data_support,
+    extrapolation_document,
+    extrapolation_flags,
+)
 from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
 from mosaic.law.forms import FORMS, LawForm, get_form
 from mosaic.law.law import ScalingLaw, default_law
@@ -36,7 +42,6 @@ from mosaic.law.rundata import RunData, load_run_data
 from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
 from mosaic.limits import LIMITS, check_range
 from mosaic.plan.uncertainty import LawSamples, save_samples
-from mosaic.schema_validation import load_yaml_mapping
 
 law_app = typer.Typer(
     name="law",
@@ -101,6 +106,16 @@ def _physical_loss(loss: float, law: ScalingLaw) -> float:
     return loss
 
 
+def _extrapolation_rows(law: ScalingLaw, flags: list[ExtrapolationFlag]
+                        ) -> list[tuple[str, str]]:
+    """Table rows: every input outside the law's fitted range, with the ratio."""
+    if data_support(law) is None:
+        return [("extrapolation", "unknown: the law file records no fitted data range")]
+    if not flags:
+        return [("extrapolation", "none: every input is inside the fitted range")]
+    return [("EXTRAPOLATING", flag.message) for flag in flags]
+
+
 def _inputs_from_geometry(geometry: Geometry, tokens: float | None) -> LawInputs:
     """N_tot, S and G of a geometry (non-embedding counts, Table 9 convention)."""
     if tokens is None:
@@ -140,7 +155,9 @@ def predict(
     experts: Annotated[int | None, typer.Option("--experts", help="With --q: experts E.")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="With --q: top-K.")] = None,
     arch: Annotated[
-        Path | None, typer.Option("--arch", help="Architecture YAML (model:, moe: blocks).")
+        Path | None, typer.Option(
+            "--arch", "--model",
+            help="Architecture YAML (model:, moe: blocks) or HuggingFace config.json.")
     ] = None,
     law_file: LawOption = None,
     as_json: JsonFlag = False,
@@ -154,7 +171,7 @@ def predict(
         if q is not None and arch is not None:
             raise MosaicInputError("give --q or --arch, not both")
         if arch is not None:
-            geometry = geometry_from_document(load_yaml_mapping(arch), str(arch))
+            geometry = load_model_file(arch)
             if split_factor is not None and split_factor != geometry.split_factor:
                 raise MosaicInputError(
                     f"--split-factor {split_factor:g} contradicts the architecture file's "
@@ -172,8 +189,13 @@ def predict(
         inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
     with np.errstate(all="ignore"):
         loss = _physical_loss(float(law.predict(**asdict(inputs))), law)
+    flags = extrapolation_flags(
+        law, n_total=inputs.n_total, tokens=inputs.tokens, sparsity=inputs.sparsity,
+        split_factor=inputs.split_factor,
+        n_active=None if inputs.sparsity is None else inputs.n_total * (1 - inputs.sparsity))
     if as_json:
-        print_json({**asdict(inputs), "loss": loss, "form": law.form.name, "law": _law_label(law)})
+        print_json({**asdict(inputs), "loss": loss, "form": law.form.name, "law": _law_label(law),
+                    "extrapolation": extrapolation_document(law, flags)})
         return
     rows = [("law", _law_label(law)), ("N_tot", _count(inputs.n_total))]
     if inputs.sparsity is not None:
@@ -182,7 +204,7 @@ def predict(
     if inputs.split_factor is not None:
         rows.append(("split factor G", f"{inputs.split_factor:g}"))
     rows.append(("predicted loss", f"{loss:.4f}"))
-    print_key_value_table("Predicted loss", rows)
+    print_key_value_table("Predicted loss", rows + _extrapolation_rows(law, flags))
 
 
 @law_app.command("fit")
@@ -249,6 +271,7 @@ def fit(
         "coefficients": dict(validated.law.coefficients),
         "metrics": asdict(validated.metrics),
         "settings": {"huber_delta": huber_delta, "starts": starts, "refine": refine, "seed": seed},
+        "data_support": dict(validated.law.provenance.get("data_support") or {}),
     }
     if n_bootstrap:
         result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap, seed=seed)
@@ -379,6 +402,10 @@ def optimum(
         "sparsity_range": list(best.sparsity_range),
         "form": law.form.name,
     }
+    flags = extrapolation_flags(law, n_total=best.n_total, n_active=best.n_active,
+                                tokens=best.tokens, sparsity=best.sparsity,
+                                split_factor=best.split_factor)
+    payload["extrapolation"] = extrapolation_document(law, flags)
     if profile_points:
         if profile_points < 2:
             raise MosaicInputError(f"--profile needs at least 2 points, got {profile_points}")
@@ -400,6 +427,7 @@ def optimum(
             ("tokens D*", _count(best.tokens)),
             ("loss L*", f"{best.loss:.4f}"),
             ("peak lr (Eq. 17)", f"{best.learning_rate:.3e}"),
+            *_extrapolation_rows(law, flags),
         ],
     )
     if profile_points:
