@@ -17,11 +17,9 @@ from mosaic.perf.memory import (
     dense_mlp_activation_bytes,
     feasibility,
     heaviest_stage,
-    in_flight_microbatches,
     memory_breakdown_bytes,
     moe_block_activation_bytes,
     stage_activation_bytes,
-    stage_layer_counts,
     stage_memory_breakdown_bytes,
     stage_parameters,
     total_memory_bytes,
@@ -32,6 +30,7 @@ from mosaic.perf.plan import (
     plans_from_columns,
     single_plan,
 )
+from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
 from mosaic.perf.workload import Workload
 
 CALIBRATION = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"

@@ -14,7 +14,8 @@ from mosaic.perf.calibration import default_calibration
 from mosaic.perf.layer_costs import moe_block_times
 from mosaic.perf.machine import job_domain_gpus, machine_for
 from mosaic.perf.plan import Checkpointing, plans_from_columns, single_plan
-from mosaic.perf.step_time import bubble_fraction, predict_step, vocab_stage_s
+from mosaic.perf.schedule import bubble_fraction
+from mosaic.perf.step_time import predict_step, vocab_stage_s
 from mosaic.perf.workload import Workload
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -148,7 +149,7 @@ def test_usable_memory_fraction_tightens_feasibility():
 
 def test_dropless_megatron_moe_exposes_the_grouped_gemm_host_floor_by_hand():
     from mosaic.perf.kernels import te_grouped_linear_host_floor_s
-    from mosaic.perf.memory import n_microbatches, stage_layer_counts
+    from mosaic.perf.schedule import n_microbatches, stage_layer_counts
 
     workload = moe_workload()  # routing "dropless", stack "megatron-core"
     machine = b200_machine(4)

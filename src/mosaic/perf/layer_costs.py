@@ -33,6 +33,13 @@ from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gem
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
 from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.shapes import (
+    expert_copies,
+    local_experts,
+    routed_tokens,
+    tokens_per_expert,
+    tokens_per_rank,
+)
 from mosaic.perf.workload import Precision, Workload
 from mosaic.stacks import SelectiveRecompute
 
@@ -84,11 +91,6 @@ class BlockTimes:
     def compute(self) -> np.ndarray:
         return (self.attention_gemm + self.attention_core + self.mlp_gemm
                 + self.shared_expert + self.router + self.streaming)
-
-
-def tokens_per_rank(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Tokens of one micro-batch on one CP rank, b·s/cp."""
-    return plans.micro_batch * workload.seq_len / plans.cp
 
 
 def _gemm(
@@ -298,16 +300,15 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     assert moe is not None
     tokens = tokens_per_rank(workload, plans)
     attention = attention_times(machine, workload, plans)
-    routed_tokens = tokens / plans.tp  # sequence-parallel MoE input
+    routed = routed_tokens(workload, plans)  # the sequence-parallel MoE input
     glu_factor = 2 if geometry.glu else 1
     # Grouped expert GEMM: E/ep local experts, per-expert tile M (paper Sec. 5.3).
-    local_experts = moe.experts / plans.ep
-    m_per_expert = np.maximum(np.ceil(routed_tokens * plans.ep * plans.etp * moe.top_k
-                                      / moe.experts), 1)
+    experts_here = local_experts(workload, plans)
+    m_per_expert = tokens_per_expert(workload, plans)
     expert_width = moe.expert_ffn / plans.etp
-    experts_up = _grouped_gemm(machine, workload, local_experts, m_per_expert,
+    experts_up = _grouped_gemm(machine, workload, experts_here, m_per_expert,
                                glu_factor * expert_width, geometry.d_model)
-    experts_down = _grouped_gemm(machine, workload, local_experts, m_per_expert,
+    experts_down = _grouped_gemm(machine, workload, experts_here, m_per_expert,
                                  geometry.d_model, expert_width)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
@@ -315,13 +316,13 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         shared_fwd = (_gemm(machine, workload, tokens, glu_factor * shared_width,
                             geometry.d_model)
                       + _gemm(machine, workload, tokens, geometry.d_model, shared_width))
-    router_gemm = gemm_time_s(routed_tokens, moe.experts, geometry.d_model,
+    router_gemm = gemm_time_s(routed, moe.experts, geometry.d_model,
                               machine.mfu_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
                               machine.sm_count, bytes_per_element=FP32_BYTES,
                               params=machine.gemm_params)
-    router_stream = streaming_time_s(routed_tokens * moe.experts * FP32_BYTES * ROUTER_STREAMS,
+    router_stream = streaming_time_s(routed * moe.experts * FP32_BYTES * ROUTER_STREAMS,
                                      machine.hbm_bw_bytes_per_s)
-    copies = routed_tokens * moe.top_k * plans.etp
+    copies = expert_copies(workload, plans)
     # Permute + unpermute read and write every token copy; expert activation on each copy.
     permute_bytes = 2 * 2 * copies * geometry.d_model * ACTIVATION_BYTES
     expert_act_bytes = _ffn_streaming_bytes(copies, expert_width, geometry.glu)
@@ -377,8 +378,7 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
     moe = workload.geometry.moe
     if moe is None:
         return np.zeros(len(plans))
-    routed_tokens = tokens_per_rank(workload, plans) / plans.tp
-    token_bytes = routed_tokens * workload.geometry.d_model * ACTIVATION_BYTES
+    token_bytes = routed_tokens(workload, plans) * workload.geometry.d_model * ACTIVATION_BYTES
     if workload.dispatcher.deduplicates_per_node:
         return node_deduplicated_dispatch_time_s(token_bytes, moe.top_k, moe.experts,
                                                  plans.ep, plans.etp, machine.interconnect)

@@ -30,9 +30,15 @@ from typing import Literal
 
 import numpy as np
 
-from mosaic.arch import AttentionKind, Geometry, MoEConfig, count_parameters
+from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.schedule import (
+    Stage,
+    in_flight_microbatches,
+    stage_layer_counts,
+)
+from mosaic.perf.shapes import routed_tokens, sequence_shard_divisor, tokens_per_rank
 from mosaic.perf.workload import OptimizerKind, Workload
 from mosaic.stacks import SelectiveRecompute
 
@@ -85,7 +91,6 @@ COMPONENTS: tuple[str, ...] = (
     "runtime_reserve",
 )
 
-Stage = Literal["first", "last"]
 LayerKind = Literal["dense", "moe"]
 
 _FULLY_SHARDED = (Sharding.FSDP, Sharding.HSDP)
@@ -93,69 +98,7 @@ _GRADIENTS_SHARDED = (Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
 _STATES_SHARDED = (Sharding.ZERO1, Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
 
 
-# --- Pipeline stages ---------------------------------------------------------------------
-def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Micro-batches per optimizer step n_mb = B_global / (dp·B_micro) (paper Eq. 11)."""
-    return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
-
-
-def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
-    """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
-
-    1F1B (Narayanan et al. 2021, Sec. 2.2.1): rank r runs pp−r−1 warm-up forwards plus one
-    before its first backward, so the first stage holds pp micro-batches and the last one.
-    Interleaved 1F1B with vpp chunks per rank (Sec. 2.2.2): Megatron-Core's warm-up is
-    2(pp−r−1) + (vpp−1)·pp chunk-forwards (pipeline_parallel/schedules.py), so with the
-    extra steady-state forward the first stage holds pp·(1 + (pp−1)/(pp·vpp)) stage-units,
-    the factor of Korthikanti et al. 2022 (Sec. 4.2.3). Never more than n_mb.
-    """
-    pp, vpp = plans.pp, plans.vpp
-    rank = np.zeros_like(pp) if stage == "first" else pp - 1
-    plain = pp - rank
-    interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
-    in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
-    return np.minimum(in_flight, n_microbatches(workload, plans))
-
-
-def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
-    """MoE blocks among block indices [0, index) (Geometry.is_moe_layer, vectorised)."""
-    if moe is None:
-        return np.zeros_like(index)
-    past_prefix = np.maximum(index - moe.dense_layers, 0)
-    return -(-past_prefix // moe.moe_every)
-
-
-def stage_layer_counts(
-    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """(blocks, MoE blocks) on the first or last pipeline rank.
-
-    Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)); pipeline rank r holds chunks r,
-    r + pp, r + 2pp, ... When pp·vpp does not divide L, ``remainder_last`` (a job's
-    ``uneven_pipeline_stages``) cuts the chunks in order with the short one at the end;
-    otherwise (a layout whose split is not stated) the first and last ranks both get full
-    chunks, the conservative reading. Real block indices decide which blocks are MoE, so
-    the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage.
-    """
-    layers = geometry.layers
-    chunk = -(-layers // (plans.pp * plans.vpp))
-    blocks = np.zeros_like(plans.pp)
-    moe_blocks = np.zeros_like(plans.pp)
-    for c in range(int(plans.vpp.max())):
-        if stage == "first":
-            start = c * plans.pp * chunk
-        elif remainder_last:
-            start = (plans.pp - 1 + c * plans.pp) * chunk
-        else:
-            start = layers - c * plans.pp * chunk - chunk
-        start = np.clip(start, 0, layers)
-        stop = np.clip(start + chunk, 0, layers)
-        held = c < plans.vpp
-        blocks = blocks + np.where(held, stop - start, 0)
-        moe_in_chunk = _moe_blocks_below(stop, geometry.moe)
-        moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry.moe)
-        moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
-    return blocks, moe_blocks
+# --- Pipeline stages (shared with the time model: mosaic.perf.schedule) -----------
 
 
 def _holds_embedding(plans: ParallelPlans, stage: Stage) -> np.ndarray:
@@ -314,20 +257,10 @@ def _attention_widths(geometry: Geometry) -> _AttentionWidths:
     )
 
 
-def _tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Tokens of one micro-batch on one CP rank: b·s/cp (CP splits the sequence)."""
-    return plans.micro_batch * workload.seq_len / plans.cp
-
-
-def _sequence_divisor(plans: ParallelPlans) -> np.ndarray:
-    """TP degree where sequence parallelism shards norm/residual regions, else 1."""
-    return np.where(plans.sequence_parallel, plans.tp, 1).astype(float)
-
-
 def softmax_statistics_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """fp32 log-sum-exp per query row and head that flash attention keeps for its backward
     (Dao 2023, FlashAttention-2, Alg. 1); the s×s score matrix is never stored."""
-    return FP32_BYTES * _tokens(workload, plans) * workload.geometry.heads / plans.tp
+    return FP32_BYTES * tokens_per_rank(workload, plans) * workload.geometry.heads / plans.tp
 
 
 def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -343,11 +276,11 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     """
     geometry = workload.geometry
     widths = _attention_widths(geometry)
-    tokens, tp = _tokens(workload, plans), plans.tp
+    tokens, tp = tokens_per_rank(workload, plans), plans.tp
     kv_split = np.minimum(tp, widths.kv_groups)
     gemm_in = workload.gemm_element_bytes
     sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
-        _sequence_divisor(plans))
+        sequence_shard_divisor(plans))
     qkv = tokens * (widths.query / tp + widths.key_value / kv_split)
     latents = tokens * widths.latent
     gate = tokens * (geometry.heads + widths.output) / tp if geometry.gated_attention else 0.0
@@ -367,17 +300,11 @@ def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool,
 def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Dense FFN block: norm input + GEMM-1 input (2sbh each, SP-sharded) and intermediates."""
     geometry = workload.geometry
-    tokens = _tokens(workload, plans)
+    tokens = tokens_per_rank(workload, plans)
     gemm_in = workload.gemm_element_bytes
     sequence_region = ((ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model
-                       / _sequence_divisor(plans))
+                       / sequence_shard_divisor(plans))
     return sequence_region + _ffn_bytes(tokens, geometry.ffn / plans.tp, geometry.glu, gemm_in)
-
-
-def routed_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Tokens one GPU routes per micro-batch: its SP shard b·s/(cp·tp) (Megatron-Core MoE
-    needs SP when tp > 1; without SP each TP rank routes the whole CP shard)."""
-    return _tokens(workload, plans) / _sequence_divisor(plans)
 
 
 def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -405,14 +332,14 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in)
     combine = ACTIVATION_BYTES * moe.top_k * routed * h
     shared_width = moe.shared_experts * moe.shared_width / plans.tp
-    shared = _ffn_bytes(_tokens(workload, plans), shared_width, geometry.glu, gemm_in)
+    shared = _ffn_bytes(tokens_per_rank(workload, plans), shared_width, geometry.glu, gemm_in)
     return norm + router + expert_inputs + experts + combine + shared
 
 
 def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """A block's input, all full recomputation keeps: 2sbh, SP-sharded (Korthikanti Sec. 5)."""
-    tokens = _tokens(workload, plans)
-    return ACTIVATION_BYTES * tokens * workload.geometry.d_model / _sequence_divisor(plans)
+    tokens = tokens_per_rank(workload, plans)
+    return ACTIVATION_BYTES * tokens * workload.geometry.d_model / sequence_shard_divisor(plans)
 
 
 def layer_working_set_bytes(
@@ -437,7 +364,7 @@ def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarr
     output projection's partial sum is full width)."""
     geometry = workload.geometry
     widths = _attention_widths(geometry)
-    tokens, tp = _tokens(workload, plans), plans.tp
+    tokens, tp = tokens_per_rank(workload, plans), plans.tp
     half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
     ffn = geometry.ffn / tp
     matmuls = [widths.query / tp, half_kv, half_kv, np.full(len(plans), geometry.d_model),
@@ -507,7 +434,7 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
 def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
     LOGITS_BYTES_PER_ELEMENT (Megatron-Core vocab-parallel cross entropy)."""
-    elements = _tokens(workload, plans) * workload.geometry.vocab / plans.tp
+    elements = tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
     return np.where(_holds_lm_head(plans, stage), LOGITS_BYTES_PER_ELEMENT * elements, 0.0)
 
 

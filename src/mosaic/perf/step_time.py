@@ -49,7 +49,6 @@ from mosaic.perf.layer_costs import (
     dense_block_times,
     expert_all_to_all_s,
     moe_block_times,
-    tokens_per_rank,
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memory import (
@@ -57,14 +56,14 @@ from mosaic.perf.memory import (
     StageParameters,
     feasibility,
     memory_breakdown_bytes,
-    n_microbatches,
     shard_degrees,
-    stage_layer_counts,
     stage_parameters,
     total_memory_bytes,
 )
 from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.schedule import bubble_fraction, n_microbatches, stage_layer_counts
+from mosaic.perf.shapes import local_experts, tokens_per_rank
 from mosaic.perf.workload import OptimizerKind, Workload
 
 # Bytes streamed per parameter by the optimizer update (read + write, fp32 state and master,
@@ -214,11 +213,6 @@ def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
 
 
-def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray) -> np.ndarray:
-    """Eq. 12: f_bubble = (pp − 1)/(vpp · n_mb)."""
-    return (pp - 1) / (vpp * n_mb)
-
-
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
                           ) -> tuple[np.ndarray, np.ndarray]:
     """(dense, routed-expert) parameters per GPU of the largest block, FSDP's unit."""
@@ -248,7 +242,7 @@ def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
         return dense + ffn_matrices, np.zeros(len(plans))
     moe = geometry.moe
     dense += 1 + moe.shared_experts * ffn_matrices
-    return dense, moe.experts / plans.ep * ffn_matrices
+    return dense, local_experts(workload, plans) * ffn_matrices
 
 
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
@@ -357,7 +351,7 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
     block_flops = np.full(len(plans), dense_matrix_flops) / plans.tp**2
     if geometry.moe is not None:
         expert = _matrix_newton_schulz_flops(d, counts.routed_expert / d)
-        block_flops = block_flops + geometry.moe.experts / plans.ep * expert / plans.etp**2
+        block_flops = block_flops + local_experts(workload, plans) * expert / plans.etp**2
     ns_flops = blocks * block_flops / np.maximum(plans.dp * plans.cp, 1)
     return update + ns_flops / (machine.gemm_peak_flops_per_s * 0.5)
 
@@ -415,9 +409,9 @@ def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
     moe = workload.geometry.moe
     if moe is None:
         return np.zeros(len(plans))
-    local_experts = moe.experts / plans.ep
-    return moe_blocks * 2 * (te_grouped_linear_host_floor_s(local_experts)
-                             + te_grouped_linear_host_floor_s(local_experts, backward=True))
+    experts_here = local_experts(workload, plans)
+    return moe_blocks * 2 * (te_grouped_linear_host_floor_s(experts_here)
+                             + te_grouped_linear_host_floor_s(experts_here, backward=True))
 
 
 def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.ndarray:
@@ -449,10 +443,9 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
     all-to-all dispatch path (ScalePlan: ~10 ms per MoE-layer execution on the paper's
     Megatron-Core stack, from the same traces); zero in calibrations that do not state it.
     """
-    moe = workload.geometry.moe
-    local_experts = moe.experts / plans.ep if moe is not None else np.zeros(len(plans))
     kernels = (calibration.kernels_per_layer_base * blocks
-               + calibration.kernels_per_local_expert * local_experts * moe_blocks)
+               + calibration.kernels_per_local_expert * local_experts(workload, plans)
+               * moe_blocks)
     experts_host = (expert_host_floor_s if calibration.kernels_per_local_expert == 0
                     else np.zeros(len(plans)))
     ep_dispatch = np.where(plans.ep > 1, moe_blocks

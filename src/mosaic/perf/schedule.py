@@ -1,0 +1,123 @@
+"""The pipeline schedule of a plan, derived once for the time and memory models.
+
+Micro-batches per step, the blocks and MoE blocks each end stage holds, the micro-batches
+whose activations a stage keeps in flight, and the bubble (paper Eqs. 11-12; Narayanan et
+al. 2021). Every function is written over the arrays of
+:class:`~mosaic.perf.plan.ParallelPlans`; :func:`derive_schedule` bundles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mosaic.arch import Geometry, MoEConfig
+from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.workload import Workload
+
+Stage = Literal["first", "last"]
+
+
+def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Micro-batches per optimizer step n_mb = B_global / (dp·B_micro) (paper Eq. 11)."""
+    return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
+
+
+def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
+
+    1F1B (Narayanan et al. 2021, Sec. 2.2.1): rank r runs pp−r−1 warm-up forwards plus one
+    before its first backward, so the first stage holds pp micro-batches and the last one.
+    Interleaved 1F1B with vpp chunks per rank (Sec. 2.2.2): Megatron-Core's warm-up is
+    2(pp−r−1) + (vpp−1)·pp chunk-forwards (pipeline_parallel/schedules.py), so with the
+    extra steady-state forward the first stage holds pp·(1 + (pp−1)/(pp·vpp)) stage-units,
+    the factor of Korthikanti et al. 2022 (Sec. 4.2.3). Never more than n_mb.
+    """
+    pp, vpp = plans.pp, plans.vpp
+    rank = np.zeros_like(pp) if stage == "first" else pp - 1
+    plain = pp - rank
+    interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
+    in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
+    return np.minimum(in_flight, n_microbatches(workload, plans))
+
+
+def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
+    """MoE blocks among block indices [0, index) (Geometry.is_moe_layer, vectorised)."""
+    if moe is None:
+        return np.zeros_like(index)
+    past_prefix = np.maximum(index - moe.dense_layers, 0)
+    return -(-past_prefix // moe.moe_every)
+
+
+def stage_layer_counts(
+    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, MoE blocks) on the first or last pipeline rank.
+
+    Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)); pipeline rank r holds chunks r,
+    r + pp, r + 2pp, ... When pp·vpp does not divide L, ``remainder_last`` (a job's
+    ``uneven_pipeline_stages``) cuts the chunks in order with the short one at the end;
+    otherwise (a layout whose split is not stated) the first and last ranks both get full
+    chunks, the conservative reading. Real block indices decide which blocks are MoE, so
+    the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage.
+    """
+    layers = geometry.layers
+    chunk = -(-layers // (plans.pp * plans.vpp))
+    blocks = np.zeros_like(plans.pp)
+    moe_blocks = np.zeros_like(plans.pp)
+    for c in range(int(plans.vpp.max())):
+        if stage == "first":
+            start = c * plans.pp * chunk
+        elif remainder_last:
+            start = (plans.pp - 1 + c * plans.pp) * chunk
+        else:
+            start = layers - c * plans.pp * chunk - chunk
+        start = np.clip(start, 0, layers)
+        stop = np.clip(start + chunk, 0, layers)
+        held = c < plans.vpp
+        blocks = blocks + np.where(held, stop - start, 0)
+        moe_in_chunk = _moe_blocks_below(stop, geometry.moe)
+        moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry.moe)
+        moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
+    return blocks, moe_blocks
+
+
+def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray) -> np.ndarray:
+    """Eq. 12: f_bubble = (pp − 1)/(vpp · n_mb)."""
+    return (pp - 1) / (vpp * n_mb)
+
+
+@dataclass(frozen=True)
+class StageBlocks:
+    """Blocks and MoE blocks one pipeline rank holds (arrays over plans)."""
+
+    blocks: np.ndarray
+    moe_blocks: np.ndarray
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The schedule quantities both models read (arrays over plans)."""
+
+    n_microbatches: np.ndarray
+    first: StageBlocks
+    last: StageBlocks
+    in_flight_first: np.ndarray
+    in_flight_last: np.ndarray
+    bubble_fraction: np.ndarray
+
+
+def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
+    """Every schedule quantity of ``plans``, computed once."""
+    uneven = workload.uneven_pipeline_stages
+    n_mb = n_microbatches(workload, plans)
+    stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, uneven))
+              for stage in ("first", "last")}
+    return Schedule(
+        n_microbatches=n_mb, first=stages["first"], last=stages["last"],
+        in_flight_first=in_flight_microbatches(workload, plans, "first"),
+        in_flight_last=in_flight_microbatches(workload, plans, "last"),
+        bubble_fraction=bubble_fraction(plans.pp, plans.vpp, n_mb.astype(float)),
+    )

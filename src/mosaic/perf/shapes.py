@@ -1,0 +1,81 @@
+"""Per-GPU tensor shapes of a plan, defined once for the time and memory models.
+
+A micro-batch on one context-parallel rank holds ``b·s/cp`` tokens; sequence parallelism
+shards the norm/residual regions (and the MoE layer's input) over tp (Korthikanti et al.
+2022); the MoE layer routes that shard, K copies per token, over E/ep local experts with a
+grouped-GEMM tile of ``M = routed·ep·etp·K/E`` rows per expert (paper Sec. 5.3; Megatron-Core
+requires sequence parallelism with tp > 1 in MoE layers, and without it every TP rank
+routes the whole CP shard). Functions are written over the arrays of
+:class:`~mosaic.perf.plan.ParallelPlans`; :func:`derive_shapes` bundles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.workload import Workload
+
+
+def tokens_per_rank(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens of one micro-batch on one CP rank, b·s/cp."""
+    return plans.micro_batch * workload.seq_len / plans.cp
+
+
+def sequence_shard_divisor(plans: ParallelPlans) -> np.ndarray:
+    """tp where sequence parallelism shards norm/residual regions, else 1."""
+    return np.where(plans.sequence_parallel, plans.tp, 1).astype(float)
+
+
+def routed_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens one GPU routes per micro-batch: its sequence shard b·s/(cp·tp) with sequence
+    parallelism, the whole CP shard without it."""
+    return tokens_per_rank(workload, plans) / sequence_shard_divisor(plans)
+
+
+def local_experts(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Routed experts one GPU holds, E/ep (zero for a dense model)."""
+    moe = workload.geometry.moe
+    return moe.experts / plans.ep if moe is not None else np.zeros(len(plans))
+
+
+def expert_copies(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Token copies one GPU's grouped expert GEMMs see per micro-batch, routed·K·etp."""
+    moe = workload.geometry.moe
+    top_k = moe.top_k if moe is not None else 0
+    return routed_tokens(workload, plans) * top_k * plans.etp
+
+
+def tokens_per_expert(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Grouped-GEMM rows per local expert, M = ceil(routed·ep·etp·K/E), at least 1."""
+    moe = workload.geometry.moe
+    if moe is None:
+        return np.zeros(len(plans))
+    return np.maximum(np.ceil(routed_tokens(workload, plans) * plans.ep * plans.etp
+                              * moe.top_k / moe.experts), 1)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shape quantities both models read (arrays over plans)."""
+
+    tokens_per_rank: np.ndarray
+    sequence_shard_divisor: np.ndarray
+    routed_tokens: np.ndarray
+    local_experts: np.ndarray
+    expert_copies: np.ndarray
+    tokens_per_expert: np.ndarray
+
+
+def derive_shapes(workload: Workload, plans: ParallelPlans) -> Shapes:
+    """Every shape quantity of ``plans``, computed once."""
+    return Shapes(
+        tokens_per_rank=tokens_per_rank(workload, plans),
+        sequence_shard_divisor=sequence_shard_divisor(plans),
+        routed_tokens=routed_tokens(workload, plans),
+        local_experts=local_experts(workload, plans),
+        expert_copies=expert_copies(workload, plans),
+        tokens_per_expert=tokens_per_expert(workload, plans),
+    )

@@ -1,0 +1,102 @@
+"""Every shared shape and schedule quantity has one definition, read by both models."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mosaic.arch import Geometry, MoEConfig
+from mosaic.perf.memory import moe_block_activation_bytes
+from mosaic.perf.plan import single_plan
+from mosaic.perf.schedule import derive_schedule
+from mosaic.perf.shapes import derive_shapes
+from mosaic.perf.workload import Workload
+
+PERF = Path(__file__).resolve().parents[2] / "src" / "mosaic" / "perf"
+# quantity -> the one module that defines it
+SHARED = {
+    "tokens_per_rank": "shapes.py", "sequence_shard_divisor": "shapes.py",
+    "routed_tokens": "shapes.py", "local_experts": "shapes.py",
+    "expert_copies": "shapes.py", "tokens_per_expert": "shapes.py",
+    "n_microbatches": "schedule.py", "in_flight_microbatches": "schedule.py",
+    "stage_layer_counts": "schedule.py", "bubble_fraction": "schedule.py",
+}
+# Re-derivations of the same quantities by hand (the bugs this layout prevents).
+INLINE = (r"experts\s*/\s*plans\.ep\b", r"micro_batch\s*\*\s*workload\.seq_len",
+          r"global_batch\s*//\s*\(plans\.dp")
+
+
+def test_each_shared_quantity_is_defined_in_exactly_one_module() -> None:
+    defined: dict[str, list[str]] = {name: [] for name in SHARED}
+    for path in PERF.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in defined:
+                defined[node.name].append(path.name)
+    assert defined == {name: [module] for name, module in SHARED.items()}
+
+
+def test_no_module_rederives_a_shared_quantity_inline() -> None:
+    for path in PERF.glob("*.py"):
+        if path.name in ("shapes.py", "schedule.py"):
+            continue
+        text = path.read_text()
+        for pattern in INLINE:
+            assert not re.search(pattern, text), f"{path.name} re-derives /{pattern}/"
+
+
+def _moe(tp: int, sequence_parallel: bool, d_model: int = 256,
+         seq_len: int = 512) -> tuple[Workload, object]:
+    geometry = Geometry(layers=4, d_model=d_model, heads=4, kv_heads=4, head_dim=d_model // 4,
+                        ffn=4 * d_model, vocab=1000,
+                        moe=MoEConfig(experts=8, top_k=2, expert_ffn=d_model, dense_layers=1))
+    workload = Workload(geometry, global_batch=32, seq_len=seq_len)
+    plan = single_plan(tp=tp, dp=4, ep=2, micro_batch=2, sequence_parallel=sequence_parallel)
+    return workload, plan
+
+
+def test_shapes_by_hand_with_and_without_sequence_parallelism() -> None:
+    workload, plan = _moe(tp=2, sequence_parallel=True)
+    shapes = derive_shapes(workload, plan)
+    assert shapes.tokens_per_rank[0] == 2 * 512  # b·s/cp
+    assert shapes.routed_tokens[0] == 512  # SP shards the MoE input over tp = 2
+    assert shapes.local_experts[0] == 4  # E/ep
+    assert shapes.expert_copies[0] == 512 * 2  # K copies
+    assert shapes.tokens_per_expert[0] == 512 * 2 * 2 / 8  # routed·ep·etp·K/E
+    workload, plan = _moe(tp=2, sequence_parallel=False)
+    assert derive_shapes(workload, plan).routed_tokens[0] == 1024  # each TP rank routes all
+
+
+def test_time_and_memory_models_see_the_same_routed_tokens() -> None:
+    """With tp = 2 and sequence parallelism off, both models route the whole CP shard: the
+    MoE block's saved activations and its router time double against SP on."""
+    from mosaic.hardware import Cluster, get_system
+    from mosaic.perf.layer_costs import moe_block_times
+    from mosaic.perf.machine import machine_for
+
+    machine = machine_for(Cluster(get_system("p6-b200.48xlarge"), 1), "bf16")
+    # Large enough that the router's GEMM and streams are bandwidth-bound, not launch-bound.
+    on, plan_on = _moe(2, True, d_model=4096, seq_len=16384)
+    off, plan_off = _moe(2, False, d_model=4096, seq_len=16384)
+    router_ratio = (moe_block_times(machine, off, plan_off).router[0]
+                    / moe_block_times(machine, on, plan_on).router[0])
+    memory_ratio = (moe_block_activation_bytes(off, plan_off)[0]
+                    / moe_block_activation_bytes(on, plan_on)[0])
+    assert router_ratio > 1.5 and memory_ratio > 1.2
+
+
+def test_schedule_by_hand() -> None:
+    workload, _ = _moe(1, False)
+    plan = single_plan(pp=2, vpp=2, dp=4, micro_batch=2)
+    schedule = derive_schedule(workload, plan)
+    assert schedule.n_microbatches[0] == 32 // (4 * 2)
+    # 4 layers in pp·vpp = 4 chunks of 1: rank 0 holds blocks 0 and 2 (block 0 dense).
+    assert (schedule.first.blocks[0], schedule.first.moe_blocks[0]) == (2, 1)
+    assert (schedule.last.blocks[0], schedule.last.moe_blocks[0]) == (2, 2)
+    assert schedule.bubble_fraction[0] == pytest.approx((2 - 1) / (2 * 4))
+    # Interleaved 1F1B warm-up (Megatron-Core): first rank (2(pp-1) + (vpp-1)pp + 1)/vpp.
+    assert schedule.in_flight_first[0] == pytest.approx((2 * 1 + 1 * 2 + 1) / 2)
+    assert np.all(schedule.in_flight_last <= schedule.in_flight_first)
