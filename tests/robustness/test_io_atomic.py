@@ -1,0 +1,58 @@
+"""Atomic writes and output-path checks (mosaic.io_atomic)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import (
+    atomic_path,
+    check_output_file,
+    prepare_output_dir,
+    write_text_atomic,
+)
+
+
+def test_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("old content that is longer than the new one")
+    write_text_atomic(target, "new")
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_interrupted_write_keeps_the_old_file(tmp_path):
+    target = tmp_path / "out.csv"
+    target.write_text("complete old file\n")
+    with pytest.raises(KeyboardInterrupt), atomic_path(target) as temp:
+        temp.write_text("half of the new")
+        raise KeyboardInterrupt
+    assert target.read_text() == "complete old file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_written_file_has_normal_permissions(tmp_path):
+    target = tmp_path / "x.txt"
+    write_text_atomic(target, "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda d: d / "missing" / "x.json", "does not exist"),
+    (lambda d: d, "is a directory"),
+    (lambda d: d / ("x" * 5000), "not a usable path"),
+])
+def test_bad_output_files_are_refused_before_work(tmp_path, make, words):
+    with pytest.raises(MosaicInputError, match=words):
+        check_output_file(make(tmp_path), "--out")
+
+
+def test_output_dir_is_created_or_refused(tmp_path):
+    assert prepare_output_dir(tmp_path / "a" / "b", "--plot").is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(MosaicInputError, match="not a directory"):
+        prepare_output_dir(tmp_path / "file", "--plot")
