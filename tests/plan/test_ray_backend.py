@@ -33,7 +33,7 @@ def test_bad_backend_options(backend, address, words):
 
 def test_unreachable_cluster_fails_in_seconds():
     pytest.importorskip("ray")
-    with pytest.raises(MosaicInputError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+    with pytest.raises(MosaicInputError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):
         RayBackend(address="127.0.0.1:1").connect()
 
 
