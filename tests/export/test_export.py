@@ -30,9 +30,11 @@ runner = CliRunner()
 
 def deepseek_spec() -> ExportSpec:
     # DeepSeek-V3 geometry on the Appendix E layout, with DeepEP, fp8 and selective recompute
+    # 61 layers on pp 4 x vpp 2: uneven stages, which the job must allow
     return load_export_spec(JOB, ["parallelism.dispatcher=deepep", "hardware.precision=fp8",
                                   "performance.checkpointing=selective", "parallelism.pp=4",
-                                  "parallelism.vpp=2", "parallelism.tp=2"], DEEPSEEK)
+                                  "parallelism.vpp=2", "parallelism.tp=2",
+                                  "parallelism.uneven_stages=true"], DEEPSEEK)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +114,8 @@ def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
     assert a.fp8_format == "hybrid" and a.bf16 and a.recompute_granularity == "selective"
     assert (a.tensor_model_parallel_size, a.num_virtual_stages_per_pipeline_rank) == (2, 2)
     assert a.sequence_parallel  # tp > 1: the job default
+    assert any("uneven pipeline stages (61 layers on pp·vpp = 8)" in note
+               for note in export(deepseek_spec(), "megatron").unsupported)
     # dp = 512 / (tp 2 · pp 4) = 64; the global batch covers dp · micro-batch evenly
     assert a.global_batch_size % (64 * a.micro_batch_size) == 0
 
@@ -172,6 +176,9 @@ def test_torchtitan_toml_round_trip(sharding):
 def test_torchtitan_fp8_deepep_and_accumulation_without_pp():
     spec = load_export_spec(JOB, ["parallelism.pp=1", "parallelism.dispatcher=deepep",
                                   "hardware.precision=fp8"], DEEPSEEK)
+    layers = tomllib.loads(export(deepseek_spec(), "torchtitan").text)["parallelism"][
+        "pipeline_parallel_layers_per_stage"]
+    assert -(-(61 + 2) // layers) == 8  # torchtitan: ceil((L + 2) / per_stage) stages
     doc = tomllib.loads(export(spec, "torchtitan").text)
     assert doc["model"]["name"] == "deepseek_v3"
     assert doc["model"]["converters"] == ["quantize.linear.float8",
@@ -248,6 +255,14 @@ def test_cli_out_file_and_notes(tmp_path):
     assert result.exit_code == 0, result.output
     assert tomllib.loads(out.read_text())["training"]["seq_len"] == 8192
     assert "note: torchtitan cannot express: Muon optimizer" in result.output
+
+
+def test_invalid_layout_is_refused_like_perf():
+    # pp 16 x vpp 2 = 32 stages do not divide 48 layers: perf refuses it, so does export
+    result = runner.invoke(app, ["export", str(JOB), "--to", "megatron", "--set",
+                                 "parallelism.vpp=2"])
+    assert result.exit_code == 2
+    assert "invalid parallel layout" in result.output and "layers=48" in result.output
 
 
 def test_cli_unknown_target_is_one_line():

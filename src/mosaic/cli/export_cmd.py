@@ -26,8 +26,12 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
                                    ) from None
         return spec_from_plan_document(document, str(path))
     from mosaic.config.job_schema import load_job
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import load_calibration
 
-    return spec_from_job(with_model(load_job(path, overrides), model), str(path))
+    job = with_model(load_job(path, overrides), model)
+    predict_job(job, load_calibration(None))  # the layout checks of `mosaic perf`, same errors
+    return spec_from_job(job, str(path))
 
 
 def export_command(

@@ -60,6 +60,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "(interleave_moe_layer_step is honoured by llama4 blocks only)")
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
+    if spec.pp > 1 and spec.uneven_stages:
+        unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
+                           f"{spec.pp * spec.vpp}): MaxText needs equal stages")
     fsdp = spec.dp // spec.ep if spec.dp % spec.ep == 0 else spec.dp
     data = 1
     if spec.sharding == "none":

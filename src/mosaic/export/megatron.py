@@ -99,6 +99,11 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
              ("--expert-tensor-parallel-size", str(spec.etp))]
     if spec.vpp > 1:
         args.append(("--num-virtual-stages-per-pipeline-rank", str(spec.vpp)))
+    if spec.uneven_stages:
+        unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
+                           f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
+                           "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
+                           "layout by hand")
     if spec.sequence_parallel and spec.tp > 1:
         args.append(("--sequence-parallel", None))
     if spec.sharding == "zero1":

@@ -67,6 +67,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             model["moe_flex_dispatcher_backend"] = spec.dispatcher
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
+    if spec.uneven_stages:
+        unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
+                           f"{spec.pp * spec.vpp}): set num_layers_in_first/last_pipeline_stage "
+                           "by hand")
     model |= {
         "tensor_model_parallel_size": spec.tp,
         "pipeline_model_parallel_size": spec.pp,

@@ -60,6 +60,11 @@ class ExportSpec:
                 f"dp·micro_batch = {self.dp}·{self.micro_batch}")
 
     @property
+    def uneven_stages(self) -> bool:
+        """pp·vpp does not divide the layers (the job allowed uneven pipeline stages)."""
+        return self.geometry.layers % (self.pp * self.vpp) != 0
+
+    @property
     def n_devices(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 

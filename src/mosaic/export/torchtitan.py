@@ -9,6 +9,7 @@ written as comments for the flavor you register.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mosaic.arch.geometry import AttentionKind
@@ -26,6 +27,18 @@ def model_name(spec: ExportSpec) -> str:
     if g.qk_norm:
         return "qwen3"
     return "llama4" if g.moe else "llama3"
+
+
+def layers_per_stage(layers: int, stages: int) -> int | None:
+    """``pipeline_parallel_layers_per_stage`` giving ``stages`` virtual stages.
+
+    torchtitan v0.2.2 (``torchtitan/distributed/pipeline_parallel.py``) makes
+    ceil((layers + 1 + 1) / layers_per_stage) stages, the embedding and the output each
+    weighing one layer (``pipeline_parallel_first/last_stage_less_layers`` = 1).
+    """
+    weighted = layers + 2
+    per_stage = math.ceil(weighted / stages)
+    return per_stage if math.ceil(weighted / per_stage) == stages else None
 
 
 def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -76,8 +89,12 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if spec.vpp > 1 \
             else "1F1B"
         if spec.vpp > 1:
-            parallelism["pipeline_parallel_layers_per_stage"] = max(
-                1, g.layers // (spec.pp * spec.vpp))
+            per_stage = layers_per_stage(g.layers, spec.pp * spec.vpp)
+            if per_stage is None:
+                unsupported.append(f"{spec.pp * spec.vpp} pipeline stages of {g.layers} layers "
+                                   "(no pipeline_parallel_layers_per_stage gives that count)")
+            else:
+                parallelism["pipeline_parallel_layers_per_stage"] = per_stage
     converters: list[str] = []
     if spec.precision == "fp8":
         converters = ["quantize.linear.float8"] + (
