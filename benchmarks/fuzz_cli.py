@@ -89,7 +89,7 @@ def text_mutation(text: str, rng: random.Random) -> bytes:
     if choice == 11:
         return b"- 1\n- 2\n"
     if choice == 12:
-        return "a: &x [*x]\n".encode() if rng.random() < 0.5 else b"42\n"
+        return b"a: &x [*x]\n" if rng.random() < 0.5 else b"42\n"
     billion = "a: &a [" + ",".join(["x"] * 9) + "]\n"
     for level in "bcdefgh":
         prev = chr(ord(level) - 1)
@@ -99,14 +99,14 @@ def text_mutation(text: str, rng: random.Random) -> bytes:
 
 def _leaves(document: Any, prefix: tuple = ()) -> list[tuple]:
     if isinstance(document, dict):
-        paths = [prefix + (key,) for key in document] if prefix else []
+        paths = [(*prefix, key) for key in document] if prefix else []
         for key, value in document.items():
-            paths += _leaves(value, prefix + (key,))
+            paths += _leaves(value, (*prefix, key))
         return paths or [prefix]
     if isinstance(document, list):
         paths = []
         for index, value in enumerate(document):
-            paths += _leaves(value, prefix + (index,))
+            paths += _leaves(value, (*prefix, index))
         return paths or [prefix]
     return [prefix]
 
@@ -485,9 +485,7 @@ def plan_case(rng: random.Random) -> Case:
             option = "--values"
         if option == "--values":
             flags[option] = rng.choice(["0", "-1,2", "nan", "a", ",", str(10**9), "1e308"])
-        elif head == ["sweep", "nodes"] and option == "--nodes":
-            continue
-        elif head == ["sweep", "days"] and option == "--days":
+        elif option == {"nodes": "--nodes", "days": "--days"}.get(head[-1]):
             continue
         else:
             flags[option] = rng.choice(PLAN_FLAGS[option])
@@ -584,6 +582,8 @@ def main() -> None:
             causes[f"{case['kind']}: {problems[0][:150]}"] += 1
             if args.verbose:
                 print(f"[{index}] {case['argv']}: {problems}", flush=True)
+            if args.failures is not None:  # written as found, so a cut-short run keeps them
+                args.failures.write_text(json.dumps(failures, indent=1) + "\n")
         if (index + 1) % 500 == 0:
             print(f"... {index + 1} cases, {len(failures)} failures, "
                   f"{time.perf_counter() - start:.0f} s", flush=True)
