@@ -179,3 +179,31 @@ def test_law_predict_reads_a_hf_config_and_flags_extrapolation():
     assert flags["n_total"] == pytest.approx(float(c.n_total) / 79.24e9)
     assert flags["tokens"] == pytest.approx(14.8e12 / 56.38e9)
     assert flags["split_factor"] == pytest.approx(9 / 8)
+
+
+DEEPSEEK_V2_COMMON = {"model_type": "deepseek_v2", "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                      "qk_rope_head_dim": 64, "v_head_dim": 128, "n_shared_experts": 2,
+                      "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                      "vocab_size": 102400, "tie_word_embeddings": False}
+
+
+def test_deepseek_v2_lite_published_totals():
+    """DeepSeek-V2-Lite (arXiv:2405.04434): 15.7 B total, 2.4 B activated; no low-rank query
+    path (q_lora_rank null). Activated counts the output head, not the embedding (DeepSeek-V3
+    README convention): 2.45 B, which the paper's "2.4B" truncates."""
+    c = count_parameters(geometry_from_hf_config(DEEPSEEK_V2_COMMON | {
+        "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+        "q_lora_rank": None, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "n_routed_experts": 64}))
+    assert round(c.n_total_with_embedding / 1e9, 1) == 15.7
+    assert int((c.n_active + c.lm_head) / 1e8) == 24
+
+
+def test_deepseek_v2_published_totals():
+    """DeepSeek-V2 (arXiv:2405.04434): 236 B total, 21 B activated."""
+    c = count_parameters(geometry_from_hf_config(DEEPSEEK_V2_COMMON | {
+        "hidden_size": 5120, "num_hidden_layers": 60, "num_attention_heads": 128,
+        "q_lora_rank": 1536, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+        "n_routed_experts": 160}))
+    assert round(c.n_total_with_embedding / 1e9) == 236
+    assert round((c.n_active + c.lm_head) / 1e9) == 21
