@@ -39,7 +39,9 @@ def test_fp8_step_pays_for_the_casts_of_every_block_gemm():
     geometry = ladder_geometry(8)
     fp8 = Workload(geometry=geometry, global_batch=8, seq_len=4096, precision="fp8")
     plan = single_plan(dp=8)  # one 4096-token micro-batch per GPU
-    calibration = default_calibration()
+    # Unit multipliers: the breakdown terms are then the analytical seconds.
+    calibration = replace(default_calibration(), stack_overhead={}, chi_a2a=0.0, chi_pp=0.0,
+                          chi_overlap=0.0)
     with_casts = predict_step(fp8, plan, machine, calibration)
     without = predict_step(replace(fp8, precision="bf16"), plan, machine_for(H100, "bf16"),
                            calibration)

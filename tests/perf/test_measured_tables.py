@@ -41,6 +41,6 @@ def test_covered_gemms_use_the_table_and_are_labelled_measured(tmp_path):
     # 3x (forward + two backward GEMMs) of 2·m·(8192·6144 + 6144·6144)·3 blocks x 128 mbs.
     m, blocks, microbatches = 16384, 3, 128
     flops = 2 * m * (8192 * 6144 + 6144 * 6144) * 3 * blocks * microbatches
-    assert prediction.breakdown_s["compute_attention_gemm"][0] == pytest.approx(
+    assert prediction.analytic_breakdown_s["compute_attention_gemm"][0] == pytest.approx(
         flops * slow, rel=1e-6)
     assert prediction.step_time_s[0] > baseline.step_time_s[0]

@@ -161,7 +161,7 @@ def test_dropless_megatron_moe_exposes_the_grouped_gemm_host_floor_by_hand():
     moe_blocks = max(stage_layer_counts(workload.geometry, plan, s)[1][0]
                      for s in ("first", "last"))
     expected = n_microbatches(workload, plan)[0] * moe_blocks * per_layer
-    assert p.breakdown_s["moe_host_sync"][0] == pytest.approx(expected, rel=1e-12)
+    assert p.analytic_breakdown_s["moe_host_sync"][0] == pytest.approx(expected, rel=1e-12)
     # Drop-and-pad routing needs no host sync; other stacks do not run TE GroupedLinear.
     for other in (replace(workload, routing="token_drop"), replace(workload, stack="torchtitan")):
         assert predict_step(other, plan, machine, CALIBRATION).breakdown_s[

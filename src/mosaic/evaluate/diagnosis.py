@@ -30,6 +30,7 @@ from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.machine import Machine
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
+from mosaic.perf.terms import step_term
 from mosaic.perf.workload import Workload
 
 GIB = 2**30
@@ -39,12 +40,6 @@ NEAR_CAPACITY_FRACTION = 0.9
 # A measurement within this relative distance of the prediction needs no attribution.
 AGREEMENT_TOLERANCE = 0.05
 
-COMMUNICATION_AXES = {"tp_": "tp", "ep_": "ep", "cp_": "cp", "pp_": "pp", "dp_": "dp/fsdp",
-                      "fsdp_": "dp/fsdp"}
-NAMED_CLASSES = {"pipeline_bubble": "pipeline_bubble", "vocab_stage": "vocab_stage",
-                 "dispatch_floor": "dispatch", "moe_host_sync": "dispatch",
-                 "optimizer": "optimizer",
-                 "routing_imbalance": "imbalance", "calibration": "overhead"}
 CLASS_DESCRIPTIONS = {
     "compute": "compute kernels",
     "communication": "exposed communication",
@@ -69,13 +64,10 @@ KERNEL_CLASSES = ("compute", "vocab_stage", "optimizer")
 
 
 def classify_term(name: str) -> tuple[str, str]:
-    """(class, part) of a breakdown term, e.g. ('compute', 'experts'), ('communication', 'ep')."""
-    if name.startswith("compute_"):
-        return "compute", name.removeprefix("compute_")
-    for prefix, axis in COMMUNICATION_AXES.items():
-        if name.startswith(prefix):
-            return "communication", axis
-    return NAMED_CLASSES.get(name, "other"), name
+    """(class, part) of a breakdown term, e.g. ('compute', 'experts'), ('communication', 'ep'),
+    from its typed record (:mod:`mosaic.perf.terms`)."""
+    term = step_term(name)
+    return term.group, term.part
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import bubble_fraction, n_microbatches, stage_layer_counts
 from mosaic.perf.shapes import local_experts, tokens_per_rank
+from mosaic.perf.terms import step_term
 from mosaic.perf.workload import OptimizerKind, Workload
 
 # Bytes streamed per parameter by the optimizer update (read + write, fp32 state and master,
@@ -89,7 +90,8 @@ class StepPrediction:
     """Predicted step of every plan (arrays over plans)."""
 
     step_time_s: np.ndarray
-    breakdown_s: dict[str, np.ndarray]
+    breakdown_s: dict[str, np.ndarray]  # calibrated, non-negative, sums to step_time_s
+    analytic_breakdown_s: dict[str, np.ndarray]  # the same terms before calibration
     labels: dict[str, str]
     tokens_per_s: np.ndarray
     tokens_per_s_per_gpu: np.ndarray
@@ -517,7 +519,13 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     drivers = chi_drivers(machine, plans, a2a_s, analytic)
     chi = chi_sys(drivers, calibration)
     step_time_s = analytic * chi * stack
-    breakdown["calibration"] = step_time_s - analytic
+    # A calibrated multiplier above 1 shows as its own term; one below 1 (a stack faster
+    # than the analytical model) scales every term, so no term is ever negative.
+    multiplier = chi * stack
+    shrink = np.minimum(multiplier, 1.0)
+    analytic_breakdown = dict(breakdown)
+    breakdown = {name: value * shrink for name, value in breakdown.items()}
+    breakdown["calibration"] = analytic * np.maximum(multiplier - 1.0, 0.0)
 
     tokens = workload.tokens_per_step
     counts = count_parameters(geometry)
@@ -531,14 +539,12 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)
-    labels = {name: "analytical" for name in breakdown}
-    labels["calibration"] = "calibrated"
-    labels["dispatch_floor"] = "calibrated"
-    labels["routing_imbalance"] = "calibrated"
-    labels["compute_elementwise_extra"] = "calibrated"
+    labels = {name: "calibrated" if step_term(name).source == "calibrated" else "analytical"
+              for name in breakdown}
     return StepPrediction(
         step_time_s=step_time_s,
         breakdown_s=breakdown,
+        analytic_breakdown_s=analytic_breakdown,
         labels=labels,
         tokens_per_s=tokens / step_time_s,
         tokens_per_s_per_gpu=tokens / step_time_s / machine.n_devices,
