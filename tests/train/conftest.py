@@ -24,6 +24,15 @@ def tiny_job(**overrides):
     return job
 
 
-@pytest.fixture
-def corpus() -> Path:
-    return CORPUS
+@pytest.fixture(autouse=True)
+def one_cpu_thread():
+    """Tiny tensors: one intra-op thread is fastest, and OpenMP threads spin on busy CI."""
+    try:
+        import torch
+    except ImportError:  # the grid tests run without torch
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

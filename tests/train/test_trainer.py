@@ -127,3 +127,12 @@ def test_bad_jobs_get_one_line_errors(tmp_path, override, message):
         config = train_config_from_mapping(tiny_job(**override), "job")
         train(config, tmp_path)
     assert "\n" not in str(info.value)
+
+
+def test_plot_of_a_run(tmp_path):
+    pytest.importorskip("plotly")
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "plot": True}),
+                                       "job")
+    train(config, tmp_path)
+    page = (tmp_path / "metrics.html").read_text()
+    assert "smoothed" in page and "router load max" in page

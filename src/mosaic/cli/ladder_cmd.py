@@ -7,6 +7,7 @@ Thin: parse, call mosaic.train, render. torch is imported only when a run starts
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -128,7 +129,7 @@ def run(
     _require_torch()
     progress = None if as_json else (lambda line: console.print(line, highlight=False))
     path = run_ladder(jobs, out, progress=progress, only=only)
-    if not path.exists():  # non-zero ranks under torchrun
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
     rows = list(csv.DictReader(path.open()))
     if as_json:
@@ -172,6 +173,7 @@ def fit(
                                  holdout_fraction=holdout)
     metrics = asdict(validated.metrics)
     provenance: dict[str, Any] = to_jsonable({
+        **validated.law.provenance,  # the fitter's record, incl. data_support (extrapolation)
         "source": f"fitted to {csv_path} (mosaic ladder fit)", "form": law_form.name,
         "data": str(csv_path), "metrics": metrics,
         "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine}})

@@ -44,6 +44,8 @@ class LadderModel(_Strict):
     With the paper's head width (128) and 8 KV heads the geometry is exactly
     :func:`mosaic.arch.ladder_geometry`; a smaller ``head_dim`` keeps the ladder's
     co-scaling (L = heads = 4q, d = heads·d_head, d_ff = 2.5·d) at a width a CPU can train.
+    Where the KV heads do not divide the query heads (q = 3: 12 heads) GQA uses
+    gcd(heads, kv_heads) KV heads.
     """
 
     q: int = Field(gt=0, description="ladder seed q")
@@ -57,11 +59,12 @@ class LadderModel(_Strict):
 
 def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
     """Geometry of a (possibly scaled-down) ladder rung with vocabulary ``vocab``."""
-    if rung.head_dim == LADDER_HEAD_DIM and rung.kv_heads == LADDER_KV_HEADS:
+    heads = LADDER_MULTIPLIER * rung.q
+    if (rung.head_dim, rung.kv_heads) == (LADDER_HEAD_DIM, LADDER_KV_HEADS) and (
+            heads % LADDER_KV_HEADS == 0):
         return ladder_geometry(rung.q, rung.experts, rung.top_k, rung.split_factor,
                                vocab=vocab, gated_attention=rung.gated_attention)
-    heads = LADDER_MULTIPLIER * rung.q
-    kv_heads = math.gcd(heads, rung.kv_heads)  # GQA needs kv_heads | heads
+    kv_heads = math.gcd(heads, rung.kv_heads)  # GQA needs kv_heads | heads (q=3: 12 heads)
     d_model = heads * rung.head_dim
     ffn = round(LADDER_FFN_RATIO * d_model)
     moe = None

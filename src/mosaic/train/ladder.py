@@ -167,13 +167,10 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
     main = os.environ.get("RANK", "0") == "0"
     if main:
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
     selected = [j for j in jobs if only is None or j.name in only]
     for index, job in enumerate(selected, start=1):
         rung_dir = out_dir / "runs" / job.name
-        result_file = rung_dir / RESULT_FILE
-        assert job.config.ladder is not None
-        if result_file.exists():
+        if (rung_dir / RESULT_FILE).exists():
             if progress and main:
                 progress(f"[{index}/{len(selected)}] {job.name}: done earlier, skipped")
         else:
@@ -183,10 +180,23 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
             train(job.config, rung_dir,
                   log=_every(progress, job.name, every, format_record) if progress else None)
         if main:
-            result = json.loads(result_file.read_text())
-            rows.append(csv_row(job.name, result, job.config.ladder.q))
-            write_runs_csv(rows, out_dir / RUNS_CSV)
+            collect_runs(jobs, out_dir)
     return out_dir / RUNS_CSV
+
+
+def collect_runs(jobs: list[LadderJob], out_dir: Path) -> list[dict[str, Any]]:
+    """Rewrite ``runs.csv`` with every finished rung of the grid, in grid order."""
+    from mosaic.train.trainer import RESULT_FILE
+
+    rows = []
+    for job in jobs:
+        result_file = out_dir / "runs" / job.name / RESULT_FILE
+        if result_file.exists():
+            assert job.config.ladder is not None
+            rows.append(csv_row(job.name, json.loads(result_file.read_text()),
+                                job.config.ladder.q))
+    write_runs_csv(rows, out_dir / RUNS_CSV)
+    return rows
 
 
 def _every(progress: Callable[[str], None], name: str, every: int,
