@@ -136,3 +136,29 @@ def test_plot_of_a_run(tmp_path):
     train(config, tmp_path)
     page = (tmp_path / "metrics.html").read_text()
     assert "smoothed" in page and "router load max" in page
+
+
+def test_mfu_against_a_mosaic_bench_peak(tmp_path):
+    from mosaic.train.metrics import achievable_from_bench
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "gemm.csv").write_text(
+        "case,dtype,m,n,k,pass,source,status,tflops\n"
+        "a,fp32,64,64,64,peak,peak_sweep,ok,0.5\n"
+        "b,fp32,128,128,128,peak,peak_sweep,ok,0.8\n"
+        "c,fp32,256,256,256,peak,peak_sweep,skipped: no,9.0\n"
+        "d,fp32,32,64,128,fwd,model,ok,3.0\n"
+        "e,bf16,128,128,128,peak,peak_sweep,ok,2.0\n")
+    assert achievable_from_bench(bench, "fp32") == pytest.approx(0.8e12)
+    config = train_config_from_mapping(
+        tiny_job(run={"tokens": 2 * 8 * 32, "bench_dir": str(bench)}), "job")
+    train(config, tmp_path / "run")
+    record = read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]
+    flops = json.loads(
+        (tmp_path / "run" / "run.json").read_text())["flops"]["paper_flops_per_token"]
+    expected = record["tokens_per_s"] * flops / 0.8e12
+    assert record["mfu_paper_vs_achievable"] == pytest.approx(expected)
+    assert record["mfu_paper"] is None  # no datasheet peak for a CPU
+    with pytest.raises(MosaicInputError, match="bench_dir"):
+        achievable_from_bench(tmp_path, "fp32")

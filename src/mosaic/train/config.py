@@ -160,7 +160,10 @@ class RunConfig(_Strict):
     device_name: str | None = Field(
         default=None, description="catalog device for MFU; default: detected CUDA device")
     achievable_flops_per_s: float | None = Field(
-        default=None, gt=0, description="measured peak (mosaic bench) for a second MFU")
+        default=None, gt=0, description="measured peak FLOP/s for a second MFU figure")
+    bench_dir: Path | None = Field(
+        default=None, description="a `mosaic bench gemm` output folder: its measured peak "
+                                  "replaces achievable_flops_per_s")
     plot: bool = Field(default=False, description="write metrics.html (needs plotly)")
 
 

@@ -26,6 +26,28 @@ from mosaic.hardware import Device, shipped_catalog
 from mosaic.hardware.catalog import name_key
 
 
+def achievable_from_bench(bench_dir: str | Path, dtype: str) -> float:
+    """Best measured large-GEMM FLOP/s of ``dtype`` in a `mosaic bench gemm` output folder.
+
+    Reads ``gemm.csv`` (docs/bench.md): rows with pass 'peak' (the square-GEMM sweep) and
+    status 'ok'; tflops is 2·m·n·k / median time.
+    """
+    import csv
+
+    path = Path(bench_dir) / "gemm.csv"
+    if not path.is_file():
+        raise MosaicInputError(f"run.bench_dir: {str(path)!r} not found; run `mosaic bench "
+                               "gemm --out DIR` on this device first")
+    with path.open() as handle:
+        rates = [float(row["tflops"]) * 1e12 for row in csv.DictReader(handle)
+                 if row.get("pass") == "peak" and row.get("dtype") == dtype
+                 and row.get("status", "ok") == "ok"]
+    if not rates:
+        raise MosaicInputError(f"run.bench_dir: {str(path)!r} has no measured {dtype} peak "
+                               "sweep rows (pass 'peak', status 'ok')")
+    return max(rates)
+
+
 def resolve_device(reported_name: str) -> Device | None:
     """Catalog device whose name or alias appears in a driver-reported name, longest match.
 

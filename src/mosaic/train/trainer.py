@@ -38,7 +38,13 @@ from mosaic.train.distributed import (
     shard_model,
     shutdown,
 )
-from mosaic.train.metrics import FlopsAccounting, MetricsLog, SmoothedLoss, resolve_device
+from mosaic.train.metrics import (
+    FlopsAccounting,
+    MetricsLog,
+    SmoothedLoss,
+    achievable_from_bench,
+    resolve_device,
+)
 from mosaic.train.model import MoETransformer
 from mosaic.train.routing import load_statistics, update_bias
 from mosaic.train.schedule import WSDSchedule, eq17_peak_lr
@@ -48,7 +54,7 @@ RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
-                     "achievable_flops_per_s", "cpu_threads")
+                     "achievable_flops_per_s", "bench_dir", "cpu_threads")
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,11 @@ class Trainer:
         elif self.device.type == "cuda":
             device = resolve_device(torch.cuda.get_device_name(self.device))
         dtype_name = "bf16" if self.autocast_dtype is torch.bfloat16 else "fp32"
+        achievable = run.achievable_flops_per_s
+        if run.bench_dir is not None:
+            achievable = achievable_from_bench(run.bench_dir, dtype_name)
         self.flops = FlopsAccounting.build(self.geometry, run.seq_len, device, dtype_name,
-                                           run.achievable_flops_per_s)
+                                           achievable)
 
     # ----------------------------------------------------------------- checkpointing
     @property
