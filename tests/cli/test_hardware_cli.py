@@ -94,7 +94,8 @@ def test_user_catalog_adds_and_replaces(user_catalog):
 def test_perf_on_a_user_system(user_catalog):
     base = run("perf", str(JOB))
     smaller = run("perf", str(JOB), "--catalog", str(user_catalog))
-    assert base["memory_capacity_gib"] == pytest.approx(180e9 / 2**30)
+    shipped_hbm = shipped_catalog().device("B200").hbm_bytes
+    assert base["memory_capacity_gib"] == pytest.approx(shipped_hbm / 2**30)
     assert smaller["memory_capacity_gib"] == pytest.approx(100e9 / 2**30)
     # the root option and the environment variable do the same for any command
     root = runner.invoke(app, ["--catalog", str(user_catalog), "perf", str(JOB),
@@ -143,3 +144,15 @@ def test_tables_are_not_cut_when_redirected():
                           capture_output=True, text=True, env=env, check=True).stdout
     assert "…" not in perf
     assert "tp=1, pp=16, vpp=1, cp=1, dp=32, ep=8, etp=1, micro_batch=2" in perf
+
+
+def test_plan_on_a_user_gpu_through_the_root_option(user_catalog):
+    """`--gpu X1000` finds the user's node type: the catalog in use, not only the shipped one."""
+    result = runner.invoke(app, ["--catalog", str(user_catalog), "plan", "--gpu", "x1k",
+                                 "--nodes", "16", "--days", "20", "--q", "8", "--experts", "8",
+                                 "--top-k", "1", "--split-factor", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    envelope = json.loads(result.stdout)["envelope"]
+    assert (envelope["system"], envelope["gpu"], envelope["n_devices"]) == \
+        ("x1k-node", "X1000", 64)
+    assert envelope["hbm_bytes_per_device"] == 64e9

@@ -13,7 +13,7 @@ from typing import Any
 
 from mosaic.arch import LadderGrid, enumerate_ladder_grid
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster, System, get_device, get_system, shipped_catalog
+from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import check_range
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import Precision
@@ -69,7 +69,7 @@ def resolve_system(gpu: str | None = None, system: str | None = None) -> System:
     device = get_device(gpu or "B200")
     if device.name in GPU_DEFAULT_SYSTEM:
         return get_system(GPU_DEFAULT_SYSTEM[device.name])
-    for candidate in shipped_catalog().systems.values():
+    for candidate in active_catalog().systems.values():  # yours too (--catalog)
         if candidate.device.name == device.name:
             return candidate
     raise MosaicInputError(
