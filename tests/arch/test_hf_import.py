@@ -167,6 +167,8 @@ def test_perf_and_layouts_model_option_replace_the_job_model():
                         "--mbs", "1", "--sharding", "zero1", "--checkpointing", "full",
                         "--top", "1")
     assert layouts["rows"][0]["tokens_per_s_per_gpu"] > base["tokens_per_s_per_gpu"]
+    explained = _cli_json("explain", job, "--model", str(HF / "qwen3-30b-a3b.json"))
+    assert explained["current"]["step_time_s"] == swapped["step_time_s"]
 
 
 def test_law_predict_reads_a_hf_config_and_flags_extrapolation():

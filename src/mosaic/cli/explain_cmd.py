@@ -21,6 +21,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
+from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.config.job_schema import load_job
 from mosaic.evaluate.diagnosis import (
     GIB,
@@ -196,10 +197,11 @@ def explain(
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
     catalog: CatalogFileOption = None,
+    model: ModelOption = None,
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     apply_catalog(catalog)
-    spec = load_job(job, set_ or [])
+    spec = with_model(load_job(job, set_ or []), model)
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
     constants = load_calibration(calibration)
