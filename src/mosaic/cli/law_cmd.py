@@ -42,6 +42,7 @@ from mosaic.law.rundata import RunData, load_run_data
 from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
 from mosaic.limits import LIMITS, check_range
 from mosaic.plan.uncertainty import LawSamples, save_samples
+from mosaic.threads import limit_blas_threads
 
 law_app = typer.Typer(
     name="law",
@@ -263,6 +264,7 @@ def fit(
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     _check_fittable(runs, law_form)
+    limit_blas_threads()  # small-matrix fits run fastest on one BLAS thread (mosaic.threads)
     settings = FitSettings(huber_delta=huber_delta, starts=starts, n_polished=refine, seed=seed)
     validated = fit_with_holdout(runs, law_form, settings, holdout_fraction=holdout)
     payload: dict[str, Any] = {

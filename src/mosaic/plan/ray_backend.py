@@ -94,6 +94,9 @@ class RayBackend:
 
 def _call_block(packed: tuple[Callable[..., Any], tuple[Any, ...]], start: int,
                 stop: int) -> Any:
+    from mosaic.threads import limit_blas_threads
+
+    limit_blas_threads()  # one task per CPU, one BLAS thread per task (mosaic.threads)
     function, state = packed
     return function(*state, range(start, stop))
 

@@ -44,6 +44,7 @@ from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
 from mosaic.plan.ray_backend import current_backend
+from mosaic.threads import limit_blas_threads
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Sec. 2.1)
 PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "micro_batch",
@@ -194,6 +195,7 @@ def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration
 
 
 def _init_worker(*state: Any) -> None:
+    limit_blas_threads()  # N workers x 1 BLAS thread on N cores (mosaic.threads)
     _WORKER_STATE["state"] = state
 
 
