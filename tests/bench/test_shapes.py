@@ -43,7 +43,20 @@ def test_appendix_e_collectives(paper_shapes):
     uses = {(u.collective, u.group_size, u.message_bytes) for u in paper_shapes.collective_uses}
     # EP dispatch: 16384 tokens x top-3 x 6144 x 2 bytes per rank, pairwise over 8 ranks.
     assert ("all_to_all", 8, 16384 * 3 * 6144 * 2) in uses
-    assert {c for c, _, _ in uses} >= {"all_to_all"}
+    placements = {(u.group_size, u.ranks_per_domain) for u in paper_shapes.collective_uses
+                  if u.collective == "all_to_all"}
+    assert placements == {(8, 8)}  # the EP group of 8 fills one 8-GPU node
+
+
+def test_job_placements_pick_the_layouts(paper_shapes):
+    placements = sorted({(u.group_size, u.ranks_per_domain)
+                         for u in paper_shapes.collective_uses})
+    cases = collectives.build_cases(16, 8, 1024, 1024, ops=("all_reduce", "send_recv"),
+                                    placements=placements)
+    layouts = {(c.columns["group_size"], c.columns["stride"]) for c in cases}
+    # on 2 nodes of 8: the EP group of 8 inside a node, pipeline pairs inside a node and
+    # across nodes (one rank per node: stride 8); the 32-way DP groups do not fit
+    assert layouts == {(8, 1), (2, 1), (2, 8)}
 
 
 def test_backward_gemm_shapes_and_dedup():

@@ -82,14 +82,29 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
 def build_cases(world_size: int, local_size: int, min_bytes: int, max_bytes: int,
                 factor: int = 2, ops: Sequence[str] = OPS,
                 group_sizes: Sequence[int] | None = None,
-                strides: Sequence[int] | None = None, domain_gpus: int | None = None
-                ) -> list[Case]:
-    """Every (op, layout, size); scope and ranks per domain from the rank placement."""
+                strides: Sequence[int] | None = None, domain_gpus: int | None = None,
+                placements: Sequence[tuple[int, int]] | None = None) -> list[Case]:
+    """Every (op, layout, size); scope and ranks per domain from the rank placement.
+
+    ``placements`` ((group size, ranks per domain) pairs a job's model uses) keeps the
+    layouts, of any power-of-two stride, placed like them; none left: the default layouts.
+    """
     from mosaic.perf.collectives import group_placement
 
     domain = domain_gpus or local_size
+    candidates = layouts(world_size, local_size, group_sizes, strides)
+    if placements and strides is None:
+        all_strides = [2**i for i in range(int(math.log2(world_size)) + 1)]
+        wanted = {(int(g), int(k)) for g, k in placements}
+        matching: dict[tuple[int, int], Layout] = {}  # smallest stride per placement
+        for lay in layouts(world_size, local_size, group_sizes, all_strides):
+            per_domain = int(group_placement(lay.group_size, lay.stride,
+                                             domain).ranks_per_domain)
+            if (lay.group_size, per_domain) in wanted:
+                matching.setdefault((lay.group_size, per_domain), lay)
+        candidates = list(matching.values()) or candidates
     cases = []
-    for layout in layouts(world_size, local_size, group_sizes, strides):
+    for layout in candidates:
         placement = group_placement(layout.group_size, layout.stride, domain)
         scope = "intra" if bool(placement.inside_domain) else "inter"
         for op in ops:

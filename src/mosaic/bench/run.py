@@ -42,6 +42,7 @@ class CollectiveOptions:
     group_sizes: tuple[int, ...] | None = None
     strides: tuple[int, ...] | None = None
     domain_gpus: int | None = None
+    placements: tuple[tuple[int, int], ...] | None = None  # a job's (group size, per domain)
     world_size: int = 8  # dry run outside torchrun only
     ranks_per_node: int | None = None  # dry run outside torchrun only (default: world size)
 
@@ -110,7 +111,7 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
             cases = collectives.build_cases(
                 options.world_size, options.ranks_per_node or options.world_size,
                 options.min_bytes, options.max_bytes, options.size_factor, options.ops,
-                options.group_sizes, options.strides, options.domain_gpus)
+                options.group_sizes, options.strides, options.domain_gpus, options.placements)
             return listing(out_dir, {collectives.FAMILY: cases}, None)
         raise MosaicInputError(
             "collectives run one process per device under torchrun, e.g. `torchrun "
@@ -131,7 +132,7 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
         cases = collectives.build_cases(
             world, collectives.local_size(), options.min_bytes, options.max_bytes,
             options.size_factor, options.ops, options.group_sizes, options.strides,
-            options.domain_gpus)
+            options.domain_gpus, options.placements)
         shared: list[Any] = [collect(device, world, backend) if rank == 0 else None]
         dist.broadcast_object_list(shared, src=0)
         metadata = shared[0]

@@ -72,12 +72,14 @@ class StreamShape:
 
 @dataclass(frozen=True, order=True)
 class CollectiveUse:
-    """A collective a job runs: kind, group size and message bytes (nccl-tests sizes)."""
+    """A collective a job runs: kind, group size, message bytes (nccl-tests sizes) and the
+    group members per scale-up domain the model placed it with."""
 
     collective: str
     group_size: int
     message_bytes: int
     source: str = ""
+    ranks_per_domain: int = 0
 
 
 @dataclass(frozen=True)
@@ -162,16 +164,17 @@ def _recorders() -> tuple[Any, Any, Any]:
 
     class RecordingBusTable(BusBandwidthTable):
         def __init__(self) -> None:
-            self.uses: set[tuple[str, int, int]] = set()
+            self.uses: set[tuple[str, int, int, int]] = set()
 
         def bus_bw_bytes_per_s(self, collective: str, n: npt.ArrayLike,
                                message_bytes: npt.ArrayLike, inside_domain: npt.ArrayLike,
                                ranks_per_domain: npt.ArrayLike) -> np.ndarray:
-            n_a, size = np.broadcast_arrays(np.asarray(n, float),
-                                            np.asarray(message_bytes, float))
-            for g, b in _int_shapes([n_a, size]):
+            n_a, size, per_domain = np.broadcast_arrays(
+                np.asarray(n, float), np.asarray(message_bytes, float),
+                np.asarray(ranks_per_domain, float))
+            for g, b, k in _int_shapes([n_a, size, per_domain]):
                 if g > 1:
-                    self.uses.add((collective, g, b))
+                    self.uses.add((collective, g, b, k))
             return np.full(np.broadcast_shapes(n_a.shape, np.shape(inside_domain)), np.nan)
 
     return RecordingGemmTable(), RecordingGroupedTable(), RecordingBusTable()
@@ -217,7 +220,8 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
         attention=(attention,),
         streams=(streams,),
         optimizer_params=GENERIC.optimizer_params,
-        collective_uses=tuple(sorted(CollectiveUse(c, g, b, "model") for c, g, b in bus.uses)),
+        collective_uses=tuple(sorted(CollectiveUse(c, g, b, "model", k)
+                                     for c, g, b, k in bus.uses)),
         notes=tuple(notes),
     )
 

@@ -231,9 +231,11 @@ def _collective_options(job_shapes: Any, min_bytes: str, max_bytes: str, size_fa
 
     sizes = parse_ints("--group-sizes", group_sizes) if group_sizes else None
     cap = parse_bytes("--max-bytes", max_bytes)
+    placements = None
     if job_shapes is not None and job_shapes.collective_uses:
         uses = job_shapes.collective_uses
         sizes = sizes or tuple(sorted({u.group_size for u in uses}))
+        placements = tuple(sorted({(u.group_size, u.ranks_per_domain) for u in uses}))
         largest = max(u.message_bytes for u in uses)
         cap = min(cap, 1 << max(int(largest - 1).bit_length(), 10))
     return CollectiveOptions(
@@ -241,7 +243,8 @@ def _collective_options(job_shapes: Any, min_bytes: str, max_bytes: str, size_fa
         size_factor=size_factor,
         ops=tuple(o.strip() for o in ops.split(",") if o.strip()) if ops else OPS,
         group_sizes=sizes, strides=parse_ints("--strides", strides) if strides else None,
-        domain_gpus=domain_gpus, world_size=world_size, ranks_per_node=ranks_per_node)
+        domain_gpus=domain_gpus, placements=placements, world_size=world_size,
+        ranks_per_node=ranks_per_node)
 
 
 @bench_app.command("collectives")
