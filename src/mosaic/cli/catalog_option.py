@@ -10,7 +10,7 @@ import typer
 from mosaic.hardware import Catalog, active_catalog, use_catalog
 
 CatalogFileOption = Annotated[list[Path] | None, typer.Option(
-    "--catalog", envvar="MOSAIC_CATALOG",
+    "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
     help="your hardware catalog YAML (devices:, systems:; docs/hardware.md), merged over the "
          "shipped one: an entry with a shipped name replaces it (repeatable; env "
          "MOSAIC_CATALOG)")]

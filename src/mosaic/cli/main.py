@@ -120,7 +120,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root(catalog: Annotated[list[str] | None, typer.Option(
-        "--catalog", envvar="MOSAIC_CATALOG",
+        "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
         help="your hardware catalog YAML, merged over the shipped one for any command")
           ] = None) -> None:
     """Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605)."""
