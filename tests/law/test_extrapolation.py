@@ -81,7 +81,7 @@ def test_builtin_law_carries_appendix_c_range():
 
 def test_fit_records_the_range_of_its_runs():
     runs, _ = make_joint_runs(noise=0.0, n_runs=40)
-    result = fit_law(runs, get_form("joint"), FitSettings(starts=64, n_polished=2, seed=0))
+    result = fit_law(runs, get_form("joint"), FitSettings(starts=8, n_polished=1, seed=0))
     support = data_support(result.law)
     assert support["n_total"] == (runs.n_total.min(), runs.n_total.max())
     assert support["tokens"] == (runs.tokens.min(), runs.tokens.max())
