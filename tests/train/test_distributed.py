@@ -1,4 +1,5 @@
-"""torchrun + FSDP2 on CPU (gloo): 2 processes equal one process at the same global batch."""
+"""torchrun + FSDP2 on CPU (gloo): 2 processes equal one process at the same global batch,
+with the experts FSDP-sharded (ep 1) or split over the two ranks with all-to-all (ep 2)."""
 
 import os
 import subprocess
@@ -19,10 +20,13 @@ STEPS = 4
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
-def test_two_gloo_processes_match_one_process(tmp_path):
+@pytest.mark.parametrize("expert_parallel", [1, 2])
+def test_two_gloo_processes_match_one_process(tmp_path, expert_parallel):
     job = tiny_job(run={"tokens": STEPS * 8 * 32, "checkpoint_every": 2})
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
+    launched = tiny_job(run={"tokens": STEPS * 8 * 32, "checkpoint_every": 2,
+                             "expert_parallel": expert_parallel})
+    path.write_text(yaml.safe_dump(launched))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", "-m", "mosaic.train", str(path),
@@ -36,11 +40,18 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert len(two) == len(one) == STEPS
     for a, b in zip(one, two, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
         assert b["router"]["load_max_over_mean"] == a["router"]["load_max_over_mean"]
         assert b["router"]["bias_norm"] == pytest.approx(a["router"]["bias_norm"], rel=1e-6)
     info = yaml.safe_load((tmp_path / "fsdp" / "run.json").read_text())
     assert info["world_size"] == 2 and info["accumulation"] == 1
     assert single.world_size == 1
-    # The FSDP checkpoint is a full state dict: it resumes in a single process.
+    # The checkpoint holds full tensors (all E experts): it matches the single process's and
+    # resumes in a single process.
+    a = torch.load(tmp_path / "fsdp" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "single" / "checkpoint.pt", weights_only=False)
+    assert a["model"]["blocks.1.ffn.routed.w1"].shape[0] == 8
+    for key, value in b["model"].items():
+        torch.testing.assert_close(a["model"][key], value, rtol=1e-4, atol=1e-5)
     resumed = train(train_config_from_mapping(job, "job"), tmp_path / "fsdp")
     assert resumed.steps == STEPS

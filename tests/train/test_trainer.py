@@ -120,6 +120,7 @@ def test_mfu_against_the_datasheet_peak():
         ({"ladder": {"experts": 8, "top_k": 9}}, "top_k"),
         ({"data": {"format": "int8"}}, "data.format"),
         ({"ladder": {"split_factor": 3}}, "split factor G=3"),
+        ({"run": {"expert_parallel": 2}}, "exceeds the 1 process"),
     ],
 )
 def test_bad_jobs_get_one_line_errors(tmp_path, override, message):

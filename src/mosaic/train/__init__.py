@@ -10,6 +10,8 @@ install ``mosaic[train]``):
 * ``schedule``    — WSD learning-rate schedule, Eq. 17 peak learning rate
 * ``metrics``     — MFU (paper and with-attention conventions), smoothed loss, JSON lines
 * ``distributed`` — torchrun process group and FSDP2 sharding
+* ``expert_parallel`` — experts split over ranks, all-to-all dispatch and combine
 * ``trainer``     — the loop: accumulation, controller, checkpoint and exact resume
 * ``ladder``      — grid of rungs -> runs.csv in the format ``mosaic law fit`` reads
+* ``plot``        — metrics.html of a run (plotly)
 """

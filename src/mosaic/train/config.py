@@ -147,6 +147,9 @@ class RunConfig(_Strict):
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="auto: bf16 autocast on CUDA (fp32 master), fp32 on CPU")
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    expert_parallel: int = Field(
+        default=1, gt=0, description="expert-parallel degree ep under torchrun: each rank of "
+                                     "a group of ep holds E/ep experts (all-to-all dispatch)")
     cpu_threads: int | None = Field(
         default=None, gt=0,
         description="torch intra-op threads on CPU; None: torch's default. 1 is fastest for "

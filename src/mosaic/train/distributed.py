@@ -57,8 +57,12 @@ def init_distributed(preference: str = "auto") -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), device, owns_group=owns)
 
 
-def shard_model(model: nn.Module, blocks: nn.ModuleList, context: DistContext) -> nn.Module:
-    """FSDP2: each transformer block is one all-gather unit, the root holds the rest."""
+def shard_model(model: nn.Module, blocks: nn.ModuleList, context: DistContext,
+                ignored: set[nn.Parameter] | None = None) -> nn.Module:
+    """FSDP2: each transformer block is one all-gather unit, the root holds the rest.
+
+    ``ignored`` parameters (expert-parallel experts) stay unsharded, plain tensors.
+    """
     if not context.distributed:
         return model
     from torch.distributed.device_mesh import init_device_mesh
@@ -66,8 +70,8 @@ def shard_model(model: nn.Module, blocks: nn.ModuleList, context: DistContext) -
 
     mesh = init_device_mesh(context.device.type, (context.world_size,))
     for block in blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, ignored_params=ignored)
+    fully_shard(model, mesh=mesh, ignored_params=ignored)
     return model
 
 

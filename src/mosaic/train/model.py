@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
@@ -144,6 +145,7 @@ class RoutedExperts(nn.Module):
         self.w1 = nn.Parameter(torch.empty(experts, width, d_model))
         self.w3 = nn.Parameter(torch.empty(experts, width, d_model))
         self.w2 = nn.Parameter(torch.empty(experts, d_model, width))
+        self.ep: Any = None  # an expert_parallel.ExpertParallel once the experts are split
 
     def _use_grouped(self, x: torch.Tensor) -> bool:
         if self.compute == "loop":
@@ -156,6 +158,16 @@ class RoutedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """x: (N, d) tokens sorted by expert; counts: (E,) tokens per expert."""
+        if self.ep is not None:
+            from mosaic.train.expert_parallel import dispatch_and_compute
+
+            return dispatch_and_compute(self, x, counts)
+        return self.compute_local(x, counts)
+
+    def compute_local(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """The experts held here on x (N, d) sorted by local expert; counts (E_local,)."""
+        if x.shape[0] == 0:  # nothing routed here; keep the graph connected for gradients
+            return x.new_zeros(0, self.d_model) + 0 * self.w2.sum()
         if torch.is_autocast_enabled(x.device.type):  # compute in the autocast dtype (bf16)
             x = x.to(torch.get_autocast_dtype(x.device.type))
         dtype = x.dtype

@@ -38,6 +38,15 @@ from mosaic.train.distributed import (
     shard_model,
     shutdown,
 )
+from mosaic.train.expert_parallel import (
+    ExpertParallel,
+    build_expert_parallel,
+    expert_grad_sq_norm,
+    gather_full,
+    local_slice,
+    reduce_expert_gradients,
+    split_experts,
+)
 from mosaic.train.metrics import (
     FlopsAccounting,
     MetricsLog,
@@ -54,7 +63,7 @@ RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
-                     "achievable_flops_per_s", "bench_dir", "cpu_threads")
+                     "achievable_flops_per_s", "bench_dir", "cpu_threads", "expert_parallel")
 
 
 @dataclass(frozen=True)
@@ -101,14 +110,21 @@ def _precision(config: TrainConfig, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if choice == "bf16" else None
 
 
-def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW (A.2); weight decay on matrices only (norm gains/biases excluded, as nanoGPT)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def _optimizer(model: torch.nn.Module, config: TrainConfig,
+               experts: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """AdamW (A.2); weight decay on matrices only (norm gains/biases excluded, as nanoGPT).
+
+    Expert-parallel experts (plain tensors beside FSDP's DTensors) get their own group.
+    """
+    held = {id(p) for p in experts}
+    params = [p for p in model.parameters() if p.requires_grad and id(p) not in held]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     o = config.optim
     groups = [{"params": decay, "weight_decay": o.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
+    if experts:
+        groups.append({"params": experts, "weight_decay": o.weight_decay})
     return torch.optim.AdamW(groups, lr=0.0, betas=(o.beta1, o.beta2), eps=o.eps)
 
 
@@ -164,9 +180,21 @@ class Trainer:
         self.device = self.context.device
         self.autocast_dtype = _precision(config, self.device)
         torch.manual_seed(run.seed)
-        model = MoETransformer(self.geometry, config.routing, run.expert_compute)
-        self.model = shard_model(model.to(self.device), model.blocks, self.context)
-        self.optimizer = _optimizer(self.model, config)
+        model = MoETransformer(self.geometry, config.routing, run.expert_compute).to(self.device)
+        self.ep: ExpertParallel | None = None
+        self.expert_params: list[torch.nn.Parameter] = []
+        if run.expert_parallel > 1:
+            if self.geometry.moe is None:
+                raise MosaicInputError("run.expert_parallel needs an MoE model")
+            if run.expert_parallel > world:
+                raise MosaicInputError(f"run.expert_parallel {run.expert_parallel} exceeds the "
+                                       f"{world} process(es); launch with torchrun")
+            self.ep = build_expert_parallel(world, self.context.rank, run.expert_parallel,
+                                            self.geometry.moe.experts)
+            self.expert_params = split_experts(model, self.ep)
+        self.model = shard_model(model, model.blocks, self.context,
+                                 set(self.expert_params) or None)
+        self.optimizer = _optimizer(self.model, config, self.expert_params)
         self.smoother = SmoothedLoss(run.smoothing_beta)
         self.step = 0
         device = None
@@ -188,8 +216,20 @@ class Trainer:
     def checkpoint_path(self) -> Path:
         return self.out_dir / CHECKPOINT_FILE
 
+    def _expert_names(self) -> dict[str, torch.nn.Parameter]:
+        held = {id(p) for p in self.expert_params}
+        return {n: p for n, p in self.model.named_parameters() if id(p) in held}
+
     def save_checkpoint(self) -> None:
         model_state, optim_state = _state_dicts(self.model, self.optimizer)
+        if self.ep is not None:  # full (E, ...) expert tensors from the expert group
+            for name, param in self._expert_names().items():
+                model_state[name] = gather_full(param.detach(), self.ep)
+                state = self.optimizer.state[param]
+                full = {k: (gather_full(v, self.ep) if k != "step" else v.cpu())
+                        for k, v in state.items()}
+                if self.context.is_main:
+                    optim_state["state"][name] = full
         if self.context.is_main:
             payload = {"step": self.step, "model": model_state, "optimizer": optim_state,
                        "smoother": self.smoother.state(), "fingerprint": _fingerprint(self.config)}
@@ -207,7 +247,14 @@ class Trainer:
             raise MosaicInputError(
                 f"{self.checkpoint_path} belongs to a different job (model, data, routing, "
                 "optimiser or batch differ); use a new output folder")
-        _load_state(self.model, self.optimizer, payload["model"], payload["optimizer"])
+        model_state, optim_state = payload["model"], payload["optimizer"]
+        if self.ep is not None:
+            for name in self._expert_names():
+                model_state[name] = local_slice(model_state[name], self.ep)
+                optim_state["state"][name] = {
+                    k: (local_slice(v, self.ep) if k != "step" else v)
+                    for k, v in optim_state["state"][name].items()}
+        _load_state(self.model, self.optimizer, model_state, optim_state)
         self.step = int(payload["step"])
         self.smoother = SmoothedLoss(self.config.run.smoothing_beta,
                                      payload["smoother"]["value"], payload["smoother"]["steps"])
@@ -257,10 +304,7 @@ class Trainer:
             sums += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
             for row, a in enumerate(aux):
                 step_counts[row] += a.counts.double()
-        max_norm = config.optim.grad_clip or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
+        grad_norm = self._clip_gradients(config.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         all_reduce_sum(sums, context)
@@ -302,6 +346,25 @@ class Trainer:
                 "bias_range": [float(b.max() - b.min()) for b in biases],
             }
         return record
+
+    def _clip_gradients(self, max_norm: float | None) -> torch.Tensor:
+        """Global gradient norm (optionally clipped); expert-parallel experts included."""
+        if self.ep is None:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm or math.inf)
+            return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        reduce_expert_gradients(self.expert_params, self.ep, self.context.world_size)
+        held = {id(p) for p in self.expert_params}
+        others = [p for p in self.model.parameters() if id(p) not in held]
+        norm = torch.nn.utils.clip_grad_norm_(others, math.inf)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        total = torch.sqrt(norm.float() ** 2 + expert_grad_sq_norm(self.expert_params, self.ep))
+        if max_norm is not None:
+            scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    param.grad.mul_(scale.to(param.grad.dtype) if not hasattr(
+                        param.grad, "full_tensor") else float(scale))
+        return total
 
     # ----------------------------------------------------------------- the run
     def run(self, stop_after_steps: int | None = None, log: Any = None) -> TrainResult:
