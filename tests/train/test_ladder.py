@@ -126,3 +126,31 @@ def test_tiny_example_grid_parses():
     assert len(jobs) >= 12
     assert {j.config.geometry().split_factor for j in jobs} == {1.0, 2.0}
     assert all(j.config.total_steps <= 60 for j in jobs)
+
+
+def test_mosaic_train_command(tmp_path):
+    pytest.importorskip("torch")
+    from .conftest import tiny_job
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job(run={"tokens": 3 * 8 * 32})))
+    runner = CliRunner()
+    stopped = runner.invoke(_app(), ["train", str(job), "--out", str(tmp_path / "r"),
+                                     "--stop-after", "2", "--json"])
+    assert stopped.exit_code == 0, stopped.output
+    assert json.loads(stopped.output)["complete"] is False
+    done = runner.invoke(_app(), ["train", str(job), "--out", str(tmp_path / "r")])
+    assert done.exit_code == 0 and "finished" in done.output and "step      2" in done.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(tiny_job(routing={"rho": 0})))
+    failed = runner.invoke(_app(), ["train", str(bad), "--out", str(tmp_path / "b")])
+    assert failed.exit_code == 2 and "routing.rho" in failed.output
+
+
+def test_gpu_example_job_parses():
+    from mosaic.train.config import load_train_config
+
+    config = load_train_config(REPO / "examples" / "train_q4_h200.yaml")
+    counts = count_parameters(config.geometry())
+    assert config.total_steps == 20
+    assert round(counts.n_active / 1e9, 3) == 0.824

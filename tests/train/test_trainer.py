@@ -163,3 +163,21 @@ def test_mfu_against_a_mosaic_bench_peak(tmp_path):
     assert record["mfu_paper"] is None  # no datasheet peak for a CPU
     with pytest.raises(MosaicInputError, match="bench_dir"):
         achievable_from_bench(tmp_path, "fp32")
+
+
+def test_synthetic_tokens_for_throughput_runs(tmp_path):
+    stream = TokenStream([], "synthetic", seq_len=16, seed=4, vocab=300)
+    x, y = stream.batch(3, 0, 2, 4, torch.device("cpu"))
+    again, _ = TokenStream([], "synthetic", seq_len=16, seed=4, vocab=300).batch(
+        3, 0, 2, 4, torch.device("cpu"))
+    assert torch.equal(x, again) and int(x.max()) < 300 and torch.equal(x[:, 1:], y[:, :-1])
+    job = tiny_job(data={"format": "synthetic", "vocab": 300}, run={"tokens": 2 * 8 * 32})
+    del job["data"]["path"]
+    config = train_config_from_mapping(job, "job")
+    assert config.geometry().vocab == 300
+    result = train(config, tmp_path)
+    assert result.complete
+    # Uniform random ids carry no signal: the loss stays near ln(300).
+    assert result.final_loss == pytest.approx(math.log(300), abs=0.1)
+    with pytest.raises(MosaicInputError, match=r"data\.path is required"):
+        train_config_from_mapping(tiny_job(data={"path": None}), "job")

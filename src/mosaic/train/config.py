@@ -118,15 +118,25 @@ class OptimConfig(_Strict):
 class DataConfig(_Strict):
     """Training tokens: a flat memory-mapped token file, or the bytes of any file."""
 
-    path: Path | list[Path] = Field(
+    path: Path | list[Path] | None = Field(
+        default=None,
         description="token file (.bin), or for format 'bytes' any file(s), concatenated")
-    format: Literal["bytes", "uint16", "uint32"] = Field(
-        default="bytes", description="uint16/uint32: flat little-endian token ids (nanoGPT)")
+    format: Literal["bytes", "uint16", "uint32", "synthetic"] = Field(
+        default="bytes", description="uint16/uint32: flat little-endian token ids (nanoGPT); "
+                                     "synthetic: seeded uniform ids, for throughput only")
     vocab: int | None = Field(default=None, gt=0,
                               description="token-file vocabulary; default GPT-2's 50257")
 
+    @model_validator(mode="after")
+    def _path_given(self) -> DataConfig:
+        if self.path is None and self.format != "synthetic":
+            raise ValueError(f"data.path is required for format {self.format!r}")
+        return self
+
     @property
     def paths(self) -> list[Path]:
+        if self.path is None:
+            return []
         return list(self.path) if isinstance(self.path, list) else [self.path]
 
     @property

@@ -40,7 +40,15 @@ class TokenStream:
     """Deterministic (seed, step, micro-batch) -> (inputs, targets) over a token array."""
 
     def __init__(self, path: str | Path | list[Path], fmt: str, seq_len: int,
-                 seed: int) -> None:
+                 seed: int, vocab: int | None = None) -> None:
+        self.seq_len, self.seed = seq_len, seed
+        self._orders: dict[int, np.ndarray] = {}
+        self.synthetic_vocab = None
+        if fmt == "synthetic":  # uniform ids from (seed, sequence index): no file at all
+            self.synthetic_vocab = vocab or 50257
+            self.tokens = np.zeros(0, dtype=np.int64)
+            self.windows = 2**62
+            return
         if fmt not in _DTYPES:
             raise MosaicInputError(f"data.format must be one of {sorted(_DTYPES)}, got {fmt!r}")
         paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
@@ -60,8 +68,6 @@ class TokenStream:
                                        f"whole number of {fmt} tokens")
             self.tokens = (np.memmap(paths[0], dtype=_DTYPES[fmt], mode="r") if size
                            else np.zeros(0, dtype=_DTYPES[fmt]))
-        self.seq_len, self.seed = seq_len, seed
-        self._orders: dict[int, np.ndarray] = {}
         self.windows = (len(self.tokens) - 1) // seq_len
         if self.windows < 1:
             raise MosaicInputError(
@@ -83,6 +89,9 @@ class TokenStream:
 
     def sequence(self, index: int) -> np.ndarray:
         """Window ``index`` of the global order: seq_len + 1 consecutive tokens."""
+        if self.synthetic_vocab is not None:
+            rng = np.random.default_rng([self.seed, index])
+            return rng.integers(0, self.synthetic_vocab, self.seq_len + 1, dtype=np.int64)
         epoch, position = divmod(index, self.windows)
         start = int(self._order(epoch)[position]) * self.seq_len
         return np.asarray(self.tokens[start:start + self.seq_len + 1], dtype=np.int64)

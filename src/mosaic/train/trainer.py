@@ -176,7 +176,8 @@ class Trainer:
         self.schedule = WSDSchedule.build(self.peak_lr, self.total_steps,
                                           config.tokens_per_step, config.optim.warmup_tokens,
                                           config.optim.decay_fraction)
-        self.data = TokenStream(config.data.paths, config.data.format, run.seq_len, run.seed)
+        self.data = TokenStream(config.data.paths, config.data.format, run.seq_len, run.seed,
+                                config.data.vocab_size)
         self.device = self.context.device
         self.autocast_dtype = _precision(config, self.device)
         torch.manual_seed(run.seed)
