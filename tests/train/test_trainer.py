@@ -52,6 +52,9 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)["model"]
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)  # includes the controller biases
+    before = (tmp_path / "whole" / "result.json").read_text()
+    assert train(config, tmp_path / "whole") == whole  # finished: nothing re-run
+    assert (tmp_path / "whole" / "result.json").read_text() == before
 
 
 def test_resume_refuses_a_different_job(tmp_path):

@@ -161,13 +161,26 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
     """Train every rung (resumable) and write ``runs.csv``; returns its path."""
     import os
 
-    from mosaic.train.trainer import RESULT_FILE, format_record, train
+    from mosaic.train.distributed import barrier, init_distributed, shutdown
 
     out_dir = Path(out_dir)
     main = os.environ.get("RANK", "0") == "0"
     if main:
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     selected = [j for j in jobs if only is None or j.name in only]
+    context = init_distributed(jobs[0].config.run.device)  # one process group for all rungs
+    try:
+        _run_selected(selected, jobs, out_dir, progress, main, context)
+        barrier(context)
+    finally:
+        shutdown(context)
+    return out_dir / RUNS_CSV
+
+
+def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Path,
+                  progress: Callable[[str], None] | None, main: bool, context: Any) -> None:
+    from mosaic.train.trainer import RESULT_FILE, format_record, train
+
     for index, job in enumerate(selected, start=1):
         rung_dir = out_dir / "runs" / job.name
         if (rung_dir / RESULT_FILE).exists():
@@ -177,11 +190,10 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
             if progress and main:
                 progress(f"[{index}/{len(selected)}] {job.name}: {job.config.total_steps} steps")
             every = max(1, job.config.total_steps // 5)
-            train(job.config, rung_dir,
+            train(job.config, rung_dir, context=context,
                   log=_every(progress, job.name, every, format_record) if progress else None)
         if main:
             collect_runs(jobs, out_dir)
-    return out_dir / RUNS_CSV
 
 
 def collect_runs(jobs: list[LadderJob], out_dir: Path) -> list[dict[str, Any]]:

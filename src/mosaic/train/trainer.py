@@ -381,6 +381,9 @@ class Trainer:
             self._write_run_info()
         last = self.total_steps if stop_after_steps is None else min(stop_after_steps,
                                                                      self.total_steps)
+        finished = self.out_dir / RESULT_FILE
+        if self.step >= self.total_steps and finished.exists():  # nothing left to do
+            return TrainResult(**json.loads(finished.read_text()))
         started = time.perf_counter()
         record: dict[str, Any] = {}
         steady_times: list[float] = []
@@ -439,17 +442,22 @@ class Trainer:
 
 
 def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | None = None,
-          log: Any = None) -> TrainResult:
-    """Train ``config`` into ``out_dir`` (resuming from its checkpoint if present)."""
+          log: Any = None, context: DistContext | None = None) -> TrainResult:
+    """Train ``config`` into ``out_dir`` (resuming from its checkpoint if present).
+
+    ``context``: a process group the caller set up and will shut down (the ladder keeps one
+    for all its rungs); by default the run joins torchrun's group and leaves it at the end.
+    """
     threads = torch.get_num_threads()
     if config.run.cpu_threads is not None:
         torch.set_num_threads(config.run.cpu_threads)
     try:
-        trainer = Trainer(config, out_dir)
+        trainer = Trainer(config, out_dir, context)
         try:
             return trainer.run(stop_after_steps, log)
         finally:
-            shutdown(trainer.context)
+            if context is None:
+                shutdown(trainer.context)
     finally:
         torch.set_num_threads(threads)
 
