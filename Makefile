@@ -22,7 +22,7 @@ install: $(BIN)/mosaic
 install-test: $(VENV)/.test-extras
 
 run: install
-	$(BIN)/mosaic plan
+	$(BIN)/mosaic plan --calibration paper-p6b200 --versus default
 
 test: install-test
 	$(BIN)/ruff check src tests benchmarks

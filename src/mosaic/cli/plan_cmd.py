@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
+from mosaic.limits import LIMITS
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
@@ -59,6 +61,7 @@ from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import load_samples, propagate
 from mosaic.report import plan_report, plots
 from mosaic.report.html.documents import plan_report_blocks
+from mosaic.report.stack_comparison import stack_comparison_document
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -213,9 +216,20 @@ def progress_bar(enabled: bool) -> Iterator[Any]:
         yield factory
 
 
+def require_physical_loss(result: PlanResult) -> None:
+    """An optimum whose predicted loss is not physical comes from a broken law file."""
+    loss = float(result.loss[result.optimum_index])
+    high = LIMITS["loss"].high
+    if not 0.0 < loss < high:
+        raise MosaicInputError(
+            f"the law predicts a loss of {loss:g} nats/token at the optimum, outside any "
+            f"physical range (0, {high:g}); check the --law file's coefficients")
+
+
 def require_trainable(result: PlanResult) -> None:
     """A budget under which nothing can be trained is a user error with the reasons."""
     if result.optimum_index is not None:
+        require_physical_loss(result)
         return
     summary = "; ".join(f"{n} geometries: {reason}"
                         for reason, n in plan_report.infeasible_summary(result).items())
@@ -256,6 +270,18 @@ def _analysis(result: PlanResult, law: ScalingLaw, plot_dir: Path | None
     return documents, written
 
 
+def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw, versus: str,
+            result: PlanResult, calibration: Calibration, workers: int | None,
+            as_json: bool) -> dict[str, Any]:
+    """The same envelope planned under a second calibration, on that calibration's stack."""
+    other_calibration = load_calibration(versus)
+    other_envelope = replace(envelope, stack=plan_stack(None, other_calibration))
+    with progress_bar(not as_json) as bar:
+        other = search(other_envelope, space, law, other_calibration,
+                       progress=bar(f"geometries ({other_calibration.name})"), workers=workers)
+    return stack_comparison_document(result, calibration, other, other_calibration)
+
+
 def _cheapest_lists(envelope: Envelope, nodes_text: str | None, days_text: str | None
                     ) -> tuple[list[int], list[float]]:
     """Budgets of the cheapest-plan search: given lists, else n/2, n, 2n and d/4 ... 2d."""
@@ -292,6 +318,9 @@ def plan(
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
+    versus: Annotated[str | None, typer.Option(
+        "--versus", help="Also plan the envelope under this calibration (profile or file) "
+        "on its own stack and show both optima with why they differ.")] = None,
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
@@ -319,6 +348,9 @@ def plan(
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)
     document = plan_report.plan_document(result, cost)
     document["calibration"] = calibration_document(calibration)
+    if versus is not None:
+        document["versus"] = _versus(envelope, space, law, versus, result, calibration,
+                                     workers, as_json)
     analysis, written = _analysis(result, law, plot_dir)
     document.update(analysis)
     uncertainty = None if samples is None else propagate(result, law, samples)
@@ -337,6 +369,8 @@ def plan(
     render.print_optimum(document["optimum"])
     render.print_ranking(result, top, uncertainty)
     render.print_comparison(document["model_flops_comparison"])
+    if "versus" in document:
+        render.print_versus(document["versus"])
     if "uncertainty" in document:
         render.print_uncertainty(document["uncertainty"])
     if "cheapest" in document:
@@ -348,6 +382,11 @@ def plan(
 # --- mosaic sweep ----------------------------------------------------------------------------
 def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None,
                   html: Path | None = None) -> None:
+    trainable = [p for p in points if p.result.optimum_index is not None]
+    if not trainable:  # the same "nothing trainable" error (exit 2) as plan and layouts
+        require_trainable(points[0].result)
+    for point in trainable:
+        require_physical_loss(point.result)
     document = plan_report.sweep_document(points)
     write_html(document, html, "sweep")
     if plot_dir is not None:

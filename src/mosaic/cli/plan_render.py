@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer
+
 from mosaic.cli.common import print_key_value_table, print_table
 from mosaic.plan.cost import RunCost
 from mosaic.plan.search import PlanResult
@@ -181,3 +183,21 @@ def print_sweep(points: list[SweepPoint]) -> None:
                   else "-" for g in splits]
         rows.append(cells)
     print_table(f"MOSAIC optimum per {axis} (Fig. 11)", columns, rows)
+
+
+def print_versus(versus: dict[str, Any]) -> None:
+    """The optimum under two calibrations side by side, and why they differ."""
+    columns = ["calibration / stack", "q", "E", "K", "G", "N_act", "S", "D", "MFU", "loss"]
+    rows = []
+    for entry in versus["plans"]:
+        best = entry["optimum"]
+        label = f"{entry['calibration']} / {entry['stack']}"
+        if best is None:
+            rows.append([label] + ["-"] * (len(columns) - 1))
+            continue
+        rows.append([label, str(best["q"]), str(best["experts"]), str(best["top_k"]),
+                     str(best["split_factor"]), count(best["n_active"]),
+                     f"{best['sparsity']:.3f}", count(best["tokens"]), f"{best['mfu']:.1%}",
+                     f"{best['loss']:.4f}"])
+    print_table("The optimum under each stack", columns, rows)
+    typer.echo(f"why: {versus['why']}")
