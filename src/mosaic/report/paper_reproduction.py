@@ -126,8 +126,8 @@ def table4(result: PlanResult) -> list[Row]:
         own = result.candidate(index)
         rank = int(np.flatnonzero(result.ranking == index)[0]) + 1 if result.feasible[index] \
             else None
-        rows.append(Row("Table 4 geometry: rank among trainable", 1,
-                        "not trainable" if rank is None else rank))
+        rows.append(Row("Table 4 geometry: rank among trainable", "1",
+                        "not trainable" if rank is None else str(rank)))
         rows.append(Row("Table 4 geometry: MFU", TABLE_4["mfu"], own["mfu"]))
         rows.append(Row("Table 4 geometry: D (T)", TABLE_4["tokens_t"],
                         own["tokens"] / 1e12 if own["tokens"] == own["tokens"] else "n/a"))
