@@ -243,17 +243,21 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
 
 
 def resolve_data_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A copy of a job document whose relative ``data.path`` entries start at ``base``."""
-    data = document.get("data")
-    if not isinstance(data, dict) or "path" not in data:
-        return document
+    """A copy of a job document whose relative paths (data.path, run.bench_dir) start at
+    ``base``."""
 
     def resolve(entry: Any) -> Any:
         return entry if Path(str(entry)).is_absolute() else str(base / str(entry))
 
-    raw = data["path"]
-    paths = [resolve(p) for p in raw] if isinstance(raw, list) else resolve(raw)
-    return {**document, "data": {**data, "path": paths}}
+    data = document.get("data")
+    if isinstance(data, dict) and data.get("path") is not None:
+        raw = data["path"]
+        paths = [resolve(p) for p in raw] if isinstance(raw, list) else resolve(raw)
+        document = {**document, "data": {**data, "path": paths}}
+    run = document.get("run")
+    if isinstance(run, dict) and run.get("bench_dir") is not None:
+        document = {**document, "run": {**run, "bench_dir": resolve(run["bench_dir"])}}
+    return document
 
 
 def load_train_config(path: str | Path) -> TrainConfig:

@@ -451,14 +451,13 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
     threads = torch.get_num_threads()
     if config.run.cpu_threads is not None:
         torch.set_num_threads(config.run.cpu_threads)
+    owned = context is None
+    context = context or init_distributed(config.run.device)
     try:
-        trainer = Trainer(config, out_dir, context)
-        try:
-            return trainer.run(stop_after_steps, log)
-        finally:
-            if context is None:
-                shutdown(trainer.context)
+        return Trainer(config, out_dir, context).run(stop_after_steps, log)
     finally:
+        if owned:
+            shutdown(context)
         torch.set_num_threads(threads)
 
 
