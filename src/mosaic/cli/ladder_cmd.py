@@ -17,6 +17,7 @@ import typer
 from mosaic.cli.common import (
     JsonFlag,
     console,
+    error_console,
     guarded,
     print_json,
     print_key_value_table,
@@ -180,6 +181,16 @@ def fit(
     replace(validated.law, provenance=provenance).save(out)
     payload = {"law_file": str(out), "form": law_form.name,
                "coefficients": dict(validated.law.coefficients), "metrics": metrics}
+    from mosaic.law.law import ScalingLaw
+
+    try:  # the planner reads it back with the same checks
+        ScalingLaw.load(out)
+    except MosaicInputError as exc:
+        payload["warning"] = (f"the fit is degenerate and `mosaic plan --law` will refuse "
+                              f"the file ({exc}); the ladder needs more, longer or more "
+                              f"varied runs")
+        error_console.print(f"warning: {payload['warning']}", markup=False, highlight=False,
+                            soft_wrap=True)
     if as_json:
         print_json(payload)
         return
