@@ -26,11 +26,14 @@ from mosaic.perf.calibration import load_calibration
 GIB = 2**30
 
 
-def prediction_document(result: JobPrediction) -> dict[str, Any]:
+def prediction_document(result: JobPrediction, calibration: str = "default"
+                        ) -> dict[str, Any]:
     """The JSON document of `mosaic perf --json`."""
     p = result.prediction
     machine = result.machine
     return {
+        "stack": result.spec.workload.stack,
+        "calibration": calibration,
         "step_time_s": float(p.step_time_s[0]),
         "tokens_per_s": float(p.tokens_per_s[0]),
         "tokens_per_s_per_gpu": float(p.tokens_per_s_per_gpu[0]),
@@ -71,6 +74,7 @@ def _render(document: dict[str, Any]) -> None:
         "Predicted step",
         [
             ("hardware", f"{document['hardware']['devices']} x {document['hardware']['system']}"),
+            ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
             ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"),
             ("step time", f"{document['step_time_s']:.3f} s"),
             (
@@ -117,8 +121,9 @@ def perf(
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
     apply_catalog(catalog)
     spec = with_model(load_job(job, set_ or []), model)
-    result = predict_job(spec, load_calibration(calibration))
-    document = prediction_document(result)
+    constants = load_calibration(calibration)
+    result = predict_job(spec, constants)
+    document = prediction_document(result, constants.name)
     write_html(document, html, "perf")
     if json_output:
         print_json(document)

@@ -381,13 +381,15 @@ def plan(
 
 # --- mosaic sweep ----------------------------------------------------------------------------
 def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None,
-                  html: Path | None = None) -> None:
+                  html: Path | None = None, calibration: Calibration | None = None) -> None:
     trainable = [p for p in points if p.result.optimum_index is not None]
     if not trainable:  # the same "nothing trainable" error (exit 2) as plan and layouts
         require_trainable(points[0].result)
     for point in trainable:
         require_physical_loss(point.result)
     document = plan_report.sweep_document(points)
+    if calibration is not None:
+        document["calibration"] = calibration_document(calibration)
     write_html(document, html, "sweep")
     if plot_dir is not None:
         document["plots"] = [str(p) for p in plots.plot_sweep(points, plot_dir)]
@@ -395,6 +397,9 @@ def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None
         print_json(document)
         return
     render.print_sweep(points)
+    if calibration is not None:
+        typer.echo(f"stack / calibration: {points[0].result.envelope.stack} / "
+                   f"{calibration.name}")
     for path in document.get("plots", []):
         typer.echo(f"wrote {path}")
 
@@ -414,25 +419,26 @@ def sweep_days_command(
     tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
-    html: HtmlOption = None,
+    html: HtmlOption = None, stack: StackOpt = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     windows = parse_floats("--values", values)
+    law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
-        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
+        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
+        stack=plan_stack(stack, calibration))
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
-    law, calibration = load_models(law_file, calibration_file)
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
     with execution_backend(runner), progress_bar(not as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows,
                             progress=bar("geometries"), workers=workers)
-    _finish_sweep(points, as_json, plot_dir, html)
+    _finish_sweep(points, as_json, plot_dir, html, calibration)
 
 
 @sweep_app.command("nodes")
@@ -451,25 +457,26 @@ def sweep_nodes_command(
     split_factor: Split = TABLE3_SPLIT_TEXT, tpp: Tpp = TABLE3_TPP_TEXT,
     s_min: SMin = TABLE3_S_MIN, workers: Workers = None, backend: BackendOpt = "local",
     address: AddressOpt = None, as_json: JsonFlag = False,
-    plot_dir: PlotDir = None, html: HtmlOption = None,
+    plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     node_counts = parse_ints("--values", values)
+    law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node, days=days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
-        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min)
+        top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
+        stack=plan_stack(stack, calibration))
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
-    law, calibration = load_models(law_file, calibration_file)
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
     with execution_backend(runner), progress_bar(not as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
-    _finish_sweep(points, as_json, plot_dir, html)
+    _finish_sweep(points, as_json, plot_dir, html, calibration)
 
 
 def register(app: typer.Typer) -> None:

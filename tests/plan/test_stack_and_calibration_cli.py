@@ -1,0 +1,54 @@
+"""Plans and predictions name the stack and calibration they assume; --versus compares."""
+
+import json
+
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+
+runner = CliRunner()
+SMALL = ["--nodes", "1", "--days", "2", "--q", "4", "--experts", "8,16", "--top-k", "1,2",
+         "--split-factor", "1,4", "--s-min", "0.5", "--workers", "1"]
+
+
+def run_json(*args: str) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_plan_names_the_profile_and_uses_its_stack_unless_told_otherwise() -> None:
+    paper = run_json("plan", *SMALL, "--calibration", "paper-p6b200")
+    assert paper["calibration"]["name"] == "paper-p6b200"
+    assert paper["envelope"]["stack"] == "paper-nemo"
+    # The paper's stack offers Megatron's distributed optimizer and no interleaving.
+    assert all(c["plan"]["sharding"] == "zero1" and c["plan"]["vpp"] == 1
+               for c in paper["candidates"])
+    modern = run_json("plan", *SMALL)
+    assert (modern["calibration"]["name"], modern["envelope"]["stack"]) == (
+        "default", "megatron-core")
+    chosen = run_json("plan", *SMALL, "--calibration", "paper-p6b200", "--stack", "torchtitan")
+    assert chosen["envelope"]["stack"] == "torchtitan"
+
+
+def test_versus_plans_the_envelope_under_both_calibrations() -> None:
+    document = run_json("plan", *SMALL, "--calibration", "paper-p6b200", "--versus", "default")
+    first, second = document["versus"]["plans"]
+    assert (first["calibration"], first["stack"]) == ("paper-p6b200", "paper-nemo")
+    assert (second["calibration"], second["stack"]) == ("default", "megatron-core")
+    assert first["optimum"] == document["optimum"]
+    # The paper's stack pays its measured host floor: it cannot be faster at its optimum.
+    assert first["optimum"]["mfu"] < second["optimum"]["mfu"]
+    assert document["versus"]["why"]
+
+
+def test_a_stack_typo_is_one_line_naming_the_known_stacks() -> None:
+    result = runner.invoke(app, ["plan", *SMALL, "--stack", "torchtitn"])
+    assert result.exit_code == 2
+    assert "torchtitn" in result.output and "torchtitan" in result.output
+
+
+def test_perf_names_stack_and_calibration() -> None:
+    document = run_json("perf", "examples/appendix_e.yaml", "--calibration", "paper-p6b200",
+                        "--set", "parallelism.stack=paper-nemo")
+    assert (document["stack"], document["calibration"]) == ("paper-nemo", "paper-p6b200")
