@@ -3,9 +3,9 @@
     python benchmarks/reproduce_paper.py [--workers N] [--quick]
 
 Prints markdown tables: the paper's value, mosaic's, and the difference, for the Appendix E
-listing, Table 4 (the Table 3 envelope planned), Table 5, Fig. 1, the Sec. 7.4 sweeps and
-the Fig. 9 validation (which needs ../shared/calibration/paper_p6b200_sweeps.yaml). Tables 2
-and 9 are reproduced cell by cell by `pytest tests/arch tests/law`. ``--quick`` skips the
+listing, Table 4 (the Table 3 envelope planned), Table 5, Fig. 1, the Sec. 7.4 sweeps, the
+Fig. 9 validation (which needs ../shared/calibration/paper_p6b200_sweeps.yaml), Table 9 and
+Table 2 (also checked cell by cell by `pytest tests/arch tests/law`). ``--quick`` skips the
 sweeps (the slowest part).
 """
 
@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip the Sec. 7.4 sweeps")
     args = parser.parse_args()
     start = time.perf_counter()
+    print_rows("Table 9: the geometry ladder (E=128, K=3, G=4)", paper.table9())
+    print_rows("Table 2: the joint law", [paper.table4_loss_from_table2()])
     for name in PROFILES:
         calibration = load_calibration(name)
         print(f"\n## Calibration `{name}` (stack {calibration.stack or 'megatron-core'})")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.arch import count_parameters, ladder_geometry
 from mosaic.config.job_schema import load_job
 from mosaic.config.run_records import load_run_records
 from mosaic.evaluate.calibrate import (
@@ -191,6 +192,31 @@ def figure1(calibration: Calibration, workers: int | None = None) -> list[Row]:
         Row("loss gap, prescription - cluster optimum (nats)", FIG_1["loss_gap_nats"],
             comparison.loss_gap_nats if comparison.loss_gap_nats is not None else "n/a"),
     ]
+
+
+# Table 9 (Appendix F.1): q -> (N_tot B, N_act B, S) at E=128, K=3, G=4.
+TABLE_9 = {4: (15.5, 0.7, 0.954), 6: (53.2, 2.3, 0.957), 8: (127.3, 5.4, 0.958),
+           10: (250.0, 10.4, 0.958), 12: (433.7, 17.9, 0.959), 14: (690.5, 28.2, 0.959),
+           16: (1032.8, 41.9, 0.959), 18: (1472.8, 59.5, 0.960)}
+
+
+def table9() -> list[Row]:
+    """Table 9's ladder (E=128, K=3, G=4) from the architecture calculator."""
+    rows = []
+    for q, (n_tot, n_act, sparsity) in TABLE_9.items():
+        counts = count_parameters(ladder_geometry(q, experts=128, top_k=3, split_factor=4))
+        rows.append(Row(f"q={q} N_tot (B) / N_act (B) / S",
+                        f"{n_tot} / {n_act} / {sparsity}",
+                        f"{counts.n_total / 1e9:.1f} / {counts.n_active / 1e9:.1f} / "
+                        f"{float(counts.sparsity):.3f}"))
+    return rows
+
+
+def table4_loss_from_table2() -> Row:
+    """Table 2's joint law at Table 4's configuration (N_tot 327.2 B, S 0.956, D 1.42 T)."""
+    counts = count_parameters(ladder_geometry(12, experts=96, top_k=2, split_factor=4))
+    loss = default_law().predict(counts.n_total, TABLE_4["tokens_t"] * 1e12, counts.sparsity, 4)
+    return Row("Table 2 law at Table 4's configuration (loss)", TABLE_4["loss"], float(loss))
 
 
 def load_profile(name: str) -> Calibration:
