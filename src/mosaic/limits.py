@@ -27,7 +27,7 @@ class Range:
 
 
 def _fmt(value: float) -> str:
-    if float(value).is_integer() and abs(value) < 1e7:
+    if float(value).is_integer() and abs(value) < 1e10:
         return str(int(value))
     return f"{value:g}"
 

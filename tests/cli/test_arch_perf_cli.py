@@ -54,7 +54,7 @@ def test_arch_expert_ffn_equals_split_factor():
         (["arch", "--q", "4", "--experts", "4", "--top-k", "1", "--split-factor", "7"],
          "split factor G=7"),
         (["arch", "--layers", "-3", "--d-model", "64", "--heads", "4", "--ffn", "8"],
-         "model.layers must be a positive integer"),
+         "--layers: got -3; allowed: an integer in 1..16384"),
         (["arch"], "give --q"),
     ],
 )

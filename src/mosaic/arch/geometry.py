@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mosaic.errors import MosaicInputError
+from mosaic.limits import LIMITS
 
 
 class AttentionKind(StrEnum):
@@ -33,10 +34,22 @@ def _require(condition: bool, message: str) -> None:
         raise MosaicInputError(message)
 
 
+# Upper bounds per field (mosaic.limits): no geometry beyond them is a trainable model,
+# and counts built from them stay far inside float64.
+_RANGE_KIND = {"layers": "layers", "experts": "experts", "top_k": "experts", "vocab": "vocab",
+               "moe_every": "layers"}
+
+
 def _require_positive(owner: str, **values: int | None) -> None:
     for name, value in values.items():
         if value is not None and value <= 0:
             raise MosaicInputError(f"{owner}.{name} must be a positive integer, got {value}")
+        if value is not None:
+            bound = LIMITS[_RANGE_KIND.get(name, "width")]
+            if value > bound.high:
+                shown = value if value < 10**30 else "a huge integer"
+                raise MosaicInputError(f"{owner}.{name}: got {shown}; allowed: an integer in "
+                                       f"{bound.describe()} ({bound.why})")
 
 
 @dataclass(frozen=True)

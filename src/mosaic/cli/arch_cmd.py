@@ -22,6 +22,7 @@ from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.cli.model_option import load_model_file
 from mosaic.errors import MosaicInputError
+from mosaic.limits import check_range
 
 
 def geometry_from_options(
@@ -84,7 +85,10 @@ def geometry_from_options(
         raise MosaicInputError(
             f"give --q (ladder seed), --config FILE, or all of {', '.join(missing)}"
         )
-    assert layers and d_model and heads and ffn  # narrowed by the check above
+    for flag, value, kind in (("--layers", layers, "layers"), ("--d-model", d_model, "width"),
+                              ("--heads", heads, "width"), ("--ffn", ffn, "width")):
+        check_range(flag, value, kind, integer=True)  # also narrows None away
+    assert layers and d_model and heads and ffn
     if head_dim is None:
         if d_model % heads:
             raise MosaicInputError(
@@ -230,6 +234,7 @@ def arch(
     json_output: JsonFlag = False,
 ) -> None:
     """Exact parameter counts, sparsity and FLOPs per token of a transformer geometry."""
+    check_range("--seq-len", seq_len, "seq_len", integer=True)
     geometry = geometry_from_options(
         config=config,
         q=q,

@@ -75,7 +75,12 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
 
 def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
     """Parse "1,2,4" into (1, 2, 4); None when the option is not given."""
-    return None if text is None else parse_ints(option, text)
+    if text is None:
+        return None
+    values = parse_ints(option, text)
+    for value in values:
+        check_range(option, value, "parallel_degree", integer=True)
+    return values
 
 
 def _name_list(text: str | None) -> tuple[str, ...] | None:

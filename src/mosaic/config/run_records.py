@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system
-from mosaic.limits import check_pipeline
+from mosaic.limits import LIMITS, check_pipeline
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import Dispatcher, Precision, Workload
@@ -42,63 +42,63 @@ class _Strict(BaseModel):
 class MLAEntry(_Strict):
     """DeepSeek MLA dimensions in Megatron-Core names (``qk_head_dim`` = non-rotary part)."""
 
-    kv_lora_rank: int = Field(gt=0)
-    q_lora_rank: int | None = Field(default=None, gt=0)
-    qk_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0, le=LIMITS["width"].high)
+    q_lora_rank: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
+    qk_head_dim: int = Field(gt=0, le=LIMITS["width"].high)
+    qk_rope_head_dim: int = Field(gt=0, le=LIMITS["width"].high)
+    v_head_dim: int = Field(gt=0, le=LIMITS["width"].high)
 
 
 class MoEEntry(_Strict):
-    experts: int = Field(gt=0)
-    top_k: int = Field(gt=0)
-    expert_ffn: int = Field(gt=0)
-    shared_experts: int = Field(default=0, ge=0)
-    shared_expert_ffn: int | None = Field(default=None, gt=0)
-    dense_layers: int = Field(default=0, ge=0)
+    experts: int = Field(gt=0, le=LIMITS["experts"].high)
+    top_k: int = Field(gt=0, le=LIMITS["experts"].high)
+    expert_ffn: int = Field(gt=0, le=LIMITS["width"].high)
+    shared_experts: int = Field(default=0, ge=0, le=LIMITS["experts"].high)
+    shared_expert_ffn: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
+    dense_layers: int = Field(default=0, ge=0, le=LIMITS["layers"].high)
 
 
 class ModelEntry(_Strict):
     name: str = Field(min_length=1)
-    layers: int = Field(gt=0)
-    d_model: int = Field(gt=0)
-    heads: int | None = Field(default=None, gt=0)
-    kv_heads: int | None = Field(default=None, gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    ffn: int | None = Field(default=None, gt=0)
+    layers: int = Field(gt=0, le=LIMITS["layers"].high)
+    d_model: int = Field(gt=0, le=LIMITS["width"].high)
+    heads: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
+    kv_heads: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
+    head_dim: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
+    ffn: int | None = Field(default=None, gt=0, le=LIMITS["width"].high)
     activation: Literal["swiglu", "geglu", "gelu", "relu", "squared_relu"]
-    vocab: int = Field(gt=0)
+    vocab: int = Field(gt=0, le=LIMITS["vocab"].high)
     tied_embeddings: bool | None = None
     attention: Literal["mha", "gqa", "mla"]
     mla: MLAEntry | None = None
-    mtp_layers: int | None = Field(default=None, ge=0)
+    mtp_layers: int | None = Field(default=None, ge=0, le=LIMITS["layers"].high)
     moe: MoEEntry | None = None
 
 
 class ParallelEntry(_Strict):
-    tp: int = Field(gt=0)
-    pp: int = Field(gt=0)
-    vpp: int | None = Field(default=None, gt=0)
-    cp: int = Field(gt=0)
-    ep: int | None = Field(default=None, gt=0)
-    etp: int | None = Field(default=None, gt=0)
-    dp: int = Field(gt=0)
+    tp: int = Field(gt=0, le=LIMITS["parallel_degree"].high)
+    pp: int = Field(gt=0, le=LIMITS["parallel_degree"].high)
+    vpp: int | None = Field(default=None, gt=0, le=LIMITS["vpp"].high)
+    cp: int = Field(gt=0, le=LIMITS["parallel_degree"].high)
+    ep: int | None = Field(default=None, gt=0, le=LIMITS["parallel_degree"].high)
+    etp: int | None = Field(default=None, gt=0, le=LIMITS["parallel_degree"].high)
+    dp: int = Field(gt=0, le=LIMITS["parallel_degree"].high)
     sequence_parallel: bool
     sharding: Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
     dispatcher: str | None = None
 
 
 class BatchEntry(_Strict):
-    global_seqs: int = Field(gt=0)
-    micro_seqs: int | None = Field(default=None, gt=0)
+    global_seqs: int = Field(gt=0, le=LIMITS["global_batch"].high)
+    micro_seqs: int | None = Field(default=None, gt=0, le=LIMITS["micro_batch"].high)
 
 
 class MeasuredEntry(_Strict):
-    tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
-    step_time_s: float | None = Field(default=None, gt=0)
+    tokens_per_s_per_gpu: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    step_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     mfu_reported: float | None = Field(default=None, ge=0, le=1)
-    tflops_per_gpu_reported: float | None = Field(default=None, gt=0)
-    memory_gib: float | None = Field(default=None, gt=0)
+    tflops_per_gpu_reported: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     consistent: bool = True
     oom: bool = False
 
@@ -110,11 +110,11 @@ class RunRecordEntry(_Strict):
     source: str = Field(min_length=1)
     software: str | None = None
     gpu: str = Field(min_length=1)
-    num_gpus: int = Field(gt=0)
-    gpus_per_node: int = Field(gt=0)
-    scaleup_domain: int = Field(gt=0)
+    num_gpus: int = Field(gt=0, le=LIMITS["devices"].high)
+    gpus_per_node: int = Field(gt=0, le=LIMITS["gpus_per_node"].high)
+    scaleup_domain: int = Field(gt=0, le=LIMITS["devices"].high)
     model: ModelEntry
-    seq_len: int = Field(gt=0)
+    seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high)
     precision: Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8"]
     parallel: ParallelEntry
     batch: BatchEntry

@@ -133,6 +133,13 @@ class ScalingLaw:
         coefficients = payload.get("coefficients")
         if not isinstance(coefficients, Mapping):
             raise MosaicInputError(f"{source}: 'coefficients' must be an object name -> value")
+        for name, value in coefficients.items():
+            # Finite and of bounded size: fitted laws have coefficients of 1e-2..1e4
+            # (Table 2; Epoch's B = 2143), and 1e308 makes every prediction inf (issue 11).
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    abs(value) <= MAX_COEFFICIENT):
+                raise MosaicInputError(f"{source}: coefficients.{name}: got {value!r}; allowed: "
+                                       f"a finite number with |value| <= {MAX_COEFFICIENT:g}")
         provenance = payload.get("provenance", {})
         if not isinstance(provenance, Mapping):
             raise MosaicInputError(f"{source}: 'provenance' must be an object")
@@ -156,11 +163,16 @@ class ScalingLaw:
         path = Path(path)
         if not path.is_file():
             raise MosaicInputError(f"law file {str(path)!r} does not exist or is not a file")
+        from mosaic.schema_validation import read_text
+
         try:
-            payload = json.loads(path.read_text())
+            payload = json.loads(read_text(path, "law file"))
         except json.JSONDecodeError as exc:
             raise MosaicInputError(f"law file {str(path)!r} is not valid JSON: {exc}") from None
         return cls.from_dict(payload, source=str(path))
+
+
+MAX_COEFFICIENT = 1e6
 
 
 def default_law() -> ScalingLaw:

@@ -103,7 +103,8 @@ def cheapest_document(cheapest: CheapestPlan) -> dict[str, Any]:
     def option(o: Any) -> dict[str, Any]:
         row = o.result.optimum_index
         return {"nodes": o.n_nodes, "days": o.days, **cost_document(o.cost), "loss": o.loss,
-                "optimum": None if row is None else o.result.candidate(row)}
+                "optimum": None if row is None else o.result.candidate(row),
+                **({"reason": "nothing trainable at this budget"} if row is None else {})}
 
     return {
         "target_loss": cheapest.target_loss,
