@@ -91,3 +91,19 @@ def test_whole_batch_fsdp_gathers_once_per_step_so_throughput_rises_with_batch(
         prediction = predict_step(record.workload, record.plan, machine, default_calibration())
         tokens_per_s.append(float(prediction.tokens_per_s[0]))
     assert tokens_per_s[0] < tokens_per_s[1] < tokens_per_s[2]
+
+
+def test_a_run_record_may_name_its_stack_and_a_typo_is_refused(tmp_path: Path) -> None:
+    run = _jax_fsdp_run(256)
+    run.update(software="an in-house trainer", stack="torchtitan", stack_version="0.2.0")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunRecordWarning)
+        (record,) = load_run_records(path).records
+        assert record.workload.stack == "torchtitan"
+        run["stack"] = "torchtitn"
+        path.write_text(yaml.safe_dump({"runs": [run]}))
+        loaded = load_run_records(path)
+    assert loaded.records == ()
+    assert "torchtitan" in loaded.skipped[0][1]

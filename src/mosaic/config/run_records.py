@@ -109,6 +109,9 @@ class RunRecordEntry(_Strict):
     id: str = Field(min_length=1)
     source: str = Field(min_length=1)
     software: str | None = None
+    stack: str | None = Field(default=None, description="a mosaic.stacks name; overrides the "
+                              "keyword match on `software`")
+    stack_version: str | None = Field(default=None, description="container, release or commit")
     gpu: str = Field(min_length=1)
     num_gpus: int = Field(gt=0, le=LIMITS["devices"].high)
     gpus_per_node: int = Field(gt=0, le=LIMITS["gpus_per_node"].high)
@@ -518,8 +521,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
             f"num_gpus: {entry.num_gpus} does not fill whole hosts of {entry.gpus_per_node}"
         )
     geometry = _geometry(entry.model, notes)
-    stack = stack_label(entry.software)
-    if stack == OTHER_STACK:
+    stack = get_stack(entry.stack).name if entry.stack else stack_label(entry.software)
+    if stack == OTHER_STACK and entry.stack is None:
         what = "not stated" if entry.software is None else f"{entry.software!r} not recognised"
         notes.append(f"software {what}: stack label {OTHER_STACK!r}")
     if _PRECISIONS[entry.precision].value != entry.precision:
