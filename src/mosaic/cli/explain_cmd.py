@@ -32,6 +32,7 @@ from mosaic.evaluate.diagnosis import (
     measured_step_time,
 )
 from mosaic.evaluate.job import predict_job
+from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
@@ -202,6 +203,12 @@ def explain(
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     apply_catalog(catalog)
     spec = with_model(load_job(job, set_ or []), model)
+    if measured_tokens_per_s is not None:  # physical ranges before work (mosaic.limits)
+        check_range("--measured-tokens-per-s", measured_tokens_per_s, "seconds", low=1e-3,
+                    high=1e15)
+    if measured_step_time_s is not None:
+        check_range("--measured-step-time-s", measured_step_time_s, "seconds", low=1e-6,
+                    high=1e6)
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
     constants = load_calibration(calibration)

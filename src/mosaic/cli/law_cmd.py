@@ -180,6 +180,8 @@ def predict(
         else:
             if (experts is None) != (top_k is None):
                 raise MosaicInputError("--experts and --top-k go together")
+            if split_factor is not None:
+                check_range("--split-factor", split_factor, "split_factor")
             g = 1 if split_factor is None else int(split_factor)
             if g != split_factor and split_factor is not None:
                 raise MosaicInputError(f"--split-factor must be an integer with --q, "
