@@ -170,7 +170,10 @@ def json_problems(value: Any, path: str = "$", explained: bool = False) -> list[
                     and not str(key).startswith(("min_", "max_"))):
                 problems.append(f"{where}: null without a reason field")
             problems += json_problems(item, where, explained)
-            if isinstance(item, int | float) and not isinstance(item, bool):
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > 1e300:
+                problems.append(f"{where}: integer beyond any physical value ({len(str(item))} "
+                                "digits)")
+            elif isinstance(item, int | float) and not isinstance(item, bool):
                 problems += _range_problems(str(key), float(item), where)
     elif isinstance(value, list):
         for index, item in enumerate(value):
