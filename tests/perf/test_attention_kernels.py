@@ -58,3 +58,39 @@ def test_fa2_slows_the_attention_core_by_its_relative_rate():
     assert 1.6 < ratio < 1.75
     assert fa2.attention_kernel == "fa2"
     assert fa2.step_time_s[0] > cudnn.step_time_s[0]
+
+
+def test_reference_attention_saves_the_score_matrix_unless_recomputed():
+    from mosaic.perf.memory import activation_bytes_per_layer, softmax_statistics_bytes
+    from mosaic.perf.plan import Checkpointing
+
+    geometry = ladder_geometry(4)  # 16 heads
+    flash = Workload(geometry=geometry, global_batch=8, seq_len=4096)
+    reference = replace(flash, attention_kernel="reference")
+    plan = single_plan(tp=2, cp=2, dp=2, micro_batch=1)
+    # bf16 probabilities: 2 B x b (1) x h/tp (8) x s/cp (2048) x s (4096) = 128 MiB a layer.
+    assert softmax_statistics_bytes(reference, plan)[0] == 2 * 1 * 8 * 2048 * 4096
+    # Flash keeps 4 B of log-sum-exp per query row and head.
+    assert softmax_statistics_bytes(flash, plan)[0] == 4 * 1 * 8 * 2048
+    none = replace(plan, checkpointing=plan.checkpointing * 0 + int(Checkpointing.NONE))
+    selective = replace(plan, checkpointing=plan.checkpointing * 0 + int(Checkpointing.SELECTIVE))
+    extra = (activation_bytes_per_layer(reference, none) - activation_bytes_per_layer(flash, none))
+    assert extra[0] == 2 * 8 * 2048 * 4096 - 4 * 8 * 2048
+    # Core-attention recompute drops whichever the kernel saved: the rest is identical.
+    assert activation_bytes_per_layer(reference, selective)[0] == pytest.approx(
+        activation_bytes_per_layer(flash, selective)[0])
+
+
+def test_reference_attention_pays_for_the_full_score_matrix():
+    machine = machine_for(Cluster(get_system("DGX-H100"), 1), "bf16")
+    geometry = ladder_geometry(4)
+    flash = Workload(geometry=geometry, global_batch=8, seq_len=8192, attention_kernel="cudnn")
+    reference = replace(flash, attention_kernel="reference")
+    plan = single_plan(dp=8)
+    calibration = default_calibration()
+    fast = predict_step(flash, plan, machine, calibration)
+    slow = predict_step(reference, plan, machine, calibration)
+    assert slow.attention_kernel == "reference"
+    core = "compute_attention_core"
+    # Twice the FLOPs (no causal skipping) plus softmax traffic over 8192^2 scores per head.
+    assert slow.analytic_breakdown_s[core][0] > 1.5 * fast.analytic_breakdown_s[core][0]

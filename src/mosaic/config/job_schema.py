@@ -62,7 +62,7 @@ class DataBlock(_Strict):
 
 class PerformanceBlock(_Strict):
     checkpointing: Literal["none", "selective", "full"] = "none"
-    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3"] = Field(
+    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "reference"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
 
 

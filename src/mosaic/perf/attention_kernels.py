@@ -23,6 +23,11 @@ class AttentionKernel(StrEnum):
     CUDNN = "cudnn"  # Transformer Engine FusedAttention / torch SDPA cuDNN backend
     FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x, torch SDPA flash backend)
     FA3 = "fa3"  # FlashAttention-3 (Hopper only)
+    # Materialised attention: QK^T and PV as batched GEMMs over the whole s x s score matrix
+    # and a softmax pass over it, the probabilities saved for backward (XLA's dot-product
+    # attention, MaxText `attention: dot_product`; torch's eager/math SDPA). Costed by its
+    # GEMMs and streaming in ``layer_costs``; chosen explicitly, never a stack default.
+    REFERENCE = "reference"
 
 
 _RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
@@ -61,7 +66,7 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
         raise MosaicInputError(f"attention kernel {kernel!r}: allowed values are "
                                f"{', '.join(AttentionKernel)}")
     kernel = AttentionKernel(kernel).value
-    if generation is None:
+    if generation is None or kernel == AttentionKernel.REFERENCE:
         return AttentionKernelChoice(kernel, None, 1.0, 1.0)
     rates = _RELATIVE[kernel].get(generation)
     if rates is None:

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.arch import AttentionKind, count_parameters
+from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.collectives import (
     all_gather_time_s,
     all_reduce_time_s,
@@ -61,6 +62,10 @@ FP32_BYTES = 4
 # quantises each GEMM input, backward each output gradient; weights are cast once per
 # step (Megatron-Core's is_first_microbatch caching) and left out.
 FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
+# Materialised attention's softmax per score element, bf16: forward reads the scores and
+# writes the probabilities; backward reads P and dP and writes dS.
+REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE = 2 * ACTIVATION_BYTES
+REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE = 3 * ACTIVATION_BYTES
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,29 @@ class AttentionTimes:
     cp_exposed: np.ndarray
 
 
+def _reference_attention_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                           heads: np.ndarray, seq_q: np.ndarray, head_dim: int
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of materialised attention on one GPU per micro-batch.
+
+    Forward: QK^T and PV as GEMMs over all b·h·s_q·s_k scores (the causal mask is applied
+    to the full matrix, so no work is skipped) and one fused softmax that reads the bf16
+    scores and writes bf16 probabilities. Backward: the four GEMMs for dQ, dK, dV and dP
+    (twice the forward's) and the softmax gradient, which reads P and dP and writes dS
+    (Vaswani et al. 2017 attention as einsums, as XLA lowers MaxText's dot_product path).
+    """
+    rows = plans.micro_batch * heads * seq_q  # query rows over all local heads
+    seq_k = workload.seq_len
+    scores = rows * seq_k
+    qk = _gemm(machine, workload, rows, seq_k, head_dim)
+    pv = _gemm(machine, workload, rows, head_dim, seq_k)
+    softmax_fwd = streaming_time_s(scores * REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE,
+                                   machine.hbm_bw_bytes_per_s)
+    softmax_bwd = streaming_time_s(scores * REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE,
+                                   machine.hbm_bw_bytes_per_s)
+    return qk + pv + softmax_fwd, BACKWARD_TO_FORWARD_GEMM * (qk + pv) + softmax_bwd
+
+
 def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
                     ) -> AttentionTimes:
     """Times of one attention block (projections, core, streaming kernels, CP exchange)."""
@@ -210,12 +238,16 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     out = _gemm(machine, workload, tokens, geometry.d_model, widths.output / plans.tp)
     heads = geometry.heads / plans.tp
     seq_q = workload.seq_len / plans.cp
-    core_fwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
-                                      head_dim, True, machine.attention_peak_flops_per_s,
-                                      efficiency=machine.attention_fwd)
-    core_bwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
-                                      head_dim, True, machine.attention_peak_flops_per_s,
-                                      backward=True, efficiency=machine.attention_bwd)
+    if workload.attention_kernel is AttentionKernel.REFERENCE:
+        core_fwd, core_bwd = _reference_attention_s(machine, workload, plans, heads, seq_q,
+                                                    head_dim)
+    else:
+        core_fwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
+                                          head_dim, True, machine.attention_peak_flops_per_s,
+                                          efficiency=machine.attention_fwd)
+        core_bwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
+                                          head_dim, True, machine.attention_peak_flops_per_s,
+                                          backward=True, efficiency=machine.attention_bwd)
     sequence_tokens = tokens / np.where(plans.sequence_parallel, plans.tp, 1)
     streaming = streaming_time_s(sequence_tokens * geometry.d_model
                                  * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,

@@ -32,6 +32,7 @@ import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
+from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
@@ -258,9 +259,15 @@ def _attention_widths(geometry: Geometry) -> _AttentionWidths:
 
 
 def softmax_statistics_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """fp32 log-sum-exp per query row and head that flash attention keeps for its backward
-    (Dao 2023, FlashAttention-2, Alg. 1); the s×s score matrix is never stored."""
-    return FP32_BYTES * tokens_per_rank(workload, plans) * workload.geometry.heads / plans.tp
+    """What the attention core saves for its backward, and what core-attention recompute
+    drops: flash attention keeps an fp32 log-sum-exp per query row and head (Dao 2023,
+    FlashAttention-2, Alg. 1) and never stores the s×s matrix; materialised (reference)
+    attention keeps the bf16 probabilities, b·h·s_q·s_k per GPU (Korthikanti et al. 2022's
+    5as²b term without dropout: the softmax output is what the PV backward needs)."""
+    rows = tokens_per_rank(workload, plans) * workload.geometry.heads / plans.tp
+    if workload.attention_kernel is AttentionKernel.REFERENCE:
+        return ACTIVATION_BYTES * rows * workload.seq_len
+    return FP32_BYTES * rows
 
 
 def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
