@@ -104,6 +104,10 @@ CASES = [
                             "--json"],
      {"l.json": (REPO / "src/mosaic/law/data/joint_table2.json").read_text()
       .replace('"e": 0.3129', '"e": 900000').encode()}, 2, "physical range"),
+    ("law-file-subnormal", ["plan", *FAST_PLAN, "--law", "{dir}/l.json", "--json"],
+     {"l.json": (REPO / "src/mosaic/law/data/joint_table2.json").read_text()
+      .replace('"b": 88.32', '"b": 1e-320').encode()}, 2, "coefficients.b"),
+    ("plan-top-huge", ["plan", *FAST_PLAN, "--top", HUGE, "--json"], {}, 2, "--top"),
     ("law-file-not-utf8", ["law", "optimum", "--compute", "1e22", "--law", "{dir}/l.json",
                            "--json"], {"l.json": b"\xff\xfe{}"}, 2, "not UTF-8"),
     ("arch-zero-heads", ["arch", "--layers", "8", "--d-model", "512", "--heads", "-0", "--ffn",

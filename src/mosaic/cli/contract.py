@@ -191,6 +191,8 @@ def _range_problems(key: str, number: float, where: str) -> list[str]:
     if not math.isfinite(number):
         return []  # reported by json_problems
     name = key.lower()
+    if any(word in name for word in ("gap", "delta", "diff", "change")):
+        return []  # differences of physical quantities may take either sign
     bounds = RANGES.get(name)
     if bounds is None:
         for suffix, candidate in RANGES.items():

@@ -29,7 +29,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
-from mosaic.limits import LIMITS
+from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
@@ -324,6 +324,7 @@ def plan(
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
+    check_range("--top", top, "top", integer=True)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,

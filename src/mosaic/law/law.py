@@ -137,9 +137,10 @@ class ScalingLaw:
             # Finite and of bounded size: fitted laws have coefficients of 1e-2..1e4
             # (Table 2; Epoch's B = 2143), and 1e308 makes every prediction inf (issue 11).
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    abs(value) <= MAX_COEFFICIENT):
-                raise MosaicInputError(f"{source}: coefficients.{name}: got {value!r}; allowed: "
-                                       f"a finite number with |value| <= {MAX_COEFFICIENT:g}")
+                    value == 0 or MIN_COEFFICIENT <= abs(value) <= MAX_COEFFICIENT):
+                raise MosaicInputError(
+                    f"{source}: coefficients.{name}: got {value!r}; allowed: 0 or a finite "
+                    f"number with {MIN_COEFFICIENT:g} <= |value| <= {MAX_COEFFICIENT:g}")
         provenance = payload.get("provenance", {})
         if not isinstance(provenance, Mapping):
             raise MosaicInputError(f"{source}: 'provenance' must be an object")
@@ -173,6 +174,7 @@ class ScalingLaw:
 
 
 MAX_COEFFICIENT = 1e6
+MIN_COEFFICIENT = 1e-12  # below, a term is numerically absent (1e-320 is a subnormal)
 
 
 def default_law() -> ScalingLaw:
