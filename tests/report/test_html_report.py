@@ -214,3 +214,24 @@ def test_plan_page_with_uncertainty_and_cost(tmp_path):
     assert 'data-figure="fig-uncertainty"' in page and "P(optimal)" in page
     assert f"{document['cost']:,.0f} at 4 per GPU-hour" in page
     assert document["cost"] == pytest.approx(4 * 32 * 10 * 24)
+
+
+def test_report_of_garbage_is_one_line(tmp_path):
+    """Hand-edited documents: every failure is a one-line input error, never a traceback."""
+    document = json.loads(invoke("perf", str(EXAMPLES / "appendix_e.yaml"), "--json"))
+    broken = [{**document, "breakdown": []}, {**document, "step_time_s": "fast"},
+              {**document, "plan": None}, {**document, "step_time_s": 0.0}]
+    for i, bad in enumerate(broken):
+        path = tmp_path / f"bad{i}.json"
+        path.write_text(json.dumps(bad))
+        result = runner.invoke(app, ["report", str(path), "--out", str(tmp_path / "x.html")])
+        assert result.exit_code in (0, 2), (i, result.output)
+        if result.exit_code == 2:
+            assert "malformed" in result.output and len(result.output.splitlines()) == 1
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    result = runner.invoke(app, ["report", str(binary)])
+    assert result.exit_code == 2 and "UTF-8" in result.output
+    result = runner.invoke(app, ["report", str(tmp_path / "bad0.json"), "--out",
+                                 str(tmp_path / "missing" / "x.html")])
+    assert result.exit_code == 2 and "does not exist" in result.output

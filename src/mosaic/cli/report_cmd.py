@@ -34,12 +34,16 @@ def report(
         "--kind", help="plan, sweep, perf, layouts or validate (default: detected)")] = None,
 ) -> None:
     """Write the self-contained HTML report (interactive figures and tables) of a result."""
+    from mosaic.io_atomic import check_output_file
     from mosaic.report.html import write_report
 
+    check_output_file(out, "--out")
     try:
         document = json.loads(result.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise MosaicInputError(f"{result}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise MosaicInputError(f"{result}: not a UTF-8 text file") from None
     written = write_report(document, out, kind)
     typer.echo(f"wrote {written}")
 

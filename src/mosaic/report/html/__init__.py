@@ -77,9 +77,10 @@ def render_report(document: dict[str, Any], kind: str | None = None) -> str:
     try:
         parts = sections(document)
         heading, subtitle = title(document)
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError,
+            ZeroDivisionError) as exc:  # a hand-edited or truncated document
         raise MosaicInputError(f"the {kind} document is incomplete or malformed "
-                               f"(missing or bad {exc})") from None
+                               f"({type(exc).__name__}: {exc})") from None
     return render_page(heading, subtitle, parts,
                        footer=f"mosaic {__version__} — {kind} report. "
                               "Self-contained: opens without a network.")
