@@ -247,3 +247,20 @@ def test_export_says_what_the_yaml_cannot_hold(studio):
     status, body = studio.call("/api/export", {"form": form, "target": "yaml"})
     assert status == 200 and "NOT EXPRESSED in the model block: qk_norm" in body["text"]
     assert body["text"].index("model:") < body["text"].index("data:")
+
+
+def test_malformed_requests_get_json_errors(studio):
+    import urllib.request
+
+    for path in ("/api/perf", "/api/compare", "/api/export", "/api/layouts", "/api/plan"):
+        request = urllib.request.Request(studio.url + path, data=b"{nope",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=30)
+        except urllib.error.HTTPError as error:
+            assert error.code == 422, path
+            assert "not JSON" in json.loads(error.read())["errors"]["_general"]
+        else:
+            raise AssertionError(f"{path} accepted a malformed body")
+    status, body = studio.call("/api/compare", {"forms": [1, 2]})
+    assert status == 422 and "two forms" in body["errors"]["_general"]

@@ -148,6 +148,15 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
     async def form_error(_request: Request, exc: FormError) -> Any:
         return _errors(exc.errors)
 
+    @app.exception_handler(MosaicInputError)
+    async def input_error(_request: Request, exc: MosaicInputError) -> Any:
+        return _errors({GENERAL: str(exc)})
+
+    @app.exception_handler(Exception)
+    async def internal_error(_request: Request, exc: Exception) -> Any:
+        return _errors({GENERAL: f"internal error ({type(exc).__name__}: {exc}); this is a "
+                                 "bug in mosaic, please report it"}, 500)
+
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
         return _static("index.html")
@@ -211,9 +220,13 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         from mosaic.cli.perf_cmd import prediction_document
         from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
 
-        body = json.loads(await request.body() or b"{}")
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except json.JSONDecodeError:
+            raise FormError({GENERAL: "request body is not JSON"}) from None
         forms = body.get("forms") if isinstance(body, dict) else None
-        if not isinstance(forms, list) or len(forms) != 2:
+        if (not isinstance(forms, list) or len(forms) != 2
+                or not all(isinstance(f, dict) for f in forms)):
             raise FormError({GENERAL: "compare needs two forms"})
         documents = []
         for form in forms:
@@ -262,9 +275,9 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
 
     @app.post("/api/export")
     async def export_job(request: Request) -> Any:
-        body = json.loads(await request.body() or b"{}")
-        target = str(body.get("target", "yaml")) if isinstance(body, dict) else "yaml"
-        form = await read_form(request)
+        form = await read_form(request)  # also checks the body is a JSON object
+        body = json.loads(await request.body())
+        target = str(body.get("target", "yaml"))
         job = validate_form(form, job_document)
         if target == "yaml":
             return _json({"ok": True, "filename": "job.yaml", "text": export_yaml(job)})
