@@ -264,3 +264,22 @@ def test_malformed_requests_get_json_errors(studio):
             raise AssertionError(f"{path} accepted a malformed body")
     status, body = studio.call("/api/compare", {"forms": [1, 2]})
     assert status == 422 and "two forms" in body["errors"]["_general"]
+
+
+def test_job_file_starts_the_editor_with_its_own_numbers():
+    """`mosaic studio --job FILE`: the initial form predicts what `mosaic perf FILE` does
+    (devices become nodes, aliases and the listing's spelling of the system resolve)."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import predict_form
+    from mosaic.studio.server import load_job_document
+
+    path = EXAMPLES / "appendix_e.yaml"
+    document = load_job_document(path)
+    form = options_document(document)["form"]
+    assert form["model.source"] == "job" and form["hardware.nodes"] == "64"
+    assert form["hardware.system"] == "p6-b200.48xlarge" and form["data.micro_batch"] == "2"
+    _, result = predict_form(form, document, load_calibration(None))
+    expected = cli_json("perf", str(path))
+    assert float(result.prediction.step_time_s[0]) == pytest.approx(expected["step_time_s"],
+                                                                    rel=1e-12)
