@@ -166,8 +166,12 @@ class RoutedExperts(nn.Module):
 
     def compute_local(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """The experts held here on x (N, d) sorted by local expert; counts (E_local,)."""
-        if x.shape[0] == 0:  # nothing routed here; keep the graph connected for gradients
-            return x.new_zeros(0, self.d_model) + 0 * self.w2.sum()
+        if x.shape[0] == 0:
+            # Nothing routed here. Keep x (an all-to-all output under expert parallelism)
+            # and the weights in the graph, so that every rank runs the same backward
+            # collectives; a rank that skipped one would deadlock the others.
+            weights = self.w1.sum() + self.w3.sum() + self.w2.sum()
+            return x.new_zeros(0, self.d_model) + 0 * (x.sum() + weights)
         if torch.is_autocast_enabled(x.device.type):  # compute in the autocast dtype (bf16)
             x = x.to(torch.get_autocast_dtype(x.device.type))
         dtype = x.dtype
