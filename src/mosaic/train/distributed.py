@@ -69,9 +69,11 @@ def shard_model(model: nn.Module, blocks: nn.ModuleList, context: DistContext,
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(context.device.type, (context.world_size,))
+    # ignored_params exists from torch 2.7 (huggingface/accelerate#3924): pass it only if used.
+    extra = {"ignored_params": ignored} if ignored else {}
     for block in blocks:
-        fully_shard(block, mesh=mesh, ignored_params=ignored)
-    fully_shard(model, mesh=mesh, ignored_params=ignored)
+        fully_shard(block, mesh=mesh, **extra)
+    fully_shard(model, mesh=mesh, **extra)
     return model
 
 
