@@ -154,3 +154,20 @@ def test_gpu_example_job_parses():
     counts = count_parameters(config.geometry())
     assert config.total_steps == 20
     assert round(counts.n_active / 1e9, 3) == 0.824
+
+
+def test_tokens_per_active_param_budgets(tmp_path):
+    path = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4],
+                            "top_k": [1, 2], "tokens_per_active_param": [0.05]})
+    jobs = load_grid(path)
+    assert sorted(j.name for j in jobs) == ["q1_E4_K1_G1_T0.05", "q1_E4_K2_G1_T0.05"]
+    for job in jobs:
+        n_active = count_parameters(job.config.geometry()).n_active
+        assert job.config.run.tokens == pytest.approx(0.05 * n_active)
+
+
+def test_paper_shaped_example_grid_parses():
+    jobs = load_grid(REPO / "examples" / "ladder_paper.yaml")
+    sparsity = [float(count_parameters(j.config.geometry()).sparsity) for j in jobs]
+    assert len(jobs) == 72 and min(sparsity) >= 0.5
+    assert {j.config.geometry().layers for j in jobs} == {8, 12, 16}

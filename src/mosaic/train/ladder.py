@@ -62,6 +62,8 @@ class LadderBlock(_Strict):
     top_k: list[int] = Field(default_factory=list)
     split_factor: list[int] = Field(default_factory=lambda: [1])
     tokens: list[float] = Field(default_factory=list, description="token budgets D")
+    tokens_per_active_param: list[float] = Field(
+        default_factory=list, description="or budgets D = TPP·N_act (paper: TPP 10.8-70)")
     head_dim: int = Field(default=LADDER_HEAD_DIM, gt=0, description="paper: 128")
     kv_heads: int = Field(default=LADDER_KV_HEADS, gt=0, description="paper: 8")
     gated_attention: bool = False
@@ -98,37 +100,46 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         raise MosaicInputError(f"{path}: recipe must not hold a model; the ladder block sets it")
     recipe = resolve_data_paths(recipe, path.parent)
     block = grid.ladder
-    points = [(r.q, r.experts, r.top_k, r.split_factor, r.tokens) for r in block.runs]
-    axes = (block.q, block.experts, block.top_k, block.split_factor, block.tokens)
+    points = [(r.q, r.experts, r.top_k, r.split_factor, ("D", r.tokens)) for r in block.runs]
+    budgets = ([("D", t) for t in block.tokens]
+               + [("TPP", t) for t in block.tokens_per_active_param])
+    axes = (block.q, block.experts, block.top_k, block.split_factor, budgets)
     if all(axes):
         points += list(itertools.product(*axes))
     elif any(axes[:2] + axes[4:]) and not block.runs:
-        missing = [n for n, a in zip(("q", "experts", "top_k", "split_factor", "tokens"), axes,
+        missing = [n for n, a in zip(("q", "experts", "top_k", "split_factor",
+                                      "tokens or tokens_per_active_param"), axes,
                                      strict=True) if not a]
         raise MosaicInputError(f"{path}: ladder axes {missing} are empty")
     if not points:
         raise MosaicInputError(f"{path}: the ladder has no rungs (give axes or runs)")
     head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
     jobs: dict[str, LadderJob] = {}
-    for q, experts, top_k, split, tokens in points:
+    for q, experts, top_k, split, (kind, budget) in points:
         if top_k > experts:
             continue
-        tokens = tokens * scale
         rung = LadderModel(q=q, experts=experts, top_k=top_k, split_factor=split,
                            head_dim=head_dim, kv_heads=block.kv_heads,
                            gated_attention=block.gated_attention)
-        run = {**recipe.get("run", {}), "tokens": tokens}
+        where = f"{path}: rung q={q} E={experts} K={top_k} G={split}"
         try:
             config = train_config_from_mapping(
-                {**recipe, "ladder": rung.model_dump(), "run": run}, f"{path}: rung q={q} "
-                f"E={experts} K={top_k} G={split}")
+                {**recipe, "ladder": rung.model_dump(),
+                 "run": {**recipe.get("run", {}), "tokens": budget * scale}}, where)
+            if kind == "TPP":  # D = TPP·N_act of this rung's geometry
+                tokens = budget * float(count_parameters(config.geometry()).n_active) * scale
+                config = train_config_from_mapping(
+                    {**recipe, "ladder": rung.model_dump(),
+                     "run": {**recipe.get("run", {}), "tokens": tokens}}, where)
         except MosaicInputError as exc:
             if "split factor" in str(exc):  # G must divide d_ff: not a ladder point
                 continue
             raise
+        tokens = config.run.tokens
         if float(count_parameters(config.geometry()).sparsity) < block.s_min:
             continue
-        name = rung_name(q, experts, top_k, split, tokens)
+        name = (rung_name(q, experts, top_k, split, tokens) if kind == "D"
+                else f"q{q}_E{experts}_K{top_k}_G{split}_T{budget:g}")
         jobs[name] = LadderJob(name, config)
     if not jobs:
         raise MosaicInputError(f"{path}: every grid point was inadmissible (K > E, G not "
