@@ -102,13 +102,22 @@ def require_finite(field: str, value: float, *, positive: bool = False) -> float
     return number
 
 
-def check_pipeline(pp: int, vpp: int, layers: int, where: str) -> None:
-    """Every virtual pipeline stage holds at least one block: pp·vpp <= layers.
+# Megatron-Core can count the embedding and the loss as one pipeline layer each
+# (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split), so a
+# published run may have two more virtual stages than transformer blocks (xtuner's
+# Qwen3-235B runs: pp 32 x vpp 3 = 96 stages for 94 blocks).
+PIPELINE_EXTRA_STAGES = 2
 
-    The same rule in every command (perf, layouts, validate), so an absurd depth is refused
+
+def check_pipeline(pp: int, vpp: int, layers: int, where: str) -> None:
+    """No more virtual pipeline stages than layers to hold (blocks + embedding + loss).
+
+    The same bound in every command (perf, layouts, validate), so an absurd depth is refused
     before any schedule is built (a 10^6-deep pipeline otherwise loops for minutes).
     """
-    if pp * vpp > layers:
+    allowed = layers + PIPELINE_EXTRA_STAGES
+    if pp * vpp > allowed:
         raise MosaicInputError(
             f"{where}: pp·vpp = {pp}·{vpp} = {pp * vpp} pipeline stages for {layers} layers; "
-            f"allowed: pp·vpp <= layers (each stage holds at least one layer)")
+            f"allowed: pp·vpp <= layers + {PIPELINE_EXTRA_STAGES} = {allowed} (each stage "
+            "holds a block, the embedding or the loss)")
