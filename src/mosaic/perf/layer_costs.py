@@ -389,11 +389,22 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
                + mlp_fwd + shared_fwd + router_gemm + router_stream
                + attention.streaming_forward + moe_stream + cast_fwd)
+    selective = selective_core = attention.core_forward
+    per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
+    if per_op and geometry.attention is not AttentionKind.MLA:
+        # torchtitan's per-op SAC does not save grouped GEMMs: it recomputes the routed
+        # experts, two of the three shared-expert matmuls, K, the output projection and
+        # every element-wise kernel (memory.per_op_sac_moe_bytes saves the rest).
+        widths = attention_widths(workload)
+        selective = (widths.key_value / 2 / widths.projection * attention.qkv_forward
+                     + attention.output_forward + mlp_fwd + shared_fwd * 2 / 3
+                     + attention.streaming_forward + moe_stream + cast_fwd)
+        selective_core = np.zeros(len(plans))
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward,
-        selective_recompute=attention.core_forward,
-        selective_core_recompute=attention.core_forward,
+        selective_recompute=selective,
+        selective_core_recompute=selective_core,
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
         router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming=streaming, forward=forward, tp_all_gather=gather, tp_reduce_scatter=scatter,

@@ -381,14 +381,40 @@ def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarr
             + softmax_statistics_bytes(workload, plans))
 
 
+def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """An MoE GQA/MHA block under torchtitan's per-op SAC. Its save list holds aten.mm,
+    the SDPA variants and all_to_all_single, not the grouped expert GEMM
+    (pytorch/torchtitan, models/*/infra/parallelize.py ``_op_sac_save_list``), so the routed
+    experts are recomputed from the dispatched tokens. Saved: the block input, the 1st
+    and 3rd attention matmuls (Q, V) and the SDPA output with its statistics, the router
+    gate's logits (the 5th matmul, bf16), the middle shared-expert matmul (the 7th), and
+    with ep > 1 the dispatch and combine all-to-all outputs (K·T·etp token copies each)."""
+    geometry, moe = workload.geometry, workload.geometry.moe
+    if moe is None:
+        raise MosaicInputError("per-op SAC of an MoE block needs a geometry with an moe section")
+    widths = _attention_widths(geometry)
+    tokens, tp = tokens_per_rank(workload, plans), plans.tp
+    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
+    attention_width = widths.query / tp + half_kv + widths.output / tp
+    routed = routed_tokens(workload, plans)
+    gate = ACTIVATION_BYTES * routed * moe.experts
+    shared = ACTIVATION_BYTES * tokens * moe.shared_experts * moe.shared_width / tp
+    copies = moe.top_k * routed * plans.etp
+    all_to_all = np.where(plans.ep > 1, 2 * ACTIVATION_BYTES * copies * geometry.d_model, 0.0)
+    return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * attention_width
+            + softmax_statistics_bytes(workload, plans) + gate + shared + all_to_all)
+
+
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
                      working_set: np.ndarray) -> np.ndarray:
-    """What SELECTIVE keeps: per-op SAC for dense GQA/MHA blocks of the stacks that run it,
-    else Megatron's core-attention recompute (only the softmax statistics go)."""
+    """What SELECTIVE keeps: per-op SAC for GQA/MHA blocks of the stacks that run it, else
+    Megatron's core-attention recompute (only the softmax statistics go)."""
     geometry = workload.geometry
-    if (workload.traits.selective_recompute is SelectiveRecompute.PER_OP and kind == "dense"
+    if (workload.traits.selective_recompute is SelectiveRecompute.PER_OP
             and geometry.attention is not AttentionKind.MLA):
-        return per_op_sac_dense_bytes(workload, plans)
+        if kind == "dense":
+            return per_op_sac_dense_bytes(workload, plans)
+        return per_op_sac_moe_bytes(workload, plans)
     return working_set - softmax_statistics_bytes(workload, plans)
 
 
