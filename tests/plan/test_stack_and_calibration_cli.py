@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
@@ -36,7 +37,8 @@ def test_versus_plans_the_envelope_under_both_calibrations() -> None:
     first, second = document["versus"]["plans"]
     assert (first["calibration"], first["stack"]) == ("paper-p6b200", "paper-nemo")
     assert (second["calibration"], second["stack"]) == ("default", "megatron-core")
-    assert first["optimum"] == document["optimum"]
+    assert first["optimum"] == {k: v for k, v in document["optimum"].items()
+                                if k != "extrapolation"}
     # The paper's stack pays its measured host floor: it cannot be faster at its optimum.
     assert first["optimum"]["mfu"] < second["optimum"]["mfu"]
     assert document["versus"]["why"]
@@ -52,3 +54,14 @@ def test_perf_names_stack_and_calibration() -> None:
     document = run_json("perf", "examples/appendix_e.yaml", "--calibration", "paper-p6b200",
                         "--set", "parallelism.stack=paper-nemo")
     assert (document["stack"], document["calibration"]) == ("paper-nemo", "paper-p6b200")
+
+
+def test_plan_flags_law_inputs_outside_the_fitted_range() -> None:
+    document = run_json("plan", *SMALL)
+    extrapolation = document["optimum"]["extrapolation"]
+    high = extrapolation["data_support"]["tokens"][1]
+    tokens = document["optimum"]["tokens"]
+    assert tokens > high  # a 1-node, 2-day plan of a small model trains past the law's data
+    (flag,) = [f for f in extrapolation["flags"] if f["quantity"] == "tokens"]
+    assert flag["direction"] == "above"
+    assert flag["ratio"] == pytest.approx(tokens / high)

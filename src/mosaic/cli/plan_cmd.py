@@ -29,6 +29,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
+from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.plan.analysis import (
@@ -190,6 +191,15 @@ def plan_stack(stack: str | None, calibration: Calibration) -> str:
     return stack or calibration.stack or DEFAULT_STACK
 
 
+def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any]) -> dict[str, Any]:
+    """Which of the optimum's law inputs lie outside the law's fitted range, and how far."""
+    flags = extrapolation_flags(
+        law, n_total=optimum["n_total"], n_active=optimum["n_active"],
+        tokens=optimum["tokens"], sparsity=optimum["sparsity"],
+        split_factor=optimum["split_factor"])
+    return extrapolation_document(law, flags)
+
+
 def calibration_document(calibration: Calibration) -> dict[str, Any]:
     """Which calibration a result used, for its JSON and report."""
     return {"name": calibration.name, "description": calibration.description,
@@ -349,6 +359,7 @@ def plan(
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)
     document = plan_report.plan_document(result, cost)
     document["calibration"] = calibration_document(calibration)
+    document["optimum"]["extrapolation"] = optimum_extrapolation(law, document["optimum"])
     if versus is not None:
         document["versus"] = _versus(envelope, space, law, versus, result, calibration,
                                      workers, as_json)

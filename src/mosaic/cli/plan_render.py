@@ -80,7 +80,19 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("memory per GPU", f"{candidate['memory_bytes'] / GIB:.1f} GiB"),
         ("predicted loss", f"{candidate['loss']:.4f}"),
         ("layout", layout_text(candidate["plan"])),
+        *_extrapolation_rows(candidate.get("extrapolation")),
     ])
+
+
+def _extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """One row per law input of the optimum outside the law's fitted range."""
+    if not extrapolation:
+        return []
+    if extrapolation["data_support"] is None:
+        return [("law range", "the law file records no fitted range")]
+    if not extrapolation["extrapolating"]:
+        return [("law range", "inside the fitted range")]
+    return [("law extrapolates", flag["message"]) for flag in extrapolation["flags"]]
 
 
 def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None) -> None:
