@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-import pandas as pd
 import typer
 
 from mosaic.arch import Geometry, count_parameters, ladder_geometry
@@ -23,7 +22,6 @@ from mosaic.cli.common import (
 from mosaic.cli.model_option import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import atomic_path, check_output_file
-from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
 from mosaic.law.extrapolation import (
     ExtrapolationFlag,
     data_support,
@@ -38,11 +36,12 @@ from mosaic.law.optimum import (
     compute_optimum,
     sparsity_profile,
 )
-from mosaic.law.rundata import RunData, load_run_data
-from mosaic.law.validation import HOLDOUT_FRACTION, fit_with_holdout
+from mosaic.law.validation import HOLDOUT_FRACTION
 from mosaic.limits import LIMITS, check_range
-from mosaic.plan.uncertainty import LawSamples, save_samples
 from mosaic.threads import limit_blas_threads
+
+if TYPE_CHECKING:
+    from mosaic.law.rundata import RunData
 
 law_app = typer.Typer(
     name="law",
@@ -254,6 +253,14 @@ def fit(
     as_json: JsonFlag = False,
 ) -> None:
     """Fit a law form to run data (Huber on log L, multi-start L-BFGS-B, held-out check)."""
+    # The fitting stack (scipy.stats, pandas) loads only here, not for predict/optimum.
+    import pandas as pd
+
+    from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
+    from mosaic.law.rundata import load_run_data
+    from mosaic.law.validation import fit_with_holdout
+    from mosaic.plan.uncertainty import LawSamples, save_samples
+
     if samples_out is not None and not n_bootstrap:
         raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
     for option, path in (("--out", out), ("--samples-out", samples_out), ("--parity", parity)):

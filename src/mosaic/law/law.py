@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import LawForm, get_form
-from mosaic.law.rundata import RunData
+
+if TYPE_CHECKING:
+    from mosaic.law.rundata import RunData
 
 LAW_FILE_FORMAT = "mosaic-law/1"
 DEFAULT_LAW_RESOURCE = "joint_table2.json"

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import minimize_scalar
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import FEATURES
@@ -172,6 +171,8 @@ def compute_optimum(
     best = int(np.argmin(profile.loss))
     candidates = [grid[best]]
     if grid.size > 1:
+        from scipy.optimize import minimize_scalar  # here, not at import: fast CLI start-up
+
         bracket = (grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)])
         refined = minimize_scalar(
             lambda s: float(_profile(law, c, np.array([s]), g).loss[0]),

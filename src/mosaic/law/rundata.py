@@ -16,12 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import LawForm
+
+if TYPE_CHECKING:  # pandas loads only where run tables are read (fast CLI start-up)
+    import pandas as pd
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("n_total", "tokens", "loss")
 OPTIONAL_COLUMNS: tuple[str, ...] = (
@@ -211,6 +214,8 @@ class RunData:
 def _as_floats(raw: pd.Series) -> np.ndarray:
     """A column as floats; entries that are no number (or overflow a float) become NaN."""
     try:
+        import pandas as pd
+
         return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
     except OverflowError:  # an integer with hundreds of digits
         return np.array([_float_or_nan(value) for value in raw], dtype=float)
