@@ -68,3 +68,15 @@ def test_exclude_leaves_runs_out_of_report_and_fit(tmp_path):
     assert dropped in load_calibration(out).provenance
     unknown = runner.invoke(app, ["validate", runs, "--exclude", "no-such-run"])
     assert unknown.exit_code == 2 and "no-such-run" in unknown.output
+
+
+def test_a_file_without_usable_records_is_an_error_not_an_empty_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    path = tmp_path / "runs.yaml"
+    path.write_text("runs: []\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "no usable run record" in result.output

@@ -50,6 +50,10 @@ def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
         raise MosaicInputError(f"--exclude: no usable run with id {', '.join(sorted(unknown))} "
                                f"in {runs}")
     records = tuple(r for r in record_set.records if r.id not in excluded)
+    if not records:
+        why = (f"; skipped: {record_set.skipped[0][1]}" if record_set.skipped else "")
+        raise MosaicInputError(f"{runs}: no usable run record ({len(record_set.skipped)} "
+                               f"skipped, {len(excluded)} excluded){why}")
     return replace(record_set, records=records)
 
 
