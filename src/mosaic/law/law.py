@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mosaic.errors import MosaicInputError
-from mosaic.law.forms import LawForm, get_form
+from mosaic.law.forms import DEFAULT_PREFACTOR_BOUNDS, LawForm, get_form
 
 if TYPE_CHECKING:
     from mosaic.law.rundata import RunData
@@ -175,7 +175,10 @@ class ScalingLaw:
         return cls.from_dict(payload, source=str(path))
 
 
-MAX_COEFFICIENT = 1e6
+# A law file accepts every coefficient the fitter can produce (its prefactor bounds reach
+# 1e10), so `law fit` / `ladder fit` never write a file the planner refuses; 1e308-style
+# garbage still fails, and non-physical predictions are caught where they are used.
+MAX_COEFFICIENT = DEFAULT_PREFACTOR_BOUNDS[1]
 MIN_COEFFICIENT = 1e-12  # below, a term is numerically absent (1e-320 is a subnormal)
 
 
