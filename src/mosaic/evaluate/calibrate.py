@@ -49,9 +49,6 @@ ROBUST_SCALE_LOG = 0.1  # soft-L1 transition: residuals beyond ~10% count linear
 # send/recv and bubble can hide in a deep single-node pipeline (~10% for n_mb >= 4·pp).
 CHI_BOUNDS = {"chi_a2a": (0.0, 10.0), "chi_pp": (0.0, 1.0), "chi_overlap": (-0.1, 0.0)}
 STACK_LOG_BOUNDS = (-1.0, 1.0)  # a stack multiplier within e^±1 of the analytical step
-# Constants a calibration file may name in ``fitted_constants`` (default: all of them).
-FITTABLE = ("chi_a2a", "chi_pp", "chi_overlap", "stack_overhead", "elementwise_traffic_factor",
-            "attention_efficiency", "routing_imbalance")
 DEFAULT_STACK_KEY = "default"
 FITTED = "fitted by mosaic calibrate (robust least squares on log step time)"
 
@@ -164,7 +161,7 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     routing_index = np.array([routings.index(r) if r in routings else -1
                               for r in baselines.routings])
     log_measured = np.log(baselines.measured_step_time_s)
-    n, k = len(stacks), len(routings)
+    n = len(stacks)
     scalars = 5  # c_A2A, c_PP, c_ovl, shared log multiplier b, log element-wise factor
 
     def unpack(theta: np.ndarray) -> tuple[float, float, float, float, float, np.ndarray,
@@ -185,32 +182,15 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                                log_attention / ATTENTION_PRIOR_LOG_SD,
                                log_routing / ROUTING_PRIOR_LOG_SD])
 
-    lower = np.array([CHI_BOUNDS["chi_a2a"][0], CHI_BOUNDS["chi_pp"][0],
-                      CHI_BOUNDS["chi_overlap"][0], STACK_LOG_BOUNDS[0],
-                      ELEMENTWISE_LOG_BOUNDS[0]] + [STACK_LOG_BOUNDS[0]] * n
-                     + [ATTENTION_LOG_BOUNDS[0]] * n + [ROUTING_LOG_BOUNDS[0]] * k)
-    upper = np.array([CHI_BOUNDS["chi_a2a"][1], CHI_BOUNDS["chi_pp"][1],
-                      CHI_BOUNDS["chi_overlap"][1], STACK_LOG_BOUNDS[1],
-                      ELEMENTWISE_LOG_BOUNDS[1]] + [STACK_LOG_BOUNDS[1]] * n
-                     + [ATTENTION_LOG_BOUNDS[1]] * n + [ROUTING_LOG_BOUNDS[1]] * k)
-    fitted_names = base.fitted_constants
-    free = np.array([name in fitted_names for name in (
-        "chi_a2a", "chi_pp", "chi_overlap", "stack_overhead", "elementwise_traffic_factor")]
-        + ["stack_overhead" in fitted_names] * n + ["attention_efficiency" in fitted_names] * n
-        + ["routing_imbalance" in fitted_names] * k)
-    # Fixed parameters keep the base calibration's values; free ones start just inside
-    # their bounds (a deterministic start, so a rerun reproduces the same file).
-    template = np.concatenate([
-        [base.chi_a2a, base.chi_pp, base.chi_overlap,
-         np.log(base.stack_multiplier(DEFAULT_STACK_KEY)),
-         np.log(base.elementwise_traffic_factor)],
-        [np.log(base.stack_multiplier(st) / base.stack_multiplier(DEFAULT_STACK_KEY))
-         for st in stacks],
-        [np.log(base.attention_multiplier(st)) for st in stacks],
-        [np.log(base.routing_multiplier(r)) for r in routings]])
-    template = np.clip(template, lower, upper)
+    parameters = _parameter_table(base, stacks, routings)
+    labels = [label for label, _, _, _ in parameters]
+    lower = np.array([bounds[0] for _, _, bounds, _ in parameters])
+    upper = np.array([bounds[1] for _, _, bounds, _ in parameters])
+    free = np.array([constant in base.fitted_constants for _, constant, _, _ in parameters])
+    # Fixed parameters keep the base calibration's values; free ones start at 0 moved just
+    # inside their bounds (a deterministic start, so a rerun reproduces the same file).
+    template = np.clip([value for _, _, _, value in parameters], lower, upper)
     start = np.clip(np.zeros_like(template), lower + 1e-3, upper - 1e-3)
-    start[3] = 0.0
 
     def full(theta_free: np.ndarray) -> np.ndarray:
         theta = template.copy()
@@ -221,7 +201,7 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                         bounds=(lower[free], upper[free]), loss="soft_l1",
                         f_scale=ROBUST_SCALE_LOG)
     solution = full(fit.x)
-    at_bound = _constants_at_bounds(solution, lower, upper, free, stacks, routings)
+    at_bound = _constants_at_bounds(solution, lower, upper, free, labels)
     rounded = np.array([float(f"{v:.6g}") for v in solution])  # readable files, same fit
     (chi_a2a, chi_pp, chi_ovl, shared, log_elementwise, deviations, log_attention,
      log_routing) = unpack(rounded)
@@ -257,18 +237,33 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                    sources=sources, at_bounds=at_bound)
 
 
+def _parameter_table(base: Calibration, stacks: list[str], routings: list[str]
+                     ) -> list[tuple[str, str, tuple[float, float], float]]:
+    """The fit's parameters in the order of its vector: (label for reports, the
+    ``fitted_constants`` name that frees it, bounds, the base calibration's value)."""
+    shared = base.stack_multiplier(DEFAULT_STACK_KEY)
+    return [
+        ("chi_a2a", "chi_a2a", CHI_BOUNDS["chi_a2a"], base.chi_a2a),
+        ("chi_pp", "chi_pp", CHI_BOUNDS["chi_pp"], base.chi_pp),
+        ("chi_overlap", "chi_overlap", CHI_BOUNDS["chi_overlap"], base.chi_overlap),
+        ("stack_overhead[shared]", "stack_overhead", STACK_LOG_BOUNDS, np.log(shared)),
+        ("elementwise_traffic_factor", "elementwise_traffic_factor", ELEMENTWISE_LOG_BOUNDS,
+         np.log(base.elementwise_traffic_factor)),
+        *((f"stack_overhead[{st}]", "stack_overhead", STACK_LOG_BOUNDS,
+           np.log(base.stack_multiplier(st) / shared)) for st in stacks),
+        *((f"attention_efficiency[{st}]", "attention_efficiency", ATTENTION_LOG_BOUNDS,
+           np.log(base.attention_multiplier(st))) for st in stacks),
+        *((f"routing_imbalance[{r}]", "routing_imbalance", ROUTING_LOG_BOUNDS,
+           np.log(base.routing_multiplier(r))) for r in routings),
+    ]
+
+
 def _constants_at_bounds(solution: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-                         free: np.ndarray, stacks: list[str], routings: list[str]
-                         ) -> tuple[str, ...]:
-    """Names of fitted constants that ended on a bound (reported, never silent)."""
-    names = (["chi_a2a", "chi_pp", "chi_overlap", "stack_overhead[shared]",
-              "elementwise_traffic_factor"]
-             + [f"stack_overhead[{st}]" for st in stacks]
-             + [f"attention_efficiency[{st}]" for st in stacks]
-             + [f"routing_imbalance[{r}]" for r in routings])
+                         free: np.ndarray, labels: list[str]) -> tuple[str, ...]:
+    """Labels of fitted constants that ended on a bound (reported, never silent)."""
     span = upper - lower
     near = (np.abs(solution - lower) <= 1e-4 * span) | (np.abs(upper - solution) <= 1e-4 * span)
-    return tuple(name for name, hit, is_free in zip(names, near, free, strict=True)
+    return tuple(label for label, hit, is_free in zip(labels, near, free, strict=True)
                  if hit and is_free)
 
 
