@@ -276,17 +276,24 @@ def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np
     return tokens * width * (3 if glu else 2) * ACTIVATION_BYTES
 
 
-def _per_op_sac_recompute(workload: Workload, attention: AttentionTimes, up: np.ndarray,
-                          down: np.ndarray, streaming_forward: np.ndarray) -> np.ndarray:
-    """Forward time per-op selective checkpointing recomputes in a dense block: the matmuls
-    it does not save (K, the output projection, then W3 with a GLU or W2 without; see
-    ``memory.per_op_sac_dense_bytes``), apportioned by FLOPs within the fused QKV and up
-    GEMMs, and every element-wise kernel."""
+def _per_op_sac_attention_recompute(workload: Workload, attention: AttentionTimes
+                                    ) -> np.ndarray:
+    """Forward time per-op selective checkpointing recomputes in a block's attention part:
+    K (its FLOP share of the fused QKV GEMM) and the output projection, the matmuls
+    ``memory._per_op_sac_attention_bytes`` does not save."""
     widths = attention_widths(workload)
     key_share = widths.key_value / 2 / widths.projection
+    return key_share * attention.qkv_forward + attention.output_forward
+
+
+def _per_op_sac_recompute(workload: Workload, attention: AttentionTimes, up: np.ndarray,
+                          down: np.ndarray, streaming_forward: np.ndarray) -> np.ndarray:
+    """Forward time per-op selective checkpointing recomputes in a dense block: the
+    attention part's, then W3 with a GLU or W2 without (see
+    ``memory.per_op_sac_dense_bytes``), apportioned by FLOPs within the fused up GEMM, and
+    every element-wise kernel."""
     mlp = up / 2 if workload.geometry.glu else down
-    return (key_share * attention.qkv_forward + attention.output_forward + mlp
-            + streaming_forward)
+    return _per_op_sac_attention_recompute(workload, attention) + mlp + streaming_forward
 
 
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
@@ -395,10 +402,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         # torchtitan's per-op SAC does not save grouped GEMMs: it recomputes the routed
         # experts, two of the three shared-expert matmuls, K, the output projection and
         # every element-wise kernel (memory.per_op_sac_moe_bytes saves the rest).
-        widths = attention_widths(workload)
-        selective = (widths.key_value / 2 / widths.projection * attention.qkv_forward
-                     + attention.output_forward + mlp_fwd + shared_fwd * 2 / 3
-                     + attention.streaming_forward + moe_stream + cast_fwd)
+        selective = (_per_op_sac_attention_recompute(workload, attention) + mlp_fwd
+                     + shared_fwd * 2 / 3 + attention.streaming_forward + moe_stream
+                     + cast_fwd)
         selective_core = np.zeros(len(plans))
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,

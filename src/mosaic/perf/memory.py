@@ -39,7 +39,12 @@ from mosaic.perf.schedule import (
     in_flight_microbatches,
     stage_layer_counts,
 )
-from mosaic.perf.shapes import routed_tokens, sequence_shard_divisor, tokens_per_rank
+from mosaic.perf.shapes import (
+    expert_copies,
+    routed_tokens,
+    sequence_shard_divisor,
+    tokens_per_rank,
+)
 from mosaic.perf.workload import OptimizerKind, Workload
 from mosaic.stacks import SelectiveRecompute
 
@@ -332,7 +337,7 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     h = geometry.d_model
     gemm_in = workload.gemm_element_bytes
     routed = routed_tokens(workload, plans)
-    copies = moe.top_k * routed * plans.etp
+    copies = expert_copies(workload, plans)
     norm = 2 * ACTIVATION_BYTES * routed * h
     router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
     expert_inputs = gemm_in * copies * h
@@ -364,45 +369,46 @@ def layer_working_set_bytes(
 
 
 
-def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """A dense GQA/MHA block under per-op SAC: the block input (2sbh, SP-sharded), the SDPA
-    output and its softmax statistics, and the 1st, 3rd, 5th, ... matmul outputs in forward
-    order Q, K, V, O, then W1, W3, W2 (GLU) or W1, W2 (bf16 outputs, TP-split widths; the
-    output projection's partial sum is full width)."""
-    geometry = workload.geometry
-    widths = _attention_widths(geometry)
+def _per_op_sac_attention_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """What per-op SAC keeps of a block up to its FFN or MoE part: the block input (2sbh,
+    SP-sharded), the 1st and 3rd of the Q, K, V, O matmul outputs (Q and V, bf16, TP-split)
+    and the SDPA output with its softmax statistics."""
+    widths = _attention_widths(workload.geometry)
     tokens, tp = tokens_per_rank(workload, plans), plans.tp
     half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
-    ffn = geometry.ffn / tp
-    matmuls = [widths.query / tp, half_kv, half_kv, np.full(len(plans), geometry.d_model),
-               ffn, *([ffn] if geometry.glu else []), np.full(len(plans), geometry.d_model)]
-    saved_width = sum(matmuls[0::2]) + widths.output / tp
+    saved_width = widths.query / tp + half_kv + widths.output / tp
     return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * saved_width
             + softmax_statistics_bytes(workload, plans))
+
+
+def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """A dense GQA/MHA block under per-op SAC: the attention part, then the 5th, 7th, ...
+    matmul outputs in forward order W1, W3, W2 (GLU) or W1, W2 after Q, K, V, O (bf16,
+    TP-split widths; the down projection's partial sum is full width)."""
+    geometry = workload.geometry
+    ffn = geometry.ffn / plans.tp
+    matmuls = [ffn, *([ffn] if geometry.glu else []), np.full(len(plans), geometry.d_model)]
+    return (_per_op_sac_attention_bytes(workload, plans)
+            + ACTIVATION_BYTES * tokens_per_rank(workload, plans) * sum(matmuls[0::2]))
 
 
 def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """An MoE GQA/MHA block under torchtitan's per-op SAC. Its save list holds aten.mm,
     the SDPA variants and all_to_all_single, not the grouped expert GEMM
     (pytorch/torchtitan, models/*/infra/parallelize.py ``_op_sac_save_list``), so the routed
-    experts are recomputed from the dispatched tokens. Saved: the block input, the 1st
-    and 3rd attention matmuls (Q, V) and the SDPA output with its statistics, the router
+    experts are recomputed from the dispatched tokens. Saved: the attention part, the router
     gate's logits (the 5th matmul, bf16), the middle shared-expert matmul (the 7th), and
     with ep > 1 the dispatch and combine all-to-all outputs (K·T·etp token copies each)."""
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
         raise MosaicInputError("per-op SAC of an MoE block needs a geometry with an moe section")
-    widths = _attention_widths(geometry)
-    tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
-    attention_width = widths.query / tp + half_kv + widths.output / tp
     routed = routed_tokens(workload, plans)
     gate = ACTIVATION_BYTES * routed * moe.experts
-    shared = ACTIVATION_BYTES * tokens * moe.shared_experts * moe.shared_width / tp
-    copies = moe.top_k * routed * plans.etp
-    all_to_all = np.where(plans.ep > 1, 2 * ACTIVATION_BYTES * copies * geometry.d_model, 0.0)
-    return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * attention_width
-            + softmax_statistics_bytes(workload, plans) + gate + shared + all_to_all)
+    shared = (ACTIVATION_BYTES * tokens_per_rank(workload, plans) * moe.shared_experts
+              * moe.shared_width / plans.tp)
+    all_to_all = np.where(plans.ep > 1, 2 * ACTIVATION_BYTES * expert_copies(workload, plans)
+                          * geometry.d_model, 0.0)
+    return _per_op_sac_attention_bytes(workload, plans) + gate + shared + all_to_all
 
 
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,

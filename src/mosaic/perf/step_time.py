@@ -402,7 +402,6 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
 DROPLESS_ROUTINGS = frozenset({"dropless", "balanced", "unknown"})
 
 
-
 def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
                          moe_blocks: np.ndarray) -> np.ndarray:
     """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
