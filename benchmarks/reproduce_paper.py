@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from mosaic.perf.calibration import load_calibration
+from mosaic.plan.envelope import planning_stack
 from mosaic.report import paper_reproduction as paper
 
 SWEEP_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "calibration" / \
@@ -54,7 +55,7 @@ def main() -> None:
     print_rows("Table 2: the joint law", [paper.table4_loss_from_table2()])
     for name in PROFILES:
         calibration = load_calibration(name)
-        print(f"\n## Calibration `{name}` (stack {calibration.stack or 'megatron-core'})")
+        print(f"\n## Calibration `{name}` (stack {planning_stack(calibration)})")
         print_rows("Appendix E listing (512 B200, pp16 ep8)", paper.appendix_e(calibration))
         result = paper.table3_plan(calibration, workers=args.workers)
         print_rows("Table 4: the Table 3 envelope (32 p6-b200 nodes, 20 days)",

@@ -52,6 +52,7 @@ from mosaic.plan.envelope import (
     TABLE3_TPP,
     Envelope,
     SearchSpace,
+    planning_stack,
     resolve_system,
     with_gpus_per_node,
 )
@@ -185,12 +186,6 @@ def load_models(law_file: Path | None, calibration_file: str | None
     return law, load_calibration(calibration_file)
 
 
-def plan_stack(stack: str | None, calibration: Calibration) -> str:
-    """The stack a plan runs on: the user's, else the calibration profile's, else the
-    default (the stack is named in every plan's output)."""
-    return stack or calibration.stack or DEFAULT_STACK
-
-
 def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any]) -> dict[str, Any]:
     """Which of the optimum's law inputs lie outside the law's fitted range, and how far."""
     flags = extrapolation_flags(
@@ -285,7 +280,7 @@ def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw, versus: str
             as_json: bool) -> dict[str, Any]:
     """The same envelope planned under a second calibration, on that calibration's stack."""
     other_calibration = load_calibration(versus)
-    other_envelope = replace(envelope, stack=plan_stack(None, other_calibration))
+    other_envelope = replace(envelope, stack=planning_stack(other_calibration))
     with progress_bar(not as_json) as bar:
         other = search(other_envelope, space, law, other_calibration,
                        progress=bar(f"geometries ({other_calibration.name})"), workers=workers)
@@ -342,7 +337,7 @@ def plan(
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
-        stack=plan_stack(stack, calibration))
+        stack=planning_stack(calibration, stack))
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
@@ -443,7 +438,7 @@ def sweep_days_command(
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
-        stack=plan_stack(stack, calibration))
+        stack=planning_stack(calibration, stack))
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
@@ -481,7 +476,7 @@ def sweep_nodes_command(
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
-        stack=plan_stack(stack, calibration))
+        stack=planning_stack(calibration, stack))
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent

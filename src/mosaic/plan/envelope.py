@@ -15,6 +15,7 @@ from mosaic.arch import LadderGrid, enumerate_ladder_grid
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import check_range
+from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import Precision
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
@@ -23,6 +24,12 @@ from mosaic.stacks import get_stack
 SECONDS_PER_DAY = 86_400.0
 # The stack a plan assumes when neither the user nor the calibration profile names one.
 DEFAULT_STACK = "megatron-core"
+
+
+def planning_stack(calibration: Calibration, stack: str | None = None) -> str:
+    """The stack a plan runs on: the user's, else the calibration profile's, else
+    :data:`DEFAULT_STACK` (every plan names it in its output)."""
+    return stack or calibration.stack or DEFAULT_STACK
 
 # Table 3 (Sec. 7.3).
 TABLE3_SYSTEM = "p6-b200.48xlarge"

@@ -31,6 +31,7 @@ from mosaic.plan.envelope import (
     TABLE3_LAYOUT_LIMITS,
     Envelope,
     SearchSpace,
+    planning_stack,
     resolve_system,
 )
 from mosaic.plan.search import PlanResult, search
@@ -103,8 +104,7 @@ def table3_plan(calibration: Calibration, workers: int | None = None,
                 space: SearchSpace | None = None,
                 limits: LayoutLimits = TABLE3_LAYOUT_LIMITS) -> PlanResult:
     """The Table 3 envelope (32 p6-b200 nodes, 20 days) planned under ``calibration``."""
-    envelope = Envelope(system=resolve_system("B200"), stack=calibration.stack or
-                        "megatron-core")
+    envelope = Envelope(system=resolve_system("B200"), stack=planning_stack(calibration))
     return search(envelope, space or SearchSpace(), default_law(), calibration, limits,
                   workers=workers)
 
@@ -156,7 +156,7 @@ def table5(calibration: Calibration) -> list[dict[str, Any]]:
     """Table 5's four configurations on 8 nodes for 10 days, at the paper's layout (pp4 ep8
     mb4): predicted MFU (and normalised), loss, and the paper's normalised measured MFU."""
     envelope = Envelope(system=resolve_system("B200"), n_nodes=8, days=10.0,
-                        stack=calibration.stack or "megatron-core")
+                        stack=planning_stack(calibration))
     rows = []
     for (q, experts, top_k, split), paper_mfu, measured in TABLE_5:
         # The paper trained these four regardless of the TPP window: score each at the
@@ -179,7 +179,7 @@ def table5(calibration: Calibration) -> list[dict[str, Any]]:
 def figure1(calibration: Calibration, workers: int | None = None) -> list[Row]:
     """Fig. 1: the 4-node, 5-day envelope compared at C_model = 3.3e21."""
     envelope = Envelope(system=resolve_system("B200"), n_nodes=FIG_1["nodes"],
-                        days=FIG_1["days"], stack=calibration.stack or "megatron-core")
+                        days=FIG_1["days"], stack=planning_stack(calibration))
     law = default_law()
     result = search(envelope, SearchSpace(), law, calibration, TABLE3_LAYOUT_LIMITS,
                     workers=workers)
@@ -235,7 +235,7 @@ def allocation_sweeps(calibration: Calibration, workers: int | None = None
     """The optimum's S*, G* and N_act* over training windows (32 nodes) and cluster sizes
     (30 days) on the Table 3 grid (Fig. 11)."""
     law = default_law()
-    base = Envelope(system=resolve_system("B200"), stack=calibration.stack or "megatron-core")
+    base = Envelope(system=resolve_system("B200"), stack=planning_stack(calibration))
     space = SearchSpace()
     points = sweep_days(base, space, law, calibration, SWEEP_DAYS, TABLE3_LAYOUT_LIMITS,
                         workers=workers)
