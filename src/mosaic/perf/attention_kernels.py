@@ -3,7 +3,8 @@
 The analytical attention model (``kernels.flash_attention_time_s``) is fitted to cuDNN fused
 attention. Stacks differ in the kernel they call (FlashAttention-2 through torch SDPA runs
 at ~0.6x cuDNN on Hopper), so the family is resolved per job: the workload's explicit
-choice, else the stack's default on that GPU generation. Both tables, with sources, live in
+choice, else the stack's default on that GPU generation (stack trait ``attention_kernel``,
+``mosaic/stacks/data/stacks.yaml``). The relative rates, with sources, live in
 ``data/microbench_fits.yaml``.
 """
 
@@ -15,6 +16,7 @@ from enum import StrEnum
 from mosaic.errors import MosaicInputError
 from mosaic.perf.fitted_constants import fitted
 from mosaic.perf.kernels import device_fit_key
+from mosaic.stacks import get_stack
 
 
 class AttentionKernel(StrEnum):
@@ -32,7 +34,6 @@ class AttentionKernel(StrEnum):
 
 _RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
     "kernels", "attention_kernel_relative_throughput")
-_BY_STACK: dict[str, dict[str, str]] = fitted("kernels", "attention_kernel_by_stack")
 
 # GPU generation of each kernel-fit device key (kernels.device_fit_key).
 _GENERATION_BY_FIT_KEY = {"B200": "blackwell", "H200": "hopper", "H100": "hopper",
@@ -59,7 +60,7 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
     """The kernel ``kernel`` (None = the stack's default on this GPU) and its multipliers."""
     generation = gpu_generation(device_name)
     if kernel is None:
-        defaults = _BY_STACK.get(stack, _BY_STACK["default"])
+        defaults = get_stack(stack).attention_kernel
         kernel = defaults.get(generation, AttentionKernel.CUDNN.value) if generation else (
             AttentionKernel.CUDNN.value)
     if kernel not in set(AttentionKernel):

@@ -45,6 +45,8 @@ class _Entry(BaseModel):
     interleaved_vpp_default: int = Field(ge=1, le=64)
     fsdp_gather: Literal["block", "tensor"]
     fsdp_gather_bytes_per_param: Literal[2, 4]
+    attention_kernel: dict[Literal["ampere", "hopper", "blackwell"],
+                           Literal["cudnn", "fa2", "fa3"]]
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: Literal["none", "selective", "full"]
@@ -69,6 +71,7 @@ class StackTraits:
     interleaved_vpp_default: int
     fsdp_gather: str
     fsdp_gather_bytes_per_param: int
+    attention_kernel: dict[str, str]  # GPU generation -> kernel family run by default
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: str
