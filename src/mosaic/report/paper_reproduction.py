@@ -23,7 +23,7 @@ from mosaic.evaluate.calibrate import (
 )
 from mosaic.evaluate.job import predict_job
 from mosaic.law import default_law
-from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.memory import GIB
 from mosaic.plan.analysis import compare_model_flops
@@ -37,7 +37,6 @@ from mosaic.plan.envelope import (
 from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import sweep_days, sweep_nodes
 
-PAPER_PROFILE = "paper-p6b200"
 APPENDIX_E_JOB = Path(__file__).resolve().parents[3] / "examples" / "appendix_e.yaml"
 
 # Appendix E, Listing 2 (ScalePlan output for the Listing 1 job).
@@ -218,10 +217,6 @@ def table4_loss_from_table2() -> Row:
     loss = default_law().predict(counts.n_total, TABLE_4["tokens_t"] * 1e12, counts.sparsity, 4)
     return Row("Table 2 law at Table 4's configuration (loss)", TABLE_4["loss"], float(loss))
 
-
-def load_profile(name: str) -> Calibration:
-    """A calibration by profile name or file (the script's --calibration)."""
-    return load_calibration(name)
 
 
 # Sec. 7.4 / Fig. 11: S* stays on a plateau of about 0.915-0.963; G* = 4 at most budgets.

@@ -11,10 +11,6 @@ from typing import Any
 from mosaic.perf.calibration import Calibration
 from mosaic.plan.search import PlanResult
 
-# Optimum fields shown side by side.
-FIELDS = ("q", "experts", "top_k", "split_factor", "n_active", "sparsity", "tokens", "mfu",
-          "loss")
-
 
 def _optimum(result: PlanResult) -> dict[str, Any] | None:
     row = result.optimum_index
