@@ -11,7 +11,7 @@ from mosaic.plan.cost import RunCost
 from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
-from mosaic.report.plan_report import infeasible_summary
+from mosaic.report.plan_report import infeasible_summary, layout_text
 
 GIB = 2**30
 
@@ -30,18 +30,6 @@ def short_count(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g}{suffix}"
     return f"{value:.3g}"
-
-
-def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
-    """'tp1 pp4 ... mb4 zero1 ckpt=none'; compact drops degrees of 1 and ckpt=none."""
-    if plan is None:
-        return "-"
-    keys = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
-    degrees = [f"{k}{plan[k]}" for k in keys if not compact or plan[k] != 1 or k == "dp"]
-    parts = [*degrees, f"mb{plan['micro_batch']}", str(plan["sharding"])]
-    if not compact or plan["checkpointing"] != "none":
-        parts.append(f"ckpt={plan['checkpointing']}")
-    return " ".join(parts)
 
 
 def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "default") -> None:

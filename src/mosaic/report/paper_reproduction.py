@@ -36,6 +36,7 @@ from mosaic.plan.envelope import (
 )
 from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import sweep_days, sweep_nodes
+from mosaic.report.plan_report import layout_text
 
 APPENDIX_E_JOB = Path(__file__).resolve().parents[3] / "examples" / "appendix_e.yaml"
 
@@ -120,7 +121,8 @@ def table4(result: PlanResult) -> list[Row]:
     rows.append(Row("optimum D (T)", TABLE_4["tokens_t"], best["tokens"] / 1e12))
     rows.append(Row("optimum MFU", TABLE_4["mfu"], best["mfu"]))
     rows.append(Row("optimum loss", TABLE_4["loss"], best["loss"]))
-    rows.append(Row("optimum layout", "pp8 ep8 mb4", _layout(best["plan"])))
+    rows.append(Row("optimum layout", "pp8 ep8 mb4",
+                    layout_text(best["plan"], compact=True)))
     index = _row_of(result, paper_geometry)
     if index is not None:
         own = result.candidate(index)
@@ -132,16 +134,9 @@ def table4(result: PlanResult) -> list[Row]:
         rows.append(Row("Table 4 geometry: D (T)", TABLE_4["tokens_t"],
                         own["tokens"] / 1e12 if own["tokens"] == own["tokens"] else "n/a"))
         rows.append(Row("Table 4 geometry: loss", TABLE_4["loss"], own["loss"]))
-        rows.append(Row("Table 4 geometry: layout", "pp8 ep8 mb4", _layout(own["plan"])))
+        rows.append(Row("Table 4 geometry: layout", "pp8 ep8 mb4",
+                        layout_text(own["plan"], compact=True)))
     return rows
-
-
-def _layout(plan: dict[str, Any] | None) -> str:
-    if not plan:
-        return "none"
-    return " ".join(f"{axis}{plan[axis]}" for axis in ("tp", "pp", "ep", "dp")
-                    if plan[axis] != 1 or axis == "ep") + f" mb{plan['micro_batch']} " \
-        f"{plan['sharding']} ckpt={plan['checkpointing']}"
 
 
 def _row_of(result: PlanResult, geometry: tuple[int, int, int, int]) -> int | None:

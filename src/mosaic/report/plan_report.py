@@ -152,3 +152,15 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
     return {"axis": points[0].axis, "envelope": points[0].result.envelope.to_dict(),
             "search_space": points[0].result.space.to_dict(),
             "points": [point(p) for p in points]}
+
+
+def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
+    """'tp1 pp4 ... mb4 zero1 ckpt=none'; compact drops degrees of 1 and ckpt=none."""
+    if plan is None:
+        return "-"
+    keys = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
+    degrees = [f"{k}{plan[k]}" for k in keys if not compact or plan[k] != 1 or k == "dp"]
+    parts = [*degrees, f"mb{plan['micro_batch']}", str(plan["sharding"])]
+    if not compact or plan["checkpointing"] != "none":
+        parts.append(f"ckpt={plan['checkpointing']}")
+    return " ".join(parts)
