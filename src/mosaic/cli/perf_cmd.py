@@ -26,8 +26,7 @@ from mosaic.perf.calibration import load_calibration
 GIB = 2**30
 
 
-def prediction_document(result: JobPrediction, calibration: str = "default"
-                        ) -> dict[str, Any]:
+def prediction_document(result: JobPrediction, calibration: str) -> dict[str, Any]:
     """The JSON document of `mosaic perf --json`."""
     p = result.prediction
     machine = result.machine
