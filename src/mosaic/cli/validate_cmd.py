@@ -23,6 +23,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
+from mosaic.evaluate.coverage_fit import build_coverage
 from mosaic.evaluate.validation_report import aggregate, predict_runs, run_rows
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import load_calibration
@@ -173,12 +174,13 @@ def calibrate(
     records = {r.id: r for r in record_set.records}
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
                               "excluded": excluded}
+    cv_result = None
     if cv != "none":
         groups = [
             records[i].source_key if cv == "source" else records[i].group_key for i in baselines.ids
         ]
-        result = leave_one_group_out(baselines, groups, start)
-        errors = np.abs(result.errors)
+        cv_result = leave_one_group_out(baselines, groups, start)
+        errors = np.abs(cv_result.errors)
         moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
         report["cross_validation"] = {
             "grouping": cv,
@@ -191,6 +193,12 @@ def calibrate(
                 g: float(errors[np.array(groups) == g].mean()) for g in sorted(set(groups))
             },
         }
+    fitted = replace(fitted, coverage=build_coverage(
+        record_set.records, baselines.ids, cv_result, fitted,
+        f"{len(baselines.ids)} runs of {runs.name}"
+        + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out")))
+    report["calibration"] = fitted.to_document()
+    if cv_result is not None:
         fitted_doc = fitted.to_document()
         fitted_doc["provenance"] += (
             f"; leave-one-{cv}-out cross-validated tokens/s MAPE "

@@ -234,7 +234,8 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                    chi_overlap=chi_ovl, stack_overhead=multipliers,
                    attention_efficiency=attention, routing_imbalance=imbalance,
                    elementwise_traffic_factor=float(f"{np.exp(log_elementwise):.6g}"),
-                   sources=sources, at_bounds=at_bound)
+                   sources=sources, at_bounds=at_bound,
+                   coverage=None)  # the caller measures the new fit's coverage
 
 
 def _parameter_table(base: Calibration, stacks: list[str], routings: list[str]

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.errors import MosaicInputError
+from mosaic.perf.coverage import CalibrationCoverage, parse_coverage
 from mosaic.perf.microbench_constants import MicrobenchConstants, parse_block
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
@@ -69,6 +70,7 @@ class _CalibrationFile(BaseModel):
     at_bounds: tuple[str, ...] = ()
     constants: _Constants
     microbench: dict[str, Any] | None = None  # calibrate --microbench (microbench_constants)
+    coverage: dict[str, Any] | None = None  # envelope and CV residuals (perf.coverage)
 
 
 # Constants ``mosaic calibrate`` may fit; a file's ``fitted_constants`` names the subset it
@@ -104,6 +106,7 @@ class Calibration:
     microbench: MicrobenchConstants | None = None  # measured kernel/collective constants
     microbench_document: dict[str, Any] | None = field(default=None, compare=False)
     stack: str | None = None  # the stack it describes: plans that name none use it
+    coverage: CalibrationCoverage | None = field(default=None, compare=False)  # perf.coverage
 
     def stack_multiplier(self, stack: str) -> float:
         """Multiplier for a software stack; the ``default`` entry (else 1.0) for a stack the
@@ -138,6 +141,8 @@ class Calibration:
         document["constants"] = constants
         if self.microbench_document is not None:
             document["microbench"] = self.microbench_document
+        if self.coverage is not None:
+            document["coverage"] = self.coverage.to_document()
         return document
 
 
@@ -156,7 +161,9 @@ def _from_document(document: dict[str, Any], where: str) -> Calibration:
                        description=parsed.description, stack=parsed.stack,
                        microbench=None if parsed.microbench is None else parse_block(
                            parsed.microbench, f"{where}: microbench"),
-                       microbench_document=parsed.microbench, **values)
+                       microbench_document=parsed.microbench,
+                       coverage=None if parsed.coverage is None else parse_coverage(
+                           parsed.coverage, where), **values)
 
 
 # Built-in calibration profiles: name -> (data file, what it describes).

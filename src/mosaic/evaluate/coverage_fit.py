@@ -1,0 +1,60 @@
+"""Build a calibration's coverage (perf.coverage) from its runs and cross-validation.
+
+Run by ``mosaic calibrate`` once per fit, so a prediction only looks the quantiles up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from mosaic.arch.counts import count_parameters
+from mosaic.config.run_records import RunRecord
+from mosaic.evaluate.calibrate import CrossValidation
+from mosaic.evaluate.validation_report import predict_runs
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.coverage import (
+    DEFAULT_LEVEL,
+    DEGREES,
+    CalibrationCoverage,
+    model_class,
+    scoped_quantiles,
+)
+
+
+def _span(values: Sequence[float]) -> tuple[float, float]:
+    return float(min(values)), float(max(values))
+
+
+def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
+                   cv: CrossValidation | None, calibration: Calibration, source: str,
+                   level: float = DEFAULT_LEVEL) -> CalibrationCoverage:
+    """Envelope of the fitted runs, held-out tokens/s ratios (when ``cv`` is given) and
+    memory ratios of the runs that report memory, predicted with ``calibration``."""
+    by_id = {r.id: r for r in records}
+    fitted = [by_id[i] for i in fitted_ids]
+    counts = [count_parameters(r.workload.geometry) for r in fitted]
+    stacks = [r.workload.stack for r in fitted]
+    classes = [model_class(r.workload.geometry.is_moe) for r in fitted]
+    tokens: tuple = ()
+    if cv is not None:
+        # measured/predicted tokens/s = predicted/measured step time (same tokens per step)
+        tokens = scoped_quantiles(cv.predicted_step_time_s / cv.measured_step_time_s,
+                                  stacks, classes, level)
+    with_memory = [r for r in records if r.measured_memory_bytes and not r.oom]
+    memory_ratios = [r.measured_memory_bytes / (p.predicted_memory_gib * 2**30)
+                     for r, p in zip(with_memory, predict_runs(with_memory, calibration),
+                                     strict=True)]
+    memory = scoped_quantiles(np.array(memory_ratios), [r.workload.stack for r in with_memory],
+                              [model_class(r.workload.geometry.is_moe) for r in with_memory],
+                              level)
+    return CalibrationCoverage(
+        source=source, level=level,
+        devices=tuple(sorted({r.system.device.name for r in fitted})),
+        stacks=tuple(sorted(set(stacks))), classes=tuple(sorted(set(classes))),
+        n_total=_span([float(c.n_total) for c in counts]),
+        n_active=_span([float(c.n_active) for c in counts]),
+        degrees={name: tuple(int(v) for v in _span([getattr(r.plan, name)[0] for r in fitted]))
+                 for name in DEGREES},
+        tokens_per_s_ratio=tokens, memory_ratio=memory)

@@ -1,0 +1,298 @@
+"""Where a calibration holds: the envelope of its runs and its cross-validated residuals.
+
+``mosaic calibrate`` stores a ``coverage`` section in the calibration file (built by
+:mod:`mosaic.evaluate.coverage_fit`): the GPUs, stacks, MoE/dense classes, model sizes
+(non-embedding total and active parameters) and parallel degrees (tp, pp, ep, cp, dp) of
+the runs it was fitted on, and quantiles of measured/predicted ratios:
+
+* tokens/s: held-out ratios of leave-one-group-out cross-validation (each run predicted by
+  a fit that never saw its source), per ``stack/class`` where a scope has at least
+  :data:`MIN_SCOPE_RUNS` runs, else per class, else pooled over all runs;
+* memory: in-sample ratios of the runs that report peak memory (the memory model has no
+  constant that ``calibrate`` fits, so they are out of sample for the fit), with the same
+  fallback.
+
+A prediction is then placed against it: each dimension outside the envelope is listed with
+its value, the range and the ratio by which it lies outside, and the interval of the true
+value is ``predicted × [q_low, q_high]`` (MFU scales with tokens/s for a fixed job, step
+time with its inverse). Empirical quantiles assume the job's error resembles the errors of
+the held-out runs of its scope; outside the envelope that is an assumption, which is why
+both are reported together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from mosaic.schema_validation import validate_mapping
+
+MIN_SCOPE_RUNS = 10  # fewer held-out runs give no usable 5%/95% quantiles of their own
+DEFAULT_LEVEL = 0.90  # central interval: 5th to 95th percentile
+DEGREES = ("tp", "pp", "ep", "cp", "dp")
+POOLED = "all"
+
+
+def model_class(is_moe: bool) -> str:
+    """The MoE/dense class of a model (a residual scope)."""
+    return "moe" if is_moe else "dense"
+
+
+class _Quantiles(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    scope: str = Field(min_length=1)
+    n_runs: int = Field(ge=1)
+    low: float = Field(gt=0, allow_inf_nan=False)
+    median: float = Field(gt=0, allow_inf_nan=False)
+    high: float = Field(gt=0, allow_inf_nan=False)
+
+
+class _CoverageFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str = Field(min_length=1)
+    level: float = Field(gt=0, lt=1)
+    devices: tuple[str, ...]
+    stacks: tuple[str, ...]
+    classes: tuple[str, ...]
+    n_total: tuple[float, float]
+    n_active: tuple[float, float]
+    degrees: dict[str, tuple[int, int]]
+    tokens_per_s_ratio: tuple[_Quantiles, ...] = ()
+    memory_ratio: tuple[_Quantiles, ...] = ()
+
+
+@dataclass(frozen=True)
+class RatioQuantiles:
+    """Quantiles of measured/predicted over the ``n_runs`` runs of one scope."""
+
+    scope: str
+    n_runs: int
+    low: float
+    median: float
+    high: float
+
+
+@dataclass(frozen=True)
+class CalibrationCoverage:
+    """The calibration data's envelope and residual quantiles (module docstring)."""
+
+    source: str
+    level: float
+    devices: tuple[str, ...]
+    stacks: tuple[str, ...]
+    classes: tuple[str, ...]
+    n_total: tuple[float, float]
+    n_active: tuple[float, float]
+    degrees: Mapping[str, tuple[int, int]]
+    tokens_per_s_ratio: tuple[RatioQuantiles, ...] = ()
+    memory_ratio: tuple[RatioQuantiles, ...] = ()
+
+    def to_document(self) -> dict[str, Any]:
+        """The YAML ``coverage`` section."""
+        def quantiles(rows: tuple[RatioQuantiles, ...]) -> list[dict[str, Any]]:
+            return [{"scope": q.scope, "n_runs": q.n_runs, "low": q.low, "median": q.median,
+                     "high": q.high} for q in rows]
+        return {
+            "source": self.source, "level": self.level, "devices": list(self.devices),
+            "stacks": list(self.stacks), "classes": list(self.classes),
+            "n_total": list(self.n_total), "n_active": list(self.n_active),
+            "degrees": {k: list(v) for k, v in self.degrees.items()},
+            "tokens_per_s_ratio": quantiles(self.tokens_per_s_ratio),
+            "memory_ratio": quantiles(self.memory_ratio),
+        }
+
+
+def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
+    """Validate a ``coverage`` section (one-line error naming the field)."""
+    parsed = validate_mapping(_CoverageFile, document, f"{where}: coverage")
+
+    def quantiles(rows: tuple[_Quantiles, ...]) -> tuple[RatioQuantiles, ...]:
+        return tuple(RatioQuantiles(q.scope, q.n_runs, q.low, q.median, q.high) for q in rows)
+    return CalibrationCoverage(
+        source=parsed.source, level=parsed.level, devices=parsed.devices,
+        stacks=parsed.stacks, classes=parsed.classes, n_total=parsed.n_total,
+        n_active=parsed.n_active, degrees=dict(parsed.degrees),
+        tokens_per_s_ratio=quantiles(parsed.tokens_per_s_ratio),
+        memory_ratio=quantiles(parsed.memory_ratio))
+
+
+def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
+    """Empirical (linear-interpolation) quantiles of ``ratios`` at the central ``level``,
+    rounded to 4 significant digits so a refit writes the same file."""
+    tail = (1.0 - level) / 2.0
+    low, median, high = np.quantile(np.asarray(ratios, dtype=float), [tail, 0.5, 1.0 - tail])
+    return RatioQuantiles(scope, int(np.size(ratios)), *(float(f"{v:.4g}")
+                                                        for v in (low, median, high)))
+
+
+def scoped_quantiles(ratios: np.ndarray, stacks: list[str], classes: list[str],
+                     level: float) -> tuple[RatioQuantiles, ...]:
+    """Quantiles per ``stack/class`` and per class with at least :data:`MIN_SCOPE_RUNS`
+    runs, and pooled over all runs (always, when there is any run)."""
+    ratios = np.asarray(ratios, dtype=float)
+    if ratios.size == 0:
+        return ()
+    stack_array, class_array = np.array(stacks), np.array(classes)
+    rows = []
+    for stack, cls in sorted(set(zip(stacks, classes, strict=True))):
+        members = (stack_array == stack) & (class_array == cls)
+        if members.sum() >= MIN_SCOPE_RUNS:
+            rows.append(ratio_quantiles(ratios[members], f"{stack}/{cls}", level))
+    for cls in sorted(set(classes)):
+        members = class_array == cls
+        if members.sum() >= MIN_SCOPE_RUNS:
+            rows.append(ratio_quantiles(ratios[members], cls, level))
+    rows.append(ratio_quantiles(ratios, POOLED, level))
+    return tuple(rows)
+
+
+def pick_scope(rows: tuple[RatioQuantiles, ...], stack: str, cls: str
+               ) -> RatioQuantiles | None:
+    """The narrowest scope that holds the job: ``stack/class``, else class, else pooled."""
+    by_scope = {q.scope: q for q in rows}
+    for scope in (f"{stack}/{cls}", cls, POOLED):
+        if scope in by_scope:
+            return by_scope[scope]
+    return None
+
+
+@dataclass(frozen=True)
+class OutsideDimension:
+    """One dimension of a job outside the calibration envelope."""
+
+    dimension: str
+    value: float | str
+    calibrated: str  # the calibrated range or set, for people
+    ratio: float | None  # how far outside: value/max or min/value (None for categories)
+
+    def to_document(self) -> dict[str, Any]:
+        return {"dimension": self.dimension, "value": self.value,
+                "calibrated": self.calibrated, "ratio": self.ratio}
+
+    def text(self) -> str:
+        times = "" if self.ratio is None else f" ({self.ratio:.3g}x outside)"
+        return f"{self.dimension}={self.value} not in {self.calibrated}{times}"
+
+
+def _range_check(name: str, value: float, bounds: tuple[float, float]
+                 ) -> OutsideDimension | None:
+    low, high = bounds
+    shown = f"{low:.4g}..{high:.4g}"
+    if value > high:
+        return OutsideDimension(name, value, shown, float(value / high))
+    if value < low:
+        return OutsideDimension(name, value, shown, float(low / value))
+    return None
+
+
+def outside_dimensions(coverage: CalibrationCoverage, *, device: str, stack: str,
+                       is_moe: bool, n_total: float, n_active: float,
+                       degrees: Mapping[str, int]) -> list[OutsideDimension]:
+    """Every dimension of one job outside the calibrated envelope (empty = inside)."""
+    outside = []
+    for name, value, known in (("gpu", device, coverage.devices),
+                               ("stack", stack, coverage.stacks),
+                               ("class", model_class(is_moe), coverage.classes)):
+        if value not in known:
+            outside.append(OutsideDimension(name, value, "{" + ", ".join(known) + "}", None))
+    for name, value, bounds in (("n_total", n_total, coverage.n_total),
+                                ("n_active", n_active, coverage.n_active)):
+        hit = _range_check(name, float(value), bounds)
+        if hit is not None:
+            outside.append(hit)
+    for name in DEGREES:
+        if name in coverage.degrees and name in degrees:
+            hit = _range_check(name, int(degrees[name]), coverage.degrees[name])
+            if hit is not None:
+                outside.append(hit)
+    return outside
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval of a predicted quantity from the residual quantiles of one scope."""
+
+    low: float
+    high: float
+    scope: str
+    n_runs: int
+    level: float
+
+    def to_document(self) -> dict[str, Any]:
+        return {"low": self.low, "high": self.high, "level": self.level,
+                "residual_scope": self.scope, "n_runs": self.n_runs}
+
+
+def interval(predicted: float, quantiles: RatioQuantiles | None, level: float, *,
+             inverse: bool = False) -> Interval | None:
+    """``predicted × [low, high]`` of the ratio quantiles (``inverse``: a quantity
+    proportional to 1/ratio, e.g. step time against tokens/s)."""
+    if quantiles is None:
+        return None
+    if inverse:
+        low, high = predicted / quantiles.high, predicted / quantiles.low
+    else:
+        low, high = predicted * quantiles.low, predicted * quantiles.high
+    return Interval(float(low), float(high), quantiles.scope, quantiles.n_runs, level)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One prediction placed against its calibration: envelope verdict and intervals."""
+
+    calibration: str
+    outside: tuple[OutsideDimension, ...]
+    tokens_per_s: Interval | None = None
+    mfu: Interval | None = None
+    step_time_s: Interval | None = None
+    memory_gib: Interval | None = None
+    note: str | None = None  # why there is no envelope or no interval
+    has_envelope: bool = True
+
+    @property
+    def inside(self) -> bool | None:
+        """Inside the envelope (None when the calibration records none)."""
+        return not self.outside if self.has_envelope else None
+
+    def to_document(self) -> dict[str, Any]:
+        def maybe(value: Interval | None) -> dict[str, Any] | None:
+            return None if value is None else value.to_document()
+        return {
+            "calibration": self.calibration,
+            "inside_calibrated_envelope": self.inside,
+            "outside": [o.to_document() for o in self.outside],
+            "intervals": {"tokens_per_s": maybe(self.tokens_per_s), "mfu": maybe(self.mfu),
+                          "step_time_s": maybe(self.step_time_s),
+                          "memory_gib": maybe(self.memory_gib)},
+            "note": self.note,
+        }
+
+
+def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
+           stack: str, is_moe: bool, n_total: float, n_active: float,
+           degrees: Mapping[str, int], tokens_per_s: float, mfu: float, step_time_s: float,
+           memory_gib: float) -> Assessment:
+    """Place one predicted job against ``coverage`` (module docstring)."""
+    if coverage is None:
+        return Assessment(calibration, (), has_envelope=False, note=(
+            f"calibration {calibration!r} records no coverage; rerun `mosaic calibrate` "
+            "with cross-validation to get the envelope and intervals"))
+    outside = tuple(outside_dimensions(coverage, device=device, stack=stack, is_moe=is_moe,
+                                       n_total=n_total, n_active=n_active, degrees=degrees))
+    cls = model_class(is_moe)
+    speed = pick_scope(coverage.tokens_per_s_ratio, stack, cls)
+    memory = pick_scope(coverage.memory_ratio, stack, cls)
+    level = coverage.level
+    missing = [what for what, q in (("tokens/s", speed), ("memory", memory)) if q is None]
+    return Assessment(
+        calibration, outside,
+        tokens_per_s=interval(tokens_per_s, speed, level),
+        mfu=interval(mfu, speed, level),
+        step_time_s=interval(step_time_s, speed, level, inverse=True),
+        memory_gib=interval(memory_gib, memory, level),
+        note=(f"no residuals for {' or '.join(missing)} in calibration {calibration!r}"
+              if missing else None))

@@ -1,0 +1,98 @@
+"""Calibration coverage: residual quantiles, scope fallback, envelope checks, intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mosaic.errors import MosaicInputError
+from mosaic.perf.coverage import (
+    CalibrationCoverage,
+    assess,
+    interval,
+    outside_dimensions,
+    parse_coverage,
+    pick_scope,
+    ratio_quantiles,
+    scoped_quantiles,
+)
+
+
+def test_quantiles_of_a_tiny_residual_set_match_a_hand_calculation() -> None:
+    # ratios 0.8, 0.9, 1.0, 1.1, 1.2: numpy's linear rule puts the 5% quantile at position
+    # 0.05·4 = 0.2 -> 0.8 + 0.2·0.1 = 0.82, the 95% quantile at 3.8 -> 1.1 + 0.8·0.1 = 1.18.
+    q = ratio_quantiles(np.array([1.2, 0.8, 1.0, 0.9, 1.1]), "all", 0.90)
+    assert (q.low, q.median, q.high, q.n_runs) == (pytest.approx(0.82), 1.0,
+                                                   pytest.approx(1.18), 5)
+    # Predicted 1000 tokens/s -> the truth lies in [820, 1180]; step time inversely.
+    tokens = interval(1000.0, q, 0.9)
+    assert (tokens.low, tokens.high) == (pytest.approx(820.0), pytest.approx(1180.0))
+    step = interval(2.0, q, 0.9, inverse=True)
+    assert (step.low, step.high) == (pytest.approx(2 / 1.18), pytest.approx(2 / 0.82))
+
+
+def test_scopes_fall_back_from_stack_and_class_to_class_to_pooled() -> None:
+    # 12 megatron MoE runs (enough for their own scope), 3 torchtitan MoE runs, 4 dense.
+    stacks = ["megatron-core"] * 12 + ["torchtitan"] * 3 + ["torchtitan"] * 4
+    classes = ["moe"] * 15 + ["dense"] * 4
+    ratios = np.concatenate([np.full(12, 1.0), np.full(3, 2.0), np.full(4, 0.5)])
+    rows = scoped_quantiles(ratios, stacks, classes, 0.9)
+    assert [q.scope for q in rows] == ["megatron-core/moe", "moe", "all"]
+    assert pick_scope(rows, "megatron-core", "moe").median == 1.0
+    moe = pick_scope(rows, "torchtitan", "moe")  # too few of its own: all 15 MoE runs
+    assert (moe.scope, moe.n_runs) == ("moe", 15)
+    dense = pick_scope(rows, "torchtitan", "dense")  # 4 dense runs: pooled over 19
+    assert (dense.scope, dense.n_runs, dense.median) == ("all", 19, 1.0)
+
+
+COVERAGE = CalibrationCoverage(
+    source="test", level=0.9, devices=("H100-SXM-80GB", "B200"), stacks=("megatron-core",),
+    classes=("dense", "moe"), n_total=(1e9, 1e11), n_active=(1e9, 2e10),
+    degrees={"tp": (1, 8), "pp": (1, 16), "ep": (1, 64), "cp": (1, 2), "dp": (1, 512)},
+    tokens_per_s_ratio=tuple(scoped_quantiles(np.array([0.9, 1.0, 1.1]), ["megatron-core"] * 3,
+                                              ["moe"] * 3, 0.9)))
+INSIDE = {"device": "B200", "stack": "megatron-core", "is_moe": True, "n_total": 5e10,
+          "n_active": 5e9, "degrees": {"tp": 2, "pp": 4, "ep": 8, "cp": 1, "dp": 64}}
+
+
+def test_a_job_inside_every_range_has_no_outside_dimension() -> None:
+    assert outside_dimensions(COVERAGE, **INSIDE) == []
+
+
+def test_a_catalog_gpu_the_data_lacks_and_a_huge_model_are_flagged_with_ratios() -> None:
+    job = dict(INSIDE, device="H800-SXM-80GB", n_total=1e12, n_active=6e10,
+               degrees=dict(INSIDE["degrees"], tp=16, cp=1))
+    outside = {o.dimension: o for o in outside_dimensions(COVERAGE, **job)}
+    assert set(outside) == {"gpu", "n_total", "n_active", "tp"}
+    assert outside["gpu"].ratio is None and "B200" in outside["gpu"].calibrated
+    assert outside["n_total"].ratio == pytest.approx(10.0)  # 1e12 / 1e11
+    assert outside["n_active"].ratio == pytest.approx(3.0)  # 6e10 / 2e10
+    assert outside["tp"].ratio == pytest.approx(2.0)
+    assert outside["tp"].text() == "tp=16 not in 1..8 (2x outside)"
+
+
+def test_assessment_carries_intervals_and_says_when_memory_residuals_are_missing() -> None:
+    a = assess(COVERAGE, "t", tokens_per_s=1000.0, mfu=0.4, step_time_s=2.0,
+               memory_gib=50.0, **INSIDE)
+    doc = a.to_document()
+    assert doc["inside_calibrated_envelope"] is True
+    q = ratio_quantiles(np.array([0.9, 1.0, 1.1]), "x", 0.9)  # 0.91 .. 1.09
+    assert doc["intervals"]["tokens_per_s"]["low"] == pytest.approx(1000 * q.low)
+    assert doc["intervals"]["mfu"]["high"] == pytest.approx(0.4 * q.high)
+    # 3 runs are too few for a megatron-core/moe scope of their own: labelled as pooled
+    assert doc["intervals"]["tokens_per_s"]["residual_scope"] == "all"
+    assert doc["intervals"]["tokens_per_s"]["n_runs"] == 3
+    assert doc["intervals"]["memory_gib"] is None and "memory" in doc["note"]
+
+
+def test_without_coverage_the_verdict_is_unknown_not_inside() -> None:
+    a = assess(None, "old", tokens_per_s=1.0, mfu=0.1, step_time_s=1.0, memory_gib=1.0,
+               **INSIDE)
+    assert a.inside is None and "mosaic calibrate" in a.note
+
+
+def test_coverage_round_trips_and_a_bad_section_is_one_line() -> None:
+    assert parse_coverage(COVERAGE.to_document(), "f") == COVERAGE
+    bad = dict(COVERAGE.to_document(), level=1.5)
+    with pytest.raises(MosaicInputError, match="f: coverage: level"):
+        parse_coverage(bad, "f")
