@@ -32,6 +32,7 @@ from mosaic.law import ScalingLaw, default_law
 from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.headroom import memory_headroom
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
     allocation_exponents,
@@ -121,8 +122,14 @@ RestartS = Annotated[float, typer.Option(
     "--restart-s", help="Seconds lost per failure to restart and reload (Young-Daly).")]
 GlobalBatch = Annotated[int, typer.Option("--global-batch", help="B_global, sequences/step.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="T_seq, tokens per sequence.")]
-MemoryFraction = Annotated[float, typer.Option(
-    "--memory-fraction", help="Share of device memory a layout may fill (0, 1].")]
+MemoryFraction = Annotated[float | None, typer.Option(
+    "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: the "
+    "stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
+PrecisionOpt = Annotated[str, typer.Option(
+    "--precision", help="GEMM precision of every candidate: bf16, fp16 or fp8.")]
+DispatcherOpt = Annotated[str, typer.Option(
+    "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
+    "(docs/plan.md).")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
 QValues = Annotated[str, typer.Option("--q", help="Ladder seeds q, comma-separated.")]
@@ -156,8 +163,9 @@ def build_inputs(
     *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
     days: float, goodput: float | None, mtbf_gpu_hours: float | None,
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
-    memory_fraction: float, q: str, experts: str, top_k: str, split_factor: str, tpp: str,
-    s_min: float, stack: str = DEFAULT_STACK,
+    memory_fraction: float | None, q: str, experts: str, top_k: str, split_factor: str,
+    tpp: str, s_min: float, stack: str = DEFAULT_STACK, precision: str = "bf16",
+    dispatcher: str = "alltoall",
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     node_type = resolve_system(gpu, system)
@@ -166,8 +174,9 @@ def build_inputs(
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
-        global_batch=global_batch, seq_len=seq_len, usable_memory_fraction=memory_fraction,
-        stack=stack,
+        global_batch=global_batch, seq_len=seq_len, stack=stack, precision=precision,
+        dispatcher=dispatcher,
+        headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
     )
     tpp_min, tpp_max = parse_tpp(tpp)
     space = SearchSpace(
@@ -302,7 +311,7 @@ def plan(
     gpus_per_node: GpusPerNode = None, days: Days = TABLE3_DAYS, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
-    memory_fraction: MemoryFraction = 1.0,
+    memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
     top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
@@ -323,6 +332,7 @@ def plan(
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
+    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
     versus: Annotated[str | None, typer.Option(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
         "on its own stack and show both optima with why they differ.")] = None,
@@ -337,7 +347,8 @@ def plan(
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
-        stack=planning_stack(calibration, stack))
+        stack=planning_stack(calibration, stack), precision=precision,
+        dispatcher=dispatcher)
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
@@ -419,7 +430,7 @@ def sweep_days_command(
     gpus_per_node: GpusPerNode = None, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
-    memory_fraction: MemoryFraction = 1.0,
+    memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
     top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
@@ -427,6 +438,7 @@ def sweep_days_command(
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
+    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
@@ -438,7 +450,8 @@ def sweep_days_command(
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
-        stack=planning_stack(calibration, stack))
+        stack=planning_stack(calibration, stack), precision=precision,
+        dispatcher=dispatcher)
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
@@ -457,7 +470,7 @@ def sweep_nodes_command(
         "--days", help="Training window in days (Sec. 7.4 uses 30).")] = SWEEP_NODES_DAYS,
     goodput: GoodputOpt = None, mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
     restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
-    seq_len: SeqLen = TABLE3_SEQ_LEN, memory_fraction: MemoryFraction = 1.0,
+    seq_len: SeqLen = TABLE3_SEQ_LEN, memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = TABLE3_Q_TEXT,
     experts: Experts = TABLE3_EXPERTS_TEXT, top_k: TopK = TABLE3_TOP_K_TEXT,
@@ -465,6 +478,7 @@ def sweep_nodes_command(
     s_min: SMin = TABLE3_S_MIN, workers: Workers = None, backend: BackendOpt = "local",
     address: AddressOpt = None, as_json: JsonFlag = False,
     plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
+    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
@@ -476,7 +490,8 @@ def sweep_nodes_command(
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
-        stack=planning_stack(calibration, stack))
+        stack=planning_stack(calibration, stack), precision=precision,
+        dispatcher=dispatcher)
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent

@@ -42,6 +42,8 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"),
         ("stack / calibration", f"{envelope.stack} / {calibration}"),
+        ("precision / dispatcher", f"{envelope.precision} / {envelope.dispatcher}"),
+        ("usable memory", _headroom_text(envelope)),
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
         ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
     ]
@@ -51,6 +53,14 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)
+
+
+def _headroom_text(envelope: Any) -> str:
+    """'160.5 of 178.4 GiB per GPU (90%, default)'; the JSON carries the source."""
+    hbm = envelope.system.device.hbm_bytes
+    fraction = envelope.usable_memory_fraction
+    return (f"{hbm * fraction / GIB:.1f} of {hbm / GIB:.1f} GiB per GPU ({fraction:.0%}; "
+            f"{envelope.headroom.origin})")
 
 
 def print_optimum(candidate: dict[str, Any]) -> None:

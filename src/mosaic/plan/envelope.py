@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from mosaic.arch import LadderGrid, enumerate_ladder_grid
@@ -16,8 +17,9 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
+from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.perf.workload import Precision
+from mosaic.perf.workload import Dispatcher, Precision
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
 from mosaic.stacks import get_stack
 
@@ -122,10 +124,13 @@ class Envelope:
         goodput: η_good model (Sec. 2.1).
         global_batch: B_global, sequences per optimizer step.
         seq_len: T_seq, tokens per sequence.
-        precision: GEMM precision of the run (MFU is against the bf16 peak either way).
-        usable_memory_fraction: share of device memory a layout may fill.
+        precision: GEMM precision of every candidate (MFU is against the bf16 peak either
+            way); the device must have a peak for it.
         stack: software stack every candidate runs on (:mod:`mosaic.stacks`); its traits
             shape the time model and the layouts a search may use.
+        dispatcher: EP token dispatch of every candidate (alltoall, deepep, hybridep).
+        headroom: share of device memory a layout may fill (:mod:`mosaic.perf.headroom`);
+            None = the stack's documented share, else the default 0.9.
     """
 
     system: System
@@ -135,14 +140,22 @@ class Envelope:
     global_batch: int = TABLE3_GLOBAL_BATCH
     seq_len: int = TABLE3_SEQ_LEN
     precision: Precision = Precision.BF16
-    usable_memory_fraction: float = 1.0
     stack: str = DEFAULT_STACK
+    dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    headroom: MemoryHeadroom | None = None
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack names the known ones
-        if not 0.0 < self.usable_memory_fraction <= 1.0:
+        if self.headroom is None:
+            object.__setattr__(self, "headroom", memory_headroom(None, self.stack))
+        object.__setattr__(self, "precision", _choice(Precision, self.precision, "--precision"))
+        object.__setattr__(self, "dispatcher",
+                           _choice(Dispatcher, self.dispatcher, "--dispatcher"))
+        dtypes = self.system.device.dtypes
+        if str(self.precision) not in dtypes:
             raise MosaicInputError(
-                f"memory fraction must be in (0, 1], got {self.usable_memory_fraction}")
+                f"--precision {self.precision}: {self.system.device.name} has no "
+                f"{self.precision} peak; it supports {', '.join(dtypes)}")
         # Physical ranges before any work (mosaic.limits): the same bounds in every command.
         check_range("nodes", self.n_nodes, "nodes", integer=True)
         check_range("days", self.days, "days")
@@ -150,7 +163,12 @@ class Envelope:
         check_range("seq_len", self.seq_len, "seq_len", integer=True)
         check_range("devices (nodes x GPUs per node)", self.n_nodes * self.system.gpus_per_node,
                     "devices", integer=True)
-        object.__setattr__(self, "precision", Precision(self.precision))
+
+    @property
+    def usable_memory_fraction(self) -> float:
+        """Share of device memory a layout may fill (see :attr:`headroom`)."""
+        assert self.headroom is not None  # set in __post_init__
+        return self.headroom.usable_fraction
 
     @property
     def cluster(self) -> Cluster:
@@ -207,11 +225,23 @@ class Envelope:
             "seq_len": self.seq_len,
             "precision": str(self.precision),
             "stack": self.stack,
+            "dispatcher": str(self.dispatcher),
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,
+            "memory_headroom": self.headroom.to_dict(self.system.device.hbm_bytes)
+            if self.headroom is not None else {},
             "c_peak_flops": self.c_peak_flops,
             "gpu_hours": self.gpu_hours,
         }
+
+
+def _choice(kind: type[StrEnum], value: object, flag: str) -> Any:
+    """``value`` as a member of ``kind``, or one line naming the allowed values."""
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise MosaicInputError(f"{flag} {value!r}: allowed values are {allowed}") from None
 
 
 def _positive_ints(name: str, values: tuple[int, ...]) -> tuple[int, ...]:

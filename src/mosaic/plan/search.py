@@ -89,6 +89,7 @@ def _workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
         seq_len=envelope.seq_len,
         precision=envelope.precision,
         stack=envelope.stack,
+        dispatcher=envelope.dispatcher,
     )
 
 

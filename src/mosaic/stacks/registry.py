@@ -52,6 +52,9 @@ class _Entry(BaseModel):
     unstated_recompute: Literal["none", "selective", "full"]
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     layout_vpp: tuple[int, ...] | None = None
+    usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    memory_source: str | None = None
+    pp_p2p_overlap: Literal["interleaved", "none"] = "none"
     source: str = Field(min_length=1)
 
 
@@ -77,6 +80,9 @@ class StackTraits:
     unstated_recompute: str
     layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
+    usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
+    memory_source: str | None  # why, where the stack sets its own
+    pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
     source: str
 
 

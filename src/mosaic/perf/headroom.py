@@ -1,0 +1,71 @@
+"""How much of a GPU's memory a plan may fill: the memory headroom policy, defined once.
+
+The memory model (:mod:`mosaic.perf.memory`) predicts what a step allocates, including the
+2 GiB ``runtime_reserve`` outside PyTorch's caching allocator (CUDA context, library
+workspaces, NCCL buffers). It does not model the allocator's fragmentation: memory the
+caching allocator holds in cached segments that it cannot split to serve a request
+("reserved but unallocated"; PyTorch CUDA semantics docs, "Optimizing memory usage with
+PYTORCH_CUDA_ALLOC_CONF"; pytorch/devlogs 2026-06-01 "When does fragmentation occur in the
+CUDA caching allocator?"). That share is the headroom: a plan may fill
+``usable_fraction · HBM`` and the rest absorbs fragmentation and transient peaks the model
+does not see. The two are disjoint, so nothing is counted twice.
+
+The default, 0.9, is the fraction frameworks that size their own memory pools choose by
+default: vLLM's ``gpu_memory_utilization`` defaults to 0.9 of device memory (vLLM engine
+arguments), and the vLLM-Omni guide "GPU Memory Calculation and Configuration"
+(docs.vllm.ai/projects/vllm-omni) calls 1.0 "not recommended, leaves no buffer". A stack
+whose documented setup differs carries its own value in the stack registry
+(``usable_memory_fraction``): the paper's planner caps memory at the whole device (Table 3:
+M_dev = 179 GB, a B200's memory), so ``paper-nemo`` carries 1.0 and the paper reproduction
+is unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+from mosaic.stacks import get_stack
+
+DEFAULT_USABLE_MEMORY_FRACTION = 0.9
+DEFAULT_SOURCE = ("default headroom: 10% of device memory left to allocator fragmentation "
+                  "(vLLM gpu_memory_utilization default 0.9; docs/memory.md)")
+
+
+@dataclass(frozen=True)
+class MemoryHeadroom:
+    """The share of device memory a plan may fill, and where that number comes from."""
+
+    usable_fraction: float
+    source: str
+    origin: str = "default"  # user, stack <name> or default
+
+    def __post_init__(self) -> None:
+        fraction = self.usable_fraction
+        if not (isinstance(fraction, (int, float)) and math.isfinite(fraction)
+                and 0.0 < fraction <= 1.0):
+            raise MosaicInputError(
+                f"memory fraction must be a number in (0, 1], got {fraction!r}")
+
+    def to_dict(self, hbm_bytes: float) -> dict[str, Any]:
+        """The policy on one device: usable bytes and the headroom kept free."""
+        return {
+            "usable_memory_fraction": self.usable_fraction,
+            "usable_memory_bytes": hbm_bytes * self.usable_fraction,
+            "headroom_bytes": hbm_bytes * (1.0 - self.usable_fraction),
+            "origin": self.origin,
+            "source": self.source,
+        }
+
+
+def memory_headroom(user_fraction: float | None, stack: str) -> MemoryHeadroom:
+    """The user's fraction, else the stack's documented one, else the default (0.9)."""
+    if user_fraction is not None:
+        return MemoryHeadroom(float(user_fraction), "--memory-fraction", "user")
+    traits = get_stack(stack)
+    if traits.usable_memory_fraction is not None:
+        return MemoryHeadroom(traits.usable_memory_fraction,
+                              f"stack {stack}: {traits.memory_source}", f"stack {stack}")
+    return MemoryHeadroom(DEFAULT_USABLE_MEMORY_FRACTION, DEFAULT_SOURCE)
