@@ -72,8 +72,8 @@ def test_a_catalog_gpu_the_data_lacks_and_a_huge_model_are_flagged_with_ratios()
 
 
 def test_assessment_carries_intervals_and_says_when_memory_residuals_are_missing() -> None:
-    a = assess(COVERAGE, "t", tokens_per_s=1000.0, mfu=0.4, step_time_s=2.0,
-               memory_gib=50.0, **INSIDE)
+    a = assess(COVERAGE, "t", tokens_per_s=1000.0, tokens_per_s_per_gpu=125.0, mfu=0.4,
+               step_time_s=2.0, memory_gib=50.0, **INSIDE)
     doc = a.to_document()
     assert doc["inside_calibrated_envelope"] is True
     q = ratio_quantiles(np.array([0.9, 1.0, 1.1]), "x", 0.9)  # 0.91 .. 1.09
@@ -86,8 +86,8 @@ def test_assessment_carries_intervals_and_says_when_memory_residuals_are_missing
 
 
 def test_without_coverage_the_verdict_is_unknown_not_inside() -> None:
-    a = assess(None, "old", tokens_per_s=1.0, mfu=0.1, step_time_s=1.0, memory_gib=1.0,
-               **INSIDE)
+    a = assess(None, "old", tokens_per_s=1.0, tokens_per_s_per_gpu=1.0, mfu=0.1,
+               step_time_s=1.0, memory_gib=1.0, **INSIDE)
     assert a.inside is None and "mosaic calibrate" in a.note
 
 

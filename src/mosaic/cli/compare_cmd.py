@@ -75,7 +75,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
 
     spec = load_job(path)
     result = predict_job(spec, calibration)
-    doc = prediction_document(result, calibration.name)
+    doc = prediction_document(result, calibration)
     counts = count_parameters(spec.workload.geometry)
     gpus = doc["hardware"]["devices"]
     # D = tokens/s x T_train x goodput (paper Eq. 25)

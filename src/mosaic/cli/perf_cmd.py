@@ -21,18 +21,22 @@ from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.job_schema import load_job
 from mosaic.evaluate.job import JobPrediction, predict_job
-from mosaic.perf.calibration import load_calibration
+from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.coverage import summary_lines
+from mosaic.perf.prediction_coverage import assess_plan
 
 GIB = 2**30
 
 
-def prediction_document(result: JobPrediction, calibration: str) -> dict[str, Any]:
+def prediction_document(result: JobPrediction, calibration: Calibration) -> dict[str, Any]:
     """The JSON document of `mosaic perf --json`."""
     p = result.prediction
     machine = result.machine
+    coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
+                           machine.device_name, p)
     return {
         "stack": result.spec.workload.stack,
-        "calibration": calibration,
+        "calibration": calibration.name,
         "step_time_s": float(p.step_time_s[0]),
         "tokens_per_s": float(p.tokens_per_s[0]),
         "tokens_per_s_per_gpu": float(p.tokens_per_s_per_gpu[0]),
@@ -56,6 +60,8 @@ def prediction_document(result: JobPrediction, calibration: str) -> dict[str, An
             "nodes": result.cluster.n_nodes,
             "devices": result.cluster.n_devices,
         },
+        "coverage": coverage.to_document(),
+        "coverage_summary": summary_lines(coverage),
     }
 
 
@@ -99,6 +105,8 @@ def _render(document: dict[str, Any]) -> None:
         for name, seconds in document["breakdown"].items()
         if abs(seconds) > 0
     ]
+    print_key_value_table("Calibration coverage (intervals from held-out residuals)",
+                          [tuple(row) for row in document["coverage_summary"]])
     print_table("Step-time breakdown", ["term", "seconds", "share", "source"], rows)
     memory = document["memory_breakdown"]
     print_table(
@@ -122,7 +130,7 @@ def perf(
     spec = with_model(load_job(job, set_ or []), model)
     constants = load_calibration(calibration)
     result = predict_job(spec, constants)
-    document = prediction_document(result, constants.name)
+    document = prediction_document(result, constants)
     write_html(document, html, "perf")
     if json_output:
         print_json(document)

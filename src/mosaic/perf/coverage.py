@@ -175,7 +175,11 @@ class OutsideDimension:
 
     def text(self) -> str:
         times = "" if self.ratio is None else f" ({self.ratio:.3g}x outside)"
-        return f"{self.dimension}={self.value} not in {self.calibrated}{times}"
+        return f"{self.dimension}={self.shown_value} not in {self.calibrated}{times}"
+
+    @property
+    def shown_value(self) -> str:
+        return f"{self.value:.4g}" if isinstance(self.value, float) else str(self.value)
 
 
 def _range_check(name: str, value: float, bounds: tuple[float, float]
@@ -247,6 +251,7 @@ class Assessment:
     calibration: str
     outside: tuple[OutsideDimension, ...]
     tokens_per_s: Interval | None = None
+    tokens_per_s_per_gpu: Interval | None = None
     mfu: Interval | None = None
     step_time_s: Interval | None = None
     memory_gib: Interval | None = None
@@ -265,7 +270,9 @@ class Assessment:
             "calibration": self.calibration,
             "inside_calibrated_envelope": self.inside,
             "outside": [o.to_document() for o in self.outside],
-            "intervals": {"tokens_per_s": maybe(self.tokens_per_s), "mfu": maybe(self.mfu),
+            "intervals": {"tokens_per_s": maybe(self.tokens_per_s),
+                          "tokens_per_s_per_gpu": maybe(self.tokens_per_s_per_gpu),
+                          "mfu": maybe(self.mfu),
                           "step_time_s": maybe(self.step_time_s),
                           "memory_gib": maybe(self.memory_gib)},
             "note": self.note,
@@ -274,8 +281,8 @@ class Assessment:
 
 def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
            stack: str, is_moe: bool, n_total: float, n_active: float,
-           degrees: Mapping[str, int], tokens_per_s: float, mfu: float, step_time_s: float,
-           memory_gib: float) -> Assessment:
+           degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
+           mfu: float, step_time_s: float, memory_gib: float) -> Assessment:
     """Place one predicted job against ``coverage`` (module docstring)."""
     if coverage is None:
         return Assessment(calibration, (), has_envelope=False, note=(
@@ -291,8 +298,32 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
     return Assessment(
         calibration, outside,
         tokens_per_s=interval(tokens_per_s, speed, level),
+        tokens_per_s_per_gpu=interval(tokens_per_s_per_gpu, speed, level),
         mfu=interval(mfu, speed, level),
         step_time_s=interval(step_time_s, speed, level, inverse=True),
         memory_gib=interval(memory_gib, memory, level),
         note=(f"no residuals for {' or '.join(missing)} in calibration {calibration!r}"
               if missing else None))
+
+
+def summary_lines(assessment: Assessment) -> list[tuple[str, str]]:
+    """Key/value rows for a human table: the envelope verdict and the intervals."""
+    if not assessment.has_envelope:
+        return [("calibrated envelope", str(assessment.note))]
+    if not assessment.outside:
+        rows = [("calibrated envelope", "inside")]
+    else:
+        rows = [(f"OUTSIDE envelope: {o.dimension}",
+                 f"{o.shown_value} not in {o.calibrated}"
+                 + ("" if o.ratio is None else f" ({o.ratio:.3g}x)")) for o in assessment.outside]
+    for label, value, fmt in (("tokens/s per GPU", assessment.tokens_per_s_per_gpu, ",.0f"),
+                              ("MFU", assessment.mfu, ".2%"),
+                              ("step time s", assessment.step_time_s, ".3f"),
+                              ("memory GiB", assessment.memory_gib, ".1f")):
+        if value is not None:
+            rows.append((f"{value.level:.0%} interval, {label}",
+                         f"{value.low:{fmt}} .. {value.high:{fmt}} (residuals: {value.scope}, "
+                         f"{value.n_runs} runs)"))
+    if assessment.note:
+        rows.append(("note", assessment.note))
+    return rows

@@ -201,7 +201,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
 
         start = time.perf_counter()
         job, result = predict_form(form, job_document, calibration)
-        document = prediction_document(result, calibration.name)
+        document = prediction_document(result, calibration)
         predict_ms = (time.perf_counter() - start) * 1e3
         name = layout_label(document["plan"])
         figures = {
@@ -232,7 +232,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         for form in forms:
             _, result = predict_form({str(k): str(v) for k, v in form.items()}, job_document,
                                      calibration)
-            documents.append(prediction_document(result, calibration.name))
+            documents.append(prediction_document(result, calibration))
         bars = [("A", documents[0]), ("B", documents[1])]
         return _json({"ok": True, "predictions": documents, "figures": {
             "step": step_breakdown_figure([(n, d["breakdown"]) for n, d in bars],

@@ -1,0 +1,26 @@
+"""Place one predicted plan against its calibration's coverage (perf.coverage)."""
+
+from __future__ import annotations
+
+from mosaic.arch.counts import count_parameters
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.coverage import DEGREES, Assessment, assess
+from mosaic.perf.memory import GIB
+from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.step_time import StepPrediction
+from mosaic.perf.workload import Workload
+
+
+def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPlans,
+                device_name: str, prediction: StepPrediction, index: int = 0) -> Assessment:
+    """Envelope verdict and residual intervals of plan ``index`` of ``prediction``."""
+    counts = count_parameters(workload.geometry)
+    return assess(
+        calibration.coverage, calibration.name, device=device_name, stack=workload.stack,
+        is_moe=workload.geometry.is_moe, n_total=float(counts.n_total),
+        n_active=float(counts.n_active),
+        degrees={name: int(getattr(plans, name)[index]) for name in DEGREES},
+        tokens_per_s=float(prediction.tokens_per_s[index]),
+        tokens_per_s_per_gpu=float(prediction.tokens_per_s_per_gpu[index]),
+        mfu=float(prediction.mfu[index]), step_time_s=float(prediction.step_time_s[index]),
+        memory_gib=float(prediction.memory_bytes[index] / GIB))

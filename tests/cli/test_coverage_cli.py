@@ -1,0 +1,58 @@
+"""Performance predictions say whether the job lies in the calibrated envelope, with
+intervals from the calibration's held-out residuals."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.perf.calibration import built_in_calibration
+from mosaic.perf.coverage import pick_scope
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def perf_json(*args: str) -> dict:
+    result = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_appendix_e_job_is_inside_and_its_interval_comes_from_megatron_moe_residuals():
+    doc = perf_json()
+    coverage = doc["coverage"]
+    assert coverage["inside_calibrated_envelope"] is True and coverage["outside"] == []
+    scope = pick_scope(built_in_calibration("default").coverage.tokens_per_s_ratio,
+                       "megatron-core", "moe")
+    tokens = coverage["intervals"]["tokens_per_s"]
+    assert tokens["residual_scope"] == "megatron-core/moe" == scope.scope
+    assert tokens["low"] == pytest.approx(doc["tokens_per_s"] * scope.low)
+    assert tokens["high"] == pytest.approx(doc["tokens_per_s"] * scope.high)
+    mfu = coverage["intervals"]["mfu"]
+    assert (mfu["low"], mfu["high"]) == (pytest.approx(doc["mfu"] * scope.low),
+                                         pytest.approx(doc["mfu"] * scope.high))
+    step = coverage["intervals"]["step_time_s"]
+    assert step["low"] == pytest.approx(doc["step_time_s"] / scope.high)
+    assert coverage["intervals"]["memory_gib"]["n_runs"] >= 10
+
+
+def test_a_catalog_gpu_without_calibration_runs_and_a_huge_model_are_flagged():
+    doc = perf_json("--set", "hardware.node_type=H800-node", "--set", "model.n_layers=480")
+    outside = {o["dimension"]: o for o in doc["coverage"]["outside"]}
+    assert doc["coverage"]["inside_calibrated_envelope"] is False
+    assert outside["gpu"]["value"] == "H800-SXM-80GB" and outside["gpu"]["ratio"] is None
+    n_max = built_in_calibration("default").coverage.n_total[1]
+    # 480 layers: 10x the Appendix E model's 439e9 non-embedding parameters
+    assert outside["n_total"]["ratio"] == pytest.approx(outside["n_total"]["value"] / n_max)
+    assert outside["n_total"]["value"] == pytest.approx(10 * 439_132_237_824, rel=1e-3)
+
+
+def test_text_output_names_the_dimensions_outside():
+    result = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"),
+                                 "--calibration", "paper-p6b200"])
+    assert result.exit_code == 0, result.output
+    assert "OUTSIDE envelope: pp" in result.output and "16 not in 1..8 (2x)" in result.output
+    assert "no residuals for memory" in result.output
