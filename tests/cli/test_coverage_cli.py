@@ -56,3 +56,21 @@ def test_text_output_names_the_dimensions_outside():
     assert result.exit_code == 0, result.output
     assert "OUTSIDE envelope: pp" in result.output and "16 not in 1..8 (2x)" in result.output
     assert "no residuals for memory" in result.output
+
+
+def test_layouts_and_explain_carry_the_coverage_of_their_plans():
+    # The paper profile's runs reach pp=8: pp=16 lies outside, pp=4 inside.
+    pp_max = built_in_calibration("paper-p6b200").coverage.degrees["pp"][1]
+    for pp in (4, 16):
+        layouts = runner.invoke(app, ["layouts", str(EXAMPLES / "appendix_e.yaml"), "--top",
+                                      "3", "--pp", str(pp), "--calibration", "paper-p6b200",
+                                      "--json"])
+        assert layouts.exit_code == 0, layouts.output
+        for row in json.loads(layouts.output)["rows"]:
+            flagged = {o["dimension"] for o in row["coverage"]["outside"]}
+            assert ("pp" in flagged) == (pp > pp_max)
+            tokens = row["coverage"]["intervals"]["tokens_per_s_per_gpu"]
+            assert tokens["low"] < row["tokens_per_s_per_gpu"] < tokens["high"]
+    explain = runner.invoke(app, ["explain", str(EXAMPLES / "appendix_e.yaml"), "--json"])
+    assert explain.exit_code == 0, explain.output
+    assert json.loads(explain.output)["coverage"]["inside_calibrated_envelope"] is True

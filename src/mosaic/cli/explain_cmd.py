@@ -33,7 +33,9 @@ from mosaic.evaluate.diagnosis import (
 )
 from mosaic.evaluate.job import predict_job
 from mosaic.limits import check_range
-from mosaic.perf.calibration import load_calibration
+from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.coverage import summary_lines
+from mosaic.perf.prediction_coverage import assess_plan
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
 
@@ -47,12 +49,14 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def explain_document(diagnosis: Diagnosis) -> dict[str, Any]:
+def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str, Any]:
     """The JSON document of `mosaic explain --json`."""
     result = diagnosis.result
     p = result.prediction
     bound = diagnosis.bound
     gap = diagnosis.gap
+    coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
+                           result.machine.device_name, p)
     return {
         "current": {
             "plan": result.spec.plan.row(0),
@@ -61,6 +65,8 @@ def explain_document(diagnosis: Diagnosis) -> dict[str, Any]:
             "mfu": float(p.mfu[0]),
             "tokens_per_s": float(p.tokens_per_s[0]),
         },
+        "coverage": coverage.to_document(),
+        "coverage_summary": summary_lines(coverage),
         "bound": {
             "limiter": bound.limiter,
             "class": bound.time_class,
@@ -213,10 +219,13 @@ def explain(
                                   measured_step_time_s)
     constants = load_calibration(calibration)
     diagnosis = diagnose(predict_job(spec, constants), constants, measured)
+    document = explain_document(diagnosis, constants)
     if json_output:
-        print_json(explain_document(diagnosis))
+        print_json(document)
         return
     _render_current(diagnosis)
+    print_key_value_table("Calibration coverage (intervals from held-out residuals)",
+                          [tuple(row) for row in document["coverage_summary"]])
     _render_bound(diagnosis)
     _render_gap(diagnosis)
     _render_levers(diagnosis)

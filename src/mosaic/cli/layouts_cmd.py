@@ -23,6 +23,7 @@ from mosaic.cli.common import (
     guarded,
     parse_ints,
     print_json,
+    print_key_value_table,
 )
 from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.cli.report_cmd import HtmlOption, write_html
@@ -31,10 +32,13 @@ from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for
 from mosaic.hardware import Cluster
 from mosaic.limits import check_range
-from mosaic.perf.calibration import load_calibration
+from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.coverage import summary_lines
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB
+from mosaic.perf.prediction_coverage import assess_plan
+from mosaic.perf.workload import Workload
 from mosaic.schema_validation import load_yaml_mapping
 
 PLAN_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard",
@@ -93,9 +97,12 @@ def _plan_fields(search: LayoutSearch, index: int) -> dict[str, Any]:
     return {name: row[name] for name in PLAN_FIELDS}
 
 
-def ranked_rows(search: LayoutSearch, top: int) -> list[dict[str, Any]]:
-    """The best ``top`` plans with their metrics."""
-    return [{"rank": rank, **_plan_fields(search, int(i)), **search.metrics(int(i))}
+def ranked_rows(search: LayoutSearch, top: int, calibration: Calibration,
+                workload: Workload, device_name: str) -> list[dict[str, Any]]:
+    """The best ``top`` plans with their metrics and calibration coverage."""
+    return [{"rank": rank, **_plan_fields(search, int(i)), **search.metrics(int(i)),
+             "coverage": assess_plan(calibration, workload, search.plans, device_name,
+                                     search.prediction, int(i)).to_document()}
             for rank, i in enumerate(search.ranking[:top], start=1)]
 
 
@@ -125,8 +132,12 @@ def infeasible_document(search: LayoutSearch, top: int, details: bool) -> dict[s
 
 
 def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, top: int,
-                    show_infeasible: bool) -> dict[str, Any]:
+                    show_infeasible: bool, calibration: Calibration,
+                    workload: Workload) -> dict[str, Any]:
     """The JSON document of `mosaic layouts --json`."""
+    best = (assess_plan(calibration, workload, search.plans, machine.device_name,
+                        search.prediction, int(search.ranking[0]))
+            if search.ranking.size else None)
     return {
         "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,
                      "devices": cluster.n_devices},
@@ -135,8 +146,10 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
         "n_candidates": search.n_candidates,
         "n_plans": search.n_plans,
         "n_feasible": search.n_feasible,
-        "rows": ranked_rows(search, top),
+        "rows": ranked_rows(search, top, calibration, workload, machine.device_name),
         "infeasible": infeasible_document(search, top, show_infeasible),
+        "calibration": calibration.name,
+        "coverage_summary": [] if best is None else summary_lines(best),
     }
 
 
@@ -179,6 +192,7 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
     if rows:
         _print_compact_table("Layouts by predicted throughput", TABLE_COLUMNS,
                              [[str(r["rank"]), *_table_cells(r)] for r in rows])
+        _render_coverage(document)
     else:
         console.print("No layout fits in memory.", highlight=False)
     infeasible = document["infeasible"]
@@ -188,6 +202,19 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
         rejected = sum(item["plans"] for item in infeasible["rejected"])
         console.print(f"{infeasible['out_of_memory']:,} layouts run out of memory, {rejected:,} "
                       "break a divisibility rule (--show-infeasible lists them).",
+                      highlight=False)
+
+
+def _render_coverage(document: dict[str, Any]) -> None:
+    """The best layout's envelope verdict and intervals, and other rows outside it."""
+    print_key_value_table(f"Layout #1 against calibration {document['calibration']!r} "
+                          "(intervals from held-out residuals)",
+                          [tuple(row) for row in document["coverage_summary"]])
+    others = [f"#{r['rank']}: " + ", ".join(f"{o['dimension']}={o['value']}"
+                                           for o in r["coverage"]["outside"])
+              for r in document["rows"][1:] if r["coverage"]["outside"]]
+    if others:
+        console.print("Also outside the calibrated envelope: " + "; ".join(others),
                       highlight=False)
 
 
@@ -288,13 +315,14 @@ def layouts(
         sharding=_name_list(sharding), checkpointing=_name_list(checkpointing),
     )
     machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction)
+    constants = load_calibration(calibration)
     with _progress_bar(not json_output) as progress:
-        search = search_layouts(workload, machine, load_calibration(calibration), limits,
-                                progress=progress)
+        search = search_layouts(workload, machine, constants, limits, progress=progress)
     if search.n_plans == 0:
         raise _no_valid_layout(search, cluster.n_devices)
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
-    document = search_document(search, cluster, machine, top, details)
+    document = search_document(search, cluster, machine, top, details,
+                               constants, workload)
     if html is not None:
         from mosaic.report.html.documents import layouts_report_blocks
 

@@ -267,7 +267,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         if search.n_plans == 0:
             raise FormError({GENERAL: f"no layout of {cluster.n_devices} GPUs passes the "
                                       "divisibility rules"})
-        document = search_document(search, cluster, machine, LAYOUT_ROWS, True)
+        document = search_document(search, cluster, machine, LAYOUT_ROWS, True, calibration,
+                                   spec.workload)
         document["infeasible"]["out_of_memory_plans"] = out_of_memory_rows(search,
                                                                            INFEASIBLE_ROWS)
         document["search_ms"] = (time.perf_counter() - start) * 1e3
