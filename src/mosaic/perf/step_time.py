@@ -177,9 +177,17 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     }
 
 
-def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPlans
-                        ) -> np.ndarray:
-    """Activations and their gradients crossing each stage boundary, per micro-batch."""
+def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPlans,
+                        chunk_forward_s: np.ndarray) -> np.ndarray:
+    """Exposed seconds of the activations and gradients crossing each stage boundary, per
+    micro-batch: one send per virtual chunk in each direction.
+
+    With a stack whose ``pp_p2p_overlap`` is ``interleaved`` and vpp > 1, each transfer is
+    posted asynchronously and waited only by the chunk that consumes it (Megatron-Core's
+    overlap_p2p_comm, on by default with the interleaved schedule), so only the part
+    longer than one chunk's forward compute (``chunk_forward_s``, the shorter of the two
+    directions' windows) is exposed. Otherwise every transfer blocks.
+    """
     ic = machine.interconnect
     sequence_split = np.where(plans.sequence_parallel, plans.tp, 1)
     message = (tokens_per_rank(workload, plans) * workload.geometry.d_model
@@ -187,6 +195,9 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     stage_stride = plans.tp * plans.cp * plans.dp
     crosses = ~group_placement(plans.pp, stage_stride, ic.scale_up_domain_gpus).inside_domain
     per_boundary = send_recv_time_s(message, crosses, ic)
+    if workload.traits.pp_p2p_overlap == "interleaved":
+        hidden = np.where(plans.vpp > 1, np.minimum(per_boundary, chunk_forward_s), 0.0)
+        per_boundary = per_boundary - hidden
     return np.where(plans.pp > 1, 2 * plans.vpp * per_boundary, 0.0)
 
 
@@ -469,7 +480,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     dense = dense_block_times(machine, workload, plans)
     block = moe_block_times(machine, workload, plans) if geometry.moe else dense
     block_terms, blocks, moe_blocks = _heaviest_stage_blocks(workload, plans, dense, block)
-    pipeline_p2p = _pipeline_send_recv(machine, workload, plans)
+    pipeline_p2p = _pipeline_send_recv(machine, workload, plans,
+                                       block.forward * blocks / plans.vpp)
     attention_core_per_mb = block_terms.pop("attention_core_recompute") + block_terms[
         "compute_attention_core"]
     imbalance = calibration.routing_multiplier(workload.routing) if geometry.moe else 1.0

@@ -37,6 +37,20 @@ class SelectiveRecompute(StrEnum):
     PER_OP = "per_op"  # torch per-op SAC (torchtitan's 'op' policy)
 
 
+class CrossEntropy(StrEnum):
+    """How a stack computes the LM loss (sets the logits working set, mosaic.perf.memory)."""
+
+    FUSED = "fused"  # one fp32 copy, softmax and gradient in place (Megatron-Core)
+    FP32_UPCAST = "fp32_upcast"  # eager F.cross_entropy(logits.float()) (torchtitan)
+
+
+class FsdpShardStorage(StrEnum):
+    """What a fully sharded stack keeps per parameter shard between steps."""
+
+    FP32 = "fp32"  # the fp32 shard is the optimizer's master (torch FSDP mixed precision)
+    BF16_FP32 = "bf16_fp32"  # a bf16 shard plus separate fp32 main params (Megatron FSDP)
+
+
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     description: str = Field(min_length=1)
@@ -50,6 +64,9 @@ class _Entry(BaseModel):
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: Literal["none", "selective", "full"]
+    cross_entropy: CrossEntropy
+    fsdp_shard_storage: FsdpShardStorage
+    moe_probs_in_activation: bool
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     layout_vpp: tuple[int, ...] | None = None
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -78,6 +95,9 @@ class StackTraits:
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: str
+    cross_entropy: CrossEntropy
+    fsdp_shard_storage: FsdpShardStorage
+    moe_probs_in_activation: bool  # routing probs scale the expert activation, not its output
     layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
