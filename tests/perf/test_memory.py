@@ -129,7 +129,10 @@ def test_reproduces_korthikanti_without_dropout_masks():
     assert got == pytest.approx(sbh * (10 - 2 + 24 / t))
 
 
-def test_moe_block_hand_computed():
+@pytest.mark.parametrize("stack, combine_copies", [("torchtitan", 1), ("megatron-core", 0)])
+def test_moe_block_hand_computed(stack, combine_copies):
+    """Megatron-Core scales the expert activation by the routing probabilities
+    (activation_func_with_probs), so its combine saves no copy of the expert outputs."""
     geometry = moe_geometry(top_k=2)
     T, h, E, K, d_e = 256, 64, 8, 2, 32  # tokens (b=2, s=128), tp = cp = etp = 1
     copies = K * T
@@ -138,10 +141,10 @@ def test_moe_block_hand_computed():
         + T * (2 * 4 * E + (8 + 4) * K)  # fp32 logits + scores, int64 index + fp32 prob
         + 2 * copies * h  # permuted expert inputs
         + 2 * copies * 3 * d_e  # gate, up, SwiGLU output per copy
-        + 2 * K * T * h  # expert outputs kept for the weighted combine
+        + combine_copies * 2 * K * T * h  # expert outputs kept for the weighted combine
         + 2 * T * 3 * d_e  # one shared expert of width d_e
     )
-    got = moe_block_activation_bytes(workload(geometry), single_plan(micro_batch=2))
+    got = moe_block_activation_bytes(workload(geometry, stack=stack), single_plan(micro_batch=2))
     assert got[0] == pytest.approx(expected)
 
 

@@ -4,12 +4,14 @@ Every formula is written over the arrays of :class:`~mosaic.perf.plan.ParallelPl
 layout search scores all of its candidate plans in one call; a single plan is a length-1
 set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`):
 
-* ``weights``: bf16 parameters (2 B/param; fp8 recipes keep bf16 weights too).
+* ``weights``: bf16 parameters (2 B/param; fp8 recipes keep bf16 weights too; none at rest
+  for fully sharded plans on stacks whose shards are fp32, see :func:`weight_bytes`).
 * ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16).
 * ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B).
 * ``master_weights``: fp32 master parameters (4 B/param).
 * ``activations``: tensors saved for the backward pass of every in-flight micro-batch.
-* ``logits``: LM-head output and fp32 cross-entropy working copy (last stage only).
+* ``logits``: LM-head output and the cross-entropy working set (last stage only), by the
+  stack's loss implementation (:func:`loss_bytes_per_logit`).
 * ``communication_buffers``: FSDP gather/reduce buffers, ZeRO-2 buckets, EP and PP buffers.
 * ``runtime_reserve``: CUDA context, library workspaces and NCCL buffers.
 
@@ -46,7 +48,7 @@ from mosaic.perf.shapes import (
     tokens_per_rank,
 )
 from mosaic.perf.workload import OptimizerKind, Workload
-from mosaic.stacks import SelectiveRecompute
+from mosaic.stacks import CrossEntropy, FsdpShardStorage, SelectiveRecompute
 
 GIB = 2**30
 
@@ -76,11 +78,22 @@ MUON_VOCAB_OPTIMIZER = OptimizerKind.ADAMW
 ACTIVATION_BYTES = 2  # bf16 activations (paper Sec. 3.1: "bf16 weights and activations")
 FP32_BYTES = 4
 INDEX_BYTES = 8  # int64 routing indices
-# Megatron-Core vocab-parallel cross entropy (tensor_parallel/cross_entropy.py) upcasts the
-# bf16 logits to an fp32 copy, turns it into the softmax in place, saves it, and writes the
-# gradient into it in place: peak 2 B (bf16 logits) + 4 B (fp32 copy) per logit element, in
-# the forward (logits alive during the upcast) and in the backward (fp32 grad + bf16 cast).
+# Cross-entropy working set per logit element, by the stack's loss (stack trait
+# ``cross_entropy``). FUSED: Megatron-Core vocab-parallel cross entropy
+# (tensor_parallel/cross_entropy.py) upcasts the bf16 logits to an fp32 copy, turns it into
+# the softmax in place, saves it, and writes the gradient into it in place: peak 2 B (bf16
+# logits) + 4 B (fp32 copy), in the forward and in the backward (fp32 grad + bf16 cast).
 LOGITS_BYTES_PER_ELEMENT = ACTIVATION_BYTES + FP32_BYTES
+# FP32_UPCAST, no TP: eager F.cross_entropy(logits.float()) (torchtitan components/loss.py).
+# Forward: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 = 10 B; backward: the saved
+# log-softmax 4 + nll_loss_backward's dense fp32 gradient 4 + _log_softmax_backward_data's
+# fp32 output 4 = 12 B (torchtitan deletes the bf16 logits before backward), the peak.
+UPCAST_LOSS_BYTES_PER_ELEMENT = 3 * FP32_BYTES
+# FP32_UPCAST under TP: torch's loss_parallel (torch/distributed/tensor/parallel/loss.py)
+# decomposes the vocab-sharded log-softmax (fp32 input 4, shifted 4, exp(shifted) 4 beside
+# the bf16 logits 2 = 14 B) and its backward (saved result 4, zeros_like gradient 4,
+# exp(x) 4 and their sum 4 = 16 B), the peak.
+LOSS_PARALLEL_BYTES_PER_ELEMENT = 4 * FP32_BYTES
 # CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
 # and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
 # candidate: measure nvidia-smi used minus allocator reserved on the target stack.
@@ -227,6 +240,20 @@ def optimizer_state_bytes(
     return state
 
 
+def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
+                 ) -> np.ndarray:
+    """Resident bf16 weights, sharded over (E)DP under FSDP/HSDP. A fully sharded plan on a
+    stack whose shards are fp32 (trait ``fsdp_shard_storage``: torch FSDP mixed precision
+    keeps the sharded parameter in its original dtype, which the optimizer updates) holds no
+    bf16 copy at rest: its fp32 shard is ``master_weights`` and the bf16 units exist only
+    while gathered (``communication_buffers``)."""
+    resident = WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED)
+    if workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32:
+        fully_sharded = np.isin(plans.sharding, [int(m) for m in _FULLY_SHARDED])
+        resident = np.where(fully_sharded, 0.0, resident)
+    return resident
+
+
 # --- Activations -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _AttentionWidths:
@@ -328,7 +355,9 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     expert read the same norm output), fp32 router logits and scores (2·4TE) with int64
     top-K indices and fp32 top-K probabilities (12TK), permuted expert inputs (2Ch), expert
     intermediates (SwiGLU: 3 tensors of d_expert/etp per copy), expert outputs kept for the
-    probability-weighted combine (2KTh), and shared-expert intermediates (TP-split).
+    probability-weighted combine (2KTh) unless the stack scales the expert activation by the
+    probabilities instead (trait ``moe_probs_in_activation``: the unpermute is then a plain
+    sum that saves nothing), and shared-expert intermediates (TP-split).
     Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8).
     """
     geometry, moe = workload.geometry, workload.geometry.moe
@@ -342,7 +371,8 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
     expert_inputs = gemm_in * copies * h
     experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in)
-    combine = ACTIVATION_BYTES * moe.top_k * routed * h
+    combine = 0.0 if workload.traits.moe_probs_in_activation else (
+        ACTIVATION_BYTES * moe.top_k * routed * h)
     shared_width = moe.shared_experts * moe.shared_width / plans.tp
     shared = _ffn_bytes(tokens_per_rank(workload, plans), shared_width, geometry.glu, gemm_in)
     return norm + router + expert_inputs + experts + combine + shared
@@ -470,11 +500,22 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     return in_flight * per_microbatch + recompute + head_inputs
 
 
+def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Peak bytes per logit element of the LM head output and the loss over it, by the
+    stack's ``cross_entropy`` trait (constants above: 6 B fused, 12 B eager fp32 upcast,
+    16 B eager under TP's loss_parallel)."""
+    if workload.traits.cross_entropy is CrossEntropy.FUSED:
+        return np.full(len(plans), float(LOGITS_BYTES_PER_ELEMENT))
+    return np.where(plans.tp > 1, float(LOSS_PARALLEL_BYTES_PER_ELEMENT),
+                    float(UPCAST_LOSS_BYTES_PER_ELEMENT))
+
+
 def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
-    LOGITS_BYTES_PER_ELEMENT (Megatron-Core vocab-parallel cross entropy)."""
+    :func:`loss_bytes_per_logit`, on the stage holding the LM head."""
     elements = tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
-    return np.where(_holds_lm_head(plans, stage), LOGITS_BYTES_PER_ELEMENT * elements, 0.0)
+    per_element = loss_bytes_per_logit(workload, plans)
+    return np.where(_holds_lm_head(plans, stage), per_element * elements, 0.0)
 
 
 # --- Buffers -----------------------------------------------------------------------------
@@ -527,7 +568,7 @@ def stage_memory_breakdown_bytes(
     params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages)
     states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
-        "weights": WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED),
+        "weights": weight_bytes(workload, params, plans),
         "gradients": GRADIENT_BYTES_PER_PARAM
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),

@@ -1,6 +1,8 @@
 """Software stacks as a validated registry: each stack's traits and defaults, with sources."""
 
 from mosaic.stacks.registry import (
+    CrossEntropy,
+    FsdpShardStorage,
     MicroBatchDefault,
     SelectiveRecompute,
     StackTraits,
@@ -10,6 +12,8 @@ from mosaic.stacks.registry import (
 )
 
 __all__ = [
+    "CrossEntropy",
+    "FsdpShardStorage",
     "MicroBatchDefault",
     "SelectiveRecompute",
     "StackTraits",
