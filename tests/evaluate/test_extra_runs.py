@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from mosaic.config.run_records import load_run_records
+from mosaic.config.spelling import RECORD_RULES, canonical_document
 from mosaic.hardware import get_device
 
 EXTRA = Path(str(resources.files("mosaic.evaluate").joinpath("data/extra_runs.yaml")))
@@ -31,16 +32,18 @@ CUDA_REPORTED_GIB = {"H100-SXM-80GB": 79.10, "H100-SXM-96GB-500W": 95.04, "B200"
 
 
 def _raw_runs(path: Path) -> list[dict[str, Any]]:
-    return yaml.safe_load(path.read_text())["runs"]
+    """The runs of ``path`` in the canonical spelling (the shared file uses older names)."""
+    return [canonical_document(run, RECORD_RULES, str(path), set())
+            for run in yaml.safe_load(path.read_text())["runs"]]
 
 
 def _fingerprint(run: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two records the same measurement: model shape, hardware, layout, batch."""
-    model, par, batch = run["model"], run["parallel"], run["batch"]
+    model, par, batch = run["model"], run["parallelism"], run["batch"]
     moe = model.get("moe") or {}
     return (
         model["layers"], model["d_model"], model["vocab"], moe.get("experts"), moe.get("top_k"),
-        run["gpu"], run["num_gpus"], run["seq_len"], run["precision"],
+        run["gpu"], run["num_gpus"], batch["seq_len"], run["precision"],
         par["tp"], par["pp"], par["cp"], par["ep"], par["dp"], par["sharding"],
         batch["global_seqs"], run["recompute"],
     )
@@ -121,7 +124,7 @@ def test_tokens_per_s_and_step_time_agree_on_every_trained_row() -> None:
         measured = run["measured"]
         if measured["oom"]:
             continue
-        implied = run["batch"]["global_seqs"] * run["seq_len"] / (
+        implied = run["batch"]["global_seqs"] * run["batch"]["seq_len"] / (
             measured["step_time_s"] * run["num_gpus"])
         assert implied == pytest.approx(measured["tokens_per_s_per_gpu"], rel=0.02), run["id"]
 

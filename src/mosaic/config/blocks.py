@@ -1,0 +1,136 @@
+"""The one vocabulary of a training job: ``model``, ``parallelism`` and ``batch`` blocks.
+
+Job files, run records, ``mosaic plan --json`` documents and exports all write these three
+blocks with these field names (docs/schema.md). Field names are the library's own
+(:class:`mosaic.arch.Geometry`, :class:`mosaic.perf.plan.ParallelPlans`); counts carry their
+unit in the name (``global_seqs`` = sequences). ``None`` means "not stated": whoever reads
+the block (a job or a run record, :mod:`mosaic.config.convert`) fills it in by a documented
+rule and says so. Older spellings are translated before validation
+(:mod:`mosaic.config.spelling`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mosaic.limits import LIMITS
+
+_WIDTH = LIMITS["width"].high
+_LAYERS = LIMITS["layers"].high
+_EXPERTS = LIMITS["experts"].high
+_DEGREE = LIMITS["parallel_degree"].high
+
+Activation = Literal["swiglu", "geglu", "gelu", "relu", "squared_relu"]
+Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
+
+
+class _Strict(BaseModel):
+    """Unknown fields are errors; values are not coerced across types (no "8" for 8)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class MLABlock(_Strict):
+    """DeepSeek multi-head latent attention dimensions (DeepSeek-V2 Sec. 2.1; HF names)."""
+
+    kv_lora_rank: int = Field(gt=0, le=_WIDTH, description="compressed KV width d_c")
+    q_lora_rank: int | None = Field(default=None, gt=0, le=_WIDTH,
+                                    description="compressed query width; None = no query LoRA")
+    qk_nope_head_dim: int = Field(gt=0, le=_WIDTH,
+                                  description="per-head query/key width without RoPE")
+    qk_rope_head_dim: int = Field(gt=0, le=_WIDTH, description="per-head decoupled RoPE width")
+    v_head_dim: int = Field(gt=0, le=_WIDTH, description="per-head value width")
+
+
+class MoEBlock(_Strict):
+    """The routed part of an MoE model (paper Sec. 3.1 terms)."""
+
+    experts: int = Field(gt=0, le=_EXPERTS, description="routed experts E per MoE layer")
+    top_k: int = Field(gt=0, le=_EXPERTS, description="routed experts K per token")
+    expert_ffn: int = Field(gt=0, le=_WIDTH, description="hidden width of one routed expert")
+    shared_experts: int = Field(default=0, ge=0, le=_EXPERTS,
+                                description="always-active shared experts per MoE layer")
+    shared_expert_ffn: int | None = Field(default=None, gt=0, le=_WIDTH,
+                                          description="shared expert width; None = expert_ffn")
+    dense_layers: int = Field(default=0, ge=0, le=_LAYERS, description="leading dense blocks")
+    moe_every: int = Field(default=1, gt=0, le=_LAYERS,
+                           description="after the dense prefix, every n-th block is MoE")
+    capacity_factor: float | None = Field(
+        default=None, gt=0, le=1024, allow_inf_nan=False,
+        description="token capacity per expert; None = dropless (kept for export, not costed)")
+    expert_bias: bool = Field(default=False, description="expert linears carry biases")
+    router_bias: bool = Field(default=False, description="router linear carries a bias")
+    shared_expert_gate: bool = Field(default=False,
+                                     description="sigmoid gate on the shared experts' output")
+
+
+class ModelBlock(_Strict):
+    """A decoder-only transformer; ``moe`` None means dense."""
+
+    name: str | None = Field(default=None, min_length=1, description="model name")
+    layers: int = Field(gt=0, le=_LAYERS, description="transformer blocks L (no MTP modules)")
+    d_model: int = Field(gt=0, le=_WIDTH, description="residual width d")
+    heads: int | None = Field(default=None, gt=0, le=_WIDTH, description="query heads")
+    kv_heads: int | None = Field(default=None, gt=0, le=_WIDTH, description="key/value heads")
+    head_dim: int | None = Field(default=None, gt=0, le=_WIDTH,
+                                 description="per-head width; None = d_model / heads")
+    ffn: int | None = Field(default=None, gt=0, le=_WIDTH,
+                            description="dense FFN hidden width; None allowed when all blocks "
+                                        "are MoE")
+    activation: Activation | None = Field(
+        default=None, description="FFN activation; swiglu/geglu are gated (three matrices)")
+    vocab: int | None = Field(default=None, gt=0, le=LIMITS["vocab"].high,
+                              description="vocabulary size")
+    tied_embeddings: bool | None = Field(default=None,
+                                         description="input embedding shared with the LM head")
+    attention: Literal["mha", "gqa", "mla"] | None = Field(
+        default=None, description="None = mla with an mla block, else mha/gqa from kv_heads")
+    mla: MLABlock | None = None
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(default=None,
+                                                         description="None = layernorm")
+    gated_attention: bool = Field(default=False, description="per-head sigmoid output gate")
+    qk_norm: bool = Field(default=False, description="per-head norm of queries and keys")
+    qkv_bias: bool = Field(default=False, description="biases on the Q, K, V projections")
+    output_bias: bool = Field(default=False, description="bias on the attention output")
+    attention_sinks: bool = Field(default=False, description="one learned sink logit per head")
+    mtp_layers: int | None = Field(default=None, ge=0, le=_LAYERS,
+                                   description="multi-token-prediction modules; None = 0")
+    moe: MoEBlock | None = None
+
+
+class ParallelismBlock(_Strict):
+    """The parallel layout (Megatron-Core mesh: devices = tp·pp·cp·dp; experts inside)."""
+
+    tp: int = Field(default=1, gt=0, le=_DEGREE, description="tensor parallel degree")
+    pp: int = Field(default=1, gt=0, le=_DEGREE, description="pipeline stages")
+    vpp: int | None = Field(default=None, gt=0, le=LIMITS["vpp"].high,
+                            description="virtual stages per pipeline rank; None = stack default")
+    cp: int = Field(default=1, gt=0, le=_DEGREE, description="context parallel degree")
+    dp: int | None = Field(default=None, gt=0, le=_DEGREE,
+                           description="data-parallel replicas; None = devices / (tp·pp·cp)")
+    ep: int | None = Field(default=None, gt=0, le=_DEGREE, description="expert parallel degree")
+    etp: int | None = Field(default=None, gt=0, le=_DEGREE,
+                            description="expert tensor parallel degree; None = 1")
+    sequence_parallel: bool | None = Field(default=None,
+                                           description="TP activations split along the "
+                                                       "sequence; None = tp > 1")
+    sharding: Sharding = Field(default="zero1", description="data-parallel sharding mode")
+    hsdp_shard: int | None = Field(default=None, gt=0, le=_DEGREE,
+                                   description="HSDP shard group size; None = the dp group")
+    dispatcher: str | None = Field(
+        default=None, min_length=1,
+        description="MoE token dispatcher: alltoall, deepep or hybridep (a name containing "
+                    "one of them); None = alltoall")
+
+
+class BatchBlock(_Strict):
+    """Batch sizes in sequences of ``seq_len`` tokens."""
+
+    global_seqs: int = Field(gt=0, le=LIMITS["global_batch"].high,
+                             description="sequences per optimizer step")
+    micro_seqs: int | None = Field(default=None, gt=0, le=LIMITS["micro_batch"].high,
+                                   description="sequences per micro-batch per dp rank; "
+                                               "None = the stack's default")
+    seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high, description="tokens per sequence")
