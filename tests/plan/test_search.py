@@ -53,13 +53,16 @@ def test_ranking_is_sorted_and_optimum_is_the_argmin(small_result):
     assert result.optimum_index == int(np.nanargmin(result.loss))
 
 
-def _brute_force(envelope, space, law, calibration, limits):
+def brute_force(envelope, space, law, calibration, limits):
     """Every geometry and every plan one at a time: {row: (loss, plan)} of the trainable."""
-    machine = machine_for(envelope.cluster, envelope.precision)
+    machine = machine_for(envelope.cluster, envelope.precision,
+                          envelope.usable_memory_fraction)
     grid = space.enumerate()
     scored = {}
     for row in range(len(grid)):
-        workload = Workload(grid.geometry(row), envelope.global_batch, envelope.seq_len)
+        workload = Workload(grid.geometry(row), envelope.global_batch, envelope.seq_len,
+                            precision=envelope.precision, stack=envelope.stack,
+                            dispatcher=envelope.dispatcher)
         plans = enumerate_plans(workload, machine.n_devices,
                                 machine.interconnect.scale_up_domain_gpus, limits)
         top = (-np.inf, np.inf, None)  # tokens/s, memory, plan
@@ -85,7 +88,7 @@ def test_search_equals_brute_force(one_node, law, calibration):
     limits = LayoutLimits(micro_batches=(1, 2), vpp=(1,), sharding=("zero1",),
                           checkpointing=("none", "full"))
     result = search(one_node, space, law, calibration, limits=limits, workers=1)
-    scored = _brute_force(one_node, space, law, calibration, limits)
+    scored = brute_force(one_node, space, law, calibration, limits)
     assert sorted(scored) == sorted(result.ranking.tolist())
     for row, (loss, plan) in scored.items():
         assert result.loss[row] == pytest.approx(loss, rel=1e-12)

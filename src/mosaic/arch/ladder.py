@@ -104,7 +104,11 @@ def ladder_geometry(
 
 @dataclass(frozen=True)
 class LadderGrid:
-    """Columns of the admissible (q, E, K, G) ladder geometries, one row per geometry."""
+    """Columns of the admissible (q, E, K, G) ladder geometries, one row per geometry.
+
+    With ``backbone`` set the rows are variants of that model instead
+    (:mod:`mosaic.arch.backbone`: depth, width, E, K, G around it) and ``q`` is 0.
+    """
 
     q: np.ndarray
     experts: np.ndarray
@@ -116,12 +120,24 @@ class LadderGrid:
     n_total: np.ndarray
     n_active: np.ndarray
     sparsity: np.ndarray
+    backbone: Geometry | None = None
 
     def __len__(self) -> int:
         return int(self.q.size)
 
+    @property
+    def is_ladder(self) -> bool:
+        """Rows are rungs of the paper's ladder (else variants of a backbone)."""
+        return self.backbone is None
+
     def geometry(self, row: int) -> Geometry:
         """Materialise row ``row`` as a :class:`Geometry`."""
+        if self.backbone is not None:
+            from mosaic.arch.backbone import backbone_variant  # backbone imports this module
+
+            return backbone_variant(self.backbone, int(self.layers[row]),
+                                    int(self.d_model[row]), int(self.experts[row]),
+                                    int(self.top_k[row]), int(self.split_factor[row]))
         return ladder_geometry(
             int(self.q[row]),
             int(self.experts[row]),

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mosaic.arch.backbone import backbone_split_factor
 from mosaic.cli import plan_render as render
 from mosaic.cli.common import (
     CalibrationOption,
@@ -132,10 +133,26 @@ DispatcherOpt = Annotated[str, typer.Option(
     "(docs/plan.md).")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
-QValues = Annotated[str, typer.Option("--q", help="Ladder seeds q, comma-separated.")]
-Experts = Annotated[str, typer.Option("--experts", help="Expert counts E, comma-separated.")]
-TopK = Annotated[str, typer.Option("--top-k", help="Active experts K, comma-separated.")]
-Split = Annotated[str, typer.Option("--split-factor", help="Split factors G, comma-separated.")]
+QValues = Annotated[str | None, typer.Option(
+    "--q", help="Ladder seeds q, comma-separated (default: Table 3's 8..18).")]
+Experts = Annotated[str | None, typer.Option(
+    "--experts", help="Expert counts E, comma-separated (default: Table 3's, or the "
+    "backbone's own).")]
+TopK = Annotated[str | None, typer.Option(
+    "--top-k", help="Active experts K, comma-separated (default: Table 3's, or the "
+    "backbone's own).")]
+Split = Annotated[str | None, typer.Option(
+    "--split-factor", help="Split factors G = d_ff/d_expert, comma-separated (default: "
+    "Table 3's, or the backbone's own).")]
+BackboneOpt = Annotated[Path | None, typer.Option(
+    "--backbone", help="Search around your model: a HuggingFace config.json or a mosaic "
+    "model YAML; keeps its attention, shared experts, dense layers and vocab (docs/plan.md). "
+    "Default: the paper's ladder.")]
+LayersOpt = Annotated[str | None, typer.Option(
+    "--layers", help="With --backbone: depths L to search, comma-separated (default: its own).")]
+DModelOpt = Annotated[str | None, typer.Option(
+    "--d-model", help="With --backbone: widths d to search, comma-separated (default: its "
+    "own; heads and d_ff scale with d).")]
 Tpp = Annotated[str, typer.Option("--tpp", help="Tokens per active parameter MIN:MAX.")]
 SMin = Annotated[float, typer.Option("--s-min", help="Sparsity guard S >= s_min.")]
 Workers = Annotated[int | None, typer.Option(
@@ -163,9 +180,10 @@ def build_inputs(
     *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
     days: float, goodput: float | None, mtbf_gpu_hours: float | None,
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
-    memory_fraction: float | None, q: str, experts: str, top_k: str, split_factor: str,
-    tpp: str, s_min: float, stack: str = DEFAULT_STACK, precision: str = "bf16",
-    dispatcher: str = "alltoall",
+    memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
+    split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
+    precision: str = "bf16", dispatcher: str = "alltoall", backbone: Path | None = None,
+    layers: str | None = None, d_model: str | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     node_type = resolve_system(gpu, system)
@@ -179,14 +197,48 @@ def build_inputs(
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
     )
     tpp_min, tpp_max = parse_tpp(tpp)
-    space = SearchSpace(
-        q=parse_ints("--q", q), experts=parse_ints("--experts", experts),
-        top_k=parse_ints("--top-k", top_k), split_factor=parse_ints("--split-factor",
-                                                                      split_factor),
-        s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max,
-    )
+    axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,
+                     layers=layers, d_model=d_model)
+    space = SearchSpace(**axes, s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max)
     space.enumerate()  # an empty grid fails here, before any hardware work
     return envelope, space
+
+
+def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
+              top_k: str | None, split_factor: str | None, layers: str | None,
+              d_model: str | None) -> dict[str, Any]:
+    """The grid's axes: the ladder's (Table 3 defaults), or a backbone's (its own values)."""
+    if backbone_file is None:
+        if layers is not None or d_model is not None:
+            raise MosaicInputError("--layers and --d-model vary a --backbone; the ladder's "
+                                   "depth and width come from --q")
+        return {"q": parse_ints("--q", q or TABLE3_Q_TEXT),
+                "experts": parse_ints("--experts", experts or TABLE3_EXPERTS_TEXT),
+                "top_k": parse_ints("--top-k", top_k or TABLE3_TOP_K_TEXT),
+                "split_factor": parse_ints("--split-factor", split_factor or TABLE3_SPLIT_TEXT)}
+    if q is not None:
+        raise MosaicInputError("--q picks ladder rungs; with --backbone vary depth and width "
+                               "with --layers and --d-model")
+    from mosaic.cli.model_option import load_model_file  # YAML/JSON parsing only when used
+
+    geometry = load_model_file(backbone_file)
+    own = geometry.moe
+    if own is None and (experts is None or top_k is None):
+        raise MosaicInputError(f"{backbone_file}: a dense backbone needs --experts and --top-k "
+                               f"(the MoE axes to search)")
+
+    def values(flag: str, text: str | None, default: int) -> tuple[int, ...]:
+        return parse_ints(flag, text) if text is not None else (default,)
+
+    return {
+        "backbone": geometry,
+        "experts": values("--experts", experts, own.experts if own else 0),
+        "top_k": values("--top-k", top_k, own.top_k if own else 0),
+        "split_factor": (parse_ints("--split-factor", split_factor) if split_factor
+                         else (backbone_split_factor(geometry),)),
+        "layers": values("--layers", layers, geometry.layers),
+        "d_model": values("--d-model", d_model, geometry.d_model),
+    }
 
 
 def load_models(law_file: Path | None, calibration_file: str | None
@@ -313,8 +365,8 @@ def plan(
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
-    q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
-    top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
+    q: QValues = None, experts: Experts = None,
+    top_k: TopK = None, split_factor: Split = None,
     tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
     top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = DEFAULT_TOP,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
@@ -333,6 +385,7 @@ def plan(
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
+    backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     versus: Annotated[str | None, typer.Option(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
         "on its own stack and show both optima with why they differ.")] = None,
@@ -348,7 +401,7 @@ def plan(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher)
+        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model)
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
@@ -432,13 +485,14 @@ def sweep_days_command(
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
-    q: QValues = TABLE3_Q_TEXT, experts: Experts = TABLE3_EXPERTS_TEXT,
-    top_k: TopK = TABLE3_TOP_K_TEXT, split_factor: Split = TABLE3_SPLIT_TEXT,
+    q: QValues = None, experts: Experts = None,
+    top_k: TopK = None, split_factor: Split = None,
     tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
+    backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
@@ -451,7 +505,7 @@ def sweep_days_command(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher)
+        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model)
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
@@ -472,13 +526,14 @@ def sweep_nodes_command(
     restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
     seq_len: SeqLen = TABLE3_SEQ_LEN, memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
-    q: QValues = TABLE3_Q_TEXT,
-    experts: Experts = TABLE3_EXPERTS_TEXT, top_k: TopK = TABLE3_TOP_K_TEXT,
-    split_factor: Split = TABLE3_SPLIT_TEXT, tpp: Tpp = TABLE3_TPP_TEXT,
+    q: QValues = None,
+    experts: Experts = None, top_k: TopK = None,
+    split_factor: Split = None, tpp: Tpp = TABLE3_TPP_TEXT,
     s_min: SMin = TABLE3_S_MIN, workers: Workers = None, backend: BackendOpt = "local",
     address: AddressOpt = None, as_json: JsonFlag = False,
     plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
+    backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
@@ -491,7 +546,7 @@ def sweep_nodes_command(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher)
+        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model)
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent

@@ -65,7 +65,8 @@ def _headroom_text(envelope: Any) -> str:
 
 def print_optimum(candidate: dict[str, Any]) -> None:
     print_key_value_table("MOSAIC optimum", [
-        ("geometry", f"q={candidate['q']} L={candidate['layers']} d={candidate['d_model']} "
+        ("geometry", (f"q={candidate['q']} " if candidate["q"] else "backbone ")
+                     + f"L={candidate['layers']} d={candidate['d_model']} "
                      f"E={candidate['experts']} K={candidate['top_k']} "
                      f"G={candidate['split_factor']}"),
         ("N_act / N_tot", f"{count(candidate['n_active'])} / {count(candidate['n_total'])}"),
@@ -95,13 +96,16 @@ def _extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str,
 
 def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None) -> None:
     """The top geometries, then their layouts (two tables keep each narrow)."""
-    columns = ["#", "q", "E", "K", "G", "N_act", "N_tot", "S", "D", "TPP", "MFU", "loss"]
+    ladder = result.grid.is_ladder  # else backbone variants: depth x width instead of q
+    columns = ["#", "q" if ladder else "L×d", "E", "K", "G", "N_act", "N_tot", "S", "D",
+               "TPP", "MFU", "loss"]
     if uncertainty is not None:
         columns.append("P(opt)")
     rows, layouts = [], []
     for rank, row in enumerate(result.ranking[:top], start=1):
         c = result.candidate(int(row))
-        cells = [str(rank), str(c["q"]), str(c["experts"]), str(c["top_k"]),
+        shape = str(c["q"]) if ladder else f"{c['layers']}×{c['d_model']}"
+        cells = [str(rank), shape, str(c["experts"]), str(c["top_k"]),
                  str(c["split_factor"]), short_count(c["n_active"]),
                  short_count(c["n_total"]), f"{c['sparsity']:.3f}", short_count(c["tokens"]),
                  f"{c['tpp']:.0f}", f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]

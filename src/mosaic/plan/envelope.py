@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from mosaic.arch import LadderGrid, enumerate_ladder_grid
+from mosaic.arch import Geometry, LadderGrid, enumerate_ladder_grid
+from mosaic.arch.backbone import enumerate_backbone_grid
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import check_range
@@ -259,6 +260,10 @@ class SearchSpace:
         s_min: geometry guard S ≥ s_min (the law's data support, Sec. 7.3).
         tpp_min, tpp_max: D / N_act range; D below tpp_min·N_act is not worth training,
             D above tpp_max·N_act is capped there.
+        backbone: the user's model; when set, the grid varies ``layers``, ``d_model``,
+            experts, top_k and split_factor around it (:mod:`mosaic.arch.backbone`) and
+            ``q`` is unused.
+        layers, d_model: depth and width axes of a backbone grid (default: its own).
     """
 
     q: tuple[int, ...] = TABLE3_Q
@@ -268,16 +273,26 @@ class SearchSpace:
     s_min: float = TABLE3_S_MIN
     tpp_min: float = TABLE3_TPP[0]
     tpp_max: float = TABLE3_TPP[1]
+    backbone: Geometry | None = None
+    layers: tuple[int, ...] = ()
+    d_model: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         kinds = {"q": "ladder_q", "experts": "experts", "top_k": "experts",
                  "split_factor": "split_factor"}
+        if self.backbone is not None:
+            kinds = {"experts": "experts", "top_k": "experts", "split_factor": "split_factor",
+                     "layers": "layers", "d_model": "width"}
+            object.__setattr__(self, "layers", tuple(self.layers) or (self.backbone.layers,))
+            object.__setattr__(self, "d_model",
+                               tuple(self.d_model) or (self.backbone.d_model,))
         for name, kind in kinds.items():
             values = _positive_ints(name, tuple(getattr(self, name)))
             for value in values:
                 check_range(f"--{name.replace('_', '-')}", value, kind, integer=True)
             object.__setattr__(self, name, values)
-        size = len(self.q) * len(self.experts) * len(self.top_k) * len(self.split_factor)
+        size = len(self.experts) * len(self.top_k) * len(self.split_factor) * (
+            len(self.q) if self.backbone is None else len(self.layers) * len(self.d_model))
         check_range("grid size (q x E x K x G values)", size, "grid", integer=True)
         for name in ("tpp_min", "tpp_max"):
             check_range(f"--tpp {name[4:]}", getattr(self, name), "tpp")
@@ -291,6 +306,15 @@ class SearchSpace:
 
     def enumerate(self) -> LadderGrid:
         """The admissible geometries; an empty grid is an error that says why."""
+        if self.backbone is not None:
+            grid, refusal = enumerate_backbone_grid(
+                self.backbone, self.layers, self.d_model, self.experts, self.top_k,
+                self.split_factor, s_min=self.s_min)
+            if len(grid) == 0:
+                raise MosaicInputError(
+                    f"no variant of the backbone is admissible (e.g. {refusal or 'K > E'}); "
+                    f"change --layers/--d-model/--experts/--top-k/--split-factor or --s-min")
+            return grid
         grid = enumerate_ladder_grid(
             self.q, self.experts, self.top_k, self.split_factor, s_min=self.s_min
         )
@@ -302,6 +326,11 @@ class SearchSpace:
         return grid
 
     def to_dict(self) -> dict[str, Any]:
+        if self.backbone is not None:
+            return {"backbone": backbone_document(self.backbone), "layers": list(self.layers),
+                    "d_model": list(self.d_model), "experts": list(self.experts),
+                    "top_k": list(self.top_k), "split_factor": list(self.split_factor),
+                    "s_min": self.s_min, "tpp": [self.tpp_min, self.tpp_max]}
         return {
             "q": list(self.q),
             "experts": list(self.experts),
@@ -310,3 +339,19 @@ class SearchSpace:
             "s_min": self.s_min,
             "tpp": [self.tpp_min, self.tpp_max],
         }
+
+
+def backbone_document(backbone: Geometry) -> dict[str, Any]:
+    """What a backbone grid keeps from the user's model (plain values for JSON)."""
+    moe = backbone.moe
+    return {
+        "layers": backbone.layers, "d_model": backbone.d_model, "heads": backbone.heads,
+        "kv_heads": backbone.kv_heads, "head_dim": backbone.head_dim, "ffn": backbone.ffn,
+        "vocab": backbone.vocab, "attention": str(backbone.attention),
+        "norm": str(backbone.norm), "tied_embeddings": backbone.tied_embeddings,
+        "experts": moe.experts if moe else 0, "top_k": moe.top_k if moe else 0,
+        "expert_ffn": moe.expert_ffn if moe else 0,
+        "shared_experts": moe.shared_experts if moe else 0,
+        "dense_layers": moe.dense_layers if moe else 0,
+        "moe_every": moe.moe_every if moe else 1, "mtp_layers": backbone.mtp_layers,
+    }

@@ -1,0 +1,125 @@
+"""Planning around the user's backbone (issue 10 §2): the grid keeps what the user runs,
+and the search over it picks what evaluating every candidate by hand picks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.arch import AttentionKind, count_parameters
+from mosaic.arch.backbone import backbone_variant
+from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
+from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
+from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.workload import Dispatcher, Precision
+from mosaic.plan import Envelope, SearchSpace, resolve_system, search
+
+from .test_search import brute_force
+
+HF = Path(__file__).resolve().parents[2] / "examples" / "hf"
+
+# A Qwen3-MoE-shaped toy (GQA, per-head q/k norms, no shared expert): d 256, 4 heads of
+# 64, 2 KV heads, d_ff 768, 16 experts of width 96 (G = 8), top-2, 4 blocks.
+TOY_QWEN = {"model_type": "qwen3_moe", "hidden_size": 256, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "intermediate_size": 768, "moe_intermediate_size": 96, "num_experts": 16,
+            "num_experts_per_tok": 2, "vocab_size": 32000}
+
+
+def test_variants_keep_mla_shared_experts_dense_prefix_and_vocab():
+    v3 = load_hf_config(HF / "deepseek-v3.json")
+    space = SearchSpace(backbone=v3, layers=(16, 61), d_model=(3584, 7168),
+                        experts=(64, 256), top_k=(4, 8), split_factor=(9,), s_min=0.0)
+    grid = space.enumerate()
+    assert len(grid) == 16 and not grid.is_ladder
+    for row in range(len(grid)):
+        g = grid.geometry(row)
+        assert g.attention is AttentionKind.MLA and g.mla == v3.mla
+        assert g.vocab == 129280 and g.mtp_layers == 1 and g.norm == v3.norm
+        assert g.moe.shared_experts == 1 and g.moe.dense_layers == 3
+        assert g.head_dim == v3.head_dim and g.heads * 7168 == 128 * g.d_model
+        c = count_parameters(g)
+        assert grid.n_total[row] == float(c.n_total)
+        assert grid.sparsity[row] == pytest.approx(float(c.sparsity), rel=1e-15)
+
+
+def test_the_backbones_own_point_is_the_backbone():
+    """L, d, E, K, G of DeepSeek-V3 itself give back the imported model (671 B total)."""
+    v3 = load_hf_config(HF / "deepseek-v3.json")
+    own = backbone_variant(v3, 61, 7168, 256, 8, 18432 // 2048)
+    assert own == v3
+    assert round(count_parameters(own).n_total_with_embedding / 1e9, 1) == 671.0
+
+
+def test_width_and_split_scale_by_hand():
+    """Qwen3-30B-A3B at d = 1024: heads 32·1024/2048 = 16 (KV 4 kept), d_ff 6144/2 = 3072,
+    G = 4 -> d_expert 768; the per-head q/k norms stay."""
+    qwen = load_hf_config(HF / "qwen3-30b-a3b.json")
+    g = backbone_variant(qwen, 24, 1024, 64, 4, 4)
+    assert (g.heads, g.kv_heads, g.head_dim, g.ffn) == (16, 4, 128, 3072)
+    assert (g.moe.experts, g.moe.top_k, g.moe.expert_ffn) == (64, 4, 768)
+    assert g.qk_norm and g.vocab == qwen.vocab and g.attention is AttentionKind.GQA
+    with pytest.raises(MosaicInputError, match="does not divide d_ff"):
+        backbone_variant(qwen, 24, 1024, 64, 4, 5)
+    with pytest.raises(MosaicInputError, match="integers"):
+        backbone_variant(qwen, 24, 1000, 64, 4, 4)
+
+
+def test_backbone_search_picks_what_evaluating_each_candidate_picks(law, calibration):
+    """A 12-variant grid around the toy on one node: every candidate is evaluated one plan
+    at a time (predict_step per layout, Eq. 25 tokens, the law), and the search's ranking
+    and optimum equal that hand evaluation; the chosen model keeps the backbone's traits."""
+    toy = geometry_from_hf_config(TOY_QWEN)
+    envelope = Envelope(resolve_system("B200"), n_nodes=1, days=0.05, global_batch=64,
+                        precision=Precision.FP8, dispatcher=Dispatcher.DEEPEP)
+    space = SearchSpace(backbone=toy, layers=(4, 8), d_model=(256, 512), experts=(8, 16),
+                        top_k=(1, 2), split_factor=(8,), s_min=0.0, tpp_min=1.0,
+                        tpp_max=1e6)
+    limits = LayoutLimits(micro_batches=(1, 2), vpp=(1,), sharding=("zero1",),
+                          checkpointing=("none",))
+    result = search(envelope, space, law, calibration, limits=limits, workers=1)
+    scored = brute_force(envelope, space, law, calibration, limits)
+    assert len(result.grid) == 16 and len(scored) >= 8
+    assert sorted(scored) == sorted(result.ranking.tolist())
+    for row, (loss, _) in scored.items():
+        assert result.loss[row] == pytest.approx(loss, rel=1e-12)
+    best = min(scored, key=lambda r: scored[r][0])
+    assert result.optimum_index == best
+    chosen = result.grid.geometry(best)
+    assert chosen.qk_norm and chosen.kv_heads == 2 and chosen.vocab == 32000
+
+
+def test_cli_backbone_json_names_the_backbone_and_the_headroom(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TOY_QWEN))
+    args = ["plan", "--backbone", str(config), "--layers", "4,8", "--experts", "8,16",
+            "--nodes", "1", "--days", "0.05", "--global-batch", "64", "--tpp", "1:1000000",
+            "--s-min", "0", "--workers", "1", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    document = json.loads(out.output)
+    backbone = document["search_space"]["backbone"]
+    assert (backbone["attention"], backbone["vocab"], backbone["kv_heads"]) == ("gqa", 32000, 2)
+    assert document["search_space"]["layers"] == [4, 8]
+    assert document["optimum"]["layers"] in (4, 8)
+    assert document["optimum"]["d_model"] == 256 and document["optimum"]["top_k"] == 2
+    headroom = document["envelope"]["memory_headroom"]
+    assert headroom["usable_memory_fraction"] == 0.9 and headroom["origin"] == "default"
+    assert headroom["usable_memory_bytes"] == pytest.approx(
+        0.9 * document["envelope"]["hbm_bytes_per_device"])
+
+
+def test_cli_backbone_errors_are_one_line(tmp_path):
+    dense = tmp_path / "llama.json"
+    dense.write_text((HF / "llama-3-8b.json").read_text())
+    runner = CliRunner()
+    out = runner.invoke(app, ["plan", "--backbone", str(dense)])
+    assert out.exit_code == 2 and "needs --experts and --top-k" in out.output
+    out = runner.invoke(app, ["plan", "--backbone", str(dense), "--q", "8"])
+    assert out.exit_code == 2 and "--layers and --d-model" in out.output
+    out = runner.invoke(app, ["plan", "--layers", "8"])
+    assert out.exit_code == 2 and "vary a --backbone" in out.output
