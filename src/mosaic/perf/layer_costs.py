@@ -30,6 +30,7 @@ from mosaic.perf.collectives import (
     reduce_scatter_time_s,
     send_recv_time_s,
 )
+from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
@@ -66,6 +67,11 @@ FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
 # writes the probabilities; backward reads P and dP and writes dS.
 REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE = 2 * ACTIVATION_BYTES
 REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE = 3 * ACTIVATION_BYTES
+# The plan fields a block's costs read (mosaic.perf.factorise): per-rank tokens (micro-batch,
+# cp), TP with sequence parallelism, and for MoE blocks the expert layout (ep, etp). A
+# layout search evaluates each block once per distinct value of these fields.
+DENSE_BLOCK_KEY = ("tp", "cp", "micro_batch", "sequence_parallel")
+MOE_BLOCK_KEY = (*DENSE_BLOCK_KEY, "ep", "etp")
 
 
 @dataclass(frozen=True)
@@ -296,6 +302,7 @@ def _per_op_sac_recompute(workload: Workload, attention: AttentionTimes, up: np.
     return _per_op_sac_attention_recompute(workload, attention) + mlp + streaming_forward
 
 
+@plan_key(*DENSE_BLOCK_KEY)
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One dense block per micro-batch."""
     geometry = workload.geometry
@@ -332,6 +339,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     )
 
 
+@plan_key(*MOE_BLOCK_KEY)
 def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One MoE block per micro-batch (routed experts, shared experts, router, dispatch)."""
     geometry = workload.geometry
@@ -435,6 +443,7 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
                              machine.interconnect)
 
 
+@plan_key(*MOE_BLOCK_KEY)
 def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
                         ) -> np.ndarray:
     """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""

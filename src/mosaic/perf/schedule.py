@@ -14,6 +14,7 @@ from typing import Literal
 import numpy as np
 
 from mosaic.arch import Geometry, MoEConfig
+from mosaic.perf.factorise import plan_key
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -25,6 +26,7 @@ def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
 
 
+@plan_key("pp", "vpp", "dp", "micro_batch")
 def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
 
@@ -51,6 +53,7 @@ def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
     return -(-past_prefix // moe.moe_every)
 
 
+@plan_key("pp", "vpp")
 def stage_layer_counts(
     geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,250 @@
+"""Evaluate a cost function once per distinct value of the plan fields it reads.
+
+A layout search scores tens of thousands of plans, but most cost terms read only a few plan
+fields: a block's compute and TP/EP communication depend on (tp, etp, cp, ep, micro-batch,
+sequence parallelism), not on pp, dp or sharding; the blocks a stage holds depend on
+(pp, vpp) only. :func:`plan_key` marks such a function with the fields it reads; the
+decorated function is computed on the distinct rows of those fields and its results are
+gathered back to every plan. Every cost formula is element-wise over plans, so the gathered
+arrays hold the very values a call over all plans computes (bit for bit).
+
+The declaration is checked, not trusted: inside the call every undeclared field is a
+:class:`UndeclaredField` that raises on any use of its values, so a function that starts
+reading another field fails loudly in every test instead of silently returning the values
+of some other plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass
+from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
+
+from mosaic.perf.plan import ParallelPlans
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PLAN_FIELDS = tuple(f.name for f in fields(ParallelPlans))
+# Codes are numbered through a direct-address table of at most max(this, 4 x plans)
+# entries; a column whose range does not fit is folded in by sorting (np.unique).
+MIN_TABLE_KEYS = 1024
+# distinct_rows remembers its answers on the plans object (its arrays are never written
+# after construction), under this attribute outside the dataclass fields.
+_CACHE_ATTRIBUTE = "_distinct_rows_cache"
+
+
+class UndeclaredPlanFieldError(RuntimeError):
+    """A :func:`plan_key` function read a plan field it does not declare (a bug)."""
+
+
+class UndeclaredField:
+    """Stands in for a plan field a :func:`plan_key` function did not declare.
+
+    It has the field's length (``len(plans)`` keeps working) and raises
+    :class:`UndeclaredPlanFieldError` on every use of its values: arithmetic, comparison,
+    indexing, reductions and conversion to an array.
+    """
+
+    __array_ufunc__ = None  # numpy defers binary operators to the methods below
+
+    def __init__(self, name: str, function: str, size: int) -> None:
+        self.name, self.function, self.size = name, function, size
+        self.shape = (size,)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise UndeclaredPlanFieldError(
+            f"{self.function} reads plan field {self.name!r}, which its plan_key does not "
+            f"declare; add it to the decorator")
+
+    def __getattr__(self, attribute: str) -> Any:
+        return self._refuse()
+
+    def __array__(self, *_: Any, **__: Any) -> Any:
+        return self._refuse()
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
+            "lshift", "rshift", "matmul", "divmod"):
+    setattr(UndeclaredField, f"__{_op}__", UndeclaredField._refuse)
+    setattr(UndeclaredField, f"__r{_op}__", UndeclaredField._refuse)
+for _op in ("lt", "le", "eq", "ne", "gt", "ge", "neg", "pos", "abs", "invert", "getitem",
+            "iter", "bool", "int", "float", "index"):
+    setattr(UndeclaredField, f"__{_op}__", UndeclaredField._refuse)
+UndeclaredField.__hash__ = None  # type: ignore[assignment]
+
+
+def _dense_codes(key: np.ndarray, keys_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct, codes): the distinct values of ``key`` (all in [0, keys_size)) in
+    increasing order and each entry's position among them, by a direct-address table."""
+    seen = np.zeros(keys_size, dtype=bool)
+    seen[key] = True
+    distinct = np.flatnonzero(seen)
+    position = np.zeros(keys_size, dtype=np.int64)
+    position[distinct] = np.arange(distinct.size)
+    return distinct, position[key]
+
+
+def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(representatives, inverse): one plan index per distinct value of the fields
+    ``names`` and, per plan, the position of its value among them, so plan ``i`` equals
+    plan ``representatives[inverse[i]]`` on ``names``.
+
+    Columns are folded into one integer code left to right (mixed radix over each column's
+    range); whenever the next fold would leave the direct-address table's size, the codes
+    so far are renumbered densely first (at most one code per plan)."""
+    cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
+    if names not in cache:
+        cache[names] = _distinct_rows(plans, names)
+    found: tuple[np.ndarray, np.ndarray] = cache[names]
+    return found
+
+
+def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    n = len(plans)
+    if n <= 1:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    code = np.zeros(n, dtype=np.int64)
+    codes_size = 1
+    table_limit = max(MIN_TABLE_KEYS, 4 * n)
+    for name in names:
+        column = np.asarray(getattr(plans, name)).astype(np.int64, copy=False)
+        low = int(column.min())
+        span = int(column.max()) - low + 1
+        if span == 1:
+            continue
+        if codes_size * span > table_limit:
+            _, code = _dense_codes(code, codes_size)
+            codes_size = int(code.max()) + 1
+        if codes_size * span > table_limit:  # a column with a huge range: sort instead
+            _, code = np.unique(np.stack([code, column]), axis=1, return_inverse=True)
+            code = code.reshape(-1)
+            codes_size = int(code.max()) + 1
+            continue
+        code = code * span + (column - low)
+        codes_size *= span
+    _, inverse = _dense_codes(code, codes_size)
+    representatives = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
+    representatives[inverse] = np.arange(n)
+    return representatives, inverse
+
+
+def _restricted(plans: ParallelPlans, names: frozenset[str], rows: np.ndarray,
+                function: str) -> ParallelPlans:
+    """The plans at ``rows`` with every field outside ``names`` an :class:`UndeclaredField`."""
+    size = int(rows.size)
+    return ParallelPlans(**{
+        name: (getattr(plans, name)[rows] if name in names
+               else UndeclaredField(name, function, size))
+        for name in PLAN_FIELDS})
+
+
+def gather(value: Any, index: np.ndarray) -> Any:
+    """The rows ``index`` of every array in ``value`` (tuples, dicts and dataclasses too);
+    0-d arrays and non-array values are returned unchanged (they hold for every row)."""
+    if isinstance(value, np.ndarray):
+        return value[index] if value.ndim else value
+    if isinstance(value, tuple):
+        return tuple(gather(v, index) for v in value)
+    if isinstance(value, dict):
+        return {key: gather(v, index) for key, v in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return type(value)(**{f.name: gather(getattr(value, f.name), index)
+                              for f in fields(value)})
+    return value
+
+
+def _per_plan_arrays(value: Any, n: int) -> list[np.ndarray]:
+    """The arrays of length ``n`` inside ``value`` (tuples, dicts and dataclasses too)."""
+    if isinstance(value, np.ndarray):
+        return [value] if value.ndim and value.shape[0] == n else []
+    if isinstance(value, tuple | list):
+        return [a for v in value for a in _per_plan_arrays(v, n)]
+    if isinstance(value, dict):
+        return [a for v in value.values() for a in _per_plan_arrays(v, n)]
+    if _struct_of_arrays(value):
+        return [a for f in fields(value) for a in _per_plan_arrays(getattr(value, f.name), n)]
+    return []
+
+
+def _struct_of_arrays(value: Any) -> bool:
+    """A dataclass instance whose fields are all arrays (or dicts of arrays), such as
+    StageParameters or BlockTimes; catalog objects (Machine, Workload) are not."""
+    return (is_dataclass(value) and not isinstance(value, type | ParallelPlans)
+            and all(isinstance(getattr(value, f.name), np.ndarray | dict)
+                    for f in fields(value)))
+
+
+def _check_carried(label: str, name: str, value: Any, representatives: np.ndarray,
+                   inverse: np.ndarray, n: int) -> None:
+    """Raise unless every per-plan array in ``value`` is equal across the plans that share
+    a key (then its values at ``representatives`` stand for every plan)."""
+    owner = representatives[inverse]
+    for array in _per_plan_arrays(value, n):
+        same = array[owner]
+        equal_nan = array.dtype.kind in "fc"
+        if not np.array_equal(same, array, equal_nan=equal_nan):
+            raise UndeclaredPlanFieldError(
+                f"{label}: argument {name!r} differs between plans its plan_key treats as "
+                f"equal; it depends on a plan field the decorator does not declare")
+
+
+def plan_key(*names: str, carried: tuple[str, ...] = ()
+             ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a cost function of plans that reads only the plan fields ``names``.
+
+    The function takes the plans as its argument ``plans``, computes element-wise over
+    plans and returns arrays over plans (or tuples, dicts or dataclasses of them); it then
+    runs once per distinct value of ``names``. Arguments listed in ``carried`` may hold
+    per-plan arrays that are functions of ``names`` (e.g. a block time passed on): they are
+    checked to be equal across plans that share a key and taken at one plan per key.
+    Any other per-plan array argument is refused (its rows would not follow the plans).
+    """
+    unknown = sorted(set(names) - set(PLAN_FIELDS))
+    if unknown:
+        raise ValueError(f"plan_key: unknown plan fields {unknown}; allowed: {PLAN_FIELDS}")
+    key = tuple(name for name in PLAN_FIELDS if name in names)
+    declared = frozenset(key)
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        label = f"{function.__module__}.{function.__qualname__}"
+        signature = inspect.signature(function)
+        if "plans" not in signature.parameters:
+            raise ValueError(f"plan_key: {label} has no argument named 'plans'")
+        missing = sorted(set(carried) - set(signature.parameters))
+        if missing:
+            raise ValueError(f"plan_key: {label} has no arguments {missing}")
+
+        @functools.wraps(function)
+        def on_distinct_rows(*args: P.args, **kwargs: P.kwargs) -> R:
+            bound = signature.bind(*args, **kwargs)
+            arguments = bound.arguments
+            plans = arguments["plans"]
+            n = len(plans)
+            representatives, inverse = distinct_rows(plans, key)
+            for name, value in arguments.items():
+                if name == "plans":
+                    continue
+                if name in carried:
+                    _check_carried(label, name, value, representatives, inverse, n)
+                    arguments[name] = gather(value, representatives)
+                elif n > 1 and _per_plan_arrays(value, n):
+                    raise UndeclaredPlanFieldError(
+                        f"{label}: argument {name!r} holds per-plan arrays; declare it "
+                        f"in plan_key(carried=...)")
+            arguments["plans"] = _restricted(plans, declared, representatives, label)
+            result = function(*bound.args, **bound.kwargs)
+            return gather(result, inverse)  # type: ignore[no-any-return]
+
+        return on_distinct_rows
+
+    return decorate
