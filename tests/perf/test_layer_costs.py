@@ -49,9 +49,13 @@ def test_fp8_step_pays_for_the_casts_of_every_block_gemm():
     d, w = geometry.d_model, geometry.ffn
     gemms = ((d, widths.projection), (widths.output, d), (d, 2 * w), (w, d))
     per_block = sum(fp8_cast_s(machine, fp8, 4096.0, gemms))
-    extra = (with_casts.breakdown_s["compute_elementwise"][0]
-             - without.breakdown_s["compute_elementwise"][0])
-    assert extra == pytest.approx(geometry.layers * per_block, rel=1e-9)
+    # The casts are their own term, counted byte for byte: the calibrated element-wise
+    # traffic factor (unfused norm/activation chains) does not scale them.
+    assert with_casts.breakdown_s["compute_fp8_cast"][0] == pytest.approx(
+        geometry.layers * per_block, rel=1e-9)
+    assert without.breakdown_s["compute_fp8_cast"][0] == 0.0
+    assert (with_casts.breakdown_s["compute_elementwise"][0]
+            == pytest.approx(without.breakdown_s["compute_elementwise"][0], rel=1e-12))
 
 
 def test_per_tensor_fsdp_gathers_cost_one_collective_latency_per_extra_tensor():
@@ -86,7 +90,7 @@ def test_per_op_sac_recomputes_k_o_and_w3_by_hand():
     one = np.ones(1)
     attention = AttentionTimes(gemm=one, qkv_forward=4 * one, output_forward=one, core=one,
                                core_forward=one, streaming=one, streaming_forward=one,
-                               cp_exposed=one)
+                               fp8_cast=0 * one, cp_exposed=one)
     up, down, streaming = 2 * one, 3 * one, 0.5 * one
     # GLU: K (1/4 of QKV), O, W3 (half the fused up GEMM) and all element-wise kernels.
     assert _per_op_sac_recompute(glu, attention, up, down, streaming)[0] == pytest.approx(

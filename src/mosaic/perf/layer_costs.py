@@ -87,6 +87,7 @@ class BlockTimes:
     shared_expert: np.ndarray
     router: np.ndarray
     streaming: np.ndarray  # norms, residuals, activation function, permute/unpermute
+    fp8_cast: np.ndarray  # FP8 quantisation of GEMM operands (zero unless FP8 GEMMs)
     forward: np.ndarray  # forward share of all of the above (recomputed under full)
     tp_all_gather: np.ndarray  # sequence-parallel gathers (and expert-TP token gathers)
     tp_reduce_scatter: np.ndarray  # sequence-parallel scatters (and expert-TP scatters)
@@ -101,7 +102,7 @@ class BlockTimes:
     @property
     def compute(self) -> np.ndarray:
         return (self.attention_gemm + self.attention_core + self.mlp_gemm
-                + self.shared_expert + self.router + self.streaming)
+                + self.shared_expert + self.router + self.streaming + self.fp8_cast)
 
 
 def _gemm(
@@ -205,8 +206,9 @@ class AttentionTimes:
     output_forward: np.ndarray
     core: np.ndarray  # flash attention, forward + backward
     core_forward: np.ndarray
-    streaming: np.ndarray  # norms, residuals, FP8 casts, forward + backward
-    streaming_forward: np.ndarray
+    streaming: np.ndarray  # norms and residuals, forward + backward
+    streaming_forward: np.ndarray  # forward norms and residuals plus forward FP8 casts
+    fp8_cast: np.ndarray  # FP8 quantisation of the projections' operands, fwd + bwd
     cp_exposed: np.ndarray
 
 
@@ -271,8 +273,8 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     return AttentionTimes(
         gemm=_fwd_bwd(qkv + out), qkv_forward=qkv, output_forward=out,
         core=core_fwd + core_bwd, core_forward=core_fwd,
-        streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING) + cast_fwd + cast_bwd,
-        streaming_forward=streaming + cast_fwd,
+        streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING),
+        streaming_forward=streaming + cast_fwd, fp8_cast=cast_fwd + cast_bwd,
         cp_exposed=np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0),
     )
 
@@ -315,8 +317,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
                                   machine.hbm_bw_bytes_per_s)
     cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
         (geometry.d_model, (2 if geometry.glu else 1) * width), (width, geometry.d_model)))
-    streaming = (attention.streaming + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
-                 + cast_fwd + cast_bwd)
+    streaming = attention.streaming + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
     streaming_forward = attention.streaming_forward + activation + cast_fwd
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward + up
@@ -333,7 +334,9 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward, selective_recompute=selective,
         selective_core_recompute=selective_core, mlp_gemm=_fwd_bwd(up + down),
-        shared_expert=zero, router=zero, streaming=streaming, forward=forward,
+        shared_expert=zero, router=zero, streaming=streaming,
+        fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
+        forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
         ep_all_to_all=zero, cp_send_recv=attention.cp_exposed,
     )
@@ -385,8 +388,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         shared_cast = fp8_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
         cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
-    streaming = (attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
-                 + cast_fwd + cast_bwd)
+    streaming = attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
@@ -421,7 +423,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         selective_core_recompute=selective_core,
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
         router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
-        streaming=streaming, forward=forward, tp_all_gather=gather, tp_reduce_scatter=scatter,
+        streaming=streaming, fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
+        forward=forward,
+        tp_all_gather=gather, tp_reduce_scatter=scatter,
         tp_all_reduce=reduce, ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed,
         cp_send_recv=attention.cp_exposed,
     )
