@@ -15,6 +15,7 @@ from mosaic.perf.coverage import (
     pick_scope,
     ratio_quantiles,
     scoped_quantiles,
+    shared_fraction,
 )
 
 
@@ -96,3 +97,13 @@ def test_coverage_round_trips_and_a_bad_section_is_one_line() -> None:
     bad = dict(COVERAGE.to_document(), level=1.5)
     with pytest.raises(MosaicInputError, match="f: coverage: level"):
         parse_coverage(bad, "f")
+
+
+def test_shared_fraction_is_the_between_group_share_of_the_log_variance() -> None:
+    # log ratios ±a around group means ±b: total variance a² + b², within a² -> b²/(a²+b²)
+    a, b = 0.1, 0.2
+    logs = np.array([b + a, b - a, -b + a, -b - a])
+    share = shared_fraction(np.exp(logs), ["s1", "s1", "s2", "s2"])
+    assert share == pytest.approx(b**2 / (a**2 + b**2), abs=1e-4)
+    assert shared_fraction(np.exp(logs), ["s1", "s2", "s3", "s4"]) == 1.0  # no within spread
+    assert shared_fraction(np.exp(logs), ["x"] * 4) == 0.0  # one group: nothing between

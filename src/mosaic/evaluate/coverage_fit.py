@@ -20,6 +20,7 @@ from mosaic.perf.coverage import (
     CalibrationCoverage,
     model_class,
     scoped_quantiles,
+    shared_fraction,
 )
 
 
@@ -38,10 +39,12 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
     stacks = [r.workload.stack for r in fitted]
     classes = [model_class(r.workload.geometry.is_moe) for r in fitted]
     tokens: tuple = ()
+    shared = None
     if cv is not None:
         # measured/predicted tokens/s = predicted/measured step time (same tokens per step)
-        tokens = scoped_quantiles(cv.predicted_step_time_s / cv.measured_step_time_s,
-                                  stacks, classes, level)
+        ratios = cv.predicted_step_time_s / cv.measured_step_time_s
+        tokens = scoped_quantiles(ratios, stacks, classes, level)
+        shared = shared_fraction(ratios, list(cv.groups))
     with_memory = [r for r in records if r.measured_memory_bytes and not r.oom]
     memory_ratios = [r.measured_memory_bytes / (p.predicted_memory_gib * 2**30)
                      for r, p in zip(with_memory, predict_runs(with_memory, calibration),
@@ -57,4 +60,4 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         n_active=_span([float(c.n_active) for c in counts]),
         degrees={name: tuple(int(v) for v in _span([getattr(r.plan, name)[0] for r in fitted]))
                  for name in DEGREES},
-        tokens_per_s_ratio=tokens, memory_ratio=memory)
+        tokens_per_s_ratio=tokens, tokens_per_s_shared_fraction=shared, memory_ratio=memory)

@@ -8,6 +8,10 @@ the runs it was fitted on, and quantiles of measured/predicted ratios:
 * tokens/s: held-out ratios of leave-one-group-out cross-validation (each run predicted by
   a fit that never saw its source), per ``stack/class`` where a scope has at least
   :data:`MIN_SCOPE_RUNS` runs, else per class, else pooled over all runs;
+* the share of the held-out log tokens/s ratio variance that lies between the
+  cross-validation groups (1 − within-group / total variance): how much of the error runs
+  of one source (one stack on one cluster) have in common; the planner uses it as the
+  correlation of the errors of its candidates (:mod:`mosaic.plan.throughput_spread`);
 * memory: in-sample ratios of the runs that report peak memory (the memory model has no
   constant that ``calibrate`` fits, so they are out of sample for the fit), with the same
   fallback.
@@ -62,6 +66,7 @@ class _CoverageFile(BaseModel):
     n_active: tuple[float, float]
     degrees: dict[str, tuple[int, int]]
     tokens_per_s_ratio: tuple[_Quantiles, ...] = ()
+    tokens_per_s_shared_fraction: float | None = Field(default=None, ge=0, le=1)
     memory_ratio: tuple[_Quantiles, ...] = ()
 
 
@@ -89,6 +94,7 @@ class CalibrationCoverage:
     n_active: tuple[float, float]
     degrees: Mapping[str, tuple[int, int]]
     tokens_per_s_ratio: tuple[RatioQuantiles, ...] = ()
+    tokens_per_s_shared_fraction: float | None = None
     memory_ratio: tuple[RatioQuantiles, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
@@ -102,6 +108,7 @@ class CalibrationCoverage:
             "n_total": list(self.n_total), "n_active": list(self.n_active),
             "degrees": {k: list(v) for k, v in self.degrees.items()},
             "tokens_per_s_ratio": quantiles(self.tokens_per_s_ratio),
+            "tokens_per_s_shared_fraction": self.tokens_per_s_shared_fraction,
             "memory_ratio": quantiles(self.memory_ratio),
         }
 
@@ -117,6 +124,7 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         stacks=parsed.stacks, classes=parsed.classes, n_total=parsed.n_total,
         n_active=parsed.n_active, degrees=dict(parsed.degrees),
         tokens_per_s_ratio=quantiles(parsed.tokens_per_s_ratio),
+        tokens_per_s_shared_fraction=parsed.tokens_per_s_shared_fraction,
         memory_ratio=quantiles(parsed.memory_ratio))
 
 
@@ -127,6 +135,21 @@ def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuanti
     low, median, high = np.quantile(np.asarray(ratios, dtype=float), [tail, 0.5, 1.0 - tail])
     return RatioQuantiles(scope, int(np.size(ratios)), *(float(f"{v:.4g}")
                                                         for v in (low, median, high)))
+
+
+def shared_fraction(ratios: np.ndarray, groups: list[str]) -> float:
+    """1 − (mean squared deviation of log ``ratios`` from their group mean) / (their
+    variance), clipped to [0, 1] and rounded to 4 digits; 1.0 when all ratios are equal."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    total = float(logs.var())
+    if total == 0.0:
+        return 1.0
+    labels = np.array(groups)
+    within = np.zeros_like(logs)
+    for group in set(groups):
+        members = labels == group
+        within[members] = logs[members] - logs[members].mean()
+    return float(f"{min(max(1.0 - float(np.mean(within**2)) / total, 0.0), 1.0):.4g}")
 
 
 def scoped_quantiles(ratios: np.ndarray, stacks: list[str], classes: list[str],

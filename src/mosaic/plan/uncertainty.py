@@ -1,12 +1,19 @@
-"""Law uncertainty through the search: bootstrap coefficient samples -> ranking risk.
+"""Law and performance uncertainty through the search -> ranking risk.
 
-The token budget D of a geometry comes from the hardware (Eq. 25), not from the law, so
-the trainable candidates and their D are fixed; each coefficient sample re-scores them.
-Per candidate we report the probability of being the optimum, a percentile loss interval,
-the expected loss and the regret L_i − min_j L_j (per sample). The **robust choice** is the
-candidate of minimum expected loss over the samples (equivalently minimum expected
-regret); the minimax-regret candidate is reported next to it. Only the law's uncertainty
-is propagated, not the performance model's.
+Two sources, alone or together, each as B samples:
+
+* the law: bootstrap coefficient samples re-score the candidates at their tokens;
+* the performance model: a throughput multiplier per candidate and sample
+  (:mod:`mosaic.plan.throughput_spread`, seeded) scales its token budget D* (Eq. 25);
+  the trained tokens are min(D*·m, tpp_max·N_act), and the loss is taken at them (the
+  tpp_min floor selects the candidates once, at the point prediction, and is not
+  re-applied per sample). With both, law sample b is paired with multiplier draw b.
+
+The candidates are the geometries trainable at the point prediction. Per candidate we
+report the probability of being the optimum, a percentile loss interval, the expected loss
+and the regret L_i − min_j L_j (per sample). The **robust choice** is the candidate of
+minimum expected loss over the samples (equivalently minimum expected regret); the
+minimax-regret candidate is reported next to it.
 
 Samples file (written by :func:`save_samples`, e.g. from ``bootstrap_fit``; a law file of
 ``mosaic law fit --out`` stores intervals, not samples):
@@ -31,9 +38,11 @@ from mosaic.io_atomic import write_text_atomic
 from mosaic.law import BootstrapResult, ScalingLaw
 from mosaic.law.forms import LawForm, get_form
 from mosaic.plan.search import PlanResult
+from mosaic.plan.throughput_spread import ThroughputSpread
 
 SAMPLES_FORMAT = "mosaic-law-samples/1"
 DEFAULT_LEVEL = 0.90
+PERF_SAMPLES = 2000  # throughput draws when no law samples set the count
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class Uncertainty:
         expected_loss, expected_regret, max_regret: over the samples.
         robust_row: minimum expected loss (the robust choice).
         minimax_row: minimum worst-case regret.
+        sources: what was propagated (law samples, throughput spread), for reports.
     """
 
     rows: np.ndarray
@@ -124,6 +134,7 @@ class Uncertainty:
     max_regret: np.ndarray
     robust_row: int
     minimax_row: int
+    sources: tuple[str, ...] = ()
 
     def summary(self, row: int) -> dict[str, Any]:
         """The uncertainty columns of one grid row."""
@@ -138,8 +149,10 @@ class Uncertainty:
         }
 
 
-def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray) -> np.ndarray:
-    """(B, n) predicted loss of grid ``rows`` under every coefficient sample."""
+def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray,
+                  tokens: np.ndarray | None = None) -> np.ndarray:
+    """(B, n) predicted loss of grid ``rows`` under every coefficient sample, at the
+    result's tokens or at ``tokens`` ((B, n): sample b at row b)."""
     grid = result.grid
     logs = {
         "n_total": np.log(grid.n_total[rows]),
@@ -147,15 +160,35 @@ def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray) -> 
         "active_fraction": np.log1p(-grid.sparsity[rows]),
         "split_factor": np.log(grid.split_factor[rows].astype(float)),
     }
-    features = np.column_stack([logs[f] for f in samples.form.features])
-    return np.exp(samples.form.log_predict(samples.log_coefs, samples.form.design(features)).value)
+    form = samples.form
+
+    def at(log_tokens: np.ndarray, log_coefs: np.ndarray) -> np.ndarray:
+        features = np.column_stack([log_tokens if f == "tokens" else logs[f]
+                                    for f in form.features])
+        return np.exp(form.log_predict(log_coefs, form.design(features)).value)
+    if tokens is None:
+        return at(logs["tokens"], samples.log_coefs)
+    return np.vstack([at(np.log(tokens[b]), samples.log_coefs[b:b + 1])
+                      for b in range(samples.log_coefs.shape[0])])
+
+
+def sampled_tokens(result: PlanResult, rows: np.ndarray, multipliers: np.ndarray
+                   ) -> np.ndarray:
+    """(B, n) trained tokens min(D*·m, tpp_max·N_act) of ``rows`` under multipliers m."""
+    cap = result.space.tpp_max * result.grid.n_active[rows]
+    return np.minimum(result.budget_tokens[rows] * multipliers, cap)
 
 
 def propagate(
-    result: PlanResult, law: ScalingLaw, samples: LawSamples, level: float = DEFAULT_LEVEL
+    result: PlanResult, law: ScalingLaw, samples: LawSamples | None,
+    level: float = DEFAULT_LEVEL, *, spread: ThroughputSpread | None = None,
+    seed: int = 0, perf_samples: int = PERF_SAMPLES,
 ) -> Uncertainty:
-    """Re-score the trainable candidates of ``result`` under every sample."""
-    if samples.form.name != law.form.name:
+    """Re-score the trainable candidates of ``result`` under law ``samples`` and/or
+    throughput multipliers drawn from ``spread`` (for the candidates in ranking order)."""
+    if samples is None and spread is None:
+        raise MosaicInputError("nothing to propagate: give law samples or a throughput spread")
+    if samples is not None and samples.form.name != law.form.name:
         raise MosaicInputError(
             f"samples are of form '{samples.form.name}' but the law is '{law.form.name}'")
     if not 0 < level < 1:
@@ -163,7 +196,21 @@ def propagate(
     rows = result.ranking
     if rows.size == 0:
         raise MosaicInputError("no trainable geometry to propagate uncertainty through")
-    losses = sample_losses(result, samples, rows)
+    sources = []
+    tokens = None
+    if spread is not None:
+        if len(spread.scopes) != rows.size:
+            raise ValueError("throughput spread must have one entry per ranked candidate")
+        draws = perf_samples if samples is None else samples.log_coefs.shape[0]
+        tokens = sampled_tokens(result, rows, spread.sample(draws, seed))
+        sources.append(f"performance: {spread.description}, {draws} draws (seed {seed})")
+    if samples is not None:
+        sources.insert(0, f"law: {samples.log_coefs.shape[0]} coefficient samples")
+        losses = sample_losses(result, samples, rows, tokens)
+    else:
+        grid = result.grid
+        losses = law.predict(grid.n_total[rows], tokens, grid.sparsity[rows],
+                             grid.split_factor[rows])
     regret = losses - losses.min(axis=1, keepdims=True)
     winners = np.argmin(losses, axis=1)
     tail = (1 - level) / 2
@@ -183,4 +230,5 @@ def propagate(
         max_regret=worst,
         robust_row=int(rows[np.argmin(expected)]),
         minimax_row=int(rows[np.argmin(worst)]),
+        sources=tuple(sources),
     )
