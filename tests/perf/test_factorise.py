@@ -3,14 +3,22 @@
 import numpy as np
 import pytest
 
-from mosaic.arch import ladder_geometry
+from mosaic.arch import Geometry, ladder_geometry
 from mosaic.hardware import Cluster, get_system
-from mosaic.perf.factorise import UndeclaredPlanFieldError, distinct_rows, gather, plan_key
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.factorise import (
+    UndeclaredPlanFieldError,
+    distinct_rows,
+    every_plan,
+    gather,
+    plan_key,
+)
 from mosaic.perf.layer_costs import dense_block_times, expert_all_to_all_s, moe_block_times
 from mosaic.perf.layouts import LayoutLimits, enumerate_plans
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import ParallelPlans, plans_from_columns, single_plan
 from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
+from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
 
 WORKLOAD = Workload(geometry=ladder_geometry(4, experts=64, top_k=2, split_factor=4),
@@ -52,6 +60,23 @@ def test_distinct_rows_with_huge_values():
     np.testing.assert_array_equal(rows[representatives][inverse], rows)
 
 
+def test_distinct_rows_with_many_distinct_combinations():
+    """Codes that outgrow the direct-address table are renumbered by sorting."""
+    rng = np.random.default_rng(1)
+    n = 300
+    columns = {name: np.ones(n, dtype=int) for name in ("pp", "vpp", "cp", "ep", "etp",
+                                                         "sharding", "checkpointing")}
+    columns.update(tp=rng.integers(1, 60, n), dp=rng.integers(1, 60, n),
+                   micro_batch=rng.integers(1, 60, n), hsdp_shard=np.full(n, 2**50),
+                   sequence_parallel=np.ones(n, dtype=bool))
+    plans = plans_from_columns(**columns)
+    names = ("tp", "dp", "micro_batch", "hsdp_shard")
+    representatives, inverse = distinct_rows(plans, names)
+    rows = _columns(plans, names)
+    assert representatives.size == np.unique(rows, axis=0).shape[0]
+    np.testing.assert_array_equal(rows[representatives][inverse], rows)
+
+
 def _all_fields_equal(a, b):
     for name in a.__dataclass_fields__:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
@@ -73,6 +98,44 @@ def test_block_costs_equal_the_call_over_all_plans(plans):
         np.testing.assert_array_equal(in_flight_microbatches(WORKLOAD, plans, stage),
                                       in_flight_microbatches.__wrapped__(WORKLOAD, plans,
                                                                          stage))
+
+
+def _equal_trees(got, want, path=""):
+    if isinstance(want, np.ndarray):
+        np.testing.assert_array_equal(got, want, err_msg=path)
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys(), path
+        for key in want:
+            _equal_trees(got[key], want[key], f"{path}.{key}")
+    elif hasattr(want, "__dataclass_fields__"):
+        for name in want.__dataclass_fields__:
+            _equal_trees(getattr(got, name), getattr(want, name), f"{path}.{name}")
+    else:
+        assert got == want, path
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "torchtitan", "deepspeed"])
+def test_prediction_equals_every_plan_computed(plans, stack):
+    """The whole step prediction (times, breakdowns, memory) is bit-identical with the
+    factorised evaluation switched off, on stacks with different traits."""
+    workload = Workload(geometry=WORKLOAD.geometry, global_batch=256, seq_len=2048,
+                        stack=stack)
+    calibration = default_calibration()
+    factorised = predict_step(workload, plans, MACHINE, calibration)
+    with every_plan():
+        reference = predict_step(workload, plans, MACHINE, calibration)
+    _equal_trees(factorised, reference)
+
+
+def test_dense_prediction_equals_every_plan_computed():
+    geometry = Geometry(layers=8, d_model=1024, heads=16, kv_heads=8, head_dim=64, ffn=4096,
+                        vocab=32000)
+    workload = Workload(geometry=geometry, global_batch=256, seq_len=2048)
+    plans = enumerate_plans(workload, MACHINE.n_devices, 8, LayoutLimits())
+    factorised = predict_step(workload, plans, MACHINE, default_calibration())
+    with every_plan():
+        reference = predict_step(workload, plans, MACHINE, default_calibration())
+    _equal_trees(factorised, reference)
 
 
 def test_reading_an_undeclared_field_fails_loudly():

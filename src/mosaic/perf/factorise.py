@@ -32,7 +32,7 @@ R = TypeVar("R")
 
 PLAN_FIELDS = tuple(f.name for f in fields(ParallelPlans))
 # Codes are numbered through a direct-address table of at most max(this, 4 x plans)
-# entries; a column whose range does not fit is folded in by sorting (np.unique).
+# entries; a column or code whose range does not fit is numbered by sorting (np.unique).
 MIN_TABLE_KEYS = 1024
 # distinct_rows remembers its answers on the plans object (its arrays are never written
 # after construction), under this attribute outside the dataclass fields.
@@ -97,15 +97,15 @@ for _op in ("lt", "le", "eq", "ne", "gt", "ge", "neg", "pos", "abs", "invert", "
 UndeclaredField.__hash__ = None  # type: ignore[assignment]
 
 
-def _dense_codes(key: np.ndarray, keys_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct, codes): the distinct values of ``key`` (all in [0, keys_size)) in
-    increasing order and each entry's position among them, by a direct-address table."""
+def _dense_codes(key: np.ndarray, keys_size: int) -> np.ndarray:
+    """Each entry's position among the distinct values of ``key`` (all in
+    [0, keys_size)), by a direct-address table."""
     seen = np.zeros(keys_size, dtype=bool)
     seen[key] = True
     distinct = np.flatnonzero(seen)
     position = np.zeros(keys_size, dtype=np.int64)
     position[distinct] = np.arange(distinct.size)
-    return distinct, position[key]
+    return position[key]
 
 
 def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
@@ -114,9 +114,9 @@ def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     ``names`` and, per plan, the position of its value among them, so plan ``i`` equals
     plan ``representatives[inverse[i]]`` on ``names``.
 
-    Columns are folded into one integer code left to right (mixed radix over each column's
-    range); whenever the next fold would leave the direct-address table's size, the codes
-    so far are renumbered densely first (at most one code per plan)."""
+    Each column is numbered by its distinct values, and the columns are folded into one
+    integer code left to right (mixed radix); whenever the next fold would leave the
+    direct-address table's size, the codes so far are renumbered densely first."""
     cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     if names not in cache:
         cache[names] = _distinct_rows(plans, names)
@@ -124,31 +124,40 @@ def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     return found
 
 
+def _column_codes(column: np.ndarray, table_limit: int) -> np.ndarray:
+    """Each entry's position among the distinct values of ``column``."""
+    low = int(column.min())
+    span = int(column.max()) - low + 1
+    return _renumber(column - low, span, table_limit)
+
+
+def _renumber(code: np.ndarray, codes_size: int, table_limit: int) -> np.ndarray:
+    """``code`` (values in [0, codes_size)) renumbered densely, order kept."""
+    if codes_size <= table_limit:
+        return _dense_codes(code, codes_size)
+    return np.unique(code, return_inverse=True)[1].reshape(-1)
+
+
 def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
                    ) -> tuple[np.ndarray, np.ndarray]:
     n = len(plans)
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    table_limit = max(MIN_TABLE_KEYS, 4 * n)
     code = np.zeros(n, dtype=np.int64)
     codes_size = 1
-    table_limit = max(MIN_TABLE_KEYS, 4 * n)
     for name in names:
-        column = np.asarray(getattr(plans, name)).astype(np.int64, copy=False)
-        low = int(column.min())
-        span = int(column.max()) - low + 1
-        if span == 1:
+        column = _column_codes(np.asarray(getattr(plans, name)).astype(np.int64, copy=False),
+                               table_limit)
+        values = int(column.max()) + 1
+        if values == 1:
             continue
-        if codes_size * span > table_limit:
-            _, code = _dense_codes(code, codes_size)
+        if codes_size * values > table_limit:  # renumber: at most one code per plan
+            code = _renumber(code, codes_size, table_limit)
             codes_size = int(code.max()) + 1
-        if codes_size * span > table_limit:  # a column with a huge range: sort instead
-            _, code = np.unique(np.stack([code, column]), axis=1, return_inverse=True)
-            code = code.reshape(-1)
-            codes_size = int(code.max()) + 1
-            continue
-        code = code * span + (column - low)
-        codes_size *= span
-    _, inverse = _dense_codes(code, codes_size)
+        code = code * values + column
+        codes_size *= values
+    inverse = _renumber(code, codes_size, table_limit)
     representatives = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
     representatives[inverse] = np.arange(n)
     return representatives, inverse

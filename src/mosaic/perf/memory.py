@@ -35,6 +35,7 @@ import numpy as np
 from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.perf.factorise import plan_key
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
@@ -116,6 +117,16 @@ _FULLY_SHARDED = (Sharding.FSDP, Sharding.HSDP)
 _GRADIENTS_SHARDED = (Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
 _STATES_SHARDED = (Sharding.ZERO1, Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
 
+# The plan fields each term reads (mosaic.perf.factorise): a layout search computes a term
+# once per distinct value of its fields. Stage parameters follow the TP/EP splits and the
+# blocks on the stage; activations the per-rank tokens, expert layout, checkpointing and
+# in-flight micro-batches; parameter states add the (E)DP sharding.
+STAGE_PARAMETER_KEY = ("tp", "pp", "vpp", "ep", "etp")
+BLOCK_ACTIVATION_KEY = ("tp", "cp", "micro_batch", "sequence_parallel", "ep", "etp")
+STAGE_ACTIVATION_KEY = (*BLOCK_ACTIVATION_KEY, "checkpointing", "pp", "vpp", "dp")
+PARAMETER_STATE_KEY = (*STAGE_PARAMETER_KEY, "cp", "dp", "sharding", "hsdp_shard")
+BUFFER_KEY = (*BLOCK_ACTIVATION_KEY, "pp", "vpp", "sharding")
+
 
 # --- Pipeline stages (shared with the time model: mosaic.perf.schedule) -----------
 
@@ -159,6 +170,7 @@ class StageParameters:
         return self.non_expert + self.expert
 
 
+@plan_key(*STAGE_PARAMETER_KEY)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
                      remainder_last: bool = False) -> StageParameters:
     """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
@@ -384,6 +396,7 @@ def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return ACTIVATION_BYTES * tokens * workload.geometry.d_model / sequence_shard_divisor(plans)
 
 
+@plan_key(*BLOCK_ACTIVATION_KEY)
 def layer_working_set_bytes(
     workload: Workload, plans: ParallelPlans, kind: LayerKind
 ) -> np.ndarray:
@@ -454,6 +467,7 @@ def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
     return working_set - softmax_statistics_bytes(workload, plans)
 
 
+@plan_key(*BLOCK_ACTIVATION_KEY, "checkpointing")
 def activation_bytes_per_layer(
     workload: Workload, plans: ParallelPlans, kind: LayerKind = "dense"
 ) -> np.ndarray:
@@ -475,6 +489,7 @@ def activation_bytes_per_layer(
     )
 
 
+@plan_key(*STAGE_ACTIVATION_KEY)
 def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Activations a stage holds at its peak.
 
@@ -519,6 +534,7 @@ def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.n
 
 
 # --- Buffers -----------------------------------------------------------------------------
+@plan_key(*BUFFER_KEY, carried=("params",))
 def communication_buffer_bytes(
     workload: Workload, plans: ParallelPlans, params: StageParameters, stage: Stage
 ) -> np.ndarray:
@@ -561,10 +577,11 @@ def communication_buffer_bytes(
 
 
 # --- Breakdown ---------------------------------------------------------------------------
-def stage_memory_breakdown_bytes(
-    workload: Workload, plans: ParallelPlans, stage: Stage
-) -> dict[str, np.ndarray]:
-    """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
+@plan_key(*PARAMETER_STATE_KEY)
+def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
+                          ) -> dict[str, np.ndarray]:
+    """Weights, gradients, optimizer states and master weights per GPU of the first or last
+    stage, after the plan's (E)DP sharding."""
     params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages)
     states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
@@ -573,6 +590,16 @@ def stage_memory_breakdown_bytes(
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
         "master_weights": MASTER_WEIGHT_BYTES_PER_PARAM * states_sharded,
+    }
+
+
+def stage_memory_breakdown_bytes(
+    workload: Workload, plans: ParallelPlans, stage: Stage
+) -> dict[str, np.ndarray]:
+    """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
+    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages)
+    return {
+        **parameter_state_bytes(workload, plans, stage),
         "activations": stage_activation_bytes(workload, plans, stage),
         "logits": logits_bytes(workload, plans, stage),
         "communication_buffers": communication_buffer_bytes(workload, plans, params, stage),
