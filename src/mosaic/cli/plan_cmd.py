@@ -41,6 +41,12 @@ from mosaic.plan.analysis import (
     flop_cost_profile,
     sparsity_frontier,
 )
+from mosaic.plan.batch import (
+    DEFAULT_RULE,
+    parse_batch_rule,
+    parse_global_batch,
+    search_batch,
+)
 from mosaic.plan.cost import cheapest_plan, run_cost
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
@@ -122,6 +128,14 @@ CheckpointS = Annotated[float | None, typer.Option(
 RestartS = Annotated[float, typer.Option(
     "--restart-s", help="Seconds lost per failure to restart and reload (Young-Daly).")]
 GlobalBatch = Annotated[int, typer.Option("--global-batch", help="B_global, sequences/step.")]
+GlobalBatchSearch = Annotated[str, typer.Option(
+    "--global-batch", help="B_global in sequences/step: N (fixed, Table 3's 1024), MIN:MAX "
+    "(MIN, 2·MIN, ... searched with the layout) or auto (64 ... 65536); a search keeps each "
+    "batch under --batch-rule (docs/plan.md).")]
+BatchRuleOpt = Annotated[str, typer.Option(
+    "--batch-rule", help="Bound on tokens per step when the batch is searched: deepseek "
+    "(B_opt = 0.292·C^0.3271, DeepSeek LLM 2024), kaplan (B_crit = 2e8/L^(1/0.21), Kaplan "
+    "et al. 2020) or tokens:N.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="T_seq, tokens per sequence.")]
 MemoryFraction = Annotated[float | None, typer.Option(
     "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: the "
@@ -362,7 +376,8 @@ def plan(
     gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
     gpus_per_node: GpusPerNode = None, days: Days = TABLE3_DAYS, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
-    global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
+    global_batch: GlobalBatchSearch = str(TABLE3_GLOBAL_BATCH),
+    batch_rule: BatchRuleOpt = DEFAULT_RULE, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
     law_file: LawFile = None, calibration_file: CalibrationOption = None,
     q: QValues = None, experts: Experts = None,
@@ -393,11 +408,17 @@ def plan(
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     check_range("--top", top, "top", integer=True)
+    batches = parse_global_batch(global_batch)
+    rule = parse_batch_rule(batch_rule)
+    batch_search = global_batch.strip() == "auto" or ":" in global_batch
+    if batch_search and (target_loss is not None or versus is not None):
+        raise MosaicInputError("--target-loss and --versus plan at a fixed batch; give "
+                               "--global-batch N with them")
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
-        restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
+        restart_s=restart_s, global_batch=batches[0], seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
@@ -406,9 +427,15 @@ def plan(
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    batch_choice = None
     with execution_backend(runner), progress_bar(not as_json) as bar:
-        result = search(envelope, space, law, calibration, progress=bar("geometries"),
-                        workers=workers)
+        if batch_search:
+            result, batch_choice = search_batch(
+                envelope, space, law, calibration, batches, rule,
+                progress=lambda b: bar(f"geometries at batch {b}"), workers=workers)
+        else:
+            result = search(envelope, space, law, calibration, progress=bar("geometries"),
+                            workers=workers)
         require_trainable(result)
         cheapest = None
         if target_loss is not None:
@@ -417,6 +444,8 @@ def plan(
                                      day_list, price_per_gpu_hour,
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)
     document = plan_report.plan_document(result, cost)
+    document["batch"] = ({"mode": "fixed", "global_batch": envelope.global_batch}
+                         if batch_choice is None else batch_choice.to_dict())
     document["calibration"] = calibration_document(calibration)
     document["optimum"]["extrapolation"] = optimum_extrapolation(law, document["optimum"])
     if versus is not None:

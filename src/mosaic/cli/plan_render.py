@@ -40,7 +40,8 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
                      f"({envelope.n_devices} × {envelope.system.device.name})"),
         ("window", f"{envelope.days:g} days"),
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
-        ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"),
+        ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
+                  + ("" if result.global_batch is None else " (searched; the optimum's)")),
         ("stack / calibration", f"{envelope.stack} / {calibration}"),
         ("precision / dispatcher", f"{envelope.precision} / {envelope.dispatcher}"),
         ("usable memory", _headroom_text(envelope)),
@@ -79,8 +80,17 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("memory per GPU", f"{candidate['memory_bytes'] / GIB:.1f} GiB"),
         ("predicted loss", f"{candidate['loss']:.4f}"),
         ("layout", layout_text(candidate["plan"])),
+        *_batch_rows(candidate),
         *_extrapolation_rows(candidate.get("extrapolation")),
     ])
+
+
+def _batch_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:
+    """The searched batch and the bound it respects (none for a fixed batch)."""
+    if "batch_bound_tokens" not in candidate:
+        return []
+    return [("global batch (bound)", f"{candidate['global_batch']} sequences "
+             f"(bound {candidate['batch_bound_tokens']:.3g} tokens per step)")]
 
 
 def _extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -99,6 +109,9 @@ def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None)
     ladder = result.grid.is_ladder  # else backbone variants: depth x width instead of q
     columns = ["#", "q" if ladder else "L×d", "E", "K", "G", "N_act", "N_tot", "S", "D",
                "TPP", "MFU", "loss"]
+    searched = result.global_batch is not None  # a batch search: show each row's batch
+    if searched:
+        columns.insert(-2, "B")
     if uncertainty is not None:
         columns.append("P(opt)")
     rows, layouts = [], []
@@ -109,6 +122,8 @@ def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None)
                  str(c["split_factor"]), short_count(c["n_active"]),
                  short_count(c["n_total"]), f"{c['sparsity']:.3f}", short_count(c["tokens"]),
                  f"{c['tpp']:.0f}", f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
+        if searched:
+            cells.insert(-2, str(c["global_batch"]))
         if uncertainty is not None:
             cells.append(f"{uncertainty.summary(int(row))['p_optimal']:.2f}")
         rows.append(cells)

@@ -294,6 +294,8 @@ class PlanResult:
         loss: predicted loss at (N_tot, S, D, G); NaN where not trainable.
         reasons: why a geometry is not trainable ('' where it is).
         ranking: trainable rows by increasing loss (ties: earlier row first).
+        global_batch, batch_bound_tokens: per row, the batch chosen by a batch search and
+            the bound it respects (:mod:`mosaic.plan.batch`); None for a fixed batch.
     """
 
     envelope: Envelope
@@ -305,6 +307,8 @@ class PlanResult:
     loss: np.ndarray
     reasons: tuple[str, ...]
     ranking: np.ndarray
+    global_batch: np.ndarray | None = None
+    batch_bound_tokens: np.ndarray | None = None
 
     @property
     def grid(self) -> LadderGrid:
@@ -350,7 +354,11 @@ class PlanResult:
             memory_bytes=float(table.memory_bytes[row]),
             loss=float(self.loss[row]),
             plan=table.plans[row],
+            global_batch=self.envelope.global_batch if self.global_batch is None
+            else int(self.global_batch[row]),
         )
+        if self.batch_bound_tokens is not None:
+            entry["batch_bound_tokens"] = float(self.batch_bound_tokens[row])
         return entry
 
     def candidates(self, top: int | None = None) -> list[dict[str, Any]]:
