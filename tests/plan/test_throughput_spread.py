@@ -99,3 +99,16 @@ def test_spread_for_a_calibration_uses_the_candidates_scope(calibration):
     assert s.scopes == ("megatron-core/moe", "megatron-core/dense")
     shared = calibration.coverage.tokens_per_s_shared_fraction
     assert s.shared_fraction == (1.0 if shared is None else shared)
+
+
+def test_a_real_search_gets_its_optimum_assessed_and_performance_uncertainty(
+        small_result, law, calibration):
+    from mosaic.plan.coverage import candidate_assessment, plan_uncertainty
+
+    best = small_result.optimum_index
+    a = candidate_assessment(small_result, calibration, best)
+    assert a.has_envelope and a.tokens_per_s.scope.startswith("megatron-core/moe")
+    assert a.tokens_per_s.low < small_result.throughput.tokens_per_s[best] < a.tokens_per_s.high
+    u = plan_uncertainty(small_result, law, None, calibration)
+    assert u is not None and u.p_optimal.sum() == pytest.approx(1.0)
+    assert u.sources[0].startswith("performance")

@@ -1,0 +1,45 @@
+"""The planner's answer against the calibration: the optimum's envelope verdict and
+intervals, and the throughput spread that enters P(optimal) (perf.coverage)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic.law import ScalingLaw
+from mosaic.perf.calibration import Calibration
+from mosaic.perf.coverage import DEGREES, Assessment, assess
+from mosaic.perf.memory import GIB
+from mosaic.plan.search import PlanResult
+from mosaic.plan.throughput_spread import spread_for
+from mosaic.plan.uncertainty import LawSamples, Uncertainty, propagate
+
+
+def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
+                         ) -> Assessment:
+    """Envelope verdict and residual intervals of grid ``row`` on its best layout."""
+    grid, table, envelope = result.grid, result.throughput, result.envelope
+    plan = table.plans[row] or {}
+    tokens_per_s = float(table.tokens_per_s[row])
+    return assess(
+        calibration.coverage, calibration.name, device=envelope.system.device.name,
+        stack=envelope.stack, is_moe=grid.geometry(row).is_moe,
+        n_total=float(grid.n_total[row]), n_active=float(grid.n_active[row]),
+        degrees={name: int(plan[name]) for name in DEGREES if name in plan},
+        tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / table.n_devices,
+        mfu=float(table.mfu[row]), step_time_s=float(table.step_time_s[row]),
+        memory_gib=float(table.memory_bytes[row] / GIB))
+
+
+def plan_uncertainty(result: PlanResult, law: ScalingLaw, samples: LawSamples | None,
+                     calibration: Calibration, seed: int = 0) -> Uncertainty | None:
+    """P(optimal) and the robust pick under the law ``samples`` (if any) and the
+    calibration's throughput spread (if it records residuals); None when neither is
+    available or nothing is trainable."""
+    rows = result.ranking
+    if rows.size == 0:
+        return None
+    is_moe = np.array([result.grid.geometry(int(r)).is_moe for r in rows])
+    spread = spread_for(calibration, result.envelope.stack, is_moe)
+    if samples is None and spread is None:
+        return None
+    return propagate(result, law, samples, spread=spread, seed=seed)
