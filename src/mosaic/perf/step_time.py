@@ -40,11 +40,13 @@ from mosaic.perf.collectives import (
     reduce_scatter_time_s,
     send_recv_time_s,
 )
+from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.layer_costs import (
     ACTIVATION_BYTES,
     FP32_BYTES,
+    MOE_BLOCK_KEY,
     BlockTimes,
     dense_block_times,
     expert_all_to_all_s,
@@ -53,6 +55,7 @@ from mosaic.perf.layer_costs import (
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memory import (
     GRADIENT_BYTES_PER_PARAM,
+    PARAMETER_STATE_KEY,
     StageParameters,
     feasibility,
     memory_breakdown_bytes,
@@ -83,6 +86,11 @@ MUON_ITERATIONS = 5
 CROSS_ENTROPY_BYTES_PER_LOGIT = 18
 # Embedding: gather d bf16 values per token forward, scatter-add fp32 gradients backward.
 EMBEDDING_BYTES_PER_TOKEN_PER_D = ACTIVATION_BYTES + 2 * FP32_BYTES
+# The plan fields a term reads (mosaic.perf.factorise; a layout search computes each term
+# once per distinct value of its fields): the heaviest stage's blocks follow the block
+# costs, the pipeline split and checkpointing; the pipeline transfers also dp (the stage
+# stride); the data-parallel collectives the stage's parameters and the (E)DP groups.
+STAGE_BLOCKS_KEY = (*MOE_BLOCK_KEY, "pp", "vpp", "checkpointing")
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,7 @@ class StepPrediction:
     attention_kernel: str  # flash-attention kernel family the prediction assumes
 
 
+@plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe"))
 def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
                            moe: BlockTimes
                            ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -178,6 +187,7 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     }
 
 
+@plan_key(*STAGE_BLOCKS_KEY, "dp", carried=("chunk_forward_s",))
 def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPlans,
                         chunk_forward_s: np.ndarray) -> np.ndarray:
     """Exposed seconds of the activations and gradients crossing each stage boundary, per
@@ -202,6 +212,7 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     return np.where(plans.pp > 1, 2 * plans.vpp * per_boundary, 0.0)
 
 
+@plan_key("tp", "cp", "micro_batch")
 def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlans
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(t_first, t_last) per micro-batch: embedding; LM head GEMMs + cross-entropy."""
@@ -259,22 +270,21 @@ def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
     return dense, local_experts(workload, plans) * ffn_matrices
 
 
-def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
-                         params: StageParameters, fwd_block_s: np.ndarray,
-                         bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
-                         calibration: Calibration) -> dict[str, np.ndarray]:
-    """Exposed data-parallel communication per step, by collective."""
+@plan_key(*PARAMETER_STATE_KEY, carried=("params",))
+def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                                 params: StageParameters) -> dict[str, np.ndarray]:
+    """Seconds of each data-parallel collective before any overlap: per step for DDP's
+    all-reduce, ZeRO's reduce-scatter and all-gather and HSDP's replica all-reduce; per
+    FSDP unit for its gather and reduce-scatter."""
     ic = machine.interconnect
     dense_group = plans.dp * plans.cp
     dense_stride = plans.tp
     expert_group = np.maximum(plans.edp, 1)
     expert_stride = plans.etp * plans.ep
-    sharding = plans.sharding
     grad_dense = params.non_expert * GRADIENT_BYTES_PER_PARAM
     grad_expert = params.expert * GRADIENT_BYTES_PER_PARAM
     weight_dense = params.non_expert * ACTIVATION_BYTES
     weight_expert = params.expert * ACTIVATION_BYTES
-    overlap = calibration.dp_overlap_fraction
 
     # DDP: one all-reduce of all gradients; ZeRO-1/2: reduce-scatter of gradients and an
     # all-gather of updated bf16 parameters (Megatron-Core distributed optimizer).
@@ -284,11 +294,6 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                       + reduce_scatter_time_s(grad_expert, expert_group, expert_stride, ic))
     all_gather = (all_gather_time_s(weight_dense, dense_group, dense_stride, ic)
                   + all_gather_time_s(weight_expert, expert_group, expert_stride, ic))
-    hide_bwd = overlap * bwd_block_s * blocks
-    hide_fwd = overlap * fwd_block_s * blocks
-    is_ddp = sharding == Sharding.NONE
-    is_zero = (sharding == Sharding.ZERO1) | (sharding == Sharding.ZERO2)
-    is_fsdp = (sharding == Sharding.FSDP) | (sharding == Sharding.HSDP)
 
     # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
     # forward and backward and reduce-scatter gradients after backward, prefetching one
@@ -318,24 +323,45 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                                                                    dense_stride, ic)
                            + np.maximum(expert_tensors - 1, 0)
                            * all_gather_time_s(0.0, expert_shard_group, expert_stride, ic))
+    replicas = np.maximum(dense_group // np.maximum(shard_group, 1), 1)
+    hsdp_replica = all_reduce_time_s(grad_dense / shard_group, replicas,
+                                     dense_stride * shard_group, ic)
+    return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
+            "all_gather": all_gather, "unit_gather": gather, "unit_scatter": scatter,
+            "hsdp_replica": hsdp_replica}
+
+
+def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
+                         params: StageParameters, fwd_block_s: np.ndarray,
+                         bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
+                         calibration: Calibration) -> dict[str, np.ndarray]:
+    """Exposed data-parallel communication per step, by collective."""
+    collectives = _data_parallel_collectives_s(machine, workload, plans, params)
+    sharding = plans.sharding
+    overlap = calibration.dp_overlap_fraction
+    hide_bwd = overlap * bwd_block_s * blocks
+    hide_fwd = overlap * fwd_block_s * blocks
+    is_ddp = sharding == Sharding.NONE
+    is_zero = (sharding == Sharding.ZERO1) | (sharding == Sharding.ZERO2)
+    is_fsdp = (sharding == Sharding.FSDP) | (sharding == Sharding.HSDP)
+    gather, scatter = collectives["unit_gather"], collectives["unit_scatter"]
     gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
     scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed
     gathers_per_step = np.where(plans.pp > 1, 1, n_mb) * blocks
     fsdp_gather = gathers_per_step * (gather_fwd_exposed + gather_bwd_exposed)
     fsdp_scatter = gathers_per_step * scatter_exposed
-    replicas = np.maximum(dense_group // np.maximum(shard_group, 1), 1)
-    hsdp_replica = all_reduce_time_s(grad_dense / shard_group, replicas,
-                                     dense_stride * shard_group, ic)
     zero = np.zeros(len(plans))
     return {
-        "dp_all_reduce": np.where(is_ddp, np.maximum(0.0, all_reduce - hide_bwd), zero),
-        "dp_reduce_scatter": np.where(is_zero, np.maximum(0.0, reduce_scatter - hide_bwd),
-                                      zero),
-        "dp_all_gather": np.where(is_zero, np.maximum(0.0, all_gather - hide_fwd), zero),
+        "dp_all_reduce": np.where(is_ddp, np.maximum(0.0, collectives["all_reduce"] - hide_bwd),
+                                  zero),
+        "dp_reduce_scatter": np.where(
+            is_zero, np.maximum(0.0, collectives["reduce_scatter"] - hide_bwd), zero),
+        "dp_all_gather": np.where(is_zero, np.maximum(0.0, collectives["all_gather"] - hide_fwd),
+                                  zero),
         "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
         "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero)
-        + np.where(sharding == Sharding.HSDP, hsdp_replica, zero),
+        + np.where(sharding == Sharding.HSDP, collectives["hsdp_replica"], zero),
     }
 
 
