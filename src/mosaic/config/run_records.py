@@ -79,6 +79,9 @@ class RunRecordEntry(_Strict):
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] | None = None
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled"] | None = Field(
+        default=None, description="the LM loss as the source ran it (e.g. compiled when "
+        "torch.compile covers the loss); null = the stack's cross_entropy trait")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -319,6 +322,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         stack=stack,
         routing=entry.routing or "dropless",
         dispatcher=dispatcher_from_name(entry.parallelism.dispatcher),
+        cross_entropy=entry.cross_entropy,
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)

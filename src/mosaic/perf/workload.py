@@ -8,7 +8,7 @@ from enum import StrEnum
 from mosaic.arch import Geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
-from mosaic.stacks import StackTraits, get_stack
+from mosaic.stacks import CrossEntropy, StackTraits, get_stack
 
 
 class Precision(StrEnum):
@@ -76,6 +76,9 @@ class Workload:
         fsdp_gather: FSDP gather granularity; None = the stack's (per tensor for DeepSpeed,
             per block for every other stack).
         dispatcher: EP token dispatch (alltoall, deepep, hybridep).
+        cross_entropy: how the LM loss is computed (fused, fp32_upcast, compiled); None =
+            the stack's ``cross_entropy`` trait (e.g. a torchtitan run with torch.compile
+            on the loss states ``compiled``).
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -92,6 +95,7 @@ class Workload:
     fsdp_gather: FsdpGather | None = None
     uneven_pipeline_stages: bool = False
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    cross_entropy: CrossEntropy | None = None
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack is an error naming the known ones
@@ -101,7 +105,8 @@ class Workload:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
         for name, kind in (("precision", Precision), ("optimizer", OptimizerKind),
                            ("dispatcher", Dispatcher), ("fsdp_gather", FsdpGather),
-                           ("attention_kernel", AttentionKernel)):
+                           ("attention_kernel", AttentionKernel),
+                           ("cross_entropy", CrossEntropy)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _member(kind, value, name))
@@ -118,6 +123,11 @@ class Workload:
         if self.fsdp_gather is not None:
             return self.fsdp_gather is FsdpGather.TENSOR
         return self.traits.fsdp_gather == FsdpGather.TENSOR
+
+    @property
+    def loss_implementation(self) -> CrossEntropy:
+        """The LM loss as run: the workload's own setting, else the stack's trait."""
+        return self.cross_entropy or self.traits.cross_entropy
 
     @property
     def traits(self) -> StackTraits:
