@@ -209,6 +209,10 @@ def test_out_of_memory_reason_in_gib(tight_search):
     reason = search.oom_reason(int(oom[0]))
     assert reason.startswith(f"out of memory by {overshoot[0] / GIB:.2f} GiB")
     assert f"{search.capacity_bytes / GIB:.2f} GiB per GPU" in reason
+    parts = {name: float(bytes_[oom[0]])
+             for name, bytes_ in search.prediction.memory_breakdown_bytes.items()}
+    biggest = max(parts, key=parts.__getitem__)
+    assert f"largest: {biggest} {parts[biggest] / GIB:.1f} GiB" in reason
 
 
 def test_nothing_fits_gives_none():

@@ -42,7 +42,13 @@ from mosaic.errors import MosaicInputError
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import plan_violations
 from mosaic.perf.machine import Machine
-from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.memory import (
+    GIB,
+    feasibility,
+    largest_components,
+    memory_breakdown_bytes,
+    total_memory_bytes,
+)
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
@@ -417,9 +423,11 @@ class LayoutSearch:
     def oom_reason(self, index: int) -> str:
         """Why plan ``index`` does not fit, in GiB."""
         p = self.prediction
+        largest = ", ".join(f"{name} {size / GIB:.1f} GiB"
+                            for name, size in largest_components(p.memory_breakdown_bytes, index))
         return (f"out of memory by {p.overshoot_bytes[index] / GIB:.2f} GiB "
                 f"({p.memory_bytes[index] / GIB:.2f} GiB needed, "
-                f"{self.capacity_bytes / GIB:.2f} GiB per GPU)")
+                f"{self.capacity_bytes / GIB:.2f} GiB per GPU; largest: {largest})")
 
     def rejected_counts(self) -> dict[str, int]:
         """Candidates rejected per rule (first broken rule only), in rule order."""

@@ -617,6 +617,14 @@ def stage_memory_breakdown_bytes(
     }
 
 
+def largest_components(breakdown: dict[str, np.ndarray], index: int, count: int = 2
+                       ) -> list[tuple[str, float]]:
+    """The ``count`` largest components of plan ``index`` as (name, bytes), largest first:
+    what an out-of-memory plan should shrink first."""
+    sizes = [(name, float(breakdown[name][index])) for name in COMPONENTS]
+    return sorted(sizes, key=lambda item: -item[1])[:count]
+
+
 def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
     """Sum of all components of a breakdown."""
     return np.sum([breakdown[name] for name in COMPONENTS], axis=0)
