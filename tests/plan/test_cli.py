@@ -32,8 +32,14 @@ def test_plan_json_document(plan_doc):
     optimum = plan_doc["optimum"]
     assert set(GEOMETRY) <= set(optimum) and set(PLAN) <= set(optimum["plan"])
     candidates = plan_doc["candidates"]
-    # The optimum is the first candidate, plus the law's extrapolation flags for it.
-    assert candidates[0] == {k: v for k, v in optimum.items() if k != "extrapolation"}
+    # The optimum is the first candidate, plus the law's extrapolation flags for it and
+    # its layout against the calibration (envelope verdict, residual intervals).
+    extras = {"extrapolation", "coverage", "coverage_summary"}
+    assert candidates[0] == {k: v for k, v in optimum.items() if k not in extras}
+    tokens = optimum["coverage"]["intervals"]["tokens_per_s"]
+    assert tokens["low"] < optimum["tokens_per_s"] < tokens["high"]
+    # P(optimal) under the performance model's uncertainty even without law samples
+    assert plan_doc["uncertainty"]["sources"][0].startswith("performance")
     assert [c["loss"] for c in candidates] == sorted(c["loss"] for c in candidates)
     assert plan_doc["envelope"]["n_devices"] == 8
     assert plan_doc["c_peak_flops"] == pytest.approx(2.25e15 * 8 * 2 * 86400)

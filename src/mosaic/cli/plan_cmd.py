@@ -33,6 +33,7 @@ from mosaic.law import ScalingLaw, default_law
 from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_headroom
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
@@ -48,6 +49,7 @@ from mosaic.plan.batch import (
     search_batch,
 )
 from mosaic.plan.cost import cheapest_plan, run_cost
+from mosaic.plan.coverage import candidate_assessment, plan_uncertainty
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
     TABLE3_DAYS,
@@ -68,7 +70,7 @@ from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, Youn
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, ProgressFn, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
-from mosaic.plan.uncertainty import load_samples, propagate
+from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
 from mosaic.report.html.documents import plan_report_blocks
 from mosaic.report.stack_comparison import stack_comparison_document
@@ -448,12 +450,15 @@ def plan(
                          if batch_choice is None else batch_choice.to_dict())
     document["calibration"] = calibration_document(calibration)
     document["optimum"]["extrapolation"] = optimum_extrapolation(law, document["optimum"])
+    coverage = candidate_assessment(result, calibration, int(result.optimum_index))
+    document["optimum"]["coverage"] = coverage.to_document()
+    document["optimum"]["coverage_summary"] = summary_lines(coverage)
     if versus is not None:
         document["versus"] = _versus(envelope, space, law, versus, result, calibration,
                                      workers, as_json)
     analysis, written = _analysis(result, law, plot_dir)
     document.update(analysis)
-    uncertainty = None if samples is None else propagate(result, law, samples)
+    uncertainty = plan_uncertainty(result, law, samples, calibration)
     if uncertainty is not None:
         document["uncertainty"] = plan_report.uncertainty_document(uncertainty, result)
     if cheapest is not None:
@@ -467,6 +472,7 @@ def plan(
         return
     render.print_envelope(result, cost, calibration.name)
     render.print_optimum(document["optimum"])
+    render.print_coverage(document["optimum"]["coverage_summary"])
     render.print_ranking(result, top, uncertainty)
     render.print_comparison(document["model_flops_comparison"])
     if "versus" in document:

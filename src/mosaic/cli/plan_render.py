@@ -168,11 +168,18 @@ def print_uncertainty(document: dict[str, Any]) -> None:
                 f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]")
 
     print_key_value_table(
-        f"Law uncertainty ({document['samples']} samples, {document['level']:.0%} intervals)", [
+        f"Uncertainty ({document['samples']} samples, {document['level']:.0%} intervals)", [
             ("point optimum", label(document["optimum"])),
             ("robust choice (min expected loss)", label(document["robust_choice"])),
             ("minimax-regret choice", label(document["minimax_regret_choice"])),
+            *(("propagated", source) for source in document["sources"]),
         ])
+
+
+def print_coverage(rows: list[tuple[str, str]]) -> None:
+    """The optimum's layout against the calibration: envelope verdict and intervals."""
+    print_key_value_table("Optimum against the calibration (intervals from held-out "
+                          "residuals)", [tuple(row) for row in rows])
 
 
 def print_cheapest(document: dict[str, Any]) -> None:

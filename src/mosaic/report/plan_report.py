@@ -92,7 +92,8 @@ def uncertainty_document(uncertainty: Uncertainty, result: PlanResult) -> dict[s
     return {
         "samples": uncertainty.samples,
         "level": uncertainty.level,
-        "robust_choice_rule": "minimum expected loss over the coefficient samples",
+        "robust_choice_rule": "minimum expected loss over the samples",
+        "sources": list(uncertainty.sources),
         "robust_choice": short(uncertainty.robust_row),
         "minimax_regret_choice": short(uncertainty.minimax_row),
         "optimum": short(int(result.ranking[0])),
