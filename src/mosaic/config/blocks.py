@@ -123,6 +123,11 @@ class ParallelismBlock(_Strict):
         default=None, min_length=1,
         description="MoE token dispatcher: alltoall, deepep or hybridep (a name containing "
                     "one of them); None = alltoall")
+    ep_overlap: bool = Field(
+        default=False,
+        description="batch-level EP all-to-all overlap with another micro-batch's compute "
+                    "(Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek DualPipe); "
+                    "off by default, as in Megatron-Core")
 
 
 class BatchBlock(_Strict):

@@ -318,6 +318,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         geometry=geometry,
         global_batch=entry.batch.global_seqs,
         seq_len=entry.batch.seq_len,
+        ep_overlap=entry.parallelism.ep_overlap,
         precision=_PRECISIONS[entry.precision],
         stack=stack,
         routing=entry.routing or "dropless",

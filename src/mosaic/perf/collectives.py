@@ -54,6 +54,13 @@ def _c(name: str) -> float:
 
 
 _PROTOCOLS = fitted("collectives", "nccl_protocols")
+# Share of the NVLink peak (one direction) that DeepEP's normal dispatch kernels move inside
+# a node: 153 GB/s dispatch (158 combine) on H800, whose NVLink is 200 GB/s per direction
+# (deepseek-ai/DeepEP README, "Normal kernels with NVLink and RDMA forwarding", intranode
+# rows). NCCL's pairwise all-to-all reaches ~0.55 of peak (p2p_scale_up_efficiency, fitted
+# to measured B200 all-to-alls). HybridEP is NVIDIA's kernel of the same design and is
+# taken at the same rate.
+DEEPEP_NVLINK_EFFICIENCY = 153.0 / 200.0
 _LL_CAP = _PROTOCOLS["ll_max_bus_bw_bytes_per_s"]
 
 
@@ -343,10 +350,10 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     ``experts`` spread evenly over the D domains the group spans, a remote domain is hit
     with probability 1 - C(E - E/D, K)/C(E, K), so (D-1) of those copies cross the network
     instead of the K·(D-1)/D of a pairwise all-to-all; every copy not for the sending GPU
-    crosses NVLink once, K·(n-1)/n. Inside one domain nothing crosses the network and the
-    pairwise all-to-all (measured curves included) is returned. Latency as the pairwise
-    all-to-all; a measured all-to-all table does not describe the deduplicated pattern
-    across domains, which stays analytical.
+    crosses NVLink once, K·(n-1)/n, at DeepEP's measured share of the NVLink peak
+    (``DEEPEP_NVLINK_EFFICIENCY``); inside one domain nothing crosses the network. Latency
+    as the pairwise all-to-all; a measured NCCL all-to-all table describes neither pattern,
+    so this stays analytical.
     """
     size, n_i, s_i = np.broadcast_arrays(_bytes("token_bytes", token_bytes), _as_int("n", n),
                                          _as_int("stride", stride))
@@ -358,14 +365,13 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
         miss = miss * np.clip((experts - per_domain - i) / (experts - i), 0.0, 1.0)
     remote_copies = (domains - 1) * (1 - miss)
     n_f = n_i.astype(float)
-    up_bw = ic.scale_up_bw_bytes_per_s * ic.p2p_scale_up_efficiency
+    up_bw = ic.scale_up_bw_bytes_per_s * DEEPEP_NVLINK_EFFICIENCY
     out_bw = ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency
     intra_s = top_k * (n_f - 1) / n_f * size / up_bw
-    inter_s = remote_copies * size / out_bw
+    inter_s = np.where(p.inside_domain, 0.0, remote_copies * size / out_bw)
     time_s = (ic.launch_latency_s + (n_f - 1) * _step_latency_s(p, ic)
               + np.maximum(intra_s, inter_s))
-    pairwise = all_to_all_time_s(top_k * size, n_i, s_i, ic)
-    return np.where(p.inside_domain, pairwise, np.where(n_i == 1, 0.0, time_s))
+    return np.where(n_i == 1, 0.0, time_s)
 
 
 def send_recv_time_s(message_bytes: npt.ArrayLike, crosses_domain: npt.ArrayLike,

@@ -393,8 +393,17 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
     a2a = dispatch_all_to_all_s(machine, workload, plans)
-    a2a_fwd_exposed = np.maximum(0.0, 2 * a2a - shared_fwd)
-    a2a_bwd_exposed = np.maximum(0.0, 2 * a2a - BACKWARD_TO_FORWARD_GEMM * shared_fwd)
+    a2a_exposed = (np.maximum(0.0, 2 * a2a - shared_fwd)
+                   + np.maximum(0.0, 2 * a2a - BACKWARD_TO_FORWARD_GEMM * shared_fwd))
+    if workload.ep_overlap:
+        # Batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm, MoE
+        # README "merging FWD-BWD passes of adjacent microbatches"; DeepSeek's DualPipe
+        # pairs chunks the same way, Liu et al. 2024, Sec. 3.2.1): the four all-to-alls of
+        # one micro-batch run while the other micro-batch's block computes, so only what
+        # exceeds that block's forward + backward GEMM and attention time stays exposed.
+        other_compute = (attention.gemm + attention.core + _fwd_bwd(experts_up + experts_down)
+                         + _fwd_bwd(shared_fwd))
+        a2a_exposed = np.maximum(0.0, 4 * a2a - other_compute)
     # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
     # back, forward and backward.
     etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
@@ -426,7 +435,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         streaming=streaming, fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
         forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter,
-        tp_all_reduce=reduce, ep_all_to_all=a2a_fwd_exposed + a2a_bwd_exposed,
+        tp_all_reduce=reduce, ep_all_to_all=a2a_exposed,
         cp_send_recv=attention.cp_exposed,
     )
 

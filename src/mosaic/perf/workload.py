@@ -79,6 +79,10 @@ class Workload:
         cross_entropy: how the LM loss is computed (fused, fp32_upcast, compiled); None =
             the stack's ``cross_entropy`` trait (e.g. a torchtitan run with torch.compile
             on the loss states ``compiled``).
+        ep_overlap: batch-level EP communication overlap (Megatron-Core
+            --overlap-moe-expert-parallel-comm, DeepSeek DualPipe): one micro-batch's
+            all-to-alls hide behind another's block compute. Off by default, as in
+            Megatron-Core.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -95,6 +99,7 @@ class Workload:
     fsdp_gather: FsdpGather | None = None
     uneven_pipeline_stages: bool = False
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    ep_overlap: bool = False
     cross_entropy: CrossEntropy | None = None
 
     def __post_init__(self) -> None:
