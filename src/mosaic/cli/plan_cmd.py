@@ -228,10 +228,13 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
         if layers is not None or d_model is not None:
             raise MosaicInputError("--layers and --d-model vary a --backbone; the ladder's "
                                    "depth and width come from --q")
-        return {"q": parse_ints("--q", q or TABLE3_Q_TEXT),
-                "experts": parse_ints("--experts", experts or TABLE3_EXPERTS_TEXT),
-                "top_k": parse_ints("--top-k", top_k or TABLE3_TOP_K_TEXT),
-                "split_factor": parse_ints("--split-factor", split_factor or TABLE3_SPLIT_TEXT)}
+        def axis(flag: str, text: str | None, table3: str) -> tuple[int, ...]:
+            return parse_ints(flag, table3 if text is None else text)
+
+        return {"q": axis("--q", q, TABLE3_Q_TEXT),
+                "experts": axis("--experts", experts, TABLE3_EXPERTS_TEXT),
+                "top_k": axis("--top-k", top_k, TABLE3_TOP_K_TEXT),
+                "split_factor": axis("--split-factor", split_factor, TABLE3_SPLIT_TEXT)}
     if q is not None:
         raise MosaicInputError("--q picks ladder rungs; with --backbone vary depth and width "
                                "with --layers and --d-model")
@@ -250,8 +253,8 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
         "backbone": geometry,
         "experts": values("--experts", experts, own.experts if own else 0),
         "top_k": values("--top-k", top_k, own.top_k if own else 0),
-        "split_factor": (parse_ints("--split-factor", split_factor) if split_factor
-                         else (backbone_split_factor(geometry),)),
+        "split_factor": (parse_ints("--split-factor", split_factor)
+                         if split_factor is not None else (backbone_split_factor(geometry),)),
         "layers": values("--layers", layers, geometry.layers),
         "d_model": values("--d-model", d_model, geometry.d_model),
     }
