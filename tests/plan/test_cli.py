@@ -44,7 +44,7 @@ def test_plan_json_document(plan_doc):
     assert plan_doc["envelope"]["n_devices"] == 8
     assert plan_doc["c_peak_flops"] == pytest.approx(2.25e15 * 8 * 2 * 86400)
     assert plan_doc["gpu_hours"] == pytest.approx(8 * 48)
-    assert plan_doc["cost"] == pytest.approx(8 * 48 * 3.5)
+    assert plan_doc["cost_usd"] == pytest.approx(8 * 48 * 3.5)
     counts = plan_doc["counts"]
     assert counts["trainable"] == len(candidates)
     assert counts["geometries"] == len(candidates) + len(plan_doc["infeasible"])

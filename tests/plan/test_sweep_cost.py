@@ -44,7 +44,7 @@ def test_nodes_sweep(one_node, law, calibration):
 
 def test_cost_and_cheapest_plan(one_node, law, calibration):
     cost = run_cost(one_node, price_per_gpu_hour=4.0)
-    assert cost.gpu_hours == pytest.approx(8 * 2 * 24) and cost.cost == pytest.approx(1536.0)
+    assert cost.gpu_hours == pytest.approx(8 * 2 * 24) and cost.cost_usd == pytest.approx(1536.0)
     with pytest.raises(MosaicInputError, match="price per GPU-hour"):
         run_cost(one_node, -1.0)
     cheapest = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.8,

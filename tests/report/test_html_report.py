@@ -212,8 +212,8 @@ def test_plan_page_with_uncertainty_and_cost(tmp_path):
     assert sum(r["p_optimal"] for r in rows) == pytest.approx(1.0)
     page = html.read_text()
     assert 'data-figure="fig-uncertainty"' in page and "P(optimal)" in page
-    assert f"{document['cost']:,.0f} at 4 per GPU-hour" in page
-    assert document["cost"] == pytest.approx(4 * 32 * 10 * 24)
+    assert f"{document['cost_usd']:,.0f} at 4 USD per GPU-hour" in page
+    assert document["cost_usd"] == pytest.approx(4 * 32 * 10 * 24)
 
 
 def test_report_of_garbage_is_one_line(tmp_path):

@@ -390,7 +390,7 @@ def plan(
     tpp: Tpp = TABLE3_TPP_TEXT, s_min: SMin = TABLE3_S_MIN,
     top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = DEFAULT_TOP,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
-        "--price-per-gpu-hour", help="Price of one GPU-hour; adds the cost.")] = None,
+        "--price-per-gpu-hour", help="Price of one GPU-hour in USD; adds the cost.")] = None,
     target_loss: Annotated[float | None, typer.Option(
         "--target-loss", help="Also find the cheapest budget whose optimum reaches this loss.")
     ] = None,

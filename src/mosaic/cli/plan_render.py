@@ -48,8 +48,9 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
         ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
     ]
-    if cost.cost is not None:
-        rows.append(("cost", f"{cost.cost:,.0f} (at {cost.price_per_gpu_hour:g} per GPU-hour)"))
+    if cost.cost_usd is not None:
+        rows.append(("cost (USD)", f"{cost.cost_usd:,.0f} (at {cost.price_usd_per_gpu_hour:g} "
+                                   "USD per GPU-hour)"))
     table = result.throughput
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
@@ -190,8 +191,8 @@ def print_cheapest(document: dict[str, Any]) -> None:
         return
     rows = [("budget", f"{choice['nodes']} nodes × {choice['days']:g} days"),
             ("GPU-hours", f"{choice['gpu_hours']:,.0f}")]
-    if choice["cost"] is not None:
-        rows.append(("cost", f"{choice['cost']:,.0f}"))
+    if choice["cost_usd"] is not None:
+        rows.append(("cost (USD)", f"{choice['cost_usd']:,.0f}"))
     optimum = choice["optimum"]
     rows += [("optimum loss", f"{choice['loss']:.4f}"),
              ("geometry", f"q={optimum['q']} E={optimum['experts']} K={optimum['top_k']} "

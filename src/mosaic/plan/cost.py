@@ -1,7 +1,8 @@
 """What a budget costs, and the cheapest budget whose optimum reaches a target loss.
 
-GPU-hours = N_dev · T_train / 3600 (allocated time, whatever the goodput); money =
-GPU-hours · price per GPU-hour. The cheapest plan for a target loss L is the budget
+GPU-hours = N_dev · T_train / 3600 (allocated time, whatever the goodput); cost in USD =
+GPU-hours · price in USD per GPU-hour (prices are taken to be USD, as cloud list prices are
+quoted, and every output names the currency). The cheapest plan for a target loss L is the budget
 (nodes × days) of the smallest GPU-hours, among a given set, whose MOSAIC optimum has
 predicted loss ≤ L; ties go to the shorter window, then to fewer nodes.
 """
@@ -23,11 +24,11 @@ from mosaic.plan.sweep import sweep_days
 
 @dataclass(frozen=True)
 class RunCost:
-    """Allocated GPU-hours and, when priced, their cost (currency of the price)."""
+    """Allocated GPU-hours and, when priced, their cost in USD."""
 
     gpu_hours: float
-    price_per_gpu_hour: float | None
-    cost: float | None
+    price_usd_per_gpu_hour: float | None
+    cost_usd: float | None
 
 
 def check_price(price_per_gpu_hour: float | None) -> float | None:

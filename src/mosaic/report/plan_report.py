@@ -30,8 +30,8 @@ def infeasible_summary(result: PlanResult) -> dict[str, int]:
 
 # --- JSON documents -------------------------------------------------------------------
 def cost_document(cost: RunCost) -> dict[str, Any]:
-    return {"gpu_hours": cost.gpu_hours, "price_per_gpu_hour": cost.price_per_gpu_hour,
-            "cost": cost.cost}
+    return {"gpu_hours": cost.gpu_hours, "price_usd_per_gpu_hour": cost.price_usd_per_gpu_hour,
+            "cost_usd": cost.cost_usd}
 
 
 def comparison_document(comparison: ModelFlopsComparison, result: PlanResult

@@ -208,9 +208,10 @@ def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
     e = document["envelope"]
     rows = [("GPU-hours", f"{document['gpu_hours']:,.0f}"),
             ("goodput model", goodput_text(e["goodput"]))]
-    if document.get("cost") is not None:
-        rows.append(("cost", f"{document['cost']:,.0f} at {document['price_per_gpu_hour']:g} "
-                             "per GPU-hour"))
+    if document.get("cost_usd") is not None:
+        rows.append(("cost (USD)", f"{document['cost_usd']:,.0f} at "
+                                   f"{document['price_usd_per_gpu_hour']:g} USD "
+                                   "per GPU-hour"))
     else:
         rows.append(("cost", "not computed (pass --price-per-gpu-hour)"))
     cheapest = document.get("cheapest")
