@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import fields, is_dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -37,6 +38,7 @@ MIN_TABLE_KEYS = 1024
 # distinct_rows remembers its answers on the plans object (its arrays are never written
 # after construction), under this attribute outside the dataclass fields.
 _CACHE_ATTRIBUTE = "_distinct_rows_cache"
+_OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
 
 
 _STATE = {"enabled": True}
@@ -124,13 +126,6 @@ def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     return found
 
 
-def _column_codes(column: np.ndarray, table_limit: int) -> np.ndarray:
-    """Each entry's position among the distinct values of ``column``."""
-    low = int(column.min())
-    span = int(column.max()) - low + 1
-    return _renumber(column - low, span, table_limit)
-
-
 def _renumber(code: np.ndarray, codes_size: int, table_limit: int) -> np.ndarray:
     """``code`` (values in [0, codes_size)) renumbered densely, order kept."""
     if codes_size <= table_limit:
@@ -147,9 +142,7 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     code = np.zeros(n, dtype=np.int64)
     codes_size = 1
     for name in names:
-        column = _column_codes(np.asarray(getattr(plans, name)).astype(np.int64, copy=False),
-                               table_limit)
-        values = int(column.max()) + 1
+        column, values = _field_codes(plans, name)
         if values == 1:
             continue
         if codes_size * values > table_limit:  # renumber: at most one code per plan
@@ -163,14 +156,33 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     return representatives, inverse
 
 
+def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
+    """(codes, count): each plan's position among the distinct values of field ``name``,
+    remembered on the plans like :func:`distinct_rows`."""
+    cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
+    if name not in cache:
+        column = np.asarray(getattr(plans, name)).astype(np.int64, copy=False)
+        low = int(column.min())
+        codes = _renumber(column - low, int(column.max()) - low + 1,
+                          max(MIN_TABLE_KEYS, 4 * column.size))
+        cache[name] = codes, int(codes.max()) + 1
+    found: tuple[np.ndarray, int] = cache[name]
+    return found
+
+
 def _restricted(plans: ParallelPlans, names: frozenset[str], rows: np.ndarray,
                 function: str) -> ParallelPlans:
-    """The plans at ``rows`` with every field outside ``names`` an :class:`UndeclaredField`."""
+    """The plans at ``rows`` with every field outside ``names`` an :class:`UndeclaredField`.
+    The field codes already known for ``plans`` pass to them (taken at ``rows``)."""
     size = int(rows.size)
-    return ParallelPlans(**{
+    restricted = ParallelPlans(**{
         name: (getattr(plans, name)[rows] if name in names
                else UndeclaredField(name, function, size))
         for name in PLAN_FIELDS})
+    known = plans.__dict__.get(_CACHE_ATTRIBUTE, {})
+    restricted.__dict__[_CACHE_ATTRIBUTE] = {
+        name: (known[name][0][rows], known[name][1]) for name in names if name in known}
+    return restricted
 
 
 def gather(value: Any, index: np.ndarray) -> Any:
@@ -209,18 +221,40 @@ def _struct_of_arrays(value: Any) -> bool:
                     for f in fields(value)))
 
 
-def _check_carried(label: str, name: str, value: Any, representatives: np.ndarray,
-                   inverse: np.ndarray, n: int) -> None:
+def _check_carried(label: str, name: str, value: Any, plans: ParallelPlans,
+                   declared: frozenset[str], representatives: np.ndarray,
+                   inverse: np.ndarray) -> None:
     """Raise unless every per-plan array in ``value`` is equal across the plans that share
-    a key (then its values at ``representatives`` stand for every plan)."""
-    owner = representatives[inverse]
+    a key (then its values at ``representatives`` stand for every plan). An array that a
+    :func:`plan_key` function with a narrower key returned for the same plans is equal
+    there by construction and is not compared again."""
+    n = len(plans)
+    keyed = _outputs(plans)
+    owner = None
     for array in _per_plan_arrays(value, n):
+        known = keyed.get(id(array))
+        if known is not None and known[0]() is array and known[1] <= declared:
+            continue
+        owner = representatives[inverse] if owner is None else owner
         same = array[owner]
-        equal_nan = array.dtype.kind in "fc"
-        if not np.array_equal(same, array, equal_nan=equal_nan):
+        if not (np.array_equal(same, array) or (
+                array.dtype.kind in "fc" and np.array_equal(same, array, equal_nan=True))):
             raise UndeclaredPlanFieldError(
                 f"{label}: argument {name!r} differs between plans its plan_key treats as "
                 f"equal; it depends on a plan field the decorator does not declare")
+
+
+def _outputs(plans: ParallelPlans) -> dict[int, tuple[weakref.ref[np.ndarray], frozenset[str]]]:
+    """Arrays plan_key functions returned for ``plans``: id -> (weak reference, key)."""
+    found: dict[int, tuple[weakref.ref[np.ndarray], frozenset[str]]] = (
+        plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(_OUTPUTS, {}))
+    return found
+
+
+def _remember_outputs(result: Any, plans: ParallelPlans, declared: frozenset[str]) -> None:
+    keyed = _outputs(plans)
+    for array in _per_plan_arrays(result, len(plans)):
+        keyed[id(array)] = (weakref.ref(array), declared)
 
 
 def plan_key(*names: str, carried: tuple[str, ...] = ()
@@ -262,15 +296,17 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
                 if name == "plans":
                     continue
                 if name in carried:
-                    _check_carried(label, name, value, representatives, inverse, n)
+                    _check_carried(label, name, value, plans, declared, representatives,
+                                   inverse)
                     arguments[name] = gather(value, representatives)
                 elif n > 1 and _per_plan_arrays(value, n):
                     raise UndeclaredPlanFieldError(
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
             arguments["plans"] = _restricted(plans, declared, representatives, label)
-            result = function(*bound.args, **bound.kwargs)
-            return gather(result, inverse)  # type: ignore[no-any-return]
+            result = gather(function(*bound.args, **bound.kwargs), inverse)
+            _remember_outputs(result, plans, declared)
+            return result  # type: ignore[no-any-return]
 
         return on_distinct_rows
 
