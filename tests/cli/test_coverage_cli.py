@@ -74,3 +74,12 @@ def test_layouts_and_explain_carry_the_coverage_of_their_plans():
     explain = runner.invoke(app, ["explain", str(EXAMPLES / "appendix_e.yaml"), "--json"])
     assert explain.exit_code == 0, explain.output
     assert json.loads(explain.output)["coverage"]["inside_calibrated_envelope"] is True
+
+
+def test_the_perf_html_report_shows_the_envelope_and_intervals(tmp_path):
+    page = tmp_path / "perf.html"
+    result = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"), "--calibration",
+                                 "paper-p6b200", "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    assert "OUTSIDE envelope: pp" in html and "90% interval, tokens/s per GPU" in html

@@ -55,6 +55,7 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
                            f"{document['memory_capacity_gib']:.1f} GiB, {verdict}"),
         ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
         ("attention kernel", document["attention_kernel"]),
+        *(tuple(row) for row in document.get("coverage_summary", [])),
     ]
     terms = [{"term": k, "seconds": v, "share": v / document["step_time_s"],
               "source": document["labels"].get(k, "")}
@@ -136,6 +137,7 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
         ("candidates", f"{document['n_candidates']:,} enumerated, {document['n_plans']:,} "
                        f"pass the divisibility rules, {document['n_feasible']:,} fit memory"),
         ("MFU peak", document["mfu_peak"]),
+        *((f"layout #1: {key}", value) for key, value in document.get("coverage_summary", [])),
     ]
     sections = [Section("summary", "Layout search",
                         [key_value_html(summary, table_id="layouts-summary")])]

@@ -190,6 +190,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
             ("MFU / step", f"{o['mfu']:.2%}, {o['step_time_s']:.3f} s per step, "
                            f"{o['memory_bytes'] / 2**30:.1f} GiB per GPU"),
             ("layout", layout_label(o["plan"])),
+            *(tuple(row) for row in o.get("coverage_summary", [])),
         ]
     comparison = document.get("model_flops_comparison")
     if comparison:
@@ -296,8 +297,9 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
     if has_uncertainty:
         u = document.get("uncertainty", {})
         uncertainty.body.append(note(
-            f"{u.get('samples', '?')} law coefficient samples; robust choice: "
-            f"{u.get('robust_choice_rule', '')}."))
+            f"{u.get('samples', '?')} samples; robust choice: "
+            f"{u.get('robust_choice_rule', '')}. Propagated: "
+            + "; ".join(u.get("sources", ["law coefficient samples"])) + "."))
         uncertainty.body.append(figure_html(uncertainty_figure(rows, u.get("level", 0.9)),
                                             "fig-uncertainty"))
         for key, label in (("robust_choice", "robust choice"),
@@ -308,8 +310,10 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
                     f"{label}: q={c['q']} E={c['experts']} K={c['top_k']} "
                     f"G={c['split_factor']}, P(optimal) {c['p_optimal']:.1%}"))
     else:
-        uncertainty.body.append(note("Not computed: pass --bootstrap-samples FILE to "
-                                     "`mosaic plan` for P(optimal) and loss intervals."))
+        uncertainty.body.append(note("Not computed: the calibration records no residuals; "
+                                     "pass --bootstrap-samples FILE to `mosaic plan` for "
+                                     "P(optimal) and loss intervals under the law's "
+                                     "uncertainty."))
     sections.append(uncertainty)
     sections.append(Section("cost", "Cost and goodput",
                             [key_value_html(_cost(document), table_id="cost-table")]))
