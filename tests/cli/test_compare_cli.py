@@ -43,8 +43,8 @@ def test_two_jobs(job_b):
     doc = invoke_json("compare", str(JOB), str(job_b), "--days", "10",
                       "--price-per-gpu-hour", "2.5", "--currency", "EUR")
     assert doc["input_differences"] == [
-        {"field": "data.micro_batch", "a": 2, "b": 1},
         {"field": "parallelism.pp", "a": 16, "b": 8},
+        {"field": "batch.micro_seqs", "a": 2, "b": 1},
     ]
     summary = {row["quantity"]: row for row in doc["summary"]}
     for side, path in (("a", JOB), ("b", job_b)):

@@ -50,7 +50,7 @@ def test_job_field_values(field, value):
        value=st.one_of(st.integers(min_value=-5, max_value=2**64), st.floats()))
 def test_run_record_parallel_degrees(field, value):
     document = {**RUNS, "runs": [dict(RUNS["runs"][0])]}
-    document["runs"][0]["parallel"] = {**document["runs"][0]["parallel"], field: value}
+    document["runs"][0]["parallelism"] = {**document["runs"][0]["parallelism"], field: value}
     assert_contract(["validate", "{dir}/runs.yaml", "--json"], {"runs.yaml": _yaml(document)})
 
 

@@ -64,9 +64,9 @@ def test_fp32_at_rest_gathers_twice_the_bytes_of_bf16() -> None:
 def _jax_fsdp_run(global_seqs: int) -> dict[str, Any]:
     run = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text())["runs"][1])  # the MoE example
     run.update(id=f"jax-fsdp-{global_seqs}", software="MaxText (JAX/XLA)", num_gpus=256)
-    run["parallel"].update(tp=1, pp=1, vpp=None, cp=1, dp=256, ep=1, etp=1,
-                           sequence_parallel=False, sharding="fsdp")
-    run["batch"] = {"global_seqs": global_seqs, "micro_seqs": None}
+    run["parallelism"].update(tp=1, pp=1, vpp=None, cp=1, dp=256, ep=1, etp=1,
+                              sequence_parallel=False, sharding="fsdp")
+    run["batch"] = {"global_seqs": global_seqs, "micro_seqs": None, "seq_len": 4096}
     run["measured"] = {"tokens_per_s_per_gpu": 1000.0, "step_time_s": 1.0,
                        "mfu_reported": None, "tflops_per_gpu_reported": None,
                        "memory_gib": None, "consistent": False, "oom": False}

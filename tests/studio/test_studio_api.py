@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app as cli
@@ -42,7 +43,7 @@ def wait_plan(studio, timeout_s: float = 90.0) -> dict[str, Any]:
 
 def test_prediction_is_the_cli_prediction_of_the_exported_job(studio, tmp_path):
     """Export the edited job as YAML, run `mosaic perf` on it: the same numbers."""
-    form = {**DEFAULT_FORM, "data.micro_batch": "2", "parallelism.pp": "4"}
+    form = {**DEFAULT_FORM, "batch.micro_seqs": "2", "parallelism.pp": "4"}
     status, body = studio.call("/api/perf", {"form": form})
     assert status == 200 and body["ok"], body
     _, exported = studio.call("/api/export", {"form": form, "target": "yaml"})
@@ -63,7 +64,7 @@ def test_prediction_latency_is_well_under_100_ms(studio):
     studio.call("/api/perf", {"form": form})  # warm: first call imports the report code
     totals, predicts = [], []
     for micro_batch in ("1", "2", "4", "8", "1"):
-        _, body = studio.call("/api/perf", {"form": {**form, "data.micro_batch": micro_batch}})
+        _, body = studio.call("/api/perf", {"form": {**form, "batch.micro_seqs": micro_batch}})
         totals.append(body["total_ms"])
         predicts.append(body["predict_ms"])
     assert statistics.median(predicts) < 50, predicts
@@ -71,14 +72,14 @@ def test_prediction_latency_is_well_under_100_ms(studio):
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
-    ("data.micro_batch", "0", "greater than 0"),
-    ("data.global_batch", "abc", "integer"),
+    ("batch.micro_seqs", "0", "greater than 0"),
+    ("batch.global_seqs", "abc", "integer"),
     ("parallelism.ep", "5", "ep=5 must divide experts=96"),
     ("parallelism.sharding", "zero9", "sharding"),
     ("hardware.system", "no-such-node", "unknown system"),
     ("ladder.q", "0", "1..1024"),
     ("ladder.split_factor", "7", "divisor of d_ff"),
-    ("data.micro_batch", "3", "dp·micro_batch=32·3 must divide global_batch=1024"),
+    ("batch.micro_seqs", "3", "dp·micro_batch=32·3 must divide global_batch=1024"),
 ])
 def test_errors_name_the_field(studio, field, value, words):
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, field: value}})
@@ -100,7 +101,7 @@ def test_huggingface_config_model(studio):
 
 
 def test_out_of_memory_is_a_prediction_with_its_reason(studio):
-    form = {**DEFAULT_FORM, "parallelism.pp": "1", "data.micro_batch": "4",
+    form = {**DEFAULT_FORM, "parallelism.pp": "1", "batch.micro_seqs": "4",
             "performance.checkpointing": "none"}
     status, body = studio.call("/api/perf", {"form": form})
     assert status == 200
@@ -229,7 +230,7 @@ def test_studio_command_line_errors(tmp_path):
 
 def test_compare_two_jobs(studio):
     a = dict(DEFAULT_FORM)
-    b = {**DEFAULT_FORM, "data.micro_batch": "1", "performance.checkpointing": "selective"}
+    b = {**DEFAULT_FORM, "batch.micro_seqs": "1", "performance.checkpointing": "selective"}
     status, body = studio.call("/api/compare", {"forms": [a, b]})
     assert status == 200, body
     for form, prediction in zip((a, b), body["predictions"], strict=True):
@@ -241,12 +242,18 @@ def test_compare_two_jobs(studio):
     assert status == 422 and "two forms" in body["errors"]["_general"]
 
 
-def test_export_says_what_the_yaml_cannot_hold(studio):
-    config = (EXAMPLES / "hf" / "qwen3-30b-a3b.json").read_text()
-    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": config, "parallelism.pp": "1"}
+def test_exported_yaml_holds_the_whole_hf_model(studio):
+    from mosaic.arch.hf_import import load_hf_config
+    from mosaic.config.job_schema import job_from_document
+
+    path = EXAMPLES / "hf" / "qwen3-30b-a3b.json"
+    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": path.read_text(),
+            "parallelism.pp": "1"}
     status, body = studio.call("/api/export", {"form": form, "target": "yaml"})
-    assert status == 200 and "NOT EXPRESSED in the model block: qk_norm" in body["text"]
-    assert body["text"].index("model:") < body["text"].index("data:")
+    assert status == 200 and "NOT EXPRESSED" not in body["text"]
+    assert body["text"].index("model:") < body["text"].index("batch:")
+    job = job_from_document(yaml.safe_load(body["text"]), "exported.yaml")
+    assert job.workload.geometry == load_hf_config(path)  # qk_norm included
 
 
 def test_malformed_requests_get_json_errors(studio):
@@ -278,7 +285,7 @@ def test_job_file_starts_the_editor_with_its_own_numbers():
     document = load_job_document(path)
     form = options_document(document)["form"]
     assert form["model.source"] == "job" and form["hardware.nodes"] == "64"
-    assert form["hardware.system"] == "p6-b200.48xlarge" and form["data.micro_batch"] == "2"
+    assert form["hardware.system"] == "p6-b200.48xlarge" and form["batch.micro_seqs"] == "2"
     _, result = predict_form(form, document, load_calibration(None))
     expected = cli_json("perf", str(path))
     assert float(result.prediction.step_time_s[0]) == pytest.approx(expected["step_time_s"],

@@ -59,8 +59,8 @@ def test_page_loads_with_a_prediction(page, studio, browser):
 
 def test_micro_batch_changes_the_step_time(page, studio, browser):
     before = text(page, "m-step")
-    set_field(page, "data.micro_batch", "1")
-    _, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "data.micro_batch": "1"}})
+    set_field(page, "batch.micro_seqs", "1")
+    _, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "batch.micro_seqs": "1"}})
     expected = f"{body['prediction']['step_time_s']:.4f} s"
     assert expected != before
     browser.wait_for(lambda: text(page, "m-step") == expected, what="the new step time")
@@ -88,9 +88,9 @@ def test_bad_value_is_shown_next_to_its_field(page, browser):
 
 def test_infeasible_layout_shows_its_reason(page, studio, browser):
     set_field(page, "parallelism.pp", "1")
-    set_field(page, "data.micro_batch", "4")
+    set_field(page, "batch.micro_seqs", "4")
     set_field(page, "performance.checkpointing", "none")
-    form = {**DEFAULT_FORM, "parallelism.pp": "1", "data.micro_batch": "4",
+    form = {**DEFAULT_FORM, "parallelism.pp": "1", "batch.micro_seqs": "4",
             "performance.checkpointing": "none"}
     _, body = studio.call("/api/perf", {"form": form})
     over = body["prediction"]["overshoot_gib"]

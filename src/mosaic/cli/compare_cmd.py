@@ -36,18 +36,11 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _job_inputs(path: Path) -> dict[str, Any]:
-    """The job file's fields as block.field, alias names replaced by the canonical ones."""
-    from mosaic.config.job_schema import FIELD_ALIASES
+    """The job file's fields as block.field in the canonical spelling (docs/schema.md)."""
+    from mosaic.config.job_schema import canonical_job_document
     from mosaic.schema_validation import load_yaml_mapping
 
-    document = load_yaml_mapping(path)
-    canonical: dict[str, Any] = {}
-    for block, fields in document.items():
-        aliases = FIELD_ALIASES.get(block, {})
-        if isinstance(fields, dict):
-            fields = {aliases.get(k, k): v for k, v in fields.items()}
-        canonical[block] = fields
-    return flatten(canonical)
+    return flatten(canonical_job_document(load_yaml_mapping(path), str(path), set()))
 
 
 def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float, list[str]]:

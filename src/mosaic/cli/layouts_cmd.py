@@ -27,7 +27,12 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.job_schema import FIELD_ALIASES, JobSpec, apply_overrides, load_job
+from mosaic.config.job_schema import (
+    JobSpec,
+    apply_overrides,
+    canonical_job_document,
+    load_job,
+)
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for
 from mosaic.hardware import Cluster
@@ -51,10 +56,9 @@ CHECKPOINTING_SHORT = {"none": "none", "selective": "sel", "full": "full"}
 
 # --- Input ---------------------------------------------------------------------------------
 def _gives_devices(document: dict[str, Any]) -> bool:
-    """Whether a job document sets search.devices (under its name or an alias)."""
+    """Whether a canonical job document sets search.devices."""
     search = document.get("search") or {}
-    names = {"devices", *(a for a, c in FIELD_ALIASES["search"].items() if c == "devices")}
-    return isinstance(search, dict) and any(search.get(name) is not None for name in names)
+    return isinstance(search, dict) and search.get("devices") is not None
 
 
 def load_search_job(path: Path, overrides: list[str], devices: int | None
@@ -70,7 +74,8 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
     spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER])
     if devices is not None:
         spec = replace(spec, n_devices=devices, nodes=None)
-    elif not _gives_devices(apply_overrides(load_yaml_mapping(path), overrides)):
+    elif not _gives_devices(apply_overrides(
+            canonical_job_document(load_yaml_mapping(path), str(path), set()), overrides, set())):
         if spec.nodes is None:
             raise MosaicInputError(f"{path}: give --devices, search.devices or hardware.nodes")
         spec = replace(spec, n_devices=None)

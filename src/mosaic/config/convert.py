@@ -1,21 +1,17 @@
-"""The ``model``, ``parallelism`` and ``batch`` blocks -> the library's own objects.
+"""The ``model`` block <-> :class:`mosaic.arch.Geometry` (layouts: :mod:`mosaic.config.layout`).
 
-One set of rules for job files and run records. Where a block leaves a field unstated
-(``None``), the rule fills it in and appends one line to ``notes``. ``measured=True`` (a run
-record: someone else's run) refuses to guess what sets its cost: the key/value heads of an
-MHA/GQA model and the expert-parallel degree of an MoE run; a job (your own plan) takes
-the documented default instead.
+One set of rules for job files, model files and run records. Where the block leaves a field
+unstated (``None``), the rule fills it in and appends one line to ``notes``.
+``measured=True`` (a run record: someone else's run) refuses to guess the key/value heads of
+an MHA/GQA model; a job (your own plan) takes MHA instead. Arch-only imports: ``mosaic
+arch`` stays light.
 """
 
 from __future__ import annotations
 
 from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
-from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
+from mosaic.config.blocks import ModelBlock
 from mosaic.errors import MosaicInputError
-from mosaic.limits import check_pipeline
-from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
-from mosaic.perf.workload import Dispatcher
-from mosaic.stacks import MicroBatchDefault, get_stack
 
 # The paper's runs use the GPT-2 BPE vocabulary and SwiGLU FFNs (Appendix A.1).
 PAPER_VOCAB = 50257
@@ -124,98 +120,34 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
     )
 
 
-def dispatcher_from_name(name: str | None) -> Dispatcher:
-    """``parallelism.dispatcher``: a name containing deepep/hybridep/alltoall; None = alltoall."""
-    stated = (name or "").strip().casefold().replace("-", "").replace("_", "")
-    if not stated:
-        return Dispatcher.ALLTOALL
-    for dispatcher in (Dispatcher.HYBRIDEP, Dispatcher.DEEPEP, Dispatcher.ALLTOALL):
-        if dispatcher.value in stated:
-            return dispatcher
-    allowed = ", ".join(d.value for d in Dispatcher)
-    raise MosaicInputError(f"parallelism.dispatcher: {name!r} is not a known dispatcher; "
-                           f"allowed: {allowed} (or a name containing one)")
-
-
-def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> int:
-    if value is not None:
-        return value
-    notes.append(f"{field} not stated: 1 assumed{why}")
-    return 1
-
-
-def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, stack: str,
-                   notes: list[str]) -> tuple[int | None, int | None]:
-    """(vpp, micro_seqs) with the stack's defaults where the input is silent.
-
-    torchtitan splits the local batch into as many micro-batches as pipeline ranks
-    (``pipeline_parallel_microbatches or pipeline_parallel_degree``) and runs at least two
-    stages per rank when interleaved; JAX/XLA trainers process the whole per-device batch
-    in one step unless accumulation is stated; Megatron-LM's micro-batch defaults to 1
-    (traits and sources in ``mosaic/stacks/data/stacks.yaml``).
-    """
-    traits = get_stack(stack)
-    vpp, micro = parallelism.vpp, batch.micro_seqs
-    if vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1:
-        vpp = traits.interleaved_vpp_default
-        notes.append(f"parallelism.vpp not stated: {vpp} assumed ({stack} interleaved "
-                     "schedule, fewest stages per rank)")
-    if micro is None:
-        local = batch.global_seqs // dp
-        why = ""
-        if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP:
-            micro = max(local // parallelism.pp, 1) if parallelism.pp > 1 else None
-            why = (f"{stack} splits the local batch of {local} into pp={parallelism.pp} "
-                   "micro-batches")
-        elif traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH:
-            micro = max(local, 1)
-            why = f"{stack} runs the whole local batch of {local} in one step, no accumulation"
-        if micro is not None:
-            notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")
-    return vpp, micro
-
-
-def data_parallel(parallelism: ParallelismBlock, n_devices: int | None, where: str) -> int:
-    """``parallelism.dp``, or devices / (tp·pp·cp) when it is not stated."""
-    if parallelism.dp is not None:
-        return parallelism.dp
-    if n_devices is None:
-        raise MosaicInputError(f"{where}: give parallelism.dp or the number of devices")
-    model_ranks = parallelism.tp * parallelism.pp * parallelism.cp
-    if n_devices % model_ranks:
-        raise MosaicInputError(f"{where}: {n_devices} devices are not a multiple of "
-                               f"tp·pp·cp={model_ranks}")
-    return n_devices // model_ranks
-
-
-def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: int,
-                     layers: int, is_moe: bool, stack: str, checkpointing: Checkpointing,
-                     measured: bool, notes: list[str], where: str) -> ParallelPlans:
-    """The length-1 :class:`ParallelPlans` of a parallelism and a batch block."""
-    vpp, micro = _vpp_and_micro(parallelism, batch, dp, stack, notes)
-    if is_moe and parallelism.ep is None and measured:
-        # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
-        raise MosaicInputError("parallelism.ep: not stated (null) for an MoE run")
-    if "sharding" not in parallelism.model_fields_set:
-        notes.append(f"parallelism.sharding not stated: {parallelism.sharding} assumed")
-    if parallelism.sharding == "hsdp" and parallelism.hsdp_shard is None:
-        notes.append("parallelism.hsdp_shard not stated: the whole dp group assumed")
-    check_pipeline(parallelism.pp, vpp or 1, layers, f"{where}: parallelism")
-    sequence_parallel = parallelism.sequence_parallel
-    if sequence_parallel is None:
-        sequence_parallel = parallelism.tp > 1
-        notes.append(f"parallelism.sequence_parallel not stated: {sequence_parallel} "
-                     "assumed (on with tp > 1)")
-    return single_plan(
-        tp=parallelism.tp, pp=parallelism.pp,
-        vpp=_stated(vpp, "parallelism.vpp", notes, " (no interleaving)"),
-        cp=parallelism.cp, dp=dp,
-        ep=_stated(parallelism.ep, "parallelism.ep", notes),
-        etp=_stated(parallelism.etp, "parallelism.etp", notes,
-                    " (Megatron-Core would default to tp)"),
-        micro_batch=_stated(micro, "batch.micro_seqs", notes),
-        sharding=Sharding.parse(parallelism.sharding),
-        checkpointing=checkpointing,
-        hsdp_shard=parallelism.hsdp_shard,
-        sequence_parallel=sequence_parallel,
-    )
+def model_document(geometry: Geometry, name: str | None = None) -> dict[str, object]:
+    """The canonical ``model`` block of a geometry (the inverse of :func:`geometry_from_model`:
+    loading it gives the same geometry). Flags at their default are left out."""
+    document: dict[str, object] = {} if name is None else {"name": name}
+    document |= {
+        "layers": geometry.layers, "d_model": geometry.d_model, "heads": geometry.heads,
+        "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim, "ffn": geometry.ffn,
+        "activation": "swiglu" if geometry.glu else "gelu", "vocab": geometry.vocab,
+        "tied_embeddings": geometry.tied_embeddings, "attention": str(geometry.attention),
+        "norm": str(geometry.norm), "mtp_layers": geometry.mtp_layers,
+    }
+    for flag in ("gated_attention", "qk_norm", "qkv_bias", "output_bias", "attention_sinks"):
+        if getattr(geometry, flag):
+            document[flag] = True
+    if geometry.mla is not None:
+        mla = geometry.mla
+        document["mla"] = {"kv_lora_rank": mla.kv_lora_rank, "q_lora_rank": mla.q_lora_rank,
+                           "qk_nope_head_dim": mla.qk_nope_head_dim,
+                           "qk_rope_head_dim": mla.qk_rope_head_dim,
+                           "v_head_dim": mla.v_head_dim}
+    moe = geometry.moe
+    if moe is not None:
+        block: dict[str, object] = {
+            "experts": moe.experts, "top_k": moe.top_k, "expert_ffn": moe.expert_ffn,
+            "shared_experts": moe.shared_experts, "shared_expert_ffn": moe.shared_expert_ffn,
+            "dense_layers": moe.dense_layers, "moe_every": moe.moe_every}
+        for flag in ("expert_bias", "router_bias", "shared_expert_gate"):
+            if getattr(moe, flag):
+                block[flag] = True
+        document["moe"] = block
+    return document

@@ -1,10 +1,11 @@
-"""Job files: one training job = model, data, precision, optimizer, layout and hardware.
+"""Job files: one training job = model, layout, batch, execution, optimizer and hardware.
 
-The block and field names follow the paper's Appendix E listing (ScalePlan format:
-``model``, ``moe``, ``search``, ``performance``, ``optimizer``, ``data``, ``hardware``) plus
-a ``parallelism`` block, so such files load as written. Aliases (``gbs``, ``seqlen``,
-``microbatch_sz``, ...) are renamed to one canonical name before validation, so
-``--set data.global_batch=512`` works on a file that wrote ``gbs``.
+A job file holds the three blocks every mosaic input shares (:mod:`mosaic.config.blocks`:
+``model``, ``parallelism``, ``batch``) plus ``performance`` (precision, recompute, stack),
+``optimizer``, ``search`` and ``hardware``. The paper's Appendix E listing (``n_layers``,
+``hidden_sz``, a top-level ``moe:``, ``data: {gbs, seqlen, microbatch_sz}``, ...) loads as
+written, and mosaic's earlier spellings load with a deprecation warning
+(:mod:`mosaic.config.spelling`); ``--set`` overrides take either spelling.
 """
 
 from __future__ import annotations
@@ -17,53 +18,42 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.arch import Geometry
-from mosaic.config.model_schema import geometry_from_document
+from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
+from mosaic.config.convert import geometry_from_model
+from mosaic.config.layout import data_parallel, dispatcher_from_name, plan_from_blocks
+from mosaic.config.spelling import JOB_RULES, canonical_document, canonical_path, warn_deprecated
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
-from mosaic.limits import LIMITS, check_pipeline
+from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
-from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
+from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 
-# alias -> canonical field name, per block (Appendix E names on the left).
-FIELD_ALIASES: dict[str, dict[str, str]] = {
-    "data": {"gbs": "global_batch", "seqlen": "seq_len", "microbatch_sz": "micro_batch"},
-    "performance": {"activation_checkpointing_type": "checkpointing"},
-    "optimizer": {"optimizer_type": "kind"},
-    "search": {"num_devices": "devices"},
-    "hardware": {"node_type": "system"},
-}
-KNOWN_BLOCKS = {
-    "model",
-    "moe",
-    "search",
-    "performance",
-    "optimizer",
-    "data",
-    "hardware",
-    "parallelism",
-}
+KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "search",
+                "hardware")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DataBlock(_Strict):
-    global_batch: int = Field(gt=0, le=LIMITS["global_batch"].high,
-                              description="sequences per optimizer step")
-    seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high, description="tokens per sequence")
-    micro_batch: int = Field(default=1, gt=0, le=LIMITS["micro_batch"].high,
-                             description="sequences per micro-batch")
-
-
 class PerformanceBlock(_Strict):
-    checkpointing: Literal["none", "selective", "full"] = "none"
+    """How the job executes: precision, recomputation and the software stack."""
+
+    precision: Literal["bf16", "fp16", "fp8"] = Field(
+        default="bf16", description="GEMM precision (selects the device's peak lane)")
+    checkpointing: Literal["none", "selective", "full"] = Field(
+        default="none", description="activation recomputation")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "reference"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
+    stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
+    fsdp_gather: Literal["auto", "block", "tensor"] = Field(
+        default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
+    uneven_stages: bool = Field(
+        default=False, description="allow pp·vpp that does not divide the layers")
 
 
 class OptimizerBlock(_Strict):
@@ -79,7 +69,6 @@ class HardwareBlock(_Strict):
     system: str = Field(description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
     nodes: int | None = Field(default=None, gt=0, le=LIMITS["nodes"].high,
                               description="nodes; else search.devices")
-    precision: Precision | None = None
     usable_memory_fraction: float = Field(
         default=1.0, gt=0, le=1, description="share of device memory a plan may fill"
     )
@@ -92,30 +81,12 @@ class HardwareBlock(_Strict):
     )
 
 
-class ParallelismBlock(_Strict):
-    tp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
-    pp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
-    vpp: int = Field(default=1, gt=0, le=LIMITS["vpp"].high)
-    cp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
-    ep: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
-    etp: int = Field(default=1, gt=0, le=LIMITS["parallel_degree"].high)
-    dp: int | None = Field(default=None, gt=0, le=LIMITS["parallel_degree"].high,
-                           description="default: devices / (tp·pp·cp)")
-    sharding: str = "zero1"
-    hsdp_shard: int | None = Field(default=None, gt=0, le=LIMITS["parallel_degree"].high)
-    sequence_parallel: bool | None = Field(default=None, description="default: tp > 1")
-    stack: str = "megatron-core"
-    fsdp_gather: Literal["auto", "block", "tensor"] = Field(
-        default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
-    uneven_stages: bool = Field(
-        default=False, description="allow pp·vpp that does not divide the layers")
-    dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
-        default="alltoall", description="EP token dispatch")
-
-
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated job: what is trained, how it is laid out, and on which hardware."""
+    """A validated job: what is trained, how it is laid out, and on which hardware.
+
+    ``assumptions`` lists, one line each, every default filled in for an unstated field.
+    """
 
     workload: Workload
     plan: ParallelPlans  # length 1
@@ -124,58 +95,58 @@ class JobSpec:
     nodes: int | None
     usable_memory_fraction: float = 1.0
     tables: MeasuredTables = field(default_factory=MeasuredTables)
+    assumptions: tuple[str, ...] = ()
 
 
-def _canonical(document: dict[str, Any], where: str) -> dict[str, Any]:
-    """Copy of ``document`` with alias field names renamed to canonical ones."""
-    unknown = set(document) - KNOWN_BLOCKS
+def canonical_job_document(document: dict[str, Any], where: str,
+                           deprecated: set[str] | None = None) -> dict[str, Any]:
+    """``document`` in the canonical spelling; unknown blocks are refused.
+
+    Deprecated spellings used are added to ``deprecated`` (warned about here when None).
+    """
+    used: set[str] = set() if deprecated is None else deprecated
+    result = canonical_document(document, JOB_RULES, where, used)
+    unknown = set(result) - set(KNOWN_BLOCKS)
     if unknown:
         raise MosaicInputError(
             f"{where}: unknown block(s) {sorted(unknown)}; allowed: {sorted(KNOWN_BLOCKS)}"
         )
-    result = copy.deepcopy(document)
-    for block, aliases in FIELD_ALIASES.items():
-        section = result.get(block)
-        if not isinstance(section, dict):
-            continue
-        for alias, canonical in aliases.items():
-            if alias in section:
-                if canonical in section:
-                    raise MosaicInputError(
-                        f"{where}: {block}: give {alias!r} or {canonical!r}, not both"
-                    )
-                section[canonical] = section.pop(alias)
-    return result
+    if deprecated is None:
+        warn_deprecated(used, where)
+    return {block: result[block] for block in KNOWN_BLOCKS if block in result}
 
 
-def apply_overrides(document: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``block.field=value`` overrides (values parsed as YAML scalars)."""
+def apply_overrides(document: dict[str, Any], overrides: list[str],
+                    deprecated: set[str] | None = None) -> dict[str, Any]:
+    """Apply ``block.field=value`` (or ``model.moe.field=value``) overrides.
+
+    Values are parsed as YAML scalars; field paths may use any accepted spelling.
+    """
     result = copy.deepcopy(document)
+    used: set[str] = set() if deprecated is None else deprecated
     for item in overrides:
         key, sep, raw = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or len(parts) != 2 or not all(parts):
+        parts = tuple(part.strip() for part in key.strip().split("."))
+        if not sep or not 2 <= len(parts) <= 3 or not all(parts):
             raise MosaicInputError(f"--set {item!r}: expected block.field=value")
-        block, field = parts
-        if block not in KNOWN_BLOCKS:
-            raise MosaicInputError(f"--set {item!r}: unknown block {block!r}")
-        field = FIELD_ALIASES.get(block, {}).get(field, field)
-        section = result.setdefault(block, {})
-        if not isinstance(section, dict):
-            raise MosaicInputError(f"--set {item!r}: block {block!r} is not a mapping")
-        section[field] = parse_yaml(raw, f"--set {item!r}")
+        path, value_rule = canonical_path(parts, JOB_RULES, used)
+        if not path:
+            continue  # a paper field that is not modelled
+        if path[0] not in KNOWN_BLOCKS:
+            raise MosaicInputError(f"--set {item!r}: unknown block {parts[0]!r}")
+        value = parse_yaml(raw, f"--set {item!r}")
+        node = result
+        for name in path[:-1]:
+            child = node.get(name)
+            if child is None:
+                child = node[name] = {}
+            if not isinstance(child, dict):
+                raise MosaicInputError(f"--set {item!r}: {name!r} is not a mapping")
+            node = child
+        node[path[-1]] = value_rule(value) if value_rule else value
+    if deprecated is None:
+        warn_deprecated(used, "--set")
     return result
-
-
-def _expert_tp(document: dict[str, Any], parallel: ParallelismBlock, where: str) -> int:
-    """ETP from ``parallelism.etp`` or the listing's ``moe.expert_tp_degree``; they must agree."""
-    in_parallelism = "etp" in (document.get("parallelism") or {})
-    in_moe = (document.get("moe") or {}).get("expert_tp_degree")
-    if in_parallelism and in_moe is not None and in_moe != parallel.etp:
-        raise MosaicInputError(
-            f"{where}: parallelism.etp={parallel.etp} contradicts moe.expert_tp_degree={in_moe}"
-        )
-    return parallel.etp if in_parallelism or in_moe is None else int(in_moe)
 
 
 def _measured_tables(hardware: HardwareBlock, base: Path) -> MeasuredTables:
@@ -200,74 +171,60 @@ def _block(schema: type[BaseModel], document: dict[str, Any], name: str, where: 
     return validate_mapping(schema, data, f"{where}: {name}")
 
 
-def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
-    """Validate a parsed job document (aliases allowed) into a :class:`JobSpec`."""
-    document = _canonical(document, where)
-    geometry: Geometry = geometry_from_document(document, where)
-    if "data" not in document:
-        raise MosaicInputError(f"{where}: missing required block 'data'")
-    if "hardware" not in document:
-        raise MosaicInputError(f"{where}: missing required block 'hardware'")
-    data = _block(DataBlock, document, "data", where)
+def job_from_document(document: dict[str, Any], where: str,
+                      deprecated: set[str] | None = None) -> JobSpec:
+    """Validate a parsed job document (any accepted spelling) into a :class:`JobSpec`."""
+    document = canonical_job_document(document, where, deprecated)
+    for required in ("model", "batch", "hardware"):
+        if required not in document:
+            hint = " (or the older data:)" if required == "batch" else ""
+            raise MosaicInputError(f"{where}: missing required block {required!r}{hint}")
+    model = _block(ModelBlock, document, "model", where)
+    batch = _block(BatchBlock, document, "batch", where)
+    parallelism = _block(ParallelismBlock, document, "parallelism", where)
     performance = _block(PerformanceBlock, document, "performance", where)
     optimizer = _block(OptimizerBlock, document, "optimizer", where)
     search = _block(SearchBlock, document, "search", where)
     hardware = _block(HardwareBlock, document, "hardware", where)
-    parallel = _block(ParallelismBlock, document, "parallelism", where)
-    model_precision = document["model"].get("precision", "bf16")
-    precision = hardware.precision or Precision(model_precision)
+    notes: list[str] = []
+    try:
+        geometry: Geometry = geometry_from_model(model, notes, measured=False)
+        dispatcher = dispatcher_from_name(parallelism.dispatcher)
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"{where}: {exc}") from None
     workload = Workload(
         geometry=geometry,
-        global_batch=data.global_batch,
-        seq_len=data.seq_len,
-        precision=precision,
+        global_batch=batch.global_seqs,
+        seq_len=batch.seq_len,
+        precision=Precision(performance.precision),
         optimizer=optimizer.kind,
-        stack=parallel.stack,
+        stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"
                           else performance.attention_kernel),
-        fsdp_gather=None if parallel.fsdp_gather == "auto" else parallel.fsdp_gather,
-        uneven_pipeline_stages=parallel.uneven_stages,
-        dispatcher=parallel.dispatcher,
+        fsdp_gather=None if performance.fsdp_gather == "auto" else performance.fsdp_gather,
+        uneven_pipeline_stages=performance.uneven_stages,
+        dispatcher=dispatcher,
+        ep_overlap=parallelism.ep_overlap,
     )
     devices = search.devices
     if devices is None and hardware.nodes is not None:
         devices = hardware.nodes * get_system(hardware.system).gpus_per_node
-    dp = parallel.dp
-    if dp is None and devices is not None:
-        model_ranks = parallel.tp * parallel.pp * parallel.cp
-        if devices % model_ranks:
-            raise MosaicInputError(
-                f"{where}: {devices} devices are not a multiple of tp·pp·cp={model_ranks}"
-            )
-        dp = devices // model_ranks
-    if dp is None:
-        raise MosaicInputError(
-            f"{where}: give parallelism.dp, search.devices or hardware.nodes"
-        )
-    etp = _expert_tp(document, parallel, where)
-    check_pipeline(parallel.pp, parallel.vpp, geometry.layers, where)
-    ranks = parallel.tp * parallel.pp * parallel.cp * dp
+    if parallelism.dp is None and devices is None:
+        raise MosaicInputError(f"{where}: give parallelism.dp, search.devices or hardware.nodes")
+    dp = data_parallel(parallelism, devices, where)
+    ranks = parallelism.tp * parallelism.pp * parallelism.cp * dp
     if ranks > LIMITS["devices"].high:
         raise MosaicInputError(f"{where}: tp·pp·cp·dp = {ranks} devices; allowed: at most "
                                f"{LIMITS['devices'].describe()} ({LIMITS['devices'].why})")
-    plan = single_plan(
-        tp=parallel.tp,
-        pp=parallel.pp,
-        vpp=parallel.vpp,
-        cp=parallel.cp,
-        dp=dp,
-        ep=parallel.ep,
-        etp=etp,
-        micro_batch=data.micro_batch,
-        sharding=Sharding.parse(parallel.sharding),
-        checkpointing=Checkpointing.parse(performance.checkpointing),
-        hsdp_shard=parallel.hsdp_shard,
-        sequence_parallel=(
-            parallel.sequence_parallel
-            if parallel.sequence_parallel is not None
-            else parallel.tp > 1
-        ),
-    )
+    try:
+        plan = plan_from_blocks(
+            parallelism, batch, dp=dp, layers=geometry.layers, is_moe=geometry.is_moe,
+            stack=workload.stack, checkpointing=Checkpointing.parse(performance.checkpointing),
+            measured=False, notes=notes, where=where)
+    except MosaicInputError as exc:
+        message = str(exc)
+        raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"
+                               ) from None
     n_devices = search.devices if search.devices is not None else int(plan.n_devices[0])
     return JobSpec(
         workload=workload,
@@ -277,10 +234,18 @@ def job_from_document(document: dict[str, Any], where: str) -> JobSpec:
         nodes=hardware.nodes,
         usable_memory_fraction=hardware.usable_memory_fraction,
         tables=_measured_tables(hardware, Path(where).parent),
+        assumptions=tuple(notes),
     )
 
 
 def load_job(path: Path, overrides: list[str] | None = None) -> JobSpec:
-    """Read, alias-normalise, override and validate a job YAML file."""
-    document = _canonical(load_yaml_mapping(path), str(path))
-    return job_from_document(apply_overrides(document, overrides or []), str(path))
+    """Read a job YAML file (any accepted spelling), apply ``--set`` overrides, validate.
+
+    Deprecated spellings in the file and the overrides give one warning together.
+    """
+    deprecated: set[str] = set()
+    document = canonical_job_document(load_yaml_mapping(path), str(path), deprecated)
+    document = apply_overrides(document, overrides or [], deprecated)
+    spec = job_from_document(document, str(path), deprecated)
+    warn_deprecated(deprecated, str(path))
+    return spec

@@ -22,12 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
-from mosaic.config.convert import (
-    data_parallel,
-    dispatcher_from_name,
-    geometry_from_model,
-    plan_from_blocks,
-)
+from mosaic.config.convert import geometry_from_model
+from mosaic.config.layout import data_parallel, dispatcher_for, plan_from_blocks
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system
@@ -82,6 +78,12 @@ class RunRecordEntry(_Strict):
     cross_entropy: Literal["fused", "fp32_upcast", "compiled"] | None = Field(
         default=None, description="the LM loss as the source ran it (e.g. compiled when "
         "torch.compile covers the loss); null = the stack's cross_entropy trait")
+    grad_reduce_in_fp32: bool | None = Field(
+        default=None, description="gradient buffers and reduction in fp32; false = bf16 "
+        "(--grad-reduce-in-bf16); null = fp32, Megatron-LM's default")
+    offloaded_activation_layers: int | None = Field(
+        default=None, ge=0, le=LIMITS["layers"].high, description="blocks whose activations "
+        "are offloaded to host memory (Megatron-Core cpu_offloading_num_layers); null = 0")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -318,12 +320,15 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         geometry=geometry,
         global_batch=entry.batch.global_seqs,
         seq_len=entry.batch.seq_len,
-        ep_overlap=entry.parallelism.ep_overlap,
         precision=_PRECISIONS[entry.precision],
         stack=stack,
         routing=entry.routing or "dropless",
-        dispatcher=dispatcher_from_name(entry.parallelism.dispatcher),
+        dispatcher=dispatcher_for(entry.parallelism.dispatcher, stack, system.device.name,
+                                  geometry.moe is not None, notes),
+        ep_overlap=entry.parallelism.ep_overlap,
         cross_entropy=entry.cross_entropy,
+        grad_reduce_in_fp32=entry.grad_reduce_in_fp32 is not False,
+        offloaded_activation_layers=entry.offloaded_activation_layers or 0,
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)

@@ -99,13 +99,13 @@ def model_summary(geometry: Any) -> dict[str, Any]:
 
 def form_from_job(document: dict[str, Any]) -> dict[str, str]:
     """Form fields of a job file's blocks (its model stays the job's own)."""
-    from mosaic.config.job_schema import _canonical
+    from mosaic.config.job_schema import canonical_job_document
     from mosaic.hardware import get_system
 
     form = {"model.source": "job"}
-    canonical = _canonical(document, "job")
+    canonical = canonical_job_document(document, "job")
     for block, fields in canonical.items():
-        if block in ("model", "moe", "search") or not isinstance(fields, dict):
+        if block in ("model", "search") or not isinstance(fields, dict):
             continue
         for name, value in fields.items():
             if value is not None and not isinstance(value, dict | list):

@@ -18,18 +18,19 @@ import yaml
 
 from mosaic.arch import Geometry
 from mosaic.arch.ladder import ladder_geometry
+from mosaic.config.convert import model_document
 from mosaic.config.job_schema import (
-    FIELD_ALIASES,
     KNOWN_BLOCKS,
     JobSpec,
-    _canonical,
+    canonical_job_document,
     job_from_document,
 )
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
+from mosaic.schema_validation import parse_yaml
 
-WHERE = "job"  # the name validation messages start with ("job: data: micro_batch: ...")
+WHERE = "job"  # the name validation messages start with ("job: batch: micro_seqs: ...")
 MODEL_SOURCES = ("ladder", "job", "hf")
 LADDER_FIELDS = ("ladder.q", "ladder.experts", "ladder.top_k", "ladder.split_factor")
 GENERAL = "_general"  # errors that belong to no single field
@@ -52,11 +53,12 @@ DEFAULT_FORM: dict[str, str] = {
     "model.source": "ladder",
     "ladder.q": "12", "ladder.experts": "96", "ladder.top_k": "2", "ladder.split_factor": "4",
     "hf.config": "",
-    "hardware.system": "p6-b200.48xlarge", "hardware.nodes": "32", "hardware.precision": "bf16",
-    "data.global_batch": "1024", "data.seq_len": "2048", "data.micro_batch": "4",
+    "hardware.system": "p6-b200.48xlarge", "hardware.nodes": "32",
+    "performance.precision": "bf16",
+    "batch.global_seqs": "1024", "batch.seq_len": "2048", "batch.micro_seqs": "4",
     "parallelism.tp": "1", "parallelism.pp": "8", "parallelism.vpp": "1",
     "parallelism.cp": "1", "parallelism.ep": "8", "parallelism.etp": "1",
-    "parallelism.sharding": "zero1", "parallelism.stack": "megatron-core",
+    "parallelism.sharding": "zero1", "performance.stack": "megatron-core",
     "performance.checkpointing": "full", "optimizer.kind": "adamw",
 }
 
@@ -103,31 +105,8 @@ def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) ->
 
 
 def geometry_blocks(geometry: Geometry) -> dict[str, Any]:
-    """``model:``/``moe:`` blocks of the job YAML for a geometry (the fields the YAML
-    schema has; HF-only features such as qk_norm are not expressible there)."""
-    model: dict[str, Any] = {
-        "n_layers": geometry.layers, "hidden_sz": geometry.d_model, "inter_sz": geometry.ffn,
-        "n_q_heads": geometry.heads, "n_kv_heads": geometry.kv_heads,
-        "head_dim": geometry.head_dim, "vocab_sz": geometry.vocab, "glu": geometry.glu,
-        "tie_embeddings": geometry.tied_embeddings, "attention": str(geometry.attention),
-        "gated_attention": geometry.gated_attention, "norm": str(geometry.norm),
-    }
-    if geometry.mla is not None:
-        mla = geometry.mla
-        model["mla"] = {"kv_lora_rank": mla.kv_lora_rank,
-                        "qk_nope_head_dim": mla.qk_nope_head_dim,
-                        "qk_rope_head_dim": mla.qk_rope_head_dim,
-                        "v_head_dim": mla.v_head_dim, "q_lora_rank": mla.q_lora_rank}
-    blocks: dict[str, Any] = {"model": model}
-    moe = geometry.moe
-    if moe is not None:
-        blocks["moe"] = {
-            "n_experts": moe.experts, "experts_per_token": moe.top_k,
-            "expert_inter_sz": moe.expert_ffn, "n_shared_experts": moe.shared_experts,
-            "shared_expert_inter_sz": moe.shared_expert_ffn, "n_dense_layers": moe.dense_layers,
-            "moe_frequency": moe.moe_every,
-        }
-    return blocks
+    """The job YAML's ``model:`` block for a geometry (docs/schema.md; loads back exactly)."""
+    return {"model": model_document(geometry)}
 
 
 def job_document(form: dict[str, str], geometry: Geometry | None,
@@ -138,19 +117,19 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
     document: dict[str, Any] = {}
     if geometry is None:
         assert base is not None
-        document.update({k: base[k] for k in ("model", "moe") if k in base})
+        document["model"] = canonical_job_document(base, WHERE, set())["model"]
     else:
         document.update(geometry_blocks(geometry))
     if base is not None:  # the job file's other settings (dispatcher, kernels, ...) carry over
-        canonical = _canonical(base, WHERE)
+        canonical = canonical_job_document(base, WHERE, set())
         document.update({block: dict(fields) for block, fields in canonical.items()
-                         if block not in ("model", "moe", "search") and isinstance(fields, dict)})
+                         if block not in ("model", "search") and isinstance(fields, dict)})
     for key, value in form.items():
         block, _, field = key.partition(".")
-        if block in KNOWN_BLOCKS and block not in ("model", "moe") and field:
+        if block in KNOWN_BLOCKS and block != "model" and field:
             text = str(value).strip()
-            if text != "":
-                document.setdefault(block, {})[field] = text
+            if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
+                document.setdefault(block, {})[field] = parse_yaml(text, key)
     return document
 
 
@@ -164,8 +143,7 @@ def field_of(message: str, form_keys: set[str]) -> str:
     match = _FIELD_PATH.match(message)
     if match:
         block, field = match.groups()
-        field = FIELD_ALIASES.get(block, {}).get(field, field)
-        if block in ("model", "moe"):
+        if block == "model":
             return "hf.config" if "hf.config" in form_keys else "model.source"
         key = f"{block}.{field}"
         return key if key in form_keys else GENERAL
@@ -176,7 +154,7 @@ def field_of(message: str, form_keys: set[str]) -> str:
             return key
     if message.startswith("invalid parallel layout"):
         for name in _AXIS.findall(message.partition(":")[2]):
-            key = "data.micro_batch" if name == "micro_batch" else f"parallelism.{name}"
+            key = "batch.micro_seqs" if name == "micro_batch" else f"parallelism.{name}"
             if key in form_keys:
                 return key
     return GENERAL
@@ -220,20 +198,7 @@ def predict_form(form: dict[str, str], base: dict[str, Any] | None,
 def export_yaml(job: StudioJob) -> str:
     """The job as a YAML file `mosaic perf` reads."""
     header = "# Exported by mosaic studio; run it with `mosaic perf job.yaml`.\n"
-    missing = unexpressed_features(job.geometry)
-    if missing:
-        header += (f"# NOT EXPRESSED in the model block: {', '.join(missing)}; for the exact "
-                   "model add `--model config.json` (the HuggingFace file).\n")
     return header + yaml.safe_dump(_typed(job.document), sort_keys=False)
-
-
-def unexpressed_features(geometry: Geometry) -> list[str]:
-    """Geometry features the job YAML's model block has no field for."""
-    flags = ("qk_norm", "qkv_bias", "output_bias", "attention_sinks")
-    missing = [name for name in flags if getattr(geometry, name, False)]
-    if getattr(geometry, "mtp_layers", 0):
-        missing.append(f"mtp_layers={geometry.mtp_layers}")
-    return missing
 
 
 def _typed(document: dict[str, Any]) -> dict[str, Any]:

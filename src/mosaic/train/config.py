@@ -24,7 +24,8 @@ from mosaic.arch.ladder import (
     expert_width,
     ladder_geometry,
 )
-from mosaic.config.model_schema import ModelBlock, MoEBlock, geometry_from_blocks
+from mosaic.config.convert import geometry_from_model
+from mosaic.config.model_schema import model_block_from_document
 from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 
@@ -183,8 +184,10 @@ class RunConfig(_Strict):
 class TrainConfig(_Strict):
     """One training job: model geometry, routing, optimiser, data and run settings."""
 
-    model: dict[str, Any] | None = Field(default=None, description="mosaic arch model block")
-    moe: dict[str, Any] | None = Field(default=None, description="mosaic arch moe block")
+    model: dict[str, Any] | None = Field(
+        default=None, description="model block (docs/schema.md), moe nested as model.moe")
+    moe: dict[str, Any] | None = Field(
+        default=None, description="the paper listing's separate moe block (same as model.moe)")
     ladder: LadderModel | None = None
     routing: RoutingConfig = RoutingConfig()
     optim: OptimConfig = OptimConfig()
@@ -203,13 +206,16 @@ class TrainConfig(_Strict):
         """The model's geometry (vocabulary from the data for ladder rungs)."""
         if self.ladder is not None:
             return ladder_rung_geometry(self.ladder, self.data.vocab_size)
-        model = validate_mapping(ModelBlock, self.model, "model")
-        moe = validate_mapping(MoEBlock, self.moe, "moe") if self.moe is not None else None
-        if moe is not None and moe.capacity_factor is not None:
+        document = {"model": self.model} | ({} if self.moe is None else {"moe": self.moe})
+        model = model_block_from_document(document, "config")
+        if model.moe is not None and model.moe.capacity_factor is not None:
             raise MosaicInputError(
-                f"moe.capacity_factor is {moe.capacity_factor}; the trainer is dropless "
-                "(Appendix A.2: infinite capacity), leave it unset")
-        geometry = geometry_from_blocks(model, moe)
+                f"model.moe.capacity_factor is {model.moe.capacity_factor}; the trainer is "
+                "dropless (Appendix A.2: infinite capacity), leave it unset")
+        try:
+            geometry = geometry_from_model(model, [], measured=False)
+        except MosaicInputError as exc:
+            raise MosaicInputError(f"config: {exc}") from None
         if geometry.attention is AttentionKind.MLA:
             raise MosaicInputError("model.attention 'mla' is not implemented by the trainer; "
                                    "allowed: mha, gqa")

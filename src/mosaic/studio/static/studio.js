@@ -14,11 +14,11 @@
     ["Cluster", [
       ["hardware.system", "system", "select:systems"],
       ["hardware.nodes", "nodes", "number"],
-      ["hardware.precision", "precision", "select:precisions"]]],
+      ["performance.precision", "precision", "select:precisions"]]],
     ["Batch", [
-      ["data.global_batch", "global batch (seqs)", "number"],
-      ["data.seq_len", "sequence length", "number"],
-      ["data.micro_batch", "micro-batch", "number"]]],
+      ["batch.global_seqs", "global batch (seqs)", "number"],
+      ["batch.seq_len", "sequence length", "number"],
+      ["batch.micro_seqs", "micro-batch (seqs)", "number"]]],
     ["Layout", [
       ["parallelism.tp", "tensor parallel tp", "number"],
       ["parallelism.pp", "pipeline pp", "number"],
@@ -27,7 +27,7 @@
       ["parallelism.ep", "expert parallel ep", "number"],
       ["parallelism.etp", "expert tensor etp", "number"],
       ["parallelism.sharding", "sharding", "select:sharding"],
-      ["parallelism.stack", "software stack", "select:stacks"]]],
+      ["performance.stack", "software stack", "select:stacks"]]],
     ["Recompute and optimizer", [
       ["performance.checkpointing", "recompute", "select:checkpointing"],
       ["optimizer.kind", "optimizer", "select:optimizers"]]]
@@ -280,7 +280,7 @@
   function useLayout(row) {
     ["tp", "pp", "vpp", "cp", "ep", "etp"].forEach(function (k) { $(fieldId("parallelism." + k)).value = row[k]; });
     $(fieldId("parallelism.sharding")).value = row.sharding;
-    $(fieldId("data.micro_batch")).value = row.micro_batch;
+    $(fieldId("batch.micro_seqs")).value = row.micro_batch;
     $(fieldId("performance.checkpointing")).value = row.checkpointing;
     predict();
     location.hash = "#job";

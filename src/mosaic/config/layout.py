@@ -1,0 +1,129 @@
+"""The ``parallelism`` and ``batch`` blocks -> a :class:`ParallelPlans` row and a dispatcher.
+
+One set of rules for job files and run records. Where a block leaves a field unstated
+(``None``), the rule fills it in (the stack's documented default where it has one) and
+appends one line to ``notes``. ``measured=True`` (a run record) refuses to guess the
+expert-parallel degree of an MoE run, which sets its cost; a job takes ep = 1.
+"""
+
+from __future__ import annotations
+
+from mosaic.config.blocks import BatchBlock, ParallelismBlock
+from mosaic.errors import MosaicInputError
+from mosaic.limits import check_pipeline
+from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
+from mosaic.perf.workload import Dispatcher
+from mosaic.stacks import MicroBatchDefault, get_stack
+
+
+def dispatcher_from_name(name: str | None) -> Dispatcher:
+    """``parallelism.dispatcher``: a name containing deepep/hybridep/alltoall; None = alltoall."""
+    stated = (name or "").strip().casefold().replace("-", "").replace("_", "")
+    if not stated:
+        return Dispatcher.ALLTOALL
+    for dispatcher in (Dispatcher.HYBRIDEP, Dispatcher.DEEPEP, Dispatcher.ALLTOALL):
+        if dispatcher.value in stated:
+            return dispatcher
+    allowed = ", ".join(d.value for d in Dispatcher)
+    raise MosaicInputError(f"parallelism.dispatcher: {name!r} is not a known dispatcher; "
+                           f"allowed: {allowed} (or a name containing one)")
+
+
+def dispatcher_for(name: str | None, stack: str, device_name: str, moe: bool,
+                   notes: list[str]) -> Dispatcher:
+    """The stated dispatcher; unstated on an MoE job, the stack's default on the device's GPU
+    generation (stack trait ``moe_dispatcher``), else the pairwise all-to-all."""
+    if name is not None or not moe:
+        return dispatcher_from_name(name)
+    generation = gpu_generation(device_name)
+    default = (get_stack(stack).moe_dispatcher or {}).get(generation or "")
+    if default is None:
+        return Dispatcher.ALLTOALL
+    notes.append(f"parallelism.dispatcher not stated: {default} ({stack}'s default on "
+                 f"{generation} GPUs)")
+    return Dispatcher(default)
+
+
+def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> int:
+    if value is not None:
+        return value
+    notes.append(f"{field} not stated: 1 assumed{why}")
+    return 1
+
+
+def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, stack: str,
+                   notes: list[str]) -> tuple[int | None, int | None]:
+    """(vpp, micro_seqs) with the stack's defaults where the input is silent.
+
+    torchtitan splits the local batch into as many micro-batches as pipeline ranks
+    (``pipeline_parallel_microbatches or pipeline_parallel_degree``) and runs at least two
+    stages per rank when interleaved; JAX/XLA trainers process the whole per-device batch
+    in one step unless accumulation is stated; Megatron-LM's micro-batch defaults to 1
+    (traits and sources in ``mosaic/stacks/data/stacks.yaml``).
+    """
+    traits = get_stack(stack)
+    vpp, micro = parallelism.vpp, batch.micro_seqs
+    if vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1:
+        vpp = traits.interleaved_vpp_default
+        notes.append(f"parallelism.vpp not stated: {vpp} assumed ({stack} interleaved "
+                     "schedule, fewest stages per rank)")
+    if micro is None:
+        local = batch.global_seqs // dp
+        why = ""
+        if traits.micro_batch_default is MicroBatchDefault.LOCAL_BATCH_OVER_PP:
+            micro = max(local // parallelism.pp, 1) if parallelism.pp > 1 else None
+            why = (f"{stack} splits the local batch of {local} into pp={parallelism.pp} "
+                   "micro-batches")
+        elif traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH:
+            micro = max(local, 1)
+            why = f"{stack} runs the whole local batch of {local} in one step, no accumulation"
+        if micro is not None:
+            notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")
+    return vpp, micro
+
+
+def data_parallel(parallelism: ParallelismBlock, n_devices: int | None, where: str) -> int:
+    """``parallelism.dp``, or devices / (tp·pp·cp) when it is not stated."""
+    if parallelism.dp is not None:
+        return parallelism.dp
+    if n_devices is None:
+        raise MosaicInputError(f"{where}: give parallelism.dp or the number of devices")
+    model_ranks = parallelism.tp * parallelism.pp * parallelism.cp
+    if n_devices % model_ranks:
+        raise MosaicInputError(f"{where}: {n_devices} devices are not a multiple of "
+                               f"tp·pp·cp={model_ranks}")
+    return n_devices // model_ranks
+
+
+def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: int,
+                     layers: int, is_moe: bool, stack: str, checkpointing: Checkpointing,
+                     measured: bool, notes: list[str], where: str) -> ParallelPlans:
+    """The length-1 :class:`ParallelPlans` of a parallelism and a batch block."""
+    vpp, micro = _vpp_and_micro(parallelism, batch, dp, stack, notes)
+    if is_moe and parallelism.ep is None and measured:
+        # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
+        raise MosaicInputError("parallelism.ep: not stated (null) for an MoE run")
+    if "sharding" not in parallelism.model_fields_set:
+        notes.append(f"parallelism.sharding not stated: {parallelism.sharding} assumed")
+    if parallelism.sharding == "hsdp" and parallelism.hsdp_shard is None:
+        notes.append("parallelism.hsdp_shard not stated: the whole dp group assumed")
+    check_pipeline(parallelism.pp, vpp or 1, layers, f"{where}: parallelism")
+    sequence_parallel = parallelism.sequence_parallel
+    if sequence_parallel is None:
+        sequence_parallel = parallelism.tp > 1
+        notes.append(f"parallelism.sequence_parallel not stated: {sequence_parallel} "
+                     "assumed (on with tp > 1)")
+    return single_plan(
+        tp=parallelism.tp, pp=parallelism.pp,
+        vpp=_stated(vpp, "parallelism.vpp", notes, " (no interleaving)"),
+        cp=parallelism.cp, dp=dp,
+        ep=_stated(parallelism.ep, "parallelism.ep", notes),
+        etp=_stated(parallelism.etp, "parallelism.etp", notes,
+                    " (Megatron-Core would default to tp)"),
+        micro_batch=_stated(micro, "batch.micro_seqs", notes),
+        sharding=Sharding.parse(parallelism.sharding),
+        checkpointing=checkpointing,
+        hsdp_shard=parallelism.hsdp_shard,
+        sequence_parallel=sequence_parallel,
+    )
