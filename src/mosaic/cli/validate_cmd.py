@@ -24,6 +24,7 @@ from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_r
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
 from mosaic.evaluate.coverage_fit import build_coverage
+from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.evaluate.validation_report import aggregate, predict_runs, run_rows
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import load_calibration
@@ -44,7 +45,7 @@ def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
     """The usable records of ``runs`` minus the ids in ``exclude`` (each must exist)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)
-        record_set = load_run_records(runs)
+        record_set = apply_record_settings(load_run_records(runs))
     excluded = set(_excluded_ids(exclude))
     unknown = excluded - {r.id for r in record_set.records}
     if unknown:

@@ -6,7 +6,8 @@ set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`)
 
 * ``weights``: bf16 parameters (2 B/param; fp8 recipes keep bf16 weights too; none at rest
   for fully sharded plans on stacks whose shards are fp32, see :func:`weight_bytes`).
-* ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16).
+* ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16;
+  2 B when the workload reduces gradients in bf16).
 * ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B).
 * ``master_weights``: fp32 master parameters (4 B/param).
 * ``activations``: tensors saved for the backward pass of every in-flight micro-batch.
@@ -59,8 +60,11 @@ GIB = 2**30
 WEIGHT_BYTES_PER_PARAM = 2
 # Megatron-LM forces fp32 gradient accumulation and reduction for bf16 training
 # (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce
-# to be done in fp32"); --grad-reduce-in-bf16 would make this 2.
+# to be done in fp32"); --grad-reduce-in-bf16 makes the buffers bf16
+# (``Workload.grad_reduce_in_fp32`` False: NeMo and Megatron-Bridge performance recipes set
+# grad_reduce_in_fp32 = False, e.g. Megatron-Bridge scripts/performance/configs/*).
 GRADIENT_BYTES_PER_PARAM = 4
+BF16_GRADIENT_BYTES_PER_PARAM = 2
 # fp32 main parameters for the optimizer step ("we always use fp32 main parameters",
 # Megatron-Core distributed-optimizer docs: bf16 params + fp32 grads = 6 + 12/d bytes).
 MASTER_WEIGHT_BYTES_PER_PARAM = 4
@@ -257,6 +261,13 @@ def optimizer_state_bytes(
         extra = OPTIMIZER_STATE_BYTES_PER_PARAM[MUON_VOCAB_OPTIMIZER] - per_param
         state = state + extra * params.vocab / vocab_divisor
     return state
+
+
+def gradient_bytes_per_param(workload: Workload) -> int:
+    """Bytes of one gradient-buffer element: fp32 unless the workload reduces in bf16."""
+    if workload.grad_reduce_in_fp32:
+        return GRADIENT_BYTES_PER_PARAM
+    return BF16_GRADIENT_BYTES_PER_PARAM
 
 
 def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
@@ -519,7 +530,21 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     recompute = np.where(plans.checkpointing == Checkpointing.FULL, working_set, 0.0)
     head_inputs = np.where(_holds_lm_head(plans, stage), 2 * layer_input_bytes(workload, plans), 0)
     in_flight = in_flight_microbatches(workload, plans, stage)
-    return in_flight * per_microbatch + recompute + head_inputs
+    resident = resident_block_fraction(workload, blocks)
+    return in_flight * per_microbatch * resident + recompute + head_inputs
+
+
+def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarray:
+    """Share of a stage's saved block activations that stays on the GPU under activation
+    CPU offloading (``Workload.offloaded_activation_layers``; Megatron-Core
+    cpu_offloading_num_layers over Transformer Engine's get_cpu_offload_context). The copy
+    of one offloaded block to the host overlaps the next block's compute and its reload the
+    previous block's backward (TE cpu_offload.py, AsyncDoubleBufferGroupOffloadHandler),
+    so one offloaded block's tensors are resident at a time: blocks − offloaded + 1 of
+    ``blocks`` (all of them when nothing is offloaded)."""
+    offloaded = np.minimum(workload.offloaded_activation_layers, np.maximum(blocks - 1, 0))
+    resident = np.where(offloaded > 0, blocks - offloaded + 1, blocks)
+    return np.where(blocks > 0, resident / np.maximum(blocks, 1), 1.0)
 
 
 def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -570,10 +595,11 @@ def communication_buffer_bytes(
     unit = params.largest_unit
     # Gathered units in the stack's gather dtype (bf16, or fp32 for weights at rest in fp32).
     per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + params.largest_block)
-    per_unit = per_unit + GRADIENT_BYTES_PER_PARAM * unit
-    whole_stage = (WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM) * params.total
+    grad_bytes = gradient_bytes_per_param(workload)
+    per_unit = per_unit + grad_bytes * unit
+    whole_stage = (WEIGHT_BYTES_PER_PARAM + grad_bytes) * params.total
     fsdp = np.where(fully_sharded, np.where(plans.pp > 1, whole_stage, per_unit), 0.0)
-    zero2 = np.where(sharding == Sharding.ZERO2, GRADIENT_BYTES_PER_PARAM * unit, 0.0)
+    zero2 = np.where(sharding == Sharding.ZERO2, grad_bytes * unit, 0.0)
     pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)
     buffers = fsdp + zero2 + pipeline
     moe = workload.geometry.moe
@@ -596,7 +622,7 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
     states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
         "weights": weight_bytes(workload, params, plans),
-        "gradients": GRADIENT_BYTES_PER_PARAM
+        "gradients": gradient_bytes_per_param(workload)
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
         "master_weights": MASTER_WEIGHT_BYTES_PER_PARAM * states_sharded,

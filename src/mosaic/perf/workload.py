@@ -79,6 +79,11 @@ class Workload:
         cross_entropy: how the LM loss is computed (fused, fp32_upcast, compiled); None =
             the stack's ``cross_entropy`` trait (e.g. a torchtitan run with torch.compile
             on the loss states ``compiled``).
+        grad_reduce_in_fp32: gradient buffers and their reduction in fp32 (Megatron-LM's
+            default for bf16); False = bf16 (--grad-reduce-in-bf16, NeMo/Megatron-Bridge
+            performance recipes).
+        offloaded_activation_layers: blocks per stage whose saved activations go to host
+            memory (Megatron-Core cpu_offloading_num_layers); 0 = none.
         ep_overlap: batch-level EP communication overlap (Megatron-Core
             --overlap-moe-expert-parallel-comm, DeepSeek DualPipe): one micro-batch's
             all-to-alls hide behind another's block compute. Off by default, as in
@@ -101,6 +106,8 @@ class Workload:
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     ep_overlap: bool = False
     cross_entropy: CrossEntropy | None = None
+    grad_reduce_in_fp32: bool = True
+    offloaded_activation_layers: int = 0
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack is an error naming the known ones
@@ -108,6 +115,9 @@ class Workload:
             value = getattr(self, name)
             if value <= 0:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
+        if self.offloaded_activation_layers < 0:
+            raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
+                                   f"{self.offloaded_activation_layers}")
         for name, kind in (("precision", Precision), ("optimizer", OptimizerKind),
                            ("dispatcher", Dispatcher), ("fsdp_gather", FsdpGather),
                            ("attention_kernel", AttentionKernel),

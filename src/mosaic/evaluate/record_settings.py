@@ -1,0 +1,87 @@
+"""Settings a measured run used that its record cannot carry, applied by run id.
+
+The shared calibration file's schema has no field for the LM-loss implementation, bf16
+gradient buffers or activation offloading, yet the recipes behind some of its runs set them
+(``data/record_settings.yaml`` holds each group of runs with its public evidence). Applying
+them before prediction is the run's own configuration, not a fit: a record that states a
+setting itself keeps its value, and every applied setting is listed in the record's
+assumptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from mosaic.config.run_records import RunRecord, RunRecordSet
+from mosaic.errors import MosaicInputError
+from mosaic.perf.workload import Workload
+from mosaic.schema_validation import validate_mapping
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class _Settings(_Strict):
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled"] | None = None
+    grad_reduce_in_fp32: bool | None = None
+    offloaded_activation_layers: int | None = Field(default=None, ge=0)
+
+
+class _Group(_Strict):
+    evidence: str = Field(min_length=1)
+    settings: _Settings
+    runs: list[str] = Field(min_length=1)
+
+
+class _File(_Strict):
+    schema_version: Literal[1]
+    description: str = Field(min_length=1)
+    groups: list[_Group]
+
+
+# Workload values a record has when it leaves the setting unstated (run_records defaults).
+_UNSTATED: dict[str, Any] = {
+    "cross_entropy": None,
+    "grad_reduce_in_fp32": True,
+    "offloaded_activation_layers": 0,
+}
+
+
+@cache
+def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
+    """Run id -> (settings, evidence) from the shipped ``record_settings.yaml``."""
+    text = resources.files("mosaic.evaluate").joinpath("data", "record_settings.yaml")
+    parsed = validate_mapping(_File, yaml.safe_load(text.read_text()), "record settings")
+    by_run: dict[str, tuple[dict[str, Any], str]] = {}
+    for group in parsed.groups:
+        settings = group.settings.model_dump(exclude_none=True)
+        for run_id in group.runs:
+            if run_id in by_run:
+                raise MosaicInputError(f"record settings: run {run_id!r} listed twice")
+            by_run[run_id] = (settings, group.evidence)
+    return by_run
+
+
+def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRecord:
+    changes = {name: value for name, value in settings.items()
+               if getattr(record.workload, name) == _UNSTATED[name]}
+    if not changes:
+        return record
+    workload: Workload = replace(record.workload, **changes)
+    stated = ", ".join(f"{name}={value}" for name, value in changes.items())
+    note = f"record settings: {stated} (evidence: {evidence.split(';')[0]})"
+    return replace(record, workload=workload, assumptions=(*record.assumptions, note))
+
+
+def apply_record_settings(record_set: RunRecordSet) -> RunRecordSet:
+    """``record_set`` with each listed run's documented settings applied."""
+    table = record_settings()
+    records = tuple(_apply(r, *table[r.id]) if r.id in table else r for r in record_set.records)
+    return replace(record_set, records=records)

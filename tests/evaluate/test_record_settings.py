@@ -1,0 +1,58 @@
+"""Documented settings applied to the runs whose records cannot carry them."""
+
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mosaic.config.run_records import load_run_records
+from mosaic.evaluate.record_settings import apply_record_settings, record_settings
+from mosaic.perf.memory import COMPONENTS, memory_breakdown_bytes
+from mosaic.stacks import CrossEntropy
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTRA_RUNS = ROOT / "src/mosaic/evaluate/data/extra_runs.yaml"
+PUBLISHED = ROOT.parent / "shared" / "calibration" / "published_runs.yaml"
+
+
+def _records(path: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_run_records(path)
+
+
+def test_every_listed_run_exists_in_a_run_file():
+    if not PUBLISHED.exists():
+        pytest.skip("../shared/calibration/published_runs.yaml not available")
+    ids = {r.id for path in (PUBLISHED, EXTRA_RUNS) for r in _records(path).records}
+    assert sorted(set(record_settings()) - ids) == []
+
+
+def test_settings_apply_by_id_and_are_noted():
+    records = _records(EXTRA_RUNS)
+    target = "bridge2511-llama3-70b-gb300-64-fp8cs"
+    amended = {r.id: r for r in apply_record_settings(records).records}[target]
+    original = {r.id: r for r in records.records}[target]
+    assert (original.workload.grad_reduce_in_fp32, original.workload.offloaded_activation_layers
+            ) == (True, 0)
+    assert (amended.workload.grad_reduce_in_fp32, amended.workload.offloaded_activation_layers
+            ) == (False, 20)
+    assert any(note.startswith("record settings:") for note in amended.assumptions)
+    before = memory_breakdown_bytes(original.workload, original.plan)
+    after = memory_breakdown_bytes(amended.workload, amended.plan)
+    assert after["gradients"][0] == pytest.approx(before["gradients"][0] / 2)
+    assert after["activations"][0] < before["activations"][0]
+    assert set(after) == set(COMPONENTS)
+
+
+def test_a_record_that_states_a_setting_keeps_it():
+    records = _records(EXTRA_RUNS)
+    target = "bridge2511-llama3-70b-gb300-64-fp8cs"
+    stated = tuple(
+        replace(r, workload=replace(r.workload, cross_entropy=CrossEntropy.FP32_UPCAST,
+                                    offloaded_activation_layers=3))
+        if r.id == target else r for r in records.records)
+    amended = {r.id: r for r in apply_record_settings(replace(records, records=stated)).records}
+    assert amended[target].workload.offloaded_activation_layers == 3
+    assert amended[target].workload.grad_reduce_in_fp32 is False  # not stated: applied

@@ -1,0 +1,119 @@
+"""What each stack allocates: loss working set, FSDP shard storage, MoE combine; OOM rows."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mosaic.arch import Geometry
+from mosaic.config.run_records import load_run_records
+from mosaic.perf.headroom import memory_headroom
+from mosaic.perf.memory import (
+    COMPONENTS,
+    logits_bytes,
+    stage_activation_bytes,
+    stage_memory_breakdown_bytes,
+    stage_parameters,
+    total_memory_bytes,
+)
+from mosaic.perf.plan import Checkpointing, Sharding, single_plan
+from mosaic.perf.workload import Workload
+
+EXTRA_RUNS = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+
+
+def geometry() -> Geometry:
+    return Geometry(layers=2, d_model=64, heads=4, kv_heads=2, head_dim=16, ffn=160,
+                    vocab=1000, norm="rmsnorm")
+
+
+def workload(stack: str, **overrides) -> Workload:
+    return Workload(geometry(), global_batch=16, seq_len=128, stack=stack, **overrides)
+
+
+# One micro-batch of 2 sequences x 128 tokens = 256 tokens, vocab 1000.
+@pytest.mark.parametrize("stack, overrides, tp, bytes_per_logit", [
+    ("megatron-core", {}, 1, 6),  # bf16 logits + fp32 copy, softmax and gradient in place
+    ("torchtitan", {}, 1, 12),  # saved log-softmax + dense nll gradient + its backward output
+    ("torchtitan", {}, 2, 16),  # loss_parallel: saved result, zeros, exp(x), their sum
+    ("torchtitan", {"cross_entropy": "compiled"}, 1, 4),  # saved bf16 logits + bf16 gradient
+    ("megatron-core", {"cross_entropy": "fp32_upcast"}, 1, 12),  # the workload overrides
+])
+def test_loss_working_set_by_hand(stack, overrides, tp, bytes_per_logit):
+    plan = single_plan(tp=tp, dp=8 // tp, micro_batch=2, sharding=Sharding.FSDP)
+    elements = 256 * 1000 / tp
+    got = logits_bytes(workload(stack, **overrides), plan, "last")
+    assert got[0] == pytest.approx(bytes_per_logit * elements)
+
+
+def test_torch_fsdp_keeps_no_bf16_shard_while_megatron_fsdp_does():
+    """torch FSDP2 keeps the sharded parameter in its fp32 dtype (the optimizer's master):
+    16 B/param at rest (fp32 param 4 + fp32 grad 4 + Adam 8), Megatron FSDP 18 B."""
+    plan = single_plan(dp=8, micro_batch=1, sharding=Sharding.FSDP,
+                       checkpointing=Checkpointing.FULL)
+    params = stage_parameters(geometry(), plan, "first").total[0] / 8  # pp = 1: all of them
+    at_rest = ("weights", "gradients", "optimizer_states", "master_weights")
+    for stack, per_param in (("torchtitan", 16), ("megatron-core", 18)):
+        parts = stage_memory_breakdown_bytes(workload(stack), plan, "first")
+        assert sum(parts[name][0] for name in at_rest) == pytest.approx(per_param * params)
+
+
+def test_torch_fsdp_storage_only_changes_fully_sharded_plans():
+    plan = single_plan(dp=8, micro_batch=1, sharding=Sharding.ZERO1)
+    titan = stage_memory_breakdown_bytes(workload("torchtitan"), plan, "first")
+    megatron = stage_memory_breakdown_bytes(workload("megatron-core"), plan, "first")
+    assert titan["weights"][0] == megatron["weights"][0] > 0
+
+
+def _predicted_peak_bytes(record) -> float:
+    first = stage_memory_breakdown_bytes(record.workload, record.plan, "first")
+    last = stage_memory_breakdown_bytes(record.workload, record.plan, "last")
+    assert set(first) == set(COMPONENTS)
+    return float(max(total_memory_bytes(first)[0], total_memory_bytes(last)[0]))
+
+
+def test_every_recorded_oom_is_predicted_above_the_memory_a_plan_may_fill():
+    """The planner's usable memory (perf.headroom: the share left after allocator
+    fragmentation, which the model does not predict) is the line an OOM must cross."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = load_run_records(EXTRA_RUNS).records
+    ooms = [r for r in records if r.oom]
+    assert len(ooms) >= 12
+    usable = {r.id: memory_headroom(None, r.workload.stack).usable_fraction
+              * r.system.device.hbm_bytes for r in ooms}
+    missed = [r.id for r in ooms if _predicted_peak_bytes(r) <= usable[r.id]]
+    assert missed == []
+
+
+def test_bf16_gradient_buffers_halve_the_gradients():
+    plan = single_plan(dp=8, micro_batch=1, sharding=Sharding.ZERO1)
+    fp32 = stage_memory_breakdown_bytes(workload("megatron-core"), plan, "first")
+    bf16 = stage_memory_breakdown_bytes(
+        workload("megatron-core", grad_reduce_in_fp32=False), plan, "first")
+    params = stage_parameters(geometry(), plan, "first").total[0]  # ZeRO-1: grads unsharded
+    assert fp32["gradients"][0] == pytest.approx(4 * params)
+    assert bf16["gradients"][0] == pytest.approx(2 * params)
+
+
+def test_cpu_offload_keeps_the_unoffloaded_blocks_and_one_in_transfer():
+    """4 blocks, 2 offloaded: blocks 3 and 4 stay, and one offloaded block is resident
+    while it is copied, so 3 of 4 blocks' saved activations remain on the GPU."""
+    plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.ZERO1)
+    geo = Geometry(layers=4, d_model=64, heads=4, kv_heads=2, head_dim=16, ffn=160,
+                   vocab=1000, norm="rmsnorm")
+    kept = Workload(geo, global_batch=16, seq_len=128)
+    offloaded = Workload(geo, global_batch=16, seq_len=128, offloaded_activation_layers=2)
+    head_inputs = 2 * 2 * 256 * 64  # final-norm and LM-head inputs, 2 B x 256 tokens x h
+    full = stage_activation_bytes(kept, plan, "first")[0] - head_inputs
+    part = stage_activation_bytes(offloaded, plan, "first")[0] - head_inputs
+    assert part == pytest.approx(0.75 * full)
+
+
+def test_offloading_every_block_still_keeps_one():
+    plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.ZERO1)
+    many = stage_activation_bytes(workload("megatron-core", offloaded_activation_layers=99),
+                                  plan, "first")[0]
+    one = stage_activation_bytes(workload("megatron-core", offloaded_activation_layers=1),
+                                 plan, "first")[0]
+    assert many == pytest.approx(one)  # 2 blocks: offloading 1 leaves 1 + 1 in transfer
