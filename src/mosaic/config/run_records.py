@@ -84,12 +84,6 @@ class RunRecordEntry(_Strict):
     offloaded_activation_layers: int | None = Field(
         default=None, ge=0, le=LIMITS["layers"].high, description="blocks whose activations "
         "are offloaded to host memory (Megatron-Core cpu_offloading_num_layers); null = 0")
-    grad_reduce_in_fp32: bool | None = Field(
-        default=None, description="gradient buffers and reduction in fp32; false = bf16 "
-        "(--grad-reduce-in-bf16); null = fp32, Megatron-LM's default")
-    offloaded_activation_layers: int | None = Field(
-        default=None, ge=0, le=LIMITS["layers"].high, description="blocks whose activations "
-        "are offloaded to host memory (Megatron-Core cpu_offloading_num_layers); null = 0")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -333,8 +327,6 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
                                   geometry.moe is not None, notes),
         ep_overlap=entry.parallelism.ep_overlap,
         cross_entropy=entry.cross_entropy,
-        grad_reduce_in_fp32=entry.grad_reduce_in_fp32 is not False,
-        offloaded_activation_layers=entry.offloaded_activation_layers or 0,
         grad_reduce_in_fp32=entry.grad_reduce_in_fp32 is not False,
         offloaded_activation_layers=entry.offloaded_activation_layers or 0,
     )
