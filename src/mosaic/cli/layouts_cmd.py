@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
@@ -19,13 +16,13 @@ from mosaic.cli.common import (
     JsonFlag,
     SetOption,
     console,
-    error_console,
     guarded,
     parse_ints,
     print_json,
     print_key_value_table,
 )
 from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.job_schema import (
     JobSpec,
@@ -39,7 +36,7 @@ from mosaic.hardware import Cluster
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
-from mosaic.perf.layouts import LayoutLimits, LayoutSearch, ProgressCallback, search_layouts
+from mosaic.perf.layouts import LayoutLimits, LayoutSearch, search_layouts
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB
 from mosaic.perf.prediction_coverage import assess_plan
@@ -237,29 +234,6 @@ def _render_infeasible(infeasible: dict[str, Any]) -> None:
                               for item in rejected], wrap=True)
 
 
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[ProgressCallback | None]:
-    """A transient bar on stderr, shown from the first chunk on when a search takes more
-    than one chunk of plans."""
-    if not enabled:
-        yield None
-        return
-    bar = Progress(TextColumn("evaluating layouts"), BarColumn(), MofNCompleteColumn(),
-                   console=error_console, transient=True)
-    task = bar.add_task("layouts", total=None)
-
-    def advance(done: int, total: int) -> None:
-        if done < total and not bar.live.is_started:
-            bar.start()
-        bar.update(task, completed=done, total=total)
-
-    try:
-        yield advance
-    finally:
-        if bar.live.is_started:
-            bar.stop()
-
-
 def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
     counts = search.rejected_counts()
     rule = max(counts, key=counts.__getitem__)
@@ -321,8 +295,9 @@ def layouts(
     )
     machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction)
     constants = load_calibration(calibration)
-    with _progress_bar(not json_output) as progress:
-        search = search_layouts(workload, machine, constants, limits, progress=progress)
+    with progress_reporter(json_output) as bar:
+        search = search_layouts(workload, machine, constants, limits,
+                                progress=bar("evaluating layouts"))
     if search.n_plans == 0:
         raise _no_valid_layout(search, cluster.n_devices)
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close

@@ -122,8 +122,15 @@ app = typer.Typer(
 def _root(catalog: Annotated[list[str] | None, typer.Option(
         "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
         help="your hardware catalog YAML, merged over the shipped one for any command")
-          ] = None) -> None:
+          ] = None,
+          quiet: Annotated[bool, typer.Option(
+              "--quiet", "-q", help="no progress lines or bars on stderr (also MOSAIC_QUIET=1)")
+          ] = False) -> None:
     """Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605)."""
+    if quiet:
+        from mosaic.cli.progress import set_quiet
+
+        set_quiet(True)
     if catalog:  # imported only when used, to keep start-up light
         from mosaic.cli.catalog_option import apply_catalog
         from mosaic.cli.common import user_errors

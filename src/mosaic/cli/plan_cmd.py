@@ -6,26 +6,23 @@ on the built-in law, hardware catalog and calibration.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mosaic.arch.backbone import backbone_split_factor
 from mosaic.cli import plan_render as render
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
-    error_console,
     guarded,
     parse_floats,
     parse_ints,
     print_json,
 )
+from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
@@ -68,7 +65,7 @@ from mosaic.plan.envelope import (
 )
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
-from mosaic.plan.search import PlanResult, ProgressFn, search
+from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
@@ -281,26 +278,6 @@ def calibration_document(calibration: Calibration) -> dict[str, Any]:
             "provenance": calibration.provenance}
 
 
-@contextmanager
-def progress_bar(enabled: bool) -> Iterator[Any]:
-    """A factory ``label -> (done, total) callback`` drawing bars on stderr, or None."""
-    if not (enabled and error_console.is_terminal):
-        yield lambda label: None
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, console=error_console, transient=True) as bar:
-        def factory(label: str) -> ProgressFn:
-            task = bar.add_task(label, total=None)
-
-            def update(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            return update
-
-        yield factory
-
-
 def require_physical_loss(result: PlanResult) -> None:
     """An optimum whose predicted loss is not physical comes from a broken law file."""
     loss = float(result.loss[result.optimum_index])
@@ -361,7 +338,7 @@ def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw, versus: str
     """The same envelope planned under a second calibration, on that calibration's stack."""
     other_calibration = load_calibration(versus)
     other_envelope = replace(envelope, stack=planning_stack(other_calibration))
-    with progress_bar(not as_json) as bar:
+    with progress_reporter(as_json) as bar:
         other = search(other_envelope, space, law, other_calibration,
                        progress=bar(f"geometries ({other_calibration.name})"), workers=workers)
     return stack_comparison_document(result, calibration, other, other_calibration)
@@ -433,7 +410,7 @@ def plan(
                                                                   law.form.name)
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
     batch_choice = None
-    with execution_backend(runner), progress_bar(not as_json) as bar:
+    with execution_backend(runner), progress_reporter(as_json) as bar:
         if batch_search:
             result, batch_choice = search_batch(
                 envelope, space, law, calibration, batches, rule,
@@ -547,7 +524,7 @@ def sweep_days_command(
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
-    with execution_backend(runner), progress_bar(not as_json) as bar:
+    with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows,
                             progress=bar("geometries"), workers=workers)
     _finish_sweep(points, as_json, plot_dir, html, calibration)
@@ -588,7 +565,7 @@ def sweep_nodes_command(
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
-    with execution_backend(runner), progress_bar(not as_json) as bar:
+    with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
     _finish_sweep(points, as_json, plot_dir, html, calibration)
