@@ -247,7 +247,8 @@ def test_reference_system_rejects_a_host_shape_the_catalog_lacks() -> None:
 @pytest.mark.parametrize(
     ("software", "label"),
     [
-        ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "megatron-core"),
+        ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "megatron-bridge"),
+        ("NeMo 25.04", "megatron-core"),
         ("NeMo AutoModel main (PyTorch FSDP2 + EP), TE + DeepEP", "nemo-automodel"),
         ("torch 2.8.0a0 (NGC 25.05), torchao 0afa4c1, torchtitan e7c0cae", "torchtitan"),
         ("Composer/llm-foundry (PyTorch FSDP1), flash/triton attention", "llm-foundry"),

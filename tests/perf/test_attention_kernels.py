@@ -19,7 +19,8 @@ def test_generations_of_catalog_devices():
     assert gpu_generation("H100-SXM-96GB-500W") == "hopper"
     assert gpu_generation("GB200") == "blackwell"
     assert gpu_generation("A100-SXM-80GB") == "ampere"
-    assert gpu_generation("MI300X") is None
+    assert gpu_generation("MI300X") == "cdna3"  # no attention-kernel rates: the cuDNN rate
+    assert gpu_generation("not-a-catalog-gpu") is None
 
 
 def test_torchtitan_on_hopper_runs_flash_attention_2_at_fa3_paper_rates():
@@ -94,3 +95,9 @@ def test_reference_attention_pays_for_the_full_score_matrix():
     core = "compute_attention_core"
     # Twice the FLOPs (no causal skipping) plus softmax traffic over 8192^2 scores per head.
     assert slow.analytic_breakdown_s[core][0] > 1.5 * fast.analytic_breakdown_s[core][0]
+
+
+def test_a_generation_without_published_kernel_rates_runs_at_the_cudnn_rate():
+    # MI300X states its architecture (cdna3) in the catalog; no kernel table covers it.
+    choice = resolve_attention_kernel(None, "megatron-core", "MI300X")
+    assert (choice.generation, choice.fwd_multiplier, choice.bwd_multiplier) == (None, 1.0, 1.0)

@@ -200,6 +200,8 @@ def _device(entry: DeviceEntry) -> Device:
         hbm_bw_bytes_per_s=entry.hbm_bw_bytes_per_s.value,
         scale_up_bw_bytes_per_s=entry.scale_up_bw_bytes_per_s.value,
         sources=MappingProxyType(sources),
+        architecture=entry.architecture,
+        kernel_fit=entry.kernel_fit,
     )
 
 

@@ -55,6 +55,11 @@ class Device:
         scale_up_bw_bytes_per_s: NVLink (or equivalent) bandwidth per GPU, one direction.
         sources: provenance of every number, keyed by field path ("hbm_bytes",
             "peak_flops_per_s.bf16", ...).
+        architecture: GPU generation ("ampere", "hopper", "blackwell", ...); it selects
+            generation-specific software defaults (attention kernels, NCCL protocols, MoE
+            dispatchers). None = not stated (generation-specific defaults do not apply).
+        kernel_fit: the device whose measured kernel fits (GEMM, attention, collectives)
+            this one uses, e.g. "B200" for a GB200; None = no fitted kernels of its own.
     """
 
     name: str
@@ -67,6 +72,8 @@ class Device:
     hbm_bw_bytes_per_s: float
     scale_up_bw_bytes_per_s: float
     sources: Mapping[str, str]
+    architecture: str | None = None
+    kernel_fit: str | None = None
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; the catalog guarantees unique names.

@@ -52,6 +52,8 @@ class DeviceEntry(_Strict):
     hbm_bytes: SourcedValue
     hbm_bw_bytes_per_s: SourcedValue
     scale_up_bw_bytes_per_s: SourcedValue
+    architecture: NonEmptyStr | None = None
+    kernel_fit: NonEmptyStr | None = None
 
     @model_validator(mode="after")
     def _achievable_below_peak(self) -> DeviceEntry:

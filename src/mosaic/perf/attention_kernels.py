@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mosaic.errors import MosaicInputError
+from mosaic.hardware import get_device
 from mosaic.perf.fitted_constants import fitted
-from mosaic.perf.kernels import device_fit_key
 from mosaic.stacks import get_stack
 
 
@@ -35,9 +35,6 @@ class AttentionKernel(StrEnum):
 _RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
     "kernels", "attention_kernel_relative_throughput")
 
-# GPU generation of each kernel-fit device key (kernels.device_fit_key).
-_GENERATION_BY_FIT_KEY = {"B200": "blackwell", "H200": "hopper", "H100": "hopper",
-                          "A100": "ampere"}
 
 
 @dataclass(frozen=True)
@@ -51,14 +48,20 @@ class AttentionKernelChoice:
 
 
 def gpu_generation(device_name: str) -> str | None:
-    """``ampere``, ``hopper`` or ``blackwell`` for a catalog device; None when unknown."""
-    return _GENERATION_BY_FIT_KEY.get(device_fit_key(device_name))
+    """The catalog device's ``architecture`` (``ampere``, ``hopper``, ``blackwell``, ...);
+    None for a device outside the catalog or one that does not state it."""
+    try:
+        return get_device(device_name).architecture
+    except MosaicInputError:
+        return None
 
 
 def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
                              ) -> AttentionKernelChoice:
     """The kernel ``kernel`` (None = the stack's default on this GPU) and its multipliers."""
     generation = gpu_generation(device_name)
+    if not any(generation in table for table in _RELATIVE.values()):
+        generation = None  # no published kernel rates for it: taken at the cuDNN rate
     if kernel is None:
         defaults = get_stack(stack).attention_kernel
         kernel = defaults.get(generation, AttentionKernel.CUDNN.value) if generation else (

@@ -28,6 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from mosaic.errors import MosaicInputError
+from mosaic.hardware import get_device
 from mosaic.perf.fitted_constants import fitted
 
 MEASURED = "measured"
@@ -38,18 +39,14 @@ SM_COUNT: dict[str, int] = {k: int(v) for k, v in fitted("kernels", "sm_count").
 
 
 def device_fit_key(name: str) -> str:
-    """Key of the kernel-fit tables (B200, H200, H100, A100) a catalog device maps to; the
-    upper-cased name for a device outside them.
-
-    GB200 and B300 are Blackwell parts with the B200's SM array; H800 is an H100 die.
-    """
-    upper = name.upper()
-    for key, fit_key in (("GB200", "B200"), ("B300", "B200"), ("B200", "B200"),
-                         ("H200", "H200"), ("H800", "H100"), ("H100", "H100"),
-                         ("A100", "A100")):
-        if key in upper:
-            return fit_key
-    return upper
+    """Key of the kernel-fit tables (B200, H200, H100, A100) a device uses: the catalog
+    device's ``kernel_fit`` (a GB200 uses the B200's fits, an H800 the H100's); the
+    upper-cased name for a device without one or outside the catalog."""
+    try:
+        device = get_device(name)
+    except MosaicInputError:
+        return name.upper()
+    return device.kernel_fit or device.name.upper()
 
 
 def _k(name: str) -> float:
