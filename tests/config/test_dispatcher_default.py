@@ -1,0 +1,46 @@
+"""An MoE run record that leaves its dispatcher unstated takes its stack's documented default
+on the record's GPU generation (stack trait moe_dispatcher); a stated one always wins."""
+
+from copy import deepcopy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mosaic.config.run_records import _validate_entry, run_record_from_entry
+from mosaic.perf.workload import Dispatcher
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+
+
+def _bridge_moe_record() -> dict:
+    runs = yaml.safe_load(EXAMPLES.read_text())["runs"]
+    return deepcopy(next(r for r in runs if r["id"].startswith("example-bridge-qwen3")))
+
+
+def _load(raw: dict):
+    return run_record_from_entry(_validate_entry(raw, "test"))
+
+
+@pytest.mark.parametrize(("gpu", "expected"), [("B200", Dispatcher.HYBRIDEP),
+                                               ("H100-SXM-80GB", Dispatcher.DEEPEP)])
+def test_megatron_bridge_records_default_to_the_recipes_flex_dispatcher(gpu, expected):
+    raw = _bridge_moe_record()
+    raw["gpu"] = gpu
+    raw["parallelism"].pop("dispatcher", None)
+    record = _load(raw)
+    assert record.workload.stack == "megatron-bridge"
+    assert record.workload.dispatcher is expected
+    assert any("dispatcher not stated" in line for line in record.assumptions)
+
+
+def test_a_stated_dispatcher_and_other_stacks_keep_the_pairwise_all_to_all():
+    raw = _bridge_moe_record()
+    raw["parallelism"]["dispatcher"] = "alltoall"
+    assert _load(raw).workload.dispatcher is Dispatcher.ALLTOALL
+    core = _bridge_moe_record()
+    core["parallelism"].pop("dispatcher", None)
+    core["software"] = "Megatron-LM core_r0.14"
+    record = _load(core)
+    assert record.workload.stack == "megatron-core"
+    assert record.workload.dispatcher is Dispatcher.ALLTOALL
