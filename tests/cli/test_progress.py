@@ -67,3 +67,4 @@ def test_json_and_quiet_keep_redirected_output_clean(eager):
     json.loads(result.stdout)
     quiet = layouts("--quiet")
     assert quiet.exit_code == 0 and "progress:" not in quiet.stderr
+

@@ -285,7 +285,11 @@ def fit(
         "data_support": dict(validated.law.provenance.get("data_support") or {}),
     }
     if n_bootstrap:
-        result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap, seed=seed)
+        from mosaic.cli.progress import progress_reporter
+
+        with progress_reporter(as_json) as bar:
+            result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,
+                                   seed=seed, progress=bar("bootstrap refits"))
         payload["intervals"] = {
             name: {"percentile": list(iv.percentile), "bca": list(iv.bca)}
             for name, iv in result.intervals.items()

@@ -23,7 +23,7 @@ the log of predicted/measured step time (scipy ``least_squares``, soft-L1 loss).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,6 +50,7 @@ ROBUST_SCALE_LOG = 0.1  # soft-L1 transition: residuals beyond ~10% count linear
 CHI_BOUNDS = {"chi_a2a": (0.0, 10.0), "chi_pp": (0.0, 1.0), "chi_overlap": (-0.1, 0.0)}
 STACK_LOG_BOUNDS = (-1.0, 1.0)  # a stack multiplier within e^±1 of the analytical step
 DEFAULT_STACK_KEY = "default"
+ProgressFn = Callable[[int, int], None]
 FITTED = "fitted by mosaic calibrate (robust least squares on log step time)"
 
 
@@ -101,8 +102,10 @@ def _routing_key(record: RunRecord) -> str:
     return record.workload.routing if record.workload.geometry.is_moe else "dense"
 
 
-def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordBaselines:
-    """Predict every (non-OOM) run once, uncorrected, and keep the fit's inputs."""
+def record_baselines(records: Sequence[RunRecord], base: Calibration,
+                     progress: ProgressFn | None = None) -> RecordBaselines:
+    """Predict every (non-OOM) run once, uncorrected, and keep the fit's inputs
+    (``progress(done, total)`` after each run)."""
     base = replace(base, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
                    attention_efficiency={}, routing_imbalance={}, elementwise_traffic_factor=1.0)
     rows = [r for r in records if not r.oom and r.measured_step_time_s]
@@ -110,13 +113,15 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration) -> RecordB
         raise MosaicInputError("no run with a measured step time to calibrate on")
     columns: dict[str, list[float]] = {
         name: [] for name in _PREDICTION_COLUMNS + _DRIVER_COLUMNS}
-    for record in rows:
+    for done, record in enumerate(rows, start=1):
         machine = machine_for(record.cluster, record.workload.precision)
         prediction = predict_step(record.workload, record.plan, machine, base)
         for name in _PREDICTION_COLUMNS:
             columns[name].append(getattr(prediction, name)[0])
         for name in _DRIVER_COLUMNS:
             columns[name].append(getattr(prediction.chi_drivers, name)[0])
+        if progress is not None:
+            progress(done, len(rows))
     return RecordBaselines(
         ids=tuple(r.id for r in rows),
         stacks=tuple(r.workload.stack for r in rows),
@@ -283,15 +288,19 @@ class CrossValidation:
 
 
 def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
-                        base: Calibration) -> CrossValidation:
-    """Predict each group's runs with a calibration fitted on all other groups."""
+                        base: Calibration, progress: ProgressFn | None = None
+                        ) -> CrossValidation:
+    """Predict each group's runs with a calibration fitted on all other groups
+    (``progress(done, total)`` after each refit)."""
     groups_array = np.array(groups)
     predicted = np.empty(len(groups_array))
-    for group in sorted(set(groups)):
+    for done, group in enumerate(sorted(set(groups)), start=1):
         held_out = groups_array == group
         if held_out.all():
             raise MosaicInputError("cross-validation needs at least two groups of runs")
         fitted = fit_calibration(baselines.subset(~held_out), base, name="cv", provenance="cv")
         predicted[held_out] = calibrated_step_time_s(baselines.subset(held_out), fitted)
+        if progress is not None:
+            progress(done, len(set(groups)))
     return CrossValidation(groups=tuple(groups), predicted_step_time_s=predicted,
                            measured_step_time_s=baselines.measured_step_time_s)

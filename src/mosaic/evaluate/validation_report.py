@@ -6,7 +6,7 @@ went out of memory count as correct when the model predicts them infeasible.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +51,11 @@ class RunPrediction:
         return self.predicted_memory_gib * GIB / measured - 1
 
 
-def predict_runs(records: Sequence[RunRecord], calibration: Calibration) -> list[RunPrediction]:
-    """Predict every record with ``calibration``."""
+def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
+                 progress: Callable[[int, int], None] | None = None) -> list[RunPrediction]:
+    """Predict every record with ``calibration`` (``progress(done, total)`` after each)."""
     predictions = []
-    for record in records:
+    for done, record in enumerate(records, start=1):
         machine = machine_for(record.cluster, record.workload.precision)
         step = predict_step(record.workload, record.plan, machine, calibration)
         predictions.append(
@@ -65,6 +66,8 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration) -> list
                 feasible=bool(step.feasible[0]),
             )
         )
+        if progress is not None:
+            progress(done, len(records))
     return predictions
 
 

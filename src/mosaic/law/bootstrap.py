@@ -105,12 +105,13 @@ def bootstrap_fit(
     n_resamples: int = 500,
     seed: int = 0,
     level: float = DEFAULT_LEVEL,
+    progress: Callable[[int, int], None] | None = None,
 ) -> BootstrapResult:
     """Seeded bootstrap of ``fit``; every refit is warm-started at the point fit (App. B.2).
 
     ``wild``: y*_i = log L_hat_i + v_i * r_i with Rademacher v_i and log-loss residuals r_i.
     ``case``: runs resampled with replacement. The jackknife behind the BCa acceleration
-    refits once per run left out.
+    refits once per run left out. ``progress(done, total)`` is called after each refit.
     """
     if method not in ("wild", "case"):
         raise MosaicInputError(f"bootstrap method must be 'wild' or 'case', got {method!r}")
@@ -133,10 +134,14 @@ def bootstrap_fit(
         else:
             resampled = objective.subset(rng.integers(0, n_runs, size=n_runs))
         samples[b] = polish(resampled, start, bounds)[0]
+        if progress is not None:
+            progress(b + 1, n_resamples + n_runs)
     everyone = np.arange(n_runs)
-    jackknife = np.array(
-        [polish(objective.subset(everyone[everyone != i]), start, bounds)[0] for i in everyone]
-    )
+    jackknife = np.empty((n_runs, start.size))
+    for i in everyone:
+        jackknife[i] = polish(objective.subset(everyone[everyone != i]), start, bounds)[0]
+        if progress is not None:
+            progress(n_resamples + i + 1, n_resamples + n_runs)
     return BootstrapResult(fit, method, level, seed, samples, jackknife)
 
 
