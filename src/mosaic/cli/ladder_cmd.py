@@ -128,8 +128,9 @@ def run(
                      for r in rows])
         return
     _require_torch()
-    progress = None if as_json else (lambda line: console.print(line, highlight=False))
-    path = run_ladder(jobs, out, progress=progress, only=only)
+    from mosaic.cli.progress import line_reporter
+
+    path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
     rows = list(csv.DictReader(path.open()))

@@ -125,5 +125,19 @@ def progress_reporter(json_output: bool = False) -> Iterator[Factory]:
         yield factory
 
 
+def line_reporter(json_output: bool = False) -> Callable[[str], None] | None:
+    """For loops that report whole lines (the ladder's rungs and logged steps): each line
+    to stderr as ``progress: <line>`` under the same rules as :func:`progress_reporter`
+    (no rate limit: the caller already reports sparsely), or None when silenced."""
+    if is_quiet() or (json_output and not _stderr_is_terminal()):
+        return None
+
+    def report(line: str) -> None:
+        sys.stderr.write(f"progress: {line}\n")
+        sys.stderr.flush()
+
+    return report
+
+
 def _ignore(done: int, total: int) -> None:
     """The callback of a silenced reporter."""
