@@ -19,6 +19,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
+from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
 from mosaic.errors import MosaicInputError
@@ -97,7 +98,9 @@ def validate(
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
     record_set = _load(runs, exclude)
-    predictions = predict_runs(record_set.records, load_calibration(calibration))
+    with progress_reporter(json_output) as bar:
+        predictions = predict_runs(record_set.records, load_calibration(calibration),
+                                   progress=bar("runs predicted"))
     rows = run_rows(predictions)
     summary = aggregate(predictions)
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
@@ -165,7 +168,8 @@ def calibrate(
     record_set = _load(runs, exclude)
     excluded = list(_excluded_ids(exclude))
     start = load_calibration(base)
-    baselines = record_baselines(record_set.records, start)
+    with progress_reporter(json_output) as bar:
+        baselines = record_baselines(record_set.records, start, bar("runs predicted"))
     left_out = f", excluding {', '.join(excluded)}" if excluded else ""
     provenance = (
         f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name}{left_out} "
@@ -180,7 +184,9 @@ def calibrate(
         groups = [
             records[i].source_key if cv == "source" else records[i].group_key for i in baselines.ids
         ]
-        cv_result = leave_one_group_out(baselines, groups, start)
+        with progress_reporter(json_output) as bar:
+            cv_result = leave_one_group_out(baselines, groups, start,
+                                            bar(f"leave-one-{cv}-out refits"))
         errors = np.abs(cv_result.errors)
         moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
         report["cross_validation"] = {
