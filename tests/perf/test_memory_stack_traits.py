@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from mosaic.arch import Geometry
+from mosaic.arch import Geometry, MLAConfig, MoEConfig
 from mosaic.config.run_records import load_run_records
+from mosaic.errors import MosaicInputError
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.memory import (
     COMPONENTS,
+    activation_bytes_per_layer,
     logits_bytes,
     stage_activation_bytes,
     stage_memory_breakdown_bytes,
@@ -38,6 +40,7 @@ def workload(stack: str, **overrides) -> Workload:
     ("torchtitan", {}, 2, 16),  # loss_parallel: saved result, zeros, exp(x), their sum
     ("torchtitan", {"cross_entropy": "compiled"}, 1, 4),  # saved bf16 logits + bf16 gradient
     ("megatron-core", {"cross_entropy": "fp32_upcast"}, 1, 12),  # the workload overrides
+    ("nemo-automodel", {}, 1, 8),  # bf16: logits, saved log-softmax, nll grad, its backward
 ])
 def test_loss_working_set_by_hand(stack, overrides, tp, bytes_per_logit):
     plan = single_plan(tp=tp, dp=8 // tp, micro_batch=2, sharding=Sharding.FSDP)
@@ -117,3 +120,48 @@ def test_offloading_every_block_still_keeps_one():
     one = stage_activation_bytes(workload("megatron-core", offloaded_activation_layers=1),
                                  plan, "first")[0]
     assert many == pytest.approx(one)  # 2 blocks: offloading 1 leaves 1 + 1 in transfer
+
+
+def moe_geometry() -> Geometry:
+    return Geometry(layers=2, d_model=64, heads=4, kv_heads=2, head_dim=16, ffn=160,
+                    vocab=1000, norm="rmsnorm",
+                    moe=MoEConfig(experts=8, top_k=2, expert_ffn=32, shared_experts=1))
+
+
+@pytest.mark.parametrize("modules, dropped", [
+    (("core_attn",), 0),  # Megatron's default: nothing beyond selective
+    (("moe_act",), 512 * 32 * 2),  # the experts' GEMM-2 input: 512 copies x d_e, bf16
+    (("layernorm",), 2 * 256 * 64),  # the MoE block's pre-MLP norm output, bf16
+    (("shared_experts",), 256 * 32 * (2 * 2 + 2)),  # gate, up (bf16) and GEMM-2 input (bf16)
+])
+def test_recompute_modules_drop_what_megatron_recomputes(modules, dropped):
+    """256 tokens (b 2, s 128) routed to K = 2 experts of width 32: 512 copies."""
+    plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.ZERO1,
+                       checkpointing=Checkpointing.SELECTIVE)
+    base = Workload(moe_geometry(), global_batch=16, seq_len=128)
+    with_modules = Workload(moe_geometry(), global_batch=16, seq_len=128,
+                            recompute_modules=modules)
+    got = (activation_bytes_per_layer(base, plan, "moe")[0]
+           - activation_bytes_per_layer(with_modules, plan, "moe")[0])
+    assert got == pytest.approx(dropped)
+
+
+def test_mla_up_proj_drops_the_up_projected_q_k_v():
+    mla = MLAConfig(q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
+                    qk_rope_head_dim=8, v_head_dim=16)
+    geo = Geometry(layers=2, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=160, vocab=1000,
+                   norm="rmsnorm", attention="mla", mla=mla)
+    plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.ZERO1,
+                       checkpointing=Checkpointing.SELECTIVE)
+    base = Workload(geo, global_batch=16, seq_len=128)
+    up = Workload(geo, global_batch=16, seq_len=128, recompute_modules=("mla_up_proj",))
+    # Q: 4 heads x (16 + 8); K and V: 4 heads x (16 + 8 + 16); bf16, 256 tokens
+    expected = 2 * 256 * (4 * 24 + 4 * 40)
+    got = (activation_bytes_per_layer(base, plan, "dense")[0]
+           - activation_bytes_per_layer(up, plan, "dense")[0])
+    assert got == pytest.approx(expected)
+
+
+def test_unknown_recompute_module_is_refused():
+    with pytest.raises(MosaicInputError, match="recompute_modules"):
+        Workload(geometry(), global_batch=16, seq_len=128, recompute_modules=("attn",))

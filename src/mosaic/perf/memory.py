@@ -101,6 +101,11 @@ UPCAST_LOSS_BYTES_PER_ELEMENT = 3 * FP32_BYTES
 # and loss compiled (pytorch/torchtitan#1690), 7.5 GiB apart for 1.24e9 logit elements
 # (6.5 B each; the model's 12 B -> 4 B gives 8 B).
 COMPILED_LOSS_BYTES_PER_ELEMENT = 2 * ACTIVATION_BYTES
+# BF16: eager F.cross_entropy on the bf16 logits (NeMo AutoModel's MaskedCrossEntropy with
+# fp32_upcast false). Backward: the logits the training loop still holds, the saved
+# log-softmax, nll_loss_backward's dense gradient and _log_softmax_backward_data's output,
+# all bf16: 4 x 2 B.
+BF16_LOSS_BYTES_PER_ELEMENT = 4 * ACTIVATION_BYTES
 # FP32_UPCAST under TP: torch's loss_parallel (torch/distributed/tensor/parallel/loss.py)
 # decomposes the vocab-sharded log-softmax (fp32 input 4, shifted 4, exp(shifted) 4 beside
 # the bf16 logits 2 = 14 B) and its backward (saved result 4, zeros_like gradient 4,
@@ -482,7 +487,58 @@ def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
         if kind == "dense":
             return per_op_sac_dense_bytes(workload, plans)
         return per_op_sac_moe_bytes(workload, plans)
-    return working_set - softmax_statistics_bytes(workload, plans)
+    dropped = recompute_module_bytes(workload, plans, kind)
+    return working_set - softmax_statistics_bytes(workload, plans) - dropped
+
+
+def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind
+                           ) -> np.ndarray:
+    """Saved bytes of one block that Megatron-Core's fine-grained selective recompute drops
+    beyond core_attn, its default, which SELECTIVE always drops (``Workload.recompute_modules``;
+    megatron/core/transformer/transformer_config.py ``recompute_modules``):
+
+    * mla_up_proj: the up-projected, rotated Q, K and V of MLA (recomputed from the kept
+      latents before core attention's backward);
+    * layernorm: outputs of the norms not fused into a Transformer Engine linear (the MoE
+      block's pre-MLP norm; MLA's input norm and its q/kv latent norms);
+    * moe_act: the routed experts' activation output (GEMM-2 input, recomputed from GEMM-1's);
+    * mlp (dense blocks) / moe (MoE blocks): everything of the FFN part but its input;
+    * shared_experts: the shared experts' intermediates.
+    """
+    modules = set(workload.recompute_modules or ())
+    geometry = workload.geometry
+    tokens, tp = tokens_per_rank(workload, plans), plans.tp
+    dropped = np.zeros(len(plans))
+    mla = geometry.attention is AttentionKind.MLA and geometry.mla is not None
+    if "mla_up_proj" in modules and mla:
+        widths = _attention_widths(geometry)
+        dropped += ACTIVATION_BYTES * tokens * (widths.query / tp + widths.key_value / tp)
+    if "layernorm" in modules and mla:
+        assert geometry.mla is not None
+        latents = (geometry.mla.q_lora_rank or 0) + geometry.mla.kv_lora_rank
+        dropped += ACTIVATION_BYTES * (tokens * geometry.d_model / sequence_shard_divisor(plans)
+                                       + tokens * latents)
+    if kind == "dense":
+        if "mlp" in modules:
+            dropped += dense_mlp_activation_bytes(workload, plans) - layer_input_bytes(
+                workload, plans)
+        return dropped
+    moe = geometry.moe
+    if moe is None:
+        return dropped
+    routed = routed_tokens(workload, plans)
+    if "moe" in modules:
+        return dropped + moe_block_activation_bytes(workload, plans) - (
+            ACTIVATION_BYTES * routed * geometry.d_model)
+    if "layernorm" in modules:
+        dropped += ACTIVATION_BYTES * routed * geometry.d_model
+    if "moe_act" in modules:
+        dropped += (workload.gemm_element_bytes * expert_copies(workload, plans)
+                    * moe.expert_ffn / plans.etp)
+    if "shared_experts" in modules:
+        dropped += _ffn_bytes(tokens, moe.shared_experts * moe.shared_width / tp, geometry.glu,
+                              workload.gemm_element_bytes)
+    return dropped
 
 
 @plan_key(*BLOCK_ACTIVATION_KEY, "checkpointing")
@@ -550,11 +606,12 @@ def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarra
 def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Peak bytes per logit element of the LM head output and the loss over it, by the
     workload's loss (:attr:`Workload.loss_implementation`; constants above: 6 B fused, 4 B
-    compiled, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel)."""
+    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel)."""
     loss = workload.loss_implementation
     if loss is not CrossEntropy.FP32_UPCAST:
         fixed = {CrossEntropy.FUSED: LOGITS_BYTES_PER_ELEMENT,
-                 CrossEntropy.COMPILED: COMPILED_LOSS_BYTES_PER_ELEMENT}[loss]
+                 CrossEntropy.COMPILED: COMPILED_LOSS_BYTES_PER_ELEMENT,
+                 CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT}[loss]
         return np.full(len(plans), float(fixed))
     return np.where(plans.tp > 1, float(LOSS_PARALLEL_BYTES_PER_ELEMENT),
                     float(UPCAST_LOSS_BYTES_PER_ELEMENT))

@@ -19,6 +19,11 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
+# Megatron-Core TransformerConfig.recompute_modules values (transformer_config.py).
+_RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
+                      "shared_experts")
+
+
 class OptimizerKind(StrEnum):
     """Optimizer families with different state sizes and update costs."""
 
@@ -84,6 +89,10 @@ class Workload:
             performance recipes).
         offloaded_activation_layers: blocks per stage whose saved activations go to host
             memory (Megatron-Core cpu_offloading_num_layers); 0 = none.
+        recompute_modules: what Megatron-Core's selective recompute covers
+            (--recompute-modules: core_attn, mla_up_proj, layernorm, moe_act, mlp, moe,
+            shared_experts); None = core_attn only, its default. Read under selective
+            checkpointing on stacks whose selective recompute is Megatron's.
         ep_overlap: batch-level EP communication overlap (Megatron-Core
             --overlap-moe-expert-parallel-comm, DeepSeek DualPipe): one micro-batch's
             all-to-alls hide behind another's block compute. Off by default, as in
@@ -108,6 +117,7 @@ class Workload:
     cross_entropy: CrossEntropy | None = None
     grad_reduce_in_fp32: bool = True
     offloaded_activation_layers: int = 0
+    recompute_modules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack is an error naming the known ones
@@ -115,6 +125,12 @@ class Workload:
             value = getattr(self, name)
             if value <= 0:
                 raise MosaicInputError(f"data.{name} must be a positive integer, got {value}")
+        unknown = sorted(set(self.recompute_modules or ()) - set(_RECOMPUTE_MODULES))
+        if unknown:
+            raise MosaicInputError(f"recompute_modules {unknown}: allowed values are "
+                                   f"{', '.join(_RECOMPUTE_MODULES)}")
+        if self.recompute_modules is not None:
+            object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")

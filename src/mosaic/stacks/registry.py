@@ -43,6 +43,7 @@ class CrossEntropy(StrEnum):
     FUSED = "fused"  # one fp32 copy, softmax and gradient in place (Megatron-Core)
     FP32_UPCAST = "fp32_upcast"  # eager F.cross_entropy(logits.float()) (torchtitan)
     COMPILED = "compiled"  # the same loss under torch.compile (Inductor fuses it)
+    BF16 = "bf16"  # eager F.cross_entropy on the bf16 logits, no upcast (NeMo AutoModel)
 
 
 class FsdpShardStorage(StrEnum):
