@@ -75,7 +75,7 @@ class RunRecordEntry(_Strict):
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] | None = None
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled"] | None = Field(
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = Field(
         default=None, description="the LM loss as the source ran it (e.g. compiled when "
         "torch.compile covers the loss); null = the stack's cross_entropy trait")
     grad_reduce_in_fp32: bool | None = Field(

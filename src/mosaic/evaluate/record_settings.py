@@ -29,9 +29,10 @@ class _Strict(BaseModel):
 
 
 class _Settings(_Strict):
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled"] | None = None
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = None
     grad_reduce_in_fp32: bool | None = None
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
+    recompute_modules: list[str] | None = None
 
 
 class _Group(_Strict):
@@ -51,6 +52,7 @@ _UNSTATED: dict[str, Any] = {
     "cross_entropy": None,
     "grad_reduce_in_fp32": True,
     "offloaded_activation_layers": 0,
+    "recompute_modules": None,
 }
 
 
@@ -63,14 +65,19 @@ def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
     for group in parsed.groups:
         settings = group.settings.model_dump(exclude_none=True)
         for run_id in group.runs:
-            if run_id in by_run:
-                raise MosaicInputError(f"record settings: run {run_id!r} listed twice")
-            by_run[run_id] = (settings, group.evidence)
+            known, evidence = by_run.get(run_id, ({}, ""))
+            twice = sorted(set(known) & set(settings))
+            if twice:
+                raise MosaicInputError(f"record settings: run {run_id!r} is given "
+                                       f"{', '.join(twice)} twice")
+            by_run[run_id] = ({**known, **settings},
+                              f"{evidence}; {group.evidence}" if evidence else group.evidence)
     return by_run
 
 
 def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRecord:
-    changes = {name: value for name, value in settings.items()
+    changes = {name: tuple(value) if isinstance(value, list) else value
+               for name, value in settings.items()
                if getattr(record.workload, name) == _UNSTATED[name]}
     if not changes:
         return record
