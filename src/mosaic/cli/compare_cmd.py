@@ -36,11 +36,22 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _job_inputs(path: Path) -> dict[str, Any]:
-    """The job file's fields as block.field in the canonical spelling (docs/schema.md)."""
+    """The job file's (or run record's) fields as block.field in the canonical spelling
+    (docs/schema.md)."""
     from mosaic.config.job_schema import canonical_job_document
+    from mosaic.config.run_records import (
+        is_run_record_document,
+        select_run_entry,
+        split_record_reference,
+    )
     from mosaic.schema_validation import load_yaml_mapping
 
-    return flatten(canonical_job_document(load_yaml_mapping(path), str(path), set()))
+    file, run_id = split_record_reference(path)
+    document = load_yaml_mapping(file)
+    if is_run_record_document(document):
+        entry = select_run_entry(document, file, run_id, set())
+        return flatten({k: v for k, v in entry.items() if k not in ("measured", "notes")})
+    return flatten(canonical_job_document(document, str(path), set()))
 
 
 def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float, list[str]]:

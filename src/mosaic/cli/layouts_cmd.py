@@ -64,15 +64,24 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
 
     GPUs: ``devices`` if given, else ``search.devices``, else ``hardware.nodes``. The
     parallelism block must be well-formed but its degrees are not checked: dp=1 is set
-    so that any layout validates, and the search replaces the whole layout.
+    so that any layout validates, and the search replaces the whole layout. A run record
+    (``RUNS.yaml#ID``) loads as ``validate`` reads it; its GPUs are the run's.
     """
+    from mosaic.config.run_records import is_run_record_document, split_record_reference
+
     if devices is not None:  # bounded before the divisor enumeration sizes arrays by it
         check_range("--devices", devices, "devices", integer=True)
+    document = load_yaml_mapping(split_record_reference(path)[0])
+    if is_run_record_document(document):
+        spec = load_job(path, overrides)
+        if devices is not None:
+            spec = replace(spec, n_devices=devices)
+        return spec, cluster_for(spec)
     spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER])
     if devices is not None:
         spec = replace(spec, n_devices=devices, nodes=None)
     elif not _gives_devices(apply_overrides(
-            canonical_job_document(load_yaml_mapping(path), str(path), set()), overrides, set())):
+            canonical_job_document(document, str(path), set()), overrides, set())):
         if spec.nodes is None:
             raise MosaicInputError(f"{path}: give --devices, search.devices or hardware.nodes")
         spec = replace(spec, n_devices=None)

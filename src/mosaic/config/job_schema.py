@@ -11,17 +11,31 @@ written, and mosaic's earlier spellings load with a deprecation warning
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.arch import Geometry
 from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
-from mosaic.config.convert import geometry_from_model
-from mosaic.config.layout import data_parallel, dispatcher_from_name, plan_from_blocks
-from mosaic.config.spelling import JOB_RULES, canonical_document, canonical_path, warn_deprecated
+from mosaic.config.convert import geometry_from_model, model_document
+from mosaic.config.layout import (
+    batch_document,
+    data_parallel,
+    dispatcher_from_name,
+    parallelism_document,
+    plan_from_blocks,
+)
+from mosaic.config.spelling import (
+    JOB_RULES,
+    RECORD_RULES,
+    Rename,
+    canonical_document,
+    canonical_path,
+    warn_deprecated,
+)
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
 from mosaic.limits import LIMITS
@@ -31,6 +45,9 @@ from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
+
+if TYPE_CHECKING:
+    from mosaic.config.run_records import RunRecord
 
 KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "search",
                 "hardware")
@@ -86,6 +103,9 @@ class JobSpec:
     """A validated job: what is trained, how it is laid out, and on which hardware.
 
     ``assumptions`` lists, one line each, every default filled in for an unstated field.
+    ``recorded_layout``: the layout of a measured run (a run record), which its source ran:
+    mosaic's own layout rules (:mod:`mosaic.perf.constraints`) are not applied to it, as in
+    ``mosaic validate``.
     """
 
     workload: Workload
@@ -96,6 +116,7 @@ class JobSpec:
     usable_memory_fraction: float = 1.0
     tables: MeasuredTables = field(default_factory=MeasuredTables)
     assumptions: tuple[str, ...] = ()
+    recorded_layout: bool = False
 
 
 def canonical_job_document(document: dict[str, Any], where: str,
@@ -117,22 +138,25 @@ def canonical_job_document(document: dict[str, Any], where: str,
 
 
 def apply_overrides(document: dict[str, Any], overrides: list[str],
-                    deprecated: set[str] | None = None) -> dict[str, Any]:
+                    deprecated: set[str] | None = None, *, rules: Iterable[Rename] = JOB_RULES,
+                    known: Iterable[str] = KNOWN_BLOCKS, min_depth: int = 2) -> dict[str, Any]:
     """Apply ``block.field=value`` (or ``model.moe.field=value``) overrides.
 
-    Values are parsed as YAML scalars; field paths may use any accepted spelling.
+    Values are parsed as YAML scalars; field paths may use any accepted spelling. A run
+    record takes its own ``rules`` and top-level ``known`` fields (``precision=fp8``).
     """
     result = copy.deepcopy(document)
     used: set[str] = set() if deprecated is None else deprecated
+    known = tuple(known)
     for item in overrides:
         key, sep, raw = item.partition("=")
         parts = tuple(part.strip() for part in key.strip().split("."))
-        if not sep or not 2 <= len(parts) <= 3 or not all(parts):
+        if not sep or not min_depth <= len(parts) <= 3 or not all(parts):
             raise MosaicInputError(f"--set {item!r}: expected block.field=value")
-        path, value_rule = canonical_path(parts, JOB_RULES, used)
+        path, value_rule = canonical_path(parts, rules, used)
         if not path:
             continue  # a paper field that is not modelled
-        if path[0] not in KNOWN_BLOCKS:
+        if path[0] not in known:
             raise MosaicInputError(f"--set {item!r}: unknown block {parts[0]!r}")
         value = parse_yaml(raw, f"--set {item!r}")
         node = result
@@ -238,13 +262,74 @@ def job_from_document(document: dict[str, Any], where: str,
     )
 
 
+def job_document(spec: JobSpec) -> dict[str, Any]:
+    """The canonical job document of a validated job: loading it gives the same workload
+    and layout (plan results and exports write it; docs/schema.md)."""
+    workload, row = spec.workload, spec.plan.row(0)
+    performance: dict[str, Any] = {
+        "precision": str(workload.precision), "checkpointing": str(row["checkpointing"]),
+        "stack": workload.stack}
+    if workload.attention_kernel is not None:
+        performance["attention_kernel"] = str(workload.attention_kernel)
+    if workload.fsdp_gather is not None:
+        performance["fsdp_gather"] = str(workload.fsdp_gather)
+    if workload.uneven_pipeline_stages or spec.recorded_layout:
+        performance["uneven_stages"] = True
+    hardware: dict[str, Any] = {"system": spec.system_name}
+    if spec.nodes is not None:
+        hardware["nodes"] = spec.nodes
+    if spec.usable_memory_fraction != 1.0:
+        hardware["usable_memory_fraction"] = spec.usable_memory_fraction
+    return {
+        "model": model_document(workload.geometry),
+        "parallelism": parallelism_document(row, str(workload.dispatcher)),
+        "batch": batch_document(workload.global_batch, workload.seq_len,
+                                int(row["micro_batch"])),
+        "performance": performance,
+        "optimizer": {"kind": str(workload.optimizer)},
+        "search": {"devices": spec.n_devices if spec.n_devices is not None
+                   else int(spec.plan.n_devices[0])},
+        "hardware": hardware,
+    }
+
+
+def job_from_run_record(record: RunRecord) -> JobSpec:
+    """A measured run as a job: the same workload, layout and system ``validate`` uses."""
+    return JobSpec(workload=record.workload, plan=record.plan, system_name=record.system.name,
+                   n_devices=record.n_devices, nodes=None, assumptions=record.assumptions,
+                   recorded_layout=True)
+
+
+def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
+                         overrides: list[str], deprecated: set[str]) -> JobSpec:
+    from mosaic.config.run_records import RunRecordEntry, run_record_from_raw, select_run_entry
+
+    raw = select_run_entry(document, path, run_id, deprecated)
+    raw = apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
+                          known=RunRecordEntry.model_fields, min_depth=1)
+    return job_from_run_record(run_record_from_raw(raw, f"{path}#{raw.get('id')}"))
+
+
 def load_job(path: Path, overrides: list[str] | None = None) -> JobSpec:
     """Read a job YAML file (any accepted spelling), apply ``--set`` overrides, validate.
 
-    Deprecated spellings in the file and the overrides give one warning together.
+    ``RUNS.yaml#ID`` (or a run-record file holding one run) loads that measured run with
+    the rules of ``mosaic validate``. Deprecated spellings in the file and the overrides
+    give one warning together.
     """
+    from mosaic.config.run_records import is_run_record_document, split_record_reference
+
     deprecated: set[str] = set()
-    document = canonical_job_document(load_yaml_mapping(path), str(path), deprecated)
+    file, run_id = split_record_reference(path)
+    raw_document = load_yaml_mapping(file)
+    if is_run_record_document(raw_document):
+        spec = _load_run_record_job(raw_document, file, run_id, overrides or [], deprecated)
+        warn_deprecated(deprecated, str(file))
+        return spec
+    if run_id is not None:
+        raise MosaicInputError(f"{file}: #{run_id} names a run, but this is a job file "
+                               "(no 'runs' list)")
+    document = canonical_job_document(raw_document, str(path), deprecated)
     document = apply_overrides(document, overrides or [], deprecated)
     spec = job_from_document(document, str(path), deprecated)
     warn_deprecated(deprecated, str(path))

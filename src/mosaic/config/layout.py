@@ -127,3 +127,21 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         hsdp_shard=parallelism.hsdp_shard,
         sequence_parallel=sequence_parallel,
     )
+
+
+def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> dict[str, object]:
+    """The canonical ``parallelism`` block of one plan row (:meth:`ParallelPlans.row`)."""
+    document: dict[str, object] = {key: row[key] for key in ("tp", "pp", "vpp", "cp", "dp",
+                                                             "ep", "etp")}
+    document["sequence_parallel"] = bool(row["sequence_parallel"])
+    document["sharding"] = str(row["sharding"])
+    if row["sharding"] == "hsdp" and row.get("hsdp_shard") not in (None, row["dp"]):
+        document["hsdp_shard"] = row["hsdp_shard"]
+    document["dispatcher"] = str(dispatcher)
+    return document
+
+
+def batch_document(global_seqs: int, seq_len: int, micro_seqs: int) -> dict[str, int]:
+    """The canonical ``batch`` block."""
+    return {"global_seqs": int(global_seqs), "micro_seqs": int(micro_seqs),
+            "seq_len": int(seq_len)}

@@ -435,3 +435,54 @@ def load_run_records(path: str | Path) -> RunRecordSet:
             stacklevel=2,
         )
     return RunRecordSet(path=path, records=tuple(records), skipped=tuple(skipped))
+
+
+# ---------------------------------------------------------------- one record as a job
+
+
+def split_record_reference(path: str | Path) -> tuple[Path, str | None]:
+    """``RUNS.yaml#ID`` -> (file, id); a path that exists as written has no id."""
+    text = str(path)
+    if "#" not in text or Path(text).exists():
+        return Path(text), None
+    file, _, run_id = text.rpartition("#")
+    return Path(file), run_id or None
+
+
+def is_run_record_document(document: dict[str, Any]) -> bool:
+    """A run-record file (a ``runs`` list) rather than a job file."""
+    return "runs" in document
+
+
+def select_run_entry(document: dict[str, Any], path: Path, run_id: str | None,
+                     deprecated: set[str]) -> dict[str, Any]:
+    """The raw entry ``run_id`` of a run-record document, in the canonical spelling.
+
+    Without an id the file must hold exactly one run.
+    """
+    runs = _runs_list(document, path)
+    ids = [raw.get("id") for raw in runs if isinstance(raw, dict)]
+    if run_id is None:
+        if len(runs) != 1:
+            shown = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+            raise MosaicInputError(f"{path}: holds {len(runs)} runs; name one as {path}#ID "
+                                   f"(ids: {shown})")
+        index = 0
+    elif run_id in ids:
+        index = ids.index(run_id)
+    else:
+        raise MosaicInputError(f"{path}: no run with id {run_id!r} ({len(runs)} runs)")
+    raw = runs[index]
+    where = f"{path}#{ids[index]}" if index < len(ids) else str(path)
+    if not isinstance(raw, dict):
+        raise MosaicInputError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    return canonical_document(raw, RECORD_RULES, where, deprecated)
+
+
+def run_record_from_raw(raw: dict[str, Any], where: str) -> RunRecord:
+    """Validate and convert one raw entry (canonical spelling), with ``validate``'s rules."""
+    entry = _validate_entry(raw, where)
+    try:
+        return run_record_from_entry(entry)
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"{where}: {exc}") from None

@@ -55,12 +55,17 @@ def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cl
 
 
 def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
-    """Validate the job's layout against its cluster and predict its step."""
+    """Validate the job's layout against its cluster and predict its step.
+
+    A run record's layout (``spec.recorded_layout``) ran as recorded: like ``mosaic
+    validate``, mosaic's own layout rules are not applied to it.
+    """
     cluster = cluster_for(spec)
-    violations = plan_violations(spec.workload, spec.plan, cluster.n_devices)
-    reason = first_reason(violations, spec.plan, 0)
-    if reason is not None:
-        raise MosaicInputError(f"invalid parallel layout: {reason}")
+    if not spec.recorded_layout:
+        violations = plan_violations(spec.workload, spec.plan, cluster.n_devices)
+        reason = first_reason(violations, spec.plan, 0)
+        if reason is not None:
+            raise MosaicInputError(f"invalid parallel layout: {reason}")
     machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
                           spec.tables)
     prediction = predict_step(spec.workload, spec.plan, machine, calibration)

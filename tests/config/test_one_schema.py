@@ -1,0 +1,237 @@
+"""One schema for jobs, run records, plan results and exports (issue 10, section 1).
+
+A run record loads to the same workload, layout and prediction in every command that takes
+it (validate, perf, layouts, explain, compare, export); a job written as a run record and
+back exports the same launch config; older spellings load with one deprecation warning
+per file; the paper's Appendix E listing loads without one.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.arch.hf_import import load_hf_config
+from mosaic.cli.main import app
+from mosaic.config.blocks import ModelBlock
+from mosaic.config.convert import geometry_from_model, model_document
+from mosaic.config.job_schema import (
+    _load_run_record_job,
+    job_document,
+    job_from_document,
+    load_job,
+)
+from mosaic.config.run_records import load_run_records
+from mosaic.config.spelling import MosaicDeprecationWarning
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import predict_job
+from mosaic.evaluate.validation_report import predict_runs
+from mosaic.export import TARGETS, export, spec_from_job
+from mosaic.perf.calibration import load_calibration
+from mosaic.schema_validation import load_yaml_mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+RUNS_EXAMPLE = EXAMPLES / "runs_example.yaml"
+EXTRA_RUNS = Path(str(resources.files("mosaic.evaluate") / "data" / "extra_runs.yaml"))
+PUBLISHED = ROOT.parent / "shared" / "calibration" / "published_runs.yaml"
+runner = CliRunner()
+
+
+def _cli_json(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _record_files() -> list[Path]:
+    files = [RUNS_EXAMPLE, EXTRA_RUNS]
+    return files + ([PUBLISHED] if PUBLISHED.is_file() else [])
+
+
+@pytest.mark.parametrize("path", _record_files(), ids=lambda p: p.name)
+def test_every_shipped_record_loads_and_predicts_the_same_as_a_job(path: Path) -> None:
+    """perf, explain, compare and export read RUNS.yaml#ID with load_job; validate with
+    load_run_records: same workload, layout and tokens/s for every usable record."""
+    calibration = load_calibration(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = load_run_records(path).records
+        document = load_yaml_mapping(path)
+    validated = {p.record.id: p for p in predict_runs(records, calibration)}
+    for record in records:
+        job = _load_run_record_job(document, path, record.id, [], set())
+        assert job.workload == record.workload, record.id
+        assert job.plan.row(0) == record.plan.row(0), record.id
+        predicted = predict_job(job, calibration).prediction
+        assert float(predicted.tokens_per_s_per_gpu[0]) == pytest.approx(
+            validated[record.id].predicted_tokens_per_s_per_gpu, rel=1e-12), record.id
+        spec = spec_from_job(job, f"{path.name}#{record.id}")
+        for target in TARGETS:
+            assert export(spec, target).text, (record.id, target)
+
+
+def test_example_records_through_the_cli() -> None:
+    validated = {row["id"]: row for row in _cli_json("validate", str(RUNS_EXAMPLE))["runs"]}
+    for run_id, row in validated.items():
+        reference = f"{RUNS_EXAMPLE}#{run_id}"
+        perf = _cli_json("perf", reference)
+        assert perf["tokens_per_s_per_gpu"] == pytest.approx(
+            row["predicted_tokens_per_s_per_gpu"], rel=1e-12)
+        assert perf["memory_gib"] == pytest.approx(row["predicted_memory_gib"], rel=1e-12)
+        for target in TARGETS:
+            result = runner.invoke(app, ["export", reference, "--to", target])
+            assert result.exit_code == 0, result.output
+    first, second = list(validated)[:2]
+    compare = _cli_json("compare", f"{RUNS_EXAMPLE}#{first}", f"{RUNS_EXAMPLE}#{second}")
+    fields = {d["field"] for d in compare["input_differences"]}
+    assert {"model.layers", "batch.seq_len", "parallelism.sharding"} <= fields
+    small = f"{RUNS_EXAMPLE}#example-torchtitan-llama3.1-8b-h100-8-fsdp"
+    layouts = _cli_json("layouts", small, "--top", "3")
+    assert layouts["hardware"]["devices"] == 8 and layouts["rows"]
+    assert runner.invoke(app, ["explain", small]).exit_code == 0
+
+
+def test_a_record_reference_names_its_run() -> None:
+    with pytest.raises(MosaicInputError, match="holds 4 runs; name one as"):
+        load_job(RUNS_EXAMPLE)
+    with pytest.raises(MosaicInputError, match="no run with id 'nope'"):
+        load_job(Path(f"{RUNS_EXAMPLE}#nope"))
+    with pytest.raises(MosaicInputError, match="names a run, but this is a job file"):
+        load_job(Path(f"{EXAMPLES / 'appendix_e.yaml'}#x"))
+
+
+def _as_run_record(spec: Any, tokens_per_s_per_gpu: float, name: str) -> dict[str, Any]:
+    """A run-record entry for a job measured at ``tokens_per_s_per_gpu`` (the job's blocks
+    as they are, plus the record's own fields)."""
+    document = job_document(spec)
+    system = __import__("mosaic.hardware", fromlist=["get_system"]).get_system(spec.system_name)
+    batch = document["batch"]
+    n_devices = document["search"]["devices"]
+    step_time_s = batch["global_seqs"] * batch["seq_len"] / (tokens_per_s_per_gpu * n_devices)
+    return {
+        "id": "roundtrip-1", "source": "constructed for the round-trip test",
+        "stack": document["performance"]["stack"], "gpu": system.device.name,
+        "num_gpus": n_devices, "gpus_per_node": system.gpus_per_node,
+        "scaleup_domain": system.scale_up_domain_gpus,
+        "model": {"name": name, **document["model"]},
+        "precision": document["performance"]["precision"],
+        "parallelism": document["parallelism"], "batch": batch,
+        "recompute": document["performance"]["checkpointing"], "routing": "dropless",
+        "measured": {"tokens_per_s_per_gpu": tokens_per_s_per_gpu,
+                     "step_time_s": step_time_s},
+        "flops_convention": "torchtitan_tps_only", "confidence": "low",
+    }
+
+
+def test_job_to_run_record_to_export_round_trip(tmp_path: Path) -> None:
+    # The communication-bound FSDP MoE example on the DGX-H100 reference host (a run
+    # record's GPU maps to that host, so both sides run on the same system).
+    job = load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", ["hardware.system=DGX-H100"])
+    # job -> canonical job document -> job
+    again = job_from_document(job_document(job), "again.yaml")
+    assert again.workload == job.workload and again.plan.row(0) == job.plan.row(0)
+    # job -> run record -> job: the same workload, layout and prediction
+    calibration = load_calibration(None)
+    predicted = predict_job(job, calibration).prediction
+    entry = _as_run_record(job, float(predicted.tokens_per_s_per_gpu[0]), "fsdp-moe")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [entry]}, sort_keys=False))
+    from_record = load_job(path)  # one run: no #id needed
+    assert replace(from_record.workload, routing=job.workload.routing) == job.workload
+    assert from_record.plan.row(0) == job.plan.row(0)
+    assert float(predict_job(from_record, calibration).prediction.step_time_s[0]) == (
+        pytest.approx(float(predicted.step_time_s[0]), rel=1e-12))
+    (record,) = load_run_records(path).records  # what validate reads
+    assert record.measured_step_time_s == pytest.approx(float(predicted.step_time_s[0]))
+    # ... -> export: every target writes the same launch config from both
+    for target in TARGETS:
+        a = export(spec_from_job(job, "the job"), target).text
+        b = export(spec_from_job(from_record, "the job"), target).text
+        assert a == b, target
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3.json", "qwen3-30b-a3b.json", "gpt-oss-20b.json"])
+def test_model_block_round_trips_hf_models(name: str) -> None:
+    path = EXAMPLES / "hf" / name
+    if not path.is_file():
+        pytest.skip(f"{path} not shipped")
+    geometry = load_hf_config(path)
+    block = ModelBlock.model_validate(model_document(geometry))
+    assert geometry_from_model(block, [], measured=False) == geometry
+
+
+# ------------------------------------------------------------------ spellings
+
+
+def _old_spelling(run: dict[str, Any]) -> dict[str, Any]:
+    """A canonical record entry in the shared file's older spelling."""
+    old = {k: v for k, v in run.items() if k not in ("parallelism", "batch")}
+    old["parallel"] = run["parallelism"]
+    old["seq_len"] = run["batch"]["seq_len"]
+    old["batch"] = {k: v for k, v in run["batch"].items() if k != "seq_len"}
+    mla = (run["model"].get("mla") or {})
+    if mla:
+        old["model"] = {**run["model"], "mla": {
+            ("qk_head_dim" if k == "qk_nope_head_dim" else k): v for k, v in mla.items()}}
+    return old
+
+
+def test_old_record_spelling_loads_the_same_with_one_warning_per_file(tmp_path: Path) -> None:
+    runs = yaml.safe_load(RUNS_EXAMPLE.read_text())["runs"]
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump({"runs": [_old_spelling(r) for r in runs]}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = load_run_records(path)
+    deprecations = [w for w in caught if issubclass(w.category, MosaicDeprecationWarning)]
+    assert len(deprecations) == 1  # one per file, not one per record
+    message = str(deprecations[0].message)
+    for rename in ("parallel -> parallelism", "seq_len -> batch.seq_len",
+                   "model.mla.qk_head_dim -> model.mla.qk_nope_head_dim"):
+        assert rename in message
+    new = load_run_records(RUNS_EXAMPLE)
+    assert [(r.workload, r.plan.row(0)) for r in old.records] == [
+        (r.workload, r.plan.row(0)) for r in new.records]
+
+
+def test_old_job_spelling_and_set_warn_once_paper_listing_does_not(tmp_path: Path) -> None:
+    canonical = load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml")
+    document = yaml.safe_load((EXAMPLES / "fsdp_moe_comm_bound.yaml").read_text())
+    batch = document.pop("batch")
+    document["data"] = {"global_batch": batch["global_seqs"], "seq_len": batch["seq_len"],
+                        "micro_batch": batch["micro_seqs"]}
+    document["parallelism"]["stack"] = document.pop("performance").get("stack",
+                                                                       "megatron-core")
+    document["performance"] = {"checkpointing": "full"}
+    path = tmp_path / "old_job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = load_job(path, ["data.micro_batch=1"])
+    (warning,) = [w for w in caught if issubclass(w.category, MosaicDeprecationWarning)]
+    assert "data.global_batch -> batch.global_seqs" in str(warning.message)
+    assert "parallelism.stack -> performance.stack" in str(warning.message)
+    assert old.workload == canonical.workload and old.plan.row(0) == canonical.plan.row(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the paper's own listing: no warning
+        paper = load_job(EXAMPLES / "appendix_e.yaml")
+    assert paper.workload.geometry.moe.experts == 128 and paper.workload.global_batch == 8192
+
+
+def test_two_spellings_of_one_field_must_agree(tmp_path: Path) -> None:
+    document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+    document["moe"]["expert_tp_degree"] = 2  # the listing's spelling of parallelism.etp
+    document["parallelism"]["etp"] = 1
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(MosaicInputError, match="etp = 1 is given twice"):
+        load_job(path)
