@@ -84,6 +84,10 @@ class RunRecordEntry(_Strict):
     offloaded_activation_layers: int | None = Field(
         default=None, ge=0, le=LIMITS["layers"].high, description="blocks whose activations "
         "are offloaded to host memory (Megatron-Core cpu_offloading_num_layers); null = 0")
+    recompute_modules: list[str] | None = Field(
+        default=None, description="Megatron-Core --recompute-modules under selective "
+        "recompute (core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts); "
+        "null = core_attn, its default")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -329,6 +333,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         cross_entropy=entry.cross_entropy,
         grad_reduce_in_fp32=entry.grad_reduce_in_fp32 is not False,
         offloaded_activation_layers=entry.offloaded_activation_layers or 0,
+        recompute_modules=(None if entry.recompute_modules is None
+                           else tuple(entry.recompute_modules)),
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)
