@@ -14,6 +14,7 @@ from mosaic.arch.backbone import backbone_variant
 from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
 from mosaic.cli.main import app
 from mosaic.errors import MosaicInputError
+from mosaic.export.spec import spec_from_plan_document
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import Dispatcher, Precision
 from mosaic.plan import Envelope, SearchSpace, resolve_system, search
@@ -98,15 +99,22 @@ def test_cli_backbone_json_names_the_backbone_and_the_headroom(tmp_path):
     config.write_text(json.dumps(TOY_QWEN))
     args = ["plan", "--backbone", str(config), "--layers", "4,8", "--experts", "8,16",
             "--nodes", "1", "--days", "0.05", "--global-batch", "64", "--tpp", "1:1000000",
-            "--s-min", "0", "--workers", "1", "--json"]
+            "--s-min", "0", "--workers", "1", "--html", str(tmp_path / "plan.html"), "--json"]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
-    document = json.loads(out.output)
+    document = json.loads(out.stdout)
     backbone = document["search_space"]["backbone"]
     assert (backbone["attention"], backbone["vocab"], backbone["kv_heads"]) == ("gqa", 32000, 2)
     assert document["search_space"]["layers"] == [4, 8]
     assert document["optimum"]["layers"] in (4, 8)
     assert document["optimum"]["d_model"] == 256 and document["optimum"]["top_k"] == 2
+    # The optimum carries its whole model: export rebuilds exactly the searched variant.
+    toy = geometry_from_hf_config(TOY_QWEN)
+    optimum = document["optimum"]
+    expected = backbone_variant(toy, optimum["layers"], optimum["d_model"],
+                                optimum["experts"], optimum["top_k"], optimum["split_factor"])
+    assert spec_from_plan_document(document, "plan.json").geometry == expected
+    assert (tmp_path / "plan.html").stat().st_size > 0
     headroom = document["envelope"]["memory_headroom"]
     assert headroom["usable_memory_fraction"] == 0.9 and headroom["origin"] == "default"
     assert headroom["usable_memory_bytes"] == pytest.approx(

@@ -103,7 +103,12 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
 
 
 def _plan_geometry(optimum: dict[str, Any], source: str) -> Geometry:
-    """The optimum's geometry: a ladder point (q, E, K, G), as `mosaic plan` searches."""
+    """The optimum's geometry: its model block (a `--backbone` plan), else a ladder point
+    (q, E, K, G)."""
+    if "model" in optimum:
+        from mosaic.config.model_schema import geometry_from_document
+
+        return geometry_from_document({"model": optimum["model"]}, f"{source}: optimum")
     try:
         q = int(optimum["q"])
         experts = optimum.get("experts")

@@ -14,6 +14,7 @@ from typing import Any
 
 from mosaic.arch import Geometry, LadderGrid, enumerate_ladder_grid
 from mosaic.arch.backbone import enumerate_backbone_grid
+from mosaic.config.convert import model_document
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import check_range
@@ -327,7 +328,7 @@ class SearchSpace:
 
     def to_dict(self) -> dict[str, Any]:
         if self.backbone is not None:
-            return {"backbone": backbone_document(self.backbone), "layers": list(self.layers),
+            return {"backbone": model_document(self.backbone), "layers": list(self.layers),
                     "d_model": list(self.d_model), "experts": list(self.experts),
                     "top_k": list(self.top_k), "split_factor": list(self.split_factor),
                     "s_min": self.s_min, "tpp": [self.tpp_min, self.tpp_max]}
@@ -340,18 +341,3 @@ class SearchSpace:
             "tpp": [self.tpp_min, self.tpp_max],
         }
 
-
-def backbone_document(backbone: Geometry) -> dict[str, Any]:
-    """What a backbone grid keeps from the user's model (plain values for JSON)."""
-    moe = backbone.moe
-    return {
-        "layers": backbone.layers, "d_model": backbone.d_model, "heads": backbone.heads,
-        "kv_heads": backbone.kv_heads, "head_dim": backbone.head_dim, "ffn": backbone.ffn,
-        "vocab": backbone.vocab, "attention": str(backbone.attention),
-        "norm": str(backbone.norm), "tied_embeddings": backbone.tied_embeddings,
-        "experts": moe.experts if moe else 0, "top_k": moe.top_k if moe else 0,
-        "expert_ffn": moe.expert_ffn if moe else 0,
-        "shared_experts": moe.shared_experts if moe else 0,
-        "dense_layers": moe.dense_layers if moe else 0,
-        "moe_every": moe.moe_every if moe else 1, "mtp_layers": backbone.mtp_layers,
-    }

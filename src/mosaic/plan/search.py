@@ -31,11 +31,11 @@ from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import (
     LayoutLimits,
+    best_feasible,
     candidate_plans,
     check_rules,
     enumerate_plans,
     predict_in_chunks,
-    rank_feasible,
     take_prediction,
 )
 from mosaic.perf.machine import Machine, machine_for
@@ -133,7 +133,8 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
         return LayoutOutcome(None, None, reason, len(plans), 0)
     fitting = plans.take(np.flatnonzero(fits))
     prediction = predict_in_chunks(workload, fitting, machine, calibration)
-    best = int(rank_feasible(prediction)[0])
+    best = best_feasible(prediction)
+    assert best is not None  # these plans passed the memory check predict_step repeats
     return LayoutOutcome(fitting.row(best), take_prediction(prediction, best), "",
                          len(plans), len(fitting))
 

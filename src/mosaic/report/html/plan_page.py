@@ -229,9 +229,13 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     s = document["search_space"]
     rows = [
         ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {e['precision']}"),
+        ("usable memory", _headroom_text(e.get("memory_headroom"))),
         ("device", f"{e['gpu']}: peak {e['peak_flops_per_s_per_device'] / 1e12:.0f} TFLOP/s, "
                    f"{e['hbm_bytes_per_device'] / 1e9:.0f} GB HBM (hardware catalog)"),
-        ("search space", f"q {s['q']}, E {s['experts']}, K {s['top_k']}, "
+        ("search space", (f"q {s['q']}" if "q" in s else
+                          f"backbone ({s['backbone']['attention']} attention, vocab "
+                          f"{s['backbone']['vocab']}): L {s['layers']}, d {s['d_model']}")
+                         + f", E {s['experts']}, K {s['top_k']}, "
                          f"G {s['split_factor']}, S ≥ {s['s_min']}, tokens per active "
                          f"parameter {s['tpp'][0]:g}–{s['tpp'][1]:g}"),
     ]
@@ -333,3 +337,11 @@ def plan_title(document: dict[str, Any]) -> tuple[str, str]:
             f"{document['counts']['geometries']} geometries, "
             f"{document['counts']['trainable']} trainable; "
             f"{document['counts']['plans_evaluated']:,} layouts evaluated")
+
+
+def _headroom_text(headroom: dict[str, Any] | None) -> str:
+    """The memory headroom policy of the plan (docs/plan.md, "Memory headroom")."""
+    if not headroom:
+        return "the whole device"
+    return (f"{headroom['usable_memory_bytes'] / 1e9:.0f} GB per GPU "
+            f"({headroom['usable_memory_fraction']:.0%}; {headroom['source']})")
