@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.arch import LadderGrid
+from mosaic.config.convert import model_document
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
@@ -360,6 +361,8 @@ class PlanResult:
         )
         if self.batch_bound_tokens is not None:
             entry["batch_bound_tokens"] = float(self.batch_bound_tokens[row])
+        if not grid.is_ladder:  # a backbone variant: the whole model, as a model block
+            entry["model"] = model_document(grid.geometry(row))
         return entry
 
     def candidates(self, top: int | None = None) -> list[dict[str, Any]]:
