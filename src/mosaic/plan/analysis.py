@@ -36,6 +36,21 @@ def model_flops_loss(result: PlanResult, law: ScalingLaw, c_model_flops: float) 
     return law.predict(grid.n_total, tokens, grid.sparsity, grid.split_factor)
 
 
+def comparable_series(held: np.ndarray, x: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Which points a figure may connect: one series per value of the key held fixed
+    (e.g. top-k K at one G, along which only E moves S), each as indices sorted by x
+    (NaN x left out). Lines between points of different keys would cross unrelated
+    geometries."""
+    held = np.asarray(held)
+    x = np.asarray(x, dtype=float)
+    series = []
+    for key in np.unique(held):
+        members = np.flatnonzero((held == key) & np.isfinite(x))
+        if members.size:
+            series.append((int(key), members[np.argsort(x[members], kind="stable")]))
+    return series
+
+
 def _rows_with_split(result: PlanResult, split_factor: int | None) -> np.ndarray:
     grid = result.grid
     rows = np.arange(len(grid)) if split_factor is None else np.flatnonzero(
@@ -138,6 +153,10 @@ class SparsityFrontier:
     hardware_sparsity: np.ndarray
     hardware_loss: np.ndarray
 
+    def series(self, view: Literal["model_flops", "hardware"]) -> list[tuple[int, np.ndarray]]:
+        """(K, indices sorted by S) per top-k: along one series only E changes S."""
+        return comparable_series(self.top_k, getattr(self, f"{view}_sparsity"))
+
 
 def sparsity_frontier(
     result: PlanResult, law: ScalingLaw, c_model_flops: float, split_factor: int
@@ -178,7 +197,8 @@ class FlopCostProfile:
     """Wall-clock per delivered model FLOP along one knob (Fig. 8 right).
 
     ``seconds_per_flop`` = 1 / (6·N_act·tokens/s) = 1 / (MFU·F_peak·N_dev);
-    ``relative`` divides by the first point (lowest S or lowest G).
+    ``relative`` divides by the first point (lowest S or lowest G). ``top_k`` is K of each
+    point: along S, only points of one K are comparable (:meth:`series`).
     """
 
     knob: Literal["sparsity", "split_factor"]
@@ -187,6 +207,12 @@ class FlopCostProfile:
     model_flops_loss: np.ndarray
     seconds_per_flop: np.ndarray
     relative: np.ndarray
+    top_k: np.ndarray
+
+    def series(self) -> list[tuple[int, np.ndarray]]:
+        """Points to connect: per K along S; one series along G (S held near a target)."""
+        held = self.top_k if self.knob == "sparsity" else np.zeros_like(self.top_k)
+        return comparable_series(held, self.knob_values)
 
 
 def flop_cost_profile(
@@ -241,6 +267,7 @@ def flop_cost_profile(
         model_flops_loss=flops_loss[chosen],
         seconds_per_flop=seconds,
         relative=seconds / seconds[0],
+        top_k=grid.top_k[chosen].astype(int),
     )
 
 

@@ -80,6 +80,13 @@ def plot_sweep(points: list[SweepPoint], directory: str | Path,
                stem: str | None = None) -> list[Path]:
     """Fig. 11: optimal loss vs budget; markers coloured by G*, annotated with S* and
     N_tot*; dashed lines are the best configuration per G."""
+    return save_figure(sweep_figure(points), directory, stem or f"sweep_{points[0].axis}")
+
+
+def sweep_figure(points: list[SweepPoint]) -> Figure:
+    """The figure of :func:`plot_sweep`: points in budget order, node counts on a log axis
+    (cluster sizes grow geometrically)."""
+    points = sorted(points, key=lambda p: p.value)
     axis = points[0].axis
     values = np.array([p.value for p in points])
     figure = Figure(figsize=(7, 4.5))
@@ -107,52 +114,75 @@ def plot_sweep(points: list[SweepPoint], directory: str | Path,
     fixed = (f"{envelope.n_nodes} × {envelope.system.name}" if axis == "days"
              else f"{envelope.days:g} days on {envelope.system.name}")
     ax.set_xlabel("training window (days)" if axis == "days" else "cluster size (nodes)")
+    if axis == "nodes":
+        ax.set_xscale("log", base=2)
     ax.set_ylabel("optimal predicted loss (nats/token)")
     ax.set_title(f"MOSAIC optimum vs {axis} ({fixed})")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return save_figure(figure, directory, stem or f"sweep_{axis}")
+    return figure
+
+
+_LINESTYLES = ("-", "--", ":", "-.")
 
 
 def plot_sparsity_tradeoff(frontier: SparsityFrontier, comparison: ModelFlopsComparison,
                            directory: str | Path, stem: str = "sparsity") -> list[Path]:
     """Fig. 1: L*(S) at fixed C_model (boundary-seeking) and under the hardware budget."""
+    return save_figure(sparsity_figure(frontier, comparison), directory, stem)
+
+
+def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison) -> Figure:
+    """The figure of :func:`plot_sparsity_tradeoff`: one line per view and top-k K (only E
+    moves along a line), points sorted by S."""
     figure = Figure(figsize=(7, 4.5))
     ax = figure.add_subplot()
-    ax.plot(frontier.model_flops_sparsity, frontier.model_flops_loss, marker="o",
-            markersize=3, color="tab:red",
-            label=f"model-FLOPs view, C_model = {frontier.c_model_flops:.3g} FLOP")
+    views = (("model_flops", "tab:red", "o",
+              f"model-FLOPs view, C_model = {frontier.c_model_flops:.3g} FLOP"),
+             ("hardware", "tab:green", "s", "hardware view (tokens the window gives)"))
+    for view, colour, marker, label in views:
+        x = getattr(frontier, f"{view}_sparsity")
+        y = getattr(frontier, f"{view}_loss")
+        for i, (top_k, order) in enumerate(frontier.series(view)):
+            ax.plot(x[order], y[order], marker=marker, markersize=3, color=colour,
+                    linestyle=_LINESTYLES[i % len(_LINESTYLES)], label=f"{label}, K = {top_k}")
     undeliverable = ~frontier.delivers_c_model
     ax.scatter(frontier.model_flops_sparsity[undeliverable],
                frontier.model_flops_loss[undeliverable], marker="x", color="black", zorder=4,
                label="C_model not deliverable in the window")
-    order = np.argsort(frontier.hardware_sparsity)
-    ax.plot(frontier.hardware_sparsity[order], frontier.hardware_loss[order], marker="s",
-            markersize=3, color="tab:green", label="hardware view (tokens the window gives)")
     if comparison.s_feas_max is not None:
         ax.axvline(comparison.s_feas_max, color="gray", linestyle=":",
                    label=f"S_feas_max = {comparison.s_feas_max:.3f}")
     ax.set_xlabel("sparsity S = 1 − N_act/N_tot")
     ax.set_ylabel("predicted loss (nats/token)")
     ax.set_title(f"Model-FLOPs vs cluster optimum at G = {frontier.split_factor}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return save_figure(figure, directory, stem)
+    return figure
 
 
 def plot_flop_cost(profiles: list[FlopCostProfile], directory: str | Path,
                    stem: str = "flop_cost") -> list[Path]:
     """Fig. 8 right: wall-clock per delivered model FLOP, relative to the first point."""
+    return save_figure(flop_cost_figure(profiles), directory, stem)
+
+
+def flop_cost_figure(profiles: list[FlopCostProfile]) -> Figure:
+    """The figure of :func:`plot_flop_cost`: along S one line per top-k K, along G one
+    line; points sorted by the knob."""
     figure = Figure(figsize=(5 * len(profiles), 4))
     labels = {"sparsity": "sparsity S", "split_factor": "expert split factor G"}
     for i, profile in enumerate(profiles):
         ax = figure.add_subplot(1, len(profiles), i + 1)
-        ax.plot(profile.knob_values, profile.relative, marker="o", color="tab:blue",
-                label="time per model FLOP")
+        for j, (top_k, order) in enumerate(profile.series()):
+            label = ("time per model FLOP" if profile.knob == "split_factor"
+                     else f"time per model FLOP, K = {top_k}")
+            ax.plot(profile.knob_values[order], profile.relative[order], marker="o",
+                    color=_PALETTE[j % len(_PALETTE)], label=label)
         ax.set_xlabel(labels[profile.knob])
         ax.set_ylabel("wall-clock per model FLOP (relative to first)")
         ax.set_title(f"Systems cost vs {labels[profile.knob]}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     figure.tight_layout()
-    return save_figure(figure, directory, stem)
+    return figure

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from mosaic.plan.analysis import comparable_series
 from mosaic.report.html.breakdown import (
     layout_label,
     memory_breakdown_figure,
@@ -68,12 +71,20 @@ def frontier_figure(document: dict[str, Any]) -> Any:
     comparison = document["model_flops_comparison"]
     optimum = document["optimum"]
     ek = [f"E={e}, K={k}" for e, k in zip(f["experts"], f["top_k"], strict=True)]
+    top_k = np.array(f["top_k"])
     figure = go.Figure()
-    figure.add_trace(go.Scatter(
-        x=f["model_flops_sparsity"], y=f["model_flops_loss"], mode="lines+markers",
-        name=f"model-FLOPs view (C_model = {f['c_model_flops']:.3g} FLOP)",
-        line={"color": "#E45756"}, text=ek,
-        hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra>model-FLOPs view</extra>"))
+    views = (("model_flops", f"model-FLOPs view (C_model = {f['c_model_flops']:.3g} FLOP)",
+              "#E45756", "circle"),
+             ("hardware", "cluster view (tokens the window delivers)", "#54A24B", "square"))
+    for view, name, colour, symbol in views:  # one line per K: only E moves along it
+        x = np.array([np.nan if s is None else s for s in f[f"{view}_sparsity"]], dtype=float)
+        for i, (k, order) in enumerate(comparable_series(top_k, x)):
+            figure.add_trace(go.Scatter(
+                x=x[order].tolist(), y=[f[f"{view}_loss"][j] for j in order],
+                mode="lines+markers", name=f"{name}, K = {k}",
+                line={"color": colour, "dash": ("solid", "dash", "dot", "dashdot")[i % 4]},
+                marker={"symbol": symbol}, text=[ek[j] for j in order],
+                hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
     undeliverable = [i for i, ok in enumerate(f["delivers_c_model"]) if not ok]
     if undeliverable:
         figure.add_trace(go.Scatter(
@@ -81,14 +92,6 @@ def frontier_figure(document: dict[str, Any]) -> Any:
             y=[f["model_flops_loss"][i] for i in undeliverable], mode="markers",
             marker={"symbol": "x", "size": 9, "color": "black"},
             name="C_model not deliverable in the window", hoverinfo="skip"))
-    hw = [(s, loss, t) for s, loss, t in zip(f["hardware_sparsity"], f["hardware_loss"], ek,
-                                             strict=True) if s is not None]
-    hw.sort()
-    figure.add_trace(go.Scatter(
-        x=[h[0] for h in hw], y=[h[1] for h in hw], mode="lines+markers",
-        name="cluster view (tokens the window delivers)", line={"color": "#54A24B"},
-        marker={"symbol": "square"}, text=[h[2] for h in hw],
-        hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra>cluster view</extra>"))
     geometry = comparison["model_flops_geometry"]
     flops_loss = min(f["model_flops_loss"])
     figure.add_trace(go.Scatter(

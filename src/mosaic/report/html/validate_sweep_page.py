@@ -150,7 +150,8 @@ def sweep_figure(document: dict[str, Any]) -> Any:
     from plotly.subplots import make_subplots
 
     axis = document["axis"]
-    points = [p for p in document["points"] if p["optimum"] is not None]
+    points = sorted((p for p in document["points"] if p["optimum"] is not None),
+                    key=lambda p: p[axis])
     x = [p[axis] for p in points]
     figure = make_subplots(rows=2, cols=3, subplot_titles=[c[1] for c in CURVES],
                            horizontal_spacing=0.08, vertical_spacing=0.16)
@@ -168,6 +169,8 @@ def sweep_figure(document: dict[str, Any]) -> Any:
     figure.update_yaxes(tickformat=".0%", row=2, col=3)
     figure.update_xaxes(title_text="training window (days)" if axis == "days"
                         else "cluster size (nodes)", row=2)
+    if axis == "nodes":  # cluster sizes grow geometrically
+        figure.update_xaxes(type="log")
     figure.update_layout(height=640, title=f"MOSAIC optimum against {axis}",
                          margin={"t": 70, "b": 50, "l": 60, "r": 20})
     return figure

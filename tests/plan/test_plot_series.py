@@ -1,0 +1,59 @@
+"""Figures connect only comparable points: one series per top-k K (only E moves S along
+it), sorted by x; node counts on a log axis. Tested on the plotted data, not pixels."""
+
+import numpy as np
+import pytest
+
+from mosaic.plan import compare_model_flops, flop_cost_profile, sparsity_frontier
+from mosaic.plan.analysis import comparable_series
+from mosaic.plan.sweep import SweepPoint, best_per_split
+from mosaic.report import plots
+
+
+def test_series_group_by_the_held_key_and_sort_by_x():
+    held = np.array([1, 2, 1, 2, 1])
+    x = np.array([0.5, 0.1, 0.2, np.nan, 0.9])
+    series = comparable_series(held, x)
+    assert [(k, order.tolist()) for k, order in series] == [(1, [2, 0, 4]), (2, [1])]
+
+
+def lines_by_label(figure):
+    return {line.get_label(): line for ax in figure.axes for line in ax.get_lines()}
+
+
+def test_sparsity_figure_draws_one_sorted_line_per_top_k(small_result, law):
+    comparison = compare_model_flops(small_result, law)
+    frontier = sparsity_frontier(small_result, law, comparison.c_model_flops,
+                                 comparison.split_factor)
+    lines = lines_by_label(plots.sparsity_figure(frontier, comparison))
+    k_of = dict(zip(frontier.model_flops_sparsity.tolist(), frontier.top_k.tolist(),
+                    strict=True))
+    model_lines = {k: v for k, v in lines.items() if k.startswith("model-FLOPs view")}
+    assert len(model_lines) == len(set(frontier.top_k.tolist())) >= 2  # K = 1 and K = 2
+    for label, line in model_lines.items():
+        xs = np.asarray(line.get_xdata(), dtype=float)
+        assert np.all(np.diff(xs) > 0)  # sorted by S
+        assert {k_of[x] for x in xs.tolist()} == {int(label.rsplit("= ", 1)[1])}
+
+
+def test_flop_cost_along_s_is_one_line_per_top_k(small_result, law):
+    comparison = compare_model_flops(small_result, law)
+    profile = flop_cost_profile(small_result, law, comparison.c_model_flops, "sparsity",
+                                split_factor=comparison.split_factor)
+    lines = lines_by_label(plots.flop_cost_figure([profile]))
+    assert len(lines) == len(set(profile.top_k.tolist()))
+    for line in lines.values():
+        assert np.all(np.diff(np.asarray(line.get_xdata(), dtype=float)) > 0)
+
+
+def test_node_sweeps_use_a_log_axis_and_budget_order(small_result):
+    # Two points given out of order: the plotted optimum line runs in node order.
+    points = [SweepPoint("nodes", value, small_result, best_per_split(small_result))
+              for value in (16.0, 2.0)]
+    figure = plots.sweep_figure(points)
+    ax = figure.axes[0]
+    assert ax.get_xscale() == "log"
+    optimum = lines_by_label(figure)["optimum"]
+    assert np.asarray(optimum.get_xdata()).tolist() == pytest.approx([2.0, 16.0])
+    days = [SweepPoint("days", v, small_result, best_per_split(small_result)) for v in (1, 2)]
+    assert plots.sweep_figure(days).axes[0].get_xscale() == "linear"
