@@ -56,3 +56,22 @@ def test_a_record_that_states_a_setting_keeps_it():
     amended = {r.id: r for r in apply_record_settings(replace(records, records=stated)).records}
     assert amended[target].workload.offloaded_activation_layers == 3
     assert amended[target].workload.grad_reduce_in_fp32 is False  # not stated: applied
+
+
+def test_an_unstated_dispatcher_takes_the_recipes_and_a_stated_one_is_kept():
+    from mosaic.config.layout import DISPATCHER_NOT_STATED
+    from mosaic.perf.workload import Dispatcher
+
+    records = _records(EXTRA_RUNS)
+    target = "bridge2511-gpt-oss-120b-gb300-64-bf16"  # the recipe sets no flex backend
+    original = {r.id: r for r in records.records}[target]
+    # Unstated: the megatron-bridge default on Blackwell, overridden by the recipe's setting.
+    assert original.workload.dispatcher is Dispatcher.HYBRIDEP
+    assert any(line.startswith(DISPATCHER_NOT_STATED) for line in original.assumptions)
+    amended = {r.id: r for r in apply_record_settings(records).records}[target]
+    assert amended.workload.dispatcher is Dispatcher.ALLTOALL
+    # A record that names its dispatcher has no "not stated" line and keeps it.
+    stated = replace(original, assumptions=tuple(
+        line for line in original.assumptions if not line.startswith(DISPATCHER_NOT_STATED)))
+    kept = apply_record_settings(replace(records, records=(stated,))).records[0]
+    assert kept.workload.dispatcher is Dispatcher.HYBRIDEP

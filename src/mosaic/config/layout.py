@@ -30,6 +30,10 @@ def dispatcher_from_name(name: str | None) -> Dispatcher:
                            f"allowed: {allowed} (or a name containing one)")
 
 
+# The assumption line an MoE record or job gets when it names no dispatcher.
+DISPATCHER_NOT_STATED = "parallelism.dispatcher not stated"
+
+
 def dispatcher_for(name: str | None, stack: str, device_name: str, moe: bool,
                    notes: list[str]) -> Dispatcher:
     """The stated dispatcher; unstated on an MoE job, the stack's default on the device's GPU
@@ -39,9 +43,9 @@ def dispatcher_for(name: str | None, stack: str, device_name: str, moe: bool,
     generation = gpu_generation(device_name)
     default = (get_stack(stack).moe_dispatcher or {}).get(generation or "")
     if default is None:
+        notes.append(f"{DISPATCHER_NOT_STATED}: alltoall (the pairwise all-to-all)")
         return Dispatcher.ALLTOALL
-    notes.append(f"parallelism.dispatcher not stated: {default} ({stack}'s default on "
-                 f"{generation} GPUs)")
+    notes.append(f"{DISPATCHER_NOT_STATED}: {default} ({stack}'s default on {generation} GPUs)")
     return Dispatcher(default)
 
 

@@ -1,7 +1,8 @@
 """Settings a measured run used that its record cannot carry, applied by run id.
 
 The shared calibration file's schema has no field for the LM-loss implementation, bf16
-gradient buffers or activation offloading, yet the recipes behind some of its runs set them
+gradient buffers, activation offloading, the MoE dispatcher or batch-level EP overlap, yet
+the recipes behind some of its runs set them
 (``data/record_settings.yaml`` holds each group of runs with its public evidence). Applying
 them before prediction is the run's own configuration, not a fit: a record that states a
 setting itself keeps its value, and every applied setting is listed in the record's
@@ -18,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mosaic.config.layout import DISPATCHER_NOT_STATED
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
 from mosaic.perf.workload import Workload
@@ -32,6 +34,8 @@ class _Settings(_Strict):
     cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = None
     grad_reduce_in_fp32: bool | None = None
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
+    dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
+    ep_overlap: bool | None = None
     recompute_modules: list[str] | None = None
 
 
@@ -48,12 +52,21 @@ class _File(_Strict):
 
 
 # Workload values a record has when it leaves the setting unstated (run_records defaults).
+# The dispatcher's default depends on the stack and GPU, so the loader's assumption line
+# says whether it was stated (see _unstated).
 _UNSTATED: dict[str, Any] = {
     "cross_entropy": None,
     "grad_reduce_in_fp32": True,
     "offloaded_activation_layers": 0,
+    "ep_overlap": False,
     "recompute_modules": None,
 }
+
+
+def _unstated(record: RunRecord, name: str) -> bool:
+    if name == "dispatcher":
+        return any(line.startswith(DISPATCHER_NOT_STATED) for line in record.assumptions)
+    return getattr(record.workload, name) == _UNSTATED[name]
 
 
 @cache
@@ -77,8 +90,7 @@ def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
 
 def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRecord:
     changes = {name: tuple(value) if isinstance(value, list) else value
-               for name, value in settings.items()
-               if getattr(record.workload, name) == _UNSTATED[name]}
+               for name, value in settings.items() if _unstated(record, name)}
     if not changes:
         return record
     workload: Workload = replace(record.workload, **changes)
