@@ -282,7 +282,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         hardware["usable_memory_fraction"] = spec.usable_memory_fraction
     return {
         "model": model_document(workload.geometry),
-        "parallelism": parallelism_document(row, str(workload.dispatcher)),
+        "parallelism": parallelism_document(row, str(workload.dispatcher))
+        | ({"ep_overlap": True} if workload.ep_overlap else {}),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
         "performance": performance,

@@ -72,7 +72,7 @@ def appendix_e(calibration: Calibration) -> list[Row]:
     """The Appendix E listing (512 B200, pp16 ep8, full recompute, Muon) under a calibration.
 
     The job runs on the calibration's stack (the paper's profile names paper-nemo)."""
-    overrides = [f"parallelism.stack={calibration.stack}"] if calibration.stack else []
+    overrides = [f"performance.stack={calibration.stack}"] if calibration.stack else []
     result = predict_job(load_job(APPENDIX_E_JOB, overrides), calibration)
     p = result.prediction
     memory_gb = float(p.memory_bytes[0]) / 1e9
