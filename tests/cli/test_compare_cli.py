@@ -80,7 +80,7 @@ def plans(tmp_path_factory) -> tuple[Path, Path]:
     for days in ("5", "10"):
         result = runner.invoke(app, ["plan", "--nodes", "8", "--days", days, "--q", "8,10",
                                      "--experts", "8,16", "--top-k", "1,2", "--split-factor",
-                                     "1,2", "--json"])
+                                     "1,2", "--price-per-gpu-hour", "3", "--json"])
         assert result.exit_code == 0, result.output
         paths.append(folder / f"plan_{days}.json")
         paths[-1].write_text(result.output)
@@ -89,7 +89,7 @@ def plans(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_two_plans(plans):
     a_path, b_path = plans
-    doc = invoke_json("compare", str(a_path), str(b_path), "--price-per-gpu-hour", "3")
+    doc = invoke_json("compare", str(a_path), str(b_path))  # each plan's own USD price
     fields = {d["field"]: (d["a"], d["b"]) for d in doc["input_differences"]}
     assert fields["envelope.days"] == (5.0, 10.0)
     assert fields["envelope.gpu_hours"] == (5 * 24 * 64, 10 * 24 * 64)

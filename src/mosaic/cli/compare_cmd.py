@@ -111,7 +111,8 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")
-    price = price if price is not None else document.get("price_per_gpu_hour")
+    if price is None:  # the plan's own price, in USD (plan files before 0.2: no currency)
+        price = document.get("price_usd_per_gpu_hour", document.get("price_per_gpu_hour"))
     capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
     tokens_per_s = optimum.get("tokens_per_s")
     assumptions = document.get("assumptions") or {}
