@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from mosaic.arch import Geometry
 from mosaic.errors import MosaicInputError
@@ -52,7 +53,7 @@ class Dispatcher(StrEnum):
         return self is not Dispatcher.ALLTOALL
 
 
-def _member(kind: type[StrEnum], value: object, name: str) -> StrEnum:
+def enum_member(kind: type[StrEnum], value: object, name: str) -> Any:
     """``value`` as a member of ``kind``, or a one-line error naming the allowed values."""
     try:
         return kind(value)
@@ -140,7 +141,7 @@ class Workload:
                            ("cross_entropy", CrossEntropy)):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _member(kind, value, name))
+                object.__setattr__(self, name, enum_member(kind, value, name))
 
     @property
     def gemm_element_bytes(self) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from mosaic.arch import Geometry, LadderGrid, enumerate_ladder_grid
@@ -21,7 +20,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.perf.workload import Dispatcher, Precision
+from mosaic.perf.workload import Dispatcher, Precision, enum_member
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
 from mosaic.stacks import get_stack
 
@@ -150,9 +149,9 @@ class Envelope:
         get_stack(self.stack)  # an unknown stack names the known ones
         if self.headroom is None:
             object.__setattr__(self, "headroom", memory_headroom(None, self.stack))
-        object.__setattr__(self, "precision", _choice(Precision, self.precision, "--precision"))
+        object.__setattr__(self, "precision", enum_member(Precision, self.precision, "--precision"))
         object.__setattr__(self, "dispatcher",
-                           _choice(Dispatcher, self.dispatcher, "--dispatcher"))
+                           enum_member(Dispatcher, self.dispatcher, "--dispatcher"))
         dtypes = self.system.device.dtypes
         if str(self.precision) not in dtypes:
             raise MosaicInputError(
@@ -235,15 +234,6 @@ class Envelope:
             "c_peak_flops": self.c_peak_flops,
             "gpu_hours": self.gpu_hours,
         }
-
-
-def _choice(kind: type[StrEnum], value: object, flag: str) -> Any:
-    """``value`` as a member of ``kind``, or one line naming the allowed values."""
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(member.value for member in kind)
-        raise MosaicInputError(f"{flag} {value!r}: allowed values are {allowed}") from None
 
 
 def _positive_ints(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
