@@ -173,7 +173,7 @@
       $("metrics").classList.toggle("stale", !body.ok);
       if (!body.ok) {
         showErrors(body.errors, "job-form", "general-error");
-        ["m-step", "m-tokens", "m-mfu", "m-memory", "m-verdict"].forEach(function (id) { $(id).textContent = "–"; });
+        ["m-step", "m-tokens", "m-mfu", "m-memory", "m-verdict", "m-coverage"].forEach(function (id) { $(id).textContent = "–"; });
         $("m-verdict").className = "";
         return;
       }
@@ -195,6 +195,9 @@
       $("m-model").textContent = m.layers + " layers, d=" + m.d_model + ", N_tot " + si(m.n_total) +
         ", N_act " + si(m.n_active) + " (non-embedding)" + (m.experts ? ", E=" + m.experts + " K=" + m.top_k : ", dense");
       $("m-layout").textContent = body.layout + " on " + p.hardware.devices + " × " + p.hardware.system;
+      $("m-coverage").textContent = (p.coverage_summary || []).map(function (row) {
+        return row[0] + ": " + row[1];
+      }).join("; ");
       $("m-latency").textContent = "predicted in " + body.predict_ms.toFixed(1) + " ms (server, with charts " +
         body.total_ms.toFixed(1) + " ms)";
       draw("chart-step", body.figures.step);
