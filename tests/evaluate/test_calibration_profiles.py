@@ -11,6 +11,7 @@ import yaml
 from mosaic.config.run_records import load_run_records
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import CHI_BOUNDS, fit_calibration, record_baselines
+from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.calibration import BUILT_IN_PROFILES, built_in_calibration, load_calibration
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
@@ -54,7 +55,7 @@ def test_refitting_on_the_shipped_data_reproduces_the_built_in_profile(profile: 
     if not runs.exists():
         pytest.skip(f"{runs} not present (the shared calibration data is outside the repo)")
     shipped = built_in_calibration(profile)
-    baselines = record_baselines(load_run_records(runs).records, shipped)
+    baselines = record_baselines(apply_record_settings(load_run_records(runs)).records, shipped)
     refit = fit_calibration(baselines, shipped, name=profile, provenance="test")
     shipped_doc, refit_doc = shipped.to_document(), refit.to_document()
     assert refit_doc["constants"] == yaml.safe_load(yaml.safe_dump(shipped_doc["constants"]))
@@ -73,15 +74,15 @@ def test_closed_form_equals_the_full_prediction_on_every_shipped_run(profile: st
     if not runs.exists():
         pytest.skip(f"{runs} not present (the shared calibration data is outside the repo)")
     calibration = built_in_calibration(profile)
-    records = [r for r in load_run_records(runs).records if not r.oom]
+    records = [r for r in apply_record_settings(load_run_records(runs)).records if not r.oom]
     closed = calibrated_step_time_s(record_baselines(records, calibration), calibration)
     for record, closed_s in zip(records, closed, strict=True):
         machine = machine_for(record.cluster, record.workload.precision)
         full = predict_step(record.workload, record.plan, machine, calibration)
-        # Measured: all runs within 0.4% except the torchtitan Llama-3.1-405B pipeline run
-        # (1.3%), where the attention factor acts on a per-op recompute the closed form
-        # counts once.
-        assert closed_s == pytest.approx(full.step_time_s[0], rel=1.5e-2), record.id
+        # Measured: all runs within 0.5% except the torchtitan Llama-3.1-405B FSDP + pipeline
+        # run (1.6%): its stack's attention factor (0.80) also lengthens the compute its FSDP
+        # gathers hide behind, a window the closed form holds at the base calibration's.
+        assert closed_s == pytest.approx(full.step_time_s[0], rel=2e-2), record.id
         terms = np.array([v[0] for v in full.breakdown_s.values()])
         assert (terms >= 0).all(), record.id
         assert terms.sum() == pytest.approx(full.step_time_s[0], rel=1e-9)

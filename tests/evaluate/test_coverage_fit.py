@@ -10,6 +10,7 @@ import pytest
 from mosaic.config.run_records import load_run_records
 from mosaic.evaluate.calibrate import leave_one_group_out, record_baselines
 from mosaic.evaluate.coverage_fit import build_coverage
+from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.calibration import built_in_calibration
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
@@ -27,7 +28,7 @@ def test_shipped_coverage_is_up_to_date(profile: str) -> None:
     if not runs.exists():
         pytest.skip(f"{runs} not present (the shared calibration data is outside the repo)")
     shipped = built_in_calibration(profile)
-    records = load_run_records(runs).records
+    records = apply_record_settings(load_run_records(runs)).records  # as `mosaic calibrate`
     baselines = record_baselines(records, shipped)
     by_id = {r.id: r for r in records}
     groups = [by_id[i].source_key if cv == "source" else by_id[i].group_key
