@@ -138,20 +138,29 @@ def test_dense_prediction_equals_every_plan_computed():
     _equal_trees(factorised, reference)
 
 
+def _two_plans() -> ParallelPlans:
+    return plans_from_columns(
+        tp=[2, 4], pp=[1, 2], vpp=[1, 1], cp=[1, 1], dp=[4, 1], ep=[1, 1], etp=[1, 1],
+        micro_batch=[1, 1], sharding=[0, 0], checkpointing=[0, 0], hsdp_shard=[4, 1],
+        sequence_parallel=[True, True])
+
+
 def test_reading_an_undeclared_field_fails_loudly():
     @plan_key("tp")
     def reads_dp(plans: ParallelPlans) -> np.ndarray:
         return plans.tp * plans.dp
 
     with pytest.raises(UndeclaredPlanFieldError, match="'dp'"):
-        reads_dp(single_plan(tp=2, dp=4))
+        reads_dp(_two_plans())
 
     @plan_key("tp")
     def compares_pp(plans: ParallelPlans) -> np.ndarray:
         return np.where(plans.pp > 1, plans.tp, 0)
 
     with pytest.raises(UndeclaredPlanFieldError, match="'pp'"):
-        compares_pp(single_plan(tp=2))
+        compares_pp(_two_plans())
+    # a single plan has nothing to share: it is computed directly
+    np.testing.assert_array_equal(reads_dp(single_plan(tp=2, dp=4)), [8])
 
 
 def test_len_of_restricted_plans_is_the_distinct_count():

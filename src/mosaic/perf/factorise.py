@@ -42,6 +42,7 @@ _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions retur
 
 
 _STATE = {"enabled": True}
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 @contextlib.contextmanager
@@ -194,31 +195,35 @@ def gather(value: Any, index: np.ndarray) -> Any:
         return tuple(gather(v, index) for v in value)
     if isinstance(value, dict):
         return {key: gather(v, index) for key, v in value.items()}
-    if is_dataclass(value) and not isinstance(value, type):
-        return type(value)(**{f.name: gather(getattr(value, f.name), index)
-                              for f in fields(value)})
+    names = _dataclass_fields(type(value))
+    if names:
+        return type(value)(**{name: gather(getattr(value, name), index) for name in names})
     return value
 
 
+def _dataclass_fields(kind: type) -> tuple[str, ...]:
+    """Field names of a dataclass type (empty for other types), looked up once per type."""
+    if kind not in _FIELDS:
+        _FIELDS[kind] = (tuple(f.name for f in fields(kind))
+                         if is_dataclass(kind) and kind is not ParallelPlans else ())
+    return _FIELDS[kind]
+
+
 def _per_plan_arrays(value: Any, n: int) -> list[np.ndarray]:
-    """The arrays of length ``n`` inside ``value`` (tuples, dicts and dataclasses too)."""
+    """The arrays of length ``n`` inside ``value``: tuples, lists, dicts and dataclasses of
+    arrays (such as StageParameters or BlockTimes) are searched; catalog objects (Machine,
+    Workload), whose fields are not all arrays, are not."""
     if isinstance(value, np.ndarray):
         return [value] if value.ndim and value.shape[0] == n else []
     if isinstance(value, tuple | list):
         return [a for v in value for a in _per_plan_arrays(v, n)]
     if isinstance(value, dict):
         return [a for v in value.values() for a in _per_plan_arrays(v, n)]
-    if _struct_of_arrays(value):
-        return [a for f in fields(value) for a in _per_plan_arrays(getattr(value, f.name), n)]
+    names = _dataclass_fields(type(value))
+    values = [getattr(value, name) for name in names]
+    if names and all(isinstance(v, np.ndarray | dict) for v in values):
+        return [a for v in values for a in _per_plan_arrays(v, n)]
     return []
-
-
-def _struct_of_arrays(value: Any) -> bool:
-    """A dataclass instance whose fields are all arrays (or dicts of arrays), such as
-    StageParameters or BlockTimes; catalog objects (Machine, Workload) are not."""
-    return (is_dataclass(value) and not isinstance(value, type | ParallelPlans)
-            and all(isinstance(getattr(value, f.name), np.ndarray | dict)
-                    for f in fields(value)))
 
 
 def _check_carried(label: str, name: str, value: Any, plans: ParallelPlans,
@@ -283,28 +288,31 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
         if missing:
             raise ValueError(f"plan_key: {label} has no arguments {missing}")
 
+        parameters = list(signature.parameters)
+        plans_position = parameters.index("plans")
+
         @functools.wraps(function)
         def on_distinct_rows(*args: P.args, **kwargs: P.kwargs) -> R:
-            if not _STATE["enabled"]:
-                return function(*args, **kwargs)
-            bound = signature.bind(*args, **kwargs)
-            arguments = bound.arguments
-            plans = arguments["plans"]
+            plans = args[plans_position] if len(args) > plans_position else kwargs["plans"]
             n = len(plans)
+            if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
+                return function(*args, **kwargs)
             representatives, inverse = distinct_rows(plans, key)
-            for name, value in arguments.items():
+            named = [*zip(parameters, args, strict=False), *kwargs.items()]
+            given: dict[str, Any] = {}
+            for name, value in named:
                 if name == "plans":
-                    continue
-                if name in carried:
+                    value = _restricted(plans, declared, representatives, label)
+                elif name in carried:
                     _check_carried(label, name, value, plans, declared, representatives,
                                    inverse)
-                    arguments[name] = gather(value, representatives)
-                elif n > 1 and _per_plan_arrays(value, n):
+                    value = gather(value, representatives)
+                elif _per_plan_arrays(value, n):
                     raise UndeclaredPlanFieldError(
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
-            arguments["plans"] = _restricted(plans, declared, representatives, label)
-            result = gather(function(*bound.args, **bound.kwargs), inverse)
+                given[name] = value
+            result = gather(function(**given), inverse)  # type: ignore[arg-type]
             _remember_outputs(result, plans, declared)
             return result  # type: ignore[no-any-return]
 
