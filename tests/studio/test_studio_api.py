@@ -108,7 +108,10 @@ def test_out_of_memory_is_a_prediction_with_its_reason(studio):
     assert status == 200
     p = body["prediction"]
     assert not p["feasible"] and p["overshoot_gib"] > 0
-    assert p["memory_gib"] == pytest.approx(p["memory_capacity_gib"] + p["overshoot_gib"])
+    # The overshoot is over the usable share (perf.headroom: 0.9 by default), not the device.
+    assert p["usable_memory_fraction"] == 0.9
+    assert p["memory_gib"] == pytest.approx(
+        p["usable_memory_fraction"] * p["memory_capacity_gib"] + p["overshoot_gib"])
 
 
 def test_layouts_rank_like_the_cli(studio, tmp_path):

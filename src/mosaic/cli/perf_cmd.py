@@ -47,6 +47,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)",
         "memory_gib": float(p.memory_bytes[0] / GIB),
         "memory_capacity_gib": machine.hbm_bytes / GIB,
+        "usable_memory_fraction": machine.usable_memory_fraction,  # perf.headroom
         "feasible": bool(p.feasible[0]),
         "overshoot_gib": float(p.overshoot_bytes[0] / GIB),
         "chi_sys": float(p.chi_sys[0]),
@@ -93,7 +94,8 @@ def _render(document: dict[str, Any]) -> None:
             (
                 "memory per GPU",
                 f"{document['memory_gib']:.2f} of "
-                f"{document['memory_capacity_gib']:.1f} GiB, {verdict}",
+                f"{document['memory_capacity_gib']:.1f} GiB ("
+                f"{document['usable_memory_fraction']:.0%} usable), {verdict}",
             ),
             ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
             ("attention kernel", document["attention_kernel"]),

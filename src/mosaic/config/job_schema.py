@@ -40,6 +40,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
 from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
+from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans
@@ -86,8 +87,9 @@ class HardwareBlock(_Strict):
     system: str = Field(description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
     nodes: int | None = Field(default=None, gt=0, le=LIMITS["nodes"].high,
                               description="nodes; else search.devices")
-    usable_memory_fraction: float = Field(
-        default=1.0, gt=0, le=1, description="share of device memory a plan may fill"
+    usable_memory_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="share of device memory a plan may fill; "
+        "default: the stack's documented share, else 0.9 (mosaic.perf.headroom)"
     )
     gemm_table: Path | None = Field(default=None, description="measured GEMM times CSV/Parquet")
     grouped_gemm_table: Path | None = Field(
@@ -250,13 +252,17 @@ def job_from_document(document: dict[str, Any], where: str,
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"
                                ) from None
     n_devices = search.devices if search.devices is not None else int(plan.n_devices[0])
+    headroom = memory_headroom(hardware.usable_memory_fraction, workload.stack)
+    if hardware.usable_memory_fraction is None:
+        notes.append(f"hardware.usable_memory_fraction unstated: {headroom.usable_fraction:g} "
+                     f"({headroom.source})")
     return JobSpec(
         workload=workload,
         plan=plan,
         system_name=hardware.system,
         n_devices=n_devices,
         nodes=hardware.nodes,
-        usable_memory_fraction=hardware.usable_memory_fraction,
+        usable_memory_fraction=headroom.usable_fraction,
         tables=_measured_tables(hardware, Path(where).parent),
         assumptions=tuple(notes),
     )
