@@ -151,7 +151,8 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
             if search.ranking.size else None)
     return {
         "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,
-                     "devices": cluster.n_devices},
+                     "devices": cluster.n_devices,
+                     "usable_memory_fraction": machine.usable_memory_fraction},
         "mfu_peak": f"dense bf16 datasheet peak of {machine.device_name} "
         f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)",
         "n_candidates": search.n_candidates,
@@ -197,7 +198,8 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
     console.print(
         f"{hardware['devices']} x {hardware['system']}: {document['n_candidates']:,} "
         f"candidate layouts, {document['n_plans']:,} pass the divisibility rules, "
-        f"{document['n_feasible']:,} fit in {capacity_gib:.1f} GiB per GPU. "
+        f"{document['n_feasible']:,} fit in {hardware['usable_memory_fraction']:.0%} of "
+        f"{capacity_gib:.1f} GiB per GPU. "
         f"MFU against the {document['mfu_peak']}.", highlight=False)
     rows = document["rows"]
     if rows:
