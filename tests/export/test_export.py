@@ -9,6 +9,7 @@ the exporter, so a misspelt key fails here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import tomllib
@@ -20,7 +21,7 @@ from typer.testing import CliRunner
 
 from mosaic.cli.export_cmd import load_export_spec
 from mosaic.cli.main import app
-from mosaic.export import ExportSpec, export
+from mosaic.export import ExportSpec, export, spec_from_plan_document
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "appendix_e.yaml"
@@ -270,3 +271,24 @@ def test_cli_unknown_target_is_one_line():
     assert result.exit_code == 2
     assert "--to 'deepspeed' is not a target; allowed: megatron, nemo, torchtitan, maxtext" \
         in result.output
+
+
+def test_plan_optimum_carries_the_job_blocks(plan_json):
+    """A plan candidate writes its layout and batch as job files do (docs/schema.md); the
+    export reads them and gets what the older plan row and envelope gave."""
+    from mosaic.config.blocks import BatchBlock, ParallelismBlock
+
+    document = json.loads(plan_json.read_text())
+    optimum = document["optimum"]
+    layout = ParallelismBlock.model_validate(optimum["parallelism"])
+    batch = BatchBlock.model_validate(optimum["batch"])
+    row = optimum["plan"]
+    assert (layout.tp, layout.pp, layout.ep, layout.dp) == (row["tp"], row["pp"], row["ep"],
+                                                            row["dp"])
+    assert (batch.global_seqs, batch.micro_seqs) == (optimum["global_batch"], row["micro_batch"])
+    older = {**document, "optimum": {k: v for k, v in optimum.items()
+                                     if k not in ("parallelism", "batch")}}
+    new, old = spec_from_plan_document(document, "p"), spec_from_plan_document(older, "p")
+    if new.sharding != "hsdp":  # the shard group only means something under HSDP
+        old = dataclasses.replace(old, hsdp_shard=None)
+    assert new == old

@@ -104,7 +104,8 @@ SetOption = Annotated[
     typer.Option("--set", help="override a field: block.field=value (repeatable)"),
 ]
 JobArgument = Annotated[
-    Path, typer.Argument(help="job YAML (model, moe, data, parallelism, hardware)")
+    Path, typer.Argument(help="job YAML (model, parallelism, batch, performance, hardware; "
+                              "docs/schema.md) or a run record as RUNS.yaml#ID")
 ]
 
 

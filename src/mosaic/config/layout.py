@@ -137,9 +137,10 @@ def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> d
     """The canonical ``parallelism`` block of one plan row (:meth:`ParallelPlans.row`)."""
     document: dict[str, object] = {key: row[key] for key in ("tp", "pp", "vpp", "cp", "dp",
                                                              "ep", "etp")}
-    document["sequence_parallel"] = bool(row["sequence_parallel"])
+    # A row without it comes from the layout search, which sets it with tp > 1.
+    document["sequence_parallel"] = bool(row.get("sequence_parallel", int(row["tp"]) > 1))
     document["sharding"] = str(row["sharding"])
-    if row["sharding"] == "hsdp" and row.get("hsdp_shard") not in (None, row["dp"]):
+    if row["sharding"] == "hsdp" and row.get("hsdp_shard") is not None:
         document["hsdp_shard"] = row["hsdp_shard"]
     document["dispatcher"] = str(dispatcher)
     return document

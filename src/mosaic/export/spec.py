@@ -120,6 +120,33 @@ def _plan_geometry(optimum: dict[str, Any], source: str) -> Geometry:
                                "the output of `mosaic plan --json`") from None
 
 
+def _optimum_layout(document: dict[str, Any], source: str
+                    ) -> tuple[dict[str, Any], int, int, str | None]:
+    """(layout, global batch, sequence length, dispatcher) of a plan document's optimum.
+
+    Its ``parallelism`` and ``batch`` blocks (docs/schema.md) when present; else the
+    ``plan`` row and the envelope's batch of older plan documents.
+    """
+    optimum, envelope = document["optimum"], document.get("envelope") or {}
+    if "parallelism" in optimum and "batch" in optimum:
+        from mosaic.config.blocks import BatchBlock, ParallelismBlock
+        from mosaic.schema_validation import validate_mapping
+
+        layout = validate_mapping(ParallelismBlock, optimum["parallelism"],
+                                  f"{source}: optimum.parallelism").model_dump()
+        batch = validate_mapping(BatchBlock, optimum["batch"], f"{source}: optimum.batch")
+        row = optimum.get("plan") or {}
+        layout.update(micro_batch=batch.micro_seqs or 1,
+                      checkpointing=row.get("checkpointing", "none"))
+        return layout, batch.global_seqs, batch.seq_len, layout.get("dispatcher")
+    step = document.get("optimum_step") or {}
+    plan = dict(optimum.get("plan") or {}) | dict(step.get("plan") or {})
+    missing = [k for k in ("tp", "pp", "cp", "dp", "ep", "micro_batch") if k not in plan]
+    if missing or "global_batch" not in envelope or "seq_len" not in envelope:
+        raise MosaicInputError(f"{source}: plan document lacks {missing or 'envelope batch'}")
+    return plan, int(envelope["global_batch"]), int(envelope["seq_len"]), None
+
+
 def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec:
     """From the JSON of ``mosaic plan --json`` (its optimum and the optimum's layout)."""
     if not isinstance(document, dict) or "optimum" not in document:
@@ -128,22 +155,18 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
     if not optimum:
         raise MosaicInputError(f"{source}: the plan has no trainable optimum to export")
     envelope = document.get("envelope") or {}
-    step = document.get("optimum_step") or {}
-    plan = dict(optimum.get("plan") or {}) | dict(step.get("plan") or {})
-    missing = [k for k in ("tp", "pp", "cp", "dp", "ep", "micro_batch") if k not in plan]
-    if missing or "global_batch" not in envelope or "seq_len" not in envelope:
-        raise MosaicInputError(f"{source}: plan document lacks {missing or 'envelope batch'}")
+    plan, global_batch, seq_len, dispatcher = _optimum_layout(document, source)
     return ExportSpec(
         geometry=_plan_geometry(optimum, source),
-        tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp", 1)),
-        cp=int(plan["cp"]), dp=int(plan["dp"]), ep=int(plan["ep"]),
-        etp=int(plan.get("etp", 1)), micro_batch=int(plan["micro_batch"]),
-        global_batch=int(envelope["global_batch"]), seq_len=int(envelope["seq_len"]),
+        tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp") or 1),
+        cp=int(plan["cp"]), dp=int(plan["dp"]), ep=int(plan.get("ep") or 1),
+        etp=int(plan.get("etp") or 1), micro_batch=int(plan["micro_batch"]),
+        global_batch=global_batch, seq_len=seq_len,
         sharding=str(plan.get("sharding", "zero1")),
         hsdp_shard=plan.get("hsdp_shard") or None,
         sequence_parallel=bool(plan.get("sequence_parallel", int(plan["tp"]) > 1)),
         checkpointing=str(plan.get("checkpointing", "none")),
         precision=str(envelope.get("precision", "bf16")),
-        dispatcher=str(envelope.get("dispatcher", "alltoall")),
+        dispatcher=str(dispatcher or envelope.get("dispatcher", "alltoall")),
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )

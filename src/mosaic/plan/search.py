@@ -27,6 +27,7 @@ import numpy as np
 
 from mosaic.arch import LadderGrid
 from mosaic.config.convert import model_document
+from mosaic.config.layout import batch_document, parallelism_document
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
@@ -48,7 +49,7 @@ from mosaic.plan.ray_backend import current_backend
 from mosaic.threads import limit_blas_threads
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Sec. 2.1)
-PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "micro_batch",
+PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard", "micro_batch",
              "checkpointing")
 GEOMETRY_KEYS = ("q", "layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn")
 
@@ -363,6 +364,11 @@ class PlanResult:
             entry["batch_bound_tokens"] = float(self.batch_bound_tokens[row])
         if not grid.is_ladder:  # a backbone variant: the whole model, as a model block
             entry["model"] = model_document(grid.geometry(row))
+        plan = table.plans[row]
+        if plan is not None:  # the layout and batch as a job file writes them (docs/schema.md)
+            entry["parallelism"] = parallelism_document(plan, str(self.envelope.dispatcher))
+            entry["batch"] = batch_document(entry["global_batch"], self.envelope.seq_len,
+                                            int(plan["micro_batch"]))
         return entry
 
     def candidates(self, top: int | None = None) -> list[dict[str, Any]]:
