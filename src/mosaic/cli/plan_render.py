@@ -150,8 +150,9 @@ def print_comparison(document: dict[str, Any]) -> None:
              f"{document['continuous_optimum']['sparsity']:.4f}"
              + (" (on the S bound)" if document["continuous_optimum"]["at_sparsity_boundary"]
                 else "")),
-            ("model-FLOPs pick on the grid", f"q={mf['q']} E={mf['experts']} K={mf['top_k']} "
-                                             f"S={mf['sparsity']:.4f}"),
+            ("model-FLOPs pick on the grid",
+             (f"q={mf['q']}" if mf["q"] else f"L={mf['layers']} d={mf['d_model']}")
+             + f" E={mf['experts']} K={mf['top_k']} S={mf['sparsity']:.4f}"),
             ("pick deliverable in the window",
              f"{'yes' if mf['prescription_feasible'] else 'no'} "
              f"({mf['deliverable_flops']:.3g} FLOP)"),

@@ -49,7 +49,8 @@ def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
             "sparsity_range": list(continuous.sparsity_range),
         },
         "model_flops_geometry": {
-            "q": int(grid.q[row]), "experts": int(grid.experts[row]),
+            "q": int(grid.q[row]), "layers": int(grid.layers[row]),
+            "d_model": int(grid.d_model[row]), "experts": int(grid.experts[row]),
             "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row]),
             "sparsity": float(grid.sparsity[row]), "n_active": float(grid.n_active[row]),
             "deliverable_flops": comparison.model_flops_deliverable_flops,
