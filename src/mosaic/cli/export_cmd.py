@@ -36,7 +36,8 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
 
 def export_command(
     source: Annotated[Path, typer.Argument(
-        help="job YAML, or the JSON of `mosaic plan --json` (its optimum is exported)")],
+        help="job YAML, a run record as RUNS.yaml#ID, or the JSON of `mosaic plan "
+             "--json` (its optimum is exported)")],
     to: Annotated[str, typer.Option("--to", help=f"target: {', '.join(TARGETS)}")],
     out: Annotated[Path | None, typer.Option("--out", help="write here instead of stdout")
                    ] = None,

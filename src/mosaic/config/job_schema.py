@@ -155,7 +155,9 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
         parts = tuple(part.strip() for part in key.strip().split("."))
         if not sep or not min_depth <= len(parts) <= 3 or not all(parts):
             raise MosaicInputError(f"--set {item!r}: expected block.field=value")
-        path, value_rule = canonical_path(parts, rules, used)
+        renamed: set[str] = set()
+        path, value_rule = canonical_path(parts, rules, renamed)
+        used.update(f"--set {label}" for label in renamed)
         if not path:
             continue  # a paper field that is not modelled
         if path[0] not in known:
