@@ -123,6 +123,11 @@ class ParallelismBlock(_Strict):
         default=None, min_length=1,
         description="MoE token dispatcher: alltoall, deepep or hybridep (a name containing "
                     "one of them); None = alltoall")
+    vocab_in_pipeline_split: bool = Field(
+        default=False,
+        description="the embedding and the loss each take one layer slot when blocks are split "
+                    "over pipeline stages (Megatron-LM --account-for-embedding-in-pipeline-split "
+                    "and --account-for-loss-in-pipeline-split); pp·vpp must divide layers + 2")
     ep_overlap: bool = Field(
         default=False,
         description="batch-level EP all-to-all overlap with another micro-batch's compute "

@@ -11,7 +11,7 @@ written, and mosaic's earlier spellings load with a deprecation warning
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -233,6 +233,7 @@ def job_from_document(document: dict[str, Any], where: str,
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
+        vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
     devices = search.devices
     if devices is None and hardware.nodes is not None:
@@ -291,7 +292,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     return {
         "model": model_document(workload.geometry),
         "parallelism": parallelism_document(row, str(workload.dispatcher))
-        | ({"ep_overlap": True} if workload.ep_overlap else {}),
+        | ({"ep_overlap": True} if workload.ep_overlap else {})
+        | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {}),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
         "performance": performance,
@@ -310,21 +312,26 @@ def job_from_run_record(record: RunRecord) -> JobSpec:
 
 
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
-                         overrides: list[str], deprecated: set[str]) -> JobSpec:
+                         overrides: list[str], deprecated: set[str],
+                         adjust_record: Callable[[RunRecord], RunRecord] | None = None
+                         ) -> JobSpec:
     from mosaic.config.run_records import RunRecordEntry, run_record_from_raw, select_run_entry
 
     raw = select_run_entry(document, path, run_id, deprecated)
     raw = apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
                           known=RunRecordEntry.model_fields, min_depth=1)
-    return job_from_run_record(run_record_from_raw(raw, f"{path}#{raw.get('id')}"))
+    record = run_record_from_raw(raw, f"{path}#{raw.get('id')}")
+    return job_from_run_record(adjust_record(record) if adjust_record else record)
 
 
-def load_job(path: Path, overrides: list[str] | None = None) -> JobSpec:
+def load_job(path: Path, overrides: list[str] | None = None,
+             adjust_record: Callable[[RunRecord], RunRecord] | None = None) -> JobSpec:
     """Read a job YAML file (any accepted spelling), apply ``--set`` overrides, validate.
 
     ``RUNS.yaml#ID`` (or a run-record file holding one run) loads that measured run with
-    the rules of ``mosaic validate``. Deprecated spellings in the file and the overrides
-    give one warning together.
+    the rules of ``mosaic validate``; ``adjust_record`` is applied to it first (the
+    evaluate layer's record settings: :func:`mosaic.evaluate.job.load_job_spec`).
+    Deprecated spellings in the file and the overrides give one warning together.
     """
     from mosaic.config.run_records import is_run_record_document, split_record_reference
 
@@ -332,7 +339,8 @@ def load_job(path: Path, overrides: list[str] | None = None) -> JobSpec:
     file, run_id = split_record_reference(path)
     raw_document = load_yaml_mapping(file)
     if is_run_record_document(raw_document):
-        spec = _load_run_record_job(raw_document, file, run_id, overrides or [], deprecated)
+        spec = _load_run_record_job(raw_document, file, run_id, overrides or [], deprecated,
+                                    adjust_record)
         warn_deprecated(deprecated, str(file))
         return spec
     if run_id is not None:

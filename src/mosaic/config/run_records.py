@@ -330,6 +330,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         dispatcher=dispatcher_for(entry.parallelism.dispatcher, stack, system.device.name,
                                   geometry.moe is not None, notes),
         ep_overlap=entry.parallelism.ep_overlap,
+        vocab_in_pipeline_split=entry.parallelism.vocab_in_pipeline_split,
         cross_entropy=entry.cross_entropy,
         grad_reduce_in_fp32=entry.grad_reduce_in_fp32 is not False,
         offloaded_activation_layers=entry.offloaded_activation_layers or 0,

@@ -37,6 +37,10 @@ def _pipeline_split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, n
     """Even stages: pp·vpp divides the layers. Uneven stages: chunks of ceil(L/(pp·vpp))
     blocks with the remainder short, so every chunk keeps at least one block."""
     layers = workload.geometry.layers
+    if workload.vocab_in_pipeline_split:
+        # Megatron-LM asserts (layers + 1 + 1) % pp == 0 with both account-for flags.
+        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers + 2 = {layers + 2} (embedding and "
+                "loss each take a pipeline slot)", _not_divisible(layers + 2, chunks))
     if not workload.uneven_pipeline_stages:
         return (f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}",
                 _not_divisible(layers, chunks))

@@ -188,10 +188,12 @@ class StageParameters:
 
 @plan_key(*STAGE_PARAMETER_KEY)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
-                     remainder_last: bool = False) -> StageParameters:
+                     remainder_last: bool = False, vocab_in_split: bool = False
+                     ) -> StageParameters:
     """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
     counts = count_parameters(geometry)
-    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, remainder_last)
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, remainder_last,
+                                            vocab_in_split)
     dense_blocks = blocks - moe_blocks
     tp = plans.tp.astype(float)
     expert_split = (plans.ep * plans.etp).astype(float)
@@ -573,7 +575,8 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     """
     geometry = workload.geometry
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
-                                            workload.uneven_pipeline_stages)
+                                            workload.uneven_pipeline_stages,
+                                            workload.vocab_in_pipeline_split)
     dense_blocks = blocks - moe_blocks
     per_microbatch = dense_blocks * activation_bytes_per_layer(workload, plans, "dense")
     working_set = np.where(dense_blocks > 0, layer_working_set_bytes(workload, plans, "dense"), 0)
@@ -662,7 +665,8 @@ def communication_buffer_bytes(
     moe = workload.geometry.moe
     if moe is not None:
         _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
-                                           workload.uneven_pipeline_stages)
+                                           workload.uneven_pipeline_stages,
+                                           workload.vocab_in_pipeline_split)
         send = ACTIVATION_BYTES * moe.top_k * routed_tokens(workload, plans)
         send = send * workload.geometry.d_model
         buffers = buffers + np.where((plans.ep > 1) & (moe_blocks > 0), send, 0.0)
@@ -675,7 +679,8 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                           ) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer states and master weights per GPU of the first or last
     stage, after the plan's (E)DP sharding."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages)
+    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
+                              workload.vocab_in_pipeline_split)
     states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
         "weights": weight_bytes(workload, params, plans),
@@ -690,7 +695,8 @@ def stage_memory_breakdown_bytes(
     workload: Workload, plans: ParallelPlans, stage: Stage
 ) -> dict[str, np.ndarray]:
     """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages)
+    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
+                              workload.vocab_in_pipeline_split)
     return {
         **parameter_state_bytes(workload, plans, stage),
         "activations": stage_activation_bytes(workload, plans, stage),

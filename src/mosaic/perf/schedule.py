@@ -18,7 +18,7 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
-Stage = Literal["first", "last"]
+Stage = Literal["first", "last", "middle"]
 
 
 def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -53,19 +53,60 @@ def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
     return -(-past_prefix // moe.moe_every)
 
 
+def _vocab_split_stage_counts(geometry: Geometry, plans: ParallelPlans, stage: Stage
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, MoE blocks) on a pipeline rank when the embedding and the loss each count as
+    one layer of the split (Megatron-LM --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split: L + 2 slots cut into pp·vpp chunks, the embedding
+    in slot 0 on the first rank, the loss in the last slot on the last rank; Megatron-Bridge
+    pipeline layouts such as "Et|(tt|)*30mL" do the same). ``middle`` is rank 1, the rank
+    that holds only blocks (the first rank when pp < 3)."""
+    layers = geometry.layers
+    slots = layers + 2
+    chunk = -(-slots // (plans.pp * plans.vpp))
+    if stage == "first":
+        rank = np.zeros_like(plans.pp)
+    elif stage == "last":
+        rank = plans.pp - 1
+    else:
+        rank = np.where(plans.pp > 2, 1, 0)
+    blocks = np.zeros_like(plans.pp)
+    moe_blocks = np.zeros_like(plans.pp)
+    for c in range(int(plans.vpp.max())):
+        start = (rank + c * plans.pp) * chunk
+        stop = np.minimum(start + chunk, slots)
+        # Slot p holds block p - 1 for 1 <= p <= L.
+        first_block = np.minimum(np.maximum(start, 1), layers + 1) - 1
+        end_block = np.minimum(np.maximum(stop, 1), layers + 1) - 1
+        held = c < plans.vpp
+        blocks = blocks + np.where(held, end_block - first_block, 0)
+        moe_in_chunk = (_moe_blocks_below(end_block, geometry.moe)
+                        - _moe_blocks_below(first_block, geometry.moe))
+        moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
+    return blocks, moe_blocks
+
+
 @plan_key("pp", "vpp")
 def stage_layer_counts(
-    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False
+    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
+    vocab_in_split: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(blocks, MoE blocks) on the first or last pipeline rank.
+    """(blocks, MoE blocks) on the first or last pipeline rank (or a ``middle`` one).
 
     Blocks are cut into pp·vpp chunks of ceil(L/(pp·vpp)); pipeline rank r holds chunks r,
     r + pp, r + 2pp, ... When pp·vpp does not divide L, ``remainder_last`` (a job's
     ``uneven_pipeline_stages``) cuts the chunks in order with the short one at the end;
     otherwise (a layout whose split is not stated) the first and last ranks both get full
     chunks, the conservative reading. Real block indices decide which blocks are MoE, so
-    the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage.
+    the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage. With
+    ``vocab_in_split`` the embedding and the loss take one slot each
+    (:func:`_vocab_split_stage_counts`); without it a ``middle`` rank holds full chunks,
+    the count the conservative reading gives the first rank.
     """
+    if vocab_in_split:
+        return _vocab_split_stage_counts(geometry, plans, stage)
+    if stage == "middle":
+        stage = "first"
     layers = geometry.layers
     chunk = -(-layers // (plans.pp * plans.vpp))
     blocks = np.zeros_like(plans.pp)
@@ -116,7 +157,8 @@ def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
     """Every schedule quantity of ``plans``, computed once."""
     uneven = workload.uneven_pipeline_stages
     n_mb = n_microbatches(workload, plans)
-    stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, uneven))
+    stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, uneven,
+                                                     workload.vocab_in_pipeline_split))
               for stage in ("first", "last")}
     return Schedule(
         n_microbatches=n_mb, first=stages["first"], last=stages["last"],

@@ -238,6 +238,50 @@ def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
 
 
+def balanced_vocab_stage_s(vocab_per_mb: np.ndarray, t_first: np.ndarray, t_last: np.ndarray,
+                           n_mb: np.ndarray, bubble_fraction: np.ndarray, pp: np.ndarray
+                           ) -> np.ndarray:
+    """Vocabulary time of a pipeline whose ends hold fewer blocks (embedding and loss in the
+    split): the slowest stage's vocabulary share ``vocab_per_mb`` on every micro-batch (and
+    in the bubble), plus each end's once in fill and drain; one stage runs both ends on
+    every micro-batch, as in Eq. 13."""
+    pipelined = (n_mb * vocab_per_mb * (1 + bubble_fraction) + t_first + t_last
+                 - vocab_per_mb)
+    return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
+
+
+def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
+                              moe: BlockTimes, t_first: np.ndarray, t_last: np.ndarray
+                              ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
+                                         np.ndarray]:
+    """The stage that paces the pipeline when the embedding and the loss take pipeline
+    slots: the slowest of the first (blocks + embedding), a middle (blocks only) and the
+    last (blocks + LM head and loss) rank. Returns its block terms per micro-batch, its
+    block and MoE-block counts and its vocabulary seconds per micro-batch."""
+    one_stage = plans.pp == 1
+    vocab = {"first": np.where(one_stage, t_first + t_last, t_first),
+             "middle": np.zeros(len(plans)), "last": np.where(one_stage, 0.0, t_last)}
+    best: dict[str, np.ndarray] | None = None
+    best_total = best_blocks = best_moe_blocks = best_vocab = None
+    for stage in ("first", "middle", "last"):
+        blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
+                                                vocab_in_split=True)
+        terms = _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans)
+        total = sum(terms.values()) + vocab[stage]
+        if best is None:
+            best, best_total = terms, total
+            best_blocks, best_moe_blocks, best_vocab = blocks, moe_blocks, vocab[stage]
+            continue
+        slower = total > best_total
+        best = {k: np.where(slower, v, best[k]) for k, v in terms.items()}
+        best_total = np.where(slower, total, best_total)
+        best_blocks = np.where(slower, blocks, best_blocks)
+        best_moe_blocks = np.where(slower, moe_blocks, best_moe_blocks)
+        best_vocab = np.where(slower, vocab[stage], best_vocab)
+    assert best is not None
+    return best, best_blocks, best_moe_blocks, best_vocab
+
+
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
                           ) -> tuple[np.ndarray, np.ndarray]:
     """(dense, routed-expert) parameters per GPU of the largest block, FSDP's unit."""
@@ -494,8 +538,13 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
 
 
 def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
-                 calibration: Calibration) -> StepPrediction:
-    """Step time, throughput, utilisation and memory of every plan."""
+                 calibration: Calibration, *,
+                 memory_breakdown: dict[str, np.ndarray] | None = None) -> StepPrediction:
+    """Step time, throughput, utilisation and memory of every plan.
+
+    ``memory_breakdown``: :func:`memory_breakdown_bytes` of these plans when the caller
+    already has it (a search that checks memory before timing); else it is computed.
+    """
     geometry = workload.geometry
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
@@ -506,7 +555,12 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     n_mb = n_microbatches(workload, plans).astype(float)
     dense = dense_block_times(machine, workload, plans)
     block = moe_block_times(machine, workload, plans) if geometry.moe else dense
-    block_terms, blocks, moe_blocks = _heaviest_stage_blocks(workload, plans, dense, block)
+    t_first, t_last = _vocab_stage_times(machine, workload, plans)
+    if workload.vocab_in_pipeline_split:
+        block_terms, blocks, moe_blocks, vocab_per_mb = _slowest_stage_with_vocab(
+            workload, plans, dense, block, t_first, t_last)
+    else:
+        block_terms, blocks, moe_blocks = _heaviest_stage_blocks(workload, plans, dense, block)
     pipeline_p2p = _pipeline_send_recv(machine, workload, plans,
                                        block.forward * blocks / plans.vpp)
     attention_core_per_mb = block_terms.pop("attention_core_recompute") + block_terms[
@@ -534,12 +588,16 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     block_compute_s = n_mb * t_cmp * (1 + f_bubble)
     block_dispatch_floor_s = n_mb * t_disp * (1 + f_bubble)
     routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)
-    t_first, t_last = _vocab_stage_times(machine, workload, plans)
-    breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
+    if workload.vocab_in_pipeline_split:
+        breakdown["vocab_stage"] = balanced_vocab_stage_s(vocab_per_mb, t_first, t_last, n_mb,
+                                                          f_bubble, plans.pp)
+    else:
+        breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
     uneven = workload.uneven_pipeline_stages
-    params = stage_parameters(geometry, plans, "last", uneven)
-    first_params = stage_parameters(geometry, plans, "first", uneven)
+    vocab_split = workload.vocab_in_pipeline_split
+    params = stage_parameters(geometry, plans, "last", uneven, vocab_split)
+    first_params = stage_parameters(geometry, plans, "first", uneven, vocab_split)
     heavier_first = first_params.total > params.total
     params = StageParameters(**{
         name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
@@ -573,7 +631,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL, 1 / 3, 0.0)
     hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
                       + lm_head_flops_per_token(geometry) * tokens)
-    memory = memory_breakdown_bytes(workload, plans)
+    memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
+              else memory_breakdown)
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)

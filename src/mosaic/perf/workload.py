@@ -94,6 +94,11 @@ class Workload:
             (--recompute-modules: core_attn, mla_up_proj, layernorm, moe_act, mlp, moe,
             shared_experts); None = core_attn only, its default. Read under selective
             checkpointing on stacks whose selective recompute is Megatron's.
+        vocab_in_pipeline_split: the embedding and the loss each count as one layer when
+            the blocks are split over pipeline stages (Megatron-LM
+            --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split,
+            Megatron-Bridge layouts such as "Et|(tt|)*30mL"), so the end stages hold fewer
+            blocks and the step runs at the pace of the slowest stage, vocabulary included.
         ep_overlap: batch-level EP communication overlap (Megatron-Core
             --overlap-moe-expert-parallel-comm, DeepSeek DualPipe): one micro-batch's
             all-to-alls hide behind another's block compute. Off by default, as in
@@ -113,6 +118,7 @@ class Workload:
     attention_kernel: AttentionKernel | None = None
     fsdp_gather: FsdpGather | None = None
     uneven_pipeline_stages: bool = False
+    vocab_in_pipeline_split: bool = False
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     ep_overlap: bool = False
     cross_entropy: CrossEntropy | None = None
