@@ -341,8 +341,11 @@ def take_prediction(prediction: StepPrediction, index: np.ndarray | int) -> Step
 
 def predict_in_chunks(workload: Workload, plans: ParallelPlans, machine: Machine,
                       calibration: Calibration, *, chunk_plans: int = CHUNK_PLANS,
-                      progress: ProgressCallback | None = None) -> StepPrediction:
-    """:func:`predict_step` over ``plans``, ``chunk_plans`` at a time."""
+                      progress: ProgressCallback | None = None,
+                      memory_breakdown: dict[str, np.ndarray] | None = None
+                      ) -> StepPrediction:
+    """:func:`predict_step` over ``plans``, ``chunk_plans`` at a time (with the plans'
+    :func:`memory_breakdown_bytes` when the caller already has it)."""
     if chunk_plans < 1:
         raise MosaicInputError(f"chunk_plans must be >= 1, got {chunk_plans}")
     if len(plans) == 0:  # the shape of a prediction, with no rows
@@ -350,13 +353,17 @@ def predict_in_chunks(workload: Workload, plans: ParallelPlans, machine: Machine
                                 calibration)
         return take_prediction(template, np.empty(0, dtype=np.int64))
     if len(plans) <= chunk_plans:  # one chunk: no copy, no join
-        prediction = predict_step(workload, plans, machine, calibration)
+        prediction = predict_step(workload, plans, machine, calibration,
+                                  memory_breakdown=memory_breakdown)
         if progress is not None:
             progress(len(plans), len(plans))
         return prediction
     parts = []
     for index in _chunks(len(plans), chunk_plans):
-        parts.append(predict_step(workload, plans.take(index), machine, calibration))
+        memory = (None if memory_breakdown is None
+                  else {name: value[index] for name, value in memory_breakdown.items()})
+        parts.append(predict_step(workload, plans.take(index), machine, calibration,
+                                  memory_breakdown=memory))
         if progress is not None:
             progress(int(index[-1]) + 1, len(plans))
     prediction: StepPrediction = _concatenate(parts)
@@ -372,11 +379,22 @@ def _chunks(n: int, size: int) -> Iterator[np.ndarray]:
 def fits_in_memory(workload: Workload, plans: ParallelPlans, machine: Machine) -> np.ndarray:
     """Which plans fit in HBM: the memory half of :func:`predict_step` alone (same
     functions and usable fraction, so it agrees with ``StepPrediction.feasible``)."""
-    parts = [np.zeros(0, dtype=bool)]
+    return _memory_check(workload, plans, machine)[0]
+
+
+def _memory_check(workload: Workload, plans: ParallelPlans, machine: Machine
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(fits, memory breakdown) of every plan, ``CHUNK_PLANS`` at a time."""
+    fits: list[np.ndarray] = [np.zeros(0, dtype=bool)]
+    parts: list[dict[str, np.ndarray]] = []
     for index in _chunks(len(plans), CHUNK_PLANS):
-        memory = total_memory_bytes(memory_breakdown_bytes(workload, plans.take(index)))
-        parts.append(feasibility(memory, machine.hbm_bytes, machine.usable_memory_fraction)[0])
-    return np.concatenate(parts)
+        part = plans if index.size == len(plans) else plans.take(index)
+        breakdown = memory_breakdown_bytes(workload, part)
+        parts.append(breakdown)
+        fits.append(feasibility(total_memory_bytes(breakdown), machine.hbm_bytes,
+                                machine.usable_memory_fraction)[0])
+    joined = parts[0] if len(parts) == 1 else _concatenate(parts) if parts else {}
+    return np.concatenate(fits), joined
 
 
 def rank_feasible(prediction: StepPrediction) -> np.ndarray:
@@ -515,10 +533,14 @@ def best_layout(workload: Workload, machine: Machine, calibration: Calibration,
     limits = limits or LayoutLimits()
     plans = enumerate_plans(workload, machine.n_devices,
                             machine.interconnect.scale_up_domain_gpus, limits)
-    plans = plans.take(np.flatnonzero(fits_in_memory(workload, plans, machine)))
-    if len(plans) == 0:
+    fits, memory = _memory_check(workload, plans, machine)
+    keep = np.flatnonzero(fits)
+    if keep.size == 0:
         return None
-    prediction = predict_in_chunks(workload, plans, machine, calibration)
+    plans = plans.take(keep)
+    prediction = predict_in_chunks(workload, plans, machine, calibration,
+                                   memory_breakdown={name: value[keep]
+                                                     for name, value in memory.items()})
     best = best_feasible(prediction)
     if best is None:
         return None

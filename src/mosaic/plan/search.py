@@ -125,7 +125,8 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
         return LayoutOutcome(None, None, str(exc), 0, 0)
     if len(plans) == 0:
         return LayoutOutcome(None, None, _broken_rule(workload, machine, limits), 0, 0)
-    memory = total_memory_bytes(memory_breakdown_bytes(workload, plans))
+    breakdown = memory_breakdown_bytes(workload, plans)
+    memory = total_memory_bytes(breakdown)
     fits, overshoot = feasibility(memory, machine.hbm_bytes, machine.usable_memory_fraction)
     if not fits.any():
         closest = int(np.argmin(overshoot))
@@ -133,8 +134,11 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
                   f"{memory[closest] / GIB:.1f} GiB of {machine.hbm_bytes / GIB:.1f} GiB "
                   f"per GPU ({plans.row(closest)['checkpointing']} checkpointing)")
         return LayoutOutcome(None, None, reason, len(plans), 0)
-    fitting = plans.take(np.flatnonzero(fits))
-    prediction = predict_in_chunks(workload, fitting, machine, calibration)
+    keep = np.flatnonzero(fits)
+    fitting = plans.take(keep)
+    prediction = predict_in_chunks(workload, fitting, machine, calibration,
+                                   memory_breakdown={name: value[keep]
+                                                     for name, value in breakdown.items()})
     best = best_feasible(prediction)
     assert best is not None  # these plans passed the memory check predict_step repeats
     return LayoutOutcome(fitting.row(best), take_prediction(prediction, best), "",
