@@ -21,14 +21,15 @@ def perf_json(*args: str) -> dict:
     return json.loads(result.output)
 
 
-def test_appendix_e_job_is_inside_and_its_interval_comes_from_megatron_moe_residuals():
+def test_appendix_e_job_is_inside_and_its_interval_comes_from_its_scope_residuals():
     doc = perf_json()
     coverage = doc["coverage"]
     assert coverage["inside_calibrated_envelope"] is True and coverage["outside"] == []
     scope = pick_scope(built_in_calibration("default").coverage.tokens_per_s_ratio,
                        "megatron-core", "moe")
     tokens = coverage["intervals"]["tokens_per_s"]
-    assert tokens["residual_scope"] == "megatron-core/moe" == scope.scope
+    # megatron-core MoE runs where the calibration has 10 of them, else all MoE runs
+    assert tokens["residual_scope"] == scope.scope in {"megatron-core/moe", "moe"}
     assert tokens["low"] == pytest.approx(doc["tokens_per_s"] * scope.low)
     assert tokens["high"] == pytest.approx(doc["tokens_per_s"] * scope.high)
     mfu = coverage["intervals"]["mfu"]

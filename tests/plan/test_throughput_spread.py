@@ -95,8 +95,14 @@ def test_law_and_performance_samples_combine_and_stay_deterministic(law):
 
 
 def test_spread_for_a_calibration_uses_the_candidates_scope(calibration):
+    from mosaic.perf.coverage import pick_scope
+
     s = spread_for(calibration, "megatron-core", np.array([True, False]))
-    assert s.scopes == ("megatron-core/moe", "megatron-core/dense")
+    rows = calibration.coverage.tokens_per_s_ratio
+    assert s.scopes == (pick_scope(rows, "megatron-core", "moe").scope,
+                        pick_scope(rows, "megatron-core", "dense").scope)
+    # the MoE candidate's multiplier is centred on its scope's median ratio
+    assert s.median[0] == pick_scope(rows, "megatron-core", "moe").median
     shared = calibration.coverage.tokens_per_s_shared_fraction
     assert s.shared_fraction == (1.0 if shared is None else shared)
 
@@ -107,8 +113,29 @@ def test_a_real_search_gets_its_optimum_assessed_and_performance_uncertainty(
 
     best = small_result.optimum_index
     a = candidate_assessment(small_result, calibration, best)
-    assert a.has_envelope and a.tokens_per_s.scope.startswith("megatron-core/moe")
+    assert a.has_envelope and a.tokens_per_s.scope in {"megatron-core/moe", "moe", "all"}
     assert a.tokens_per_s.low < small_result.throughput.tokens_per_s[best] < a.tokens_per_s.high
     u = plan_uncertainty(small_result, law, None, calibration)
     assert u is not None and u.p_optimal.sum() == pytest.approx(1.0)
     assert u.sources[0].startswith("performance")
+
+
+def test_shifted_terms_equal_the_full_law_at_every_sampled_token_count(small_result, law):
+    from mosaic.plan.uncertainty import _log_features, losses_at_tokens
+
+    rows = small_result.ranking
+    grid = small_result.grid
+    rng = np.random.default_rng(0)
+    tokens = small_result.tokens[rows] * rng.uniform(0.3, 3.0, (5, rows.size))
+    logs = _log_features(small_result, rows)
+    fast = losses_at_tokens(law.form, law.log_coefs[None, :], logs, np.log(tokens))
+    full = law.predict(grid.n_total[rows], tokens, grid.sparsity[rows], grid.split_factor[rows])
+    np.testing.assert_allclose(fast, full, rtol=1e-12)
+    coefs = law.log_coefs + 0.02 * rng.standard_normal((5, law.log_coefs.size))
+    paired = losses_at_tokens(law.form, coefs, logs, np.log(tokens))
+    for b in range(5):
+        one = LawSamples(law.form, np.vstack([coefs[b], coefs[b]]))
+        feats = np.column_stack([np.log(tokens[b]) if f == "tokens" else logs[f]
+                                 for f in law.form.features])
+        expected = np.exp(one.form.log_predict(one.log_coefs, one.form.design(feats)).value[0])
+        np.testing.assert_allclose(paired[b], expected, rtol=1e-12)

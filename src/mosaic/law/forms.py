@@ -141,12 +141,18 @@ class LawForm:
         """(n, K, P) design tensor from (n, F) log-features (columns in ``self.features``)."""
         return np.einsum("kpf,nf->nkp", self._factor_map, log_features)
 
+    def term_logs(self, log_coefs: np.ndarray, design: np.ndarray) -> np.ndarray:
+        """(m, n, K) log of each additive term; ``log L`` is their log-sum-exp over K."""
+        log_coefs = np.atleast_2d(log_coefs)
+        exponents = np.where(self.is_exponent, np.exp(log_coefs), 0.0)
+        prefactors = np.einsum("mp,kp->mk", log_coefs, self._prefactor_onehot)
+        return prefactors[:, None, :] - np.einsum("nkp,mp->mnk", design, exponents)
+
     def log_predict(self, log_coefs: np.ndarray, design: np.ndarray) -> LogPrediction:
         """Evaluate ``log L`` for (m, P) log-coefficients on a (n, K, P) design."""
         log_coefs = np.atleast_2d(log_coefs)
         exponents = np.where(self.is_exponent, np.exp(log_coefs), 0.0)
-        prefactors = np.einsum("mp,kp->mk", log_coefs, self._prefactor_onehot)
-        term_logs = prefactors[:, None, :] - np.einsum("nkp,mp->mnk", design, exponents)
+        term_logs = self.term_logs(log_coefs, design)
         top = term_logs.max(axis=2, keepdims=True)
         shifted = np.exp(term_logs - top)
         total = shifted.sum(axis=2, keepdims=True)

@@ -153,23 +153,38 @@ def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray,
                   tokens: np.ndarray | None = None) -> np.ndarray:
     """(B, n) predicted loss of grid ``rows`` under every coefficient sample, at the
     result's tokens or at ``tokens`` ((B, n): sample b at row b)."""
+    logs = _log_features(result, rows)
+    form = samples.form
+    if tokens is None:
+        features = np.column_stack([logs[f] for f in form.features])
+        return np.exp(form.log_predict(samples.log_coefs, form.design(features)).value)
+    return losses_at_tokens(form, samples.log_coefs, logs, np.log(tokens))
+
+
+def _log_features(result: PlanResult, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The law's log-features of grid ``rows`` at the result's tokens."""
     grid = result.grid
-    logs = {
+    return {
         "n_total": np.log(grid.n_total[rows]),
         "tokens": np.log(result.tokens[rows]),
         "active_fraction": np.log1p(-grid.sparsity[rows]),
         "split_factor": np.log(grid.split_factor[rows].astype(float)),
     }
-    form = samples.form
 
-    def at(log_tokens: np.ndarray, log_coefs: np.ndarray) -> np.ndarray:
-        features = np.column_stack([log_tokens if f == "tokens" else logs[f]
-                                    for f in form.features])
-        return np.exp(form.log_predict(log_coefs, form.design(features)).value)
-    if tokens is None:
-        return at(logs["tokens"], samples.log_coefs)
-    return np.vstack([at(np.log(tokens[b]), samples.log_coefs[b:b + 1])
-                      for b in range(samples.log_coefs.shape[0])])
+
+def losses_at_tokens(form: LawForm, log_coefs: np.ndarray, logs: dict[str, np.ndarray],
+                     log_tokens: np.ndarray) -> np.ndarray:
+    """(B, n) loss at per-sample tokens: (M, P) coefficients, M = 1 or B (row b pairs with
+    sample b). Only D varies, and log L is a log-sum-exp of terms linear in log D
+    (Eq. 10), so each term is evaluated once at log D = 0 and shifted by its D exponent:
+    term_k(b, n) = term_k(n; D = 1) − ε_k·log D(b, n)."""
+    features = np.column_stack([np.zeros_like(logs["n_total"]) if f == "tokens" else logs[f]
+                                for f in form.features])
+    base = form.term_logs(log_coefs, form.design(features))  # (M, n, K)
+    slope = form.term_exponents(log_coefs)[:, :, form.features.index("tokens")]  # (M, K)
+    terms = base - log_tokens[:, :, None] * slope[:, None, :]  # (B, n, K)
+    top = terms.max(axis=2, keepdims=True)
+    return np.exp(top[:, :, 0] + np.log(np.exp(terms - top).sum(axis=2)))
 
 
 def sampled_tokens(result: PlanResult, rows: np.ndarray, multipliers: np.ndarray
@@ -208,9 +223,8 @@ def propagate(
         sources.insert(0, f"law: {samples.log_coefs.shape[0]} coefficient samples")
         losses = sample_losses(result, samples, rows, tokens)
     else:
-        grid = result.grid
-        losses = law.predict(grid.n_total[rows], tokens, grid.sparsity[rows],
-                             grid.split_factor[rows])
+        losses = losses_at_tokens(law.form, law.log_coefs[None, :],
+                                  _log_features(result, rows), np.log(tokens))
     regret = losses - losses.min(axis=1, keepdims=True)
     winners = np.argmin(losses, axis=1)
     tail = (1 - level) / 2
