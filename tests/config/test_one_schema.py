@@ -33,6 +33,11 @@ from mosaic.config.run_records import load_run_records
 from mosaic.config.spelling import MosaicDeprecationWarning
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import predict_job
+from mosaic.evaluate.record_settings import (
+    apply_record_settings,
+    record_settings,
+    with_record_settings,
+)
 from mosaic.evaluate.validation_report import predict_runs
 from mosaic.export import TARGETS, export, spec_from_job
 from mosaic.perf.calibration import load_calibration
@@ -59,16 +64,18 @@ def _record_files() -> list[Path]:
 
 @pytest.mark.parametrize("path", _record_files(), ids=lambda p: p.name)
 def test_every_shipped_record_loads_and_predicts_the_same_as_a_job(path: Path) -> None:
-    """perf, explain, compare and export read RUNS.yaml#ID with load_job; validate with
-    load_run_records: same workload, layout and tokens/s for every usable record."""
+    """perf, layouts, explain, compare and export read RUNS.yaml#ID with load_job_spec;
+    validate with load_run_records and the record settings: same workload, layout and
+    tokens/s for every usable record."""
     calibration = load_calibration(None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        records = load_run_records(path).records
+        records = apply_record_settings(load_run_records(path)).records  # as validate does
         document = load_yaml_mapping(path)
     validated = {p.record.id: p for p in predict_runs(records, calibration)}
     for record in records:
-        job = _load_run_record_job(document, path, record.id, [], set())
+        job = _load_run_record_job(document, path, record.id, [], set(),
+                                   adjust_record=with_record_settings)  # as load_job_spec
         assert job.workload == record.workload, record.id
         assert job.plan.row(0) == record.plan.row(0), record.id
         predicted = predict_job(job, calibration).prediction
@@ -98,6 +105,19 @@ def test_example_records_through_the_cli() -> None:
     layouts = _cli_json("layouts", small, "--top", "3")
     assert layouts["hardware"]["devices"] == 8 and layouts["rows"]
     assert runner.invoke(app, ["explain", small]).exit_code == 0
+
+
+def test_a_record_with_documented_settings_predicts_the_same_in_perf_and_validate() -> None:
+    calibration = load_calibration(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = apply_record_settings(load_run_records(EXTRA_RUNS)).records
+    record = next(r for r in records if r.id in record_settings())
+    assert any(line.startswith("record settings:") for line in record.assumptions)
+    (validated,) = predict_runs([record], calibration)
+    perf = _cli_json("perf", f"{EXTRA_RUNS}#{record.id}")
+    assert perf["tokens_per_s_per_gpu"] == pytest.approx(
+        validated.predicted_tokens_per_s_per_gpu, rel=1e-12)
 
 
 def test_a_record_reference_names_its_run() -> None:

@@ -74,10 +74,9 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     """Predict one job and put its figures on the common footing."""
     from mosaic.arch import count_parameters
     from mosaic.cli.perf_cmd import prediction_document
-    from mosaic.config.job_schema import load_job
-    from mosaic.evaluate.job import predict_job
+    from mosaic.evaluate.job import load_job_spec, predict_job
 
-    spec = load_job(path)
+    spec = load_job_spec(path)
     result = predict_job(spec, calibration)
     doc = prediction_document(result, calibration)
     counts = count_parameters(spec.workload.geometry)

@@ -22,7 +22,6 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.cli.model_option import ModelOption, with_model
-from mosaic.config.job_schema import load_job
 from mosaic.evaluate.diagnosis import (
     GIB,
     PARTED_CLASSES,
@@ -31,7 +30,7 @@ from mosaic.evaluate.diagnosis import (
     diagnose,
     measured_step_time,
 )
-from mosaic.evaluate.job import predict_job
+from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
@@ -208,7 +207,7 @@ def explain(
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     apply_catalog(catalog)
-    spec = with_model(load_job(job, set_ or []), model)
+    spec = with_model(load_job_spec(job, set_ or []), model)
     if measured_tokens_per_s is not None:  # physical ranges before work (mosaic.limits)
         check_range("--measured-tokens-per-s", measured_tokens_per_s, "seconds", low=1e-3,
                     high=1e15)

@@ -25,11 +25,10 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
             raise MosaicInputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})"
                                    ) from None
         return spec_from_plan_document(document, str(path))
-    from mosaic.config.job_schema import load_job
-    from mosaic.evaluate.job import predict_job
+    from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
 
-    job = with_model(load_job(path, overrides), model)
+    job = with_model(load_job_spec(path, overrides), model)
     predict_job(job, load_calibration(None))  # the layout checks of `mosaic perf`, same errors
     return spec_from_job(job, str(path))
 

@@ -31,7 +31,7 @@ from mosaic.config.job_schema import (
     load_job,
 )
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.job import cluster_for
+from mosaic.evaluate.job import cluster_for, load_job_spec
 from mosaic.hardware import Cluster
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
@@ -73,7 +73,7 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
         check_range("--devices", devices, "devices", integer=True)
     document = load_yaml_mapping(split_record_reference(path)[0])
     if is_run_record_document(document):
-        spec = load_job(path, overrides)
+        spec = load_job_spec(path, overrides)
         if devices is not None:
             spec = replace(spec, n_devices=devices)
         return spec, cluster_for(spec)

@@ -19,8 +19,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, with_model
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.job_schema import load_job
-from mosaic.evaluate.job import JobPrediction, predict_job
+from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.prediction_coverage import assess_plan
@@ -129,7 +128,7 @@ def perf(
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
     apply_catalog(catalog)
-    spec = with_model(load_job(job, set_ or []), model)
+    spec = with_model(load_job_spec(job, set_ or []), model)
     constants = load_calibration(calibration)
     result = predict_job(spec, constants)
     document = prediction_document(result, constants)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
-from mosaic.config.job_schema import JobSpec
+from mosaic.config.job_schema import JobSpec, load_job
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
@@ -23,6 +24,14 @@ class JobPrediction:
     cluster: Cluster
     machine: Machine
     prediction: StepPrediction
+
+
+def load_job_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
+    """A job file, or a run record (``RUNS.yaml#ID``) with the settings ``mosaic validate``
+    applies to it (:mod:`mosaic.evaluate.record_settings`): what every command reads."""
+    from mosaic.evaluate.record_settings import with_record_settings
+
+    return load_job(path, overrides, adjust_record=with_record_settings)
 
 
 def cluster_for(spec: JobSpec) -> Cluster:

@@ -99,8 +99,12 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
     return replace(record, workload=workload, assumptions=(*record.assumptions, note))
 
 
+def with_record_settings(record: RunRecord) -> RunRecord:
+    """``record`` with its documented settings applied (unchanged when it has none)."""
+    table = record_settings()
+    return _apply(record, *table[record.id]) if record.id in table else record
+
+
 def apply_record_settings(record_set: RunRecordSet) -> RunRecordSet:
     """``record_set`` with each listed run's documented settings applied."""
-    table = record_settings()
-    records = tuple(_apply(r, *table[r.id]) if r.id in table else r for r in record_set.records)
-    return replace(record_set, records=records)
+    return replace(record_set, records=tuple(map(with_record_settings, record_set.records)))
