@@ -80,3 +80,43 @@ def test_a_file_without_usable_records_is_an_error_not_an_empty_report(tmp_path)
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2
     assert "no usable run record" in result.output
+
+
+def test_rank_agreement_within_one_software_release_is_reported_apart(tmp_path):
+    import copy
+
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    base = document["runs"][0]  # a dense FSDP job on one 8-GPU host
+    runs = []
+    for release in ("trainer v1", "trainer v2"):
+        for micro in (1, 2, 4):
+            run = copy.deepcopy(base)
+            run["id"] = f"{release[-2:]}-mb{micro}"
+            run["software"] = f"torchtitan {release}"
+            run["batch"] = {**run["batch"], "global_seqs": 32, "micro_seqs": micro}
+            runs.append(run)
+    path = tmp_path / "runs.yaml"
+
+    def aggregate(measured: dict[str, float]) -> dict:
+        for run in runs:
+            tokens_per_s = measured[run["id"]]
+            step_s = 32 * run["batch"]["seq_len"] / (tokens_per_s * run["num_gpus"])
+            run["measured"] = {"tokens_per_s_per_gpu": tokens_per_s, "step_time_s": step_s,
+                               "consistent": True}
+        path.write_text(yaml.safe_dump({**document, "runs": runs}))
+        result = runner.invoke(app, ["validate", str(path), "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    first = aggregate({run["id"]: 1000.0 for run in runs})
+    predicted = {row["id"]: row["predicted_tokens_per_s_per_gpu"] for row in first["runs"]}
+    # Measured in the predicted order within each release; release v2 is 3x faster overall
+    # (a software upgrade), which no layout model is asked to rank.
+    order = sorted(predicted, key=predicted.get)
+    measured = {run_id: (order.index(run_id) + 1) * (3.0 if run_id.startswith("v2") else 1.0)
+                for run_id in predicted}
+    stats = aggregate(measured)["aggregate"]
+    assert stats["spearman_same_software"] == 1.0
+    assert stats["spearman"] < 1.0

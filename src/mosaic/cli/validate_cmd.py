@@ -78,6 +78,11 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
             "Spearman within model+GPU groups",
             "n/a" if stats["spearman"] is None else f"{stats['spearman']:.2f}",
         ),
+        (
+            "Spearman, same groups and software release",
+            "n/a" if stats["spearman_same_software"] is None
+            else f"{stats['spearman_same_software']:.2f}",
+        ),
         ("top-3 overlap within groups", _percent(stats["top_k_overlap"])),
         ("OOM runs predicted infeasible", f"{stats['oom_correct']} of {stats['oom_runs']}"),
         ("trained runs predicted infeasible", str(stats["trained_runs_predicted_infeasible"])),

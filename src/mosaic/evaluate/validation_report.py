@@ -103,6 +103,11 @@ def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
     moe = np.array([p.record.workload.geometry.is_moe for p in measured_runs], dtype=bool)
     groups = [p.record.group_key for p in measured_runs]
     spearman = spearman_within_groups(predicted, measured, groups) if measured_runs else None
+    # The same groups split by software release: what ranks there is the layout alone, not
+    # a container upgrade between two runs of one layout.
+    release_groups = [f"{p.record.group_key} | {p.record.software}" for p in measured_runs]
+    same_release = (spearman_within_groups(predicted, measured, release_groups)
+                    if measured_runs else None)
     oom_runs = [p for p in predictions if p.record.oom]
     oom_correct = oom_prediction_correct([True] * len(oom_runs), [p.feasible for p in oom_runs])
     memory = [
@@ -121,6 +126,8 @@ def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
         "dense": _error_stats(predicted[~moe], measured[~moe]),
         "spearman": None if spearman is None or np.isnan(spearman.mean) else spearman.mean,
         "spearman_groups": {} if spearman is None else dict(spearman.per_group),
+        "spearman_same_software": (None if same_release is None or np.isnan(same_release.mean)
+                                   else same_release.mean),
         "top_k_overlap": _top_k_overlap_within_groups(predicted, measured, groups),
         "oom_runs": len(oom_runs),
         "oom_correct": int(np.sum(oom_correct)),
