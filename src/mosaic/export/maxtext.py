@@ -104,7 +104,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         document["mtp_num_layers"] = g.mtp_layers
     document |= {
         "max_target_length": spec.seq_len,
-        "per_device_batch_size": spec.global_batch / (accumulation * spec.n_devices),
+        "per_device_batch_size": spec.global_seqs / (accumulation * spec.n_devices),
         "gradient_accumulation_steps": accumulation,
         "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
         "quantization": "fp8" if spec.precision == "fp8" else "",

@@ -115,8 +115,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         if spec.sharding == "hsdp":
             args += [("--num-distributed-optimizer-instances", str(spec.hsdp_replicas)),
                      ("--outer-dp-sharding-strategy", "no_shard")]
-    args += [("--micro-batch-size", str(spec.micro_batch)),
-             ("--global-batch-size", str(spec.global_batch))]
+    args += [("--micro-batch-size", str(spec.micro_seqs)),
+             ("--global-batch-size", str(spec.global_seqs))]
     if spec.checkpointing == "full":
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                  ("--recompute-num-layers", "1")]

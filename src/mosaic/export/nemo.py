@@ -91,7 +91,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             ddp["num_distributed_optimizer_instances"] = spec.hsdp_replicas
     document = {
         "model": model,
-        "train": {"global_batch_size": spec.global_batch, "micro_batch_size": spec.micro_batch},
+        "train": {"global_batch_size": spec.global_seqs, "micro_batch_size": spec.micro_seqs},
         "dataset": {"seq_length": spec.seq_len},
         "ddp": ddp,
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},

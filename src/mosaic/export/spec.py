@@ -17,7 +17,8 @@ class ExportSpec:
     """Everything an exporter reads. Batch sizes are in sequences.
 
     ``dp`` is the data-parallel degree over the whole job (devices = tp·pp·cp·dp, the
-    Megatron-Core convention); ``micro_batch`` is sequences per micro-batch per DP rank.
+    Megatron-Core convention); ``micro_seqs`` is sequences per micro-batch per DP rank, as in
+    the ``batch`` block (docs/schema.md).
     """
 
     geometry: Geometry
@@ -28,8 +29,8 @@ class ExportSpec:
     dp: int
     ep: int
     etp: int
-    micro_batch: int
-    global_batch: int
+    micro_seqs: int
+    global_seqs: int
     seq_len: int
     sharding: str = "zero1"
     hsdp_shard: int | None = None
@@ -42,8 +43,8 @@ class ExportSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch",
-                     "global_batch", "seq_len"):
+        for name in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_seqs",
+                     "global_seqs", "seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise MosaicInputError(f"{self.source}: {name} must be a positive integer, "
@@ -54,10 +55,10 @@ class ExportSpec:
         if self.checkpointing not in CHECKPOINTING_MODES:
             raise MosaicInputError(f"{self.source}: checkpointing {self.checkpointing!r} is "
                                    f"not one of {', '.join(CHECKPOINTING_MODES)}")
-        if self.global_batch % (self.dp * self.micro_batch):
+        if self.global_seqs % (self.dp * self.micro_seqs):
             raise MosaicInputError(
-                f"{self.source}: global batch {self.global_batch} is not a multiple of "
-                f"dp·micro_batch = {self.dp}·{self.micro_batch}")
+                f"{self.source}: global batch {self.global_seqs} is not a multiple of "
+                f"dp·micro_seqs = {self.dp}·{self.micro_seqs}")
 
     @property
     def uneven_stages(self) -> bool:
@@ -71,7 +72,7 @@ class ExportSpec:
     @property
     def micro_batches_per_step(self) -> int:
         """Micro-batches each DP rank runs per optimizer step (accumulation or pipeline)."""
-        return self.global_batch // (self.dp * self.micro_batch)
+        return self.global_seqs // (self.dp * self.micro_seqs)
 
     @property
     def hsdp_replicas(self) -> int:
@@ -92,8 +93,8 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
     return ExportSpec(
         geometry=workload.geometry,
         tp=plan["tp"], pp=plan["pp"], vpp=plan["vpp"], cp=plan["cp"], dp=plan["dp"],
-        ep=plan["ep"], etp=plan["etp"], micro_batch=plan["micro_batch"],
-        global_batch=workload.global_batch, seq_len=workload.seq_len,
+        ep=plan["ep"], etp=plan["etp"], micro_seqs=plan["micro_batch"],
+        global_seqs=workload.global_batch, seq_len=workload.seq_len,
         sharding=str(plan["sharding"]), hsdp_shard=plan.get("hsdp_shard") or None,
         sequence_parallel=bool(plan.get("sequence_parallel", False)),
         checkpointing=str(plan["checkpointing"]),
@@ -160,8 +161,8 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         geometry=_plan_geometry(optimum, source),
         tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp") or 1),
         cp=int(plan["cp"]), dp=int(plan["dp"]), ep=int(plan.get("ep") or 1),
-        etp=int(plan.get("etp") or 1), micro_batch=int(plan["micro_batch"]),
-        global_batch=global_batch, seq_len=seq_len,
+        etp=int(plan.get("etp") or 1), micro_seqs=int(plan["micro_batch"]),
+        global_seqs=global_batch, seq_len=seq_len,
         sharding=str(plan.get("sharding", "zero1")),
         hsdp_shard=plan.get("hsdp_shard") or None,
         sequence_parallel=bool(plan.get("sequence_parallel", int(plan["tp"]) > 1)),

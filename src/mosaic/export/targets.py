@@ -49,7 +49,7 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
         + (f", {g.moe.experts} experts top-{g.moe.top_k} width {g.moe.expert_ffn}, "
            f"{g.moe.shared_experts} shared, {g.moe.dense_layers} dense-first"
            if g.moe else ""),
-        f"batch: {spec.global_batch} x {spec.seq_len} tokens, micro-batch {spec.micro_batch}; "
+        f"batch: {spec.global_seqs} x {spec.seq_len} tokens, micro-batch {spec.micro_seqs}; "
         f"{spec.precision}; recompute {spec.checkpointing}; sharding {spec.sharding}; "
         f"dispatcher {spec.dispatcher}",
     ]

@@ -70,7 +70,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     # torchtitan: local_batch_size is one DP rank's batch per forward; with PP it is split
     # into pipeline micro-batches of pipeline_parallel_microbatch_size, without PP the
     # global batch beyond local·dp becomes gradient accumulation (job_config.py docs).
-    local = spec.global_batch // spec.dp if spec.pp > 1 else spec.micro_batch
+    local = spec.global_seqs // spec.dp if spec.pp > 1 else spec.micro_seqs
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,
@@ -78,7 +78,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         else "default",
         "tensor_parallel_degree": spec.tp,
         "pipeline_parallel_degree": spec.pp,
-        "pipeline_parallel_microbatch_size": spec.micro_batch,
+        "pipeline_parallel_microbatch_size": spec.micro_seqs,
         "context_parallel_degree": spec.cp,
         "expert_parallel_degree": spec.ep,
         "expert_tensor_parallel_degree": spec.etp,
@@ -104,7 +104,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "model": {"name": model_name(spec), "flavor": "mosaic", "converters": converters},
         "training": {
             "local_batch_size": local,
-            "global_batch_size": spec.global_batch,
+            "global_batch_size": spec.global_seqs,
             "seq_len": spec.seq_len,
             "mixed_precision_param": "float32" if spec.precision == "fp32" else "bfloat16",
         },
