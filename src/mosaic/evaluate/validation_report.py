@@ -23,6 +23,7 @@ from mosaic.perf.accuracy import (
 )
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
 
 GIB = 2**30
@@ -53,22 +54,33 @@ class RunPrediction:
 
 def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
                  progress: Callable[[int, int], None] | None = None) -> list[RunPrediction]:
-    """Predict every record with ``calibration`` (``progress(done, total)`` after each)."""
-    predictions = []
-    for done, record in enumerate(records, start=1):
-        machine = machine_for(record.cluster, record.workload.precision)
-        step = predict_step(record.workload, record.plan, machine, calibration)
-        predictions.append(
-            RunPrediction(
-                record=record,
-                predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[0]),
-                predicted_memory_gib=float(step.memory_bytes[0] / GIB),
-                feasible=bool(step.feasible[0]),
+    """Predict every record with ``calibration`` (``progress(done, total)`` after each
+    group), in record order.
+
+    Records that share a workload and a cluster (a layout sweep of one model) are predicted
+    in one vectorised call over their plans: every formula is element-wise over plans, so
+    each record gets the values it gets alone (tests/evaluate/test_validation_batches.py).
+    """
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for index, record in enumerate(records):
+        groups.setdefault((record.workload, record.cluster), []).append(index)
+    predictions: list[RunPrediction | None] = [None] * len(records)
+    done = 0
+    for (workload, cluster), members in groups.items():
+        machine = machine_for(cluster, workload.precision)
+        plans = concatenate_plans([records[i].plan for i in members])
+        step = predict_step(workload, plans, machine, calibration)
+        for row, index in enumerate(members):
+            predictions[index] = RunPrediction(
+                record=records[index],
+                predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[row]),
+                predicted_memory_gib=float(step.memory_bytes[row] / GIB),
+                feasible=bool(step.feasible[row]),
             )
-        )
+        done += len(members)
         if progress is not None:
             progress(done, len(records))
-    return predictions
+    return [p for p in predictions if p is not None]
 
 
 def _error_stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float | None]:

@@ -11,7 +11,7 @@ expert and expert-data parallelism), so ep does not multiply the world size.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
 
@@ -169,3 +169,11 @@ def plans_from_columns(**columns: Iterable[int]) -> ParallelPlans:
     if len(lengths) != 1:
         raise MosaicInputError(f"plan columns differ in length: {sorted(lengths)}")
     return ParallelPlans(**arrays)
+
+
+def concatenate_plans(parts: Sequence[ParallelPlans]) -> ParallelPlans:
+    """The plans of ``parts`` end to end, in order (at least one part)."""
+    if len(parts) == 1:
+        return parts[0]
+    return ParallelPlans(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                            for f in fields(ParallelPlans)})
