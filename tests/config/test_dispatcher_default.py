@@ -44,3 +44,14 @@ def test_a_stated_dispatcher_and_other_stacks_keep_the_pairwise_all_to_all():
     record = _load(core)
     assert record.workload.stack == "megatron-core"
     assert record.workload.dispatcher is Dispatcher.ALLTOALL
+
+
+def test_a_job_file_takes_its_stacks_dispatcher_on_its_systems_gpu():
+    from mosaic.config.job_schema import job_from_document
+
+    document = yaml.safe_load((EXAMPLES.parent / "fsdp_moe_comm_bound.yaml").read_text())
+    document["performance"]["stack"] = "megatron-bridge"  # p5.48xlarge: H100
+    spec = job_from_document(deepcopy(document), "test")
+    assert spec.workload.dispatcher is Dispatcher.DEEPEP
+    document["parallelism"]["dispatcher"] = "alltoall"
+    assert job_from_document(document, "test").workload.dispatcher is Dispatcher.ALLTOALL

@@ -24,7 +24,7 @@ from mosaic.config.convert import geometry_from_model, model_document
 from mosaic.config.layout import (
     batch_document,
     data_parallel,
-    dispatcher_from_name,
+    dispatcher_for,
     parallelism_document,
     plan_from_blocks,
 )
@@ -217,7 +217,9 @@ def job_from_document(document: dict[str, Any], where: str,
     notes: list[str] = []
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
-        dispatcher = dispatcher_from_name(parallelism.dispatcher)
+        dispatcher = dispatcher_for(parallelism.dispatcher, performance.stack,
+                                    get_system(hardware.system).device.name, geometry.is_moe,
+                                    notes)
     except MosaicInputError as exc:
         raise MosaicInputError(f"{where}: {exc}") from None
     workload = Workload(
