@@ -13,7 +13,7 @@ the gate out by default; pass ``gated_attention=True`` to count it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -124,6 +124,12 @@ class LadderGrid:
 
     def __len__(self) -> int:
         return int(self.q.size)
+
+    def take(self, rows: np.ndarray) -> LadderGrid:
+        """The grid restricted to ``rows`` (same backbone)."""
+        columns = {f.name: getattr(self, f.name)[rows] for f in fields(self)
+                   if f.name != "backbone"}
+        return LadderGrid(**columns, backbone=self.backbone)
 
     @property
     def is_ladder(self) -> bool:

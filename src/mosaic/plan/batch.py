@@ -144,17 +144,13 @@ class BatchChoice:
                 "rule": self.rule.to_dict()}
 
 
-def _take(grid: LadderGrid, rows: np.ndarray) -> LadderGrid:
-    return replace(grid, **{name: getattr(grid, name)[rows] for name in (
-        "q", "experts", "top_k", "split_factor", "layers", "d_model", "expert_ffn",
-        "n_total", "n_active", "sparsity")})
-
-
 def _bound_ceiling(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
                    grid: LadderGrid, rule: BatchRule) -> np.ndarray:
-    """The largest bound each row could reach: tokens at MFU = 1 or the TPP cap."""
-    tokens = np.minimum(envelope.c_peak_flops * envelope.goodput_fraction
-                        / (FLOPS_PER_PARAM_TOKEN * grid.n_active),
+    """The largest bound each row could reach: the tokens of a run at the GEMM precision's
+    full peak (fp8 peaks exceed the bf16 MFU denominator), or the TPP cap."""
+    peak_flops_per_s = envelope.system.device.peak_flops_per_s_for(str(envelope.precision))
+    c_max = peak_flops_per_s * envelope.n_devices * envelope.train_s * envelope.goodput_fraction
+    tokens = np.minimum(c_max / (FLOPS_PER_PARAM_TOKEN * grid.n_active),
                         space.tpp_max * grid.n_active)
     loss = law.predict(grid.n_total, tokens, grid.sparsity, grid.split_factor)
     return rule.bound_tokens(FLOPS_PER_PARAM_TOKEN * grid.n_active * tokens, loss)
@@ -189,7 +185,7 @@ def search_batch(
         if rows.size == 0:
             continue
         sized = replace(envelope, global_batch=batch)
-        table = profile_geometries(sized, _take(grid, rows), calibration, limits,
+        table = profile_geometries(sized, grid.take(rows), calibration, limits,
                                    progress(batch) if progress else None, workers)
         evaluated += table.plans_evaluated
         timed += table.plans_timed
