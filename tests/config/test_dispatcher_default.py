@@ -55,3 +55,18 @@ def test_a_job_file_takes_its_stacks_dispatcher_on_its_systems_gpu():
     assert spec.workload.dispatcher is Dispatcher.DEEPEP
     document["parallelism"]["dispatcher"] = "alltoall"
     assert job_from_document(document, "test").workload.dispatcher is Dispatcher.ALLTOALL
+
+
+def test_a_plan_on_a_stack_with_a_dispatcher_default_takes_it_unless_told():
+    from mosaic.cli.plan_cmd import build_inputs
+
+    common = dict(gpu="B200", system=None, nodes=2, gpus_per_node=None, days=10.0,
+                  goodput=None, mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,
+                  global_batch=1024, seq_len=4096, memory_fraction=None, q="8",
+                  experts="64", top_k="2", split_factor="4", tpp="1:1000", s_min=0.0)
+    bridge, _ = build_inputs(**common, stack="megatron-bridge")
+    assert bridge.dispatcher is Dispatcher.HYBRIDEP
+    core, _ = build_inputs(**common, stack="megatron-core")
+    assert core.dispatcher is Dispatcher.ALLTOALL
+    told, _ = build_inputs(**common, stack="megatron-bridge", dispatcher="alltoall")
+    assert told.dispatcher is Dispatcher.ALLTOALL

@@ -24,6 +24,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
+from mosaic.config.layout import dispatcher_for
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
@@ -141,9 +142,10 @@ MemoryFraction = Annotated[float | None, typer.Option(
     "stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="GEMM precision of every candidate: bf16, fp16 or fp8.")]
-DispatcherOpt = Annotated[str, typer.Option(
+DispatcherOpt = Annotated[str | None, typer.Option(
     "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
-    "(docs/plan.md).")]
+    "(default: the stack's on the cluster's GPU, e.g. megatron-bridge: deepep on Hopper, "
+    "hybridep on Blackwell; else alltoall; docs/plan.md).")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
 QValues = Annotated[str | None, typer.Option(
@@ -195,13 +197,15 @@ def build_inputs(
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
     memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
     split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
-    precision: str = "bf16", dispatcher: str = "alltoall", backbone: Path | None = None,
+    precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
     layers: str | None = None, d_model: str | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     node_type = resolve_system(gpu, system)
     if gpus_per_node is not None:
         node_type = with_gpus_per_node(node_type, gpus_per_node)
+    if dispatcher is None:
+        dispatcher = dispatcher_for(None, stack, node_type.device.name, True, [])
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
@@ -381,7 +385,7 @@ def plan(
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
-    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
+    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     versus: Annotated[str | None, typer.Option(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
@@ -506,7 +510,7 @@ def sweep_days_command(
     workers: Workers = None, backend: BackendOpt = "local", address: AddressOpt = None,
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
-    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
+    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
@@ -547,7 +551,7 @@ def sweep_nodes_command(
     s_min: SMin = TABLE3_S_MIN, workers: Workers = None, backend: BackendOpt = "local",
     address: AddressOpt = None, as_json: JsonFlag = False,
     plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
-    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = "alltoall",
+    precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""

@@ -216,10 +216,13 @@ def job_from_document(document: dict[str, Any], where: str,
     hardware = _block(HardwareBlock, document, "hardware", where)
     notes: list[str] = []
     try:
+        device_name = get_system(hardware.system).device.name
+    except MosaicInputError:
+        device_name = ""  # an unknown system is reported where the job resolves it
+    try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
-        dispatcher = dispatcher_for(parallelism.dispatcher, performance.stack,
-                                    get_system(hardware.system).device.name, geometry.is_moe,
-                                    notes)
+        dispatcher = dispatcher_for(parallelism.dispatcher, performance.stack, device_name,
+                                    geometry.is_moe, notes)
     except MosaicInputError as exc:
         raise MosaicInputError(f"{where}: {exc}") from None
     workload = Workload(
