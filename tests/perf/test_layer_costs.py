@@ -90,7 +90,7 @@ def test_per_op_sac_recomputes_k_o_and_w3_by_hand():
     one = np.ones(1)
     attention = AttentionTimes(gemm=one, qkv_forward=4 * one, output_forward=one, core=one,
                                core_forward=one, streaming=one, streaming_forward=one,
-                               fp8_cast=0 * one, cp_exposed=one)
+                               fp8_cast=0 * one, layernorm_forward=one, cp_exposed=one)
     up, down, streaming = 2 * one, 3 * one, 0.5 * one
     # GLU: K (1/4 of QKV), O, W3 (half the fused up GEMM) and all element-wise kernels.
     assert _per_op_sac_recompute(glu, attention, up, down, streaming)[0] == pytest.approx(

@@ -51,7 +51,8 @@ BACKWARD_TO_FORWARD_STREAMING = 2.0  # element-wise backward reads grads and sav
 # Streamed bytes per token of one block's forward, in units of d (bf16, read + write):
 # two norms (read d, write d) and two residual adds (read 2d, write d) (Korthikanti et al.
 # 2022 Sec. 4.1 count the same tensors).
-NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D = 2 * 2 * ACTIVATION_BYTES + 2 * 3 * ACTIVATION_BYTES
+NORM_BYTES_PER_TOKEN_PER_D = 2 * 2 * ACTIVATION_BYTES
+NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D = NORM_BYTES_PER_TOKEN_PER_D + 2 * 3 * ACTIVATION_BYTES
 # Router scores are fp32 (paper F.3: "the fp32 router is a precision island"): sigmoid,
 # top-k and gate normalisation each stream E fp32 values per token.
 ROUTER_STREAMS = 3
@@ -208,6 +209,7 @@ class AttentionTimes:
     core_forward: np.ndarray
     streaming: np.ndarray  # norms and residuals, forward + backward
     streaming_forward: np.ndarray  # forward norms and residuals plus forward FP8 casts
+    layernorm_forward: np.ndarray  # forward of the block's two norms (recompute module)
     fp8_cast: np.ndarray  # FP8 quantisation of the projections' operands, fwd + bwd
     cp_exposed: np.ndarray
 
@@ -275,6 +277,9 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
         core=core_fwd + core_bwd, core_forward=core_fwd,
         streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming_forward=streaming + cast_fwd, fp8_cast=cast_fwd + cast_bwd,
+        layernorm_forward=streaming_time_s(sequence_tokens * geometry.d_model
+                                           * NORM_BYTES_PER_TOKEN_PER_D,
+                                           machine.hbm_bw_bytes_per_s),
         cp_exposed=np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0),
     )
 
@@ -304,6 +309,40 @@ def _per_op_sac_recompute(workload: Workload, attention: AttentionTimes, up: np.
     return _per_op_sac_attention_recompute(workload, attention) + mlp + streaming_forward
 
 
+def _mla_up_projection_forward_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                                 tokens: np.ndarray) -> np.ndarray:
+    """Forward GEMMs of MLA's query and key/value up-projections (latent -> heads), the
+    work Megatron-Core's ``mla_up_proj`` recompute module repeats."""
+    geometry = workload.geometry
+    mla = geometry.mla
+    if geometry.attention is not AttentionKind.MLA or mla is None:
+        return np.zeros(len(plans))
+    qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    query_in = mla.q_lora_rank or geometry.d_model
+    query = _gemm(machine, workload, tokens, geometry.heads * qk_dim / plans.tp, query_in)
+    key_value = _gemm(machine, workload, tokens,
+                      geometry.heads * (mla.qk_nope_head_dim + mla.v_head_dim) / plans.tp,
+                      mla.kv_lora_rank)
+    return query + key_value
+
+
+def recompute_modules_forward_s(workload: Workload, modules: dict[str, np.ndarray]
+                                ) -> np.ndarray:
+    """Forward seconds Megatron-Core's fine-grained selective recompute repeats beyond the
+    attention core (``Workload.recompute_modules``; megatron/core/transformer/
+    transformer_config.py ``recompute_modules``, the bytes ``memory.recompute_module_bytes``
+    drops): each named module's forward time, from ``modules`` (module -> seconds; a module
+    the block does not have is absent). ``moe`` covers the whole MoE part, dispatch and
+    combine included, so its own sub-modules are not added again."""
+    chosen = set(workload.recompute_modules or ())
+    if "moe" in chosen and "moe" in modules:
+        chosen -= {"moe_act", "shared_experts"}
+    total = 0.0 * next(iter(modules.values()))
+    for name in sorted(chosen & set(modules)):
+        total = total + modules[name]
+    return total
+
+
 @plan_key(*DENSE_BLOCK_KEY)
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One dense block per micro-batch."""
@@ -328,6 +367,11 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
         selective_core = np.zeros(len(plans))
     else:
         selective = selective_core = attention.core_forward
+        selective = selective + recompute_modules_forward_s(workload, {
+            "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
+            "layernorm": attention.layernorm_forward,
+            "mlp": up + down + activation,
+        })
     zero = np.zeros(len(plans))
     gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
     return BlockTimes(
@@ -416,6 +460,14 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                + mlp_fwd + shared_fwd + router_gemm + router_stream
                + attention.streaming_forward + moe_stream + cast_fwd)
     selective = selective_core = attention.core_forward
+    expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)
+    selective = selective + recompute_modules_forward_s(workload, {
+        "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
+        "layernorm": attention.layernorm_forward,
+        "moe_act": expert_act,
+        "shared_experts": shared_fwd,
+        "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + 2 * a2a,
+    })
     per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
     if per_op and geometry.attention is not AttentionKind.MLA:
         # torchtitan's per-op SAC does not save grouped GEMMs: it recomputes the routed
