@@ -13,6 +13,7 @@ from mosaic.arch import AttentionKind, count_parameters
 from mosaic.arch.backbone import backbone_variant
 from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
 from mosaic.cli.main import app
+from mosaic.cli.model_option import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import spec_from_plan_document
 from mosaic.perf.layouts import LayoutLimits
@@ -21,7 +22,8 @@ from mosaic.plan import Envelope, SearchSpace, resolve_system, search
 
 from .test_search import brute_force
 
-HF = Path(__file__).resolve().parents[2] / "examples" / "hf"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HF = EXAMPLES / "hf"
 
 # A Qwen3-MoE-shaped toy (GQA, per-head q/k norms, no shared expert): d 256, 4 heads of
 # 64, 2 KV heads, d_ff 768, 16 experts of width 96 (G = 8), top-2, 4 blocks.
@@ -131,3 +133,22 @@ def test_cli_backbone_errors_are_one_line(tmp_path):
     assert out.exit_code == 2 and "--layers and --d-model" in out.output
     out = runner.invoke(app, ["plan", "--layers", "8"])
     assert out.exit_code == 2 and "vary a --backbone" in out.output
+
+
+def test_the_ladder_rung_as_a_backbone_gives_the_ladders_grid():
+    """examples/q12_moe.yaml is Table 4's q=12 rung: varying E, K and G around it gives
+    exactly the ladder's q=12 rows (same counts, sparsity and geometries)."""
+    rung = load_model_file(EXAMPLES / "q12_moe.yaml")
+    axes = {"experts": (16, 96), "top_k": (1, 2), "split_factor": (1, 4)}
+    ladder = SearchSpace(q=(12,), **axes, s_min=0.0).enumerate()
+    backbone = SearchSpace(backbone=rung, **axes, s_min=0.0).enumerate()
+    assert len(backbone) == len(ladder) == 8
+    for name in ("layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn",
+                 "n_total", "n_active", "sparsity"):
+        assert getattr(backbone, name).tolist() == getattr(ladder, name).tolist(), name
+    assert all(backbone.geometry(r) == ladder.geometry(r) for r in range(len(ladder)))
+
+
+def test_a_missing_backbone_file_names_the_flag():
+    out = CliRunner().invoke(app, ["plan", "--backbone", "no/such/config.json"])
+    assert out.exit_code == 2 and "--backbone no/such/config.json: no such file" in out.output

@@ -241,6 +241,9 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
                                "with --layers and --d-model")
     from mosaic.cli.model_option import load_model_file  # YAML/JSON parsing only when used
 
+    if not backbone_file.is_file():
+        raise MosaicInputError(f"--backbone {backbone_file}: no such file (give a HuggingFace "
+                               f"config.json or a mosaic model YAML)")
     geometry = load_model_file(backbone_file)
     own = geometry.moe
     if own is None and (experts is None or top_k is None):
