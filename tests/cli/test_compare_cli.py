@@ -30,9 +30,9 @@ def job_b(tmp_path) -> Path:
     """The Appendix E job with pp 8 and micro-batch 1, written with canonical field names
     where the original uses the listing's aliases (gbs, seqlen): no difference there."""
     document = yaml.safe_load(JOB.read_text())
-    data = document["data"]
-    document["data"] = {"global_batch": data["gbs"], "seq_len": data["seqlen"],
-                        "micro_batch": 1}
+    data = document.pop("data")
+    document["batch"] = {"global_seqs": data["gbs"], "seq_len": data["seqlen"],
+                         "micro_seqs": 1}
     document["parallelism"]["pp"] = 8
     path = tmp_path / "job_b.yaml"
     path.write_text(yaml.safe_dump(document))

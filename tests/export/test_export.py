@@ -32,10 +32,10 @@ runner = CliRunner()
 def deepseek_spec() -> ExportSpec:
     # DeepSeek-V3 geometry on the Appendix E layout, with DeepEP, fp8 and selective recompute
     # 61 layers on pp 4 x vpp 2: uneven stages, which the job must allow
-    return load_export_spec(JOB, ["parallelism.dispatcher=deepep", "hardware.precision=fp8",
+    return load_export_spec(JOB, ["parallelism.dispatcher=deepep", "performance.precision=fp8",
                                   "performance.checkpointing=selective", "parallelism.pp=4",
                                   "parallelism.vpp=2", "parallelism.tp=2",
-                                  "parallelism.uneven_stages=true"], DEEPSEEK)
+                                  "performance.uneven_stages=true"], DEEPSEEK)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_torchtitan_toml_round_trip(sharding):
 
 def test_torchtitan_fp8_deepep_and_accumulation_without_pp():
     spec = load_export_spec(JOB, ["parallelism.pp=1", "parallelism.dispatcher=deepep",
-                                  "hardware.precision=fp8"], DEEPSEEK)
+                                  "performance.precision=fp8"], DEEPSEEK)
     layers = tomllib.loads(export(deepseek_spec(), "torchtitan").text)["parallelism"][
         "pipeline_parallel_layers_per_stage"]
     assert -(-(61 + 2) // layers) == 8  # torchtitan: ceil((L + 2) / per_stage) stages
