@@ -715,8 +715,12 @@ def largest_components(breakdown: dict[str, np.ndarray], index: int, count: int 
 
 
 def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
-    """Sum of all components of a breakdown."""
-    return np.sum([breakdown[name] for name in COMPONENTS], axis=0)
+    """Sum of all components of a breakdown, added in COMPONENTS order (the values of
+    np.sum over the stacked components, without building the stack)."""
+    total = np.asarray(breakdown[COMPONENTS[0]], dtype=float)
+    for name in COMPONENTS[1:]:
+        total = total + breakdown[name]
+    return total
 
 
 def _first_and_last(
