@@ -72,6 +72,20 @@ class PerformanceBlock(_Strict):
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(
         default=False, description="allow pp·vpp that does not divide the layers")
+    # The run-record fields of the same name (docs/run_records.md, docs/memory.md):
+    routing: Literal["balanced", "dropless", "token_drop", "unknown"] = Field(
+        default="dropless", description="MoE routing regime")
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = Field(
+        default=None, description="the LM loss implementation; None = the stack's trait")
+    grad_reduce_in_fp32: bool = Field(
+        default=True, description="gradient buffers and reduction in fp32 (Megatron-LM's "
+        "default); false = bf16")
+    offloaded_activation_layers: int = Field(
+        default=0, ge=0, le=LIMITS["layers"].high,
+        description="blocks whose activations go to host memory (cpu_offloading_num_layers)")
+    recompute_modules: list[str] | None = Field(
+        default=None, description="Megatron-Core --recompute-modules under selective "
+        "recompute; None = core_attn")
 
 
 class OptimizerBlock(_Strict):
@@ -235,6 +249,12 @@ def job_from_document(document: dict[str, Any], where: str,
         attention_kernel=(None if performance.attention_kernel == "auto"
                           else performance.attention_kernel),
         fsdp_gather=None if performance.fsdp_gather == "auto" else performance.fsdp_gather,
+        routing=performance.routing,
+        cross_entropy=performance.cross_entropy,
+        grad_reduce_in_fp32=performance.grad_reduce_in_fp32,
+        offloaded_activation_layers=performance.offloaded_activation_layers,
+        recompute_modules=(None if performance.recompute_modules is None
+                           else tuple(performance.recompute_modules)),
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -287,8 +307,20 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["attention_kernel"] = str(workload.attention_kernel)
     if workload.fsdp_gather is not None:
         performance["fsdp_gather"] = str(workload.fsdp_gather)
-    if workload.uneven_pipeline_stages or spec.recorded_layout:
-        performance["uneven_stages"] = True
+    chunks = int(row["pp"]) * int(row["vpp"])
+    if workload.uneven_pipeline_stages or (spec.recorded_layout
+                                           and workload.geometry.layers % chunks):
+        performance["uneven_stages"] = True  # a job file's way to run a recorded uneven split
+    if workload.routing != "dropless":
+        performance["routing"] = workload.routing
+    if workload.cross_entropy is not None:
+        performance["cross_entropy"] = str(workload.cross_entropy)
+    if not workload.grad_reduce_in_fp32:
+        performance["grad_reduce_in_fp32"] = False
+    if workload.offloaded_activation_layers:
+        performance["offloaded_activation_layers"] = workload.offloaded_activation_layers
+    if workload.recompute_modules is not None:
+        performance["recompute_modules"] = list(workload.recompute_modules)
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes
