@@ -190,7 +190,7 @@ def gather(value: Any, index: np.ndarray) -> Any:
     """The rows ``index`` of every array in ``value`` (tuples, dicts and dataclasses too);
     0-d arrays and non-array values are returned unchanged (they hold for every row)."""
     if isinstance(value, np.ndarray):
-        return value[index] if value.ndim else value
+        return np.take(value, index, axis=0) if value.ndim else value
     if isinstance(value, tuple):
         return tuple(gather(v, index) for v in value)
     if isinstance(value, dict):
@@ -241,7 +241,7 @@ def _check_carried(label: str, name: str, value: Any, plans: ParallelPlans,
         if known is not None and known[0]() is array and known[1] <= declared:
             continue
         owner = representatives[inverse] if owner is None else owner
-        same = array[owner]
+        same = np.take(array, owner, axis=0)
         if not (np.array_equal(same, array) or (
                 array.dtype.kind in "fc" and np.array_equal(same, array, equal_nan=True))):
             raise UndeclaredPlanFieldError(
