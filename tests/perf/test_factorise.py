@@ -114,12 +114,15 @@ def _equal_trees(got, want, path=""):
         assert got == want, path
 
 
-@pytest.mark.parametrize("stack", ["megatron-core", "torchtitan", "deepspeed"])
-def test_prediction_equals_every_plan_computed(plans, stack):
+@pytest.mark.parametrize(("stack", "vocab_in_split"), [
+    ("megatron-core", False), ("torchtitan", False), ("deepspeed", False),
+    ("megatron-core", True)])
+def test_prediction_equals_every_plan_computed(plans, stack, vocab_in_split):
     """The whole step prediction (times, breakdowns, memory) is bit-identical with the
-    factorised evaluation switched off, on stacks with different traits."""
+    factorised evaluation switched off, on stacks with different traits and with the
+    embedding and loss in the pipeline split."""
     workload = Workload(geometry=WORKLOAD.geometry, global_batch=256, seq_len=2048,
-                        stack=stack)
+                        stack=stack, vocab_in_pipeline_split=vocab_in_split)
     calibration = default_calibration()
     factorised = predict_step(workload, plans, MACHINE, calibration)
     with every_plan():

@@ -250,6 +250,7 @@ def balanced_vocab_stage_s(vocab_per_mb: np.ndarray, t_first: np.ndarray, t_last
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
 
 
+@plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe", "t_first", "t_last"))
 def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
                               moe: BlockTimes, t_first: np.ndarray, t_last: np.ndarray
                               ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
