@@ -30,7 +30,14 @@ from mosaic.config.job_schema import (
     load_job,
 )
 from mosaic.config.run_records import load_run_records
-from mosaic.config.spelling import MosaicDeprecationWarning
+from mosaic.config.spelling import (
+    JOB_RULES,
+    MosaicDeprecationWarning,
+    Rename,
+    _lookup,
+    _with,
+    _without,
+)
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import predict_job
 from mosaic.evaluate.record_settings import (
@@ -260,3 +267,23 @@ def test_two_spellings_of_one_field_must_agree(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(document))
     with pytest.raises(MosaicInputError, match="etp = 1 is given twice"):
         load_job(path)
+
+
+@pytest.mark.parametrize("rule", [r for r in JOB_RULES if r.new], ids=lambda r: r.label())
+def test_every_other_spelling_loads_to_the_same_job(rule: Rename) -> None:
+    """Each rename, applied backwards to a canonical job file, loads to the same job; only
+    mosaic's own older spellings warn."""
+    job = load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml")
+    document = job_document(job)
+    found, value = _lookup(document, rule.new)
+    if not found:
+        pytest.skip(f"{'.'.join(rule.new)} not in the example job")
+    if rule.value is not None:  # glu: the listing's flag for a gated FFN
+        value = {"swiglu": True, "gelu": False}[value]
+    older = _with(_without(document, rule.new), rule.old, value, "test")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = job_from_document(older, "older.yaml", deprecated := set())
+    assert again.workload == job.workload and again.plan.row(0) == job.plan.row(0)
+    assert (rule.label() in deprecated) == rule.deprecated
+    assert not [w for w in caught if issubclass(w.category, MosaicDeprecationWarning)]
