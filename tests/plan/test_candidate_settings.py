@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
+from mosaic.cli.main import app
 from mosaic.perf.layouts import LayoutLimits, enumerate_plans
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import predict_step
@@ -41,3 +44,20 @@ def test_each_candidate_is_timed_with_the_envelopes_precision_and_dispatcher(cal
     plain = rates[(Precision.BF16, Dispatcher.ALLTOALL)]
     assert rates[(Precision.BF16, Dispatcher.DEEPEP)] > plain
     assert rates[(Precision.FP8, Dispatcher.ALLTOALL)] > plain
+
+
+def test_the_reports_breakdown_uses_the_candidates_stack_and_dispatcher(tmp_path):
+    """The HTML/JSON breakdown of the optimum is re-derived from the same workload the
+    search timed (plan.search.candidate_workload), so a torchtitan + DeepEP plan reports
+    its own step time, not a megatron-core + all-to-all one."""
+    args = ["plan", "--q", "4", "--experts", "16,64", "--top-k", "2", "--split-factor", "4",
+            "--nodes", "2", "--days", "2", "--stack", "torchtitan", "--dispatcher", "deepep",
+            "--workers", "1", "--json", "--html", str(tmp_path / "plan.html")]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    document = json.loads(out.stdout)
+    assert document["envelope"]["stack"] == "torchtitan"
+    assert document["envelope"]["dispatcher"] == "deepep"
+    optimum, step = document["optimum"], document["optimum_step"]
+    assert step["step_time_s"] == pytest.approx(optimum["step_time_s"], rel=1e-12)
+    assert step["memory_bytes"] == pytest.approx(optimum["memory_bytes"], rel=1e-12)

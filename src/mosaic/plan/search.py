@@ -84,7 +84,9 @@ class ThroughputTable:
         return self.tokens_per_s > 0
 
 
-def _workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
+def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
+    """What grid row ``row`` trains under ``envelope``: the one workload every candidate's
+    layout search, breakdown and report uses (batch, precision, stack, dispatcher)."""
     return Workload(
         geometry=grid.geometry(row),
         global_batch=envelope.global_batch,
@@ -185,8 +187,8 @@ def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration
     reasons = [""] * n
     evaluated = timed = 0
     for i, row in enumerate(rows):
-        outcome = best_feasible_layout(_workload(envelope, grid, row), machine, calibration,
-                                       limits)
+        outcome = best_feasible_layout(candidate_workload(envelope, grid, row), machine,
+                                       calibration, limits)
         evaluated += outcome.plans_evaluated
         timed += outcome.plans_timed
         if outcome.plan is None or outcome.prediction is None:

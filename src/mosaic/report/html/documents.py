@@ -16,10 +16,9 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, best_layout, take_prediction
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import StepPrediction
-from mosaic.perf.workload import Workload
 from mosaic.plan.analysis import ModelFlopsComparison, compare_model_flops, sparsity_frontier
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
-from mosaic.plan.search import PlanResult
+from mosaic.plan.search import PlanResult, candidate_workload
 from mosaic.plan.uncertainty import Uncertainty
 
 GIB = 2**30
@@ -59,8 +58,7 @@ def optimum_step_document(result: PlanResult, calibration: Calibration,
     if row is None:
         return None
     envelope = result.envelope
-    workload = Workload(geometry=result.grid.geometry(row), global_batch=envelope.global_batch,
-                        seq_len=envelope.seq_len, precision=envelope.precision)
+    workload = candidate_workload(envelope, result.grid, row)
     machine = machine_for(envelope.cluster, envelope.precision,
                           envelope.usable_memory_fraction)
     found = best_layout(workload, machine, calibration, limits or TABLE3_LAYOUT_LIMITS)
