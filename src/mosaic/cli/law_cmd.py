@@ -275,7 +275,11 @@ def fit(
     _check_fittable(runs, law_form)
     limit_blas_threads()  # small-matrix fits run fastest on one BLAS thread (mosaic.threads)
     settings = FitSettings(huber_delta=huber_delta, starts=starts, n_polished=refine, seed=seed)
-    validated = fit_with_holdout(runs, law_form, settings, holdout_fraction=holdout)
+    from mosaic.cli.progress import progress_reporter
+
+    with progress_reporter(as_json) as bar:
+        validated = fit_with_holdout(runs, law_form, settings, holdout_fraction=holdout,
+                                     progress=bar("law fit (screened blocks, refined starts)"))
     payload: dict[str, Any] = {
         "form": law_form.name,
         "data": str(data),
@@ -285,8 +289,6 @@ def fit(
         "data_support": dict(validated.law.provenance.get("data_support") or {}),
     }
     if n_bootstrap:
-        from mosaic.cli.progress import progress_reporter
-
         with progress_reporter(as_json) as bar:
             result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,
                                    seed=seed, progress=bar("bootstrap refits"))

@@ -13,7 +13,7 @@ round no longer improves, which makes the optimum independent of sum/mean/any sc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -241,11 +241,13 @@ def fit_law(
     settings: FitSettings | None = None,
     *,
     initial: np.ndarray | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> FitResult:
     """Fit ``form`` to ``data``: screen many starts vectorised, refine the best with L-BFGS-B.
 
     ``initial`` optionally replaces the seeded spread by explicit (n, P) log-coefficient
-    starts (see ``starts_from_values``), e.g. a single published fit.
+    starts (see ``starts_from_values``), e.g. a single published fit. ``progress(done,
+    total)`` is called after each screened block and each refined start.
     """
     settings = settings or FitSettings()
     stratum = _single_split_factor(data, form)
@@ -260,10 +262,20 @@ def fit_law(
         )
     initial = np.clip(initial, box[:, 0], box[:, 1])
     blocks = np.array_split(initial, -(-len(initial) // SCREEN_CHUNK))
-    screened = np.concatenate([objective(block)[0] for block in blocks])
+    steps = len(blocks) + min(settings.n_polished, len(initial))
+    scores = []
+    for done, block in enumerate(blocks, start=1):
+        scores.append(objective(block)[0])
+        if progress is not None:
+            progress(done, steps)
+    screened = np.concatenate(scores)
     screened = np.where(np.isfinite(screened), screened, np.inf)
     order = np.argsort(screened, kind="stable")[: settings.n_polished]
-    refined = [polish(objective, initial[i], box) for i in order]
+    refined = []
+    for done, i in enumerate(order, start=len(blocks) + 1):
+        refined.append(polish(objective, initial[i], box))
+        if progress is not None:
+            progress(done, steps)
     objectives = np.array([f for _, f in refined])
     best = int(np.argmin(objectives))
     log_coefs = refined[best][0]

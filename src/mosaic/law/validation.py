@@ -6,6 +6,7 @@ the fit; RMSE and R^2 are reported in loss units over all runs, and RMSE on the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,11 +100,13 @@ def fit_with_holdout(
     settings: FitSettings | None = None,
     *,
     holdout_fraction: float = HOLDOUT_FRACTION,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ValidatedFit:
-    """Hold out the largest runs per G stratum, fit the rest, evaluate on all (Sec. 4.2)."""
+    """Hold out the largest runs per G stratum, fit the rest, evaluate on all (Sec. 4.2);
+    ``progress`` as in :func:`fit_law`."""
     held_out = holdout_mask(data, holdout_fraction)
     if held_out.all():
         raise MosaicInputError("holdout leaves no runs to fit; lower the holdout fraction")
-    fit = fit_law(data.subset(~held_out), form, settings)
+    fit = fit_law(data.subset(~held_out), form, settings, progress=progress)
     metrics, parity = evaluate(fit.law, data, held_out, fit.objective)
     return ValidatedFit(fit=fit, metrics=metrics, parity=parity)
