@@ -1,4 +1,4 @@
-"""The bootstrap reports each refit (the CLI turns that into progress with ETA)."""
+"""The bootstrap and the law fit report each step (the CLI turns that into progress with ETA)."""
 
 
 def test_bootstrap_reports_every_refit(noisy_joint_fit):
