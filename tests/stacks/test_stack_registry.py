@@ -107,3 +107,16 @@ def test_a_run_record_may_name_its_stack_and_a_typo_is_refused(tmp_path: Path) -
         loaded = load_run_records(path)
     assert loaded.records == ()
     assert "torchtitan" in loaded.skipped[0][1]
+
+
+def test_stack_names_ignore_case_and_a_typo_gets_the_closest_name():
+    from mosaic.arch import ladder_geometry
+    from mosaic.perf.workload import Workload
+    from mosaic.stacks import get_stack
+
+    assert get_stack("Megatron-Bridge").name == "megatron-bridge"
+    workload = Workload(geometry=ladder_geometry(4), global_batch=8, seq_len=1024,
+                        stack="TorchTitan")
+    assert workload.stack == "torchtitan"  # the key calibration profiles use
+    with pytest.raises(MosaicInputError, match="did you mean 'megatron-bridge'"):
+        get_stack("megatron-brdge")

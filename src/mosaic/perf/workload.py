@@ -127,7 +127,9 @@ class Workload:
     recompute_modules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        get_stack(self.stack)  # an unknown stack is an error naming the known ones
+        # An unknown stack is an error naming the known ones; the name is stored as the
+        # registry spells it, the key calibration profiles use.
+        object.__setattr__(self, "stack", get_stack(self.stack).name)
         for name in ("global_batch", "seq_len"):
             value = getattr(self, name)
             if value <= 0:

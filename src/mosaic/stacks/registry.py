@@ -7,6 +7,7 @@ matches none gets the explicit ``other`` stack and a note saying so.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -125,12 +126,16 @@ def known_stacks() -> tuple[str, ...]:
 
 
 def get_stack(name: str) -> StackTraits:
-    """The traits of stack ``name``; an unknown name is an error listing the known ones."""
+    """The traits of stack ``name`` (case-insensitive); an unknown name is an error that
+    lists the known ones and suggests the closest."""
     stacks = _registry()
-    if name not in stacks:
-        raise MosaicInputError(f"stack {name!r}: unknown; known stacks: "
+    key = str(name).strip().casefold()
+    if key not in stacks:
+        close = difflib.get_close_matches(key, list(stacks), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise MosaicInputError(f"stack {name!r}: unknown{hint}; known stacks: "
                                f"{', '.join(stacks)}")
-    return stacks[name]
+    return stacks[key]
 
 
 def stack_for_software(software: str | None) -> StackTraits:
