@@ -51,6 +51,9 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "overshoot_gib": float(p.overshoot_bytes[0] / GIB),
         "chi_sys": float(p.chi_sys[0]),
         "attention_kernel": p.attention_kernel,
+        "precision": str(result.spec.workload.precision),
+        "dispatcher": str(result.spec.workload.dispatcher),
+        "ep_overlap": result.spec.workload.ep_overlap,
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
@@ -81,6 +84,9 @@ def _render(document: dict[str, Any]) -> None:
             ("hardware", f"{document['hardware']['devices']} x {document['hardware']['system']}"),
             ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
             ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"),
+            ("precision / EP dispatcher",
+             f"{document['precision']} / {document['dispatcher']}"
+             + (", EP overlap" if document["ep_overlap"] else "")),
             ("step time", f"{document['step_time_s']:.3f} s"),
             (
                 "tokens/s (per GPU)",
@@ -92,9 +98,10 @@ def _render(document: dict[str, Any]) -> None:
             ("MFU peak", document["mfu_peak"]),
             (
                 "memory per GPU",
-                f"{document['memory_gib']:.2f} of "
-                f"{document['memory_capacity_gib']:.1f} GiB ("
-                f"{document['usable_memory_fraction']:.0%} usable), {verdict}",
+                f"{document['memory_gib']:.2f} GiB of "
+                f"{document['usable_memory_fraction'] * document['memory_capacity_gib']:.1f} "
+                f"usable ({document['usable_memory_fraction']:.0%} of "
+                f"{document['memory_capacity_gib']:.1f} GiB), {verdict}",
             ),
             ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
             ("attention kernel", document["attention_kernel"]),
