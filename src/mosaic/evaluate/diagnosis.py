@@ -131,10 +131,9 @@ class Bound:
         if self.time_class in PARTED_CLASSES:
             text += f", most of it {self.part} ({self.part_share:.0%} of the step)"
         if self.memory.status == "out of memory":
-            return (f"does not fit: needs {self.memory.memory_bytes / GIB:.1f} of "
-                    f"{self.memory.capacity_bytes / GIB:.1f} GiB per GPU (over by "
-                    f"{self.memory.overshoot_bytes / GIB:.1f} GiB); if it fit it would be "
-                    + text)
+            return ("does not fit: " + memory_overshoot_text(
+                self.memory.memory_bytes, self.memory.overshoot_bytes,
+                self.memory.capacity_bytes) + " per GPU; if it fit it would be " + text)
         if self.memory.status == "near capacity":
             return (text + f"; memory is near capacity ({self.memory.fraction:.0%} of "
                     f"{self.memory.capacity_bytes / GIB:.1f} GiB)")
@@ -484,9 +483,19 @@ def plans_from_rows(rows: list[PlanRow]) -> ParallelPlans:
     return plans_from_columns(**columns)
 
 
+def memory_overshoot_text(memory_bytes: float, overshoot_bytes: float,
+                          capacity_bytes: float) -> str:
+    """'needs M GiB of U usable (F% of C GiB), over by O GiB': the usable budget is what the
+    overshoot is measured against (memory - overshoot), a share of the device's capacity."""
+    usable = memory_bytes - overshoot_bytes
+    return (f"needs {memory_bytes / GIB:.1f} GiB of {usable / GIB:.1f} usable "
+            f"({usable / capacity_bytes:.0%} of {capacity_bytes / GIB:.1f} GiB), over by "
+            f"{overshoot_bytes / GIB:.1f} GiB")
+
+
 def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: float) -> str:
-    return (f"out of memory: needs {memory_bytes / GIB:.1f} of {capacity_bytes / GIB:.1f} GiB "
-            f"(over by {overshoot_bytes / GIB:.1f} GiB)")
+    return "out of memory: " + memory_overshoot_text(memory_bytes, overshoot_bytes,
+                                                     capacity_bytes)
 
 
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,
