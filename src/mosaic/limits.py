@@ -58,6 +58,7 @@ LIMITS: dict[str, Range] = {
     "tokens": Range(1e6, 1e18, "training tokens"),
     "flops": Range(1e12, 1e32, "training FLOPs"),
     "split_factor": Range(1, 1024, "expert split factor G"),
+    "sparsity": Range(0.0, 0.9999, "sparsity S = 1 - N_act/N_tot, below 1"),
     # Cross-entropy of a language model: ln(vocab) < 17 nats for any real vocabulary.
     "loss": Range(0.0, 50.0, "nats per token"),
     "ladder_q": Range(1, 1024, "ladder seed q (d_model = 256·q stays below 2^20)"),

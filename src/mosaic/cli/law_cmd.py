@@ -91,7 +91,7 @@ class LawInputs:
         check_range("--n-total", self.n_total, "n_params")
         check_range("--tokens", self.tokens, "tokens")
         if self.sparsity is not None:
-            check_range("--sparsity", self.sparsity, "split_factor", low=0.0, high=0.9999)
+            check_range("--sparsity", self.sparsity, "sparsity")
         if self.split_factor is not None:
             check_range("--split-factor", self.split_factor, "split_factor")
 

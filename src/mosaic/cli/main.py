@@ -118,6 +118,14 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from mosaic import __version__
+
+        typer.echo(f"mosaic {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(catalog: Annotated[list[str] | None, typer.Option(
         "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
@@ -125,6 +133,10 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
           ] = None,
           quiet: Annotated[bool, typer.Option(
               "--quiet", "-q", help="no progress lines or bars on stderr (also MOSAIC_QUIET=1)")
+          ] = False,
+          version: Annotated[bool, typer.Option(
+              "--version", is_eager=True, callback=_print_version,
+              help="print mosaic's version and exit")
           ] = False) -> None:
     """Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605)."""
     if quiet:

@@ -177,7 +177,7 @@ StackOpt = Annotated[str | None, typer.Option(
     "calibration profile's, else megatron-core).")]
 BackendOpt = Annotated[str, typer.Option(
     "--backend", help="Where the layout searches run: local processes, or ray tasks "
-    "(pip install mosaic[ray]; docs/ray.md).")]
+    "(pip install 'mosaic\\[ray]'; docs/ray.md).")]
 AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="With --backend ray: auto (the cluster of `ray start`) or HOST:PORT "
     "of a head node; default: a local Ray instance.")]

@@ -297,7 +297,8 @@ def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
     for done, group in enumerate(sorted(set(groups)), start=1):
         held_out = groups_array == group
         if held_out.all():
-            raise MosaicInputError("cross-validation needs at least two groups of runs")
+            raise MosaicInputError("cross-validation needs at least two groups of runs; "
+                                   "fit without it with --cv none")
         fitted = fit_calibration(baselines.subset(~held_out), base, name="cv", provenance="cv")
         predicted[held_out] = calibrated_step_time_s(baselines.subset(held_out), fitted)
         if progress is not None:

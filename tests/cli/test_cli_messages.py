@@ -1,0 +1,32 @@
+"""One-line messages a new user meets: the version, range errors that name the right
+quantity, and the way out of a calibration without cross-validation groups."""
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mosaic import __version__
+from mosaic.cli.main import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def test_version_prints_the_package_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"mosaic {__version__}"
+
+
+def test_a_sparsity_out_of_range_names_sparsity():
+    result = runner.invoke(app, ["law", "predict", "--n-total", "1e10", "--sparsity", "1.5",
+                                 "--tokens", "1e12", "--split-factor", "4"])
+    assert result.exit_code == 2
+    assert "sparsity S" in result.output and "split factor" not in result.output
+
+
+def test_calibrating_one_group_points_to_cv_none(tmp_path):
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),
+                                 "--out", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 2
+    assert "--cv none" in result.output
