@@ -30,3 +30,16 @@ def test_calibrating_one_group_points_to_cv_none(tmp_path):
                                  "--out", str(tmp_path / "c.yaml")])
     assert result.exit_code == 2
     assert "--cv none" in result.output
+
+
+def test_missing_files_are_one_line_naming_the_path(tmp_path):
+    missing = tmp_path / "nope.json"
+    result = runner.invoke(app, ["arch", "--model", str(missing)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {missing}: no such file or directory"
+    out = tmp_path / "absent" / "x.args"
+    result = runner.invoke(app, ["export", str(EXAMPLES / "appendix_e.yaml"), "--to",
+                                 "megatron", "--out", str(out)])
+    assert result.exit_code == 2
+    assert f"directory {out.parent} does not exist" in result.output
+    assert "Errno" not in result.output

@@ -79,8 +79,25 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (MosaicInputError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        error_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        error_console.print(f"error: {_one_line(exc)}", markup=False, highlight=False,
+                            soft_wrap=True)
         raise typer.Exit(code=2) from None
+
+
+_FILE_ERRORS = {FileNotFoundError: "no such file or directory",
+                IsADirectoryError: "is a directory, not a file",
+                PermissionError: "permission denied"}
+
+
+def _one_line(exc: Exception) -> str:
+    """A file error as 'PATH: what is wrong' (what a MosaicInputError says as it is)."""
+    what = _FILE_ERRORS.get(type(exc))
+    filename = getattr(exc, "filename", None)
+    if what is None or filename is None:
+        return str(exc)
+    if isinstance(exc, FileNotFoundError) and not Path(filename).parent.exists():
+        what = f"directory {Path(filename).parent} does not exist"
+    return f"{filename}: {what}"
 
 
 def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
