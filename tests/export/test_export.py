@@ -64,6 +64,7 @@ def megatron_parser() -> argparse.ArgumentParser:
             "num-distributed-optimizer-instances"]
     for name in ints:
         p.add_argument(f"--{name}", type=int)
+    p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
     choices = {"position-embedding-type": ["learned_absolute", "rope", "none"],
                "normalization": ["LayerNorm", "RMSNorm"],
                "moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],
@@ -103,6 +104,18 @@ def test_megatron_round_trip_appendix_e():
     assert (a.micro_batch_size, a.global_batch_size, a.seq_length) == (2, 8192, 8192)
     assert a.recompute_granularity == "full" and a.use_distributed_optimizer and a.bf16
     assert a.optimizer == "muon" and a.moe_token_dispatcher_type == "alltoall"
+    assert a.moe_expert_capacity_factor == 1.0  # the listing's capacity_factor
+
+
+def test_the_capacity_factor_reaches_every_target_or_is_flagged():
+    dropless = load_export_spec(JOB, ["model.moe.capacity_factor=null"], None)
+    assert parse_megatron(export(dropless, "megatron").text).moe_expert_capacity_factor is None
+    assert yaml.safe_load(export(dropless, "maxtext").text)["capacity_factor"] == -1.0
+    capped = load_export_spec(JOB, ["model.moe.capacity_factor=1.25"], None)
+    assert yaml.safe_load(export(capped, "maxtext").text)["capacity_factor"] == 1.25
+    nemo = yaml.safe_load(export(capped, "nemo").text)["model"]
+    assert nemo["moe_expert_capacity_factor"] == 1.25
+    assert "NOT EXPRESSED: capacity factor 1.25" in export(capped, "torchtitan").text
 
 
 def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():

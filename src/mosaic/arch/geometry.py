@@ -94,6 +94,9 @@ class MoEConfig:
         router_bias: the router linear carries a bias (gpt-oss).
         shared_expert_gate: a sigmoid gate d→1 scales the shared experts' output
             (Qwen2-MoE, HF transformers ``Qwen2MoeSparseMoeBlock.shared_expert_gate``).
+        capacity_factor: tokens an expert accepts, as a multiple of the even share
+            (GShard/Switch token dropping); None = dropless. Carried to launch configs;
+            it changes no parameter count.
     """
 
     experts: int
@@ -106,6 +109,7 @@ class MoEConfig:
     expert_bias: bool = False
     router_bias: bool = False
     shared_expert_gate: bool = False
+    capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         _require_positive(

@@ -59,7 +59,8 @@ class MoEBlock(_Strict):
                            description="after the dense prefix, every n-th block is MoE")
     capacity_factor: float | None = Field(
         default=None, gt=0, le=1024, allow_inf_nan=False,
-        description="token capacity per expert; None = dropless (kept for export, not costed)")
+        description="token capacity per expert (a multiple of the even share); None = "
+                    "dropless. Exported to Megatron, NeMo and MaxText; not costed")
     expert_bias: bool = Field(default=False, description="expert linears carry biases")
     router_bias: bool = Field(default=False, description="router linear carries a bias")
     shared_expert_gate: bool = Field(default=False,

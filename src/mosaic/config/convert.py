@@ -70,7 +70,8 @@ def _moe(model: ModelBlock, notes: list[str]) -> MoEConfig | None:
         experts=moe.experts, top_k=moe.top_k, expert_ffn=moe.expert_ffn,
         shared_experts=moe.shared_experts, shared_expert_ffn=moe.shared_expert_ffn,
         dense_layers=moe.dense_layers, moe_every=moe.moe_every, expert_bias=moe.expert_bias,
-        router_bias=moe.router_bias, shared_expert_gate=moe.shared_expert_gate)
+        router_bias=moe.router_bias, shared_expert_gate=moe.shared_expert_gate,
+        capacity_factor=moe.capacity_factor)
 
 
 def _ffn(model: ModelBlock, moe: MoEConfig | None, notes: list[str]) -> int:
@@ -149,5 +150,7 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         for flag in ("expert_bias", "router_bias", "shared_expert_gate"):
             if getattr(moe, flag):
                 block[flag] = True
+        if moe.capacity_factor is not None:
+            block["capacity_factor"] = moe.capacity_factor
         document["moe"] = block
     return document

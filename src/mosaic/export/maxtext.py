@@ -99,7 +99,10 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      "first_num_dense_layers": m.dense_layers,
                      "interleave_moe_layer_step": m.moe_every,
                      "mlp_bias": m.expert_bias, "routed_bias": m.router_bias,
-                     "megablox": True, "sparse_matmul": True, "capacity_factor": -1.0}
+                     "megablox": True, "sparse_matmul": True,
+                     # MaxText's capacity_factor: -1 = dropless, else token dropping.
+                     "capacity_factor": (-1.0 if m.capacity_factor is None
+                                         else m.capacity_factor)}
     if g.mtp_layers:
         document["mtp_num_layers"] = g.mtp_layers
     document |= {

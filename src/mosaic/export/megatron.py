@@ -85,6 +85,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                          str(m.shared_experts * m.shared_width)))
             if m.shared_expert_gate:
                 args.append(("--moe-shared-expert-gate", None))
+        if m.capacity_factor is not None:  # token dropping (Megatron-Core MoE README)
+            args.append(("--moe-expert-capacity-factor", f"{m.capacity_factor:g}"))
         if spec.dispatcher == "alltoall":
             args.append(("--moe-token-dispatcher-type", "alltoall"))
         else:  # DeepEP / HybridEP run through the flex dispatcher

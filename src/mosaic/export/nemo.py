@@ -65,6 +65,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                       "alltoall" if spec.dispatcher == "alltoall" else "flex"}
         if spec.dispatcher != "alltoall":
             model["moe_flex_dispatcher_backend"] = spec.dispatcher
+        if m.capacity_factor is not None:
+            model["moe_expert_capacity_factor"] = m.capacity_factor
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
     if spec.uneven_stages:

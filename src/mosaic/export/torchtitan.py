@@ -58,6 +58,9 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         unsupported.append(f"etp={spec.etp}: torchtitan supports etp = 1 or etp = tp")
     if spec.dispatcher == "hybridep":
         unsupported.append("HybridEP dispatcher: torchtitan offers 'standard' or 'deepep'")
+    if g.moe and g.moe.capacity_factor is not None:
+        unsupported.append(f"capacity factor {g.moe.capacity_factor:g}: torchtitan's MoE "
+                           "routes dropless")
     if spec.optimizer == "muon":
         unsupported.append("Muon optimizer (torchtitan v0.2.2 optimizers: AdamW, Adam)")
     if spec.precision == "fp16":
