@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -46,12 +48,14 @@ def test_scopes_fall_back_from_stack_and_class_to_class_to_pooled() -> None:
     assert (dense.scope, dense.n_runs, dense.median) == ("all", 19, 1.0)
 
 
+# 12 held-out runs, 6 MoE and 6 dense: too few for a class scope, enough for the pool.
+RATIOS = np.array([0.9, 1.0, 1.1] * 4)
 COVERAGE = CalibrationCoverage(
     source="test", level=0.9, devices=("H100-SXM-80GB", "B200"), stacks=("megatron-core",),
     classes=("dense", "moe"), n_total=(1e9, 1e11), n_active=(1e9, 2e10),
     degrees={"tp": (1, 8), "pp": (1, 16), "ep": (1, 64), "cp": (1, 2), "dp": (1, 512)},
-    tokens_per_s_ratio=tuple(scoped_quantiles(np.array([0.9, 1.0, 1.1]), ["megatron-core"] * 3,
-                                              ["moe"] * 3, 0.9)))
+    tokens_per_s_ratio=tuple(scoped_quantiles(RATIOS, ["megatron-core"] * 12,
+                                              ["moe"] * 6 + ["dense"] * 6, 0.9)))
 INSIDE = {"device": "B200", "stack": "megatron-core", "is_moe": True, "n_total": 5e10,
           "n_active": 5e9, "degrees": {"tp": 2, "pp": 4, "ep": 8, "cp": 1, "dp": 64}}
 
@@ -77,13 +81,24 @@ def test_assessment_carries_intervals_and_says_when_memory_residuals_are_missing
                step_time_s=2.0, memory_gib=50.0, **INSIDE)
     doc = a.to_document()
     assert doc["inside_calibrated_envelope"] is True
-    q = ratio_quantiles(np.array([0.9, 1.0, 1.1]), "x", 0.9)  # 0.91 .. 1.09
+    q = ratio_quantiles(RATIOS, "x", 0.9)
     assert doc["intervals"]["tokens_per_s"]["low"] == pytest.approx(1000 * q.low)
     assert doc["intervals"]["mfu"]["high"] == pytest.approx(0.4 * q.high)
-    # 3 runs are too few for a megatron-core/moe scope of their own: labelled as pooled
+    # 6 runs are too few for a megatron-core/moe scope of their own: labelled as pooled
     assert doc["intervals"]["tokens_per_s"]["residual_scope"] == "all"
-    assert doc["intervals"]["tokens_per_s"]["n_runs"] == 3
+    assert doc["intervals"]["tokens_per_s"]["n_runs"] == 12
     assert doc["intervals"]["memory_gib"] is None and "memory" in doc["note"]
+
+
+def test_too_few_runs_give_no_interval_and_a_memory_interval_past_the_budget_is_named():
+    assert scoped_quantiles(np.array([0.9, 1.0, 1.1]), ["megatron-core"] * 3,
+                            ["moe"] * 3, 0.9) == ()
+    memory = tuple(scoped_quantiles(RATIOS, ["megatron-core"] * 12, ["moe"] * 12, 0.9))
+    coverage = dataclasses.replace(COVERAGE, memory_ratio=memory)
+    a = assess(coverage, "t", tokens_per_s=1000.0, tokens_per_s_per_gpu=125.0, mfu=0.4,
+               step_time_s=2.0, memory_gib=70.0, usable_memory_gib=71.0, **INSIDE)
+    assert a.memory_gib is not None and a.memory_gib.high > 71.0
+    assert "may not fit" in a.note
 
 
 def test_without_coverage_the_verdict_is_unknown_not_inside() -> None:

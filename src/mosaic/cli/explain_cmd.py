@@ -34,6 +34,7 @@ from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
+from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
@@ -55,7 +56,8 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
     bound = diagnosis.bound
     gap = diagnosis.gap
     coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
-                           result.machine.device_name, p)
+                           result.machine.device_name, p,
+                           usable_memory_gib=usable_gib(result.machine))
     return {
         "current": {
             "plan": result.spec.plan.row(0),

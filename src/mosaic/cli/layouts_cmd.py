@@ -37,7 +37,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, search_layouts
-from mosaic.perf.machine import Machine, machine_for
+from mosaic.perf.machine import Machine, machine_for, usable_gib
 from mosaic.perf.memory import GIB
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.perf.workload import Workload
@@ -147,7 +147,8 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
                     workload: Workload) -> dict[str, Any]:
     """The JSON document of `mosaic layouts --json`."""
     best = (assess_plan(calibration, workload, search.plans, machine.device_name,
-                        search.prediction, int(search.ranking[0]))
+                        search.prediction, int(search.ranking[0]),
+                        usable_memory_gib=usable_gib(machine))
             if search.ranking.size else None)
     return {
         "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,

@@ -22,6 +22,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
+from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 
 GIB = 2**30
@@ -32,7 +33,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
     p = result.prediction
     machine = result.machine
     coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
-                           machine.device_name, p)
+                           machine.device_name, p, usable_memory_gib=usable_gib(machine))
     return {
         "stack": result.spec.workload.stack,
         "calibration": calibration.name,

@@ -154,8 +154,8 @@ def shared_fraction(ratios: np.ndarray, groups: list[str]) -> float:
 
 def scoped_quantiles(ratios: np.ndarray, stacks: list[str], classes: list[str],
                      level: float) -> tuple[RatioQuantiles, ...]:
-    """Quantiles per ``stack/class`` and per class with at least :data:`MIN_SCOPE_RUNS`
-    runs, and pooled over all runs (always, when there is any run)."""
+    """Quantiles per ``stack/class``, per class and pooled over all runs, each only with at
+    least :data:`MIN_SCOPE_RUNS` runs (fewer give no 5%/95% quantiles worth showing)."""
     ratios = np.asarray(ratios, dtype=float)
     if ratios.size == 0:
         return ()
@@ -169,7 +169,8 @@ def scoped_quantiles(ratios: np.ndarray, stacks: list[str], classes: list[str],
         members = class_array == cls
         if members.sum() >= MIN_SCOPE_RUNS:
             rows.append(ratio_quantiles(ratios[members], cls, level))
-    rows.append(ratio_quantiles(ratios, POOLED, level))
+    if ratios.size >= MIN_SCOPE_RUNS:
+        rows.append(ratio_quantiles(ratios, POOLED, level))
     return tuple(rows)
 
 
@@ -305,8 +306,10 @@ class Assessment:
 def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
            stack: str, is_moe: bool, n_total: float, n_active: float,
            degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
-           mfu: float, step_time_s: float, memory_gib: float) -> Assessment:
-    """Place one predicted job against ``coverage`` (module docstring)."""
+           mfu: float, step_time_s: float, memory_gib: float,
+           usable_memory_gib: float | None = None) -> Assessment:
+    """Place one predicted job against ``coverage`` (module docstring); with
+    ``usable_memory_gib``, say when the memory interval reaches past it."""
     if coverage is None:
         return Assessment(calibration, (), has_envelope=False, note=(
             f"calibration {calibration!r} records no coverage; rerun `mosaic calibrate` "
@@ -318,15 +321,21 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
     memory = pick_scope(coverage.memory_ratio, stack, cls)
     level = coverage.level
     missing = [what for what, q in (("tokens/s", speed), ("memory", memory)) if q is None]
+    notes = ([f"no residuals for {' or '.join(missing)} in calibration {calibration!r}"]
+             if missing else [])
+    memory_interval = interval(memory_gib, memory, level)
+    if (memory_interval is not None and usable_memory_gib is not None
+            and memory_interval.high > usable_memory_gib):
+        notes.append(f"the memory interval reaches {memory_interval.high:.1f} GiB, above the "
+                     f"usable {usable_memory_gib:.1f} GiB: the plan may not fit")
     return Assessment(
         calibration, outside,
         tokens_per_s=interval(tokens_per_s, speed, level),
         tokens_per_s_per_gpu=interval(tokens_per_s_per_gpu, speed, level),
         mfu=interval(mfu, speed, level),
         step_time_s=interval(step_time_s, speed, level, inverse=True),
-        memory_gib=interval(memory_gib, memory, level),
-        note=(f"no residuals for {' or '.join(missing)} in calibration {calibration!r}"
-              if missing else None))
+        memory_gib=memory_interval,
+        note="; ".join(notes) if notes else None)
 
 
 def summary_lines(assessment: Assessment) -> list[tuple[str, str]]:

@@ -125,6 +125,11 @@ def machine_for(cluster: Cluster, precision: Precision,
     )
 
 
+def usable_gib(machine: Machine) -> float:
+    """Device memory a plan may fill on ``machine``, GiB (capacity x usable fraction)."""
+    return machine.hbm_bytes * machine.usable_memory_fraction / 2**30
+
+
 def with_attention_efficiency(machine: Machine, fwd_multiplier: float,
                               bwd_multiplier: float) -> Machine:
     """``machine`` with its flash-attention efficiency scaled per pass (the kernel family's

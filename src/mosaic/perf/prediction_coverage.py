@@ -12,7 +12,8 @@ from mosaic.perf.workload import Workload
 
 
 def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPlans,
-                device_name: str, prediction: StepPrediction, index: int = 0) -> Assessment:
+                device_name: str, prediction: StepPrediction, index: int = 0,
+                usable_memory_gib: float | None = None) -> Assessment:
     """Envelope verdict and residual intervals of plan ``index`` of ``prediction``."""
     counts = count_parameters(workload.geometry)
     return assess(
@@ -23,4 +24,5 @@ def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPla
         tokens_per_s=float(prediction.tokens_per_s[index]),
         tokens_per_s_per_gpu=float(prediction.tokens_per_s_per_gpu[index]),
         mfu=float(prediction.mfu[index]), step_time_s=float(prediction.step_time_s[index]),
-        memory_gib=float(prediction.memory_bytes[index] / GIB))
+        memory_gib=float(prediction.memory_bytes[index] / GIB),
+        usable_memory_gib=usable_memory_gib)
