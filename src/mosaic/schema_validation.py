@@ -15,8 +15,12 @@ SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 
 def describe_validation_error(exc: ValidationError, where: str) -> str:
-    """First problem of ``exc`` as "<where>: <field path>: <message> (got <value>)"."""
-    first = exc.errors()[0]
+    """First problem of ``exc`` as "<where>: <field path>: <message> (got <value>)".
+
+    An unknown field comes first: a misspelt name also leaves its real field missing, and
+    the unknown name is the one to fix."""
+    errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+    first = errors[0]
     field_path = ".".join(str(part) for part in first["loc"]) or "(top level)"
     message = first["msg"]
     if first["type"] == "extra_forbidden":

@@ -43,3 +43,17 @@ def test_missing_files_are_one_line_naming_the_path(tmp_path):
     assert result.exit_code == 2
     assert f"directory {out.parent} does not exist" in result.output
     assert "Errno" not in result.output
+
+
+def test_a_misnamed_block_or_field_is_the_problem_named(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("model: {layers: 4, d_model: 512, heads: 8, kv_heads: 8, ffn: 2048, "
+                   "vocab: 32000}\nparallel: {tp: 1}\nbatch: {global_seqs: 8, seq_len: 1024}\n"
+                   "hardware: {system: DGX-H100, nodes: 1}\n")
+    result = runner.invoke(app, ["perf", str(job)])
+    assert result.exit_code == 2 and "did you mean 'parallelism'?" in result.output
+    job.write_text("model: {layers: 4, d_model: 512, heads: 8, kv_heads: 8, ffn: 2048, "
+                   "vocab: 32000}\nbatch: {global_batch: 8, seq_len: 1024}\n"
+                   "hardware: {system: DGX-H100, nodes: 1}\n")
+    result = runner.invoke(app, ["perf", str(job)])
+    assert result.exit_code == 2 and "global_batch: unknown field" in result.output

@@ -11,6 +11,7 @@ written, and mosaic's earlier spellings load with a deprecation warning
 from __future__ import annotations
 
 import copy
+import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,8 +146,12 @@ def canonical_job_document(document: dict[str, Any], where: str,
     result = canonical_document(document, JOB_RULES, where, used)
     unknown = set(result) - set(KNOWN_BLOCKS)
     if unknown:
+        hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
+                 if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]
+        hint = f" ({'; '.join(hints)})" if hints else ""
         raise MosaicInputError(
-            f"{where}: unknown block(s) {sorted(unknown)}; allowed: {sorted(KNOWN_BLOCKS)}"
+            f"{where}: unknown block(s) {sorted(unknown)}{hint}; allowed: "
+            f"{sorted(KNOWN_BLOCKS)}"
         )
     if deprecated is None:
         warn_deprecated(used, where)
