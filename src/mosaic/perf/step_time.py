@@ -65,7 +65,7 @@ from mosaic.perf.memory import (
 )
 from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
-from mosaic.perf.schedule import bubble_fraction, n_microbatches, stage_layer_counts
+from mosaic.perf.schedule import Stage, bubble_fraction, n_microbatches, stage_layer_counts
 from mosaic.perf.shapes import local_experts, tokens_per_rank
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import OptimizerKind, Workload
@@ -127,24 +127,39 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
                            ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Per-micro-batch times of the heaviest stage's blocks by component, and its block
     and MoE-block counts (``moe`` is ``dense`` for a dense model)."""
-    best: dict[str, np.ndarray] | None = None
-    best_total = None
-    best_blocks = best_moe_blocks = None
-    for stage in ("first", "last"):
-        blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
-                                                workload.uneven_pipeline_stages)
-        terms = _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans)
-        total = sum(terms.values())
-        if best is None:
-            best, best_total, best_blocks, best_moe_blocks = terms, total, blocks, moe_blocks
-            continue
-        heavier = total > best_total
-        best = {k: np.where(heavier, v, best[k]) for k, v in terms.items()}
-        best_total = np.where(heavier, total, best_total)
-        best_blocks = np.where(heavier, blocks, best_blocks)
-        best_moe_blocks = np.where(heavier, moe_blocks, best_moe_blocks)
-    assert best is not None and best_blocks is not None and best_moe_blocks is not None
-    return best, best_blocks, best_moe_blocks
+    no_vocab = np.zeros(len(plans))
+    stages = [(*_stage(workload, plans, dense, moe, stage, False), no_vocab)
+              for stage in ("first", "last")]
+    terms, blocks, moe_blocks, _ = _slowest(stages)
+    return terms, blocks, moe_blocks
+
+
+StageCandidate = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]
+
+
+def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes, moe: BlockTimes,
+           stage: Stage, vocab_in_split: bool) -> tuple[dict[str, np.ndarray], np.ndarray,
+                                                        np.ndarray]:
+    """(block terms per micro-batch, blocks, MoE blocks) of one pipeline rank."""
+    blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
+                                            workload.uneven_pipeline_stages, vocab_in_split)
+    return _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans), blocks, moe_blocks
+
+
+def _slowest(stages: list[StageCandidate]) -> StageCandidate:
+    """Per plan, the candidate whose block terms plus vocabulary seconds are largest (the
+    earlier one on a tie): (terms, blocks, MoE blocks, vocabulary seconds)."""
+    best_terms, best_blocks, best_moe, best_vocab = stages[0]
+    best_total = sum(best_terms.values()) + best_vocab
+    for terms, blocks, moe_blocks, vocab in stages[1:]:
+        total = sum(terms.values()) + vocab
+        slower = total > best_total
+        best_terms = {k: np.where(slower, v, best_terms[k]) for k, v in terms.items()}
+        best_total = np.where(slower, total, best_total)
+        best_blocks = np.where(slower, blocks, best_blocks)
+        best_moe = np.where(slower, moe_blocks, best_moe)
+        best_vocab = np.where(slower, vocab, best_vocab)
+    return best_terms, best_blocks, best_moe, best_vocab
 
 
 def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
@@ -262,25 +277,8 @@ def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans, dense: B
     one_stage = plans.pp == 1
     vocab = {"first": np.where(one_stage, t_first + t_last, t_first),
              "middle": np.zeros(len(plans)), "last": np.where(one_stage, 0.0, t_last)}
-    best: dict[str, np.ndarray] | None = None
-    best_total = best_blocks = best_moe_blocks = best_vocab = None
-    for stage in ("first", "middle", "last"):
-        blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
-                                                vocab_in_split=True)
-        terms = _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans)
-        total = sum(terms.values()) + vocab[stage]
-        if best is None:
-            best, best_total = terms, total
-            best_blocks, best_moe_blocks, best_vocab = blocks, moe_blocks, vocab[stage]
-            continue
-        slower = total > best_total
-        best = {k: np.where(slower, v, best[k]) for k, v in terms.items()}
-        best_total = np.where(slower, total, best_total)
-        best_blocks = np.where(slower, blocks, best_blocks)
-        best_moe_blocks = np.where(slower, moe_blocks, best_moe_blocks)
-        best_vocab = np.where(slower, vocab[stage], best_vocab)
-    assert best is not None
-    return best, best_blocks, best_moe_blocks, best_vocab
+    return _slowest([(*_stage(workload, plans, dense, moe, stage, True), vocab[stage])
+                     for stage in ("first", "middle", "last")])
 
 
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
