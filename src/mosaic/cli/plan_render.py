@@ -203,18 +203,22 @@ def print_cheapest(document: dict[str, Any]) -> None:
 
 def print_sweep(points: list[SweepPoint]) -> None:
     axis = points[0].axis
+    ladder = points[0].result.grid.is_ladder
     splits = sorted({g for p in points for g in p.best_per_split})
-    columns = [axis, "G*", "S*", "N_act", "N_tot", "D", "MFU", "loss*"]
+    columns = [axis, "q" if ladder else "L×d", "E", "K", "G*", "S*", "N_act", "N_tot", "D",
+               "MFU", "loss*"]
     columns += [f"best G={g}" for g in splits]
     rows = []
     for p in points:
         row = p.result.optimum_index
         cells = [f"{p.value:g}"]
         if row is None:
-            cells += ["-"] * 7
+            cells += ["-"] * 10
         else:
             c = p.result.candidate(row)
-            cells += [str(c["split_factor"]), f"{c['sparsity']:.3f}",
+            shape = str(c["q"]) if ladder else f"{c['layers']}×{c['d_model']}"
+            cells += [shape, str(c["experts"]), str(c["top_k"]),
+                      str(c["split_factor"]), f"{c['sparsity']:.3f}",
                       short_count(c["n_active"]), short_count(c["n_total"]),
                       short_count(c["tokens"]), f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
