@@ -187,8 +187,15 @@ def print_coverage(rows: list[tuple[str, str]]) -> None:
 def print_cheapest(document: dict[str, Any]) -> None:
     choice = document["choice"]
     if choice is None:
+        reached = [o for o in document["options"] if o["loss"] is not None]
+        rows = [("result", "no budget of the sweep reaches it")]
+        if reached:
+            best = min(reached, key=lambda o: o["loss"])
+            rows.append(("lowest loss in the sweep",
+                         f"{best['loss']:.4f} at {best['nodes']} nodes × {best['days']:g} days "
+                         "(try more nodes or days)"))
         print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}",
-                              [("result", "no budget of the sweep reaches it")])
+                              rows)
         return
     rows = [("budget", f"{choice['nodes']} nodes × {choice['days']:g} days"),
             ("GPU-hours", f"{choice['gpu_hours']:,.0f}")]
