@@ -57,3 +57,17 @@ def test_a_misnamed_block_or_field_is_the_problem_named(tmp_path):
                    "hardware: {system: DGX-H100, nodes: 1}\n")
     result = runner.invoke(app, ["perf", str(job)])
     assert result.exit_code == 2 and "global_batch: unknown field" in result.output
+
+
+def test_a_run_record_as_a_job_shows_its_measured_step_beside_the_prediction():
+    import json
+
+    import yaml
+
+    runs_file = EXAMPLES / "runs_example.yaml"
+    record = yaml.safe_load(runs_file.read_text())["runs"][0]
+    reference = f"{runs_file}#{record['id']}"
+    perf = json.loads(runner.invoke(app, ["perf", reference, "--json"]).output)
+    assert perf["measured_step_time_s"] == record["measured"]["step_time_s"]
+    explain = json.loads(runner.invoke(app, ["explain", reference, "--json"]).output)
+    assert explain["gap"]["measured_step_time_s"] == record["measured"]["step_time_s"]

@@ -216,6 +216,8 @@ def explain(
     if measured_step_time_s is not None:
         check_range("--measured-step-time-s", measured_step_time_s, "seconds", low=1e-6,
                     high=1e6)
+    if measured_tokens_per_s is None and measured_step_time_s is None:
+        measured_step_time_s = spec.measured_step_time_s  # a run record's own measurement
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
     constants = load_calibration(calibration)

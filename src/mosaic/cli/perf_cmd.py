@@ -64,6 +64,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
             "nodes": result.cluster.n_nodes,
             "devices": result.cluster.n_devices,
         },
+        "measured_step_time_s": result.spec.measured_step_time_s,
         "coverage": coverage.to_document(),
         "coverage_summary": summary_lines(coverage),
     }
@@ -88,7 +89,10 @@ def _render(document: dict[str, Any]) -> None:
             ("precision / EP dispatcher",
              f"{document['precision']} / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")),
-            ("step time", f"{document['step_time_s']:.3f} s"),
+            ("step time", f"{document['step_time_s']:.3f} s"
+             + ("" if document["measured_step_time_s"] is None else
+                f" (measured {document['measured_step_time_s']:.3f} s: prediction "
+                f"{document['step_time_s'] / document['measured_step_time_s'] - 1:+.1%})")),
             (
                 "tokens/s (per GPU)",
                 f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})",

@@ -134,6 +134,7 @@ class JobSpec:
     tables: MeasuredTables = field(default_factory=MeasuredTables)
     assumptions: tuple[str, ...] = ()
     recorded_layout: bool = False
+    measured_step_time_s: float | None = None  # a run record's measured step; None for a job
 
 
 def canonical_job_document(document: dict[str, Any], where: str,
@@ -350,7 +351,7 @@ def job_from_run_record(record: RunRecord) -> JobSpec:
     """A measured run as a job: the same workload, layout and system ``validate`` uses."""
     return JobSpec(workload=record.workload, plan=record.plan, system_name=record.system.name,
                    n_devices=record.n_devices, nodes=None, assumptions=record.assumptions,
-                   recorded_layout=True)
+                   recorded_layout=True, measured_step_time_s=record.measured_step_time_s)
 
 
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
