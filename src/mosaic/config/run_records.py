@@ -66,6 +66,9 @@ class RunRecordEntry(_Strict):
                               "keyword match on `software`")
     stack_version: str | None = Field(default=None, description="container, release or commit")
     gpu: str = Field(min_length=1)
+    system: str | None = Field(default=None, min_length=1,
+                               description="catalog node type the run used (docs/hardware.md); "
+                                           "None = the reference node type of its GPU")
     num_gpus: int = Field(gt=0, le=LIMITS["devices"].high)
     gpus_per_node: int = Field(gt=0, le=LIMITS["gpus_per_node"].high)
     scaleup_domain: int = Field(gt=0, le=LIMITS["devices"].high)
@@ -152,6 +155,25 @@ def reference_system(gpu: str, gpus_per_node: int, scaleup_domain: int) -> Syste
             f"{system.name} ({system.gpus_per_node} GPUs per host, "
             f"{system.scale_up_domain_gpus}-GPU NVLink domain)"
         )
+    return system
+
+
+def record_system(entry: RunRecordEntry) -> System:
+    """The node type a record names (``system``), else its GPU's reference node type; its
+    GPU and host sizes must match the record's."""
+    if entry.system is None:
+        return reference_system(entry.gpu, entry.gpus_per_node, entry.scaleup_domain)
+    system = get_system(entry.system)
+    device = get_device(entry.gpu)
+    if system.device.name != device.name:
+        raise MosaicInputError(f"system: {system.name} holds {system.device.name}, not the "
+                               f"record's gpu {device.name}")
+    if (system.gpus_per_node, system.scale_up_domain_gpus) != (entry.gpus_per_node,
+                                                               entry.scaleup_domain):
+        raise MosaicInputError(
+            f"gpus_per_node/scaleup_domain: {entry.gpus_per_node}/{entry.scaleup_domain} do "
+            f"not match {system.name} ({system.gpus_per_node} GPUs per host, "
+            f"{system.scale_up_domain_gpus}-GPU NVLink domain)")
     return system
 
 
@@ -303,7 +325,7 @@ def _measured(entry: RunRecordEntry, notes: list[str]) -> tuple[float | None, fl
 def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     """Convert one validated entry; MosaicInputError names the field when it is unusable."""
     notes: list[str] = []
-    system = reference_system(entry.gpu, entry.gpus_per_node, entry.scaleup_domain)
+    system = record_system(entry)
     if entry.num_gpus % entry.gpus_per_node:
         raise MosaicInputError(
             f"num_gpus: {entry.num_gpus} does not fill whole hosts of {entry.gpus_per_node}"
