@@ -64,9 +64,11 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
             "nodes": result.cluster.n_nodes,
             "devices": result.cluster.n_devices,
         },
-        "measured_step_time_s": result.spec.measured_step_time_s,
         "coverage": coverage.to_document(),
         "coverage_summary": summary_lines(coverage),
+        # a run record's own measurement (RUNS.yaml#ID); absent for a job
+        **({} if result.spec.measured_step_time_s is None
+           else {"measured_step_time_s": result.spec.measured_step_time_s}),
     }
 
 
@@ -90,7 +92,7 @@ def _render(document: dict[str, Any]) -> None:
              f"{document['precision']} / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")),
             ("step time", f"{document['step_time_s']:.3f} s"
-             + ("" if document["measured_step_time_s"] is None else
+             + ("" if "measured_step_time_s" not in document else
                 f" (measured {document['measured_step_time_s']:.3f} s: prediction "
                 f"{document['step_time_s'] / document['measured_step_time_s'] - 1:+.1%})")),
             (
