@@ -148,14 +148,7 @@ def reference_system(gpu: str, gpus_per_node: int, scaleup_domain: int) -> Syste
     name = REFERENCE_SYSTEMS.get(device.name)
     if name is None:
         raise MosaicInputError(f"gpu: no reference node type for {device.name!r} in the catalog")
-    system = get_system(name)
-    if (system.gpus_per_node, system.scale_up_domain_gpus) != (gpus_per_node, scaleup_domain):
-        raise MosaicInputError(
-            f"gpus_per_node/scaleup_domain: {gpus_per_node}/{scaleup_domain} do not match "
-            f"{system.name} ({system.gpus_per_node} GPUs per host, "
-            f"{system.scale_up_domain_gpus}-GPU NVLink domain)"
-        )
-    return system
+    return _matching_host(get_system(name), gpus_per_node, scaleup_domain)
 
 
 def record_system(entry: RunRecordEntry) -> System:
@@ -168,12 +161,17 @@ def record_system(entry: RunRecordEntry) -> System:
     if system.device.name != device.name:
         raise MosaicInputError(f"system: {system.name} holds {system.device.name}, not the "
                                f"record's gpu {device.name}")
-    if (system.gpus_per_node, system.scale_up_domain_gpus) != (entry.gpus_per_node,
-                                                               entry.scaleup_domain):
+    return _matching_host(system, entry.gpus_per_node, entry.scaleup_domain)
+
+
+def _matching_host(system: System, gpus_per_node: int, scaleup_domain: int) -> System:
+    """``system`` if the record's host and NVLink-domain sizes are its own."""
+    if (system.gpus_per_node, system.scale_up_domain_gpus) != (gpus_per_node, scaleup_domain):
         raise MosaicInputError(
-            f"gpus_per_node/scaleup_domain: {entry.gpus_per_node}/{entry.scaleup_domain} do "
-            f"not match {system.name} ({system.gpus_per_node} GPUs per host, "
-            f"{system.scale_up_domain_gpus}-GPU NVLink domain)")
+            f"gpus_per_node/scaleup_domain: {gpus_per_node}/{scaleup_domain} do not match "
+            f"{system.name} ({system.gpus_per_node} GPUs per host, "
+            f"{system.scale_up_domain_gpus}-GPU NVLink domain)"
+        )
     return system
 
 
