@@ -120,3 +120,17 @@ def test_stack_names_ignore_case_and_a_typo_gets_the_closest_name():
     assert workload.stack == "torchtitan"  # the key calibration profiles use
     with pytest.raises(MosaicInputError, match="did you mean 'megatron-bridge'"):
         get_stack("megatron-brdge")
+
+
+def test_an_entry_inherits_the_traits_it_does_not_state():
+    from mosaic.stacks.registry import with_inherited_traits
+
+    stacks = {"base": {"description": "b", "keywords": ["b"], "source": "s",
+                       "dropless_host_sync": True, "unstated_recompute": "selective"},
+              "child": {"description": "c", "keywords": ["c"], "source": "t",
+                        "inherits": "base", "unstated_recompute": "full"}}
+    child = with_inherited_traits(stacks)["child"]
+    assert child == {"description": "c", "keywords": ["c"], "source": "t",
+                     "dropless_host_sync": True, "unstated_recompute": "full"}
+    with pytest.raises(MosaicInputError, match="inherits 'nope'"):
+        with_inherited_traits({"child": {**stacks["child"], "inherits": "nope"}})

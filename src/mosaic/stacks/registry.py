@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -115,9 +115,34 @@ class StackTraits:
 @cache
 def _registry() -> dict[str, StackTraits]:
     text = resources.files("mosaic.stacks").joinpath("data", "stacks.yaml").read_text()
-    parsed = validate_mapping(_Registry, yaml.safe_load(text), "stack registry")
+    document = yaml.safe_load(text)
+    if isinstance(document, dict) and isinstance(document.get("stacks"), dict):
+        document = {**document, "stacks": with_inherited_traits(document["stacks"])}
+    parsed = validate_mapping(_Registry, document, "stack registry")
     return {name: StackTraits(name=name, **entry.model_dump())
             for name, entry in parsed.stacks.items()}
+
+
+# What identifies and documents an entry is its own; every other trait may be inherited.
+_OWN_FIELDS = ("description", "keywords", "source")
+
+
+def with_inherited_traits(stacks: dict[str, Any]) -> dict[str, Any]:
+    """Raw registry entries with ``inherits: NAME`` resolved: the traits an entry leaves out
+    are the named stack's (one level; its description, keywords and source stay its own)."""
+    resolved = {}
+    for name, entry in stacks.items():
+        if not isinstance(entry, dict) or "inherits" not in entry:
+            resolved[name] = entry
+            continue
+        base_name = entry["inherits"]
+        base = stacks.get(base_name)
+        if not isinstance(base, dict) or "inherits" in base:
+            raise MosaicInputError(f"stack registry: {name} inherits {base_name!r}, which is "
+                                   "not a stack that states its own traits")
+        inherited = {k: v for k, v in base.items() if k not in _OWN_FIELDS}
+        resolved[name] = {**inherited, **{k: v for k, v in entry.items() if k != "inherits"}}
+    return resolved
 
 
 def known_stacks() -> tuple[str, ...]:
