@@ -75,3 +75,42 @@ def test_an_unstated_dispatcher_takes_the_recipes_and_a_stated_one_is_kept():
         line for line in original.assumptions if not line.startswith(DISPATCHER_NOT_STATED)))
     kept = apply_record_settings(replace(records, records=(stated,))).records[0]
     assert kept.workload.dispatcher is Dispatcher.HYBRIDEP
+
+
+POWER_LIMITED = ("torchtitan-torchao-llama3-8b-b200-8-bf16",
+                 "torchtitan-torchao-llama3-8b-b200-8-float8-tensorwise",
+                 "torchtitan-torchao-llama3-8b-b200-8-mxfp8-cublas")
+
+
+def test_runs_on_hardware_not_as_catalogued_are_predicted_but_not_scored():
+    """The torchao B200 rows ran on power-limited GPUs (limit unstated): their tokens/s stay
+    out of the fit and the accuracy figures, with the reason; their memory still counts."""
+    if not PUBLISHED.exists():
+        pytest.skip("../shared/calibration/published_runs.yaml not available")
+    from mosaic.evaluate.calibrate import record_baselines
+    from mosaic.evaluate.validation_report import aggregate, predict_runs
+    from mosaic.perf.calibration import default_calibration
+
+    records = apply_record_settings(_records(PUBLISHED)).records
+    marked = [r for r in records if not r.throughput_scored and not r.oom]
+    assert sorted(r.id for r in marked) == sorted(POWER_LIMITED)
+    assert all("power-limited" in r.throughput_not_scored for r in marked)
+    # the cross-entropy setting of the same runs still applies (two groups, one run)
+    assert {r.workload.cross_entropy for r in marked} == {CrossEntropy.COMPILED}
+    baselines = record_baselines([*marked, records[0]], default_calibration())
+    assert baselines.ids == (records[0].id,)
+    summary = aggregate(predict_runs(marked, default_calibration()))
+    assert summary["n_runs"] == 0 and summary["mape"] is None
+    assert summary["memory"]["n_runs"] == 3
+    assert [row["id"] for row in summary["throughput_not_scored"]] == list(POWER_LIMITED)
+
+
+def test_a_group_cannot_mark_runs_scored():
+    """Only ``throughput_scored: false`` is a statement; ``true`` is every run's default."""
+    from pydantic import ValidationError
+
+    from mosaic.evaluate.record_settings import _Settings
+
+    with pytest.raises(ValidationError):
+        _Settings(throughput_scored=True)
+    assert _Settings(throughput_scored=False).throughput_scored is False

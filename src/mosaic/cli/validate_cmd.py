@@ -66,7 +66,8 @@ def _percent(value: float | None) -> str:
 
 def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
     rows = [
-        ("runs predicted (skipped)", f"{stats['n_runs']} ({n_skipped})"),
+        ("runs scored for tokens/s (skipped, not scored)",
+         f"{stats['n_runs']} ({n_skipped}, {len(stats['throughput_not_scored'])})"),
         ("MAPE tokens/s, all", _percent(stats["mape"])),
         ("MAPE, MoE runs", f"{_percent(stats['moe']['mape'])} of {stats['moe']['n_runs']}"),
         ("MAPE, dense runs", f"{_percent(stats['dense']['mape'])} of {stats['dense']['n_runs']}"),
@@ -137,6 +138,15 @@ def validate(
         typer.echo(f"{len(skipped)} record(s) skipped; --json lists each with its reason")
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
+    _echo_not_scored(summary["throughput_not_scored"])
+
+
+def _echo_not_scored(not_scored: list[dict[str, str]]) -> None:
+    """One line naming the runs left out of throughput figures (--json has each reason)."""
+    if not_scored:
+        typer.echo(f"{len(not_scored)} run(s) predicted but not scored for tokens/s (hardware "
+                   f"not as catalogued; --json gives each reason): "
+                   f"{', '.join(row['id'] for row in not_scored)}")
 
 
 def calibrate(
@@ -182,8 +192,10 @@ def calibrate(
     )
     fitted = fit_calibration(baselines, start, name=name or runs.stem, provenance=provenance)
     records = {r.id: r for r in record_set.records}
+    not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
+                  for r in record_set.records if r.throughput_not_scored]
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
-                              "excluded": excluded}
+                              "excluded": excluded, "throughput_not_scored": not_scored}
     cv_result = None
     if cv != "none":
         groups = [
@@ -243,6 +255,7 @@ def calibrate(
         )
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
+    _echo_not_scored(not_scored)
 
 
 def register(app: typer.Typer) -> None:

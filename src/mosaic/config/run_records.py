@@ -210,6 +210,10 @@ class RunRecord:
         source_key: id prefix before the first '-' (e.g. ``bridge2511``), the unit of
             leave-one-source-out cross-validation.
         assumptions: one line per default the loader filled in.
+        throughput_not_scored: why the measured throughput cannot be compared with the
+            catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
+            evidence; such a run is predicted and listed but left out of throughput fits and
+            accuracy figures (its memory still counts). None: scored.
     """
 
     id: str
@@ -230,6 +234,12 @@ class RunRecord:
     group_key: str
     source_key: str
     assumptions: tuple[str, ...]
+    throughput_not_scored: str | None = None
+
+    @property
+    def throughput_scored(self) -> bool:
+        """Whether the measured throughput enters fits and accuracy figures."""
+        return self.throughput_not_scored is None and not self.oom
 
     @property
     def cluster(self) -> Cluster:

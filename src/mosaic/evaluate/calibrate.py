@@ -104,11 +104,12 @@ def _routing_key(record: RunRecord) -> str:
 
 def record_baselines(records: Sequence[RunRecord], base: Calibration,
                      progress: ProgressFn | None = None) -> RecordBaselines:
-    """Predict every (non-OOM) run once, uncorrected, and keep the fit's inputs
+    """Predict every run with a scored throughput (not OOM, hardware as catalogued) once,
+    uncorrected, and keep the fit's inputs
     (``progress(done, total)`` after each run)."""
     base = replace(base, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
                    attention_efficiency={}, routing_imbalance={}, elementwise_traffic_factor=1.0)
-    rows = [r for r in records if not r.oom and r.measured_step_time_s]
+    rows = [r for r in records if r.throughput_scored and r.measured_step_time_s]
     if not rows:
         raise MosaicInputError("no run with a measured step time to calibrate on")
     columns: dict[str, list[float]] = {

@@ -37,6 +37,9 @@ class _Settings(_Strict):
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     ep_overlap: bool | None = None
     recompute_modules: list[str] | None = None
+    # Not a setting of the run: False marks a run whose hardware is not the catalogued part
+    # (the group's evidence says why); it is predicted but not scored for throughput.
+    throughput_scored: Literal[False] | None = None
 
 
 class _Group(_Strict):
@@ -77,6 +80,8 @@ def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
     by_run: dict[str, tuple[dict[str, Any], str]] = {}
     for group in parsed.groups:
         settings = group.settings.model_dump(exclude_none=True)
+        if settings.pop("throughput_scored", True) is False:  # this group's evidence is why
+            settings["throughput_not_scored"] = " ".join(group.evidence.split())
         for run_id in group.runs:
             known, evidence = by_run.get(run_id, ({}, ""))
             twice = sorted(set(known) & set(settings))
@@ -89,6 +94,10 @@ def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
 
 
 def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRecord:
+    settings = dict(settings)
+    not_scored = settings.pop("throughput_not_scored", None)
+    if not_scored is not None:
+        record = replace(record, throughput_not_scored=not_scored)
     changes = {name: tuple(value) if isinstance(value, list) else value
                for name, value in settings.items() if _unstated(record, name)}
     if not changes:

@@ -108,8 +108,13 @@ def _top_k_overlap_within_groups(
 
 
 def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
-    """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement."""
-    measured_runs = [p for p in predictions if p.record.measured_tokens_per_s_per_gpu]
+    """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement.
+
+    Runs whose throughput is not scored (``RunRecord.throughput_not_scored``) are left out
+    of the throughput figures and listed with the reason; their memory still counts.
+    """
+    measured_runs = [p for p in predictions
+                     if p.record.throughput_scored and p.record.measured_tokens_per_s_per_gpu]
     predicted = np.array([p.predicted_tokens_per_s_per_gpu for p in measured_runs])
     measured = np.array([p.record.measured_tokens_per_s_per_gpu for p in measured_runs])
     moe = np.array([p.record.workload.geometry.is_moe for p in measured_runs], dtype=bool)
@@ -146,6 +151,8 @@ def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
         "trained_runs_predicted_infeasible": sum(
             1 for p in predictions if not p.record.oom and not p.feasible),
         "memory": memory_stats,
+        "throughput_not_scored": [{"id": p.record.id, "reason": p.record.throughput_not_scored}
+                                  for p in predictions if p.record.throughput_not_scored],
     }
 
 
