@@ -13,7 +13,7 @@ from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.layer_costs import moe_block_times
 from mosaic.perf.machine import job_domain_gpus, machine_for
-from mosaic.perf.plan import Checkpointing, plans_from_columns, single_plan
+from mosaic.perf.plan import Checkpointing, Sharding, plans_from_columns, single_plan
 from mosaic.perf.schedule import bubble_fraction
 from mosaic.perf.step_time import predict_step, vocab_stage_s
 from mosaic.perf.workload import Workload
@@ -166,3 +166,26 @@ def test_dropless_megatron_moe_exposes_the_grouped_gemm_host_floor_by_hand():
     for other in (replace(workload, routing="token_drop"), replace(workload, stack="torchtitan")):
         assert predict_step(other, plan, machine, CALIBRATION).breakdown_s[
             "moe_host_sync"][0] == 0.0
+
+
+def test_bf16_gradient_buffers_halve_the_data_parallel_reduce_scatter_by_hand():
+    """The gradient reduction moves the grad buffer's dtype, the one the memory model holds:
+    4 B per parameter by default (Megatron's fp32 reduction), 2 B with
+    grad_reduce_in_fp32 False. Nothing hides here (one micro-batch, overlap fraction 0)."""
+    from mosaic.perf.collectives import reduce_scatter_time_s
+    from mosaic.perf.memory import stage_parameters
+
+    machine = b200_machine(4)
+    workload = Workload(geometry=ladder_geometry(4), global_batch=32, seq_len=1024)
+    plan = single_plan(dp=32, micro_batch=1, sharding=Sharding.ZERO1)
+    calibration = replace(default_calibration(), dp_overlap_fraction=0.0, stack_overhead={})
+    fp32 = predict_step(workload, plan, machine, calibration)
+    bf16 = predict_step(replace(workload, grad_reduce_in_fp32=False), plan, machine,
+                        calibration)
+    params = stage_parameters(workload.geometry, plan, "last", False, False)
+    by_hand = [reduce_scatter_time_s(params.non_expert * grad_bytes, np.array([32]),
+                                     np.array([1]), machine.interconnect)[0]
+               for grad_bytes in (4, 2)]
+    assert fp32.breakdown_s["dp_reduce_scatter"][0] == pytest.approx(by_hand[0], rel=1e-9)
+    assert bf16.breakdown_s["dp_reduce_scatter"][0] == pytest.approx(by_hand[1], rel=1e-9)
+    assert by_hand[1] < by_hand[0]

@@ -54,10 +54,10 @@ from mosaic.perf.layer_costs import (
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memory import (
-    GRADIENT_BYTES_PER_PARAM,
     PARAMETER_STATE_KEY,
     StageParameters,
     feasibility,
+    gradient_bytes_per_param,
     memory_breakdown_bytes,
     shard_degrees,
     stage_parameters,
@@ -324,19 +324,29 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
     dense_stride = plans.tp
     expert_group = np.maximum(plans.edp, 1)
     expert_stride = plans.etp * plans.ep
-    grad_dense = params.non_expert * GRADIENT_BYTES_PER_PARAM
-    grad_expert = params.expert * GRADIENT_BYTES_PER_PARAM
+    # Gradients reduce in their buffer's dtype, the one the memory model holds (fp32, or
+    # bf16 where the recipe sets grad_reduce_in_fp32 False: Megatron-Core DDP communicates
+    # the grad buffer as it is, megatron/core/distributed/param_and_grad_buffer.py).
+    grad_bytes = gradient_bytes_per_param(workload)
+    grad_dense = params.non_expert * grad_bytes
+    grad_expert = params.expert * grad_bytes
     weight_dense = params.non_expert * ACTIVATION_BYTES
     weight_expert = params.expert * ACTIVATION_BYTES
 
     # DDP: one all-reduce of all gradients; ZeRO-1/2: reduce-scatter of gradients and an
     # all-gather of updated bf16 parameters (Megatron-Core distributed optimizer).
+    # A stage without routed experts launches no expert-group collective (not even its
+    # zero-byte latency).
+    has_experts = params.expert > 0
     all_reduce = (all_reduce_time_s(grad_dense, dense_group, dense_stride, ic)
-                  + all_reduce_time_s(grad_expert, expert_group, expert_stride, ic))
+                  + np.where(has_experts, all_reduce_time_s(grad_expert, expert_group,
+                                                            expert_stride, ic), 0.0))
     reduce_scatter = (reduce_scatter_time_s(grad_dense, dense_group, dense_stride, ic)
-                      + reduce_scatter_time_s(grad_expert, expert_group, expert_stride, ic))
+                      + np.where(has_experts, reduce_scatter_time_s(
+                          grad_expert, expert_group, expert_stride, ic), 0.0))
     all_gather = (all_gather_time_s(weight_dense, dense_group, dense_stride, ic)
-                  + all_gather_time_s(weight_expert, expert_group, expert_stride, ic))
+                  + np.where(has_experts, all_gather_time_s(weight_expert, expert_group,
+                                                            expert_stride, ic), 0.0))
 
     # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
     # forward and backward and reduce-scatter gradients after backward, prefetching one
@@ -349,13 +359,15 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
     # bf16 param_dtype, fp32 for JAX/XLA trainers whose weights rest in fp32 (stack trait
     # fsdp_gather_bytes_per_param).
     gather_bytes = workload.traits.fsdp_gather_bytes_per_param
+    unit_experts = block_expert > 0
     gather = (all_gather_time_s(block_dense * gather_bytes, shard_group, dense_stride, ic)
-              + all_gather_time_s(block_expert * gather_bytes, expert_shard_group,
-                                  expert_stride, ic))
-    scatter = (reduce_scatter_time_s(block_dense * GRADIENT_BYTES_PER_PARAM, shard_group,
-                                     dense_stride, ic)
-               + reduce_scatter_time_s(block_expert * GRADIENT_BYTES_PER_PARAM,
-                                       expert_shard_group, expert_stride, ic))
+              + np.where(unit_experts, all_gather_time_s(block_expert * gather_bytes,
+                                                         expert_shard_group, expert_stride,
+                                                         ic), 0.0))
+    scatter = (reduce_scatter_time_s(block_dense * grad_bytes, shard_group, dense_stride, ic)
+               + np.where(unit_experts, reduce_scatter_time_s(block_expert * grad_bytes,
+                                                              expert_shard_group,
+                                                              expert_stride, ic), 0.0))
     if workload.fsdp_gathers_per_tensor:
         # Every tensor beyond the first of each group (dense, routed experts) pays one more
         # all-gather's fixed cost (launch and per-step latency: the zero-byte time of the
