@@ -294,3 +294,18 @@ def test_job_file_starts_the_editor_with_its_own_numbers():
     expected = cli_json("perf", str(path))
     assert float(result.prediction.step_time_s[0]) == pytest.approx(expected["step_time_s"],
                                                                     rel=1e-12)
+
+
+def test_studio_plans_under_the_same_memory_headroom_as_the_cli():
+    """The plan form has no headroom field, so it takes the stack's default (90% of HBM for
+    modern stacks), as `mosaic plan` does; it used to plan against the whole device."""
+    from mosaic.cli.plan_cmd import build_inputs
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
+
+    envelope, _ = validate_plan_form(dict(DEFAULT_PLAN_FORM))
+    cli_envelope, _ = build_inputs(
+        gpu="B200", system=None, nodes=32, gpus_per_node=None, days=20, goodput=1.0,
+        mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0, global_batch=1024,
+        seq_len=2048, memory_fraction=None, q="8", experts="16", top_k="1",
+        split_factor="1", tpp="40:150", s_min=0.7)
+    assert envelope.usable_memory_fraction == cli_envelope.usable_memory_fraction == 0.9

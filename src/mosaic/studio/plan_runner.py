@@ -77,7 +77,8 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
     try:
         envelope, space = build_inputs(
             gpu=form["plan.gpu"].strip() or None, system=None, gpus_per_node=None,
-            mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0, memory_fraction=1.0,
+            mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,
+            memory_fraction=None,  # the stack's headroom, as `mosaic plan` uses it
             q=form["plan.q"], experts=form["plan.experts"], top_k=form["plan.top_k"],
             split_factor=form["plan.split_factor"], tpp=form["plan.tpp"], **values)
     except MosaicInputError as exc:
