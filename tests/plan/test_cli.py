@@ -88,6 +88,11 @@ def test_young_daly_goodput_option():
     (["--goodput", "0.9", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "60"], "not both"),
     (["--nodes", "1", "--days", "0.01", "--q", "18", "--experts", "512", "--top-k", "8"],
      "no geometry of the grid is trainable"),
+    # 12 GPUs: tp=3 cannot divide 32 heads, and dp=12 cannot divide a batch of 1024; the
+    # advice names what to change instead of asking for more nodes or days
+    (["--gpus-per-node", "3", "--nodes", "4", "--q", "8", "--experts", "16", "--top-k", "1",
+      "--split-factor", "1"],
+     "divisibility rules (e.g. tp=3 must divide heads=32)); choose --nodes, --gpus-per-node"),
 ])
 def test_bad_budgets_are_one_line_exit_2(args, fragment):
     result = runner.invoke(app, ["plan", *args])

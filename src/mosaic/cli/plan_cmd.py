@@ -300,11 +300,7 @@ def require_trainable(result: PlanResult) -> None:
     if result.optimum_index is not None:
         require_physical_loss(result)
         return
-    summary = "; ".join(f"{n} geometries: {reason}"
-                        for reason, n in plan_report.infeasible_summary(result).items())
-    raise MosaicInputError(f"no geometry of the grid is trainable on {result.envelope.n_nodes} "
-                           f"nodes in {result.envelope.days:g} days ({summary}); add nodes or "
-                           f"days, or lower --tpp")
+    raise MosaicInputError(plan_report.untrainable_message(result))
 
 
 def _prepare_outputs(plot_dir: Path | None, html: Path | None) -> None:

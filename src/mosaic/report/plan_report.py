@@ -28,6 +28,28 @@ def infeasible_summary(result: PlanResult) -> dict[str, int]:
     return dict(Counter(reason_category(r["reason"]) for r in result.infeasible()))
 
 
+_ADVICE = {
+    "no layout fits device memory": "add nodes or allow more memory (--memory-fraction)",
+    "no layout satisfies the divisibility rules": (
+        "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide"),
+    "window too short for tpp_min·N_act tokens": "add nodes or days, or lower --tpp",
+}
+
+
+def untrainable_message(result: PlanResult) -> str:
+    """Why no geometry of a search is trainable, each reason with its count, one example
+    of a broken divisibility rule, and what to change for each reason."""
+    reasons = [r["reason"] for r in result.infeasible()]
+    counts = Counter(reason_category(r) for r in reasons)
+    summary = "; ".join(f"{n} geometries: {category}" for category, n in counts.items())
+    example = next((r for r in reasons if "(e.g. " in r), None)
+    if example is not None:
+        summary += f" ({example[example.index('(e.g. ') + 1:-1]})"
+    advice = "; ".join(dict.fromkeys(_ADVICE.get(c, "add nodes or days") for c in counts))
+    return (f"no geometry of the grid is trainable on {result.envelope.n_nodes} nodes in "
+            f"{result.envelope.days:g} days ({summary}); {advice}")
+
+
 # --- JSON documents -------------------------------------------------------------------
 def cost_document(cost: RunCost) -> dict[str, Any]:
     return {"gpu_hours": cost.gpu_hours, "price_usd_per_gpu_hour": cost.price_usd_per_gpu_hour,

@@ -223,9 +223,7 @@ class PlanRunner:
         result = search(envelope, space, law, self.calibration, progress=self._progress(job),
                         workers=1)
         if result.optimum_index is None:
-            reasons = "; ".join(f"{n} geometries: {r}" for r, n in
-                                plan_report.infeasible_summary(result).items())
-            raise MosaicInputError(f"no geometry is trainable ({reasons}); add nodes or days")
+            raise MosaicInputError(plan_report.untrainable_message(result))
         document = plan_report.plan_document(result, run_cost(envelope, None))
         comparison = compare_model_flops(result, law)
         document["model_flops_comparison"] = plan_report.comparison_document(comparison,
