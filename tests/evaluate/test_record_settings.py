@@ -51,7 +51,8 @@ def test_a_record_that_states_a_setting_keeps_it():
     target = "bridge2511-llama3-70b-gb300-64-fp8cs"
     stated = tuple(
         replace(r, workload=replace(r.workload, cross_entropy=CrossEntropy.FP32_UPCAST,
-                                    offloaded_activation_layers=3))
+                                    offloaded_activation_layers=3),
+                stated_settings=frozenset({"cross_entropy", "offloaded_activation_layers"}))
         if r.id == target else r for r in records.records)
     amended = {r.id: r for r in apply_record_settings(replace(records, records=stated)).records}
     assert amended[target].workload.offloaded_activation_layers == 3
@@ -70,9 +71,9 @@ def test_an_unstated_dispatcher_takes_the_recipes_and_a_stated_one_is_kept():
     assert any(line.startswith(DISPATCHER_NOT_STATED) for line in original.assumptions)
     amended = {r.id: r for r in apply_record_settings(records).records}[target]
     assert amended.workload.dispatcher is Dispatcher.ALLTOALL
-    # A record that names its dispatcher has no "not stated" line and keeps it.
-    stated = replace(original, assumptions=tuple(
-        line for line in original.assumptions if not line.startswith(DISPATCHER_NOT_STATED)))
+    # A record that names its dispatcher keeps it.
+    assert "dispatcher" not in original.stated_settings
+    stated = replace(original, stated_settings=frozenset({"dispatcher"}))
     kept = apply_record_settings(replace(records, records=(stated,))).records[0]
     assert kept.workload.dispatcher is Dispatcher.HYBRIDEP
 
@@ -114,3 +115,22 @@ def test_a_group_cannot_mark_runs_scored():
     with pytest.raises(ValidationError):
         _Settings(throughput_scored=True)
     assert _Settings(throughput_scored=False).throughput_scored is False
+
+
+def test_the_loader_records_which_settings_a_run_states(tmp_path):
+    """A stated default (ep_overlap: false, grad_reduce_in_fp32: true) is a statement too:
+    documented settings never override it; an omitted field is not."""
+    import yaml
+
+    document = yaml.safe_load((ROOT / "examples/runs_example.yaml").read_text())
+    moe = next(r for r in document["runs"] if (r.get("model") or {}).get("moe"))
+    moe["parallelism"]["ep_overlap"] = False
+    moe["grad_reduce_in_fp32"] = True
+    moe["parallelism"].pop("dispatcher", None)
+    document["runs"] = [moe]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(document))
+    (record,) = _records(path).records
+    assert {"ep_overlap", "grad_reduce_in_fp32"} <= record.stated_settings
+    assert "dispatcher" not in record.stated_settings
+    assert "cross_entropy" not in record.stated_settings

@@ -210,6 +210,9 @@ class RunRecord:
         source_key: id prefix before the first '-' (e.g. ``bridge2511``), the unit of
             leave-one-source-out cross-validation.
         assumptions: one line per default the loader filled in.
+        stated_settings: the workload settings the record itself states (dispatcher,
+            ep_overlap, cross_entropy, grad_reduce_in_fp32, offloaded_activation_layers,
+            recompute_modules); documented record settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -234,6 +237,7 @@ class RunRecord:
     group_key: str
     source_key: str
     assumptions: tuple[str, ...]
+    stated_settings: frozenset[str] = frozenset()
     throughput_not_scored: str | None = None
 
     @property
@@ -391,7 +395,21 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         group_key=f"{entry.model.name} @ {system.device.name}",
         source_key=entry.id.split("-", 1)[0],
         assumptions=tuple(notes),
+        stated_settings=_stated_settings(entry),
     )
+
+
+def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
+    """Names of the workload settings ``entry`` states (a default is not a statement)."""
+    given = {
+        "dispatcher": entry.parallelism.dispatcher is not None,
+        "ep_overlap": "ep_overlap" in entry.parallelism.model_fields_set,
+        "cross_entropy": entry.cross_entropy is not None,
+        "grad_reduce_in_fp32": entry.grad_reduce_in_fp32 is not None,
+        "offloaded_activation_layers": entry.offloaded_activation_layers is not None,
+        "recompute_modules": entry.recompute_modules is not None,
+    }
+    return frozenset(name for name, stated in given.items() if stated)
 
 
 # ---------------------------------------------------------------- loading

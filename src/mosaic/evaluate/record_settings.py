@@ -19,7 +19,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from mosaic.config.layout import DISPATCHER_NOT_STATED
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
 from mosaic.perf.workload import Workload
@@ -54,24 +53,6 @@ class _File(_Strict):
     groups: list[_Group]
 
 
-# Workload values a record has when it leaves the setting unstated (run_records defaults).
-# The dispatcher's default depends on the stack and GPU, so the loader's assumption line
-# says whether it was stated (see _unstated).
-_UNSTATED: dict[str, Any] = {
-    "cross_entropy": None,
-    "grad_reduce_in_fp32": True,
-    "offloaded_activation_layers": 0,
-    "ep_overlap": False,
-    "recompute_modules": None,
-}
-
-
-def _unstated(record: RunRecord, name: str) -> bool:
-    if name == "dispatcher":
-        return any(line.startswith(DISPATCHER_NOT_STATED) for line in record.assumptions)
-    return getattr(record.workload, name) == _UNSTATED[name]
-
-
 @cache
 def record_settings() -> dict[str, tuple[dict[str, Any], str]]:
     """Run id -> (settings, evidence) from the shipped ``record_settings.yaml``."""
@@ -99,7 +80,7 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
     if not_scored is not None:
         record = replace(record, throughput_not_scored=not_scored)
     changes = {name: tuple(value) if isinstance(value, list) else value
-               for name, value in settings.items() if _unstated(record, name)}
+               for name, value in settings.items() if name not in record.stated_settings}
     if not changes:
         return record
     workload: Workload = replace(record.workload, **changes)
