@@ -130,6 +130,11 @@ CASES = [
     ("validate-vpp-1e6", ["validate", "{dir}/r.yaml", "--json"],
      {"r.yaml": RUNS.replace("parallel: {tp: 1, pp: 1, vpp: 1,",
                              "parallel: {tp: 1, pp: 1, vpp: 1000000,").encode()}, None, ""),
+    # A job in deprecated spellings that fails: its deprecation warning is held, so the
+    # error is the only line (fuzz seed 11).
+    ("deprecated-spelling-then-error", ["perf", "{dir}/job.yaml", "--set",
+                                        "parallelism.dp=1_000", "--json"],
+     {"job.yaml": SMALL_JOB}, 2, "asks for 2000"),
     ("calibrate-out-missing-dir", ["calibrate", "{dir}/r.yaml", "--out", "{dir}/no/c.yaml",
                                    "--cv", "none", "--json"],
      {"r.yaml": RUNS.encode()}, 2, "does not exist"),

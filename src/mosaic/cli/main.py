@@ -156,6 +156,7 @@ def _one_line(message: str) -> None:
 
 
 def _internal_error(exc: BaseException) -> None:
+    _flush_warnings(1)
     if os.environ.get("MOSAIC_DEBUG"):
         raise exc
     _one_line(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in mosaic, "
@@ -163,11 +164,24 @@ def _internal_error(exc: BaseException) -> None:
     sys.exit(1)
 
 
+_held_warnings: list[str] = []
+
+
 def _warning_line(message: Warning | str, category: type[Warning], filename: str,
                   lineno: int, file: Any = None, line: str | None = None) -> None:
-    """Python warnings (numpy overflow, ...) as one 'warning:' line, not a source excerpt."""
+    """Python warnings (numpy overflow, deprecated spellings, ...) as one 'warning:' line,
+    not a source excerpt, held until the command ends (see :func:`_flush_warnings`)."""
     where = os.path.basename(filename)
-    _one_line(f"warning: {category.__name__}: {message} ({where}:{lineno})")
+    _held_warnings.append(f"warning: {category.__name__}: {message} ({where}:{lineno})")
+
+
+def _flush_warnings(exit_code: int) -> None:
+    """Print the held warnings, unless the command failed on its input (exit 2): then its
+    one error line is all it prints (the CLI contract, mosaic.cli.contract)."""
+    if exit_code != 2:
+        for message in _held_warnings:
+            _one_line(message)
+    _held_warnings.clear()
 
 
 def main() -> None:
@@ -180,9 +194,11 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except typer.Abort:
+        _flush_warnings(130)
         _one_line("error: interrupted")
         sys.exit(130)
     except typer.Exit as exc:
+        _flush_warnings(exc.exit_code)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         # stdout closed early (`mosaic ... | head`): nothing more to say.
@@ -192,6 +208,7 @@ def main() -> None:
         # click's UsageError family (typer vendors click), matched by shape
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
             _internal_error(exc)
+        _flush_warnings(exc.exit_code)
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `mosaic law`: help, not an error
             exc.show()
             sys.exit(0)
@@ -199,6 +216,9 @@ def main() -> None:
             _one_line(f"error: {exc.format_message()}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
+        _flush_warnings(130)
         _one_line("error: interrupted")
         sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    _flush_warnings(code)
+    sys.exit(code)
