@@ -164,10 +164,14 @@ def _as_run_record(spec: Any, tokens_per_s_per_gpu: float, name: str) -> dict[st
     }
 
 
-def test_job_to_run_record_to_export_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("overrides", [
+    [], ["performance.precision=fp8", "parallelism.dispatch_fp8=true", "parallelism.ep=4"]])
+def test_job_to_run_record_to_export_round_trip(tmp_path: Path, overrides: list[str]) -> None:
     # The communication-bound FSDP MoE example on the DGX-H100 reference host (a run
     # record's GPU maps to that host, so both sides run on the same system).
-    job = load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", ["hardware.system=DGX-H100"])
+    job = load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", ["hardware.system=DGX-H100",
+                                                          *overrides])
+    assert job.workload.dispatch_fp8 is bool(overrides)
     # job -> canonical job document -> job
     again = job_from_document(job_document(job), "again.yaml")
     assert again.workload == job.workload and again.plan.row(0) == job.plan.row(0)

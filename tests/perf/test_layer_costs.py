@@ -115,3 +115,33 @@ def test_torchtitan_selective_recomputes_matmuls_not_the_attention_core():
                                             Checkpointing.FULL))
     assert sel.attention_core_s[0] == pytest.approx(none.attention_core_s[0])
     assert 0 < sel.breakdown_s["compute_recompute"][0] < full.breakdown_s["compute_recompute"][0]
+
+
+def test_fp8_dispatch_halves_the_two_all_to_alls_that_carry_expert_inputs_by_hand():
+    """dispatch_fp8: the forward dispatch and the combine's backward send 1 B per element
+    plus one E8M0 scale byte per 32 (MXFP8); the forward combine and the dispatch's backward
+    stay bf16. Pairwise all-to-all over ep=16 ranks on two 8-GPU nodes."""
+    from mosaic.errors import MosaicInputError
+    from mosaic.perf.collectives import all_to_all_time_s
+    from mosaic.perf.layer_costs import expert_all_to_all_s
+    from mosaic.perf.shapes import routed_tokens
+
+    cluster = Cluster(system=get_system("DGX-H100"), n_nodes=2)
+    machine = machine_for(cluster, "fp8")
+    geometry = ladder_geometry(6, experts=64, top_k=4, split_factor=1)
+    workload = Workload(geometry=geometry, global_batch=64, seq_len=2048, precision="fp8")
+    plan = single_plan(dp=16, ep=16, micro_batch=1)
+    tokens = routed_tokens(workload, plan)[0]
+
+    def one(element_bytes: float) -> float:
+        payload = tokens * geometry.d_model * element_bytes * geometry.moe.top_k
+        return all_to_all_time_s(payload, np.array([16]), np.array([1]),
+                                 machine.interconnect)[0]
+
+    bf16 = expert_all_to_all_s(machine, workload, plan)[0]
+    fp8 = expert_all_to_all_s(machine, replace(workload, dispatch_fp8=True), plan)[0]
+    assert bf16 == pytest.approx(4 * one(2.0), rel=1e-12)
+    assert fp8 == pytest.approx(2 * one(2.0) + 2 * one(1 + 1 / 32), rel=1e-12)
+    assert fp8 < bf16
+    with pytest.raises(MosaicInputError, match="dispatch_fp8 needs precision fp8"):
+        Workload(geometry=geometry, global_batch=64, seq_len=2048, dispatch_fp8=True)

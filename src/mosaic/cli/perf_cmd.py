@@ -55,6 +55,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "precision": str(result.spec.workload.precision),
         "dispatcher": str(result.spec.workload.dispatcher),
         "ep_overlap": result.spec.workload.ep_overlap,
+        "dispatch_fp8": result.spec.workload.dispatch_fp8,
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
@@ -90,7 +91,8 @@ def _render(document: dict[str, Any]) -> None:
             ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"),
             ("precision / EP dispatcher",
              f"{document['precision']} / {document['dispatcher']}"
-             + (", EP overlap" if document["ep_overlap"] else "")),
+             + (", EP overlap" if document["ep_overlap"] else "")
+             + (", FP8 dispatch" if document["dispatch_fp8"] else "")),
             ("step time", f"{document['step_time_s']:.3f} s"
              + ("" if "measured_step_time_s" not in document else
                 f" (measured {document['measured_step_time_s']:.3f} s: prediction "

@@ -134,6 +134,12 @@ class ParallelismBlock(_Strict):
         description="batch-level EP all-to-all overlap with another micro-batch's compute "
                     "(Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek DualPipe); "
                     "off by default, as in Megatron-Core")
+    dispatch_fp8: bool = Field(
+        default=False,
+        description="the EP dispatch payload (and the combine's backward gradient) crosses "
+                    "the wire as MXFP8 (Megatron-Core --moe-dispatch-fwd-dtype / "
+                    "--moe-combine-bwd-dtype mxfp8, DeepEP FP8 dispatch); needs precision fp8; "
+                    "off by default (bf16), as in Megatron-Core")
 
 
 class BatchBlock(_Strict):

@@ -35,6 +35,7 @@ class _Settings(_Strict):
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     ep_overlap: bool | None = None
+    dispatch_fp8: bool | None = None
     recompute_modules: list[str] | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.

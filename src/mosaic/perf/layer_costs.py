@@ -66,6 +66,10 @@ FP32_BYTES = 4
 FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
 # Materialised attention's softmax per score element, bf16: forward reads the scores and
 # writes the probabilities; backward reads P and dP and writes dS.
+# An FP8 dispatch payload: one byte per element plus one E8M0 scale byte per 32-element
+# block (OCP Microscaling Formats (MX) v1.0, MXFP8; Megatron-Core moe_dispatch_fwd_dtype
+# 'mxfp8', transformer_config.py @ 7afe031974).
+FP8_DISPATCH_BYTES_PER_ELEMENT = 1 + 1 / 32
 REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE = 2 * ACTIVATION_BYTES
 REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE = 3 * ACTIVATION_BYTES
 # The plan fields a block's costs read (mosaic.perf.factorise): per-rank tokens (micro-batch,
@@ -436,9 +440,14 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
+    # The forward dispatch and the combine's backward carry expert inputs (8-bit with
+    # dispatch_fp8); the forward combine and the dispatch's backward carry bf16 outputs.
     a2a = dispatch_all_to_all_s(machine, workload, plans)
-    a2a_exposed = (np.maximum(0.0, 2 * a2a - shared_fwd)
-                   + np.maximum(0.0, 2 * a2a - BACKWARD_TO_FORWARD_GEMM * shared_fwd))
+    a2a_inputs = (dispatch_all_to_all_s(machine, workload, plans, FP8_DISPATCH_BYTES_PER_ELEMENT)
+                  if workload.dispatch_fp8 else a2a)
+    a2a_pair = a2a + a2a_inputs  # one direction's dispatch + combine
+    a2a_exposed = (np.maximum(0.0, a2a_pair - shared_fwd)
+                   + np.maximum(0.0, a2a_pair - BACKWARD_TO_FORWARD_GEMM * shared_fwd))
     if workload.ep_overlap:
         # Batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm, MoE
         # README "merging FWD-BWD passes of adjacent microbatches"; DeepSeek's DualPipe
@@ -447,7 +456,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         # exceeds that block's forward + backward GEMM and attention time stays exposed.
         other_compute = (attention.gemm + attention.core + _fwd_bwd(experts_up + experts_down)
                          + _fwd_bwd(shared_fwd))
-        a2a_exposed = np.maximum(0.0, 4 * a2a - other_compute)
+        a2a_exposed = np.maximum(0.0, 2 * a2a_pair - other_compute)
     # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
     # back, forward and backward.
     etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
@@ -466,7 +475,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         "layernorm": attention.layernorm_forward,
         "moe_act": expert_act,
         "shared_experts": shared_fwd,
-        "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + 2 * a2a,
+        "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + a2a_pair,
     })
     per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
     if per_op and geometry.attention is not AttentionKind.MLA:
@@ -492,15 +501,16 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     )
 
 
-def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
-                          ) -> np.ndarray:
-    """One EP dispatch (or combine): each rank sends its K copies of its routed tokens, as a
-    pairwise all-to-all or, with a hierarchical dispatcher (DeepEP, HybridEP), one network
-    copy per remote node (:func:`node_deduplicated_dispatch_time_s`)."""
+def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                          element_bytes: float = ACTIVATION_BYTES) -> np.ndarray:
+    """One EP dispatch (or combine): each rank sends its K copies of its routed tokens
+    (``element_bytes`` per element), as a pairwise all-to-all or, with a hierarchical
+    dispatcher (DeepEP, HybridEP), one network copy per remote node
+    (:func:`node_deduplicated_dispatch_time_s`)."""
     moe = workload.geometry.moe
     if moe is None:
         return np.zeros(len(plans))
-    token_bytes = routed_tokens(workload, plans) * workload.geometry.d_model * ACTIVATION_BYTES
+    token_bytes = routed_tokens(workload, plans) * workload.geometry.d_model * element_bytes
     if workload.dispatcher.deduplicates_per_node:
         return node_deduplicated_dispatch_time_s(token_bytes, moe.top_k, moe.experts,
                                                  plans.ep, plans.etp, machine.interconnect)
@@ -512,4 +522,8 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
 def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
                         ) -> np.ndarray:
     """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""
-    return 4 * dispatch_all_to_all_s(machine, workload, plans)
+    bf16 = dispatch_all_to_all_s(machine, workload, plans)
+    if not workload.dispatch_fp8:
+        return 4 * bf16
+    return 2 * (bf16 + dispatch_all_to_all_s(machine, workload, plans,
+                                             FP8_DISPATCH_BYTES_PER_ELEMENT))

@@ -103,6 +103,11 @@ class Workload:
             --overlap-moe-expert-parallel-comm, DeepSeek DualPipe): one micro-batch's
             all-to-alls hide behind another's block compute. Off by default, as in
             Megatron-Core.
+        dispatch_fp8: the EP dispatch's forward payload and the combine's backward
+            gradient (the two all-to-alls that carry expert inputs) cross the wire as FP8
+            with a block scale (Megatron-Core moe_dispatch_fwd_dtype / moe_combine_bwd_dtype
+            'mxfp8'; DeepEP's FP8 dispatch, DeepSeek-V3's recipe); the other two stay bf16.
+            Needs FP8 GEMMs: the grouped GEMM consumes the 8-bit payload.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -121,6 +126,7 @@ class Workload:
     vocab_in_pipeline_split: bool = False
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     ep_overlap: bool = False
+    dispatch_fp8: bool = False
     cross_entropy: CrossEntropy | None = None
     grad_reduce_in_fp32: bool = True
     offloaded_activation_layers: int = 0
@@ -150,6 +156,10 @@ class Workload:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, enum_member(kind, value, name))
+        if self.dispatch_fp8 and self.precision is not Precision.FP8:
+            raise MosaicInputError(
+                f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "
+                "grouped expert GEMM consumes the 8-bit dispatch payload")
 
     @property
     def gemm_element_bytes(self) -> int:
