@@ -31,12 +31,14 @@ class _Strict(BaseModel):
 
 
 class _Settings(_Strict):
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = None
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = None
     grad_reduce_in_fp32: bool | None = None
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     ep_overlap: bool | None = None
     recompute_modules: list[str] | None = None
+    optimizer_dtype: Literal["fp32", "bf16"] | None = None
+    fsdp_keep_gathered: bool | None = None
 
 
 class _Group(_Strict):
@@ -60,6 +62,8 @@ _UNSTATED: dict[str, Any] = {
     "offloaded_activation_layers": 0,
     "ep_overlap": False,
     "recompute_modules": None,
+    "optimizer_dtype": "fp32",
+    "fsdp_keep_gathered": False,
 }
 
 

@@ -41,6 +41,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
     in_flight_microbatches,
+    n_microbatches,
     stage_layer_counts,
 )
 from mosaic.perf.shapes import (
@@ -49,7 +50,7 @@ from mosaic.perf.shapes import (
     sequence_shard_divisor,
     tokens_per_rank,
 )
-from mosaic.perf.workload import OptimizerKind, Workload
+from mosaic.perf.workload import OptimizerDtype, OptimizerKind, Workload
 from mosaic.stacks import CrossEntropy, FsdpShardStorage, SelectiveRecompute
 
 GIB = 2**30
@@ -77,6 +78,14 @@ OPTIMIZER_STATE_BYTES_PER_PARAM: dict[OptimizerKind, int] = {
     OptimizerKind.MUON: 4,
     OptimizerKind.SGD: 4,
 }
+# An optimizer whose dtype is bf16 (``Workload.optimizer_dtype``) keeps its moments in the
+# parameters' dtype: torch.optim.Adam creates exp_avg and exp_avg_sq as zeros_like(param)
+# (torch/optim/adam.py _init_group), so on bf16 parameters each moment is 2 B (NeMo AutoModel
+# docs/guides/mixed-precision-training.mdx: "When model.torch_dtype: bfloat16 is used with
+# torch.optim.AdamW, the AdamW EMA buffers ... are also stored in bf16"); Apex
+# DistributedFusedAdam allocates them in its ``dtype`` (apex/contrib/optimizers/
+# distributed_fused_adam.py: "dtype: datatype for optimizer state").
+BF16_MOMENT_FRACTION = BF16_GRADIENT_BYTES_PER_PARAM / MASTER_WEIGHT_BYTES_PER_PARAM  # 2 B of 4
 # Muon orthogonalises hidden 2-D matrices only; embedding and LM head are trained with AdamW
 # (Jordan et al. 2024; Liu et al. 2025, Sec. 2). Norm gains are negligible and count as Muon.
 MUON_VOCAB_OPTIMIZER = OptimizerKind.ADAMW
@@ -111,6 +120,12 @@ BF16_LOSS_BYTES_PER_ELEMENT = 4 * ACTIVATION_BYTES
 # the bf16 logits 2 = 14 B) and its backward (saved result 4, zeros_like gradient 4,
 # exp(x) 4 and their sum 4 = 16 B), the peak.
 LOSS_PARALLEL_BYTES_PER_ELEMENT = 4 * FP32_BYTES
+# TE: Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py
+# and triton/cross_entropy.py, v2.7; Megatron-Core cross_entropy_fusion_impl "te"). An
+# online-softmax Triton kernel reads the bf16 logits row by row (fp32 statistics per row
+# only), writes the gradient into the logits tensor in place and saves that tensor for the
+# backward, which scales it in place: the bf16 logits are the whole working set, 2 B.
+TE_LOSS_BYTES_PER_ELEMENT = ACTIVATION_BYTES
 # CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
 # and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
 # candidate: measure nvidia-smi used minus allocator reserved on the target stack.
@@ -141,7 +156,7 @@ STAGE_PARAMETER_KEY = ("tp", "pp", "vpp", "ep", "etp")
 BLOCK_ACTIVATION_KEY = ("tp", "cp", "micro_batch", "sequence_parallel", "ep", "etp")
 STAGE_ACTIVATION_KEY = (*BLOCK_ACTIVATION_KEY, "checkpointing", "pp", "vpp", "dp")
 PARAMETER_STATE_KEY = (*STAGE_PARAMETER_KEY, "cp", "dp", "sharding", "hsdp_shard")
-BUFFER_KEY = (*BLOCK_ACTIVATION_KEY, "pp", "vpp", "sharding")
+BUFFER_KEY = (*BLOCK_ACTIVATION_KEY, "pp", "vpp", "sharding", "dp", "hsdp_shard")
 
 
 # --- Pipeline stages (shared with the time model: mosaic.perf.schedule) -----------
@@ -168,6 +183,9 @@ class StageParameters:
         largest_block: the biggest transformer block on the stage (an FSDP unit).
         largest_unit: the biggest FSDP unit on the stage (a block, the embedding or the
             LM head), which FSDP gathers whole.
+        largest_block_without_experts, largest_unit_without_experts: the same with the
+            routed experts left out of the blocks (FSDP units when the experts are not
+            FSDP-managed, stack trait ``fsdp_skips_unsharded_experts``).
     """
 
     dense: np.ndarray
@@ -176,6 +194,8 @@ class StageParameters:
     expert: np.ndarray
     largest_block: np.ndarray
     largest_unit: np.ndarray
+    largest_block_without_experts: np.ndarray
+    largest_unit_without_experts: np.ndarray
 
     @property
     def non_expert(self) -> np.ndarray:
@@ -213,6 +233,10 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         np.where(dense_blocks > 0, dense_block_total, 0.0),
         np.where(moe_blocks > 0, moe_block_total, 0.0),
     )
+    largest_block_without_experts = np.maximum(
+        np.where(dense_blocks > 0, dense_block_total, 0.0),
+        np.where(moe_blocks > 0, moe_block_total - experts_per_block, 0.0),
+    )
     return StageParameters(
         dense=dense_blocks * dense_block + moe_blocks * moe_block_tp,
         replicated=blocks * counts.norms_per_layer
@@ -222,6 +246,9 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         expert=moe_blocks * experts_per_block,
         largest_block=largest_block,
         largest_unit=np.maximum.reduce([largest_block, embedding, head]),
+        largest_block_without_experts=largest_block_without_experts,
+        largest_unit_without_experts=np.maximum.reduce(
+            [largest_block_without_experts, embedding, head]),
     )
 
 
@@ -267,7 +294,21 @@ def optimizer_state_bytes(
         vocab_divisor, _ = _shard_divisors(plans, _STATES_SHARDED)
         extra = OPTIMIZER_STATE_BYTES_PER_PARAM[MUON_VOCAB_OPTIMIZER] - per_param
         state = state + extra * params.vocab / vocab_divisor
+    if workload.optimizer_dtype is OptimizerDtype.BF16:
+        state = BF16_MOMENT_FRACTION * state
     return state
+
+
+def master_weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """fp32 main parameters, sharded with the optimizer state; none when the optimizer
+    steps the bf16 parameters themselves (``optimizer_dtype`` bf16: torch.optim on bf16
+    parameters; Apex DistributedFusedAdam with store_params off, which NeMo sets when the
+    optimizer dtype equals the model dtype, nemo/collections/nlp/models/language_modeling/
+    megatron_base_model.py setup_optimization)."""
+    if workload.optimizer_dtype is OptimizerDtype.BF16:
+        return np.zeros(len(plans))
+    return MASTER_WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _STATES_SHARDED)
 
 
 def gradient_bytes_per_param(workload: Workload) -> int:
@@ -277,15 +318,34 @@ def gradient_bytes_per_param(workload: Workload) -> int:
     return BF16_GRADIENT_BYTES_PER_PARAM
 
 
+def stored_gradient_bytes_per_param(workload: Workload) -> int:
+    """Bytes of one element of the gradients kept between micro-batches (``gradients``).
+
+    A stack whose fully sharded parameter is the optimizer's own copy (trait
+    ``fsdp_shard_storage`` fp32: torch FSDP) keeps each gradient in its parameter's dtype:
+    FSDP2 casts the reduce-scattered gradient to the sharded parameter's dtype
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce,
+    ``_to_dtype_if_needed(reduce_output, orig_dtype)``) and parameters left outside FSDP get
+    autograd gradients of their own dtype. With bf16 parameters (``optimizer_dtype`` bf16)
+    that is 2 B; otherwise the gradient buffer's element (:func:`gradient_bytes_per_param`).
+    """
+    if (workload.optimizer_dtype is OptimizerDtype.BF16
+            and workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32):
+        return BF16_GRADIENT_BYTES_PER_PARAM
+    return gradient_bytes_per_param(workload)
+
+
 def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
                  ) -> np.ndarray:
     """Resident bf16 weights, sharded over (E)DP under FSDP/HSDP. A fully sharded plan on a
     stack whose shards are fp32 (trait ``fsdp_shard_storage``: torch FSDP mixed precision
     keeps the sharded parameter in its original dtype, which the optimizer updates) holds no
     bf16 copy at rest: its fp32 shard is ``master_weights`` and the bf16 units exist only
-    while gathered (``communication_buffers``)."""
+    while gathered (``communication_buffers``) - unless the parameters themselves are bf16
+    (``optimizer_dtype`` bf16), when the shard is the bf16 weight."""
     resident = WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED)
-    if workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32:
+    if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
+            and workload.optimizer_dtype is OptimizerDtype.FP32):
         fully_sharded = np.isin(plans.sharding, [int(m) for m in _FULLY_SHARDED])
         resident = np.where(fully_sharded, 0.0, resident)
     return resident
@@ -609,12 +669,14 @@ def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarra
 def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Peak bytes per logit element of the LM head output and the loss over it, by the
     workload's loss (:attr:`Workload.loss_implementation`; constants above: 6 B fused, 4 B
-    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel)."""
+    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel,
+    2 B Transformer Engine's in-place kernel)."""
     loss = workload.loss_implementation
     if loss is not CrossEntropy.FP32_UPCAST:
         fixed = {CrossEntropy.FUSED: LOGITS_BYTES_PER_ELEMENT,
                  CrossEntropy.COMPILED: COMPILED_LOSS_BYTES_PER_ELEMENT,
-                 CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT}[loss]
+                 CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT,
+                 CrossEntropy.TE: TE_LOSS_BYTES_PER_ELEMENT}[loss]
         return np.full(len(plans), float(fixed))
     return np.where(plans.tp > 1, float(LOSS_PARALLEL_BYTES_PER_ELEMENT),
                     float(UPCAST_LOSS_BYTES_PER_ELEMENT))
@@ -642,7 +704,9 @@ def communication_buffer_bytes(
       gathered and its gradients accumulate unsharded until the last micro-batch: torchtitan
       does not reshard after forward under PP, and torch.distributed.pipelining turns
       gradient sync off for all but the last backward
-      (set_requires_gradient_sync(last_backward)).
+      (set_requires_gradient_sync(last_backward)). ``Workload.fsdp_keep_gathered`` does the
+      same without PP. Unsharded gradients accumulate only over several micro-batches: with
+      one, each unit's is reduce-scattered in its backward (one unit's, as above).
     * ZeRO-2: one unit's unsharded fp32 gradient bucket before its reduce-scatter.
     * Plain DDP / ZeRO-1 in Megatron-Core: none extra; buckets are views into the contiguous
       gradient buffer already counted under ``gradients``.
@@ -652,13 +716,25 @@ def communication_buffer_bytes(
     """
     sharding = plans.sharding
     fully_sharded = np.isin(sharding, [int(m) for m in _FULLY_SHARDED])
-    unit = params.largest_unit
+    # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
+    # leaves them out) are never gathered: they are resident in ``weights``.
+    experts_outside = np.zeros(len(plans), dtype=bool)
+    if workload.traits.fsdp_skips_unsharded_experts:
+        _, expert_degree = shard_degrees(plans)
+        experts_outside = (plans.ep > 1) & (expert_degree == 1)
+    unit = np.where(experts_outside, params.largest_unit_without_experts, params.largest_unit)
+    block = np.where(experts_outside, params.largest_block_without_experts,
+                     params.largest_block)
+    stage_params = np.where(experts_outside, params.non_expert, params.total)
     # Gathered units in the stack's gather dtype (bf16, or fp32 for weights at rest in fp32).
-    per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + params.largest_block)
+    per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + block)
     grad_bytes = gradient_bytes_per_param(workload)
     per_unit = per_unit + grad_bytes * unit
-    whole_stage = (WEIGHT_BYTES_PER_PARAM + grad_bytes) * params.total
-    fsdp = np.where(fully_sharded, np.where(plans.pp > 1, whole_stage, per_unit), 0.0)
+    accumulating = n_microbatches(workload, plans) > 1
+    whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
+                   + grad_bytes * np.where(accumulating, stage_params, unit))
+    gathered = (plans.pp > 1) | workload.fsdp_keep_gathered
+    fsdp = np.where(fully_sharded, np.where(gathered, whole_stage, per_unit), 0.0)
     zero2 = np.where(sharding == Sharding.ZERO2, grad_bytes * unit, 0.0)
     pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)
     buffers = fsdp + zero2 + pipeline
@@ -681,13 +757,12 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
     stage, after the plan's (E)DP sharding."""
     params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
                               workload.vocab_in_pipeline_split)
-    states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
         "weights": weight_bytes(workload, params, plans),
-        "gradients": gradient_bytes_per_param(workload)
+        "gradients": stored_gradient_bytes_per_param(workload)
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
-        "master_weights": MASTER_WEIGHT_BYTES_PER_PARAM * states_sharded,
+        "master_weights": master_weight_bytes(workload, params, plans),
     }
 
 
