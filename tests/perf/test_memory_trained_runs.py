@@ -181,3 +181,68 @@ def test_qwen3_30b_on_automodel_by_hand():
     assert parts["master_weights"][0] == 0
     send = 2 * 8 * (4 * 4096) * 2048  # EP send buffer: K·T token copies × h in bf16
     assert parts["communication_buffers"][0] == pytest.approx(6 * non_expert + send)
+
+
+def test_job_files_carry_the_optimizer_dtype_and_kept_gathered_fsdp():
+    from mosaic.config.job_schema import job_document, job_from_document, load_job
+
+    job = load_job(ROOT / "examples" / "fsdp_moe_comm_bound.yaml",
+                   ["hardware.system=DGX-H100"])
+    assert job.workload.optimizer_dtype is OptimizerDtype.FP32
+    assert not job.workload.fsdp_keep_gathered
+    document = job_document(job)
+    assert "optimizer_dtype" not in document["performance"]  # defaults stay implicit
+    document["performance"] |= {"optimizer_dtype": "bf16", "fsdp_keep_gathered": True}
+    amended = job_from_document(document, "amended.yaml")
+    assert amended.workload.optimizer_dtype is OptimizerDtype.BF16
+    assert amended.workload.fsdp_keep_gathered
+    again = job_from_document(job_document(amended), "again.yaml")
+    assert again.workload == amended.workload
+    document["performance"]["optimizer_dtype"] = "fp16"
+    from mosaic.errors import MosaicInputError
+    with pytest.raises(MosaicInputError, match="optimizer_dtype"):
+        job_from_document(document, "bad.yaml")
+
+
+def _mla(q_lora_rank, moe_config=None) -> Geometry:
+    from mosaic.arch import MLAConfig
+
+    mla = MLAConfig(q_lora_rank=q_lora_rank, kv_lora_rank=32, qk_nope_head_dim=16,
+                    qk_rope_head_dim=8, v_head_dim=16)
+    return Geometry(layers=2, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=160,
+                    vocab=1000, norm="rmsnorm", attention="mla", mla=mla, moe=moe_config)
+
+
+@pytest.mark.parametrize("q_lora_rank, saved_width", [
+    # wq (4 × 24), wkv_a (32 + 8), wkv_b (4 × (16 + 16)), wo (64): 1st and 3rd saved; four
+    # attention matmuls, so the FFN's W1 (160) and W2 (64) are the 5th and 7th.
+    (None, 4 * 24 + 4 * 32 + 160 + 64),
+    # wq_a (16), wq_b (96), wkv_a (40), wkv_b (128), wo (64): 1st, 3rd, 5th saved; five, so
+    # of W1, W3, W2 only W3 (the 7th) is.
+    (16, 16 + 40 + 64 + 160),
+])
+def test_torchtitan_per_op_sac_of_an_mla_block_by_hand(q_lora_rank, saved_width):
+    """torchtitan's per-op SAC saves every second aten.mm of a block, the attention output
+    (4 heads × v 16) with its fp32 log-sum-exp, and the block input (h = 64); 256 tokens."""
+    from mosaic.perf.memory import activation_bytes_per_layer
+
+    plan = single_plan(dp=8, micro_batch=2, checkpointing=Checkpointing.SELECTIVE)
+    work = Workload(_mla(q_lora_rank), global_batch=16, seq_len=128, stack="torchtitan")
+    tokens = 256
+    expected = 2 * tokens * (64 + saved_width + 4 * 16) + 4 * tokens * 4
+    assert activation_bytes_per_layer(work, plan, "dense")[0] == pytest.approx(expected)
+
+
+def test_torchtitan_per_op_sac_of_an_mla_moe_block_by_hand():
+    """MLA with q_lora (five attention matmuls): of the gate (8 experts), the shared
+    expert's W1, W3 (32 each) and W2 (64), the 2nd and 4th are saved: W1 and W2; the
+    dispatch and combine all-to-all outputs (K·T = 2 × 256 copies × h) with ep = 2."""
+    from mosaic.perf.memory import activation_bytes_per_layer
+
+    moe_config = MoEConfig(experts=8, top_k=2, expert_ffn=32, shared_experts=1)
+    plan = single_plan(dp=8, ep=2, micro_batch=2, checkpointing=Checkpointing.SELECTIVE)
+    work = Workload(_mla(16, moe_config), global_batch=16, seq_len=128, stack="torchtitan")
+    tokens = 256
+    attention = 2 * tokens * (64 + 16 + 40 + 64 + 4 * 16) + 4 * tokens * 4
+    expected = attention + 2 * tokens * (32 + 64) + 2 * 2 * (2 * tokens) * 64
+    assert activation_bytes_per_layer(work, plan, "moe")[0] == pytest.approx(expected)

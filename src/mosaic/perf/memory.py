@@ -497,55 +497,90 @@ def layer_working_set_bytes(
 
 
 
+def _attention_matmul_widths(workload: Workload, plans: ParallelPlans) -> list[np.ndarray]:
+    """Per-token output widths (per TP rank) of a block's attention matmuls in forward order,
+    the aten.mm calls torch's per-op SAC counts. GQA/MHA: Q, K, V, O (K/V split over
+    min(tp, kv_heads)). MLA as torchtitan runs it (models/deepseek_v3/model/model.py
+    Attention.forward): wq, or wq_a then wq_b when q is compressed; wkv_a (kv latent + rope
+    key), wkv_b (per-head k_nope and v), wo. Latents are not split over TP; the output
+    projection's partial sum is full width."""
+    geometry, tp = workload.geometry, plans.tp
+    full = np.full(len(plans), 1.0)
+    if geometry.attention is AttentionKind.MLA and geometry.mla is not None:
+        mla = geometry.mla
+        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        query = geometry.heads * qk_dim / tp
+        q_path = [mla.q_lora_rank * full, query] if mla.q_lora_rank else [query]
+        return [*q_path, (mla.kv_lora_rank + mla.qk_rope_head_dim) * full,
+                geometry.heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp,
+                geometry.d_model * full]
+    widths = _attention_widths(geometry)
+    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
+    return [widths.query / tp, half_kv, half_kv, geometry.d_model * full]
+
+
 def _per_op_sac_attention_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """What per-op SAC keeps of a block up to its FFN or MoE part: the block input (2sbh,
-    SP-sharded), the 1st and 3rd of the Q, K, V, O matmul outputs (Q and V, bf16, TP-split)
-    and the SDPA output with its softmax statistics."""
+    SP-sharded), the 1st, 3rd, ... attention matmul outputs (torchtitan's _op_sac policy
+    saves every second aten.mm of a block: Q and V of Q, K, V, O; wq and wkv_b of MLA's
+    wq, wkv_a, wkv_b, wo; bf16) and the attention kernel's output with its softmax
+    statistics."""
     widths = _attention_widths(workload.geometry)
-    tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
-    saved_width = widths.query / tp + half_kv + widths.output / tp
+    tokens = tokens_per_rank(workload, plans)
+    saved_width = sum(_attention_matmul_widths(workload, plans)[0::2]) + widths.output / plans.tp
     return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * saved_width
             + softmax_statistics_bytes(workload, plans))
 
 
+def _saved_after_attention(workload: Workload, plans: ParallelPlans,
+                           matmuls: list[np.ndarray]) -> np.ndarray:
+    """Bytes of the every-second matmul outputs after the attention part: ``matmuls`` are
+    the (tokens × width) element counts in forward order; the count continues from the
+    attention matmuls, so after an even number the first is saved, after an odd the
+    second."""
+    parity = len(_attention_matmul_widths(workload, plans)) % 2
+    return ACTIVATION_BYTES * sum(matmuls[parity::2], np.zeros(len(plans)))
+
+
 def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """A dense GQA/MHA block under per-op SAC: the attention part, then the 5th, 7th, ...
-    matmul outputs in forward order W1, W3, W2 (GLU) or W1, W2 after Q, K, V, O (bf16,
-    TP-split widths; the down projection's partial sum is full width)."""
+    """A dense block under per-op SAC: the attention part, then every second matmul output
+    continuing the count in forward order W1, W3, W2 (GLU) or W1, W2 (bf16, TP-split widths;
+    the down projection's partial sum is full width): W1 and W2 after Q, K, V, O."""
     geometry = workload.geometry
-    ffn = geometry.ffn / plans.tp
-    matmuls = [ffn, *([ffn] if geometry.glu else []), np.full(len(plans), geometry.d_model)]
+    tokens = tokens_per_rank(workload, plans)
+    ffn = tokens * geometry.ffn / plans.tp
+    matmuls = [ffn, *([ffn] if geometry.glu else []), tokens * geometry.d_model]
     return (_per_op_sac_attention_bytes(workload, plans)
-            + ACTIVATION_BYTES * tokens_per_rank(workload, plans) * sum(matmuls[0::2]))
+            + _saved_after_attention(workload, plans, matmuls))
 
 
 def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """An MoE GQA/MHA block under torchtitan's per-op SAC. Its save list holds aten.mm,
-    the SDPA variants and all_to_all_single, not the grouped expert GEMM
+    """An MoE block under torchtitan's per-op SAC. Its save list holds aten.mm, the
+    attention kernels and all_to_all_single, not the grouped expert GEMM
     (pytorch/torchtitan, models/*/infra/parallelize.py ``_op_sac_save_list``), so the routed
-    experts are recomputed from the dispatched tokens. Saved: the attention part, the router
-    gate's logits (the 5th matmul, bf16), the middle shared-expert matmul (the 7th), and
-    with ep > 1 the dispatch and combine all-to-all outputs (K·T·etp token copies each)."""
+    experts are recomputed from the dispatched tokens. Saved: the attention part, every
+    second of the router gate's logits and the shared experts' W1, W3, W2 outputs continuing
+    the block's matmul count (after Q, K, V, O: the gate and W3), and with ep > 1 the
+    dispatch and combine all-to-all outputs (K·T·etp token copies each)."""
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
         raise MosaicInputError("per-op SAC of an MoE block needs a geometry with an moe section")
-    routed = routed_tokens(workload, plans)
-    gate = ACTIVATION_BYTES * routed * moe.experts
-    shared = (ACTIVATION_BYTES * tokens_per_rank(workload, plans) * moe.shared_experts
-              * moe.shared_width / plans.tp)
+    tokens = tokens_per_rank(workload, plans)
+    matmuls = [routed_tokens(workload, plans) * moe.experts]
+    if moe.shared_experts:
+        shared = tokens * moe.shared_experts * moe.shared_width / plans.tp
+        matmuls += [shared, *([shared] if geometry.glu else []), tokens * geometry.d_model]
     all_to_all = np.where(plans.ep > 1, 2 * ACTIVATION_BYTES * expert_copies(workload, plans)
                           * geometry.d_model, 0.0)
-    return _per_op_sac_attention_bytes(workload, plans) + gate + shared + all_to_all
+    return (_per_op_sac_attention_bytes(workload, plans)
+            + _saved_after_attention(workload, plans, matmuls) + all_to_all)
 
 
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
                      working_set: np.ndarray) -> np.ndarray:
-    """What SELECTIVE keeps: per-op SAC for GQA/MHA blocks of the stacks that run it, else
-    Megatron's core-attention recompute (only the softmax statistics go)."""
-    geometry = workload.geometry
-    if (workload.traits.selective_recompute is SelectiveRecompute.PER_OP
-            and geometry.attention is not AttentionKind.MLA):
+    """What SELECTIVE keeps: per-op SAC on the stacks that run it, else Megatron's
+    core-attention recompute (only the softmax statistics go)."""
+    if workload.traits.selective_recompute is SelectiveRecompute.PER_OP:
         if kind == "dense":
             return per_op_sac_dense_bytes(workload, plans)
         return per_op_sac_moe_bytes(workload, plans)
