@@ -8,8 +8,9 @@ set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`)
   for fully sharded plans on stacks whose shards are fp32, see :func:`weight_bytes`).
 * ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16;
   2 B when the workload reduces gradients in bf16).
-* ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B).
-* ``master_weights``: fp32 master parameters (4 B/param).
+* ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B); half
+  with a bf16 optimizer (``Workload.optimizer_dtype``).
+* ``master_weights``: fp32 master parameters (4 B/param); none with a bf16 optimizer.
 * ``activations``: tensors saved for the backward pass of every in-flight micro-batch.
 * ``logits``: LM-head output and the cross-entropy working set (last stage only), by the
   stack's loss implementation (:func:`loss_bytes_per_logit`).
