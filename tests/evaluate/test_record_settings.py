@@ -134,3 +134,26 @@ def test_the_loader_records_which_settings_a_run_states(tmp_path):
     assert {"ep_overlap", "grad_reduce_in_fp32"} <= record.stated_settings
     assert "dispatcher" not in record.stated_settings
     assert "cross_entropy" not in record.stated_settings
+
+
+def test_bf16_optimizer_and_kept_gathered_fsdp_apply_to_their_runs():
+    """The published runs whose recipes step bf16 parameters (NeMo AutoModel @ 01926a5c44,
+    NeMo 1.0's distributed_fused_adam with dtype bf16) lose the fp32 master and halve the
+    moments; the AutoModel Qwen3 run without PP keeps its FSDP units gathered."""
+    if not PUBLISHED.exists():
+        pytest.skip("../shared/calibration/published_runs.yaml not available")
+    from mosaic.perf.workload import OptimizerDtype
+
+    records = _records(PUBLISHED)
+    amended = {r.id: r for r in apply_record_settings(records).records}
+    original = {r.id: r for r in records.records}
+    for run_id in ("nemo2407-nemotron-340b-h100-128-fp8", "automodel-qwen3-30b-a3b-h100-8-bf16"):
+        before, after = original[run_id], amended[run_id]
+        assert before.workload.optimizer_dtype is OptimizerDtype.FP32
+        assert after.workload.optimizer_dtype is OptimizerDtype.BF16
+        old = memory_breakdown_bytes(before.workload, before.plan)
+        new = memory_breakdown_bytes(after.workload, after.plan)
+        assert old["master_weights"][0] > 0 and new["master_weights"][0] == 0
+        assert new["optimizer_states"][0] == pytest.approx(old["optimizer_states"][0] / 2)
+    assert amended["automodel-qwen3-30b-a3b-h100-8-bf16"].workload.fsdp_keep_gathered
+    assert not original["automodel-qwen3-30b-a3b-h100-8-bf16"].workload.fsdp_keep_gathered

@@ -76,7 +76,7 @@ class PerformanceBlock(_Strict):
     # The run-record fields of the same name (docs/run_records.md, docs/memory.md):
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] = Field(
         default="dropless", description="MoE routing regime")
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = Field(
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
         default=None, description="the LM loss implementation; None = the stack's trait")
     grad_reduce_in_fp32: bool = Field(
         default=True, description="gradient buffers and reduction in fp32 (Megatron-LM's "
@@ -87,6 +87,12 @@ class PerformanceBlock(_Strict):
     recompute_modules: list[str] | None = Field(
         default=None, description="Megatron-Core --recompute-modules under selective "
         "recompute; None = core_attn")
+    optimizer_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="fp32 master weights and moments; bf16 = the optimizer "
+        "steps bf16 parameters in place with bf16 moments (torch.optim on bf16 parameters)")
+    fsdp_keep_gathered: bool = Field(
+        default=False, description="fully sharded units stay gathered through the step and "
+        "gradients accumulate unsharded, also without PP")
 
 
 class OptimizerBlock(_Strict):
@@ -261,6 +267,8 @@ def job_from_document(document: dict[str, Any], where: str,
         offloaded_activation_layers=performance.offloaded_activation_layers,
         recompute_modules=(None if performance.recompute_modules is None
                            else tuple(performance.recompute_modules)),
+        optimizer_dtype=performance.optimizer_dtype,
+        fsdp_keep_gathered=performance.fsdp_keep_gathered,
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -328,6 +336,10 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["offloaded_activation_layers"] = workload.offloaded_activation_layers
     if workload.recompute_modules is not None:
         performance["recompute_modules"] = list(workload.recompute_modules)
+    if workload.optimizer_dtype != "fp32":
+        performance["optimizer_dtype"] = str(workload.optimizer_dtype)
+    if workload.fsdp_keep_gathered:
+        performance["fsdp_keep_gathered"] = True
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

@@ -78,7 +78,7 @@ class RunRecordEntry(_Strict):
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] | None = None
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = Field(
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
         default=None, description="the LM loss as the source ran it (e.g. compiled when "
         "torch.compile covers the loss); null = the stack's cross_entropy trait")
     grad_reduce_in_fp32: bool | None = Field(
@@ -91,6 +91,13 @@ class RunRecordEntry(_Strict):
         default=None, description="Megatron-Core --recompute-modules under selective "
         "recompute (core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts); "
         "null = core_attn, its default")
+    optimizer_dtype: Literal["fp32", "bf16"] | None = Field(
+        default=None, description="the optimizer's parameter copy and moments: fp32 master "
+        "weights and moments, or bf16 (it steps the bf16 parameters in place with bf16 "
+        "moments); null = fp32")
+    fsdp_keep_gathered: bool | None = Field(
+        default=None, description="fully sharded units stay gathered through the step and "
+        "gradients accumulate unsharded, also without PP; null = false")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -212,8 +219,8 @@ class RunRecord:
         assumptions: one line per default the loader filled in.
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, cross_entropy, grad_reduce_in_fp32,
-            offloaded_activation_layers, recompute_modules); documented record settings never
-            override these.
+            offloaded_activation_layers, recompute_modules, optimizer_dtype,
+            fsdp_keep_gathered); documented record settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -372,6 +379,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         offloaded_activation_layers=entry.offloaded_activation_layers or 0,
         recompute_modules=(None if entry.recompute_modules is None
                            else tuple(entry.recompute_modules)),
+        optimizer_dtype=entry.optimizer_dtype or "fp32",
+        fsdp_keep_gathered=entry.fsdp_keep_gathered is True,
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)
@@ -411,6 +420,8 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "grad_reduce_in_fp32": entry.grad_reduce_in_fp32 is not None,
         "offloaded_activation_layers": entry.offloaded_activation_layers is not None,
         "recompute_modules": entry.recompute_modules is not None,
+        "optimizer_dtype": entry.optimizer_dtype is not None,
+        "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

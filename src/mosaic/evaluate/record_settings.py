@@ -30,13 +30,15 @@ class _Strict(BaseModel):
 
 
 class _Settings(_Strict):
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16"] | None = None
+    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = None
     grad_reduce_in_fp32: bool | None = None
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     ep_overlap: bool | None = None
     dispatch_fp8: bool | None = None
     recompute_modules: list[str] | None = None
+    optimizer_dtype: Literal["fp32", "bf16"] | None = None
+    fsdp_keep_gathered: bool | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None

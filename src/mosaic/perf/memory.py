@@ -8,8 +8,9 @@ set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`)
   for fully sharded plans on stacks whose shards are fp32, see :func:`weight_bytes`).
 * ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16;
   2 B when the workload reduces gradients in bf16).
-* ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B).
-* ``master_weights``: fp32 master parameters (4 B/param).
+* ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B); half
+  with a bf16 optimizer (``Workload.optimizer_dtype``).
+* ``master_weights``: fp32 master parameters (4 B/param); none with a bf16 optimizer.
 * ``activations``: tensors saved for the backward pass of every in-flight micro-batch.
 * ``logits``: LM-head output and the cross-entropy working set (last stage only), by the
   stack's loss implementation (:func:`loss_bytes_per_logit`).
@@ -41,6 +42,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
     in_flight_microbatches,
+    n_microbatches,
     stage_layer_counts,
 )
 from mosaic.perf.shapes import (
@@ -49,7 +51,7 @@ from mosaic.perf.shapes import (
     sequence_shard_divisor,
     tokens_per_rank,
 )
-from mosaic.perf.workload import OptimizerKind, Workload
+from mosaic.perf.workload import OptimizerDtype, OptimizerKind, Workload
 from mosaic.stacks import CrossEntropy, FsdpShardStorage, SelectiveRecompute
 
 GIB = 2**30
@@ -77,6 +79,14 @@ OPTIMIZER_STATE_BYTES_PER_PARAM: dict[OptimizerKind, int] = {
     OptimizerKind.MUON: 4,
     OptimizerKind.SGD: 4,
 }
+# An optimizer whose dtype is bf16 (``Workload.optimizer_dtype``) keeps its moments in the
+# parameters' dtype: torch.optim.Adam creates exp_avg and exp_avg_sq as zeros_like(param)
+# (torch/optim/adam.py _init_group), so on bf16 parameters each moment is 2 B (NeMo AutoModel
+# docs/guides/mixed-precision-training.mdx: "When model.torch_dtype: bfloat16 is used with
+# torch.optim.AdamW, the AdamW EMA buffers ... are also stored in bf16"); Apex
+# DistributedFusedAdam allocates them in its ``dtype`` (apex/contrib/optimizers/
+# distributed_fused_adam.py: "dtype: datatype for optimizer state").
+BF16_MOMENT_FRACTION = BF16_GRADIENT_BYTES_PER_PARAM / MASTER_WEIGHT_BYTES_PER_PARAM  # 2 B of 4
 # Muon orthogonalises hidden 2-D matrices only; embedding and LM head are trained with AdamW
 # (Jordan et al. 2024; Liu et al. 2025, Sec. 2). Norm gains are negligible and count as Muon.
 MUON_VOCAB_OPTIMIZER = OptimizerKind.ADAMW
@@ -111,6 +121,12 @@ BF16_LOSS_BYTES_PER_ELEMENT = 4 * ACTIVATION_BYTES
 # the bf16 logits 2 = 14 B) and its backward (saved result 4, zeros_like gradient 4,
 # exp(x) 4 and their sum 4 = 16 B), the peak.
 LOSS_PARALLEL_BYTES_PER_ELEMENT = 4 * FP32_BYTES
+# TE: Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py
+# and triton/cross_entropy.py, v2.7; Megatron-Core cross_entropy_fusion_impl "te"). An
+# online-softmax Triton kernel reads the bf16 logits row by row (fp32 statistics per row
+# only), writes the gradient into the logits tensor in place and saves that tensor for the
+# backward, which scales it in place: the bf16 logits are the whole working set, 2 B.
+TE_LOSS_BYTES_PER_ELEMENT = ACTIVATION_BYTES
 # CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
 # and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
 # candidate: measure nvidia-smi used minus allocator reserved on the target stack.
@@ -141,7 +157,7 @@ STAGE_PARAMETER_KEY = ("tp", "pp", "vpp", "ep", "etp")
 BLOCK_ACTIVATION_KEY = ("tp", "cp", "micro_batch", "sequence_parallel", "ep", "etp")
 STAGE_ACTIVATION_KEY = (*BLOCK_ACTIVATION_KEY, "checkpointing", "pp", "vpp", "dp")
 PARAMETER_STATE_KEY = (*STAGE_PARAMETER_KEY, "cp", "dp", "sharding", "hsdp_shard")
-BUFFER_KEY = (*BLOCK_ACTIVATION_KEY, "pp", "vpp", "sharding")
+BUFFER_KEY = (*BLOCK_ACTIVATION_KEY, "pp", "vpp", "sharding", "dp", "hsdp_shard")
 
 
 # --- Pipeline stages (shared with the time model: mosaic.perf.schedule) -----------
@@ -168,6 +184,9 @@ class StageParameters:
         largest_block: the biggest transformer block on the stage (an FSDP unit).
         largest_unit: the biggest FSDP unit on the stage (a block, the embedding or the
             LM head), which FSDP gathers whole.
+        largest_block_without_experts, largest_unit_without_experts: the same with the
+            routed experts left out of the blocks (FSDP units when the experts are not
+            FSDP-managed, stack trait ``fsdp_skips_unsharded_experts``).
     """
 
     dense: np.ndarray
@@ -176,6 +195,8 @@ class StageParameters:
     expert: np.ndarray
     largest_block: np.ndarray
     largest_unit: np.ndarray
+    largest_block_without_experts: np.ndarray
+    largest_unit_without_experts: np.ndarray
 
     @property
     def non_expert(self) -> np.ndarray:
@@ -213,6 +234,10 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         np.where(dense_blocks > 0, dense_block_total, 0.0),
         np.where(moe_blocks > 0, moe_block_total, 0.0),
     )
+    largest_block_without_experts = np.maximum(
+        np.where(dense_blocks > 0, dense_block_total, 0.0),
+        np.where(moe_blocks > 0, moe_block_total - experts_per_block, 0.0),
+    )
     return StageParameters(
         dense=dense_blocks * dense_block + moe_blocks * moe_block_tp,
         replicated=blocks * counts.norms_per_layer
@@ -222,6 +247,9 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         expert=moe_blocks * experts_per_block,
         largest_block=largest_block,
         largest_unit=np.maximum.reduce([largest_block, embedding, head]),
+        largest_block_without_experts=largest_block_without_experts,
+        largest_unit_without_experts=np.maximum.reduce(
+            [largest_block_without_experts, embedding, head]),
     )
 
 
@@ -267,7 +295,21 @@ def optimizer_state_bytes(
         vocab_divisor, _ = _shard_divisors(plans, _STATES_SHARDED)
         extra = OPTIMIZER_STATE_BYTES_PER_PARAM[MUON_VOCAB_OPTIMIZER] - per_param
         state = state + extra * params.vocab / vocab_divisor
+    if workload.optimizer_dtype is OptimizerDtype.BF16:
+        state = BF16_MOMENT_FRACTION * state
     return state
+
+
+def master_weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """fp32 main parameters, sharded with the optimizer state; none when the optimizer
+    steps the bf16 parameters themselves (``optimizer_dtype`` bf16: torch.optim on bf16
+    parameters; Apex DistributedFusedAdam with store_params off, which NeMo sets when the
+    optimizer dtype equals the model dtype, nemo/collections/nlp/models/language_modeling/
+    megatron_base_model.py setup_optimization)."""
+    if workload.optimizer_dtype is OptimizerDtype.BF16:
+        return np.zeros(len(plans))
+    return MASTER_WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _STATES_SHARDED)
 
 
 def gradient_bytes_per_param(workload: Workload) -> int:
@@ -277,15 +319,34 @@ def gradient_bytes_per_param(workload: Workload) -> int:
     return BF16_GRADIENT_BYTES_PER_PARAM
 
 
+def stored_gradient_bytes_per_param(workload: Workload) -> int:
+    """Bytes of one element of the gradients kept between micro-batches (``gradients``).
+
+    A stack whose fully sharded parameter is the optimizer's own copy (trait
+    ``fsdp_shard_storage`` fp32: torch FSDP) keeps each gradient in its parameter's dtype:
+    FSDP2 casts the reduce-scattered gradient to the sharded parameter's dtype
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce,
+    ``_to_dtype_if_needed(reduce_output, orig_dtype)``) and parameters left outside FSDP get
+    autograd gradients of their own dtype. With bf16 parameters (``optimizer_dtype`` bf16)
+    that is 2 B; otherwise the gradient buffer's element (:func:`gradient_bytes_per_param`).
+    """
+    if (workload.optimizer_dtype is OptimizerDtype.BF16
+            and workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32):
+        return BF16_GRADIENT_BYTES_PER_PARAM
+    return gradient_bytes_per_param(workload)
+
+
 def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
                  ) -> np.ndarray:
     """Resident bf16 weights, sharded over (E)DP under FSDP/HSDP. A fully sharded plan on a
     stack whose shards are fp32 (trait ``fsdp_shard_storage``: torch FSDP mixed precision
     keeps the sharded parameter in its original dtype, which the optimizer updates) holds no
     bf16 copy at rest: its fp32 shard is ``master_weights`` and the bf16 units exist only
-    while gathered (``communication_buffers``)."""
+    while gathered (``communication_buffers``) - unless the parameters themselves are bf16
+    (``optimizer_dtype`` bf16), when the shard is the bf16 weight."""
     resident = WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED)
-    if workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32:
+    if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
+            and workload.optimizer_dtype is OptimizerDtype.FP32):
         fully_sharded = np.isin(plans.sharding, [int(m) for m in _FULLY_SHARDED])
         resident = np.where(fully_sharded, 0.0, resident)
     return resident
@@ -437,55 +498,90 @@ def layer_working_set_bytes(
 
 
 
+def _attention_matmul_widths(workload: Workload, plans: ParallelPlans) -> list[np.ndarray]:
+    """Per-token output widths (per TP rank) of a block's attention matmuls in forward order,
+    the aten.mm calls torch's per-op SAC counts. GQA/MHA: Q, K, V, O (K/V split over
+    min(tp, kv_heads)). MLA as torchtitan runs it (models/deepseek_v3/model/model.py
+    Attention.forward): wq, or wq_a then wq_b when q is compressed; wkv_a (kv latent + rope
+    key), wkv_b (per-head k_nope and v), wo. Latents are not split over TP; the output
+    projection's partial sum is full width."""
+    geometry, tp = workload.geometry, plans.tp
+    full = np.full(len(plans), 1.0)
+    if geometry.attention is AttentionKind.MLA and geometry.mla is not None:
+        mla = geometry.mla
+        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        query = geometry.heads * qk_dim / tp
+        q_path = [mla.q_lora_rank * full, query] if mla.q_lora_rank else [query]
+        return [*q_path, (mla.kv_lora_rank + mla.qk_rope_head_dim) * full,
+                geometry.heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp,
+                geometry.d_model * full]
+    widths = _attention_widths(geometry)
+    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
+    return [widths.query / tp, half_kv, half_kv, geometry.d_model * full]
+
+
 def _per_op_sac_attention_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """What per-op SAC keeps of a block up to its FFN or MoE part: the block input (2sbh,
-    SP-sharded), the 1st and 3rd of the Q, K, V, O matmul outputs (Q and V, bf16, TP-split)
-    and the SDPA output with its softmax statistics."""
+    SP-sharded), the 1st, 3rd, ... attention matmul outputs (torchtitan's _op_sac policy
+    saves every second aten.mm of a block: Q and V of Q, K, V, O; wq and wkv_b of MLA's
+    wq, wkv_a, wkv_b, wo; bf16) and the attention kernel's output with its softmax
+    statistics."""
     widths = _attention_widths(workload.geometry)
-    tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
-    saved_width = widths.query / tp + half_kv + widths.output / tp
+    tokens = tokens_per_rank(workload, plans)
+    saved_width = sum(_attention_matmul_widths(workload, plans)[0::2]) + widths.output / plans.tp
     return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * saved_width
             + softmax_statistics_bytes(workload, plans))
 
 
+def _saved_after_attention(workload: Workload, plans: ParallelPlans,
+                           matmuls: list[np.ndarray]) -> np.ndarray:
+    """Bytes of the every-second matmul outputs after the attention part: ``matmuls`` are
+    the (tokens × width) element counts in forward order; the count continues from the
+    attention matmuls, so after an even number the first is saved, after an odd the
+    second."""
+    parity = len(_attention_matmul_widths(workload, plans)) % 2
+    return ACTIVATION_BYTES * sum(matmuls[parity::2], np.zeros(len(plans)))
+
+
 def per_op_sac_dense_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """A dense GQA/MHA block under per-op SAC: the attention part, then the 5th, 7th, ...
-    matmul outputs in forward order W1, W3, W2 (GLU) or W1, W2 after Q, K, V, O (bf16,
-    TP-split widths; the down projection's partial sum is full width)."""
+    """A dense block under per-op SAC: the attention part, then every second matmul output
+    continuing the count in forward order W1, W3, W2 (GLU) or W1, W2 (bf16, TP-split widths;
+    the down projection's partial sum is full width): W1 and W2 after Q, K, V, O."""
     geometry = workload.geometry
-    ffn = geometry.ffn / plans.tp
-    matmuls = [ffn, *([ffn] if geometry.glu else []), np.full(len(plans), geometry.d_model)]
+    tokens = tokens_per_rank(workload, plans)
+    ffn = tokens * geometry.ffn / plans.tp
+    matmuls = [ffn, *([ffn] if geometry.glu else []), tokens * geometry.d_model]
     return (_per_op_sac_attention_bytes(workload, plans)
-            + ACTIVATION_BYTES * tokens_per_rank(workload, plans) * sum(matmuls[0::2]))
+            + _saved_after_attention(workload, plans, matmuls))
 
 
 def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """An MoE GQA/MHA block under torchtitan's per-op SAC. Its save list holds aten.mm,
-    the SDPA variants and all_to_all_single, not the grouped expert GEMM
+    """An MoE block under torchtitan's per-op SAC. Its save list holds aten.mm, the
+    attention kernels and all_to_all_single, not the grouped expert GEMM
     (pytorch/torchtitan, models/*/infra/parallelize.py ``_op_sac_save_list``), so the routed
-    experts are recomputed from the dispatched tokens. Saved: the attention part, the router
-    gate's logits (the 5th matmul, bf16), the middle shared-expert matmul (the 7th), and
-    with ep > 1 the dispatch and combine all-to-all outputs (K·T·etp token copies each)."""
+    experts are recomputed from the dispatched tokens. Saved: the attention part, every
+    second of the router gate's logits and the shared experts' W1, W3, W2 outputs continuing
+    the block's matmul count (after Q, K, V, O: the gate and W3), and with ep > 1 the
+    dispatch and combine all-to-all outputs (K·T·etp token copies each)."""
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
         raise MosaicInputError("per-op SAC of an MoE block needs a geometry with an moe section")
-    routed = routed_tokens(workload, plans)
-    gate = ACTIVATION_BYTES * routed * moe.experts
-    shared = (ACTIVATION_BYTES * tokens_per_rank(workload, plans) * moe.shared_experts
-              * moe.shared_width / plans.tp)
+    tokens = tokens_per_rank(workload, plans)
+    matmuls = [routed_tokens(workload, plans) * moe.experts]
+    if moe.shared_experts:
+        shared = tokens * moe.shared_experts * moe.shared_width / plans.tp
+        matmuls += [shared, *([shared] if geometry.glu else []), tokens * geometry.d_model]
     all_to_all = np.where(plans.ep > 1, 2 * ACTIVATION_BYTES * expert_copies(workload, plans)
                           * geometry.d_model, 0.0)
-    return _per_op_sac_attention_bytes(workload, plans) + gate + shared + all_to_all
+    return (_per_op_sac_attention_bytes(workload, plans)
+            + _saved_after_attention(workload, plans, matmuls) + all_to_all)
 
 
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
                      working_set: np.ndarray) -> np.ndarray:
-    """What SELECTIVE keeps: per-op SAC for GQA/MHA blocks of the stacks that run it, else
-    Megatron's core-attention recompute (only the softmax statistics go)."""
-    geometry = workload.geometry
-    if (workload.traits.selective_recompute is SelectiveRecompute.PER_OP
-            and geometry.attention is not AttentionKind.MLA):
+    """What SELECTIVE keeps: per-op SAC on the stacks that run it, else Megatron's
+    core-attention recompute (only the softmax statistics go)."""
+    if workload.traits.selective_recompute is SelectiveRecompute.PER_OP:
         if kind == "dense":
             return per_op_sac_dense_bytes(workload, plans)
         return per_op_sac_moe_bytes(workload, plans)
@@ -609,12 +705,14 @@ def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarra
 def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Peak bytes per logit element of the LM head output and the loss over it, by the
     workload's loss (:attr:`Workload.loss_implementation`; constants above: 6 B fused, 4 B
-    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel)."""
+    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel,
+    2 B Transformer Engine's in-place kernel)."""
     loss = workload.loss_implementation
     if loss is not CrossEntropy.FP32_UPCAST:
         fixed = {CrossEntropy.FUSED: LOGITS_BYTES_PER_ELEMENT,
                  CrossEntropy.COMPILED: COMPILED_LOSS_BYTES_PER_ELEMENT,
-                 CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT}[loss]
+                 CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT,
+                 CrossEntropy.TE: TE_LOSS_BYTES_PER_ELEMENT}[loss]
         return np.full(len(plans), float(fixed))
     return np.where(plans.tp > 1, float(LOSS_PARALLEL_BYTES_PER_ELEMENT),
                     float(UPCAST_LOSS_BYTES_PER_ELEMENT))
@@ -642,7 +740,9 @@ def communication_buffer_bytes(
       gathered and its gradients accumulate unsharded until the last micro-batch: torchtitan
       does not reshard after forward under PP, and torch.distributed.pipelining turns
       gradient sync off for all but the last backward
-      (set_requires_gradient_sync(last_backward)).
+      (set_requires_gradient_sync(last_backward)). ``Workload.fsdp_keep_gathered`` does the
+      same without PP. Unsharded gradients accumulate only over several micro-batches: with
+      one, each unit's is reduce-scattered in its backward (one unit's, as above).
     * ZeRO-2: one unit's unsharded fp32 gradient bucket before its reduce-scatter.
     * Plain DDP / ZeRO-1 in Megatron-Core: none extra; buckets are views into the contiguous
       gradient buffer already counted under ``gradients``.
@@ -652,13 +752,25 @@ def communication_buffer_bytes(
     """
     sharding = plans.sharding
     fully_sharded = np.isin(sharding, [int(m) for m in _FULLY_SHARDED])
-    unit = params.largest_unit
+    # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
+    # leaves them out) are never gathered: they are resident in ``weights``.
+    experts_outside = np.zeros(len(plans), dtype=bool)
+    if workload.traits.fsdp_skips_unsharded_experts:
+        _, expert_degree = shard_degrees(plans)
+        experts_outside = (plans.ep > 1) & (expert_degree == 1)
+    unit = np.where(experts_outside, params.largest_unit_without_experts, params.largest_unit)
+    block = np.where(experts_outside, params.largest_block_without_experts,
+                     params.largest_block)
+    stage_params = np.where(experts_outside, params.non_expert, params.total)
     # Gathered units in the stack's gather dtype (bf16, or fp32 for weights at rest in fp32).
-    per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + params.largest_block)
+    per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + block)
     grad_bytes = gradient_bytes_per_param(workload)
     per_unit = per_unit + grad_bytes * unit
-    whole_stage = (WEIGHT_BYTES_PER_PARAM + grad_bytes) * params.total
-    fsdp = np.where(fully_sharded, np.where(plans.pp > 1, whole_stage, per_unit), 0.0)
+    accumulating = n_microbatches(workload, plans) > 1
+    whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
+                   + grad_bytes * np.where(accumulating, stage_params, unit))
+    gathered = (plans.pp > 1) | workload.fsdp_keep_gathered
+    fsdp = np.where(fully_sharded, np.where(gathered, whole_stage, per_unit), 0.0)
     zero2 = np.where(sharding == Sharding.ZERO2, grad_bytes * unit, 0.0)
     pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)
     buffers = fsdp + zero2 + pipeline
@@ -681,13 +793,12 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
     stage, after the plan's (E)DP sharding."""
     params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
                               workload.vocab_in_pipeline_split)
-    states_sharded = _sharded_params(params, plans, _STATES_SHARDED)
     return {
         "weights": weight_bytes(workload, params, plans),
-        "gradients": gradient_bytes_per_param(workload)
+        "gradients": stored_gradient_bytes_per_param(workload)
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
-        "master_weights": MASTER_WEIGHT_BYTES_PER_PARAM * states_sharded,
+        "master_weights": master_weight_bytes(workload, params, plans),
     }
 
 

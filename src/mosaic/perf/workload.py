@@ -34,6 +34,18 @@ class OptimizerKind(StrEnum):
     SGD = "sgd"
 
 
+class OptimizerDtype(StrEnum):
+    """The dtype the optimizer keeps its copy of the parameters and its moments in."""
+
+    # fp32 master weights and fp32 moments beside bf16 model weights (Megatron-Core's
+    # distributed optimizer; torch optimizers on the fp32 shards of torch FSDP)
+    FP32 = "fp32"
+    # no master copy: the optimizer updates the bf16 parameters in place and keeps its
+    # moments in bf16 (torch.optim on bf16 parameters, whose state is zeros_like(param);
+    # Apex DistributedFusedAdam with dtype bf16, store_params off)
+    BF16 = "bf16"
+
+
 class FsdpGather(StrEnum):
     """How an FSDP stack gathers a block's parameters."""
 
@@ -108,6 +120,14 @@ class Workload:
             with a block scale (Megatron-Core moe_dispatch_fwd_dtype / moe_combine_bwd_dtype
             'mxfp8'; DeepEP's FP8 dispatch, DeepSeek-V3's recipe); the other two stay bf16.
             Needs FP8 GEMMs: the grouped GEMM consumes the 8-bit payload.
+        optimizer_dtype: fp32 (fp32 master weights and moments, the default) or bf16 (the
+            optimizer steps the bf16 parameters in place with bf16 moments; NeMo AutoModel's
+            benchmark recipes, NeMo 1.0's distributed_fused_adam with dtype bf16).
+        fsdp_keep_gathered: fully sharded units stay gathered from their first forward to
+            their last backward of the step and gradients accumulate unsharded until the last
+            micro-batch, also without PP (NeMo AutoModel's MoE parallelizer with
+            reshard_after_forward false and its enable_fsdp_optimizations). With PP this is
+            every torch FSDP stack's behaviour already.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -131,6 +151,8 @@ class Workload:
     grad_reduce_in_fp32: bool = True
     offloaded_activation_layers: int = 0
     recompute_modules: tuple[str, ...] | None = None
+    optimizer_dtype: OptimizerDtype = OptimizerDtype.FP32
+    fsdp_keep_gathered: bool = False
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -152,7 +174,8 @@ class Workload:
         for name, kind in (("precision", Precision), ("optimizer", OptimizerKind),
                            ("dispatcher", Dispatcher), ("fsdp_gather", FsdpGather),
                            ("attention_kernel", AttentionKernel),
-                           ("cross_entropy", CrossEntropy)):
+                           ("cross_entropy", CrossEntropy),
+                           ("optimizer_dtype", OptimizerDtype)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, enum_member(kind, value, name))

@@ -45,6 +45,7 @@ class CrossEntropy(StrEnum):
     FP32_UPCAST = "fp32_upcast"  # eager F.cross_entropy(logits.float()) (torchtitan)
     COMPILED = "compiled"  # the same loss under torch.compile (Inductor fuses it)
     BF16 = "bf16"  # eager F.cross_entropy on the bf16 logits, no upcast (NeMo AutoModel)
+    TE = "te"  # Transformer Engine parallel_cross_entropy: gradient written into the logits
 
 
 class FsdpShardStorage(StrEnum):
@@ -70,6 +71,7 @@ class _Entry(BaseModel):
     cross_entropy: CrossEntropy
     fsdp_shard_storage: FsdpShardStorage
     moe_probs_in_activation: bool
+    fsdp_skips_unsharded_experts: bool = False
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     layout_vpp: tuple[int, ...] | None = None
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -103,6 +105,7 @@ class StackTraits:
     cross_entropy: CrossEntropy
     fsdp_shard_storage: FsdpShardStorage
     moe_probs_in_activation: bool  # routing probs scale the expert activation, not its output
+    fsdp_skips_unsharded_experts: bool  # EP experts with no expert-DP group stay out of FSDP
     layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
