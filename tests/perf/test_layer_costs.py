@@ -1,6 +1,8 @@
-"""Per-block cost terms computed by hand: FP8 operand casts, FSDP per-tensor gathers."""
+"""Per-block cost terms computed by hand: FP8 operand casts, FSDP per-tensor gathers, FP8
+dispatch, kept-gathered FSDP, per-op SAC of MLA blocks."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
 
 H100 = Cluster(system=get_system("DGX-H100"), n_nodes=1)
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_fp8_cast_of_one_ffn_gemm_by_hand():
@@ -94,12 +97,13 @@ def test_per_op_sac_recomputes_k_o_and_w3_by_hand():
                                fp8_cast=0 * one, layernorm_forward=one, cp_exposed=one)
     up, down, streaming = 2 * one, 3 * one, 0.5 * one
     # GLU: K (1/4 of QKV), O, W3 (half the fused up GEMM) and all element-wise kernels.
-    assert _per_op_sac_recompute(glu, attention, up, down, streaming)[0] == pytest.approx(
-        0.25 * 4 + 1 + 1 + 0.5)
+    plan = single_plan(dp=1)
+    assert _per_op_sac_recompute(glu, plan, attention, up, down, streaming)[0] == (
+        pytest.approx(0.25 * 4 + 1 + 1 + 0.5))
     # Without a GLU the unsaved MLP matmul is W2 (the down projection).
     gelu = replace(glu, geometry=replace(glu.geometry, glu=False))
-    assert _per_op_sac_recompute(gelu, attention, up, down, streaming)[0] == pytest.approx(
-        0.25 * 4 + 1 + 3 + 0.5)
+    assert _per_op_sac_recompute(gelu, plan, attention, up, down, streaming)[0] == (
+        pytest.approx(0.25 * 4 + 1 + 3 + 0.5))
 
 
 def test_torchtitan_selective_recomputes_matmuls_not_the_attention_core():
@@ -145,3 +149,72 @@ def test_fp8_dispatch_halves_the_two_all_to_alls_that_carry_expert_inputs_by_han
     assert fp8 < bf16
     with pytest.raises(MosaicInputError, match="dispatch_fp8 needs precision fp8"):
         Workload(geometry=geometry, global_batch=64, seq_len=2048, dispatch_fp8=True)
+
+
+def test_fsdp_units_kept_gathered_gather_and_scatter_once_per_step():
+    """Without PP, FSDP gathers and reduce-scatters every unit in each of the n_mb
+    micro-batches; with fsdp_keep_gathered (NeMo AutoModel) once per step, the same
+    predicate the memory model uses for its whole-stage buffers (schedule.py)."""
+    from mosaic.perf.schedule import fsdp_gathered_through_step
+
+    cluster = Cluster(system=get_system("DGX-H100"), n_nodes=8)
+    machine = machine_for(cluster, "bf16")
+    workload = Workload(geometry=ladder_geometry(2), global_batch=256, seq_len=1024,
+                        stack="torchtitan")
+    plan = single_plan(dp=64, micro_batch=1, sharding=Sharding.FSDP)  # n_mb = 4
+    calibration = replace(default_calibration(), stack_overhead={})
+    every = predict_step(workload, plan, machine, calibration).breakdown_s
+    kept = predict_step(replace(workload, fsdp_keep_gathered=True), plan, machine,
+                        calibration).breakdown_s
+    for term in ("fsdp_all_gather", "fsdp_reduce_scatter"):
+        assert every[term][0] > 0
+        assert kept[term][0] == pytest.approx(every[term][0] / 4, rel=1e-9)
+    assert not fsdp_gathered_through_step(workload, plan)[0]
+    assert fsdp_gathered_through_step(replace(workload, fsdp_keep_gathered=True), plan)[0]
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 1536])
+def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
+    """torchtitan's per-op SAC saves every second aten.mm of a block. MLA without a
+    compressed query runs wq, wkv_a, wkv_b, wo: wkv_a and wo are recomputed; with one,
+    wq_a, wq_b, wkv_a, wkv_b, wo: wq_b and wkv_b. The share of the lumped projection GEMM
+    is by FLOPs (per TP rank: latent projections are not split). The router gate continues
+    the count: after the odd count (compressed query) it is recomputed."""
+    from mosaic.arch.hf_import import load_hf_config
+    from mosaic.perf.kernels import memory_bound_time_s
+    from mosaic.perf.layer_costs import (
+        _ffn_streaming_bytes,
+        _gemm,
+        _per_op_sac_moe_matmul_shares,
+        attention_times,
+        dense_block_times,
+    )
+    from mosaic.perf.plan import Checkpointing
+
+    geometry = load_hf_config(EXAMPLES / "hf" / "deepseek-v3.json")
+    mla = replace(geometry.mla, q_lora_rank=q_lora_rank)
+    geometry = replace(geometry, mla=mla)
+    workload = Workload(geometry=geometry, global_batch=8, seq_len=2048, stack="torchtitan")
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
+    plan = single_plan(tp=2, dp=4, micro_batch=1, checkpointing=Checkpointing.SELECTIVE)
+    d, heads, tp, tokens = geometry.d_model, geometry.heads, 2, np.array([2048.0])
+    query = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    wkv_a = d * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+    wkv_b = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp
+    if q_lora_rank:
+        wq_a, wq_b = d * q_lora_rank, q_lora_rank * query / tp
+        share, output_recomputed = (wq_b + wkv_b) / (wq_a + wq_b + wkv_a + wkv_b), False
+    else:
+        share, output_recomputed = wkv_a / (d * query / tp + wkv_a + wkv_b), True
+    attention = attention_times(machine, workload, plan)
+    width = geometry.ffn / tp
+    up = _gemm(machine, workload, tokens, 2 * width, d)  # W1 and W3: W3 recomputed
+    activation = memory_bound_time_s(_ffn_streaming_bytes(tokens, width, True),
+                                     machine.hbm_bw_bytes_per_s)
+    by_hand = (share * attention.qkv_forward
+               + (attention.output_forward if output_recomputed else 0.0)
+               + up / 2 + attention.streaming_forward + activation)
+    block = dense_block_times(machine, workload, plan)
+    assert block.selective_recompute[0] == pytest.approx(by_hand[0], rel=1e-12)
+    gate, _ = _per_op_sac_moe_matmul_shares(workload, plan)
+    assert gate == (1.0 if q_lora_rank else 0.0)

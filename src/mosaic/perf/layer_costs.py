@@ -293,24 +293,72 @@ def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np
     return tokens * width * (3 if glu else 2) * ACTIVATION_BYTES
 
 
-def _per_op_sac_attention_recompute(workload: Workload, attention: AttentionTimes
-                                    ) -> np.ndarray:
+def _mla_input_projection_flops(workload: Workload, plans: ParallelPlans
+                                ) -> list[np.ndarray]:
+    """Per-token forward FLOPs/2 on one TP rank of MLA's input projections in forward order,
+    as torchtitan runs them (models/deepseek_v3/model/model.py Attention.forward): wq, or
+    wq_a then wq_b; wkv_a; wkv_b. Latent projections are not split over TP."""
+    geometry, mla = workload.geometry, workload.geometry.mla
+    assert mla is not None
+    d, heads, tp = geometry.d_model, geometry.heads, plans.tp
+    unsplit = np.ones(len(plans))
+    query = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    q_path = ([d * mla.q_lora_rank * unsplit, mla.q_lora_rank * query / tp]
+              if mla.q_lora_rank else [d * query / tp])
+    return [*q_path, d * (mla.kv_lora_rank + mla.qk_rope_head_dim) * unsplit,
+            mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp]
+
+
+def _per_op_sac_attention_recompute(workload: Workload, plans: ParallelPlans,
+                                    attention: AttentionTimes) -> np.ndarray:
     """Forward time per-op selective checkpointing recomputes in a block's attention part:
-    K (its FLOP share of the fused QKV GEMM) and the output projection, the matmuls
-    ``memory._per_op_sac_attention_bytes`` does not save."""
+    the 2nd, 4th, ... matmuls, those ``memory._per_op_sac_attention_bytes`` does not save.
+    GQA/MHA (Q, K, V, O): K, by its FLOP share of the fused QKV GEMM, and the output
+    projection. MLA: wq_b and wkv_b after a compressed query (wq_a, wq_b, wkv_a, wkv_b, wo),
+    else wkv_a and wo (wq, wkv_a, wkv_b, wo), by FLOP share of the lumped projections."""
+    if workload.geometry.attention is AttentionKind.MLA:
+        flops = _mla_input_projection_flops(workload, plans)
+        recomputed = sum(flops[1::2], np.zeros(len(plans))) / sum(flops)
+        output_recomputed = len(flops) % 2 == 1  # wo is the len(flops)-th matmul
+        return (recomputed * attention.qkv_forward
+                + (attention.output_forward if output_recomputed else 0.0))
     widths = attention_widths(workload)
     key_share = widths.key_value / 2 / widths.projection
     return key_share * attention.qkv_forward + attention.output_forward
 
 
-def _per_op_sac_recompute(workload: Workload, attention: AttentionTimes, up: np.ndarray,
-                          down: np.ndarray, streaming_forward: np.ndarray) -> np.ndarray:
+def _attention_matmul_count(workload: Workload, plans: ParallelPlans) -> int:
+    """aten.mm calls of a block's attention part (Q, K, V, O; MLA: its input projections
+    and wo), the count per-op SAC's every-second rule continues from."""
+    if workload.geometry.attention is AttentionKind.MLA:
+        return len(_mla_input_projection_flops(workload, plans)) + 1
+    return 4
+
+
+def _per_op_sac_moe_matmul_shares(workload: Workload, plans: ParallelPlans
+                                  ) -> tuple[float, float]:
+    """(router gate, shared experts) forward shares per-op SAC recomputes in an MoE block:
+    the matmuls after the attention part are the gate then the shared experts' W1, W3, W2
+    (W1, W2 without a GLU; equal FLOPs each), and every second one by the block's running
+    count is recomputed (``memory.per_op_sac_moe_bytes`` keeps the others)."""
+    moe = workload.geometry.moe
+    shared = (3 if workload.geometry.glu else 2) if moe is not None and moe.shared_experts else 0
+    first = _attention_matmul_count(workload, plans)  # running index of the gate
+    recomputed = [(first + i) % 2 == 1 for i in range(1 + shared)]
+    shared_share = sum(recomputed[1:]) / shared if shared else 0.0
+    return float(recomputed[0]), shared_share
+
+
+def _per_op_sac_recompute(workload: Workload, plans: ParallelPlans, attention: AttentionTimes,
+                          up: np.ndarray, down: np.ndarray, streaming_forward: np.ndarray
+                          ) -> np.ndarray:
     """Forward time per-op selective checkpointing recomputes in a dense block: the
     attention part's, then W3 with a GLU or W2 without (see
     ``memory.per_op_sac_dense_bytes``), apportioned by FLOPs within the fused up GEMM, and
     every element-wise kernel."""
     mlp = up / 2 if workload.geometry.glu else down
-    return _per_op_sac_attention_recompute(workload, attention) + mlp + streaming_forward
+    return (_per_op_sac_attention_recompute(workload, plans, attention) + mlp
+            + streaming_forward)
 
 
 def _mla_up_projection_forward_s(machine: Machine, workload: Workload, plans: ParallelPlans,
@@ -366,8 +414,9 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward + up
                + down + streaming_forward)
     per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
-    if per_op and geometry.attention is not AttentionKind.MLA:
-        selective = _per_op_sac_recompute(workload, attention, up, down, streaming_forward)
+    if per_op:
+        selective = _per_op_sac_recompute(workload, plans, attention, up, down,
+                                          streaming_forward)
         selective_core = np.zeros(len(plans))
     else:
         selective = selective_core = attention.core_forward
@@ -478,13 +527,15 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + a2a_pair,
     })
     per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
-    if per_op and geometry.attention is not AttentionKind.MLA:
+    if per_op:
         # torchtitan's per-op SAC does not save grouped GEMMs: it recomputes the routed
-        # experts, two of the three shared-expert matmuls, K, the output projection and
-        # every element-wise kernel (memory.per_op_sac_moe_bytes saves the rest).
-        selective = (_per_op_sac_attention_recompute(workload, attention) + mlp_fwd
-                     + shared_fwd * 2 / 3 + attention.streaming_forward + moe_stream
-                     + cast_fwd)
+        # experts, the attention part's unsaved matmuls, every second of the router gate
+        # and shared-expert matmuls continuing the count, and every element-wise kernel
+        # (memory.per_op_sac_moe_bytes saves the rest).
+        gate_share, shared_share = _per_op_sac_moe_matmul_shares(workload, plans)
+        selective = (_per_op_sac_attention_recompute(workload, plans, attention) + mlp_fwd
+                     + gate_share * router_gemm + shared_share * shared_fwd
+                     + attention.streaming_forward + moe_stream + cast_fwd)
         selective_core = np.zeros(len(plans))
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,

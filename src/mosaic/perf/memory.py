@@ -41,6 +41,7 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
+    fsdp_gathered_through_step,
     in_flight_microbatches,
     n_microbatches,
     stage_layer_counts,
@@ -769,7 +770,7 @@ def communication_buffer_bytes(
     accumulating = n_microbatches(workload, plans) > 1
     whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
                    + grad_bytes * np.where(accumulating, stage_params, unit))
-    gathered = (plans.pp > 1) | workload.fsdp_keep_gathered
+    gathered = fsdp_gathered_through_step(workload, plans)
     fsdp = np.where(fully_sharded, np.where(gathered, whole_stage, per_unit), 0.0)
     zero2 = np.where(sharding == Sharding.ZERO2, grad_bytes * unit, 0.0)
     pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)

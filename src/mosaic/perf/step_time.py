@@ -65,7 +65,13 @@ from mosaic.perf.memory import (
 )
 from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
-from mosaic.perf.schedule import Stage, bubble_fraction, n_microbatches, stage_layer_counts
+from mosaic.perf.schedule import (
+    Stage,
+    bubble_fraction,
+    fsdp_gathered_through_step,
+    n_microbatches,
+    stage_layer_counts,
+)
 from mosaic.perf.shapes import local_experts, tokens_per_rank
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import OptimizerKind, Workload
@@ -403,7 +409,7 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
     scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed
-    gathers_per_step = np.where(plans.pp > 1, 1, n_mb) * blocks
+    gathers_per_step = np.where(fsdp_gathered_through_step(workload, plans), 1, n_mb) * blocks
     fsdp_gather = gathers_per_step * (gather_fwd_exposed + gather_bwd_exposed)
     fsdp_scatter = gathers_per_step * scatter_exposed
     zero = np.zeros(len(plans))
