@@ -100,3 +100,39 @@ def test_schedule_by_hand() -> None:
     # Interleaved 1F1B warm-up (Megatron-Core): first rank (2(pp-1) + (vpp-1)pp + 1)/vpp.
     assert schedule.in_flight_first[0] == pytest.approx((2 * 1 + 1 * 2 + 1) / 2)
     assert np.all(schedule.in_flight_last <= schedule.in_flight_first)
+
+
+def test_a_middle_stage_past_a_dense_prefix_is_the_heaviest_by_hand() -> None:
+    """DeepSeek-V3-like: 3 dense blocks then MoE blocks, 16 blocks over pp=4 (chunks of 4).
+    Rank 0 holds blocks 0-3 (1 MoE), rank 1 blocks 4-7 (4 MoE) with one micro-batch fewer
+    in flight, rank 3 blocks 12-15 (4 MoE) with one in flight. The memory model takes the
+    largest of the three; it used to read only the first and last ranks."""
+    from mosaic.perf.memory import (
+        heaviest_stage,
+        memory_breakdown_bytes,
+        stage_memory_breakdown_bytes,
+        total_memory_bytes,
+    )
+    from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
+
+    geometry = Geometry(layers=16, d_model=512, heads=8, kv_heads=8, head_dim=64, ffn=2048,
+                        vocab=1000, moe=MoEConfig(experts=64, top_k=8, expert_ffn=1024,
+                                                  dense_layers=3))
+    workload = Workload(geometry, global_batch=64, seq_len=2048)
+    plan = single_plan(pp=4, dp=2, ep=2, micro_batch=1)
+    counts = {s: tuple(int(v[0]) for v in stage_layer_counts(geometry, plan, s))
+              for s in ("first", "middle", "last")}
+    assert counts == {"first": (4, 1), "middle": (4, 4), "last": (4, 4)}
+    assert [in_flight_microbatches(workload, plan, s)[0] for s in ("first", "middle", "last")
+            ] == [4, 3, 1]
+    totals = {s: total_memory_bytes(stage_memory_breakdown_bytes(workload, plan, s))[0]
+              for s in ("first", "middle", "last")}
+    assert totals["middle"] > max(totals["first"], totals["last"])
+    assert total_memory_bytes(memory_breakdown_bytes(workload, plan))[0] == totals["middle"]
+    assert heaviest_stage(workload, plan)[0] == 1
+    # Without a dense prefix the middle rank holds the first rank's blocks: never heavier.
+    plain = Workload(Geometry(layers=16, d_model=512, heads=8, kv_heads=8, head_dim=64,
+                              ffn=2048, vocab=1000,
+                              moe=MoEConfig(experts=64, top_k=8, expert_ffn=1024)),
+                     global_batch=64, seq_len=2048)
+    assert heaviest_stage(plain, plan)[0] in (0, 3)

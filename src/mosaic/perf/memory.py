@@ -43,8 +43,10 @@ from mosaic.perf.schedule import (
     Stage,
     fsdp_gathered_through_step,
     in_flight_microbatches,
+    middle_stage_can_be_heaviest,
     n_microbatches,
     stage_layer_counts,
+    stage_rank,
 )
 from mosaic.perf.shapes import (
     expert_copies,
@@ -835,36 +837,46 @@ def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
     return total
 
 
-def _first_and_last(
-    workload: Workload, plans: ParallelPlans
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
-    first = stage_memory_breakdown_bytes(workload, plans, "first")
-    last = stage_memory_breakdown_bytes(workload, plans, "last")
-    return first, last, total_memory_bytes(last) > total_memory_bytes(first)
+def _candidate_stages(workload: Workload) -> tuple[Stage, ...]:
+    """The stages that can be heaviest: the first (embedding, most in-flight micro-batches),
+    the last (LM head, logits) and, when dense blocks sit among the MoE blocks, a middle
+    rank holding more MoE blocks than the first (schedule.middle_stage_can_be_heaviest)."""
+    if middle_stage_can_be_heaviest(workload.geometry):
+        return ("first", "middle", "last")
+    return ("first", "last")
+
+
+def _heaviest(workload: Workload, plans: ParallelPlans
+              ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(breakdown of the heaviest candidate stage, its pipeline rank) per plan; the earlier
+    candidate on a tie."""
+    stages = _candidate_stages(workload)
+    candidates = [stage_memory_breakdown_bytes(workload, plans, s) for s in stages]
+    breakdown = {name: candidates[0][name].astype(np.result_type(
+        *(c[name] for c in candidates))) for name in COMPONENTS}
+    rank = stage_rank(plans, stages[0])
+    best = total_memory_bytes(candidates[0])
+    for stage, candidate in zip(stages[1:], candidates[1:], strict=True):
+        total = total_memory_bytes(candidate)
+        # Index assignment rather than np.where, whose per-element branch costs ~10x more
+        # on a mask without a regular pattern (measured on 34k plans).
+        heavier = np.flatnonzero(total > best)
+        for name in COMPONENTS:
+            breakdown[name][heavier] = candidate[name][heavier]
+        rank = np.where(total > best, stage_rank(plans, stage), rank)
+        best = np.maximum(best, total)
+    return breakdown, rank
 
 
 def memory_breakdown_bytes(workload: Workload, plans: ParallelPlans) -> dict[str, np.ndarray]:
-    """Per-GPU bytes on the heaviest pipeline stage, by component, one entry per plan.
-
-    Only the first stage (embedding, most in-flight micro-batches) and the last stage
-    (LM head, logits) can be heaviest: a middle stage holds the same blocks as the first
-    with fewer micro-batches in flight and no embedding.
-    """
-    first, last, last_heavier = _first_and_last(workload, plans)
-    # The same values as np.where(last_heavier, last, first), whose per-element branch
-    # costs ~10x more on a mask without a regular pattern (measured on 34k plans).
-    heavier = np.flatnonzero(last_heavier)
-    breakdown = {name: first[name].astype(np.result_type(first[name], last[name]))
-                 for name in COMPONENTS}
-    for name in COMPONENTS:
-        breakdown[name][heavier] = last[name][heavier]
-    return breakdown
+    """Per-GPU bytes on the heaviest pipeline stage, by component, one entry per plan (the
+    candidates of :func:`_candidate_stages`)."""
+    return _heaviest(workload, plans)[0]
 
 
 def heaviest_stage(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Pipeline rank of the heaviest stage (0 or pp−1) per plan."""
-    _, _, last_heavier = _first_and_last(workload, plans)
-    return np.where(last_heavier, plans.pp - 1, 0)
+    """Pipeline rank of the heaviest stage (0, 1 or pp−1) per plan."""
+    return _heaviest(workload, plans)[1]
 
 
 def feasibility(

@@ -21,6 +21,25 @@ from mosaic.perf.workload import Workload
 Stage = Literal["first", "last", "middle"]
 
 
+def stage_rank(plans: ParallelPlans, stage: Stage) -> np.ndarray:
+    """Pipeline rank of a named stage: 0, pp − 1, or for ``middle`` rank 1, the first rank
+    that holds only blocks (rank 0 when pp < 3)."""
+    if stage == "first":
+        return np.zeros_like(plans.pp)
+    if stage == "last":
+        return plans.pp - 1
+    return np.where(plans.pp > 2, 1, 0)
+
+
+def middle_stage_can_be_heaviest(geometry: Geometry) -> bool:
+    """Whether a middle rank can hold more MoE blocks than the first: only when dense blocks
+    precede or interleave the MoE blocks (a dense prefix such as DeepSeek-V3's three, or
+    MoE every k-th block). Otherwise it holds the first rank's block mix with fewer
+    micro-batches in flight and no embedding, so it is never the heaviest."""
+    moe = geometry.moe
+    return moe is not None and (moe.dense_layers > 0 or moe.moe_every > 1)
+
+
 def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Micro-batches per optimizer step n_mb = B_global / (dp·B_micro) (paper Eq. 11)."""
     return np.maximum(workload.global_batch // (plans.dp * plans.micro_batch), 1)
@@ -49,7 +68,7 @@ def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stag
     the factor of Korthikanti et al. 2022 (Sec. 4.2.3). Never more than n_mb.
     """
     pp, vpp = plans.pp, plans.vpp
-    rank = np.zeros_like(pp) if stage == "first" else pp - 1
+    rank = stage_rank(plans, stage)
     plain = pp - rank
     interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
     in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
@@ -75,12 +94,7 @@ def _vocab_split_stage_counts(geometry: Geometry, plans: ParallelPlans, stage: S
     layers = geometry.layers
     slots = layers + 2
     chunk = -(-slots // (plans.pp * plans.vpp))
-    if stage == "first":
-        rank = np.zeros_like(plans.pp)
-    elif stage == "last":
-        rank = plans.pp - 1
-    else:
-        rank = np.where(plans.pp > 2, 1, 0)
+    rank = stage_rank(plans, stage)
     blocks = np.zeros_like(plans.pp)
     moe_blocks = np.zeros_like(plans.pp)
     for c in range(int(plans.vpp.max())):
@@ -111,13 +125,11 @@ def stage_layer_counts(
     chunks, the conservative reading. Real block indices decide which blocks are MoE, so
     the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage. With
     ``vocab_in_split`` the embedding and the loss take one slot each
-    (:func:`_vocab_split_stage_counts`); without it a ``middle`` rank holds full chunks,
-    the count the conservative reading gives the first rank.
+    (:func:`_vocab_split_stage_counts`); without it a ``middle`` rank (rank 1) holds full
+    chunks, whose real indices lie past a dense prefix the first rank holds.
     """
     if vocab_in_split:
         return _vocab_split_stage_counts(geometry, plans, stage)
-    if stage == "middle":
-        stage = "first"
     layers = geometry.layers
     chunk = -(-layers // (plans.pp * plans.vpp))
     blocks = np.zeros_like(plans.pp)
@@ -125,6 +137,8 @@ def stage_layer_counts(
     for c in range(int(plans.vpp.max())):
         if stage == "first":
             start = c * plans.pp * chunk
+        elif stage == "middle":
+            start = (stage_rank(plans, stage) + c * plans.pp) * chunk
         elif remainder_last:
             start = (plans.pp - 1 + c * plans.pp) * chunk
         else:

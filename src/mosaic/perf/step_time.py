@@ -69,6 +69,7 @@ from mosaic.perf.schedule import (
     Stage,
     bubble_fraction,
     fsdp_gathered_through_step,
+    middle_stage_can_be_heaviest,
     n_microbatches,
     stage_layer_counts,
 )
@@ -134,8 +135,10 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
     """Per-micro-batch times of the heaviest stage's blocks by component, and its block
     and MoE-block counts (``moe`` is ``dense`` for a dense model)."""
     no_vocab = np.zeros(len(plans))
+    names = (("first", "middle", "last") if middle_stage_can_be_heaviest(workload.geometry)
+             else ("first", "last"))
     stages = [(*_stage(workload, plans, dense, moe, stage, False), no_vocab)
-              for stage in ("first", "last")]
+              for stage in names]
     terms, blocks, moe_blocks, _ = _slowest(stages)
     return terms, blocks, moe_blocks
 
