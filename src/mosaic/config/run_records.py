@@ -443,6 +443,7 @@ class RunRecordReader:
         path: the file.
         n_entries: the entries of its ``runs`` list.
         n_read: the entries read so far.
+        streamed: whether the entries are streamed (False: the file is read whole).
         skipped: (id, reason) of each entry skipped so far.
         deprecated: the deprecated spellings used so far (``old -> new``).
     """
@@ -456,6 +457,7 @@ class RunRecordReader:
         if scan is None:
             self._runs: list[Any] | None = _runs_list(load_yaml_mapping(self.path), self.path)
             self.n_entries = len(self._runs)
+            self.streamed = False
             return
         try:
             _runs_list({**scan.head, "runs": []}, self.path)
@@ -463,6 +465,7 @@ class RunRecordReader:
             _raise_whole_file_error(self.path, exc)
         self._runs = None
         self.n_entries = scan.n_items
+        self.streamed = True
 
     def _entries(self) -> Iterator[Any]:
         if self._runs is not None:
