@@ -76,9 +76,10 @@ def test_chunked_json_equals_print_json(capsys, chunk_rows):
     assert capsys.readouterr().out == whole
 
 
-def test_validate_of_a_generated_file_equals_the_whole_file_report(tmp_path):
+def test_validate_of_a_generated_file_equals_the_whole_file_report(tmp_path, monkeypatch):
     """600 runs (several prediction batches, JSON and table chunks) through the command,
     against the report built from all records at once."""
+    monkeypatch.setenv("MOSAIC_QUIET", "1")  # not --quiet: that stays set in this process
     document = yaml.safe_load(EXAMPLE.read_text())
     base = document.pop("runs")
     runs = []
@@ -99,7 +100,7 @@ def test_validate_of_a_generated_file_equals_the_whole_file_report(tmp_path):
         loaded = apply_record_settings(load_run_records(path))
     predictions = predict_runs(loaded.records, default_calibration())
     expected = ValidationSummary.of(predictions)
-    result = runner.invoke(app, ["--quiet", "validate", str(path), "--json"])
+    result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert len(doc["runs"]) == 599
@@ -107,7 +108,7 @@ def test_validate_of_a_generated_file_equals_the_whole_file_report(tmp_path):
     assert doc["aggregate"] == json.loads(json.dumps(common.to_jsonable(expected.aggregate())))
     assert [s["id"] for s in doc["skipped"]] == [runs[450]["id"]]
     assert "(entry 451): num_gpus" in doc["skipped"][0]["reason"]
-    table = runner.invoke(app, ["--quiet", "validate", str(path)])
+    table = runner.invoke(app, ["validate", str(path)])
     assert table.exit_code == 0, table.output
     row_lines = [line for line in table.output.splitlines()
                  if line.startswith("│") and "example-" in line]

@@ -434,10 +434,10 @@ class RunRecordReader:
     converts one entry at a time and yields the usable records in file order, while
     ``skipped`` collects (id, reason) of the others and ``deprecated`` the older spellings
     used. The entries are streamed from the file (:mod:`mosaic.yaml_stream`), so memory
-    does not grow with their number -- except for the ids seen (duplicates are refused);
-    a file that cannot be streamed (aliases or a merge key at its top level, several
-    documents, ...) is read whole, the file-level checks and messages are those of the
-    whole-file reader either way. ``stream=False`` reads it whole regardless.
+    does not grow with their number -- except for the ids seen (duplicates are refused).
+    A file with an unusual top level (a merge key, an alias, ``runs`` given twice, ...) is
+    read whole; the file-level checks and messages are those of the whole-file reader
+    either way. ``stream=False`` reads the file whole regardless.
 
     Attributes:
         path: the file.
