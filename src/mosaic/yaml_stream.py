@@ -57,14 +57,20 @@ class StreamError(Exception):
     """The file stopped being streamable after its scan (the whole-file reader says why)."""
 
 
-class _EventLoader(SafeLoader, Composer):  # type: ignore[misc, valid-type]
-    """The safe loader (C parser when available) plus PyYAML's Python composer, so that
-    nodes can be composed one at a time from the event stream (libyaml's own composer only
-    builds whole documents)."""
+def event_loader_class(base: type) -> type:
+    """``base`` (a safe loader: the C one or PyYAML's own) plus PyYAML's Python composer, so
+    that nodes can be composed one at a time from the event stream (libyaml's composer
+    only builds whole documents)."""
 
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self.anchors: dict[str, Any] = {}
+    class EventLoader(base, Composer):  # type: ignore[misc, valid-type]
+        def __init__(self, stream: Any) -> None:
+            base.__init__(self, stream)
+            self.anchors: dict[str, Any] = {}
+
+    return EventLoader
+
+
+_EventLoader = event_loader_class(SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -86,13 +92,13 @@ def _open(path: Path) -> Any:
     return path.open(encoding="utf-8-sig", newline="")
 
 
-def _expect(loader: _EventLoader, kind: type) -> Any:
+def _expect(loader: Any, kind: type) -> Any:
     if not loader.check_event(kind):
         raise _NotStreamableError
     return loader.get_event()
 
 
-def _skip_node(loader: _EventLoader) -> int:
+def _skip_node(loader: Any) -> int:
     """Consume one node's events; returns the number of items of a top-level sequence."""
     event = loader.get_event()
     if not isinstance(event, CollectionStartEvent):
@@ -109,7 +115,7 @@ def _skip_node(loader: _EventLoader) -> int:
     return items
 
 
-def _key(loader: _EventLoader, seen: dict[str, Any]) -> str:
+def _key(loader: Any, seen: dict[str, Any]) -> str:
     """The next top-level key: a plain string scalar not given before."""
     event = loader.peek_event()
     if not isinstance(event, ScalarEvent) or event.anchor is not None:
@@ -123,13 +129,13 @@ def _key(loader: _EventLoader, seen: dict[str, Any]) -> str:
     return key
 
 
-def _document(loader: _EventLoader) -> None:
+def _document(loader: Any) -> None:
     _expect(loader, StreamStartEvent)
     _expect(loader, DocumentStartEvent)
     _expect(loader, MappingStartEvent)
 
 
-def _end(loader: _EventLoader) -> None:
+def _end(loader: Any) -> None:
     _expect(loader, MappingEndEvent)
     _expect(loader, DocumentEndEvent)
     _expect(loader, StreamEndEvent)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mosaic import yaml_stream
 from mosaic.config.run_records import RunRecordReader, load_run_records
 from mosaic.errors import MosaicInputError
 from mosaic.yaml_stream import StreamError, iter_list_items, scan_mapping
@@ -121,6 +122,16 @@ def test_the_stream_equals_safe_load_item_by_item(tmp_path):
     crlf = tmp_path / "crlf.yaml"  # Windows line ends and a byte-order mark
     crlf.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
     assert list(iter_list_items(crlf, "runs")) == document["runs"]
+
+
+def test_the_pure_python_loader_streams_the_same(tmp_path, monkeypatch):
+    """Without libyaml (PyYAML's own parser) the stream gives the same items."""
+    path, _ = _generated(tmp_path)
+    fast = list(iter_list_items(path, "runs"))
+    monkeypatch.setattr(yaml_stream, "_EventLoader",
+                        yaml_stream.event_loader_class(yaml.SafeLoader))
+    assert scan_mapping(path, "runs").n_items == len(fast)
+    assert list(iter_list_items(path, "runs")) == fast
 
 
 def test_items_are_read_one_at_a_time(tmp_path):
