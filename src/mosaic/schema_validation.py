@@ -93,18 +93,21 @@ def parse_yaml(text: str, where: str) -> Any:
     return data
 
 
-def check_document_shape(data: Any, where: str) -> None:
+def check_document_shape(data: Any, where: str, depth: int = 0,
+                         max_nodes: int = MAX_NODES) -> int:
     """Refuse non-string mapping keys, nesting beyond MAX_NESTING and huge documents.
 
     Iterative, so neither deep nesting nor alias fan-out ("billion laughs") can recurse or
-    loop without bound.
+    loop without bound. ``depth`` is the nesting level of ``data`` in its document and
+    ``max_nodes`` the values it may hold (a part of a streamed document); returns the
+    values visited.
     """
-    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    stack: list[tuple[Any, str, int]] = [(data, "", depth)]
     visited = 0
     while stack:
         value, path, depth = stack.pop()
         visited += 1
-        if visited > MAX_NODES:
+        if visited > max_nodes:
             raise MosaicInputError(f"{where}: document too large (over {MAX_NODES:,} values, "
                                    "counting repeated aliases)")
         if depth > MAX_NESTING:
@@ -119,6 +122,7 @@ def check_document_shape(data: Any, where: str) -> None:
                 stack.append((item, f"{path}.{key}" if path else key, depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+    return visited
 
 
 def _shown(value: Any) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,21 +15,30 @@ import yaml
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
+    console,
     guarded,
     print_json,
     print_key_value_table,
-    print_table,
+    to_jsonable,
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.run_records import RunRecordSet, RunRecordWarning, load_run_records
+from mosaic.cli.stream_table import print_table_streamed
+from mosaic.config.run_records import (
+    RunRecord,
+    RunRecordReader,
+    RunRecordSet,
+    RunRecordWarning,
+    load_run_records,
+)
+from mosaic.config.spelling import warn_deprecated
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
 from mosaic.evaluate.coverage_fit import build_coverage
-from mosaic.evaluate.record_settings import apply_record_settings
-from mosaic.evaluate.validation_report import aggregate, predict_runs, run_rows
+from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
+from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
 from mosaic.io_atomic import check_output_file, write_text_atomic
-from mosaic.perf.calibration import load_calibration
+from mosaic.perf.calibration import Calibration, load_calibration
 
 CV_GROUPINGS = ("source", "group", "none")
 
@@ -66,8 +76,9 @@ def _percent(value: float | None) -> str:
 
 def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
     rows = [
-        ("runs scored for tokens/s (skipped, not scored)",
-         f"{stats['n_runs']} ({n_skipped}, {len(stats['throughput_not_scored'])})"),
+        ("runs scored for tokens/s",
+         f"{stats['n_runs']} ({n_skipped} records skipped, "
+         f"{len(stats['throughput_not_scored'])} not scored)"),
         ("MAPE tokens/s, all", _percent(stats["mape"])),
         ("MAPE, MoE runs", f"{_percent(stats['moe']['mape'])} of {stats['moe']['n_runs']}"),
         ("MAPE, dense runs", f"{_percent(stats['dense']['mape'])} of {stats['dense']['n_runs']}"),
@@ -103,50 +114,132 @@ def validate(
     html: HtmlOption = None,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
-    record_set = _load(runs, exclude)
-    with progress_reporter(json_output) as bar:
-        predictions = predict_runs(record_set.records, load_calibration(calibration),
-                                   progress=bar("runs predicted"))
-    rows = run_rows(predictions)
-    summary = aggregate(predictions)
-    skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
-    excluded = list(_excluded_ids(exclude))
-    write_html({"runs": rows, "aggregate": summary, "skipped": skipped, "excluded": excluded},
-               html, "validate")
+    reader = RunRecordReader(runs)  # the file's own problems first, as before any run
+    exclusions = _Exclusions(frozenset(_excluded_ids(exclude)))
+    try:
+        model_calibration = load_calibration(calibration)
+    except MosaicInputError:
+        _check_usable(reader, exclusions, runs, sum(map(exclusions.keep, reader)))
+        raise  # the runs were fine
+    summary = _predict_streamed(reader, exclusions, model_calibration, json_output)
+    _check_usable(reader, exclusions, runs, len(summary))
+    skipped = [{"id": run_id, "reason": reason} for run_id, reason in reader.skipped]
+    excluded = sorted(exclusions.ids)
+    aggregate = summary.aggregate()
+    if html is not None:  # the page holds every run: built from the rows in one piece
+        write_html({"runs": list(summary.rows()), "aggregate": aggregate,
+                    "skipped": skipped, "excluded": excluded}, html, "validate")
     if json_output:
-        print_json({"runs": rows, "aggregate": summary, "skipped": skipped,
-                    "excluded": excluded})
+        _print_json_streamed(summary, {"aggregate": aggregate, "skipped": skipped,
+                                       "excluded": excluded})
         return
-    table = [
-        [
-            r["id"],
-            f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
-            "OOM" if r["oom"] else f"{r['measured_tokens_per_s_per_gpu']:,.0f}",
-            "n/a" if r["error"] is None else f"{r['error']:+.1%}",
-            f"{r['predicted_memory_gib']:.1f}",
-            "-" if r["measured_memory_gib"] is None else f"{r['measured_memory_gib']:.1f}",
-        ]
-        for r in rows
-    ]
-    print_table(
+    print_table_streamed(
+        console,
         "Predicted vs measured tokens/s per GPU",
         ["run", "predicted", "measured", "error", "mem GiB", "measured GiB"],
-        table,
+        lambda: map(_table_row, summary.rows()),
     )
-    _print_aggregate("Accuracy", summary, len(skipped))
+    _print_aggregate("Accuracy", aggregate, len(skipped))
     if skipped:
         typer.echo(f"{len(skipped)} record(s) skipped; --json lists each with its reason")
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
-    _echo_not_scored(summary["throughput_not_scored"])
+    _echo_not_scored(aggregate["throughput_not_scored"])
 
 
 def _echo_not_scored(not_scored: list[dict[str, str]]) -> None:
     """One line naming the runs left out of throughput figures (--json has each reason)."""
     if not_scored:
         typer.echo(f"{len(not_scored)} run(s) predicted but not scored for tokens/s (hardware "
-                   f"not as catalogued; --json gives each reason): "
+                   f"not as catalogued; their errors are in parentheses, --json gives "
+                   f"each reason): "
                    f"{', '.join(row['id'] for row in not_scored)}")
+
+
+@dataclass
+class _Exclusions:
+    """The --exclude ids and those of them that named a usable run."""
+
+    ids: frozenset[str]
+    found: set[str] = field(default_factory=set)
+
+    def keep(self, record: RunRecord) -> bool:
+        if record.id in self.ids:
+            self.found.add(record.id)
+            return False
+        return True
+
+
+def _predict_streamed(reader: RunRecordReader, exclusions: _Exclusions,
+                      calibration: Calibration, json_output: bool) -> ValidationSummary:
+    """Stream the file's usable, not excluded records (with their documented settings)
+    through the model in batches, keeping only each run's summary numbers."""
+    summary = ValidationSummary()
+    records = map(with_record_settings, filter(exclusions.keep, reader))
+    with progress_reporter(json_output) as bar:
+        progress = bar("run records read")
+        reported = 0
+        for predictions in predict_in_batches(records, calibration):
+            summary.extend(predictions)
+            reported = reader.n_read
+            progress(reported, reader.n_entries)
+        if reported < reader.n_entries:  # entries after the last batch were all left out
+            progress(reader.n_entries, reader.n_entries)
+    warn_deprecated(reader.deprecated, str(reader.path))
+    return summary
+
+
+def _check_usable(reader: RunRecordReader, exclusions: _Exclusions, runs: Path,
+                  n_usable: int) -> None:
+    """What `_load` checks once the records are read: each --exclude id names a usable run
+    and some run is left to predict (messages as `_load`'s)."""
+    unknown = exclusions.ids - exclusions.found
+    if unknown:
+        raise MosaicInputError(f"--exclude: no usable run with id {', '.join(sorted(unknown))} "
+                               f"in {runs}")
+    if not n_usable:
+        why = f"; skipped: {reader.skipped[0][1]}" if reader.skipped else ""
+        raise MosaicInputError(f"{runs}: no usable run record ({len(reader.skipped)} "
+                               f"skipped, {len(exclusions.ids)} excluded){why}")
+
+
+def _error_cell(r: dict[str, Any]) -> str:
+    """The tokens/s error, in parentheses for a run whose throughput is not scored."""
+    if r["error"] is None:
+        return "n/a"
+    return f"{r['error']:+.1%}" if r["throughput_scored"] else f"({r['error']:+.1%})"
+
+
+def _table_row(r: dict[str, Any]) -> list[str]:
+    return [
+        r["id"],
+        f"{r['predicted_tokens_per_s_per_gpu']:,.0f}",
+        "OOM" if r["oom"] else f"{r['measured_tokens_per_s_per_gpu']:,.0f}",
+        _error_cell(r),
+        f"{r['predicted_memory_gib']:.1f}",
+        "-" if r["measured_memory_gib"] is None else f"{r['measured_memory_gib']:.1f}",
+    ]
+
+
+_ROWS_MARK = "\x00runs\x00"
+
+
+def _print_json_streamed(summary: ValidationSummary, rest: dict[str, Any],
+                         chunk_rows: int = 1000) -> None:
+    """What ``print_json({"runs": rows, **rest})`` prints, byte for byte, writing the rows a
+    chunk at a time instead of building the whole text (each row's JSON indented as
+    json.dumps nests it: no string holds a raw newline)."""
+    document = json.dumps(to_jsonable({"runs": [_ROWS_MARK], **rest}), indent=2)
+    head, tail = document.split(f"    {json.dumps(_ROWS_MARK)}")
+    typer.echo(head, nl=False)
+    lines: list[str] = []
+    for index, row in enumerate(summary.rows()):
+        text = json.dumps(to_jsonable(row), indent=2).replace("\n", "\n    ")
+        lines.append(("    " if index == 0 else ",\n    ") + text)
+        if len(lines) == chunk_rows:
+            typer.echo("".join(lines), nl=False)
+            lines = []
+    typer.echo("".join(lines) + tail)
 
 
 def calibrate(

@@ -13,11 +13,11 @@ Schema, units and rules: docs/run_records.md (the schema of the shared calibrati
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,6 +34,7 @@ from mosaic.perf.workload import Precision, Workload
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 from mosaic.stacks import get_stack, stack_for_software
 from mosaic.stacks.registry import OTHER_STACK
+from mosaic.yaml_stream import StreamError, iter_list_items, scan_mapping
 
 # ---------------------------------------------------------------- file schema (pydantic)
 
@@ -467,43 +468,110 @@ def _runs_list(document: dict[str, Any], path: Path) -> list[Any]:
     return runs
 
 
+class RunRecordReader:
+    """The usable records of a run-record file, one at a time (bounded memory).
+
+    Making the reader checks the file (YAML, top-level fields, a ``runs`` list) and raises
+    MosaicInputError naming it, as :func:`load_run_records` does; iterating validates and
+    converts one entry at a time and yields the usable records in file order, while
+    ``skipped`` collects (id, reason) of the others and ``deprecated`` the older spellings
+    used. The entries are streamed from the file (:mod:`mosaic.yaml_stream`), so memory
+    does not grow with their number -- except for the ids seen (duplicates are refused).
+    A file with an unusual top level (a merge key, an alias, ``runs`` given twice, ...) is
+    read whole; the file-level checks and messages are those of the whole-file reader
+    either way. ``stream=False`` reads the file whole regardless.
+
+    Attributes:
+        path: the file.
+        n_entries: the entries of its ``runs`` list.
+        n_read: the entries read so far.
+        streamed: whether the entries are streamed (False: the file is read whole).
+        skipped: (id, reason) of each entry skipped so far.
+        deprecated: the deprecated spellings used so far (``old -> new``).
+    """
+
+    def __init__(self, path: str | Path, stream: bool = True) -> None:
+        self.path = Path(path)
+        self.skipped: list[tuple[str, str]] = []
+        self.deprecated: set[str] = set()
+        self.n_read = 0
+        scan = scan_mapping(self.path, "runs") if stream else None
+        if scan is None:
+            self._runs: list[Any] | None = _runs_list(load_yaml_mapping(self.path), self.path)
+            self.n_entries = len(self._runs)
+            self.streamed = False
+            return
+        try:
+            _runs_list({**scan.head, "runs": []}, self.path)
+        except MosaicInputError as exc:
+            _raise_whole_file_error(self.path, exc)
+        self._runs = None
+        self.n_entries = scan.n_items
+        self.streamed = True
+
+    def _entries(self) -> Iterator[Any]:
+        if self._runs is not None:
+            yield from self._runs
+            return
+        items = iter_list_items(self.path, "runs")
+        while True:
+            try:
+                raw = next(items)
+            except StopIteration:
+                return
+            except StreamError as exc:
+                _raise_whole_file_error(self.path, MosaicInputError(str(exc)))
+            yield raw
+
+    def __iter__(self) -> Iterator[RunRecord]:
+        first_entry: dict[str, int] = {}
+        for index, raw in enumerate(self._entries(), start=1):
+            self.n_read = index
+            raw_id = raw.get("id") if isinstance(raw, dict) else None
+            run_id = raw_id if isinstance(raw_id, str) and raw_id else f"<entry {index}>"
+            where = f"run {run_id!r} (entry {index})"
+            try:
+                if run_id in first_entry:
+                    raise MosaicInputError(
+                        f"{where}: id: duplicate of entry {first_entry[run_id]}")
+                first_entry[run_id] = index
+                entry = _validate_entry(raw, where, self.deprecated)
+                try:
+                    record = run_record_from_entry(entry)
+                except MosaicInputError as exc:
+                    raise MosaicInputError(f"{where}: {exc}") from None
+            except MosaicInputError as exc:
+                self.skipped.append((run_id, str(exc)))
+                continue
+            yield record
+
+
+def _raise_whole_file_error(path: Path, exc: MosaicInputError) -> NoReturn:
+    """Raise the error the whole-file reader gives for ``path`` (the first it meets, with
+    its wording), or ``exc`` if that reader finds none."""
+    _runs_list(load_yaml_mapping(path), path)
+    raise exc
+
+
 def load_run_records(path: str | Path) -> RunRecordSet:
     """Load a run-record file: usable records plus (id, reason) for each skipped one.
 
     A malformed file (not YAML, no ``runs`` list) raises MosaicInputError naming the file;
     a bad record is skipped, and one :class:`RunRecordWarning` gives the count. Older
-    spellings load with one :class:`MosaicDeprecationWarning` for the whole file.
+    spellings load with one :class:`MosaicDeprecationWarning` for the whole file. The
+    records are all held; :class:`RunRecordReader` yields them one at a time.
     """
-    path = Path(path)
-    deprecated: set[str] = set()
-    runs = _runs_list(load_yaml_mapping(path), path)
-    records: list[RunRecord] = []
-    skipped: list[tuple[str, str]] = []
-    first_entry: dict[str, int] = {}
-    for index, raw in enumerate(runs, start=1):
-        raw_id = raw.get("id") if isinstance(raw, dict) else None
-        run_id = raw_id if isinstance(raw_id, str) and raw_id else f"<entry {index}>"
-        where = f"run {run_id!r} (entry {index})"
-        try:
-            if run_id in first_entry:
-                raise MosaicInputError(f"{where}: id: duplicate of entry {first_entry[run_id]}")
-            first_entry[run_id] = index
-            entry = _validate_entry(raw, where, deprecated)
-            try:
-                records.append(run_record_from_entry(entry))
-            except MosaicInputError as exc:
-                raise MosaicInputError(f"{where}: {exc}") from None
-        except MosaicInputError as exc:
-            skipped.append((run_id, str(exc)))
-    warn_deprecated(deprecated, str(path))
-    if skipped:
+    reader = RunRecordReader(path)
+    records = tuple(reader)
+    warn_deprecated(reader.deprecated, str(reader.path))
+    if reader.skipped:
         warnings.warn(
-            f"{path}: skipped {len(skipped)} of {len(runs)} run records "
+            f"{reader.path}: skipped {len(reader.skipped)} of {reader.n_entries} run records "
             "(reasons in RunRecordSet.skipped)",
             RunRecordWarning,
             stacklevel=2,
         )
-    return RunRecordSet(path=path, records=tuple(records), skipped=tuple(skipped))
+    return RunRecordSet(path=reader.path, records=records, skipped=tuple(reader.skipped))
 
 
 # ---------------------------------------------------------------- one record as a job

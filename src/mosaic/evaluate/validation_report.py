@@ -6,7 +6,9 @@ went out of memory count as correct when the model predicts them infeasible.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,10 @@ from mosaic.perf.step_time import predict_step
 
 GIB = 2**30
 TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec. 7.2.1)
+# Records predicted together at most when streaming a file: large enough that a layout sweep
+# of one model still runs as a few vectorised calls, small enough that a batch's records and
+# plans stay a few MB (benchmarks/bench_validate.py).
+BATCH_RECORDS = 256
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,25 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
     return [p for p in predictions if p is not None]
 
 
+def predict_in_batches(records: Iterable[RunRecord], calibration: Calibration,
+                       batch_records: int = BATCH_RECORDS) -> Iterator[list[RunPrediction]]:
+    """:func:`predict_runs` over consecutive batches of at most ``batch_records`` records,
+    one list of predictions per batch, in record order.
+
+    Memory is bounded by one batch (``records`` may be a stream). The values are those of
+    one :func:`predict_runs` call over all records: grouping only batches plans, each
+    formula is element-wise over them (tests/evaluate/test_validation_batches.py).
+    """
+    batch: list[RunRecord] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == batch_records:
+            yield predict_runs(batch, calibration)
+            batch = []
+    if batch:
+        yield predict_runs(batch, calibration)
+
+
 def _error_stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float | None]:
     if predicted.size == 0:
         return {"mape": None, "median_abs_error": None, "max_abs_error": None, "n_runs": 0}
@@ -107,74 +132,149 @@ def _top_k_overlap_within_groups(
     return float(np.mean(overlaps)) if overlaps else None
 
 
-def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
-    """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement.
-
-    Runs whose throughput is not scored (``RunRecord.throughput_not_scored``) are left out
-    of the throughput figures and listed with the reason; their memory still counts.
+class ValidationSummary:
+    """What the validation report keeps of each predicted run: a few numbers, its id and
+    its group, in compact columns (about 130 bytes a run) so that the records themselves
+    can go once predicted. :meth:`rows` and :meth:`aggregate` give exactly what
+    :func:`run_rows` and :func:`aggregate` give for the same predictions.
     """
-    measured_runs = [p for p in predictions
-                     if p.record.throughput_scored and p.record.measured_tokens_per_s_per_gpu]
-    predicted = np.array([p.predicted_tokens_per_s_per_gpu for p in measured_runs])
-    measured = np.array([p.record.measured_tokens_per_s_per_gpu for p in measured_runs])
-    moe = np.array([p.record.workload.geometry.is_moe for p in measured_runs], dtype=bool)
-    groups = [p.record.group_key for p in measured_runs]
-    spearman = spearman_within_groups(predicted, measured, groups) if measured_runs else None
-    # The same groups split by software release: what ranks there is the layout alone, not
-    # a container upgrade between two runs of one layout.
-    release_groups = [f"{p.record.group_key} | {p.record.software}" for p in measured_runs]
-    same_release = (spearman_within_groups(predicted, measured, release_groups)
-                    if measured_runs else None)
-    oom_runs = [p for p in predictions if p.record.oom]
-    oom_correct = oom_prediction_correct([True] * len(oom_runs), [p.feasible for p in oom_runs])
-    memory = [
-        (p.predicted_memory_gib * GIB, p.record.measured_memory_bytes)
-        for p in predictions
-        if p.record.measured_memory_bytes
-    ]
-    memory_stats = (
-        _error_stats(*(np.array(c) for c in zip(*memory, strict=True)))
-        if memory
-        else _error_stats(np.array([]), np.array([]))
-    )
-    return {
-        **_error_stats(predicted, measured),
-        "moe": _error_stats(predicted[moe], measured[moe]),
-        "dense": _error_stats(predicted[~moe], measured[~moe]),
-        "spearman": None if spearman is None or np.isnan(spearman.mean) else spearman.mean,
-        "spearman_groups": {} if spearman is None else dict(spearman.per_group),
-        "spearman_same_software": (None if same_release is None or np.isnan(same_release.mean)
-                                   else same_release.mean),
-        "top_k_overlap": _top_k_overlap_within_groups(predicted, measured, groups),
-        "oom_runs": len(oom_runs),
-        "oom_correct": int(np.sum(oom_correct)),
-        "trained_runs_predicted_infeasible": sum(
-            1 for p in predictions if not p.record.oom and not p.feasible),
-        "memory": memory_stats,
-        "throughput_not_scored": [{"id": p.record.id, "reason": p.record.throughput_not_scored}
-                                  for p in predictions if p.record.throughput_not_scored],
-    }
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        # per run: predicted tokens/s, measured tokens/s (NaN = None), predicted GiB,
+        # measured memory bytes (NaN = None)
+        self._numbers = array("d")
+        self._flags = bytearray()  # bit 0 feasible, bit 1 oom, bit 2 MoE, bit 3 not scored
+        self._not_scored: dict[str, str] = {}  # id -> why its throughput is not scored
+        self._group = array("l")  # index into _labels (model @ GPU)
+        self._software = array("l")  # index into _labels (software as recorded, or None)
+        self._labels: dict[str | None, int] = {}
+
+    @classmethod
+    def of(cls, predictions: Iterable[RunPrediction]) -> ValidationSummary:
+        summary = cls()
+        summary.extend(predictions)
+        return summary
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _label(self, text: str | None) -> int:
+        return self._labels.setdefault(text, len(self._labels))
+
+    def extend(self, predictions: Iterable[RunPrediction]) -> None:
+        """Add each prediction's numbers (the prediction and its record can then go)."""
+        nan = math.nan
+        for p in predictions:
+            record = p.record
+            measured = record.measured_tokens_per_s_per_gpu
+            memory = record.measured_memory_bytes
+            self.ids.append(record.id)
+            self._numbers.extend((p.predicted_tokens_per_s_per_gpu,
+                                  nan if measured is None else measured,
+                                  p.predicted_memory_gib, nan if memory is None else memory))
+            not_scored = record.throughput_not_scored
+            self._flags.append(p.feasible | record.oom << 1
+                               | record.workload.geometry.is_moe << 2
+                               | (not_scored is not None) << 3)
+            if not_scored is not None:
+                self._not_scored[record.id] = not_scored
+            self._group.append(self._label(record.group_key))
+            self._software.append(self._label(record.software))
+
+    def _columns(self) -> tuple[list[float | None], ...]:
+        """(predicted, measured, predicted GiB, measured bytes) per run, None where unknown."""
+        def column(offset: int) -> list[float | None]:
+            return self._numbers[offset::4].tolist()
+
+        def optional(offset: int) -> list[float | None]:
+            return [None if math.isnan(v) else v for v in self._numbers[offset::4]]
+
+        return column(0), optional(1), column(2), optional(3)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Per-run JSON rows, one at a time (as :func:`run_rows`)."""
+        labels = list(self._labels)
+        numbers = self._numbers
+        for index, run_id in enumerate(self.ids):
+            predicted, measured, memory_gib, memory = numbers[4 * index: 4 * index + 4]
+            flags = self._flags[index]
+            measured_run = None if math.isnan(measured) else measured
+            measured_memory = None if math.isnan(memory) else memory
+            yield {
+                "id": run_id,
+                "predicted_tokens_per_s_per_gpu": predicted,
+                "measured_tokens_per_s_per_gpu": measured_run,
+                "error": None if measured_run is None else predicted / measured_run - 1,
+                "predicted_memory_gib": memory_gib,
+                "measured_memory_gib": (None if measured_memory is None
+                                        else measured_memory / GIB),
+                "memory_error": (None if measured_memory is None
+                                 else memory_gib * GIB / measured_memory - 1),
+                "feasible": bool(flags & 1),
+                "oom": bool(flags & 2),
+                "moe": bool(flags & 4),
+                "group": labels[self._group[index]],
+                "throughput_scored": not flags & 8,
+            }
+
+    def aggregate(self) -> dict[str, Any]:
+        """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement.
+
+        Runs whose throughput is not scored (``RunRecord.throughput_not_scored``) are left
+        out of the throughput figures and listed with the reason; their memory still counts.
+        """
+        labels = list(self._labels)
+        predicted_all, measured_all, memory_gib, memory_bytes = self._columns()
+        feasible = [bool(f & 1) for f in self._flags]
+        oom = [bool(f & 2) for f in self._flags]
+        measured_runs = [i for i, m in enumerate(measured_all)
+                         if m and not self._flags[i] & 8]
+        predicted = np.array([predicted_all[i] for i in measured_runs])
+        measured = np.array([measured_all[i] for i in measured_runs])
+        moe = np.array([bool(self._flags[i] & 4) for i in measured_runs], dtype=bool)
+        groups = [labels[self._group[i]] for i in measured_runs]
+        spearman = spearman_within_groups(predicted, measured, groups) if measured_runs else None
+        # The same groups split by software release: what ranks there is the layout alone,
+        # not a container upgrade between two runs of one layout.
+        release_groups = [f"{labels[self._group[i]]} | {labels[self._software[i]]}"
+                          for i in measured_runs]
+        same_release = (spearman_within_groups(predicted, measured, release_groups)
+                        if measured_runs else None)
+        oom_runs = [i for i, o in enumerate(oom) if o]
+        oom_correct = oom_prediction_correct([True] * len(oom_runs),
+                                             [feasible[i] for i in oom_runs])
+        memory = [(memory_gib[i] * GIB, m) for i, m in enumerate(memory_bytes) if m]
+        memory_stats = (
+            _error_stats(*(np.array(c) for c in zip(*memory, strict=True)))
+            if memory
+            else _error_stats(np.array([]), np.array([]))
+        )
+        return {
+            **_error_stats(predicted, measured),
+            "moe": _error_stats(predicted[moe], measured[moe]),
+            "dense": _error_stats(predicted[~moe], measured[~moe]),
+            "spearman": None if spearman is None or np.isnan(spearman.mean) else spearman.mean,
+            "spearman_groups": {} if spearman is None else dict(spearman.per_group),
+            "spearman_same_software": (None if same_release is None
+                                       or np.isnan(same_release.mean) else same_release.mean),
+            "top_k_overlap": _top_k_overlap_within_groups(predicted, measured, groups),
+            "oom_runs": len(oom_runs),
+            "oom_correct": int(np.sum(oom_correct)),
+            "trained_runs_predicted_infeasible": sum(
+                1 for o, f in zip(oom, feasible, strict=True) if not o and not f),
+            "memory": memory_stats,
+            "throughput_not_scored": [{"id": run_id, "reason": reason}
+                                      for run_id, reason in self._not_scored.items()],
+        }
+
+
+def aggregate(predictions: Sequence[RunPrediction]) -> dict[str, Any]:
+    """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement
+    (:meth:`ValidationSummary.aggregate`)."""
+    return ValidationSummary.of(predictions).aggregate()
 
 
 def run_rows(predictions: Sequence[RunPrediction]) -> list[dict[str, Any]]:
     """Per-run JSON rows."""
-    return [
-        {
-            "id": p.record.id,
-            "predicted_tokens_per_s_per_gpu": p.predicted_tokens_per_s_per_gpu,
-            "measured_tokens_per_s_per_gpu": p.record.measured_tokens_per_s_per_gpu,
-            "error": p.error,
-            "predicted_memory_gib": p.predicted_memory_gib,
-            "measured_memory_gib": (
-                None
-                if p.record.measured_memory_bytes is None
-                else p.record.measured_memory_bytes / GIB
-            ),
-            "memory_error": p.memory_error,
-            "feasible": p.feasible,
-            "oom": p.record.oom,
-            "moe": p.record.workload.geometry.is_moe,
-            "group": p.record.group_key,
-        }
-        for p in predictions
-    ]
+    return list(ValidationSummary.of(predictions).rows())

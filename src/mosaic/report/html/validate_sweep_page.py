@@ -103,9 +103,9 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
         return "n/a" if value is None else f"{value:.1%}"
 
     summary = [
-        ("runs scored for tokens/s (skipped, not scored)",
-         f"{a['n_runs']} ({len(document.get('skipped', []))}, "
-         f"{len(a.get('throughput_not_scored', []))})"),
+        ("runs scored for tokens/s",
+         f"{a['n_runs']} ({len(document.get('skipped', []))} records skipped, "
+         f"{len(a.get('throughput_not_scored', []))} not scored)"),
         ("MAPE tokens/s, all", pct(a["mape"])),
         ("MAPE, MoE runs", f"{pct(a['moe']['mape'])} of {a['moe']['n_runs']}"),
         ("MAPE, dense runs", f"{pct(a['dense']['mape'])} of {a['dense']['n_runs']}"),

@@ -1,0 +1,114 @@
+"""A table with a header row printed a chunk of rows at a time, byte for byte as
+:func:`mosaic.cli.common.print_table` prints it whole.
+
+rich lays a table out from all its cells and renders it in one piece, holding every row's
+text and segments: memory grows with the rows (tens of MB for `mosaic validate` of 20,000
+runs). Its layout depends on the rows only through each column's largest minimum and
+largest maximum cell width (``rich.table.Table._measure_column``: the column's measurement
+is the maximum of its cells' measurements, then shrunk to the console if too wide). So:
+
+1. a first pass over the rows measures each cell (``rich.measure.Measurement.get``) and
+   keeps, per column, the cell with the largest minimum and the one with the largest
+   maximum width;
+2. a table of the header and those cells gives the column widths rich would choose;
+3. a second pass renders chunks of rows as tables with those widths fixed and prints the
+   lines that belong to the whole table: the first chunk's title and header, each chunk's
+   rows, the last chunk's bottom edge. An empty row before and after a chunk (dropped from
+   the output) keeps each row's position in the box (rich draws a table's first and last
+   row with the box's head and foot characters).
+
+tests/cli/test_stream_table.py checks the output against ``print_table`` for tables that
+fit, tables shrunk to a narrow console (cells wrapped) and cells with rich markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+CHUNK_ROWS = 500  # rows rendered at once; a few hundred KB of segments
+
+
+def _table(title: str | None, columns: Sequence[str], widths: Sequence[int] | None = None,
+           show_header: bool = True) -> Table:
+    """The table :func:`mosaic.cli.common.print_table` builds (optionally with fixed
+    content widths and no title or header)."""
+    table = Table(title=title, title_justify="left", show_header=show_header)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="right",
+                         width=None if widths is None else widths[index])
+    return table
+
+
+def _widths(console: Console, title: str, columns: Sequence[str],
+            rows: Iterable[Sequence[str]]) -> tuple[list[int] | None, int]:
+    """Content width of each column as rich lays out the whole table, and the row count;
+    None when rich's layout cannot be reproduced (then the caller prints whole)."""
+    options = console.options
+    widest_min: list[tuple[int, str]] = [(-1, "")] * len(columns)
+    widest_max: list[tuple[int, str]] = [(-1, "")] * len(columns)
+    count = 0
+    for row in rows:
+        count += 1
+        for index, cell in enumerate(row):
+            low, high = Measurement.get(console, options, cell)
+            if low > widest_min[index][0]:
+                widest_min[index] = (low, cell)
+            if high > widest_max[index][0]:
+                widest_max[index] = (high, cell)
+    proxy = _table(title, columns)
+    proxy.add_row(*(cell for _, cell in widest_min))
+    proxy.add_row(*(cell for _, cell in widest_max))
+    layout = getattr(proxy, "_calculate_column_widths", None)  # rich's own layout
+    padding = getattr(proxy, "_get_padding_width", None)
+    if layout is None or padding is None or count == 0:
+        return None, count
+    # as Table.__rich_console__ does for a table printed at the top level
+    widths = layout(console, options.update_width(options.max_width - proxy._extra_width))
+    content = [width - padding(index) for index, width in enumerate(widths)]
+    return (content if min(content) >= 1 else None), count
+
+
+def print_table_streamed(console: Console, title: str, columns: Sequence[str],
+                         rows: Callable[[], Iterable[Sequence[str]]],
+                         chunk_rows: int = CHUNK_ROWS) -> None:
+    """Print the table of ``rows()`` (called twice: each call iterates the rows afresh)."""
+    widths, count = _widths(console, title, columns, rows())
+    if widths is None or count <= chunk_rows:  # small (or unusual): rich in one piece
+        table = _table(title, columns)
+        for row in rows():
+            table.add_row(*row)
+        console.print(table)
+        return
+    blank = [""] * len(columns)
+    chunk: list[Sequence[str]] = []
+    done = 0
+
+    def flush(last: bool) -> None:
+        first = done == len(chunk)
+        table = _table(title if first else None, columns, widths, show_header=first)
+        if not first:
+            table.add_row(*blank)
+        for row in chunk:
+            table.add_row(*row)
+        if not last:
+            table.add_row(*blank)
+        with console.capture() as capture:
+            console.print(table)
+        lines = capture.get().splitlines(keepends=True)
+        start = 0 if first else 2  # top edge and the blank row
+        stop = len(lines) if last else len(lines) - 2  # the blank row and bottom edge
+        console.file.write("".join(lines[start:stop]))
+
+    for row in rows():
+        chunk.append(row)
+        done += 1
+        if len(chunk) == chunk_rows:
+            flush(last=done == count)
+            chunk = []
+    if chunk:
+        flush(last=True)
+    console.file.flush()
