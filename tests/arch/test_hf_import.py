@@ -171,6 +171,25 @@ def test_perf_and_layouts_model_option_replace_the_job_model():
     assert explained["current"]["step_time_s"] == swapped["step_time_s"]
 
 
+def test_set_edits_the_model_given_by_model_option_and_a_job_may_omit_its_own(tmp_path):
+    """--model replaces the job's model before --set: `--set model.moe.top_k=2` halves the
+    routed copies of Qwen3-30B-A3B's top-8 (faster step, same layout); a job file without a
+    model block runs with --model alone (new-user review)."""
+    import yaml
+
+    job = HF.parent / "appendix_e.yaml"
+    qwen = str(HF / "qwen3-30b-a3b.json")
+    top8 = _cli_json("perf", str(job), "--model", qwen)
+    top2 = _cli_json("perf", str(job), "--model", qwen, "--set", "model.moe.top_k=2")
+    assert top2["step_time_s"] < top8["step_time_s"]
+    document = yaml.safe_load(job.read_text())
+    document.pop("model")
+    document.pop("moe", None)
+    bare = tmp_path / "no_model.yaml"
+    bare.write_text(yaml.safe_dump(document))
+    assert _cli_json("perf", str(bare), "--model", qwen)["step_time_s"] == top8["step_time_s"]
+
+
 def test_law_predict_reads_a_hf_config_and_flags_extrapolation():
     """DeepSeek-V3 (669 B non-embedding, 14.8 T tokens) lies far outside Table 2's runs."""
     doc = _cli_json("law", "predict", "--model", str(HF / "deepseek-v3.json"),

@@ -21,7 +21,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
-from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.evaluate.diagnosis import (
     GIB,
     PARTED_CLASSES,
@@ -209,7 +209,7 @@ def explain(
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     apply_catalog(catalog)
-    spec = with_model(load_job_spec(job, set_ or []), model)
+    spec = load_job_spec(job, set_ or [], model_block(model))
     if measured_tokens_per_s is not None:  # physical ranges before work (mosaic.limits)
         check_range("--measured-tokens-per-s", measured_tokens_per_s, "seconds", low=1e-3,
                     high=1e15)

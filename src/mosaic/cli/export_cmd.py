@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from mosaic.cli.common import SetOption, error_console, guarded
-from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
 from mosaic.export import TARGETS, ExportSpec, export, spec_from_job, spec_from_plan_document
 
@@ -28,7 +28,7 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
 
-    job = with_model(load_job_spec(path, overrides), model)
+    job = load_job_spec(path, overrides, model_block(model))
     predict_job(job, load_calibration(None))  # the layout checks of `mosaic perf`, same errors
     return spec_from_job(job, str(path))
 

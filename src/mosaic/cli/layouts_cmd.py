@@ -21,7 +21,7 @@ from mosaic.cli.common import (
     print_json,
     print_key_value_table,
 )
-from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.job_schema import (
@@ -58,8 +58,8 @@ def _gives_devices(document: dict[str, Any]) -> bool:
     return isinstance(search, dict) and search.get("devices") is not None
 
 
-def load_search_job(path: Path, overrides: list[str], devices: int | None
-                    ) -> tuple[JobSpec, Cluster]:
+def load_search_job(path: Path, overrides: list[str], devices: int | None,
+                    model: dict[str, Any] | None = None) -> tuple[JobSpec, Cluster]:
     """The job and cluster of a job file, ignoring its layout.
 
     GPUs: ``devices`` if given, else ``search.devices``, else ``hardware.nodes``. The
@@ -73,11 +73,11 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None
         check_range("--devices", devices, "devices", integer=True)
     document = load_yaml_mapping(split_record_reference(path)[0])
     if is_run_record_document(document):
-        spec = load_job_spec(path, overrides)
+        spec = load_job_spec(path, overrides, model)
         if devices is not None:
             spec = replace(spec, n_devices=devices)
         return spec, cluster_for(spec)
-    spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER])
+    spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER], model=model)
     if devices is not None:
         spec = replace(spec, n_devices=devices, nodes=None)
     elif not _gives_devices(apply_overrides(
@@ -295,8 +295,8 @@ def layouts(
     sharding and checkpointing are searched (pin them with the options).
     """
     apply_catalog(catalog)
-    spec, cluster = load_search_job(job, set_ or [], devices)
-    workload = with_model(spec, model).workload
+    spec, cluster = load_search_job(job, set_ or [], devices, model_block(model))
+    workload = spec.workload
     if uneven_stages:
         workload = replace(workload, uneven_pipeline_stages=True)
     limits = LayoutLimits(

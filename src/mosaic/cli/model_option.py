@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,8 +24,12 @@ def load_model_file(path: Path) -> Geometry:
     return geometry_from_document(load_yaml_mapping(path), str(path))
 
 
-def with_model(spec: Any, path: Path | None) -> Any:
-    """A job spec whose workload uses the geometry in ``path`` (unchanged when None)."""
+def model_block(path: Path | None) -> dict[str, Any] | None:
+    """The canonical ``model`` block of ``--model FILE`` (None when not given): it replaces
+    the job file's model before ``--set`` overrides and validation, so ``--set model.*``
+    edits it and a job file may leave its own model out."""
     if path is None:
-        return spec
-    return replace(spec, workload=replace(spec.workload, geometry=load_model_file(path)))
+        return None
+    from mosaic.config.convert import model_document
+
+    return model_document(load_model_file(path))

@@ -17,7 +17,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
-from mosaic.cli.model_option import ModelOption, with_model
+from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
@@ -144,7 +144,7 @@ def perf(
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
     apply_catalog(catalog)
-    spec = with_model(load_job_spec(job, set_ or []), model)
+    spec = load_job_spec(job, set_ or [], model_block(model))
     constants = load_calibration(calibration)
     result = predict_job(spec, constants)
     document = prediction_document(result, constants)

@@ -382,12 +382,15 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
 
 
 def load_job(path: Path, overrides: list[str] | None = None,
-             adjust_record: Callable[[RunRecord], RunRecord] | None = None) -> JobSpec:
+             adjust_record: Callable[[RunRecord], RunRecord] | None = None,
+             model: dict[str, Any] | None = None) -> JobSpec:
     """Read a job YAML file (any accepted spelling), apply ``--set`` overrides, validate.
 
     ``RUNS.yaml#ID`` (or a run-record file holding one run) loads that measured run with
     the rules of ``mosaic validate``; ``adjust_record`` is applied to it first (the
     evaluate layer's record settings: :func:`mosaic.evaluate.job.load_job_spec`).
+    ``model`` (a canonical model block, ``--model``) replaces a job file's own before the
+    overrides; a run record keeps the model it measured.
     Deprecated spellings in the file and the overrides give one warning together.
     """
     from mosaic.config.run_records import is_run_record_document, split_record_reference
@@ -396,6 +399,9 @@ def load_job(path: Path, overrides: list[str] | None = None,
     file, run_id = split_record_reference(path)
     raw_document = load_yaml_mapping(file)
     if is_run_record_document(raw_document):
+        if model is not None:
+            raise MosaicInputError(f"{path}: --model replaces a job file's model; a run record "
+                                   "keeps the model it measured (edit a copy as a job file)")
         spec = _load_run_record_job(raw_document, file, run_id, overrides or [], deprecated,
                                     adjust_record)
         warn_deprecated(deprecated, str(file))
@@ -404,6 +410,8 @@ def load_job(path: Path, overrides: list[str] | None = None,
         raise MosaicInputError(f"{file}: #{run_id} names a run, but this is a job file "
                                "(no 'runs' list)")
     document = canonical_job_document(raw_document, str(path), deprecated)
+    if model is not None:
+        document["model"] = model
     document = apply_overrides(document, overrides or [], deprecated)
     spec = job_from_document(document, str(path), deprecated)
     warn_deprecated(deprecated, str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,12 +27,15 @@ class JobPrediction:
     prediction: StepPrediction
 
 
-def load_job_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
-    """A job file, or a run record (``RUNS.yaml#ID``) with the settings ``mosaic validate``
-    applies to it (:mod:`mosaic.evaluate.record_settings`): what every command reads."""
+def load_job_spec(path: Path, overrides: list[str] | None = None,
+                  model: dict[str, Any] | None = None) -> JobSpec:
+    """A job file (its model replaced by ``model`` when given, see
+    :func:`~mosaic.config.job_schema.load_job`), or a run record (``RUNS.yaml#ID``) with the
+    settings ``mosaic validate`` applies to it (:mod:`mosaic.evaluate.record_settings`):
+    what every command reads."""
     from mosaic.evaluate.record_settings import with_record_settings
 
-    return load_job(path, overrides, adjust_record=with_record_settings)
+    return load_job(path, overrides, adjust_record=with_record_settings, model=model)
 
 
 def cluster_for(spec: JobSpec) -> Cluster:
