@@ -260,3 +260,30 @@ def test_fa2_job_on_hopper_gets_the_cudnn_attention_lever():
                     replace(torchtitan, attention_kernel="fa3")):
         assert "attention_cudnn" not in {lever.name for lever in
                                          rank_levers(as_fast, plan, machine, CALIBRATION)}
+
+
+def test_zero2_is_a_lever_where_the_stack_offers_it(tmp_path):
+    """Qwen3-30B-A3B on 256 H100s at zero1 is out of memory; ZeRO-2 also shards the fp32
+    gradients (4 B/param over dp) and fits at the same speed, so it is the best feasible
+    lever (new-user review: it was never proposed). The paper's stack offers only zero1."""
+    import yaml
+
+    document = {
+        "model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                  "vocab": 151936, "norm": "rmsnorm", "qk_norm": True,
+                  "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+        "parallelism": {"tp": 1, "pp": 1, "ep": 8, "sharding": "zero1"},
+        "batch": {"global_seqs": 1024, "seq_len": 4096, "micro_seqs": 2},
+        "performance": {"precision": "bf16", "checkpointing": "selective",
+                        "stack": "megatron-core"},
+        "hardware": {"system": "DGX-H100", "nodes": 32},
+    }
+    path = tmp_path / "qwen3.yaml"
+    path.write_text(yaml.safe_dump(document))
+    diagnosis = diagnose(job(path), CALIBRATION)
+    assert not diagnosis.result.prediction.feasible[0]
+    best = diagnosis.levers[0]
+    assert best.name == "sharding_zero2" and best.feasible
+    assert best.gain == pytest.approx(1.0, abs=0.01)
+    paper = diagnose(job(path, "performance.stack=paper-nemo"), CALIBRATION)
+    assert "sharding_zero2" not in {lever.name for lever in paper.levers}

@@ -398,10 +398,13 @@ def _hsdp_shard_in_domain(machine: Machine, row: PlanRow) -> int:
     return max((d for d in _divisors(int(row["dp"])) if d * stride <= domain), default=1)
 
 
-def _sharding(machine: Machine, row: PlanRow) -> Iterator[_Candidate]:
-    for mode in (Sharding.NONE, Sharding.ZERO1, Sharding.FSDP, Sharding.HSDP):
+def _sharding(workload: Workload, machine: Machine, row: PlanRow) -> Iterator[_Candidate]:
+    """Every other sharding mode the stack offers (trait ``layout_sharding``; ZeRO-2 shards
+    gradients as well as optimizer state: often the cheapest memory lever)."""
+    offered = workload.traits.layout_sharding
+    for mode in (Sharding.NONE, Sharding.ZERO1, Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP):
         name = mode.name.lower()
-        if name == row["sharding"]:
+        if name == row["sharding"] or (offered is not None and name not in offered):
             continue
         if mode is Sharding.HSDP:
             shard = _hsdp_shard_in_domain(machine, row)
@@ -460,7 +463,7 @@ def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[
     """Every plan-only what-if of the current plan, without duplicates or no-ops."""
     seen = {tuple(row.items())}
     unique = []
-    for candidate in (*_ep_in_domain(workload, machine, row), *_sharding(machine, row),
+    for candidate in (*_ep_in_domain(workload, machine, row), *_sharding(workload, machine, row),
                       *_checkpointing(row), *_pipeline(row), *_micro_batch(row),
                       *_tensor_parallel(row)):
         key = tuple(candidate.plan.items())
