@@ -112,3 +112,18 @@ def test_sweeps(tmp_path):
     assert set(nodes["points"][0]["best_per_split"]) <= {"1", "4"}
     bad = runner.invoke(app, ["sweep", "days", "--values", "5,-1"])
     assert bad.exit_code == 2 and "days: got" in bad.output
+
+
+def test_model_flops_pick_is_compared_on_the_tables_terms():
+    """The model-FLOPs pick trains its prescribed tokens under the same tpp_max cap as every
+    row of the search, so its loss is never below its own table row and the gap to the
+    cluster optimum is not negative (it read -0.0029 when the pick ignored the cap)."""
+    doc = run_json("plan", "--q", "10,12", "--experts", "32,64", "--top-k", "1,2",
+                   "--split-factor", "4", "--workers", "1")
+    comparison = doc["model_flops_comparison"]
+    pick = comparison["model_flops_geometry"]
+    row = next(c for c in doc["candidates"]
+               if all(c[k] == pick[k] for k in ("q", "experts", "top_k", "split_factor")))
+    pick_loss = doc["optimum"]["loss"] + comparison["loss_gap_nats"]
+    assert pick_loss >= row["loss"] - 1e-12
+    assert comparison["loss_gap_nats"] >= 0

@@ -115,8 +115,13 @@ def compare_model_flops(
     cluster_row = int(trainable[np.argmin(result.loss[trainable])]) if trainable.size else None
     gap = None
     if cluster_row is not None and result.throughput.has_layout[flops_row]:
+        # The pick trains its prescribed tokens as far as the window delivers them, under the
+        # same tpp_max cap as every row of the search (search.py: D = min(D*, tpp_max·N_act)),
+        # so it is compared on the table's terms (its loss is the table's when the
+        # prescription is out of reach).
         prescribed = c_model_flops / (FLOPS_PER_PARAM_TOKEN * grid.n_active[flops_row])
-        delivered = min(prescribed, float(result.budget_tokens[flops_row]))
+        delivered = min(prescribed, float(result.budget_tokens[flops_row]),
+                        result.space.tpp_max * float(grid.n_active[flops_row]))
         hw_loss = law.predict(grid.n_total[flops_row], delivered, grid.sparsity[flops_row],
                               grid.split_factor[flops_row])
         gap = float(hw_loss - result.loss[cluster_row])
