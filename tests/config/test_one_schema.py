@@ -291,3 +291,19 @@ def test_every_other_spelling_loads_to_the_same_job(rule: Rename) -> None:
     assert again.workload == job.workload and again.plan.row(0) == job.plan.row(0)
     assert (rule.label() in deprecated) == rule.deprecated
     assert not [w for w in caught if issubclass(w.category, MosaicDeprecationWarning)]
+
+
+def test_a_what_if_on_a_run_record_is_not_compared_with_its_measurement() -> None:
+    """`perf RUNS.yaml#ID --set ...` predicts a changed run: the measured step no longer
+    applies (it was still printed with a % error); a job-file block in --set gets a hint
+    that records use their own fields (new-user review)."""
+    reference = EXAMPLES / "runs_example.yaml#example-bridge-deepseekv3-gb200-256-bf16"
+    as_measured = load_job(reference)
+    assert as_measured.measured_step_time_s is not None
+    what_if = load_job(reference, ["precision=fp8"])
+    assert what_if.measured_step_time_s is None
+    assert any("--set changed the recorded run" in line for line in what_if.assumptions)
+    with pytest.raises(MosaicInputError, match="a run record has no 'performance' block"):
+        load_job(reference, ["performance.precision=fp8"])
+    assert "measured_step_time_s" not in _cli_json("perf", str(reference), "--set",
+                                                   "precision=fp8")

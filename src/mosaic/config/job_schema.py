@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -375,10 +375,22 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
     from mosaic.config.run_records import RunRecordEntry, run_record_from_raw, select_run_entry
 
     raw = select_run_entry(document, path, run_id, deprecated)
+    for override in overrides:
+        block = override.split("=", 1)[0].split(".", 1)[0].strip()
+        if block in KNOWN_BLOCKS and block not in RunRecordEntry.model_fields:
+            raise MosaicInputError(
+                f"--set {override!r}: a run record has no {block!r} block; its fields are "
+                f"those of the run-record schema (e.g. precision=fp8, parallelism.tp=2, "
+                f"batch.micro_seqs=2; docs/run_records.md)")
     raw = apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
                           known=RunRecordEntry.model_fields, min_depth=1)
     record = run_record_from_raw(raw, f"{path}#{raw.get('id')}")
-    return job_from_run_record(adjust_record(record) if adjust_record else record)
+    spec = job_from_run_record(adjust_record(record) if adjust_record else record)
+    if overrides:  # a what-if: the run as measured is no longer what is predicted
+        spec = replace(spec, measured_step_time_s=None, assumptions=(
+            *spec.assumptions, "--set changed the recorded run: its measured step is not "
+                               "compared"))
+    return spec
 
 
 def load_job(path: Path, overrides: list[str] | None = None,
