@@ -307,3 +307,18 @@ def test_a_what_if_on_a_run_record_is_not_compared_with_its_measurement() -> Non
         load_job(reference, ["performance.precision=fp8"])
     assert "measured_step_time_s" not in _cli_json("perf", str(reference), "--set",
                                                    "precision=fp8")
+
+
+def test_perf_lists_the_defaults_it_filled_in(tmp_path: Path) -> None:
+    """A job that leaves the vocabulary and norm unstated runs on the paper's defaults, and
+    `perf` says so (its JSON carries every assumption line; new-user review)."""
+    canonical = job_document(load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml"))
+    canonical["model"].pop("vocab")
+    canonical["model"].pop("norm", None)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(canonical))
+    assumptions = _cli_json("perf", str(path))["assumptions"]
+    assert any(line.startswith("model.vocab not stated") for line in assumptions)
+    assert any(line.startswith("model.norm not stated") for line in assumptions)
+    stated = _cli_json("perf", str(EXAMPLES / "fsdp_moe_comm_bound.yaml"))["assumptions"]
+    assert not any(line.startswith("model.vocab") for line in stated)

@@ -12,6 +12,7 @@ from mosaic.cli.common import (
     JobArgument,
     JsonFlag,
     SetOption,
+    console,
     guarded,
     print_json,
     print_key_value_table,
@@ -67,6 +68,8 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         },
         "coverage": coverage.to_document(),
         "coverage_summary": summary_lines(coverage),
+        # every default filled in for a field the job (or run record) leaves unstated
+        "assumptions": list(result.spec.assumptions),
         # a run record's own measurement (RUNS.yaml#ID); absent for a job
         **({} if result.spec.measured_step_time_s is None
            else {"measured_step_time_s": result.spec.measured_step_time_s}),
@@ -131,6 +134,10 @@ def _render(document: dict[str, Any]) -> None:
         ["component", "GiB"],
         [[name, f"{value / GIB:.2f}"] for name, value in memory.items()],
     )
+    if document["assumptions"]:
+        console.print("Assumed where the input is silent:", markup=False, highlight=False)
+        for line in document["assumptions"]:
+            console.print(f"  - {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def perf(
