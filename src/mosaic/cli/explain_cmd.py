@@ -34,6 +34,7 @@ from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
+from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 
@@ -127,8 +128,10 @@ def _render_current(diagnosis: Diagnosis) -> None:
         ("step time", f"{p.step_time_s[0]:.3f} s"),
         ("tokens/s", f"{p.tokens_per_s[0]:,.0f}"),
         ("MFU (6·N_act, dense bf16 datasheet peak)", f"{p.mfu[0]:.2%}"),
-        ("memory per GPU", f"{memory.memory_bytes / GIB:.1f} of "
-                           f"{memory.capacity_bytes / GIB:.1f} GiB ({memory.status})"),
+        ("memory per GPU", memory_fit_text(
+            memory.memory_bytes / GIB, memory.capacity_bytes / GIB,
+            result.machine.usable_memory_fraction, memory.overshoot_bytes / GIB)
+         + ("; near capacity" if memory.status == "near capacity" else "")),
     ])
 
 
