@@ -42,9 +42,13 @@ from mosaic.perf.calibration import Calibration, load_calibration
 
 CV_GROUPINGS = ("source", "group", "none")
 
-ExcludeOption = Annotated[
+ExcludeOption = Annotated[  # calibrate: left out of the fit and the report
     str | None,
     typer.Option("--exclude", help="comma-separated run ids to leave out (fit and report)"),
+]
+ValidateExcludeOption = Annotated[  # validate fits nothing
+    str | None,
+    typer.Option("--exclude", help="comma-separated run ids to leave out (report)"),
 ]
 
 
@@ -109,7 +113,7 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
 def validate(
     runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
     calibration: CalibrationOption = None,
-    exclude: ExcludeOption = None,
+    exclude: ValidateExcludeOption = None,
     json_output: JsonFlag = False,
     html: HtmlOption = None,
 ) -> None:
