@@ -96,3 +96,9 @@ def test_layouts_and_jobs_take_the_same_sharding_names(name, tmp_path):
     from mosaic.perf.plan import Sharding
 
     assert ParallelismBlock(sharding=name).sharding == Sharding.parse(name).name.lower()
+
+
+def test_hardware_show_suggests_the_closest_names():
+    message = _error("hardware", "show", "p5.48xlarg")
+    assert "did you mean 'p5.48xlarge'" in message
+    assert "'B200'" in _error("hardware", "show", "b20")
