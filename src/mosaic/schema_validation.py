@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -14,11 +14,44 @@ from mosaic.yaml_errors import describe_yaml_error
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 
-def describe_validation_error(exc: ValidationError, where: str) -> str:
+def _model_at(schema: type[BaseModel], path: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The nested model that holds the fields at ``path`` (names or aliases; list indices
+    and dict keys are stepped over), or None where the path leaves the models."""
+    model: type[BaseModel] | None = schema
+    for part in path:
+        if model is None:
+            return None
+        fields = {(info.alias or name): info for name, info in model.model_fields.items()}
+        fields.update(model.model_fields)
+        if part not in fields:
+            if isinstance(part, str) and fields:
+                return None
+            continue  # an index into a list/dict of models
+        candidates = [fields[part].annotation]
+        model = None
+        while candidates:
+            annotation = candidates.pop()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                model = annotation
+                break
+            candidates.extend(get_args(annotation))
+    return model
+
+
+def allowed_fields(schema: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The field names (aliases where set) of the block that holds ``loc``'s last part."""
+    model = None if schema is None else _model_at(schema, tuple(loc[:-1]))
+    if model is None:
+        return []
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def describe_validation_error(exc: ValidationError, where: str,
+                              schema: type[BaseModel] | None = None) -> str:
     """First problem of ``exc`` as "<where>: <field path>: <message> (got <value>)".
 
     An unknown field comes first: a misspelt name also leaves its real field missing, and
-    the unknown name is the one to fix."""
+    the unknown name is the one to fix; with ``schema`` it lists the fields allowed there."""
     errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
     first = errors[0]
     field_path = ".".join(str(part) for part in first["loc"]) or "(top level)"
@@ -27,6 +60,9 @@ def describe_validation_error(exc: ValidationError, where: str) -> str:
         message = "unknown field"
     got = first.get("input")
     detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
+    if first["type"] == "extra_forbidden" and (
+            allowed := allowed_fields(schema, tuple(first["loc"]))):
+        detail += f"; allowed: {', '.join(allowed)}"
     more = len(exc.errors()) - 1
     suffix = f"; and {more} more problem{'s' if more > 1 else ''}" if more else ""
     return f"{where}: {field_path}: {message}{detail}{suffix}"
@@ -39,7 +75,7 @@ def validate_mapping(schema: type[SchemaT], data: Any, where: str) -> SchemaT:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        raise MosaicInputError(describe_validation_error(exc, where)) from None
+        raise MosaicInputError(describe_validation_error(exc, where, schema)) from None
 
 
 # The C loader (libyaml) parses large files several times faster than the pure-Python one;

@@ -73,6 +73,26 @@ def test_two_jobs(job_b):
         assert text in table.stdout
 
 
+def test_compare_says_which_job_does_not_fit(tmp_path):
+    """pp 2 puts 24 of the 48 layers on a rank: over the usable 90% of a B200 (perf agrees)."""
+    document = yaml.safe_load(JOB.read_text())
+    document["parallelism"]["pp"] = 2
+    oom = tmp_path / "oom.yaml"
+    oom.write_text(yaml.safe_dump(document))
+    perf = invoke_json("perf", str(oom))
+    assert not perf["feasible"]
+    doc = invoke_json("compare", str(oom), str(JOB))
+    assert doc["a"]["feasible"] is False and doc["b"]["feasible"] is True
+    usable = perf["usable_memory_fraction"] * perf["memory_capacity_gib"]
+    assert doc["a"]["usable_memory_gib"] == pytest.approx(usable)
+    assert doc["a"]["memory_fit"].endswith(f"OUT OF MEMORY by {perf['overshoot_gib']:.2f} GiB")
+    assert f"of {usable:.1f} usable (90% of" in doc["a"]["memory_fit"]
+    assert doc["b"]["memory_fit"].endswith(", fits")
+    table = runner.invoke(app, ["compare", str(oom), str(JOB)], terminal_width=200)
+    assert table.exit_code == 0, table.output
+    assert "A memory per GPU" in table.stdout and "OUT OF MEMORY" in table.stdout
+
+
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("plans")
@@ -100,6 +120,10 @@ def test_two_plans(plans):
     assert summary["tokens"]["a"] == plan_a["optimum"]["tokens"]
     assert summary["cost"]["b"] == pytest.approx(10 * 24 * 64 * 3)
     assert summary["loss"]["b"] <= summary["loss"]["a"]  # twice the window, no worse a loss
+    headroom = plan_a["envelope"]["memory_headroom"]
+    assert summary["usable_memory_gib"]["a"] == pytest.approx(
+        headroom["usable_memory_bytes"] / 2**30)
+    assert doc["a"]["memory_fit"].endswith(", fits")
 
 
 def test_job_with_plan_is_one_line_error(plans):

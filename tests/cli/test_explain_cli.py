@@ -91,3 +91,30 @@ def test_bad_input_is_one_line_exit_2(args, fragment):
     assert result.exit_code == 2, result.output
     assert fragment in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_measured_per_gpu_tokens_per_s_is_the_cluster_total_over_the_gpus():
+    perf = json.loads(runner.invoke(app, ["perf", EXAMPLE, "--json"]).stdout)
+    gpus = perf["hardware"]["devices"]
+    per_gpu = perf["tokens_per_s_per_gpu"] / 2
+    by_gpu = run_json("--measured-tokens-per-s-per-gpu", str(per_gpu))
+    by_total = run_json("--measured-tokens-per-s", str(per_gpu * gpus))
+    assert by_gpu["gap"]["ratio"] == pytest.approx(2.0)
+    assert by_gpu["gap"] == by_total["gap"]
+
+
+def test_a_per_gpu_figure_given_as_cluster_total_gets_a_hint_on_stderr():
+    perf = json.loads(runner.invoke(app, ["perf", EXAMPLE, "--json"]).stdout)
+    per_gpu = perf["tokens_per_s_per_gpu"]
+    result = runner.invoke(app, ["explain", EXAMPLE, "--measured-tokens-per-s",
+                                 str(per_gpu * 0.8), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "--measured-tokens-per-s takes the cluster total" in result.stderr
+    assert "--measured-tokens-per-s-per-gpu" in result.stderr
+    json.loads(result.stdout)  # stdout stays the JSON document
+    total = runner.invoke(app, ["explain", EXAMPLE, "--measured-tokens-per-s",
+                                str(perf["tokens_per_s"] * 0.8), "--json"])
+    assert total.exit_code == 0 and total.stderr == ""
+    both = runner.invoke(app, ["explain", EXAMPLE, "--measured-tokens-per-s", "1e6",
+                               "--measured-tokens-per-s-per-gpu", "1e3"])
+    assert both.exit_code == 2 and "not both" in both.output

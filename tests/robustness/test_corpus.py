@@ -134,7 +134,7 @@ CASES = [
     # error is the only line (fuzz seed 11).
     ("deprecated-spelling-then-error", ["perf", "{dir}/job.yaml", "--set",
                                         "parallelism.dp=1_000", "--json"],
-     {"job.yaml": SMALL_JOB}, 2, "asks for 2000"),
+     {"job.yaml": SMALL_JOB}, 2, "tp·pp·cp·dp = 1·2·1·1000 = 2000"),
     ("calibrate-out-missing-dir", ["calibrate", "{dir}/r.yaml", "--out", "{dir}/no/c.yaml",
                                    "--cv", "none", "--json"],
      {"r.yaml": RUNS.encode()}, 2, "does not exist"),

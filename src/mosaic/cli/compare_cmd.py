@@ -75,6 +75,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     from mosaic.arch import count_parameters
     from mosaic.cli.perf_cmd import prediction_document
     from mosaic.evaluate.job import load_job_spec, predict_job
+    from mosaic.perf.headroom import memory_fit_text
 
     spec = load_job_spec(path)
     result = predict_job(spec, calibration)
@@ -92,6 +93,9 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "tokens_per_s_per_gpu": doc["tokens_per_s_per_gpu"], "mfu": doc["mfu"],
         "hfu": doc["hfu"], "memory_gib": doc["memory_gib"],
         "memory_capacity_gib": doc["memory_capacity_gib"], "feasible": doc["feasible"],
+        "usable_memory_gib": doc["usable_memory_fraction"] * doc["memory_capacity_gib"],
+        "memory_fit": memory_fit_text(doc["memory_gib"], doc["memory_capacity_gib"],
+                                      doc["usable_memory_fraction"], doc["overshoot_gib"]),
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "tokens": tokens, "loss": loss, "law_extrapolation": flags,
         "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
@@ -103,6 +107,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
 
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
+    from mosaic.perf.headroom import memory_fit_text
+
     optimum = document.get("optimum")
     envelope = document.get("envelope") or {}
     if not optimum:
@@ -113,6 +119,8 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     if price is None:  # the plan's own price, in USD (plan files before 0.2: no currency)
         price = document.get("price_usd_per_gpu_hour", document.get("price_per_gpu_hour"))
     capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
+    fraction = (envelope.get("memory_headroom") or {}).get("usable_memory_fraction")
+    memory_bytes = optimum.get("memory_bytes")
     tokens_per_s = optimum.get("tokens_per_s")
     assumptions = document.get("assumptions") or {}
     law = assumptions.get("law") or {}
@@ -128,7 +136,11 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "mfu": optimum.get("mfu"), "hfu": None,
         "memory_gib": optimum["memory_bytes"] / GIB if optimum.get("memory_bytes") else None,
         "memory_capacity_gib": capacity / GIB if capacity else None,
-        "feasible": True, "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
+        "feasible": True,  # the planner keeps only plans that fit
+        "usable_memory_gib": capacity * fraction / GIB if capacity and fraction else None,
+        "memory_fit": (memory_fit_text(memory_bytes / GIB, capacity / GIB, fraction, 0.0)
+                       if memory_bytes and capacity and fraction else "fits"),
+        "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
         "days": envelope.get("days"), "tokens": optimum.get("tokens"),
         "loss": optimum.get("loss"),
         "law_extrapolation": [f.get("message", "") for f in
@@ -156,6 +168,7 @@ SUMMARY = (  # key, label, unit for printing
     ("mfu", "MFU (6·N_act, datasheet peak)", "share"), ("hfu", "HFU", "share"),
     ("memory_gib", "memory per GPU (GiB)", "gib"),
     ("memory_capacity_gib", "memory capacity per GPU (GiB)", "gib"),
+    ("usable_memory_gib", "usable memory per GPU (GiB)", "gib"),
     ("n_total", "N_total (non-emb.)", "count"),
     ("n_active", "N_active (non-emb.)", "count"), ("days", "training window (days)", "plain"),
     ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
@@ -218,7 +231,9 @@ def render(document: dict[str, Any]) -> None:
     a, b, currency = document["a"], document["b"], document["currency"]
     print_key_value_table("Compared", [
         ("A", f"{a['kind']} {a['source']}: {a.get('system')}, {_layout(a)}"),
-        ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {_layout(b)}")])
+        ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {_layout(b)}"),
+        ("A memory per GPU", a.get("memory_fit") or "-"),
+        ("B memory per GPU", b.get("memory_fit") or "-")])
     differences = document["input_differences"]
     print_table("Inputs that differ", ["field", "A", "B"],
                 [[d["field"], json.dumps(d["a"]), json.dumps(d["b"])] for d in differences]

@@ -16,12 +16,14 @@ from mosaic.cli.common import (
     JsonFlag,
     SetOption,
     console,
+    error_console,
     guarded,
     print_json,
     print_key_value_table,
     print_table,
 )
 from mosaic.cli.model_option import ModelOption, model_block
+from mosaic.errors import MosaicInputError
 from mosaic.evaluate.diagnosis import (
     GIB,
     PARTED_CLASSES,
@@ -30,10 +32,11 @@ from mosaic.evaluate.diagnosis import (
     diagnose,
     measured_step_time,
 )
-from mosaic.evaluate.job import load_job_spec, predict_job
+from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
+from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 
@@ -127,8 +130,10 @@ def _render_current(diagnosis: Diagnosis) -> None:
         ("step time", f"{p.step_time_s[0]:.3f} s"),
         ("tokens/s", f"{p.tokens_per_s[0]:,.0f}"),
         ("MFU (6·N_act, dense bf16 datasheet peak)", f"{p.mfu[0]:.2%}"),
-        ("memory per GPU", f"{memory.memory_bytes / GIB:.1f} of "
-                           f"{memory.capacity_bytes / GIB:.1f} GiB ({memory.status})"),
+        ("memory per GPU", memory_fit_text(
+            memory.memory_bytes / GIB, memory.capacity_bytes / GIB,
+            result.machine.usable_memory_fraction, memory.overshoot_bytes / GIB)
+         + ("; near capacity" if memory.status == "near capacity" else "")),
     ])
 
 
@@ -193,10 +198,28 @@ def _render_levers(diagnosis: Diagnosis) -> None:
     console.print(table)
 
 
+def _hint_if_per_gpu(measured_tokens_per_s: float, result: JobPrediction) -> None:
+    """A note on stderr when a --measured-tokens-per-s value looks like a per-GPU figure:
+    within 2x of the predicted per-GPU rate and nearer to it than to the cluster total."""
+    per_gpu = float(result.prediction.tokens_per_s_per_gpu[0])
+    total = float(result.prediction.tokens_per_s[0])
+    near_per_gpu = abs(math.log(measured_tokens_per_s / per_gpu))
+    if near_per_gpu <= math.log(2.0) and near_per_gpu < abs(math.log(measured_tokens_per_s
+                                                                     / total)):
+        error_console.print(
+            f"note: --measured-tokens-per-s takes the cluster total ({total:,.0f} predicted on "
+            f"{result.cluster.n_devices} GPUs); {measured_tokens_per_s:,.0f} is near the "
+            f"predicted per-GPU {per_gpu:,.0f}: for a per-GPU figure use "
+            f"--measured-tokens-per-s-per-gpu", markup=False, highlight=False, soft_wrap=True)
+
+
 def explain(
     job: JobArgument,
     measured_tokens_per_s: Annotated[
         float | None, typer.Option(help="measured cluster-total tokens/s, for the gap analysis")
+    ] = None,
+    measured_tokens_per_s_per_gpu: Annotated[
+        float | None, typer.Option(help="measured tokens/s per GPU, for the gap analysis")
     ] = None,
     measured_step_time_s: Annotated[
         float | None, typer.Option(help="measured seconds per step, for the gap analysis")
@@ -213,15 +236,26 @@ def explain(
     if measured_tokens_per_s is not None:  # physical ranges before work (mosaic.limits)
         check_range("--measured-tokens-per-s", measured_tokens_per_s, "seconds", low=1e-3,
                     high=1e15)
+    if measured_tokens_per_s_per_gpu is not None:
+        check_range("--measured-tokens-per-s-per-gpu", measured_tokens_per_s_per_gpu,
+                    "seconds", low=1e-6, high=1e12)
+        if measured_tokens_per_s is not None:
+            raise MosaicInputError("give --measured-tokens-per-s (cluster total) or "
+                                   "--measured-tokens-per-s-per-gpu, not both")
     if measured_step_time_s is not None:
         check_range("--measured-step-time-s", measured_step_time_s, "seconds", low=1e-6,
                     high=1e6)
+    constants = load_calibration(calibration)
+    result = predict_job(spec, constants)
+    if measured_tokens_per_s_per_gpu is not None:
+        measured_tokens_per_s = measured_tokens_per_s_per_gpu * result.cluster.n_devices
+    elif measured_tokens_per_s is not None:
+        _hint_if_per_gpu(measured_tokens_per_s, result)
     if measured_tokens_per_s is None and measured_step_time_s is None:
         measured_step_time_s = spec.measured_step_time_s  # a run record's own measurement
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
-    constants = load_calibration(calibration)
-    diagnosis = diagnose(predict_job(spec, constants), constants, measured)
+    diagnosis = diagnose(result, constants, measured)
     document = explain_document(diagnosis, constants)
     if json_output:
         print_json(document)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -115,8 +116,15 @@ def show_command(
             continue
         found.append({"kind": kind} | make(entry, _origin(entry, dict(pool))))
     if not found:
+        names = {n.casefold(): n for entry in (*active.devices.values(),
+                                                *active.systems.values())
+                 for n in (entry.name, *entry.aliases)}
+        close = [names[key] for key in difflib.get_close_matches(
+            name.casefold(), list(names), n=3, cutoff=0.6)]
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         raise MosaicInputError(
-            f"unknown device or system {name!r}; `mosaic hardware list` shows the catalog")
+            f"unknown device or system {name!r}{hint}; `mosaic hardware list` shows the "
+            f"catalog")
     if json_output:
         print_json(found[0] if len(found) == 1 else {"matches": found})
         return

@@ -15,7 +15,21 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
+
+_typer_display_type_rich = getattr(TyperOption, "display_type_rich", None)
+
+
+def _display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+    """No value placeholder for an on/off flag: typer's rich help (0.2x, typer/core.py
+    ``TyperOption.display_type_rich``) shows ``--json <bool>`` as if the flag took a value."""
+    if self.is_flag and not self.count:
+        return None
+    return _typer_display_type_rich(self, ctx)
+
+
+if hasattr(TyperOption, "display_type_rich"):  # typer < 0.2x writes no placeholder
+    TyperOption.display_type_rich = _display_type_rich  # type: ignore[method-assign]
 
 # To add a subcommand: one row here, `name: (module, one-line help)`. The module must have
 # `register(app)` that attaches the command called `name` (tests check the help line
@@ -115,6 +129,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    epilog="Usual flow: `mosaic plan --gpu B200 --nodes 32 --days 20` picks the model, tokens "
+           "and layout for a cluster and a window; `perf`, `layouts` and `explain` look into "
+           "one job (examples/appendix_e.yaml); `export` writes its launch config. Job files: "
+           "docs/schema.md. Each command: `mosaic COMMAND --help`.",
 )
 
 

@@ -23,6 +23,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
+from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 
@@ -81,11 +82,6 @@ def _render(document: dict[str, Any]) -> None:
     layout = ", ".join(
         f"{key}={plan[key]}" for key in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
     )
-    verdict = (
-        "fits"
-        if document["feasible"]
-        else (f"OUT OF MEMORY by {document['overshoot_gib']:.2f} GiB")
-    )
     print_key_value_table(
         "Predicted step",
         [
@@ -108,13 +104,9 @@ def _render(document: dict[str, Any]) -> None:
             ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
             ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
             ("MFU peak", document["mfu_peak"]),
-            (
-                "memory per GPU",
-                f"{document['memory_gib']:.2f} GiB of "
-                f"{document['usable_memory_fraction'] * document['memory_capacity_gib']:.1f} "
-                f"usable ({document['usable_memory_fraction']:.0%} of "
-                f"{document['memory_capacity_gib']:.1f} GiB), {verdict}",
-            ),
+            ("memory per GPU", memory_fit_text(
+                document["memory_gib"], document["memory_capacity_gib"],
+                document["usable_memory_fraction"], document["overshoot_gib"])),
             ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
             ("attention kernel", document["attention_kernel"]),
         ],

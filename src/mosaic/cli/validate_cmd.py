@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 import yaml
+from rich.markup import escape
 
 from mosaic.cli.common import (
     CalibrationOption,
@@ -42,9 +43,13 @@ from mosaic.perf.calibration import Calibration, load_calibration
 
 CV_GROUPINGS = ("source", "group", "none")
 
-ExcludeOption = Annotated[
+ExcludeOption = Annotated[  # calibrate: left out of the fit and the report
     str | None,
     typer.Option("--exclude", help="comma-separated run ids to leave out (fit and report)"),
+]
+ValidateExcludeOption = Annotated[  # validate fits nothing
+    str | None,
+    typer.Option("--exclude", help="comma-separated run ids to leave out (report)"),
 ]
 
 
@@ -106,10 +111,18 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
     print_key_value_table(title, rows)
 
 
+def constant_rows(name: str, value: Any) -> list[tuple[str, str]]:
+    """One row per value: a dict-valued constant (per stack, per GPU, ...) gives a row per
+    key, ``stack_overhead[torchtitan]``, so the table stays as narrow as its longest value."""
+    if isinstance(value, dict):
+        return [row for key, item in value.items() for row in constant_rows(f"{name}[{key}]", item)]
+    return [(name, f"{value:.6g}" if isinstance(value, float) else str(value))]
+
+
 def validate(
     runs: Annotated[Path, typer.Argument(help="run records (published_runs.yaml schema)")],
     calibration: CalibrationOption = None,
-    exclude: ExcludeOption = None,
+    exclude: ValidateExcludeOption = None,
     json_output: JsonFlag = False,
     html: HtmlOption = None,
 ) -> None:
@@ -330,7 +343,8 @@ def calibrate(
     constants = report["calibration"]["constants"]
     print_key_value_table(
         f"Calibration written to {out}",
-        [(name, str(entry["value"])) for name, entry in constants.items()],
+        [(escape(key), value) for name, entry in constants.items()  # [..] is not rich markup
+         for key, value in constant_rows(name, entry["value"])],
     )
     if "cross_validation" in report:
         c = report["cross_validation"]

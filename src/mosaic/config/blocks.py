@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mosaic.limits import LIMITS
 
@@ -117,7 +117,8 @@ class ParallelismBlock(_Strict):
     sequence_parallel: bool | None = Field(default=None,
                                            description="TP activations split along the "
                                                        "sequence; None = tp > 1")
-    sharding: Sharding = Field(default="zero1", description="data-parallel sharding mode")
+    sharding: Sharding = Field(default="zero1", description="data-parallel sharding mode "
+                               "(aliases: zero3/fsdp2 = fsdp, ddp = none, zero-1, zero-2)")
     hsdp_shard: int | None = Field(default=None, gt=0, le=_DEGREE,
                                    description="HSDP shard group size; None = the dp group")
     dispatcher: str | None = Field(
@@ -140,6 +141,21 @@ class ParallelismBlock(_Strict):
                     "the wire as MXFP8 (Megatron-Core --moe-dispatch-fwd-dtype / "
                     "--moe-combine-bwd-dtype mxfp8, DeepEP FP8 dispatch); needs precision fp8; "
                     "off by default (bf16), as in Megatron-Core")
+
+    @field_validator("sharding", mode="before")
+    @classmethod
+    def _sharding_alias(cls, value: object) -> object:
+        """The aliases `mosaic layouts --sharding` takes (perf.plan.Sharding.parse), so a
+        job and the command line accept the same names; anything else is refused below."""
+        from mosaic.errors import MosaicInputError
+        from mosaic.perf.plan import Sharding as ShardingMode
+
+        if not isinstance(value, str):
+            return value
+        try:
+            return ShardingMode.parse(value).name.lower()
+        except MosaicInputError:
+            return value
 
 
 class BatchBlock(_Strict):

@@ -44,9 +44,16 @@ def cluster_for(spec: JobSpec) -> Cluster:
     if spec.nodes is not None:
         cluster = Cluster(system=system, n_nodes=spec.nodes)
         if spec.n_devices is not None and spec.n_devices != cluster.n_devices:
+            row = spec.plan.row(0)
+            if spec.n_devices == int(spec.plan.n_devices[0]):
+                asked = (f"the layout uses tp·pp·cp·dp = {row['tp']}·{row['pp']}·{row['cp']}·"
+                         f"{row['dp']} = {spec.n_devices}")
+            else:
+                asked = f"search.devices is {spec.n_devices}"
             raise MosaicInputError(
-                f"hardware.nodes={spec.nodes} gives {cluster.n_devices} GPUs but the job "
-                f"asks for {spec.n_devices}"
+                f"hardware.nodes={spec.nodes} gives {cluster.n_devices} GPUs "
+                f"({spec.nodes} x {system.gpus_per_node} per node) but {asked}; make them "
+                f"equal (an unstated parallelism.dp fills the nodes)"
             )
         return cluster
     assert spec.n_devices is not None
@@ -78,6 +85,8 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
         violations = plan_violations(spec.workload, spec.plan, cluster.n_devices)
         reason = first_reason(violations, spec.plan, 0)
         if reason is not None:
+            if "must divide layers=" in reason and not spec.workload.uneven_pipeline_stages:
+                reason += " (or set performance.uneven_stages: true)"
             raise MosaicInputError(f"invalid parallel layout: {reason}")
     machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
                           spec.tables)

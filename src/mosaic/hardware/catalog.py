@@ -6,6 +6,7 @@ Names are looked up case-insensitively, ignoring spaces, '-' and '_', so "p6-b20
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Iterable, Mapping
@@ -36,23 +37,49 @@ class Catalog:
     systems: Mapping[str, System]
 
     def device(self, name: str) -> Device:
-        """The device called `name` (or an alias of it); MosaicInputError lists known names."""
-        return _lookup("device", name, self.devices)
+        """The device called `name` (or an alias of it); MosaicInputError lists known names
+        and suggests the closest (or, for a system's name, the device it holds)."""
+        hint = ""
+        for system in self.systems.values():
+            if _names(system, name):
+                hint = f"{system.name} is a system holding {system.device.name}"
+                break
+        return _lookup("device", name, self.devices, hint)
 
     def system(self, name: str) -> System:
-        """The system called `name` (or an alias of it); MosaicInputError lists known names."""
-        return _lookup("system", name, self.systems)
+        """The system called `name` (or an alias of it); MosaicInputError lists known names
+        and suggests the closest (for a device's name, the systems that hold it)."""
+        hint = ""
+        for device in self.devices.values():
+            if _names(device, name):
+                holders = [s.name for s in self.systems.values() if s.device.name == device.name]
+                hint = (f"{device.name} is a device; systems holding it: {', '.join(holders)}"
+                        if holders else f"{device.name} is a device no catalog system holds")
+                break
+        return _lookup("system", name, self.systems, hint)
 
 
 _Entry = TypeVar("_Entry", Device, System)
 
 
-def _lookup(kind: str, name: str, entries: Mapping[str, _Entry]) -> _Entry:
-    key = name_key(name)
+def _names(entry: Device | System, name: str) -> bool:
+    """Whether ``name`` is ``entry``'s name or one of its aliases (lookup keys compared)."""
+    return name_key(name) in {name_key(n) for n in (entry.name, *entry.aliases)}
+
+
+def _lookup(kind: str, name: str, entries: Mapping[str, _Entry], hint: str = "") -> _Entry:
     for entry in entries.values():
-        if key in {name_key(n) for n in (entry.name, *entry.aliases)}:
+        if _names(entry, name):
             return entry
-    raise MosaicInputError(f"unknown {kind} {name!r}: known {kind}s are {', '.join(entries)} "
+    if not hint:  # the closest names or aliases, as in stacks.get_stack
+        spelled = {name_key(n): entry.name for entry in entries.values()
+                   for n in (entry.name, *entry.aliases)}
+        close = dict.fromkeys(spelled[k] for k in difflib.get_close_matches(
+            name_key(name), list(spelled), n=3, cutoff=0.6))
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = f" ({hint})" if hint else ""
+    raise MosaicInputError(f"unknown {kind} {name!r}{hint}: known {kind}s are "
+                           f"{', '.join(entries)} "
                            f"(details: `mosaic hardware list`; add your own with --catalog FILE, "
                            f"docs/hardware.md)")
 

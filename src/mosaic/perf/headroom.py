@@ -69,3 +69,12 @@ def memory_headroom(user_fraction: float | None, stack: str) -> MemoryHeadroom:
         return MemoryHeadroom(traits.usable_memory_fraction,
                               f"stack {stack}: {traits.memory_source}", f"stack {stack}")
     return MemoryHeadroom(DEFAULT_USABLE_MEMORY_FRACTION, DEFAULT_SOURCE)
+
+
+def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: float,
+                    overshoot_gib: float) -> str:
+    """'M GiB of U usable (F% of C GiB), fits' or '..., OUT OF MEMORY by O GiB': one wording
+    for every command that reports a plan's memory against the usable budget."""
+    verdict = "fits" if overshoot_gib <= 0 else f"OUT OF MEMORY by {overshoot_gib:.2f} GiB"
+    return (f"{memory_gib:.2f} GiB of {usable_fraction * capacity_gib:.1f} usable "
+            f"({usable_fraction:.0%} of {capacity_gib:.1f} GiB), {verdict}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mosaic.perf.headroom import memory_fit_text
 from mosaic.report.html.breakdown import (
     GIB,
     layout_label,
@@ -38,8 +39,6 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
     """One job: metrics, step-time and memory breakdowns (`mosaic perf --json`)."""
     plan = document["plan"]
     name = layout_label(plan)
-    verdict = ("fits" if document["feasible"]
-               else f"OUT OF MEMORY by {document['overshoot_gib']:.2f} GiB")
     hardware = document["hardware"]
     summary = [
         ("hardware", f"{hardware['devices']} × {hardware['system']}"),
@@ -51,8 +50,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
         ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
         ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
         ("MFU peak", document["mfu_peak"]),
-        ("memory per GPU", f"{document['memory_gib']:.2f} of "
-                           f"{document['memory_capacity_gib']:.1f} GiB, {verdict}"),
+        ("memory per GPU", memory_fit_text(
+            document["memory_gib"], document["memory_capacity_gib"],
+            document.get("usable_memory_fraction", 1.0), document["overshoot_gib"])),
         ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
         ("attention kernel", document["attention_kernel"]),
         *(tuple(row) for row in document.get("coverage_summary", [])),

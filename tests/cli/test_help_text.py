@@ -1,0 +1,61 @@
+"""Help a new user reads: the root help names a starting point, on/off flags show no value
+placeholder, each --exclude says what it leaves runs out of, and calibrate's constants table
+has one row per key of a dict-valued constant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.cli.validate_cmd import constant_rows
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def _help(*args: str) -> str:
+    result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_root_help_gives_the_usual_flow():
+    text = " ".join(_help().split())
+    assert "Usual flow: `mosaic plan" in text
+    for word in ("`perf`", "`layouts`", "`explain`", "`export`", "docs/schema.md"):
+        assert word in text
+
+
+def test_flags_take_no_value_placeholder():
+    for command in ((), ("perf",), ("layouts",), ("explain",), ("plan",), ("validate",)):
+        text = _help(*command)
+        assert "<bool>" not in text, command
+        assert "--help" in text
+    perf = _help("perf")
+    json_line = next(line for line in perf.splitlines() if "--json" in line)
+    assert "machine-readable output" in json_line and "<" not in json_line
+    assert "<path>" in perf  # options that take a value keep their placeholder
+
+
+def test_exclude_help_says_what_is_left_out():
+    validate = next(line for line in _help("validate").splitlines() if "--exclude" in line)
+    calibrate = next(line for line in _help("calibrate").splitlines() if "--exclude" in line)
+    assert validate.rstrip(" │").endswith("to leave out (report)")
+    assert "(fit and report)" in calibrate
+
+
+def test_dict_constants_are_one_row_per_key():
+    assert constant_rows("chi_pp", 8.75114e-13) == [("chi_pp", "8.75114e-13")]
+    assert constant_rows("stack_overhead", {"torchtitan": 1.3457351989, "default": 1.0}) == [
+        ("stack_overhead[torchtitan]", "1.34574"), ("stack_overhead[default]", "1")]
+
+
+def test_calibrate_table_keeps_the_key_in_brackets(tmp_path):
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"), "--cv",
+                                 "none", "--out", str(tmp_path / "c.yaml")], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "stack_overhead[default]" in result.stdout
+    widest = max(len(line) for line in result.stdout.splitlines())
+    assert widest < 100, widest

@@ -1,0 +1,53 @@
+"""perf, explain, the perf HTML page and compare state memory the same way: the prediction
+against the usable budget (90% of a B200's 178.4 GiB = 160.5 GiB, perf/headroom.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.perf.headroom import memory_fit_text
+
+JOB = Path(__file__).resolve().parents[2] / "examples" / "appendix_e.yaml"
+runner = CliRunner()
+
+
+def test_memory_fit_text_by_hand():
+    assert memory_fit_text(66.54, 178.4, 0.9, 0.0) == (
+        "66.54 GiB of 160.6 usable (90% of 178.4 GiB), fits")
+    assert memory_fit_text(90.0, 80.0, 1.0, 10.0) == (
+        "90.00 GiB of 80.0 usable (100% of 80.0 GiB), OUT OF MEMORY by 10.00 GiB")
+
+
+@pytest.fixture(scope="module")
+def oom_job(tmp_path_factory) -> Path:
+    """Appendix E on pp=2: 24 layers per rank, over the usable memory of a B200."""
+    document = yaml.safe_load(JOB.read_text())
+    document["parallelism"]["pp"] = 2
+    path = tmp_path_factory.mktemp("jobs") / "oom.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_perf_explain_and_html_say_the_same(oom_job, tmp_path):
+    perf = runner.invoke(app, ["perf", str(oom_job), "--json"])
+    assert perf.exit_code == 0, perf.output
+    document = json.loads(perf.stdout)
+    assert document["overshoot_gib"] > 0
+    # B200: 178.4 GiB, 90% usable = 160.5 GiB
+    expected = (f"{document['memory_gib']:.2f} GiB of 160.5 usable (90% of 178.4 GiB), "
+                f"OUT OF MEMORY by {document['overshoot_gib']:.2f} GiB")
+    human = runner.invoke(app, ["perf", str(oom_job)], terminal_width=250)
+    explain = runner.invoke(app, ["explain", str(oom_job)], terminal_width=250)
+    html_path = tmp_path / "perf.html"
+    page = runner.invoke(app, ["perf", str(oom_job), "--html", str(html_path)])
+    for result in (human, explain, page):
+        assert result.exit_code == 0, result.output
+    assert expected in human.stdout
+    assert expected in explain.stdout
+    assert expected in html_path.read_text()

@@ -1,0 +1,104 @@
+"""Errors a new user meets in a job file: each is one line, exit 2, and says what is allowed
+(the matching systems for a device's name, the fields of a block, the way to uneven stages,
+how the GPU count is derived); `zero3` means fsdp in a job as in `layouts --sharding`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+
+runner = CliRunner()
+MODEL = {"layers": 4, "d_model": 512, "heads": 8, "kv_heads": 8, "ffn": 2048, "vocab": 32000}
+
+
+def _job(tmp_path: Path, **blocks: Any) -> str:
+    document = {"model": MODEL, "batch": {"global_seqs": 64, "seq_len": 1024},
+                "hardware": {"system": "DGX-H100", "nodes": 1}, **blocks}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def _error(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_a_device_name_as_system_lists_the_systems_holding_it(tmp_path):
+    message = _error("perf", _job(tmp_path, hardware={"system": "H100", "nodes": 1}))
+    assert "unknown system 'H100'" in message
+    # the catalog's systems with an H100-SXM-80GB (src/mosaic/hardware/data/systems.yaml)
+    assert "systems holding it: HGX-H100-800G, DGX-H100, p5.48xlarge" in message
+
+
+def test_a_misspelt_system_or_device_gets_a_did_you_mean(tmp_path):
+    message = _error("perf", _job(tmp_path, hardware={"system": "DGX-H10", "nodes": 1}))
+    assert "did you mean 'DGX-H100'" in message
+    assert "did you mean 'B200'" in _error("plan", "--gpu", "B20")
+    assert "p5.48xlarge is a system holding H100-SXM-80GB" in _error(
+        "plan", "--gpu", "p5.48xlarge")
+
+
+def test_an_unknown_field_lists_the_fields_of_its_block(tmp_path):
+    message = _error("perf", _job(tmp_path, hardware={"system": "DGX-H100", "nodes": 1,
+                                                      "gpus": 8}))
+    assert "hardware: gpus: unknown field (got 8); allowed: system, nodes, " \
+           "usable_memory_fraction" in message
+
+
+def test_layers_not_divisible_by_stages_points_to_uneven_stages(tmp_path):
+    model = {**MODEL, "layers": 7}
+    job = _job(tmp_path, model=model, parallelism={"pp": 4, "dp": 2})
+    message = _error("perf", job)
+    assert "pp·vpp=4·1 must divide layers=7 (or set performance.uneven_stages: true)" in message
+    # with the option the same layout runs: stages of 2, 2, 2 and 1 blocks
+    job = _job(tmp_path, model=model, parallelism={"pp": 4, "dp": 2},
+               performance={"uneven_stages": True})
+    result = runner.invoke(app, ["perf", job, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plan"]["pp"] == 4
+
+
+def test_nodes_against_the_layout_says_how_the_count_is_derived(tmp_path):
+    message = _error("perf", _job(tmp_path, parallelism={"tp": 2, "dp": 3}))
+    assert message == ("error: hardware.nodes=1 gives 8 GPUs (1 x 8 per node) but the layout "
+                       "uses tp·pp·cp·dp = 2·1·1·3 = 6; make them equal (an unstated "
+                       "parallelism.dp fills the nodes)")
+
+
+def test_zero3_is_fsdp_in_a_job_as_in_layouts(tmp_path):
+    def perf(sharding: str) -> dict:
+        result = runner.invoke(app, ["perf", _job(tmp_path, parallelism={"sharding": sharding}),
+                                     "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    zero3, fsdp = perf("zero3"), perf("fsdp")
+    assert zero3["plan"]["sharding"] == "fsdp"
+    assert zero3["step_time_s"] == fsdp["step_time_s"]
+    assert zero3["memory_gib"] == fsdp["memory_gib"]
+    assert "sharding" in _error("perf", _job(tmp_path, parallelism={"sharding": "zero9"}))
+
+
+@pytest.mark.parametrize("name", ["zero3", "fsdp2", "ddp"])
+def test_layouts_and_jobs_take_the_same_sharding_names(name, tmp_path):
+    from mosaic.config.blocks import ParallelismBlock
+    from mosaic.perf.plan import Sharding
+
+    assert ParallelismBlock(sharding=name).sharding == Sharding.parse(name).name.lower()
+
+
+def test_hardware_show_suggests_the_closest_names():
+    message = _error("hardware", "show", "p5.48xlarg")
+    assert "did you mean 'p5.48xlarge'" in message
+    assert "'B200'" in _error("hardware", "show", "b20")
