@@ -39,6 +39,8 @@ MIN_TABLE_KEYS = 1024
 # after construction), under this attribute outside the dataclass fields.
 _CACHE_ATTRIBUTE = "_distinct_rows_cache"
 _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
+_PARENT = "parent"  # entry of that cache: (plans, index) this set was taken from (take_plans)
+_RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, function)
 
 
 _STATE = {"enabled": True}
@@ -122,9 +124,42 @@ def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     direct-address table's size, the codes so far are renumbered densely first."""
     cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     if names not in cache:
-        cache[names] = _distinct_rows(plans, names)
+        cache[names] = _inherited_rows(plans, cache, names) or _distinct_rows(plans, names)
     found: tuple[np.ndarray, np.ndarray] = cache[names]
     return found
+
+
+def take_plans(plans: ParallelPlans, index: np.ndarray) -> ParallelPlans:
+    """``plans.take(index)`` that inherits what :func:`distinct_rows` already knows about
+    ``plans``: the distinct rows of a key the parent has are renumbered from the parent's
+    (one pass over the subset instead of one per field). The answers are the ones the
+    subset computes on its own: keys keep their order (by field values, left to right) and
+    each key's representative is its last plan in the subset."""
+    subset = plans.take(index)
+    subset.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (plans, np.asarray(index))}
+    return subset
+
+
+def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
+                    ) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`distinct_rows` (or, for a field name, :func:`_field_codes`) of a subset from
+    its parent's answer; None when the parent has none (or the subset has < 2 plans)."""
+    link = cache.get(_PARENT)
+    n = len(plans)
+    if link is None or n < 2:
+        return None
+    parent, index = link
+    known = parent.__dict__.get(_CACHE_ATTRIBUTE, {}).get(names)
+    if known is None:
+        return None
+    table_limit = max(MIN_TABLE_KEYS, 4 * n)
+    if isinstance(names, str):  # field codes: need not be dense, only in [0, count)
+        return known[0][index], known[1]
+    parent_inverse = known[1][index]
+    inverse = _renumber(parent_inverse, int(known[0].size), table_limit)
+    representatives = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
+    representatives[inverse] = np.arange(n)
+    return representatives, inverse
 
 
 def _renumber(code: np.ndarray, codes_size: int, table_limit: int) -> np.ndarray:
@@ -162,6 +197,10 @@ def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
     remembered on the plans like :func:`distinct_rows`."""
     cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     if name not in cache:
+        inherited = _inherited_rows(plans, cache, name)
+        if inherited is not None:
+            cache[name] = inherited
+            return inherited
         column = np.asarray(getattr(plans, name)).astype(np.int64, copy=False)
         low = int(column.min())
         codes = _renumber(column - low, int(column.max()) - low + 1,
@@ -184,6 +223,18 @@ def _restricted(plans: ParallelPlans, names: frozenset[str], rows: np.ndarray,
     restricted.__dict__[_CACHE_ATTRIBUTE] = {
         name: (known[name][0][rows], known[name][1]) for name in names if name in known}
     return restricted
+
+
+def _restricted_once(plans: ParallelPlans, key: tuple[str, ...], rows: np.ndarray,
+                     function: str) -> ParallelPlans:
+    """:func:`_restricted` remembered on ``plans`` per (key, function): a function called
+    again on the same plans (e.g. for another stage) gets the same restricted plans, with
+    what its own plan_key calls learnt about them."""
+    known = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(_RESTRICTED, {})
+    if (key, function) not in known:
+        known[key, function] = _restricted(plans, frozenset(key), rows, function)
+    found: ParallelPlans = known[key, function]
+    return found
 
 
 def gather(value: Any, index: np.ndarray) -> Any:
@@ -302,7 +353,7 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
             given: dict[str, Any] = {}
             for name, value in named:
                 if name == "plans":
-                    value = _restricted(plans, declared, representatives, label)
+                    value = _restricted_once(plans, key, representatives, label)
                 elif name in carried:
                     _check_carried(label, name, value, plans, declared, representatives,
                                    inverse)

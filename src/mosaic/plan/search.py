@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from mosaic.config.layout import batch_document, parallelism_document
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
+from mosaic.perf.factorise import take_plans
 from mosaic.perf.layouts import (
     LayoutLimits,
     best_feasible,
@@ -42,6 +44,7 @@ from mosaic.perf.layouts import (
 )
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
@@ -53,7 +56,10 @@ PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard
              "checkpointing")
 GEOMETRY_KEYS = ("q", "layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn")
 
-BLOCK_ROWS = 8  # geometries per task handed to a worker process
+BLOCK_ROWS = 8  # geometries per task handed to a worker process (at least; see _blocks)
+# Enumerations a process keeps (mosaic.plan.search._shared_plans): a block's geometries
+# that differ only in top_k share one.
+ENUMERATIONS_KEPT = 8
 
 ProgressFn = Callable[[int, int], None]
 
@@ -121,8 +127,7 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     ranking and its ties (tokens/s, then memory, then enumeration order) are unchanged.
     """
     try:
-        plans = enumerate_plans(workload, machine.n_devices,
-                                machine.interconnect.scale_up_domain_gpus, limits)
+        plans = _shared_plans(workload, machine, limits)
     except MosaicInputError as exc:  # an axis with no candidate at all
         return LayoutOutcome(None, None, str(exc), 0, 0)
     if len(plans) == 0:
@@ -137,7 +142,7 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
                   f"per GPU ({plans.row(closest)['checkpointing']} checkpointing)")
         return LayoutOutcome(None, None, reason, len(plans), 0)
     keep = np.flatnonzero(fits)
-    fitting = plans.take(keep)
+    fitting = take_plans(plans, keep)  # inherits the distinct rows memory found
     prediction = predict_in_chunks(workload, fitting, machine, calibration,
                                    memory_breakdown={name: value[keep]
                                                      for name, value in breakdown.items()})
@@ -145,6 +150,41 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     assert best is not None  # these plans passed the memory check predict_step repeats
     return LayoutOutcome(fitting.row(best), take_prediction(prediction, best), "",
                          len(plans), len(fitting))
+
+
+_ENUMERATIONS: OrderedDict[tuple[Any, ...], ParallelPlans] = OrderedDict()
+
+
+def _enumeration_key(workload: Workload, machine: Machine, limits: LayoutLimits
+                     ) -> tuple[Any, ...]:
+    """What :func:`enumerate_plans` reads: the job, its device count and NVLink domain and
+    the limits, with top_k set to 1 (no divisibility rule and no candidate axis reads the
+    active expert count, so geometries that differ only in top_k enumerate the same plans;
+    tests/plan/test_search_speed.py checks it on every Table 3 geometry)."""
+    moe = workload.geometry.moe
+    if moe is not None and moe.top_k != 1:
+        workload = replace(workload, geometry=replace(workload.geometry,
+                                                      moe=replace(moe, top_k=1)))
+    return (workload, machine.n_devices, machine.interconnect.scale_up_domain_gpus, limits)
+
+
+def _shared_plans(workload: Workload, machine: Machine, limits: LayoutLimits
+                  ) -> ParallelPlans:
+    """:func:`enumerate_plans`, shared by the geometries with the same
+    :func:`_enumeration_key` in this process (the last ``ENUMERATIONS_KEPT``): the plans
+    object also carries what the per-key evaluation learnt about its rows
+    (:mod:`mosaic.perf.factorise`), so the next geometry reuses that too."""
+    key = _enumeration_key(workload, machine, limits)
+    plans = _ENUMERATIONS.get(key)
+    if plans is None:
+        plans = enumerate_plans(workload, machine.n_devices,
+                                machine.interconnect.scale_up_domain_gpus, limits)
+        _ENUMERATIONS[key] = plans
+        while len(_ENUMERATIONS) > ENUMERATIONS_KEPT:
+            _ENUMERATIONS.popitem(last=False)
+    else:
+        _ENUMERATIONS.move_to_end(key)
+    return plans
 
 
 def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> str:
@@ -219,8 +259,27 @@ def default_workers() -> int:
         os.cpu_count() or 1)
 
 
-def _blocks(n: int, size: int) -> list[range]:
-    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+def _blocks(grid: LadderGrid, size: int) -> list[range]:
+    """Consecutive row ranges of at least ``size`` rows (the last may be shorter) that end
+    where the model body (layers, width, experts) changes, so the rows that share an
+    enumeration (:func:`_shared_plans`) run in one task; a run longer than
+    4·``size`` rows is cut every ``size`` rows."""
+    n = len(grid)
+    body = np.stack([np.asarray(grid.layers), np.asarray(grid.d_model),
+                     np.asarray(grid.experts)], axis=1) if n else np.zeros((0, 3))
+    changes = [0, *(np.flatnonzero((body[1:] != body[:-1]).any(axis=1)) + 1).tolist(), n]
+    blocks: list[range] = []
+    start = 0
+    for stop in changes[1:]:
+        if stop - start >= size:
+            if stop - start > 4 * size:
+                blocks.extend(range(s, min(s + size, stop)) for s in range(start, stop, size))
+            else:
+                blocks.append(range(start, stop))
+            start = stop
+    if start < n:
+        blocks.append(range(start, n))
+    return blocks
 
 
 def _run_serial(state: tuple[Any, ...], blocks: list[range],
@@ -270,7 +329,7 @@ def profile_geometries(
     if workers < 1:
         raise MosaicInputError(f"workers must be >= 1, got {workers}")
     state = (envelope, grid, calibration, limits or TABLE3_LAYOUT_LIMITS)
-    blocks = _blocks(len(grid), BLOCK_ROWS)
+    blocks = _blocks(grid, BLOCK_ROWS)
     backend = current_backend()
     if backend is not None:  # Ray tasks (mosaic.plan.ray_backend), same blocks, same order
         parts = backend.run_blocks(_profile_rows, state, blocks, progress, len(grid))
