@@ -137,7 +137,7 @@ def take_plans(plans: ParallelPlans, index: np.ndarray) -> ParallelPlans:
     subset computes on its own: keys keep their order (by field values, left to right) and
     each key's representative is its last plan in the subset."""
     subset = plans.take(index)
-    subset.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (plans, np.asarray(index), None)}
+    subset.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (lambda: plans, np.asarray(index), None)}
     return subset
 
 
@@ -151,7 +151,10 @@ def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
     n = len(plans)
     if link is None or n < 2:
         return None
-    parent, index, allowed = link
+    parent_ref, index, allowed = link
+    parent = parent_ref()
+    if parent is None:
+        return None
     if allowed is not None and not allowed.issuperset(
             (names,) if isinstance(names, str) else names):
         return None
@@ -231,7 +234,9 @@ def _restricted(plans: ParallelPlans, names: frozenset[str], rows: np.ndarray,
                else UndeclaredField(name, function, size))
         for name in PLAN_FIELDS})
     # What is known for ``plans`` about the declared fields passes on when asked for.
-    restricted.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (plans, rows, names)}
+    # (A weak reference: ``plans`` keeps its restricted sets, and no cycle keeps either
+    # alive once the plans are dropped.)
+    restricted.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (weakref.ref(plans), rows, names)}
     return restricted
 
 
