@@ -81,11 +81,13 @@ def test_the_enumeration_key_keeps_everything_but_top_k():
     dense = Workload(Geometry(layers=8, d_model=1024, heads=16, kv_heads=8, head_dim=64,
                               ffn=4096, vocab=32000), global_batch=256, seq_len=2048)
     assert _enumeration_key(dense, MACHINE, TABLE3_LAYOUT_LIMITS)[0] is dense
-    shared = _shared_plans(dense, MACHINE, TABLE3_LAYOUT_LIMITS)
-    assert shared is _shared_plans(dense, MACHINE, TABLE3_LAYOUT_LIMITS)
+    enumerations = {}
+    shared = _shared_plans(dense, MACHINE, TABLE3_LAYOUT_LIMITS, enumerations)
+    assert shared is _shared_plans(dense, MACHINE, TABLE3_LAYOUT_LIMITS, enumerations)
     assert _same_plans(shared, enumerate_plans(dense, MACHINE.n_devices, 8,
                                                TABLE3_LAYOUT_LIMITS))
-    outcome = best_feasible_layout(dense, MACHINE, default_calibration(), TABLE3_LAYOUT_LIMITS)
+    outcome = best_feasible_layout(dense, MACHINE, default_calibration(), TABLE3_LAYOUT_LIMITS,
+                                   enumerations)
     reference = best_layout(dense, MACHINE, default_calibration(), TABLE3_LAYOUT_LIMITS)
     assert reference is not None and outcome.plan == reference[0]
     assert _fields_identical(outcome.prediction, reference[1])
@@ -109,12 +111,13 @@ def test_search_path_equals_the_plain_layout_search(variant, calibration_name):
     differ in top_k one after the other) chooses the plan best_layout chooses, with the
     same prediction bit for bit."""
     calibration = load_calibration(calibration_name)
+    enumerations = {}  # kept over the geometries, as a search block keeps it
     for experts, split in ((16, 4), (96, 2)):
         for top_k in (1, 2, 6):
             workload = Workload(ladder_geometry(6, experts, top_k, split), global_batch=256,
                                 seq_len=2048, **WORKLOADS[variant])
             outcome = best_feasible_layout(workload, MACHINE, calibration,
-                                           TABLE3_LAYOUT_LIMITS)
+                                           TABLE3_LAYOUT_LIMITS, enumerations)
             reference = best_layout(workload, MACHINE, calibration, TABLE3_LAYOUT_LIMITS)
             if reference is None:
                 assert outcome.plan is None
@@ -122,6 +125,7 @@ def test_search_path_equals_the_plain_layout_search(variant, calibration_name):
             plan, prediction = reference
             assert outcome.plan == plan
             assert _fields_identical(outcome.prediction, prediction)
+    assert len(enumerations) == 2  # one per (E, G): the top_k variants shared it
 
 
 def test_profiling_twice_and_per_row_agree():

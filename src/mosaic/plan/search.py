@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
@@ -57,9 +56,6 @@ PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard
 GEOMETRY_KEYS = ("q", "layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn")
 
 BLOCK_ROWS = 8  # geometries per task handed to a worker process (at least; see _blocks)
-# Enumerations a process keeps (mosaic.plan.search._shared_plans): a block's geometries
-# that differ only in top_k share one.
-ENUMERATIONS_KEPT = 8
 
 ProgressFn = Callable[[int, int], None]
 
@@ -119,15 +115,19 @@ class LayoutOutcome:
 
 
 def best_feasible_layout(workload: Workload, machine: Machine, calibration: Calibration,
-                         limits: LayoutLimits) -> LayoutOutcome:
+                         limits: LayoutLimits,
+                         enumerations: dict[tuple[Any, ...], ParallelPlans] | None = None
+                         ) -> LayoutOutcome:
     """Max-tokens/s plan that fits memory: the same plan as ``layouts.best_layout``.
 
     Memory does not depend on time, so plans are first checked against the memory cap
     (the same formula :func:`predict_step` uses) and only those that fit are timed; the
     ranking and its ties (tokens/s, then memory, then enumeration order) are unchanged.
+    ``enumerations``: a dict the caller keeps over several geometries, so those that differ
+    only in top_k share one enumeration (:func:`_shared_plans`); the result is the same.
     """
     try:
-        plans = _shared_plans(workload, machine, limits)
+        plans = _shared_plans(workload, machine, limits, enumerations)
     except MosaicInputError as exc:  # an axis with no candidate at all
         return LayoutOutcome(None, None, str(exc), 0, 0)
     if len(plans) == 0:
@@ -152,15 +152,12 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
                          len(plans), len(fitting))
 
 
-_ENUMERATIONS: OrderedDict[tuple[Any, ...], ParallelPlans] = OrderedDict()
-
-
 def _enumeration_key(workload: Workload, machine: Machine, limits: LayoutLimits
                      ) -> tuple[Any, ...]:
     """What :func:`enumerate_plans` reads: the job, its device count and NVLink domain and
     the limits, with top_k set to 1 (no divisibility rule and no candidate axis reads the
     active expert count, so geometries that differ only in top_k enumerate the same plans;
-    tests/plan/test_search_speed.py checks it on every Table 3 geometry)."""
+    tests/plan/test_search_speed.py checks it)."""
     moe = workload.geometry.moe
     if moe is not None and moe.top_k != 1:
         workload = replace(workload, geometry=replace(workload.geometry,
@@ -168,23 +165,21 @@ def _enumeration_key(workload: Workload, machine: Machine, limits: LayoutLimits
     return (workload, machine.n_devices, machine.interconnect.scale_up_domain_gpus, limits)
 
 
-def _shared_plans(workload: Workload, machine: Machine, limits: LayoutLimits
+def _shared_plans(workload: Workload, machine: Machine, limits: LayoutLimits,
+                  enumerations: dict[tuple[Any, ...], ParallelPlans] | None
                   ) -> ParallelPlans:
-    """:func:`enumerate_plans`, shared by the geometries with the same
-    :func:`_enumeration_key` in this process (the last ``ENUMERATIONS_KEPT``): the plans
-    object also carries what the per-key evaluation learnt about its rows
-    (:mod:`mosaic.perf.factorise`), so the next geometry reuses that too."""
+    """:func:`enumerate_plans`, shared through ``enumerations`` (when given) by the
+    geometries with the same :func:`_enumeration_key`: the plans object also carries what
+    the per-key evaluation learnt about its rows (:mod:`mosaic.perf.factorise`), so the
+    next geometry reuses that too."""
+    if enumerations is None:
+        return enumerate_plans(workload, machine.n_devices,
+                               machine.interconnect.scale_up_domain_gpus, limits)
     key = _enumeration_key(workload, machine, limits)
-    plans = _ENUMERATIONS.get(key)
-    if plans is None:
-        plans = enumerate_plans(workload, machine.n_devices,
-                                machine.interconnect.scale_up_domain_gpus, limits)
-        _ENUMERATIONS[key] = plans
-        while len(_ENUMERATIONS) > ENUMERATIONS_KEPT:
-            _ENUMERATIONS.popitem(last=False)
-    else:
-        _ENUMERATIONS.move_to_end(key)
-    return plans
+    if key not in enumerations:
+        enumerations[key] = enumerate_plans(workload, machine.n_devices,
+                                            machine.interconnect.scale_up_domain_gpus, limits)
+    return enumerations[key]
 
 
 def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> str:
@@ -226,9 +221,10 @@ def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration
     plans: list[dict[str, Any] | None] = [None] * n
     reasons = [""] * n
     evaluated = timed = 0
+    enumerations: dict[tuple[Any, ...], ParallelPlans] = {}  # shared within the block
     for i, row in enumerate(rows):
         outcome = best_feasible_layout(candidate_workload(envelope, grid, row), machine,
-                                       calibration, limits)
+                                       calibration, limits, enumerations)
         evaluated += outcome.plans_evaluated
         timed += outcome.plans_timed
         if outcome.plan is None or outcome.prediction is None:
