@@ -12,6 +12,8 @@ For every ladder geometry Z of the grid:
 The optimum is the exact argmin of the loss over the trainable geometries; ties go to the
 earlier grid row. Step 1 depends only on the cluster and batch, not on the window or the
 law, so :func:`profile_geometries` is separate and reusable (e.g. for a sweep over days).
+Geometries that differ only in top_k enumerate the same layouts; a block of rows shares
+that enumeration and what the per-key evaluation learnt on it (:func:`_shared_plans`).
 """
 
 from __future__ import annotations
