@@ -299,8 +299,13 @@ def _run_forked(state: tuple[Any, ...], blocks: list[range], workers: int,
     with ProcessPoolExecutor(max_workers=min(workers, len(blocks)),
                              mp_context=mp.get_context("fork"),
                              initializer=_init_worker, initargs=state) as pool:
-        futures = {pool.submit(_profile_rows_in_worker, b.start, b.stop): i
-                   for i, b in enumerate(blocks)}
+        # Deepest models first (their blocks take longest; cost ~ layers summed over the
+        # rows), so no worker is left alone with a long block at the end.
+        layers = np.asarray(state[1].layers)
+        order = sorted(range(len(blocks)),
+                       key=lambda i: -int(layers[blocks[i].start:blocks[i].stop].sum()))
+        futures = {pool.submit(_profile_rows_in_worker, blocks[i].start, blocks[i].stop): i
+                   for i in order}
         for future in as_completed(futures):
             i = futures[future]
             parts[i] = future.result()
