@@ -60,19 +60,23 @@ def test_folds_shared_by_leading_fields_change_nothing(plans):
         _assert_same_rows(distinct_rows(warm, names), distinct_rows(_fresh(plans), names))
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_subset_inherits_the_distinct_rows_of_its_parent(plans, seed):
+def test_a_subset_inherits_the_distinct_rows_of_its_parent(plans, seed, shared):
     parent = _fresh(plans)
     for names in KEYS[::2]:  # the parent knows some keys, not all
         distinct_rows(parent, names)
     rng = np.random.default_rng(seed)
     index = np.sort(rng.choice(len(plans), size=len(plans) // 3, replace=False))
-    subset = take_plans(parent, index)
+    subset = take_plans(parent, index, shared=shared)
     for f in fields(ParallelPlans):
         np.testing.assert_array_equal(getattr(subset, f.name), getattr(plans, f.name)[index])
     for names in KEYS:
         _assert_same_rows(distinct_rows(subset, names),
                           distinct_rows(plans.take(index), names))
+    # a shared parent found the keys it lacked (for the next subset); else it did not
+    assert all((names in parent.__dict__["_distinct_rows_cache"]) == (shared or i % 2 == 0)
+               for i, names in enumerate(KEYS))
     tiny = take_plans(parent, index[:1])
     _assert_same_rows(distinct_rows(tiny, KEYS[0]), distinct_rows(plans.take(index[:1]),
                                                                    KEYS[0]))

@@ -130,14 +130,18 @@ def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     return found
 
 
-def take_plans(plans: ParallelPlans, index: np.ndarray) -> ParallelPlans:
+def take_plans(plans: ParallelPlans, index: np.ndarray, *, shared: bool = False
+               ) -> ParallelPlans:
     """``plans.take(index)`` that inherits what :func:`distinct_rows` already knows about
     ``plans``: the distinct rows of a key the parent has are renumbered from the parent's
     (one pass over the subset instead of one per field). The answers are the ones the
     subset computes on its own: keys keep their order (by field values, left to right) and
-    each key's representative is its last plan in the subset."""
+    each key's representative is its last plan in the subset. ``shared``: several subsets
+    of ``plans`` will be evaluated, so a key the parent lacks is found on the parent first
+    (once for all of them)."""
     subset = plans.take(index)
-    subset.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (lambda: plans, np.asarray(index), None)}
+    subset.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (lambda: plans, np.asarray(index), None,
+                                                   shared)}
     return subset
 
 
@@ -151,7 +155,7 @@ def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
     n = len(plans)
     if link is None or n < 2:
         return None
-    parent_ref, index, allowed = link
+    parent_ref, index, allowed, shared = link
     parent = parent_ref()
     if parent is None:
         return None
@@ -159,6 +163,8 @@ def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
             (names,) if isinstance(names, str) else names):
         return None
     known = parent.__dict__.get(_CACHE_ATTRIBUTE, {}).get(names)
+    if known is None and shared and not isinstance(names, str):
+        known = distinct_rows(parent, names)
     if known is None:
         return None
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
@@ -236,7 +242,8 @@ def _restricted(plans: ParallelPlans, names: frozenset[str], rows: np.ndarray,
     # What is known for ``plans`` about the declared fields passes on when asked for.
     # (A weak reference: ``plans`` keeps its restricted sets, and no cycle keeps either
     # alive once the plans are dropped.)
-    restricted.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (weakref.ref(plans), rows, names)}
+    restricted.__dict__[_CACHE_ATTRIBUTE] = {_PARENT: (weakref.ref(plans), rows, names,
+                                                       False)}
     return restricted
 
 

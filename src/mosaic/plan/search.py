@@ -144,7 +144,9 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
                   f"per GPU ({plans.row(closest)['checkpointing']} checkpointing)")
         return LayoutOutcome(None, None, reason, len(plans), 0)
     keep = np.flatnonzero(fits)
-    fitting = take_plans(plans, keep)  # inherits the distinct rows memory found
+    # inherits the distinct rows memory found; with a shared enumeration, the timed keys
+    # too (found once on the shared plans for every top_k)
+    fitting = take_plans(plans, keep, shared=enumerations is not None)
     prediction = predict_in_chunks(workload, fitting, machine, calibration,
                                    memory_breakdown={name: value[keep]
                                                      for name, value in breakdown.items()})
