@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.allocator import keep_freed_memory
 from mosaic.arch import LadderGrid
 from mosaic.config.convert import model_document
 from mosaic.config.layout import batch_document, parallelism_document
@@ -333,6 +334,7 @@ def profile_geometries(
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise MosaicInputError(f"workers must be >= 1, got {workers}")
+    keep_freed_memory()  # before the workers fork: they inherit it (mosaic.allocator)
     state = (envelope, grid, calibration, limits or TABLE3_LAYOUT_LIMITS)
     blocks = _blocks(grid, BLOCK_ROWS)
     backend = current_backend()
