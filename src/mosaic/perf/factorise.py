@@ -109,7 +109,7 @@ def _dense_codes(key: np.ndarray, keys_size: int) -> np.ndarray:
     seen = np.zeros(keys_size, dtype=bool)
     seen[key] = True
     distinct = np.flatnonzero(seen)
-    position = np.zeros(keys_size, dtype=np.int64)
+    position = np.empty(keys_size, dtype=np.int64)  # read only where a key was seen
     position[distinct] = np.arange(distinct.size)
     return position[key]
 
@@ -172,9 +172,7 @@ def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
         return known[0][index], known[1]
     parent_inverse = known[1][index]
     inverse = _renumber(parent_inverse, int(known[0].size), table_limit)
-    representatives = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
-    representatives[inverse] = np.arange(n)
-    return representatives, inverse
+    return _representatives(inverse), inverse
 
 
 def _renumber(code: np.ndarray, codes_size: int, table_limit: int) -> np.ndarray:
@@ -202,13 +200,19 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
             if codes_size * values > table_limit:  # renumber: at most one code per plan
                 code = _renumber(code, codes_size, table_limit)
                 codes_size = int(code.max()) + 1
-            code = code * values + column
+            code = code * values  # a new array: the folds kept above are never written
+            code += column
             codes_size *= values
         folds[names[:i + 1]] = code, codes_size
     inverse = _renumber(code, codes_size, table_limit)
-    representatives = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
-    representatives[inverse] = np.arange(n)
-    return representatives, inverse
+    return _representatives(inverse), inverse
+
+
+def _representatives(inverse: np.ndarray) -> np.ndarray:
+    """The last plan of each key (every key in [0, max] has one: the codes are dense)."""
+    representatives = np.empty(int(inverse.max()) + 1, dtype=np.int64)
+    representatives[inverse] = np.arange(inverse.size)
+    return representatives
 
 
 def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
