@@ -239,8 +239,8 @@ def _restricted(plans: ParallelPlans, names: frozenset[str], rows: np.ndarray,
     The field codes and distinct rows of ``names`` already known for ``plans`` pass to them
     (taken at ``rows``, :func:`_inherited_rows`)."""
     size = int(rows.size)
-    restricted = ParallelPlans(**{
-        name: (getattr(plans, name)[rows] if name in names
+    restricted = ParallelPlans(**{  # (an undeclared field of ``plans`` refuses the take)
+        name: (getattr(plans, name).take(rows, mode="clip") if name in names
                else UndeclaredField(name, function, size))
         for name in PLAN_FIELDS})
     # What is known for ``plans`` about the declared fields passes on when asked for.
