@@ -1,7 +1,7 @@
 """What perf.factorise remembers and passes on gives the answers it would compute afresh.
 
-Distinct rows folded from a shared leading run of fields, distinct rows a subset inherits
-from its parent (take_plans) and restricted sets remembered per (key, function) must equal,
+Distinct rows remembered on the plans, distinct rows a subset inherits from its parent
+(take_plans) and restricted sets remembered per (key, function) must equal,
 array for array, what a fresh copy of the same plans computes; and an undeclared field must
 still fail when the parent knows its codes.
 """
@@ -52,9 +52,9 @@ def _assert_same_rows(found, expected):
         np.testing.assert_array_equal(a, b)
 
 
-def test_folds_shared_by_leading_fields_change_nothing(plans):
+def test_remembered_distinct_rows_change_nothing(plans):
     warm = _fresh(plans)
-    for names in KEYS:  # shorter keys first: the longer ones continue from their folds
+    for names in KEYS:  # the field codes found for one key serve the next
         distinct_rows(warm, names)
     for names in reversed(KEYS):
         _assert_same_rows(distinct_rows(warm, names), distinct_rows(_fresh(plans), names))

@@ -41,7 +41,6 @@ _CACHE_ATTRIBUTE = "_distinct_rows_cache"
 _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
 _PARENT = "parent"  # entry of that cache: (plans, index) this set was taken from (take_plans)
 _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, function)
-_FOLDS = "folds"  # entry of that cache: (codes, size) of _distinct_rows per leading fields
 
 
 _STATE = {"enabled": True}
@@ -188,22 +187,18 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
-    # The fold after the first i fields depends on those fields only: keys that share a
-    # leading run of fields (tp, pp, vpp, ... in PLAN_FIELDS order) continue from the
-    # longest one already folded, with the very codes a fold from the start would have.
-    folds = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(_FOLDS, {})
-    start = next((i for i in range(len(names), 0, -1) if names[:i] in folds), 0)
-    code, codes_size = folds[names[:start]] if start else (np.zeros(n, dtype=np.int64), 1)
-    for i in range(start, len(names)):
-        column, values = _field_codes(plans, names[i])
-        if values > 1:
-            if codes_size * values > table_limit:  # renumber: at most one code per plan
-                code = _renumber(code, codes_size, table_limit)
-                codes_size = int(code.max()) + 1
-            code = code * values  # a new array: the folds kept above are never written
-            code += column
-            codes_size *= values
-        folds[names[:i + 1]] = code, codes_size
+    code = np.zeros(n, dtype=np.int64)
+    codes_size = 1
+    for name in names:
+        column, values = _field_codes(plans, name)
+        if values == 1:
+            continue
+        if codes_size * values > table_limit:  # renumber: at most one code per plan
+            code = _renumber(code, codes_size, table_limit)
+            codes_size = int(code.max()) + 1
+        code = code * values
+        code += column
+        codes_size *= values
     inverse = _renumber(code, codes_size, table_limit)
     return _representatives(inverse), inverse
 
