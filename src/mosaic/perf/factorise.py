@@ -35,6 +35,8 @@ PLAN_FIELDS = tuple(f.name for f in fields(ParallelPlans))
 # Codes are numbered through a direct-address table of at most max(this, 4 x plans)
 # entries; a column or code whose range does not fit is numbered by sorting (np.unique).
 MIN_TABLE_KEYS = 1024
+# A field whose values span at most this many integers is coded by value (no renumbering).
+SMALL_RANGE = 64
 # distinct_rows remembers its answers on the plans object (its arrays are never written
 # after construction), under this attribute outside the dataclass fields.
 _CACHE_ATTRIBUTE = "_distinct_rows_cache"
@@ -211,8 +213,11 @@ def _representatives(inverse: np.ndarray) -> np.ndarray:
 
 
 def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
-    """(codes, count): each plan's position among the distinct values of field ``name``,
-    remembered on the plans like :func:`distinct_rows`."""
+    """(codes, count): codes in [0, count) in the order of field ``name``'s values, one per
+    distinct value (the value minus the smallest when the values span at most
+    ``SMALL_RANGE``, else the position among the distinct values), remembered on the plans
+    like :func:`distinct_rows`. Only the order matters: :func:`_distinct_rows` renumbers
+    the folded codes densely."""
     cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     if name not in cache:
         inherited = _inherited_rows(plans, cache, name)
@@ -221,9 +226,12 @@ def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
             return inherited
         column = np.asarray(getattr(plans, name)).astype(np.int64, copy=False)
         low = int(column.min())
-        codes = _renumber(column - low, int(column.max()) - low + 1,
-                          max(MIN_TABLE_KEYS, 4 * column.size))
-        cache[name] = codes, int(codes.max()) + 1
+        span = int(column.max()) - low + 1
+        if span <= SMALL_RANGE:
+            cache[name] = column - low, span
+        else:
+            codes = _renumber(column - low, span, max(MIN_TABLE_KEYS, 4 * column.size))
+            cache[name] = codes, int(codes.max()) + 1
     found: tuple[np.ndarray, int] = cache[name]
     return found
 
