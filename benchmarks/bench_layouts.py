@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/bench_layouts.py [--repeats N]
 Target (issue 11): >= 10^6 layout evaluations per second per core. Measured 2026-12-01 on
-the 2-CPU machine with one other job running: 36.8-37.8 ms CPU, 0.90-0.93 x 10^6/s per core
+the 2-CPU machine while other jobs shared it: 34.6-36.5 ms CPU, 0.93-0.99 x 10^6/s per core
 (the README's speed table has the before/after comparison).
 
 A layout evaluation is one valid plan (one that breaks no divisibility rule) scored by
