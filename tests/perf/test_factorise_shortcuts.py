@@ -111,3 +111,63 @@ def test_prediction_on_an_inherited_subset_is_the_fresh_prediction(plans):
         np.testing.assert_array_equal(getattr(inherited, name), getattr(fresh, name))
     for name, value in fresh.breakdown_s.items():
         np.testing.assert_array_equal(inherited.breakdown_s[name], value)
+
+
+def test_dataclass_results_are_gathered_when_read(plans):
+    """A dataclass of per-key arrays comes back as a LazyRows instance of that dataclass:
+    each field read equals the eager gather, and a field never read is never gathered."""
+    from dataclasses import dataclass, replace
+
+    from mosaic.perf.factorise import LazyRows, gather
+
+    @dataclass(frozen=True)
+    class Pair:
+        product: np.ndarray
+        ratio: np.ndarray
+
+    @plan_key("tp", "cp")
+    def pair(plans: ParallelPlans) -> Pair:
+        return Pair(product=(plans.tp * plans.cp).astype(float), ratio=plans.tp / plans.cp)
+
+    @plan_key("tp", "cp", "pp", carried=("given",))
+    def uses(plans: ParallelPlans, given: Pair) -> np.ndarray:
+        return given.product * plans.pp
+
+    fresh = _fresh(plans)
+    lazy = pair(fresh)
+    assert isinstance(lazy, Pair) and isinstance(lazy, LazyRows)
+    assert "ratio" not in vars(lazy) and "product" not in vars(lazy)
+    np.testing.assert_array_equal(lazy.product, (plans.tp * plans.cp).astype(float))
+    assert "product" in vars(lazy) and "ratio" not in vars(lazy)
+    # passed on to a wider key on the same plans: used without gathering the rest
+    np.testing.assert_array_equal(uses(fresh, lazy), plans.tp * plans.cp * plans.pp)
+    assert "ratio" not in vars(lazy)
+    np.testing.assert_array_equal(lazy.ratio, plans.tp / plans.cp)
+    rows = np.arange(0, len(plans), 7)
+    taken = gather(lazy, rows)
+    np.testing.assert_array_equal(taken.ratio, (plans.tp / plans.cp)[rows])
+    changed = replace(lazy, ratio=np.zeros(len(plans)))
+    np.testing.assert_array_equal(changed.product, lazy.product)
+    assert not changed.ratio.any()
+
+
+def test_a_lazy_result_of_a_wider_key_is_still_checked(plans):
+    """Carried into a function with a narrower key, a LazyRows result is compared like any
+    array: values that differ inside a key are refused."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Box:
+        value: np.ndarray
+
+    @plan_key("tp", "pp")
+    def wide(plans: ParallelPlans) -> Box:
+        return Box(value=(plans.tp * plans.pp).astype(float))
+
+    @plan_key("tp", carried=("box",))
+    def narrow(plans: ParallelPlans, box: Box) -> np.ndarray:
+        return box.value + plans.tp
+
+    fresh = _fresh(plans)
+    with pytest.raises(UndeclaredPlanFieldError, match="'box'"):
+        narrow(fresh, wide(fresh))

@@ -279,10 +279,64 @@ def gather(value: Any, index: np.ndarray) -> Any:
         return tuple(gather(v, index) for v in value)
     if isinstance(value, dict):
         return {key: gather(v, index) for key, v in value.items()}
+    if isinstance(value, LazyRows):  # rows of rows: one take of the per-key values
+        source, rows = value.__dict__[_LAZY][:2]
+        return gather(source, rows.take(index, mode="clip"))
     names = _dataclass_fields(type(value))
     if names:
         return type(value)(**{name: gather(getattr(value, name), index) for name in names})
     return value
+
+
+class LazyRows:
+    """A dataclass of per-plan arrays whose fields are gathered from the per-key values
+    when first read (a plan_key result whose caller may use few of its fields, such as
+    the block times passed on to the stage terms). It is an instance of the dataclass and
+    reads like it; its values are the ones an eager gather gives."""
+
+
+_LAZY = "_lazy_rows"  # instance entry: (per-key dataclass, rows, plans weakref, key)
+_LAZY_TYPES: dict[type, type] = {}
+
+
+def _lazy_type(kind: type) -> type:
+    """The :class:`LazyRows` subclass of dataclass ``kind`` (made once per type)."""
+    if kind not in _LAZY_TYPES:
+        def field(name: str) -> property:
+            def read(self: Any) -> np.ndarray:
+                found = self.__dict__
+                if name not in found:
+                    source, rows = found[_LAZY][:2]
+                    found[name] = getattr(source, name).take(rows, axis=0, mode="clip")
+                value: np.ndarray = found[name]
+                return value
+            return property(read)
+
+        def init(self: Any, **values: Any) -> None:  # eager construction (replace, gather)
+            self.__dict__.update(values)
+
+        namespace: dict[str, Any] = {name: field(name) for name in _dataclass_fields(kind)}
+        namespace.update(__init__=init, __doc__=kind.__doc__)
+        _LAZY_TYPES[kind] = type(f"Lazy{kind.__name__}", (kind, LazyRows), namespace)
+    return _LAZY_TYPES[kind]
+
+
+def _gather_result(value: Any, inverse: np.ndarray, plans: ParallelPlans,
+                   declared: frozenset[str]) -> Any:
+    """:func:`gather` of a plan_key result to every plan, with dataclasses of per-key arrays
+    gathered lazily (:class:`LazyRows`)."""
+    if isinstance(value, tuple):
+        return tuple(_gather_result(v, inverse, plans, declared) for v in value)
+    if isinstance(value, dict):
+        return {key: _gather_result(v, inverse, plans, declared) for key, v in value.items()}
+    names = _dataclass_fields(type(value))
+    if names and not isinstance(value, LazyRows) and all(
+            isinstance(getattr(value, name), np.ndarray) and getattr(value, name).ndim
+            for name in names):
+        lazy = object.__new__(_lazy_type(type(value)))
+        lazy.__dict__[_LAZY] = (value, inverse, weakref.ref(plans), declared)
+        return lazy
+    return gather(value, inverse)
 
 
 def _dataclass_fields(kind: type) -> tuple[str, ...]:
@@ -309,6 +363,20 @@ def _per_plan_arrays(value: Any, n: int) -> list[np.ndarray]:
     return []
 
 
+def _without_narrower(value: Any, plans: ParallelPlans, declared: frozenset[str]) -> Any:
+    """``value`` without the :class:`LazyRows` that a plan_key function with a key inside
+    ``declared`` returned for ``plans`` (equal across plans that share the key by
+    construction, so nothing of them needs reading)."""
+    if isinstance(value, LazyRows):
+        _, _, plans_ref, key = value.__dict__[_LAZY]
+        return None if plans_ref() is plans and key <= declared else value
+    if isinstance(value, tuple | list):
+        return [_without_narrower(v, plans, declared) for v in value]
+    if isinstance(value, dict):
+        return [_without_narrower(v, plans, declared) for v in value.values()]
+    return value
+
+
 def _check_carried(label: str, name: str, value: Any, plans: ParallelPlans,
                    declared: frozenset[str], representatives: np.ndarray,
                    inverse: np.ndarray) -> None:
@@ -319,7 +387,7 @@ def _check_carried(label: str, name: str, value: Any, plans: ParallelPlans,
     n = len(plans)
     keyed = _outputs(plans)
     owner = None
-    for array in _per_plan_arrays(value, n):
+    for array in _per_plan_arrays(_without_narrower(value, plans, declared), n):
         known = keyed.get(id(array))
         if known is not None and known[0]() is array and known[1] <= declared:
             continue
@@ -340,8 +408,8 @@ def _outputs(plans: ParallelPlans) -> dict[int, tuple[weakref.ref[np.ndarray], f
 
 
 def _remember_outputs(result: Any, plans: ParallelPlans, declared: frozenset[str]) -> None:
-    keyed = _outputs(plans)
-    for array in _per_plan_arrays(result, len(plans)):
+    keyed = _outputs(plans)  # (lazy parts carry their plans and key themselves)
+    for array in _per_plan_arrays(_without_narrower(result, plans, declared), len(plans)):
         keyed[id(array)] = (weakref.ref(array), declared)
 
 
@@ -395,7 +463,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
                 given[name] = value
-            result = gather(function(**given), inverse)  # type: ignore[arg-type]
+            result = _gather_result(function(**given), inverse, plans,  # type: ignore[arg-type]
+                                    declared)
             _remember_outputs(result, plans, declared)
             return result  # type: ignore[no-any-return]
 
