@@ -1,8 +1,8 @@
 """Benchmark: the full Table 3 MOSAIC search (paper Sec. 7.3).
 
 Run: .venv/bin/python benchmarks/bench_plan.py [--workers N] [--reference]
-(target: < 10 s on 2 cores; measured 2026-12-01: 10.7 s wall, 20.8 s CPU with 2 workers,
-20.2 s CPU with 1; README speed table)
+(target: < 10 s on 2 cores; measured 2026-12-01 on the quiet machine: 10.0-10.3 s wall,
+19.6-20.1 s CPU with 2 workers, 19.3 s CPU with 1; README speed table)
 
 32 p6-b200 nodes (256 B200), 20 days, q in 8..18, 13 expert counts, K in {1,2,4,6,8},
 G in {1,2,4,8}, S >= 0.7; every layout of the layout search with B_micro in {1,2,4} and
