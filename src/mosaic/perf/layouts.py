@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.allocator import keep_freed_memory
 from mosaic.errors import MosaicInputError
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import plan_violations
@@ -348,6 +349,7 @@ def predict_in_chunks(workload: Workload, plans: ParallelPlans, machine: Machine
     :func:`memory_breakdown_bytes` when the caller already has it)."""
     if chunk_plans < 1:
         raise MosaicInputError(f"chunk_plans must be >= 1, got {chunk_plans}")
+    keep_freed_memory()  # reuse the memory of one evaluation for the next (mosaic.allocator)
     if len(plans) == 0:  # the shape of a prediction, with no rows
         template = predict_step(workload, single_plan(dp=machine.n_devices), machine,
                                 calibration)

@@ -12,25 +12,30 @@ For every ladder geometry Z of the grid:
 The optimum is the exact argmin of the loss over the trainable geometries; ties go to the
 earlier grid row. Step 1 depends only on the cluster and batch, not on the window or the
 law, so :func:`profile_geometries` is separate and reusable (e.g. for a sweep over days).
+Geometries that differ only in top_k enumerate the same layouts; a block of rows shares
+that enumeration and what the per-key evaluation learnt on it (:func:`_shared_plans`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from mosaic.allocator import keep_freed_memory
 from mosaic.arch import LadderGrid
 from mosaic.config.convert import model_document
 from mosaic.config.layout import batch_document, parallelism_document
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
+from mosaic.perf.factorise import take_plans
 from mosaic.perf.layouts import (
     LayoutLimits,
     best_feasible,
@@ -42,6 +47,7 @@ from mosaic.perf.layouts import (
 )
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
@@ -53,7 +59,7 @@ PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard
              "checkpointing")
 GEOMETRY_KEYS = ("q", "layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn")
 
-BLOCK_ROWS = 8  # geometries per task handed to a worker process
+BLOCK_ROWS = 8  # geometries per task handed to a worker process (at least; see _blocks)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -113,16 +119,19 @@ class LayoutOutcome:
 
 
 def best_feasible_layout(workload: Workload, machine: Machine, calibration: Calibration,
-                         limits: LayoutLimits) -> LayoutOutcome:
+                         limits: LayoutLimits,
+                         enumerations: dict[tuple[Any, ...], ParallelPlans] | None = None
+                         ) -> LayoutOutcome:
     """Max-tokens/s plan that fits memory: the same plan as ``layouts.best_layout``.
 
     Memory does not depend on time, so plans are first checked against the memory cap
     (the same formula :func:`predict_step` uses) and only those that fit are timed; the
     ranking and its ties (tokens/s, then memory, then enumeration order) are unchanged.
+    ``enumerations``: a dict the caller keeps over several geometries, so those that differ
+    only in top_k share one enumeration (:func:`_shared_plans`); the result is the same.
     """
     try:
-        plans = enumerate_plans(workload, machine.n_devices,
-                                machine.interconnect.scale_up_domain_gpus, limits)
+        plans = _shared_plans(workload, machine, limits, enumerations)
     except MosaicInputError as exc:  # an axis with no candidate at all
         return LayoutOutcome(None, None, str(exc), 0, 0)
     if len(plans) == 0:
@@ -137,7 +146,9 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
                   f"per GPU ({plans.row(closest)['checkpointing']} checkpointing)")
         return LayoutOutcome(None, None, reason, len(plans), 0)
     keep = np.flatnonzero(fits)
-    fitting = plans.take(keep)
+    # inherits the distinct rows memory found; with a shared enumeration, the timed keys
+    # too (found once on the shared plans for every top_k)
+    fitting = take_plans(plans, keep, shared=enumerations is not None)
     prediction = predict_in_chunks(workload, fitting, machine, calibration,
                                    memory_breakdown={name: value[keep]
                                                      for name, value in breakdown.items()})
@@ -145,6 +156,38 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     assert best is not None  # these plans passed the memory check predict_step repeats
     return LayoutOutcome(fitting.row(best), take_prediction(prediction, best), "",
                          len(plans), len(fitting))
+
+
+def _enumeration_key(workload: Workload, machine: Machine, limits: LayoutLimits
+                     ) -> tuple[Any, ...]:
+    """What :func:`enumerate_plans` reads: the job, its device count and NVLink domain and
+    the limits, with top_k set to 1 (no divisibility rule and no candidate axis reads the
+    active expert count, so geometries that differ only in top_k enumerate the same plans;
+    tests/plan/test_search_speed.py checks it)."""
+    moe = workload.geometry.moe
+    if moe is not None and moe.top_k != 1:
+        # (a workload top_k = 1 would not validate keeps its own key: shared with no one)
+        with contextlib.suppress(MosaicInputError, ValueError):
+            workload = replace(workload, geometry=replace(workload.geometry,
+                                                          moe=replace(moe, top_k=1)))
+    return (workload, machine.n_devices, machine.interconnect.scale_up_domain_gpus, limits)
+
+
+def _shared_plans(workload: Workload, machine: Machine, limits: LayoutLimits,
+                  enumerations: dict[tuple[Any, ...], ParallelPlans] | None
+                  ) -> ParallelPlans:
+    """:func:`enumerate_plans`, shared through ``enumerations`` (when given) by the
+    geometries with the same :func:`_enumeration_key`: the plans object also carries what
+    the per-key evaluation learnt about its rows (:mod:`mosaic.perf.factorise`), so the
+    next geometry reuses that too."""
+    if enumerations is None:
+        return enumerate_plans(workload, machine.n_devices,
+                               machine.interconnect.scale_up_domain_gpus, limits)
+    key = _enumeration_key(workload, machine, limits)
+    if key not in enumerations:
+        enumerations[key] = enumerate_plans(workload, machine.n_devices,
+                                            machine.interconnect.scale_up_domain_gpus, limits)
+    return enumerations[key]
 
 
 def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> str:
@@ -186,9 +229,10 @@ def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration
     plans: list[dict[str, Any] | None] = [None] * n
     reasons = [""] * n
     evaluated = timed = 0
+    enumerations: dict[tuple[Any, ...], ParallelPlans] = {}  # shared within the block
     for i, row in enumerate(rows):
         outcome = best_feasible_layout(candidate_workload(envelope, grid, row), machine,
-                                       calibration, limits)
+                                       calibration, limits, enumerations)
         evaluated += outcome.plans_evaluated
         timed += outcome.plans_timed
         if outcome.plan is None or outcome.prediction is None:
@@ -219,8 +263,27 @@ def default_workers() -> int:
         os.cpu_count() or 1)
 
 
-def _blocks(n: int, size: int) -> list[range]:
-    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+def _blocks(grid: LadderGrid, size: int) -> list[range]:
+    """Consecutive row ranges of at least ``size`` rows (the last may be shorter) that end
+    where the model body (layers, width, experts) changes, so the rows that share an
+    enumeration (:func:`_shared_plans`) run in one task; a run longer than
+    4·``size`` rows is cut every ``size`` rows."""
+    n = len(grid)
+    body = np.stack([np.asarray(grid.layers), np.asarray(grid.d_model),
+                     np.asarray(grid.experts)], axis=1) if n else np.zeros((0, 3))
+    changes = [0, *(np.flatnonzero((body[1:] != body[:-1]).any(axis=1)) + 1).tolist(), n]
+    blocks: list[range] = []
+    start = 0
+    for stop in changes[1:]:
+        if stop - start >= size:
+            if stop - start > 4 * size:
+                blocks.extend(range(s, min(s + size, stop)) for s in range(start, stop, size))
+            else:
+                blocks.append(range(start, stop))
+            start = stop
+    if start < n:
+        blocks.append(range(start, n))
+    return blocks
 
 
 def _run_serial(state: tuple[Any, ...], blocks: list[range],
@@ -242,8 +305,13 @@ def _run_forked(state: tuple[Any, ...], blocks: list[range], workers: int,
     with ProcessPoolExecutor(max_workers=min(workers, len(blocks)),
                              mp_context=mp.get_context("fork"),
                              initializer=_init_worker, initargs=state) as pool:
-        futures = {pool.submit(_profile_rows_in_worker, b.start, b.stop): i
-                   for i, b in enumerate(blocks)}
+        # Deepest models first (their blocks take longest; cost ~ layers summed over the
+        # rows), so no worker is left alone with a long block at the end.
+        layers = np.asarray(state[1].layers)
+        order = sorted(range(len(blocks)),
+                       key=lambda i: -int(layers[blocks[i].start:blocks[i].stop].sum()))
+        futures = {pool.submit(_profile_rows_in_worker, blocks[i].start, blocks[i].stop): i
+                   for i in order}
         for future in as_completed(futures):
             i = futures[future]
             parts[i] = future.result()
@@ -269,8 +337,9 @@ def profile_geometries(
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise MosaicInputError(f"workers must be >= 1, got {workers}")
+    keep_freed_memory()  # before the workers fork: they inherit it (mosaic.allocator)
     state = (envelope, grid, calibration, limits or TABLE3_LAYOUT_LIMITS)
-    blocks = _blocks(len(grid), BLOCK_ROWS)
+    blocks = _blocks(grid, BLOCK_ROWS)
     backend = current_backend()
     if backend is not None:  # Ray tasks (mosaic.plan.ray_backend), same blocks, same order
         parts = backend.run_blocks(_profile_rows, state, blocks, progress, len(grid))
