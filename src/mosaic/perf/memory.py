@@ -837,34 +837,40 @@ def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
     return total
 
 
-def _candidate_stages(workload: Workload) -> tuple[Stage, ...]:
-    """The stages that can be heaviest: the first (embedding, most in-flight micro-batches),
-    the last (LM head, logits) and, when dense blocks sit among the MoE blocks, a middle
-    rank holding more MoE blocks than the first (schedule.middle_stage_can_be_heaviest)."""
-    if middle_stage_can_be_heaviest(workload.geometry):
-        return ("first", "middle", "last")
-    return ("first", "last")
-
-
 def _heaviest(workload: Workload, plans: ParallelPlans
               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """(breakdown of the heaviest candidate stage, its pipeline rank) per plan; the earlier
-    candidate on a tie."""
-    stages = _candidate_stages(workload)
-    candidates = [stage_memory_breakdown_bytes(workload, plans, s) for s in stages]
-    breakdown = {name: candidates[0][name].astype(np.result_type(
-        *(c[name] for c in candidates))) for name in COMPONENTS}
-    rank = stage_rank(plans, stages[0])
-    best = total_memory_bytes(candidates[0])
-    for stage, candidate in zip(stages[1:], candidates[1:], strict=True):
-        total = total_memory_bytes(candidate)
-        # Index assignment rather than np.where, whose per-element branch costs ~10x more
-        # on a mask without a regular pattern (measured on 34k plans).
-        heavier = np.flatnonzero(total > best)
-        for name in COMPONENTS:
-            breakdown[name][heavier] = candidate[name][heavier]
-        rank = np.where(total > best, stage_rank(plans, stage), rank)
-        best = np.maximum(best, total)
+    """(breakdown of the heaviest stage, its pipeline rank) per plan.
+
+    Candidates: the first stage (embedding, most in-flight micro-batches), the last (LM
+    head, logits; it wins only when strictly heavier) and, when dense blocks sit among the
+    MoE blocks (schedule.middle_stage_can_be_heaviest), a middle rank (rank 1), which can
+    hold more MoE blocks than the first.
+    """
+    first = stage_memory_breakdown_bytes(workload, plans, "first")
+    last = stage_memory_breakdown_bytes(workload, plans, "last")
+    breakdown = {name: first[name].astype(np.result_type(first[name], last[name]))
+                 for name in COMPONENTS}
+    best = total_memory_bytes(first)
+    last_total = total_memory_bytes(last)
+    # Index assignment rather than np.where, whose per-element branch costs ~10x more on a
+    # mask without a regular pattern (measured on 34k plans).
+    heavier = np.flatnonzero(last_total > best)
+    for name in COMPONENTS:
+        breakdown[name][heavier] = last[name][heavier]
+    rank = np.where(last_total > best, plans.pp - 1, 0)
+    best = np.maximum(best, last_total)
+    if not middle_stage_can_be_heaviest(workload.geometry):
+        return breakdown, rank
+    # Evaluated on every plan: the per-key results of the other stages make that cheaper
+    # than taking the subset where the middle rank holds more MoE blocks (measured).
+    middle = stage_memory_breakdown_bytes(workload, plans, "middle")
+    middle_total = total_memory_bytes(middle)
+    chosen = np.flatnonzero(middle_total > best)
+    for name in COMPONENTS:
+        breakdown[name] = breakdown[name].astype(np.result_type(breakdown[name],
+                                                                middle[name]))
+        breakdown[name][chosen] = middle[name][chosen]
+    rank[chosen] = stage_rank(plans, "middle")[chosen]
     return breakdown, rank
 
 

@@ -135,8 +135,13 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
     """Per-micro-batch times of the heaviest stage's blocks by component, and its block
     and MoE-block counts (``moe`` is ``dense`` for a dense model)."""
     no_vocab = np.zeros(len(plans))
-    names = (("first", "middle", "last") if middle_stage_can_be_heaviest(workload.geometry)
-             else ("first", "last"))
+    # A middle rank past a dense prefix holds the last rank's blocks without the LM head, so
+    # it can pace the step only where the last rank holds fewer (its short remainder chunk
+    # under uneven stages, or MoE every k-th block).
+    geometry = workload.geometry
+    middle = middle_stage_can_be_heaviest(geometry) and (
+        workload.uneven_pipeline_stages or geometry.moe.moe_every > 1)
+    names = ("first", "middle", "last") if middle else ("first", "last")
     stages = [(*_stage(workload, plans, dense, moe, stage, False), no_vocab)
               for stage in names]
     terms, blocks, moe_blocks, _ = _slowest(stages)
