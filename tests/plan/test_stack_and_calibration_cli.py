@@ -68,3 +68,32 @@ def test_plan_flags_law_inputs_outside_the_fitted_range() -> None:
     (flag,) = [f for f in extrapolation["flags"] if f["quantity"] == "tokens"]
     assert flag["direction"] == "above"
     assert flag["ratio"] == pytest.approx(tokens / high)
+
+
+def test_versus_plans_each_stack_under_its_own_memory_headroom() -> None:
+    """--versus default after the paper profile plans the modern stack at 90% of HBM, as a
+    plain `mosaic plan` does (it kept the paper stack's whole device); a headroom the user
+    gives holds for both sides."""
+    from dataclasses import replace
+
+    from mosaic.cli.plan_cmd import build_inputs, versus_envelope
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.headroom import memory_headroom
+
+    def envelope(fraction):
+        return build_inputs(gpu="B200", system=None, nodes=4, gpus_per_node=None, days=2,
+                            goodput=None, mtbf_gpu_hours=None, checkpoint_s=None,
+                            restart_s=0.0, global_batch=256, seq_len=2048,
+                            memory_fraction=fraction, q="4", experts="8", top_k="1",
+                            split_factor="1", tpp="40:150", s_min=0.5,
+                            stack="paper-nemo")[0]
+
+    default = load_calibration("default")
+    paper = envelope(None)
+    assert paper.usable_memory_fraction == 1.0
+    other = versus_envelope(paper, default)
+    assert (other.stack, other.usable_memory_fraction) == ("megatron-core", 0.9)
+    given = envelope(0.8)
+    assert versus_envelope(given, default).usable_memory_fraction == 0.8
+    assert replace(paper, headroom=memory_headroom(None, "megatron-core")
+                   ).usable_memory_fraction == 0.9

@@ -335,12 +335,21 @@ def _analysis(result: PlanResult, law: ScalingLaw, plot_dir: Path | None
     return documents, written
 
 
+def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
+    """The envelope on ``other``'s stack: a headroom the user gave holds for both;
+    otherwise each stack takes its own (the paper's stack plans against the whole device,
+    modern stacks against 90% of it)."""
+    headroom = envelope.headroom if (envelope.headroom is not None
+                                     and envelope.headroom.origin == "user") else None
+    return replace(envelope, stack=planning_stack(other), headroom=headroom)
+
+
 def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw, versus: str,
             result: PlanResult, calibration: Calibration, workers: int | None,
             as_json: bool) -> dict[str, Any]:
     """The same envelope planned under a second calibration, on that calibration's stack."""
     other_calibration = load_calibration(versus)
-    other_envelope = replace(envelope, stack=planning_stack(other_calibration))
+    other_envelope = versus_envelope(envelope, other_calibration)
     with progress_reporter(as_json) as bar:
         other = search(other_envelope, space, law, other_calibration,
                        progress=bar(f"geometries ({other_calibration.name})"), workers=workers)
