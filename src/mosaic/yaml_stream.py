@@ -25,6 +25,7 @@ items raises :class:`StreamError`; callers re-read the whole file for its messag
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,19 @@ def _plain_sequence(event: Any) -> bool:
             and (event.implicit or event.tag == _SEQ_TAG))
 
 
+@contextmanager
+def _mapping_events(path: Path) -> Iterator[_EventLoader]:
+    """An event loader on ``path``, past the start of its top-level mapping; disposed on
+    exit."""
+    with _open(path) as stream:
+        loader = _EventLoader(stream)
+        try:
+            _document(loader)
+            yield loader
+        finally:
+            loader.dispose()
+
+
 def scan_mapping(path: Path, list_key: str) -> MappingScan | None:
     """Check that ``path`` can be streamed (module docstring); None when it cannot."""
     try:
@@ -154,27 +168,21 @@ def scan_mapping(path: Path, list_key: str) -> MappingScan | None:
         head: dict[str, Any] = {}
         n_items = None
         budget = max(MAX_NODES, path.stat().st_size)
-        with _open(path) as stream:
-            loader = _EventLoader(stream)
-            try:
-                _document(loader)
-                while not loader.check_event(MappingEndEvent):
-                    key = _key(loader, head)
-                    if key == list_key:
-                        if not _plain_sequence(loader.peek_event()):
-                            raise _NotStreamableError
-                        n_items = _skip_node(loader)
-                        head[key] = None  # its place among the keys
-                        continue
-                    if isinstance(loader.peek_event(), AliasEvent):
+        with _mapping_events(path) as loader:
+            while not loader.check_event(MappingEndEvent):
+                key = _key(loader, head)
+                if key == list_key:
+                    if not _plain_sequence(loader.peek_event()):
                         raise _NotStreamableError
-                    value = loader.construct_document(loader.compose_node(None, None))
-                    budget -= check_document_shape(value, str(path), depth=1,
-                                                   max_nodes=budget)
-                    head[key] = value
-                _end(loader)
-            finally:
-                loader.dispose()
+                    n_items = _skip_node(loader)
+                    head[key] = None  # its place among the keys
+                    continue
+                if isinstance(loader.peek_event(), AliasEvent):
+                    raise _NotStreamableError
+                value = loader.construct_document(loader.compose_node(None, None))
+                budget -= check_document_shape(value, str(path), depth=1, max_nodes=budget)
+                head[key] = value
+            _end(loader)
     except (_NotStreamableError, yaml.YAMLError, MosaicInputError, RecursionError, OSError,
             UnicodeDecodeError, ValueError):
         return None
@@ -194,29 +202,24 @@ def iter_list_items(path: Path, list_key: str) -> Iterator[Any]:
     where = str(path)
     try:
         budget = max(MAX_NODES, path.stat().st_size)
-        with _open(path) as stream:
-            loader = _EventLoader(stream)
-            try:
-                _document(loader)
-                while not loader.check_event(MappingEndEvent):
-                    key = _key(loader, {})
-                    if key != list_key:
-                        # composed (not skipped) so that its anchors stay known
-                        loader.compose_node(None, None)
-                        continue
-                    if not _plain_sequence(loader.get_event()):
-                        raise _NotStreamableError
-                    index = 0
-                    while not loader.check_event(SequenceEndEvent):
-                        item = loader.construct_document(loader.compose_node(None, None))
-                        budget -= check_document_shape(item, f"{where}: {list_key}[{index}]",
-                                                       depth=2, max_nodes=budget)
-                        index += 1
-                        yield item
-                    loader.get_event()
-                _end(loader)
-            finally:
-                loader.dispose()
+        with _mapping_events(path) as loader:
+            while not loader.check_event(MappingEndEvent):
+                key = _key(loader, {})
+                if key != list_key:
+                    # composed (not skipped) so that its anchors stay known
+                    loader.compose_node(None, None)
+                    continue
+                if not _plain_sequence(loader.get_event()):
+                    raise _NotStreamableError
+                index = 0
+                while not loader.check_event(SequenceEndEvent):
+                    item = loader.construct_document(loader.compose_node(None, None))
+                    budget -= check_document_shape(item, f"{where}: {list_key}[{index}]",
+                                                   depth=2, max_nodes=budget)
+                    index += 1
+                    yield item
+                loader.get_event()
+            _end(loader)
     except MosaicInputError as exc:
         raise StreamError(str(exc)) from None
     except yaml.YAMLError as exc:
