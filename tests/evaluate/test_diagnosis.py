@@ -213,6 +213,10 @@ def test_memory_status_thresholds():
     assert MemoryStatus(50 * GIB, 100 * GIB, 0.0).status == "fits"
     assert MemoryStatus(95 * GIB, 100 * GIB, 0.0).status == "near capacity"
     assert MemoryStatus(120 * GIB, 100 * GIB, 20 * GIB).status == "out of memory"
+    # against the usable budget, not the device: 85 GiB of 90 usable is near capacity
+    assert MemoryStatus(85 * GIB, 100 * GIB, 0.0, usable_fraction=0.9).status == (
+        "near capacity")
+    assert MemoryStatus(85 * GIB, 100 * GIB, 0.0).status == "fits"
 
 
 def test_out_of_memory_job_is_memory_limited():

@@ -84,6 +84,7 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
                 "status": bound.memory.status,
                 "memory_gib": bound.memory.memory_bytes / GIB,
                 "capacity_gib": bound.memory.capacity_bytes / GIB,
+                "usable_gib": bound.memory.usable_bytes / GIB,
                 "overshoot_gib": bound.memory.overshoot_bytes / GIB,
             },
         },

@@ -34,8 +34,8 @@ from mosaic.perf.terms import step_term
 from mosaic.perf.workload import Workload
 
 GIB = 2**30
-# Memory use above this fraction of device memory is reported as "near capacity": the
-# allocator's fragmentation and transient buffers the model does not itemise live there.
+# Memory use above this fraction of the usable budget (perf.headroom) is reported as "near
+# capacity": transient buffers the model does not itemise live in what is left.
 NEAR_CAPACITY_FRACTION = 0.9
 # A measurement within this relative distance of the prediction needs no attribution.
 AGREEMENT_TOLERANCE = 0.05
@@ -84,15 +84,21 @@ class TermShare:
 
 @dataclass(frozen=True)
 class MemoryStatus:
-    """Per-GPU memory of the heaviest stage against device memory."""
+    """Per-GPU memory of the heaviest stage against the usable share of device memory."""
 
     memory_bytes: float
     capacity_bytes: float
     overshoot_bytes: float
+    usable_fraction: float = 1.0  # perf.headroom: the share a plan may fill
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.capacity_bytes * self.usable_fraction
 
     @property
     def fraction(self) -> float:
-        return self.memory_bytes / self.capacity_bytes
+        """Memory as a share of the usable budget."""
+        return self.memory_bytes / self.usable_bytes
 
     @property
     def status(self) -> str:
@@ -136,7 +142,7 @@ class Bound:
                 self.memory.capacity_bytes) + " per GPU; if it fit it would be " + text)
         if self.memory.status == "near capacity":
             return (text + f"; memory is near capacity ({self.memory.fraction:.0%} of "
-                    f"{self.memory.capacity_bytes / GIB:.1f} GiB)")
+                    f"{self.memory.usable_bytes / GIB:.1f} GiB usable)")
         return text
 
 
@@ -156,7 +162,8 @@ def breakdown_terms(prediction: StepPrediction, index: int = 0) -> list[TermShar
     return sorted(terms, key=lambda term: -term.seconds)
 
 
-def classify_bound(prediction: StepPrediction, capacity_bytes: float, index: int = 0) -> Bound:
+def classify_bound(prediction: StepPrediction, capacity_bytes: float, index: int = 0,
+                   usable_fraction: float = 1.0) -> Bound:
     """Group plan ``index``'s breakdown into classes and parts and name the dominant ones."""
     step = float(prediction.step_time_s[index])
     classes: dict[str, float] = {}
@@ -170,7 +177,7 @@ def classify_bound(prediction: StepPrediction, capacity_bytes: float, index: int
     time_class = next(iter(classes))
     part, part_s = next(iter(parts[time_class].items()))
     memory = MemoryStatus(float(prediction.memory_bytes[index]), capacity_bytes,
-                          float(prediction.overshoot_bytes[index]))
+                          float(prediction.overshoot_bytes[index]), usable_fraction)
     return Bound(
         limiter="memory" if memory.status == "out of memory" else time_class,
         time_class=time_class,
@@ -597,7 +604,8 @@ def diagnose(result: JobPrediction, calibration: Calibration,
     return Diagnosis(
         result=result,
         terms=breakdown_terms(prediction),
-        bound=classify_bound(prediction, result.machine.hbm_bytes),
+        bound=classify_bound(prediction, result.machine.hbm_bytes,
+                             usable_fraction=result.machine.usable_memory_fraction),
         gap=(attribute_gap(prediction, measured_step_time_s)
              if measured_step_time_s is not None else None),
         levers=rank_levers(workload, result.spec.plan, result.machine, calibration),
