@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -63,16 +64,23 @@ def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
         warnings.simplefilter("ignore", RunRecordWarning)
         record_set = apply_record_settings(load_run_records(runs))
     excluded = set(_excluded_ids(exclude))
-    unknown = excluded - {r.id for r in record_set.records}
+    records = tuple(r for r in record_set.records if r.id not in excluded)
+    _require_usable(runs, excluded, {r.id for r in record_set.records}, len(records),
+                    record_set.skipped)
+    return replace(record_set, records=records)
+
+
+def _require_usable(runs: Path, excluded: set[str] | frozenset[str], found: set[str],
+                    n_usable: int, skipped: Sequence[tuple[str, str]]) -> None:
+    """Each --exclude id names a usable run (``found``) and some run is left to predict."""
+    unknown = excluded - found
     if unknown:
         raise MosaicInputError(f"--exclude: no usable run with id {', '.join(sorted(unknown))} "
                                f"in {runs}")
-    records = tuple(r for r in record_set.records if r.id not in excluded)
-    if not records:
-        why = (f"; skipped: {record_set.skipped[0][1]}" if record_set.skipped else "")
-        raise MosaicInputError(f"{runs}: no usable run record ({len(record_set.skipped)} "
+    if not n_usable:
+        why = f"; skipped: {skipped[0][1]}" if skipped else ""
+        raise MosaicInputError(f"{runs}: no usable run record ({len(skipped)} "
                                f"skipped, {len(excluded)} excluded){why}")
-    return replace(record_set, records=records)
 
 
 def _percent(value: float | None) -> str:
@@ -204,16 +212,8 @@ def _predict_streamed(reader: RunRecordReader, exclusions: _Exclusions,
 
 def _check_usable(reader: RunRecordReader, exclusions: _Exclusions, runs: Path,
                   n_usable: int) -> None:
-    """What `_load` checks once the records are read: each --exclude id names a usable run
-    and some run is left to predict (messages as `_load`'s)."""
-    unknown = exclusions.ids - exclusions.found
-    if unknown:
-        raise MosaicInputError(f"--exclude: no usable run with id {', '.join(sorted(unknown))} "
-                               f"in {runs}")
-    if not n_usable:
-        why = f"; skipped: {reader.skipped[0][1]}" if reader.skipped else ""
-        raise MosaicInputError(f"{runs}: no usable run record ({len(reader.skipped)} "
-                               f"skipped, {len(exclusions.ids)} excluded){why}")
+    """:func:`_require_usable` once the streamed records are read."""
+    _require_usable(runs, exclusions.ids, exclusions.found, n_usable, reader.skipped)
 
 
 def _error_cell(r: dict[str, Any]) -> str:
