@@ -866,9 +866,9 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     middle = stage_memory_breakdown_bytes(workload, plans, "middle")
     middle_total = total_memory_bytes(middle)
     chosen = np.flatnonzero(middle_total > best)
-    for name in COMPONENTS:
-        breakdown[name] = breakdown[name].astype(np.result_type(breakdown[name],
-                                                                middle[name]))
+    for name in COMPONENTS:  # breakdown's arrays are this function's own copies
+        breakdown[name] = breakdown[name].astype(
+            np.result_type(breakdown[name], middle[name]), copy=False)
         breakdown[name][chosen] = middle[name][chosen]
     rank[chosen] = stage_rank(plans, "middle")[chosen]
     return breakdown, rank
