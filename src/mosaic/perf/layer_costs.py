@@ -489,12 +489,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
-    # The forward dispatch and the combine's backward carry expert inputs (8-bit with
-    # dispatch_fp8); the forward combine and the dispatch's backward carry bf16 outputs.
-    a2a = dispatch_all_to_all_s(machine, workload, plans)
-    a2a_inputs = (dispatch_all_to_all_s(machine, workload, plans, FP8_DISPATCH_BYTES_PER_ELEMENT)
-                  if workload.dispatch_fp8 else a2a)
-    a2a_pair = a2a + a2a_inputs  # one direction's dispatch + combine
+    a2a_pair = dispatch_combine_pair_s(machine, workload, plans)
     a2a_exposed = (np.maximum(0.0, a2a_pair - shared_fwd)
                    + np.maximum(0.0, a2a_pair - BACKWARD_TO_FORWARD_GEMM * shared_fwd))
     if workload.ep_overlap:
@@ -569,12 +564,20 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
                              machine.interconnect)
 
 
+def dispatch_combine_pair_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                            ) -> np.ndarray:
+    """One direction's dispatch plus combine. Of the four all-to-alls, the forward dispatch
+    and the combine's backward carry expert inputs (8-bit with ``dispatch_fp8``); the
+    forward combine and the dispatch's backward carry bf16 outputs."""
+    outputs = dispatch_all_to_all_s(machine, workload, plans)
+    if not workload.dispatch_fp8:
+        return 2 * outputs
+    return outputs + dispatch_all_to_all_s(machine, workload, plans,
+                                           FP8_DISPATCH_BYTES_PER_ELEMENT)
+
+
 @plan_key(*MOE_BLOCK_KEY)
 def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
                         ) -> np.ndarray:
     """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""
-    bf16 = dispatch_all_to_all_s(machine, workload, plans)
-    if not workload.dispatch_fp8:
-        return 4 * bf16
-    return 2 * (bf16 + dispatch_all_to_all_s(machine, workload, plans,
-                                             FP8_DISPATCH_BYTES_PER_ELEMENT))
+    return 2 * dispatch_combine_pair_s(machine, workload, plans)
