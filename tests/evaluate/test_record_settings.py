@@ -157,3 +157,22 @@ def test_bf16_optimizer_and_kept_gathered_fsdp_apply_to_their_runs():
         assert new["optimizer_states"][0] == pytest.approx(old["optimizer_states"][0] / 2)
     assert amended["automodel-qwen3-30b-a3b-h100-8-bf16"].workload.fsdp_keep_gathered
     assert not original["automodel-qwen3-30b-a3b-h100-8-bf16"].workload.fsdp_keep_gathered
+
+
+def test_async_tp_runs_overlap_their_tp_collectives():
+    """The torchtitan float8 + async-TP row runs with tp_comm_overlap; with it the predicted
+    TP all-gathers shrink and nothing else in the step moves."""
+    from mosaic.perf.calibration import default_calibration
+    from mosaic.perf.machine import machine_for
+    from mosaic.perf.step_time import predict_step
+
+    records = _records(EXTRA_RUNS)
+    target = "torchtitan2024-llama3.1-405b-h100-128-float8-asynctp"
+    original = {r.id: r for r in records.records}[target]
+    amended = {r.id: r for r in apply_record_settings(records).records}[target]
+    assert (original.workload.tp_comm_overlap, amended.workload.tp_comm_overlap) == (False, True)
+    machine = machine_for(original.cluster, original.workload.precision)
+    before, after = (predict_step(r.workload, r.plan, machine, default_calibration()).breakdown_s
+                     for r in (original, amended))
+    assert 0 < after["tp_all_gather"][0] < before["tp_all_gather"][0]
+    assert after["compute_mlp"][0] == before["compute_mlp"][0]

@@ -218,3 +218,56 @@ def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
     assert block.selective_recompute[0] == pytest.approx(by_hand[0], rel=1e-12)
     gate, _ = _per_op_sac_moe_matmul_shares(workload, plan)
     assert gate == (1.0 if q_lora_rank else 0.0)
+
+
+def _exposed_by_hand(communication_s: float, gemm_s: float, chunks: int) -> float:
+    # A pipeline of `chunks` equal stages: max(C, G) + min(C, G)/n, minus the GEMM itself.
+    return max(communication_s, gemm_s) + min(communication_s, gemm_s) / chunks - gemm_s
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "torchtitan"])
+def test_tp_comm_overlap_exposes_what_the_chunked_gemms_do_not_hide_by_hand(stack):
+    """tp_comm_overlap on a tp=8 sequence-parallel dense block: each pass's all-gathers and
+    reduce-scatters (half the block's TP communication each) run in 8 chunks under that
+    pass's TP GEMMs; Megatron-Core (TE userbuffers) hides both passes, torchtitan's async
+    TP the forward only."""
+    from mosaic.perf.layer_costs import BACKWARD_TO_FORWARD_GEMM, dense_block_times
+
+    machine = machine_for(H100, "bf16")
+    workload = Workload(geometry=ladder_geometry(8), global_batch=8, seq_len=8192,
+                        stack=stack)
+    plan = single_plan(tp=8, micro_batch=1, sequence_parallel=True)
+    plain = dense_block_times(machine, workload, plan)
+    overlapped = dense_block_times(machine, replace(workload, tp_comm_overlap=True), plan)
+    communication = plain.tp_all_gather[0] + plain.tp_reduce_scatter[0]
+    gemm = plain.attention_gemm[0] + plain.mlp_gemm[0]
+    gemm_forward = gemm / (1 + BACKWARD_TO_FORWARD_GEMM)
+    forward = _exposed_by_hand(communication / 2, gemm_forward, 8)
+    backward = (_exposed_by_hand(communication / 2, gemm - gemm_forward, 8)
+                if stack == "megatron-core" else communication / 2)
+    assert overlapped.tp_all_gather[0] + overlapped.tp_reduce_scatter[0] == pytest.approx(
+        forward + backward, rel=1e-12)
+    assert overlapped.tp_all_gather[0] == pytest.approx(
+        plain.tp_all_gather[0] * (forward + backward) / communication, rel=1e-12)
+    # At tp=8 an 8B block's forward collectives outlast its forward GEMMs: the overlap hides
+    # all but the excess and one chunk.
+    assert communication / 2 > gemm_forward
+    assert forward == pytest.approx(communication / 2 - gemm_forward * 7 / 8, rel=1e-12)
+    # Everything else in the block is untouched.
+    assert overlapped.forward[0] == plain.forward[0]
+    assert overlapped.mlp_gemm[0] == plain.mlp_gemm[0]
+
+
+def test_tp_comm_overlap_needs_sequence_parallelism():
+    """Without sequence parallelism TP is an all-reduce, which neither implementation
+    overlaps: nothing changes."""
+    from mosaic.perf.layer_costs import dense_block_times
+
+    machine = machine_for(H100, "bf16")
+    workload = Workload(geometry=ladder_geometry(8), global_batch=8, seq_len=8192)
+    plan = single_plan(tp=8, micro_batch=1, sequence_parallel=False)
+    plain = dense_block_times(machine, workload, plan)
+    overlapped = dense_block_times(machine, replace(workload, tp_comm_overlap=True), plan)
+    assert plain.tp_all_reduce[0] > 0
+    assert overlapped.tp_all_reduce[0] == plain.tp_all_reduce[0]
+    assert overlapped.tp_all_gather[0] == plain.tp_all_gather[0] == 0.0

@@ -58,6 +58,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "dispatcher": str(result.spec.workload.dispatcher),
         "ep_overlap": result.spec.workload.ep_overlap,
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
+        "tp_comm_overlap": result.spec.workload.tp_comm_overlap,
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
@@ -87,7 +88,8 @@ def _render(document: dict[str, Any]) -> None:
         [
             ("hardware", f"{document['hardware']['devices']} x {document['hardware']['system']}"),
             ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
-            ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"),
+            ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"
+             + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",
              f"{document['precision']} / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")

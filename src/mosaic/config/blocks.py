@@ -141,6 +141,12 @@ class ParallelismBlock(_Strict):
                     "the wire as MXFP8 (Megatron-Core --moe-dispatch-fwd-dtype / "
                     "--moe-combine-bwd-dtype mxfp8, DeepEP FP8 dispatch); needs precision fp8; "
                     "off by default (bf16), as in Megatron-Core")
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description="sequence-parallel TP all-gathers and reduce-scatters overlapped with the "
+                    "TP GEMMs in chunks (Megatron-Core --tp-comm-overlap, Transformer Engine "
+                    "userbuffers; torchtitan enable_async_tensor_parallel); needs "
+                    "sequence_parallel; off by default, as in both")
 
     @field_validator("sharding", mode="before")
     @classmethod

@@ -273,6 +273,7 @@ def job_from_document(document: dict[str, Any], where: str,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
         dispatch_fp8=parallelism.dispatch_fp8,
+        tp_comm_overlap=parallelism.tp_comm_overlap,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
     devices = search.devices
@@ -350,6 +351,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         "parallelism": parallelism_document(row, str(workload.dispatcher))
         | ({"ep_overlap": True} if workload.ep_overlap else {})
         | ({"dispatch_fp8": True} if workload.dispatch_fp8 else {})
+        | ({"tp_comm_overlap": True} if workload.tp_comm_overlap else {})
         | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {}),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),

@@ -219,7 +219,7 @@ class RunRecord:
             leave-one-source-out cross-validation.
         assumptions: one line per default the loader filled in.
         stated_settings: the workload settings the record itself states (dispatcher,
-            ep_overlap, dispatch_fp8, cross_entropy, grad_reduce_in_fp32,
+            ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
             fsdp_keep_gathered); documented record settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
@@ -374,6 +374,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
                                   geometry.moe is not None, notes),
         ep_overlap=entry.parallelism.ep_overlap,
         dispatch_fp8=entry.parallelism.dispatch_fp8,
+        tp_comm_overlap=entry.parallelism.tp_comm_overlap,
         vocab_in_pipeline_split=entry.parallelism.vocab_in_pipeline_split,
         cross_entropy=entry.cross_entropy,
         grad_reduce_in_fp32=entry.grad_reduce_in_fp32 is not False,
@@ -417,6 +418,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "dispatcher": entry.parallelism.dispatcher is not None,
         "ep_overlap": "ep_overlap" in entry.parallelism.model_fields_set,
         "dispatch_fp8": "dispatch_fp8" in entry.parallelism.model_fields_set,
+        "tp_comm_overlap": "tp_comm_overlap" in entry.parallelism.model_fields_set,
         "cross_entropy": entry.cross_entropy is not None,
         "grad_reduce_in_fp32": entry.grad_reduce_in_fp32 is not None,
         "offloaded_activation_layers": entry.offloaded_activation_layers is not None,

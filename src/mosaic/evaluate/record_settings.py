@@ -36,6 +36,7 @@ class _Settings(_Strict):
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
     ep_overlap: bool | None = None
     dispatch_fp8: bool | None = None
+    tp_comm_overlap: bool | None = None
     recompute_modules: list[str] | None = None
     optimizer_dtype: Literal["fp32", "bf16"] | None = None
     fsdp_keep_gathered: bool | None = None

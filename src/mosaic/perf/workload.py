@@ -120,6 +120,10 @@ class Workload:
             with a block scale (Megatron-Core moe_dispatch_fwd_dtype / moe_combine_bwd_dtype
             'mxfp8'; DeepEP's FP8 dispatch, DeepSeek-V3's recipe); the other two stay bf16.
             Needs FP8 GEMMs: the grouped GEMM consumes the 8-bit payload.
+        tp_comm_overlap: the sequence-parallel all-gathers and reduce-scatters run in
+            chunks under the tensor-parallel GEMMs they feed or drain (Megatron-Core
+            --tp-comm-overlap with Transformer Engine userbuffers; torchtitan's async tensor
+            parallel, enable_async_tensor_parallel). Off by default, as in both.
         optimizer_dtype: fp32 (fp32 master weights and moments, the default) or bf16 (the
             optimizer steps the bf16 parameters in place with bf16 moments; NeMo AutoModel's
             benchmark recipes, NeMo 1.0's distributed_fused_adam with dtype bf16).
@@ -147,6 +151,7 @@ class Workload:
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     ep_overlap: bool = False
     dispatch_fp8: bool = False
+    tp_comm_overlap: bool = False
     cross_entropy: CrossEntropy | None = None
     grad_reduce_in_fp32: bool = True
     offloaded_activation_layers: int = 0

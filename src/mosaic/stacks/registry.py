@@ -77,6 +77,7 @@ class _Entry(BaseModel):
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     memory_source: str | None = None
     pp_p2p_overlap: Literal["interleaved", "none"] = "none"
+    tp_overlap_passes: Literal["forward", "forward_backward"] = "forward_backward"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
     source: str = Field(min_length=1)
@@ -111,6 +112,7 @@ class StackTraits:
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
     memory_source: str | None  # why, where the stack sets its own
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
+    tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
     source: str
 
