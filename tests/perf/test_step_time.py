@@ -189,3 +189,39 @@ def test_bf16_gradient_buffers_halve_the_data_parallel_reduce_scatter_by_hand():
     assert fp32.breakdown_s["dp_reduce_scatter"][0] == pytest.approx(by_hand[0], rel=1e-9)
     assert bf16.breakdown_s["dp_reduce_scatter"][0] == pytest.approx(by_hand[1], rel=1e-9)
     assert by_hand[1] < by_hand[0]
+
+
+def test_a_step_captured_as_one_cuda_graph_pays_no_host_launch_or_moe_sync_by_hand():
+    """full_iteration_cuda_graph: the dropless MoE host synchronisation (the grouped GEMMs'
+    host floor added to the GPU time) and Eq. 11's launch floor both vanish; the GPU work
+    is the same."""
+    from mosaic.perf.kernels import te_grouped_linear_host_floor_s
+
+    cluster = Cluster(system=get_system("DGX-H100"), n_nodes=1)
+    machine = machine_for(cluster, "bf16")
+    geometry = ladder_geometry(4, experts=64, top_k=4, split_factor=1)
+    workload = Workload(geometry=geometry, global_batch=64, seq_len=2048, routing="dropless")
+    plan = single_plan(dp=8, ep=8, micro_batch=1)
+    # Uncalibrated (no stack multiplier scaling every term), as calibrate's baselines.
+    calibration = replace(default_calibration(), chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0,
+                          stack_overhead={}, attention_efficiency={}, routing_imbalance={},
+                          elementwise_traffic_factor=1.0)
+    eager = predict_step(workload, plan, machine, calibration)
+    graph = predict_step(replace(workload, full_iteration_cuda_graph=True), plan, machine,
+                         calibration)
+    # Eager: per micro-batch, every MoE block's up and down projections, forward and
+    # backward, over its 64/8 local experts (the ladder's first block is dense).
+    n_mb = 64 // 8
+    moe_blocks = geometry.layers - geometry.moe.dense_layers
+    per_block = 2 * (te_grouped_linear_host_floor_s(8)
+                     + te_grouped_linear_host_floor_s(8, backward=True))
+    assert eager.breakdown_s["moe_host_sync"][0] == pytest.approx(
+        n_mb * moe_blocks * per_block, rel=1e-12)
+    assert graph.breakdown_s["moe_host_sync"][0] == 0.0
+    assert graph.breakdown_s["dispatch_floor"][0] == 0.0
+    assert graph.block_dispatch_floor_s[0] == 0.0
+    for term in ("compute_experts", "compute_attention_core", "ep_all_to_all"):
+        assert graph.breakdown_s[term][0] == eager.breakdown_s[term][0]
+    assert graph.step_time_s[0] == pytest.approx(
+        eager.step_time_s[0] - eager.breakdown_s["moe_host_sync"][0]
+        - eager.breakdown_s["dispatch_floor"][0], rel=1e-9)

@@ -59,6 +59,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "ep_overlap": result.spec.workload.ep_overlap,
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
         "tp_comm_overlap": result.spec.workload.tp_comm_overlap,
+        "full_iteration_cuda_graph": result.spec.workload.full_iteration_cuda_graph,
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
@@ -93,7 +94,9 @@ def _render(document: dict[str, Any]) -> None:
             ("precision / EP dispatcher",
              f"{document['precision']} / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")
-             + (", FP8 dispatch" if document["dispatch_fp8"] else "")),
+             + (", FP8 dispatch" if document["dispatch_fp8"] else "")
+             + (", one CUDA graph per step" if document["full_iteration_cuda_graph"]
+                else "")),
             ("step time", f"{document['step_time_s']:.3f} s"
              + ("" if "measured_step_time_s" not in document else
                 f" (measured {document['measured_step_time_s']:.3f} s: prediction "

@@ -93,6 +93,12 @@ class PerformanceBlock(_Strict):
     fsdp_keep_gathered: bool = Field(
         default=False, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP")
+    full_iteration_cuda_graph: bool = Field(
+        default=False,
+        description="the step's forward and backward replay one CUDA graph (Megatron-Core "
+                    "--cuda-graph-impl full_iteration; MoE models with a static per-EP-rank "
+                    "token budget, --moe-expert-rank-capacity-factor): no host launch cost and "
+                    "no MoE host synchronisation; off by default, as in Megatron-Core")
 
 
 class OptimizerBlock(_Strict):
@@ -269,6 +275,7 @@ def job_from_document(document: dict[str, Any], where: str,
                            else tuple(performance.recompute_modules)),
         optimizer_dtype=performance.optimizer_dtype,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
+        full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -341,6 +348,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["optimizer_dtype"] = str(workload.optimizer_dtype)
     if workload.fsdp_keep_gathered:
         performance["fsdp_keep_gathered"] = True
+    if workload.full_iteration_cuda_graph:
+        performance["full_iteration_cuda_graph"] = True
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

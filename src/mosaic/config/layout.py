@@ -15,6 +15,7 @@ from mosaic.perf.attention_kernels import gpu_generation
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import Dispatcher
 from mosaic.stacks import MicroBatchDefault, get_stack
+from mosaic.stacks.registry import parse_release
 
 
 def dispatcher_from_name(name: str | None) -> Dispatcher:
@@ -47,6 +48,29 @@ def dispatcher_for(name: str | None, stack: str, device_name: str, moe: bool,
         return Dispatcher.ALLTOALL
     notes.append(f"{DISPATCHER_NOT_STATED}: {default} ({stack}'s default on {generation} GPUs)")
     return Dispatcher(default)
+
+
+def release_default_settings(stack: str, release_text: str | None, device_name: str,
+                             precision: str, moe: bool, stated: frozenset[str],
+                             notes: list[str]) -> dict[str, bool]:
+    """Workload settings the stack's recipes switch on from the release named in
+    ``release_text`` (YY.MM, e.g. 'NeMo 26.06 container') for a run of this kind (stack
+    trait ``release_defaults``); settings in ``stated`` are left to the input."""
+    release = parse_release(release_text)
+    generation = gpu_generation(device_name)
+    chosen: dict[str, bool] = {}
+    for default in get_stack(stack).release_defaults:
+        if not default.applies(release, generation, precision, moe):
+            continue
+        given = {k: v for k, v in default.settings.items() if k not in stated}
+        if given:
+            chosen.update(given)
+            listed = ", ".join(f"{k}={v}" for k, v in given.items())
+            notes.append(f"{listed}: {stack}'s default from release "
+                         f"{default.since[0]:02d}.{default.since[1]:02d} for {precision} "
+                         f"{'MoE' if moe else 'dense'} runs on {generation} GPUs "
+                         "(docs/stacks.md)")
+    return chosen
 
 
 def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> int:

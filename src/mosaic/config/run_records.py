@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, NoReturn
@@ -23,7 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
 from mosaic.config.convert import geometry_from_model
-from mosaic.config.layout import data_parallel, dispatcher_for, plan_from_blocks
+from mosaic.config.layout import (
+    data_parallel,
+    dispatcher_for,
+    plan_from_blocks,
+    release_default_settings,
+)
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, get_device, get_system
@@ -99,6 +104,10 @@ class RunRecordEntry(_Strict):
     fsdp_keep_gathered: bool | None = Field(
         default=None, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP; null = false")
+    full_iteration_cuda_graph: bool | None = Field(
+        default=None, description="the step replays one CUDA graph (Megatron-Core "
+        "--cuda-graph-impl full_iteration; MoE with a static per-rank token budget); null = "
+        "the stack release's default (docs/stacks.md), else false")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -221,7 +230,8 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered); documented record settings never override these.
+            fsdp_keep_gathered, full_iteration_cuda_graph); documented record settings never
+            override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -383,7 +393,12 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
                            else tuple(entry.recompute_modules)),
         optimizer_dtype=entry.optimizer_dtype or "fp32",
         fsdp_keep_gathered=entry.fsdp_keep_gathered is True,
+        full_iteration_cuda_graph=entry.full_iteration_cuda_graph is True,
     )
+    stated = _stated_settings(entry)
+    workload = replace(workload, **release_default_settings(
+        stack, entry.stack_version or entry.software, system.device.name, entry.precision,
+        geometry.moe is not None, stated, notes))
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)
     _check_layout(entry, plan.row(0))
@@ -408,7 +423,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         group_key=f"{entry.model.name} @ {system.device.name}",
         source_key=entry.id.split("-", 1)[0],
         assumptions=tuple(notes),
-        stated_settings=_stated_settings(entry),
+        stated_settings=stated,
     )
 
 
@@ -425,6 +440,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute_modules": entry.recompute_modules is not None,
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
+        "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

@@ -528,12 +528,15 @@ def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.
     With a host-device synchronisation in every MoE layer the host cannot run ahead of the
     GPU, so the measured GroupedLinear host floor (up and down projections, forward and
     backward) adds to the GPU time instead of overlapping it (Eq. 11's max assumes a host
-    that runs ahead). Zero for token-drop-and-pad routing, dense models and stacks without
-    TE GroupedLinear. Fit evidence: leave-one-source-out MoE tokens/s MAPE on the published
-    runs drops from 22.8% to 17.2% with this term (docs/perf.md).
+    that runs ahead). Zero for token-drop-and-pad routing, dense models, stacks without
+    TE GroupedLinear and a step captured as one CUDA graph (its MoE layers run on a static
+    per-rank token budget, Workload.full_iteration_cuda_graph). Fit evidence:
+    leave-one-source-out MoE tokens/s MAPE on the published runs drops from 22.8% to 17.2%
+    with this term (docs/perf.md).
     """
     if (workload.routing not in DROPLESS_ROUTINGS
-            or not workload.traits.dropless_host_sync):
+            or not workload.traits.dropless_host_sync
+            or workload.full_iteration_cuda_graph):
         return np.zeros_like(expert_host_floor_s)
     return expert_host_floor_s
 
@@ -558,6 +561,10 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
                     else np.zeros(len(plans)))
     ep_dispatch = np.where(plans.ep > 1, moe_blocks
                            * calibration.ep_dispatch_host_s_per_moe_layer, 0.0)
+    if workload.full_iteration_cuda_graph:
+        # One graph launch replays the step's kernels: the host issues nothing per kernel
+        # (Megatron-Core FullCudaGraphWrapper, docs/user-guide/features/cuda_graph.md).
+        return np.zeros(len(plans))
     return (kernels * calibration.dispatch_gap_s + experts_host + ep_dispatch
             + calibration.host_overhead_per_microbatch_s)
 

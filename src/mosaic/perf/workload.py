@@ -124,6 +124,12 @@ class Workload:
             chunks under the tensor-parallel GEMMs they feed or drain (Megatron-Core
             --tp-comm-overlap with Transformer Engine userbuffers; torchtitan's async tensor
             parallel, enable_async_tensor_parallel). Off by default, as in both.
+        full_iteration_cuda_graph: the forward and backward of the whole step replay one
+            CUDA graph (Megatron-Core --cuda-graph-impl full_iteration, FullCudaGraphWrapper;
+            docs/user-guide/features/cuda_graph.md): no per-kernel host launches, and for a
+            dropless MoE model a static per-EP-rank token budget
+            (--moe-expert-rank-capacity-factor with HybridEP and paged stash, the only way
+            MoE capture works) leaves no host synchronisation in the MoE layers.
         optimizer_dtype: fp32 (fp32 master weights and moments, the default) or bf16 (the
             optimizer steps the bf16 parameters in place with bf16 moments; NeMo AutoModel's
             benchmark recipes, NeMo 1.0's distributed_fused_adam with dtype bf16).
@@ -152,6 +158,7 @@ class Workload:
     ep_overlap: bool = False
     dispatch_fp8: bool = False
     tp_comm_overlap: bool = False
+    full_iteration_cuda_graph: bool = False
     cross_entropy: CrossEntropy | None = None
     grad_reduce_in_fp32: bool = True
     offloaded_activation_layers: int = 0

@@ -8,6 +8,7 @@ matches none gets the explicit ``other`` stack and a note saying so.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -55,6 +56,39 @@ class FsdpShardStorage(StrEnum):
     BF16_FP32 = "bf16_fp32"  # a bf16 shard plus separate fp32 main params (Megatron FSDP)
 
 
+RELEASE_SETTINGS = ("full_iteration_cuda_graph", "ep_overlap")
+
+
+class _ReleaseDefault(BaseModel):
+    """Settings a stack's recipes switch on from one release for some runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    since: str = Field(pattern=r"^\d{2}\.\d{2}$", description="first release, YY.MM")
+    generations: tuple[Literal["ampere", "hopper", "blackwell"], ...] = Field(min_length=1)
+    precisions: tuple[str, ...] = Field(min_length=1)
+    moe: bool
+    settings: dict[Literal[RELEASE_SETTINGS], bool] = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ReleaseDefault:
+    """One ``release_defaults`` entry of a stack (fields as in ``data/stacks.yaml``)."""
+
+    since: tuple[int, int]
+    generations: tuple[str, ...]
+    precisions: tuple[str, ...]
+    moe: bool
+    settings: dict[str, bool]
+    source: str
+
+    def applies(self, release: tuple[int, int] | None, generation: str | None,
+                precision: str, moe: bool) -> bool:
+        """Whether a run of ``release`` on ``generation`` GPUs in ``precision`` gets it."""
+        return (release is not None and release >= self.since and moe == self.moe
+                and generation in self.generations and precision in self.precisions)
+
+
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     description: str = Field(min_length=1)
@@ -80,6 +114,7 @@ class _Entry(BaseModel):
     tp_overlap_passes: Literal["forward", "forward_backward"] = "forward_backward"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
+    release_defaults: tuple[_ReleaseDefault, ...] = ()
     source: str = Field(min_length=1)
 
 
@@ -114,6 +149,7 @@ class StackTraits:
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
     tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
+    release_defaults: tuple[ReleaseDefault, ...]  # settings from a release on, per run kind
     source: str
 
 
@@ -124,8 +160,23 @@ def _registry() -> dict[str, StackTraits]:
     if isinstance(document, dict) and isinstance(document.get("stacks"), dict):
         document = {**document, "stacks": with_inherited_traits(document["stacks"])}
     parsed = validate_mapping(_Registry, document, "stack registry")
-    return {name: StackTraits(name=name, **entry.model_dump())
-            for name, entry in parsed.stacks.items()}
+    return {name: StackTraits(name=name, **{
+        **entry.model_dump(), "release_defaults": tuple(
+            ReleaseDefault(since=parse_release(d.since), generations=d.generations,
+                           precisions=d.precisions, moe=d.moe, settings=dict(d.settings),
+                           source=" ".join(d.source.split()))
+            for d in entry.release_defaults)})
+        for name, entry in parsed.stacks.items()}
+
+
+_RELEASE = re.compile(r"(?<![\d.])(\d{2})\.(\d{2})(?![\d])")
+
+
+def parse_release(text: str | None) -> tuple[int, int] | None:
+    """(year, month) of a YY.MM release named in ``text`` (e.g. 'NeMo 26.06 container'),
+    the first such number; None when there is none."""
+    match = _RELEASE.search(text or "")
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 # What identifies and documents an entry is its own; every other trait may be inherited.

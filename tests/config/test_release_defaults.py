@@ -1,0 +1,62 @@
+"""Settings a stack's recipes switch on from a release (stack trait release_defaults): a
+Megatron-Bridge MXFP8 MoE record on Blackwell from NeMo 26.06 on runs one CUDA graph per step
+with the EP all-to-all overlap; earlier releases, other precisions and GPUs, and records
+that state the setting keep theirs."""
+
+from copy import deepcopy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mosaic.config.run_records import _validate_entry, run_record_from_entry
+from mosaic.stacks.registry import parse_release
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+
+
+def _record(software: str, gpu: str = "B200", precision: str = "mxfp8", **stated):
+    runs = yaml.safe_load(EXAMPLES.read_text())["runs"]
+    raw = deepcopy(next(r for r in runs if r["id"].startswith("example-bridge-qwen3")))
+    raw.update(software=software, gpu=gpu, precision=precision, **stated)
+    return run_record_from_entry(_validate_entry(raw, "test"))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", (26, 6)),
+    ("nvcr.io/nvidia/nemo:26.02.01", (26, 2)),
+    ("Megatron-Bridge v0.2.0 (25.11)", (25, 11)),
+    ("torch 2.13.0", None),
+    (None, None),
+])
+def test_release_is_the_first_yy_mm_number(text, expected):
+    assert parse_release(text) == expected
+
+
+def test_nemo_2606_mxfp8_moe_on_blackwell_runs_one_graph_with_ep_overlap():
+    record = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core")
+    assert record.workload.stack == "megatron-bridge"
+    assert record.workload.full_iteration_cuda_graph is True
+    assert record.workload.ep_overlap is True
+    assert any("default from release 26.06" in line for line in record.assumptions)
+
+
+@pytest.mark.parametrize(("software", "gpu", "precision"), [
+    ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "B200", "mxfp8"),
+    ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", "B200", "bf16"),
+    ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", "H100-SXM-80GB", "fp8-cs"),
+    ("Megatron-LM 26.06", "B200", "mxfp8"),  # megatron-core: no release defaults
+])
+def test_other_releases_precisions_gpus_and_stacks_keep_the_plain_defaults(
+        software, gpu, precision):
+    record = _record(software, gpu=gpu, precision=precision)
+    assert record.workload.full_iteration_cuda_graph is False
+    assert not any("default from release" in line for line in record.assumptions)
+
+
+def test_a_record_that_states_the_setting_keeps_it():
+    record = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core",
+                     full_iteration_cuda_graph=False)
+    assert record.workload.full_iteration_cuda_graph is False
+    assert "full_iteration_cuda_graph" in record.stated_settings
+    assert record.workload.ep_overlap is True  # not stated: the release default
