@@ -31,19 +31,26 @@ def _moe(modules):
 
 def test_moe_act_recomputes_the_expert_activation_kernel_by_hand():
     base = moe_block_times(MACHINE, _moe(None), PLAN)
-    act = moe_block_times(MACHINE, _moe(("moe_act",)), PLAN)
+    act = moe_block_times(MACHINE, _moe(("core_attn", "moe_act")), PLAN)
     workload = _moe(None)
     moe = workload.geometry.moe
     # SwiGLU over every routed token copy: read gate and up, write the product (bf16).
     act_bytes = float(expert_copies(workload, PLAN)[0]) * moe.expert_ffn * 3 * ACTIVATION_BYTES
     expected = memory_bound_time_s(act_bytes, MACHINE.hbm_bw_bytes_per_s)
     assert (act.selective_recompute - base.selective_recompute)[0] == pytest.approx(expected)
+    # Without core_attn in the list Megatron does not checkpoint the attention core
+    # (attention.py: checkpoint_core_attention needs "core_attn" in recompute_modules).
+    act_only = moe_block_times(MACHINE, _moe(("moe_act",)), PLAN)
+    assert act_only.selective_recompute[0] == pytest.approx(
+        base.selective_recompute[0] + expected - base.attention_core_forward[0])
+    assert act_only.selective_core_recompute[0] == 0.0
 
 
 def test_moe_recomputes_the_whole_moe_part_once_and_includes_its_dispatch():
     base = moe_block_times(MACHINE, _moe(None), PLAN)
-    whole = moe_block_times(MACHINE, _moe(("moe", "moe_act", "shared_experts")), PLAN)
-    moe_only = moe_block_times(MACHINE, _moe(("moe",)), PLAN)
+    whole = moe_block_times(MACHINE, _moe(("core_attn", "moe", "moe_act", "shared_experts")),
+                            PLAN)
+    moe_only = moe_block_times(MACHINE, _moe(("core_attn", "moe")), PLAN)
     # moe covers its sub-modules: naming them too adds nothing.
     assert whole.selective_recompute[0] == pytest.approx(moe_only.selective_recompute[0])
     extra = (moe_only.selective_recompute - base.selective_recompute)[0]
@@ -53,6 +60,7 @@ def test_moe_recomputes_the_whole_moe_part_once_and_includes_its_dispatch():
     # Dense blocks: mlp recomputes the FFN's GEMMs and activation.
     dense = Workload(geometry=ladder_geometry(4), global_batch=64, seq_len=4096)
     plain = dense_block_times(MACHINE, dense, PLAN)
-    mlp = dense_block_times(MACHINE, replace(dense, recompute_modules=("mlp",)), PLAN)
+    mlp = dense_block_times(MACHINE, replace(dense, recompute_modules=("core_attn", "mlp")),
+                            PLAN)
     assert (mlp.selective_recompute - plain.selective_recompute)[0] > plain.mlp_gemm[0] / 3
     assert np.all(mlp.compute == plain.compute)  # the block's own work is unchanged

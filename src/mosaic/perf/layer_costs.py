@@ -426,13 +426,21 @@ def recompute_modules_forward_s(workload: Workload, modules: dict[str, np.ndarra
     drops): each named module's forward time, from ``modules`` (module -> seconds; a module
     the block does not have is absent). ``moe`` covers the whole MoE part, dispatch and
     combine included, so its own sub-modules are not added again."""
-    chosen = set(workload.recompute_modules or ())
+    chosen = set(workload.selective_recompute_modules)
     if "moe" in chosen and "moe" in modules:
         chosen -= {"moe_act", "shared_experts"}
     total = 0.0 * next(iter(modules.values()))
     for name in sorted(chosen & set(modules)):
         total = total + modules[name]
     return total
+
+
+def _selective_core_attention_s(workload: Workload, attention: AttentionTimes) -> np.ndarray:
+    """Attention-core forward that Megatron-Core's selective recompute repeats: all of it
+    when its modules include core_attn (the default), else none."""
+    if "core_attn" in workload.selective_recompute_modules:
+        return attention.core_forward
+    return np.zeros_like(attention.core_forward)
 
 
 @plan_key(*DENSE_BLOCK_KEY)
@@ -459,8 +467,9 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
                                           streaming_forward)
         selective_core = np.zeros(len(plans))
     else:
-        selective = selective_core = attention.core_forward
-        selective = selective + recompute_modules_forward_s(workload, {
+        selective_core = _selective_core_attention_s(workload, attention)
+        selective = recompute_modules_forward_s(workload, {
+            "core_attn": attention.core_forward,
             "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
             "layernorm": attention.layernorm_forward,
             "mlp": up + down + activation,
@@ -556,9 +565,10 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
                + mlp_fwd + shared_fwd + router_gemm + router_stream
                + attention.streaming_forward + moe_stream + cast_fwd)
-    selective = selective_core = attention.core_forward
+    selective_core = _selective_core_attention_s(workload, attention)
     expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)
-    selective = selective + recompute_modules_forward_s(workload, {
+    selective = recompute_modules_forward_s(workload, {
+        "core_attn": attention.core_forward,
         "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
         "layernorm": attention.layernorm_forward,
         "moe_act": expert_act,

@@ -582,20 +582,23 @@ def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
 
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
                      working_set: np.ndarray) -> np.ndarray:
-    """What SELECTIVE keeps: per-op SAC on the stacks that run it, else Megatron's
-    core-attention recompute (only the softmax statistics go)."""
+    """What SELECTIVE keeps: per-op SAC on the stacks that run it, else what Megatron's
+    recompute_modules leave (core_attn, the default, drops only the softmax statistics)."""
     if workload.traits.selective_recompute is SelectiveRecompute.PER_OP:
         if kind == "dense":
             return per_op_sac_dense_bytes(workload, plans)
         return per_op_sac_moe_bytes(workload, plans)
     dropped = recompute_module_bytes(workload, plans, kind)
-    return working_set - softmax_statistics_bytes(workload, plans) - dropped
+    if "core_attn" in workload.selective_recompute_modules:
+        dropped = dropped + softmax_statistics_bytes(workload, plans)
+    return working_set - dropped
 
 
 def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind
                            ) -> np.ndarray:
     """Saved bytes of one block that Megatron-Core's fine-grained selective recompute drops
-    beyond core_attn, its default, which SELECTIVE always drops (``Workload.recompute_modules``;
+    beyond core_attn (its default; the caller drops the softmax statistics for it)
+    (``Workload.recompute_modules``;
     megatron/core/transformer/transformer_config.py ``recompute_modules``):
 
     * mla_up_proj: the up-projected, rotated Q, K and V of MLA (recomputed from the kept

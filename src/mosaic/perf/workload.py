@@ -197,6 +197,14 @@ class Workload:
                 "grouped expert GEMM consumes the 8-bit dispatch payload")
 
     @property
+    def selective_recompute_modules(self) -> frozenset[str]:
+        """What Megatron-Core's selective recompute repeats: ``recompute_modules``, or its
+        default ``core_attn`` when unstated (megatron/core/transformer/transformer_config.py;
+        core attention is checkpointed only when the list names it)."""
+        return frozenset(("core_attn",) if self.recompute_modules is None
+                         else self.recompute_modules)
+
+    @property
     def gemm_element_bytes(self) -> int:
         """Bytes per GEMM operand element: 1 for FP8 GEMMs (also the copy Transformer Engine
         saves for the weight gradient), else 2 (bf16/fp16)."""
