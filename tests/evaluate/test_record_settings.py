@@ -176,3 +176,22 @@ def test_async_tp_runs_overlap_their_tp_collectives():
                      for r in (original, amended))
     assert 0 < after["tp_all_gather"][0] < before["tp_all_gather"][0]
     assert after["compute_mlp"][0] == before["compute_mlp"][0]
+
+
+def test_recompute_applies_to_a_record_that_leaves_it_unknown_only():
+    """Megatron-Bridge's Qwen3 recipes run without recomputation: a record with recompute
+    'unknown' takes it (the plan's checkpointing column); one that states it keeps it."""
+    from mosaic.perf.plan import Checkpointing
+
+    records = _records(EXTRA_RUNS)
+    target = "bridge2511-qwen3-30b-a3b-gb300-8-fp8mx"
+    original = {r.id: r for r in records.records}[target]
+    amended = {r.id: r for r in apply_record_settings(records).records}[target]
+    assert original.plan.checkpointing[0] == Checkpointing.SELECTIVE  # the stack's default
+    assert amended.plan.checkpointing[0] == Checkpointing.NONE
+    assert any("recompute=none" in note for note in amended.assumptions)
+    stated = replace(records, records=tuple(
+        replace(r, stated_settings=r.stated_settings | {"recompute"}) if r.id == target else r
+        for r in records.records))
+    kept = {r.id: r for r in apply_record_settings(stated).records}[target]
+    assert kept.plan.checkpointing[0] == Checkpointing.SELECTIVE

@@ -230,8 +230,8 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered, full_iteration_cuda_graph); documented record settings never
-            override these.
+            fsdp_keep_gathered, full_iteration_cuda_graph, recompute when not 'unknown');
+            documented record settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -441,6 +441,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
         "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
+        "recompute": entry.recompute != "unknown",
     }
     return frozenset(name for name, stated in given.items() if stated)
 

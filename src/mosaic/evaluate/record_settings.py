@@ -1,7 +1,8 @@
 """Settings a measured run used that its record cannot carry, applied by run id.
 
 The shared calibration file's schema has no field for the LM-loss implementation, bf16
-gradient buffers, activation offloading, the MoE dispatcher or batch-level EP overlap, yet
+gradient buffers, activation offloading, the MoE dispatcher or batch-level EP overlap (and
+some records leave their recompute policy unknown), yet
 the recipes behind some of its runs set them
 (``data/record_settings.yaml`` holds each group of runs with its public evidence). Applying
 them before prediction is the run's own configuration, not a fit: a record that states a
@@ -16,11 +17,13 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
+from mosaic.perf.plan import Checkpointing
 from mosaic.perf.workload import Workload
 from mosaic.schema_validation import validate_mapping
 
@@ -30,6 +33,7 @@ class _Strict(BaseModel):
 
 
 class _Settings(_Strict):
+    recompute: Literal["none", "selective", "full"] | None = None
     cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = None
     grad_reduce_in_fp32: bool | None = None
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
@@ -88,9 +92,13 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
                for name, value in settings.items() if name not in record.stated_settings}
     if not changes:
         return record
-    workload: Workload = replace(record.workload, **changes)
     stated = ", ".join(f"{name}={value}" for name, value in changes.items())
     note = f"record settings: {stated} (evidence: {evidence.split(';')[0]})"
+    recompute = changes.pop("recompute", None)
+    if recompute is not None:  # a plan setting: the record's checkpointing column
+        record = replace(record, plan=replace(record.plan, checkpointing=np.full_like(
+            record.plan.checkpointing, int(Checkpointing.parse(recompute)))))
+    workload: Workload = replace(record.workload, **changes)
     return replace(record, workload=workload, assumptions=(*record.assumptions, note))
 
 
