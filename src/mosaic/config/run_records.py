@@ -79,6 +79,13 @@ class RunRecordEntry(_Strict):
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] | None = None
+    pad_to_capacity: bool | None = Field(
+        default=None, description="token_drop pads each expert's input to its capacity "
+        "(Megatron-Core --moe-pad-expert-input-to-capacity); null = false, its default")
+    routing_imbalance: float | None = Field(
+        default=None, ge=1, le=LIMITS["devices"].high, allow_inf_nan=False,
+        description="busiest EP rank's routed tokens over the even share under a learned "
+        "router, where the source states it; null = derived (mosaic.perf.routing_load)")
     cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
         default=None, description="the LM loss as the source ran it (e.g. compiled when "
         "torch.compile covers the loss); null = the stack's cross_entropy trait")
@@ -221,7 +228,8 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered); documented record settings never override these.
+            fsdp_keep_gathered, pad_to_capacity); documented record settings never override
+            these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -382,6 +390,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
                            else tuple(entry.recompute_modules)),
         optimizer_dtype=entry.optimizer_dtype or "fp32",
         fsdp_keep_gathered=entry.fsdp_keep_gathered is True,
+        pad_to_capacity=entry.pad_to_capacity is True,
+        routing_imbalance=entry.routing_imbalance,
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)
@@ -423,6 +433,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute_modules": entry.recompute_modules is not None,
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
+        "pad_to_capacity": entry.pad_to_capacity is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

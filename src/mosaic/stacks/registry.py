@@ -79,6 +79,7 @@ class _Entry(BaseModel):
     pp_p2p_overlap: Literal["interleaved", "none"] = "none"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
+    router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     source: str = Field(min_length=1)
 
 
@@ -112,6 +113,7 @@ class StackTraits:
     memory_source: str | None  # why, where the stack sets its own
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
+    router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     source: str
 
 
