@@ -90,7 +90,7 @@ def test_host_sync_unless_drop_and_pad_on_the_alltoall_dispatcher():
     assert not expert_counts_reach_host(_moe(stack="torchtitan"))
     with pytest.raises(MosaicInputError, match="pad_to_capacity with dispatcher deepep"):
         _moe(routing="token_drop", pad_to_capacity=True, dispatcher="deepep")
-    with pytest.raises(MosaicInputError, match="routing_imbalance 0.9"):
+    with pytest.raises(MosaicInputError, match=r"routing_imbalance 0\.9"):
         _moe(routing_imbalance=0.9)
 
 
