@@ -146,3 +146,16 @@ hardware: {system: p6-b200.48xlarge}
     performance = job_document(spec)["performance"]
     assert performance["pad_to_capacity"] is True and performance["routing_imbalance"] == 1.3
     assert routed_load_factor(spec.workload, spec.plan)[0] == 1.25
+
+
+def test_routing_assumptions_name_the_defaults():
+    from mosaic.perf.routing_load import routing_assumptions
+
+    (derived,) = routing_assumptions(_moe())
+    assert "aux_loss" in derived and "0.72" in derived
+    # Token drop at the even share never reads the imbalance; its unstated capacity is 1.0.
+    (capacity,) = routing_assumptions(_moe(routing="token_drop"))
+    assert "capacity_factor not stated" in capacity and "1 assumed" in capacity
+    assert len(routing_assumptions(_with_capacity(_moe(routing="token_drop"), 2.0))) == 1
+    assert routing_assumptions(_moe(routing="balanced")) == []
+    assert routing_assumptions(_moe(routing_imbalance=1.2)) == []

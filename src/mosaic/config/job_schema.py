@@ -45,6 +45,7 @@ from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans
+from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 
@@ -284,6 +285,7 @@ def job_from_document(document: dict[str, Any], where: str,
         dispatch_fp8=parallelism.dispatch_fp8,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
+    notes.extend(routing_assumptions(workload))
     devices = search.devices
     if devices is None and hardware.nodes is not None:
         devices = hardware.nodes * get_system(hardware.system).gpus_per_node

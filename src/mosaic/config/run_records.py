@@ -30,6 +30,7 @@ from mosaic.hardware import Cluster, System, get_device, get_system
 from mosaic.limits import LIMITS
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans
+from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 from mosaic.stacks import get_stack, stack_for_software
@@ -394,6 +395,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         routing_imbalance=entry.routing_imbalance,
     )
     notes.append("optimizer not recorded: AdamW assumed")
+    notes.extend(routing_assumptions(workload))
     plan = _plan(entry, stack, notes)
     _check_layout(entry, plan.row(0))
     tokens_per_s, step_time_s = _measured(entry, notes)

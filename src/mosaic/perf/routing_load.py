@@ -114,3 +114,25 @@ def expert_counts_reach_host(workload: Workload) -> bool:
     drop_and_pad = (workload.routing == "token_drop" and workload.pad_to_capacity
                     and workload.dispatcher is Dispatcher.ALLTOALL)
     return not drop_and_pad
+
+
+def routing_assumptions(workload: Workload) -> list[str]:
+    """One line per routing default the expert-load model fills in for ``workload``."""
+    moe = workload.geometry.moe
+    if moe is None or workload.routing in ("balanced", "unknown"):
+        return []
+    notes = []
+    if workload.routing == "token_drop" and moe.capacity_factor is None:
+        notes.append(f"model.moe.capacity_factor not stated with token_drop routing: "
+                     f"{DEFAULT_CAPACITY_FACTOR:g} assumed (Megatron-Bridge apply_moe_token_drop)")
+    # Under token drop the imbalance matters only where the capacity exceeds the even share
+    # and the inputs are not padded to it.
+    reads_imbalance = workload.routing == "dropless" or (
+        not workload.pad_to_capacity and capacity_factor(workload) > 1.0)
+    if workload.routing_imbalance is None and reads_imbalance:
+        balancing = workload.traits.router_balancing
+        notes.append(f"routing_imbalance not stated: derived from {workload.stack}'s "
+                     f"{balancing} router balancing (expert MaxVio "
+                     f"{ROUTER_MAX_VIOLATION[balancing]:g}, Wang et al. 2024) and the experts "
+                     "per EP rank")
+    return notes
