@@ -163,7 +163,8 @@ def test_dropless_megatron_moe_exposes_the_grouped_gemm_host_floor_by_hand():
     expected = n_microbatches(workload, plan)[0] * moe_blocks * per_layer
     assert p.analytic_breakdown_s["moe_host_sync"][0] == pytest.approx(expected, rel=1e-12)
     # Drop-and-pad routing needs no host sync; other stacks do not run TE GroupedLinear.
-    for other in (replace(workload, routing="token_drop"), replace(workload, stack="torchtitan")):
+    for other in (replace(workload, routing="token_drop", pad_to_capacity=True),
+                  replace(workload, stack="torchtitan")):
         assert predict_step(other, plan, machine, CALIBRATION).breakdown_s[
             "moe_host_sync"][0] == 0.0
 

@@ -95,8 +95,9 @@ class MoEConfig:
         shared_expert_gate: a sigmoid gate d→1 scales the shared experts' output
             (Qwen2-MoE, HF transformers ``Qwen2MoeSparseMoeBlock.shared_expert_gate``).
         capacity_factor: tokens an expert accepts, as a multiple of the even share
-            (GShard/Switch token dropping); None = dropless. Carried to launch configs;
-            it changes no parameter count.
+            (GShard/Switch token dropping); None = dropless. Carried to launch configs and
+            read by the time model's expert load (perf/routing_load.py); it changes no
+            parameter count.
     """
 
     experts: int

@@ -60,7 +60,8 @@ class MoEBlock(_Strict):
     capacity_factor: float | None = Field(
         default=None, gt=0, le=1024, allow_inf_nan=False,
         description="token capacity per expert (a multiple of the even share); None = "
-                    "dropless. Exported to Megatron, NeMo and MaxText; not costed")
+                    "dropless. Exported to Megatron, NeMo and MaxText; with token_drop "
+                    "routing it caps the busiest EP rank's routed load (docs/perf.md)")
     expert_bias: bool = Field(default=False, description="expert linears carry biases")
     router_bias: bool = Field(default=False, description="router linear carries a bias")
     shared_expert_gate: bool = Field(default=False,

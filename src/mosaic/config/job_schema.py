@@ -45,6 +45,7 @@ from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans
+from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 
@@ -76,6 +77,13 @@ class PerformanceBlock(_Strict):
     # The run-record fields of the same name (docs/run_records.md, docs/memory.md):
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] = Field(
         default="dropless", description="MoE routing regime")
+    pad_to_capacity: bool = Field(
+        default=False, description="token_drop pads each expert's input to its capacity "
+        "(Megatron-Core --moe-pad-expert-input-to-capacity)")
+    routing_imbalance: float | None = Field(
+        default=None, ge=1, le=LIMITS["devices"].high, allow_inf_nan=False,
+        description="busiest EP rank's routed tokens over the even share under a learned "
+        "router; None = derived (mosaic.perf.routing_load)")
     cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
         default=None, description="the LM loss implementation; None = the stack's trait")
     grad_reduce_in_fp32: bool = Field(
@@ -268,6 +276,8 @@ def job_from_document(document: dict[str, Any], where: str,
                           else performance.attention_kernel),
         fsdp_gather=None if performance.fsdp_gather == "auto" else performance.fsdp_gather,
         routing=performance.routing,
+        pad_to_capacity=performance.pad_to_capacity,
+        routing_imbalance=performance.routing_imbalance,
         cross_entropy=performance.cross_entropy,
         grad_reduce_in_fp32=performance.grad_reduce_in_fp32,
         offloaded_activation_layers=performance.offloaded_activation_layers,
@@ -283,6 +293,7 @@ def job_from_document(document: dict[str, Any], where: str,
         tp_comm_overlap=parallelism.tp_comm_overlap,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
+    notes.extend(routing_assumptions(workload))
     devices = search.devices
     if devices is None and hardware.nodes is not None:
         devices = hardware.nodes * get_system(hardware.system).gpus_per_node
@@ -336,6 +347,10 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["uneven_stages"] = True  # a job file's way to run a recorded uneven split
     if workload.routing != "dropless":
         performance["routing"] = workload.routing
+    if workload.pad_to_capacity:
+        performance["pad_to_capacity"] = True
+    if workload.routing_imbalance is not None:
+        performance["routing_imbalance"] = workload.routing_imbalance
     if workload.cross_entropy is not None:
         performance["cross_entropy"] = str(workload.cross_entropy)
     if not workload.grad_reduce_in_fp32:

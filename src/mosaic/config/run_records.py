@@ -35,6 +35,7 @@ from mosaic.hardware import Cluster, System, get_device, get_system
 from mosaic.limits import LIMITS
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans
+from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 from mosaic.stacks import get_stack, stack_for_software
@@ -84,6 +85,13 @@ class RunRecordEntry(_Strict):
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]
     routing: Literal["balanced", "dropless", "token_drop", "unknown"] | None = None
+    pad_to_capacity: bool | None = Field(
+        default=None, description="token_drop pads each expert's input to its capacity "
+        "(Megatron-Core --moe-pad-expert-input-to-capacity); null = false, its default")
+    routing_imbalance: float | None = Field(
+        default=None, ge=1, le=LIMITS["devices"].high, allow_inf_nan=False,
+        description="busiest EP rank's routed tokens over the even share under a learned "
+        "router, where the source states it; null = derived (mosaic.perf.routing_load)")
     cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
         default=None, description="the LM loss as the source ran it (e.g. compiled when "
         "torch.compile covers the loss); null = the stack's cross_entropy trait")
@@ -230,8 +238,8 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered, full_iteration_cuda_graph, recompute when not 'unknown');
-            documented record settings never override these.
+            fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity, recompute when
+            not 'unknown'); documented record settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -394,12 +402,15 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         optimizer_dtype=entry.optimizer_dtype or "fp32",
         fsdp_keep_gathered=entry.fsdp_keep_gathered is True,
         full_iteration_cuda_graph=entry.full_iteration_cuda_graph is True,
+        pad_to_capacity=entry.pad_to_capacity is True,
+        routing_imbalance=entry.routing_imbalance,
     )
     stated = _stated_settings(entry)
     workload = replace(workload, **release_default_settings(
         stack, entry.stack_version or entry.software, system.device.name, entry.precision,
         geometry.moe is not None, stated, notes))
     notes.append("optimizer not recorded: AdamW assumed")
+    notes.extend(routing_assumptions(workload))
     plan = _plan(entry, stack, notes)
     _check_layout(entry, plan.row(0))
     tokens_per_s, step_time_s = _measured(entry, notes)
@@ -442,6 +453,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
         "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
         "recompute": entry.recompute != "unknown",
+        "pad_to_capacity": entry.pad_to_capacity is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

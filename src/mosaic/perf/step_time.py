@@ -65,6 +65,7 @@ from mosaic.perf.memory import (
 )
 from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.routing_load import expert_counts_reach_host, routed_load_factor
 from mosaic.perf.schedule import (
     Stage,
     bubble_fraction,
@@ -499,14 +500,6 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
             + calibration.chi_overlap * drivers.deep_local_pipeline)
 
 
-# Routing regimes whose token dispatch is dropless. Megatron-Core's all-to-all token
-# dispatcher copies the per-expert token counts to the host and waits for them before the
-# expert all-to-all (MoEAlltoAllTokenDispatcher.cuda_sync_point; only drop-and-pad runs
-# "no_sync"), and Transformer Engine's GroupedLinear takes the counts as host integers
-# (m_splits); NeMo AutoModel's HybridEP path likewise drains the compute stream every MoE
-# layer (NVIDIA-NeMo/Automodel#3931). An unstated regime ("unknown") is Megatron-Core's
-# default, dropless (moe_expert_capacity_factor None).
-DROPLESS_ROUTINGS = frozenset({"dropless", "balanced", "unknown"})
 
 
 def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
@@ -528,15 +521,14 @@ def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.
     With a host-device synchronisation in every MoE layer the host cannot run ahead of the
     GPU, so the measured GroupedLinear host floor (up and down projections, forward and
     backward) adds to the GPU time instead of overlapping it (Eq. 11's max assumes a host
-    that runs ahead). Zero for token-drop-and-pad routing, dense models, stacks without
-    TE GroupedLinear and a step captured as one CUDA graph (its MoE layers run on a static
-    per-rank token budget, Workload.full_iteration_cuda_graph). Fit evidence:
-    leave-one-source-out MoE tokens/s MAPE on the published runs drops from 22.8% to 17.2%
-    with this term (docs/perf.md).
+    that runs ahead). Zero for drop-and-pad routing on the all-to-all dispatcher, dense
+    models and stacks without TE GroupedLinear (:func:`~mosaic.perf.routing_load.
+    expert_counts_reach_host`), and for a step captured as one CUDA graph (its MoE layers
+    run on a static per-rank token budget, Workload.full_iteration_cuda_graph). Fit
+    evidence: leave-one-source-out MoE tokens/s MAPE on the published runs drops from 22.8%
+    to 17.2% with this term (docs/perf.md).
     """
-    if (workload.routing not in DROPLESS_ROUTINGS
-            or not workload.traits.dropless_host_sync
-            or workload.full_iteration_cuda_graph):
+    if not expert_counts_reach_host(workload) or workload.full_iteration_cuda_graph:
         return np.zeros_like(expert_host_floor_s)
     return expert_host_floor_s
 
@@ -598,7 +590,12 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     attention_core_per_mb = block_terms.pop("attention_core_recompute") + block_terms[
         "compute_attention_core"]
     imbalance = calibration.routing_multiplier(workload.routing) if geometry.moe else 1.0
-    routed_per_mb = block_terms["compute_experts"] + block_terms["ep_all_to_all"]
+    # The busiest EP rank's expert GEMMs and all-to-all scale with its routed tokens
+    # (perf/routing_load.py); the calibrated per-regime factor acts on that load.
+    load = routed_load_factor(workload, plans)
+    even_routed_per_mb = block_terms["compute_experts"] + block_terms["ep_all_to_all"]
+    block_terms["expert_load_imbalance"] = (load - 1.0) * even_routed_per_mb
+    routed_per_mb = load * even_routed_per_mb
     block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
     elementwise_per_mb = block_terms["compute_elementwise"]
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)

@@ -64,6 +64,8 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _comm("fsdp_all_gather", "dp/fsdp", exposed=True),  # after one-block prefetch
     _comm("fsdp_reduce_scatter", "dp/fsdp", exposed=True),
     StepTerm("routing_imbalance", "imbalance", "routing_imbalance", source="calibrated"),
+    # busiest EP rank's extra routed tokens (learned router, capacity): perf/routing_load.py
+    StepTerm("expert_load_imbalance", "imbalance", "expert_load_imbalance"),
     StepTerm("moe_host_sync", "dispatch", "moe_host_sync"),
     StepTerm("dispatch_floor", "dispatch", "dispatch_floor", exposed_remainder=True,
              source="calibrated"),

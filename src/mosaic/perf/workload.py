@@ -89,6 +89,18 @@ class Workload:
             honours and the label calibration attaches overheads to.
         routing: MoE routing regime (dropless, balanced, token_drop, unknown); calibration
             attaches a load-imbalance factor to it. The paper trains dropless (A.2).
+            ``balanced`` is forced balance (Megatron-Core --moe-router-force-load-balancing);
+            ``dropless`` and ``token_drop`` are a learned router without and with a capacity
+            (``geometry.moe.capacity_factor``), whose busiest EP rank carries more than the
+            even share of routed tokens (:mod:`mosaic.perf.routing_load`).
+        pad_to_capacity: token_drop pads every expert's input to its capacity
+            (Megatron-Core --moe-pad-expert-input-to-capacity; default off): experts compute
+            exactly capacity tokens and the dispatch needs no host synchronisation. Only the
+            all-to-all dispatcher supports it.
+        routing_imbalance: the busiest EP rank's routed tokens over the even share under a
+            learned router, when a source states it; None = derived from the stack's router
+            balancing and the experts per rank (:func:`~mosaic.perf.routing_load.
+            learned_router_imbalance`).
         attention_kernel: flash-attention kernel family (cudnn, fa2, fa3); None = the
             stack's default on the job's GPU generation (see ``perf.attention_kernels``).
         fsdp_gather: FSDP gather granularity; None = the stack's (per tensor for DeepSpeed,
@@ -165,6 +177,8 @@ class Workload:
     recompute_modules: tuple[str, ...] | None = None
     optimizer_dtype: OptimizerDtype = OptimizerDtype.FP32
     fsdp_keep_gathered: bool = False
+    pad_to_capacity: bool = False
+    routing_imbalance: float | None = None
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -191,6 +205,15 @@ class Workload:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, enum_member(kind, value, name))
+        if self.routing_imbalance is not None and not self.routing_imbalance >= 1.0:
+            raise MosaicInputError(
+                f"routing_imbalance {self.routing_imbalance}: must be >= 1 (the busiest EP "
+                "rank's routed tokens over the even share)")
+        if self.pad_to_capacity and self.dispatcher is not Dispatcher.ALLTOALL:
+            raise MosaicInputError(
+                f"pad_to_capacity with dispatcher {self.dispatcher}: Megatron-Core pads expert "
+                "inputs to capacity only with the alltoall dispatcher (its flex dispatcher "
+                "rejects --moe-pad-expert-input-to-capacity)")
         if self.dispatch_fp8 and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "

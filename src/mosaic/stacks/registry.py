@@ -115,6 +115,7 @@ class _Entry(BaseModel):
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
     release_defaults: tuple[_ReleaseDefault, ...] = ()
+    router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     source: str = Field(min_length=1)
 
 
@@ -150,6 +151,7 @@ class StackTraits:
     tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
     release_defaults: tuple[ReleaseDefault, ...]  # settings from a release on, per run kind
+    router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     source: str
 
 

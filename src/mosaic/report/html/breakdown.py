@@ -26,6 +26,7 @@ TERM_GROUPS: dict[str, str] = {
     "compute_elementwise_extra": "compute",
     "compute_recompute": "recompute",
     "routing_imbalance": "EP (routing imbalance)",
+    "expert_load_imbalance": "EP (routing imbalance)",
     "tp_all_gather": "TP comm, exposed",
     "tp_reduce_scatter": "TP comm, exposed",
     "tp_all_reduce": "TP comm, exposed",

@@ -1,0 +1,138 @@
+"""Expert load of the busiest EP rank under each MoE routing regime, and when the per-expert
+token counts reach the host.
+
+Every EP rank waits for the busiest one at each MoE layer, so the routed-expert GEMMs and the
+all-to-all of a micro-batch take the time of the rank holding the most routed tokens. This
+module gives that rank's load as a multiple of the even share (``routed_load_factor``):
+
+- ``balanced`` (forced balance, Megatron-Core --moe-router-force-load-balancing: random router
+  logits) and ``unknown`` (left to the calibrated per-regime factor): 1.
+- ``token_drop`` with padding (--moe-pad-expert-input-to-capacity): every expert computes
+  exactly its capacity, ``capacity_factor`` times the even share (Megatron-Core
+  ``MoEAlltoAllTokenDispatcher.preprocess``: capacity·tp·ep tokens per local expert).
+- ``token_drop`` without padding: the router drops each expert's tokens beyond
+  capacity = ceil(T_local·K/E·capacity_factor) of every source rank (``moe_utils.
+  topk_softmax_with_capacity``), so no expert exceeds capacity_factor times the even share:
+  min(capacity_factor, imbalance).
+- ``dropless`` (a learned router without capacity): the imbalance.
+
+The imbalance of a learned router is stated by a source or derived here from the published
+expert-level maximal violation of its balancing method (Wang et al. 2024, arXiv:2408.15664,
+Table 2: MaxVio_global = max_i load_i / mean load - 1) and the experts per rank
+(``learned_router_imbalance``). Sources for the software behaviour: Megatron-LM @ 6a6cd478
+(the Megatron-LM-250624 submodule of Pai-Megatron-Patch 2b201af),
+megatron/core/transformer/moe/{moe_utils.py, router.py, token_dispatcher.py, fused_a2a.py};
+deepseek-ai/DeepEP csrc/deep_ep.cpp (dispatch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.workload import Dispatcher, Workload
+
+# Expert-level MaxVio_global (max expert load over the mean, minus 1) of a learned router
+# by its balancing method: Wang et al. 2024 (arXiv:2408.15664) Table 2, 1B DeepSeekMoE model
+# (64 routed experts, top-6) on 100B tokens: auxiliary loss with coefficient 1e-3 (the value
+# Pai-Megatron-Patch's Qwen3 scripts and Megatron-Bridge recipes use) 0.72, their
+# auxiliary-loss-free bias 0.04 (3B: 0.52 and 0.04). Measured on the validation set's global
+# loads, so a lower bound for one micro-batch's.
+ROUTER_MAX_VIOLATION = {"aux_loss": 0.72, "loss_free": 0.04}
+
+# Token-drop runs that do not state a capacity factor: 1.0, the value Megatron-Bridge's
+# apply_moe_token_drop sets (src/megatron/bridge/training/utils/moe_token_drop.py @ v0.1.0rc4)
+# and the one the recorded token-drop runs state where they state one.
+DEFAULT_CAPACITY_FACTOR = 1.0
+
+
+def learned_router_imbalance(experts: int, ep: np.ndarray | int,
+                             max_violation: float) -> np.ndarray:
+    """Busiest EP rank's routed tokens over the even share, for ``experts`` spread over
+    ``ep`` ranks, from the expert-level maximal violation of the router.
+
+    Expert loads taken as independent, normally distributed around the mean with relative
+    spread s: the largest of E is about 1 + s·sqrt(2 ln E) = 1 + max_violation, so
+    s = max_violation / sqrt(2 ln E). A rank's load is the mean of its E/ep experts (spread
+    s / sqrt(E/ep)), and the largest of ep ranks is
+    1 + max_violation · sqrt(ln ep / ln E) / sqrt(E/ep):
+    1 + max_violation with one expert per rank, 1 with every expert on one rank, falling as
+    1/sqrt(experts per rank) in between.
+    """
+    ep = np.asarray(ep, dtype=float)
+    if experts < 2:
+        return np.ones_like(ep)
+    per_rank = experts / ep
+    return 1.0 + max_violation * np.sqrt(np.log(ep) / math.log(experts)) / np.sqrt(per_rank)
+
+
+def router_imbalance(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """The learned router's busiest-rank load: the workload's stated ``routing_imbalance``,
+    else :func:`learned_router_imbalance` for its stack's router balancing."""
+    moe = workload.geometry.moe
+    if moe is None:
+        return np.ones(len(plans))
+    if workload.routing_imbalance is not None:
+        return np.full(len(plans), workload.routing_imbalance)
+    violation = ROUTER_MAX_VIOLATION[workload.traits.router_balancing]
+    return learned_router_imbalance(moe.experts, plans.ep, violation)
+
+
+def capacity_factor(workload: Workload) -> float:
+    """The token-drop capacity factor: stated, else :data:`DEFAULT_CAPACITY_FACTOR`."""
+    moe = workload.geometry.moe
+    stated = None if moe is None else moe.capacity_factor
+    return DEFAULT_CAPACITY_FACTOR if stated is None else stated
+
+
+def routed_load_factor(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Routed tokens of the busiest EP rank over the even share, per plan (module docstring)."""
+    if workload.geometry.moe is None or workload.routing in ("balanced", "unknown"):
+        return np.ones(len(plans))
+    if workload.routing == "token_drop":
+        cap = capacity_factor(workload)
+        if workload.pad_to_capacity:
+            return np.full(len(plans), cap)
+        return np.minimum(cap, router_imbalance(workload, plans))
+    return router_imbalance(workload, plans)  # dropless
+
+
+def expert_counts_reach_host(workload: Workload) -> bool:
+    """Whether each MoE layer waits for its per-expert token counts on the host.
+
+    On stacks that do it (the ``dropless_host_sync`` trait): Megatron-Core's all-to-all
+    dispatcher copies the counts to the host and synchronises before the first permutation
+    when a capacity factor is set and before the expert all-to-all when dropless; only
+    drop-and-pad runs ``no_sync`` (token_dispatcher.py ``preprocess``). Its flex dispatcher
+    refuses padding, and DeepEP's normal dispatch busy-waits on the host for the received
+    per-expert counts (deep_ep.cpp; Megatron's fused_a2a passes no ``num_worst_tokens``).
+    """
+    if not workload.traits.dropless_host_sync:
+        return False
+    drop_and_pad = (workload.routing == "token_drop" and workload.pad_to_capacity
+                    and workload.dispatcher is Dispatcher.ALLTOALL)
+    return not drop_and_pad
+
+
+def routing_assumptions(workload: Workload) -> list[str]:
+    """One line per routing default the expert-load model fills in for ``workload``."""
+    moe = workload.geometry.moe
+    if moe is None or workload.routing in ("balanced", "unknown"):
+        return []
+    notes = []
+    if workload.routing == "token_drop" and moe.capacity_factor is None:
+        notes.append(f"model.moe.capacity_factor not stated with token_drop routing: "
+                     f"{DEFAULT_CAPACITY_FACTOR:g} assumed (Megatron-Bridge apply_moe_token_drop)")
+    # Under token drop the imbalance matters only where the capacity exceeds the even share
+    # and the inputs are not padded to it.
+    reads_imbalance = workload.routing == "dropless" or (
+        not workload.pad_to_capacity and capacity_factor(workload) > 1.0)
+    if workload.routing_imbalance is None and reads_imbalance:
+        balancing = workload.traits.router_balancing
+        notes.append(f"routing_imbalance not stated: derived from {workload.stack}'s "
+                     f"{balancing} router balancing (expert MaxVio "
+                     f"{ROUTER_MAX_VIOLATION[balancing]:g}, Wang et al. 2024) and the experts "
+                     "per EP rank")
+    return notes

@@ -1,0 +1,161 @@
+"""Busiest-EP-rank expert load per routing regime and the MoE host sync, by hand
+(mosaic.perf.routing_load; Megatron-LM @ 6a6cd478 moe_utils/token_dispatcher)."""
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mosaic.arch import ladder_geometry
+from mosaic.config.job_schema import job_document, load_job
+from mosaic.config.run_records import load_run_records
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.record_settings import record_settings
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import single_plan
+from mosaic.perf.routing_load import (
+    expert_counts_reach_host,
+    learned_router_imbalance,
+    routed_load_factor,
+)
+from mosaic.perf.step_time import predict_step
+from mosaic.perf.workload import Workload
+from mosaic.stacks import get_stack
+
+EXTRA_RUNS = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+# No per-regime calibrated factor: only the modelled load acts.
+CALIBRATION = replace(default_calibration(), routing_imbalance={})
+
+
+def _moe(**changes) -> Workload:
+    geometry = ladder_geometry(4, experts=64, top_k=2, split_factor=4)
+    return replace(Workload(geometry=geometry, global_batch=256, seq_len=2048), **changes)
+
+
+def _with_capacity(workload: Workload, capacity_factor: float) -> Workload:
+    moe = replace(workload.geometry.moe, capacity_factor=capacity_factor)
+    return replace(workload, geometry=replace(workload.geometry, moe=moe))
+
+
+def test_learned_router_imbalance_by_hand():
+    # 128 experts on 8 ranks: ln 8 / ln 128 = 3/7 exactly, 16 experts per rank.
+    expected = 1 + 0.72 * math.sqrt(3 / 7) / math.sqrt(16)
+    assert learned_router_imbalance(128, 8, 0.72) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(1.11784, abs=1e-5)
+    # One expert per rank: the expert-level violation itself; all on one rank: balanced.
+    assert learned_router_imbalance(64, 64, 0.72) == pytest.approx(1.72, rel=1e-12)
+    assert learned_router_imbalance(64, 1, 0.72) == pytest.approx(1.0)
+    # More experts per rank average the load out (1/sqrt(experts per rank)).
+    loads = learned_router_imbalance(64, np.array([2, 4, 8, 16, 32]), 0.72)
+    assert np.all(np.diff(loads) > 0)
+
+
+def test_routed_load_factor_per_regime_by_hand():
+    plans = single_plan(dp=16, ep=8)
+    # megatron-core balances a learned router with the auxiliary loss (MaxVio 0.72):
+    # 64 experts on 8 ranks -> 1 + 0.72 sqrt(ln 8 / ln 64) / sqrt(8) = 1 + 0.72 sqrt(1/2)/sqrt(8)
+    learned = 1 + 0.72 * math.sqrt(0.5) / math.sqrt(8)
+    assert learned == pytest.approx(1.18)
+    assert routed_load_factor(_moe(), plans)[0] == pytest.approx(learned, rel=1e-12)
+    assert routed_load_factor(_moe(routing="balanced"), plans)[0] == 1.0
+    assert routed_load_factor(_moe(routing="unknown"), plans)[0] == 1.0
+    # Token drop caps every expert at capacity_factor x the even share ...
+    drop = _moe(routing="token_drop")
+    assert routed_load_factor(drop, plans)[0] == 1.0  # unstated capacity factor: 1.0
+    assert routed_load_factor(_with_capacity(drop, 1.1), plans)[0] == pytest.approx(1.1)
+    assert routed_load_factor(_with_capacity(drop, 3.0), plans)[0] == pytest.approx(learned)
+    # ... and padding makes every expert compute exactly its capacity.
+    padded = _with_capacity(replace(drop, pad_to_capacity=True), 1.5)
+    assert routed_load_factor(padded, plans)[0] == 1.5
+    # A stated imbalance replaces the derived one; torchtitan's bias balancing (MaxVio 0.04).
+    assert routed_load_factor(_moe(routing_imbalance=1.4), plans)[0] == 1.4
+    assert routed_load_factor(_with_capacity(replace(drop, routing_imbalance=1.4), 2.0),
+                              plans)[0] == 1.4
+    torchtitan = 1 + 0.04 * math.sqrt(0.5) / math.sqrt(8)
+    assert routed_load_factor(_moe(stack="torchtitan"), plans)[0] == pytest.approx(torchtitan)
+
+
+def test_host_sync_unless_drop_and_pad_on_the_alltoall_dispatcher():
+    assert expert_counts_reach_host(_moe())  # dropless: before the expert all-to-all
+    assert expert_counts_reach_host(_moe(routing="balanced"))
+    # A capacity without padding still sizes its output on the host (before_permutation_1).
+    assert expert_counts_reach_host(_moe(routing="token_drop"))
+    assert not expert_counts_reach_host(_moe(routing="token_drop", pad_to_capacity=True))
+    # DeepEP's normal dispatch waits on the host for the received per-expert counts.
+    assert expert_counts_reach_host(_moe(routing="token_drop", dispatcher="deepep"))
+    assert not expert_counts_reach_host(_moe(stack="torchtitan"))
+    with pytest.raises(MosaicInputError, match="pad_to_capacity with dispatcher deepep"):
+        _moe(routing="token_drop", pad_to_capacity=True, dispatcher="deepep")
+    with pytest.raises(MosaicInputError, match=r"routing_imbalance 0\.9"):
+        _moe(routing_imbalance=0.9)
+
+
+def test_step_time_adds_the_busiest_ranks_extra_routed_time_by_hand():
+    machine = machine_for(Cluster(system=get_system("p6-b200.48xlarge"), n_nodes=4), "bf16")
+    plan = single_plan(pp=2, dp=16, ep=8, micro_batch=2)
+    balanced = predict_step(_moe(routing="balanced"), plan, machine, CALIBRATION)
+    skewed = predict_step(_moe(routing_imbalance=1.5), plan, machine, CALIBRATION)
+    even = balanced.analytic_breakdown_s
+    routed = even["compute_experts"][0] + even["ep_all_to_all"][0]
+    extra = skewed.analytic_breakdown_s["expert_load_imbalance"][0]
+    assert balanced.analytic_breakdown_s["expert_load_imbalance"][0] == 0.0
+    assert extra == pytest.approx(0.5 * routed, rel=1e-12)
+    # Same host sync (both sync), so the step differs by the extra load and its share of
+    # the pipeline bubble: 256 / (16·2) = 8 micro-batches, bubble (pp − 1)/8 = 1/8 (Eq. 12).
+    assert skewed.analytic_breakdown_s["dispatch_floor"][0] == 0.0
+    assert skewed.analytic_step_time_s[0] - balanced.analytic_step_time_s[0] == pytest.approx(
+        extra * (1 + 1 / 8), rel=1e-9)
+    assert skewed.routed_expert_s[0] == pytest.approx(1.5 * balanced.routed_expert_s[0])
+
+
+def test_stack_router_balancing_traits():
+    assert get_stack("megatron-core").router_balancing == "aux_loss"
+    assert get_stack("megatron-bridge").router_balancing == "aux_loss"
+    assert get_stack("torchtitan").router_balancing == "loss_free"
+    assert get_stack("paper-nemo").router_balancing == "loss_free"
+
+
+def test_capacity_sweep_records_carry_their_capacity_factor():
+    records = {r.id: r for r in load_run_records(EXTRA_RUNS).records}
+    prefix = "xtuner-qwen3-235b-a22b-h800-256-tp4-ep8-pp8-vpp4-deepep-cap"
+    for cap in (1, 2, 3, 5):
+        workload = records[f"{prefix}{cap}"].workload
+        assert workload.geometry.moe.capacity_factor == cap
+        assert workload.routing == "token_drop" and not workload.pad_to_capacity
+    # Megatron-Bridge 25.09 token-drop recipes pad to capacity (apply_moe_token_drop).
+    settings, evidence = record_settings()["bridge2509-qwen3-30b-a3b-h100-16-fp8cs"]
+    assert settings["pad_to_capacity"] is True and "apply_moe_token_drop" in evidence
+
+
+def test_job_fields_round_trip(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("""
+model: {layers: 4, d_model: 512, heads: 8, vocab: 32000, activation: swiglu,
+        moe: {experts: 64, top_k: 2, expert_ffn: 512, capacity_factor: 1.25}}
+batch: {global_seqs: 256, seq_len: 2048, micro_seqs: 2}
+parallelism: {tp: 1, pp: 1, ep: 8, dp: 16}
+performance: {routing: token_drop, pad_to_capacity: true, routing_imbalance: 1.3}
+hardware: {system: p6-b200.48xlarge}
+""")
+    spec = load_job(job)
+    assert spec.workload.pad_to_capacity and spec.workload.routing_imbalance == 1.3
+    performance = job_document(spec)["performance"]
+    assert performance["pad_to_capacity"] is True and performance["routing_imbalance"] == 1.3
+    assert routed_load_factor(spec.workload, spec.plan)[0] == 1.25
+
+
+def test_routing_assumptions_name_the_defaults():
+    from mosaic.perf.routing_load import routing_assumptions
+
+    (derived,) = routing_assumptions(_moe())
+    assert "aux_loss" in derived and "0.72" in derived
+    # Token drop at the even share never reads the imbalance; its unstated capacity is 1.0.
+    (capacity,) = routing_assumptions(_moe(routing="token_drop"))
+    assert "capacity_factor not stated" in capacity and "1 assumed" in capacity
+    assert len(routing_assumptions(_with_capacity(_moe(routing="token_drop"), 2.0))) == 1
+    assert routing_assumptions(_moe(routing="balanced")) == []
+    assert routing_assumptions(_moe(routing_imbalance=1.2)) == []
