@@ -79,6 +79,8 @@ class _Entry(BaseModel):
     pp_p2p_overlap: Literal["interleaved", "none"] = "none"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
+    ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
+        "dispatch_combine")
     source: str = Field(min_length=1)
 
 
@@ -112,6 +114,9 @@ class StackTraits:
     memory_source: str | None  # why, where the stack sets its own
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
+    # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
+    # and backward) or "forward_combine" (only the forward combine; the rest are exposed)
+    ep_shared_expert_overlap: str
     source: str
 
 
