@@ -541,8 +541,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
     a2a_pair = dispatch_combine_pair_s(machine, workload, plans)
-    a2a_exposed = (np.maximum(0.0, a2a_pair - shared_fwd)
-                   + np.maximum(0.0, a2a_pair - BACKWARD_TO_FORWARD_GEMM * shared_fwd))
+    a2a_exposed = shared_expert_overlap_exposed_s(machine, workload, plans, a2a_pair,
+                                                  shared_fwd)
     if workload.ep_overlap:
         # Batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm, MoE
         # README "merging FWD-BWD passes of adjacent microbatches"; DeepSeek's DualPipe
@@ -628,6 +628,24 @@ def dispatch_combine_pair_s(machine: Machine, workload: Workload, plans: Paralle
         return 2 * outputs
     return outputs + dispatch_all_to_all_s(machine, workload, plans,
                                            FP8_DISPATCH_BYTES_PER_ELEMENT)
+
+
+def shared_expert_overlap_exposed_s(machine: Machine, workload: Workload,
+                                    plans: ParallelPlans, a2a_pair: np.ndarray,
+                                    shared_fwd: np.ndarray) -> np.ndarray:
+    """Seconds of one MoE block's four all-to-alls (``a2a_pair`` per direction) that its
+    shared experts (forward ``shared_fwd``, backward twice that) do not hide, as the stack
+    trait ``ep_shared_expert_overlap`` says: ``dispatch_combine`` hides each direction's
+    pair behind the shared experts of that direction; ``forward_combine`` hides only the
+    forward combine, the dispatch being consumed as soon as it lands and every backward
+    all-to-all being waited at once (torchtitan)."""
+    backward_shared = BACKWARD_TO_FORWARD_GEMM * shared_fwd
+    if workload.traits.ep_shared_expert_overlap == "forward_combine":
+        combine = dispatch_all_to_all_s(machine, workload, plans)  # bf16 expert outputs
+        dispatch = a2a_pair - combine
+        return dispatch + np.maximum(0.0, combine - shared_fwd) + a2a_pair
+    return (np.maximum(0.0, a2a_pair - shared_fwd)
+            + np.maximum(0.0, a2a_pair - backward_shared))
 
 
 @plan_key(*MOE_BLOCK_KEY)

@@ -116,6 +116,8 @@ class _Entry(BaseModel):
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
     release_defaults: tuple[_ReleaseDefault, ...] = ()
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
+    ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
+        "dispatch_combine")
     source: str = Field(min_length=1)
 
 
@@ -152,6 +154,9 @@ class StackTraits:
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
     release_defaults: tuple[ReleaseDefault, ...]  # settings from a release on, per run kind
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
+    # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
+    # and backward) or "forward_combine" (only the forward combine; the rest are exposed)
+    ep_shared_expert_overlap: str
     source: str
 
 
