@@ -93,6 +93,10 @@ class PerformanceBlock(_Strict):
     fsdp_keep_gathered: bool = Field(
         default=False, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP")
+    recompute_block_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
+        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing); "
+        "None = 1")
 
 
 class OptimizerBlock(_Strict):
@@ -269,6 +273,7 @@ def job_from_document(document: dict[str, Any], where: str,
                            else tuple(performance.recompute_modules)),
         optimizer_dtype=performance.optimizer_dtype,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
+        recompute_block_fraction=performance.recompute_block_fraction,
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -340,6 +345,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["optimizer_dtype"] = str(workload.optimizer_dtype)
     if workload.fsdp_keep_gathered:
         performance["fsdp_keep_gathered"] = True
+    if workload.recompute_block_fraction is not None:
+        performance["recompute_block_fraction"] = workload.recompute_block_fraction
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

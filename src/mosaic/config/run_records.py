@@ -99,6 +99,10 @@ class RunRecordEntry(_Strict):
     fsdp_keep_gathered: bool | None = Field(
         default=None, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP; null = false")
+    recompute_block_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
+        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p); "
+        "null = 1")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -221,7 +225,7 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered); documented record settings never override these.
+            fsdp_keep_gathered, recompute_block_fraction); documented record settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -382,6 +386,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
                            else tuple(entry.recompute_modules)),
         optimizer_dtype=entry.optimizer_dtype or "fp32",
         fsdp_keep_gathered=entry.fsdp_keep_gathered is True,
+        recompute_block_fraction=entry.recompute_block_fraction,
     )
     notes.append("optimizer not recorded: AdamW assumed")
     plan = _plan(entry, stack, notes)
@@ -423,6 +428,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute_modules": entry.recompute_modules is not None,
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
+        "recompute_block_fraction": entry.recompute_block_fraction is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

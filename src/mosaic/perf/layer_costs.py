@@ -395,6 +395,16 @@ def recompute_modules_forward_s(workload: Workload, modules: dict[str, np.ndarra
     return total
 
 
+def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communication: np.ndarray,
+                           core_forward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(recomputed forward, its attention-core part) per block under a block-level selective
+    policy: the checkpointed share f of the blocks repeats its whole forward, as FULL does
+    for every block (forward plus the forward half of its TP collectives), so on average
+    f times that per block (``Workload.checkpointed_block_fraction``)."""
+    share = workload.checkpointed_block_fraction
+    return share * (forward + tp_communication / 2), share * core_forward
+
+
 @plan_key(*DENSE_BLOCK_KEY)
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One dense block per micro-batch."""
@@ -427,6 +437,9 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
         })
     zero = np.zeros(len(plans))
     gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
+    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
+        selective, selective_core = _block_level_recompute(
+            workload, forward, gather + scatter + reduce, attention.core_forward)
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward, selective_recompute=selective,
@@ -532,6 +545,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                      + gate_share * router_gemm + shared_share * shared_fwd
                      + attention.streaming_forward + moe_stream + cast_fwd)
         selective_core = np.zeros(len(plans))
+    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
+        selective, selective_core = _block_level_recompute(
+            workload, forward, gather + scatter + reduce, attention.core_forward)
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward,
