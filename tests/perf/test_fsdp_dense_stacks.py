@@ -146,3 +146,25 @@ def test_hsdp_without_replicas_costs_like_fsdp_in_the_same_group():
     plan = single_plan(dp=8, micro_batch=1, sharding=Sharding.FSDP)
     fsdp = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
     assert hsdp.step_time_s[0] == pytest.approx(fsdp.step_time_s[0])
+
+
+def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
+    # MoE, 4 nodes, ep 8 inside each node, shard group 8 (one node): the experts' gradient
+    # shards are all-reduced across the 4 replicas as the dense ones are, so the exposed
+    # tail is both all-reduces of the last block.
+    geometry = ladder_geometry(4, experts=16, top_k=2, split_factor=2)
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
+    workload = Workload(geometry=geometry, global_batch=32, seq_len=32768,
+                        stack="torchtitan", grad_reduce_in_fp32=False)
+    plan = single_plan(dp=32, ep=8, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
+    step = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
+    counts = count_parameters(geometry)
+    dense = (counts.attention_per_layer + counts.shared_experts_per_layer
+             + counts.norms_per_layer + counts.router_per_layer)
+    experts = counts.experts * counts.routed_expert / 8  # 16 experts over ep = 8
+    # dense shards over the node's 8 GPUs; each expert's 1 (= edp 4 x 8 / 32) copy per node
+    dense_ar = all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
+                                 machine.interconnect)[0]
+    expert_ar = all_reduce_time_s(np.array([experts * 2 / 1]), np.array([4]), np.array([8]),
+                                  machine.interconnect)[0]
+    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_ar + expert_ar)

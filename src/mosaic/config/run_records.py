@@ -225,7 +225,8 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered, recompute_block_fraction); documented record settings never override these.
+            fsdp_keep_gathered, recompute_block_fraction); documented record settings never
+            override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and

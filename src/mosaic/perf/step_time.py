@@ -399,8 +399,13 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
     # stream; FSDP2's foreach_reduce likewise all-reduces each unit's shard after its
     # reduce-scatter), so it overlaps the backward of the units after it.
     replicas = np.maximum(dense_group // np.maximum(shard_group, 1), 1)
+    # Routed experts shard over their share of the expert-data-parallel group
+    # (memory.shard_degrees) and are replicated across the same number of groups.
     unit_replica = np.where(replicas > 1, all_reduce_time_s(
-        block_dense * grad_bytes / shard_group, replicas, dense_stride * shard_group, ic), 0.0)
+        block_dense * grad_bytes / shard_group, replicas, dense_stride * shard_group, ic)
+        + np.where(unit_experts, all_reduce_time_s(
+            block_expert * grad_bytes / expert_shard_group, replicas,
+            expert_stride * expert_shard_group, ic), 0.0), 0.0)
     return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
             "all_gather": all_gather, "unit_gather": gather, "unit_scatter": scatter,
             "unit_replica": unit_replica}
