@@ -107,6 +107,10 @@ class PerformanceBlock(_Strict):
                     "--cuda-graph-impl full_iteration; MoE models with a static per-EP-rank "
                     "token budget, --moe-expert-rank-capacity-factor): no host launch cost and "
                     "no MoE host synchronisation; off by default, as in Megatron-Core")
+    recompute_block_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
+        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing); "
+        "None = 1")
 
 
 class OptimizerBlock(_Strict):
@@ -286,6 +290,7 @@ def job_from_document(document: dict[str, Any], where: str,
         optimizer_dtype=performance.optimizer_dtype,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
+        recompute_block_fraction=performance.recompute_block_fraction,
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -365,6 +370,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["fsdp_keep_gathered"] = True
     if workload.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
+    if workload.recompute_block_fraction is not None:
+        performance["recompute_block_fraction"] = workload.recompute_block_fraction
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

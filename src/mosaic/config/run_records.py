@@ -116,6 +116,10 @@ class RunRecordEntry(_Strict):
         default=None, description="the step replays one CUDA graph (Megatron-Core "
         "--cuda-graph-impl full_iteration; MoE with a static per-rank token budget); null = "
         "the stack release's default (docs/stacks.md), else false")
+    recompute_block_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
+        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p); "
+        "null = 1")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -238,8 +242,9 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity, recompute when
-            not 'unknown'); documented record settings never override these.
+            fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity,
+            recompute_block_fraction, recompute when not 'unknown'); documented record
+            settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -404,6 +409,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         full_iteration_cuda_graph=entry.full_iteration_cuda_graph is True,
         pad_to_capacity=entry.pad_to_capacity is True,
         routing_imbalance=entry.routing_imbalance,
+        recompute_block_fraction=entry.recompute_block_fraction,
     )
     stated = _stated_settings(entry)
     workload = replace(workload, **release_default_settings(
@@ -454,6 +460,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
         "recompute": entry.recompute != "unknown",
         "pad_to_capacity": entry.pad_to_capacity is not None,
+        "recompute_block_fraction": entry.recompute_block_fraction is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

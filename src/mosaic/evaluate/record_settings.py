@@ -46,6 +46,7 @@ class _Settings(_Strict):
     fsdp_keep_gathered: bool | None = None
     full_iteration_cuda_graph: bool | None = None
     pad_to_capacity: bool | None = None
+    recompute_block_fraction: float | None = Field(default=None, ge=0, le=1)
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None

@@ -441,6 +441,14 @@ def _selective_core_attention_s(workload: Workload, attention: AttentionTimes) -
     if "core_attn" in workload.selective_recompute_modules:
         return attention.core_forward
     return np.zeros_like(attention.core_forward)
+def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communication: np.ndarray,
+                           core_forward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(recomputed forward, its attention-core part) per block under a block-level selective
+    policy: the checkpointed share f of the blocks repeats its whole forward, as FULL does
+    for every block (forward plus the forward half of its TP collectives), so on average
+    f times that per block (``Workload.checkpointed_block_fraction``)."""
+    share = workload.checkpointed_block_fraction
+    return share * (forward + tp_communication / 2), share * core_forward
 
 
 @plan_key(*DENSE_BLOCK_KEY)
@@ -478,6 +486,9 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
     gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter,
                                                  attention.gemm + _fwd_bwd(up + down))
+    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
+        selective, selective_core = _block_level_recompute(
+            workload, forward, gather + scatter + reduce, attention.core_forward)
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward, selective_recompute=selective,
@@ -586,6 +597,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                      + gate_share * router_gemm + shared_share * shared_fwd
                      + attention.streaming_forward + moe_stream + cast_fwd)
         selective_core = np.zeros(len(plans))
+    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
+        selective, selective_core = _block_level_recompute(
+            workload, forward, gather + scatter + reduce, attention.core_forward)
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward,

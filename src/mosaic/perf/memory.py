@@ -583,7 +583,12 @@ def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
                      working_set: np.ndarray) -> np.ndarray:
     """What SELECTIVE keeps: per-op SAC on the stacks that run it, else what Megatron's
-    recompute_modules leave (core_attn, the default, drops only the softmax statistics)."""
+    recompute_modules leave (core_attn, the default, drops only the softmax statistics), or
+    with a block-level policy the input of the checkpointed share of blocks and the working
+    set of the others."""
+    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
+        share = workload.checkpointed_block_fraction
+        return share * layer_input_bytes(workload, plans) + (1 - share) * working_set
     if workload.traits.selective_recompute is SelectiveRecompute.PER_OP:
         if kind == "dense":
             return per_op_sac_dense_bytes(workload, plans)
@@ -688,7 +693,12 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
         )
         moe_working_set = layer_working_set_bytes(workload, plans, "moe")
         working_set = np.maximum(working_set, np.where(moe_blocks > 0, moe_working_set, 0))
-    recompute = np.where(plans.checkpointing == Checkpointing.FULL, working_set, 0.0)
+    recomputes_blocks = plans.checkpointing == Checkpointing.FULL
+    if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
+            and workload.checkpointed_block_fraction > 0):
+        # a checkpointed block's working set is rebuilt in backward, as under FULL
+        recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
+    recompute = np.where(recomputes_blocks, working_set, 0.0)
     head_inputs = np.where(_holds_lm_head(plans, stage), 2 * layer_input_bytes(workload, plans), 0)
     in_flight = in_flight_microbatches(workload, plans, stage)
     resident = resident_block_fraction(workload, blocks)

@@ -77,6 +77,7 @@ from mosaic.perf.schedule import (
 from mosaic.perf.shapes import local_experts, tokens_per_rank
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import OptimizerKind, Workload
+from mosaic.stacks import SelectiveRecompute
 
 # Bytes streamed per parameter by the optimizer update (read + write, fp32 state and master,
 # fp32 grad read, bf16 param write): Adam 2·(4+4+4) + 4 + 2, Muon/SGD one moment fewer.
@@ -393,12 +394,22 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
                                                                    dense_stride, ic)
                            + np.maximum(expert_tensors - 1, 0)
                            * all_gather_time_s(0.0, expert_shard_group, expert_stride, ic))
+    # HSDP: each unit's reduce-scattered gradient shard is then all-reduced across the
+    # replicas, per unit, on a stream of its own (torch FSDP1 _runtime_utils._reduce_grad:
+    # dist.all_reduce on state._all_reduce_stream after it waits for the post-backward
+    # stream; FSDP2's foreach_reduce likewise all-reduces each unit's shard after its
+    # reduce-scatter), so it overlaps the backward of the units after it.
     replicas = np.maximum(dense_group // np.maximum(shard_group, 1), 1)
-    hsdp_replica = all_reduce_time_s(grad_dense / shard_group, replicas,
-                                     dense_stride * shard_group, ic)
+    # Routed experts shard over their share of the expert-data-parallel group
+    # (memory.shard_degrees) and are replicated across the same number of groups.
+    unit_replica = np.where(replicas > 1, all_reduce_time_s(
+        block_dense * grad_bytes / shard_group, replicas, dense_stride * shard_group, ic)
+        + np.where(unit_experts, all_reduce_time_s(
+            block_expert * grad_bytes / expert_shard_group, replicas,
+            expert_stride * expert_shard_group, ic), 0.0), 0.0)
     return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
             "all_gather": all_gather, "unit_gather": gather, "unit_scatter": scatter,
-            "hsdp_replica": hsdp_replica}
+            "unit_replica": unit_replica}
 
 
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
@@ -415,12 +426,18 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     is_zero = (sharding == Sharding.ZERO1) | (sharding == Sharding.ZERO2)
     is_fsdp = (sharding == Sharding.FSDP) | (sharding == Sharding.HSDP)
     gather, scatter = collectives["unit_gather"], collectives["unit_scatter"]
+    # HSDP's replica all-reduce of a unit (zero otherwise) runs beside the next units'
+    # gathers and reduce-scatters: inside the shard group they use the scale-up links, the
+    # replicas the network. The last unit's has no backward left to hide behind.
+    replica = np.where(sharding == Sharding.HSDP, collectives["unit_replica"], 0.0)
     gather_fwd_exposed = np.maximum(0.0, gather - fwd_block_s)
     gather_bwd_exposed = np.maximum(0.0, gather - bwd_block_s)
-    scatter_exposed = np.maximum(0.0, gather + scatter - bwd_block_s) - gather_bwd_exposed
-    gathers_per_step = np.where(fsdp_gathered_through_step(workload, plans), 1, n_mb) * blocks
+    scatter_exposed = (np.maximum(0.0, np.maximum(gather + scatter, replica) - bwd_block_s)
+                       - gather_bwd_exposed)
+    reductions = np.where(fsdp_gathered_through_step(workload, plans), 1, n_mb)
+    gathers_per_step = reductions * blocks
     fsdp_gather = gathers_per_step * (gather_fwd_exposed + gather_bwd_exposed)
-    fsdp_scatter = gathers_per_step * scatter_exposed
+    fsdp_scatter = gathers_per_step * scatter_exposed + reductions * replica
     zero = np.zeros(len(plans))
     return {
         "dp_all_reduce": np.where(is_ddp, np.maximum(0.0, collectives["all_reduce"] - hide_bwd),
@@ -430,8 +447,7 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
         "dp_all_gather": np.where(is_zero, np.maximum(0.0, collectives["all_gather"] - hide_fwd),
                                   zero),
         "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
-        "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero)
-        + np.where(sharding == Sharding.HSDP, collectives["hsdp_replica"], zero),
+        "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero),
     }
 
 
@@ -658,6 +674,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     model_flops = 6.0 * counts.n_active * tokens
     attention_flops = attention_flops_per_token(geometry, workload.seq_len) * tokens
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL, 1 / 3, 0.0)
+    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks
+        recompute_share = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
+                                   workload.checkpointed_block_fraction / 3, recompute_share)
     hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
                       + lm_head_flops_per_token(geometry) * tokens)
     memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None

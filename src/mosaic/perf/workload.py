@@ -150,6 +150,11 @@ class Workload:
             micro-batch, also without PP (NeMo AutoModel's MoE parallelizer with
             reshard_after_forward false and its enable_fsdp_optimizations). With PP this is
             every torch FSDP stack's behaviour already.
+        recompute_block_fraction: share of blocks checkpointed whole under SELECTIVE
+            checkpointing on a stack whose selective recompute is block-level (trait
+            ``selective_recompute: blocks``; fms-fsdp's selective_checkpointing p,
+            fms_fsdp/policies/ac_handler.py @ ed74fd5: p of the blocks, evenly spaced, are
+            wrapped in checkpoint_wrapper); None = the stack's default 1 (every block).
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -179,6 +184,7 @@ class Workload:
     fsdp_keep_gathered: bool = False
     pad_to_capacity: bool = False
     routing_imbalance: float | None = None
+    recompute_block_fraction: float | None = None
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -194,6 +200,10 @@ class Workload:
                                    f"{', '.join(_RECOMPUTE_MODULES)}")
         if self.recompute_modules is not None:
             object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        fraction = self.recompute_block_fraction
+        if fraction is not None and not 0.0 <= fraction <= 1.0:
+            raise MosaicInputError(f"recompute_block_fraction {fraction!r}: allowed values "
+                                   "are 0 to 1 (the share of blocks checkpointed)")
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")
@@ -239,6 +249,13 @@ class Workload:
         if self.fsdp_gather is not None:
             return self.fsdp_gather is FsdpGather.TENSOR
         return self.traits.fsdp_gather == FsdpGather.TENSOR
+
+    @property
+    def checkpointed_block_fraction(self) -> float:
+        """Share of blocks a block-level selective policy checkpoints whole (1 unless the
+        workload states it: fms-fsdp's default selective_checkpointing is 1)."""
+        fraction = self.recompute_block_fraction
+        return 1.0 if fraction is None else float(fraction)
 
     @property
     def loss_implementation(self) -> CrossEntropy:

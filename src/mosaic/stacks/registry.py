@@ -37,6 +37,10 @@ class SelectiveRecompute(StrEnum):
 
     ATTENTION_CORE = "attention_core"  # Korthikanti et al. 2022
     PER_OP = "per_op"  # torch per-op SAC (torchtitan's 'op' policy)
+    # A share of whole blocks checkpointed, the others keep everything (fms-fsdp's
+    # selective_checkpointing p, fms_fsdp/policies/ac_handler.py); the share is the
+    # workload's recompute_block_fraction.
+    BLOCKS = "blocks"
 
 
 class CrossEntropy(StrEnum):
