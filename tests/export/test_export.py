@@ -75,15 +75,22 @@ def megatron_parser() -> argparse.ArgumentParser:
                "recompute-granularity": ["full", "selective"],
                "recompute-method": ["uniform", "block"],
                "fp8-format": ["e4m3", "hybrid"],
-               "optimizer": ["adam", "sgd", "muon"]}
+               "optimizer": ["adam", "sgd", "muon"],
+               # TransformerConfig Literal fields (ArgumentGroupFactory flags)
+               "moe-dispatch-fwd-dtype": ["bf16", "mxfp8"],
+               "moe-combine-bwd-dtype": ["bf16", "mxfp8"],
+               "cuda-graph-impl": ["none", "local", "transformer_engine", "full_iteration"]}
     for name, allowed in choices.items():
         p.add_argument(f"--{name}", choices=allowed)
     p.add_argument("--moe-layer-freq", type=lambda s: int(s) if s.isdigit() else eval(s))
     for name in ["group-query-attention", "swiglu", "untie-embeddings-and-output-weights",
                  "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm",
                  "moe-shared-expert-gate", "multi-latent-attention", "sequence-parallel",
-                 "use-distributed-optimizer", "use-megatron-fsdp", "bf16", "fp16"]:
+                 "use-distributed-optimizer", "use-megatron-fsdp", "bf16", "fp16",
+                 "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "tp-comm-overlap"]:
         p.add_argument(f"--{name}", action="store_true")
+    p.add_argument("--no-check-for-nan-in-loss-and-grad", dest="check_for_nan_in_loss_and_grad",
+                   action="store_false")
     return p
 
 
@@ -305,3 +312,23 @@ def test_plan_optimum_carries_the_job_blocks(plan_json):
     if new.sharding != "hsdp":  # the shard group only means something under HSDP
         old = dataclasses.replace(old, hsdp_shard=None)
     assert new == old
+
+
+def test_megatron_carries_the_overlap_and_graph_settings_of_the_job():
+    """EP overlap (with delayed wgrad, its requirement), FP8 dispatch, TP comm overlap and a
+    full-iteration CUDA graph (without the NaN check, which syncs the host) reach the
+    Megatron arguments; an MoE full-iteration graph notes what must be set by hand."""
+    spec = load_export_spec(JOB, ["parallelism.ep_overlap=true", "parallelism.dispatch_fp8=true",
+                                  "performance.precision=fp8", "parallelism.tp=2",
+                                  "parallelism.tp_comm_overlap=true",
+                                  "performance.full_iteration_cuda_graph=true"], None)
+    result = export(spec, "megatron")
+    a = parse_megatron(result.text)
+    assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
+    assert (a.moe_dispatch_fwd_dtype, a.moe_combine_bwd_dtype) == ("mxfp8", "mxfp8")
+    assert a.sequence_parallel and a.tp_comm_overlap
+    assert a.cuda_graph_impl == "full_iteration" and a.check_for_nan_in_loss_and_grad is False
+    assert any("moe-expert-rank-capacity-factor" in note for note in result.unsupported)
+    plain = parse_megatron(export(load_export_spec(JOB, [], None), "megatron").text)
+    assert not (plain.overlap_moe_expert_parallel_comm or plain.tp_comm_overlap)
+    assert plain.cuda_graph_impl is None and plain.check_for_nan_in_loss_and_grad is True

@@ -92,6 +92,12 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         else:  # DeepEP / HybridEP run through the flex dispatcher
             args += [("--moe-token-dispatcher-type", "flex"),
                      ("--moe-flex-dispatcher-backend", spec.dispatcher)]
+        if spec.ep_overlap:  # batch-level EP overlap needs the delayed weight gradients
+            args += [("--overlap-moe-expert-parallel-comm", None),
+                     ("--delay-wgrad-compute", None)]
+        if spec.dispatch_fp8:
+            args += [("--moe-dispatch-fwd-dtype", "mxfp8"),
+                     ("--moe-combine-bwd-dtype", "mxfp8")]
     if g.mtp_layers:
         args.append(("--mtp-num-layers", str(g.mtp_layers)))
     args += [("--tensor-model-parallel-size", str(spec.tp)),
@@ -108,6 +114,16 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                            "layout by hand")
     if spec.sequence_parallel and spec.tp > 1:
         args.append(("--sequence-parallel", None))
+        if spec.tp_comm_overlap:  # Transformer Engine userbuffers; needs sequence parallelism
+            args.append(("--tp-comm-overlap", None))
+    if spec.full_iteration_cuda_graph:
+        # docs/user-guide/features/cuda_graph.md: the NaN check syncs the host, so it goes.
+        args += [("--cuda-graph-impl", "full_iteration"),
+                 ("--no-check-for-nan-in-loss-and-grad", None)]
+        if g.moe:
+            unsupported.append("full-iteration CUDA graph of an MoE model: also set "
+                               "--moe-flex-dispatcher-backend hybridep, "
+                               "--moe-expert-rank-capacity-factor and paged stash by hand")
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
     elif spec.sharding in ("zero2", "fsdp", "hsdp"):

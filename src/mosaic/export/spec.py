@@ -38,6 +38,10 @@ class ExportSpec:
     checkpointing: str = "none"
     precision: str = "bf16"
     dispatcher: str = "alltoall"
+    ep_overlap: bool = False
+    dispatch_fp8: bool = False
+    tp_comm_overlap: bool = False
+    full_iteration_cuda_graph: bool = False
     stack: str = "megatron-core"
     optimizer: str = "adamw"
     source: str = ""
@@ -99,6 +103,9 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         sequence_parallel=bool(plan.get("sequence_parallel", False)),
         checkpointing=str(plan["checkpointing"]),
         precision=str(workload.precision), dispatcher=str(workload.dispatcher),
+        ep_overlap=workload.ep_overlap, dispatch_fp8=workload.dispatch_fp8,
+        tp_comm_overlap=workload.tp_comm_overlap,
+        full_iteration_cuda_graph=workload.full_iteration_cuda_graph,
         stack=str(workload.stack), optimizer=str(workload.optimizer), source=source,
     )
 
@@ -169,5 +176,8 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         checkpointing=str(plan.get("checkpointing", "none")),
         precision=str(envelope.get("precision", "bf16")),
         dispatcher=str(dispatcher or envelope.get("dispatcher", "alltoall")),
+        ep_overlap=bool(plan.get("ep_overlap", False)),
+        dispatch_fp8=bool(plan.get("dispatch_fp8", False)),
+        tp_comm_overlap=bool(plan.get("tp_comm_overlap", False)),
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )
