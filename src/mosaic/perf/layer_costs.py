@@ -441,6 +441,8 @@ def _selective_core_attention_s(workload: Workload, attention: AttentionTimes) -
     if "core_attn" in workload.selective_recompute_modules:
         return attention.core_forward
     return np.zeros_like(attention.core_forward)
+
+
 def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communication: np.ndarray,
                            core_forward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(recomputed forward, its attention-core part) per block under a block-level selective
