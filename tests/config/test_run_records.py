@@ -79,7 +79,8 @@ def test_example_all_moe_record_fills_ffn_recompute_and_precision_with_notes() -
     geometry = moe.workload.geometry
     assert geometry.ffn == geometry.moe.expert_ffn == 768
     assert moe.workload.precision is Precision.FP8 and moe.precision_recipe == "mxfp8"
-    assert moe.plan.checkpointing[0] == Checkpointing.SELECTIVE
+    # recompute unknown: Megatron-Core's default (TransformerConfig recompute_granularity None)
+    assert moe.plan.checkpointing[0] == Checkpointing.NONE
     assert moe.system.name == "DGX-B200" and moe.routing == "balanced"
     notes = " | ".join(moe.assumptions)
     for fragment in ("model.ffn not stated", "tied_embeddings", "recompute unknown", "mxfp8"):

@@ -179,19 +179,20 @@ def test_async_tp_runs_overlap_their_tp_collectives():
 
 
 def test_recompute_applies_to_a_record_that_leaves_it_unknown_only():
-    """Megatron-Bridge's Qwen3 recipes run without recomputation: a record with recompute
-    'unknown' takes it (the plan's checkpointing column); one that states it keeps it."""
+    """Megatron-Bridge's DeepSeek-V3 recipes run selective recompute: a record with recompute
+    'unknown' (Megatron-Core's default: none) takes it, in the plan's checkpointing column;
+    one that states its recompute keeps it."""
     from mosaic.perf.plan import Checkpointing
 
     records = _records(EXTRA_RUNS)
-    target = "bridge2511-qwen3-30b-a3b-gb300-8-fp8mx"
+    target = "bridge2511-deepseekv3-w-o-mtp-gb300-256-bf16"
     original = {r.id: r for r in records.records}[target]
     amended = {r.id: r for r in apply_record_settings(records).records}[target]
-    assert original.plan.checkpointing[0] == Checkpointing.SELECTIVE  # the stack's default
-    assert amended.plan.checkpointing[0] == Checkpointing.NONE
-    assert any("recompute=none" in note for note in amended.assumptions)
+    assert original.plan.checkpointing[0] == Checkpointing.NONE  # the stack's default
+    assert amended.plan.checkpointing[0] == Checkpointing.SELECTIVE
+    assert any("recompute=selective" in note for note in amended.assumptions)
     stated = replace(records, records=tuple(
         replace(r, stated_settings=r.stated_settings | {"recompute"}) if r.id == target else r
         for r in records.records))
     kept = {r.id: r for r in apply_record_settings(stated).records}[target]
-    assert kept.plan.checkpointing[0] == Checkpointing.SELECTIVE
+    assert kept.plan.checkpointing[0] == Checkpointing.NONE

@@ -156,11 +156,11 @@ _PRECISIONS: Mapping[str, Precision] = MappingProxyType(
     }
 )
 
-# recompute "unknown" -> the stack's ``unstated_recompute`` trait (mosaic.stacks). The
-# stacks that leave it unstated (Megatron-Core via NeMo / Megatron-Bridge, NeMo AutoModel)
-# run fused flash attention by default, which recomputes the attention scores in backward
-# instead of storing them: the footprint selective recompute models (Korthikanti et al.
-# 2022, Sec. 4.2). Full recompute is a deliberate setting that sources state.
+# recompute "unknown" -> the stack's ``unstated_recompute`` trait (mosaic.stacks): the
+# framework's own default where a recipe does not say (Megatron-Core: none,
+# TransformerConfig.recompute_granularity None; NeMo AutoModel: full; torchtitan:
+# selective). Fused flash attention recomputes the attention scores inside its backward
+# either way, so "none" stores no score matrix (Korthikanti et al. 2022, Sec. 4.2).
 
 # tokens/s/GPU and step time agree within this fraction when ``measured.consistent`` is true
 # (published_runs.yaml description: "consistent = the two agree within 2%").
