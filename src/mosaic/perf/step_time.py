@@ -55,6 +55,7 @@ from mosaic.perf.layer_costs import (
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memory import (
     PARAMETER_STATE_KEY,
+    STAGE_PARAMETER_KEY,
     StageParameters,
     feasibility,
     gradient_bytes_per_param,
@@ -562,6 +563,23 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
             + calibration.host_overhead_per_microbatch_s)
 
 
+@plan_key(*STAGE_PARAMETER_KEY)
+def _heavier_end_stage_parameters(workload: Workload, plans: ParallelPlans
+                                  ) -> StageParameters:
+    """The parameters of the end stage (first or last) that holds more, the last on a tie:
+    what the data-parallel collectives and the optimizer step move."""
+    geometry = workload.geometry
+    uneven = workload.uneven_pipeline_stages
+    vocab_split = workload.vocab_in_pipeline_split
+    params = stage_parameters(geometry, plans, "last", uneven, vocab_split)
+    first_params = stage_parameters(geometry, plans, "first", uneven, vocab_split)
+    heavier_first = first_params.total > params.total
+    return StageParameters(**{
+        name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
+        for name in StageParameters.__dataclass_fields__
+    })
+
+
 def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  calibration: Calibration, *,
                  memory_breakdown: dict[str, np.ndarray] | None = None) -> StepPrediction:
@@ -619,15 +637,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     else:
         breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
-    uneven = workload.uneven_pipeline_stages
-    vocab_split = workload.vocab_in_pipeline_split
-    params = stage_parameters(geometry, plans, "last", uneven, vocab_split)
-    first_params = stage_parameters(geometry, plans, "first", uneven, vocab_split)
-    heavier_first = first_params.total > params.total
-    params = StageParameters(**{
-        name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
-        for name in StageParameters.__dataclass_fields__
-    })
+    params = _heavier_end_stage_parameters(workload, plans)
     fwd_block = block.forward
     bwd_block = block.compute - block.forward
     breakdown.update(_data_parallel_times(machine, workload, plans, params, fwd_block,
