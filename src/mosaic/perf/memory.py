@@ -270,12 +270,21 @@ def shard_degrees(plans: ParallelPlans) -> tuple[np.ndarray, np.ndarray]:
     return dense.astype(float), np.where(hsdp, expert_hsdp, edp).astype(float)
 
 
+def _sharding_in(sharding: np.ndarray, modes: tuple[Sharding, ...]) -> np.ndarray:
+    """Which plans' sharding is one of ``modes``: np.isin's answer, by one comparison per
+    mode (np.isin scans the codes for their range first; measured ~3x slower here)."""
+    found = sharding == modes[0]
+    for mode in modes[1:]:
+        found |= sharding == mode
+    return found
+
+
 def _shard_divisors(
     plans: ParallelPlans, modes: tuple[Sharding, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) divisors: the shard-group sizes where a plan's sharding is in
     ``modes``, else 1."""
-    sharded = np.isin(plans.sharding, [int(m) for m in modes])
+    sharded = _sharding_in(plans.sharding, modes)
     dense_degree, expert_degree = shard_degrees(plans)
     return np.where(sharded, dense_degree, 1.0), np.where(sharded, expert_degree, 1.0)
 
@@ -350,7 +359,7 @@ def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPla
     resident = WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED)
     if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
             and workload.optimizer_dtype is OptimizerDtype.FP32):
-        fully_sharded = np.isin(plans.sharding, [int(m) for m in _FULLY_SHARDED])
+        fully_sharded = _sharding_in(plans.sharding, _FULLY_SHARDED)
         resident = np.where(fully_sharded, 0.0, resident)
     return resident
 
@@ -754,7 +763,7 @@ def communication_buffer_bytes(
     * PP > 1: one received activation and one received gradient (2sbh each, SP-sharded).
     """
     sharding = plans.sharding
-    fully_sharded = np.isin(sharding, [int(m) for m in _FULLY_SHARDED])
+    fully_sharded = _sharding_in(sharding, _FULLY_SHARDED)
     # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
     # leaves them out) are never gathered: they are resident in ``weights``.
     experts_outside = np.zeros(len(plans), dtype=bool)
