@@ -138,6 +138,11 @@ class GroupPlacement:
 
 def _as_int(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value)
+    if arr.dtype.kind == "i":  # plan fields: already integers (no rounding to check)
+        as_int = arr.astype(np.int64, copy=False)
+        if np.any(as_int < 1):
+            raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
+        return as_int
     as_int = np.rint(arr).astype(np.int64)
     if np.any(as_int < 1) or np.any(as_int != arr):
         raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
