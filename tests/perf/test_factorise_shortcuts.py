@@ -18,13 +18,14 @@ from mosaic.perf.factorise import (
     PLAN_FIELDS,
     UndeclaredPlanFieldError,
     distinct_rows,
+    every_plan,
     plan_key,
     take_plans,
 )
 from mosaic.perf.layouts import LayoutLimits, enumerate_plans, predict_in_chunks
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import memory_breakdown_bytes
-from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.plan import ParallelPlans, plans_from_columns
 from mosaic.perf.workload import Workload
 
 WORKLOAD = Workload(geometry=ladder_geometry(4, experts=64, top_k=2, split_factor=4),
@@ -171,3 +172,33 @@ def test_a_lazy_result_of_a_wider_key_is_still_checked(plans):
     fresh = _fresh(plans)
     with pytest.raises(UndeclaredPlanFieldError, match="'box'"):
         narrow(fresh, wide(fresh))
+
+
+def test_remembered_result_is_computed_once_per_plans_and_arguments():
+    """plan_key(remember=True) returns the first call's result to the next call with the
+    same plans and arguments, computes afresh for other arguments or other plans, and
+    computes every call directly inside every_plan."""
+    runs: list[float] = []
+
+    @plan_key("tp", remember=True)
+    def scaled(plans: ParallelPlans, factor: float) -> np.ndarray:
+        runs.append(factor)
+        return plans.tp * factor
+
+    def four_plans() -> ParallelPlans:
+        return plans_from_columns(
+            tp=[1, 2, 1, 2], pp=[1] * 4, vpp=[1] * 4, cp=[1] * 4, dp=[8, 4, 8, 4],
+            ep=[1] * 4, etp=[1] * 4, micro_batch=[1] * 4, sharding=[0] * 4,
+            checkpointing=[0] * 4, hsdp_shard=[1] * 4, sequence_parallel=[True] * 4)
+
+    plans = four_plans()
+    first = scaled(plans, 3.0)
+    np.testing.assert_array_equal(first, [3.0, 6.0, 3.0, 6.0])
+    assert scaled(plans, 3.0) is first and runs == [3.0]
+    np.testing.assert_array_equal(scaled(plans, 0.5), [0.5, 1.0, 0.5, 1.0])
+    assert runs == [3.0, 0.5]
+    np.testing.assert_array_equal(scaled(four_plans(), 3.0), first)  # other plans
+    assert runs == [3.0, 0.5, 3.0]
+    with every_plan():
+        np.testing.assert_array_equal(scaled(plans, 3.0), first)
+    assert runs == [3.0, 0.5, 3.0, 3.0]

@@ -43,6 +43,7 @@ _CACHE_ATTRIBUTE = "_distinct_rows_cache"
 _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
 _PARENT = "parent"  # entry of that cache: (plans, index) this set was taken from (take_plans)
 _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, function)
+_REMEMBERED = "remembered"  # entry of that cache: results of plan_key(remember=True) calls
 
 
 _STATE = {"enabled": True}
@@ -413,7 +414,7 @@ def _remember_outputs(result: Any, plans: ParallelPlans, declared: frozenset[str
         keyed[id(array)] = (weakref.ref(array), declared)
 
 
-def plan_key(*names: str, carried: tuple[str, ...] = ()
+def plan_key(*names: str, carried: tuple[str, ...] = (), remember: bool = False
              ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a cost function of plans that reads only the plan fields ``names``.
 
@@ -423,6 +424,9 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
     per-plan arrays that are functions of ``names`` (e.g. a block time passed on): they are
     checked to be equal across plans that share a key and taken at one plan per key.
     Any other per-plan array argument is refused (its rows would not follow the plans).
+    ``remember``: the result is kept on the plans object per value of the other
+    (hashable) arguments and returned again to the next call with the same ones (for a
+    term every pipeline stage reads); callers then share it and must not write into it.
     """
     unknown = sorted(set(names) - set(PLAN_FIELDS))
     if unknown:
@@ -448,8 +452,15 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
             n = len(plans)
             if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
                 return function(*args, **kwargs)
-            representatives, inverse = distinct_rows(plans, key)
             named = [*zip(parameters, args, strict=False), *kwargs.items()]
+            if remember:
+                known = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _REMEMBERED, {})
+                call = (label, *sorted((name, value) for name, value in named
+                                       if name != "plans"))
+                if call in known:
+                    return known[call]  # type: ignore[no-any-return]
+            representatives, inverse = distinct_rows(plans, key)
             given: dict[str, Any] = {}
             for name, value in named:
                 if name == "plans":
@@ -466,6 +477,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
             result = _gather_result(function(**given), inverse, plans,  # type: ignore[arg-type]
                                     declared)
             _remember_outputs(result, plans, declared)
+            if remember:
+                known[call] = result
             return result  # type: ignore[no-any-return]
 
         return on_distinct_rows

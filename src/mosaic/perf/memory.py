@@ -494,7 +494,7 @@ def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return ACTIVATION_BYTES * tokens * workload.geometry.d_model / sequence_shard_divisor(plans)
 
 
-@plan_key(*BLOCK_ACTIVATION_KEY)
+@plan_key(*BLOCK_ACTIVATION_KEY, remember=True)  # (read by every stage)
 def layer_working_set_bytes(
     workload: Workload, plans: ParallelPlans, kind: LayerKind
 ) -> np.ndarray:
@@ -651,7 +651,7 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
     return dropped
 
 
-@plan_key(*BLOCK_ACTIVATION_KEY, "checkpointing")
+@plan_key(*BLOCK_ACTIVATION_KEY, "checkpointing", remember=True)  # (read by every stage)
 def activation_bytes_per_layer(
     workload: Workload, plans: ParallelPlans, kind: LayerKind = "dense"
 ) -> np.ndarray:
