@@ -174,16 +174,21 @@ def test_a_lazy_result_of_a_wider_key_is_still_checked(plans):
         narrow(fresh, wide(fresh))
 
 
-def test_remembered_result_is_computed_once_per_plans_and_arguments():
-    """plan_key(remember=True) returns the first call's result to the next call with the
-    same plans and arguments, computes afresh for other arguments or other plans, and
-    computes every call directly inside every_plan."""
+def test_remembered_values_are_computed_once_per_key_set_and_arguments():
+    """plan_key(remember=...) computes a call's per-key values once per restricted set and
+    argument values (as the key function maps them), gathers them again for a later equal
+    call, and computes every call directly inside every_plan."""
     runs: list[float] = []
 
     @plan_key("tp", remember=True)
     def scaled(plans: ParallelPlans, factor: float) -> np.ndarray:
         runs.append(factor)
         return plans.tp * factor
+
+    @plan_key("tp", remember=abs)  # reads only the size of the factor
+    def by_size(plans: ParallelPlans, factor: float) -> np.ndarray:
+        runs.append(factor)
+        return plans.tp * abs(factor)
 
     def four_plans() -> ParallelPlans:
         return plans_from_columns(
@@ -192,13 +197,39 @@ def test_remembered_result_is_computed_once_per_plans_and_arguments():
             checkpointing=[0] * 4, hsdp_shard=[1] * 4, sequence_parallel=[True] * 4)
 
     plans = four_plans()
-    first = scaled(plans, 3.0)
-    np.testing.assert_array_equal(first, [3.0, 6.0, 3.0, 6.0])
-    assert scaled(plans, 3.0) is first and runs == [3.0]
+    np.testing.assert_array_equal(scaled(plans, 3.0), [3.0, 6.0, 3.0, 6.0])
+    np.testing.assert_array_equal(scaled(plans, 3.0), [3.0, 6.0, 3.0, 6.0])
+    assert runs == [3.0]
     np.testing.assert_array_equal(scaled(plans, 0.5), [0.5, 1.0, 0.5, 1.0])
     assert runs == [3.0, 0.5]
-    np.testing.assert_array_equal(scaled(four_plans(), 3.0), first)  # other plans
-    assert runs == [3.0, 0.5, 3.0]
+    np.testing.assert_array_equal(scaled(four_plans(), 3.0), [3.0, 6.0, 3.0, 6.0])
+    assert runs == [3.0, 0.5, 3.0]  # other plans: their own key set
     with every_plan():
-        np.testing.assert_array_equal(scaled(plans, 3.0), first)
+        np.testing.assert_array_equal(scaled(plans, 3.0), [3.0, 6.0, 3.0, 6.0])
     assert runs == [3.0, 0.5, 3.0, 3.0]
+    runs.clear()
+    np.testing.assert_array_equal(by_size(plans, -2.0), [2.0, 4.0, 2.0, 4.0])
+    np.testing.assert_array_equal(by_size(plans, 2.0), [2.0, 4.0, 2.0, 4.0])
+    assert runs == [-2.0]
+    with pytest.raises(ValueError, match="carried"):
+        plan_key("tp", carried=("x",), remember=True)(lambda plans, x: x)
+
+
+def test_a_shared_subset_is_evaluated_on_its_parents_keys(plans):
+    """A subset taken with take_plans(..., shared=True) gathers from its parent's keys and
+    restricted sets: the values equal those of a plain copy of the subset, and what a
+    remembered term computed for one subset serves the next."""
+    runs: list[int] = []
+
+    @plan_key("tp", "pp", remember=True)
+    def product(plans: ParallelPlans) -> np.ndarray:
+        runs.append(len(plans))
+        return (plans.tp * plans.pp).astype(float)
+
+    parent = _fresh(plans)
+    half = np.arange(0, len(parent), 2)
+    third = np.arange(0, len(parent), 3)
+    for rows in (half, third):
+        subset = take_plans(parent, rows, shared=True)
+        np.testing.assert_array_equal(product(subset), product(parent.take(rows)))
+    assert len(runs) == 3  # the parent's keys once, and each plain copy

@@ -43,7 +43,8 @@ _CACHE_ATTRIBUTE = "_distinct_rows_cache"
 _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
 _PARENT = "parent"  # entry of that cache: (plans, index) this set was taken from (take_plans)
 _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, function)
-_REMEMBERED = "remembered"  # entry of that cache: results of plan_key(remember=True) calls
+_REMEMBERED = "remembered"  # entry of a restricted set's cache: plan_key(remember=...) values
+_PARENT_KEYS = "parent keys"  # entry of that cache: a shared subset's rows per parent key
 
 
 _STATE = {"enabled": True}
@@ -267,6 +268,35 @@ def _restricted_once(plans: ParallelPlans, key: tuple[str, ...], rows: np.ndarra
     return found
 
 
+def _key_rows(plans: ParallelPlans, key: tuple[str, ...], function: str
+              ) -> tuple[ParallelPlans, np.ndarray, np.ndarray]:
+    """(restricted plans, representatives, inverse) of a :func:`plan_key` call: plan ``i``
+    takes the function's value at ``inverse[i]`` and ``representatives[k]`` is a plan of
+    key ``k``.
+
+    A subset taken with ``take_plans(..., shared=True)`` is evaluated on its parent's keys
+    and restricted plans (:func:`_restricted_once` on the parent): every subset of the
+    parent then reuses one restricted set per (key, function), with what the nested
+    plan_key calls learnt on it, instead of building its own. Keys of the parent that the
+    subset lacks are evaluated too (element-wise, with the carried values of the subset's
+    first plan) and never gathered."""
+    cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
+    link = cache.get(_PARENT)
+    parent = link[0]() if link is not None and link[3] else None
+    if parent is None or len(parent) < 2:
+        representatives, inverse = distinct_rows(plans, key)
+        return _restricted_once(plans, key, representatives, function), representatives, inverse
+    known = cache.setdefault(_PARENT_KEYS, {})
+    if key not in known:
+        parent_representatives, parent_inverse = distinct_rows(parent, key)
+        inverse = parent_inverse.take(link[1], mode="clip")
+        slots = np.zeros(parent_representatives.size, dtype=np.int64)
+        slots[inverse] = np.arange(inverse.size)  # a plan of the subset per parent key
+        known[key] = parent_representatives, slots, inverse
+    parent_representatives, slots, inverse = known[key]
+    return _restricted_once(parent, key, parent_representatives, function), slots, inverse
+
+
 def gather(value: Any, index: np.ndarray) -> Any:
     """The rows ``index`` of every array in ``value`` (tuples, dicts and dataclasses too);
     0-d arrays and non-array values are returned unchanged (they hold for every row).
@@ -414,7 +444,8 @@ def _remember_outputs(result: Any, plans: ParallelPlans, declared: frozenset[str
         keyed[id(array)] = (weakref.ref(array), declared)
 
 
-def plan_key(*names: str, carried: tuple[str, ...] = (), remember: bool = False
+def plan_key(*names: str, carried: tuple[str, ...] = (),
+             remember: bool | Callable[[Any], Any] = False
              ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a cost function of plans that reads only the plan fields ``names``.
 
@@ -424,15 +455,21 @@ def plan_key(*names: str, carried: tuple[str, ...] = (), remember: bool = False
     per-plan arrays that are functions of ``names`` (e.g. a block time passed on): they are
     checked to be equal across plans that share a key and taken at one plan per key.
     Any other per-plan array argument is refused (its rows would not follow the plans).
-    ``remember``: the result is kept on the plans object per value of the other
-    (hashable) arguments and returned again to the next call with the same ones (for a
-    term every pipeline stage reads); callers then share it and must not write into it.
+
+    ``remember`` (not with ``carried``): the per-key values are kept with the restricted
+    plans they were computed on, per value of the other (hashable) arguments, and a later
+    call with equal ones gathers them again instead of computing them: a term every
+    pipeline stage reads, or, with a shared subset (take_plans(..., shared=True)), every
+    subset of one enumeration. A callable ``remember`` maps each argument to what the
+    function reads of it (e.g. a workload less the fields the term does not depend on), so
+    calls that differ only elsewhere share the values too.
     """
     unknown = sorted(set(names) - set(PLAN_FIELDS))
     if unknown:
         raise ValueError(f"plan_key: unknown plan fields {unknown}; allowed: {PLAN_FIELDS}")
     key = tuple(name for name in PLAN_FIELDS if name in names)
     declared = frozenset(key)
+    reads: Callable[[Any], Any] = remember if callable(remember) else (lambda value: value)
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         label = f"{function.__module__}.{function.__qualname__}"
@@ -442,6 +479,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = (), remember: bool = False
         missing = sorted(set(carried) - set(signature.parameters))
         if missing:
             raise ValueError(f"plan_key: {label} has no arguments {missing}")
+        if remember and carried:
+            raise ValueError(f"plan_key: {label} cannot remember values of carried arrays")
 
         parameters = list(signature.parameters)
         plans_position = parameters.index("plans")
@@ -453,18 +492,11 @@ def plan_key(*names: str, carried: tuple[str, ...] = (), remember: bool = False
             if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
                 return function(*args, **kwargs)
             named = [*zip(parameters, args, strict=False), *kwargs.items()]
-            if remember:
-                known = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
-                    _REMEMBERED, {})
-                call = (label, *sorted((name, value) for name, value in named
-                                       if name != "plans"))
-                if call in known:
-                    return known[call]  # type: ignore[no-any-return]
-            representatives, inverse = distinct_rows(plans, key)
+            restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
                 if name == "plans":
-                    value = _restricted_once(plans, key, representatives, label)
+                    value = restricted
                 elif name in carried:
                     _check_carried(label, name, value, plans, declared, representatives,
                                    inverse)
@@ -474,11 +506,18 @@ def plan_key(*names: str, carried: tuple[str, ...] = (), remember: bool = False
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
                 given[name] = value
-            result = _gather_result(function(**given), inverse, plans,  # type: ignore[arg-type]
-                                    declared)
-            _remember_outputs(result, plans, declared)
             if remember:
-                known[call] = result
+                known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _REMEMBERED, {})
+                call = tuple(sorted((name, reads(value)) for name, value in given.items()
+                                    if name != "plans"))
+                if call not in known:
+                    known[call] = function(**given)  # type: ignore[arg-type]
+                per_key = known[call]
+            else:
+                per_key = function(**given)  # type: ignore[arg-type]
+            result = _gather_result(per_key, inverse, plans, declared)
+            _remember_outputs(result, plans, declared)
             return result  # type: ignore[no-any-return]
 
         return on_distinct_rows

@@ -34,6 +34,7 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.shapes import (
     expert_copies,
@@ -395,7 +396,7 @@ def recompute_modules_forward_s(workload: Workload, modules: dict[str, np.ndarra
     return total
 
 
-@plan_key(*DENSE_BLOCK_KEY)
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One dense block per micro-batch."""
     geometry = workload.geometry

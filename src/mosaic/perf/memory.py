@@ -38,6 +38,7 @@ from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.factorise import plan_key
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
@@ -210,7 +211,7 @@ class StageParameters:
         return self.non_expert + self.expert
 
 
-@plan_key(*STAGE_PARAMETER_KEY)
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
                      remainder_last: bool = False, vocab_in_split: bool = False
                      ) -> StageParameters:
@@ -798,7 +799,7 @@ def communication_buffer_bytes(
 
 
 # --- Breakdown ---------------------------------------------------------------------------
-@plan_key(*PARAMETER_STATE_KEY)
+@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
 def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                           ) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer states and master weights per GPU of the first or last

@@ -53,6 +53,7 @@ from mosaic.perf.layer_costs import (
     moe_block_times,
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
     PARAMETER_STATE_KEY,
     STAGE_PARAMETER_KEY,
@@ -242,7 +243,7 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     return np.where(plans.pp > 1, 2 * plans.vpp * per_boundary, 0.0)
 
 
-@plan_key("tp", "cp", "micro_batch")
+@plan_key("tp", "cp", "micro_batch", remember=without_top_k)
 def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlans
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(t_first, t_last) per micro-batch: embedding; LM head GEMMs + cross-entropy."""
@@ -328,12 +329,13 @@ def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
     return dense, local_experts(workload, plans) * ffn_matrices
 
 
-@plan_key(*PARAMETER_STATE_KEY, carried=("params",))
-def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans,
-                                 params: StageParameters) -> dict[str, np.ndarray]:
+@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
+def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                                 ) -> dict[str, np.ndarray]:
     """Seconds of each data-parallel collective before any overlap: per step for DDP's
     all-reduce, ZeRO's reduce-scatter and all-gather and HSDP's replica all-reduce; per
-    FSDP unit for its gather and reduce-scatter."""
+    FSDP unit for its gather and reduce-scatter (of the heavier end stage's parameters)."""
+    params = _heavier_end_stage_parameters(workload, plans)
     ic = machine.interconnect
     dense_group = plans.dp * plans.cp
     dense_stride = plans.tp
@@ -406,7 +408,7 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                          bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
                          calibration: Calibration) -> dict[str, np.ndarray]:
     """Exposed data-parallel communication per step, by collective."""
-    collectives = _data_parallel_collectives_s(machine, workload, plans, params)
+    collectives = _data_parallel_collectives_s(machine, workload, plans)
     sharding = plans.sharding
     overlap = calibration.dp_overlap_fraction
     hide_bwd = overlap * bwd_block_s * blocks
@@ -563,7 +565,7 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
             + calibration.host_overhead_per_microbatch_s)
 
 
-@plan_key(*STAGE_PARAMETER_KEY)
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
 def _heavier_end_stage_parameters(workload: Workload, plans: ParallelPlans
                                   ) -> StageParameters:
     """The parameters of the end stage (first or last) that holds more, the last on a tie:
