@@ -43,7 +43,8 @@ _CACHE_ATTRIBUTE = "_distinct_rows_cache"
 _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
 _PARENT = "parent"  # entry of that cache: (plans, index) this set was taken from (take_plans)
 _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, function)
-_REMEMBERED = "remembered"  # entry of a restricted set's cache: plan_key(remember=...) values
+_REMEMBERED = "remembered"  # entry of that cache: results of plan_key(remember=...) calls
+_PER_KEY = "per key"  # entry of a restricted set's cache: their per-key values
 _PARENT_KEYS = "parent keys"  # entry of that cache: a shared subset's rows per parent key
 
 
@@ -492,6 +493,13 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
             if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
                 return function(*args, **kwargs)
             named = [*zip(parameters, args, strict=False), *kwargs.items()]
+            if remember:  # the same call on the same plans: the same gathered result
+                call = (label, *sorted((name, reads(value)) for name, value in named
+                                       if name != "plans"))
+                gathered = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _REMEMBERED, {})
+                if call in gathered:
+                    return gathered[call]  # type: ignore[no-any-return]
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
@@ -508,9 +516,7 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                 given[name] = value
             if remember:
                 known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
-                    _REMEMBERED, {})
-                call = tuple(sorted((name, reads(value)) for name, value in given.items()
-                                    if name != "plans"))
+                    _PER_KEY, {})
                 if call not in known:
                     known[call] = function(**given)  # type: ignore[arg-type]
                 per_key = known[call]
@@ -518,6 +524,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                 per_key = function(**given)  # type: ignore[arg-type]
             result = _gather_result(per_key, inverse, plans, declared)
             _remember_outputs(result, plans, declared)
+            if remember:
+                gathered[call] = result
             return result  # type: ignore[no-any-return]
 
         return on_distinct_rows
