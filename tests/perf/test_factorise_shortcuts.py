@@ -233,3 +233,26 @@ def test_a_shared_subset_is_evaluated_on_its_parents_keys(plans):
         subset = take_plans(parent, rows, shared=True)
         np.testing.assert_array_equal(product(subset), product(parent.take(rows)))
     assert len(runs) == 3  # the parent's keys once, and each plain copy
+
+
+def test_a_restricted_set_gathers_what_its_parent_remembered(plans):
+    """A remembered term called again inside another plan_key function (on that function's
+    restricted plans) gathers the values the call on the whole set computed: it is not
+    computed again, and the values are those of a direct computation."""
+    runs: list[int] = []
+
+    @plan_key("tp", "pp", remember=True)
+    def product(plans: ParallelPlans) -> np.ndarray:
+        runs.append(len(plans))
+        return (plans.tp * plans.pp).astype(float)
+
+    @plan_key("tp", "pp", "dp")
+    def outer(plans: ParallelPlans) -> np.ndarray:
+        return product(plans) * plans.dp
+
+    fresh = _fresh(plans)
+    whole = product(fresh)
+    np.testing.assert_array_equal(outer(fresh), whole * fresh.dp)
+    assert len(runs) == 1
+    with every_plan():
+        np.testing.assert_array_equal(outer(fresh), (fresh.tp * fresh.pp) * fresh.dp)

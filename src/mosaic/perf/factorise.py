@@ -298,6 +298,26 @@ def _key_rows(plans: ParallelPlans, key: tuple[str, ...], function: str
     return _restricted_once(parent, key, parent_representatives, function), slots, inverse
 
 
+def _parent_values(plans: ParallelPlans, key: tuple[str, ...], function: str, call: Any
+                   ) -> tuple[Any, np.ndarray] | None:
+    """(per-key values, inverse) of a remembered call on a restricted set whose parent
+    already computed the same call on its own keys (e.g. a term a caller reads once for all
+    plans and a plan_key function it calls reads again); None otherwise."""
+    link = plans.__dict__.get(_CACHE_ATTRIBUTE, {}).get(_PARENT)
+    if link is None or link[2] is None or not link[2].issuperset(key):
+        return None
+    parent = link[0]()
+    parent_cache = parent.__dict__.get(_CACHE_ATTRIBUTE, {}) if parent is not None else {}
+    restricted = parent_cache.get(_RESTRICTED, {}).get((key, function))
+    rows = parent_cache.get(key)
+    if restricted is None or rows is None:
+        return None
+    per_key = restricted.__dict__.get(_CACHE_ATTRIBUTE, {}).get(_PER_KEY, {}).get(call)
+    if per_key is None:
+        return None
+    return per_key, rows[1].take(link[1], mode="clip")
+
+
 def gather(value: Any, index: np.ndarray) -> Any:
     """The rows ``index`` of every array in ``value`` (tuples, dicts and dataclasses too);
     0-d arrays and non-array values are returned unchanged (they hold for every row).
@@ -500,6 +520,12 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                     _REMEMBERED, {})
                 if call in gathered:
                     return gathered[call]  # type: ignore[no-any-return]
+                known_to_parent = _parent_values(plans, key, label, call)
+                if known_to_parent is not None:  # a restricted set: gather its parent's
+                    result = _gather_result(*known_to_parent, plans, declared)
+                    _remember_outputs(result, plans, declared)
+                    gathered[call] = result
+                    return result  # type: ignore[no-any-return]
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
