@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from math import gcd
 from typing import Any
 
 import numpy as np
@@ -161,15 +162,22 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
 def _enumeration_key(workload: Workload, machine: Machine, limits: LayoutLimits
                      ) -> tuple[Any, ...]:
     """What :func:`enumerate_plans` reads: the job, its device count and NVLink domain and
-    the limits, with top_k set to 1 (no divisibility rule and no candidate axis reads the
-    active expert count, so geometries that differ only in top_k enumerate the same plans;
-    tests/plan/test_search_speed.py checks it)."""
+    the limits, with top_k set to 1 and the expert width replaced by its greatest common
+    divisor with the device count. No divisibility rule and no candidate axis reads the
+    active expert count, and the one rule that reads the expert width (etp | expert_ffn)
+    sees only etp values that divide tp, itself a divisor of the device count
+    (layouts._tp_etp_pairs, _model_meshes), for which etp | w holds exactly when
+    etp | gcd(w, N_dev). So geometries that differ only in top_k or granularity enumerate
+    the same plans (tests/plan/test_search_speed.py checks it)."""
     moe = workload.geometry.moe
-    if moe is not None and moe.top_k != 1:
-        # (a workload top_k = 1 would not validate keeps its own key: shared with no one)
-        with contextlib.suppress(MosaicInputError, ValueError):
-            workload = replace(workload, geometry=replace(workload.geometry,
-                                                          moe=replace(moe, top_k=1)))
+    if moe is not None:
+        width = gcd(moe.expert_ffn, machine.n_devices)
+        # (a workload that would not validate so keeps its own key: shared with no one)
+        for changes in ({"top_k": 1, "expert_ffn": width}, {"top_k": 1}):
+            with contextlib.suppress(MosaicInputError, ValueError):
+                workload = replace(workload, geometry=replace(
+                    workload.geometry, moe=replace(moe, **changes)))
+                break
     return (workload, machine.n_devices, machine.interconnect.scale_up_domain_gpus, limits)
 
 
