@@ -597,6 +597,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     machine = apply_microbench(machine, calibration.microbench)  # calibrate --microbench
     machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
                                         kernel.bwd_multiplier * stack_factor)
+    # memory first: the stage parameters it finds serve the data-parallel terms below
+    memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
+              else memory_breakdown)
     n_mb = n_microbatches(workload, plans).astype(float)
     dense = dense_block_times(machine, workload, plans)
     block = moe_block_times(machine, workload, plans) if geometry.moe else dense
@@ -668,8 +671,6 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL, 1 / 3, 0.0)
     hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
                       + lm_head_flops_per_token(geometry) * tokens)
-    memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
-              else memory_breakdown)
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)
