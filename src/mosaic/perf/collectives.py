@@ -161,7 +161,7 @@ def group_placement(
     """
     n_i, s_i, d_i = (_as_int(k, v) for k, v in (("n", n), ("stride", stride),
                                                   ("domain_gpus", domain_gpus)))
-    per_domain = np.clip(np.gcd(d_i, n_i * s_i) // s_i, 1, n_i)
+    per_domain = np.minimum(np.maximum(np.gcd(d_i, n_i * s_i) // s_i, 1), n_i)  # np.clip
     return GroupPlacement(per_domain, -(-n_i // per_domain))
 
 
