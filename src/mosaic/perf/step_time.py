@@ -20,7 +20,9 @@ Every term is an array over plans; the breakdown sums exactly to the step time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -153,6 +155,19 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
 StageCandidate = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]
 
 
+def _sum(values: Iterable[Any]) -> Any:
+    """``sum(values)``: the same additions in the same order, accumulated in place in the
+    one new array the first addition makes (no temporary per term)."""
+    total: Any = 0
+    for value in values:
+        if (isinstance(total, np.ndarray) and total.shape == np.shape(value)
+                and np.result_type(total, value) == total.dtype):
+            np.add(total, value, out=total)
+        else:
+            total = total + value
+    return total
+
+
 def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes, moe: BlockTimes,
            stage: Stage, vocab_in_split: bool) -> tuple[dict[str, np.ndarray], np.ndarray,
                                                         np.ndarray]:
@@ -166,9 +181,9 @@ def _slowest(stages: list[StageCandidate]) -> StageCandidate:
     """Per plan, the candidate whose block terms plus vocabulary seconds are largest (the
     earlier one on a tie): (terms, blocks, MoE blocks, vocabulary seconds)."""
     best_terms, best_blocks, best_moe, best_vocab = stages[0]
-    best_total = sum(best_terms.values()) + best_vocab
+    best_total = _sum(best_terms.values()) + best_vocab
     for terms, blocks, moe_blocks, vocab in stages[1:]:
-        total = sum(terms.values()) + vocab
+        total = _sum(terms.values()) + vocab
         slower = total > best_total
         best_terms = {k: np.where(slower, v, best_terms[k]) for k, v in terms.items()}
         best_total = np.where(slower, total, best_total)
@@ -622,7 +637,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
-    t_cmp = sum(per_mb.values())
+    t_cmp = _sum(per_mb.values())
     t_disp = _dispatch_floor_s(workload, plans, blocks, moe_blocks, expert_host_floor,
                                calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
@@ -649,7 +664,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                                           bwd_block, blocks, n_mb, calibration))
     breakdown["optimizer"] = _optimizer_s(machine, workload, plans, params, blocks)
 
-    analytic = sum(breakdown.values())
+    analytic = _sum(breakdown.values())
     stack = calibration.stack_multiplier(workload.stack)
     a2a_s = n_mb * blocks * expert_all_to_all_s(machine, workload, plans)
     drivers = chi_drivers(machine, plans, a2a_s, analytic)
