@@ -107,15 +107,15 @@ for _op in ("lt", "le", "eq", "ne", "gt", "ge", "neg", "pos", "abs", "invert", "
 UndeclaredField.__hash__ = None  # type: ignore[assignment]
 
 
-def _dense_codes(key: np.ndarray, keys_size: int) -> np.ndarray:
-    """Each entry's position among the distinct values of ``key`` (all in
-    [0, keys_size)), by a direct-address table."""
+def _dense_codes(key: np.ndarray, keys_size: int) -> tuple[np.ndarray, int]:
+    """(each entry's position among the distinct values of ``key`` (all in
+    [0, keys_size)), the number of distinct values), by a direct-address table."""
     seen = np.zeros(keys_size, dtype=bool)
     seen[key] = True
     distinct = np.flatnonzero(seen)
     position = np.empty(keys_size, dtype=np.int64)  # read only where a key was seen
     position[distinct] = np.arange(distinct.size)
-    return position[key]
+    return position[key], int(distinct.size)
 
 
 def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
@@ -175,15 +175,18 @@ def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
     if isinstance(names, str):  # field codes: need not be dense, only in [0, count)
         return known[0][index], known[1]
     parent_inverse = known[1][index]
-    inverse = _renumber(parent_inverse, int(known[0].size), table_limit)
-    return _representatives(inverse), inverse
+    inverse, count = _renumbered(parent_inverse, int(known[0].size), table_limit)
+    return _representatives(inverse, count), inverse
 
 
-def _renumber(code: np.ndarray, codes_size: int, table_limit: int) -> np.ndarray:
-    """``code`` (values in [0, codes_size)) renumbered densely, order kept."""
+def _renumbered(code: np.ndarray, codes_size: int, table_limit: int
+                ) -> tuple[np.ndarray, int]:
+    """(``code`` (values in [0, codes_size)) renumbered densely, order kept; the number of
+    codes)."""
     if codes_size <= table_limit:
         return _dense_codes(code, codes_size)
-    return np.unique(code, return_inverse=True)[1].reshape(-1)
+    distinct, inverse = np.unique(code, return_inverse=True)
+    return inverse.reshape(-1), int(distinct.size)
 
 
 def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
@@ -192,25 +195,31 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
-    code = np.zeros(n, dtype=np.int64)
+    code: np.ndarray | None = None  # the fold so far (none yet: all codes 0)
     codes_size = 1
     for name in names:
         column, values = _field_codes(plans, name)
         if values == 1:
             continue
+        if code is None:  # 0·values + column: the first field's codes (never written)
+            code, codes_size = column, values
+            continue
         if codes_size * values > table_limit:  # renumber: at most one code per plan
-            code = _renumber(code, codes_size, table_limit)
-            codes_size = int(code.max()) + 1
+            code, codes_size = _renumbered(code, codes_size, table_limit)
         code = code * values
         code += column
         codes_size *= values
-    inverse = _renumber(code, codes_size, table_limit)
-    return _representatives(inverse), inverse
+    if code is None:
+        code = np.zeros(n, dtype=np.int64)
+    inverse, count = _renumbered(code, codes_size, table_limit)
+    return _representatives(inverse, count), inverse
 
 
-def _representatives(inverse: np.ndarray) -> np.ndarray:
-    """The last plan of each key (every key in [0, max] has one: the codes are dense)."""
-    representatives = np.empty(int(inverse.max()) + 1, dtype=np.int64)
+def _representatives(inverse: np.ndarray, count: int | None = None) -> np.ndarray:
+    """The last plan of each key (every key in [0, count) has one: the codes are dense;
+    ``count`` defaults to max + 1)."""
+    representatives = np.empty(int(inverse.max()) + 1 if count is None else count,
+                               dtype=np.int64)
     representatives[inverse] = np.arange(inverse.size)
     return representatives
 
@@ -233,8 +242,7 @@ def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
         if span <= SMALL_RANGE:
             cache[name] = column - low, span
         else:
-            codes = _renumber(column - low, span, max(MIN_TABLE_KEYS, 4 * column.size))
-            cache[name] = codes, int(codes.max()) + 1
+            cache[name] = _renumbered(column - low, span, max(MIN_TABLE_KEYS, 4 * column.size))
     found: tuple[np.ndarray, int] = cache[name]
     return found
 
