@@ -856,6 +856,13 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     MoE blocks (schedule.middle_stage_can_be_heaviest), a middle rank (rank 1), which can
     hold more MoE blocks than the first.
     """
+    # The blocks each stage holds, once over all plans: the stage terms below (and the
+    # time model's) read them inside their own plan_key sets, which gather these
+    # remembered per-key values instead of recomputing them (factorise._parent_values).
+    middle = middle_stage_can_be_heaviest(workload.geometry)
+    for stage in ("first", "last", "middle") if middle else ("first", "last"):
+        stage_layer_counts(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
+                           workload.vocab_in_pipeline_split)
     first = stage_memory_breakdown_bytes(workload, plans, "first")
     last = stage_memory_breakdown_bytes(workload, plans, "last")
     breakdown = {name: first[name].astype(np.result_type(first[name], last[name]))
@@ -869,7 +876,7 @@ def _heaviest(workload: Workload, plans: ParallelPlans
         breakdown[name][heavier] = last[name][heavier]
     rank = np.where(last_total > best, plans.pp - 1, 0)
     best = np.maximum(best, last_total)
-    if not middle_stage_can_be_heaviest(workload.geometry):
+    if not middle:
         return breakdown, rank
     # Evaluated on every plan: the per-key results of the other stages make that cheaper
     # than taking the subset where the middle rank holds more MoE blocks (measured).
