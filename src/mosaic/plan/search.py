@@ -12,8 +12,9 @@ For every ladder geometry Z of the grid:
 The optimum is the exact argmin of the loss over the trainable geometries; ties go to the
 earlier grid row. Step 1 depends only on the cluster and batch, not on the window or the
 law, so :func:`profile_geometries` is separate and reusable (e.g. for a sweep over days).
-Geometries that differ only in top_k enumerate the same layouts; a block of rows shares
-that enumeration and what the per-key evaluation learnt on it (:func:`_shared_plans`).
+Geometries that differ only in top_k or granularity enumerate the same layouts; a block of
+rows shares that enumeration and what the per-key evaluation learnt on it
+(:func:`_shared_plans`), including the terms that do not read top_k (perf.memo_keys).
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     (the same formula :func:`predict_step` uses) and only those that fit are timed; the
     ranking and its ties (tokens/s, then memory, then enumeration order) are unchanged.
     ``enumerations``: a dict the caller keeps over several geometries, so those that differ
-    only in top_k share one enumeration (:func:`_shared_plans`); the result is the same.
+    only in top_k or granularity share one enumeration (:func:`_shared_plans`); the result
+    is the same.
     """
     try:
         plans = _shared_plans(workload, machine, limits, enumerations)
