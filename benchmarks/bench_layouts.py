@@ -2,8 +2,8 @@
 
 Run: .venv/bin/python benchmarks/bench_layouts.py [--repeats N]
 Target (issue 11): >= 10^6 layout evaluations per second per core. Measured 2026-12-01 on
-the otherwise quiet 2-CPU machine: 32.5-32.7 ms CPU, 1.04-1.05 x 10^6/s per core (0.92-0.99
-x 10^6/s while other jobs ran; the README's speed table has the before/after comparison).
+the 2-CPU machine other jobs shared (load 0.4-2.4): 32.0-37.8 ms CPU, 0.90-1.07 x 10^6/s per
+core, the previous release 39.3-40.7 ms at the same times (the README's speed table).
 
 A layout evaluation is one valid plan (one that breaks no divisibility rule) scored by
 ``predict_step``: its step time with the full breakdown, throughput, MFU and memory.

@@ -1,8 +1,8 @@
 """Benchmark: the full Table 3 MOSAIC search (paper Sec. 7.3).
 
 Run: .venv/bin/python benchmarks/bench_plan.py [--workers N] [--reference]
-(target: < 10 s on 2 cores; measured 2026-12-01 on the quiet machine: 10.0-10.3 s wall,
-19.6-20.1 s CPU with 2 workers, 19.3 s CPU with 1; README speed table)
+(target: < 10 s on 2 cores; measured 2026-12-01 on the quiet machine: 7.4-7.7 s wall,
+14.6-15.0 s CPU with 2 workers, the previous release 11.3 s / 22.3 s; README speed table)
 
 32 p6-b200 nodes (256 B200), 20 days, q in 8..18, 13 expert counts, K in {1,2,4,6,8},
 G in {1,2,4,8}, S >= 0.7; every layout of the layout search with B_micro in {1,2,4} and
@@ -10,8 +10,10 @@ every checkpointing mode. Prints wall time and the CPU time of this process and 
 workers (on a machine other jobs share, wall time / CPU time per worker shows how much of
 the machine the search got), geometries, plans evaluated and the optimum next to the
 paper's Table 4. A plan is evaluated when its memory is checked; the plans that fit are
-also timed (step time with its breakdown). Geometries that differ only in top_k share one
-enumeration of their layouts and the per-key bookkeeping on it (plan.search._shared_plans).
+also timed (step time with its breakdown). Geometries that differ only in top_k or
+granularity share one enumeration of their layouts and the per-key bookkeeping on it
+(plan.search._shared_plans), and the terms that do not read top_k are computed once for
+them (perf.memo_keys).
 """
 
 from __future__ import annotations

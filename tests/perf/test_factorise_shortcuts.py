@@ -18,13 +18,14 @@ from mosaic.perf.factorise import (
     PLAN_FIELDS,
     UndeclaredPlanFieldError,
     distinct_rows,
+    every_plan,
     plan_key,
     take_plans,
 )
 from mosaic.perf.layouts import LayoutLimits, enumerate_plans, predict_in_chunks
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import memory_breakdown_bytes
-from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.plan import ParallelPlans, plans_from_columns
 from mosaic.perf.workload import Workload
 
 WORKLOAD = Workload(geometry=ladder_geometry(4, experts=64, top_k=2, split_factor=4),
@@ -171,3 +172,87 @@ def test_a_lazy_result_of_a_wider_key_is_still_checked(plans):
     fresh = _fresh(plans)
     with pytest.raises(UndeclaredPlanFieldError, match="'box'"):
         narrow(fresh, wide(fresh))
+
+
+def test_remembered_values_are_computed_once_per_key_set_and_arguments():
+    """plan_key(remember=...) computes a call's per-key values once per restricted set and
+    argument values (as the key function maps them), gathers them again for a later equal
+    call, and computes every call directly inside every_plan."""
+    runs: list[float] = []
+
+    @plan_key("tp", remember=True)
+    def scaled(plans: ParallelPlans, factor: float) -> np.ndarray:
+        runs.append(factor)
+        return plans.tp * factor
+
+    @plan_key("tp", remember=abs)  # reads only the size of the factor
+    def by_size(plans: ParallelPlans, factor: float) -> np.ndarray:
+        runs.append(factor)
+        return plans.tp * abs(factor)
+
+    def four_plans() -> ParallelPlans:
+        return plans_from_columns(
+            tp=[1, 2, 1, 2], pp=[1] * 4, vpp=[1] * 4, cp=[1] * 4, dp=[8, 4, 8, 4],
+            ep=[1] * 4, etp=[1] * 4, micro_batch=[1] * 4, sharding=[0] * 4,
+            checkpointing=[0] * 4, hsdp_shard=[1] * 4, sequence_parallel=[True] * 4)
+
+    plans = four_plans()
+    np.testing.assert_array_equal(scaled(plans, 3.0), [3.0, 6.0, 3.0, 6.0])
+    np.testing.assert_array_equal(scaled(plans, 3.0), [3.0, 6.0, 3.0, 6.0])
+    assert runs == [3.0]
+    np.testing.assert_array_equal(scaled(plans, 0.5), [0.5, 1.0, 0.5, 1.0])
+    assert runs == [3.0, 0.5]
+    np.testing.assert_array_equal(scaled(four_plans(), 3.0), [3.0, 6.0, 3.0, 6.0])
+    assert runs == [3.0, 0.5, 3.0]  # other plans: their own key set
+    with every_plan():
+        np.testing.assert_array_equal(scaled(plans, 3.0), [3.0, 6.0, 3.0, 6.0])
+    assert runs == [3.0, 0.5, 3.0, 3.0]
+    runs.clear()
+    np.testing.assert_array_equal(by_size(plans, -2.0), [2.0, 4.0, 2.0, 4.0])
+    np.testing.assert_array_equal(by_size(plans, 2.0), [2.0, 4.0, 2.0, 4.0])
+    assert runs == [-2.0]
+    with pytest.raises(ValueError, match="carried"):
+        plan_key("tp", carried=("x",), remember=True)(lambda plans, x: x)
+
+
+def test_a_shared_subset_is_evaluated_on_its_parents_keys(plans):
+    """A subset taken with take_plans(..., shared=True) gathers from its parent's keys and
+    restricted sets: the values equal those of a plain copy of the subset, and what a
+    remembered term computed for one subset serves the next."""
+    runs: list[int] = []
+
+    @plan_key("tp", "pp", remember=True)
+    def product(plans: ParallelPlans) -> np.ndarray:
+        runs.append(len(plans))
+        return (plans.tp * plans.pp).astype(float)
+
+    parent = _fresh(plans)
+    half = np.arange(0, len(parent), 2)
+    third = np.arange(0, len(parent), 3)
+    for rows in (half, third):
+        subset = take_plans(parent, rows, shared=True)
+        np.testing.assert_array_equal(product(subset), product(parent.take(rows)))
+    assert len(runs) == 3  # the parent's keys once, and each plain copy
+
+
+def test_a_restricted_set_gathers_what_its_parent_remembered(plans):
+    """A remembered term called again inside another plan_key function (on that function's
+    restricted plans) gathers the values the call on the whole set computed: it is not
+    computed again, and the values are those of a direct computation."""
+    runs: list[int] = []
+
+    @plan_key("tp", "pp", remember=True)
+    def product(plans: ParallelPlans) -> np.ndarray:
+        runs.append(len(plans))
+        return (plans.tp * plans.pp).astype(float)
+
+    @plan_key("tp", "pp", "dp")
+    def outer(plans: ParallelPlans) -> np.ndarray:
+        return product(plans) * plans.dp
+
+    fresh = _fresh(plans)
+    whole = product(fresh)
+    np.testing.assert_array_equal(outer(fresh), whole * fresh.dp)
+    assert len(runs) == 1
+    with every_plan():
+        np.testing.assert_array_equal(outer(fresh), (fresh.tp * fresh.pp) * fresh.dp)

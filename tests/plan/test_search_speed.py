@@ -53,30 +53,50 @@ WORKLOADS = {
 @pytest.mark.parametrize("variant", sorted(WORKLOADS))
 def test_top_k_does_not_change_the_enumeration(variant):
     """The assumption behind the shared enumeration, on every (q, E, G) of a Table 3 slice:
-    the plans enumerated for each top_k are the plans enumerated for top_k = 1."""
+    the plans enumerated for each top_k and granularity whose key equals that of top_k = 1,
+    G = 1 are the plans enumerated for it."""
     for q in (4, 8):
         for experts in (8, 16, 96):
-            for split in (1, 4):
-                base = Workload(ladder_geometry(q, experts, 1, split), global_batch=256,
-                                seq_len=2048, **WORKLOADS[variant])
-                reference = enumerate_plans(base, MACHINE.n_devices, 8, TABLE3_LAYOUT_LIMITS)
-                for top_k in (2, 6, 8):
-                    workload = _with_top_k(base, top_k)
+            base = Workload(ladder_geometry(q, experts, 1, 1), global_batch=256,
+                            seq_len=2048, **WORKLOADS[variant])
+            reference = enumerate_plans(base, MACHINE.n_devices, 8, TABLE3_LAYOUT_LIMITS)
+            base_key = _enumeration_key(base, MACHINE, TABLE3_LAYOUT_LIMITS)
+            for split in (1, 4, 8):
+                for top_k in (1, 2, 6, 8):
+                    workload = Workload(ladder_geometry(q, experts, top_k, split),
+                                        global_batch=256, seq_len=2048, **WORKLOADS[variant])
                     assert _enumeration_key(workload, MACHINE, TABLE3_LAYOUT_LIMITS) == \
-                        _enumeration_key(base, MACHINE, TABLE3_LAYOUT_LIMITS)
+                        base_key, (q, experts, split, top_k)
                     plans = enumerate_plans(workload, MACHINE.n_devices, 8,
                                             TABLE3_LAYOUT_LIMITS)
                     assert _same_plans(plans, reference), (q, experts, split, top_k)
 
 
-def test_the_enumeration_key_keeps_everything_but_top_k():
+def test_an_expert_width_etp_cannot_split_has_its_own_enumeration():
+    """The key keeps the expert width's common divisor with the device count: a width that
+    some etp candidate does not divide enumerates other plans, under another key."""
+    base = Workload(ladder_geometry(4, 16, 2, 1), global_batch=256, seq_len=2048)
+    moe = base.geometry.moe
+    assert moe is not None
+    odd = replace(base, geometry=replace(base.geometry, moe=replace(moe, expert_ffn=12)))
+    assert _enumeration_key(odd, MACHINE, TABLE3_LAYOUT_LIMITS) != \
+        _enumeration_key(base, MACHINE, TABLE3_LAYOUT_LIMITS)
+    plans = enumerate_plans(odd, MACHINE.n_devices, 8, TABLE3_LAYOUT_LIMITS)
+    assert not _same_plans(plans, enumerate_plans(base, MACHINE.n_devices, 8,
+                                                  TABLE3_LAYOUT_LIMITS))
+    assert set(plans.etp.tolist()) == {1, 2, 4}  # 8 does not divide 12
+
+
+def test_the_enumeration_key_keeps_everything_but_top_k_and_granularity():
     workload = Workload(ladder_geometry(4, 16, 2, 4), global_batch=256, seq_len=2048)
     key = _enumeration_key(workload, MACHINE, TABLE3_LAYOUT_LIMITS)
     for other in (replace(workload, global_batch=512), replace(workload, seq_len=4096),
                   replace(workload, stack="paper-nemo"),
-                  replace(workload, geometry=ladder_geometry(4, 16, 2, 2)),
+                  replace(workload, geometry=ladder_geometry(6, 16, 2, 4)),
                   replace(workload, geometry=ladder_geometry(4, 32, 2, 4))):
         assert _enumeration_key(other, MACHINE, TABLE3_LAYOUT_LIMITS) != key
+    assert _enumeration_key(replace(workload, geometry=ladder_geometry(4, 16, 2, 2)),
+                            MACHINE, TABLE3_LAYOUT_LIMITS) == key
     assert _enumeration_key(workload, MACHINE, LayoutLimits()) != key
     dense = Workload(Geometry(layers=8, d_model=1024, heads=16, kv_heads=8, head_dim=64,
                               ffn=4096, vocab=32000), global_batch=256, seq_len=2048)

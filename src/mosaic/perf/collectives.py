@@ -138,6 +138,11 @@ class GroupPlacement:
 
 def _as_int(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value)
+    if arr.dtype.kind == "i":  # plan fields: already integers (no rounding to check)
+        as_int = arr.astype(np.int64, copy=False)
+        if np.any(as_int < 1):
+            raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
+        return as_int
     as_int = np.rint(arr).astype(np.int64)
     if np.any(as_int < 1) or np.any(as_int != arr):
         raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
@@ -156,7 +161,7 @@ def group_placement(
     """
     n_i, s_i, d_i = (_as_int(k, v) for k, v in (("n", n), ("stride", stride),
                                                   ("domain_gpus", domain_gpus)))
-    per_domain = np.clip(np.gcd(d_i, n_i * s_i) // s_i, 1, n_i)
+    per_domain = np.minimum(np.maximum(np.gcd(d_i, n_i * s_i) // s_i, 1), n_i)  # np.clip
     return GroupPlacement(per_domain, -(-n_i // per_domain))
 
 

@@ -43,6 +43,9 @@ _CACHE_ATTRIBUTE = "_distinct_rows_cache"
 _OUTPUTS = "outputs"  # entry of that cache: the arrays plan_key functions returned
 _PARENT = "parent"  # entry of that cache: (plans, index) this set was taken from (take_plans)
 _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, function)
+_REMEMBERED = "remembered"  # entry of that cache: results of plan_key(remember=...) calls
+_PER_KEY = "per key"  # entry of a restricted set's cache: their per-key values
+_PARENT_KEYS = "parent keys"  # entry of that cache: a shared subset's rows per parent key
 
 
 _STATE = {"enabled": True}
@@ -104,15 +107,15 @@ for _op in ("lt", "le", "eq", "ne", "gt", "ge", "neg", "pos", "abs", "invert", "
 UndeclaredField.__hash__ = None  # type: ignore[assignment]
 
 
-def _dense_codes(key: np.ndarray, keys_size: int) -> np.ndarray:
-    """Each entry's position among the distinct values of ``key`` (all in
-    [0, keys_size)), by a direct-address table."""
+def _dense_codes(key: np.ndarray, keys_size: int) -> tuple[np.ndarray, int]:
+    """(each entry's position among the distinct values of ``key`` (all in
+    [0, keys_size)), the number of distinct values), by a direct-address table."""
     seen = np.zeros(keys_size, dtype=bool)
     seen[key] = True
     distinct = np.flatnonzero(seen)
     position = np.empty(keys_size, dtype=np.int64)  # read only where a key was seen
     position[distinct] = np.arange(distinct.size)
-    return position[key]
+    return position[key], int(distinct.size)
 
 
 def distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
@@ -172,15 +175,18 @@ def _inherited_rows(plans: ParallelPlans, cache: dict[Any, Any], names: Any
     if isinstance(names, str):  # field codes: need not be dense, only in [0, count)
         return known[0][index], known[1]
     parent_inverse = known[1][index]
-    inverse = _renumber(parent_inverse, int(known[0].size), table_limit)
-    return _representatives(inverse), inverse
+    inverse, count = _renumbered(parent_inverse, int(known[0].size), table_limit)
+    return _representatives(inverse, count), inverse
 
 
-def _renumber(code: np.ndarray, codes_size: int, table_limit: int) -> np.ndarray:
-    """``code`` (values in [0, codes_size)) renumbered densely, order kept."""
+def _renumbered(code: np.ndarray, codes_size: int, table_limit: int
+                ) -> tuple[np.ndarray, int]:
+    """(``code`` (values in [0, codes_size)) renumbered densely, order kept; the number of
+    codes)."""
     if codes_size <= table_limit:
         return _dense_codes(code, codes_size)
-    return np.unique(code, return_inverse=True)[1].reshape(-1)
+    distinct, inverse = np.unique(code, return_inverse=True)
+    return inverse.reshape(-1), int(distinct.size)
 
 
 def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
@@ -189,25 +195,31 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
-    code = np.zeros(n, dtype=np.int64)
+    code: np.ndarray | None = None  # the fold so far (none yet: all codes 0)
     codes_size = 1
     for name in names:
         column, values = _field_codes(plans, name)
         if values == 1:
             continue
+        if code is None:  # 0·values + column: the first field's codes (never written)
+            code, codes_size = column, values
+            continue
         if codes_size * values > table_limit:  # renumber: at most one code per plan
-            code = _renumber(code, codes_size, table_limit)
-            codes_size = int(code.max()) + 1
+            code, codes_size = _renumbered(code, codes_size, table_limit)
         code = code * values
         code += column
         codes_size *= values
-    inverse = _renumber(code, codes_size, table_limit)
-    return _representatives(inverse), inverse
+    if code is None:
+        code = np.zeros(n, dtype=np.int64)
+    inverse, count = _renumbered(code, codes_size, table_limit)
+    return _representatives(inverse, count), inverse
 
 
-def _representatives(inverse: np.ndarray) -> np.ndarray:
-    """The last plan of each key (every key in [0, max] has one: the codes are dense)."""
-    representatives = np.empty(int(inverse.max()) + 1, dtype=np.int64)
+def _representatives(inverse: np.ndarray, count: int | None = None) -> np.ndarray:
+    """The last plan of each key (every key in [0, count) has one: the codes are dense;
+    ``count`` defaults to max + 1)."""
+    representatives = np.empty(int(inverse.max()) + 1 if count is None else count,
+                               dtype=np.int64)
     representatives[inverse] = np.arange(inverse.size)
     return representatives
 
@@ -230,8 +242,7 @@ def _field_codes(plans: ParallelPlans, name: str) -> tuple[np.ndarray, int]:
         if span <= SMALL_RANGE:
             cache[name] = column - low, span
         else:
-            codes = _renumber(column - low, span, max(MIN_TABLE_KEYS, 4 * column.size))
-            cache[name] = codes, int(codes.max()) + 1
+            cache[name] = _renumbered(column - low, span, max(MIN_TABLE_KEYS, 4 * column.size))
     found: tuple[np.ndarray, int] = cache[name]
     return found
 
@@ -264,6 +275,55 @@ def _restricted_once(plans: ParallelPlans, key: tuple[str, ...], rows: np.ndarra
         known[key, function] = _restricted(plans, frozenset(key), rows, function)
     found: ParallelPlans = known[key, function]
     return found
+
+
+def _key_rows(plans: ParallelPlans, key: tuple[str, ...], function: str
+              ) -> tuple[ParallelPlans, np.ndarray, np.ndarray]:
+    """(restricted plans, representatives, inverse) of a :func:`plan_key` call: plan ``i``
+    takes the function's value at ``inverse[i]`` and ``representatives[k]`` is a plan of
+    key ``k``.
+
+    A subset taken with ``take_plans(..., shared=True)`` is evaluated on its parent's keys
+    and restricted plans (:func:`_restricted_once` on the parent): every subset of the
+    parent then reuses one restricted set per (key, function), with what the nested
+    plan_key calls learnt on it, instead of building its own. Keys of the parent that the
+    subset lacks are evaluated too (element-wise, with the carried values of the subset's
+    first plan) and never gathered."""
+    cache = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
+    link = cache.get(_PARENT)
+    parent = link[0]() if link is not None and link[3] else None
+    if parent is None or len(parent) < 2:
+        representatives, inverse = distinct_rows(plans, key)
+        return _restricted_once(plans, key, representatives, function), representatives, inverse
+    known = cache.setdefault(_PARENT_KEYS, {})
+    if key not in known:
+        parent_representatives, parent_inverse = distinct_rows(parent, key)
+        inverse = parent_inverse.take(link[1], mode="clip")
+        slots = np.zeros(parent_representatives.size, dtype=np.int64)
+        slots[inverse] = np.arange(inverse.size)  # a plan of the subset per parent key
+        known[key] = parent_representatives, slots, inverse
+    parent_representatives, slots, inverse = known[key]
+    return _restricted_once(parent, key, parent_representatives, function), slots, inverse
+
+
+def _parent_values(plans: ParallelPlans, key: tuple[str, ...], function: str, call: Any
+                   ) -> tuple[Any, np.ndarray] | None:
+    """(per-key values, inverse) of a remembered call on a restricted set whose parent
+    already computed the same call on its own keys (e.g. a term a caller reads once for all
+    plans and a plan_key function it calls reads again); None otherwise."""
+    link = plans.__dict__.get(_CACHE_ATTRIBUTE, {}).get(_PARENT)
+    if link is None or link[2] is None or not link[2].issuperset(key):
+        return None
+    parent = link[0]()
+    parent_cache = parent.__dict__.get(_CACHE_ATTRIBUTE, {}) if parent is not None else {}
+    restricted = parent_cache.get(_RESTRICTED, {}).get((key, function))
+    rows = parent_cache.get(key)
+    if restricted is None or rows is None:
+        return None
+    per_key = restricted.__dict__.get(_CACHE_ATTRIBUTE, {}).get(_PER_KEY, {}).get(call)
+    if per_key is None:
+        return None
+    return per_key, rows[1].take(link[1], mode="clip")
 
 
 def gather(value: Any, index: np.ndarray) -> Any:
@@ -413,7 +473,8 @@ def _remember_outputs(result: Any, plans: ParallelPlans, declared: frozenset[str
         keyed[id(array)] = (weakref.ref(array), declared)
 
 
-def plan_key(*names: str, carried: tuple[str, ...] = ()
+def plan_key(*names: str, carried: tuple[str, ...] = (),
+             remember: bool | Callable[[Any], Any] = False
              ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a cost function of plans that reads only the plan fields ``names``.
 
@@ -423,12 +484,21 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
     per-plan arrays that are functions of ``names`` (e.g. a block time passed on): they are
     checked to be equal across plans that share a key and taken at one plan per key.
     Any other per-plan array argument is refused (its rows would not follow the plans).
+
+    ``remember`` (not with ``carried``): the per-key values are kept with the restricted
+    plans they were computed on, per value of the other (hashable) arguments, and a later
+    call with equal ones gathers them again instead of computing them: a term every
+    pipeline stage reads, or, with a shared subset (take_plans(..., shared=True)), every
+    subset of one enumeration. A callable ``remember`` maps each argument to what the
+    function reads of it (e.g. a workload less the fields the term does not depend on), so
+    calls that differ only elsewhere share the values too.
     """
     unknown = sorted(set(names) - set(PLAN_FIELDS))
     if unknown:
         raise ValueError(f"plan_key: unknown plan fields {unknown}; allowed: {PLAN_FIELDS}")
     key = tuple(name for name in PLAN_FIELDS if name in names)
     declared = frozenset(key)
+    reads: Callable[[Any], Any] = remember if callable(remember) else (lambda value: value)
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         label = f"{function.__module__}.{function.__qualname__}"
@@ -438,6 +508,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
         missing = sorted(set(carried) - set(signature.parameters))
         if missing:
             raise ValueError(f"plan_key: {label} has no arguments {missing}")
+        if remember and carried:
+            raise ValueError(f"plan_key: {label} cannot remember values of carried arrays")
 
         parameters = list(signature.parameters)
         plans_position = parameters.index("plans")
@@ -448,12 +520,25 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
             n = len(plans)
             if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
                 return function(*args, **kwargs)
-            representatives, inverse = distinct_rows(plans, key)
             named = [*zip(parameters, args, strict=False), *kwargs.items()]
+            if remember:  # the same call on the same plans: the same gathered result
+                call = (label, *sorted((name, reads(value)) for name, value in named
+                                       if name != "plans"))
+                gathered = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _REMEMBERED, {})
+                if call in gathered:
+                    return gathered[call]  # type: ignore[no-any-return]
+                known_to_parent = _parent_values(plans, key, label, call)
+                if known_to_parent is not None:  # a restricted set: gather its parent's
+                    result = _gather_result(*known_to_parent, plans, declared)
+                    _remember_outputs(result, plans, declared)
+                    gathered[call] = result
+                    return result  # type: ignore[no-any-return]
+            restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
                 if name == "plans":
-                    value = _restricted_once(plans, key, representatives, label)
+                    value = restricted
                 elif name in carried:
                     _check_carried(label, name, value, plans, declared, representatives,
                                    inverse)
@@ -463,9 +548,18 @@ def plan_key(*names: str, carried: tuple[str, ...] = ()
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
                 given[name] = value
-            result = _gather_result(function(**given), inverse, plans,  # type: ignore[arg-type]
-                                    declared)
+            if remember:
+                known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _PER_KEY, {})
+                if call not in known:
+                    known[call] = function(**given)  # type: ignore[arg-type]
+                per_key = known[call]
+            else:
+                per_key = function(**given)  # type: ignore[arg-type]
+            result = _gather_result(per_key, inverse, plans, declared)
             _remember_outputs(result, plans, declared)
+            if remember:
+                gathered[call] = result
             return result  # type: ignore[no-any-return]
 
         return on_distinct_rows

@@ -34,6 +34,7 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.shapes import (
     expert_copies,
@@ -453,7 +454,7 @@ def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communica
     return share * (forward + tp_communication / 2), share * core_forward
 
 
-@plan_key(*DENSE_BLOCK_KEY)
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
 def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
     """One dense block per micro-batch."""
     geometry = workload.geometry

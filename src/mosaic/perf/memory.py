@@ -38,6 +38,7 @@ from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.factorise import plan_key
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     Stage,
@@ -210,7 +211,7 @@ class StageParameters:
         return self.non_expert + self.expert
 
 
-@plan_key(*STAGE_PARAMETER_KEY)
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
                      remainder_last: bool = False, vocab_in_split: bool = False
                      ) -> StageParameters:
@@ -270,12 +271,21 @@ def shard_degrees(plans: ParallelPlans) -> tuple[np.ndarray, np.ndarray]:
     return dense.astype(float), np.where(hsdp, expert_hsdp, edp).astype(float)
 
 
+def _sharding_in(sharding: np.ndarray, modes: tuple[Sharding, ...]) -> np.ndarray:
+    """Which plans' sharding is one of ``modes``: np.isin's answer, by one comparison per
+    mode (np.isin scans the codes for their range first; measured ~3x slower here)."""
+    found = sharding == modes[0]
+    for mode in modes[1:]:
+        found |= sharding == mode
+    return found
+
+
 def _shard_divisors(
     plans: ParallelPlans, modes: tuple[Sharding, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) divisors: the shard-group sizes where a plan's sharding is in
     ``modes``, else 1."""
-    sharded = np.isin(plans.sharding, [int(m) for m in modes])
+    sharded = _sharding_in(plans.sharding, modes)
     dense_degree, expert_degree = shard_degrees(plans)
     return np.where(sharded, dense_degree, 1.0), np.where(sharded, expert_degree, 1.0)
 
@@ -350,7 +360,7 @@ def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPla
     resident = WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED)
     if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
             and workload.optimizer_dtype is OptimizerDtype.FP32):
-        fully_sharded = np.isin(plans.sharding, [int(m) for m in _FULLY_SHARDED])
+        fully_sharded = _sharding_in(plans.sharding, _FULLY_SHARDED)
         resident = np.where(fully_sharded, 0.0, resident)
     return resident
 
@@ -485,7 +495,7 @@ def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return ACTIVATION_BYTES * tokens * workload.geometry.d_model / sequence_shard_divisor(plans)
 
 
-@plan_key(*BLOCK_ACTIVATION_KEY)
+@plan_key(*BLOCK_ACTIVATION_KEY, remember=True)  # (read by every stage)
 def layer_working_set_bytes(
     workload: Workload, plans: ParallelPlans, kind: LayerKind
 ) -> np.ndarray:
@@ -650,7 +660,7 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
     return dropped
 
 
-@plan_key(*BLOCK_ACTIVATION_KEY, "checkpointing")
+@plan_key(*BLOCK_ACTIVATION_KEY, "checkpointing", remember=True)  # (read by every stage)
 def activation_bytes_per_layer(
     workload: Workload, plans: ParallelPlans, kind: LayerKind = "dense"
 ) -> np.ndarray:
@@ -767,7 +777,7 @@ def communication_buffer_bytes(
     * PP > 1: one received activation and one received gradient (2sbh each, SP-sharded).
     """
     sharding = plans.sharding
-    fully_sharded = np.isin(sharding, [int(m) for m in _FULLY_SHARDED])
+    fully_sharded = _sharding_in(sharding, _FULLY_SHARDED)
     # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
     # leaves them out) are never gathered: they are resident in ``weights``.
     experts_outside = np.zeros(len(plans), dtype=bool)
@@ -802,7 +812,7 @@ def communication_buffer_bytes(
 
 
 # --- Breakdown ---------------------------------------------------------------------------
-@plan_key(*PARAMETER_STATE_KEY)
+@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
 def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                           ) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer states and master weights per GPU of the first or last
@@ -859,6 +869,13 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     MoE blocks (schedule.middle_stage_can_be_heaviest), a middle rank (rank 1), which can
     hold more MoE blocks than the first.
     """
+    # The blocks each stage holds, once over all plans: the stage terms below (and the
+    # time model's) read them inside their own plan_key sets, which gather these
+    # remembered per-key values instead of recomputing them (factorise._parent_values).
+    middle = middle_stage_can_be_heaviest(workload.geometry)
+    for stage in ("first", "last", "middle") if middle else ("first", "last"):
+        stage_layer_counts(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
+                           workload.vocab_in_pipeline_split)
     first = stage_memory_breakdown_bytes(workload, plans, "first")
     last = stage_memory_breakdown_bytes(workload, plans, "last")
     breakdown = {name: first[name].astype(np.result_type(first[name], last[name]))
@@ -872,7 +889,7 @@ def _heaviest(workload: Workload, plans: ParallelPlans
         breakdown[name][heavier] = last[name][heavier]
     rank = np.where(last_total > best, plans.pp - 1, 0)
     best = np.maximum(best, last_total)
-    if not middle_stage_can_be_heaviest(workload.geometry):
+    if not middle:
         return breakdown, rank
     # Evaluated on every plan: the per-key results of the other stages make that cheaper
     # than taking the subset where the middle rank holds more MoE blocks (measured).

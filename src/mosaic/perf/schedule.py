@@ -15,6 +15,7 @@ import numpy as np
 
 from mosaic.arch import Geometry, MoEConfig
 from mosaic.perf.factorise import plan_key
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -56,7 +57,7 @@ def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.n
     return (plans.pp > 1) | workload.fsdp_keep_gathered
 
 
-@plan_key("pp", "vpp", "dp", "micro_batch")
+@plan_key("pp", "vpp", "dp", "micro_batch", remember=without_top_k)
 def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
 
@@ -111,7 +112,7 @@ def _vocab_split_stage_counts(geometry: Geometry, plans: ParallelPlans, stage: S
     return blocks, moe_blocks
 
 
-@plan_key("pp", "vpp")
+@plan_key("pp", "vpp", remember=without_top_k)
 def stage_layer_counts(
     geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
     vocab_in_split: bool = False,

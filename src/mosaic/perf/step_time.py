@@ -20,7 +20,9 @@ Every term is an array over plans; the breakdown sums exactly to the step time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,8 +55,10 @@ from mosaic.perf.layer_costs import (
     moe_block_times,
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency
+from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
     PARAMETER_STATE_KEY,
+    STAGE_PARAMETER_KEY,
     StageParameters,
     feasibility,
     gradient_bytes_per_param,
@@ -153,6 +157,19 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
 StageCandidate = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]
 
 
+def _sum(values: Iterable[Any]) -> Any:
+    """``sum(values)``: the same additions in the same order, accumulated in place in the
+    one new array the first addition makes (no temporary per term)."""
+    total: Any = 0
+    for value in values:
+        if (isinstance(total, np.ndarray) and total.shape == np.shape(value)
+                and np.result_type(total, value) == total.dtype):
+            np.add(total, value, out=total)
+        else:
+            total = total + value
+    return total
+
+
 def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes, moe: BlockTimes,
            stage: Stage, vocab_in_split: bool) -> tuple[dict[str, np.ndarray], np.ndarray,
                                                         np.ndarray]:
@@ -166,9 +183,9 @@ def _slowest(stages: list[StageCandidate]) -> StageCandidate:
     """Per plan, the candidate whose block terms plus vocabulary seconds are largest (the
     earlier one on a tie): (terms, blocks, MoE blocks, vocabulary seconds)."""
     best_terms, best_blocks, best_moe, best_vocab = stages[0]
-    best_total = sum(best_terms.values()) + best_vocab
+    best_total = _sum(best_terms.values()) + best_vocab
     for terms, blocks, moe_blocks, vocab in stages[1:]:
-        total = sum(terms.values()) + vocab
+        total = _sum(terms.values()) + vocab
         slower = total > best_total
         best_terms = {k: np.where(slower, v, best_terms[k]) for k, v in terms.items()}
         best_total = np.where(slower, total, best_total)
@@ -243,7 +260,7 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     return np.where(plans.pp > 1, 2 * plans.vpp * per_boundary, 0.0)
 
 
-@plan_key("tp", "cp", "micro_batch")
+@plan_key("tp", "cp", "micro_batch", remember=without_top_k)
 def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlans
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(t_first, t_last) per micro-batch: embedding; LM head GEMMs + cross-entropy."""
@@ -329,12 +346,13 @@ def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
     return dense, local_experts(workload, plans) * ffn_matrices
 
 
-@plan_key(*PARAMETER_STATE_KEY, carried=("params",))
-def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans,
-                                 params: StageParameters) -> dict[str, np.ndarray]:
+@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
+def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                                 ) -> dict[str, np.ndarray]:
     """Seconds of each data-parallel collective before any overlap: per step for DDP's
     all-reduce, ZeRO's reduce-scatter and all-gather and HSDP's replica all-reduce; per
-    FSDP unit for its gather and reduce-scatter."""
+    FSDP unit for its gather and reduce-scatter (of the heavier end stage's parameters)."""
+    params = _heavier_end_stage_parameters(workload, plans)
     ic = machine.interconnect
     dense_group = plans.dp * plans.cp
     dense_stride = plans.tp
@@ -417,7 +435,7 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                          bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
                          calibration: Calibration) -> dict[str, np.ndarray]:
     """Exposed data-parallel communication per step, by collective."""
-    collectives = _data_parallel_collectives_s(machine, workload, plans, params)
+    collectives = _data_parallel_collectives_s(machine, workload, plans)
     sharding = plans.sharding
     overlap = calibration.dp_overlap_fraction
     hide_bwd = overlap * bwd_block_s * blocks
@@ -577,6 +595,23 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
             + calibration.host_overhead_per_microbatch_s)
 
 
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
+def _heavier_end_stage_parameters(workload: Workload, plans: ParallelPlans
+                                  ) -> StageParameters:
+    """The parameters of the end stage (first or last) that holds more, the last on a tie:
+    what the data-parallel collectives and the optimizer step move."""
+    geometry = workload.geometry
+    uneven = workload.uneven_pipeline_stages
+    vocab_split = workload.vocab_in_pipeline_split
+    params = stage_parameters(geometry, plans, "last", uneven, vocab_split)
+    first_params = stage_parameters(geometry, plans, "first", uneven, vocab_split)
+    heavier_first = first_params.total > params.total
+    return StageParameters(**{
+        name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
+        for name in StageParameters.__dataclass_fields__
+    })
+
+
 def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  calibration: Calibration, *,
                  memory_breakdown: dict[str, np.ndarray] | None = None) -> StepPrediction:
@@ -592,6 +627,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     machine = apply_microbench(machine, calibration.microbench)  # calibrate --microbench
     machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
                                         kernel.bwd_multiplier * stack_factor)
+    # memory first: the stage parameters it finds serve the data-parallel terms below
+    memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
+              else memory_breakdown)
     n_mb = n_microbatches(workload, plans).astype(float)
     dense = dense_block_times(machine, workload, plans)
     block = moe_block_times(machine, workload, plans) if geometry.moe else dense
@@ -619,7 +657,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
-    t_cmp = sum(per_mb.values())
+    t_cmp = _sum(per_mb.values())
     t_disp = _dispatch_floor_s(workload, plans, blocks, moe_blocks, expert_host_floor,
                                calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
@@ -639,22 +677,14 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     else:
         breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
-    uneven = workload.uneven_pipeline_stages
-    vocab_split = workload.vocab_in_pipeline_split
-    params = stage_parameters(geometry, plans, "last", uneven, vocab_split)
-    first_params = stage_parameters(geometry, plans, "first", uneven, vocab_split)
-    heavier_first = first_params.total > params.total
-    params = StageParameters(**{
-        name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
-        for name in StageParameters.__dataclass_fields__
-    })
+    params = _heavier_end_stage_parameters(workload, plans)
     fwd_block = block.forward
     bwd_block = block.compute - block.forward
     breakdown.update(_data_parallel_times(machine, workload, plans, params, fwd_block,
                                           bwd_block, blocks, n_mb, calibration))
     breakdown["optimizer"] = _optimizer_s(machine, workload, plans, params, blocks)
 
-    analytic = sum(breakdown.values())
+    analytic = _sum(breakdown.values())
     stack = calibration.stack_multiplier(workload.stack)
     a2a_s = n_mb * blocks * expert_all_to_all_s(machine, workload, plans)
     drivers = chi_drivers(machine, plans, a2a_s, analytic)
@@ -679,8 +709,6 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                                    workload.checkpointed_block_fraction / 3, recompute_share)
     hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
                       + lm_head_flops_per_token(geometry) * tokens)
-    memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
-              else memory_breakdown)
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)

@@ -12,8 +12,9 @@ For every ladder geometry Z of the grid:
 The optimum is the exact argmin of the loss over the trainable geometries; ties go to the
 earlier grid row. Step 1 depends only on the cluster and batch, not on the window or the
 law, so :func:`profile_geometries` is separate and reusable (e.g. for a sweep over days).
-Geometries that differ only in top_k enumerate the same layouts; a block of rows shares
-that enumeration and what the per-key evaluation learnt on it (:func:`_shared_plans`).
+Geometries that differ only in top_k or granularity enumerate the same layouts; a block of
+rows shares that enumeration and what the per-key evaluation learnt on it
+(:func:`_shared_plans`), including the terms that do not read top_k (perf.memo_keys).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from math import gcd
 from typing import Any
 
 import numpy as np
@@ -128,7 +130,8 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     (the same formula :func:`predict_step` uses) and only those that fit are timed; the
     ranking and its ties (tokens/s, then memory, then enumeration order) are unchanged.
     ``enumerations``: a dict the caller keeps over several geometries, so those that differ
-    only in top_k share one enumeration (:func:`_shared_plans`); the result is the same.
+    only in top_k or granularity share one enumeration (:func:`_shared_plans`); the result
+    is the same.
     """
     try:
         plans = _shared_plans(workload, machine, limits, enumerations)
@@ -161,15 +164,22 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
 def _enumeration_key(workload: Workload, machine: Machine, limits: LayoutLimits
                      ) -> tuple[Any, ...]:
     """What :func:`enumerate_plans` reads: the job, its device count and NVLink domain and
-    the limits, with top_k set to 1 (no divisibility rule and no candidate axis reads the
-    active expert count, so geometries that differ only in top_k enumerate the same plans;
-    tests/plan/test_search_speed.py checks it)."""
+    the limits, with top_k set to 1 and the expert width replaced by its greatest common
+    divisor with the device count. No divisibility rule and no candidate axis reads the
+    active expert count, and the one rule that reads the expert width (etp | expert_ffn)
+    sees only etp values that divide tp, itself a divisor of the device count
+    (layouts._tp_etp_pairs, _model_meshes), for which etp | w holds exactly when
+    etp | gcd(w, N_dev). So geometries that differ only in top_k or granularity enumerate
+    the same plans (tests/plan/test_search_speed.py checks it)."""
     moe = workload.geometry.moe
-    if moe is not None and moe.top_k != 1:
-        # (a workload top_k = 1 would not validate keeps its own key: shared with no one)
-        with contextlib.suppress(MosaicInputError, ValueError):
-            workload = replace(workload, geometry=replace(workload.geometry,
-                                                          moe=replace(moe, top_k=1)))
+    if moe is not None:
+        width = gcd(moe.expert_ffn, machine.n_devices)
+        # (a workload that would not validate so keeps its own key: shared with no one)
+        for changes in ({"top_k": 1, "expert_ffn": width}, {"top_k": 1}):
+            with contextlib.suppress(MosaicInputError, ValueError):
+                workload = replace(workload, geometry=replace(
+                    workload.geometry, moe=replace(moe, **changes)))
+                break
     return (workload, machine.n_devices, machine.interconnect.scale_up_domain_gpus, limits)
 
 
