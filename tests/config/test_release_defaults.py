@@ -60,3 +60,25 @@ def test_a_record_that_states_the_setting_keeps_it():
     assert record.workload.full_iteration_cuda_graph is False
     assert "full_iteration_cuda_graph" in record.stated_settings
     assert record.workload.ep_overlap is True  # not stated: the release default
+
+
+def test_a_job_with_a_stack_version_takes_the_release_defaults_unless_it_states_them():
+    from mosaic.config.job_schema import job_from_document
+
+    def job(version, **performance):
+        return job_from_document({
+            "model": {"layers": 4, "d_model": 512, "heads": 8, "kv_heads": 8, "head_dim": 64,
+                      "ffn": 256, "vocab": 1000,
+                      "moe": {"experts": 16, "top_k": 2, "expert_ffn": 256}},
+            "batch": {"global_seqs": 64, "seq_len": 1024},
+            "parallelism": {"ep": 8, "dp": 8},
+            "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                            "stack_version": version, **performance},
+            "hardware": {"system": "DGX-B200", "nodes": 1}}, "test").workload
+
+    assert (job("26.06").full_iteration_cuda_graph, job("26.06").ep_overlap) == (True, True)
+    assert (job("26.04").full_iteration_cuda_graph, job("26.04").ep_overlap) == (False, False)
+    assert job("26.06", full_iteration_cuda_graph=False).full_iteration_cuda_graph is False
+    assert job("26.06", precision="fp8").full_iteration_cuda_graph is False  # not MXFP8
+    with pytest.raises(Exception, match="stack_version"):
+        job("26.6")

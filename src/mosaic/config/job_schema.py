@@ -28,6 +28,7 @@ from mosaic.config.layout import (
     dispatcher_for,
     parallelism_document,
     plan_from_blocks,
+    release_default_settings,
 )
 from mosaic.config.spelling import (
     JOB_RULES,
@@ -63,13 +64,18 @@ class _Strict(BaseModel):
 class PerformanceBlock(_Strict):
     """How the job executes: precision, recomputation and the software stack."""
 
-    precision: Literal["bf16", "fp16", "fp8"] = Field(
-        default="bf16", description="GEMM precision (selects the device's peak lane)")
+    precision: Literal["bf16", "fp16", "fp8", "mxfp8"] = Field(
+        default="bf16", description="GEMM precision (selects the device's peak lane); mxfp8 "
+        "= FP8 with MXFP8 block scales (Blackwell), costed on the fp8 lane")
     checkpointing: Literal["none", "selective", "full"] = Field(
         default="none", description="activation recomputation")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "reference"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
+    stack_version: str | None = Field(
+        default=None, pattern=r"^\d{2}\.\d{2}$", description="the stack's release (YY.MM, "
+        "e.g. the NeMo container 26.06): its release defaults apply (docs/stacks.md); None = "
+        "none")
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(
@@ -273,7 +279,8 @@ def job_from_document(document: dict[str, Any], where: str,
         geometry=geometry,
         global_batch=batch.global_seqs,
         seq_len=batch.seq_len,
-        precision=Precision(performance.precision),
+        precision=Precision("fp8" if performance.precision == "mxfp8"
+                            else performance.precision),
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"
@@ -298,6 +305,13 @@ def job_from_document(document: dict[str, Any], where: str,
         tp_comm_overlap=parallelism.tp_comm_overlap,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
+    if performance.stack_version is not None:
+        stated = frozenset(name for name, block in (
+            ("full_iteration_cuda_graph", performance), ("ep_overlap", parallelism))
+            if name in block.model_fields_set)
+        workload = replace(workload, **release_default_settings(
+            workload.stack, performance.stack_version, device_name, performance.precision,
+            geometry.is_moe, stated, notes))
     notes.extend(routing_assumptions(workload))
     devices = search.devices
     if devices is None and hardware.nodes is not None:
