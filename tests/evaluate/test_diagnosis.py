@@ -12,6 +12,7 @@ from mosaic.config.job_schema import load_job
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.diagnosis import (
     GIB,
+    WORKLOAD_LEVERS,
     MemoryStatus,
     attribute_gap,
     classify_term,
@@ -101,7 +102,7 @@ def test_levers_ranked_feasible_first_then_by_gain(comm_bound):
 def test_vectorised_levers_match_one_plan_predictions(comm_bound):
     result = comm_bound.result
     for lever in comm_bound.levers:
-        if math.isnan(lever.step_time_s) or lever.name == "global_batch_double":
+        if math.isnan(lever.step_time_s) or lever.name in WORKLOAD_LEVERS:
             continue
         alone = predict_step(result.spec.workload, plans_from_rows([lever.plan]),
                              result.machine, CALIBRATION)
@@ -286,8 +287,30 @@ def test_zero2_is_a_lever_where_the_stack_offers_it(tmp_path):
     path.write_text(yaml.safe_dump(document))
     diagnosis = diagnose(job(path), CALIBRATION)
     assert not diagnosis.result.prediction.feasible[0]
-    best = diagnosis.levers[0]
-    assert best.name == "sharding_zero2" and best.feasible
-    assert best.gain == pytest.approx(1.0, abs=0.01)
+    zero2 = next(lever for lever in diagnosis.levers if lever.name == "sharding_zero2")
+    assert zero2.feasible and zero2.gain == pytest.approx(1.0, abs=0.01)
+    # Reducing gradients in bf16 also fits (half the gradient bytes); both rank among the
+    # feasible levers, ahead of every infeasible one.
+    feasible = [lever.name for lever in diagnosis.levers if lever.feasible]
+    assert diagnosis.levers.index(zero2) < len(feasible)
+    assert "grad_reduce_bf16" in feasible
     paper = diagnose(job(path, "performance.stack=paper-nemo"), CALIBRATION)
     assert "sharding_zero2" not in {lever.name for lever in paper.levers}
+
+
+def test_software_setting_levers_are_the_job_with_that_setting_on(comm_bound):
+    """Each software-setting lever predicts the same plan with only that setting changed."""
+    result = comm_bound.result
+    workload = result.spec.workload
+    settings = {"grad_reduce_bf16": {"grad_reduce_in_fp32": False},
+                "tp_comm_overlap": {"tp_comm_overlap": True},
+                "ep_overlap": {"ep_overlap": True},
+                "full_iteration_cuda_graph": {"full_iteration_cuda_graph": True}}
+    offered = [lever for lever in comm_bound.levers if lever.name in settings]
+    assert offered  # the comm-bound MoE job leaves some of them off
+    for lever in offered:
+        changed = replace(workload, **settings[lever.name])
+        alone = predict_step(changed, plans_from_rows([lever.plan]), result.machine,
+                             CALIBRATION)
+        assert alone.step_time_s[0] == pytest.approx(lever.step_time_s, rel=1e-12)
+        assert lever.plan == result.spec.plan.row(0)

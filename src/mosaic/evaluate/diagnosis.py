@@ -557,9 +557,9 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     runs an attention kernel slower than cuDNN on its GPU (FlashAttention-2 on Hopper) also
     gets the cuDNN what-if (torch SDPA's cuDNN backend, Transformer Engine fused attention).
 
-    Not offered: reducing gradients in bf16. Gradient bytes per parameter are a constant of
-    the time and memory model (``GRADIENT_BYTES_PER_PARAM``), not a plan parameter, so
-    the what-if cannot be predicted without changing the model itself.
+    Software settings the job leaves off are offered the same way, each predicted with the
+    workload changed (:func:`_setting_what_ifs`): bf16 gradient reduction, TP communication
+    overlap, batch-level EP overlap and one CUDA graph per step.
     """
     current = predict_step(workload, plan, machine, calibration)
     current_tokens_per_s = float(current.tokens_per_s[0])
@@ -579,7 +579,41 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
                         "cudnn (torch SDPA cuDNN backend or Transformer Engine)", row)],
             replace(workload, attention_kernel=AttentionKernel.CUDNN), machine, calibration,
             current_tokens_per_s)
+    for name, description, changed in _setting_what_ifs(workload, row, current):
+        levers += _evaluate([_Candidate(name, description, row)], changed, machine,
+                            calibration, current_tokens_per_s)
     return sorted(levers, key=_rank)
+
+
+# Levers that change the workload rather than the plan (predicted with it changed).
+WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_reduce_bf16",
+                             "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph"})
+
+
+def _setting_what_ifs(workload: Workload, row: PlanRow, current: StepPrediction
+                      ) -> Iterator[tuple[str, str, Workload]]:
+    """(name, description, changed workload) of each software setting the job leaves off
+    and that would change its step: each is a flag of the stacks named (docs/stacks.md)."""
+    if workload.grad_reduce_in_fp32:
+        yield ("grad_reduce_bf16", "gradients reduced in bf16 (Megatron-LM "
+               "--grad-reduce-in-bf16; the Bridge recipes' grad_reduce_in_fp32 false)",
+               replace(workload, grad_reduce_in_fp32=False))
+    if int(row["tp"]) > 1 and bool(row["sequence_parallel"]) and not workload.tp_comm_overlap:
+        yield ("tp_comm_overlap", "TP communication overlapped with the TP GEMMs "
+               "(Megatron --tp-comm-overlap, torchtitan async TP; for Megatron an upper "
+               "bound, docs/stacks.md)", replace(workload, tp_comm_overlap=True))
+    if workload.geometry.moe is not None and int(row["ep"]) > 1 and not workload.ep_overlap:
+        yield ("ep_overlap", "EP all-to-alls overlapped with the other micro-batch "
+               "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute)",
+               replace(workload, ep_overlap=True))
+    host = (current.breakdown_s.get("moe_host_sync", np.zeros(1))[0]
+            + current.breakdown_s.get("dispatch_floor", np.zeros(1))[0])
+    if host > 0 and not workload.full_iteration_cuda_graph:
+        needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"
+                 if workload.geometry.moe is not None else "")
+        yield ("full_iteration_cuda_graph", "one CUDA graph per step (Megatron "
+               f"--cuda-graph-impl full_iteration{needs})",
+               replace(workload, full_iteration_cuda_graph=True))
 
 
 # ------------------------------------------------------------------------------ diagnosis
