@@ -82,3 +82,7 @@ def test_a_job_with_a_stack_version_takes_the_release_defaults_unless_it_states_
     assert job("26.06", precision="fp8").full_iteration_cuda_graph is False  # not MXFP8
     with pytest.raises(Exception, match="stack_version"):
         job("26.6")
+    # An unquoted YAML or --set value arrives as a number: 26.06 is June, 26.1 October.
+    assert job(26.06).full_iteration_cuda_graph is True
+    assert job(26.1).full_iteration_cuda_graph is True  # 26.10, after 26.06
+    assert job(25.1).full_iteration_cuda_graph is False  # 25.10

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mosaic.arch import Geometry
 from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
@@ -76,6 +76,15 @@ class PerformanceBlock(_Strict):
         default=None, pattern=r"^\d{2}\.\d{2}$", description="the stack's release (YY.MM, "
         "e.g. the NeMo container 26.06): its release defaults apply (docs/stacks.md); None = "
         "none")
+
+    @field_validator("stack_version", mode="before")
+    @classmethod
+    def _release_number(cls, value: object) -> object:
+        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM
+        with two digits of month (26.1 is 26.10)."""
+        if isinstance(value, float) and 0 <= value < 100:
+            return f"{value:.2f}"
+        return value
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(
