@@ -86,3 +86,14 @@ def test_a_job_with_a_stack_version_takes_the_release_defaults_unless_it_states_
     assert job(26.06).full_iteration_cuda_graph is True
     assert job(26.1).full_iteration_cuda_graph is True  # 26.10, after 26.06
     assert job(25.1).full_iteration_cuda_graph is False  # 25.10
+
+
+def test_a_record_stack_version_given_as_a_number_is_read_as_yy_mm():
+    """A record whose software text names no release can state it in stack_version, also
+    unquoted (26.06 as a number)."""
+    record = _record("Megatron-Bridge performance recipes", stack="megatron-bridge",
+                     stack_version=26.06)
+    assert record.workload.full_iteration_cuda_graph is True
+    older = _record("Megatron-Bridge performance recipes", stack="megatron-bridge",
+                    stack_version=25.11)
+    assert older.workload.full_iteration_cuda_graph is False

@@ -49,6 +49,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import OptimizerKind, Precision, Workload
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
+from mosaic.stacks.registry import release_number_text
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -80,11 +81,8 @@ class PerformanceBlock(_Strict):
     @field_validator("stack_version", mode="before")
     @classmethod
     def _release_number(cls, value: object) -> object:
-        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM
-        with two digits of month (26.1 is 26.10)."""
-        if isinstance(value, float) and 0 <= value < 100:
-            return f"{value:.2f}"
-        return value
+        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM."""
+        return release_number_text(value)
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(

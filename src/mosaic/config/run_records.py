@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
 from mosaic.config.convert import geometry_from_model
@@ -39,7 +39,7 @@ from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 from mosaic.stacks import get_stack, stack_for_software
-from mosaic.stacks.registry import OTHER_STACK
+from mosaic.stacks.registry import OTHER_STACK, release_number_text
 from mosaic.yaml_stream import StreamError, iter_list_items, scan_mapping
 
 # ---------------------------------------------------------------- file schema (pydantic)
@@ -72,6 +72,7 @@ class RunRecordEntry(_Strict):
     stack: str | None = Field(default=None, description="a mosaic.stacks name; overrides the "
                               "keyword match on `software`")
     stack_version: str | None = Field(default=None, description="container, release or commit")
+
     gpu: str = Field(min_length=1)
     system: str | None = Field(default=None, min_length=1,
                                description="catalog node type the run used (docs/hardware.md); "
@@ -124,6 +125,12 @@ class RunRecordEntry(_Strict):
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
     notes: str = ""
+
+    @field_validator("stack_version", mode="before")
+    @classmethod
+    def _release_number(cls, value: object) -> object:
+        """An unquoted YAML release (26.06) arrives as a number: read it as YY.MM."""
+        return release_number_text(value)
 
 
 # ---------------------------------------------------------------- mapping rules

@@ -180,6 +180,14 @@ def _registry() -> dict[str, StackTraits]:
         for name, entry in parsed.stacks.items()}
 
 
+def release_number_text(value: object) -> object:
+    """A release given as a number (an unquoted YAML or --set 26.06) as its YY.MM text, two
+    digits of month (26.1 is 26.10); anything else unchanged."""
+    if isinstance(value, float) and 0 <= value < 100:
+        return f"{value:.2f}"
+    return value
+
+
 _RELEASE = re.compile(r"(?<![\d.])(\d{2})\.(\d{2})(?![\d])")
 
 
