@@ -97,3 +97,23 @@ def test_versus_plans_each_stack_under_its_own_memory_headroom() -> None:
     assert versus_envelope(given, default).usable_memory_fraction == 0.8
     assert replace(paper, headroom=memory_headroom(None, "megatron-core")
                    ).usable_memory_fraction == 0.9
+
+
+def test_stack_version_gives_every_candidate_the_release_defaults() -> None:
+    """Megatron-Bridge from NeMo 26.06 runs MXFP8 MoE on Blackwell as one CUDA graph per step
+    with EP overlap (docs/stacks.md): the envelope says so, the same grid plans faster than
+    under 25.11, and --versus plans the other stack without them."""
+    bridge = [*SMALL, "--gpu", "B200", "--stack", "megatron-bridge", "--precision", "mxfp8"]
+    modern = run_json("plan", *bridge, "--stack-version", "26.06")
+    older = run_json("plan", *bridge, "--stack-version", "25.11")
+    assert modern["envelope"]["stack_version"] == "26.06"
+    assert (modern["envelope"]["ep_overlap"],
+            modern["envelope"]["full_iteration_cuda_graph"]) == (True, True)
+    assert (older["envelope"]["ep_overlap"],
+            older["envelope"]["full_iteration_cuda_graph"]) == (False, False)
+    assert modern["envelope"]["precision"] == "fp8"  # MXFP8 is costed on the fp8 lane
+    assert modern["optimum"]["tokens_per_s"] > older["optimum"]["tokens_per_s"]
+    versus = run_json("plan", *bridge, "--stack-version", "26.06", "--versus", "paper-p6b200")
+    assert versus["versus"]["plans"][1]["stack"] == "paper-nemo"
+    bad = runner.invoke(app, ["plan", *bridge, "--stack-version", "26.6"])
+    assert bad.exit_code == 2 and "expected a release YY.MM" in bad.output

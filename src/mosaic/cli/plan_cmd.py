@@ -24,7 +24,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.layout import dispatcher_for
+from mosaic.config.layout import dispatcher_for, release_default_settings
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
@@ -72,6 +72,7 @@ from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
 from mosaic.report.html.documents import plan_report_blocks
 from mosaic.report.stack_comparison import stack_comparison_document
+from mosaic.stacks.registry import parse_release, release_number_text
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -141,7 +142,11 @@ MemoryFraction = Annotated[float | None, typer.Option(
     "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: the "
     "stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
 PrecisionOpt = Annotated[str, typer.Option(
-    "--precision", help="GEMM precision of every candidate: bf16, fp16 or fp8.")]
+    "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8, or mxfp8 (fp8 "
+    "with MXFP8 block scales, costed on the fp8 lane).")]
+StackVersionOpt = Annotated[str | None, typer.Option(
+    "--stack-version", help="The stack's release, YY.MM (e.g. 26.06): every candidate takes "
+    "its release defaults (docs/stacks.md).")]
 DispatcherOpt = Annotated[str | None, typer.Option(
     "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
     "(default: the stack's on the cluster's GPU, e.g. megatron-bridge: deepep on Hopper, "
@@ -198,7 +203,7 @@ def build_inputs(
     memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
     split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
     precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
-    layers: str | None = None, d_model: str | None = None,
+    layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     node_type = resolve_system(gpu, system)
@@ -206,12 +211,22 @@ def build_inputs(
         node_type = with_gpus_per_node(node_type, gpus_per_node)
     if dispatcher is None:
         dispatcher = dispatcher_for(None, stack, node_type.device.name, True, [])
+    settings: dict[str, bool] = {}
+    if stack_version is not None:
+        version = str(release_number_text(stack_version))
+        if parse_release(version) is None or len(version) != 5:
+            raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
+                                   "YY.MM, e.g. 26.06")
+        settings = release_default_settings(stack, version, node_type.device.name,
+                                            precision, True, frozenset(), [])
+        stack_version = version
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
-        global_batch=global_batch, seq_len=seq_len, stack=stack, precision=precision,
-        dispatcher=dispatcher,
+        global_batch=global_batch, seq_len=seq_len, stack=stack,
+        precision="fp8" if precision == "mxfp8" else precision, dispatcher=dispatcher,
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
+        stack_version=stack_version, **settings,
     )
     tpp_min, tpp_max = parse_tpp(tpp)
     axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,
@@ -341,7 +356,9 @@ def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
     modern stacks against 90% of it)."""
     headroom = envelope.headroom if (envelope.headroom is not None
                                      and envelope.headroom.origin == "user") else None
-    return replace(envelope, stack=planning_stack(other), headroom=headroom)
+    # A release's defaults belong to the first stack; the other plans without them.
+    return replace(envelope, stack=planning_stack(other), headroom=headroom,
+                   stack_version=None, ep_overlap=False, full_iteration_cuda_graph=False)
 
 
 def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw, versus: str,
@@ -394,6 +411,7 @@ def plan(
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
+    stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     versus: Annotated[str | None, typer.Option(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
@@ -416,7 +434,8 @@ def plan(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model)
+        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
+        stack_version=stack_version)
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
@@ -519,6 +538,7 @@ def sweep_days_command(
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
+    stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
@@ -532,7 +552,8 @@ def sweep_days_command(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model)
+        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
+        stack_version=stack_version)
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
@@ -560,6 +581,7 @@ def sweep_nodes_command(
     address: AddressOpt = None, as_json: JsonFlag = False,
     plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
+    stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
@@ -573,7 +595,8 @@ def sweep_nodes_command(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model)
+        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
+        stack_version=stack_version)
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     runner = backend_from_options(backend, address)  # one-line error if ray is absent

@@ -176,8 +176,9 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         checkpointing=str(plan.get("checkpointing", "none")),
         precision=str(envelope.get("precision", "bf16")),
         dispatcher=str(dispatcher or envelope.get("dispatcher", "alltoall")),
-        ep_overlap=bool(plan.get("ep_overlap", False)),
+        ep_overlap=bool(plan.get("ep_overlap") or envelope.get("ep_overlap", False)),
         dispatch_fp8=bool(plan.get("dispatch_fp8", False)),
         tp_comm_overlap=bool(plan.get("tp_comm_overlap", False)),
+        full_iteration_cuda_graph=bool(envelope.get("full_iteration_cuda_graph", False)),
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )

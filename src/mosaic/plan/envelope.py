@@ -132,6 +132,10 @@ class Envelope:
         dispatcher: EP token dispatch of every candidate (alltoall, deepep, hybridep).
         headroom: share of device memory a layout may fill (:mod:`mosaic.perf.headroom`);
             None = the stack's documented share, else the default 0.9.
+        stack_version: the stack's release (YY.MM) the settings below were taken from;
+            None = not stated.
+        ep_overlap, full_iteration_cuda_graph: the workload settings of every candidate
+            (:class:`~mosaic.perf.workload.Workload`), e.g. a stack release's defaults.
     """
 
     system: System
@@ -144,6 +148,9 @@ class Envelope:
     stack: str = DEFAULT_STACK
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     headroom: MemoryHeadroom | None = None
+    stack_version: str | None = None
+    ep_overlap: bool = False
+    full_iteration_cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack names the known ones
@@ -227,6 +234,9 @@ class Envelope:
             "precision": str(self.precision),
             "stack": self.stack,
             "dispatcher": str(self.dispatcher),
+            **({"stack_version": self.stack_version} if self.stack_version else {}),
+            "ep_overlap": self.ep_overlap,
+            "full_iteration_cuda_graph": self.full_iteration_cuda_graph,
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,
             "memory_headroom": self.headroom.to_dict(self.system.device.hbm_bytes)

@@ -94,7 +94,8 @@ class ThroughputTable:
 
 def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
     """What grid row ``row`` trains under ``envelope``: the one workload every candidate's
-    layout search, breakdown and report uses (batch, precision, stack, dispatcher)."""
+    layout search, breakdown and report uses (batch, precision, stack, dispatcher and the
+    envelope's workload settings)."""
     return Workload(
         geometry=grid.geometry(row),
         global_batch=envelope.global_batch,
@@ -102,6 +103,8 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Worklo
         precision=envelope.precision,
         stack=envelope.stack,
         dispatcher=envelope.dispatcher,
+        ep_overlap=envelope.ep_overlap,
+        full_iteration_cuda_graph=envelope.full_iteration_cuda_graph,
     )
 
 
