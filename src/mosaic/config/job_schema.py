@@ -47,7 +47,7 @@ from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
-from mosaic.perf.workload import OptimizerKind, Precision, Workload
+from mosaic.perf.workload import OptimizerKind, Precision, Workload, precision_lane
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 from mosaic.stacks.registry import release_number_text
 
@@ -286,8 +286,7 @@ def job_from_document(document: dict[str, Any], where: str,
         geometry=geometry,
         global_batch=batch.global_seqs,
         seq_len=batch.seq_len,
-        precision=Precision("fp8" if performance.precision == "mxfp8"
-                            else performance.precision),
+        precision=Precision(precision_lane(performance.precision)),
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"

@@ -36,7 +36,7 @@ from mosaic.limits import LIMITS
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
-from mosaic.perf.workload import Precision, Workload
+from mosaic.perf.workload import Precision, Workload, precision_lane
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 from mosaic.stacks import get_stack, stack_for_software
 from mosaic.stacks.registry import OTHER_STACK, release_number_text
@@ -148,18 +148,6 @@ REFERENCE_SYSTEMS: Mapping[str, str] = MappingProxyType(
         "B300": "DGX-B300",
         "GB200": "GB200-NVL72",
         "GB300": "GB300-NVL72",
-    }
-)
-
-# Every FP8 recipe runs its GEMMs on the device's FP8 lane; the recipe stays in the record.
-_PRECISIONS: Mapping[str, Precision] = MappingProxyType(
-    {
-        "bf16": Precision.BF16,
-        "fp16": Precision.FP16,
-        "fp8": Precision.FP8,
-        "fp8-cs": Precision.FP8,
-        "fp8-blockwise": Precision.FP8,
-        "mxfp8": Precision.FP8,
     }
 )
 
@@ -391,13 +379,14 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     if stack == OTHER_STACK and entry.stack is None:
         what = "not stated" if entry.software is None else f"{entry.software!r} not recognised"
         notes.append(f"software {what}: stack label {OTHER_STACK!r}")
-    if _PRECISIONS[entry.precision].value != entry.precision:
+    precision = Precision(precision_lane(entry.precision))
+    if precision.value != entry.precision:  # an FP8 recipe; the record keeps its name
         notes.append(f"precision {entry.precision} modelled on the fp8 lane")
     workload = Workload(
         geometry=geometry,
         global_batch=entry.batch.global_seqs,
         seq_len=entry.batch.seq_len,
-        precision=_PRECISIONS[entry.precision],
+        precision=precision,
         stack=stack,
         routing=entry.routing or "dropless",
         dispatcher=dispatcher_for(entry.parallelism.dispatcher, stack, system.device.name,

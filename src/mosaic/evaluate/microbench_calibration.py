@@ -51,6 +51,7 @@ from mosaic.perf.kernels import (
     flash_attention_time_s,
 )
 from mosaic.perf.microbench_constants import ANY_DEVICE
+from mosaic.perf.workload import precision_lane
 
 MIN_ATTENTION_ROWS = 4  # fewer: fit the plateau only (three parameters need more shapes)
 MIN_GEMM_ROWS = 8  # fewer training-shape rows than this: fit every bf16 row instead
@@ -176,7 +177,7 @@ def _peaks(gemm: pd.DataFrame, ref: Reference) -> dict[str, dict[str, float | No
             continue
         datasheet = None
         if device is not None:
-            datasheet = device.peak_flops_per_s.get("fp8" if dtype == "mxfp8" else dtype)
+            datasheet = device.peak_flops_per_s.get(precision_lane(dtype))
         out[dtype] = {"achievable": achievable, "datasheet": datasheet}
     return out
 

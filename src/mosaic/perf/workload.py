@@ -20,6 +20,17 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
+# FP8 recipes (current scaling, blockwise scaling, MXFP8 block scales) run their GEMMs on the
+# device's FP8 lane; the recipe name stays with the input that states it.
+FP8_RECIPES = frozenset({"fp8-cs", "fp8-blockwise", "mxfp8"})
+
+
+def precision_lane(name: str) -> str:
+    """The peak-FLOP/s lane a precision or FP8 recipe name runs on ('mxfp8' -> 'fp8'); any
+    other name unchanged (validated where it is used)."""
+    return Precision.FP8.value if name in FP8_RECIPES else name
+
+
 # Megatron-Core TransformerConfig.recompute_modules values (transformer_config.py).
 _RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                       "shared_experts")
