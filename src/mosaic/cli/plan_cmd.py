@@ -6,6 +6,7 @@ on the built-in law, hardware catalog and calibration.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -73,7 +74,7 @@ from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
 from mosaic.report.html.documents import plan_report_blocks
 from mosaic.report.stack_comparison import stack_comparison_document
-from mosaic.stacks.registry import parse_release, release_number_text
+from mosaic.stacks.registry import RELEASE_PATTERN
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -214,13 +215,11 @@ def build_inputs(
         dispatcher = dispatcher_for(None, stack, node_type.device.name, True, [])
     settings: dict[str, bool] = {}
     if stack_version is not None:
-        version = str(release_number_text(stack_version))
-        if parse_release(version) is None or len(version) != 5:
+        if re.fullmatch(RELEASE_PATTERN, stack_version) is None:
             raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
                                    "YY.MM, e.g. 26.06")
-        settings = release_default_settings(stack, version, node_type.device.name,
+        settings = release_default_settings(stack, stack_version, node_type.device.name,
                                             precision, True, frozenset(), [])
-        stack_version = version
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),

@@ -49,7 +49,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import OptimizerKind, Precision, Workload, precision_lane
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
-from mosaic.stacks.registry import release_number_text
+from mosaic.stacks.registry import RELEASE_PATTERN, RELEASE_SETTINGS, release_number_text
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -74,15 +74,8 @@ class PerformanceBlock(_Strict):
         default="auto", description="flash-attention kernel; auto = the stack's default")
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
     stack_version: str | None = Field(
-        default=None, pattern=r"^\d{2}\.\d{2}$", description="the stack's release (YY.MM, "
-        "e.g. the NeMo container 26.06): its release defaults apply (docs/stacks.md); None = "
-        "none")
-
-    @field_validator("stack_version", mode="before")
-    @classmethod
-    def _release_number(cls, value: object) -> object:
-        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM."""
-        return release_number_text(value)
+        default=None, pattern=RELEASE_PATTERN, description="the stack's release (YY.MM, e.g. "
+        "the NeMo container 26.06): its release defaults apply (docs/stacks.md); None = none")
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(
@@ -124,6 +117,12 @@ class PerformanceBlock(_Strict):
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing); "
         "None = 1")
+
+    @field_validator("stack_version", mode="before")
+    @classmethod
+    def _release_number(cls, value: object) -> object:
+        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM."""
+        return release_number_text(value)
 
 
 class OptimizerBlock(_Strict):
@@ -312,9 +311,9 @@ def job_from_document(document: dict[str, Any], where: str,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
     if performance.stack_version is not None:
-        stated = frozenset(name for name, block in (
-            ("full_iteration_cuda_graph", performance), ("ep_overlap", parallelism))
-            if name in block.model_fields_set)
+        stated = frozenset(name for name in RELEASE_SETTINGS
+                           for block in (performance, parallelism)
+                           if name in block.model_fields_set)
         workload = replace(workload, **release_default_settings(
             workload.stack, performance.stack_version, device_name, performance.precision,
             geometry.is_moe, stated, notes))

@@ -72,7 +72,6 @@ class RunRecordEntry(_Strict):
     stack: str | None = Field(default=None, description="a mosaic.stacks name; overrides the "
                               "keyword match on `software`")
     stack_version: str | None = Field(default=None, description="container, release or commit")
-
     gpu: str = Field(min_length=1)
     system: str | None = Field(default=None, min_length=1,
                                description="catalog node type the run used (docs/hardware.md); "

@@ -61,13 +61,14 @@ class FsdpShardStorage(StrEnum):
 
 
 RELEASE_SETTINGS = ("full_iteration_cuda_graph", "ep_overlap")
+RELEASE_PATTERN = r"^\d{2}\.\d{2}$"  # a stack release, YY.MM (e.g. the NeMo container 26.06)
 
 
 class _ReleaseDefault(BaseModel):
     """Settings a stack's recipes switch on from one release for some runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    since: str = Field(pattern=r"^\d{2}\.\d{2}$", description="first release, YY.MM")
+    since: str = Field(pattern=RELEASE_PATTERN, description="first release, YY.MM")
     generations: tuple[Literal["ampere", "hopper", "blackwell"], ...] = Field(min_length=1)
     precisions: tuple[str, ...] = Field(min_length=1)
     moe: bool
