@@ -65,12 +65,12 @@ FP32_BYTES = 4
 # quantises each GEMM input, backward each output gradient; weights are cast once per
 # step (Megatron-Core's is_first_microbatch caching) and left out.
 FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
-# Materialised attention's softmax per score element, bf16: forward reads the scores and
-# writes the probabilities; backward reads P and dP and writes dS.
 # An FP8 dispatch payload: one byte per element plus one E8M0 scale byte per 32-element
 # block (OCP Microscaling Formats (MX) v1.0, MXFP8; Megatron-Core moe_dispatch_fwd_dtype
 # 'mxfp8', transformer_config.py @ 7afe031974).
 FP8_DISPATCH_BYTES_PER_ELEMENT = 1 + 1 / 32
+# Materialised attention's softmax per score element, bf16: forward reads the scores and
+# writes the probabilities; backward reads P and dP and writes dS.
 REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE = 2 * ACTIVATION_BYTES
 REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE = 3 * ACTIVATION_BYTES
 # The plan fields a block's costs read (mosaic.perf.factorise): per-rank tokens (micro-batch,
@@ -472,11 +472,18 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward + up
                + down + streaming_forward)
-    per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
-    if per_op:
+    zero = np.zeros(len(plans))
+    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
+    gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter,
+                                                 attention.gemm + _fwd_bwd(up + down))
+    policy = workload.traits.selective_recompute
+    if policy is SelectiveRecompute.PER_OP:
         selective = _per_op_sac_recompute(workload, plans, attention, up, down,
                                           streaming_forward)
         selective_core = np.zeros(len(plans))
+    elif policy is SelectiveRecompute.BLOCKS:
+        selective, selective_core = _block_level_recompute(
+            workload, forward, gather + scatter + reduce, attention.core_forward)
     else:
         selective_core = _selective_core_attention_s(workload, attention)
         selective = recompute_modules_forward_s(workload, {
@@ -485,13 +492,6 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
             "layernorm": attention.layernorm_forward,
             "mlp": up + down + activation,
         })
-    zero = np.zeros(len(plans))
-    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
-    gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter,
-                                                 attention.gemm + _fwd_bwd(up + down))
-    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
-        selective, selective_core = _block_level_recompute(
-            workload, forward, gather + scatter + reduce, attention.core_forward)
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward, selective_recompute=selective,
@@ -554,9 +554,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
-    a2a_pair = dispatch_combine_pair_s(machine, workload, plans)
-    a2a_exposed = shared_expert_overlap_exposed_s(machine, workload, plans, a2a_pair,
-                                                  shared_fwd)
+    dispatch, combine = dispatch_and_combine_s(machine, workload, plans)
+    a2a_pair = dispatch + combine
+    a2a_exposed = shared_expert_overlap_exposed_s(workload, dispatch, combine, shared_fwd)
     if workload.ep_overlap:
         # Batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm, MoE
         # README "merging FWD-BWD passes of adjacent microbatches"; DeepSeek's DualPipe
@@ -579,18 +579,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
                + mlp_fwd + shared_fwd + router_gemm + router_stream
                + attention.streaming_forward + moe_stream + cast_fwd)
-    selective_core = _selective_core_attention_s(workload, attention)
-    expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)
-    selective = recompute_modules_forward_s(workload, {
-        "core_attn": attention.core_forward,
-        "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
-        "layernorm": attention.layernorm_forward,
-        "moe_act": expert_act,
-        "shared_experts": shared_fwd,
-        "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + a2a_pair,
-    })
-    per_op = workload.traits.selective_recompute is SelectiveRecompute.PER_OP
-    if per_op:
+    policy = workload.traits.selective_recompute
+    if policy is SelectiveRecompute.PER_OP:
         # torchtitan's per-op SAC does not save grouped GEMMs: it recomputes the routed
         # experts, the attention part's unsaved matmuls, every second of the router gate
         # and shared-expert matmuls continuing the count, and every element-wise kernel
@@ -600,9 +590,20 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                      + gate_share * router_gemm + shared_share * shared_fwd
                      + attention.streaming_forward + moe_stream + cast_fwd)
         selective_core = np.zeros(len(plans))
-    if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
+    elif policy is SelectiveRecompute.BLOCKS:
         selective, selective_core = _block_level_recompute(
             workload, forward, gather + scatter + reduce, attention.core_forward)
+    else:
+        selective_core = _selective_core_attention_s(workload, attention)
+        expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)
+        selective = recompute_modules_forward_s(workload, {
+            "core_attn": attention.core_forward,
+            "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
+            "layernorm": attention.layernorm_forward,
+            "moe_act": expert_act,
+            "shared_experts": shared_fwd,
+            "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + a2a_pair,
+        })
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward,
@@ -635,38 +636,36 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
                              machine.interconnect)
 
 
-def dispatch_combine_pair_s(machine: Machine, workload: Workload, plans: ParallelPlans
-                            ) -> np.ndarray:
-    """One direction's dispatch plus combine. Of the four all-to-alls, the forward dispatch
-    and the combine's backward carry expert inputs (8-bit with ``dispatch_fp8``); the
-    forward combine and the dispatch's backward carry bf16 outputs."""
-    outputs = dispatch_all_to_all_s(machine, workload, plans)
+def dispatch_and_combine_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(dispatch, combine) seconds in one direction. Of the four all-to-alls, the forward
+    dispatch and the combine's backward carry expert inputs (8-bit with ``dispatch_fp8``);
+    the forward combine and the dispatch's backward carry bf16 outputs."""
+    combine = dispatch_all_to_all_s(machine, workload, plans)
     if not workload.dispatch_fp8:
-        return 2 * outputs
-    return outputs + dispatch_all_to_all_s(machine, workload, plans,
-                                           FP8_DISPATCH_BYTES_PER_ELEMENT)
+        return combine, combine
+    return dispatch_all_to_all_s(machine, workload, plans, FP8_DISPATCH_BYTES_PER_ELEMENT), combine
 
 
-def shared_expert_overlap_exposed_s(machine: Machine, workload: Workload,
-                                    plans: ParallelPlans, a2a_pair: np.ndarray,
-                                    shared_fwd: np.ndarray) -> np.ndarray:
-    """Seconds of one MoE block's four all-to-alls (``a2a_pair`` per direction) that its
-    shared experts (forward ``shared_fwd``, backward twice that) do not hide, as the stack
-    trait ``ep_shared_expert_overlap`` says: ``dispatch_combine`` hides each direction's
-    pair behind the shared experts of that direction; ``forward_combine`` hides only the
-    forward combine, the dispatch being consumed as soon as it lands and every backward
-    all-to-all being waited at once (torchtitan)."""
-    backward_shared = BACKWARD_TO_FORWARD_GEMM * shared_fwd
+def shared_expert_overlap_exposed_s(workload: Workload, dispatch: np.ndarray,
+                                    combine: np.ndarray, shared_fwd: np.ndarray
+                                    ) -> np.ndarray:
+    """Seconds of one MoE block's four all-to-alls (``dispatch`` and ``combine`` per
+    direction) that its shared experts (forward ``shared_fwd``, backward twice that) do not
+    hide, as the stack trait ``ep_shared_expert_overlap`` says: ``dispatch_combine`` hides
+    each direction's pair behind the shared experts of that direction; ``forward_combine``
+    hides only the forward combine, the dispatch being consumed as soon as it lands and
+    every backward all-to-all being waited at once (torchtitan)."""
+    pair = dispatch + combine
     if workload.traits.ep_shared_expert_overlap == "forward_combine":
-        combine = dispatch_all_to_all_s(machine, workload, plans)  # bf16 expert outputs
-        dispatch = a2a_pair - combine
-        return dispatch + np.maximum(0.0, combine - shared_fwd) + a2a_pair
-    return (np.maximum(0.0, a2a_pair - shared_fwd)
-            + np.maximum(0.0, a2a_pair - backward_shared))
+        return dispatch + np.maximum(0.0, combine - shared_fwd) + pair
+    backward_shared = BACKWARD_TO_FORWARD_GEMM * shared_fwd
+    return np.maximum(0.0, pair - shared_fwd) + np.maximum(0.0, pair - backward_shared)
 
 
 @plan_key(*MOE_BLOCK_KEY)
 def expert_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans
                         ) -> np.ndarray:
     """Wire time of one MoE block's four all-to-alls per micro-batch (t_A2A of Eq. 15)."""
-    return 2 * dispatch_combine_pair_s(machine, workload, plans)
+    dispatch, combine = dispatch_and_combine_s(machine, workload, plans)
+    return 2 * (dispatch + combine)

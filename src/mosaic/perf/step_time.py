@@ -431,9 +431,9 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
 
 
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
-                         params: StageParameters, fwd_block_s: np.ndarray,
-                         bwd_block_s: np.ndarray, blocks: np.ndarray, n_mb: np.ndarray,
-                         calibration: Calibration) -> dict[str, np.ndarray]:
+                         fwd_block_s: np.ndarray, bwd_block_s: np.ndarray, blocks: np.ndarray,
+                         n_mb: np.ndarray, calibration: Calibration
+                         ) -> dict[str, np.ndarray]:
     """Exposed data-parallel communication per step, by collective."""
     collectives = _data_parallel_collectives_s(machine, workload, plans)
     sharding = plans.sharding
@@ -532,8 +532,6 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
     return (1.0 + calibration.chi_a2a * drivers.a2a_share
             + calibration.chi_pp * drivers.pp_extra_nodes
             + calibration.chi_overlap * drivers.deep_local_pipeline)
-
-
 
 
 def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
@@ -680,8 +678,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     params = _heavier_end_stage_parameters(workload, plans)
     fwd_block = block.forward
     bwd_block = block.compute - block.forward
-    breakdown.update(_data_parallel_times(machine, workload, plans, params, fwd_block,
-                                          bwd_block, blocks, n_mb, calibration))
+    breakdown.update(_data_parallel_times(machine, workload, plans, fwd_block, bwd_block,
+                                          blocks, n_mb, calibration))
     breakdown["optimizer"] = _optimizer_s(machine, workload, plans, params, blocks)
 
     analytic = _sum(breakdown.values())
