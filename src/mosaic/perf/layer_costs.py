@@ -39,6 +39,7 @@ from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.shapes import (
     expert_copies,
     local_experts,
+    mla_input_projections,
     routed_tokens,
     tokens_per_expert,
     tokens_per_rank,
@@ -336,18 +337,9 @@ def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np
 
 def _mla_input_projection_flops(workload: Workload, plans: ParallelPlans
                                 ) -> list[np.ndarray]:
-    """Per-token forward FLOPs/2 on one TP rank of MLA's input projections in forward order,
-    as torchtitan runs them (models/deepseek_v3/model/model.py Attention.forward): wq, or
-    wq_a then wq_b; wkv_a; wkv_b. Latent projections are not split over TP."""
-    geometry, mla = workload.geometry, workload.geometry.mla
-    assert mla is not None
-    d, heads, tp = geometry.d_model, geometry.heads, plans.tp
-    unsplit = np.ones(len(plans))
-    query = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
-    q_path = ([d * mla.q_lora_rank * unsplit, mla.q_lora_rank * query / tp]
-              if mla.q_lora_rank else [d * query / tp])
-    return [*q_path, d * (mla.kv_lora_rank + mla.qk_rope_head_dim) * unsplit,
-            mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp]
+    """Per-token forward FLOPs/2 on one TP rank of MLA's input projections in forward order
+    (:func:`~mosaic.perf.shapes.mla_input_projections`: input width times output width)."""
+    return [fan_in * width for fan_in, width in mla_input_projections(workload, plans)]
 
 
 def _per_op_sac_attention_recompute(workload: Workload, plans: ParallelPlans,

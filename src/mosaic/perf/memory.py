@@ -51,6 +51,7 @@ from mosaic.perf.schedule import (
 )
 from mosaic.perf.shapes import (
     expert_copies,
+    mla_input_projections,
     routed_tokens,
     sequence_shard_divisor,
     tokens_per_rank,
@@ -508,25 +509,15 @@ def layer_working_set_bytes(
     return attention_activation_bytes(workload, plans) + block
 
 
-
-
-
 def _attention_matmul_widths(workload: Workload, plans: ParallelPlans) -> list[np.ndarray]:
     """Per-token output widths (per TP rank) of a block's attention matmuls in forward order,
     the aten.mm calls torch's per-op SAC counts. GQA/MHA: Q, K, V, O (K/V split over
-    min(tp, kv_heads)). MLA as torchtitan runs it (models/deepseek_v3/model/model.py
-    Attention.forward): wq, or wq_a then wq_b when q is compressed; wkv_a (kv latent + rope
-    key), wkv_b (per-head k_nope and v), wo. Latents are not split over TP; the output
-    projection's partial sum is full width."""
+    min(tp, kv_heads)). MLA: its input projections (:func:`~mosaic.perf.shapes.
+    mla_input_projections`), then wo. The output projection's partial sum is full width."""
     geometry, tp = workload.geometry, plans.tp
     full = np.full(len(plans), 1.0)
     if geometry.attention is AttentionKind.MLA and geometry.mla is not None:
-        mla = geometry.mla
-        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        query = geometry.heads * qk_dim / tp
-        q_path = [mla.q_lora_rank * full, query] if mla.q_lora_rank else [query]
-        return [*q_path, (mla.kv_lora_rank + mla.qk_rope_head_dim) * full,
-                geometry.heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp,
+        return [*(width for _, width in mla_input_projections(workload, plans)),
                 geometry.d_model * full]
     widths = _attention_widths(geometry)
     half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)

@@ -79,3 +79,21 @@ def derive_shapes(workload: Workload, plans: ParallelPlans) -> Shapes:
         expert_copies=expert_copies(workload, plans),
         tokens_per_expert=tokens_per_expert(workload, plans),
     )
+
+
+def mla_input_projections(workload: Workload, plans: ParallelPlans
+                          ) -> list[tuple[int, np.ndarray]]:
+    """(input width, output width per TP rank) of an MLA block's input projections in
+    forward order, as torchtitan runs them (models/deepseek_v3/model/model.py
+    Attention.forward): wq, or wq_a then wq_b when the query is compressed; wkv_a (the kv
+    latent and the rope key); wkv_b (per-head k_nope and v). Latent projections are not
+    split over TP. The per-op SAC memory and recompute both count these matmuls."""
+    geometry, mla = workload.geometry, workload.geometry.mla
+    assert mla is not None
+    d, heads, tp = geometry.d_model, geometry.heads, plans.tp
+    full = np.ones(len(plans))
+    query = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) / tp
+    q_path = ([(d, mla.q_lora_rank * full), (mla.q_lora_rank, query)] if mla.q_lora_rank
+              else [(d, query)])
+    return [*q_path, (d, (mla.kv_lora_rank + mla.qk_rope_head_dim) * full),
+            (mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp)]
