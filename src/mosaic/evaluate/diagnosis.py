@@ -558,28 +558,16 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     gets the cuDNN what-if (torch SDPA's cuDNN backend, Transformer Engine fused attention).
 
     Software settings the job leaves off are offered the same way, each predicted with the
-    workload changed (:func:`_setting_what_ifs`): bf16 gradient reduction, TP communication
-    overlap, batch-level EP overlap and one CUDA graph per step.
+    workload changed: bf16 gradient reduction, TP communication overlap, batch-level EP
+    overlap and one CUDA graph per step (:func:`_workload_what_ifs` lists every
+    workload change).
     """
     current = predict_step(workload, plan, machine, calibration)
     current_tokens_per_s = float(current.tokens_per_s[0])
     row = plan.row(0)
     levers = _evaluate(plan_candidates(workload, machine, row), workload, machine,
                        calibration, current_tokens_per_s)
-    doubled = replace(workload, global_batch=2 * workload.global_batch)
-    levers += _evaluate(
-        [_Candidate("global_batch_double", f"global batch {workload.global_batch} -> "
-                    f"{doubled.global_batch} sequences (more micro-batches per step)", row)],
-        doubled, machine, calibration, current_tokens_per_s)
-    kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
-                                      machine.device_name)
-    if min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0:
-        levers += _evaluate(
-            [_Candidate("attention_cudnn", f"attention kernel {kernel.kernel} -> "
-                        "cudnn (torch SDPA cuDNN backend or Transformer Engine)", row)],
-            replace(workload, attention_kernel=AttentionKernel.CUDNN), machine, calibration,
-            current_tokens_per_s)
-    for name, description, changed in _setting_what_ifs(workload, row, current):
+    for name, description, changed in _workload_what_ifs(workload, machine, row, current):
         levers += _evaluate([_Candidate(name, description, row)], changed, machine,
                             calibration, current_tokens_per_s)
     return sorted(levers, key=_rank)
@@ -590,10 +578,21 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph"})
 
 
-def _setting_what_ifs(workload: Workload, row: PlanRow, current: StepPrediction
-                      ) -> Iterator[tuple[str, str, Workload]]:
-    """(name, description, changed workload) of each software setting the job leaves off
-    and that would change its step: each is a flag of the stacks named (docs/stacks.md)."""
+def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
+                       current: StepPrediction) -> Iterator[tuple[str, str, Workload]]:
+    """(name, description, changed workload) of each what-if that changes the workload, not
+    the plan (the names of :data:`WORKLOAD_LEVERS`): a doubled global batch, the cuDNN
+    attention kernel where the stack's is slower, and each software setting the job leaves
+    off that would change its step (each a flag of the stacks named, docs/stacks.md)."""
+    doubled = replace(workload, global_batch=2 * workload.global_batch)
+    yield ("global_batch_double", f"global batch {workload.global_batch} -> "
+           f"{doubled.global_batch} sequences (more micro-batches per step)", doubled)
+    kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
+                                      machine.device_name)
+    if min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0:
+        yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn (torch SDPA "
+               "cuDNN backend or Transformer Engine)",
+               replace(workload, attention_kernel=AttentionKernel.CUDNN))
     if workload.grad_reduce_in_fp32:
         yield ("grad_reduce_bf16", "gradients reduced in bf16 (Megatron-LM "
                "--grad-reduce-in-bf16; the Bridge recipes' grad_reduce_in_fp32 false)",
@@ -606,8 +605,7 @@ def _setting_what_ifs(workload: Workload, row: PlanRow, current: StepPrediction
         yield ("ep_overlap", "EP all-to-alls overlapped with the other micro-batch "
                "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute)",
                replace(workload, ep_overlap=True))
-    host = (current.breakdown_s.get("moe_host_sync", np.zeros(1))[0]
-            + current.breakdown_s.get("dispatch_floor", np.zeros(1))[0])
+    host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
     if host > 0 and not workload.full_iteration_cuda_graph:
         needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"
                  if workload.geometry.moe is not None else "")
