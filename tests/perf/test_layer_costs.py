@@ -271,3 +271,23 @@ def test_tp_comm_overlap_needs_sequence_parallelism():
     assert plain.tp_all_reduce[0] > 0
     assert overlapped.tp_all_reduce[0] == plain.tp_all_reduce[0]
     assert overlapped.tp_all_gather[0] == plain.tp_all_gather[0] == 0.0
+
+
+def test_save_dots_recomputes_the_element_wise_kernels_and_the_flash_forward():
+    """jax-xla's selective (MaxText minimal_flash) keeps every matmul output: its backward
+    reruns the forward's element-wise kernels and the flash forward (the softmax statistics
+    are not saved), nothing else: exactly the forward's share outside the matmuls."""
+    from mosaic.perf.layer_costs import dense_block_times
+
+    machine = machine_for(H100, "bf16")
+    workload = Workload(geometry=ladder_geometry(8), global_batch=8, seq_len=4096,
+                        stack="jax-xla")
+    block = dense_block_times(machine, workload, single_plan(dp=8, micro_batch=1))
+    assert block.selective_core_recompute[0] == pytest.approx(block.attention_core_forward[0])
+    matmuls_forward = (block.forward - block.attention_core_forward)[0]
+    elementwise_forward = (block.selective_recompute - block.selective_core_recompute)[0]
+    assert 0 < elementwise_forward < matmuls_forward
+    # the element-wise forward is the block forward less its matmuls: attention GEMMs
+    # (a third of their forward + backward time) and the FFN's up and down projections
+    gemm_forward = block.attention_gemm[0] / 3 + block.mlp_gemm[0] / 3
+    assert elementwise_forward == pytest.approx(matmuls_forward - gemm_forward, rel=1e-9)

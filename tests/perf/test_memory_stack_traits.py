@@ -170,3 +170,45 @@ def test_mla_up_proj_drops_the_up_projected_q_k_v():
 def test_unknown_recompute_module_is_refused():
     with pytest.raises(MosaicInputError, match="recompute_modules"):
         Workload(geometry(), global_batch=16, seq_len=128, recompute_modules=("attn",))
+
+
+def test_save_dots_keeps_every_matmul_output_of_a_dense_block():
+    """MaxText's minimal_flash policy (jax-xla's selective): per token, the block input (64),
+    Q (64), K and V (32 each), the context (64), O (64), W1 and W3 (160 each) and W2 (64),
+    bf16; 256 tokens. Norms, SwiGLU and the softmax statistics are recomputed."""
+    plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.FSDP,
+                       checkpointing=Checkpointing.SELECTIVE)
+    per_token = 64 + 64 + 32 + 32 + 64 + 64 + 160 + 160 + 64
+    got = activation_bytes_per_layer(workload("jax-xla"), plan, "dense")[0]
+    assert got == pytest.approx(2 * 256 * per_token)
+    # Megatron's selective keeps more of the same block (norm outputs, SwiGLU product)
+    assert activation_bytes_per_layer(workload("megatron-core"), plan, "dense")[0] > got
+
+
+def test_save_dots_moe_block_keeps_router_logits_expert_and_shared_outputs():
+    """256 tokens, 8 experts top-2 of width 32, one shared expert of width 32: the router
+    logits (8 per token), each of the 512 routed copies' W1, W3 (32 each) and W2 (64)
+    outputs, the shared expert's W1, W3, W2 outputs, on top of the attention part."""
+    plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.FSDP,
+                       checkpointing=Checkpointing.SELECTIVE)
+    moe = Workload(moe_geometry(), global_batch=16, seq_len=128, stack="jax-xla")
+    attention_part = 256 * (64 + 64 + 32 + 32 + 64 + 64)
+    ffn_part = 256 * 8 + 512 * (32 + 32 + 64) + 256 * (32 + 32 + 64)
+    got = activation_bytes_per_layer(moe, plan, "moe")[0]
+    assert got == pytest.approx(2 * (attention_part + ffn_part))
+
+
+def test_maxtext_a3_llama2_7b_fits_with_its_remat_policy():
+    """The MaxText A3 8-GPU Llama2-7B run trained (remat_policy minimal_flash, per-device
+    batch 4 x 4096): its activations under save-the-matmuls are 32 layers x 16,384 tokens
+    x 2 B x (4096 input + 4 x 4096 attention + 4096 context + 2 x 11,008 + 4096)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        record = next(r for r in load_run_records(EXTRA_RUNS).records
+                      if r.id == "maxtext2404-llama2-7b-a3-h100-8")
+    per_layer = 16384 * 2 * (4096 + 4 * 4096 + 4096 + 2 * 11008 + 4096)
+    got = activation_bytes_per_layer(record.workload, record.plan, "dense")[0]
+    assert got == pytest.approx(per_layer)
+    usable = (memory_headroom(None, record.workload.stack).usable_fraction
+              * record.system.device.hbm_bytes)
+    assert _predicted_peak_bytes(record) < usable

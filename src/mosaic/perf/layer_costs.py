@@ -436,6 +436,14 @@ def _selective_core_attention_s(workload: Workload, attention: AttentionTimes) -
     return np.zeros_like(attention.core_forward)
 
 
+def _save_dots_recompute(attention: AttentionTimes, streaming_forward: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(recompute, its attention-core part) of a block under a save-the-matmuls policy
+    (SelectiveRecompute.SAVE_DOTS, memory.save_dots_bytes): every element-wise kernel of the
+    forward, and the flash kernel's forward again for its unsaved softmax statistics."""
+    return attention.core_forward + streaming_forward, attention.core_forward
+
+
 def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communication: np.ndarray,
                            core_forward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(recomputed forward, its attention-core part) per block under a block-level selective
@@ -476,6 +484,8 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     elif policy is SelectiveRecompute.BLOCKS:
         selective, selective_core = _block_level_recompute(
             workload, forward, gather + scatter + reduce, attention.core_forward)
+    elif policy is SelectiveRecompute.SAVE_DOTS:
+        selective, selective_core = _save_dots_recompute(attention, streaming_forward)
     else:
         selective_core = _selective_core_attention_s(workload, attention)
         selective = recompute_modules_forward_s(workload, {
@@ -585,6 +595,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     elif policy is SelectiveRecompute.BLOCKS:
         selective, selective_core = _block_level_recompute(
             workload, forward, gather + scatter + reduce, attention.core_forward)
+    elif policy is SelectiveRecompute.SAVE_DOTS:
+        selective, selective_core = _save_dots_recompute(
+            attention, attention.streaming_forward + moe_stream + cast_fwd)
     else:
         selective_core = _selective_core_attention_s(workload, attention)
         expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)

@@ -581,6 +581,33 @@ def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
             + _saved_after_attention(workload, plans, matmuls) + all_to_all)
 
 
+def save_dots_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind) -> np.ndarray:
+    """A block under a save-the-matmuls policy (SelectiveRecompute.SAVE_DOTS: JAX
+    checkpoint_dots_with_no_batch_dims + the attention context, MaxText remat_policy
+    minimal_flash): the block input (the remat boundary), every weight matmul's output in
+    bf16 (the attention projections, then W1, W3, W2; an MoE block's router logits, each
+    routed copy's expert outputs and the shared experts' outputs) and the attention context.
+    Norms, activations, rotary embedding and the residual adds are recomputed, and so are
+    the flash kernel's softmax statistics (not a matmul output, not named): its forward
+    runs again in backward."""
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    attention = (sum(_attention_matmul_widths(workload, plans))
+                 + _attention_widths(geometry).output / plans.tp)
+    moe = geometry.moe
+    if kind == "dense" or moe is None:
+        ffn_widths = (2 if geometry.glu else 1) * geometry.ffn / plans.tp + geometry.d_model
+        ffn = tokens * ffn_widths
+    else:
+        expert_widths = (2 if geometry.glu else 1) * moe.expert_ffn / plans.etp + geometry.d_model
+        ffn = (routed_tokens(workload, plans) * moe.experts
+               + expert_copies(workload, plans) * expert_widths)
+        if moe.shared_experts:
+            shared = moe.shared_experts * moe.shared_width / plans.tp
+            ffn = ffn + tokens * ((2 if geometry.glu else 1) * shared + geometry.d_model)
+    return layer_input_bytes(workload, plans) + ACTIVATION_BYTES * (tokens * attention + ffn)
+
+
 def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
                      working_set: np.ndarray) -> np.ndarray:
     """What SELECTIVE keeps: per-op SAC on the stacks that run it, else what Megatron's
@@ -590,6 +617,8 @@ def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:
         share = workload.checkpointed_block_fraction
         return share * layer_input_bytes(workload, plans) + (1 - share) * working_set
+    if workload.traits.selective_recompute is SelectiveRecompute.SAVE_DOTS:
+        return save_dots_bytes(workload, plans, kind)
     if workload.traits.selective_recompute is SelectiveRecompute.PER_OP:
         if kind == "dense":
             return per_op_sac_dense_bytes(workload, plans)

@@ -41,6 +41,10 @@ class SelectiveRecompute(StrEnum):
     # selective_checkpointing p, fms_fsdp/policies/ac_handler.py); the share is the
     # workload's recompute_block_fraction.
     BLOCKS = "blocks"
+    # Every weight matmul's output and the attention context are saved, everything else
+    # recomputed: JAX's checkpoint_dots_with_no_batch_dims plus the name 'context' (MaxText
+    # remat_policy minimal_flash, MaxText/layers/models.py @ efb6d9e4a).
+    SAVE_DOTS = "save_dots"
 
 
 class CrossEntropy(StrEnum):
