@@ -243,7 +243,7 @@ def test_maxtext_yaml_round_trip():
     global_batch = doc["per_device_batch_size"] * devices * doc["gradient_accumulation_steps"]
     assert global_batch == 8192 and doc["max_target_length"] == 8192
     assert doc["num_pipeline_microbatches"] == 8192 // (64 * 2)
-    assert doc["quantization"] == "fp8" and doc["remat_policy"] == "minimal"
+    assert doc["quantization"] == "fp8" and doc["remat_policy"] == "minimal_with_context"
 
 
 # --- plan JSON and the command -----------------------------------------------------------

@@ -18,7 +18,11 @@ from mosaic.export.spec import ExportSpec
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic checkpointing -> MaxText remat_policy (base.yml lists them fastest to slowest).
-REMAT_POLICY = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
+# Selective is the policy the jax-xla stack's selective models (SelectiveRecompute.SAVE_DOTS):
+# every weight-matmul output and the attention context, 'minimal_with_context' (formerly
+# 'minimal_flash', src/maxtext/layers/decoders.py @ e591f30cb).
+REMAT_POLICY = {"none": "minimal_with_context", "selective": "minimal_with_context",
+                "full": "full"}
 
 
 def decoder_block(spec: ExportSpec) -> str:
@@ -42,8 +46,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("no recompute: MaxText has no 'none' remat policy; exported as "
                            "'minimal_with_context' (saves the most)")
     if spec.checkpointing == "selective":
-        unsupported.append("selective recompute exported as remat_policy 'minimal' (saves "
-                           "matmul outputs), not Megatron's attention-core recompute")
+        unsupported.append("selective recompute exported as remat_policy "
+                           "'minimal_with_context' (saves the matmul outputs and the attention "
+                           "context), not Megatron's attention-core recompute")
     if spec.sharding in ("zero1", "zero2"):
         unsupported.append(f"{spec.sharding}: MaxText shards with its fsdp axis; exported "
                            "as FSDP")
