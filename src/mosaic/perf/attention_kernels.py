@@ -25,6 +25,9 @@ class AttentionKernel(StrEnum):
     CUDNN = "cudnn"  # Transformer Engine FusedAttention / torch SDPA cuDNN backend
     FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x, torch SDPA flash backend)
     FA3 = "fa3"  # FlashAttention-3 (Hopper only)
+    # FlashAttention-1 in Triton (HazyResearch flash_attn_triton.py, which llm-foundry copies
+    # as attn_impl 'triton' on triton_pre_mlir): the MPT benchmark tables' kernel.
+    TRITON = "triton"
     # Materialised attention: QK^T and PV as batched GEMMs over the whole s x s score matrix
     # and a softmax pass over it, the probabilities saved for backward (XLA's dot-product
     # attention, MaxText `attention: dot_product`; torch's eager/math SDPA). Costed by its

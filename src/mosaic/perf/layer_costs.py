@@ -36,6 +36,13 @@ from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.ring_attention import (
+    TORCH_RING,
+    ULYSSES,
+    ring_kernels,
+    torch_ring_exposed_s,
+    torch_ring_streaming_s,
+)
 from mosaic.perf.shapes import (
     expert_copies,
     local_experts,
@@ -304,6 +311,15 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
         core_bwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
                                           head_dim, True, machine.attention_peak_flops_per_s,
                                           backward=True, efficiency=machine.attention_bwd)
+    mode = workload.traits.context_parallel
+    ring = None
+    if workload.attention_kernel is not AttentionKernel.REFERENCE and mode != ULYSSES:
+        # A ring runs one kernel per step on the load-balanced chunks (perf/ring_attention).
+        ring = ring_kernels(plans.micro_batch, heads, workload.seq_len, plans.cp, head_dim,
+                            machine.attention_peak_flops_per_s, machine.attention_fwd,
+                            machine.attention_bwd)
+        core_fwd = np.where(plans.cp > 1, ring.forward, core_fwd)
+        core_bwd = np.where(plans.cp > 1, ring.backward, core_bwd)
     sequence_tokens = tokens / np.where(plans.sequence_parallel, plans.tp, 1)
     streaming = streaming_time_s(sequence_tokens * geometry.d_model
                                  * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
@@ -315,6 +331,17 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     exchange = send_recv_time_s(kv_bytes, crosses, machine.interconnect)
     cp_fwd = np.maximum(0.0, (plans.cp - 1) * exchange - core_fwd)
     cp_bwd = np.maximum(0.0, 2 * (plans.cp - 1) * exchange - core_bwd)
+    if mode == TORCH_RING and ring is not None:
+        # torch's ring: eager fp32 merges between the kernels (part of the attention op as
+        # run, so recomputed with it) and an all-gather of K/V at the query-head count.
+        query_elements = tokens * heads * head_dim
+        merge_fwd, merge_bwd = torch_ring_streaming_s(query_elements, query_elements,
+                                                      plans.cp, machine.hbm_bw_bytes_per_s)
+        core_fwd = core_fwd + merge_fwd
+        core_bwd = core_bwd + merge_bwd
+        cp_fwd, cp_bwd = torch_ring_exposed_s(ring, 2 * query_elements * ACTIVATION_BYTES,
+                                              plans.cp, plans.tp, crosses,
+                                              machine.interconnect)
     cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
         (geometry.d_model, widths.projection / plans.tp),
         (widths.output / plans.tp, geometry.d_model)))

@@ -107,7 +107,7 @@ class _Entry(BaseModel):
     fsdp_gather: Literal["block", "tensor"]
     fsdp_gather_bytes_per_param: Literal[2, 4]
     attention_kernel: dict[Literal["ampere", "hopper", "blackwell"],
-                           Literal["cudnn", "fa2", "fa3"]]
+                           Literal["cudnn", "fa2", "fa3", "triton"]]
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: Literal["none", "selective", "full"]
@@ -127,6 +127,7 @@ class _Entry(BaseModel):
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
+    context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
     source: str = Field(min_length=1)
 
 
@@ -166,6 +167,9 @@ class StackTraits:
     # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
     # and backward) or "forward_combine" (only the forward combine; the rest are exposed)
     ep_shared_expert_overlap: str
+    # how the stack runs context parallelism (mosaic.perf.ring_attention): ring_p2p, torch_ring
+    # or ulysses
+    context_parallel: str
     source: str
 
 
