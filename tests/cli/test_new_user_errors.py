@@ -38,7 +38,7 @@ def test_a_device_name_as_system_lists_the_systems_holding_it(tmp_path):
     message = _error("perf", _job(tmp_path, hardware={"system": "H100", "nodes": 1}))
     assert "unknown system 'H100'" in message
     # the catalog's systems with an H100-SXM-80GB (src/mosaic/hardware/data/systems.yaml)
-    assert "systems holding it: HGX-H100-800G, DGX-H100, p5.48xlarge" in message
+    assert "systems holding it: HGX-H100-800G, a3-highgpu-8g, DGX-H100, p5.48xlarge" in message
 
 
 def test_a_misspelt_system_or_device_gets_a_did_you_mean(tmp_path):

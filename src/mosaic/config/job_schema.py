@@ -70,7 +70,7 @@ class PerformanceBlock(_Strict):
         "= FP8 with MXFP8 block scales (Blackwell), costed on the fp8 lane")
     checkpointing: Literal["none", "selective", "full"] = Field(
         default="none", description="activation recomputation")
-    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "reference"] = Field(
+    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
     stack_version: str | None = Field(

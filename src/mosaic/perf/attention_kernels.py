@@ -28,6 +28,9 @@ class AttentionKernel(StrEnum):
     # FlashAttention-1 in Triton (HazyResearch flash_attn_triton.py, which llm-foundry copies
     # as attn_impl 'triton' on triton_pre_mlir): the MPT benchmark tables' kernel.
     TRITON = "triton"
+    # FlashAttention-1 in CUDA (flash-attn 1.x; llm-foundry's 'gpu' extra pinned 1.0.9 until
+    # 2024, FlashAttention-2 only in its 'gpu-flash2' extra).
+    FA1 = "fa1"
     # Materialised attention: QK^T and PV as batched GEMMs over the whole s x s score matrix
     # and a softmax pass over it, the probabilities saved for backward (XLA's dot-product
     # attention, MaxText `attention: dot_product`; torch's eager/math SDPA). Costed by its

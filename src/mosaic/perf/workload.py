@@ -112,7 +112,7 @@ class Workload:
             learned router, when a source states it; None = derived from the stack's router
             balancing and the experts per rank (:func:`~mosaic.perf.routing_load.
             learned_router_imbalance`).
-        attention_kernel: flash-attention kernel family (cudnn, fa2, fa3, triton); None = the
+        attention_kernel: flash-attention kernel family (cudnn, fa2, fa3, triton, fa1); None = the
             stack's default on the job's GPU generation (see ``perf.attention_kernels``).
         fsdp_gather: FSDP gather granularity; None = the stack's (per tensor for DeepSpeed,
             per block for every other stack).
