@@ -191,14 +191,46 @@ def _renumbered(code: np.ndarray, codes_size: int, table_limit: int
 
 def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`distinct_rows` computed on ``plans``: on the representatives of the narrowest
+    key already known that contains ``names`` (its plans hold every distinct value of
+    ``names``, so the codes found there, gathered by that key's inverse, are the codes of
+    all plans), else folded from the longest known key that ``names`` starts with, else
+    from the field codes. Each way gives the same answer: the dense codes keep the order of
+    the values, left to right, and every key's representative is its last plan."""
     n = len(plans)
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    known = {key: found for key, found in plans.__dict__[_CACHE_ATTRIBUTE].items()
+             if isinstance(key, tuple) and key != names}
+    wider = [found for key, found in known.items()
+             if found[0].size < n and set(names) <= set(key)]
+    if wider:
+        rows, wider_inverse = min(wider, key=lambda found: found[0].size)
+        columns = [(codes.take(rows, mode="clip"), values)
+                   for codes, values in map(functools.partial(_field_codes, plans), names)]
+        row_codes, count = _folded(columns, None, rows.size)
+        inverse = row_codes.take(wider_inverse, mode="clip")
+        return _representatives(inverse, count), inverse
+    start = next(((names[:size], known[names[:size]]) for size in range(len(names) - 1, 1, -1)
+                  if names[:size] in known), None)
+    if start is None:
+        code, count = _folded([_field_codes(plans, name) for name in names], None, n)
+    else:
+        prefix, (representatives, inverse) = start
+        code, count = _folded([_field_codes(plans, name) for name in names[len(prefix):]],
+                              (inverse, int(representatives.size)), n)
+    return _representatives(code, count), code
+
+
+def _folded(columns: list[tuple[np.ndarray, int]], start: tuple[np.ndarray, int] | None,
+            n: int) -> tuple[np.ndarray, int]:
+    """(dense codes, count) of the rows of ``columns`` ((codes, count) per field), folded
+    left to right after the dense codes ``start`` (none: all rows alike) into one integer
+    code (mixed radix); whenever the next fold would leave the direct-address table's size,
+    the codes so far are renumbered densely first."""
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
-    code: np.ndarray | None = None  # the fold so far (none yet: all codes 0)
-    codes_size = 1
-    for name in names:
-        column, values = _field_codes(plans, name)
+    code, codes_size = start if start is not None else (None, 1)
+    for column, values in columns:
         if values == 1:
             continue
         if code is None:  # 0·values + column: the first field's codes (never written)
@@ -210,9 +242,8 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
         code += column
         codes_size *= values
     if code is None:
-        code = np.zeros(n, dtype=np.int64)
-    inverse, count = _renumbered(code, codes_size, table_limit)
-    return _representatives(inverse, count), inverse
+        return np.zeros(n, dtype=np.int64), 1
+    return _renumbered(code, codes_size, table_limit)
 
 
 def _representatives(inverse: np.ndarray, count: int | None = None) -> np.ndarray:
@@ -492,6 +523,11 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
     subset of one enumeration. A callable ``remember`` maps each argument to what the
     function reads of it (e.g. a workload less the fields the term does not depend on), so
     calls that differ only elsewhere share the values too.
+
+    The decorated function's ``per_key`` attribute makes the same call but returns
+    (per-key values, inverse) instead of gathering them (plan ``i`` takes row
+    ``inverse[i]``): for a caller that combines terms of one key before gathering, or
+    picks per plan which of several calls' rows to gather.
     """
     unknown = sorted(set(names) - set(PLAN_FIELDS))
     if unknown:
@@ -514,26 +550,23 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
         parameters = list(signature.parameters)
         plans_position = parameters.index("plans")
 
-        @functools.wraps(function)
-        def on_distinct_rows(*args: P.args, **kwargs: P.kwargs) -> R:
-            plans = args[plans_position] if len(args) > plans_position else kwargs["plans"]
-            n = len(plans)
-            if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
-                return function(*args, **kwargs)
-            named = [*zip(parameters, args, strict=False), *kwargs.items()]
-            if remember:  # the same call on the same plans: the same gathered result
-                call = (label, *sorted((name, reads(value)) for name, value in named
-                                       if name != "plans"))
-                gathered = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
-                    _REMEMBERED, {})
-                if call in gathered:
-                    return gathered[call]  # type: ignore[no-any-return]
+        def remembered_call(named: list[tuple[str, Any]]) -> tuple[Any, ...]:
+            """What identifies a remembered call: the function and what it reads of its
+            arguments other than the plans."""
+            return (label, *sorted((name, reads(value)) for name, value in named
+                                   if name != "plans"))
+
+        def on_keys(plans: ParallelPlans, named: list[tuple[str, Any]],
+                    call: tuple[Any, ...] | None) -> tuple[Any, np.ndarray]:
+            """(per-key values, inverse) of the call ``named`` (plan ``i`` takes row
+            ``inverse[i]``), from its parent's remembered values where a restricted set's
+            parent has them, else computed once per key (and kept with the restricted
+            plans when ``call`` is remembered)."""
+            if call is not None:
                 known_to_parent = _parent_values(plans, key, label, call)
-                if known_to_parent is not None:  # a restricted set: gather its parent's
-                    result = _gather_result(*known_to_parent, plans, declared)
-                    _remember_outputs(result, plans, declared)
-                    gathered[call] = result
-                    return result  # type: ignore[no-any-return]
+                if known_to_parent is not None:
+                    return known_to_parent
+            n = len(plans)
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
@@ -548,20 +581,46 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
                 given[name] = value
-            if remember:
-                known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
-                    _PER_KEY, {})
-                if call not in known:
-                    known[call] = function(**given)  # type: ignore[arg-type]
-                per_key = known[call]
-            else:
-                per_key = function(**given)  # type: ignore[arg-type]
-            result = _gather_result(per_key, inverse, plans, declared)
+            if call is None:
+                return function(**given), inverse  # type: ignore[arg-type]
+            known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                _PER_KEY, {})
+            if call not in known:
+                known[call] = function(**given)  # type: ignore[arg-type]
+            return known[call], inverse
+
+        def plans_and_arguments(args: Any, kwargs: Any
+                                ) -> tuple[ParallelPlans, list[tuple[str, Any]]]:
+            plans = args[plans_position] if len(args) > plans_position else kwargs["plans"]
+            return plans, [*zip(parameters, args, strict=False), *kwargs.items()]
+
+        @functools.wraps(function)
+        def on_distinct_rows(*args: P.args, **kwargs: P.kwargs) -> R:
+            plans, named = plans_and_arguments(args, kwargs)
+            if len(plans) < 2 or not _STATE["enabled"]:  # one plan: nothing to share
+                return function(*args, **kwargs)
+            call = remembered_call(named) if remember else None
+            if call is not None:  # the same call on the same plans: the same gathered result
+                gathered = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _REMEMBERED, {})
+                if call in gathered:
+                    return gathered[call]  # type: ignore[no-any-return]
+            result = _gather_result(*on_keys(plans, named, call), plans, declared)
             _remember_outputs(result, plans, declared)
-            if remember:
+            if call is not None:
                 gathered[call] = result
             return result  # type: ignore[no-any-return]
 
+        def per_key(*args: P.args, **kwargs: P.kwargs) -> tuple[Any, np.ndarray]:
+            """(per-key values, inverse) of a call: its values before they are gathered
+            to every plan (plan ``i`` takes row ``inverse[i]``), for a caller that
+            combines several terms per key or picks rows of one of them per plan."""
+            plans, named = plans_and_arguments(args, kwargs)
+            if len(plans) < 2 or not _STATE["enabled"]:
+                return function(*args, **kwargs), np.arange(len(plans))
+            return on_keys(plans, named, remembered_call(named) if remember else None)
+
+        on_distinct_rows.per_key = per_key  # type: ignore[attr-defined]
         return on_distinct_rows
 
     return decorate

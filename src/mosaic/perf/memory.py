@@ -735,6 +735,7 @@ def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray
                     float(UPCAST_LOSS_BYTES_PER_ELEMENT))
 
 
+@plan_key("tp", "pp", "cp", "micro_batch")
 def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
     :func:`loss_bytes_per_logit`, on the stage holding the LM head."""
@@ -823,15 +824,11 @@ def stage_memory_breakdown_bytes(
     workload: Workload, plans: ParallelPlans, stage: Stage
 ) -> dict[str, np.ndarray]:
     """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                              workload.vocab_in_pipeline_split)
-    return {
-        **parameter_state_bytes(workload, plans, stage),
-        "activations": stage_activation_bytes(workload, plans, stage),
-        "logits": logits_bytes(workload, plans, stage),
-        "communication_buffers": communication_buffer_bytes(workload, plans, params, stage),
-        "runtime_reserve": np.full(len(plans), float(RUNTIME_RESERVE_BYTES)),
-    }
+    breakdown = {name: _rows(values, inverse)
+                 for components, inverse in _stage_terms(workload, plans, stage)
+                 for name, values in components.items()}
+    breakdown["runtime_reserve"] = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
+    return breakdown
 
 
 def largest_components(breakdown: dict[str, np.ndarray], index: int, count: int = 2
@@ -842,13 +839,62 @@ def largest_components(breakdown: dict[str, np.ndarray], index: int, count: int 
     return sorted(sizes, key=lambda item: -item[1])[:count]
 
 
-def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
-    """Sum of all components of a breakdown, added in COMPONENTS order (the values of
-    np.sum over the stacked components, without building the stack)."""
-    total = np.asarray(breakdown[COMPONENTS[0]], dtype=float)
-    for name in COMPONENTS[1:]:
+def total_memory_bytes(breakdown: dict[str, np.ndarray],
+                       names: tuple[str, ...] = COMPONENTS) -> np.ndarray:
+    """Sum of the components ``names`` (all by default) of a breakdown, added in that order
+    (the values of np.sum over the stacked components, without building the stack)."""
+    total = np.asarray(breakdown[names[0]], dtype=float)
+    for name in names[1:]:
         total = total + breakdown[name]
     return total
+
+
+def _stage_terms(workload: Workload, plans: ParallelPlans, stage: Stage
+                 ) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
+    """The components of a stage's breakdown but the runtime reserve, in COMPONENTS order,
+    grouped by the term that computes them, per key: (components by name, inverse) per
+    term (plan_key's ``per_key``: plan ``i`` takes row ``inverse[i]`` of each)."""
+    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
+                              workload.vocab_in_pipeline_split)
+    states = parameter_state_bytes.per_key(workload, plans, stage)
+    activations, activations_inverse = stage_activation_bytes.per_key(workload, plans, stage)
+    logits, logits_inverse = logits_bytes.per_key(workload, plans, stage)
+    buffers, buffers_inverse = communication_buffer_bytes.per_key(workload, plans, params,
+                                                                  stage)
+    return [states, ({"activations": activations}, activations_inverse),
+            ({"logits": logits}, logits_inverse),
+            ({"communication_buffers": buffers}, buffers_inverse)]
+
+
+def _stage_total(terms: list[tuple[dict[str, np.ndarray], np.ndarray]], reserve: np.ndarray
+                 ) -> np.ndarray:
+    """:func:`total_memory_bytes` of a stage from its terms per key (:func:`_stage_terms`):
+    the components of one term are added per key, then gathered; the same additions in
+    the same order."""
+    total = np.zeros(0)
+    for term, (components, inverse) in enumerate(terms):
+        rows = _rows(total_memory_bytes(components, tuple(components)), inverse)
+        total = rows if term == 0 else np.add(total, rows, out=total)
+    return np.add(total, reserve, out=total)
+
+
+def _rows(per_key: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+    """Row ``inverse[i]`` of ``per_key`` for each plan ``i`` (a 0-d value for every plan)."""
+    if per_key.ndim == 0:
+        return np.full(inverse.shape, per_key)
+    return per_key.take(inverse, mode="clip")
+
+
+def _chosen(candidates: list[tuple[np.ndarray, np.ndarray]], choice: np.ndarray
+            ) -> np.ndarray:
+    """Per plan ``i``, row ``inverse[i]`` of the values of candidate ``choice[i]``, each
+    candidate (values per key, inverse). Candidates on one numbering of the keys (the
+    same inverse) are gathered at once from their values side by side."""
+    first = candidates[0][1]
+    if all(inverse is first and np.ndim(values) == 1 for values, inverse in candidates):
+        side_by_side = np.concatenate([values for values, _ in candidates])
+        return side_by_side.take(first + len(candidates[0][0]) * choice, mode="clip")
+    return np.choose(choice, [_rows(values, inverse) for values, inverse in candidates])
 
 
 def _heaviest(workload: Workload, plans: ParallelPlans
@@ -858,40 +904,35 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     Candidates: the first stage (embedding, most in-flight micro-batches), the last (LM
     head, logits; it wins only when strictly heavier) and, when dense blocks sit among the
     MoE blocks (schedule.middle_stage_can_be_heaviest), a middle rank (rank 1), which can
-    hold more MoE blocks than the first.
+    hold more MoE blocks than the first (it wins only when strictly heavier than both).
+    Each stage's terms stay per key: their totals are gathered, and each component is
+    gathered once, from the stage that wins.
     """
     # The blocks each stage holds, once over all plans: the stage terms below (and the
     # time model's) read them inside their own plan_key sets, which gather these
     # remembered per-key values instead of recomputing them (factorise._parent_values).
     middle = middle_stage_can_be_heaviest(workload.geometry)
-    for stage in ("first", "last", "middle") if middle else ("first", "last"):
+    stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
+    for stage in stages:
         stage_layer_counts(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
                            workload.vocab_in_pipeline_split)
-    first = stage_memory_breakdown_bytes(workload, plans, "first")
-    last = stage_memory_breakdown_bytes(workload, plans, "last")
-    breakdown = {name: first[name].astype(np.result_type(first[name], last[name]))
-                 for name in COMPONENTS}
-    best = total_memory_bytes(first)
-    last_total = total_memory_bytes(last)
-    # Index assignment rather than np.where, whose per-element branch costs ~10x more on a
-    # mask without a regular pattern (measured on 34k plans).
-    heavier = np.flatnonzero(last_total > best)
-    for name in COMPONENTS:
-        breakdown[name][heavier] = last[name][heavier]
-    rank = np.where(last_total > best, plans.pp - 1, 0)
-    best = np.maximum(best, last_total)
-    if not middle:
-        return breakdown, rank
-    # Evaluated on every plan: the per-key results of the other stages make that cheaper
-    # than taking the subset where the middle rank holds more MoE blocks (measured).
-    middle = stage_memory_breakdown_bytes(workload, plans, "middle")
-    middle_total = total_memory_bytes(middle)
-    chosen = np.flatnonzero(middle_total > best)
-    for name in COMPONENTS:  # breakdown's arrays are this function's own copies
-        breakdown[name] = breakdown[name].astype(
-            np.result_type(breakdown[name], middle[name]), copy=False)
-        breakdown[name][chosen] = middle[name][chosen]
-    rank[chosen] = stage_rank(plans, "middle")[chosen]
+    reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
+    terms = {stage: _stage_terms(workload, plans, stage) for stage in stages}
+    best = _stage_total(terms["first"], reserve)
+    last_total = _stage_total(terms["last"], reserve)
+    heavier = last_total > best
+    choice = heavier.astype(np.intp)  # the position of the heaviest stage in ``stages``
+    rank = np.where(heavier, plans.pp - 1, 0)
+    if middle:
+        chosen = np.flatnonzero(_stage_total(terms["middle"], reserve)
+                                > np.maximum(best, last_total))
+        choice[chosen] = 2
+        rank[chosen] = stage_rank(plans, "middle")[chosen]
+    breakdown = {name: _chosen([(terms[stage][term][0][name], terms[stage][term][1])
+                                for stage in stages], choice)
+                 for term, (components, _) in enumerate(terms["first"])
+                 for name in components}
+    breakdown["runtime_reserve"] = reserve
     return breakdown, rank
 
 
