@@ -46,6 +46,7 @@ _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, fu
 _REMEMBERED = "remembered"  # entry of that cache: results of plan_key(remember=...) calls
 _PER_KEY = "per key"  # entry of a restricted set's cache: their per-key values
 _PARENT_KEYS = "parent keys"  # entry of that cache: a shared subset's rows per parent key
+_PREFIXES = "prefixes"  # entry of that cache: dense codes of leading fields of keys folded
 
 
 _STATE = {"enabled": True}
@@ -206,31 +207,35 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
              if found[0].size < n and set(names) <= set(key)]
     if wider:
         rows, wider_inverse = min(wider, key=lambda found: found[0].size)
-        columns = [(codes.take(rows, mode="clip"), values)
-                   for codes, values in map(functools.partial(_field_codes, plans), names)]
-        row_codes, count = _folded(columns, None, rows.size)
+
+        def codes_at_rows(name: str) -> tuple[np.ndarray, int]:
+            codes, values = _field_codes(plans, name)
+            return codes.take(rows, mode="clip"), values
+
+        row_codes, count = _folded(codes_at_rows, names, 0, {}, rows.size)
         inverse = row_codes.take(wider_inverse, mode="clip")
         return _representatives(inverse, count), inverse
-    start = next(((names[:size], known[names[:size]]) for size in range(len(names) - 1, 1, -1)
-                  if names[:size] in known), None)
-    if start is None:
-        code, count = _folded([_field_codes(plans, name) for name in names], None, n)
-    else:
-        prefix, (representatives, inverse) = start
-        code, count = _folded([_field_codes(plans, name) for name in names[len(prefix):]],
-                              (inverse, int(representatives.size)), n)
+    # dense codes of leading fields: known keys, and where earlier folds renumbered
+    prefixes = plans.__dict__[_CACHE_ATTRIBUTE].setdefault(_PREFIXES, {})
+    prefixes.update((key, (inverse, int(representatives.size)))
+                    for key, (representatives, inverse) in known.items())
+    size = next((size for size in range(len(names) - 1, 0, -1) if names[:size] in prefixes), 0)
+    code, count = _folded(functools.partial(_field_codes, plans), names, size, prefixes, n)
     return _representatives(code, count), code
 
 
-def _folded(columns: list[tuple[np.ndarray, int]], start: tuple[np.ndarray, int] | None,
-            n: int) -> tuple[np.ndarray, int]:
-    """(dense codes, count) of the rows of ``columns`` ((codes, count) per field), folded
-    left to right after the dense codes ``start`` (none: all rows alike) into one integer
-    code (mixed radix); whenever the next fold would leave the direct-address table's size,
-    the codes so far are renumbered densely first."""
+def _folded(field_codes: Callable[[str], tuple[np.ndarray, int]], names: tuple[str, ...],
+            start: int, prefixes: dict[tuple[str, ...], tuple[np.ndarray, int]], n: int
+            ) -> tuple[np.ndarray, int]:
+    """(dense codes, count) of ``n`` rows on the fields ``names``: their codes
+    (``field_codes``) folded left to right into one integer (mixed radix) after the dense
+    codes of the first ``start`` fields (``prefixes``); whenever the next fold would leave
+    the direct-address table's size, the codes so far are renumbered densely first (and
+    kept in ``prefixes``)."""
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
-    code, codes_size = start if start is not None else (None, 1)
-    for column, values in columns:
+    code, codes_size = prefixes[names[:start]] if start else (None, 1)
+    for position in range(start, len(names)):
+        column, values = field_codes(names[position])
         if values == 1:
             continue
         if code is None:  # 0·values + column: the first field's codes (never written)
@@ -238,6 +243,7 @@ def _folded(columns: list[tuple[np.ndarray, int]], start: tuple[np.ndarray, int]
             continue
         if codes_size * values > table_limit:  # renumber: at most one code per plan
             code, codes_size = _renumbered(code, codes_size, table_limit)
+            prefixes[names[:position]] = code, codes_size
         code = code * values
         code += column
         codes_size *= values

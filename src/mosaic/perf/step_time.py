@@ -57,7 +57,6 @@ from mosaic.perf.layer_costs import (
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
-    PARAMETER_STATE_KEY,
     STAGE_PARAMETER_KEY,
     StageParameters,
     feasibility,
@@ -346,12 +345,23 @@ def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
     return dense, local_experts(workload, plans) * ffn_matrices
 
 
-@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
 def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
                                  ) -> dict[str, np.ndarray]:
     """Seconds of each data-parallel collective before any overlap: per step for DDP's
-    all-reduce, ZeRO's reduce-scatter and all-gather and HSDP's replica all-reduce; per
-    FSDP unit for its gather and reduce-scatter (of the heavier end stage's parameters)."""
+    all-reduce, ZeRO's reduce-scatter and all-gather (of the heavier end stage's
+    parameters); per FSDP unit for its gather, reduce-scatter and HSDP's replica
+    all-reduce."""
+    return {**_gradient_collectives_s(machine, workload, plans),
+            **_fsdp_unit_collectives_s(machine, workload, plans)}
+
+
+# DDP's and ZeRO's collectives read neither the sharding mode nor the HSDP shard group, and
+# FSDP's per-unit ones not the pipeline split: each is computed once per value of its own
+# fields (mosaic.perf.factorise).
+@plan_key(*STAGE_PARAMETER_KEY, "cp", "dp", remember=without_top_k)
+def _gradient_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                            ) -> dict[str, np.ndarray]:
+    """DDP's all-reduce, ZeRO's reduce-scatter and all-gather, per step."""
     params = _heavier_end_stage_parameters(workload, plans)
     ic = machine.interconnect
     dense_group = plans.dp * plans.cp
@@ -381,7 +391,19 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
     all_gather = (all_gather_time_s(weight_dense, dense_group, dense_stride, ic)
                   + np.where(has_experts, all_gather_time_s(weight_expert, expert_group,
                                                             expert_stride, ic), 0.0))
+    return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
+            "all_gather": all_gather}
 
+
+@plan_key("tp", "cp", "dp", "ep", "etp", "sharding", "hsdp_shard", remember=without_top_k)
+def _fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                             ) -> dict[str, np.ndarray]:
+    """FSDP's gather and reduce-scatter and HSDP's replica all-reduce, per unit."""
+    ic = machine.interconnect
+    dense_group = plans.dp * plans.cp
+    dense_stride = plans.tp
+    expert_stride = plans.etp * plans.ep
+    grad_bytes = gradient_bytes_per_param(workload)
     # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
     # forward and backward and reduce-scatter gradients after backward, prefetching one
     # block ahead; with pp > 1 parameters stay gathered for the step (torchtitan).
@@ -425,9 +447,7 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
         + np.where(unit_experts, all_reduce_time_s(
             block_expert * grad_bytes / expert_shard_group, replicas,
             expert_stride * expert_shard_group, ic), 0.0), 0.0)
-    return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
-            "all_gather": all_gather, "unit_gather": gather, "unit_scatter": scatter,
-            "unit_replica": unit_replica}
+    return {"unit_gather": gather, "unit_scatter": scatter, "unit_replica": unit_replica}
 
 
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
