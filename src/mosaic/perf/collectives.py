@@ -140,11 +140,11 @@ def _as_int(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind == "i":  # plan fields: already integers (no rounding to check)
         as_int = arr.astype(np.int64, copy=False)
-        if np.any(as_int < 1):
+        if (as_int < 1).any():
             raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
         return as_int
     as_int = np.rint(arr).astype(np.int64)
-    if np.any(as_int < 1) or np.any(as_int != arr):
+    if (as_int < 1).any() or (as_int != arr).any():
         raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
     return as_int
 
@@ -289,7 +289,7 @@ _ANALYTICAL = {
 
 def _bytes(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value, dtype=float)
-    if np.any(~(arr >= 0.0)):
+    if not (arr >= 0.0).all():  # (NaN too)
         raise MosaicInputError(f"{name} must be >= 0 bytes; got {arr.ravel()[:8]}")
     return arr
 

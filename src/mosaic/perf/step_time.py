@@ -536,14 +536,22 @@ class ChiDrivers:
 def chi_drivers(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray,
                 t_iter: np.ndarray) -> ChiDrivers:
     """Drivers of χ_sys for every plan."""
-    ic = machine.interconnect
-    ep_nodes = nodes_spanned(plans.ep, plans.etp, ic)
-    pp_nodes = nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic)
+    ep_nodes, pp_nodes = _nodes_spanned_by_ep_and_pp(machine, plans)
     return ChiDrivers(
         a2a_share=np.where(ep_nodes > 1, a2a_s / np.maximum(t_iter, 1e-30), 0.0),
         pp_extra_nodes=(pp_nodes - 1).astype(float),
         deep_local_pipeline=((plans.pp >= machine.gpus_per_node) & (pp_nodes == 1)).astype(float),
     )
+
+
+@plan_key("tp", "pp", "cp", "dp", "ep", "etp")
+def _nodes_spanned_by_ep_and_pp(machine: Machine, plans: ParallelPlans
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """Hosts an EP group spans (stride etp) and hosts the pipeline spans (stride
+    tp·cp·dp)."""
+    ic = machine.interconnect
+    return (nodes_spanned(plans.ep, plans.etp, ic),
+            nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic))
 
 
 def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
