@@ -908,14 +908,16 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     Each stage's terms stay per key: their totals are gathered, and each component is
     gathered once, from the stage that wins.
     """
-    # The blocks each stage holds, once over all plans: the stage terms below (and the
-    # time model's) read them inside their own plan_key sets, which gather these
-    # remembered per-key values instead of recomputing them (factorise._parent_values).
+    # The blocks each stage holds, once per key over all plans (never gathered here): the
+    # stage terms below (and the time model's) read them inside their own plan_key sets,
+    # which gather these remembered per-key values instead of recomputing them
+    # (factorise._parent_values).
     middle = middle_stage_can_be_heaviest(workload.geometry)
     stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
     for stage in stages:
-        stage_layer_counts(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                           workload.vocab_in_pipeline_split)
+        stage_layer_counts.per_key(workload.geometry, plans, stage,
+                                   workload.uneven_pipeline_stages,
+                                   workload.vocab_in_pipeline_split)
     reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
     terms = {stage: _stage_terms(workload, plans, stage) for stage in stages}
     best = _stage_total(terms["first"], reserve)

@@ -102,7 +102,9 @@ EMBEDDING_BYTES_PER_TOKEN_PER_D = ACTIVATION_BYTES + 2 * FP32_BYTES
 # once per distinct value of its fields): the heaviest stage's blocks follow the block
 # costs, the pipeline split and checkpointing; the pipeline transfers also dp (the stage
 # stride); the data-parallel collectives the stage's parameters and the (E)DP groups.
-STAGE_BLOCKS_KEY = (*MOE_BLOCK_KEY, "pp", "vpp", "checkpointing")
+# The stage terms declare dp too (on a fixed device count it follows tp·pp·cp): their key
+# is then memory's STAGE_ACTIVATION_KEY, whose distinct rows a search has already found.
+STAGE_BLOCKS_KEY = (*MOE_BLOCK_KEY, "pp", "vpp", "checkpointing", "dp")
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     }
 
 
-@plan_key(*STAGE_BLOCKS_KEY, "dp", carried=("chunk_forward_s",))
+@plan_key(*STAGE_BLOCKS_KEY, carried=("chunk_forward_s",))
 def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPlans,
                         chunk_forward_s: np.ndarray) -> np.ndarray:
     """Exposed seconds of the activations and gradients crossing each stage boundary, per
