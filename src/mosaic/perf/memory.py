@@ -281,6 +281,9 @@ def _sharding_in(sharding: np.ndarray, modes: tuple[Sharding, ...]) -> np.ndarra
     return found
 
 
+# (remembered per plans and modes: each stage's weights, gradients and optimizer state read
+# them, and the stages' parameter states are computed on one set of plans)
+@plan_key("tp", "cp", "dp", "ep", "etp", "sharding", "hsdp_shard", remember=True)
 def _shard_divisors(
     plans: ParallelPlans, modes: tuple[Sharding, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -885,16 +888,21 @@ def _rows(per_key: np.ndarray, inverse: np.ndarray) -> np.ndarray:
     return per_key.take(inverse, mode="clip")
 
 
-def _chosen(candidates: list[tuple[np.ndarray, np.ndarray]], choice: np.ndarray
-            ) -> np.ndarray:
-    """Per plan ``i``, row ``inverse[i]`` of the values of candidate ``choice[i]``, each
-    candidate (values per key, inverse). Candidates on one numbering of the keys (the
-    same inverse) are gathered at once from their values side by side."""
-    first = candidates[0][1]
-    if all(inverse is first and np.ndim(values) == 1 for values, inverse in candidates):
-        side_by_side = np.concatenate([values for values, _ in candidates])
-        return side_by_side.take(first + len(candidates[0][0]) * choice, mode="clip")
-    return np.choose(choice, [_rows(values, inverse) for values, inverse in candidates])
+def _chosen(candidates: list[tuple[dict[str, np.ndarray], np.ndarray]], choice: np.ndarray
+            ) -> dict[str, np.ndarray]:
+    """Per plan ``i`` and component, row ``inverse[i]`` of the candidate ``choice[i]``, each
+    candidate one stage's term (components per key, inverse). Candidates on one numbering
+    of the keys (the same inverse) are gathered at once from their values side by side."""
+    names, first = candidates[0]
+    if all(inverse is first and all(np.ndim(values) == 1 for values in components.values())
+           for components, inverse in candidates):
+        keys = len(next(iter(names.values())))
+        index = first + keys * choice  # candidate s's rows sit s·keys further on
+        return {name: np.concatenate([components[name] for components, _ in candidates]
+                                     ).take(index, mode="clip") for name in names}
+    return {name: np.choose(choice, [_rows(components[name], inverse)
+                                     for components, inverse in candidates])
+            for name in names}
 
 
 def _heaviest(workload: Workload, plans: ParallelPlans
@@ -930,10 +938,9 @@ def _heaviest(workload: Workload, plans: ParallelPlans
                                 > np.maximum(best, last_total))
         choice[chosen] = 2
         rank[chosen] = stage_rank(plans, "middle")[chosen]
-    breakdown = {name: _chosen([(terms[stage][term][0][name], terms[stage][term][1])
-                                for stage in stages], choice)
-                 for term, (components, _) in enumerate(terms["first"])
-                 for name in components}
+    breakdown = {name: values for term in range(len(terms["first"]))
+                 for name, values in _chosen([terms[stage][term] for stage in stages],
+                                             choice).items()}
     breakdown["runtime_reserve"] = reserve
     return breakdown, rank
 
