@@ -213,8 +213,10 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
             return codes.take(rows, mode="clip"), values
 
         row_codes, count = _folded(codes_at_rows, names, 0, {}, rows.size)
-        inverse = row_codes.take(wider_inverse, mode="clip")
-        return _representatives(inverse, count), inverse
+        # each key's last plan: the last of the wider keys' last plans (no pass over plans)
+        representatives = np.full(count, -1, dtype=np.int64)
+        np.maximum.at(representatives, row_codes, rows)
+        return representatives, row_codes.take(wider_inverse, mode="clip")
     # dense codes of leading fields: known keys, and where earlier folds renumbered
     prefixes = plans.__dict__[_CACHE_ATTRIBUTE].setdefault(_PREFIXES, {})
     prefixes.update((key, (inverse, int(representatives.size)))

@@ -689,14 +689,17 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
                                             workload.uneven_pipeline_stages,
                                             workload.vocab_in_pipeline_split)
     dense_blocks = blocks - moe_blocks
+    # The working sets first: activation_bytes_per_layer's plan_key sets then gather these
+    # per-key values instead of computing them again (factorise._parent_values).
+    working_sets = {kind: layer_working_set_bytes(workload, plans, kind)
+                    for kind in (("dense", "moe") if geometry.is_moe else ("dense",))}
     per_microbatch = dense_blocks * activation_bytes_per_layer(workload, plans, "dense")
-    working_set = np.where(dense_blocks > 0, layer_working_set_bytes(workload, plans, "dense"), 0)
+    working_set = np.where(dense_blocks > 0, working_sets["dense"], 0)
     if geometry.is_moe:
         per_microbatch = per_microbatch + moe_blocks * activation_bytes_per_layer(
             workload, plans, "moe"
         )
-        moe_working_set = layer_working_set_bytes(workload, plans, "moe")
-        working_set = np.maximum(working_set, np.where(moe_blocks > 0, moe_working_set, 0))
+        working_set = np.maximum(working_set, np.where(moe_blocks > 0, working_sets["moe"], 0))
     recomputes_blocks = plans.checkpointing == Checkpointing.FULL
     if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
             and workload.checkpointed_block_fraction > 0):
