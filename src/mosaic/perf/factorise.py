@@ -345,6 +345,14 @@ def _key_rows(plans: ParallelPlans, key: tuple[str, ...], function: str
     return _restricted_once(parent, key, parent_representatives, function), slots, inverse
 
 
+def _one_plan_per_key(plans: ParallelPlans, declared: frozenset[str]) -> bool:
+    """Whether ``plans`` are a restricted set (one plan per value of the fields it was
+    restricted to) whose fields are all among ``declared``: a function of ``declared`` then
+    has nothing to share between its plans and is computed on them directly."""
+    link = plans.__dict__.get(_CACHE_ATTRIBUTE, {}).get(_PARENT)
+    return link is not None and link[2] is not None and link[2] <= declared
+
+
 def _parent_values(plans: ParallelPlans, key: tuple[str, ...], function: str, call: Any
                    ) -> tuple[Any, np.ndarray] | None:
     """(per-key values, inverse) of a remembered call on a restricted set whose parent
@@ -565,15 +573,17 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                                    if name != "plans"))
 
         def on_keys(plans: ParallelPlans, named: list[tuple[str, Any]],
-                    call: tuple[Any, ...] | None) -> tuple[Any, np.ndarray]:
+                    call: tuple[Any, ...] | None) -> tuple[Any, np.ndarray | None]:
             """(per-key values, inverse) of the call ``named`` (plan ``i`` takes row
-            ``inverse[i]``), from its parent's remembered values where a restricted set's
-            parent has them, else computed once per key (and kept with the restricted
-            plans when ``call`` is remembered)."""
+            ``inverse[i]``; None: row ``i``), from its parent's remembered values where a
+            restricted set's parent has them, else computed once per key (and kept with
+            the restricted plans when ``call`` is remembered)."""
             if call is not None:
                 known_to_parent = _parent_values(plans, key, label, call)
                 if known_to_parent is not None:
                     return known_to_parent
+            if _one_plan_per_key(plans, declared):
+                return function(**dict(named)), None  # type: ignore[arg-type]
             n = len(plans)
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
@@ -613,7 +623,9 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                     _REMEMBERED, {})
                 if call in gathered:
                     return gathered[call]  # type: ignore[no-any-return]
-            result = _gather_result(*on_keys(plans, named, call), plans, declared)
+            per_key, inverse = on_keys(plans, named, call)
+            result = per_key if inverse is None else _gather_result(per_key, inverse, plans,
+                                                                    declared)
             _remember_outputs(result, plans, declared)
             if call is not None:
                 gathered[call] = result
@@ -626,7 +638,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
             plans, named = plans_and_arguments(args, kwargs)
             if len(plans) < 2 or not _STATE["enabled"]:
                 return function(*args, **kwargs), np.arange(len(plans))
-            return on_keys(plans, named, remembered_call(named) if remember else None)
+            values, inverse = on_keys(plans, named, remembered_call(named) if remember else None)
+            return values, np.arange(len(plans)) if inverse is None else inverse
 
         on_distinct_rows.per_key = per_key  # type: ignore[attr-defined]
         return on_distinct_rows

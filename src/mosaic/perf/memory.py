@@ -774,14 +774,8 @@ def communication_buffer_bytes(
       side is the expert input, counted under ``activations``).
     * PP > 1: one received activation and one received gradient (2sbh each, SP-sharded).
     """
-    sharding = plans.sharding
-    fully_sharded = _sharding_in(sharding, _FULLY_SHARDED)
-    # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
-    # leaves them out) are never gathered: they are resident in ``weights``.
-    experts_outside = np.zeros(len(plans), dtype=bool)
-    if workload.traits.fsdp_skips_unsharded_experts:
-        _, expert_degree = shard_degrees(plans)
-        experts_outside = (plans.ep > 1) & (expert_degree == 1)
+    layout = _buffer_layout(workload, plans)
+    experts_outside = layout.experts_outside
     unit = np.where(experts_outside, params.largest_unit_without_experts, params.largest_unit)
     block = np.where(experts_outside, params.largest_block_without_experts,
                      params.largest_block)
@@ -790,23 +784,58 @@ def communication_buffer_bytes(
     per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + block)
     grad_bytes = gradient_bytes_per_param(workload)
     per_unit = per_unit + grad_bytes * unit
-    accumulating = n_microbatches(workload, plans) > 1
     whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
-                   + grad_bytes * np.where(accumulating, stage_params, unit))
-    gathered = fsdp_gathered_through_step(workload, plans)
-    fsdp = np.where(fully_sharded, np.where(gathered, whole_stage, per_unit), 0.0)
-    zero2 = np.where(sharding == Sharding.ZERO2, grad_bytes * unit, 0.0)
-    pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)
-    buffers = fsdp + zero2 + pipeline
-    moe = workload.geometry.moe
-    if moe is not None:
+                   + grad_bytes * np.where(layout.accumulating, stage_params, unit))
+    fsdp = np.where(layout.fully_sharded, np.where(layout.gathered, whole_stage, per_unit),
+                    0.0)
+    zero2 = np.where(layout.zero2, grad_bytes * unit, 0.0)
+    buffers = fsdp + zero2 + layout.pipeline
+    if workload.geometry.moe is not None:
         _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
                                            workload.uneven_pipeline_stages,
                                            workload.vocab_in_pipeline_split)
+        buffers = buffers + np.where(layout.ep_sends & (moe_blocks > 0), layout.ep_send, 0.0)
+    return buffers
+
+
+@dataclass(frozen=True)
+class _BufferLayout:
+    """What :func:`communication_buffer_bytes` reads of a plan whatever the stage."""
+
+    fully_sharded: np.ndarray  # FSDP or HSDP
+    experts_outside: np.ndarray  # routed experts resident, never gathered
+    accumulating: np.ndarray  # more than one micro-batch
+    gathered: np.ndarray  # FSDP units stay gathered through the step
+    zero2: np.ndarray  # ZeRO-2
+    pipeline: np.ndarray  # bytes of the received activation and gradient (pp > 1)
+    ep_sends: np.ndarray  # ep > 1: an MoE block's all-to-all sends from a buffer
+    ep_send: np.ndarray  # bytes of that send buffer (0 for a dense model)
+
+
+@plan_key(*BUFFER_KEY, remember=True)  # (read by every stage)
+def _buffer_layout(workload: Workload, plans: ParallelPlans) -> _BufferLayout:
+    sharding = plans.sharding
+    # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
+    # leaves them out) are never gathered: they are resident in ``weights``.
+    experts_outside = np.zeros(len(plans), dtype=bool)
+    if workload.traits.fsdp_skips_unsharded_experts:
+        _, expert_degree = shard_degrees(plans)
+        experts_outside = (plans.ep > 1) & (expert_degree == 1)
+    moe = workload.geometry.moe
+    send = np.zeros(len(plans))
+    if moe is not None:
         send = ACTIVATION_BYTES * moe.top_k * routed_tokens(workload, plans)
         send = send * workload.geometry.d_model
-        buffers = buffers + np.where((plans.ep > 1) & (moe_blocks > 0), send, 0.0)
-    return buffers
+    return _BufferLayout(
+        fully_sharded=_sharding_in(sharding, _FULLY_SHARDED),
+        experts_outside=experts_outside,
+        accumulating=n_microbatches(workload, plans) > 1,
+        gathered=fsdp_gathered_through_step(workload, plans),
+        zero2=sharding == Sharding.ZERO2,
+        pipeline=np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0),
+        ep_sends=plans.ep > 1,
+        ep_send=send,
+    )
 
 
 # --- Breakdown ---------------------------------------------------------------------------
