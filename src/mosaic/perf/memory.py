@@ -282,8 +282,9 @@ def _sharding_in(sharding: np.ndarray, modes: tuple[Sharding, ...]) -> np.ndarra
 
 
 # (remembered per plans and modes: each stage's weights, gradients and optimizer state read
-# them, and the stages' parameter states are computed on one set of plans)
-@plan_key("tp", "cp", "dp", "ep", "etp", "sharding", "hsdp_shard", remember=True)
+# them, and the stages' parameter states are computed on one set of plans, one plan per
+# value of PARAMETER_STATE_KEY, on which a function of that key runs directly)
+@plan_key(*PARAMETER_STATE_KEY, remember=True)
 def _shard_divisors(
     plans: ParallelPlans, modes: tuple[Sharding, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
