@@ -195,9 +195,10 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
     """:func:`distinct_rows` computed on ``plans``: on the representatives of the narrowest
     key already known that contains ``names`` (its plans hold every distinct value of
     ``names``, so the codes found there, gathered by that key's inverse, are the codes of
-    all plans), else folded from the longest known key that ``names`` starts with, else
-    from the field codes. Each way gives the same answer: the dense codes keep the order of
-    the values, left to right, and every key's representative is its last plan."""
+    all plans), else folded on from the dense codes of the longest leading part of
+    ``names`` already known (a key, or where an earlier fold renumbered), else from the
+    field codes. Each way gives the same answer: the dense codes keep the order of the
+    values, left to right, and every key's representative is its last plan."""
     n = len(plans)
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
@@ -582,9 +583,14 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                 known_to_parent = _parent_values(plans, key, label, call)
                 if known_to_parent is not None:
                     return known_to_parent
-            if _one_plan_per_key(plans, declared):
-                return function(**dict(named)), None  # type: ignore[arg-type]
             n = len(plans)
+            if _one_plan_per_key(plans, declared):
+                for name, value in named:
+                    if name != "plans" and name not in carried and _per_plan_arrays(value, n):
+                        raise UndeclaredPlanFieldError(
+                            f"{label}: argument {name!r} holds per-plan arrays; declare it "
+                            f"in plan_key(carried=...)")
+                return function(**dict(named)), None  # type: ignore[arg-type]
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
@@ -623,9 +629,9 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                     _REMEMBERED, {})
                 if call in gathered:
                     return gathered[call]  # type: ignore[no-any-return]
-            per_key, inverse = on_keys(plans, named, call)
-            result = per_key if inverse is None else _gather_result(per_key, inverse, plans,
-                                                                    declared)
+            values, inverse = on_keys(plans, named, call)
+            result = values if inverse is None else _gather_result(values, inverse, plans,
+                                                                   declared)
             _remember_outputs(result, plans, declared)
             if call is not None:
                 gathered[call] = result
