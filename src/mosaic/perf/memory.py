@@ -815,6 +815,8 @@ class _BufferLayout:
 
 @plan_key(*BUFFER_KEY, remember=True)  # (read by every stage)
 def _buffer_layout(workload: Workload, plans: ParallelPlans) -> _BufferLayout:
+    """The stage-independent part of :func:`communication_buffer_bytes`, computed once for
+    the stages that read it."""
     sharding = plans.sharding
     # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
     # leaves them out) are never gathered: they are resident in ``weights``.
@@ -907,10 +909,11 @@ def _stage_total(terms: list[tuple[dict[str, np.ndarray], np.ndarray]], reserve:
     """:func:`total_memory_bytes` of a stage from its terms per key (:func:`_stage_terms`):
     the components of one term are added per key, then gathered; the same additions in
     the same order."""
-    total = np.zeros(0)
-    for term, (components, inverse) in enumerate(terms):
+    total: np.ndarray | None = None
+    for components, inverse in terms:
         rows = _rows(total_memory_bytes(components, tuple(components)), inverse)
-        total = rows if term == 0 else np.add(total, rows, out=total)
+        total = rows if total is None else np.add(total, rows, out=total)
+    assert total is not None  # (a stage has terms)
     return np.add(total, reserve, out=total)
 
 
