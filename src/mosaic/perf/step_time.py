@@ -57,6 +57,7 @@ from mosaic.perf.layer_costs import (
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
+    PARAMETER_STATE_KEY,
     STAGE_PARAMETER_KEY,
     StageParameters,
     feasibility,
@@ -496,15 +497,24 @@ def _matrix_newton_schulz_flops(rows: float, cols: float) -> float:
     return MUON_ITERATIONS * (4 * small * small * large + 2 * small**3)
 
 
-def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
-                 params: StageParameters, blocks: np.ndarray) -> np.ndarray:
-    """Streaming optimizer update over the local shard (+ Muon's Newton-Schulz FLOPs)."""
+@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
+def _optimizer_update_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """Streaming optimizer update over the local shard of the heavier end stage's
+    parameters."""
+    params = _heavier_end_stage_parameters(workload, plans)
     sharded = plans.sharding != Sharding.NONE
     dense_shard = np.where(sharded, plans.dp * plans.cp, 1)
     expert_shard = np.where(sharded, np.maximum(plans.edp, 1), 1)
     local = params.non_expert / dense_shard + params.expert / expert_shard
     per_param = OPTIMIZER_STREAM_BYTES_PER_PARAM[workload.optimizer]
-    update = streaming_time_s(local * per_param, machine.hbm_bw_bytes_per_s)
+    return streaming_time_s(local * per_param, machine.hbm_bw_bytes_per_s)
+
+
+def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                 blocks: np.ndarray) -> np.ndarray:
+    """Streaming optimizer update over the local shard (+ Muon's Newton-Schulz FLOPs)."""
+    update = _optimizer_update_s(machine, workload, plans)
     if workload.optimizer is not OptimizerKind.MUON:
         return update
     geometry = workload.geometry
@@ -705,12 +715,11 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     else:
         breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
-    params = _heavier_end_stage_parameters(workload, plans)
     fwd_block = block.forward
     bwd_block = block.compute - block.forward
     breakdown.update(_data_parallel_times(machine, workload, plans, fwd_block, bwd_block,
                                           blocks, n_mb, calibration))
-    breakdown["optimizer"] = _optimizer_s(machine, workload, plans, params, blocks)
+    breakdown["optimizer"] = _optimizer_s(machine, workload, plans, blocks)
 
     analytic = _sum(breakdown.values())
     stack = calibration.stack_multiplier(workload.stack)
