@@ -2,8 +2,10 @@
 
 Run: .venv/bin/python benchmarks/bench_layouts.py [--repeats N]
 Target (issue 11): >= 10^6 layout evaluations per second per core. Measured 2026-12-01 on
-the 2-CPU machine other jobs shared (load 0.4-2.4): 32.0-37.8 ms CPU, 0.90-1.07 x 10^6/s per
-core, the previous release 39.3-40.7 ms at the same times (the README's speed table).
+the 2-CPU machine other jobs shared, 10 runs alternating with the code before the speed
+work of issue 11 section 2 (load 0.5-1.7): 27.5-30.9 ms CPU, median 29.3 ms, 1.10-1.24 x
+10^6/s per core (median 1.16 x 10^6); before it at the same times 34.3-35.7 ms, median 35.2
+ms (0.97 x 10^6/s); the README's speed table.
 
 A layout evaluation is one valid plan (one that breaks no divisibility rule) scored by
 ``predict_step``: its step time with the full breakdown, throughput, MFU and memory.

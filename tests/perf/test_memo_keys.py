@@ -24,6 +24,7 @@ from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
 from mosaic.perf.step_time import (
     _data_parallel_collectives_s,
     _heavier_end_stage_parameters,
+    _optimizer_update_s,
     _vocab_stage_times,
 )
 from mosaic.perf.workload import Workload
@@ -77,6 +78,7 @@ TERMS = {
     "_vocab_stage_times": lambda w, p: _vocab_stage_times(MACHINE, w, p),
     "_heavier_end_stage_parameters": lambda w, p: _heavier_end_stage_parameters(w, p),
     "_data_parallel_collectives_s": lambda w, p: _data_parallel_collectives_s(MACHINE, w, p),
+    "_optimizer_update_s": lambda w, p: _optimizer_update_s(MACHINE, w, p),
 }
 
 

@@ -140,11 +140,11 @@ def _as_int(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind == "i":  # plan fields: already integers (no rounding to check)
         as_int = arr.astype(np.int64, copy=False)
-        if np.any(as_int < 1):
+        if (as_int < 1).any():
             raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
         return as_int
     as_int = np.rint(arr).astype(np.int64)
-    if np.any(as_int < 1) or np.any(as_int != arr):
+    if (as_int < 1).any() or (as_int != arr).any():
         raise MosaicInputError(f"{name} must be integers >= 1; got {arr.ravel()[:8]}")
     return as_int
 
@@ -161,6 +161,12 @@ def group_placement(
     """
     n_i, s_i, d_i = (_as_int(k, v) for k, v in (("n", n), ("stride", stride),
                                                   ("domain_gpus", domain_gpus)))
+    return _placement(n_i, s_i, d_i)
+
+
+def _placement(n_i: np.ndarray, s_i: np.ndarray, d_i: npt.ArrayLike) -> GroupPlacement:
+    """:func:`group_placement` of sizes, strides and domain sizes already checked to be
+    integers >= 1."""
     per_domain = np.minimum(np.maximum(np.gcd(d_i, n_i * s_i) // s_i, 1), n_i)  # np.clip
     return GroupPlacement(per_domain, -(-n_i // per_domain))
 
@@ -289,7 +295,7 @@ _ANALYTICAL = {
 
 def _bytes(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value, dtype=float)
-    if np.any(~(arr >= 0.0)):
+    if not (arr >= 0.0).all():  # (NaN too)
         raise MosaicInputError(f"{name} must be >= 0 bytes; got {arr.ravel()[:8]}")
     return arr
 
@@ -301,7 +307,7 @@ def _estimate(collective: str, message_bytes: npt.ArrayLike, n: npt.ArrayLike,
     table = table if table is not None else ic.measured
     size, n_i, s_i = np.broadcast_arrays(_bytes("message_bytes", message_bytes),
                                          _as_int("n", n), _as_int("stride", stride))
-    p = group_placement(n_i, s_i, ic.scale_up_domain_gpus)
+    p = _placement(n_i, s_i, _as_int("domain_gpus", ic.scale_up_domain_gpus))
     time_s = _ANALYTICAL[collective](size, n_i.astype(float), p, ic)
     measured = np.zeros(size.shape, dtype=bool)
     if table is not None:
@@ -362,7 +368,7 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     """
     size, n_i, s_i = np.broadcast_arrays(_bytes("token_bytes", token_bytes), _as_int("n", n),
                                          _as_int("stride", stride))
-    p = group_placement(n_i, s_i, ic.scale_up_domain_gpus)
+    p = _placement(n_i, s_i, _as_int("domain_gpus", ic.scale_up_domain_gpus))
     domains = p.domains_spanned.astype(float)
     per_domain = experts / domains
     miss = np.ones_like(domains)

@@ -46,6 +46,7 @@ _RESTRICTED = "restricted"  # entry of that cache: restricted plans per (key, fu
 _REMEMBERED = "remembered"  # entry of that cache: results of plan_key(remember=...) calls
 _PER_KEY = "per key"  # entry of a restricted set's cache: their per-key values
 _PARENT_KEYS = "parent keys"  # entry of that cache: a shared subset's rows per parent key
+_PREFIXES = "prefixes"  # entry of that cache: dense codes of leading fields of keys folded
 
 
 _STATE = {"enabled": True}
@@ -191,14 +192,53 @@ def _renumbered(code: np.ndarray, codes_size: int, table_limit: int
 
 def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`distinct_rows` computed on ``plans``: on the representatives of the narrowest
+    key already known that contains ``names`` (its plans hold every distinct value of
+    ``names``, so the codes found there, gathered by that key's inverse, are the codes of
+    all plans), else folded on from the dense codes of the longest leading part of
+    ``names`` already known (a key, or where an earlier fold renumbered), else from the
+    field codes. Each way gives the same answer: the dense codes keep the order of the
+    values, left to right, and every key's representative is its last plan."""
     n = len(plans)
     if n <= 1:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    known = {key: found for key, found in plans.__dict__[_CACHE_ATTRIBUTE].items()
+             if isinstance(key, tuple) and key != names}
+    wider = [found for key, found in known.items()
+             if found[0].size < n and set(names) <= set(key)]
+    if wider:
+        rows, wider_inverse = min(wider, key=lambda found: found[0].size)
+
+        def codes_at_rows(name: str) -> tuple[np.ndarray, int]:
+            codes, values = _field_codes(plans, name)
+            return codes.take(rows, mode="clip"), values
+
+        row_codes, count = _folded(codes_at_rows, names, 0, {}, rows.size)
+        # each key's last plan: the last of the wider keys' last plans (no pass over plans)
+        representatives = np.full(count, -1, dtype=np.int64)
+        np.maximum.at(representatives, row_codes, rows)
+        return representatives, row_codes.take(wider_inverse, mode="clip")
+    # dense codes of leading fields: known keys, and where earlier folds renumbered
+    prefixes = plans.__dict__[_CACHE_ATTRIBUTE].setdefault(_PREFIXES, {})
+    prefixes.update((key, (inverse, int(representatives.size)))
+                    for key, (representatives, inverse) in known.items())
+    size = next((size for size in range(len(names) - 1, 0, -1) if names[:size] in prefixes), 0)
+    code, count = _folded(functools.partial(_field_codes, plans), names, size, prefixes, n)
+    return _representatives(code, count), code
+
+
+def _folded(field_codes: Callable[[str], tuple[np.ndarray, int]], names: tuple[str, ...],
+            start: int, prefixes: dict[tuple[str, ...], tuple[np.ndarray, int]], n: int
+            ) -> tuple[np.ndarray, int]:
+    """(dense codes, count) of ``n`` rows on the fields ``names``: their codes
+    (``field_codes``) folded left to right into one integer (mixed radix) after the dense
+    codes of the first ``start`` fields (``prefixes``); whenever the next fold would leave
+    the direct-address table's size, the codes so far are renumbered densely first (and
+    kept in ``prefixes``)."""
     table_limit = max(MIN_TABLE_KEYS, 4 * n)
-    code: np.ndarray | None = None  # the fold so far (none yet: all codes 0)
-    codes_size = 1
-    for name in names:
-        column, values = _field_codes(plans, name)
+    code, codes_size = prefixes[names[:start]] if start else (None, 1)
+    for position in range(start, len(names)):
+        column, values = field_codes(names[position])
         if values == 1:
             continue
         if code is None:  # 0·values + column: the first field's codes (never written)
@@ -206,13 +246,13 @@ def _distinct_rows(plans: ParallelPlans, names: tuple[str, ...]
             continue
         if codes_size * values > table_limit:  # renumber: at most one code per plan
             code, codes_size = _renumbered(code, codes_size, table_limit)
+            prefixes[names[:position]] = code, codes_size
         code = code * values
         code += column
         codes_size *= values
     if code is None:
-        code = np.zeros(n, dtype=np.int64)
-    inverse, count = _renumbered(code, codes_size, table_limit)
-    return _representatives(inverse, count), inverse
+        return np.zeros(n, dtype=np.int64), 1
+    return _renumbered(code, codes_size, table_limit)
 
 
 def _representatives(inverse: np.ndarray, count: int | None = None) -> np.ndarray:
@@ -304,6 +344,14 @@ def _key_rows(plans: ParallelPlans, key: tuple[str, ...], function: str
         known[key] = parent_representatives, slots, inverse
     parent_representatives, slots, inverse = known[key]
     return _restricted_once(parent, key, parent_representatives, function), slots, inverse
+
+
+def _one_plan_per_key(plans: ParallelPlans, declared: frozenset[str]) -> bool:
+    """Whether ``plans`` are a restricted set (one plan per value of the fields it was
+    restricted to) whose fields are all among ``declared``: a function of ``declared`` then
+    has nothing to share between its plans and is computed on them directly."""
+    link = plans.__dict__.get(_CACHE_ATTRIBUTE, {}).get(_PARENT)
+    return link is not None and link[2] is not None and link[2] <= declared
 
 
 def _parent_values(plans: ParallelPlans, key: tuple[str, ...], function: str, call: Any
@@ -492,6 +540,11 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
     subset of one enumeration. A callable ``remember`` maps each argument to what the
     function reads of it (e.g. a workload less the fields the term does not depend on), so
     calls that differ only elsewhere share the values too.
+
+    The decorated function's ``per_key`` attribute makes the same call but returns
+    (per-key values, inverse) instead of gathering them (plan ``i`` takes row
+    ``inverse[i]``): for a caller that combines terms of one key before gathering, or
+    picks per plan which of several calls' rows to gather.
     """
     unknown = sorted(set(names) - set(PLAN_FIELDS))
     if unknown:
@@ -514,26 +567,30 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
         parameters = list(signature.parameters)
         plans_position = parameters.index("plans")
 
-        @functools.wraps(function)
-        def on_distinct_rows(*args: P.args, **kwargs: P.kwargs) -> R:
-            plans = args[plans_position] if len(args) > plans_position else kwargs["plans"]
-            n = len(plans)
-            if n < 2 or not _STATE["enabled"]:  # one plan: nothing to share
-                return function(*args, **kwargs)
-            named = [*zip(parameters, args, strict=False), *kwargs.items()]
-            if remember:  # the same call on the same plans: the same gathered result
-                call = (label, *sorted((name, reads(value)) for name, value in named
-                                       if name != "plans"))
-                gathered = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
-                    _REMEMBERED, {})
-                if call in gathered:
-                    return gathered[call]  # type: ignore[no-any-return]
+        def remembered_call(named: list[tuple[str, Any]]) -> tuple[Any, ...]:
+            """What identifies a remembered call: the function and what it reads of its
+            arguments other than the plans."""
+            return (label, *sorted((name, reads(value)) for name, value in named
+                                   if name != "plans"))
+
+        def on_keys(plans: ParallelPlans, named: list[tuple[str, Any]],
+                    call: tuple[Any, ...] | None) -> tuple[Any, np.ndarray | None]:
+            """(per-key values, inverse) of the call ``named`` (plan ``i`` takes row
+            ``inverse[i]``; None: row ``i``), from its parent's remembered values where a
+            restricted set's parent has them, else computed once per key (and kept with
+            the restricted plans when ``call`` is remembered)."""
+            if call is not None:
                 known_to_parent = _parent_values(plans, key, label, call)
-                if known_to_parent is not None:  # a restricted set: gather its parent's
-                    result = _gather_result(*known_to_parent, plans, declared)
-                    _remember_outputs(result, plans, declared)
-                    gathered[call] = result
-                    return result  # type: ignore[no-any-return]
+                if known_to_parent is not None:
+                    return known_to_parent
+            n = len(plans)
+            if _one_plan_per_key(plans, declared):
+                for name, value in named:
+                    if name != "plans" and name not in carried and _per_plan_arrays(value, n):
+                        raise UndeclaredPlanFieldError(
+                            f"{label}: argument {name!r} holds per-plan arrays; declare it "
+                            f"in plan_key(carried=...)")
+                return function(**dict(named)), None  # type: ignore[arg-type]
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
             for name, value in named:
@@ -548,20 +605,49 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                         f"{label}: argument {name!r} holds per-plan arrays; declare it "
                         f"in plan_key(carried=...)")
                 given[name] = value
-            if remember:
-                known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
-                    _PER_KEY, {})
-                if call not in known:
-                    known[call] = function(**given)  # type: ignore[arg-type]
-                per_key = known[call]
-            else:
-                per_key = function(**given)  # type: ignore[arg-type]
-            result = _gather_result(per_key, inverse, plans, declared)
+            if call is None:
+                return function(**given), inverse  # type: ignore[arg-type]
+            known = restricted.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                _PER_KEY, {})
+            if call not in known:
+                known[call] = function(**given)  # type: ignore[arg-type]
+            return known[call], inverse
+
+        def plans_and_arguments(args: Any, kwargs: Any
+                                ) -> tuple[ParallelPlans, list[tuple[str, Any]]]:
+            plans = args[plans_position] if len(args) > plans_position else kwargs["plans"]
+            return plans, [*zip(parameters, args, strict=False), *kwargs.items()]
+
+        @functools.wraps(function)
+        def on_distinct_rows(*args: P.args, **kwargs: P.kwargs) -> R:
+            plans, named = plans_and_arguments(args, kwargs)
+            if len(plans) < 2 or not _STATE["enabled"]:  # one plan: nothing to share
+                return function(*args, **kwargs)
+            call = remembered_call(named) if remember else None
+            if call is not None:  # the same call on the same plans: the same gathered result
+                gathered = plans.__dict__.setdefault(_CACHE_ATTRIBUTE, {}).setdefault(
+                    _REMEMBERED, {})
+                if call in gathered:
+                    return gathered[call]  # type: ignore[no-any-return]
+            values, inverse = on_keys(plans, named, call)
+            result = values if inverse is None else _gather_result(values, inverse, plans,
+                                                                   declared)
             _remember_outputs(result, plans, declared)
-            if remember:
+            if call is not None:
                 gathered[call] = result
             return result  # type: ignore[no-any-return]
 
+        def per_key(*args: P.args, **kwargs: P.kwargs) -> tuple[Any, np.ndarray]:
+            """(per-key values, inverse) of a call: its values before they are gathered
+            to every plan (plan ``i`` takes row ``inverse[i]``), for a caller that
+            combines several terms per key or picks rows of one of them per plan."""
+            plans, named = plans_and_arguments(args, kwargs)
+            if len(plans) < 2 or not _STATE["enabled"]:
+                return function(*args, **kwargs), np.arange(len(plans))
+            values, inverse = on_keys(plans, named, remembered_call(named) if remember else None)
+            return values, np.arange(len(plans)) if inverse is None else inverse
+
+        on_distinct_rows.per_key = per_key  # type: ignore[attr-defined]
         return on_distinct_rows
 
     return decorate

@@ -75,7 +75,7 @@ DEFAULT_GEMM = GemmParams()
 
 def _positive(name: str, value: npt.ArrayLike) -> np.ndarray:
     arr = np.asarray(value, dtype=float)
-    if np.any(~(arr > 0)):
+    if not (arr > 0).all():  # (NaN too)
         raise MosaicInputError(f"{name} must be > 0; got {arr.ravel()[:8]}")
     return arr
 
@@ -203,7 +203,7 @@ def memory_bound_time_s(moved_bytes: npt.ArrayLike, hbm_bw_bytes_per_s: npt.Arra
     """Streaming kernel (norm, activation, residual add, permute) moving ``moved_bytes``
     (reads + writes) through HBM."""
     size = np.asarray(moved_bytes, dtype=float)
-    if np.any(~(size >= 0)):
+    if not (size >= 0).all():  # (NaN too)
         raise MosaicInputError(f"moved_bytes must be >= 0; got {size.ravel()[:8]}")
     bw = _positive("hbm_bw_bytes_per_s", hbm_bw_bytes_per_s) * hbm_efficiency
     return kernel_latency_s + size / bw

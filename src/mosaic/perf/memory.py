@@ -281,6 +281,10 @@ def _sharding_in(sharding: np.ndarray, modes: tuple[Sharding, ...]) -> np.ndarra
     return found
 
 
+# (remembered per plans and modes: each stage's weights, gradients and optimizer state read
+# them, and the stages' parameter states are computed on one set of plans, one plan per
+# value of PARAMETER_STATE_KEY, on which a function of that key runs directly)
+@plan_key(*PARAMETER_STATE_KEY, remember=True)
 def _shard_divisors(
     plans: ParallelPlans, modes: tuple[Sharding, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -715,14 +719,17 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
                                             workload.uneven_pipeline_stages,
                                             workload.vocab_in_pipeline_split)
     dense_blocks = blocks - moe_blocks
+    # The working sets first: activation_bytes_per_layer's plan_key sets then gather these
+    # per-key values instead of computing them again (factorise._parent_values).
+    working_sets = {kind: layer_working_set_bytes(workload, plans, kind)
+                    for kind in (("dense", "moe") if geometry.is_moe else ("dense",))}
     per_microbatch = dense_blocks * activation_bytes_per_layer(workload, plans, "dense")
-    working_set = np.where(dense_blocks > 0, layer_working_set_bytes(workload, plans, "dense"), 0)
+    working_set = np.where(dense_blocks > 0, working_sets["dense"], 0)
     if geometry.is_moe:
         per_microbatch = per_microbatch + moe_blocks * activation_bytes_per_layer(
             workload, plans, "moe"
         )
-        moe_working_set = layer_working_set_bytes(workload, plans, "moe")
-        working_set = np.maximum(working_set, np.where(moe_blocks > 0, moe_working_set, 0))
+        working_set = np.maximum(working_set, np.where(moe_blocks > 0, working_sets["moe"], 0))
     recomputes_blocks = plans.checkpointing == Checkpointing.FULL
     if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
             and workload.checkpointed_block_fraction > 0):
@@ -764,6 +771,7 @@ def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray
                     float(UPCAST_LOSS_BYTES_PER_ELEMENT))
 
 
+@plan_key("tp", "pp", "cp", "micro_batch")
 def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
     :func:`loss_bytes_per_logit`, on the stage holding the LM head."""
@@ -796,14 +804,8 @@ def communication_buffer_bytes(
       side is the expert input, counted under ``activations``).
     * PP > 1: one received activation and one received gradient (2sbh each, SP-sharded).
     """
-    sharding = plans.sharding
-    fully_sharded = _sharding_in(sharding, _FULLY_SHARDED)
-    # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
-    # leaves them out) are never gathered: they are resident in ``weights``.
-    experts_outside = np.zeros(len(plans), dtype=bool)
-    if workload.traits.fsdp_skips_unsharded_experts:
-        _, expert_degree = shard_degrees(plans)
-        experts_outside = (plans.ep > 1) & (expert_degree == 1)
+    layout = _buffer_layout(workload, plans)
+    experts_outside = layout.experts_outside
     unit = np.where(experts_outside, params.largest_unit_without_experts, params.largest_unit)
     block = np.where(experts_outside, params.largest_block_without_experts,
                      params.largest_block)
@@ -812,23 +814,60 @@ def communication_buffer_bytes(
     per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + block)
     grad_bytes = gradient_bytes_per_param(workload)
     per_unit = per_unit + grad_bytes * unit
-    accumulating = n_microbatches(workload, plans) > 1
     whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
-                   + grad_bytes * np.where(accumulating, stage_params, unit))
-    gathered = fsdp_gathered_through_step(workload, plans)
-    fsdp = np.where(fully_sharded, np.where(gathered, whole_stage, per_unit), 0.0)
-    zero2 = np.where(sharding == Sharding.ZERO2, grad_bytes * unit, 0.0)
-    pipeline = np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0)
-    buffers = fsdp + zero2 + pipeline
-    moe = workload.geometry.moe
-    if moe is not None:
+                   + grad_bytes * np.where(layout.accumulating, stage_params, unit))
+    fsdp = np.where(layout.fully_sharded, np.where(layout.gathered, whole_stage, per_unit),
+                    0.0)
+    zero2 = np.where(layout.zero2, grad_bytes * unit, 0.0)
+    buffers = fsdp + zero2 + layout.pipeline
+    if workload.geometry.moe is not None:
         _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
                                            workload.uneven_pipeline_stages,
                                            workload.vocab_in_pipeline_split)
+        buffers = buffers + np.where(layout.ep_sends & (moe_blocks > 0), layout.ep_send, 0.0)
+    return buffers
+
+
+@dataclass(frozen=True)
+class _BufferLayout:
+    """What :func:`communication_buffer_bytes` reads of a plan whatever the stage."""
+
+    fully_sharded: np.ndarray  # FSDP or HSDP
+    experts_outside: np.ndarray  # routed experts resident, never gathered
+    accumulating: np.ndarray  # more than one micro-batch
+    gathered: np.ndarray  # FSDP units stay gathered through the step
+    zero2: np.ndarray  # ZeRO-2
+    pipeline: np.ndarray  # bytes of the received activation and gradient (pp > 1)
+    ep_sends: np.ndarray  # ep > 1: an MoE block's all-to-all sends from a buffer
+    ep_send: np.ndarray  # bytes of that send buffer (0 for a dense model)
+
+
+@plan_key(*BUFFER_KEY, remember=True)  # (read by every stage)
+def _buffer_layout(workload: Workload, plans: ParallelPlans) -> _BufferLayout:
+    """The stage-independent part of :func:`communication_buffer_bytes`, computed once for
+    the stages that read it."""
+    sharding = plans.sharding
+    # Routed experts outside FSDP (their expert-DP group is one rank on a stack that then
+    # leaves them out) are never gathered: they are resident in ``weights``.
+    experts_outside = np.zeros(len(plans), dtype=bool)
+    if workload.traits.fsdp_skips_unsharded_experts:
+        _, expert_degree = shard_degrees(plans)
+        experts_outside = (plans.ep > 1) & (expert_degree == 1)
+    moe = workload.geometry.moe
+    send = np.zeros(len(plans))
+    if moe is not None:
         send = ACTIVATION_BYTES * moe.top_k * routed_tokens(workload, plans)
         send = send * workload.geometry.d_model
-        buffers = buffers + np.where((plans.ep > 1) & (moe_blocks > 0), send, 0.0)
-    return buffers
+    return _BufferLayout(
+        fully_sharded=_sharding_in(sharding, _FULLY_SHARDED),
+        experts_outside=experts_outside,
+        accumulating=n_microbatches(workload, plans) > 1,
+        gathered=fsdp_gathered_through_step(workload, plans),
+        zero2=sharding == Sharding.ZERO2,
+        pipeline=np.where(plans.pp > 1, 2 * layer_input_bytes(workload, plans), 0.0),
+        ep_sends=plans.ep > 1,
+        ep_send=send,
+    )
 
 
 # --- Breakdown ---------------------------------------------------------------------------
@@ -852,15 +891,11 @@ def stage_memory_breakdown_bytes(
     workload: Workload, plans: ParallelPlans, stage: Stage
 ) -> dict[str, np.ndarray]:
     """Per-GPU bytes of the first or last pipeline stage, by component (see module doc)."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                              workload.vocab_in_pipeline_split)
-    return {
-        **parameter_state_bytes(workload, plans, stage),
-        "activations": stage_activation_bytes(workload, plans, stage),
-        "logits": logits_bytes(workload, plans, stage),
-        "communication_buffers": communication_buffer_bytes(workload, plans, params, stage),
-        "runtime_reserve": np.full(len(plans), float(RUNTIME_RESERVE_BYTES)),
-    }
+    breakdown = {name: _rows(values, inverse)
+                 for components, inverse in _stage_terms(workload, plans, stage)
+                 for name, values in components.items()}
+    breakdown["runtime_reserve"] = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
+    return breakdown
 
 
 def largest_components(breakdown: dict[str, np.ndarray], index: int, count: int = 2
@@ -871,13 +906,68 @@ def largest_components(breakdown: dict[str, np.ndarray], index: int, count: int 
     return sorted(sizes, key=lambda item: -item[1])[:count]
 
 
-def total_memory_bytes(breakdown: dict[str, np.ndarray]) -> np.ndarray:
-    """Sum of all components of a breakdown, added in COMPONENTS order (the values of
-    np.sum over the stacked components, without building the stack)."""
-    total = np.asarray(breakdown[COMPONENTS[0]], dtype=float)
-    for name in COMPONENTS[1:]:
+def total_memory_bytes(breakdown: dict[str, np.ndarray],
+                       names: tuple[str, ...] = COMPONENTS) -> np.ndarray:
+    """Sum of the components ``names`` (all by default) of a breakdown, added in that order
+    (the values of np.sum over the stacked components, without building the stack)."""
+    total = np.asarray(breakdown[names[0]], dtype=float)
+    for name in names[1:]:
         total = total + breakdown[name]
     return total
+
+
+def _stage_terms(workload: Workload, plans: ParallelPlans, stage: Stage
+                 ) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
+    """The components of a stage's breakdown but the runtime reserve, in COMPONENTS order,
+    grouped by the term that computes them, per key: (components by name, inverse) per
+    term (plan_key's ``per_key``: plan ``i`` takes row ``inverse[i]`` of each)."""
+    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
+                              workload.vocab_in_pipeline_split)
+    states = parameter_state_bytes.per_key(workload, plans, stage)
+    activations, activations_inverse = stage_activation_bytes.per_key(workload, plans, stage)
+    logits, logits_inverse = logits_bytes.per_key(workload, plans, stage)
+    buffers, buffers_inverse = communication_buffer_bytes.per_key(workload, plans, params,
+                                                                  stage)
+    return [states, ({"activations": activations}, activations_inverse),
+            ({"logits": logits}, logits_inverse),
+            ({"communication_buffers": buffers}, buffers_inverse)]
+
+
+def _stage_total(terms: list[tuple[dict[str, np.ndarray], np.ndarray]], reserve: np.ndarray
+                 ) -> np.ndarray:
+    """:func:`total_memory_bytes` of a stage from its terms per key (:func:`_stage_terms`):
+    the components of one term are added per key, then gathered; the same additions in
+    the same order."""
+    total: np.ndarray | None = None
+    for components, inverse in terms:
+        rows = _rows(total_memory_bytes(components, tuple(components)), inverse)
+        total = rows if total is None else np.add(total, rows, out=total)
+    assert total is not None  # (a stage has terms)
+    return np.add(total, reserve, out=total)
+
+
+def _rows(per_key: np.ndarray, inverse: np.ndarray) -> np.ndarray:
+    """Row ``inverse[i]`` of ``per_key`` for each plan ``i`` (a 0-d value for every plan)."""
+    if per_key.ndim == 0:
+        return np.full(inverse.shape, per_key)
+    return per_key.take(inverse, mode="clip")
+
+
+def _chosen(candidates: list[tuple[dict[str, np.ndarray], np.ndarray]], choice: np.ndarray
+            ) -> dict[str, np.ndarray]:
+    """Per plan ``i`` and component, row ``inverse[i]`` of the candidate ``choice[i]``, each
+    candidate one stage's term (components per key, inverse). Candidates on one numbering
+    of the keys (the same inverse) are gathered at once from their values side by side."""
+    names, first = candidates[0]
+    if all(inverse is first and all(np.ndim(values) == 1 for values in components.values())
+           for components, inverse in candidates):
+        keys = len(next(iter(names.values())))
+        index = first + keys * choice  # candidate s's rows sit s·keys further on
+        return {name: np.concatenate([components[name] for components, _ in candidates]
+                                     ).take(index, mode="clip") for name in names}
+    return {name: np.choose(choice, [_rows(components[name], inverse)
+                                     for components, inverse in candidates])
+            for name in names}
 
 
 def _heaviest(workload: Workload, plans: ParallelPlans
@@ -887,40 +977,36 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     Candidates: the first stage (embedding, most in-flight micro-batches), the last (LM
     head, logits; it wins only when strictly heavier) and, when dense blocks sit among the
     MoE blocks (schedule.middle_stage_can_be_heaviest), a middle rank (rank 1), which can
-    hold more MoE blocks than the first.
+    hold more MoE blocks than the first (it wins only when strictly heavier than both).
+    Each stage's terms stay per key: their totals are gathered, and each component is
+    gathered once, from the stage that wins.
     """
-    # The blocks each stage holds, once over all plans: the stage terms below (and the
-    # time model's) read them inside their own plan_key sets, which gather these
-    # remembered per-key values instead of recomputing them (factorise._parent_values).
+    # The blocks each stage holds, once per key over all plans (never gathered here): the
+    # stage terms below (and the time model's) read them inside their own plan_key sets,
+    # which gather these remembered per-key values instead of recomputing them
+    # (factorise._parent_values).
     middle = middle_stage_can_be_heaviest(workload.geometry)
-    for stage in ("first", "last", "middle") if middle else ("first", "last"):
-        stage_layer_counts(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                           workload.vocab_in_pipeline_split)
-    first = stage_memory_breakdown_bytes(workload, plans, "first")
-    last = stage_memory_breakdown_bytes(workload, plans, "last")
-    breakdown = {name: first[name].astype(np.result_type(first[name], last[name]))
-                 for name in COMPONENTS}
-    best = total_memory_bytes(first)
-    last_total = total_memory_bytes(last)
-    # Index assignment rather than np.where, whose per-element branch costs ~10x more on a
-    # mask without a regular pattern (measured on 34k plans).
-    heavier = np.flatnonzero(last_total > best)
-    for name in COMPONENTS:
-        breakdown[name][heavier] = last[name][heavier]
-    rank = np.where(last_total > best, plans.pp - 1, 0)
-    best = np.maximum(best, last_total)
-    if not middle:
-        return breakdown, rank
-    # Evaluated on every plan: the per-key results of the other stages make that cheaper
-    # than taking the subset where the middle rank holds more MoE blocks (measured).
-    middle = stage_memory_breakdown_bytes(workload, plans, "middle")
-    middle_total = total_memory_bytes(middle)
-    chosen = np.flatnonzero(middle_total > best)
-    for name in COMPONENTS:  # breakdown's arrays are this function's own copies
-        breakdown[name] = breakdown[name].astype(
-            np.result_type(breakdown[name], middle[name]), copy=False)
-        breakdown[name][chosen] = middle[name][chosen]
-    rank[chosen] = stage_rank(plans, "middle")[chosen]
+    stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
+    for stage in stages:
+        stage_layer_counts.per_key(workload.geometry, plans, stage,
+                                   workload.uneven_pipeline_stages,
+                                   workload.vocab_in_pipeline_split)
+    reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
+    terms = {stage: _stage_terms(workload, plans, stage) for stage in stages}
+    best = _stage_total(terms["first"], reserve)
+    last_total = _stage_total(terms["last"], reserve)
+    heavier = last_total > best
+    choice = heavier.astype(np.intp)  # the position of the heaviest stage in ``stages``
+    rank = np.where(heavier, plans.pp - 1, 0)
+    if middle:
+        chosen = np.flatnonzero(_stage_total(terms["middle"], reserve)
+                                > np.maximum(best, last_total))
+        choice[chosen] = 2
+        rank[chosen] = stage_rank(plans, "middle")[chosen]
+    breakdown = {name: values for term in range(len(terms["first"]))
+                 for name, values in _chosen([terms[stage][term] for stage in stages],
+                                             choice).items()}
+    breakdown["runtime_reserve"] = reserve
     return breakdown, rank
 
 

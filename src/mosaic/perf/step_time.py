@@ -103,7 +103,9 @@ EMBEDDING_BYTES_PER_TOKEN_PER_D = ACTIVATION_BYTES + 2 * FP32_BYTES
 # once per distinct value of its fields): the heaviest stage's blocks follow the block
 # costs, the pipeline split and checkpointing; the pipeline transfers also dp (the stage
 # stride); the data-parallel collectives the stage's parameters and the (E)DP groups.
-STAGE_BLOCKS_KEY = (*MOE_BLOCK_KEY, "pp", "vpp", "checkpointing")
+# The stage terms declare dp too (on a fixed device count it follows tp·pp·cp): their key
+# is then memory's STAGE_ACTIVATION_KEY, whose distinct rows a search has already found.
+STAGE_BLOCKS_KEY = (*MOE_BLOCK_KEY, "pp", "vpp", "checkpointing", "dp")
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,7 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     }
 
 
-@plan_key(*STAGE_BLOCKS_KEY, "dp", carried=("chunk_forward_s",))
+@plan_key(*STAGE_BLOCKS_KEY, carried=("chunk_forward_s",))
 def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPlans,
                         chunk_forward_s: np.ndarray) -> np.ndarray:
     """Exposed seconds of the activations and gradients crossing each stage boundary, per
@@ -346,12 +348,23 @@ def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
     return dense, local_experts(workload, plans) * ffn_matrices
 
 
-@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
 def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
                                  ) -> dict[str, np.ndarray]:
     """Seconds of each data-parallel collective before any overlap: per step for DDP's
-    all-reduce, ZeRO's reduce-scatter and all-gather and HSDP's replica all-reduce; per
-    FSDP unit for its gather and reduce-scatter (of the heavier end stage's parameters)."""
+    all-reduce, ZeRO's reduce-scatter and all-gather (of the heavier end stage's
+    parameters); per FSDP unit for its gather, reduce-scatter and HSDP's replica
+    all-reduce."""
+    return {**_gradient_collectives_s(machine, workload, plans),
+            **_fsdp_unit_collectives_s(machine, workload, plans)}
+
+
+# DDP's and ZeRO's collectives read neither the sharding mode nor the HSDP shard group, and
+# FSDP's per-unit ones not the pipeline split: each is computed once per value of its own
+# fields (mosaic.perf.factorise).
+@plan_key(*STAGE_PARAMETER_KEY, "cp", "dp", remember=without_top_k)
+def _gradient_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                            ) -> dict[str, np.ndarray]:
+    """DDP's all-reduce, ZeRO's reduce-scatter and all-gather, per step."""
     params = _heavier_end_stage_parameters(workload, plans)
     ic = machine.interconnect
     dense_group = plans.dp * plans.cp
@@ -381,7 +394,19 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
     all_gather = (all_gather_time_s(weight_dense, dense_group, dense_stride, ic)
                   + np.where(has_experts, all_gather_time_s(weight_expert, expert_group,
                                                             expert_stride, ic), 0.0))
+    return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
+            "all_gather": all_gather}
 
+
+@plan_key("tp", "cp", "dp", "ep", "etp", "sharding", "hsdp_shard", remember=without_top_k)
+def _fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                             ) -> dict[str, np.ndarray]:
+    """FSDP's gather and reduce-scatter and HSDP's replica all-reduce, per unit."""
+    ic = machine.interconnect
+    dense_group = plans.dp * plans.cp
+    dense_stride = plans.tp
+    expert_stride = plans.etp * plans.ep
+    grad_bytes = gradient_bytes_per_param(workload)
     # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
     # forward and backward and reduce-scatter gradients after backward, prefetching one
     # block ahead; with pp > 1 parameters stay gathered for the step (torchtitan).
@@ -425,9 +450,7 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
         + np.where(unit_experts, all_reduce_time_s(
             block_expert * grad_bytes / expert_shard_group, replicas,
             expert_stride * expert_shard_group, ic), 0.0), 0.0)
-    return {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
-            "all_gather": all_gather, "unit_gather": gather, "unit_scatter": scatter,
-            "unit_replica": unit_replica}
+    return {"unit_gather": gather, "unit_scatter": scatter, "unit_replica": unit_replica}
 
 
 def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
@@ -474,15 +497,24 @@ def _matrix_newton_schulz_flops(rows: float, cols: float) -> float:
     return MUON_ITERATIONS * (4 * small * small * large + 2 * small**3)
 
 
-def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
-                 params: StageParameters, blocks: np.ndarray) -> np.ndarray:
-    """Streaming optimizer update over the local shard (+ Muon's Newton-Schulz FLOPs)."""
+@plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
+def _optimizer_update_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                        ) -> np.ndarray:
+    """Streaming optimizer update over the local shard of the heavier end stage's
+    parameters."""
+    params = _heavier_end_stage_parameters(workload, plans)
     sharded = plans.sharding != Sharding.NONE
     dense_shard = np.where(sharded, plans.dp * plans.cp, 1)
     expert_shard = np.where(sharded, np.maximum(plans.edp, 1), 1)
     local = params.non_expert / dense_shard + params.expert / expert_shard
     per_param = OPTIMIZER_STREAM_BYTES_PER_PARAM[workload.optimizer]
-    update = streaming_time_s(local * per_param, machine.hbm_bw_bytes_per_s)
+    return streaming_time_s(local * per_param, machine.hbm_bw_bytes_per_s)
+
+
+def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                 blocks: np.ndarray) -> np.ndarray:
+    """Streaming optimizer update over the local shard (+ Muon's Newton-Schulz FLOPs)."""
+    update = _optimizer_update_s(machine, workload, plans)
     if workload.optimizer is not OptimizerKind.MUON:
         return update
     geometry = workload.geometry
@@ -516,14 +548,22 @@ class ChiDrivers:
 def chi_drivers(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray,
                 t_iter: np.ndarray) -> ChiDrivers:
     """Drivers of χ_sys for every plan."""
-    ic = machine.interconnect
-    ep_nodes = nodes_spanned(plans.ep, plans.etp, ic)
-    pp_nodes = nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic)
+    ep_nodes, pp_nodes = _nodes_spanned_by_ep_and_pp(machine, plans)
     return ChiDrivers(
         a2a_share=np.where(ep_nodes > 1, a2a_s / np.maximum(t_iter, 1e-30), 0.0),
         pp_extra_nodes=(pp_nodes - 1).astype(float),
         deep_local_pipeline=((plans.pp >= machine.gpus_per_node) & (pp_nodes == 1)).astype(float),
     )
+
+
+@plan_key("tp", "pp", "cp", "dp", "ep", "etp")
+def _nodes_spanned_by_ep_and_pp(machine: Machine, plans: ParallelPlans
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """Hosts an EP group spans (stride etp) and hosts the pipeline spans (stride
+    tp·cp·dp)."""
+    ic = machine.interconnect
+    return (nodes_spanned(plans.ep, plans.etp, ic),
+            nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic))
 
 
 def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
@@ -675,12 +715,11 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     else:
         breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
 
-    params = _heavier_end_stage_parameters(workload, plans)
     fwd_block = block.forward
     bwd_block = block.compute - block.forward
     breakdown.update(_data_parallel_times(machine, workload, plans, fwd_block, bwd_block,
                                           blocks, n_mb, calibration))
-    breakdown["optimizer"] = _optimizer_s(machine, workload, plans, params, blocks)
+    breakdown["optimizer"] = _optimizer_s(machine, workload, plans, blocks)
 
     analytic = _sum(breakdown.values())
     stack = calibration.stack_multiplier(workload.stack)
