@@ -8,9 +8,9 @@ import pytest
 
 from mosaic.arch import ladder_geometry
 from mosaic.hardware import Cluster, get_system
+from mosaic.perf.element_bytes import ACTIVATION_BYTES
 from mosaic.perf.kernels import memory_bound_time_s
 from mosaic.perf.layer_costs import (
-    ACTIVATION_BYTES,
     dense_block_times,
     dispatch_all_to_all_s,
     moe_block_times,

@@ -30,6 +30,7 @@ from mosaic.perf.collectives import (
     reduce_scatter_time_s,
     send_recv_time_s,
 )
+from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
@@ -54,7 +55,6 @@ from mosaic.perf.shapes import (
 from mosaic.perf.workload import Precision, Workload
 from mosaic.stacks import SelectiveRecompute
 
-ACTIVATION_BYTES = 2  # bf16 activations on the wire and in HBM
 BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
 BACKWARD_TO_FORWARD_STREAMING = 2.0  # element-wise backward reads grads and saved inputs
 # Streamed bytes per token of one block's forward, in units of d (bf16, read + write):
@@ -65,7 +65,6 @@ NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D = NORM_BYTES_PER_TOKEN_PER_D + 2 * 3 * ACTIV
 # Router scores are fp32 (paper F.3: "the fp32 router is a precision island"): sigmoid,
 # top-k and gate normalisation each stream E fp32 values per token.
 ROUTER_STREAMS = 3
-FP32_BYTES = 4
 # An FP8 GEMM operand is quantised from bf16 by a streaming kernel that reads it (2 B) and
 # writes a row-wise and a column-wise (transposed) FP8 copy (1 B each), because the other
 # GEMM that consumes it in backward needs the transposed layout (Transformer Engine FP8

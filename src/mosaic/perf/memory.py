@@ -37,6 +37,7 @@ import numpy as np
 from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
@@ -95,8 +96,6 @@ BF16_MOMENT_FRACTION = BF16_GRADIENT_BYTES_PER_PARAM / MASTER_WEIGHT_BYTES_PER_P
 # Muon orthogonalises hidden 2-D matrices only; embedding and LM head are trained with AdamW
 # (Jordan et al. 2024; Liu et al. 2025, Sec. 2). Norm gains are negligible and count as Muon.
 MUON_VOCAB_OPTIMIZER = OptimizerKind.ADAMW
-ACTIVATION_BYTES = 2  # bf16 activations (paper Sec. 3.1: "bf16 weights and activations")
-FP32_BYTES = 4
 INDEX_BYTES = 8  # int64 routing indices
 # Cross-entropy working set per logit element, by the stack's loss (stack trait
 # ``cross_entropy``). FUSED: Megatron-Core vocab-parallel cross entropy

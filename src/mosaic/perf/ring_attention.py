@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.perf.collectives import Interconnect, all_gather_time_s, send_recv_time_s
+from mosaic.perf.element_bytes import BF16_BYTES, FP32_BYTES
 from mosaic.perf.kernels import AttentionEfficiency, flash_attention_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 
@@ -45,8 +46,6 @@ TORCH_RING = "torch_ring"
 ULYSSES = "ulysses"
 CONTEXT_PARALLEL_MODES = (RING_P2P, TORCH_RING, ULYSSES)
 
-BF16_BYTES = 2
-FP32_BYTES = 4
 # torch ring, forward, bytes of HBM traffic per element of one step's attention output
 # (b·h·s_q·d): the block output cast to fp32 (read 2, write 4), then
 # out − sigmoid(lse_b − lse)·(out − out_b) as three eager kernels: out − out_b (read 4 + 4,

@@ -42,12 +42,11 @@ from mosaic.perf.collectives import (
     reduce_scatter_time_s,
     send_recv_time_s,
 )
+from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.layer_costs import (
-    ACTIVATION_BYTES,
-    FP32_BYTES,
     MOE_BLOCK_KEY,
     BlockTimes,
     dense_block_times,
