@@ -346,6 +346,14 @@ def _key_rows(plans: ParallelPlans, key: tuple[str, ...], function: str
     return _restricted_once(parent, key, parent_representatives, function), slots, inverse
 
 
+def _refuse_per_plan_argument(label: str, name: str, value: Any, n: int) -> None:
+    """Raise when an argument a keyed term does not declare holds per-plan arrays (it would
+    be computed once per key with one plan's values)."""
+    if _per_plan_arrays(value, n):
+        raise UndeclaredPlanFieldError(f"{label}: argument {name!r} holds per-plan arrays; "
+                                       f"declare it in plan_key(carried=...)")
+
+
 def _one_plan_per_key(plans: ParallelPlans, declared: frozenset[str]) -> bool:
     """Whether ``plans`` are a restricted set (one plan per value of the fields it was
     restricted to) whose fields are all among ``declared``: a function of ``declared`` then
@@ -586,10 +594,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
             n = len(plans)
             if _one_plan_per_key(plans, declared):
                 for name, value in named:
-                    if name != "plans" and name not in carried and _per_plan_arrays(value, n):
-                        raise UndeclaredPlanFieldError(
-                            f"{label}: argument {name!r} holds per-plan arrays; declare it "
-                            f"in plan_key(carried=...)")
+                    if name != "plans" and name not in carried:
+                        _refuse_per_plan_argument(label, name, value, n)
                 return function(**dict(named)), None  # type: ignore[arg-type]
             restricted, representatives, inverse = _key_rows(plans, key, label)
             given: dict[str, Any] = {}
@@ -600,10 +606,8 @@ def plan_key(*names: str, carried: tuple[str, ...] = (),
                     _check_carried(label, name, value, plans, declared, representatives,
                                    inverse)
                     value = gather(value, representatives)
-                elif _per_plan_arrays(value, n):
-                    raise UndeclaredPlanFieldError(
-                        f"{label}: argument {name!r} holds per-plan arrays; declare it "
-                        f"in plan_key(carried=...)")
+                else:
+                    _refuse_per_plan_argument(label, name, value, n)
                 given[name] = value
             if call is None:
                 return function(**given), inverse  # type: ignore[arg-type]

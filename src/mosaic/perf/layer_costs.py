@@ -300,25 +300,25 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     out = _gemm(machine, workload, tokens, geometry.d_model, widths.output / plans.tp)
     heads = geometry.heads / plans.tp
     seq_q = workload.seq_len / plans.cp
+    mode = workload.traits.context_parallel
+    ring = None
     if workload.attention_kernel is AttentionKernel.REFERENCE:
         core_fwd, core_bwd = _reference_attention_s(machine, workload, plans, heads, seq_q,
                                                     head_dim)
-    else:
+    elif mode == ULYSSES:  # heads all-to-all'd, one causal kernel over the whole sequence
         core_fwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
                                           head_dim, True, machine.attention_peak_flops_per_s,
                                           efficiency=machine.attention_fwd)
         core_bwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
                                           head_dim, True, machine.attention_peak_flops_per_s,
                                           backward=True, efficiency=machine.attention_bwd)
-    mode = workload.traits.context_parallel
-    ring = None
-    if workload.attention_kernel is not AttentionKernel.REFERENCE and mode != ULYSSES:
-        # A ring runs one kernel per step on the load-balanced chunks (perf/ring_attention).
+    else:
+        # A ring runs one kernel per step on the load-balanced chunks (perf/ring_attention);
+        # with cp = 1 that is the one causal kernel over the sequence.
         ring = ring_kernels(plans.micro_batch, heads, workload.seq_len, plans.cp, head_dim,
                             machine.attention_peak_flops_per_s, machine.attention_fwd,
                             machine.attention_bwd)
-        core_fwd = np.where(plans.cp > 1, ring.forward, core_fwd)
-        core_bwd = np.where(plans.cp > 1, ring.backward, core_bwd)
+        core_fwd, core_bwd = ring.forward, ring.backward
     sequence_tokens = tokens / np.where(plans.sequence_parallel, plans.tp, 1)
     streaming = streaming_time_s(sequence_tokens * geometry.d_model
                                  * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
