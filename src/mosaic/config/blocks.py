@@ -24,6 +24,12 @@ _DEGREE = LIMITS["parallel_degree"].high
 
 Activation = Literal["swiglu", "geglu", "gelu", "relu", "squared_relu"]
 Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
+# Settings jobs, run records and record settings name alike (one spelling each; the values of
+# the model's enums, tests/config/test_vocabulary.py).
+Routing = Literal["balanced", "dropless", "token_drop", "unknown"]
+CrossEntropyName = Literal["fused", "fp32_upcast", "compiled", "bf16", "te"]
+OptimizerDtypeName = Literal["fp32", "bf16"]
+RecomputeName = Literal["none", "selective", "full"]
 
 
 class _Strict(BaseModel):

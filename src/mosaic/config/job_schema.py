@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mosaic.arch import Geometry
-from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
+from mosaic.config.blocks import (
+    BatchBlock,
+    CrossEntropyName,
+    ModelBlock,
+    OptimizerDtypeName,
+    ParallelismBlock,
+    RecomputeName,
+    Routing,
+)
 from mosaic.config.convert import geometry_from_model, model_document
 from mosaic.config.layout import (
     batch_document,
@@ -68,7 +76,7 @@ class PerformanceBlock(_Strict):
     precision: Literal["bf16", "fp16", "fp8", "mxfp8"] = Field(
         default="bf16", description="GEMM precision (selects the device's peak lane); mxfp8 "
         "= FP8 with MXFP8 block scales (Blackwell), costed on the fp8 lane")
-    checkpointing: Literal["none", "selective", "full"] = Field(
+    checkpointing: RecomputeName = Field(
         default="none", description="activation recomputation")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
@@ -81,7 +89,7 @@ class PerformanceBlock(_Strict):
     uneven_stages: bool = Field(
         default=False, description="allow pp·vpp that does not divide the layers")
     # The run-record fields of the same name (docs/run_records.md, docs/memory.md):
-    routing: Literal["balanced", "dropless", "token_drop", "unknown"] = Field(
+    routing: Routing = Field(
         default="dropless", description="MoE routing regime")
     pad_to_capacity: bool = Field(
         default=False, description="token_drop pads each expert's input to its capacity "
@@ -90,7 +98,7 @@ class PerformanceBlock(_Strict):
         default=None, ge=1, le=LIMITS["devices"].high, allow_inf_nan=False,
         description="busiest EP rank's routed tokens over the even share under a learned "
         "router; None = derived (mosaic.perf.routing_load)")
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
+    cross_entropy: CrossEntropyName | None = Field(
         default=None, description="the LM loss implementation; None = the stack's trait")
     grad_reduce_in_fp32: bool = Field(
         default=True, description="gradient buffers and reduction in fp32 (Megatron-LM's "
@@ -101,7 +109,7 @@ class PerformanceBlock(_Strict):
     recompute_modules: list[str] | None = Field(
         default=None, description="Megatron-Core --recompute-modules under selective "
         "recompute; None = core_attn")
-    optimizer_dtype: Literal["fp32", "bf16"] = Field(
+    optimizer_dtype: OptimizerDtypeName = Field(
         default="fp32", description="fp32 master weights and moments; bf16 = the optimizer "
         "steps bf16 parameters in place with bf16 moments (torch.optim on bf16 parameters)")
     fsdp_keep_gathered: bool = Field(

@@ -21,7 +21,14 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mosaic.config.blocks import BatchBlock, ModelBlock, ParallelismBlock
+from mosaic.config.blocks import (
+    BatchBlock,
+    CrossEntropyName,
+    ModelBlock,
+    OptimizerDtypeName,
+    ParallelismBlock,
+    Routing,
+)
 from mosaic.config.convert import geometry_from_model
 from mosaic.config.layout import (
     data_parallel,
@@ -84,7 +91,7 @@ class RunRecordEntry(_Strict):
     parallelism: ParallelismBlock
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]
-    routing: Literal["balanced", "dropless", "token_drop", "unknown"] | None = None
+    routing: Routing | None = None
     pad_to_capacity: bool | None = Field(
         default=None, description="token_drop pads each expert's input to its capacity "
         "(Megatron-Core --moe-pad-expert-input-to-capacity); null = false, its default")
@@ -92,7 +99,7 @@ class RunRecordEntry(_Strict):
         default=None, ge=1, le=LIMITS["devices"].high, allow_inf_nan=False,
         description="busiest EP rank's routed tokens over the even share under a learned "
         "router, where the source states it; null = derived (mosaic.perf.routing_load)")
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = Field(
+    cross_entropy: CrossEntropyName | None = Field(
         default=None, description="the LM loss as the source ran it (e.g. compiled when "
         "torch.compile covers the loss); null = the stack's cross_entropy trait")
     grad_reduce_in_fp32: bool | None = Field(
@@ -105,7 +112,7 @@ class RunRecordEntry(_Strict):
         default=None, description="Megatron-Core --recompute-modules under selective "
         "recompute (core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts); "
         "null = core_attn, its default")
-    optimizer_dtype: Literal["fp32", "bf16"] | None = Field(
+    optimizer_dtype: OptimizerDtypeName | None = Field(
         default=None, description="the optimizer's parameter copy and moments: fp32 master "
         "weights and moments, or bf16 (it steps the bf16 parameters in place with bf16 "
         "moments); null = fp32")

@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mosaic.config.blocks import CrossEntropyName, OptimizerDtypeName, RecomputeName
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing
@@ -33,8 +34,8 @@ class _Strict(BaseModel):
 
 
 class _Settings(_Strict):
-    recompute: Literal["none", "selective", "full"] | None = None
-    cross_entropy: Literal["fused", "fp32_upcast", "compiled", "bf16", "te"] | None = None
+    recompute: RecomputeName | None = None
+    cross_entropy: CrossEntropyName | None = None
     grad_reduce_in_fp32: bool | None = None
     offloaded_activation_layers: int | None = Field(default=None, ge=0)
     dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
@@ -42,7 +43,7 @@ class _Settings(_Strict):
     dispatch_fp8: bool | None = None
     tp_comm_overlap: bool | None = None
     recompute_modules: list[str] | None = None
-    optimizer_dtype: Literal["fp32", "bf16"] | None = None
+    optimizer_dtype: OptimizerDtypeName | None = None
     fsdp_keep_gathered: bool | None = None
     full_iteration_cuda_graph: bool | None = None
     pad_to_capacity: bool | None = None
