@@ -598,16 +598,17 @@ def save_dots_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind) -
     attention = (sum(_attention_matmul_widths(workload, plans))
                  + _attention_widths(geometry).output / plans.tp)
     moe = geometry.moe
+    up_outputs = 2 if geometry.glu else 1  # W1 and W3 (GLU) or W1
     if kind == "dense" or moe is None:
-        ffn_widths = (2 if geometry.glu else 1) * geometry.ffn / plans.tp + geometry.d_model
+        ffn_widths = up_outputs * geometry.ffn / plans.tp + geometry.d_model
         ffn = tokens * ffn_widths
     else:
-        expert_widths = (2 if geometry.glu else 1) * moe.expert_ffn / plans.etp + geometry.d_model
+        expert_widths = up_outputs * moe.expert_ffn / plans.etp + geometry.d_model
         ffn = (routed_tokens(workload, plans) * moe.experts
                + expert_copies(workload, plans) * expert_widths)
         if moe.shared_experts:
             shared = moe.shared_experts * moe.shared_width / plans.tp
-            ffn = ffn + tokens * ((2 if geometry.glu else 1) * shared + geometry.d_model)
+            ffn = ffn + tokens * (up_outputs * shared + geometry.d_model)
     return layer_input_bytes(workload, plans) + ACTIVATION_BYTES * (tokens * attention + ffn)
 
 
