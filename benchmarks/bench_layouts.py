@@ -5,7 +5,8 @@ Target (issue 11): >= 10^6 layout evaluations per second per core. Measured 2026
 the 2-CPU machine other jobs shared, 10 runs alternating with the code before the speed
 work of issue 11 section 2 (load 0.5-1.7): 27.5-30.9 ms CPU, median 29.3 ms, 1.10-1.24 x
 10^6/s per core (median 1.16 x 10^6); before it at the same times 34.3-35.7 ms, median 35.2
-ms (0.97 x 10^6/s); the README's speed table.
+ms (0.97 x 10^6/s); later, on a quiet machine with a ring stack's attention computed once:
+22.9-24.4 ms, 1.40-1.49 x 10^6/s. The README's speed table.
 
 A layout evaluation is one valid plan (one that breaks no divisibility rule) scored by
 ``predict_step``: its step time with the full breakdown, throughput, MFU and memory.
