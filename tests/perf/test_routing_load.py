@@ -153,9 +153,30 @@ def test_routing_assumptions_name_the_defaults():
 
     (derived,) = routing_assumptions(_moe())
     assert "aux_loss" in derived and "0.72" in derived
+    # The derived value is a trained router's; early training from scratch is flagged.
+    assert "trained router" in derived and "Megatron-Core MoE README" in derived
     # Token drop at the even share never reads the imbalance; its unstated capacity is 1.0.
     (capacity,) = routing_assumptions(_moe(routing="token_drop"))
     assert "capacity_factor not stated" in capacity and "1 assumed" in capacity
     assert len(routing_assumptions(_with_capacity(_moe(routing="token_drop"), 2.0))) == 1
     assert routing_assumptions(_moe(routing="balanced")) == []
     assert routing_assumptions(_moe(routing_imbalance=1.2)) == []
+
+
+def test_capacity_sweep_load_never_exceeds_the_per_expert_cap_by_hand():
+    # XTuner tp4 ep8 sweep (Megatron-LM @ 6a6cd478): each rank routes its SP shard,
+    # 4096 / tp 4 = 1024 tokens; get_capacity = ceil(1024 * 8 / 128 * cf) = 64 cf per expert
+    # per source rank; 8 source ranks (etp 1) -> at most 512 cf per expert, and the even share
+    # is 8 * 1024 * 8 / 128 = 512: no expert, hence no rank, exceeds cf x the even share.
+    records = {r.id: r for r in load_run_records(EXTRA_RUNS).records}
+    prefix = "xtuner-qwen3-235b-a22b-h800-256-tp4-ep8-pp8-vpp4-deepep-cap"
+    for cap in (1, 2, 3, 5):
+        capacity = math.ceil(1024 * 8 / 128 * cap)
+        assert capacity == 64 * cap and 8 * capacity == 512 * cap
+        workload = records[f"{prefix}{cap}"].workload
+        plans = single_plan(tp=4, pp=8, dp=8, ep=8)
+        # However imbalanced the router is stated to be, the load stops at the capacity
+        # (at capacity 1, the even share: routed load cannot slow that run).
+        for stated in (1.5, 4.0, 8.0):
+            load = routed_load_factor(replace(workload, routing_imbalance=stated), plans)[0]
+            assert load == pytest.approx(min(cap, stated))

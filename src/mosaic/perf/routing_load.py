@@ -12,8 +12,12 @@ module gives that rank's load as a multiple of the even share (``routed_load_fac
   ``MoEAlltoAllTokenDispatcher.preprocess``: capacity·tp·ep tokens per local expert).
 - ``token_drop`` without padding: the router drops each expert's tokens beyond
   capacity = ceil(T_local·K/E·capacity_factor) of every source rank (``moe_utils.
-  topk_softmax_with_capacity``), so no expert exceeds capacity_factor times the even share:
-  min(capacity_factor, imbalance).
+  topk_softmax_with_capacity``), before dispatch; the flex/DeepEP path masks the dropped
+  pairs out of the dispatch (``_DeepepManager.setup_metadata``), so they are neither sent nor
+  computed. No expert exceeds capacity_factor times the even share, and the busiest rank's
+  load, the mean of min(expert load, capacity_factor) over its experts, is at most
+  min(capacity_factor, imbalance), the value used here
+  (docs/evidence/learned_router_load.md).
 - ``dropless`` (a learned router without capacity): the imbalance.
 
 The imbalance of a learned router is stated by a source or derived here from the published
@@ -131,8 +135,13 @@ def routing_assumptions(workload: Workload) -> list[str]:
         not workload.pad_to_capacity and capacity_factor(workload) > 1.0)
     if workload.routing_imbalance is None and reads_imbalance:
         balancing = workload.traits.router_balancing
+        # A trained router's: Megatron-Core's MoE README (@ 6a6cd478, "OOM Caused by Token
+        # Distribution Imbalance when Training From Scratch") reports severe imbalance while the
+        # router is under-trained, in the first 100~300 steps from scratch.
         notes.append(f"routing_imbalance not stated: derived from {workload.stack}'s "
                      f"{balancing} router balancing (expert MaxVio "
                      f"{ROUTER_MAX_VIOLATION[balancing]:g}, Wang et al. 2024) and the experts "
-                     "per EP rank")
+                     "per EP rank, i.e. a trained router's; a router in its first few hundred "
+                     "steps from scratch is far less balanced (Megatron-Core MoE README): "
+                     "state routing_imbalance for such a run")
     return notes
