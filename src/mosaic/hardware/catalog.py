@@ -214,6 +214,8 @@ def _device(entry: DeviceEntry) -> Device:
     for field in ("peak_flops_per_s", "achievable_flops_per_s"):
         for dtype, sourced in getattr(entry, field).items():
             sources[f"{field}.{dtype}"] = sourced.source
+    if entry.sfu_exp2_per_s is not None:
+        sources["sfu_exp2_per_s"] = entry.sfu_exp2_per_s.source
     return Device(
         name=entry.name,
         aliases=tuple(entry.aliases),
@@ -229,6 +231,7 @@ def _device(entry: DeviceEntry) -> Device:
         sources=MappingProxyType(sources),
         architecture=entry.architecture,
         kernel_fit=entry.kernel_fit,
+        sfu_exp2_per_s=None if entry.sfu_exp2_per_s is None else entry.sfu_exp2_per_s.value,
     )
 
 

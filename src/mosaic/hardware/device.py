@@ -60,6 +60,9 @@ class Device:
             dispatchers). None = not stated (generation-specific defaults do not apply).
         kernel_fit: the device whose measured kernel fits (GEMM, attention, collectives)
             this one uses, e.g. "B200" for a GB200; None = no fitted kernels of its own.
+        sfu_exp2_per_s: special-function-unit exponentials (MUFU.EX2) per second at the
+            clock of the dense bf16 peak (SMs x ex2 per clock per SM x that clock), the
+            rate that bounds flash-attention softmax; None = not stated.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Device:
     sources: Mapping[str, str]
     architecture: str | None = None
     kernel_fit: str | None = None
+    sfu_exp2_per_s: float | None = None
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; the catalog guarantees unique names.

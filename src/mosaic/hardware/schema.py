@@ -52,6 +52,7 @@ class DeviceEntry(_Strict):
     hbm_bytes: SourcedValue
     hbm_bw_bytes_per_s: SourcedValue
     scale_up_bw_bytes_per_s: SourcedValue
+    sfu_exp2_per_s: SourcedValue | None = None
     architecture: NonEmptyStr | None = None
     kernel_fit: NonEmptyStr | None = None
 

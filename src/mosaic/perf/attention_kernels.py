@@ -62,6 +62,29 @@ def gpu_generation(device_name: str) -> str | None:
         return None
 
 
+def sfu_exp_time_ratio(device_name: str) -> float:
+    """Softmax-exponential time per bf16 FLOP on ``device_name`` relative to the device its
+    attention fit comes from (``kernel_fit``): (E/P) of the fit device over (E/P) of this
+    one, with E the catalog ``sfu_exp2_per_s`` and P the dense bf16 peak.
+
+    0.5 on Blackwell Ultra (B300, GB300: twice Blackwell's MUFU.EX2 rate per SM at the same
+    tensor rate, see the catalog sources); 1.0 where the ratios agree (GB200 on the B200
+    fit) or either device does not state its exponential rate.
+    """
+    try:
+        device = get_device(device_name)
+        fit = get_device(device.kernel_fit) if device.kernel_fit else device
+    except MosaicInputError:
+        return 1.0
+    if device.sfu_exp2_per_s is None or fit.sfu_exp2_per_s is None:
+        return 1.0
+    if "bf16" not in device.peak_flops_per_s or "bf16" not in fit.peak_flops_per_s:
+        return 1.0
+    ratio = ((fit.sfu_exp2_per_s / fit.peak_flops_per_s_for("bf16"))
+             / (device.sfu_exp2_per_s / device.peak_flops_per_s_for("bf16")))
+    return 1.0 if abs(ratio - 1.0) < 1e-12 else ratio
+
+
 def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
                              ) -> AttentionKernelChoice:
     """The kernel ``kernel`` (None = the stack's default on this GPU) and its multipliers."""

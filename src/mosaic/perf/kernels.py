@@ -20,7 +20,7 @@ amortised over the reduction length. ``bytes`` counts A, B and C once each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -234,6 +234,45 @@ FLASH_ATTENTION_EFFICIENCY: dict[str, dict[str, AttentionEfficiency]] = {
     for device, passes in fitted("kernels", "flash_attention_efficiency").items()
 }
 """Fitted attention efficiency per device ("generic" pools all) and pass ("fwd", "bwd")."""
+
+
+# Forward / backward flash-attention FLOPs per score element, per unit head dim: QK^T and
+# PV forward (4·d), five matmuls backward (10·d) (FlashAttention-2, Dao 2023, Sec. 4.1).
+_FWD_FLOPS_PER_SCORE_PER_D = 4.0
+_BWD_FLOPS_PER_SCORE_PER_D = 10.0
+
+
+def exp_rescaled_attention_efficiency(fwd: AttentionEfficiency, bwd: AttentionEfficiency,
+                                      exp_time_ratio: float
+                                      ) -> tuple[AttentionEfficiency, AttentionEfficiency]:
+    """The fitted efficiencies of a device whose softmax exponentials run ``exp_time_ratio``
+    times as long, per bf16 FLOP, as on the device they were fitted on.
+
+    ``d/(d + head_dim_half)`` makes the time per score element ``(W·d + W·head_dim_half) /
+    (peak·max_fraction)`` (W = 4 forward, 10 backward): an MMA part and a part that does not
+    grow with d. The forward part is the one exponential per score (the per-score work
+    that bounds the forward on B200: FlashAttention-4, arXiv:2603.05451, Sec. 2; the fitted
+    forward head_dim_half, 101.7 on B200, is close to peak/(4 · exp rate) = 2.25e15 / (4 ·
+    16/8192 · 2.25e15) = 128). The backward recomputes P, one exponential per score
+    (FlashAttention-2, Alg. 2), so its exponential time equals the forward's; the rest of
+    its per-score term (dS = P∘(dP − D) and the like on the FMA units) keeps its fit. Only
+    the exponential parts are scaled; the MMA parts, max_fraction and the sequence ramp
+    are unchanged.
+    """
+    if not exp_time_ratio > 0:
+        raise MosaicInputError(f"exp_time_ratio must be > 0; got {exp_time_ratio}")
+    # Exponential time per score in head-dim units of each pass: the forward's whole term;
+    # for the backward the same seconds re-expressed at its own FLOPs and max_fraction.
+    exp_fwd = fwd.head_dim_half
+    exp_bwd = (exp_fwd / fwd.max_fraction * _FWD_FLOPS_PER_SCORE_PER_D
+               / _BWD_FLOPS_PER_SCORE_PER_D * bwd.max_fraction)
+    if exp_bwd > bwd.head_dim_half:
+        raise MosaicInputError(
+            f"backward attention fit head_dim_half={bwd.head_dim_half} is smaller than its "
+            f"exponential share {exp_bwd:.4g}; the fit cannot be split")
+    scaled = (exp_time_ratio - 1.0)
+    return (replace(fwd, head_dim_half=fwd.head_dim_half + scaled * exp_fwd),
+            replace(bwd, head_dim_half=bwd.head_dim_half + scaled * exp_bwd))
 
 
 def flash_attention_flops(batch: npt.ArrayLike, heads: npt.ArrayLike, seq_q: npt.ArrayLike,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
-from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
     DEFAULT_GEMM,
@@ -17,6 +17,7 @@ from mosaic.perf.kernels import (
     GemmTable,
     GroupedGemmTable,
     device_fit_key,
+    exp_rescaled_attention_efficiency,
 )
 from mosaic.perf.workload import Precision
 
@@ -94,6 +95,11 @@ def machine_for(cluster: Cluster, precision: Precision,
         )
     key = device_fit_key(device.name)
     attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
+    attention_fwd, attention_bwd = attention["fwd"], attention["bwd"]
+    exp_ratio = sfu_exp_time_ratio(device.name)  # Blackwell Ultra: softmax exps twice as fast
+    if exp_ratio != 1.0 and key in FLASH_ATTENTION_EFFICIENCY:
+        attention_fwd, attention_bwd = exp_rescaled_attention_efficiency(
+            attention_fwd, attention_bwd, exp_ratio)
     interconnect = Interconnect(
         scale_up_domain_gpus=job_domain_gpus(
             system.scale_up_domain_gpus, system.gpus_per_node, cluster.n_devices
@@ -116,8 +122,8 @@ def machine_for(cluster: Cluster, precision: Precision,
         gemm_peak_flops_per_s=device.peak_flops_per_s_for(gemm_dtype),
         mfu_peak_flops_per_s=bf16_peak,
         attention_peak_flops_per_s=bf16_peak,
-        attention_fwd=attention["fwd"],
-        attention_bwd=attention["bwd"],
+        attention_fwd=attention_fwd,
+        attention_bwd=attention_bwd,
         interconnect=interconnect,
         usable_memory_fraction=usable_memory_fraction,
         gemm_table=tables.gemm,
