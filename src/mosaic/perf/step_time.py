@@ -9,7 +9,9 @@
 * t_vocab: embedding on the first stage and LM head + fp32 cross-entropy on the last
   (Eq. 13; for pp = 1 both run on the one stage every micro-batch).
 * t_dp: data-parallel gradient reduction and parameter gathers not hidden behind compute
-  (ZeRO-1/2 once per step; FSDP per block per micro-batch with one-block prefetch).
+  (ZeRO-1/2 once per step; FSDP per block per micro-batch with one-block prefetch); the
+  collectives that end a pass (FSDP's first gather and last reduce-scatter, DDP/ZeRO's last
+  bucket) have nothing to hide behind.
 * t_optimizer: a streaming update over the local optimizer shard, plus Muon's
   Newton-Schulz FLOPs.
 * χ_sys (Eq. 15): inter-node EP straggler, multi-node pipeline and intra-node deep-pipeline
@@ -477,7 +479,7 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     reductions = np.where(fsdp_gathered_through_step(workload, plans), 1, n_mb)
     gathers_per_step = reductions * blocks
     # The two ends of each pass have no compute to hide behind (Zhao et al. 2023, "PyTorch
-    # FSDP", Sec. 3.3 and Fig. 5: AG0 runs before FWD0, RS0 after BWD0): the first unit's
+    # FSDP", arXiv 2304.11277, Fig. 5: AG0 runs before FWD0, RS0 after BWD0): the first unit's
     # forward gather waits in full, and so do the last unit's reduce-scatter and replica
     # all-reduce, which the end of backward waits for (torch FSDP1
     # _runtime_utils._post_backward_final_callback and FSDP2's root post-backward callback
