@@ -148,3 +148,34 @@ def test_only_the_data_parallel_terms_and_the_optimizer_change_with_dp():
         assert shrunk < 0, stack
         assert wide.step_time_s[0] - narrow.step_time_s[0] == pytest.approx(
             grown + shrunk, rel=1e-9, abs=1e-12), stack
+
+
+def test_without_dp_overlap_the_whole_zero1_reduce_scatter_and_gather_are_exposed():
+    # Megatron-LM without --overlap-grad-reduce / --overlap-param-gather (their defaults):
+    # the stage's gradients reduce-scatter after the backward, its parameters all-gather
+    # after the optimizer step.
+    nodes = 2
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=nodes), "bf16")
+    workload = Workload(geometry=GEOMETRY, global_batch=16, seq_len=16384,
+                        stack="megatron-core", dp_comm_overlap=False)
+    plan = single_plan(dp=16, micro_batch=1, sharding=Sharding.ZERO1,
+                       checkpointing=Checkpointing.NONE)
+    step = predict_step(workload, plan, machine, CALIBRATION)
+    counts = count_parameters(GEOMETRY)
+    stage_params = (GEOMETRY.layers * (counts.attention_per_layer + counts.dense_ffn_per_layer
+                                       + counts.norms_per_layer)
+                    + GEOMETRY.vocab * GEOMETRY.d_model * 2 + GEOMETRY.d_model)
+    ic = machine.interconnect
+    grads = reduce_scatter_time_s(np.array([stage_params * 4.0]), 16, 1, ic)[0]
+    params = all_gather_time_s(np.array([stage_params * 2.0]), 16, 1, ic)[0]
+    # (rel 1e-5: the stage count may differ from this sum by a norm's d_model parameters)
+    assert step.breakdown_s["dp_reduce_scatter"][0] == pytest.approx(grads, rel=1e-5)
+    assert step.breakdown_s["dp_all_gather"][0] == pytest.approx(params, rel=1e-5)
+
+
+def test_flagperf_megatron_runs_are_recorded_without_dp_overlap():
+    from mosaic.evaluate.record_settings import record_settings
+
+    settings, evidence = record_settings()["flagperf-llama3-8b-h100-440-pp1-dp220-tp2-bf16-gbs1760"]
+    assert settings == {"dp_comm_overlap": False}
+    assert "--overlap-grad-reduce" in evidence and "core_v0.6.0" in evidence

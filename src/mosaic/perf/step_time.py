@@ -461,7 +461,9 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     """Exposed data-parallel communication per step, by collective."""
     collectives = _data_parallel_collectives_s(machine, workload, plans)
     sharding = plans.sharding
-    overlap = calibration.dp_overlap_fraction
+    # A stack run without DDP/ZeRO overlap reduces and gathers after the passes
+    # (Workload.dp_comm_overlap); FSDP below overlaps per unit regardless.
+    overlap = calibration.dp_overlap_fraction if workload.dp_comm_overlap else 0.0
     hide_bwd = overlap * bwd_block_s * blocks
     hide_fwd = overlap * fwd_block_s * blocks
     is_ddp = sharding == Sharding.NONE
