@@ -12,7 +12,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.evaluate.record_settings import record_settings
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
-from mosaic.perf.collectives import all_reduce_time_s
+from mosaic.perf.collectives import all_gather_time_s, all_reduce_time_s, reduce_scatter_time_s
 from mosaic.perf.layer_costs import dense_block_times
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import (
@@ -124,15 +124,18 @@ def _hsdp_step(shard: int, n_nodes: int, seq_len: int):
 
 def test_hsdp_replica_all_reduce_hides_behind_backward_but_the_last_units():
     # 4 nodes, shard inside each node (FSDP1 HYBRID_SHARD), long sequences: every unit's
-    # backward outlasts its collectives, so only the last unit's all-reduce is exposed.
+    # backward outlasts its collectives, so only the pass ends are exposed: the last unit's
+    # reduce-scatter and replica all-reduce, and the first unit's forward gather.
     machine, _, step = _hsdp_step(shard=8, n_nodes=4, seq_len=32768)
     counts = count_parameters(GEOMETRY)
     unit_params = counts.attention_per_layer + counts.dense_ffn_per_layer + counts.norms_per_layer
     shard_bytes = unit_params * 2 / 8  # bf16 gradient shard of one block
-    tail = all_reduce_time_s(np.array([shard_bytes]), np.array([4]), np.array([8]),
-                             machine.interconnect)[0]
-    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(tail)
-    assert step.breakdown_s["fsdp_all_gather"][0] == 0.0
+    ic = machine.interconnect
+    tail = all_reduce_time_s(np.array([shard_bytes]), np.array([4]), np.array([8]), ic)[0]
+    last_scatter = reduce_scatter_time_s(np.array([unit_params * 2]), 8, 1, ic)[0]
+    first_gather = all_gather_time_s(np.array([unit_params * 2]), 8, 1, ic)[0]
+    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(tail + last_scatter)
+    assert step.breakdown_s["fsdp_all_gather"][0] == pytest.approx(first_gather)
     # the whole step's gradient all-reduce (every block's shard) is far more than that
     assert tail < 0.3 * all_reduce_time_s(np.array([4 * shard_bytes]), np.array([4]),
                                           np.array([8]), machine.interconnect)[0]
@@ -167,4 +170,8 @@ def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
                                  machine.interconnect)[0]
     expert_ar = all_reduce_time_s(np.array([experts * 2 / 1]), np.array([4]), np.array([8]),
                                   machine.interconnect)[0]
-    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_ar + expert_ar)
+    # plus the last block's reduce-scatter inside the shard group (the experts' shard group
+    # is one rank: nothing to scatter)
+    dense_rs = reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0]
+    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(
+        dense_ar + expert_ar + dense_rs)

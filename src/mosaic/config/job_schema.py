@@ -115,6 +115,10 @@ class PerformanceBlock(_Strict):
     fsdp_keep_gathered: bool = Field(
         default=False, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP")
+    dp_comm_overlap: bool = Field(
+        default=True, description="DDP/ZeRO gradient reduction and parameter gathers "
+        "overlap the backward and forward bucket by bucket (Megatron-LM --overlap-grad-reduce "
+        "/ --overlap-param-gather); false = all exposed, Megatron-LM's default")
     full_iteration_cuda_graph: bool = Field(
         default=False,
         description="the step's forward and backward replay one CUDA graph (Megatron-Core "
@@ -309,6 +313,7 @@ def job_from_document(document: dict[str, Any], where: str,
                            else tuple(performance.recompute_modules)),
         optimizer_dtype=performance.optimizer_dtype,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
+        dp_comm_overlap=performance.dp_comm_overlap,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         recompute_block_fraction=performance.recompute_block_fraction,
         uneven_pipeline_stages=performance.uneven_stages,
@@ -395,6 +400,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["optimizer_dtype"] = str(workload.optimizer_dtype)
     if workload.fsdp_keep_gathered:
         performance["fsdp_keep_gathered"] = True
+    if not workload.dp_comm_overlap:
+        performance["dp_comm_overlap"] = False
     if workload.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
     if workload.recompute_block_fraction is not None:

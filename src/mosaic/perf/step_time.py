@@ -9,7 +9,9 @@
 * t_vocab: embedding on the first stage and LM head + fp32 cross-entropy on the last
   (Eq. 13; for pp = 1 both run on the one stage every micro-batch).
 * t_dp: data-parallel gradient reduction and parameter gathers not hidden behind compute
-  (ZeRO-1/2 once per step; FSDP per block per micro-batch with one-block prefetch).
+  (ZeRO-1/2 once per step; FSDP per block per micro-batch with one-block prefetch); the
+  collectives that end a pass (FSDP's first gather and last reduce-scatter, DDP/ZeRO's last
+  bucket) have nothing to hide behind.
 * t_optimizer: a streaming update over the local optimizer shard, plus Muon's
   Newton-Schulz FLOPs.
 * χ_sys (Eq. 15): inter-node EP straggler, multi-node pipeline and intra-node deep-pipeline
@@ -459,7 +461,9 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     """Exposed data-parallel communication per step, by collective."""
     collectives = _data_parallel_collectives_s(machine, workload, plans)
     sharding = plans.sharding
-    overlap = calibration.dp_overlap_fraction
+    # A stack run without DDP/ZeRO overlap reduces and gathers after the passes
+    # (Workload.dp_comm_overlap); FSDP below overlaps per unit regardless.
+    overlap = calibration.dp_overlap_fraction if workload.dp_comm_overlap else 0.0
     hide_bwd = overlap * bwd_block_s * blocks
     hide_fwd = overlap * fwd_block_s * blocks
     is_ddp = sharding == Sharding.NONE
@@ -476,19 +480,61 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
                        - gather_bwd_exposed)
     reductions = np.where(fsdp_gathered_through_step(workload, plans), 1, n_mb)
     gathers_per_step = reductions * blocks
-    fsdp_gather = gathers_per_step * (gather_fwd_exposed + gather_bwd_exposed)
-    fsdp_scatter = gathers_per_step * scatter_exposed + reductions * replica
+    # The two ends of each pass have no compute to hide behind (Zhao et al. 2023, "PyTorch
+    # FSDP", arXiv 2304.11277, Fig. 5: AG0 runs before FWD0, RS0 after BWD0): the first unit's
+    # forward gather waits in full, and so do the last unit's reduce-scatter and replica
+    # all-reduce, which the end of backward waits for (torch FSDP1
+    # _runtime_utils._post_backward_final_callback and FSDP2's root post-backward callback
+    # make the compute stream wait on the reduction stream). Once per gathering forward and
+    # once per reducing backward.
+    # (The last unit's replica all-reduce is already counted in full below.)
+    first_gather = gather - gather_fwd_exposed
+    last_scatter = np.maximum(0.0, scatter - scatter_exposed)
+    fsdp_gather = (gathers_per_step * (gather_fwd_exposed + gather_bwd_exposed)
+                   + reductions * first_gather)
+    fsdp_scatter = (gathers_per_step * scatter_exposed + reductions * (replica + last_scatter))
     zero = np.zeros(len(plans))
+    # DDP's and ZeRO's bucketed collectives hide behind compute except the bucket that ends
+    # the pass: the last gradient bucket, reduced after the last backward compute, and the
+    # first parameter bucket, which the first forward block waits for.
+    edge = _dp_edge_bucket_share(workload, plans, blocks)
+
+    def exposed(collective_s: np.ndarray, hide_s: np.ndarray) -> np.ndarray:
+        return np.maximum(edge * collective_s, collective_s - hide_s)
+
     return {
-        "dp_all_reduce": np.where(is_ddp, np.maximum(0.0, collectives["all_reduce"] - hide_bwd),
-                                  zero),
-        "dp_reduce_scatter": np.where(
-            is_zero, np.maximum(0.0, collectives["reduce_scatter"] - hide_bwd), zero),
-        "dp_all_gather": np.where(is_zero, np.maximum(0.0, collectives["all_gather"] - hide_fwd),
-                                  zero),
+        "dp_all_reduce": np.where(is_ddp, exposed(collectives["all_reduce"], hide_bwd), zero),
+        "dp_reduce_scatter": np.where(is_zero, exposed(collectives["reduce_scatter"], hide_bwd),
+                                      zero),
+        "dp_all_gather": np.where(is_zero, exposed(collectives["all_gather"], hide_fwd), zero),
         "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
         "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero),
     }
+
+
+# Megatron-Core DDP's default gradient bucket: max(4e7, 1e6 x dp) parameters ("larger DP
+# sizes need larger buckets to ensure collectives do not become latency-bound"),
+# megatron/core/distributed/distributed_data_parallel.py and distributed_data_parallel_config.py
+# (NVIDIA/Megatron-LM @ d98e8a64dd).
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+
+
+def _dp_edge_bucket_share(workload: Workload, plans: ParallelPlans,
+                          blocks: np.ndarray) -> np.ndarray:
+    """Share of the stage's DDP/ZeRO collective that ends a pass with nothing to hide
+    behind (the stack trait ``dp_last_bucket``): Megatron-Core's default bucket over the
+    heavier end stage's parameters, one block of ``blocks`` for per-unit stacks (FSDP
+    SHARD_GRAD_OP), zero where the stack's bucketing is not modelled."""
+    rule = workload.traits.dp_last_bucket
+    if rule == "megatron":
+        bucket = np.maximum(MEGATRON_MIN_BUCKET_PARAMS,
+                            MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dp * plans.cp)
+        stage = _heavier_end_stage_parameters(workload, plans).total
+        return np.minimum(1.0, bucket / np.maximum(stage, 1.0))
+    if rule == "unit":
+        return 1.0 / np.maximum(blocks, 1)
+    return np.zeros(len(plans))
 
 
 def _matrix_newton_schulz_flops(rows: float, cols: float) -> float:

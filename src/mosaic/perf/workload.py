@@ -166,6 +166,12 @@ class Workload:
             ``selective_recompute: blocks``; fms-fsdp's selective_checkpointing p,
             fms_fsdp/policies/ac_handler.py @ ed74fd5: p of the blocks, evenly spaced, are
             wrapped in checkpoint_wrapper); None = the stack's default 1 (every block).
+        dp_comm_overlap: DDP / ZeRO gradient reduction and parameter gathers run bucket
+            by bucket behind the backward and forward (Megatron-LM --overlap-grad-reduce /
+            --overlap-param-gather, on in the NeMo and Megatron-Bridge recipes); False = they
+            run after the backward and after the optimizer step, all exposed (both flags
+            default to off in Megatron-LM, megatron/training/arguments.py @ core_v0.6.0).
+            FSDP's per-unit overlap does not read it.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -196,6 +202,7 @@ class Workload:
     pad_to_capacity: bool = False
     routing_imbalance: float | None = None
     recompute_block_fraction: float | None = None
+    dp_comm_overlap: bool = True
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the

@@ -128,6 +128,7 @@ class _Entry(BaseModel):
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
     context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
+    dp_last_bucket: Literal["megatron", "unit", "none"] = "unit"
     source: str = Field(min_length=1)
 
 
@@ -170,6 +171,11 @@ class StackTraits:
     # how the stack runs context parallelism (mosaic.perf.ring_attention): ring_p2p, torch_ring
     # or ulysses
     context_parallel: str
+    # the data-parallel gradient bucket reduced after the last backward compute (nothing left
+    # to hide it; mosaic.perf.step_time): "megatron" (Megatron-Core DDP's default bucket of
+    # max(4e7, 1e6·dp) parameters), "unit" (one block: FSDP units, SHARD_GRAD_OP) or "none"
+    # (not modelled)
+    dp_last_bucket: str
     source: str
 
 
