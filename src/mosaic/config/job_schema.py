@@ -57,12 +57,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import OptimizerKind, Precision, Workload, precision_lane
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
-from mosaic.stacks.registry import (
-    RELEASE_PATTERN,
-    RELEASE_SETTINGS,
-    cudnn_for_release,
-    release_number_text,
-)
+from mosaic.stacks.registry import RELEASE_PATTERN, RELEASE_SETTINGS, release_number_text
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -330,8 +325,6 @@ def job_from_document(document: dict[str, Any], where: str,
         workload = replace(workload, **release_default_settings(
             workload.stack, performance.stack_version, device_name, performance.precision,
             geometry.is_moe, stated, notes))
-        workload = replace(workload, cudnn_version=cudnn_for_release(
-            workload.stack, performance.stack_version))
     notes.extend(routing_assumptions(workload))
     devices = search.devices
     if devices is None and hardware.nodes is not None:

@@ -45,7 +45,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload, precision_lane
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
-from mosaic.stacks import cudnn_for_release, get_stack, stack_for_software
+from mosaic.stacks import get_stack, stack_for_software
 from mosaic.stacks.registry import OTHER_STACK, release_number_text
 from mosaic.yaml_stream import StreamError, iter_list_items, scan_mapping
 
@@ -417,9 +417,6 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     workload = replace(workload, **release_default_settings(
         stack, entry.stack_version or entry.software, system.device.name, entry.precision,
         geometry.moe is not None, stated, notes))
-    cudnn = cudnn_for_release(stack, entry.stack_version or entry.software)
-    if cudnn is not None:
-        workload = replace(workload, cudnn_version=cudnn)
     notes.append("optimizer not recorded: AdamW assumed")
     notes.extend(routing_assumptions(workload))
     plan = _plan(entry, stack, notes)

@@ -16,13 +16,6 @@ from enum import StrEnum
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_device
 from mosaic.perf.fitted_constants import fitted
-from mosaic.perf.kernels import (
-    FLASH_ATTENTION_EFFICIENCY,
-    FLASH_ATTENTION_EFFICIENCY_BY_CUDNN,
-    AttentionEfficiency,
-    device_fit_key,
-    exp_rescaled_attention_efficiency,
-)
 from mosaic.stacks import get_stack
 
 
@@ -90,38 +83,6 @@ def sfu_exp_time_ratio(device_name: str) -> float:
     ratio = ((fit.sfu_exp2_per_s / fit.peak_flops_per_s_for("bf16"))
              / (device.sfu_exp2_per_s / device.peak_flops_per_s_for("bf16")))
     return 1.0 if abs(ratio - 1.0) < 1e-12 else ratio
-
-
-def cudnn_generation(device_name: str, cudnn: tuple[int, int] | None
-                     ) -> tuple[int, int] | None:
-    """The cuDNN generation whose attention fit a run on ``cudnn`` takes on this device: the
-    newest fitted generation at or below ``cudnn``; None (the default fit) when ``cudnn``
-    is unknown, older than every fitted generation, or the device has no generation fits."""
-    if cudnn is None:
-        return None
-    fitted_generations = FLASH_ATTENTION_EFFICIENCY_BY_CUDNN.get(device_fit_key(device_name), {})
-    eligible = [g for g in fitted_generations if g <= tuple(cudnn)]
-    return max(eligible) if eligible else None
-
-
-def device_attention_efficiency(device_name: str, cudnn: tuple[int, int] | None = None
-                                ) -> tuple[AttentionEfficiency, AttentionEfficiency]:
-    """(forward, backward) flash-attention efficiency of cuDNN fused attention on this
-    device: the fit of its kernel-fit device for the cuDNN generation ``cudnn`` falls in
-    (``cudnn_generation``; None = the default fit), pooled ("generic") for a device without
-    fits, with the softmax exponentials rescaled where the device's exp rate per bf16 FLOP
-    differs from the fit device's (Blackwell Ultra, ``sfu_exp_time_ratio``)."""
-    key = device_fit_key(device_name)
-    generation = cudnn_generation(device_name, cudnn)
-    if generation is not None:
-        passes = FLASH_ATTENTION_EFFICIENCY_BY_CUDNN[key][generation]
-    else:
-        passes = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
-    fwd, bwd = passes["fwd"], passes["bwd"]
-    exp_ratio = sfu_exp_time_ratio(device_name)
-    if exp_ratio != 1.0 and key in FLASH_ATTENTION_EFFICIENCY:
-        fwd, bwd = exp_rescaled_attention_efficiency(fwd, bwd, exp_ratio)
-    return fwd, bwd
 
 
 def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str

@@ -235,18 +235,6 @@ FLASH_ATTENTION_EFFICIENCY: dict[str, dict[str, AttentionEfficiency]] = {
 }
 """Fitted attention efficiency per device ("generic" pools all) and pass ("fwd", "bwd")."""
 
-FLASH_ATTENTION_EFFICIENCY_BY_CUDNN: dict[str, dict[tuple[int, int],
-                                                    dict[str, AttentionEfficiency]]] = {
-    device: {tuple(int(x) for x in str(version).split(".")): {
-        direction: AttentionEfficiency(*map(float, triple))
-        for direction, triple in passes.items()}
-        for version, passes in generations.items()}
-    for device, generations in fitted("kernels", "flash_attention_efficiency_by_cudnn").items()
-}
-"""Attention efficiency of a kernel-fit device per cuDNN generation (MAJOR, MINOR): a run
-on cuDNN >= a key takes the newest such fit; older or unknown cuDNN takes
-``FLASH_ATTENTION_EFFICIENCY`` (microbench_fits.yaml, flash_attention_efficiency_by_cudnn)."""
-
 
 # Forward / backward flash-attention FLOPs per score element, per unit head dim: QK^T and
 # PV forward (4·d), five matmuls backward (10·d) (FlashAttention-2, Dao 2023, Sec. 4.1).

@@ -6,20 +6,18 @@ from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster
-from mosaic.perf.attention_kernels import (
-    cudnn_generation,
-    device_attention_efficiency,
-    gpu_generation,
-)
+from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
     DEFAULT_GEMM,
+    FLASH_ATTENTION_EFFICIENCY,
     SM_COUNT,
     AttentionEfficiency,
     GemmParams,
     GemmTable,
     GroupedGemmTable,
     device_fit_key,
+    exp_rescaled_attention_efficiency,
 )
 from mosaic.perf.workload import Precision
 
@@ -96,8 +94,12 @@ def machine_for(cluster: Cluster, precision: Precision,
             f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
         )
     key = device_fit_key(device.name)
-    # default cuDNN generation; Blackwell Ultra: softmax exps twice as fast
-    attention_fwd, attention_bwd = device_attention_efficiency(device.name)
+    attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
+    attention_fwd, attention_bwd = attention["fwd"], attention["bwd"]
+    exp_ratio = sfu_exp_time_ratio(device.name)  # Blackwell Ultra: softmax exps twice as fast
+    if exp_ratio != 1.0 and key in FLASH_ATTENTION_EFFICIENCY:
+        attention_fwd, attention_bwd = exp_rescaled_attention_efficiency(
+            attention_fwd, attention_bwd, exp_ratio)
     interconnect = Interconnect(
         scale_up_domain_gpus=job_domain_gpus(
             system.scale_up_domain_gpus, system.gpus_per_node, cluster.n_devices
@@ -132,15 +134,6 @@ def machine_for(cluster: Cluster, precision: Precision,
 def usable_gib(machine: Machine) -> float:
     """Device memory a plan may fill on ``machine``, GiB (capacity x usable fraction)."""
     return machine.hbm_bytes * machine.usable_memory_fraction / 2**30
-
-
-def with_cudnn_generation(machine: Machine, cudnn: tuple[int, int] | None) -> Machine:
-    """``machine`` with the flash-attention fit of the cuDNN generation ``cudnn`` falls in
-    (perf.attention_kernels.cudnn_generation); unchanged when that is the default fit."""
-    if cudnn_generation(machine.device_name, cudnn) is None:
-        return machine
-    fwd, bwd = device_attention_efficiency(machine.device_name, cudnn)
-    return replace(machine, attention_fwd=fwd, attention_bwd=bwd)
 
 
 def with_attention_efficiency(machine: Machine, fwd_multiplier: float,

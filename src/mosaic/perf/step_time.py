@@ -53,7 +53,7 @@ from mosaic.perf.layer_costs import (
     expert_all_to_all_s,
     moe_block_times,
 )
-from mosaic.perf.machine import Machine, with_attention_efficiency, with_cudnn_generation
+from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
     PARAMETER_STATE_KEY,
@@ -661,7 +661,6 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
     stack_factor = calibration.attention_multiplier(workload.stack)
-    machine = with_cudnn_generation(machine, workload.cudnn_version)  # stack's cuDNN fit
     machine = apply_microbench(machine, calibration.microbench)  # calibrate --microbench
     machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
                                         kernel.bwd_multiplier * stack_factor)

@@ -114,9 +114,6 @@ class Workload:
             learned_router_imbalance`).
         attention_kernel: flash-attention kernel family (cudnn, fa2, fa3, triton, fa1); None = the
             stack's default on the job's GPU generation (see ``perf.attention_kernels``).
-        cudnn_version: (major, minor) of the cuDNN the job's container ships (stack trait
-            ``cudnn_by_release`` from its release); picks the cuDNN generation's attention
-            fit (``perf.attention_kernels.cudnn_generation``); None = the default fit.
         fsdp_gather: FSDP gather granularity; None = the stack's (per tensor for DeepSpeed,
             per block for every other stack).
         dispatcher: EP token dispatch (alltoall, deepep, hybridep).
@@ -199,7 +196,6 @@ class Workload:
     pad_to_capacity: bool = False
     routing_imbalance: float | None = None
     recompute_block_fraction: float | None = None
-    cudnn_version: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -219,12 +215,6 @@ class Workload:
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise MosaicInputError(f"recompute_block_fraction {fraction!r}: allowed values "
                                    "are 0 to 1 (the share of blocks checkpointed)")
-        if self.cudnn_version is not None:
-            version = tuple(self.cudnn_version)
-            if len(version) != 2 or not all(isinstance(v, int) and v >= 0 for v in version):
-                raise MosaicInputError(f"cudnn_version {self.cudnn_version!r}: expected "
-                                       "(major, minor), e.g. (9, 13)")
-            object.__setattr__(self, "cudnn_version", version)
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")

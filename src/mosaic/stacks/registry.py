@@ -98,13 +98,6 @@ class ReleaseDefault:
                 and generation in self.generations and precision in self.precisions)
 
 
-class _CudnnRelease(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    since: str = Field(pattern=RELEASE_PATTERN, description="container release, YY.MM")
-    cudnn: str = Field(pattern=r"^\d+\.\d+$", description="cuDNN MAJOR.MINOR it ships")
-    source: str = Field(min_length=1)
-
-
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     description: str = Field(min_length=1)
@@ -131,7 +124,6 @@ class _Entry(BaseModel):
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
     release_defaults: tuple[_ReleaseDefault, ...] = ()
-    cudnn_by_release: tuple[_CudnnRelease, ...] = ()
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
@@ -171,8 +163,6 @@ class StackTraits:
     tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
     release_defaults: tuple[ReleaseDefault, ...]  # settings from a release on, per run kind
-    # (first container release YY.MM, cuDNN (major, minor) it ships), oldest first
-    cudnn_by_release: tuple[tuple[tuple[int, int], tuple[int, int]], ...]
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
     # and backward) or "forward_combine" (only the forward combine; the rest are exposed)
@@ -195,10 +185,7 @@ def _registry() -> dict[str, StackTraits]:
             ReleaseDefault(since=parse_release(d.since), generations=d.generations,
                            precisions=d.precisions, moe=d.moe, settings=dict(d.settings),
                            source=" ".join(d.source.split()))
-            for d in entry.release_defaults),
-        "cudnn_by_release": tuple(sorted(
-            (parse_release(c.since), tuple(int(x) for x in c.cudnn.split(".")))
-            for c in entry.cudnn_by_release))})
+            for d in entry.release_defaults)})
         for name, entry in parsed.stacks.items()}
 
 
@@ -218,17 +205,6 @@ def parse_release(text: str | None) -> tuple[int, int] | None:
     the first such number; None when there is none."""
     match = _RELEASE.search(text or "")
     return None if match is None else (int(match.group(1)), int(match.group(2)))
-
-
-def cudnn_for_release(stack: str, release_text: str | None) -> tuple[int, int] | None:
-    """cuDNN (major, minor) the stack's container of the release named in ``release_text``
-    ships (trait ``cudnn_by_release``: the newest entry at or before the release); None
-    when the text names no release or one older than every entry."""
-    release = parse_release(release_text)
-    if release is None:
-        return None
-    shipped = [cudnn for since, cudnn in get_stack(stack).cudnn_by_release if since <= release]
-    return shipped[-1] if shipped else None
 
 
 # What identifies and documents an entry is its own; every other trait may be inherited.
