@@ -528,13 +528,19 @@ def _dp_edge_bucket_share(workload: Workload, plans: ParallelPlans,
     SHARD_GRAD_OP), zero where the stack's bucketing is not modelled."""
     rule = workload.traits.dp_last_bucket
     if rule == "megatron":
-        bucket = np.maximum(MEGATRON_MIN_BUCKET_PARAMS,
-                            MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dp * plans.cp)
-        stage = _heavier_end_stage_parameters(workload, plans).total
-        return np.minimum(1.0, bucket / np.maximum(stage, 1.0))
+        return _megatron_last_bucket_share(workload, plans)
     if rule == "unit":
         return 1.0 / np.maximum(blocks, 1)
     return np.zeros(len(plans))
+
+
+@plan_key(*STAGE_PARAMETER_KEY, "cp", "dp", remember=without_top_k)
+def _megatron_last_bucket_share(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Megatron-Core's default gradient bucket over the heavier end stage's parameters."""
+    bucket = np.maximum(MEGATRON_MIN_BUCKET_PARAMS,
+                        MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dp * plans.cp)
+    stage = _heavier_end_stage_parameters(workload, plans).total
+    return np.minimum(1.0, bucket / np.maximum(stage, 1.0))
 
 
 def _matrix_newton_schulz_flops(rows: float, cols: float) -> float:
