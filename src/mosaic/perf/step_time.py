@@ -45,6 +45,7 @@ from mosaic.perf.collectives import (
     send_recv_time_s,
 )
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.elementwise_traffic import elementwise_traffic_multiplier
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
@@ -734,9 +735,13 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     block_terms["expert_load_imbalance"] = (load - 1.0) * even_routed_per_mb
     routed_per_mb = load * even_routed_per_mb
     block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
+    # Element-wise kernels move the bytes their implementation's kernels read and write
+    # (perf/elementwise_traffic: eager torch, Inductor, Transformer Engine, XLA), times the
+    # calibrated residual elementwise_traffic_factor, over the analytical count.
     elementwise_per_mb = block_terms["compute_elementwise"]
-    block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
-                                                * elementwise_per_mb)
+    block_terms["compute_elementwise_extra"] = (
+        (elementwise_traffic_multiplier(workload) - 1.0
+         + calibration.elementwise_traffic_factor - 1.0) * elementwise_per_mb)
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
