@@ -90,9 +90,9 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
 # What layer_costs counts (forward x (1 + BACKWARD_TO_FORWARD_STREAMING)): norms and
 # residuals 10 B per d forward (NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2), no RoPE, the
 # activation 3 (GLU) or 2 reads+writes of bf16 forward; backward twice the forward.
-_ANALYTICAL = BlockTraffic(norm_residual_per_d=3 * 10.0, rope_per_element=0.0,
-                           glu_per_element=3 * 3 * ACTIVATION_BYTES,
-                           act_per_element=3 * 2 * ACTIVATION_BYTES)
+ANALYTICAL_TRAFFIC = BlockTraffic(norm_residual_per_d=3 * 10.0, rope_per_element=0.0,
+                                   glu_per_element=3 * 3 * ACTIVATION_BYTES,
+                                   act_per_element=3 * 2 * ACTIVATION_BYTES)
 # MoE permute + unpermute: read and write every token copy forward, twice that backward
 # (layer_costs.moe_block_times); the same explicit gathers in every implementation.
 _PERMUTE_BYTES_PER_COPY_PER_D = 3 * 2 * 2 * ACTIVATION_BYTES
@@ -103,7 +103,7 @@ def block_traffic(kernels: ElementwiseKernels) -> BlockTraffic:
     return _TRAFFIC[ElementwiseKernels(kernels)]
 
 
-def _block_bytes(traffic: BlockTraffic, workload: Workload) -> float:
+def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
     """Bytes per token of one block (forward + backward) at TP 1 for ``traffic``."""
     g = workload.geometry
     rope = g.heads * g.head_dim + g.kv_heads * g.head_dim  # rotated q and k elements
@@ -136,5 +136,5 @@ def elementwise_kernels(workload: Workload) -> ElementwiseKernels:
 def elementwise_traffic_multiplier(workload: Workload) -> float:
     """Bytes the workload's implementation moves per token of a block over the analytical
     count (``compute_elementwise``) for its shapes."""
-    return (_block_bytes(block_traffic(elementwise_kernels(workload)), workload)
-            / _block_bytes(_ANALYTICAL, workload))
+    return (block_bytes_per_token(block_traffic(elementwise_kernels(workload)), workload)
+            / block_bytes_per_token(ANALYTICAL_TRAFFIC, workload))
