@@ -30,6 +30,7 @@ from mosaic.perf.elementwise_traffic import (
     elementwise_traffic_multiplier,
 )
 from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import Checkpointing
 from mosaic.perf.step_time import predict_step
 
 EXTRA = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
@@ -77,6 +78,21 @@ def test_eager_and_compiled_runs_resolve_by_their_setting(tt165):
     assert elementwise_traffic_multiplier(eager) == pytest.approx(1_782_784 / 321_024)
 
 
+def test_no_recompute_no_recomputed_traffic(tt165):
+    """Without checkpointing the extra is (m_eager - m_inductor) x the analytical seconds."""
+    calibration = replace(default_calibration(), stack_overhead={})
+    record = tt165["tt165-llama2-7b-h100-8-fsdp2-compile-noac"]
+    assert record.plan.checkpointing[0] == int(Checkpointing.NONE)
+    machine = machine_for(record.cluster, record.workload.precision)
+    compiled = predict_step(record.workload, record.plan, machine, calibration)
+    eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
+                         calibration)
+    extra = (eager.analytic_breakdown_s["compute_elementwise_extra"][0]
+             - compiled.analytic_breakdown_s["compute_elementwise_extra"][0])
+    assert extra == pytest.approx(compiled.analytic_breakdown_s["compute_elementwise"][0]
+                                  * (1_782_784 - 380_928) / 321_024, rel=1e-9)
+
+
 def test_te_stack_ignores_torch_compile(tt165):
     workload = replace(tt165["tt165-llama2-7b-h100-8-fsdp2-eager-ac"].workload,
                        stack="megatron-core")
@@ -86,8 +102,9 @@ def test_te_stack_ignores_torch_compile(tt165):
 
 
 def test_eager_step_slower_by_the_extra_bytes(tt165):
-    """Same layout, eager vs compiled: the step differs by the element-wise extra term
-    alone, (m_eager - m_inductor) times the analytical element-wise seconds."""
+    """Same layout (full AC), eager vs compiled: the step differs by the element-wise extra
+    term alone, (m_eager - m_inductor) times the analytical element-wise seconds plus their
+    recomputed forward third (backward = 2 x forward in the analytical count)."""
     calibration = replace(default_calibration(), stack_overhead={}, chi_a2a=0.0,
                           chi_pp=0.0, chi_overlap=0.0)
     record = tt165["tt165-llama2-7b-h100-8-fsdp2-compile-ac"]
@@ -98,5 +115,7 @@ def test_eager_step_slower_by_the_extra_bytes(tt165):
     base = compiled.analytic_breakdown_s["compute_elementwise"][0]
     extra = (eager.analytic_breakdown_s["compute_elementwise_extra"][0]
              - compiled.analytic_breakdown_s["compute_elementwise_extra"][0])
-    assert extra == pytest.approx(base * (1_782_784 - 380_928) / 321_024, rel=1e-9)
+    assert record.plan.checkpointing[0] == int(Checkpointing.FULL)
+    assert extra == pytest.approx(base * (1 + 1 / 3) * (1_782_784 - 380_928) / 321_024,
+                                  rel=1e-9)
     assert eager.step_time_s[0] > compiled.step_time_s[0] + 0.99 * extra
