@@ -754,9 +754,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     routed_per_mb = load * even_routed_per_mb
     block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
     # Element-wise kernels move the bytes their implementation's kernels read and write
-    # (perf/elementwise_traffic: eager torch, Inductor, Transformer Engine, XLA), times the
-    # calibrated residual elementwise_traffic_factor, over the analytical count.
-    # The forward kernels checkpointing repeats move the same bytes again.
+    # (perf/elementwise_traffic: eager torch, Inductor, Transformer Engine, XLA), and the
+    # forward kernels checkpointing repeats move them again; the calibrated residual
+    # elementwise_traffic_factor adds (factor - 1) analytical counts on top.
     elementwise_per_mb = block_terms["compute_elementwise"]
     recomputed = _recomputed_elementwise_s(workload, plans, elementwise_per_mb)
     block_terms["compute_elementwise_extra"] = (
