@@ -119,6 +119,10 @@ class PerformanceBlock(_Strict):
         default=True, description="DDP/ZeRO gradient reduction and parameter gathers "
         "overlap the backward and forward bucket by bucket (Megatron-LM --overlap-grad-reduce "
         "/ --overlap-param-gather); false = all exposed, Megatron-LM's default")
+    torch_compile: bool | None = Field(
+        default=None, description="eager-torch model code runs under torch.compile (Inductor "
+        "fuses norms, RoPE and activations); false = eager kernels; unset = the stack's "
+        "default (docs/evidence/elementwise_fusion.md)")
     full_iteration_cuda_graph: bool = Field(
         default=False,
         description="the step's forward and backward replay one CUDA graph (Megatron-Core "
@@ -314,6 +318,7 @@ def job_from_document(document: dict[str, Any], where: str,
         optimizer_dtype=performance.optimizer_dtype,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
         dp_comm_overlap=performance.dp_comm_overlap,
+        torch_compile=performance.torch_compile,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         recompute_block_fraction=performance.recompute_block_fraction,
         uneven_pipeline_stages=performance.uneven_stages,
@@ -402,6 +407,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["fsdp_keep_gathered"] = True
     if not workload.dp_comm_overlap:
         performance["dp_comm_overlap"] = False
+    if workload.torch_compile is not None:
+        performance["torch_compile"] = workload.torch_compile
     if workload.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
     if workload.recompute_block_fraction is not None:

@@ -40,7 +40,12 @@ ATTENTION_PRIOR_LOG_SD = 0.5  # attention kernels differ up to ~2x (FA2 vs FA3/c
 ATTENTION_LOG_BOUNDS = (-1.2, 0.2)
 ROUTING_LOG_BOUNDS = (0.0, 1.5)  # imbalance only slows the busiest rank: r in [1, 4.5]
 ROUTING_PRIOR_LOG_SD = 0.5
-ELEMENTWISE_LOG_BOUNDS = (0.0, np.log(4.0))  # at least the fused minimum, at most 4x it
+# Residual element-wise traffic common to every stack, in units of the analytical count and
+# added to each implementation's sourced traffic (perf/elementwise_traffic): none to 3x more.
+# It still fits at its upper bound, driven by small-expert MoE runs (Qwen3-30B-A3B) whose
+# permute/unpermute traffic the analytical count under-states (docs/evidence/
+# elementwise_fusion.md).
+ELEMENTWISE_LOG_BOUNDS = (0.0, np.log(4.0))
 ROBUST_SCALE_LOG = 0.1  # soft-L1 transition: residuals beyond ~10% count linearly
 # Eq. 15 terms. c_A2A scales the all-to-all share of the step (a straggler can at most
 # multiply the exposed all-to-all several times over); c_PP is the slowdown per extra node a
@@ -226,8 +231,9 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                           "not seen in the fit, " + FITTED,
         "attention_efficiency": "flash-attention efficiency factor per stack, " + FITTED,
         "routing_imbalance": "routed-expert load-imbalance factor per routing regime, " + FITTED,
-        "elementwise_traffic_factor": "times real stacks move the data the element-wise "
-                                      "streaming model counts once (unfused kernels), " + FITTED,
+        "elementwise_traffic_factor": "1 + element-wise traffic beyond each implementation's "
+                                      "sourced kernel count (perf/elementwise_traffic), in "
+                                      "units of the analytical streaming count, " + FITTED,
     }
     sources = dict(base.sources) | {k: v for k, v in notes.items() if k in fitted_names}
     if "stack_overhead" not in fitted_names:

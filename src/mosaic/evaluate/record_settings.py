@@ -50,6 +50,7 @@ class _Settings(_Strict):
     recompute_block_fraction: float | None = Field(default=None, ge=0, le=1)
     attention_kernel: Literal["cudnn", "fa2", "fa3", "triton", "fa1"] | None = None
     dp_comm_overlap: bool | None = None
+    torch_compile: bool | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None

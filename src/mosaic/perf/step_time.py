@@ -45,10 +45,12 @@ from mosaic.perf.collectives import (
     send_recv_time_s,
 )
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.elementwise_traffic import elementwise_traffic_multiplier
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.layer_costs import (
+    BACKWARD_TO_FORWARD_STREAMING,
     MOE_BLOCK_KEY,
     BlockTimes,
     dense_block_times,
@@ -196,6 +198,23 @@ def _slowest(stages: list[StageCandidate]) -> StageCandidate:
         best_moe = np.where(slower, moe_blocks, best_moe)
         best_vocab = np.where(slower, vocab, best_vocab)
     return best_terms, best_blocks, best_moe, best_vocab
+
+
+def _recomputed_elementwise_s(workload: Workload, plans: ParallelPlans,
+                              elementwise_s: np.ndarray) -> np.ndarray:
+    """Analytical seconds of the element-wise forward kernels that checkpointing repeats:
+    the forward share of ``compute_elementwise`` (backward = BACKWARD_TO_FORWARD_STREAMING x
+    forward, layer_costs) under full checkpointing and under selective policies that
+    recompute every element-wise kernel (torch per-op SAC, JAX save-dots), the checkpointed
+    share of blocks under block-level selective (fms-fsdp); Megatron-Core's selective
+    recompute (attention core, named modules) is left at the analytical count."""
+    forward = elementwise_s / (1 + BACKWARD_TO_FORWARD_STREAMING)
+    policy = workload.traits.selective_recompute
+    share = {SelectiveRecompute.PER_OP: 1.0, SelectiveRecompute.SAVE_DOTS: 1.0,
+             SelectiveRecompute.BLOCKS: workload.checkpointed_block_fraction}.get(policy, 0.0)
+    return np.select([plans.checkpointing == Checkpointing.FULL,
+                      plans.checkpointing == Checkpointing.SELECTIVE],
+                     [forward, share * forward], 0.0)
 
 
 def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
@@ -740,9 +759,15 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     block_terms["expert_load_imbalance"] = (load - 1.0) * even_routed_per_mb
     routed_per_mb = load * even_routed_per_mb
     block_terms["routing_imbalance"] = (imbalance - 1.0) * routed_per_mb
+    # Element-wise kernels move the bytes their implementation's kernels read and write
+    # (perf/elementwise_traffic: eager torch, Inductor, Transformer Engine, XLA), and the
+    # forward kernels checkpointing repeats move them again; the calibrated residual
+    # elementwise_traffic_factor adds (factor - 1) analytical counts on top.
     elementwise_per_mb = block_terms["compute_elementwise"]
-    block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
-                                                * elementwise_per_mb)
+    recomputed = _recomputed_elementwise_s(workload, plans, elementwise_per_mb)
+    block_terms["compute_elementwise_extra"] = (
+        (elementwise_traffic_multiplier(workload) - 1.0) * (elementwise_per_mb + recomputed)
+        + (calibration.elementwise_traffic_factor - 1.0) * elementwise_per_mb)
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}

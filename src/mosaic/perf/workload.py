@@ -172,6 +172,10 @@ class Workload:
             run after the backward and after the optimizer step, all exposed (both flags
             default to off in Megatron-LM, megatron/training/arguments.py @ core_v0.6.0).
             FSDP's per-unit overlap does not read it.
+        torch_compile: the model's blocks run under torch.compile (Inductor fuses the
+            element-wise kernels, mosaic.perf.elementwise_traffic) or eagerly (False);
+            None = the stack's default (stacks.yaml torch_compile). Only stacks whose model
+            code is eager torch read it.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -203,6 +207,7 @@ class Workload:
     routing_imbalance: float | None = None
     recompute_block_fraction: float | None = None
     dp_comm_overlap: bool = True
+    torch_compile: bool | None = None
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the

@@ -129,6 +129,9 @@ class _Entry(BaseModel):
         "dispatch_combine")
     context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
     dp_last_bucket: Literal["megatron", "unit", "none"] = "unit"
+    elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
+                                 "eager_native_norm"] = "te_fused"
+    torch_compile: bool = False
     source: str = Field(min_length=1)
 
 
@@ -176,6 +179,11 @@ class StackTraits:
     # max(4e7, 1e6·dp) parameters), "unit" (one block: FSDP units, SHARD_GRAD_OP) or "none"
     # (not modelled)
     dp_last_bucket: str
+    # how the model code runs norms, RoPE, activation and residual adds
+    # (mosaic.perf.elementwise_traffic): te_fused, inductor, xla, eager_fp32_norm or
+    # eager_native_norm; torch_compile: eager model code is compiled by default
+    elementwise_kernels: str
+    torch_compile: bool
     source: str
 
 

@@ -1,0 +1,140 @@
+"""HBM bytes each implementation's element-wise kernels move per token of one block.
+
+``layer_costs`` counts a block's element-wise (memory-bound) work analytically: two norms
+and two residual adds at ``NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2`` = 10 bytes per token
+per unit of d forward, the GLU/GELU activation on the FFN width, MoE permute/unpermute, and
+twice each forward for the backward (``compute_elementwise``). Real stacks launch different
+kernels for the same maths: eager PyTorch runs every op of an RMSNorm, a RoPE or a SwiGLU
+as its own kernel that reads and writes its whole tensor (some in fp32), while Transformer
+Engine, Inductor and XLA fuse them. :func:`elementwise_traffic_multiplier` is the ratio of
+an implementation's counted bytes to the analytical count for a workload's shapes; the step
+model scales ``compute_elementwise`` by it (``compute_elementwise_extra``). The counts, per
+kernel and with their code paths, are in docs/evidence/elementwise_fusion.md.
+
+Units: bytes per element of the tensor named (bf16 activations = 2 B, fp32 = 4 B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from mosaic.perf.element_bytes import ACTIVATION_BYTES
+from mosaic.perf.workload import Workload
+
+
+class ElementwiseKernels(StrEnum):
+    """How a stack's model code runs its norms, RoPE, activation and residual adds."""
+
+    TE_FUSED = "te_fused"  # Transformer Engine / Megatron-Core fused kernels
+    INDUCTOR = "inductor"  # torch.compile of eager model code (each block compiled)
+    XLA = "xla"  # JAX/XLA fusions
+    EAGER_FP32_NORM = "eager_fp32_norm"  # eager torch, RMSNorm composite with fp32 upcast
+    EAGER_NATIVE_NORM = "eager_native_norm"  # eager torch, native fused LayerNorm kernel
+
+
+@dataclass(frozen=True)
+class BlockTraffic:
+    """Bytes moved per token of one block, forward + backward, per unit of each width.
+
+    norm_residual_per_d: both norms and both residual adds (and the backward's two
+        gradient accumulations into the residual stream), per unit of d_model.
+    rope_per_element: rotary embedding of q and k, per rotated element.
+    glu_per_element / act_per_element: the FFN activation (SwiGLU: silu(gate)*up; else
+        GELU), per element of the FFN width.
+    """
+
+    norm_residual_per_d: float
+    rope_per_element: float
+    glu_per_element: float
+    act_per_element: float
+
+
+# Per-kernel counts (forward + backward, bytes per element); derivations and sources in
+# docs/evidence/elementwise_fusion.md.
+_TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
+    # Megatron-Core + TE: TE RMSNorm/LayerNorm fwd reads x, writes y (4) and bwd reads dy, x,
+    # writes dx (6) (transformer_engine/pytorch/module/layernorm_linear.py); fused
+    # bias-dropout-add reads 2, writes 1 (6) (megatron/core/fusions/fused_bias_dropout.py);
+    # backward accumulates the residual gradient with one add (6); per block 2 x (4 + 6) +
+    # 2 x (6 + 6) = 44. Fused RoPE (apply_rope_fusion, megatron/core/models/common/embeddings/
+    # rope_utils.py -> TE fused_apply_rotary_pos_emb): 4 + 4. Fused bias-SwiGLU
+    # (bias_activation_fusion, megatron/core/fusions/fused_bias_swiglu.py): forward reads
+    # gate and up, writes 1 (6 per w), backward reads dy, gate, up, writes dgate, dup (10).
+    # GELU: 4 + 6.
+    ElementwiseKernels.TE_FUSED: BlockTraffic(44.0, 8.0, 16.0, 10.0),
+    # torch.compile (torchtitan apply_compile compiles each TransformerBlock): the residual
+    # add fuses with the following norm (reads 2, writes the sum and the normed: 8), the
+    # block's first norm (4) and last add (6) stand alone: forward 18; backward, each norm
+    # gradient kernel also adds the residual gradient (reads dy, x, dres, writes dx: 8):
+    # 16. RoPE and silu*mul become one pointwise kernel each: 4 + 4 and 6 + 10.
+    ElementwiseKernels.INDUCTOR: BlockTraffic(34.0, 8.0, 16.0, 10.0),
+    # XLA fuses the same chains (MaxText layers scanned per block): as Inductor.
+    ElementwiseKernels.XLA: BlockTraffic(34.0, 8.0, 16.0, 10.0),
+    # Eager torch (torchtitan models/llama/model.py RMSNorm and apply_rotary_emb; HF
+    # LlamaRMSNorm / rotate_half; fms LayerNormParameterized): RMSNorm as x.float() (6),
+    # pow (8), mean (4), x*rsqrt (8), type_as (6), *weight (4) = 36 forward; autograd
+    # backward of those ops 92 (weight grad 12, cast 6, mul 24, mean 4, pow 28, accumulate
+    # 12, cast 6); two norms 256 plus two residual adds and their gradient accumulations
+    # 24: 280. RoPE: float() cast 6, complex multiply 8, type_as 6 forward, the same in
+    # backward: 40. SwiGLU F.silu(w1 x) * w3 x: silu 4 + mul 6 forward; backward mul 12,
+    # silu 6: 28. GELU: 4 + 6.
+    ElementwiseKernels.EAGER_FP32_NORM: BlockTraffic(280.0, 40.0, 28.0, 10.0),
+    # Eager torch with the native LayerNorm kernel in bf16 (llm-foundry MPT LPLayerNorm ->
+    # F.layer_norm, llmfoundry/models/layers/norm.py): forward 4, backward dx 6 plus the
+    # gamma/beta reduction reading dy and x again 4; residuals 24: 2 x 14 + 24 = 52. MPT
+    # uses ALiBi or learned positions, no RoPE kernel (0). Eager silu*mul if GLU; GELU 4 + 6.
+    ElementwiseKernels.EAGER_NATIVE_NORM: BlockTraffic(52.0, 0.0, 28.0, 10.0),
+}
+
+# What layer_costs counts (forward x (1 + BACKWARD_TO_FORWARD_STREAMING)): norms and
+# residuals 10 B per d forward (NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2), no RoPE, the
+# activation 3 (GLU) or 2 reads+writes of bf16 forward; backward twice the forward.
+ANALYTICAL_TRAFFIC = BlockTraffic(norm_residual_per_d=3 * 10.0, rope_per_element=0.0,
+                                   glu_per_element=3 * 3 * ACTIVATION_BYTES,
+                                   act_per_element=3 * 2 * ACTIVATION_BYTES)
+# MoE permute + unpermute: read and write every token copy forward, twice that backward
+# (layer_costs.moe_block_times); the same explicit gathers in every implementation.
+_PERMUTE_BYTES_PER_COPY_PER_D = 3 * 2 * 2 * ACTIVATION_BYTES
+
+
+def block_traffic(kernels: ElementwiseKernels) -> BlockTraffic:
+    """Per-element byte counts of one implementation."""
+    return _TRAFFIC[ElementwiseKernels(kernels)]
+
+
+def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
+    """Bytes per token of one block (forward + backward) at TP 1 for ``traffic``."""
+    g = workload.geometry
+    rope = g.heads * g.head_dim + g.kv_heads * g.head_dim  # rotated q and k elements
+    if g.mla is not None:  # MLA rotates only the decoupled rope part (one shared key)
+        rope = (g.heads + 1) * g.mla.qk_rope_head_dim
+    per_width = traffic.glu_per_element if g.glu else traffic.act_per_element
+    width = float(g.ffn)
+    permute = 0.0
+    if g.moe is not None:
+        width = g.moe.top_k * g.moe.expert_ffn + g.moe.shared_experts * g.moe.shared_width
+        permute = _PERMUTE_BYTES_PER_COPY_PER_D * g.moe.top_k * g.d_model
+    return (traffic.norm_residual_per_d * g.d_model + traffic.rope_per_element * rope
+            + per_width * width + permute)
+
+
+def elementwise_kernels(workload: Workload) -> ElementwiseKernels:
+    """The implementation a workload's element-wise kernels run: the stack's, with eager
+    torch model code compiled by Inductor when ``torch_compile`` (the workload's, else the
+    stack's default) is on."""
+    traits = workload.traits
+    kernels = ElementwiseKernels(traits.elementwise_kernels)
+    compiled = (traits.torch_compile if workload.torch_compile is None
+                else workload.torch_compile)
+    if compiled and kernels in (ElementwiseKernels.EAGER_FP32_NORM,
+                                ElementwiseKernels.EAGER_NATIVE_NORM):
+        return ElementwiseKernels.INDUCTOR
+    return kernels
+
+
+def elementwise_traffic_multiplier(workload: Workload) -> float:
+    """Bytes the workload's implementation moves per token of a block over the analytical
+    count (``compute_elementwise``) for its shapes."""
+    return (block_bytes_per_token(block_traffic(elementwise_kernels(workload)), workload)
+            / block_bytes_per_token(ANALYTICAL_TRAFFIC, workload))

@@ -1,0 +1,121 @@
+"""Element-wise traffic per implementation (docs/evidence/elementwise_fusion.md).
+
+Bytes per token of one Llama-2-7B block (d 4096, 32 heads of 128, MHA, SwiGLU FFN 11008),
+forward + backward, counted by hand from each implementation's kernels:
+
+  analytical count (layer_costs): norms+residuals 30 B/d, SwiGLU 18 B/w
+      30*4096 + 18*11008                     = 321,024
+  Transformer Engine: 44 B/d, RoPE 8 B per q/k element, SwiGLU 16 B/w
+      44*4096 + 8*(4096+4096) + 16*11008    = 421,888
+  torch.compile (Inductor): 34 B/d, RoPE 8, SwiGLU 16
+      34*4096 + 8*8192 + 16*11008           = 380,928
+  eager torch (fp32-upcast RMSNorm, complex RoPE, silu then mul): 280 B/d, RoPE 40, 28 B/w
+      280*4096 + 40*8192 + 28*11008         = 1,782,784
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mosaic.config.run_records import load_run_records
+from mosaic.evaluate.record_settings import apply_record_settings
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.elementwise_traffic import (
+    ANALYTICAL_TRAFFIC,
+    ElementwiseKernels,
+    block_bytes_per_token,
+    block_traffic,
+    elementwise_kernels,
+    elementwise_traffic_multiplier,
+)
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import Checkpointing
+from mosaic.perf.step_time import predict_step
+
+EXTRA = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+BY_HAND = {
+    ElementwiseKernels.TE_FUSED: 421_888,
+    ElementwiseKernels.INDUCTOR: 380_928,
+    ElementwiseKernels.EAGER_FP32_NORM: 1_782_784,
+}
+ANALYTICAL_BY_HAND = 321_024
+
+
+@pytest.fixture(scope="module")
+def tt165():
+    """torchtitan PR #165's Llama-2-7B rows (eager and compiled, same layout)."""
+    records = apply_record_settings(load_run_records(EXTRA)).records
+    return {r.id: r for r in records if r.id.startswith("tt165-")}
+
+
+def test_eager_rmsnorm_kernel_sum():
+    """Eager RMSNorm forward: float() 2+4, pow 4+4, mean 4, x*rsqrt 4+4, type_as 4+2,
+    *weight 2+2 = 36 B per element; two norms, their backward (92 each) and two residual
+    adds with their gradient accumulations (2 x 12) make 280 B per d."""
+    forward = (2 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 2) + (2 + 2)
+    assert forward == 36
+    assert block_traffic(ElementwiseKernels.EAGER_FP32_NORM).norm_residual_per_d == (
+        2 * (forward + 92) + 2 * (6 + 6))
+
+
+@pytest.mark.parametrize("kernels", sorted(BY_HAND))
+def test_block_bytes_by_hand(tt165, kernels):
+    workload = tt165["tt165-llama2-7b-h100-8-fsdp2-eager-ac"].workload
+    assert block_bytes_per_token(block_traffic(kernels), workload) == BY_HAND[kernels]
+    assert block_bytes_per_token(ANALYTICAL_TRAFFIC, workload) == ANALYTICAL_BY_HAND
+
+
+def test_eager_and_compiled_runs_resolve_by_their_setting(tt165):
+    eager = tt165["tt165-llama2-7b-h100-8-fsdp2-eager-ac"].workload
+    compiled = tt165["tt165-llama2-7b-h100-8-fsdp2-compile-ac"].workload
+    assert eager.torch_compile is False  # record setting
+    assert elementwise_kernels(eager) is ElementwiseKernels.EAGER_FP32_NORM
+    assert elementwise_kernels(compiled) is ElementwiseKernels.INDUCTOR  # stack default
+    ratio = (elementwise_traffic_multiplier(eager)
+             / elementwise_traffic_multiplier(compiled))
+    assert ratio == pytest.approx(1_782_784 / 380_928)  # 4.68x the bytes
+    assert elementwise_traffic_multiplier(eager) == pytest.approx(1_782_784 / 321_024)
+
+
+def test_no_recompute_no_recomputed_traffic(tt165):
+    """Without checkpointing the extra is (m_eager - m_inductor) x the analytical seconds."""
+    calibration = replace(default_calibration(), stack_overhead={})
+    record = tt165["tt165-llama2-7b-h100-8-fsdp2-compile-noac"]
+    assert record.plan.checkpointing[0] == int(Checkpointing.NONE)
+    machine = machine_for(record.cluster, record.workload.precision)
+    compiled = predict_step(record.workload, record.plan, machine, calibration)
+    eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
+                         calibration)
+    extra = (eager.analytic_breakdown_s["compute_elementwise_extra"][0]
+             - compiled.analytic_breakdown_s["compute_elementwise_extra"][0])
+    assert extra == pytest.approx(compiled.analytic_breakdown_s["compute_elementwise"][0]
+                                  * (1_782_784 - 380_928) / 321_024, rel=1e-9)
+
+
+def test_te_stack_ignores_torch_compile(tt165):
+    workload = replace(tt165["tt165-llama2-7b-h100-8-fsdp2-eager-ac"].workload,
+                       stack="megatron-core")
+    for compiled in (None, False, True):
+        assert elementwise_kernels(replace(workload, torch_compile=compiled)) is (
+            ElementwiseKernels.TE_FUSED)
+
+
+def test_eager_step_slower_by_the_extra_bytes(tt165):
+    """Same layout (full AC), eager vs compiled: the step differs by the element-wise extra
+    term alone, (m_eager - m_inductor) times the analytical element-wise seconds plus their
+    recomputed forward third (backward = 2 x forward in the analytical count)."""
+    calibration = replace(default_calibration(), stack_overhead={}, chi_a2a=0.0,
+                          chi_pp=0.0, chi_overlap=0.0)
+    record = tt165["tt165-llama2-7b-h100-8-fsdp2-compile-ac"]
+    machine = machine_for(record.cluster, record.workload.precision)
+    compiled = predict_step(record.workload, record.plan, machine, calibration)
+    eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
+                         calibration)
+    base = compiled.analytic_breakdown_s["compute_elementwise"][0]
+    extra = (eager.analytic_breakdown_s["compute_elementwise_extra"][0]
+             - compiled.analytic_breakdown_s["compute_elementwise_extra"][0])
+    assert record.plan.checkpointing[0] == int(Checkpointing.FULL)
+    assert extra == pytest.approx(base * (1 + 1 / 3) * (1_782_784 - 380_928) / 321_024,
+                                  rel=1e-9)
+    assert eager.step_time_s[0] > compiled.step_time_s[0] + 0.99 * extra
