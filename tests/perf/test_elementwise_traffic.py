@@ -87,8 +87,8 @@ def test_no_recompute_no_recomputed_traffic(tt165):
     compiled = predict_step(record.workload, record.plan, machine, calibration)
     eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
                          calibration)
-    extra = (eager.analytic_breakdown_s["compute_elementwise_extra"][0]
-             - compiled.analytic_breakdown_s["compute_elementwise_extra"][0])
+    extra = (eager.analytic_breakdown_s["compute_elementwise_unfused"][0]
+             - compiled.analytic_breakdown_s["compute_elementwise_unfused"][0])
     assert extra == pytest.approx(compiled.analytic_breakdown_s["compute_elementwise"][0]
                                   * (1_782_784 - 380_928) / 321_024, rel=1e-9)
 
@@ -113,8 +113,8 @@ def test_eager_step_slower_by_the_extra_bytes(tt165):
     eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
                          calibration)
     base = compiled.analytic_breakdown_s["compute_elementwise"][0]
-    extra = (eager.analytic_breakdown_s["compute_elementwise_extra"][0]
-             - compiled.analytic_breakdown_s["compute_elementwise_extra"][0])
+    extra = (eager.analytic_breakdown_s["compute_elementwise_unfused"][0]
+             - compiled.analytic_breakdown_s["compute_elementwise_unfused"][0])
     assert record.plan.checkpointing[0] == int(Checkpointing.FULL)
     assert extra == pytest.approx(base * (1 + 1 / 3) * (1_782_784 - 380_928) / 321_024,
                                   rel=1e-9)

@@ -8,8 +8,8 @@ kernels for the same maths: eager PyTorch runs every op of an RMSNorm, a RoPE or
 as its own kernel that reads and writes its whole tensor (some in fp32), while Transformer
 Engine, Inductor and XLA fuse them. :func:`elementwise_traffic_multiplier` is the ratio of
 an implementation's counted bytes to the analytical count for a workload's shapes; the step
-model scales ``compute_elementwise`` by it (``compute_elementwise_extra``). The counts, per
-kernel and with their code paths, are in docs/evidence/elementwise_fusion.md.
+model scales ``compute_elementwise`` by it (the excess is ``compute_elementwise_unfused``).
+The counts, per kernel and with their code paths, are in docs/evidence/elementwise_fusion.md.
 
 Units: bytes per element of the tensor named (bf16 activations = 2 B, fp32 = 4 B).
 """

@@ -765,9 +765,10 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     # elementwise_traffic_factor adds (factor - 1) analytical counts on top.
     elementwise_per_mb = block_terms["compute_elementwise"]
     recomputed = _recomputed_elementwise_s(workload, plans, elementwise_per_mb)
-    block_terms["compute_elementwise_extra"] = (
-        (elementwise_traffic_multiplier(workload) - 1.0) * (elementwise_per_mb + recomputed)
-        + (calibration.elementwise_traffic_factor - 1.0) * elementwise_per_mb)
+    block_terms["compute_elementwise_unfused"] = (
+        (elementwise_traffic_multiplier(workload) - 1.0) * (elementwise_per_mb + recomputed))
+    block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
+                                                * elementwise_per_mb)
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}

@@ -52,6 +52,8 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _compute("attention_gemm"), _compute("attention_core"), _compute("mlp"),
     _compute("experts"), _compute("shared_expert"), _compute("router"),
     _compute("elementwise"), _compute("fp8_cast"), _compute("recompute"),
+    # the implementation's kernels beyond the fused minimum (perf/elementwise_traffic.py)
+    _compute("elementwise_unfused"),
     _compute("elementwise_extra", source="calibrated"),
     _comm("tp_all_gather", "tp"), _comm("tp_reduce_scatter", "tp"),
     _comm("tp_all_reduce", "tp"),
