@@ -94,15 +94,16 @@ def test_torchtitan_forward_kernel_sum():
 
 
 def test_block_term_is_the_difference_to_the_analytical_count():
-    """moe_block_times keeps the analytical permute in ``streaming`` and adds the sourced
-    count's excess (negative for HybridEP) as ``moe_permute``; the excesses stand in the
+    """moe_block_times puts the sourced count in ``streaming`` and names its excess over the
+    analytical count (negative for HybridEP) ``moe_permute``; the excesses stand in the
     ratio of their bytes (latency and bandwidth are common to both)."""
     machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
     plan = single_plan(dp=8, ep=8, micro_batch=1)  # 4096 tokens, 16 experts per rank
     bridge = _workload("megatron-bridge")
     hybrid = _workload("megatron-bridge", Dispatcher.HYBRIDEP)
     a, b = moe_block_times(machine, bridge, plan), moe_block_times(machine, hybrid, plan)
-    assert np.all(a.streaming == b.streaming)
+    assert (a.streaming - a.moe_permute)[0] == pytest.approx((b.streaming - b.moe_permute)[0])
+    assert b.streaming[0] > 0
     fwd, bwd = moe_permute_excess_s(machine, bridge, np.array([COPIES]), np.array([16.0]))
     assert a.moe_permute[0] == pytest.approx(fwd[0] + bwd[0])
     analytical = 536_870_912 + 1_073_741_824
@@ -122,3 +123,22 @@ def test_torchtitan_block_pays_more_token_movement_than_megatron():
     analytical = 24
     assert (t.moe_permute[0] / m.moe_permute[0]) == pytest.approx(
         (70 + 22 / 8 - analytical) / (32 + 4 / 8 - analytical))
+
+
+def test_fitted_residual_and_multiplier_scale_only_the_analytical_count():
+    """The step's compute_elementwise carries the sourced token movement; the calibrated
+    residual (elementwise_traffic_factor - 1) scales the analytical count only."""
+    from mosaic.perf.calibration import default_calibration
+    from mosaic.perf.step_time import predict_step
+
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
+    plan = single_plan(dp=8, ep=8, micro_batch=1)
+    calibration = default_calibration()
+    steps = {dispatcher: predict_step(_workload("megatron-bridge", dispatcher), plan, machine,
+                                      calibration)
+             for dispatcher in (Dispatcher.ALLTOALL, Dispatcher.HYBRIDEP)}
+    a, b = steps[Dispatcher.ALLTOALL], steps[Dispatcher.HYBRIDEP]
+    extra = "compute_elementwise_extra"
+    assert a.analytic_breakdown_s[extra][0] == pytest.approx(b.analytic_breakdown_s[extra][0])
+    assert (a.analytic_breakdown_s["compute_elementwise"][0]
+            > b.analytic_breakdown_s["compute_elementwise"][0] > 0)

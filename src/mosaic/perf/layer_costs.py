@@ -102,7 +102,8 @@ class BlockTimes:
     shared_expert: np.ndarray
     router: np.ndarray
     streaming: np.ndarray  # norms, residuals, activation function, permute/unpermute
-    # the MoE token movement beyond (negative: below) the analytical permute in streaming
+    # the part of streaming by which the MoE token movement as the stack runs it exceeds
+    # (negative: falls short of) the analytical permute + unpermute count
     moe_permute: np.ndarray
     fp8_cast: np.ndarray  # FP8 quantisation of GEMM operands (zero unless FP8 GEMMs)
     forward: np.ndarray  # forward share of all of the above (recomputed under full)
@@ -119,8 +120,7 @@ class BlockTimes:
     @property
     def compute(self) -> np.ndarray:
         return (self.attention_gemm + self.attention_core + self.mlp_gemm
-                + self.shared_expert + self.router + self.streaming + self.moe_permute
-                + self.fp8_cast)
+                + self.shared_expert + self.router + self.streaming + self.fp8_cast)
 
 
 def _gemm(
@@ -588,7 +588,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         shared_cast = fp8_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
         cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
-    streaming = attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    streaming = (attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                 + permute_fwd + permute_bwd)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect

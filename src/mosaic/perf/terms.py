@@ -54,9 +54,6 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _compute("elementwise"), _compute("fp8_cast"), _compute("recompute"),
     # the implementation's kernels beyond the fused minimum (perf/elementwise_traffic.py)
     _compute("elementwise_unfused"),
-    # the MoE token movement as the stack and dispatcher run it, beyond the analytical
-    # permute in elementwise (perf/moe_permute_traffic.py)
-    _compute("moe_permute"),
     _compute("elementwise_extra", source="calibrated"),
     _comm("tp_all_gather", "tp"), _comm("tp_reduce_scatter", "tp"),
     _comm("tp_all_reduce", "tp"),

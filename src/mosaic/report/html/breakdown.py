@@ -24,7 +24,6 @@ TERM_GROUPS: dict[str, str] = {
     "compute_elementwise": "compute",
     "compute_fp8_cast": "compute",
     "compute_elementwise_unfused": "compute",
-    "compute_moe_permute": "compute",
     "compute_elementwise_extra": "compute",
     "compute_recompute": "recompute",
     "routing_imbalance": "EP (routing imbalance)",
