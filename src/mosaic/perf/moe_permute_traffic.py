@@ -155,15 +155,3 @@ def permute_bytes(workload: Workload, copies: ArrayLike, local_experts: ArrayLik
         backward = np.where(several == flag, b, backward)
     return forward, backward
 
-
-def permute_bytes_per_token(workload: Workload) -> float:
-    """Forward + backward bytes per token (before top-k) of one MoE layer at TP 1 with more
-    than one expert per rank (the count :mod:`mosaic.perf.elementwise_traffic` adds to both
-    sides of its ratio)."""
-    moe = workload.geometry.moe
-    if moe is None:
-        return 0.0
-    t = workload_permute_traffic(workload)
-    return workload.geometry.d_model * (
-        moe.top_k * (t.forward_per_copy + t.backward_per_copy)
-        + t.forward_per_token + t.backward_per_token)
