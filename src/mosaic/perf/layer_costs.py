@@ -36,6 +36,8 @@ from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gem
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
 from mosaic.perf.memo_keys import without_top_k
+from mosaic.perf.moe_permute_traffic import ANALYTICAL_PERMUTE
+from mosaic.perf.moe_permute_traffic import permute_bytes as sourced_permute_bytes
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.ring_attention import (
     TORCH_RING,
@@ -100,6 +102,9 @@ class BlockTimes:
     shared_expert: np.ndarray
     router: np.ndarray
     streaming: np.ndarray  # norms, residuals, activation function, permute/unpermute
+    # the part of streaming by which the MoE token movement as the stack runs it exceeds
+    # (negative: falls short of) the analytical permute + unpermute count
+    moe_permute: np.ndarray
     fp8_cast: np.ndarray  # FP8 quantisation of GEMM operands (zero unless FP8 GEMMs)
     forward: np.ndarray  # forward share of all of the above (recomputed under full)
     tp_all_gather: np.ndarray  # sequence-parallel gathers (and expert-TP token gathers)
@@ -524,7 +529,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward, selective_recompute=selective,
         selective_core_recompute=selective_core, mlp_gemm=_fwd_bwd(up + down),
-        shared_expert=zero, router=zero, streaming=streaming,
+        shared_expert=zero, router=zero, streaming=streaming, moe_permute=zero,
         fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
         forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
@@ -571,6 +576,11 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                         if moe.shared_experts else np.zeros(len(plans)))
     moe_stream = streaming_time_s(permute_bytes + expert_act_bytes + shared_act_bytes,
                                   machine.hbm_bw_bytes_per_s)
+    # The token movement (permute, chunk sorts, unpermute) as the stack's MoE code and its
+    # dispatcher run it (perf/moe_permute_traffic), beyond (or, for DeepEP and HybridEP,
+    # below) that analytical count, forward and backward.
+    permute_fwd, permute_bwd = moe_permute_excess_s(machine, workload, copies, experts_here)
+    moe_stream_fwd = moe_stream + permute_fwd
     expert_gemms = ((geometry.d_model, glu_factor * expert_width),
                     (expert_width, geometry.d_model))
     cast_fwd, cast_bwd = fp8_cast_s(machine, workload, copies, expert_gemms)
@@ -578,7 +588,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         shared_cast = fp8_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
         cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
-    streaming = attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+    streaming = (attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                 + permute_fwd + permute_bwd)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
     ic = machine.interconnect
@@ -606,7 +617,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     mlp_fwd = experts_up + experts_down
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
                + mlp_fwd + shared_fwd + router_gemm + router_stream
-               + attention.streaming_forward + moe_stream + cast_fwd)
+               + attention.streaming_forward + moe_stream_fwd + cast_fwd)
     policy = workload.traits.selective_recompute
     if policy is SelectiveRecompute.PER_OP:
         # torchtitan's per-op SAC does not save grouped GEMMs: it recomputes the routed
@@ -616,14 +627,14 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         gate_share, shared_share = _per_op_sac_moe_matmul_shares(workload, plans)
         selective = (_per_op_sac_attention_recompute(workload, plans, attention) + mlp_fwd
                      + gate_share * router_gemm + shared_share * shared_fwd
-                     + attention.streaming_forward + moe_stream + cast_fwd)
+                     + attention.streaming_forward + moe_stream_fwd + cast_fwd)
         selective_core = np.zeros(len(plans))
     elif policy is SelectiveRecompute.BLOCKS:
         selective, selective_core = _block_level_recompute(
             workload, forward, gather + scatter + reduce, attention.core_forward)
     elif policy is SelectiveRecompute.SAVE_DOTS:
         selective, selective_core = _save_dots_recompute(
-            attention, attention.streaming_forward + moe_stream + cast_fwd)
+            attention, attention.streaming_forward + moe_stream_fwd + cast_fwd)
     else:
         selective_core = _selective_core_attention_s(workload, attention)
         expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)
@@ -633,7 +644,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
             "layernorm": attention.layernorm_forward,
             "moe_act": expert_act,
             "shared_experts": shared_fwd,
-            "moe": mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream + a2a_pair,
+            "moe": (mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream_fwd
+                    + a2a_pair),
         })
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
@@ -642,12 +654,28 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         selective_core_recompute=selective_core,
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
         router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
-        streaming=streaming, fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
+        streaming=streaming, moe_permute=permute_fwd + permute_bwd,
+        fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
         forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter,
         tp_all_reduce=reduce, ep_all_to_all=a2a_exposed,
         cp_send_recv=attention.cp_exposed,
     )
+
+
+def moe_permute_excess_s(machine: Machine, workload: Workload, copies: np.ndarray,
+                         experts_here: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one MoE block's token movement as its stack and
+    dispatcher run it (:func:`mosaic.perf.moe_permute_traffic.permute_bytes`) minus the
+    analytical permute + unpermute ``streaming`` already holds (negative where the sourced
+    count is lower, e.g. HybridEP's permute inside its dispatch kernel)."""
+    sourced_fwd, sourced_bwd = sourced_permute_bytes(workload, copies, experts_here)
+    d = workload.geometry.d_model
+    analytic_fwd = copies * d * ANALYTICAL_PERMUTE.forward_per_copy
+    analytic_bwd = copies * d * ANALYTICAL_PERMUTE.backward_per_copy
+    bandwidth = machine.hbm_bw_bytes_per_s
+    return (streaming_time_s(sourced_fwd, bandwidth) - streaming_time_s(analytic_fwd, bandwidth),
+            streaming_time_s(sourced_bwd, bandwidth) - streaming_time_s(analytic_bwd, bandwidth))
 
 
 def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelPlans,

@@ -238,6 +238,7 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
     recompute = np.where(full, both("forward") + both("tp_communication") / 2,
                          np.where(selective, both("selective_recompute"), 0.0))
     return {
+        "moe_permute_excess": both("moe_permute"),
         "attention_core_recompute": _recomputed_attention_core(dense, moe, dense_blocks,
                                                                moe_blocks, plans),
         "compute_attention_gemm": both("attention_gemm"),
@@ -763,12 +764,16 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     # (perf/elementwise_traffic: eager torch, Inductor, Transformer Engine, XLA), and the
     # forward kernels checkpointing repeats move them again; the calibrated residual
     # elementwise_traffic_factor adds (factor - 1) analytical counts on top.
+    # compute_elementwise holds the MoE token movement as the stack and dispatcher run it
+    # (perf/moe_permute_traffic); both scale only the analytical count (with the analytical
+    # permute), which is what their sourced multiplier and fitted residual are in units of.
     elementwise_per_mb = block_terms["compute_elementwise"]
-    recomputed = _recomputed_elementwise_s(workload, plans, elementwise_per_mb)
+    analytical_per_mb = elementwise_per_mb - block_terms.pop("moe_permute_excess")
+    recomputed = _recomputed_elementwise_s(workload, plans, analytical_per_mb)
     block_terms["compute_elementwise_unfused"] = (
-        (elementwise_traffic_multiplier(workload) - 1.0) * (elementwise_per_mb + recomputed))
+        (elementwise_traffic_multiplier(workload) - 1.0) * (analytical_per_mb + recomputed))
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
-                                                * elementwise_per_mb)
+                                                * analytical_per_mb)
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
@@ -782,7 +787,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb)
     breakdown["pipeline_bubble"] = f_bubble * t_block
     attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
-    elementwise_s = n_mb * elementwise_per_mb * (1 + f_bubble)
+    elementwise_s = n_mb * analytical_per_mb * (1 + f_bubble)
     block_compute_s = n_mb * t_cmp * (1 + f_bubble)
     block_dispatch_floor_s = n_mb * t_disp * (1 + f_bubble)
     routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)

@@ -132,6 +132,7 @@ class _Entry(BaseModel):
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
                                  "eager_native_norm"] = "te_fused"
     torch_compile: bool = False
+    moe_permute: Literal["te_fused", "torch_index", "torchtitan"] = "te_fused"
     source: str = Field(min_length=1)
 
 
@@ -184,6 +185,9 @@ class StackTraits:
     # eager_native_norm; torch_compile: eager model code is compiled by default
     elementwise_kernels: str
     torch_compile: bool
+    # how the MoE layer moves routed tokens on the GPU (mosaic.perf.moe_permute_traffic):
+    # te_fused, torch_index or torchtitan
+    moe_permute: str
     source: str
 
 
