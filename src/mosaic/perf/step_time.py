@@ -212,9 +212,9 @@ def _recomputed_elementwise_s(workload: Workload, plans: ParallelPlans,
     policy = workload.traits.selective_recompute
     share = {SelectiveRecompute.PER_OP: 1.0, SelectiveRecompute.SAVE_DOTS: 1.0,
              SelectiveRecompute.BLOCKS: workload.checkpointed_block_fraction}.get(policy, 0.0)
-    return np.select([plans.checkpointing == Checkpointing.FULL,
-                      plans.checkpointing == Checkpointing.SELECTIVE],
-                     [forward, share * forward], 0.0)
+    # recomputed share of the forward by checkpointing mode (NONE, SELECTIVE, FULL)
+    recomputed_share = np.array([0.0, share, 1.0])
+    return recomputed_share[plans.checkpointing] * forward
 
 
 def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
@@ -519,14 +519,16 @@ def _data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPl
     # first parameter bucket, which the first forward block waits for.
     edge = _dp_edge_bucket_share(workload, plans, blocks)
 
-    def exposed(collective_s: np.ndarray, hide_s: np.ndarray) -> np.ndarray:
-        return np.maximum(edge * collective_s, collective_s - hide_s)
+    def exposed(collective_s: np.ndarray, hide_s: np.ndarray, uses: np.ndarray
+                ) -> np.ndarray:
+        if not uses.any():
+            return np.zeros_like(zero)  # a term of its own: terms may be summed in place
+        return np.where(uses, np.maximum(edge * collective_s, collective_s - hide_s), 0.0)
 
     return {
-        "dp_all_reduce": np.where(is_ddp, exposed(collectives["all_reduce"], hide_bwd), zero),
-        "dp_reduce_scatter": np.where(is_zero, exposed(collectives["reduce_scatter"], hide_bwd),
-                                      zero),
-        "dp_all_gather": np.where(is_zero, exposed(collectives["all_gather"], hide_fwd), zero),
+        "dp_all_reduce": exposed(collectives["all_reduce"], hide_bwd, is_ddp),
+        "dp_reduce_scatter": exposed(collectives["reduce_scatter"], hide_bwd, is_zero),
+        "dp_all_gather": exposed(collectives["all_gather"], hide_fwd, is_zero),
         "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
         "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero),
     }
