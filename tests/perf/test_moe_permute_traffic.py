@@ -23,6 +23,8 @@ copy per element of d, per token per element of d; forward, backward):
       bwd 38 x 32768 x 2048 + 12 x 4096 x 2048          = 2,650,800,128
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -142,3 +144,63 @@ def test_fitted_residual_and_multiplier_scale_only_the_analytical_count():
     assert a.analytic_breakdown_s[extra][0] == pytest.approx(b.analytic_breakdown_s[extra][0])
     assert (a.analytic_breakdown_s["compute_elementwise"][0]
             > b.analytic_breakdown_s["compute_elementwise"][0] > 0)
+
+
+# torchtitan release eras (docs/evidence/moe_permute_traffic.md, "torchtitan eras"), the
+# same layer (32,768 copies, 4096 tokens, d 2048; 32768 x 2048 = 67,108,864 and
+# 4096 x 2048 = 8,388,608 element-rows):
+#   torchtitan_2510 (fp32 score multiply + scatter_add, Oct 2025), 16 experts per rank:
+#       fwd 40 x 67,108,864 + 4 x 8,388,608 = 2,717,908,992
+#       bwd 60 x 67,108,864 + 2 x 8,388,608 = 4,043,309,056
+#   torchtitan_2604 eager, EP > 1 (16 per rank): 36 / 6 and 54 / 2
+#       fwd 2,415,919,104 + 50,331,648 = 2,466,250,752; bwd 3,623,878,656 + 16,777,216
+#   torchtitan_2604 eager, EP = 1 (128 per rank): 28 / 6 and 44 / 2
+#   torchtitan_2604 compiled, EP = 1: 12 / 6 and 10 / 2; EP > 1: 20 / 6 and 20 / 2
+TORCHTITAN_ERAS = [
+    # (moe_permute, torch_compile, local experts, forward bytes, backward bytes)
+    ("torchtitan_2510", False, 16, 2_717_908_992, 4_043_309_056),
+    ("torchtitan_2510", True, 128, 2_717_908_992, 4_043_309_056),  # eager in any case
+    ("torchtitan_2604", False, 16, 2_466_250_752, 3_640_655_872),
+    ("torchtitan_2604", False, 128, 1_929_379_840, 2_969_567_232),
+    ("torchtitan_2604", True, 128, 855_638_016, 687_865_856),
+    ("torchtitan_2604", True, 16, 1_392_508_928, 1_358_954_496),
+]
+
+
+@pytest.mark.parametrize("variant, compiled, local, forward, backward", TORCHTITAN_ERAS)
+def test_torchtitan_era_bytes_by_hand(variant, compiled, local, forward, backward):
+    workload = Workload(geometry=QWEN3_30B, global_batch=256, seq_len=4096,
+                        stack="torchtitan", moe_permute=variant, torch_compile=compiled)
+    fwd, bwd = permute_bytes(workload, [COPIES], [local])
+    assert fwd[0] == forward
+    assert bwd[0] == backward
+
+
+def test_torchtitan_2510_kernel_sums():
+    """gather 2+2, vstack 2+2, padded gather 2+2, index_put 2+2, .float() 2+4, * 4+4,
+    .to(bf16) 4+2, scatter_add 2+2 forward; backward gather 2+2, cast 2+4, multiply 4+4 and
+    4+4+4+4, cast 4+2, slice zero fill + copy 2+2+2, index_put gather 2+2, padded gather
+    zero fill + accumulate 2+2+2, gather accumulate 2+2."""
+    t = permute_traffic(MoePermute.TORCHTITAN_2510, Dispatcher.ALLTOALL, True)
+    assert t.forward_per_copy == 4 + 4 + 4 + 4 + 6 + 8 + 6 + 4
+    assert t.backward_per_copy == 4 + 6 + 8 + 16 + 6 + 6 + 4 + 6 + 4
+
+
+def test_workload_setting_overrides_the_stack_trait_and_records_name_their_era():
+    from mosaic.config.run_records import load_run_records
+    from mosaic.evaluate.record_settings import with_record_settings
+
+    plain = _workload("torchtitan")
+    assert plain.moe_permute is None
+    fwd, _ = permute_bytes(plain, [COPIES], [16])
+    assert fwd[0] == 2_231_369_728  # v0.2.2 count of the stack trait
+    extra = Path(__file__).parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+    records = {r.id: r for r in load_run_records(extra).records}
+    eras = {"tt1789-deepseek-v3-16b-h100-8-lbs4-ep8": "torchtitan_2510",
+            "pithtrain79-torchtitan-qwen3-30b-a3b-b200-8-fsdp8": "torchtitan_2604",
+            "tt3618-deepseek-v3-16b-h100-96gb-8-ep4-lbs16-fullac-standardep": "torchtitan_2604",
+            # code not identified (NousResearch fork) or v0.2.2 era: the stack trait
+            "nous19-qwen3-30b-a3b-b200-8-ep8-standard": None,
+            "torchao2603-llama4-scout-gb200-256-bf16": None}
+    for run_id, era in eras.items():
+        assert with_record_settings(records[run_id]).workload.moe_permute == era, run_id

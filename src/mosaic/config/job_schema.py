@@ -123,6 +123,11 @@ class PerformanceBlock(_Strict):
         default=None, description="eager-torch model code runs under torch.compile (Inductor "
         "fuses norms, RoPE and activations); false = eager kernels; unset = the stack's "
         "default (docs/evidence/elementwise_fusion.md)")
+    moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
+                         "torchtitan_2604"] | None = Field(
+        default=None, description="the MoE token-movement code (permute, unpermute, "
+        "combine) the run uses, e.g. a torchtitan era; unset = the stack's "
+        "(docs/evidence/moe_permute_traffic.md)")
     full_iteration_cuda_graph: bool = Field(
         default=False,
         description="the step's forward and backward replay one CUDA graph (Megatron-Core "
@@ -319,6 +324,7 @@ def job_from_document(document: dict[str, Any], where: str,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
         dp_comm_overlap=performance.dp_comm_overlap,
         torch_compile=performance.torch_compile,
+        moe_permute=performance.moe_permute,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         recompute_block_fraction=performance.recompute_block_fraction,
         uneven_pipeline_stages=performance.uneven_stages,
@@ -409,6 +415,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["dp_comm_overlap"] = False
     if workload.torch_compile is not None:
         performance["torch_compile"] = workload.torch_compile
+    if workload.moe_permute is not None:
+        performance["moe_permute"] = workload.moe_permute
     if workload.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
     if workload.recompute_block_fraction is not None:

@@ -33,6 +33,12 @@ class MoePermute(StrEnum):
     TE_FUSED = "te_fused"  # Megatron-Core moe_permute_fusion: TE fused permute kernels
     TORCH_INDEX = "torch_index"  # Megatron-Core without it: index_select, split+cat, scatter_add
     TORCHTITAN = "torchtitan"  # torchtitan MoE.forward: eager index gathers/puts, fp32 bmm
+    # torchtitan before the bmm combine (models/moe.py, Oct/Nov 2025): fp32 score multiply
+    # and scatter_add
+    TORCHTITAN_2510 = "torchtitan_2510"
+    # torchtitan token dispatchers (models/common/token_dispatcher.py, from April 2026): fp32
+    # score multiply and deterministic scatter_add; MoE compiled with the block from 5242bdf71
+    TORCHTITAN_2604 = "torchtitan_2604"
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,59 @@ _NO_MOVEMENT = PermuteTraffic(0.0, 0.0, 0.0, 0.0)
 # gather's zero fill (2) = 12.
 _TORCHTITAN = PermuteTraffic(forward_per_copy=32.0, forward_per_token=10.0,
                              backward_per_copy=38.0, backward_per_token=12.0)
+# torchtitan before e1f7f318a (pull request #1974 'remove scatter_add in MoE implementation',
+# 2025-11-21; torchtitan/models/moe.py MoE.forward and distributed/expert_parallel.py
+# expert_parallel @ 82a9530f6, 2025-10-02), eager: DeepSeek-V3 runs that compile the loss only,
+# and apply_compile (experiments/llama4/infra/parallelize.py @ 82a9530f6) compiles MoE blocks
+# with fullgraph=False, graph breaks not counted. Forward, per copy: torch.gather of the routed
+# input (2+2); the expert_parallel wrapper's vstack (2+2), padded gather (2+2) and index_put
+# into new_empty (2+2); the score multiply .to(float32) (2+4), * scores (4+4), .to(bf16)
+# (4+2); out.scatter_add reads each copy and adds it into its row (2+2) = 40; per token
+# scatter_add's out-of-place copy of the shared-expert output (2+2) = 4. Backward, per copy:
+# scatter_add's src gradient gathers (2+2); .to(bf16)'s backward (2+4); the multiply's input
+# gradient (4+4) and its score gradient grad*x (4+4 read, 4 write) then the sum over d (4);
+# .to(float32)'s backward (4+2); out_unpermuted[:-1] backward zero-fills and copies (2 + 2+2)
+# and the index_put backward gathers (2+2); the padded gather's backward zero-fills (2) and
+# accumulates (2+2); torch.gather's backward scatter-adds (2+2) = 60; per token its zero fill
+# (2) = 2.
+_TORCHTITAN_2510 = PermuteTraffic(forward_per_copy=40.0, forward_per_token=4.0,
+                                  backward_per_copy=60.0, backward_per_token=2.0)
+# torchtitan token dispatchers, eager (torchtitan/models/common/token_dispatcher.py
+# LocalTokenDispatcher / AllToAllTokenDispatcher and torchtitan/ops/scatter_add.py @
+# 6b9602339, 2026-06-12, and @ cc286a635, 2026-07-22; the combine went back from the bmm to a
+# scatter_add in 8bc267dea, pull request #2775, 2026-04-06). deterministic_scatter_add runs
+# out.scatter_add under torch.use_deterministic_algorithms: a copy of the zeros (2+2 per
+# token) and, on CUDA, index_put_ with accumulate on the row index (pytorch
+# aten/src/ATen/native/TensorAdvancedIndexing.cpp scatter_add -> _scatter_via_index_put,
+# whose expanded-index path indexes rows), which reads each copy and adds it into its row
+# (2+2); its backward is a gather (2+2). EP = 1 (local dispatch), forward per copy:
+# x_TD[indices] (2+2), the score multiply .to(float32) (2+4), * scores (4+4), .to(bf16)
+# (4+2), the scatter-add (2+2) = 28; per token zeros_like (2) and the copy (2+2) = 6.
+# Backward per copy: the gather (2+2), .to(bf16)'s backward (2+4), the multiply's (8 + 16 as
+# in _TORCHTITAN_2510), .to(float32)'s (4+2), x_TD[indices]'s index_put accumulate (2+2) =
+# 44; per token its zero fill (2). EP > 1 (all-to-all) adds _permute's gather into expert
+# order (2+2) and _unpermute's index_put into new_empty (2+2) forward, and backward the
+# index_put's gather (2+2) and the gather's zero fill and accumulate (2 + 2+2): 36 / 54.
+_TORCHTITAN_2604_LOCAL = PermuteTraffic(forward_per_copy=28.0, forward_per_token=6.0,
+                                        backward_per_copy=44.0, backward_per_token=2.0)
+_TORCHTITAN_2604_EP = PermuteTraffic(forward_per_copy=36.0, forward_per_token=6.0,
+                                     backward_per_copy=54.0, backward_per_token=2.0)
+# The same code compiled: from 5242bdf71 (pull request #2741, 2026-04-14) apply_compile
+# (torchtitan/distributed/compile.py) compiles each TransformerBlock with fullgraph=True, MoE
+# included. Inductor fuses the score multiply and its casts into one kernel (2+2 forward) and
+# the custom op's backward gather into the multiply's backward (reads the gathered gradient 2
+# and the saved expert output 2, writes the input gradient 2, the score gradient a
+# reduction in the same kernel); tensors that feed the grouped GEMMs, the all-to-alls and the
+# opaque custom op are still written once. EP = 1, forward per copy: the gather (2+2), the
+# fused multiply (2+2), the scatter-add (2+2) = 12; per token zeros (2) and the copy (2+2) = 6;
+# backward per copy: the fused gather-multiply backward (2+2+2), the gather's accumulate
+# (2+2) = 10; per token its zero fill (2). EP > 1 adds the permute gather and the unpermute
+# index_put forward (4+4) and their backwards (4 + 2 + 4): 20 / 20.
+_TORCHTITAN_2604_LOCAL_COMPILED = PermuteTraffic(forward_per_copy=12.0, forward_per_token=6.0,
+                                                 backward_per_copy=10.0,
+                                                 backward_per_token=2.0)
+_TORCHTITAN_2604_EP_COMPILED = PermuteTraffic(forward_per_copy=20.0, forward_per_token=6.0,
+                                              backward_per_copy=20.0, backward_per_token=2.0)
 
 
 def _plus(a: PermuteTraffic, b: PermuteTraffic) -> PermuteTraffic:
@@ -113,12 +172,23 @@ def _plus(a: PermuteTraffic, b: PermuteTraffic) -> PermuteTraffic:
 
 
 def permute_traffic(kind: MoePermute, dispatcher: Dispatcher,
-                    several_local_experts: bool) -> PermuteTraffic:
+                    several_local_experts: bool, expert_parallel: bool = True,
+                    compiled: bool = False) -> PermuteTraffic:
     """Per-element bytes of one MoE layer's token movement for a stack's MoE code
-    (``kind``), its EP dispatcher, and whether a rank holds more than one expert."""
+    (``kind``), its EP dispatcher, whether a rank holds more than one expert, whether the
+    experts are split over ranks (EP > 1) and whether the MoE forward is torch.compiled
+    (read by ``torchtitan_2604`` only: the other torchtitan code runs its MoE forward eager;
+    the torchtitan counts are for its all-to-all and local dispatchers)."""
     kind = MoePermute(kind)
     if kind is MoePermute.TORCHTITAN:
         return _TORCHTITAN
+    if kind is MoePermute.TORCHTITAN_2510:
+        return _TORCHTITAN_2510
+    if kind is MoePermute.TORCHTITAN_2604:
+        if compiled:
+            return _TORCHTITAN_2604_EP_COMPILED if expert_parallel else \
+                _TORCHTITAN_2604_LOCAL_COMPILED
+        return _TORCHTITAN_2604_EP if expert_parallel else _TORCHTITAN_2604_LOCAL
     dispatcher = Dispatcher(dispatcher)
     if dispatcher is Dispatcher.HYBRIDEP:
         return _NO_MOVEMENT
@@ -128,11 +198,15 @@ def permute_traffic(kind: MoePermute, dispatcher: Dispatcher,
     return base
 
 
-def workload_permute_traffic(workload: Workload, several_local_experts: bool = True
-                             ) -> PermuteTraffic:
-    """The workload's stack trait ``moe_permute`` and dispatcher as :func:`permute_traffic`."""
-    return permute_traffic(MoePermute(workload.traits.moe_permute), workload.dispatcher,
-                           several_local_experts)
+def workload_permute_traffic(workload: Workload, several_local_experts: bool = True,
+                             expert_parallel: bool = True) -> PermuteTraffic:
+    """The workload's MoE code (its ``moe_permute`` setting, else the stack trait), dispatcher
+    and torch.compile setting (else the stack's) as :func:`permute_traffic`."""
+    kind = workload.moe_permute or workload.traits.moe_permute
+    compiled = (workload.traits.torch_compile if workload.torch_compile is None
+                else workload.torch_compile)
+    return permute_traffic(MoePermute(kind), workload.dispatcher, several_local_experts,
+                           expert_parallel, compiled)
 
 
 def permute_bytes(workload: Workload, copies: ArrayLike, local_experts: ArrayLike
@@ -143,15 +217,19 @@ def permute_bytes(workload: Workload, copies: ArrayLike, local_experts: ArrayLik
     assert moe is not None
     copies = np.asarray(copies, dtype=float)
     tokens = copies / moe.top_k
-    several = np.asarray(local_experts) > 1
+    local = np.broadcast_to(np.asarray(local_experts), copies.shape)
+    several = local > 1
+    split = local < moe.experts  # EP > 1: a rank holds part of the experts
     d = workload.geometry.d_model
     forward = np.zeros_like(copies)
     backward = np.zeros_like(copies)
     for flag in (False, True):
-        t = workload_permute_traffic(workload, flag)
-        f = d * (copies * t.forward_per_copy + tokens * t.forward_per_token)
-        b = d * (copies * t.backward_per_copy + tokens * t.backward_per_token)
-        forward = np.where(several == flag, f, forward)
-        backward = np.where(several == flag, b, backward)
+        for ep_flag in (False, True):
+            t = workload_permute_traffic(workload, flag, ep_flag)
+            f = d * (copies * t.forward_per_copy + tokens * t.forward_per_token)
+            b = d * (copies * t.backward_per_copy + tokens * t.backward_per_token)
+            here = (several == flag) & (split == ep_flag)
+            forward = np.where(here, f, forward)
+            backward = np.where(here, b, backward)
     return forward, backward
 

@@ -176,6 +176,8 @@ class Workload:
             element-wise kernels, mosaic.perf.elementwise_traffic) or eagerly (False);
             None = the stack's default (stacks.yaml torch_compile). Only stacks whose model
             code is eager torch read it.
+        moe_permute: the MoE token-movement code the run used (mosaic.perf.moe_permute_traffic
+            MoePermute, e.g. a torchtitan release era); None = the stack trait moe_permute.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -208,6 +210,7 @@ class Workload:
     recompute_block_fraction: float | None = None
     dp_comm_overlap: bool = True
     torch_compile: bool | None = None
+    moe_permute: str | None = None
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the

@@ -132,7 +132,8 @@ class _Entry(BaseModel):
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
                                  "eager_native_norm"] = "te_fused"
     torch_compile: bool = False
-    moe_permute: Literal["te_fused", "torch_index", "torchtitan"] = "te_fused"
+    moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
+                         "torchtitan_2604"] = "te_fused"
     source: str = Field(min_length=1)
 
 
@@ -186,7 +187,7 @@ class StackTraits:
     elementwise_kernels: str
     torch_compile: bool
     # how the MoE layer moves routed tokens on the GPU (mosaic.perf.moe_permute_traffic):
-    # te_fused, torch_index or torchtitan
+    # te_fused, torch_index, torchtitan (v0.2.2), torchtitan_2510 or torchtitan_2604
     moe_permute: str
     source: str
 
