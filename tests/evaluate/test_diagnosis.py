@@ -314,3 +314,22 @@ def test_software_setting_levers_are_the_job_with_that_setting_on(comm_bound):
                              CALIBRATION)
         assert alone.step_time_s[0] == pytest.approx(lever.step_time_s, rel=1e-12)
         assert lever.plan == result.spec.plan.row(0)
+
+
+def test_eager_torch_job_gets_a_compile_lever_and_no_megatron_flags():
+    """An eager torchtitan job is offered torch.compile, predicted with the Inductor-fused
+    element-wise kernels; the same job compiled is not; the bf16-reduce lever of a
+    non-Megatron stack names no Megatron flag; a run without DP overlap is offered it."""
+    eager = job(EXAMPLES / "appendix_e.yaml", "performance.stack=torchtitan",
+                "performance.torch_compile=false", "parallelism.vpp=1")
+    machine = machine_for(eager.cluster, eager.spec.workload.precision)
+    levers = {lever.name: lever for lever in rank_levers(
+        eager.spec.workload, eager.spec.plan, machine, CALIBRATION)}
+    assert levers["torch_compile"].gain > 1.0
+    assert "Megatron" not in levers["grad_reduce_bf16"].description
+    compiled = replace(eager.spec.workload, torch_compile=True)
+    assert "torch_compile" not in {lever.name for lever in rank_levers(
+        compiled, eager.spec.plan, machine, CALIBRATION)}
+    no_overlap = replace(compiled, dp_comm_overlap=False)
+    assert "dp_comm_overlap" in {lever.name for lever in rank_levers(
+        no_overlap, eager.spec.plan, machine, CALIBRATION)}

@@ -119,3 +119,25 @@ def test_eager_step_slower_by_the_extra_bytes(tt165):
     assert extra == pytest.approx(base * (1 + 1 / 3) * (1_782_784 - 380_928) / 321_024,
                                   rel=1e-9)
     assert eager.step_time_s[0] > compiled.step_time_s[0] + 0.99 * extra
+
+
+def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
+    """`mosaic perf` names the element-wise and MoE token-movement implementations: the
+    stack's default, a stated torch_compile, and that Transformer Engine stacks ignore it."""
+    from mosaic.arch import ladder_geometry
+    from mosaic.perf.elementwise_traffic import kernel_assumptions
+    from mosaic.perf.workload import Workload
+
+    moe = Workload(geometry=ladder_geometry(8, 32, 2, 2), global_batch=64, seq_len=2048)
+    assert kernel_assumptions(moe) == [
+        "element-wise kernels: te_fused (megatron-core's default)",
+        "MoE token movement: torch_index (megatron-core's default)"]
+    stated = replace(moe, torch_compile=True, moe_permute="te_fused")
+    assert kernel_assumptions(stated) == [
+        "element-wise kernels: te_fused (megatron-core; torch_compile set)",
+        "torch_compile has no effect on megatron-core: its model code runs te_fused kernels "
+        "either way",
+        "MoE token movement: te_fused (moe_permute set)"]
+    eager = replace(moe, stack="torchtitan", torch_compile=False)
+    assert kernel_assumptions(eager)[0] == (
+        "element-wise kernels: eager_fp32_norm (torchtitan; torch_compile set)")

@@ -23,6 +23,7 @@ from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
+from mosaic.perf.elementwise_traffic import kernel_assumptions
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
@@ -60,6 +61,10 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
         "tp_comm_overlap": result.spec.workload.tp_comm_overlap,
         "full_iteration_cuda_graph": result.spec.workload.full_iteration_cuda_graph,
+        "dp_comm_overlap": result.spec.workload.dp_comm_overlap,
+        # the element-wise and MoE token-movement implementations the step is costed with
+        # (perf/elementwise_traffic.py, perf/moe_permute_traffic.py) and where each comes from
+        "kernels": kernel_assumptions(result.spec.workload),
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
@@ -131,9 +136,9 @@ def _render(document: dict[str, Any]) -> None:
         ["component", "GiB"],
         [[name, f"{value / GIB:.2f}"] for name, value in memory.items()],
     )
-    if document["assumptions"]:
+    if document["assumptions"] or document["kernels"]:
         console.print("Assumed where the input is silent:", markup=False, highlight=False)
-        for line in document["assumptions"]:
+        for line in [*document["assumptions"], *document["kernels"]]:
             console.print(f"  - {line}", markup=False, highlight=False, soft_wrap=True)
 
 

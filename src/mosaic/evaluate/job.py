@@ -87,6 +87,9 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
         if reason is not None:
             if "must divide layers=" in reason and not spec.workload.uneven_pipeline_stages:
                 reason += " (or set performance.uneven_stages: true)"
+                # a vpp the stack's default chose, not the job: say so
+                reason += "".join(f"; {note}" for note in spec.assumptions
+                                  if note.startswith("parallelism.vpp not stated"))
             raise MosaicInputError(f"invalid parallel layout: {reason}")
     machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
                           spec.tables)

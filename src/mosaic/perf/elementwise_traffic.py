@@ -138,3 +138,23 @@ def elementwise_traffic_multiplier(workload: Workload) -> float:
     count (``compute_elementwise``) for its shapes."""
     return (block_bytes_per_token(block_traffic(elementwise_kernels(workload)), workload)
             / block_bytes_per_token(ANALYTICAL_TRAFFIC, workload))
+
+
+def kernel_assumptions(workload: Workload) -> list[str]:
+    """The element-wise and MoE token-movement implementations a workload is costed with,
+    and where each comes from (its own setting or its stack's default), for the
+    "assumed" notes of `mosaic perf` (text and JSON)."""
+    kernels = elementwise_kernels(workload)
+    stated = workload.torch_compile is not None
+    notes = [f"element-wise kernels: {kernels.value} ({workload.stack}"
+             + ("; torch_compile set)" if stated else "'s default)")]
+    if stated and ElementwiseKernels(workload.traits.elementwise_kernels) not in (
+            ElementwiseKernels.EAGER_FP32_NORM, ElementwiseKernels.EAGER_NATIVE_NORM):
+        notes.append(f"torch_compile has no effect on {workload.stack}: its model "
+                     f"code runs {workload.traits.elementwise_kernels} kernels either way")
+    if workload.geometry.moe is not None:
+        permute = workload.moe_permute or workload.traits.moe_permute
+        notes.append(f"MoE token movement: {permute} ("
+                     + ("moe_permute set)" if workload.moe_permute
+                        else f"{workload.stack}'s default)"))
+    return notes
