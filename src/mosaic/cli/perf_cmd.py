@@ -27,6 +27,7 @@ from mosaic.perf.elementwise_traffic import kernel_assumptions
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
+from mosaic.perf.terms import STEP_TERMS
 
 GIB = 2**30
 
@@ -122,9 +123,12 @@ def _render(document: dict[str, Any]) -> None:
         ],
     )
     step = document["step_time_s"]
+    # in the order of the term records (perf/terms.py): compute, communication, the rest
+    order = {name: index for index, name in enumerate(STEP_TERMS)}
     rows = [
         [name, f"{seconds:.4f}", f"{seconds / step:.1%}", document["labels"][name]]
-        for name, seconds in document["breakdown"].items()
+        for name, seconds in sorted(document["breakdown"].items(),
+                                    key=lambda item: order.get(item[0], len(order)))
         if abs(seconds) > 0
     ]
     print_key_value_table("Calibration coverage (intervals from held-out residuals)",
