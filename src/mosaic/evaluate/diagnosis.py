@@ -9,8 +9,10 @@ Three parts, each built on :func:`mosaic.perf.step_time.predict_step`:
 * **Gap**: a measured step time against the prediction, attributed to compute kernels or
   communication by the uniform slowdown of each that would alone explain it.
 * **Levers**: concrete what-ifs (EP inside the NVLink domain, sharding, checkpointing,
-  pipeline, micro-batch, TP, global batch), each re-predicted and checked against the plan
-  rules and device memory, ranked by throughput gain.
+  pipeline, micro-batch, TP, global batch, and the software settings a job leaves off:
+  cuDNN attention, bf16 gradient reduction, TP/EP/DP communication overlap, one CUDA graph
+  per step, torch.compile for eager torch code), each re-predicted and checked against the
+  plan rules and device memory, ranked by throughput gain.
 """
 
 from __future__ import annotations
