@@ -141,3 +141,16 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
     eager = replace(moe, stack="torchtitan", torch_compile=False)
     assert kernel_assumptions(eager)[0] == (
         "element-wise kernels: eager_fp32_norm (torchtitan; torch_compile set)")
+
+
+def test_a_record_stating_torch_compile_keeps_it_over_record_settings():
+    """`mosaic perf RUNS.yaml#ID --set torch_compile=true` asks a record "what if": the
+    record's own value wins over the record setting that marks the run eager."""
+    from mosaic.evaluate.job import load_job_spec
+
+    run = f"{EXTRA}#tt165-llama2-7b-h100-8-fsdp2-eager-ac"
+    eager = load_job_spec(Path(run), [])
+    compiled = load_job_spec(Path(run), ["torch_compile=true"])
+    assert eager.workload.torch_compile is False  # the record setting (PR #165: eager rows)
+    assert compiled.workload.torch_compile is True
+    assert elementwise_kernels(compiled.workload) is ElementwiseKernels.INDUCTOR

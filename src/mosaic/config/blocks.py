@@ -30,6 +30,9 @@ Routing = Literal["balanced", "dropless", "token_drop", "unknown"]
 CrossEntropyName = Literal["fused", "fp32_upcast", "compiled", "bf16", "te"]
 OptimizerDtypeName = Literal["fp32", "bf16"]
 RecomputeName = Literal["none", "selective", "full"]
+# the MoE token-movement code a run uses (mosaic.perf.moe_permute_traffic.MoePermute)
+MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
+                         "torchtitan_2604"]
 
 
 class _Strict(BaseModel):

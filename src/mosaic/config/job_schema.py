@@ -24,6 +24,7 @@ from mosaic.config.blocks import (
     BatchBlock,
     CrossEntropyName,
     ModelBlock,
+    MoePermuteName,
     OptimizerDtypeName,
     ParallelismBlock,
     RecomputeName,
@@ -123,8 +124,7 @@ class PerformanceBlock(_Strict):
         default=None, description="eager-torch model code runs under torch.compile (Inductor "
         "fuses norms, RoPE and activations); false = eager kernels; unset = the stack's "
         "default (docs/evidence/elementwise_fusion.md)")
-    moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
-                         "torchtitan_2604"] | None = Field(
+    moe_permute: MoePermuteName | None = Field(
         default=None, description="the MoE token-movement code (permute, unpermute, "
         "combine) the run uses, e.g. a torchtitan era; unset = the stack's "
         "(docs/evidence/moe_permute_traffic.md)")

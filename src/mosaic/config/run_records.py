@@ -25,6 +25,7 @@ from mosaic.config.blocks import (
     BatchBlock,
     CrossEntropyName,
     ModelBlock,
+    MoePermuteName,
     OptimizerDtypeName,
     ParallelismBlock,
     Routing,
@@ -123,6 +124,16 @@ class RunRecordEntry(_Strict):
         default=None, description="the step replays one CUDA graph (Megatron-Core "
         "--cuda-graph-impl full_iteration; MoE with a static per-rank token budget); null = "
         "the stack release's default (docs/stacks.md), else false")
+    dp_comm_overlap: bool | None = Field(
+        default=None, description="DDP/ZeRO collectives overlap the passes bucket by bucket "
+        "(Megatron-LM --overlap-grad-reduce / --overlap-param-gather); false = all exposed; "
+        "null = true")
+    torch_compile: bool | None = Field(
+        default=None, description="eager-torch model code ran under torch.compile; false = "
+        "eager kernels; null = the stack's default (docs/evidence/elementwise_fusion.md)")
+    moe_permute: MoePermuteName | None = Field(
+        default=None, description="the MoE token-movement code the run used (e.g. a "
+        "torchtitan era); null = the stack's (docs/evidence/moe_permute_traffic.md)")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p); "
@@ -244,7 +255,8 @@ class RunRecord:
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
             fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity,
-            recompute_block_fraction, recompute when not 'unknown'); documented record
+            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute,
+            recompute when not 'unknown'); documented record
             settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
@@ -412,6 +424,9 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         pad_to_capacity=entry.pad_to_capacity is True,
         routing_imbalance=entry.routing_imbalance,
         recompute_block_fraction=entry.recompute_block_fraction,
+        dp_comm_overlap=entry.dp_comm_overlap is not False,
+        torch_compile=entry.torch_compile,
+        moe_permute=entry.moe_permute,
     )
     stated = _stated_settings(entry)
     workload = replace(workload, **release_default_settings(
@@ -463,6 +478,9 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute": entry.recompute != "unknown",
         "pad_to_capacity": entry.pad_to_capacity is not None,
         "recompute_block_fraction": entry.recompute_block_fraction is not None,
+        "dp_comm_overlap": entry.dp_comm_overlap is not None,
+        "torch_compile": entry.torch_compile is not None,
+        "moe_permute": entry.moe_permute is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

@@ -21,7 +21,12 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from mosaic.config.blocks import CrossEntropyName, OptimizerDtypeName, RecomputeName
+from mosaic.config.blocks import (
+    CrossEntropyName,
+    MoePermuteName,
+    OptimizerDtypeName,
+    RecomputeName,
+)
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing
@@ -51,8 +56,7 @@ class _Settings(_Strict):
     attention_kernel: Literal["cudnn", "fa2", "fa3", "triton", "fa1"] | None = None
     dp_comm_overlap: bool | None = None
     torch_compile: bool | None = None
-    moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
-                         "torchtitan_2604"] | None = None
+    moe_permute: MoePermuteName | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None
