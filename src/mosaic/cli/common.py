@@ -118,7 +118,10 @@ CalibrationOption = Annotated[str | None, typer.Option(
     "--calibration", help="calibration profile (default, paper-p6b200) or YAML file")]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="override a field: block.field=value (repeatable)"),
+    typer.Option("--set", help="override a field: block.field=value (repeatable), e.g. "
+                 "parallelism.ep=16, performance.torch_compile=false, "
+                 "performance.dp_comm_overlap=false; a run record takes its own field "
+                 "names (torch_compile=true); docs/schema.md, docs/run_records.md"),
 ]
 JobArgument = Annotated[
     Path, typer.Argument(help="job YAML (model, parallelism, batch, performance, hardware; "
