@@ -20,6 +20,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mosaic.perf.element_bytes import ACTIVATION_BYTES
+from mosaic.perf.layer_costs import (
+    ACTIVATION_STREAMS,
+    BACKWARD_TO_FORWARD_STREAMING,
+    GLU_STREAMS,
+    NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D,
+)
+from mosaic.perf.moe_permute_traffic import ANALYTICAL_PERMUTE
 from mosaic.perf.workload import Workload
 
 
@@ -87,15 +94,19 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
     ElementwiseKernels.EAGER_NATIVE_NORM: BlockTraffic(52.0, 0.0, 28.0, 10.0),
 }
 
-# What layer_costs counts (forward x (1 + BACKWARD_TO_FORWARD_STREAMING)): norms and
-# residuals 10 B per d forward (NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2), no RoPE, the
-# activation 3 (GLU) or 2 reads+writes of bf16 forward; backward twice the forward.
-ANALYTICAL_TRAFFIC = BlockTraffic(norm_residual_per_d=3 * 10.0, rope_per_element=0.0,
-                                   glu_per_element=3 * 3 * ACTIVATION_BYTES,
-                                   act_per_element=3 * 2 * ACTIVATION_BYTES)
-# MoE permute + unpermute: read and write every token copy forward, twice that backward
-# (layer_costs.moe_block_times); the same explicit gathers in every implementation.
-_PERMUTE_BYTES_PER_COPY_PER_D = 3 * 2 * 2 * ACTIVATION_BYTES
+# What layer_costs counts, forward x (1 + BACKWARD_TO_FORWARD_STREAMING): norms and
+# residuals NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2 per d forward (10 B), no RoPE, the
+# activation's GLU_STREAMS or ACTIVATION_STREAMS bf16 reads+writes forward.
+_PASSES = 1 + BACKWARD_TO_FORWARD_STREAMING
+ANALYTICAL_TRAFFIC = BlockTraffic(
+    norm_residual_per_d=_PASSES * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
+    rope_per_element=0.0,
+    glu_per_element=_PASSES * GLU_STREAMS * ACTIVATION_BYTES,
+    act_per_element=_PASSES * ACTIVATION_STREAMS * ACTIVATION_BYTES)
+# MoE permute + unpermute, the analytical count every implementation's multiplier is over
+# (layer_costs.moe_block_times; the sourced counts are perf/moe_permute_traffic's).
+_PERMUTE_BYTES_PER_COPY_PER_D = (ANALYTICAL_PERMUTE.forward_per_copy
+                                 + ANALYTICAL_PERMUTE.backward_per_copy)
 
 
 def block_traffic(kernels: ElementwiseKernels) -> BlockTraffic:
@@ -119,16 +130,17 @@ def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
             + per_width * width + permute)
 
 
+# Eager PyTorch model code: what torch.compile replaces with Inductor's fused kernels.
+EAGER_TORCH_KERNELS = frozenset({ElementwiseKernels.EAGER_FP32_NORM,
+                                 ElementwiseKernels.EAGER_NATIVE_NORM})
+
+
 def elementwise_kernels(workload: Workload) -> ElementwiseKernels:
     """The implementation a workload's element-wise kernels run: the stack's, with eager
-    torch model code compiled by Inductor when ``torch_compile`` (the workload's, else the
-    stack's default) is on."""
-    traits = workload.traits
-    kernels = ElementwiseKernels(traits.elementwise_kernels)
-    compiled = (traits.torch_compile if workload.torch_compile is None
-                else workload.torch_compile)
-    if compiled and kernels in (ElementwiseKernels.EAGER_FP32_NORM,
-                                ElementwiseKernels.EAGER_NATIVE_NORM):
+    torch model code compiled by Inductor when the model is compiled
+    (``Workload.compiles_model``)."""
+    kernels = ElementwiseKernels(workload.traits.elementwise_kernels)
+    if workload.compiles_model and kernels in EAGER_TORCH_KERNELS:
         return ElementwiseKernels.INDUCTOR
     return kernels
 
@@ -149,12 +161,11 @@ def kernel_assumptions(workload: Workload) -> list[str]:
     notes = [f"element-wise kernels: {kernels.value} ({workload.stack}"
              + ("; torch_compile set)" if stated else "'s default)")]
     if stated and ElementwiseKernels(workload.traits.elementwise_kernels) not in (
-            ElementwiseKernels.EAGER_FP32_NORM, ElementwiseKernels.EAGER_NATIVE_NORM):
+            EAGER_TORCH_KERNELS):
         notes.append(f"torch_compile has no effect on {workload.stack}: its model "
                      f"code runs {workload.traits.elementwise_kernels} kernels either way")
     if workload.geometry.moe is not None:
-        permute = workload.moe_permute or workload.traits.moe_permute
-        notes.append(f"MoE token movement: {permute} ("
+        notes.append(f"MoE token movement: {workload.moe_permute_code} ("
                      + ("moe_permute set)" if workload.moe_permute
                         else f"{workload.stack}'s default)"))
     return notes

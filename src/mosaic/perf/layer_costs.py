@@ -64,6 +64,10 @@ BACKWARD_TO_FORWARD_STREAMING = 2.0  # element-wise backward reads grads and sav
 # 2022 Sec. 4.1 count the same tensors).
 NORM_BYTES_PER_TOKEN_PER_D = 2 * 2 * ACTIVATION_BYTES
 NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D = NORM_BYTES_PER_TOKEN_PER_D + 2 * 3 * ACTIVATION_BYTES
+# The FFN activation's bf16 streams per element of its width: SwiGLU reads gate and up and
+# writes one; GELU reads one and writes one.
+GLU_STREAMS = 3
+ACTIVATION_STREAMS = 2
 # Router scores are fp32 (paper F.3: "the fp32 router is a precision island"): sigmoid,
 # top-k and gate normalisation each stream E fp32 values per token.
 ROUTER_STREAMS = 3
@@ -363,7 +367,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
 
 def _ffn_streaming_bytes(tokens: np.ndarray, width: np.ndarray, glu: bool) -> np.ndarray:
     """SwiGLU reads gate and up (2w) and writes w; GELU reads w and writes w (bf16)."""
-    return tokens * width * (3 if glu else 2) * ACTIVATION_BYTES
+    return tokens * width * (GLU_STREAMS if glu else ACTIVATION_STREAMS) * ACTIVATION_BYTES
 
 
 def _mla_input_projection_flops(workload: Workload, plans: ParallelPlans
@@ -569,7 +573,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                                      machine.hbm_bw_bytes_per_s)
     copies = expert_copies(workload, plans)
     # Permute + unpermute read and write every token copy; expert activation on each copy.
-    permute_bytes = 2 * 2 * copies * geometry.d_model * ACTIVATION_BYTES
+    permute_bytes = copies * geometry.d_model * ANALYTICAL_PERMUTE.forward_per_copy
     expert_act_bytes = _ffn_streaming_bytes(copies, expert_width, geometry.glu)
     shared_act_bytes = (_ffn_streaming_bytes(tokens, moe.shared_experts * moe.shared_width
                                              / plans.tp, geometry.glu)

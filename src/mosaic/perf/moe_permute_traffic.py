@@ -202,11 +202,8 @@ def workload_permute_traffic(workload: Workload, several_local_experts: bool = T
                              expert_parallel: bool = True) -> PermuteTraffic:
     """The workload's MoE code (its ``moe_permute`` setting, else the stack trait), dispatcher
     and torch.compile setting (else the stack's) as :func:`permute_traffic`."""
-    kind = workload.moe_permute or workload.traits.moe_permute
-    compiled = (workload.traits.torch_compile if workload.torch_compile is None
-                else workload.torch_compile)
-    return permute_traffic(MoePermute(kind), workload.dispatcher, several_local_experts,
-                           expert_parallel, compiled)
+    return permute_traffic(MoePermute(workload.moe_permute_code), workload.dispatcher,
+                           several_local_experts, expert_parallel, workload.compiles_model)
 
 
 def permute_bytes(workload: Workload, copies: ArrayLike, local_experts: ArrayLike

@@ -289,6 +289,17 @@ class Workload:
         return self.cross_entropy or self.traits.cross_entropy
 
     @property
+    def compiles_model(self) -> bool:
+        """The model code runs under torch.compile: the workload's ``torch_compile``, else
+        the stack's default."""
+        return self.traits.torch_compile if self.torch_compile is None else self.torch_compile
+
+    @property
+    def moe_permute_code(self) -> str:
+        """The MoE token-movement code: the workload's ``moe_permute``, else the stack's."""
+        return self.moe_permute or self.traits.moe_permute
+
+    @property
     def traits(self) -> StackTraits:
         """The software stack's modelled behaviour (:mod:`mosaic.stacks`)."""
         return get_stack(self.stack)
