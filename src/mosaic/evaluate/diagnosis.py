@@ -29,7 +29,7 @@ from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_ker
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
-from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
+from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.machine import Machine
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
@@ -597,8 +597,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
         yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn (torch SDPA "
                "cuDNN backend or Transformer Engine)",
                replace(workload, attention_kernel=AttentionKernel.CUDNN))
-    if elementwise_kernels(workload) in (ElementwiseKernels.EAGER_FP32_NORM,
-                                         ElementwiseKernels.EAGER_NATIVE_NORM):
+    if elementwise_kernels(workload) in EAGER_TORCH_KERNELS:
         yield ("torch_compile", "model code compiled with torch.compile (Inductor fuses "
                "the element-wise kernels; docs/evidence/elementwise_fusion.md)",
                replace(workload, torch_compile=True))
@@ -607,9 +606,10 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "(Megatron --overlap-grad-reduce --overlap-param-gather)",
                replace(workload, dp_comm_overlap=True))
     if workload.grad_reduce_in_fp32:
+        # Megatron-LM's flag where the stack reduces through Megatron-Core DDP
         how = ("Megatron-LM --grad-reduce-in-bf16; the Bridge recipes' grad_reduce_in_fp32 "
-               "false" if ElementwiseKernels(workload.traits.elementwise_kernels)
-               is ElementwiseKernels.TE_FUSED else "a bf16 reduce dtype")
+               "false" if workload.traits.dp_last_bucket == "megatron"
+               else "a bf16 reduce dtype")
         yield ("grad_reduce_bf16", f"gradients reduced in bf16 ({how})",
                replace(workload, grad_reduce_in_fp32=False))
     if int(row["tp"]) > 1 and bool(row["sequence_parallel"]) and not workload.tp_comm_overlap:
