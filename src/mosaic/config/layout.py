@@ -17,6 +17,9 @@ from mosaic.perf.workload import Dispatcher
 from mosaic.stacks import MicroBatchDefault, get_stack
 from mosaic.stacks.registry import parse_release
 
+# How the note on a vpp the stack chose begins (predict_job quotes it in a layout error).
+VPP_DEFAULT_NOTE = "parallelism.vpp not stated"
+
 
 def dispatcher_from_name(name: str | None) -> Dispatcher:
     """``parallelism.dispatcher``: a name containing deepep/hybridep/alltoall; None = alltoall."""
@@ -94,7 +97,7 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
     vpp, micro = parallelism.vpp, batch.micro_seqs
     if vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1:
         vpp = traits.interleaved_vpp_default
-        notes.append(f"parallelism.vpp not stated: {vpp} assumed ({stack} interleaved "
+        notes.append(f"{VPP_DEFAULT_NOTE}: {vpp} assumed ({stack} interleaved "
                      "schedule, fewest stages per rank)")
     if micro is None:
         local = batch.global_seqs // dp

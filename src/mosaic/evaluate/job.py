@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.config.job_schema import JobSpec, load_job
+from mosaic.config.layout import VPP_DEFAULT_NOTE
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
@@ -89,7 +90,7 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
                 reason += " (or set performance.uneven_stages: true)"
                 # a vpp the stack's default chose, not the job: say so
                 reason += "".join(f"; {note}" for note in spec.assumptions
-                                  if note.startswith("parallelism.vpp not stated"))
+                                  if note.startswith(VPP_DEFAULT_NOTE))
             raise MosaicInputError(f"invalid parallel layout: {reason}")
     machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
                           spec.tables)
