@@ -21,3 +21,16 @@ def test_schema_names_are_the_model_enums_values():
     names = get_args(RecomputeName)
     assert [Checkpointing.parse(name).name.lower() for name in names] == list(names)
     assert set(names) == {member.name.lower() for member in Checkpointing}
+
+
+def test_stack_registry_names_the_perf_implementations():
+    """The stack registry (below perf, so it cannot import perf's enums) spells the
+    element-wise and MoE token-movement implementations as perf's enums do."""
+    from mosaic.perf.elementwise_traffic import ElementwiseKernels
+    from mosaic.stacks.registry import _Entry
+
+    def literal(field: str) -> set[str]:
+        return set(get_args(_Entry.model_fields[field].annotation))
+
+    assert literal("elementwise_kernels") == {member.value for member in ElementwiseKernels}
+    assert literal("moe_permute") == {member.value for member in MoePermute}
