@@ -222,10 +222,12 @@ def permute_bytes(workload: Workload, copies: ArrayLike, local_experts: ArrayLik
     backward = np.zeros_like(copies)
     for flag in (False, True):
         for ep_flag in (False, True):
+            here = (several == flag) & (split == ep_flag)
+            if not here.any():  # no plan has this placement of experts
+                continue
             t = workload_permute_traffic(workload, flag, ep_flag)
             f = d * (copies * t.forward_per_copy + tokens * t.forward_per_token)
             b = d * (copies * t.backward_per_copy + tokens * t.backward_per_token)
-            here = (several == flag) & (split == ep_flag)
             forward = np.where(here, f, forward)
             backward = np.where(here, b, backward)
     return forward, backward
