@@ -42,9 +42,14 @@ def job(path: Path = COMM_BOUND, *overrides: str):
 def hand_prediction(breakdown_s: dict[str, float]) -> StepPrediction:
     """A one-plan StepPrediction with a hand-made breakdown (other fields zero)."""
     values = {f.name: np.zeros(1) for f in fields(StepPrediction)}
-    values["breakdown_s"] = {name: np.array([s]) for name, s in breakdown_s.items()}
-    values["labels"] = {name: "analytical" for name in breakdown_s}
+    analytic = {name: s for name, s in breakdown_s.items() if name != "calibration"}
+    analytic_s = sum(analytic.values())
+    values["analytic_breakdown_s"] = {name: np.array([s]) for name, s in analytic.items()}
+    values["labels"] = {name: "analytical" for name in (*analytic, "calibration")}
     values["memory_breakdown_bytes"] = {}
+    # a "calibration" term is the calibrated multiplier's excess over the analytic step
+    values["step_multiplier"] = np.array([1 + breakdown_s.get("calibration", 0.0) / analytic_s])
+    values["analytic_step_time_s"] = np.array([analytic_s])
     values["step_time_s"] = np.array([sum(breakdown_s.values())])
     return StepPrediction(**values)
 

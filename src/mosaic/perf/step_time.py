@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -116,8 +117,8 @@ class StepPrediction:
     """Predicted step of every plan (arrays over plans)."""
 
     step_time_s: np.ndarray
-    breakdown_s: dict[str, np.ndarray]  # calibrated, non-negative, sums to step_time_s
-    analytic_breakdown_s: dict[str, np.ndarray]  # the same terms before calibration
+    analytic_breakdown_s: dict[str, np.ndarray]  # the terms before calibration
+    step_multiplier: np.ndarray  # χ_sys · stack: step_time_s = analytic_step_time_s · this
     labels: dict[str, str]
     tokens_per_s: np.ndarray
     tokens_per_s_per_gpu: np.ndarray
@@ -137,6 +138,18 @@ class StepPrediction:
     routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
     chi_drivers: ChiDrivers
     attention_kernel: str  # flash-attention kernel family the prediction assumes
+
+    @cached_property
+    def breakdown_s(self) -> dict[str, np.ndarray]:
+        """Calibrated terms, non-negative, summing to ``step_time_s``: a multiplier above 1
+        shows as a term of its own ("calibration"); one below 1 (a stack faster than the
+        analytical model) scales every term. Built on first use: a search reads only the
+        step time."""
+        shrink = np.minimum(self.step_multiplier, 1.0)
+        breakdown = {name: value * shrink for name, value in self.analytic_breakdown_s.items()}
+        breakdown["calibration"] = (self.analytic_step_time_s
+                                    * np.maximum(self.step_multiplier - 1.0, 0.0))
+        return breakdown
 
 
 @plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe"))
@@ -723,6 +736,14 @@ def _heavier_end_stage_parameters(workload: Workload, plans: ParallelPlans
     })
 
 
+@cache
+def _term_labels(names: tuple[str, ...]) -> dict[str, str]:
+    """Source label of each breakdown term (and of the "calibration" term the calibrated
+    breakdown adds): calibrated where the term's record says so, else analytical."""
+    return {name: "calibrated" if step_term(name).source == "calibrated" else "analytical"
+            for name in (*names, "calibration")}
+
+
 def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  calibration: Calibration, *,
                  memory_breakdown: dict[str, np.ndarray] | None = None) -> StepPrediction:
@@ -811,13 +832,6 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     drivers = chi_drivers(machine, plans, a2a_s, analytic)
     chi = chi_sys(drivers, calibration)
     step_time_s = analytic * chi * stack
-    # A calibrated multiplier above 1 shows as its own term; one below 1 (a stack faster
-    # than the analytical model) scales every term, so no term is ever negative.
-    multiplier = chi * stack
-    shrink = np.minimum(multiplier, 1.0)
-    analytic_breakdown = dict(breakdown)
-    breakdown = {name: value * shrink for name, value in breakdown.items()}
-    breakdown["calibration"] = analytic * np.maximum(multiplier - 1.0, 0.0)
 
     tokens = workload.tokens_per_step
     counts = count_parameters(geometry)
@@ -833,13 +847,11 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)
-    labels = {name: "calibrated" if step_term(name).source == "calibrated" else "analytical"
-              for name in breakdown}
     return StepPrediction(
         step_time_s=step_time_s,
-        breakdown_s=breakdown,
-        analytic_breakdown_s=analytic_breakdown,
-        labels=labels,
+        analytic_breakdown_s=breakdown,
+        step_multiplier=chi * stack,
+        labels=dict(_term_labels(tuple(breakdown))),
         tokens_per_s=tokens / step_time_s,
         tokens_per_s_per_gpu=tokens / step_time_s / machine.n_devices,
         mfu=model_flops / (step_time_s * cluster_peak),
