@@ -179,3 +179,26 @@ def test_flagperf_megatron_runs_are_recorded_without_dp_overlap():
     settings, evidence = record_settings()["flagperf-llama3-8b-h100-440-pp1-dp220-tp2-bf16-gbs1760"]
     assert settings == {"dp_comm_overlap": False}
     assert "--overlap-grad-reduce" in evidence and "core_v0.6.0" in evidence
+
+
+def test_dp_comm_overlap_false_leaves_fsdp_alone_and_the_job_says_so(tmp_path):
+    from mosaic.config.job_schema import load_job
+
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=2), "bf16")
+    plan = single_plan(dp=16, micro_batch=1, sharding=Sharding.FSDP,
+                       checkpointing=Checkpointing.NONE)
+    steps = [predict_step(Workload(geometry=GEOMETRY, global_batch=16, seq_len=16384,
+                                   stack="megatron-core", dp_comm_overlap=overlap),
+                          plan, machine, CALIBRATION).step_time_s[0]
+             for overlap in (True, False)]
+    assert steps[0] == steps[1]
+    path = tmp_path / "fsdp.yaml"
+    path.write_text("model: {layers: 16, d_model: 2048, heads: 16, vocab: 32000, ffn: 8192}\n"
+                    "batch: {global_seqs: 256, seq_len: 4096, micro_seqs: 1}\n"
+                    "hardware: {system: DGX-H100, nodes: 2}\n"
+                    "parallelism: {sharding: fsdp}\n"
+                    "performance: {dp_comm_overlap: false}\n")
+    assert any("dp_comm_overlap=false leaves fsdp/hsdp unchanged" in note
+               for note in load_job(path).assumptions)
+    path.write_text(path.read_text().replace("fsdp", "zero1"))
+    assert not any("dp_comm_overlap" in note for note in load_job(path).assumptions)

@@ -54,7 +54,7 @@ from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
-from mosaic.perf.plan import Checkpointing, ParallelPlans
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import OptimizerKind, Precision, Workload, precision_lane
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
@@ -361,6 +361,11 @@ def job_from_document(document: dict[str, Any], where: str,
         message = str(exc)
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"
                                ) from None
+    if not workload.dp_comm_overlap and any(int(mode) >= Sharding.FSDP for mode in plan.sharding):
+        notes.append("performance.dp_comm_overlap=false leaves fsdp/hsdp unchanged: fully "
+                     "sharded units gather and reduce-scatter per unit beside the compute "
+                     "(the setting is Megatron-LM's DDP/ZeRO --overlap-grad-reduce / "
+                     "--overlap-param-gather)")
     n_devices = search.devices if search.devices is not None else int(plan.n_devices[0])
     headroom = memory_headroom(hardware.usable_memory_fraction, workload.stack)
     if hardware.usable_memory_fraction is None:
