@@ -57,6 +57,8 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "chi_sys": float(p.chi_sys[0]),
         "attention_kernel": p.attention_kernel,
         "precision": str(result.spec.workload.precision),
+        "fp8_recipe": str(result.spec.workload.fp8_recipe),
+        "fp8_param_gather": result.spec.workload.fp8_param_gather,
         "dispatcher": str(result.spec.workload.dispatcher),
         "ep_overlap": result.spec.workload.ep_overlap,
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
@@ -98,7 +100,11 @@ def _render(document: dict[str, Any]) -> None:
             ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",
-             f"{document['precision']} / {document['dispatcher']}"
+             f"{document['precision']}"
+             + (f" ({document['fp8_recipe']}"
+                + (", FP8 parameter gathers" if document["fp8_param_gather"] else "") + ")"
+                if document["fp8_recipe"] != "none" else "")
+             + f" / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")
              + (", FP8 dispatch" if document["dispatch_fp8"] else "")
              + (", one CUDA graph per step" if document["full_iteration_cuda_graph"]

@@ -34,7 +34,7 @@ from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_headroom
-from mosaic.perf.workload import precision_lane
+from mosaic.perf.workload import precision_lane, stated_fp8_recipe
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
     allocation_exponents,
@@ -224,7 +224,8 @@ def build_inputs(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
         global_batch=global_batch, seq_len=seq_len, stack=stack,
-        precision=precision_lane(precision), dispatcher=dispatcher,
+        precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
+        dispatcher=dispatcher,
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
         stack_version=stack_version, **settings,
     )

@@ -35,6 +35,7 @@ from mosaic.config.layout import (
     batch_document,
     data_parallel,
     dispatcher_for,
+    fp8_recipe_for,
     parallelism_document,
     plan_from_blocks,
     release_default_settings,
@@ -56,7 +57,14 @@ from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
-from mosaic.perf.workload import OptimizerKind, Precision, Workload, precision_lane
+from mosaic.perf.workload import (
+    Fp8Recipe,
+    OptimizerKind,
+    Precision,
+    Workload,
+    precision_lane,
+    stated_fp8_recipe,
+)
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 from mosaic.stacks.registry import RELEASE_PATTERN, RELEASE_SETTINGS, release_number_text
 
@@ -77,6 +85,13 @@ class PerformanceBlock(_Strict):
     precision: Literal["bf16", "fp16", "fp8", "mxfp8"] = Field(
         default="bf16", description="GEMM precision (selects the device's peak lane); mxfp8 "
         "= FP8 with MXFP8 block scales (Blackwell), costed on the fp8 lane")
+    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = Field(
+        default=None, description="how FP8 GEMM operands are scaled (precision fp8); None = "
+        "mxfp8 for precision mxfp8, else the stack's default recipe (docs/stacks.md)")
+    fp8_param_gather: bool = Field(
+        default=False, description="the data-parallel parameter all-gather moves the FP8 "
+        "GEMMs' weights in 8 bits (Megatron --fp8-param-gather, torchtitan "
+        "enable_fsdp_float8_all_gather); needs FP8")
     checkpointing: RecomputeName = Field(
         default="none", description="activation recomputation")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference"] = Field(
@@ -300,6 +315,7 @@ def job_from_document(document: dict[str, Any], where: str,
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
         dispatcher = dispatcher_for(parallelism.dispatcher, performance.stack, device_name,
                                     geometry.is_moe, notes)
+        fp8_recipe = _job_fp8_recipe(performance, notes)
     except MosaicInputError as exc:
         raise MosaicInputError(f"{where}: {exc}") from None
     workload = Workload(
@@ -307,6 +323,8 @@ def job_from_document(document: dict[str, Any], where: str,
         global_batch=batch.global_seqs,
         seq_len=batch.seq_len,
         precision=Precision(precision_lane(performance.precision)),
+        fp8_recipe=fp8_recipe,
+        fp8_param_gather=performance.fp8_param_gather,
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"
@@ -383,6 +401,20 @@ def job_from_document(document: dict[str, Any], where: str,
     )
 
 
+def _job_fp8_recipe(performance: PerformanceBlock, notes: list[str]) -> Fp8Recipe:
+    """The job's FP8 recipe: ``performance.fp8_recipe`` where stated (it must agree with the
+    precision), else what the precision names or the stack's default (a note says so)."""
+    stated = performance.fp8_recipe
+    if stated is None:
+        return fp8_recipe_for(performance.precision, performance.stack, notes)
+    implied = stated_fp8_recipe(performance.precision)
+    if implied is Fp8Recipe.NONE or (implied is not None and implied != stated):
+        raise MosaicInputError(
+            f"performance.fp8_recipe {stated!r} does not fit performance.precision "
+            f"{performance.precision!r}: give precision fp8 with any recipe, or mxfp8 alone")
+    return Fp8Recipe(stated)
+
+
 def job_document(spec: JobSpec) -> dict[str, Any]:
     """The canonical job document of a validated job: loading it gives the same workload
     and layout (plan results and exports write it; docs/schema.md)."""
@@ -390,6 +422,10 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     performance: dict[str, Any] = {
         "precision": str(workload.precision), "checkpointing": str(row["checkpointing"]),
         "stack": workload.stack}
+    if workload.fp8_recipe not in (None, Fp8Recipe.NONE):
+        performance["fp8_recipe"] = str(workload.fp8_recipe)
+    if workload.fp8_param_gather:
+        performance["fp8_param_gather"] = True
     if workload.attention_kernel is not None:
         performance["attention_kernel"] = str(workload.attention_kernel)
     if workload.fsdp_gather is not None:

@@ -13,7 +13,12 @@ from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
 from mosaic.perf.attention_kernels import gpu_generation
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
-from mosaic.perf.workload import Dispatcher
+from mosaic.perf.workload import (
+    Dispatcher,
+    Fp8Recipe,
+    default_fp8_recipe,
+    stated_fp8_recipe,
+)
 from mosaic.stacks import MicroBatchDefault, get_stack
 from mosaic.stacks.registry import parse_release
 
@@ -51,6 +56,25 @@ def dispatcher_for(name: str | None, stack: str, device_name: str, moe: bool,
         return Dispatcher.ALLTOALL
     notes.append(f"{DISPATCHER_NOT_STATED}: {default} ({stack}'s default on {generation} GPUs)")
     return Dispatcher(default)
+
+
+# How the note on an FP8 recipe the input leaves to the stack begins.
+FP8_RECIPE_NOTE = "fp8 recipe not stated"
+
+
+def fp8_recipe_for(precision: str, stack: str, notes: list[str]) -> Fp8Recipe:
+    """The FP8 recipe of an input's ``precision`` (fp8-cs -> current, mxfp8 -> mxfp8, ...,
+    NONE without FP8); for plain 'fp8' the stack's documented default (trait ``fp8_recipe``)
+    or, where the stack documents none, :data:`ASSUMED_FP8_RECIPE`, with a note."""
+    stated = stated_fp8_recipe(precision)
+    if stated is not None:
+        return stated
+    recipe = default_fp8_recipe(stack)
+    why = (f"{stack}'s default, docs/stacks.md" if get_stack(stack).fp8_recipe is not None
+           else f"{stack} documents none; Transformer Engine's DelayedScaling default "
+           "before Blackwell")
+    notes.append(f"{FP8_RECIPE_NOTE}: {recipe} scaling assumed ({why})")
+    return recipe
 
 
 def release_default_settings(stack: str, release_text: str | None, device_name: str,

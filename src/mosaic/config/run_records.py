@@ -34,6 +34,7 @@ from mosaic.config.convert import geometry_from_model
 from mosaic.config.layout import (
     data_parallel,
     dispatcher_for,
+    fp8_recipe_for,
     plan_from_blocks,
     release_default_settings,
 )
@@ -400,11 +401,13 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     precision = Precision(precision_lane(entry.precision))
     if precision.value != entry.precision:  # an FP8 recipe; the record keeps its name
         notes.append(f"precision {entry.precision} modelled on the fp8 lane")
+    fp8_recipe = fp8_recipe_for(entry.precision, stack, notes)
     workload = Workload(
         geometry=geometry,
         global_batch=entry.batch.global_seqs,
         seq_len=entry.batch.seq_len,
         precision=precision,
+        fp8_recipe=fp8_recipe,
         stack=stack,
         routing=entry.routing or "dropless",
         dispatcher=dispatcher_for(entry.parallelism.dispatcher, stack, system.device.name,

@@ -57,6 +57,7 @@ class _Settings(_Strict):
     dp_comm_overlap: bool | None = None
     torch_compile: bool | None = None
     moe_permute: MoePermuteName | None = None
+    fp8_param_gather: bool | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None

@@ -411,8 +411,11 @@ def _gradient_collectives_s(machine: Machine, workload: Workload, plans: Paralle
     grad_bytes = gradient_bytes_per_param(workload)
     grad_dense = params.non_expert * grad_bytes
     grad_expert = params.expert * grad_bytes
-    weight_dense = params.non_expert * ACTIVATION_BYTES
-    weight_expert = params.expert * ACTIVATION_BYTES
+    # Updated bf16 parameters, the block GEMMs' weights in 8 bits under fp8_param_gather.
+    gemm_weight_bytes = workload.gemm_weight_gather_bytes(ACTIVATION_BYTES)
+    weight_dense = (params.dense * gemm_weight_bytes
+                    + (params.replicated + params.vocab) * ACTIVATION_BYTES)
+    weight_expert = params.expert * gemm_weight_bytes
 
     # DDP: one all-reduce of all gradients; ZeRO-1/2: reduce-scatter of gradients and an
     # all-gather of updated bf16 parameters (Megatron-Core distributed optimizer).
@@ -451,7 +454,9 @@ def _fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: Parall
     # Gathered parameters travel in the stack's gather dtype: bf16 for torch FSDP2 with a
     # bf16 param_dtype, fp32 for JAX/XLA trainers whose weights rest in fp32 (stack trait
     # fsdp_gather_bytes_per_param).
-    gather_bytes = workload.traits.fsdp_gather_bytes_per_param
+    # Float8 FSDP all-gather (torchtitan enable_fsdp_float8_all_gather): the block's
+    # weights travel in 8 bits (its norms, a few thousand parameters, counted with them).
+    gather_bytes = workload.gemm_weight_gather_bytes(workload.traits.fsdp_gather_bytes_per_param)
     unit_experts = block_expert > 0
     gather = (all_gather_time_s(block_dense * gather_bytes, shard_group, dense_stride, ic)
               + np.where(unit_experts, all_gather_time_s(block_expert * gather_bytes,

@@ -20,15 +20,51 @@ class Precision(StrEnum):
     FP8 = "fp8"
 
 
-# FP8 recipes (current scaling, blockwise scaling, MXFP8 block scales) run their GEMMs on the
-# device's FP8 lane; the recipe name stays with the input that states it.
-FP8_RECIPES = frozenset({"fp8-cs", "fp8-blockwise", "mxfp8"})
+class Fp8Recipe(StrEnum):
+    """How FP8 GEMM operands are scaled (Transformer Engine recipes, transformer_engine/common/
+    recipe/__init__.py @ v2.9; Megatron-Core TransformerConfig.fp8_recipe). Every recipe runs
+    its GEMMs on the device's FP8 lane; they differ in the quantisation traffic
+    (mosaic.perf.layer_costs.fp8_quantise_bytes_per_element) and its communication."""
+
+    NONE = "none"  # no FP8 GEMMs (bf16/fp16)
+    DELAYED = "delayed"  # per-tensor scale from the amax history (DelayedScaling)
+    CURRENT = "current"  # per-tensor scale from this tensor's amax (Float8CurrentScaling,
+    #                      Megatron 'tensorwise', torchao dynamic tensorwise)
+    BLOCKWISE = "blockwise"  # fp32 scale per 1x128 (activations) / 128x128 (weights) block
+    MXFP8 = "mxfp8"  # E8M0 scale per 32 elements (MXFP8BlockScaling, Blackwell)
+
+
+# FP8 recipe names of run records and job files -> the recipe they state; plain "fp8" states
+# none (the stack's default recipe, stack trait fp8_recipe).
+FP8_RECIPES = {"fp8-cs": Fp8Recipe.CURRENT, "fp8-blockwise": Fp8Recipe.BLOCKWISE,
+               "mxfp8": Fp8Recipe.MXFP8}
 
 
 def precision_lane(name: str) -> str:
     """The peak-FLOP/s lane a precision or FP8 recipe name runs on ('mxfp8' -> 'fp8'); any
     other name unchanged (validated where it is used)."""
     return Precision.FP8.value if name in FP8_RECIPES else name
+
+
+# Transformer Engine's default recipe before Blackwell (get_default_fp8_recipe,
+# transformer_engine/pytorch/quantization.py @ v2.9: DelayedScaling unless MXFP8 is supported):
+# the recipe assumed for a stack that documents none.
+ASSUMED_FP8_RECIPE = Fp8Recipe.DELAYED
+
+
+def default_fp8_recipe(stack: str) -> Fp8Recipe:
+    """The recipe a plain 'fp8' run of ``stack`` gets: its ``fp8_recipe`` trait, else
+    :data:`ASSUMED_FP8_RECIPE`."""
+    trait = get_stack(stack).fp8_recipe
+    return ASSUMED_FP8_RECIPE if trait is None else Fp8Recipe(trait)
+
+
+def stated_fp8_recipe(name: str) -> Fp8Recipe | None:
+    """The FP8 recipe a precision name states ('fp8-cs' -> current), NONE for a non-FP8
+    precision, None for plain 'fp8' (the recipe is the stack's default)."""
+    if name in FP8_RECIPES:
+        return FP8_RECIPES[name]
+    return None if name == Precision.FP8.value else Fp8Recipe.NONE
 
 
 # Megatron-Core TransformerConfig.recompute_modules values (transformer_config.py).
@@ -178,6 +214,15 @@ class Workload:
             code is eager torch read it.
         moe_permute: the MoE token-movement code the run used (mosaic.perf.moe_permute_traffic
             MoePermute, e.g. a torchtitan release era); None = the stack trait moe_permute.
+        fp8_recipe: how FP8 GEMM operands are scaled (:class:`Fp8Recipe`), resolved once
+            here: NONE without FP8 GEMMs; with them the stated recipe, else the stack's
+            default (stack trait ``fp8_recipe``, :func:`default_fp8_recipe`). Sets the bytes
+            of FP8 parameter gathers (``gemm_weight_gather_bytes``).
+        fp8_param_gather: the data-parallel parameter all-gather (ZeRO/FSDP) moves the
+            block GEMMs' weights as FP8, one byte each (plus block scales under MXFP8 and
+            blockwise): Megatron-Core --fp8-param-gather (FP8 primary weights, NeMo
+            fp8_params, Megatron-Bridge MixedPrecisionConfig.fp8_param_gather) or torchtitan
+            enable_fsdp_float8_all_gather. Needs FP8 GEMMs.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -211,6 +256,8 @@ class Workload:
     dp_comm_overlap: bool = True
     torch_compile: bool | None = None
     moe_permute: str | None = None
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -237,7 +284,8 @@ class Workload:
                            ("dispatcher", Dispatcher), ("fsdp_gather", FsdpGather),
                            ("attention_kernel", AttentionKernel),
                            ("cross_entropy", CrossEntropy),
-                           ("optimizer_dtype", OptimizerDtype)):
+                           ("optimizer_dtype", OptimizerDtype),
+                           ("fp8_recipe", Fp8Recipe)):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, enum_member(kind, value, name))
@@ -250,10 +298,28 @@ class Workload:
                 f"pad_to_capacity with dispatcher {self.dispatcher}: Megatron-Core pads expert "
                 "inputs to capacity only with the alltoall dispatcher (its flex dispatcher "
                 "rejects --moe-pad-expert-input-to-capacity)")
+        self._resolve_fp8_recipe()
         if self.dispatch_fp8 and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "
                 "grouped expert GEMM consumes the 8-bit dispatch payload")
+
+    def _resolve_fp8_recipe(self) -> None:
+        """One recipe per workload: NONE without FP8 GEMMs (a recipe means nothing there, so
+        ``replace(w, precision='bf16')`` drops it); with them the stated recipe, else (None
+        or NONE, e.g. ``replace(w, precision='fp8')``) the stack's default, which the config
+        layer notes as an assumption (mosaic.config.layout.fp8_recipe_for)."""
+        fp8 = self.precision is Precision.FP8
+        recipe = self.fp8_recipe
+        if not fp8:
+            recipe = Fp8Recipe.NONE
+        elif recipe in (None, Fp8Recipe.NONE):
+            recipe = default_fp8_recipe(self.stack)
+        object.__setattr__(self, "fp8_recipe", recipe)
+        if self.fp8_param_gather and not fp8:
+            raise MosaicInputError(f"fp8_param_gather needs precision fp8 (got "
+                                   f"{self.precision}): the gathered weights are the FP8 "
+                                   "GEMMs' copies")
 
     @property
     def selective_recompute_modules(self) -> frozenset[str]:
@@ -268,6 +334,19 @@ class Workload:
         """Bytes per GEMM operand element: 1 for FP8 GEMMs (also the copy Transformer Engine
         saves for the weight gradient), else 2 (bf16/fp16)."""
         return 1 if self.precision is Precision.FP8 else 2
+
+    def gemm_weight_gather_bytes(self, default_bytes: float) -> float:
+        """Bytes per parameter a data-parallel all-gather moves for the block GEMMs' weights
+        (``default_bytes`` for everything else, and for these without ``fp8_param_gather``).
+        With it: 1 for per-tensor FP8 weights (Float8Tensor primary weights gathered as
+        uint8, Megatron-Core param_and_grad_buffer.py; torchao WeightWithDynamicFloat8CastTensor
+        fsdp_pre_all_gather, torchao/float8/fsdp_utils.py) and for blockwise weights (one
+        fp32 scale per 128x128 tile); 2 under MXFP8, whose parameters Megatron-Core gathers in
+        bf16 into the gradient buffer and re-quantises (param_and_grad_buffer.py
+        shared_buffer, reuse_grad_buf_for_mxfp8_param_ag @ d98e8a64dd)."""
+        if not self.fp8_param_gather:
+            return default_bytes
+        return 2.0 if self.fp8_recipe is Fp8Recipe.MXFP8 else 1.0
 
     @property
     def fsdp_gathers_per_tensor(self) -> bool:

@@ -20,7 +20,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.perf.workload import Dispatcher, Precision, enum_member
+from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision, enum_member
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
 from mosaic.stacks import get_stack
 
@@ -136,6 +136,8 @@ class Envelope:
             None = not stated.
         ep_overlap, full_iteration_cuda_graph: the workload settings of every candidate
             (:class:`~mosaic.perf.workload.Workload`), e.g. a stack release's defaults.
+        fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
+            None = the stack's default (``Workload.fp8_recipe``).
     """
 
     system: System
@@ -151,6 +153,7 @@ class Envelope:
     stack_version: str | None = None
     ep_overlap: bool = False
     full_iteration_cuda_graph: bool = False
+    fp8_recipe: Fp8Recipe | None = None
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack names the known ones

@@ -105,6 +105,7 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Worklo
         dispatcher=envelope.dispatcher,
         ep_overlap=envelope.ep_overlap,
         full_iteration_cuda_graph=envelope.full_iteration_cuda_graph,
+        fp8_recipe=envelope.fp8_recipe,
     )
 
 

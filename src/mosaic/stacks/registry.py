@@ -134,6 +134,7 @@ class _Entry(BaseModel):
     torch_compile: bool = False
     moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
                          "torchtitan_2604"] = "te_fused"
+    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = None
     source: str = Field(min_length=1)
 
 
@@ -189,6 +190,9 @@ class StackTraits:
     # how the MoE layer moves routed tokens on the GPU (mosaic.perf.moe_permute_traffic):
     # te_fused, torch_index, torchtitan (v0.2.2), torchtitan_2510 or torchtitan_2604
     moe_permute: str
+    # the FP8 recipe a run gets when it says only "fp8" (mosaic.perf.workload.Fp8Recipe);
+    # None = the stack documents none (the config layer assumes delayed and says so)
+    fp8_recipe: str | None
     source: str
 
 
