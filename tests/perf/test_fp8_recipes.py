@@ -145,3 +145,12 @@ def test_float8_fsdp_all_gather_moves_one_byte_per_block_parameter():
                                            plan)["unit_gather"][0]
     assert bf16_gather == pytest.approx(float(all_gather_time_s(
         block * 2, 8, 1, machine.interconnect)), rel=1e-12)  # torchtitan: bf16 gathers
+
+
+def test_mxfp8_needs_a_blackwell_device():
+    # Transformer Engine's check_mxfp8_support: compute capability 10.0 or higher.
+    with pytest.raises(MosaicInputError, match=r"mxfp8 needs a Blackwell GPU.*H100"):
+        machine_for(H100, "fp8", fp8_recipe=Fp8Recipe.MXFP8)
+    machine_for(H100, "fp8", fp8_recipe=Fp8Recipe.CURRENT)  # per-tensor FP8 runs on Hopper
+    b200 = Cluster(system=get_system("DGX-B200"), n_nodes=1)
+    assert machine_for(b200, "fp8", fp8_recipe=Fp8Recipe.MXFP8).device_name == "B200"

@@ -305,7 +305,8 @@ def layouts(
         etp=_int_list("--etp", etp), micro_batches=_int_list("--mbs", mbs),
         sharding=_name_list(sharding), checkpointing=_name_list(checkpointing),
     )
-    machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction)
+    machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction,
+                          fp8_recipe=workload.fp8_recipe)
     constants = load_calibration(calibration)
     with progress_reporter(json_output) as bar:
         search = search_layouts(workload, machine, constants, limits,

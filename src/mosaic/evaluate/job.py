@@ -66,7 +66,8 @@ def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cl
     """Label the breakdown terms that the measured tables changed as "measured"."""
     analytical = predict_step(spec.workload, spec.plan,
                               machine_for(cluster, spec.workload.precision,
-                                          spec.usable_memory_fraction), calibration)
+                                          spec.usable_memory_fraction,
+                                          fp8_recipe=spec.workload.fp8_recipe), calibration)
     labels = dict(prediction.labels)
     for name, seconds in prediction.breakdown_s.items():
         if labels[name] == "analytical" and not np.allclose(
@@ -93,7 +94,7 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
                                   if note.startswith(VPP_DEFAULT_NOTE))
             raise MosaicInputError(f"invalid parallel layout: {reason}")
     machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
-                          spec.tables)
+                          spec.tables, fp8_recipe=spec.workload.fp8_recipe)
     prediction = predict_step(spec.workload, spec.plan, machine, calibration)
     if spec.tables != MeasuredTables():
         prediction = _label_measured_terms(prediction, spec, cluster, calibration)

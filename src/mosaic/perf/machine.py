@@ -19,7 +19,7 @@ from mosaic.perf.kernels import (
     device_fit_key,
     exp_rescaled_attention_efficiency,
 )
-from mosaic.perf.workload import Precision
+from mosaic.perf.workload import Fp8Recipe, Precision
 
 # Streaming multiprocessors assumed for devices the kernel fits do not list (a B200-class
 # count; only tile-quantisation granularity depends on it).
@@ -77,11 +77,19 @@ class Machine:
     gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
 
 
+# Architectures whose tensor cores run MXFP8 block-scaled GEMMs: Transformer Engine's
+# check_mxfp8_support needs compute capability 10.0 (transformer_engine/pytorch/
+# quantization.py @ v2.9: "Device compute capability 10.0 or higher required for MXFP8").
+MXFP8_ARCHITECTURES = frozenset({"blackwell"})
+
+
 def machine_for(cluster: Cluster, precision: Precision,
                 usable_memory_fraction: float = 1.0,
-                tables: MeasuredTables | None = None) -> Machine:
+                tables: MeasuredTables | None = None, *,
+                fp8_recipe: Fp8Recipe | None = None) -> Machine:
     """Resolve a :class:`Machine` from a catalog cluster and the GEMM precision, with the
-    user's measured tables where given (paper Sec. 5.3)."""
+    user's measured tables where given (paper Sec. 5.3); ``fp8_recipe`` is checked against
+    the device (MXFP8 needs Blackwell)."""
     tables = tables or MeasuredTables()
     if not 0.0 < usable_memory_fraction <= 1.0:
         raise MosaicInputError(
@@ -93,6 +101,12 @@ def machine_for(cluster: Cluster, precision: Precision,
         raise MosaicInputError(
             f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
         )
+    if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in MXFP8_ARCHITECTURES:
+        raise MosaicInputError(
+            f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "
+            f"capability 10.0, Transformer Engine check_mxfp8_support); {device.name} is "
+            f"{device.architecture or 'not Blackwell'}: use fp8 (per-tensor or blockwise "
+            "scaling) there")
     key = device_fit_key(device.name)
     attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
     attention_fwd, attention_bwd = attention["fwd"], attention["bwd"]

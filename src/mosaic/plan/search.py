@@ -236,7 +236,7 @@ _WORKER_STATE: dict[str, Any] = {}
 def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration,
                   limits: LayoutLimits, rows: range) -> _Profile:
     machine = machine_for(envelope.cluster, envelope.precision,
-                          envelope.usable_memory_fraction)
+                          envelope.usable_memory_fraction, fp8_recipe=envelope.fp8_recipe)
     n = len(rows)
     metrics = {name: np.full(n, np.nan) for name in ("mfu", "step_time_s", "memory_bytes")}
     tokens_per_s = np.zeros(n)

@@ -261,7 +261,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         if cluster.n_devices > MAX_LAYOUT_DEVICES:
             raise FormError({"hardware.nodes": f"{cluster.n_devices} GPUs; the studio searches "
                                                f"layouts of at most {MAX_LAYOUT_DEVICES}"})
-        machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction)
+        machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
+                              fp8_recipe=spec.workload.fp8_recipe)
         start = time.perf_counter()
         search = search_layouts(spec.workload, machine, calibration, LayoutLimits())
         if search.n_plans == 0:

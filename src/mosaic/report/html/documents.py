@@ -60,7 +60,7 @@ def optimum_step_document(result: PlanResult, calibration: Calibration,
     envelope = result.envelope
     workload = candidate_workload(envelope, result.grid, row)
     machine = machine_for(envelope.cluster, envelope.precision,
-                          envelope.usable_memory_fraction)
+                          envelope.usable_memory_fraction, fp8_recipe=envelope.fp8_recipe)
     found = best_layout(workload, machine, calibration, limits or TABLE3_LAYOUT_LIMITS)
     if found is None:
         return None
