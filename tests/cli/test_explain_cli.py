@@ -118,3 +118,15 @@ def test_a_per_gpu_figure_given_as_cluster_total_gets_a_hint_on_stderr():
     both = runner.invoke(app, ["explain", EXAMPLE, "--measured-tokens-per-s", "1e6",
                                "--measured-tokens-per-s-per-gpu", "1e3"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_a_measurement_faster_than_the_peak_is_rejected():
+    current = run_json()["current"]
+    # the predicted MFU m at step t: a step of t·m/2 would be an MFU of 200%
+    too_fast = current["step_time_s"] * current["mfu"] / 2
+    result = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s", str(too_fast)])
+    assert result.exit_code == 2
+    assert "implies an MFU of 200%" in result.output
+    ok = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s",
+                             str(current["step_time_s"] * current["mfu"] * 1.25)])  # 80%
+    assert ok.exit_code == 0, ok.output

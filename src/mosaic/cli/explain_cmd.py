@@ -256,6 +256,8 @@ def explain(
         measured_step_time_s = spec.measured_step_time_s  # a run record's own measurement
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
+    if measured is not None:
+        _reject_faster_than_peak(measured, result)
     diagnosis = diagnose(result, constants, measured)
     document = explain_document(diagnosis, constants)
     if json_output:
@@ -267,6 +269,19 @@ def explain(
     _render_bound(diagnosis)
     _render_gap(diagnosis)
     _render_levers(diagnosis)
+
+
+def _reject_faster_than_peak(measured_step_time_s: float, result: JobPrediction) -> None:
+    """A measurement whose step beats the cluster's peak (MFU above 100%: 6·N_active·tokens
+    of model FLOPs alone, paper Eq. 1) is a unit or scale slip, not a gap to explain."""
+    prediction = result.prediction
+    implied_mfu = float(prediction.mfu[0] * prediction.step_time_s[0]) / measured_step_time_s
+    if implied_mfu > 1.0:
+        raise MosaicInputError(
+            f"the measured step of {measured_step_time_s:.4g} s implies an MFU of "
+            f"{implied_mfu:.0%} (6·N_active·tokens over the cluster's dense peak), which no "
+            "run reaches: check the units (seconds per step; --measured-tokens-per-s is the "
+            "cluster total, --measured-tokens-per-s-per-gpu per GPU)")
 
 
 def register(app: typer.Typer) -> None:
