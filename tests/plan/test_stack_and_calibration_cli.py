@@ -117,3 +117,15 @@ def test_stack_version_gives_every_candidate_the_release_defaults() -> None:
     assert versus["versus"]["plans"][1]["stack"] == "paper-nemo"
     bad = runner.invoke(app, ["plan", *bridge, "--stack-version", "26.6"])
     assert bad.exit_code == 2 and "expected a release YY.MM" in bad.output
+
+
+def test_an_unknown_versus_calibration_is_rejected_before_the_search(monkeypatch):
+    import mosaic.cli.plan_cmd as plan_cmd
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the search ran before --versus was checked")
+
+    monkeypatch.setattr(plan_cmd, "search", no_search)
+    result = runner.invoke(app, ["plan", *SMALL, "--versus", "no-such-profile"])
+    assert result.exit_code == 2
+    assert "calibration 'no-such-profile'" in result.output

@@ -362,11 +362,10 @@ def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
                    stack_version=None, ep_overlap=False, full_iteration_cuda_graph=False)
 
 
-def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw, versus: str,
-            result: PlanResult, calibration: Calibration, workers: int | None,
-            as_json: bool) -> dict[str, Any]:
+def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
+            other_calibration: Calibration, result: PlanResult, calibration: Calibration,
+            workers: int | None, as_json: bool) -> dict[str, Any]:
     """The same envelope planned under a second calibration, on that calibration's stack."""
-    other_calibration = load_calibration(versus)
     other_envelope = versus_envelope(envelope, other_calibration)
     with progress_reporter(as_json) as bar:
         other = search(other_envelope, space, law, other_calibration,
@@ -428,6 +427,8 @@ def plan(
         raise MosaicInputError("--target-loss and --versus plan at a fixed batch; give "
                                "--global-batch N with them")
     law, calibration = load_models(law_file, calibration_file)
+    # every input is checked before the search: the --versus calibration too
+    versus_calibration = None if versus is None else load_calibration(versus)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
@@ -465,9 +466,9 @@ def plan(
     coverage = candidate_assessment(result, calibration, int(result.optimum_index))
     document["optimum"]["coverage"] = coverage.to_document()
     document["optimum"]["coverage_summary"] = summary_lines(coverage)
-    if versus is not None:
-        document["versus"] = _versus(envelope, space, law, versus, result, calibration,
-                                     workers, as_json)
+    if versus_calibration is not None:
+        document["versus"] = _versus(envelope, space, law, versus_calibration, result,
+                                     calibration, workers, as_json)
     analysis, written = _analysis(result, law, plot_dir)
     document.update(analysis)
     uncertainty = plan_uncertainty(result, law, samples, calibration)
