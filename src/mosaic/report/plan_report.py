@@ -41,10 +41,12 @@ def untrainable_message(result: PlanResult) -> str:
     of a broken divisibility rule, and what to change for each reason."""
     reasons = [r["reason"] for r in result.infeasible()]
     counts = Counter(reason_category(r) for r in reasons)
-    summary = "; ".join(f"{n} geometries: {category}" for category, n in counts.items())
-    example = next((r for r in reasons if "(e.g. " in r), None)
-    if example is not None:
-        summary += f" ({example[example.index('(e.g. ') + 1:-1]})"
+    examples = {reason_category(r): r[r.index("(e.g. ") + 1:-1]
+                for r in reversed(reasons) if "(e.g. " in r}  # the first of each category
+    summary = "; ".join(
+        f"{n} geometries: {category}"
+        + (f" ({examples[category]})" if category in examples else "")
+        for category, n in counts.items())
     advice = "; ".join(dict.fromkeys(_ADVICE.get(c, "add nodes or days") for c in counts))
     return (f"no geometry of the grid is trainable on {result.envelope.n_nodes} nodes in "
             f"{result.envelope.days:g} days ({summary}); {advice}")
