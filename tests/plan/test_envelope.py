@@ -1,5 +1,7 @@
 """The Table 3 envelope, the --gpu mapping and the search space guards."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from mosaic.errors import MosaicInputError
@@ -22,14 +24,18 @@ def test_gpu_maps_to_a_catalog_system(gpu, system):
     assert resolve_system(gpu).name == system
 
 
-def test_system_overrides_and_must_agree_with_gpu():
+def test_system_overrides_and_must_agree_with_gpu(monkeypatch):
     assert resolve_system("H100", "DGX-H100").name == "DGX-H100"
     with pytest.raises(MosaicInputError, match="does not match"):
         resolve_system("B200", "DGX-H100")
-    with pytest.raises(MosaicInputError, match="no node type in the catalog holds MI300X"):
-        resolve_system("MI300X")
+    assert resolve_system("MI300X").name == "ND-MI300X-v5"  # the catalog's one MI300X node
     with pytest.raises(MosaicInputError, match="unknown device"):
         resolve_system("X100")
+    import mosaic.plan.envelope as envelope
+
+    monkeypatch.setattr(envelope, "active_catalog", lambda: SimpleNamespace(systems={}))
+    with pytest.raises(MosaicInputError, match="no node type in the catalog holds MI300X"):
+        resolve_system("MI300X")
 
 
 def test_gpus_per_node_variant_keeps_per_gpu_links():
