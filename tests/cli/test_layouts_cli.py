@@ -122,3 +122,11 @@ def test_missing_device_count_is_one_line(q4_job):
     result = runner.invoke(app, ["layouts", str(q4_job)])
     assert result.exit_code == 2
     assert "give --devices, search.devices or hardware.nodes" in result.output
+
+
+def test_human_infeasible_table_shows_rules_without_value_slots():
+    result = runner.invoke(app, ["layouts", str(EXAMPLES / "appendix_e.yaml"), "--pp", "16",
+                                 "--ep", "8", "--tp", "1", "--top", "3", "--show-infeasible"])
+    assert result.exit_code == 0, result.output
+    assert "pp·vpp must divide layers=48" in result.output
+    assert "{pp}" not in result.output and "{vpp}" not in result.output

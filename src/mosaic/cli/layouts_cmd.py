@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -242,8 +243,14 @@ def _render_infeasible(infeasible: dict[str, Any]) -> None:
     if rejected:
         _print_compact_table("Rejected by the divisibility rules (first broken rule)",
                              ["rule", "layouts", "example"],
-                             [[item["rule"], f"{item['plans']:,}", item["example"]]
+                             [[_rule_text(item["rule"]), f"{item['plans']:,}", item["example"]]
                               for item in rejected], wrap=True)
+
+
+def _rule_text(template: str) -> str:
+    """A divisibility rule as people read it: its template without the per-plan value
+    slots ('pp·vpp={pp}·{vpp} must divide layers=48' -> 'pp·vpp must divide layers=48')."""
+    return re.sub(r"=\{[a-z_]+\}(·\{[a-z_]+\})*", "", template)
 
 
 def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
