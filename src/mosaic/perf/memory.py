@@ -38,6 +38,7 @@ from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
@@ -131,6 +132,25 @@ LOSS_PARALLEL_BYTES_PER_ELEMENT = 4 * FP32_BYTES
 # only), writes the gradient into the logits tensor in place and saves that tensor for the
 # backward, which scales it in place: the bf16 logits are the whole working set, 2 B.
 TE_LOSS_BYTES_PER_ELEMENT = ACTIVATION_BYTES
+# DeepSpeed ZeRO (stack trait ``zero_runtime`` deepspeed), deepspeed @ v0.11.1:
+# runtime/engine.py get_data_types keeps gradients in the model dtype under any ZeRO stage
+# (fp32 accumulation only for bf16 without ZeRO), and stage3.py allocates the gradient
+# partitions (grad_partitions_flat_buffer) in that dtype: 2 B per parameter, sharded.
+DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM = BF16_GRADIENT_BYTES_PER_PARAM
+# ZeRO-3 keeps gathered parameters resident up to stage3_max_live_parameters, default 1e9
+# (runtime/zero/config.py max_live_parameters; "the maximum number of parameters resident
+# per GPU before releasing"), which parameters reused within stage3_max_reuse_distance
+# (1e9) and the prefetch bucket fill; the model takes the cap.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+# Eager torch model code whose RMSNorm upcasts to fp32 (ElementwiseKernels.EAGER_FP32_NORM:
+# HF transformers LlamaRMSNorm @ 4.34, torchtitan's RMSNorm run eagerly): x.to(float32) is
+# saved by pow and by the normalising mul (4 B), the normalised bf16 tensor by the weight mul
+# (2 B), the output by the next linear (counted as its GEMM input), and the bf16 input x by
+# nothing (the cast's backward needs no input): 4 B per element more than the norm input the
+# counts above keep. An eager SwiGLU, act_fn(gate) * up, saves the SiLU output for the mul
+# beside gate, up and their product: one more bf16 tensor of the FFN width.
+EAGER_NORM_EXTRA_BYTES_PER_ELEMENT = FP32_BYTES  # fp32 copy + normalised bf16 - bf16 input
+EAGER_GLU_EXTRA_BYTES_PER_ELEMENT = ACTIVATION_BYTES
 # CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
 # and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
 # candidate: measure nvidia-smi used minus allocator reserved on the target stack.
@@ -353,6 +373,23 @@ def stored_gradient_bytes_per_param(workload: Workload) -> int:
     return gradient_bytes_per_param(workload)
 
 
+def deepspeed_zero(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Which plans run DeepSpeed ZeRO (stack trait ``zero_runtime`` deepspeed, any ZeRO
+    stage: sharding other than none)."""
+    if workload.traits.zero_runtime != "deepspeed":
+        return np.zeros(len(plans), dtype=bool)
+    return plans.sharding != Sharding.NONE
+
+
+def _stored_gradient_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Bytes per element of the gradients kept between micro-batches, per plan:
+    :func:`stored_gradient_bytes_per_param`, except under DeepSpeed ZeRO, whose gradient
+    partitions are in the model dtype (DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM)."""
+    return np.where(deepspeed_zero(workload, plans),
+                    float(DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM),
+                    float(stored_gradient_bytes_per_param(workload)))
+
+
 def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
                  ) -> np.ndarray:
     """Resident bf16 weights, sharded over (E)DP under FSDP/HSDP. A fully sharded plan on a
@@ -509,7 +546,34 @@ def layer_working_set_bytes(
         if kind == "moe"
         else dense_mlp_activation_bytes(workload, plans)
     )
-    return attention_activation_bytes(workload, plans) + block
+    return (attention_activation_bytes(workload, plans) + block
+            + eager_elementwise_extra_bytes(workload, plans, kind))
+
+
+def eager_elementwise_extra_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind
+                                  ) -> np.ndarray:
+    """What eager fp32-upcasting model code (ElementwiseKernels.EAGER_FP32_NORM, not under
+    torch.compile) saves in a block beyond the fused-kernel counts: 4 B per element of each
+    of the block's two norms (EAGER_NORM_EXTRA_BYTES_PER_ELEMENT, on the tokens each norm
+    sees: SP-sharded before attention, the routed tokens before an MoE part) and, for a GLU,
+    the SiLU output of each FFN (dense, shared experts, every routed copy's expert)."""
+    if elementwise_kernels(workload) is not ElementwiseKernels.EAGER_FP32_NORM:
+        return np.zeros(len(plans))
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    norm_tokens = tokens / sequence_shard_divisor(plans)
+    moe = geometry.moe
+    if kind == "moe" and moe is not None:
+        second_norm_tokens = routed_tokens(workload, plans)
+        glu_elements = (expert_copies(workload, plans) * moe.expert_ffn / plans.etp
+                        + tokens * moe.shared_experts * moe.shared_width / plans.tp)
+    else:
+        second_norm_tokens = norm_tokens
+        glu_elements = tokens * geometry.ffn / plans.tp
+    norms = EAGER_NORM_EXTRA_BYTES_PER_ELEMENT * (norm_tokens + second_norm_tokens) * (
+        geometry.d_model)
+    glu = EAGER_GLU_EXTRA_BYTES_PER_ELEMENT * glu_elements if geometry.glu else 0.0
+    return norms + glu
 
 
 def _attention_matmul_widths(workload: Workload, plans: ParallelPlans) -> list[np.ndarray]:
@@ -736,7 +800,14 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
         # a checkpointed block's working set is rebuilt in backward, as under FULL
         recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
     recompute = np.where(recomputes_blocks, working_set, 0.0)
-    head_inputs = np.where(_holds_lm_head(plans, stage), 2 * layer_input_bytes(workload, plans), 0)
+    # On the stage with the LM head the loss working set (``logits``) is freed before any
+    # block is recomputed: the loss and LM-head backward finish first, then the last block's
+    # forward is rerun. The two peaks never coexist, so the recompute set counts only its
+    # excess over the loss's.
+    lm_head = _holds_lm_head(plans, stage)
+    recompute = np.where(lm_head, np.maximum(recompute - logits_bytes(workload, plans, stage),
+                                             0.0), recompute)
+    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
     in_flight = in_flight_microbatches(workload, plans, stage)
     resident = resident_block_fraction(workload, blocks)
     return in_flight * per_microbatch * resident + recompute + head_inputs
@@ -814,6 +885,13 @@ def communication_buffer_bytes(
     per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + block)
     grad_bytes = gradient_bytes_per_param(workload)
     per_unit = per_unit + grad_bytes * unit
+    if workload.traits.zero_runtime == "deepspeed":
+        # DeepSpeed ZeRO-3: up to stage3_max_live_parameters gathered in bf16, and the
+        # current unit's model-dtype gradients before they enter the reduce bucket.
+        grad_bytes = DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM
+        per_unit = (WEIGHT_BYTES_PER_PARAM
+                    * np.minimum(DEEPSPEED_MAX_LIVE_PARAMETERS, stage_params)
+                    + grad_bytes * unit)
     whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
                    + grad_bytes * np.where(layout.accumulating, stage_params, unit))
     fsdp = np.where(layout.fully_sharded, np.where(layout.gathered, whole_stage, per_unit),
@@ -880,7 +958,7 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                               workload.vocab_in_pipeline_split)
     return {
         "weights": weight_bytes(workload, params, plans),
-        "gradients": stored_gradient_bytes_per_param(workload)
+        "gradients": _stored_gradient_bytes(workload, plans)
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
         "master_weights": master_weight_bytes(workload, params, plans),
