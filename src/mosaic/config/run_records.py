@@ -63,6 +63,11 @@ class MeasuredEntry(_Strict):
     mfu_reported: float | None = Field(default=None, ge=0, le=1)
     tflops_per_gpu_reported: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_measure: Literal["allocator", "device"] | None = Field(
+        default=None, description="what memory_gib measures: allocator = the caching "
+        "allocator's peak (torch.cuda.max_memory_reserved, as torchtitan and Megatron log "
+        "it); device = device memory in use as nvidia-smi / NVML reads it (the allocator's "
+        "segments plus the CUDA context and NCCL buffers); null = allocator")
     consistent: bool = True
     oom: bool = False
 
@@ -245,6 +250,9 @@ class RunRecord:
         measured_tokens_per_s_per_gpu: measured throughput; None only for an OOM run.
         measured_step_time_s: measured seconds per optimizer step; None only for an OOM run.
         measured_memory_bytes: reported peak memory per GPU, bytes (None = not reported).
+        memory_measure: what that figure measures: "allocator" (the caching allocator's
+            peak) or "device" (nvidia-smi: plus the CUDA context and NCCL buffers,
+            mosaic.perf.device_memory).
         oom: the run failed with out-of-memory.
         group_key: "<model name> @ <GPU>": runs that share a model and a GPU type, the
             groups within which layout rankings are compared (Spearman).
@@ -284,6 +292,7 @@ class RunRecord:
     assumptions: tuple[str, ...]
     stated_settings: frozenset[str] = frozenset()
     throughput_not_scored: str | None = None
+    memory_measure: str = "allocator"
 
     @property
     def throughput_scored(self) -> bool:
@@ -454,6 +463,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         measured_step_time_s=step_time_s,
         measured_memory_bytes=None if memory_gib is None else memory_gib * GIB,
         oom=entry.measured.oom,
+        memory_measure=entry.measured.memory_measure or "allocator",
         group_key=f"{entry.model.name} @ {system.device.name}",
         source_key=entry.id.split("-", 1)[0],
         assumptions=tuple(notes),
