@@ -135,3 +135,13 @@ def test_device_figures_are_compared_with_the_total_plus_what_lives_outside_the_
     assert measured_like(record, 1e10) == 1e10 + 749_469_696  # dp 8: one communicator
     titan = records["tt165-llama2-7b-h100-8-fsdp2-eager-ac"]
     assert titan.memory_measure == "allocator" and measured_like(titan, 1e10) == 1e10
+
+
+def test_megatron_core_up_to_0_7_shifts_the_fp32_logits_out_of_place():
+    """core_v0.6.0 cross_entropy.py: bf16 logits 2 + their fp32 copy 4 + the max-shifted
+    fp32 tensor 4 = 10 B per element at the forward peak, 256 x 1000 elements: 2,560,000 B
+    (6 B, 1,536,000, once the shift is in place from core_v0.8.0)."""
+    plan = single_plan(**PLAN)
+    old = workload("megatron-core", cross_entropy="fused_out_of_place")
+    assert logits_bytes(old, plan, "last")[0] == 2_560_000
+    assert logits_bytes(workload("megatron-core"), plan, "last")[0] == 1_536_000

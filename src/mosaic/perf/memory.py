@@ -104,6 +104,13 @@ INDEX_BYTES = 8  # int64 routing indices
 # the softmax in place, saves it, and writes the gradient into it in place: peak 2 B (bf16
 # logits) + 4 B (fp32 copy), in the forward and in the backward (fp32 grad + bf16 cast).
 LOGITS_BYTES_PER_ELEMENT = ACTIVATION_BYTES + FP32_BYTES
+# FUSED_OUT_OF_PLACE: Megatron-Core up to core_v0.7.0 (tensor_parallel/cross_entropy.py
+# @ core_v0.6.0: "vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(
+# dim=-1)"; in place, "-=", from core_v0.8.0) shifts the fp32 copy
+# (language_module.py: vocab_parallel_cross_entropy(logits.float(), labels)) into a second
+# fp32 tensor while the copy and the bf16 logits are alive: 2 + 4 + 4 B at the forward
+# peak; the backward needs the saved softmax and its bf16 cast only (6 B).
+OUT_OF_PLACE_LOSS_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2 * FP32_BYTES
 # FP32_UPCAST, no TP: eager F.cross_entropy(logits.float()) (torchtitan components/loss.py).
 # Forward: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 = 10 B; backward: the saved
 # log-softmax 4 + nll_loss_backward's dense fp32 gradient 4 + _log_softmax_backward_data's
@@ -829,11 +836,13 @@ def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarra
 def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Peak bytes per logit element of the LM head output and the loss over it, by the
     workload's loss (:attr:`Workload.loss_implementation`; constants above: 6 B fused, 4 B
-    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel,
+    compiled, 10 B fused out of place (Megatron-Core up to core_v0.7), 8 B eager bf16, 12 B
+    eager fp32 upcast, 16 B eager under TP's loss_parallel,
     2 B Transformer Engine's in-place kernel)."""
     loss = workload.loss_implementation
     if loss is not CrossEntropy.FP32_UPCAST:
         fixed = {CrossEntropy.FUSED: LOGITS_BYTES_PER_ELEMENT,
+                 CrossEntropy.FUSED_OUT_OF_PLACE: OUT_OF_PLACE_LOSS_BYTES_PER_ELEMENT,
                  CrossEntropy.COMPILED: COMPILED_LOSS_BYTES_PER_ELEMENT,
                  CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT,
                  CrossEntropy.TE: TE_LOSS_BYTES_PER_ELEMENT}[loss]

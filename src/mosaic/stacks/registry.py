@@ -51,6 +51,8 @@ class CrossEntropy(StrEnum):
     """How a stack computes the LM loss (sets the logits working set, mosaic.perf.memory)."""
 
     FUSED = "fused"  # one fp32 copy, softmax and gradient in place (Megatron-Core)
+    # Megatron-Core up to core_v0.7: the max-shifted logits are a second fp32 tensor
+    FUSED_OUT_OF_PLACE = "fused_out_of_place"
     FP32_UPCAST = "fp32_upcast"  # eager F.cross_entropy(logits.float()) (torchtitan)
     COMPILED = "compiled"  # the same loss under torch.compile (Inductor fuses it)
     BF16 = "bf16"  # eager F.cross_entropy on the bf16 logits, no upcast (NeMo AutoModel)
