@@ -145,3 +145,11 @@ def test_megatron_core_up_to_0_7_shifts_the_fp32_logits_out_of_place():
     old = workload("megatron-core", cross_entropy="fused_out_of_place")
     assert logits_bytes(old, plan, "last")[0] == 2_560_000
     assert logits_bytes(workload("megatron-core"), plan, "last")[0] == 1_536_000
+
+
+def test_a_chunked_loss_keeps_one_chunks_logits():
+    """torchtitan ChunkedCELoss over 8 chunks: 12 B x 256 x 1000 / 8 = 384,000 B."""
+    plan = single_plan(**PLAN)
+    assert logits_bytes(workload("torchtitan", loss_chunks=8), plan, "last")[0] == 384_000
+    with pytest.raises(Exception, match="loss_chunks"):
+        workload("torchtitan", loss_chunks=0)

@@ -139,6 +139,10 @@ class RunRecordEntry(_Strict):
     moe_permute: MoePermuteName | None = Field(
         default=None, description="the MoE token-movement code the run used (e.g. a "
         "torchtitan era); null = the stack's (docs/evidence/moe_permute_traffic.md)")
+    loss_chunks: int | None = Field(
+        default=None, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM "
+        "head and loss run over one after another, each chunk's backward first (torchtitan "
+        "ChunkedCELoss); null = 1")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p); "
@@ -263,7 +267,7 @@ class RunRecord:
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
             fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity,
-            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute,
+            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute, loss_chunks,
             recompute when not 'unknown'); documented record
             settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
@@ -435,6 +439,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         recompute_block_fraction=entry.recompute_block_fraction,
         dp_comm_overlap=entry.dp_comm_overlap is not False,
         torch_compile=entry.torch_compile,
+        loss_chunks=entry.loss_chunks or 1,
         moe_permute=entry.moe_permute,
     )
     stated = _stated_settings(entry)
@@ -490,6 +495,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute_block_fraction": entry.recompute_block_fraction is not None,
         "dp_comm_overlap": entry.dp_comm_overlap is not None,
         "torch_compile": entry.torch_compile is not None,
+        "loss_chunks": entry.loss_chunks is not None,
         "moe_permute": entry.moe_permute is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)

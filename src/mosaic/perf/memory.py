@@ -854,8 +854,13 @@ def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray
 @plan_key("tp", "pp", "cp", "micro_batch")
 def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
-    :func:`loss_bytes_per_logit`, on the stage holding the LM head."""
-    elements = tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
+    :func:`loss_bytes_per_logit`, on the stage holding the LM head; with a chunked loss
+    (``Workload.loss_chunks``) one chunk's: torchtitan's ChunkedCELoss runs the LM head and
+    the loss chunk by chunk along the sequence, each chunk's backward before the next
+    chunk's forward ("reduces peak memory from O(B*L*V) to O(B*L/N*V)", components/loss.py
+    @ 786e26f8e)."""
+    elements = (tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
+                / workload.loss_chunks)
     per_element = loss_bytes_per_logit(workload, plans)
     return np.where(_holds_lm_head(plans, stage), per_element * elements, 0.0)
 

@@ -178,6 +178,10 @@ class Workload:
             code is eager torch read it.
         moe_permute: the MoE token-movement code the run used (mosaic.perf.moe_permute_traffic
             MoePermute, e.g. a torchtitan release era); None = the stack trait moe_permute.
+        loss_chunks: the LM head and loss run over this many sequence chunks, each chunk's
+            backward before the next chunk's forward (torchtitan ChunkedCELoss,
+            components/loss.py @ 786e26f8e): one chunk's logits are live at a time (memory
+            only); 1 = the whole micro-batch at once.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -211,6 +215,7 @@ class Workload:
     dp_comm_overlap: bool = True
     torch_compile: bool | None = None
     moe_permute: str | None = None
+    loss_chunks: int = 1
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -230,6 +235,8 @@ class Workload:
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise MosaicInputError(f"recompute_block_fraction {fraction!r}: allowed values "
                                    "are 0 to 1 (the share of blocks checkpointed)")
+        if self.loss_chunks < 1:
+            raise MosaicInputError(f"loss_chunks must be >= 1, got {self.loss_chunks}")
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")
