@@ -63,10 +63,11 @@ class MeasuredEntry(_Strict):
     mfu_reported: float | None = Field(default=None, ge=0, le=1)
     tflops_per_gpu_reported: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    memory_measure: Literal["allocator", "device"] | None = Field(
+    memory_measure: Literal["allocator", "allocated", "device"] | None = Field(
         default=None, description="what memory_gib measures: allocator = the caching "
         "allocator's peak (torch.cuda.max_memory_reserved, as torchtitan and Megatron log "
-        "it); device = device memory in use as nvidia-smi / NVML reads it (the allocator's "
+        "it); allocated = the peak of live tensors (max_memory_allocated, 'peak active'); "
+        "device = device memory in use as nvidia-smi / NVML reads it (the allocator's "
         "segments plus the CUDA context and NCCL buffers); null = allocator")
     consistent: bool = True
     oom: bool = False
@@ -255,8 +256,8 @@ class RunRecord:
         measured_step_time_s: measured seconds per optimizer step; None only for an OOM run.
         measured_memory_bytes: reported peak memory per GPU, bytes (None = not reported).
         memory_measure: what that figure measures: "allocator" (the caching allocator's
-            peak) or "device" (nvidia-smi: plus the CUDA context and NCCL buffers,
-            mosaic.perf.device_memory).
+            peak), "allocated" (the peak of live tensors) or "device" (nvidia-smi: plus the
+            CUDA context and NCCL buffers, mosaic.perf.device_memory).
         oom: the run failed with out-of-memory.
         group_key: "<model name> @ <GPU>": runs that share a model and a GPU type, the
             groups within which layout rankings are compared (Spearman).

@@ -25,6 +25,7 @@ from mosaic.perf.accuracy import (
 )
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.device_memory import outside_allocator_bytes
+from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
@@ -61,10 +62,14 @@ class RunPrediction:
 
 def measured_like(record: RunRecord, memory_bytes: float) -> float:
     """The model's per-GPU memory as the record's figure measures it: the memory model's
-    total for an allocator figure; for a device figure (nvidia-smi) plus what lives outside
+    total for an allocator figure (its runtime reserve standing for what the allocator holds
+    beyond live tensors); its tensors alone, the total less that reserve, for an allocated
+    (peak active) figure; for a device figure (nvidia-smi) the total plus what lives outside
     the caching allocator (CUDA context, NCCL buffers: perf.device_memory)."""
     if record.memory_measure == "device":
         return memory_bytes + float(outside_allocator_bytes(record.plan)[0])
+    if record.memory_measure == "allocated":
+        return memory_bytes - RUNTIME_RESERVE_BYTES
     return memory_bytes
 
 
