@@ -25,8 +25,8 @@ from mosaic.perf.accuracy import (
 )
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.device_memory import outside_allocator_bytes
-from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
 
