@@ -27,7 +27,8 @@ Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
 # Settings jobs, run records and record settings name alike (one spelling each; the values of
 # the model's enums, tests/config/test_vocabulary.py).
 Routing = Literal["balanced", "dropless", "token_drop", "unknown"]
-CrossEntropyName = Literal["fused", "fp32_upcast", "compiled", "bf16", "te"]
+CrossEntropyName = Literal["fused", "fused_out_of_place", "fp32_upcast", "compiled", "bf16",
+                           "te"]
 OptimizerDtypeName = Literal["fp32", "bf16"]
 RecomputeName = Literal["none", "selective", "full"]
 # the MoE token-movement code a run uses (mosaic.perf.moe_permute_traffic.MoePermute)

@@ -131,6 +131,10 @@ class PerformanceBlock(_Strict):
     fsdp_keep_gathered: bool = Field(
         default=False, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP")
+    loss_chunks: int = Field(
+        default=1, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM head "
+        "and loss run over one after another, each chunk's backward first (torchtitan "
+        "ChunkedCELoss): one chunk's logits are live")
     dp_comm_overlap: bool = Field(
         default=True, description="DDP/ZeRO gradient reduction and parameter gathers "
         "overlap the backward and forward bucket by bucket (Megatron-LM --overlap-grad-reduce "
@@ -340,6 +344,7 @@ def job_from_document(document: dict[str, Any], where: str,
                            else tuple(performance.recompute_modules)),
         optimizer_dtype=performance.optimizer_dtype,
         fsdp_keep_gathered=performance.fsdp_keep_gathered,
+        loss_chunks=performance.loss_chunks,
         dp_comm_overlap=performance.dp_comm_overlap,
         torch_compile=performance.torch_compile,
         moe_permute=performance.moe_permute,
@@ -452,6 +457,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["optimizer_dtype"] = str(workload.optimizer_dtype)
     if workload.fsdp_keep_gathered:
         performance["fsdp_keep_gathered"] = True
+    if workload.loss_chunks != 1:
+        performance["loss_chunks"] = workload.loss_chunks
     if not workload.dp_comm_overlap:
         performance["dp_comm_overlap"] = False
     if workload.torch_compile is not None:

@@ -64,6 +64,12 @@ class MeasuredEntry(_Strict):
     mfu_reported: float | None = Field(default=None, ge=0, le=1)
     tflops_per_gpu_reported: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_measure: Literal["allocator", "allocated", "device"] | None = Field(
+        default=None, description="what memory_gib measures: allocator = the caching "
+        "allocator's peak (torch.cuda.max_memory_reserved, as torchtitan and Megatron log "
+        "it); allocated = the peak of live tensors (max_memory_allocated, 'peak active'); "
+        "device = device memory in use as nvidia-smi / NVML reads it (the allocator's "
+        "segments plus the CUDA context and NCCL buffers); null = allocator")
     consistent: bool = True
     oom: bool = False
 
@@ -135,6 +141,10 @@ class RunRecordEntry(_Strict):
     moe_permute: MoePermuteName | None = Field(
         default=None, description="the MoE token-movement code the run used (e.g. a "
         "torchtitan era); null = the stack's (docs/evidence/moe_permute_traffic.md)")
+    loss_chunks: int | None = Field(
+        default=None, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM "
+        "head and loss run over one after another, each chunk's backward first (torchtitan "
+        "ChunkedCELoss); null = 1")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p); "
@@ -246,6 +256,9 @@ class RunRecord:
         measured_tokens_per_s_per_gpu: measured throughput; None only for an OOM run.
         measured_step_time_s: measured seconds per optimizer step; None only for an OOM run.
         measured_memory_bytes: reported peak memory per GPU, bytes (None = not reported).
+        memory_measure: what that figure measures: "allocator" (the caching allocator's
+            peak), "allocated" (the peak of live tensors) or "device" (nvidia-smi: plus the
+            CUDA context and NCCL buffers, mosaic.perf.device_memory).
         oom: the run failed with out-of-memory.
         group_key: "<model name> @ <GPU>": runs that share a model and a GPU type, the
             groups within which layout rankings are compared (Spearman).
@@ -256,7 +269,7 @@ class RunRecord:
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
             fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity,
-            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute,
+            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute, loss_chunks,
             recompute when not 'unknown'); documented record
             settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
@@ -285,6 +298,7 @@ class RunRecord:
     assumptions: tuple[str, ...]
     stated_settings: frozenset[str] = frozenset()
     throughput_not_scored: str | None = None
+    memory_measure: str = "allocator"
 
     @property
     def throughput_scored(self) -> bool:
@@ -429,6 +443,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         recompute_block_fraction=entry.recompute_block_fraction,
         dp_comm_overlap=entry.dp_comm_overlap is not False,
         torch_compile=entry.torch_compile,
+        loss_chunks=entry.loss_chunks or 1,
         moe_permute=entry.moe_permute,
     )
     stated = _stated_settings(entry)
@@ -457,6 +472,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         measured_step_time_s=step_time_s,
         measured_memory_bytes=None if memory_gib is None else memory_gib * GIB,
         oom=entry.measured.oom,
+        memory_measure=entry.measured.memory_measure or "allocator",
         group_key=f"{entry.model.name} @ {system.device.name}",
         source_key=entry.id.split("-", 1)[0],
         assumptions=tuple(notes),
@@ -483,6 +499,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "recompute_block_fraction": entry.recompute_block_fraction is not None,
         "dp_comm_overlap": entry.dp_comm_overlap is not None,
         "torch_compile": entry.torch_compile is not None,
+        "loss_chunks": entry.loss_chunks is not None,
         "moe_permute": entry.moe_permute is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)

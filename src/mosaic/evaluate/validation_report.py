@@ -24,7 +24,9 @@ from mosaic.perf.accuracy import (
     top_k_overlap,
 )
 from mosaic.perf.calibration import Calibration
+from mosaic.perf.device_memory import outside_allocator_bytes
 from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
 
@@ -58,6 +60,19 @@ class RunPrediction:
         return self.predicted_memory_gib * GIB / measured - 1
 
 
+def measured_like(record: RunRecord, memory_bytes: float) -> float:
+    """The model's per-GPU memory as the record's figure measures it: the memory model's
+    total for an allocator figure (its runtime reserve standing for what the allocator holds
+    beyond live tensors); its tensors alone, the total less that reserve, for an allocated
+    (peak active) figure; for a device figure (nvidia-smi) the total plus what lives outside
+    the caching allocator (CUDA context, NCCL buffers: perf.device_memory)."""
+    if record.memory_measure == "device":
+        return memory_bytes + float(outside_allocator_bytes(record.plan)[0])
+    if record.memory_measure == "allocated":
+        return memory_bytes - RUNTIME_RESERVE_BYTES
+    return memory_bytes
+
+
 def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
                  progress: Callable[[int, int], None] | None = None) -> list[RunPrediction]:
     """Predict every record with ``calibration`` (``progress(done, total)`` after each
@@ -80,7 +95,8 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
             predictions[index] = RunPrediction(
                 record=records[index],
                 predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[row]),
-                predicted_memory_gib=float(step.memory_bytes[row] / GIB),
+                predicted_memory_gib=float(measured_like(records[index],
+                                                         step.memory_bytes[row]) / GIB),
                 feasible=bool(step.feasible[row]),
             )
         done += len(members)

@@ -38,6 +38,7 @@ from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
@@ -103,6 +104,13 @@ INDEX_BYTES = 8  # int64 routing indices
 # the softmax in place, saves it, and writes the gradient into it in place: peak 2 B (bf16
 # logits) + 4 B (fp32 copy), in the forward and in the backward (fp32 grad + bf16 cast).
 LOGITS_BYTES_PER_ELEMENT = ACTIVATION_BYTES + FP32_BYTES
+# FUSED_OUT_OF_PLACE: Megatron-Core up to core_v0.7.0 (tensor_parallel/cross_entropy.py
+# @ core_v0.6.0: "vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(
+# dim=-1)"; in place, "-=", from core_v0.8.0) shifts the fp32 copy
+# (language_module.py: vocab_parallel_cross_entropy(logits.float(), labels)) into a second
+# fp32 tensor while the copy and the bf16 logits are alive: 2 + 4 + 4 B at the forward
+# peak; the backward needs the saved softmax and its bf16 cast only (6 B).
+OUT_OF_PLACE_LOSS_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2 * FP32_BYTES
 # FP32_UPCAST, no TP: eager F.cross_entropy(logits.float()) (torchtitan components/loss.py).
 # Forward: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 = 10 B; backward: the saved
 # log-softmax 4 + nll_loss_backward's dense fp32 gradient 4 + _log_softmax_backward_data's
@@ -131,6 +139,25 @@ LOSS_PARALLEL_BYTES_PER_ELEMENT = 4 * FP32_BYTES
 # only), writes the gradient into the logits tensor in place and saves that tensor for the
 # backward, which scales it in place: the bf16 logits are the whole working set, 2 B.
 TE_LOSS_BYTES_PER_ELEMENT = ACTIVATION_BYTES
+# DeepSpeed ZeRO (stack trait ``zero_runtime`` deepspeed), deepspeed @ v0.11.1:
+# runtime/engine.py get_data_types keeps gradients in the model dtype under any ZeRO stage
+# (fp32 accumulation only for bf16 without ZeRO), and stage3.py allocates the gradient
+# partitions (grad_partitions_flat_buffer) in that dtype: 2 B per parameter, sharded.
+DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM = BF16_GRADIENT_BYTES_PER_PARAM
+# ZeRO-3 keeps gathered parameters resident up to stage3_max_live_parameters, default 1e9
+# (runtime/zero/config.py max_live_parameters; "the maximum number of parameters resident
+# per GPU before releasing"), which parameters reused within stage3_max_reuse_distance
+# (1e9) and the prefetch bucket fill; the model takes the cap.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+# Eager torch model code whose RMSNorm upcasts to fp32 (ElementwiseKernels.EAGER_FP32_NORM:
+# HF transformers LlamaRMSNorm @ 4.34, torchtitan's RMSNorm run eagerly): x.to(float32) is
+# saved by pow and by the normalising mul (4 B), the normalised bf16 tensor by the weight mul
+# (2 B), the output by the next linear (counted as its GEMM input), and the bf16 input x by
+# nothing (the cast's backward needs no input): 4 B per element more than the norm input the
+# counts above keep. An eager SwiGLU, act_fn(gate) * up, saves the SiLU output for the mul
+# beside gate, up and their product: one more bf16 tensor of the FFN width.
+EAGER_NORM_EXTRA_BYTES_PER_ELEMENT = FP32_BYTES  # fp32 copy + normalised bf16 - bf16 input
+EAGER_GLU_EXTRA_BYTES_PER_ELEMENT = ACTIVATION_BYTES
 # CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
 # and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
 # candidate: measure nvidia-smi used minus allocator reserved on the target stack.
@@ -353,6 +380,23 @@ def stored_gradient_bytes_per_param(workload: Workload) -> int:
     return gradient_bytes_per_param(workload)
 
 
+def deepspeed_zero(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Which plans run DeepSpeed ZeRO (stack trait ``zero_runtime`` deepspeed, any ZeRO
+    stage: sharding other than none)."""
+    if workload.traits.zero_runtime != "deepspeed":
+        return np.zeros(len(plans), dtype=bool)
+    return plans.sharding != Sharding.NONE
+
+
+def _stored_gradient_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Bytes per element of the gradients kept between micro-batches, per plan:
+    :func:`stored_gradient_bytes_per_param`, except under DeepSpeed ZeRO, whose gradient
+    partitions are in the model dtype (DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM)."""
+    return np.where(deepspeed_zero(workload, plans),
+                    float(DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM),
+                    float(stored_gradient_bytes_per_param(workload)))
+
+
 def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
                  ) -> np.ndarray:
     """Resident bf16 weights, sharded over (E)DP under FSDP/HSDP. A fully sharded plan on a
@@ -509,7 +553,34 @@ def layer_working_set_bytes(
         if kind == "moe"
         else dense_mlp_activation_bytes(workload, plans)
     )
-    return attention_activation_bytes(workload, plans) + block
+    return (attention_activation_bytes(workload, plans) + block
+            + eager_elementwise_extra_bytes(workload, plans, kind))
+
+
+def eager_elementwise_extra_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind
+                                  ) -> np.ndarray:
+    """What eager fp32-upcasting model code (ElementwiseKernels.EAGER_FP32_NORM, not under
+    torch.compile) saves in a block beyond the fused-kernel counts: 4 B per element of each
+    of the block's two norms (EAGER_NORM_EXTRA_BYTES_PER_ELEMENT, on the tokens each norm
+    sees: SP-sharded before attention, the routed tokens before an MoE part) and, for a GLU,
+    the SiLU output of each FFN (dense, shared experts, every routed copy's expert)."""
+    if elementwise_kernels(workload) is not ElementwiseKernels.EAGER_FP32_NORM:
+        return np.zeros(len(plans))
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    norm_tokens = tokens / sequence_shard_divisor(plans)
+    moe = geometry.moe
+    if kind == "moe" and moe is not None:
+        second_norm_tokens = routed_tokens(workload, plans)
+        glu_elements = (expert_copies(workload, plans) * moe.expert_ffn / plans.etp
+                        + tokens * moe.shared_experts * moe.shared_width / plans.tp)
+    else:
+        second_norm_tokens = norm_tokens
+        glu_elements = tokens * geometry.ffn / plans.tp
+    norms = EAGER_NORM_EXTRA_BYTES_PER_ELEMENT * (norm_tokens + second_norm_tokens) * (
+        geometry.d_model)
+    glu = EAGER_GLU_EXTRA_BYTES_PER_ELEMENT * glu_elements if geometry.glu else 0.0
+    return norms + glu
 
 
 def _attention_matmul_widths(workload: Workload, plans: ParallelPlans) -> list[np.ndarray]:
@@ -736,7 +807,14 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
         # a checkpointed block's working set is rebuilt in backward, as under FULL
         recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
     recompute = np.where(recomputes_blocks, working_set, 0.0)
-    head_inputs = np.where(_holds_lm_head(plans, stage), 2 * layer_input_bytes(workload, plans), 0)
+    # On the stage with the LM head the loss working set (``logits``) is freed before any
+    # block is recomputed: the loss and LM-head backward finish first, then the last block's
+    # forward is rerun. The two peaks never coexist, so the recompute set counts only its
+    # excess over the loss's.
+    lm_head = _holds_lm_head(plans, stage)
+    recompute = np.where(lm_head, np.maximum(recompute - logits_bytes(workload, plans, stage),
+                                             0.0), recompute)
+    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
     in_flight = in_flight_microbatches(workload, plans, stage)
     resident = resident_block_fraction(workload, blocks)
     return in_flight * per_microbatch * resident + recompute + head_inputs
@@ -758,11 +836,13 @@ def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarra
 def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Peak bytes per logit element of the LM head output and the loss over it, by the
     workload's loss (:attr:`Workload.loss_implementation`; constants above: 6 B fused, 4 B
-    compiled, 8 B eager bf16, 12 B eager fp32 upcast, 16 B eager under TP's loss_parallel,
+    compiled, 10 B fused out of place (Megatron-Core up to core_v0.7), 8 B eager bf16, 12 B
+    eager fp32 upcast, 16 B eager under TP's loss_parallel,
     2 B Transformer Engine's in-place kernel)."""
     loss = workload.loss_implementation
     if loss is not CrossEntropy.FP32_UPCAST:
         fixed = {CrossEntropy.FUSED: LOGITS_BYTES_PER_ELEMENT,
+                 CrossEntropy.FUSED_OUT_OF_PLACE: OUT_OF_PLACE_LOSS_BYTES_PER_ELEMENT,
                  CrossEntropy.COMPILED: COMPILED_LOSS_BYTES_PER_ELEMENT,
                  CrossEntropy.BF16: BF16_LOSS_BYTES_PER_ELEMENT,
                  CrossEntropy.TE: TE_LOSS_BYTES_PER_ELEMENT}[loss]
@@ -774,8 +854,13 @@ def loss_bytes_per_logit(workload: Workload, plans: ParallelPlans) -> np.ndarray
 @plan_key("tp", "pp", "cp", "micro_batch")
 def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Vocab-parallel logits of one micro-batch, b·s/cp × V/tp elements, at
-    :func:`loss_bytes_per_logit`, on the stage holding the LM head."""
-    elements = tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
+    :func:`loss_bytes_per_logit`, on the stage holding the LM head; with a chunked loss
+    (``Workload.loss_chunks``) one chunk's: torchtitan's ChunkedCELoss runs the LM head and
+    the loss chunk by chunk along the sequence, each chunk's backward before the next
+    chunk's forward ("reduces peak memory from O(B*L*V) to O(B*L/N*V)", components/loss.py
+    @ 786e26f8e)."""
+    elements = (tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
+                / workload.loss_chunks)
     per_element = loss_bytes_per_logit(workload, plans)
     return np.where(_holds_lm_head(plans, stage), per_element * elements, 0.0)
 
@@ -814,6 +899,13 @@ def communication_buffer_bytes(
     per_unit = workload.traits.fsdp_gather_bytes_per_param * (unit + block)
     grad_bytes = gradient_bytes_per_param(workload)
     per_unit = per_unit + grad_bytes * unit
+    if workload.traits.zero_runtime == "deepspeed":
+        # DeepSpeed ZeRO-3: up to stage3_max_live_parameters gathered in bf16, and the
+        # current unit's model-dtype gradients before they enter the reduce bucket.
+        grad_bytes = DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM
+        per_unit = (WEIGHT_BYTES_PER_PARAM
+                    * np.minimum(DEEPSPEED_MAX_LIVE_PARAMETERS, stage_params)
+                    + grad_bytes * unit)
     whole_stage = (WEIGHT_BYTES_PER_PARAM * stage_params
                    + grad_bytes * np.where(layout.accumulating, stage_params, unit))
     fsdp = np.where(layout.fully_sharded, np.where(layout.gathered, whole_stage, per_unit),
@@ -880,7 +972,7 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                               workload.vocab_in_pipeline_split)
     return {
         "weights": weight_bytes(workload, params, plans),
-        "gradients": stored_gradient_bytes_per_param(workload)
+        "gradients": _stored_gradient_bytes(workload, plans)
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
         "master_weights": master_weight_bytes(workload, params, plans),

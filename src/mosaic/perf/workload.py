@@ -223,6 +223,10 @@ class Workload:
             blockwise): Megatron-Core --fp8-param-gather (FP8 primary weights, NeMo
             fp8_params, Megatron-Bridge MixedPrecisionConfig.fp8_param_gather) or torchtitan
             enable_fsdp_float8_all_gather. Needs FP8 GEMMs.
+        loss_chunks: the LM head and loss run over this many sequence chunks, each chunk's
+            backward before the next chunk's forward (torchtitan ChunkedCELoss,
+            components/loss.py @ 786e26f8e): one chunk's logits are live at a time (memory
+            only); 1 = the whole micro-batch at once.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -258,6 +262,7 @@ class Workload:
     moe_permute: str | None = None
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: bool = False
+    loss_chunks: int = 1
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -277,6 +282,8 @@ class Workload:
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise MosaicInputError(f"recompute_block_fraction {fraction!r}: allowed values "
                                    "are 0 to 1 (the share of blocks checkpointed)")
+        if self.loss_chunks < 1:
+            raise MosaicInputError(f"loss_chunks must be >= 1, got {self.loss_chunks}")
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")

@@ -51,6 +51,8 @@ class CrossEntropy(StrEnum):
     """How a stack computes the LM loss (sets the logits working set, mosaic.perf.memory)."""
 
     FUSED = "fused"  # one fp32 copy, softmax and gradient in place (Megatron-Core)
+    # Megatron-Core up to core_v0.7: the max-shifted logits are a second fp32 tensor
+    FUSED_OUT_OF_PLACE = "fused_out_of_place"
     FP32_UPCAST = "fp32_upcast"  # eager F.cross_entropy(logits.float()) (torchtitan)
     COMPILED = "compiled"  # the same loss under torch.compile (Inductor fuses it)
     BF16 = "bf16"  # eager F.cross_entropy on the bf16 logits, no upcast (NeMo AutoModel)
@@ -115,6 +117,7 @@ class _Entry(BaseModel):
     fsdp_shard_storage: FsdpShardStorage
     moe_probs_in_activation: bool
     fsdp_skips_unsharded_experts: bool = False
+    zero_runtime: Literal["torch", "deepspeed"] = "torch"
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     layout_vpp: tuple[int, ...] | None = None
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -162,6 +165,11 @@ class StackTraits:
     fsdp_shard_storage: FsdpShardStorage
     moe_probs_in_activation: bool  # routing probs scale the expert activation, not its output
     fsdp_skips_unsharded_experts: bool  # EP experts with no expert-DP group stay out of FSDP
+    # who allocates ZeRO's sharded gradients and gathered parameters (mosaic.perf.memory):
+    # "torch" (FSDP/Megatron buckets in the gradient-reduce dtype, a unit and its prefetch
+    # gathered) or "deepspeed" (gradient partitions in the model dtype, gathered parameters up
+    # to stage3_max_live_parameters)
+    zero_runtime: str
     layout_sharding: tuple[str, ...] | None  # sharding modes the stack offers; None = all
     layout_vpp: tuple[int, ...] | None  # virtual-stage counts it offers; None = any
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
