@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 import threading
 import webbrowser
 from pathlib import Path
@@ -54,6 +55,20 @@ def load_job_document(path: Path | None) -> dict[str, Any] | None:
     return load_yaml_mapping(path)
 
 
+def require_free_port(host: str, port: int) -> None:
+    """A port another process listens on is a one-line error before anything starts
+    (uvicorn would log its own error after the start banner and exit 3). The probe binds
+    with SO_REUSEADDR, as uvicorn does, so a port in TIME_WAIT counts as free."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise MosaicInputError(f"cannot listen on {host}:{port} ({exc.strerror}); pick "
+                                   "another with --port") from None
+
+
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None = None,
           open_browser: bool = True, plan_time_limit_s: float | None = None,
           log: Any = print) -> None:
@@ -65,6 +80,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None =
 
     if not 0 < port < 65536:
         raise MosaicInputError(f"--port must be in 1..65535, got {port}")
+    require_free_port(host, port)
     app = create_app(load_job_document(job), plan_time_limit_s=plan_time_limit_s)
     warning = bind_warning(host)
     if warning:
