@@ -309,3 +309,9 @@ def test_studio_plans_under_the_same_memory_headroom_as_the_cli():
         seq_len=2048, memory_fraction=None, q="8", experts="16", top_k="1",
         split_factor="1", tpp="40:150", s_min=0.7)
     assert envelope.usable_memory_fraction == cli_envelope.usable_memory_fraction == 0.9
+
+
+def test_options_offer_every_precision_a_job_accepts():
+    from mosaic.studio.app import options_document
+
+    assert options_document(None)["precisions"] == ["bf16", "fp16", "fp8", "mxfp8"]

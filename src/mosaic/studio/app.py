@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from importlib import resources
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
@@ -52,9 +52,10 @@ def _errors(errors: dict[str, str], status: int = 422) -> Any:
 
 def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
     """Choices of the page's selects and the initial forms."""
+    from mosaic.config.job_schema import PerformanceBlock
     from mosaic.hardware import list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
-    from mosaic.perf.workload import OptimizerKind, Precision
+    from mosaic.perf.workload import OptimizerKind
     from mosaic.stacks.registry import known_stacks
 
     form = dict(DEFAULT_FORM)
@@ -65,7 +66,8 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "stacks": list(known_stacks()),
         "sharding": [s.name.lower() for s in Sharding],
         "checkpointing": [c.name.lower() for c in Checkpointing],
-        "precisions": [str(p) for p in Precision],
+        # the job schema's precision names (mxfp8 too), not only the peak-FLOP/s lanes
+        "precisions": list(get_args(PerformanceBlock.model_fields["precision"].annotation)),
         "optimizers": [str(o) for o in OptimizerKind],
         "model_sources": list(MODEL_SOURCES) if job_document is not None
         else [s for s in MODEL_SOURCES if s != "job"],
