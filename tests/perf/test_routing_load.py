@@ -16,11 +16,12 @@ from mosaic.evaluate.record_settings import record_settings
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
-from mosaic.perf.plan import single_plan
+from mosaic.perf.plan import concatenate_plans, single_plan
 from mosaic.perf.routing_load import (
     expert_counts_reach_host,
     learned_router_imbalance,
     routed_load_factor,
+    router_imbalance,
 )
 from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
@@ -180,3 +181,15 @@ def test_capacity_sweep_load_never_exceeds_the_per_expert_cap_by_hand():
         for stated in (1.5, 4.0, 8.0):
             load = routed_load_factor(replace(workload, routing_imbalance=stated), plans)[0]
             assert load == pytest.approx(min(cap, stated))
+
+
+def test_a_stated_imbalance_is_bounded_by_ep_and_by_experts_over_top_k():
+    workload = _moe()
+    moe = workload.geometry.moe
+    # one EP rank receives at most every routed copy: ep times the even share
+    stated = replace(workload, routing_imbalance=3.0)
+    loads = router_imbalance(stated, concatenate_plans([single_plan(dp=8, ep=ep)
+                                                        for ep in (1, 2, 8)]))
+    assert loads.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(MosaicInputError, match="at most experts/top_k"):
+        replace(workload, routing_imbalance=moe.experts / moe.top_k + 1)

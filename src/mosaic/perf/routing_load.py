@@ -79,7 +79,8 @@ def router_imbalance(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     if moe is None:
         return np.ones(len(plans))
     if workload.routing_imbalance is not None:
-        return np.full(len(plans), workload.routing_imbalance)
+        # one rank receives at most every routed copy: at most ep times the even share
+        return np.minimum(workload.routing_imbalance, plans.ep.astype(float))
     violation = ROUTER_MAX_VIOLATION[workload.traits.router_balancing]
     return learned_router_imbalance(moe.experts, plans.ep, violation)
 

@@ -300,6 +300,13 @@ class Workload:
             raise MosaicInputError(
                 f"routing_imbalance {self.routing_imbalance}: must be >= 1 (the busiest EP "
                 "rank's routed tokens over the even share)")
+        moe = self.geometry.moe
+        if (self.routing_imbalance is not None and moe is not None
+                and self.routing_imbalance > moe.experts / moe.top_k):
+            raise MosaicInputError(
+                f"routing_imbalance {self.routing_imbalance}: at most experts/top_k = "
+                f"{moe.experts / moe.top_k:g} (a token's top_k copies go to distinct experts, "
+                "so one EP rank receives at most all of them: min(ep, E/K) times the even share)")
         if self.pad_to_capacity and self.dispatcher is not Dispatcher.ALLTOALL:
             raise MosaicInputError(
                 f"pad_to_capacity with dispatcher {self.dispatcher}: Megatron-Core pads expert "
