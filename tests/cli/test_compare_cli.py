@@ -124,6 +124,8 @@ def test_two_plans(plans):
     assert summary["usable_memory_gib"]["a"] == pytest.approx(
         headroom["usable_memory_bytes"] / 2**30)
     assert doc["a"]["memory_fit"].endswith(", fits")
+    # HFU counts recompute and attention on top of MFU's 6·N_act·D
+    assert summary["hfu"]["a"] == plan_a["optimum_step"]["hfu"] >= summary["mfu"]["a"]
 
 
 def test_job_with_plan_is_one_line_error(plans):

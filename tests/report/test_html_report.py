@@ -235,3 +235,11 @@ def test_report_of_garbage_is_one_line(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path / "bad0.json"), "--out",
                                  str(tmp_path / "missing" / "x.html")])
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_a_stated_kind_that_is_not_the_documents_is_named():
+    from mosaic.errors import MosaicInputError
+
+    with pytest.raises(MosaicInputError, match=r"JSON of `mosaic validate`, not of `mosaic "
+                                               r"perf`: use --kind validate"):
+        render_report({"runs": [], "aggregate": {}}, "perf")

@@ -133,7 +133,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "layout": step.get("plan") or optimum.get("plan"),
         "step_time_s": optimum.get("step_time_s"), "tokens_per_s": tokens_per_s,
         "tokens_per_s_per_gpu": tokens_per_s / gpus if tokens_per_s and gpus else None,
-        "mfu": optimum.get("mfu"), "hfu": None,
+        "mfu": optimum.get("mfu"), "hfu": step.get("hfu"),  # absent from older plan files
         "memory_gib": optimum["memory_bytes"] / GIB if optimum.get("memory_bytes") else None,
         "memory_capacity_gib": capacity / GIB if capacity else None,
         "feasible": True,  # the planner keeps only plans that fit

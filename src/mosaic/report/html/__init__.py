@@ -37,6 +37,14 @@ def detect_kind(document: Any) -> str:
         "--json`")
 
 
+def _kind_or_none(document: Any) -> str | None:
+    """The detected kind, or None where no signature matches (the stated kind decides)."""
+    try:
+        return detect_kind(document)
+    except MosaicInputError:
+        return None
+
+
 def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
                                    Callable[[dict[str, Any]], tuple[str, str]]]]:
     from mosaic.report.html import perf_page, plan_page, validate_sweep_page
@@ -67,9 +75,13 @@ def require_plotly() -> None:
 def render_report(document: dict[str, Any], kind: str | None = None) -> str:
     """The HTML page of a result document (kind detected when not given)."""
     require_plotly()
-    kind = kind or detect_kind(document)
+    detected = detect_kind(document) if kind is None else _kind_or_none(document)
+    kind = kind or detected
     if kind not in KINDS:
         raise MosaicInputError(f"report kind {kind!r}: allowed {', '.join(KINDS)}")
+    if detected is not None and detected != kind:
+        raise MosaicInputError(f"the document is the JSON of `mosaic {detected}`, not of "
+                               f"`mosaic {kind}`: use --kind {detected} or leave --kind out")
     from mosaic import __version__
     from mosaic.report.html.page import render_page
 

@@ -38,6 +38,7 @@ def step_document(prediction: StepPrediction, index: int = 0) -> dict[str, Any]:
     return {
         "step_time_s": float(prediction.step_time_s[index]),
         "mfu": float(prediction.mfu[index]),
+        "hfu": float(prediction.hfu[index]),
         "memory_bytes": float(prediction.memory_bytes[index]),
         "breakdown_s": {k: float(v[index]) for k, v in prediction.breakdown_s.items()},
         "labels": dict(prediction.labels),
