@@ -54,8 +54,9 @@ def _check_positive(name: str, values: np.ndarray, source: str) -> None:
     bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
     if bad.size:
         row = int(bad[0])
+        shown = "empty (NaN)" if np.isnan(values[row]) else f"{values[row]:g}"
         raise MosaicInputError(
-            f"{source}: row {row + 1}: column '{name}' is {values[row]:g}; it must be a "
+            f"{source}: row {row + 1}: column '{name}' is {shown}; it must be a "
             f"positive finite number ({bad.size} bad row(s) in total)"
         )
 
