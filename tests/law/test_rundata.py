@@ -45,7 +45,7 @@ def test_sparsity_column_gives_active_params(tmp_path):
     ("change", "message"),
     [
         ({"loss": None}, r"missing required column\(s\) \['loss'\]"),
-        ({"loss": [2.5, np.nan, 2.2]}, "row 2: column 'loss' is empty (NaN)"),
+        ({"loss": [2.5, np.nan, 2.2]}, r"row 2: column 'loss' is empty \(NaN\)"),
         ({"tokens": [5e9, 6e9, 0.0]}, "row 3: column 'tokens' is 0; it must be a positive"),
         ({"n_total": [1e9, "lots", 8e9]}, "row 2: column 'n_total' is 'lots', which is not a"),
         ({"n_active": [1e8, 5e9, 4e8]}, "row 2: n_active 5e[+]09 exceeds n_total 4e[+]09"),
