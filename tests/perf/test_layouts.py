@@ -112,6 +112,18 @@ def test_hsdp_shards_inside_one_domain():
     assert np.array_equal(plans.hsdp_shard[~hsdp], plans.dp[~hsdp])
 
 
+def test_hsdp_with_one_replica_is_not_listed_beside_fsdp():
+    # 8 GPUs in one domain, tp = 1: the HSDP shard group is all 8 data-parallel ranks, one
+    # replica, the FSDP plan itself; without FSDP among the modes it stays.
+    limits = LayoutLimits(tp=1, pp=1, ep=1, micro_batches=(1,), sharding=("hsdp", "fsdp"),
+                          checkpointing=("none",))
+    both = enumerate_plans(moe_workload(), 8, 8, limits)
+    assert both.sharding.tolist() == [Sharding.FSDP]
+    only_hsdp = enumerate_plans(moe_workload(), 8, 8, LayoutLimits(
+        tp=1, pp=1, ep=1, micro_batches=(1,), sharding=("hsdp",), checkpointing=("none",)))
+    assert only_hsdp.sharding.tolist() == [Sharding.HSDP] and only_hsdp.hsdp_shard[0] == 8
+
+
 def test_pins_and_limits_are_respected():
     limits = LayoutLimits(max_tp=2, pp=(2, 4), ep=(4, 8), micro_batches=(2,),
                           sharding=("zero1", "fsdp"), checkpointing=("full",))

@@ -265,12 +265,18 @@ def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,
     dp = n_devices // (tp_ * pp[i_pp] * cp_)
     shard = sharding[i_sh]
     domain_dp = np.maximum(domain_gpus // (tp_ * cp_), 1)
-    return ParallelPlans(
+    plans = ParallelPlans(
         tp=tp_, pp=pp[i_pp], vpp=vpp[i_pp], cp=cp_, dp=dp, ep=ep[i_ep], etp=etp[i_tp],
         micro_batch=micro_batch[i_mb], sharding=shard, checkpointing=checkpointing[i_ck],
         hsdp_shard=np.where(shard == Sharding.HSDP, np.gcd(dp, domain_dp), dp),
         sequence_parallel=tp_ > 1,
     )
+    if Sharding.FSDP not in limits.sharding:
+        return plans
+    # HSDP whose shard group is the whole data-parallel group has one replica: it is the
+    # FSDP candidate beside it, so it is not listed twice.
+    same_as_fsdp = (plans.sharding == Sharding.HSDP) & (plans.hsdp_shard == plans.dp)
+    return plans.take(np.flatnonzero(~same_as_fsdp)) if same_as_fsdp.any() else plans
 
 
 @dataclass(frozen=True)
