@@ -261,8 +261,12 @@ def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]
     'mxfp8' states its recipe; plain 'fp8' gets the stack's default, as the planner's
     workload does (mosaic.perf.workload.Workload._resolve_fp8_recipe)."""
     from mosaic.perf.workload import FP8_RECIPES as RECIPE_NAMES
-    from mosaic.perf.workload import (Fp8Recipe, default_fp8_recipe, precision_lane,
-                                      stated_fp8_recipe)
+    from mosaic.perf.workload import (
+        Fp8Recipe,
+        default_fp8_recipe,
+        precision_lane,
+        stated_fp8_recipe,
+    )
 
     name = str(envelope.get("precision", "bf16"))
     stack = str(envelope.get("stack", "megatron-core"))
