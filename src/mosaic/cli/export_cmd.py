@@ -59,8 +59,9 @@ def export_command(
     set_: SetOption = None,
     model: ModelOption = None,
 ) -> None:
-    """Write a Megatron, NeMo, torchtitan or MaxText launch config (or, with --to yaml, the
-    mosaic job file) for a job, a run record or a plan.
+    """Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan.
+
+    With --to yaml, the mosaic job file instead (a plan's chosen job, for `mosaic perf`).
 
     The architecture, parallel layout, batch and micro-batch, precision, recompute and MoE
     dispatcher are spelled as the target spells them; settings it cannot express are
