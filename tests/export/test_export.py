@@ -179,6 +179,7 @@ TORCHTITAN_KEYS = {  # torchtitan v0.2.2 JobConfig sections and fields used by t
                     "fsdp_reshard_after_forward", "tensor_parallel_degree",
                     "pipeline_parallel_degree", "pipeline_parallel_microbatch_size",
                     "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
+                    "module_fqns_per_model_part",
                     "context_parallel_degree", "expert_parallel_degree",
                     "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
     "activation_checkpoint": {"mode", "selective_ac_option"},

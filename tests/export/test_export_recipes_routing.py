@@ -245,6 +245,12 @@ def test_torchtitan_stage_split_when_no_layers_per_stage_fits():
     assert parts[-1] == ["layers.63", "norm", "output"]
     assert all(part == [f"layers.{i}"] for i, part in enumerate(parts[1:-1], start=1))
     assert not any("pipeline stages" in n for n in result.unsupported)
+    # 32 blocks on pp 4 x vpp 2: ceil(34 / n) never gives 8, but 2 stages per rank is
+    # torchtitan's own default for an interleaved schedule: nothing to write
+    default = tomllib.loads(export(titan_spec(32, 4, 2), "torchtitan").text)["parallelism"]
+    assert default["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert not {"pipeline_parallel_layers_per_stage", "module_fqns_per_model_part"} & set(
+        default)
     # 61 blocks on 8 stages: ceil(61/8) = 8 per part, the last holds 5
     assert [sum(m.startswith("layers.") for m in p) for p in model_parts(61, 8)] == \
         [8] * 7 + [5]

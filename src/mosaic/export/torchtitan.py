@@ -96,6 +96,8 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
             per_stage = layers_per_stage(g.layers, stages)
             if per_stage is not None:
                 parallelism["pipeline_parallel_layers_per_stage"] = per_stage
+            elif spec.vpp == 2 and stages <= g.layers + 2:
+                pass  # torchtitan's default for a multi-stage schedule: 2 stages per rank
             elif stages <= g.layers:
                 parallelism["module_fqns_per_model_part"] = model_parts(g.layers, stages)
             else:
