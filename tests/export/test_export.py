@@ -75,6 +75,8 @@ def megatron_parser() -> argparse.ArgumentParser:
                "recompute-granularity": ["full", "selective"],
                "recompute-method": ["uniform", "block"],
                "fp8-format": ["e4m3", "hybrid"],
+               # TransformerConfig.fp8_recipe Literal
+               "fp8-recipe": ["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
                "optimizer": ["adam", "sgd", "muon"],
                # TransformerConfig Literal fields (ArgumentGroupFactory flags)
                "moe-dispatch-fwd-dtype": ["bf16", "mxfp8"],
@@ -87,7 +89,8 @@ def megatron_parser() -> argparse.ArgumentParser:
                  "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm",
                  "moe-shared-expert-gate", "multi-latent-attention", "sequence-parallel",
                  "use-distributed-optimizer", "use-megatron-fsdp", "bf16", "fp16",
-                 "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "tp-comm-overlap"]:
+                 "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "tp-comm-overlap",
+                 "fp8-param-gather", "moe-pad-expert-input-to-capacity"]:
         p.add_argument(f"--{name}", action="store_true")
     p.add_argument("--no-check-for-nan-in-loss-and-grad", dest="check_for_nan_in_loss_and_grad",
                    action="store_false")
@@ -111,18 +114,24 @@ def test_megatron_round_trip_appendix_e():
     assert (a.micro_batch_size, a.global_batch_size, a.seq_length) == (2, 8192, 8192)
     assert a.recompute_granularity == "full" and a.use_distributed_optimizer and a.bf16
     assert a.optimizer == "muon" and a.moe_token_dispatcher_type == "alltoall"
-    assert a.moe_expert_capacity_factor == 1.0  # the listing's capacity_factor
+    # the listing states capacity_factor 1.0 but the job routes dropless (the default), as
+    # predicted: no capacity factor (Megatron's None = dropless), and a note says so
+    assert a.moe_expert_capacity_factor is None
+    assert any(note.startswith("model.moe.capacity_factor 1 not written: routing is dropless")
+               for note in export(spec, "megatron").unsupported)
 
 
 def test_the_capacity_factor_reaches_every_target_or_is_flagged():
     dropless = load_export_spec(JOB, ["model.moe.capacity_factor=null"], None)
     assert parse_megatron(export(dropless, "megatron").text).moe_expert_capacity_factor is None
     assert yaml.safe_load(export(dropless, "maxtext").text)["capacity_factor"] == -1.0
-    capped = load_export_spec(JOB, ["model.moe.capacity_factor=1.25"], None)
+    capped = load_export_spec(JOB, ["model.moe.capacity_factor=1.25",
+                                    "performance.routing=token_drop"], None)
     assert yaml.safe_load(export(capped, "maxtext").text)["capacity_factor"] == 1.25
     nemo = yaml.safe_load(export(capped, "nemo").text)["model"]
     assert nemo["moe_expert_capacity_factor"] == 1.25
-    assert "NOT EXPRESSED: capacity factor 1.25" in export(capped, "torchtitan").text
+    assert "NOT EXPRESSED: token_drop routing (capacity factor 1.25): torchtitan's MoE routes " \
+        "dropless" in export(capped, "torchtitan").text
 
 
 def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
@@ -133,6 +142,7 @@ def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
     assert a.moe_shared_expert_intermediate_size == 2048
     assert (a.moe_token_dispatcher_type, a.moe_flex_dispatcher_backend) == ("flex", "deepep")
     assert a.fp8_format == "hybrid" and a.bf16 and a.recompute_granularity == "selective"
+    assert a.fp8_recipe == "delayed"  # megatron-core's default recipe (stack trait)
     assert (a.tensor_model_parallel_size, a.num_virtual_stages_per_pipeline_rank) == (2, 2)
     assert a.sequence_parallel  # tp > 1: the job default
     assert any("uneven pipeline stages (61 layers on pp·vpp = 8)" in note
@@ -156,7 +166,8 @@ def test_nemo_overrides_round_trip():
     assert m["moe_flex_dispatcher_backend"] == "deepep"
     assert doc["train"] == {"global_batch_size": 8192, "micro_batch_size": 2}
     assert doc["dataset"]["seq_length"] == 8192
-    assert doc["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    # plain fp8 on megatron-core: its default delayed recipe (docs/stacks.md)
+    assert doc["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
 
 
 # --- torchtitan --------------------------------------------------------------------------
@@ -168,9 +179,12 @@ TORCHTITAN_KEYS = {  # torchtitan v0.2.2 JobConfig sections and fields used by t
                     "fsdp_reshard_after_forward", "tensor_parallel_degree",
                     "pipeline_parallel_degree", "pipeline_parallel_microbatch_size",
                     "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
+                    "module_fqns_per_model_part",
                     "context_parallel_degree", "expert_parallel_degree",
                     "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
+    # [quantize.linear.float8] etc. (Float8Linear, Float8GroupedMM, MXLinear, MXGroupedMM)
+    "quantize": {"linear", "grouped_mm"},
 }
 
 
@@ -243,7 +257,9 @@ def test_maxtext_yaml_round_trip():
     global_batch = doc["per_device_batch_size"] * devices * doc["gradient_accumulation_steps"]
     assert global_batch == 8192 and doc["max_target_length"] == 8192
     assert doc["num_pipeline_microbatches"] == 8192 // (64 * 2)
-    assert doc["quantization"] == "fp8" and doc["remat_policy"] == "minimal_with_context"
+    # plain fp8 on megatron-core: delayed scaling, MaxText's TE DelayedScaling recipe
+    assert doc["quantization"] == "te_fp8_delayedscaling"
+    assert doc["remat_policy"] == "minimal_with_context"
 
 
 # --- plan JSON and the command -----------------------------------------------------------
@@ -289,8 +305,8 @@ def test_invalid_layout_is_refused_like_perf():
 def test_cli_unknown_target_is_one_line():
     result = runner.invoke(app, ["export", str(JOB), "--to", "deepspeed"])
     assert result.exit_code == 2
-    assert "--to 'deepspeed' is not a target; allowed: megatron, nemo, torchtitan, maxtext" \
-        in result.output
+    assert "--to 'deepspeed' is not a target; allowed: megatron, nemo, torchtitan, maxtext, " \
+        "yaml" in result.output
 
 
 def test_plan_optimum_carries_the_job_blocks(plan_json):

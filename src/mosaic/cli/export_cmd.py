@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,16 +14,32 @@ from mosaic.errors import MosaicInputError
 from mosaic.export import TARGETS, ExportSpec, export, spec_from_job, spec_from_plan_document
 
 
+def _plan_document(path: Path) -> dict[str, Any] | None:
+    """The plan document in ``path`` when it holds one (told by content, any file name;
+    ``is_plan_document``), else None. A ``.json`` file that is not JSON is an error."""
+    if not path.is_file():  # e.g. RUNS.yaml#ID
+        return None
+    try:
+        document = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        if path.suffix.lower() == ".json":
+            where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise MosaicInputError(f"{path}: not valid JSON ({getattr(exc, 'msg', exc)}"
+                                   f"{where})") from None
+        return None  # a YAML job file or run record
+    from mosaic.config.job_schema import is_plan_document
+
+    return document if is_plan_document(document) else None
+
+
 def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> ExportSpec:
-    """A job YAML (with ``--set`` overrides) or a ``mosaic plan --json`` document."""
-    if path.suffix.lower() == ".json":
+    """A job YAML or run record (with ``--set`` overrides) or a ``mosaic plan --json``
+    document, told apart by content."""
+    document = _plan_document(path)
+    if document is not None:
         if overrides or model:
-            raise MosaicInputError("--set and --model apply to job files, not plan JSON")
-        try:
-            document = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise MosaicInputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})"
-                                   ) from None
+            raise MosaicInputError("--set and --model apply to job files, not plan JSON "
+                                   f"(write its job with `mosaic export {path} --to yaml`)")
         return spec_from_plan_document(document, str(path))
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
@@ -36,7 +52,7 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
 def export_command(
     source: Annotated[Path, typer.Argument(
         help="job YAML, a run record as RUNS.yaml#ID, or the JSON of `mosaic plan "
-             "--json` (its optimum is exported)")],
+             "--json` under any file name (its optimum is exported)")],
     to: Annotated[str, typer.Option("--to", help=f"target: {', '.join(TARGETS)}")],
     out: Annotated[Path | None, typer.Option("--out", help="write here instead of stdout")
                    ] = None,
@@ -44,6 +60,8 @@ def export_command(
     model: ModelOption = None,
 ) -> None:
     """Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan.
+
+    With --to yaml, the mosaic job file instead (a plan's chosen job, for `mosaic perf`).
 
     The architecture, parallel layout, batch and micro-batch, precision, recompute and MoE
     dispatcher are spelled as the target spells them; settings it cannot express are
@@ -56,6 +74,9 @@ def export_command(
     else:
         out.write_text(result.text)
         error_console.print(f"wrote {out}", markup=False, highlight=False)
+    for item in result.assumed:
+        error_console.print(f"warning: ASSUMED (not stated in {source}): {item}",
+                            markup=False, highlight=False, soft_wrap=True)
     for item in result.unsupported:
         error_console.print(f"note: {to} cannot express: {item}", markup=False,
                             highlight=False, soft_wrap=True)

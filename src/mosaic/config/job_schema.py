@@ -523,6 +523,12 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
     return spec
 
 
+def is_plan_document(document: object) -> bool:
+    """The output of ``mosaic plan --json`` (an ``optimum`` and its ``envelope``), whatever
+    the file is called: the one test the job loader and ``mosaic export`` share."""
+    return isinstance(document, dict) and "optimum" in document and "envelope" in document
+
+
 def load_job(path: Path, overrides: list[str] | None = None,
              adjust_record: Callable[[RunRecord], RunRecord] | None = None,
              model: dict[str, Any] | None = None) -> JobSpec:
@@ -540,6 +546,10 @@ def load_job(path: Path, overrides: list[str] | None = None,
     deprecated: set[str] = set()
     file, run_id = split_record_reference(path)
     raw_document = load_yaml_mapping(file)
+    if is_plan_document(raw_document):
+        raise MosaicInputError(f"{file}: a plan (`mosaic plan --json` output), not a job file; "
+                               f"write its chosen job with `mosaic export {file} --to yaml "
+                               "--out job.yaml`")
     if is_run_record_document(raw_document):
         if model is not None:
             raise MosaicInputError(f"{path}: --model replaces a job file's model; a run record "

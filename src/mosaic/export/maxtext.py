@@ -24,6 +24,13 @@ from mosaic.export.targets import ExportResult, header_lines
 REMAT_POLICY = {"none": "minimal_with_context", "selective": "minimal_with_context",
                 "full": "full"}
 
+# FP8 recipe -> MaxText quantization: the Transformer Engine recipes it names
+# (src/maxtext/configs/types.py QuantizationType te_fp8_delayedscaling / te_fp8_currentscaling
+# / te_mxfp8; layers/quantizations.py TransformerEngineQuantization._get_recipe @ e591f30).
+# It has no TE blockwise (Float8BlockScaling) recipe.
+QUANTIZATION = {"delayed": "te_fp8_delayedscaling", "current": "te_fp8_currentscaling",
+                "mxfp8": "te_mxfp8"}
+
 
 def decoder_block(spec: ExportSpec) -> str:
     """The MaxText decoder block type closest to the geometry."""
@@ -42,6 +49,26 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     g = spec.geometry
     unsupported = ["single slice: all degrees are ici_*; for several nodes move the outer "
                    "factors to the matching dcn_* keys (ici product = GPUs per node)"]
+    unsupported += spec.routing_notes()
+    quantization = ""
+    if spec.precision == "fp8":
+        quantization = QUANTIZATION.get(spec.fp8_recipe, QUANTIZATION["current"])
+        if spec.fp8_recipe == "blockwise":
+            unsupported.append("fp8 recipe blockwise: MaxText names no TE blockwise recipe; "
+                               "exported as te_fp8_currentscaling (per-tensor)")
+        if spec.fp8_param_gather:
+            unsupported.append("FP8 parameter all-gathers (MaxText gathers the weights in "
+                               "weight_dtype)")
+        if g.moe:
+            unsupported.append("expert GEMMs: MaxText's megablox grouped GEMM is quantised "
+                               "only under quantization 'fp8_full' (layers/moe.py)")
+    # MaxText drops tokens only in its dense (einsum) MoE path, whose expert buffers are
+    # capacity-sized, i.e. padded (layers/moe.py dense_matmul 'EBCM'); the megablox
+    # sparse_matmul path ignores capacity_factor (dropless).
+    dropping = spec.capacity_factor is not None
+    if dropping and not spec.pad_to_capacity:
+        unsupported.append("token_drop without padding: MaxText's dropping path computes "
+                           "capacity-sized (padded) expert buffers")
     if spec.checkpointing == "none":
         unsupported.append("no recompute: MaxText has no 'none' remat policy; exported as "
                            "'minimal_with_context' (saves the most)")
@@ -104,10 +131,10 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      "first_num_dense_layers": m.dense_layers,
                      "interleave_moe_layer_step": m.moe_every,
                      "mlp_bias": m.expert_bias, "routed_bias": m.router_bias,
-                     "megablox": True, "sparse_matmul": True,
+                     "megablox": not dropping, "sparse_matmul": not dropping,
                      # MaxText's capacity_factor: -1 = dropless, else token dropping.
-                     "capacity_factor": (-1.0 if m.capacity_factor is None
-                                         else m.capacity_factor)}
+                     "capacity_factor": (-1.0 if spec.capacity_factor is None
+                                         else spec.capacity_factor)}
     if g.mtp_layers:
         document["mtp_num_layers"] = g.mtp_layers
     document |= {
@@ -115,7 +142,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "per_device_batch_size": spec.global_seqs / (accumulation * spec.n_devices),
         "gradient_accumulation_steps": accumulation,
         "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
-        "quantization": "fp8" if spec.precision == "fp8" else "",
+        "quantization": quantization,
         "remat_policy": REMAT_POLICY[spec.checkpointing],
         "ici_data_parallelism": data,
         "ici_fsdp_parallelism": fsdp,

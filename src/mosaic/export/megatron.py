@@ -14,6 +14,16 @@ from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import ExportSpec
 from mosaic.export.targets import ExportResult, header_lines
 
+# mosaic FP8 recipe -> (--fp8-recipe, --fp8-format). Recipe names: TransformerConfig.fp8_recipe
+# Literal['tensorwise', 'delayed', 'mxfp8', 'blockwise', 'custom'], default 'delayed'
+# (megatron/core/transformer/transformer_config.py @ d98e8a6; fp8_utils.get_fp8_recipe maps
+# them to TE DelayedScaling / Float8CurrentScaling / Float8BlockScaling / MXFP8BlockScaling).
+# Format: 'hybrid' (E4M3 forward, E5M2 gradients) as Megatron-Bridge's recipes set it, and
+# 'e4m3' for MXFP8 as its bf16_with_mxfp8_mixed does (src/megatron/bridge/training/
+# mixed_precision.py @ 067f987; TE MXFP8BlockScaling's default format is E4M3).
+FP8_RECIPE_ARGS = {"delayed": ("delayed", "hybrid"), "current": ("tensorwise", "hybrid"),
+                   "blockwise": ("blockwise", "hybrid"), "mxfp8": ("mxfp8", "e4m3")}
+
 
 def moe_layer_freq(spec: ExportSpec) -> str:
     """``--moe-layer-freq``: an int when every block is MoE, else the pattern expression
@@ -33,7 +43,7 @@ def moe_layer_freq(spec: ExportSpec) -> str:
 def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value or None for a switch) pairs, and what Megatron cannot express."""
     g = spec.geometry
-    unsupported: list[str] = []
+    unsupported: list[str] = spec.routing_notes()
     args: list[tuple[str, str | None]] = [
         ("--num-layers", str(g.layers)),
         ("--hidden-size", str(g.d_model)),
@@ -85,8 +95,12 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                          str(m.shared_experts * m.shared_width)))
             if m.shared_expert_gate:
                 args.append(("--moe-shared-expert-gate", None))
-        if m.capacity_factor is not None:  # token dropping (Megatron-Core MoE README)
-            args.append(("--moe-expert-capacity-factor", f"{m.capacity_factor:g}"))
+        # TransformerConfig.moe_expert_capacity_factor: None (no flag) = dropless; a factor
+        # drops tokens beyond capacity; moe_pad_expert_input_to_capacity pads to it.
+        if spec.capacity_factor is not None:
+            args.append(("--moe-expert-capacity-factor", f"{spec.capacity_factor:g}"))
+            if spec.pad_to_capacity:
+                args.append(("--moe-pad-expert-input-to-capacity", None))
         if spec.dispatcher == "alltoall":
             args.append(("--moe-token-dispatcher-type", "alltoall"))
         else:  # DeepEP / HybridEP run through the flex dispatcher
@@ -145,7 +159,13 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     elif spec.precision == "fp16":
         args.append(("--fp16", None))
     if spec.precision == "fp8":
-        args.append(("--fp8-format", "hybrid"))  # E4M3 forward, E5M2 gradients
+        recipe, fp8_format = FP8_RECIPE_ARGS[spec.fp8_recipe]
+        args += [("--fp8-format", fp8_format), ("--fp8-recipe", recipe)]
+        if spec.fp8_param_gather:
+            args.append(("--fp8-param-gather", None))
+            if spec.sharding == "none":  # arguments.py validate_args asserts it
+                unsupported.append("--fp8-param-gather needs --use-distributed-optimizer or "
+                                   "Megatron FSDP; sharding none has neither")
     optimizer = {"adam": "adam", "adamw": "adam", "muon": "muon", "sgd": "sgd"}
     args.append(("--optimizer", optimizer.get(spec.optimizer, "adam")))
     return args, unsupported

@@ -20,14 +20,39 @@ from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import ExportSpec
 from mosaic.export.targets import ExportResult, header_lines
 
-MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
-                   "fp8": "bf16_with_fp8_current_scaling_mixed", "fp32": None}
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None}
+# FP8 recipe -> (registered recipe, its fp8_param_gather): mixed_precision.py @ 067f987
+# bf16_with_fp8_delayed_scaling_mixed (fp8_recipe 'delayed'), bf16_with_fp8_current_scaling_
+# mixed ('tensorwise'; first and last block in bf16), bf16_with_fp8_subchannel_scaling_mixed
+# ('blockwise', 128x128 / 1x128 blocks) and bf16_with_mxfp8_mixed ('mxfp8').
+FP8_MIXED_PRECISION = {"delayed": ("bf16_with_fp8_delayed_scaling_mixed", True),
+                       "current": ("bf16_with_fp8_current_scaling_mixed", True),
+                       "blockwise": ("bf16_with_fp8_subchannel_scaling_mixed", False),
+                       "mxfp8": ("bf16_with_mxfp8_mixed", True)}
+
+
+def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
+    """The registered mixed-precision recipe name for the job's precision and FP8 recipe;
+    what the name cannot carry is added to ``unsupported``."""
+    if spec.precision != "fp8":
+        return MIXED_PRECISION.get(spec.precision, "bf16_mixed")
+    name, gathers = FP8_MIXED_PRECISION[spec.fp8_recipe]
+    if gathers != spec.fp8_param_gather:
+        unsupported.append(f"fp8_param_gather {str(spec.fp8_param_gather).lower()}: the recipe "
+                           f"{name} sets mixed_precision.fp8_param_gather "
+                           f"{str(gathers).lower()}; change it in the recipe script (a recipe "
+                           "name carries no field overrides)")
+    if spec.fp8_recipe == "current":
+        unsupported.append(f"{name} keeps the first and last transformer block in bf16 "
+                           "(first_last_layers_bf16); mosaic modelled every block in FP8 (the "
+                           "Megatron-Bridge performance scripts turn it off)")
+    return name
 
 
 def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     """The override mapping and what it cannot express."""
     g = spec.geometry
-    unsupported: list[str] = []
+    unsupported: list[str] = spec.routing_notes()
     model: dict[str, Any] = {
         "num_layers": g.layers,
         "hidden_size": g.d_model,
@@ -65,8 +90,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                       "alltoall" if spec.dispatcher == "alltoall" else "flex"}
         if spec.dispatcher != "alltoall":
             model["moe_flex_dispatcher_backend"] = spec.dispatcher
-        if m.capacity_factor is not None:
-            model["moe_expert_capacity_factor"] = m.capacity_factor
+        if spec.capacity_factor is not None:  # None (absent) = dropless
+            model["moe_expert_capacity_factor"] = spec.capacity_factor
+            if spec.pad_to_capacity:
+                model["moe_pad_expert_input_to_capacity"] = True
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
     if spec.uneven_stages:
@@ -97,7 +124,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "dataset": {"seq_length": spec.seq_len},
         "ddp": ddp,
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
-        "mixed_precision": MIXED_PRECISION.get(spec.precision, "bf16_mixed"),
+        "mixed_precision": mixed_precision(spec, unsupported),
     }
     if spec.optimizer == "muon":
         unsupported.append("Muon: pick a Megatron-Bridge optimizer config by hand")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
@@ -10,6 +10,10 @@ from mosaic.errors import MosaicInputError
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
+# mosaic.perf.workload.Fp8Recipe values; "none" = no FP8 GEMMs.
+FP8_RECIPES = ("none", "delayed", "current", "blockwise", "mxfp8")
+# mosaic.perf.workload.Workload.routing values (docs/perf.md).
+ROUTING_MODES = ("dropless", "balanced", "token_drop", "unknown")
 
 
 @dataclass(frozen=True)
@@ -18,7 +22,11 @@ class ExportSpec:
 
     ``dp`` is the data-parallel degree over the whole job (devices = tp·pp·cp·dp, the
     Megatron-Core convention); ``micro_seqs`` is sequences per micro-batch per DP rank, as in
-    the ``batch`` block (docs/schema.md).
+    the ``batch`` block (docs/schema.md). ``fp8_recipe`` is the workload's resolved recipe
+    (``none`` without FP8 GEMMs); ``routing`` the MoE routing regime, which decides whether
+    the capacity factor is written. ``assumptions`` are the source's defaulted fields (one
+    line each, ``JobSpec.assumptions``); ``job`` its canonical job document (the ``yaml``
+    target).
     """
 
     geometry: Geometry
@@ -44,6 +52,12 @@ class ExportSpec:
     full_iteration_cuda_graph: bool = False
     stack: str = "megatron-core"
     optimizer: str = "adamw"
+    fp8_recipe: str = "none"
+    fp8_param_gather: bool = False
+    routing: str = "dropless"
+    pad_to_capacity: bool = False
+    assumptions: tuple[str, ...] = ()
+    job: dict[str, Any] | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -59,10 +73,61 @@ class ExportSpec:
         if self.checkpointing not in CHECKPOINTING_MODES:
             raise MosaicInputError(f"{self.source}: checkpointing {self.checkpointing!r} is "
                                    f"not one of {', '.join(CHECKPOINTING_MODES)}")
+        for name, allowed in (("fp8_recipe", FP8_RECIPES), ("routing", ROUTING_MODES)):
+            if getattr(self, name) not in allowed:
+                raise MosaicInputError(f"{self.source}: {name} {getattr(self, name)!r} is not "
+                                       f"one of {', '.join(allowed)}")
+        if (self.fp8_recipe == "none") != (self.precision != "fp8"):
+            raise MosaicInputError(f"{self.source}: fp8_recipe {self.fp8_recipe!r} does not fit "
+                                   f"precision {self.precision!r} (a recipe exactly with fp8)")
         if self.global_seqs % (self.dp * self.micro_seqs):
             raise MosaicInputError(
                 f"{self.source}: global batch {self.global_seqs} is not a multiple of "
                 f"dp·micro_seqs = {self.dp}·{self.micro_seqs}")
+
+    @property
+    def capacity_factor(self) -> float | None:
+        """The capacity factor to write: under ``token_drop`` the model's, else 1.0 (the
+        default the perf model assumes, mosaic.perf.routing_load.DEFAULT_CAPACITY_FACTOR);
+        None (dropless) under every other regime, whatever the model block states, since
+        the prediction did not drop tokens."""
+        moe = self.geometry.moe
+        if moe is None or self.routing != "token_drop":
+            return None
+        from mosaic.perf.routing_load import DEFAULT_CAPACITY_FACTOR
+
+        return DEFAULT_CAPACITY_FACTOR if moe.capacity_factor is None else moe.capacity_factor
+
+    def routing_notes(self) -> list[str]:
+        """What every target should know about the routing regime (added to its notes)."""
+        moe = self.geometry.moe
+        if moe is None:
+            return []
+        notes = []
+        if self.routing != "token_drop" and moe.capacity_factor is not None:
+            notes.append(f"model.moe.capacity_factor {moe.capacity_factor:g} not written: "
+                         f"routing is {self.routing} (no token dropping); set "
+                         "performance.routing=token_drop to drop tokens at that capacity")
+        if self.routing == "balanced":
+            notes.append("routing balanced (forced load balance, a benchmark setting: "
+                         "Megatron-Core --moe-router-force-load-balancing, random router "
+                         "logits) not written: a trained router is exported, dropless")
+        if self.routing == "unknown":
+            notes.append("routing unknown: exported dropless")
+        return notes
+
+    @property
+    def architecture_assumptions(self) -> list[str]:
+        """The source's defaulted ``model.*`` fields: values the launcher receives that no
+        one stated (e.g. a run record without ``model.norm``)."""
+        lines = [f"{line}; written as such, set {line.split()[0]} if the model differs"
+                 for line in self.assumptions if line.startswith("model.")]
+        if any(line.startswith("model.norm not stated") for line in lines) \
+                and not self.geometry.qk_norm:
+            # model.qk_norm defaults to false without an assumption line (config/blocks.py)
+            lines.append("model.qk_norm false written (the schema's default): a model with "
+                         "QK-norm (e.g. Qwen3) needs model.qk_norm: true")
+        return lines
 
     @property
     def uneven_stages(self) -> bool:
@@ -92,6 +157,8 @@ class ExportSpec:
 
 def spec_from_job(job: Any, source: str) -> ExportSpec:
     """From a validated job (``mosaic.config.job_schema.JobSpec``)."""
+    from mosaic.config.job_schema import job_document
+
     workload = job.workload
     plan = job.plan.row(0)
     return ExportSpec(
@@ -106,7 +173,10 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         ep_overlap=workload.ep_overlap, dispatch_fp8=workload.dispatch_fp8,
         tp_comm_overlap=workload.tp_comm_overlap,
         full_iteration_cuda_graph=workload.full_iteration_cuda_graph,
-        stack=str(workload.stack), optimizer=str(workload.optimizer), source=source,
+        stack=str(workload.stack), optimizer=str(workload.optimizer),
+        fp8_recipe=str(workload.fp8_recipe), fp8_param_gather=workload.fp8_param_gather,
+        routing=str(workload.routing), pad_to_capacity=workload.pad_to_capacity,
+        assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
 
 
@@ -164,7 +234,8 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         raise MosaicInputError(f"{source}: the plan has no trainable optimum to export")
     envelope = document.get("envelope") or {}
     plan, global_batch, seq_len, dispatcher = _optimum_layout(document, source)
-    return ExportSpec(
+    precision, recipe, assumed = _plan_precision(envelope)
+    spec = ExportSpec(
         geometry=_plan_geometry(optimum, source),
         tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp") or 1),
         cp=int(plan["cp"]), dp=int(plan["dp"]), ep=int(plan.get("ep") or 1),
@@ -174,7 +245,7 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         hsdp_shard=plan.get("hsdp_shard") or None,
         sequence_parallel=bool(plan.get("sequence_parallel", int(plan["tp"]) > 1)),
         checkpointing=str(plan.get("checkpointing", "none")),
-        precision=str(envelope.get("precision", "bf16")),
+        precision=precision, fp8_recipe=recipe, assumptions=assumed,
         dispatcher=str(dispatcher or envelope.get("dispatcher", "alltoall")),
         ep_overlap=bool(plan.get("ep_overlap") or envelope.get("ep_overlap", False)),
         dispatch_fp8=bool(plan.get("dispatch_fp8", False)),
@@ -182,3 +253,65 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         full_iteration_cuda_graph=bool(envelope.get("full_iteration_cuda_graph", False)),
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )
+    return replace(spec, job=_plan_job_document(spec, envelope))
+
+
+def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    """(precision, FP8 recipe, assumption lines) of a plan's envelope: a recipe name such as
+    'mxfp8' states its recipe; plain 'fp8' gets the stack's default, as the planner's
+    workload does (mosaic.perf.workload.Workload._resolve_fp8_recipe)."""
+    from mosaic.perf.workload import FP8_RECIPES as RECIPE_NAMES
+    from mosaic.perf.workload import (
+        Fp8Recipe,
+        default_fp8_recipe,
+        precision_lane,
+        stated_fp8_recipe,
+    )
+
+    name = str(envelope.get("precision", "bf16"))
+    stack = str(envelope.get("stack", "megatron-core"))
+    recipe = stated_fp8_recipe(name)
+    if recipe is None:  # plain fp8: the stack's default recipe
+        recipe = default_fp8_recipe(stack)
+        assumed = (f"fp8 recipe not stated in the plan: {recipe} ({stack}'s default, as "
+                   "planned)",)
+        return "fp8", str(recipe), assumed
+    if name in RECIPE_NAMES:
+        return precision_lane(name), str(recipe), ()
+    return name, str(Fp8Recipe.NONE), ()
+
+
+def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, Any]:
+    """The job file of a plan's optimum (docs/schema.md blocks): what `mosaic perf` reads to
+    predict that one layout again."""
+    from mosaic.config.convert import model_document
+    from mosaic.config.layout import batch_document
+
+    parallelism: dict[str, Any] = {
+        "tp": spec.tp, "pp": spec.pp, "vpp": spec.vpp, "cp": spec.cp, "dp": spec.dp,
+        "ep": spec.ep, "etp": spec.etp, "sequence_parallel": spec.sequence_parallel,
+        "sharding": spec.sharding, "dispatcher": spec.dispatcher}
+    if spec.sharding == "hsdp" and spec.hsdp_shard:
+        parallelism["hsdp_shard"] = spec.hsdp_shard
+    for flag in ("ep_overlap", "dispatch_fp8", "tp_comm_overlap"):
+        if getattr(spec, flag):
+            parallelism[flag] = True
+    performance: dict[str, Any] = {"precision": spec.precision,
+                                   "checkpointing": spec.checkpointing, "stack": spec.stack}
+    if spec.fp8_recipe != "none":
+        performance["fp8_recipe"] = spec.fp8_recipe
+    if spec.full_iteration_cuda_graph:
+        performance["full_iteration_cuda_graph"] = True
+    hardware: dict[str, Any] = {"system": envelope.get("system")}
+    if envelope.get("nodes") is not None:
+        hardware["nodes"] = envelope["nodes"]
+    headroom = envelope.get("memory_headroom") or {}
+    if headroom.get("origin") not in (None, "default"):  # a stated or the stack's share
+        hardware["usable_memory_fraction"] = headroom.get("usable_memory_fraction")
+    return {"model": model_document(spec.geometry),
+            "parallelism": parallelism,
+            "batch": batch_document(spec.global_seqs, spec.seq_len, spec.micro_seqs),
+            "performance": performance,
+            "optimizer": {"kind": spec.optimizer},
+            "search": {"devices": spec.n_devices},
+            "hardware": {k: v for k, v in hardware.items() if v is not None}}

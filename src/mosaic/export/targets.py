@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import ExportSpec
@@ -11,22 +11,27 @@ from mosaic.export.spec import ExportSpec
 
 @dataclass(frozen=True)
 class ExportResult:
-    """A rendered launch config and the settings the target could not express."""
+    """A rendered launch config, the settings the target could not express, and the
+    architecture fields it was given that the source did not state (``assumed``)."""
 
     target: str
     text: str
     file_suffix: str
     unsupported: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
 
 
 def _renderers() -> dict[str, Callable[[ExportSpec], ExportResult]]:
-    from mosaic.export import maxtext, megatron, nemo, torchtitan
+    from mosaic.export import job_yaml, maxtext, megatron, nemo, torchtitan
 
     return {"megatron": megatron.render, "nemo": nemo.render,
-            "torchtitan": torchtitan.render, "maxtext": maxtext.render}
+            "torchtitan": torchtitan.render, "maxtext": maxtext.render,
+            "yaml": job_yaml.render}
 
 
-TARGETS = ("megatron", "nemo", "torchtitan", "maxtext")
+# The one list of targets (the CLI's --to and the studio read it); 'yaml' is the source as
+# a mosaic job file.
+TARGETS = ("megatron", "nemo", "torchtitan", "maxtext", "yaml")
 
 
 def export(spec: ExportSpec, target: str) -> ExportResult:
@@ -34,11 +39,22 @@ def export(spec: ExportSpec, target: str) -> ExportResult:
     renderers = _renderers()
     if target not in renderers:
         raise MosaicInputError(f"--to {target!r} is not a target; allowed: {', '.join(TARGETS)}")
-    return renderers[target](spec)
+    result = renderers[target](spec)
+    return replace(result, assumed=list(spec.architecture_assumptions))
+
+
+def precision_label(spec: ExportSpec) -> str:
+    """'bf16', or 'fp8 (recipe mxfp8, FP8 parameter gathers)'."""
+    if spec.fp8_recipe == "none":
+        return spec.precision
+    return (f"{spec.precision} (recipe {spec.fp8_recipe}"
+            + (", FP8 parameter gathers)" if spec.fp8_param_gather else ")"))
 
 
 def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[str]:
-    """Comment lines (without the comment marker) that open every exported file."""
+    """Comment lines (without the comment marker) that open every exported file: the job,
+    the architecture fields the source did not state (``ASSUMED``), then what the target
+    cannot express (``NOT EXPRESSED``)."""
     g = spec.geometry
     lines = [
         f"{target} launch config written by `mosaic export` from {spec.source or 'a job'}",
@@ -50,8 +66,16 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
            f"{g.moe.shared_experts} shared, {g.moe.dense_layers} dense-first"
            if g.moe else ""),
         f"batch: {spec.global_seqs} x {spec.seq_len} tokens, micro-batch {spec.micro_seqs}; "
-        f"{spec.precision}; recompute {spec.checkpointing}; sharding {spec.sharding}; "
-        f"dispatcher {spec.dispatcher}",
+        f"{precision_label(spec)}; recompute {spec.checkpointing}; sharding {spec.sharding}; "
+        f"dispatcher {spec.dispatcher}"
+        + (f"; routing {spec.routing}" + (f", capacity factor {spec.capacity_factor:g}"
+                                          + (" padded" if spec.pad_to_capacity else "")
+                                          if spec.capacity_factor is not None else "")
+           if g.moe else ""),
     ]
+    lines += [f"ASSUMED (not stated in the source): {item}"
+              for item in spec.architecture_assumptions]
+    lines += [f"assumed: {item}" for item in spec.assumptions
+              if not item.startswith("model.")]
     lines += [f"NOT EXPRESSED: {item}" for item in unsupported]
     return lines

@@ -48,9 +48,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "model dimensions: torchtitan reads them from a registered flavor (Python), "
         f"not from TOML; register flavor 'mosaic' of '{model_name(spec)}' with the "
         "dimensions in the header"]
-    if spec.sharding in ("zero1", "zero2"):
-        unsupported.append(f"{spec.sharding}: torchtitan shards with FSDP2; exported as FSDP "
-                           "that keeps parameters after forward (reshard 'never')")
+    unsupported += sharding_notes(spec)
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")
@@ -58,9 +56,11 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         unsupported.append(f"etp={spec.etp}: torchtitan supports etp = 1 or etp = tp")
     if spec.dispatcher == "hybridep":
         unsupported.append("HybridEP dispatcher: torchtitan offers 'standard' or 'deepep'")
-    if g.moe and g.moe.capacity_factor is not None:
-        unsupported.append(f"capacity factor {g.moe.capacity_factor:g}: torchtitan's MoE "
-                           "routes dropless")
+    unsupported += spec.routing_notes()
+    if spec.capacity_factor is not None:  # torchtitan v0.2.2 models/moe: no capacity
+        unsupported.append(f"token_drop routing (capacity factor {spec.capacity_factor:g}"
+                           + (", padded" if spec.pad_to_capacity else "")
+                           + "): torchtitan's MoE routes dropless")
     if spec.optimizer == "muon":
         unsupported.append("Muon optimizer (torchtitan v0.2.2 optimizers: AdamW, Adam)")
     if spec.precision == "fp16":
@@ -92,16 +92,19 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if spec.vpp > 1 \
             else "1F1B"
         if spec.vpp > 1:
-            per_stage = layers_per_stage(g.layers, spec.pp * spec.vpp)
-            if per_stage is None:
-                unsupported.append(f"{spec.pp * spec.vpp} pipeline stages of {g.layers} layers "
-                                   "(no pipeline_parallel_layers_per_stage gives that count)")
-            else:
+            stages = spec.pp * spec.vpp
+            per_stage = layers_per_stage(g.layers, stages)
+            if per_stage is not None:
                 parallelism["pipeline_parallel_layers_per_stage"] = per_stage
-    converters: list[str] = []
-    if spec.precision == "fp8":
-        converters = ["quantize.linear.float8"] + (
-            ["quantize.grouped_mm.float8"] if g.moe else [])
+            elif spec.vpp == 2 and stages <= g.layers + 2:
+                pass  # torchtitan's default for a multi-stage schedule: 2 stages per rank
+            elif stages <= g.layers:
+                parallelism["module_fqns_per_model_part"] = model_parts(g.layers, stages)
+            else:
+                unsupported.append(f"pp {spec.pp} x vpp {spec.vpp} = {stages} virtual pipeline "
+                                   f"stages for {g.layers} transformer blocks: more stages "
+                                   "than blocks")
+    converters, quantize = fp8_converters(spec, unsupported)
     tables: dict[str, dict[str, Any]] = {
         "job": {"description": f"mosaic export of {spec.source}"},
         "model": {"name": model_name(spec), "flavor": "mosaic", "converters": converters},
@@ -114,8 +117,107 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": spec.checkpointing}
         | ({"selective_ac_option": "op"} if spec.checkpointing == "selective" else {}),
-    }
+    } | quantize
     return tables, unsupported
+
+
+def model_parts(layers: int, stages: int) -> list[list[str]]:
+    """``module_fqns_per_model_part`` for ``stages`` virtual stages when no
+    ``pipeline_parallel_layers_per_stage`` gives that count: ceil(layers / stages) blocks per
+    part except the remainder, the embedding with the first part and the final norm and head
+    with the last (the even split mosaic models; module names as torchtitan v0.2.2
+    ``generate_llm_fqn_per_model_part`` writes them)."""
+    per_part = math.ceil(layers / stages)
+    counts = [min(per_part, max(0, layers - i * per_part)) for i in range(stages)]
+    if counts[-1] == 0:  # ceil leaves the last parts empty: spread the blocks evenly instead
+        counts = [layers // stages + (i < layers % stages) for i in range(stages)]
+    parts, start = [], 0
+    for count in counts:
+        parts.append([f"layers.{i}" for i in range(start, start + count)])
+        start += count
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
+
+
+def sharding_notes(spec: ExportSpec) -> list[str]:
+    """How a sharding mode torchtitan lacks is exported (FSDP2 only: fully_shard with
+    reshard_after_forward; job_config.py fsdp_reshard_after_forward)."""
+    from mosaic.stacks import get_stack
+
+    notes = []
+    offered = get_stack(spec.stack).layout_sharding
+    if offered is not None and spec.sharding not in offered:
+        notes.append(f"sharding {spec.sharding} is not among stack {spec.stack}'s modes "
+                     f"({', '.join(offered)})")
+    if spec.sharding == "zero2":
+        notes.append("zero2 is not a torchtitan mode (FSDP2 only): exported as FSDP with "
+                     "fsdp_reshard_after_forward 'never' (parameters gathered once per step "
+                     "and kept until backward ends: ZeRO-2's traffic, but parameters are "
+                     "sharded between steps)")
+    elif spec.sharding == "zero1":
+        notes.append("zero1 is not a torchtitan mode (FSDP2 only): exported as FSDP with "
+                     "fsdp_reshard_after_forward 'never', which also shards gradients and "
+                     "parameters between steps (ZeRO-2 and more: less memory than modelled)")
+    return notes
+
+
+def fp8_converters(spec: ExportSpec, unsupported: list[str]
+                   ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """``model.converters`` and the ``[quantize.*]`` tables for the FP8 recipe.
+
+    torchtitan v0.2.2 (components/quantization/float8.py, mx.py; config/job_config.py):
+    ``quantize.linear.float8`` is torchao Float8Linear, dynamic tensorwise scaling unless
+    ``recipe_name`` is rowwise/rowwise_with_gw_hp, with FP8 FSDP all-gathers
+    (``enable_fsdp_float8_all_gather``, not allowed with a recipe_name);
+    ``quantize.grouped_mm.float8`` quantises the expert GEMMs named in ``fqns`` rowwise
+    (prototype: asserts pp = cp = 1); ``quantize.linear.mx`` / ``quantize.grouped_mm.mx`` are
+    MXFP8 (recipe mxfp8_cublas / mxfp8), which offer no FP8 all-gather."""
+    g = spec.geometry
+    recipe = spec.fp8_recipe
+    if recipe == "none":
+        return [], {}
+    if recipe == "mxfp8":
+        converters = ["quantize.linear.mx"] + (["quantize.grouped_mm.mx"] if g.moe else [])
+        tables: dict[str, dict[str, Any]] = {"quantize.linear.mx": {"recipe_name":
+                                                                     "mxfp8_cublas"}}
+        if g.moe:
+            tables["quantize.grouped_mm.mx"] = {"recipe_name": "mxfp8", "fqns": ["experts"]}
+        if spec.fp8_param_gather:
+            unsupported.append("FP8 parameter all-gathers with MXFP8: torchtitan's MX "
+                               "converters gather bf16")
+        return converters, tables
+    linear: dict[str, Any] = {}
+    if recipe == "blockwise":
+        linear["recipe_name"] = "rowwise"
+        unsupported.append("fp8 recipe blockwise (1x128 / 128x128 blocks): torchtitan's float8 "
+                           "recipes are tensorwise, rowwise and rowwise_with_gw_hp; exported "
+                           "as rowwise")
+        if spec.fp8_param_gather:
+            unsupported.append("FP8 parameter all-gathers with a rowwise recipe "
+                               "(torchtitan allows them with tensorwise only)")
+    else:
+        if recipe == "delayed":
+            unsupported.append("fp8 recipe delayed (amax history): torchtitan's float8 scales "
+                               "dynamically; exported as tensorwise current scaling")
+        gathers = spec.fp8_param_gather and spec.sharding != "none"
+        linear |= {"enable_fsdp_float8_all_gather": gathers,
+                   "precompute_float8_dynamic_scale_for_fsdp": gathers}
+    # the head (and the router) stay bf16, as torchtitan's own configs filter them
+    # (tests/integration_tests/base_config.toml, deepseek_v3_16b.toml @ v0.2.2)
+    linear["filter_fqns"] = ["output", "router.gate"] if g.moe else ["output"]
+    converters = ["quantize.linear.float8"]
+    tables = {"quantize.linear.float8": linear}
+    if g.moe:
+        converters.append("quantize.grouped_mm.float8")
+        tables["quantize.grouped_mm.float8"] = {"fqns": ["experts"]}
+        if recipe != "blockwise":
+            unsupported.append("expert GEMMs: torchtitan's float8 grouped GEMM scales rowwise, "
+                               f"not {recipe}")
+        if spec.pp > 1 or spec.cp > 1:
+            unsupported.append("float8 expert GEMMs with pp or cp > 1 (the torchtitan v0.2.2 "
+                               "prototype asserts pp = cp = 1)")
+    return converters, tables
 
 
 def _toml_value(value: Any) -> str:

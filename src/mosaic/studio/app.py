@@ -82,7 +82,7 @@ def _export_targets() -> list[str]:
         from mosaic.export import TARGETS
     except ImportError:  # pragma: no cover - the export package is optional in old trees
         return []
-    return list(TARGETS)
+    return [t for t in TARGETS if t != "yaml"]  # the page offers the job YAML itself
 
 
 def model_summary(geometry: Any) -> dict[str, Any]:
