@@ -48,8 +48,16 @@ def untrainable_message(result: PlanResult) -> str:
         + (f" ({examples[category]})" if category in examples else "")
         for category, n in counts.items())
     advice = "; ".join(dict.fromkeys(_ADVICE.get(c, "add nodes or days") for c in counts))
-    return (f"no geometry of the grid is trainable on {result.envelope.n_nodes} nodes in "
-            f"{result.envelope.days:g} days ({summary}); {advice}")
+    envelope = result.envelope
+    devices, batch = envelope.n_devices, envelope.global_batch
+    if "no layout satisfies the divisibility rules" in counts and batch % devices:
+        # dp = every GPU (tp = pp = cp = 1) needs dp·micro_batch | global_batch: the nearest
+        # multiple of the device count lets the data-parallel group span the cluster
+        nearest = max(devices, round(batch / devices) * devices)
+        advice += (f" (e.g. --global-batch {nearest}, a multiple of the {devices} GPUs; "
+                   f"{batch} shares only {math.gcd(batch, devices)} with it)")
+    return (f"no geometry of the grid is trainable on {envelope.n_nodes} nodes in "
+            f"{envelope.days:g} days ({summary}); {advice}")
 
 
 # --- JSON documents -------------------------------------------------------------------
