@@ -185,13 +185,9 @@ def test_yaml_is_a_target_of_the_library_and_the_cli(tmp_path):
 
 # --- 5. plan documents are told by content ----------------------------------------------
 @pytest.fixture(scope="module")
-def plan_out(tmp_path_factory) -> Path:
-    result = runner.invoke(app, ["plan", "--nodes", "8", "--days", "5", "--q", "8,10",
-                                 "--experts", "8,16", "--top-k", "1,2", "--split-factor",
-                                 "1,2", "--json"])
-    assert result.exit_code == 0, result.output
+def plan_out(tmp_path_factory, small_plan_text) -> Path:
     path = tmp_path_factory.mktemp("plan") / "default.out"  # not a .json name
-    path.write_text(result.output)
+    path.write_text(small_plan_text)
     return path
 
 
