@@ -55,6 +55,11 @@ from mosaic.train.metrics import (
     resolve_device,
 )
 from mosaic.train.model import MoETransformer
+from mosaic.train.preflight import (
+    available_memory_bytes,
+    check_training_memory,
+    estimate_training_memory,
+)
 from mosaic.train.routing import load_statistics, update_bias
 from mosaic.train.schedule import WSDSchedule, eq17_peak_lr
 
@@ -63,7 +68,8 @@ RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
-                     "achievable_flops_per_s", "bench_dir", "cpu_threads", "expert_parallel")
+                     "achievable_flops_per_s", "bench_dir", "cpu_threads", "expert_parallel",
+                     "memory_check")
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,13 @@ class Trainer:
                                 config.data.vocab_size)
         self.device = self.context.device
         self.autocast_dtype = _precision(config, self.device)
+        if run.memory_check:  # before allocating anything large (issue: silent OOM kill)
+            element = 2 if self.autocast_dtype is torch.bfloat16 else 4
+            estimate = estimate_training_memory(self.geometry, run.micro_batch_seqs,
+                                                run.seq_len, element, world)
+            check_training_memory(estimate, available_memory_bytes(self.device.type,
+                                                                    self.device.index),
+                                  str(self.device), run.micro_batch_seqs, run.seq_len)
         torch.manual_seed(run.seed)
         model = MoETransformer(self.geometry, config.routing, run.expert_compute).to(self.device)
         self.ep: ExpertParallel | None = None
