@@ -61,7 +61,7 @@ from mosaic.train.preflight import (
     estimate_training_memory,
 )
 from mosaic.train.routing import load_statistics, update_bias
-from mosaic.train.schedule import WSDSchedule, eq17_peak_lr
+from mosaic.train.schedule import WSDSchedule, default_peak_lr
 
 CHECKPOINT_FILE = "checkpoint.pt"
 RESULT_FILE = "result.json"
@@ -177,8 +177,11 @@ class Trainer:
         self.geometry = config.geometry()
         self.counts = count_parameters(self.geometry)
         self.total_steps = config.total_steps
-        self.peak_lr = config.optim.lr or eq17_peak_lr(float(self.counts.n_active),
-                                                       float(run.tokens))
+        if config.optim.lr is not None:
+            self.peak_lr, self.peak_lr_source = config.optim.lr, "optim.lr"
+        else:
+            self.peak_lr, self.peak_lr_source = default_peak_lr(float(self.counts.n_active),
+                                                                float(run.tokens))
         self.schedule = WSDSchedule.build(self.peak_lr, self.total_steps,
                                           config.tokens_per_step, config.optim.warmup_tokens,
                                           config.optim.decay_fraction)
@@ -445,7 +448,8 @@ class Trainer:
             "total_steps": self.total_steps, "tokens_per_step": self.config.tokens_per_step,
             "accumulation": self.accumulation, "world_size": self.context.world_size,
             "device": str(self.device), "autocast": str(self.autocast_dtype),
-            "schedule": asdict(self.schedule), "flops": asdict(self.flops),
+            "schedule": asdict(self.schedule), "peak_lr_source": self.peak_lr_source,
+            "flops": asdict(self.flops),
             "data_tokens": self.data.n_tokens,
             "data_epochs": self.data.epochs_for(self.total_steps
                                                 * self.config.run.global_batch_seqs),
