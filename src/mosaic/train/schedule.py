@@ -16,10 +16,11 @@ from mosaic.law.optimum import FLOPS_PER_PARAM_TOKEN, peak_learning_rate
 # Eq. 17 was fitted on the paper's runs; the smallest run of its sweep (Appendix C: N_act
 # 0.104 B, D 2.88 B) has C_model = 6·0.104e9·2.88e9 = 1.80e18 FLOPs, where Eq. 17 gives
 # 7.7e-4. Below it the power law is an extrapolation that grows without bound (C = 2e10,
-# a tiny ladder rung: 0.032). With the router initialised at N(0, 0.006^2) and row-normalised
-# every forward (A.1, A.3), one Adam step of ~lr per element turns a router row by about
-# lr / 0.006 rad: 5 rad at 0.032, a new random router every step, so the bias that Eq. 19
-# fixes from one step's counts (Sec. 3.3) steers a different router on the next.
+# a tiny ladder rung: 0.032). Measured on such a rung at 0.032 (docs/train.md, "Router
+# collapse"): the first Adam steps turn each N(0, 0.006^2) router row by 0.5-0.9 rad and
+# the residual stream grows from rms 0.006 to 6 along one token-independent direction in
+# 5 steps, so every token reaches the router with the same hidden state and the one bias
+# per expert of Eq. 18 can only move the whole batch from expert to expert (Eq. 19).
 EQ17_MIN_C_MODEL_FLOPS = FLOPS_PER_PARAM_TOKEN * 0.104e9 * 2.88e9
 
 

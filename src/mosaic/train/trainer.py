@@ -310,6 +310,7 @@ class Trainer:
         step_counts = torch.zeros(len(moe_layers), max(experts, 1), dtype=torch.float64,
                                   device=self.device)
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # ce, z, balance
+        common = torch.zeros(len(moe_layers), dtype=torch.float64, device=self.device)
         for i in range(self.accumulation):
             if context.distributed:
                 self.model.set_requires_gradient_sync(i == self.accumulation - 1)
@@ -321,11 +322,14 @@ class Trainer:
             sums += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
             for row, a in enumerate(aux):
                 step_counts[row] += a.counts.double()
+                if a.input_common is not None:
+                    common[row] += a.input_common.double()
         grad_norm = self._clip_gradients(config.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         all_reduce_sum(sums, context)
         all_reduce_sum(step_counts, context)
+        all_reduce_sum(common, context)
         if routing.kind == "lflb_gumbel" and routing.mu_b > 0:
             with torch.no_grad():  # Eq. 19 once per optimizer step (A.3)
                 for layer, counts in zip(moe_layers, step_counts, strict=True):
@@ -361,6 +365,8 @@ class Trainer:
                 "dropped_tokens": 0,  # dropless (Appendix A.2: infinite capacity)
                 "bias_norm": [float(b.norm()) for b in biases],
                 "bias_range": [float(b.max() - b.min()) for b in biases],
+                # 1.0: every token reaches the router identical (see MoEAux.input_common)
+                "input_common": (common / (self.accumulation * context.world_size)).tolist(),
             }
         return record
 
