@@ -188,7 +188,7 @@ def fit(
     note = bound_note(validated.law.provenance.get("at_bound") or {})
     if note is not None:
         payload["at_bound"] = validated.law.provenance["at_bound"]
-        error_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        error_console.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
     try:  # the planner reads it back with the same checks
         ScalingLaw.load(out)
     except MosaicInputError as exc:

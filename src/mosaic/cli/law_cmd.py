@@ -293,7 +293,7 @@ def fit(
         from mosaic.law.fit import bound_note
 
         payload["at_bound"] = validated.law.provenance["at_bound"]
-        error_console.print(f"note: {bound_note(payload['at_bound'])}", markup=False,
+        error_console.print(f"warning: {bound_note(payload['at_bound'])}", markup=False,
                             highlight=False, soft_wrap=True)
     if n_bootstrap:
         with progress_reporter(as_json) as bar:
