@@ -125,7 +125,9 @@ def test_tiny_example_grid_parses():
     jobs = load_grid(REPO / "examples" / "ladder_tiny.yaml")
     assert len(jobs) >= 12
     assert {j.config.geometry().split_factor for j in jobs} == {1.0, 2.0}
-    assert all(j.config.total_steps <= 60 for j in jobs)
+    # 100 steps per rung (200 for three): shorter runs stay in the unigram phase, where the
+    # routers collapse (docs/train.md, "Router collapse").
+    assert {j.config.total_steps for j in jobs} == {100, 200}
 
 
 def test_mosaic_train_command(tmp_path):

@@ -13,6 +13,7 @@ import typer
 from mosaic.arch import Geometry, count_parameters, ladder_geometry
 from mosaic.cli.common import (
     JsonFlag,
+    error_console,
     guarded,
     print_json,
     print_key_value_table,
@@ -288,6 +289,12 @@ def fit(
         "settings": {"huber_delta": huber_delta, "starts": starts, "refine": refine, "seed": seed},
         "data_support": dict(validated.law.provenance.get("data_support") or {}),
     }
+    if validated.law.provenance.get("at_bound"):
+        from mosaic.law.fit import bound_note
+
+        payload["at_bound"] = validated.law.provenance["at_bound"]
+        error_console.print(f"warning: {bound_note(payload['at_bound'])}", markup=False,
+                            highlight=False, soft_wrap=True)
     if n_bootstrap:
         with progress_reporter(as_json) as bar:
             result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,

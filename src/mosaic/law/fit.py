@@ -121,8 +121,9 @@ class HuberLogObjective:
         return np.einsum("mn,n->m", huber, self.weights), prediction.pullback(slope)
 
 
-def log_bounds(form: LawForm, bounds: Mapping[str, tuple[float, float]] | None) -> np.ndarray:
-    """(P, 2) log-space bounds: form defaults, overridden per coefficient by ``bounds``."""
+def natural_bounds(form: LawForm,
+                   bounds: Mapping[str, tuple[float, float]] | None) -> np.ndarray:
+    """(P, 2) natural-unit bounds: form defaults, overridden per coefficient by ``bounds``."""
     natural = form.default_bounds()
     for name, pair in (bounds or {}).items():
         if name not in form.params:
@@ -136,7 +137,46 @@ def log_bounds(form: LawForm, bounds: Mapping[str, tuple[float, float]] | None) 
                 f"bounds[{name!r}] = {pair!r}; need 0 < low < high (coefficients are positive)"
             )
         natural[form.params.index(name)] = (low, high)
-    return np.log(natural)
+    return natural
+
+
+def log_bounds(form: LawForm, bounds: Mapping[str, tuple[float, float]] | None) -> np.ndarray:
+    """(P, 2) log-space bounds: the log of :func:`natural_bounds`."""
+    return np.log(natural_bounds(form, bounds))
+
+
+# A coefficient within this relative distance of a bound is reported as on it (L-BFGS-B
+# stops exactly on an active bound; exp(log(1e10)) is 1e10 within a few ulps).
+_AT_BOUND_REL = 1e-9
+
+
+def clip_to_bounds(form: LawForm, log_coefs: np.ndarray,
+                   bounds: Mapping[str, tuple[float, float]] | None
+                   ) -> tuple[dict[str, float], dict[str, dict[str, float | str]]]:
+    """Natural-unit coefficients clipped into the declared bounds, and those on a bound.
+
+    exp(log(high)) can exceed ``high`` by an ulp (1e10 -> 10000000000.000004), a value the
+    law file's own check refuses; clipping in natural units makes what is written readable.
+    """
+    natural = natural_bounds(form, bounds)
+    values = np.clip(np.exp(np.asarray(log_coefs, dtype=float)), natural[:, 0], natural[:, 1])
+    on_bound: dict[str, dict[str, float | str]] = {}
+    for name, value, (low, high) in zip(form.params, values, natural, strict=True):
+        if value <= low * (1 + _AT_BOUND_REL):
+            on_bound[name] = {"side": "lower", "bound": float(low)}
+        elif value >= high * (1 - _AT_BOUND_REL):
+            on_bound[name] = {"side": "upper", "bound": float(high)}
+    return dict(zip(form.params, values.tolist(), strict=True)), on_bound
+
+
+def bound_note(on_bound: Mapping[str, Mapping[str, float | str]]) -> str | None:
+    """One line naming the coefficients that sit on a fit bound, or None."""
+    if not on_bound:
+        return None
+    parts = [f"{name} = {float(info['bound']):g} ({info['side']} bound)"
+             for name, info in on_bound.items()]
+    return ("coefficient(s) on the fit's bound, not a free optimum: " + ", ".join(parts)
+            + "; the data do not pin them (more, longer or more varied runs)")
 
 
 def spread_starts(form: LawForm, n_starts: int, seed: int) -> np.ndarray:
@@ -279,11 +319,16 @@ def fit_law(
     objectives = np.array([f for _, f in refined])
     best = int(np.argmin(objectives))
     log_coefs = refined[best][0]
+    coefficients, on_bound = clip_to_bounds(form, log_coefs, settings.bounds)
+    provenance: dict[str, object] = {}
+    if on_bound:
+        provenance["at_bound"] = on_bound
     law = ScalingLaw(
         form=form,
-        coefficients=dict(zip(form.params, np.exp(log_coefs).tolist(), strict=True)),
+        coefficients=coefficients,
         split_factor=stratum,
         provenance={
+            **provenance,
             "fit": f"Huber (delta {settings.huber_delta:g}) on log L, multi-start L-BFGS-B",
             "n_runs": data.n_runs,
             "data": data.source,

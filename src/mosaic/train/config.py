@@ -179,6 +179,9 @@ class RunConfig(_Strict):
         default=None, description="a `mosaic bench gemm` output folder: its measured peak "
                                   "replaces achievable_flops_per_s")
     plot: bool = Field(default=False, description="write metrics.html (needs plotly)")
+    memory_check: bool = Field(
+        default=True, description="refuse (exit 2) a job whose estimated memory exceeds the "
+                                  "device's free memory, before allocating it")
 
 
 class TrainConfig(_Strict):

@@ -205,6 +205,16 @@ class MoEAux:
     counts: torch.Tensor
     z_loss: torch.Tensor
     balance_loss: torch.Tensor  # sequence aux loss (Algorithm 1) or Switch LBL (baseline)
+    # Share of the router input's energy along the token-mean direction, |mean_t h|^2 /
+    # mean_t |h|^2: 1 when every token arrives identical, where no per-expert bias (Eq. 18)
+    # can split the batch between experts.
+    input_common: torch.Tensor | None = None
+
+
+def common_mode_fraction(hidden: torch.Tensor) -> torch.Tensor:
+    """|mean_t h_t|^2 / mean_t |h_t|^2 of (T, d) hidden states, in [0, 1]."""
+    h = hidden.detach().float()
+    return h.mean(dim=0).pow(2).sum() / h.pow(2).sum(dim=1).mean().clamp_min(1e-30)
 
 
 class MoEFeedForward(nn.Module):
@@ -249,7 +259,8 @@ class MoEFeedForward(nn.Module):
             balance = load_balancing_loss(routed.scores, routed.counts, self.top_k)
         else:
             balance = sequence_aux_loss(routed.scores, routed.experts, self.experts, seq)
-        aux = MoEAux(routed.counts, z_loss(routed.logits), balance)
+        aux = MoEAux(routed.counts, z_loss(routed.logits), balance,
+                     common_mode_fraction(flat))
         return out.view(batch, seq, d), aux
 
 

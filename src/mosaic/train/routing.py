@@ -53,6 +53,15 @@ def gumbel_noise(shape: tuple[int, int], generator: torch.Generator | None,
     return -torch.log(-torch.log(uniform))
 
 
+def _fp32_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """H W^T in fp32 even inside autocast, which would run the matmul in bf16 (whose 8-bit
+    mantissa flips near-tied top-K choices and the bias of Eq. 18 moves in 1e-3 steps
+    (Eq. 19), below bf16's resolution of scores near 1; DeepSeek-V3, arXiv 2412.19437,
+    Sec. 3.3.1, likewise keeps the MoE gating out of low precision)."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        return hidden.float() @ weight.float().t()
+
+
 def proposal_size(top_k: int, experts: int, rho: int) -> int:
     """M = min(rho·K, E) (Eq. 21)."""
     return min(rho * top_k, experts)
@@ -79,7 +88,7 @@ def route_lflb_gumbel(
     weight = router_weight.float()
     if router_norm is not None:
         weight = row_normalize(weight, router_norm)  # line 1
-    logits = hidden.float() @ weight.t()  # line 2: Theta
+    logits = _fp32_logits(hidden, weight)  # line 2: Theta
     clean = torch.sigmoid(logits)  # line 3: s'
     with torch.no_grad():
         selection = clean + bias.float()  # line 4: s = s' + phi (Eq. 18)
@@ -102,7 +111,7 @@ def route_lflb_gumbel(
 def route_softmax_topk(hidden: torch.Tensor, router_weight: torch.Tensor,
                        top_k: int) -> RouterOutput:
     """Baseline: softmax over router logits, top-K, gates renormalised over the top-K."""
-    logits = hidden.float() @ router_weight.float().t()
+    logits = _fp32_logits(hidden, router_weight)
     probs = torch.softmax(logits, dim=-1)
     top = torch.topk(probs, top_k, dim=1)
     gates = top.values / top.values.sum(dim=1, keepdim=True)

@@ -13,10 +13,35 @@ from dataclasses import dataclass
 from mosaic.errors import MosaicInputError
 from mosaic.law.optimum import FLOPS_PER_PARAM_TOKEN, peak_learning_rate
 
+# Eq. 17 was fitted on the paper's runs; the smallest run of its sweep (Appendix C: N_act
+# 0.104 B, D 2.88 B) has C_model = 6·0.104e9·2.88e9 = 1.80e18 FLOPs, where Eq. 17 gives
+# 7.7e-4. Below it the power law is an extrapolation that grows without bound (C = 2e10,
+# a tiny ladder rung: 0.032). Measured on such a rung at 0.032 (docs/train.md, "Router
+# collapse"): the first Adam steps turn each N(0, 0.006^2) router row by 0.5-0.9 rad and
+# the residual stream grows from rms 0.006 to 6 along one token-independent direction in
+# 5 steps, so every token reaches the router with the same hidden state and the one bias
+# per expert of Eq. 18 can only move the whole batch from expert to expert (Eq. 19).
+EQ17_MIN_C_MODEL_FLOPS = FLOPS_PER_PARAM_TOKEN * 0.104e9 * 2.88e9
+
 
 def eq17_peak_lr(n_active: float, tokens: float) -> float:
     """Peak learning rate of Eq. 17 for N_act active parameters trained on D tokens."""
     return float(peak_learning_rate(FLOPS_PER_PARAM_TOKEN * n_active * tokens))
+
+
+def default_peak_lr(n_active: float, tokens: float) -> tuple[float, str]:
+    """Eq. 17 inside the range it was fitted on, held at its edge below it; and a note.
+
+    Guide rule: never extrapolate silently. Below C_model = 1.80e18 FLOPs the rate is that
+    of the smallest run of the paper's sweep (7.7e-4); set ``optim.lr`` to override.
+    """
+    c_model = FLOPS_PER_PARAM_TOKEN * n_active * tokens
+    if c_model >= EQ17_MIN_C_MODEL_FLOPS:
+        return eq17_peak_lr(n_active, tokens), "Eq. 17"
+    lr = float(peak_learning_rate(EQ17_MIN_C_MODEL_FLOPS))
+    return lr, (f"Eq. 17 at C_model {EQ17_MIN_C_MODEL_FLOPS:.3g} FLOPs, the smallest run it "
+                f"was fitted on (this run: {c_model:.3g}; Eq. 17 would give "
+                f"{eq17_peak_lr(n_active, tokens):.3g}); set optim.lr to override")
 
 
 @dataclass(frozen=True)

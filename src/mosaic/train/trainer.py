@@ -55,15 +55,21 @@ from mosaic.train.metrics import (
     resolve_device,
 )
 from mosaic.train.model import MoETransformer
+from mosaic.train.preflight import (
+    available_memory_bytes,
+    check_training_memory,
+    estimate_training_memory,
+)
 from mosaic.train.routing import load_statistics, update_bias
-from mosaic.train.schedule import WSDSchedule, eq17_peak_lr
+from mosaic.train.schedule import WSDSchedule, default_peak_lr
 
 CHECKPOINT_FILE = "checkpoint.pt"
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
-                     "achievable_flops_per_s", "bench_dir", "cpu_threads", "expert_parallel")
+                     "achievable_flops_per_s", "bench_dir", "cpu_threads", "expert_parallel",
+                     "memory_check")
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,11 @@ class Trainer:
         self.geometry = config.geometry()
         self.counts = count_parameters(self.geometry)
         self.total_steps = config.total_steps
-        self.peak_lr = config.optim.lr or eq17_peak_lr(float(self.counts.n_active),
-                                                       float(run.tokens))
+        if config.optim.lr is not None:
+            self.peak_lr, self.peak_lr_source = config.optim.lr, "optim.lr"
+        else:
+            self.peak_lr, self.peak_lr_source = default_peak_lr(float(self.counts.n_active),
+                                                                float(run.tokens))
         self.schedule = WSDSchedule.build(self.peak_lr, self.total_steps,
                                           config.tokens_per_step, config.optim.warmup_tokens,
                                           config.optim.decay_fraction)
@@ -180,6 +189,13 @@ class Trainer:
                                 config.data.vocab_size)
         self.device = self.context.device
         self.autocast_dtype = _precision(config, self.device)
+        if run.memory_check:  # before allocating anything large (issue: silent OOM kill)
+            element = 2 if self.autocast_dtype is torch.bfloat16 else 4
+            estimate = estimate_training_memory(self.geometry, run.micro_batch_seqs,
+                                                run.seq_len, element, world)
+            check_training_memory(estimate, available_memory_bytes(self.device.type,
+                                                                    self.device.index),
+                                  str(self.device), run.micro_batch_seqs, run.seq_len)
         torch.manual_seed(run.seed)
         model = MoETransformer(self.geometry, config.routing, run.expert_compute).to(self.device)
         self.ep: ExpertParallel | None = None
@@ -294,6 +310,7 @@ class Trainer:
         step_counts = torch.zeros(len(moe_layers), max(experts, 1), dtype=torch.float64,
                                   device=self.device)
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # ce, z, balance
+        common = torch.zeros(len(moe_layers), dtype=torch.float64, device=self.device)
         for i in range(self.accumulation):
             if context.distributed:
                 self.model.set_requires_gradient_sync(i == self.accumulation - 1)
@@ -305,11 +322,14 @@ class Trainer:
             sums += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
             for row, a in enumerate(aux):
                 step_counts[row] += a.counts.double()
+                if a.input_common is not None:
+                    common[row] += a.input_common.double()
         grad_norm = self._clip_gradients(config.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         all_reduce_sum(sums, context)
         all_reduce_sum(step_counts, context)
+        all_reduce_sum(common, context)
         if routing.kind == "lflb_gumbel" and routing.mu_b > 0:
             with torch.no_grad():  # Eq. 19 once per optimizer step (A.3)
                 for layer, counts in zip(moe_layers, step_counts, strict=True):
@@ -345,6 +365,8 @@ class Trainer:
                 "dropped_tokens": 0,  # dropless (Appendix A.2: infinite capacity)
                 "bias_norm": [float(b.norm()) for b in biases],
                 "bias_range": [float(b.max() - b.min()) for b in biases],
+                # 1.0: every token reaches the router identical (see MoEAux.input_common)
+                "input_common": (common / (self.accumulation * context.world_size)).tolist(),
             }
         return record
 
@@ -432,7 +454,8 @@ class Trainer:
             "total_steps": self.total_steps, "tokens_per_step": self.config.tokens_per_step,
             "accumulation": self.accumulation, "world_size": self.context.world_size,
             "device": str(self.device), "autocast": str(self.autocast_dtype),
-            "schedule": asdict(self.schedule), "flops": asdict(self.flops),
+            "schedule": asdict(self.schedule), "peak_lr_source": self.peak_lr_source,
+            "flops": asdict(self.flops),
             "data_tokens": self.data.n_tokens,
             "data_epochs": self.data.epochs_for(self.total_steps
                                                 * self.config.run.global_batch_seqs),

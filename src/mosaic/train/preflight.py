@@ -1,0 +1,135 @@
+"""Pre-flight memory check: will a training job fit on this device before we allocate it?
+
+A deliberately simple, conservative estimate per process (the planner's full memory model,
+``mosaic.perf.memory``, needs a parallel plan and a software stack; the trainer's own
+layout is fixed and simple):
+
+* model states: fp32 parameters (4 B), fp32 gradients (4 B) and AdamW's two fp32 moments
+  (8 B) = 16 B per parameter (Rajbhandari et al. 2020, ZeRO, Sec. 3.1, counts the same
+  states; the trainer keeps fp32 master weights, paper Appendix A.1), divided over the
+  processes by FSDP2, plus one all-gathered block per process;
+* activations kept for the backward pass at ``run.micro_batch_seqs`` x ``run.seq_len``
+  tokens, counted tensor by tensor for this trainer's blocks (method of Korthikanti et al.
+  2022, "Reducing Activation Recomputation", Sec. 4.1), in the autocast element size;
+* the logits: the LM head output plus its fp32 copy and the cross-entropy gradient.
+
+It is compared with the free device memory (``torch.cuda.mem_get_info``) or, on CPU, the
+``MemAvailable`` of ``/proc/meminfo`` (Linux; ``os.sysconf`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mosaic.arch import count_parameters
+from mosaic.arch.geometry import Geometry
+from mosaic.errors import MosaicInputError
+
+MODEL_STATE_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW m and v (ZeRO Sec. 3.1)
+FP32_BYTES = 4
+# Headroom for what the estimate leaves out (allocator fragmentation, temporaries of the
+# optimizer step, the CUDA context or the Python process itself).
+SAFETY_FACTOR = 1.2
+_MEMINFO = Path("/proc/meminfo")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one process needs for a job, by part."""
+
+    params: int
+    model_state_bytes: float
+    activation_bytes: float
+    logits_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.model_state_bytes + self.activation_bytes + self.logits_bytes
+
+
+def _layer_activation_elements(geometry: Geometry, moe_layer: bool) -> float:
+    """Elements saved for backward per token in one block (tensors of model.py's Block)."""
+    d, heads, kv, hd = geometry.d_model, geometry.heads, geometry.kv_heads, geometry.head_dim
+    # Attention: norm input and output, q/k before and after RoPE, v, SDPA output and the
+    # o_proj input (a reshaped copy), the head gate.
+    attention = 2 * d + 2 * (heads + kv) * hd + kv * hd + 2 * heads * hd
+    attention += heads if geometry.gated_attention else 0
+    if not moe_layer or geometry.moe is None:
+        # SwiGLU: norm input and output, W1 x, W3 x, silu(W1 x), their product (W2 input).
+        return attention + 2 * d + 4 * geometry.ffn
+    moe = geometry.moe
+    k, width = moe.top_k, moe.expert_ffn
+    routed = 3 * k * d + 4 * k * width  # gathered inputs, outputs, weighted outputs; SwiGLU
+    shared = moe.shared_experts * (4 * moe.shared_width)
+    return attention + 2 * d + routed + shared
+
+
+def estimate_training_memory(geometry: Geometry, micro_batch_seqs: int, seq_len: int,
+                             element_bytes: int, world_size: int = 1) -> MemoryEstimate:
+    """Per-process training memory of ``geometry`` at one micro-batch (see module doc)."""
+    counts = count_parameters(geometry)
+    params = int(counts.n_total + counts.n_embedding)
+    world = max(1, world_size)
+    per_block = counts.n_total / max(1, geometry.layers)
+    gathered = 0 if world == 1 else per_block * FP32_BYTES
+    states = MODEL_STATE_BYTES_PER_PARAM * params / world + gathered
+    tokens = micro_batch_seqs * seq_len
+    per_token = sum(_layer_activation_elements(geometry, geometry.is_moe_layer(i))
+                    for i in range(geometry.layers)) * element_bytes
+    # Router logits and sigmoid scores, fp32 (Algorithm 1), per MoE layer.
+    experts = geometry.moe.experts if geometry.moe is not None else 0
+    moe_layers = sum(geometry.is_moe_layer(i) for i in range(geometry.layers))
+    per_token += moe_layers * 2 * experts * FP32_BYTES
+    per_token += geometry.d_model * element_bytes * 3  # embedding output, final norm in/out
+    activations = per_token * tokens
+    # LM head output (autocast dtype), its fp32 copy for the loss, the softmax gradient.
+    logits = tokens * geometry.vocab * (element_bytes + 2 * FP32_BYTES)
+    return MemoryEstimate(params, states, activations, logits)
+
+
+def available_memory_bytes(device_type: str, device_index: int | None = None
+                           ) -> tuple[float, str] | None:
+    """(free bytes, where it was read) for a device, or None when it cannot be read."""
+    if device_type == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device_index)
+        return float(free), "free CUDA memory (torch.cuda.mem_get_info)"
+    try:
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES")
+        size = os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+    return float(pages * size), "available physical pages (sysconf)"
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.3g} GB"
+
+
+def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str] | None,
+                          device: str, micro_batch_seqs: int, seq_len: int) -> None:
+    """Raise a one-line MosaicInputError when the job cannot fit (exit status 2)."""
+    if available is None:
+        return
+    free, source = available
+    needed = estimate.total_bytes * SAFETY_FACTOR
+    if needed <= free:
+        return
+    raise MosaicInputError(
+        f"the job does not fit in memory: estimated {_gb(needed)} per process "
+        f"({_gb(estimate.model_state_bytes)} fp32 weights, gradients and AdamW state for "
+        f"{estimate.params / 1e9:.3g} B parameters, {_gb(estimate.activation_bytes)} "
+        f"activations and {_gb(estimate.logits_bytes)} logits at run.micro_batch_seqs "
+        f"{micro_batch_seqs} x run.seq_len {seq_len}, x{SAFETY_FACTOR} headroom) > "
+        f"{_gb(free)} available on {device} ({source}); use a smaller model (e.g. "
+        f"examples/ladder_tiny.yaml), a smaller run.micro_batch_seqs, a GPU or more "
+        f"processes (torchrun shards the states), or set run.memory_check: false")

@@ -1,0 +1,44 @@
+"""A fitted coefficient on its bound is written inside the bound and reads back (issue:
+`ladder fit` wrote b = 10000000000.000004, one ulp past its own 1e10 bound)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mosaic.law import RunData
+from mosaic.law.fit import FitSettings, clip_to_bounds, fit_law, log_bounds
+from mosaic.law.forms import CHINCHILLA, DEFAULT_PREFACTOR_BOUNDS
+from mosaic.law.law import ScalingLaw
+
+HIGH = DEFAULT_PREFACTOR_BOUNDS[1]
+
+
+def test_exp_of_log_bound_overshoots_and_is_clipped():
+    # The floating-point fact behind the issue: exp(log(1e10)) > 1e10 by a few ulps.
+    assert math.exp(math.log(HIGH)) > HIGH
+    box = log_bounds(CHINCHILLA, None)
+    log_coefs = np.array([0.0, 1.0, box[2, 1], -1.0, -1.0])  # B exactly on log(upper)
+    values, on_bound = clip_to_bounds(CHINCHILLA, log_coefs, None)
+    assert values["B"] == HIGH
+    assert on_bound == {"B": {"side": "upper", "bound": HIGH}}
+
+
+def test_fit_on_the_bound_round_trips(tmp_path):
+    # Chinchilla runs whose true data prefactor B = 1e13 lies beyond the 1e10 bound
+    # (beta = 1.3 keeps B/D^beta in loss units for D in [1e9, 1e11]).
+    rng = np.random.default_rng(0)
+    n_total = np.exp(rng.uniform(np.log(1e7), np.log(1e9), 40))
+    tokens = np.exp(rng.uniform(np.log(1e9), np.log(1e11), 40))
+    loss = 1.7 + 400.0 / n_total**0.34 + 1e13 / tokens**1.3
+    runs = RunData(n_total=n_total, tokens=tokens, loss=loss, source="synthetic")
+    fit = fit_law(runs, CHINCHILLA, FitSettings(starts=256, n_polished=4))
+    assert fit.law.coefficients["B"] == HIGH  # on the bound, not one ulp past it
+    assert fit.law.provenance["at_bound"] == {"B": {"side": "upper", "bound": HIGH}}
+    path = tmp_path / "law.json"
+    fit.law.save(path)
+    again = ScalingLaw.load(path)  # the reader's check: |value| <= 1e10
+    assert again.coefficients["B"] == HIGH
+    assert again.coefficients == pytest.approx(fit.law.coefficients)

@@ -1,0 +1,111 @@
+"""Pre-flight memory check (issue: `mosaic train examples/train_q4_h200.yaml` on a CPU-only
+machine was OOM-killed after 97 s with no message)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from mosaic.errors import MosaicInputError  # noqa: E402
+from mosaic.train import preflight  # noqa: E402
+from mosaic.train.config import load_train_config, train_config_from_mapping  # noqa: E402
+from mosaic.train.model import MoETransformer  # noqa: E402
+from mosaic.train.preflight import (  # noqa: E402
+    check_training_memory,
+    estimate_training_memory,
+)
+
+from .conftest import REPO, tiny_job  # noqa: E402
+
+HUGE = REPO / "examples" / "train_q4_h200.yaml"  # q = 4 rung: 4.33 B parameters
+
+
+def _saved_tensor_bytes(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[int, int]:
+    """Bytes autograd keeps for backward in one forward + loss (distinct storages), and the
+    bytes of the logits."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits, _ = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    return sum(seen.values()), logits.numel() * logits.element_size()
+
+
+def test_estimate_matches_the_model_it_describes():
+    config = train_config_from_mapping(tiny_job(), "test")
+    geometry = config.geometry()
+    model = MoETransformer(geometry, config.routing)
+    params = sum(p.numel() for p in model.parameters())
+    batch, seq = 4, 32
+    estimate = estimate_training_memory(geometry, batch, seq, element_bytes=4)
+    assert estimate.params == params  # the arch count is the module's own count
+    assert estimate.model_state_bytes == 16 * params  # fp32 weight, grad, AdamW m and v
+    tokens = torch.randint(0, geometry.vocab, (batch, seq + 1),
+                           generator=torch.Generator().manual_seed(0))
+    saved, _ = _saved_tensor_bytes(model, tokens)
+    # Tensors saved for backward (measured with autograd's saved-tensor hooks, parameters
+    # included) against the estimate's activations + logits + fp32 weights.
+    predicted = estimate.activation_bytes + estimate.logits_bytes + 4 * params
+    assert 0.5 * saved <= predicted <= 2.0 * saved
+
+
+def test_tiny_job_fits_and_huge_job_is_refused():
+    tiny = train_config_from_mapping(tiny_job(), "test")
+    small = estimate_training_memory(tiny.geometry(), 4, 32, 4)
+    check_training_memory(small, (24e9, "test"), "cpu", 4, 32)  # no error
+    huge = load_train_config(HUGE)
+    big = estimate_training_memory(huge.geometry(), huge.run.micro_batch_seqs,
+                                   huge.run.seq_len, 4)
+    assert big.params > 4e9 and big.model_state_bytes > 64e9
+    with pytest.raises(MosaicInputError, match=r"does not fit in memory: estimated .* GB .*"
+                                               r"> 24 GB available on cpu"):
+        check_training_memory(big, (24e9, "test"), "cpu", 2, 2048)
+    check_training_memory(big, None, "cpu", 2, 2048)  # unknown free memory: no verdict
+
+
+def test_trainer_refuses_before_allocating(monkeypatch, tmp_path):
+    from mosaic.train import trainer
+
+    calls = []
+    monkeypatch.setattr(trainer, "available_memory_bytes",
+                        lambda *a: (24e9, "MemAvailable in /proc/meminfo"))
+    monkeypatch.setattr(trainer, "MoETransformer",
+                        lambda *a, **k: calls.append(a) or pytest.fail("model allocated"))
+    config = load_train_config(HUGE)
+    with pytest.raises(MosaicInputError, match="does not fit in memory"):
+        trainer.Trainer(config, tmp_path)
+    assert not calls
+
+
+def test_cli_exits_2_with_one_line(monkeypatch, tmp_path):
+    from mosaic.cli.main import app
+    from mosaic.train import trainer
+
+    monkeypatch.setattr(trainer, "available_memory_bytes",
+                        lambda *a: (24e9, "MemAvailable in /proc/meminfo"))
+    result = CliRunner().invoke(app, ["train", str(HUGE), "--out", str(tmp_path / "q4"),
+                                      "--stop-after", "1"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: the job does not fit in memory")
+    assert "examples/ladder_tiny.yaml" in lines[0] and "GPU" in lines[0]
+    assert not (Path(tmp_path) / "q4" / "checkpoint.pt").exists()
+
+
+def test_available_memory_reads_proc_meminfo(monkeypatch, tmp_path):
+    fake = tmp_path / "meminfo"
+    fake.write_text("MemTotal:       32000000 kB\nMemAvailable:   1000000 kB\n")
+    monkeypatch.setattr(preflight, "_MEMINFO", fake)
+    assert preflight.available_memory_bytes("cpu") == (1024e6, "MemAvailable in /proc/meminfo")
