@@ -4,8 +4,6 @@ by their times, and the model's dispatch/combine seconds against the published t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,15 +17,8 @@ _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "ep_dispatch_accura
 
 
 @pytest.fixture(scope="module")
-def bench():
-    name = "mosaic_bench_ep_dispatch_accuracy"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _PATH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+def bench(load_by_path):
+    return load_by_path("mosaic_bench_ep_dispatch_accuracy", _PATH)
 
 
 def _miss(pool: int, per_target: int, k: int) -> float:
