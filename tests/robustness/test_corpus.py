@@ -83,7 +83,7 @@ CASES = [
                        "--sparsity", "0.9", "--split-factor", "nan", "--json"], {}, 2,
      "--split-factor"),
     ("law-all-1e308", ["law", "fit", "{dir}/r.csv", "--json"],
-     {"r.csv": b"n_total,tokens,loss\n" + b"1e9,1e10,1e308\n" * 12}, 2, "same loss"),
+     {"r.csv": b"n_total,tokens,loss\n" + b"1e9,1e10,1e308\n" * 12}, 2, "1 distinct run"),
     ("law-one-row", ["law", "fit", "{dir}/r.csv", "--json"],
      {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "run(s)"),
     ("law-negative-seed", ["law", "fit", "{dir}/r.csv", "--seed", "-1", "--json"],

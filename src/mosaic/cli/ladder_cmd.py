@@ -165,11 +165,15 @@ def fit(
     from mosaic.law.fit import FitSettings
     from mosaic.law.forms import get_form
     from mosaic.law.rundata import load_run_data
-    from mosaic.law.validation import fit_with_holdout
+    from mosaic.law.validation import check_fittable, fit_with_holdout
 
+    if not folder.exists():
+        raise MosaicInputError(f"{folder}: does not exist (give a `mosaic ladder run` output "
+                               "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
     runs = load_run_data(csv_path)
     law_form = get_form(form)
+    check_fittable(runs, law_form)  # as `mosaic law fit` checks it
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
     validated = fit_with_holdout(runs, law_form, settings,
                                  holdout_fraction=holdout)

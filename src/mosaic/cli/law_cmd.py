@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -30,19 +30,16 @@ from mosaic.law.extrapolation import (
     extrapolation_flags,
 )
 from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
-from mosaic.law.forms import FORMS, LawForm, get_form
+from mosaic.law.forms import FORMS, get_form
 from mosaic.law.law import ScalingLaw, default_law
 from mosaic.law.optimum import (
     DEFAULT_SPARSITY_RANGE,
     compute_optimum,
     sparsity_profile,
 )
-from mosaic.law.validation import HOLDOUT_FRACTION
+from mosaic.law.validation import HOLDOUT_FRACTION, check_fittable
 from mosaic.limits import LIMITS, check_range
 from mosaic.threads import limit_blas_threads
-
-if TYPE_CHECKING:
-    from mosaic.law.rundata import RunData
 
 law_app = typer.Typer(
     name="law",
@@ -273,7 +270,7 @@ def fit(
     runs = load_run_data(data)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
-    _check_fittable(runs, law_form)
+    check_fittable(runs, law_form)
     limit_blas_threads()  # small-matrix fits run fastest on one BLAS thread (mosaic.threads)
     settings = FitSettings(huber_delta=huber_delta, starts=starts, n_polished=refine, seed=seed)
     from mosaic.cli.progress import progress_reporter
@@ -326,20 +323,6 @@ def fit(
         print_json(payload)
         return
     _print_fit(payload)
-
-
-def _check_fittable(runs: RunData, law_form: LawForm) -> None:
-    """A degenerate data set is an error before the fit, not a meaningless law after it."""
-    n_params = len(law_form.params)
-    if len(runs.loss) <= n_params:
-        raise MosaicInputError(
-            f"{runs.source}: {len(runs.loss)} run(s) for the {law_form.name} form's {n_params} "
-            f"coefficients; allowed: at least {n_params + 1} runs")
-    log_loss = np.log(runs.loss)
-    if not np.all(np.isfinite(log_loss)) or np.ptp(log_loss) < 1e-9:
-        raise MosaicInputError(
-            f"{runs.source}: every run has the same loss ({runs.loss[0]:g}); a law fit needs "
-            "losses that vary with size and tokens")
 
 
 def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,

@@ -20,6 +20,32 @@ from mosaic.law.rundata import RunData
 HOLDOUT_FRACTION = 0.1  # Sec. 4.2: "top-10% of runs by N_act within each G-stratum"
 
 
+def distinct_runs(runs: RunData) -> int:
+    """Runs at distinct (N_total, N_active, D, G) points: repeated rows add no information
+    a law's coefficients can be fitted from."""
+    columns = [c for c in (runs.n_total, runs.n_active, runs.tokens, runs.split_factor)
+               if c is not None]
+    return int(np.unique(np.column_stack(columns), axis=0).shape[0])
+
+
+def check_fittable(runs: RunData, law_form: LawForm) -> None:
+    """A degenerate data set is an error before the fit, not a meaningless law after it:
+    more distinct runs than the form has coefficients, and losses that vary."""
+    n_params = len(law_form.params)
+    distinct = distinct_runs(runs)
+    if distinct <= n_params:
+        repeated = (f" ({len(runs.loss)} rows, {len(runs.loss) - distinct} repeating another)"
+                    if distinct < len(runs.loss) else "")
+        raise MosaicInputError(
+            f"{runs.source}: {distinct} distinct run(s){repeated} for the {law_form.name} "
+            f"form's {n_params} coefficients; allowed: at least {n_params + 1} runs")
+    log_loss = np.log(runs.loss)
+    if not np.all(np.isfinite(log_loss)) or np.ptp(log_loss) < 1e-9:
+        raise MosaicInputError(
+            f"{runs.source}: every run has the same loss ({runs.loss[0]:g}); a law fit needs "
+            "losses that vary with size and tokens")
+
+
 def holdout_mask(data: RunData, fraction: float = HOLDOUT_FRACTION) -> np.ndarray:
     """True for held-out runs: per G stratum, the round(fraction * n) largest by N_act."""
     if not 0 <= fraction < 1:

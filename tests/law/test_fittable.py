@@ -1,0 +1,49 @@
+"""A law is fitted only to more distinct runs than it has coefficients, by `mosaic law fit`
+and `mosaic ladder fit` alike; repeated rows do not count."""
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
+from mosaic.law.forms import get_form
+from mosaic.law.rundata import RunData
+from mosaic.law.validation import check_fittable, distinct_runs
+
+ROWS = [(1e8, 5e7, 1e9, 1, 3.2), (2e8, 5e7, 2e9, 1, 3.0)]
+
+
+def _frame(copies: int) -> pd.DataFrame:
+    return pd.DataFrame([row for row in ROWS for _ in range(copies)],
+                        columns=["n_total", "n_active", "tokens", "split_factor", "loss"])
+
+
+def test_repeated_rows_are_one_run():
+    runs = RunData.from_frame(_frame(6), source="dup.csv")
+    assert runs.n_runs == 12 and distinct_runs(runs) == 2
+    joint = get_form("joint")  # 11 coefficients: 12 rows would pass a row count
+    with pytest.raises(MosaicInputError, match=r"2 distinct run\(s\) \(12 rows, 10 repeating "
+                                               r"another\) for the joint form's 11"):
+        check_fittable(runs, joint)
+
+
+def test_ladder_fit_refuses_what_law_fit_refuses(tmp_path):
+    _frame(1).to_csv(tmp_path / "runs.csv", index=False)
+    runner = CliRunner()
+    for command in (["ladder", "fit", str(tmp_path), "--out", str(tmp_path / "law.json")],
+                    ["law", "fit", str(tmp_path / "runs.csv")]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert "2 distinct run(s) for the joint form's 11 coefficients" in result.output
+    assert not (tmp_path / "law.json").exists()
+    missing = runner.invoke(app, ["ladder", "fit", str(tmp_path / "nope"), "--out", "x.json"])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_runs_that_all_share_one_loss_are_refused():
+    frame = pd.DataFrame({"n_total": [1e8 * (i + 1) for i in range(12)],
+                          "tokens": [1e10] * 12, "loss": [3.0] * 12})
+    runs = RunData.from_frame(frame, source="flat.csv")
+    with pytest.raises(MosaicInputError, match="every run has the same loss"):
+        check_fittable(runs, get_form("chinchilla"))
