@@ -147,6 +147,10 @@ def test_mosaic_train_command(tmp_path):
     bad.write_text(yaml.safe_dump(tiny_job(routing={"rho": 0})))
     failed = runner.invoke(_app(), ["train", str(bad), "--out", str(tmp_path / "b")])
     assert failed.exit_code == 2 and "routing.rho" in failed.output
+    for steps in ("0", "-3"):
+        none = runner.invoke(_app(), ["train", str(job), "--out", str(tmp_path / "z"),
+                                      "--stop-after", steps])
+        assert none.exit_code == 2 and f"--stop-after: got {steps}" in none.output
 
 
 def test_gpu_example_job_parses():

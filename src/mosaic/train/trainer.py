@@ -471,6 +471,9 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
     ``context``: a process group the caller set up and will shut down (the ladder keeps one
     for all its rungs); by default the run joins torchrun's group and leaves it at the end.
     """
+    if stop_after_steps is not None and stop_after_steps < 1:
+        raise MosaicInputError(f"--stop-after: got {stop_after_steps}; allowed: a step count "
+                               ">= 1 (leave it out to train to the end)")
     threads = torch.get_num_threads()
     if config.run.cpu_threads is not None:
         torch.set_num_threads(config.run.cpu_threads)
