@@ -155,3 +155,22 @@ def test_scaleplan_collectives_reproduce_the_built_in_constants():
     fit = fit_collectives(collective_rows(), P6_B200)
     for name, value in fit.values.items():
         assert value == pytest.approx(fitted("collectives", name), rel=2e-3), name
+
+
+def test_implausible_fitted_constants_are_named():
+    from mosaic.evaluate.microbench_calibration import implausible_constants
+
+    block = {"applies_to": ["any"], "reference": {"source": "measured"},
+             "gemm": {"max_fraction_of_peak": 0.8, "kernel_latency_s": 3.7e-22},
+             "attention": {"fwd": [6.39, 1.0, 1.0], "bwd": [0.7, 1.0, 1.0]},
+             "collectives": {"scale_up_latency_s": 3e-6, "scale_out_latency_s": 2.5e-15}}
+    warnings = implausible_constants(block, {"device_name": "cpu:x86_64"})
+    assert len(warnings) == 4
+    assert "measured on cpu:x86_64" in warnings[0]
+    assert "attention fwd max_fraction = 6.39 is above 1" in warnings[1]
+    assert "gemm kernel_latency_s = 3.7e-22 s" in warnings[2]
+    assert "collectives scale_out_latency_s" in warnings[3]
+    gpu = {**block, "applies_to": ["H200-SXM-141GB"],
+           "gemm": {"max_fraction_of_peak": 0.8, "kernel_latency_s": 4e-6},
+           "attention": {"fwd": [0.6, 1.0, 1.0]}, "collectives": {"scale_up_latency_s": 3e-6}}
+    assert implausible_constants(gpu, {"device_name": "NVIDIA H200"}) == []

@@ -353,6 +353,9 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
                                                  device=device, system=system, name=name)
     atomic_write_bytes(out, yaml.safe_dump(document, sort_keys=False).encode())
     load_calibration(out)  # what perf, layouts and plan will read must load
+    for warning in report["warnings"]:
+        error_console.print(f"warning: {warning}", markup=False, highlight=False,
+                            soft_wrap=True)
     if json_output:
         print_json({"calibration": str(out), "report": report})
         return

@@ -429,7 +429,40 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                       f"kernels (mosaic bench kernels, launch), {directory.name}"}
     document["microbench"] = block
     report["fit_error_percent"] = errors
+    report["warnings"] = implausible_constants(block, metadata)
     return document, report
+
+
+# A kernel launch and a collective step take at least a microsecond on any GPU (CUDA launch
+# latency is ~2-5 us, NCCL's per-step latencies 0.6-14 us: nccl src/graph/tuning.cc); a
+# fitted latency far below that is the fit's floor, not a measurement.
+MIN_PLAUSIBLE_LATENCY_S = 1e-9
+
+
+def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
+    """Why the fitted constants do not describe a GPU a job can run on: fractions of the
+    reference peak above 1, latencies at the fit's floor, tables measured on a CPU."""
+    warnings: list[str] = []
+    device = str(metadata.get("device_name", ""))
+    if device.lower().startswith("cpu") or "cpu" in block.get("applies_to", []):
+        warnings.append(f"the tables were measured on {device or 'a CPU'}: the constants "
+                        "describe that CPU, and a calibration applies them to every job")
+    fractions = {"gemm max_fraction_of_peak":
+                 (block.get("gemm") or {}).get("max_fraction_of_peak")}
+    for direction, triple in (block.get("attention") or {}).items():
+        fractions[f"attention {direction} max_fraction"] = triple[0]
+    for label, value in fractions.items():
+        if value is not None and value > 1.0:
+            warnings.append(f"{label} = {value:.3g} is above 1, faster than the reference "
+                            "peak: not a physical constant")
+    latencies = {"gemm kernel_latency_s": (block.get("gemm") or {}).get("kernel_latency_s"),
+                 **{f"collectives {k}": v for k, v in (block.get("collectives") or {}).items()
+                    if k.endswith("_latency_s")}}
+    for label, value in latencies.items():
+        if value is not None and value < MIN_PLAUSIBLE_LATENCY_S:
+            warnings.append(f"{label} = {value:.3g} s is at the fit's floor, not a measured "
+                            "latency (too few small shapes)")
+    return warnings
 
 
 def comparison_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float]]:
