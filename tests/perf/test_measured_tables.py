@@ -44,3 +44,18 @@ def test_covered_gemms_use_the_table_and_are_labelled_measured(tmp_path):
     assert prediction.analytic_breakdown_s["compute_attention_gemm"][0] == pytest.approx(
         flops * slow, rel=1e-6)
     assert prediction.step_time_s[0] > baseline.step_time_s[0]
+
+
+def test_communication_moved_by_a_gemm_table_is_not_labelled_measured(tmp_path):
+    # Slower measured GEMMs hide more of an overlapped collective; that collective was not
+    # measured (no collective table), so it keeps its analytical label.
+    calibration = default_calibration()
+    job = load_job(job_with_gemm_table(tmp_path, 1 / 100e12))
+    prediction = predict_job(job, calibration).prediction
+    baseline = predict_job(load_job(EXAMPLES / "appendix_e.yaml"), calibration).prediction
+    moved = [name for name, seconds in prediction.breakdown_s.items()
+             if name.startswith(("ep_", "pp_", "dp_", "tp_", "fsdp_"))
+             and seconds[0] != baseline.breakdown_s[name][0]]
+    assert moved  # the data-parallel collectives hide behind the slower compute
+    assert all(prediction.labels[name] == "analytical" for name in moved)
+    assert prediction.labels["compute_attention_gemm"] == "measured"
