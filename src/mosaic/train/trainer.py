@@ -204,8 +204,10 @@ class Trainer:
             if self.geometry.moe is None:
                 raise MosaicInputError("run.expert_parallel needs an MoE model")
             if run.expert_parallel > world:
+                launch = ("launch more processes (torchrun --nproc_per_node)" if world > 1
+                          else "launch with torchrun")
                 raise MosaicInputError(f"run.expert_parallel {run.expert_parallel} exceeds the "
-                                       f"{world} process(es); launch with torchrun")
+                                       f"{world} process(es); lower it or {launch}")
             self.ep = build_expert_parallel(world, self.context.rank, run.expert_parallel,
                                             self.geometry.moe.experts)
             self.expert_params = split_experts(model, self.ep)
