@@ -71,3 +71,14 @@ def test_streaming_cases_record_their_traffic():
     assert row["bandwidth_bytes_per_s"] == pytest.approx(3 * 4096 * 2 / row["time_s"])
     launch = streams.measure(cases["launch64"], CPU, OPTIONS)
     assert 0 < launch["time_s"] < 1e-3  # one tiny eager op, per kernel
+
+
+def test_a_skip_reason_keeps_whole_sentences():
+    from mosaic.bench.attention import MAX_REASON_CHARS, whole_sentences
+
+    message = ("No viable backend for scaled_dot_product_attention was found.\nThis is likely "
+               "due to turning off both the math kernel and the fused kernels. " + "x " * 200)
+    reason = whole_sentences(message)
+    assert reason.endswith("turning off both the math kernel and the fused kernels.")
+    long = whole_sentences("word " * 200)
+    assert len(long) <= MAX_REASON_CHARS + 4 and long.endswith(" ...")

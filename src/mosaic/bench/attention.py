@@ -10,6 +10,7 @@ FLOPs as the model counts them (``mosaic.perf.kernels.flash_attention_flops``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mosaic.bench.cases import BenchOptions, Case, Unsupported, summary_columns
@@ -35,6 +36,23 @@ def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
                     "causal": True, "source": s.source}))
     return cases
 
+
+# A skip reason is one CSV cell: a whole sentence, never cut mid-phrase.
+MAX_REASON_CHARS = 240
+
+
+def whole_sentences(message: str) -> str:
+    """An error message on one line: as many whole sentences as fit in MAX_REASON_CHARS
+    (at least the first, shortened at a word if it alone is longer)."""
+    kept = ""
+    for sentence in re.split(r"(?<=\.)\s+", " ".join(message.split())):
+        candidate = f"{kept} {sentence}".strip()
+        if len(candidate) > MAX_REASON_CHARS:
+            break
+        kept = candidate
+    if kept:
+        return kept
+    return " ".join(message.split())[:MAX_REASON_CHARS].rsplit(" ", 1)[0] + " ..."
 
 def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
     import torch
@@ -71,7 +89,7 @@ def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
             call()
             summary, calls = time_call(call, device, options.policy)
         except RuntimeError as exc:
-            raise Unsupported(str(exc).splitlines()[0][:120]) from None
+            raise Unsupported(whole_sentences(str(exc))) from None
     flops = float(flash_attention_flops(b, h, s, s, d, True, backward=backward))
     return {**summary_columns(summary, calls), "dtype": str(dtype).removeprefix("torch."),
             "flops": flops, "tflops": flops / summary.time_s / 1e12}
