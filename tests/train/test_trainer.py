@@ -184,3 +184,9 @@ def test_synthetic_tokens_for_throughput_runs(tmp_path):
     assert result.final_loss == pytest.approx(math.log(300), abs=0.1)
     with pytest.raises(MosaicInputError, match=r"data\.path is required"):
         train_config_from_mapping(tiny_job(data={"path": None}), "job")
+
+
+def test_a_rung_with_top_k_above_experts_names_the_ladder_fields():
+    with pytest.raises(MosaicInputError, match=r"ladder.top_k \(8\) must not exceed "
+                                               r"ladder.experts \(4\)"):
+        train_config_from_mapping(tiny_job(ladder={"experts": 4, "top_k": 8}), "job")

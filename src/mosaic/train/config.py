@@ -57,6 +57,13 @@ class LadderModel(_Strict):
     kv_heads: int = Field(default=LADDER_KV_HEADS, gt=0, description="paper: 8")
     gated_attention: bool = Field(default=False, description="head-wise sigmoid gate (A.1)")
 
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> LadderModel:
+        if self.experts is not None and self.top_k is not None and self.top_k > self.experts:
+            raise ValueError(f"ladder.top_k ({self.top_k}) must not exceed ladder.experts "
+                             f"({self.experts}): each token picks top_k distinct experts")
+        return self
+
 
 def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
     """Geometry of a (possibly scaled-down) ladder rung with vocabulary ``vocab``."""
