@@ -59,3 +59,17 @@ def test_communication_moved_by_a_gemm_table_is_not_labelled_measured(tmp_path):
     assert moved  # the data-parallel collectives hide behind the slower compute
     assert all(prediction.labels[name] == "analytical" for name in moved)
     assert prediction.labels["compute_attention_gemm"] == "measured"
+
+
+def test_a_table_measured_on_another_device_is_noted(tmp_path):
+    import json
+
+    job = job_with_gemm_table(tmp_path, 1 / 100e12)  # Appendix E: B200
+    note = "hardware.gemm_table was measured on cpu:x86_64, not on the job's B200"
+    assert not any("measured on" in line for line in load_job(job).assumptions)
+    metadata = {"runs": {"a1": {"device_name": "cpu:x86_64"}}}
+    (tmp_path / "metadata.json").write_text(json.dumps(metadata))  # beside gemm.csv
+    assert any(line.startswith(note) for line in load_job(job).assumptions)
+    metadata["runs"]["a1"]["device_name"] = "NVIDIA B200"  # torch's name for the same GPU
+    (tmp_path / "metadata.json").write_text(json.dumps(metadata))
+    assert not any("measured on" in line for line in load_job(job).assumptions)

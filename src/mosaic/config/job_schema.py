@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -288,6 +289,42 @@ def _measured_tables(hardware: HardwareBlock, base: Path) -> MeasuredTables:
     )
 
 
+TABLE_FIELDS = ("gemm_table", "grouped_gemm_table", "collective_table")
+
+
+def _same_gpu_model(measured_name: str, catalog_name: str) -> bool:
+    """Whether a device as torch names it ('NVIDIA H100 80GB HBM3') is the catalog device's
+    GPU model (H100-SXM-80GB): its model token ('H100') begins the catalog name."""
+    words = measured_name.removeprefix("NVIDIA ").split()
+    return bool(words) and catalog_name.upper().startswith(words[0].upper())
+
+
+def table_device_notes(hardware: HardwareBlock, base: Path, device_name: str) -> list[str]:
+    """A note for each measured table whose bench metadata (``mosaic bench`` writes
+    metadata.json beside the tables or one folder up) names another device than the job's:
+    the table's times still replace the model's, as measured."""
+    notes = []
+    for field_name in TABLE_FIELDS:
+        path = getattr(hardware, field_name)
+        if path is None:
+            continue
+        path = path if path.is_absolute() else base / path
+        found = [m for m in (path.parent / "metadata.json", path.parent.parent / "metadata.json")
+                 if m.is_file()]
+        if not found:
+            continue
+        try:
+            runs = json.loads(found[0].read_text()).get("runs", {})
+            measured = sorted({str(run.get("device_name")) for run in runs.values()})
+        except (OSError, ValueError, AttributeError):
+            continue
+        if measured and not any(_same_gpu_model(name, device_name) for name in measured):
+            notes.append(f"hardware.{field_name} was measured on {', '.join(measured)}, not "
+                         f"on the job's {device_name}: its times replace the model's as "
+                         "measured")
+    return notes
+
+
 def _block(schema: type[BaseModel], document: dict[str, Any], name: str, where: str) -> Any:
     data = document.get(name)
     if data is None:
@@ -390,6 +427,8 @@ def job_from_document(document: dict[str, Any], where: str,
                      "(the setting is Megatron-LM's DDP/ZeRO --overlap-grad-reduce / "
                      "--overlap-param-gather)")
     n_devices = search.devices if search.devices is not None else int(plan.n_devices[0])
+    if device_name:
+        notes.extend(table_device_notes(hardware, Path(where).parent, device_name))
     headroom = memory_headroom(hardware.usable_memory_fraction, workload.stack)
     if hardware.usable_memory_fraction is None:
         notes.append(f"hardware.usable_memory_fraction unstated: {headroom.usable_fraction:g} "
