@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -274,22 +273,25 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
     return result
 
 
+TABLE_FIELDS = ("gemm_table", "grouped_gemm_table", "collective_table")
+
+
+def _table_paths(hardware: HardwareBlock, base: Path) -> dict[str, Path]:
+    """The measured tables a hardware block names, by field (paths relative to the job)."""
+    paths = {name: getattr(hardware, name) for name in TABLE_FIELDS}
+    return {name: path if path.is_absolute() else base / path
+            for name, path in paths.items() if path is not None}
+
+
 def _measured_tables(hardware: HardwareBlock, base: Path) -> MeasuredTables:
     """Load the measured tables a hardware block names (paths relative to the job file)."""
-
-    def resolve(path: Path | None) -> Path | None:
-        return None if path is None else (path if path.is_absolute() else base / path)
-
-    gemm, grouped, collectives = (resolve(p) for p in (
-        hardware.gemm_table, hardware.grouped_gemm_table, hardware.collective_table))
+    paths = _table_paths(hardware, base)
+    gemm, grouped, collectives = (paths.get(name) for name in TABLE_FIELDS)
     return MeasuredTables(
         gemm=GemmTable.from_file(gemm) if gemm else None,
         grouped_gemm=GroupedGemmTable.from_file(grouped) if grouped else None,
         collectives=BusBandwidthTable.from_file(collectives) if collectives else None,
     )
-
-
-TABLE_FIELDS = ("gemm_table", "grouped_gemm_table", "collective_table")
 
 
 def _same_gpu_model(measured_name: str, catalog_name: str) -> bool:
@@ -303,18 +305,16 @@ def table_device_notes(hardware: HardwareBlock, base: Path, device_name: str) ->
     """A note for each measured table whose bench metadata (``mosaic bench`` writes
     metadata.json beside the tables or one folder up) names another device than the job's:
     the table's times still replace the model's, as measured."""
+    from mosaic.bench.store import METADATA_FILE, read_metadata  # the bench's own format
+
     notes = []
-    for field_name in TABLE_FIELDS:
-        path = getattr(hardware, field_name)
-        if path is None:
-            continue
-        path = path if path.is_absolute() else base / path
-        found = [m for m in (path.parent / "metadata.json", path.parent.parent / "metadata.json")
-                 if m.is_file()]
+    for field_name, path in _table_paths(hardware, base).items():
+        found = [folder for folder in (path.parent, path.parent.parent)
+                 if (folder / METADATA_FILE).is_file()]
         if not found:
             continue
         try:
-            runs = json.loads(found[0].read_text()).get("runs", {})
+            runs = read_metadata(found[0]).get("runs", {})
             measured = sorted({str(run.get("device_name")) for run in runs.values()})
         except (OSError, ValueError, AttributeError):
             continue
