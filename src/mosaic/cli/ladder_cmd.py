@@ -186,13 +186,10 @@ def fit(
     replace(validated.law, provenance=provenance).save(out)
     payload = {"law_file": str(out), "form": law_form.name,
                "coefficients": dict(validated.law.coefficients), "metrics": metrics}
-    from mosaic.law.fit import bound_note
+    from mosaic.cli.law_cmd import report_bounds
     from mosaic.law.law import ScalingLaw
 
-    note = bound_note(validated.law.provenance.get("at_bound") or {})
-    if note is not None:
-        payload["at_bound"] = validated.law.provenance["at_bound"]
-        error_console.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
+    report_bounds(validated.law, payload)
     try:  # the planner reads it back with the same checks
         ScalingLaw.load(out)
     except MosaicInputError as exc:

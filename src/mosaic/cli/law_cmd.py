@@ -286,12 +286,7 @@ def fit(
         "settings": {"huber_delta": huber_delta, "starts": starts, "refine": refine, "seed": seed},
         "data_support": dict(validated.law.provenance.get("data_support") or {}),
     }
-    if validated.law.provenance.get("at_bound"):
-        from mosaic.law.fit import bound_note
-
-        payload["at_bound"] = validated.law.provenance["at_bound"]
-        error_console.print(f"warning: {bound_note(payload['at_bound'])}", markup=False,
-                            highlight=False, soft_wrap=True)
+    report_bounds(validated.law, payload)
     if n_bootstrap:
         with progress_reporter(as_json) as bar:
             result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,
@@ -323,6 +318,18 @@ def fit(
         print_json(payload)
         return
     _print_fit(payload)
+
+
+def report_bounds(law: ScalingLaw, payload: dict[str, Any]) -> None:
+    """Coefficients a fit left on its bounds: into ``payload["at_bound"]`` and one warning
+    line (`mosaic law fit` and `mosaic ladder fit`)."""
+    from mosaic.law.fit import bound_note
+
+    at_bound = law.provenance.get("at_bound") or {}
+    note = bound_note(at_bound)
+    if note is not None:
+        payload["at_bound"] = at_bound
+        error_console.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,

@@ -12,13 +12,15 @@ from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 
+DIVISIBILITY_CATEGORY = "no layout satisfies the divisibility rules"
+
 
 def reason_category(reason: str) -> str:
     """A short label for an infeasibility reason."""
     if "out of memory" in reason:
         return "no layout fits device memory"
     if "divisibility" in reason or "no layout candidates" in reason:
-        return "no layout satisfies the divisibility rules"
+        return DIVISIBILITY_CATEGORY
     if "window delivers" in reason:
         return "window too short for tpp_min·N_act tokens"
     return reason
@@ -30,7 +32,7 @@ def infeasible_summary(result: PlanResult) -> dict[str, int]:
 
 _ADVICE = {
     "no layout fits device memory": "add nodes or allow more memory (--memory-fraction)",
-    "no layout satisfies the divisibility rules": (
+    DIVISIBILITY_CATEGORY: (
         "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide"),
     "window too short for tpp_min·N_act tokens": "add nodes or days, or lower --tpp",
 }
@@ -50,7 +52,7 @@ def untrainable_message(result: PlanResult) -> str:
     advice = "; ".join(dict.fromkeys(_ADVICE.get(c, "add nodes or days") for c in counts))
     envelope = result.envelope
     devices, batch = envelope.n_devices, envelope.global_batch
-    if "no layout satisfies the divisibility rules" in counts and batch % devices:
+    if DIVISIBILITY_CATEGORY in counts and batch % devices:
         # dp = every GPU (tp = pp = cp = 1) needs dp·micro_batch | global_batch: the nearest
         # multiple of the device count lets the data-parallel group span the cluster
         nearest = max(devices, round(batch / devices) * devices)
