@@ -44,15 +44,15 @@ MAX_REASON_CHARS = 240
 def whole_sentences(message: str) -> str:
     """An error message on one line: as many whole sentences as fit in MAX_REASON_CHARS
     (at least the first, shortened at a word if it alone is longer)."""
+    text = " ".join(message.split())
     kept = ""
-    for sentence in re.split(r"(?<=\.)\s+", " ".join(message.split())):
+    for sentence in re.split(r"(?<=\.)\s+", text):
         candidate = f"{kept} {sentence}".strip()
         if len(candidate) > MAX_REASON_CHARS:
             break
         kept = candidate
-    if kept:
-        return kept
-    return " ".join(message.split())[:MAX_REASON_CHARS].rsplit(" ", 1)[0] + " ..."
+    return kept or text[:MAX_REASON_CHARS].rsplit(" ", 1)[0] + " ..."
+
 
 def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
     import torch
