@@ -23,8 +23,9 @@ class Precision(StrEnum):
 class Fp8Recipe(StrEnum):
     """How FP8 GEMM operands are scaled (Transformer Engine recipes, transformer_engine/common/
     recipe/__init__.py @ v2.9; Megatron-Core TransformerConfig.fp8_recipe). Every recipe runs
-    its GEMMs on the device's FP8 lane; they differ in the quantisation traffic
-    (mosaic.perf.layer_costs.fp8_quantise_bytes_per_element) and its communication."""
+    its GEMMs on the device's FP8 lane; the model reads the recipe where FP8 parameter
+    gathers move the weights (:meth:`Workload.gemm_weight_gather_bytes`); per-recipe
+    quantisation traffic is not modelled (docs/evidence/fp8_recipes.md)."""
 
     NONE = "none"  # no FP8 GEMMs (bf16/fp16)
     DELAYED = "delayed"  # per-tensor scale from the amax history (DelayedScaling)
@@ -219,9 +220,10 @@ class Workload:
             default (stack trait ``fp8_recipe``, :func:`default_fp8_recipe`). Sets the bytes
             of FP8 parameter gathers (``gemm_weight_gather_bytes``).
         fp8_param_gather: the data-parallel parameter all-gather (ZeRO/FSDP) moves the
-            block GEMMs' weights as FP8, one byte each (plus block scales under MXFP8 and
-            blockwise): Megatron-Core --fp8-param-gather (FP8 primary weights, NeMo
-            fp8_params, Megatron-Bridge MixedPrecisionConfig.fp8_param_gather) or torchtitan
+            block GEMMs' weights as FP8, one byte each (MXFP8 weights in bf16;
+            :meth:`gemm_weight_gather_bytes`): Megatron-Core --fp8-param-gather (FP8
+            primary weights, NeMo fp8_params, Megatron-Bridge
+            MixedPrecisionConfig.fp8_param_gather) or torchtitan
             enable_fsdp_float8_all_gather. Needs FP8 GEMMs.
         loss_chunks: the LM head and loss run over this many sequence chunks, each chunk's
             backward before the next chunk's forward (torchtitan ChunkedCELoss,
