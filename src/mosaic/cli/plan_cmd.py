@@ -25,7 +25,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.layout import dispatcher_for, release_default_settings
+from mosaic.config.layout import dispatcher_for, recipe_defaults
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
@@ -52,6 +52,7 @@ from mosaic.plan.cost import cheapest_plan, run_cost
 from mosaic.plan.coverage import candidate_assessment, plan_uncertainty
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
+    ENVELOPE_RECIPE_SETTINGS,
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
     TABLE3_NODES,
@@ -211,15 +212,19 @@ def build_inputs(
     node_type = resolve_system(gpu, system)
     if gpus_per_node is not None:
         node_type = with_gpus_per_node(node_type, gpus_per_node)
-    if dispatcher is None:
-        dispatcher = dispatcher_for(None, stack, node_type.device.name, True, [])
-    settings: dict[str, bool] = {}
+    settings: dict[str, Any] = {}
     if stack_version is not None:
         if re.fullmatch(RELEASE_PATTERN, stack_version) is None:
             raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
                                    "YY.MM, e.g. 26.06")
-        settings = release_default_settings(stack, stack_version, node_type.device.name,
-                                            precision, True, frozenset(), [])
+        # Recipes for every MoE model of the release (a grid has no one geometry); the
+        # candidates take the settings an envelope carries.
+        settings = recipe_defaults(stack, stack_version, None, None, node_type.device.name,
+                                   precision, True, frozenset(), [])
+    recipe_dispatcher = settings.pop("dispatcher", None)
+    settings = {name: settings[name] for name in ENVELOPE_RECIPE_SETTINGS if name in settings}
+    if dispatcher is None:
+        dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
     envelope = Envelope(
         system=node_type, n_nodes=nodes, days=days,
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),

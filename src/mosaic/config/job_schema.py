@@ -38,8 +38,9 @@ from mosaic.config.layout import (
     fp8_recipe_for,
     parallelism_document,
     plan_from_blocks,
-    release_default_settings,
+    recipe_defaults,
 )
+from mosaic.config.recipes import RecipeSettings
 from mosaic.config.spelling import (
     JOB_RULES,
     RECORD_RULES,
@@ -66,7 +67,7 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
-from mosaic.stacks.registry import RELEASE_PATTERN, RELEASE_SETTINGS, release_number_text
+from mosaic.stacks.registry import RELEASE_PATTERN, release_number_text
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -332,6 +333,23 @@ def _block(schema: type[BaseModel], document: dict[str, Any], name: str, where: 
     return validate_mapping(schema, data, f"{where}: {name}")
 
 
+def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
+                geometry: Geometry, device_name: str, notes: list[str]) -> dict[str, Any]:
+    """The settings the stack's recipe for this job's release chose (none without a
+    ``performance.stack_version``), less those the job states."""
+    if performance.stack_version is None:
+        return {}
+    stated = {name for block in (performance, parallelism) for name in block.model_fields_set
+              if name in RecipeSettings.model_fields}
+    if "checkpointing" in performance.model_fields_set:
+        stated.add("recompute")
+    if parallelism.dispatcher is not None:
+        stated.add("dispatcher")
+    return recipe_defaults(performance.stack, performance.stack_version, None, geometry,
+                           device_name, performance.precision, geometry.is_moe,
+                           frozenset(stated), notes)
+
+
 def job_from_document(document: dict[str, Any], where: str,
                       deprecated: set[str] | None = None) -> JobSpec:
     """Validate a parsed job document (any accepted spelling) into a :class:`JobSpec`."""
@@ -354,8 +372,9 @@ def job_from_document(document: dict[str, Any], where: str,
         device_name = ""  # an unknown system is reported where the job resolves it
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
-        dispatcher = dispatcher_for(parallelism.dispatcher, performance.stack, device_name,
-                                    geometry.is_moe, notes)
+        recipe = _job_recipe(performance, parallelism, geometry, device_name, notes)
+        dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
+                                    performance.stack, device_name, geometry.is_moe, notes)
         fp8_recipe = _job_fp8_recipe(performance, notes)
     except MosaicInputError as exc:
         raise MosaicInputError(f"{where}: {exc}") from None
@@ -394,13 +413,8 @@ def job_from_document(document: dict[str, Any], where: str,
         tp_comm_overlap=parallelism.tp_comm_overlap,
         vocab_in_pipeline_split=parallelism.vocab_in_pipeline_split,
     )
-    if performance.stack_version is not None:
-        stated = frozenset(name for name in RELEASE_SETTINGS
-                           for block in (performance, parallelism)
-                           if name in block.model_fields_set)
-        workload = replace(workload, **release_default_settings(
-            workload.stack, performance.stack_version, device_name, performance.precision,
-            geometry.is_moe, stated, notes))
+    checkpointing = recipe.pop("recompute", performance.checkpointing)
+    workload = replace(workload, **recipe)
     notes.extend(routing_assumptions(workload))
     devices = search.devices
     if devices is None and hardware.nodes is not None:
@@ -415,7 +429,7 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         plan = plan_from_blocks(
             parallelism, batch, dp=dp, layers=geometry.layers, is_moe=geometry.is_moe,
-            stack=workload.stack, checkpointing=Checkpointing.parse(performance.checkpointing),
+            stack=workload.stack, checkpointing=Checkpointing.parse(checkpointing),
             measured=False, notes=notes, where=where)
     except MosaicInputError as exc:
         message = str(exc)

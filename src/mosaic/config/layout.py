@@ -8,7 +8,10 @@ expert-parallel degree of an MoE run, which sets its cost; a job takes ep = 1.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from mosaic.config.blocks import BatchBlock, ParallelismBlock
+from mosaic.config.recipes import RecipeQuery, recipe_settings
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
 from mosaic.perf.attention_kernels import gpu_generation
@@ -22,6 +25,11 @@ from mosaic.perf.workload import (
 from mosaic.stacks import MicroBatchDefault, get_stack
 from mosaic.stacks.registry import parse_release
 
+if TYPE_CHECKING:
+    from mosaic.arch import Geometry
+
+# How the note on settings a stack's performance recipe chose begins.
+RECIPE_NOTE = "recipe settings"
 # How the note on a vpp the stack chose begins (predict_job quotes it in a layout error).
 VPP_DEFAULT_NOTE = "parallelism.vpp not stated"
 
@@ -77,27 +85,29 @@ def fp8_recipe_for(precision: str, stack: str, notes: list[str]) -> Fp8Recipe:
     return recipe
 
 
-def release_default_settings(stack: str, release_text: str | None, device_name: str,
-                             precision: str, moe: bool, stated: frozenset[str],
-                             notes: list[str]) -> dict[str, bool]:
-    """Workload settings the stack's recipes switch on from the release named in
-    ``release_text`` (YY.MM, e.g. 'NeMo 26.06 container') for a run of this kind (stack
-    trait ``release_defaults``); settings in ``stated`` are left to the input."""
-    release = parse_release(release_text)
-    generation = gpu_generation(device_name)
-    chosen: dict[str, bool] = {}
-    for default in get_stack(stack).release_defaults:
-        if not default.applies(release, generation, precision, moe):
-            continue
-        given = {k: v for k, v in default.settings.items() if k not in stated}
-        if given:
-            chosen.update(given)
-            listed = ", ".join(f"{k}={v}" for k, v in given.items())
-            notes.append(f"{listed}: {stack}'s default from release "
-                         f"{default.since[0]:02d}.{default.since[1]:02d} for {precision} "
-                         f"{'MoE' if moe else 'dense'} runs on {generation} GPUs "
-                         "(docs/stacks.md)")
-    return chosen
+def recipe_defaults(stack: str, release_text: str | None, software: str | None,
+                    geometry: Geometry | None, device_name: str, precision: str, moe: bool,
+                    stated: frozenset[str], notes: list[str]) -> dict[str, Any]:
+    """Settings the stack's performance recipe for this run chose (:mod:`mosaic.config.recipes`:
+    release from ``release_text``, e.g. 'NeMo 26.06 container'; model by ``geometry``, None
+    for entries that hold for every model); settings in ``stated`` are left to the input.
+    Values use the job schema's spelling (``recompute`` is the plan's checkpointing)."""
+    experts = None if geometry is None else (0 if geometry.moe is None
+                                             else geometry.moe.experts)
+    query = RecipeQuery(
+        stack=stack, software=software, release=parse_release(release_text),
+        device_name=device_name, generation=gpu_generation(device_name), precision=precision,
+        moe=moe, layers=None if geometry is None else geometry.layers,
+        d_model=None if geometry is None else geometry.d_model, experts=experts)
+    settings, matched = recipe_settings(query)
+    given = {name: value for name, value in settings.items() if name not in stated}
+    if given:
+        listed = ", ".join(f"{name}={value}" for name, value in given.items())
+        labels = "; ".join(recipe.label for recipe in matched)
+        notes.append(f"{RECIPE_NOTE}: {listed} ({stack}'s recipe: {labels}; docs/stacks.md)")
+    if "recompute_modules" in given:
+        given["recompute_modules"] = tuple(given["recompute_modules"])
+    return given
 
 
 def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> int:

@@ -36,7 +36,7 @@ from mosaic.config.layout import (
     dispatcher_for,
     fp8_recipe_for,
     plan_from_blocks,
-    release_default_settings,
+    recipe_defaults,
 )
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
 from mosaic.errors import MosaicInputError
@@ -326,8 +326,13 @@ class RunRecordWarning(UserWarning):
 # ---------------------------------------------------------------- conversion
 
 
-def _plan(entry: RunRecordEntry, stack: str, notes: list[str]) -> ParallelPlans:
-    if entry.recompute == "unknown":
+def _plan(entry: RunRecordEntry, stack: str, notes: list[str],
+          recipe_recompute: str | None) -> ParallelPlans:
+    """The record's layout row; an unknown recompute policy is the recipe's
+    (``recipe_recompute``, already noted) or else the stack's default."""
+    if entry.recompute == "unknown" and recipe_recompute is not None:
+        checkpointing = Checkpointing.parse(recipe_recompute)
+    elif entry.recompute == "unknown":
         assumed = get_stack(stack).unstated_recompute
         checkpointing = Checkpointing.parse(assumed)
         notes.append(f"recompute unknown: {assumed} assumed ({stack}'s default)")
@@ -416,6 +421,11 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     if precision.value != entry.precision:  # an FP8 recipe; the record keeps its name
         notes.append(f"precision {entry.precision} modelled on the fp8 lane")
     fp8_recipe = fp8_recipe_for(entry.precision, stack, notes)
+    stated = _stated_settings(entry)
+    recipe = recipe_defaults(stack, entry.stack_version or entry.software, entry.software,
+                             geometry, system.device.name, entry.precision,
+                             geometry.moe is not None, stated, notes)
+    recipe_dispatcher = recipe.pop("dispatcher", None)
     workload = Workload(
         geometry=geometry,
         global_batch=entry.batch.global_seqs,
@@ -424,8 +434,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         fp8_recipe=fp8_recipe,
         stack=stack,
         routing=entry.routing or "dropless",
-        dispatcher=dispatcher_for(entry.parallelism.dispatcher, stack, system.device.name,
-                                  geometry.moe is not None, notes),
+        dispatcher=dispatcher_for(entry.parallelism.dispatcher or recipe_dispatcher,
+                                  stack, system.device.name, geometry.moe is not None, notes),
         ep_overlap=entry.parallelism.ep_overlap,
         dispatch_fp8=entry.parallelism.dispatch_fp8,
         tp_comm_overlap=entry.parallelism.tp_comm_overlap,
@@ -446,13 +456,11 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         loss_chunks=entry.loss_chunks or 1,
         moe_permute=entry.moe_permute,
     )
-    stated = _stated_settings(entry)
-    workload = replace(workload, **release_default_settings(
-        stack, entry.stack_version or entry.software, system.device.name, entry.precision,
-        geometry.moe is not None, stated, notes))
+    recompute = recipe.pop("recompute", None)
+    workload = replace(workload, **recipe)
     notes.append("optimizer not recorded: AdamW assumed")
     notes.extend(routing_assumptions(workload))
-    plan = _plan(entry, stack, notes)
+    plan = _plan(entry, stack, notes, recompute)
     _check_layout(entry, plan.row(0))
     tokens_per_s, step_time_s = _measured(entry, notes)
     memory_gib = entry.measured.memory_gib

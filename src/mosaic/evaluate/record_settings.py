@@ -21,12 +21,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from mosaic.config.blocks import (
-    CrossEntropyName,
-    MoePermuteName,
-    OptimizerDtypeName,
-    RecomputeName,
-)
+from mosaic.config.recipes import RecipeSettings
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing
@@ -38,26 +33,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class _Settings(_Strict):
-    recompute: RecomputeName | None = None
-    cross_entropy: CrossEntropyName | None = None
-    grad_reduce_in_fp32: bool | None = None
-    offloaded_activation_layers: int | None = Field(default=None, ge=0)
-    dispatcher: Literal["alltoall", "deepep", "hybridep"] | None = None
-    ep_overlap: bool | None = None
-    dispatch_fp8: bool | None = None
-    tp_comm_overlap: bool | None = None
-    recompute_modules: list[str] | None = None
-    optimizer_dtype: OptimizerDtypeName | None = None
-    fsdp_keep_gathered: bool | None = None
-    full_iteration_cuda_graph: bool | None = None
-    pad_to_capacity: bool | None = None
-    recompute_block_fraction: float | None = Field(default=None, ge=0, le=1)
+class _Settings(RecipeSettings):
+    """A recipe's settings plus what only a run's own evidence can say."""
+
     attention_kernel: Literal["cudnn", "fa2", "fa3", "triton", "fa1"] | None = None
-    dp_comm_overlap: bool | None = None
-    torch_compile: bool | None = None
-    moe_permute: MoePermuteName | None = None
-    fp8_param_gather: bool | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part
     # (the group's evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None

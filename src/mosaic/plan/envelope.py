@@ -114,6 +114,10 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
     )
 
 
+# The recipe settings (mosaic.config.recipes) an envelope carries to every candidate.
+ENVELOPE_RECIPE_SETTINGS = ("ep_overlap", "full_iteration_cuda_graph")
+
+
 @dataclass(frozen=True)
 class Envelope:
     """Cluster, window and batch: (F_peak, N_dev, T_train, M_dev) and B of Sec. 2.2.
@@ -135,7 +139,8 @@ class Envelope:
         stack_version: the stack's release (YY.MM) the settings below were taken from;
             None = not stated.
         ep_overlap, full_iteration_cuda_graph: the workload settings of every candidate
-            (:class:`~mosaic.perf.workload.Workload`), e.g. a stack release's defaults.
+            (:class:`~mosaic.perf.workload.Workload`), e.g. what a stack release's recipes
+            set for every MoE model (:data:`ENVELOPE_RECIPE_SETTINGS`).
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
     """

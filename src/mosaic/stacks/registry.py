@@ -66,38 +66,7 @@ class FsdpShardStorage(StrEnum):
     BF16_FP32 = "bf16_fp32"  # a bf16 shard plus separate fp32 main params (Megatron FSDP)
 
 
-RELEASE_SETTINGS = ("full_iteration_cuda_graph", "ep_overlap")
 RELEASE_PATTERN = r"^\d{2}\.\d{2}$"  # a stack release, YY.MM (e.g. the NeMo container 26.06)
-
-
-class _ReleaseDefault(BaseModel):
-    """Settings a stack's recipes switch on from one release for some runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    since: str = Field(pattern=RELEASE_PATTERN, description="first release, YY.MM")
-    generations: tuple[Literal["ampere", "hopper", "blackwell"], ...] = Field(min_length=1)
-    precisions: tuple[str, ...] = Field(min_length=1)
-    moe: bool
-    settings: dict[Literal[RELEASE_SETTINGS], bool] = Field(min_length=1)
-    source: str = Field(min_length=1)
-
-
-@dataclass(frozen=True)
-class ReleaseDefault:
-    """One ``release_defaults`` entry of a stack (fields as in ``data/stacks.yaml``)."""
-
-    since: tuple[int, int]
-    generations: tuple[str, ...]
-    precisions: tuple[str, ...]
-    moe: bool
-    settings: dict[str, bool]
-    source: str
-
-    def applies(self, release: tuple[int, int] | None, generation: str | None,
-                precision: str, moe: bool) -> bool:
-        """Whether a run of ``release`` on ``generation`` GPUs in ``precision`` gets it."""
-        return (release is not None and release >= self.since and moe == self.moe
-                and generation in self.generations and precision in self.precisions)
 
 
 class _Entry(BaseModel):
@@ -126,7 +95,6 @@ class _Entry(BaseModel):
     tp_overlap_passes: Literal["forward", "forward_backward"] = "forward_backward"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
-    release_defaults: tuple[_ReleaseDefault, ...] = ()
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
@@ -177,7 +145,6 @@ class StackTraits:
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
     tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
-    release_defaults: tuple[ReleaseDefault, ...]  # settings from a release on, per run kind
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
     # and backward) or "forward_combine" (only the forward combine; the rest are exposed)
@@ -211,13 +178,8 @@ def _registry() -> dict[str, StackTraits]:
     if isinstance(document, dict) and isinstance(document.get("stacks"), dict):
         document = {**document, "stacks": with_inherited_traits(document["stacks"])}
     parsed = validate_mapping(_Registry, document, "stack registry")
-    return {name: StackTraits(name=name, **{
-        **entry.model_dump(), "release_defaults": tuple(
-            ReleaseDefault(since=parse_release(d.since), generations=d.generations,
-                           precisions=d.precisions, moe=d.moe, settings=dict(d.settings),
-                           source=" ".join(d.source.split()))
-            for d in entry.release_defaults)})
-        for name, entry in parsed.stacks.items()}
+    return {name: StackTraits(name=name, **entry.model_dump())
+            for name, entry in parsed.stacks.items()}
 
 
 def release_number_text(value: object) -> object:
