@@ -97,3 +97,11 @@ def test_the_shipped_recipes_load_and_agree():
     table = recipes()
     assert table and all(r.source for r in table)
     check_recipes(table)
+
+
+def test_an_entry_without_since_holds_for_every_release_named_or_not():
+    table = _table({"since": None, "settings": {"ep_overlap": True}})
+    assert recipe_settings(_query(release=None), table)[0] == {"ep_overlap": True}
+    assert recipe_settings(_query(release=(24, 1)), table)[0] == {"ep_overlap": True}
+    with pytest.raises(MosaicInputError, match="until needs since"):
+        _table({"since": None, "until": "26.02", "settings": {"ep_overlap": True}})

@@ -9,11 +9,11 @@ is silent (a stated value always wins). The data lives in ``mosaic/stacks/data/r
 (one file per stack family, each entry with the tag, path and symbol it was read from).
 
 Matching (:meth:`Recipe.matches`): same stack (and ``software_pattern`` found in the
-record's software text, where given); release within ``[since, until]``; the model's
-geometry signature (layers, d_model, routed experts) where given; the GPU (catalog name or
-generation) and precision where given. Entries for one model override entries for every
-model; two matching entries of the same kind never disagree (checked on load for the
-entries the data holds, :func:`check_recipes`).
+record's software text, where given); release within ``[since, until]`` (no ``since``:
+every release, named or not); the model's geometry signature (layers, d_model, routed
+experts) where given; the GPU (catalog name or generation) and precision where given.
+Entries for one model override entries for every model; two matching entries of the same
+kind never disagree (checked on load for the entries the data holds, :func:`check_recipes`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class _Entry(_Strict):
     label: str = Field(min_length=1)
     stack: str
     software_pattern: str | None = None
-    since: str = Field(pattern=RELEASE_PATTERN)
+    since: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     until: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     model: _ModelSignature | None = None
     moe: bool | None = None
@@ -111,6 +111,9 @@ class _Entry(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> _Entry:
+        if self.until is not None and self.since is None:
+            raise ValueError("until needs since (an entry without since holds for every "
+                             "release, named or not)")
         if self.until is not None and _release(self.until) < _release(self.since):
             raise ValueError(f"until {self.until} is before since {self.since}")
         if self.model is not None and self.moe is not None:
@@ -160,7 +163,7 @@ class Recipe:
     label: str
     stack: str
     software_pattern: re.Pattern[str] | None
-    since: tuple[int, int]
+    since: tuple[int, int] | None
     until: tuple[int, int] | None
     model: tuple[int, int, int] | None
     moe: bool | None
@@ -172,12 +175,14 @@ class Recipe:
 
     def matches(self, query: RecipeQuery) -> bool:
         """Whether this recipe applies to ``query``."""
-        if query.stack != self.stack or query.release is None:
+        if query.stack != self.stack:
             return False
         if self.software_pattern is not None and not self.software_pattern.search(
                 query.software or ""):
             return False
-        if query.release < self.since or (self.until is not None and query.release > self.until):
+        if self.since is not None and (query.release is None or query.release < self.since
+                                       or (self.until is not None
+                                           and query.release > self.until)):
             return False
         if self.model is not None and self.model != (query.layers, query.d_model,
                                                      query.experts):
@@ -194,7 +199,7 @@ def _recipe(entry: _Entry) -> Recipe:
         label=entry.label, stack=entry.stack,
         software_pattern=(None if entry.software_pattern is None
                           else re.compile(entry.software_pattern, re.IGNORECASE)),
-        since=_release(entry.since),
+        since=None if entry.since is None else _release(entry.since),
         until=None if entry.until is None else _release(entry.until),
         model=None if model is None else (model.layers, model.d_model, model.experts),
         moe=entry.moe,
@@ -273,7 +278,8 @@ def _overlap(first: Recipe, second: Recipe, first_gpus: frozenset[str] | None,
     def meet(a: frozenset[str] | None, b: frozenset[str] | None) -> bool:
         return a is None or b is None or bool(a & b)
 
-    late_start = max(first.since, second.since)
+    late_start = max((r.since for r in (first, second) if r.since is not None),
+                     default=(0, 0))
     early_end = min((r.until for r in (first, second) if r.until is not None),
                     default=late_start)
     return (first.stack == second.stack and (first.model is None) == (second.model is None)
