@@ -105,3 +105,12 @@ def test_an_entry_without_since_holds_for_every_release_named_or_not():
     assert recipe_settings(_query(release=(24, 1)), table)[0] == {"ep_overlap": True}
     with pytest.raises(MosaicInputError, match="until needs since"):
         _table({"since": None, "until": "26.02", "settings": {"ep_overlap": True}})
+
+
+def test_entries_for_two_different_software_patterns_never_clash():
+    """NeMo 2's and another product's recipes of one stack are different products."""
+    check_recipes(_table({"software_pattern": "^NeMo", "settings": {"ep_overlap": True}},
+                         {"software_pattern": "ModelZoo", "settings": {"ep_overlap": False}}))
+    with pytest.raises(MosaicInputError, match="ep_overlap"):
+        check_recipes(_table({"software_pattern": "^NeMo", "settings": {"ep_overlap": True}},
+                             {"settings": {"ep_overlap": False}}))

@@ -38,7 +38,7 @@ from mosaic.hardware import list_devices
 from mosaic.perf.attention_kernels import gpu_generation
 from mosaic.schema_validation import validate_mapping
 from mosaic.stacks import known_stacks
-from mosaic.stacks.registry import RELEASE_PATTERN, parse_release
+from mosaic.stacks.registry import RELEASE_PATTERN
 
 Generation = Literal["ampere", "hopper", "blackwell"]
 PrecisionName = Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8"]
@@ -253,7 +253,8 @@ def check_recipes(table: tuple[Recipe, ...] | None = None) -> None:
     """Raise where two entries of one kind (both for one model, or both for every model)
     can match the same run and disagree on a setting. Entries overlap when their stacks,
     release ranges, models, GPUs (generations read through the catalog) and precisions
-    overlap; two different software patterns are taken to overlap."""
+    overlap and their software patterns are the same or one has none (two different
+    patterns name different products, e.g. NeMo 2 and the Megatron-MoE model zoo)."""
     table = recipes() if table is None else table
     generation_of = {name: gpu_generation(name) for name in list_devices()}
     gpus = [recipe.gpus if recipe.generations is None else frozenset(
@@ -282,13 +283,10 @@ def _overlap(first: Recipe, second: Recipe, first_gpus: frozenset[str] | None,
                      default=(0, 0))
     early_end = min((r.until for r in (first, second) if r.until is not None),
                     default=late_start)
+    patterns = {r.software_pattern.pattern for r in (first, second) if r.software_pattern}
     return (first.stack == second.stack and (first.model is None) == (second.model is None)
+            and len(patterns) < 2
             and first.model == second.model and late_start <= early_end
             and (first.moe is None or second.moe is None or first.moe == second.moe)
             and meet(first_gpus, second_gpus)
             and meet(first.precisions, second.precisions))
-
-
-def release_of(stack_version: str | None, software: str | None) -> tuple[int, int] | None:
-    """The release a record or job names: its ``stack_version``, else its software text."""
-    return parse_release(stack_version or software)
