@@ -64,6 +64,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "inputs."),
     "hardware": ("mosaic.cli.hardware_cmd",
                  "The hardware catalog: list devices and node types, show one with its sources."),
+    "stacks": ("mosaic.cli.stacks_cmd",
+               "The software stacks the model knows: traits with sources, and their recipes."),
     "export": ("mosaic.cli.export_cmd",
                "Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan."),
     "bench": ("mosaic.cli.bench_cmd",

@@ -1,0 +1,44 @@
+"""`mosaic stacks list|show`: the stack registry and its recipes, as a user reads them."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.config.recipes import recipes
+from mosaic.stacks import known_stacks
+
+runner = CliRunner()
+
+
+def test_list_names_every_known_stack_with_its_recipe_count():
+    result = runner.invoke(app, ["stacks", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    stacks = {d["name"]: d for d in json.loads(result.output)["stacks"]}
+    assert set(stacks) == set(known_stacks())
+    for name, document in stacks.items():
+        assert len(document["recipes"]) == sum(r.stack == name for r in recipes())
+
+
+def test_show_gives_traits_with_their_source_and_filters_recipes_by_release():
+    result = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["micro_batch_default"] == "one" and document["source"]
+    assert all(r["source"] and r["stack"] == "megatron-bridge" for r in document["recipes"])
+    full_iteration = [r for r in document["recipes"]
+                      if r["settings"].get("full_iteration_cuda_graph")]
+    assert full_iteration and all(r["since"] >= "26.06" for r in full_iteration)
+    older = json.loads(runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release",
+                                           "25.11", "--json"]).output)
+    assert not any(r["settings"].get("full_iteration_cuda_graph") for r in older["recipes"])
+
+
+def test_a_misspelt_stack_or_release_is_one_line_with_exit_2():
+    result = runner.invoke(app, ["stacks", "show", "megatron-brige"])
+    assert result.exit_code == 2
+    assert "did you mean 'megatron-bridge'" in result.output and "Traceback" not in result.output
+    bad = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", "26"])
+    assert bad.exit_code == 2 and "expected YY.MM" in bad.output
