@@ -36,10 +36,18 @@ def check_output_file(path: str | Path, option: str) -> Path:
                                    "not exist; create it first")
     except OSError as exc:  # name too long, ...
         raise MosaicInputError(f"{option} {_short(path)}: {exc.strerror or exc}") from None
-    if not os.access(parent, os.W_OK):
-        raise MosaicInputError(f"{option} {_short(path)}: directory {_short(parent)} is not "
-                               "writable")
+    _check_can_create_in(parent, f"{option} {_short(path)}: directory {_short(parent)}")
     return path
+
+
+def _check_can_create_in(directory: Path, what: str) -> None:
+    """Create and remove a scratch file in ``directory``: permission bits do not say whether
+    a file can be made there (root passes ``os.access`` on /proc, a read-only mount, ...)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".mosaic-check-"):
+            pass
+    except OSError as exc:
+        raise MosaicInputError(f"{what} is not writable ({exc.strerror or exc})") from None
 
 
 def prepare_output_dir(path: str | Path, option: str) -> Path:
@@ -55,8 +63,7 @@ def prepare_output_dir(path: str | Path, option: str) -> Path:
     except OSError as exc:
         raise MosaicInputError(f"{option} {_short(path)}: cannot create the directory: "
                                f"{exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK):
-        raise MosaicInputError(f"{option} {_short(path)}: directory is not writable")
+    _check_can_create_in(path, f"{option} {_short(path)}: directory")
     return path
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,11 @@ def test_output_dir_is_created_or_refused(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(MosaicInputError, match="not a directory"):
         prepare_output_dir(tmp_path / "file", "--plot")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_an_output_under_a_directory_no_file_can_be_made_in_is_refused_before_work():
+    """Permission bits pass for root on /proc; creating a file there fails (fuzz_cli seed 0
+    found `law fit --out /proc/forbidden.json` failing only after the fit)."""
+    with pytest.raises(MosaicInputError, match="not writable"):
+        check_output_file("/proc/forbidden.json", "--out")
