@@ -332,6 +332,7 @@ def _plan(entry: RunRecordEntry, stack: str, notes: list[str],
     (``recipe_recompute``, already noted) or else the stack's default."""
     if entry.recompute == "unknown" and recipe_recompute is not None:
         checkpointing = Checkpointing.parse(recipe_recompute)
+        notes.append(f"recompute unknown: {recipe_recompute} ({stack}'s recipe for this run)")
     elif entry.recompute == "unknown":
         assumed = get_stack(stack).unstated_recompute
         checkpointing = Checkpointing.parse(assumed)

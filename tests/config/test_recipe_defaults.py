@@ -1,7 +1,11 @@
-"""Settings a stack's recipes switch on from a release (stack trait release_defaults): a
-Megatron-Bridge MXFP8 MoE record on Blackwell from NeMo 26.06 on runs one CUDA graph per step
-with the EP all-to-all overlap; earlier releases, other precisions and GPUs, and records
-that state the setting keep theirs."""
+"""Settings a stack's performance recipes switch on (mosaic.config.recipes), applied to run
+records and jobs. Expected values read by hand in NVIDIA-NeMo/Megatron-Bridge
+scripts/performance/configs/qwen/qwen3_workload_base_configs.py: Qwen3-30B-A3B MXFP8 on GB200
+runs a full-iteration CUDA graph with the EP all-to-all overlap from v0.5.0 (NeMo 26.06,
+QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1: cuda_graph_impl 'full_iteration',
+moe_a2a_overlap True); on B200 the v0.5.0 MXFP8 preset is the BF16 one (partial TE graphs,
+no overlap) and v0.5.1 (26.06.01) adds the bundle. Earlier releases, other precisions and
+records that state a setting keep theirs."""
 
 from copy import deepcopy
 from pathlib import Path
@@ -33,12 +37,23 @@ def test_release_is_the_first_yy_mm_number(text, expected):
     assert parse_release(text) == expected
 
 
-def test_nemo_2606_mxfp8_moe_on_blackwell_runs_one_graph_with_ep_overlap():
-    record = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core")
+def test_qwen3_30b_mxfp8_on_gb200_from_2606_runs_one_graph_with_ep_overlap():
+    record = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", gpu="GB200",
+                     gpus_per_node=4, scaleup_domain=72)
     assert record.workload.stack == "megatron-bridge"
     assert record.workload.full_iteration_cuda_graph is True
     assert record.workload.ep_overlap is True
+    assert str(record.workload.dispatcher) == "hybridep"
     assert any("recipe settings" in line for line in record.assumptions)
+
+
+def test_on_b200_the_bundle_arrives_with_the_point_release_2606_01():
+    first = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core")
+    assert (first.workload.full_iteration_cuda_graph, first.workload.ep_overlap) == (
+        False, False)
+    point = _record("NeMo 26.06.01 container / Megatron-Bridge + Megatron-Core")
+    assert (point.workload.full_iteration_cuda_graph, point.workload.ep_overlap) == (
+        True, True)
 
 
 @pytest.mark.parametrize(("software", "gpu", "precision"), [
@@ -51,18 +66,20 @@ def test_other_releases_precisions_gpus_and_stacks_keep_the_plain_defaults(
         software, gpu, precision):
     record = _record(software, gpu=gpu, precision=precision)
     assert record.workload.full_iteration_cuda_graph is False
-    assert not any("recipe settings" in line for line in record.assumptions)
+    assert not any("full_iteration_cuda_graph=True" in line for line in record.assumptions)
 
 
 def test_a_record_that_states_the_setting_keeps_it():
-    record = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core",
-                     full_iteration_cuda_graph=False)
+    record = _record("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", gpu="GB200",
+                     gpus_per_node=4, scaleup_domain=72, full_iteration_cuda_graph=False)
     assert record.workload.full_iteration_cuda_graph is False
     assert "full_iteration_cuda_graph" in record.stated_settings
-    assert record.workload.ep_overlap is True  # not stated: the release default
+    assert record.workload.ep_overlap is True  # not stated: the recipe's
 
 
-def test_a_job_with_a_stack_version_takes_the_release_defaults_unless_it_states_them():
+def test_a_job_with_a_stack_version_takes_the_recipes_unless_it_states_them():
+    """The job's model has no recipe of its own: the release's entry for every MoE model
+    applies (the MXFP8 Blackwell bundle from 26.06)."""
     from mosaic.config.job_schema import job_from_document
 
     def job(version, **performance):
@@ -92,8 +109,8 @@ def test_a_record_stack_version_given_as_a_number_is_read_as_yy_mm():
     """A record whose software text names no release can state it in stack_version, also
     unquoted (26.06 as a number)."""
     record = _record("Megatron-Bridge performance recipes", stack="megatron-bridge",
-                     stack_version=26.06)
+                     stack_version=26.06, gpu="GB200", gpus_per_node=4, scaleup_domain=72)
     assert record.workload.full_iteration_cuda_graph is True
     older = _record("Megatron-Bridge performance recipes", stack="megatron-bridge",
-                    stack_version=25.11)
+                    stack_version=25.11, gpu="GB200", gpus_per_node=4, scaleup_domain=72)
     assert older.workload.full_iteration_cuda_graph is False
