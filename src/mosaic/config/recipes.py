@@ -70,6 +70,7 @@ class RecipeSettings(_Strict):
     torch_compile: bool | None = None
     moe_permute: MoePermuteName | None = None
     fp8_param_gather: bool | None = None
+    max_nodes_per_token: int | None = Field(default=None, ge=1)
 
 
 class _ModelSignature(_Strict):

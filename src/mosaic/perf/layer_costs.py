@@ -686,7 +686,8 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
                           element_bytes: float = ACTIVATION_BYTES) -> np.ndarray:
     """One EP dispatch (or combine): each rank sends its K copies of its routed tokens
     (``element_bytes`` per element), as a pairwise all-to-all or, with a hierarchical
-    dispatcher (DeepEP, HybridEP), one network copy per remote node
+    dispatcher (DeepEP, HybridEP), one network copy per remote node, at most
+    ``Workload.max_nodes_per_token`` of them under node-limited routing
     (:func:`node_deduplicated_dispatch_time_s`)."""
     moe = workload.geometry.moe
     if moe is None:
@@ -694,7 +695,8 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
     token_bytes = routed_tokens(workload, plans) * workload.geometry.d_model * element_bytes
     if workload.dispatcher.deduplicates_per_node:
         return node_deduplicated_dispatch_time_s(token_bytes, moe.top_k, moe.experts,
-                                                 plans.ep, plans.etp, machine.interconnect)
+                                                 plans.ep, plans.etp, machine.interconnect,
+                                                 workload.max_nodes_per_token)
     return all_to_all_time_s(token_bytes * moe.top_k, plans.ep, plans.etp,
                              machine.interconnect)
 

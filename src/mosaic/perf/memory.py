@@ -43,6 +43,7 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
+    MIRROR_STAGE,
     Stage,
     fsdp_gathered_through_step,
     in_flight_microbatches,
@@ -50,6 +51,7 @@ from mosaic.perf.schedule import (
     n_microbatches,
     stage_layer_counts,
     stage_rank,
+    uses_dualpipe,
 )
 from mosaic.perf.shapes import (
     expert_copies,
@@ -284,6 +286,28 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     )
 
 
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
+def rank_parameters(workload: Workload, plans: ParallelPlans, stage: Stage
+                    ) -> StageParameters:
+    """Per-GPU parameter groups of the rank that runs ``stage``: the stage's own
+    (:func:`stage_parameters`), plus, under DualPipe with pp > 1, its mirror stage's
+    (:data:`~mosaic.perf.schedule.MIRROR_STAGE`: "two copies of the model parameters",
+    DeepSeek-V3 report Table 2), the largest block or unit being the larger of the two."""
+    geometry, uneven = workload.geometry, workload.uneven_pipeline_stages
+    vocab_split = workload.vocab_in_pipeline_split
+    own = stage_parameters(geometry, plans, stage, uneven, vocab_split)
+    if not uses_dualpipe(workload):
+        return own
+    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split)
+    pipelined = plans.pp > 1
+    summed = ("dense", "replicated", "vocab", "expert")
+    return StageParameters(**{
+        name: np.where(pipelined, (getattr(own, name) + getattr(mirror, name)) if name in summed
+                       else np.maximum(getattr(own, name), getattr(mirror, name)),
+                       getattr(own, name))
+        for name in StageParameters.__dataclass_fields__})
+
+
 def shard_degrees(plans: ParallelPlans) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) data-parallel shard-group sizes.
 
@@ -339,7 +363,7 @@ def optimizer_state_bytes(
         vocab_divisor, _ = _shard_divisors(plans, _STATES_SHARDED)
         extra = OPTIMIZER_STATE_BYTES_PER_PARAM[MUON_VOCAB_OPTIMIZER] - per_param
         state = state + extra * params.vocab / vocab_divisor
-    if workload.optimizer_dtype is OptimizerDtype.BF16:
+    if workload.optimizer_dtype in (OptimizerDtype.BF16, OptimizerDtype.BF16_MOMENTS):
         state = BF16_MOMENT_FRACTION * state
     return state
 
@@ -968,8 +992,7 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                           ) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer states and master weights per GPU of the first or last
     stage, after the plan's (E)DP sharding."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                              workload.vocab_in_pipeline_split)
+    params = rank_parameters(workload, plans, stage)
     return {
         "weights": weight_bytes(workload, params, plans),
         "gradients": _stored_gradient_bytes(workload, plans)
@@ -1013,8 +1036,7 @@ def _stage_terms(workload: Workload, plans: ParallelPlans, stage: Stage
     """The components of a stage's breakdown but the runtime reserve, in COMPONENTS order,
     grouped by the term that computes them, per key: (components by name, inverse) per
     term (plan_key's ``per_key``: plan ``i`` takes row ``inverse[i]`` of each)."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                              workload.vocab_in_pipeline_split)
+    params = rank_parameters(workload, plans, stage)
     states = parameter_state_bytes.per_key(workload, plans, stage)
     activations, activations_inverse = stage_activation_bytes.per_key(workload, plans, stage)
     logits, logits_inverse = logits_bytes.per_key(workload, plans, stage)
