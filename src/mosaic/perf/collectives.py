@@ -61,6 +61,13 @@ _PROTOCOLS = fitted("collectives", "nccl_protocols")
 # to measured B200 all-to-alls). HybridEP is NVIDIA's kernel of the same design and is
 # taken at the same rate.
 DEEPEP_NVLINK_EFFICIENCY = 153.0 / 200.0
+# SMs DeepEP's normal (training) kernels occupy while a dispatch or combine runs: the
+# Buffer's num_sms default (deepseek-ai/DeepEP @ dd758ca deep_ep/buffers/legacy.py
+# `num_sms: int = 20`), Megatron-Core's moe_deepep_num_sms default (TransformerConfig), and
+# the 20 of an H800's 132 SMs the DeepSeek-V3 report dedicates to communication
+# (arXiv:2412.19437 Sec. 3.2.2: 'only 20 SMs are sufficient to fully utilize the bandwidths
+# of IB and NVLink'). Compute that overlaps the all-to-all runs on the other SMs.
+DEEPEP_COMMUNICATION_SMS = 20
 _LL_CAP = _PROTOCOLS["ll_max_bus_bw_bytes_per_s"]
 
 

@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 from mosaic.arch import AttentionKind, count_parameters
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.collectives import (
+    DEEPEP_COMMUNICATION_SMS,
     all_gather_time_s,
     all_reduce_time_s,
     all_to_all_time_s,
@@ -54,7 +55,7 @@ from mosaic.perf.shapes import (
     tokens_per_expert,
     tokens_per_rank,
 )
-from mosaic.perf.workload import Precision, Workload
+from mosaic.perf.workload import Dispatcher, Precision, Workload
 from mosaic.stacks import SelectiveRecompute
 
 BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
@@ -609,6 +610,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         other_compute = (attention.gemm + attention.core + _fwd_bwd(experts_up + experts_down)
                          + _fwd_bwd(shared_fwd))
         a2a_exposed = np.maximum(0.0, 2 * a2a_pair - other_compute)
+        a2a_exposed = a2a_exposed + communication_sm_slowdown_s(
+            machine, workload, np.minimum(2 * a2a_pair, other_compute))
     # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
     # back, forward and backward.
     etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
@@ -665,6 +668,19 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         tp_all_reduce=reduce, ep_all_to_all=a2a_exposed,
         cp_send_recv=attention.cp_exposed,
     )
+
+
+def communication_sm_slowdown_s(machine: Machine, workload: Workload,
+                                hidden_s: np.ndarray) -> np.ndarray:
+    """Compute time lost while ``hidden_s`` seconds of all-to-all run behind it: DeepEP's
+    kernels hold DEEPEP_COMMUNICATION_SMS of the device's SMs, so the overlapping compute
+    runs on the rest and finishes hidden·(S_comm/S) later (compute of C seconds at full
+    rate that overlaps A seconds of communication takes A + (C − A·(S − S_comm)/S) =
+    C + A·S_comm/S). Zero for the other dispatchers (NCCL's all-to-all and HybridEP take
+    their SMs from settings the model does not read)."""
+    if workload.dispatcher is not Dispatcher.DEEPEP:
+        return np.zeros_like(hidden_s)
+    return hidden_s * min(DEEPEP_COMMUNICATION_SMS / machine.sm_count, 1.0)
 
 
 def moe_permute_excess_s(machine: Machine, workload: Workload, copies: np.ndarray,
