@@ -19,8 +19,11 @@ from mosaic.perf.calibration import load_calibration
 from mosaic.perf.collectives import Interconnect, node_deduplicated_dispatch_time_s
 from mosaic.perf.layer_costs import communication_sm_slowdown_s
 from mosaic.perf.machine import machine_for
+from mosaic.errors import MosaicInputError
+from mosaic.perf.layouts import LayoutLimits, candidate_plans
 from mosaic.perf.memory import (
     master_weight_bytes,
+    moe_block_activation_bytes,
     optimizer_state_bytes,
     rank_parameters,
     stage_activation_bytes,
@@ -190,6 +193,31 @@ def test_bf16_moments_halve_the_adam_moments_and_keep_the_fp32_master():
     assert master_weight_bytes(moments, params, plan)[0] > 0
 
 
+def test_fp8_glu_inputs_save_the_gate_and_up_outputs_in_one_byte():
+    workload = _workload("hai-llm", precision="fp8")
+    plan = single_plan(dp=8, ep=8, micro_batch=1)
+    moe = MOE.moe
+    # 8 ranks, 4096 tokens each, top-4 of 64 experts: 4·4096 copies land on a rank; the gate
+    # and up outputs are expert_ffn wide each and lose one of their two bytes.
+    copies = 4 * 4096
+    saved = copies * 2 * moe.expert_ffn * 1
+    assert (moe_block_activation_bytes(workload, plan)[0]
+            - moe_block_activation_bytes(replace(workload, fp8_glu_inputs=True), plan)[0]
+            ) == pytest.approx(saved)
+    with pytest.raises(MosaicInputError, match="fp8_glu_inputs needs precision fp8"):
+        _workload("hai-llm", fp8_glu_inputs=True)
+
+
+def test_a_dualpipe_layout_search_offers_only_even_pipelines():
+    workload = _workload("hai-llm", geometry=replace(MOE, layers=12))
+    plans = candidate_plans(workload, 48, 8, LayoutLimits())
+    # pp divides gcd(48 devices, 12 layers) = 12: 1, 2, 3, 4, 6, 12; DualPipe drops 3.
+    assert set(np.unique(plans.pp).tolist()) == {1, 2, 4, 6, 12}
+    assert np.all(plans.vpp == 1)
+    megatron = candidate_plans(replace(workload, stack="megatron-core"), 48, 8, LayoutLimits())
+    assert 3 in set(megatron.pp)
+
+
 # --- the stack entry and its recipe -------------------------------------------------------
 def test_software_text_of_deepseeks_framework_maps_to_hai_llm_and_nothing_else_moves():
     for text in ("HAI-LLM (DeepSeek in-house), DualPipe", "DeepSeek HAI-LLM",
@@ -217,11 +245,12 @@ def test_the_recipe_gives_deepseek_v3_its_documented_settings():
     assert settings == {
         "ep_overlap": True, "dispatcher": "deepep", "recompute": "selective",
         "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
-        "optimizer_dtype": "bf16_moments", "dispatch_fp8": True, "max_nodes_per_token": 4}
+        "optimizer_dtype": "bf16_moments", "dispatch_fp8": True, "fp8_glu_inputs": True,
+        "max_nodes_per_token": 4}
     # Another MoE model in bf16 gets the stack's settings but neither M nor the FP8 payload.
     other, _ = recipe_settings(replace(query, precision="bf16", layers=27, d_model=2048,
                                        experts=64))
-    assert "max_nodes_per_token" not in other and "dispatch_fp8" not in other
+    assert not {"max_nodes_per_token", "dispatch_fp8", "fp8_glu_inputs"} & set(other)
     assert other["ep_overlap"] is True
 
 
@@ -250,7 +279,7 @@ def test_a_deepseek_v3_record_of_the_stack_takes_the_recipe():
     record = run_record_from_raw(DSV3_RECORD, "test")
     workload = record.workload
     assert workload.stack == "hai-llm"
-    assert workload.ep_overlap and workload.dispatch_fp8
+    assert workload.ep_overlap and workload.dispatch_fp8 and workload.fp8_glu_inputs
     assert workload.max_nodes_per_token == 4
     assert str(workload.optimizer_dtype) == "bf16_moments"
     assert set(workload.recompute_modules) == {"layernorm", "mla_up_proj", "moe_act"}

@@ -145,6 +145,9 @@ class RunRecordEntry(_Strict):
         default=None, ge=1, le=LIMITS["devices"].high, description="node-limited routing: "
         "each token's experts on at most this many nodes (DeepSeek-V3's M = 4, arXiv:"
         "2412.19437 Sec. 3.2.2); null = unrestricted, or the stack's recipe")
+    fp8_glu_inputs: bool | None = Field(
+        default=None, description="the routed experts' SwiGLU inputs saved in FP8 (DeepSeek-V3 "
+        "report Sec. 3.3.3); null = false, or the stack's recipe")
     loss_chunks: int | None = Field(
         default=None, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM "
         "head and loss run over one after another, each chunk's backward first (torchtitan "
@@ -460,6 +463,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         loss_chunks=entry.loss_chunks or 1,
         moe_permute=entry.moe_permute,
         max_nodes_per_token=entry.max_nodes_per_token,
+        fp8_glu_inputs=entry.fp8_glu_inputs is True,
     )
     recompute = recipe.pop("recompute", None)
     workload = replace(workload, **recipe)
@@ -515,6 +519,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "loss_chunks": entry.loss_chunks is not None,
         "moe_permute": entry.moe_permute is not None,
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
+        "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

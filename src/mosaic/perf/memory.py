@@ -512,11 +512,12 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
 
 
 def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool,
-               gemm_in: int) -> np.ndarray:
-    """FFN intermediates per token: GEMM-1 output (2 tensors for a GLU: gate and up) and the
-    activation output, which is GEMM-2's input at ``gemm_in`` bytes. SwiGLU: 3 tensors of
-    width w; GELU: 2 (Korthikanti's 8sbh + 8sbh for w = 4h in bf16)."""
-    return tokens * width_per_rank * ((2 if glu else 1) * ACTIVATION_BYTES + gemm_in)
+               gemm_in: int, gemm1_out: int = ACTIVATION_BYTES) -> np.ndarray:
+    """FFN intermediates per token: GEMM-1 output (2 tensors for a GLU: gate and up) at
+    ``gemm1_out`` bytes and the activation output, which is GEMM-2's input at ``gemm_in``
+    bytes. SwiGLU: 3 tensors of width w; GELU: 2 (Korthikanti's 8sbh + 8sbh for w = 4h in
+    bf16)."""
+    return tokens * width_per_rank * ((2 if glu else 1) * gemm1_out + gemm_in)
 
 
 def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -541,7 +542,8 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     probability-weighted combine (2KTh) unless the stack scales the expert activation by the
     probabilities instead (trait ``moe_probs_in_activation``: the unpermute is then a plain
     sum that saves nothing), and shared-expert intermediates (TP-split).
-    Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8).
+    Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8);
+    the routed experts' GLU inputs 1 B under ``Workload.fp8_glu_inputs``.
     """
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
@@ -553,7 +555,9 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     norm = 2 * ACTIVATION_BYTES * routed * h
     router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
     expert_inputs = gemm_in * copies * h
-    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in)
+    # SwiGLU inputs cached in FP8 (Workload.fp8_glu_inputs; DeepSeek-V3 report Sec. 3.3.3)
+    glu_in = 1 if workload.fp8_glu_inputs else ACTIVATION_BYTES
+    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in, glu_in)
     combine = 0.0 if workload.traits.moe_probs_in_activation else (
         ACTIVATION_BYTES * moe.top_k * routed * h)
     shared_width = moe.shared_experts * moe.shared_width / plans.tp

@@ -239,6 +239,10 @@ class Workload:
             node_deduplicated_dispatch_time_s`); None = unrestricted.
         optimizer_dtype ``bf16_moments``: fp32 master weights and gradients with the
             moments in bf16 (DeepSeek-V3 report Sec. 3.3.3).
+        fp8_glu_inputs: the routed experts' SwiGLU inputs (the gate and up GEMM outputs)
+            are saved for the backward in FP8 with a block scale, 1 B per element instead of
+            2 (DeepSeek-V3 report Sec. 3.3.3 "Low-Precision Activation" (2); memory only).
+            Needs FP8 GEMMs.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -276,6 +280,7 @@ class Workload:
     fp8_param_gather: bool = False
     loss_chunks: int = 1
     max_nodes_per_token: int | None = None
+    fp8_glu_inputs: bool = False
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -329,6 +334,10 @@ class Workload:
                 "inputs to capacity only with the alltoall dispatcher (its flex dispatcher "
                 "rejects --moe-pad-expert-input-to-capacity)")
         self._resolve_fp8_recipe()
+        if self.fp8_glu_inputs and self.precision is not Precision.FP8:
+            raise MosaicInputError(
+                f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
+                "inputs are kept with the FP8 recipe's block scales")
         if self.dispatch_fp8 and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "
