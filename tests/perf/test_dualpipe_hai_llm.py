@@ -14,13 +14,13 @@ import yaml
 from mosaic.arch import count_parameters, ladder_geometry
 from mosaic.config.recipes import RecipeQuery, recipe_settings
 from mosaic.config.run_records import run_record_from_raw
+from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.collectives import Interconnect, node_deduplicated_dispatch_time_s
 from mosaic.perf.layer_costs import communication_sm_slowdown_s
-from mosaic.perf.machine import machine_for
-from mosaic.errors import MosaicInputError
 from mosaic.perf.layouts import LayoutLimits, candidate_plans
+from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import (
     master_weight_bytes,
     moe_block_activation_bytes,
