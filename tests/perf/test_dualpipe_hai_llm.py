@@ -22,6 +22,7 @@ from mosaic.perf.layer_costs import communication_sm_slowdown_s
 from mosaic.perf.layouts import LayoutLimits, candidate_plans
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import (
+    layer_input_bytes,
     master_weight_bytes,
     moe_block_activation_bytes,
     optimizer_state_bytes,
@@ -33,6 +34,7 @@ from mosaic.perf.plan import single_plan
 from mosaic.perf.schedule import (
     bubble_fraction,
     in_flight_microbatches,
+    mirror_in_flight_microbatches,
     n_microbatches,
     pp_transfers_overlap_compute,
 )
@@ -66,18 +68,25 @@ def test_dualpipe_bubble_is_table_2s_with_f_and_b_equal_f_plus_b_and_w_equal_f()
 
 def test_dualpipe_keeps_pp_plus_one_chunks_in_flight_on_every_rank():
     workload = _workload("hai-llm")
-    plan = single_plan(pp=16, dp=8, micro_batch=1)  # n_mb = 256/8 = 32
+    plan = single_plan(pp=16, dp=8, micro_batch=1)  # n_mb = 256/8 = 32, 16 per direction
     assert n_microbatches(workload, plan)[0] == 32
-    for stage in ("first", "middle", "last"):
-        assert in_flight_microbatches(workload, plan, stage)[0] == 17
-    # 1F1B: pp on the first rank, one on the last.
+    # DualPipe.step: pp - k chunks of phase 0 and k + 1 of phase 1 (k = the half-rank);
+    # phase 0 is the own stage on the first half of the ranks, the mirror on the second.
+    expected = {"first": (16, 1), "middle": (15, 2), "last": (1, 16)}
+    for stage, (own, mirror) in expected.items():
+        assert in_flight_microbatches(workload, plan, stage)[0] == own
+        assert mirror_in_flight_microbatches(workload, plan, stage)[0] == mirror
+    # 1F1B: pp on the first rank, one on the last, no mirror.
     megatron = _workload("megatron-core")
     assert in_flight_microbatches(megatron, plan, "first")[0] == 16
     assert in_flight_microbatches(megatron, plan, "last")[0] == 1
-    # Never more than the step's micro-batches; no pipeline, one.
-    few = single_plan(pp=16, dp=64, micro_batch=1)  # n_mb = 4
+    assert mirror_in_flight_microbatches(megatron, plan, "first")[0] == 0
+    # Never more than a direction's micro-batches; no pipeline, one and no mirror.
+    few = single_plan(pp=16, dp=32, micro_batch=1)  # n_mb = 8, 4 per direction
     assert in_flight_microbatches(workload, few, "first")[0] == 4
-    assert in_flight_microbatches(workload, single_plan(dp=8), "first")[0] == 1
+    flat = single_plan(dp=8)
+    assert in_flight_microbatches(workload, flat, "first")[0] == 1
+    assert mirror_in_flight_microbatches(workload, flat, "first")[0] == 0
 
 
 def test_a_dualpipe_rank_holds_its_stage_and_the_mirror_stage():
@@ -104,11 +113,16 @@ def test_a_dualpipe_rank_holds_its_stage_and_the_mirror_stage():
 def test_dualpipe_activations_are_pp_plus_one_stage_units():
     workload = _workload("hai-llm", geometry=replace(DENSE, layers=16))
     megatron = replace(workload, stack="megatron-core")
-    plan = single_plan(pp=8, dp=4, micro_batch=1)  # 2 blocks per stage, n_mb = 64
-    # The first stage holds no LM head, so its activations are in-flight x per micro-batch:
-    # 9 stage units under DualPipe against 1F1B's 8.
-    assert stage_activation_bytes(workload, plan, "first")[0] == pytest.approx(
-        9 / 8 * stage_activation_bytes(megatron, plan, "first")[0])
+    plan = single_plan(pp=8, dp=4, micro_batch=1)  # 2 equal blocks per stage, n_mb = 64
+    # 1F1B's first stage: 8 micro-batches of its 2 blocks, no LM head.
+    one_f_one_b = stage_activation_bytes(megatron, plan, "first")[0]
+    # DualPipe's first rank: 8 + 1 chunks of 2 equal blocks, plus the LM head's inputs (the
+    # final norm's and the head's, one micro-batch), for it also runs the last stage.
+    head_inputs = 2 * layer_input_bytes(workload, plan)[0]
+    dualpipe = stage_activation_bytes(workload, plan, "first")[0]
+    assert dualpipe == pytest.approx(9 / 8 * one_f_one_b + head_inputs)
+    # The same rank read as the last stage: the same bytes.
+    assert stage_activation_bytes(workload, plan, "last")[0] == pytest.approx(dualpipe)
 
 
 def test_the_vocabulary_rank_runs_each_end_for_half_of_the_micro_batches():

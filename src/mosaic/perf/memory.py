@@ -48,6 +48,7 @@ from mosaic.perf.schedule import (
     fsdp_gathered_through_step,
     in_flight_microbatches,
     middle_stage_can_be_heaviest,
+    mirror_in_flight_microbatches,
     n_microbatches,
     stage_layer_counts,
     stage_rank,
@@ -811,8 +812,52 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
 
     In-flight micro-batches × the stage's blocks; under FULL recomputation plus one block's
     working set while it is recomputed; on the last stage plus the final-norm and LM-head
-    inputs of the micro-batch in its backward.
+    inputs of the micro-batch in its backward. Under DualPipe the rank also holds its
+    mirror stage's in-flight chunks (:func:`~mosaic.perf.schedule.dualpipe_in_flight`) and,
+    on the rank of both ends, the LM head's inputs (:func:`_lm_head_stage`).
     """
+    per_microbatch, working_set, blocks = _stage_blocks_activations(workload, plans, stage)
+    if uses_dualpipe(workload):
+        mirror, mirror_working_set, _ = _stage_blocks_activations(
+            workload, plans, MIRROR_STAGE[stage])
+        per_microbatch_mirror = mirror
+        working_set = np.where(plans.pp > 1, np.maximum(working_set, mirror_working_set),
+                               working_set)
+    else:
+        per_microbatch_mirror = np.zeros(len(plans))
+    recomputes_blocks = plans.checkpointing == Checkpointing.FULL
+    if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
+            and workload.checkpointed_block_fraction > 0):
+        # a checkpointed block's working set is rebuilt in backward, as under FULL
+        recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
+    recompute = np.where(recomputes_blocks, working_set, 0.0)
+    # On the stage with the LM head the loss working set (``logits``) is freed before any
+    # block is recomputed: the loss and LM-head backward finish first, then the last block's
+    # forward is rerun. The two peaks never coexist, so the recompute set counts only its
+    # excess over the loss's.
+    head_stage = _lm_head_stage(workload, stage)
+    lm_head = _holds_lm_head(plans, head_stage)
+    recompute = np.where(lm_head, np.maximum(
+        recompute - logits_bytes(workload, plans, head_stage), 0.0), recompute)
+    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
+    in_flight = in_flight_microbatches(workload, plans, stage)
+    resident = resident_block_fraction(workload, blocks)
+    mirror_in_flight = mirror_in_flight_microbatches(workload, plans, stage)
+    return ((in_flight * per_microbatch + mirror_in_flight * per_microbatch_mirror) * resident
+            + recompute + head_inputs)
+
+
+def _lm_head_stage(workload: Workload, stage: Stage) -> Stage:
+    """The stage whose LM head (and logits) the rank of ``stage`` holds: under DualPipe the
+    first rank also runs the last stage (report Sec. 3.2.3: the embedding and the output
+    head on one PP rank), so ``first`` reads as ``last``; else the stage itself."""
+    return "last" if uses_dualpipe(workload) and stage == "first" else stage
+
+
+def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: Stage
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(saved bytes of one micro-batch through the stage's blocks, the largest block working
+    set, the stage's blocks)."""
     geometry = workload.geometry
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
                                             workload.uneven_pipeline_stages,
@@ -829,23 +874,7 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
             workload, plans, "moe"
         )
         working_set = np.maximum(working_set, np.where(moe_blocks > 0, working_sets["moe"], 0))
-    recomputes_blocks = plans.checkpointing == Checkpointing.FULL
-    if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
-            and workload.checkpointed_block_fraction > 0):
-        # a checkpointed block's working set is rebuilt in backward, as under FULL
-        recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
-    recompute = np.where(recomputes_blocks, working_set, 0.0)
-    # On the stage with the LM head the loss working set (``logits``) is freed before any
-    # block is recomputed: the loss and LM-head backward finish first, then the last block's
-    # forward is rerun. The two peaks never coexist, so the recompute set counts only its
-    # excess over the loss's.
-    lm_head = _holds_lm_head(plans, stage)
-    recompute = np.where(lm_head, np.maximum(recompute - logits_bytes(workload, plans, stage),
-                                             0.0), recompute)
-    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
-    in_flight = in_flight_microbatches(workload, plans, stage)
-    resident = resident_block_fraction(workload, blocks)
-    return in_flight * per_microbatch * resident + recompute + head_inputs
+    return per_microbatch, working_set, blocks
 
 
 def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarray:
@@ -1043,7 +1072,7 @@ def _stage_terms(workload: Workload, plans: ParallelPlans, stage: Stage
     params = rank_parameters(workload, plans, stage)
     states = parameter_state_bytes.per_key(workload, plans, stage)
     activations, activations_inverse = stage_activation_bytes.per_key(workload, plans, stage)
-    logits, logits_inverse = logits_bytes.per_key(workload, plans, stage)
+    logits, logits_inverse = logits_bytes.per_key(workload, plans, _lm_head_stage(workload, stage))
     buffers, buffers_inverse = communication_buffer_bytes.per_key(workload, plans, params,
                                                                   stage)
     return [states, ({"activations": activations}, activations_inverse),

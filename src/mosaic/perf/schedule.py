@@ -115,19 +115,52 @@ def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stag
     2(pp−r−1) + (vpp−1)·pp chunk-forwards (pipeline_parallel/schedules.py), so with the
     extra steady-state forward the first stage holds pp·(1 + (pp−1)/(pp·vpp)) stage-units,
     the factor of Korthikanti et al. 2022 (Sec. 4.2.3). Never more than n_mb.
-    DualPipe (report Table 2, "Activation Per Device"): pp + 1 chunks on every rank, in
-    units of one stage's blocks (the rank's two stages share them; with pp = 1 there is no
-    pipeline and one micro-batch is in flight).
+    DualPipe: the micro-batches of the rank's own stage (:func:`dualpipe_in_flight`; the
+    mirror stage's are :func:`mirror_in_flight_microbatches`).
     """
     pp, vpp = plans.pp, plans.vpp
     rank = stage_rank(plans, stage)
     plain = pp - rank
     if uses_dualpipe(workload):
-        in_flight = np.where(pp > 1, pp + 1, 1).astype(float)
-        return np.minimum(in_flight, n_microbatches(workload, plans))
+        return dualpipe_in_flight(workload, plans, stage)[0]
     interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
     in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
     return np.minimum(in_flight, n_microbatches(workload, plans))
+
+
+def dualpipe_in_flight(workload: Workload, plans: ParallelPlans, stage: Stage
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(own-stage, mirror-stage) chunks whose activations a DualPipe rank holds at its peak.
+
+    deepseek-ai/DualPipe @ 3da1bbe dualpipe/dualpipe.py DualPipe.step: with h = pp/2 and
+    the rank's half-rank k = min(r, pp − 1 − r), phase 0 runs 2(h − k − 1) forwards (step
+    1), then k + 1 forward pairs of both phases (step 2), a phase-1 backward-forward (step
+    3), and the main step opens with another phase-0 forward before the first phase-0
+    backward: pp − k chunks of phase 0 and k + 1 of phase 1, pp + 1 in all (report Table
+    2, "Activation Per Device"). Phase 0 is the rank's own stage on the first half of the
+    ranks (forward direction) and the mirror stage on the second half. Each direction
+    carries n_mb/2 micro-batches, so neither count exceeds that; pp = 1: one, no mirror.
+    """
+    pp = plans.pp
+    rank = stage_rank(plans, stage)
+    half_rank = np.minimum(rank, pp - 1 - rank)
+    phase0, phase1 = (pp - half_rank).astype(float), (half_rank + 1).astype(float)
+    first_half = rank < pp / 2
+    own = np.where(first_half, phase0, phase1)
+    mirror = np.where(first_half, phase1, phase0)
+    per_direction = np.maximum(n_microbatches(workload, plans) // 2, 1)
+    pipelined = pp > 1
+    return (np.where(pipelined, np.minimum(own, per_direction), 1.0),
+            np.where(pipelined, np.minimum(mirror, per_direction), 0.0))
+
+
+def mirror_in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage
+                                  ) -> np.ndarray:
+    """Chunks of the mirror stage (:data:`MIRROR_STAGE`) whose activations the rank of
+    ``stage`` holds: DualPipe's :func:`dualpipe_in_flight`; zero for 1F1B."""
+    if not uses_dualpipe(workload):
+        return np.zeros(len(plans))
+    return dualpipe_in_flight(workload, plans, stage)[1]
 
 
 def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
