@@ -173,7 +173,7 @@ def test_node_limited_routing_sends_a_token_to_at_most_m_nodes():
     expected = 5e-6 + 63 * 10e-6 + max(remote * token_bytes / 10e9, intra)
     got = float(node_deduplicated_dispatch_time_s(token_bytes, 8, 256, 64, 1, IC, 4))
     assert got == pytest.approx(expected, rel=1e-12)
-    # Unrestricted: 7·(1 - C(224, 8)/C(256, 8)) remote copies, more than the limited 3.2.
+    # Unrestricted: 7·(1 - C(224, 8)/C(256, 8)) remote copies, more than the limited 3.18.
     free = 7 * (1 - comb(224, 8) / comb(256, 8))
     assert free > remote
     assert float(node_deduplicated_dispatch_time_s(token_bytes, 8, 256, 64, 1, IC)) == (
