@@ -29,7 +29,7 @@ Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
 Routing = Literal["balanced", "dropless", "token_drop", "unknown"]
 CrossEntropyName = Literal["fused", "fused_out_of_place", "fp32_upcast", "compiled", "bf16",
                            "te"]
-OptimizerDtypeName = Literal["fp32", "bf16"]
+OptimizerDtypeName = Literal["fp32", "bf16", "bf16_moments"]
 RecomputeName = Literal["none", "selective", "full"]
 # the MoE token-movement code a run uses (mosaic.perf.moe_permute_traffic.MoePermute)
 MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",

@@ -158,6 +158,13 @@ class PerformanceBlock(_Strict):
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing); "
         "None = 1")
+    max_nodes_per_token: int | None = Field(
+        default=None, ge=1, description="node-limited routing: each token's experts on at "
+        "most this many nodes (DeepSeek-V3's M = 4, arXiv:2412.19437 Sec. 3.2.2); unset = "
+        "unrestricted")
+    fp8_glu_inputs: bool = Field(
+        default=False, description="the routed experts' SwiGLU inputs are saved in FP8 "
+        "(DeepSeek-V3 report Sec. 3.3.3; memory only; needs FP8)")
 
     @field_validator("stack_version", mode="before")
     @classmethod
@@ -406,6 +413,8 @@ def job_from_document(document: dict[str, Any], where: str,
         moe_permute=performance.moe_permute,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         recompute_block_fraction=performance.recompute_block_fraction,
+        max_nodes_per_token=performance.max_nodes_per_token,
+        fp8_glu_inputs=performance.fp8_glu_inputs,
         uneven_pipeline_stages=performance.uneven_stages,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -522,6 +531,10 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["full_iteration_cuda_graph"] = True
     if workload.recompute_block_fraction is not None:
         performance["recompute_block_fraction"] = workload.recompute_block_fraction
+    if workload.max_nodes_per_token is not None:
+        performance["max_nodes_per_token"] = workload.max_nodes_per_token
+    if workload.fp8_glu_inputs:
+        performance["fp8_glu_inputs"] = True
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

@@ -70,6 +70,8 @@ class RecipeSettings(_Strict):
     torch_compile: bool | None = None
     moe_permute: MoePermuteName | None = None
     fp8_param_gather: bool | None = None
+    max_nodes_per_token: int | None = Field(default=None, ge=1)
+    fp8_glu_inputs: bool | None = None
 
 
 class _ModelSignature(_Strict):

@@ -122,8 +122,8 @@ class RunRecordEntry(_Strict):
         "null = core_attn, its default")
     optimizer_dtype: OptimizerDtypeName | None = Field(
         default=None, description="the optimizer's parameter copy and moments: fp32 master "
-        "weights and moments, or bf16 (it steps the bf16 parameters in place with bf16 "
-        "moments); null = fp32")
+        "weights and moments, bf16 (it steps the bf16 parameters in place with bf16 "
+        "moments) or bf16_moments (fp32 master weights, bf16 moments); null = fp32")
     fsdp_keep_gathered: bool | None = Field(
         default=None, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP; null = false")
@@ -141,6 +141,13 @@ class RunRecordEntry(_Strict):
     moe_permute: MoePermuteName | None = Field(
         default=None, description="the MoE token-movement code the run used (e.g. a "
         "torchtitan era); null = the stack's (docs/evidence/moe_permute_traffic.md)")
+    max_nodes_per_token: int | None = Field(
+        default=None, ge=1, le=LIMITS["devices"].high, description="node-limited routing: "
+        "each token's experts on at most this many nodes (DeepSeek-V3's M = 4, arXiv:"
+        "2412.19437 Sec. 3.2.2); null = unrestricted, or the stack's recipe")
+    fp8_glu_inputs: bool | None = Field(
+        default=None, description="the routed experts' SwiGLU inputs saved in FP8 (DeepSeek-V3 "
+        "report Sec. 3.3.3); null = false, or the stack's recipe")
     loss_chunks: int | None = Field(
         default=None, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM "
         "head and loss run over one after another, each chunk's backward first (torchtitan "
@@ -456,6 +463,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         torch_compile=entry.torch_compile,
         loss_chunks=entry.loss_chunks or 1,
         moe_permute=entry.moe_permute,
+        max_nodes_per_token=entry.max_nodes_per_token,
+        fp8_glu_inputs=entry.fp8_glu_inputs is True,
     )
     recompute = recipe.pop("recompute", None)
     workload = replace(workload, **recipe)
@@ -510,6 +519,8 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "torch_compile": entry.torch_compile is not None,
         "loss_chunks": entry.loss_chunks is not None,
         "moe_permute": entry.moe_permute is not None,
+        "max_nodes_per_token": entry.max_nodes_per_token is not None,
+        "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

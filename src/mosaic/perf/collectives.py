@@ -61,6 +61,13 @@ _PROTOCOLS = fitted("collectives", "nccl_protocols")
 # to measured B200 all-to-alls). HybridEP is NVIDIA's kernel of the same design and is
 # taken at the same rate.
 DEEPEP_NVLINK_EFFICIENCY = 153.0 / 200.0
+# SMs DeepEP's normal (training) kernels occupy while a dispatch or combine runs: the
+# Buffer's num_sms default (deepseek-ai/DeepEP @ dd758ca deep_ep/buffers/legacy.py
+# `num_sms: int = 20`), Megatron-Core's moe_deepep_num_sms default (TransformerConfig), and
+# the 20 of an H800's 132 SMs the DeepSeek-V3 report dedicates to communication
+# (arXiv:2412.19437 Sec. 3.2.2: 'only 20 SMs are sufficient to fully utilize the bandwidths
+# of IB and NVLink'). Compute that overlaps the all-to-all runs on the other SMs.
+DEEPEP_COMMUNICATION_SMS = 20
 _LL_CAP = _PROTOCOLS["ll_max_bus_bw_bytes_per_s"]
 
 
@@ -351,7 +358,8 @@ def all_to_all_time_s(bytes_per_rank: npt.ArrayLike, n: npt.ArrayLike, stride: n
 
 def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, experts: int,
                                       n: npt.ArrayLike, stride: npt.ArrayLike,
-                                      ic: Interconnect) -> np.ndarray:
+                                      ic: Interconnect,
+                                      max_domains_per_token: int | None = None) -> np.ndarray:
     """One hierarchical (DeepEP/HybridEP-style) MoE dispatch or combine of an EP group.
 
     Each of a rank's tokens (``token_bytes`` in all) crosses the scale-out network once per
@@ -365,16 +373,28 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     (``DEEPEP_NVLINK_EFFICIENCY``); inside one domain nothing crosses the network. Latency
     as the pairwise all-to-all; a measured NCCL all-to-all table describes neither pattern,
     so this stays analytical.
+
+    Node-limited routing (``max_domains_per_token`` = M; DeepSeek-V3 report arXiv:2412.19437
+    Sec. 3.2.2 and Sec. 4.2: each token goes to at most M = 4 nodes, chosen by the sum of its
+    highest expert affinities per node, then top-K among those nodes' experts): with the M
+    domains uniform over the D and the K experts uniform over their M·E/D experts, a token
+    touches M·(1 − C(E·M/D − E/D, K)/C(E·M/D, K)) domains, (D − 1)/D of them remote. For
+    M ≥ D this is the unrestricted count above.
     """
     size, n_i, s_i = np.broadcast_arrays(_bytes("token_bytes", token_bytes), _as_int("n", n),
                                          _as_int("stride", stride))
     p = _placement(n_i, s_i, _as_int("domain_gpus", ic.scale_up_domain_gpus))
     domains = p.domains_spanned.astype(float)
     per_domain = experts / domains
+    chosen = (domains if max_domains_per_token is None
+              else np.minimum(float(max_domains_per_token), domains))
+    eligible = per_domain * chosen  # the experts of the domains a token may use
     miss = np.ones_like(domains)
-    for i in range(top_k):  # C(E - E/D, K) / C(E, K) as a product
-        miss = miss * np.clip((experts - per_domain - i) / (experts - i), 0.0, 1.0)
-    remote_copies = (domains - 1) * (1 - miss)
+    for i in range(top_k):  # C(E_M - E/D, K) / C(E_M, K) as a product
+        miss = miss * np.clip((eligible - per_domain - i) / np.maximum(eligible - i, 1.0),
+                              0.0, 1.0)
+    remote_copies = np.where(chosen < domains, chosen * (1 - miss) * (domains - 1) / domains,
+                             (domains - 1) * (1 - miss))
     n_f = n_i.astype(float)
     up_bw = ic.scale_up_bw_bytes_per_s * DEEPEP_NVLINK_EFFICIENCY
     out_bw = ic.scale_out_bw_bytes_per_s * ic.p2p_scale_out_efficiency

@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 from mosaic.arch import AttentionKind, count_parameters
 from mosaic.perf.attention_kernels import AttentionKernel
 from mosaic.perf.collectives import (
+    DEEPEP_COMMUNICATION_SMS,
     all_gather_time_s,
     all_reduce_time_s,
     all_to_all_time_s,
@@ -54,7 +55,7 @@ from mosaic.perf.shapes import (
     tokens_per_expert,
     tokens_per_rank,
 )
-from mosaic.perf.workload import Precision, Workload
+from mosaic.perf.workload import Dispatcher, Precision, Workload
 from mosaic.stacks import SelectiveRecompute
 
 BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
@@ -609,6 +610,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         other_compute = (attention.gemm + attention.core + _fwd_bwd(experts_up + experts_down)
                          + _fwd_bwd(shared_fwd))
         a2a_exposed = np.maximum(0.0, 2 * a2a_pair - other_compute)
+        a2a_exposed = a2a_exposed + communication_sm_slowdown_s(
+            machine, workload, np.minimum(2 * a2a_pair, other_compute))
     # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
     # back, forward and backward.
     etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
@@ -667,6 +670,19 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     )
 
 
+def communication_sm_slowdown_s(machine: Machine, workload: Workload,
+                                hidden_s: np.ndarray) -> np.ndarray:
+    """Compute time lost while ``hidden_s`` seconds of all-to-all run behind it: DeepEP's
+    kernels hold DEEPEP_COMMUNICATION_SMS of the device's SMs, so the overlapping compute
+    runs on the rest and finishes hidden·(S_comm/S) later (compute of C seconds at full
+    rate that overlaps A seconds of communication takes A + (C − A·(S − S_comm)/S) =
+    C + A·S_comm/S). Zero for the other dispatchers (NCCL's all-to-all and HybridEP take
+    their SMs from settings the model does not read)."""
+    if workload.dispatcher is not Dispatcher.DEEPEP:
+        return np.zeros_like(hidden_s)
+    return hidden_s * min(DEEPEP_COMMUNICATION_SMS / machine.sm_count, 1.0)
+
+
 def moe_permute_excess_s(machine: Machine, workload: Workload, copies: np.ndarray,
                          experts_here: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one MoE block's token movement as its stack and
@@ -686,7 +702,8 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
                           element_bytes: float = ACTIVATION_BYTES) -> np.ndarray:
     """One EP dispatch (or combine): each rank sends its K copies of its routed tokens
     (``element_bytes`` per element), as a pairwise all-to-all or, with a hierarchical
-    dispatcher (DeepEP, HybridEP), one network copy per remote node
+    dispatcher (DeepEP, HybridEP), one network copy per remote node, at most
+    ``Workload.max_nodes_per_token`` of them under node-limited routing
     (:func:`node_deduplicated_dispatch_time_s`)."""
     moe = workload.geometry.moe
     if moe is None:
@@ -694,7 +711,8 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
     token_bytes = routed_tokens(workload, plans) * workload.geometry.d_model * element_bytes
     if workload.dispatcher.deduplicates_per_node:
         return node_deduplicated_dispatch_time_s(token_bytes, moe.top_k, moe.experts,
-                                                 plans.ep, plans.etp, machine.interconnect)
+                                                 plans.ep, plans.etp, machine.interconnect,
+                                                 workload.max_nodes_per_token)
     return all_to_all_time_s(token_bytes * moe.top_k, plans.ep, plans.etp,
                              machine.interconnect)
 

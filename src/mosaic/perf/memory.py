@@ -43,13 +43,16 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import (
+    MIRROR_STAGE,
     Stage,
     fsdp_gathered_through_step,
     in_flight_microbatches,
     middle_stage_can_be_heaviest,
+    mirror_in_flight_microbatches,
     n_microbatches,
     stage_layer_counts,
     stage_rank,
+    uses_dualpipe,
 )
 from mosaic.perf.shapes import (
     expert_copies,
@@ -284,6 +287,28 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     )
 
 
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
+def rank_parameters(workload: Workload, plans: ParallelPlans, stage: Stage
+                    ) -> StageParameters:
+    """Per-GPU parameter groups of the rank that runs ``stage``: the stage's own
+    (:func:`stage_parameters`), plus, under DualPipe with pp > 1, its mirror stage's
+    (:data:`~mosaic.perf.schedule.MIRROR_STAGE`: "two copies of the model parameters",
+    DeepSeek-V3 report Table 2), the largest block or unit being the larger of the two."""
+    geometry, uneven = workload.geometry, workload.uneven_pipeline_stages
+    vocab_split = workload.vocab_in_pipeline_split
+    own = stage_parameters(geometry, plans, stage, uneven, vocab_split)
+    if not uses_dualpipe(workload):
+        return own
+    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split)
+    pipelined = plans.pp > 1
+    summed = ("dense", "replicated", "vocab", "expert")
+    return StageParameters(**{
+        name: np.where(pipelined, (getattr(own, name) + getattr(mirror, name)) if name in summed
+                       else np.maximum(getattr(own, name), getattr(mirror, name)),
+                       getattr(own, name))
+        for name in StageParameters.__dataclass_fields__})
+
+
 def shard_degrees(plans: ParallelPlans) -> tuple[np.ndarray, np.ndarray]:
     """(non-expert, expert) data-parallel shard-group sizes.
 
@@ -339,7 +364,7 @@ def optimizer_state_bytes(
         vocab_divisor, _ = _shard_divisors(plans, _STATES_SHARDED)
         extra = OPTIMIZER_STATE_BYTES_PER_PARAM[MUON_VOCAB_OPTIMIZER] - per_param
         state = state + extra * params.vocab / vocab_divisor
-    if workload.optimizer_dtype is OptimizerDtype.BF16:
+    if workload.optimizer_dtype in (OptimizerDtype.BF16, OptimizerDtype.BF16_MOMENTS):
         state = BF16_MOMENT_FRACTION * state
     return state
 
@@ -488,11 +513,12 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
 
 
 def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool,
-               gemm_in: int) -> np.ndarray:
-    """FFN intermediates per token: GEMM-1 output (2 tensors for a GLU: gate and up) and the
-    activation output, which is GEMM-2's input at ``gemm_in`` bytes. SwiGLU: 3 tensors of
-    width w; GELU: 2 (Korthikanti's 8sbh + 8sbh for w = 4h in bf16)."""
-    return tokens * width_per_rank * ((2 if glu else 1) * ACTIVATION_BYTES + gemm_in)
+               gemm_in: int, gemm1_out: int = ACTIVATION_BYTES) -> np.ndarray:
+    """FFN intermediates per token: GEMM-1 output (2 tensors for a GLU: gate and up) at
+    ``gemm1_out`` bytes and the activation output, which is GEMM-2's input at ``gemm_in``
+    bytes. SwiGLU: 3 tensors of width w; GELU: 2 (Korthikanti's 8sbh + 8sbh for w = 4h in
+    bf16)."""
+    return tokens * width_per_rank * ((2 if glu else 1) * gemm1_out + gemm_in)
 
 
 def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -517,7 +543,8 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     probability-weighted combine (2KTh) unless the stack scales the expert activation by the
     probabilities instead (trait ``moe_probs_in_activation``: the unpermute is then a plain
     sum that saves nothing), and shared-expert intermediates (TP-split).
-    Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8).
+    Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8);
+    the routed experts' GLU inputs 1 B under ``Workload.fp8_glu_inputs``.
     """
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
@@ -529,7 +556,9 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     norm = 2 * ACTIVATION_BYTES * routed * h
     router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
     expert_inputs = gemm_in * copies * h
-    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in)
+    # SwiGLU inputs cached in FP8 (Workload.fp8_glu_inputs; DeepSeek-V3 report Sec. 3.3.3)
+    glu_in = 1 if workload.fp8_glu_inputs else ACTIVATION_BYTES
+    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in, glu_in)
     combine = 0.0 if workload.traits.moe_probs_in_activation else (
         ACTIVATION_BYTES * moe.top_k * routed * h)
     shared_width = moe.shared_experts * moe.shared_width / plans.tp
@@ -783,8 +812,52 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
 
     In-flight micro-batches × the stage's blocks; under FULL recomputation plus one block's
     working set while it is recomputed; on the last stage plus the final-norm and LM-head
-    inputs of the micro-batch in its backward.
+    inputs of the micro-batch in its backward. Under DualPipe the rank also holds its
+    mirror stage's in-flight chunks (:func:`~mosaic.perf.schedule.dualpipe_in_flight`) and,
+    on the rank of both ends, the LM head's inputs (:func:`_lm_head_stage`).
     """
+    per_microbatch, working_set, blocks = _stage_blocks_activations(workload, plans, stage)
+    if uses_dualpipe(workload):
+        mirror, mirror_working_set, _ = _stage_blocks_activations(
+            workload, plans, MIRROR_STAGE[stage])
+        per_microbatch_mirror = mirror
+        working_set = np.where(plans.pp > 1, np.maximum(working_set, mirror_working_set),
+                               working_set)
+    else:
+        per_microbatch_mirror = np.zeros(len(plans))
+    recomputes_blocks = plans.checkpointing == Checkpointing.FULL
+    if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
+            and workload.checkpointed_block_fraction > 0):
+        # a checkpointed block's working set is rebuilt in backward, as under FULL
+        recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
+    recompute = np.where(recomputes_blocks, working_set, 0.0)
+    # On the stage with the LM head the loss working set (``logits``) is freed before any
+    # block is recomputed: the loss and LM-head backward finish first, then the last block's
+    # forward is rerun. The two peaks never coexist, so the recompute set counts only its
+    # excess over the loss's.
+    head_stage = _lm_head_stage(workload, stage)
+    lm_head = _holds_lm_head(plans, head_stage)
+    recompute = np.where(lm_head, np.maximum(
+        recompute - logits_bytes(workload, plans, head_stage), 0.0), recompute)
+    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
+    in_flight = in_flight_microbatches(workload, plans, stage)
+    resident = resident_block_fraction(workload, blocks)
+    mirror_in_flight = mirror_in_flight_microbatches(workload, plans, stage)
+    return ((in_flight * per_microbatch + mirror_in_flight * per_microbatch_mirror) * resident
+            + recompute + head_inputs)
+
+
+def _lm_head_stage(workload: Workload, stage: Stage) -> Stage:
+    """The stage whose LM head (and logits) the rank of ``stage`` holds: under DualPipe the
+    first rank also runs the last stage (report Sec. 3.2.3: the embedding and the output
+    head on one PP rank), so ``first`` reads as ``last``; else the stage itself."""
+    return "last" if uses_dualpipe(workload) and stage == "first" else stage
+
+
+def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: Stage
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(saved bytes of one micro-batch through the stage's blocks, the largest block working
+    set, the stage's blocks)."""
     geometry = workload.geometry
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
                                             workload.uneven_pipeline_stages,
@@ -801,23 +874,7 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
             workload, plans, "moe"
         )
         working_set = np.maximum(working_set, np.where(moe_blocks > 0, working_sets["moe"], 0))
-    recomputes_blocks = plans.checkpointing == Checkpointing.FULL
-    if (workload.traits.selective_recompute is SelectiveRecompute.BLOCKS
-            and workload.checkpointed_block_fraction > 0):
-        # a checkpointed block's working set is rebuilt in backward, as under FULL
-        recomputes_blocks = recomputes_blocks | (plans.checkpointing == Checkpointing.SELECTIVE)
-    recompute = np.where(recomputes_blocks, working_set, 0.0)
-    # On the stage with the LM head the loss working set (``logits``) is freed before any
-    # block is recomputed: the loss and LM-head backward finish first, then the last block's
-    # forward is rerun. The two peaks never coexist, so the recompute set counts only its
-    # excess over the loss's.
-    lm_head = _holds_lm_head(plans, stage)
-    recompute = np.where(lm_head, np.maximum(recompute - logits_bytes(workload, plans, stage),
-                                             0.0), recompute)
-    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
-    in_flight = in_flight_microbatches(workload, plans, stage)
-    resident = resident_block_fraction(workload, blocks)
-    return in_flight * per_microbatch * resident + recompute + head_inputs
+    return per_microbatch, working_set, blocks
 
 
 def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarray:
@@ -968,8 +1025,7 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
                           ) -> dict[str, np.ndarray]:
     """Weights, gradients, optimizer states and master weights per GPU of the first or last
     stage, after the plan's (E)DP sharding."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                              workload.vocab_in_pipeline_split)
+    params = rank_parameters(workload, plans, stage)
     return {
         "weights": weight_bytes(workload, params, plans),
         "gradients": _stored_gradient_bytes(workload, plans)
@@ -1013,11 +1069,10 @@ def _stage_terms(workload: Workload, plans: ParallelPlans, stage: Stage
     """The components of a stage's breakdown but the runtime reserve, in COMPONENTS order,
     grouped by the term that computes them, per key: (components by name, inverse) per
     term (plan_key's ``per_key``: plan ``i`` takes row ``inverse[i]`` of each)."""
-    params = stage_parameters(workload.geometry, plans, stage, workload.uneven_pipeline_stages,
-                              workload.vocab_in_pipeline_split)
+    params = rank_parameters(workload, plans, stage)
     states = parameter_state_bytes.per_key(workload, plans, stage)
     activations, activations_inverse = stage_activation_bytes.per_key(workload, plans, stage)
-    logits, logits_inverse = logits_bytes.per_key(workload, plans, stage)
+    logits, logits_inverse = logits_bytes.per_key(workload, plans, _lm_head_stage(workload, stage))
     buffers, buffers_inverse = communication_buffer_bytes.per_key(workload, plans, params,
                                                                   stage)
     return [states, ({"activations": activations}, activations_inverse),

@@ -4,6 +4,18 @@ Micro-batches per step, the blocks and MoE blocks each end stage holds, the micr
 whose activations a stage keeps in flight, and the bubble (paper Eqs. 11-12; Narayanan et
 al. 2021). Every function is written over the arrays of
 :class:`~mosaic.perf.plan.ParallelPlans`; :func:`derive_schedule` bundles them.
+
+Two schedules (stack trait ``pipeline_schedule``): Megatron's 1F1B (interleaved when
+vpp > 1) and DeepSeek's DualPipe (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.2.1 and
+Table 2; deepseek-ai/DualPipe @ 3da1bbe README and examples/example_dualpipe.py): the model
+is cut into pp stages as for 1F1B, but rank r holds stage r *and* the mirror stage
+pp − 1 − r, and micro-batches enter from both ends, half in each direction. A micro-batch
+still passes one stage (one chunk) per rank, so the per-micro-batch block work is the
+stage's as under 1F1B; what changes is the bubble, the in-flight activations, the
+parameters a rank holds (two stages: :data:`MIRROR_STAGE`), the vocabulary work (rank 0
+runs the embedding for one direction and the LM head for the other,
+:func:`vocab_ends_share_a_rank`) and the pipeline transfers, which DualPipe runs behind
+the paired chunk's compute (:func:`pp_transfers_overlap_compute`).
 """
 
 from __future__ import annotations
@@ -20,6 +32,42 @@ from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
 Stage = Literal["first", "last", "middle"]
+
+# The stage a DualPipe rank holds besides its own: rank r holds stages r and pp − 1 − r
+# (deepseek-ai/DualPipe examples/example_dualpipe.py: local modules full_modules[rank] and
+# full_modules[pp_size - 1 - rank]; report Sec. 3.2.3: the embedding and the output head on
+# one PP rank). The first rank's mirror is the last stage and vice versa; a middle rank
+# (rank 1) mirrors rank pp − 2, taken as a middle stage (both hold full chunks past a dense
+# prefix that fits the first chunk).
+MIRROR_STAGE: dict[str, Stage] = {"first": "last", "last": "first", "middle": "middle"}
+# DualPipe's bubble (PP/2 − 1)(F&B + B − 3W) (report Table 2) in units of one chunk's
+# F + B, the unit of 1F1B's (PP − 1)(F + B): the two overlapped chunks of F&B share the SMs
+# (the overlap hides communication, not compute: Sec. 3.2.1), so F&B = F + B; a full
+# backward is two forwards, B = 2F, and half of it is the weight gradient, W = F (dgrad and
+# wgrad of a GEMM have equal FLOPs). (3F + 2F − 3F)/(F + 2F) = 2/3.
+DUALPIPE_BUBBLE_PER_SLOT = 2.0 / 3.0
+
+
+def uses_dualpipe(workload: Workload) -> bool:
+    """Whether the workload's stack runs DeepSeek's DualPipe (trait ``pipeline_schedule``)."""
+    return workload.traits.pipeline_schedule == "dualpipe"
+
+
+def vocab_ends_share_a_rank(workload: Workload) -> bool:
+    """Whether the embedding and the LM head sit on one rank, each run for half of the
+    micro-batches (DualPipe: rank 0 holds the first and the last stage, and micro-batches
+    enter from both ends; report Sec. 3.2.3), instead of on two ranks, each for all."""
+    return uses_dualpipe(workload)
+
+
+def pp_transfers_overlap_compute(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Per plan, whether each pipeline transfer runs behind compute, only its excess over
+    one chunk's forward exposed: Megatron-Core's overlap_p2p_comm with the interleaved
+    schedule (stack trait ``pp_p2p_overlap`` interleaved, vpp > 1), or DualPipe, whose
+    paired forward and backward chunks hide "both all-to-all and PP communication"
+    (report Sec. 3.2.1)."""
+    interleaved = (plans.vpp > 1) & (workload.traits.pp_p2p_overlap == "interleaved")
+    return interleaved | uses_dualpipe(workload)
 
 
 def stage_rank(plans: ParallelPlans, stage: Stage) -> np.ndarray:
@@ -67,13 +115,52 @@ def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stag
     2(pp−r−1) + (vpp−1)·pp chunk-forwards (pipeline_parallel/schedules.py), so with the
     extra steady-state forward the first stage holds pp·(1 + (pp−1)/(pp·vpp)) stage-units,
     the factor of Korthikanti et al. 2022 (Sec. 4.2.3). Never more than n_mb.
+    DualPipe: the micro-batches of the rank's own stage (:func:`dualpipe_in_flight`; the
+    mirror stage's are :func:`mirror_in_flight_microbatches`).
     """
     pp, vpp = plans.pp, plans.vpp
     rank = stage_rank(plans, stage)
     plain = pp - rank
+    if uses_dualpipe(workload):
+        return dualpipe_in_flight(workload, plans, stage)[0]
     interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
     in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
     return np.minimum(in_flight, n_microbatches(workload, plans))
+
+
+def dualpipe_in_flight(workload: Workload, plans: ParallelPlans, stage: Stage
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(own-stage, mirror-stage) chunks whose activations a DualPipe rank holds at its peak.
+
+    deepseek-ai/DualPipe @ 3da1bbe dualpipe/dualpipe.py DualPipe.step: with h = pp/2 and
+    the rank's half-rank k = min(r, pp − 1 − r), phase 0 runs 2(h − k − 1) forwards (step
+    1), then k + 1 forward pairs of both phases (step 2), a phase-1 backward-forward (step
+    3), and the main step opens with another phase-0 forward before the first phase-0
+    backward: pp − k chunks of phase 0 and k + 1 of phase 1, pp + 1 in all (report Table
+    2, "Activation Per Device"). Phase 0 is the rank's own stage on the first half of the
+    ranks (forward direction) and the mirror stage on the second half. Each direction
+    carries n_mb/2 micro-batches, so neither count exceeds that; pp = 1: one, no mirror.
+    """
+    pp = plans.pp
+    rank = stage_rank(plans, stage)
+    half_rank = np.minimum(rank, pp - 1 - rank)
+    phase0, phase1 = (pp - half_rank).astype(float), (half_rank + 1).astype(float)
+    first_half = rank < pp / 2
+    own = np.where(first_half, phase0, phase1)
+    mirror = np.where(first_half, phase1, phase0)
+    per_direction = np.maximum(n_microbatches(workload, plans) // 2, 1)
+    pipelined = pp > 1
+    return (np.where(pipelined, np.minimum(own, per_direction), 1.0),
+            np.where(pipelined, np.minimum(mirror, per_direction), 0.0))
+
+
+def mirror_in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stage
+                                  ) -> np.ndarray:
+    """Chunks of the mirror stage (:data:`MIRROR_STAGE`) whose activations the rank of
+    ``stage`` holds: DualPipe's :func:`dualpipe_in_flight`; zero for 1F1B."""
+    if not uses_dualpipe(workload):
+        return np.zeros(len(plans))
+    return dualpipe_in_flight(workload, plans, stage)[1]
 
 
 def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
@@ -154,8 +241,13 @@ def stage_layer_counts(
     return blocks, moe_blocks
 
 
-def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray) -> np.ndarray:
-    """Eq. 12: f_bubble = (pp − 1)/(vpp · n_mb)."""
+def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray,
+                    dualpipe: bool = False) -> np.ndarray:
+    """Eq. 12: f_bubble = (pp − 1)/(vpp · n_mb), the bubble over the steady-state work
+    n_mb·(F + B). DualPipe (``dualpipe``; report Table 2): (pp/2 − 1)·(2/3)/n_mb
+    (:data:`DUALPIPE_BUBBLE_PER_SLOT`; no virtual stages; none for pp ≤ 2)."""
+    if dualpipe:
+        return np.maximum(pp / 2 - 1, 0) * DUALPIPE_BUBBLE_PER_SLOT / n_mb
     return (pp - 1) / (vpp * n_mb)
 
 
@@ -190,5 +282,6 @@ def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
         n_microbatches=n_mb, first=stages["first"], last=stages["last"],
         in_flight_first=in_flight_microbatches(workload, plans, "first"),
         in_flight_last=in_flight_microbatches(workload, plans, "last"),
-        bubble_fraction=bubble_fraction(plans.pp, plans.vpp, n_mb.astype(float)),
+        bubble_fraction=bubble_fraction(plans.pp, plans.vpp, n_mb.astype(float),
+                                        uses_dualpipe(workload)),
     )

@@ -67,8 +67,8 @@ from mosaic.perf.memory import (
     feasibility,
     gradient_bytes_per_param,
     memory_breakdown_bytes,
+    rank_parameters,
     shard_degrees,
-    stage_parameters,
     total_memory_bytes,
 )
 from mosaic.perf.microbench_constants import apply_microbench
@@ -80,7 +80,10 @@ from mosaic.perf.schedule import (
     fsdp_gathered_through_step,
     middle_stage_can_be_heaviest,
     n_microbatches,
+    pp_transfers_overlap_compute,
     stage_layer_counts,
+    uses_dualpipe,
+    vocab_ends_share_a_rank,
 )
 from mosaic.perf.shapes import local_experts, tokens_per_rank
 from mosaic.perf.terms import step_term
@@ -281,7 +284,9 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     posted asynchronously and waited only by the chunk that consumes it (Megatron-Core's
     overlap_p2p_comm, on by default with the interleaved schedule), so only the part
     longer than one chunk's forward compute (``chunk_forward_s``, the shorter of the two
-    directions' windows) is exposed. Otherwise every transfer blocks.
+    directions' windows) is exposed; DualPipe hides its transfers the same way behind the
+    paired chunk (:func:`~mosaic.perf.schedule.pp_transfers_overlap_compute`). Otherwise
+    every transfer blocks.
     """
     ic = machine.interconnect
     sequence_split = np.where(plans.sequence_parallel, plans.tp, 1)
@@ -290,9 +295,9 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     stage_stride = plans.tp * plans.cp * plans.dp
     crosses = ~group_placement(plans.pp, stage_stride, ic.scale_up_domain_gpus).inside_domain
     per_boundary = send_recv_time_s(message, crosses, ic)
-    if workload.traits.pp_p2p_overlap == "interleaved":
-        hidden = np.where(plans.vpp > 1, np.minimum(per_boundary, chunk_forward_s), 0.0)
-        per_boundary = per_boundary - hidden
+    overlapped = pp_transfers_overlap_compute(workload, plans)
+    hidden = np.where(overlapped, np.minimum(per_boundary, chunk_forward_s), 0.0)
+    per_boundary = per_boundary - hidden
     return np.where(plans.pp > 1, 2 * plans.vpp * per_boundary, 0.0)
 
 
@@ -320,6 +325,16 @@ def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
     pipelined = ((n_mb - 1) * np.maximum(t_first, t_last) + t_first + t_last
                  + t_last * n_mb * bubble_fraction)
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
+
+
+def shared_rank_vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
+                              bubble_fraction: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Vocabulary time when one rank holds the embedding and the LM head and runs each for
+    half of the micro-batches (DualPipe, :func:`~mosaic.perf.schedule.
+    vocab_ends_share_a_rank`): n_mb/2·(t_first + t_last) on that rank, stretched by the
+    bubble as its blocks are; with one stage both run every micro-batch."""
+    return np.where(pp > 1, n_mb / 2 * (t_first + t_last) * (1 + bubble_fraction),
+                    n_mb * (t_first + t_last))
 
 
 def balanced_vocab_stage_s(vocab_per_mb: np.ndarray, t_first: np.ndarray, t_last: np.ndarray,
@@ -729,11 +744,8 @@ def _heavier_end_stage_parameters(workload: Workload, plans: ParallelPlans
                                   ) -> StageParameters:
     """The parameters of the end stage (first or last) that holds more, the last on a tie:
     what the data-parallel collectives and the optimizer step move."""
-    geometry = workload.geometry
-    uneven = workload.uneven_pipeline_stages
-    vocab_split = workload.vocab_in_pipeline_split
-    params = stage_parameters(geometry, plans, "last", uneven, vocab_split)
-    first_params = stage_parameters(geometry, plans, "first", uneven, vocab_split)
+    params = rank_parameters(workload, plans, "last")
+    first_params = rank_parameters(workload, plans, "first")
     heavier_first = first_params.total > params.total
     return StageParameters(**{
         name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
@@ -812,14 +824,17 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     breakdown = {name: n_mb * value for name, value in per_mb.items()}
     breakdown["dispatch_floor"] = n_mb * dispatch_extra
     t_block = n_mb * (t_cmp + dispatch_extra)
-    f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb)
+    f_bubble = bubble_fraction(plans.pp, plans.vpp, n_mb, uses_dualpipe(workload))
     breakdown["pipeline_bubble"] = f_bubble * t_block
     attention_core_s = n_mb * attention_core_per_mb * (1 + f_bubble)
     elementwise_s = n_mb * analytical_per_mb * (1 + f_bubble)
     block_compute_s = n_mb * t_cmp * (1 + f_bubble)
     block_dispatch_floor_s = n_mb * t_disp * (1 + f_bubble)
     routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)
-    if workload.vocab_in_pipeline_split:
+    if vocab_ends_share_a_rank(workload):
+        breakdown["vocab_stage"] = shared_rank_vocab_stage_s(t_first, t_last, n_mb, f_bubble,
+                                                             plans.pp)
+    elif workload.vocab_in_pipeline_split:
         breakdown["vocab_stage"] = balanced_vocab_stage_s(vocab_per_mb, t_first, t_last, n_mb,
                                                           f_bubble, plans.pp)
     else:

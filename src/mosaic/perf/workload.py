@@ -92,6 +92,9 @@ class OptimizerDtype(StrEnum):
     # moments in bf16 (torch.optim on bf16 parameters, whose state is zeros_like(param);
     # Apex DistributedFusedAdam with dtype bf16, store_params off)
     BF16 = "bf16"
+    # fp32 master weights and fp32 gradients, the two AdamW moments in bf16 (DeepSeek-V3
+    # report arXiv:2412.19437 Sec. 3.3.3 "Low-Precision Optimizer States")
+    BF16_MOMENTS = "bf16_moments"
 
 
 class FsdpGather(StrEnum):
@@ -229,6 +232,17 @@ class Workload:
             backward before the next chunk's forward (torchtitan ChunkedCELoss,
             components/loss.py @ 786e26f8e): one chunk's logits are live at a time (memory
             only); 1 = the whole micro-batch at once.
+        max_nodes_per_token: node-limited routing: each token's experts lie on at most
+            this many scale-up domains (nodes), so a hierarchical dispatch sends it over the
+            network at most that many times (DeepSeek-V3's M = 4, report arXiv:2412.19437
+            Sec. 3.2.2 and 4.2; :func:`~mosaic.perf.collectives.
+            node_deduplicated_dispatch_time_s`); None = unrestricted.
+        optimizer_dtype ``bf16_moments``: fp32 master weights and gradients with the
+            moments in bf16 (DeepSeek-V3 report Sec. 3.3.3).
+        fp8_glu_inputs: the routed experts' SwiGLU inputs (the gate and up GEMM outputs)
+            are saved for the backward in FP8 with a block scale, 1 B per element instead of
+            2 (DeepSeek-V3 report Sec. 3.3.3 "Low-Precision Activation" (2); memory only).
+            Needs FP8 GEMMs.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -265,6 +279,8 @@ class Workload:
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: bool = False
     loss_chunks: int = 1
+    max_nodes_per_token: int | None = None
+    fp8_glu_inputs: bool = False
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -284,6 +300,9 @@ class Workload:
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise MosaicInputError(f"recompute_block_fraction {fraction!r}: allowed values "
                                    "are 0 to 1 (the share of blocks checkpointed)")
+        if self.max_nodes_per_token is not None and self.max_nodes_per_token < 1:
+            raise MosaicInputError(f"max_nodes_per_token must be >= 1 or unset, got "
+                                   f"{self.max_nodes_per_token}")
         if self.loss_chunks < 1:
             raise MosaicInputError(f"loss_chunks must be >= 1, got {self.loss_chunks}")
         if self.offloaded_activation_layers < 0:
@@ -315,6 +334,10 @@ class Workload:
                 "inputs to capacity only with the alltoall dispatcher (its flex dispatcher "
                 "rejects --moe-pad-expert-input-to-capacity)")
         self._resolve_fp8_recipe()
+        if self.fp8_glu_inputs and self.precision is not Precision.FP8:
+            raise MosaicInputError(
+                f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
+                "inputs are kept with the FP8 recipe's block scales")
         if self.dispatch_fp8 and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "

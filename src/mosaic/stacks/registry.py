@@ -92,6 +92,7 @@ class _Entry(BaseModel):
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     memory_source: str | None = None
     pp_p2p_overlap: Literal["interleaved", "none"] = "none"
+    pipeline_schedule: Literal["1f1b", "dualpipe"] = "1f1b"
     tp_overlap_passes: Literal["forward", "forward_backward"] = "forward_backward"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
@@ -143,6 +144,10 @@ class StackTraits:
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
     memory_source: str | None  # why, where the stack sets its own
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
+    # the pipeline schedule (mosaic.perf.schedule): "1f1b" (Megatron's 1F1B, interleaved
+    # when vpp > 1) or "dualpipe" (DeepSeek's bidirectional DualPipe, DeepSeek-V3 report
+    # Sec. 3.2.1: each rank holds its stage and the mirror stage pp - 1 - rank)
+    pipeline_schedule: str
     tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
