@@ -33,7 +33,7 @@ OptimizerDtypeName = Literal["fp32", "bf16"]
 RecomputeName = Literal["none", "selective", "full"]
 # the MoE token-movement code a run uses (mosaic.perf.moe_permute_traffic.MoePermute)
 MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
-                         "torchtitan_2604"]
+                         "torchtitan_2604", "levanter"]
 
 
 class _Strict(BaseModel):

@@ -95,7 +95,8 @@ class PerformanceBlock(_Strict):
         "enable_fsdp_float8_all_gather); needs FP8")
     checkpointing: RecomputeName = Field(
         default="none", description="activation recomputation")
-    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference"] = Field(
+    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference",
+                              "jax_flash"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
     stack_version: str | None = Field(
