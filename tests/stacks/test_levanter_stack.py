@@ -237,3 +237,22 @@ def test_no_shipped_record_changes_stack(path: Path) -> None:
         assert stack != "levanter", software
         if "maxtext" in software.lower():
             assert stack == "jax-xla", software
+
+
+def test_one_op_expert_gemm_has_no_per_expert_host_floor() -> None:
+    """TE GroupedLinear's host floor grows with the local experts (per group: 16 us forward,
+    51 us backward, kernels.te_grouped_linear_host_floor_s); levanter's ragged dot is one op.
+    With 128 local experts and 27 MoE blocks the per-group floor is 27 x 2 x (60 + 313 +
+    128 x (16 + 51)) us per micro-batch; levanter's is zero."""
+    from mosaic.perf.kernels import te_grouped_linear_host_floor_s
+
+    plans = single_plan(dp=256, micro_batch=1, sharding=Sharding.FSDP)
+    moe_blocks = np.array([27.0])
+    per_group = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="jax-xla")
+    one_op = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="levanter")
+    floor = step_time_module._expert_host_floor_s(per_group, plans, moe_blocks)[0]
+    by_hand = 27 * 2 * (te_grouped_linear_host_floor_s(128)
+                        + te_grouped_linear_host_floor_s(128, backward=True))
+    assert floor == pytest.approx(float(by_hand))
+    assert 0.4 < floor < 0.6  # ~0.48 s: it would hide nothing at one sequence per GPU
+    assert step_time_module._expert_host_floor_s(one_op, plans, moe_blocks)[0] == 0.0

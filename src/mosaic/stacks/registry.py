@@ -106,6 +106,7 @@ class _Entry(BaseModel):
     moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
                          "torchtitan_2604", "levanter"] = "te_fused"
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = None
+    expert_gemm_launch: Literal["per_group", "one_op"] = "per_group"
     source: str = Field(min_length=1)
 
 
@@ -168,6 +169,10 @@ class StackTraits:
     # the FP8 recipe a run gets when it says only "fp8" (mosaic.perf.workload.Fp8Recipe);
     # None = the stack documents none (the config layer assumes delayed and says so)
     fp8_recipe: str | None
+    # how the host launches a grouped expert GEMM (mosaic.perf.step_time): per_group (TE
+    # GroupedLinear, one GEMM launch per local expert, its measured host floor) or one_op
+    # (one compiled op whatever the expert count: XLA's ragged dot, levanter)
+    expert_gemm_launch: str
     source: str
 
 
