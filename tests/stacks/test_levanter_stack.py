@@ -256,3 +256,27 @@ def test_one_op_expert_gemm_has_no_per_expert_host_floor() -> None:
     assert floor == pytest.approx(float(by_hand))
     assert 0.4 < floor < 0.6  # ~0.48 s: it would hide nothing at one sequence per GPU
     assert step_time_module._expert_host_floor_s(one_op, plans, moe_blocks)[0] == 0.0
+
+
+def test_xla_expanded_ragged_dot_costs_every_local_expert(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """XLA's RaggedDotRewriter multiplies every routed copy by every local expert: with
+    GEMMs counted in FLOPs, the routed-expert GEMMs cost E_loc (here 128) times the grouped
+    GEMM's 2·copies·n·k. FINE_MOE on one rank of dp 256 (no EP), micro-batch 1 x 4096."""
+    monkeypatch.setattr(layer_costs, "_gemm",
+                        lambda machine, workload, m, n, k: 2.0 * np.asarray(m) * n * k)
+    monkeypatch.setattr(layer_costs, "_grouped_gemm",
+                        lambda machine, workload, g, m, n, k: 2.0 * np.asarray(g) * m * n * k)
+    machine = machine_for(Cluster(get_system("dgx-h100"), 32), "bf16")
+    plans = single_plan(dp=256, micro_batch=1, sharding=Sharding.FSDP)
+    grouped = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="levanter")
+    expanded = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="levanter",
+                        expert_gemm="xla_expanded")
+    grouped_s = layer_costs.moe_block_times(machine, grouped, plans).mlp_gemm[0]
+    expanded_s = layer_costs.moe_block_times(machine, expanded, plans).mlp_gemm[0]
+    copies, d, width = 4096 * 8, 2048, 1408
+    by_hand = 3 * 2 * copies * d * width * (2 + 1)  # fwd + bwd (x3), up (GLU, 2w) + down
+    assert grouped_s == pytest.approx(by_hand)
+    assert expanded_s == pytest.approx(128 * by_hand)
+    with pytest.raises(Exception, match="expert_gemm"):
+        Workload(FINE_MOE, global_batch=256, seq_len=4096, expert_gemm="dense")

@@ -613,6 +613,16 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                                glu_factor * expert_width, geometry.d_model)
     experts_down = _grouped_gemm(machine, workload, experts_here, m_per_expert,
                                  geometry.d_model, expert_width)
+    if workload.expert_gemm == "xla_expanded":
+        # XLA's RaggedDotRewriter (ragged_dot_rewriter.cc RaggedToDense): every routed copy
+        # is multiplied by every local expert's weights, masked to zero outside its own
+        # group: one dense [copies, E_loc·k] x [E_loc·k, n] dot, E_loc times the FLOPs (the
+        # backward's input and weight gradients likewise, BACKWARD_TO_FORWARD_GEMM).
+        copies_here = experts_here * m_per_expert
+        experts_up = _gemm(machine, workload, copies_here, glu_factor * expert_width,
+                           experts_here * geometry.d_model)
+        experts_down = _gemm(machine, workload, copies_here, geometry.d_model,
+                             experts_here * expert_width)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
         shared_width = moe.shared_experts * moe.shared_width / plans.tp
