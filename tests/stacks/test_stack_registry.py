@@ -41,7 +41,7 @@ def test_every_stack_states_a_source_and_typos_name_the_known_stacks() -> None:
 
 def test_software_text_maps_to_a_stack_or_to_the_explicit_other() -> None:
     assert stack_for_software("MaxText v0.2 on A3 Mega").name == "jax-xla"
-    assert stack_for_software("levanter (JAX)").name == "jax-xla"
+    assert stack_for_software("levanter (JAX)").name == "levanter"
     assert stack_for_software("my trainer").name == "other"
     assert get_stack("jax-xla").micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH
 

@@ -33,7 +33,9 @@ OptimizerDtypeName = Literal["fp32", "bf16", "bf16_moments"]
 RecomputeName = Literal["none", "selective", "full"]
 # the MoE token-movement code a run uses (mosaic.perf.moe_permute_traffic.MoePermute)
 MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
-                         "torchtitan_2604"]
+                         "torchtitan_2604", "levanter"]
+# how the routed-expert GEMMs run (mosaic.perf.workload.EXPERT_GEMMS)
+ExpertGemmName = Literal["grouped", "xla_expanded"]
 
 
 class _Strict(BaseModel):

@@ -23,6 +23,7 @@ from mosaic.arch import Geometry
 from mosaic.config.blocks import (
     BatchBlock,
     CrossEntropyName,
+    ExpertGemmName,
     ModelBlock,
     MoePermuteName,
     OptimizerDtypeName,
@@ -95,7 +96,8 @@ class PerformanceBlock(_Strict):
         "enable_fsdp_float8_all_gather); needs FP8")
     checkpointing: RecomputeName = Field(
         default="none", description="activation recomputation")
-    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference"] = Field(
+    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference",
+                              "jax_flash"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
     stack_version: str | None = Field(
@@ -148,6 +150,11 @@ class PerformanceBlock(_Strict):
         default=None, description="the MoE token-movement code (permute, unpermute, "
         "combine) the run uses, e.g. a torchtitan era; unset = the stack's "
         "(docs/evidence/moe_permute_traffic.md)")
+    expert_gemm: ExpertGemmName = Field(
+        default="grouped", description="how the routed-expert GEMMs run: grouped, or "
+        "xla_expanded = jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs (a dense "
+        "dot over every local expert, E_local times the FLOPs; docs/evidence/"
+        "levanter_stack.md)")
     full_iteration_cuda_graph: bool = Field(
         default=False,
         description="the step's forward and backward replay one CUDA graph (Megatron-Core "
@@ -411,6 +418,7 @@ def job_from_document(document: dict[str, Any], where: str,
         dp_comm_overlap=performance.dp_comm_overlap,
         torch_compile=performance.torch_compile,
         moe_permute=performance.moe_permute,
+        expert_gemm=performance.expert_gemm,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         recompute_block_fraction=performance.recompute_block_fraction,
         max_nodes_per_token=performance.max_nodes_per_token,
@@ -527,6 +535,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["torch_compile"] = workload.torch_compile
     if workload.moe_permute is not None:
         performance["moe_permute"] = workload.moe_permute
+    if workload.expert_gemm != "grouped":
+        performance["expert_gemm"] = workload.expert_gemm
     if workload.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
     if workload.recompute_block_fraction is not None:

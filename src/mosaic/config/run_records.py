@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mosaic.config.blocks import (
     BatchBlock,
     CrossEntropyName,
+    ExpertGemmName,
     ModelBlock,
     MoePermuteName,
     OptimizerDtypeName,
@@ -148,6 +149,10 @@ class RunRecordEntry(_Strict):
     fp8_glu_inputs: bool | None = Field(
         default=None, description="the routed experts' SwiGLU inputs saved in FP8 (DeepSeek-V3 "
         "report Sec. 3.3.3); null = false, or the stack's recipe")
+    expert_gemm: ExpertGemmName | None = Field(
+        default=None, description="how the routed-expert GEMMs ran: grouped, or xla_expanded "
+        "(jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs: a dense dot over every "
+        "local expert; docs/evidence/levanter_stack.md); null = grouped")
     loss_chunks: int | None = Field(
         default=None, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM "
         "head and loss run over one after another, each chunk's backward first (torchtitan "
@@ -277,7 +282,7 @@ class RunRecord:
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
             fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity,
             recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute, loss_chunks,
-            recompute when not 'unknown'); documented record
+            expert_gemm, recompute when not 'unknown'); documented record
             settings never override these.
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
@@ -465,6 +470,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         moe_permute=entry.moe_permute,
         max_nodes_per_token=entry.max_nodes_per_token,
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
+        expert_gemm=entry.expert_gemm or "grouped",
     )
     recompute = recipe.pop("recompute", None)
     workload = replace(workload, **recipe)
@@ -521,6 +527,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "moe_permute": entry.moe_permute is not None,
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
         "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
+        "expert_gemm": entry.expert_gemm is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

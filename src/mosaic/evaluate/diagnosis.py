@@ -25,7 +25,11 @@ import numpy as np
 
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction
-from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_kernel
+from mosaic.perf.attention_kernels import (
+    GEMM_COSTED_KERNELS,
+    AttentionKernel,
+    resolve_attention_kernel,
+)
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
@@ -593,9 +597,11 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
            f"{doubled.global_batch} sequences (more micro-batches per step)", doubled)
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
-    if min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0:
+    if (min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0
+            or kernel.kernel in GEMM_COSTED_KERNELS):
         yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn (torch SDPA "
-               "cuDNN backend or Transformer Engine)",
+               "cuDNN backend or Transformer Engine; levanter: Transformer Engine installed "
+               "for its nvte backend)",
                replace(workload, attention_kernel=AttentionKernel.CUDNN))
     if elementwise_kernels(workload) in EAGER_TORCH_KERNELS:
         yield ("torch_compile", "model code compiled with torch.compile (Inductor fuses "

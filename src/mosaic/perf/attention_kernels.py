@@ -36,6 +36,29 @@ class AttentionKernel(StrEnum):
     # attention, MaxText `attention: dot_product`; torch's eager/math SDPA). Costed by its
     # GEMMs and streaming in ``layer_costs``; chosen explicitly, never a stack default.
     REFERENCE = "reference"
+    # Levanter's pure-JAX blockwise attention (AttentionBackend.JAX_FLASH, levanter
+    # models/flash_attention.py: "pure-jax Flash Attention impl, vaguely following the v2
+    # paper"): a while_loop over query blocks and, inside it, over the key blocks up to the
+    # diagonal (causal blocks above it skipped), each block pair an XLA QK^T GEMM, an
+    # element-wise online softmax over the materialised block of scores and a PV GEMM; a
+    # custom VJP saves only the output and an fp32 log-sum-exp per row and recomputes the
+    # block scores in backward. It is what levanter runs on NVIDIA GPUs when Transformer
+    # Engine is not installed (layers/attention.py _try_te_attention falls back to it), and
+    # it falls back in turn to materialised attention when the sequence is shorter than a
+    # block. Costed by its GEMMs and streaming in ``layer_costs``.
+    JAX_FLASH = "jax_flash"
+
+
+# Levanter's blockwise attention block: flash_attention.BLOCK_SIZE (1024), used when the model
+# config leaves flash_attention_block_size None (LlamaConfig, Qwen3MoeConfig, OlmoConfig);
+# MixtralConfig sets 2048 (stanford-crfm/levanter @ 9263f81e src/levanter/models/
+# flash_attention.py BLOCK_SIZE, models/mixtral.py; marin-community/marin @ 239d50d5
+# lib/levanter/src/levanter/models/qwen3_moe.py Qwen3MoeConfig.flash_attention_block_size).
+JAX_FLASH_BLOCK_TOKENS = 1024
+
+# Kernels the attention model costs from their GEMMs and HBM streaming (layer_costs), not
+# from the fitted flash-attention rate, so they take no relative-throughput multiplier.
+GEMM_COSTED_KERNELS = frozenset({"reference", "jax_flash"})
 
 
 _RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
@@ -99,7 +122,7 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
         raise MosaicInputError(f"attention kernel {kernel!r}: allowed values are "
                                f"{', '.join(AttentionKernel)}")
     kernel = AttentionKernel(kernel).value
-    if generation is None or kernel == AttentionKernel.REFERENCE:
+    if generation is None or kernel in GEMM_COSTED_KERNELS:
         return AttentionKernelChoice(kernel, None, 1.0, 1.0)
     rates = _RELATIVE[kernel].get(generation)
     if rates is None:
@@ -109,3 +132,19 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
             f"({device_name}); choose one of {', '.join(offered)}"
         )
     return AttentionKernelChoice(kernel, generation, rates["fwd"], rates["bwd"])
+
+
+def stack_default_kernel(stack: str) -> str | None:
+    """The attention kernel a stack runs by default when it is the same on every GPU
+    generation it lists (levanter: jax_flash everywhere), else None (it depends on the GPU)."""
+    kernels = set(get_stack(stack).attention_kernel.values())
+    return kernels.pop() if len(kernels) == 1 else None
+
+
+def materialises_scores(kernel: str | None, seq_len: int) -> bool:
+    """Whether attention writes and saves the whole s x s score matrix: the reference kernel,
+    and levanter's blockwise kernel on a sequence shorter than one block (flash_attention
+    calls simple_attention_with_dropout when QPos.size < block_size)."""
+    if kernel == AttentionKernel.REFERENCE:
+        return True
+    return kernel == AttentionKernel.JAX_FLASH and seq_len < JAX_FLASH_BLOCK_TOKENS

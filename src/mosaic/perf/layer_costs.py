@@ -21,7 +21,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.arch import AttentionKind, count_parameters
-from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.perf.attention_kernels import (
+    JAX_FLASH_BLOCK_TOKENS,
+    AttentionKernel,
+    materialises_scores,
+    resolve_attention_kernel,
+)
 from mosaic.perf.collectives import (
     DEEPEP_COMMUNICATION_SMS,
     all_gather_time_s,
@@ -299,6 +304,50 @@ def _reference_attention_s(machine: Machine, workload: Workload, plans: Parallel
     return qk + pv + softmax_fwd, BACKWARD_TO_FORWARD_GEMM * (qk + pv) + softmax_bwd
 
 
+# Levanter's blockwise attention backward (models/flash_attention.py
+# _flash_attention_backward) per block pair: S = QK^T and P recomputed from the saved
+# log-sum-exp, then dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q: five GEMMs of the
+# forward's two shapes, 2.5 times the forward's GEMM FLOPs.
+JAX_FLASH_BACKWARD_TO_FORWARD_GEMM = 2.5
+
+
+def jax_flash_block_fraction(seq_len: int, block_tokens: int = JAX_FLASH_BLOCK_TOKENS
+                             ) -> float:
+    """Share of the s x s block pairs levanter's causal blockwise attention computes: with
+    n = s / block query and key blocks it runs key blocks 0..i for query block i
+    (flash_attention.py do_o_block: j_end = min(i + 1, Tc)), n(n + 1)/2 of n^2 pairs."""
+    n = max(1, -(-seq_len // block_tokens))
+    return (n + 1) / (2 * n)
+
+
+def _jax_flash_attention_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                           heads: np.ndarray, seq_q: np.ndarray, head_dim: int
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of levanter's blockwise XLA attention per micro-batch.
+
+    Every computed block pair is the reference kernel on a block: the QK^T and PV GEMMs over
+    its block x block scores and a softmax pass that reads the scores and writes the
+    probabilities through HBM (XLA fuses the element-wise ops, not the GEMMs). Forward: the
+    causal share of the pairs (:func:`jax_flash_block_fraction`). Backward: the five GEMMs of
+    ``JAX_FLASH_BACKWARD_TO_FORWARD_GEMM`` plus the recomputed forward softmax and the
+    softmax gradient on the same pairs. A sequence shorter than a block runs materialised
+    attention (``_reference_attention_s``)."""
+    block = min(JAX_FLASH_BLOCK_TOKENS, workload.seq_len)
+    fraction = jax_flash_block_fraction(workload.seq_len)
+    rows = plans.micro_batch * heads * seq_q
+    pairs_per_row = fraction * workload.seq_len / block  # key blocks each query row meets
+    qk = pairs_per_row * _gemm(machine, workload, rows, block, head_dim)
+    pv = pairs_per_row * _gemm(machine, workload, rows, head_dim, block)
+    scores = rows * workload.seq_len * fraction
+    softmax_fwd = streaming_time_s(scores * REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE,
+                                   machine.hbm_bw_bytes_per_s)
+    softmax_bwd = streaming_time_s(scores * (REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE
+                                             + REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE),
+                                   machine.hbm_bw_bytes_per_s)
+    return (qk + pv + softmax_fwd,
+            JAX_FLASH_BACKWARD_TO_FORWARD_GEMM * (qk + pv) + softmax_bwd)
+
+
 def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
                     ) -> AttentionTimes:
     """Times of one attention block (projections, core, streaming kernels, CP exchange)."""
@@ -312,8 +361,13 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     seq_q = workload.seq_len / plans.cp
     mode = workload.traits.context_parallel
     ring = None
-    if workload.attention_kernel is AttentionKernel.REFERENCE:
+    kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
+                                      machine.device_name).kernel
+    if materialises_scores(kernel, workload.seq_len):
         core_fwd, core_bwd = _reference_attention_s(machine, workload, plans, heads, seq_q,
+                                                    head_dim)
+    elif kernel == AttentionKernel.JAX_FLASH:
+        core_fwd, core_bwd = _jax_flash_attention_s(machine, workload, plans, heads, seq_q,
                                                     head_dim)
     elif mode == ULYSSES:  # heads all-to-all'd, one causal kernel over the whole sequence
         core_fwd = flash_attention_time_s(plans.micro_batch, heads, seq_q, workload.seq_len,
@@ -560,6 +614,16 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                                glu_factor * expert_width, geometry.d_model)
     experts_down = _grouped_gemm(machine, workload, experts_here, m_per_expert,
                                  geometry.d_model, expert_width)
+    if workload.expert_gemm == "xla_expanded":
+        # XLA's RaggedDotRewriter (ragged_dot_rewriter.cc RaggedToDense): every routed copy
+        # is multiplied by every local expert's weights, masked to zero outside its own
+        # group: one dense [copies, E_loc·k] x [E_loc·k, n] dot, E_loc times the FLOPs (the
+        # backward's input and weight gradients likewise, BACKWARD_TO_FORWARD_GEMM).
+        copies_here = experts_here * m_per_expert
+        experts_up = _gemm(machine, workload, copies_here, glu_factor * expert_width,
+                           experts_here * geometry.d_model)
+        experts_down = _gemm(machine, workload, copies_here, geometry.d_model,
+                             experts_here * expert_width)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
         shared_width = moe.shared_experts * moe.shared_width / plans.tp

@@ -36,7 +36,7 @@ import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.errors import MosaicInputError
-from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.perf.attention_kernels import materialises_scores, stack_default_kernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
 from mosaic.perf.factorise import plan_key
@@ -479,9 +479,12 @@ def softmax_statistics_bytes(workload: Workload, plans: ParallelPlans) -> np.nda
     drops: flash attention keeps an fp32 log-sum-exp per query row and head (Dao 2023,
     FlashAttention-2, Alg. 1) and never stores the s×s matrix; materialised (reference)
     attention keeps the bf16 probabilities, b·h·s_q·s_k per GPU (Korthikanti et al. 2022's
-    5as²b term without dropout: the softmax output is what the PV backward needs)."""
+    5as²b term without dropout: the softmax output is what the PV backward needs).
+    Levanter's blockwise kernel (jax_flash) saves an fp32 log-sum-exp per row like flash
+    attention (flash_attention.py ``ell``), and materialises on sequences under a block."""
     rows = tokens_per_rank(workload, plans) * workload.geometry.heads / plans.tp
-    if workload.attention_kernel is AttentionKernel.REFERENCE:
+    kernel = workload.attention_kernel or stack_default_kernel(workload.stack)
+    if materialises_scores(kernel, workload.seq_len):
         return ACTIVATION_BYTES * rows * workload.seq_len
     return FP32_BYTES * rows
 

@@ -686,7 +686,10 @@ def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
     projections, forward and backward, over the E/ep local experts of each MoE block
     (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`); zero for a dense model."""
     moe = workload.geometry.moe
-    if moe is None:
+    if moe is None or workload.traits.expert_gemm_launch == "one_op":
+        # One compiled op per expert projection (stack trait expert_gemm_launch one_op:
+        # jax.lax.ragged_dot_general is one HLO instruction however many groups it has):
+        # its launch is one of the layer's kernels, with no per-expert host work.
         return np.zeros(len(plans))
     experts_here = local_experts(workload, plans)
     return moe_blocks * 2 * (te_grouped_linear_host_floor_s(experts_here)
@@ -724,9 +727,10 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
     all-to-all dispatch path (ScalePlan: ~10 ms per MoE-layer execution on the paper's
     Megatron-Core stack, from the same traces); zero in calibrations that do not state it.
     """
+    launched_per_expert = (local_experts(workload, plans)
+                           if workload.traits.expert_gemm_launch == "per_group" else 0.0)
     kernels = (calibration.kernels_per_layer_base * blocks
-               + calibration.kernels_per_local_expert * local_experts(workload, plans)
-               * moe_blocks)
+               + calibration.kernels_per_local_expert * launched_per_expert * moe_blocks)
     experts_host = (expert_host_floor_s if calibration.kernels_per_local_expert == 0
                     else np.zeros(len(plans)))
     ep_dispatch = np.where(plans.ep > 1, moe_blocks

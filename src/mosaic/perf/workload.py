@@ -125,6 +125,13 @@ def enum_member(kind: type[StrEnum], value: object, name: str) -> Any:
         raise MosaicInputError(f"{name} {value!r}: allowed values are {allowed}") from None
 
 
+# How routed-expert GEMMs run (Workload.expert_gemm): a grouped GEMM, or XLA's dense
+# expansion of a ragged dot (openxla/xla xla/hlo/transforms/expanders/ragged_dot_rewriter.cc
+# RaggedToDense: the operand broadcast over the groups and masked, contracted over
+# (group, k) in forward and input gradient; both operands expanded for the weight gradient).
+EXPERT_GEMMS = ("grouped", "xla_expanded")
+
+
 @dataclass(frozen=True)
 class Workload:
     """A training job minus its parallel layout and hardware.
@@ -218,6 +225,11 @@ class Workload:
             code is eager torch read it.
         moe_permute: the MoE token-movement code the run used (mosaic.perf.moe_permute_traffic
             MoePermute, e.g. a torchtitan release era); None = the stack trait moe_permute.
+        expert_gemm: how the routed-expert GEMMs run: "grouped" (a grouped GEMM over the
+            local experts, the default) or "xla_expanded" (jax.lax.ragged_dot_general as
+            XLA's GPU RaggedDotRewriter lowers it: one dense dot over an expert-broadcast,
+            expert-masked operand, so E_local times the FLOPs; levanter's MoELinear before
+            haliax's Pallas-Triton dispatcher, docs/evidence/levanter_stack.md).
         fp8_recipe: how FP8 GEMM operands are scaled (:class:`Fp8Recipe`), resolved once
             here: NONE without FP8 GEMMs; with them the stated recipe, else the stack's
             default (stack trait ``fp8_recipe``, :func:`default_fp8_recipe`). Sets the bytes
@@ -276,6 +288,7 @@ class Workload:
     dp_comm_overlap: bool = True
     torch_compile: bool | None = None
     moe_permute: str | None = None
+    expert_gemm: str = "grouped"
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: bool = False
     loss_chunks: int = 1
@@ -303,6 +316,9 @@ class Workload:
         if self.max_nodes_per_token is not None and self.max_nodes_per_token < 1:
             raise MosaicInputError(f"max_nodes_per_token must be >= 1 or unset, got "
                                    f"{self.max_nodes_per_token}")
+        if self.expert_gemm not in EXPERT_GEMMS:
+            raise MosaicInputError(f"expert_gemm {self.expert_gemm!r}: allowed values are "
+                                   f"{', '.join(EXPERT_GEMMS)}")
         if self.loss_chunks < 1:
             raise MosaicInputError(f"loss_chunks must be >= 1, got {self.loss_chunks}")
         if self.offloaded_activation_layers < 0:

@@ -78,7 +78,7 @@ class _Entry(BaseModel):
     fsdp_gather: Literal["block", "tensor"]
     fsdp_gather_bytes_per_param: Literal[2, 4]
     attention_kernel: dict[Literal["ampere", "hopper", "blackwell"],
-                           Literal["cudnn", "fa2", "fa3", "triton"]]
+                           Literal["cudnn", "fa2", "fa3", "triton", "jax_flash"]]
     dropless_host_sync: bool
     selective_recompute: SelectiveRecompute
     unstated_recompute: Literal["none", "selective", "full"]
@@ -105,8 +105,9 @@ class _Entry(BaseModel):
                                  "eager_native_norm"] = "te_fused"
     torch_compile: bool = False
     moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
-                         "torchtitan_2604"] = "te_fused"
+                         "torchtitan_2604", "levanter"] = "te_fused"
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = None
+    expert_gemm_launch: Literal["per_group", "one_op"] = "per_group"
     source: str = Field(min_length=1)
 
 
@@ -168,11 +169,15 @@ class StackTraits:
     elementwise_kernels: str
     torch_compile: bool
     # how the MoE layer moves routed tokens on the GPU (mosaic.perf.moe_permute_traffic):
-    # te_fused, torch_index, torchtitan (v0.2.2), torchtitan_2510 or torchtitan_2604
+    # te_fused, torch_index, torchtitan (v0.2.2), torchtitan_2510, torchtitan_2604 or levanter
     moe_permute: str
     # the FP8 recipe a run gets when it says only "fp8" (mosaic.perf.workload.Fp8Recipe);
     # None = the stack documents none (the config layer assumes delayed and says so)
     fp8_recipe: str | None
+    # how the host launches a grouped expert GEMM (mosaic.perf.step_time): per_group (TE
+    # GroupedLinear, one GEMM launch per local expert, its measured host floor) or one_op
+    # (one compiled op whatever the expert count: XLA's ragged dot, levanter)
+    expert_gemm_launch: str
     source: str
 
 
