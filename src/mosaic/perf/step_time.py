@@ -197,7 +197,8 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes, moe: Blo
     """(block terms per micro-batch, blocks, MoE blocks) of one pipeline rank."""
     blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
                                             workload.uneven_pipeline_stages, vocab_in_split)
-    return _stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans), blocks, moe_blocks
+    return (_stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans,
+                         workload.full_recompute_fraction), blocks, moe_blocks)
 
 
 def _slowest(stages: list[StageCandidate]) -> StageCandidate:
@@ -228,16 +229,20 @@ def _recomputed_elementwise_s(workload: Workload, plans: ParallelPlans,
     policy = workload.traits.selective_recompute
     share = {SelectiveRecompute.PER_OP: 1.0, SelectiveRecompute.SAVE_DOTS: 1.0,
              SelectiveRecompute.BLOCKS: workload.checkpointed_block_fraction}.get(policy, 0.0)
-    # recomputed share of the forward by checkpointing mode (NONE, SELECTIVE, FULL)
-    recomputed_share = np.array([0.0, share, 1.0])
+    # recomputed share of the forward by checkpointing mode (NONE, SELECTIVE, FULL); FULL
+    # recomputes its share of blocks (Workload.full_recompute_fraction)
+    recomputed_share = np.array([0.0, share, workload.full_recompute_fraction])
     return recomputed_share[plans.checkpointing] * forward
 
 
 def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
-                               moe_blocks: np.ndarray, plans: ParallelPlans) -> np.ndarray:
-    """Attention-core forward time that checkpointing recomputes (all of it under full; under
-    selective, what the stack's selective policy recomputes)."""
-    full = dense_blocks * dense.attention_core_forward + moe_blocks * moe.attention_core_forward
+                               moe_blocks: np.ndarray, plans: ParallelPlans,
+                               full_fraction: float) -> np.ndarray:
+    """Attention-core forward time that checkpointing recomputes (that of the recomputed
+    share of blocks under full; under selective, what the stack's selective policy
+    recomputes)."""
+    full = full_fraction * (dense_blocks * dense.attention_core_forward
+                            + moe_blocks * moe.attention_core_forward)
     selective = (dense_blocks * dense.selective_core_recompute
                  + moe_blocks * moe.selective_core_recompute)
     return np.select([plans.checkpointing == Checkpointing.FULL,
@@ -245,18 +250,21 @@ def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks:
 
 
 def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
-                 moe_blocks: np.ndarray, plans: ParallelPlans) -> dict[str, np.ndarray]:
+                 moe_blocks: np.ndarray, plans: ParallelPlans,
+                 full_fraction: float) -> dict[str, np.ndarray]:
+    """Per-stage terms of each plan; ``full_fraction``: the share of blocks full
+    checkpointing recomputes (Workload.full_recompute_fraction)."""
     def both(attribute: str) -> np.ndarray:
         return dense_blocks * getattr(dense, attribute) + moe_blocks * getattr(moe, attribute)
 
     full = plans.checkpointing == Checkpointing.FULL
     selective = plans.checkpointing == Checkpointing.SELECTIVE
-    recompute = np.where(full, both("forward") + both("tp_communication") / 2,
+    recompute = np.where(full, full_fraction * (both("forward") + both("tp_communication") / 2),
                          np.where(selective, both("selective_recompute"), 0.0))
     return {
         "moe_permute_excess": both("moe_permute"),
         "attention_core_recompute": _recomputed_attention_core(dense, moe, dense_blocks,
-                                                               moe_blocks, plans),
+                                                               moe_blocks, plans, full_fraction),
         "compute_attention_gemm": both("attention_gemm"),
         "compute_attention_core": both("attention_core"),
         "compute_mlp": dense_blocks * dense.mlp_gemm,
@@ -862,7 +870,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     cluster_peak = machine.mfu_peak_flops_per_s * machine.n_devices
     model_flops = 6.0 * counts.n_active * tokens
     attention_flops = attention_flops_per_token(geometry, workload.seq_len) * tokens
-    recompute_share = np.where(plans.checkpointing == Checkpointing.FULL, 1 / 3, 0.0)
+    recompute_share = np.where(plans.checkpointing == Checkpointing.FULL,
+                               workload.full_recompute_fraction / 3, 0.0)
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks
         recompute_share = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
                                    workload.checkpointed_block_fraction / 3, recompute_share)

@@ -212,7 +212,10 @@ class Workload:
             checkpointing on a stack whose selective recompute is block-level (trait
             ``selective_recompute: blocks``; fms-fsdp's selective_checkpointing p,
             fms_fsdp/policies/ac_handler.py @ ed74fd5: p of the blocks, evenly spaced, are
-            wrapped in checkpoint_wrapper); None = the stack's default 1 (every block).
+            wrapped in checkpoint_wrapper), and under FULL checkpointing the share of a
+            stage's blocks recomputed (Megatron-Core's recompute_method block with
+            recompute_num_layers k of L: k/L; the rest keep their activations); None = 1
+            (every block).
         dp_comm_overlap: DDP / ZeRO gradient reduction and parameter gathers run bucket
             by bucket behind the backward and forward (Megatron-LM --overlap-grad-reduce /
             --overlap-param-gather, on in the NeMo and Megatron-Bridge recipes); False = they
@@ -414,6 +417,17 @@ class Workload:
     def checkpointed_block_fraction(self) -> float:
         """Share of blocks a block-level selective policy checkpoints whole (1 unless the
         workload states it: fms-fsdp's default selective_checkpointing is 1)."""
+        fraction = self.recompute_block_fraction
+        return 1.0 if fraction is None else float(fraction)
+
+    @property
+    def full_recompute_fraction(self) -> float:
+        """Share of blocks FULL checkpointing recomputes: the workload's
+        ``recompute_block_fraction``, else 1 (every block). Megatron-Core's
+        ``--recompute-method block --recompute-num-layers k`` recomputes the first k blocks
+        of each pipeline stage whole and keeps the rest's activations (megatron/core/
+        transformer/transformer_block.py ``_checkpointed_forward``; NeMo 2's performance
+        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md)."""
         fraction = self.recompute_block_fraction
         return 1.0 if fraction is None else float(fraction)
 
