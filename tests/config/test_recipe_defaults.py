@@ -114,3 +114,29 @@ def test_a_record_stack_version_given_as_a_number_is_read_as_yy_mm():
     older = _record("Megatron-Bridge performance recipes", stack="megatron-bridge",
                     stack_version=25.11, gpu="GB200", gpus_per_node=4, scaleup_domain=72)
     assert older.workload.full_iteration_cuda_graph is False
+
+
+def test_a_nemo2_mixtral_record_of_unknown_routing_takes_the_recipes_token_drop():
+    """NVIDIA/NeMo @ v2.2.0 nemo/collections/llm/recipes/mixtral_8x7b.py
+    pretrain_performance_optimizations adds MegatronTokenDropCallback (capacity 1.0, inputs
+    padded; nemo/lightning/pytorch/callbacks/moe_token_drop.py): drop-and-pad on the
+    all-to-all dispatcher, which never waits on the host for expert counts."""
+    from mosaic.perf.routing_load import expert_counts_reach_host
+
+    record = _record("NeMo 25.04", gpu="GB200", precision="bf16", gpus_per_node=4,
+                     scaleup_domain=72, routing="unknown")
+    assert record.workload.routing == "unknown"  # Qwen3-30B geometry: no NeMo 2 recipe
+    runs = yaml.safe_load(EXAMPLES.read_text())["runs"]
+    raw = deepcopy(next(r for r in runs if r["id"].startswith("example-bridge-qwen3")))
+    raw["model"].update(name="Mixtral-8x7B", layers=32, d_model=4096, heads=32, kv_heads=8,
+                        vocab=32000)
+    raw["model"]["moe"].update(experts=8, top_k=2, expert_ffn=14336)
+    raw.update(software="NeMo 25.04", gpu="GB200", precision="bf16", gpus_per_node=4,
+               scaleup_domain=72, routing="unknown")
+    raw["parallelism"].update(ep=8, dispatcher=None)
+    mixtral = run_record_from_entry(_validate_entry(raw, "test"))
+    assert mixtral.workload.routing == "token_drop"
+    assert mixtral.workload.pad_to_capacity is True
+    assert not expert_counts_reach_host(mixtral.workload)
+    stated = run_record_from_entry(_validate_entry({**raw, "routing": "dropless"}, "test"))
+    assert stated.workload.routing == "dropless"  # a stated regime keeps its own

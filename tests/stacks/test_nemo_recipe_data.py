@@ -52,6 +52,7 @@ SETTINGS: dict[str, Any] = {
     "dp_comm_overlap": bool,
     "moe_permute": set(typing.get_args(MoePermuteName)),
     "recompute_block_fraction": float,
+    "routing": {"balanced", "dropless", "token_drop", "unknown"},
 }
 RELEASE = re.compile(r"^\d{2}\.\d{2}$")
 # a source names the repository at a tag (v2.3.0, v0.1.0rc4) or a commit hash

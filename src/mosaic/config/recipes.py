@@ -32,6 +32,7 @@ from mosaic.config.blocks import (
     MoePermuteName,
     OptimizerDtypeName,
     RecomputeName,
+    Routing,
 )
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import list_devices
@@ -66,6 +67,9 @@ class RecipeSettings(_Strict):
     fsdp_keep_gathered: bool | None = None
     full_iteration_cuda_graph: bool | None = None
     pad_to_capacity: bool | None = None
+    # the MoE routing regime (token_drop: a capacity factor, default 1.0); applied where a
+    # record's routing is unknown or unstated
+    routing: Routing | None = None
     dp_comm_overlap: bool | None = None
     torch_compile: bool | None = None
     moe_permute: MoePermuteName | None = None

@@ -446,7 +446,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         precision=precision,
         fp8_recipe=fp8_recipe,
         stack=stack,
-        routing=entry.routing or "dropless",
+        routing=(recipe.pop("routing", None) if entry.routing in (None, "unknown")
+                 and "routing" in recipe else entry.routing or "dropless"),
         dispatcher=dispatcher_for(entry.parallelism.dispatcher or recipe_dispatcher,
                                   stack, system.device.name, geometry.moe is not None, notes),
         ep_overlap=entry.parallelism.ep_overlap,
@@ -525,6 +526,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "torch_compile": entry.torch_compile is not None,
         "loss_chunks": entry.loss_chunks is not None,
         "moe_permute": entry.moe_permute is not None,
+        "routing": entry.routing not in (None, "unknown"),
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
         "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
         "expert_gemm": entry.expert_gemm is not None,
