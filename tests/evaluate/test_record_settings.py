@@ -1,12 +1,14 @@
 """Documented settings applied to the runs whose records cannot carry them."""
 
+import copy
 import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
-from mosaic.config.run_records import load_run_records
+from mosaic.config.run_records import _validate_entry, load_run_records, run_record_from_entry
 from mosaic.evaluate.record_settings import apply_record_settings, record_settings
 from mosaic.perf.memory import COMPONENTS, memory_breakdown_bytes
 from mosaic.stacks import CrossEntropy
@@ -30,52 +32,62 @@ def test_every_listed_run_exists_in_a_run_file():
 
 
 def test_settings_apply_by_id_and_are_noted():
+    """fms-fsdp @ ed74fd5 (evidence in record_settings.yaml): bf16 gradient reduction and
+    43% of the blocks checkpointed: the gradient buffer halves."""
     records = _records(EXTRA_RUNS)
-    target = "bridge2511-llama3-70b-gb300-64-fp8cs"
+    target = "fmsfsdp2403-llama2-13b-h100-96"
     amended = {r.id: r for r in apply_record_settings(records).records}[target]
     original = {r.id: r for r in records.records}[target]
-    assert (original.workload.grad_reduce_in_fp32, original.workload.offloaded_activation_layers
-            ) == (True, 0)
-    assert (amended.workload.grad_reduce_in_fp32, amended.workload.offloaded_activation_layers
-            ) == (False, 20)
+    assert (original.workload.grad_reduce_in_fp32, original.workload.recompute_block_fraction
+            ) == (True, None)
+    assert (amended.workload.grad_reduce_in_fp32, amended.workload.recompute_block_fraction
+            ) == (False, 0.43)
     assert any(note.startswith("record settings:") for note in amended.assumptions)
     before = memory_breakdown_bytes(original.workload, original.plan)
     after = memory_breakdown_bytes(amended.workload, amended.plan)
     assert after["gradients"][0] == pytest.approx(before["gradients"][0] / 2)
-    assert after["activations"][0] < before["activations"][0]
     assert set(after) == set(COMPONENTS)
 
 
 def test_a_record_that_states_a_setting_keeps_it():
     records = _records(EXTRA_RUNS)
-    target = "bridge2511-llama3-70b-gb300-64-fp8cs"
+    target = "fmsfsdp2403-llama2-13b-h100-96"
     stated = tuple(
         replace(r, workload=replace(r.workload, cross_entropy=CrossEntropy.FP32_UPCAST,
-                                    offloaded_activation_layers=3),
-                stated_settings=frozenset({"cross_entropy", "offloaded_activation_layers"}))
+                                    recompute_block_fraction=0.5),
+                stated_settings=frozenset({"cross_entropy", "recompute_block_fraction"}))
         if r.id == target else r for r in records.records)
     amended = {r.id: r for r in apply_record_settings(replace(records, records=stated)).records}
-    assert amended[target].workload.offloaded_activation_layers == 3
+    assert amended[target].workload.recompute_block_fraction == 0.5
     assert amended[target].workload.grad_reduce_in_fp32 is False  # not stated: applied
 
 
+def _raw_extra_run(run_id: str) -> dict:
+    document = yaml.safe_load(EXTRA_RUNS.read_text())
+    return copy.deepcopy(next(r for r in document["runs"] if r["id"] == run_id))
+
+
+def _load_raw(raw: dict):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_record_from_entry(_validate_entry(raw, "test"))
+
+
 def test_an_unstated_dispatcher_takes_the_recipes_and_a_stated_one_is_kept():
+    """NVIDIA-NeMo/Megatron-Bridge @ v0.2.0 (NeMo 25.11) scripts/performance/configs/gpt_oss/
+    workload_base_configs.py: the GPT-OSS-120B presets set no moe_flex_dispatcher_backend, so
+    the run used the all-to-all dispatcher, not the stack's Blackwell default (HybridEP)."""
     from mosaic.config.layout import DISPATCHER_NOT_STATED
     from mosaic.perf.workload import Dispatcher
 
-    records = _records(EXTRA_RUNS)
-    target = "bridge2511-gpt-oss-120b-gb300-64-bf16"  # the recipe sets no flex backend
-    original = {r.id: r for r in records.records}[target]
-    # Unstated: the megatron-bridge default on Blackwell, overridden by the recipe's setting.
-    assert original.workload.dispatcher is Dispatcher.HYBRIDEP
-    assert any(line.startswith(DISPATCHER_NOT_STATED) for line in original.assumptions)
-    amended = {r.id: r for r in apply_record_settings(records).records}[target]
-    assert amended.workload.dispatcher is Dispatcher.ALLTOALL
-    # A record that names its dispatcher keeps it.
-    assert "dispatcher" not in original.stated_settings
-    stated = replace(original, stated_settings=frozenset({"dispatcher"}))
-    kept = apply_record_settings(replace(records, records=(stated,))).records[0]
-    assert kept.workload.dispatcher is Dispatcher.HYBRIDEP
+    raw = _raw_extra_run("bridge2511-gpt-oss-120b-gb300-64-bf16")
+    record = _load_raw(raw)
+    assert record.workload.dispatcher is Dispatcher.ALLTOALL
+    assert any("recipe settings" in line and "dispatcher=alltoall" in line
+               for line in record.assumptions)
+    assert not any(line.startswith(DISPATCHER_NOT_STATED) for line in record.assumptions)
+    raw["parallelism"]["dispatcher"] = "hybridep"  # a record that names its dispatcher
+    assert _load_raw(raw).workload.dispatcher is Dispatcher.HYBRIDEP
 
 
 POWER_LIMITED = ("torchtitan-torchao-llama3-8b-b200-8-bf16",
@@ -179,20 +191,17 @@ def test_async_tp_runs_overlap_their_tp_collectives():
 
 
 def test_recompute_applies_to_a_record_that_leaves_it_unknown_only():
-    """Megatron-Bridge's DeepSeek-V3 recipes run selective recompute: a record with recompute
-    'unknown' (Megatron-Core's default: none) takes it, in the plan's checkpointing column;
-    one that states its recompute keeps it."""
+    """Megatron-Bridge @ v0.2.0 DeepSeek-V3 on GB300 in bf16 (configs/deepseek/
+    workload_base_configs.py DEEPSEEK_V3_GB300_BF16: recompute_modules ['moe_act'];
+    deepseek_llm_pretrain.py: recompute_granularity selective): a record with recompute
+    'unknown' takes it, in the plan's checkpointing column; one that states it keeps it."""
     from mosaic.perf.plan import Checkpointing
 
-    records = _records(EXTRA_RUNS)
-    target = "bridge2511-deepseekv3-w-o-mtp-gb300-256-bf16"
-    original = {r.id: r for r in records.records}[target]
-    amended = {r.id: r for r in apply_record_settings(records).records}[target]
-    assert original.plan.checkpointing[0] == Checkpointing.NONE  # the stack's default
-    assert amended.plan.checkpointing[0] == Checkpointing.SELECTIVE
-    assert any("recompute=selective" in note for note in amended.assumptions)
-    stated = replace(records, records=tuple(
-        replace(r, stated_settings=r.stated_settings | {"recompute"}) if r.id == target else r
-        for r in records.records))
-    kept = {r.id: r for r in apply_record_settings(stated).records}[target]
-    assert kept.plan.checkpointing[0] == Checkpointing.NONE
+    raw = _raw_extra_run("bridge2511-deepseekv3-w-o-mtp-gb300-256-bf16")
+    assert raw["recompute"] == "unknown"
+    record = _load_raw(raw)
+    assert record.plan.checkpointing[0] == Checkpointing.SELECTIVE
+    assert record.workload.recompute_modules == ("moe_act",)
+    assert any("recompute=selective" in note for note in record.assumptions)
+    raw["recompute"] = "none"
+    assert _load_raw(raw).plan.checkpointing[0] == Checkpointing.NONE

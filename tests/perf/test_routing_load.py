@@ -10,9 +10,9 @@ import pytest
 
 from mosaic.arch import ladder_geometry
 from mosaic.config.job_schema import job_document, load_job
+from mosaic.config.recipes import RecipeQuery, recipe_settings
 from mosaic.config.run_records import load_run_records
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.record_settings import record_settings
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
@@ -128,8 +128,12 @@ def test_capacity_sweep_records_carry_their_capacity_factor():
         assert workload.geometry.moe.capacity_factor == cap
         assert workload.routing == "token_drop" and not workload.pad_to_capacity
     # Megatron-Bridge 25.09 token-drop recipes pad to capacity (apply_moe_token_drop).
-    settings, evidence = record_settings()["bridge2509-qwen3-30b-a3b-h100-16-fp8cs"]
-    assert settings["pad_to_capacity"] is True and "apply_moe_token_drop" in evidence
+    settings, matched = recipe_settings(RecipeQuery(
+        stack="megatron-bridge", software="NeMo 25.09 container / Megatron-Bridge",
+        release=(25, 9), device_name="H100-SXM-80GB", generation="hopper",
+        precision="fp8-cs", moe=True, layers=48, d_model=2048, experts=128))
+    assert (settings["pad_to_capacity"], settings["routing"]) == (True, "token_drop")
+    assert any("apply_moe_token_drop" in recipe.source for recipe in matched)
 
 
 def test_job_fields_round_trip(tmp_path):
