@@ -47,3 +47,17 @@ def test_a_misspelt_stack_or_release_is_one_line_with_exit_2():
     assert "did you mean 'megatron-bridge'" in result.output and "Traceback" not in result.output
     bad = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", "26"])
     assert bad.exit_code == 2 and "expected YY.MM" in bad.output
+
+
+def test_a_gpu_alias_resolves_and_an_unknown_gpu_or_precision_is_refused():
+    def count(*options):
+        result = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", "26.04",
+                                     *options, "--json"])
+        assert result.exit_code == 0, result.output
+        return len(json.loads(result.output)["recipes"])
+
+    # MI300X has no Megatron-Bridge recipe of its own: only the entries for every GPU
+    assert count("--gpu", "H100") == count("--gpu", "H100-SXM-80GB") > count("--gpu", "MI300X")
+    for bad in (["--gpu", "H1000"], ["--precision", "MXFP8"]):
+        result = runner.invoke(app, ["stacks", "show", "megatron-bridge", *bad])
+        assert result.exit_code == 2 and "Traceback" not in result.output

@@ -120,3 +120,22 @@ def test_rank_agreement_within_one_software_release_is_reported_apart(tmp_path):
     stats = aggregate(measured)["aggregate"]
     assert stats["spearman_same_software"] == 1.0
     assert stats["spearman"] < 1.0
+
+
+def test_a_trained_run_predicted_infeasible_is_named(tmp_path):
+    """The constructed DDP Llama-3.1-8B record (8.0e9 parameters unsharded: 16 GB of bf16
+    weights, 16 GB of gradients, 64 GB of fp32 Adam moments, 32 GB of fp32 master weights
+    per GPU, over an H100's 80 GB by hand) marked as having trained: validate names it on
+    the 'trained runs predicted infeasible' line."""
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    run = next(r for r in document["runs"] if r["id"].endswith("ddp-oom"))
+    run.update(id="trained-but-too-big", measured={"tokens_per_s_per_gpu": 1000.0,
+                                                   "step_time_s": 65.536, "oom": False})
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**document, "runs": [run]}))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    line = next(row for row in result.output.splitlines() if "trained runs predicted" in row)
+    assert "1: trained-but-too-big" in line

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
-from mosaic.config.recipes import Recipe, recipes
+from mosaic.config.recipes import PrecisionName, Recipe, recipes
 from mosaic.errors import MosaicInputError
+from mosaic.hardware import get_device
 from mosaic.stacks import known_stacks
 from mosaic.stacks.registry import StackTraits, get_stack, parse_release
 
@@ -94,6 +95,11 @@ def show_command(
     wanted = None if release is None else parse_release(release)
     if release is not None and wanted is None:
         raise MosaicInputError(f"--release {release!r}: expected YY.MM, e.g. 26.04")
+    if gpu is not None:
+        gpu = get_device(gpu).name  # an alias resolves; an unknown device is one line
+    if precision is not None and precision not in get_args(PrecisionName):
+        raise MosaicInputError(f"--precision {precision!r}: allowed "
+                               f"{', '.join(get_args(PrecisionName))}")
     document = stack_document(get_stack(name))
     chosen = [r for r in recipes() if r.stack == name and _applies(r, wanted, gpu, precision)]
     document["recipes"] = [recipe_document(r) for r in chosen]

@@ -110,13 +110,23 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
         ),
         ("top-3 overlap within groups", _percent(stats["top_k_overlap"])),
         ("OOM runs predicted infeasible", f"{stats['oom_correct']} of {stats['oom_runs']}"),
-        ("trained runs predicted infeasible", str(stats["trained_runs_predicted_infeasible"])),
+        ("trained runs predicted infeasible", _count_with_ids(
+            stats["trained_runs_predicted_infeasible"],
+            stats.get("trained_runs_predicted_infeasible_ids", []))),
         (
             "memory MAPE (runs reporting memory)",
             f"{_percent(stats['memory']['mape'])} of {stats['memory']['n_runs']}",
         ),
     ]
     print_key_value_table(title, rows)
+
+
+def _count_with_ids(count: int, ids: list[str], shown: int = 3) -> str:
+    """'2: a, b' (at most ``shown`` ids, then '...')."""
+    if not count:
+        return "0"
+    more = ", ..." if len(ids) > shown else ""
+    return f"{count}: {', '.join(ids[:shown])}{more}"
 
 
 def constant_rows(name: str, value: Any) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mosaic.config.blocks import BatchBlock, ParallelismBlock
-from mosaic.config.recipes import RecipeQuery, recipe_settings
+from mosaic.config.recipes import RecipeQuery, recipe_sources, recipes
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
 from mosaic.perf.attention_kernels import gpu_generation
@@ -107,17 +107,23 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
         device_name=device_name, generation=gpu_generation(device_name), precision=precision,
         moe=moe, layers=None if geometry is None else geometry.layers,
         d_model=None if geometry is None else geometry.d_model, experts=experts)
-    settings, matched = recipe_settings(query)
-    given = {name: value for name, value in settings.items() if name not in stated}
-    listed = ", ".join(f"{name}={value}" for name, value in given.items()
-                       if name not in RECIPE_SETTINGS_NOT_APPLIED)
-    if listed:
-        labels = "; ".join(recipe.label for recipe in matched)
+    sources = recipe_sources(query)
+    given = {name: value for name, (value, _) in sources.items() if name not in stated}
+    applied = [name for name in given if name not in RECIPE_SETTINGS_NOT_APPLIED]
+    if applied:
+        listed = ", ".join(f"{name}={given[name]}" for name in applied)
+        labels = "; ".join(dict.fromkeys(sources[name][1].label for name in applied))
         notes.append(f"{RECIPE_NOTE}: {listed} ({stack}'s recipe: {labels}; docs/stacks.md)")
     for name, why in RECIPE_SETTINGS_NOT_APPLIED.items():
         if given.pop(name, None):
             notes.append(f"{RECIPE_NOTE}: {name}=True in the recipe, not applied ({why}; "
                          "docs/stacks.md)")
+    if query.release is None and any(
+            r.stack == stack and r.since is not None
+            and (r.software_pattern is None or r.software_pattern.search(software or ""))
+            for r in recipes()):
+        notes.append(f"no release (YY.MM) named in stack_version or software: {stack}'s "
+                     "release-specific recipes not applied (state e.g. stack_version: 26.04)")
     if "recompute_modules" in given:
         given["recompute_modules"] = tuple(given["recompute_modules"])
     return given

@@ -235,13 +235,13 @@ def parse_recipes(document: object, where: str) -> tuple[Recipe, ...]:
     return tuple(map(_recipe, validate_mapping(_File, document, where).recipes))
 
 
-def recipe_settings(query: RecipeQuery, table: tuple[Recipe, ...] | None = None
-                    ) -> tuple[dict[str, Any], tuple[Recipe, ...]]:
-    """(settings, the recipes they come from) for ``query``: entries for every model first,
-    then entries for this model over them. Two matching entries of one kind that disagree
-    are a data error."""
-    matching = tuple(r for r in (recipes() if table is None else table) if r.matches(query))
-    chosen: dict[str, Any] = {}
+def recipe_sources(query: RecipeQuery, table: tuple[Recipe, ...] | None = None
+                   ) -> dict[str, tuple[Any, Recipe]]:
+    """Setting name -> (value, the recipe it comes from) for ``query``: entries for every
+    model first, then entries for this model over them. Two matching entries of one kind
+    that disagree are a data error."""
+    matching = [r for r in (recipes() if table is None else table) if r.matches(query)]
+    chosen: dict[str, tuple[Any, Recipe]] = {}
     for specific in (False, True):
         level: dict[str, tuple[Any, Recipe]] = {}
         for recipe in (r for r in matching if (r.model is not None) == specific):
@@ -251,8 +251,18 @@ def recipe_settings(query: RecipeQuery, table: tuple[Recipe, ...] | None = None
                         f"recipes: {recipe.label!r} and {level[name][1].label!r} both match "
                         f"and set {name} to {value!r} and {level[name][0]!r}")
                 level[name] = (value, recipe)
-        chosen.update({name: value for name, (value, _) in level.items()})
-    return chosen, matching
+        chosen.update(level)
+    return chosen
+
+
+def recipe_settings(query: RecipeQuery, table: tuple[Recipe, ...] | None = None
+                    ) -> tuple[dict[str, Any], tuple[Recipe, ...]]:
+    """(settings, the recipes that gave them, in data order) for ``query``
+    (:func:`recipe_sources`)."""
+    sources = recipe_sources(query, table)
+    given_by = {id(recipe) for _, recipe in sources.values()}
+    ordered = tuple(r for r in (recipes() if table is None else table) if id(r) in given_by)
+    return {name: value for name, (value, _) in sources.items()}, ordered
 
 
 def check_recipes(table: tuple[Recipe, ...] | None = None) -> None:

@@ -279,6 +279,9 @@ class ValidationSummary:
             "oom_correct": int(np.sum(oom_correct)),
             "trained_runs_predicted_infeasible": sum(
                 1 for o, f in zip(oom, feasible, strict=True) if not o and not f),
+            "trained_runs_predicted_infeasible_ids": [
+                self.ids[i] for i, (o, f) in enumerate(zip(oom, feasible, strict=True))
+                if not o and not f],
             "memory": memory_stats,
             "throughput_not_scored": [{"id": run_id, "reason": reason}
                                       for run_id, reason in self._not_scored.items()],

@@ -129,7 +129,8 @@ def routing_assumptions(workload: Workload) -> list[str]:
     notes = []
     if workload.routing == "token_drop" and moe.capacity_factor is None:
         notes.append(f"model.moe.capacity_factor not stated with token_drop routing: "
-                     f"{DEFAULT_CAPACITY_FACTOR:g} assumed (Megatron-Bridge apply_moe_token_drop)")
+                     f"{DEFAULT_CAPACITY_FACTOR:g} assumed (the default of Megatron-Bridge "
+                     "apply_moe_token_drop and NeMo's MegatronTokenDropCallback)")
     # Under token drop the imbalance matters only where the capacity exceeds the even share
     # and the inputs are not padded to it.
     reads_imbalance = workload.routing == "dropless" or (

@@ -66,7 +66,8 @@ class FsdpShardStorage(StrEnum):
     BF16_FP32 = "bf16_fp32"  # a bf16 shard plus separate fp32 main params (Megatron FSDP)
 
 
-RELEASE_PATTERN = r"^\d{2}\.\d{2}$"  # a stack release, YY.MM (e.g. the NeMo container 26.06)
+# a stack release, YY.MM with a month 01-12 (e.g. the NeMo container 26.06)
+RELEASE_PATTERN = r"^\d{2}\.(0[1-9]|1[0-2])$"
 
 
 class _Entry(BaseModel):
@@ -200,7 +201,7 @@ def release_number_text(value: object) -> object:
     return value
 
 
-_RELEASE = re.compile(r"(?<![\d.])(\d{2})\.(\d{2})(?![\d])")
+_RELEASE = re.compile(r"(?<![\d.])(\d{2})\.(0[1-9]|1[0-2])(?![\d])")
 
 
 def parse_release(text: str | None) -> tuple[int, int] | None:
