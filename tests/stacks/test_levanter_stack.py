@@ -280,3 +280,35 @@ def test_xla_expanded_ragged_dot_costs_every_local_expert(monkeypatch: pytest.Mo
     assert expanded_s == pytest.approx(128 * by_hand)
     with pytest.raises(Exception, match="expert_gemm"):
         Workload(FINE_MOE, global_batch=256, seq_len=4096, expert_gemm="dense")
+
+
+def test_a_levanter_layout_search_offers_no_pipeline_and_a_batch_lever_keeps_one_step():
+    """levanter's mesh is replica x data x model (no pipeline axis; trait layout_pp [1]), and
+    it runs the whole local batch in one step: explain's doubled global batch doubles the
+    micro-batch, so its prediction equals the job run at twice the batch."""
+    from mosaic.config.job_schema import job_from_document
+    from mosaic.evaluate.diagnosis import rank_levers
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.layouts import LayoutLimits, candidate_plans
+
+    def job(global_seqs):
+        return job_from_document({
+            "model": {"layers": 24, "d_model": 2048, "heads": 16, "kv_heads": 16,
+                      "head_dim": 128, "ffn": 1408, "vocab": 128256,
+                      "moe": {"experts": 64, "top_k": 8, "expert_ffn": 1408}},
+            "batch": {"global_seqs": global_seqs, "seq_len": 4096},
+            "parallelism": {"tp": 1, "pp": 1, "dp": 256, "sharding": "fsdp"},
+            "performance": {"precision": "bf16", "stack": "levanter"},
+            "hardware": {"system": "DGX-H100", "nodes": 32}}, "test")
+
+    spec = job(256)
+    plans = candidate_plans(spec.workload, 256, 8, LayoutLimits())
+    assert set(plans.pp.tolist()) == {1}
+    calibration = load_calibration("default")
+    current = predict_job(spec, calibration)
+    doubled = predict_job(job(512), calibration).prediction
+    lever = next(lv for lv in rank_levers(spec.workload, spec.plan, current.machine,
+                                          calibration) if "global batch" in lv.description)
+    assert lever.plan["micro_batch"] == 2 * int(spec.plan.micro_batch[0])
+    assert lever.tokens_per_s == pytest.approx(float(doubled.tokens_per_s[0]), rel=1e-9)

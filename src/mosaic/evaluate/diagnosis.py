@@ -39,6 +39,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import Workload
+from mosaic.stacks import MicroBatchDefault
 
 GIB = 2**30
 # Memory use above this fraction of the usable budget (perf.headroom) is reported as "near
@@ -575,8 +576,8 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     levers = _evaluate(plan_candidates(workload, machine, row), workload, machine,
                        calibration, current_tokens_per_s)
     for name, description, changed in _workload_what_ifs(workload, machine, row, current):
-        levers += _evaluate([_Candidate(name, description, row)], changed, machine,
-                            calibration, current_tokens_per_s)
+        levers += _evaluate([_Candidate(name, description, _row_for(name, changed, row))],
+                            changed, machine, calibration, current_tokens_per_s)
     return sorted(levers, key=_rank)
 
 
@@ -586,6 +587,20 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "torch_compile", "dp_comm_overlap"})
 
 
+def _whole_local_batch(workload: Workload) -> bool:
+    """The stack runs the whole per-device batch in one step (JAX/XLA trainers: stack trait
+    ``micro_batch_default: whole_local_batch``)."""
+    return workload.traits.micro_batch_default is MicroBatchDefault.WHOLE_LOCAL_BATCH
+
+
+def _row_for(name: str, workload: Workload, row: PlanRow) -> PlanRow:
+    """The plan row a workload what-if runs on: a doubled global batch on a stack without
+    gradient accumulation doubles the micro-batch, not the micro-batch count."""
+    if name == "global_batch_double" and _whole_local_batch(workload):
+        return _with(row, micro_batch=2 * int(row["micro_batch"]))
+    return row
+
+
 def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                        current: StepPrediction) -> Iterator[tuple[str, str, Workload]]:
     """(name, description, changed workload) of each what-if that changes the workload, not
@@ -593,8 +608,10 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
     attention kernel where the stack's is slower, and each software setting the job leaves
     off that would change its step (each a flag of the stacks named, docs/stacks.md)."""
     doubled = replace(workload, global_batch=2 * workload.global_batch)
+    how = ("the whole local batch in one step: micro-batch doubled"
+           if _whole_local_batch(workload) else "more micro-batches per step")
     yield ("global_batch_double", f"global batch {workload.global_batch} -> "
-           f"{doubled.global_batch} sequences (more micro-batches per step)", doubled)
+           f"{doubled.global_batch} sequences ({how})", doubled)
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
     if (min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0

@@ -225,7 +225,8 @@ def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
 
 def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
     """``limits`` narrowed to the layouts the workload's stack offers (stack traits
-    ``layout_sharding`` and ``layout_vpp``); an empty intersection is an error."""
+    ``layout_sharding``, ``layout_vpp`` and ``layout_pp``); an empty intersection is an
+    error."""
     traits = workload.traits
     changes: dict[str, Any] = {}
     if traits.layout_sharding is not None:
@@ -243,6 +244,14 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
             raise MosaicInputError(
                 f"layout vpp: stack {traits.name!r} offers only vpp in {traits.layout_vpp}")
         changes["vpp"] = tuple(kept_vpp)
+    if traits.layout_pp is not None:
+        pinned = limits.pp
+        wanted_pp = (traits.layout_pp if pinned is None else
+                     [p for p in np.atleast_1d(pinned).tolist() if p in traits.layout_pp])
+        if not wanted_pp:
+            raise MosaicInputError(
+                f"layout pp: stack {traits.name!r} offers only pp in {traits.layout_pp}")
+        changes["pp"] = tuple(wanted_pp)
     return replace(limits, **changes) if changes else limits
 
 
