@@ -129,3 +129,15 @@ def test_an_unknown_versus_calibration_is_rejected_before_the_search(monkeypatch
     result = runner.invoke(app, ["plan", *SMALL, "--versus", "no-such-profile"])
     assert result.exit_code == 2
     assert "calibration 'no-such-profile'" in result.output
+
+
+def test_plan_precision_names_every_accepted_value_and_records_the_fp8_recipe() -> None:
+    bad = runner.invoke(app, ["plan", "--precision", "blah"])
+    assert bad.exit_code == 2 and "mxfp8" in bad.output and "fp8-cs" in bad.output
+    result = runner.invoke(app, ["plan", "--precision", "fp8-cs", "--gpu", "B200", "--nodes",
+                                 "2", "--q", "8", "--experts", "8", "--top-k", "1",
+                                 "--split-factor", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    envelope = json.loads(result.output)["envelope"]
+    # fp8-cs is Transformer Engine's current scaling (mosaic.perf.workload.FP8_RECIPES)
+    assert (envelope["precision"], envelope["fp8_recipe"]) == ("fp8", "current")

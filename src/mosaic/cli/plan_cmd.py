@@ -34,7 +34,7 @@ from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_headroom
-from mosaic.perf.workload import precision_lane, stated_fp8_recipe
+from mosaic.perf.workload import FP8_RECIPES, Precision, precision_lane, stated_fp8_recipe
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
     allocation_exponents,
@@ -199,6 +199,10 @@ TABLE3_SPLIT_TEXT = ",".join(map(str, TABLE3_SPLIT))
 TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
 
 
+# --precision names: the GEMM lanes and the FP8 recipes that name one (fp8-cs -> current, ...)
+PRECISION_NAMES = (*(p.value for p in Precision), *FP8_RECIPES)
+
+
 def build_inputs(
     *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
     days: float, goodput: float | None, mtbf_gpu_hours: float | None,
@@ -209,6 +213,9 @@ def build_inputs(
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
+    if precision not in PRECISION_NAMES:
+        raise MosaicInputError(f"--precision {precision!r}: allowed values are "
+                               f"{', '.join(PRECISION_NAMES)}")
     node_type = resolve_system(gpu, system)
     if gpus_per_node is not None:
         node_type = with_gpus_per_node(node_type, gpus_per_node)

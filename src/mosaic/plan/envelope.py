@@ -20,7 +20,13 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision, enum_member
+from mosaic.perf.workload import (
+    Dispatcher,
+    Fp8Recipe,
+    Precision,
+    default_fp8_recipe,
+    enum_member,
+)
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
 from mosaic.stacks import get_stack
 
@@ -240,6 +246,8 @@ class Envelope:
             "global_batch": self.global_batch,
             "seq_len": self.seq_len,
             "precision": str(self.precision),
+            **({"fp8_recipe": str(self.fp8_recipe or default_fp8_recipe(self.stack))}
+               if self.precision is Precision.FP8 else {}),
             "stack": self.stack,
             "dispatcher": str(self.dispatcher),
             **({"stack_version": self.stack_version} if self.stack_version else {}),
