@@ -42,8 +42,11 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
                   + ("" if result.global_batch is None else " (searched; the optimum's)")),
-        ("stack / calibration", f"{envelope.stack} / {calibration}"),
+        ("stack / calibration", f"{envelope.stack}"
+                                + (f" {envelope.stack_version}" if envelope.stack_version else "")
+                                + f" / {calibration}"),
         ("precision / dispatcher", f"{envelope.precision} / {envelope.dispatcher}"),
+        ("recipe settings", _recipe_text(envelope)),
         ("usable memory", _headroom_text(envelope)),
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
         ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
@@ -55,6 +58,16 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)
+
+
+def _recipe_text(envelope: Any) -> str:
+    """The settings every candidate takes from the stack release's recipes."""
+    if not envelope.stack_version:
+        return "none (no --stack-version)"
+    on = [name for name in ("ep_overlap", "full_iteration_cuda_graph")
+          if getattr(envelope, name)]
+    return ", ".join(on) if on else (f"none ({envelope.stack} {envelope.stack_version} "
+                                     "sets none of them for every MoE model)")
 
 
 def _headroom_text(envelope: Any) -> str:
