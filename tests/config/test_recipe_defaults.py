@@ -60,7 +60,7 @@ def test_on_b200_the_bundle_arrives_with_the_point_release_2606_01():
     ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "B200", "mxfp8"),
     ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", "B200", "bf16"),
     ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", "H100-SXM-80GB", "fp8-cs"),
-    ("Megatron-LM 26.06", "B200", "mxfp8"),  # megatron-core: no release defaults
+    ("Megatron-LM 26.06", "B200", "mxfp8"),  # megatron-core: no recipe sets the graph
 ])
 def test_other_releases_precisions_gpus_and_stacks_keep_the_plain_defaults(
         software, gpu, precision):

@@ -149,7 +149,7 @@ PrecisionOpt = Annotated[str, typer.Option(
     "with MXFP8 block scales, costed on the fp8 lane).")]
 StackVersionOpt = Annotated[str | None, typer.Option(
     "--stack-version", help="The stack's release, YY.MM (e.g. 26.06): every candidate takes "
-    "its release defaults (docs/stacks.md).")]
+    "the release's recipes that hold for every MoE model (docs/stacks.md).")]
 DispatcherOpt = Annotated[str | None, typer.Option(
     "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
     "(default: the stack's on the cluster's GPU, e.g. megatron-bridge: deepep on Hopper, "

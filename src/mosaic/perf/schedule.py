@@ -118,11 +118,11 @@ def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stag
     DualPipe: the micro-batches of the rank's own stage (:func:`dualpipe_in_flight`; the
     mirror stage's are :func:`mirror_in_flight_microbatches`).
     """
+    if uses_dualpipe(workload):
+        return dualpipe_in_flight(workload, plans, stage)[0]
     pp, vpp = plans.pp, plans.vpp
     rank = stage_rank(plans, stage)
     plain = pp - rank
-    if uses_dualpipe(workload):
-        return dualpipe_in_flight(workload, plans, stage)[0]
     interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
     in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
     return np.minimum(in_flight, n_microbatches(workload, plans))

@@ -427,9 +427,9 @@ class Workload:
         ``--recompute-method block --recompute-num-layers k`` recomputes the first k blocks
         of each pipeline stage whole and keeps the rest's activations (megatron/core/
         transformer/transformer_block.py ``_checkpointed_forward``; NeMo 2's performance
-        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md)."""
-        fraction = self.recompute_block_fraction
-        return 1.0 if fraction is None else float(fraction)
+        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md); the same
+        setting as :attr:`checkpointed_block_fraction` reads under SELECTIVE."""
+        return self.checkpointed_block_fraction
 
     @property
     def loss_implementation(self) -> CrossEntropy:
