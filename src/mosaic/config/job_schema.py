@@ -360,9 +360,11 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
         stated.add("recompute")
     if parallelism.dispatcher is not None:
         stated.add("dispatcher")
-    return recipe_defaults(performance.stack, performance.stack_version, None, geometry,
-                           device_name, performance.precision, geometry.is_moe,
-                           frozenset(stated), notes)
+    # The release is the job's software text too, so an entry that tells a release from its
+    # point releases (software_pattern '26\.06(?!\.0[1-9])') reads it as a record's would.
+    return recipe_defaults(performance.stack, performance.stack_version,
+                           performance.stack_version, geometry, device_name,
+                           performance.precision, geometry.is_moe, frozenset(stated), notes)
 
 
 def job_from_document(document: dict[str, Any], where: str,
