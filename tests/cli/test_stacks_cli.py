@@ -61,3 +61,17 @@ def test_a_gpu_alias_resolves_and_an_unknown_gpu_or_precision_is_refused():
     for bad in (["--gpu", "H1000"], ["--precision", "MXFP8"]):
         result = runner.invoke(app, ["stacks", "show", "megatron-bridge", *bad])
         assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_the_gpu_filter_reads_a_recipe_filed_by_generation_through_the_catalog():
+    """The Megatron-MoE-ModelZoo entries filed under ``generations: [hopper]`` (four) apply
+    to an H100 (named by a catalog alias) and not to an A100."""
+    def by_generation(gpu):
+        result = runner.invoke(app, ["stacks", "show", "megatron-core", "--gpu", gpu, "--json"])
+        assert result.exit_code == 0, result.output
+        return [r["label"] for r in json.loads(result.output)["recipes"] if r["generations"]]
+
+    assert len(by_generation("h100 sxm5")) == 4
+    assert by_generation("A100-SXM-80GB") == []
+    typo = runner.invoke(app, ["stacks", "show", "megatron-core", "--gpu", "H10"])
+    assert typo.exit_code == 2 and "did you mean 'H100-SXM-80GB'" in typo.output

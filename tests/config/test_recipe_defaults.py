@@ -60,7 +60,7 @@ def test_on_b200_the_bundle_arrives_with_the_point_release_2606_01():
     ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "B200", "mxfp8"),
     ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", "B200", "bf16"),
     ("NeMo 26.06 container / Megatron-Bridge + Megatron-Core", "H100-SXM-80GB", "fp8-cs"),
-    ("Megatron-LM 26.06", "B200", "mxfp8"),  # megatron-core: no release defaults
+    ("Megatron-LM 26.06", "B200", "mxfp8"),  # megatron-core: no recipe sets the graph
 ])
 def test_other_releases_precisions_gpus_and_stacks_keep_the_plain_defaults(
         software, gpu, precision):
@@ -140,3 +140,27 @@ def test_a_nemo2_mixtral_record_of_unknown_routing_takes_the_recipes_token_drop(
     assert not expert_counts_reach_host(mixtral.workload)
     stated = run_record_from_entry(_validate_entry({**raw, "routing": "dropless"}, "test"))
     assert stated.workload.routing == "dropless"  # a stated regime keeps its own
+
+
+def test_a_qwen3_30b_job_takes_its_model_entry_of_the_release_not_the_point_release():
+    """Megatron-Bridge v0.5.0 (NeMo 26.06): Qwen3-30B-A3B MXFP8 on B200 keeps the BF16 preset
+    (no full-iteration graph, no EP overlap; the bundle arrives with 26.06.01), on GB200 it
+    runs the bundle (recipes/megatron-bridge.yaml, the 26.06 Qwen3-30B entries)."""
+    from mosaic.config.job_schema import job_from_document
+
+    def job(system):
+        return job_from_document({
+            "model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4,
+                      "head_dim": 128, "ffn": 6144, "vocab": 151936,
+                      "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+            "batch": {"global_seqs": 64, "seq_len": 4096},
+            "parallelism": {"ep": 8, "dp": 8},
+            "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                            "stack_version": "26.06"},
+            "hardware": {"system": system, "nodes": 1}}, "test").workload
+
+    b200 = job("DGX-B200")
+    assert (b200.full_iteration_cuda_graph, b200.ep_overlap) == (False, False)
+    assert str(b200.dispatcher) == "hybridep"
+    gb200 = job("GB200-NVL72")
+    assert (gb200.full_iteration_cuda_graph, gb200.ep_overlap) == (True, True)

@@ -99,7 +99,7 @@ def test_versus_plans_each_stack_under_its_own_memory_headroom() -> None:
                    ).usable_memory_fraction == 0.9
 
 
-def test_stack_version_gives_every_candidate_the_release_defaults() -> None:
+def test_stack_version_gives_every_candidate_the_release_recipes() -> None:
     """Megatron-Bridge from NeMo 26.06 runs MXFP8 MoE on Blackwell as one CUDA graph per step
     with EP overlap (docs/stacks.md): the envelope says so, the same grid plans faster than
     under 25.11, and --versus plans the other stack without them."""

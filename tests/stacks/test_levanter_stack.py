@@ -7,8 +7,8 @@ width 1408, top-8, 2 shared experts) on 256 H100s with plain FSDP.
 
 from __future__ import annotations
 
-import copy
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ from mosaic.perf.workload import Dispatcher, Workload
 from mosaic.stacks import MicroBatchDefault, get_stack, stack_for_software
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "runs_example.yaml"
 PUBLISHED = ROOT.parent / "shared" / "calibration" / "published_runs.yaml"
 EXTRA = ROOT / "src" / "mosaic" / "evaluate" / "data" / "extra_runs.yaml"
 
@@ -114,25 +113,15 @@ def test_fp32_at_rest_gathers_twice_the_bytes_of_levanters_bf16_cast(
     assert maxtext["scatter"] == pytest.approx(4 * maxtext["unit_params"])
 
 
-def _levanter_fsdp_run(global_seqs: int) -> dict[str, Any]:
-    run = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text())["runs"][1])  # the MoE example
-    run.update(id=f"levanter-fsdp-{global_seqs}", software="marin levanter (JAX/XLA)",
-               gpu="H100-SXM-80GB", num_gpus=256, recompute="unknown")
-    run["parallelism"].update(tp=1, pp=1, vpp=None, cp=1, dp=256, ep=1, etp=1,
-                              sequence_parallel=False, sharding="fsdp")
-    run["batch"] = {"global_seqs": global_seqs, "micro_seqs": None, "seq_len": 4096}
-    run["measured"] = {"tokens_per_s_per_gpu": 1000.0, "step_time_s": 1.0,
-                       "mfu_reported": None, "tflops_per_gpu_reported": None,
-                       "memory_gib": None, "consistent": False, "oom": False}
-    return run
-
-
-def test_levanter_fsdp_moe_batch_sweep_gathers_once_per_step(tmp_path: Path) -> None:
+def test_levanter_fsdp_moe_batch_sweep_gathers_once_per_step(
+        tmp_path: Path, fsdp_moe_run: Callable[..., dict[str, Any]]) -> None:
     """Global batch 256, 512, 1024 on the same 256 GPUs: one whole-batch step each, the
     same per-step parameter gathers, so tokens/s rises with batch as they amortise."""
     batches = (256, 512, 1024)
     path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump({"runs": [_levanter_fsdp_run(b) for b in batches]}))
+    path.write_text(yaml.safe_dump({"runs": [
+        fsdp_moe_run(b, id=f"levanter-fsdp-{b}", software="marin levanter (JAX/XLA)",
+                     gpu="H100-SXM-80GB", recompute="unknown") for b in batches]}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)
         records = load_run_records(path).records

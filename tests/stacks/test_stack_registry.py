@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,6 @@ from mosaic.perf.plan import Sharding, single_plan
 from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
 from mosaic.stacks import MicroBatchDefault, get_stack, known_stacks, stack_for_software
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
 
 
 def small_moe() -> Geometry:
@@ -61,23 +59,16 @@ def test_fp32_at_rest_gathers_twice_the_bytes_of_bf16() -> None:
     assert jax_bytes - torch_bytes == pytest.approx(2 * gathered)
 
 
-def _jax_fsdp_run(global_seqs: int) -> dict[str, Any]:
-    run = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text())["runs"][1])  # the MoE example
-    run.update(id=f"jax-fsdp-{global_seqs}", software="MaxText (JAX/XLA)", num_gpus=256)
-    run["parallelism"].update(tp=1, pp=1, vpp=None, cp=1, dp=256, ep=1, etp=1,
-                              sequence_parallel=False, sharding="fsdp")
-    run["batch"] = {"global_seqs": global_seqs, "micro_seqs": None, "seq_len": 4096}
-    run["measured"] = {"tokens_per_s_per_gpu": 1000.0, "step_time_s": 1.0,
-                       "mfu_reported": None, "tflops_per_gpu_reported": None,
-                       "memory_gib": None, "consistent": False, "oom": False}
-    return run
+def _jax_fsdp_run(fsdp_moe_run: Callable[..., dict[str, Any]], global_seqs: int
+                  ) -> dict[str, Any]:
+    return fsdp_moe_run(global_seqs, id=f"jax-fsdp-{global_seqs}", software="MaxText (JAX/XLA)")
 
 
 def test_whole_batch_fsdp_gathers_once_per_step_so_throughput_rises_with_batch(
-        tmp_path: Path) -> None:
+        tmp_path: Path, fsdp_moe_run: Callable[..., dict[str, Any]]) -> None:
     batches = (256, 512, 1024)
     path = tmp_path / "runs.yaml"
-    path.write_text(yaml.safe_dump({"runs": [_jax_fsdp_run(b) for b in batches]}))
+    path.write_text(yaml.safe_dump({"runs": [_jax_fsdp_run(fsdp_moe_run, b) for b in batches]}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)
         records = load_run_records(path).records
@@ -93,8 +84,9 @@ def test_whole_batch_fsdp_gathers_once_per_step_so_throughput_rises_with_batch(
     assert tokens_per_s[0] < tokens_per_s[1] < tokens_per_s[2]
 
 
-def test_a_run_record_may_name_its_stack_and_a_typo_is_refused(tmp_path: Path) -> None:
-    run = _jax_fsdp_run(256)
+def test_a_run_record_may_name_its_stack_and_a_typo_is_refused(
+        tmp_path: Path, fsdp_moe_run: Callable[..., dict[str, Any]]) -> None:
+    run = _jax_fsdp_run(fsdp_moe_run, 256)
     run.update(software="an in-house trainer", stack="torchtitan", stack_version="0.2.0")
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({"runs": [run]}))

@@ -25,7 +25,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.layout import dispatcher_for, recipe_defaults
+from mosaic.config.layout import dispatcher_for, grid_recipe_defaults
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
@@ -149,7 +149,7 @@ PrecisionOpt = Annotated[str, typer.Option(
     "with MXFP8 block scales, costed on the fp8 lane).")]
 StackVersionOpt = Annotated[str | None, typer.Option(
     "--stack-version", help="The stack's release, YY.MM (e.g. 26.06): every candidate takes "
-    "its release defaults (docs/stacks.md).")]
+    "the release's recipes that hold for every MoE model (docs/stacks.md).")]
 DispatcherOpt = Annotated[str | None, typer.Option(
     "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
     "(default: the stack's on the cluster's GPU, e.g. megatron-bridge: deepep on Hopper, "
@@ -219,17 +219,14 @@ def build_inputs(
     node_type = resolve_system(gpu, system)
     if gpus_per_node is not None:
         node_type = with_gpus_per_node(node_type, gpus_per_node)
+    recipe_dispatcher: str | None = None
     settings: dict[str, Any] = {}
     if stack_version is not None:
         if re.fullmatch(RELEASE_PATTERN, stack_version) is None:
             raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
                                    "YY.MM, e.g. 26.06")
-        # Recipes for every MoE model of the release (a grid has no one geometry); the
-        # candidates take the settings an envelope carries.
-        settings = recipe_defaults(stack, stack_version, None, None, node_type.device.name,
-                                   precision, True, frozenset(), [])
-    recipe_dispatcher = settings.pop("dispatcher", None)
-    settings = {name: settings[name] for name in ENVELOPE_RECIPE_SETTINGS if name in settings}
+        recipe_dispatcher, settings = grid_recipe_defaults(
+            stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
     if dispatcher is None:
         dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
     envelope = Envelope(

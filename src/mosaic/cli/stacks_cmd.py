@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Annotated, Any, get_args
 
 import typer
@@ -65,17 +64,6 @@ def list_command(json_output: JsonFlag = False) -> None:
           str(len(d["recipes"]))] for d in documents])
 
 
-def _applies(recipe: Recipe, release: tuple[int, int] | None, gpu: str | None,
-             precision: str | None) -> bool:
-    """Whether ``recipe`` can apply to a run of this release, GPU and precision (filters
-    left out hold for any value)."""
-    in_release = release is None or recipe.since is None or (
-        recipe.since <= release and (recipe.until is None or release <= recipe.until))
-    return (in_release and (gpu is None or recipe.gpus is None or gpu in recipe.gpus)
-            and (precision is None or recipe.precisions is None
-                 or precision in recipe.precisions))
-
-
 def show_command(
     name: Annotated[str, typer.Argument(help="stack name (see `mosaic stacks list`)")],
     release: Annotated[str | None, typer.Option(
@@ -87,21 +75,18 @@ def show_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Show one stack's traits (each with its source) and the recipes filed under it."""
-    if name not in known_stacks():
-        close = difflib.get_close_matches(name, known_stacks(), n=2, cutoff=0.5)
-        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-        raise MosaicInputError(f"unknown stack {name!r}{hint}; known: "
-                               f"{', '.join(known_stacks())}")
+    traits = get_stack(name)  # an unknown name: one line with the closest known stack
+    name = traits.name
     wanted = None if release is None else parse_release(release)
     if release is not None and wanted is None:
         raise MosaicInputError(f"--release {release!r}: expected YY.MM, e.g. 26.04")
-    if gpu is not None:
-        gpu = get_device(gpu).name  # an alias resolves; an unknown device is one line
+    device_name = None if gpu is None else get_device(gpu).name  # aliases resolve
     if precision is not None and precision not in get_args(PrecisionName):
         raise MosaicInputError(f"--precision {precision!r}: allowed "
                                f"{', '.join(get_args(PrecisionName))}")
-    document = stack_document(get_stack(name))
-    chosen = [r for r in recipes() if r.stack == name and _applies(r, wanted, gpu, precision)]
+    document = stack_document(traits)
+    chosen = [r for r in recipes()
+              if r.stack == name and r.may_match(wanted, device_name, precision)]
     document["recipes"] = [recipe_document(r) for r in chosen]
     if json_output:
         print_json(document)

@@ -102,7 +102,8 @@ class PerformanceBlock(_Strict):
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
     stack_version: str | None = Field(
         default=None, pattern=RELEASE_PATTERN, description="the stack's release (YY.MM, e.g. "
-        "the NeMo container 26.06): its release defaults apply (docs/stacks.md); None = none")
+        "the NeMo container 26.06): the stack's recipes for it fill what the job leaves "
+        "unstated (docs/stacks.md); None = none")
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool = Field(
@@ -163,8 +164,8 @@ class PerformanceBlock(_Strict):
                     "no MoE host synchronisation; off by default, as in Megatron-Core")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
-        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing); "
-        "None = 1")
+        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing), or "
+        "recomputed under full (Megatron-Core recompute_method block, k of L); None = 1")
     max_nodes_per_token: int | None = Field(
         default=None, ge=1, description="node-limited routing: each token's experts on at "
         "most this many nodes (DeepSeek-V3's M = 4, arXiv:2412.19437 Sec. 3.2.2); unset = "
@@ -359,9 +360,11 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
         stated.add("recompute")
     if parallelism.dispatcher is not None:
         stated.add("dispatcher")
-    return recipe_defaults(performance.stack, performance.stack_version, None, geometry,
-                           device_name, performance.precision, geometry.is_moe,
-                           frozenset(stated), notes)
+    # The release is the job's software text too, so an entry that tells a release from its
+    # point releases (software_pattern '26\.06(?!\.0[1-9])') reads it as a record's would.
+    return recipe_defaults(performance.stack, performance.stack_version,
+                           performance.stack_version, geometry, device_name,
+                           performance.precision, geometry.is_moe, frozenset(stated), notes)
 
 
 def job_from_document(document: dict[str, Any], where: str,

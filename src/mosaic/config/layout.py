@@ -129,6 +129,17 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
     return given
 
 
+def grid_recipe_defaults(stack: str, release_text: str, device_name: str, precision: str,
+                         names: tuple[str, ...]) -> tuple[str | None, dict[str, Any]]:
+    """(dispatcher or None, the settings among ``names``) the stack's recipes of a release
+    set for every MoE model on this GPU and precision: what a plan grid, which has no one
+    geometry, takes (:func:`recipe_defaults` with no model)."""
+    settings = recipe_defaults(stack, release_text, None, None, device_name, precision, True,
+                               frozenset(), [])
+    return (settings.pop("dispatcher", None),
+            {name: settings[name] for name in names if name in settings})
+
+
 def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> int:
     if value is not None:
         return value

@@ -198,6 +198,19 @@ class Recipe:
                 and (self.generations is None or query.generation in self.generations)
                 and (self.precisions is None or query.precision in self.precisions))
 
+    def may_match(self, release: tuple[int, int] | None, device_name: str | None,
+                  precision: str | None) -> bool:
+        """Whether some run of this release, catalog device and precision can match (None:
+        any value); the model and software are left open (``mosaic stacks show`` filters)."""
+        in_release = release is None or self.since is None or (
+            self.since <= release and (self.until is None or release <= self.until))
+        on_device = device_name is None or (
+            (self.gpus is None or device_name in self.gpus)
+            and (self.generations is None or gpu_generation(device_name) in self.generations))
+        return (in_release and on_device
+                and (precision is None or self.precisions is None
+                     or precision in self.precisions))
+
 
 def _recipe(entry: _Entry) -> Recipe:
     model = entry.model
@@ -300,8 +313,7 @@ def _overlap(first: Recipe, second: Recipe, first_gpus: frozenset[str] | None,
     early_end = min((r.until for r in (first, second) if r.until is not None),
                     default=late_start)
     patterns = {r.software_pattern.pattern for r in (first, second) if r.software_pattern}
-    return (first.stack == second.stack and (first.model is None) == (second.model is None)
-            and len(patterns) < 2
+    return (first.stack == second.stack and len(patterns) < 2
             and first.model == second.model and late_start <= early_end
             and (first.moe is None or second.moe is None or first.moe == second.moe)
             and meet(first_gpus, second_gpus)

@@ -159,8 +159,8 @@ class RunRecordEntry(_Strict):
         "ChunkedCELoss); null = 1")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
-        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p); "
-        "null = 1")
+        "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p), "
+        "or recomputed under full (Megatron-Core recompute_method block, k of L); null = 1")
     measured: MeasuredEntry
     flops_convention: str = Field(min_length=1)
     confidence: Literal["high", "medium", "low"]
@@ -446,8 +446,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         precision=precision,
         fp8_recipe=fp8_recipe,
         stack=stack,
-        routing=(recipe.pop("routing", None) if entry.routing in (None, "unknown")
-                 and "routing" in recipe else entry.routing or "dropless"),
+        # a stated routing keeps the recipe's out (_stated_settings)
+        routing=recipe.pop("routing", entry.routing or "dropless"),
         dispatcher=dispatcher_for(entry.parallelism.dispatcher or recipe_dispatcher,
                                   stack, system.device.name, geometry.moe is not None, notes),
         ep_overlap=entry.parallelism.ep_overlap,

@@ -47,6 +47,7 @@ from mosaic.perf.schedule import (
     Stage,
     fsdp_gathered_through_step,
     in_flight_microbatches,
+    lm_head_stage,
     middle_stage_can_be_heaviest,
     mirror_in_flight_microbatches,
     n_microbatches,
@@ -821,7 +822,7 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     working set while it is recomputed; on the last stage plus the final-norm and LM-head
     inputs of the micro-batch in its backward. Under DualPipe the rank also holds its
     mirror stage's in-flight chunks (:func:`~mosaic.perf.schedule.dualpipe_in_flight`) and,
-    on the rank of both ends, the LM head's inputs (:func:`_lm_head_stage`).
+    on the rank of both ends, the LM head's inputs (:func:`~mosaic.perf.schedule.lm_head_stage`).
     """
     per_microbatch, working_set, blocks = _stage_blocks_activations(workload, plans, stage)
     if uses_dualpipe(workload):
@@ -842,7 +843,7 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     # block is recomputed: the loss and LM-head backward finish first, then the last block's
     # forward is rerun. The two peaks never coexist, so the recompute set counts only its
     # excess over the loss's.
-    head_stage = _lm_head_stage(workload, stage)
+    head_stage = lm_head_stage(workload, stage)
     lm_head = _holds_lm_head(plans, head_stage)
     recompute = np.where(lm_head, np.maximum(
         recompute - logits_bytes(workload, plans, head_stage), 0.0), recompute)
@@ -852,13 +853,6 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     mirror_in_flight = mirror_in_flight_microbatches(workload, plans, stage)
     return ((in_flight * per_microbatch + mirror_in_flight * per_microbatch_mirror) * resident
             + recompute + head_inputs)
-
-
-def _lm_head_stage(workload: Workload, stage: Stage) -> Stage:
-    """The stage whose LM head (and logits) the rank of ``stage`` holds: under DualPipe the
-    first rank also runs the last stage (report Sec. 3.2.3: the embedding and the output
-    head on one PP rank), so ``first`` reads as ``last``; else the stage itself."""
-    return "last" if uses_dualpipe(workload) and stage == "first" else stage
 
 
 def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: Stage
@@ -1079,7 +1073,7 @@ def _stage_terms(workload: Workload, plans: ParallelPlans, stage: Stage
     params = rank_parameters(workload, plans, stage)
     states = parameter_state_bytes.per_key(workload, plans, stage)
     activations, activations_inverse = stage_activation_bytes.per_key(workload, plans, stage)
-    logits, logits_inverse = logits_bytes.per_key(workload, plans, _lm_head_stage(workload, stage))
+    logits, logits_inverse = logits_bytes.per_key(workload, plans, lm_head_stage(workload, stage))
     buffers, buffers_inverse = communication_buffer_bytes.per_key(workload, plans, params,
                                                                   stage)
     return [states, ({"activations": activations}, activations_inverse),

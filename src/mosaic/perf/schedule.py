@@ -60,6 +60,13 @@ def vocab_ends_share_a_rank(workload: Workload) -> bool:
     return uses_dualpipe(workload)
 
 
+def lm_head_stage(workload: Workload, stage: Stage) -> Stage:
+    """The stage whose LM head (and logits) the rank of ``stage`` holds: under DualPipe the
+    first rank also runs the last stage (report Sec. 3.2.3: the embedding and the output
+    head on one PP rank), so ``first`` reads as ``last``; else the stage itself."""
+    return "last" if uses_dualpipe(workload) and stage == "first" else stage
+
+
 def pp_transfers_overlap_compute(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Per plan, whether each pipeline transfer runs behind compute, only its excess over
     one chunk's forward exposed: Megatron-Core's overlap_p2p_comm with the interleaved
@@ -118,11 +125,11 @@ def in_flight_microbatches(workload: Workload, plans: ParallelPlans, stage: Stag
     DualPipe: the micro-batches of the rank's own stage (:func:`dualpipe_in_flight`; the
     mirror stage's are :func:`mirror_in_flight_microbatches`).
     """
+    if uses_dualpipe(workload):
+        return dualpipe_in_flight(workload, plans, stage)[0]
     pp, vpp = plans.pp, plans.vpp
     rank = stage_rank(plans, stage)
     plain = pp - rank
-    if uses_dualpipe(workload):
-        return dualpipe_in_flight(workload, plans, stage)[0]
     interleaved = (2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
     in_flight = np.where(vpp > 1, interleaved, plain).astype(float)
     return np.minimum(in_flight, n_microbatches(workload, plans))

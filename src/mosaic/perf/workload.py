@@ -200,9 +200,11 @@ class Workload:
             dropless MoE model a static per-EP-rank token budget
             (--moe-expert-rank-capacity-factor with HybridEP and paged stash, the only way
             MoE capture works) leaves no host synchronisation in the MoE layers.
-        optimizer_dtype: fp32 (fp32 master weights and moments, the default) or bf16 (the
+        optimizer_dtype: fp32 (fp32 master weights and moments, the default), bf16 (the
             optimizer steps the bf16 parameters in place with bf16 moments; NeMo AutoModel's
-            benchmark recipes, NeMo 1.0's distributed_fused_adam with dtype bf16).
+            benchmark recipes, NeMo 1.0's distributed_fused_adam with dtype bf16) or
+            bf16_moments (fp32 master weights and gradients, the moments in bf16; DeepSeek-V3
+            report Sec. 3.3.3).
         fsdp_keep_gathered: fully sharded units stay gathered from their first forward to
             their last backward of the step and gradients accumulate unsharded until the last
             micro-batch, also without PP (NeMo AutoModel's MoE parallelizer with
@@ -252,8 +254,6 @@ class Workload:
             network at most that many times (DeepSeek-V3's M = 4, report arXiv:2412.19437
             Sec. 3.2.2 and 4.2; :func:`~mosaic.perf.collectives.
             node_deduplicated_dispatch_time_s`); None = unrestricted.
-        optimizer_dtype ``bf16_moments``: fp32 master weights and gradients with the
-            moments in bf16 (DeepSeek-V3 report Sec. 3.3.3).
         fp8_glu_inputs: the routed experts' SwiGLU inputs (the gate and up GEMM outputs)
             are saved for the backward in FP8 with a block scale, 1 B per element instead of
             2 (DeepSeek-V3 report Sec. 3.3.3 "Low-Precision Activation" (2); memory only).
@@ -427,9 +427,9 @@ class Workload:
         ``--recompute-method block --recompute-num-layers k`` recomputes the first k blocks
         of each pipeline stage whole and keeps the rest's activations (megatron/core/
         transformer/transformer_block.py ``_checkpointed_forward``; NeMo 2's performance
-        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md)."""
-        fraction = self.recompute_block_fraction
-        return 1.0 if fraction is None else float(fraction)
+        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md); the same
+        setting as :attr:`checkpointed_block_fraction` reads under SELECTIVE."""
+        return self.checkpointed_block_fraction
 
     @property
     def loss_implementation(self) -> CrossEntropy:
