@@ -358,8 +358,8 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
               if name in RecipeSettings.model_fields}
     if "checkpointing" in performance.model_fields_set:
         stated.add("recompute")
-    if parallelism.dispatcher is not None:
-        stated.add("dispatcher")
+    if performance.routing == "unknown":  # as in a run record: unknown is not a statement
+        stated.discard("routing")
     # The release is the job's software text too, so an entry that tells a release from its
     # point releases (software_pattern '26\.06(?!\.0[1-9])') reads it as a record's would.
     return recipe_defaults(performance.stack, performance.stack_version,
