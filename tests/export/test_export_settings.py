@@ -72,8 +72,8 @@ def hai_record(tmp_path: Path) -> Path:
 def bridge_record(tmp_path: Path) -> Path:
     """DeepSeek-V3 on B200 with the NeMo 25.11 Megatron-Bridge perf scripts: the recipe sets
     selective recompute of mla_up_proj, bf16 gradient reduction and the TE loss."""
-    return _record(tmp_path, "bridge", software="NeMo 25.11 container / Megatron-Bridge + Megatron-Core",
-                   gpu="B200",
+    return _record(tmp_path, "bridge",
+                   software="NeMo 25.11 container / Megatron-Bridge + Megatron-Core", gpu="B200",
                    num_gpus=256, parallelism={"tp": 1, "pp": 16, "vpp": 1, "cp": 1, "ep": 16,
                                               "etp": 1, "dp": 16, "sequence_parallel": False,
                                               "sharding": "zero1"},
