@@ -57,7 +57,8 @@ def megatron_parser() -> argparse.ArgumentParser:
             "context-parallel-size", "expert-model-parallel-size",
             "expert-tensor-parallel-size", "num-virtual-stages-per-pipeline-rank",
             "micro-batch-size", "global-batch-size", "recompute-num-layers",
-            "num-distributed-optimizer-instances"]
+            "num-distributed-optimizer-instances", "cpu-offloading-num-layers",
+            "moe-router-num-groups", "moe-router-group-topk"]
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
@@ -77,16 +78,29 @@ def megatron_parser() -> argparse.ArgumentParser:
                # TransformerConfig Literal fields (ArgumentGroupFactory flags)
                "moe-dispatch-fwd-dtype": ["bf16", "mxfp8"],
                "moe-combine-bwd-dtype": ["bf16", "mxfp8"],
-               "cuda-graph-impl": ["none", "local", "transformer_engine", "full_iteration"]}
+               "cuda-graph-impl": ["none", "local", "transformer_engine", "full_iteration"],
+               "cross-entropy-fusion-impl": ["native", "te"],
+               "attention-backend": ["flash", "fused", "unfused", "local", "auto"],
+               # arguments.py _add_distributed_args (precision-aware optimizer)
+               "exp-avg-dtype": ["fp32", "fp16", "bf16", "fp8"],
+               "exp-avg-sq-dtype": ["fp32", "fp16", "bf16", "fp8"]}
     for name, allowed in choices.items():
         p.add_argument(f"--{name}", choices=allowed)
     p.add_argument("--moe-layer-freq", type=lambda s: int(s) if s.isdigit() else eval(s))
+    # TransformerConfig.recompute_modules: Optional[List[str]] -> nargs '+' (argument_utils.py)
+    p.add_argument("--recompute-modules", nargs="+",
+                   choices=["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                            "shared_experts"])
     for name in ["group-query-attention", "swiglu", "untie-embeddings-and-output-weights",
                  "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm",
                  "moe-shared-expert-gate", "multi-latent-attention", "sequence-parallel",
                  "use-distributed-optimizer", "use-megatron-fsdp", "bf16", "fp16",
                  "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "tp-comm-overlap",
-                 "fp8-param-gather", "moe-pad-expert-input-to-capacity"]:
+                 "fp8-param-gather", "moe-pad-expert-input-to-capacity",
+                 "overlap-grad-reduce", "overlap-param-gather", "grad-reduce-in-bf16",
+                 "cross-entropy-loss-fusion", "use-precision-aware-optimizer",
+                 "account-for-embedding-in-pipeline-split",
+                 "account-for-loss-in-pipeline-split"]:
         p.add_argument(f"--{name}", action="store_true")
     p.add_argument("--no-check-for-nan-in-loss-and-grad", dest="check_for_nan_in_loss_and_grad",
                    action="store_false")

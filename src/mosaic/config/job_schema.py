@@ -106,8 +106,11 @@ class PerformanceBlock(_Strict):
         "unstated (docs/stacks.md); None = none")
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
-    uneven_stages: bool = Field(
-        default=False, description="allow pp·vpp that does not divide the layers")
+    uneven_stages: bool | Literal["unstated"] = Field(
+        default=False, description="allow pp·vpp that does not divide the layers: true = "
+        "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last; unstated = the "
+        "split is not known and the first and last stages are costed with full chunks, as a "
+        "run record's uneven layout is (what `mosaic export --to yaml` writes for one)")
     # The run-record fields of the same name (docs/run_records.md, docs/memory.md):
     routing: Routing = Field(
         default="dropless", description="MoE routing regime")
@@ -226,6 +229,9 @@ class JobSpec:
     tables: MeasuredTables = field(default_factory=MeasuredTables)
     assumptions: tuple[str, ...] = ()
     recorded_layout: bool = False
+    # performance.uneven_stages 'unstated': pp·vpp need not divide the layers, split as a
+    # run record's (the workload's uneven_pipeline_stages stays False)
+    unstated_stage_split: bool = False
     measured_step_time_s: float | None = None  # a run record's measured step; None for a job
 
 
@@ -426,7 +432,7 @@ def job_from_document(document: dict[str, Any], where: str,
         recompute_block_fraction=performance.recompute_block_fraction,
         max_nodes_per_token=performance.max_nodes_per_token,
         fp8_glu_inputs=performance.fp8_glu_inputs,
-        uneven_pipeline_stages=performance.uneven_stages,
+        uneven_pipeline_stages=performance.uneven_stages is True,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
         dispatch_fp8=parallelism.dispatch_fp8,
@@ -476,6 +482,7 @@ def job_from_document(document: dict[str, Any], where: str,
         usable_memory_fraction=headroom.usable_fraction,
         tables=_measured_tables(hardware, Path(where).parent),
         assumptions=tuple(notes),
+        unstated_stage_split=performance.uneven_stages == "unstated",
     )
 
 
@@ -509,9 +516,11 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     if workload.fsdp_gather is not None:
         performance["fsdp_gather"] = str(workload.fsdp_gather)
     chunks = int(row["pp"]) * int(row["vpp"])
-    if workload.uneven_pipeline_stages or (spec.recorded_layout
-                                           and workload.geometry.layers % chunks):
-        performance["uneven_stages"] = True  # a job file's way to run a recorded uneven split
+    if workload.uneven_pipeline_stages:
+        performance["uneven_stages"] = True
+    elif ((spec.recorded_layout or spec.unstated_stage_split)
+          and workload.geometry.layers % chunks):
+        performance["uneven_stages"] = "unstated"  # a recorded uneven split, read as recorded
     if workload.routing != "dropless":
         performance["routing"] = workload.routing
     if workload.pad_to_capacity:
@@ -551,7 +560,10 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes
-    if spec.usable_memory_fraction != 1.0:
+    default_fraction = memory_headroom(None, workload.stack).usable_fraction
+    if spec.usable_memory_fraction != 1.0 or default_fraction != 1.0:
+        # also 1.0 where the loader's default differs (a run record is predicted against
+        # the whole device)
         hardware["usable_memory_fraction"] = spec.usable_memory_fraction
     return {
         "model": model_document(workload.geometry),

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind
-from mosaic.export.spec import ExportSpec
+from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic checkpointing -> MaxText remat_policy (base.yml lists them fastest to slowest).
@@ -156,6 +156,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if spec.pp > 1:
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
                      "num_layers_per_pipeline_stage": max(1, g.layers // (spec.pp * spec.vpp))}
+    unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
 
 

@@ -11,7 +11,7 @@ d98e8a6 (2026-08-22).
 from __future__ import annotations
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.spec import ExportSpec
+from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic FP8 recipe -> (--fp8-recipe, --fp8-format). Recipe names: TransformerConfig.fp8_recipe
@@ -21,6 +21,11 @@ from mosaic.export.targets import ExportResult, header_lines
 # Format: 'hybrid' (E4M3 forward, E5M2 gradients) as Megatron-Bridge's recipes set it, and
 # 'e4m3' for MXFP8 as its bf16_with_mxfp8_mixed does (src/megatron/bridge/training/
 # mixed_precision.py @ 067f987; TE MXFP8BlockScaling's default format is E4M3).
+# mosaic attention_kernel -> --attention-backend (AttnBackend flash/fused/unfused/local/auto,
+# megatron/core/transformer/enums.py @ d98e8a6): fused = Transformer Engine's cuDNN fused
+# attention, flash = FlashAttention, unfused = the materialised softmax(QK^T)V path.
+ATTENTION_BACKEND = {"cudnn": "fused", "fa2": "flash", "fa3": "flash", "reference": "unfused"}
+
 FP8_RECIPE_ARGS = {"delayed": ("delayed", "hybrid"), "current": ("tensorwise", "hybrid"),
                    "blockwise": ("blockwise", "hybrid"), "mxfp8": ("mxfp8", "e4m3")}
 
@@ -106,6 +111,18 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         else:  # DeepEP / HybridEP run through the flex dispatcher
             args += [("--moe-token-dispatcher-type", "flex"),
                      ("--moe-flex-dispatcher-backend", spec.dispatcher)]
+        if spec.max_nodes_per_token is not None:
+            # TransformerConfig.moe_router_num_groups / moe_router_group_topk: node-limited
+            # routing with one group per node of the EP group (DeepSeek-V3's M)
+            groups, reason = spec.node_limited_groups()
+            if reason is None:
+                args += [("--moe-router-num-groups", str(groups)),
+                         ("--moe-router-group-topk", str(spec.max_nodes_per_token))]
+            else:
+                unsupported.append(f"max_nodes_per_token {spec.max_nodes_per_token} "
+                                   f"(node-limited routing): {reason}; set "
+                                   "--moe-router-num-groups (nodes in the EP group) and "
+                                   "--moe-router-group-topk by hand")
         if spec.ep_overlap:  # batch-level EP overlap needs the delayed weight gradients
             args += [("--overlap-moe-expert-parallel-comm", None),
                      ("--delay-wgrad-compute", None)]
@@ -121,6 +138,11 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
              ("--expert-tensor-parallel-size", str(spec.etp))]
     if spec.vpp > 1:
         args.append(("--num-virtual-stages-per-pipeline-rank", str(spec.vpp)))
+    if spec.vocab_in_pipeline_split:  # TransformerConfig account_for_*_in_pipeline_split
+        args += [("--account-for-embedding-in-pipeline-split", None),
+                 ("--account-for-loss-in-pipeline-split", None)]
+    if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
+        unsupported.append(dualpipe_note(spec, "Megatron-LM"))
     if spec.uneven_stages:
         unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
@@ -136,8 +158,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                  ("--no-check-for-nan-in-loss-and-grad", None)]
         if g.moe:
             unsupported.append("full-iteration CUDA graph of an MoE model: also set "
-                               "--moe-flex-dispatcher-backend hybridep, "
-                               "--moe-expert-rank-capacity-factor and paged stash by hand")
+                               + ("" if spec.dispatcher == "hybridep" else
+                                  "--moe-token-dispatcher-type flex "
+                                  "--moe-flex-dispatcher-backend hybridep, ")
+                               + "--moe-expert-rank-capacity-factor and paged stash by hand")
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
     elif spec.sharding in ("zero2", "fsdp", "hsdp"):
@@ -147,13 +171,35 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         if spec.sharding == "hsdp":
             args += [("--num-distributed-optimizer-instances", str(spec.hsdp_replicas)),
                      ("--outer-dp-sharding-strategy", "no_shard")]
+    if spec.dp_comm_overlap:  # mosaic's default; both flags default off in Megatron-LM
+        args.append(("--overlap-grad-reduce", None))
+        if spec.sharding != "none":  # validate_args: needs the distributed optimizer
+            args.append(("--overlap-param-gather", None))
+    if not spec.grad_reduce_in_fp32:  # arguments.py _add_mixed_precision_args
+        args.append(("--grad-reduce-in-bf16", None))
     args += [("--micro-batch-size", str(spec.micro_seqs)),
              ("--global-batch-size", str(spec.global_seqs))]
-    if spec.checkpointing == "full":
-        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                 ("--recompute-num-layers", "1")]
-    elif spec.checkpointing == "selective":
-        args.append(("--recompute-granularity", "selective"))
+    args += recompute_arguments(spec, unsupported)
+    if spec.offloaded_activation_layers:  # ModelParallelConfig.cpu_offloading_num_layers
+        args.append(("--cpu-offloading-num-layers", str(spec.offloaded_activation_layers)))
+    if spec.cross_entropy == "fused":  # ModelParallelConfig.cross_entropy_loss_fusion, native
+        args += [("--cross-entropy-loss-fusion", None),
+                 ("--cross-entropy-fusion-impl", "native")]
+    elif spec.cross_entropy == "te":
+        unsupported.append("cross_entropy te (Transformer Engine's parallel cross entropy): "
+                           "Megatron-LM's validate_args refuses --cross-entropy-loss-fusion "
+                           "with --cross-entropy-fusion-impl te ('disabled due to stability "
+                           "issues', arguments.py @ d98e8a6); Megatron-Bridge still sets it")
+    elif spec.cross_entropy is not None:
+        unsupported.append(f"cross_entropy {spec.cross_entropy}: Megatron-LM offers its "
+                           "unfused vocab-parallel loss or --cross-entropy-loss-fusion")
+    if spec.attention_kernel is not None:
+        backend = ATTENTION_BACKEND.get(spec.attention_kernel)
+        if backend is None:
+            unsupported.append(f"attention_kernel {spec.attention_kernel}: no "
+                               "--attention-backend runs it (flash, fused, unfused, local)")
+        else:
+            args.append(("--attention-backend", backend))
     if spec.precision in ("bf16", "fp8"):
         args.append(("--bf16", None))
     elif spec.precision == "fp16":
@@ -168,7 +214,60 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                                    "Megatron FSDP; sharding none has neither")
     optimizer = {"adam": "adam", "adamw": "adam", "muon": "muon", "sgd": "sgd"}
     args.append(("--optimizer", optimizer.get(spec.optimizer, "adam")))
+    if spec.optimizer_dtype == "bf16_moments":
+        # fp32 master weights and gradients, bf16 moments: the precision-aware optimizer's
+        # --exp-avg-dtype / --exp-avg-sq-dtype (arguments.py _add_distributed_args)
+        args += [("--use-precision-aware-optimizer", None), ("--exp-avg-dtype", "bf16"),
+                 ("--exp-avg-sq-dtype", "bf16")]
+    elif spec.optimizer_dtype == "bf16":
+        unsupported.append("optimizer_dtype bf16 (no fp32 master weights, bf16 moments): "
+                           "Megatron-LM's --main-params-dtype takes fp32 or fp16 only")
+    if spec.fp8_glu_inputs:
+        unsupported.append("fp8_glu_inputs (the routed experts' SwiGLU inputs saved in FP8, "
+                           "arXiv:2412.19437 Sec. 3.3.3): no Megatron-LM option")
+    handled = {"recompute_modules", "recompute_block_fraction", "cross_entropy",
+               "grad_reduce_in_fp32", "offloaded_activation_layers", "optimizer_dtype",
+               "dp_comm_overlap", "max_nodes_per_token", "fp8_glu_inputs",
+               "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8", "tp_comm_overlap",
+               "full_iteration_cuda_graph", "pipeline_schedule", "attention_kernel"}
+    unsupported += unexpressed(spec, handled, "Megatron-LM")
     return args, unsupported
+
+
+def dualpipe_note(spec: ExportSpec, target: str) -> str:
+    """The NOT EXPRESSED line for DeepSeek's DualPipe schedule (a stack trait)."""
+    return ("DualPipe pipeline schedule (stack " + spec.stack + "; arXiv:2412.19437 Sec. 3.2.1, "
+            f"bubble (pp/2-1) slots): {target} runs 1F1B (interleaved with vpp > 1), a larger "
+            "bubble" + ("; the EP all-to-all overlap is written as batch-level EP overlap"
+                        if spec.ep_overlap else ""))
+
+
+def recompute_arguments(spec: ExportSpec, unsupported: list[str]
+                        ) -> list[tuple[str, str | None]]:
+    """--recompute-granularity and its method, layers and modules (TransformerConfig
+    recompute_granularity / recompute_method / recompute_num_layers / recompute_modules)."""
+    if spec.checkpointing == "full":
+        share = spec.recompute_blocks_per_chunk
+        if share is None:
+            return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                    ("--recompute-num-layers", "1")]
+        blocks, exact = share
+        if not exact:
+            unsupported.append(f"recompute_block_fraction {spec.recompute_block_fraction:g} "
+                               "is not a whole number of blocks per pipeline chunk: "
+                               f"--recompute-num-layers {blocks} written")
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", str(blocks))]
+    if spec.checkpointing != "selective":
+        return []
+    args: list[tuple[str, str | None]] = [("--recompute-granularity", "selective")]
+    if spec.recompute_modules is not None:  # None = Megatron's default, core_attn
+        args.append(("--recompute-modules", " ".join(spec.recompute_modules)))
+    if spec.recompute_block_fraction is not None:
+        unsupported.append(f"recompute_block_fraction {spec.recompute_block_fraction:g} under "
+                           "selective recompute (fms-fsdp's block-level checkpointing): "
+                           "Megatron's selective recompute is per module")
+    return args
 
 
 def render(spec: ExportSpec) -> ExportResult:
@@ -178,7 +277,10 @@ def render(spec: ExportSpec) -> ExportResult:
     lines.append("# Megatron derives dp from the world size: launch on exactly "
                  f"{spec.n_devices} GPUs")
     for flag, value in args:
-        lines.append(flag if value is None else f"{flag} {_quote(value)}")
+        if flag == "--recompute-modules":  # nargs='+': one word per module
+            lines.append(f"{flag} {value}")
+        else:
+            lines.append(flag if value is None else f"{flag} {_quote(value)}")
     return ExportResult("megatron", "\n".join(lines) + "\n", ".args", unsupported)
 
 

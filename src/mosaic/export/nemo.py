@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.spec import ExportSpec
+from mosaic.export.megatron import ATTENTION_BACKEND, dualpipe_note
+from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None}
@@ -34,6 +35,12 @@ FP8_MIXED_PRECISION = {"delayed": ("bf16_with_fp8_delayed_scaling_mixed", True),
 def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
     """The registered mixed-precision recipe name for the job's precision and FP8 recipe;
     what the name cannot carry is added to ``unsupported``."""
+    if not spec.grad_reduce_in_fp32 and spec.precision != "fp16":
+        # every bf16 recipe sets MixedPrecisionConfig.grad_reduce_in_fp32 True, and setup()
+        # copies it over ddp.grad_reduce_in_fp32 (mixed_precision.py @ 067f987)
+        unsupported.append("grad_reduce_in_fp32 false (bf16 gradient reduction): the recipe "
+                           "sets mixed_precision.grad_reduce_in_fp32 true; set it false in the "
+                           "recipe script (a recipe name carries no field overrides)")
     if spec.precision != "fp8":
         return MIXED_PRECISION.get(spec.precision, "bf16_mixed")
     name, gathers = FP8_MIXED_PRECISION[spec.fp8_recipe]
@@ -90,6 +97,17 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                       "alltoall" if spec.dispatcher == "alltoall" else "flex"}
         if spec.dispatcher != "alltoall":
             model["moe_flex_dispatcher_backend"] = spec.dispatcher
+        if spec.max_nodes_per_token is not None:  # node-limited routing, as for Megatron
+            groups, reason = spec.node_limited_groups()
+            if reason is None:
+                model |= {"moe_router_num_groups": groups,
+                          "moe_router_group_topk": spec.max_nodes_per_token}
+            else:
+                unsupported.append(f"max_nodes_per_token {spec.max_nodes_per_token} "
+                                   f"(node-limited routing): {reason}; set "
+                                   "moe_router_num_groups and moe_router_group_topk by hand")
+        if spec.dispatch_fp8:  # TransformerConfig moe_dispatch_fwd_dtype / moe_combine_bwd_dtype
+            model |= {"moe_dispatch_fwd_dtype": "mxfp8", "moe_combine_bwd_dtype": "mxfp8"}
         if spec.capacity_factor is not None:  # None (absent) = dropless
             model["moe_expert_capacity_factor"] = spec.capacity_factor
             if spec.pad_to_capacity:
@@ -110,9 +128,44 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "sequence_parallel": bool(spec.sequence_parallel and spec.tp > 1),
         "recompute_granularity": None if spec.checkpointing == "none" else spec.checkpointing,
     }
-    if spec.checkpointing == "full":
-        model |= {"recompute_method": "uniform", "recompute_num_layers": 1}
-    ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none"}
+    model |= recompute_fields(spec, unsupported)
+    if spec.vocab_in_pipeline_split:
+        model |= {"account_for_embedding_in_pipeline_split": True,
+                  "account_for_loss_in_pipeline_split": True}
+    if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
+        unsupported.append(dualpipe_note(spec, "Megatron-Bridge"))
+    if spec.offloaded_activation_layers:  # ModelParallelConfig cpu_offloading(_num_layers)
+        model |= {"cpu_offloading": True,
+                  "cpu_offloading_num_layers": spec.offloaded_activation_layers}
+    if spec.cross_entropy in ("fused", "te"):  # ModelParallelConfig cross_entropy_* fields
+        model |= {"cross_entropy_loss_fusion": True,
+                  "cross_entropy_fusion_impl": "native" if spec.cross_entropy == "fused"
+                  else "te"}
+    elif spec.cross_entropy is not None:
+        unsupported.append(f"cross_entropy {spec.cross_entropy}: Megatron-Core offers its "
+                           "unfused loss or the fused native / te ones")
+    if spec.attention_kernel is not None:
+        backend = ATTENTION_BACKEND.get(spec.attention_kernel)
+        if backend is None:
+            unsupported.append(f"attention_kernel {spec.attention_kernel}: no "
+                               "attention_backend runs it (flash, fused, unfused, local)")
+        else:
+            model["attention_backend"] = backend
+    if spec.full_iteration_cuda_graph:
+        # utils/cuda_graph.py is_full_iteration_cuda_graph; config.py asserts the NaN check
+        # (rerun_state_machine.check_for_nan_in_loss) is off with it
+        model["cuda_graph_impl"] = "full_iteration"
+        if g.moe:
+            unsupported.append("full-iteration CUDA graph of an MoE model: also set "
+                               + ("" if spec.dispatcher == "hybridep" else
+                                  "moe_token_dispatcher_type flex with "
+                                  "moe_flex_dispatcher_backend hybridep, ")
+                               + "moe_expert_rank_capacity_factor and paged stash by hand")
+    ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none",
+                           # DistributedDataParallelConfig; mosaic's default is overlapped
+                           "overlap_grad_reduce": spec.dp_comm_overlap,
+                           "overlap_param_gather": spec.dp_comm_overlap
+                           and spec.sharding != "none"}
     if spec.sharding in ("zero2", "fsdp", "hsdp"):
         ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
                 "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
@@ -126,9 +179,55 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
         "mixed_precision": mixed_precision(spec, unsupported),
     }
+    if spec.full_iteration_cuda_graph:
+        document["rerun_state_machine"] = {"check_for_nan_in_loss": False}
+    # CommOverlapConfig (training/comm_overlap.py @ 067f987), copied onto the model config:
+    # the TP userbuffer overlap and the batch-level EP overlap with delayed weight gradients
+    comm_overlap: dict[str, Any] = {}
+    if spec.tp_comm_overlap and spec.sequence_parallel and spec.tp > 1:
+        comm_overlap["tp_comm_overlap"] = True
+    if spec.ep_overlap:
+        comm_overlap |= {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True}
+    if comm_overlap:
+        document["comm_overlap"] = comm_overlap
     if spec.optimizer == "muon":
         unsupported.append("Muon: pick a Megatron-Bridge optimizer config by hand")
+    if spec.optimizer_dtype == "bf16_moments":
+        # megatron.core.optimizer.OptimizerConfig use_precision_aware_optimizer and
+        # exp_avg_dtype / exp_avg_sq_dtype (torch dtypes, not YAML scalars)
+        unsupported.append("optimizer_dtype bf16_moments: set optimizer."
+                           "use_precision_aware_optimizer true and exp_avg_dtype / "
+                           "exp_avg_sq_dtype torch.bfloat16 in the recipe script (torch dtypes "
+                           "do not merge from YAML)")
+    elif spec.optimizer_dtype == "bf16":
+        unsupported.append("optimizer_dtype bf16 (no fp32 master weights): Megatron-Core's "
+                           "optimizer keeps fp32 or fp16 main parameters")
+    if spec.fp8_glu_inputs:
+        unsupported.append("fp8_glu_inputs (the routed experts' SwiGLU inputs saved in FP8, "
+                           "arXiv:2412.19437 Sec. 3.3.3): no Megatron-Core field")
+    handled = {"recompute_modules", "recompute_block_fraction", "cross_entropy",
+               "grad_reduce_in_fp32", "offloaded_activation_layers", "optimizer_dtype",
+               "dp_comm_overlap", "max_nodes_per_token", "fp8_glu_inputs",
+               "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8",
+               "full_iteration_cuda_graph", "pipeline_schedule", "attention_kernel"}
+    if spec.tp_comm_overlap and spec.sequence_parallel and spec.tp > 1:
+        handled.add("tp_comm_overlap")
+    unsupported += unexpressed(spec, handled, "Megatron-Bridge")
     return document, unsupported
+
+
+def recompute_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
+    """recompute_method / recompute_num_layers / recompute_modules, as Megatron's flags."""
+    from mosaic.export.megatron import recompute_arguments
+
+    fields: dict[str, Any] = {}
+    for flag, value in recompute_arguments(spec, unsupported):
+        name = flag.removeprefix("--").replace("-", "_")
+        if name == "recompute_granularity":
+            continue
+        fields[name] = (value.split() if name == "recompute_modules" else
+                        int(value) if name == "recompute_num_layers" else value)
+    return fields
 
 
 def render(spec: ExportSpec) -> ExportResult:

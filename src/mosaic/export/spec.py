@@ -56,6 +56,29 @@ class ExportSpec:
     fp8_param_gather: bool = False
     routing: str = "dropless"
     pad_to_capacity: bool = False
+    # the workload's other settings (mosaic.perf.workload.Workload, same names and defaults)
+    recompute_modules: tuple[str, ...] | None = None
+    recompute_block_fraction: float | None = None
+    cross_entropy: str | None = None
+    grad_reduce_in_fp32: bool = True
+    offloaded_activation_layers: int = 0
+    optimizer_dtype: str = "fp32"
+    dp_comm_overlap: bool = True
+    max_nodes_per_token: int | None = None
+    fp8_glu_inputs: bool = False
+    expert_gemm: str = "grouped"
+    fsdp_keep_gathered: bool = False
+    loss_chunks: int = 1
+    torch_compile: bool | None = None
+    moe_permute: str | None = None
+    attention_kernel: str | None = None
+    fsdp_gather: str | None = None
+    vocab_in_pipeline_split: bool = False
+    routing_imbalance: float | None = None
+    # the stack's pipeline schedule trait (stacks.yaml pipeline_schedule; 'dualpipe' for
+    # hai-llm) and the GPUs per node of the job's system (None: not known, e.g. a plan)
+    pipeline_schedule: str | None = None
+    gpus_per_node: int | None = None
     assumptions: tuple[str, ...] = ()
     job: dict[str, Any] | None = None
     source: str = ""
@@ -130,6 +153,37 @@ class ExportSpec:
         return lines
 
     @property
+    def recompute_blocks_per_chunk(self) -> tuple[int, bool] | None:
+        """Under full recompute of a share of the blocks (``recompute_block_fraction``):
+        (blocks recomputed per pipeline chunk, whether that count is exact), the count
+        Megatron-Core's ``recompute_method block`` takes as ``recompute_num_layers``
+        (transformer_config.py: 'the number of transformer layers to recompute within each
+        pipeline stage'); None without such a share."""
+        fraction = self.recompute_block_fraction
+        if self.checkpointing != "full" or fraction is None:
+            return None
+        per_chunk = -(-self.geometry.layers // (self.pp * self.vpp))
+        blocks = fraction * per_chunk
+        return round(blocks), abs(blocks - round(blocks)) < 1e-6
+
+    def node_limited_groups(self) -> tuple[int, str | None]:
+        """(expert groups = nodes the EP group spans, a reason it cannot be written) for
+        node-limited routing (Megatron-Core moe_router_num_groups: 'Node-limited routing: set
+        moe_router_num_groups equal to number of nodes in EP group')."""
+        node = self.gpus_per_node
+        moe = self.geometry.moe
+        if node is None or moe is None:
+            return 0, "the GPUs per node are not known"
+        if self.ep <= node or self.ep % node:
+            return 0, f"ep {self.ep} is not a whole number of {node}-GPU nodes"
+        groups = self.ep // node
+        limit = self.max_nodes_per_token or 0
+        if moe.experts % groups or moe.top_k % limit:
+            return 0, (f"{moe.experts} experts in {groups} node groups with top-{moe.top_k} "
+                       f"over {limit} groups do not divide evenly")
+        return groups, None
+
+    @property
     def uneven_stages(self) -> bool:
         """pp·vpp does not divide the layers (the job allowed uneven pipeline stages)."""
         return self.geometry.layers % (self.pp * self.vpp) != 0
@@ -176,8 +230,84 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         stack=str(workload.stack), optimizer=str(workload.optimizer),
         fp8_recipe=str(workload.fp8_recipe), fp8_param_gather=workload.fp8_param_gather,
         routing=str(workload.routing), pad_to_capacity=workload.pad_to_capacity,
+        recompute_modules=workload.recompute_modules,
+        recompute_block_fraction=workload.recompute_block_fraction,
+        cross_entropy=None if workload.cross_entropy is None else str(workload.cross_entropy),
+        grad_reduce_in_fp32=workload.grad_reduce_in_fp32,
+        offloaded_activation_layers=workload.offloaded_activation_layers,
+        optimizer_dtype=str(workload.optimizer_dtype),
+        dp_comm_overlap=workload.dp_comm_overlap,
+        max_nodes_per_token=workload.max_nodes_per_token,
+        fp8_glu_inputs=workload.fp8_glu_inputs, expert_gemm=str(workload.expert_gemm),
+        fsdp_keep_gathered=workload.fsdp_keep_gathered, loss_chunks=workload.loss_chunks,
+        torch_compile=workload.torch_compile,
+        moe_permute=None if workload.moe_permute is None else str(workload.moe_permute),
+        attention_kernel=(None if workload.attention_kernel is None
+                          else str(workload.attention_kernel)),
+        fsdp_gather=None if workload.fsdp_gather is None else str(workload.fsdp_gather),
+        vocab_in_pipeline_split=workload.vocab_in_pipeline_split,
+        routing_imbalance=workload.routing_imbalance,
+        pipeline_schedule=workload.traits.pipeline_schedule,
+        gpus_per_node=_gpus_per_node(job.system_name),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
+
+
+def _gpus_per_node(system_name: str) -> int | None:
+    """GPUs per node of a catalog system; None where the name is not in the catalog."""
+    from mosaic.hardware import get_system
+
+    try:
+        return get_system(system_name).gpus_per_node
+    except MosaicInputError:
+        return None
+
+
+# The workload settings beside layout, batch, precision, dispatcher and routing that the
+# prediction reads, with the value that means "not set" (Workload's defaults): a target
+# writes each one that is set, or lists it as not expressed (:func:`unexpressed`).
+WORKLOAD_SETTINGS: dict[str, object] = {
+    "recompute_modules": None, "recompute_block_fraction": None, "cross_entropy": None,
+    "grad_reduce_in_fp32": True, "offloaded_activation_layers": 0, "optimizer_dtype": "fp32",
+    "dp_comm_overlap": True, "max_nodes_per_token": None, "fp8_glu_inputs": False,
+    "expert_gemm": "grouped", "fsdp_keep_gathered": False, "loss_chunks": 1,
+    "torch_compile": None, "moe_permute": None, "attention_kernel": None,
+    "fsdp_gather": None, "vocab_in_pipeline_split": False, "routing_imbalance": None,
+    "ep_overlap": False, "dispatch_fp8": False, "tp_comm_overlap": False,
+    "full_iteration_cuda_graph": False, "pipeline_schedule": None,
+}
+# Settings that only say how the modelled run behaves, with nothing a launcher sets: a
+# measured router imbalance, the stack's own kernels and code paths
+DESCRIPTIVE = {"routing_imbalance": "a property of the trained router, not a launch setting",
+               "moe_permute": "the stack's MoE token-movement code, not a launch setting",
+               "fsdp_gather": "the stack's FSDP gather granularity, not a launch setting"}
+
+
+def set_settings(spec: ExportSpec) -> dict[str, object]:
+    """The settings of :data:`WORKLOAD_SETTINGS` the spec sets (DualPipe counts as set;
+    1F1B is every target's schedule)."""
+    found = {}
+    for name, unset in WORKLOAD_SETTINGS.items():
+        value = getattr(spec, name)
+        if name == "pipeline_schedule":  # a schedule matters only with pipeline stages
+            unset = value if value in (None, "1f1b") or spec.pp == 1 else None
+        if value != unset and not (name == "recompute_modules" and spec.checkpointing
+                                   != "selective"):
+            found[name] = value
+    return found
+
+
+def unexpressed(spec: ExportSpec, written: set[str], target: str) -> list[str]:
+    """One NOT EXPRESSED line for each set setting the target neither writes (``written``)
+    nor flags itself: what the prediction read that the file does not carry."""
+    lines = []
+    for name, value in set_settings(spec).items():
+        if name in written:
+            continue
+        shown = " ".join(value) if isinstance(value, tuple) else value
+        why = DESCRIPTIVE.get(name, f"{target} has no setting for it")
+        lines.append(f"performance.{name} {shown} (the prediction used it; {why})")
+    return lines
 
 
 def _plan_geometry(optimum: dict[str, Any], source: str) -> Geometry:

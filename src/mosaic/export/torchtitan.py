@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from mosaic.arch.geometry import AttentionKind
-from mosaic.export.spec import ExportSpec
+from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
 
@@ -104,6 +104,19 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                 unsupported.append(f"pp {spec.pp} x vpp {spec.vpp} = {stages} virtual pipeline "
                                    f"stages for {g.layers} transformer blocks: more stages "
                                    "than blocks")
+    written = set()
+    if spec.tp_comm_overlap and spec.tp > 1:  # ParallelismConfig.enable_async_tensor_parallel
+        parallelism["enable_async_tensor_parallel"] = True
+        written.add("tp_comm_overlap")
+        if spec.torch_compile is False:
+            unsupported.append("tp_comm_overlap without torch.compile: torchtitan's async TP "
+                               "is only effective when compile is enabled")
+    if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
+        unsupported.append("DualPipe pipeline schedule (stack " + spec.stack + "; arXiv:"
+                           "2412.19437 Sec. 3.2.1): torchtitan's pipeline_parallel_schedule "
+                           "'DualPipeV' is the cut-in-half variant (2·pp stages, no duplicated "
+                           "parameters), not written; exported as 1F1B")
+        written.add("pipeline_schedule")
     converters, quantize = fp8_converters(spec, unsupported)
     tables: dict[str, dict[str, Any]] = {
         "job": {"description": f"mosaic export of {spec.source}"},
@@ -118,6 +131,10 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "activation_checkpoint": {"mode": spec.checkpointing}
         | ({"selective_ac_option": "op"} if spec.checkpointing == "selective" else {}),
     } | quantize
+    if spec.torch_compile is not None:  # Compile.enable (components model and loss)
+        tables["compile"] = {"enable": spec.torch_compile}
+        written.add("torch_compile")
+    unsupported += unexpressed(spec, written, "torchtitan v0.2.2")
     return tables, unsupported
 
 

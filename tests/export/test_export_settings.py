@@ -1,0 +1,236 @@
+"""`mosaic export` carries every setting the prediction read: recipe settings (recompute
+modules, bf16 gradient reduction, the TE loss), HAI-LLM's (DualPipe, bf16 moments, node-limited
+routing, FP8 SwiGLU inputs), full recompute of a share of the blocks, the EP overlap and the
+full-iteration CUDA graph, each written as the target's code spells it or listed as NOT
+EXPRESSED; and a run record written as a yaml job predicts the same step.
+
+Expected names are read from the targets' code, independently of the exporter:
+Megatron-LM @ d98e8a6 megatron/training/arguments.py (--grad-reduce-in-bf16,
+--overlap-grad-reduce, --overlap-param-gather, --use-precision-aware-optimizer,
+--exp-avg-dtype/--exp-avg-sq-dtype; validate_args refuses --cross-entropy-loss-fusion with
+--cross-entropy-fusion-impl te) and TransformerConfig fields (recompute_modules,
+recompute_method 'block' with recompute_num_layers per pipeline stage, moe_router_num_groups
+= 'number of nodes in EP group' for node-limited routing, moe_router_group_topk);
+Megatron-Bridge @ 067f987 CommOverlapConfig (overlap_moe_expert_parallel_comm,
+delay_wgrad_compute), cuda_graph_impl 'full_iteration' with
+rerun_state_machine.check_for_nan_in_loss False, and bf16_mixed's grad_reduce_in_fp32 True.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mosaic.cli.export_cmd import load_export_spec
+from mosaic.evaluate.job import load_job_spec, predict_job
+from mosaic.export import TARGETS, export
+from mosaic.perf.calibration import load_calibration
+
+from .test_export import parse_megatron
+
+ROOT = Path(__file__).resolve().parents[2]
+APPENDIX_E = ROOT / "examples" / "appendix_e.yaml"
+
+DEEPSEEK_V3 = {
+    "name": "DeepSeek-V3", "layers": 61, "d_model": 7168, "heads": 128, "kv_heads": 128,
+    "ffn": 18432, "activation": "swiglu", "vocab": 129280, "tied_embeddings": False,
+    "attention": "mla", "norm": "rmsnorm", "mtp_layers": 0,
+    "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64, "v_head_dim": 128},
+    "moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1,
+            "shared_expert_ffn": 2048, "dense_layers": 3}}
+
+
+def _record(tmp_path: Path, name: str, **fields: object) -> Path:
+    """A one-run record file; fields override a DeepSeek-V3 run on 2048 GPUs, pp 16 (61
+    layers: an uneven split) and ep 64."""
+    run = {"id": name, "source": "constructed for mosaic's export tests", "software": None,
+           "gpu": "H800-SXM-80GB", "num_gpus": 2048, "gpus_per_node": 8, "scaleup_domain": 8,
+           "model": DEEPSEEK_V3, "precision": "bf16",
+           "parallelism": {"tp": 1, "pp": 16, "vpp": 1, "cp": 1, "ep": 64, "etp": 1,
+                           "dp": 128, "sequence_parallel": False, "sharding": "zero1"},
+           "batch": {"global_seqs": 15360, "micro_seqs": 1, "seq_len": 4096},
+           "recompute": "unknown",
+           "measured": {"step_time_s": 20.0, "tokens_per_s_per_gpu": 1536.0},
+           "flops_convention": "bridge_causal", "confidence": "low"} | fields
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "description": "export tests",
+                                    "runs": [run]}))
+    return path
+
+
+@pytest.fixture
+def hai_record(tmp_path: Path) -> Path:
+    """DeepSeek-V3 as HAI-LLM trains it (FP8 blockwise, report Sec. 3.1 layout)."""
+    return _record(tmp_path, "hai", software="HAI-LLM", precision="fp8-blockwise")
+
+
+@pytest.fixture
+def bridge_record(tmp_path: Path) -> Path:
+    """DeepSeek-V3 on B200 with the NeMo 25.11 Megatron-Bridge perf scripts: the recipe sets
+    selective recompute of mla_up_proj, bf16 gradient reduction and the TE loss."""
+    return _record(tmp_path, "bridge",
+                   software="NeMo 25.11 container / Megatron-Bridge + Megatron-Core", gpu="B200",
+                   num_gpus=256, parallelism={"tp": 1, "pp": 16, "vpp": 1, "cp": 1, "ep": 16,
+                                              "etp": 1, "dp": 16, "sequence_parallel": False,
+                                              "sharding": "zero1"},
+                   batch={"global_seqs": 4096, "micro_seqs": 1, "seq_len": 4096},
+                   measured={"step_time_s": 20.0, "tokens_per_s_per_gpu": 3276.8})
+
+
+def _spec(path: Path, *overrides: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_export_spec(path, list(overrides), None)
+
+
+def _not_expressed(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("# NOT EXPRESSED: ")]
+
+
+def test_recipe_recompute_modules_bf16_reduction_and_te_loss(bridge_record):
+    spec = _spec(bridge_record)
+    assert spec.stack == "megatron-bridge" and spec.recompute_modules == ("mla_up_proj",)
+    assert (spec.grad_reduce_in_fp32, spec.cross_entropy) == (False, "te")
+    megatron = export(spec, "megatron")
+    a = parse_megatron(megatron.text)
+    # not "selective" alone, which Megatron reads as its default ["core_attn"]
+    assert a.recompute_granularity == "selective" and a.recompute_modules == ["mla_up_proj"]
+    assert a.grad_reduce_in_bf16
+    assert not a.cross_entropy_loss_fusion  # validate_args refuses the TE fusion: flagged
+    assert any("cross_entropy te" in line and "validate_args" in line
+               for line in megatron.unsupported)
+    nemo = yaml.safe_load(export(spec, "nemo").text)
+    assert nemo["model"]["recompute_granularity"] == "selective"
+    assert nemo["model"]["recompute_modules"] == ["mla_up_proj"]
+    assert (nemo["model"]["cross_entropy_loss_fusion"],
+            nemo["model"]["cross_entropy_fusion_impl"]) == (True, "te")
+    # bf16_mixed carries grad_reduce_in_fp32 True and overrides ddp: flagged, not lost
+    assert nemo["mixed_precision"] == "bf16_mixed"
+    assert any(line.startswith("# NOT EXPRESSED: grad_reduce_in_fp32 false")
+               for line in _not_expressed(export(spec, "nemo").text))
+    for target in ("torchtitan", "maxtext"):
+        lines = _not_expressed(export(spec, target).text)
+        for setting in ("recompute_modules mla_up_proj", "grad_reduce_in_fp32 False",
+                        "cross_entropy te"):
+            assert any(f"performance.{setting} " in line for line in lines), (target, setting)
+
+
+def test_hai_llm_settings_written_or_flagged(hai_record):
+    spec = _spec(hai_record)
+    assert spec.stack == "hai-llm" and spec.pipeline_schedule == "dualpipe"
+    assert (spec.optimizer_dtype, spec.max_nodes_per_token, spec.fp8_glu_inputs) == \
+        ("bf16_moments", 4, True)
+    megatron = export(spec, "megatron")
+    a = parse_megatron(megatron.text)
+    # ep 64 on 8-GPU nodes: 8 nodes in the EP group, one expert group (32 experts) each;
+    # a token's 8 experts on at most 4 of them
+    assert (a.moe_router_num_groups, a.moe_router_group_topk) == (8, 4)
+    assert a.use_precision_aware_optimizer and (a.exp_avg_dtype, a.exp_avg_sq_dtype) == \
+        ("bf16", "bf16")
+    assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
+    assert a.recompute_modules == ["layernorm", "mla_up_proj", "moe_act"]
+    assert (a.moe_dispatch_fwd_dtype, a.moe_combine_bwd_dtype) == ("mxfp8", "mxfp8")
+    flagged = " | ".join(megatron.unsupported)
+    assert "DualPipe" in flagged and "fp8_glu_inputs" in flagged
+    nemo = export(spec, "nemo")
+    doc = yaml.safe_load(nemo.text)
+    assert (doc["model"]["moe_router_num_groups"], doc["model"]["moe_router_group_topk"]) == \
+        (8, 4)
+    flagged = " | ".join(nemo.unsupported)
+    assert "DualPipe" in flagged and "bf16_moments" in flagged and "fp8_glu_inputs" in flagged
+    for target in ("torchtitan", "maxtext"):
+        text = " | ".join(export(spec, target).unsupported)
+        for setting in ("DualPipe" if target == "torchtitan" else "pipeline_schedule dualpipe",
+                        "optimizer_dtype bf16_moments", "max_nodes_per_token 4",
+                        "fp8_glu_inputs True", "ep_overlap True"):
+            assert setting in text, (target, setting)
+
+
+def test_nemo_writes_ep_overlap_and_the_full_iteration_graph():
+    spec = _spec(APPENDIX_E, "parallelism.ep_overlap=true",
+                 "performance.full_iteration_cuda_graph=true", "parallelism.dispatcher=hybridep")
+    a = parse_megatron(export(spec, "megatron").text)
+    assert a.overlap_moe_expert_parallel_comm and a.cuda_graph_impl == "full_iteration"
+    doc = yaml.safe_load(export(spec, "nemo").text)
+    assert doc["comm_overlap"] == {"overlap_moe_expert_parallel_comm": True,
+                                   "delay_wgrad_compute": True}
+    assert doc["model"]["cuda_graph_impl"] == "full_iteration"
+    assert doc["rerun_state_machine"] == {"check_for_nan_in_loss": False}
+    # the file already sets the hybridep backend: the note does not ask for it again
+    for target in ("megatron", "nemo"):
+        note = next(line for line in export(spec, target).unsupported
+                    if line.startswith("full-iteration CUDA graph"))
+        assert "hybridep" not in note and "capacity" in note, target
+    alltoall = _spec(APPENDIX_E, "performance.full_iteration_cuda_graph=true")
+    note = next(line for line in export(alltoall, "megatron").unsupported
+                if line.startswith("full-iteration CUDA graph"))
+    assert "--moe-flex-dispatcher-backend hybridep" in note
+
+
+def test_full_recompute_of_a_share_of_the_blocks():
+    # Appendix E: 48 layers on pp 16 = 3 blocks a stage; 2/3 of them = 2 recomputed
+    spec = _spec(APPENDIX_E, "performance.checkpointing=full",
+                 f"performance.recompute_block_fraction={2 / 3!r}")
+    a = parse_megatron(export(spec, "megatron").text)
+    assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == \
+        ("full", "block", 2)
+    model = yaml.safe_load(export(spec, "nemo").text)["model"]
+    assert (model["recompute_method"], model["recompute_num_layers"]) == ("block", 2)
+    plain = parse_megatron(export(_spec(APPENDIX_E, "performance.checkpointing=full"),
+                                  "megatron").text)
+    assert (plain.recompute_method, plain.recompute_num_layers) == ("uniform", 1)
+    odd = export(_spec(APPENDIX_E, "performance.checkpointing=full",
+                       "performance.recompute_block_fraction=0.5"), "megatron")
+    assert any("not a whole number of blocks" in line for line in odd.unsupported)
+
+
+def test_data_parallel_overlap_is_written_for_megatron_and_nemo():
+    overlapped = parse_megatron(export(_spec(APPENDIX_E), "megatron").text)
+    assert overlapped.overlap_grad_reduce and overlapped.overlap_param_gather
+    exposed = _spec(APPENDIX_E, "performance.dp_comm_overlap=false")
+    a = parse_megatron(export(exposed, "megatron").text)
+    assert not a.overlap_grad_reduce and not a.overlap_param_gather  # Megatron's default
+    ddp = yaml.safe_load(export(exposed, "nemo").text)["ddp"]
+    assert (ddp["overlap_grad_reduce"], ddp["overlap_param_gather"]) == (False, False)
+
+
+def test_a_setting_no_target_has_is_listed_by_every_target():
+    spec = _spec(APPENDIX_E, "performance.loss_chunks=4")
+    for target in TARGETS[:-1]:
+        assert any(line.startswith("performance.loss_chunks 4 (the prediction used it")
+                   for line in export(spec, target).unsupported), target
+
+
+def _step_s(path: Path) -> tuple[float, dict[str, float], float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        job = load_job_spec(path)
+        predicted = predict_job(job, load_calibration(None)).prediction
+    breakdown = {name: float(value[0]) for name, value in predicted.breakdown_s.items()}
+    return float(predicted.step_time_s[0]), breakdown, float(predicted.memory_bytes[0])
+
+
+@pytest.mark.parametrize("fixture", ["hai_record", "bridge_record"])
+def test_record_to_yaml_job_predicts_the_same_step(fixture, request, tmp_path):
+    record = request.getfixturevalue(fixture)
+    spec = _spec(record)
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(export(spec, "yaml").text)
+    document = yaml.safe_load(job_file.read_text())
+    # 61 layers on pp 16 ran as recorded: the split is not stated, and the record is read
+    # with full first and last stages; the job keeps that reading (not remainder-last)
+    assert document["performance"]["uneven_stages"] == "unstated"
+    assert document["hardware"]["usable_memory_fraction"] == 1.0
+    if fixture == "bridge_record":
+        assert document["performance"]["recompute_modules"] == ["mla_up_proj"]
+    step, breakdown, memory = _step_s(record)
+    again, breakdown_again, memory_again = _step_s(job_file)
+    assert again == pytest.approx(step, rel=1e-12)
+    assert breakdown_again == pytest.approx(breakdown, rel=1e-12)
+    assert memory_again == pytest.approx(memory, rel=1e-12)
+    # and the job file exports to the same job file
+    assert yaml.safe_load(export(_spec(job_file), "yaml").text) == document
