@@ -141,3 +141,17 @@ def test_plan_precision_names_every_accepted_value_and_records_the_fp8_recipe() 
     envelope = json.loads(result.output)["envelope"]
     # fp8-cs is Transformer Engine's current scaling (mosaic.perf.workload.FP8_RECIPES)
     assert (envelope["precision"], envelope["fp8_recipe"]) == ("fp8", "current")
+
+
+def test_plan_names_the_release_recipe_settings_its_candidates_do_not_take() -> None:
+    """Megatron-Bridge's 25.11-26.06 MoE recipes reduce gradients in bf16 and force-balance
+    the experts (recipes/megatron-bridge.yaml); a plan grid carries only the dispatcher, EP
+    overlap and the CUDA graph, and says so."""
+    result = runner.invoke(app, ["plan", "--gpu", "GB200", "--nodes", "16", "--q", "8",
+                                 "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                 "--stack", "megatron-bridge", "--stack-version", "26.06",
+                                 "--precision", "mxfp8", "--json"])
+    assert result.exit_code == 0, result.output
+    note = " ".join(result.stderr.split())
+    assert "grad_reduce_in_fp32" in note and "routing" in note
+    assert "cross_entropy" not in note  # the stack's own trait (te) already

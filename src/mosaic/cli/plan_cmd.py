@@ -18,6 +18,7 @@ from mosaic.cli import plan_render as render
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
+    error_console,
     guarded,
     parse_floats,
     parse_ints,
@@ -225,8 +226,14 @@ def build_inputs(
         if re.fullmatch(RELEASE_PATTERN, stack_version) is None:
             raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
                                    "YY.MM, e.g. 26.06")
-        recipe_dispatcher, settings = grid_recipe_defaults(
+        recipe_dispatcher, settings, left_out = grid_recipe_defaults(
             stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
+        if left_out:
+            error_console.print(
+                f"note: {stack} {stack_version}'s recipes also set {', '.join(left_out)} for "
+                "every MoE model; the plan's candidates run without them (a plan carries "
+                f"the dispatcher, {', '.join(ENVELOPE_RECIPE_SETTINGS)})",
+                markup=False, highlight=False)
     if dispatcher is None:
         dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
     envelope = Envelope(

@@ -130,14 +130,19 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
 
 
 def grid_recipe_defaults(stack: str, release_text: str, device_name: str, precision: str,
-                         names: tuple[str, ...]) -> tuple[str | None, dict[str, Any]]:
-    """(dispatcher or None, the settings among ``names``) the stack's recipes of a release
-    set for every MoE model on this GPU and precision: what a plan grid, which has no one
-    geometry, takes (:func:`recipe_defaults` with no model)."""
+                         names: tuple[str, ...]
+                         ) -> tuple[str | None, dict[str, Any], tuple[str, ...]]:
+    """(dispatcher or None, the settings among ``names``, the other settings' names) the
+    stack's recipes of a release set for every MoE model on this GPU and precision: what a
+    plan grid, which has no one geometry, takes (:func:`recipe_defaults` with no model), and
+    what it leaves out."""
     settings = recipe_defaults(stack, release_text, None, None, device_name, precision, True,
                                frozenset(), [])
-    return (settings.pop("dispatcher", None),
-            {name: settings[name] for name in names if name in settings})
+    dispatcher = settings.pop("dispatcher", None)
+    traits = get_stack(stack)
+    left_out = tuple(name for name, value in settings.items() if name not in names
+                     and str(getattr(traits, name, None)) != str(value))  # not the trait's
+    return dispatcher, {name: settings[name] for name in names if name in settings}, left_out
 
 
 def _stated(value: int | None, field: str, notes: list[str], why: str = "") -> int:
