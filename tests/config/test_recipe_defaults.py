@@ -99,6 +99,11 @@ def test_a_job_with_a_stack_version_takes_the_recipes_unless_it_states_them():
     assert job("26.06", precision="fp8").full_iteration_cuda_graph is False  # not MXFP8
     with pytest.raises(Exception, match="stack_version"):
         job("26.6")
+    # 26.4 unquoted is the number 26.40: no month 40, refused with the fix, not matched to
+    # nothing; 2604 and 26.13 likewise
+    for bad in (26.4, 2604, "26.13"):
+        with pytest.raises(Exception, match="month 01-12"):
+            job(bad)
     # An unquoted YAML or --set value arrives as a number: 26.06 is June, 26.1 October.
     assert job(26.06).full_iteration_cuda_graph is True
     assert job(26.1).full_iteration_cuda_graph is True  # 26.10, after 26.06

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -101,7 +102,7 @@ class PerformanceBlock(_Strict):
         default="auto", description="flash-attention kernel; auto = the stack's default")
     stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
     stack_version: str | None = Field(
-        default=None, pattern=RELEASE_PATTERN, description="the stack's release (YY.MM, e.g. "
+        default=None, description="the stack's release (YY.MM, e.g. "
         "the NeMo container 26.06): the stack's recipes for it fill what the job leaves "
         "unstated (docs/stacks.md); None = none")
     fsdp_gather: Literal["auto", "block", "tensor"] = Field(
@@ -180,8 +181,14 @@ class PerformanceBlock(_Strict):
     @field_validator("stack_version", mode="before")
     @classmethod
     def _release_number(cls, value: object) -> object:
-        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM."""
-        return release_number_text(value)
+        """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM;
+        anything but a YY.MM release with a month 01-12 is refused with an example."""
+        text = release_number_text(value)
+        if text is not None and (not isinstance(text, str)
+                                 or re.fullmatch(RELEASE_PATTERN, text) is None):
+            raise ValueError("expected a release YY.MM with a month 01-12, e.g. '26.04' "
+                             "(quote it: an unquoted 26.4 reads as 26.40)")
+        return text
 
 
 class OptimizerBlock(_Strict):
