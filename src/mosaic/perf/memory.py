@@ -798,14 +798,14 @@ def activation_bytes_per_layer(
     which under flash attention only drops the softmax statistics, or runs per-op SAC on
     the stacks that use it (stack trait ``selective_recompute``); FULL keeps the input of
     the recomputed share of blocks and the working set of the rest (on average per block,
-    ``Workload.full_recompute_fraction``).
+    ``Workload.checkpointed_block_fraction``).
     """
     if kind not in ("dense", "moe"):
         raise MosaicInputError(f"activation kind must be 'dense' or 'moe', got {kind!r}")
     working_set = layer_working_set_bytes(workload, plans, kind)
     selective = _selective_bytes(workload, plans, kind, working_set)
     mode = plans.checkpointing
-    fraction = workload.full_recompute_fraction
+    fraction = workload.checkpointed_block_fraction
     full = fraction * layer_input_bytes(workload, plans) + (1.0 - fraction) * working_set
     return np.select(
         [mode == Checkpointing.FULL, mode == Checkpointing.SELECTIVE],

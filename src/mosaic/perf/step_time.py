@@ -198,7 +198,7 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes, moe: Blo
     blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
                                             workload.uneven_pipeline_stages, vocab_in_split)
     return (_stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans,
-                         workload.full_recompute_fraction), blocks, moe_blocks)
+                         workload.checkpointed_block_fraction), blocks, moe_blocks)
 
 
 def _slowest(stages: list[StageCandidate]) -> StageCandidate:
@@ -230,8 +230,8 @@ def _recomputed_elementwise_s(workload: Workload, plans: ParallelPlans,
     share = {SelectiveRecompute.PER_OP: 1.0, SelectiveRecompute.SAVE_DOTS: 1.0,
              SelectiveRecompute.BLOCKS: workload.checkpointed_block_fraction}.get(policy, 0.0)
     # recomputed share of the forward by checkpointing mode (NONE, SELECTIVE, FULL); FULL
-    # recomputes its share of blocks (Workload.full_recompute_fraction)
-    recomputed_share = np.array([0.0, share, workload.full_recompute_fraction])
+    # recomputes its share of blocks (Workload.checkpointed_block_fraction)
+    recomputed_share = np.array([0.0, share, workload.checkpointed_block_fraction])
     return recomputed_share[plans.checkpointing] * forward
 
 
@@ -253,7 +253,7 @@ def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
                  moe_blocks: np.ndarray, plans: ParallelPlans,
                  full_fraction: float) -> dict[str, np.ndarray]:
     """Per-stage terms of each plan; ``full_fraction``: the share of blocks full
-    checkpointing recomputes (Workload.full_recompute_fraction)."""
+    checkpointing recomputes (Workload.checkpointed_block_fraction)."""
     def both(attribute: str) -> np.ndarray:
         return dense_blocks * getattr(dense, attribute) + moe_blocks * getattr(moe, attribute)
 
@@ -871,7 +871,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     model_flops = 6.0 * counts.n_active * tokens
     attention_flops = attention_flops_per_token(geometry, workload.seq_len) * tokens
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL,
-                               workload.full_recompute_fraction / 3, 0.0)
+                               workload.checkpointed_block_fraction / 3, 0.0)
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks
         recompute_share = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
                                    workload.checkpointed_block_fraction / 3, recompute_share)

@@ -415,21 +415,15 @@ class Workload:
 
     @property
     def checkpointed_block_fraction(self) -> float:
-        """Share of blocks a block-level selective policy checkpoints whole (1 unless the
-        workload states it: fms-fsdp's default selective_checkpointing is 1)."""
+        """Share of blocks checkpointed whole: the workload's ``recompute_block_fraction``,
+        else 1 (every block). Read under SELECTIVE on a block-level stack (fms-fsdp's
+        selective_checkpointing p) and under FULL on every stack (Megatron-Core's
+        ``--recompute-method block --recompute-num-layers k`` recomputes the first k blocks of
+        each pipeline stage whole and keeps the rest's activations, megatron/core/
+        transformer/transformer_block.py ``_checkpointed_forward``; NeMo 2's performance
+        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md)."""
         fraction = self.recompute_block_fraction
         return 1.0 if fraction is None else float(fraction)
-
-    @property
-    def full_recompute_fraction(self) -> float:
-        """Share of blocks FULL checkpointing recomputes: the workload's
-        ``recompute_block_fraction``, else 1 (every block). Megatron-Core's
-        ``--recompute-method block --recompute-num-layers k`` recomputes the first k blocks
-        of each pipeline stage whole and keeps the rest's activations (megatron/core/
-        transformer/transformer_block.py ``_checkpointed_forward``; NeMo 2's performance
-        scripts set it per layout, docs/evidence/nemo2_recipes_by_release.md); the same
-        setting as :attr:`checkpointed_block_fraction` reads under SELECTIVE."""
-        return self.checkpointed_block_fraction
 
     @property
     def loss_implementation(self) -> CrossEntropy:
