@@ -1,4 +1,4 @@
-"""The levanter stack (levanter and marin): traits read from its code, checked by hand.
+"""The levanter stack: traits read from its code, checked by hand.
 
 Sources and derivations: docs/evidence/levanter_stack.md. The FSDP MoE shape below is the
 fine-grained MoE of examples/fsdp_moe_comm_bound.yaml (28 layers, d 2048, 128 experts of
@@ -46,10 +46,9 @@ FINE_MOE = Geometry(layers=28, d_model=2048, heads=16, kv_heads=16, head_dim=128
                                   dense_layers=1))
 
 
-def test_levanter_and_marin_software_select_levanter_and_maxtext_stays_jax_xla() -> None:
+def test_levanter_software_selects_levanter_and_maxtext_stays_jax_xla() -> None:
     assert stack_for_software("levanter (JAX) on CoreWeave H100").name == "levanter"
-    assert stack_for_software("marin / levanter, jax 0.7").name == "levanter"
-    assert stack_for_software("Marin MoE run").name == "levanter"
+    assert stack_for_software("levanter, jax 0.7").name == "levanter"
     assert stack_for_software("MaxText (JAX/XLA) 2024-04").name == "jax-xla"
     assert stack_for_software("JAX/XLA FSDP").name == "jax-xla"
     assert "levanter" not in get_stack("jax-xla").keywords
@@ -120,7 +119,7 @@ def test_levanter_fsdp_moe_batch_sweep_gathers_once_per_step(
     batches = (256, 512, 1024)
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({"runs": [
-        fsdp_moe_run(b, id=f"levanter-fsdp-{b}", software="marin levanter (JAX/XLA)",
+        fsdp_moe_run(b, id=f"levanter-fsdp-{b}", software="levanter (JAX/XLA)",
                      gpu="H100-SXM-80GB", recompute="unknown") for b in batches]}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RunRecordWarning)

@@ -76,7 +76,7 @@ class ExportSpec:
     vocab_in_pipeline_split: bool = False
     routing_imbalance: float | None = None
     # the stack's pipeline schedule trait (stacks.yaml pipeline_schedule; 'dualpipe' for
-    # hai-llm) and the GPUs per node of the job's system (None: not known, e.g. a plan)
+    # the dualpipe stack) and the GPUs per node of the job's system (None: not known, e.g. a plan)
     pipeline_schedule: str | None = None
     gpus_per_node: int | None = None
     assumptions: tuple[str, ...] = ()

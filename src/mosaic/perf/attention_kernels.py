@@ -50,10 +50,9 @@ class AttentionKernel(StrEnum):
 
 
 # Levanter's blockwise attention block: flash_attention.BLOCK_SIZE (1024), used when the model
-# config leaves flash_attention_block_size None (LlamaConfig, Qwen3MoeConfig, OlmoConfig);
-# MixtralConfig sets 2048 (stanford-crfm/levanter @ 9263f81e src/levanter/models/
-# flash_attention.py BLOCK_SIZE, models/mixtral.py; marin-community/marin @ 239d50d5
-# lib/levanter/src/levanter/models/qwen3_moe.py Qwen3MoeConfig.flash_attention_block_size).
+# config leaves flash_attention_block_size None (LlamaConfig, OlmoConfig); MixtralConfig
+# sets 2048 (stanford-crfm/levanter @ 9263f81e src/levanter/models/flash_attention.py
+# BLOCK_SIZE, models/llama.py, models/mixtral.py).
 JAX_FLASH_BLOCK_TOKENS = 1024
 
 # Kernels the attention model costs from their GEMMs and HBM streaming (layer_costs), not

@@ -167,20 +167,20 @@ _TORCHTITAN_2604_EP_COMPILED = PermuteTraffic(forward_per_copy=20.0, forward_per
                                               backward_per_copy=20.0, backward_per_token=2.0)
 
 
-# levanter (marin-community/marin @ 16ad318d lib/levanter/src/levanter/models/mixtral.py
-# MixtralSparseMoeBlock._permute/_unpermute/__call__; Qwen3MoeSparseMoeBlock @ 239d50d5 is the
-# same code), jitted by XLA, each rank sorting its own tokens inside shard_map (no EP
-# dispatcher). Forward, per copy: jnp.take(x_flat, sort_idx // K) gathers the expert-ordered
-# copies (2+2); the unpermute's jnp.take(out, argsort(sort_idx)) is a gather XLA fuses into
-# its only consumer, the weighted sum over TopExperts (out_repeat_unflat.dot(topk_weights)
-# contracts K with no other dimension of the weights: the algebraic simplifier rewrites it
-# as a multiply + reduce), which reads each copy (2) and writes each token (2 per token) =
-# 6 per copy, 2 per token. Backward, per copy: the weighted sum's input gradient (dout x
-# weight, fused into) the unpermute gather's transpose, a scatter-add into a zero-filled
-# expert-ordered buffer (zero fill 2, read dout 2, read-modify-write 2+2) = 8; the weights'
-# gradient, a reduction over d of dout x the saved copy (2+2) = 4; the permute gather's
-# transpose, a scatter-add into the zero-filled token gradient (read 2, read-modify-write
-# 2+2) = 6: 18 per copy; per token its zero fill (2).
+# levanter (stanford-crfm/levanter @ 9263f81e src/levanter/models/mixtral.py
+# MixtralSparseMoeBlock.__call__: argsort, take by sort_idx // K, bincount group sizes, take
+# back by the inverse sort), jitted by XLA, each rank sorting its own tokens inside shard_map
+# (no EP dispatcher). Forward, per copy: jnp.take(x_flat, sort_idx // K) gathers the expert-
+# ordered copies (2+2); the unpermute's jnp.take(out, argsort(sort_idx)) is a gather XLA fuses
+# into its only consumer, the weighted sum over TopExperts (out_repeat_unflat.dot(topk_weights)
+# contracts K with no other dimension of the weights: the algebraic simplifier rewrites it as a
+# multiply + reduce), which reads each copy (2) and writes each token (2 per token) = 6 per
+# copy, 2 per token. Backward, per copy: the weighted sum's input gradient (dout x weight, fused
+# into) the unpermute gather's transpose, a scatter-add into a zero-filled expert-ordered buffer
+# (zero fill 2, read dout 2, read-modify-write 2+2) = 8; the weights' gradient, a reduction over
+# d of dout x the saved copy (2+2) = 4; the permute gather's transpose, a scatter-add into the
+# zero-filled token gradient (read 2, read-modify-write 2+2) = 6: 18 per copy; per token its
+# zero fill (2).
 _LEVANTER = PermuteTraffic(forward_per_copy=6.0, forward_per_token=2.0,
                            backward_per_copy=18.0, backward_per_token=2.0)
 

@@ -1,7 +1,7 @@
-"""DeepSeek's HAI-LLM stack (DeepSeek-V3 report, arXiv:2412.19437): the DualPipe schedule
-(Sec. 3.2.1, Table 2), node-limited routing in the hierarchical dispatch (Sec. 3.2.2), the
-20 communication SMs, BF16 optimizer moments (Sec. 3.3.3) and the stack's recipe. Every
-expected value is computed by hand from those descriptions."""
+"""The DualPipe schedule (deepseek-ai/DualPipe README and example @ 3da1bbe) as the
+``dualpipe`` stack runs it, node-limited routing in the hierarchical dispatch, the
+communication SMs of DeepEP under EP overlap, and the BF16-moment and FP8-GLU-input
+settings. Every expected value is computed by hand."""
 
 from dataclasses import replace
 from math import comb
@@ -12,8 +12,6 @@ import pytest
 import yaml
 
 from mosaic.arch import count_parameters, ladder_geometry
-from mosaic.config.recipes import RecipeQuery, recipe_settings
-from mosaic.config.run_records import run_record_from_raw
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import load_calibration
@@ -67,7 +65,7 @@ def test_dualpipe_bubble_is_table_2s_with_f_and_b_equal_f_plus_b_and_w_equal_f()
 
 
 def test_dualpipe_keeps_pp_plus_one_chunks_in_flight_on_every_rank():
-    workload = _workload("hai-llm")
+    workload = _workload("dualpipe")
     plan = single_plan(pp=16, dp=8, micro_batch=1)  # n_mb = 256/8 = 32, 16 per direction
     assert n_microbatches(workload, plan)[0] == 32
     # DualPipe.step: pp - k chunks of phase 0 and k + 1 of phase 1 (k = the half-rank);
@@ -91,7 +89,7 @@ def test_dualpipe_keeps_pp_plus_one_chunks_in_flight_on_every_rank():
 
 def test_a_dualpipe_rank_holds_its_stage_and_the_mirror_stage():
     geometry = replace(DENSE, layers=8)
-    workload = _workload("hai-llm", geometry=geometry)
+    workload = _workload("dualpipe", geometry=geometry)
     plan = single_plan(pp=4, dp=2)  # chunks of 2 blocks; rank 0 holds blocks 0-1 and 6-7
     counts = count_parameters(geometry)
     rank0 = rank_parameters(workload, plan, "first")
@@ -111,7 +109,7 @@ def test_a_dualpipe_rank_holds_its_stage_and_the_mirror_stage():
 
 
 def test_dualpipe_activations_are_pp_plus_one_stage_units():
-    workload = _workload("hai-llm", geometry=replace(DENSE, layers=16))
+    workload = _workload("dualpipe", geometry=replace(DENSE, layers=16))
     megatron = replace(workload, stack="megatron-core")
     plan = single_plan(pp=8, dp=4, micro_batch=1)  # 2 equal blocks per stage, n_mb = 64
     # 1F1B's first stage: 8 micro-batches of its 2 blocks, no LM head.
@@ -135,7 +133,7 @@ def test_the_vocabulary_rank_runs_each_end_for_half_of_the_micro_batches():
 
 def test_dualpipe_hides_pipeline_transfers_and_1f1b_only_when_interleaved():
     plans = single_plan(pp=4, dp=2)
-    assert pp_transfers_overlap_compute(_workload("hai-llm"), plans).all()
+    assert pp_transfers_overlap_compute(_workload("dualpipe"), plans).all()
     assert not pp_transfers_overlap_compute(_workload("megatron-core"), plans).any()
     assert pp_transfers_overlap_compute(_workload("megatron-core"),
                                         single_plan(pp=4, vpp=2, dp=2)).all()
@@ -143,7 +141,7 @@ def test_dualpipe_hides_pipeline_transfers_and_1f1b_only_when_interleaved():
 
 def test_the_step_reads_the_dualpipe_bubble_and_vocab_terms():
     machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
-    workload = _workload("hai-llm", dispatcher="deepep")
+    workload = _workload("dualpipe", dispatcher="deepep")
     plan = single_plan(pp=8, dp=4, ep=4, micro_batch=1)
     step = predict_step(workload, plan, machine, load_calibration("default"))
     terms = step.analytic_breakdown_s
@@ -187,16 +185,16 @@ def test_deepep_overlap_runs_the_hidden_compute_on_112_of_132_sms():
     machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
     assert machine.sm_count == 132
     hidden = np.array([1.0, 0.0])
-    deepep = _workload("hai-llm", dispatcher=Dispatcher.DEEPEP)
+    deepep = _workload("dualpipe", dispatcher=Dispatcher.DEEPEP)
     assert communication_sm_slowdown_s(machine, deepep, hidden) == pytest.approx(
         [20 / 132, 0.0])
-    nccl = _workload("hai-llm", dispatcher=Dispatcher.ALLTOALL)
+    nccl = _workload("dualpipe", dispatcher=Dispatcher.ALLTOALL)
     assert communication_sm_slowdown_s(machine, nccl, hidden) == pytest.approx([0.0, 0.0])
 
 
 # --- memory: BF16 moments ---------------------------------------------------------------
 def test_bf16_moments_halve_the_adam_moments_and_keep_the_fp32_master():
-    workload = _workload("hai-llm")
+    workload = _workload("dualpipe")
     plan = single_plan(pp=2, dp=4, ep=4)
     params = rank_parameters(workload, plan, "first")
     fp32 = optimizer_state_bytes(workload, params, plan)[0]
@@ -208,7 +206,7 @@ def test_bf16_moments_halve_the_adam_moments_and_keep_the_fp32_master():
 
 
 def test_fp8_glu_inputs_save_the_gate_and_up_outputs_in_one_byte():
-    workload = _workload("hai-llm", precision="fp8")
+    workload = _workload("dualpipe", precision="fp8")
     plan = single_plan(dp=8, ep=8, micro_batch=1)
     moe = MOE.moe
     # 8 ranks, 4096 tokens each, top-4 of 64 experts: 4·4096 copies land on a rank; the gate
@@ -219,11 +217,11 @@ def test_fp8_glu_inputs_save_the_gate_and_up_outputs_in_one_byte():
             - moe_block_activation_bytes(replace(workload, fp8_glu_inputs=True), plan)[0]
             ) == pytest.approx(saved)
     with pytest.raises(MosaicInputError, match="fp8_glu_inputs needs precision fp8"):
-        _workload("hai-llm", fp8_glu_inputs=True)
+        _workload("dualpipe", fp8_glu_inputs=True)
 
 
 def test_a_dualpipe_layout_search_offers_only_even_pipelines():
-    workload = _workload("hai-llm", geometry=replace(MOE, layers=12))
+    workload = _workload("dualpipe", geometry=replace(MOE, layers=12))
     plans = candidate_plans(workload, 48, 8, LayoutLimits())
     # pp divides gcd(48 devices, 12 layers) = 12: 1, 2, 3, 4, 6, 12; DualPipe drops 3.
     assert set(np.unique(plans.pp).tolist()) == {1, 2, 4, 6, 12}
@@ -232,68 +230,17 @@ def test_a_dualpipe_layout_search_offers_only_even_pipelines():
     assert 3 in set(megatron.pp)
 
 
-# --- the stack entry and its recipe -------------------------------------------------------
-def test_software_text_of_deepseeks_framework_maps_to_hai_llm_and_nothing_else_moves():
-    for text in ("HAI-LLM (DeepSeek in-house), DualPipe", "DeepSeek HAI-LLM",
-                 "DeepSeek's in-house framework with DualPipe"):
-        assert stack_for_software(text).name == "hai-llm"
+# --- the stack entry ------------------------------------------------------------------------
+def test_software_text_naming_dualpipe_maps_to_the_stack_and_nothing_else_moves():
+    assert stack_for_software("a trainer with DualPipe and DeepEP").name == "dualpipe"
     for text, stack in (("Megatron-Bridge DeepSeek-V3 recipe", "megatron-bridge"),
                         ("torchtitan deepseek_v3", "torchtitan"),
                         ("NeMo 25.09 DeepSeek-V3", "megatron-core")):
         assert stack_for_software(text).name == stack
-    keywords = stack_for_software("hai-llm").keywords
+    keywords = stack_for_software("dualpipe").keywords
     for path in (SHARED_RUNS, EXTRA_RUNS):
         if not path.exists():
             pytest.skip(f"{path} absent (../shared not checked out)")
         for run in yaml.safe_load(path.read_text())["runs"]:
             text = (run.get("software") or "").casefold()
             assert not any(k in text for k in keywords), run["id"]
-
-
-def test_the_recipe_gives_deepseek_v3_its_documented_settings():
-    query = RecipeQuery(stack="hai-llm", software="HAI-LLM", release=None,
-                        device_name="H800-SXM-80GB", generation="hopper",
-                        precision="fp8-blockwise", moe=True, layers=61, d_model=7168,
-                        experts=256)
-    settings, _ = recipe_settings(query)
-    assert settings == {
-        "ep_overlap": True, "dispatcher": "deepep", "recompute": "selective",
-        "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
-        "optimizer_dtype": "bf16_moments", "dispatch_fp8": True, "fp8_glu_inputs": True,
-        "max_nodes_per_token": 4}
-    # Another MoE model in bf16 gets the stack's settings but neither M nor the FP8 payload.
-    other, _ = recipe_settings(replace(query, precision="bf16", layers=27, d_model=2048,
-                                       experts=64))
-    assert not {"max_nodes_per_token", "dispatch_fp8", "fp8_glu_inputs"} & set(other)
-    assert other["ep_overlap"] is True
-
-
-DSV3_RECORD = {
-    "id": "test-dsv3-h800-2048", "source": "test", "software": "HAI-LLM, DualPipe",
-    "gpu": "H800-SXM-80GB", "num_gpus": 2048, "gpus_per_node": 8, "scaleup_domain": 8,
-    "model": {"name": "DeepSeek-V3", "layers": 61, "d_model": 7168, "heads": 128,
-              "kv_heads": 128, "ffn": 18432, "activation": "swiglu", "vocab": 129280,
-              "attention": "mla",
-              "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-                      "qk_rope_head_dim": 64, "v_head_dim": 128},
-              "moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1,
-                      "shared_expert_ffn": 2048, "dense_layers": 3}},
-    "precision": "fp8-blockwise",
-    "parallelism": {"tp": 1, "pp": 16, "vpp": 1, "cp": 1, "ep": 64, "etp": 1, "dp": 128,
-                    "sharding": "zero1", "dispatcher": "DeepEP"},
-    "batch": {"global_seqs": 15360, "micro_seqs": 1, "seq_len": 4096},
-    "recompute": "unknown", "routing": "balanced",
-    # placeholders (a record needs a measurement; this one only carries the configuration)
-    "measured": {"tokens_per_s_per_gpu": 1000.0, "step_time_s": 30.72, "oom": False},
-    "flops_convention": "bridge_causal", "confidence": "low", "notes": "configuration only",
-}
-
-
-def test_a_deepseek_v3_record_of_the_stack_takes_the_recipe():
-    record = run_record_from_raw(DSV3_RECORD, "test")
-    workload = record.workload
-    assert workload.stack == "hai-llm"
-    assert workload.ep_overlap and workload.dispatch_fp8 and workload.fp8_glu_inputs
-    assert workload.max_nodes_per_token == 4
-    assert str(workload.optimizer_dtype) == "bf16_moments"
-    assert set(workload.recompute_modules) == {"layernorm", "mla_up_proj", "moe_act"}
