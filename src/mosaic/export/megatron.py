@@ -193,13 +193,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     elif spec.cross_entropy is not None:
         unsupported.append(f"cross_entropy {spec.cross_entropy}: Megatron-LM offers its "
                            "unfused vocab-parallel loss or --cross-entropy-loss-fusion")
-    if spec.attention_kernel is not None:
-        backend = ATTENTION_BACKEND.get(spec.attention_kernel)
-        if backend is None:
-            unsupported.append(f"attention_kernel {spec.attention_kernel}: no "
-                               "--attention-backend runs it (flash, fused, unfused, local)")
-        else:
-            args.append(("--attention-backend", backend))
+    backend = attention_backend(spec, unsupported, "--attention-backend")
+    if backend is not None:
+        args.append(("--attention-backend", backend))
     if spec.precision in ("bf16", "fp8"):
         args.append(("--bf16", None))
     elif spec.precision == "fp16":
@@ -234,9 +230,22 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     return args, unsupported
 
 
+def attention_backend(spec: ExportSpec, unsupported: list[str], option: str) -> str | None:
+    """Megatron-Core's attention backend for the job's stated kernel (:data:`ATTENTION_BACKEND`);
+    None where the job states none, or where no backend runs it (then flagged, naming
+    ``option``, the target's spelling of the setting)."""
+    if spec.attention_kernel is None:
+        return None
+    backend = ATTENTION_BACKEND.get(spec.attention_kernel)
+    if backend is None:
+        unsupported.append(f"attention_kernel {spec.attention_kernel}: no {option} runs it "
+                           "(flash, fused, unfused, local)")
+    return backend
+
+
 def dualpipe_note(spec: ExportSpec, target: str) -> str:
     """The NOT EXPRESSED line for DeepSeek's DualPipe schedule (a stack trait)."""
-    return ("DualPipe pipeline schedule (stack " + spec.stack + "; arXiv:2412.19437 Sec. 3.2.1, "
+    return ("DualPipe pipeline schedule (stack " + spec.stack + "; deepseek-ai/DualPipe, "
             f"bubble (pp/2-1) slots): {target} runs 1F1B (interleaved with vpp > 1), a larger "
             "bubble" + ("; the EP all-to-all overlap is written as batch-level EP overlap"
                         if spec.ep_overlap else ""))

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.megatron import ATTENTION_BACKEND, dualpipe_note
+from mosaic.export.megatron import attention_backend, dualpipe_note
 from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -144,13 +144,9 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     elif spec.cross_entropy is not None:
         unsupported.append(f"cross_entropy {spec.cross_entropy}: Megatron-Core offers its "
                            "unfused loss or the fused native / te ones")
-    if spec.attention_kernel is not None:
-        backend = ATTENTION_BACKEND.get(spec.attention_kernel)
-        if backend is None:
-            unsupported.append(f"attention_kernel {spec.attention_kernel}: no "
-                               "attention_backend runs it (flash, fused, unfused, local)")
-        else:
-            model["attention_backend"] = backend
+    backend = attention_backend(spec, unsupported, "attention_backend")
+    if backend is not None:
+        model["attention_backend"] = backend
     if spec.full_iteration_cuda_graph:
         # utils/cuda_graph.py is_full_iteration_cuda_graph; config.py asserts the NaN check
         # (rerun_state_machine.check_for_nan_in_loss) is off with it
