@@ -12,7 +12,7 @@ from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.collectives import all_gather_time_s
 from mosaic.perf.kernels import fitted
-from mosaic.perf.layer_costs import attention_widths, fp8_cast_s
+from mosaic.perf.layer_costs import attention_widths, quantise_cast_s
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import Sharding, single_plan
 from mosaic.perf.step_time import predict_step
@@ -26,7 +26,7 @@ def test_fp8_cast_of_one_ffn_gemm_by_hand():
     machine = machine_for(H100, "fp8")
     workload = Workload(geometry=ladder_geometry(8), global_batch=8, seq_len=4096,
                         precision="fp8")
-    fwd, bwd = fp8_cast_s(machine, workload, 4096.0, ((4096, 14336),))
+    fwd, bwd = quantise_cast_s(machine, workload, 4096.0, ((4096, 14336),))
     bandwidth = 3.35e12 * fitted("kernels", "elementwise_hbm_efficiency")
     latency = fitted("kernels", "kernel_latency_s")
     # Read 2 B of bf16, write a row-wise and a column-wise FP8 copy: 4 B per element of the
@@ -34,7 +34,7 @@ def test_fp8_cast_of_one_ffn_gemm_by_hand():
     assert fwd == pytest.approx(latency + 4096 * 4096 * 4 / bandwidth, rel=1e-12)
     assert bwd == pytest.approx(latency + 4096 * 14336 * 4 / bandwidth, rel=1e-12)
     bf16 = replace(workload, precision="bf16")
-    assert fp8_cast_s(machine, bf16, 4096.0, ((4096, 14336),)) == (0.0, 0.0)
+    assert quantise_cast_s(machine, bf16, 4096.0, ((4096, 14336),)) == (0.0, 0.0)
 
 
 def test_fp8_step_pays_for_the_casts_of_every_block_gemm():
@@ -51,12 +51,12 @@ def test_fp8_step_pays_for_the_casts_of_every_block_gemm():
     widths = attention_widths(fp8)
     d, w = geometry.d_model, geometry.ffn
     gemms = ((d, widths.projection), (widths.output, d), (d, 2 * w), (w, d))
-    per_block = sum(fp8_cast_s(machine, fp8, 4096.0, gemms))
+    per_block = sum(quantise_cast_s(machine, fp8, 4096.0, gemms))
     # The casts are their own term, counted byte for byte: the calibrated element-wise
     # traffic factor (unfused norm/activation chains) does not scale them.
-    assert with_casts.breakdown_s["compute_fp8_cast"][0] == pytest.approx(
+    assert with_casts.breakdown_s["compute_quantise_cast"][0] == pytest.approx(
         geometry.layers * per_block, rel=1e-9)
-    assert without.breakdown_s["compute_fp8_cast"][0] == 0.0
+    assert without.breakdown_s["compute_quantise_cast"][0] == 0.0
     assert (with_casts.breakdown_s["compute_elementwise"][0]
             == pytest.approx(without.breakdown_s["compute_elementwise"][0], rel=1e-12))
 
@@ -94,7 +94,7 @@ def test_per_op_sac_recomputes_k_o_and_w3_by_hand():
     one = np.ones(1)
     attention = AttentionTimes(gemm=one, qkv_forward=4 * one, output_forward=one, core=one,
                                core_forward=one, streaming=one, streaming_forward=one,
-                               fp8_cast=0 * one, layernorm_forward=one, cp_exposed=one)
+                               quantise_cast=0 * one, layernorm_forward=one, cp_exposed=one)
     up, down, streaming = 2 * one, 3 * one, 0.5 * one
     # GLU: K (1/4 of QKV), O, W3 (half the fused up GEMM) and all element-wise kernels.
     plan = single_plan(dp=1)

@@ -101,6 +101,7 @@ def _render(document: dict[str, Any]) -> None:
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",
              f"{document['precision']}"
+             + (" (nvfp4)" if document["precision"] == "fp4" else "")
              + (f" ({document['fp8_recipe']}"
                 + (", FP8 parameter gathers" if document["fp8_param_gather"] else "") + ")"
                 if document["fp8_recipe"] != "none" else "")

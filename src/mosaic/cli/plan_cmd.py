@@ -35,7 +35,13 @@ from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_headroom
-from mosaic.perf.workload import FP8_RECIPES, Precision, precision_lane, stated_fp8_recipe
+from mosaic.perf.workload import (
+    FP4_RECIPES,
+    FP8_RECIPES,
+    Precision,
+    precision_lane,
+    stated_fp8_recipe,
+)
 from mosaic.plan.analysis import (
     JOINT_EXPONENTS,
     allocation_exponents,
@@ -146,8 +152,9 @@ MemoryFraction = Annotated[float | None, typer.Option(
     "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: the "
     "stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
 PrecisionOpt = Annotated[str, typer.Option(
-    "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8, or mxfp8 (fp8 "
-    "with MXFP8 block scales, costed on the fp8 lane).")]
+    "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8, mxfp8 (fp8 "
+    "with MXFP8 block scales, costed on the fp8 lane) or nvfp4 (NVFP4 FP4 GEMMs, Blackwell; "
+    "fp4 names it too).")]
 StackVersionOpt = Annotated[str | None, typer.Option(
     "--stack-version", help="The stack's release, YY.MM (e.g. 26.06): every candidate takes "
     "the release's recipes that hold for every MoE model (docs/stacks.md).")]
@@ -201,7 +208,7 @@ TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
 
 
 # --precision names: the GEMM lanes and the FP8 recipes that name one (fp8-cs -> current, ...)
-PRECISION_NAMES = (*(p.value for p in Precision), *FP8_RECIPES)
+PRECISION_NAMES = (*(p.value for p in Precision), *FP8_RECIPES, *FP4_RECIPES)
 
 
 def build_inputs(

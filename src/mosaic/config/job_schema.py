@@ -61,6 +61,7 @@ from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
+    FP4_RECIPES,
     Fp8Recipe,
     OptimizerKind,
     Precision,
@@ -85,9 +86,10 @@ class _Strict(BaseModel):
 class PerformanceBlock(_Strict):
     """How the job executes: precision, recomputation and the software stack."""
 
-    precision: Literal["bf16", "fp16", "fp8", "mxfp8"] = Field(
+    precision: Literal["bf16", "fp16", "fp8", "mxfp8", "fp4", "nvfp4"] = Field(
         default="bf16", description="GEMM precision (selects the device's peak lane); mxfp8 "
-        "= FP8 with MXFP8 block scales (Blackwell), costed on the fp8 lane")
+        "= FP8 with MXFP8 block scales (Blackwell), costed on the fp8 lane; nvfp4 = NVFP4 "
+        "block-scaled FP4 GEMMs (Blackwell), costed on the fp4 lane (fp4 names it too)")
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = Field(
         default=None, description="how FP8 GEMM operands are scaled (precision fp8); None = "
         "mxfp8 for precision mxfp8, else the stack's default recipe (docs/stacks.md)")
@@ -95,6 +97,10 @@ class PerformanceBlock(_Strict):
         default=False, description="the data-parallel parameter all-gather moves the FP8 "
         "GEMMs' weights in 8 bits (Megatron --fp8-param-gather, torchtitan "
         "enable_fsdp_float8_all_gather); needs FP8")
+    fp4_param_gather: bool = Field(
+        default=False, description="the data-parallel parameter all-gather moves the NVFP4 "
+        "GEMMs' weights in 4 bits plus block scales (Megatron --fp4-param-gather, "
+        "Megatron-Bridge fp4_param_gather); needs nvfp4")
     checkpointing: RecomputeName = Field(
         default="none", description="activation recomputation")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference",
@@ -177,6 +183,13 @@ class PerformanceBlock(_Strict):
     fp8_glu_inputs: bool = Field(
         default=False, description="the routed experts' SwiGLU inputs are saved in FP8 "
         "(DeepSeek-V3 report Sec. 3.3.3; memory only; needs FP8)")
+
+    @field_validator("precision")
+    @classmethod
+    def _fp4_is_nvfp4(cls, value: str) -> str:
+        """Plain fp4 names NVFP4, the one FP4 training recipe (mosaic.perf.workload
+        FP4_RECIPES): one spelling for recipe matching and job documents."""
+        return FP4_RECIPES[0] if value == Precision.FP4.value else value
 
     @field_validator("stack_version", mode="before")
     @classmethod
@@ -415,6 +428,7 @@ def job_from_document(document: dict[str, Any], where: str,
         precision=Precision(precision_lane(performance.precision)),
         fp8_recipe=fp8_recipe,
         fp8_param_gather=performance.fp8_param_gather,
+        fp4_param_gather=performance.fp4_param_gather,
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"
@@ -512,12 +526,16 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     and layout (plan results and exports write it; docs/schema.md)."""
     workload, row = spec.workload, spec.plan.row(0)
     performance: dict[str, Any] = {
-        "precision": str(workload.precision), "checkpointing": str(row["checkpointing"]),
+        "precision": (FP4_RECIPES[0] if workload.precision is Precision.FP4
+                      else str(workload.precision)),
+        "checkpointing": str(row["checkpointing"]),
         "stack": workload.stack}
     if workload.fp8_recipe not in (None, Fp8Recipe.NONE):
         performance["fp8_recipe"] = str(workload.fp8_recipe)
     if workload.fp8_param_gather:
         performance["fp8_param_gather"] = True
+    if workload.fp4_param_gather:
+        performance["fp4_param_gather"] = True
     if workload.attention_kernel is not None:
         performance["attention_kernel"] = str(workload.attention_kernel)
     if workload.fsdp_gather is not None:

@@ -42,7 +42,7 @@ from mosaic.stacks import known_stacks
 from mosaic.stacks.registry import RELEASE_PATTERN
 
 Generation = Literal["ampere", "hopper", "blackwell"]
-PrecisionName = Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8"]
+PrecisionName = Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"]
 
 
 class _Strict(BaseModel):
@@ -74,6 +74,7 @@ class RecipeSettings(_Strict):
     torch_compile: bool | None = None
     moe_permute: MoePermuteName | None = None
     fp8_param_gather: bool | None = None
+    fp4_param_gather: bool | None = None
     max_nodes_per_token: int | None = Field(default=None, ge=1)
     fp8_glu_inputs: bool | None = None
 

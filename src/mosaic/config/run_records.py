@@ -96,7 +96,7 @@ class RunRecordEntry(_Strict):
     gpus_per_node: int = Field(gt=0, le=LIMITS["gpus_per_node"].high)
     scaleup_domain: int = Field(gt=0, le=LIMITS["devices"].high)
     model: ModelBlock
-    precision: Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8"]
+    precision: Literal["bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"]
     parallelism: ParallelismBlock
     batch: BatchBlock
     recompute: Literal["none", "selective", "full", "unknown"]

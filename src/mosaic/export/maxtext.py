@@ -51,6 +51,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                    "factors to the matching dcn_* keys (ici product = GPUs per node)"]
     unsupported += spec.routing_notes()
     quantization = ""
+    if spec.precision == "fp4":
+        unsupported.append("precision nvfp4: mosaic knows no MaxText quantization mode that "
+                           "runs Transformer Engine's NVFP4 recipe; exported in bf16")
     if spec.precision == "fp8":
         quantization = QUANTIZATION.get(spec.fp8_recipe, QUANTIZATION["current"])
         if spec.fp8_recipe == "blockwise":

@@ -196,7 +196,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     backend = attention_backend(spec, unsupported, "--attention-backend")
     if backend is not None:
         args.append(("--attention-backend", backend))
-    if spec.precision in ("bf16", "fp8"):
+    if spec.precision in ("bf16", "fp8", "fp4"):
         args.append(("--bf16", None))
     elif spec.precision == "fp16":
         args.append(("--fp16", None))
@@ -208,6 +208,12 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
             if spec.sharding == "none":  # arguments.py validate_args asserts it
                 unsupported.append("--fp8-param-gather needs --use-distributed-optimizer or "
                                    "Megatron FSDP; sharding none has neither")
+    if spec.precision == "fp4":
+        # TransformerConfig fp4 (--fp4-format e2m1), fp4_recipe nvfp4 and fp4_param
+        # (--fp4-param-gather), megatron/core/transformer/transformer_config.py @ d98e8a64dd
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+        if spec.fp4_param_gather:
+            args.append(("--fp4-param-gather", None))
     optimizer = {"adam": "adam", "adamw": "adam", "muon": "muon", "sgd": "sgd"}
     args.append(("--optimizer", optimizer.get(spec.optimizer, "adam")))
     if spec.optimizer_dtype == "bf16_moments":

@@ -41,6 +41,14 @@ def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
         unsupported.append("grad_reduce_in_fp32 false (bf16 gradient reduction): the recipe "
                            "sets mixed_precision.grad_reduce_in_fp32 true; set it false in the "
                            "recipe script (a recipe name carries no field overrides)")
+    if spec.precision == "fp4":
+        # bf16_with_nvfp4_mixed: fp4 e2m1, fp4_recipe nvfp4, fp4_param_gather True
+        # (Megatron-Bridge src/megatron/bridge/training/mixed_precision.py @ 067f987)
+        if not spec.fp4_param_gather:
+            unsupported.append("fp4_param_gather false: the recipe bf16_with_nvfp4_mixed sets "
+                               "mixed_precision.fp4_param_gather true; change it in the recipe "
+                               "script (a recipe name carries no field overrides)")
+        return "bf16_with_nvfp4_mixed"
     if spec.precision != "fp8":
         return MIXED_PRECISION.get(spec.precision, "bf16_mixed")
     name, gathers = FP8_MIXED_PRECISION[spec.fp8_recipe]

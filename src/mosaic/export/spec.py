@@ -54,6 +54,7 @@ class ExportSpec:
     optimizer: str = "adamw"
     fp8_recipe: str = "none"
     fp8_param_gather: bool = False
+    fp4_param_gather: bool = False
     routing: str = "dropless"
     pad_to_capacity: bool = False
     # the workload's other settings (mosaic.perf.workload.Workload, same names and defaults)
@@ -229,6 +230,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         full_iteration_cuda_graph=workload.full_iteration_cuda_graph,
         stack=str(workload.stack), optimizer=str(workload.optimizer),
         fp8_recipe=str(workload.fp8_recipe), fp8_param_gather=workload.fp8_param_gather,
+        fp4_param_gather=workload.fp4_param_gather,
         routing=str(workload.routing), pad_to_capacity=workload.pad_to_capacity,
         recompute_modules=workload.recompute_modules,
         recompute_block_fraction=workload.recompute_block_fraction,
@@ -390,13 +392,14 @@ def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]
     """(precision, FP8 recipe, assumption lines) of a plan's envelope: a recipe name such as
     'mxfp8' states its recipe; plain 'fp8' gets the stack's default, as the planner's
     workload does (mosaic.perf.workload.Workload._resolve_fp8_recipe)."""
-    from mosaic.perf.workload import FP8_RECIPES as RECIPE_NAMES
     from mosaic.perf.workload import (
+        FP4_RECIPES,
         Fp8Recipe,
         default_fp8_recipe,
         precision_lane,
         stated_fp8_recipe,
     )
+    from mosaic.perf.workload import FP8_RECIPES as RECIPE_NAMES
 
     name = str(envelope.get("precision", "bf16"))
     stack = str(envelope.get("stack", "megatron-core"))
@@ -406,7 +409,7 @@ def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]
         assumed = (f"fp8 recipe not stated in the plan: {recipe} ({stack}'s default, as "
                    "planned)",)
         return "fp8", str(recipe), assumed
-    if name in RECIPE_NAMES:
+    if name in RECIPE_NAMES or name in FP4_RECIPES:
         return precision_lane(name), str(recipe), ()
     return name, str(Fp8Recipe.NONE), ()
 

@@ -44,7 +44,10 @@ def export(spec: ExportSpec, target: str) -> ExportResult:
 
 
 def precision_label(spec: ExportSpec) -> str:
-    """'bf16', or 'fp8 (recipe mxfp8, FP8 parameter gathers)'."""
+    """'bf16', 'fp4 (NVFP4, FP4 parameter gathers)' or 'fp8 (recipe mxfp8, FP8 parameter
+    gathers)'."""
+    if spec.precision == "fp4":
+        return "fp4 (NVFP4" + (", FP4 parameter gathers)" if spec.fp4_param_gather else ")")
     if spec.fp8_recipe == "none":
         return spec.precision
     return (f"{spec.precision} (recipe {spec.fp8_recipe}"

@@ -65,6 +65,11 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         unsupported.append("Muon optimizer (torchtitan v0.2.2 optimizers: AdamW, Adam)")
     if spec.precision == "fp16":
         unsupported.append("fp16 mixed precision (torchtitan: bfloat16 or float32)")
+    if spec.precision == "fp4":
+        unsupported.append("precision nvfp4: torchtitan v0.2.2's quantize converters offer "
+                           "float8 and MXFP8 (an experimental NVFP4 converter through TorchAO "
+                           "came later, torchtitan/components/quantization/nvfp4.md on main); "
+                           "exported in bf16")
     replicate, shard = spec.dp, 1
     if spec.sharding in ("zero1", "zero2", "fsdp"):
         replicate, shard = 1, spec.dp

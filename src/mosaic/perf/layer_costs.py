@@ -60,7 +60,7 @@ from mosaic.perf.shapes import (
     tokens_per_expert,
     tokens_per_rank,
 )
-from mosaic.perf.workload import Dispatcher, Precision, Workload
+from mosaic.perf.workload import NVFP4_ELEMENT_BYTES, Dispatcher, Precision, Workload
 from mosaic.stacks import SelectiveRecompute
 
 BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
@@ -84,6 +84,16 @@ ROUTER_STREAMS = 3
 # quantises each GEMM input, backward each output gradient; weights are cast once per
 # step (Megatron-Core's is_first_microbatch caching) and left out.
 FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
+# An NVFP4 GEMM input or output gradient (both take the random Hadamard transform on their
+# column-wise copy) is quantised by three kernels, each reading the bf16 tensor: the per-
+# tensor amax of the input and of its transformed transpose (nvte_hadamard_transform_amax),
+# the row-wise cast and the fused transform-and-cast of the column-wise copy, each writing
+# NVFP4_ELEMENT_BYTES (transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::
+# quantize_impl @ v2.9; recipe NVFP4BlockScaling applies the transform to inputs and
+# gradients, transformer_engine/common/recipe/__init__.py).
+NVFP4_CAST_BYTES_PER_ELEMENT = 3 * ACTIVATION_BYTES + 2 * NVFP4_ELEMENT_BYTES
+CAST_BYTES_PER_ELEMENT = {Precision.FP8: FP8_CAST_BYTES_PER_ELEMENT,
+                          Precision.FP4: NVFP4_CAST_BYTES_PER_ELEMENT}
 # An FP8 dispatch payload: one byte per element plus one E8M0 scale byte per 32-element
 # block (OCP Microscaling Formats (MX) v1.0, MXFP8; Megatron-Core moe_dispatch_fwd_dtype
 # 'mxfp8', transformer_config.py @ 7afe031974).
@@ -115,7 +125,7 @@ class BlockTimes:
     # the part of streaming by which the MoE token movement as the stack runs it exceeds
     # (negative: falls short of) the analytical permute + unpermute count
     moe_permute: np.ndarray
-    fp8_cast: np.ndarray  # FP8 quantisation of GEMM operands (zero unless FP8 GEMMs)
+    quantise_cast: np.ndarray  # FP8 or NVFP4 quantisation of GEMM operands (else zero)
     forward: np.ndarray  # forward share of all of the above (recomputed under full)
     tp_all_gather: np.ndarray  # sequence-parallel gathers (and expert-TP token gathers)
     tp_reduce_scatter: np.ndarray  # sequence-parallel scatters (and expert-TP scatters)
@@ -130,7 +140,7 @@ class BlockTimes:
     @property
     def compute(self) -> np.ndarray:
         return (self.attention_gemm + self.attention_core + self.mlp_gemm
-                + self.shared_expert + self.router + self.streaming + self.fp8_cast)
+                + self.shared_expert + self.router + self.streaming + self.quantise_cast)
 
 
 def _gemm(
@@ -157,15 +167,17 @@ def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
                                table=machine.grouped_gemm_table, dtype=gemm_dtype(workload))
 
 
-def fp8_cast_s(machine: Machine, workload: Workload, tokens: ArrayLike,
+def quantise_cast_s(machine: Machine, workload: Workload, tokens: ArrayLike,
                gemms: tuple[tuple[ArrayLike, ArrayLike], ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds quantising the operands of FP8 GEMMs of ``tokens`` rows,
-    each given as (k, n): forward casts the tokens×k input, backward the tokens×n output
-    gradient, one cast kernel per operand. Zero unless the workload runs FP8 GEMMs."""
-    if workload.precision is not Precision.FP8:
+    """(forward, backward) seconds quantising the operands of FP8 or NVFP4 GEMMs of
+    ``tokens`` rows, each given as (k, n): forward casts the tokens×k input, backward the
+    tokens×n output gradient (:data:`CAST_BYTES_PER_ELEMENT`). Zero unless the workload runs
+    low-precision GEMMs."""
+    cast_bytes = CAST_BYTES_PER_ELEMENT.get(workload.precision)
+    if cast_bytes is None:
         zero = np.zeros(np.shape(tokens))
         return zero, zero
-    rows = FP8_CAST_BYTES_PER_ELEMENT * np.asarray(tokens, dtype=float)
+    rows = cast_bytes * np.asarray(tokens, dtype=float)
     forward = sum(streaming_time_s(rows * np.asarray(k, dtype=float), machine.hbm_bw_bytes_per_s)
                   for k, _ in gemms)
     backward = sum(streaming_time_s(rows * np.asarray(n, dtype=float),
@@ -277,7 +289,7 @@ class AttentionTimes:
     streaming: np.ndarray  # norms and residuals, forward + backward
     streaming_forward: np.ndarray  # forward norms and residuals plus forward FP8 casts
     layernorm_forward: np.ndarray  # forward of the block's two norms (recompute module)
-    fp8_cast: np.ndarray  # FP8 quantisation of the projections' operands, fwd + bwd
+    quantise_cast: np.ndarray  # FP8/NVFP4 quantisation of the projections' operands, fwd + bwd
     cp_exposed: np.ndarray
 
 
@@ -405,14 +417,14 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
         cp_fwd, cp_bwd = torch_ring_exposed_s(ring, 2 * query_elements * ACTIVATION_BYTES,
                                               plans.cp, plans.tp, crosses,
                                               machine.interconnect)
-    cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
+    cast_fwd, cast_bwd = quantise_cast_s(machine, workload, tokens, (
         (geometry.d_model, widths.projection / plans.tp),
         (widths.output / plans.tp, geometry.d_model)))
     return AttentionTimes(
         gemm=_fwd_bwd(qkv + out), qkv_forward=qkv, output_forward=out,
         core=core_fwd + core_bwd, core_forward=core_fwd,
         streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING),
-        streaming_forward=streaming + cast_fwd, fp8_cast=cast_fwd + cast_bwd,
+        streaming_forward=streaming + cast_fwd, quantise_cast=cast_fwd + cast_bwd,
         layernorm_forward=streaming_time_s(sequence_tokens * geometry.d_model
                                            * NORM_BYTES_PER_TOKEN_PER_D,
                                            machine.hbm_bw_bytes_per_s),
@@ -555,7 +567,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     down = _gemm(machine, workload, tokens, geometry.d_model, width)
     activation = streaming_time_s(_ffn_streaming_bytes(tokens, width, geometry.glu),
                                   machine.hbm_bw_bytes_per_s)
-    cast_fwd, cast_bwd = fp8_cast_s(machine, workload, tokens, (
+    cast_fwd, cast_bwd = quantise_cast_s(machine, workload, tokens, (
         (geometry.d_model, (2 if geometry.glu else 1) * width), (width, geometry.d_model)))
     streaming = attention.streaming + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
     streaming_forward = attention.streaming_forward + activation + cast_fwd
@@ -589,7 +601,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
         attention_core_forward=attention.core_forward, selective_recompute=selective,
         selective_core_recompute=selective_core, mlp_gemm=_fwd_bwd(up + down),
         shared_expert=zero, router=zero, streaming=streaming, moe_permute=zero,
-        fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
+        quantise_cast=attention.quantise_cast + cast_fwd + cast_bwd,
         forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
         ep_all_to_all=zero, cp_send_recv=attention.cp_exposed,
@@ -652,9 +664,9 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     moe_stream_fwd = moe_stream + permute_fwd
     expert_gemms = ((geometry.d_model, glu_factor * expert_width),
                     (expert_width, geometry.d_model))
-    cast_fwd, cast_bwd = fp8_cast_s(machine, workload, copies, expert_gemms)
+    cast_fwd, cast_bwd = quantise_cast_s(machine, workload, copies, expert_gemms)
     if moe.shared_experts:
-        shared_cast = fp8_cast_s(machine, workload, tokens, (
+        shared_cast = quantise_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
         cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
     streaming = (attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
@@ -726,7 +738,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
         router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming=streaming, moe_permute=permute_fwd + permute_bwd,
-        fp8_cast=attention.fp8_cast + cast_fwd + cast_bwd,
+        quantise_cast=attention.quantise_cast + cast_fwd + cast_bwd,
         forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter,
         tp_all_reduce=reduce, ep_all_to_all=a2a_exposed,

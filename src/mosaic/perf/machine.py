@@ -77,9 +77,10 @@ class Machine:
     gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
 
 
-# Architectures whose tensor cores run MXFP8 block-scaled GEMMs: Transformer Engine's
-# check_mxfp8_support needs compute capability 10.0 (transformer_engine/pytorch/
-# quantization.py @ v2.9: "Device compute capability 10.0 or higher required for MXFP8").
+# Architectures whose tensor cores run MXFP8 and NVFP4 block-scaled GEMMs: Transformer
+# Engine's check_mxfp8_support and check_nvfp4_support need compute capability 10.0
+# (transformer_engine/pytorch/quantization.py @ v2.9: "Device compute capability 10.0 or
+# higher required for MXFP8").
 MXFP8_ARCHITECTURES = frozenset({"blackwell"})
 
 
@@ -96,11 +97,16 @@ def machine_for(cluster: Cluster, precision: Precision,
             f"usable memory fraction must be in (0, 1], got {usable_memory_fraction}")
     device = cluster.device
     system = cluster.system
-    gemm_dtype = {Precision.BF16: "bf16", Precision.FP16: "fp16", Precision.FP8: "fp8"}[precision]
+    gemm_dtype = str(precision)  # the device's peak-FLOP/s lane of that name
     if gemm_dtype not in device.dtypes:
         raise MosaicInputError(
             f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
         )
+    if precision is Precision.FP4 and device.architecture not in MXFP8_ARCHITECTURES:
+        raise MosaicInputError(
+            f"precision nvfp4 needs a Blackwell GPU (NVFP4 block-scaled GEMMs need compute "
+            f"capability 10.0, Transformer Engine check_nvfp4_support); {device.name} is "
+            f"{device.architecture or 'not Blackwell'}")
     if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in MXFP8_ARCHITECTURES:
         raise MosaicInputError(
             f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "

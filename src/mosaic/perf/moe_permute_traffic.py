@@ -6,7 +6,7 @@ from the code, the bytes those kernels read and write per routed token copy (and
 token, for the tensors of token shape) per element of d_model, forward and backward. The
 expert activation (SwiGLU/GELU, with the routing probability folded into it where the stack
 does so) and the FP8 casts are counted elsewhere (layer_costs ``_ffn_streaming_bytes``,
-``fp8_cast_s``); the network copies of the EP dispatch/combine (NCCL all-to-all, DeepEP,
+``quantise_cast_s``); the network copies of the EP dispatch/combine (NCCL all-to-all, DeepEP,
 HybridEP) are communication time. Derivations and sources: docs/evidence/moe_permute_traffic.md.
 
 Units: bytes per element of d_model (bf16 activations = 2 B, fp32 = 4 B).

@@ -51,7 +51,7 @@ def _comm(name: str, axis: Axis, exposed: bool = False) -> StepTerm:
 STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _compute("attention_gemm"), _compute("attention_core"), _compute("mlp"),
     _compute("experts"), _compute("shared_expert"), _compute("router"),
-    _compute("elementwise"), _compute("fp8_cast"), _compute("recompute"),
+    _compute("elementwise"), _compute("quantise_cast"), _compute("recompute"),
     # the implementation's kernels beyond the fused minimum (perf/elementwise_traffic.py)
     _compute("elementwise_unfused"),
     # (elementwise_traffic_factor - 1) x the analytical streaming count: a fitted residual,

@@ -18,6 +18,7 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    FP4 = "fp4"  # NVFP4 block-scaled GEMMs (Blackwell); the only FP4 training recipe
 
 
 class Fp8Recipe(StrEnum):
@@ -41,10 +42,26 @@ FP8_RECIPES = {"fp8-cs": Fp8Recipe.CURRENT, "fp8-blockwise": Fp8Recipe.BLOCKWISE
                "mxfp8": Fp8Recipe.MXFP8}
 
 
+# FP4 recipe names of run records and job files -> the lane they run on. NVFP4 is Transformer
+# Engine's FP4 training recipe (NVFP4BlockScaling: E2M1 values, one E4M3 scale per 16
+# elements and an fp32 scale per tensor; transformer_engine/common/recipe/__init__.py) and
+# the one Megatron-Core runs (--fp4-format e2m1 --fp4-recipe nvfp4); plain "fp4" names it.
+FP4_RECIPES = ("nvfp4",)
+
+
 def precision_lane(name: str) -> str:
-    """The peak-FLOP/s lane a precision or FP8 recipe name runs on ('mxfp8' -> 'fp8'); any
-    other name unchanged (validated where it is used)."""
+    """The peak-FLOP/s lane a precision or recipe name runs on ('mxfp8' -> 'fp8', 'nvfp4' ->
+    'fp4'); any other name unchanged (validated where it is used)."""
+    if name in FP4_RECIPES:
+        return Precision.FP4.value
     return Precision.FP8.value if name in FP8_RECIPES else name
+
+
+# An NVFP4 tensor: a 4-bit E2M1 value per element plus one 1-byte E4M3 scale per 16-element
+# block (the per-tensor fp32 scale is negligible): 0.5 + 1/16 bytes per element
+# (transformer_engine/common/recipe/__init__.py NVFP4BlockScaling; NVIDIA, "Pretraining Large
+# Language Models with NVFP4", arXiv:2509.25149, Sec. 2).
+NVFP4_ELEMENT_BYTES = 0.5 + 1.0 / 16
 
 
 # Transformer Engine's default recipe before Blackwell (get_default_fp8_recipe,
@@ -239,6 +256,12 @@ class Workload:
             here: NONE without FP8 GEMMs; with them the stated recipe, else the stack's
             default (stack trait ``fp8_recipe``, :func:`default_fp8_recipe`). Sets the bytes
             of FP8 parameter gathers (``gemm_weight_gather_bytes``).
+        fp4_param_gather: the data-parallel parameter all-gather moves the block GEMMs'
+            weights as NVFP4 (``NVFP4_ELEMENT_BYTES`` each): Megatron-Core
+            --fp4-param-gather ("keep the compute param in fp4 ... and perform the param
+            all-gather in fp4", megatron/training/arguments.py @ d98e8a64dd; the buffer holds
+            packed NVFP4 rows, distributed/param_and_grad_buffer.py), Megatron-Bridge
+            MixedPrecisionConfig.fp4_param_gather. Needs FP4 GEMMs.
         fp8_param_gather: the data-parallel parameter all-gather (ZeRO/FSDP) moves the
             block GEMMs' weights as FP8, one byte each (MXFP8 weights in bf16;
             :meth:`gemm_weight_gather_bytes`): Megatron-Core --fp8-param-gather (FP8
@@ -294,6 +317,7 @@ class Workload:
     expert_gemm: str = "grouped"
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: bool = False
+    fp4_param_gather: bool = False
     loss_chunks: int = 1
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
@@ -374,6 +398,10 @@ class Workload:
         elif recipe in (None, Fp8Recipe.NONE):
             recipe = default_fp8_recipe(self.stack)
         object.__setattr__(self, "fp8_recipe", recipe)
+        if self.fp4_param_gather and self.precision is not Precision.FP4:
+            raise MosaicInputError(f"fp4_param_gather needs precision nvfp4 (got "
+                                   f"{self.precision}): the gathered weights are the NVFP4 "
+                                   "GEMMs' copies")
         if self.fp8_param_gather and not fp8:
             raise MosaicInputError(f"fp8_param_gather needs precision fp8 (got "
                                    f"{self.precision}): the gathered weights are the FP8 "
@@ -388,20 +416,24 @@ class Workload:
                          else self.recompute_modules)
 
     @property
-    def gemm_element_bytes(self) -> int:
+    def gemm_element_bytes(self) -> float:
         """Bytes per GEMM operand element: 1 for FP8 GEMMs (also the copy Transformer Engine
-        saves for the weight gradient), else 2 (bf16/fp16)."""
-        return 1 if self.precision is Precision.FP8 else 2
+        saves for the weight gradient), NVFP4_ELEMENT_BYTES for FP4 GEMMs, else 2
+        (bf16/fp16)."""
+        return {Precision.FP8: 1.0, Precision.FP4: NVFP4_ELEMENT_BYTES}.get(self.precision, 2.0)
 
     def gemm_weight_gather_bytes(self, default_bytes: float) -> float:
         """Bytes per parameter a data-parallel all-gather moves for the block GEMMs' weights
-        (``default_bytes`` for everything else, and for these without ``fp8_param_gather``).
+        (``default_bytes`` for everything else, and for these without ``fp8_param_gather``
+        or ``fp4_param_gather``). With ``fp4_param_gather``: NVFP4_ELEMENT_BYTES.
         With it: 1 for per-tensor FP8 weights (Float8Tensor primary weights gathered as
         uint8, Megatron-Core param_and_grad_buffer.py; torchao WeightWithDynamicFloat8CastTensor
         fsdp_pre_all_gather, torchao/float8/fsdp_utils.py) and for blockwise weights (one
         fp32 scale per 128x128 tile); 2 under MXFP8, whose parameters Megatron-Core gathers in
         bf16 into the gradient buffer and re-quantises (param_and_grad_buffer.py
         shared_buffer, reuse_grad_buf_for_mxfp8_param_ag @ d98e8a64dd)."""
+        if self.fp4_param_gather:
+            return NVFP4_ELEMENT_BYTES
         if not self.fp8_param_gather:
             return default_bytes
         return 2.0 if self.fp8_recipe is Fp8Recipe.MXFP8 else 1.0

@@ -22,7 +22,7 @@ TERM_GROUPS: dict[str, str] = {
     "compute_shared_expert": "compute",
     "compute_router": "compute",
     "compute_elementwise": "compute",
-    "compute_fp8_cast": "compute",
+    "compute_quantise_cast": "compute",
     "compute_elementwise_unfused": "compute",
     "compute_elementwise_extra": "compute",
     "compute_recompute": "recompute",
