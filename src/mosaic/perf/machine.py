@@ -98,15 +98,15 @@ def machine_for(cluster: Cluster, precision: Precision,
     device = cluster.device
     system = cluster.system
     gemm_dtype = str(precision)  # the device's peak-FLOP/s lane of that name
-    if gemm_dtype not in device.dtypes:
-        raise MosaicInputError(
-            f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
-        )
     if precision is Precision.FP4 and device.architecture not in MXFP8_ARCHITECTURES:
         raise MosaicInputError(
             f"precision nvfp4 needs a Blackwell GPU (NVFP4 block-scaled GEMMs need compute "
             f"capability 10.0, Transformer Engine check_nvfp4_support); {device.name} is "
             f"{device.architecture or 'not Blackwell'}")
+    if gemm_dtype not in device.dtypes:
+        raise MosaicInputError(
+            f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
+        )
     if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in MXFP8_ARCHITECTURES:
         raise MosaicInputError(
             f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "
