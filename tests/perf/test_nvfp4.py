@@ -93,7 +93,7 @@ def _record(software: str, precision: str = "nvfp4"):
 
 
 @pytest.mark.parametrize(("software", "gathers"), [
-    ("NeMo 26.04 container / Megatron-Bridge", False),  # bf16_with_nvfp4_mixed @ v0.4.0: no FP4 gathers
+    ("NeMo 26.04 container / Megatron-Bridge", False),  # @ v0.4.0: no FP4 gathers
     ("NeMo 26.04.01 container / Megatron-Bridge", True),  # @ v0.4.2: fp4_param_gather True
     ("NeMo 26.06 container / Megatron-Bridge", True),  # @ v0.5.0
 ])

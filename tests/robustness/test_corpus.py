@@ -60,7 +60,7 @@ CASES = [
     ("vpp-1e6-perf", ["perf", "examples/appendix_e.yaml", "--json", "--set",
                       "parallelism.vpp=1000000"], {}, 2, "vpp"),
     ("unknown-precision", ["perf", "examples/appendix_e.yaml", "--json", "--set",
-                           "hardware.precision=fp4"], {}, 2, "precision"),
+                           "hardware.precision=fp6"], {}, 2, "precision"),
     ("devices-1e12", ["layouts", "{dir}/j.yaml", "--devices", str(10**12), "--json"],
      {"j.yaml": SMALL_JOB}, 2, "devices"),
     ("empty-parquet", ["layouts", "{dir}/j.yaml", "--devices", "16", "--json"],

@@ -314,4 +314,4 @@ def test_studio_plans_under_the_same_memory_headroom_as_the_cli():
 def test_options_offer_every_precision_a_job_accepts():
     from mosaic.studio.app import options_document
 
-    assert options_document(None)["precisions"] == ["bf16", "fp16", "fp8", "mxfp8"]
+    assert options_document(None)["precisions"] == ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]

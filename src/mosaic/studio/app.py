@@ -55,7 +55,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
     from mosaic.config.job_schema import PerformanceBlock
     from mosaic.hardware import list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
-    from mosaic.perf.workload import OptimizerKind
+    from mosaic.perf.workload import OptimizerKind, Precision
     from mosaic.stacks.registry import known_stacks
 
     form = dict(DEFAULT_FORM)
@@ -66,8 +66,11 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "stacks": list(known_stacks()),
         "sharding": [s.name.lower() for s in Sharding],
         "checkpointing": [c.name.lower() for c in Checkpointing],
-        # the job schema's precision names (mxfp8 too), not only the peak-FLOP/s lanes
-        "precisions": list(get_args(PerformanceBlock.model_fields["precision"].annotation)),
+        # the job schema's precision names (mxfp8, nvfp4 too), not only the peak-FLOP/s
+        # lanes; plain fp4 is the schema's alias of nvfp4 and is not offered twice
+        "precisions": [name for name in
+                       get_args(PerformanceBlock.model_fields["precision"].annotation)
+                       if name != Precision.FP4.value],
         "optimizers": [str(o) for o in OptimizerKind],
         "model_sources": list(MODEL_SOURCES) if job_document is not None
         else [s for s in MODEL_SOURCES if s != "job"],
