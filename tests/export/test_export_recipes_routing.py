@@ -265,3 +265,29 @@ def test_torchtitan_sharding_notes():
     # a stack whose registry lists its modes (paper-nemo: zero1 only) flags another
     other = export(titan_spec(48, 1, 1, "fsdp", stack="paper-nemo"), "torchtitan")
     assert "sharding fsdp is not among stack paper-nemo's modes (zero1)" in other.unsupported
+
+
+def test_a_release_plans_job_file_keeps_its_recipe_settings(tmp_path):
+    """A plan under Megatron-Bridge 26.06 NVFP4 recipes (FP4 parameter gathers, bf16
+    gradient reduce, TE loss) exports a job file that predicts its optimum exactly: the
+    envelope's workload-wide settings travel with it."""
+    plan_file, job_file = tmp_path / "plan.json", tmp_path / "job.yaml"
+    planned = runner.invoke(app, ["plan", "--gpu", "GB200", "--nodes", "4", "--q", "6",
+                                  "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                  "--stack", "megatron-bridge", "--stack-version", "26.06",
+                                  "--precision", "nvfp4", "--json"])
+    assert planned.exit_code == 0, planned.output
+    plan_file.write_text(planned.stdout)
+    envelope = json.loads(planned.stdout)["envelope"]
+    assert envelope["precision"] == "fp4" and envelope["fp4_param_gather"] is True
+    assert envelope["grad_reduce_in_fp32"] is False
+    result = runner.invoke(app, ["export", str(plan_file), "--to", "yaml", "--out",
+                                 str(job_file)])
+    assert result.exit_code == 0, result.output
+    performance = yaml.safe_load(job_file.read_text())["performance"]
+    assert performance["precision"] == "nvfp4" and performance["fp4_param_gather"] is True
+    perf = runner.invoke(app, ["perf", str(job_file), "--json"])
+    assert perf.exit_code == 0, perf.output
+    optimum = json.loads(planned.stdout)["optimum"]
+    assert json.loads(perf.stdout)["step_time_s"] == pytest.approx(optimum["step_time_s"],
+                                                                   rel=1e-9)

@@ -144,14 +144,19 @@ def test_plan_precision_names_every_accepted_value_and_records_the_fp8_recipe() 
 
 
 def test_plan_names_the_release_recipe_settings_its_candidates_do_not_take() -> None:
-    """Megatron-Bridge's 25.11-26.06 MoE recipes reduce gradients in bf16 and force-balance
-    the experts (recipes/megatron-bridge.yaml); a plan grid carries only the dispatcher, EP
-    overlap and the CUDA graph, and says so."""
+    """Megatron-Bridge's 25.11-26.06 MoE recipes reduce gradients in bf16, gather MXFP8
+    parameters and force-balance the experts (recipes/megatron-bridge.yaml); a plan grid
+    carries the workload-wide settings (dispatcher, EP overlap, CUDA graph, parameter
+    gathers, gradient-reduce dtype, loss) to every candidate and names the rest (routing)."""
     result = runner.invoke(app, ["plan", "--gpu", "GB200", "--nodes", "16", "--q", "8",
                                  "--experts", "8", "--top-k", "1", "--split-factor", "1",
                                  "--stack", "megatron-bridge", "--stack-version", "26.06",
                                  "--precision", "mxfp8", "--json"])
     assert result.exit_code == 0, result.output
     note = " ".join(result.stderr.split())
-    assert "grad_reduce_in_fp32" in note and "routing" in note
-    assert "cross_entropy" not in note  # the stack's own trait (te) already
+    left_out = note.split("also set ")[1].split(" for every MoE model")[0]
+    assert left_out == "routing"
+    envelope = json.loads(result.stdout)["envelope"]
+    assert envelope["grad_reduce_in_fp32"] is False
+    assert envelope["fp8_param_gather"] is True
+    assert envelope["cross_entropy"] == "te"

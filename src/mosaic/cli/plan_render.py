@@ -64,8 +64,12 @@ def _recipe_text(envelope: Any) -> str:
     """The settings every candidate takes from the stack release's recipes."""
     if not envelope.stack_version:
         return "none (no --stack-version)"
-    on = [name for name in ("ep_overlap", "full_iteration_cuda_graph")
-          if getattr(envelope, name)]
+    on = [name for name in ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
+                            "fp4_param_gather") if getattr(envelope, name)]
+    if not envelope.grad_reduce_in_fp32:
+        on.append("bf16 gradient reduce")
+    if envelope.cross_entropy:
+        on.append(f"cross_entropy {envelope.cross_entropy}")
     return ", ".join(on) if on else (f"none ({envelope.stack} {envelope.stack_version} "
                                      "sets none of them for every MoE model)")
 

@@ -61,11 +61,11 @@ from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
-    FP4_RECIPES,
     Fp8Recipe,
     OptimizerKind,
     Precision,
     Workload,
+    job_precision_name,
     precision_lane,
     stated_fp8_recipe,
 )
@@ -189,7 +189,7 @@ class PerformanceBlock(_Strict):
     def _fp4_is_nvfp4(cls, value: str) -> str:
         """Plain fp4 names NVFP4, the one FP4 training recipe (mosaic.perf.workload
         FP4_RECIPES): one spelling for recipe matching and job documents."""
-        return FP4_RECIPES[0] if value == Precision.FP4.value else value
+        return job_precision_name(value)
 
     @field_validator("stack_version", mode="before")
     @classmethod
@@ -526,8 +526,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     and layout (plan results and exports write it; docs/schema.md)."""
     workload, row = spec.workload, spec.plan.row(0)
     performance: dict[str, Any] = {
-        "precision": (FP4_RECIPES[0] if workload.precision is Precision.FP4
-                      else str(workload.precision)),
+        "precision": job_precision_name(str(workload.precision)),
         "checkpointing": str(row["checkpointing"]),
         "stack": workload.stack}
     if workload.fp8_recipe not in (None, Fp8Recipe.NONE):

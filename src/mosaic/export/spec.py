@@ -383,6 +383,10 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         dispatch_fp8=bool(plan.get("dispatch_fp8", False)),
         tp_comm_overlap=bool(plan.get("tp_comm_overlap", False)),
         full_iteration_cuda_graph=bool(envelope.get("full_iteration_cuda_graph", False)),
+        fp8_param_gather=bool(envelope.get("fp8_param_gather", False)),
+        fp4_param_gather=bool(envelope.get("fp4_param_gather", False)),
+        grad_reduce_in_fp32=bool(envelope.get("grad_reduce_in_fp32", True)),
+        cross_entropy=envelope.get("cross_entropy"),
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
@@ -429,12 +433,21 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
     for flag in ("ep_overlap", "dispatch_fp8", "tp_comm_overlap"):
         if getattr(spec, flag):
             parallelism[flag] = True
-    performance: dict[str, Any] = {"precision": spec.precision,
+    from mosaic.perf.workload import job_precision_name
+
+    performance: dict[str, Any] = {"precision": job_precision_name(spec.precision),
                                    "checkpointing": spec.checkpointing, "stack": spec.stack}
     if spec.fp8_recipe != "none":
         performance["fp8_recipe"] = spec.fp8_recipe
     if spec.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
+    for name in ("fp8_param_gather", "fp4_param_gather"):
+        if getattr(spec, name):
+            performance[name] = True
+    if not spec.grad_reduce_in_fp32:
+        performance["grad_reduce_in_fp32"] = False
+    if spec.cross_entropy is not None:
+        performance["cross_entropy"] = spec.cross_entropy
     hardware: dict[str, Any] = {"system": envelope.get("system")}
     if envelope.get("nodes") is not None:
         hardware["nodes"] = envelope["nodes"]

@@ -49,6 +49,12 @@ FP8_RECIPES = {"fp8-cs": Fp8Recipe.CURRENT, "fp8-blockwise": Fp8Recipe.BLOCKWISE
 FP4_RECIPES = ("nvfp4",)
 
 
+def job_precision_name(lane: str) -> str:
+    """How a job file spells a precision lane: 'nvfp4' for the fp4 lane (its one recipe),
+    any other lane unchanged."""
+    return FP4_RECIPES[0] if lane == Precision.FP4.value else lane
+
+
 def precision_lane(name: str) -> str:
     """The peak-FLOP/s lane a precision or recipe name runs on ('mxfp8' -> 'fp8', 'nvfp4' ->
     'fp4'); any other name unchanged (validated where it is used)."""

@@ -121,7 +121,8 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
 
 
 # The recipe settings (mosaic.config.recipes) an envelope carries to every candidate.
-ENVELOPE_RECIPE_SETTINGS = ("ep_overlap", "full_iteration_cuda_graph")
+ENVELOPE_RECIPE_SETTINGS = ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
+                            "fp4_param_gather", "grad_reduce_in_fp32", "cross_entropy")
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,11 @@ class Envelope:
             None = the stack's documented share, else the default 0.9.
         stack_version: the stack's release (YY.MM) the settings below were taken from;
             None = not stated.
-        ep_overlap, full_iteration_cuda_graph: the workload settings of every candidate
+        ep_overlap, full_iteration_cuda_graph, fp8_param_gather, fp4_param_gather,
+            grad_reduce_in_fp32, cross_entropy: the workload settings of every candidate
             (:class:`~mosaic.perf.workload.Workload`), e.g. what a stack release's recipes
-            set for every MoE model (:data:`ENVELOPE_RECIPE_SETTINGS`).
+            set for every MoE model (:data:`ENVELOPE_RECIPE_SETTINGS`); cross_entropy None
+            = the stack's loss.
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
     """
@@ -165,6 +168,10 @@ class Envelope:
     ep_overlap: bool = False
     full_iteration_cuda_graph: bool = False
     fp8_recipe: Fp8Recipe | None = None
+    fp8_param_gather: bool = False
+    fp4_param_gather: bool = False
+    grad_reduce_in_fp32: bool = True
+    cross_entropy: str | None = None
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack names the known ones
@@ -253,6 +260,10 @@ class Envelope:
             **({"stack_version": self.stack_version} if self.stack_version else {}),
             "ep_overlap": self.ep_overlap,
             "full_iteration_cuda_graph": self.full_iteration_cuda_graph,
+            "fp8_param_gather": self.fp8_param_gather,
+            "fp4_param_gather": self.fp4_param_gather,
+            "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
+            **({"cross_entropy": self.cross_entropy} if self.cross_entropy else {}),
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,
             "memory_headroom": self.headroom.to_dict(self.system.device.hbm_bytes)

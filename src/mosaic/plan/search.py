@@ -106,6 +106,10 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Worklo
         ep_overlap=envelope.ep_overlap,
         full_iteration_cuda_graph=envelope.full_iteration_cuda_graph,
         fp8_recipe=envelope.fp8_recipe,
+        fp8_param_gather=envelope.fp8_param_gather,
+        fp4_param_gather=envelope.fp4_param_gather,
+        grad_reduce_in_fp32=envelope.grad_reduce_in_fp32,
+        cross_entropy=envelope.cross_entropy,
     )
 
 
