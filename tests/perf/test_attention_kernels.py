@@ -7,12 +7,18 @@ import pytest
 from mosaic.arch import ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
-from mosaic.perf.attention_kernels import gpu_generation, resolve_attention_kernel
+from mosaic.perf.attention_kernels import (
+    gpu_generation,
+    materialises_scores,
+    resolve_attention_kernel,
+    stack_default_kernel,
+)
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import single_plan
 from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
+from mosaic.stacks import known_stacks
 
 
 def test_generations_of_catalog_devices():
@@ -101,3 +107,26 @@ def test_a_generation_without_published_kernel_rates_runs_at_the_cudnn_rate():
     # MI300X states its architecture (cdna3) in the catalog; no kernel table covers it.
     choice = resolve_attention_kernel(None, "megatron-core", "MI300X")
     assert (choice.generation, choice.fwd_multiplier, choice.bwd_multiplier) == (None, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("stack", sorted(known_stacks()))
+def test_memory_reads_the_same_attention_kernel_as_the_time_model(stack):
+    """The time model resolves a stack's default kernel with the GPU (resolve_attention_kernel)
+    and the memory model without it (stack_default_kernel): on every catalog GPU the two
+    agree on what the attention core saves (the score matrix or a log-sum-exp per row), so
+    the memory verdict never depends on which of the two ran."""
+    for device in ("A100-SXM-80GB", "H100-SXM-80GB", "B200", "GB300", "MI300X"):
+        timed = resolve_attention_kernel(None, stack, device).kernel
+        for seq_len in (512, 2048, 8192):
+            assert materialises_scores(timed, seq_len) == materialises_scores(
+                stack_default_kernel(stack), seq_len), (stack, device, seq_len)
+
+
+def test_levanter_refuses_a_sequence_its_blockwise_attention_cannot_split():
+    # flash_attention.py raises for a q axis of a block or more that blocks do not divide
+    with pytest.raises(MosaicInputError, match="multiple of its 1024-token block"):
+        Workload(geometry=ladder_geometry(4), global_batch=8, seq_len=1536, stack="levanter")
+    for seq_len in (512, 1024, 4096):  # under one block it materialises; blocks divide these
+        assert Workload(geometry=ladder_geometry(4), global_batch=8, seq_len=seq_len,
+                        stack="levanter").seq_len == seq_len
+    assert Workload(geometry=ladder_geometry(4), global_batch=8, seq_len=1536).seq_len == 1536

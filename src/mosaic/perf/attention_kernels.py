@@ -114,9 +114,11 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
     if not any(generation in table for table in _RELATIVE.values()):
         generation = None  # no published kernel rates for it: taken at the cuDNN rate
     if kernel is None:
+        # on a GPU outside the tables, the stack's kernel where it runs one on every
+        # generation (levanter's jax_flash), as the memory model reads it without the GPU
         defaults = get_stack(stack).attention_kernel
-        kernel = defaults.get(generation, AttentionKernel.CUDNN.value) if generation else (
-            AttentionKernel.CUDNN.value)
+        kernel = (defaults.get(generation, AttentionKernel.CUDNN.value) if generation
+                  else stack_default_kernel(stack) or AttentionKernel.CUDNN.value)
     if kernel not in set(AttentionKernel):
         raise MosaicInputError(f"attention kernel {kernel!r}: allowed values are "
                                f"{', '.join(AttentionKernel)}")

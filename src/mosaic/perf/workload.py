@@ -8,7 +8,11 @@ from typing import Any
 
 from mosaic.arch import Geometry
 from mosaic.errors import MosaicInputError
-from mosaic.perf.attention_kernels import AttentionKernel
+from mosaic.perf.attention_kernels import (
+    JAX_FLASH_BLOCK_TOKENS,
+    AttentionKernel,
+    stack_default_kernel,
+)
 from mosaic.stacks import CrossEntropy, StackTraits, get_stack
 
 
@@ -383,6 +387,7 @@ class Workload:
                 "inputs to capacity only with the alltoall dispatcher (its flex dispatcher "
                 "rejects --moe-pad-expert-input-to-capacity)")
         self._resolve_fp8_recipe()
+        self._check_blockwise_attention()
         if self.fp8_glu_inputs and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
@@ -391,6 +396,19 @@ class Workload:
             raise MosaicInputError(
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "
                 "grouped expert GEMM consumes the 8-bit dispatch payload")
+
+    def _check_blockwise_attention(self) -> None:
+        """Levanter's blockwise attention refuses a sequence of a block or more that is not a
+        multiple of its block (flash_attention.py _flash_attention_forward raises "q axis
+        size ... is not a multiple of"; blocks are 1024 tokens, 2048 for Mixtral configs), so
+        such a run cannot exist (JAX_FLASH_BLOCK_TOKENS)."""
+        kernel = self.attention_kernel or stack_default_kernel(self.stack)
+        block = JAX_FLASH_BLOCK_TOKENS
+        if kernel == AttentionKernel.JAX_FLASH and self.seq_len >= block and self.seq_len % block:
+            raise MosaicInputError(
+                f"seq_len {self.seq_len} with attention kernel jax_flash: levanter's blockwise "
+                f"attention needs a multiple of its {block}-token block at or above one block "
+                f"(e.g. {self.seq_len // block * block} or {-(-self.seq_len // block) * block})")
 
     def _resolve_fp8_recipe(self) -> None:
         """One recipe per workload: NONE without FP8 GEMMs (a recipe means nothing there, so
