@@ -9,13 +9,16 @@ from typer.testing import CliRunner
 from mosaic.cli.main import app
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "fsdp_moe_comm_bound.yaml")
+# drop-and-pad routing: the FSDP communication bounds the step (the example's header)
+DROP_AND_PAD = ("--set", "performance.routing=token_drop", "--set",
+                "performance.pad_to_capacity=true")
 LEVER_KEYS = {"name", "description", "plan", "step_time_s", "mfu", "tokens_per_s", "gain",
               "feasible", "reason"}
 runner = CliRunner()
 
 
 def run_json(*args: str) -> dict:
-    result = runner.invoke(app, ["explain", EXAMPLE, *args, "--json"])
+    result = runner.invoke(app, ["explain", EXAMPLE, *DROP_AND_PAD, *args, "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -60,7 +63,8 @@ def test_measured_tokens_per_s_gives_the_gap():
 
 
 def test_human_output_says_why_and_what_to_try():
-    result = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s", "2.0"])
+    result = runner.invoke(app, ["explain", EXAMPLE, *DROP_AND_PAD, "--measured-step-time-s",
+                                 "2.0"])
     assert result.exit_code == 0, result.output
     text = result.output
     assert "Bound: communication-bound" in text
@@ -94,7 +98,7 @@ def test_bad_input_is_one_line_exit_2(args, fragment):
 
 
 def test_measured_per_gpu_tokens_per_s_is_the_cluster_total_over_the_gpus():
-    perf = json.loads(runner.invoke(app, ["perf", EXAMPLE, "--json"]).stdout)
+    perf = json.loads(runner.invoke(app, ["perf", EXAMPLE, *DROP_AND_PAD, "--json"]).stdout)
     gpus = perf["hardware"]["devices"]
     per_gpu = perf["tokens_per_s_per_gpu"] / 2
     by_gpu = run_json("--measured-tokens-per-s-per-gpu", str(per_gpu))
@@ -104,7 +108,7 @@ def test_measured_per_gpu_tokens_per_s_is_the_cluster_total_over_the_gpus():
 
 
 def test_a_per_gpu_figure_given_as_cluster_total_gets_a_hint_on_stderr():
-    perf = json.loads(runner.invoke(app, ["perf", EXAMPLE, "--json"]).stdout)
+    perf = json.loads(runner.invoke(app, ["perf", EXAMPLE, *DROP_AND_PAD, "--json"]).stdout)
     per_gpu = perf["tokens_per_s_per_gpu"]
     result = runner.invoke(app, ["explain", EXAMPLE, "--measured-tokens-per-s",
                                  str(per_gpu * 0.8), "--json"])

@@ -25,19 +25,20 @@ def test_appendix_e_listing_under_the_papers_stack() -> None:
 def test_appendix_e_host_path_of_the_papers_stack_costs_more_than_a_modern_stacks() -> None:
     """The paper's stack pays host costs ScalePlan measured on it (642 kernels per layer,
     27 us launch gap, 24 ms per micro-batch, 10 ms EP dispatch per MoE layer); the modern
-    default has none of them, so its host-side terms on the same job are smaller. (The
-    whole steps are within 2% of each other: the default profile's element-wise factor,
-    fitted to modern FP8 runs, costs more than the paper profile's on this bf16 job.)"""
+    default has none of them, so the host time of its launch path on the same job (Eq. 11's
+    t_disp over the step, block_dispatch_floor_s) is far smaller. Neither binds here: the
+    GPU work of a micro-batch is longer."""
     from mosaic.config.job_schema import load_job
     from mosaic.evaluate.job import predict_job
 
     spec = load_job(paper.APPENDIX_E_JOB)
 
-    def host_s(profile: str) -> float:
-        breakdown = predict_job(spec, built_in_calibration(profile)).prediction.breakdown_s
-        return sum(float(breakdown[name][0]) for name in ("dispatch_floor", "moe_host_sync"))
+    def host_path_s(profile: str) -> float:
+        prediction = predict_job(spec, built_in_calibration(profile)).prediction
+        assert prediction.block_dispatch_floor_s[0] < prediction.block_compute_s[0]
+        return float(prediction.block_dispatch_floor_s[0])
 
-    assert host_s("default") < host_s("paper-p6b200")
+    assert 4 * host_path_s("default") < host_path_s("paper-p6b200")
 
 
 def test_table5_order_by_predicted_loss_and_measured_mfu_order() -> None:

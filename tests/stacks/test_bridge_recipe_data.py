@@ -19,13 +19,13 @@ SETTING_KEYS = {"dispatcher", "ep_overlap", "recompute", "recompute_modules",
                 "full_iteration_cuda_graph", "tp_comm_overlap", "grad_reduce_in_fp32",
                 "offloaded_activation_layers", "cross_entropy", "fp8_param_gather",
                 "pad_to_capacity", "dispatch_fp8", "dp_comm_overlap", "moe_permute",
-                "recompute_block_fraction", "routing", "fp4_param_gather"}
+                "recompute_block_fraction", "routing", "fp4_param_gather", "layer_cuda_graphs"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"}
 RECOMPUTE_MODULES = {"core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                      "shared_experts"}
 BOOL_SETTINGS = {"ep_overlap", "full_iteration_cuda_graph", "tp_comm_overlap",
                  "grad_reduce_in_fp32", "fp8_param_gather", "pad_to_capacity", "dispatch_fp8",
-                 "dp_comm_overlap", "fp4_param_gather"}
+                 "dp_comm_overlap", "fp4_param_gather", "layer_cuda_graphs"}
 RELEASE = re.compile(r"^\d{2}\.\d{2}$")
 # a Megatron-Bridge tag as the sources write it: '@ v0.3.1', '@ v0.1.0rc4', '@ v0.3.0..v0.5.1'
 TAG = re.compile(r"@ v\d+\.\d+\.\d+(rc\d+)?\b")

@@ -64,6 +64,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
         "tp_comm_overlap": result.spec.workload.tp_comm_overlap,
         "full_iteration_cuda_graph": result.spec.workload.full_iteration_cuda_graph,
+        "layer_cuda_graphs": result.spec.workload.layer_cuda_graphs,
         "dp_comm_overlap": result.spec.workload.dp_comm_overlap,
         # the element-wise and MoE token-movement implementations the step is costed with
         # (perf/elementwise_traffic.py, perf/moe_permute_traffic.py) and where each comes from
@@ -109,7 +110,8 @@ def _render(document: dict[str, Any]) -> None:
              + (", EP overlap" if document["ep_overlap"] else "")
              + (", FP8 dispatch" if document["dispatch_fp8"] else "")
              + (", one CUDA graph per step" if document["full_iteration_cuda_graph"]
-                else "")),
+                else "")
+             + (", a CUDA graph per layer" if document["layer_cuda_graphs"] else "")),
             ("step time", f"{document['step_time_s']:.3f} s"
              + ("" if "measured_step_time_s" not in document else
                 f" (measured {document['measured_step_time_s']:.3f} s: prediction "

@@ -172,6 +172,12 @@ class PerformanceBlock(_Strict):
                     "--cuda-graph-impl full_iteration; MoE models with a static per-EP-rank "
                     "token budget, --moe-expert-rank-capacity-factor): no host launch cost and "
                     "no MoE host synchronisation; off by default, as in Megatron-Core")
+    layer_cuda_graphs: bool = Field(
+        default=False,
+        description="each transformer layer's forward and backward replay one CUDA graph "
+                    "(Megatron-Core enable_cuda_graph / --cuda-graph-impl local, whole "
+                    "layer): no per-kernel host launches; MoE layers need drop-and-pad "
+                    "routing; off by default")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing), or "
@@ -450,6 +456,7 @@ def job_from_document(document: dict[str, Any], where: str,
         moe_permute=performance.moe_permute,
         expert_gemm=performance.expert_gemm,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
+        layer_cuda_graphs=performance.layer_cuda_graphs,
         recompute_block_fraction=performance.recompute_block_fraction,
         max_nodes_per_token=performance.max_nodes_per_token,
         fp8_glu_inputs=performance.fp8_glu_inputs,
@@ -575,6 +582,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["expert_gemm"] = workload.expert_gemm
     if workload.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
+    if workload.layer_cuda_graphs:
+        performance["layer_cuda_graphs"] = True
     if workload.recompute_block_fraction is not None:
         performance["recompute_block_fraction"] = workload.recompute_block_fraction
     if workload.max_nodes_per_token is not None:

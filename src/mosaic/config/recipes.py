@@ -66,6 +66,7 @@ class RecipeSettings(_Strict):
     optimizer_dtype: OptimizerDtypeName | None = None
     fsdp_keep_gathered: bool | None = None
     full_iteration_cuda_graph: bool | None = None
+    layer_cuda_graphs: bool | None = None
     pad_to_capacity: bool | None = None
     # the MoE routing regime (token_drop: a capacity factor, default 1.0); applied where a
     # record's routing is unknown or unstated

@@ -132,6 +132,10 @@ class RunRecordEntry(_Strict):
         default=None, description="the step replays one CUDA graph (Megatron-Core "
         "--cuda-graph-impl full_iteration; MoE with a static per-rank token budget); null = "
         "the stack release's default (docs/stacks.md), else false")
+    layer_cuda_graphs: bool | None = Field(
+        default=None, description="each transformer layer's forward and backward replay one "
+        "CUDA graph (Megatron-Core enable_cuda_graph / --cuda-graph-impl local); null = the "
+        "stack release's recipe (docs/stacks.md), else false")
     dp_comm_overlap: bool | None = Field(
         default=None, description="DDP/ZeRO collectives overlap the passes bucket by bucket "
         "(Megatron-LM --overlap-grad-reduce / --overlap-param-gather); false = all exposed; "
@@ -280,7 +284,7 @@ class RunRecord:
         stated_settings: the workload settings the record itself states (dispatcher,
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
-            fsdp_keep_gathered, full_iteration_cuda_graph, pad_to_capacity,
+            fsdp_keep_gathered, full_iteration_cuda_graph, layer_cuda_graphs, pad_to_capacity,
             recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute, loss_chunks,
             expert_gemm, recompute when not 'unknown'); documented record
             settings never override these.
@@ -462,6 +466,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         optimizer_dtype=entry.optimizer_dtype or "fp32",
         fsdp_keep_gathered=entry.fsdp_keep_gathered is True,
         full_iteration_cuda_graph=entry.full_iteration_cuda_graph is True,
+        layer_cuda_graphs=entry.layer_cuda_graphs is True,
         pad_to_capacity=entry.pad_to_capacity is True,
         routing_imbalance=entry.routing_imbalance,
         recompute_block_fraction=entry.recompute_block_fraction,
@@ -519,6 +524,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "optimizer_dtype": entry.optimizer_dtype is not None,
         "fsdp_keep_gathered": entry.fsdp_keep_gathered is not None,
         "full_iteration_cuda_graph": entry.full_iteration_cuda_graph is not None,
+        "layer_cuda_graphs": entry.layer_cuda_graphs is not None,
         "recompute": entry.recompute != "unknown",
         "pad_to_capacity": entry.pad_to_capacity is not None,
         "recompute_block_fraction": entry.recompute_block_fraction is not None,

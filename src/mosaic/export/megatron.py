@@ -162,6 +162,11 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                                   "--moe-token-dispatcher-type flex "
                                   "--moe-flex-dispatcher-backend hybridep, ")
                                + "--moe-expert-rank-capacity-factor and paged stash by hand")
+    if spec.layer_cuda_graphs:
+        # per-layer capture of the whole layer: --cuda-graph-impl local with no modules
+        # (arguments.py @ d98e8a64dd: "Use empty cuda_graph_modules to capture the whole
+        # layer"; core_v0.14's --enable-cuda-graph)
+        args.append(("--cuda-graph-impl", "local"))
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
     elif spec.sharding in ("zero2", "fsdp", "hsdp"):
@@ -231,7 +236,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                "grad_reduce_in_fp32", "offloaded_activation_layers", "optimizer_dtype",
                "dp_comm_overlap", "max_nodes_per_token", "fp8_glu_inputs",
                "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8", "tp_comm_overlap",
-               "full_iteration_cuda_graph", "pipeline_schedule", "attention_kernel"}
+               "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule",
+               "attention_kernel"}
     unsupported += unexpressed(spec, handled, "Megatron-LM")
     return args, unsupported
 

@@ -165,6 +165,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                                   "moe_token_dispatcher_type flex with "
                                   "moe_flex_dispatcher_backend hybridep, ")
                                + "moe_expert_rank_capacity_factor and paged stash by hand")
+    if spec.layer_cuda_graphs:  # the per-layer CudaGraphManager over the whole layer
+        model["cuda_graph_impl"] = "local"
     ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none",
                            # DistributedDataParallelConfig; mosaic's default is overlapped
                            "overlap_grad_reduce": spec.dp_comm_overlap,
@@ -213,7 +215,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                "grad_reduce_in_fp32", "offloaded_activation_layers", "optimizer_dtype",
                "dp_comm_overlap", "max_nodes_per_token", "fp8_glu_inputs",
                "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8",
-               "full_iteration_cuda_graph", "pipeline_schedule", "attention_kernel"}
+               "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule",
+               "attention_kernel"}
     if spec.tp_comm_overlap and spec.sequence_parallel and spec.tp > 1:
         handled.add("tp_comm_overlap")
     unsupported += unexpressed(spec, handled, "Megatron-Bridge")

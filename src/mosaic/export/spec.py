@@ -50,6 +50,7 @@ class ExportSpec:
     dispatch_fp8: bool = False
     tp_comm_overlap: bool = False
     full_iteration_cuda_graph: bool = False
+    layer_cuda_graphs: bool = False
     stack: str = "megatron-core"
     optimizer: str = "adamw"
     fp8_recipe: str = "none"
@@ -228,6 +229,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         ep_overlap=workload.ep_overlap, dispatch_fp8=workload.dispatch_fp8,
         tp_comm_overlap=workload.tp_comm_overlap,
         full_iteration_cuda_graph=workload.full_iteration_cuda_graph,
+        layer_cuda_graphs=workload.layer_cuda_graphs,
         stack=str(workload.stack), optimizer=str(workload.optimizer),
         fp8_recipe=str(workload.fp8_recipe), fp8_param_gather=workload.fp8_param_gather,
         fp4_param_gather=workload.fp4_param_gather,
@@ -276,7 +278,7 @@ WORKLOAD_SETTINGS: dict[str, object] = {
     "torch_compile": None, "moe_permute": None, "attention_kernel": None,
     "fsdp_gather": None, "vocab_in_pipeline_split": False, "routing_imbalance": None,
     "ep_overlap": False, "dispatch_fp8": False, "tp_comm_overlap": False,
-    "full_iteration_cuda_graph": False, "pipeline_schedule": None,
+    "full_iteration_cuda_graph": False, "layer_cuda_graphs": False, "pipeline_schedule": None,
 }
 # Settings that only say how the modelled run behaves, with nothing a launcher sets: a
 # measured router imbalance, the stack's own kernels and code paths

@@ -55,6 +55,8 @@ class _Constants(BaseModel):
                           "grouped-GEMM host floor instead")
     ep_dispatch_host_s_per_moe_layer: _Sourced = _Sourced(
         value=0.0, source="not in this file: no extra host cost of the EP dispatch path")
+    host_in_block_factor: _Sourced = _Sourced(
+        value=1.0, source="not in this file: isolated-call host floors taken as benchmarked")
     stack_overhead: _SourcedMapping
     attention_efficiency: _SourcedMapping
     routing_imbalance: _SourcedMapping
@@ -96,6 +98,7 @@ class Calibration:
     elementwise_traffic_factor: float = 1.0
     kernels_per_local_expert: float = 0.0
     ep_dispatch_host_s_per_moe_layer: float = 0.0
+    host_in_block_factor: float = 1.0
     stack_overhead: dict[str, float] = field(default_factory=dict)
     attention_efficiency: dict[str, float] = field(default_factory=dict)
     routing_imbalance: dict[str, float] = field(default_factory=dict)

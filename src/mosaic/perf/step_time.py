@@ -688,11 +688,14 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
             + calibration.chi_overlap * drivers.deep_local_pipeline)
 
 
-def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
-                         moe_blocks: np.ndarray) -> np.ndarray:
+def _expert_host_floor_s(workload: Workload, plans: ParallelPlans, moe_blocks: np.ndarray,
+                         calibration: Calibration) -> np.ndarray:
     """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
     projections, forward and backward, over the E/ep local experts of each MoE block
-    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`); zero for a dense model."""
+    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`, an isolated-call
+    benchmark), times the calibration's ``host_in_block_factor`` (what a launch costs the
+    host between a training block's other kernels over what it costs alone); zero for a
+    dense model."""
     moe = workload.geometry.moe
     if moe is None or workload.traits.expert_gemm_launch == "one_op":
         # One compiled op per expert projection (stack trait expert_gemm_launch one_op:
@@ -700,8 +703,9 @@ def _expert_host_floor_s(workload: Workload, plans: ParallelPlans,
         # its launch is one of the layer's kernels, with no per-expert host work.
         return np.zeros(len(plans))
     experts_here = local_experts(workload, plans)
-    return moe_blocks * 2 * (te_grouped_linear_host_floor_s(experts_here)
-                             + te_grouped_linear_host_floor_s(experts_here, backward=True))
+    return calibration.host_in_block_factor * moe_blocks * 2 * (
+        te_grouped_linear_host_floor_s(experts_here)
+        + te_grouped_linear_host_floor_s(experts_here, backward=True))
 
 
 def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.ndarray:
@@ -717,7 +721,8 @@ def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.
     evidence: leave-one-source-out MoE tokens/s MAPE on the published runs drops from 22.8%
     to 17.2% with this term (docs/perf.md).
     """
-    if not expert_counts_reach_host(workload) or workload.full_iteration_cuda_graph:
+    if (not expert_counts_reach_host(workload) or workload.full_iteration_cuda_graph
+            or workload.layer_cuda_graphs):  # captured layers: static shapes, no sync
         return np.zeros_like(expert_host_floor_s)
     return expert_host_floor_s
 
@@ -743,9 +748,11 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
                     else np.zeros(len(plans)))
     ep_dispatch = np.where(plans.ep > 1, moe_blocks
                            * calibration.ep_dispatch_host_s_per_moe_layer, 0.0)
-    if workload.full_iteration_cuda_graph:
-        # One graph launch replays the step's kernels: the host issues nothing per kernel
-        # (Megatron-Core FullCudaGraphWrapper, docs/user-guide/features/cuda_graph.md).
+    if workload.full_iteration_cuda_graph or workload.layer_cuda_graphs:
+        # One graph launch replays the step's kernels (Megatron-Core FullCudaGraphWrapper,
+        # docs/user-guide/features/cuda_graph.md), or one per layer and pass (the per-layer
+        # CudaGraphManager): the host issues nothing per kernel, and a graph launch (tens
+        # of microseconds per layer) is left out.
         return np.zeros(len(plans))
     return (kernels * calibration.dispatch_gap_s + experts_host + ep_dispatch
             + calibration.host_overhead_per_microbatch_s)
@@ -826,7 +833,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         (elementwise_traffic_multiplier(workload) - 1.0) * (analytical_per_mb + recomputed))
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
                                                 * analytical_per_mb)
-    expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks)
+    expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks, calibration)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
     t_cmp = _sum(per_mb.values())

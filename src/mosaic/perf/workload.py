@@ -227,6 +227,14 @@ class Workload:
             dropless MoE model a static per-EP-rank token budget
             (--moe-expert-rank-capacity-factor with HybridEP and paged stash, the only way
             MoE capture works) leaves no host synchronisation in the MoE layers.
+        layer_cuda_graphs: each transformer layer's forward and backward replay one CUDA
+            graph (Megatron-Core TransformerConfig.enable_cuda_graph, the per-layer
+            CudaGraphManager; --cuda-graph-impl local capturing the whole layer): the host
+            launches one graph per layer and pass instead of its kernels. MoE layers are
+            captured only with static shapes (drop-and-pad routing), so none waits on the
+            host either. Megatron-Bridge's 25.09 performance scripts set it per model and
+            GPU (scripts/performance/utils/helpers.py @ v0.1.0rc4, cuda_graphs ->
+            recipe.model.enable_cuda_graph).
         optimizer_dtype: fp32 (fp32 master weights and moments, the default), bf16 (the
             optimizer steps the bf16 parameters in place with bf16 moments; NeMo AutoModel's
             benchmark recipes, NeMo 1.0's distributed_fused_adam with dtype bf16) or
@@ -312,6 +320,7 @@ class Workload:
     dispatch_fp8: bool = False
     tp_comm_overlap: bool = False
     full_iteration_cuda_graph: bool = False
+    layer_cuda_graphs: bool = False
     cross_entropy: CrossEntropy | None = None
     grad_reduce_in_fp32: bool = True
     offloaded_activation_layers: int = 0
