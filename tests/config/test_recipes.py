@@ -114,3 +114,26 @@ def test_entries_for_two_different_software_patterns_never_clash():
     with pytest.raises(MosaicInputError, match="ep_overlap"):
         check_recipes(_table({"software_pattern": "^NeMo", "settings": {"ep_overlap": True}},
                              {"settings": {"ep_overlap": False}}))
+
+
+def test_point_release_entries_split_one_release_and_never_clash():
+    """Megatron-Bridge shipped point containers (26.04.01 = v0.4.2) that changed settings:
+    an entry for the first container and one for its point release apply apart, and only
+    within their one release."""
+    table = _table({"since": "26.04", "until": "26.04", "point_release": False,
+                    "settings": {"ep_overlap": False}},
+                   {"since": "26.04", "until": "26.04", "point_release": True,
+                    "settings": {"ep_overlap": True}})
+    check_recipes(table)
+    first = _query(software="nvcr.io/nvidia/nemo:26.04", release=(26, 4))
+    point = _query(software="nvcr.io/nvidia/nemo:26.04.01", release=(26, 4),
+                   point_release=True)
+    assert recipe_settings(first, table)[0] == {"ep_overlap": False}
+    assert recipe_settings(point, table)[0] == {"ep_overlap": True}
+    with pytest.raises(MosaicInputError, match="ep_overlap"):
+        check_recipes(_table({"since": "26.04", "until": "26.04", "point_release": True,
+                              "settings": {"ep_overlap": True}},
+                             {"since": "26.04", "settings": {"ep_overlap": False}}))
+    with pytest.raises(MosaicInputError, match="point_release narrows one release"):
+        _table({"since": "26.02", "until": "26.04", "point_release": True,
+                "settings": {"ep_overlap": True}})

@@ -132,3 +132,25 @@ def test_fp4_and_nvfp4_spell_the_same_job(tmp_path):
         assert result.exit_code == 0, result.output
         outputs.append(json.loads(result.output)["step_time_s"])
     assert outputs[0] == outputs[1]
+
+
+def test_a_job_names_a_point_release_by_its_stack_version(tmp_path):
+    """stack_version 26.04.01 (Megatron-Bridge v0.4.2) takes the point release's NVFP4
+    parameter gathers; 26.04 (v0.4.0) does not; a malformed point release is refused."""
+    gathers = {}
+    for version in ("26.04", "26.04.01"):
+        job = deepcopy(JOB)
+        job["performance"].update(stack="megatron-bridge", stack_version=version)
+        path = tmp_path / f"{version}.yaml"
+        path.write_text(yaml.safe_dump(job))
+        result = CliRunner().invoke(app, ["perf", str(path), "--json"])
+        assert result.exit_code == 0, result.output
+        gathers[version] = "FP4 parameter gathers" in CliRunner().invoke(
+            app, ["perf", str(path)]).output
+    assert gathers == {"26.04": False, "26.04.01": True}
+    job = deepcopy(JOB)
+    job["performance"].update(stack="megatron-bridge", stack_version="26.04.1")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(job))
+    refused = CliRunner().invoke(app, ["perf", str(path)])
+    assert refused.exit_code == 2 and "26.04.01" in refused.output

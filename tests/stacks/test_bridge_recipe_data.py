@@ -13,7 +13,7 @@ from importlib import resources
 import pytest
 import yaml
 
-ENTRY_KEYS = {"label", "stack", "software_pattern", "since", "until", "model", "moe", "gpus",
+ENTRY_KEYS = {"label", "stack", "point_release", "since", "until", "model", "moe", "gpus",
               "generations", "precisions", "settings", "source"}
 SETTING_KEYS = {"dispatcher", "ep_overlap", "recompute", "recompute_modules",
                 "full_iteration_cuda_graph", "tp_comm_overlap", "grad_reduce_in_fp32",
@@ -105,15 +105,12 @@ def test_setting_values_are_well_typed(recipes):
             assert layers < entry["model"]["layers"], entry["label"]
 
 
-def test_point_release_patterns_split_one_release(recipes):
+def test_point_release_entries_split_one_release(recipes):
     """An entry keyed to a first container (26.04) or its point release (26.04.01) names one
-    release, and its pattern tells the two apart."""
-    for entry in recipes:
-        pattern = entry.get("software_pattern")
-        if pattern is None:
-            continue
-        assert entry["since"] == entry["until"], entry["label"]
-        release = entry["since"]
-        hits = {text: bool(re.search(pattern, f"NeMo {text} container / Megatron-Bridge", re.I))
-                for text in (release, f"{release}.01")}
-        assert sum(hits.values()) == 1, (entry["label"], hits)
+    release, and the point release is one of the 26.02 / 26.04 / 26.06 containers that had
+    one (v0.3.1, v0.4.2, v0.5.1)."""
+    split = [entry for entry in recipes if "point_release" in entry]
+    assert split
+    for entry in split:
+        assert entry["since"] == entry["until"] in ("26.02", "26.04", "26.06"), entry["label"]
+        assert isinstance(entry["point_release"], bool), entry["label"]

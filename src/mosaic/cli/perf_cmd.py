@@ -59,6 +59,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "precision": str(result.spec.workload.precision),
         "fp8_recipe": str(result.spec.workload.fp8_recipe),
         "fp8_param_gather": result.spec.workload.fp8_param_gather,
+        "fp4_param_gather": result.spec.workload.fp4_param_gather,
         "dispatcher": str(result.spec.workload.dispatcher),
         "ep_overlap": result.spec.workload.ep_overlap,
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
@@ -102,7 +103,8 @@ def _render(document: dict[str, Any]) -> None:
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",
              f"{document['precision']}"
-             + (" (nvfp4)" if document["precision"] == "fp4" else "")
+             + (" (nvfp4" + (", FP4 parameter gathers" if document["fp4_param_gather"]
+                             else "") + ")" if document["precision"] == "fp4" else "")
              + (f" ({document['fp8_recipe']}"
                 + (", FP8 parameter gathers" if document["fp8_param_gather"] else "") + ")"
                 if document["fp8_recipe"] != "none" else "")

@@ -82,7 +82,7 @@ from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
 from mosaic.report.html.documents import plan_report_blocks
 from mosaic.report.stack_comparison import stack_comparison_document
-from mosaic.stacks.registry import RELEASE_PATTERN
+from mosaic.stacks.registry import STACK_VERSION_PATTERN
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -156,8 +156,9 @@ PrecisionOpt = Annotated[str, typer.Option(
     "with MXFP8 block scales, costed on the fp8 lane) or nvfp4 (NVFP4 FP4 GEMMs, Blackwell; "
     "fp4 names it too).")]
 StackVersionOpt = Annotated[str | None, typer.Option(
-    "--stack-version", help="The stack's release, YY.MM (e.g. 26.06): every candidate takes "
-    "the release's recipes that hold for every MoE model (docs/stacks.md).")]
+    "--stack-version", help="The stack's release, YY.MM (e.g. 26.06), or a point release "
+    "YY.MM.0N (26.06.01): every candidate takes the release's recipes that hold for every "
+    "MoE model (docs/stacks.md).")]
 DispatcherOpt = Annotated[str | None, typer.Option(
     "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
     "(default: the stack's on the cluster's GPU, e.g. megatron-bridge: deepep on Hopper, "
@@ -232,9 +233,10 @@ def build_inputs(
     recipe_dispatcher: str | None = None
     settings: dict[str, Any] = {}
     if stack_version is not None:
-        if re.fullmatch(RELEASE_PATTERN, stack_version) is None:
+        if re.fullmatch(STACK_VERSION_PATTERN, stack_version) is None:
             raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
-                                   "YY.MM, e.g. 26.06")
+                                   "YY.MM, e.g. 26.06, or a point release YY.MM.0N, e.g. "
+                                   "26.06.01")
         recipe_dispatcher, settings, left_out = grid_recipe_defaults(
             stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
         if left_out:

@@ -70,7 +70,7 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
-from mosaic.stacks.registry import RELEASE_PATTERN, release_number_text
+from mosaic.stacks.registry import STACK_VERSION_PATTERN, release_number_text
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -201,12 +201,14 @@ class PerformanceBlock(_Strict):
     @classmethod
     def _release_number(cls, value: object) -> object:
         """An unquoted YAML or --set value (26.06) arrives as a number: read it as YY.MM;
-        anything but a YY.MM release with a month 01-12 is refused with an example."""
+        anything but a YY.MM release with a month 01-12, or one of its point releases
+        YY.MM.0N, is refused with an example."""
         text = release_number_text(value)
         if text is not None and (not isinstance(text, str)
-                                 or re.fullmatch(RELEASE_PATTERN, text) is None):
-            raise ValueError("expected a release YY.MM with a month 01-12, e.g. '26.04' "
-                             "(quote it: an unquoted 26.4 reads as 26.40)")
+                                 or re.fullmatch(STACK_VERSION_PATTERN, text) is None):
+            raise ValueError("expected a release YY.MM with a month 01-12, e.g. '26.04', or a "
+                             "point release such as '26.04.01' (quote it: an unquoted 26.4 "
+                             "reads as 26.40)")
         return text
 
 

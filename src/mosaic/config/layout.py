@@ -23,7 +23,7 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.stacks import MicroBatchDefault, get_stack
-from mosaic.stacks.registry import parse_release
+from mosaic.stacks.registry import names_point_release, parse_release
 
 if TYPE_CHECKING:
     from mosaic.arch import Geometry
@@ -104,6 +104,7 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
                                              else geometry.moe.experts)
     query = RecipeQuery(
         stack=stack, software=software, release=parse_release(release_text),
+        point_release=names_point_release(release_text),
         device_name=device_name, generation=gpu_generation(device_name), precision=precision,
         moe=moe, layers=None if geometry is None else geometry.layers,
         d_model=None if geometry is None else geometry.d_model, experts=experts)

@@ -9,8 +9,10 @@ is silent (a stated value always wins). The data lives in ``mosaic/stacks/data/r
 (one file per stack family, each entry with the tag, path and symbol it was read from).
 
 Matching (:meth:`Recipe.matches`): same stack (and ``software_pattern`` found in the
-record's software text, where given); release within ``[since, until]`` (no ``since``:
-every release, named or not); the model's geometry signature (layers, d_model, routed
+record's software text, where given: it tells products apart); release within ``[since,
+until]`` (no ``since``: every release, named or not), and with ``point_release`` only the
+release's first container (false) or its point containers YY.MM.0N (true); the model's
+geometry signature (layers, d_model, routed
 experts) where given; the GPU (catalog name or generation) and precision where given.
 Entries for one model override entries for every model; two matching entries of the same
 kind never disagree (:func:`check_recipes`, run on the shipped data by the tests).
@@ -90,6 +92,9 @@ class _Entry(_Strict):
     label: str = Field(min_length=1)
     stack: str
     software_pattern: str | None = None
+    # true: only the release's point containers (YY.MM.0N); false: only its first
+    # container; None: both (one release, since == until)
+    point_release: bool | None = None
     since: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     until: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     model: _ModelSignature | None = None
@@ -124,6 +129,8 @@ class _Entry(_Strict):
                              "release, named or not)")
         if self.until is not None and _release(self.until) < _release(self.since):
             raise ValueError(f"until {self.until} is before since {self.since}")
+        if self.point_release is not None and (self.since is None or self.until != self.since):
+            raise ValueError("point_release narrows one release: set since and until to it")
         if self.model is not None and self.moe is not None:
             raise ValueError("moe narrows an entry without a model; the model says it")
         if self.gpus is not None and self.generations is not None:
@@ -159,6 +166,7 @@ class RecipeQuery:
     generation: str | None
     precision: str
     moe: bool
+    point_release: bool = False  # the software names a point container (YY.MM.0N)
     layers: int | None = None
     d_model: int | None = None
     experts: int | None = None
@@ -171,6 +179,7 @@ class Recipe:
     label: str
     stack: str
     software_pattern: re.Pattern[str] | None
+    point_release: bool | None
     since: tuple[int, int] | None
     until: tuple[int, int] | None
     model: tuple[int, int, int] | None
@@ -187,6 +196,8 @@ class Recipe:
             return False
         if self.software_pattern is not None and not self.software_pattern.search(
                 query.software or ""):
+            return False
+        if self.point_release is not None and self.point_release != query.point_release:
             return False
         if self.since is not None and (query.release is None or query.release < self.since
                                        or (self.until is not None
@@ -220,6 +231,7 @@ def _recipe(entry: _Entry) -> Recipe:
         label=entry.label, stack=entry.stack,
         software_pattern=(None if entry.software_pattern is None
                           else re.compile(entry.software_pattern, re.IGNORECASE)),
+        point_release=entry.point_release,
         since=None if entry.since is None else _release(entry.since),
         until=None if entry.until is None else _release(entry.until),
         model=None if model is None else (model.layers, model.d_model, model.experts),
@@ -317,7 +329,8 @@ def _overlap(first: Recipe, second: Recipe, first_gpus: frozenset[str] | None,
     early_end = min((r.until for r in (first, second) if r.until is not None),
                     default=late_start)
     patterns = {r.software_pattern.pattern for r in (first, second) if r.software_pattern}
-    return (first.stack == second.stack and len(patterns) < 2
+    points = {r.point_release for r in (first, second) if r.point_release is not None}
+    return (first.stack == second.stack and len(patterns) < 2 and len(points) < 2
             and first.model == second.model and late_start <= early_end
             and (first.moe is None or second.moe is None or first.moe == second.moe)
             and meet(first_gpus, second_gpus)

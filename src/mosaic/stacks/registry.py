@@ -68,6 +68,9 @@ class FsdpShardStorage(StrEnum):
 
 # a stack release, YY.MM with a month 01-12 (e.g. the NeMo container 26.06)
 RELEASE_PATTERN = r"^\d{2}\.(0[1-9]|1[0-2])$"
+# what a job or plan may state as its stack version: a release or one of its point releases,
+# YY.MM.0N (the NeMo container 26.04.01)
+STACK_VERSION_PATTERN = r"^\d{2}\.(0[1-9]|1[0-2])(\.0[1-9])?$"
 
 
 class _Entry(BaseModel):
@@ -211,6 +214,15 @@ def parse_release(text: str | None) -> tuple[int, int] | None:
     the first such number; None when there is none."""
     match = _RELEASE.search(text or "")
     return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+_POINT_RELEASE = re.compile(r"(?<![\d.])\d{2}\.(0[1-9]|1[0-2])\.0[1-9](?![\d])")
+
+
+def names_point_release(text: str | None) -> bool:
+    """Whether ``text`` names a point release of a container, YY.MM.0N ('nvcr.io/nvidia/
+    nemo:26.04.01'), rather than the release's first container."""
+    return _POINT_RELEASE.search(text or "") is not None
 
 
 # What identifies and documents an entry is its own; every other trait may be inherited.
