@@ -77,7 +77,9 @@ def test_nvfp4_cast_of_one_ffn_gemm_by_hand():
 
 
 def test_fp4_parameter_gathers_move_nvfp4_weights_and_need_nvfp4():
-    assert _workload("fp4", fp4_param_gather=True).gemm_weight_gather_bytes(2.0) == 0.5625
+    # the gather moves the packed E2M1 values, two per byte (Megatron-Core's param buffer
+    # holds half the logical numel); the block scales are made again after it
+    assert _workload("fp4", fp4_param_gather=True).gemm_weight_gather_bytes(2.0) == 0.5
     assert _workload("fp4").gemm_weight_gather_bytes(2.0) == 2.0
     with pytest.raises(MosaicInputError, match="fp4_param_gather needs precision nvfp4"):
         _workload("bf16", fp4_param_gather=True)
@@ -154,3 +156,42 @@ def test_a_job_names_a_point_release_by_its_stack_version(tmp_path):
     path.write_text(yaml.safe_dump(job))
     refused = CliRunner().invoke(app, ["perf", str(path)])
     assert refused.exit_code == 2 and "26.04.01" in refused.output
+
+
+def test_layer_cuda_graphs_refuse_what_megatron_refuses(tmp_path):
+    """One capture per step or per layer; no CUDA graphs with activation offload; full
+    recompute only in a whole-step graph (transformer_config.py @ d98e8a64dd)."""
+    with pytest.raises(MosaicInputError, match="choose one"):
+        _workload("bf16", layer_cuda_graphs=True, full_iteration_cuda_graph=True)
+    with pytest.raises(MosaicInputError, match="activation offloading"):
+        _workload("bf16", layer_cuda_graphs=True, offloaded_activation_layers=2)
+    job = deepcopy(JOB)
+    job["performance"].update(precision="bf16", layer_cuda_graphs=True, checkpointing="full")
+    path = tmp_path / "graphs.yaml"
+    path.write_text(yaml.safe_dump(job))
+    refused = CliRunner().invoke(app, ["perf", str(path)])
+    assert refused.exit_code == 2 and "full recompute" in refused.output
+
+
+def test_per_layer_graphs_drop_launches_but_not_a_dropless_layers_host_wait(tmp_path):
+    """Drop-and-pad: no per-kernel launch floor and no sync; dropless: the sync stays, and
+    the exports say its MoE layers run outside the graphs."""
+    times = {}
+    for routing in ("dropless", "token_drop"):
+        job = deepcopy(JOB)
+        job["performance"].update(precision="bf16", layer_cuda_graphs=True, routing=routing,
+                                  pad_to_capacity=routing == "token_drop")
+        path = tmp_path / f"{routing}.yaml"
+        path.write_text(yaml.safe_dump(job))
+        result = CliRunner().invoke(app, ["perf", str(path), "--json"])
+        assert result.exit_code == 0, result.output
+        terms = json.loads(result.output)["breakdown"]
+        times[routing] = terms.get("moe_host_sync", 0.0), terms.get("dispatch_floor", 0.0)
+        exported = CliRunner().invoke(app, ["export", str(path), "--to", "megatron"]).output
+        assert "--cuda-graph-impl local" in exported
+        assert ("dynamic shapes" in exported) is (routing == "dropless")
+        # Megatron-Bridge's GPTModelProvider asserts the TE RNG tracker with any CUDA graph
+        nemo = CliRunner().invoke(app, ["export", str(path), "--to", "nemo"]).output
+        assert "cuda_graph_impl: local" in nemo and "use_te_rng_tracker: true" in nemo
+        assert "te_rng_tracker: true" in nemo.split("rng:")[1]
+    assert times["dropless"][0] > 0 and times["token_drop"] == (0.0, 0.0)

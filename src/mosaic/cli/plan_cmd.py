@@ -39,6 +39,7 @@ from mosaic.perf.workload import (
     FP4_RECIPES,
     FP8_RECIPES,
     Precision,
+    job_precision_name,
     precision_lane,
     stated_fp8_recipe,
 )
@@ -225,8 +226,7 @@ def build_inputs(
     if precision not in PRECISION_NAMES:
         raise MosaicInputError(f"--precision {precision!r}: allowed values are "
                                f"{', '.join(PRECISION_NAMES)}")
-    if precision == Precision.FP4.value:  # plain fp4 names NVFP4, as recipes spell it
-        precision = FP4_RECIPES[0]
+    precision = job_precision_name(precision)  # plain fp4 names NVFP4, as recipes spell it
     node_type = resolve_system(gpu, system)
     if gpus_per_node is not None:
         node_type = with_gpus_per_node(node_type, gpus_per_node)

@@ -176,8 +176,10 @@ class PerformanceBlock(_Strict):
         default=False,
         description="each transformer layer's forward and backward replay one CUDA graph "
                     "(Megatron-Core enable_cuda_graph / --cuda-graph-impl local, whole "
-                    "layer): no per-kernel host launches; MoE layers need drop-and-pad "
-                    "routing; off by default")
+                    "layer): no per-kernel host launches; a dropless MoE layer still waits on "
+                    "the host (static shapes need drop-and-pad routing); not with full "
+                    "recompute, full_iteration_cuda_graph or activation offload; off by "
+                    "default")
     recompute_block_fraction: float | None = Field(
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing), or "
@@ -491,6 +493,12 @@ def job_from_document(document: dict[str, Any], where: str,
         message = str(exc)
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"
                                ) from None
+    if workload.layer_cuda_graphs and (plan.checkpointing == Checkpointing.FULL).any():
+        raise MosaicInputError(
+            f"{where}: performance.layer_cuda_graphs with checkpointing full: Megatron-Core "
+            "captures full recompute only in a full-iteration graph (transformer_config.py "
+            "@ d98e8a64dd: 'full recompute is only supported with full iteration CUDA "
+            "graph'); use selective recompute or full_iteration_cuda_graph")
     if not workload.dp_comm_overlap and any(int(mode) >= Sharding.FSDP for mode in plan.sharding):
         notes.append("performance.dp_comm_overlap=false leaves fsdp/hsdp unchanged: fully "
                      "sharded units gather and reduce-scatter per unit beside the compute "

@@ -30,6 +30,13 @@ FP8_RECIPE_ARGS = {"delayed": ("delayed", "hybrid"), "current": ("tensorwise", "
                    "blockwise": ("blockwise", "hybrid"), "mxfp8": ("mxfp8", "e4m3")}
 
 
+# Per-layer graphs capture an MoE layer only with static shapes (drop-and-pad routing); the
+# prediction keeps a dropless layer's host wait (perf/workload.py layer_cuda_graphs).
+LAYER_GRAPH_DROPLESS_NOTE = ("per-layer CUDA graphs of a dropless MoE model: its MoE layers "
+                             "have dynamic shapes and run outside the graphs unless routing "
+                             "drops and pads to a capacity")
+
+
 def moe_layer_freq(spec: ExportSpec) -> str:
     """``--moe-layer-freq``: an int when every block is MoE, else the pattern expression
     (arguments.py accepts a Python list expression such as ``([0]*3+[1]*58)``)."""
@@ -165,8 +172,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if spec.layer_cuda_graphs:
         # per-layer capture of the whole layer: --cuda-graph-impl local with no modules
         # (arguments.py @ d98e8a64dd: "Use empty cuda_graph_modules to capture the whole
-        # layer"; core_v0.14's --enable-cuda-graph)
+        # layer"; core_v0.14's --enable-cuda-graph; it turns the TE RNG tracker on itself)
         args.append(("--cuda-graph-impl", "local"))
+        if g.moe and not (spec.routing == "token_drop" and spec.pad_to_capacity):
+            unsupported.append(LAYER_GRAPH_DROPLESS_NOTE)
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
     elif spec.sharding in ("zero2", "fsdp", "hsdp"):

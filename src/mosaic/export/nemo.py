@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.megatron import attention_backend, dualpipe_note
+from mosaic.export.megatron import LAYER_GRAPH_DROPLESS_NOTE, attention_backend, dualpipe_note
 from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -167,6 +167,13 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                                + "moe_expert_rank_capacity_factor and paged stash by hand")
     if spec.layer_cuda_graphs:  # the per-layer CudaGraphManager over the whole layer
         model["cuda_graph_impl"] = "local"
+        if g.moe and not (spec.routing == "token_drop" and spec.pad_to_capacity):
+            unsupported.append(LAYER_GRAPH_DROPLESS_NOTE)
+    if spec.full_iteration_cuda_graph or spec.layer_cuda_graphs:
+        # GPTModelProvider asserts use_te_rng_tracker with any cuda_graph_impl
+        # (src/megatron/bridge/models/gpt_provider.py @ 067f987); the 25.09 scripts set both
+        # trackers with their graphs (scripts/performance/utils/helpers.py @ v0.1.0rc4)
+        model["use_te_rng_tracker"] = True
     ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none",
                            # DistributedDataParallelConfig; mosaic's default is overlapped
                            "overlap_grad_reduce": spec.dp_comm_overlap,
@@ -187,6 +194,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     }
     if spec.full_iteration_cuda_graph:
         document["rerun_state_machine"] = {"check_for_nan_in_loss": False}
+    if spec.full_iteration_cuda_graph or spec.layer_cuda_graphs:
+        document["rng"] = {"te_rng_tracker": True}
     # CommOverlapConfig (training/comm_overlap.py @ 067f987), copied onto the model config:
     # the TP userbuffer overlap and the batch-level EP overlap with delayed weight gradients
     comm_overlap: dict[str, Any] = {}

@@ -90,7 +90,9 @@ FP8_CAST_BYTES_PER_ELEMENT = ACTIVATION_BYTES + 2
 # the row-wise cast and the fused transform-and-cast of the column-wise copy, each writing
 # NVFP4_ELEMENT_BYTES (transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::
 # quantize_impl @ v2.9; recipe NVFP4BlockScaling applies the transform to inputs and
-# gradients, transformer_engine/common/recipe/__init__.py).
+# gradients, transformer_engine/common/recipe/__init__.py). That is the fused path (bf16
+# input, rows a multiple of 64, columns of 128, as block GEMMs' shapes are); otherwise TE
+# writes and re-reads a transformed bf16 copy first, which is not counted.
 NVFP4_CAST_BYTES_PER_ELEMENT = 3 * ACTIVATION_BYTES + 2 * NVFP4_ELEMENT_BYTES
 CAST_BYTES_PER_ELEMENT = {Precision.FP8: FP8_CAST_BYTES_PER_ELEMENT,
                           Precision.FP4: NVFP4_CAST_BYTES_PER_ELEMENT}
@@ -287,7 +289,7 @@ class AttentionTimes:
     core: np.ndarray  # flash attention, forward + backward
     core_forward: np.ndarray
     streaming: np.ndarray  # norms and residuals, forward + backward
-    streaming_forward: np.ndarray  # forward norms and residuals plus forward FP8 casts
+    streaming_forward: np.ndarray  # forward norms and residuals plus forward FP8/NVFP4 casts
     layernorm_forward: np.ndarray  # forward of the block's two norms (recompute module)
     quantise_cast: np.ndarray  # FP8/NVFP4 quantisation of the projections' operands, fwd + bwd
     cp_exposed: np.ndarray

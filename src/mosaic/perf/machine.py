@@ -81,7 +81,7 @@ class Machine:
 # Engine's check_mxfp8_support and check_nvfp4_support need compute capability 10.0
 # (transformer_engine/pytorch/quantization.py @ v2.9: "Device compute capability 10.0 or
 # higher required for MXFP8").
-MXFP8_ARCHITECTURES = frozenset({"blackwell"})
+BLOCK_SCALED_ARCHITECTURES = frozenset({"blackwell"})
 
 
 def machine_for(cluster: Cluster, precision: Precision,
@@ -98,7 +98,7 @@ def machine_for(cluster: Cluster, precision: Precision,
     device = cluster.device
     system = cluster.system
     gemm_dtype = str(precision)  # the device's peak-FLOP/s lane of that name
-    if precision is Precision.FP4 and device.architecture not in MXFP8_ARCHITECTURES:
+    if precision is Precision.FP4 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
         raise MosaicInputError(
             f"precision nvfp4 needs a Blackwell GPU (NVFP4 block-scaled GEMMs need compute "
             f"capability 10.0, Transformer Engine check_nvfp4_support); {device.name} is "
@@ -107,7 +107,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         raise MosaicInputError(
             f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
         )
-    if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in MXFP8_ARCHITECTURES:
+    if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
         raise MosaicInputError(
             f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "
             f"capability 10.0, Transformer Engine check_mxfp8_support); {device.name} is "

@@ -721,8 +721,7 @@ def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.
     evidence: leave-one-source-out MoE tokens/s MAPE on the published runs drops from 22.8%
     to 17.2% with this term (docs/perf.md).
     """
-    if (not expert_counts_reach_host(workload) or workload.full_iteration_cuda_graph
-            or workload.layer_cuda_graphs):  # captured layers: static shapes, no sync
+    if not expert_counts_reach_host(workload) or workload.full_iteration_cuda_graph:
         return np.zeros_like(expert_host_floor_s)
     return expert_host_floor_s
 

@@ -72,6 +72,11 @@ def precision_lane(name: str) -> str:
 # (transformer_engine/common/recipe/__init__.py NVFP4BlockScaling; NVIDIA, "Pretraining Large
 # Language Models with NVFP4", arXiv:2509.25149, Sec. 2).
 NVFP4_ELEMENT_BYTES = 0.5 + 1.0 / 16
+# What an NVFP4 parameter all-gather moves per weight: the packed E2M1 values only
+# (Megatron-Core's param buffer holds "packed bytes (half the logical numel)", two FP4 values
+# per uint8, distributed/param_and_grad_buffer.py @ d98e8a64dd; the block scales are made
+# again from the gathered weights).
+NVFP4_PACKED_BYTES = 0.5
 
 
 # Transformer Engine's default recipe before Blackwell (get_default_fp8_recipe,
@@ -230,10 +235,12 @@ class Workload:
         layer_cuda_graphs: each transformer layer's forward and backward replay one CUDA
             graph (Megatron-Core TransformerConfig.enable_cuda_graph, the per-layer
             CudaGraphManager; --cuda-graph-impl local capturing the whole layer): the host
-            launches one graph per layer and pass instead of its kernels. MoE layers are
-            captured only with static shapes (drop-and-pad routing), so none waits on the
-            host either. Megatron-Bridge's 25.09 performance scripts set it per model and
-            GPU (scripts/performance/utils/helpers.py @ v0.1.0rc4, cuda_graphs ->
+            launches one graph per layer and pass instead of its kernels. A dropless MoE
+            layer still waits on the host for its token counts (static shapes come only with
+            drop-and-pad routing), so that wait stays. Not with full recompute or
+            activation offloading (Megatron-Core refuses both with per-layer graphs).
+            Megatron-Bridge's 25.09 performance scripts set it per model and GPU
+            (scripts/performance/utils/helpers.py @ v0.1.0rc4, cuda_graphs ->
             recipe.model.enable_cuda_graph).
         optimizer_dtype: fp32 (fp32 master weights and moments, the default), bf16 (the
             optimizer steps the bf16 parameters in place with bf16 moments; NeMo AutoModel's
@@ -275,11 +282,10 @@ class Workload:
             default (stack trait ``fp8_recipe``, :func:`default_fp8_recipe`). Sets the bytes
             of FP8 parameter gathers (``gemm_weight_gather_bytes``).
         fp4_param_gather: the data-parallel parameter all-gather moves the block GEMMs'
-            weights as NVFP4 (``NVFP4_ELEMENT_BYTES`` each): Megatron-Core
+            weights as packed NVFP4 values (``NVFP4_PACKED_BYTES`` each): Megatron-Core
             --fp4-param-gather ("keep the compute param in fp4 ... and perform the param
-            all-gather in fp4", megatron/training/arguments.py @ d98e8a64dd; the buffer holds
-            packed NVFP4 rows, distributed/param_and_grad_buffer.py), Megatron-Bridge
-            MixedPrecisionConfig.fp4_param_gather. Needs FP4 GEMMs.
+            all-gather in fp4", megatron/training/arguments.py @ d98e8a64dd),
+            Megatron-Bridge MixedPrecisionConfig.fp4_param_gather. Needs FP4 GEMMs.
         fp8_param_gather: the data-parallel parameter all-gather (ZeRO/FSDP) moves the
             block GEMMs' weights as FP8, one byte each (MXFP8 weights in bf16;
             :meth:`gemm_weight_gather_bytes`): Megatron-Core --fp8-param-gather (FP8
@@ -397,6 +403,7 @@ class Workload:
                 "rejects --moe-pad-expert-input-to-capacity)")
         self._resolve_fp8_recipe()
         self._check_blockwise_attention()
+        self._check_cuda_graphs()
         if self.fp8_glu_inputs and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
@@ -406,11 +413,28 @@ class Workload:
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "
                 "grouped expert GEMM consumes the 8-bit dispatch payload")
 
+    def _check_cuda_graphs(self) -> None:
+        """Per-layer graphs exclude a whole-step graph (one capture per step or per layer,
+        --cuda-graph-impl takes one value) and activation offloading (Megatron-Core
+        transformer_config.py @ d98e8a64dd: "CUDA graphs not supported with CPU
+        offloading")."""
+        if not self.layer_cuda_graphs:
+            return
+        if self.full_iteration_cuda_graph:
+            raise MosaicInputError("layer_cuda_graphs and full_iteration_cuda_graph: choose "
+                                   "one (a step is captured whole or layer by layer)")
+        if self.offloaded_activation_layers:
+            raise MosaicInputError(
+                f"layer_cuda_graphs with offloaded_activation_layers "
+                f"{self.offloaded_activation_layers}: Megatron-Core does not capture CUDA "
+                "graphs with activation offloading")
+
     def _check_blockwise_attention(self) -> None:
         """Levanter's blockwise attention refuses a sequence of a block or more that is not a
         multiple of its block (flash_attention.py _flash_attention_forward raises "q axis
         size ... is not a multiple of"; blocks are 1024 tokens, 2048 for Mixtral configs), so
-        such a run cannot exist (JAX_FLASH_BLOCK_TOKENS)."""
+        such a run cannot exist (JAX_FLASH_BLOCK_TOKENS). A multiple of 1024 is necessary
+        for every block size levanter ships, not sufficient for 2048-token blocks."""
         kernel = self.attention_kernel or stack_default_kernel(self.stack)
         block = JAX_FLASH_BLOCK_TOKENS
         if kernel == AttentionKernel.JAX_FLASH and self.seq_len >= block and self.seq_len % block:
@@ -458,7 +482,7 @@ class Workload:
     def gemm_weight_gather_bytes(self, default_bytes: float) -> float:
         """Bytes per parameter a data-parallel all-gather moves for the block GEMMs' weights
         (``default_bytes`` for everything else, and for these without ``fp8_param_gather``
-        or ``fp4_param_gather``). With ``fp4_param_gather``: NVFP4_ELEMENT_BYTES.
+        or ``fp4_param_gather``). With ``fp4_param_gather``: NVFP4_PACKED_BYTES.
         With it: 1 for per-tensor FP8 weights (Float8Tensor primary weights gathered as
         uint8, Megatron-Core param_and_grad_buffer.py; torchao WeightWithDynamicFloat8CastTensor
         fsdp_pre_all_gather, torchao/float8/fsdp_utils.py) and for blockwise weights (one
@@ -466,7 +490,7 @@ class Workload:
         bf16 into the gradient buffer and re-quantises (param_and_grad_buffer.py
         shared_buffer, reuse_grad_buf_for_mxfp8_param_ag @ d98e8a64dd)."""
         if self.fp4_param_gather:
-            return NVFP4_ELEMENT_BYTES
+            return NVFP4_PACKED_BYTES
         if not self.fp8_param_gather:
             return default_bytes
         return 2.0 if self.fp8_recipe is Fp8Recipe.MXFP8 else 1.0
