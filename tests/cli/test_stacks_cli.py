@@ -75,3 +75,18 @@ def test_the_gpu_filter_reads_a_recipe_filed_by_generation_through_the_catalog()
     assert by_generation("A100-SXM-80GB") == []
     typo = runner.invoke(app, ["stacks", "show", "megatron-core", "--gpu", "H10"])
     assert typo.exit_code == 2 and "did you mean 'H100-SXM-80GB'" in typo.output
+
+
+def test_a_point_release_filters_the_entries_that_tell_it_from_its_first_container():
+    """26.04 (v0.4.0) and 26.04.01 (v0.4.2) differ for NVFP4 on B300; fp4 names nvfp4."""
+    def labels(release):
+        result = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", release,
+                                     "--precision", "fp4", "--gpu", "B300", "--json"])
+        assert result.exit_code == 0, result.output
+        return {r["label"]: r["point_release"] for r in json.loads(result.output)["recipes"]}
+
+    first, point = labels("26.04"), labels("26.04.01")
+    assert False in first.values() and True not in first.values()
+    assert True in point.values() and False not in point.values()
+    bad = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", "26.04.1"])
+    assert bad.exit_code == 2 and "26.04.01" in bad.output

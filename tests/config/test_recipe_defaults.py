@@ -169,3 +169,14 @@ def test_a_qwen3_30b_job_takes_its_model_entry_of_the_release_not_the_point_rele
     assert str(b200.dispatcher) == "hybridep"
     gb200 = job("GB200-NVL72")
     assert (gb200.full_iteration_cuda_graph, gb200.ep_overlap) == (True, True)
+
+
+def test_a_release_outside_the_recipes_is_said_so():
+    """Megatron-Bridge's release-specific recipes start at 25.09: an earlier release takes
+    only the entries for every release, and the assumptions say why."""
+    from mosaic.config.layout import release_outside_recipes
+
+    record = _record("NeMo 24.01 container / Megatron-Bridge + Megatron-Core")
+    assert any("cover from 25.09 on" in line for line in record.assumptions)
+    assert release_outside_recipes("megatron-bridge", "26.04") is None
+    assert release_outside_recipes("megatron-bridge", None) is None

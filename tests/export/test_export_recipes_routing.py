@@ -291,3 +291,19 @@ def test_a_release_plans_job_file_keeps_its_recipe_settings(tmp_path):
     optimum = json.loads(planned.stdout)["optimum"]
     assert json.loads(perf.stdout)["step_time_s"] == pytest.approx(optimum["step_time_s"],
                                                                    rel=1e-9)
+
+
+def test_an_mxfp8_plan_exports_its_recipe(tmp_path):
+    """The envelope's fp8_recipe is the recipe the plan ran: the job file and the launch
+    flags keep it (they used to fall back to the stack's default, delayed)."""
+    planned = runner.invoke(app, ["plan", "--gpu", "B200", "--nodes", "4", "--q", "6",
+                                  "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                  "--precision", "mxfp8", "--json"])
+    assert planned.exit_code == 0, planned.output
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(planned.stdout)
+    job = runner.invoke(app, ["export", str(plan_file), "--to", "yaml"])
+    assert job.exit_code == 0, job.output
+    assert yaml.safe_load(job.stdout)["performance"]["fp8_recipe"] == "mxfp8"
+    flags = runner.invoke(app, ["export", str(plan_file), "--to", "megatron"]).stdout
+    assert "--fp8-recipe mxfp8" in flags and "not stated in the plan" not in flags

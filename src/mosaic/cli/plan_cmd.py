@@ -26,7 +26,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
-from mosaic.config.layout import dispatcher_for, grid_recipe_defaults
+from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
@@ -239,6 +239,9 @@ def build_inputs(
                                    "26.06.01")
         recipe_dispatcher, settings, left_out = grid_recipe_defaults(
             stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
+        outside = release_outside_recipes(stack, stack_version)
+        if outside is not None:
+            error_console.print(f"note: {outside}", markup=False, highlight=False)
         if left_out:
             error_console.print(
                 f"note: {stack} {stack_version}'s recipes also set {', '.join(left_out)} for "

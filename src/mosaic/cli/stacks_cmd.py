@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Annotated, Any, get_args
 
 import typer
@@ -11,8 +12,15 @@ from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_tab
 from mosaic.config.recipes import PrecisionName, Recipe, recipes
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_device
+from mosaic.perf.workload import job_precision_name
 from mosaic.stacks import known_stacks
-from mosaic.stacks.registry import StackTraits, get_stack, parse_release
+from mosaic.stacks.registry import (
+    STACK_VERSION_PATTERN,
+    StackTraits,
+    get_stack,
+    names_point_release,
+    parse_release,
+)
 
 stacks_app = typer.Typer(
     name="stacks",
@@ -31,6 +39,7 @@ def recipe_document(recipe: Recipe) -> dict[str, Any]:
         "label": recipe.label, "stack": recipe.stack,
         "software_pattern": (None if recipe.software_pattern is None
                              else recipe.software_pattern.pattern),
+        "point_release": recipe.point_release,
         "since": None if recipe.since is None else _release_text(recipe.since),
         "until": None if recipe.until is None else _release_text(recipe.until),
         "model": (None if recipe.model is None
@@ -67,26 +76,30 @@ def list_command(json_output: JsonFlag = False) -> None:
 def show_command(
     name: Annotated[str, typer.Argument(help="stack name (see `mosaic stacks list`)")],
     release: Annotated[str | None, typer.Option(
-        help="only recipes of this release, YY.MM (e.g. 26.04)")] = None,
+        help="only recipes of this release, YY.MM (e.g. 26.04), or of a point release "
+             "YY.MM.0N (26.04.01)")] = None,
     gpu: Annotated[str | None, typer.Option(
         help="only recipes for this catalog device (e.g. H100-SXM-80GB)")] = None,
     precision: Annotated[str | None, typer.Option(
-        help="only recipes for this precision (bf16, fp8-cs, mxfp8, ...)")] = None,
+        help="only recipes for this precision (bf16, fp8-cs, mxfp8, nvfp4, ...)")] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Show one stack's traits (each with its source) and the recipes filed under it."""
     traits = get_stack(name)  # an unknown name: one line with the closest known stack
     name = traits.name
+    if release is not None and re.fullmatch(STACK_VERSION_PATTERN, release) is None:
+        raise MosaicInputError(f"--release {release!r}: expected YY.MM, e.g. 26.04, or a "
+                               "point release YY.MM.0N, e.g. 26.04.01")
     wanted = None if release is None else parse_release(release)
-    if release is not None and wanted is None:
-        raise MosaicInputError(f"--release {release!r}: expected YY.MM, e.g. 26.04")
+    point = None if release is None else names_point_release(release)
     device_name = None if gpu is None else get_device(gpu).name  # aliases resolve
+    precision = None if precision is None else job_precision_name(precision)  # fp4: nvfp4
     if precision is not None and precision not in get_args(PrecisionName):
         raise MosaicInputError(f"--precision {precision!r}: allowed "
                                f"{', '.join(get_args(PrecisionName))}")
     document = stack_document(traits)
     chosen = [r for r in recipes()
-              if r.stack == name and r.may_match(wanted, device_name, precision)]
+              if r.stack == name and r.may_match(wanted, device_name, precision, point)]
     document["recipes"] = [recipe_document(r) for r in chosen]
     if json_output:
         print_json(document)

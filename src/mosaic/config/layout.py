@@ -119,6 +119,9 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
         if given.pop(name, None):
             notes.append(f"{RECIPE_NOTE}: {name}=True in the recipe, not applied ({why}; "
                          "docs/stacks.md)")
+    outside = release_outside_recipes(stack, release_text)
+    if outside is not None:
+        notes.append(outside)
     if query.release is None and any(
             r.stack == stack and r.since is not None
             and (r.software_pattern is None or r.software_pattern.search(software or ""))
@@ -128,6 +131,27 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
     if "recompute_modules" in given:
         given["recompute_modules"] = tuple(given["recompute_modules"])
     return given
+
+
+def release_outside_recipes(stack: str, release_text: str | None) -> str | None:
+    """A note when ``release_text`` names a release (YY.MM) outside every release-specific
+    recipe of ``stack`` (its first ``since`` to its last ``until``), else None: such a
+    release takes only the entries that hold for every release."""
+    release = parse_release(release_text)
+    dated = [r for r in recipes() if r.stack == stack and r.since is not None]
+    if release is None or not dated:
+        return None
+    first = min(r.since for r in dated)
+    # an entry without until holds for every later release
+    last = None if any(r.until is None for r in dated) else max(r.until for r in dated)
+    if first <= release and (last is None or release <= last):
+        return None
+
+    def text(value: tuple[int, int]) -> str:
+        return f"{value[0]:02d}.{value[1]:02d}"
+    span = f"from {text(first)} on" if last is None else f"{text(first)} to {text(last)}"
+    return (f"release {text(release)}: {stack}'s release-specific recipes cover {span}, "
+            "so none applies (only those for every release)")
 
 
 def grid_recipe_defaults(stack: str, release_text: str, device_name: str, precision: str,

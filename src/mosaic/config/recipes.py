@@ -212,9 +212,13 @@ class Recipe:
                 and (self.precisions is None or query.precision in self.precisions))
 
     def may_match(self, release: tuple[int, int] | None, device_name: str | None,
-                  precision: str | None) -> bool:
-        """Whether some run of this release, catalog device and precision can match (None:
-        any value); the model and software are left open (``mosaic stacks show`` filters)."""
+                  precision: str | None, point_release: bool | None = None) -> bool:
+        """Whether some run of this release (a point container of it with
+        ``point_release``), catalog device and precision can match (None: any value); the
+        model and software are left open (``mosaic stacks show`` filters)."""
+        if (point_release is not None and self.point_release is not None
+                and point_release != self.point_release):
+            return False
         in_release = release is None or self.since is None or (
             self.since <= release and (self.until is None or release <= self.until))
         on_device = device_name is None or (

@@ -396,8 +396,10 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
 
 def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
     """(precision, FP8 recipe, assumption lines) of a plan's envelope: a recipe name such as
-    'mxfp8' states its recipe; plain 'fp8' gets the stack's default, as the planner's
-    workload does (mosaic.perf.workload.Workload._resolve_fp8_recipe)."""
+    'mxfp8' states its recipe; plain 'fp8' takes the envelope's ``fp8_recipe`` (the recipe
+    the plan ran, stated or its stack's default), else, in plan documents from before it
+    was written, the stack's default, as the planner's workload does
+    (mosaic.perf.workload.Workload._resolve_fp8_recipe)."""
     from mosaic.perf.workload import (
         FP4_RECIPES,
         Fp8Recipe,
@@ -410,6 +412,8 @@ def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]
     name = str(envelope.get("precision", "bf16"))
     stack = str(envelope.get("stack", "megatron-core"))
     recipe = stated_fp8_recipe(name)
+    if recipe is None and envelope.get("fp8_recipe"):  # the recipe the plan ran
+        return "fp8", str(Fp8Recipe(envelope["fp8_recipe"])), ()
     if recipe is None:  # plain fp8: the stack's default recipe
         recipe = default_fp8_recipe(stack)
         assumed = (f"fp8 recipe not stated in the plan: {recipe} ({stack}'s default, as "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster
+from mosaic.hardware import Cluster, Device
 from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
@@ -84,6 +84,26 @@ class Machine:
 BLOCK_SCALED_ARCHITECTURES = frozenset({"blackwell"})
 
 
+def check_precision_on_device(device: Device, precision: Precision,
+                              fp8_recipe: Fp8Recipe | None = None) -> None:
+    """Refuse a GEMM precision the device cannot run: block-scaled NVFP4 and MXFP8 need
+    Blackwell; any other lane needs the device's peak for it."""
+    if precision is Precision.FP4 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
+        raise MosaicInputError(
+            f"precision nvfp4 needs a Blackwell GPU (NVFP4 block-scaled GEMMs need compute "
+            f"capability 10.0, Transformer Engine check_nvfp4_support); {device.name} is "
+            f"{device.architecture or 'not Blackwell'}")
+    if str(precision) not in device.dtypes:
+        raise MosaicInputError(f"device {device.name} has no {precision} peak; it supports "
+                               f"{', '.join(device.dtypes)}")
+    if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
+        raise MosaicInputError(
+            f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "
+            f"capability 10.0, Transformer Engine check_mxfp8_support); {device.name} is "
+            f"{device.architecture or 'not Blackwell'}: use fp8 (per-tensor or blockwise "
+            "scaling) there")
+
+
 def machine_for(cluster: Cluster, precision: Precision,
                 usable_memory_fraction: float = 1.0,
                 tables: MeasuredTables | None = None, *,
@@ -98,21 +118,7 @@ def machine_for(cluster: Cluster, precision: Precision,
     device = cluster.device
     system = cluster.system
     gemm_dtype = str(precision)  # the device's peak-FLOP/s lane of that name
-    if precision is Precision.FP4 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
-        raise MosaicInputError(
-            f"precision nvfp4 needs a Blackwell GPU (NVFP4 block-scaled GEMMs need compute "
-            f"capability 10.0, Transformer Engine check_nvfp4_support); {device.name} is "
-            f"{device.architecture or 'not Blackwell'}")
-    if gemm_dtype not in device.dtypes:
-        raise MosaicInputError(
-            f"device {device.name} has no {gemm_dtype} peak; it supports {', '.join(device.dtypes)}"
-        )
-    if fp8_recipe is Fp8Recipe.MXFP8 and device.architecture not in BLOCK_SCALED_ARCHITECTURES:
-        raise MosaicInputError(
-            f"precision mxfp8 needs a Blackwell GPU (MXFP8 block-scaled GEMMs need compute "
-            f"capability 10.0, Transformer Engine check_mxfp8_support); {device.name} is "
-            f"{device.architecture or 'not Blackwell'}: use fp8 (per-tensor or blockwise "
-            "scaling) there")
+    check_precision_on_device(device, precision, fp8_recipe)
     key = device_fit_key(device.name)
     attention = FLASH_ATTENTION_EFFICIENCY.get(key, FLASH_ATTENTION_EFFICIENCY["generic"])
     attention_fwd, attention_bwd = attention["fwd"], attention["bwd"]

@@ -20,6 +20,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.machine import check_precision_on_device
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -180,11 +181,9 @@ class Envelope:
         object.__setattr__(self, "precision", enum_member(Precision, self.precision, "--precision"))
         object.__setattr__(self, "dispatcher",
                            enum_member(Dispatcher, self.dispatcher, "--dispatcher"))
-        dtypes = self.system.device.dtypes
-        if str(self.precision) not in dtypes:
-            raise MosaicInputError(
-                f"--precision {self.precision}: {self.system.device.name} has no "
-                f"{self.precision} peak; it supports {', '.join(dtypes)}")
+        # one line naming what the GPU lacks (NVFP4/MXFP8 need Blackwell; any other lane
+        # needs a peak for it), the same words as a job's
+        check_precision_on_device(self.system.device, self.precision, self.fp8_recipe)
         # Physical ranges before any work (mosaic.limits): the same bounds in every command.
         check_range("nodes", self.n_nodes, "nodes", integer=True)
         check_range("days", self.days, "days")
