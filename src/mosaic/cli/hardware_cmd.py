@@ -83,10 +83,11 @@ def list_command(catalog: CatalogFileOption = None, json_output: JsonFlag = Fals
         return
     print_table(
         "Devices (dense datasheet peaks, per GPU)",
-        ["name", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM TB/s",
-         "scale-up GB/s", "origin"],
+        ["name", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB",
+         "HBM TB/s", "scale-up GB/s", "origin"],
         [[d["name"], d["vendor"], _tflops(d["peak_flops_per_s"].get("bf16")),
-          _tflops(d["peak_flops_per_s"].get("fp8")), f"{d['hbm_bytes'] / 1e9:,.0f}",
+          _tflops(d["peak_flops_per_s"].get("fp8")),
+          _tflops(d["peak_flops_per_s"].get("fp4")), f"{d['hbm_bytes'] / 1e9:,.0f}",
           f"{d['hbm_bw_bytes_per_s'] / 1e12:.2f}", f"{d['scale_up_bw_bytes_per_s'] / 1e9:,.0f}",
           d["origin"]] for d in document["devices"]])
     print_table(

@@ -460,9 +460,11 @@ class Workload:
                                    f"{self.precision}): the gathered weights are the NVFP4 "
                                    "GEMMs' copies")
         if self.fp8_param_gather and not fp8:
+            hint = ("; with nvfp4 that is fp4_param_gather" if self.precision is Precision.FP4
+                    else "")
             raise MosaicInputError(f"fp8_param_gather needs precision fp8 (got "
                                    f"{self.precision}): the gathered weights are the FP8 "
-                                   "GEMMs' copies")
+                                   f"GEMMs' copies{hint}")
 
     @property
     def selective_recompute_modules(self) -> frozenset[str]:
