@@ -195,3 +195,20 @@ def test_per_layer_graphs_drop_launches_but_not_a_dropless_layers_host_wait(tmp_
         assert "cuda_graph_impl: local" in nemo and "use_te_rng_tracker: true" in nemo
         assert "te_rng_tracker: true" in nemo.split("rng:")[1]
     assert times["dropless"][0] > 0 and times["token_drop"] == (0.0, 0.0)
+
+
+def test_an_unstated_split_places_61_layers_in_32_chunks(tmp_path):
+    """Megatron-Bridge's DeepSeek-V3 and Kimi-K2 recipes run 61 layers on pp·vpp = 32
+    chunks through a pipeline layout string; a job that leaves the split unstated is
+    predicted, one that asks for mosaic's ceil split is refused (a chunk would be empty)."""
+    job = deepcopy(JOB)
+    job["model"] = {"layers": 61, "d_model": 1024, "ffn": 2816, "heads": 8, "kv_heads": 4,
+                    "vocab": 50257, "moe": {"experts": 16, "top_k": 2, "expert_ffn": 704}}
+    job["parallelism"] = {"tp": 1, "pp": 8, "vpp": 4, "ep": 1, "dp": 1, "sharding": "zero1"}
+    job["batch"] = {"global_seqs": 64, "seq_len": 4096, "micro_seqs": 1}
+    for split, code in (("unstated", 0), (True, 2)):
+        job["performance"] = {"precision": "bf16", "uneven_stages": split}
+        path = tmp_path / f"{split}.yaml"
+        path.write_text(yaml.safe_dump(job))
+        result = CliRunner().invoke(app, ["perf", str(path)])
+        assert result.exit_code == code, result.output

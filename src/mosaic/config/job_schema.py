@@ -116,8 +116,10 @@ class PerformanceBlock(_Strict):
     uneven_stages: bool | Literal["unstated"] = Field(
         default=False, description="allow pp·vpp that does not divide the layers: true = "
         "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last; unstated = the "
-        "split is not known and the first and last stages are costed with full chunks, as a "
-        "run record's uneven layout is (what `mosaic export --to yaml` writes for one)")
+        "split is not known (any split Megatron's --pipeline-model-parallel-layout places, "
+        "e.g. DeepSeek-V3's 61 layers in 32 chunks) and the first and last stages are costed "
+        "with full chunks, as a run record's uneven layout is (what `mosaic export --to yaml` "
+        "writes for one)")
     # The run-record fields of the same name (docs/run_records.md, docs/memory.md):
     routing: Routing = Field(
         default="dropless", description="MoE routing regime")

@@ -93,11 +93,10 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     """
     cluster = cluster_for(spec)
     if not spec.recorded_layout:
-        # an unstated uneven split (a recorded layout as a job file) keeps only the rule
-        # that every chunk holds a block
-        checked = (replace(spec.workload, uneven_pipeline_stages=True)
-                   if spec.unstated_stage_split else spec.workload)
-        violations = plan_violations(checked, spec.plan, cluster.n_devices)
+        # an unstated uneven split (a recorded layout as a job file): any split the stack
+        # can place (perf.constraints.plan_violations)
+        violations = plan_violations(spec.workload, spec.plan, cluster.n_devices,
+                                     split_stated=not spec.unstated_stage_split)
         reason = first_reason(violations, spec.plan, 0)
         if reason is not None:
             if "must divide layers=" in reason and not spec.workload.uneven_pipeline_stages:

@@ -49,8 +49,14 @@ def _pipeline_split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, n
             (chunks - 1) * per_chunk >= layers)
 
 
-def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int) -> list[Violation]:
-    """Every rule with the plans that violate it (Appendix D.1 plus Megatron-Core rules)."""
+def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
+                    split_stated: bool = True) -> list[Violation]:
+    """Every rule with the plans that violate it (Appendix D.1 plus Megatron-Core rules).
+
+    ``split_stated`` False: the pipeline's layer split is not known (a recorded layout as
+    a job file); Megatron-Core places any split, empty chunks included, with
+    ``--pipeline-model-parallel-layout`` (Megatron-Bridge's DeepSeek-V3 recipes put 61 layers
+    in 32 chunks, the last holding only the loss), so no split rule applies."""
     geometry = workload.geometry
     moe = geometry.moe
     experts = moe.experts if moe else 1
@@ -69,7 +75,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int) ->
             & _not_divisible(plans.tp, geometry.kv_heads),
         ),
         (f"tp={{tp}} must divide ffn={geometry.ffn}", _not_divisible(geometry.ffn, plans.tp)),
-        _pipeline_split_rule(workload, stage_layers),
+        *([_pipeline_split_rule(workload, stage_layers)] if split_stated else []),
         (
             f"cp={{cp}} must divide seq_len={workload.seq_len}",
             _not_divisible(workload.seq_len, plans.cp),
