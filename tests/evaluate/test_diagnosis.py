@@ -351,3 +351,24 @@ def test_eager_torch_job_gets_a_compile_lever_and_no_megatron_flags():
     no_overlap = replace(compiled, dp_comm_overlap=False)
     assert "dp_comm_overlap" in {lever.name for lever in rank_levers(
         no_overlap, eager.spec.plan, machine, CALIBRATION)}
+
+
+def test_a_dropless_host_wait_is_offered_drop_and_pad_and_whole_step_graphs():
+    """The example as shipped (dropless) waits on the host per MoE layer: dropping and
+    padding to capacity is the only all-to-all routing without that wait, and predicts the
+    same plan with only the routing changed. A whole-step graph replaces per-layer graphs
+    (the two are exclusive) instead of failing."""
+    dropless = diagnose(job(COMM_BOUND, "performance.layer_cuda_graphs=true",
+                            "performance.checkpointing=selective"), CALIBRATION)
+    levers = {lever.name: lever for lever in dropless.levers}
+    pad = levers["drop_and_pad"]
+    assert pad.feasible and pad.gain > 1.0 and pad.plan == dropless.result.spec.plan.row(0)
+    workload = replace(dropless.result.spec.workload, routing="token_drop",
+                       pad_to_capacity=True)
+    alone = predict_step(workload, plans_from_rows([pad.plan]), dropless.result.machine,
+                         CALIBRATION)
+    assert alone.step_time_s[0] == pytest.approx(pad.step_time_s, rel=1e-12)
+    assert alone.breakdown_s["moe_host_sync"][0] == 0.0
+    assert levers["full_iteration_cuda_graph"].feasible
+    assert "drop_and_pad" not in {lever.name for lever in diagnose(
+        job(COMM_BOUND, *DROP_AND_PAD), CALIBRATION).levers}

@@ -38,7 +38,7 @@ from mosaic.perf.machine import Machine
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
-from mosaic.perf.workload import Workload
+from mosaic.perf.workload import Dispatcher, Workload
 from mosaic.stacks import MicroBatchDefault
 
 GIB = 2**30
@@ -584,7 +584,7 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
 # Levers that change the workload rather than the plan (predicted with it changed).
 WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_reduce_bf16",
                              "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph",
-                             "torch_compile", "dp_comm_overlap"})
+                             "torch_compile", "dp_comm_overlap", "drop_and_pad"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -649,7 +649,15 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                  if workload.geometry.moe is not None else "")
         yield ("full_iteration_cuda_graph", "one CUDA graph per step (Megatron "
                f"--cuda-graph-impl full_iteration{needs})",
-               replace(workload, full_iteration_cuda_graph=True))
+               replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False))
+    if current.breakdown_s["moe_host_sync"][0] > 0:
+        # the only routing Megatron-Core's all-to-all dispatcher runs without the host wait
+        # (perf/routing_load.expert_counts_reach_host); it drops tokens, so training changes
+        yield ("drop_and_pad", "MoE tokens dropped and padded to capacity 1 (Megatron "
+               "--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity, all-to-all "
+               "dispatcher): no host wait per MoE layer, but overflow tokens skip their experts",
+               replace(workload, routing="token_drop", pad_to_capacity=True,
+                       dispatcher=Dispatcher.ALLTOALL))
 
 
 # ------------------------------------------------------------------------------ diagnosis
