@@ -17,6 +17,7 @@ from mosaic.stacks import known_stacks
 from mosaic.stacks.registry import (
     STACK_VERSION_PATTERN,
     StackTraits,
+    format_release,
     get_stack,
     names_point_release,
     parse_release,
@@ -30,7 +31,7 @@ stacks_app = typer.Typer(
 
 
 def _release_text(release: tuple[int, int] | None) -> str:
-    return "-" if release is None else f"{release[0]:02d}.{release[1]:02d}"
+    return "-" if release is None else format_release(release)
 
 
 def recipe_document(recipe: Recipe) -> dict[str, Any]:

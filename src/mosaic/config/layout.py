@@ -23,7 +23,7 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.stacks import MicroBatchDefault, get_stack
-from mosaic.stacks.registry import names_point_release, parse_release
+from mosaic.stacks.registry import format_release, names_point_release, parse_release
 
 if TYPE_CHECKING:
     from mosaic.arch import Geometry
@@ -146,12 +146,10 @@ def release_outside_recipes(stack: str, release_text: str | None) -> str | None:
     last = None if any(r.until is None for r in dated) else max(r.until for r in dated)
     if first <= release and (last is None or release <= last):
         return None
-
-    def text(value: tuple[int, int]) -> str:
-        return f"{value[0]:02d}.{value[1]:02d}"
-    span = f"from {text(first)} on" if last is None else f"{text(first)} to {text(last)}"
-    return (f"release {text(release)}: {stack}'s release-specific recipes cover {span}, "
-            "so none applies (only those for every release)")
+    span = (f"from {format_release(first)} on" if last is None
+            else f"{format_release(first)} to {format_release(last)}")
+    return (f"release {format_release(release)}: {stack}'s release-specific recipes cover "
+            f"{span}, so none applies (only those for every release)")
 
 
 def grid_recipe_defaults(stack: str, release_text: str, device_name: str, precision: str,

@@ -37,6 +37,15 @@ LAYER_GRAPH_DROPLESS_NOTE = ("per-layer CUDA graphs of a dropless MoE model: its
                              "drops and pads to a capacity")
 
 
+# Workload settings both Megatron-Core targets (Megatron-LM flags, Megatron-Bridge keys) write
+# or flag themselves (export.spec.unexpressed lists the rest as NOT EXPRESSED).
+MEGATRON_CORE_HANDLED = frozenset({
+    "recompute_modules", "recompute_block_fraction", "cross_entropy", "grad_reduce_in_fp32",
+    "offloaded_activation_layers", "optimizer_dtype", "dp_comm_overlap", "max_nodes_per_token",
+    "fp8_glu_inputs", "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8",
+    "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule", "attention_kernel"})
+
+
 def moe_layer_freq(spec: ExportSpec) -> str:
     """``--moe-layer-freq``: an int when every block is MoE, else the pattern expression
     (arguments.py accepts a Python list expression such as ``([0]*3+[1]*58)``)."""
@@ -241,13 +250,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if spec.fp8_glu_inputs:
         unsupported.append("fp8_glu_inputs (the routed experts' SwiGLU inputs saved in FP8, "
                            "arXiv:2412.19437 Sec. 3.3.3): no Megatron-LM option")
-    handled = {"recompute_modules", "recompute_block_fraction", "cross_entropy",
-               "grad_reduce_in_fp32", "offloaded_activation_layers", "optimizer_dtype",
-               "dp_comm_overlap", "max_nodes_per_token", "fp8_glu_inputs",
-               "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8", "tp_comm_overlap",
-               "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule",
-               "attention_kernel"}
-    unsupported += unexpressed(spec, handled, "Megatron-LM")
+    unsupported += unexpressed(spec, MEGATRON_CORE_HANDLED | {"tp_comm_overlap"},
+                               "Megatron-LM")
     return args, unsupported
 
 

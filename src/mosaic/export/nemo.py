@@ -17,7 +17,12 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.megatron import LAYER_GRAPH_DROPLESS_NOTE, attention_backend, dualpipe_note
+from mosaic.export.megatron import (
+    LAYER_GRAPH_DROPLESS_NOTE,
+    MEGATRON_CORE_HANDLED,
+    attention_backend,
+    dualpipe_note,
+)
 from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -220,12 +225,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if spec.fp8_glu_inputs:
         unsupported.append("fp8_glu_inputs (the routed experts' SwiGLU inputs saved in FP8, "
                            "arXiv:2412.19437 Sec. 3.3.3): no Megatron-Core field")
-    handled = {"recompute_modules", "recompute_block_fraction", "cross_entropy",
-               "grad_reduce_in_fp32", "offloaded_activation_layers", "optimizer_dtype",
-               "dp_comm_overlap", "max_nodes_per_token", "fp8_glu_inputs",
-               "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8",
-               "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule",
-               "attention_kernel"}
+    handled = set(MEGATRON_CORE_HANDLED)
     if spec.tp_comm_overlap and spec.sequence_parallel and spec.tp > 1:
         handled.add("tp_comm_overlap")
     unsupported += unexpressed(spec, handled, "Megatron-Bridge")

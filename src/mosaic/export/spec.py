@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -301,7 +302,7 @@ def set_settings(spec: ExportSpec) -> dict[str, object]:
     return found
 
 
-def unexpressed(spec: ExportSpec, written: set[str], target: str) -> list[str]:
+def unexpressed(spec: ExportSpec, written: AbstractSet[str], target: str) -> list[str]:
     """One NOT EXPRESSED line for each set setting the target neither writes (``written``)
     nor flags itself: what the prediction read that the file does not carry."""
     lines = []

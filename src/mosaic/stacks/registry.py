@@ -216,6 +216,11 @@ def parse_release(text: str | None) -> tuple[int, int] | None:
     return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
+def format_release(release: tuple[int, int]) -> str:
+    """The YY.MM text of a (year, month) release, as :func:`parse_release` reads it."""
+    return f"{release[0]:02d}.{release[1]:02d}"
+
+
 _POINT_RELEASE = re.compile(r"(?<![\d.])\d{2}\.(0[1-9]|1[0-2])\.0[1-9](?![\d])")
 
 
