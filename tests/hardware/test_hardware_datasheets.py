@@ -52,8 +52,9 @@ def test_a100_has_no_fp8_lane() -> None:
         # HGX/DGX B200: 4.5 / 9 / 18 PFLOPS with sparsity; 180 GB (CUDA reports 178.36 GiB),
         # 7.7 TB/s.
         ("B200", 2.25 * PETA, 4.5 * PETA, 9 * PETA, 178.36 * 2**30, 7.7e12),
-        # GB200 NVL72 per GPU: 5 / 10 / 20 PFLOPS with sparsity; 186 GB, 8 TB/s.
-        ("GB200", 2.5 * PETA, 5 * PETA, 10 * PETA, 186e9, 8e12),
+        # GB200 NVL72 per GPU: 5 / 10 / 20 PFLOPS with sparsity; 186 GB (torchtitan's memory
+        # log: 110.95 GiB = 60.2% of the device, i.e. 184.3 GiB), 8 TB/s.
+        ("GB200", 2.5 * PETA, 5 * PETA, 10 * PETA, 110.95 / 0.602 * 2**30, 8e12),
         # HGX B300: 36 / 72 PFLOPS sparse per 8 GPUs, FP4 105 PFLOPS dense per 8 GPUs.
         ("B300", 2.25 * PETA, 4.5 * PETA, 105 * PETA / 8, 270e9, 7.7e12),
         # GB300 NVL72: 360 / 720 PFLOPS sparse, FP4 1,080 dense, 576 TB/s per 72 GPUs.
