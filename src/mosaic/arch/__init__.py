@@ -11,18 +11,29 @@ from mosaic.arch.flops import (
     attention_flops_per_token,
     lm_head_flops_per_token,
     model_flops_per_token,
+    ssd_scan_flops_per_token,
     useful_flops_per_token,
 )
-from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
+from mosaic.arch.geometry import (
+    AttentionKind,
+    Geometry,
+    HybridLayer,
+    MambaConfig,
+    MLAConfig,
+    MoEConfig,
+    NormKind,
+)
 from mosaic.arch.ladder import LadderGrid, enumerate_ladder_grid, ladder_backbone, ladder_geometry
 
 __all__ = [
     "AttentionKind",
     "FlopConvention",
     "Geometry",
+    "HybridLayer",
     "LadderGrid",
     "LayerParameters",
     "MLAConfig",
+    "MambaConfig",
     "MoEConfig",
     "NormKind",
     "ParameterCounts",
@@ -34,5 +45,6 @@ __all__ = [
     "layer_breakdown",
     "lm_head_flops_per_token",
     "model_flops_per_token",
+    "ssd_scan_flops_per_token",
     "useful_flops_per_token",
 ]

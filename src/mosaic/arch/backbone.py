@@ -104,6 +104,10 @@ def enumerate_backbone_grid(
     grid (rows in axis order, q = 0: not a ladder rung) and, when a combination was
     refused, the first refusal's reason ('' when none was).
     """
+    if backbone.is_hybrid:
+        raise MosaicInputError("a hybrid Mamba/attention backbone (model.hybrid_pattern) "
+                               "cannot be scaled over the ladder's depth and width axes: the "
+                               "scaling law and the geometry grid are the paper's transformers")
     axes = [_axis(name, values) for name, values in (
         ("layers", layers), ("d_model", d_model), ("experts", experts), ("top_k", top_k),
         ("split_factor", split_factor))]

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, NormKind
+from mosaic.arch.geometry import (
+    AttentionKind,
+    Geometry,
+    HybridLayer,
+    MambaConfig,
+    MLAConfig,
+    NormKind,
+)
 
 ArrayLike = Any  # int, float or numpy array: formulas here broadcast over numpy arrays
 
@@ -93,6 +100,18 @@ def params_ffn(d_model: ArrayLike, width: ArrayLike, glu: bool, bias: bool = Fal
     return weights + ((2 if glu else 1) * width + d_model if bias else 0)
 
 
+def params_mamba(d_model: ArrayLike, mamba: MambaConfig) -> ArrayLike:
+    """One Mamba-2 mixer (Megatron-Core ``MambaMixer``, megatron/core/ssm/mamba_mixer.py
+    @ d98e8a64dd): in_proj d→[z, x, B, C, dt] (no bias), the depthwise causal convolution
+    over x, B and C (kernel weights and a bias per channel), per-head dt bias, A_log and D,
+    the gated RMSNorm's gain over d_inner, out_proj d_inner→d (no bias). The layer's
+    pre-norm is counted with the norms."""
+    per_head = 3 * mamba.heads  # dt_bias, A_log, D
+    conv = mamba.conv_channels * (mamba.conv_kernel + 1)
+    return (d_model * mamba.in_proj_width + conv + per_head + mamba.inner_width
+            + mamba.inner_width * d_model)
+
+
 def params_router(d_model: ArrayLike, experts: ArrayLike) -> ArrayLike:
     """Router W_r ∈ R^{E×d} (Sec. 3.2). The LFLB bias φ is controller state, not a parameter."""
     return experts * d_model
@@ -103,6 +122,8 @@ class ParameterCounts:
     """Parameter counts by component; fields are ints or equally shaped numpy arrays.
 
     Per-layer fields hold the count of one block of that kind; totals are properties.
+    A hybrid model (``Geometry.hybrid_pattern``) counts its layers by kind: attention and
+    Mamba mixers, MLP and MoE layers, one pre-norm each (``norms_per_layer``).
     """
 
     layers: ArrayLike
@@ -119,16 +140,32 @@ class ParameterCounts:
     embedding: ArrayLike
     lm_head: ArrayLike
     mtp: ArrayLike = 0  # DeepSeek-V3 MTP modules, outside every total below
+    mamba_layers: ArrayLike = 0
+    mamba_per_layer: ArrayLike = 0
+    hybrid_attention_layers: ArrayLike | None = None  # None: every layer (a transformer)
+    hybrid_mlp_layers: ArrayLike | None = None  # None: every layer that is not MoE
 
     @property
     def dense_layers(self) -> ArrayLike:
+        """Layers with a dense FFN."""
+        if self.hybrid_mlp_layers is not None:
+            return self.hybrid_mlp_layers
         return self.layers - self.moe_layers
 
     @property
+    def attention_layers(self) -> ArrayLike:
+        """Layers with an attention mixer."""
+        if self.hybrid_attention_layers is not None:
+            return self.hybrid_attention_layers
+        return self.layers
+
+    @property
     def _backbone(self) -> ArrayLike:
-        """Everything every token uses: attention, norms and dense-block FFNs."""
+        """Everything every token uses: attention and Mamba mixers, norms, dense FFNs."""
         return (
-            self.layers * (self.attention_per_layer + self.norms_per_layer)
+            self.attention_layers * self.attention_per_layer
+            + self.mamba_layers * self.mamba_per_layer
+            + self.layers * self.norms_per_layer
             + self.final_norm
             + self.dense_layers * self.dense_ffn_per_layer
         )
@@ -247,8 +284,27 @@ def params_mtp_module(counts: ParameterCounts, d_model: int, norm: NormKind, moe
 
 def count_parameters(geometry: Geometry) -> ParameterCounts:
     """Exact parameter counts of one geometry."""
+    counts = _transformer_counts(geometry)
+    if geometry.is_hybrid:
+        mamba = geometry.mamba
+        return replace(
+            counts,
+            norms_per_layer=params_per_norm(geometry.d_model, geometry.norm),  # one per layer
+            mamba_layers=geometry.mamba_layer_count,
+            mamba_per_layer=params_mamba(geometry.d_model, mamba) if mamba else 0,
+            hybrid_attention_layers=geometry.attention_layer_count,
+            hybrid_mlp_layers=geometry.dense_layer_count)
+    if geometry.mtp_layers:
+        last_is_moe = geometry.is_moe_layer(geometry.layers - 1)
+        mtp = geometry.mtp_layers * params_mtp_module(
+            counts, geometry.d_model, geometry.norm, last_is_moe)
+        counts = replace(counts, mtp=mtp)
+    return counts
+
+
+def _transformer_counts(geometry: Geometry) -> ParameterCounts:
     moe = geometry.moe
-    counts = build_counts(
+    return build_counts(
         attention_per_layer=attention_params(geometry),
         layers=geometry.layers,
         d_model=geometry.d_model,
@@ -267,12 +323,6 @@ def count_parameters(geometry: Geometry) -> ParameterCounts:
         router_bias=moe.router_bias if moe else False,
         shared_expert_gate=moe.shared_expert_gate if moe else False,
     )
-    if geometry.mtp_layers:
-        last_is_moe = geometry.is_moe_layer(geometry.layers - 1)
-        mtp = geometry.mtp_layers * params_mtp_module(
-            counts, geometry.d_model, geometry.norm, last_is_moe)
-        counts = replace(counts, mtp=mtp)
-    return counts
 
 
 @dataclass(frozen=True)
@@ -280,25 +330,51 @@ class LayerParameters:
     """Parameters of one block: total and per-token active."""
 
     index: int
-    kind: str  # "dense" or "moe"
+    kind: str  # "dense" or "moe"; a hybrid model's "mamba", "attention", "mlp" or "moe"
     attention: int
     norms: int
     ffn_total: int
     ffn_active: int
     router: int
+    mamba: int = 0
 
     @property
     def total(self) -> int:
-        return self.attention + self.norms + self.ffn_total + self.router
+        return self.attention + self.mamba + self.norms + self.ffn_total + self.router
 
     @property
     def active(self) -> int:
-        return self.attention + self.norms + self.ffn_active + self.router
+        return self.attention + self.mamba + self.norms + self.ffn_active + self.router
+
+
+_HYBRID_KIND_NAMES = {HybridLayer.MAMBA: "mamba", HybridLayer.ATTENTION: "attention",
+                      HybridLayer.MLP: "mlp", HybridLayer.MOE: "moe"}
+
+
+def _hybrid_layer(index: int, symbol: HybridLayer, counts: ParameterCounts) -> LayerParameters:
+    """One layer of a hybrid pattern: a mixer (attention or Mamba) or an FFN (MLP or MoE)."""
+    ffn_total = ffn_active = router = 0
+    if symbol is HybridLayer.MLP:
+        ffn_total = ffn_active = counts.dense_ffn_per_layer
+    elif symbol is HybridLayer.MOE:
+        shared = counts.shared_experts_per_layer
+        ffn_total = counts.experts * counts.routed_expert + shared
+        ffn_active = counts.top_k * counts.routed_expert + shared
+        router = counts.router_per_layer
+    return LayerParameters(
+        index=index, kind=_HYBRID_KIND_NAMES[symbol],
+        attention=counts.attention_per_layer if symbol is HybridLayer.ATTENTION else 0,
+        mamba=counts.mamba_per_layer if symbol is HybridLayer.MAMBA else 0,
+        norms=counts.norms_per_layer, ffn_total=ffn_total, ffn_active=ffn_active,
+        router=router)
 
 
 def layer_breakdown(geometry: Geometry) -> list[LayerParameters]:
     """Per-block parameter breakdown (embedding, LM head and final norm excluded)."""
     counts = count_parameters(geometry)
+    if geometry.hybrid_pattern is not None:
+        return [_hybrid_layer(index, HybridLayer(symbol), counts)
+                for index, symbol in enumerate(geometry.hybrid_pattern)]
     rows = []
     for index in range(geometry.layers):
         if geometry.is_moe_layer(index):

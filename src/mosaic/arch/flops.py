@@ -5,6 +5,8 @@
 * ``attention``: the causal (or full) attention-core FLOPs that 6·N omits
   (Chowdhery et al., 2022, PaLM, Appendix B: 12·L·H·Q·T for full attention).
 * ``lm_head``: the unembedding matmul, 6·V·d per trained token.
+* ``ssd_scan``: a hybrid model's Mamba-2 sequence mixing (the chunked SSD scan), which 6·N
+  omits as it omits the attention core; the "with attention" convention credits both.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class FlopConvention(StrEnum):
     """Which FLOPs count as useful work in a utilisation figure."""
 
     PAPER = "paper"  # 6·N_active, non-embedding, no attention (paper Eq. 1)
-    WITH_ATTENTION = "with_attention"  # PAPER + causal attention core
+    WITH_ATTENTION = "with_attention"  # PAPER + causal attention core (+ SSD scans)
 
 
 def model_flops_per_token(counts: ParameterCounts) -> float:
@@ -53,7 +55,29 @@ def attention_flops_per_token(geometry: Geometry, seq_len: int, causal: bool = T
         qk_dim = v_dim = geometry.head_dim
     context = attended_keys_per_query(seq_len, causal)
     forward = FLOPS_PER_MULTIPLY_ADD * geometry.heads * (qk_dim + v_dim) * context
-    return TRAIN_TO_FORWARD_FLOPS * forward * geometry.layers
+    return TRAIN_TO_FORWARD_FLOPS * forward * geometry.attention_layer_count
+
+
+def ssd_scan_forward_flops_per_token(geometry: Geometry) -> float:
+    """Forward FLOPs per token of one Mamba-2 layer's chunked SSD scan (Dao & Gu 2024,
+    Sec. 6, the four steps of Listing 1 over chunks of Q tokens): the intra-chunk C·Bᵀ per
+    group (Q·N per token) and its masked product with x per head (Q·P), the chunk states
+    Bᵀ·x and the state-to-output C·h per head (N·P each); multiply-adds count 2. The
+    kernels compute each Q×Q chunk block whole, causal mask included. Zero without Mamba
+    layers."""
+    mamba = geometry.mamba
+    if mamba is None:
+        return 0.0
+    q, n, p = mamba.chunk_size, mamba.state_dim, mamba.head_dim
+    per_token = mamba.groups * q * n + mamba.heads * (q * p + 2 * n * p)
+    return float(FLOPS_PER_MULTIPLY_ADD * per_token)
+
+
+def ssd_scan_flops_per_token(geometry: Geometry) -> float:
+    """Training FLOPs per token of the SSD scans of every Mamba layer (forward + backward =
+    3 × forward, as for the attention core)."""
+    return (TRAIN_TO_FORWARD_FLOPS * ssd_scan_forward_flops_per_token(geometry)
+            * geometry.mamba_layer_count)
 
 
 def lm_head_flops_per_token(geometry: Geometry) -> float:
@@ -67,5 +91,6 @@ def useful_flops_per_token(
     """FLOPs per token credited as useful under ``convention``."""
     flops = model_flops_per_token(counts)
     if convention is FlopConvention.WITH_ATTENTION:
-        flops += attention_flops_per_token(geometry, seq_len, causal=True)
+        flops += (attention_flops_per_token(geometry, seq_len, causal=True)
+                  + ssd_scan_flops_per_token(geometry))
     return flops

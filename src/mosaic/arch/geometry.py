@@ -22,6 +22,18 @@ class AttentionKind(StrEnum):
     MLA = "mla"  # DeepSeek multi-head latent attention (DeepSeek-V2, 2024)
 
 
+class HybridLayer(StrEnum):
+    """Layers of a hybrid model's pattern, one symbol per layer as Megatron-Core spells them
+    (megatron/core/models/hybrid/hybrid_layer_allocation.py ``Symbols`` @ d98e8a64dd):
+    each is a whole layer with its own pre-norm and residual, so a transformer block is an
+    attention layer followed by an MLP (or MoE) layer."""
+
+    MAMBA = "M"
+    ATTENTION = "*"
+    MLP = "-"
+    MOE = "E"
+
+
 class NormKind(StrEnum):
     """Normalisation layers: LayerNorm has a gain and a bias, RMSNorm only a gain."""
 
@@ -74,6 +86,51 @@ class MLAConfig:
             v_head_dim=self.v_head_dim,
             q_lora_rank=self.q_lora_rank,
         )
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """A Mamba-2 mixer layer (Dao & Gu 2024, "Transformers are SSMs", Sec. 7; Megatron-Core
+    ``MambaMixer``, megatron/core/ssm/mamba_mixer.py @ d98e8a64dd).
+
+    Attributes:
+        heads: SSM heads H (``mamba_num_heads``); the inner width is H·head_dim.
+        head_dim: channels per head P (``mamba_head_dim``, default 64).
+        state_dim: SSM state size N (``mamba_state_dim``/``ssm_state_size``, default 128).
+        groups: B/C groups G shared by H/G heads each (``mamba_num_groups``/``n_groups``).
+        conv_kernel: width of the depthwise causal convolution over x, B and C (``d_conv``, 4).
+        chunk_size: tokens per chunk of the chunked SSD scan (Sec. 6; ``chunk_size``, 128).
+    """
+
+    heads: int
+    head_dim: int = 64
+    state_dim: int = 128
+    groups: int = 8
+    conv_kernel: int = 4
+    chunk_size: int = 128
+
+    def __post_init__(self) -> None:
+        _require_positive("mamba", heads=self.heads, head_dim=self.head_dim,
+                          state_dim=self.state_dim, groups=self.groups,
+                          conv_kernel=self.conv_kernel, chunk_size=self.chunk_size)
+        _require(self.heads % self.groups == 0,
+                 f"mamba.groups ({self.groups}) must divide mamba.heads ({self.heads}) "
+                 "(Megatron-Core MambaMixer: nheads % ngroups == 0)")
+
+    @property
+    def inner_width(self) -> int:
+        """d_inner = H·P, the width of x, z and the SSD output."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels the causal convolution filters: x, B and C (d_inner + 2·G·N)."""
+        return self.inner_width + 2 * self.groups * self.state_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """Output width of the input projection: z, x, B, C and dt (2·d_inner + 2·G·N + H)."""
+        return self.inner_width + self.conv_channels + self.heads
 
 
 @dataclass(frozen=True)
@@ -161,6 +218,12 @@ class Geometry:
         attention_sinks: one learned sink logit per head (gpt-oss model card, Sec. 2.1).
         mtp_layers: DeepSeek-V3 multi-token-prediction modules (DeepSeek-V3 Sec. 2.2); their
             parameters are counted apart from ``n_total`` (the published 671 B excludes them).
+        hybrid_pattern: a hybrid model's layers, one :class:`HybridLayer` symbol each
+            (Megatron-Core ``hybrid_layer_pattern``, e.g. Nemotron-H 8B
+            ``M-M-M-M*-...``); None for a transformer, whose every block is attention + FFN.
+            ``layers`` then counts pattern symbols, ``ffn`` is the MLP layers' width and
+            ``moe`` the MoE layers' experts.
+        mamba: the Mamba-2 mixer of the pattern's ``M`` layers.
     """
 
     layers: int
@@ -182,6 +245,8 @@ class Geometry:
     output_bias: bool = False
     attention_sinks: bool = False
     mtp_layers: int = 0
+    hybrid_pattern: str | None = None
+    mamba: MambaConfig | None = None
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -214,22 +279,84 @@ class Geometry:
                 self.moe.dense_layers <= self.layers,
                 f"moe.dense_layers ({self.moe.dense_layers}) exceeds model.layers ({self.layers})",
             )
+        if self.hybrid_pattern is not None:
+            self._check_hybrid()
+        else:
+            _require(self.mamba is None,
+                     "model.mamba needs model.hybrid_pattern (which layers are Mamba layers)")
+
+    def _check_hybrid(self) -> None:
+        pattern = self.hybrid_pattern
+        assert pattern is not None
+        allowed = "".join(symbol.value for symbol in HybridLayer)
+        unknown = sorted(set(pattern) - set(allowed))
+        _require(not unknown, f"model.hybrid_pattern: unknown layer symbol(s) "
+                 f"{', '.join(repr(c) for c in unknown)}; allowed: 'M' (Mamba), '*' "
+                 "(attention), '-' (MLP), 'E' (MoE), one per layer (pipeline '|' and MTP '/' "
+                 "separators are not supported)")
+        _require(len(pattern) == self.layers, f"model.hybrid_pattern has {len(pattern)} "
+                 f"layers but model.layers is {self.layers}")
+        has = {symbol: symbol.value in pattern for symbol in HybridLayer}
+        _require(has[HybridLayer.MAMBA] == (self.mamba is not None),
+                 "model.mamba is required with 'M' layers in model.hybrid_pattern"
+                 if has[HybridLayer.MAMBA] else
+                 "model.mamba is given but model.hybrid_pattern has no 'M' layer")
+        _require(has[HybridLayer.MOE] == (self.moe is not None),
+                 "model.moe is required with 'E' layers in model.hybrid_pattern"
+                 if has[HybridLayer.MOE] else
+                 "model.moe is given but model.hybrid_pattern has no 'E' layer")
+        if self.moe is not None:
+            _require(self.moe.dense_layers == 0 and self.moe.moe_every == 1,
+                     "moe.dense_layers and moe.moe_every do not apply to a hybrid model: "
+                     "its pattern places the MoE ('E') layers")
+        _require(self.attention is not AttentionKind.MLA,
+                 "model.hybrid_pattern with MLA attention is not supported (only MHA/GQA "
+                 "attention layers)")
+        _require(self.mtp_layers == 0, "model.mtp_layers with a hybrid pattern is not supported")
 
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
 
     @property
+    def is_hybrid(self) -> bool:
+        """A hybrid model: layers from a pattern rather than uniform transformer blocks."""
+        return self.hybrid_pattern is not None
+
+    def hybrid_count(self, symbol: HybridLayer) -> int:
+        """Layers of one kind in the hybrid pattern (zero for a transformer)."""
+        return self.hybrid_pattern.count(symbol.value) if self.hybrid_pattern else 0
+
+    @property
     def moe_layer_count(self) -> int:
-        """Blocks that carry an MoE FFN (Sec. 3.1: all but the dense prefix, every n-th)."""
+        """Blocks that carry an MoE FFN (Sec. 3.1: all but the dense prefix, every n-th); a
+        hybrid model's 'E' layers."""
+        if self.hybrid_pattern is not None:
+            return self.hybrid_count(HybridLayer.MOE)
         return moe_layer_count(self.layers, self.moe) if self.moe else 0
 
     @property
     def dense_layer_count(self) -> int:
+        """Blocks with a dense FFN; a hybrid model's MLP ('-') layers."""
+        if self.hybrid_pattern is not None:
+            return self.hybrid_count(HybridLayer.MLP)
         return self.layers - self.moe_layer_count
+
+    @property
+    def attention_layer_count(self) -> int:
+        """Layers with attention: every block of a transformer, a hybrid model's '*' layers."""
+        if self.hybrid_pattern is not None:
+            return self.hybrid_count(HybridLayer.ATTENTION)
+        return self.layers
+
+    @property
+    def mamba_layer_count(self) -> int:
+        return self.hybrid_count(HybridLayer.MAMBA)
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether block ``index`` (0-based) is an MoE block."""
+        if self.hybrid_pattern is not None:
+            return self.hybrid_pattern[index] == HybridLayer.MOE.value
         if self.moe is None or index < self.moe.dense_layers:
             return False
         return (index - self.moe.dense_layers) % self.moe.moe_every == 0

@@ -12,8 +12,13 @@ names (and defaults) they follow:
   ``n_shared_experts``, ``first_k_dense_replace``, ``moe_layer_freq``,
   ``num_nextn_predict_layers``).
 - ``gpt_oss``: ``GptOssConfig`` (biases on attention and experts, attention sinks).
+- ``nemotron_h``: ``NemotronHConfig`` (hybrid Mamba-2/attention/MLP/MoE layers from
+  ``hybrid_override_pattern``; ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``,
+  ``n_groups``, ``conv_kernel``, ``chunk_size``; squared-ReLU FFNs, ``mlp_hidden_act``
+  ``relu2``): Nemotron-H and Nemotron 3 Nano.
 
-All of these use RMSNorm, SwiGLU experts/FFNs and no FFN biases unless stated. Things
+All of these use RMSNorm, SwiGLU experts/FFNs (Nemotron-H: squared ReLU) and no FFN biases
+unless stated. Things
 that do not change the parameter count (RoPE scaling, sliding windows, dtypes) are ignored.
 """
 
@@ -24,12 +29,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
+from mosaic.arch.geometry import (
+    AttentionKind,
+    Geometry,
+    MambaConfig,
+    MLAConfig,
+    MoEConfig,
+    NormKind,
+)
 from mosaic.errors import MosaicInputError
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
-SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
+HYBRID_TYPES = ("nemotron_h",)
+SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
 
 class _Fields:
@@ -150,6 +163,8 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
             f"{where}: model_type {model_type!r} is not supported; allowed: "
             f"{', '.join(SUPPORTED_TYPES)}")
     fields = _Fields(config, where)
+    if model_type in HYBRID_TYPES:
+        return _nemotron_h(fields)
     _check_gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
@@ -223,6 +238,46 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
                     expert_bias=True, router_bias=True)
     return Geometry(**common, **_attention(fields, d_model), ffn=width, moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias, attention_sinks=True)
+
+
+def _nemotron_h(fields: _Fields) -> Geometry:
+    """HF ``NemotronHConfig`` (transformers models/nemotron_h/configuration_nemotron_h.py):
+    one layer per ``hybrid_override_pattern`` symbol, Mamba-2 mixers, squared-ReLU MLP and
+    expert FFNs without biases, one shared expert of ``moe_shared_expert_intermediate_size``
+    when that is non-zero (Nemotron 3 Nano 30B-A3B config.json)."""
+    where = fields.where
+    act = fields.config.get("mlp_hidden_act", "relu2")
+    if act != "relu2":
+        raise MosaicInputError(f"{where}: mlp_hidden_act {act!r} is not supported; allowed: "
+                               "relu2")
+    for flag in ("mlp_bias", "use_bias", "mamba_proj_bias", "attention_bias"):
+        if fields.bool(flag, False):
+            raise MosaicInputError(f"{where}: {flag}=true is not supported (linear biases)")
+    pattern = fields.config.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise MosaicInputError(f"{where}: missing required field 'hybrid_override_pattern'")
+    d_model = fields.int("hidden_size")
+    moe = None
+    if "E" in pattern:
+        shared_width = fields.count("moe_shared_expert_intermediate_size", 0)
+        moe = MoEConfig(experts=fields.int("n_routed_experts"),
+                        top_k=fields.int("num_experts_per_tok"),
+                        expert_ffn=fields.int("moe_intermediate_size"),
+                        shared_experts=1 if shared_width else 0,
+                        shared_expert_ffn=shared_width or None)
+    mamba = MambaConfig(heads=fields.int("mamba_num_heads"),
+                        head_dim=fields.int("mamba_head_dim", 64),
+                        state_dim=fields.int("ssm_state_size", 128),
+                        groups=fields.int("n_groups", 8), conv_kernel=fields.int("conv_kernel", 4),
+                        chunk_size=fields.int("chunk_size", 128)) if "M" in pattern else None
+    width = fields.config.get("intermediate_size")
+    ffn = fields.int("intermediate_size") if width is not None or "-" in pattern else (
+        moe.expert_ffn if moe else d_model)
+    return Geometry(
+        layers=fields.int("num_hidden_layers"), d_model=d_model, vocab=fields.int("vocab_size"),
+        glu=False, norm=NormKind.RMSNORM,
+        tied_embeddings=fields.bool("tie_word_embeddings", False),
+        **_attention(fields, d_model), ffn=ffn, moe=moe, hybrid_pattern=pattern, mamba=mamba)
 
 
 def load_hf_config(path: Path) -> Geometry:

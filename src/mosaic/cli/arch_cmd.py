@@ -11,12 +11,14 @@ from mosaic.arch import (
     AttentionKind,
     Geometry,
     MoEConfig,
+    ParameterCounts,
     attention_flops_per_token,
     count_parameters,
     ladder_geometry,
     layer_breakdown,
     lm_head_flops_per_token,
     model_flops_per_token,
+    ssd_scan_flops_per_token,
 )
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
@@ -156,6 +158,20 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "flops_per_token": float(model_flops_per_token(counts)),
         "attention_flops_per_token": attention_flops_per_token(geometry, seq_len, causal=True),
         "lm_head_flops_per_token": lm_head_flops_per_token(geometry),
+        **_hybrid_summary(geometry, counts),
+    }
+
+
+def _hybrid_summary(geometry: Geometry, counts: ParameterCounts) -> dict[str, Any]:
+    """A hybrid model's layer mix, Mamba parameters and SSD-scan FLOPs (empty otherwise)."""
+    if not geometry.is_hybrid:
+        return {}
+    return {
+        "hybrid_pattern": geometry.hybrid_pattern,
+        "mamba_layers": geometry.mamba_layer_count,
+        "attention_layers": geometry.attention_layer_count,
+        "mamba_params_per_layer": int(counts.mamba_per_layer),
+        "ssd_scan_flops_per_token": ssd_scan_flops_per_token(geometry),
     }
 
 
@@ -172,6 +188,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ),
         ("dense FFN width", str(summary["ffn"])),
     ]
+    if summary.get("hybrid_pattern"):
+        rows += [
+            ("hybrid layers: Mamba / attention / MLP / MoE",
+             f"{summary['mamba_layers']} / {summary['attention_layers']} / "
+             f"{summary['dense_layers']} / {summary['moe_layers']}"),
+            ("Mamba parameters per layer", f"{summary['mamba_params_per_layer']:,}"),
+        ]
     if summary["experts"]:
         rows += [
             ("experts E / top-K", f"{summary['experts']} / {summary['top_k']}"),
@@ -199,6 +222,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"{summary['attention_flops_per_token']:.4e}",
         ),
         ("LM-head FLOPs/token", f"{summary['lm_head_flops_per_token']:.4e}"),
+        *([("SSD-scan FLOPs/token (Mamba layers)", f"{summary['ssd_scan_flops_per_token']:.4e}")]
+          if summary.get("hybrid_pattern") else []),
     ]
     print_key_value_table("Architecture", rows)
 
@@ -270,15 +295,18 @@ def arch(
         return
     _print_summary(summary)
     if breakdown:
-        columns = ["block", "kind", "attention", "FFN total", "FFN active", "router"]
+        hybrid = geometry.is_hybrid
+        columns = ["block", "kind", "attention", *(["Mamba"] if hybrid else []), "FFN total",
+                   "FFN active", "router"]
         print_table(
-            "Per-block parameters",
+            "Per-layer parameters" if hybrid else "Per-block parameters",
             columns,
             [
                 [
                     str(r["index"]),
                     r["kind"],
                     f"{r['attention']:,}",
+                    *([f"{r['mamba']:,}"] if hybrid else []),
                     f"{r['ffn_total']:,}",
                     f"{r['ffn_active']:,}",
                     f"{r['router']:,}",

@@ -80,8 +80,20 @@ class MoEBlock(_Strict):
                                      description="sigmoid gate on the shared experts' output")
 
 
+class MambaBlock(_Strict):
+    """The Mamba-2 mixer of a hybrid model's 'M' layers (Megatron-Core MambaMixer names)."""
+
+    heads: int = Field(gt=0, le=_WIDTH, description="SSM heads (mamba_num_heads)")
+    head_dim: int = Field(default=64, gt=0, le=_WIDTH, description="channels per head")
+    state_dim: int = Field(default=128, gt=0, le=_WIDTH, description="SSM state size N")
+    groups: int = Field(default=8, gt=0, le=_WIDTH, description="B/C groups (n_groups)")
+    conv_kernel: int = Field(default=4, gt=0, le=64, description="causal convolution width")
+    chunk_size: int = Field(default=128, gt=0, le=_WIDTH, description="SSD scan chunk length")
+
+
 class ModelBlock(_Strict):
-    """A decoder-only transformer; ``moe`` None means dense."""
+    """A decoder-only transformer (or a hybrid of Mamba, attention, MLP and MoE layers);
+    ``moe`` None means dense."""
 
     name: str | None = Field(default=None, min_length=1, description="model name")
     layers: int = Field(gt=0, le=_LAYERS, description="transformer blocks L (no MTP modules)")
@@ -112,6 +124,11 @@ class ModelBlock(_Strict):
     mtp_layers: int | None = Field(default=None, ge=0, le=_LAYERS,
                                    description="multi-token-prediction modules; None = 0")
     moe: MoEBlock | None = None
+    hybrid_pattern: str | None = Field(
+        default=None, min_length=1, max_length=_LAYERS,
+        description="a hybrid model's layers, one symbol each: M Mamba, * attention, - MLP, "
+                    "E MoE (Megatron-Core hybrid_layer_pattern); None = a transformer")
+    mamba: MambaBlock | None = None
 
 
 class ParallelismBlock(_Strict):

@@ -9,7 +9,15 @@ arch`` stays light.
 
 from __future__ import annotations
 
-from mosaic.arch.geometry import AttentionKind, Geometry, MLAConfig, MoEConfig, NormKind
+from mosaic.arch.geometry import (
+    AttentionKind,
+    Geometry,
+    HybridLayer,
+    MambaConfig,
+    MLAConfig,
+    MoEConfig,
+    NormKind,
+)
 from mosaic.config.blocks import ModelBlock
 from mosaic.errors import MosaicInputError
 
@@ -79,6 +87,9 @@ def _ffn(model: ModelBlock, moe: MoEConfig | None, notes: list[str]) -> int:
         return model.ffn
     if moe is None:
         raise MosaicInputError("model.ffn: not stated (null) for a dense model")
+    if model.hybrid_pattern is not None and HybridLayer.MLP.value in model.hybrid_pattern:
+        raise MosaicInputError("model.ffn: not stated (null), but model.hybrid_pattern has MLP "
+                               "('-') layers that need it")
     if moe.dense_layers or moe.moe_every > 1:
         raise MosaicInputError("model.ffn: not stated (null), but the model has dense blocks "
                                f"(moe.dense_layers={moe.dense_layers}, "
@@ -118,6 +129,8 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         gated_attention=model.gated_attention, norm=NormKind(norm), moe=moe,
         qk_norm=model.qk_norm, qkv_bias=model.qkv_bias, output_bias=model.output_bias,
         attention_sinks=model.attention_sinks, mtp_layers=int(mtp),  # type: ignore[arg-type]
+        hybrid_pattern=model.hybrid_pattern,
+        mamba=None if model.mamba is None else MambaConfig(**model.mamba.model_dump()),
     )
 
 
@@ -153,4 +166,11 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         if moe.capacity_factor is not None:
             block["capacity_factor"] = moe.capacity_factor
         document["moe"] = block
+    if geometry.hybrid_pattern is not None:
+        document["hybrid_pattern"] = geometry.hybrid_pattern
+    if geometry.mamba is not None:
+        mamba = geometry.mamba
+        document["mamba"] = {"heads": mamba.heads, "head_dim": mamba.head_dim,
+                             "state_dim": mamba.state_dim, "groups": mamba.groups,
+                             "conv_kernel": mamba.conv_kernel, "chunk_size": mamba.chunk_size}
     return document

@@ -1,4 +1,5 @@
-"""Megatron-Core (Megatron-LM ``pretrain_gpt.py``) command-line arguments.
+"""Megatron-Core (Megatron-LM ``pretrain_gpt.py``; a hybrid model ``pretrain_hybrid.py``)
+command-line arguments.
 
 Option names and choices: NVIDIA/Megatron-LM ``megatron/training/arguments.py`` and the
 ``TransformerConfig``/``ModelParallelConfig`` fields it exposes
@@ -104,12 +105,14 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
+    if g.is_hybrid:
+        args += hybrid_arguments(spec, unsupported)
     if g.moe:
         m = g.moe
         args += [("--num-experts", str(m.experts)),
                  ("--moe-router-topk", str(m.top_k)),
                  ("--moe-ffn-hidden-size", str(m.expert_ffn)),
-                 ("--moe-layer-freq", moe_layer_freq(spec)),
+                 *([] if g.is_hybrid else [("--moe-layer-freq", moe_layer_freq(spec))]),
                  ("--moe-grouped-gemm", None)]
         if m.shared_experts:
             args.append(("--moe-shared-expert-intermediate-size",
@@ -152,7 +155,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
              ("--context-parallel-size", str(spec.cp)),
              ("--expert-model-parallel-size", str(spec.ep)),
              ("--expert-tensor-parallel-size", str(spec.etp))]
-    if spec.vpp > 1:
+    if spec.vpp > 1 and not g.is_hybrid:  # a hybrid pattern's '|' segments set it
         args.append(("--num-virtual-stages-per-pipeline-rank", str(spec.vpp)))
     if spec.vocab_in_pipeline_split:  # TransformerConfig account_for_*_in_pipeline_split
         args += [("--account-for-embedding-in-pipeline-split", None),
@@ -304,10 +307,37 @@ def recompute_arguments(spec: ExportSpec, unsupported: list[str]
     return args
 
 
+def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
+                     ) -> list[tuple[str, str | None]]:
+    """A hybrid model's flags: its layer pattern (--hybrid-layer-pattern, "the sole
+    indicator that a hybrid model is being run", Megatron-LM arguments.py @ d98e8a64dd)
+    and its Mamba mixer (TransformerConfig mamba_num_heads, mamba_head_dim,
+    mamba_state_dim, mamba_num_groups); a non-gated FFN as Nemotron-H's squared ReLU."""
+    g = spec.geometry
+    args: list[tuple[str, str | None]] = [("--hybrid-layer-pattern", spec.hybrid_layer_pattern())]
+    if g.mamba is not None:
+        args += [("--mamba-num-heads", str(g.mamba.heads)),
+                 ("--mamba-head-dim", str(g.mamba.head_dim)),
+                 ("--mamba-state-dim", str(g.mamba.state_dim)),
+                 ("--mamba-num-groups", str(g.mamba.groups))]
+        if (g.mamba.conv_kernel, g.mamba.chunk_size) != (4, 128):
+            unsupported.append(f"mamba conv_kernel {g.mamba.conv_kernel} / chunk_size "
+                               f"{g.mamba.chunk_size}: MambaMixer's d_conv and chunk_size "
+                               "(4, 128) have no flag")
+    if not g.glu:
+        args.append(("--squared-relu", None))
+        unsupported.append("the non-gated FFN is written as squared ReLU (--squared-relu, "
+                           "Nemotron-H's); mosaic's geometry keeps only gated or not")
+    return args
+
+
 def render(spec: ExportSpec) -> ExportResult:
     """One ``--flag value`` per line, comments first: use as ``$(grep -v '^#' FILE)``."""
     args, unsupported = arguments(spec)
     lines = [f"# {line}" for line in header_lines(spec, "Megatron-Core", unsupported)]
+    if spec.geometry.is_hybrid:
+        lines.append("# a hybrid model: launch Megatron-LM's pretrain_hybrid.py (not "
+                     "pretrain_gpt.py) with these arguments")
     lines.append("# Megatron derives dp from the world size: launch on exactly "
                  f"{spec.n_devices} GPUs")
     for flag, value in args:
@@ -319,4 +349,4 @@ def render(spec: ExportSpec) -> ExportResult:
 
 
 def _quote(value: str) -> str:
-    return f"'{value}'" if any(c in value for c in "()[]*+ ") else value
+    return f"'{value}'" if any(c in value for c in "()[]*+ |") else value

@@ -69,6 +69,23 @@ def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
     return name
 
 
+def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
+    """A hybrid model's provider fields (Megatron-Bridge MambaModelProvider,
+    src/megatron/bridge/models/mamba/mamba_provider.py @ v0.5.1: hybrid_layer_pattern and
+    the Mamba mixer's dimensions, as its Nemotron-H and Nemotron 3 recipes set them)."""
+    g = spec.geometry
+    fields: dict[str, Any] = {"is_hybrid_model": True,
+                              "hybrid_layer_pattern": spec.hybrid_layer_pattern()}
+    if g.mamba is not None:
+        fields |= {"mamba_num_heads": g.mamba.heads, "mamba_head_dim": g.mamba.head_dim,
+                   "mamba_state_dim": g.mamba.state_dim, "mamba_num_groups": g.mamba.groups}
+    unsupported.append("a hybrid model needs Megatron-Bridge's MambaModelProvider (its "
+                       "Nemotron-H / Nemotron 3 recipes), not the GPT provider; the FFN "
+                       "activation (activation_func, a Python callable: squared_relu for "
+                       "Nemotron-H) is set in the recipe")
+    return fields
+
+
 def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     """The override mapping and what it cannot express."""
     g = spec.geometry
@@ -99,10 +116,13 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("gated attention (per-head output gate)")
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need the gpt-oss model provider")
+    if g.is_hybrid:
+        model |= hybrid_fields(spec, unsupported)
     if g.moe:
         m = g.moe
         model |= {"num_moe_experts": m.experts, "moe_router_topk": m.top_k,
-                  "moe_ffn_hidden_size": m.expert_ffn, "moe_layer_freq": spec.moe_layer_pattern(),
+                  "moe_ffn_hidden_size": m.expert_ffn,
+                  **({} if g.is_hybrid else {"moe_layer_freq": spec.moe_layer_pattern()}),
                   "moe_grouped_gemm": True,
                   "moe_shared_expert_intermediate_size":
                       m.shared_experts * m.shared_width if m.shared_experts else None,
@@ -246,10 +266,24 @@ def recompute_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]
     return fields
 
 
+class _BlockModelDumper(yaml.SafeDumper):
+    """Mappings one field per line, lists (e.g. moe_layer_freq) on one line."""
+
+
+_BlockModelDumper.add_representer(
+    list, lambda dumper, value: dumper.represent_sequence("tag:yaml.org,2002:seq", value,
+                                                          flow_style=True))
+
+
 def render(spec: ExportSpec) -> ExportResult:
     """A YAML override file (comments first)."""
     document, unsupported = overrides(spec)
     header = "".join(f"# {line}\n" for line in header_lines(spec, "Megatron-Bridge (NeMo)",
                                                               unsupported))
-    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+    # the model block one field per line (a list in it, moe_layer_freq, keeps it so for
+    # transformers), the short sections on one line each
+    model = yaml.dump({"model": document["model"]}, Dumper=_BlockModelDumper, sort_keys=False,
+                      default_flow_style=False, width=100)
+    rest = {name: value for name, value in document.items() if name != "model"}
+    body = model + yaml.safe_dump(rest, sort_keys=False, default_flow_style=None, width=100)
     return ExportResult("nemo", header + body, ".yaml", unsupported)

@@ -207,6 +207,20 @@ class ExportSpec:
             return 1
         return max(1, self.dp // self.hsdp_shard)
 
+    def hybrid_layer_pattern(self) -> str:
+        """A hybrid model's layer pattern as Megatron-Core reads it: with virtual pipeline
+        stages, cut by '|' into pp·vpp segments of ceil(L/(pp·vpp)) layers (Megatron-LM
+        derives the virtual stages from the segments and refuses
+        --num-virtual-stages-per-pipeline-rank with --hybrid-layer-pattern, arguments.py
+        @ d98e8a64dd); otherwise whole (the pipeline stages split it at model build)."""
+        pattern = self.geometry.hybrid_pattern
+        assert pattern is not None
+        if self.vpp == 1:
+            return pattern
+        per_segment = -(-len(pattern) // (self.pp * self.vpp))
+        return "|".join(pattern[start:start + per_segment]
+                        for start in range(0, len(pattern), per_segment))
+
     def moe_layer_pattern(self) -> list[int]:
         """1 for an MoE block, 0 for a dense one, per block."""
         return [int(self.geometry.is_moe_layer(i)) for i in range(self.geometry.layers)]

@@ -32,6 +32,9 @@ def _renderers() -> dict[str, Callable[[ExportSpec], ExportResult]]:
 # The one list of targets (the CLI's --to and the studio read it); 'yaml' is the source as
 # a mosaic job file.
 TARGETS = ("megatron", "nemo", "torchtitan", "maxtext", "yaml")
+# the targets with a hybrid Mamba/attention model: Megatron-Core's hybrid model (Megatron-LM
+# pretrain_hybrid.py, Megatron-Bridge's MambaModelProvider), and the job file itself
+HYBRID_TARGETS = ("megatron", "nemo", "yaml")
 
 
 def export(spec: ExportSpec, target: str) -> ExportResult:
@@ -39,6 +42,10 @@ def export(spec: ExportSpec, target: str) -> ExportResult:
     renderers = _renderers()
     if target not in renderers:
         raise MosaicInputError(f"--to {target!r} is not a target; allowed: {', '.join(TARGETS)}")
+    if spec.geometry.is_hybrid and target not in HYBRID_TARGETS:
+        raise MosaicInputError(
+            f"--to {target}: a hybrid Mamba/attention model (model.hybrid_pattern) has no "
+            f"{target} model to write; targets that build one: {', '.join(HYBRID_TARGETS)}")
     result = renderers[target](spec)
     return replace(result, assumed=list(spec.architecture_assumptions))
 

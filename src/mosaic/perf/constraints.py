@@ -107,6 +107,16 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
                 _not_divisible(moe.expert_ffn, plans.etp),
             )
         )
+    mamba = geometry.mamba
+    if mamba is not None:
+        # Megatron-Core MambaMixer asserts nheads % tp == 0 and ngroups % tp == 0
+        # (megatron/core/ssm/mamba_mixer.py @ d98e8a64dd)
+        rules += [
+            (f"tp={{tp}} must divide mamba.heads={mamba.heads}",
+             _not_divisible(mamba.heads, plans.tp)),
+            (f"tp={{tp}} must divide mamba.groups={mamba.groups}",
+             _not_divisible(mamba.groups, plans.tp)),
+        ]
     return [Violation(rule=text, violated=np.asarray(mask, dtype=bool)) for text, mask in rules]
 
 

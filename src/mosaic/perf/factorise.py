@@ -423,7 +423,9 @@ def _lazy_type(kind: type) -> type:
                 found = self.__dict__
                 if name not in found:
                     source, rows = found[_LAZY][:2]
-                    found[name] = getattr(source, name).take(rows, axis=0, mode="clip")
+                    per_key = getattr(source, name)
+                    found[name] = (per_key.take(rows, axis=0, mode="clip")
+                                   if isinstance(per_key, np.ndarray) else per_key)
                 value: np.ndarray = found[name]
                 return value
             return property(read)
@@ -447,12 +449,19 @@ def _gather_result(value: Any, inverse: np.ndarray, plans: ParallelPlans,
         return {key: _gather_result(v, inverse, plans, declared) for key, v in value.items()}
     names = _dataclass_fields(type(value))
     if names and not isinstance(value, LazyRows) and all(
-            isinstance(getattr(value, name), np.ndarray) and getattr(value, name).ndim
-            for name in names):
+            _rows_or_scalar(getattr(value, name)) for name in names):
         lazy = object.__new__(_lazy_type(type(value)))
         lazy.__dict__[_LAZY] = (value, inverse, weakref.ref(plans), declared)
         return lazy
     return gather(value, inverse)
+
+
+def _rows_or_scalar(value: Any) -> bool:
+    """An array of rows, or a Python number that holds for every row (a dataclass default
+    such as a hybrid-only block time of 0.0)."""
+    if isinstance(value, np.ndarray):
+        return bool(value.ndim)
+    return isinstance(value, (int, float))
 
 
 def _dataclass_fields(kind: type) -> tuple[str, ...]:

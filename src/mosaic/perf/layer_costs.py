@@ -134,6 +134,10 @@ class BlockTimes:
     tp_all_reduce: np.ndarray  # TP without sequence parallelism
     ep_all_to_all: np.ndarray  # exposed part, after overlap with the shared expert
     cp_send_recv: np.ndarray  # exposed part, after overlap with attention
+    # a hybrid model's Mamba layers (perf/hybrid_layers.py): in/out projections, and the
+    # SSD scan with its causal convolution, forward + backward; zero in transformer blocks
+    mamba_gemm: np.ndarray | float = 0.0
+    mamba_scan: np.ndarray | float = 0.0
 
     @property
     def tp_communication(self) -> np.ndarray:
@@ -142,7 +146,16 @@ class BlockTimes:
     @property
     def compute(self) -> np.ndarray:
         return (self.attention_gemm + self.attention_core + self.mlp_gemm
-                + self.shared_expert + self.router + self.streaming + self.quantise_cast)
+                + self.shared_expert + self.router + self.streaming + self.quantise_cast
+                + self.mamba_gemm + self.mamba_scan)
+
+
+def weighted_block_times(parts: list[tuple[np.ndarray | float, BlockTimes]]) -> BlockTimes:
+    """Field by field, the sum of weight × times over ``parts`` (e.g. a hybrid model's
+    average layer: each kind's times weighted by its share of the layers)."""
+    fields = {name: sum(weight * getattr(times, name) for weight, times in parts)
+              for name in BlockTimes.__dataclass_fields__}
+    return BlockTimes(**fields)
 
 
 def _gemm(
@@ -362,6 +375,19 @@ def _jax_flash_attention_s(machine: Machine, workload: Workload, plans: Parallel
             JAX_FLASH_BACKWARD_TO_FORWARD_GEMM * (qk + pv) + softmax_bwd)
 
 
+def block_norm_residual_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward seconds of one block's norms and residual adds, forward seconds of its two
+    norms alone, the ``layernorm`` recompute module), on the SP-sharded tokens."""
+    sequence_tokens = tokens_per_rank(workload, plans) / np.where(plans.sequence_parallel,
+                                                                  plans.tp, 1)
+    d_model = workload.geometry.d_model
+    return (streaming_time_s(sequence_tokens * d_model * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
+                             machine.hbm_bw_bytes_per_s),
+            streaming_time_s(sequence_tokens * d_model * NORM_BYTES_PER_TOKEN_PER_D,
+                             machine.hbm_bw_bytes_per_s))
+
+
 def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
                     ) -> AttentionTimes:
     """Times of one attention block (projections, core, streaming kernels, CP exchange)."""
@@ -397,10 +423,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
                             machine.attention_peak_flops_per_s, machine.attention_fwd,
                             machine.attention_bwd)
         core_fwd, core_bwd = ring.forward, ring.backward
-    sequence_tokens = tokens / np.where(plans.sequence_parallel, plans.tp, 1)
-    streaming = streaming_time_s(sequence_tokens * geometry.d_model
-                                 * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
-                                 machine.hbm_bw_bytes_per_s)
+    streaming, layernorm_forward = block_norm_residual_s(machine, workload, plans)
     # Ring attention (Liu et al. 2023): cp−1 exchanges of the local K/V chunk forward and
     # of K/V plus their gradients backward, overlapped with the attention core.
     kv_bytes = tokens * widths.key_value / plans.tp * ACTIVATION_BYTES
@@ -427,9 +450,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
         core=core_fwd + core_bwd, core_forward=core_fwd,
         streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming_forward=streaming + cast_fwd, quantise_cast=cast_fwd + cast_bwd,
-        layernorm_forward=streaming_time_s(sequence_tokens * geometry.d_model
-                                           * NORM_BYTES_PER_TOKEN_PER_D,
-                                           machine.hbm_bw_bytes_per_s),
+        layernorm_forward=layernorm_forward,
         cp_exposed=np.where(plans.cp > 1, cp_fwd + cp_bwd, 0.0),
     )
 
@@ -558,12 +579,23 @@ def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communica
     return share * (forward + tp_communication / 2), share * core_forward
 
 
-@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
-def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
-    """One dense block per micro-batch."""
+@dataclass(frozen=True)
+class DenseFfnParts:
+    """Forward seconds of a dense FFN's pieces, one micro-batch (arrays over plans)."""
+
+    up: np.ndarray  # W1 (and W3 of a GLU), column-parallel
+    down: np.ndarray  # W2, row-parallel
+    activation: np.ndarray  # the activation function's streaming kernel
+    cast_forward: np.ndarray  # FP8/NVFP4 operand casts, forward
+    cast_backward: np.ndarray  # and backward
+
+
+def dense_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans
+                    ) -> DenseFfnParts:
+    """The dense FFN of a block (or of a hybrid model's MLP layer): d→w (2w for a GLU) and
+    w→d GEMMs split over TP, the activation's streaming, the operand casts."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    attention = attention_times(machine, workload, plans)
     width = geometry.ffn / plans.tp
     up = _gemm(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
     down = _gemm(machine, workload, tokens, geometry.d_model, width)
@@ -571,6 +603,18 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
                                   machine.hbm_bw_bytes_per_s)
     cast_fwd, cast_bwd = quantise_cast_s(machine, workload, tokens, (
         (geometry.d_model, (2 if geometry.glu else 1) * width), (width, geometry.d_model)))
+    return DenseFfnParts(up, down, activation, cast_fwd, cast_bwd)
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """One dense block per micro-batch."""
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    attention = attention_times(machine, workload, plans)
+    ffn = dense_ffn_parts(machine, workload, plans)
+    up, down, activation = ffn.up, ffn.down, ffn.activation
+    cast_fwd, cast_bwd = ffn.cast_forward, ffn.cast_backward
     streaming = attention.streaming + activation * (1 + BACKWARD_TO_FORWARD_STREAMING)
     streaming_forward = attention.streaming_forward + activation + cast_fwd
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
@@ -610,14 +654,35 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     )
 
 
-@plan_key(*MOE_BLOCK_KEY)
-def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
-    """One MoE block per micro-batch (routed experts, shared experts, router, dispatch)."""
+@dataclass(frozen=True)
+class MoeFfnParts:
+    """Seconds of an MoE FFN's pieces, one micro-batch (arrays over plans): forward times
+    unless named otherwise."""
+
+    experts_up: np.ndarray  # grouped expert GEMMs d→w (2w for a GLU)
+    experts_down: np.ndarray  # and w→d
+    shared: np.ndarray  # the shared experts' GEMMs
+    router_gemm: np.ndarray
+    router_stream: np.ndarray  # softmax/top-K over the fp32 logits
+    stream: np.ndarray  # permute + unpermute (analytical), expert and shared activations
+    permute_forward: np.ndarray  # the stack's token movement beyond the analytical count
+    permute_backward: np.ndarray
+    expert_activation: np.ndarray  # the routed experts' activation kernel (moe_act)
+    cast_forward: np.ndarray  # FP8/NVFP4 operand casts of expert and shared GEMMs
+    cast_backward: np.ndarray
+    dispatch: np.ndarray  # EP all-to-all, one direction, forward + backward
+    combine: np.ndarray
+    etp_gather: np.ndarray  # expert-TP all-gathers and reduce-scatters, fwd + bwd
+    etp_scatter: np.ndarray
+
+
+def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) -> MoeFfnParts:
+    """The MoE FFN of a block (or of a hybrid model's MoE layer): router, dispatch, routed
+    and shared experts, combine."""
     geometry = workload.geometry
     moe = geometry.moe
     assert moe is not None
     tokens = tokens_per_rank(workload, plans)
-    attention = attention_times(machine, workload, plans)
     routed = routed_tokens(workload, plans)  # the sequence-parallel MoE input
     glu_factor = 2 if geometry.glu else 1
     # Grouped expert GEMM: E/ep local experts, per-expert tile M (paper Sec. 5.3).
@@ -663,7 +728,6 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     # dispatcher run it (perf/moe_permute_traffic), beyond (or, for DeepEP and HybridEP,
     # below) that analytical count, forward and backward.
     permute_fwd, permute_bwd = moe_permute_excess_s(machine, workload, copies, experts_here)
-    moe_stream_fwd = moe_stream + permute_fwd
     expert_gemms = ((geometry.d_model, glu_factor * expert_width),
                     (expert_width, geometry.d_model))
     cast_fwd, cast_bwd = quantise_cast_s(machine, workload, copies, expert_gemms)
@@ -671,34 +735,64 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         shared_cast = quantise_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))
         cast_fwd, cast_bwd = cast_fwd + shared_cast[0], cast_bwd + shared_cast[1]
+    dispatch, combine = dispatch_and_combine_s(machine, workload, plans)
+    # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
+    # back, forward and backward.
+    ic = machine.interconnect
+    etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
+    return MoeFfnParts(
+        experts_up=experts_up, experts_down=experts_down, shared=shared_fwd,
+        router_gemm=router_gemm, router_stream=router_stream, stream=moe_stream,
+        permute_forward=permute_fwd, permute_backward=permute_bwd,
+        expert_activation=streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s),
+        cast_forward=cast_fwd, cast_backward=cast_bwd, dispatch=dispatch, combine=combine,
+        etp_gather=2 * all_gather_time_s(etp_bytes, plans.etp, 1, ic),
+        etp_scatter=2 * reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic))
+
+
+def ep_overlap_exposed_s(machine: Machine, workload: Workload, a2a_pair: np.ndarray,
+                         other_compute: np.ndarray) -> np.ndarray:
+    """Exposed EP all-to-all seconds under batch-level EP overlap (Megatron-Core
+    --overlap-moe-expert-parallel-comm, MoE README "merging FWD-BWD passes of adjacent
+    microbatches"; DeepSeek's DualPipe pairs chunks the same way, Liu et al. 2024, Sec.
+    3.2.1): the four all-to-alls of one micro-batch run while the other micro-batch's layer
+    computes (``other_compute``), so only what exceeds it stays exposed, plus the SMs the
+    communication takes from that compute."""
+    exposed = np.maximum(0.0, 2 * a2a_pair - other_compute)
+    return exposed + communication_sm_slowdown_s(machine, workload,
+                                                 np.minimum(2 * a2a_pair, other_compute))
+
+
+@plan_key(*MOE_BLOCK_KEY)
+def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """One MoE block per micro-batch (routed experts, shared experts, router, dispatch)."""
+    geometry = workload.geometry
+    tokens = tokens_per_rank(workload, plans)
+    attention = attention_times(machine, workload, plans)
+    moe = moe_ffn_parts(machine, workload, plans)
+    experts_up, experts_down, shared_fwd = moe.experts_up, moe.experts_down, moe.shared
+    router_gemm, router_stream = moe.router_gemm, moe.router_stream
+    moe_stream, permute_fwd, permute_bwd = moe.stream, moe.permute_forward, moe.permute_backward
+    cast_fwd, cast_bwd = moe.cast_forward, moe.cast_backward
+    moe_stream_fwd = moe_stream + permute_fwd
     streaming = (attention.streaming + moe_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)
                  + permute_fwd + permute_bwd)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
-    ic = machine.interconnect
-    dispatch, combine = dispatch_and_combine_s(machine, workload, plans)
+    dispatch, combine = moe.dispatch, moe.combine
     a2a_pair = dispatch + combine
     a2a_exposed = shared_expert_overlap_exposed_s(workload, dispatch, combine, shared_fwd)
     if workload.ep_overlap:
-        # Batch-level EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm, MoE
-        # README "merging FWD-BWD passes of adjacent microbatches"; DeepSeek's DualPipe
-        # pairs chunks the same way, Liu et al. 2024, Sec. 3.2.1): the four all-to-alls of
-        # one micro-batch run while the other micro-batch's block computes, so only what
-        # exceeds that block's forward + backward GEMM and attention time stays exposed.
+        # the other micro-batch's block: its forward + backward GEMMs and attention
         other_compute = (attention.gemm + attention.core + _fwd_bwd(experts_up + experts_down)
                          + _fwd_bwd(shared_fwd))
-        a2a_exposed = np.maximum(0.0, 2 * a2a_pair - other_compute)
-        a2a_exposed = a2a_exposed + communication_sm_slowdown_s(
-            machine, workload, np.minimum(2 * a2a_pair, other_compute))
-    # Expert TP: routed tokens are all-gathered within the etp group and reduce-scattered
-    # back, forward and backward.
-    etp_bytes = copies * geometry.d_model * ACTIVATION_BYTES
+        a2a_exposed = ep_overlap_exposed_s(machine, workload, a2a_pair, other_compute)
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1)
     gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter,
                                                  attention.gemm)
-    gather = gather + 2 * all_gather_time_s(etp_bytes, plans.etp, 1, ic)
-    scatter = scatter + 2 * reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic)
+    gather = gather + moe.etp_gather
+    scatter = scatter + moe.etp_scatter
     mlp_fwd = experts_up + experts_down
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
                + mlp_fwd + shared_fwd + router_gemm + router_stream
@@ -722,15 +816,11 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
             attention, attention.streaming_forward + moe_stream_fwd + cast_fwd)
     else:
         selective_core = _selective_core_attention_s(workload, attention)
-        expert_act = streaming_time_s(expert_act_bytes, machine.hbm_bw_bytes_per_s)
         selective = recompute_modules_forward_s(workload, {
             "core_attn": attention.core_forward,
             "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
             "layernorm": attention.layernorm_forward,
-            "moe_act": expert_act,
-            "shared_experts": shared_fwd,
-            "moe": (mlp_fwd + shared_fwd + router_gemm + router_stream + moe_stream_fwd
-                    + a2a_pair),
+            **moe_recompute_modules(moe),
         })
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
@@ -746,6 +836,19 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         tp_all_reduce=reduce, ep_all_to_all=a2a_exposed,
         cp_send_recv=attention.cp_exposed,
     )
+
+
+def moe_recompute_modules(moe: MoeFfnParts) -> dict[str, np.ndarray]:
+    """Forward seconds of the MoE part's Megatron-Core recompute modules: ``moe_act`` (the
+    routed experts' activation), ``shared_experts``, and ``moe`` (the whole MoE part,
+    dispatch and combine included)."""
+    return {
+        "moe_act": moe.expert_activation,
+        "shared_experts": moe.shared,
+        "moe": (moe.experts_up + moe.experts_down + moe.shared + moe.router_gemm
+                + moe.router_stream + moe.stream + moe.permute_forward + moe.dispatch
+                + moe.combine),
+    }
 
 
 def communication_sm_slowdown_s(machine: Machine, workload: Workload,

@@ -34,7 +34,7 @@ from typing import Literal
 
 import numpy as np
 
-from mosaic.arch import AttentionKind, Geometry, count_parameters
+from mosaic.arch import AttentionKind, Geometry, HybridLayer, count_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import materialises_scores, stack_default_kernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
@@ -51,6 +51,7 @@ from mosaic.perf.schedule import (
     middle_stage_can_be_heaviest,
     mirror_in_flight_microbatches,
     n_microbatches,
+    stage_hybrid_counts,
     stage_layer_counts,
     stage_rank,
     uses_dualpipe,
@@ -178,7 +179,16 @@ COMPONENTS: tuple[str, ...] = (
     "runtime_reserve",
 )
 
-LayerKind = Literal["dense", "moe"]
+# Transformer blocks ("dense", "moe") and a hybrid model's layers (perf/hybrid_layers.py)
+LayerKind = Literal["dense", "moe", "mamba", "attention", "mlp", "moe_layer"]
+HYBRID_LAYER_KINDS: dict[HybridLayer, LayerKind] = {
+    HybridLayer.MAMBA: "mamba", HybridLayer.ATTENTION: "attention", HybridLayer.MLP: "mlp",
+    HybridLayer.MOE: "moe_layer"}
+# the FFN part each kind's recompute modules act on (None: no FFN)
+_FFN_PART: dict[str, str | None] = {"dense": "dense", "moe": "moe", "mlp": "dense",
+                                    "moe_layer": "moe", "mamba": None, "attention": None}
+# kinds with an attention core (whose softmax statistics core_attn recompute drops)
+_ATTENTION_KINDS = frozenset({"dense", "moe", "attention"})
 
 _FULLY_SHARDED = (Sharding.FSDP, Sharding.HSDP)
 _GRADIENTS_SHARDED = (Sharding.ZERO2, Sharding.FSDP, Sharding.HSDP)
@@ -259,9 +269,12 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     embedding = np.where(_holds_embedding(plans, stage), counts.embedding / tp, 0.0)
     head = np.where(lm_head, lm_head_params / tp, 0.0)
 
+    experts_per_block = counts.experts * counts.routed_expert / expert_split
+    if geometry.is_hybrid:
+        return _hybrid_stage_parameters(geometry, plans, stage, remainder_last,
+                                        vocab_in_split, embedding, head, experts_per_block)
     dense_block = (counts.attention_per_layer + counts.dense_ffn_per_layer) / tp
     moe_block_tp = (counts.attention_per_layer + counts.shared_experts_per_layer) / tp
-    experts_per_block = counts.experts * counts.routed_expert / expert_split
     dense_block_total = dense_block + counts.norms_per_layer
     moe_block_total = moe_block_tp + counts.norms_per_layer + counts.router_per_layer
     moe_block_total = moe_block_total + experts_per_block
@@ -285,6 +298,46 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         largest_block_without_experts=largest_block_without_experts,
         largest_unit_without_experts=np.maximum.reduce(
             [largest_block_without_experts, embedding, head]),
+    )
+
+
+def _hybrid_stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
+                             remainder_last: bool, vocab_in_split: bool, embedding: np.ndarray,
+                             head: np.ndarray, experts_per_layer: np.ndarray
+                             ) -> StageParameters:
+    """:func:`stage_parameters` of a hybrid model: each layer kind's TP-split matrices (a
+    Mamba mixer splits its heads and groups, its convolution and per-head tensors too:
+    megatron/core/ssm/mamba_mixer.py marks them tensor_model_parallel), one norm per
+    layer, the MoE layers' routers and routed experts."""
+    counts = count_parameters(geometry)
+    held = stage_hybrid_counts(geometry, plans, stage, remainder_last, vocab_in_split)
+    tp = plans.tp.astype(float)
+    split = {HybridLayer.MAMBA: counts.mamba_per_layer / tp,
+             HybridLayer.ATTENTION: counts.attention_per_layer / tp,
+             HybridLayer.MLP: counts.dense_ffn_per_layer / tp,
+             HybridLayer.MOE: counts.shared_experts_per_layer / tp}
+    layers = sum(held.values(), start=np.zeros_like(plans.pp))
+    moe_layers = held[HybridLayer.MOE]
+    norm, router = counts.norms_per_layer, counts.router_per_layer
+    whole = {symbol: split[symbol] + norm + (router if symbol is HybridLayer.MOE else 0.0)
+             for symbol in HybridLayer}
+    largest_without_experts = np.maximum.reduce(
+        [np.where(held[symbol] > 0, whole[symbol], 0.0) for symbol in HybridLayer])
+    largest = np.maximum(largest_without_experts,
+                         np.where(moe_layers > 0, whole[HybridLayer.MOE] + experts_per_layer,
+                                  0.0))
+    lm_head = _holds_lm_head(plans, stage)
+    return StageParameters(
+        dense=sum((held[symbol] * split[symbol] for symbol in HybridLayer),
+                  start=np.zeros(len(plans))),
+        replicated=layers * norm + moe_layers * router + np.where(lm_head, counts.final_norm, 0),
+        vocab=embedding + head,
+        expert=moe_layers * experts_per_layer,
+        largest_block=largest,
+        largest_unit=np.maximum.reduce([largest, embedding, head]),
+        largest_block_without_experts=largest_without_experts,
+        largest_unit_without_experts=np.maximum.reduce(
+            [largest_without_experts, embedding, head]),
     )
 
 
@@ -570,6 +623,26 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     return norm + router + expert_inputs + experts + combine + shared
 
 
+def mamba_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Bytes one Mamba-2 layer saves per micro-batch (Megatron-Core MambaMixer in training
+    runs mamba_ssm's mamba_split_conv1d_scan_combined, state-spaces/mamba @ e9594ce
+    ssd_combined.py, which saves the input projection's output z, x, B, C, dt and the
+    scan output before its gate, and recomputes the convolution in the backward): the norm
+    input and the input projection's input (SP-sharded, as an attention layer's), those
+    two, the gated RMSNorm's input and the output projection's input (at the GEMM input's
+    precision)."""
+    geometry, mamba = workload.geometry, workload.geometry.mamba
+    if mamba is None:
+        raise MosaicInputError("activation kind 'mamba' needs a geometry with a mamba section")
+    tokens, tp = tokens_per_rank(workload, plans), plans.tp
+    gemm_in = workload.gemm_element_bytes
+    sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
+        sequence_shard_divisor(plans))
+    saved = (ACTIVATION_BYTES * (mamba.in_proj_width + 2 * mamba.inner_width)
+             + gemm_in * mamba.inner_width)
+    return sequence_region + tokens * saved / tp
+
+
 def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """A block's input, all full recomputation keeps: 2sbh, SP-sharded (Korthikanti Sec. 5)."""
     tokens = tokens_per_rank(workload, plans)
@@ -580,7 +653,13 @@ def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
 def layer_working_set_bytes(
     workload: Workload, plans: ParallelPlans, kind: LayerKind
 ) -> np.ndarray:
-    """Everything one block saves with no recomputation (also its recompute working set)."""
+    """Everything one block saves with no recomputation (also its recompute working set);
+    a hybrid model's layer saves its own part of a block (a Mamba layer
+    :func:`mamba_activation_bytes`)."""
+    hybrid = {"mamba": mamba_activation_bytes, "attention": attention_activation_bytes,
+              "mlp": dense_mlp_activation_bytes, "moe_layer": moe_block_activation_bytes}
+    if kind in hybrid:
+        return hybrid[kind](workload, plans)
     block = (
         moe_block_activation_bytes(workload, plans)
         if kind == "moe"
@@ -732,7 +811,7 @@ def _selective_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind,
             return per_op_sac_dense_bytes(workload, plans)
         return per_op_sac_moe_bytes(workload, plans)
     dropped = recompute_module_bytes(workload, plans, kind)
-    if "core_attn" in workload.selective_recompute_modules:
+    if "core_attn" in workload.selective_recompute_modules and kind in _ATTENTION_KINDS:
         dropped = dropped + softmax_statistics_bytes(workload, plans)
     return working_set - dropped
 
@@ -765,7 +844,10 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
         latents = (geometry.mla.q_lora_rank or 0) + geometry.mla.kv_lora_rank
         dropped += ACTIVATION_BYTES * (tokens * geometry.d_model / sequence_shard_divisor(plans)
                                        + tokens * latents)
-    if kind == "dense":
+    ffn_part = _FFN_PART[kind]
+    if ffn_part is None:  # a hybrid model's mixer layer: its norm is fused into a TE linear
+        return dropped
+    if ffn_part == "dense":
         if "mlp" in modules:
             dropped += dense_mlp_activation_bytes(workload, plans) - layer_input_bytes(
                 workload, plans)
@@ -800,8 +882,9 @@ def activation_bytes_per_layer(
     the recomputed share of blocks and the working set of the rest (on average per block,
     ``Workload.checkpointed_block_fraction``).
     """
-    if kind not in ("dense", "moe"):
-        raise MosaicInputError(f"activation kind must be 'dense' or 'moe', got {kind!r}")
+    if kind not in _FFN_PART:
+        raise MosaicInputError(f"activation kind must be one of {', '.join(_FFN_PART)}, got "
+                               f"{kind!r}")
     working_set = layer_working_set_bytes(workload, plans, kind)
     selective = _selective_bytes(workload, plans, kind, working_set)
     mode = plans.checkpointing
@@ -860,6 +943,8 @@ def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: S
     """(saved bytes of one micro-batch through the stage's blocks, the largest block working
     set, the stage's blocks)."""
     geometry = workload.geometry
+    if geometry.is_hybrid:
+        return _stage_hybrid_activations(workload, plans, stage)
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
                                             workload.uneven_pipeline_stages,
                                             workload.vocab_in_pipeline_split)
@@ -876,6 +961,26 @@ def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: S
         )
         working_set = np.maximum(working_set, np.where(moe_blocks > 0, working_sets["moe"], 0))
     return per_microbatch, working_set, blocks
+
+
+def _stage_hybrid_activations(workload: Workload, plans: ParallelPlans, stage: Stage
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_stage_blocks_activations` of a hybrid model: each kind's layers on the stage
+    times its saved bytes, the largest working set of a kind the stage holds, its layers."""
+    geometry = workload.geometry
+    held = stage_hybrid_counts(geometry, plans, stage, workload.uneven_pipeline_stages,
+                               workload.vocab_in_pipeline_split)
+    per_microbatch = np.zeros(len(plans))
+    working_set = np.zeros(len(plans))
+    for symbol, kind in HYBRID_LAYER_KINDS.items():
+        if not geometry.hybrid_count(symbol):
+            continue
+        per_microbatch = per_microbatch + held[symbol] * activation_bytes_per_layer(
+            workload, plans, kind)
+        working_set = np.maximum(working_set, np.where(
+            held[symbol] > 0, layer_working_set_bytes(workload, plans, kind), 0.0))
+    layers = sum(held.values(), start=np.zeros_like(plans.pp))
+    return per_microbatch, working_set, layers
 
 
 def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarray:

@@ -20,12 +20,14 @@ the paired chunk's compute (:func:`pp_transfers_overlap_compute`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import numpy as np
 
-from mosaic.arch import Geometry, MoEConfig
+from mosaic.arch import Geometry, HybridLayer
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import ParallelPlans
@@ -91,9 +93,11 @@ def middle_stage_can_be_heaviest(geometry: Geometry) -> bool:
     """Whether a middle rank can hold more MoE blocks than the first: only when dense blocks
     precede or interleave the MoE blocks (a dense prefix such as DeepSeek-V3's three, or
     MoE every k-th block). Otherwise it holds the first rank's block mix with fewer
-    micro-batches in flight and no embedding, so it is never the heaviest."""
+    micro-batches in flight and no embedding, so it is never the heaviest. A hybrid model's
+    pattern can put any mix of layers on any rank."""
     moe = geometry.moe
-    return moe is not None and (moe.dense_layers > 0 or moe.moe_every > 1)
+    return geometry.is_hybrid or (moe is not None and (moe.dense_layers > 0
+                                                       or moe.moe_every > 1))
 
 
 def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -170,40 +174,76 @@ def mirror_in_flight_microbatches(workload: Workload, plans: ParallelPlans, stag
     return dualpipe_in_flight(workload, plans, stage)[1]
 
 
-def _moe_blocks_below(index: np.ndarray, moe: MoEConfig | None) -> np.ndarray:
+@cache
+def _pattern_prefix_counts(pattern: str, symbol: str) -> np.ndarray:
+    """Layers of one hybrid kind among layer indices [0, i), for i = 0..L."""
+    return np.concatenate([[0], np.cumsum([c == symbol for c in pattern])]).astype(np.int64)
+
+
+def _kind_below(index: np.ndarray, geometry: Geometry, symbol: HybridLayer) -> np.ndarray:
+    """Layers of a hybrid kind among layer indices [0, index) (the pattern's prefix counts)."""
+    assert geometry.hybrid_pattern is not None
+    return _pattern_prefix_counts(geometry.hybrid_pattern, symbol.value)[index]
+
+
+def _moe_blocks_below(index: np.ndarray, geometry: Geometry) -> np.ndarray:
     """MoE blocks among block indices [0, index) (Geometry.is_moe_layer, vectorised)."""
+    moe = geometry.moe
     if moe is None:
         return np.zeros_like(index)
+    if geometry.hybrid_pattern is not None:
+        return _kind_below(index, geometry, HybridLayer.MOE)
     past_prefix = np.maximum(index - moe.dense_layers, 0)
     return -(-past_prefix // moe.moe_every)
 
 
-def _vocab_split_stage_counts(geometry: Geometry, plans: ParallelPlans, stage: Stage
-                              ) -> tuple[np.ndarray, np.ndarray]:
-    """(blocks, MoE blocks) on a pipeline rank when the embedding and the loss each count as
-    one layer of the split (Megatron-LM --account-for-embedding-in-pipeline-split and
-    --account-for-loss-in-pipeline-split: L + 2 slots cut into pp·vpp chunks, the embedding
-    in slot 0 on the first rank, the loss in the last slot on the last rank; Megatron-Bridge
-    pipeline layouts such as "Et|(tt|)*30mL" do the same). ``middle`` is rank 1, the rank
-    that holds only blocks (the first rank when pp < 3)."""
+def _vocab_split_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage
+                        ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(first block, end block, held) of each chunk a pipeline rank holds when the embedding
+    and the loss each count as one layer of the split (Megatron-LM
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split:
+    L + 2 slots cut into pp·vpp chunks, the embedding in slot 0 on the first rank, the loss
+    in the last slot on the last rank; Megatron-Bridge pipeline layouts such as
+    "Et|(tt|)*30mL" do the same). ``middle`` is rank 1, the rank that holds only blocks (the
+    first rank when pp < 3)."""
     layers = geometry.layers
     slots = layers + 2
     chunk = -(-slots // (plans.pp * plans.vpp))
     rank = stage_rank(plans, stage)
-    blocks = np.zeros_like(plans.pp)
-    moe_blocks = np.zeros_like(plans.pp)
     for c in range(int(plans.vpp.max())):
         start = (rank + c * plans.pp) * chunk
         stop = np.minimum(start + chunk, slots)
         # Slot p holds block p - 1 for 1 <= p <= L.
         first_block = np.minimum(np.maximum(start, 1), layers + 1) - 1
         end_block = np.minimum(np.maximum(stop, 1), layers + 1) - 1
-        held = c < plans.vpp
-        blocks = blocks + np.where(held, end_block - first_block, 0)
-        moe_in_chunk = (_moe_blocks_below(end_block, geometry.moe)
-                        - _moe_blocks_below(first_block, geometry.moe))
-        moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
-    return blocks, moe_blocks
+        yield first_block, end_block, c < plans.vpp
+
+
+def _block_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage,
+                  remainder_last: bool) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(start, stop, held) of each chunk of ceil(L/(pp·vpp)) blocks a pipeline rank holds
+    (:func:`stage_layer_counts`)."""
+    layers = geometry.layers
+    chunk = -(-layers // (plans.pp * plans.vpp))
+    for c in range(int(plans.vpp.max())):
+        if stage == "first":
+            start = c * plans.pp * chunk
+        elif stage == "middle":
+            start = (stage_rank(plans, stage) + c * plans.pp) * chunk
+        elif remainder_last:
+            start = (plans.pp - 1 + c * plans.pp) * chunk
+        else:
+            start = layers - c * plans.pp * chunk - chunk
+        start = np.minimum(np.maximum(start, 0), layers)  # np.clip, without its overhead
+        stop = np.minimum(start + chunk, layers)
+        yield start, stop, c < plans.vpp
+
+
+def _stage_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool,
+                  vocab_in_split: bool) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    if vocab_in_split:
+        return _vocab_split_chunks(geometry, plans, stage)
+    return _block_chunks(geometry, plans, stage, remainder_last)
 
 
 @plan_key("pp", "vpp", remember=without_top_k)
@@ -220,32 +260,36 @@ def stage_layer_counts(
     chunks, the conservative reading. Real block indices decide which blocks are MoE, so
     the dense prefix (paper Sec. 3.1: block 1 dense) sits on the first stage. With
     ``vocab_in_split`` the embedding and the loss take one slot each
-    (:func:`_vocab_split_stage_counts`); without it a ``middle`` rank (rank 1) holds full
-    chunks, whose real indices lie past a dense prefix the first rank holds.
+    (:func:`_vocab_split_chunks`); without it a ``middle`` rank (rank 1) holds full
+    chunks, whose real indices lie past a dense prefix the first rank holds. A hybrid
+    model's blocks are its pattern's layers, its MoE blocks the 'E' layers.
     """
-    if vocab_in_split:
-        return _vocab_split_stage_counts(geometry, plans, stage)
-    layers = geometry.layers
-    chunk = -(-layers // (plans.pp * plans.vpp))
     blocks = np.zeros_like(plans.pp)
     moe_blocks = np.zeros_like(plans.pp)
-    for c in range(int(plans.vpp.max())):
-        if stage == "first":
-            start = c * plans.pp * chunk
-        elif stage == "middle":
-            start = (stage_rank(plans, stage) + c * plans.pp) * chunk
-        elif remainder_last:
-            start = (plans.pp - 1 + c * plans.pp) * chunk
-        else:
-            start = layers - c * plans.pp * chunk - chunk
-        start = np.minimum(np.maximum(start, 0), layers)  # np.clip, without its overhead
-        stop = np.minimum(start + chunk, layers)
-        held = c < plans.vpp
+    for start, stop, held in _stage_chunks(geometry, plans, stage, remainder_last,
+                                           vocab_in_split):
         blocks = blocks + np.where(held, stop - start, 0)
-        moe_in_chunk = _moe_blocks_below(stop, geometry.moe)
-        moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry.moe)
+        moe_in_chunk = _moe_blocks_below(stop, geometry)
+        moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry)
         moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
     return blocks, moe_blocks
+
+
+@plan_key("pp", "vpp", remember=without_top_k)
+def stage_hybrid_counts(
+    geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
+    vocab_in_split: bool = False,
+) -> dict[HybridLayer, np.ndarray]:
+    """A hybrid model's layers of each kind on a pipeline rank, cut as
+    :func:`stage_layer_counts` cuts blocks (Megatron-Core's hybrid model splits its pattern
+    into pipeline chunks of layers the same way)."""
+    counts = {symbol: np.zeros_like(plans.pp) for symbol in HybridLayer}
+    for start, stop, held in _stage_chunks(geometry, plans, stage, remainder_last,
+                                           vocab_in_split):
+        for symbol in HybridLayer:
+            in_chunk = _kind_below(stop, geometry, symbol) - _kind_below(start, geometry, symbol)
+            counts[symbol] = counts[symbol] + np.where(held, in_chunk, 0)
+    return counts
 
 
 def bubble_fraction(pp: np.ndarray, vpp: np.ndarray, n_mb: np.ndarray,

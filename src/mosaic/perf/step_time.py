@@ -31,9 +31,12 @@ import numpy as np
 
 from mosaic.arch import (
     AttentionKind,
+    Geometry,
+    HybridLayer,
     attention_flops_per_token,
     count_parameters,
     lm_head_flops_per_token,
+    ssd_scan_flops_per_token,
 )
 from mosaic.perf.attention_kernels import resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
@@ -48,6 +51,7 @@ from mosaic.perf.collectives import (
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.elementwise_traffic import elementwise_traffic_multiplier
 from mosaic.perf.factorise import plan_key
+from mosaic.perf.hybrid_layers import HybridLayerTimes, hybrid_layer_times
 from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.layer_costs import (
@@ -57,6 +61,7 @@ from mosaic.perf.layer_costs import (
     dense_block_times,
     expert_all_to_all_s,
     moe_block_times,
+    weighted_block_times,
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency
 from mosaic.perf.memo_keys import without_top_k
@@ -81,6 +86,7 @@ from mosaic.perf.schedule import (
     middle_stage_can_be_heaviest,
     n_microbatches,
     pp_transfers_overlap_compute,
+    stage_hybrid_counts,
     stage_layer_counts,
     uses_dualpipe,
     vocab_ends_share_a_rank,
@@ -156,8 +162,8 @@ class StepPrediction:
 
 
 @plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe"))
-def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
-                           moe: BlockTimes
+def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans,
+                           dense: BlockTimes | HybridLayerTimes, moe: BlockTimes
                            ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Per-micro-batch times of the heaviest stage's blocks by component, and its block
     and MoE-block counts (``moe`` is ``dense`` for a dense model)."""
@@ -166,8 +172,8 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans, dense: Bloc
     # it can pace the step only where the last rank holds fewer (its short remainder chunk
     # under uneven stages, or MoE every k-th block).
     geometry = workload.geometry
-    middle = middle_stage_can_be_heaviest(geometry) and (
-        workload.uneven_pipeline_stages or geometry.moe.moe_every > 1)
+    middle = geometry.is_hybrid or (middle_stage_can_be_heaviest(geometry) and (
+        workload.uneven_pipeline_stages or geometry.moe.moe_every > 1))
     names = ("first", "middle", "last") if middle else ("first", "last")
     stages = [(*_stage(workload, plans, dense, moe, stage, False), no_vocab)
               for stage in names]
@@ -191,14 +197,27 @@ def _sum(values: Iterable[Any]) -> Any:
     return total
 
 
-def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes, moe: BlockTimes,
-           stage: Stage, vocab_in_split: bool) -> tuple[dict[str, np.ndarray], np.ndarray,
-                                                        np.ndarray]:
-    """(block terms per micro-batch, blocks, MoE blocks) of one pipeline rank."""
-    blocks, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
-                                            workload.uneven_pipeline_stages, vocab_in_split)
-    return (_stage_terms(dense, moe, blocks - moe_blocks, moe_blocks, plans,
-                         workload.checkpointed_block_fraction), blocks, moe_blocks)
+def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes | HybridLayerTimes,
+           moe: BlockTimes, stage: Stage, vocab_in_split: bool
+           ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """(block terms per micro-batch, blocks, MoE blocks) of one pipeline rank; a hybrid
+    model's (``dense`` holds its :class:`HybridLayerTimes`) counts its layers of each kind
+    on the rank, its blocks being its layers."""
+    geometry = workload.geometry
+    uneven = workload.uneven_pipeline_stages
+    if isinstance(dense, HybridLayerTimes):
+        counts = stage_hybrid_counts(geometry, plans, stage, uneven, vocab_in_split)
+        kinds = ((dense.mamba, counts[HybridLayer.MAMBA], "compute_mlp"),
+                 (dense.attention, counts[HybridLayer.ATTENTION], "compute_mlp"),
+                 (dense.mlp, counts[HybridLayer.MLP], "compute_mlp"),
+                 (dense.moe, counts[HybridLayer.MOE], "compute_experts"))
+        blocks = _sum(counts.values())
+        return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, True),
+                blocks, counts[HybridLayer.MOE])
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, uneven, vocab_in_split)
+    kinds = ((dense, blocks - moe_blocks, "compute_mlp"), (moe, moe_blocks, "compute_experts"))
+    return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, False), blocks,
+            moe_blocks)
 
 
 def _slowest(stages: list[StageCandidate]) -> StageCandidate:
@@ -235,51 +254,62 @@ def _recomputed_elementwise_s(workload: Workload, plans: ParallelPlans,
     return recomputed_share[plans.checkpointing] * forward
 
 
-def _recomputed_attention_core(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
-                               moe_blocks: np.ndarray, plans: ParallelPlans,
+# One kind of layer on a stage: its times, how many the stage holds, and the breakdown term
+# its FFN GEMMs (``mlp_gemm``) belong to (a dense FFN's or the routed experts').
+StageKind = tuple[BlockTimes, np.ndarray, str]
+
+
+def _recomputed_attention_core(kinds: tuple[StageKind, ...], plans: ParallelPlans,
                                full_fraction: float) -> np.ndarray:
     """Attention-core forward time that checkpointing recomputes (that of the recomputed
     share of blocks under full; under selective, what the stack's selective policy
     recomputes)."""
-    full = full_fraction * (dense_blocks * dense.attention_core_forward
-                            + moe_blocks * moe.attention_core_forward)
-    selective = (dense_blocks * dense.selective_core_recompute
-                 + moe_blocks * moe.selective_core_recompute)
+    full = full_fraction * _sum(count * times.attention_core_forward
+                                for times, count, _ in kinds)
+    selective = _sum(count * times.selective_core_recompute for times, count, _ in kinds)
     return np.select([plans.checkpointing == Checkpointing.FULL,
                       plans.checkpointing == Checkpointing.SELECTIVE], [full, selective], 0.0)
 
 
-def _stage_terms(dense: BlockTimes, moe: BlockTimes, dense_blocks: np.ndarray,
-                 moe_blocks: np.ndarray, plans: ParallelPlans,
-                 full_fraction: float) -> dict[str, np.ndarray]:
+def _stage_terms(kinds: tuple[StageKind, ...], plans: ParallelPlans, full_fraction: float,
+                 mamba: bool) -> dict[str, np.ndarray]:
     """Per-stage terms of each plan; ``full_fraction``: the share of blocks full
-    checkpointing recomputes (Workload.checkpointed_block_fraction)."""
-    def both(attribute: str) -> np.ndarray:
-        return dense_blocks * getattr(dense, attribute) + moe_blocks * getattr(moe, attribute)
+    checkpointing recomputes (Workload.checkpointed_block_fraction); ``mamba``: add the
+    Mamba layers' terms (a hybrid model)."""
+    def total(attribute: str) -> np.ndarray:
+        return sum((count * getattr(times, attribute) for times, count, _ in kinds),
+                   start=0 * kinds[0][1])
+
+    def ffn(term: str) -> np.ndarray:
+        return sum((count * times.mlp_gemm for times, count, kind_term in kinds
+                    if kind_term == term), start=0 * kinds[0][1])
 
     full = plans.checkpointing == Checkpointing.FULL
     selective = plans.checkpointing == Checkpointing.SELECTIVE
-    recompute = np.where(full, full_fraction * (both("forward") + both("tp_communication") / 2),
-                         np.where(selective, both("selective_recompute"), 0.0))
-    return {
-        "moe_permute_excess": both("moe_permute"),
-        "attention_core_recompute": _recomputed_attention_core(dense, moe, dense_blocks,
-                                                               moe_blocks, plans, full_fraction),
-        "compute_attention_gemm": both("attention_gemm"),
-        "compute_attention_core": both("attention_core"),
-        "compute_mlp": dense_blocks * dense.mlp_gemm,
-        "compute_experts": moe_blocks * moe.mlp_gemm if moe is not dense else 0 * dense_blocks,
-        "compute_shared_expert": both("shared_expert"),
-        "compute_router": both("router"),
-        "compute_elementwise": both("streaming"),
-        "compute_quantise_cast": both("quantise_cast"),
+    recompute = np.where(full, full_fraction * (total("forward") + total("tp_communication") / 2),
+                         np.where(selective, total("selective_recompute"), 0.0))
+    terms = {
+        "moe_permute_excess": total("moe_permute"),
+        "attention_core_recompute": _recomputed_attention_core(kinds, plans, full_fraction),
+        "compute_attention_gemm": total("attention_gemm"),
+        "compute_attention_core": total("attention_core"),
+        "compute_mlp": ffn("compute_mlp"),
+        "compute_experts": ffn("compute_experts"),
+        "compute_shared_expert": total("shared_expert"),
+        "compute_router": total("router"),
+        "compute_elementwise": total("streaming"),
+        "compute_quantise_cast": total("quantise_cast"),
         "compute_recompute": recompute,
-        "tp_all_gather": both("tp_all_gather"),
-        "tp_reduce_scatter": both("tp_reduce_scatter"),
-        "tp_all_reduce": both("tp_all_reduce"),
-        "ep_all_to_all": both("ep_all_to_all"),
-        "cp_send_recv": both("cp_send_recv"),
+        "tp_all_gather": total("tp_all_gather"),
+        "tp_reduce_scatter": total("tp_reduce_scatter"),
+        "tp_all_reduce": total("tp_all_reduce"),
+        "ep_all_to_all": total("ep_all_to_all"),
+        "cp_send_recv": total("cp_send_recv"),
     }
+    if mamba:
+        terms["compute_mamba_gemm"] = total("mamba_gemm")
+        terms["compute_mamba_scan"] = total("mamba_scan")
+    return terms
 
 
 @plan_key(*STAGE_BLOCKS_KEY, carried=("chunk_forward_s",))
@@ -358,8 +388,9 @@ def balanced_vocab_stage_s(vocab_per_mb: np.ndarray, t_first: np.ndarray, t_last
 
 
 @plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe", "t_first", "t_last"))
-def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans, dense: BlockTimes,
-                              moe: BlockTimes, t_first: np.ndarray, t_last: np.ndarray
+def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans,
+                              dense: BlockTimes | HybridLayerTimes, moe: BlockTimes,
+                              t_first: np.ndarray, t_last: np.ndarray
                               ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
                                          np.ndarray]:
     """The stage that paces the pipeline when the embedding and the loss take pipeline
@@ -378,6 +409,14 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
     """(dense, routed-expert) parameters per GPU of the largest block, FSDP's unit."""
     counts = count_parameters(workload.geometry)
     norms = counts.norms_per_layer
+    if workload.geometry.is_hybrid:  # the largest layer of each kind is one unit
+        largest = max(counts.attention_per_layer, counts.mamba_per_layer,
+                      counts.dense_ffn_per_layer if counts.dense_layers else 0,
+                      counts.shared_experts_per_layer)
+        dense = largest / plans.tp + norms + counts.router_per_layer * bool(counts.moe_layers)
+        expert = (counts.experts * counts.routed_expert / (plans.ep * plans.etp)
+                  if counts.moe_layers else np.zeros(len(plans)))
+        return dense, expert
     if workload.geometry.moe is None:
         dense = (counts.attention_per_layer + counts.dense_ffn_per_layer) / plans.tp + norms
         return dense, np.zeros(len(plans))
@@ -688,6 +727,15 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
             + calibration.chi_overlap * drivers.deep_local_pipeline)
 
 
+def _average_hybrid_layer(geometry: Geometry, layers: HybridLayerTimes) -> BlockTimes:
+    """A hybrid model's mean layer: each kind's times weighted by its share of the layers."""
+    shares = {symbol: geometry.hybrid_count(symbol) / geometry.layers for symbol in HybridLayer}
+    return weighted_block_times([
+        (shares[HybridLayer.MAMBA], layers.mamba),
+        (shares[HybridLayer.ATTENTION], layers.attention),
+        (shares[HybridLayer.MLP], layers.mlp), (shares[HybridLayer.MOE], layers.moe)])
+
+
 def _expert_host_floor_s(workload: Workload, plans: ParallelPlans, moe_blocks: np.ndarray,
                          calibration: Calibration) -> np.ndarray:
     """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
@@ -798,8 +846,15 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
               else memory_breakdown)
     n_mb = n_microbatches(workload, plans).astype(float)
-    dense = dense_block_times(machine, workload, plans)
-    block = moe_block_times(machine, workload, plans) if geometry.moe else dense
+    dense: BlockTimes | HybridLayerTimes
+    if geometry.is_hybrid:
+        # a hybrid model: its layer kinds, and for the per-block terms below (a pipeline
+        # chunk's forward, the DP overlap) its average layer
+        dense = hybrid_layer_times(machine, workload, plans)
+        block = _average_hybrid_layer(geometry, dense)
+    else:
+        dense = dense_block_times(machine, workload, plans)
+        block = moe_block_times(machine, workload, plans) if geometry.moe else dense
     t_first, t_last = _vocab_stage_times(machine, workload, plans)
     if workload.vocab_in_pipeline_split:
         block_terms, blocks, moe_blocks, vocab_per_mb = _slowest_stage_with_vocab(
@@ -836,7 +891,10 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
     t_cmp = _sum(per_mb.values())
-    t_disp = _dispatch_floor_s(workload, plans, blocks, moe_blocks, expert_host_floor,
+    # a hybrid model's layer is half a transformer block: one norm, one mixer or FFN, one
+    # residual, so half of a block's kernel launches
+    kernel_blocks = blocks / 2 if geometry.is_hybrid else blocks
+    t_disp = _dispatch_floor_s(workload, plans, kernel_blocks, moe_blocks, expert_host_floor,
                                calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
     breakdown = {name: n_mb * value for name, value in per_mb.items()}
@@ -866,7 +924,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
 
     analytic = _sum(breakdown.values())
     stack = calibration.stack_multiplier(workload.stack)
-    a2a_s = n_mb * blocks * expert_all_to_all_s(machine, workload, plans)
+    # (a hybrid model's all-to-all runs in its MoE layers only)
+    a2a_blocks = moe_blocks if geometry.is_hybrid else blocks
+    a2a_s = n_mb * a2a_blocks * expert_all_to_all_s(machine, workload, plans)
     drivers = chi_drivers(machine, plans, a2a_s, analytic)
     chi = chi_sys(drivers, calibration)
     step_time_s = analytic * chi * stack
@@ -875,7 +935,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     counts = count_parameters(geometry)
     cluster_peak = machine.mfu_peak_flops_per_s * machine.n_devices
     model_flops = 6.0 * counts.n_active * tokens
-    attention_flops = attention_flops_per_token(geometry, workload.seq_len) * tokens
+    attention_flops = (attention_flops_per_token(geometry, workload.seq_len)
+                       + ssd_scan_flops_per_token(geometry)) * tokens
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL,
                                workload.checkpointed_block_fraction / 3, 0.0)
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks

@@ -13,7 +13,7 @@ from mosaic.perf.attention_kernels import (
     AttentionKernel,
     stack_default_kernel,
 )
-from mosaic.stacks import CrossEntropy, StackTraits, get_stack
+from mosaic.stacks import CrossEntropy, StackTraits, get_stack, known_stacks
 
 
 class Precision(StrEnum):
@@ -401,6 +401,7 @@ class Workload:
                 f"pad_to_capacity with dispatcher {self.dispatcher}: Megatron-Core pads expert "
                 "inputs to capacity only with the alltoall dispatcher (its flex dispatcher "
                 "rejects --moe-pad-expert-input-to-capacity)")
+        self._check_hybrid_stack()
         self._resolve_fp8_recipe()
         self._check_blockwise_attention()
         self._check_cuda_graphs()
@@ -412,6 +413,23 @@ class Workload:
             raise MosaicInputError(
                 f"parallelism.dispatch_fp8 needs precision fp8 (got {self.precision}): the "
                 "grouped expert GEMM consumes the 8-bit dispatch payload")
+
+    def _check_hybrid_stack(self) -> None:
+        """A hybrid Mamba/attention model needs a stack that builds one (trait
+        ``hybrid_models``)."""
+        if not self.geometry.is_hybrid:
+            return
+        if self.vocab_in_pipeline_split:
+            raise MosaicInputError(
+                "vocab_in_pipeline_split with model.hybrid_pattern: Megatron-LM refuses "
+                "--account-for-embedding-in-pipeline-split with --hybrid-layer-pattern (the "
+                "pattern's '|' segments set the split; arguments.py @ d98e8a64dd)")
+        if self.traits.hybrid_models:
+            return
+        builders = [name for name in known_stacks() if get_stack(name).hybrid_models]
+        raise MosaicInputError(
+            f"model.hybrid_pattern: stack {self.stack} does not build hybrid Mamba/attention "
+            f"models; stacks that do: {', '.join(builders)}")
 
     def _check_cuda_graphs(self) -> None:
         """Per-layer graphs exclude a whole-step graph (one capture per step or per layer,

@@ -113,6 +113,7 @@ class _Entry(BaseModel):
                          "torchtitan_2604", "levanter"] = "te_fused"
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = None
     expert_gemm_launch: Literal["per_group", "one_op"] = "per_group"
+    hybrid_models: bool = False
     source: str = Field(min_length=1)
 
 
@@ -184,6 +185,10 @@ class StackTraits:
     # GroupedLinear, one GEMM launch per local expert, its measured host floor) or one_op
     # (one compiled op whatever the expert count: XLA's ragged dot, levanter)
     expert_gemm_launch: str
+    # whether the stack builds hybrid Mamba/attention models (Geometry.hybrid_pattern):
+    # Megatron-Core's hybrid model (megatron/core/models/hybrid), which NeMo and
+    # Megatron-Bridge train Nemotron-H and Nemotron 3 with
+    hybrid_models: bool
     source: str
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 from torch import nn
 
 from mosaic.arch.geometry import Geometry, NormKind
+from mosaic.errors import MosaicInputError
 from mosaic.train.config import RoutingConfig
 from mosaic.train.routing import (
     RouterOutput,
@@ -290,6 +291,10 @@ class MoETransformer(nn.Module):
     def __init__(self, geometry: Geometry, routing: RoutingConfig | None = None,
                  expert_compute: str = "auto") -> None:
         super().__init__()
+        if geometry.is_hybrid:
+            raise MosaicInputError("the reference trainer builds the paper's transformers; a "
+                                   "hybrid Mamba/attention model (model.hybrid_pattern) is not "
+                                   "supported")
         if geometry.glu is False:
             raise ValueError("the trainer implements SwiGLU FFNs (glu=True) only")
         self.geometry = geometry

@@ -1,0 +1,287 @@
+"""Seconds one GPU spends per micro-batch on each layer of a hybrid Mamba/attention model.
+
+A hybrid model (``Geometry.hybrid_pattern``; Megatron-Core's hybrid model,
+megatron/core/models/hybrid @ d98e8a64dd) stacks single-purpose layers, each with its own
+pre-norm and residual add: a Mamba-2 mixer ('M'), an attention mixer ('*'), an MLP ('-') or
+an MoE layer ('E'). A transformer block is an attention layer followed by an MLP or MoE
+layer, so the layers here are built from the parts of :mod:`mosaic.perf.layer_costs`'s
+blocks: :func:`attention_times`, :func:`dense_ffn_parts` and :func:`moe_ffn_parts`, half of a
+block's norm and residual traffic, and one tensor-parallel pair per mixer or MLP layer
+(with sequence parallelism an all-gather before its column-parallel GEMM and a
+reduce-scatter after its row-parallel one; Korthikanti et al. 2022, Sec. 4.2.2).
+
+The Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs"; Megatron-Core ``MambaMixer``,
+megatron/core/ssm/mamba_mixer.py) is an input projection to z, x, B, C and dt (column
+parallel: heads and groups split over TP), a depthwise causal convolution over x, B and C,
+the chunked SSD scan, a gated RMSNorm and an output projection (row parallel). Training runs
+mamba_ssm's ``mamba_split_conv1d_scan_combined`` (state-spaces/mamba @ e9594ce
+mamba_ssm/ops/triton/ssd_combined.py): five Triton kernels forward (chunk cumsum, chunk
+state, state passing, C·Bᵀ, chunk scan); the backward recomputes the convolution and four of
+them and runs eleven of its own. The scan is memory-bound and timed by the bytes its kernels
+move (:func:`ssd_scan_s`).
+
+Hybrid models run on the stacks that build them (stack trait ``hybrid_models``: Megatron-Core
+and its NeMo/Megatron-Bridge, NeMo AutoModel's Nemotron V3, which trains its mixer with the
+same fused kernel); selective recompute here is Megatron-Core's recompute modules
+(``core_attn``, ``layernorm``, ``mlp``, ``moe_act``, ``shared_experts``, ``moe``), full
+recompute as for transformer blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mosaic.arch.flops import FLOPS_PER_MULTIPLY_ADD, ssd_scan_forward_flops_per_token
+from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.factorise import plan_key
+from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
+from mosaic.perf.layer_costs import (
+    BACKWARD_TO_FORWARD_GEMM,
+    BACKWARD_TO_FORWARD_STREAMING,
+    DENSE_BLOCK_KEY,
+    MOE_BLOCK_KEY,
+    BlockTimes,
+    _fwd_bwd,
+    _gemm,
+    _overlapped_tp_collectives,
+    _selective_core_attention_s,
+    _tp_collectives,
+    attention_times,
+    block_norm_residual_s,
+    dense_ffn_parts,
+    ep_overlap_exposed_s,
+    moe_ffn_parts,
+    moe_recompute_modules,
+    quantise_cast_s,
+    recompute_modules_forward_s,
+    shared_expert_overlap_exposed_s,
+)
+from mosaic.perf.machine import Machine
+from mosaic.perf.memo_keys import without_top_k
+from mosaic.perf.plan import ParallelPlans
+from mosaic.perf.shapes import tokens_per_rank
+from mosaic.perf.workload import Workload
+
+# SSD scan kernels launched per layer and micro-batch (ssd_combined.py @ e9594ce):
+# _mamba_chunk_scan_combined_fwd runs 5; _mamba_chunk_scan_combined_bwd recomputes 4 of them
+# and runs 11 backward kernels.
+SSD_FORWARD_KERNELS = 5
+SSD_BACKWARD_KERNELS = 4 + 11
+# The causal convolution's channels are read and written once forward (causal_conv1d);
+# mamba_split_conv1d_scan_combined (checkpoint_lvl 1) recomputes it in the backward.
+CONV_STREAMS = 2
+# The gated RMSNorm reads the scan output y and the gate z and writes its output.
+GATED_NORM_STREAMS = 3
+# Forward bytes of the scan per token, in units of its tensors (ssd_combined.py): x, B and C
+# are read by two kernels each (chunk state and chunk scan; C·Bᵀ reads B and C), the fp32
+# chunk states (H·P·N per chunk) are written, read and written by the state passing, and
+# read by the chunk scan, the fp32 C·Bᵀ block (G·Q per token) written and read, and the
+# output written with its pre-gate copy (out, out_x).
+SSD_INPUT_READS = 2
+SSD_STATE_PASSES = 4
+SSD_CB_PASSES = 2
+SSD_OUTPUT_WRITES = 2
+
+
+@dataclass(frozen=True)
+class HybridLayerTimes:
+    """Per-micro-batch times of each kind of layer of a hybrid model (arrays over plans)."""
+
+    mamba: BlockTimes
+    attention: BlockTimes
+    mlp: BlockTimes
+    moe: BlockTimes
+
+
+def _layer_norm_residual_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward seconds of one layer's norm and residual add, of its norm): half of a
+    transformer block's two of each."""
+    block, norms = block_norm_residual_s(machine, workload, plans)
+    return block / 2, norms / 2
+
+
+def _one_tp_pair(machine: Machine, workload: Workload, plans: ParallelPlans,
+                 gemm_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(all-gather, reduce-scatter, all-reduce) seconds of a layer's one TP pair, forward
+    and backward, the gathers and scatters run under ``gemm_s`` with ``tp_comm_overlap``."""
+    activation_bytes = tokens_per_rank(workload, plans) * workload.geometry.d_model * (
+        ACTIVATION_BYTES)
+    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1)
+    gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter, gemm_s)
+    return gather, scatter, reduce
+
+
+def _zero(plans: ParallelPlans) -> np.ndarray:
+    return np.zeros(len(plans))
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def attention_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
+                          ) -> BlockTimes:
+    """An attention layer ('*'): the attention part of a transformer block."""
+    attention = attention_times(machine, workload, plans)
+    block_norm_residual, _ = block_norm_residual_s(machine, workload, plans)
+    norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
+    cast_forward = attention.streaming_forward - block_norm_residual
+    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, attention.gemm)
+    zero = _zero(plans)
+    return BlockTimes(
+        attention_gemm=attention.gemm, attention_core=attention.core,
+        attention_core_forward=attention.core_forward,
+        selective_recompute=recompute_modules_forward_s(workload, {
+            "core_attn": attention.core_forward, "layernorm": norm}),
+        selective_core_recompute=_selective_core_attention_s(workload, attention),
+        mlp_gemm=zero, shared_expert=zero, router=zero,
+        streaming=norm_residual * (1 + BACKWARD_TO_FORWARD_STREAMING), moe_permute=zero,
+        quantise_cast=attention.quantise_cast,
+        forward=(attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward
+                 + norm_residual + cast_forward),
+        tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
+        ep_all_to_all=zero, cp_send_recv=attention.cp_exposed)
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def mlp_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """An MLP layer ('-'): the dense FFN part of a transformer block."""
+    ffn = dense_ffn_parts(machine, workload, plans)
+    norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
+    gemm_forward = ffn.up + ffn.down
+    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, _fwd_bwd(gemm_forward))
+    zero = _zero(plans)
+    return BlockTimes(
+        attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
+        selective_recompute=recompute_modules_forward_s(workload, {
+            "layernorm": norm, "mlp": gemm_forward + ffn.activation}),
+        selective_core_recompute=zero,
+        mlp_gemm=_fwd_bwd(gemm_forward), shared_expert=zero, router=zero,
+        streaming=(norm_residual + ffn.activation) * (1 + BACKWARD_TO_FORWARD_STREAMING),
+        moe_permute=zero, quantise_cast=ffn.cast_forward + ffn.cast_backward,
+        forward=gemm_forward + norm_residual + ffn.activation + ffn.cast_forward,
+        tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
+        ep_all_to_all=zero, cp_send_recv=zero)
+
+
+@plan_key(*MOE_BLOCK_KEY)
+def moe_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """An MoE layer ('E'): the MoE part of a transformer block. With EP overlap the other
+    micro-batch's MoE layer (its expert and shared GEMMs) hides the all-to-alls."""
+    moe = moe_ffn_parts(machine, workload, plans)
+    norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
+    experts = moe.experts_up + moe.experts_down
+    a2a_exposed = shared_expert_overlap_exposed_s(workload, moe.dispatch, moe.combine,
+                                                  moe.shared)
+    if workload.ep_overlap:
+        a2a_exposed = ep_overlap_exposed_s(machine, workload, moe.dispatch + moe.combine,
+                                           _fwd_bwd(experts) + _fwd_bwd(moe.shared))
+    zero = _zero(plans)
+    return BlockTimes(
+        attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
+        selective_recompute=recompute_modules_forward_s(workload, {
+            "layernorm": norm, **moe_recompute_modules(moe)}),
+        selective_core_recompute=zero,
+        mlp_gemm=_fwd_bwd(experts), shared_expert=_fwd_bwd(moe.shared),
+        router=(_fwd_bwd(moe.router_gemm)
+                + moe.router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)),
+        streaming=((norm_residual + moe.stream) * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                   + moe.permute_forward + moe.permute_backward),
+        moe_permute=moe.permute_forward + moe.permute_backward,
+        quantise_cast=moe.cast_forward + moe.cast_backward,
+        forward=(experts + moe.shared + moe.router_gemm + moe.router_stream + norm_residual
+                 + moe.stream + moe.permute_forward + moe.cast_forward),
+        tp_all_gather=moe.etp_gather, tp_reduce_scatter=moe.etp_scatter, tp_all_reduce=zero,
+        ep_all_to_all=a2a_exposed, cp_send_recv=zero)
+
+
+def ssd_scan_s(machine: Machine, workload: Workload, plans: ParallelPlans
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one Mamba layer's chunked SSD scan per micro-batch.
+
+    Bytes: the tensors each kernel reads and writes (module constants), the backward twice
+    the forward's plus the recomputed forward's. FLOPs:
+    :func:`~mosaic.arch.flops.ssd_scan_forward_flops_per_token` over the TP rank's heads
+    and groups, the backward twice the forward plus the recomputed C·Bᵀ and chunk states.
+    The scan is memory-bound: about 30 FLOPs per byte for Nemotron 3 Nano's shapes against
+    a machine balance near 300 on H100 and B200, so its FLOPs at the dense bf16 peak are
+    only a lower bound. Each pass takes the longer of the two, plus one launch latency per
+    kernel. (Consistency, not a fit: per layer this comes out near the flash-attention time
+    of a 2K-token sequence, where Dao & Gu 2024, Fig. 10, find SSD overtaking
+    FlashAttention-2.)
+    """
+    mamba = workload.geometry.mamba
+    assert mamba is not None
+    tokens = tokens_per_rank(workload, plans)
+    tp = plans.tp.astype(float)
+    forward_flops = tokens * ssd_scan_forward_flops_per_token(workload.geometry) / tp
+    recomputed_flops = tokens * FLOPS_PER_MULTIPLY_ADD * (
+        mamba.groups * mamba.chunk_size * mamba.state_dim
+        + mamba.heads * mamba.state_dim * mamba.head_dim) / tp
+    backward_flops = BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops
+    peak = machine.attention_peak_flops_per_s
+    state_elements = mamba.heads * mamba.head_dim * mamba.state_dim / mamba.chunk_size
+    forward_bytes = tokens / tp * (
+        SSD_INPUT_READS * mamba.conv_channels * ACTIVATION_BYTES
+        + SSD_STATE_PASSES * state_elements * FP32_BYTES
+        + SSD_CB_PASSES * mamba.groups * mamba.chunk_size * FP32_BYTES
+        + SSD_OUTPUT_WRITES * mamba.inner_width * ACTIVATION_BYTES)
+    backward_bytes = (BACKWARD_TO_FORWARD_STREAMING + 1) * forward_bytes
+    bandwidth = machine.hbm_bw_bytes_per_s
+    latency = machine.gemm_params.kernel_latency_s
+    forward = SSD_FORWARD_KERNELS * latency + np.maximum(forward_flops / peak,
+                                                         forward_bytes / bandwidth)
+    backward = SSD_BACKWARD_KERNELS * latency + np.maximum(backward_flops / peak,
+                                                           backward_bytes / bandwidth)
+    return forward, backward
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
+                      ) -> BlockTimes:
+    """A Mamba-2 layer ('M'): input projection, causal convolution, SSD scan, gated norm,
+    output projection (module docstring)."""
+    geometry, mamba = workload.geometry, workload.geometry.mamba
+    assert mamba is not None
+    tokens = tokens_per_rank(workload, plans)
+    tp = plans.tp
+    in_width, inner = mamba.in_proj_width / tp, mamba.inner_width / tp
+    in_proj = _gemm(machine, workload, tokens, in_width, geometry.d_model)
+    out_proj = _gemm(machine, workload, tokens, geometry.d_model, inner)
+    scan_forward, scan_backward = ssd_scan_s(machine, workload, plans)
+    conv = streaming_time_s(tokens * CONV_STREAMS * mamba.conv_channels / tp * ACTIVATION_BYTES,
+                            machine.hbm_bw_bytes_per_s)
+    gated_norm = streaming_time_s(tokens * GATED_NORM_STREAMS * inner * ACTIVATION_BYTES,
+                                  machine.hbm_bw_bytes_per_s)
+    norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
+    cast_forward, cast_backward = quantise_cast_s(machine, workload, tokens, (
+        (geometry.d_model, in_width), (inner, geometry.d_model)))
+    gemm_forward = in_proj + out_proj
+    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, _fwd_bwd(gemm_forward))
+    zero = _zero(plans)
+    return BlockTimes(
+        attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
+        selective_recompute=recompute_modules_forward_s(workload, {"layernorm": norm}),
+        selective_core_recompute=zero,
+        mlp_gemm=zero, shared_expert=zero, router=zero,
+        # the convolution runs once more in the backward (recomputed, checkpoint_lvl 1)
+        streaming=((norm_residual + gated_norm) * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                   + conv * (2 + BACKWARD_TO_FORWARD_STREAMING)),
+        moe_permute=zero, quantise_cast=cast_forward + cast_backward,
+        forward=gemm_forward + scan_forward + conv + gated_norm + norm_residual + cast_forward,
+        tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
+        ep_all_to_all=zero, cp_send_recv=zero,
+        mamba_gemm=_fwd_bwd(gemm_forward), mamba_scan=scan_forward + scan_backward)
+
+
+def hybrid_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
+                       ) -> HybridLayerTimes:
+    """The four layer kinds' times (a kind the pattern lacks is still evaluated only when
+    its configuration exists: no Mamba config, no Mamba times; no MoE, no MoE times)."""
+    geometry = workload.geometry
+    attention = attention_layer_times(machine, workload, plans)
+    mlp = mlp_layer_times(machine, workload, plans)
+    return HybridLayerTimes(
+        mamba=mamba_layer_times(machine, workload, plans) if geometry.mamba else attention,
+        attention=attention, mlp=mlp,
+        moe=moe_layer_times(machine, workload, plans) if geometry.moe else mlp)

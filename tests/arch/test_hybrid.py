@@ -1,0 +1,109 @@
+"""Hybrid Mamba-2 / attention / MLP / MoE models (Nemotron-H, Nemotron 3 Nano).
+
+Parameter counts against the published totals and a term-by-term hand count of one Mamba-2
+mixer (Megatron-Core MambaMixer's tensors); the pattern rules against Megatron-Core's
+hybrid layer symbols.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mosaic.arch import count_parameters, layer_breakdown, ssd_scan_flops_per_token
+from mosaic.arch.flops import attention_flops_per_token
+from mosaic.arch.geometry import Geometry, MambaConfig, MoEConfig
+from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
+from mosaic.errors import MosaicInputError
+
+HF = Path(__file__).resolve().parents[2] / "examples" / "hf"
+NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+# Megatron-Bridge v0.5.1 recipes/nemotronh/nemotronh.py nemotronh_56b_pretrain_config
+H56_PATTERN = ("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+               "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")
+
+
+def nano() -> Geometry:
+    return load_hf_config(HF / "nemotron-3-nano-30b-a3b.json")
+
+
+def test_mamba_mixer_hand_count():
+    """Nemotron 3 Nano's mixer, tensor by tensor (d = 2688, 64 heads of 64, N = 128, G = 8):
+    in_proj d x (z + x + B + C + dt), conv weights and bias over x, B, C, dt_bias, A_log, D,
+    the gated norm's gain, out_proj."""
+    d, inner, groups_state, heads = 2688, 64 * 64, 8 * 128, 64
+    in_proj = d * (2 * inner + 2 * groups_state + heads)
+    conv = (inner + 2 * groups_state) * (4 + 1)
+    expected = in_proj + conv + 3 * heads + inner + inner * d
+    assert count_parameters(nano()).mamba_per_layer == expected == 38_742_208
+
+
+def test_nemotron_3_nano_published_totals():
+    """Model card (huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16): 31.6 B total,
+    about 3.2 B active, 3.6 B active with embeddings; 23 Mamba-2, 23 MoE and 6 GQA layers."""
+    geometry = nano()
+    c = count_parameters(geometry)
+    assert (geometry.mamba_layer_count, geometry.moe_layer_count,
+            geometry.attention_layer_count, geometry.dense_layer_count) == (23, 23, 6, 0)
+    assert round(c.n_total_with_embedding / 1e9, 1) == 31.6
+    assert round(c.n_active_with_embedding / 1e9, 1) == 3.6
+    # "about 3.2 B active": the active count with the LM head but not the input embedding
+    assert round((c.n_active + c.lm_head) / 1e9, 1) == 3.2
+
+
+def test_nemotron_h_56b_published_total():
+    """Nemotron-H-56B (arXiv:2504.03624): 56 B parameters, 118 layers of which 54 Mamba-2,
+    54 FFN and 10 attention."""
+    geometry = Geometry(layers=118, d_model=8192, heads=64, kv_heads=8, head_dim=128,
+                        ffn=32768, vocab=131072, glu=False, norm="rmsnorm",
+                        hybrid_pattern=H56_PATTERN, mamba=MambaConfig(heads=256, state_dim=256))
+    assert (geometry.mamba_layer_count, geometry.dense_layer_count,
+            geometry.attention_layer_count) == (54, 54, 10)
+    assert round(count_parameters(geometry).n_total_with_embedding / 1e9) == 56
+
+
+def test_layer_breakdown_sums_to_total():
+    geometry = nano()
+    c = count_parameters(geometry)
+    rows = layer_breakdown(geometry)
+    assert [row.kind for row in rows[:6]] == ["mamba", "moe", "mamba", "moe", "mamba",
+                                              "attention"]
+    assert sum(row.total for row in rows) + c.final_norm == c.n_total
+    assert sum(row.active for row in rows) + c.final_norm == c.n_active
+
+
+def test_attention_and_scan_flops_count_their_own_layers():
+    """Only the 6 attention layers carry attention-core FLOPs; the SSD scan per Mamba layer
+    and token, forward: 2·(G·Q·N + H·(Q·P + 2·N·P)), training 3x, 23 layers."""
+    geometry = nano()
+    per_layer_forward = 2 * (8 * 128 * 128 + 64 * (128 * 64 + 2 * 128 * 64))
+    assert ssd_scan_flops_per_token(geometry) == 3 * per_layer_forward * 23
+    context = (4096 + 1) / 2
+    assert attention_flops_per_token(geometry, 4096) == pytest.approx(
+        3 * 2 * 32 * (128 + 128) * context * 6)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hybrid_pattern": "MEMX" + NANO_PATTERN[4:]}, "unknown layer symbol"),
+    ({"hybrid_pattern": NANO_PATTERN[:-1]}, "has 51 layers but model.layers is 52"),
+    ({"mamba": None}, "model.mamba is required"),
+    ({"moe": None}, "model.moe is required"),
+    ({"moe": MoEConfig(experts=128, top_k=6, expert_ffn=1856, dense_layers=1)},
+     "do not apply to a hybrid model"),
+    ({"hybrid_pattern": None}, "model.mamba needs model.hybrid_pattern"),
+])
+def test_pattern_rules(change, message):
+    fields = {name: getattr(nano(), name) for name in (
+        "layers", "d_model", "heads", "kv_heads", "head_dim", "ffn", "vocab", "glu", "norm",
+        "moe", "hybrid_pattern", "mamba")}
+    with pytest.raises(MosaicInputError, match=message):
+        Geometry(**(fields | change))
+
+
+def test_hf_import_refuses_other_activations():
+    config = {"model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 2,
+              "hybrid_override_pattern": "M*", "num_attention_heads": 4, "mamba_num_heads": 8,
+              "vocab_size": 100, "intermediate_size": 128, "mlp_hidden_act": "silu"}
+    with pytest.raises(MosaicInputError, match="mlp_hidden_act 'silu' is not supported"):
+        geometry_from_hf_config(config)

@@ -1,0 +1,169 @@
+"""Hybrid Mamba/attention models in the time and memory models (perf/hybrid_layers.py).
+
+The strongest check is a decomposition identity: a hybrid pattern of attention layers each
+followed by an MLP (or MoE) layer *is* a transformer, so it must get the transformer's step
+time breakdown and memory exactly, on any layout. The Mamba-2 layer's own costs are checked
+by hand from its tensors (Megatron-Core MambaMixer, mamba_ssm's fused training kernel).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mosaic.config.job_schema import job_from_document
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import cluster_for, load_job_spec, predict_job
+from mosaic.export.spec import spec_from_job
+from mosaic.export.targets import export
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.hybrid_layers import SSD_FORWARD_KERNELS, ssd_scan_s
+from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import mamba_activation_bytes
+from mosaic.perf.schedule import stage_hybrid_counts
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nemotron_3_nano_b200.yaml"
+MAMBA = {"heads": 64, "head_dim": 64, "state_dim": 128, "groups": 8}
+
+
+def _job(model: dict[str, Any], parallelism: dict[str, Any], performance: dict[str, Any],
+         nodes: int = 2):
+    return job_from_document({
+        "model": {"d_model": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 6144,
+                  "vocab": 32000, "norm": "rmsnorm", **model},
+        "batch": {"global_seqs": 64, "seq_len": 4096, "micro_seqs": 1},
+        "parallelism": parallelism,
+        "performance": {"precision": "bf16", "stack": "megatron-core", **performance},
+        "hardware": {"system": "DGX-H100", "nodes": nodes}}, "test")
+
+
+def _predict(spec):
+    return predict_job(spec, load_calibration("default")).prediction
+
+
+LAYOUTS = [
+    ({"tp": 2, "pp": 2, "dp": 4, "sequence_parallel": True}, {"checkpointing": "full"}),
+    ({"tp": 1, "pp": 4, "vpp": 2, "dp": 4}, {"checkpointing": "selective",
+                                            "recompute_modules": ["core_attn", "mlp"]}),
+    ({"tp": 4, "pp": 1, "dp": 4, "sequence_parallel": True, "sharding": "zero1"},
+     {"checkpointing": "none"}),
+]
+
+
+@pytest.mark.parametrize("parallelism, performance", LAYOUTS)
+def test_attention_then_mlp_layers_are_a_dense_transformer(parallelism, performance):
+    transformer = _predict(_job({"layers": 8}, parallelism, performance))
+    hybrid = _predict(_job({"layers": 16, "hybrid_pattern": "*-" * 8}, parallelism,
+                           performance))
+    assert set(hybrid.breakdown_s) == set(transformer.breakdown_s) | {
+        "compute_mamba_gemm", "compute_mamba_scan"}
+    for term, seconds in transformer.breakdown_s.items():
+        assert hybrid.breakdown_s[term] == pytest.approx(seconds, rel=1e-9, abs=1e-12), term
+    assert hybrid.step_time_s == pytest.approx(transformer.step_time_s, rel=1e-9)
+    for component, transformer_bytes in transformer.memory_breakdown_bytes.items():
+        hybrid_bytes = hybrid.memory_breakdown_bytes[component]
+        if component == "activations" and performance["checkpointing"] == "full":
+            # full recompute checkpoints each layer: two inputs per block, not one
+            assert hybrid_bytes[0] > transformer_bytes[0]
+            continue
+        assert hybrid_bytes == pytest.approx(transformer_bytes, rel=1e-9), component
+
+
+def test_attention_then_moe_layers_are_an_moe_transformer():
+    moe = {"experts": 16, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1}
+    parallelism = {"tp": 1, "pp": 2, "dp": 8, "ep": 4}
+    performance = {"checkpointing": "selective", "recompute_modules": ["moe_act"]}
+    transformer = _predict(_job({"layers": 6, "moe": moe}, parallelism, performance))
+    hybrid = _predict(_job({"layers": 12, "hybrid_pattern": "*E" * 6, "moe": moe},
+                           parallelism, performance))
+    for term, seconds in transformer.breakdown_s.items():
+        assert hybrid.breakdown_s[term] == pytest.approx(seconds, rel=1e-9, abs=1e-12), term
+    assert hybrid.memory_bytes == pytest.approx(transformer.memory_bytes, rel=1e-9)
+
+
+def test_stage_counts_cut_the_pattern_into_chunks():
+    """pp = 2, vpp = 2 over 'MM*-' x 4 (16 layers): chunks of 4, rank 0 holds chunks 0 and
+    2 (layers 0-3, 8-11), the last rank chunks 1 and 3."""
+    spec = _job({"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA},
+                {"tp": 1, "pp": 2, "vpp": 2, "dp": 8}, {})
+    first = stage_hybrid_counts(spec.workload.geometry, spec.plan, "first")
+    last = stage_hybrid_counts(spec.workload.geometry, spec.plan, "last")
+    assert {symbol.value: int(count[0]) for symbol, count in first.items()} == {
+        "M": 4, "*": 2, "-": 2, "E": 0}
+    for symbol in first:
+        assert first[symbol][0] + last[symbol][0] == "MM*-MM*-MM*-MM*-".count(symbol.value)
+
+
+def test_mamba_layer_activations_by_hand():
+    """tp 2 with sequence parallelism, micro-batch 1 of 4096 tokens, bf16: norm input and
+    in_proj input 2·2·d / tp per token, then z, x, B, C, dt (2·d_inner + 2·G·N + H), the
+    pre-gate scan output and the gated norm's input (d_inner each) in bf16, and the
+    out_proj input (d_inner), all over tp."""
+    spec = _job({"layers": 2, "hybrid_pattern": "M-", "mamba": MAMBA},
+                {"tp": 2, "pp": 1, "dp": 8, "sequence_parallel": True}, {})
+    tokens, d, inner = 4096, 2048, 64 * 64
+    in_proj = 2 * inner + 2 * 8 * 128 + 64
+    expected = (2 * 2 * tokens * d / 2
+                + tokens * (ACTIVATION_BYTES * (in_proj + 2 * inner) + 2 * inner) / 2)
+    assert mamba_activation_bytes(spec.workload, spec.plan)[0] == pytest.approx(expected)
+
+
+def test_ssd_scan_is_its_memory_traffic():
+    """The scan is memory-bound on H100 (about 30 FLOP/B against a balance near 300): its
+    forward is five launches plus the bytes its kernels move over the HBM bandwidth."""
+    spec = _job({"layers": 2, "hybrid_pattern": "M-", "mamba": MAMBA},
+                {"tp": 1, "pp": 1, "dp": 16}, {})
+    machine = machine_for(cluster_for(spec), spec.workload.precision)
+    tokens, inner, channels, groups, heads = 4096, 64 * 64, 64 * 64 + 2 * 8 * 128, 8, 64
+    forward_bytes = tokens * (2 * channels * ACTIVATION_BYTES
+                              + 4 * heads * 64 * 128 / 128 * FP32_BYTES
+                              + 2 * groups * 128 * FP32_BYTES
+                              + 2 * inner * ACTIVATION_BYTES)
+    forward, backward = ssd_scan_s(machine, spec.workload, spec.plan)
+    latency = machine.gemm_params.kernel_latency_s
+    assert forward[0] == pytest.approx(SSD_FORWARD_KERNELS * latency
+                                       + forward_bytes / machine.hbm_bw_bytes_per_s)
+    assert backward[0] > 2 * forward[0]
+
+
+def test_nemotron_3_nano_example_predicts_with_mamba_terms():
+    prediction = _predict(load_job_spec(EXAMPLE, []))
+    breakdown = prediction.breakdown_s
+    assert breakdown["compute_mamba_gemm"][0] > 0 and breakdown["compute_mamba_scan"][0] > 0
+    assert breakdown["compute_experts"][0] > 0 and breakdown["compute_attention_core"][0] > 0
+    assert bool(prediction.feasible[0])
+
+
+def test_hybrid_models_need_a_stack_that_builds_them():
+    with pytest.raises(MosaicInputError, match="does not build hybrid Mamba/attention models"):
+        _job({"layers": 2, "hybrid_pattern": "M-", "mamba": MAMBA},
+             {"tp": 1, "pp": 1, "dp": 16}, {"stack": "torchtitan"})
+
+
+def test_tp_must_divide_the_mamba_heads_and_groups():
+    spec = _job({"layers": 2, "hybrid_pattern": "M-", "mamba": MAMBA, "heads": 16,
+                 "kv_heads": 16}, {"tp": 16, "pp": 1, "dp": 1}, {})
+    with pytest.raises(MosaicInputError, match=r"mamba\.groups=8"):
+        _predict(spec)
+
+
+def test_megatron_export_writes_the_pattern_in_virtual_stage_segments():
+    spec = _job({"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA},
+                {"tp": 1, "pp": 2, "vpp": 2, "dp": 8}, {})
+    text = export(spec_from_job(spec, "test"), "megatron").text
+    assert "--hybrid-layer-pattern 'MM*-|MM*-|MM*-|MM*-'" in text
+    assert "--mamba-num-heads 64" in text and "--moe-layer-freq" not in text
+    assert "--num-virtual-stages-per-pipeline-rank" not in text
+    with pytest.raises(MosaicInputError, match="no torchtitan model"):
+        export(spec_from_job(spec, "test"), "torchtitan")
+
+
+def test_a_hybrid_layer_split_sums_to_the_model():
+    spec = _job({"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA},
+                {"tp": 1, "pp": 1, "dp": 16}, {})
+    counts = stage_hybrid_counts(spec.workload.geometry, spec.plan, "first")
+    assert sum(int(np.asarray(c)[0]) for c in counts.values()) == 16
