@@ -184,10 +184,10 @@ def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
     from mosaic.perf.kernels import memory_bound_time_s
     from mosaic.perf.layer_costs import (
         _ffn_streaming_bytes,
-        _gemm,
         _per_op_sac_moe_matmul_shares,
         attention_times,
         dense_block_times,
+        gemm_s,
     )
     from mosaic.perf.plan import Checkpointing
 
@@ -208,7 +208,7 @@ def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
         share, output_recomputed = wkv_a / (d * query / tp + wkv_a + wkv_b), True
     attention = attention_times(machine, workload, plan)
     width = geometry.ffn / tp
-    up = _gemm(machine, workload, tokens, 2 * width, d)  # W1 and W3: W3 recomputed
+    up = gemm_s(machine, workload, tokens, 2 * width, d)  # W1 and W3: W3 recomputed
     activation = memory_bound_time_s(_ffn_streaming_bytes(tokens, width, True),
                                      machine.hbm_bw_bytes_per_s)
     by_hand = (share * attention.qkv_forward

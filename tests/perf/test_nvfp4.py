@@ -19,7 +19,7 @@ from mosaic.config.run_records import _validate_entry, run_record_from_entry
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.fitted_constants import fitted
-from mosaic.perf.layer_costs import _gemm, quantise_cast_s
+from mosaic.perf.layer_costs import gemm_s, quantise_cast_s
 from mosaic.perf.machine import machine_for
 from mosaic.perf.workload import NVFP4_ELEMENT_BYTES, Precision, Workload, precision_lane
 
@@ -60,8 +60,8 @@ def test_fp4_gemms_run_at_the_fp4_peak_and_need_blackwell():
 
 def test_a_large_fp4_gemm_takes_half_the_fp8_time_on_b200():
     # 16384^3 is compute-bound on either lane: the time scales with the 9 / 4.5 peak ratio.
-    fp4 = _gemm(machine_for(B200, Precision.FP4), _workload("fp4"), 16384, 16384, 16384)
-    fp8 = _gemm(machine_for(B200, Precision.FP8), _workload("fp8"), 16384, 16384, 16384)
+    fp4 = gemm_s(machine_for(B200, Precision.FP4), _workload("fp4"), 16384, 16384, 16384)
+    fp8 = gemm_s(machine_for(B200, Precision.FP8), _workload("fp8"), 16384, 16384, 16384)
     assert float(fp8 / fp4) == pytest.approx(2.0, rel=0.01)
 
 

@@ -159,7 +159,7 @@ def test_jax_flash_block_fraction_by_hand() -> None:
 def test_jax_flash_attention_time_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     """With GEMMs at 1 s per FLOP-unit and HBM at 1 s per byte-unit the blockwise kernel's
     time is a count: b = 2, 16 heads, s = 4096, head_dim 128, block 1024 (10 of 16 pairs)."""
-    monkeypatch.setattr(layer_costs, "_gemm",
+    monkeypatch.setattr(layer_costs, "gemm_s",
                         lambda machine, workload, m, n, k: 2.0 * np.asarray(m) * n * k)
     monkeypatch.setattr(layer_costs, "streaming_time_s", lambda nbytes, bw: np.asarray(nbytes))
     machine = machine_for(Cluster(get_system("dgx-h100"), 1), "bf16")
@@ -254,7 +254,7 @@ def test_xla_expanded_ragged_dot_costs_every_local_expert(monkeypatch: pytest.Mo
     """XLA's RaggedDotRewriter multiplies every routed copy by every local expert: with
     GEMMs counted in FLOPs, the routed-expert GEMMs cost E_loc (here 128) times the grouped
     GEMM's 2·copies·n·k. FINE_MOE on one rank of dp 256 (no EP), micro-batch 1 x 4096."""
-    monkeypatch.setattr(layer_costs, "_gemm",
+    monkeypatch.setattr(layer_costs, "gemm_s",
                         lambda machine, workload, m, n, k: 2.0 * np.asarray(m) * n * k)
     monkeypatch.setattr(layer_costs, "_grouped_gemm",
                         lambda machine, workload, g, m, n, k: 2.0 * np.asarray(g) * m * n * k)

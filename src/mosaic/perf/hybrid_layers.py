@@ -43,20 +43,20 @@ from mosaic.perf.layer_costs import (
     DENSE_BLOCK_KEY,
     MOE_BLOCK_KEY,
     BlockTimes,
-    _fwd_bwd,
-    _gemm,
-    _overlapped_tp_collectives,
-    _selective_core_attention_s,
-    _tp_collectives,
     attention_times,
     block_norm_residual_s,
     dense_ffn_parts,
     ep_overlap_exposed_s,
+    fwd_bwd_s,
+    gemm_s,
     moe_ffn_parts,
     moe_recompute_modules,
+    overlapped_tp_collectives_s,
     quantise_cast_s,
     recompute_modules_forward_s,
+    selective_core_attention_s,
     shared_expert_overlap_exposed_s,
+    tp_collectives_s,
 )
 from mosaic.perf.machine import Machine
 from mosaic.perf.memo_keys import without_top_k
@@ -109,8 +109,8 @@ def _one_tp_pair(machine: Machine, workload: Workload, plans: ParallelPlans,
     and backward, the gathers and scatters run under ``gemm_s`` with ``tp_comm_overlap``."""
     activation_bytes = tokens_per_rank(workload, plans) * workload.geometry.d_model * (
         ACTIVATION_BYTES)
-    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1)
-    gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter, gemm_s)
+    gather, scatter, reduce = tp_collectives_s(machine, plans, activation_bytes, pairs_forward=1)
+    gather, scatter = overlapped_tp_collectives_s(workload, plans, gather, scatter, gemm_s)
     return gather, scatter, reduce
 
 
@@ -133,7 +133,7 @@ def attention_layer_times(machine: Machine, workload: Workload, plans: ParallelP
         attention_core_forward=attention.core_forward,
         selective_recompute=recompute_modules_forward_s(workload, {
             "core_attn": attention.core_forward, "layernorm": norm}),
-        selective_core_recompute=_selective_core_attention_s(workload, attention),
+        selective_core_recompute=selective_core_attention_s(workload, attention),
         mlp_gemm=zero, shared_expert=zero, router=zero,
         streaming=norm_residual * (1 + BACKWARD_TO_FORWARD_STREAMING), moe_permute=zero,
         quantise_cast=attention.quantise_cast,
@@ -149,14 +149,14 @@ def mlp_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     ffn = dense_ffn_parts(machine, workload, plans)
     norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
     gemm_forward = ffn.up + ffn.down
-    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, _fwd_bwd(gemm_forward))
+    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, fwd_bwd_s(gemm_forward))
     zero = _zero(plans)
     return BlockTimes(
         attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
         selective_recompute=recompute_modules_forward_s(workload, {
             "layernorm": norm, "mlp": gemm_forward + ffn.activation}),
         selective_core_recompute=zero,
-        mlp_gemm=_fwd_bwd(gemm_forward), shared_expert=zero, router=zero,
+        mlp_gemm=fwd_bwd_s(gemm_forward), shared_expert=zero, router=zero,
         streaming=(norm_residual + ffn.activation) * (1 + BACKWARD_TO_FORWARD_STREAMING),
         moe_permute=zero, quantise_cast=ffn.cast_forward + ffn.cast_backward,
         forward=gemm_forward + norm_residual + ffn.activation + ffn.cast_forward,
@@ -175,15 +175,15 @@ def moe_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                                                   moe.shared)
     if workload.ep_overlap:
         a2a_exposed = ep_overlap_exposed_s(machine, workload, moe.dispatch + moe.combine,
-                                           _fwd_bwd(experts) + _fwd_bwd(moe.shared))
+                                           fwd_bwd_s(experts) + fwd_bwd_s(moe.shared))
     zero = _zero(plans)
     return BlockTimes(
         attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
         selective_recompute=recompute_modules_forward_s(workload, {
             "layernorm": norm, **moe_recompute_modules(moe)}),
         selective_core_recompute=zero,
-        mlp_gemm=_fwd_bwd(experts), shared_expert=_fwd_bwd(moe.shared),
-        router=(_fwd_bwd(moe.router_gemm)
+        mlp_gemm=fwd_bwd_s(experts), shared_expert=fwd_bwd_s(moe.shared),
+        router=(fwd_bwd_s(moe.router_gemm)
                 + moe.router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING)),
         streaming=((norm_residual + moe.stream) * (1 + BACKWARD_TO_FORWARD_STREAMING)
                    + moe.permute_forward + moe.permute_backward),
@@ -246,8 +246,8 @@ def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
     tokens = tokens_per_rank(workload, plans)
     tp = plans.tp
     in_width, inner = mamba.in_proj_width / tp, mamba.inner_width / tp
-    in_proj = _gemm(machine, workload, tokens, in_width, geometry.d_model)
-    out_proj = _gemm(machine, workload, tokens, geometry.d_model, inner)
+    in_proj = gemm_s(machine, workload, tokens, in_width, geometry.d_model)
+    out_proj = gemm_s(machine, workload, tokens, geometry.d_model, inner)
     scan_forward, scan_backward = ssd_scan_s(machine, workload, plans)
     conv = streaming_time_s(tokens * CONV_STREAMS * mamba.conv_channels / tp * ACTIVATION_BYTES,
                             machine.hbm_bw_bytes_per_s)
@@ -257,7 +257,7 @@ def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
     cast_forward, cast_backward = quantise_cast_s(machine, workload, tokens, (
         (geometry.d_model, in_width), (inner, geometry.d_model)))
     gemm_forward = in_proj + out_proj
-    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, _fwd_bwd(gemm_forward))
+    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, fwd_bwd_s(gemm_forward))
     zero = _zero(plans)
     return BlockTimes(
         attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
@@ -271,7 +271,7 @@ def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
         forward=gemm_forward + scan_forward + conv + gated_norm + norm_residual + cast_forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
         ep_all_to_all=zero, cp_send_recv=zero,
-        mamba_gemm=_fwd_bwd(gemm_forward), mamba_scan=scan_forward + scan_backward)
+        mamba_gemm=fwd_bwd_s(gemm_forward), mamba_scan=scan_forward + scan_backward)
 
 
 def hybrid_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans

@@ -158,9 +158,10 @@ def weighted_block_times(parts: list[tuple[np.ndarray | float, BlockTimes]]) -> 
     return BlockTimes(**fields)
 
 
-def _gemm(
+def gemm_s(
     machine: Machine, workload: Workload, m: ArrayLike, n: ArrayLike, k: ArrayLike
 ) -> np.ndarray:
+    """Forward seconds of an m×k by k×n GEMM at the workload's GEMM precision."""
     element_bytes = workload.gemm_element_bytes
     return gemm_time_s(m, n, k, machine.gemm_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
                        machine.sm_count, bytes_per_element=element_bytes,
@@ -200,7 +201,8 @@ def quantise_cast_s(machine: Machine, workload: Workload, tokens: ArrayLike,
     return forward, backward
 
 
-def _fwd_bwd(forward_s: np.ndarray) -> np.ndarray:
+def fwd_bwd_s(forward_s: np.ndarray) -> np.ndarray:
+    """Forward and backward seconds of GEMMs whose forward takes ``forward_s``."""
     return forward_s * (1 + BACKWARD_TO_FORWARD_GEMM)
 
 
@@ -234,7 +236,7 @@ def attention_widths(workload: Workload) -> AttentionWidths:
                            head_dim=head_dim)
 
 
-def _tp_collectives(machine: Machine, plans: ParallelPlans, activation_bytes: np.ndarray,
+def tp_collectives_s(machine: Machine, plans: ParallelPlans, activation_bytes: np.ndarray,
                     pairs_forward: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(all-gather, reduce-scatter, all-reduce) seconds of ``pairs_forward`` TP pairs, fwd+bwd.
 
@@ -260,7 +262,7 @@ def _pipelined_exposed_s(communication_s: np.ndarray, gemm_s: np.ndarray,
             + np.minimum(communication_s, gemm_s) / chunks)
 
 
-def _overlapped_tp_collectives(workload: Workload, plans: ParallelPlans, gather: np.ndarray,
+def overlapped_tp_collectives_s(workload: Workload, plans: ParallelPlans, gather: np.ndarray,
                                scatter: np.ndarray, gemm_s: np.ndarray
                                ) -> tuple[np.ndarray, np.ndarray]:
     """Exposed (all-gather, reduce-scatter) seconds when ``workload.tp_comm_overlap`` runs
@@ -322,8 +324,8 @@ def _reference_attention_s(machine: Machine, workload: Workload, plans: Parallel
     rows = plans.micro_batch * heads * seq_q  # query rows over all local heads
     seq_k = workload.seq_len
     scores = rows * seq_k
-    qk = _gemm(machine, workload, rows, seq_k, head_dim)
-    pv = _gemm(machine, workload, rows, head_dim, seq_k)
+    qk = gemm_s(machine, workload, rows, seq_k, head_dim)
+    pv = gemm_s(machine, workload, rows, head_dim, seq_k)
     softmax_fwd = streaming_time_s(scores * REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE,
                                    machine.hbm_bw_bytes_per_s)
     softmax_bwd = streaming_time_s(scores * REFERENCE_SOFTMAX_BWD_BYTES_PER_SCORE,
@@ -363,8 +365,8 @@ def _jax_flash_attention_s(machine: Machine, workload: Workload, plans: Parallel
     fraction = jax_flash_block_fraction(workload.seq_len)
     rows = plans.micro_batch * heads * seq_q
     pairs_per_row = fraction * workload.seq_len / block  # key blocks each query row meets
-    qk = pairs_per_row * _gemm(machine, workload, rows, block, head_dim)
-    pv = pairs_per_row * _gemm(machine, workload, rows, head_dim, block)
+    qk = pairs_per_row * gemm_s(machine, workload, rows, block, head_dim)
+    pv = pairs_per_row * gemm_s(machine, workload, rows, head_dim, block)
     scores = rows * workload.seq_len * fraction
     softmax_fwd = streaming_time_s(scores * REFERENCE_SOFTMAX_FWD_BYTES_PER_SCORE,
                                    machine.hbm_bw_bytes_per_s)
@@ -395,8 +397,8 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     tokens = tokens_per_rank(workload, plans)
     widths = attention_widths(workload)
     head_dim = widths.head_dim
-    qkv = _gemm(machine, workload, tokens, widths.projection / plans.tp, geometry.d_model)
-    out = _gemm(machine, workload, tokens, geometry.d_model, widths.output / plans.tp)
+    qkv = gemm_s(machine, workload, tokens, widths.projection / plans.tp, geometry.d_model)
+    out = gemm_s(machine, workload, tokens, geometry.d_model, widths.output / plans.tp)
     heads = geometry.heads / plans.tp
     seq_q = workload.seq_len / plans.cp
     mode = workload.traits.context_parallel
@@ -446,7 +448,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
         (geometry.d_model, widths.projection / plans.tp),
         (widths.output / plans.tp, geometry.d_model)))
     return AttentionTimes(
-        gemm=_fwd_bwd(qkv + out), qkv_forward=qkv, output_forward=out,
+        gemm=fwd_bwd_s(qkv + out), qkv_forward=qkv, output_forward=out,
         core=core_fwd + core_bwd, core_forward=core_fwd,
         streaming=streaming * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming_forward=streaming + cast_fwd, quantise_cast=cast_fwd + cast_bwd,
@@ -529,8 +531,8 @@ def _mla_up_projection_forward_s(machine: Machine, workload: Workload, plans: Pa
         return np.zeros(len(plans))
     qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
     query_in = mla.q_lora_rank or geometry.d_model
-    query = _gemm(machine, workload, tokens, geometry.heads * qk_dim / plans.tp, query_in)
-    key_value = _gemm(machine, workload, tokens,
+    query = gemm_s(machine, workload, tokens, geometry.heads * qk_dim / plans.tp, query_in)
+    key_value = gemm_s(machine, workload, tokens,
                       geometry.heads * (mla.qk_nope_head_dim + mla.v_head_dim) / plans.tp,
                       mla.kv_lora_rank)
     return query + key_value
@@ -553,7 +555,7 @@ def recompute_modules_forward_s(workload: Workload, modules: dict[str, np.ndarra
     return total
 
 
-def _selective_core_attention_s(workload: Workload, attention: AttentionTimes) -> np.ndarray:
+def selective_core_attention_s(workload: Workload, attention: AttentionTimes) -> np.ndarray:
     """Attention-core forward that Megatron-Core's selective recompute repeats: all of it
     when its modules include core_attn (the default), else none."""
     if "core_attn" in workload.selective_recompute_modules:
@@ -597,8 +599,8 @@ def dense_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     width = geometry.ffn / plans.tp
-    up = _gemm(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
-    down = _gemm(machine, workload, tokens, geometry.d_model, width)
+    up = gemm_s(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
+    down = gemm_s(machine, workload, tokens, geometry.d_model, width)
     activation = streaming_time_s(_ffn_streaming_bytes(tokens, width, geometry.glu),
                                   machine.hbm_bw_bytes_per_s)
     cast_fwd, cast_bwd = quantise_cast_s(machine, workload, tokens, (
@@ -621,9 +623,9 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     forward = (attention.gemm / (1 + BACKWARD_TO_FORWARD_GEMM) + attention.core_forward + up
                + down + streaming_forward)
     zero = np.zeros(len(plans))
-    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=2)
-    gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter,
-                                                 attention.gemm + _fwd_bwd(up + down))
+    gather, scatter, reduce = tp_collectives_s(machine, plans, activation_bytes, pairs_forward=2)
+    gather, scatter = overlapped_tp_collectives_s(workload, plans, gather, scatter,
+                                                 attention.gemm + fwd_bwd_s(up + down))
     policy = workload.traits.selective_recompute
     if policy is SelectiveRecompute.PER_OP:
         selective = _per_op_sac_recompute(workload, plans, attention, up, down,
@@ -635,7 +637,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     elif policy is SelectiveRecompute.SAVE_DOTS:
         selective, selective_core = _save_dots_recompute(attention, streaming_forward)
     else:
-        selective_core = _selective_core_attention_s(workload, attention)
+        selective_core = selective_core_attention_s(workload, attention)
         selective = recompute_modules_forward_s(workload, {
             "core_attn": attention.core_forward,
             "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
@@ -645,7 +647,7 @@ def dense_block_times(machine: Machine, workload: Workload, plans: ParallelPlans
     return BlockTimes(
         attention_gemm=attention.gemm, attention_core=attention.core,
         attention_core_forward=attention.core_forward, selective_recompute=selective,
-        selective_core_recompute=selective_core, mlp_gemm=_fwd_bwd(up + down),
+        selective_core_recompute=selective_core, mlp_gemm=fwd_bwd_s(up + down),
         shared_expert=zero, router=zero, streaming=streaming, moe_permute=zero,
         quantise_cast=attention.quantise_cast + cast_fwd + cast_bwd,
         forward=forward,
@@ -699,16 +701,16 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
         # group: one dense [copies, E_loc·k] x [E_loc·k, n] dot, E_loc times the FLOPs (the
         # backward's input and weight gradients likewise, BACKWARD_TO_FORWARD_GEMM).
         copies_here = experts_here * m_per_expert
-        experts_up = _gemm(machine, workload, copies_here, glu_factor * expert_width,
+        experts_up = gemm_s(machine, workload, copies_here, glu_factor * expert_width,
                            experts_here * geometry.d_model)
-        experts_down = _gemm(machine, workload, copies_here, geometry.d_model,
+        experts_down = gemm_s(machine, workload, copies_here, geometry.d_model,
                              experts_here * expert_width)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
         shared_width = moe.shared_experts * moe.shared_width / plans.tp
-        shared_fwd = (_gemm(machine, workload, tokens, glu_factor * shared_width,
+        shared_fwd = (gemm_s(machine, workload, tokens, glu_factor * shared_width,
                             geometry.d_model)
-                      + _gemm(machine, workload, tokens, geometry.d_model, shared_width))
+                      + gemm_s(machine, workload, tokens, geometry.d_model, shared_width))
     router_gemm = gemm_time_s(routed, moe.experts, geometry.d_model,
                               machine.mfu_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
                               machine.sm_count, bytes_per_element=FP32_BYTES,
@@ -784,12 +786,12 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     a2a_exposed = shared_expert_overlap_exposed_s(workload, dispatch, combine, shared_fwd)
     if workload.ep_overlap:
         # the other micro-batch's block: its forward + backward GEMMs and attention
-        other_compute = (attention.gemm + attention.core + _fwd_bwd(experts_up + experts_down)
-                         + _fwd_bwd(shared_fwd))
+        other_compute = (attention.gemm + attention.core + fwd_bwd_s(experts_up + experts_down)
+                         + fwd_bwd_s(shared_fwd))
         a2a_exposed = ep_overlap_exposed_s(machine, workload, a2a_pair, other_compute)
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
-    gather, scatter, reduce = _tp_collectives(machine, plans, activation_bytes, pairs_forward=1)
-    gather, scatter = _overlapped_tp_collectives(workload, plans, gather, scatter,
+    gather, scatter, reduce = tp_collectives_s(machine, plans, activation_bytes, pairs_forward=1)
+    gather, scatter = overlapped_tp_collectives_s(workload, plans, gather, scatter,
                                                  attention.gemm)
     gather = gather + moe.etp_gather
     scatter = scatter + moe.etp_scatter
@@ -815,7 +817,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         selective, selective_core = _save_dots_recompute(
             attention, attention.streaming_forward + moe_stream_fwd + cast_fwd)
     else:
-        selective_core = _selective_core_attention_s(workload, attention)
+        selective_core = selective_core_attention_s(workload, attention)
         selective = recompute_modules_forward_s(workload, {
             "core_attn": attention.core_forward,
             "mla_up_proj": _mla_up_projection_forward_s(machine, workload, plans, tokens),
@@ -827,8 +829,8 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         attention_core_forward=attention.core_forward,
         selective_recompute=selective,
         selective_core_recompute=selective_core,
-        mlp_gemm=_fwd_bwd(mlp_fwd), shared_expert=_fwd_bwd(shared_fwd),
-        router=_fwd_bwd(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
+        mlp_gemm=fwd_bwd_s(mlp_fwd), shared_expert=fwd_bwd_s(shared_fwd),
+        router=fwd_bwd_s(router_gemm) + router_stream * (1 + BACKWARD_TO_FORWARD_STREAMING),
         streaming=streaming, moe_permute=permute_fwd + permute_bwd,
         quantise_cast=attention.quantise_cast + cast_fwd + cast_bwd,
         forward=forward,
