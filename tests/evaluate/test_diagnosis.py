@@ -307,11 +307,13 @@ def test_zero2_is_a_lever_where_the_stack_offers_it(tmp_path):
     assert not diagnosis.result.prediction.feasible[0]
     zero2 = next(lever for lever in diagnosis.levers if lever.name == "sharding_zero2")
     assert zero2.feasible and zero2.gain == pytest.approx(1.0, abs=0.01)
-    # Reducing gradients in bf16 also fits (half the gradient bytes); both rank among the
-    # feasible levers, ahead of every infeasible one.
+    # it ranks among the feasible levers, ahead of every infeasible one; reducing gradients
+    # in bf16 is offered too and halves the gradient bytes (it lands within a GiB of the
+    # line: the busiest EP rank's routed copies, perf/routing_load.py, keep it just over)
     feasible = [lever.name for lever in diagnosis.levers if lever.feasible]
     assert diagnosis.levers.index(zero2) < len(feasible)
-    assert "grad_reduce_bf16" in feasible
+    bf16 = next(lever for lever in diagnosis.levers if lever.name == "grad_reduce_bf16")
+    assert bf16.memory_bytes < diagnosis.result.prediction.memory_bytes[0]
     paper = diagnose(job(path, "performance.stack=paper-nemo"), CALIBRATION)
     assert "sharding_zero2" not in {lever.name for lever in paper.levers}
 

@@ -197,3 +197,20 @@ def test_a_stated_imbalance_is_bounded_by_ep_and_by_experts_over_top_k():
     assert loads.tolist() == [1.0, 2.0, 3.0]
     with pytest.raises(MosaicInputError, match="at most experts/top_k"):
         replace(workload, routing_imbalance=moe.experts / moe.top_k + 1)
+
+
+def test_the_busiest_rank_saves_its_routed_copies():
+    """Drop-and-pad at capacity 1.5: every expert computes 1.5x the even share, and saves
+    1.5x the expert inputs and intermediates; the rest of the MoE block is unchanged."""
+    from mosaic.perf.memory import moe_block_activation_bytes
+    from mosaic.perf.shapes import expert_copies
+    plans = single_plan(dp=16, ep=8)
+    even = _with_capacity(_moe(routing="balanced"), 1.5)
+    padded = _with_capacity(replace(_moe(routing="token_drop"), pad_to_capacity=True), 1.5)
+    geometry = even.geometry
+    copies = expert_copies(even, plans)[0]
+    width = geometry.moe.expert_ffn
+    per_copy = 2 * geometry.d_model + width * (2 * 2 + 2)  # input, SwiGLU gate/up and output
+    extra = 0.5 * copies * per_copy
+    assert (moe_block_activation_bytes(padded, plans)[0]
+            - moe_block_activation_bytes(even, plans)[0]) == pytest.approx(extra, rel=1e-12)

@@ -42,6 +42,7 @@ from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kern
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.routing_load import routed_load_factor
 from mosaic.perf.schedule import (
     MIRROR_STAGE,
     Stage,
@@ -286,13 +287,23 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         np.where(dense_blocks > 0, dense_block_total, 0.0),
         np.where(moe_blocks > 0, moe_block_total - experts_per_block, 0.0),
     )
-    return StageParameters(
+    return _stage_parameters_with_units(
         dense=dense_blocks * dense_block + moe_blocks * moe_block_tp,
         replicated=blocks * counts.norms_per_layer
         + moe_blocks * counts.router_per_layer
         + np.where(lm_head, counts.final_norm, 0),
-        vocab=embedding + head,
-        expert=moe_blocks * experts_per_block,
+        expert=moe_blocks * experts_per_block, embedding=embedding, head=head,
+        largest_block=largest_block, largest_block_without_experts=largest_block_without_experts)
+
+
+def _stage_parameters_with_units(dense: np.ndarray, replicated: np.ndarray, expert: np.ndarray,
+                                 embedding: np.ndarray, head: np.ndarray,
+                                 largest_block: np.ndarray,
+                                 largest_block_without_experts: np.ndarray) -> StageParameters:
+    """:class:`StageParameters` whose largest FSDP unit is the largest block, the embedding
+    or the LM head (with and without the routed experts)."""
+    return StageParameters(
+        dense=dense, replicated=replicated, vocab=embedding + head, expert=expert,
         largest_block=largest_block,
         largest_unit=np.maximum.reduce([largest_block, embedding, head]),
         largest_block_without_experts=largest_block_without_experts,
@@ -327,18 +338,12 @@ def _hybrid_stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: St
                          np.where(moe_layers > 0, whole[HybridLayer.MOE] + experts_per_layer,
                                   0.0))
     lm_head = _holds_lm_head(plans, stage)
-    return StageParameters(
+    return _stage_parameters_with_units(
         dense=sum((held[symbol] * split[symbol] for symbol in HybridLayer),
                   start=np.zeros(len(plans))),
         replicated=layers * norm + moe_layers * router + np.where(lm_head, counts.final_norm, 0),
-        vocab=embedding + head,
-        expert=moe_layers * experts_per_layer,
-        largest_block=largest,
-        largest_unit=np.maximum.reduce([largest, embedding, head]),
-        largest_block_without_experts=largest_without_experts,
-        largest_unit_without_experts=np.maximum.reduce(
-            [largest_without_experts, embedding, head]),
-    )
+        expert=moe_layers * experts_per_layer, embedding=embedding, head=head,
+        largest_block=largest, largest_block_without_experts=largest_without_experts)
 
 
 @plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
@@ -612,10 +617,14 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     copies = expert_copies(workload, plans)
     norm = 2 * ACTIVATION_BYTES * routed * h
     router = routed * (2 * FP32_BYTES * moe.experts + (INDEX_BYTES + FP32_BYTES) * moe.top_k)
-    expert_inputs = gemm_in * copies * h
+    # the busiest EP rank's routed copies (perf/routing_load.py: a learned router's
+    # imbalance, a padded capacity), whose saved expert tensors set the peak as its GEMMs
+    # set the time
+    busiest = copies * routed_load_factor(workload, plans)
+    expert_inputs = gemm_in * busiest * h
     # SwiGLU inputs cached in FP8 (Workload.fp8_glu_inputs; DeepSeek-V3 report Sec. 3.3.3)
     glu_in = 1 if workload.fp8_glu_inputs else ACTIVATION_BYTES
-    experts = _ffn_bytes(copies, moe.expert_ffn / plans.etp, geometry.glu, gemm_in, glu_in)
+    experts = _ffn_bytes(busiest, moe.expert_ffn / plans.etp, geometry.glu, gemm_in, glu_in)
     combine = 0.0 if workload.traits.moe_probs_in_activation else (
         ACTIVATION_BYTES * moe.top_k * routed * h)
     shared_width = moe.shared_experts * moe.shared_width / plans.tp
