@@ -22,6 +22,7 @@ from mosaic.export.targets import export
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.hybrid_layers import SSD_FORWARD_KERNELS, ssd_scan_s
+from mosaic.perf.kernels import memory_bound_time_s
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import mamba_activation_bytes
 from mosaic.perf.schedule import stage_hybrid_counts
@@ -125,8 +126,11 @@ def test_ssd_scan_is_its_memory_traffic():
                               + 2 * inner * ACTIVATION_BYTES)
     forward, backward = ssd_scan_s(machine, spec.workload, spec.plan)
     latency = machine.gemm_params.kernel_latency_s
-    assert forward[0] == pytest.approx(SSD_FORWARD_KERNELS * latency
-                                       + forward_bytes / machine.hbm_bw_bytes_per_s)
+    # at the streaming kernels' HBM efficiency (kernels.memory_bound_time_s), one launch each
+    streamed = memory_bound_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
+                                   kernel_latency_s=0.0)
+    assert forward[0] == pytest.approx(SSD_FORWARD_KERNELS * latency + streamed)
+    assert streamed > 0.9 * forward_bytes / machine.hbm_bw_bytes_per_s  # near the bandwidth
     assert backward[0] > 2 * forward[0]
 
 
@@ -167,3 +171,38 @@ def test_a_hybrid_layer_split_sums_to_the_model():
                 {"tp": 1, "pp": 1, "dp": 16}, {})
     counts = stage_hybrid_counts(spec.workload.geometry, spec.plan, "first")
     assert sum(int(np.asarray(c)[0]) for c in counts.values()) == 16
+
+
+def test_the_heaviest_rank_of_a_hybrid_pipeline_is_found_wherever_it_is():
+    """pp = 4 over 16 layers: the four MoE layers on rank 1 or on rank 2 pace the step the
+    same (any rank is a candidate, not only the first, rank 1 and the last); rank 1 keeps
+    one more micro-batch in flight (1F1B: pp - rank), so its memory peak is higher."""
+    moe = {"experts": 64, "top_k": 8, "expert_ffn": 4096}
+    layout = {"tp": 1, "pp": 4, "dp": 4, "ep": 4}
+    on_rank_1 = _predict(_job({"layers": 16, "hybrid_pattern": "MMMMEEEEMMMMMMMM",
+                               "mamba": MAMBA, "moe": moe}, layout, {}))
+    on_rank_2 = _predict(_job({"layers": 16, "hybrid_pattern": "MMMMMMMMEEEEMMMM",
+                               "mamba": MAMBA, "moe": moe}, layout, {}))
+    assert on_rank_2.breakdown_s["compute_experts"][0] > 0
+    assert on_rank_2.step_time_s[0] == pytest.approx(on_rank_1.step_time_s[0], rel=1e-9)
+    assert on_rank_1.memory_bytes[0] > on_rank_2.memory_bytes[0]
+
+
+def test_mamba_context_parallelism_costs_its_all_to_alls_and_its_rules():
+    """MambaContextParallel moves z, x, B, C, dt to head-parallel and the output back, both
+    ways in each pass; cp must split the TP rank's heads."""
+    model = {"layers": 2, "hybrid_pattern": "M-", "mamba": MAMBA}
+    one = _predict(_job(model, {"tp": 1, "pp": 1, "cp": 1, "dp": 16}, {}))
+    two = _predict(_job(model, {"tp": 1, "pp": 1, "cp": 2, "dp": 8}, {}))
+    assert "cp_send_recv" not in one.breakdown_s or one.breakdown_s["cp_send_recv"][0] == 0
+    assert two.breakdown_s["cp_send_recv"][0] > 0
+    narrow = {**model, "mamba": {**MAMBA, "heads": 24}}
+    with pytest.raises(MosaicInputError, match=r"tp·cp=2·8 must divide mamba\.heads=24"):
+        _predict(_job(narrow, {"tp": 2, "pp": 1, "cp": 8, "dp": 1}, {}))
+
+
+def test_ep_overlap_is_refused_for_a_hybrid_model():
+    with pytest.raises(MosaicInputError, match="combined 1F1B"):
+        _job({"layers": 2, "hybrid_pattern": "*E",
+              "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
+             {"tp": 1, "pp": 1, "dp": 16, "ep": 8, "ep_overlap": True}, {})

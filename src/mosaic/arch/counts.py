@@ -103,11 +103,12 @@ def params_ffn(d_model: ArrayLike, width: ArrayLike, glu: bool, bias: bool = Fal
 def params_mamba(d_model: ArrayLike, mamba: MambaConfig) -> ArrayLike:
     """One Mamba-2 mixer (Megatron-Core ``MambaMixer``, megatron/core/ssm/mamba_mixer.py
     @ d98e8a64dd): in_proj d→[z, x, B, C, dt] (no bias), the depthwise causal convolution
-    over x, B and C (kernel weights and a bias per channel), per-head dt bias, A_log and D,
+    over x, B and C (kernel weights, and a bias per channel unless ``conv_bias`` is off),
+    per-head dt bias, A_log and D,
     the gated RMSNorm's gain over d_inner, out_proj d_inner→d (no bias). The layer's
     pre-norm is counted with the norms."""
     per_head = 3 * mamba.heads  # dt_bias, A_log, D
-    conv = mamba.conv_channels * (mamba.conv_kernel + 1)
+    conv = mamba.conv_channels * (mamba.conv_kernel + int(mamba.conv_bias))
     return (d_model * mamba.in_proj_width + conv + per_head + mamba.inner_width
             + mamba.inner_width * d_model)
 

@@ -63,8 +63,8 @@ def ssd_scan_forward_flops_per_token(geometry: Geometry) -> float:
     Sec. 6, the four steps of Listing 1 over chunks of Q tokens): the intra-chunk C·Bᵀ per
     group (Q·N per token) and its masked product with x per head (Q·P), the chunk states
     Bᵀ·x and the state-to-output C·h per head (N·P each); multiply-adds count 2. The
-    kernels compute each Q×Q chunk block whole, causal mask included. Zero without Mamba
-    layers."""
+    intra-chunk Q×Q products are counted whole (C·Bᵀ is; the chunk-scan kernel skips its
+    blocks above the diagonal, so this is an upper bound). Zero without Mamba layers."""
     mamba = geometry.mamba
     if mamba is None:
         return 0.0

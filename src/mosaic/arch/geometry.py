@@ -22,6 +22,11 @@ class AttentionKind(StrEnum):
     MLA = "mla"  # DeepSeek multi-head latent attention (DeepSeek-V2, 2024)
 
 
+# FFN activations by name; the gated ones multiply two projections (Shazeer 2020)
+ACTIVATIONS = ("swiglu", "geglu", "gelu", "relu", "squared_relu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+
+
 class HybridLayer(StrEnum):
     """Layers of a hybrid model's pattern, one symbol per layer as Megatron-Core spells them
     (megatron/core/models/hybrid/hybrid_layer_allocation.py ``Symbols`` @ d98e8a64dd):
@@ -100,6 +105,8 @@ class MambaConfig:
         groups: B/C groups G shared by H/G heads each (``mamba_num_groups``/``n_groups``).
         conv_kernel: width of the depthwise causal convolution over x, B and C (``d_conv``, 4).
         chunk_size: tokens per chunk of the chunked SSD scan (Sec. 6; ``chunk_size``, 128).
+        conv_bias: the convolution carries a bias per channel (MambaMixer ``conv_bias``,
+            HF ``use_conv_bias``; default true).
     """
 
     heads: int
@@ -108,13 +115,15 @@ class MambaConfig:
     groups: int = 8
     conv_kernel: int = 4
     chunk_size: int = 128
+    conv_bias: bool = True
 
     def __post_init__(self) -> None:
-        _require_positive("mamba", heads=self.heads, head_dim=self.head_dim,
+        _require_positive("model.mamba", heads=self.heads, head_dim=self.head_dim,
                           state_dim=self.state_dim, groups=self.groups,
                           conv_kernel=self.conv_kernel, chunk_size=self.chunk_size)
         _require(self.heads % self.groups == 0,
-                 f"mamba.groups ({self.groups}) must divide mamba.heads ({self.heads}) "
+                 f"model.mamba.groups ({self.groups}) must divide model.mamba.heads "
+                 f"({self.heads}) "
                  "(Megatron-Core MambaMixer: nheads % ngroups == 0)")
 
     @property
@@ -218,6 +227,11 @@ class Geometry:
         attention_sinks: one learned sink logit per head (gpt-oss model card, Sec. 2.1).
         mtp_layers: DeepSeek-V3 multi-token-prediction modules (DeepSeek-V3 Sec. 2.2); their
             parameters are counted apart from ``n_total`` (the published 671 B excludes them).
+        activation: the FFN activation's name when the source states it (swiglu, geglu, gelu,
+            relu, squared_relu; the first two gated, as ``glu`` says); None means SwiGLU
+            when ``glu``, else GELU, and stating that default stores None. Parameter and
+            FLOP counts read only ``glu``; launch configs read the name (Nemotron-H and
+            Nemotron-4 use squared ReLU).
         hybrid_pattern: a hybrid model's layers, one :class:`HybridLayer` symbol each
             (Megatron-Core ``hybrid_layer_pattern``, e.g. Nemotron-H 8B
             ``M-M-M-M*-...``); None for a transformer, whose every block is attention + FFN.
@@ -245,6 +259,7 @@ class Geometry:
     output_bias: bool = False
     attention_sinks: bool = False
     mtp_layers: int = 0
+    activation: str | None = None
     hybrid_pattern: str | None = None
     mamba: MambaConfig | None = None
 
@@ -279,6 +294,15 @@ class Geometry:
                 self.moe.dense_layers <= self.layers,
                 f"moe.dense_layers ({self.moe.dense_layers}) exceeds model.layers ({self.layers})",
             )
+        if self.activation is not None:
+            _require(self.activation in ACTIVATIONS, f"model.activation {self.activation!r}: "
+                     f"allowed values are {', '.join(ACTIVATIONS)}")
+            _require((self.activation in GATED_ACTIVATIONS) == self.glu,
+                     f"model.activation {self.activation} and glu={self.glu} disagree (gated: "
+                     f"{', '.join(GATED_ACTIVATIONS)})")
+            if self.activation == ("swiglu" if self.glu else "gelu"):
+                # the default spelled out is the default: one geometry, one value
+                object.__setattr__(self, "activation", None)
         if self.hybrid_pattern is not None:
             self._check_hybrid()
         else:
@@ -292,8 +316,9 @@ class Geometry:
         unknown = sorted(set(pattern) - set(allowed))
         _require(not unknown, f"model.hybrid_pattern: unknown layer symbol(s) "
                  f"{', '.join(repr(c) for c in unknown)}; allowed: 'M' (Mamba), '*' "
-                 "(attention), '-' (MLP), 'E' (MoE), one per layer (pipeline '|' and MTP '/' "
-                 "separators are not supported)")
+                 "(attention), '-' (MLP), 'E' (MoE), one per layer (leave out Megatron's pipeline "
+                 "'|' separators: the layout's pp and vpp cut the pattern; MTP '/' patterns "
+                 "are not supported)")
         _require(len(pattern) == self.layers, f"model.hybrid_pattern has {len(pattern)} "
                  f"layers but model.layers is {self.layers}")
         has = {symbol: symbol.value in pattern for symbol in HybridLayer}
@@ -317,6 +342,11 @@ class Geometry:
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def activation_name(self) -> str:
+        """The FFN activation: the stated one, else SwiGLU when gated and GELU when not."""
+        return self.activation or ("swiglu" if self.glu else "gelu")
 
     @property
     def is_hybrid(self) -> bool:

@@ -83,14 +83,16 @@ class _Fields:
         return value
 
 
-def _check_gated_activation(fields: _Fields) -> None:
-    """Every supported family uses a gated (SwiGLU-like) MLP; refuse an unexpected one."""
+def _gated_activation(fields: _Fields) -> str:
+    """Every supported transformer family uses a gated MLP: SwiGLU for hidden_act silu or
+    swish, GeGLU for gelu; refuse an unexpected one."""
     act = fields.config.get("hidden_act", "silu")
     if act not in ("silu", "swish", "gelu", "gelu_pytorch_tanh"):
         raise MosaicInputError(
             f"{fields.where}: hidden_act {act!r} is not supported; allowed: silu, swish, gelu")
     if fields.bool("mlp_bias", False):
         raise MosaicInputError(f"{fields.where}: mlp_bias=true is not supported (FFN biases)")
+    return "swiglu" if act in ("silu", "swish") else "geglu"
 
 
 def _moe_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
@@ -165,7 +167,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     fields = _Fields(config, where)
     if model_type in HYBRID_TYPES:
         return _nemotron_h(fields)
-    _check_gated_activation(fields)
+    activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
     common: dict[str, Any] = {
@@ -173,6 +175,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         "d_model": d_model,
         "vocab": fields.int("vocab_size"),
         "glu": True,
+        "activation": activation,
         "norm": NormKind.RMSNORM,
         # HF PretrainedConfig defaults tie_word_embeddings to True, but every family here
         # overrides the default to False (LlamaConfig, MixtralConfig, Qwen*Config, ...).
@@ -254,8 +257,11 @@ def _nemotron_h(fields: _Fields) -> Geometry:
         if fields.bool(flag, False):
             raise MosaicInputError(f"{where}: {flag}=true is not supported (linear biases)")
     pattern = fields.config.get("hybrid_override_pattern")
-    if not isinstance(pattern, str) or not pattern:
+    if pattern is None:
         raise MosaicInputError(f"{where}: missing required field 'hybrid_override_pattern'")
+    if not isinstance(pattern, str) or not pattern:
+        raise MosaicInputError(f"{where}: hybrid_override_pattern must be a string of layer "
+                               f"symbols (M, *, -, E), got {pattern!r}")
     d_model = fields.int("hidden_size")
     moe = None
     if "E" in pattern:
@@ -269,15 +275,19 @@ def _nemotron_h(fields: _Fields) -> Geometry:
                         head_dim=fields.int("mamba_head_dim", 64),
                         state_dim=fields.int("ssm_state_size", 128),
                         groups=fields.int("n_groups", 8), conv_kernel=fields.int("conv_kernel", 4),
-                        chunk_size=fields.int("chunk_size", 128)) if "M" in pattern else None
+                        chunk_size=fields.int("chunk_size", 128),
+                        conv_bias=fields.bool("use_conv_bias", True)) if "M" in pattern else None
     width = fields.config.get("intermediate_size")
     ffn = fields.int("intermediate_size") if width is not None or "-" in pattern else (
         moe.expert_ffn if moe else d_model)
-    return Geometry(
-        layers=fields.int("num_hidden_layers"), d_model=d_model, vocab=fields.int("vocab_size"),
-        glu=False, norm=NormKind.RMSNORM,
-        tied_embeddings=fields.bool("tie_word_embeddings", False),
-        **_attention(fields, d_model), ffn=ffn, moe=moe, hybrid_pattern=pattern, mamba=mamba)
+    try:
+        return Geometry(
+            layers=fields.int("num_hidden_layers"), d_model=d_model,
+            vocab=fields.int("vocab_size"), glu=False, activation="squared_relu",
+            norm=NormKind.RMSNORM, tied_embeddings=fields.bool("tie_word_embeddings", False),
+            **_attention(fields, d_model), ffn=ffn, moe=moe, hybrid_pattern=pattern, mamba=mamba)
+    except MosaicInputError as error:  # a pattern rule: name the file
+        raise MosaicInputError(f"{where}: {error}") from None
 
 
 def load_hf_config(path: Path) -> Geometry:

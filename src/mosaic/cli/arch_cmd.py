@@ -186,7 +186,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"{summary['layers']} / {summary['d_model']} / "
             f"{summary['heads']} ({summary['kv_heads']})",
         ),
-        ("dense FFN width", str(summary["ffn"])),
+        ("dense FFN width", str(summary["ffn"]) if not summary.get("hybrid_pattern")
+         or summary["dense_layers"] else f"{summary['ffn']} (no MLP layers use it)"),
     ]
     if summary.get("hybrid_pattern"):
         rows += [

@@ -124,7 +124,8 @@ def _render_current(diagnosis: Diagnosis) -> None:
     p = result.prediction
     memory = diagnosis.bound.memory
     print_key_value_table("Job", [
-        ("hardware", f"{result.cluster.n_devices} x {result.cluster.system.name}"),
+        ("hardware", f"{result.cluster.n_devices} GPUs: {result.cluster.n_nodes} x "
+                     f"{result.cluster.system.name}"),
         ("layout", _layout(result.spec.plan.row(0))),
         ("global batch", f"{result.spec.workload.global_batch} x "
                          f"{result.spec.workload.seq_len} tokens"),

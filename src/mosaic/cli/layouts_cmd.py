@@ -198,7 +198,8 @@ def _print_compact_table(title: str, columns: list[str], rows: list[list[str]],
 def _render(document: dict[str, Any], capacity_gib: float) -> None:
     hardware = document["hardware"]
     console.print(
-        f"{hardware['devices']} x {hardware['system']}: {document['n_candidates']:,} "
+        f"{hardware['devices']} GPUs ({hardware['nodes']} x {hardware['system']}): "
+        f"{document['n_candidates']:,} "
         f"candidate layouts, {document['n_plans']:,} pass the divisibility rules, "
         f"{document['n_feasible']:,} fit in {hardware['usable_memory_fraction']:.0%} of "
         f"{capacity_gib:.1f} GiB per GPU. "

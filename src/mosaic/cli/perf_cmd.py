@@ -97,7 +97,8 @@ def _render(document: dict[str, Any]) -> None:
     print_key_value_table(
         "Predicted step",
         [
-            ("hardware", f"{document['hardware']['devices']} x {document['hardware']['system']}"),
+            ("hardware", f"{document['hardware']['devices']} GPUs: "
+                         f"{document['hardware']['nodes']} x {document['hardware']['system']}"),
             ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
             ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),

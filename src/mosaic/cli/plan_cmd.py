@@ -291,6 +291,10 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
         raise MosaicInputError(f"--backbone {backbone_file}: no such file (give a HuggingFace "
                                f"config.json or a mosaic model YAML)")
     geometry = load_model_file(backbone_file)
+    if geometry.is_hybrid:
+        raise MosaicInputError(f"{backbone_file}: a hybrid Mamba/attention backbone "
+                               "(model.hybrid_pattern) cannot be planned: the scaling law and "
+                               "the geometry grid are the paper's transformers")
     own = geometry.moe
     if own is None and (experts is None or top_k is None):
         raise MosaicInputError(f"{backbone_file}: a dense backbone needs --experts and --top-k "

@@ -89,6 +89,7 @@ class MambaBlock(_Strict):
     groups: int = Field(default=8, gt=0, le=_WIDTH, description="B/C groups (n_groups)")
     conv_kernel: int = Field(default=4, gt=0, le=64, description="causal convolution width")
     chunk_size: int = Field(default=128, gt=0, le=_WIDTH, description="SSD scan chunk length")
+    conv_bias: bool = Field(default=True, description="the convolution carries a bias")
 
 
 class ModelBlock(_Strict):

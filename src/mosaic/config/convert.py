@@ -10,6 +10,7 @@ arch`` stays light.
 from __future__ import annotations
 
 from mosaic.arch.geometry import (
+    GATED_ACTIVATIONS,
     AttentionKind,
     Geometry,
     HybridLayer,
@@ -24,7 +25,6 @@ from mosaic.errors import MosaicInputError
 # The paper's runs use the GPT-2 BPE vocabulary and SwiGLU FFNs (Appendix A.1).
 PAPER_VOCAB = 50257
 PAPER_ACTIVATION = "swiglu"
-GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
 
 
 def _heads(model: ModelBlock, attention: AttentionKind, measured: bool, notes: list[str]
@@ -124,7 +124,8 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
     return Geometry(
         layers=model.layers, d_model=model.d_model, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, ffn=_ffn(model, moe, notes), vocab=int(vocab),  # type: ignore[arg-type]
-        glu=activation in GATED_ACTIVATIONS, tied_embeddings=bool(tied), attention=attention,
+        glu=activation in GATED_ACTIVATIONS, activation=model.activation,
+        tied_embeddings=bool(tied), attention=attention,
         mla=mla if attention is AttentionKind.MLA else None,
         gated_attention=model.gated_attention, norm=NormKind(norm), moe=moe,
         qk_norm=model.qk_norm, qkv_bias=model.qkv_bias, output_bias=model.output_bias,
@@ -141,7 +142,8 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
     document |= {
         "layers": geometry.layers, "d_model": geometry.d_model, "heads": geometry.heads,
         "kv_heads": geometry.kv_heads, "head_dim": geometry.head_dim, "ffn": geometry.ffn,
-        "activation": "swiglu" if geometry.glu else "gelu", "vocab": geometry.vocab,
+        "activation": geometry.activation_name,
+        "vocab": geometry.vocab,
         "tied_embeddings": geometry.tied_embeddings, "attention": str(geometry.attention),
         "norm": str(geometry.norm), "mtp_layers": geometry.mtp_layers,
     }
@@ -172,5 +174,6 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         mamba = geometry.mamba
         document["mamba"] = {"heads": mamba.heads, "head_dim": mamba.head_dim,
                              "state_dim": mamba.state_dim, "groups": mamba.groups,
-                             "conv_kernel": mamba.conv_kernel, "chunk_size": mamba.chunk_size}
+                             "conv_kernel": mamba.conv_kernel, "chunk_size": mamba.chunk_size,
+                             **({} if mamba.conv_bias else {"conv_bias": False})}
     return document

@@ -110,6 +110,10 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
         d_model=None if geometry is None else geometry.d_model, experts=experts)
     sources = recipe_sources(query)
     given = {name: value for name, (value, _) in sources.items() if name not in stated}
+    if geometry is not None and geometry.is_hybrid and given.pop("ep_overlap", False):
+        notes.append(f"{RECIPE_NOTE}: ep_overlap=True in the recipe, not applied (a hybrid "
+                     "model: Megatron-Core's combined 1F1B EP overlap schedules GPT models "
+                     "only; docs/perf.md)")
     applied = [name for name in given if name not in RECIPE_SETTINGS_NOT_APPLIED]
     if applied:
         listed = ", ".join(f"{name}={given[name]}" for name in applied)

@@ -11,7 +11,7 @@ d98e8a6 (2026-08-22).
 
 from __future__ import annotations
 
-from mosaic.arch.geometry import AttentionKind, NormKind
+from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
 from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -74,7 +74,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         ("--seq-length", str(spec.seq_len)),
         ("--max-position-embeddings", str(spec.seq_len)),
         ("--vocab-size", str(g.vocab)),
-        ("--position-embedding-type", "rope"),
+        # a hybrid model has no position embedding (Megatron-Core HybridModel and
+        # Megatron-Bridge's MambaModelProvider default to 'none'; its Mamba layers carry the
+        # order), a transformer RoPE
+        ("--position-embedding-type", "none" if g.is_hybrid else "rope"),
         ("--normalization", "RMSNorm" if g.norm is NormKind.RMSNORM else "LayerNorm"),
     ]
     if g.attention is AttentionKind.MLA:
@@ -90,8 +93,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--kv-channels", str(g.head_dim)))
         if g.kv_heads != g.heads:
             args += [("--group-query-attention", None), ("--num-query-groups", str(g.kv_heads))]
-    if g.glu:
-        args.append(("--swiglu", None))
+    args += activation_arguments(g, unsupported)
     if not g.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     expert_bias = bool(g.moe and g.moe.expert_bias)
@@ -307,27 +309,48 @@ def recompute_arguments(spec: ExportSpec, unsupported: list[str]
     return args
 
 
+def activation_arguments(g: Geometry, unsupported: list[str]) -> list[tuple[str, str | None]]:
+    """The FFN activation's flag (Megatron-LM arguments.py: --swiglu, --squared-relu; GELU
+    is the default, other activations have no flag)."""
+    activation = g.activation_name
+    if activation == "geglu":
+        unsupported.append("GeGLU has no Megatron-LM flag (--swiglu written: the same three "
+                           "matrices, SiLU gate)")
+    if g.glu:
+        return [("--swiglu", None)]
+    if activation == "squared_relu":
+        return [("--squared-relu", None)]
+    if activation == "relu":
+        unsupported.append("ReLU has no Megatron-LM flag (GELU, the default, is written)")
+    return []
+
+
 def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                      ) -> list[tuple[str, str | None]]:
     """A hybrid model's flags: its layer pattern (--hybrid-layer-pattern, "the sole
     indicator that a hybrid model is being run", Megatron-LM arguments.py @ d98e8a64dd)
     and its Mamba mixer (TransformerConfig mamba_num_heads, mamba_head_dim,
-    mamba_state_dim, mamba_num_groups); a non-gated FFN as Nemotron-H's squared ReLU."""
+    mamba_state_dim, mamba_num_groups)."""
     g = spec.geometry
-    args: list[tuple[str, str | None]] = [("--hybrid-layer-pattern", spec.hybrid_layer_pattern())]
+    # hybrid_builders.py (the builder pretrain_hybrid.py calls) refuses to build without --spec
+    args: list[tuple[str, str | None]] = [
+        ("--spec", "megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec"),
+        ("--hybrid-layer-pattern", spec.hybrid_layer_pattern())]
     if g.mamba is not None:
         args += [("--mamba-num-heads", str(g.mamba.heads)),
                  ("--mamba-head-dim", str(g.mamba.head_dim)),
                  ("--mamba-state-dim", str(g.mamba.state_dim)),
                  ("--mamba-num-groups", str(g.mamba.groups))]
+        if g.moe is not None:
+            unsupported.append("the router's score function, expert-bias balancing and top-k "
+                               "scaling (Nemotron 3: sigmoid, expert bias, 2.5) are not in "
+                               "mosaic's model block: add --moe-router-score-function, "
+                               "--moe-router-enable-expert-bias and "
+                               "--moe-router-topk-scaling-factor by hand")
         if (g.mamba.conv_kernel, g.mamba.chunk_size) != (4, 128):
             unsupported.append(f"mamba conv_kernel {g.mamba.conv_kernel} / chunk_size "
                                f"{g.mamba.chunk_size}: MambaMixer's d_conv and chunk_size "
                                "(4, 128) have no flag")
-    if not g.glu:
-        args.append(("--squared-relu", None))
-        unsupported.append("the non-gated FFN is written as squared ReLU (--squared-relu, "
-                           "Nemotron-H's); mosaic's geometry keeps only gated or not")
     return args
 
 
@@ -341,7 +364,7 @@ def render(spec: ExportSpec) -> ExportResult:
     lines.append("# Megatron derives dp from the world size: launch on exactly "
                  f"{spec.n_devices} GPUs")
     for flag, value in args:
-        if flag == "--recompute-modules":  # nargs='+': one word per module
+        if flag in ("--recompute-modules", "--spec"):  # nargs: one word per value
             lines.append(f"{flag} {value}")
         else:
             lines.append(flag if value is None else f"{flag} {_quote(value)}")

@@ -71,11 +71,13 @@ def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
 
 def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     """A hybrid model's provider fields (Megatron-Bridge MambaModelProvider,
-    src/megatron/bridge/models/mamba/mamba_provider.py @ v0.5.1: hybrid_layer_pattern and
-    the Mamba mixer's dimensions, as its Nemotron-H and Nemotron 3 recipes set them)."""
+    src/megatron/bridge/models/mamba/mamba_provider.py: hybrid_override_pattern, the only
+    spelling at v0.3.0 (NeMo 26.02) and still accepted, deprecated, at v0.5.1 beside
+    hybrid_layer_pattern; the Mamba mixer's dimensions, as its Nemotron-H and Nemotron 3
+    recipes set them)."""
     g = spec.geometry
     fields: dict[str, Any] = {"is_hybrid_model": True,
-                              "hybrid_layer_pattern": spec.hybrid_layer_pattern()}
+                              "hybrid_override_pattern": spec.hybrid_layer_pattern()}
     if g.mamba is not None:
         fields |= {"mamba_num_heads": g.mamba.heads, "mamba_head_dim": g.mamba.head_dim,
                    "mamba_state_dim": g.mamba.state_dim, "mamba_num_groups": g.mamba.groups}

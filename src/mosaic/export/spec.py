@@ -208,14 +208,14 @@ class ExportSpec:
         return max(1, self.dp // self.hsdp_shard)
 
     def hybrid_layer_pattern(self) -> str:
-        """A hybrid model's layer pattern as Megatron-Core reads it: with virtual pipeline
-        stages, cut by '|' into pp·vpp segments of ceil(L/(pp·vpp)) layers (Megatron-LM
-        derives the virtual stages from the segments and refuses
-        --num-virtual-stages-per-pipeline-rank with --hybrid-layer-pattern, arguments.py
-        @ d98e8a64dd); otherwise whole (the pipeline stages split it at model build)."""
+        """A hybrid model's layer pattern as Megatron-Core reads it: with pipeline stages, cut
+        by '|' into pp·vpp segments of ceil(L/(pp·vpp)) layers (Megatron-LM derives the
+        virtual stages from the segments and refuses --num-virtual-stages-per-pipeline-rank
+        with --hybrid-layer-pattern, arguments.py; a pattern without '|' under pp > 1 is
+        deprecated, hybrid_layer_allocation.py @ d98e8a64dd); whole without pipelining."""
         pattern = self.geometry.hybrid_pattern
         assert pattern is not None
-        if self.vpp == 1:
+        if self.pp * self.vpp == 1:
             return pattern
         per_segment = -(-len(pattern) // (self.pp * self.vpp))
         return "|".join(pattern[start:start + per_segment]

@@ -111,11 +111,18 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
     if mamba is not None:
         # Megatron-Core MambaMixer asserts nheads % tp == 0 and ngroups % tp == 0
         # (megatron/core/ssm/mamba_mixer.py @ d98e8a64dd)
+        # and, with context parallelism, MambaContextParallel asserts (nheads/tp) % cp == 0
+        # and (ngroups/tp) % cp == 0 or cp % (ngroups/tp) == 0 (mamba_context_parallel.py)
+        groups_per_tp = np.maximum(mamba.groups // np.maximum(plans.tp, 1), 1)
         rules += [
             (f"tp={{tp}} must divide mamba.heads={mamba.heads}",
              _not_divisible(mamba.heads, plans.tp)),
             (f"tp={{tp}} must divide mamba.groups={mamba.groups}",
              _not_divisible(mamba.groups, plans.tp)),
+            (f"tp·cp={{tp}}·{{cp}} must divide mamba.heads={mamba.heads}",
+             _not_divisible(mamba.heads, plans.tp * plans.cp)),
+            (f"cp={{cp}} and mamba.groups/tp = {mamba.groups}/{{tp}} must divide one another",
+             _not_divisible(groups_per_tp, plans.cp) & _not_divisible(plans.cp, groups_per_tp)),
         ]
     return [Violation(rule=text, violated=np.asarray(mask, dtype=bool)) for text, mask in rules]
 

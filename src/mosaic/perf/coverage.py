@@ -41,8 +41,11 @@ DEGREES = ("tp", "pp", "ep", "cp", "dp")
 POOLED = "all"
 
 
-def model_class(is_moe: bool) -> str:
-    """The MoE/dense class of a model (a residual scope)."""
+def model_class(is_moe: bool, is_hybrid: bool = False) -> str:
+    """The MoE/dense class of a model (a residual scope); a hybrid Mamba/attention model is
+    its own class, which no calibration has fitted so far."""
+    if is_hybrid:
+        return "hybrid"
     return "moe" if is_moe else "dense"
 
 
@@ -219,12 +222,13 @@ def _range_check(name: str, value: float, bounds: tuple[float, float]
 
 def outside_dimensions(coverage: CalibrationCoverage, *, device: str, stack: str,
                        is_moe: bool, n_total: float, n_active: float,
-                       degrees: Mapping[str, int]) -> list[OutsideDimension]:
+                       degrees: Mapping[str, int], is_hybrid: bool = False
+                       ) -> list[OutsideDimension]:
     """Every dimension of one job outside the calibrated envelope (empty = inside)."""
     outside = []
     for name, value, known in (("gpu", device, coverage.devices),
                                ("stack", stack, coverage.stacks),
-                               ("class", model_class(is_moe), coverage.classes)):
+                               ("class", model_class(is_moe, is_hybrid), coverage.classes)):
         if value not in known:
             outside.append(OutsideDimension(name, value, "{" + ", ".join(known) + "}", None))
     for name, value, bounds in (("n_total", n_total, coverage.n_total),
@@ -307,7 +311,7 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
            stack: str, is_moe: bool, n_total: float, n_active: float,
            degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
            mfu: float, step_time_s: float, memory_gib: float,
-           usable_memory_gib: float | None = None) -> Assessment:
+           usable_memory_gib: float | None = None, is_hybrid: bool = False) -> Assessment:
     """Place one predicted job against ``coverage`` (module docstring); with
     ``usable_memory_gib``, say when the memory interval reaches past it."""
     if coverage is None:
@@ -315,8 +319,9 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
             f"calibration {calibration!r} records no coverage; rerun `mosaic calibrate` "
             "with cross-validation to get the envelope and intervals"))
     outside = tuple(outside_dimensions(coverage, device=device, stack=stack, is_moe=is_moe,
-                                       n_total=n_total, n_active=n_active, degrees=degrees))
-    cls = model_class(is_moe)
+                                       n_total=n_total, n_active=n_active, degrees=degrees,
+                                       is_hybrid=is_hybrid))
+    cls = model_class(is_moe, is_hybrid)
     speed = pick_scope(coverage.tokens_per_s_ratio, stack, cls)
     memory = pick_scope(coverage.memory_ratio, stack, cls)
     level = coverage.level

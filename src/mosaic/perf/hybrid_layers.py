@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic.arch.flops import FLOPS_PER_MULTIPLY_ADD, ssd_scan_forward_flops_per_token
+from mosaic.perf.collectives import all_to_all_time_s
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
@@ -46,7 +47,6 @@ from mosaic.perf.layer_costs import (
     attention_times,
     block_norm_residual_s,
     dense_ffn_parts,
-    ep_overlap_exposed_s,
     fwd_bwd_s,
     gemm_s,
     moe_ffn_parts,
@@ -72,7 +72,9 @@ SSD_BACKWARD_KERNELS = 4 + 11
 # The causal convolution's channels are read and written once forward (causal_conv1d);
 # mamba_split_conv1d_scan_combined (checkpoint_lvl 1) recomputes it in the backward.
 CONV_STREAMS = 2
-# The gated RMSNorm reads the scan output y and the gate z and writes its output.
+# The gate and the norm after the scan: on Megatron-Core's training path (_ssm_training
+# passes no rmsnorm_weight) the scan kernel reads z and writes the gated output, then the
+# RMSNorm reads it and writes its output: three streams of d_inner.
 GATED_NORM_STREAMS = 3
 # Forward bytes of the scan per token, in units of its tensors (ssd_combined.py): x, B and C
 # are read by two kernels each (chunk state and chunk scan; C·Bᵀ reads B and C), the fp32
@@ -166,16 +168,14 @@ def mlp_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
 
 @plan_key(*MOE_BLOCK_KEY)
 def moe_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
-    """An MoE layer ('E'): the MoE part of a transformer block. With EP overlap the other
-    micro-batch's MoE layer (its expert and shared GEMMs) hides the all-to-alls."""
+    """An MoE layer ('E'): the MoE part of a transformer block."""
     moe = moe_ffn_parts(machine, workload, plans)
     norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
     experts = moe.experts_up + moe.experts_down
+    # (no batch-level EP overlap: Megatron-Core's combined 1F1B schedules GPT models only,
+    # workload.Workload refuses it for a hybrid model)
     a2a_exposed = shared_expert_overlap_exposed_s(workload, moe.dispatch, moe.combine,
                                                   moe.shared)
-    if workload.ep_overlap:
-        a2a_exposed = ep_overlap_exposed_s(machine, workload, moe.dispatch + moe.combine,
-                                           fwd_bwd_s(experts) + fwd_bwd_s(moe.shared))
     zero = _zero(plans)
     return BlockTimes(
         attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
@@ -219,7 +219,7 @@ def ssd_scan_s(machine: Machine, workload: Workload, plans: ParallelPlans
         mamba.groups * mamba.chunk_size * mamba.state_dim
         + mamba.heads * mamba.state_dim * mamba.head_dim) / tp
     backward_flops = BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops
-    peak = machine.attention_peak_flops_per_s
+    peak = machine.mfu_peak_flops_per_s  # the dense bf16 datasheet peak: a bound only
     state_elements = mamba.heads * mamba.head_dim * mamba.state_dim / mamba.chunk_size
     forward_bytes = tokens / tp * (
         SSD_INPUT_READS * mamba.conv_channels * ACTIVATION_BYTES
@@ -227,12 +227,15 @@ def ssd_scan_s(machine: Machine, workload: Workload, plans: ParallelPlans
         + SSD_CB_PASSES * mamba.groups * mamba.chunk_size * FP32_BYTES
         + SSD_OUTPUT_WRITES * mamba.inner_width * ACTIVATION_BYTES)
     backward_bytes = (BACKWARD_TO_FORWARD_STREAMING + 1) * forward_bytes
-    bandwidth = machine.hbm_bw_bytes_per_s
+    # each kernel streams at the HBM efficiency of the other streaming kernels
+    # (kernels.memory_bound_time_s) and pays one launch latency
     latency = machine.gemm_params.kernel_latency_s
-    forward = SSD_FORWARD_KERNELS * latency + np.maximum(forward_flops / peak,
-                                                         forward_bytes / bandwidth)
-    backward = SSD_BACKWARD_KERNELS * latency + np.maximum(backward_flops / peak,
-                                                           backward_bytes / bandwidth)
+    forward = SSD_FORWARD_KERNELS * latency + np.maximum(
+        forward_flops / peak, streaming_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
+                                               kernel_latency_s=0.0))
+    backward = SSD_BACKWARD_KERNELS * latency + np.maximum(
+        backward_flops / peak, streaming_time_s(backward_bytes, machine.hbm_bw_bytes_per_s,
+                                                kernel_latency_s=0.0))
     return forward, backward
 
 
@@ -258,6 +261,14 @@ def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
         (geometry.d_model, in_width), (inner, geometry.d_model)))
     gemm_forward = in_proj + out_proj
     gather, scatter, reduce = _one_tp_pair(machine, workload, plans, fwd_bwd_s(gemm_forward))
+    # Context parallelism: Megatron-Core's MambaContextParallel all-to-alls z, x, B, C and dt
+    # from sequence- to head-parallel before the convolution, and the scan output back
+    # after it; the backward mirrors both (megatron/core/ssm/mamba_context_parallel.py
+    # pre_conv_ssm / post_conv_ssm @ d98e8a64dd). The CP group's ranks lie tp apart.
+    ic = machine.interconnect
+    context_parallel = 2 * (
+        all_to_all_time_s(tokens * in_width * ACTIVATION_BYTES, plans.cp, tp, ic)
+        + all_to_all_time_s(tokens * inner * ACTIVATION_BYTES, plans.cp, tp, ic))
     zero = _zero(plans)
     return BlockTimes(
         attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
@@ -270,14 +281,15 @@ def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
         moe_permute=zero, quantise_cast=cast_forward + cast_backward,
         forward=gemm_forward + scan_forward + conv + gated_norm + norm_residual + cast_forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
-        ep_all_to_all=zero, cp_send_recv=zero,
+        ep_all_to_all=zero, cp_send_recv=np.where(plans.cp > 1, context_parallel, 0.0),
         mamba_gemm=fwd_bwd_s(gemm_forward), mamba_scan=scan_forward + scan_backward)
 
 
 def hybrid_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
                        ) -> HybridLayerTimes:
-    """The four layer kinds' times (a kind the pattern lacks is still evaluated only when
-    its configuration exists: no Mamba config, no Mamba times; no MoE, no MoE times)."""
+    """The four layer kinds' times. A kind without its configuration (no ``mamba`` block,
+    no ``moe`` block) has no layers in the pattern, so another kind's times stand in for it,
+    counted zero times."""
     geometry = workload.geometry
     attention = attention_layer_times(machine, workload, plans)
     mlp = mlp_layer_times(machine, workload, plans)

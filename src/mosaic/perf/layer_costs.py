@@ -135,7 +135,7 @@ class BlockTimes:
     ep_all_to_all: np.ndarray  # exposed part, after overlap with the shared expert
     cp_send_recv: np.ndarray  # exposed part, after overlap with attention
     # a hybrid model's Mamba layers (perf/hybrid_layers.py): in/out projections, and the
-    # SSD scan with its causal convolution, forward + backward; zero in transformer blocks
+    # chunked SSD scan, forward + backward; zero in transformer blocks
     mamba_gemm: np.ndarray | float = 0.0
     mamba_scan: np.ndarray | float = 0.0
 

@@ -46,6 +46,7 @@ from mosaic.perf.routing_load import routed_load_factor
 from mosaic.perf.schedule import (
     MIRROR_STAGE,
     Stage,
+    candidate_stages,
     fsdp_gathered_through_step,
     in_flight_microbatches,
     lm_head_stage,
@@ -1227,9 +1228,16 @@ def _chosen(candidates: list[tuple[dict[str, np.ndarray], np.ndarray]], choice: 
         index = first + keys * choice  # candidate s's rows sit s·keys further on
         return {name: np.concatenate([components[name] for components, _ in candidates]
                                      ).take(index, mode="clip") for name in names}
-    return {name: np.choose(choice, [_rows(components[name], inverse)
-                                     for components, inverse in candidates])
+    return {name: _choose(choice, [_rows(components[name], inverse)
+                                   for components, inverse in candidates])
             for name in names}
+
+
+def _choose(choice: np.ndarray, options: list[np.ndarray]) -> np.ndarray:
+    """``np.choose`` for any number of options (numpy's takes at most 32)."""
+    if len(options) <= 32:
+        return np.choose(choice, options)
+    return np.take_along_axis(np.stack(options), choice[None, :], axis=0)[0]
 
 
 def _heaviest(workload: Workload, plans: ParallelPlans
@@ -1247,6 +1255,8 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     # stage terms below (and the time model's) read them inside their own plan_key sets,
     # which gather these remembered per-key values instead of recomputing them
     # (factorise._parent_values).
+    if workload.geometry.is_hybrid:
+        return _heaviest_of(workload, plans, candidate_stages(workload.geometry, plans))
     middle = middle_stage_can_be_heaviest(workload.geometry)
     stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
     for stage in stages:
@@ -1267,6 +1277,28 @@ def _heaviest(workload: Workload, plans: ParallelPlans
         rank[chosen] = stage_rank(plans, "middle")[chosen]
     breakdown = {name: values for term in range(len(terms["first"]))
                  for name, values in _chosen([terms[stage][term] for stage in stages],
+                                             choice).items()}
+    breakdown["runtime_reserve"] = reserve
+    return breakdown, rank
+
+
+def _heaviest_of(workload: Workload, plans: ParallelPlans, stages: tuple[Stage, ...]
+                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(breakdown of the heaviest of ``stages``, its pipeline rank) per plan: a later stage
+    wins only when strictly heavier (a hybrid model's candidates, every rank)."""
+    reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
+    terms = [_stage_terms(workload, plans, stage) for stage in stages]
+    best = _stage_total(terms[0], reserve)
+    choice = np.zeros(len(plans), dtype=np.intp)
+    rank = np.zeros_like(plans.pp)
+    for position, stage in enumerate(stages[1:], start=1):
+        total = _stage_total(terms[position], reserve)
+        heavier = total > best
+        best = np.where(heavier, total, best)
+        choice[heavier] = position
+        rank = np.where(heavier, stage_rank(plans, stage), rank)
+    breakdown = {name: values for term in range(len(terms[0]))
+                 for name, values in _chosen([stage_terms[term] for stage_terms in terms],
                                              choice).items()}
     breakdown["runtime_reserve"] = reserve
     return breakdown, rank

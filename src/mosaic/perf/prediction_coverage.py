@@ -25,4 +25,4 @@ def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPla
         tokens_per_s_per_gpu=float(prediction.tokens_per_s_per_gpu[index]),
         mfu=float(prediction.mfu[index]), step_time_s=float(prediction.step_time_s[index]),
         memory_gib=float(prediction.memory_bytes[index] / GIB),
-        usable_memory_gib=usable_memory_gib)
+        usable_memory_gib=usable_memory_gib, is_hybrid=workload.geometry.is_hybrid)

@@ -33,7 +33,8 @@ from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
-Stage = Literal["first", "last", "middle"]
+# A pipeline rank by name, or (a hybrid model's ranks: any can be the heaviest) by index
+Stage = Literal["first", "last", "middle"] | int
 
 # The stage a DualPipe rank holds besides its own: rank r holds stages r and pp − 1 − r
 # (deepseek-ai/DualPipe examples/example_dualpipe.py: local modules full_modules[rank] and
@@ -81,12 +82,27 @@ def pp_transfers_overlap_compute(workload: Workload, plans: ParallelPlans) -> np
 
 def stage_rank(plans: ParallelPlans, stage: Stage) -> np.ndarray:
     """Pipeline rank of a named stage: 0, pp − 1, or for ``middle`` rank 1, the first rank
-    that holds only blocks (rank 0 when pp < 3)."""
+    that holds only blocks (rank 0 when pp < 3); a rank index r where it holds only blocks
+    (0 < r < pp − 1), else rank 0."""
+    if isinstance(stage, int):
+        return np.where((stage > 0) & (stage < plans.pp - 1), stage, 0)
     if stage == "first":
         return np.zeros_like(plans.pp)
     if stage == "last":
         return plans.pp - 1
     return np.where(plans.pp > 2, 1, 0)
+
+
+def candidate_stages(geometry: Geometry, plans: ParallelPlans) -> tuple[Stage, ...]:
+    """The pipeline ranks that can pace the step or hold the most memory: the first and the
+    last, a middle one (rank 1) where dense and MoE blocks mix
+    (:func:`middle_stage_can_be_heaviest`), and for a hybrid model every rank, since its
+    pattern can put any mix of layers anywhere."""
+    if geometry.is_hybrid:
+        return ("first", *range(1, int(plans.pp.max()) - 1), "last")
+    if middle_stage_can_be_heaviest(geometry):
+        return ("first", "middle", "last")
+    return ("first", "last")
 
 
 def middle_stage_can_be_heaviest(geometry: Geometry) -> bool:
@@ -228,7 +244,7 @@ def _block_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     for c in range(int(plans.vpp.max())):
         if stage == "first":
             start = c * plans.pp * chunk
-        elif stage == "middle":
+        elif stage == "middle" or isinstance(stage, int):
             start = (stage_rank(plans, stage) + c * plans.pp) * chunk
         elif remainder_last:
             start = (plans.pp - 1 + c * plans.pp) * chunk

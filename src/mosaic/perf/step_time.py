@@ -82,6 +82,7 @@ from mosaic.perf.routing_load import expert_counts_reach_host, routed_load_facto
 from mosaic.perf.schedule import (
     Stage,
     bubble_fraction,
+    candidate_stages,
     fsdp_gathered_through_step,
     middle_stage_can_be_heaviest,
     n_microbatches,
@@ -172,9 +173,13 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans,
     # it can pace the step only where the last rank holds fewer (its short remainder chunk
     # under uneven stages, or MoE every k-th block).
     geometry = workload.geometry
-    middle = geometry.is_hybrid or (middle_stage_can_be_heaviest(geometry) and (
-        workload.uneven_pipeline_stages or geometry.moe.moe_every > 1))
-    names = ("first", "middle", "last") if middle else ("first", "last")
+    names: tuple[Stage, ...]
+    if geometry.is_hybrid:  # any rank can hold the heaviest mix of layers
+        names = candidate_stages(geometry, plans)
+    else:
+        middle = middle_stage_can_be_heaviest(geometry) and (
+            workload.uneven_pipeline_stages or geometry.moe.moe_every > 1)
+        names = ("first", "middle", "last") if middle else ("first", "last")
     stages = [(*_stage(workload, plans, dense, moe, stage, False), no_vocab)
               for stage in names]
     terms, blocks, moe_blocks, _ = _slowest(stages)
@@ -409,13 +414,21 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
     """(dense, routed-expert) parameters per GPU of the largest block, FSDP's unit."""
     counts = count_parameters(workload.geometry)
     norms = counts.norms_per_layer
-    if workload.geometry.is_hybrid:  # the largest layer of each kind is one unit
-        largest = max(counts.attention_per_layer, counts.mamba_per_layer,
-                      counts.dense_ffn_per_layer if counts.dense_layers else 0,
-                      counts.shared_experts_per_layer)
-        dense = largest / plans.tp + norms + counts.router_per_layer * bool(counts.moe_layers)
-        expert = (counts.experts * counts.routed_expert / (plans.ep * plans.etp)
-                  if counts.moe_layers else np.zeros(len(plans)))
+    geometry = workload.geometry
+    if geometry.is_hybrid:
+        # each layer is one unit; per layer on average (the step gathers and reduces units
+        # per layer, so the mean layer times the layers is the stage's traffic): every kind's
+        # matrices by its share of the layers, the routed experts only in the MoE layers'
+        share = {symbol: geometry.hybrid_count(symbol) / geometry.layers
+                 for symbol in HybridLayer}
+        matrices = (share[HybridLayer.ATTENTION] * counts.attention_per_layer
+                    + share[HybridLayer.MAMBA] * counts.mamba_per_layer
+                    + share[HybridLayer.MLP] * counts.dense_ffn_per_layer
+                    + share[HybridLayer.MOE] * counts.shared_experts_per_layer)
+        dense = (matrices / plans.tp + norms
+                 + share[HybridLayer.MOE] * counts.router_per_layer)
+        expert = (share[HybridLayer.MOE] * counts.experts * counts.routed_expert
+                  / (plans.ep * plans.etp))
         return dense, expert
     if workload.geometry.moe is None:
         dense = (counts.attention_per_layer + counts.dense_ffn_per_layer) / plans.tp + norms
@@ -673,14 +686,25 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
     geometry = workload.geometry
     d = geometry.d_model
     counts = count_parameters(geometry)
-    dense_matrix_flops = (
-        _matrix_newton_schulz_flops(d, counts.attention_per_layer / d)
-        + _matrix_newton_schulz_flops(d, counts.dense_ffn_per_layer / d)
-    )
+    attention = _matrix_newton_schulz_flops(d, counts.attention_per_layer / d)
+    mlp = _matrix_newton_schulz_flops(d, counts.dense_ffn_per_layer / d)
+    expert_share = 1.0
+    if geometry.is_hybrid:  # a mean layer: each kind's matrices by its share of the layers
+        share = {symbol: geometry.hybrid_count(symbol) / geometry.layers
+                 for symbol in HybridLayer}
+        mamba = geometry.mamba
+        mixer = (_matrix_newton_schulz_flops(d, mamba.in_proj_width)
+                 + _matrix_newton_schulz_flops(mamba.inner_width, d)) if mamba else 0.0
+        dense_matrix_flops = (share[HybridLayer.ATTENTION] * attention
+                              + share[HybridLayer.MAMBA] * mixer + share[HybridLayer.MLP] * mlp)
+        expert_share = share[HybridLayer.MOE]
+    else:
+        dense_matrix_flops = attention + mlp
     block_flops = np.full(len(plans), dense_matrix_flops) / plans.tp**2
     if geometry.moe is not None:
         expert = _matrix_newton_schulz_flops(d, counts.routed_expert / d)
-        block_flops = block_flops + local_experts(workload, plans) * expert / plans.etp**2
+        block_flops = block_flops + (expert_share * local_experts(workload, plans) * expert
+                                     / plans.etp**2)
     ns_flops = blocks * block_flops / np.maximum(plans.dp * plans.cp, 1)
     return update + ns_flops / (machine.gemm_peak_flops_per_s * 0.5)
 

@@ -52,8 +52,8 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _compute("attention_gemm"), _compute("attention_core"), _compute("mlp"),
     _compute("experts"), _compute("shared_expert"), _compute("router"),
     _compute("elementwise"), _compute("quantise_cast"), _compute("recompute"),
-    # a hybrid model's Mamba-2 layers (perf/hybrid_layers.py): projections, and the SSD scan
-    # with its causal convolution
+    # a hybrid model's Mamba-2 layers (perf/hybrid_layers.py): in/out projections, and the
+    # chunked SSD scan (its causal convolution and gated norm stream in compute_elementwise)
     _compute("mamba_gemm"), _compute("mamba_scan"),
     # the implementation's kernels beyond the fused minimum (perf/elementwise_traffic.py)
     _compute("elementwise_unfused"),

@@ -424,6 +424,11 @@ class Workload:
                 "vocab_in_pipeline_split with model.hybrid_pattern: Megatron-LM refuses "
                 "--account-for-embedding-in-pipeline-split with --hybrid-layer-pattern (the "
                 "pattern's '|' segments set the split; arguments.py @ d98e8a64dd)")
+        if self.ep_overlap:
+            raise MosaicInputError(
+                "parallelism.ep_overlap with model.hybrid_pattern: Megatron-Core's batch-level "
+                "EP overlap (combined 1F1B) schedules GPT models only (build_schedule_plan is "
+                "GPTModel's, megatron/core/models/gpt/gpt_model.py @ d98e8a64dd)")
         if self.traits.hybrid_models:
             return
         builders = [name for name in known_stacks() if get_stack(name).hybrid_models]
