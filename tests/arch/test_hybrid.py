@@ -1,4 +1,5 @@
-"""Hybrid Mamba-2 / attention / MLP / MoE models (Nemotron-H, Nemotron 3 Nano).
+"""Hybrid Mamba-2 / gated DeltaNet / attention / MLP / MoE models (Nemotron-H, Nemotron 3
+Nano, Qwen3-Next).
 
 Parameter counts against the published totals and a term-by-term hand count of one Mamba-2
 mixer (Megatron-Core MambaMixer's tensors); the pattern rules against Megatron-Core's
@@ -7,13 +8,14 @@ hybrid layer symbols.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from mosaic.arch import count_parameters, layer_breakdown, ssd_scan_flops_per_token
-from mosaic.arch.flops import attention_flops_per_token
-from mosaic.arch.geometry import Geometry, MambaConfig, MoEConfig
+from mosaic.arch.flops import attention_flops_per_token, gdn_flops_per_token
+from mosaic.arch.geometry import GatedDeltaNetConfig, Geometry, MambaConfig, MoEConfig
 from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
 from mosaic.errors import MosaicInputError
 
@@ -107,3 +109,79 @@ def test_hf_import_refuses_other_activations():
               "vocab_size": 100, "intermediate_size": 128, "mlp_hidden_act": "silu"}
     with pytest.raises(MosaicInputError, match="mlp_hidden_act 'silu' is not supported"):
         geometry_from_hf_config(config)
+
+
+
+def qwen3_next() -> Geometry:
+    return load_hf_config(HF / "qwen3-next-80b-a3b.json")
+
+
+def test_gated_deltanet_mixer_hand_count():
+    """Qwen3-Next's mixer, tensor by tensor (d = 2048, 16 key heads and 32 value heads of
+    128): in_proj_qkvz d x (2·2048 + 2·4096) and in_proj_ba d x 2·32, conv weights over q, k,
+    v (no bias), dt_bias and A_log per value head, the gated norm's gain over one head,
+    out_proj 4096 x d (HF Qwen3NextGatedDeltaNet)."""
+    d = 2048
+    expected = (d * (2 * 2048 + 2 * 4096) + d * 2 * 32 + (2 * 2048 + 4096) * 4 + 2 * 32
+                + 128 + 4096 * d)
+    assert count_parameters(qwen3_next()).gdn_per_layer == expected == 33_718_464
+
+
+def test_qwen3_next_80b_a3b_totals():
+    """80 B total, 3 B activated (the model's name, Qwen's release): 36 gated DeltaNet and
+    12 gated-attention mixers, 48 MoE layers of 512 experts (top-10) of width 512 and one
+    gated shared expert. By hand: experts 48·512·3·2048·512, shared experts and gates
+    48·(3·2048·512 + 2048), routers 48·512·2048, mixers 36·33,718,464 and 12·(2048·16·256·2
+    (queries and their elementwise gate) + 2·2048·2·256 + 16·256·2048 + 2·256 (q/k norms)),
+    two norms a layer and the final one, untied embeddings 2·151,936·2048."""
+    geometry, d = qwen3_next(), 2048
+    c = count_parameters(geometry)
+    assert (geometry.gdn_layer_count, geometry.attention_layer_count,
+            geometry.moe_layer_count) == (36, 12, 48)
+    attention = d * 16 * 256 * 2 + 2 * d * 2 * 256 + 16 * 256 * d + 2 * 256
+    by_hand = (48 * 512 * 3 * d * 512 + 48 * (3 * d * 512 + d) + 48 * 512 * d
+               + 36 * 33_718_464 + 12 * attention + 97 * d + 2 * 151_936 * d)
+    assert c.n_total_with_embedding == by_hand
+    assert round(c.n_total_with_embedding / 1e9) == 80
+    assert round(c.n_active / 1e9) == 3
+
+
+def test_delta_rule_flops_count_their_own_layers():
+    """Per value head and token: 3·d_k·d_v + 3·C·d_k + 2·C·d_v + C²/3 multiply-adds forward
+    (d_k = d_v = 128, C = 64), times 32 heads, 2 FLOPs each, 3 for training, 36 layers."""
+    per_head = 3 * 128 * 128 + 3 * 64 * 128 + 2 * 64 * 128 + 64 * 64 / 3
+    assert gdn_flops_per_token(qwen3_next()) == pytest.approx(3 * 2 * 32 * per_head * 36)
+    assert gdn_flops_per_token(nano()) == 0.0
+
+
+@pytest.mark.parametrize("change, pattern", [
+    ({}, ("GE" * 3 + "*E") * 12),
+    ({"full_attention_interval": 2}, ("GE*E") * 24),
+    ({"layer_types": ["full_attention"] + ["linear_attention"] * 47},
+     "*E" + "GE" * 47),
+    ({"mlp_only_layers": [0, 1]}, "G-G-GE*E" + ("GE" * 3 + "*E") * 11),
+])
+def test_qwen3_next_import_places_mixers_and_ffns(change, pattern):
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text()) | change
+    geometry = geometry_from_hf_config(config)
+    assert geometry.hybrid_pattern == pattern and geometry.attention_output_gate
+    assert geometry.qk_norm and geometry.moe.shared_expert_gate
+
+
+def test_qwen3_next_import_refuses_bad_layer_types():
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    with pytest.raises(MosaicInputError, match="layer_types must list 48 entries"):
+        geometry_from_hf_config(config | {"layer_types": ["linear_attention"] * 3})
+
+
+def test_gated_deltanet_rules():
+    geometry = qwen3_next()
+    fields = {name: getattr(geometry, name) for name in (
+        "layers", "d_model", "heads", "kv_heads", "head_dim", "ffn", "vocab", "glu", "norm",
+        "moe", "hybrid_pattern", "gdn", "attention_output_gate")}
+    with pytest.raises(MosaicInputError, match=r"model\.gdn is required"):
+        Geometry(**(fields | {"gdn": None}))
+    with pytest.raises(MosaicInputError, match=r"must divide model\.gdn\.value_heads"):
+        Geometry(**(fields | {"gdn": GatedDeltaNetConfig(key_heads=12, value_heads=32)}))
+    with pytest.raises(MosaicInputError, match="two forms of one gate"):
+        Geometry(**(fields | {"gated_attention": True}))

@@ -272,6 +272,21 @@ def test_maxtext_yaml_round_trip():
     assert doc["remat_policy"] == "minimal_with_context"
 
 
+@pytest.mark.parametrize("activation, maxtext, noted", [
+    ("swiglu", ["silu", "linear"], False), ("geglu", ["gelu", "linear"], True),
+    ("relu", ["relu"], True), ("squared_relu", ["relu"], True)])
+def test_the_stated_activation_reaches_maxtext_and_nemo(activation, maxtext, noted):
+    """MaxText names flax.linen functions (a gated FFN as [gate, 'linear']; squared ReLU
+    has none); Megatron-Bridge's activation_func is a callable, so NeMo notes a non-default
+    one."""
+    glu = activation in ("swiglu", "geglu")
+    spec = dataclasses.replace(deepseek_spec(), geometry=dataclasses.replace(
+        deepseek_spec().geometry, glu=glu, activation=activation))
+    assert yaml.safe_load(export(spec, "maxtext").text)["mlp_activations"] == maxtext
+    nemo_notes = export(spec, "nemo").unsupported
+    assert any(f"FFN activation {activation}" in note for note in nemo_notes) is noted
+
+
 # --- plan JSON and the command -----------------------------------------------------------
 @pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
 def test_plan_json_exports_its_optimum(plan_json, target):

@@ -21,14 +21,23 @@ from mosaic.export.spec import spec_from_job
 from mosaic.export.targets import export
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
-from mosaic.perf.hybrid_layers import SSD_FORWARD_KERNELS, ssd_scan_s
+from mosaic.perf.hybrid_layers import (
+    GDN_FORWARD_KERNELS,
+    SSD_FORWARD_KERNELS,
+    gdn_delta_rule_s,
+    gdn_layer_times,
+    ssd_scan_s,
+)
 from mosaic.perf.kernels import memory_bound_time_s
+from mosaic.perf.layer_costs import fwd_bwd_s, gemm_s
 from mosaic.perf.machine import machine_for
-from mosaic.perf.memory import mamba_activation_bytes
+from mosaic.perf.memory import gdn_activation_bytes, mamba_activation_bytes
 from mosaic.perf.schedule import stage_hybrid_counts
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nemotron_3_nano_b200.yaml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE = EXAMPLES / "nemotron_3_nano_b200.yaml"
 MAMBA = {"heads": 64, "head_dim": 64, "state_dim": 128, "groups": 8}
+GDN = {"key_heads": 16, "value_heads": 32, "key_head_dim": 128, "value_head_dim": 128}
 
 
 def _job(model: dict[str, Any], parallelism: dict[str, Any], performance: dict[str, Any],
@@ -61,7 +70,7 @@ def test_attention_then_mlp_layers_are_a_dense_transformer(parallelism, performa
     hybrid = _predict(_job({"layers": 16, "hybrid_pattern": "*-" * 8}, parallelism,
                            performance))
     assert set(hybrid.breakdown_s) == set(transformer.breakdown_s) | {
-        "compute_mamba_gemm", "compute_mamba_scan"}
+        "compute_ssm_gemm", "compute_ssm_scan"}
     for term, seconds in transformer.breakdown_s.items():
         assert hybrid.breakdown_s[term] == pytest.approx(seconds, rel=1e-9, abs=1e-12), term
     assert hybrid.step_time_s == pytest.approx(transformer.step_time_s, rel=1e-9)
@@ -94,7 +103,7 @@ def test_stage_counts_cut_the_pattern_into_chunks():
     first = stage_hybrid_counts(spec.workload.geometry, spec.plan, "first")
     last = stage_hybrid_counts(spec.workload.geometry, spec.plan, "last")
     assert {symbol.value: int(count[0]) for symbol, count in first.items()} == {
-        "M": 4, "*": 2, "-": 2, "E": 0}
+        "M": 4, "G": 0, "*": 2, "-": 2, "E": 0}
     for symbol in first:
         assert first[symbol][0] + last[symbol][0] == "MM*-MM*-MM*-MM*-".count(symbol.value)
 
@@ -137,7 +146,7 @@ def test_ssd_scan_is_its_memory_traffic():
 def test_nemotron_3_nano_example_predicts_with_mamba_terms():
     prediction = _predict(load_job_spec(EXAMPLE, []))
     breakdown = prediction.breakdown_s
-    assert breakdown["compute_mamba_gemm"][0] > 0 and breakdown["compute_mamba_scan"][0] > 0
+    assert breakdown["compute_ssm_gemm"][0] > 0 and breakdown["compute_ssm_scan"][0] > 0
     assert breakdown["compute_experts"][0] > 0 and breakdown["compute_attention_core"][0] > 0
     assert bool(prediction.feasible[0])
 
@@ -206,3 +215,111 @@ def test_ep_overlap_is_refused_for_a_hybrid_model():
         _job({"layers": 2, "hybrid_pattern": "*E",
               "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
              {"tp": 1, "pp": 1, "dp": 16, "ep": 8, "ep_overlap": True}, {})
+
+
+def test_gated_deltanet_layer_activations_by_hand():
+    """tp 2 with sequence parallelism, 4096 tokens, bf16, Qwen3-Next's mixer: norm input and
+    in_proj input 2·2·d / tp per token, then the projection's output (q, k, v, z: 2·2048 +
+    2·4096, beta and alpha: 2·32), the convolution's output (q, k, v: 2·2048 + 4096), q and k
+    repeated to the 32 value heads (2·4096), the C×C block (32·64), the rule's output (4096)
+    in bf16 and the out_proj input (4096), all over tp."""
+    spec = _job({"layers": 2, "hybrid_pattern": "G-", "gdn": GDN},
+                {"tp": 2, "pp": 1, "dp": 8, "sequence_parallel": True}, {})
+    tokens, d = 4096, 2048
+    saved = (2 * 2048 + 2 * 4096 + 2 * 32) + (2 * 2048 + 4096) + 2 * 4096 + 32 * 64 + 4096
+    expected = 2 * 2 * tokens * d / 2 + tokens * (ACTIVATION_BYTES * saved + 2 * 4096) / 2
+    assert gdn_activation_bytes(spec.workload, spec.plan)[0] == pytest.approx(expected)
+
+
+def test_gated_deltanet_layer_is_its_projections_and_its_delta_rule():
+    """The mixer's GEMM time is the in_proj (d -> 12352 columns: q, k, v, z, beta, alpha)
+    and out_proj (4096 -> d) GEMMs, forward and backward; its delta rule is memory-bound on
+    H100 (about 40 FLOP/B): eight launches plus the forward's bytes over the HBM bandwidth."""
+    spec = _job({"layers": 2, "hybrid_pattern": "G-", "gdn": GDN},
+                {"tp": 1, "pp": 1, "dp": 16}, {})
+    machine = machine_for(cluster_for(spec), spec.workload.precision)
+    tokens = np.full(1, 4096.0)
+    times = gdn_layer_times(machine, spec.workload, spec.plan)
+    gemms = (gemm_s(machine, spec.workload, tokens, np.full(1, 12352.0), 2048)
+             + gemm_s(machine, spec.workload, tokens, 2048, np.full(1, 4096.0)))
+    assert times.ssm_gemm[0] == pytest.approx(fwd_bwd_s(gemms)[0])
+    # k read thrice, q once, w and u, corrected values written and read, v and the output:
+    # 6 streams of 32 heads x 128 on each side; the C x C block: fp32 written and read,
+    # bf16 written and read; the bf16 chunk states (32 x 128 x 128 per 64 tokens), twice
+    forward_bytes = tokens[0] * (12 * 4096 * ACTIVATION_BYTES + 32 * 64 * (4 + 4 + 2 + 2)
+                                 + 2 * 32 * 128 * 128 / 64 * ACTIVATION_BYTES)
+    forward, backward = gdn_delta_rule_s(machine, spec.workload, spec.plan)
+    latency = machine.gemm_params.kernel_latency_s
+    streamed = memory_bound_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
+                                   kernel_latency_s=0.0)
+    assert forward[0] == pytest.approx(GDN_FORWARD_KERNELS * latency + streamed)
+    assert times.ssm_scan[0] == pytest.approx(forward[0] + backward[0])
+    assert backward[0] > 2 * forward[0]
+
+
+def test_qwen3_next_example_predicts_with_its_mixer_terms():
+    prediction = _predict(load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml", []))
+    breakdown = prediction.breakdown_s
+    assert breakdown["compute_ssm_gemm"][0] > 0 and breakdown["compute_ssm_scan"][0] > 0
+    assert breakdown["compute_experts"][0] > 0 and breakdown["compute_attention_core"][0] > 0
+    assert bool(prediction.feasible[0])
+
+
+def test_gated_deltanet_heads_split_over_tp_and_cp():
+    """GatedDeltaNet divides its key and value heads by tp·cp, and context parallelism costs
+    its two all-to-alls each way."""
+    model = {"layers": 2, "hybrid_pattern": "G-", "gdn": GDN}
+    one = _predict(_job(model, {"tp": 1, "pp": 1, "cp": 1, "dp": 16}, {}))
+    two = _predict(_job(model, {"tp": 1, "pp": 1, "cp": 2, "dp": 8}, {}))
+    assert "cp_send_recv" not in one.breakdown_s or one.breakdown_s["cp_send_recv"][0] == 0
+    assert two.breakdown_s["cp_send_recv"][0] > 0
+    with pytest.raises(MosaicInputError, match=r"tp·cp=4·8 must divide gdn\.key_heads=16"):
+        _predict(_job({**model, "heads": 32}, {"tp": 4, "pp": 1, "cp": 8, "dp": 1}, {},
+                      nodes=4))
+
+
+def test_qwen3_next_exports():
+    """Megatron: the hybrid stack's 'G' layers with the linear_* flags and the output gate;
+    Megatron-Bridge: its Qwen3-Next GPT form, gated DeltaNet on three of every four blocks."""
+    spec = spec_from_job(load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml", []), "test")
+    megatron = export(spec, "megatron").text
+    for flag in ("--linear-num-key-heads 16", "--linear-num-value-heads 32",
+                 "--linear-key-head-dim 128", "--linear-value-head-dim 128",
+                 "--linear-conv-kernel-dim 4", "--attention-output-gate"):
+        assert flag in megatron, flag
+    nemo = export(spec, "nemo").text
+    assert "experimental_attention_variant: gated_delta_net" in nemo
+    assert "linear_attention_freq: [1, 1, 1, 0" in nemo.replace("\n", " ") or \
+        "- 1\n    - 1\n    - 1\n    - 0" in nemo
+    assert "num_layers: 48" in nemo and "hybrid_override_pattern" not in nemo
+
+
+def test_nemo_export_writes_the_whole_pattern_and_flags_virtual_stages():
+    """Megatron-Bridge's MambaModelProvider takes the pattern without '|' (Megatron-Core
+    before core_v0.17 refuses the separators) and asserts no virtual pipeline; the Megatron
+    export's '|' segments carry an uneven split, so it writes no by-hand advice."""
+    model = {"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA}
+    spec = spec_from_job(_job(model, {"tp": 1, "pp": 2, "vpp": 2, "dp": 8}, {}), "test")
+    nemo = export(spec, "nemo")
+    assert "hybrid_override_pattern: MM*-MM*-MM*-MM*-" in nemo.text
+    assert any("MambaModelProvider.provide asserts" in note for note in nemo.unsupported)
+    uneven = _job({"layers": 14, "hybrid_pattern": "MM*-" * 3 + "MM", "mamba": MAMBA},
+                  {"tp": 1, "pp": 4, "dp": 8}, {"uneven_stages": True}, nodes=4)
+    assert _predict(uneven).step_time_s[0] > 0  # a layout the pipeline rules allow
+    megatron = export(spec_from_job(uneven, "test"), "megatron")
+    assert not any("uneven pipeline stages" in note for note in megatron.unsupported)
+    assert "--hybrid-layer-pattern 'MM*-|MM*-|MM*-|MM'" in megatron.text
+
+
+def test_data_parallel_traffic_follows_the_heaviest_rank_anywhere():
+    """pp = 3 over 'MMMM*EEEM*MM': rank 1 holds the MoE layers, more parameters than either
+    end, so the optimizer step and the gradient collectives move rank 1's."""
+    from mosaic.perf.memory import rank_parameters
+    from mosaic.perf.step_time import _heaviest_stage_parameters
+    moe = {"experts": 16, "top_k": 2, "expert_ffn": 4096}
+    spec = _job({"layers": 12, "hybrid_pattern": "MMMM*EEEM*MM", "mamba": MAMBA, "moe": moe},
+                {"tp": 1, "pp": 3, "dp": 8, "ep": 1}, {}, nodes=3)
+    middle = rank_parameters(spec.workload, spec.plan, 1).total
+    assert middle[0] > rank_parameters(spec.workload, spec.plan, "first").total[0]
+    assert middle[0] > rank_parameters(spec.workload, spec.plan, "last").total[0]
+    assert _heaviest_stage_parameters(spec.workload, spec.plan).total[0] == middle[0]

@@ -23,7 +23,7 @@ from mosaic.perf.memory import parameter_state_bytes, stage_parameters
 from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
 from mosaic.perf.step_time import (
     _data_parallel_collectives_s,
-    _heavier_end_stage_parameters,
+    _heaviest_stage_parameters,
     _optimizer_update_s,
     _vocab_stage_times,
 )
@@ -76,7 +76,7 @@ TERMS = {
         in_flight_microbatches(w, p, stage) for stage in ("first", "middle", "last")],
     "dense_block_times": lambda w, p: dense_block_times(MACHINE, w, p),
     "_vocab_stage_times": lambda w, p: _vocab_stage_times(MACHINE, w, p),
-    "_heavier_end_stage_parameters": lambda w, p: _heavier_end_stage_parameters(w, p),
+    "_heaviest_stage_parameters": lambda w, p: _heaviest_stage_parameters(w, p),
     "_data_parallel_collectives_s": lambda w, p: _data_parallel_collectives_s(MACHINE, w, p),
     "_optimizer_update_s": lambda w, p: _optimizer_update_s(MACHINE, w, p),
 }

@@ -9,6 +9,7 @@ from mosaic.arch.counts import (
 from mosaic.arch.flops import (
     FlopConvention,
     attention_flops_per_token,
+    gdn_flops_per_token,
     lm_head_flops_per_token,
     model_flops_per_token,
     ssd_scan_flops_per_token,
@@ -16,6 +17,7 @@ from mosaic.arch.flops import (
 )
 from mosaic.arch.geometry import (
     AttentionKind,
+    GatedDeltaNetConfig,
     Geometry,
     HybridLayer,
     MambaConfig,
@@ -28,6 +30,7 @@ from mosaic.arch.ladder import LadderGrid, enumerate_ladder_grid, ladder_backbon
 __all__ = [
     "AttentionKind",
     "FlopConvention",
+    "GatedDeltaNetConfig",
     "Geometry",
     "HybridLayer",
     "LadderGrid",
@@ -40,6 +43,7 @@ __all__ = [
     "attention_flops_per_token",
     "count_parameters",
     "enumerate_ladder_grid",
+    "gdn_flops_per_token",
     "ladder_backbone",
     "ladder_geometry",
     "layer_breakdown",

@@ -18,6 +18,7 @@ import numpy as np
 
 from mosaic.arch.geometry import (
     AttentionKind,
+    GatedDeltaNetConfig,
     Geometry,
     HybridLayer,
     MambaConfig,
@@ -34,15 +35,19 @@ def params_per_norm(width: ArrayLike, norm: NormKind) -> ArrayLike:
 
 
 def params_attention_gqa(
-    d_model: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: ArrayLike, gated: bool
+    d_model: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike, head_dim: ArrayLike, gated: bool,
+    output_gate: bool = False,
 ) -> ArrayLike:
-    """Q, K, V, O projections of MHA/GQA (Ainslie et al., 2023), plus a per-head gate.
+    """Q, K, V, O projections of MHA/GQA (Ainslie et al., 2023), plus an output gate.
 
     Q: d·h·dh, K and V: d·kv·dh each, O: h·dh·d. Gated attention (Qiu et al., 2025;
-    paper A.1) adds one sigmoid gate per head computed from the block input: d·h.
+    paper A.1) adds one sigmoid gate per head computed from the block input: d·h; the
+    elementwise output gate (Qwen3-Next's q_proj of width 2·h·dh; Megatron-Core
+    ``attention_output_gate``) one per output channel: d·h·dh.
     """
     projections = 2 * d_model * heads * head_dim + 2 * d_model * kv_heads * head_dim
-    return projections + (d_model * heads if gated else 0)
+    gate = d_model * heads * (head_dim if output_gate else 1) if gated or output_gate else 0
+    return projections + gate
 
 
 def params_attention_mla(
@@ -113,6 +118,19 @@ def params_mamba(d_model: ArrayLike, mamba: MambaConfig) -> ArrayLike:
             + mamba.inner_width * d_model)
 
 
+def params_gdn(d_model: ArrayLike, gdn: GatedDeltaNetConfig) -> ArrayLike:
+    """One gated DeltaNet mixer (Megatron-Core ``GatedDeltaNet``,
+    megatron/core/ssm/gated_delta_net/common.py @ d98e8a64dd; HF ``Qwen3NextGatedDeltaNet``):
+    in_proj d→[q, k, v, z, beta, alpha] (no bias), the depthwise causal convolution over q, k
+    and v (kernel weights, no bias), per-value-head dt bias and A_log, the gated RMSNorm's
+    gain over one value head (shared by all heads), out_proj value_width→d (no bias). The
+    layer's pre-norm is counted with the norms."""
+    per_head = 2 * gdn.value_heads  # dt_bias, A_log
+    conv = gdn.conv_channels * gdn.conv_kernel
+    return (d_model * gdn.in_proj_width + conv + per_head + gdn.value_head_dim
+            + gdn.value_width * d_model)
+
+
 def params_router(d_model: ArrayLike, experts: ArrayLike) -> ArrayLike:
     """Router W_r ∈ R^{E×d} (Sec. 3.2). The LFLB bias φ is controller state, not a parameter."""
     return experts * d_model
@@ -143,6 +161,8 @@ class ParameterCounts:
     mtp: ArrayLike = 0  # DeepSeek-V3 MTP modules, outside every total below
     mamba_layers: ArrayLike = 0
     mamba_per_layer: ArrayLike = 0
+    gdn_layers: ArrayLike = 0
+    gdn_per_layer: ArrayLike = 0
     hybrid_attention_layers: ArrayLike | None = None  # None: every layer (a transformer)
     hybrid_mlp_layers: ArrayLike | None = None  # None: every layer that is not MoE
 
@@ -162,10 +182,12 @@ class ParameterCounts:
 
     @property
     def _backbone(self) -> ArrayLike:
-        """Everything every token uses: attention and Mamba mixers, norms, dense FFNs."""
+        """Everything every token uses: attention, Mamba and gated DeltaNet mixers, norms,
+        dense FFNs."""
         return (
             self.attention_layers * self.attention_per_layer
             + self.mamba_layers * self.mamba_per_layer
+            + self.gdn_layers * self.gdn_per_layer
             + self.layers * self.norms_per_layer
             + self.final_norm
             + self.dense_layers * self.dense_ffn_per_layer
@@ -264,6 +286,7 @@ def attention_params(geometry: Geometry) -> int:
         geometry.kv_heads,
         geometry.head_dim,
         geometry.gated_attention,
+        geometry.attention_output_gate,
     ) + params_attention_extras(geometry)
 
 
@@ -287,12 +310,14 @@ def count_parameters(geometry: Geometry) -> ParameterCounts:
     """Exact parameter counts of one geometry."""
     counts = _transformer_counts(geometry)
     if geometry.is_hybrid:
-        mamba = geometry.mamba
+        mamba, gdn = geometry.mamba, geometry.gdn
         return replace(
             counts,
             norms_per_layer=params_per_norm(geometry.d_model, geometry.norm),  # one per layer
             mamba_layers=geometry.mamba_layer_count,
             mamba_per_layer=params_mamba(geometry.d_model, mamba) if mamba else 0,
+            gdn_layers=geometry.gdn_layer_count,
+            gdn_per_layer=params_gdn(geometry.d_model, gdn) if gdn else 0,
             hybrid_attention_layers=geometry.attention_layer_count,
             hybrid_mlp_layers=geometry.dense_layer_count)
     if geometry.mtp_layers:
@@ -331,29 +356,43 @@ class LayerParameters:
     """Parameters of one block: total and per-token active."""
 
     index: int
-    kind: str  # "dense" or "moe"; a hybrid model's "mamba", "attention", "mlp" or "moe"
+    kind: str  # "dense" or "moe"; a hybrid model's "mamba", "gdn", "attention", "mlp", "moe"
     attention: int
     norms: int
     ffn_total: int
     ffn_active: int
     router: int
     mamba: int = 0
+    gdn: int = 0
 
     @property
     def total(self) -> int:
-        return self.attention + self.mamba + self.norms + self.ffn_total + self.router
+        return self.attention + self.mamba + self.gdn + self.norms + self.ffn_total + self.router
 
     @property
     def active(self) -> int:
-        return self.attention + self.mamba + self.norms + self.ffn_active + self.router
+        return (self.attention + self.mamba + self.gdn + self.norms + self.ffn_active
+                + self.router)
 
 
-_HYBRID_KIND_NAMES = {HybridLayer.MAMBA: "mamba", HybridLayer.ATTENTION: "attention",
-                      HybridLayer.MLP: "mlp", HybridLayer.MOE: "moe"}
+HYBRID_KIND_NAMES = {HybridLayer.MAMBA: "mamba", HybridLayer.GDN: "gdn",
+                     HybridLayer.ATTENTION: "attention", HybridLayer.MLP: "mlp",
+                     HybridLayer.MOE: "moe"}
+
+
+def hybrid_mixer_parameters(counts: ParameterCounts, symbol: HybridLayer) -> ArrayLike:
+    """Matrix parameters of one hybrid layer's mixer or dense FFN (the layer's norm, router
+    and routed experts apart): attention, Mamba, gated DeltaNet, MLP or an MoE layer's
+    shared experts."""
+    return {HybridLayer.ATTENTION: counts.attention_per_layer,
+            HybridLayer.MAMBA: counts.mamba_per_layer, HybridLayer.GDN: counts.gdn_per_layer,
+            HybridLayer.MLP: counts.dense_ffn_per_layer,
+            HybridLayer.MOE: counts.shared_experts_per_layer}[symbol]
 
 
 def _hybrid_layer(index: int, symbol: HybridLayer, counts: ParameterCounts) -> LayerParameters:
-    """One layer of a hybrid pattern: a mixer (attention or Mamba) or an FFN (MLP or MoE)."""
+    """One layer of a hybrid pattern: a mixer (attention, Mamba or gated DeltaNet) or an FFN
+    (MLP or MoE)."""
     ffn_total = ffn_active = router = 0
     if symbol is HybridLayer.MLP:
         ffn_total = ffn_active = counts.dense_ffn_per_layer
@@ -363,9 +402,10 @@ def _hybrid_layer(index: int, symbol: HybridLayer, counts: ParameterCounts) -> L
         ffn_active = counts.top_k * counts.routed_expert + shared
         router = counts.router_per_layer
     return LayerParameters(
-        index=index, kind=_HYBRID_KIND_NAMES[symbol],
+        index=index, kind=HYBRID_KIND_NAMES[symbol],
         attention=counts.attention_per_layer if symbol is HybridLayer.ATTENTION else 0,
         mamba=counts.mamba_per_layer if symbol is HybridLayer.MAMBA else 0,
+        gdn=counts.gdn_per_layer if symbol is HybridLayer.GDN else 0,
         norms=counts.norms_per_layer, ffn_total=ffn_total, ffn_active=ffn_active,
         router=router)
 

@@ -7,6 +7,7 @@
 * ``lm_head``: the unembedding matmul, 6·V·d per trained token.
 * ``ssd_scan``: a hybrid model's Mamba-2 sequence mixing (the chunked SSD scan), which 6·N
   omits as it omits the attention core; the "with attention" convention credits both.
+* ``gdn``: likewise a hybrid model's gated DeltaNet mixing (the chunked delta rule).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class FlopConvention(StrEnum):
     """Which FLOPs count as useful work in a utilisation figure."""
 
     PAPER = "paper"  # 6·N_active, non-embedding, no attention (paper Eq. 1)
-    WITH_ATTENTION = "with_attention"  # PAPER + causal attention core (+ SSD scans)
+    WITH_ATTENTION = "with_attention"  # PAPER + causal attention core (+ SSD / delta rule)
 
 
 def model_flops_per_token(counts: ParameterCounts) -> float:
@@ -80,6 +81,39 @@ def ssd_scan_flops_per_token(geometry: Geometry) -> float:
             * geometry.mamba_layer_count)
 
 
+def gdn_forward_flops_per_token(geometry: Geometry) -> float:
+    """Forward FLOPs per token of one gated DeltaNet layer's chunked delta rule (Yang, Kautz,
+    Hatamizadeh 2025, Sec. 3.3, the WY form of Yang et al. 2024, "Parallelizing Linear
+    Transformers with the Delta Rule", Sec. 3.2; the kernels of fla/ops/gated_delta_rule/
+    chunk.py that Megatron-Core calls), over chunks of C tokens with queries and keys repeated
+    to the value heads: per value head and token the chunk's K·Kᵀ and the W = A·K products
+    (C·d_k each), U = A·V (C·d_v), the triangular solve (C²/3), the state update and the
+    corrected values (d_k·d_v each), the output Q·S (d_k·d_v) and the intra-chunk Q·Kᵀ and
+    its product with the values (C·d_k + C·d_v); multiply-adds count 2. The masked C×C
+    products are counted whole (an upper bound, as for the SSD scan). Zero without gated
+    DeltaNet layers."""
+    gdn = geometry.gdn
+    if gdn is None:
+        return 0.0
+    c, dk, dv = gdn.chunk_size, gdn.key_head_dim, gdn.value_head_dim
+    per_head = 3 * dk * dv + 3 * c * dk + 2 * c * dv + c * c / 3
+    return float(FLOPS_PER_MULTIPLY_ADD * gdn.value_heads * per_head)
+
+
+def gdn_flops_per_token(geometry: Geometry) -> float:
+    """Training FLOPs per token of the delta rule of every gated DeltaNet layer (forward +
+    backward = 3 × forward, as for the attention core)."""
+    return (TRAIN_TO_FORWARD_FLOPS * gdn_forward_flops_per_token(geometry)
+            * geometry.gdn_layer_count)
+
+
+def sequence_mixing_flops_per_token(geometry: Geometry, seq_len: int) -> float:
+    """Training FLOPs per token that 6·N omits for mixing along the sequence: the causal
+    attention core, the SSD scans and the gated delta rule (all layers)."""
+    return (attention_flops_per_token(geometry, seq_len, causal=True)
+            + ssd_scan_flops_per_token(geometry) + gdn_flops_per_token(geometry))
+
+
 def lm_head_flops_per_token(geometry: Geometry) -> float:
     """Training FLOPs per token of the unembedding matmul: 6·V·d."""
     return 2 * TRAIN_TO_FORWARD_FLOPS * geometry.vocab * geometry.d_model
@@ -91,6 +125,5 @@ def useful_flops_per_token(
     """FLOPs per token credited as useful under ``convention``."""
     flops = model_flops_per_token(counts)
     if convention is FlopConvention.WITH_ATTENTION:
-        flops += (attention_flops_per_token(geometry, seq_len, causal=True)
-                  + ssd_scan_flops_per_token(geometry))
+        flops += sequence_mixing_flops_per_token(geometry, seq_len)
     return flops

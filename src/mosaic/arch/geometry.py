@@ -34,6 +34,7 @@ class HybridLayer(StrEnum):
     attention layer followed by an MLP (or MoE) layer."""
 
     MAMBA = "M"
+    GDN = "G"
     ATTENTION = "*"
     MLP = "-"
     MOE = "E"
@@ -143,6 +144,61 @@ class MambaConfig:
 
 
 @dataclass(frozen=True)
+class GatedDeltaNetConfig:
+    """A gated DeltaNet mixer layer (Yang, Kautz, Hatamizadeh 2025, "Gated Delta Networks",
+    arXiv 2412.06464; Megatron-Core ``GatedDeltaNet``, megatron/core/ssm/gated_delta_net @
+    d98e8a64dd; HF ``Qwen3NextGatedDeltaNet``): Qwen3-Next's linear-attention layers.
+
+    Attributes:
+        key_heads: query/key heads (``linear_num_key_heads``).
+        value_heads: value heads (``linear_num_value_heads``), a multiple of ``key_heads``
+            (each key head serves value_heads/key_heads value heads).
+        key_head_dim: channels per query/key head (``linear_key_head_dim``, 128).
+        value_head_dim: channels per value head (``linear_value_head_dim``, 128).
+        conv_kernel: width of the depthwise causal convolution over q, k and v
+            (``linear_conv_kernel_dim``, 4); without bias (Megatron-Core ``conv_bias`` False,
+            HF ``bias=False``).
+        chunk_size: tokens per chunk of the chunked delta rule (64 in both implementations).
+    """
+
+    key_heads: int
+    value_heads: int
+    key_head_dim: int = 128
+    value_head_dim: int = 128
+    conv_kernel: int = 4
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        _require_positive("model.gdn", key_heads=self.key_heads, value_heads=self.value_heads,
+                          key_head_dim=self.key_head_dim, value_head_dim=self.value_head_dim,
+                          conv_kernel=self.conv_kernel, chunk_size=self.chunk_size)
+        _require(self.value_heads % self.key_heads == 0,
+                 f"model.gdn.key_heads ({self.key_heads}) must divide model.gdn.value_heads "
+                 f"({self.value_heads}) (each key head serves a whole group of value heads)")
+
+    @property
+    def key_width(self) -> int:
+        """Width of q and of k: key_heads·key_head_dim."""
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        """Width of v, of the output gate z and of the mixer output: value_heads·value_head_dim."""
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels the causal convolution filters: q, k and v."""
+        return 2 * self.key_width + self.value_width
+
+    @property
+    def in_proj_width(self) -> int:
+        """Output width of the input projection: q, k, v, z and the per-value-head beta and
+        alpha (Megatron-Core ``in_proj_split_sections``)."""
+        return self.conv_channels + self.value_width + 2 * self.value_heads
+
+
+@dataclass(frozen=True)
 class MoEConfig:
     """The routed part of an MoE transformer.
 
@@ -219,6 +275,9 @@ class Geometry:
         attention: MHA, GQA or MLA.
         mla: MLA dimensions, required when ``attention`` is MLA.
         gated_attention: per-head sigmoid output gate (Qiu et al., 2025; paper A.1).
+        attention_output_gate: elementwise sigmoid gate on the attention output, one per
+            output channel from its own query-projection columns (Qiu et al., 2025, the
+            elementwise variant; Qwen3-Next, Megatron-Core ``attention_output_gate``).
         norm: LayerNorm (the paper's pre-LN, A.1) or RMSNorm.
         moe: the routed part, or None for a dense model.
         qk_norm: per-head norm of queries and keys (Qwen3; HF ``Qwen3Attention.q_norm``).
@@ -238,6 +297,7 @@ class Geometry:
             ``layers`` then counts pattern symbols, ``ffn`` is the MLP layers' width and
             ``moe`` the MoE layers' experts.
         mamba: the Mamba-2 mixer of the pattern's ``M`` layers.
+        gdn: the gated DeltaNet mixer of the pattern's ``G`` layers.
     """
 
     layers: int
@@ -252,6 +312,7 @@ class Geometry:
     attention: AttentionKind = AttentionKind.GQA
     mla: MLAConfig | None = None
     gated_attention: bool = False
+    attention_output_gate: bool = False
     norm: NormKind = NormKind.LAYERNORM
     moe: MoEConfig | None = field(default=None)
     qk_norm: bool = False
@@ -262,6 +323,7 @@ class Geometry:
     activation: str | None = None
     hybrid_pattern: str | None = None
     mamba: MambaConfig | None = None
+    gdn: GatedDeltaNetConfig | None = None
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -303,11 +365,18 @@ class Geometry:
             if self.activation == ("swiglu" if self.glu else "gelu"):
                 # the default spelled out is the default: one geometry, one value
                 object.__setattr__(self, "activation", None)
+        _require(not (self.gated_attention and self.attention_output_gate),
+                 "model.gated_attention (per head) and model.attention_output_gate "
+                 "(elementwise) are two forms of one gate: choose one")
+        _require(not (self.attention_output_gate and self.attention is AttentionKind.MLA),
+                 "model.attention_output_gate with MLA attention is not supported")
         if self.hybrid_pattern is not None:
             self._check_hybrid()
         else:
             _require(self.mamba is None,
                      "model.mamba needs model.hybrid_pattern (which layers are Mamba layers)")
+            _require(self.gdn is None, "model.gdn needs model.hybrid_pattern (which layers "
+                     "are gated DeltaNet layers)")
 
     def _check_hybrid(self) -> None:
         pattern = self.hybrid_pattern
@@ -315,10 +384,10 @@ class Geometry:
         allowed = "".join(symbol.value for symbol in HybridLayer)
         unknown = sorted(set(pattern) - set(allowed))
         _require(not unknown, f"model.hybrid_pattern: unknown layer symbol(s) "
-                 f"{', '.join(repr(c) for c in unknown)}; allowed: 'M' (Mamba), '*' "
-                 "(attention), '-' (MLP), 'E' (MoE), one per layer (leave out Megatron's pipeline "
-                 "'|' separators: the layout's pp and vpp cut the pattern; MTP '/' patterns "
-                 "are not supported)")
+                 f"{', '.join(repr(c) for c in unknown)}; allowed: 'M' (Mamba), 'G' (gated "
+                 "DeltaNet), '*' (attention), '-' (MLP), 'E' (MoE), one per layer (leave out "
+                 "Megatron's pipeline '|' separators: the layout's pp and vpp cut the "
+                 "pattern; MTP '/' patterns are not supported)")
         _require(len(pattern) == self.layers, f"model.hybrid_pattern has {len(pattern)} "
                  f"layers but model.layers is {self.layers}")
         has = {symbol: symbol.value in pattern for symbol in HybridLayer}
@@ -326,6 +395,10 @@ class Geometry:
                  "model.mamba is required with 'M' layers in model.hybrid_pattern"
                  if has[HybridLayer.MAMBA] else
                  "model.mamba is given but model.hybrid_pattern has no 'M' layer")
+        _require(has[HybridLayer.GDN] == (self.gdn is not None),
+                 "model.gdn is required with 'G' layers in model.hybrid_pattern"
+                 if has[HybridLayer.GDN] else
+                 "model.gdn is given but model.hybrid_pattern has no 'G' layer")
         _require(has[HybridLayer.MOE] == (self.moe is not None),
                  "model.moe is required with 'E' layers in model.hybrid_pattern"
                  if has[HybridLayer.MOE] else
@@ -382,6 +455,10 @@ class Geometry:
     @property
     def mamba_layer_count(self) -> int:
         return self.hybrid_count(HybridLayer.MAMBA)
+
+    @property
+    def gdn_layer_count(self) -> int:
+        return self.hybrid_count(HybridLayer.GDN)
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether block ``index`` (0-based) is an MoE block."""

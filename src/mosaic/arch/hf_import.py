@@ -16,6 +16,13 @@ names (and defaults) they follow:
   ``hybrid_override_pattern``; ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``,
   ``n_groups``, ``conv_kernel``, ``chunk_size``; squared-ReLU FFNs, ``mlp_hidden_act``
   ``relu2``): Nemotron-H and Nemotron 3 Nano.
+- ``qwen3_next``: ``Qwen3NextConfig`` (gated DeltaNet layers where ``layer_types`` says
+  ``linear_attention``, else every ``full_attention_interval``-th layer is full attention;
+  ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
+  ``linear_value_head_dim``, ``linear_conv_kernel_dim``; gated attention with an elementwise
+  output gate, q/k norms; Qwen-MoE experts with a gated shared expert). Each decoder layer
+  becomes a mixer layer (``G`` or ``*``) and an FFN layer (``E`` or ``-``). The MTP module
+  (``mtp_num_hidden_layers``) is not part of the HF model and is left out.
 
 All of these use RMSNorm, SwiGLU experts/FFNs (Nemotron-H: squared ReLU) and no FFN biases
 unless stated. Things
@@ -31,6 +38,7 @@ from typing import Any
 
 from mosaic.arch.geometry import (
     AttentionKind,
+    GatedDeltaNetConfig,
     Geometry,
     MambaConfig,
     MLAConfig,
@@ -41,7 +49,7 @@ from mosaic.errors import MosaicInputError
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
-HYBRID_TYPES = ("nemotron_h",)
+HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
 
@@ -165,8 +173,10 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
             f"{where}: model_type {model_type!r} is not supported; allowed: "
             f"{', '.join(SUPPORTED_TYPES)}")
     fields = _Fields(config, where)
-    if model_type in HYBRID_TYPES:
+    if model_type == "nemotron_h":
         return _nemotron_h(fields)
+    if model_type == "qwen3_next":
+        return _qwen3_next(fields)
     activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
@@ -271,22 +281,84 @@ def _nemotron_h(fields: _Fields) -> Geometry:
                         expert_ffn=fields.int("moe_intermediate_size"),
                         shared_experts=1 if shared_width else 0,
                         shared_expert_ffn=shared_width or None)
-    mamba = MambaConfig(heads=fields.int("mamba_num_heads"),
-                        head_dim=fields.int("mamba_head_dim", 64),
-                        state_dim=fields.int("ssm_state_size", 128),
-                        groups=fields.int("n_groups", 8), conv_kernel=fields.int("conv_kernel", 4),
-                        chunk_size=fields.int("chunk_size", 128),
-                        conv_bias=fields.bool("use_conv_bias", True)) if "M" in pattern else None
     width = fields.config.get("intermediate_size")
     ffn = fields.int("intermediate_size") if width is not None or "-" in pattern else (
         moe.expert_ffn if moe else d_model)
-    try:
-        return Geometry(
-            layers=fields.int("num_hidden_layers"), d_model=d_model,
-            vocab=fields.int("vocab_size"), glu=False, activation="squared_relu",
-            norm=NormKind.RMSNORM, tied_embeddings=fields.bool("tie_word_embeddings", False),
-            **_attention(fields, d_model), ffn=ffn, moe=moe, hybrid_pattern=pattern, mamba=mamba)
-    except MosaicInputError as error:  # a pattern rule: name the file
+    heads = fields.int("mamba_num_heads") if "M" in pattern else 0
+    head_dim, state_dim = fields.int("mamba_head_dim", 64), fields.int("ssm_state_size", 128)
+    groups, conv_kernel = fields.int("n_groups", 8), fields.int("conv_kernel", 4)
+    chunk_size, conv_bias = fields.int("chunk_size", 128), fields.bool("use_conv_bias", True)
+    common = {"layers": fields.int("num_hidden_layers"), "d_model": d_model,
+              "vocab": fields.int("vocab_size"), "norm": NormKind.RMSNORM,
+              "tied_embeddings": fields.bool("tie_word_embeddings", False),
+              **_attention(fields, d_model)}
+    try:  # the geometry's own rules (pattern, mixer): name the file
+        mamba = MambaConfig(heads=heads, head_dim=head_dim, state_dim=state_dim, groups=groups,
+                            conv_kernel=conv_kernel, chunk_size=chunk_size,
+                            conv_bias=conv_bias) if "M" in pattern else None
+        return Geometry(**common, glu=False, activation="squared_relu", ffn=ffn, moe=moe,
+                        hybrid_pattern=pattern, mamba=mamba)
+    except MosaicInputError as error:
+        raise MosaicInputError(f"{where}: {error}") from None
+
+
+def _qwen3_next_layer_types(fields: _Fields, layers: int) -> list[str]:
+    """Per decoder layer ``linear_attention`` or ``full_attention``: ``layer_types`` when
+    given, else full attention on every ``full_attention_interval``-th layer (HF
+    Qwen3NextConfig's default, interval 4)."""
+    types = fields.config.get("layer_types")
+    if types is None:
+        interval = fields.int("full_attention_interval", 4)
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                for i in range(layers)]
+    allowed = ("linear_attention", "full_attention")
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in allowed for t in types)):
+        raise MosaicInputError(f"{fields.where}: layer_types must list {layers} entries, each "
+                               f"{' or '.join(allowed)}")
+    return types
+
+
+def _qwen3_next(fields: _Fields) -> Geometry:
+    """HF ``Qwen3NextConfig`` (transformers models/qwen3_next/configuration_qwen3_next.py;
+    Megatron-Bridge ``Qwen3NextBridge`` maps it to the same layers): each decoder layer is a
+    gated DeltaNet or a gated full-attention mixer followed by an MoE FFN (a dense MLP of
+    ``intermediate_size`` on ``mlp_only_layers`` and off the ``decoder_sparse_step``)."""
+    where = fields.where
+    activation = _gated_activation(fields)
+    if fields.bool("attention_bias", False):
+        raise MosaicInputError(f"{where}: attention_bias=true is not supported")
+    d_model = fields.int("hidden_size")
+    layers = fields.int("num_hidden_layers")
+    types = _qwen3_next_layer_types(fields, layers)
+    step = fields.int("decoder_sparse_step", 1)
+    dense_list = fields.config.get("mlp_only_layers") or []
+    moe_layer = [fields.int("num_experts", 0) > 0 and i not in dense_list
+                 and (i + 1) % step == 0 for i in range(layers)]
+    pattern = "".join(("G" if kind == "linear_attention" else "*") + ("E" if sparse else "-")
+                      for kind, sparse in zip(types, moe_layer, strict=True))
+    moe = None
+    if any(moe_layer):
+        shared_width = fields.count("shared_expert_intermediate_size", 0)
+        moe = MoEConfig(experts=fields.int("num_experts"),
+                        top_k=fields.int("num_experts_per_tok"),
+                        expert_ffn=fields.int("moe_intermediate_size"),
+                        shared_experts=1 if shared_width else 0,
+                        shared_expert_ffn=shared_width or None,
+                        shared_expert_gate=bool(shared_width))  # HF Qwen3NextSparseMoeBlock
+    linear = {name: fields.int(f"linear_{key}", default) for name, key, default in (
+        ("key_heads", "num_key_heads", 16), ("value_heads", "num_value_heads", 32),
+        ("key_head_dim", "key_head_dim", 128), ("value_head_dim", "value_head_dim", 128),
+        ("conv_kernel", "conv_kernel_dim", 4))}
+    common = {"layers": 2 * layers, "d_model": d_model, "vocab": fields.int("vocab_size"),
+              "norm": NormKind.RMSNORM, "ffn": fields.int("intermediate_size"),
+              "tied_embeddings": fields.bool("tie_word_embeddings", False),
+              **_attention(fields, d_model)}
+    try:  # the geometry's own rules (pattern, mixer): name the file
+        gdn = GatedDeltaNetConfig(**linear) if "G" in pattern else None
+        return Geometry(**common, glu=True, activation=activation, moe=moe, qk_norm=True,
+                        attention_output_gate=True, hybrid_pattern=pattern, gdn=gdn)
+    except MosaicInputError as error:
         raise MosaicInputError(f"{where}: {error}") from None
 
 

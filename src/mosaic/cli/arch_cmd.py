@@ -14,6 +14,7 @@ from mosaic.arch import (
     ParameterCounts,
     attention_flops_per_token,
     count_parameters,
+    gdn_flops_per_token,
     ladder_geometry,
     layer_breakdown,
     lm_head_flops_per_token,
@@ -163,15 +164,19 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
 
 
 def _hybrid_summary(geometry: Geometry, counts: ParameterCounts) -> dict[str, Any]:
-    """A hybrid model's layer mix, Mamba parameters and SSD-scan FLOPs (empty otherwise)."""
+    """A hybrid model's layer mix, Mamba and gated DeltaNet parameters and their sequence
+    mixing FLOPs (empty otherwise)."""
     if not geometry.is_hybrid:
         return {}
     return {
         "hybrid_pattern": geometry.hybrid_pattern,
         "mamba_layers": geometry.mamba_layer_count,
+        "gdn_layers": geometry.gdn_layer_count,
         "attention_layers": geometry.attention_layer_count,
         "mamba_params_per_layer": int(counts.mamba_per_layer),
+        "gdn_params_per_layer": int(counts.gdn_per_layer),
         "ssd_scan_flops_per_token": ssd_scan_flops_per_token(geometry),
+        "gdn_flops_per_token": gdn_flops_per_token(geometry),
     }
 
 
@@ -191,10 +196,14 @@ def _print_summary(summary: dict[str, Any]) -> None:
     ]
     if summary.get("hybrid_pattern"):
         rows += [
-            ("hybrid layers: Mamba / attention / MLP / MoE",
-             f"{summary['mamba_layers']} / {summary['attention_layers']} / "
-             f"{summary['dense_layers']} / {summary['moe_layers']}"),
-            ("Mamba parameters per layer", f"{summary['mamba_params_per_layer']:,}"),
+            ("hybrid layers: Mamba / gated DeltaNet / attention / MLP / MoE",
+             f"{summary['mamba_layers']} / {summary['gdn_layers']} / "
+             f"{summary['attention_layers']} / {summary['dense_layers']} / "
+             f"{summary['moe_layers']}"),
+            *([("Mamba parameters per layer", f"{summary['mamba_params_per_layer']:,}")]
+              if summary["mamba_layers"] else []),
+            *([("gated DeltaNet parameters per layer", f"{summary['gdn_params_per_layer']:,}")]
+              if summary["gdn_layers"] else []),
         ]
     if summary["experts"]:
         rows += [
@@ -224,7 +233,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ),
         ("LM-head FLOPs/token", f"{summary['lm_head_flops_per_token']:.4e}"),
         *([("SSD-scan FLOPs/token (Mamba layers)", f"{summary['ssd_scan_flops_per_token']:.4e}")]
-          if summary.get("hybrid_pattern") else []),
+          if summary.get("mamba_layers") else []),
+        *([("delta-rule FLOPs/token (gated DeltaNet layers)",
+            f"{summary['gdn_flops_per_token']:.4e}")] if summary.get("gdn_layers") else []),
     ]
     print_key_value_table("Architecture", rows)
 

@@ -92,8 +92,23 @@ class MambaBlock(_Strict):
     conv_bias: bool = Field(default=True, description="the convolution carries a bias")
 
 
+class GatedDeltaNetBlock(_Strict):
+    """The gated DeltaNet mixer of a hybrid model's 'G' layers (Qwen3-Next's linear attention;
+    Megatron-Core/HF linear_* names)."""
+
+    key_heads: int = Field(gt=0, le=_WIDTH, description="query/key heads (linear_num_key_heads)")
+    value_heads: int = Field(gt=0, le=_WIDTH,
+                             description="value heads (linear_num_value_heads)")
+    key_head_dim: int = Field(default=128, gt=0, le=_WIDTH, description="channels per key head")
+    value_head_dim: int = Field(default=128, gt=0, le=_WIDTH,
+                                description="channels per value head")
+    conv_kernel: int = Field(default=4, gt=0, le=64, description="causal convolution width")
+    chunk_size: int = Field(default=64, gt=0, le=_WIDTH, description="delta-rule chunk length")
+
+
 class ModelBlock(_Strict):
-    """A decoder-only transformer (or a hybrid of Mamba, attention, MLP and MoE layers);
+    """A decoder-only transformer (or a hybrid of Mamba, gated DeltaNet, attention, MLP and MoE
+    layers);
     ``moe`` None means dense."""
 
     name: str | None = Field(default=None, min_length=1, description="model name")
@@ -118,6 +133,8 @@ class ModelBlock(_Strict):
     norm: Literal["layernorm", "rmsnorm"] | None = Field(default=None,
                                                          description="None = layernorm")
     gated_attention: bool = Field(default=False, description="per-head sigmoid output gate")
+    attention_output_gate: bool = Field(default=False, description="elementwise sigmoid gate "
+                                        "on the attention output (Qwen3-Next)")
     qk_norm: bool = Field(default=False, description="per-head norm of queries and keys")
     qkv_bias: bool = Field(default=False, description="biases on the Q, K, V projections")
     output_bias: bool = Field(default=False, description="bias on the attention output")
@@ -127,9 +144,11 @@ class ModelBlock(_Strict):
     moe: MoEBlock | None = None
     hybrid_pattern: str | None = Field(
         default=None, min_length=1, max_length=_LAYERS,
-        description="a hybrid model's layers, one symbol each: M Mamba, * attention, - MLP, "
-                    "E MoE (Megatron-Core hybrid_layer_pattern); None = a transformer")
+        description="a hybrid model's layers, one symbol each: M Mamba, G gated DeltaNet, "
+                    "* attention, - MLP, E MoE (Megatron-Core hybrid_layer_pattern); None = a "
+                    "transformer")
     mamba: MambaBlock | None = None
+    gdn: GatedDeltaNetBlock | None = None
 
 
 class ParallelismBlock(_Strict):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mosaic.arch.geometry import (
     GATED_ACTIVATIONS,
     AttentionKind,
+    GatedDeltaNetConfig,
     Geometry,
     HybridLayer,
     MambaConfig,
@@ -127,11 +128,13 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         glu=activation in GATED_ACTIVATIONS, activation=model.activation,
         tied_embeddings=bool(tied), attention=attention,
         mla=mla if attention is AttentionKind.MLA else None,
-        gated_attention=model.gated_attention, norm=NormKind(norm), moe=moe,
+        gated_attention=model.gated_attention,
+        attention_output_gate=model.attention_output_gate, norm=NormKind(norm), moe=moe,
         qk_norm=model.qk_norm, qkv_bias=model.qkv_bias, output_bias=model.output_bias,
         attention_sinks=model.attention_sinks, mtp_layers=int(mtp),  # type: ignore[arg-type]
         hybrid_pattern=model.hybrid_pattern,
         mamba=None if model.mamba is None else MambaConfig(**model.mamba.model_dump()),
+        gdn=None if model.gdn is None else GatedDeltaNetConfig(**model.gdn.model_dump()),
     )
 
 
@@ -147,7 +150,8 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         "tied_embeddings": geometry.tied_embeddings, "attention": str(geometry.attention),
         "norm": str(geometry.norm), "mtp_layers": geometry.mtp_layers,
     }
-    for flag in ("gated_attention", "qk_norm", "qkv_bias", "output_bias", "attention_sinks"):
+    for flag in ("gated_attention", "attention_output_gate", "qk_norm", "qkv_bias",
+                 "output_bias", "attention_sinks"):
         if getattr(geometry, flag):
             document[flag] = True
     if geometry.mla is not None:
@@ -176,4 +180,10 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
                              "state_dim": mamba.state_dim, "groups": mamba.groups,
                              "conv_kernel": mamba.conv_kernel, "chunk_size": mamba.chunk_size,
                              **({} if mamba.conv_bias else {"conv_bias": False})}
+    if geometry.gdn is not None:
+        gdn = geometry.gdn
+        document["gdn"] = {"key_heads": gdn.key_heads, "value_heads": gdn.value_heads,
+                           "key_head_dim": gdn.key_head_dim,
+                           "value_head_dim": gdn.value_head_dim,
+                           "conv_kernel": gdn.conv_kernel, "chunk_size": gdn.chunk_size}
     return document

@@ -37,7 +37,8 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
     fitted = [by_id[i] for i in fitted_ids]
     counts = [count_parameters(r.workload.geometry) for r in fitted]
     stacks = [r.workload.stack for r in fitted]
-    classes = [model_class(r.workload.geometry.is_moe) for r in fitted]
+    classes = [model_class(r.workload.geometry.is_moe, r.workload.geometry.is_hybrid)
+               for r in fitted]
     tokens: tuple = ()
     shared = None
     if cv is not None:
@@ -50,7 +51,9 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
                      for r, p in zip(with_memory, predict_runs(with_memory, calibration),
                                      strict=True)]
     memory = scoped_quantiles(np.array(memory_ratios), [r.workload.stack for r in with_memory],
-                              [model_class(r.workload.geometry.is_moe) for r in with_memory],
+                              [model_class(r.workload.geometry.is_moe,
+                                           r.workload.geometry.is_hybrid)
+                               for r in with_memory],
                               level)
     return CalibrationCoverage(
         source=source, level=level,

@@ -32,6 +32,21 @@ QUANTIZATION = {"delayed": "te_fp8_delayedscaling", "current": "te_fp8_currentsc
                 "mxfp8": "te_mxfp8"}
 
 
+# MaxText's mlp_activations: flax.linen function names, a gated FFN as [gate, "linear"]
+# (src/maxtext/configs/base.yml and layers/linears.py _convert_to_activation_function)
+MAXTEXT_ACTIVATIONS = {"swiglu": ["silu", "linear"], "geglu": ["gelu", "linear"],
+                       "gelu": ["gelu"], "relu": ["relu"]}
+
+
+def mlp_activations(activation: str, unsupported: list[str]) -> list[str]:
+    """MaxText's names for the FFN activation (squared ReLU has none: ReLU written)."""
+    if activation not in MAXTEXT_ACTIVATIONS:
+        unsupported.append(f"FFN activation {activation}: no flax.linen function of that name "
+                           "(relu written)")
+        return ["relu"]
+    return MAXTEXT_ACTIVATIONS[activation]
+
+
 def decoder_block(spec: ExportSpec) -> str:
     """The MaxText decoder block type closest to the geometry."""
     g = spec.geometry
@@ -95,6 +110,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "(interleave_moe_layer_step is honoured by llama4 blocks only)")
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
+    if g.attention_output_gate:
+        unsupported.append("attention output gate (elementwise, Qwen3-Next)")
     if spec.pp > 1 and spec.uneven_stages:
         unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
                            f"{spec.pp * spec.vpp}): MaxText needs equal stages")
@@ -114,7 +131,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "base_num_decoder_layers": g.layers,
         "head_dim": g.head_dim,
         "vocab_size": g.vocab,
-        "mlp_activations": ["silu", "linear"] if g.glu else ["gelu"],
+        "mlp_activations": mlp_activations(g.activation_name, unsupported),
         "logits_via_embedding": g.tied_embeddings,
         "use_qk_norm": g.qk_norm,
         "attention_bias": g.qkv_bias,

@@ -74,10 +74,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         ("--seq-length", str(spec.seq_len)),
         ("--max-position-embeddings", str(spec.seq_len)),
         ("--vocab-size", str(g.vocab)),
-        # a hybrid model has no position embedding (Megatron-Core HybridModel and
+        # a Mamba hybrid has no position embedding (Megatron-Core HybridModel and
         # Megatron-Bridge's MambaModelProvider default to 'none'; its Mamba layers carry the
-        # order), a transformer RoPE
-        ("--position-embedding-type", "none" if g.is_hybrid else "rope"),
+        # order), a transformer and a gated DeltaNet hybrid (Qwen3-Next) RoPE
+        ("--position-embedding-type", "none" if g.mamba is not None else "rope"),
         ("--normalization", "RMSNorm" if g.norm is NormKind.RMSNORM else "LayerNorm"),
     ]
     if g.attention is AttentionKind.MLA:
@@ -105,6 +105,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--qk-layernorm", None))
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")
+    if g.attention_output_gate:  # TransformerConfig.attention_output_gate @ d98e8a64dd
+        args.append(("--attention-output-gate", None))
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
     if g.is_hybrid:
@@ -164,7 +166,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                  ("--account-for-loss-in-pipeline-split", None)]
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append(dualpipe_note(spec, "Megatron-LM"))
-    if spec.uneven_stages:
+    if spec.uneven_stages and not g.is_hybrid:  # a hybrid's '|' segments carry the split
         unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
@@ -347,20 +349,52 @@ def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                                "mosaic's model block: add --moe-router-score-function, "
                                "--moe-router-enable-expert-bias and "
                                "--moe-router-topk-scaling-factor by hand")
+        if not g.mamba.conv_bias:
+            unsupported.append(MAMBA_CONV_BIAS_NOTE)
         if (g.mamba.conv_kernel, g.mamba.chunk_size) != (4, 128):
             unsupported.append(f"mamba conv_kernel {g.mamba.conv_kernel} / chunk_size "
                                f"{g.mamba.chunk_size}: MambaMixer's d_conv and chunk_size "
                                "(4, 128) have no flag")
+    if g.gdn is not None:  # TransformerConfig linear_* fields; the hybrid stack's 'G' layers
+        args += gdn_arguments(g, unsupported)
+        unsupported.append("RoPE's share of the head dimensions is not in mosaic's model "
+                           "block (Qwen3-Next rotates a quarter: add --rotary-percent 0.25)")
     return args
 
 
+# megatron/core/ssm/mamba_mixer.py @ d98e8a64dd: MambaMixer asserts conv_bias
+MAMBA_CONV_BIAS_NOTE = ("mamba conv_bias false: Megatron-Core's MambaMixer always builds its "
+                        "convolution with a bias (it asserts conv_bias)")
+
+
+def gdn_arguments(g: Geometry, unsupported: list[str]) -> list[tuple[str, str | None]]:
+    """The gated DeltaNet mixer's flags (TransformerConfig linear_num_key_heads,
+    linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
+    linear_conv_kernel_dim @ d98e8a64dd; GatedDeltaNet fixes its chunk at 64)."""
+    gdn = g.gdn
+    assert gdn is not None
+    if gdn.chunk_size != 64:
+        unsupported.append(f"gdn chunk_size {gdn.chunk_size}: GatedDeltaNet's chunk (64) has "
+                           "no flag")
+    return [("--linear-num-key-heads", str(gdn.key_heads)),
+            ("--linear-num-value-heads", str(gdn.value_heads)),
+            ("--linear-key-head-dim", str(gdn.key_head_dim)),
+            ("--linear-value-head-dim", str(gdn.value_head_dim)),
+            ("--linear-conv-kernel-dim", str(gdn.conv_kernel))]
+
+
 def render(spec: ExportSpec) -> ExportResult:
-    """One ``--flag value`` per line, comments first: use as ``$(grep -v '^#' FILE)``."""
+    """One ``--flag value`` per line, comments first, values with shell characters in single
+    quotes: launch as ``grep -v '^#' FILE | xargs torchrun pretrain_gpt.py`` (xargs removes
+    the quotes; an unquoted ``$(...)`` would pass them on)."""
     args, unsupported = arguments(spec)
     lines = [f"# {line}" for line in header_lines(spec, "Megatron-Core", unsupported)]
+    script = "pretrain_hybrid.py" if spec.geometry.is_hybrid else "pretrain_gpt.py"
     if spec.geometry.is_hybrid:
         lines.append("# a hybrid model: launch Megatron-LM's pretrain_hybrid.py (not "
                      "pretrain_gpt.py) with these arguments")
+    lines.append(f"# launch: grep -v '^#' FILE | xargs torchrun ... {script} (xargs removes "
+                 "the single quotes)")
     lines.append("# Megatron derives dp from the world size: launch on exactly "
                  f"{spec.n_devices} GPUs")
     for flag, value in args:

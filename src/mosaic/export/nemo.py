@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from mosaic.arch.geometry import AttentionKind, NormKind
+from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
 from mosaic.export.megatron import (
     LAYER_GRAPH_DROPLESS_NOTE,
+    MAMBA_CONV_BIAS_NOTE,
     MEGATRON_CORE_HANDLED,
     attention_backend,
     dualpipe_note,
@@ -76,8 +77,25 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     hybrid_layer_pattern; the Mamba mixer's dimensions, as its Nemotron-H and Nemotron 3
     recipes set them)."""
     g = spec.geometry
+    if g.gdn is not None and g.mamba is None:
+        gpt = gated_delta_net_fields(g)
+        if gpt is not None:
+            return gpt
+        unsupported.append("gated DeltaNet ('G') layers outside Qwen3-Next's alternation of "
+                           "mixer and FFN layers: Megatron-Bridge builds gated DeltaNet only "
+                           "in GPT models (its Qwen3-Next provider); use the Megatron export")
+    # the whole pattern: Megatron-Core before core_v0.17 (Megatron-Bridge v0.3, NeMo 26.02)
+    # refuses '|' stage separators and splits the pattern into equal stages itself; later
+    # releases accept the uncut form (deprecated) as well
     fields: dict[str, Any] = {"is_hybrid_model": True,
-                              "hybrid_override_pattern": spec.hybrid_layer_pattern()}
+                              "hybrid_override_pattern": g.hybrid_pattern}
+    if spec.vpp > 1:
+        unsupported.append(f"vpp={spec.vpp}: MambaModelProvider.provide asserts "
+                           "virtual_pipeline_model_parallel_size is None (Megatron-Bridge "
+                           "v0.3.0..v0.5.1): run vpp 1, or use the Megatron export, whose "
+                           "'|' segments set the virtual stages")
+    if g.mamba is not None and not g.mamba.conv_bias:
+        unsupported.append(MAMBA_CONV_BIAS_NOTE)
     if g.mamba is not None:
         fields |= {"mamba_num_heads": g.mamba.heads, "mamba_head_dim": g.mamba.head_dim,
                    "mamba_state_dim": g.mamba.state_dim, "mamba_num_groups": g.mamba.groups}
@@ -85,6 +103,29 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
                        "Nemotron-H / Nemotron 3 recipes), not the GPT provider; the FFN "
                        "activation (activation_func, a Python callable: squared_relu for "
                        "Nemotron-H) is set in the recipe")
+    return fields
+
+
+def gated_delta_net_fields(g: Geometry) -> dict[str, Any] | None:
+    """A Qwen3-Next-shaped model (each mixer layer, 'G' or '*', followed by an FFN layer,
+    'E' or '-') as Megatron-Bridge builds it: a GPT model whose blocks' attention is gated
+    DeltaNet where linear_attention_freq says 1 (Qwen3NextBridge.provider_bridge:
+    experimental_attention_variant 'gated_delta_net', linear_* dimensions; moe_layer_freq
+    1 = MoE FFN), None for any other pattern."""
+    pattern = g.hybrid_pattern
+    assert pattern is not None and g.gdn is not None
+    pairs = [pattern[i:i + 2] for i in range(0, len(pattern), 2)]
+    if len(pattern) % 2 or any(p[0] not in "G*" or p[1] not in "E-" for p in pairs):
+        return None
+    gdn = g.gdn
+    fields: dict[str, Any] = {
+        "num_layers": len(pairs), "experimental_attention_variant": "gated_delta_net",
+        "linear_attention_freq": [int(p[0] == "G") for p in pairs],
+        "linear_num_key_heads": gdn.key_heads, "linear_num_value_heads": gdn.value_heads,
+        "linear_key_head_dim": gdn.key_head_dim, "linear_value_head_dim": gdn.value_head_dim,
+        "linear_conv_kernel_dim": gdn.conv_kernel}
+    if g.moe is not None and "-" in pattern:
+        fields["moe_layer_freq"] = [int(p[1] == "E") for p in pairs]
     return fields
 
 
@@ -116,10 +157,15 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         model |= {"num_query_groups": g.kv_heads, "kv_channels": g.head_dim}
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
+    if g.attention_output_gate:  # Megatron-Bridge Qwen3NextBridge: attention_output_gate
+        model["attention_output_gate"] = True
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need the gpt-oss model provider")
     if g.is_hybrid:
         model |= hybrid_fields(spec, unsupported)
+    elif g.activation_name not in ("swiglu", "gelu"):
+        unsupported.append(f"FFN activation {g.activation_name}: activation_func is a Python "
+                           "callable, set in the recipe")
     if g.moe:
         m = g.moe
         model |= {"num_moe_experts": m.experts, "moe_router_topk": m.top_k,
@@ -128,6 +174,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                   "moe_grouped_gemm": True,
                   "moe_shared_expert_intermediate_size":
                       m.shared_experts * m.shared_width if m.shared_experts else None,
+                  # TransformerConfig.moe_shared_expert_gate (Qwen3NextBridge sets it)
+                  **({"moe_shared_expert_gate": True} if m.shared_expert_gate else {}),
                   "moe_token_dispatcher_type":
                       "alltoall" if spec.dispatcher == "alltoall" else "flex"}
         if spec.dispatcher != "alltoall":
@@ -150,9 +198,13 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
     if spec.uneven_stages:
-        unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
-                           f"{spec.pp * spec.vpp}): set num_layers_in_first/last_pipeline_stage "
-                           "by hand")
+        unsupported.append(
+            f"uneven pipeline stages ({model['num_layers']} layers on pp·vpp = "
+            f"{spec.pp * spec.vpp}): "
+            + ("Megatron-Core splits a hybrid pattern without '|' into equal stages; use the "
+               "Megatron export, whose '|' segments carry the split"
+               if "hybrid_override_pattern" in model else
+               "set num_layers_in_first/last_pipeline_stage by hand"))
     model |= {
         "tensor_model_parallel_size": spec.tp,
         "pipeline_model_parallel_size": spec.pp,

@@ -124,6 +124,17 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             (f"cp={{cp}} and mamba.groups/tp = {mamba.groups}/{{tp}} must divide one another",
              _not_divisible(groups_per_tp, plans.cp) & _not_divisible(plans.cp, groups_per_tp)),
         ]
+    gdn = geometry.gdn
+    if gdn is not None:
+        # Megatron-Core GatedDeltaNet splits its key and value heads over TP and, with context
+        # parallelism, over TP·CP (num_value_heads // tp // cp; gated_delta_net/gdn.py
+        # feat_dim_split @ d98e8a64dd)
+        rules += [
+            (f"tp·cp={{tp}}·{{cp}} must divide gdn.key_heads={gdn.key_heads}",
+             _not_divisible(gdn.key_heads, plans.tp * plans.cp)),
+            (f"tp·cp={{tp}}·{{cp}} must divide gdn.value_heads={gdn.value_heads}",
+             _not_divisible(gdn.value_heads, plans.tp * plans.cp)),
+        ]
     return [Violation(rule=text, violated=np.asarray(mask, dtype=bool)) for text, mask in rules]
 
 

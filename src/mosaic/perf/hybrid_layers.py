@@ -20,6 +20,14 @@ state, state passing, C·Bᵀ, chunk scan); the backward recomputes the convolut
 them and runs eleven of its own. The scan is memory-bound and timed by the bytes its kernels
 move (:func:`ssd_scan_s`).
 
+The gated DeltaNet mixer ('G'; Yang, Kautz, Hatamizadeh 2025; Megatron-Core
+``GatedDeltaNet``, megatron/core/ssm/gated_delta_net) has the same shape: an input projection
+to q, k, v, the output gate z and the per-head beta and alpha (column parallel), a depthwise
+causal convolution over q, k and v, the chunked gated delta rule (flash-linear-attention's
+``chunk_gated_delta_rule``, Triton kernels, with q and k L2-normalised inside and repeated to
+the value heads), a gated RMSNorm and the output projection (row parallel); the delta rule
+is memory-bound as the SSD scan (:func:`gdn_delta_rule_s`).
+
 Hybrid models run on the stacks that build them (stack trait ``hybrid_models``: Megatron-Core
 and its NeMo/Megatron-Bridge, NeMo AutoModel's Nemotron V3, which trains its mixer with the
 same fused kernel); selective recompute here is Megatron-Core's recompute modules
@@ -33,7 +41,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic.arch.flops import FLOPS_PER_MULTIPLY_ADD, ssd_scan_forward_flops_per_token
+from mosaic.arch.flops import (
+    FLOPS_PER_MULTIPLY_ADD,
+    gdn_forward_flops_per_token,
+    ssd_scan_forward_flops_per_token,
+)
 from mosaic.perf.collectives import all_to_all_time_s
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
@@ -85,6 +97,22 @@ SSD_INPUT_READS = 2
 SSD_STATE_PASSES = 4
 SSD_CB_PASSES = 2
 SSD_OUTPUT_WRITES = 2
+# The chunked gated delta rule (fla-org/flash-linear-attention fla/ops/gated_delta_rule/
+# chunk.py, the kernels Megatron-Core's GatedDeltaNet calls): forward the decay cumsum,
+# K·Kᵀ, the triangular solve, W/U, the chunk states and the output, plus the L2 norms of q
+# and k; backward the recomputed W/U and states, dv, the state gradients, dq/dk/dw/dg, the
+# WY backward, the reverse cumsum and the two norm backwards.
+GDN_FORWARD_KERNELS = 6 + 2
+GDN_BACKWARD_KERNELS = 7 + 2
+# Forward bytes per token, in units of its tensors: k is read by the K·Kᵀ, W/U and state
+# kernels, q by the output, w and u written and read, the corrected values written and
+# read, v read and the output written: six streams of each width; the fp32 C×C block per
+# head written by K·Kᵀ, read and written (bf16) by the solve and read by W/U; the bf16
+# chunk states (d_k·d_v per head and chunk) written and read.
+GDN_QK_STREAMS = 6
+GDN_V_STREAMS = 6
+GDN_BLOCK_BYTES = FP32_BYTES + FP32_BYTES + 2 * ACTIVATION_BYTES
+GDN_STATE_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,7 @@ class HybridLayerTimes:
     """Per-micro-batch times of each kind of layer of a hybrid model (arrays over plans)."""
 
     mamba: BlockTimes
+    gdn: BlockTimes
     attention: BlockTimes
     mlp: BlockTimes
     moe: BlockTimes
@@ -282,18 +311,99 @@ def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
         forward=gemm_forward + scan_forward + conv + gated_norm + norm_residual + cast_forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
         ep_all_to_all=zero, cp_send_recv=np.where(plans.cp > 1, context_parallel, 0.0),
-        mamba_gemm=fwd_bwd_s(gemm_forward), mamba_scan=scan_forward + scan_backward)
+        ssm_gemm=fwd_bwd_s(gemm_forward), ssm_scan=scan_forward + scan_backward)
+
+
+def gdn_delta_rule_s(machine: Machine, workload: Workload, plans: ParallelPlans
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one gated DeltaNet layer's chunked delta rule per
+    micro-batch, as :func:`ssd_scan_s`: the bytes its kernels move (module constants; the
+    backward twice the forward's plus the recomputed forward's) against its FLOPs
+    (:func:`~mosaic.arch.flops.gdn_forward_flops_per_token` over the TP rank's value heads;
+    the backward twice the forward plus the recomputed W/U and states) at the dense bf16
+    peak, the longer of the two, plus one launch latency per kernel. About 40 FLOPs per byte
+    for Qwen3-Next's shapes: memory-bound."""
+    gdn = workload.geometry.gdn
+    assert gdn is not None
+    tokens = tokens_per_rank(workload, plans)
+    tp = plans.tp.astype(float)
+    forward_flops = tokens * gdn_forward_flops_per_token(workload.geometry) / tp
+    recomputed_flops = tokens * FLOPS_PER_MULTIPLY_ADD * gdn.value_heads * (
+        gdn.chunk_size * (gdn.key_head_dim + gdn.value_head_dim)
+        + 2 * gdn.key_head_dim * gdn.value_head_dim) / tp
+    backward_flops = BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops
+    peak = machine.mfu_peak_flops_per_s  # the dense bf16 datasheet peak: a bound only
+    query_key_width = gdn.value_heads * gdn.key_head_dim  # repeated to the value heads
+    state_elements = gdn.value_heads * gdn.key_head_dim * gdn.value_head_dim / gdn.chunk_size
+    forward_bytes = tokens / tp * (
+        (GDN_QK_STREAMS * query_key_width + GDN_V_STREAMS * gdn.value_width) * ACTIVATION_BYTES
+        + gdn.value_heads * gdn.chunk_size * GDN_BLOCK_BYTES
+        + GDN_STATE_PASSES * state_elements * ACTIVATION_BYTES)
+    backward_bytes = (BACKWARD_TO_FORWARD_STREAMING + 1) * forward_bytes
+    latency = machine.gemm_params.kernel_latency_s
+    forward = GDN_FORWARD_KERNELS * latency + np.maximum(
+        forward_flops / peak, streaming_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
+                                               kernel_latency_s=0.0))
+    backward = GDN_BACKWARD_KERNELS * latency + np.maximum(
+        backward_flops / peak, streaming_time_s(backward_bytes, machine.hbm_bw_bytes_per_s,
+                                                kernel_latency_s=0.0))
+    return forward, backward
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def gdn_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """A gated DeltaNet layer ('G'): input projection, causal convolution, chunked delta rule,
+    gated norm, output projection (module docstring)."""
+    geometry, gdn = workload.geometry, workload.geometry.gdn
+    assert gdn is not None
+    tokens = tokens_per_rank(workload, plans)
+    tp = plans.tp
+    in_width, inner = gdn.in_proj_width / tp, gdn.value_width / tp
+    in_proj = gemm_s(machine, workload, tokens, in_width, geometry.d_model)
+    out_proj = gemm_s(machine, workload, tokens, geometry.d_model, inner)
+    rule_forward, rule_backward = gdn_delta_rule_s(machine, workload, plans)
+    # GatedDeltaNet runs the causal convolution (fla causal_conv1d) once forward and its
+    # backward once; the gated norm reads the rule's output and z and writes its output
+    conv = streaming_time_s(tokens * CONV_STREAMS * gdn.conv_channels / tp * ACTIVATION_BYTES,
+                            machine.hbm_bw_bytes_per_s)
+    gated_norm = streaming_time_s(tokens * GATED_NORM_STREAMS * inner * ACTIVATION_BYTES,
+                                  machine.hbm_bw_bytes_per_s)
+    norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
+    cast_forward, cast_backward = quantise_cast_s(machine, workload, tokens, (
+        (geometry.d_model, in_width), (inner, geometry.d_model)))
+    gemm_forward = in_proj + out_proj
+    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, fwd_bwd_s(gemm_forward))
+    # Context parallelism: the projections' output all-to-all from sequence- to
+    # head-parallel before the convolution and the rule's output back, mirrored in the
+    # backward (gated_delta_net/common.py a2a_cp_to_hp and _gated_norm_and_a2a).
+    ic = machine.interconnect
+    context_parallel = 2 * (
+        all_to_all_time_s(tokens * in_width * ACTIVATION_BYTES, plans.cp, tp, ic)
+        + all_to_all_time_s(tokens * inner * ACTIVATION_BYTES, plans.cp, tp, ic))
+    zero = _zero(plans)
+    return BlockTimes(
+        attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
+        selective_recompute=recompute_modules_forward_s(workload, {"layernorm": norm}),
+        selective_core_recompute=zero,
+        mlp_gemm=zero, shared_expert=zero, router=zero,
+        streaming=(norm_residual + gated_norm + conv) * (1 + BACKWARD_TO_FORWARD_STREAMING),
+        moe_permute=zero, quantise_cast=cast_forward + cast_backward,
+        forward=gemm_forward + rule_forward + conv + gated_norm + norm_residual + cast_forward,
+        tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
+        ep_all_to_all=zero, cp_send_recv=np.where(plans.cp > 1, context_parallel, 0.0),
+        ssm_gemm=fwd_bwd_s(gemm_forward), ssm_scan=rule_forward + rule_backward)
 
 
 def hybrid_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
                        ) -> HybridLayerTimes:
-    """The four layer kinds' times. A kind without its configuration (no ``mamba`` block,
-    no ``moe`` block) has no layers in the pattern, so another kind's times stand in for it,
+    """The five layer kinds' times. A kind without its configuration (no ``mamba``, ``gdn``
+    or ``moe`` block) has no layers in the pattern, so another kind's times stand in for it,
     counted zero times."""
     geometry = workload.geometry
     attention = attention_layer_times(machine, workload, plans)
     mlp = mlp_layer_times(machine, workload, plans)
     return HybridLayerTimes(
         mamba=mamba_layer_times(machine, workload, plans) if geometry.mamba else attention,
+        gdn=gdn_layer_times(machine, workload, plans) if geometry.gdn else attention,
         attention=attention, mlp=mlp,
         moe=moe_layer_times(machine, workload, plans) if geometry.moe else mlp)

@@ -134,10 +134,11 @@ class BlockTimes:
     tp_all_reduce: np.ndarray  # TP without sequence parallelism
     ep_all_to_all: np.ndarray  # exposed part, after overlap with the shared expert
     cp_send_recv: np.ndarray  # exposed part, after overlap with attention
-    # a hybrid model's Mamba layers (perf/hybrid_layers.py): in/out projections, and the
-    # chunked SSD scan, forward + backward; zero in transformer blocks
-    mamba_gemm: np.ndarray | float = 0.0
-    mamba_scan: np.ndarray | float = 0.0
+    # a hybrid model's state-space mixers (Mamba-2 and gated DeltaNet layers,
+    # perf/hybrid_layers.py): in/out projections, and the chunked SSD scan or delta rule,
+    # forward + backward; zero in transformer blocks
+    ssm_gemm: np.ndarray | float = 0.0
+    ssm_scan: np.ndarray | float = 0.0
 
     @property
     def tp_communication(self) -> np.ndarray:
@@ -147,7 +148,7 @@ class BlockTimes:
     def compute(self) -> np.ndarray:
         return (self.attention_gemm + self.attention_core + self.mlp_gemm
                 + self.shared_expert + self.router + self.streaming + self.quantise_cast
-                + self.mamba_gemm + self.mamba_scan)
+                + self.ssm_gemm + self.ssm_scan)
 
 
 def weighted_block_times(parts: list[tuple[np.ndarray | float, BlockTimes]]) -> BlockTimes:

@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, HybridLayer, count_parameters
+from mosaic.arch.counts import hybrid_mixer_parameters
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import materialises_scores, stack_default_kernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
@@ -182,13 +183,14 @@ COMPONENTS: tuple[str, ...] = (
 )
 
 # Transformer blocks ("dense", "moe") and a hybrid model's layers (perf/hybrid_layers.py)
-LayerKind = Literal["dense", "moe", "mamba", "attention", "mlp", "moe_layer"]
+LayerKind = Literal["dense", "moe", "mamba", "gdn", "attention", "mlp", "moe_layer"]
 HYBRID_LAYER_KINDS: dict[HybridLayer, LayerKind] = {
-    HybridLayer.MAMBA: "mamba", HybridLayer.ATTENTION: "attention", HybridLayer.MLP: "mlp",
-    HybridLayer.MOE: "moe_layer"}
+    HybridLayer.MAMBA: "mamba", HybridLayer.GDN: "gdn", HybridLayer.ATTENTION: "attention",
+    HybridLayer.MLP: "mlp", HybridLayer.MOE: "moe_layer"}
 # the FFN part each kind's recompute modules act on (None: no FFN)
 _FFN_PART: dict[str, str | None] = {"dense": "dense", "moe": "moe", "mlp": "dense",
-                                    "moe_layer": "moe", "mamba": None, "attention": None}
+                                    "moe_layer": "moe", "mamba": None, "gdn": None,
+                                    "attention": None}
 # kinds with an attention core (whose softmax statistics core_attn recompute drops)
 _ATTENTION_KINDS = frozenset({"dense", "moe", "attention"})
 
@@ -324,10 +326,7 @@ def _hybrid_stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: St
     counts = count_parameters(geometry)
     held = stage_hybrid_counts(geometry, plans, stage, remainder_last, vocab_in_split)
     tp = plans.tp.astype(float)
-    split = {HybridLayer.MAMBA: counts.mamba_per_layer / tp,
-             HybridLayer.ATTENTION: counts.attention_per_layer / tp,
-             HybridLayer.MLP: counts.dense_ffn_per_layer / tp,
-             HybridLayer.MOE: counts.shared_experts_per_layer / tp}
+    split = {symbol: hybrid_mixer_parameters(counts, symbol) / tp for symbol in HybridLayer}
     layers = sum(held.values(), start=np.zeros_like(plans.pp))
     moe_layers = held[HybridLayer.MOE]
     norm, router = counts.norms_per_layer, counts.router_per_layer
@@ -569,7 +568,10 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
         sequence_shard_divisor(plans))
     qkv = tokens * (widths.query / tp + widths.key_value / kv_split)
     latents = tokens * widths.latent
-    gate = tokens * (geometry.heads + widths.output) / tp if geometry.gated_attention else 0.0
+    # a gate's logits and the pre-gate output it multiplies: per head or per output channel
+    gate_width = (geometry.heads if geometry.gated_attention else widths.output)
+    gate = (tokens * (gate_width + widths.output) / tp
+            if geometry.gated_attention or geometry.attention_output_gate else 0.0)
     stored = (sequence_region + ACTIVATION_BYTES * (qkv + latents + gate)
               + gemm_in * tokens * widths.output / tp)
     return stored + softmax_statistics_bytes(workload, plans)
@@ -653,6 +655,30 @@ def mamba_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarr
     return sequence_region + tokens * saved / tp
 
 
+def gdn_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Bytes one gated DeltaNet layer saves per micro-batch (Megatron-Core GatedDeltaNet,
+    megatron/core/ssm/gated_delta_net, over flash-linear-attention's chunk_gated_delta_rule,
+    whose autograd function keeps q, k, v, the decay and beta, and the solved C×C block):
+    the norm input and the input projection's input (SP-sharded), the projection's output
+    (the convolution's input and z), the convolution's output (q, k, v), q and k repeated to
+    the value heads when there are more of those, the C×C block per value head, the rule's
+    output (the gated norm's input) and the output projection's input (at the GEMM input's
+    precision)."""
+    geometry, gdn = workload.geometry, workload.geometry.gdn
+    if gdn is None:
+        raise MosaicInputError("activation kind 'gdn' needs a geometry with a gdn section")
+    tokens, tp = tokens_per_rank(workload, plans), plans.tp
+    gemm_in = workload.gemm_element_bytes
+    sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
+        sequence_shard_divisor(plans))
+    repeated = (2 * gdn.value_heads * gdn.key_head_dim
+                if gdn.value_heads > gdn.key_heads else 0)
+    saved = (ACTIVATION_BYTES * (gdn.in_proj_width + gdn.conv_channels + repeated
+                                 + gdn.value_heads * gdn.chunk_size + gdn.value_width)
+             + gemm_in * gdn.value_width)
+    return sequence_region + tokens * saved / tp
+
+
 def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """A block's input, all full recomputation keeps: 2sbh, SP-sharded (Korthikanti Sec. 5)."""
     tokens = tokens_per_rank(workload, plans)
@@ -666,7 +692,8 @@ def layer_working_set_bytes(
     """Everything one block saves with no recomputation (also its recompute working set);
     a hybrid model's layer saves its own part of a block (a Mamba layer
     :func:`mamba_activation_bytes`)."""
-    hybrid = {"mamba": mamba_activation_bytes, "attention": attention_activation_bytes,
+    hybrid = {"mamba": mamba_activation_bytes, "gdn": gdn_activation_bytes,
+              "attention": attention_activation_bytes,
               "mlp": dense_mlp_activation_bytes, "moe_layer": moe_block_activation_bytes}
     if kind in hybrid:
         return hybrid[kind](workload, plans)

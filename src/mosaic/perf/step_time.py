@@ -33,11 +33,11 @@ from mosaic.arch import (
     AttentionKind,
     Geometry,
     HybridLayer,
-    attention_flops_per_token,
     count_parameters,
     lm_head_flops_per_token,
-    ssd_scan_flops_per_token,
 )
+from mosaic.arch.counts import hybrid_mixer_parameters
+from mosaic.arch.flops import sequence_mixing_flops_per_token
 from mosaic.perf.attention_kernels import resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import (
@@ -213,6 +213,7 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes | HybridL
     if isinstance(dense, HybridLayerTimes):
         counts = stage_hybrid_counts(geometry, plans, stage, uneven, vocab_in_split)
         kinds = ((dense.mamba, counts[HybridLayer.MAMBA], "compute_mlp"),
+                 (dense.gdn, counts[HybridLayer.GDN], "compute_mlp"),
                  (dense.attention, counts[HybridLayer.ATTENTION], "compute_mlp"),
                  (dense.mlp, counts[HybridLayer.MLP], "compute_mlp"),
                  (dense.moe, counts[HybridLayer.MOE], "compute_experts"))
@@ -277,10 +278,10 @@ def _recomputed_attention_core(kinds: tuple[StageKind, ...], plans: ParallelPlan
 
 
 def _stage_terms(kinds: tuple[StageKind, ...], plans: ParallelPlans, full_fraction: float,
-                 mamba: bool) -> dict[str, np.ndarray]:
+                 hybrid: bool) -> dict[str, np.ndarray]:
     """Per-stage terms of each plan; ``full_fraction``: the share of blocks full
-    checkpointing recomputes (Workload.checkpointed_block_fraction); ``mamba``: add the
-    Mamba layers' terms (a hybrid model)."""
+    checkpointing recomputes (Workload.checkpointed_block_fraction); ``hybrid``: add the
+    state-space (Mamba, gated DeltaNet) layers' terms."""
     def total(attribute: str) -> np.ndarray:
         return sum((count * getattr(times, attribute) for times, count, _ in kinds),
                    start=0 * kinds[0][1])
@@ -311,9 +312,9 @@ def _stage_terms(kinds: tuple[StageKind, ...], plans: ParallelPlans, full_fracti
         "ep_all_to_all": total("ep_all_to_all"),
         "cp_send_recv": total("cp_send_recv"),
     }
-    if mamba:
-        terms["compute_mamba_gemm"] = total("mamba_gemm")
-        terms["compute_mamba_scan"] = total("mamba_scan")
+    if hybrid:
+        terms["compute_ssm_gemm"] = total("ssm_gemm")
+        terms["compute_ssm_scan"] = total("ssm_scan")
     return terms
 
 
@@ -421,10 +422,8 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
         # matrices by its share of the layers, the routed experts only in the MoE layers'
         share = {symbol: geometry.hybrid_count(symbol) / geometry.layers
                  for symbol in HybridLayer}
-        matrices = (share[HybridLayer.ATTENTION] * counts.attention_per_layer
-                    + share[HybridLayer.MAMBA] * counts.mamba_per_layer
-                    + share[HybridLayer.MLP] * counts.dense_ffn_per_layer
-                    + share[HybridLayer.MOE] * counts.shared_experts_per_layer)
+        matrices = sum(share[symbol] * hybrid_mixer_parameters(counts, symbol)
+                       for symbol in HybridLayer)
         dense = (matrices / plans.tp + norms
                  + share[HybridLayer.MOE] * counts.router_per_layer)
         expert = (share[HybridLayer.MOE] * counts.experts * counts.routed_expert
@@ -474,7 +473,7 @@ def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: Pa
 def _gradient_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
                             ) -> dict[str, np.ndarray]:
     """DDP's all-reduce, ZeRO's reduce-scatter and all-gather, per step."""
-    params = _heavier_end_stage_parameters(workload, plans)
+    params = _heaviest_stage_parameters(workload, plans)
     ic = machine.interconnect
     dense_group = plans.dp * plans.cp
     dense_stride = plans.tp
@@ -654,7 +653,7 @@ def _megatron_last_bucket_share(workload: Workload, plans: ParallelPlans) -> np.
     """Megatron-Core's default gradient bucket over the heavier end stage's parameters."""
     bucket = np.maximum(MEGATRON_MIN_BUCKET_PARAMS,
                         MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dp * plans.cp)
-    stage = _heavier_end_stage_parameters(workload, plans).total
+    stage = _heaviest_stage_parameters(workload, plans).total
     return np.minimum(1.0, bucket / np.maximum(stage, 1.0))
 
 
@@ -668,7 +667,7 @@ def _optimizer_update_s(machine: Machine, workload: Workload, plans: ParallelPla
                         ) -> np.ndarray:
     """Streaming optimizer update over the local shard of the heavier end stage's
     parameters."""
-    params = _heavier_end_stage_parameters(workload, plans)
+    params = _heaviest_stage_parameters(workload, plans)
     sharded = plans.sharding != Sharding.NONE
     dense_shard = np.where(sharded, plans.dp * plans.cp, 1)
     expert_shard = np.where(sharded, np.maximum(plans.edp, 1), 1)
@@ -692,11 +691,15 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
     if geometry.is_hybrid:  # a mean layer: each kind's matrices by its share of the layers
         share = {symbol: geometry.hybrid_count(symbol) / geometry.layers
                  for symbol in HybridLayer}
-        mamba = geometry.mamba
+        mamba, gdn = geometry.mamba, geometry.gdn
         mixer = (_matrix_newton_schulz_flops(d, mamba.in_proj_width)
                  + _matrix_newton_schulz_flops(mamba.inner_width, d)) if mamba else 0.0
+        delta_net = (_matrix_newton_schulz_flops(d, gdn.in_proj_width)
+                     + _matrix_newton_schulz_flops(gdn.value_width, d)) if gdn else 0.0
         dense_matrix_flops = (share[HybridLayer.ATTENTION] * attention
-                              + share[HybridLayer.MAMBA] * mixer + share[HybridLayer.MLP] * mlp)
+                              + share[HybridLayer.MAMBA] * mixer
+                              + share[HybridLayer.GDN] * delta_net
+                              + share[HybridLayer.MLP] * mlp)
         expert_share = share[HybridLayer.MOE]
     else:
         dense_matrix_flops = attention + mlp
@@ -755,7 +758,7 @@ def _average_hybrid_layer(geometry: Geometry, layers: HybridLayerTimes) -> Block
     """A hybrid model's mean layer: each kind's times weighted by its share of the layers."""
     shares = {symbol: geometry.hybrid_count(symbol) / geometry.layers for symbol in HybridLayer}
     return weighted_block_times([
-        (shares[HybridLayer.MAMBA], layers.mamba),
+        (shares[HybridLayer.MAMBA], layers.mamba), (shares[HybridLayer.GDN], layers.gdn),
         (shares[HybridLayer.ATTENTION], layers.attention),
         (shares[HybridLayer.MLP], layers.mlp), (shares[HybridLayer.MOE], layers.moe)])
 
@@ -830,17 +833,19 @@ def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarr
 
 
 @plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
-def _heavier_end_stage_parameters(workload: Workload, plans: ParallelPlans
-                                  ) -> StageParameters:
-    """The parameters of the end stage (first or last) that holds more, the last on a tie:
-    what the data-parallel collectives and the optimizer step move."""
-    params = rank_parameters(workload, plans, "last")
-    first_params = rank_parameters(workload, plans, "first")
-    heavier_first = first_params.total > params.total
-    return StageParameters(**{
-        name: np.where(heavier_first, getattr(first_params, name), getattr(params, name))
-        for name in StageParameters.__dataclass_fields__
-    })
+def _heaviest_stage_parameters(workload: Workload, plans: ParallelPlans) -> StageParameters:
+    """The parameters of the pipeline rank that holds the most (of
+    :func:`~mosaic.perf.schedule.candidate_stages`; the later rank on a tie): what the
+    data-parallel collectives and the optimizer step move."""
+    stages = candidate_stages(workload.geometry, plans)
+    params = rank_parameters(workload, plans, stages[-1])
+    for stage in reversed(stages[:-1]):
+        other = rank_parameters(workload, plans, stage)
+        heavier = other.total > params.total
+        params = StageParameters(**{
+            name: np.where(heavier, getattr(other, name), getattr(params, name))
+            for name in StageParameters.__dataclass_fields__})
+    return params
 
 
 @cache
@@ -959,8 +964,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     counts = count_parameters(geometry)
     cluster_peak = machine.mfu_peak_flops_per_s * machine.n_devices
     model_flops = 6.0 * counts.n_active * tokens
-    attention_flops = (attention_flops_per_token(geometry, workload.seq_len)
-                       + ssd_scan_flops_per_token(geometry)) * tokens
+    attention_flops = sequence_mixing_flops_per_token(geometry, workload.seq_len) * tokens
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL,
                                workload.checkpointed_block_fraction / 3, 0.0)
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks

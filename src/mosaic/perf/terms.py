@@ -52,9 +52,10 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _compute("attention_gemm"), _compute("attention_core"), _compute("mlp"),
     _compute("experts"), _compute("shared_expert"), _compute("router"),
     _compute("elementwise"), _compute("quantise_cast"), _compute("recompute"),
-    # a hybrid model's Mamba-2 layers (perf/hybrid_layers.py): in/out projections, and the
-    # chunked SSD scan (its causal convolution and gated norm stream in compute_elementwise)
-    _compute("mamba_gemm"), _compute("mamba_scan"),
+    # a hybrid model's Mamba-2 and gated DeltaNet layers (perf/hybrid_layers.py): in/out
+    # projections, and the chunked SSD scan or delta rule (their causal convolutions and
+    # gated norms stream in compute_elementwise)
+    _compute("ssm_gemm"), _compute("ssm_scan"),
     # the implementation's kernels beyond the fused minimum (perf/elementwise_traffic.py)
     _compute("elementwise_unfused"),
     # (elementwise_traffic_factor - 1) x the analytical streaming count: a fitted residual,

@@ -295,6 +295,10 @@ class MoETransformer(nn.Module):
             raise MosaicInputError("the reference trainer builds the paper's transformers; a "
                                    "hybrid Mamba/attention model (model.hybrid_pattern) is not "
                                    "supported")
+        if geometry.attention_output_gate:
+            raise MosaicInputError("the reference trainer builds the paper's per-head gate "
+                                   "(model.gated_attention); model.attention_output_gate is "
+                                   "not supported")
         if geometry.glu is False:
             raise ValueError("the trainer implements SwiGLU FFNs (glu=True) only")
         self.geometry = geometry
