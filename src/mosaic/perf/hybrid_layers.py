@@ -224,20 +224,37 @@ def moe_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         ep_all_to_all=a2a_exposed, cp_send_recv=zero)
 
 
+def _memory_bound_passes_s(machine: Machine, forward_flops: np.ndarray,
+                           backward_flops: np.ndarray, forward_bytes: np.ndarray,
+                           kernels: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of a memory-bound chain of Triton kernels: each pass the
+    longer of its FLOPs at the dense bf16 datasheet peak (a bound only) and its bytes at the
+    streaming kernels' HBM efficiency (kernels.memory_bound_time_s), the backward moving
+    twice the forward's bytes plus the recomputed forward's, plus one launch latency per
+    kernel (``kernels``: forward, backward)."""
+    peak = machine.mfu_peak_flops_per_s
+    latency = machine.gemm_params.kernel_latency_s
+    backward_bytes = (BACKWARD_TO_FORWARD_STREAMING + 1) * forward_bytes
+    forward = kernels[0] * latency + np.maximum(
+        forward_flops / peak, streaming_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
+                                               kernel_latency_s=0.0))
+    backward = kernels[1] * latency + np.maximum(
+        backward_flops / peak, streaming_time_s(backward_bytes, machine.hbm_bw_bytes_per_s,
+                                                kernel_latency_s=0.0))
+    return forward, backward
+
+
 def ssd_scan_s(machine: Machine, workload: Workload, plans: ParallelPlans
                ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one Mamba layer's chunked SSD scan per micro-batch.
 
-    Bytes: the tensors each kernel reads and writes (module constants), the backward twice
-    the forward's plus the recomputed forward's. FLOPs:
+    Bytes: the tensors each kernel reads and writes (module constants). FLOPs:
     :func:`~mosaic.arch.flops.ssd_scan_forward_flops_per_token` over the TP rank's heads
     and groups, the backward twice the forward plus the recomputed C·Bᵀ and chunk states.
     The scan is memory-bound: about 30 FLOPs per byte for Nemotron 3 Nano's shapes against
-    a machine balance near 300 on H100 and B200, so its FLOPs at the dense bf16 peak are
-    only a lower bound. Each pass takes the longer of the two, plus one launch latency per
-    kernel. (Consistency, not a fit: per layer this comes out near the flash-attention time
-    of a 2K-token sequence, where Dao & Gu 2024, Fig. 10, find SSD overtaking
-    FlashAttention-2.)
+    a machine balance near 300 on H100 and B200 (:func:`_memory_bound_passes_s`).
+    (Consistency, not a fit: per layer this comes out near the flash-attention time of a
+    2K-token sequence, where Dao & Gu 2024, Fig. 10, find SSD overtaking FlashAttention-2.)
     """
     mamba = workload.geometry.mamba
     assert mamba is not None
@@ -247,82 +264,24 @@ def ssd_scan_s(machine: Machine, workload: Workload, plans: ParallelPlans
     recomputed_flops = tokens * FLOPS_PER_MULTIPLY_ADD * (
         mamba.groups * mamba.chunk_size * mamba.state_dim
         + mamba.heads * mamba.state_dim * mamba.head_dim) / tp
-    backward_flops = BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops
-    peak = machine.mfu_peak_flops_per_s  # the dense bf16 datasheet peak: a bound only
     state_elements = mamba.heads * mamba.head_dim * mamba.state_dim / mamba.chunk_size
     forward_bytes = tokens / tp * (
         SSD_INPUT_READS * mamba.conv_channels * ACTIVATION_BYTES
         + SSD_STATE_PASSES * state_elements * FP32_BYTES
         + SSD_CB_PASSES * mamba.groups * mamba.chunk_size * FP32_BYTES
         + SSD_OUTPUT_WRITES * mamba.inner_width * ACTIVATION_BYTES)
-    backward_bytes = (BACKWARD_TO_FORWARD_STREAMING + 1) * forward_bytes
-    # each kernel streams at the HBM efficiency of the other streaming kernels
-    # (kernels.memory_bound_time_s) and pays one launch latency
-    latency = machine.gemm_params.kernel_latency_s
-    forward = SSD_FORWARD_KERNELS * latency + np.maximum(
-        forward_flops / peak, streaming_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
-                                               kernel_latency_s=0.0))
-    backward = SSD_BACKWARD_KERNELS * latency + np.maximum(
-        backward_flops / peak, streaming_time_s(backward_bytes, machine.hbm_bw_bytes_per_s,
-                                                kernel_latency_s=0.0))
-    return forward, backward
-
-
-@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
-def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
-                      ) -> BlockTimes:
-    """A Mamba-2 layer ('M'): input projection, causal convolution, SSD scan, gated norm,
-    output projection (module docstring)."""
-    geometry, mamba = workload.geometry, workload.geometry.mamba
-    assert mamba is not None
-    tokens = tokens_per_rank(workload, plans)
-    tp = plans.tp
-    in_width, inner = mamba.in_proj_width / tp, mamba.inner_width / tp
-    in_proj = gemm_s(machine, workload, tokens, in_width, geometry.d_model)
-    out_proj = gemm_s(machine, workload, tokens, geometry.d_model, inner)
-    scan_forward, scan_backward = ssd_scan_s(machine, workload, plans)
-    conv = streaming_time_s(tokens * CONV_STREAMS * mamba.conv_channels / tp * ACTIVATION_BYTES,
-                            machine.hbm_bw_bytes_per_s)
-    gated_norm = streaming_time_s(tokens * GATED_NORM_STREAMS * inner * ACTIVATION_BYTES,
-                                  machine.hbm_bw_bytes_per_s)
-    norm_residual, norm = _layer_norm_residual_s(machine, workload, plans)
-    cast_forward, cast_backward = quantise_cast_s(machine, workload, tokens, (
-        (geometry.d_model, in_width), (inner, geometry.d_model)))
-    gemm_forward = in_proj + out_proj
-    gather, scatter, reduce = _one_tp_pair(machine, workload, plans, fwd_bwd_s(gemm_forward))
-    # Context parallelism: Megatron-Core's MambaContextParallel all-to-alls z, x, B, C and dt
-    # from sequence- to head-parallel before the convolution, and the scan output back
-    # after it; the backward mirrors both (megatron/core/ssm/mamba_context_parallel.py
-    # pre_conv_ssm / post_conv_ssm @ d98e8a64dd). The CP group's ranks lie tp apart.
-    ic = machine.interconnect
-    context_parallel = 2 * (
-        all_to_all_time_s(tokens * in_width * ACTIVATION_BYTES, plans.cp, tp, ic)
-        + all_to_all_time_s(tokens * inner * ACTIVATION_BYTES, plans.cp, tp, ic))
-    zero = _zero(plans)
-    return BlockTimes(
-        attention_gemm=zero, attention_core=zero, attention_core_forward=zero,
-        selective_recompute=recompute_modules_forward_s(workload, {"layernorm": norm}),
-        selective_core_recompute=zero,
-        mlp_gemm=zero, shared_expert=zero, router=zero,
-        # the convolution runs once more in the backward (recomputed, checkpoint_lvl 1)
-        streaming=((norm_residual + gated_norm) * (1 + BACKWARD_TO_FORWARD_STREAMING)
-                   + conv * (2 + BACKWARD_TO_FORWARD_STREAMING)),
-        moe_permute=zero, quantise_cast=cast_forward + cast_backward,
-        forward=gemm_forward + scan_forward + conv + gated_norm + norm_residual + cast_forward,
-        tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
-        ep_all_to_all=zero, cp_send_recv=np.where(plans.cp > 1, context_parallel, 0.0),
-        ssm_gemm=fwd_bwd_s(gemm_forward), ssm_scan=scan_forward + scan_backward)
+    return _memory_bound_passes_s(
+        machine, forward_flops, BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops,
+        forward_bytes, (SSD_FORWARD_KERNELS, SSD_BACKWARD_KERNELS))
 
 
 def gdn_delta_rule_s(machine: Machine, workload: Workload, plans: ParallelPlans
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one gated DeltaNet layer's chunked delta rule per
-    micro-batch, as :func:`ssd_scan_s`: the bytes its kernels move (module constants; the
-    backward twice the forward's plus the recomputed forward's) against its FLOPs
-    (:func:`~mosaic.arch.flops.gdn_forward_flops_per_token` over the TP rank's value heads;
-    the backward twice the forward plus the recomputed W/U and states) at the dense bf16
-    peak, the longer of the two, plus one launch latency per kernel. About 40 FLOPs per byte
-    for Qwen3-Next's shapes: memory-bound."""
+    micro-batch, as :func:`ssd_scan_s`: the bytes its kernels move (module constants)
+    against its FLOPs (:func:`~mosaic.arch.flops.gdn_forward_flops_per_token` over the TP
+    rank's value heads; the backward twice the forward plus the recomputed W/U and states).
+    About 40 FLOPs per byte for Qwen3-Next's shapes: memory-bound."""
     gdn = workload.geometry.gdn
     assert gdn is not None
     tokens = tokens_per_rank(workload, plans)
@@ -331,40 +290,49 @@ def gdn_delta_rule_s(machine: Machine, workload: Workload, plans: ParallelPlans
     recomputed_flops = tokens * FLOPS_PER_MULTIPLY_ADD * gdn.value_heads * (
         gdn.chunk_size * (gdn.key_head_dim + gdn.value_head_dim)
         + 2 * gdn.key_head_dim * gdn.value_head_dim) / tp
-    backward_flops = BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops
-    peak = machine.mfu_peak_flops_per_s  # the dense bf16 datasheet peak: a bound only
     query_key_width = gdn.value_heads * gdn.key_head_dim  # repeated to the value heads
     state_elements = gdn.value_heads * gdn.key_head_dim * gdn.value_head_dim / gdn.chunk_size
     forward_bytes = tokens / tp * (
         (GDN_QK_STREAMS * query_key_width + GDN_V_STREAMS * gdn.value_width) * ACTIVATION_BYTES
         + gdn.value_heads * gdn.chunk_size * GDN_BLOCK_BYTES
         + GDN_STATE_PASSES * state_elements * ACTIVATION_BYTES)
-    backward_bytes = (BACKWARD_TO_FORWARD_STREAMING + 1) * forward_bytes
-    latency = machine.gemm_params.kernel_latency_s
-    forward = GDN_FORWARD_KERNELS * latency + np.maximum(
-        forward_flops / peak, streaming_time_s(forward_bytes, machine.hbm_bw_bytes_per_s,
-                                               kernel_latency_s=0.0))
-    backward = GDN_BACKWARD_KERNELS * latency + np.maximum(
-        backward_flops / peak, streaming_time_s(backward_bytes, machine.hbm_bw_bytes_per_s,
-                                                kernel_latency_s=0.0))
-    return forward, backward
+    return _memory_bound_passes_s(
+        machine, forward_flops, BACKWARD_TO_FORWARD_GEMM * forward_flops + recomputed_flops,
+        forward_bytes, (GDN_FORWARD_KERNELS, GDN_BACKWARD_KERNELS))
 
 
-@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
-def gdn_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
-    """A gated DeltaNet layer ('G'): input projection, causal convolution, chunked delta rule,
-    gated norm, output projection (module docstring)."""
-    geometry, gdn = workload.geometry, workload.geometry.gdn
-    assert gdn is not None
+@dataclass(frozen=True)
+class _SequenceMixer:
+    """Widths and kernels of a state-space mixer layer (Mamba-2 or gated DeltaNet), before
+    TP: its input projection's output, the output projection's input, the convolution's
+    channels, how many times the convolution streams (Mamba's is recomputed in the
+    backward), and its scan or delta rule, (forward, backward) seconds per micro-batch."""
+
+    in_proj_width: int
+    inner_width: int
+    conv_channels: int
+    conv_passes: float
+    rule: tuple[np.ndarray, np.ndarray]
+
+
+def _sequence_mixer_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans,
+                                mixer: _SequenceMixer) -> BlockTimes:
+    """A Mamba or gated DeltaNet layer: input projection (column parallel), causal
+    convolution, the scan or delta rule, gated norm (three streams of the inner width: the
+    rule's output and z read, the output written), output projection (row parallel), one TP
+    pair, and under context parallelism the all-to-all of the projection's output to
+    head-parallel before the convolution and of the rule's output back, mirrored in the
+    backward (Megatron-Core mamba_context_parallel.py pre_conv_ssm / post_conv_ssm;
+    gated_delta_net/common.py a2a_cp_to_hp and _gated_norm_and_a2a @ d98e8a64dd; the CP
+    group's ranks lie tp apart)."""
+    geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     tp = plans.tp
-    in_width, inner = gdn.in_proj_width / tp, gdn.value_width / tp
+    in_width, inner = mixer.in_proj_width / tp, mixer.inner_width / tp
     in_proj = gemm_s(machine, workload, tokens, in_width, geometry.d_model)
     out_proj = gemm_s(machine, workload, tokens, geometry.d_model, inner)
-    rule_forward, rule_backward = gdn_delta_rule_s(machine, workload, plans)
-    # GatedDeltaNet runs the causal convolution (fla causal_conv1d) once forward and its
-    # backward once; the gated norm reads the rule's output and z and writes its output
-    conv = streaming_time_s(tokens * CONV_STREAMS * gdn.conv_channels / tp * ACTIVATION_BYTES,
+    rule_forward, rule_backward = mixer.rule
+    conv = streaming_time_s(tokens * CONV_STREAMS * mixer.conv_channels / tp * ACTIVATION_BYTES,
                             machine.hbm_bw_bytes_per_s)
     gated_norm = streaming_time_s(tokens * GATED_NORM_STREAMS * inner * ACTIVATION_BYTES,
                                   machine.hbm_bw_bytes_per_s)
@@ -373,9 +341,6 @@ def gdn_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         (geometry.d_model, in_width), (inner, geometry.d_model)))
     gemm_forward = in_proj + out_proj
     gather, scatter, reduce = _one_tp_pair(machine, workload, plans, fwd_bwd_s(gemm_forward))
-    # Context parallelism: the projections' output all-to-all from sequence- to
-    # head-parallel before the convolution and the rule's output back, mirrored in the
-    # backward (gated_delta_net/common.py a2a_cp_to_hp and _gated_norm_and_a2a).
     ic = machine.interconnect
     context_parallel = 2 * (
         all_to_all_time_s(tokens * in_width * ACTIVATION_BYTES, plans.cp, tp, ic)
@@ -386,12 +351,38 @@ def gdn_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         selective_recompute=recompute_modules_forward_s(workload, {"layernorm": norm}),
         selective_core_recompute=zero,
         mlp_gemm=zero, shared_expert=zero, router=zero,
-        streaming=(norm_residual + gated_norm + conv) * (1 + BACKWARD_TO_FORWARD_STREAMING),
+        streaming=((norm_residual + gated_norm) * (1 + BACKWARD_TO_FORWARD_STREAMING)
+                   + conv * mixer.conv_passes),
         moe_permute=zero, quantise_cast=cast_forward + cast_backward,
         forward=gemm_forward + rule_forward + conv + gated_norm + norm_residual + cast_forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter, tp_all_reduce=reduce,
         ep_all_to_all=zero, cp_send_recv=np.where(plans.cp > 1, context_parallel, 0.0),
         ssm_gemm=fwd_bwd_s(gemm_forward), ssm_scan=rule_forward + rule_backward)
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def mamba_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
+                      ) -> BlockTimes:
+    """A Mamba-2 layer ('M'): input projection, causal convolution, SSD scan, gated norm,
+    output projection (module docstring); the convolution runs once more in the backward
+    (mamba_split_conv1d_scan_combined recomputes it, checkpoint_lvl 1)."""
+    mamba = workload.geometry.mamba
+    assert mamba is not None
+    return _sequence_mixer_layer_times(machine, workload, plans, _SequenceMixer(
+        mamba.in_proj_width, mamba.inner_width, mamba.conv_channels,
+        2 + BACKWARD_TO_FORWARD_STREAMING, ssd_scan_s(machine, workload, plans)))
+
+
+@plan_key(*DENSE_BLOCK_KEY, remember=without_top_k)
+def gdn_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) -> BlockTimes:
+    """A gated DeltaNet layer ('G'): input projection, causal convolution (fla
+    causal_conv1d, forward and its backward), chunked delta rule, gated norm, output
+    projection (module docstring)."""
+    gdn = workload.geometry.gdn
+    assert gdn is not None
+    return _sequence_mixer_layer_times(machine, workload, plans, _SequenceMixer(
+        gdn.in_proj_width, gdn.value_width, gdn.conv_channels,
+        1 + BACKWARD_TO_FORWARD_STREAMING, gdn_delta_rule_s(machine, workload, plans)))
 
 
 def hybrid_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans
