@@ -643,16 +643,24 @@ def mamba_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarr
     input and the input projection's input (SP-sharded, as an attention layer's), those
     two, the gated RMSNorm's input and the output projection's input (at the GEMM input's
     precision)."""
-    geometry, mamba = workload.geometry, workload.geometry.mamba
+    mamba = workload.geometry.mamba
     if mamba is None:
         raise MosaicInputError("activation kind 'mamba' needs a geometry with a mamba section")
+    return _mixer_layer_bytes(workload, plans, ACTIVATION_BYTES * (
+        mamba.in_proj_width + 2 * mamba.inner_width), mamba.inner_width)
+
+
+def _mixer_layer_bytes(workload: Workload, plans: ParallelPlans, saved_bytes_per_token: float,
+                       out_proj_width: int) -> np.ndarray:
+    """A state-space mixer layer's saved bytes: its norm input and input projection's input
+    (SP-sharded, as an attention layer's), then per token ``saved_bytes_per_token`` of its
+    own tensors and the output projection's input at the GEMM input's precision, both over
+    tp."""
     tokens, tp = tokens_per_rank(workload, plans), plans.tp
     gemm_in = workload.gemm_element_bytes
-    sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
+    sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * workload.geometry.d_model / (
         sequence_shard_divisor(plans))
-    saved = (ACTIVATION_BYTES * (mamba.in_proj_width + 2 * mamba.inner_width)
-             + gemm_in * mamba.inner_width)
-    return sequence_region + tokens * saved / tp
+    return sequence_region + tokens * (saved_bytes_per_token + gemm_in * out_proj_width) / tp
 
 
 def gdn_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -664,19 +672,14 @@ def gdn_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
     the value heads when there are more of those, the C×C block per value head, the rule's
     output (the gated norm's input) and the output projection's input (at the GEMM input's
     precision)."""
-    geometry, gdn = workload.geometry, workload.geometry.gdn
+    gdn = workload.geometry.gdn
     if gdn is None:
         raise MosaicInputError("activation kind 'gdn' needs a geometry with a gdn section")
-    tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    gemm_in = workload.gemm_element_bytes
-    sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
-        sequence_shard_divisor(plans))
     repeated = (2 * gdn.value_heads * gdn.key_head_dim
                 if gdn.value_heads > gdn.key_heads else 0)
-    saved = (ACTIVATION_BYTES * (gdn.in_proj_width + gdn.conv_channels + repeated
-                                 + gdn.value_heads * gdn.chunk_size + gdn.value_width)
-             + gemm_in * gdn.value_width)
-    return sequence_region + tokens * saved / tp
+    return _mixer_layer_bytes(workload, plans, ACTIVATION_BYTES * (
+        gdn.in_proj_width + gdn.conv_channels + repeated + gdn.value_heads * gdn.chunk_size
+        + gdn.value_width), gdn.value_width)
 
 
 def layer_input_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
