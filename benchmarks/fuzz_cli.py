@@ -167,6 +167,9 @@ SMALL_JOB = {
     "hardware": {"system": "p5.48xlarge", "nodes": 2},
     "parallelism": {"tp": 1, "pp": 2, "ep": 4},
 }
+# hybrid models: a Mamba-2 and a gated DeltaNet pattern (their own layer rules and mixers)
+HYBRID_JOBS = [_load("examples/nemotron_3_nano_b200.yaml"),
+               _load("examples/qwen3_next_80b_b200.yaml")]
 BASE_RUNS = _load("examples/runs_example.yaml")
 BASE_CALIBRATION = yaml.safe_load(
     (REPO / "src/mosaic/perf/data/calibration_default.yaml").read_text())
@@ -285,7 +288,10 @@ def _set_overrides(rng: random.Random) -> list[str]:
               "hardware.usable_memory_fraction", "search.devices", "model.n_layers",
               "model.hidden_sz", "model.precision", "moe.n_experts", "moe.experts_per_token",
               "moe.capacity_factor", "performance.checkpointing", "optimizer.kind",
-              "hardware.gemm_table", "bogus.field", "data", "data.", ".x", "model.vocab_sz"]
+              "hardware.gemm_table", "bogus.field", "data", "data.", ".x", "model.vocab_sz",
+              "model.hybrid_pattern", "model.gdn.key_heads", "model.gdn.value_heads",
+              "model.mamba.heads", "model.mamba.groups", "model.attention_output_gate",
+              "model.activation"]
     out = []
     for _ in range(rng.choice([1, 1, 2])):
         value = rng.choice(NASTY_SET_VALUES + NASTY_FLAG_NUMBERS)
@@ -296,7 +302,8 @@ def _set_overrides(rng: random.Random) -> list[str]:
 # --------------------------------------------------------------------------- per command
 
 def job_case(rng: random.Random, command: str) -> Case:
-    base = BASE_JOB if rng.random() < 0.5 else SMALL_JOB
+    roll = rng.random()
+    base = BASE_JOB if roll < 0.4 else SMALL_JOB if roll < 0.8 else rng.choice(HYBRID_JOBS)
     files: dict[str, bytes] = {}
     argv = [command, "{dir}/job.yaml"]
     roll = rng.random()
