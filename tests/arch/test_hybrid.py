@@ -185,3 +185,15 @@ def test_gated_deltanet_rules():
         Geometry(**(fields | {"gdn": GatedDeltaNetConfig(key_heads=12, value_heads=32)}))
     with pytest.raises(MosaicInputError, match="two forms of one gate"):
         Geometry(**(fields | {"gated_attention": True}))
+
+
+def test_qwen3_next_import_defaults_and_bad_fields():
+    """HF Qwen3NextConfig's head_dim defaults to 256 (not d/heads); num_experts 0 is a dense
+    model (MLP layers of intermediate_size); mlp_only_layers must list layer indices."""
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    without_head_dim = {k: v for k, v in config.items() if k != "head_dim"}
+    assert geometry_from_hf_config(without_head_dim).head_dim == 256
+    dense = geometry_from_hf_config(config | {"num_experts": 0})
+    assert dense.moe is None and dense.hybrid_pattern == ("G-" * 3 + "*-") * 12
+    with pytest.raises(MosaicInputError, match="mlp_only_layers must be a list"):
+        geometry_from_hf_config(config | {"mlp_only_layers": 3})

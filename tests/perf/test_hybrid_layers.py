@@ -323,3 +323,23 @@ def test_data_parallel_traffic_follows_the_heaviest_rank_anywhere():
     assert middle[0] > rank_parameters(spec.workload, spec.plan, "first").total[0]
     assert middle[0] > rank_parameters(spec.workload, spec.plan, "last").total[0]
     assert _heaviest_stage_parameters(spec.workload, spec.plan).total[0] == middle[0]
+
+
+def test_gated_deltanet_exports_name_what_they_leave_to_the_recipe():
+    """Megatron-Bridge builds gated DeltaNet only from its Qwen3-Next recipe's layer spec and
+    pipelines the GPT form's 48 blocks; Megatron-Core before NeMo 26.06 refuses CP for it."""
+    job = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
+                        ["parallelism.pp=2", "parallelism.vpp=16", "parallelism.dp=32",
+                         "parallelism.ep=32"])
+    notes = export(spec_from_job(job, "test"), "nemo").unsupported
+    assert any("Qwen3-Next recipe" in note for note in notes)
+    assert any("does not divide the GPT form's 48 blocks" in note for note in notes)
+    megatron = export(spec_from_job(job, "test"), "megatron").unsupported
+    assert any("--rotary-percent 0.25" in note for note in megatron)
+    old = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
+                        ["performance.stack_version=26.04", "parallelism.cp=2",
+                         "parallelism.dp=32", "parallelism.ep=32"])
+    assert any("refuses context parallelism" in note for note in old.assumptions)
+    new = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
+                        ["parallelism.cp=2", "parallelism.dp=32", "parallelism.ep=32"])
+    assert not any("refuses context parallelism" in note for note in new.assumptions)

@@ -82,6 +82,15 @@ class _Fields:
                 f"{self.where}: {name} must be a non-negative integer, got {value!r}")
         return value
 
+    def index_list(self, name: str) -> list[int]:
+        """A list of non-negative integers (layer indices); absent or null = empty."""
+        value = self.config.get(name) or []
+        if not isinstance(value, list) or any(
+                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value):
+            raise MosaicInputError(
+                f"{self.where}: {name} must be a list of layer indices, got {value!r}")
+        return value
+
     def bool(self, name: str, default: bool) -> bool:
         value = self.config.get(name, default)
         if value is None:
@@ -110,7 +119,7 @@ def _moe_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
     (i + 1) % decoder_sparse_step == 0.
     """
     step = fields.int("decoder_sparse_step", 1)
-    dense_list = fields.config.get("mlp_only_layers") or []
+    dense_list = fields.index_list("mlp_only_layers")
     sparse = [i for i in range(layers) if i not in dense_list and (i + 1) % step == 0]
     if not sparse:
         raise MosaicInputError(f"{fields.where}: no MoE block left by mlp_only_layers")
@@ -332,8 +341,8 @@ def _qwen3_next(fields: _Fields) -> Geometry:
     layers = fields.int("num_hidden_layers")
     types = _qwen3_next_layer_types(fields, layers)
     step = fields.int("decoder_sparse_step", 1)
-    dense_list = fields.config.get("mlp_only_layers") or []
-    moe_layer = [fields.int("num_experts", 0) > 0 and i not in dense_list
+    dense_list = fields.index_list("mlp_only_layers")
+    moe_layer = [fields.count("num_experts", 0) > 0 and i not in dense_list
                  and (i + 1) % step == 0 for i in range(layers)]
     pattern = "".join(("G" if kind == "linear_attention" else "*") + ("E" if sparse else "-")
                       for kind, sparse in zip(types, moe_layer, strict=True))
@@ -353,7 +362,8 @@ def _qwen3_next(fields: _Fields) -> Geometry:
     common = {"layers": 2 * layers, "d_model": d_model, "vocab": fields.int("vocab_size"),
               "norm": NormKind.RMSNORM, "ffn": fields.int("intermediate_size"),
               "tied_embeddings": fields.bool("tie_word_embeddings", False),
-              **_attention(fields, d_model)}
+              # HF Qwen3NextConfig's head_dim defaults to 256, not d_model / heads
+              **_attention(_Fields({"head_dim": 256, **fields.config}, where), d_model)}
     try:  # the geometry's own rules (pattern, mixer): name the file
         gdn = GatedDeltaNetConfig(**linear) if "G" in pattern else None
         return Geometry(**common, glu=True, activation=activation, moe=moe, qk_norm=True,

@@ -308,7 +308,10 @@ def arch(
     _print_summary(summary)
     if breakdown:
         hybrid = geometry.is_hybrid
-        columns = ["block", "kind", "attention", *(["Mamba"] if hybrid else []), "FFN total",
+        mixers = [(name, key) for name, key, present in (
+            ("Mamba", "mamba", geometry.mamba is not None),
+            ("gated DeltaNet", "gdn", geometry.gdn is not None)) if present]
+        columns = ["block", "kind", "attention", *(name for name, _ in mixers), "FFN total",
                    "FFN active", "router"]
         print_table(
             "Per-layer parameters" if hybrid else "Per-block parameters",
@@ -318,7 +321,7 @@ def arch(
                     str(r["index"]),
                     r["kind"],
                     f"{r['attention']:,}",
-                    *([f"{r['mamba']:,}"] if hybrid else []),
+                    *(f"{r[key]:,}" for _, key in mixers),
                     f"{r['ffn_total']:,}",
                     f"{r['ffn_active']:,}",
                     f"{r['router']:,}",

@@ -70,7 +70,7 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
-from mosaic.stacks.registry import STACK_VERSION_PATTERN, release_number_text
+from mosaic.stacks.registry import STACK_VERSION_PATTERN, parse_release, release_number_text
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -405,6 +405,25 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
                            performance.precision, geometry.is_moe, frozenset(stated), notes)
 
 
+# Megatron-Core's TransformerConfig asserts "Gated delta net does not support context parallel
+# for now" up to core_v0.17 (NeMo 26.04, Megatron-Bridge v0.4.x); core_v0.18 (NeMo 26.06)
+# drops the check (megatron/core/transformer/transformer_config.py @ 0d8e0714 vs d98e8a64dd).
+GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
+MEGATRON_STACKS = ("megatron-core", "megatron-bridge", "nemo")
+
+
+def _release_notes(performance: PerformanceBlock, parallelism: ParallelismBlock,
+                   geometry: Geometry, notes: list[str]) -> None:
+    """What the stated release of a Megatron stack does not run for this job."""
+    release = parse_release(performance.stack_version)
+    if (geometry.gdn is not None and parallelism.cp > 1 and release is not None
+            and release < GDN_CONTEXT_PARALLEL_SINCE
+            and performance.stack in MEGATRON_STACKS):
+        notes.append(f"cp={parallelism.cp} with gated DeltaNet layers: Megatron-Core before "
+                     "NeMo 26.06 refuses context parallelism for them (TransformerConfig "
+                     f"asserts); release {performance.stack_version} would not run this layout")
+
+
 def job_from_document(document: dict[str, Any], where: str,
                       deprecated: set[str] | None = None) -> JobSpec:
     """Validate a parsed job document (any accepted spelling) into a :class:`JobSpec`."""
@@ -428,6 +447,7 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
         recipe = _job_recipe(performance, parallelism, geometry, device_name, notes)
+        _release_notes(performance, parallelism, geometry, notes)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
         fp8_recipe = _job_fp8_recipe(performance, notes)

@@ -357,11 +357,16 @@ def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                                "(4, 128) have no flag")
     if g.gdn is not None:  # TransformerConfig linear_* fields; the hybrid stack's 'G' layers
         args += gdn_arguments(g, unsupported)
-        unsupported.append("RoPE's share of the head dimensions is not in mosaic's model "
-                           "block (Qwen3-Next rotates a quarter: add --rotary-percent 0.25)")
+        unsupported.append(QWEN3_NEXT_RECIPE_NOTE + " (flags: --rotary-percent 0.25 "
+                           "--rotary-base 10000000 --apply-layernorm-1p)")
     return args
 
 
+# What Qwen3-Next's model carries that mosaic's model block does not (Megatron-Bridge
+# Qwen3NextBridge.provider_bridge and recipes/qwen/qwen3_next.py @ v0.5.1)
+QWEN3_NEXT_RECIPE_NOTE = ("settings outside mosaic's model block: Qwen3-Next rotates a quarter "
+                          "of each head (rotary percent 0.25, base 1e7) and uses zero-centred "
+                          "RMSNorm gains; its recipe trains one MTP module, not modelled")
 # megatron/core/ssm/mamba_mixer.py @ d98e8a64dd: MambaMixer asserts conv_bias
 MAMBA_CONV_BIAS_NOTE = ("mamba conv_bias false: Megatron-Core's MambaMixer always builds its "
                         "convolution with a bias (it asserts conv_bias)")

@@ -21,6 +21,7 @@ from mosaic.export.megatron import (
     LAYER_GRAPH_DROPLESS_NOTE,
     MAMBA_CONV_BIAS_NOTE,
     MEGATRON_CORE_HANDLED,
+    QWEN3_NEXT_RECIPE_NOTE,
     attention_backend,
     dualpipe_note,
 )
@@ -80,6 +81,7 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     if g.gdn is not None and g.mamba is None:
         gpt = gated_delta_net_fields(g)
         if gpt is not None:
+            unsupported.extend(gated_delta_net_notes(spec, gpt["num_layers"]))
             return gpt
         unsupported.append("gated DeltaNet ('G') layers outside Qwen3-Next's alternation of "
                            "mixer and FFN layers: Megatron-Bridge builds gated DeltaNet only "
@@ -127,6 +129,23 @@ def gated_delta_net_fields(g: Geometry) -> dict[str, Any] | None:
     if g.moe is not None and "-" in pattern:
         fields["moe_layer_freq"] = [int(p[1] == "E") for p in pairs]
     return fields
+
+
+def gated_delta_net_notes(spec: ExportSpec, blocks: int) -> list[str]:
+    """What the GPT form of a gated DeltaNet model needs beyond its fields: the Qwen3-Next
+    recipe's layer spec (a generic GPT recipe's default spec ignores the gated DeltaNet
+    fields: Megatron-Bridge gpt_provider.py, qwen3_next_bridge.py @ v0.5.1), the older
+    field name, and a pipeline cut at block boundaries."""
+    notes = ["merge over Megatron-Bridge's Qwen3-Next recipe (qwen3_next_80b_a3b_pretrain_"
+             "config): its transformer_layer_spec builds the gated DeltaNet layers, a generic GPT "
+             "recipe's does not; Megatron-Bridge v0.2.0 (NeMo 25.11) names the variant field "
+             "linear_attention_type", QWEN3_NEXT_RECIPE_NOTE]
+    stages = spec.pp * spec.vpp
+    if stages > 1 and blocks % stages:
+        notes.append(f"pp·vpp = {stages} does not divide the GPT form's {blocks} blocks (a "
+                     "gated DeltaNet or attention mixer with its FFN): Megatron-Core needs "
+                     "an even split or a pipeline layout")
+    return notes
 
 
 def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:

@@ -49,6 +49,9 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         f"not from TOML; register flavor 'mosaic' of '{model_name(spec)}' with the "
         "dimensions in the header"]
     unsupported += sharding_notes(spec)
+    if g.gated_attention or g.attention_output_gate:
+        unsupported.append("an attention output gate: no torchtitan v0.2.2 model family "
+                           "has one (the flavor must add it)")
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")
