@@ -110,6 +110,25 @@ def test_a_job_with_a_stack_version_takes_the_recipes_unless_it_states_them():
     assert job(25.1).full_iteration_cuda_graph is False  # 25.10
 
 
+def test_a_job_in_fp8_with_current_scaling_takes_the_fp8_cs_recipes():
+    """Megatron-Bridge's FP8_CS presets gather FP8 parameters; a job saying precision fp8
+    and fp8_recipe current is that precision, plain fp8 (delayed) is not."""
+    from mosaic.config.job_schema import job_from_document
+
+    def job(**performance):
+        return job_from_document({
+            "model": {"layers": 4, "d_model": 512, "heads": 8, "kv_heads": 8, "head_dim": 64,
+                      "ffn": 256, "vocab": 1000},
+            "batch": {"global_seqs": 64, "seq_len": 1024},
+            "parallelism": {"dp": 8},
+            "performance": {"precision": "fp8", "stack": "megatron-bridge",
+                            "stack_version": "26.04", **performance},
+            "hardware": {"system": "DGX-B200", "nodes": 1}}, "test").workload
+
+    assert job(fp8_recipe="current").fp8_param_gather is True
+    assert job(fp8_recipe="delayed").fp8_param_gather is False
+
+
 def test_a_record_stack_version_given_as_a_number_is_read_as_yy_mm():
     """A record whose software text names no release can state it in stack_version, also
     unquoted (26.06 as a number)."""

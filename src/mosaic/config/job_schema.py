@@ -61,6 +61,7 @@ from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
+    FP8_RECIPES,
     Fp8Recipe,
     OptimizerKind,
     Precision,
@@ -402,7 +403,18 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
     # point releases (software_pattern '26\.06(?!\.0[1-9])') reads it as a record's would.
     return recipe_defaults(performance.stack, performance.stack_version,
                            performance.stack_version, geometry, device_name,
-                           performance.precision, geometry.is_moe, frozenset(stated), notes)
+                           _recipe_precision(performance), geometry.is_moe, frozenset(stated),
+                           notes)
+
+
+def _recipe_precision(performance: PerformanceBlock) -> str:
+    """The precision as recipes and run records name it: fp8 with a stated current or
+    blockwise recipe is fp8-cs or fp8-blockwise (Megatron-Bridge's FP8_CS / FP8_SC presets);
+    plain fp8 stays fp8."""
+    if performance.precision == "fp8" and performance.fp8_recipe not in (None, "delayed"):
+        return {recipe.value: name for name, recipe in FP8_RECIPES.items()}[
+            performance.fp8_recipe]
+    return performance.precision
 
 
 # Megatron-Core's TransformerConfig asserts "Gated delta net does not support context parallel
@@ -441,9 +453,10 @@ def job_from_document(document: dict[str, Any], where: str,
     hardware = _block(HardwareBlock, document, "hardware", where)
     notes: list[str] = []
     try:
-        device_name = get_system(hardware.system).device.name
+        device = get_system(hardware.system).device
+        device_name, non_tn_fp8 = device.name, device.runs_non_tn_fp8_gemms
     except MosaicInputError:
-        device_name = ""  # an unknown system is reported where the job resolves it
+        device_name, non_tn_fp8 = "", False  # an unknown system is reported later
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
         recipe = _job_recipe(performance, parallelism, geometry, device_name, notes)
@@ -461,6 +474,7 @@ def job_from_document(document: dict[str, Any], where: str,
         fp8_recipe=fp8_recipe,
         fp8_param_gather=performance.fp8_param_gather,
         fp4_param_gather=performance.fp4_param_gather,
+        non_tn_fp8_gemms=non_tn_fp8,
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"

@@ -477,6 +477,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         max_nodes_per_token=entry.max_nodes_per_token,
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
         expert_gemm=entry.expert_gemm or "grouped",
+        non_tn_fp8_gemms=system.device.runs_non_tn_fp8_gemms,
     )
     recompute = recipe.pop("recompute", None)
     workload = replace(workload, **recipe)

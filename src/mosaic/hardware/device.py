@@ -84,6 +84,14 @@ class Device:
         return hash(("Device", self.name))
 
     @property
+    def runs_non_tn_fp8_gemms(self) -> bool:
+        """FP8 GEMMs in any operand layout, so an FP8 tensor keeps one copy for both (no
+        transposed copy): data-centre Blackwell, compute capability 10.x
+        (Transformer Engine utils.py is_non_tn_fp8_gemm_supported; float8_tensor.py
+        allocates no ``_transpose`` there) @ d0067d0da."""
+        return self.architecture == "blackwell"
+
+    @property
     def dtypes(self) -> tuple[str, ...]:
         """Dtypes with a datasheet peak on this device, in DTYPES order."""
         return tuple(d for d in DTYPES if d in self.peak_flops_per_s)

@@ -4,8 +4,9 @@ Every formula is written over the arrays of :class:`~mosaic.perf.plan.ParallelPl
 layout search scores all of its candidate plans in one call; a single plan is a length-1
 set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`):
 
-* ``weights``: bf16 parameters (2 B/param; fp8 recipes keep bf16 weights too; none at rest
-  for fully sharded plans on stacks whose shards are fp32, see :func:`weight_bytes`).
+* ``weights``: bf16 parameters (2 B/param; fp8 recipes keep bf16 weights too, except FP8
+  primary weights on Blackwell, 1 B; none at rest for fully sharded plans on stacks whose
+  shards are fp32, see :func:`weight_bytes`).
 * ``gradients``: fp32 main-gradient buffers (4 B/param, the Megatron-Core default for bf16;
   2 B when the workload reduces gradients in bf16).
 * ``optimizer_states``: fp32 moments (Adam/AdamW 8 B, Muon and SGD-momentum 4 B); half
@@ -483,13 +484,19 @@ def _stored_gradient_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarr
 
 def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
                  ) -> np.ndarray:
-    """Resident bf16 weights, sharded over (E)DP under FSDP/HSDP. A fully sharded plan on a
-    stack whose shards are fp32 (trait ``fsdp_shard_storage``: torch FSDP mixed precision
-    keeps the sharded parameter in its original dtype, which the optimizer updates) holds no
-    bf16 copy at rest: its fp32 shard is ``master_weights`` and the bf16 units exist only
-    while gathered (``communication_buffers``) - unless the parameters themselves are bf16
-    (``optimizer_dtype`` bf16), when the shard is the bf16 weight."""
-    resident = WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _FULLY_SHARDED)
+    """Resident weights, sharded over (E)DP under FSDP/HSDP: bf16, the block GEMMs' at
+    ``Workload.resident_gemm_weight_bytes`` (FP8 primary weights on Blackwell). A fully
+    sharded plan on a stack whose shards are fp32 (trait ``fsdp_shard_storage``: torch FSDP
+    mixed precision keeps the sharded parameter in its original dtype, which the optimizer
+    updates) holds no bf16 copy at rest: its fp32 shard is ``master_weights`` and the bf16
+    units exist only while gathered (``communication_buffers``) - unless the parameters
+    themselves are bf16 (``optimizer_dtype`` bf16), when the shard is the bf16 weight."""
+    dense_divisor, expert_divisor = _shard_divisors(plans, _FULLY_SHARDED)
+    # the block GEMMs' weights (dense matrices, routed experts) at their resident bytes,
+    # norms, routers, embedding and LM head in bf16
+    resident = (workload.resident_gemm_weight_bytes
+                * (params.dense / dense_divisor + params.expert / expert_divisor)
+                + WEIGHT_BYTES_PER_PARAM * (params.replicated + params.vocab) / dense_divisor)
     if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
             and workload.optimizer_dtype is OptimizerDtype.FP32):
         fully_sharded = _sharding_in(plans.sharding, _FULLY_SHARDED)

@@ -286,6 +286,9 @@ class Workload:
             --fp4-param-gather ("keep the compute param in fp4 ... and perform the param
             all-gather in fp4", megatron/training/arguments.py @ d98e8a64dd),
             Megatron-Bridge MixedPrecisionConfig.fp4_param_gather. Needs FP4 GEMMs.
+        non_tn_fp8_gemms: the GPU runs FP8 GEMMs in any operand layout
+            (``Device.runs_non_tn_fp8_gemms``: Blackwell), so FP8 primary weights keep one
+            byte per parameter; elsewhere Transformer Engine adds a transposed copy.
         fp8_param_gather: the data-parallel parameter all-gather (ZeRO/FSDP) moves the
             block GEMMs' weights as FP8, one byte each (MXFP8 weights in bf16;
             :meth:`gemm_weight_gather_bytes`): Megatron-Core --fp8-param-gather (FP8
@@ -343,6 +346,7 @@ class Workload:
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: bool = False
     fp4_param_gather: bool = False
+    non_tn_fp8_gemms: bool = False
     loss_chunks: int = 1
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
@@ -519,6 +523,17 @@ class Workload:
         if not self.fp8_param_gather:
             return default_bytes
         return 2.0 if self.fp8_recipe is Fp8Recipe.MXFP8 else 1.0
+
+    @property
+    def resident_gemm_weight_bytes(self) -> float:
+        """Bytes per block-GEMM weight held between steps: 1 for FP8 primary weights of a
+        per-tensor recipe (``fp8_param_gather``, delayed or current scaling: Megatron-Core
+        keeps the compute parameter in FP8, Transformer Engine Float8Tensor) on a GPU that
+        needs no transposed copy (``non_tn_fp8_gemms``), else the bf16 weight's 2 (with a
+        transposed FP8 copy, as on Hopper, the two bytes are the same; MXFP8 and blockwise
+        tensors keep row- and column-wise data)."""
+        per_tensor = self.fp8_recipe in (Fp8Recipe.DELAYED, Fp8Recipe.CURRENT)
+        return 1.0 if (self.fp8_param_gather and per_tensor and self.non_tn_fp8_gemms) else 2.0
 
     @property
     def fsdp_gathers_per_tensor(self) -> bool:

@@ -108,6 +108,7 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Worklo
         fp8_recipe=envelope.fp8_recipe,
         fp8_param_gather=envelope.fp8_param_gather,
         fp4_param_gather=envelope.fp4_param_gather,
+        non_tn_fp8_gemms=envelope.system.device.runs_non_tn_fp8_gemms,
         grad_reduce_in_fp32=envelope.grad_reduce_in_fp32,
         cross_entropy=envelope.cross_entropy,
     )
