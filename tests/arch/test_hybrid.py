@@ -197,3 +197,13 @@ def test_qwen3_next_import_defaults_and_bad_fields():
     assert dense.moe is None and dense.hybrid_pattern == ("G-" * 3 + "*-") * 12
     with pytest.raises(MosaicInputError, match="mlp_only_layers must be a list"):
         geometry_from_hf_config(config | {"mlp_only_layers": 3})
+
+
+def test_a_qwen3_next_config_without_linear_attention_is_a_transformer():
+    """full_attention_interval 1: every layer gated full attention with an MoE FFN, an
+    ordinary transformer (the same parameters as the hybrid spelling of it)."""
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    geometry = geometry_from_hf_config(config | {"full_attention_interval": 1})
+    assert not geometry.is_hybrid and geometry.layers == 48 and geometry.attention_output_gate
+    with pytest.raises(MosaicInputError, match="past num_hidden_layers"):
+        geometry_from_hf_config(config | {"mlp_only_layers": [100]})

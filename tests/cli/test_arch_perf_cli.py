@@ -162,3 +162,9 @@ def test_usage_errors_are_one_line_from_the_entry_point(monkeypatch, capsys, arg
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and fragment in err
+
+
+def test_arch_refuses_size_flags_beside_a_model_file():
+    out = CliRunner().invoke(app, ["arch", "--model", "examples/hf/qwen3-next-80b-a3b.json",
+                                   "--experts", "256", "--top-k", "4"])
+    assert out.exit_code == 2 and "fixes the geometry; drop --experts, --top-k" in out.output

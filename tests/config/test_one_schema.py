@@ -97,7 +97,7 @@ def test_every_shipped_record_loads_and_predicts_the_same_as_a_job(path: Path) -
         spec = spec_from_job(job, f"{path.name}#{record.id}")
         for target in TARGETS:
             if job.workload.geometry.is_hybrid and target not in HYBRID_TARGETS:
-                with pytest.raises(MosaicInputError, match="hybrid Mamba"):
+                with pytest.raises(MosaicInputError, match="hybrid SSM"):
                     export(spec, target)
                 continue
             assert export(spec, target).text, (record.id, target)

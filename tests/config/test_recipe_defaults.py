@@ -196,6 +196,8 @@ def test_a_release_outside_the_recipes_is_said_so():
     from mosaic.config.layout import release_outside_recipes
 
     record = _record("NeMo 24.01 container / Megatron-Bridge + Megatron-Core")
-    assert any("cover from 25.09 on" in line for line in record.assumptions)
+    assert any("recipes start at 25.09" in line for line in record.assumptions)
     assert release_outside_recipes("megatron-bridge", "26.04") is None
+    # a release after the last encoded one is said so too (its settings are not known)
+    assert "encoded up to 26.06" in release_outside_recipes("megatron-bridge", "30.01")
     assert release_outside_recipes("megatron-bridge", None) is None

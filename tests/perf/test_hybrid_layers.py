@@ -152,7 +152,7 @@ def test_nemotron_3_nano_example_predicts_with_mamba_terms():
 
 
 def test_hybrid_models_need_a_stack_that_builds_them():
-    with pytest.raises(MosaicInputError, match="does not build hybrid Mamba/attention models"):
+    with pytest.raises(MosaicInputError, match="does not build hybrid"):
         _job({"layers": 2, "hybrid_pattern": "M-", "mamba": MAMBA},
              {"tp": 1, "pp": 1, "dp": 16}, {"stack": "torchtitan"})
 
@@ -336,10 +336,31 @@ def test_gated_deltanet_exports_name_what_they_leave_to_the_recipe():
     assert any("does not divide the GPT form's 48 blocks" in note for note in notes)
     megatron = export(spec_from_job(job, "test"), "megatron").unsupported
     assert any("--rotary-percent 0.25" in note for note in megatron)
-    old = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
-                        ["performance.stack_version=26.04", "parallelism.cp=2",
-                         "parallelism.dp=32", "parallelism.ep=32"])
-    assert any("refuses context parallelism" in note for note in old.assumptions)
+    with pytest.raises(MosaicInputError, match="refuses context parallelism"):
+        load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
+                      ["performance.stack_version=26.04", "parallelism.cp=2",
+                       "parallelism.dp=32", "parallelism.ep=32"])
     new = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
                         ["parallelism.cp=2", "parallelism.dp=32", "parallelism.ep=32"])
     assert not any("refuses context parallelism" in note for note in new.assumptions)
+
+
+def test_maxtext_builds_qwen3_next_and_nemo_names_the_release_field():
+    """MaxText's qwen3_next decoder takes Qwen3-Next's cycle (full attention every fourth
+    of 48 decoder layers, gdn_* dimensions); Megatron-Bridge 25.11 names the variant field
+    linear_attention_type; a pattern MaxText has no decoder for is refused."""
+    import yaml
+    spec = spec_from_job(load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml", []), "test")
+    maxtext = yaml.safe_load(export(spec, "maxtext").text)
+    assert (maxtext["decoder_block"], maxtext["base_num_decoder_layers"],
+            maxtext["inhomogeneous_layer_cycle_interval"], maxtext["gdn_num_value_heads"],
+            maxtext["base_mlp_dim"]) == ("qwen3_next", 48, 4, 32, 512)
+    old = spec_from_job(load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml", [
+        "performance.stack_version=25.11", "hardware.system=GB200-NVL72",
+        "hardware.nodes=16"]), "test")
+    assert "linear_attention_type: gated_delta_net" in export(old, "nemo").text
+    irregular = _job({"layers": 6, "hybrid_pattern": "GE*EGE", "heads": 16, "kv_heads": 2,
+                      "gdn": GDN, "moe": {"experts": 16, "top_k": 2, "expert_ffn": 512}},
+                     {"tp": 1, "pp": 1, "dp": 16, "ep": 8}, {})
+    with pytest.raises(MosaicInputError, match="no maxtext model"):
+        export(spec_from_job(irregular, "test"), "maxtext")

@@ -61,10 +61,11 @@ def test_repeated_evaluations_reuse_their_memory():
         pytest.skip("this C library has no mallopt (not glibc)")
     assert kept["plans"] > 1000
     # kept: the later evaluations fault almost no page in (one evaluation touches ~10^4
-    # pages); glibc's own dynamic thresholds fault them in again at least once in three
-    # (how often varies with the machine: 1,893 against 172 in one run, ~30,000 in others)
+    # pages); glibc's own dynamic thresholds often fault them in again (1,893 against 172 in
+    # one run, ~30,000 in others) and sometimes not at all once its threshold has risen, so
+    # the default run is only an upper reference, within a few dozen pages of noise
     assert sum(kept["faults"]) < 300
-    assert sum(default["faults"]) > sum(kept["faults"])
+    assert sum(kept["faults"]) <= sum(default["faults"]) + 50
 
 
 def test_switched_off_by_the_environment(monkeypatch):

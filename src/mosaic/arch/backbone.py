@@ -105,7 +105,7 @@ def enumerate_backbone_grid(
     refused, the first refusal's reason ('' when none was).
     """
     if backbone.is_hybrid:
-        raise MosaicInputError("a hybrid Mamba/attention backbone (model.hybrid_pattern) "
+        raise MosaicInputError("a hybrid SSM/attention backbone (model.hybrid_pattern) "
                                "cannot be scaled over the ladder's depth and width axes: the "
                                "scaling law and the geometry grid are the paper's transformers")
     axes = [_axis(name, values) for name, values in (

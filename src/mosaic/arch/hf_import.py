@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +343,9 @@ def _qwen3_next(fields: _Fields) -> Geometry:
     types = _qwen3_next_layer_types(fields, layers)
     step = fields.int("decoder_sparse_step", 1)
     dense_list = fields.index_list("mlp_only_layers")
+    if any(i >= layers for i in dense_list):
+        raise MosaicInputError(f"{where}: mlp_only_layers {dense_list} name layers past "
+                               f"num_hidden_layers ({layers})")
     moe_layer = [fields.count("num_experts", 0) > 0 and i not in dense_list
                  and (i + 1) % step == 0 for i in range(layers)]
     pattern = "".join(("G" if kind == "linear_attention" else "*") + ("E" if sparse else "-")
@@ -365,6 +369,20 @@ def _qwen3_next(fields: _Fields) -> Geometry:
               # HF Qwen3NextConfig's head_dim defaults to 256, not d_model / heads
               **_attention(_Fields({"head_dim": 256, **fields.config}, where), d_model)}
     try:  # the geometry's own rules (pattern, mixer): name the file
+        if "G" not in pattern and moe is not None:
+            # full attention everywhere: a transformer whose MoE blocks Qwen-MoE's rules
+            # place (an irregular placement stays a hybrid pattern)
+            try:
+                dense_layers, every = _moe_prefix(fields, layers)
+            except MosaicInputError:
+                pass
+            else:
+                return Geometry(**(common | {"layers": layers}), glu=True, activation=activation,
+                                moe=replace(moe, dense_layers=dense_layers, moe_every=every),
+                                qk_norm=True, attention_output_gate=True)
+        if "G" not in pattern and moe is None:
+            return Geometry(**(common | {"layers": layers}), glu=True, activation=activation,
+                            qk_norm=True, attention_output_gate=True)
         gdn = GatedDeltaNetConfig(**linear) if "G" in pattern else None
         return Geometry(**common, glu=True, activation=activation, moe=moe, qk_norm=True,
                         attention_output_gate=True, hybrid_pattern=pattern, gdn=gdn)

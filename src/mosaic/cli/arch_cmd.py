@@ -52,6 +52,19 @@ def geometry_from_options(
 ) -> Geometry:
     """Resolve a geometry from a YAML file, a ladder seed, or explicit dimensions."""
     if config is not None:
+        given = [flag for flag, value in (
+            ("--q", q), ("--layers", layers), ("--d-model", d_model), ("--heads", heads),
+            ("--kv-heads", kv_heads), ("--head-dim", head_dim), ("--ffn", ffn),
+            ("--vocab", vocab), ("--experts", experts), ("--top-k", top_k),
+            ("--split-factor", split_factor), ("--expert-ffn", expert_ffn),
+            ("--shared-experts", shared_experts), ("--dense-layers", dense_layers),
+            ("--moe-every", None if moe_every == 1 else moe_every),
+            ("--gated-attention", gated_attention or None),
+            ("--tied-embeddings", tied_embeddings or None), ("--no-glu", None if glu else 1))
+            if value is not None]
+        if given:
+            raise MosaicInputError(f"--model {config} fixes the geometry; drop "
+                                   f"{', '.join(given)} (or edit the file)")
         return load_model_file(config)
     if split_factor is not None and expert_ffn is not None:
         raise MosaicInputError("give either --split-factor or --expert-ffn, not both")

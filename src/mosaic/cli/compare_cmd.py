@@ -56,14 +56,14 @@ def _job_inputs(path: Path) -> dict[str, Any]:
 
 def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float | None, list[str]]:
     """Loss of the law at (N_tot, S, G, D) with non-embedding counts (Table 9 convention),
-    and the law's extrapolation flags; no loss for a hybrid Mamba/attention model, which the
+    and the law's extrapolation flags; no loss for a hybrid SSM/attention model, which the
     paper's transformer law does not describe."""
     from mosaic.arch import count_parameters
     from mosaic.law.extrapolation import extrapolation_flags
 
     if geometry.is_hybrid:
         return None, ["no loss: the law is the paper's MoE transformers' (Sec. 4), not a "
-                      "hybrid Mamba/attention model's"]
+                      "hybrid SSM/attention model's"]
 
     counts = count_parameters(geometry)
     n_total, sparsity = float(counts.n_total), float(counts.sparsity)

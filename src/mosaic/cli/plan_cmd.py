@@ -292,7 +292,7 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
                                f"config.json or a mosaic model YAML)")
     geometry = load_model_file(backbone_file)
     if geometry.is_hybrid:
-        raise MosaicInputError(f"{backbone_file}: a hybrid Mamba/attention backbone "
+        raise MosaicInputError(f"{backbone_file}: a hybrid SSM/attention backbone "
                                "(model.hybrid_pattern) cannot be planned: the scaling law and "
                                "the geometry grid are the paper's transformers")
     own = geometry.moe

@@ -266,6 +266,8 @@ class JobSpec:
     # run record's (the workload's uneven_pipeline_stages stays False)
     unstated_stage_split: bool = False
     measured_step_time_s: float | None = None  # a run record's measured step; None for a job
+    stack_version: str | None = None  # performance.stack_version as stated (exports read it)
+    model_name: str | None = None  # model.name as stated (the job document keeps it)
 
 
 def canonical_job_document(document: dict[str, Any], where: str,
@@ -424,16 +426,18 @@ GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
 MEGATRON_STACKS = ("megatron-core", "megatron-bridge", "nemo")
 
 
-def _release_notes(performance: PerformanceBlock, parallelism: ParallelismBlock,
-                   geometry: Geometry, notes: list[str]) -> None:
-    """What the stated release of a Megatron stack does not run for this job."""
+def _check_release(performance: PerformanceBlock, parallelism: ParallelismBlock,
+                   geometry: Geometry) -> None:
+    """Refuse a layout the stated release of a Megatron stack does not run."""
     release = parse_release(performance.stack_version)
     if (geometry.gdn is not None and parallelism.cp > 1 and release is not None
             and release < GDN_CONTEXT_PARALLEL_SINCE
             and performance.stack in MEGATRON_STACKS):
-        notes.append(f"cp={parallelism.cp} with gated DeltaNet layers: Megatron-Core before "
-                     "NeMo 26.06 refuses context parallelism for them (TransformerConfig "
-                     f"asserts); release {performance.stack_version} would not run this layout")
+        raise MosaicInputError(
+            f"parallelism.cp {parallelism.cp} with gated DeltaNet layers: Megatron-Core before "
+            "NeMo 26.06 refuses context parallelism for them (TransformerConfig asserts); "
+            f"use cp 1 or a release from 26.06 (performance.stack_version is "
+            f"{performance.stack_version})")
 
 
 def job_from_document(document: dict[str, Any], where: str,
@@ -460,7 +464,7 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
         recipe = _job_recipe(performance, parallelism, geometry, device_name, notes)
-        _release_notes(performance, parallelism, geometry, notes)
+        _check_release(performance, parallelism, geometry)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
         fp8_recipe = _job_fp8_recipe(performance, notes)
@@ -557,6 +561,8 @@ def job_from_document(document: dict[str, Any], where: str,
         tables=_measured_tables(hardware, Path(where).parent),
         assumptions=tuple(notes),
         unstated_stage_split=performance.uneven_stages == "unstated",
+        stack_version=performance.stack_version,
+        model_name=model.name,
     )
 
 
@@ -645,7 +651,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         # the whole device)
         hardware["usable_memory_fraction"] = spec.usable_memory_fraction
     return {
-        "model": model_document(workload.geometry),
+        "model": model_document(workload.geometry, spec.model_name),
         "parallelism": parallelism_document(row, str(workload.dispatcher))
         | ({"ep_overlap": True} if workload.ep_overlap else {})
         | ({"dispatch_fp8": True} if workload.dispatch_fp8 else {})

@@ -146,14 +146,20 @@ def release_outside_recipes(stack: str, release_text: str | None) -> str | None:
     if release is None or not dated:
         return None
     first = min(r.since for r in dated)
-    # an entry without until holds for every later release
-    last = None if any(r.until is None for r in dated) else max(r.until for r in dated)
-    if first <= release and (last is None or release <= last):
-        return None
-    span = (f"from {format_release(first)} on" if last is None
-            else f"{format_release(first)} to {format_release(last)}")
-    return (f"release {format_release(release)}: {stack}'s release-specific recipes cover "
-            f"{span}, so none applies (only those for every release)")
+    ended = [r.until for r in dated if r.until is not None]
+    last_end = max(ended) if ended else None
+    open_ended = any(r.until is None for r in dated)  # holds for every later release
+    if release < first:
+        return (f"release {format_release(release)}: {stack}'s release-specific recipes "
+                f"start at {format_release(first)}, so none applies (only those for every "
+                "release)")
+    if last_end is not None and release > last_end:
+        rest = ("only the few without an end apply" if open_ended
+                else "none applies (only those for every release)")
+        return (f"release {format_release(release)}: {stack}'s release-specific recipes "
+                f"are encoded up to {format_release(last_end)}, so {rest}; settings of "
+                "later releases are the stack's defaults")
+    return None
 
 
 def grid_recipe_defaults(stack: str, release_text: str, device_name: str, precision: str,

@@ -47,9 +47,27 @@ def mlp_activations(activation: str, unsupported: list[str]) -> list[str]:
     return MAXTEXT_ACTIVATIONS[activation]
 
 
+def qwen3_next_keys(spec: ExportSpec, cycle: int, unsupported: list[str]) -> dict[str, Any]:
+    """MaxText's qwen3_next decoder (src/maxtext/configs/models/qwen3-next-80b-a3b.yml,
+    base.yml gdn_*): one decoder layer per mixer-and-MoE block, full attention every
+    ``cycle``-th, the gated DeltaNet dimensions; a fully MoE model's base_mlp_dim is its
+    expert width (base.yml: 'base_mlp_dim must be equal to base_moe_mlp_dim')."""
+    g, gdn = spec.geometry, spec.geometry.gdn
+    assert gdn is not None and g.moe is not None
+    unsupported.append("RoPE's share and base (Qwen3-Next: partial_rotary_factor 0.25, "
+                       "rope_max_timescale 10000000) are not in mosaic's model block: set them")
+    return {"base_num_decoder_layers": g.layers // 2, "base_mlp_dim": g.moe.expert_ffn,
+            "inhomogeneous_layer_cycle_interval": cycle,
+            "gdn_conv_kernel_dim": gdn.conv_kernel, "gdn_key_head_dim": gdn.key_head_dim,
+            "gdn_value_head_dim": gdn.value_head_dim, "gdn_num_key_heads": gdn.key_heads,
+            "gdn_num_value_heads": gdn.value_heads, "gdn_chunk_size": gdn.chunk_size}
+
+
 def decoder_block(spec: ExportSpec) -> str:
     """The MaxText decoder block type closest to the geometry."""
     g = spec.geometry
+    if spec.full_attention_cycle() is not None:
+        return "qwen3_next"  # src/maxtext/configs/models/qwen3-next-80b-a3b.yml
     if g.attention is AttentionKind.MLA:
         return "deepseek"
     if g.attention_sinks:
@@ -110,10 +128,12 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "(interleave_moe_layer_step is honoured by llama4 blocks only)")
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
-    if g.attention_output_gate:
+    cycle = spec.full_attention_cycle()
+    decoder_layers = g.layers // 2 if cycle is not None else g.layers
+    if g.attention_output_gate and cycle is None:  # the qwen3_next decoder has its own
         unsupported.append("attention output gate (elementwise, Qwen3-Next)")
     if spec.pp > 1 and spec.uneven_stages:
-        unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
+        unsupported.append(f"uneven pipeline stages ({decoder_layers} layers on pp·vpp = "
                            f"{spec.pp * spec.vpp}): MaxText needs equal stages")
     fsdp = spec.dp // spec.ep if spec.dp % spec.ep == 0 else spec.dp
     data = 1
@@ -157,6 +177,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                                          else spec.capacity_factor)}
     if g.mtp_layers:
         document["mtp_num_layers"] = g.mtp_layers
+    if cycle is not None:
+        document |= qwen3_next_keys(spec, cycle, unsupported)
     document |= {
         "max_target_length": spec.seq_len,
         "per_device_batch_size": spec.global_seqs / (accumulation * spec.n_devices),
@@ -175,7 +197,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     }
     if spec.pp > 1:
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
-                     "num_layers_per_pipeline_stage": max(1, g.layers // (spec.pp * spec.vpp))}
+                     "num_layers_per_pipeline_stage": max(1, decoder_layers
+                                                          // (spec.pp * spec.vpp))}
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
+from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.megatron import (
     LAYER_GRAPH_DROPLESS_NOTE,
     MAMBA_CONV_BIAS_NOTE,
@@ -27,6 +27,7 @@ from mosaic.export.megatron import (
 )
 from mosaic.export.spec import ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
+from mosaic.stacks.registry import parse_release
 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None}
 # FP8 recipe -> (registered recipe, its fp8_param_gather): mixed_precision.py @ 067f987
@@ -79,7 +80,7 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     recipes set them)."""
     g = spec.geometry
     if g.gdn is not None and g.mamba is None:
-        gpt = gated_delta_net_fields(g)
+        gpt = gated_delta_net_fields(spec)
         if gpt is not None:
             unsupported.extend(gated_delta_net_notes(spec, gpt["num_layers"]))
             return gpt
@@ -108,20 +109,24 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     return fields
 
 
-def gated_delta_net_fields(g: Geometry) -> dict[str, Any] | None:
-    """A Qwen3-Next-shaped model (each mixer layer, 'G' or '*', followed by an FFN layer,
-    'E' or '-') as Megatron-Bridge builds it: a GPT model whose blocks' attention is gated
-    DeltaNet where linear_attention_freq says 1 (Qwen3NextBridge.provider_bridge:
-    experimental_attention_variant 'gated_delta_net', linear_* dimensions; moe_layer_freq
-    1 = MoE FFN), None for any other pattern."""
+def gated_delta_net_fields(spec: ExportSpec) -> dict[str, Any] | None:
+    """A Qwen3-Next-shaped model (:meth:`ExportSpec.mixer_ffn_pairs`) as Megatron-Bridge
+    builds it: a GPT model whose blocks' attention is gated DeltaNet where
+    linear_attention_freq says 1 (Qwen3NextBridge.provider_bridge: experimental_attention_
+    variant 'gated_delta_net', linear_* dimensions; moe_layer_freq 1 = MoE FFN), None for
+    any other pattern."""
+    g, pairs = spec.geometry, spec.mixer_ffn_pairs()
+    if pairs is None:
+        return None
     pattern = g.hybrid_pattern
     assert pattern is not None and g.gdn is not None
-    pairs = [pattern[i:i + 2] for i in range(0, len(pattern), 2)]
-    if len(pattern) % 2 or any(p[0] not in "G*" or p[1] not in "E-" for p in pairs):
-        return None
     gdn = g.gdn
+    # Megatron-Bridge v0.2.0 (NeMo 25.11) names the field linear_attention_type
+    release = parse_release(spec.stack_version)
+    variant = ("linear_attention_type" if release is not None and release <= (25, 11)
+               else "experimental_attention_variant")
     fields: dict[str, Any] = {
-        "num_layers": len(pairs), "experimental_attention_variant": "gated_delta_net",
+        "num_layers": len(pairs), variant: "gated_delta_net",
         "linear_attention_freq": [int(p[0] == "G") for p in pairs],
         "linear_num_key_heads": gdn.key_heads, "linear_num_value_heads": gdn.value_heads,
         "linear_key_head_dim": gdn.key_head_dim, "linear_value_head_dim": gdn.value_head_dim,
@@ -138,8 +143,9 @@ def gated_delta_net_notes(spec: ExportSpec, blocks: int) -> list[str]:
     field name, and a pipeline cut at block boundaries."""
     notes = ["merge over Megatron-Bridge's Qwen3-Next recipe (qwen3_next_80b_a3b_pretrain_"
              "config): its transformer_layer_spec builds the gated DeltaNet layers, a generic GPT "
-             "recipe's does not; Megatron-Bridge v0.2.0 (NeMo 25.11) names the variant field "
-             "linear_attention_type", QWEN3_NEXT_RECIPE_NOTE]
+             "recipe's does not (Megatron-Bridge v0.2.0, NeMo 25.11, names the variant field "
+             "linear_attention_type: written when the job states that release)",
+             QWEN3_NEXT_RECIPE_NOTE]
     stages = spec.pp * spec.vpp
     if stages > 1 and blocks % stages:
         notes.append(f"pp·vpp = {stages} does not divide the GPT form's {blocks} blocks (a "

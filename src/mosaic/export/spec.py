@@ -82,6 +82,7 @@ class ExportSpec:
     # the dualpipe stack) and the GPUs per node of the job's system (None: not known, e.g. a plan)
     pipeline_schedule: str | None = None
     gpus_per_node: int | None = None
+    stack_version: str | None = None  # the job's stated release (YY.MM), if any
     assumptions: tuple[str, ...] = ()
     job: dict[str, Any] | None = None
     source: str = ""
@@ -221,6 +222,33 @@ class ExportSpec:
         return "|".join(pattern[start:start + per_segment]
                         for start in range(0, len(pattern), per_segment))
 
+    def mixer_ffn_pairs(self) -> list[str] | None:
+        """A gated DeltaNet model's decoder blocks, each a mixer layer ('G' or '*') and its
+        FFN layer ('E' or '-'), as Qwen3-Next's GPT form and MaxText's qwen3_next block build
+        them; None for any other pattern (or a model without gated DeltaNet layers)."""
+        pattern = self.geometry.hybrid_pattern
+        if pattern is None or self.geometry.gdn is None or self.geometry.mamba is not None:
+            return None
+        pairs = [pattern[i:i + 2] for i in range(0, len(pattern), 2)]
+        if len(pattern) % 2 or any(p[0] not in "G*" or p[1] not in "E-" for p in pairs):
+            return None
+        return pairs
+
+    def full_attention_cycle(self) -> int | None:
+        """k when every k-th block (and only those) has full attention and every block an
+        MoE FFN: MaxText's qwen3_next decoder (inhomogeneous_layer_cycle_interval, layer l
+        full attention when (l + 1) % k == 0, src/maxtext/layers/decoders.py); else None."""
+        pairs = self.mixer_ffn_pairs()
+        if pairs is None or any(p[1] != "E" for p in pairs):
+            return None
+        mixers = "".join(p[0] for p in pairs)
+        if "*" not in mixers:
+            return None
+        cycle = mixers.index("*") + 1
+        expected = "".join("*" if (i + 1) % cycle == 0 else "G" for i in range(len(mixers)))
+        # whole cycles only: MaxText scans num_decoder_layers / cycle blocks
+        return cycle if mixers == expected and len(mixers) % cycle == 0 else None
+
     def moe_layer_pattern(self) -> list[int]:
         """1 for an MoE block, 0 for a dense one, per block."""
         return [int(self.geometry.is_moe_layer(i)) for i in range(self.geometry.layers)]
@@ -268,6 +296,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=_gpus_per_node(job.system_name),
+        stack_version=getattr(job, "stack_version", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
 

@@ -32,7 +32,7 @@ def _renderers() -> dict[str, Callable[[ExportSpec], ExportResult]]:
 # The one list of targets (the CLI's --to and the studio read it); 'yaml' is the source as
 # a mosaic job file.
 TARGETS = ("megatron", "nemo", "torchtitan", "maxtext", "yaml")
-# the targets with a hybrid Mamba/attention model: Megatron-Core's hybrid model (Megatron-LM
+# the targets with a hybrid SSM/attention model: Megatron-Core's hybrid model (Megatron-LM
 # pretrain_hybrid.py, Megatron-Bridge's MambaModelProvider), and the job file itself
 HYBRID_TARGETS = ("megatron", "nemo", "yaml")
 
@@ -42,10 +42,16 @@ def export(spec: ExportSpec, target: str) -> ExportResult:
     renderers = _renderers()
     if target not in renderers:
         raise MosaicInputError(f"--to {target!r} is not a target; allowed: {', '.join(TARGETS)}")
-    if spec.geometry.is_hybrid and target not in HYBRID_TARGETS:
+    # MaxText's qwen3_next decoder builds Qwen3-Next's regular cycle of gated DeltaNet and
+    # full-attention blocks (ExportSpec.full_attention_cycle)
+    maxtext_qwen3_next = target == "maxtext" and spec.full_attention_cycle() is not None
+    if spec.geometry.is_hybrid and target not in HYBRID_TARGETS and not maxtext_qwen3_next:
+        also = (" (maxtext: a Qwen3-Next cycle of gated DeltaNet and full-attention MoE "
+                "blocks)" if spec.geometry.gdn is not None else "")
         raise MosaicInputError(
-            f"--to {target}: a hybrid Mamba/attention model (model.hybrid_pattern) has no "
-            f"{target} model to write; targets that build one: {', '.join(HYBRID_TARGETS)}")
+            f"--to {target}: a hybrid SSM/attention model (model.hybrid_pattern) has no "
+            f"{target} model to write; targets that build one: {', '.join(HYBRID_TARGETS)}"
+            f"{also}")
     result = renderers[target](spec)
     return replace(result, assumed=list(spec.architecture_assumptions))
 

@@ -42,7 +42,7 @@ POOLED = "all"
 
 
 def model_class(is_moe: bool, is_hybrid: bool = False) -> str:
-    """The MoE/dense class of a model (a residual scope); a hybrid Mamba/attention model is
+    """The MoE/dense class of a model (a residual scope); a hybrid SSM/attention model is
     its own class, which no calibration has fitted so far."""
     if is_hybrid:
         return "hybrid"

@@ -1,4 +1,4 @@
-"""Seconds one GPU spends per micro-batch on each layer of a hybrid Mamba/attention model.
+"""Seconds one GPU spends per micro-batch on each layer of a hybrid SSM/attention model.
 
 A hybrid model (``Geometry.hybrid_pattern``; Megatron-Core's hybrid model,
 megatron/core/models/hybrid @ d98e8a64dd) stacks single-purpose layers, each with its own

@@ -419,7 +419,7 @@ class Workload:
                 "grouped expert GEMM consumes the 8-bit dispatch payload")
 
     def _check_hybrid_stack(self) -> None:
-        """A hybrid Mamba/attention model needs a stack that builds one (trait
+        """A hybrid SSM/attention model needs a stack that builds one (trait
         ``hybrid_models``)."""
         if not self.geometry.is_hybrid:
             return
@@ -437,8 +437,8 @@ class Workload:
             return
         builders = [name for name in known_stacks() if get_stack(name).hybrid_models]
         raise MosaicInputError(
-            f"model.hybrid_pattern: stack {self.stack} does not build hybrid Mamba/attention "
-            f"models; stacks that do: {', '.join(builders)}")
+            f"model.hybrid_pattern: stack {self.stack} does not build hybrid SSM/attention "
+            f"models (Mamba or gated DeltaNet layers); stacks that do: {', '.join(builders)}")
 
     def _check_cuda_graphs(self) -> None:
         """Per-layer graphs exclude a whole-step graph (one capture per step or per layer,

@@ -185,7 +185,7 @@ class StackTraits:
     # GroupedLinear, one GEMM launch per local expert, its measured host floor) or one_op
     # (one compiled op whatever the expert count: XLA's ragged dot, levanter)
     expert_gemm_launch: str
-    # whether the stack builds hybrid Mamba/attention models (Geometry.hybrid_pattern):
+    # whether the stack builds hybrid SSM/attention models (Geometry.hybrid_pattern):
     # Megatron-Core's hybrid model (megatron/core/models/hybrid), which NeMo and
     # Megatron-Bridge train Nemotron-H and Nemotron 3 with
     hybrid_models: bool

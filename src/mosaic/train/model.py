@@ -293,7 +293,7 @@ class MoETransformer(nn.Module):
         super().__init__()
         if geometry.is_hybrid:
             raise MosaicInputError("the reference trainer builds the paper's transformers; a "
-                                   "hybrid Mamba/attention model (model.hybrid_pattern) is not "
+                                   "hybrid SSM/attention model (model.hybrid_pattern) is not "
                                    "supported")
         if geometry.attention_output_gate:
             raise MosaicInputError("the reference trainer builds the paper's per-head gate "
