@@ -374,3 +374,20 @@ def test_a_dropless_host_wait_is_offered_drop_and_pad_and_whole_step_graphs():
     assert levers["full_iteration_cuda_graph"].feasible
     assert "drop_and_pad" not in {lever.name for lever in diagnose(
         job(COMM_BOUND, *DROP_AND_PAD), CALIBRATION).levers}
+
+
+def test_expert_parallelism_is_tried_both_ways_where_it_divides():
+    """EP 64 on 64 GPUs: halving is a lever, doubling is not (128 does not divide the 64-rank
+    expert mesh, Eq. 24); with 512 experts both 32 and 16 divide them."""
+    from mosaic.evaluate.diagnosis import plan_candidates
+    from mosaic.evaluate.job import cluster_for, load_job_spec
+    from mosaic.perf.machine import machine_for
+
+    spec = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml", [])
+    machine = machine_for(cluster_for(spec), spec.workload.precision)
+    names = {c.name: c for c in plan_candidates(spec.workload, machine, spec.plan.row(0))}
+    assert names["ep_halve"].plan["ep"] == 32 and "ep_double" not in names
+    halved = load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
+                           ["parallelism.ep=16"])
+    eps = {c.plan["ep"] for c in plan_candidates(halved.workload, machine, halved.plan.row(0))}
+    assert {8, 32} <= eps  # (ep 8 is also the NVLink-domain lever: one candidate)

@@ -406,6 +406,22 @@ def _ep_in_domain(workload: Workload, machine: Machine, row: PlanRow) -> Iterato
                          f"domain: ep {row['ep']} -> {best}", _with(row, ep=best))
 
 
+def _expert_parallel(workload: Workload, row: PlanRow) -> Iterator[_Candidate]:
+    """Half and twice the expert parallelism, where the experts and the expert mesh
+    (tp·cp·dp ranks, Eq. 24) divide by it: fewer ranks cross fewer links and hold more
+    experts each, more ranks the reverse (an all-to-all-bound step moves either way)."""
+    moe = workload.geometry.moe
+    if moe is None:
+        return
+    ep, etp = int(row["ep"]), int(row["etp"])
+    mesh = int(row["tp"]) * int(row["cp"]) * int(row["dp"])
+    for new in (ep // 2, 2 * ep):
+        if (new >= 1 and new != ep and moe.experts % new == 0 and mesh % (new * etp) == 0
+                and (ep % 2 == 0 or new > ep)):
+            yield _Candidate(f"ep_{'halve' if new < ep else 'double'}",
+                             f"expert parallelism ep {ep} -> {new}", _with(row, ep=new))
+
+
 def _hsdp_shard_in_domain(machine: Machine, row: PlanRow) -> int:
     """Largest HSDP shard group (a divisor of dp) whose ranks share one NVLink domain."""
     domain = machine.interconnect.scale_up_domain_gpus
@@ -478,7 +494,8 @@ def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[
     """Every plan-only what-if of the current plan, without duplicates or no-ops."""
     seen = {tuple(row.items())}
     unique = []
-    for candidate in (*_ep_in_domain(workload, machine, row), *_sharding(workload, machine, row),
+    for candidate in (*_ep_in_domain(workload, machine, row), *_expert_parallel(workload, row),
+                      *_sharding(workload, machine, row),
                       *_checkpointing(row), *_pipeline(row), *_micro_batch(row),
                       *_tensor_parallel(row)):
         key = tuple(candidate.plan.items())
