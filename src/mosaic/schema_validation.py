@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -62,7 +63,9 @@ def describe_validation_error(exc: ValidationError, where: str,
     detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
     if first["type"] == "extra_forbidden" and (
             allowed := allowed_fields(schema, tuple(first["loc"]))):
-        detail += f"; allowed: {', '.join(allowed)}"
+        close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
+        suggestion = f"; did you mean {close[0]}?" if close else ""
+        detail += f"{suggestion}; allowed: {', '.join(allowed)}"
     more = len(exc.errors()) - 1
     suffix = f"; and {more} more problem{'s' if more > 1 else ''}" if more else ""
     return f"{where}: {field_path}: {message}{detail}{suffix}"

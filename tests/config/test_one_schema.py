@@ -339,3 +339,9 @@ def test_perf_lists_the_defaults_it_filled_in(tmp_path: Path) -> None:
     assert any(line.startswith("model.norm not stated") for line in assumptions)
     stated = _cli_json("perf", str(EXAMPLES / "fsdp_moe_comm_bound.yaml"))["assumptions"]
     assert not any(line.startswith("model.vocab") for line in stated)
+
+
+def test_a_misspelt_field_gets_the_nearest_name():
+    from mosaic.config.job_schema import load_job
+    with pytest.raises(MosaicInputError, match=r"moe\.topk: unknown field .*did you mean top_k"):
+        load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["moe.topk=2"])
