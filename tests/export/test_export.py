@@ -247,7 +247,9 @@ MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
     "remat_policy", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
     "ici_pipeline_parallelism", "ici_context_parallelism", "ici_expert_parallelism",
     "dcn_data_parallelism", "dcn_fsdp_parallelism", "num_pipeline_microbatches",
-    "num_layers_per_pipeline_stage"}
+    "num_layers_per_pipeline_stage", "rope_max_timescale", "partial_rotary_factor",
+    "inhomogeneous_layer_cycle_interval", "gdn_conv_kernel_dim", "gdn_key_head_dim",
+    "gdn_value_head_dim", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_chunk_size"}
 
 
 def test_maxtext_yaml_round_trip():

@@ -334,8 +334,10 @@ def test_gated_deltanet_exports_name_what_they_leave_to_the_recipe():
     notes = export(spec_from_job(job, "test"), "nemo").unsupported
     assert any("Qwen3-Next recipe" in note for note in notes)
     assert any("does not divide the GPT form's 48 blocks" in note for note in notes)
-    megatron = export(spec_from_job(job, "test"), "megatron").unsupported
-    assert any("--rotary-percent 0.25" in note for note in megatron)
+    megatron = export(spec_from_job(job, "test"), "megatron")
+    for flag in ("--rotary-base 10000000", "--rotary-percent 0.25", "--apply-layernorm-1p"):
+        assert flag in megatron.text, flag
+    assert any("one MTP module" in note for note in megatron.unsupported)
     with pytest.raises(MosaicInputError, match="refuses context parallelism"):
         load_job_spec(EXAMPLES / "qwen3_next_80b_b200.yaml",
                       ["performance.stack_version=26.04", "parallelism.cp=2",

@@ -298,6 +298,13 @@ class Geometry:
             ``moe`` the MoE layers' experts.
         mamba: the Mamba-2 mixer of the pattern's ``M`` layers.
         gdn: the gated DeltaNet mixer of the pattern's ``G`` layers.
+        rope_base: the rotary embedding's base θ (HF ``rope_theta``: Llama 3 500,000,
+            Qwen3-Next 10,000,000); None = not stated (each framework's default). Launch
+            configs read it; counts do not.
+        rope_fraction: the share of each head's dimensions that rotates (HF
+            ``partial_rotary_factor``, Megatron ``rotary_percent``; Qwen3-Next 0.25).
+        zero_centered_norm: norm gains stored as 1 + w (Qwen3-Next's RMSNorm; Megatron-Core
+            ``layernorm_zero_centered_gamma``); the same parameters.
     """
 
     layers: int
@@ -324,6 +331,9 @@ class Geometry:
     hybrid_pattern: str | None = None
     mamba: MambaConfig | None = None
     gdn: GatedDeltaNetConfig | None = None
+    rope_base: float | None = None
+    rope_fraction: float = 1.0
+    zero_centered_norm: bool = False
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -356,6 +366,10 @@ class Geometry:
                 self.moe.dense_layers <= self.layers,
                 f"moe.dense_layers ({self.moe.dense_layers}) exceeds model.layers ({self.layers})",
             )
+        _require(0.0 < self.rope_fraction <= 1.0, f"model.rope_fraction {self.rope_fraction!r}: "
+                 "allowed: a share of the head dimensions in (0, 1]")
+        _require(self.rope_base is None or 1.0 < self.rope_base < 1e12,
+                 f"model.rope_base {self.rope_base!r}: allowed: a base θ above 1 (HF rope_theta)")
         if self.activation is not None:
             _require(self.activation in ACTIVATIONS, f"model.activation {self.activation!r}: "
                      f"allowed values are {', '.join(ACTIVATIONS)}")

@@ -92,6 +92,23 @@ class _Fields:
                 f"{self.where}: {name} must be a list of layer indices, got {value!r}")
         return value
 
+    def positive_float(self, name: str, default: float | None = None) -> float | None:
+        """A positive number (int or float); absent or null = ``default``."""
+        value = self.config.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise MosaicInputError(f"{self.where}: {name} must be a positive number, "
+                                   f"got {value!r}")
+        return float(value)
+
+    def rope(self, fraction_default: float = 1.0) -> dict[str, Any]:
+        """The rotary embedding's base (``rope_theta``) and rotating share
+        (``partial_rotary_factor``) where the config states them."""
+        fraction = self.positive_float("partial_rotary_factor", fraction_default)
+        return {"rope_base": self.positive_float("rope_theta"),
+                "rope_fraction": 1.0 if fraction is None else fraction}
+
     def bool(self, name: str, default: bool) -> bool:
         value = self.config.get(name, default)
         if value is None:
@@ -200,6 +217,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         # HF PretrainedConfig defaults tie_word_embeddings to True, but every family here
         # overrides the default to False (LlamaConfig, MixtralConfig, Qwen*Config, ...).
         "tied_embeddings": fields.bool("tie_word_embeddings", False),
+        **fields.rope(),
     }
     attention_bias = fields.bool("attention_bias", False)
 
@@ -366,6 +384,9 @@ def _qwen3_next(fields: _Fields) -> Geometry:
     common = {"layers": 2 * layers, "d_model": d_model, "vocab": fields.int("vocab_size"),
               "norm": NormKind.RMSNORM, "ffn": fields.int("intermediate_size"),
               "tied_embeddings": fields.bool("tie_word_embeddings", False),
+              # Qwen3NextConfig: a quarter of each head rotates by default; (1 + w) RMSNorm
+              # gains (Qwen3NextRMSNorm; Qwen3NextBridge layernorm_zero_centered_gamma)
+              **fields.rope(fraction_default=0.25), "zero_centered_norm": True,
               # HF Qwen3NextConfig's head_dim defaults to 256, not d_model / heads
               **_attention(_Fields({"head_dim": 256, **fields.config}, where), d_model)}
     try:  # the geometry's own rules (pattern, mixer): name the file

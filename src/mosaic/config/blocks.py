@@ -139,6 +139,14 @@ class ModelBlock(_Strict):
     qkv_bias: bool = Field(default=False, description="biases on the Q, K, V projections")
     output_bias: bool = Field(default=False, description="bias on the attention output")
     attention_sinks: bool = Field(default=False, description="one learned sink logit per head")
+    rope_base: float | None = Field(default=None, gt=1, lt=1e12, allow_inf_nan=False,
+                                    description="rotary base θ (HF rope_theta); None = the "
+                                                "framework's default")
+    rope_fraction: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False,
+                                 description="share of each head that rotates (HF "
+                                             "partial_rotary_factor)")
+    zero_centered_norm: bool = Field(default=False, description="norm gains stored as 1 + w "
+                                     "(Qwen3-Next)")
     mtp_layers: int | None = Field(default=None, ge=0, le=_LAYERS,
                                    description="multi-token-prediction modules; None = 0")
     moe: MoEBlock | None = None

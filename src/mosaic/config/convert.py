@@ -131,6 +131,8 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         gated_attention=model.gated_attention,
         attention_output_gate=model.attention_output_gate, norm=NormKind(norm), moe=moe,
         qk_norm=model.qk_norm, qkv_bias=model.qkv_bias, output_bias=model.output_bias,
+        rope_base=model.rope_base, rope_fraction=model.rope_fraction,
+        zero_centered_norm=model.zero_centered_norm,
         attention_sinks=model.attention_sinks, mtp_layers=int(mtp),  # type: ignore[arg-type]
         hybrid_pattern=model.hybrid_pattern,
         mamba=None if model.mamba is None else MambaConfig(**model.mamba.model_dump()),
@@ -151,9 +153,13 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         "norm": str(geometry.norm), "mtp_layers": geometry.mtp_layers,
     }
     for flag in ("gated_attention", "attention_output_gate", "qk_norm", "qkv_bias",
-                 "output_bias", "attention_sinks"):
+                 "output_bias", "attention_sinks", "zero_centered_norm"):
         if getattr(geometry, flag):
             document[flag] = True
+    if geometry.rope_base is not None:
+        document["rope_base"] = geometry.rope_base
+    if geometry.rope_fraction != 1.0:
+        document["rope_fraction"] = geometry.rope_fraction
     if geometry.mla is not None:
         mla = geometry.mla
         document["mla"] = {"kv_lora_rank": mla.kv_lora_rank, "q_lora_rank": mla.q_lora_rank,

@@ -54,8 +54,6 @@ def qwen3_next_keys(spec: ExportSpec, cycle: int, unsupported: list[str]) -> dic
     expert width (base.yml: 'base_mlp_dim must be equal to base_moe_mlp_dim')."""
     g, gdn = spec.geometry, spec.geometry.gdn
     assert gdn is not None and g.moe is not None
-    unsupported.append("RoPE's share and base (Qwen3-Next: partial_rotary_factor 0.25, "
-                       "rope_max_timescale 10000000) are not in mosaic's model block: set them")
     return {"base_num_decoder_layers": g.layers // 2, "base_mlp_dim": g.moe.expert_ffn,
             "inhomogeneous_layer_cycle_interval": cycle,
             "gdn_conv_kernel_dim": gdn.conv_kernel, "gdn_key_head_dim": gdn.key_head_dim,
@@ -156,6 +154,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "use_qk_norm": g.qk_norm,
         "attention_bias": g.qkv_bias,
         "attention_sink": g.attention_sinks,
+        # base.yml rope_max_timescale (the base θ) and partial_rotary_factor, where stated
+        **({"rope_max_timescale": g.rope_base} if g.rope_base is not None else {}),
+        **({"partial_rotary_factor": g.rope_fraction} if g.rope_fraction != 1.0 else {}),
     }
     if g.attention is AttentionKind.MLA:
         assert g.mla is not None

@@ -103,6 +103,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
             args.append(("--add-qkv-bias", None))
     if g.qk_norm:
         args.append(("--qk-layernorm", None))
+    args += rope_and_norm_arguments(g)
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")
     if g.attention_output_gate:  # TransformerConfig.attention_output_gate @ d98e8a64dd
@@ -357,16 +358,29 @@ def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                                "(4, 128) have no flag")
     if g.gdn is not None:  # TransformerConfig linear_* fields; the hybrid stack's 'G' layers
         args += gdn_arguments(g, unsupported)
-        unsupported.append(QWEN3_NEXT_RECIPE_NOTE + " (flags: --rotary-percent 0.25 "
-                           "--rotary-base 10000000 --apply-layernorm-1p)")
+        unsupported.append(QWEN3_NEXT_RECIPE_NOTE)
+    return args
+
+
+def rope_and_norm_arguments(g: Geometry) -> list[tuple[str, str | None]]:
+    """The rotary base and share and zero-centred norm gains where the model states them
+    (Megatron-LM --rotary-base, --rotary-percent, --apply-layernorm-1p; unstated, Megatron's
+    defaults: base 10000, the whole head, plain gains)."""
+    args: list[tuple[str, str | None]] = []
+    if g.rope_base is not None:
+        args.append(("--rotary-base", f"{g.rope_base:g}" if g.rope_base < 1e6
+                     else str(int(g.rope_base))))
+    if g.rope_fraction != 1.0:
+        args.append(("--rotary-percent", f"{g.rope_fraction:g}"))
+    if g.zero_centered_norm:
+        args.append(("--apply-layernorm-1p", None))
     return args
 
 
 # What Qwen3-Next's model carries that mosaic's model block does not (Megatron-Bridge
 # Qwen3NextBridge.provider_bridge and recipes/qwen/qwen3_next.py @ v0.5.1)
-QWEN3_NEXT_RECIPE_NOTE = ("settings outside mosaic's model block: Qwen3-Next rotates a quarter "
-                          "of each head (rotary percent 0.25, base 1e7) and uses zero-centred "
-                          "RMSNorm gains; its recipe trains one MTP module, not modelled")
+QWEN3_NEXT_RECIPE_NOTE = ("Qwen3-Next's recipe trains one MTP module, outside mosaic's model "
+                          "block (hybrid patterns take none): set mtp_num_layers by hand")
 # megatron/core/ssm/mamba_mixer.py @ d98e8a64dd: MambaMixer asserts conv_bias
 MAMBA_CONV_BIAS_NOTE = ("mamba conv_bias false: Megatron-Core's MambaMixer always builds its "
                         "convolution with a bias (it asserts conv_bias)")

@@ -171,6 +171,11 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "add_bias_linear": bool(g.output_bias or (g.moe and g.moe.expert_bias)),
         "add_qkv_bias": g.qkv_bias,
         "qk_layernorm": g.qk_norm,
+        # the rotary base and share and (1 + w) gains where stated (TransformerConfig /
+        # GPTProvider rotary_base, rotary_percent, layernorm_zero_centered_gamma)
+        **({"rotary_base": g.rope_base} if g.rope_base is not None else {}),
+        **({"rotary_percent": g.rope_fraction} if g.rope_fraction != 1.0 else {}),
+        **({"layernorm_zero_centered_gamma": True} if g.zero_centered_norm else {}),
     }
     if g.attention is AttentionKind.MLA:
         assert g.mla is not None
