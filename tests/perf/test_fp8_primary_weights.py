@@ -44,3 +44,21 @@ def test_fp8_primary_weights_take_one_byte_on_blackwell_only():
     assert _weights_bytes("DGX-H100", "fp8", "current", True) == pytest.approx(all_bf16)
     assert _weights_bytes("DGX-B200", "fp8", "current", False) == pytest.approx(all_bf16)
     assert _weights_bytes("DGX-B200", "mxfp8", None, True) == pytest.approx(all_bf16)
+
+
+def test_the_nemotron_h_56b_fp8_preset_fits_on_b200():
+    """Megatron-Bridge's NEMOTRONH_56B B200 FP8-CS preset (TP2, 64 GPUs) runs; with bf16
+    weights its 28 B parameters per GPU would take 52 GiB and the rank would not fit in
+    the 90% planning headroom of 178.4 GiB, with one-byte FP8 primary weights it does."""
+    from pathlib import Path
+
+    from mosaic.evaluate.job import load_job_spec, predict_job
+    from mosaic.perf.calibration import load_calibration
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "nemotron_h_56b_b200.yaml"
+    spec = load_job_spec(example, [])
+    assert spec.workload.fp8_param_gather and spec.workload.non_tn_fp8_gemms
+    prediction = predict_job(spec, load_calibration("default")).prediction
+    assert bool(prediction.feasible[0])
+    weights = parameter_state_bytes(spec.workload, spec.plan, "first")["weights"][0]
+    assert weights / 2**30 < 28  # about half of the 52 GiB of bf16 weights
