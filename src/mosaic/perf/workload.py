@@ -13,7 +13,7 @@ from mosaic.perf.attention_kernels import (
     AttentionKernel,
     stack_default_kernel,
 )
-from mosaic.stacks import CrossEntropy, StackTraits, get_stack, known_stacks
+from mosaic.stacks import CrossEntropy, FsdpShardStorage, StackTraits, get_stack, known_stacks
 
 
 class Precision(StrEnum):
@@ -531,9 +531,14 @@ class Workload:
         keeps the compute parameter in FP8, Transformer Engine Float8Tensor) on a GPU that
         needs no transposed copy (``non_tn_fp8_gemms``), else the bf16 weight's 2 (with a
         transposed FP8 copy, as on Hopper, the two bytes are the same; MXFP8 and blockwise
-        tensors keep row- and column-wise data)."""
+        tensors keep row- and column-wise data). Only on stacks that keep bf16 weights at rest
+        (Megatron-Core's family, trait ``fsdp_shard_storage`` bf16_fp32): torch FSDP stacks'
+        float8 all-gather casts fp32 shards on the way (torchao WeightWithDynamicFloat8-
+        CastTensor) and keeps no FP8 weight."""
         per_tensor = self.fp8_recipe in (Fp8Recipe.DELAYED, Fp8Recipe.CURRENT)
-        return 1.0 if (self.fp8_param_gather and per_tensor and self.non_tn_fp8_gemms) else 2.0
+        fp8_at_rest = self.traits.fsdp_shard_storage is FsdpShardStorage.BF16_FP32
+        return 1.0 if (self.fp8_param_gather and per_tensor and self.non_tn_fp8_gemms
+                       and fp8_at_rest) else 2.0
 
     @property
     def fsdp_gathers_per_tensor(self) -> bool:
