@@ -207,3 +207,15 @@ def test_a_qwen3_next_config_without_linear_attention_is_a_transformer():
     assert not geometry.is_hybrid and geometry.layers == 48 and geometry.attention_output_gate
     with pytest.raises(MosaicInputError, match="past num_hidden_layers"):
         geometry_from_hf_config(config | {"mlp_only_layers": [100]})
+
+
+def test_rope_settings_are_read_flat_or_nested():
+    """HF configs state rope_theta at the top level, or (transformers >= 5) inside
+    rope_parameters; Qwen3-Next rotates a quarter of each head by default."""
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    assert (qwen3_next().rope_base, qwen3_next().rope_fraction) == (1e7, 0.25)
+    nested = {k: v for k, v in config.items() if k not in ("rope_theta",
+                                                            "partial_rotary_factor")}
+    nested["rope_parameters"] = {"rope_theta": 5e6, "partial_rotary_factor": 0.5}
+    geometry = geometry_from_hf_config(nested)
+    assert (geometry.rope_base, geometry.rope_fraction) == (5e6, 0.5)

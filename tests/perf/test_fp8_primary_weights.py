@@ -11,15 +11,16 @@ from mosaic.config.job_schema import job_from_document
 from mosaic.perf.memory import parameter_state_bytes
 
 
-def _weights_bytes(system: str, precision: str, fp8_recipe: str | None, gather: bool) -> float:
-    performance = {"precision": precision, "stack": "megatron-core", "fp8_param_gather": gather}
+def _weights_bytes(system: str, precision: str, fp8_recipe: str | None, gather: bool,
+                   stack: str = "megatron-core", sharding: str = "zero1") -> float:
+    performance = {"precision": precision, "stack": stack, "fp8_param_gather": gather}
     if fp8_recipe is not None:
         performance["fp8_recipe"] = fp8_recipe
     spec = job_from_document({
         "model": {"layers": 4, "d_model": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336,
                   "vocab": 128256, "norm": "rmsnorm"},
         "batch": {"global_seqs": 8, "seq_len": 4096, "micro_seqs": 1},
-        "parallelism": {"tp": 1, "pp": 1, "dp": 8},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "sharding": sharding},
         "performance": performance,
         "hardware": {"system": system, "nodes": 1}}, "test")
     return float(parameter_state_bytes(spec.workload, spec.plan, "first")["weights"][0])
@@ -44,6 +45,12 @@ def test_fp8_primary_weights_take_one_byte_on_blackwell_only():
     assert _weights_bytes("DGX-H100", "fp8", "current", True) == pytest.approx(all_bf16)
     assert _weights_bytes("DGX-B200", "fp8", "current", False) == pytest.approx(all_bf16)
     assert _weights_bytes("DGX-B200", "mxfp8", None, True) == pytest.approx(all_bf16)
+    # FP8 gathers need Megatron's distributed optimizer (no sharding: bf16 weights), and
+    # only Megatron's gathers keep FP8 weights (trait fp8_primary_weights)
+    assert _weights_bytes("DGX-B200", "fp8", "current", True, sharding="none") == (
+        pytest.approx(all_bf16))
+    assert _weights_bytes("DGX-B200", "fp8", "current", True, stack="deepspeed") == (
+        pytest.approx(all_bf16))
 
 
 def test_the_nemotron_h_56b_fp8_preset_fits_on_b200():

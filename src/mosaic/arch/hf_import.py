@@ -105,8 +105,12 @@ class _Fields:
     def rope(self, fraction_default: float = 1.0) -> dict[str, Any]:
         """The rotary embedding's base (``rope_theta``) and rotating share
         (``partial_rotary_factor``) where the config states them."""
-        fraction = self.positive_float("partial_rotary_factor", fraction_default)
-        return {"rope_base": self.positive_float("rope_theta"),
+        nested = self.config.get("rope_parameters")  # transformers >= 5 nests them here
+        fields = (_Fields({**nested, **{k: v for k, v in self.config.items()
+                                        if k in ("rope_theta", "partial_rotary_factor")}},
+                          self.where) if isinstance(nested, Mapping) else self)
+        fraction = fields.positive_float("partial_rotary_factor", fraction_default)
+        return {"rope_base": fields.positive_float("rope_theta"),
                 "rope_fraction": 1.0 if fraction is None else fraction}
 
     def bool(self, name: str, default: bool) -> bool:

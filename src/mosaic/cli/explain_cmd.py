@@ -271,7 +271,8 @@ def explain(
     _render_gap(diagnosis)
     _render_levers(diagnosis)
     console.print("These change one thing at a time; every layout of this job at once: "
-                  f"mosaic layouts {job}", markup=False, highlight=False, soft_wrap=True)
+                  f"mosaic layouts {job} (with the same --set, --model and --calibration)",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _reject_faster_than_peak(measured_step_time_s: float, result: JobPrediction) -> None:

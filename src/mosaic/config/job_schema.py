@@ -426,18 +426,12 @@ GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
 MEGATRON_STACKS = ("megatron-core", "megatron-bridge", "nemo")
 
 
-def _check_release(performance: PerformanceBlock, parallelism: ParallelismBlock,
-                   geometry: Geometry) -> None:
-    """Refuse a layout the stated release of a Megatron stack does not run."""
+def _gdn_context_parallel(performance: PerformanceBlock) -> bool:
+    """Whether the job's stated release runs gated DeltaNet layers under context parallelism
+    (every release but a Megatron stack's before 26.06; Workload.gdn_context_parallel)."""
     release = parse_release(performance.stack_version)
-    if (geometry.gdn is not None and parallelism.cp > 1 and release is not None
-            and release < GDN_CONTEXT_PARALLEL_SINCE
-            and performance.stack in MEGATRON_STACKS):
-        raise MosaicInputError(
-            f"parallelism.cp {parallelism.cp} with gated DeltaNet layers: Megatron-Core before "
-            "NeMo 26.06 refuses context parallelism for them (TransformerConfig asserts); "
-            f"use cp 1 or a release from 26.06 (performance.stack_version is "
-            f"{performance.stack_version})")
+    return not (release is not None and release < GDN_CONTEXT_PARALLEL_SINCE
+                and performance.stack in MEGATRON_STACKS)
 
 
 def job_from_document(document: dict[str, Any], where: str,
@@ -464,7 +458,6 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
         recipe = _job_recipe(performance, parallelism, geometry, device_name, notes)
-        _check_release(performance, parallelism, geometry)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
         fp8_recipe = _job_fp8_recipe(performance, notes)
@@ -479,6 +472,7 @@ def job_from_document(document: dict[str, Any], where: str,
         fp8_param_gather=performance.fp8_param_gather,
         fp4_param_gather=performance.fp4_param_gather,
         non_tn_fp8_gemms=non_tn_fp8,
+        gdn_context_parallel=_gdn_context_parallel(performance),
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"

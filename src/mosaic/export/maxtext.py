@@ -130,6 +130,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     decoder_layers = g.layers // 2 if cycle is not None else g.layers
     if g.attention_output_gate and cycle is None:  # the qwen3_next decoder has its own
         unsupported.append("attention output gate (elementwise, Qwen3-Next)")
+    if g.zero_centered_norm and cycle is None:
+        unsupported.append("zero-centred norm gains (1 + w): no base.yml key")
     if spec.pp > 1 and spec.uneven_stages:
         unsupported.append(f"uneven pipeline stages ({decoder_layers} layers on pp·vpp = "
                            f"{spec.pp * spec.vpp}): MaxText needs equal stages")

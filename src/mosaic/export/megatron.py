@@ -367,9 +367,8 @@ def rope_and_norm_arguments(g: Geometry) -> list[tuple[str, str | None]]:
     (Megatron-LM --rotary-base, --rotary-percent, --apply-layernorm-1p; unstated, Megatron's
     defaults: base 10000, the whole head, plain gains)."""
     args: list[tuple[str, str | None]] = []
-    if g.rope_base is not None:
-        args.append(("--rotary-base", f"{g.rope_base:g}" if g.rope_base < 1e6
-                     else str(int(g.rope_base))))
+    if g.rope_base is not None:  # an integer flag (arguments.py: type=int)
+        args.append(("--rotary-base", str(round(g.rope_base))))
     if g.rope_fraction != 1.0:
         args.append(("--rotary-percent", f"{g.rope_fraction:g}"))
     if g.zero_centered_norm:

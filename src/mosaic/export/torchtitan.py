@@ -49,6 +49,10 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         f"not from TOML; register flavor 'mosaic' of '{model_name(spec)}' with the "
         "dimensions in the header"]
     unsupported += sharding_notes(spec)
+    if g.rope_base is not None or g.rope_fraction != 1.0:
+        unsupported.append(f"RoPE base {g.rope_base or 'unstated'} and share "
+                           f"{g.rope_fraction:g}: set rope_theta in the flavor (torchtitan's "
+                           "default is 10000)")
     if g.gated_attention or g.attention_output_gate:
         unsupported.append("an attention output gate: no torchtitan v0.2.2 model family "
                            "has one (the flavor must add it)")

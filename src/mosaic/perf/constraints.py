@@ -129,6 +129,10 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         # Megatron-Core GatedDeltaNet splits its key and value heads over TP and, with context
         # parallelism, over TP·CP (num_value_heads // tp // cp; gated_delta_net/gdn.py
         # feat_dim_split @ d98e8a64dd)
+        if not workload.gdn_context_parallel:
+            rules.append(("cp={cp} with gated DeltaNet layers: Megatron-Core before NeMo 26.06 "
+                          "refuses context parallelism for them (TransformerConfig asserts)",
+                          plans.cp > 1))
         rules += [
             (f"tp·cp={{tp}}·{{cp}} must divide gdn.key_heads={gdn.key_heads}",
              _not_divisible(gdn.key_heads, plans.tp * plans.cp)),

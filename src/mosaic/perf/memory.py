@@ -494,8 +494,11 @@ def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPla
     dense_divisor, expert_divisor = _shard_divisors(plans, _FULLY_SHARDED)
     # the block GEMMs' weights (dense matrices, routed experts) at their resident bytes,
     # norms, routers, embedding and LM head in bf16
-    resident = (workload.resident_gemm_weight_bytes
-                * (params.dense / dense_divisor + params.expert / expert_divisor)
+    # (FP8 gathers need the distributed optimizer, Megatron-LM arguments.py: unsharded
+    # plans keep bf16)
+    gemm_bytes = np.where(plans.sharding == Sharding.NONE, WEIGHT_BYTES_PER_PARAM,
+                          workload.resident_gemm_weight_bytes)
+    resident = (gemm_bytes * (params.dense / dense_divisor + params.expert / expert_divisor)
                 + WEIGHT_BYTES_PER_PARAM * (params.replicated + params.vocab) / dense_divisor)
     if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
             and workload.optimizer_dtype is OptimizerDtype.FP32):

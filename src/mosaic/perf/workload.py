@@ -13,7 +13,7 @@ from mosaic.perf.attention_kernels import (
     AttentionKernel,
     stack_default_kernel,
 )
-from mosaic.stacks import CrossEntropy, FsdpShardStorage, StackTraits, get_stack, known_stacks
+from mosaic.stacks import CrossEntropy, StackTraits, get_stack, known_stacks
 
 
 class Precision(StrEnum):
@@ -286,6 +286,9 @@ class Workload:
             --fp4-param-gather ("keep the compute param in fp4 ... and perform the param
             all-gather in fp4", megatron/training/arguments.py @ d98e8a64dd),
             Megatron-Bridge MixedPrecisionConfig.fp4_param_gather. Needs FP4 GEMMs.
+        gdn_context_parallel: the stack's release runs gated DeltaNet layers under context
+            parallelism (Megatron-Core from NeMo 26.06; before, TransformerConfig asserts
+            "Gated delta net does not support context parallel for now"); a plan rule.
         non_tn_fp8_gemms: the GPU runs FP8 GEMMs in any operand layout
             (``Device.runs_non_tn_fp8_gemms``: Blackwell), so FP8 primary weights keep one
             byte per parameter; elsewhere Transformer Engine adds a transposed copy.
@@ -347,6 +350,7 @@ class Workload:
     fp8_param_gather: bool = False
     fp4_param_gather: bool = False
     non_tn_fp8_gemms: bool = False
+    gdn_context_parallel: bool = True
     loss_chunks: int = 1
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
@@ -531,14 +535,14 @@ class Workload:
         keeps the compute parameter in FP8, Transformer Engine Float8Tensor) on a GPU that
         needs no transposed copy (``non_tn_fp8_gemms``), else the bf16 weight's 2 (with a
         transposed FP8 copy, as on Hopper, the two bytes are the same; MXFP8 and blockwise
-        tensors keep row- and column-wise data). Only on stacks that keep bf16 weights at rest
-        (Megatron-Core's family, trait ``fsdp_shard_storage`` bf16_fp32): torch FSDP stacks'
+        tensors keep row- and column-wise data). Only on stacks whose FP8 gathers mean FP8
+        primary weights (trait ``fp8_primary_weights``: Megatron-Core's family): torch FSDP's
         float8 all-gather casts fp32 shards on the way (torchao WeightWithDynamicFloat8-
-        CastTensor) and keeps no FP8 weight."""
+        CastTensor) and keeps no FP8 weight. (Megatron asserts FP8 gathers need the
+        distributed optimizer: plans without sharding keep bf16, memory.weight_bytes.)"""
         per_tensor = self.fp8_recipe in (Fp8Recipe.DELAYED, Fp8Recipe.CURRENT)
-        fp8_at_rest = self.traits.fsdp_shard_storage is FsdpShardStorage.BF16_FP32
         return 1.0 if (self.fp8_param_gather and per_tensor and self.non_tn_fp8_gemms
-                       and fp8_at_rest) else 2.0
+                       and self.traits.fp8_primary_weights) else 2.0
 
     @property
     def fsdp_gathers_per_tensor(self) -> bool:
