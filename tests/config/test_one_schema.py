@@ -345,3 +345,26 @@ def test_a_misspelt_field_gets_the_nearest_name():
     from mosaic.config.job_schema import load_job
     with pytest.raises(MosaicInputError, match=r"moe\.topk: unknown field .*did you mean top_k"):
         load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["moe.topk=2"])
+
+
+def test_a_job_document_keeps_its_release_and_the_settings_it_turned_off():
+    """A 26.06 MXFP8 MoE job on B200 takes the release's bundle (one CUDA graph per step, EP
+    overlap) unless it says otherwise; its document carries the release and writes those
+    settings explicitly, so reloading neither loses the release nor turns them back on."""
+    from mosaic.config.job_schema import job_document, job_from_document
+
+    document = {
+        "model": {"layers": 4, "d_model": 512, "heads": 8, "kv_heads": 8, "head_dim": 64,
+                  "ffn": 256, "vocab": 1000, "moe": {"experts": 16, "top_k": 2,
+                                                     "expert_ffn": 256}},
+        "batch": {"global_seqs": 64, "seq_len": 1024},
+        "parallelism": {"ep": 8, "dp": 8, "ep_overlap": False},
+        "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                        "stack_version": "26.06", "full_iteration_cuda_graph": False},
+        "hardware": {"system": "DGX-B200", "nodes": 1}}
+    job = job_from_document(document, "test")
+    written = job_document(job)
+    assert written["performance"]["stack_version"] == "26.06"
+    again = job_from_document(written, "again")
+    assert again.workload == job.workload
+    assert not again.workload.full_iteration_cuda_graph and not again.workload.ep_overlap

@@ -582,12 +582,18 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         "precision": job_precision_name(str(workload.precision)),
         "checkpointing": str(row["checkpointing"]),
         "stack": workload.stack}
+    # With the release written, its recipe would fill every setting the document leaves
+    # out on reload: write the ones a recipe can set even at their defaults, so a setting
+    # the job turned off stays off.
+    explicit = spec.stack_version is not None
+    if explicit:
+        performance["stack_version"] = spec.stack_version
     if workload.fp8_recipe not in (None, Fp8Recipe.NONE):
         performance["fp8_recipe"] = str(workload.fp8_recipe)
-    if workload.fp8_param_gather:
-        performance["fp8_param_gather"] = True
-    if workload.fp4_param_gather:
-        performance["fp4_param_gather"] = True
+    if workload.fp8_param_gather or explicit:
+        performance["fp8_param_gather"] = workload.fp8_param_gather
+    if workload.fp4_param_gather or explicit:
+        performance["fp4_param_gather"] = workload.fp4_param_gather
     if workload.attention_kernel is not None:
         performance["attention_kernel"] = str(workload.attention_kernel)
     if workload.fsdp_gather is not None:
@@ -598,44 +604,44 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     elif ((spec.recorded_layout or spec.unstated_stage_split)
           and workload.geometry.layers % chunks):
         performance["uneven_stages"] = "unstated"  # a recorded uneven split, read as recorded
-    if workload.routing != "dropless":
+    if workload.routing != "dropless" or explicit:
         performance["routing"] = workload.routing
-    if workload.pad_to_capacity:
-        performance["pad_to_capacity"] = True
+    if workload.pad_to_capacity or explicit:
+        performance["pad_to_capacity"] = workload.pad_to_capacity
     if workload.routing_imbalance is not None:
         performance["routing_imbalance"] = workload.routing_imbalance
     if workload.cross_entropy is not None:
         performance["cross_entropy"] = str(workload.cross_entropy)
-    if not workload.grad_reduce_in_fp32:
-        performance["grad_reduce_in_fp32"] = False
-    if workload.offloaded_activation_layers:
+    if not workload.grad_reduce_in_fp32 or explicit:
+        performance["grad_reduce_in_fp32"] = workload.grad_reduce_in_fp32
+    if workload.offloaded_activation_layers or explicit:
         performance["offloaded_activation_layers"] = workload.offloaded_activation_layers
     if workload.recompute_modules is not None:
         performance["recompute_modules"] = list(workload.recompute_modules)
-    if workload.optimizer_dtype != "fp32":
+    if workload.optimizer_dtype != "fp32" or explicit:
         performance["optimizer_dtype"] = str(workload.optimizer_dtype)
-    if workload.fsdp_keep_gathered:
-        performance["fsdp_keep_gathered"] = True
+    if workload.fsdp_keep_gathered or explicit:
+        performance["fsdp_keep_gathered"] = workload.fsdp_keep_gathered
     if workload.loss_chunks != 1:
         performance["loss_chunks"] = workload.loss_chunks
-    if not workload.dp_comm_overlap:
-        performance["dp_comm_overlap"] = False
+    if not workload.dp_comm_overlap or explicit:
+        performance["dp_comm_overlap"] = workload.dp_comm_overlap
     if workload.torch_compile is not None:
         performance["torch_compile"] = workload.torch_compile
     if workload.moe_permute is not None:
         performance["moe_permute"] = workload.moe_permute
     if workload.expert_gemm != "grouped":
         performance["expert_gemm"] = workload.expert_gemm
-    if workload.full_iteration_cuda_graph:
-        performance["full_iteration_cuda_graph"] = True
-    if workload.layer_cuda_graphs:
-        performance["layer_cuda_graphs"] = True
+    if workload.full_iteration_cuda_graph or explicit:
+        performance["full_iteration_cuda_graph"] = workload.full_iteration_cuda_graph
+    if workload.layer_cuda_graphs or explicit:
+        performance["layer_cuda_graphs"] = workload.layer_cuda_graphs
     if workload.recompute_block_fraction is not None:
         performance["recompute_block_fraction"] = workload.recompute_block_fraction
     if workload.max_nodes_per_token is not None:
         performance["max_nodes_per_token"] = workload.max_nodes_per_token
-    if workload.fp8_glu_inputs:
-        performance["fp8_glu_inputs"] = True
+    if workload.fp8_glu_inputs or explicit:
+        performance["fp8_glu_inputs"] = workload.fp8_glu_inputs
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes
@@ -647,9 +653,11 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     return {
         "model": model_document(workload.geometry, spec.model_name),
         "parallelism": parallelism_document(row, str(workload.dispatcher))
-        | ({"ep_overlap": True} if workload.ep_overlap else {})
-        | ({"dispatch_fp8": True} if workload.dispatch_fp8 else {})
-        | ({"tp_comm_overlap": True} if workload.tp_comm_overlap else {})
+        | ({"ep_overlap": workload.ep_overlap} if workload.ep_overlap or explicit else {})
+        | ({"dispatch_fp8": workload.dispatch_fp8}
+           if workload.dispatch_fp8 or explicit else {})
+        | ({"tp_comm_overlap": workload.tp_comm_overlap}
+           if workload.tp_comm_overlap or explicit else {})
         | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {}),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
