@@ -315,3 +315,23 @@ def test_options_offer_every_precision_a_job_accepts():
     from mosaic.studio.app import options_document
 
     assert options_document(None)["precisions"] == ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
+
+
+@pytest.mark.parametrize("name", ["qwen3_next_80b_b200.yaml", "nemotron_h_56b_b200.yaml",
+                                  "nemotron_3_nano_b200.yaml", "fsdp_moe_comm_bound.yaml"])
+def test_a_job_file_the_editor_opens_predicts_as_the_cli_does(name):
+    """Fields a job leaves to the schema (checkpointing none, ep 1 for a dense model, the
+    release's recipe settings) start the editor as the CLI resolves them, not as the
+    editor's own defaults (full recompute, ep 8)."""
+    from mosaic.evaluate.job import load_job_spec, predict_job
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import predict_form
+    from mosaic.studio.server import load_job_document
+
+    document = load_job_document(EXAMPLES / name)
+    _, result = predict_form(options_document(document)["form"], document,
+                             load_calibration(None))
+    cli = predict_job(load_job_spec(EXAMPLES / name, []), load_calibration(None)).prediction
+    assert float(result.prediction.step_time_s[0]) == pytest.approx(
+        float(cli.step_time_s[0]), rel=1e-12)

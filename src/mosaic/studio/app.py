@@ -9,6 +9,7 @@ form size, device counts, one plan at a time under a time limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from importlib import resources
@@ -103,12 +104,16 @@ def model_summary(geometry: Any) -> dict[str, Any]:
 
 
 def form_from_job(document: dict[str, Any]) -> dict[str, str]:
-    """Form fields of a job file's blocks (its model stays the job's own)."""
-    from mosaic.config.job_schema import canonical_job_document
+    """Form fields of a job file's blocks (its model stays the job's own): every field as the
+    CLI resolves it (defaults, the release's recipe), so the editor's defaults never stand
+    in for what the job leaves to the schema."""
+    from mosaic.config.job_schema import canonical_job_document, job_document, job_from_document
     from mosaic.hardware import get_system
 
     form = {"model.source": "job"}
     canonical = canonical_job_document(document, "job")
+    with contextlib.suppress(MosaicInputError):  # an incomplete job: its own fields only
+        canonical = job_document(job_from_document(document, "job"))
     for block, fields in canonical.items():
         if block in ("model", "search") or not isinstance(fields, dict):
             continue
