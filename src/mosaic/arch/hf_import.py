@@ -134,23 +134,31 @@ def _gated_activation(fields: _Fields) -> str:
     return "swiglu" if act in ("silu", "swish") else "geglu"
 
 
-def _moe_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
-    """(dense prefix, moe_every) from Qwen-MoE ``mlp_only_layers``/``decoder_sparse_step``.
-
-    HF Qwen2/3-MoE make block i sparse when i is not in ``mlp_only_layers`` and
-    (i + 1) % decoder_sparse_step == 0.
-    """
+def _qwen_sparse_layers(fields: _Fields, layers: int) -> list[int]:
+    """The blocks HF Qwen2/3-MoE and Qwen3-Next make sparse: block i when i is not in
+    ``mlp_only_layers`` and (i + 1) % decoder_sparse_step == 0."""
     step = fields.int("decoder_sparse_step", 1)
     dense_list = fields.index_list("mlp_only_layers")
-    sparse = [i for i in range(layers) if i not in dense_list and (i + 1) % step == 0]
+    return [i for i in range(layers) if i not in dense_list and (i + 1) % step == 0]
+
+
+def _moe_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
+    """(dense prefix, moe_every) from Qwen-MoE ``mlp_only_layers``/``decoder_sparse_step``
+    (:func:`_qwen_sparse_layers`)."""
+    return _prefix_and_every(_qwen_sparse_layers(fields, layers), layers, fields.where)
+
+
+def _prefix_and_every(sparse: list[int], layers: int, where: str) -> tuple[int, int]:
+    """(dense prefix, moe_every) of the sparse blocks, refused unless they are a dense
+    prefix followed by every n-th block."""
     if not sparse:
-        raise MosaicInputError(f"{fields.where}: no MoE block left by mlp_only_layers")
+        raise MosaicInputError(f"{where}: no MoE block left by mlp_only_layers")
     prefix = sparse[0]
     every = sparse[1] - sparse[0] if len(sparse) > 1 else 1
     expected = list(range(prefix, layers, every))
     if sparse != expected:
         raise MosaicInputError(
-            f"{fields.where}: MoE blocks {sparse} are not a dense prefix followed by every "
+            f"{where}: MoE blocks {sparse} are not a dense prefix followed by every "
             "n-th block; mosaic's geometry cannot express this pattern")
     return prefix, every
 
@@ -363,17 +371,15 @@ def _qwen3_next(fields: _Fields) -> Geometry:
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
     types = _qwen3_next_layer_types(fields, layers)
-    step = fields.int("decoder_sparse_step", 1)
     dense_list = fields.index_list("mlp_only_layers")
     if any(i >= layers for i in dense_list):
         raise MosaicInputError(f"{where}: mlp_only_layers {dense_list} name layers past "
                                f"num_hidden_layers ({layers})")
-    moe_layer = [fields.count("num_experts", 0) > 0 and i not in dense_list
-                 and (i + 1) % step == 0 for i in range(layers)]
-    pattern = "".join(("G" if kind == "linear_attention" else "*") + ("E" if sparse else "-")
-                      for kind, sparse in zip(types, moe_layer, strict=True))
+    sparse = _qwen_sparse_layers(fields, layers) if fields.count("num_experts", 0) else []
+    pattern = "".join(("G" if kind == "linear_attention" else "*") + ("E" if i in sparse else "-")
+                      for i, kind in enumerate(types))
     moe = None
-    if any(moe_layer):
+    if sparse:
         shared_width = fields.count("shared_expert_intermediate_size", 0)
         moe = MoEConfig(experts=fields.int("num_experts"),
                         top_k=fields.int("num_experts_per_tok"),
@@ -393,24 +399,23 @@ def _qwen3_next(fields: _Fields) -> Geometry:
               **fields.rope(fraction_default=0.25), "zero_centered_norm": True,
               # HF Qwen3NextConfig's head_dim defaults to 256, not d_model / heads
               **_attention(_Fields({"head_dim": 256, **fields.config}, where), d_model)}
+    gated = {"glu": True, "activation": activation, "qk_norm": True,
+             "attention_output_gate": True}
     try:  # the geometry's own rules (pattern, mixer): name the file
-        if "G" not in pattern and moe is not None:
+        if "G" not in pattern:
             # full attention everywhere: a transformer whose MoE blocks Qwen-MoE's rules
             # place (an irregular placement stays a hybrid pattern)
-            try:
-                dense_layers, every = _moe_prefix(fields, layers)
-            except MosaicInputError:
-                pass
-            else:
-                return Geometry(**(common | {"layers": layers}), glu=True, activation=activation,
-                                moe=replace(moe, dense_layers=dense_layers, moe_every=every),
-                                qk_norm=True, attention_output_gate=True)
-        if "G" not in pattern and moe is None:
-            return Geometry(**(common | {"layers": layers}), glu=True, activation=activation,
-                            qk_norm=True, attention_output_gate=True)
+            transformer_moe, regular = moe, True
+            if moe is not None:
+                try:
+                    dense_layers, every = _prefix_and_every(sparse, layers, where)
+                    transformer_moe = replace(moe, dense_layers=dense_layers, moe_every=every)
+                except MosaicInputError:
+                    regular = False
+            if regular:
+                return Geometry(**(common | {"layers": layers}), **gated, moe=transformer_moe)
         gdn = GatedDeltaNetConfig(**linear) if "G" in pattern else None
-        return Geometry(**common, glu=True, activation=activation, moe=moe, qk_norm=True,
-                        attention_output_gate=True, hybrid_pattern=pattern, gdn=gdn)
+        return Geometry(**common, **gated, moe=moe, hybrid_pattern=pattern, gdn=gdn)
     except MosaicInputError as error:
         raise MosaicInputError(f"{where}: {error}") from None
 
