@@ -423,7 +423,9 @@ def _recipe_precision(performance: PerformanceBlock) -> str:
 # for now" up to core_v0.17 (NeMo 26.04, Megatron-Bridge v0.4.x); core_v0.18 (NeMo 26.06)
 # drops the check (megatron/core/transformer/transformer_config.py @ 0d8e0714 vs d98e8a64dd).
 GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
-MEGATRON_STACKS = ("megatron-core", "megatron-bridge", "nemo")
+# the registry's stacks that build gated DeltaNet on Megatron-Core (its other Megatron-Core
+# entries, dualpipe and paper-nemo, build no hybrid model)
+MEGATRON_STACKS = ("megatron-core", "megatron-bridge")
 
 
 def _gdn_context_parallel(performance: PerformanceBlock) -> bool:
