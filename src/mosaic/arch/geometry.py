@@ -440,6 +440,12 @@ class Geometry:
         """A hybrid model: layers from a pattern rather than uniform transformer blocks."""
         return self.hybrid_pattern is not None
 
+    @property
+    def hybrid_shares(self) -> dict[HybridLayer, float]:
+        """Each layer kind's share of a hybrid model's layers (zero for a transformer): the
+        weights of its mean layer."""
+        return {symbol: self.hybrid_count(symbol) / self.layers for symbol in HybridLayer}
+
     def hybrid_count(self, symbol: HybridLayer) -> int:
         """Layers of one kind in the hybrid pattern (zero for a transformer)."""
         return self.hybrid_pattern.count(symbol.value) if self.hybrid_pattern else 0

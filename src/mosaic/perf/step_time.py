@@ -283,12 +283,11 @@ def _stage_terms(kinds: tuple[StageKind, ...], plans: ParallelPlans, full_fracti
     checkpointing recomputes (Workload.checkpointed_block_fraction); ``hybrid``: add the
     state-space (Mamba, gated DeltaNet) layers' terms."""
     def total(attribute: str) -> np.ndarray:
-        return sum((count * getattr(times, attribute) for times, count, _ in kinds),
-                   start=0 * kinds[0][1])
+        return _sum(count * getattr(times, attribute) for times, count, _ in kinds)
 
     def ffn(term: str) -> np.ndarray:
-        return sum((count * times.mlp_gemm for times, count, kind_term in kinds
-                    if kind_term == term), start=0 * kinds[0][1])
+        return _sum(count * times.mlp_gemm for times, count, kind_term in kinds
+                    if kind_term == term)
 
     full = plans.checkpointing == Checkpointing.FULL
     selective = plans.checkpointing == Checkpointing.SELECTIVE
@@ -420,8 +419,7 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
         # each layer is one unit; per layer on average (the step gathers and reduces units
         # per layer, so the mean layer times the layers is the stage's traffic): every kind's
         # matrices by its share of the layers, the routed experts only in the MoE layers'
-        share = {symbol: geometry.hybrid_count(symbol) / geometry.layers
-                 for symbol in HybridLayer}
+        share = geometry.hybrid_shares
         matrices = sum(share[symbol] * hybrid_mixer_parameters(counts, symbol)
                        for symbol in HybridLayer)
         dense = (matrices / plans.tp + norms
@@ -689,8 +687,7 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
     mlp = _matrix_newton_schulz_flops(d, counts.dense_ffn_per_layer / d)
     expert_share = 1.0
     if geometry.is_hybrid:  # a mean layer: each kind's matrices by its share of the layers
-        share = {symbol: geometry.hybrid_count(symbol) / geometry.layers
-                 for symbol in HybridLayer}
+        share = geometry.hybrid_shares
         mamba, gdn = geometry.mamba, geometry.gdn
         mixer = (_matrix_newton_schulz_flops(d, mamba.in_proj_width)
                  + _matrix_newton_schulz_flops(mamba.inner_width, d)) if mamba else 0.0
@@ -756,7 +753,7 @@ def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
 
 def _average_hybrid_layer(geometry: Geometry, layers: HybridLayerTimes) -> BlockTimes:
     """A hybrid model's mean layer: each kind's times weighted by its share of the layers."""
-    shares = {symbol: geometry.hybrid_count(symbol) / geometry.layers for symbol in HybridLayer}
+    shares = geometry.hybrid_shares
     return weighted_block_times([
         (shares[HybridLayer.MAMBA], layers.mamba), (shares[HybridLayer.GDN], layers.gdn),
         (shares[HybridLayer.ATTENTION], layers.attention),
