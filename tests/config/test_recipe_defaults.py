@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mosaic.config.run_records import _validate_entry, run_record_from_entry
-from mosaic.stacks.registry import parse_release
+from mosaic.config.job_schema import job_document, job_from_document, job_from_run_record
+from mosaic.config.run_records import _validate_entry, load_run_records, run_record_from_entry
+from mosaic.stacks.registry import parse_release, release_text
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+EXTRA_RUNS = (Path(__file__).resolve().parents[2] / "src" / "mosaic" / "evaluate" / "data"
+              / "extra_runs.yaml")
 
 
 def _record(software: str, gpu: str = "B200", precision: str = "mxfp8", **stated):
@@ -201,3 +204,31 @@ def test_a_release_outside_the_recipes_is_said_so():
     # a release after the last encoded one is said so too (its settings are not known)
     assert "encoded up to 26.06" in release_outside_recipes("megatron-bridge", "30.01")
     assert release_outside_recipes("megatron-bridge", None) is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "25.11"),
+    ("nvcr.io/nvidia/nemo:26.04.01", "26.04.01"),
+    ("Megatron-Bridge main (2026-05-18)", None),
+    (None, None),
+])
+def test_release_text_spells_the_release_as_a_job_states_it(text, expected):
+    assert release_text(text) == expected
+
+
+def test_a_job_made_from_a_record_keeps_its_release_and_reloads_to_the_same_workload():
+    """`mosaic export RUNS.yaml#ID --to yaml` writes the record's release: its document
+    reloads to the record's workload and layout, the recipe settings of that release
+    included (all shipped extra runs, whose records state their release or do not)."""
+    records = load_run_records(EXTRA_RUNS).records
+    with_release = [r for r in records if r.stack_version is not None]
+    assert len(with_release) >= 40
+    for record in records:
+        document = job_document(job_from_run_record(record))
+        assert document["performance"].get("stack_version") == record.stack_version
+        reloaded = job_from_document(document, record.id)
+        assert reloaded.workload == record.workload, record.id
+        assert reloaded.plan.row(0) == record.plan.row(0), record.id
+    gated = _record("NeMo 26.04 container", gpu="B200")
+    assert gated.workload.gdn_context_parallel is False  # Megatron-Core before 26.06
+    assert _record("NeMo 26.06 container", gpu="B200").workload.gdn_context_parallel

@@ -71,7 +71,11 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
-from mosaic.stacks.registry import STACK_VERSION_PATTERN, parse_release, release_number_text
+from mosaic.stacks.registry import (
+    STACK_VERSION_PATTERN,
+    gdn_context_parallel,
+    release_number_text,
+)
 
 if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
@@ -419,22 +423,6 @@ def _recipe_precision(performance: PerformanceBlock) -> str:
     return performance.precision
 
 
-# Megatron-Core's TransformerConfig asserts "Gated delta net does not support context parallel
-# for now" up to core_v0.17 (NeMo 26.04, Megatron-Bridge v0.4.x); core_v0.18 (NeMo 26.06)
-# drops the check (megatron/core/transformer/transformer_config.py @ 0d8e0714 vs d98e8a64dd).
-GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
-# the registry's stacks that build gated DeltaNet on Megatron-Core (its other Megatron-Core
-# entries, dualpipe and paper-nemo, build no hybrid model)
-MEGATRON_STACKS = ("megatron-core", "megatron-bridge")
-
-
-def _gdn_context_parallel(performance: PerformanceBlock) -> bool:
-    """Whether the job's stated release runs gated DeltaNet layers under context parallelism
-    (every release but a Megatron stack's before 26.06; Workload.gdn_context_parallel)."""
-    release = parse_release(performance.stack_version)
-    return not (release is not None and release < GDN_CONTEXT_PARALLEL_SINCE
-                and performance.stack in MEGATRON_STACKS)
-
 
 def job_from_document(document: dict[str, Any], where: str,
                       deprecated: set[str] | None = None) -> JobSpec:
@@ -474,7 +462,7 @@ def job_from_document(document: dict[str, Any], where: str,
         fp8_param_gather=performance.fp8_param_gather,
         fp4_param_gather=performance.fp4_param_gather,
         non_tn_fp8_gemms=non_tn_fp8,
-        gdn_context_parallel=_gdn_context_parallel(performance),
+        gdn_context_parallel=gdn_context_parallel(performance.stack, performance.stack_version),
         optimizer=optimizer.kind,
         stack=performance.stack,
         attention_kernel=(None if performance.attention_kernel == "auto"
@@ -672,10 +660,12 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
 
 
 def job_from_run_record(record: RunRecord) -> JobSpec:
-    """A measured run as a job: the same workload, layout and system ``validate`` uses."""
+    """A measured run as a job: the same workload, layout and system ``validate`` uses, and
+    the release its recipe settings came from (its job document keeps them on reload)."""
     return JobSpec(workload=record.workload, plan=record.plan, system_name=record.system.name,
                    n_devices=record.n_devices, nodes=None, assumptions=record.assumptions,
-                   recorded_layout=True, measured_step_time_s=record.measured_step_time_s)
+                   recorded_layout=True, measured_step_time_s=record.measured_step_time_s,
+                   stack_version=record.stack_version, model_name=record.model_name)
 
 
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,

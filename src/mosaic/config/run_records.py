@@ -49,7 +49,12 @@ from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload, precision_lane
 from mosaic.schema_validation import describe_validation_error, load_yaml_mapping
 from mosaic.stacks import get_stack, stack_for_software
-from mosaic.stacks.registry import OTHER_STACK, release_number_text
+from mosaic.stacks.registry import (
+    OTHER_STACK,
+    gdn_context_parallel,
+    release_number_text,
+    release_text,
+)
 from mosaic.yaml_stream import StreamError, iter_list_items, scan_mapping
 
 # ---------------------------------------------------------------- file schema (pydantic)
@@ -288,6 +293,10 @@ class RunRecord:
             recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute, loss_chunks,
             expert_gemm, recompute when not 'unknown'); documented record
             settings never override these.
+        stack_version: the release the record's recipe settings were read for (YY.MM or
+            YY.MM.0N, from ``stack_version`` or ``software``; None when neither names one):
+            a job made from the record keeps it (:func:`mosaic.config.job_schema.
+            job_from_run_record`).
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
@@ -315,6 +324,7 @@ class RunRecord:
     stated_settings: frozenset[str] = frozenset()
     throughput_not_scored: str | None = None
     memory_measure: str = "allocator"
+    stack_version: str | None = None
 
     @property
     def throughput_scored(self) -> bool:
@@ -478,6 +488,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
         expert_gemm=entry.expert_gemm or "grouped",
         non_tn_fp8_gemms=system.device.runs_non_tn_fp8_gemms,
+        gdn_context_parallel=gdn_context_parallel(stack, entry.stack_version or entry.software),
     )
     recompute = recipe.pop("recompute", None)
     workload = replace(workload, **recipe)
@@ -491,6 +502,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         id=entry.id,
         source=entry.source,
         software=entry.software,
+        stack_version=release_text(entry.stack_version or entry.software),
         model_name=entry.model.name,
         workload=workload,
         plan=plan,

@@ -240,6 +240,34 @@ def names_point_release(text: str | None) -> bool:
     return _POINT_RELEASE.search(text or "") is not None
 
 
+def release_text(text: str | None) -> str | None:
+    """The release ``text`` names as a job's ``performance.stack_version`` spells it: YY.MM,
+    or YY.MM.0N for a point release ('NeMo 25.11 container' -> '25.11'); None without one."""
+    point = _POINT_RELEASE.search(text or "")
+    if point is not None:
+        return point.group(0)
+    release = parse_release(text)
+    return None if release is None else format_release(release)
+
+
+# Megatron-Core's TransformerConfig asserts "Gated delta net does not support context parallel
+# for now" up to core_v0.17 (NeMo 26.04, Megatron-Bridge v0.4.x); core_v0.18 (NeMo 26.06)
+# drops the check (megatron/core/transformer/transformer_config.py @ 0d8e0714 vs d98e8a64dd).
+GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
+# the registry's stacks that build gated DeltaNet on Megatron-Core (its other Megatron-Core
+# entries, dualpipe and paper-nemo, build no hybrid model)
+MEGATRON_GDN_STACKS = ("megatron-core", "megatron-bridge")
+
+
+def gdn_context_parallel(stack: str, release: str | None) -> bool:
+    """Whether ``stack`` at the release ``release`` names runs gated DeltaNet layers under
+    context parallelism: every release but a Megatron stack's before 26.06
+    (Workload.gdn_context_parallel)."""
+    parsed = parse_release(release)
+    return not (parsed is not None and parsed < GDN_CONTEXT_PARALLEL_SINCE
+                and stack in MEGATRON_GDN_STACKS)
+
+
 # What identifies and documents an entry is its own; every other trait may be inherited.
 _OWN_FIELDS = ("description", "keywords", "source")
 
