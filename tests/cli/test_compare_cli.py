@@ -39,6 +39,24 @@ def job_b(tmp_path) -> Path:
     return path
 
 
+def test_a_default_one_file_writes_out_is_no_difference(tmp_path):
+    """A field only one job states is compared with the other job's resolved value: the
+    schema's defaults written out (mtp_layers 0, qk_norm false) differ from nothing, a flag
+    turned on differs from the other side's resolved false."""
+    document = yaml.safe_load(JOB.read_text())
+    document["model"].update(mtp_layers=0, qk_norm=False)
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump(document))
+    assert invoke_json("compare", str(JOB), str(same))["input_differences"] == []
+    document["model"]["qk_norm"] = True
+    other = tmp_path / "qk_norm.yaml"
+    other.write_text(yaml.safe_dump(document))
+    assert invoke_json("compare", str(JOB), str(other))["input_differences"] == [
+        {"field": "model.qk_norm", "a": False, "b": True, "a_stated": False, "b_stated": True}]
+    shown = runner.invoke(app, ["compare", str(JOB), str(other)])
+    assert "false (resolved)" in shown.stdout
+
+
 def test_two_jobs(job_b):
     doc = invoke_json("compare", str(JOB), str(job_b), "--days", "10",
                       "--price-per-gpu-hour", "2.5", "--currency", "EUR")

@@ -79,6 +79,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     """Predict one job and put its figures on the common footing."""
     from mosaic.arch import count_parameters
     from mosaic.cli.perf_cmd import prediction_document
+    from mosaic.config.job_schema import resolved_job_document
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.headroom import memory_fit_text
 
@@ -107,6 +108,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "breakdown_s": doc["breakdown"],
         "memory_breakdown_bytes": doc["memory_breakdown"],
         "inputs": _job_inputs(path),
+        "resolved_inputs": flatten(resolved_job_document(spec)),
     }
 
 
@@ -161,10 +163,24 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
 
 
 # --- Both sides --------------------------------------------------------------------------------
-def input_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every input field whose value differs (or is present on one side only)."""
-    keys = list(dict.fromkeys([*a, *b]))
-    return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in keys if a.get(k) != b.get(k)]
+def input_differences(a: dict[str, Any], b: dict[str, Any],
+                      a_resolved: dict[str, Any] | None = None,
+                      b_resolved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every input field whose value differs. A field one side does not state takes that
+    side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
+    so a default the other side writes out (``mtp_layers: 0``) is no difference; such a row
+    says which side's value is resolved (``a_stated``/``b_stated`` false)."""
+    rows = []
+    for key in dict.fromkeys([*a, *b]):
+        value_a = a[key] if key in a else (a_resolved or {}).get(key)
+        value_b = b[key] if key in b else (b_resolved or {}).get(key)
+        if value_a == value_b:
+            continue
+        row = {"field": key, "a": value_a, "b": value_b}
+        if key not in a or key not in b:
+            row |= {"a_stated": key in a, "b_stated": key in b}
+        rows.append(row)
+    return rows
 
 
 SUMMARY = (  # key, label, unit for printing
@@ -193,10 +209,12 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str) -> dic
     terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
     parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
     return {
-        "a": {k: v for k, v in a.items() if k != "inputs"},
-        "b": {k: v for k, v in b.items() if k != "inputs"},
+        "a": {k: v for k, v in a.items() if k not in ("inputs", "resolved_inputs")},
+        "b": {k: v for k, v in b.items() if k not in ("inputs", "resolved_inputs")},
         "currency": currency,
-        "input_differences": input_differences(a["inputs"], b["inputs"]),
+        "input_differences": input_differences(a["inputs"], b["inputs"],
+                                               a.get("resolved_inputs"),
+                                               b.get("resolved_inputs")),
         "summary": summary,
         "breakdown_s": [{"term": t, "a": a["breakdown_s"].get(t, 0.0),
                          "b": b["breakdown_s"].get(t, 0.0)} for t in terms],
@@ -225,6 +243,15 @@ def _cell(value: Any, unit: str, currency: str) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _input_text(difference: dict[str, Any], side: str) -> str:
+    """One side's value of an input difference; '(resolved)' where the file leaves it out."""
+    value = difference[side]
+    if value is None and not difference.get(f"{side}_stated", True):
+        return "-"  # not in that job at all (e.g. a block the other model has)
+    text = json.dumps(value)
+    return text if difference.get(f"{side}_stated", True) else f"{text} (resolved)"
+
+
 def _layout(side: dict[str, Any]) -> str:
     plan = side.get("layout") or {}
     keys = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch", "sharding",
@@ -241,7 +268,7 @@ def render(document: dict[str, Any]) -> None:
         ("B memory per GPU", b.get("memory_fit") or "-")])
     differences = document["input_differences"]
     print_table("Inputs that differ", ["field", "A", "B"],
-                [[d["field"], json.dumps(d["a"]), json.dumps(d["b"])] for d in differences]
+                [[d["field"], _input_text(d, "a"), _input_text(d, "b")] for d in differences]
                 or [["(none)", "", ""]])
     units = {key: (label, unit) for key, label, unit in SUMMARY}
     rows = []

@@ -659,6 +659,20 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     }
 
 
+_JOB_BLOCKS: dict[str, type[BaseModel]] = {
+    "model": ModelBlock, "parallelism": ParallelismBlock, "batch": BatchBlock,
+    "performance": PerformanceBlock, "optimizer": OptimizerBlock, "search": SearchBlock,
+    "hardware": HardwareBlock}
+
+
+def resolved_job_document(spec: JobSpec) -> dict[str, Any]:
+    """:func:`job_document` with every block's unstated fields at the schema's defaults: each
+    field of the job as it runs (`mosaic compare` reads a field one file leaves out here)."""
+    document = job_document(spec)
+    return {name: validate_mapping(schema, document.get(name) or {}, name).model_dump(
+        mode="json") for name, schema in _JOB_BLOCKS.items()}
+
+
 def job_from_run_record(record: RunRecord) -> JobSpec:
     """A measured run as a job: the same workload, layout and system ``validate`` uses, and
     the release its recipe settings came from (its job document keeps them on reload)."""
