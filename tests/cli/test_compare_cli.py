@@ -16,6 +16,7 @@ from mosaic.law import default_law
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "examples" / "appendix_e.yaml"
+EXTRA_RUNS = ROOT / "src" / "mosaic" / "evaluate" / "data" / "extra_runs.yaml"
 runner = CliRunner()
 
 
@@ -55,6 +56,20 @@ def test_a_default_one_file_writes_out_is_no_difference(tmp_path):
         {"field": "model.qk_norm", "a": False, "b": True, "a_stated": False, "b_stated": True}]
     shown = runner.invoke(app, ["compare", str(JOB), str(other)])
     assert "false (resolved)" in shown.stdout
+
+
+def test_a_run_record_and_the_job_it_exports_do_not_differ(tmp_path):
+    """A record compares in its job's canonical fields, so it and its `export --to yaml`
+    (release and recipe settings written out) have no input difference and one prediction."""
+    record = f"{EXTRA_RUNS}#bridge2511-qwen3-30b-a3b-gb300-8-fp8mx"
+    exported = tmp_path / "job.yaml"
+    result = runner.invoke(app, ["export", record, "--to", "yaml", "--out", str(exported)])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(exported.read_text())["performance"]["stack_version"] == "25.11"
+    doc = invoke_json("compare", record, str(exported))
+    assert doc["input_differences"] == []
+    step = next(r for r in doc["summary"] if r["quantity"] == "step_time_s")
+    assert step["a"] == step["b"]
 
 
 def test_two_jobs(job_b):

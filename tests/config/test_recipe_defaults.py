@@ -20,6 +20,8 @@ from mosaic.stacks.registry import parse_release, release_text
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
 EXTRA_RUNS = (Path(__file__).resolve().parents[2] / "src" / "mosaic" / "evaluate" / "data"
               / "extra_runs.yaml")
+SHARED_RUNS = [Path(__file__).resolve().parents[3] / "shared" / "calibration" / name
+               for name in ("published_runs.yaml", "paper_p6b200_sweeps.yaml")]
 
 
 def _record(software: str, gpu: str = "B200", precision: str = "mxfp8", **stated):
@@ -209,11 +211,15 @@ def test_a_release_outside_the_recipes_is_said_so():
 @pytest.mark.parametrize(("text", "expected"), [
     ("NeMo 25.11 container / Megatron-Bridge + Megatron-Core", "25.11"),
     ("nvcr.io/nvidia/nemo:26.04.01", "26.04.01"),
+    # the first release named, as parse_release reads it, with its own point suffix only
+    ("nemo 25.07 base, hotfix 25.09.01", "25.07"),
+    ("25.11.1 build", "25.11"),
     ("Megatron-Bridge main (2026-05-18)", None),
     (None, None),
 ])
 def test_release_text_spells_the_release_as_a_job_states_it(text, expected):
     assert release_text(text) == expected
+    assert parse_release(release_text(text)) == parse_release(text)
 
 
 def test_a_job_made_from_a_record_keeps_its_release_and_reloads_to_the_same_workload():
@@ -223,6 +229,11 @@ def test_a_job_made_from_a_record_keeps_its_release_and_reloads_to_the_same_work
     records = load_run_records(EXTRA_RUNS).records
     with_release = [r for r in records if r.stack_version is not None]
     assert len(with_release) >= 40
+    # only stacks with release-keyed recipes carry one (a torchtitan record's NGC tag does not)
+    assert all(r.workload.stack in ("megatron-bridge", "nemo", "megatron-core")
+               for r in with_release)
+    shared = [path for path in SHARED_RUNS if path.is_file()]  # when ../shared is present
+    records = [*records, *(r for path in shared for r in load_run_records(path).records)]
     for record in records:
         document = job_document(job_from_run_record(record))
         assert document["performance"].get("stack_version") == record.stack_version

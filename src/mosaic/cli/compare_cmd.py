@@ -35,22 +35,18 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def _job_inputs(path: Path) -> dict[str, Any]:
-    """The job file's (or run record's) fields as block.field in the canonical spelling
-    (docs/schema.md)."""
-    from mosaic.config.job_schema import canonical_job_document
-    from mosaic.config.run_records import (
-        is_run_record_document,
-        select_run_entry,
-        split_record_reference,
-    )
+def _job_inputs(path: Path, spec: Any) -> dict[str, Any]:
+    """The job file's fields as block.field in the canonical spelling (docs/schema.md); for a
+    run record (RUNS.yaml#ID), its job's canonical document, as `export --to yaml` writes it
+    (a record states its whole run in the record vocabulary, which a job file does not use)."""
+    from mosaic.config.job_schema import canonical_job_document, job_document
+    from mosaic.config.run_records import is_run_record_document, split_record_reference
     from mosaic.schema_validation import load_yaml_mapping
 
-    file, run_id = split_record_reference(path)
+    file, _ = split_record_reference(path)
     document = load_yaml_mapping(file)
     if is_run_record_document(document):
-        entry = select_run_entry(document, file, run_id, set())
-        return flatten({k: v for k, v in entry.items() if k not in ("measured", "notes")})
+        return flatten(job_document(spec))
     return flatten(canonical_job_document(document, str(path), set()))
 
 
@@ -107,7 +103,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
         "breakdown_s": doc["breakdown"],
         "memory_breakdown_bytes": doc["memory_breakdown"],
-        "inputs": _job_inputs(path),
+        "inputs": _job_inputs(path, spec),
         "resolved_inputs": flatten(resolved_job_document(spec)),
     }
 

@@ -137,6 +137,12 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
     return given
 
 
+def has_release_recipes(stack: str) -> bool:
+    """Whether ``stack`` has release-specific recipes (entries with a ``since``): only then
+    does a release mean anything to a job's ``performance.stack_version``."""
+    return any(r.stack == stack and r.since is not None for r in recipes())
+
+
 def release_outside_recipes(stack: str, release_text: str | None) -> str | None:
     """A note when ``release_text`` names a release (YY.MM) outside every release-specific
     recipe of ``stack`` (its first ``since`` to its last ``until``), else None: such a

@@ -36,6 +36,7 @@ from mosaic.config.layout import (
     data_parallel,
     dispatcher_for,
     fp8_recipe_for,
+    has_release_recipes,
     plan_from_blocks,
     recipe_defaults,
 )
@@ -449,7 +450,10 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         notes.append(f"precision {entry.precision} modelled on the fp8 lane")
     fp8_recipe = fp8_recipe_for(entry.precision, stack, notes)
     stated = _stated_settings(entry)
-    recipe = recipe_defaults(stack, entry.stack_version or entry.software, entry.software,
+    # the release the record names, read once: its recipes, its rules and its job's
+    # stack_version all take this one
+    release = release_text(entry.stack_version or entry.software)
+    recipe = recipe_defaults(stack, release, entry.software,
                              geometry, system.device.name, entry.precision,
                              geometry.moe is not None, stated, notes)
     recipe_dispatcher = recipe.pop("dispatcher", None)
@@ -488,7 +492,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
         expert_gemm=entry.expert_gemm or "grouped",
         non_tn_fp8_gemms=system.device.runs_non_tn_fp8_gemms,
-        gdn_context_parallel=gdn_context_parallel(stack, entry.stack_version or entry.software),
+        gdn_context_parallel=gdn_context_parallel(stack, release),
     )
     recompute = recipe.pop("recompute", None)
     workload = replace(workload, **recipe)
@@ -502,7 +506,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         id=entry.id,
         source=entry.source,
         software=entry.software,
-        stack_version=release_text(entry.stack_version or entry.software),
+        stack_version=release if has_release_recipes(stack) else None,
         model_name=entry.model.name,
         workload=workload,
         plan=plan,

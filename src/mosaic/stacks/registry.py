@@ -241,13 +241,14 @@ def names_point_release(text: str | None) -> bool:
 
 
 def release_text(text: str | None) -> str | None:
-    """The release ``text`` names as a job's ``performance.stack_version`` spells it: YY.MM,
-    or YY.MM.0N for a point release ('NeMo 25.11 container' -> '25.11'); None without one."""
-    point = _POINT_RELEASE.search(text or "")
-    if point is not None:
-        return point.group(0)
-    release = parse_release(text)
-    return None if release is None else format_release(release)
+    """The release ``text`` names, as a job's ``performance.stack_version`` spells it: the
+    first YY.MM (:func:`parse_release`'s), with its point suffix .0N where it has one
+    ('NeMo 25.11 container' -> '25.11', 'nemo:26.04.01' -> '26.04.01'); None without one."""
+    match = _RELEASE.search(text or "")
+    if match is None:
+        return None
+    point = re.match(r"\.0[1-9](?![\d])", (text or "")[match.end():])
+    return match.group(0) + (point.group(0) if point else "")
 
 
 # Megatron-Core's TransformerConfig asserts "Gated delta net does not support context parallel
