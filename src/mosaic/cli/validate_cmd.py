@@ -182,8 +182,8 @@ def _echo_not_scored(not_scored: list[dict[str, str]]) -> None:
     """One line naming the runs left out of throughput figures (--json has each reason)."""
     if not_scored:
         typer.echo(f"{len(not_scored)} run(s) predicted but not scored for tokens/s (hardware "
-                   f"not as catalogued; their errors are in parentheses, --json gives "
-                   f"each reason): "
+                   f"not as catalogued, or a source that contradicts itself about the tokens "
+                   f"of a step; their errors are in parentheses, --json gives each reason): "
                    f"{', '.join(row['id'] for row in not_scored)}")
 
 

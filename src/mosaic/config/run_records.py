@@ -299,7 +299,8 @@ class RunRecord:
             a job made from the record keeps it (:func:`mosaic.config.job_schema.
             job_from_run_record`).
         throughput_not_scored: why the measured throughput cannot be compared with the
-            catalogued hardware (e.g. GPUs power-limited to an unstated cap), with the
+            catalogued hardware (e.g. GPUs power-limited to an unstated cap) or cannot be
+            known (the source contradicts itself about the tokens a step processed), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
             accuracy figures (its memory still counts). None: scored.
     """

@@ -37,8 +37,9 @@ class _Settings(RecipeSettings):
     """A recipe's settings plus what only a run's own evidence can say."""
 
     attention_kernel: Literal["cudnn", "fa2", "fa3", "triton", "fa1", "jax_flash"] | None = None
-    # Not a setting of the run: False marks a run whose hardware is not the catalogued part
-    # (the group's evidence says why); it is predicted but not scored for throughput.
+    # Not a setting of the run: False marks a run whose hardware is not the catalogued part,
+    # or whose source contradicts itself about its tokens per step (the group's evidence says
+    # why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None
 
 
