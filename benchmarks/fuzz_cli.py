@@ -340,6 +340,15 @@ def job_case(rng: random.Random, command: str) -> Case:
         if rng.random() < 0.1:
             argv += ["--max-tp", _flag(rng)]
         argv += ["--top", rng.choice(["3", "3", _flag(rng)])]
+    if command == "compare":  # against an unmutated job (or the same file)
+        files["other.yaml"] = _dump(rng.choice([BASE_JOB, SMALL_JOB, *HYBRID_JOBS])).encode()
+        argv.insert(2, rng.choice(["{dir}/other.yaml", "{dir}/job.yaml"]))
+        if rng.random() < 0.3:
+            argv += ["--days", _flag(rng)]
+    if command == "export":  # a launch config is text, not JSON: exit 0 or one error line
+        argv += ["--to", rng.choice(["megatron", "nemo", "torchtitan", "maxtext", "yaml",
+                                     "bogus", ""])]
+        return {"argv": argv, "files": files, "json": False, "kind": command}
     if command == "explain" and rng.random() < 0.5:
         option = rng.choice(["--measured-step-time-s", "--measured-tokens-per-s"])
         argv += [option, _flag(rng)]
@@ -527,6 +536,8 @@ GENERATORS: list[tuple[float, Callable[[random.Random], Case]]] = [
     (0.16, lambda rng: job_case(rng, "perf")),
     (0.12, lambda rng: job_case(rng, "layouts")),
     (0.08, lambda rng: job_case(rng, "explain")),
+    (0.05, lambda rng: job_case(rng, "compare")),
+    (0.05, lambda rng: job_case(rng, "export")),
     (0.14, arch_case),
     (0.18, law_case),
     (0.12, runs_case),

@@ -168,3 +168,25 @@ def test_arch_refuses_size_flags_beside_a_model_file():
     out = CliRunner().invoke(app, ["arch", "--model", "examples/hf/qwen3-next-80b-a3b.json",
                                    "--experts", "256", "--top-k", "4"])
     assert out.exit_code == 2 and "fixes the geometry; drop --experts, --top-k" in out.output
+
+
+def test_mfu_against_the_gemm_lane_stays_below_one_where_bf16_mfu_passes_it(tmp_path):
+    """An NVFP4 step on GB300 counts MFU against the bf16 peak (2.5 PFLOP/s, paper Eq. 1),
+    which its GEMM lane exceeds 6x (15 PFLOP/s dense NVFP4, hardware catalog): MFU may pass
+    100%, mfu_gemm_lane is the same FLOPs against the lane's peak, MFU / 6, and the output
+    says so; a bf16 job's two figures are one."""
+    job = tmp_path / "fp4.yaml"
+    job.write_text(
+        "model: {layers: 32, d_model: 16384, heads: 128, kv_heads: 8, head_dim: 128,"
+        " ffn: 53248, vocab: 128256}\n"
+        "parallelism: {tp: 4, pp: 1, dp: 16, cp: 1}\n"
+        "batch: {global_seqs: 512, seq_len: 8192, micro_seqs: 1}\n"
+        "performance: {precision: nvfp4, stack: megatron-bridge, checkpointing: full}\n"
+        "hardware: {system: GB300-NVL72, nodes: 16}\n")
+    doc = run_json("perf", str(job))
+    assert doc["mfu"] > 1.0
+    assert doc["mfu_gemm_lane"] == pytest.approx(doc["mfu"] / 6.0, rel=1e-12)
+    assert "6x that peak" in doc["mfu_peak"]
+    bf16 = run_json("perf", str(job), "--set", "performance.precision=bf16")
+    assert bf16["mfu_gemm_lane"] == bf16["mfu"]
+    assert "lane" not in bf16["mfu_peak"]

@@ -55,7 +55,7 @@ def _require(condition: bool, message: str) -> None:
 # Upper bounds per field (mosaic.limits): no geometry beyond them is a trainable model,
 # and counts built from them stay far inside float64.
 _RANGE_KIND = {"layers": "layers", "experts": "experts", "top_k": "experts", "vocab": "vocab",
-               "moe_every": "layers"}
+               "moe_every": "layers", "shared_experts": "experts", "dense_layers": "layers"}
 
 
 def _require_positive(owner: str, **values: int | None) -> None:
@@ -63,11 +63,16 @@ def _require_positive(owner: str, **values: int | None) -> None:
         if value is not None and value <= 0:
             raise MosaicInputError(f"{owner}.{name} must be a positive integer, got {value}")
         if value is not None:
-            bound = LIMITS[_RANGE_KIND.get(name, "width")]
-            if value > bound.high:
-                shown = value if value < 10**30 else "a huge integer"
-                raise MosaicInputError(f"{owner}.{name}: got {shown}; allowed: an integer in "
-                                       f"{bound.describe()} ({bound.why})")
+            _require_below_bound(owner, name, value)
+
+
+def _require_below_bound(owner: str, name: str, value: int, low: int = 1) -> None:
+    """``value`` at most its field's upper bound (mosaic.limits), with one line naming it."""
+    bound = LIMITS[_RANGE_KIND.get(name, "width")]
+    if value > bound.high:
+        shown = value if value < 10**30 else "a huge integer"
+        raise MosaicInputError(f"{owner}.{name}: got {shown}; allowed: an integer in "
+                               f"{low}..{int(bound.high)} ({bound.why})")
 
 
 @dataclass(frozen=True)
@@ -247,6 +252,10 @@ class MoEConfig:
             self.shared_experts >= 0, f"moe.shared_experts must be >= 0, got {self.shared_experts}"
         )
         _require(self.dense_layers >= 0, f"moe.dense_layers must be >= 0, got {self.dense_layers}")
+        # the same upper bounds as experts and layers (a count past them overflows float64 in
+        # the FLOP and parameter sums)
+        _require_below_bound("moe", "shared_experts", self.shared_experts, low=0)
+        _require_below_bound("moe", "dense_layers", self.dense_layers, low=0)
         _require(
             self.top_k <= self.experts,
             f"moe.top_k ({self.top_k}) must not exceed moe.experts ({self.experts})",

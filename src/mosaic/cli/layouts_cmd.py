@@ -38,7 +38,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, search_layouts
-from mosaic.perf.machine import Machine, machine_for, usable_gib
+from mosaic.perf.machine import Machine, machine_for, mfu_peak_text, usable_gib
 from mosaic.perf.memory import GIB
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.perf.workload import Workload
@@ -155,8 +155,7 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
         "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,
                      "devices": cluster.n_devices,
                      "usable_memory_fraction": machine.usable_memory_fraction},
-        "mfu_peak": f"dense bf16 datasheet peak of {machine.device_name} "
-        f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)",
+        "mfu_peak": mfu_peak_text(machine),
         "n_candidates": search.n_candidates,
         "n_plans": search.n_plans,
         "n_feasible": search.n_feasible,

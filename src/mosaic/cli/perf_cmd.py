@@ -25,7 +25,7 @@ from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.elementwise_traffic import kernel_assumptions
 from mosaic.perf.headroom import memory_fit_text
-from mosaic.perf.machine import usable_gib
+from mosaic.perf.machine import mfu_peak_text, usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.perf.terms import STEP_TERMS
 
@@ -45,10 +45,10 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "tokens_per_s": float(p.tokens_per_s[0]),
         "tokens_per_s_per_gpu": float(p.tokens_per_s_per_gpu[0]),
         "mfu": float(p.mfu[0]),
+        "mfu_gemm_lane": float(p.mfu_gemm_lane[0]),
         "mfu_with_attention": float(p.mfu_with_attention[0]),
         "hfu": float(p.hfu[0]),
-        "mfu_peak": f"dense bf16 datasheet peak of {machine.device_name} "
-        f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)",
+        "mfu_peak": mfu_peak_text(machine),
         "memory_gib": float(p.memory_bytes[0] / GIB),
         "memory_capacity_gib": machine.hbm_bytes / GIB,
         "usable_memory_fraction": machine.usable_memory_fraction,  # perf.headroom
@@ -123,7 +123,9 @@ def _render(document: dict[str, Any]) -> None:
                 "tokens/s (per GPU)",
                 f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})",
             ),
-            ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"),
+            ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"
+             + (f" ({document['mfu_gemm_lane']:.2%} of the GEMM lane's peak)"
+                if document["mfu_gemm_lane"] != document["mfu"] else "")),
             ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
             ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
             ("MFU peak", document["mfu_peak"]),

@@ -520,6 +520,7 @@ class LayoutSearch:
         return {
             "tokens_per_s_per_gpu": float(p.tokens_per_s_per_gpu[index]),
             "mfu": float(p.mfu[index]),
+            "mfu_gemm_lane": float(p.mfu_gemm_lane[index]),
             "step_time_s": float(p.step_time_s[index]),
             "memory_gib": float(p.memory_bytes[index] / GIB),
         }

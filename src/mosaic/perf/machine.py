@@ -157,6 +157,19 @@ def machine_for(cluster: Cluster, precision: Precision,
     )
 
 
+def mfu_peak_text(machine: Machine) -> str:
+    """What MFU is counted against on ``machine``, said once for every command: the dense bf16
+    datasheet peak, and where the GEMMs run on a faster lane (FP8, NVFP4) that lane's
+    multiple of it, up to which MFU can rise."""
+    text = (f"dense bf16 datasheet peak of {machine.device_name} "
+            f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)")
+    ratio = machine.gemm_peak_flops_per_s / machine.mfu_peak_flops_per_s
+    if ratio > 1.0:
+        text += (f"; the GEMMs run on a lane with {ratio:g}x that peak, so MFU can exceed "
+                 "100% (mfu_gemm_lane counts against the lane's peak)")
+    return text
+
+
 def usable_gib(machine: Machine) -> float:
     """Device memory a plan may fill on ``machine``, GiB (capacity x usable fraction)."""
     return machine.hbm_bytes * machine.usable_memory_fraction / 2**30

@@ -148,6 +148,15 @@ class StepPrediction:
     routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
     chi_drivers: ChiDrivers
     attention_kernel: str  # flash-attention kernel family the prediction assumes
+    # the GEMM lane's dense datasheet peak over the bf16 one MFU is counted against (2 for
+    # FP8, 4-6 for NVFP4 on Blackwell, 1 for bf16): MFU can reach this, not 1
+    gemm_lane_peak_ratio: float = 1.0
+
+    @property
+    def mfu_gemm_lane(self) -> np.ndarray:
+        """MFU against the dense datasheet peak of the precision the GEMMs run at (at most 1;
+        ``mfu`` itself is against the bf16 peak, so an FP8 or NVFP4 step can pass 100%)."""
+        return self.mfu / self.gemm_lane_peak_ratio
 
     @cached_property
     def breakdown_s(self) -> dict[str, np.ndarray]:
@@ -995,4 +1004,5 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         routed_expert_s=routed_expert_s,
         chi_drivers=drivers,
         attention_kernel=kernel.kernel,
+        gemm_lane_peak_ratio=machine.gemm_peak_flops_per_s / machine.mfu_peak_flops_per_s,
     )
