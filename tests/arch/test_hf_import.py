@@ -228,3 +228,19 @@ def test_deepseek_v2_published_totals():
         "n_routed_experts": 160}))
     assert round(c.n_total_with_embedding / 1e9) == 236
     assert round((c.n_active + c.lm_head) / 1e9) == 21
+
+
+@pytest.mark.parametrize(("name", "field"), [
+    ("gpt-oss-20b.json", "head_dim"),  # GptOssConfig: 64, not 2880 / 64 = 45
+    ("gpt-oss-20b.json", "num_key_value_heads"),  # GptOssConfig: 8, not MHA
+    ("qwen3-30b-a3b.json", "num_key_value_heads"),  # Qwen3MoeConfig: 4, not MHA
+])
+def test_a_field_transformers_fills_with_a_class_constant_must_be_stated(name, field):
+    config = json.loads((HF / name).read_text())
+    del config[field]
+    with pytest.raises(MosaicInputError, match=f"{field} not given"):
+        geometry_from_hf_config(config, name)
+    # Llama's num_key_value_heads defaults to the heads in transformers too: derived, accepted
+    llama = json.loads((HF / "llama-3-8b.json").read_text())
+    del llama["num_key_value_heads"]
+    assert geometry_from_hf_config(llama).kv_heads == llama["num_attention_heads"]

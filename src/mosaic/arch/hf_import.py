@@ -27,6 +27,10 @@ names (and defaults) they follow:
 All of these use RMSNorm, SwiGLU experts/FFNs (Nemotron-H: squared ReLU) and no FFN biases
 unless stated. Things
 that do not change the parameter count (RoPE scaling, sliding windows, dtypes) are ignored.
+A field left out takes the value transformers derives (``head_dim`` = hidden_size / heads,
+``num_key_value_heads`` = heads); where transformers' config class fills in a constant of its
+own instead (gpt_oss, qwen3, qwen3_moe: :data:`CLASS_CONSTANT_ATTENTION_FIELDS`), the config
+must state the field.
 """
 
 from __future__ import annotations
@@ -173,6 +177,30 @@ def _deepseek_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
     return sparse[0], freq  # the multiples of freq from the first one: prefix + every n-th
 
 
+# Attention fields whose transformers config class fills in a constant of its own when a
+# config.json leaves them out, not a value derived from the other fields (head_dim =
+# hidden_size / heads, num_key_value_heads = heads): GptOssConfig head_dim 64 and
+# num_key_value_heads 8, Qwen3Config 128 and 32, Qwen3MoeConfig num_key_value_heads 4
+# (src/transformers/models/{gpt_oss,qwen3,qwen3_moe}/configuration_*.py @ 02b8f42b /
+# 008e5743). Such a config must state them: the class constants describe one model size.
+CLASS_CONSTANT_ATTENTION_FIELDS = {
+    "gpt_oss": ("head_dim", "num_key_value_heads"),
+    "qwen3": ("head_dim", "num_key_value_heads"),
+    "qwen3_moe": ("num_key_value_heads",),
+}
+
+
+def _require_class_constant_fields(fields: _Fields, model_type: str) -> None:
+    """Refuse a config that leaves out a field its transformers class sets to a constant."""
+    missing = [name for name in CLASS_CONSTANT_ATTENTION_FIELDS.get(model_type, ())
+               if fields.config.get(name) is None]
+    if missing:
+        raise MosaicInputError(
+            f"{fields.where}: {', '.join(missing)} not given: for a {model_type} config "
+            "transformers fills in its config class's constant, not a value derived from "
+            "the other fields; state it (the model card's config.json has it)")
+
+
 def _attention(fields: _Fields, d_model: int) -> dict[str, Any]:
     heads = fields.int("num_attention_heads")
     kv_heads = fields.int("num_key_value_heads", heads)
@@ -216,6 +244,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         return _nemotron_h(fields)
     if model_type == "qwen3_next":
         return _qwen3_next(fields)
+    _require_class_constant_fields(fields, model_type)
     activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
