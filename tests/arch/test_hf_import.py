@@ -8,13 +8,18 @@ published total and an independent hand calculation written out term by term.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
 
 from mosaic.arch import count_parameters
 from mosaic.arch.geometry import AttentionKind
-from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
+from mosaic.arch.hf_import import (
+    SlidingWindowIgnoredWarning,
+    geometry_from_hf_config,
+    load_hf_config,
+)
 from mosaic.errors import MosaicInputError
 
 HF = Path(__file__).resolve().parents[2] / "examples" / "hf"
@@ -244,3 +249,15 @@ def test_a_field_transformers_fills_with_a_class_constant_must_be_stated(name, f
     llama = json.loads((HF / "llama-3-8b.json").read_text())
     del llama["num_key_value_heads"]
     assert geometry_from_hf_config(llama).kv_heads == llama["num_attention_heads"]
+
+
+def test_a_sliding_window_the_geometry_cannot_hold_is_said_once():
+    """GPT-OSS trains every other layer with a 128-token window (its config.json); mosaic's
+    geometry has no window, so the import says those layers are costed as full attention."""
+    with pytest.warns(SlidingWindowIgnoredWarning, match="sliding_window 128"):
+        load_hf_config(HF / "gpt-oss-20b.json")
+    qwen = json.loads((HF / "qwen3-30b-a3b.json").read_text())
+    assert not qwen.get("use_sliding_window")  # a window the model does not use: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlidingWindowIgnoredWarning)
+        geometry_from_hf_config(qwen)

@@ -109,10 +109,13 @@ def test_a_job_with_a_stack_version_takes_the_recipes_unless_it_states_them():
     for bad in (26.4, 2604, "26.13"):
         with pytest.raises(Exception, match="month 01-12"):
             job(bad)
-    # An unquoted YAML or --set value arrives as a number: 26.06 is June, 26.1 October.
+    # An unquoted YAML or --set value arrives as a number: 26.06 is June; 26.1 could be
+    # October (an unquoted 26.10) or January, so it is refused with both readings.
     assert job(26.06).full_iteration_cuda_graph is True
-    assert job(26.1).full_iteration_cuda_graph is True  # 26.10, after 26.06
-    assert job(25.1).full_iteration_cuda_graph is False  # 25.10
+    for ambiguous in (26.1, 25.1):
+        with pytest.raises(Exception, match=r"could be '2[56]\.10' or '2[56]\.01'"):
+            job(ambiguous)
+    assert job("26.10").full_iteration_cuda_graph is True  # quoted: October, after 26.06
 
 
 def test_a_job_in_fp8_with_current_scaling_takes_the_fp8_cs_recipes():

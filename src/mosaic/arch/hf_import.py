@@ -36,6 +36,7 @@ must state the field.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -190,6 +191,28 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
 }
 
 
+class SlidingWindowIgnoredWarning(UserWarning):
+    """A config's sliding-window attention that mosaic's geometry cannot hold."""
+
+
+def _warn_of_sliding_window(fields: _Fields, model_type: str) -> None:
+    """Say so when the config trains some layers with windowed attention (GPT-OSS every
+    other layer; Qwen3 with use_sliding_window; Mistral and Mixtral with sliding_window):
+    the geometry has no window, so mosaic costs and exports those layers as full causal
+    attention (docs/evidence/gpt_oss_attention.md)."""
+    window = fields.config.get("sliding_window")
+    if window is None or (model_type.startswith("qwen") and
+                          not fields.config.get("use_sliding_window", False)):
+        return
+    layer_types = fields.config.get("layer_types")
+    if isinstance(layer_types, list) and "sliding_attention" not in layer_types:
+        return
+    warnings.warn(f"{fields.where}: sliding_window {window} is not in mosaic's geometry: "
+                  "its window layers are costed and exported as full causal attention "
+                  "(docs/evidence/gpt_oss_attention.md)", SlidingWindowIgnoredWarning,
+                  stacklevel=3)
+
+
 def _require_class_constant_fields(fields: _Fields, model_type: str) -> None:
     """Refuse a config that leaves out a field its transformers class sets to a constant."""
     missing = [name for name in CLASS_CONSTANT_ATTENTION_FIELDS.get(model_type, ())
@@ -245,6 +268,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     if model_type == "qwen3_next":
         return _qwen3_next(fields)
     _require_class_constant_fields(fields, model_type)
+    _warn_of_sliding_window(fields, model_type)
     activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")

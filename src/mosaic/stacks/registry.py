@@ -210,9 +210,14 @@ def _registry() -> dict[str, StackTraits]:
 
 def release_number_text(value: object) -> object:
     """A release given as a number (an unquoted YAML or --set 26.06) as its YY.MM text, two
-    digits of month (26.1 is 26.10); anything else unchanged."""
+    digits of month; anything else unchanged. An unquoted YY.10 arrives as the number YY.1,
+    which could as well mean YY.01: refused (ValueError) with both readings."""
     if isinstance(value, float) and 0 <= value < 100:
-        return f"{value:.2f}"
+        text = f"{value:.2f}"
+        if text.endswith(".10"):
+            raise ValueError(f"an unquoted {value:g} could be '{text}' or '{text[:-2]}01': "
+                             "quote the release")
+        return text
     return value
 
 
