@@ -102,3 +102,32 @@ def test_hardware_show_suggests_the_closest_names():
     message = _error("hardware", "show", "p5.48xlarg")
     assert "did you mean 'p5.48xlarge'" in message
     assert "'B200'" in _error("hardware", "show", "b20")
+
+
+def test_the_uneven_stages_hint_names_the_value_that_places_the_layers(tmp_path):
+    """61 layers in pp 8 x vpp 4 = 32 chunks: 'true' (remainder last) leaves a chunk without
+    blocks, 'unstated' (full first and last stages, Megatron's layout) places them: the hint
+    names the value that works, and that value runs."""
+    model = {**MODEL, "layers": 61}
+    job = _job(tmp_path, model=model, parallelism={"pp": 8, "vpp": 4, "dp": 1})
+    message = _error("perf", job)
+    assert "must divide layers=61 (or set performance.uneven_stages: unstated)" in message
+    job = _job(tmp_path, model=model, parallelism={"pp": 8, "vpp": 4, "dp": 1},
+               performance={"uneven_stages": "unstated"})
+    result = runner.invoke(app, ["perf", job, "--json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_key_given_twice_is_an_error_not_the_last_one(tmp_path):
+    """YAML keys are unique (YAML 1.2); PyYAML would keep the second `layers:` silently and
+    predict a different model, so a repeated key, in a block or at the top, is refused with
+    its line."""
+    text = Path(_job(tmp_path)).read_text()
+    repeated_field = tmp_path / "twice.yaml"
+    repeated_field.write_text(text.replace("  layers: 4\n", "  layers: 4\n  layers: 2\n", 1))
+    line = text.splitlines().index("  layers: 4") + 2  # 1-based, the repeated key's line
+    message = _error("perf", str(repeated_field))
+    assert f"line {line}" in message and "key 'layers' given twice in one mapping" in message
+    repeated_block = tmp_path / "block.yaml"
+    repeated_block.write_text(text + "model: {layers: 2}\n")
+    assert "key 'model' given twice" in _error("perf", str(repeated_block))

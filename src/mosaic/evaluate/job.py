@@ -85,6 +85,19 @@ def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cl
     return replace(prediction, labels=labels)
 
 
+def _uneven_stages_hint(spec: JobSpec, n_devices: int) -> str:
+    """The ``performance.uneven_stages`` value that lets this layout place its layers: true
+    (the remainder chunk last) or unstated (full first and last stages, as Megatron's
+    --pipeline-model-parallel-layout places 61 layers in 32 chunks); none if neither does."""
+    for value, workload, stated in (
+            ("true", replace(spec.workload, uneven_pipeline_stages=True), True),
+            ("unstated", spec.workload, False)):
+        if first_reason(plan_violations(workload, spec.plan, n_devices, split_stated=stated),
+                        spec.plan, 0) is None:
+            return f" (or set performance.uneven_stages: {value})"
+    return ""
+
+
 def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     """Validate the job's layout against its cluster and predict its step.
 
@@ -100,7 +113,7 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
         reason = first_reason(violations, spec.plan, 0)
         if reason is not None:
             if "must divide layers=" in reason and not spec.workload.uneven_pipeline_stages:
-                reason += " (or set performance.uneven_stages: true)"
+                reason += _uneven_stages_hint(spec, cluster.n_devices)
                 # a vpp the stack's default chose, not the job: say so
                 reason += "".join(f"; {note}" for note in spec.assumptions
                                   if note.startswith(VPP_DEFAULT_NOTE))
