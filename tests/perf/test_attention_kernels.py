@@ -130,3 +130,13 @@ def test_levanter_refuses_a_sequence_its_blockwise_attention_cannot_split():
         assert Workload(geometry=ladder_geometry(4), global_batch=8, seq_len=seq_len,
                         stack="levanter").seq_len == seq_len
     assert Workload(geometry=ladder_geometry(4), global_batch=8, seq_len=1536).seq_len == 1536
+
+
+def test_an_amd_gpu_runs_the_flashattention2_algorithm_never_cudnn():
+    """cuDNN and FlashAttention-3 are NVIDIA's: on an MI300X a stack whose default is cuDNN
+    runs FlashAttention-2 (ROCm's port), and asking for cuDNN or FA3 there is refused."""
+    assert resolve_attention_kernel(None, "torchtitan", "MI300X").kernel == "fa2"
+    assert resolve_attention_kernel(None, "megatron-core", "MI300X").kernel == "fa2"
+    for nvidia_only in ("cudnn", "fa3"):
+        with pytest.raises(MosaicInputError, match="NVIDIA GPUs only"):
+            resolve_attention_kernel(nvidia_only, "torchtitan", "MI300X")

@@ -113,6 +113,17 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
     generation = gpu_generation(device_name)
     if not any(generation in table for table in _RELATIVE.values()):
         generation = None  # no published kernel rates for it: taken at the cuDNN rate
+    if get_device(device_name).vendor != "NVIDIA":
+        # cuDNN and FlashAttention-3 are NVIDIA's; AMD runs the FlashAttention-2 algorithm
+        # (ROCm/flash-attention on composable_kernel, PyTorch SDPA's AOTriton flash backend)
+        if kernel in (AttentionKernel.CUDNN, AttentionKernel.FA3):
+            raise MosaicInputError(
+                f"attention kernel {str(kernel)!r} runs on NVIDIA GPUs only, not on "
+                f"{device_name}; "
+                f"choose fa2, triton or reference")
+        if kernel is None and (stack_default_kernel(stack) or AttentionKernel.CUDNN.value) in (
+                AttentionKernel.CUDNN, AttentionKernel.FA3):
+            kernel = AttentionKernel.FA2.value
     if kernel is None:
         # on a GPU outside the tables, the stack's kernel where it runs one on every
         # generation (levanter's jax_flash), as the memory model reads it without the GPU
