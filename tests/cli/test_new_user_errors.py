@@ -131,3 +131,10 @@ def test_a_key_given_twice_is_an_error_not_the_last_one(tmp_path):
     repeated_block = tmp_path / "block.yaml"
     repeated_block.write_text(text + "model: {layers: 2}\n")
     assert "key 'model' given twice" in _error("perf", str(repeated_block))
+
+
+def test_an_hsdp_shard_group_without_hybrid_sharding_is_refused(tmp_path):
+    """hsdp_shard sizes the shard group of hybrid sharding; with zero1 it would be ignored."""
+    message = _error("perf", _job(tmp_path, parallelism={"sharding": "zero1",
+                                                         "hsdp_shard": 4}))
+    assert "hsdp_shard=4 is the shard group of hybrid sharding" in message

@@ -247,6 +247,11 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         notes.append(f"parallelism.sharding not stated: {parallelism.sharding} assumed")
     if parallelism.sharding == "hsdp" and parallelism.hsdp_shard is None:
         notes.append("parallelism.hsdp_shard not stated: the whole dp group assumed")
+    if parallelism.sharding != "hsdp" and parallelism.hsdp_shard is not None:
+        raise MosaicInputError(f"{where}: parallelism.hsdp_shard={parallelism.hsdp_shard} "
+                               f"is the shard group of hybrid sharding; it means nothing with "
+                               f"sharding {parallelism.sharding!r}: set sharding: hsdp or "
+                               "drop hsdp_shard")
     check_pipeline(parallelism.pp, vpp or 1, layers, f"{where}: parallelism")
     sequence_parallel = parallelism.sequence_parallel
     if sequence_parallel is None:
