@@ -138,3 +138,9 @@ def test_an_hsdp_shard_group_without_hybrid_sharding_is_refused(tmp_path):
     message = _error("perf", _job(tmp_path, parallelism={"sharding": "zero1",
                                                          "hsdp_shard": 4}))
     assert "hsdp_shard=4 is the shard group of hybrid sharding" in message
+
+
+def test_validate_given_a_job_file_points_to_perf(tmp_path):
+    message = _error("validate", _job(tmp_path))
+    assert "a job file (model:, hardware:), not run records (runs:)" in message
+    assert "mosaic perf" in message

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from mosaic.cli.main import app
 from mosaic.law import default_law
 from mosaic.law.extrapolation import (
+    ExtrapolationFlag,
     data_support,
     extrapolation_document,
     extrapolation_flags,
@@ -112,3 +113,10 @@ def test_law_predict_and_optimum_flag_in_json_and_tables(tmp_path):
     inside = runner.invoke(app, ["law", "predict", "--n-total", "1e10", "--sparsity", "0.9",
                                  "--tokens", "2e10", "--split-factor", "2"])
     assert "none: every input is inside the fitted range" in inside.stdout
+
+
+def test_a_value_just_outside_the_range_says_by_how_much():
+    """0.4% above the range reads as a percentage, not '1x above'."""
+    flag = ExtrapolationFlag(quantity="n_active", value=2.73e9, low=1e8, high=2.72e9,
+                             direction="above", ratio=2.73e9 / 2.72e9)
+    assert "is 0.4% above the fitted range" in flag.message

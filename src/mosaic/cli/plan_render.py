@@ -251,11 +251,16 @@ def print_sweep(points: list[SweepPoint]) -> None:
             cells += [shape, str(c["experts"]), str(c["top_k"]),
                       str(c["split_factor"]), f"{c['sparsity']:.3f}",
                       short_count(c["n_active"]), short_count(c["n_total"]),
-                      short_count(c["tokens"]), f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
+                      short_count(c["tokens"]) + (" (capped)" if c["tpp_capped"] else ""),
+                      f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
                   else "-" for g in splits]
         rows.append(cells)
     print_table(f"MOSAIC optimum per {axis} (Fig. 11)", columns, rows)
+    if any(p.result.optimum_index is not None
+           and p.result.candidate(p.result.optimum_index)["tpp_capped"] for p in points):
+        typer.echo("(capped): D held at the tokens-per-parameter cap (--tpp), not what the "
+                   "cluster could process in the window, so more of the axis buys no loss")
 
 
 def print_versus(versus: dict[str, Any]) -> None:

@@ -584,6 +584,10 @@ def _validate_entry(raw: Any, where: str, deprecated: set[str] | None = None
 
 def _runs_list(document: dict[str, Any], path: Path) -> list[Any]:
     unknown = sorted(set(document) - {"schema_version", "description", "runs"})
+    if "runs" not in document and {"model", "hardware"} <= set(document):
+        raise MosaicInputError(
+            f"{path}: a job file (model:, hardware:), not run records (runs:): "
+            f"`mosaic perf {path}` predicts it; add measured: to a run record to validate one")
     if unknown:
         raise MosaicInputError(
             f"{path}: unknown top-level field(s) {', '.join(unknown)}; "

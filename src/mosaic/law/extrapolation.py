@@ -39,11 +39,18 @@ class ExtrapolationFlag:
         if self.quantity == "sparsity":
             fraction = "below" if self.direction == "above" else "above"
             return (f"sparsity {self.value:.4g} is {self.direction} {where}: the active "
-                    f"fraction 1 - S is {self.ratio:.3g}x {fraction} its range")
-        return f"{self.quantity} {_fmt(self.value)} is {self.ratio:.3g}x {self.direction} {where}"
+                    f"fraction 1 - S is {_how_far(self.ratio)} {fraction} its range")
+        return (f"{self.quantity} {_fmt(self.value)} is {_how_far(self.ratio)} "
+                f"{self.direction} {where}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"message": self.message}
+
+
+def _how_far(ratio: float) -> str:
+    """How many times outside: '2.5x', or a percentage when under 10% out ('0.4%', where
+    '1x' would say nothing)."""
+    return f"{ratio - 1:.1%}" if ratio < 1.1 else f"{ratio:.3g}x"
 
 
 def _fmt(value: float) -> str:
