@@ -49,6 +49,12 @@ CASES = [
     ("long-path", ["perf", "{dir}/" + "/".join(["d" * 200] * 30) + ".yaml", "--json"], {},
      2, "too long"),
     ("long-name", ["perf", "{dir}/" + "x" * 300 + ".yaml", "--json"], {}, 2, ""),
+    # export told a plan JSON from a job by stat-ing the path, which a name too long made an
+    # OSError traceback (benchmarks/fuzz_cli.py seed 67)
+    ("export-long-name", ["export", "{dir}/" + "x" * 300 + ".yaml", "--to", "megatron"], {},
+     2, "cannot read"),
+    ("duplicate-key", ["perf", "{dir}/j.yaml", "--json"],
+     {"j.yaml": JOB.replace(b"model:", b"model:\n  layers: 2\nmodel:", 1)}, 2, "given twice"),
     ("set-python-tag", ["perf", "examples/appendix_e.yaml", "--json", "--set",
                         "parallelism.pp=!!python/name:os.system"], {}, 2, "malformed YAML"),
     ("set-unparsable", ["perf", "examples/appendix_e.yaml", "--json", "--set", "data.gbs={a: 1"],

@@ -12,15 +12,19 @@ from mosaic.cli.common import SetOption, error_console, guarded
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
 from mosaic.export import TARGETS, ExportSpec, export, spec_from_job, spec_from_plan_document
+from mosaic.schema_validation import read_text
 
 
 def _plan_document(path: Path) -> dict[str, Any] | None:
     """The plan document in ``path`` when it holds one (told by content, any file name;
     ``is_plan_document``), else None. A ``.json`` file that is not JSON is an error."""
-    if not path.is_file():  # e.g. RUNS.yaml#ID
+    try:
+        if not path.is_file():  # e.g. RUNS.yaml#ID
+            return None
+    except OSError:  # e.g. a name too long: the job loader says so in one line
         return None
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         if path.suffix.lower() == ".json":
             where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
