@@ -89,23 +89,27 @@ _FastSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class SafeLoader(_FastSafeLoader):  # type: ignore[misc, valid-type]
     """The safe loader, refusing a key given twice in one mapping (YAML 1.2 requires keys
     to be unique; PyYAML keeps the last one silently, so a second `layers:` would replace
-    the first without a word)."""
+    the first without a word). A mapping's own keys are checked once, before ``<<`` merges
+    are folded in: a key that overrides a merged one is not a repeat."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # '<<' merges are resolved by the constructor
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-            except TypeError:
-                continue  # an unhashable key is refused by check_document_shape
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        if not getattr(node, "_mosaic_keys_checked", False):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    continue  # an unhashable key is refused by check_document_shape
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice in one mapping",
+                        key_node.start_mark)
+                seen.add(key)
+            node._mosaic_keys_checked = True  # an anchored mapping is flattened in place once
+        super().flatten_mapping(node)
 
 MAX_FILE_BYTES = 256 * 2**20  # no input file of mosaic is near this; refuse before parsing
 MAX_NESTING = 64  # mosaic's deepest schema nests 4 levels

@@ -190,3 +190,16 @@ def test_mfu_against_the_gemm_lane_stays_below_one_where_bf16_mfu_passes_it(tmp_
     bf16 = run_json("perf", str(job), "--set", "performance.precision=bf16")
     assert bf16["mfu_gemm_lane"] == bf16["mfu"]
     assert "lane" not in bf16["mfu_peak"]
+
+
+def test_the_contract_mfu_bound_covers_every_catalogued_lane():
+    """The output contract bounds MFU by MAX_LANE_TO_BF16_PEAK: no device in the catalog may
+    have a GEMM lane faster than that multiple of its bf16 peak (GB300's NVFP4 is 6x)."""
+    from mosaic.cli.contract import MAX_LANE_TO_BF16_PEAK
+    from mosaic.hardware import get_device, list_devices
+
+    ratios = [max(peak / get_device(name).peak_flops_per_s["bf16"]
+                  for peak in get_device(name).peak_flops_per_s.values())
+              for name in list_devices() if "bf16" in get_device(name).peak_flops_per_s]
+    assert max(ratios) == pytest.approx(6.0)
+    assert max(ratios) <= MAX_LANE_TO_BF16_PEAK

@@ -144,3 +144,33 @@ def test_validate_given_a_job_file_points_to_perf(tmp_path):
     message = _error("validate", _job(tmp_path))
     assert "a job file (model:, hardware:), not run records (runs:)" in message
     assert "mosaic perf" in message
+
+
+def test_a_key_that_overrides_a_merged_one_is_not_a_repeat(tmp_path):
+    """`<<: *base` then an override of one of its keys is YAML's merge, not a repeated key;
+    an anchored mapping reused after its merge (flattened in place) reads the same way,
+    whole or streamed record by record."""
+    from mosaic.config.run_records import RunRecordReader
+    from mosaic.schema_validation import parse_yaml
+
+    text = "base: &b {a: 1, b: 2}\nx: &m {<<: *b, b: 3}\ny: *m\n"
+    assert parse_yaml(text, "t") == {"base": {"a": 1, "b": 2}, "x": {"a": 1, "b": 3},
+                                     "y": {"a": 1, "b": 3}}
+    example = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+    text = example.read_text()
+    first = text[text.index("  - id: "):text.index("\n  - id: ", text.index("  - id: ") + 1)]
+    lines = first.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("    model:"))
+    end = next(i for i in range(start + 1, len(lines))
+               if lines[i].startswith("    ") and not lines[i].startswith("      "))
+    model = lines[start + 1:end]
+    records = [["    model: &base", *model], ["    model: &m", "      <<: *base",
+                                                 "      name: Renamed"], ["    model: *m"]]
+    body = ["\n".join(lines[:start] + block + lines[end:]).replace(
+        lines[0], f"  - id: r{number}", 1) for number, block in enumerate(records)]
+    path = tmp_path / "runs.yaml"
+    path.write_text(text[:text.index("runs:")] + "runs:\n" + "\n".join(body) + "\n")
+    name = yaml.safe_load(text)["runs"][0]["model"]["name"]
+    for stream in (True, False):
+        names = [r.model_name for r in RunRecordReader(path, stream=stream)]
+        assert names == [name, "Renamed", "Renamed"], stream

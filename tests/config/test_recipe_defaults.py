@@ -246,3 +246,17 @@ def test_a_job_made_from_a_record_keeps_its_release_and_reloads_to_the_same_work
     gated = _record("NeMo 26.04 container", gpu="B200")
     assert gated.workload.gdn_context_parallel is False  # Megatron-Core before 26.06
     assert _record("NeMo 26.06 container", gpu="B200").workload.gdn_context_parallel
+
+
+def test_a_release_typed_on_the_command_line_or_kept_by_the_studio_stays_as_typed():
+    """`--set performance.stack_version=25.10` and the studio's stored '25.10' are October,
+    though YAML reads both as the number 25.1 (which, unquoted in a file, is refused)."""
+    from mosaic.config.job_schema import apply_overrides
+    from mosaic.studio.jobs import _typed
+
+    document = apply_overrides({"performance": {}}, ["performance.stack_version=25.10"])
+    assert document["performance"]["stack_version"] == "25.10"
+    assert apply_overrides({}, ["performance.stack_version=26.04.01"])[
+        "performance"]["stack_version"] == "26.04.01"
+    assert _typed({"performance": {"stack_version": "25.10", "micro": "4"}}) == {
+        "performance": {"stack_version": "25.10", "micro": 4}}

@@ -119,4 +119,7 @@ def test_a_value_just_outside_the_range_says_by_how_much():
     """0.4% above the range reads as a percentage, not '1x above'."""
     flag = ExtrapolationFlag(quantity="n_active", value=2.73e9, low=1e8, high=2.72e9,
                              direction="above", ratio=2.73e9 / 2.72e9)
-    assert "is 0.4% above the fitted range" in flag.message
+    assert "is 0.37% above the fitted range" in flag.message
+    tiny = ExtrapolationFlag(quantity="tokens", value=1.0004e11, low=1e9, high=1e11,
+                             direction="above", ratio=1.0004)
+    assert "is 0.04% above" in tiny.message

@@ -53,6 +53,10 @@ CASES = [
     # OSError traceback (benchmarks/fuzz_cli.py seed 67)
     ("export-long-name", ["export", "{dir}/" + "x" * 300 + ".yaml", "--to", "megatron"], {},
      2, "cannot read"),
+    ("long-name-record", ["perf", "{dir}/" + "x" * 300 + ".yaml#run", "--json"], {}, 2,
+     "cannot read"),
+    ("export-long-name-record", ["export", "{dir}/" + "x" * 300 + ".yaml#run", "--to",
+                                 "megatron"], {}, 2, "cannot read"),
     ("duplicate-key", ["perf", "{dir}/j.yaml", "--json"],
      {"j.yaml": JOB.replace(b"model:", b"model:\n  layers: 2\nmodel:", 1)}, 2, "given twice"),
     ("set-python-tag", ["perf", "examples/appendix_e.yaml", "--json", "--set",

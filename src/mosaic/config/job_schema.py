@@ -320,6 +320,8 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
         if path[0] not in known:
             raise MosaicInputError(f"--set {item!r}: unknown block {parts[0]!r}")
         value = parse_yaml(raw, f"--set {item!r}")
+        if path[-1] == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, raw.strip()):
+            value = raw.strip()  # as typed: 25.10 parses as the number 25.1
         node = result
         for name in path[:-1]:
             child = node.get(name)

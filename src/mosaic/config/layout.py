@@ -243,15 +243,19 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
     if is_moe and parallelism.ep is None and measured:
         # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
         raise MosaicInputError("parallelism.ep: not stated (null) for an MoE run")
+    sharding = parallelism.sharding
     if "sharding" not in parallelism.model_fields_set:
-        notes.append(f"parallelism.sharding not stated: {parallelism.sharding} assumed")
-    if parallelism.sharding == "hsdp" and parallelism.hsdp_shard is None:
+        # a shard group is stated only for hybrid sharding
+        sharding = "hsdp" if parallelism.hsdp_shard is not None else sharding
+        notes.append(f"parallelism.sharding not stated: {sharding} assumed"
+                     + (" (hsdp_shard is given)" if sharding == "hsdp" else ""))
+    if sharding == "hsdp" and parallelism.hsdp_shard is None:
         notes.append("parallelism.hsdp_shard not stated: the whole dp group assumed")
-    if parallelism.sharding != "hsdp" and parallelism.hsdp_shard is not None:
+    if sharding != "hsdp" and parallelism.hsdp_shard is not None:
         raise MosaicInputError(f"{where}: parallelism.hsdp_shard={parallelism.hsdp_shard} "
                                f"is the shard group of hybrid sharding; it means nothing with "
-                               f"sharding {parallelism.sharding!r}: set sharding: hsdp or "
-                               "drop hsdp_shard")
+                               f"sharding {sharding!r}: set sharding: hsdp or drop "
+                               "hsdp_shard")
     check_pipeline(parallelism.pp, vpp or 1, layers, f"{where}: parallelism")
     sequence_parallel = parallelism.sequence_parallel
     if sequence_parallel is None:
@@ -266,7 +270,7 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         etp=_stated(parallelism.etp, "parallelism.etp", notes,
                     " (Megatron-Core would default to tp)"),
         micro_batch=_stated(micro, "batch.micro_seqs", notes),
-        sharding=Sharding.parse(parallelism.sharding),
+        sharding=Sharding.parse(sharding),
         checkpointing=checkpointing,
         hsdp_shard=parallelism.hsdp_shard,
         sequence_parallel=sequence_parallel,

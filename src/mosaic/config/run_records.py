@@ -715,8 +715,13 @@ def load_run_records(path: str | Path) -> RunRecordSet:
 def split_record_reference(path: str | Path) -> tuple[Path, str | None]:
     """``RUNS.yaml#ID`` -> (file, id); a path that exists as written has no id."""
     text = str(path)
-    if "#" not in text or Path(text).exists():
+    if "#" not in text:
         return Path(text), None
+    try:
+        if Path(text).exists():
+            return Path(text), None
+    except OSError:  # e.g. a name too long to stat: read as FILE#ID, the reader says why
+        pass
     file, _, run_id = text.rpartition("#")
     return Path(file), run_id or None
 

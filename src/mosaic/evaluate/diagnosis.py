@@ -29,6 +29,7 @@ from mosaic.perf.attention_kernels import (
     GEMM_COSTED_KERNELS,
     AttentionKernel,
     resolve_attention_kernel,
+    runs_nvidia_kernels,
 )
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
@@ -631,7 +632,8 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
            f"{doubled.global_batch} sequences ({how})", doubled)
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
-    if (min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0
+    if runs_nvidia_kernels(machine.device_name) and (
+            min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0
             or kernel.kernel in GEMM_COSTED_KERNELS):
         yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn (torch SDPA "
                "cuDNN backend or Transformer Engine; levanter: Transformer Engine installed "

@@ -50,7 +50,7 @@ class ExtrapolationFlag:
 def _how_far(ratio: float) -> str:
     """How many times outside: '2.5x', or a percentage when under 10% out ('0.4%', where
     '1x' would say nothing)."""
-    return f"{ratio - 1:.1%}" if ratio < 1.1 else f"{ratio:.3g}x"
+    return f"{(ratio - 1) * 100:.2g}%" if ratio < 1.1 else f"{ratio:.3g}x"
 
 
 def _fmt(value: float) -> str:

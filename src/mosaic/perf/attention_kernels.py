@@ -113,16 +113,15 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
     generation = gpu_generation(device_name)
     if not any(generation in table for table in _RELATIVE.values()):
         generation = None  # no published kernel rates for it: taken at the cuDNN rate
-    if get_device(device_name).vendor != "NVIDIA":
+    if not runs_nvidia_kernels(device_name):
         # cuDNN and FlashAttention-3 are NVIDIA's; AMD runs the FlashAttention-2 algorithm
         # (ROCm/flash-attention on composable_kernel, PyTorch SDPA's AOTriton flash backend)
-        if kernel in (AttentionKernel.CUDNN, AttentionKernel.FA3):
-            raise MosaicInputError(
-                f"attention kernel {str(kernel)!r} runs on NVIDIA GPUs only, not on "
-                f"{device_name}; "
-                f"choose fa2, triton or reference")
-        if kernel is None and (stack_default_kernel(stack) or AttentionKernel.CUDNN.value) in (
-                AttentionKernel.CUDNN, AttentionKernel.FA3):
+        if kernel in NVIDIA_ONLY_KERNELS:
+            others = ", ".join(k for k in AttentionKernel if k not in NVIDIA_ONLY_KERNELS)
+            raise MosaicInputError(f"attention kernel {str(kernel)!r} runs on NVIDIA GPUs "
+                                   f"only, not on {device_name}; choose one of {others}")
+        if kernel is None and (stack_default_kernel(stack)
+                               or AttentionKernel.CUDNN.value) in NVIDIA_ONLY_KERNELS:
             kernel = AttentionKernel.FA2.value
     if kernel is None:
         # on a GPU outside the tables, the stack's kernel where it runs one on every
@@ -144,6 +143,14 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
             f"({device_name}); choose one of {', '.join(offered)}"
         )
     return AttentionKernelChoice(kernel, generation, rates["fwd"], rates["bwd"])
+
+
+NVIDIA_ONLY_KERNELS = (AttentionKernel.CUDNN, AttentionKernel.FA3)
+
+
+def runs_nvidia_kernels(device_name: str) -> bool:
+    """Whether ``device_name`` is an NVIDIA GPU, where cuDNN and FlashAttention-3 run."""
+    return get_device(device_name).vendor.casefold() == "nvidia"
 
 
 def stack_default_kernel(stack: str) -> str | None:

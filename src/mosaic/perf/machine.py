@@ -76,6 +76,12 @@ class Machine:
     grouped_gemm_table: GroupedGemmTable | None = None  # measured grouped expert GEMMs
     gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
 
+    @property
+    def gemm_lane_peak_ratio(self) -> float:
+        """The GEMM lane's dense datasheet peak over the bf16 one MFU counts against (2 for
+        FP8, 4-6 for NVFP4 on Blackwell, 1 for bf16): the most MFU can reach."""
+        return self.gemm_peak_flops_per_s / self.mfu_peak_flops_per_s
+
 
 # Architectures whose tensor cores run MXFP8 and NVFP4 block-scaled GEMMs: Transformer
 # Engine's check_mxfp8_support and check_nvfp4_support need compute capability 10.0
@@ -163,10 +169,9 @@ def mfu_peak_text(machine: Machine) -> str:
     multiple of it, up to which MFU can rise."""
     text = (f"dense bf16 datasheet peak of {machine.device_name} "
             f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)")
-    ratio = machine.gemm_peak_flops_per_s / machine.mfu_peak_flops_per_s
-    if ratio > 1.0:
-        text += (f"; the GEMMs run on a lane with {ratio:g}x that peak, so MFU can exceed "
-                 "100% (mfu_gemm_lane counts against the lane's peak)")
+    if machine.gemm_lane_peak_ratio > 1.0:
+        text += (f"; the GEMMs run on a lane with {machine.gemm_lane_peak_ratio:.3g}x that "
+                 "peak, so MFU can exceed 100% (mfu_gemm_lane counts against the lane's peak)")
     return text
 
 

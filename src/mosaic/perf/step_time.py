@@ -148,9 +148,7 @@ class StepPrediction:
     routed_expert_s: np.ndarray  # routed-expert GEMMs + exposed EP all-to-all, same basis
     chi_drivers: ChiDrivers
     attention_kernel: str  # flash-attention kernel family the prediction assumes
-    # the GEMM lane's dense datasheet peak over the bf16 one MFU is counted against (2 for
-    # FP8, 4-6 for NVFP4 on Blackwell, 1 for bf16): MFU can reach this, not 1
-    gemm_lane_peak_ratio: float = 1.0
+    gemm_lane_peak_ratio: float  # Machine.gemm_lane_peak_ratio: MFU can reach this, not 1
 
     @property
     def mfu_gemm_lane(self) -> np.ndarray:
@@ -1004,5 +1002,5 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
         routed_expert_s=routed_expert_s,
         chi_drivers=drivers,
         attention_kernel=kernel.kernel,
-        gemm_lane_peak_ratio=machine.gemm_peak_flops_per_s / machine.mfu_peak_flops_per_s,
+        gemm_lane_peak_ratio=machine.gemm_lane_peak_ratio,
     )
