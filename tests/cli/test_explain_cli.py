@@ -134,3 +134,18 @@ def test_a_measurement_faster_than_the_peak_is_rejected():
     ok = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s",
                              str(current["step_time_s"] * current["mfu"] * 1.25)])  # 80%
     assert ok.exit_code == 0, ok.output
+
+
+def test_explain_on_an_amd_gpu_offers_no_nvidia_only_kernel(tmp_path):
+    """levanter's blockwise JAX attention on an MI300X: the cuDNN what-if would be refused
+    there (cuDNN runs on NVIDIA GPUs only), so explain leaves it out instead of failing."""
+    job = tmp_path / "amd.yaml"
+    job.write_text(
+        "model: {layers: 16, d_model: 4096, heads: 32, kv_heads: 8, ffn: 14336, vocab: 128256}\n"
+        "parallelism: {sharding: fsdp}\n"
+        "batch: {global_seqs: 64, seq_len: 4096, micro_seqs: 1}\n"
+        "performance: {precision: bf16, stack: levanter, checkpointing: full}\n"
+        "hardware: {system: ND-MI300X-v5, nodes: 1}\n")
+    doc = run_json("explain", str(job))
+    names = [lever["name"] for lever in doc["levers"]]
+    assert names and "attention_cudnn" not in names
