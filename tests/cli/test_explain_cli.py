@@ -146,6 +146,7 @@ def test_explain_on_an_amd_gpu_offers_no_nvidia_only_kernel(tmp_path):
         "batch: {global_seqs: 64, seq_len: 4096, micro_seqs: 1}\n"
         "performance: {precision: bf16, stack: levanter, checkpointing: full}\n"
         "hardware: {system: ND-MI300X-v5, nodes: 1}\n")
-    doc = run_json("explain", str(job))
-    names = [lever["name"] for lever in doc["levers"]]
+    result = runner.invoke(app, ["explain", str(job), "--json"])
+    assert result.exit_code == 0, result.output
+    names = [lever["name"] for lever in json.loads(result.output)["levers"]]
     assert names and "attention_cudnn" not in names
