@@ -335,3 +335,12 @@ def test_a_job_file_the_editor_opens_predicts_as_the_cli_does(name):
     cli = predict_job(load_job_spec(EXAMPLES / name, []), load_calibration(None)).prediction
     assert float(result.prediction.step_time_s[0]) == pytest.approx(
         float(cli.step_time_s[0]), rel=1e-12)
+
+
+def test_an_hf_sliding_window_the_geometry_cannot_hold_is_among_the_assumptions(studio):
+    """The CLI prints the import's warning; the studio lists it with the job's assumptions."""
+    config = (EXAMPLES / "hf" / "gpt-oss-20b.json").read_text()
+    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": config, "parallelism.pp": "1"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 200, body
+    assert any("sliding_window 128" in line for line in body["prediction"]["assumptions"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -176,14 +177,20 @@ class StudioJob:
 
 
 def validate_form(form: dict[str, str], base: dict[str, Any] | None) -> StudioJob:
-    """Form -> job spec through the CLI's schema; FormError names the bad fields."""
-    geometry = model_geometry(form, base)
+    """Form -> job spec through the CLI's schema; FormError names the bad fields. What the
+    model import warns of (an HF sliding window it cannot hold) joins the job's assumptions,
+    as the CLI prints it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        geometry = model_geometry(form, base)
+    imported = tuple(str(warning.message) for warning in caught)
     document = job_document(form, geometry, base)
     try:
         spec = job_from_document(document, WHERE)
         if geometry is not None:  # the exact geometry (HF features the YAML cannot hold)
             spec = replace(spec, workload=replace(spec.workload, geometry=geometry))
         cluster_for(spec)  # unknown system, device count vs nodes
+        spec = replace(spec, assumptions=(*spec.assumptions, *imported))
     except MosaicInputError as exc:
         message = str(exc)
         raise FormError({field_of(message, set(form)): message}) from None
