@@ -291,7 +291,8 @@ def _set_overrides(rng: random.Random) -> list[str]:
               "hardware.gemm_table", "bogus.field", "data", "data.", ".x", "model.vocab_sz",
               "model.hybrid_pattern", "model.gdn.key_heads", "model.gdn.value_heads",
               "model.mamba.heads", "model.mamba.groups", "model.attention_output_gate",
-              "model.activation"]
+              "model.activation", "model.sliding_window", "model.full_attention_every",
+              "performance.stack_version", "parallelism.hsdp_shard"]
     out = []
     for _ in range(rng.choice([1, 1, 2])):
         value = rng.choice(NASTY_SET_VALUES + NASTY_FLAG_NUMBERS)

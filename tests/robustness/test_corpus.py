@@ -137,6 +137,11 @@ CASES = [
     ("plan-q-huge", ["plan", *FAST_PLAN[2:], "--q", "5000", "--json"], {}, 2, "ladder seed q"),
     ("plan-plot-dir-created", ["plan", *FAST_PLAN, "--plot", "{dir}/new/plots", "--json"], {},
      0, ""),
+    # a hybrid model has no loss under the transformer law: compare says why beside the null
+    # (fuzz seed 73)
+    ("compare-hybrid-no-loss", ["compare", str(REPO / "examples/nemotron_3_nano_b200.yaml"),
+                                str(REPO / "examples/qwen3_next_80b_b200.yaml"), "--json"],
+     {}, 0, ""),
     ("validate-vpp-1e6", ["validate", "{dir}/r.yaml", "--json"],
      {"r.yaml": RUNS.replace("parallel: {tp: 1, pp: 1, vpp: 1,",
                              "parallel: {tp: 1, pp: 1, vpp: 1000000,").encode()}, None, ""),

@@ -100,6 +100,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
                                       doc["usable_memory_fraction"], doc["overshoot_gib"]),
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "tokens": tokens, "loss": loss, "law_extrapolation": flags,
+        # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
+        **({"loss_note": "; ".join(flags)} if loss is None else {}),
         "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
         "breakdown_s": doc["breakdown"],
         "memory_breakdown_bytes": doc["memory_breakdown"],
