@@ -251,13 +251,22 @@ def test_a_field_transformers_fills_with_a_class_constant_must_be_stated(name, f
     assert geometry_from_hf_config(llama).kv_heads == llama["num_attention_heads"]
 
 
-def test_a_sliding_window_the_geometry_cannot_hold_is_said_once():
-    """GPT-OSS trains every other layer with a 128-token window (its config.json); mosaic's
-    geometry has no window, so the import says those layers are costed as full attention."""
-    with pytest.warns(SlidingWindowIgnoredWarning, match="sliding_window 128"):
-        load_hf_config(HF / "gpt-oss-20b.json")
+def test_sliding_windows_import_as_window_fields_or_are_said():
+    """GPT-OSS windows every other layer with 128 keys (config.json layer_types): that is
+    sliding_window 128 with full attention every 2nd layer, and the attention FLOPs count
+    the window (mean keys W - W(W-1)/2T at T = 4096: 124.0 against 2048.5 causal). A Qwen
+    window (from max_window_layers on) has no N-th-layer rule: warned of, not imported."""
+    from mosaic.arch.flops import attention_flops_per_token
+
+    gpt = load_hf_config(HF / "gpt-oss-20b.json")
+    assert (gpt.sliding_window, gpt.full_attention_every, gpt.window_layer_count) == (128, 2, 12)
+    per_key = 3 * 2 * gpt.heads * 2 * gpt.head_dim  # train x (QK + AV) multiply-adds
+    expected = per_key * (12 * (4096 + 1) / 2 + 12 * (128 - 128 * 127 / (2 * 4096)))
+    assert attention_flops_per_token(gpt, 4096) == pytest.approx(expected, rel=1e-12)
     qwen = json.loads((HF / "qwen3-30b-a3b.json").read_text())
-    assert not qwen.get("use_sliding_window")  # a window the model does not use: no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error", SlidingWindowIgnoredWarning)
-        geometry_from_hf_config(qwen)
+        assert geometry_from_hf_config(qwen).sliding_window is None  # window unused
+    qwen.update(use_sliding_window=True, sliding_window=4096)
+    with pytest.warns(SlidingWindowIgnoredWarning, match="no N-th-layer rule"):
+        assert geometry_from_hf_config(qwen).sliding_window is None

@@ -376,3 +376,18 @@ def test_megatron_carries_the_overlap_and_graph_settings_of_the_job():
     plain = parse_megatron(export(load_export_spec(JOB, [], None), "megatron").text)
     assert not (plain.overlap_moe_expert_parallel_comm or plain.tp_comm_overlap)
     assert plain.cuda_graph_impl is None and plain.check_for_nan_in_loss_and_grad is True
+
+
+def test_a_sliding_window_is_written_where_the_target_has_it():
+    """GPT-OSS's 128-key window on every other layer: Megatron --window-size 127,0 (left
+    keys besides the query's own) and --window-attn-skip-freq 2, NeMo/Bridge's
+    TransformerConfig fields alike; torchtitan and MaxText say they do not write it."""
+    spec = load_export_spec(JOB, ["parallelism.ep=8", "parallelism.pp=8"],
+                            ROOT / "examples" / "hf" / "gpt-oss-20b.json")
+    megatron = export(spec, "megatron").text
+    assert "--window-size 127,0" in megatron and "--window-attn-skip-freq 2" in megatron
+    nemo = export(spec, "nemo").text
+    assert "window_size" in nemo and "window_attn_skip_freq" in nemo
+    for target in ("torchtitan", "maxtext"):
+        assert "a sliding window of 128 keys, full attention on one layer in 2" in \
+            export(spec, target).text

@@ -338,9 +338,12 @@ def test_a_job_file_the_editor_opens_predicts_as_the_cli_does(name):
 
 
 def test_an_hf_sliding_window_the_geometry_cannot_hold_is_among_the_assumptions(studio):
-    """The CLI prints the import's warning; the studio lists it with the job's assumptions."""
-    config = (EXAMPLES / "hf" / "gpt-oss-20b.json").read_text()
-    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": config, "parallelism.pp": "1"}
+    """The CLI prints the import's warning; the studio lists it with the job's assumptions
+    (a Qwen window, from max_window_layers on, has no N-th-layer rule)."""
+    config = json.loads((EXAMPLES / "hf" / "qwen3-30b-a3b.json").read_text())
+    config.update(use_sliding_window=True, sliding_window=4096)
+    form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": json.dumps(config),
+            "parallelism.pp": "1"}
     status, body = studio.call("/api/perf", {"form": form})
     assert status == 200, body
-    assert any("sliding_window 128" in line for line in body["prediction"]["assumptions"])
+    assert any("sliding_window 4096" in line for line in body["prediction"]["assumptions"])

@@ -35,10 +35,14 @@ def model_flops_per_token(counts: ParameterCounts) -> float:
     return 2 * TRAIN_TO_FORWARD_FLOPS * counts.n_active
 
 
-def attended_keys_per_query(seq_len: int, causal: bool) -> float:
-    """Mean keys a query attends to: T for full attention, (T + 1)/2 for causal."""
+def attended_keys_per_query(seq_len: int, causal: bool, window: int | None = None) -> float:
+    """Mean keys a query attends to: T for full attention, (T + 1)/2 for causal; causal in a
+    window of W keys (itself included), query i (from 1) attends min(i, W):
+    (W(W + 1)/2 + (T - W)·W) / T = W - W(W - 1)/(2T) for T >= W."""
     if seq_len <= 0:
         raise MosaicInputError(f"seq_len must be a positive integer, got {seq_len}")
+    if causal and window is not None and window < seq_len:
+        return window - window * (window - 1) / (2 * seq_len)
     return (seq_len + 1) / 2 if causal else float(seq_len)
 
 
@@ -46,7 +50,8 @@ def attention_flops_per_token(geometry: Geometry, seq_len: int, causal: bool = T
     """Training FLOPs per token of the attention core (QKᵀ and AV), all layers.
 
     Forward per token and layer: 2·h·d_qk·ctx for the scores plus 2·h·d_v·ctx for the
-    weighted values, ctx the mean attended keys; training multiplies by 3 (PaLM App. B).
+    weighted values, ctx the mean attended keys (in its window on a window layer, Geometry.
+    sliding_window); training multiplies by 3 (PaLM App. B).
     """
     if geometry.attention is AttentionKind.MLA:
         assert geometry.mla is not None
@@ -54,9 +59,12 @@ def attention_flops_per_token(geometry: Geometry, seq_len: int, causal: bool = T
         v_dim = geometry.mla.v_head_dim
     else:
         qk_dim = v_dim = geometry.head_dim
-    context = attended_keys_per_query(seq_len, causal)
+    windowed = geometry.window_layer_count
+    context = (attended_keys_per_query(seq_len, causal) * (geometry.attention_layer_count
+                                                            - windowed)
+               + attended_keys_per_query(seq_len, causal, geometry.sliding_window) * windowed)
     forward = FLOPS_PER_MULTIPLY_ADD * geometry.heads * (qk_dim + v_dim) * context
-    return TRAIN_TO_FORWARD_FLOPS * forward * geometry.attention_layer_count
+    return TRAIN_TO_FORWARD_FLOPS * forward
 
 
 def ssd_scan_forward_flops_per_token(geometry: Geometry) -> float:

@@ -314,6 +314,12 @@ class Geometry:
             ``partial_rotary_factor``, Megatron ``rotary_percent``; Qwen3-Next 0.25).
         zero_centered_norm: norm gains stored as 1 + w (Qwen3-Next's RMSNorm; Megatron-Core
             ``layernorm_zero_centered_gamma``); the same parameters.
+        sliding_window: keys a window layer's query attends, itself included (HF
+            ``sliding_window``: GPT-OSS 128, Mistral 7B 4096); None = full causal attention
+            on every layer. The same parameters; FLOP counts take the window.
+        full_attention_every: with a window, every N-th layer (the N-th, 2N-th, ... counting
+            from 1) keeps full causal attention (Megatron ``--window-attn-skip-freq N``;
+            GPT-OSS alternates, N = 2); None = every layer windowed.
     """
 
     layers: int
@@ -343,6 +349,8 @@ class Geometry:
     rope_base: float | None = None
     rope_fraction: float = 1.0
     zero_centered_norm: bool = False
+    sliding_window: int | None = None
+    full_attention_every: int | None = None
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -393,6 +401,7 @@ class Geometry:
                  "(elementwise) are two forms of one gate: choose one")
         _require(not (self.attention_output_gate and self.attention is AttentionKind.MLA),
                  "model.attention_output_gate with MLA attention is not supported")
+        self._check_window()
         if self.hybrid_pattern is not None:
             self._check_hybrid()
         else:
@@ -400,6 +409,31 @@ class Geometry:
                      "model.mamba needs model.hybrid_pattern (which layers are Mamba layers)")
             _require(self.gdn is None, "model.gdn needs model.hybrid_pattern (which layers "
                      "are gated DeltaNet layers)")
+
+    def _check_window(self) -> None:
+        if self.sliding_window is None:
+            _require(self.full_attention_every is None, "model.full_attention_every needs "
+                     "model.sliding_window (the window its other layers attend)")
+            return
+        seq = LIMITS["seq_len"]
+        _require(isinstance(self.sliding_window, int) and 1 <= self.sliding_window <= seq.high,
+                 f"model.sliding_window {self.sliding_window!r}: allowed: an integer in "
+                 f"{seq.describe()} (keys a window layer's query attends)")
+        _require(self.full_attention_every is None
+                 or 2 <= self.full_attention_every <= self.layers,
+                 f"model.full_attention_every {self.full_attention_every!r}: allowed: an "
+                 f"integer in 2..{self.layers} (every N-th layer full), or null (every layer "
+                 "windowed)")
+        _require(self.hybrid_pattern is None and self.attention is not AttentionKind.MLA,
+                 "model.sliding_window is supported for transformer attention (MHA/GQA) only")
+
+    @property
+    def window_layer_count(self) -> int:
+        """Attention layers with a sliding window (:attr:`sliding_window`); 0 without one."""
+        if self.sliding_window is None:
+            return 0
+        every = self.full_attention_every
+        return self.layers - (self.layers // every if every else 0)
 
     def _check_hybrid(self) -> None:
         pattern = self.hybrid_pattern

@@ -26,7 +26,9 @@ names (and defaults) they follow:
 
 All of these use RMSNorm, SwiGLU experts/FFNs (Nemotron-H: squared ReLU) and no FFN biases
 unless stated. Things
-that do not change the parameter count (RoPE scaling, sliding windows, dtypes) are ignored.
+that do not change the parameter count (RoPE scaling, dtypes) are ignored; a sliding window
+is read where an N-th-layer rule states it (GPT-OSS ``layer_types``, Mistral, Mixtral) and
+warned of otherwise.
 A field left out takes the value transformers derives (``head_dim`` = hidden_size / heads,
 ``num_key_value_heads`` = heads); where transformers' config class fills in a constant of its
 own instead (gpt_oss, qwen3, qwen3_moe: :data:`CLASS_CONSTANT_ATTENTION_FIELDS`), the config
@@ -195,22 +197,36 @@ class SlidingWindowIgnoredWarning(UserWarning):
     """A config's sliding-window attention that mosaic's geometry cannot hold."""
 
 
-def _warn_of_sliding_window(fields: _Fields, model_type: str) -> None:
-    """Say so when the config trains some layers with windowed attention (GPT-OSS every
-    other layer; Qwen3 with use_sliding_window; Mistral and Mixtral with sliding_window):
-    the geometry has no window, so mosaic costs and exports those layers as full causal
-    attention (docs/evidence/gpt_oss_attention.md)."""
+def _window(fields: _Fields, model_type: str, layers: int) -> dict[str, Any]:
+    """The config's sliding window as geometry fields (``sliding_window``,
+    ``full_attention_every``), from ``sliding_window`` and ``layer_types`` (GPT-OSS:
+    'sliding_attention' on every other layer, HF's default when layer_types is left out;
+    Mistral and Mixtral: every layer). Qwen's windows (``use_sliding_window``, set from
+    ``max_window_layers`` on) and layer patterns no N-th-layer rule states are left out with
+    a warning: those layers are then costed and exported as full causal attention."""
     window = fields.config.get("sliding_window")
-    if window is None or (model_type.startswith("qwen") and
-                          not fields.config.get("use_sliding_window", False)):
-        return
-    layer_types = fields.config.get("layer_types")
-    if isinstance(layer_types, list) and "sliding_attention" not in layer_types:
-        return
-    warnings.warn(f"{fields.where}: sliding_window {window} is not in mosaic's geometry: "
-                  "its window layers are costed and exported as full causal attention "
+    if window is None or (model_type.startswith("qwen")
+                          and not fields.config.get("use_sliding_window", False)):
+        return {}
+    types = fields.config.get("layer_types")
+    if types is None and model_type == "gpt_oss":  # GptOssConfig: window on even layers
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                 for i in range(layers)]
+    elif types is None and not model_type.startswith("qwen"):  # Mistral, Mixtral: all
+        types = ["sliding_attention"] * layers
+    if isinstance(types, list) and set(types) == {"sliding_attention"} and len(types) == layers:
+        return {"sliding_window": fields.int("sliding_window")}
+    if isinstance(types, list) and len(types) == layers and "sliding_attention" in types:
+        full = [kind != "sliding_attention" for kind in types]
+        every = next((n for n in range(2, layers + 1)
+                      if full == [(i + 1) % n == 0 for i in range(layers)]), None)
+        if every is not None:
+            return {"sliding_window": fields.int("sliding_window"), "full_attention_every": every}
+    warnings.warn(f"{fields.where}: sliding_window {window} on layers no N-th-layer rule "
+                  "describes: those layers are costed and exported as full causal attention "
                   "(docs/evidence/gpt_oss_attention.md)", SlidingWindowIgnoredWarning,
                   stacklevel=3)
+    return {}
 
 
 def _require_class_constant_fields(fields: _Fields, model_type: str) -> None:
@@ -268,10 +284,10 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     if model_type == "qwen3_next":
         return _qwen3_next(fields)
     _require_class_constant_fields(fields, model_type)
-    _warn_of_sliding_window(fields, model_type)
     activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
+    window = _window(fields, model_type, layers)
     common: dict[str, Any] = {
         "layers": layers,
         "d_model": d_model,
@@ -288,7 +304,8 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
 
     if model_type in DENSE_TYPES:
         return Geometry(
-            **common, **_attention(fields, d_model), ffn=fields.int("intermediate_size"),
+            **common, **_attention(fields, d_model), **window,
+            ffn=fields.int("intermediate_size"),
             # Qwen2's q/k/v projections always carry biases (HF Qwen2Attention: bias=True).
             qkv_bias=model_type == "qwen2" or attention_bias,
             output_bias=attention_bias and model_type != "qwen2",
@@ -299,7 +316,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         width = fields.int("intermediate_size")
         moe = MoEConfig(experts=fields.int("num_local_experts"),
                         top_k=fields.int("num_experts_per_tok"), expert_ffn=width)
-        return Geometry(**common, **_attention(fields, d_model), ffn=width, moe=moe)
+        return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe)
 
     if model_type in ("qwen2_moe", "qwen3_moe"):
         dense_layers, every = _moe_prefix(fields, layers)
@@ -316,8 +333,8 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         )
         qwen2 = model_type == "qwen2_moe"
         return Geometry(
-            **common, **_attention(fields, d_model), ffn=fields.int("intermediate_size"),
-            moe=moe, qkv_bias=qwen2 or attention_bias,
+            **common, **_attention(fields, d_model), **window,
+            ffn=fields.int("intermediate_size"), moe=moe, qkv_bias=qwen2 or attention_bias,
             output_bias=attention_bias and not qwen2, qk_norm=not qwen2,
         )
 
@@ -342,7 +359,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     top_k = fields.int("num_experts_per_tok", config.get("experts_per_token"))
     moe = MoEConfig(experts=fields.int("num_local_experts"), top_k=top_k, expert_ffn=width,
                     expert_bias=True, router_bias=True)
-    return Geometry(**common, **_attention(fields, d_model), ffn=width, moe=moe,
+    return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias, attention_sinks=True)
 
 

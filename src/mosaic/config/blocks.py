@@ -147,6 +147,12 @@ class ModelBlock(_Strict):
                                              "partial_rotary_factor)")
     zero_centered_norm: bool = Field(default=False, description="norm gains stored as 1 + w "
                                      "(Qwen3-Next)")
+    sliding_window: int | None = Field(default=None, ge=1, description="keys a window "
+                                       "layer's query attends, itself included (HF "
+                                       "sliding_window); None = full causal attention")
+    full_attention_every: int | None = Field(default=None, ge=2, description="with a window, "
+                                             "every N-th layer keeps full attention (Megatron "
+                                             "--window-attn-skip-freq); None = all windowed")
     mtp_layers: int | None = Field(default=None, ge=0, le=_LAYERS,
                                    description="multi-token-prediction modules; None = 0")
     moe: MoEBlock | None = None

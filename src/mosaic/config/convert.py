@@ -118,6 +118,12 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
     tied = _default(model.tied_embeddings, "model.tied_embeddings", False, notes, "untied")
     norm = _default(model.norm, "model.norm", "layernorm", notes, "the paper's pre-LN, A.1")
     mtp = _default(model.mtp_layers, "model.mtp_layers", 0, notes, "no MTP modules")
+    if model.sliding_window is not None:
+        # the kernels skip the out-of-window tiles (docs/evidence/gpt_oss_attention.md), but
+        # what GPT-OSS's sink attention costs is unmeasured and its runs already predict fast
+        notes.append(f"model.sliding_window {model.sliding_window}: FLOP counts take the "
+                     "window; step time and memory cost its layers' attention as full causal "
+                     "attention (docs/evidence/gpt_oss_attention.md)")
     mla = None if model.mla is None else MLAConfig(
         kv_lora_rank=model.mla.kv_lora_rank, qk_nope_head_dim=model.mla.qk_nope_head_dim,
         qk_rope_head_dim=model.mla.qk_rope_head_dim, v_head_dim=model.mla.v_head_dim,
@@ -133,6 +139,7 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         qk_norm=model.qk_norm, qkv_bias=model.qkv_bias, output_bias=model.output_bias,
         rope_base=model.rope_base, rope_fraction=model.rope_fraction,
         zero_centered_norm=model.zero_centered_norm,
+        sliding_window=model.sliding_window, full_attention_every=model.full_attention_every,
         attention_sinks=model.attention_sinks, mtp_layers=int(mtp),  # type: ignore[arg-type]
         hybrid_pattern=model.hybrid_pattern,
         mamba=None if model.mamba is None else MambaConfig(**model.mamba.model_dump()),
@@ -156,6 +163,10 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
                  "output_bias", "attention_sinks", "zero_centered_norm"):
         if getattr(geometry, flag):
             document[flag] = True
+    if geometry.sliding_window is not None:
+        document["sliding_window"] = geometry.sliding_window
+        if geometry.full_attention_every is not None:
+            document["full_attention_every"] = geometry.full_attention_every
     if geometry.rope_base is not None:
         document["rope_base"] = geometry.rope_base
     if geometry.rope_fraction != 1.0:

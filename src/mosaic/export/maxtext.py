@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind
-from mosaic.export.spec import ExportSpec, unexpressed
+from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic checkpointing -> MaxText remat_policy (base.yml lists them fastest to slowest).
@@ -142,6 +142,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     elif spec.sharding == "hsdp":
         data, fsdp = spec.hsdp_replicas, fsdp // spec.hsdp_replicas
     accumulation = spec.micro_batches_per_step if spec.pp == 1 else 1
+    if g.sliding_window is not None:
+        unsupported.append(window_note(g) + ": not written (MaxText's windows belong to its "
+                           "gemma and gpt_oss decoder blocks)")
     document: dict[str, Any] = {
         "decoder_block": decoder_block(spec),
         "base_emb_dim": g.d_model,

@@ -108,6 +108,13 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")
     if g.attention_output_gate:  # TransformerConfig.attention_output_gate @ d98e8a64dd
         args.append(("--attention-output-gate", None))
+    if g.sliding_window is not None:
+        # TransformerConfig.window_size (left, right): left keys besides the query's own;
+        # window_attn_skip_freq N: every N-th layer full (megatron/training/arguments.py
+        # --window-size / --window-attn-skip-freq @ d98e8a64dd)
+        args.append(("--window-size", f"{g.sliding_window - 1},0"))
+        if g.full_attention_every is not None:
+            args.append(("--window-attn-skip-freq", str(g.full_attention_every)))
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
     if g.is_hybrid:

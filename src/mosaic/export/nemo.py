@@ -189,6 +189,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("gated attention (per-head output gate)")
     if g.attention_output_gate:  # Megatron-Bridge Qwen3NextBridge: attention_output_gate
         model["attention_output_gate"] = True
+    if g.sliding_window is not None:  # TransformerConfig fields, as Megatron's flags set them
+        model["window_size"] = [g.sliding_window - 1, 0]
+        if g.full_attention_every is not None:
+            model["window_attn_skip_freq"] = g.full_attention_every
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need the gpt-oss model provider")
     if g.is_hybrid:

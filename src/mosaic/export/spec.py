@@ -254,6 +254,13 @@ class ExportSpec:
         return [int(self.geometry.is_moe_layer(i)) for i in range(self.geometry.layers)]
 
 
+def window_note(geometry: Geometry) -> str:
+    """The model's sliding window in words, for a target that cannot write it."""
+    every = (f", full attention on one layer in {geometry.full_attention_every} (the last)"
+             if geometry.full_attention_every else " on every layer")
+    return f"a sliding window of {geometry.sliding_window} keys{every}"
+
+
 def spec_from_job(job: Any, source: str) -> ExportSpec:
     """From a validated job (``mosaic.config.job_schema.JobSpec``)."""
     from mosaic.config.job_schema import job_document

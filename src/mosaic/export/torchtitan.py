@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from mosaic.arch.geometry import AttentionKind
-from mosaic.export.spec import ExportSpec, unexpressed
+from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
 
 
@@ -56,6 +56,8 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     if g.gated_attention or g.attention_output_gate:
         unsupported.append("an attention output gate: no torchtitan v0.2.2 model family "
                            "has one (the flavor must add it)")
+    if g.sliding_window is not None:
+        unsupported.append(window_note(g) + ": set it in the flavor")
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")
