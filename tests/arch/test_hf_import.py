@@ -254,8 +254,9 @@ def test_a_field_transformers_fills_with_a_class_constant_must_be_stated(name, f
 def test_sliding_windows_import_as_window_fields_or_are_said():
     """GPT-OSS windows every other layer with 128 keys (config.json layer_types): that is
     sliding_window 128 with full attention every 2nd layer, and the attention FLOPs count
-    the window (mean keys W - W(W-1)/2T at T = 4096: 124.0 against 2048.5 causal). A Qwen
-    window (from max_window_layers on) has no N-th-layer rule: warned of, not imported."""
+    the window (mean keys W - W(W-1)/2T at T = 4096: 126.02 against 2048.5 causal). A Qwen
+    window from max_window_layers on has no N-th-layer rule: warned of, not imported; one on
+    every layer (max_window_layers 0) is; a layer_types list of the wrong length is refused."""
     from mosaic.arch.flops import attention_flops_per_token
 
     gpt = load_hf_config(HF / "gpt-oss-20b.json")
@@ -267,6 +268,12 @@ def test_sliding_windows_import_as_window_fields_or_are_said():
     with warnings.catch_warnings():
         warnings.simplefilter("error", SlidingWindowIgnoredWarning)
         assert geometry_from_hf_config(qwen).sliding_window is None  # window unused
-    qwen.update(use_sliding_window=True, sliding_window=4096)
+    qwen.update(use_sliding_window=True, sliding_window=4096, max_window_layers=28)
     with pytest.warns(SlidingWindowIgnoredWarning, match="no N-th-layer rule"):
         assert geometry_from_hf_config(qwen).sliding_window is None
+    qwen.update(max_window_layers=0)
+    assert geometry_from_hf_config(qwen).sliding_window == 4096
+    config = json.loads((HF / "gpt-oss-20b.json").read_text())
+    config["layer_types"] = ["sliding_attention", "full_attention", "sliding_attention"]
+    with pytest.raises(MosaicInputError, match="one kind per layer"):
+        geometry_from_hf_config(config)

@@ -391,3 +391,9 @@ def test_a_sliding_window_is_written_where_the_target_has_it():
     for target in ("torchtitan", "maxtext"):
         assert "a sliding window of 128 keys, full attention on one layer in 2" in \
             export(spec, target).text
+    # Transformer Engine takes a window under context parallelism over a2a only
+    with_cp = load_export_spec(JOB, ["parallelism.ep=8", "parallelism.pp=8",
+                                     "parallelism.cp=2"],
+                               ROOT / "examples" / "hf" / "gpt-oss-20b.json")
+    assert "--cp-comm-type a2a" in export(with_cp, "megatron").text
+    assert "--cp-comm-type" not in megatron

@@ -341,7 +341,7 @@ def test_an_hf_sliding_window_the_geometry_cannot_hold_is_among_the_assumptions(
     """The CLI prints the import's warning; the studio lists it with the job's assumptions
     (a Qwen window, from max_window_layers on, has no N-th-layer rule)."""
     config = json.loads((EXAMPLES / "hf" / "qwen3-30b-a3b.json").read_text())
-    config.update(use_sliding_window=True, sliding_window=4096)
+    config.update(use_sliding_window=True, sliding_window=4096, max_window_layers=28)
     form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": json.dumps(config),
             "parallelism.pp": "1"}
     status, body = studio.call("/api/perf", {"form": form})

@@ -109,3 +109,18 @@ def test_available_memory_reads_proc_meminfo(monkeypatch, tmp_path):
     fake.write_text("MemTotal:       32000000 kB\nMemAvailable:   1000000 kB\n")
     monkeypatch.setattr(preflight, "_MEMINFO", fake)
     assert preflight.available_memory_bytes("cpu") == (1024e6, "MemAvailable in /proc/meminfo")
+
+
+def test_a_sliding_window_model_is_refused_not_trained_with_full_attention():
+    """The trainer's attention is full causal: a model block with a window is refused
+    instead of trained (and counted) as something it is not."""
+    from mosaic.train.config import train_config_from_mapping
+
+    from .conftest import tiny_job
+
+    job = tiny_job()
+    del job["ladder"]
+    job["model"] = {"layers": 2, "d_model": 64, "heads": 8, "kv_heads": 2, "head_dim": 8,
+                    "ffn": 128, "vocab": 50257, "sliding_window": 16}
+    with pytest.raises(MosaicInputError, match="sliding_window not implemented by the trainer"):
+        train_config_from_mapping(job, "job").geometry()

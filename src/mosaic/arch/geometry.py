@@ -419,11 +419,12 @@ class Geometry:
         _require(isinstance(self.sliding_window, int) and 1 <= self.sliding_window <= seq.high,
                  f"model.sliding_window {self.sliding_window!r}: allowed: an integer in "
                  f"{seq.describe()} (keys a window layer's query attends)")
+        layers = LIMITS["layers"]
         _require(self.full_attention_every is None
-                 or 2 <= self.full_attention_every <= self.layers,
+                 or 2 <= self.full_attention_every <= layers.high,
                  f"model.full_attention_every {self.full_attention_every!r}: allowed: an "
-                 f"integer in 2..{self.layers} (every N-th layer full), or null (every layer "
-                 "windowed)")
+                 f"integer in 2..{int(layers.high)} (every N-th layer full; above the layers, "
+                 "none), or null (every layer windowed)")
         _require(self.hybrid_pattern is None and self.attention is not AttentionKind.MLA,
                  "model.sliding_window is supported for transformer attention (MHA/GQA) only")
 

@@ -199,29 +199,39 @@ class SlidingWindowIgnoredWarning(UserWarning):
 
 def _window(fields: _Fields, model_type: str, layers: int) -> dict[str, Any]:
     """The config's sliding window as geometry fields (``sliding_window``,
-    ``full_attention_every``), from ``sliding_window`` and ``layer_types`` (GPT-OSS:
-    'sliding_attention' on every other layer, HF's default when layer_types is left out;
-    Mistral and Mixtral: every layer). Qwen's windows (``use_sliding_window``, set from
-    ``max_window_layers`` on) and layer patterns no N-th-layer rule states are left out with
-    a warning: those layers are then costed and exported as full causal attention."""
+    ``full_attention_every``), from ``sliding_window`` and the layers' kinds: ``layer_types``
+    where given, else as transformers derives them (GptOssConfig: every other layer from the
+    first; Mistral and Mixtral: every layer; Qwen with ``use_sliding_window``: the layers from
+    ``max_window_layers`` on; Llama takes no window). A pattern no N-th-layer rule states is
+    left out with a warning: those layers are then costed and exported as full attention."""
     window = fields.config.get("sliding_window")
-    if window is None or (model_type.startswith("qwen")
-                          and not fields.config.get("use_sliding_window", False)):
+    qwen = model_type.startswith("qwen")
+    if window is None or model_type == "llama" or (
+            qwen and not fields.config.get("use_sliding_window", False)):
         return {}
     types = fields.config.get("layer_types")
-    if types is None and model_type == "gpt_oss":  # GptOssConfig: window on even layers
-        types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
-                 for i in range(layers)]
-    elif types is None and not model_type.startswith("qwen"):  # Mistral, Mixtral: all
-        types = ["sliding_attention"] * layers
-    if isinstance(types, list) and set(types) == {"sliding_attention"} and len(types) == layers:
+    if types is None:
+        if model_type == "gpt_oss":
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                     for i in range(layers)]
+        elif qwen:
+            start = fields.count("max_window_layers", layers)
+            types = ["sliding_attention" if i >= start else "full_attention"
+                     for i in range(layers)]
+        else:
+            types = ["sliding_attention"] * layers
+    if not isinstance(types, list) or len(types) != layers:
+        raise MosaicInputError(f"{fields.where}: layer_types must list one kind per layer "
+                               f"({layers}), got {types!r:.80}")
+    if "sliding_attention" not in types:
+        return {}  # a window no layer uses
+    full = [kind != "sliding_attention" for kind in types]
+    if not any(full):
         return {"sliding_window": fields.int("sliding_window")}
-    if isinstance(types, list) and len(types) == layers and "sliding_attention" in types:
-        full = [kind != "sliding_attention" for kind in types]
-        every = next((n for n in range(2, layers + 1)
-                      if full == [(i + 1) % n == 0 for i in range(layers)]), None)
-        if every is not None:
-            return {"sliding_window": fields.int("sliding_window"), "full_attention_every": every}
+    every = next((n for n in range(2, layers + 1)
+                  if full == [(i + 1) % n == 0 for i in range(layers)]), None)
+    if every is not None:
+        return {"sliding_window": fields.int("sliding_window"), "full_attention_every": every}
     warnings.warn(f"{fields.where}: sliding_window {window} on layers no N-th-layer rule "
                   "describes: those layers are costed and exported as full causal attention "
                   "(docs/evidence/gpt_oss_attention.md)", SlidingWindowIgnoredWarning,

@@ -169,6 +169,8 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "sparsity": float(counts.sparsity),
         "split_factor": geometry.split_factor,
         "seq_len": seq_len,
+        "sliding_window": geometry.sliding_window,
+        "window_layers": geometry.window_layer_count,
         "flops_per_token": float(model_flops_per_token(counts)),
         "attention_flops_per_token": attention_flops_per_token(geometry, seq_len, causal=True),
         "lm_head_flops_per_token": lm_head_flops_per_token(geometry),
@@ -241,7 +243,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("sparsity S = 1 - N_act/N_tot", f"{summary['sparsity']:.4f}"),
         ("model FLOPs/token (6·N_act)", f"{summary['flops_per_token']:.4e}"),
         (
-            f"attention FLOPs/token (causal, T={summary['seq_len']})",
+            f"attention FLOPs/token (causal, T={summary['seq_len']}"
+            + (f"; {summary['sliding_window']}-key window on {summary['window_layers']} layers"
+               if summary.get("sliding_window") else "") + ")",
             f"{summary['attention_flops_per_token']:.4e}",
         ),
         ("LM-head FLOPs/token", f"{summary['lm_head_flops_per_token']:.4e}"),

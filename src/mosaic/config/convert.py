@@ -121,7 +121,7 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
     if model.sliding_window is not None:
         # the kernels skip the out-of-window tiles (docs/evidence/gpt_oss_attention.md), but
         # what GPT-OSS's sink attention costs is unmeasured and its runs already predict fast
-        notes.append(f"model.sliding_window {model.sliding_window}: FLOP counts take the "
+        notes.append(f"sliding window of {model.sliding_window} keys: FLOP counts take the "
                      "window; step time and memory cost its layers' attention as full causal "
                      "attention (docs/evidence/gpt_oss_attention.md)")
     mla = None if model.mla is None else MLAConfig(

@@ -115,6 +115,12 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--window-size", f"{g.sliding_window - 1},0"))
         if g.full_attention_every is not None:
             args.append(("--window-attn-skip-freq", str(g.full_attention_every)))
+        if spec.cp > 1:
+            # Transformer Engine's context parallelism takes a window only over a2a or
+            # all_gather (context_parallel.py asserts), Megatron's default is p2p
+            args.append(("--cp-comm-type", "a2a"))
+            unsupported.append("context parallelism over a2a (a sliding window needs it): "
+                               "costed as the ring")
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
     if g.is_hybrid:

@@ -32,7 +32,8 @@ from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 BYTE_VOCAB = 256  # byte-level fallback: one token per byte
 # Geometry features of other model families (mosaic.arch) that the paper's recipe lacks.
 _UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk_norm",
-                         "qkv_bias", "output_bias", "attention_sinks", "mtp_layers")
+                         "qkv_bias", "output_bias", "attention_sinks", "mtp_layers",
+                         "sliding_window")
 
 
 class _Strict(BaseModel):
