@@ -165,3 +165,13 @@ def test_job_with_plan_is_one_line_error(plans):
     result = runner.invoke(app, ["compare", str(JOB), str(plans[0])])
     assert result.exit_code == 2
     assert "compare two jobs (YAML) or two plans" in result.output
+
+
+def test_a_hybrid_model_has_no_loss_and_says_why_once():
+    """The paper's law describes transformers: a hybrid side gets no loss, the reason in
+    loss_note, and no extrapolation flags that would repeat it."""
+    doc = invoke_json("compare", str(ROOT / "examples" / "nemotron_3_nano_b200.yaml"),
+                      str(JOB))
+    assert doc["a"]["loss"] is None and "hybrid SSM/attention" in doc["a"]["loss_note"]
+    assert doc["a"]["law_extrapolation"] == []
+    assert doc["b"]["loss"] is not None and "loss_note" not in doc["b"]

@@ -50,16 +50,19 @@ def _job_inputs(path: Path, spec: Any) -> dict[str, Any]:
     return flatten(canonical_job_document(document, str(path), set()))
 
 
+NO_HYBRID_LOSS = ("no loss: the law is the paper's MoE transformers' (Sec. 4), not a "
+                  "hybrid SSM/attention model's")
+
+
 def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float | None, list[str]]:
     """Loss of the law at (N_tot, S, G, D) with non-embedding counts (Table 9 convention),
-    and the law's extrapolation flags; no loss for a hybrid SSM/attention model, which the
-    paper's transformer law does not describe."""
+    and the law's extrapolation flags; no loss (and no flags) for a hybrid SSM/attention
+    model, which the paper's transformer law does not describe (NO_HYBRID_LOSS says why)."""
     from mosaic.arch import count_parameters
     from mosaic.law.extrapolation import extrapolation_flags
 
     if geometry.is_hybrid:
-        return None, ["no loss: the law is the paper's MoE transformers' (Sec. 4), not a "
-                      "hybrid SSM/attention model's"]
+        return None, []
 
     counts = count_parameters(geometry)
     n_total, sparsity = float(counts.n_total), float(counts.sparsity)
@@ -101,7 +104,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "tokens": tokens, "loss": loss, "law_extrapolation": flags,
         # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
-        **({"loss_note": "; ".join(flags)} if loss is None else {}),
+        **({"loss_note": NO_HYBRID_LOSS} if loss is None else {}),
         "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
         "breakdown_s": doc["breakdown"],
         "memory_breakdown_bytes": doc["memory_breakdown"],
@@ -280,6 +283,10 @@ def render(document: dict[str, Any]) -> None:
              for message in side.get("law_extrapolation") or []]
     if flags:
         print_key_value_table("The loss law is extrapolating (its fitted data range)", flags)
+    no_loss = [(name, side["loss_note"]) for name, side in (("A", a), ("B", b))
+               if side.get("loss_note")]
+    if no_loss:
+        print_key_value_table("No loss from the law", no_loss)
     step_rows = [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['b'] - r['a']:+.4f}"]
                  for r in document["breakdown_s"] if abs(r["a"]) > 0 or abs(r["b"]) > 0]
     if step_rows:
