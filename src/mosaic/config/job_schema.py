@@ -296,6 +296,14 @@ def canonical_job_document(document: dict[str, Any], where: str,
     return {block: result[block] for block in KNOWN_BLOCKS if block in result}
 
 
+def field_value(field: str, text: str, where: str) -> Any:
+    """A field's value typed as text (``--set``, a studio form) as the YAML scalar it reads
+    as, except a release, kept as typed: 25.10 would read as the number 25.1."""
+    if field == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, text.strip()):
+        return text.strip()
+    return parse_yaml(text, where)
+
+
 def apply_overrides(document: dict[str, Any], overrides: list[str],
                     deprecated: set[str] | None = None, *, rules: Iterable[Rename] = JOB_RULES,
                     known: Iterable[str] = KNOWN_BLOCKS, min_depth: int = 2) -> dict[str, Any]:
@@ -319,9 +327,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
             continue  # a paper field that is not modelled
         if path[0] not in known:
             raise MosaicInputError(f"--set {item!r}: unknown block {parts[0]!r}")
-        value = parse_yaml(raw, f"--set {item!r}")
-        if path[-1] == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, raw.strip()):
-            value = raw.strip()  # as typed: 25.10 parses as the number 25.1
+        value = field_value(path[-1], raw, f"--set {item!r}")
         node = result
         for name in path[:-1]:
             child = node.get(name)

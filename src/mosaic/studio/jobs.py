@@ -24,13 +24,12 @@ from mosaic.config.job_schema import (
     KNOWN_BLOCKS,
     JobSpec,
     canonical_job_document,
+    field_value,
     job_from_document,
 )
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
-from mosaic.schema_validation import parse_yaml
-from mosaic.stacks.registry import STACK_VERSION_PATTERN
 
 WHERE = "job"  # the name validation messages start with ("job: batch: micro_seqs: ...")
 MODEL_SOURCES = ("ladder", "job", "hf")
@@ -131,7 +130,7 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
         if block in KNOWN_BLOCKS and block != "model" and field:
             text = str(value).strip()
             if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
-                document.setdefault(block, {})[field] = _scalar(field, text, key)
+                document.setdefault(block, {})[field] = field_value(field, text, key)
     parallelism = document.get("parallelism", {})
     if parallelism.get("sharding", "hsdp") != "hsdp":
         # the job file's shard group of hybrid sharding, which the form cannot clear, means
@@ -214,20 +213,12 @@ def export_yaml(job: StudioJob) -> str:
     return header + yaml.safe_dump(_typed(job.document), sort_keys=False)
 
 
-def _scalar(field: str, text: str, where: str = WHERE) -> Any:
-    """One form value as the YAML scalar it reads as; a release stays text (25.10 would
-    read as the number 25.1)."""
-    if field == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, text.strip()):
-        return text.strip()
-    return parse_yaml(text, where)
-
-
 def _typed(document: dict[str, Any]) -> dict[str, Any]:
     """Form text parsed as YAML scalars ("4" -> 4, "true" -> True) for a readable file."""
     out: dict[str, Any] = {}
     for block, fields in document.items():
         if isinstance(fields, dict):
-            out[block] = {k: (_scalar(k, v) if isinstance(v, str) else v)
+            out[block] = {k: (field_value(k, v, WHERE) if isinstance(v, str) else v)
                           for k, v in fields.items() if v is not None}
         else:
             out[block] = fields
