@@ -12,7 +12,7 @@ d98e8a6 (2026-08-22).
 from __future__ import annotations
 
 from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
-from mosaic.export.spec import ExportSpec, unexpressed
+from mosaic.export.spec import WINDOW_CP_NOTE, ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic FP8 recipe -> (--fp8-recipe, --fp8-format). Recipe names: TransformerConfig.fp8_recipe
@@ -116,11 +116,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         if g.full_attention_every is not None:
             args.append(("--window-attn-skip-freq", str(g.full_attention_every)))
         if spec.cp > 1:
-            # Transformer Engine's context parallelism takes a window only over a2a or
-            # all_gather (context_parallel.py asserts), Megatron's default is p2p
             args.append(("--cp-comm-type", "a2a"))
-            unsupported.append("context parallelism over a2a (a sliding window needs it): "
-                               "costed as the ring")
+            unsupported.append(WINDOW_CP_NOTE)
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
     if g.is_hybrid:

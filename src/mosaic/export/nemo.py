@@ -25,7 +25,7 @@ from mosaic.export.megatron import (
     attention_backend,
     dualpipe_note,
 )
-from mosaic.export.spec import ExportSpec, unexpressed
+from mosaic.export.spec import WINDOW_CP_NOTE, ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
 from mosaic.stacks.registry import parse_release
 
@@ -193,10 +193,9 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         model["window_size"] = [g.sliding_window - 1, 0]
         if g.full_attention_every is not None:
             model["window_attn_skip_freq"] = g.full_attention_every
-        if spec.cp > 1:  # TE takes a window with CP over a2a only (Bridge's Mistral sets it)
+        if spec.cp > 1:  # as Bridge's Mistral recipe sets it
             model["cp_comm_type"] = "a2a"
-            unsupported.append("context parallelism over a2a (a sliding window needs it): "
-                               "costed as the ring")
+            unsupported.append(WINDOW_CP_NOTE)
     if g.attention_sinks:
         unsupported.append("attention sinks (gpt-oss) need the gpt-oss model provider")
     if g.is_hybrid:

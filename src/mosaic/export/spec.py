@@ -8,6 +8,7 @@ from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
+from mosaic.perf.schedule import blocks_per_chunk
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -166,7 +167,7 @@ class ExportSpec:
         fraction = self.recompute_block_fraction
         if self.checkpointing != "full" or fraction is None:
             return None
-        per_chunk = -(-self.geometry.layers // (self.pp * self.vpp))
+        per_chunk = blocks_per_chunk(self.geometry.layers, self.pp * self.vpp)
         blocks = fraction * per_chunk
         return round(blocks), abs(blocks - round(blocks)) < 1e-6
 
@@ -218,7 +219,7 @@ class ExportSpec:
         assert pattern is not None
         if self.pp * self.vpp == 1:
             return pattern
-        per_segment = -(-len(pattern) // (self.pp * self.vpp))
+        per_segment = blocks_per_chunk(len(pattern), self.pp * self.vpp)
         return "|".join(pattern[start:start + per_segment]
                         for start in range(0, len(pattern), per_segment))
 
@@ -252,6 +253,11 @@ class ExportSpec:
     def moe_layer_pattern(self) -> list[int]:
         """1 for an MoE block, 0 for a dense one, per block."""
         return [int(self.geometry.is_moe_layer(i)) for i in range(self.geometry.layers)]
+
+
+# Transformer Engine takes a sliding window under context parallelism only over a2a or
+# all_gather (context_parallel.py asserts); Megatron's default cp_comm_type is p2p
+WINDOW_CP_NOTE = "context parallelism over a2a (a sliding window needs it): costed as the ring"
 
 
 def window_note(geometry: Geometry) -> str:

@@ -58,6 +58,8 @@ JAX_FLASH_BLOCK_TOKENS = 1024
 # Kernels the attention model costs from their GEMMs and HBM streaming (layer_costs), not
 # from the fitted flash-attention rate, so they take no relative-throughput multiplier.
 GEMM_COSTED_KERNELS = frozenset({"reference", "jax_flash"})
+# NVIDIA's libraries: cuDNN fused attention and FlashAttention-3 (Hopper and later)
+NVIDIA_ONLY_KERNELS = (AttentionKernel.CUDNN, AttentionKernel.FA3)
 
 
 _RELATIVE: dict[str, dict[str, dict[str, float]]] = fitted(
@@ -143,9 +145,6 @@ def resolve_attention_kernel(kernel: str | None, stack: str, device_name: str
             f"({device_name}); choose one of {', '.join(offered)}"
         )
     return AttentionKernelChoice(kernel, generation, rates["fwd"], rates["bwd"])
-
-
-NVIDIA_ONLY_KERNELS = (AttentionKernel.CUDNN, AttentionKernel.FA3)
 
 
 def runs_nvidia_kernels(device_name: str) -> bool:
