@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic.perf.plan import ParallelPlans, Sharding
+from mosaic.perf.schedule import blocks_per_chunk
 from mosaic.perf.workload import Workload
 
 
@@ -44,7 +45,7 @@ def _pipeline_split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, n
     if not workload.uneven_pipeline_stages:
         return (f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}",
                 _not_divisible(layers, chunks))
-    per_chunk = -(-layers // np.maximum(chunks, 1))
+    per_chunk = blocks_per_chunk(layers, np.maximum(chunks, 1))
     return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
             (chunks - 1) * per_chunk >= layers)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -213,6 +213,13 @@ def _moe_blocks_below(index: np.ndarray, geometry: Geometry) -> np.ndarray:
     return -(-past_prefix // moe.moe_every)
 
 
+def blocks_per_chunk(slots: Any, chunks: Any) -> Any:
+    """ceil(slots / chunks): the blocks (or pipeline slots) of each of the pp·vpp chunks a
+    pipeline cuts the layers into, the last chunk short (Megatron-Core's split with the
+    remainder last, and the '|' segments of a hybrid layer pattern); ints or arrays."""
+    return -(-slots // chunks)
+
+
 def _vocab_split_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage
                         ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(first block, end block, held) of each chunk a pipeline rank holds when the embedding
@@ -224,7 +231,7 @@ def _vocab_split_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage
     first rank when pp < 3)."""
     layers = geometry.layers
     slots = layers + 2
-    chunk = -(-slots // (plans.pp * plans.vpp))
+    chunk = blocks_per_chunk(slots, plans.pp * plans.vpp)
     rank = stage_rank(plans, stage)
     for c in range(int(plans.vpp.max())):
         start = (rank + c * plans.pp) * chunk
@@ -240,7 +247,7 @@ def _block_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     """(start, stop, held) of each chunk of ceil(L/(pp·vpp)) blocks a pipeline rank holds
     (:func:`stage_layer_counts`)."""
     layers = geometry.layers
-    chunk = -(-layers // (plans.pp * plans.vpp))
+    chunk = blocks_per_chunk(layers, plans.pp * plans.vpp)
     for c in range(int(plans.vpp.max())):
         if stage == "first":
             start = c * plans.pp * chunk
