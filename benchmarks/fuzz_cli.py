@@ -49,7 +49,10 @@ NASTY_SET_VALUES = ["!!python/object/apply:os.system ['true']", "!!python/name:o
                     "!!binary aGVsbG8=", "[", "{a: 1", "- a", ":", "'", HUGE_INT, "1e308",
                     ".nan", ".inf", "-.inf", "-1", "0", "null", "~", "true", "[1, 2]",
                     "{x: 1}", "2**63", "9223372036854775808", "1e-320", "&a [*a]", "*b",
-                    "!!set {a}", "!!timestamp 2001-12-14", "2001-12-14", "bf16", "fp4"]
+                    "!!set {a}", "!!timestamp 2001-12-14", "2001-12-14", "bf16", "fp4",
+                    # pipeline layouts: malformed, huge unrolls, wrong counts
+                    "Et|L", "'(t|)*99999999L'", "'E((t|)*3'", "'Et*-1|L'", "'Ett|mL'",
+                    "'E|(t*2|)*4L'"]
 
 
 def _dump(document: Any) -> str:
@@ -292,7 +295,8 @@ def _set_overrides(rng: random.Random) -> list[str]:
               "model.hybrid_pattern", "model.gdn.key_heads", "model.gdn.value_heads",
               "model.mamba.heads", "model.mamba.groups", "model.attention_output_gate",
               "model.activation", "model.sliding_window", "model.full_attention_every",
-              "performance.stack_version", "parallelism.hsdp_shard"]
+              "performance.stack_version", "parallelism.hsdp_shard",
+              "parallelism.pipeline_layout"]
     out = []
     for _ in range(rng.choice([1, 1, 2])):
         value = rng.choice(NASTY_SET_VALUES + NASTY_FLAG_NUMBERS)

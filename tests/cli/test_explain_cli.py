@@ -48,7 +48,7 @@ def test_json_reports_rule_breaking_lever_with_nulls():
 def test_perf_predicts_a_few_percent_mfu_for_the_example():
     result = runner.invoke(app, ["perf", EXAMPLE, "--json"])
     assert result.exit_code == 0, result.output
-    assert 0.02 <= json.loads(result.output)["mfu"] <= 0.05
+    assert 0.015 <= json.loads(result.output)["mfu"] <= 0.05  # the example's "~2% MFU"
 
 
 def test_measured_tokens_per_s_gives_the_gap():

@@ -62,6 +62,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
+    p.add_argument("--pipeline-model-parallel-layout", type=str)  # arguments.py: str
     choices = {"position-embedding-type": ["learned_absolute", "rope", "none"],
                "normalization": ["LayerNorm", "RMSNorm"],
                "moe-token-dispatcher-type": ["allgather", "alltoall", "flex"],

@@ -46,7 +46,7 @@ def test_the_slowest_stage_paces_the_step_by_hand():
                           chi_overlap=0.0, elementwise_traffic_factor=1.0)
     step = predict_step(workload, plan, MACHINE, calibration)
     block = dense_block_times(MACHINE, workload, plan)
-    t_first, t_last = (float(t[0]) for t in _vocab_stage_times(MACHINE, workload, plan))
+    t_first, t_last, _ = (float(t[0]) for t in _vocab_stage_times(MACHINE, workload, plan))
     per_block = float((block.compute + block.tp_communication)[0])
     # Two blocks + LM head and loss against three blocks: here the head (a 152k vocabulary)
     # outweighs a block, so the last rank paces the pipeline.

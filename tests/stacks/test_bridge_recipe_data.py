@@ -19,7 +19,8 @@ SETTING_KEYS = {"dispatcher", "ep_overlap", "recompute", "recompute_modules",
                 "full_iteration_cuda_graph", "tp_comm_overlap", "grad_reduce_in_fp32",
                 "offloaded_activation_layers", "cross_entropy", "fp8_param_gather",
                 "pad_to_capacity", "dispatch_fp8", "dp_comm_overlap", "moe_permute",
-                "recompute_block_fraction", "routing", "fp4_param_gather", "layer_cuda_graphs"}
+                "recompute_block_fraction", "routing", "fp4_param_gather", "layer_cuda_graphs",
+                "mtp_layers", "pipeline_layouts"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"}
 RECOMPUTE_MODULES = {"core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                      "shared_experts"}

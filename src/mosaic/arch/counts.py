@@ -290,12 +290,23 @@ def attention_params(geometry: Geometry) -> int:
     ) + params_attention_extras(geometry)
 
 
+# The norms of one MTP module besides its block's: the two input norms (HF checkpoint
+# ``enorm``/``hnorm``) and the head's norm (``shared_head.norm``); DeepSeek-V3 Sec. 2.2.
+MTP_MODULE_NORMS = 3
+
+
+def params_mtp_projection(d_model: ArrayLike) -> ArrayLike:
+    """The projection M ∈ R^{d×2d} of one MTP module (DeepSeek-V3 Sec. 2.2, Eq. 21), which
+    maps [norm(h); norm(embedding)] back to the model width."""
+    return 2 * d_model * d_model
+
+
 def params_mtp_module(counts: ParameterCounts, d_model: int, norm: NormKind, moe: bool) -> int:
     """One DeepSeek-V3 multi-token-prediction module (DeepSeek-V3 Sec. 2.2, Eq. 21).
 
-    A transformer block like the main model's last one, the projection M ∈ R^{d×2d}, the
-    two input norms (HF checkpoint ``enorm``/``hnorm``) and the head's norm
-    (``shared_head.norm``); the embedding and output head are shared with the main model.
+    A transformer block like the main model's last one, the projection M
+    (:func:`params_mtp_projection`) and :data:`MTP_MODULE_NORMS` norms; the embedding and
+    output head are shared with the main model.
     """
     block = counts.attention_per_layer + counts.norms_per_layer
     if moe:
@@ -303,7 +314,8 @@ def params_mtp_module(counts: ParameterCounts, d_model: int, norm: NormKind, moe
                   + counts.router_per_layer)
     else:
         block += counts.dense_ffn_per_layer
-    return int(block + 2 * d_model * d_model + 3 * params_per_norm(d_model, norm))
+    return int(block + params_mtp_projection(d_model)
+               + MTP_MODULE_NORMS * params_per_norm(d_model, norm))
 
 
 def count_parameters(geometry: Geometry) -> ParameterCounts:

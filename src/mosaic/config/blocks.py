@@ -194,6 +194,12 @@ class ParallelismBlock(_Strict):
         description="the embedding and the loss each take one layer slot when blocks are split "
                     "over pipeline stages (Megatron-LM --account-for-embedding-in-pipeline-split "
                     "and --account-for-loss-in-pipeline-split); pp·vpp must divide layers + 2")
+    pipeline_layout: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="the layers of every pipeline chunk (Megatron-Core "
+                    "--pipeline-model-parallel-layout): E embedding, t block, m MTP module, L "
+                    "loss, '|' between chunks, x*n and (...)*n repeats, e.g. Et*4|(t*4|)*14tmL; "
+                    "its chunk count sets vpp; None = the even split")
     ep_overlap: bool = Field(
         default=False,
         description="batch-level EP all-to-all overlap with another micro-batch's compute "

@@ -38,9 +38,12 @@ from mosaic.config.layout import (
     data_parallel,
     dispatcher_for,
     fp8_recipe_for,
+    layout_parallelism,
     parallelism_document,
     plan_from_blocks,
     recipe_defaults,
+    resolve_pipeline_layout,
+    with_recipe_mtp_modules,
 )
 from mosaic.config.recipes import RecipeSettings
 from mosaic.config.spelling import (
@@ -58,6 +61,7 @@ from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
+from mosaic.perf.pipeline_layout import PipelineLayout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
@@ -402,13 +406,16 @@ def _block(schema: type[BaseModel], document: dict[str, Any], name: str, where: 
 
 
 def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
-                geometry: Geometry, device_name: str, notes: list[str]) -> dict[str, Any]:
+                model: ModelBlock, geometry: Geometry, device_name: str, notes: list[str]
+                ) -> dict[str, Any]:
     """The settings the stack's recipe for this job's release chose (none without a
     ``performance.stack_version``), less those the job states."""
     if performance.stack_version is None:
         return {}
     stated = {name for block in (performance, parallelism) for name in block.model_fields_set
               if name in RecipeSettings.model_fields}
+    if model.mtp_layers is not None:
+        stated.add("mtp_layers")
     if "checkpointing" in performance.model_fields_set:
         stated.add("recompute")
     if performance.routing == "unknown":  # as in a run record: unknown is not a statement
@@ -455,7 +462,10 @@ def job_from_document(document: dict[str, Any], where: str,
         device_name, non_tn_fp8 = "", False  # an unknown system is reported later
     try:
         geometry: Geometry = geometry_from_model(model, notes, measured=False)
-        recipe = _job_recipe(performance, parallelism, geometry, device_name, notes)
+        parallelism = layout_parallelism(parallelism, notes)
+        recipe = _job_recipe(performance, parallelism, model, geometry, device_name, notes)
+        geometry = with_recipe_mtp_modules(geometry, recipe, notes)
+        recipe_layouts = recipe.pop("pipeline_layouts", None)
         dispatcher = dispatcher_for(parallelism.dispatcher or recipe.pop("dispatcher", None),
                                     performance.stack, device_name, geometry.is_moe, notes)
         fp8_recipe = _job_fp8_recipe(performance, notes)
@@ -521,6 +531,8 @@ def job_from_document(document: dict[str, Any], where: str,
             parallelism, batch, dp=dp, layers=geometry.layers, is_moe=geometry.is_moe,
             stack=workload.stack, checkpointing=Checkpointing.parse(checkpointing),
             measured=False, notes=notes, where=where)
+        workload = replace(workload, pipeline_layout=resolve_pipeline_layout(
+            parallelism, recipe_layouts, geometry, plan, notes))
     except MosaicInputError as exc:
         message = str(exc)
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"
@@ -656,7 +668,9 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
            if workload.dispatch_fp8 or explicit else {})
         | ({"tp_comm_overlap": workload.tp_comm_overlap}
            if workload.tp_comm_overlap or explicit else {})
-        | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {}),
+        | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {})
+        | ({"pipeline_layout": workload.pipeline_layout.text}
+           if _layout_applies(workload.pipeline_layout, row) else {}),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
         "performance": performance,
@@ -665,6 +679,11 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
                    else int(spec.plan.n_devices[0])},
         "hardware": hardware,
     }
+
+
+def _layout_applies(layout: PipelineLayout | None, row: dict[str, Any]) -> bool:
+    """Whether a stated pipeline layout splits this plan row (it has the layout's pp, vpp)."""
+    return layout is not None and (int(row["pp"]), int(row["vpp"])) == (layout.pp, layout.vpp)
 
 
 _JOB_BLOCKS: dict[str, type[BaseModel]] = {

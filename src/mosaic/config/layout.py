@@ -8,6 +8,8 @@ expert-parallel degree of an MoE run, which sets its cost; a job takes ep = 1.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mosaic.config.blocks import BatchBlock, ParallelismBlock
@@ -15,6 +17,13 @@ from mosaic.config.recipes import RecipeQuery, recipe_sources, recipes
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
 from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.pipeline_layout import (
+    LOSS,
+    MTP,
+    PipelineLayout,
+    expand_layout,
+    parse_pipeline_layout,
+)
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import (
     Dispatcher,
@@ -40,6 +49,9 @@ RECIPE_SETTINGS_NOT_APPLIED = {
 }
 # How the note on a vpp the stack chose begins (predict_job quotes it in a layout error).
 VPP_DEFAULT_NOTE = "parallelism.vpp not stated"
+# Recipe settings keyed by the pipeline shape (pp x vpp): applied once the plan is known
+# (:func:`resolve_pipeline_layout`), with a note of their own.
+PER_PIPELINE_SETTINGS = frozenset({"pipeline_layouts"})
 
 
 def dispatcher_from_name(name: str | None) -> Dispatcher:
@@ -114,7 +126,8 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
         notes.append(f"{RECIPE_NOTE}: ep_overlap=True in the recipe, not applied (a hybrid "
                      "model: Megatron-Core's combined 1F1B EP overlap schedules GPT models "
                      "only; docs/perf.md)")
-    applied = [name for name in given if name not in RECIPE_SETTINGS_NOT_APPLIED]
+    applied = [name for name in given
+               if name not in RECIPE_SETTINGS_NOT_APPLIED and name not in PER_PIPELINE_SETTINGS]
     if applied:
         listed = ", ".join(f"{name}={given[name]}" for name in applied)
         labels = "; ".join(dict.fromkeys(sources[name][1].label for name in applied))
@@ -275,6 +288,67 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         hsdp_shard=parallelism.hsdp_shard,
         sequence_parallel=sequence_parallel,
     )
+
+
+def layout_parallelism(parallelism: ParallelismBlock, notes: list[str]) -> ParallelismBlock:
+    """``parallelism`` with an unstated vpp set by its pipeline layout's chunk count
+    (Megatron-Core derives vpp from the layout: PipelineParallelLayerLayout.__init__);
+    a layout places the embedding and the loss itself, so vocab_in_pipeline_split beside it
+    is refused."""
+    text = parallelism.pipeline_layout
+    if text is None:
+        return parallelism
+    if parallelism.vocab_in_pipeline_split:
+        raise MosaicInputError("parallelism.pipeline_layout places the embedding and the loss "
+                               "itself; drop vocab_in_pipeline_split")
+    if parallelism.vpp is not None:
+        return parallelism
+    chunks = len(expand_layout(text))
+    if chunks % parallelism.pp:
+        raise MosaicInputError(f"parallelism.pipeline_layout {text!r}: {chunks} chunks is not "
+                               f"a multiple of pp={parallelism.pp}")
+    notes.append(f"{VPP_DEFAULT_NOTE}: {chunks // parallelism.pp} from the pipeline layout's "
+                 f"{chunks} chunks over pp={parallelism.pp}")
+    return parallelism.model_copy(update={"vpp": chunks // parallelism.pp})
+
+
+def resolve_pipeline_layout(parallelism: ParallelismBlock, recipe_layouts: dict[str, str] | None,
+                            geometry: Geometry, plan: ParallelPlans, notes: list[str]
+                            ) -> PipelineLayout | None:
+    """The stated pipeline layout, else the stack recipe's for the plan's pp and vpp (keys
+    ``PPxVPP``), validated against the model; None for the even split."""
+    pp, vpp = int(plan.pp[0]), int(plan.vpp[0])
+    text = parallelism.pipeline_layout
+    if text is None and recipe_layouts:
+        text = recipe_layouts.get(f"{pp}x{vpp}")
+        if text is None:
+            return None
+        text = _with_mtp_modules(text, geometry.mtp_layers)
+        notes.append(f"{RECIPE_NOTE}: pipeline_layout={text} (the stack's recipe for pp={pp}, "
+                     f"vpp={vpp}; docs/stacks.md)")
+    if text is None:
+        return None
+    return parse_pipeline_layout(text, pp, vpp, geometry.layers, geometry.mtp_layers)
+
+
+def with_recipe_mtp_modules(geometry: Geometry, recipe: dict[str, Any], notes: list[str]
+                            ) -> Geometry:
+    """``geometry`` with the MTP modules the recipe trains (``recipe['mtp_layers']``, popped;
+    present only where the model block leaves mtp_layers unstated), the "not stated" note
+    it replaces dropped (the recipe note lists the setting)."""
+    mtp = recipe.pop("mtp_layers", None)
+    if mtp is None or mtp == geometry.mtp_layers:
+        return geometry
+    notes[:] = [note for note in notes if not note.startswith("model.mtp_layers not stated")]
+    return replace(geometry, mtp_layers=mtp)
+
+
+def _with_mtp_modules(text: str, mtp_layers: int) -> str:
+    """A recipe's layout with the model's MTP modules just before the loss: the recipes
+    build the last chunk as blocks + ['mtp'] * mtp_num_layers + ['loss']
+    (Megatron-Bridge src/megatron/bridge/recipes/deepseek/deepseek_v3.py @ v0.2.0)."""
+    ending = re.search(f"{MTP}*{LOSS}$", text)
+    return text if ending is None else text[:ending.start()] + MTP * mtp_layers + LOSS
 
 
 def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> dict[str, object]:

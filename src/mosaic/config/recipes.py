@@ -39,6 +39,7 @@ from mosaic.config.blocks import (
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import list_devices
 from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.pipeline_layout import expand_layout
 from mosaic.schema_validation import SafeLoader, validate_mapping
 from mosaic.stacks import known_stacks
 from mosaic.stacks.registry import RELEASE_PATTERN
@@ -80,6 +81,26 @@ class RecipeSettings(_Strict):
     fp4_param_gather: bool | None = None
     max_nodes_per_token: int | None = Field(default=None, ge=1)
     fp8_glu_inputs: bool | None = None
+    # MTP modules the recipe trains (DeepSeek-V3 recipes: mtp_num_layers 1), where the model
+    # block leaves mtp_layers unstated
+    mtp_layers: int | None = Field(default=None, ge=0)
+    # the pipeline layout the recipe states for each pipeline shape, keyed PPxVPP (e.g.
+    # 16x1); MTP modules sit before the loss as the model has them (config.layout.
+    # resolve_pipeline_layout)
+    pipeline_layouts: dict[str, str] | None = None
+
+    @field_validator("pipeline_layouts")
+    @classmethod
+    def _layouts(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for shape, text in (value or {}).items():
+            if not re.fullmatch(r"[1-9]\d*x[1-9]\d*", shape):
+                raise ValueError(f"pipeline_layouts key {shape!r}: allowed: PPxVPP, e.g. 16x1")
+            pp, vpp = map(int, shape.split("x"))
+            chunks = len(expand_layout(text))
+            if chunks != pp * vpp:
+                raise ValueError(f"pipeline_layouts[{shape}] {text!r}: {chunks} chunks, not "
+                                 f"pp·vpp = {pp * vpp}")
+        return value
 
 
 class _ModelSignature(_Strict):

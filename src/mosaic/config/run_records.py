@@ -37,8 +37,11 @@ from mosaic.config.layout import (
     dispatcher_for,
     fp8_recipe_for,
     has_release_recipes,
+    layout_parallelism,
     plan_from_blocks,
     recipe_defaults,
+    resolve_pipeline_layout,
+    with_recipe_mtp_modules,
 )
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
 from mosaic.errors import MosaicInputError
@@ -439,9 +442,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     if entry.model.name is None:
         raise MosaicInputError("model.name: required in a run record (part of the group key)")
     geometry = geometry_from_model(entry.model, notes, measured=True)
-    if geometry.mtp_layers:
-        notes.append(f"model.mtp_layers={geometry.mtp_layers}: counted in the parameters, "
-                     "not in the step time (MTP modules not modelled)")
+    entry = entry.model_copy(update={
+        "parallelism": layout_parallelism(entry.parallelism, notes)})
     stack = get_stack(entry.stack).name if entry.stack else stack_label(entry.software)
     if stack == OTHER_STACK and entry.stack is None:
         what = "not stated" if entry.software is None else f"{entry.software!r} not recognised"
@@ -457,6 +459,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     recipe = recipe_defaults(stack, release, entry.software,
                              geometry, system.device.name, entry.precision,
                              geometry.moe is not None, stated, notes)
+    geometry = with_recipe_mtp_modules(geometry, recipe, notes)
     recipe_dispatcher = recipe.pop("dispatcher", None)
     workload = Workload(
         geometry=geometry,
@@ -496,10 +499,13 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         gdn_context_parallel=gdn_context_parallel(stack, release),
     )
     recompute = recipe.pop("recompute", None)
+    recipe_layouts = recipe.pop("pipeline_layouts", None)
     workload = replace(workload, **recipe)
     notes.append("optimizer not recorded: AdamW assumed")
     notes.extend(routing_assumptions(workload))
     plan = _plan(entry, stack, notes, recompute)
+    workload = replace(workload, pipeline_layout=resolve_pipeline_layout(
+        entry.parallelism, recipe_layouts, geometry, plan, notes))
     _check_layout(entry, plan.row(0))
     tokens_per_s, step_time_s = _measured(entry, notes)
     memory_gib = entry.measured.memory_gib
@@ -554,6 +560,8 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
         "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
         "expert_gemm": entry.expert_gemm is not None,
+        "pipeline_layouts": entry.parallelism.pipeline_layout is not None,
+        "mtp_layers": entry.model.mtp_layers is not None,
     }
     return frozenset(name for name, stated in given.items() if stated)
 

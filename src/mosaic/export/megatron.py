@@ -43,7 +43,7 @@ LAYER_GRAPH_DROPLESS_NOTE = ("per-layer CUDA graphs of a dropless MoE model: its
 MEGATRON_CORE_HANDLED = frozenset({
     "recompute_modules", "recompute_block_fraction", "cross_entropy", "grad_reduce_in_fp32",
     "offloaded_activation_layers", "optimizer_dtype", "dp_comm_overlap", "max_nodes_per_token",
-    "fp8_glu_inputs", "vocab_in_pipeline_split", "ep_overlap", "dispatch_fp8",
+    "fp8_glu_inputs", "vocab_in_pipeline_split", "pipeline_layout", "ep_overlap", "dispatch_fp8",
     "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule", "attention_kernel"})
 
 
@@ -170,14 +170,17 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
              ("--context-parallel-size", str(spec.cp)),
              ("--expert-model-parallel-size", str(spec.ep)),
              ("--expert-tensor-parallel-size", str(spec.etp))]
-    if spec.vpp > 1 and not g.is_hybrid:  # a hybrid pattern's '|' segments set it
+    if spec.pipeline_layout is not None:  # it sets vpp: arguments.py allows one of the two
+        args.append(("--pipeline-model-parallel-layout", spec.pipeline_layout))
+    elif spec.vpp > 1 and not g.is_hybrid:  # a hybrid pattern's '|' segments set it
         args.append(("--num-virtual-stages-per-pipeline-rank", str(spec.vpp)))
     if spec.vocab_in_pipeline_split:  # TransformerConfig account_for_*_in_pipeline_split
         args += [("--account-for-embedding-in-pipeline-split", None),
                  ("--account-for-loss-in-pipeline-split", None)]
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append(dualpipe_note(spec, "Megatron-LM"))
-    if spec.uneven_stages and not g.is_hybrid:  # a hybrid's '|' segments carry the split
+    if spec.uneven_stages and not g.is_hybrid and spec.pipeline_layout is None:
+        # (a hybrid's '|' segments or a stated layout carry the split)
         unsupported.append(f"uneven pipeline stages ({g.layers} layers on pp·vpp = "
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"

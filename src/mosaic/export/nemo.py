@@ -256,6 +256,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if spec.vocab_in_pipeline_split:
         model |= {"account_for_embedding_in_pipeline_split": True,
                   "account_for_loss_in_pipeline_split": True}
+    if spec.pipeline_layout is not None:  # TransformerConfig pipeline_model_parallel_layout
+        model["pipeline_model_parallel_layout"] = spec.pipeline_layout
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append(dualpipe_note(spec, "Megatron-Bridge"))
     if spec.offloaded_activation_layers:  # ModelParallelConfig cpu_offloading(_num_layers)

@@ -9,6 +9,7 @@ from typing import Any
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.schedule import blocks_per_chunk
+from mosaic.perf.workload import Workload
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -78,6 +79,9 @@ class ExportSpec:
     attention_kernel: str | None = None
     fsdp_gather: str | None = None
     vocab_in_pipeline_split: bool = False
+    # the stated pipeline layout (Megatron-Core --pipeline-model-parallel-layout) where it
+    # splits this plan (its pp and vpp), else None
+    pipeline_layout: str | None = None
     routing_imbalance: float | None = None
     # the stack's pipeline schedule trait (stacks.yaml pipeline_schedule; 'dualpipe' for
     # the dualpipe stack) and the GPUs per node of the job's system (None: not known, e.g. a plan)
@@ -306,12 +310,21 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
                           else str(workload.attention_kernel)),
         fsdp_gather=None if workload.fsdp_gather is None else str(workload.fsdp_gather),
         vocab_in_pipeline_split=workload.vocab_in_pipeline_split,
+        pipeline_layout=_applied_layout(workload, plan),
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=_gpus_per_node(job.system_name),
         stack_version=getattr(job, "stack_version", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
+
+
+def _applied_layout(workload: Workload, plan: dict[str, Any]) -> str | None:
+    """The workload's stated pipeline layout where it splits the exported plan row."""
+    layout = workload.pipeline_layout
+    if layout is None or (int(plan["pp"]), int(plan["vpp"])) != (layout.pp, layout.vpp):
+        return None
+    return layout.text
 
 
 def _gpus_per_node(system_name: str) -> int | None:
@@ -333,7 +346,8 @@ WORKLOAD_SETTINGS: dict[str, object] = {
     "dp_comm_overlap": True, "max_nodes_per_token": None, "fp8_glu_inputs": False,
     "expert_gemm": "grouped", "fsdp_keep_gathered": False, "loss_chunks": 1,
     "torch_compile": None, "moe_permute": None, "attention_kernel": None,
-    "fsdp_gather": None, "vocab_in_pipeline_split": False, "routing_imbalance": None,
+    "fsdp_gather": None, "vocab_in_pipeline_split": False, "pipeline_layout": None,
+    "routing_imbalance": None,
     "ep_overlap": False, "dispatch_fp8": False, "tp_comm_overlap": False,
     "full_iteration_cuda_graph": False, "layer_cuda_graphs": False, "pipeline_schedule": None,
 }

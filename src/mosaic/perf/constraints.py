@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic.perf.plan import ParallelPlans, Sharding
-from mosaic.perf.schedule import blocks_per_chunk
+from mosaic.perf.schedule import blocks_per_chunk, laid_out
 from mosaic.perf.workload import Workload
 
 
@@ -34,9 +34,15 @@ def _not_divisible(numerator: np.ndarray | int, denominator: np.ndarray | int) -
     return (denominator <= 0) | (np.mod(numerator, np.maximum(denominator, 1)) != 0)
 
 
-def _pipeline_split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray]:
+def _pipeline_split_rule(workload: Workload, plans: ParallelPlans) -> tuple[str, np.ndarray]:
     """Even stages: pp·vpp divides the layers. Uneven stages: chunks of ceil(L/(pp·vpp))
-    blocks with the remainder short, so every chunk keeps at least one block."""
+    blocks with the remainder short, so every chunk keeps at least one block. A stated
+    pipeline layout splits the plans of its pp and vpp itself (validated when read)."""
+    rule, violated = _split_rule(workload, plans.pp * plans.vpp)
+    return rule, violated & ~laid_out(plans, workload.pipeline_layout)
+
+
+def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray]:
     layers = workload.geometry.layers
     if workload.vocab_in_pipeline_split:
         # Megatron-LM asserts (layers + 1 + 1) % pp == 0 with both account-for flags.
@@ -61,7 +67,6 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
     geometry = workload.geometry
     moe = geometry.moe
     experts = moe.experts if moe else 1
-    stage_layers = plans.pp * plans.vpp
     micro_batches_per_step = plans.dp * plans.micro_batch
     expert_domain = plans.tp * plans.cp * plans.dp  # ranks an MoE layer repartitions (Eq. 24)
     rules = [
@@ -76,7 +81,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             & _not_divisible(plans.tp, geometry.kv_heads),
         ),
         (f"tp={{tp}} must divide ffn={geometry.ffn}", _not_divisible(geometry.ffn, plans.tp)),
-        *([_pipeline_split_rule(workload, stage_layers)] if split_stated else []),
+        *([_pipeline_split_rule(workload, plans)] if split_stated else []),
         (
             f"cp={{cp}} must divide seq_len={workload.seq_len}",
             _not_divisible(workload.seq_len, plans.cp),

@@ -36,13 +36,19 @@ from typing import Literal
 import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, HybridLayer, count_parameters
-from mosaic.arch.counts import hybrid_mixer_parameters
+from mosaic.arch.counts import (
+    MTP_MODULE_NORMS,
+    hybrid_mixer_parameters,
+    params_mtp_projection,
+    params_per_norm,
+)
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import materialises_scores, stack_default_kernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
+from mosaic.perf.pipeline_layout import PipelineLayout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routed_load_factor
 from mosaic.perf.schedule import (
@@ -54,6 +60,7 @@ from mosaic.perf.schedule import (
     lm_head_stage,
     middle_stage_can_be_heaviest,
     mirror_in_flight_microbatches,
+    mtp_modules,
     n_microbatches,
     stage_hybrid_counts,
     stage_layer_counts,
@@ -259,12 +266,12 @@ class StageParameters:
 
 @plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
-                     remainder_last: bool = False, vocab_in_split: bool = False
-                     ) -> StageParameters:
+                     remainder_last: bool = False, vocab_in_split: bool = False,
+                     layout: PipelineLayout | None = None) -> StageParameters:
     """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
     counts = count_parameters(geometry)
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, remainder_last,
-                                            vocab_in_split)
+                                            vocab_in_split, layout)
     dense_blocks = blocks - moe_blocks
     tp = plans.tp.astype(float)
     expert_split = (plans.ep * plans.etp).astype(float)
@@ -278,6 +285,15 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     if geometry.is_hybrid:
         return _hybrid_stage_parameters(geometry, plans, stage, remainder_last,
                                         vocab_in_split, embedding, head, experts_per_block)
+    # An MTP module's block is among the stage's blocks (schedule.mtp_modules); its
+    # projection is column-parallel over TP (Megatron-Core MultiTokenPredictionLayer
+    # eh_proj, gather_output=False), its norms replicated, and its rank builds an input
+    # embedding of its own (GPTModel: "if self.pre_process or self.mtp_process: self.embedding
+    # = LanguageModelEmbedding(...)", megatron/core/models/gpt/gpt_model.py @ d98e8a64dd).
+    mtp = mtp_modules(geometry, plans, stage, layout)
+    embedding = np.where((mtp > 0) & (embedding == 0), counts.embedding / tp, embedding)
+    mtp_split = mtp * params_mtp_projection(geometry.d_model) / tp
+    mtp_replicated = mtp * MTP_MODULE_NORMS * params_per_norm(geometry.d_model, geometry.norm)
     dense_block = (counts.attention_per_layer + counts.dense_ffn_per_layer) / tp
     moe_block_tp = (counts.attention_per_layer + counts.shared_experts_per_layer) / tp
     dense_block_total = dense_block + counts.norms_per_layer
@@ -292,10 +308,10 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
         np.where(moe_blocks > 0, moe_block_total - experts_per_block, 0.0),
     )
     return _stage_parameters_with_units(
-        dense=dense_blocks * dense_block + moe_blocks * moe_block_tp,
+        dense=dense_blocks * dense_block + moe_blocks * moe_block_tp + mtp_split,
         replicated=blocks * counts.norms_per_layer
         + moe_blocks * counts.router_per_layer
-        + np.where(lm_head, counts.final_norm, 0),
+        + np.where(lm_head, counts.final_norm, 0) + mtp_replicated,
         expert=moe_blocks * experts_per_block, embedding=embedding, head=head,
         largest_block=largest_block, largest_block_without_experts=largest_block_without_experts)
 
@@ -356,10 +372,11 @@ def rank_parameters(workload: Workload, plans: ParallelPlans, stage: Stage
     DeepSeek-V3 report Table 2), the largest block or unit being the larger of the two."""
     geometry, uneven = workload.geometry, workload.uneven_pipeline_stages
     vocab_split = workload.vocab_in_pipeline_split
-    own = stage_parameters(geometry, plans, stage, uneven, vocab_split)
+    layout = workload.pipeline_layout
+    own = stage_parameters(geometry, plans, stage, uneven, vocab_split, layout)
     if not uses_dualpipe(workload):
         return own
-    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split)
+    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split, layout)
     pipelined = plans.pp > 1
     summed = ("dense", "replicated", "vocab", "expert")
     return StageParameters(**{
@@ -981,10 +998,18 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     recompute = np.where(lm_head, np.maximum(
         recompute - logits_bytes(workload, plans, head_stage), 0.0), recompute)
     head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
+    # an MTP module's projection input [norm(h); norm(embedding)] is two layer inputs wide
+    # and saved for its backward with the module's block (counted among the blocks)
+    layout = workload.pipeline_layout
+    mtp_inputs = 2 * mtp_modules(workload.geometry, plans, stage, layout) * layer_input_bytes(
+        workload, plans)
+    mirror_mtp_inputs = 2 * mtp_modules(workload.geometry, plans, MIRROR_STAGE[stage], layout) * (
+        layer_input_bytes(workload, plans)) if uses_dualpipe(workload) else 0.0
     in_flight = in_flight_microbatches(workload, plans, stage)
     resident = resident_block_fraction(workload, blocks)
     mirror_in_flight = mirror_in_flight_microbatches(workload, plans, stage)
-    return ((in_flight * per_microbatch + mirror_in_flight * per_microbatch_mirror) * resident
+    return ((in_flight * (per_microbatch + mtp_inputs)
+             + mirror_in_flight * (per_microbatch_mirror + mirror_mtp_inputs)) * resident
             + recompute + head_inputs)
 
 
@@ -997,7 +1022,8 @@ def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: S
         return _stage_hybrid_activations(workload, plans, stage)
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
                                             workload.uneven_pipeline_stages,
-                                            workload.vocab_in_pipeline_split)
+                                            workload.vocab_in_pipeline_split,
+                                            workload.pipeline_layout)
     dense_blocks = blocks - moe_blocks
     # The working sets first: activation_bytes_per_layer's plan_key sets then gather these
     # per-key values instead of computing them again (factorise._parent_values).
@@ -1075,7 +1101,11 @@ def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.n
     elements = (tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
                 / workload.loss_chunks)
     per_element = loss_bytes_per_logit(workload, plans)
-    return np.where(_holds_lm_head(plans, stage), per_element * elements, 0.0)
+    # Each MTP module's logits and loss come from the same output layer on the same rank,
+    # all computed in the forward pass and held to the backward (Megatron-Core
+    # multi_token_prediction.py process_mtp_loss, called from GPTModel's post-processing).
+    losses = 1 + workload.geometry.mtp_layers
+    return np.where(_holds_lm_head(plans, stage), losses * per_element * elements, 0.0)
 
 
 # --- Buffers -----------------------------------------------------------------------------
@@ -1128,7 +1158,8 @@ def communication_buffer_bytes(
     if workload.geometry.moe is not None:
         _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
                                            workload.uneven_pipeline_stages,
-                                           workload.vocab_in_pipeline_split)
+                                           workload.vocab_in_pipeline_split,
+                                           workload.pipeline_layout)
         buffers = buffers + np.where(layout.ep_sends & (moe_blocks > 0), layout.ep_send, 0.0)
     return buffers
 
@@ -1295,14 +1326,15 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     # stage terms below (and the time model's) read them inside their own plan_key sets,
     # which gather these remembered per-key values instead of recomputing them
     # (factorise._parent_values).
-    if workload.geometry.is_hybrid:
-        return _heaviest_of(workload, plans, candidate_stages(workload.geometry, plans))
+    if workload.geometry.is_hybrid or workload.pipeline_layout is not None:
+        return _heaviest_of(workload, plans, candidate_stages(
+            workload.geometry, plans, workload.pipeline_layout))
     middle = middle_stage_can_be_heaviest(workload.geometry)
     stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
     for stage in stages:
         stage_layer_counts.per_key(workload.geometry, plans, stage,
                                    workload.uneven_pipeline_stages,
-                                   workload.vocab_in_pipeline_split)
+                                   workload.vocab_in_pipeline_split, workload.pipeline_layout)
     reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
     terms = {stage: _stage_terms(workload, plans, stage) for stage in stages}
     best = _stage_total(terms["first"], reserve)

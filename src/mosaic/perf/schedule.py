@@ -30,6 +30,7 @@ import numpy as np
 from mosaic.arch import Geometry, HybridLayer
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
+from mosaic.perf.pipeline_layout import MTP, PipelineLayout
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -81,28 +82,35 @@ def pp_transfers_overlap_compute(workload: Workload, plans: ParallelPlans) -> np
 
 
 def stage_rank(plans: ParallelPlans, stage: Stage) -> np.ndarray:
-    """Pipeline rank of a named stage: 0, pp − 1, or for ``middle`` rank 1, the first rank
-    that holds only blocks (rank 0 when pp < 3); a rank index r where it holds only blocks
-    (0 < r < pp − 1), else rank 0."""
+    """Pipeline rank of a named stage in each plan (:func:`rank_of_stage`)."""
+    return rank_of_stage(plans.pp, stage)
+
+
+def rank_of_stage(pp: np.ndarray, stage: Stage) -> np.ndarray:
+    """Pipeline rank of a named stage among ``pp`` ranks: 0, pp − 1, or for ``middle`` rank
+    1, the first rank that holds only blocks (rank 0 when pp < 3); a rank index r where it
+    holds only blocks (0 < r < pp − 1), else rank 0."""
     if isinstance(stage, int):
-        return np.where((stage > 0) & (stage < plans.pp - 1), stage, 0)
+        return np.where((stage > 0) & (stage < pp - 1), stage, 0)
     if stage == "first":
-        return np.zeros_like(plans.pp)
+        return np.zeros_like(pp)
     if stage == "last":
-        return plans.pp - 1
-    return np.where(plans.pp > 2, 1, 0)
+        return pp - 1
+    return np.where(pp > 2, 1, 0)
 
 
-def candidate_stages(geometry: Geometry, plans: ParallelPlans) -> tuple[Stage, ...]:
+def candidate_stages(geometry: Geometry, plans: ParallelPlans,
+                     layout: PipelineLayout | None = None) -> tuple[Stage, ...]:
     """The pipeline ranks that can pace the step or hold the most memory: the first and the
     last, a middle one (rank 1) where dense and MoE blocks mix
-    (:func:`middle_stage_can_be_heaviest`), and for a hybrid model every rank, since its
-    pattern can put any mix of layers anywhere."""
+    (:func:`middle_stage_can_be_heaviest`), and every rank for a hybrid model, since its
+    pattern can put any mix of layers anywhere, or under a stated ``layout``, which can."""
     if geometry.is_hybrid:
         return ("first", *range(1, int(plans.pp.max()) - 1), "last")
-    if middle_stage_can_be_heaviest(geometry):
-        return ("first", "middle", "last")
-    return ("first", "last")
+    middle: tuple[Stage, ...] = ("middle",) if middle_stage_can_be_heaviest(geometry) else ()
+    if layout is not None:
+        return ("first", *middle, *range(1, layout.pp - 1), "last")
+    return ("first", *middle, "last")
 
 
 def middle_stage_can_be_heaviest(geometry: Geometry) -> bool:
@@ -272,7 +280,7 @@ def _stage_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage, remain
 @plan_key("pp", "vpp", remember=without_top_k)
 def stage_layer_counts(
     geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
-    vocab_in_split: bool = False,
+    vocab_in_split: bool = False, layout: PipelineLayout | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(blocks, MoE blocks) on the first or last pipeline rank (or a ``middle`` one).
 
@@ -285,7 +293,9 @@ def stage_layer_counts(
     ``vocab_in_split`` the embedding and the loss take one slot each
     (:func:`_vocab_split_chunks`); without it a ``middle`` rank (rank 1) holds full
     chunks, whose real indices lie past a dense prefix the first rank holds. A hybrid
-    model's blocks are its pattern's layers, its MoE blocks the 'E' layers.
+    model's blocks are its pattern's layers, its MoE blocks the 'E' layers. A stated
+    ``layout`` (:mod:`mosaic.perf.pipeline_layout`) sets the blocks of the plans with its pp
+    and vpp. MTP modules (:func:`mtp_modules`) count as blocks of their rank.
     """
     blocks = np.zeros_like(plans.pp)
     moe_blocks = np.zeros_like(plans.pp)
@@ -295,7 +305,56 @@ def stage_layer_counts(
         moe_in_chunk = _moe_blocks_below(stop, geometry)
         moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry)
         moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
+    if layout is not None:
+        stated = laid_out(plans, layout)
+        rank = layout_rank(layout, stage)
+        ranges = layout.block_ranges(rank)
+        blocks = np.where(stated, sum(stop - start for start, stop in ranges), blocks)
+        moe_blocks = np.where(stated, sum(
+            int(_moe_blocks_below(np.array(stop), geometry))
+            - int(_moe_blocks_below(np.array(start), geometry)) for start, stop in ranges),
+            moe_blocks)
+    mtp = mtp_modules(geometry, plans, stage, layout)
+    if geometry.mtp_layers:
+        blocks = blocks + mtp
+        moe_blocks = moe_blocks + (mtp if mtp_block_is_moe(geometry) else 0)
     return blocks, moe_blocks
+
+
+def laid_out(plans: ParallelPlans, layout: PipelineLayout | None) -> np.ndarray:
+    """Per plan, whether the stated ``layout`` sets its split (its pp and vpp match)."""
+    if layout is None:
+        return np.zeros(len(plans), dtype=bool)
+    return (plans.pp == layout.pp) & (plans.vpp == layout.vpp)
+
+
+def layout_rank(layout: PipelineLayout, stage: Stage) -> int:
+    """The rank of ``stage`` in the pipeline of ``layout`` (:func:`rank_of_stage`)."""
+    return int(rank_of_stage(np.asarray(layout.pp), stage))
+
+
+def mtp_modules(geometry: Geometry, plans: ParallelPlans, stage: Stage,
+                layout: PipelineLayout | None = None) -> np.ndarray:
+    """Multi-token-prediction modules on the rank of ``stage`` (DeepSeek-V3 report Sec. 2.2):
+    where a stated ``layout`` puts its ``m`` symbols, else every one on the last pipeline
+    rank, Megatron-Core's placement without a custom layout
+    (megatron/core/transformer/multi_token_prediction.py ``mtp_on_this_rank``: "assumes all
+    MTP layers (if any) are placed on the last pipeline stage"; NVIDIA/Megatron-LM @
+    d98e8a64dd). Each holds a transformer block, which :func:`stage_layer_counts` counts
+    with the rank's blocks (:func:`mtp_block_is_moe` says of which kind)."""
+    default = np.where(stage_rank(plans, stage) == plans.pp - 1, geometry.mtp_layers, 0)
+    if layout is None or not geometry.mtp_layers:
+        return default
+    return np.where(laid_out(plans, layout), layout.count(layout_rank(layout, stage), MTP),
+                    default)
+
+
+def mtp_block_is_moe(geometry: Geometry) -> bool:
+    """Whether an MTP module's transformer block is an MoE block: it is built like the
+    main model's last block (Megatron-Core models/gpt/gpt_layer_specs.py
+    get_gpt_mtp_block_spec_for_backend: "the spec for the last layer of decoder block";
+    DeepSeek-V3's MTP modules are MoE blocks)."""
+    return geometry.is_moe_layer(geometry.layers - 1)
 
 
 @plan_key("pp", "vpp", remember=without_top_k)
@@ -350,7 +409,8 @@ def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
     uneven = workload.uneven_pipeline_stages
     n_mb = n_microbatches(workload, plans)
     stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, uneven,
-                                                     workload.vocab_in_pipeline_split))
+                                                     workload.vocab_in_pipeline_split,
+                                                     workload.pipeline_layout))
               for stage in ("first", "last")}
     return Schedule(
         n_microbatches=n_mb, first=stages["first"], last=stages["last"],

@@ -60,6 +60,7 @@ from mosaic.perf.layer_costs import (
     BlockTimes,
     dense_block_times,
     expert_all_to_all_s,
+    gemm_s,
     moe_block_times,
     weighted_block_times,
 )
@@ -84,11 +85,14 @@ from mosaic.perf.schedule import (
     bubble_fraction,
     candidate_stages,
     fsdp_gathered_through_step,
+    laid_out,
     middle_stage_can_be_heaviest,
+    mtp_modules,
     n_microbatches,
     pp_transfers_overlap_compute,
     stage_hybrid_counts,
     stage_layer_counts,
+    stage_rank,
     uses_dualpipe,
     vocab_ends_share_a_rank,
 )
@@ -181,8 +185,9 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans,
     # under uneven stages, or MoE every k-th block).
     geometry = workload.geometry
     names: tuple[Stage, ...]
-    if geometry.is_hybrid:  # any rank can hold the heaviest mix of layers
-        names = candidate_stages(geometry, plans)
+    if geometry.is_hybrid or workload.pipeline_layout is not None:
+        # any rank can hold the heaviest mix of layers
+        names = candidate_stages(geometry, plans, workload.pipeline_layout)
     else:
         middle = middle_stage_can_be_heaviest(geometry) and (
             workload.uneven_pipeline_stages or geometry.moe.moe_every > 1)
@@ -227,7 +232,8 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes | HybridL
         blocks = _sum(counts.values())
         return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, True),
                 blocks, counts[HybridLayer.MOE])
-    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, uneven, vocab_in_split)
+    blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, uneven, vocab_in_split,
+                                            workload.pipeline_layout)
     kinds = ((dense, blocks - moe_blocks, "compute_mlp"), (moe, moe_blocks, "compute_experts"))
     return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, False), blocks,
             moe_blocks)
@@ -353,8 +359,12 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
 
 @plan_key("tp", "cp", "micro_batch", remember=without_top_k)
 def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlans
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """(t_first, t_last) per micro-batch: embedding; LM head GEMMs + cross-entropy."""
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t_first, t_last, t_mtp) per micro-batch: the embedding; the LM head GEMMs and the
+    cross-entropy of the main loss and of every MTP module's loss, all through the one
+    output layer on the loss's rank (Megatron-Core multi_token_prediction.py
+    process_mtp_loss, from GPTModel's post-processing); one MTP module's own work besides
+    its transformer block (:func:`_mtp_module_extra_s`), on the module's rank."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     vocab_shard = geometry.vocab / plans.tp
@@ -362,10 +372,24 @@ def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlan
                        machine.hbm_bw_bytes_per_s, machine.sm_count, params=machine.gemm_params)
     cross_entropy = streaming_time_s(tokens * vocab_shard * CROSS_ENTROPY_BYTES_PER_LOGIT,
                                      machine.hbm_bw_bytes_per_s)
-    t_last = 3 * head + cross_entropy
+    t_last = (1 + geometry.mtp_layers) * (3 * head + cross_entropy)
     t_first = streaming_time_s(tokens * geometry.d_model * EMBEDDING_BYTES_PER_TOKEN_PER_D,
                                machine.hbm_bw_bytes_per_s)
-    return t_first, t_last
+    t_mtp = (_mtp_module_extra_s(machine, workload, plans, tokens, t_first)
+             if geometry.mtp_layers else np.zeros(len(plans)))
+    return t_first, t_last, t_mtp
+
+
+def _mtp_module_extra_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                        tokens: np.ndarray, embedding_s: np.ndarray) -> np.ndarray:
+    """Per micro-batch, one MTP module's work besides its transformer block and its loss
+    (DeepSeek-V3 report Sec. 2.2; Megatron-Core MultiTokenPredictionLayer): the embedding
+    of the shifted tokens (``embedding_s``, the first rank's lookup) and the projection of
+    [norm(h); norm(embedding)] from 2d to d (eh_proj, column-parallel over TP, at the GEMM
+    precision; forward and two backward GEMMs)."""
+    d_model = workload.geometry.d_model
+    projection = gemm_s(machine, workload, tokens, d_model / plans.tp, 2 * d_model)
+    return embedding_s + 3 * projection
 
 
 def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
@@ -399,21 +423,36 @@ def balanced_vocab_stage_s(vocab_per_mb: np.ndarray, t_first: np.ndarray, t_last
     return np.where(pp > 1, pipelined, n_mb * (t_first + t_last))
 
 
-@plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe", "t_first", "t_last"))
+@plan_key(*STAGE_BLOCKS_KEY, carried=("dense", "moe", "t_first", "t_last", "t_mtp"))
 def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans,
                               dense: BlockTimes | HybridLayerTimes, moe: BlockTimes,
-                              t_first: np.ndarray, t_last: np.ndarray
+                              t_first: np.ndarray, t_last: np.ndarray, t_mtp: np.ndarray
                               ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray,
                                          np.ndarray]:
-    """The stage that paces the pipeline when the embedding and the loss take pipeline
-    slots: the slowest of the first (blocks + embedding), a middle (blocks only) and the
-    last (blocks + LM head and loss) rank. Returns its block terms per micro-batch, its
-    block and MoE-block counts and its vocabulary seconds per micro-batch."""
-    one_stage = plans.pp == 1
-    vocab = {"first": np.where(one_stage, t_first + t_last, t_first),
-             "middle": np.zeros(len(plans)), "last": np.where(one_stage, 0.0, t_last)}
-    return _slowest([(*_stage(workload, plans, dense, moe, stage, True), vocab[stage])
-                     for stage in ("first", "middle", "last")])
+    """The stage that paces the pipeline when the embedding, the loss and the MTP modules
+    take pipeline slots (vocab_in_pipeline_split, or a stated pipeline layout): the slowest
+    candidate rank (the first, a middle one, the last; every rank under a layout), each
+    with its blocks and its vocabulary work (:func:`_rank_vocab_s`). Returns its block terms
+    per micro-batch, its block and MoE-block counts and its vocabulary seconds per
+    micro-batch."""
+    layout = workload.pipeline_layout
+    stages = (("first", "middle", "last") if layout is None
+              else candidate_stages(workload.geometry, plans, layout))
+    return _slowest([(*_stage(workload, plans, dense, moe, stage,
+                              workload.vocab_in_pipeline_split),
+                      _rank_vocab_s(workload, plans, stage, t_first, t_last, t_mtp))
+                     for stage in stages])
+
+
+def _rank_vocab_s(workload: Workload, plans: ParallelPlans, stage: Stage,
+                  t_first: np.ndarray, t_last: np.ndarray, t_mtp: np.ndarray) -> np.ndarray:
+    """Vocabulary seconds per micro-batch of the rank of ``stage``: the embedding on rank 0,
+    the LM head and losses on the last rank (both on a single stage), and each MTP module's
+    own work on the rank holding it (schedule.mtp_modules)."""
+    rank = stage_rank(plans, stage)
+    held_mtp = mtp_modules(workload.geometry, plans, stage, workload.pipeline_layout)
+    return (np.where(rank == 0, t_first, 0.0) + np.where(rank == plans.pp - 1, t_last, 0.0)
+            + held_mtp * t_mtp)
 
 
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
@@ -841,7 +880,7 @@ def _heaviest_stage_parameters(workload: Workload, plans: ParallelPlans) -> Stag
     """The parameters of the pipeline rank that holds the most (of
     :func:`~mosaic.perf.schedule.candidate_stages`; the later rank on a tie): what the
     data-parallel collectives and the optimizer step move."""
-    stages = candidate_stages(workload.geometry, plans)
+    stages = candidate_stages(workload.geometry, plans, workload.pipeline_layout)
     params = rank_parameters(workload, plans, stages[-1])
     for stage in reversed(stages[:-1]):
         other = rank_parameters(workload, plans, stage)
@@ -888,12 +927,25 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     else:
         dense = dense_block_times(machine, workload, plans)
         block = moe_block_times(machine, workload, plans) if geometry.moe else dense
-    t_first, t_last = _vocab_stage_times(machine, workload, plans)
-    if workload.vocab_in_pipeline_split:
+    t_first, t_last, t_mtp = _vocab_stage_times(machine, workload, plans)
+    # Without a stated layout the MTP modules sit with the loss on the last rank.
+    t_last_all = t_last + geometry.mtp_layers * t_mtp
+    layout = workload.pipeline_layout
+    # the plans whose embedding, loss and MTP modules take pipeline slots
+    slotted = laid_out(plans, layout) | workload.vocab_in_pipeline_split
+    if slotted.any():
         block_terms, blocks, moe_blocks, vocab_per_mb = _slowest_stage_with_vocab(
-            workload, plans, dense, block, t_first, t_last)
-    else:
-        block_terms, blocks, moe_blocks = _heaviest_stage_blocks(workload, plans, dense, block)
+            workload, plans, dense, block, t_first, t_last, t_mtp)
+    if not slotted.all():
+        default_terms, default_blocks, default_moe = _heaviest_stage_blocks(
+            workload, plans, dense, block)
+        if slotted.any():  # a stated layout, and plans of another pp or vpp
+            block_terms = {name: np.where(slotted, values, default_terms[name])
+                           for name, values in block_terms.items()}
+            blocks = np.where(slotted, blocks, default_blocks)
+            moe_blocks = np.where(slotted, moe_blocks, default_moe)
+        else:
+            block_terms, blocks, moe_blocks = default_terms, default_blocks, default_moe
     pipeline_p2p = _pipeline_send_recv(machine, workload, plans,
                                        block.forward * blocks / plans.vpp)
     attention_core_per_mb = block_terms.pop("attention_core_recompute") + block_terms[
@@ -941,13 +993,18 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     block_dispatch_floor_s = n_mb * t_disp * (1 + f_bubble)
     routed_expert_s = n_mb * routed_per_mb * (1 + f_bubble)
     if vocab_ends_share_a_rank(workload):
-        breakdown["vocab_stage"] = shared_rank_vocab_stage_s(t_first, t_last, n_mb, f_bubble,
-                                                             plans.pp)
-    elif workload.vocab_in_pipeline_split:
-        breakdown["vocab_stage"] = balanced_vocab_stage_s(vocab_per_mb, t_first, t_last, n_mb,
-                                                          f_bubble, plans.pp)
+        breakdown["vocab_stage"] = shared_rank_vocab_stage_s(t_first, t_last_all, n_mb,
+                                                             f_bubble, plans.pp)
+    elif slotted.all():
+        breakdown["vocab_stage"] = balanced_vocab_stage_s(vocab_per_mb, t_first, t_last_all,
+                                                          n_mb, f_bubble, plans.pp)
+    elif slotted.any():
+        breakdown["vocab_stage"] = np.where(
+            slotted, balanced_vocab_stage_s(vocab_per_mb, t_first, t_last_all, n_mb, f_bubble,
+                                            plans.pp),
+            vocab_stage_s(t_first, t_last_all, n_mb, f_bubble, plans.pp))
     else:
-        breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last, n_mb, f_bubble, plans.pp)
+        breakdown["vocab_stage"] = vocab_stage_s(t_first, t_last_all, n_mb, f_bubble, plans.pp)
 
     fwd_block = block.forward
     bwd_block = block.compute - block.forward

@@ -1,0 +1,140 @@
+"""A stated pipeline layout: which layers each pipeline chunk holds.
+
+Megatron-Core's ``--pipeline-model-parallel-layout`` (TransformerConfig
+``pipeline_model_parallel_layout``; megatron/core/transformer/pipeline_parallel_layer_layout.py,
+NVIDIA/Megatron-LM @ d98e8a64dd) names the layers of every virtual pipeline chunk in a
+string: ``E`` the embedding, ``t`` a transformer (decoder) block, ``m`` an MTP module, ``L``
+the loss (LM head and cross-entropy); ``|`` ends a chunk, ``x*n`` repeats one symbol,
+``(...)*n`` a group, and commas are cosmetic. Chunk ``c`` of the ``pp·vpp`` chunks runs on
+pipeline rank ``c mod pp`` as its virtual stage ``c div pp``; decoder blocks are numbered
+in chunk order. Megatron-Bridge's DeepSeek-V3 recipes state such layouts, e.g.
+``Et|(tt|)*30mL`` for pp = 8, vpp = 4 (scripts/performance/configs/deepseek/
+deepseek_llm_pretrain.py @ v0.2.0), so that the ranks holding the embedding, the MTP module
+and the loss hold fewer blocks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from mosaic.errors import MosaicInputError
+
+EMBEDDING, BLOCK, MTP, LOSS = "E", "t", "m", "L"
+SYMBOLS = (EMBEDDING, BLOCK, MTP, LOSS)
+_GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
+_REPEAT = re.compile(r"(.)\*(\d+)")
+
+
+# The most symbols an unrolled layout may hold: every layer of the largest model mosaic
+# accepts, one per chunk with separators, with room to spare (mosaic.limits).
+MAX_UNROLLED_SYMBOLS = 1_000_000
+
+
+def expand_layout(text: str) -> tuple[str, ...]:
+    """The chunks of a layout string in order, repetitions unrolled (Megatron-Core
+    PipelineParallelLayerLayout.parse_str_to_list's grammar; nested groups unroll from the
+    inside)."""
+    flat = text.replace(",", "").replace(" ", "")
+
+    def unrolled(match: re.Match[str]) -> str:
+        body, times = match.group(1), int(match.group(2))
+        if len(flat) + len(body) * times > MAX_UNROLLED_SYMBOLS:
+            raise MosaicInputError(
+                f"parallelism.pipeline_layout {text!r}: unrolls to more than "
+                f"{MAX_UNROLLED_SYMBOLS:,} symbols")
+        return body * times
+
+    while _GROUP.search(flat):
+        flat = _GROUP.sub(unrolled, flat)
+    flat = _REPEAT.sub(unrolled, flat)
+    unknown = sorted(set(flat) - set(SYMBOLS) - {"|"})
+    if unknown:
+        raise MosaicInputError(
+            f"parallelism.pipeline_layout {text!r}: unknown symbol(s) {', '.join(unknown)}; "
+            f"allowed: E (embedding), t (transformer block), m (MTP module), L (loss), "
+            f"'|' between chunks, x*n and (...)*n repeats")
+    return tuple(flat.split("|"))
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """The layers of every pipeline chunk (``chunks[c]``, chunk ``c`` on rank ``c mod pp``)."""
+
+    text: str
+    pp: int
+    chunks: tuple[str, ...]
+
+    @property
+    def vpp(self) -> int:
+        return len(self.chunks) // self.pp
+
+    @cached_property
+    def _first_block(self) -> tuple[int, ...]:
+        """Index of the first decoder block of each chunk (blocks numbered in chunk order)."""
+        starts, seen = [], 0
+        for chunk in self.chunks:
+            starts.append(seen)
+            seen += chunk.count(BLOCK)
+        return tuple(starts)
+
+    def rank_chunks(self, rank: int) -> tuple[int, ...]:
+        """The chunk indices pipeline rank ``rank`` runs, virtual stage by virtual stage."""
+        return tuple(range(rank, len(self.chunks), self.pp))
+
+    def block_ranges(self, rank: int) -> tuple[tuple[int, int], ...]:
+        """(first block, end block) of each chunk of ``rank`` (end exclusive)."""
+        return tuple((self._first_block[c], self._first_block[c] + self.chunks[c].count(BLOCK))
+                     for c in self.rank_chunks(rank))
+
+    def total(self, symbol: str) -> int:
+        """How many ``symbol`` layers the whole layout places."""
+        return sum(chunk.count(symbol) for chunk in self.chunks)
+
+    def count(self, rank: int, symbol: str) -> int:
+        """How many ``symbol`` layers rank ``rank`` holds."""
+        return sum(self.chunks[c].count(symbol) for c in self.rank_chunks(rank))
+
+
+def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
+                          mtp_layers: int) -> PipelineLayout:
+    """Validate a layout against the job's pipeline and model as Megatron-Core does
+    (PipelineParallelLayerLayout.__init__ and validate_layer_layout): the chunk count a
+    multiple of pp (it sets vpp), the embedding first and the loss last, each once, every
+    block and MTP module placed, MTP modules after every block and in the last virtual
+    stage of their rank."""
+    where = f"parallelism.pipeline_layout {text!r}"
+    chunks = expand_layout(text)
+    if len(chunks) % pp:
+        raise MosaicInputError(f"{where}: {len(chunks)} chunks is not a multiple of "
+                               f"pp={pp} (each rank runs chunks/pp virtual stages)")
+    if vpp is not None and len(chunks) != pp * vpp:
+        raise MosaicInputError(f"{where}: {len(chunks)} chunks, but pp·vpp = {pp}·{vpp} = "
+                               f"{pp * vpp}; state vpp={len(chunks) // pp} or another layout")
+    flat = "".join(chunks)
+    if not flat.startswith(EMBEDDING) or not flat.endswith(LOSS):
+        raise MosaicInputError(f"{where}: the layout must start with the embedding E and end "
+                               "with the loss L")
+    if flat.count(EMBEDDING) != 1 or flat.count(LOSS) != 1:
+        raise MosaicInputError(f"{where}: E and L must appear exactly once each")
+    if flat.count(BLOCK) != layers:
+        raise MosaicInputError(f"{where}: places {flat.count(BLOCK)} transformer blocks (t); "
+                               f"the model has layers={layers}")
+    if flat.count(MTP) != mtp_layers:
+        raise MosaicInputError(f"{where}: places {flat.count(MTP)} MTP modules (m); the model "
+                               f"has mtp_layers={mtp_layers}")
+    if MTP in flat and BLOCK in flat[flat.index(MTP):]:
+        raise MosaicInputError(f"{where}: MTP modules (m) must come after every block (t)")
+    layout = PipelineLayout(text=text, pp=pp, chunks=chunks)
+    for rank in range(pp):
+        held = layout.rank_chunks(rank)
+        if any(MTP in chunks[c] for c in held[:-1]):
+            raise MosaicInputError(f"{where}: pipeline rank {rank} holds MTP modules before "
+                                   "its last virtual stage (Megatron-Core requires them in "
+                                   "the last one)")
+        last = chunks[held[-1]].count(MTP)
+        if last and last != mtp_layers:
+            raise MosaicInputError(f"{where}: all MTP modules must sit in one chunk "
+                                   f"(Megatron-Core); rank {rank} holds {last} of {mtp_layers}")
+    return layout

@@ -1,0 +1,156 @@
+"""Stated pipeline layouts (Megatron-Core --pipeline-model-parallel-layout) and MTP modules:
+the grammar and its rules, the blocks each rank holds, and what the MTP module costs in time
+and memory (hand counts against Megatron-Core's placement)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mosaic.arch import AttentionKind, Geometry, MLAConfig, MoEConfig, count_parameters
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import Cluster, get_system
+from mosaic.perf.calibration import default_calibration
+from mosaic.perf.constraints import plan_violations
+from mosaic.perf.layer_costs import gemm_s
+from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import logits_bytes, stage_parameters
+from mosaic.perf.pipeline_layout import expand_layout, parse_pipeline_layout
+from mosaic.perf.plan import concatenate_plans, single_plan
+from mosaic.perf.schedule import n_microbatches, stage_layer_counts
+from mosaic.perf.shapes import tokens_per_rank
+from mosaic.perf.step_time import _vocab_stage_times, predict_step
+from mosaic.perf.workload import Workload
+
+# DeepSeek-V3's shape (report Table/config.json): 61 blocks, the first 3 dense, one MTP module
+DSV3 = Geometry(layers=61, d_model=7168, heads=128, kv_heads=128, head_dim=128, ffn=18432,
+                vocab=129280, attention=AttentionKind.MLA,
+                mla=MLAConfig(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                            qk_rope_head_dim=64, v_head_dim=128),
+                moe=MoEConfig(experts=256, top_k=8, expert_ffn=2048, shared_experts=1,
+                            shared_expert_ffn=2048, dense_layers=3),
+                mtp_layers=1)
+BRIDGE_PP16 = "Et*4|(t*4|)*14tmL"  # Megatron-Bridge deepseek_v3.py layout_map[(16, 1)]
+MACHINE = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=32), "bf16")
+BARE = replace(default_calibration(), stack_overhead={}, chi_a2a=0.0, chi_pp=0.0,
+               chi_overlap=0.0, elementwise_traffic_factor=1.0)
+
+
+def test_the_grammar_unrolls_as_megatron_core_documents_it():
+    # PipelineParallelLayerLayout.parse_str_to_list's docstring example
+    chunks = expand_layout("Ettt|(tt|)*29,m|L")
+    assert chunks == ("Ettt", *["tt"] * 29, "m", "L")
+    assert expand_layout(BRIDGE_PP16) == ("Etttt", *["tttt"] * 14, "tmL")
+    with pytest.raises(MosaicInputError, match="unknown symbol"):
+        expand_layout("Et|x|L")
+
+
+@pytest.mark.parametrize("text, pp, vpp, match", [
+    ("Et*4|(t*4|)*14tmL", 16, None, None),
+    ("Et*4|(t*4|)*14tmL", 8, None, None),  # 16 chunks: vpp 2
+    ("Et*4|(t*4|)*14tmL", 16, 2, "pp·vpp = 16·2"),
+    ("Et*4|(t*4|)*14tmL", 6, None, "not a multiple of pp=6"),
+    ("Et*4|(t*4|)*14tL", 16, None, "places 0 MTP modules"),
+    ("Et*4|(t*4|)*13tmL|t", 16, None, "end with the loss"),
+    ("Et*3|(t*4|)*14tmL", 16, None, "places 60 transformer blocks"),
+    ("Et*4|(t*4|)*13t*3m|ttL", 16, None, "after every block"),
+])
+def test_layouts_are_checked_as_megatron_core_checks_them(text, pp, vpp, match):
+    if match is None:
+        layout = parse_pipeline_layout(text, pp, vpp, DSV3.layers, DSV3.mtp_layers)
+        assert layout.pp * layout.vpp == 16
+    else:
+        with pytest.raises(MosaicInputError, match=match):
+            parse_pipeline_layout(text, pp, vpp, DSV3.layers, DSV3.mtp_layers)
+
+
+def test_an_mtp_module_must_sit_in_its_ranks_last_virtual_stage():
+    # pp=2, vpp=2: chunk 1 (rank 1's first virtual stage) may not hold the MTP module
+    with pytest.raises(MosaicInputError, match="before its last virtual stage"):
+        parse_pipeline_layout("Et*30|t*31m|L|", 2, 2, 61, 1)
+
+
+def test_each_rank_holds_its_chunks_blocks():
+    # "Et|(tt|)*30mL" on pp=8, vpp=4 (Megatron-Bridge's H100 DeepSeek-V3 layout): rank r runs
+    # chunks r, r+8, r+16, r+24, and chunk c >= 1 holds blocks 2c-1 and 2c. Rank 0: blocks 0,
+    # 15-16, 31-32, 47-48 (7; block 0 dense, 6 MoE); rank 1: 1-2, 17-18, 33-34, 49-50 (8;
+    # blocks 1 and 2 dense, 6 MoE); rank 7: 13-14, 29-30, 45-46 and the last chunk (m, L): 6
+    # MoE blocks and the MTP module, which counts as one more MoE block.
+    layout = parse_pipeline_layout("Et|(tt|)*30mL", 8, 4, 61, 1)
+    plans = concatenate_plans([single_plan(pp=8, vpp=4, dp=4, ep=32),
+                         single_plan(pp=8, vpp=1, dp=4, ep=32)])
+    got = {stage: tuple(int(v[0]) for v in stage_layer_counts(DSV3, plans, stage, False, False,
+                                                               layout))
+           for stage in ("first", "middle", "last")}
+    assert got == {"first": (7, 6), "middle": (8, 6), "last": (7, 7)}
+    # a plan of another vpp splits the default way: a full chunk of ceil(61/8) = 8 MoE
+    # blocks on the last rank, and the MTP module there (Megatron-Core's placement without a
+    # layout): (blocks, MoE blocks) = (9, 9)
+    assert [int(v[1]) for v in stage_layer_counts(DSV3, plans, "last", False, False, layout)
+            ] == [9, 9]
+
+
+def test_a_layout_lifts_the_even_split_rule_for_its_own_pipeline_shape():
+    layout = parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1)
+    workload = Workload(geometry=DSV3, global_batch=2048, seq_len=4096, pipeline_layout=layout)
+    plans = concatenate_plans([single_plan(pp=16, vpp=1, dp=16, ep=8),
+                         single_plan(pp=16, vpp=2, dp=16, ep=8)])
+    split = [v for v in plan_violations(workload, plans, 256) if "must divide layers" in v.rule]
+    assert [bool(x) for x in split[0].violated] == [False, True]
+
+
+def test_the_workload_refuses_a_layout_of_another_model():
+    layout = parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1)
+    with pytest.raises(MosaicInputError, match="places a different number"):
+        Workload(geometry=replace(DSV3, mtp_layers=0), global_batch=2048, seq_len=4096,
+                 pipeline_layout=layout)
+
+
+def test_the_mtp_module_costs_its_block_projection_and_loss_by_hand():
+    # One stage (pp = 1): the MTP module adds one MoE block per micro-batch, and to the
+    # vocabulary work its embedding lookup, its 2d -> d projection (three GEMMs) and a second
+    # LM head and loss (Megatron-Core MultiTokenPredictionLayer, process_mtp_loss).
+    plan = single_plan(dp=64, ep=64)
+    with_mtp = Workload(geometry=DSV3, global_batch=512, seq_len=4096)
+    without = replace(with_mtp, geometry=replace(DSV3, mtp_layers=0))
+    t_first, t_last, t_mtp = (float(t[0]) for t in _vocab_stage_times(MACHINE, with_mtp, plan))
+    t_first0, t_last0, t_mtp0 = (float(t[0]) for t in _vocab_stage_times(MACHINE, without, plan))
+    assert (t_first, t_mtp0) == (t_first0, 0.0)
+    assert t_last == pytest.approx(2 * t_last0)
+    tokens = tokens_per_rank(with_mtp, plan)
+    projection = float(gemm_s(MACHINE, with_mtp, tokens, 7168, 2 * 7168)[0])
+    assert t_mtp == pytest.approx(t_first + 3 * projection)
+    a, b = (predict_step(w, plan, MACHINE, BARE) for w in (with_mtp, without))
+    n_mb = float(n_microbatches(with_mtp, plan)[0])
+    vocab = a.analytic_breakdown_s["vocab_stage"][0] - b.analytic_breakdown_s["vocab_stage"][0]
+    assert vocab == pytest.approx(n_mb * (t_last0 + t_mtp))
+    experts = a.analytic_breakdown_s["compute_experts"][0] / b.analytic_breakdown_s[
+        "compute_experts"][0]
+    assert experts == pytest.approx(59 / 58)  # 58 MoE blocks + the MTP module's
+
+
+def test_the_recipe_layout_moves_the_loss_and_mtp_off_the_pacing_rank():
+    # pp=16 without a layout: every rank 4 blocks (ceil 61/16), the last also the MTP module
+    # and both losses; with Bridge's layout the last rank holds one block besides them.
+    plan = single_plan(pp=16, vpp=1, dp=16, ep=8)
+    default = Workload(geometry=DSV3, global_batch=2048, seq_len=4096)
+    laid = replace(default, pipeline_layout=parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1))
+    slow, fast = (predict_step(w, plan, MACHINE, BARE).step_time_s[0] for w in (default, laid))
+    assert fast < slow
+
+
+def test_mtp_memory_on_the_last_rank_by_hand():
+    # tp = ep = 1, pp = 2: the last rank holds the MTP module (a block like the last one, the
+    # 2d x d projection, three norms) and, for it, a copy of the input embedding (GPTModel
+    # builds one where mtp_process); its logits and loss buffers double.
+    plan = single_plan(pp=2, dp=4)
+    counts = count_parameters(DSV3)
+    last = stage_parameters(DSV3, plan, "last").total[0]
+    last0 = stage_parameters(replace(DSV3, mtp_layers=0), plan, "last").total[0]
+    assert last - last0 == int(counts.mtp) + 129280 * 7168
+    first = stage_parameters(DSV3, plan, "first").total[0]
+    assert first == stage_parameters(replace(DSV3, mtp_layers=0), plan, "first").total[0]
+    workload = Workload(geometry=DSV3, global_batch=64, seq_len=4096)
+    without = replace(workload, geometry=replace(DSV3, mtp_layers=0))
+    assert logits_bytes(workload, plan, "last")[0] == 2 * logits_bytes(without, plan, "last")[0]
+    assert np.all(logits_bytes(workload, plan, "first") == 0)
