@@ -152,3 +152,22 @@ def test_the_ladder_rung_as_a_backbone_gives_the_ladders_grid():
 def test_a_missing_backbone_file_names_the_flag():
     out = CliRunner().invoke(app, ["plan", "--backbone", "no/such/config.json"])
     assert out.exit_code == 2 and "--backbone no/such/config.json: no such file" in out.output
+
+
+def test_a_backbone_plan_names_its_candidates_by_depth_and_width_and_keeps_its_notes(tmp_path):
+    # A windowed backbone (GPT-OSS style: a 16-key window on alternate layers): the plan says
+    # what the step time leaves out of it, and its candidates are L x d variants (no ladder q).
+    config = tmp_path / "config.json"
+    layer_types = ["sliding_attention", "full_attention"] * (TOY_QWEN["num_hidden_layers"] // 2)
+    config.write_text(json.dumps(TOY_QWEN | {"sliding_window": 16, "use_sliding_window": True,
+                                             "layer_types": layer_types}))
+    args = ["plan", "--backbone", str(config), "--layers", "4,8", "--experts", "8,16",
+            "--nodes", "1", "--days", "0.05", "--global-batch", "64", "--tpp", "1:1000000",
+            "--s-min", "0", "--workers", "1"]
+    document = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert any("sliding window of 16 keys" in line for line in document["assumptions"]["model"])
+    optimum = document["uncertainty"]["optimum"]
+    assert optimum["q"] == 0 and optimum["layers"] in (4, 8) and optimum["d_model"] == 256
+    text = CliRunner().invoke(app, args).stdout
+    assert "model: sliding window of 16 keys" in text
+    assert f"L={optimum['layers']} d=256 E={optimum['experts']}" in text and "q=0" not in text

@@ -519,6 +519,7 @@ def plan(
         return
     render.print_envelope(result, cost, calibration.name)
     render.print_optimum(document["optimum"])
+    render.print_model_notes(document["assumptions"])
     render.print_coverage(document["optimum"]["coverage_summary"])
     render.print_ranking(result, top, uncertainty)
     render.print_comparison(document["model_flops_comparison"])

@@ -11,7 +11,7 @@ from mosaic.plan.cost import RunCost
 from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
-from mosaic.report.plan_report import infeasible_summary, layout_text
+from mosaic.report.plan_report import geometry_label, infeasible_summary, layout_text
 
 GIB = 2**30
 
@@ -187,10 +187,16 @@ def print_comparison(document: dict[str, Any]) -> None:
         ])
 
 
+def print_model_notes(assumptions: dict[str, Any]) -> None:
+    """What the performance model leaves out of a --backbone model, one line each."""
+    for line in assumptions.get("model", []):
+        typer.echo(f"model: {line}")
+
+
 def print_uncertainty(document: dict[str, Any]) -> None:
     def label(c: dict[str, Any]) -> str:
         low, high = c["loss_interval"]
-        return (f"q={c['q']} E={c['experts']} K={c['top_k']} G={c['split_factor']}: "
+        return (f"{geometry_label(c)}: "
                 f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]")
 
     print_key_value_table(
@@ -227,8 +233,7 @@ def print_cheapest(document: dict[str, Any]) -> None:
         rows.append(("cost (USD)", f"{choice['cost_usd']:,.0f}"))
     optimum = choice["optimum"]
     rows += [("optimum loss", f"{choice['loss']:.4f}"),
-             ("geometry", f"q={optimum['q']} E={optimum['experts']} K={optimum['top_k']} "
-                          f"G={optimum['split_factor']} S={optimum['sparsity']:.4f}")]
+             ("geometry", f"{geometry_label(optimum)} S={optimum['sparsity']:.4f}")]
     print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}", rows)
 
 

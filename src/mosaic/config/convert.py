@@ -107,6 +107,22 @@ def _default(value: object, field: str, default: object, notes: list[str], why: 
     return default
 
 
+def sliding_window_note(window: int) -> str:
+    """What mosaic does with a sliding attention window: the kernels skip the out-of-window
+    tiles (docs/evidence/gpt_oss_attention.md), but what GPT-OSS's sink attention costs is
+    unmeasured and its runs already predict fast, so only the FLOP counts take it."""
+    return (f"sliding window of {window} keys: FLOP counts take the window; step time and "
+            "memory cost its layers' attention as full causal attention "
+            "(docs/evidence/gpt_oss_attention.md)")
+
+
+def geometry_modelling_notes(geometry: Geometry) -> list[str]:
+    """What the performance model leaves out of a model it is given whole (e.g. a
+    ``--backbone``): the notes a model block's conversion would add for these fields."""
+    return [] if geometry.sliding_window is None else [sliding_window_note(
+        geometry.sliding_window)]
+
+
 def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) -> Geometry:
     """The :class:`Geometry` of a model block (rules: docs/schema.md)."""
     attention = _attention(model)
@@ -119,11 +135,7 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
     norm = _default(model.norm, "model.norm", "layernorm", notes, "the paper's pre-LN, A.1")
     mtp = _default(model.mtp_layers, "model.mtp_layers", 0, notes, "no MTP modules")
     if model.sliding_window is not None:
-        # the kernels skip the out-of-window tiles (docs/evidence/gpt_oss_attention.md), but
-        # what GPT-OSS's sink attention costs is unmeasured and its runs already predict fast
-        notes.append(f"sliding window of {model.sliding_window} keys: FLOP counts take the "
-                     "window; step time and memory cost its layers' attention as full causal "
-                     "attention (docs/evidence/gpt_oss_attention.md)")
+        notes.append(sliding_window_note(model.sliding_window))
     mla = None if model.mla is None else MLAConfig(
         kv_lora_rank=model.mla.kv_lora_rank, qk_nope_head_dim=model.mla.qk_nope_head_dim,
         qk_rope_head_dim=model.mla.qk_rope_head_dim, v_head_dim=model.mla.v_head_dim,

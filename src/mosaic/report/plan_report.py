@@ -117,12 +117,27 @@ def exponents_document(exponents: AllocationExponents) -> dict[str, Any]:
     }
 
 
+def geometry_identity(result: PlanResult, row: int) -> dict[str, int]:
+    """The axes that name a candidate geometry: the ladder rung q (0 for a backbone grid),
+    its depth and width, E, K and G."""
+    grid = result.grid
+    return {"q": int(grid.q[row]), "layers": int(grid.layers[row]),
+            "d_model": int(grid.d_model[row]), "experts": int(grid.experts[row]),
+            "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row])}
+
+
+def geometry_label(candidate: dict[str, Any]) -> str:
+    """'q=12 E=96 K=2 G=4' for a ladder rung, 'L=32 d=3584 E=256 K=8 G=9' for a backbone
+    variant (q = 0), from a candidate document."""
+    shape = (f"q={candidate['q']}" if candidate.get("q") else
+             f"L={candidate['layers']} d={candidate['d_model']}")
+    return (f"{shape} E={candidate['experts']} K={candidate['top_k']} "
+            f"G={candidate['split_factor']}")
+
+
 def uncertainty_document(uncertainty: Uncertainty, result: PlanResult) -> dict[str, Any]:
     def short(row: int) -> dict[str, Any]:
-        grid = result.grid
-        return {"q": int(grid.q[row]), "experts": int(grid.experts[row]),
-                "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row]),
-                **uncertainty.summary(row)}
+        return {**geometry_identity(result, row), **uncertainty.summary(row)}
 
     return {
         "samples": uncertainty.samples,

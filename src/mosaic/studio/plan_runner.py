@@ -240,10 +240,12 @@ def _render(document: dict[str, Any]) -> str:
 
 
 def _summary(document: dict[str, Any]) -> dict[str, Any]:
+    from mosaic.report.plan_report import geometry_label
+
     o = document["optimum"]
     e = document["envelope"]
     return {"cluster": f"{e['nodes']} × {e['system']}", "days": e["days"],
-            "geometry": f"q={o['q']} E={o['experts']} K={o['top_k']} G={o['split_factor']}",
+            "geometry": geometry_label(o),
             "sparsity": o["sparsity"], "n_active": o["n_active"], "tokens": o["tokens"],
             "mfu": o["mfu"], "loss": o["loss"], "trainable": document["counts"]["trainable"],
             "geometries": document["counts"]["geometries"]}

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.config.convert import geometry_modelling_notes
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, best_layout, take_prediction
@@ -20,6 +21,7 @@ from mosaic.plan.analysis import ModelFlopsComparison, compare_model_flops, spar
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import PlanResult, candidate_workload
 from mosaic.plan.uncertainty import Uncertainty
+from mosaic.report.plan_report import geometry_identity
 
 GIB = 2**30
 TOP_BREAKDOWNS = 3  # layouts shown side by side
@@ -108,10 +110,8 @@ def assumptions_document(law: ScalingLaw, calibration: Calibration,
 
 def uncertainty_rows(uncertainty: Uncertainty, result: PlanResult) -> list[dict[str, Any]]:
     """P(optimal), interval and regret of every trainable candidate (ranking order)."""
-    grid = result.grid
-    return [{"q": int(grid.q[row]), "experts": int(grid.experts[row]),
-             "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row]),
-             **uncertainty.summary(int(row))} for row in uncertainty.rows]
+    return [{**geometry_identity(result, int(row)), **uncertainty.summary(int(row))}
+            for row in uncertainty.rows]
 
 
 def plan_report_blocks(result: PlanResult, law: ScalingLaw, calibration: Calibration,
@@ -119,6 +119,10 @@ def plan_report_blocks(result: PlanResult, law: ScalingLaw, calibration: Calibra
                        comparison: ModelFlopsComparison | None = None) -> dict[str, Any]:
     """The blocks added to `mosaic plan --json` for the report."""
     blocks: dict[str, Any] = {"assumptions": assumptions_document(law, calibration)}
+    backbone = result.grid.backbone
+    model_notes = [] if backbone is None else geometry_modelling_notes(backbone)
+    if model_notes:  # what the performance model leaves out of the user's model
+        blocks["assumptions"]["model"] = model_notes
     if result.optimum_index is not None:
         comparison = comparison or compare_model_flops(result, law)
         blocks["sparsity_frontier"] = frontier_document(result, law, comparison)

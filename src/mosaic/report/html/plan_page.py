@@ -28,6 +28,7 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
+from mosaic.report.plan_report import geometry_label
 
 SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
 
@@ -183,8 +184,8 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
     if o is not None:
         rows += [
-            ("optimum geometry", f"q={o['q']} ({o['layers']} layers, d={o['d_model']}), "
-                                 f"E={o['experts']}, K={o['top_k']}, G={o['split_factor']}"),
+            ("optimum geometry", geometry_label(o) + (
+                f" ({o['layers']} layers, d={o['d_model']})" if o["q"] else "")),
             ("parameters", f"N_act {fmt_si()(o['n_active'])}, N_tot {fmt_si()(o['n_total'])}, "
                            f"S = {o['sparsity']:.4f}"),
             ("tokens", f"{fmt_si()(o['tokens'])} ({o['tpp']:.1f} per active parameter"
@@ -257,6 +258,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
             ("FLOP convention", a["flop_convention"]),
             ("token budget", a["token_budget"]),
             ("MFU peak", a["mfu_peak"]),
+            *(("model", line) for line in a.get("model", [])),
         ]
     return rows
 
@@ -314,8 +316,7 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
             c = u.get(key)
             if c:
                 uncertainty.body.append(note(
-                    f"{label}: q={c['q']} E={c['experts']} K={c['top_k']} "
-                    f"G={c['split_factor']}, P(optimal) {c['p_optimal']:.1%}"))
+                    f"{label}: {geometry_label(c)}, P(optimal) {c['p_optimal']:.1%}"))
     else:
         uncertainty.body.append(note("Not computed: the calibration records no residuals; "
                                      "pass --bootstrap-samples FILE to `mosaic plan` for "
