@@ -97,3 +97,16 @@ def test_the_layout_survives_the_written_job_and_the_launch_configs():
     assert args["--mtp-num-layers"] == "1"
     model = nemo_overrides(export)[0]["model"]
     assert model["pipeline_model_parallel_layout"] == "Et*4|(t*4|)*14tmL"
+
+
+def test_the_deepseek_v3_example_runs_the_h100_benchmark_layout():
+    from pathlib import Path
+
+    from mosaic.config.job_schema import load_job
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "deepseek_v3_h100.yaml"
+    spec = load_job(example)
+    assert spec.workload.pipeline_layout.text == "Et|(tt|)*30mL"
+    assert spec.workload.geometry.mtp_layers == 1
+    eight = load_job(example, ["parallelism.vpp=1"])
+    assert eight.workload.pipeline_layout.text == "Et*8|(t*8|)*6t*5mL"
