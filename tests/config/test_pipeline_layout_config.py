@@ -17,6 +17,7 @@ from mosaic.export.megatron import arguments as megatron_arguments
 from mosaic.export.nemo import overrides as nemo_overrides
 from mosaic.export.spec import spec_from_job
 from mosaic.perf.calibration import default_calibration
+from mosaic.perf.pipeline_layout import layout_for
 
 DSV3_MODEL = {
     "name": "DeepSeek-V3", "layers": 61, "d_model": 7168, "heads": 128, "kv_heads": 128,
@@ -42,29 +43,36 @@ def _job(pp: int = 16, vpp: int | None = 1, system: str = "DGX-B200", nodes: int
     }
 
 
+def _layout(spec) -> str | None:
+    """The text of the stated layout that splits the job's own plan."""
+    layout = layout_for(spec.workload.pipeline_layouts, int(spec.plan.pp[0]),
+                        int(spec.plan.vpp[0]))
+    return None if layout is None else layout.text
+
+
 def test_the_bridge_recipe_gives_deepseek_v3_its_layout_and_mtp_module():
     spec = job_from_document(_job(), "job")
     assert spec.workload.geometry.mtp_layers == 1  # recipe default, the model block is silent
-    assert spec.workload.pipeline_layout.text == "Et*4|(t*4|)*14tmL"
+    assert _layout(spec) == "Et*4|(t*4|)*14tmL"
     assert any("pipeline_layout=Et*4|(t*4|)*14tmL" in note for note in spec.assumptions)
     assert not any(note.startswith("model.mtp_layers not stated") for note in spec.assumptions)
     eight = job_from_document(_job(pp=8, nodes=32, ep=8), "job")
-    assert eight.workload.pipeline_layout.text == "Et*8|(t*8|)*6t*5mL"
+    assert _layout(eight) == "Et*8|(t*8|)*6t*5mL"
     hopper = job_from_document(_job(pp=8, vpp=4, system="DGX-H100", nodes=128, ep=64,
                                     tp=2) | {"performance": {
         "stack": "megatron-bridge", "stack_version": "25.11", "precision": "bf16"}}, "job")
-    assert hopper.workload.pipeline_layout.text == "Et|(tt|)*30mL"
+    assert _layout(hopper) == "Et|(tt|)*30mL"
 
 
 def test_a_model_without_mtp_gets_the_layout_without_it():
     spec = job_from_document(_job(model=DSV3_MODEL | {"mtp_layers": 0}), "job")
     assert spec.workload.geometry.mtp_layers == 0
-    assert spec.workload.pipeline_layout.text == "Et*4|(t*4|)*14tL"
+    assert _layout(spec) == "Et*4|(t*4|)*14tL"
 
 
 def test_a_pipeline_shape_outside_the_recipe_map_keeps_the_even_split():
     spec = job_from_document(_job(pp=2, vpp=None, nodes=32, ep=8), "job")
-    assert spec.workload.pipeline_layout is None
+    assert _layout(spec) is None
 
 
 def test_a_stated_layout_wins_and_sets_vpp():
@@ -73,7 +81,7 @@ def test_a_stated_layout_wins_and_sets_vpp():
         job_from_document(_job(vpp=None, pipeline_layout=text), "job")
     own = "Et*5|(t*4|)*14mL"  # 16 chunks, 5 + 56 = 61 blocks
     spec = job_from_document(_job(pp=8, vpp=None, pipeline_layout=own), "job")
-    assert (int(spec.plan.vpp[0]), spec.workload.pipeline_layout.text) == (2, own)
+    assert (int(spec.plan.vpp[0]), _layout(spec)) == (2, own)
     assert any("from the pipeline layout's 16 chunks" in note for note in spec.assumptions)
     with pytest.raises(MosaicInputError, match="places 60 transformer blocks"):
         job_from_document(_job(pipeline_layout="Et*4|(t*4|)*14mL"), "job")
@@ -106,7 +114,7 @@ def test_the_deepseek_v3_example_runs_the_h100_benchmark_layout():
 
     example = Path(__file__).resolve().parents[2] / "examples" / "deepseek_v3_h100.yaml"
     spec = load_job(example)
-    assert spec.workload.pipeline_layout.text == "Et|(tt|)*30mL"
+    assert _layout(spec) == "Et|(tt|)*30mL"
     assert spec.workload.geometry.mtp_layers == 1
     eight = load_job(example, ["parallelism.vpp=1"])
-    assert eight.workload.pipeline_layout.text == "Et*8|(t*8|)*6t*5mL"
+    assert _layout(eight) == "Et*8|(t*8|)*6t*5mL"

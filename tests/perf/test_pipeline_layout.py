@@ -80,19 +80,20 @@ def test_each_rank_holds_its_chunks_blocks():
     plans = concatenate_plans([single_plan(pp=8, vpp=4, dp=4, ep=32),
                          single_plan(pp=8, vpp=1, dp=4, ep=32)])
     got = {stage: tuple(int(v[0]) for v in stage_layer_counts(DSV3, plans, stage, False, False,
-                                                               layout))
+                                                               (layout,)))
            for stage in ("first", "middle", "last")}
     assert got == {"first": (7, 6), "middle": (8, 6), "last": (7, 7)}
     # a plan of another vpp splits the default way: a full chunk of ceil(61/8) = 8 MoE
     # blocks on the last rank, and the MTP module there (Megatron-Core's placement without a
     # layout): (blocks, MoE blocks) = (9, 9)
-    assert [int(v[1]) for v in stage_layer_counts(DSV3, plans, "last", False, False, layout)
+    assert [int(v[1]) for v in stage_layer_counts(DSV3, plans, "last", False, False, (layout,))
             ] == [9, 9]
 
 
 def test_a_layout_lifts_the_even_split_rule_for_its_own_pipeline_shape():
     layout = parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1)
-    workload = Workload(geometry=DSV3, global_batch=2048, seq_len=4096, pipeline_layout=layout)
+    workload = Workload(geometry=DSV3, global_batch=2048, seq_len=4096,
+                        pipeline_layouts=(layout,))
     plans = concatenate_plans([single_plan(pp=16, vpp=1, dp=16, ep=8),
                          single_plan(pp=16, vpp=2, dp=16, ep=8)])
     split = [v for v in plan_violations(workload, plans, 256) if "must divide layers" in v.rule]
@@ -103,7 +104,7 @@ def test_the_workload_refuses_a_layout_of_another_model():
     layout = parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1)
     with pytest.raises(MosaicInputError, match="places a different number"):
         Workload(geometry=replace(DSV3, mtp_layers=0), global_batch=2048, seq_len=4096,
-                 pipeline_layout=layout)
+                 pipeline_layouts=(layout,))
 
 
 def test_the_mtp_module_costs_its_block_projection_and_loss_by_hand():
@@ -134,7 +135,7 @@ def test_the_recipe_layout_moves_the_loss_and_mtp_off_the_pacing_rank():
     # and both losses; with Bridge's layout the last rank holds one block besides them.
     plan = single_plan(pp=16, vpp=1, dp=16, ep=8)
     default = Workload(geometry=DSV3, global_batch=2048, seq_len=4096)
-    laid = replace(default, pipeline_layout=parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1))
+    laid = replace(default, pipeline_layouts=(parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1),))
     slow, fast = (predict_step(w, plan, MACHINE, BARE).step_time_s[0] for w in (default, laid))
     assert fast < slow
 
@@ -154,3 +155,21 @@ def test_mtp_memory_on_the_last_rank_by_hand():
     without = replace(workload, geometry=replace(DSV3, mtp_layers=0))
     assert logits_bytes(workload, plan, "last")[0] == 2 * logits_bytes(without, plan, "last")[0]
     assert np.all(logits_bytes(workload, plan, "first") == 0)
+
+
+def test_a_search_splits_each_pipeline_shape_by_its_own_layout():
+    # Megatron-Bridge's map gives pp=16 and pp=8 layouts of their own; pp=4 (vpp 1) has one
+    # too, pp=2 none. Scoring the shapes together equals scoring each with its own layout.
+    texts = {(16, 1): BRIDGE_PP16, (8, 1): "Et*8|(t*8|)*6t*5mL"}
+    layouts = tuple(parse_pipeline_layout(t, pp, vpp, 61, 1) for (pp, vpp), t in texts.items())
+    workload = Workload(geometry=DSV3, global_batch=2048, seq_len=4096, pipeline_layouts=layouts)
+    shapes = [single_plan(pp=16, dp=16, ep=8), single_plan(pp=8, dp=32, ep=8),
+              single_plan(pp=2, dp=128, ep=8)]
+    together = predict_step(workload, concatenate_plans(shapes), MACHINE, BARE)
+    for index, plan in enumerate(shapes):
+        own = tuple(layout for layout in layouts if layout.pp == int(plan.pp[0]))
+        alone = predict_step(replace(workload, pipeline_layouts=own), plan, MACHINE, BARE)
+        assert together.step_time_s[index] == pytest.approx(alone.step_time_s[0], rel=1e-12)
+        assert together.memory_bytes[index] == pytest.approx(alone.memory_bytes[0], rel=1e-12)
+    with pytest.raises(MosaicInputError, match="more than one for a pipeline shape"):
+        replace(workload, pipeline_layouts=(layouts[0], layouts[0]))

@@ -42,7 +42,7 @@ from mosaic.config.layout import (
     parallelism_document,
     plan_from_blocks,
     recipe_defaults,
-    resolve_pipeline_layout,
+    resolve_pipeline_layouts,
     with_recipe_mtp_modules,
 )
 from mosaic.config.recipes import RecipeSettings
@@ -61,7 +61,7 @@ from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
-from mosaic.perf.pipeline_layout import PipelineLayout
+from mosaic.perf.pipeline_layout import layout_for
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
@@ -531,7 +531,7 @@ def job_from_document(document: dict[str, Any], where: str,
             parallelism, batch, dp=dp, layers=geometry.layers, is_moe=geometry.is_moe,
             stack=workload.stack, checkpointing=Checkpointing.parse(checkpointing),
             measured=False, notes=notes, where=where)
-        workload = replace(workload, pipeline_layout=resolve_pipeline_layout(
+        workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(
             parallelism, recipe_layouts, geometry, plan, notes))
     except MosaicInputError as exc:
         message = str(exc)
@@ -669,8 +669,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         | ({"tp_comm_overlap": workload.tp_comm_overlap}
            if workload.tp_comm_overlap or explicit else {})
         | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {})
-        | ({"pipeline_layout": workload.pipeline_layout.text}
-           if _layout_applies(workload.pipeline_layout, row) else {}),
+        | _layout_document(workload, row),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
         "performance": performance,
@@ -681,9 +680,11 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _layout_applies(layout: PipelineLayout | None, row: dict[str, Any]) -> bool:
-    """Whether a stated pipeline layout splits this plan row (it has the layout's pp, vpp)."""
-    return layout is not None and (int(row["pp"]), int(row["vpp"])) == (layout.pp, layout.vpp)
+def _layout_document(workload: Workload, row: dict[str, Any]) -> dict[str, str]:
+    """``{"pipeline_layout": text}`` when a stated layout splits this plan row (the
+    layout of its pp and vpp), else nothing."""
+    layout = layout_for(workload.pipeline_layouts, int(row["pp"]), int(row["vpp"]))
+    return {} if layout is None else {"pipeline_layout": layout.text}
 
 
 _JOB_BLOCKS: dict[str, type[BaseModel]] = {

@@ -20,7 +20,7 @@ from mosaic.perf.attention_kernels import gpu_generation
 from mosaic.perf.pipeline_layout import (
     LOSS,
     MTP,
-    PipelineLayout,
+    Layouts,
     expand_layout,
     parse_pipeline_layout,
 )
@@ -50,7 +50,7 @@ RECIPE_SETTINGS_NOT_APPLIED = {
 # How the note on a vpp the stack chose begins (predict_job quotes it in a layout error).
 VPP_DEFAULT_NOTE = "parallelism.vpp not stated"
 # Recipe settings keyed by the pipeline shape (pp x vpp): applied once the plan is known
-# (:func:`resolve_pipeline_layout`), with a note of their own.
+# (:func:`resolve_pipeline_layouts`), with a note of their own.
 PER_PIPELINE_SETTINGS = frozenset({"pipeline_layouts"})
 
 
@@ -312,23 +312,28 @@ def layout_parallelism(parallelism: ParallelismBlock, notes: list[str]) -> Paral
     return parallelism.model_copy(update={"vpp": chunks // parallelism.pp})
 
 
-def resolve_pipeline_layout(parallelism: ParallelismBlock, recipe_layouts: dict[str, str] | None,
-                            geometry: Geometry, plan: ParallelPlans, notes: list[str]
-                            ) -> PipelineLayout | None:
-    """The stated pipeline layout, else the stack recipe's for the plan's pp and vpp (keys
-    ``PPxVPP``), validated against the model; None for the even split."""
+def resolve_pipeline_layouts(parallelism: ParallelismBlock,
+                             recipe_layouts: dict[str, str] | None, geometry: Geometry,
+                             plan: ParallelPlans, notes: list[str]) -> Layouts:
+    """The stated pipeline layout, and the stack recipe's for every other pipeline shape
+    (keys ``PPxVPP``; a layout search takes each for its shape), validated against the
+    model; empty for the even split. The plan's own layout is noted."""
     pp, vpp = int(plan.pp[0]), int(plan.vpp[0])
-    text = parallelism.pipeline_layout
-    if text is None and recipe_layouts:
-        text = recipe_layouts.get(f"{pp}x{vpp}")
-        if text is None:
-            return None
-        text = _with_mtp_modules(text, geometry.mtp_layers)
-        notes.append(f"{RECIPE_NOTE}: pipeline_layout={text} (the stack's recipe for pp={pp}, "
-                     f"vpp={vpp}; docs/stacks.md)")
-    if text is None:
-        return None
-    return parse_pipeline_layout(text, pp, vpp, geometry.layers, geometry.mtp_layers)
+    stated = parallelism.pipeline_layout
+    texts = {tuple(map(int, shape.split("x"))): _with_mtp_modules(text, geometry.mtp_layers)
+             for shape, text in (recipe_layouts or {}).items()}
+    if stated is not None:
+        texts[(pp, vpp)] = stated
+    elif (pp, vpp) in texts:
+        notes.append(f"{RECIPE_NOTE}: pipeline_layout={texts[(pp, vpp)]} (the stack's recipe "
+                     f"for pp={pp}, vpp={vpp}; docs/stacks.md)")
+    if len(texts) > 1:
+        shapes = ", ".join(f"{p}x{v}" for p, v in sorted(texts) if (p, v) != (pp, vpp))
+        notes.append(f"{RECIPE_NOTE}: pipeline layouts for the other pipeline shapes "
+                     f"{shapes} (pp x vpp; a layout search splits those plans by them)")
+    return tuple(parse_pipeline_layout(text, shape_pp, shape_vpp, geometry.layers,
+                                       geometry.mtp_layers)
+                 for (shape_pp, shape_vpp), text in sorted(texts.items()))
 
 
 def with_recipe_mtp_modules(geometry: Geometry, recipe: dict[str, Any], notes: list[str]

@@ -86,7 +86,7 @@ class RecipeSettings(_Strict):
     mtp_layers: int | None = Field(default=None, ge=0)
     # the pipeline layout the recipe states for each pipeline shape, keyed PPxVPP (e.g.
     # 16x1); MTP modules sit before the loss as the model has them (config.layout.
-    # resolve_pipeline_layout)
+    # resolve_pipeline_layouts)
     pipeline_layouts: dict[str, str] | None = None
 
     @field_validator("pipeline_layouts")

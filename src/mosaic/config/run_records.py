@@ -40,7 +40,7 @@ from mosaic.config.layout import (
     layout_parallelism,
     plan_from_blocks,
     recipe_defaults,
-    resolve_pipeline_layout,
+    resolve_pipeline_layouts,
     with_recipe_mtp_modules,
 )
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
@@ -504,7 +504,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     notes.append("optimizer not recorded: AdamW assumed")
     notes.extend(routing_assumptions(workload))
     plan = _plan(entry, stack, notes, recompute)
-    workload = replace(workload, pipeline_layout=resolve_pipeline_layout(
+    workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(
         entry.parallelism, recipe_layouts, geometry, plan, notes))
     _check_layout(entry, plan.row(0))
     tokens_per_s, step_time_s = _measured(entry, notes)

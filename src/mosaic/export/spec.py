@@ -8,6 +8,7 @@ from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
+from mosaic.perf.pipeline_layout import layout_for
 from mosaic.perf.schedule import blocks_per_chunk
 from mosaic.perf.workload import Workload
 
@@ -320,11 +321,9 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
 
 
 def _applied_layout(workload: Workload, plan: dict[str, Any]) -> str | None:
-    """The workload's stated pipeline layout where it splits the exported plan row."""
-    layout = workload.pipeline_layout
-    if layout is None or (int(plan["pp"]), int(plan["vpp"])) != (layout.pp, layout.vpp):
-        return None
-    return layout.text
+    """The workload's stated pipeline layout that splits the exported plan row, if any."""
+    layout = layout_for(workload.pipeline_layouts, int(plan["pp"]), int(plan["vpp"]))
+    return None if layout is None else layout.text
 
 
 def _gpus_per_node(system_name: str) -> int | None:

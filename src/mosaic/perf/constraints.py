@@ -39,7 +39,7 @@ def _pipeline_split_rule(workload: Workload, plans: ParallelPlans) -> tuple[str,
     blocks with the remainder short, so every chunk keeps at least one block. A stated
     pipeline layout splits the plans of its pp and vpp itself (validated when read)."""
     rule, violated = _split_rule(workload, plans.pp * plans.vpp)
-    return rule, violated & ~laid_out(plans, workload.pipeline_layout)
+    return rule, violated & ~laid_out(plans, workload.pipeline_layouts)
 
 
 def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray]:

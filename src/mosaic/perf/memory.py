@@ -48,7 +48,7 @@ from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
-from mosaic.perf.pipeline_layout import PipelineLayout
+from mosaic.perf.pipeline_layout import Layouts
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routed_load_factor
 from mosaic.perf.schedule import (
@@ -267,11 +267,11 @@ class StageParameters:
 @plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
 def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
                      remainder_last: bool = False, vocab_in_split: bool = False,
-                     layout: PipelineLayout | None = None) -> StageParameters:
+                     layouts: Layouts = ()) -> StageParameters:
     """Per-GPU parameter groups of the first or last stage (see :class:`StageParameters`)."""
     counts = count_parameters(geometry)
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, remainder_last,
-                                            vocab_in_split, layout)
+                                            vocab_in_split, layouts)
     dense_blocks = blocks - moe_blocks
     tp = plans.tp.astype(float)
     expert_split = (plans.ep * plans.etp).astype(float)
@@ -290,7 +290,7 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     # eh_proj, gather_output=False), its norms replicated, and its rank builds an input
     # embedding of its own (GPTModel: "if self.pre_process or self.mtp_process: self.embedding
     # = LanguageModelEmbedding(...)", megatron/core/models/gpt/gpt_model.py @ d98e8a64dd).
-    mtp = mtp_modules(geometry, plans, stage, layout)
+    mtp = mtp_modules(geometry, plans, stage, layouts)
     embedding = np.where((mtp > 0) & (embedding == 0), counts.embedding / tp, embedding)
     mtp_split = mtp * params_mtp_projection(geometry.d_model) / tp
     mtp_replicated = mtp * MTP_MODULE_NORMS * params_per_norm(geometry.d_model, geometry.norm)
@@ -372,11 +372,11 @@ def rank_parameters(workload: Workload, plans: ParallelPlans, stage: Stage
     DeepSeek-V3 report Table 2), the largest block or unit being the larger of the two."""
     geometry, uneven = workload.geometry, workload.uneven_pipeline_stages
     vocab_split = workload.vocab_in_pipeline_split
-    layout = workload.pipeline_layout
-    own = stage_parameters(geometry, plans, stage, uneven, vocab_split, layout)
+    layouts = workload.pipeline_layouts
+    own = stage_parameters(geometry, plans, stage, uneven, vocab_split, layouts)
     if not uses_dualpipe(workload):
         return own
-    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split, layout)
+    mirror = stage_parameters(geometry, plans, MIRROR_STAGE[stage], uneven, vocab_split, layouts)
     pipelined = plans.pp > 1
     summed = ("dense", "replicated", "vocab", "expert")
     return StageParameters(**{
@@ -1000,10 +1000,10 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
     # an MTP module's projection input [norm(h); norm(embedding)] is two layer inputs wide
     # and saved for its backward with the module's block (counted among the blocks)
-    layout = workload.pipeline_layout
-    mtp_inputs = 2 * mtp_modules(workload.geometry, plans, stage, layout) * layer_input_bytes(
+    layouts = workload.pipeline_layouts
+    mtp_inputs = 2 * mtp_modules(workload.geometry, plans, stage, layouts) * layer_input_bytes(
         workload, plans)
-    mirror_mtp_inputs = 2 * mtp_modules(workload.geometry, plans, MIRROR_STAGE[stage], layout) * (
+    mirror_mtp_inputs = 2 * mtp_modules(workload.geometry, plans, MIRROR_STAGE[stage], layouts) * (
         layer_input_bytes(workload, plans)) if uses_dualpipe(workload) else 0.0
     in_flight = in_flight_microbatches(workload, plans, stage)
     resident = resident_block_fraction(workload, blocks)
@@ -1023,7 +1023,7 @@ def _stage_blocks_activations(workload: Workload, plans: ParallelPlans, stage: S
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage,
                                             workload.uneven_pipeline_stages,
                                             workload.vocab_in_pipeline_split,
-                                            workload.pipeline_layout)
+                                            workload.pipeline_layouts)
     dense_blocks = blocks - moe_blocks
     # The working sets first: activation_bytes_per_layer's plan_key sets then gather these
     # per-key values instead of computing them again (factorise._parent_values).
@@ -1159,7 +1159,7 @@ def communication_buffer_bytes(
         _, moe_blocks = stage_layer_counts(workload.geometry, plans, stage,
                                            workload.uneven_pipeline_stages,
                                            workload.vocab_in_pipeline_split,
-                                           workload.pipeline_layout)
+                                           workload.pipeline_layouts)
         buffers = buffers + np.where(layout.ep_sends & (moe_blocks > 0), layout.ep_send, 0.0)
     return buffers
 
@@ -1326,15 +1326,15 @@ def _heaviest(workload: Workload, plans: ParallelPlans
     # stage terms below (and the time model's) read them inside their own plan_key sets,
     # which gather these remembered per-key values instead of recomputing them
     # (factorise._parent_values).
-    if workload.geometry.is_hybrid or workload.pipeline_layout is not None:
+    if workload.geometry.is_hybrid or workload.pipeline_layouts:
         return _heaviest_of(workload, plans, candidate_stages(
-            workload.geometry, plans, workload.pipeline_layout))
+            workload.geometry, plans, workload.pipeline_layouts))
     middle = middle_stage_can_be_heaviest(workload.geometry)
     stages: tuple[Stage, ...] = ("first", "last", "middle") if middle else ("first", "last")
     for stage in stages:
         stage_layer_counts.per_key(workload.geometry, plans, stage,
                                    workload.uneven_pipeline_stages,
-                                   workload.vocab_in_pipeline_split, workload.pipeline_layout)
+                                   workload.vocab_in_pipeline_split, workload.pipeline_layouts)
     reserve = np.full(len(plans), float(RUNTIME_RESERVE_BYTES))
     terms = {stage: _stage_terms(workload, plans, stage) for stage in stages}
     best = _stage_total(terms["first"], reserve)

@@ -97,6 +97,16 @@ class PipelineLayout:
         return sum(self.chunks[c].count(symbol) for c in self.rank_chunks(rank))
 
 
+# The stated layouts of one workload, at most one per pipeline shape (pp, vpp): a job's own,
+# or every layout its stack recipe builds (mosaic.config.layout.resolve_pipeline_layouts).
+Layouts = tuple[PipelineLayout, ...]
+
+
+def layout_for(layouts: Layouts, pp: int, vpp: int) -> PipelineLayout | None:
+    """The layout of ``layouts`` that splits a pipeline of ``pp`` ranks x ``vpp`` stages."""
+    return next((layout for layout in layouts if (layout.pp, layout.vpp) == (pp, vpp)), None)
+
+
 def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
                           mtp_layers: int) -> PipelineLayout:
     """Validate a layout against the job's pipeline and model as Megatron-Core does

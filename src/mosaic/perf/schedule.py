@@ -30,7 +30,7 @@ import numpy as np
 from mosaic.arch import Geometry, HybridLayer
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
-from mosaic.perf.pipeline_layout import MTP, PipelineLayout
+from mosaic.perf.pipeline_layout import MTP, Layouts, PipelineLayout
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -100,16 +100,16 @@ def rank_of_stage(pp: np.ndarray, stage: Stage) -> np.ndarray:
 
 
 def candidate_stages(geometry: Geometry, plans: ParallelPlans,
-                     layout: PipelineLayout | None = None) -> tuple[Stage, ...]:
+                     layouts: Layouts = ()) -> tuple[Stage, ...]:
     """The pipeline ranks that can pace the step or hold the most memory: the first and the
     last, a middle one (rank 1) where dense and MoE blocks mix
     (:func:`middle_stage_can_be_heaviest`), and every rank for a hybrid model, since its
-    pattern can put any mix of layers anywhere, or under a stated ``layout``, which can."""
+    pattern can put any mix of layers anywhere, or under stated ``layouts``, which can."""
     if geometry.is_hybrid:
         return ("first", *range(1, int(plans.pp.max()) - 1), "last")
     middle: tuple[Stage, ...] = ("middle",) if middle_stage_can_be_heaviest(geometry) else ()
-    if layout is not None:
-        return ("first", *middle, *range(1, layout.pp - 1), "last")
+    if layouts:
+        return ("first", *middle, *range(1, max(layout.pp for layout in layouts) - 1), "last")
     return ("first", *middle, "last")
 
 
@@ -280,7 +280,7 @@ def _stage_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage, remain
 @plan_key("pp", "vpp", remember=without_top_k)
 def stage_layer_counts(
     geometry: Geometry, plans: ParallelPlans, stage: Stage, remainder_last: bool = False,
-    vocab_in_split: bool = False, layout: PipelineLayout | None = None,
+    vocab_in_split: bool = False, layouts: Layouts = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """(blocks, MoE blocks) on the first or last pipeline rank (or a ``middle`` one).
 
@@ -293,9 +293,9 @@ def stage_layer_counts(
     ``vocab_in_split`` the embedding and the loss take one slot each
     (:func:`_vocab_split_chunks`); without it a ``middle`` rank (rank 1) holds full
     chunks, whose real indices lie past a dense prefix the first rank holds. A hybrid
-    model's blocks are its pattern's layers, its MoE blocks the 'E' layers. A stated
-    ``layout`` (:mod:`mosaic.perf.pipeline_layout`) sets the blocks of the plans with its pp
-    and vpp. MTP modules (:func:`mtp_modules`) count as blocks of their rank.
+    model's blocks are its pattern's layers, its MoE blocks the 'E' layers. A stated layout
+    (:mod:`mosaic.perf.pipeline_layout`) sets the blocks of the plans with its pp and vpp.
+    MTP modules (:func:`mtp_modules`) count as blocks of their rank.
     """
     blocks = np.zeros_like(plans.pp)
     moe_blocks = np.zeros_like(plans.pp)
@@ -305,27 +305,32 @@ def stage_layer_counts(
         moe_in_chunk = _moe_blocks_below(stop, geometry)
         moe_in_chunk = moe_in_chunk - _moe_blocks_below(start, geometry)
         moe_blocks = moe_blocks + np.where(held, moe_in_chunk, 0)
-    if layout is not None:
-        stated = laid_out(plans, layout)
-        rank = layout_rank(layout, stage)
-        ranges = layout.block_ranges(rank)
+    for layout in layouts:
+        stated = _splits(plans, layout)
+        ranges = layout.block_ranges(layout_rank(layout, stage))
         blocks = np.where(stated, sum(stop - start for start, stop in ranges), blocks)
         moe_blocks = np.where(stated, sum(
             int(_moe_blocks_below(np.array(stop), geometry))
             - int(_moe_blocks_below(np.array(start), geometry)) for start, stop in ranges),
             moe_blocks)
-    mtp = mtp_modules(geometry, plans, stage, layout)
+    mtp = mtp_modules(geometry, plans, stage, layouts)
     if geometry.mtp_layers:
         blocks = blocks + mtp
         moe_blocks = moe_blocks + (mtp if mtp_block_is_moe(geometry) else 0)
     return blocks, moe_blocks
 
 
-def laid_out(plans: ParallelPlans, layout: PipelineLayout | None) -> np.ndarray:
-    """Per plan, whether the stated ``layout`` sets its split (its pp and vpp match)."""
-    if layout is None:
-        return np.zeros(len(plans), dtype=bool)
+def _splits(plans: ParallelPlans, layout: PipelineLayout) -> np.ndarray:
+    """Per plan, whether ``layout`` sets its split (its pp and vpp match)."""
     return (plans.pp == layout.pp) & (plans.vpp == layout.vpp)
+
+
+def laid_out(plans: ParallelPlans, layouts: Layouts) -> np.ndarray:
+    """Per plan, whether one of the stated ``layouts`` sets its split."""
+    stated = np.zeros(len(plans), dtype=bool)
+    for layout in layouts:
+        stated |= _splits(plans, layout)
+    return stated
 
 
 def layout_rank(layout: PipelineLayout, stage: Stage) -> int:
@@ -334,19 +339,21 @@ def layout_rank(layout: PipelineLayout, stage: Stage) -> int:
 
 
 def mtp_modules(geometry: Geometry, plans: ParallelPlans, stage: Stage,
-                layout: PipelineLayout | None = None) -> np.ndarray:
+                layouts: Layouts = ()) -> np.ndarray:
     """Multi-token-prediction modules on the rank of ``stage`` (DeepSeek-V3 report Sec. 2.2):
-    where a stated ``layout`` puts its ``m`` symbols, else every one on the last pipeline
+    where a stated layout puts its ``m`` symbols, else every one on the last pipeline
     rank, Megatron-Core's placement without a custom layout
     (megatron/core/transformer/multi_token_prediction.py ``mtp_on_this_rank``: "assumes all
     MTP layers (if any) are placed on the last pipeline stage"; NVIDIA/Megatron-LM @
     d98e8a64dd). Each holds a transformer block, which :func:`stage_layer_counts` counts
     with the rank's blocks (:func:`mtp_block_is_moe` says of which kind)."""
-    default = np.where(stage_rank(plans, stage) == plans.pp - 1, geometry.mtp_layers, 0)
-    if layout is None or not geometry.mtp_layers:
-        return default
-    return np.where(laid_out(plans, layout), layout.count(layout_rank(layout, stage), MTP),
-                    default)
+    held = np.where(stage_rank(plans, stage) == plans.pp - 1, geometry.mtp_layers, 0)
+    if not geometry.mtp_layers:
+        return held
+    for layout in layouts:
+        held = np.where(_splits(plans, layout), layout.count(layout_rank(layout, stage), MTP),
+                        held)
+    return held
 
 
 def mtp_block_is_moe(geometry: Geometry) -> bool:
@@ -410,7 +417,7 @@ def derive_schedule(workload: Workload, plans: ParallelPlans) -> Schedule:
     n_mb = n_microbatches(workload, plans)
     stages = {stage: StageBlocks(*stage_layer_counts(workload.geometry, plans, stage, uneven,
                                                      workload.vocab_in_pipeline_split,
-                                                     workload.pipeline_layout))
+                                                     workload.pipeline_layouts))
               for stage in ("first", "last")}
     return Schedule(
         n_microbatches=n_mb, first=stages["first"], last=stages["last"],

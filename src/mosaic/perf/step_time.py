@@ -185,9 +185,9 @@ def _heaviest_stage_blocks(workload: Workload, plans: ParallelPlans,
     # under uneven stages, or MoE every k-th block).
     geometry = workload.geometry
     names: tuple[Stage, ...]
-    if geometry.is_hybrid or workload.pipeline_layout is not None:
+    if geometry.is_hybrid or workload.pipeline_layouts:
         # any rank can hold the heaviest mix of layers
-        names = candidate_stages(geometry, plans, workload.pipeline_layout)
+        names = candidate_stages(geometry, plans, workload.pipeline_layouts)
     else:
         middle = middle_stage_can_be_heaviest(geometry) and (
             workload.uneven_pipeline_stages or geometry.moe.moe_every > 1)
@@ -233,7 +233,7 @@ def _stage(workload: Workload, plans: ParallelPlans, dense: BlockTimes | HybridL
         return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, True),
                 blocks, counts[HybridLayer.MOE])
     blocks, moe_blocks = stage_layer_counts(geometry, plans, stage, uneven, vocab_in_split,
-                                            workload.pipeline_layout)
+                                            workload.pipeline_layouts)
     kinds = ((dense, blocks - moe_blocks, "compute_mlp"), (moe, moe_blocks, "compute_experts"))
     return (_stage_terms(kinds, plans, workload.checkpointed_block_fraction, False), blocks,
             moe_blocks)
@@ -435,9 +435,9 @@ def _slowest_stage_with_vocab(workload: Workload, plans: ParallelPlans,
     with its blocks and its vocabulary work (:func:`_rank_vocab_s`). Returns its block terms
     per micro-batch, its block and MoE-block counts and its vocabulary seconds per
     micro-batch."""
-    layout = workload.pipeline_layout
-    stages = (("first", "middle", "last") if layout is None
-              else candidate_stages(workload.geometry, plans, layout))
+    layouts = workload.pipeline_layouts
+    stages = (candidate_stages(workload.geometry, plans, layouts) if layouts
+              else ("first", "middle", "last"))
     return _slowest([(*_stage(workload, plans, dense, moe, stage,
                               workload.vocab_in_pipeline_split),
                       _rank_vocab_s(workload, plans, stage, t_first, t_last, t_mtp))
@@ -450,7 +450,7 @@ def _rank_vocab_s(workload: Workload, plans: ParallelPlans, stage: Stage,
     the LM head and losses on the last rank (both on a single stage), and each MTP module's
     own work on the rank holding it (schedule.mtp_modules)."""
     rank = stage_rank(plans, stage)
-    held_mtp = mtp_modules(workload.geometry, plans, stage, workload.pipeline_layout)
+    held_mtp = mtp_modules(workload.geometry, plans, stage, workload.pipeline_layouts)
     return (np.where(rank == 0, t_first, 0.0) + np.where(rank == plans.pp - 1, t_last, 0.0)
             + held_mtp * t_mtp)
 
@@ -880,7 +880,7 @@ def _heaviest_stage_parameters(workload: Workload, plans: ParallelPlans) -> Stag
     """The parameters of the pipeline rank that holds the most (of
     :func:`~mosaic.perf.schedule.candidate_stages`; the later rank on a tie): what the
     data-parallel collectives and the optimizer step move."""
-    stages = candidate_stages(workload.geometry, plans, workload.pipeline_layout)
+    stages = candidate_stages(workload.geometry, plans, workload.pipeline_layouts)
     params = rank_parameters(workload, plans, stages[-1])
     for stage in reversed(stages[:-1]):
         other = rank_parameters(workload, plans, stage)
@@ -930,9 +930,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     t_first, t_last, t_mtp = _vocab_stage_times(machine, workload, plans)
     # Without a stated layout the MTP modules sit with the loss on the last rank.
     t_last_all = t_last + geometry.mtp_layers * t_mtp
-    layout = workload.pipeline_layout
     # the plans whose embedding, loss and MTP modules take pipeline slots
-    slotted = laid_out(plans, layout) | workload.vocab_in_pipeline_split
+    slotted = laid_out(plans, workload.pipeline_layouts) | workload.vocab_in_pipeline_split
     if slotted.any():
         block_terms, blocks, moe_blocks, vocab_per_mb = _slowest_stage_with_vocab(
             workload, plans, dense, block, t_first, t_last, t_mtp)

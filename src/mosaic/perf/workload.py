@@ -13,7 +13,7 @@ from mosaic.perf.attention_kernels import (
     AttentionKernel,
     stack_default_kernel,
 )
-from mosaic.perf.pipeline_layout import BLOCK, MTP, PipelineLayout
+from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts
 from mosaic.stacks import CrossEntropy, StackTraits, get_stack, known_stacks
 
 
@@ -315,9 +315,10 @@ class Workload:
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
-        pipeline_layout: the layers of every pipeline chunk as stated (Megatron-Core
-            --pipeline-model-parallel-layout; :mod:`mosaic.perf.pipeline_layout`); it
-            applies to plans with its pp and vpp, others split the default way.
+        pipeline_layouts: the stated layers of every pipeline chunk (Megatron-Core
+            --pipeline-model-parallel-layout; :mod:`mosaic.perf.pipeline_layout`), at most
+            one per pipeline shape: each applies to the plans with its pp and vpp, others
+            split the default way.
     """
 
     geometry: Geometry
@@ -331,7 +332,7 @@ class Workload:
     fsdp_gather: FsdpGather | None = None
     uneven_pipeline_stages: bool = False
     vocab_in_pipeline_split: bool = False
-    pipeline_layout: PipelineLayout | None = None
+    pipeline_layouts: Layouts = ()
     dispatcher: Dispatcher = Dispatcher.ALLTOALL
     ep_overlap: bool = False
     dispatch_fp8: bool = False
@@ -386,13 +387,19 @@ class Workload:
                                    f"{', '.join(EXPERT_GEMMS)}")
         if self.loss_chunks < 1:
             raise MosaicInputError(f"loss_chunks must be >= 1, got {self.loss_chunks}")
-        layout = self.pipeline_layout
-        if layout is not None and (layout.total(BLOCK), layout.total(MTP)) != (
-                self.geometry.layers, self.geometry.mtp_layers):
-            raise MosaicInputError(
-                f"parallelism.pipeline_layout {layout.text!r} places a different number of "
-                f"blocks or MTP modules than the model has (layers={self.geometry.layers}, "
-                f"mtp_layers={self.geometry.mtp_layers}): state a layout for this model")
+        object.__setattr__(self, "pipeline_layouts", tuple(self.pipeline_layouts))
+        shapes = [(layout.pp, layout.vpp) for layout in self.pipeline_layouts]
+        if len(set(shapes)) != len(shapes):
+            raise MosaicInputError(f"pipeline layouts: more than one for a pipeline shape "
+                                   f"(pp, vpp) in {shapes}")
+        for layout in self.pipeline_layouts:
+            if (layout.total(BLOCK), layout.total(MTP)) != (self.geometry.layers,
+                                                            self.geometry.mtp_layers):
+                raise MosaicInputError(
+                    f"parallelism.pipeline_layout {layout.text!r} places a different number "
+                    f"of blocks or MTP modules than the model has (layers="
+                    f"{self.geometry.layers}, mtp_layers={self.geometry.mtp_layers}): state "
+                    "a layout for this model")
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")
@@ -439,7 +446,7 @@ class Workload:
         ``hybrid_models``)."""
         if not self.geometry.is_hybrid:
             return
-        if self.pipeline_layout is not None:
+        if self.pipeline_layouts:
             raise MosaicInputError(
                 "parallelism.pipeline_layout with model.hybrid_pattern: a hybrid model's "
                 "pipeline split is its pattern's '|' segments")
