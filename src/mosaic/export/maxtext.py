@@ -61,10 +61,11 @@ def qwen3_next_keys(spec: ExportSpec, cycle: int, unsupported: list[str]) -> dic
             "gdn_num_value_heads": gdn.value_heads, "gdn_chunk_size": gdn.chunk_size}
 
 
-def decoder_block(spec: ExportSpec) -> str:
-    """The MaxText decoder block type closest to the geometry."""
+def decoder_block(spec: ExportSpec, cycle: int | None) -> str:
+    """The MaxText decoder block type closest to the geometry (``cycle``: its
+    :meth:`~mosaic.export.spec.ExportSpec.full_attention_cycle`)."""
     g = spec.geometry
-    if spec.full_attention_cycle() is not None:
+    if cycle is not None:
         return "qwen3_next"  # src/maxtext/configs/models/qwen3-next-80b-a3b.yml
     if g.attention is AttentionKind.MLA:
         return "deepseek"
@@ -146,7 +147,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append(window_note(g) + ": not written (MaxText's windows belong to its "
                            "gemma and gpt_oss decoder blocks)")
     document: dict[str, Any] = {
-        "decoder_block": decoder_block(spec),
+        "decoder_block": decoder_block(spec, cycle),
         "base_emb_dim": g.d_model,
         "base_num_query_heads": g.heads,
         "base_num_kv_heads": g.kv_heads,
