@@ -391,3 +391,23 @@ def test_expert_parallelism_is_tried_both_ways_where_it_divides():
                            ["parallelism.ep=16"])
     eps = {c.plan["ep"] for c in plan_candidates(halved.workload, machine, halved.plan.row(0))}
     assert {8, 32} <= eps  # (ep 8 is also the NVLink-domain lever: one candidate)
+
+
+def test_a_pipeline_paced_by_its_vocabulary_gets_the_balanced_layout_lever():
+    # Appendix E (pp=16, 48 blocks): the LM head rides on a full last stage; the lever counts
+    # the embedding and the loss as slots, 50 slots over 16 chunks, and predicts it as a job
+    # stating that layout would be predicted.
+    from mosaic.perf.pipeline_layout import balanced_layout, parse_pipeline_layout
+
+    result = predict_job(load_job(EXAMPLES / "appendix_e.yaml"), CALIBRATION)
+    spec = result.spec
+    levers = {lever.name: lever for lever in rank_levers(spec.workload, spec.plan,
+                                                         result.machine, CALIBRATION)}
+    lever = levers["balanced_pipeline_layout"]
+    text = balanced_layout(48, 0, 16, 1)
+    assert f"'{text}'" in lever.description
+    layout = parse_pipeline_layout(text, 16, 1, 48, 0)
+    alone = predict_step(replace(spec.workload, pipeline_layouts=(layout,)), spec.plan,
+                         result.machine, CALIBRATION)
+    assert lever.step_time_s == pytest.approx(float(alone.step_time_s[0]))
+    assert lever.feasible and lever.gain > 1.0

@@ -173,3 +173,18 @@ def test_a_search_splits_each_pipeline_shape_by_its_own_layout():
         assert together.memory_bytes[index] == pytest.approx(alone.memory_bytes[0], rel=1e-12)
     with pytest.raises(MosaicInputError, match="more than one for a pipeline shape"):
         replace(workload, pipeline_layouts=(layouts[0], layouts[0]))
+
+
+def test_the_balanced_layout_counts_embedding_loss_and_mtp_as_slots():
+    from mosaic.perf.pipeline_layout import balanced_layout
+
+    # 61 blocks + E + m + L = 64 slots over 32 chunks: two each, MTP and loss together last
+    # -- Megatron-Bridge's own H100 DeepSeek-V3 layout
+    assert expand_layout(balanced_layout(61, 1, 8, 4)) == expand_layout("Et|(tt|)*30mL")
+    # 94 + 2 slots over 96 chunks: one each (the embedding and the loss alone)
+    chunks = expand_layout(balanced_layout(94, 0, 32, 3))
+    assert (chunks[0], chunks[-1], len(chunks)) == ("E", "L", 96)
+    assert all(chunk == "t" for chunk in chunks[1:-1])
+    # 48 + 2 over 16: two chunks of four slots, the ends of three
+    assert [len(c) for c in expand_layout(balanced_layout(48, 0, 16, 1))] == (
+        [3, 4, 4] + [3] * 13)

@@ -36,6 +36,7 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.machine import Machine
+from mosaic.perf.pipeline_layout import balanced_layout, layout_for, parse_pipeline_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
@@ -602,7 +603,8 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
 # Levers that change the workload rather than the plan (predicted with it changed).
 WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_reduce_bf16",
                              "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph",
-                             "torch_compile", "dp_comm_overlap", "drop_and_pad"})
+                             "torch_compile", "dp_comm_overlap", "drop_and_pad",
+                             "balanced_pipeline_layout"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -670,6 +672,18 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
         yield ("full_iteration_cuda_graph", "one CUDA graph per step (Megatron "
                f"--cuda-graph-impl full_iteration{needs})",
                replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False))
+    pp, vpp = int(row["pp"]), int(row["vpp"])
+    geometry = workload.geometry
+    if (pp > 1 and workload.traits.pipeline_schedule == "1f1b" and not geometry.is_hybrid
+            and not workload.vocab_in_pipeline_split
+            and layout_for(workload.pipeline_layouts, pp, vpp) is None):
+        # the end ranks' embedding, LM head (and MTP modules) pace every micro-batch (Eq.
+        # 13); a layout that counts them as layer slots gives those ranks fewer blocks
+        text = balanced_layout(geometry.layers, geometry.mtp_layers, pp, vpp)
+        layout = parse_pipeline_layout(text, pp, vpp, geometry.layers, geometry.mtp_layers)
+        yield ("balanced_pipeline_layout", "embedding, loss and MTP modules counted as layer "
+               f"slots (Megatron --pipeline-model-parallel-layout '{text}')",
+               replace(workload, pipeline_layouts=(*workload.pipeline_layouts, layout)))
     if current.breakdown_s["moe_host_sync"][0] > 0:
         # the only routing Megatron-Core's all-to-all dispatcher runs without the host wait
         # (perf/routing_load.expert_counts_reach_host); it drops tokens, so training changes

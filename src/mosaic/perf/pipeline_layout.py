@@ -148,3 +148,34 @@ def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
             raise MosaicInputError(f"{where}: all MTP modules must sit in one chunk "
                                    f"(Megatron-Core); rank {rank} holds {last} of {mtp_layers}")
     return layout
+
+
+def balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
+    """A layout that counts the embedding, the loss and each MTP module as one layer slot and
+    spreads the L + 2 + mtp slots over the pp·vpp chunks as evenly as whole slots allow
+    (chunks of floor and ceil size; the end chunks take the floor, since the embedding and
+    the LM head cost more than a slot), the MTP modules and the loss together in the last
+    chunk, as Megatron-Core requires: what Megatron-Bridge's DeepSeek-V3 layouts do by hand.
+    Repeats are written as ``t*n``."""
+    chunks = pp * vpp
+    slots = layers + 2 + mtp_layers
+    base, extra = divmod(slots, chunks)
+    sizes = [base] * chunks
+    order = [*range(1, chunks - 1), 0, chunks - 1]  # middle chunks take the extra slots first
+    for index in order[:extra]:
+        sizes[index] += 1
+    tail = MTP * mtp_layers + LOSS
+    blocks_last = max(sizes[-1] - len(tail), 0)
+    sizes[-1] = blocks_last + len(tail)
+    flat = EMBEDDING + BLOCK * (layers - blocks_last) + BLOCK * blocks_last + tail
+    body, cut = [], 0
+    for size in sizes[:-1]:
+        body.append(flat[cut:cut + size])
+        cut += size
+    body.append(flat[cut:])
+    return "|".join(_run_length(chunk) for chunk in body)
+
+
+def _run_length(chunk: str) -> str:
+    """``Etttt`` as ``Et*4``: runs of one symbol longer than two written as x*n."""
+    return re.sub(r"(.)\1{2,}", lambda m: f"{m.group(1)}*{len(m.group(0))}", chunk)
