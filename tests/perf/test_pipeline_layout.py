@@ -188,3 +188,16 @@ def test_the_balanced_layout_counts_embedding_loss_and_mtp_as_slots():
     # 48 + 2 over 16: two chunks of four slots, the ends of three
     assert [len(c) for c in expand_layout(balanced_layout(48, 0, 16, 1))] == (
         [3, 4, 4] + [3] * 13)
+
+
+@pytest.mark.parametrize("layers", [1, 3, 7, 48, 61, 94])
+@pytest.mark.parametrize("mtp", [0, 1, 3])
+def test_the_balanced_layout_passes_megatron_cores_checks_for_any_shape(layers, mtp):
+    from mosaic.perf.pipeline_layout import balanced_layout
+
+    for pp, vpp in ((1, 1), (2, 1), (3, 2), (8, 1), (8, 4), (16, 1), (32, 3)):
+        if pp * vpp <= layers + 2 + mtp:
+            layout = parse_pipeline_layout(balanced_layout(layers, mtp, pp, vpp), pp, vpp,
+                                           layers, mtp)
+            sizes = [len(chunk) for chunk in layout.chunks[:-1]] or [0]
+            assert max(sizes) - min(sizes) <= 1  # as even as whole slots allow

@@ -152,27 +152,28 @@ def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
 
 def balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
     """A layout that counts the embedding, the loss and each MTP module as one layer slot and
-    spreads the L + 2 + mtp slots over the pp·vpp chunks as evenly as whole slots allow
-    (chunks of floor and ceil size; the end chunks take the floor, since the embedding and
-    the LM head cost more than a slot), the MTP modules and the loss together in the last
-    chunk, as Megatron-Core requires: what Megatron-Bridge's DeepSeek-V3 layouts do by hand.
-    Repeats are written as ``t*n``."""
+    spreads the L + 2 + mtp slots over the pp·vpp chunks as evenly as whole slots allow: the
+    last chunk holds the MTP modules and the loss together (as Megatron-Core requires) topped
+    up with blocks to the floor share, the other chunks split the embedding and the remaining
+    blocks in floor and ceil shares, the first chunk taking a floor one (the embedding costs
+    more than a slot): what Megatron-Bridge's DeepSeek-V3 layouts do by hand. Repeats are
+    written as ``t*n``."""
     chunks = pp * vpp
-    slots = layers + 2 + mtp_layers
-    base, extra = divmod(slots, chunks)
-    sizes = [base] * chunks
-    order = [*range(1, chunks - 1), 0, chunks - 1]  # middle chunks take the extra slots first
-    for index in order[:extra]:
-        sizes[index] += 1
     tail = MTP * mtp_layers + LOSS
-    blocks_last = max(sizes[-1] - len(tail), 0)
-    sizes[-1] = blocks_last + len(tail)
-    flat = EMBEDDING + BLOCK * (layers - blocks_last) + BLOCK * blocks_last + tail
+    share = (layers + 2 + mtp_layers) // chunks
+    last_blocks = min(max(share - len(tail), 0), layers)
+    if chunks == 1:
+        return _run_length(EMBEDDING + BLOCK * layers + tail)
+    head = EMBEDDING + BLOCK * (layers - last_blocks)
+    base, extra = divmod(len(head), chunks - 1)
+    sizes = [base] * (chunks - 1)
+    for index in [*range(1, chunks - 1), 0][:extra]:  # the first chunk takes an extra last
+        sizes[index] += 1
     body, cut = [], 0
-    for size in sizes[:-1]:
-        body.append(flat[cut:cut + size])
+    for size in sizes:
+        body.append(head[cut:cut + size])
         cut += size
-    body.append(flat[cut:])
+    body.append(BLOCK * last_blocks + tail)
     return "|".join(_run_length(chunk) for chunk in body)
 
 
