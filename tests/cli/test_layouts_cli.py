@@ -130,3 +130,19 @@ def test_human_infeasible_table_shows_rules_without_value_slots():
     assert result.exit_code == 0, result.output
     assert "pp·vpp must divide layers=48" in result.output
     assert "{pp}" not in result.output and "{vpp}" not in result.output
+
+
+def test_balanced_pipeline_rows_carry_their_layout():
+    from mosaic.perf.pipeline_layout import balanced_layout, parse_pipeline_layout
+
+    result = runner.invoke(app, ["layouts", str(EXAMPLES / "appendix_e.yaml"), "--devices",
+                                 "512", "--top", "5", "--balanced-pipeline", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    for row in rows:
+        if row["pp"] > 1:  # the layout each pipelined row was predicted with, as Megatron's
+            assert row["pipeline_layout"] == balanced_layout(48, 0, row["pp"], row["vpp"])
+            parse_pipeline_layout(row["pipeline_layout"], row["pp"], row["vpp"], 48, 0)
+    refused = runner.invoke(app, ["layouts", str(EXAMPLES / "nemotron_3_nano_b200.yaml"),
+                                  "--balanced-pipeline"])
+    assert refused.exit_code == 2 and "hybrid" in refused.output

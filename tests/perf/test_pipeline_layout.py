@@ -201,3 +201,29 @@ def test_the_balanced_layout_passes_megatron_cores_checks_for_any_shape(layers, 
                                            layers, mtp)
             sizes = [len(chunk) for chunk in layout.chunks[:-1]] or [0]
             assert max(sizes) - min(sizes) <= 1  # as even as whole slots allow
+
+
+def test_a_balanced_search_gives_every_pipeline_shape_its_layout():
+    from mosaic.perf.layouts import (
+        LayoutLimits,
+        candidate_plans,
+        check_rules,
+        with_balanced_layouts,
+    )
+
+    workload = Workload(geometry=DSV3, global_batch=2048, seq_len=4096)
+    searched = with_balanced_layouts(workload, 256, LayoutLimits(vpp=(1, 2)))
+    shapes = {(layout.pp, layout.vpp) for layout in searched.pipeline_layouts}
+    # every pp dividing 256 (64 = 63 slots' worth of chunks is too many for vpp 2, not for 1)
+    assert {(pp, 1) for pp in (2, 4, 8, 16, 32, 64)} <= shapes
+    assert (64, 2) not in shapes and (32, 2) in shapes
+    # every pipelined plan that passes the rules is split by one of them
+    plans = candidate_plans(searched, 256, 8, LayoutLimits(vpp=(1, 2)))
+    plans = plans.take(np.flatnonzero(check_rules(searched, plans, 256).valid))
+    laid = plans.pp > 1
+    assert set(zip(plans.pp[laid].tolist(), plans.vpp[laid].tolist(), strict=True)) <= shapes
+    # a stated layout keeps its shape
+    own = parse_pipeline_layout(BRIDGE_PP16, 16, 1, 61, 1)
+    kept = with_balanced_layouts(replace(workload, pipeline_layouts=(own,)), 256,
+                                 LayoutLimits())
+    assert own in kept.pipeline_layouts

@@ -29,6 +29,7 @@ from mosaic.config.job_schema import (
     JobSpec,
     apply_overrides,
     canonical_job_document,
+    layout_document,
     load_job,
 )
 from mosaic.errors import MosaicInputError
@@ -37,7 +38,12 @@ from mosaic.hardware import Cluster
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
-from mosaic.perf.layouts import LayoutLimits, LayoutSearch, search_layouts
+from mosaic.perf.layouts import (
+    LayoutLimits,
+    LayoutSearch,
+    search_layouts,
+    with_balanced_layouts,
+)
 from mosaic.perf.machine import Machine, machine_for, mfu_peak_text, usable_gib
 from mosaic.perf.memory import GIB
 from mosaic.perf.prediction_coverage import assess_plan
@@ -113,9 +119,11 @@ def ranked_rows(search: LayoutSearch, top: int, calibration: Calibration,
                 workload: Workload, device_name: str) -> list[dict[str, Any]]:
     """The best ``top`` plans with their metrics and calibration coverage."""
     return [{"rank": rank, **_plan_fields(search, int(i)), **search.metrics(int(i)),
+             **layout_document(workload, search.plans.row(int(i))),
              "coverage": assess_plan(calibration, workload, search.plans, device_name,
                                      search.prediction, int(i)).to_document()}
             for rank, i in enumerate(search.ranking[:top], start=1)]
+
 
 
 def out_of_memory_rows(search: LayoutSearch, top: int) -> list[dict[str, Any]]:
@@ -289,6 +297,10 @@ def layouts(
     uneven_stages: Annotated[bool, typer.Option(
         help="also try pp·vpp that does not divide the layers (uneven pipeline stages)")
     ] = False,
+    balanced_pipeline: Annotated[bool, typer.Option(
+        help="split every pipeline by a balanced Megatron layout: embedding, loss and MTP "
+             "modules count as layer slots (--json gives each row's layout string)")
+    ] = False,
     set_: SetOption = None,
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
@@ -312,6 +324,8 @@ def layouts(
         etp=_int_list("--etp", etp), micro_batches=_int_list("--mbs", mbs),
         sharding=_name_list(sharding), checkpointing=_name_list(checkpointing),
     )
+    if balanced_pipeline:
+        workload = with_balanced_layouts(workload, cluster.n_devices, limits)
     machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction,
                           fp8_recipe=workload.fp8_recipe)
     constants = load_calibration(calibration)

@@ -61,7 +61,7 @@ from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
-from mosaic.perf.pipeline_layout import layout_for
+from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
@@ -669,7 +669,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         | ({"tp_comm_overlap": workload.tp_comm_overlap}
            if workload.tp_comm_overlap or explicit else {})
         | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {})
-        | _layout_document(workload, row),
+        | layout_document(workload, row),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
         "performance": performance,
@@ -680,11 +680,11 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _layout_document(workload: Workload, row: dict[str, Any]) -> dict[str, str]:
+def layout_document(workload: Workload, row: dict[str, Any]) -> dict[str, str]:
     """``{"pipeline_layout": text}`` when a stated layout splits this plan row (the
     layout of its pp and vpp), else nothing."""
-    layout = layout_for(workload.pipeline_layouts, int(row["pp"]), int(row["vpp"]))
-    return {} if layout is None else {"pipeline_layout": layout.text}
+    text = layout_text(workload.pipeline_layouts, row)
+    return {} if text is None else {"pipeline_layout": text}
 
 
 _JOB_BLOCKS: dict[str, type[BaseModel]] = {

@@ -8,9 +8,8 @@ from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
-from mosaic.perf.pipeline_layout import layout_for
+from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.schedule import blocks_per_chunk
-from mosaic.perf.workload import Workload
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -311,19 +310,13 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
                           else str(workload.attention_kernel)),
         fsdp_gather=None if workload.fsdp_gather is None else str(workload.fsdp_gather),
         vocab_in_pipeline_split=workload.vocab_in_pipeline_split,
-        pipeline_layout=_applied_layout(workload, plan),
+        pipeline_layout=layout_text(workload.pipeline_layouts, plan),
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=_gpus_per_node(job.system_name),
         stack_version=getattr(job, "stack_version", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
-
-
-def _applied_layout(workload: Workload, plan: dict[str, Any]) -> str | None:
-    """The workload's stated pipeline layout that splits the exported plan row, if any."""
-    layout = layout_for(workload.pipeline_layouts, int(plan["pp"]), int(plan["vpp"]))
-    return None if layout is None else layout.text
 
 
 def _gpus_per_node(system_name: str) -> int | None:

@@ -50,6 +50,7 @@ from mosaic.perf.memory import (
     memory_breakdown_bytes,
     total_memory_bytes,
 )
+from mosaic.perf.pipeline_layout import balanced_layout, layout_for, parse_pipeline_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
@@ -253,6 +254,30 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
                 f"layout pp: stack {traits.name!r} offers only pp in {traits.layout_pp}")
         changes["pp"] = tuple(wanted_pp)
     return replace(limits, **changes) if changes else limits
+
+
+def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimits
+                          ) -> Workload:
+    """``workload`` searched with a balanced layout for every pipeline shape (pp > 1) it
+    states none for (:func:`~mosaic.perf.pipeline_layout.balanced_layout`: the embedding,
+    the loss and the MTP modules as layer slots, as Megatron-Core's
+    --pipeline-model-parallel-layout places them), so pp need not divide the layers: every
+    divisor of the device count is tried, up to one slot per chunk."""
+    geometry = workload.geometry
+    if geometry.is_hybrid or uses_dualpipe(workload):
+        raise MosaicInputError("balanced pipeline layouts are Megatron-Core layouts of a "
+                               "transformer: not for a hybrid pattern or DualPipe")
+    searched = replace(workload, uneven_pipeline_stages=True)  # pp may not divide L
+    pp, vpp = _pp_vpp_pairs(searched, n_devices, stack_limits(limits, workload))
+    slots = geometry.layers + 2 + geometry.mtp_layers
+    layouts = list(workload.pipeline_layouts)
+    for shape_pp, shape_vpp in sorted(set(zip(pp.tolist(), vpp.tolist(), strict=True))):
+        if shape_pp > 1 and shape_pp * shape_vpp <= slots and layout_for(
+                layouts, shape_pp, shape_vpp) is None:
+            text = balanced_layout(geometry.layers, geometry.mtp_layers, shape_pp, shape_vpp)
+            layouts.append(parse_pipeline_layout(text, shape_pp, shape_vpp, geometry.layers,
+                                                 geometry.mtp_layers))
+    return replace(searched, pipeline_layouts=tuple(layouts))
 
 
 def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,

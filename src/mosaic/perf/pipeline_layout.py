@@ -16,8 +16,10 @@ and the loss hold fewer blocks.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from mosaic.errors import MosaicInputError
 
@@ -105,6 +107,12 @@ Layouts = tuple[PipelineLayout, ...]
 def layout_for(layouts: Layouts, pp: int, vpp: int) -> PipelineLayout | None:
     """The layout of ``layouts`` that splits a pipeline of ``pp`` ranks x ``vpp`` stages."""
     return next((layout for layout in layouts if (layout.pp, layout.vpp) == (pp, vpp)), None)
+
+
+def layout_text(layouts: Layouts, row: Mapping[str, Any]) -> str | None:
+    """The text of the layout that splits a plan row (:meth:`ParallelPlans.row`), if any."""
+    layout = layout_for(layouts, int(row["pp"]), int(row["vpp"]))
+    return None if layout is None else layout.text
 
 
 def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
