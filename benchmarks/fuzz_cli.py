@@ -344,6 +344,8 @@ def job_case(rng: random.Random, command: str) -> Case:
             argv += ["--sharding", rng.choice(["zero1", "bogus", "", "fsdp,hsdp"])]
         if rng.random() < 0.1:
             argv += ["--max-tp", _flag(rng)]
+        if rng.random() < 0.15:
+            argv += ["--balanced-pipeline"]
         argv += ["--top", rng.choice(["3", "3", _flag(rng)])]
     if command == "compare":  # against an unmutated job (or the same file)
         files["other.yaml"] = _dump(rng.choice([BASE_JOB, SMALL_JOB, *HYBRID_JOBS])).encode()
