@@ -215,6 +215,10 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
     if rows:
         _print_compact_table("Layouts by predicted throughput", TABLE_COLUMNS,
                              [[str(r["rank"]), *_table_cells(r)] for r in rows])
+        for row in rows:  # the stated, recipe or balanced layout the pipelined rows ran
+            if "pipeline_layout" in row:
+                console.print(f"#{row['rank']} pipeline layout: {row['pipeline_layout']}",
+                              highlight=False)
         _render_coverage(document)
     else:
         console.print("No layout fits in memory.", highlight=False)
