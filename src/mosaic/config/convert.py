@@ -100,11 +100,26 @@ def _ffn(model: ModelBlock, moe: MoEConfig | None, notes: list[str]) -> int:
     return moe.expert_ffn
 
 
+# The model block's MTP field, whose unstated default a stack recipe may replace
+# (config.layout.with_recipe_mtp_modules).
+MTP_LAYERS_FIELD = "model.mtp_layers"
+
+
 def _default(value: object, field: str, default: object, notes: list[str], why: str) -> object:
     if value is not None:
         return value
-    notes.append(f"{field} not stated: {default} assumed ({why})")
+    notes.append(f"{_unstated(field)}: {default} assumed ({why})")
     return default
+
+
+def _unstated(field: str) -> str:
+    return f"{field} not stated"
+
+
+def drop_unstated_note(notes: list[str], field: str) -> None:
+    """Remove the note :func:`geometry_from_model` wrote for an unstated ``field`` (a stack
+    recipe has supplied its value, and says so in its own note)."""
+    notes[:] = [note for note in notes if not note.startswith(_unstated(field))]
 
 
 def sliding_window_note(window: int) -> str:
@@ -133,7 +148,7 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
     vocab = _default(model.vocab, "model.vocab", PAPER_VOCAB, notes, "GPT-2 BPE, paper A.1")
     tied = _default(model.tied_embeddings, "model.tied_embeddings", False, notes, "untied")
     norm = _default(model.norm, "model.norm", "layernorm", notes, "the paper's pre-LN, A.1")
-    mtp = _default(model.mtp_layers, "model.mtp_layers", 0, notes, "no MTP modules")
+    mtp = _default(model.mtp_layers, MTP_LAYERS_FIELD, 0, notes, "no MTP modules")
     if model.sliding_window is not None:
         notes.append(sliding_window_note(model.sliding_window))
     mla = None if model.mla is None else MLAConfig(

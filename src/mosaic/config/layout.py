@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mosaic.config.blocks import BatchBlock, ParallelismBlock
+from mosaic.config.convert import MTP_LAYERS_FIELD, drop_unstated_note
 from mosaic.config.recipes import RecipeQuery, recipe_sources, recipes
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
@@ -21,8 +22,9 @@ from mosaic.perf.pipeline_layout import (
     LOSS,
     MTP,
     Layouts,
-    expand_layout,
+    layout_vpp,
     parse_pipeline_layout,
+    shape_key,
 )
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.workload import (
@@ -303,13 +305,10 @@ def layout_parallelism(parallelism: ParallelismBlock, notes: list[str]) -> Paral
                                "itself; drop vocab_in_pipeline_split")
     if parallelism.vpp is not None:
         return parallelism
-    chunks = len(expand_layout(text))
-    if chunks % parallelism.pp:
-        raise MosaicInputError(f"parallelism.pipeline_layout {text!r}: {chunks} chunks is not "
-                               f"a multiple of pp={parallelism.pp}")
-    notes.append(f"{VPP_DEFAULT_NOTE}: {chunks // parallelism.pp} from the pipeline layout's "
-                 f"{chunks} chunks over pp={parallelism.pp}")
-    return parallelism.model_copy(update={"vpp": chunks // parallelism.pp})
+    vpp = layout_vpp(text, parallelism.pp)
+    notes.append(f"{VPP_DEFAULT_NOTE}: {vpp} from the pipeline layout's {vpp * parallelism.pp} "
+                 f"chunks over pp={parallelism.pp}")
+    return parallelism.model_copy(update={"vpp": vpp})
 
 
 def resolve_pipeline_layouts(parallelism: ParallelismBlock,
@@ -320,7 +319,7 @@ def resolve_pipeline_layouts(parallelism: ParallelismBlock,
     model; empty for the even split. The plan's own layout is noted."""
     pp, vpp = int(plan.pp[0]), int(plan.vpp[0])
     stated = parallelism.pipeline_layout
-    texts = {tuple(map(int, shape.split("x"))): _with_mtp_modules(text, geometry.mtp_layers)
+    texts = {shape_key(shape): _with_mtp_modules(text, geometry.mtp_layers)
              for shape, text in (recipe_layouts or {}).items()}
     if stated is not None:
         texts[(pp, vpp)] = stated
@@ -344,7 +343,7 @@ def with_recipe_mtp_modules(geometry: Geometry, recipe: dict[str, Any], notes: l
     mtp = recipe.pop("mtp_layers", None)
     if mtp is None or mtp == geometry.mtp_layers:
         return geometry
-    notes[:] = [note for note in notes if not note.startswith("model.mtp_layers not stated")]
+    drop_unstated_note(notes, MTP_LAYERS_FIELD)
     return replace(geometry, mtp_layers=mtp)
 
 

@@ -39,7 +39,7 @@ from mosaic.config.blocks import (
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import list_devices
 from mosaic.perf.attention_kernels import gpu_generation
-from mosaic.perf.pipeline_layout import expand_layout
+from mosaic.perf.pipeline_layout import expand_layout, shape_key
 from mosaic.schema_validation import SafeLoader, validate_mapping
 from mosaic.stacks import known_stacks
 from mosaic.stacks.registry import RELEASE_PATTERN
@@ -93,9 +93,10 @@ class RecipeSettings(_Strict):
     @classmethod
     def _layouts(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for shape, text in (value or {}).items():
-            if not re.fullmatch(r"[1-9]\d*x[1-9]\d*", shape):
-                raise ValueError(f"pipeline_layouts key {shape!r}: allowed: PPxVPP, e.g. 16x1")
-            pp, vpp = map(int, shape.split("x"))
+            try:
+                pp, vpp = shape_key(shape)
+            except MosaicInputError as exc:
+                raise ValueError(str(exc)) from None
             chunks = len(expand_layout(text))
             if chunks != pp * vpp:
                 raise ValueError(f"pipeline_layouts[{shape}] {text!r}: {chunks} chunks, not "

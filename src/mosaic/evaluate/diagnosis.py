@@ -36,7 +36,7 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.machine import Machine
-from mosaic.perf.pipeline_layout import balanced_layout, layout_for, parse_pipeline_layout
+from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
@@ -679,10 +679,9 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
             and layout_for(workload.pipeline_layouts, pp, vpp) is None):
         # the end ranks' embedding, LM head (and MTP modules) pace every micro-batch (Eq.
         # 13); a layout that counts them as layer slots gives those ranks fewer blocks
-        text = balanced_layout(geometry.layers, geometry.mtp_layers, pp, vpp)
-        layout = parse_pipeline_layout(text, pp, vpp, geometry.layers, geometry.mtp_layers)
+        layout = parse_balanced_layout(geometry.layers, geometry.mtp_layers, pp, vpp)
         yield ("balanced_pipeline_layout", "embedding, loss and MTP modules counted as layer "
-               f"slots (Megatron --pipeline-model-parallel-layout '{text}')",
+               f"slots (Megatron --pipeline-model-parallel-layout '{layout.text}')",
                replace(workload, pipeline_layouts=(*workload.pipeline_layouts, layout)))
     if current.breakdown_s["moe_host_sync"][0] > 0:
         # the only routing Megatron-Core's all-to-all dispatcher runs without the host wait

@@ -50,7 +50,7 @@ from mosaic.perf.memory import (
     memory_breakdown_bytes,
     total_memory_bytes,
 )
-from mosaic.perf.pipeline_layout import balanced_layout, layout_for, parse_pipeline_layout
+from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
@@ -274,9 +274,8 @@ def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimi
     for shape_pp, shape_vpp in sorted(set(zip(pp.tolist(), vpp.tolist(), strict=True))):
         if shape_pp > 1 and shape_pp * shape_vpp <= slots and layout_for(
                 layouts, shape_pp, shape_vpp) is None:
-            text = balanced_layout(geometry.layers, geometry.mtp_layers, shape_pp, shape_vpp)
-            layouts.append(parse_pipeline_layout(text, shape_pp, shape_vpp, geometry.layers,
-                                                 geometry.mtp_layers))
+            layouts.append(parse_balanced_layout(geometry.layers, geometry.mtp_layers,
+                                                 shape_pp, shape_vpp))
     return replace(searched, pipeline_layouts=tuple(layouts))
 
 

@@ -997,14 +997,14 @@ def stage_activation_bytes(workload: Workload, plans: ParallelPlans, stage: Stag
     lm_head = _holds_lm_head(plans, head_stage)
     recompute = np.where(lm_head, np.maximum(
         recompute - logits_bytes(workload, plans, head_stage), 0.0), recompute)
-    head_inputs = np.where(lm_head, 2 * layer_input_bytes(workload, plans), 0)
+    layer_input = layer_input_bytes(workload, plans)
+    head_inputs = np.where(lm_head, 2 * layer_input, 0)
     # an MTP module's projection input [norm(h); norm(embedding)] is two layer inputs wide
     # and saved for its backward with the module's block (counted among the blocks)
     layouts = workload.pipeline_layouts
-    mtp_inputs = 2 * mtp_modules(workload.geometry, plans, stage, layouts) * layer_input_bytes(
-        workload, plans)
-    mirror_mtp_inputs = 2 * mtp_modules(workload.geometry, plans, MIRROR_STAGE[stage], layouts) * (
-        layer_input_bytes(workload, plans)) if uses_dualpipe(workload) else 0.0
+    mtp_inputs = 2 * mtp_modules(workload.geometry, plans, stage, layouts) * layer_input
+    mirror_mtp_inputs = (2 * mtp_modules(workload.geometry, plans, MIRROR_STAGE[stage], layouts)
+                         * layer_input if uses_dualpipe(workload) else 0.0)
     in_flight = in_flight_microbatches(workload, plans, stage)
     resident = resident_block_fraction(workload, blocks)
     mirror_in_flight = mirror_in_flight_microbatches(workload, plans, stage)

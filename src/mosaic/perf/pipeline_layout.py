@@ -115,6 +115,29 @@ def layout_text(layouts: Layouts, row: Mapping[str, Any]) -> str | None:
     return None if layout is None else layout.text
 
 
+def shape_key(key: str) -> tuple[int, int]:
+    """(pp, vpp) of a pipeline shape written ``PPxVPP`` (e.g. ``16x1``), the key of a
+    recipe's ``pipeline_layouts``."""
+    if not re.fullmatch(r"[1-9]\d*x[1-9]\d*", key):
+        raise MosaicInputError(f"pipeline_layouts key {key!r}: allowed: PPxVPP, e.g. 16x1")
+    pp, vpp = key.split("x")
+    return int(pp), int(vpp)
+
+
+def layout_vpp(text: str, pp: int) -> int:
+    """The virtual stages per rank a layout sets: its chunk count over pp, which must divide
+    it (Megatron-Core PipelineParallelLayerLayout.__init__)."""
+    return _virtual_stages(expand_layout(text), pp, text)
+
+
+def _virtual_stages(chunks: tuple[str, ...], pp: int, text: str) -> int:
+    if len(chunks) % pp:
+        raise MosaicInputError(f"parallelism.pipeline_layout {text!r}: {len(chunks)} chunks is "
+                               f"not a multiple of pp={pp} (each rank runs chunks/pp virtual "
+                               "stages)")
+    return len(chunks) // pp
+
+
 def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
                           mtp_layers: int) -> PipelineLayout:
     """Validate a layout against the job's pipeline and model as Megatron-Core does
@@ -124,9 +147,7 @@ def parse_pipeline_layout(text: str, pp: int, vpp: int | None, layers: int,
     stage of their rank."""
     where = f"parallelism.pipeline_layout {text!r}"
     chunks = expand_layout(text)
-    if len(chunks) % pp:
-        raise MosaicInputError(f"{where}: {len(chunks)} chunks is not a multiple of "
-                               f"pp={pp} (each rank runs chunks/pp virtual stages)")
+    _virtual_stages(chunks, pp, text)
     if vpp is not None and len(chunks) != pp * vpp:
         raise MosaicInputError(f"{where}: {len(chunks)} chunks, but pp·vpp = {pp}·{vpp} = "
                                f"{pp * vpp}; state vpp={len(chunks) // pp} or another layout")
@@ -183,6 +204,12 @@ def balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
         cut += size
     body.append(BLOCK * last_blocks + tail)
     return "|".join(_run_length(chunk) for chunk in body)
+
+
+def parse_balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> PipelineLayout:
+    """:func:`balanced_layout` of a pipeline shape, parsed (it passes every check)."""
+    return parse_pipeline_layout(balanced_layout(layers, mtp_layers, pp, vpp), pp, vpp, layers,
+                                 mtp_layers)
 
 
 def _run_length(chunk: str) -> str:

@@ -107,10 +107,12 @@ def candidate_stages(geometry: Geometry, plans: ParallelPlans,
     pattern can put any mix of layers anywhere, or under stated ``layouts``, which can."""
     if geometry.is_hybrid:
         return ("first", *range(1, int(plans.pp.max()) - 1), "last")
-    middle: tuple[Stage, ...] = ("middle",) if middle_stage_can_be_heaviest(geometry) else ()
-    if layouts:
-        return ("first", *middle, *range(1, max(layout.pp for layout in layouts) - 1), "last")
-    return ("first", *middle, "last")
+    # every rank up to the deepest stated layout's; rank 1 among them is the ``middle`` rank
+    # of the other plans too (stage_rank), so it is not listed twice
+    ranks = range(1, max(layout.pp for layout in layouts) - 1) if layouts else range(0)
+    middle: tuple[Stage, ...] = (("middle",) if middle_stage_can_be_heaviest(geometry)
+                                 and not ranks else ())
+    return ("first", *middle, *ranks, "last")
 
 
 def middle_stage_can_be_heaviest(geometry: Geometry) -> bool:
@@ -313,8 +315,8 @@ def stage_layer_counts(
             int(_moe_blocks_below(np.array(stop), geometry))
             - int(_moe_blocks_below(np.array(start), geometry)) for start, stop in ranges),
             moe_blocks)
-    mtp = mtp_modules(geometry, plans, stage, layouts)
     if geometry.mtp_layers:
+        mtp = mtp_modules(geometry, plans, stage, layouts)
         blocks = blocks + mtp
         moe_blocks = moe_blocks + (mtp if mtp_block_is_moe(geometry) else 0)
     return blocks, moe_blocks
