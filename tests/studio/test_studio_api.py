@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -60,16 +59,18 @@ def test_prediction_is_the_cli_prediction_of_the_exported_job(studio, tmp_path):
     assert body["model"]["n_total"] == pytest.approx(327.2e9, rel=1e-3)
 
 
-def test_prediction_latency_is_well_under_100_ms(studio):
-    form = dict(DEFAULT_FORM)
-    studio.call("/api/perf", {"form": form})  # warm: first call imports the report code
-    totals, predicts = [], []
-    for micro_batch in ("1", "2", "4", "8", "1"):
-        _, body = studio.call("/api/perf", {"form": {**form, "batch.micro_seqs": micro_batch}})
-        totals.append(body["total_ms"])
-        predicts.append(body["predict_ms"])
-    assert statistics.median(predicts) < 50, predicts
-    assert statistics.median(totals) < 100, totals
+def test_prediction_reports_its_server_time_and_valid_charts(studio):
+    # the latency itself is measured by benchmarks/bench_studio.py, not asserted here
+    import plotly.graph_objects as go
+
+    _, body = studio.call("/api/perf", {"form": dict(DEFAULT_FORM)})
+    assert 0 < body["predict_ms"] <= body["total_ms"]
+    for name in ("step", "memory"):
+        figure = go.Figure(body["figures"][name])  # raises on anything outside plotly's schema
+        assert figure.layout.template.layout.colorway  # drawn with the report's template
+    capacity_gib = body["prediction"]["memory_capacity_gib"]
+    line = go.Figure(body["figures"]["memory"]).layout.shapes[0]
+    assert line.y0 == line.y1 == pytest.approx(capacity_gib)
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [

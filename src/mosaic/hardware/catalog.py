@@ -24,6 +24,7 @@ from mosaic.hardware.system import System
 _SHIPPED_FILES = ("devices.yaml", "systems.yaml")
 
 
+@functools.lru_cache(maxsize=4096)
 def name_key(name: str) -> str:
     """Lookup key of a name: case-folded, without whitespace, '-' or '_'."""
     return re.sub(r"[\s_\-]+", "", name).casefold()
@@ -36,9 +37,20 @@ class Catalog:
     devices: Mapping[str, Device]
     systems: Mapping[str, System]
 
+    @functools.cached_property
+    def _devices_by_key(self) -> dict[str, Device]:
+        return _by_key(self.devices)
+
+    @functools.cached_property
+    def _systems_by_key(self) -> dict[str, System]:
+        return _by_key(self.systems)
+
     def device(self, name: str) -> Device:
         """The device called `name` (or an alias of it); MosaicInputError lists known names
         and suggests the closest (or, for a system's name, the device it holds)."""
+        found = self._devices_by_key.get(name_key(name))
+        if found is not None:
+            return found
         hint = ""
         for system in self.systems.values():
             if _names(system, name):
@@ -49,6 +61,9 @@ class Catalog:
     def system(self, name: str) -> System:
         """The system called `name` (or an alias of it); MosaicInputError lists known names
         and suggests the closest (for a device's name, the systems that hold it)."""
+        found = self._systems_by_key.get(name_key(name))
+        if found is not None:
+            return found
         hint = ""
         for device in self.devices.values():
             if _names(device, name):
@@ -60,6 +75,15 @@ class Catalog:
 
 
 _Entry = TypeVar("_Entry", Device, System)
+
+
+def _by_key(entries: Mapping[str, _Entry]) -> dict[str, _Entry]:
+    """Each name and alias's lookup key -> its entry (the first entry wins, as in a scan)."""
+    keyed: dict[str, _Entry] = {}
+    for entry in entries.values():
+        for spelling in (entry.name, *entry.aliases):
+            keyed.setdefault(name_key(spelling), entry)
+    return keyed
 
 
 def _names(entry: Device | System, name: str) -> bool:

@@ -208,6 +208,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             memory_breakdown_figure,
             step_breakdown_figure,
         )
+        from mosaic.report.html.page import figure_json
 
         start = time.perf_counter()
         job, result = predict_form(form, job_document, calibration)
@@ -215,10 +216,10 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         predict_ms = (time.perf_counter() - start) * 1e3
         name = layout_label(document["plan"])
         figures = {
-            "step": step_breakdown_figure([(name, document["breakdown"])],
-                                          document["labels"]).to_plotly_json(),
-            "memory": memory_breakdown_figure([(name, document["memory_breakdown"])],
-                                              result.machine.hbm_bytes).to_plotly_json(),
+            "step": figure_json(step_breakdown_figure([(name, document["breakdown"])],
+                                                      document["labels"])),
+            "memory": figure_json(memory_breakdown_figure(
+                [(name, document["memory_breakdown"])], result.machine.hbm_bytes)),
         }
         return _json({"ok": True, "prediction": document, "figures": figures,
                       "layout": name, "model": model_summary(job.geometry),
@@ -229,6 +230,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
     async def compare(request: Request) -> Any:
         from mosaic.cli.perf_cmd import prediction_document
         from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
+        from mosaic.report.html.page import figure_json
 
         try:
             body = json.loads(await request.body() or b"{}")
@@ -245,12 +247,12 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             documents.append(prediction_document(result, calibration))
         bars = [("A", documents[0]), ("B", documents[1])]
         return _json({"ok": True, "predictions": documents, "figures": {
-            "step": step_breakdown_figure([(n, d["breakdown"]) for n, d in bars],
-                                          documents[0]["labels"],
-                                          "Step time: A vs B").to_plotly_json(),
-            "memory": memory_breakdown_figure([(n, d["memory_breakdown"]) for n, d in bars],
-                                              documents[0]["memory_capacity_gib"] * 2**30,
-                                              "Memory per GPU: A vs B").to_plotly_json()}})
+            "step": figure_json(step_breakdown_figure(
+                [(n, d["breakdown"]) for n, d in bars], documents[0]["labels"],
+                "Step time: A vs B")),
+            "memory": figure_json(memory_breakdown_figure(
+                [(n, d["memory_breakdown"]) for n, d in bars],
+                documents[0]["memory_capacity_gib"] * 2**30, "Memory per GPU: A vs B"))}})
 
     @app.post("/api/layouts")
     async def layouts(request: Request) -> Any:

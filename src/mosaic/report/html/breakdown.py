@@ -64,6 +64,9 @@ GROUP_COLOURS: dict[str, str] = {
 }
 
 
+_FRAME: dict[str, Any] = {"margin": {"t": 50, "b": 40, "l": 60, "r": 20}, "height": 430}
+
+
 def term_group(term: str) -> str:
     return TERM_GROUPS.get(term, "other")
 
@@ -78,56 +81,64 @@ def grouped_seconds(breakdown_s: Mapping[str, float]) -> dict[str, float]:
 
 
 def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
-                          labels: Mapping[str, str] | None = None, title: str = "") -> Any:
+                          labels: Mapping[str, str] | None = None,
+                          title: str = "") -> dict[str, Any]:
     """Stacked bar of step-time terms, one bar per (name, breakdown_s); terms coloured by
-    group, hover shows seconds, share and (when given) the term's source label."""
-    import plotly.graph_objects as go
+    group, hover shows seconds, share and (when given) the term's source label.
 
+    Returned as a plotly figure dictionary (``data`` and ``layout``, plotly.js's JSON
+    figure format: https://plotly.com/javascript/reference/): the studio sends it as it is
+    and ``page.figure_html`` draws it, so a prediction's chart costs no figure objects.
+    """
     names = [name for name, _ in bars]
     terms = [t for t in dict.fromkeys(t for _, b in bars for t in b) if any(
         abs(float(b.get(t, 0.0))) > 0 for _, b in bars)]
     terms.sort(key=lambda t: list(GROUP_COLOURS).index(term_group(t)))
-    figure = go.Figure()
+    totals = [sum(float(v) for v in b.values()) for _, b in bars]
+    traces: list[dict[str, Any]] = []
     shown_groups: set[str] = set()
     for term in terms:
         group = term_group(term)
         values = [float(b.get(term, 0.0)) for _, b in bars]
-        totals = [sum(float(v) for v in b.values()) for _, b in bars]
         share = [v / t if t else 0.0 for v, t in zip(values, totals, strict=True)]
         source = (labels or {}).get(term, "")
-        figure.add_trace(go.Bar(
-            x=names, y=values, name=group, legendgroup=group,
-            showlegend=group not in shown_groups, marker_color=GROUP_COLOURS[group],
-            customdata=[[term, s, source] for s in share],
-            hovertemplate="%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
-                          "<br>%{customdata[2]}<extra>%{x}</extra>"))
+        traces.append({
+            "type": "bar", "x": names, "y": values, "name": group, "legendgroup": group,
+            "showlegend": group not in shown_groups, "marker": {"color": GROUP_COLOURS[group]},
+            "customdata": [[term, s, source] for s in share],
+            "hovertemplate": "%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
+                             "<br>%{customdata[2]}<extra>%{x}</extra>"})
         shown_groups.add(group)
-    figure.update_layout(barmode="relative", title=title or "Step time",
-                         yaxis_title="seconds per step", legend_title="term group",
-                         margin={"t": 50, "b": 40, "l": 60, "r": 20}, height=430)
-    return figure
+    return {"data": traces, "layout": {
+        "barmode": "relative", "title": {"text": title or "Step time"},
+        "yaxis": {"title": {"text": "seconds per step"}},
+        "legend": {"title": {"text": "term group"}}, **_FRAME}}
 
 
 def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
-                            capacity_bytes: float | None = None, title: str = "") -> Any:
-    """Stacked bar of per-GPU memory components (bytes in, GiB shown), capacity as a line."""
-    import plotly.graph_objects as go
-
+                            capacity_bytes: float | None = None,
+                            title: str = "") -> dict[str, Any]:
+    """Stacked bar of per-GPU memory components (bytes in, GiB shown), capacity as a
+    dotted line across the plot (a plotly figure dictionary, as ``step_breakdown_figure``)."""
     names = [name for name, _ in bars]
     components = list(dict.fromkeys(c for _, b in bars for c in b))
-    figure = go.Figure()
-    for component in components:
-        figure.add_trace(go.Bar(
-            x=names, y=[float(b.get(component, 0.0)) / GIB for _, b in bars], name=component,
-            hovertemplate=f"{component}: %{{y:.2f}} GiB<extra>%{{x}}</extra>"))
+    traces = [{"type": "bar", "x": names, "name": component,
+               "y": [float(b.get(component, 0.0)) / GIB for _, b in bars],
+               "hovertemplate": f"{component}: %{{y:.2f}} GiB<extra>%{{x}}</extra>"}
+              for component in components]
+    layout: dict[str, Any] = {"barmode": "stack", "title": {"text": title or "Memory per GPU"},
+                              "yaxis": {"title": {"text": "GiB"}}, **_FRAME}
     if capacity_bytes:
-        figure.add_hline(y=capacity_bytes / GIB, line_dash="dot", line_color="#b3261e",
-                         annotation_text=f"capacity {capacity_bytes / GIB:.1f} GiB",
-                         annotation_position="top left")
-    figure.update_layout(barmode="stack", title=title or "Memory per GPU",
-                         yaxis_title="GiB", margin={"t": 50, "b": 40, "l": 60, "r": 20},
-                         height=430)
-    return figure
+        capacity_gib = capacity_bytes / GIB
+        # a horizontal line over the x domain with its label above the left end
+        layout["shapes"] = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1,
+                             "yref": "y", "y0": capacity_gib, "y1": capacity_gib,
+                             "line": {"color": "#b3261e", "dash": "dot"}}]
+        layout["annotations"] = [{"text": f"capacity {capacity_gib:.1f} GiB",
+                                  "showarrow": False, "xref": "x domain", "x": 0,
+                                  "xanchor": "left", "yref": "y", "y": capacity_gib,
+                                  "yanchor": "bottom"}]
+    return {"data": traces, "layout": layout}
 
 
 def layout_label(plan: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ Element ids are fixed (no random ids), so the same document gives the same file.
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 from collections.abc import Callable, Sequence
@@ -106,10 +107,28 @@ def key_value_html(rows: Sequence[tuple[str, Any]], *, table_id: str) -> str:
 
 # --- Figures --------------------------------------------------------------------------------
 def figure_html(figure: Any, div_id: str) -> str:
-    """A plotly figure as a <div> (plotly.js is inlined once in the page head)."""
+    """A plotly figure (a ``Figure`` or its dictionary) as a <div> (plotly.js is inlined
+    once in the page head)."""
+    if isinstance(figure, dict):
+        import plotly.graph_objects as go
+
+        figure = go.Figure(figure)  # validates the dictionary against plotly's schema
     inner = figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                            config=PLOTLY_CONFIG)
     return f'<div class="figure" data-figure="{div_id}">{inner}</div>'
+
+
+@functools.cache
+def _default_template() -> dict[str, Any]:
+    import plotly.io as pio
+
+    return pio.templates[pio.templates.default].to_plotly_json()
+
+
+def figure_json(figure: dict[str, Any]) -> dict[str, Any]:
+    """A figure dictionary as ``Figure.to_plotly_json`` gives it: plotly.py's default
+    template written into the layout, so plotly.js draws it as the report does."""
+    return {**figure, "layout": {"template": _default_template(), **figure["layout"]}}
 
 
 def row_html(*blocks: str) -> str:
