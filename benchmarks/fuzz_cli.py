@@ -515,6 +515,8 @@ def plan_case(rng: random.Random) -> Case:
     argv = list(head)
     for key, value in flags.items():
         argv += [key, value]
+    if head[0] == "plan" and rng.random() < 0.15:
+        argv.append("--balanced-pipeline")
     if rng.random() < 0.1:
         doc = copy.deepcopy(BASE_LAW)
         key = rng.choice(list(doc["coefficients"]))

@@ -199,6 +199,10 @@ BackendOpt = Annotated[str, typer.Option(
 AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="With --backend ray: auto (the cluster of `ray start`) or HOST:PORT "
     "of a head node; default: a local Ray instance.")]
+BalancedPipelineOpt = Annotated[bool, typer.Option(
+    "--balanced-pipeline", help="Split every pipelined layout by a balanced Megatron layout "
+    "(embedding, loss and MTP modules as layer slots), as `mosaic layouts "
+    "--balanced-pipeline` does; the optimum's layout string is in --json and its exports.")]
 PlotDir = Annotated[Path | None, typer.Option(
     "--plot", help="Write figures (PNG and SVG) into this directory.")]
 
@@ -221,6 +225,7 @@ def build_inputs(
     split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
     precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
+    balanced_pipeline: bool = False,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     if precision not in PRECISION_NAMES:
@@ -257,7 +262,7 @@ def build_inputs(
         precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
         dispatcher=dispatcher,
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
-        stack_version=stack_version, **settings,
+        stack_version=stack_version, balanced_pipeline=balanced_pipeline, **settings,
     )
     tpp_min, tpp_max = parse_tpp(tpp)
     axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,
@@ -447,6 +452,7 @@ def plan(
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
+    balanced_pipeline: BalancedPipelineOpt = False,
     versus: Annotated[str | None, typer.Option(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
         "on its own stack and show both optima with why they differ.")] = None,
@@ -471,7 +477,7 @@ def plan(
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
-        stack_version=stack_version)
+        stack_version=stack_version, balanced_pipeline=balanced_pipeline)
     cost = run_cost(envelope, price_per_gpu_hour)
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)

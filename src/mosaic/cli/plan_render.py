@@ -105,6 +105,8 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("memory per GPU", f"{candidate['memory_bytes'] / GIB:.1f} GiB"),
         ("predicted loss", f"{candidate['loss']:.4f}"),
         ("layout", layout_text(candidate["plan"])),
+        *([("pipeline layout", candidate["plan"]["pipeline_layout"])]
+          if candidate["plan"] and "pipeline_layout" in candidate["plan"] else []),
         *_batch_rows(candidate),
         *_extrapolation_rows(candidate.get("extrapolation")),
     ])

@@ -365,6 +365,8 @@ def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> d
     if row["sharding"] == "hsdp" and row.get("hsdp_shard") is not None:
         document["hsdp_shard"] = row["hsdp_shard"]
     document["dispatcher"] = str(dispatcher)
+    if row.get("pipeline_layout"):  # a planned pipeline split (Megatron's layout string)
+        document["pipeline_layout"] = str(row["pipeline_layout"])
     return document
 
 

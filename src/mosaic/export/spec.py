@@ -452,6 +452,7 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         fp4_param_gather=bool(envelope.get("fp4_param_gather", False)),
         grad_reduce_in_fp32=bool(envelope.get("grad_reduce_in_fp32", True)),
         cross_entropy=envelope.get("cross_entropy"),
+        pipeline_layout=plan.get("pipeline_layout") or None,
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
@@ -502,6 +503,8 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
     for flag in ("ep_overlap", "dispatch_fp8", "tp_comm_overlap"):
         if getattr(spec, flag):
             parallelism[flag] = True
+    if spec.pipeline_layout is not None:
+        parallelism["pipeline_layout"] = spec.pipeline_layout
     from mosaic.perf.workload import job_precision_name
 
     performance: dict[str, Any] = {"precision": job_precision_name(spec.precision),

@@ -153,6 +153,12 @@ class Envelope:
             = the stack's loss.
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
+        balanced_pipeline: every pipelined layout of every candidate is split by a balanced
+            Megatron-Core pipeline layout (the embedding, the loss and the MTP modules as
+            layer slots, :func:`mosaic.perf.pipeline_layout.balanced_layout`), as
+            ``mosaic layouts --balanced-pipeline`` does, instead of Megatron's default split
+            (whole blocks per stage, the embedding on the first and the loss and MTP modules
+            on the last).
     """
 
     system: System
@@ -173,6 +179,7 @@ class Envelope:
     fp4_param_gather: bool = False
     grad_reduce_in_fp32: bool = True
     cross_entropy: str | None = None
+    balanced_pipeline: bool = False
 
     def __post_init__(self) -> None:
         get_stack(self.stack)  # an unknown stack names the known ones
@@ -263,6 +270,7 @@ class Envelope:
             "fp4_param_gather": self.fp4_param_gather,
             "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
             **({"cross_entropy": self.cross_entropy} if self.cross_entropy else {}),
+            "balanced_pipeline": self.balanced_pipeline,
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,
             "memory_headroom": self.headroom.to_dict(self.system.device.hbm_bytes)

@@ -46,9 +46,11 @@ from mosaic.perf.layouts import (
     enumerate_plans,
     predict_in_chunks,
     take_prediction,
+    with_balanced_layouts,
 )
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
@@ -92,11 +94,13 @@ class ThroughputTable:
         return self.tokens_per_s > 0
 
 
-def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Workload:
+def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
+                       limits: LayoutLimits = TABLE3_LAYOUT_LIMITS) -> Workload:
     """What grid row ``row`` trains under ``envelope``: the one workload every candidate's
     layout search, breakdown and report uses (batch, precision, stack, dispatcher and the
-    envelope's workload settings)."""
-    return Workload(
+    envelope's workload settings; under ``balanced_pipeline``, a balanced layout for each
+    pipeline shape ``limits`` allows)."""
+    workload = Workload(
         geometry=grid.geometry(row),
         global_batch=envelope.global_batch,
         seq_len=envelope.seq_len,
@@ -112,6 +116,9 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int) -> Worklo
         grad_reduce_in_fp32=envelope.grad_reduce_in_fp32,
         cross_entropy=envelope.cross_entropy,
     )
+    if envelope.balanced_pipeline:
+        workload = with_balanced_layouts(workload, envelope.n_devices, limits)
+    return workload
 
 
 @dataclass(frozen=True)
@@ -250,8 +257,8 @@ def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration
     evaluated = timed = 0
     enumerations: dict[tuple[Any, ...], ParallelPlans] = {}  # shared within the block
     for i, row in enumerate(rows):
-        outcome = best_feasible_layout(candidate_workload(envelope, grid, row), machine,
-                                       calibration, limits, enumerations)
+        workload = candidate_workload(envelope, grid, row, limits)
+        outcome = best_feasible_layout(workload, machine, calibration, limits, enumerations)
         evaluated += outcome.plans_evaluated
         timed += outcome.plans_timed
         if outcome.plan is None or outcome.prediction is None:
@@ -263,6 +270,9 @@ def _profile_rows(envelope: Envelope, grid: LadderGrid, calibration: Calibration
         metrics["step_time_s"][i] = prediction.step_time_s[0]
         metrics["memory_bytes"][i] = prediction.memory_bytes[0]
         plans[i] = {key: outcome.plan[key] for key in PLAN_KEYS}
+        pipeline_layout = layout_text(workload.pipeline_layouts, outcome.plan)
+        if pipeline_layout is not None:  # the layout that splits its pipeline (Megatron's flag)
+            plans[i]["pipeline_layout"] = pipeline_layout
     return _Profile(tokens_per_s, plans=plans, reasons=reasons, plans_evaluated=evaluated,
                     plans_timed=timed, **metrics)
 

@@ -61,10 +61,11 @@ def optimum_step_document(result: PlanResult, calibration: Calibration,
     if row is None:
         return None
     envelope = result.envelope
-    workload = candidate_workload(envelope, result.grid, row)
+    limits = limits or TABLE3_LAYOUT_LIMITS
+    workload = candidate_workload(envelope, result.grid, row, limits)
     machine = machine_for(envelope.cluster, envelope.precision,
                           envelope.usable_memory_fraction, fp8_recipe=envelope.fp8_recipe)
-    found = best_layout(workload, machine, calibration, limits or TABLE3_LAYOUT_LIMITS)
+    found = best_layout(workload, machine, calibration, limits)
     if found is None:
         return None
     plan, prediction = found
