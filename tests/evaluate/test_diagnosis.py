@@ -411,3 +411,28 @@ def test_a_pipeline_paced_by_its_vocabulary_gets_the_balanced_layout_lever():
                          result.machine, CALIBRATION)
     assert lever.step_time_s == pytest.approx(float(alone.step_time_s[0]))
     assert lever.feasible and lever.gain > 1.0
+
+
+def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers():
+    """Appendix E (Megatron-Core, all-to-all, ep 8): DeepEP and HybridEP levers, each the
+    same plan predicted with only the dispatcher changed; on GB200 NVL72 (NVLink across
+    nodes) HybridEP alone (Megatron-Core: "the only backend that supports the MNNVL case");
+    the paper's stack (no DeepEP, Appendix F.3) and torchtitan get none."""
+    def dispatcher_levers(*overrides: str) -> dict:
+        result = job(EXAMPLES / "appendix_e.yaml", *overrides)
+        spec = result.spec
+        levers = rank_levers(spec.workload, spec.plan, result.machine, CALIBRATION)
+        return result, {lever.name: lever for lever in levers
+                        if lever.name.startswith("dispatcher_")}
+
+    result, levers = dispatcher_levers()  # megatron-core, the default stack
+    assert set(levers) == {"dispatcher_deepep", "dispatcher_hybridep"}
+    for name, lever in levers.items():
+        changed = replace(result.spec.workload, dispatcher=name.removeprefix("dispatcher_"))
+        alone = predict_step(changed, result.spec.plan, result.machine, CALIBRATION)
+        assert lever.step_time_s == pytest.approx(float(alone.step_time_s[0]), rel=1e-12)
+        assert lever.plan == result.spec.plan.row(0)
+    _, nvl72 = dispatcher_levers("hardware.system=GB200-NVL72")
+    assert set(nvl72) == {"dispatcher_hybridep"}
+    assert not dispatcher_levers("performance.stack=paper-nemo")[1]
+    assert not dispatcher_levers("performance.stack=torchtitan", "parallelism.vpp=1")[1]

@@ -604,7 +604,8 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
 WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_reduce_bf16",
                              "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph",
                              "torch_compile", "dp_comm_overlap", "drop_and_pad",
-                             "balanced_pipeline_layout"})
+                             "balanced_pipeline_layout", "dispatcher_deepep",
+                             "dispatcher_hybridep"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -665,6 +666,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
         yield ("ep_overlap", "EP all-to-alls overlapped with the other micro-batch "
                "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute)",
                replace(workload, ep_overlap=True))
+    yield from _dispatcher_what_ifs(workload, machine, row)
     host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
     if host > 0 and not workload.full_iteration_cuda_graph:
         needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"
@@ -691,6 +693,28 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "dispatcher): no host wait per MoE layer, but overflow tokens skip their experts",
                replace(workload, routing="token_drop", pad_to_capacity=True,
                        dispatcher=Dispatcher.ALLTOALL))
+
+
+def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
+                         ) -> Iterator[tuple[str, str, Workload]]:
+    """A deduplicating EP dispatcher for an MoE job on the pairwise all-to-all, each the
+    stack runs (trait ``moe_flex_dispatchers``): one network copy per remote node instead of
+    one per token copy. DeepEP is left out where the EP group spans an NVLink domain larger
+    than a node (multi-node NVLink): Megatron-Core's HybridEP is "the only backend that
+    supports the MNNVL case" (transformer_config.py moe_flex_dispatcher_backend). A job that
+    pads expert inputs to capacity keeps the all-to-all (Megatron-Core pads only there)."""
+    if (workload.geometry.moe is None or int(row["ep"]) == 1
+            or workload.dispatcher is not Dispatcher.ALLTOALL or workload.pad_to_capacity):
+        return
+    interconnect = machine.interconnect
+    multi_node_nvlink = interconnect.scale_up_domain_gpus > interconnect.gpus_per_node
+    for name in workload.traits.moe_flex_dispatchers:
+        if name == Dispatcher.DEEPEP and multi_node_nvlink:
+            continue
+        yield (f"dispatcher_{name}", f"EP tokens through {name} (Megatron "
+               f"--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {name}): one "
+               "network copy per remote node, not one per routed token copy",
+               replace(workload, dispatcher=Dispatcher(name)))
 
 
 # ------------------------------------------------------------------------------ diagnosis

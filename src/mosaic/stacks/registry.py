@@ -101,6 +101,7 @@ class _Entry(BaseModel):
     tp_overlap_passes: Literal["forward", "forward_backward"] = "forward_backward"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
+    moe_flex_dispatchers: tuple[Literal["deepep", "hybridep"], ...] = ()
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
@@ -159,6 +160,9 @@ class StackTraits:
     pipeline_schedule: str
     tp_overlap_passes: str  # passes whose TP collectives tp_comm_overlap hides
     moe_dispatcher: dict[str, str] | None  # GPU generation -> EP dispatcher when unstated
+    # the deduplicating EP dispatchers the stack can run beside the pairwise all-to-all
+    # (Megatron-Core's flex dispatcher backends); what `mosaic explain` offers as a lever
+    moe_flex_dispatchers: tuple[str, ...]
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
     # and backward) or "forward_combine" (only the forward combine; the rest are exposed)
