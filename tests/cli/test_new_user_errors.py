@@ -140,6 +140,35 @@ def test_an_hsdp_shard_group_without_hybrid_sharding_is_refused(tmp_path):
     assert "hsdp_shard=4 is the shard group of hybrid sharding" in message
 
 
+def test_json_plan_rows_paste_back_into_a_job(tmp_path):
+    """The plan rows of `layouts --json`, `perf --json` and `explain --json` carry the HSDP
+    shard group only under hsdp, so each row's layout is a parallelism block `perf` takes
+    (a zero1 row with the group would be refused, as the test above shows)."""
+    two_nodes = {"system": "DGX-H100", "nodes": 2}
+    job = _job(tmp_path, hardware=two_nodes)
+    out = runner.invoke(app, ["layouts", job, "--json", "--top", "400"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)["rows"]
+    assert {row["sharding"] for row in rows} >= {"hsdp", "zero1"}
+    for row in rows:
+        assert ("hsdp_shard" in row) == (row["sharding"] == "hsdp")
+    for row in (rows[0], next(r for r in rows if r["sharding"] == "hsdp")):
+        block = {key: row[key] for key in ("tp", "pp", "cp", "dp", "ep", "sharding",
+                                           "hsdp_shard") if key in row}
+        pasted = runner.invoke(app, ["perf", _job(tmp_path, parallelism=block, hardware=two_nodes,
+                                                  batch={"global_seqs": 64, "seq_len": 1024,
+                                                         "micro_seqs": row["micro_batch"]}),
+                                     "--set", f"performance.checkpointing={row['checkpointing']}",
+                                     "--json"])
+        assert pasted.exit_code == 0, pasted.output
+        assert json.loads(pasted.stdout)["step_time_s"] == pytest.approx(row["step_time_s"])
+    zero1 = _job(tmp_path, hardware=two_nodes, parallelism={"sharding": "zero1"})
+    for command in ("perf", "explain"):
+        document = json.loads(runner.invoke(app, [command, zero1, "--json"]).stdout)
+        plan = document["plan"] if command == "perf" else document["current"]["plan"]
+        assert plan["sharding"] == "zero1" and "hsdp_shard" not in plan
+
+
 def test_validate_given_a_job_file_points_to_perf(tmp_path):
     message = _error("validate", _job(tmp_path))
     assert "a job file (model:, hardware:), not run records (runs:)" in message

@@ -23,6 +23,7 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.cli.model_option import ModelOption, model_block
+from mosaic.config.layout import plan_row_document
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.diagnosis import (
     GIB,
@@ -63,7 +64,7 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
                            usable_memory_gib=usable_gib(result.machine))
     return {
         "current": {
-            "plan": result.spec.plan.row(0),
+            "plan": plan_row_document(result.spec.plan.row(0)),
             "global_batch": result.spec.workload.global_batch,
             "step_time_s": float(p.step_time_s[0]),
             "mfu": float(p.mfu[0]),
@@ -105,7 +106,7 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             {
                 "name": lever.name,
                 "description": lever.description,
-                "plan": lever.plan,
+                "plan": plan_row_document(lever.plan),
                 "global_batch": lever.global_batch,
                 "step_time_s": _finite(lever.step_time_s),
                 "mfu": _finite(lever.mfu),

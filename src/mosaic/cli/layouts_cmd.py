@@ -32,6 +32,7 @@ from mosaic.config.job_schema import (
     layout_document,
     load_job,
 )
+from mosaic.config.layout import plan_row_document
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for, load_job_spec
 from mosaic.hardware import Cluster
@@ -111,8 +112,8 @@ def _name_list(text: str | None) -> tuple[str, ...] | None:
 
 # --- Output --------------------------------------------------------------------------------
 def _plan_fields(search: LayoutSearch, index: int) -> dict[str, Any]:
-    row = search.plans.row(index)
-    return {name: row[name] for name in PLAN_FIELDS}
+    row = plan_row_document(search.plans.row(index))
+    return {name: row[name] for name in PLAN_FIELDS if name in row}
 
 
 def ranked_rows(search: LayoutSearch, top: int, calibration: Calibration,

@@ -20,6 +20,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, write_html
+from mosaic.config.layout import plan_row_document
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
@@ -73,7 +74,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
-        "plan": result.spec.plan.row(0),
+        "plan": plan_row_document(result.spec.plan.row(0)),
         "hardware": {
             "system": result.cluster.system.name,
             "nodes": result.cluster.n_nodes,

@@ -9,6 +9,7 @@ expert-parallel degree of an MoE run, which sets its cost; a job takes ep = 1.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -368,6 +369,14 @@ def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> d
     if row.get("pipeline_layout"):  # a planned pipeline split (Megatron's layout string)
         document["pipeline_layout"] = str(row["pipeline_layout"])
     return document
+
+
+def plan_row_document(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan row (:meth:`ParallelPlans.row`) as the JSON outputs write it: the HSDP shard
+    group only under hsdp, where it means something (a job file refuses it elsewhere), so a
+    row pastes back into a job's parallelism block."""
+    return {key: value for key, value in row.items()
+            if key != "hsdp_shard" or row["sharding"] == "hsdp"}
 
 
 def batch_document(global_seqs: int, seq_len: int, micro_seqs: int) -> dict[str, int]:

@@ -33,7 +33,7 @@ import numpy as np
 from mosaic.allocator import keep_freed_memory
 from mosaic.arch import LadderGrid
 from mosaic.config.convert import model_document
-from mosaic.config.layout import batch_document, parallelism_document
+from mosaic.config.layout import batch_document, parallelism_document, plan_row_document
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
@@ -460,7 +460,7 @@ class PlanResult:
             step_time_s=float(table.step_time_s[row]),
             memory_bytes=float(table.memory_bytes[row]),
             loss=float(self.loss[row]),
-            plan=table.plans[row],
+            plan=None if table.plans[row] is None else plan_row_document(table.plans[row]),
             global_batch=self.envelope.global_batch if self.global_batch is None
             else int(self.global_batch[row]),
         )
