@@ -111,7 +111,9 @@ def test_the_uneven_stages_hint_names_the_value_that_places_the_layers(tmp_path)
     model = {**MODEL, "layers": 61}
     job = _job(tmp_path, model=model, parallelism={"pp": 8, "vpp": 4, "dp": 1})
     message = _error("perf", job)
-    assert "must divide layers=61 (or set performance.uneven_stages: unstated)" in message
+    assert ("must divide layers=61 (or set performance.uneven_stages: unstated: any split "
+            "Megatron's --pipeline-model-parallel-layout places" in message)
+    assert "or state the split as parallelism.pipeline_layout)" in message
     job = _job(tmp_path, model=model, parallelism={"pp": 8, "vpp": 4, "dp": 1},
                performance={"uneven_stages": "unstated"})
     result = runner.invoke(app, ["perf", job, "--json"])

@@ -281,7 +281,8 @@ def layouts(
         help="job YAML; its parallelism block is ignored except stack, fsdp_gather, "
              "dispatcher and uneven_stages")],
     devices: Annotated[int | None, typer.Option(
-        min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes)")] = None,
+        min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes × "
+        "the system's GPUs per node)")] = None,
     top: Annotated[int, typer.Option(min=1, help="layouts to list")] = 10,
     max_tp: Annotated[int | None, typer.Option(
         min=1, help="largest tp (default: the NVLink domain)")] = None,

@@ -89,8 +89,8 @@ def show_command(
     traits = get_stack(name)  # an unknown name: one line with the closest known stack
     name = traits.name
     if release is not None and re.fullmatch(STACK_VERSION_PATTERN, release) is None:
-        raise MosaicInputError(f"--release {release!r}: expected YY.MM, e.g. 26.04, or a "
-                               "point release YY.MM.0N, e.g. 26.04.01")
+        raise MosaicInputError(f"--release {release!r}: expected YY.MM with a month 01-12, "
+                               "e.g. 26.04, or a point release YY.MM.0N, e.g. 26.04.01")
     wanted = None if release is None else parse_release(release)
     point = None if release is None else names_point_release(release)
     device_name = None if gpu is None else get_device(gpu).name  # aliases resolve

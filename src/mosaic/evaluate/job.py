@@ -94,7 +94,11 @@ def _uneven_stages_hint(spec: JobSpec, n_devices: int) -> str:
             ("unstated", spec.workload, False)):
         if first_reason(plan_violations(workload, spec.plan, n_devices, split_stated=stated),
                         spec.plan, 0) is None:
-            return f" (or set performance.uneven_stages: {value})"
+            why = ("" if value == "true" else
+                   ": any split Megatron's --pipeline-model-parallel-layout places, costed with "
+                   "full first and last stages; or state the split as "
+                   "parallelism.pipeline_layout")
+            return f" (or set performance.uneven_stages: {value}{why})"
     return ""
 
 
