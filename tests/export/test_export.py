@@ -154,10 +154,13 @@ def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
     assert (a.moe_token_dispatcher_type, a.moe_flex_dispatcher_backend) == ("flex", "deepep")
     assert a.fp8_format == "hybrid" and a.bf16 and a.recompute_granularity == "selective"
     assert a.fp8_recipe == "delayed"  # megatron-core's default recipe (stack trait)
-    assert (a.tensor_model_parallel_size, a.num_virtual_stages_per_pipeline_rank) == (2, 2)
+    # 61 blocks on pp 4 x vpp 2 (uneven_stages true): chunks of 8, the 5-block remainder
+    # last with the MTP module and the loss, written as the layout (which sets vpp itself)
+    assert a.tensor_model_parallel_size == 2 and a.num_virtual_stages_per_pipeline_rank is None
+    assert a.pipeline_model_parallel_layout == "Et*8|t*8|t*8|t*8|t*8|t*8|t*8|t*5mL"
     assert a.sequence_parallel  # tp > 1: the job default
-    assert any("uneven pipeline stages (61 layers on pp·vpp = 8)" in note
-               for note in export(deepseek_spec(), "megatron").unsupported)
+    assert not any("uneven pipeline stages" in note
+                   for note in export(deepseek_spec(), "megatron").unsupported)
     # dp = 512 / (tp 2 · pp 4) = 64; the global batch covers dp · micro-batch evenly
     assert a.global_batch_size % (64 * a.micro_batch_size) == 0
 
@@ -398,3 +401,14 @@ def test_a_sliding_window_is_written_where_the_target_has_it():
                                ROOT / "examples" / "hf" / "gpt-oss-20b.json")
     assert "--cp-comm-type a2a" in export(with_cp, "megatron").text
     assert "--cp-comm-type" not in megatron
+
+
+def test_torchtitan_leaves_out_the_float8_expert_converter_under_pipelining():
+    """torchtitan v0.2.2's float8 grouped-GEMM prototype asserts pp = cp = 1: with pp 4 the
+    export writes the linear converter only and says the experts run in bf16, instead of a
+    config that stops at launch."""
+    spec = deepseek_spec()
+    assert spec.pp == 4
+    titan = export(spec, "torchtitan")
+    assert tomllib.loads(titan.text)["model"]["converters"] == ["quantize.linear.float8"]
+    assert any("quantize.grouped_mm.float8 not written" in note for note in titan.unsupported)

@@ -55,7 +55,9 @@ RECIPES = {
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_each_fp8_recipe_reaches_each_target(recipe):
-    spec = job("performance.precision=fp8", f"performance.fp8_recipe={recipe}")
+    # (pp 1: torchtitan's float8 expert converter is written only without pipelining)
+    spec = job("performance.precision=fp8", f"performance.fp8_recipe={recipe}",
+               "parallelism.pp=1")
     megatron_recipe, fp8_format, bridge, maxtext = RECIPES[recipe]
     a = parse_megatron(export(spec, "megatron").text)
     assert (a.fp8_recipe, a.fp8_format, a.bf16) == (megatron_recipe, fp8_format, True)

@@ -227,3 +227,46 @@ def test_a_balanced_search_gives_every_pipeline_shape_its_layout():
     kept = with_balanced_layouts(replace(workload, pipeline_layouts=(own,)), 256,
                                  LayoutLimits())
     assert own in kept.pipeline_layouts
+
+
+def test_an_uneven_job_is_split_by_its_remainder_last_layout(tmp_path):
+    """uneven_stages true on 61 blocks over pp 8: chunks of ceil(61/8) = 8, the remainder of
+    5 last with the MTP module and the loss; the job is predicted as the job stating that
+    layout (the same time and memory) and costed rank by rank: the LM head and the MTP
+    module ride in the short last stage's slack, which the chunk rule charged on top of a
+    full stage."""
+    import yaml
+
+    from mosaic.config.job_schema import load_job
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.pipeline_layout import remainder_last_layout
+
+    assert remainder_last_layout(61, 1, 8, 1) == "Et*8|t*8|t*8|t*8|t*8|t*8|t*8|t*5mL"
+    assert remainder_last_layout(30, 0, 4, 2) == "Et*4|t*4|t*4|t*4|t*4|t*4|t*4|ttL"
+    job = tmp_path / "job.yaml"
+    model = {"layers": 61, "d_model": 7168, "heads": 128, "ffn": 18432, "vocab": 129280,
+             "attention": "mla", "mtp_layers": 1,
+             "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                     "qk_rope_head_dim": 64, "v_head_dim": 128},
+             "moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1,
+                     "shared_expert_ffn": 2048, "dense_layers": 3}}
+    job.write_text(yaml.safe_dump({
+        "model": model, "parallelism": {"tp": 1, "pp": 8, "ep": 32, "sharding": "zero1"},
+        "batch": {"global_seqs": 4096, "micro_seqs": 1, "seq_len": 4096},
+        "performance": {"precision": "bf16", "checkpointing": "selective",
+                        "uneven_stages": True},
+        "hardware": {"system": "DGX-B200", "nodes": 32}}))
+    uneven = predict_job(load_job(job), default_calibration())
+    stated = predict_job(load_job(job, ["performance.uneven_stages=false",
+                                        "parallelism.pipeline_layout=Et*8|(t*8|)*6t*5mL"]),
+                         default_calibration())
+    assert float(uneven.prediction.step_time_s[0]) == pytest.approx(
+        float(stated.prediction.step_time_s[0]), rel=1e-12)
+    assert float(uneven.prediction.memory_bytes[0]) == pytest.approx(
+        float(stated.prediction.memory_bytes[0]), rel=1e-12)
+    # the chunk rule it replaces: the vocabulary work on top of a full 8-block stage
+    chunk_rule = predict_job(load_job(job), default_calibration())
+    chunk_workload = replace(chunk_rule.spec.workload, pipeline_layouts=())
+    full = predict_step(chunk_workload, chunk_rule.spec.plan, chunk_rule.machine,
+                        default_calibration())
+    assert float(full.step_time_s[0]) > float(uneven.prediction.step_time_s[0])

@@ -44,6 +44,7 @@ from mosaic.perf.layouts import (
     LayoutSearch,
     search_layouts,
     with_balanced_layouts,
+    with_searched_remainder_last_layouts,
 )
 from mosaic.perf.machine import Machine, machine_for, mfu_peak_text, usable_gib
 from mosaic.perf.memory import GIB
@@ -332,6 +333,7 @@ def layouts(
     )
     if balanced_pipeline:
         workload = with_balanced_layouts(workload, cluster.n_devices, limits)
+    workload = with_searched_remainder_last_layouts(workload, cluster.n_devices, limits)
     machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction,
                           fp8_recipe=workload.fp8_recipe)
     constants = load_calibration(calibration)

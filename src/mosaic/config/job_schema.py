@@ -60,6 +60,7 @@ from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
+from mosaic.perf.layouts import with_remainder_last_layouts
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
@@ -124,7 +125,8 @@ class PerformanceBlock(_Strict):
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool | Literal["unstated"] = Field(
         default=False, description="allow pp·vpp that does not divide the layers: true = "
-        "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last; unstated = the "
+        "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last (costed rank by rank "
+        "as that split's Megatron layout, which exports write); unstated = the "
         "split is not known (any split Megatron's --pipeline-model-parallel-layout places, "
         "e.g. DeepSeek-V3's 61 layers in 32 chunks) and the first and last stages are costed "
         "with full chunks, as a run record's uneven layout is (what `mosaic export --to yaml` "
@@ -533,6 +535,8 @@ def job_from_document(document: dict[str, Any], where: str,
             measured=False, notes=notes, where=where)
         workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(
             parallelism, recipe_layouts, geometry, plan, notes))
+        # uneven_stages true: its remainder-last split as a layout, costed rank by rank
+        workload = with_remainder_last_layouts(workload, [(int(plan.pp[0]), int(plan.vpp[0]))])
     except MosaicInputError as exc:
         message = str(exc)
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"

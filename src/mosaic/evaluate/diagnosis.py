@@ -36,7 +36,11 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.machine import Machine
-from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
+from mosaic.perf.pipeline_layout import (
+    layout_for,
+    parse_balanced_layout,
+    remainder_last_layout,
+)
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
@@ -676,15 +680,19 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False))
     pp, vpp = int(row["pp"]), int(row["vpp"])
     geometry = workload.geometry
+    current_layout = layout_for(workload.pipeline_layouts, pp, vpp)
+    implicit = (current_layout is not None and workload.uneven_pipeline_stages
+                and current_layout.text == remainder_last_layout(
+                    geometry.layers, geometry.mtp_layers, pp, vpp))  # uneven_stages: true
     if (pp > 1 and workload.traits.pipeline_schedule == "1f1b" and not geometry.is_hybrid
-            and not workload.vocab_in_pipeline_split
-            and layout_for(workload.pipeline_layouts, pp, vpp) is None):
+            and not workload.vocab_in_pipeline_split and (current_layout is None or implicit)):
         # the end ranks' embedding, LM head (and MTP modules) pace every micro-batch (Eq.
         # 13); a layout that counts them as layer slots gives those ranks fewer blocks
         layout = parse_balanced_layout(geometry.layers, geometry.mtp_layers, pp, vpp)
+        others = tuple(other for other in workload.pipeline_layouts if other is not current_layout)
         yield ("balanced_pipeline_layout", "embedding, loss and MTP modules counted as layer "
                f"slots (Megatron --pipeline-model-parallel-layout '{layout.text}')",
-               replace(workload, pipeline_layouts=(*workload.pipeline_layouts, layout)))
+               replace(workload, pipeline_layouts=(*others, layout)))
     if current.breakdown_s["moe_host_sync"][0] > 0:
         # the only routing Megatron-Core's all-to-all dispatcher runs without the host wait
         # (perf/routing_load.expert_counts_reach_host); it drops tokens, so training changes

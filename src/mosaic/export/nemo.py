@@ -234,7 +234,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                 model["moe_pad_expert_input_to_capacity"] = True
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
-    if spec.uneven_stages:
+    if spec.uneven_stages and spec.pipeline_layout is None:  # (a layout carries the split)
         unsupported.append(
             f"uneven pipeline stages ({model['num_layers']} layers on pp·vpp = "
             f"{spec.pp * spec.vpp}): "

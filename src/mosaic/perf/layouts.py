@@ -31,7 +31,7 @@ first rule it breaks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from math import gcd
 from typing import Any
@@ -50,7 +50,11 @@ from mosaic.perf.memory import (
     memory_breakdown_bytes,
     total_memory_bytes,
 )
-from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
+from mosaic.perf.pipeline_layout import (
+    layout_for,
+    parse_balanced_layout,
+    parse_remainder_last_layout,
+)
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
@@ -256,6 +260,14 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
     return replace(limits, **changes) if changes else limits
 
 
+def _pipeline_shapes(workload: Workload, n_devices: int, limits: LayoutLimits
+                     ) -> list[tuple[int, int]]:
+    """The (pp, vpp) shapes a search of ``workload`` tries, pp not dividing the layers too."""
+    searched = replace(workload, uneven_pipeline_stages=True)
+    pp, vpp = _pp_vpp_pairs(searched, n_devices, stack_limits(limits, workload))
+    return sorted(set(zip(pp.tolist(), vpp.tolist(), strict=True)))
+
+
 def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimits
                           ) -> Workload:
     """``workload`` searched with a balanced layout for every pipeline shape (pp > 1) it
@@ -267,16 +279,44 @@ def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimi
     if geometry.is_hybrid or uses_dualpipe(workload):
         raise MosaicInputError("balanced pipeline layouts are Megatron-Core layouts of a "
                                "transformer: not for a hybrid pattern or DualPipe")
-    searched = replace(workload, uneven_pipeline_stages=True)  # pp may not divide L
-    pp, vpp = _pp_vpp_pairs(searched, n_devices, stack_limits(limits, workload))
     slots = geometry.layers + 2 + geometry.mtp_layers
     layouts = list(workload.pipeline_layouts)
-    for shape_pp, shape_vpp in sorted(set(zip(pp.tolist(), vpp.tolist(), strict=True))):
+    for shape_pp, shape_vpp in _pipeline_shapes(workload, n_devices, limits):
         if shape_pp > 1 and shape_pp * shape_vpp <= slots and layout_for(
                 layouts, shape_pp, shape_vpp) is None:
             layouts.append(parse_balanced_layout(geometry.layers, geometry.mtp_layers,
                                                  shape_pp, shape_vpp))
-    return replace(searched, pipeline_layouts=tuple(layouts))
+    return replace(workload, uneven_pipeline_stages=True, pipeline_layouts=tuple(layouts))
+
+
+def with_remainder_last_layouts(workload: Workload, shapes: Iterable[tuple[int, int]]
+                                ) -> Workload:
+    """``workload`` (``uneven_pipeline_stages``) with the layout of its remainder-last split
+    for each pipeline shape of ``shapes`` whose chunks do not divide the blocks and that has
+    no layout (:func:`~mosaic.perf.pipeline_layout.remainder_last_layout`): the same
+    placement, but costed rank by rank, so a short last stage holds the LM head in its slack
+    and an export can write the split as Megatron's layout flag. Hybrid patterns, DualPipe
+    and splits counting the vocabulary as slots keep the chunk rule of
+    :func:`~mosaic.perf.schedule.stage_layer_counts`."""
+    geometry = workload.geometry
+    if (not workload.uneven_pipeline_stages or geometry.is_hybrid or uses_dualpipe(workload)
+            or workload.vocab_in_pipeline_split):
+        return workload
+    layouts = list(workload.pipeline_layouts)
+    for pp, vpp in shapes:
+        chunks = pp * vpp
+        if (pp > 1 and geometry.layers % chunks and chunks <= geometry.layers
+                and -(-geometry.layers // chunks) * (chunks - 1) < geometry.layers
+                and layout_for(layouts, pp, vpp) is None):
+            layouts.append(parse_remainder_last_layout(geometry.layers, geometry.mtp_layers,
+                                                       pp, vpp))
+    return replace(workload, pipeline_layouts=tuple(layouts))
+
+
+def with_searched_remainder_last_layouts(workload: Workload, n_devices: int,
+                                         limits: LayoutLimits) -> Workload:
+    """:func:`with_remainder_last_layouts` for every pipeline shape a search tries."""
+    return with_remainder_last_layouts(workload, _pipeline_shapes(workload, n_devices, limits))
 
 
 def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,

@@ -212,6 +212,27 @@ def parse_balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> Pi
                                  mtp_layers)
 
 
+def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
+    """The split of a job's ``uneven_stages: true`` as a layout: pp·vpp chunks of
+    ceil(L/(pp·vpp)) blocks in order, the short one last, the embedding in the first chunk
+    and the MTP modules and the loss in the last (where Megatron-Core places them without a
+    layout); the string Megatron's --pipeline-model-parallel-layout takes for it."""
+    chunks = pp * vpp
+    size = -(-layers // chunks)
+    sizes = [size] * (chunks - 1) + [layers - size * (chunks - 1)]
+    body = [BLOCK * count for count in sizes]
+    body[0] = EMBEDDING + body[0]
+    body[-1] += MTP * mtp_layers + LOSS
+    return "|".join(_run_length(chunk) for chunk in body)
+
+
+def parse_remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int
+                                ) -> PipelineLayout:
+    """:func:`remainder_last_layout` of a pipeline shape, parsed."""
+    return parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp, vpp), pp, vpp,
+                                 layers, mtp_layers)
+
+
 def _run_length(chunk: str) -> str:
     """``Etttt`` as ``Et*4``: runs of one symbol longer than two written as x*n."""
     return re.sub(r"(.)\1{2,}", lambda m: f"{m.group(1)}*{len(m.group(0))}", chunk)
