@@ -412,3 +412,14 @@ def test_torchtitan_leaves_out_the_float8_expert_converter_under_pipelining():
     titan = export(spec, "torchtitan")
     assert tomllib.loads(titan.text)["model"]["converters"] == ["quantize.linear.float8"]
     assert any("quantize.grouped_mm.float8 not written" in note for note in titan.unsupported)
+
+
+def test_tp_beyond_the_query_groups_names_the_megatron_core_it_needs():
+    """Appendix E has 8 KV heads: tp 16 replicates them, which Megatron-Core runs only from
+    core_v0.16.0; tp 8 needs nothing."""
+    wide = load_export_spec(JOB, ["parallelism.tp=16", "parallelism.pp=8"], None)
+    for target in ("megatron", "nemo"):
+        assert any("needs Megatron-Core core_v0.16.0" in note
+                   for note in export(wide, target).unsupported)
+    narrow = load_export_spec(JOB, ["parallelism.tp=8", "parallelism.pp=8"], None)
+    assert not any("core_v0.16.0" in note for note in export(narrow, "megatron").unsupported)

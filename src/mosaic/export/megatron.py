@@ -93,6 +93,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--kv-channels", str(g.head_dim)))
         if g.kv_heads != g.heads:
             args += [("--group-query-attention", None), ("--num-query-groups", str(g.kv_heads))]
+        unsupported += kv_head_replication_note(spec)
     args += activation_arguments(g, unsupported)
     if not g.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
@@ -287,6 +288,21 @@ def attention_backend(spec: ExportSpec, unsupported: list[str], option: str) -> 
         unsupported.append(f"attention_kernel {spec.attention_kernel}: no {option} runs it "
                            "(flash, fused, unfused, local)")
     return backend
+
+
+def kv_head_replication_note(spec: ExportSpec) -> list[str]:
+    """A note where tp exceeds the query groups: each TP rank then holds one KV head of
+    several ranks' queries, which Megatron-Core runs from core_v0.16.0 ("When num_kv_heads <
+    tp_size, each TP rank (post AG) initially produces activations for 1 kv_head",
+    megatron/core/transformer/attention.py; NeMo 26.02 ships it, Megatron-Bridge
+    docs/releases/software-versions.md); before it, attention divides the query groups by
+    tp and refuses the job."""
+    kv_heads = spec.geometry.kv_heads
+    if spec.geometry.attention is AttentionKind.MLA or spec.tp <= kv_heads:
+        return []
+    return [f"tp {spec.tp} > {kv_heads} query groups: needs Megatron-Core core_v0.16.0 or "
+            "later (NeMo / Megatron-Bridge 26.02+), where a TP rank replicates its KV head; "
+            "earlier releases refuse it"]
 
 
 def dualpipe_note(spec: ExportSpec, target: str) -> str:

@@ -24,6 +24,7 @@ from mosaic.export.megatron import (
     QWEN3_NEXT_RECIPE_NOTE,
     attention_backend,
     dualpipe_note,
+    kv_head_replication_note,
 )
 from mosaic.export.spec import WINDOW_CP_NOTE, ExportSpec, unexpressed
 from mosaic.export.targets import ExportResult, header_lines
@@ -185,6 +186,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                   "v_head_dim": g.mla.v_head_dim}
     else:
         model |= {"num_query_groups": g.kv_heads, "kv_channels": g.head_dim}
+        unsupported += kv_head_replication_note(spec)
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
     if g.attention_output_gate:  # Megatron-Bridge Qwen3NextBridge: attention_output_gate
