@@ -60,7 +60,6 @@ from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
-from mosaic.perf.layouts import with_remainder_last_layouts
 from mosaic.perf.machine import MeasuredTables
 from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
@@ -536,7 +535,7 @@ def job_from_document(document: dict[str, Any], where: str,
         workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(
             parallelism, recipe_layouts, geometry, plan, notes))
         # uneven_stages true: its remainder-last split as a layout, costed rank by rank
-        workload = with_remainder_last_layouts(workload, [(int(plan.pp[0]), int(plan.vpp[0]))])
+        workload = workload.with_remainder_last_layouts([(int(plan.pp[0]), int(plan.vpp[0]))])
     except MosaicInputError as exc:
         message = str(exc)
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"

@@ -31,7 +31,7 @@ first rule it breaks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from math import gcd
 from typing import Any
@@ -50,11 +50,7 @@ from mosaic.perf.memory import (
     memory_breakdown_bytes,
     total_memory_bytes,
 )
-from mosaic.perf.pipeline_layout import (
-    layout_for,
-    parse_balanced_layout,
-    parse_remainder_last_layout,
-)
+from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
@@ -289,34 +285,12 @@ def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimi
     return replace(workload, uneven_pipeline_stages=True, pipeline_layouts=tuple(layouts))
 
 
-def with_remainder_last_layouts(workload: Workload, shapes: Iterable[tuple[int, int]]
-                                ) -> Workload:
-    """``workload`` (``uneven_pipeline_stages``) with the layout of its remainder-last split
-    for each pipeline shape of ``shapes`` whose chunks do not divide the blocks and that has
-    no layout (:func:`~mosaic.perf.pipeline_layout.remainder_last_layout`): the same
-    placement, but costed rank by rank, so a short last stage holds the LM head in its slack
-    and an export can write the split as Megatron's layout flag. Hybrid patterns, DualPipe
-    and splits counting the vocabulary as slots keep the chunk rule of
-    :func:`~mosaic.perf.schedule.stage_layer_counts`."""
-    geometry = workload.geometry
-    if (not workload.uneven_pipeline_stages or geometry.is_hybrid or uses_dualpipe(workload)
-            or workload.vocab_in_pipeline_split):
-        return workload
-    layouts = list(workload.pipeline_layouts)
-    for pp, vpp in shapes:
-        chunks = pp * vpp
-        if (pp > 1 and geometry.layers % chunks and chunks <= geometry.layers
-                and -(-geometry.layers // chunks) * (chunks - 1) < geometry.layers
-                and layout_for(layouts, pp, vpp) is None):
-            layouts.append(parse_remainder_last_layout(geometry.layers, geometry.mtp_layers,
-                                                       pp, vpp))
-    return replace(workload, pipeline_layouts=tuple(layouts))
-
-
 def with_searched_remainder_last_layouts(workload: Workload, n_devices: int,
                                          limits: LayoutLimits) -> Workload:
-    """:func:`with_remainder_last_layouts` for every pipeline shape a search tries."""
-    return with_remainder_last_layouts(workload, _pipeline_shapes(workload, n_devices, limits))
+    """:meth:`Workload.with_remainder_last_layouts` for every pipeline shape a search tries."""
+    if not workload.uneven_pipeline_stages:
+        return workload
+    return workload.with_remainder_last_layouts(_pipeline_shapes(workload, n_devices, limits))
 
 
 def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,

@@ -16,7 +16,7 @@ and the loss hold fewer blocks.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -226,11 +226,21 @@ def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> st
     return "|".join(_run_length(chunk) for chunk in body)
 
 
-def parse_remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int
-                                ) -> PipelineLayout:
-    """:func:`remainder_last_layout` of a pipeline shape, parsed."""
-    return parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp, vpp), pp, vpp,
-                                 layers, mtp_layers)
+def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
+                                shapes: Iterable[tuple[int, int]]) -> Layouts:
+    """``layouts`` plus, for each pipeline shape (pp, vpp) of ``shapes`` whose pp·vpp chunks
+    do not divide the blocks, leave no chunk empty and have no layout yet, the layout of the
+    remainder-last split (:func:`remainder_last_layout`)."""
+    added = list(layouts)
+    for pp, vpp in shapes:
+        chunks = pp * vpp
+        size = -(-layers // chunks)
+        if (pp > 1 and layers % chunks and size * (chunks - 1) < layers
+                and layout_for(added, pp, vpp) is None):
+            added.append(parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp,
+                                                                     vpp),
+                                               pp, vpp, layers, mtp_layers))
+    return tuple(added)
 
 
 def _run_length(chunk: str) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -13,7 +14,7 @@ from mosaic.perf.attention_kernels import (
     AttentionKernel,
     stack_default_kernel,
 )
-from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts
+from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts, with_remainder_last_layouts
 from mosaic.stacks import CrossEntropy, StackTraits, get_stack, known_stacks
 
 
@@ -519,6 +520,23 @@ class Workload:
             raise MosaicInputError(f"fp8_param_gather needs precision fp8 (got "
                                    f"{self.precision}): the gathered weights are the FP8 "
                                    f"GEMMs' copies{hint}")
+
+    def with_remainder_last_layouts(self, shapes: Iterable[tuple[int, int]]) -> Workload:
+        """This workload with ``uneven_pipeline_stages`` split as the Megatron layout of its
+        remainder-last chunks for each pipeline shape of ``shapes`` that needs one
+        (:func:`~mosaic.perf.pipeline_layout.with_remainder_last_layouts`): the same
+        placement, costed rank by rank, so a short last stage holds the LM head in its
+        slack, and a layout an export writes. Hybrid patterns, DualPipe and splits that
+        count the vocabulary as slots keep the chunk rule of
+        :func:`~mosaic.perf.schedule.stage_layer_counts`."""
+        geometry = self.geometry
+        if (not self.uneven_pipeline_stages or geometry.is_hybrid
+                or self.traits.pipeline_schedule != "1f1b" or self.vocab_in_pipeline_split):
+            return self
+        layouts = with_remainder_last_layouts(self.pipeline_layouts, geometry.layers,
+                                              geometry.mtp_layers, shapes)
+        return self if layouts == self.pipeline_layouts else replace(
+            self, pipeline_layouts=layouts)
 
     @property
     def selective_recompute_modules(self) -> frozenset[str]:
