@@ -235,27 +235,13 @@ def test_an_uneven_job_is_split_by_its_remainder_last_layout(tmp_path):
     layout (the same time and memory) and costed rank by rank: the LM head and the MTP
     module ride in the short last stage's slack, which the chunk rule charged on top of a
     full stage."""
-    import yaml
-
     from mosaic.config.job_schema import load_job
     from mosaic.evaluate.job import predict_job
     from mosaic.perf.pipeline_layout import remainder_last_layout
 
     assert remainder_last_layout(61, 1, 8, 1) == "Et*8|t*8|t*8|t*8|t*8|t*8|t*8|t*5mL"
     assert remainder_last_layout(30, 0, 4, 2) == "Et*4|t*4|t*4|t*4|t*4|t*4|t*4|ttL"
-    job = tmp_path / "job.yaml"
-    model = {"layers": 61, "d_model": 7168, "heads": 128, "ffn": 18432, "vocab": 129280,
-             "attention": "mla", "mtp_layers": 1,
-             "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-                     "qk_rope_head_dim": 64, "v_head_dim": 128},
-             "moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1,
-                     "shared_expert_ffn": 2048, "dense_layers": 3}}
-    job.write_text(yaml.safe_dump({
-        "model": model, "parallelism": {"tp": 1, "pp": 8, "ep": 32, "sharding": "zero1"},
-        "batch": {"global_seqs": 4096, "micro_seqs": 1, "seq_len": 4096},
-        "performance": {"precision": "bf16", "checkpointing": "selective",
-                        "uneven_stages": True},
-        "hardware": {"system": "DGX-B200", "nodes": 32}}))
+    job = _uneven_job(tmp_path)
     uneven = predict_job(load_job(job), default_calibration())
     stated = predict_job(load_job(job, ["performance.uneven_stages=false",
                                         "parallelism.pipeline_layout=Et*8|(t*8|)*6t*5mL"]),
@@ -270,3 +256,77 @@ def test_an_uneven_job_is_split_by_its_remainder_last_layout(tmp_path):
     full = predict_step(chunk_workload, chunk_rule.spec.plan, chunk_rule.machine,
                         default_calibration())
     assert float(full.step_time_s[0]) > float(uneven.prediction.step_time_s[0])
+
+
+def _uneven_job(tmp_path, **performance):
+    import yaml
+
+    model = {"layers": 61, "d_model": 7168, "heads": 128, "ffn": 18432, "vocab": 129280,
+             "attention": "mla", "mtp_layers": 1,
+             "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                     "qk_rope_head_dim": 64, "v_head_dim": 128},
+             "moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1,
+                     "shared_expert_ffn": 2048, "dense_layers": 3}}
+    job = tmp_path / "uneven.yaml"
+    job.write_text(yaml.safe_dump({
+        "model": model, "parallelism": {"tp": 1, "pp": 8, "ep": 32, "sharding": "zero1"},
+        "batch": {"global_seqs": 4096, "micro_seqs": 1, "seq_len": 4096},
+        "performance": {"precision": "bf16", "checkpointing": "selective",
+                        "uneven_stages": True, **performance},
+        "hardware": {"system": "DGX-B200", "nodes": 32}}))
+    return job
+
+
+def test_uneven_levers_and_exports_cost_as_perf_does(tmp_path):
+    """An uneven_stages job: explain's pipeline levers equal `perf --set` of the same change
+    (each shape split remainder last), the balanced layout is still a lever, the job file
+    it exports stays editable (the derived split is not written as a stated layout), and a
+    torchtitan export does not call the derived layout unexpressed."""
+    import yaml
+
+    from mosaic.cli.export_cmd import load_export_spec
+    from mosaic.config.job_schema import job_document, load_job
+    from mosaic.evaluate.diagnosis import rank_levers
+    from mosaic.evaluate.job import predict_job
+    from mosaic.export import export
+
+    job = _uneven_job(tmp_path)
+    calibration = default_calibration()
+    result = predict_job(load_job(job), calibration)
+    levers = {lever.name: lever for lever in rank_levers(
+        result.spec.workload, result.spec.plan, result.machine, calibration)}
+    for name, change in (("vpp_2", "parallelism.vpp=2"), ("pp_halve", "parallelism.pp=4")):
+        alone = predict_job(load_job(job, [change]), calibration)
+        assert levers[name].step_time_s == pytest.approx(
+            float(alone.prediction.step_time_s[0]), rel=1e-12), name
+    assert "balanced_pipeline_layout" in levers
+    document = job_document(load_job(job))
+    assert "pipeline_layout" not in document["parallelism"]
+    assert document["performance"]["uneven_stages"] is True
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(document))
+    assert load_job(edited, ["parallelism.pp=4"]).plan.row(0)["pp"] == 4
+    spec = load_export_spec(job, [], None)
+    assert spec.pipeline_layout_derived
+    titan = export(spec, "torchtitan")
+    assert not any("pipeline_layout" in note for note in titan.unsupported)
+
+
+def test_remainder_layouts_only_where_megatron_places_them(tmp_path):
+    """A layouts search of an uneven job splits every uneven shape remainder last, but not a
+    shape whose last chunk would be empty (61 blocks in 32 chunks of 2), nor a torchtitan
+    job (its own rule), whose --balanced-pipeline is refused."""
+    from mosaic.config.job_schema import load_job
+    from mosaic.perf.layouts import LayoutLimits, with_searched_remainder_last_layouts
+    from mosaic.perf.pipeline_layout import layout_for
+
+    workload = load_job(_uneven_job(tmp_path)).workload
+    searched = with_searched_remainder_last_layouts(workload, 256, LayoutLimits(vpp=(1, 4)))
+    assert layout_for(searched.pipeline_layouts, 4, 1).derived
+    assert layout_for(searched.pipeline_layouts, 8, 4) is None  # 32 chunks of 2: one empty
+    titan = load_job(_uneven_job(tmp_path, stack="torchtitan")).workload
+    assert with_searched_remainder_last_layouts(titan, 256, LayoutLimits()).pipeline_layouts == ()
+    from mosaic.perf.layouts import with_balanced_layouts
+
+    with pytest.raises(MosaicInputError, match="torchtitan does not take"):
+        with_balanced_layouts(titan, 256, LayoutLimits())

@@ -147,3 +147,11 @@ def _shipped():
     from mosaic.perf.calibration import load_calibration
 
     return load_calibration(None)
+
+
+def test_a_stack_without_megatrons_layout_flag_is_refused_before_the_search():
+    from mosaic.errors import MosaicInputError
+
+    with pytest.raises(MosaicInputError, match="stack torchtitan does not take"):
+        Envelope(resolve_system("B200"), n_nodes=1, days=0.05, global_batch=64,
+                 stack="torchtitan", balanced_pipeline=True)

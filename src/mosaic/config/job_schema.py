@@ -61,7 +61,7 @@ from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables
-from mosaic.perf.pipeline_layout import layout_text
+from mosaic.perf.pipeline_layout import layout_for
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
@@ -124,8 +124,9 @@ class PerformanceBlock(_Strict):
         default="auto", description="FSDP gathers per block or per tensor; auto: by stack")
     uneven_stages: bool | Literal["unstated"] = Field(
         default=False, description="allow pp·vpp that does not divide the layers: true = "
-        "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last (costed rank by rank "
-        "as that split's Megatron layout, which exports write); unstated = the "
+        "chunks of ceil(L/(pp·vpp)) blocks with the remainder on the last (on Megatron-Core "
+        "stacks costed rank by rank as that split's Megatron layout, which exports write); "
+        "unstated = the "
         "split is not known (any split Megatron's --pipeline-model-parallel-layout places, "
         "e.g. DeepSeek-V3's 61 layers in 32 chunks) and the first and last stages are costed "
         "with full chunks, as a run record's uneven layout is (what `mosaic export --to yaml` "
@@ -672,7 +673,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         | ({"tp_comm_overlap": workload.tp_comm_overlap}
            if workload.tp_comm_overlap or explicit else {})
         | ({"vocab_in_pipeline_split": True} if workload.vocab_in_pipeline_split else {})
-        | layout_document(workload, row),
+        | layout_document(workload, row, derived=False),
         "batch": batch_document(workload.global_batch, workload.seq_len,
                                 int(row["micro_batch"])),
         "performance": performance,
@@ -683,11 +684,15 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def layout_document(workload: Workload, row: dict[str, Any]) -> dict[str, str]:
-    """``{"pipeline_layout": text}`` when a stated layout splits this plan row (the
-    layout of its pp and vpp), else nothing."""
-    text = layout_text(workload.pipeline_layouts, row)
-    return {} if text is None else {"pipeline_layout": text}
+def layout_document(workload: Workload, row: dict[str, Any], derived: bool = True
+                    ) -> dict[str, str]:
+    """``{"pipeline_layout": text}`` when a layout splits this plan row (the layout of its
+    pp and vpp), else nothing; ``derived`` False leaves out the split ``uneven_stages: true``
+    reproduces (a job file writes the setting, which stays editable)."""
+    layout = layout_for(workload.pipeline_layouts, int(row["pp"]), int(row["vpp"]))
+    if layout is None or (layout.derived and not derived):
+        return {}
+    return {"pipeline_layout": layout.text}
 
 
 _JOB_BLOCKS: dict[str, type[BaseModel]] = {

@@ -36,11 +36,7 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.machine import Machine
-from mosaic.perf.pipeline_layout import (
-    layout_for,
-    parse_balanced_layout,
-    remainder_last_layout,
-)
+from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
@@ -543,6 +539,9 @@ def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine
               calibration: Calibration, current_tokens_per_s: float) -> list[Lever]:
     """Predict every candidate plan in one vectorised call; rule breakers get NaN times."""
     plans = plans_from_rows([candidate.plan for candidate in candidates])
+    # an uneven_stages job's other pipeline shapes are split as its own is (remainder last)
+    workload = workload.with_remainder_last_layouts(
+        set(zip(plans.pp.tolist(), plans.vpp.tolist(), strict=True)))
     violations = plan_violations(workload, plans, machine.n_devices)
     reasons = [first_reason(violations, plans, i) for i in range(len(plans))]
     valid = np.flatnonzero([reason is None for reason in reasons])
@@ -681,11 +680,9 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
     pp, vpp = int(row["pp"]), int(row["vpp"])
     geometry = workload.geometry
     current_layout = layout_for(workload.pipeline_layouts, pp, vpp)
-    implicit = (current_layout is not None and workload.uneven_pipeline_stages
-                and current_layout.text == remainder_last_layout(
-                    geometry.layers, geometry.mtp_layers, pp, vpp))  # uneven_stages: true
     if (pp > 1 and workload.traits.pipeline_schedule == "1f1b" and not geometry.is_hybrid
-            and not workload.vocab_in_pipeline_split and (current_layout is None or implicit)):
+            and workload.traits.pipeline_layout_flag and not workload.vocab_in_pipeline_split
+            and (current_layout is None or current_layout.derived)):
         # the end ranks' embedding, LM head (and MTP modules) pace every micro-batch (Eq.
         # 13); a layout that counts them as layer slots gives those ranks fewer blocks
         layout = parse_balanced_layout(geometry.layers, geometry.mtp_layers, pp, vpp)
@@ -716,12 +713,14 @@ def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
         return
     interconnect = machine.interconnect
     multi_node_nvlink = interconnect.scale_up_domain_gpus > interconnect.gpus_per_node
+    megatron = workload.traits.dp_last_bucket == "megatron"  # Megatron-Core's DDP: its flags
     for name in workload.traits.moe_flex_dispatchers:
         if name == Dispatcher.DEEPEP and multi_node_nvlink:
             continue
-        yield (f"dispatcher_{name}", f"EP tokens through {name} (Megatron "
-               f"--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {name}): one "
-               "network copy per remote node, not one per routed token copy",
+        how = (f"Megatron --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {name}"
+               if megatron else f"{workload.stack}'s {name} dispatcher")
+        yield (f"dispatcher_{name}", f"EP tokens through {name} ({how}): one network copy per "
+               "remote node, not one per routed token copy",
                replace(workload, dispatcher=Dispatcher(name)))
 
 

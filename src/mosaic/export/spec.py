@@ -8,7 +8,7 @@ from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
-from mosaic.perf.pipeline_layout import layout_text
+from mosaic.perf.pipeline_layout import layout_for
 from mosaic.perf.schedule import blocks_per_chunk
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
@@ -79,9 +79,11 @@ class ExportSpec:
     attention_kernel: str | None = None
     fsdp_gather: str | None = None
     vocab_in_pipeline_split: bool = False
-    # the stated pipeline layout (Megatron-Core --pipeline-model-parallel-layout) where it
-    # splits this plan (its pp and vpp), else None
+    # the pipeline layout (Megatron-Core --pipeline-model-parallel-layout) where one splits
+    # this plan (its pp and vpp), else None; derived: the remainder-last split of
+    # uneven_stages true, which targets without the layout flag express their own way
     pipeline_layout: str | None = None
+    pipeline_layout_derived: bool = False
     routing_imbalance: float | None = None
     # the stack's pipeline schedule trait (stacks.yaml pipeline_schedule; 'dualpipe' for
     # the dualpipe stack) and the GPUs per node of the job's system (None: not known, e.g. a plan)
@@ -277,6 +279,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
 
     workload = job.workload
     plan = job.plan.row(0)
+    layout = layout_for(workload.pipeline_layouts, int(plan["pp"]), int(plan["vpp"]))
     return ExportSpec(
         geometry=workload.geometry,
         tp=plan["tp"], pp=plan["pp"], vpp=plan["vpp"], cp=plan["cp"], dp=plan["dp"],
@@ -310,7 +313,8 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
                           else str(workload.attention_kernel)),
         fsdp_gather=None if workload.fsdp_gather is None else str(workload.fsdp_gather),
         vocab_in_pipeline_split=workload.vocab_in_pipeline_split,
-        pipeline_layout=layout_text(workload.pipeline_layouts, plan),
+        pipeline_layout=None if layout is None else layout.text,
+        pipeline_layout_derived=layout is not None and layout.derived,
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=_gpus_per_node(job.system_name),
@@ -369,8 +373,8 @@ def unexpressed(spec: ExportSpec, written: AbstractSet[str], target: str) -> lis
     nor flags itself: what the prediction read that the file does not carry."""
     lines = []
     for name, value in set_settings(spec).items():
-        if name in written:
-            continue
+        if name in written or (name == "pipeline_layout" and spec.pipeline_layout_derived):
+            continue  # (a derived layout is uneven_stages, which each target handles)
         shown = " ".join(value) if isinstance(value, tuple) else value
         why = DESCRIPTIVE.get(name, f"{target} has no setting for it")
         lines.append(f"performance.{name} {shown} (the prediction used it; {why})")

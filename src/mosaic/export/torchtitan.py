@@ -243,7 +243,8 @@ def fp8_converters(spec: ExportSpec, unsupported: list[str]
         # left out rather than written: the run would stop at the prototype's assertion
         unsupported.append("float8 expert GEMMs with pp or cp > 1: the torchtitan v0.2.2 "
                            "prototype asserts pp = cp = 1, so the experts run in bf16 here "
-                           "(quantize.grouped_mm.float8 not written)")
+                           "(quantize.grouped_mm.float8 not written), where the prediction "
+                           "costed them in FP8")
     elif g.moe:
         converters.append("quantize.grouped_mm.float8")
         tables["quantize.grouped_mm.float8"] = {"fqns": ["experts"]}

@@ -275,6 +275,10 @@ def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimi
     if geometry.is_hybrid or uses_dualpipe(workload):
         raise MosaicInputError("balanced pipeline layouts are Megatron-Core layouts of a "
                                "transformer: not for a hybrid pattern or DualPipe")
+    if not workload.traits.pipeline_layout_flag:
+        raise MosaicInputError(f"balanced pipeline layouts are Megatron-Core's "
+                               f"--pipeline-model-parallel-layout, which stack {workload.stack} "
+                               "does not take (docs/stacks.md)")
     slots = geometry.layers + 2 + geometry.mtp_layers
     layouts = list(workload.pipeline_layouts)
     for shape_pp, shape_vpp in _pipeline_shapes(workload, n_devices, limits):

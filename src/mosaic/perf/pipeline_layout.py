@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -62,11 +62,16 @@ def expand_layout(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PipelineLayout:
-    """The layers of every pipeline chunk (``chunks[c]``, chunk ``c`` on rank ``c mod pp``)."""
+    """The layers of every pipeline chunk (``chunks[c]``, chunk ``c`` on rank ``c mod pp``).
+
+    ``derived``: not stated but the remainder-last split of ``uneven_stages: true``
+    (:func:`with_remainder_last_layouts`), which that setting reproduces; a job file does not
+    write it as a stated layout."""
 
     text: str
     pp: int
     chunks: tuple[str, ...]
+    derived: bool = False
 
     @property
     def vpp(self) -> int:
@@ -237,9 +242,9 @@ def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
         size = -(-layers // chunks)
         if (pp > 1 and layers % chunks and size * (chunks - 1) < layers
                 and layout_for(added, pp, vpp) is None):
-            added.append(parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp,
-                                                                     vpp),
-                                               pp, vpp, layers, mtp_layers))
+            layout = parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp, vpp),
+                                           pp, vpp, layers, mtp_layers)
+            added.append(replace(layout, derived=True))
     return tuple(added)
 
 

@@ -526,11 +526,13 @@ class Workload:
         remainder-last chunks for each pipeline shape of ``shapes`` that needs one
         (:func:`~mosaic.perf.pipeline_layout.with_remainder_last_layouts`): the same
         placement, costed rank by rank, so a short last stage holds the LM head in its
-        slack, and a layout an export writes. Hybrid patterns, DualPipe and splits that
-        count the vocabulary as slots keep the chunk rule of
+        slack, and a layout an export writes. Stacks without Megatron-Core's layout flag,
+        hybrid patterns, DualPipe and splits that count the vocabulary as slots keep the
+        chunk rule of
         :func:`~mosaic.perf.schedule.stage_layer_counts`."""
         geometry = self.geometry
         if (not self.uneven_pipeline_stages or geometry.is_hybrid
+                or not self.traits.pipeline_layout_flag
                 or self.traits.pipeline_schedule != "1f1b" or self.vocab_in_pipeline_split):
             return self
         layouts = with_remainder_last_layouts(self.pipeline_layouts, geometry.layers,

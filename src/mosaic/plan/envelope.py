@@ -182,7 +182,11 @@ class Envelope:
     balanced_pipeline: bool = False
 
     def __post_init__(self) -> None:
-        get_stack(self.stack)  # an unknown stack names the known ones
+        traits = get_stack(self.stack)  # an unknown stack names the known ones
+        if self.balanced_pipeline and not traits.pipeline_layout_flag:
+            raise MosaicInputError(f"--balanced-pipeline: balanced layouts are Megatron-Core's "
+                                   f"--pipeline-model-parallel-layout, which stack {self.stack} "
+                                   "does not take (docs/stacks.md)")
         if self.headroom is None:
             object.__setattr__(self, "headroom", memory_headroom(None, self.stack))
         object.__setattr__(self, "precision", enum_member(Precision, self.precision, "--precision"))

@@ -102,6 +102,7 @@ class _Entry(BaseModel):
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
                          Literal["alltoall", "deepep", "hybridep"]] | None = None
     moe_flex_dispatchers: tuple[Literal["deepep", "hybridep"], ...] = ()
+    pipeline_layout_flag: bool = False
     router_balancing: Literal["aux_loss", "loss_free"] = "aux_loss"
     ep_shared_expert_overlap: Literal["dispatch_combine", "forward_combine"] = (
         "dispatch_combine")
@@ -163,6 +164,9 @@ class StackTraits:
     # the deduplicating EP dispatchers the stack can run beside the pairwise all-to-all
     # (Megatron-Core's flex dispatcher backends); what `mosaic explain` offers as a lever
     moe_flex_dispatchers: tuple[str, ...]
+    # whether the stack places layers by Megatron-Core's --pipeline-model-parallel-layout
+    # (balanced layouts, and uneven stages costed as their remainder-last layout)
+    pipeline_layout_flag: bool
     router_balancing: str  # a learned router's default load balancing: aux_loss or loss_free
     # which EP all-to-alls run behind the shared experts: "dispatch_combine" (both, forward
     # and backward) or "forward_combine" (only the forward combine; the rest are exposed)

@@ -262,7 +262,11 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
     def layouts_response(form: dict[str, str]) -> Any:
         from mosaic.cli.layouts_cmd import out_of_memory_rows, search_document
         from mosaic.evaluate.job import cluster_for
-        from mosaic.perf.layouts import LayoutLimits, search_layouts
+        from mosaic.perf.layouts import (
+            LayoutLimits,
+            search_layouts,
+            with_searched_remainder_last_layouts,
+        )
         from mosaic.perf.machine import machine_for
 
         form = {**form, "parallelism.tp": "1", "parallelism.pp": "1", "parallelism.cp": "1",
@@ -276,12 +280,15 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
                               fp8_recipe=spec.workload.fp8_recipe)
         start = time.perf_counter()
-        search = search_layouts(spec.workload, machine, calibration, LayoutLimits())
+        # as `mosaic layouts`: an uneven_stages job's shapes split remainder last
+        workload = with_searched_remainder_last_layouts(spec.workload, cluster.n_devices,
+                                                        LayoutLimits())
+        search = search_layouts(workload, machine, calibration, LayoutLimits())
         if search.n_plans == 0:
             raise FormError({GENERAL: f"no layout of {cluster.n_devices} GPUs passes the "
                                       "divisibility rules"})
         document = search_document(search, cluster, machine, LAYOUT_ROWS, True, calibration,
-                                   spec.workload)
+                                   workload)
         document["infeasible"]["out_of_memory_plans"] = out_of_memory_rows(search,
                                                                            INFEASIBLE_ROWS)
         document["search_ms"] = (time.perf_counter() - start) * 1e3

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.config.convert import geometry_modelling_notes
+from mosaic.config.layout import plan_row_document
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits, LayoutSearch, best_layout, take_prediction
@@ -141,12 +142,12 @@ def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> di
     ranking = search.ranking
     breakdowns = []
     for rank, index in enumerate(ranking[:top], start=1):
-        plan = search.plans.row(int(index))
+        plan = plan_row_document(search.plans.row(int(index)))
         single = take_prediction(p, int(index))
         breakdowns.append({"rank": rank, "plan": plan, **step_document(single)})
     shown = scatter_sample(ranking.size)
     ranking = ranking[shown]
-    plans = [search.plans.row(int(i)) for i in ranking]
+    plans = [plan_row_document(search.plans.row(int(i))) for i in ranking]
     return {
         "top_breakdowns": breakdowns,
         "capacity_bytes": float(search.capacity_bytes),
