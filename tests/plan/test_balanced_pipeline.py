@@ -155,3 +155,19 @@ def test_a_stack_without_megatrons_layout_flag_is_refused_before_the_search():
     with pytest.raises(MosaicInputError, match="stack torchtitan does not take"):
         Envelope(resolve_system("B200"), n_nodes=1, days=0.05, global_batch=64,
                  stack="torchtitan", balanced_pipeline=True)
+
+
+def test_the_plans_report_and_printout_name_the_layout(law, calibration, capsys):
+    """The optimum's step document (the HTML report's chosen layout) and the printed optimum
+    carry the balanced layout string; the printed envelope names the split."""
+    from mosaic.cli.plan_render import print_envelope, print_optimum
+    from mosaic.plan.cost import run_cost
+    from mosaic.report.html.documents import optimum_step_document
+
+    result = search(_envelope(True), _space(), law, calibration, limits=PIPELINED, workers=1)
+    step = optimum_step_document(result, calibration, PIPELINED)
+    assert step is not None and step["plan"]["pipeline_layout"] == "Et|t*3|tt|mL"
+    print_optimum(result.candidate(int(result.optimum_index)))
+    print_envelope(result, run_cost(result.envelope, None))
+    out = capsys.readouterr().out
+    assert "Et|t*3|tt|mL" in out and "balanced Megatron layouts" in out

@@ -48,6 +48,8 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("precision / dispatcher", f"{_precision_text(envelope)} / {envelope.dispatcher}"),
         ("recipe settings", _recipe_text(envelope)),
         ("usable memory", _headroom_text(envelope)),
+        ("pipeline split", "balanced Megatron layouts (embedding, loss, MTP as layer slots)"
+         if envelope.balanced_pipeline else "Megatron's default (whole blocks per stage)"),
         ("C_peak = F_peak·N_dev·T", f"{envelope.c_peak_flops:.3e} FLOP"),
         ("GPU-hours", f"{cost.gpu_hours:,.0f}"),
     ]

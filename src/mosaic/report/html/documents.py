@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.config.convert import geometry_modelling_notes
+from mosaic.config.job_schema import layout_document
 from mosaic.config.layout import plan_row_document
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
@@ -70,6 +71,7 @@ def optimum_step_document(result: PlanResult, calibration: Calibration,
     if found is None:
         return None
     plan, prediction = found
+    plan = {**plan_row_document(plan), **layout_document(workload, plan)}  # (its layout string)
     return {"plan": plan, "capacity_bytes": float(machine.hbm_bytes), **step_document(prediction)}
 
 

@@ -294,6 +294,9 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
             f"{name}: {step['step_time_s']:.3f} s per step, MFU {step['mfu']:.2%}. "
             "Communication bars are the exposed time per parallel axis; overlapped "
             "communication is hidden behind compute and costs no time in the model."))
+        if "pipeline_layout" in step["plan"]:
+            chosen.body.append(note("Pipeline layout (Megatron --pipeline-model-parallel-layout): "
+                                    f"{step['plan']['pipeline_layout']}"))
         chosen.body.append(row_html(
             figure_html(step_breakdown_figure([(name, step["breakdown_s"])], step["labels"]),
                         "fig-step"),
