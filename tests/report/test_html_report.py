@@ -127,6 +127,9 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
             assert f'data-figure="{figure}"' in html, (kind, figure)
     layouts = (tmp_path / "layouts.html").read_text()
     assert "Why the other layouts are infeasible" in layouts and "must divide" in layouts
+    # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
+    assert "64 GPUs: 8 × p6-b200.48xlarge" in layouts
+    assert "512 GPUs: 64 × p6-b200.48xlarge" in (tmp_path / "perf.html").read_text()
 
 
 def test_layouts_report_from_json_says_what_is_missing(tmp_path):

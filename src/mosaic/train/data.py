@@ -43,6 +43,7 @@ class TokenStream:
                  seed: int, vocab: int | None = None) -> None:
         self.seq_len, self.seed = seq_len, seed
         self._orders: dict[int, np.ndarray] = {}
+        self.vocab = vocab  # ids must lie below it (checked per batch: files may be huge)
         self.synthetic_vocab = None
         if fmt == "synthetic":  # uniform ids from (seed, sequence index): no file at all
             self.synthetic_vocab = vocab or 50257
@@ -105,5 +106,10 @@ class TokenStream:
         """Inputs and next-token targets (micro_batch_seqs, seq_len) of one micro-batch."""
         first = step * global_batch_seqs + micro * micro_batch_seqs
         rows = np.stack([self.sequence(first + j) for j in range(micro_batch_seqs)])
+        if self.vocab is not None and rows.size and int(rows.max()) >= self.vocab:
+            raise MosaicInputError(
+                f"data: token id {int(rows.max())} in step {step}'s batch is not below the "
+                f"vocabulary size {self.vocab} (data.vocab); check data.format (uint16 vs "
+                "uint32) and data.vocab against the tokenizer")
         block = torch.from_numpy(rows).to(device)
         return block[:, :-1], block[:, 1:]

@@ -35,13 +35,21 @@ LAYOUT_COLUMNS = [
 
 
 # --- perf -----------------------------------------------------------------------------------
+def hardware_text(hardware: dict[str, Any]) -> str:
+    """'512 GPUs: 64 × p6-b200.48xlarge' (the GPUs alone where the node count is not known)."""
+    nodes = hardware.get("nodes")
+    if nodes is None:
+        return f"{hardware['devices']} GPUs of {hardware['system']}"
+    return f"{hardware['devices']} GPUs: {nodes} × {hardware['system']}"
+
+
 def perf_sections(document: dict[str, Any]) -> list[Section]:
     """One job: metrics, step-time and memory breakdowns (`mosaic perf --json`)."""
     plan = document["plan"]
     name = layout_label(plan)
     hardware = document["hardware"]
     summary = [
-        ("hardware", f"{hardware['devices']} × {hardware['system']}"),
+        ("hardware", hardware_text(hardware)),
         ("layout", name),
         ("step time", f"{document['step_time_s']:.4f} s"),
         ("tokens/s (per GPU)",
@@ -133,7 +141,7 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
     hardware = document["hardware"]
     rows = document["rows"]
     summary = [
-        ("hardware", f"{hardware['devices']} × {hardware['system']}"),
+        ("hardware", hardware_text(hardware)),
         ("candidates", f"{document['n_candidates']:,} enumerated, {document['n_plans']:,} "
                        f"pass the divisibility rules, {document['n_feasible']:,} fit memory"),
         ("MFU peak", document["mfu_peak"]),
