@@ -82,3 +82,24 @@ def test_a_skip_reason_keeps_whole_sentences():
     assert reason.endswith("turning off both the math kernel and the fused kernels.")
     long = whole_sentences("word " * 200)
     assert len(long) <= MAX_REASON_CHARS + 4 and long.endswith(" ...")
+
+
+def test_a_cuda_device_without_cuda_and_disjoint_bench_folders_are_input_errors(tmp_path):
+    import pandas as pd
+
+    from mosaic.bench.compare import compare
+    from mosaic.bench.device import resolve_device
+    from mosaic.errors import MosaicInputError
+
+    if not torch.cuda.is_available():
+        with pytest.raises(MosaicInputError, match="sees no CUDA device"):
+            resolve_device("cuda")
+    with pytest.raises(MosaicInputError, match="not a torch device"):
+        resolve_device("tpu-please")
+    for name, case in (("a", "gemm 128x128x128"), ("b", "gemm 256x256x256")):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame({"case": [case], "time_s": [1e-3], "metadata_id": ["m"]}).to_csv(
+            folder / "gemm.csv", index=False)
+    with pytest.raises(MosaicInputError, match="no measured case in common"):
+        compare(tmp_path / "a", tmp_path / "b")

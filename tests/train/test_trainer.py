@@ -190,3 +190,45 @@ def test_a_rung_with_top_k_above_experts_names_the_ladder_fields():
     with pytest.raises(MosaicInputError, match=r"ladder.top_k \(8\) must not exceed "
                                                r"ladder.experts \(4\)"):
         train_config_from_mapping(tiny_job(ladder={"experts": 4, "top_k": 8}), "job")
+
+
+def test_token_ids_beyond_the_vocabulary_and_corrupt_checkpoints_are_input_errors(tmp_path):
+    """Ids 0..999 read with a 500-token vocabulary (say a uint32 file read as uint16) stop
+    the run with one line naming the id; so does a checkpoint that is not one."""
+    path = write_token_file(np.arange(1001), tmp_path / "ids.bin", "uint16")
+    stream = TokenStream(path, "uint16", seq_len=10, seed=3, vocab=500)
+    with pytest.raises(MosaicInputError, match="is not below the vocabulary size 500"):
+        for step in range(20):
+            stream.batch(step, 0, 4, 4, torch.device("cpu"))
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint.pt").write_text("not a checkpoint")
+    with pytest.raises(MosaicInputError, match="not a readable mosaic checkpoint"):
+        train(train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job"), out)
+
+
+def test_output_paths_and_ladder_axes_fail_before_any_work(tmp_path):
+    """`train`, `ladder run` and `bench` given a file as --out, and a ladder axis of 0, are
+    one line and exit 2 (they were FileExistsError, NotADirectoryError and a raw
+    ValidationError)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job()))
+    occupied = tmp_path / "occupied"
+    occupied.write_text("x")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"recipe": {"data": {"path": str(job), "format": "bytes"}},
+                                    "ladder": {"q": [0], "experts": [4], "top_k": [1],
+                                               "tokens": [10240], "head_dim": 8}}))
+    for args, words in ((["train", str(job), "--out", str(occupied)], "not a directory"),
+                        (["bench", "gemm", "--preset", "tiny", "--quick", "--out",
+                          str(occupied / "x")], "cannot create the directory"),
+                        (["ladder", "run", str(grid), "--out", str(tmp_path / "g"), "--list"],
+                         "ladder.q.0: Input should be greater than 0")):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert words in result.output and len(result.output.strip().splitlines()) == 1

@@ -41,6 +41,8 @@ def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         a = a.groupby("case", as_index=False)["time_s"].median()
         b = b.groupby("case", as_index=False)["time_s"].median()
         joined = a.merge(b, on="case", suffixes=("_a", "_b"))
+        if joined.empty:  # the family measured on both sides, but other cases
+            continue
         joined.insert(0, "family", family)
         matched.append(joined)
     if not matched:

@@ -14,8 +14,19 @@ def resolve_device(name: str | None) -> Any:
     """``cuda`` when available (or the named device), else ``cpu``."""
     import torch
 
+    from mosaic.errors import MosaicInputError
+
     if name:
-        return torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise MosaicInputError(f"--device {name!r}: not a torch device (cpu, cuda, "
+                                   "cuda:N)") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise MosaicInputError(f"--device {name}: this torch build sees no CUDA device "
+                                   f"(torch {torch.__version__}); use --device cpu or leave "
+                                   "--device out")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

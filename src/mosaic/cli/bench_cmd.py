@@ -24,6 +24,7 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import prepare_output_dir
 
 HELP = "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."
 bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -178,6 +179,7 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
         _render_listing(listing(out, kernel_cases(families, shapes, options), metadata_id),
                         json_output)
         return
+    prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before any work
     reports = run_kernels(out, families, shapes, options, torch_device, budget, progress)
     _render_reports(reports, out, json_output, shapes.notes)
 
@@ -271,6 +273,8 @@ def collectives_command(
     options = _collective_options(shapes, min_bytes, max_bytes, size_factor, ops,
                                   group_sizes, strides, domain_gpus, world_size, ranks_per_node)
     budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
+    if not dry_run:
+        prepare_output_dir(out, "--out")
     result = run_collectives(out, options, QUICK if quick else TimingPolicy(), budget,
                              progress, backend, dry_run)
     import os

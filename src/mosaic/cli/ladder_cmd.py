@@ -25,6 +25,7 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import prepare_output_dir
 
 DEFAULT_STARTS = 4096  # mosaic.law.fit.DEFAULT_STARTS (not imported: keeps scipy lazy)
 DEFAULT_POLISHED = 32  # mosaic.law.fit.DEFAULT_POLISHED
@@ -66,6 +67,7 @@ def train_command(
 
     config = load_train_config(job)
     _require_torch()
+    prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before training
     from mosaic.train.trainer import format_record, train
 
     log = None if quiet or as_json else (lambda r: console.print(format_record(r),
@@ -130,6 +132,7 @@ def run(
     _require_torch()
     from mosaic.cli.progress import line_reporter
 
+    prepare_output_dir(out, "--out")
     path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return

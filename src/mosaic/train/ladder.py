@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from mosaic.arch import count_parameters
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
@@ -57,12 +57,12 @@ class Rung(_Strict):
 class LadderBlock(_Strict):
     """Axes of the grid (Sec. 7.1 ladder; Appendix C ranges for the paper's own sweep)."""
 
-    q: list[int] = Field(default_factory=list, description="ladder seeds")
-    experts: list[int] = Field(default_factory=list)
-    top_k: list[int] = Field(default_factory=list)
-    split_factor: list[int] = Field(default_factory=lambda: [1])
-    tokens: list[float] = Field(default_factory=list, description="token budgets D")
-    tokens_per_active_param: list[float] = Field(
+    q: list[PositiveInt] = Field(default_factory=list, description="ladder seeds")
+    experts: list[PositiveInt] = Field(default_factory=list)
+    top_k: list[PositiveInt] = Field(default_factory=list)
+    split_factor: list[PositiveInt] = Field(default_factory=lambda: [1])
+    tokens: list[PositiveFloat] = Field(default_factory=list, description="token budgets D")
+    tokens_per_active_param: list[PositiveFloat] = Field(
         default_factory=list, description="or budgets D = TPP·N_act (paper: TPP 10.8-70)")
     head_dim: int = Field(default=LADDER_HEAD_DIM, gt=0, description="paper: 128")
     kv_heads: int = Field(default=LADDER_KV_HEADS, gt=0, description="paper: 8")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -261,8 +262,16 @@ class Trainer:
         """Resume from ``checkpoint.pt`` in the output folder if there is one."""
         if not self.checkpoint_path.exists():
             return False
-        payload = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
-        if payload["fingerprint"] != _fingerprint(self.config):
+        try:
+            payload = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
+            fingerprint = payload["fingerprint"]
+        except (RuntimeError, EOFError, ValueError, KeyError, TypeError,
+                pickle.UnpicklingError) as exc:
+            raise MosaicInputError(
+                f"{self.checkpoint_path} is not a readable mosaic checkpoint ({type(exc).__name__}"
+                "; truncated or overwritten?): remove it to start the run again, or use a new "
+                "output folder") from None
+        if fingerprint != _fingerprint(self.config):
             raise MosaicInputError(
                 f"{self.checkpoint_path} belongs to a different job (model, data, routing, "
                 "optimiser or batch differ); use a new output folder")
