@@ -68,6 +68,8 @@ LIMITS: dict[str, Range] = {
     "grid": Range(1, 10**6, "geometries in one search grid"),
     "workers": Range(1, 1024, "worker processes"),
     "top": Range(0, 10**6, "rows to print"),
+    "fraction": Range(0.0, 1.0, "a share of the runs"),
+    "huber_delta": Range(1e-6, 100.0, "the Huber loss's threshold, in nats"),
 }
 
 

@@ -26,6 +26,7 @@ from mosaic.cli.common import (
 )
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import prepare_output_dir
+from mosaic.limits import check_range
 
 DEFAULT_STARTS = 4096  # mosaic.law.fit.DEFAULT_STARTS (not imported: keeps scipy lazy)
 DEFAULT_POLISHED = 32  # mosaic.law.fit.DEFAULT_POLISHED
@@ -169,6 +170,8 @@ def fit(
     from mosaic.law.forms import get_form
     from mosaic.law.rundata import load_run_data
     from mosaic.law.validation import check_fittable, fit_with_holdout
+
+    check_range("--holdout", holdout, "fraction", high=0.9)  # as `mosaic law fit` checks it
 
     if not folder.exists():
         raise MosaicInputError(f"{folder}: does not exist (give a `mosaic ladder run` output "

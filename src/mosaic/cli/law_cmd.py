@@ -335,12 +335,12 @@ def report_bounds(law: ScalingLaw, payload: dict[str, Any]) -> None:
 def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,
                         refine: int, holdout: float, scan: int) -> None:
     """Bounds of the fit's knobs, checked before the data is read."""
-    check_range("--huber-delta", huber_delta, "tpp", low=1e-6, high=100.0)
+    check_range("--huber-delta", huber_delta, "huber_delta")
     check_range("--bootstrap", n_bootstrap, "top", integer=True, high=100_000)
     check_range("--seed", seed, "top", integer=True, high=2**63 - 1)
     check_range("--starts", starts, "top", integer=True, low=1, high=10**6)
     check_range("--refine", refine, "top", integer=True, low=1, high=min(starts, 10_000))
-    check_range("--holdout", holdout, "tpp", low=0.0, high=0.9)
+    check_range("--holdout", holdout, "fraction", high=0.9)
     check_range("--scan", scan, "top", integer=True, high=10_000)
 
 
