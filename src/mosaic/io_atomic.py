@@ -80,8 +80,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     yielded path; on an exception the temporary file is removed and ``path`` is untouched.
     """
     path = Path(path)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                         dir=path.parent if str(path.parent) else ".")
+    if path.is_dir():  # (named as given, not as the temporary file the error would name)
+        raise MosaicInputError(f"{_short(path)}: is a directory; give a file name")
+    try:
+        handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                             dir=path.parent if str(path.parent) else ".")
+    except OSError as exc:
+        raise MosaicInputError(f"{_short(path)}: cannot write there "
+                               f"({exc.strerror or exc})") from None
     os.close(handle)
     temp = Path(temp_name)
     try:

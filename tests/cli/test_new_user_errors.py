@@ -205,3 +205,10 @@ def test_a_key_that_overrides_a_merged_one_is_not_a_repeat(tmp_path):
     for stream in (True, False):
         names = [r.model_name for r in RunRecordReader(path, stream=stream)]
         assert names == [name, "Renamed", "Renamed"], stream
+
+
+def test_an_html_path_that_is_a_directory_is_named_as_given(tmp_path):
+    """The message names the path the user gave, not the temporary file behind it."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    message = _error("perf", str(examples / "appendix_e.yaml"), "--html", str(tmp_path))
+    assert message == f"error: {tmp_path}: is a directory; give a file name"

@@ -289,6 +289,8 @@ def calibrate(
     if microbench is not None:  # measured kernel tables instead of run records
         from mosaic.cli.bench_cmd import calibrate_microbench
 
+        check_output_file(out, "--out")  # before the fit, not after it
+
         calibrate_microbench(microbench, out, base, name, device, system, json_output)
         return
     if runs is None:
