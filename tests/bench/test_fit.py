@@ -174,3 +174,8 @@ def test_implausible_fitted_constants_are_named():
            "gemm": {"max_fraction_of_peak": 0.8, "kernel_latency_s": 4e-6},
            "attention": {"fwd": [0.6, 1.0, 1.0]}, "collectives": {"scale_up_latency_s": 3e-6}}
     assert implausible_constants(gpu, {"device_name": "NVIDIA H200"}) == []
+    # a streaming kernel faster than the HBM (CPU tables read against a GPU's bandwidth)
+    fast = {**gpu, "elementwise_hbm_efficiency": 1.27}
+    assert implausible_constants(fast, {"device_name": "NVIDIA H200"}) == [
+        "elementwise_hbm_efficiency = 1.27 is above 1, faster than the reference peak: not a "
+        "physical constant"]

@@ -441,7 +441,8 @@ MIN_PLAUSIBLE_LATENCY_S = 1e-9
 
 def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
     """Why the fitted constants do not describe a GPU a job can run on: fractions of the
-    reference peak above 1, latencies at the fit's floor, tables measured on a CPU."""
+    reference peak or of HBM bandwidth above 1, latencies at the fit's floor, tables measured
+    on a CPU."""
     warnings: list[str] = []
     device = str(metadata.get("device_name", ""))
     if device.lower().startswith("cpu"):
@@ -451,6 +452,9 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
                  (block.get("gemm") or {}).get("max_fraction_of_peak")}
     for direction, triple in (block.get("attention") or {}).items():
         fractions[f"attention {direction} max_fraction"] = triple[0]
+    # the share of HBM bandwidth the streaming kernels reach (and the GEMMs' memory-bound end)
+    fractions["elementwise_hbm_efficiency"] = block.get("elementwise_hbm_efficiency")
+    fractions["gemm hbm_efficiency"] = (block.get("gemm") or {}).get("hbm_efficiency")
     for label, value in fractions.items():
         if value is not None and value > 1.0:
             warnings.append(f"{label} = {value:.3g} is above 1, faster than the reference "
