@@ -167,6 +167,14 @@ def test_job_with_plan_is_one_line_error(plans):
     assert "compare two jobs (YAML) or two plans" in result.output
 
 
+@pytest.mark.parametrize("option", [["--days", "5"], ["--goodput", "0.9"],
+                                    ["--calibration", "default"]])
+def test_job_options_with_two_plans_are_refused_not_ignored(plans, option):
+    result = runner.invoke(app, ["compare", str(plans[0]), str(plans[1]), *option])
+    assert result.exit_code == 2, result.output
+    assert f"{option[0]} set the jobs' side of a comparison" in result.output
+
+
 def test_a_hybrid_model_has_no_loss_and_says_why_once():
     """The paper's law describes transformers: a hybrid side gets no loss, the reason in
     loss_note, and no extrapolation flags that would repeat it."""

@@ -301,12 +301,17 @@ def _kind(path: Path) -> str:
     return "plan" if path.suffix.lower() == ".json" else "job"
 
 
+DEFAULT_DAYS = 20.0  # the training window of a job comparison when --days is not given
+
+
 def compare(
     a: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
     b: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
-    days: Annotated[float, typer.Option(
-        help="jobs: training window T_train in days (tokens, loss, GPU-hours)")] = 20.0,
-    goodput: Annotated[float, typer.Option(help="jobs: constant goodput in (0, 1]")] = 1.0,
+    days: Annotated[float | None, typer.Option(
+        help="jobs: training window T_train in days (tokens, loss, GPU-hours); default 20")
+    ] = None,
+    goodput: Annotated[float | None, typer.Option(
+        help="jobs: constant goodput in (0, 1]; default 1")] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
         "--price-per-gpu-hour", help="price of one GPU-hour; adds the cost")] = None,
     currency: Annotated[str, typer.Option(help="currency of the price")] = "USD",
@@ -321,6 +326,16 @@ def compare(
     if len(kinds) != 1:
         raise MosaicInputError("compare two jobs (YAML) or two plans (JSON of `mosaic plan "
                                f"--json`), not a {_kind(a)} with a {_kind(b)}")
+    if kinds == {"plan"}:
+        given = [flag for flag, value in (("--days", days), ("--goodput", goodput),
+                                           ("--law", law_file), ("--calibration", calibration))
+                 if value is not None]
+        if given:  # a plan carries its own window, goodput, law and calibration
+            raise MosaicInputError(f"{', '.join(given)} set the jobs' side of a comparison; a "
+                                   "plan carries its own window, goodput, law and calibration "
+                                   "(plan again with them)")
+    days = DEFAULT_DAYS if days is None else days
+    goodput = 1.0 if goodput is None else goodput
     if not (math.isfinite(days) and days > 0):
         raise MosaicInputError(f"--days must be a positive number, got {days:g}")
     if not 0 < goodput <= 1:
