@@ -55,6 +55,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
+from mosaic.stacks import get_stack
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_VPP = (1, 2, 4)
@@ -264,6 +265,15 @@ def _pipeline_shapes(workload: Workload, n_devices: int, limits: LayoutLimits
     return sorted(set(zip(pp.tolist(), vpp.tolist(), strict=True)))
 
 
+def require_pipeline_layout_flag(stack: str) -> None:
+    """Balanced layouts are Megatron-Core's --pipeline-model-parallel-layout: a stack
+    without that flag (trait ``pipeline_layout_flag``) is a one-line error."""
+    if not get_stack(stack).pipeline_layout_flag:
+        raise MosaicInputError(f"balanced pipeline layouts are Megatron-Core's "
+                               f"--pipeline-model-parallel-layout, which stack {stack} "
+                               "does not take (docs/stacks.md)")
+
+
 def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimits
                           ) -> Workload:
     """``workload`` searched with a balanced layout for every pipeline shape (pp > 1) it
@@ -275,10 +285,7 @@ def with_balanced_layouts(workload: Workload, n_devices: int, limits: LayoutLimi
     if geometry.is_hybrid or uses_dualpipe(workload):
         raise MosaicInputError("balanced pipeline layouts are Megatron-Core layouts of a "
                                "transformer: not for a hybrid pattern or DualPipe")
-    if not workload.traits.pipeline_layout_flag:
-        raise MosaicInputError(f"balanced pipeline layouts are Megatron-Core's "
-                               f"--pipeline-model-parallel-layout, which stack {workload.stack} "
-                               "does not take (docs/stacks.md)")
+    require_pipeline_layout_flag(workload.stack)
     slots = geometry.layers + 2 + geometry.mtp_layers
     layouts = list(workload.pipeline_layouts)
     for shape_pp, shape_vpp in _pipeline_shapes(workload, n_devices, limits):

@@ -19,7 +19,7 @@ from mosaic.hardware import Cluster, System, active_catalog, get_device, get_sys
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
-from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.layouts import LayoutLimits, require_pipeline_layout_flag
 from mosaic.perf.machine import check_precision_on_device
 from mosaic.perf.workload import (
     Dispatcher,
@@ -182,11 +182,9 @@ class Envelope:
     balanced_pipeline: bool = False
 
     def __post_init__(self) -> None:
-        traits = get_stack(self.stack)  # an unknown stack names the known ones
-        if self.balanced_pipeline and not traits.pipeline_layout_flag:
-            raise MosaicInputError(f"--balanced-pipeline: balanced layouts are Megatron-Core's "
-                                   f"--pipeline-model-parallel-layout, which stack {self.stack} "
-                                   "does not take (docs/stacks.md)")
+        get_stack(self.stack)  # an unknown stack names the known ones
+        if self.balanced_pipeline:  # refused before any worker starts
+            require_pipeline_layout_flag(self.stack)
         if self.headroom is None:
             object.__setattr__(self, "headroom", memory_headroom(None, self.stack))
         object.__setattr__(self, "precision", enum_member(Precision, self.precision, "--precision"))
