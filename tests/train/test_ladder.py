@@ -89,10 +89,13 @@ def test_ladder_run_writes_a_csv_law_fit_reads_and_fit_writes_a_law(tmp_path):
                                    "--only", rows[0]["name"]])
     assert again.exit_code == 0 and "skipped" in again.output
     assert (out / "runs.csv").read_text() == before
+    # Two or three steps at mu_b 1e-2 leave most routers herded (docs/train.md): each row
+    # carries its starved experts per layer, and the fit keeps them only when asked to.
+    assert all(0 <= float(row["starved_experts"]) < 8 for row in rows)
     law_path = tmp_path / "law.json"
     fit = runner.invoke(_app(), ["ladder", "fit", str(out), "--out", str(law_path),
                                  "--form", "chinchilla", "--holdout", "0", "--starts", "64",
-                                 "--refine", "2"])
+                                 "--refine", "2", "--keep-unbalanced"])
     assert fit.exit_code == 0, fit.output
     law = ScalingLaw.load(law_path)
     assert law.form.name == "chinchilla"
@@ -177,3 +180,43 @@ def test_paper_shaped_example_grid_parses():
     sparsity = [float(count_parameters(j.config.geometry()).sparsity) for j in jobs]
     assert len(jobs) == 72 and min(sparsity) >= 0.5
     assert {j.config.geometry().layers for j in jobs} == {8, 12, 16}
+
+
+def _runs_csv_with_starved(tmp_path, starved):
+    # Losses on an exact Chinchilla surface L = 1.5 + 400/N^0.34 + 410/D^0.28, so every fit
+    # recovers it; one column per rung of the router-health statistic.
+    rows = []
+    for i, (n, d) in enumerate([(n, d) for n in (1e6, 3e6, 1e7) for d in (1e8, 3e8, 1e9)]):
+        loss = 1.5 + 400 / n ** 0.34 + 410 / d ** 0.28
+        rows.append({"name": f"r{i}", "n_total": n, "tokens": d, "loss": loss,
+                     "starved_experts": starved.get(i, 0.0)})
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_ladder_fit_leaves_out_rungs_with_unbalanced_routers(tmp_path):
+    # r4 ended with 3 starved experts per layer (its router collapsed); r5 with 0.5 (under
+    # the limit of one per layer): only r4 is left out, and the warning names it.
+    path = _runs_csv_with_starved(tmp_path, {4: 3.0, 5: 0.5})
+    runner = CliRunner()
+    args = ["ladder", "fit", str(path), "--out", str(tmp_path / "law.json"), "--form",
+            "chinchilla", "--holdout", "0", "--starts", "64", "--refine", "2", "--json"]
+    left_out = runner.invoke(_app(), args)
+    assert left_out.exit_code == 0, left_out.output
+    payload = json.loads(left_out.stdout)
+    assert payload["unbalanced_rungs_left_out"] == ["r4"]
+    assert payload["metrics"]["n_runs"] == 8
+    assert "r4" in left_out.stderr and "--keep-unbalanced" in left_out.stderr
+    law = ScalingLaw.load(tmp_path / "law.json")
+    assert law.provenance["unbalanced_rungs_left_out"] == ["r4"]
+    kept = runner.invoke(_app(), [*args, "--keep-unbalanced"])
+    assert kept.exit_code == 0, kept.output
+    assert json.loads(kept.stdout)["metrics"]["n_runs"] == 9
+    every = _runs_csv_with_starved(tmp_path, dict.fromkeys(range(9), 2.0))
+    refused = runner.invoke(_app(), ["ladder", "fit", str(every), "--out",
+                                     str(tmp_path / "x.json")])
+    assert refused.exit_code == 2 and "every rung" in refused.output

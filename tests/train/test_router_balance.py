@@ -97,3 +97,19 @@ def test_router_is_fp32_under_bf16_autocast(route):
     assert mixed.logits.dtype == torch.float32
     assert torch.equal(mixed.logits, reference.logits)  # not rounded to bf16
     assert torch.equal(mixed.experts, reference.experts)
+
+
+@pytest.mark.parametrize(("lr", "unbalanced"), [(None, False), (0.03, True)])
+def test_result_records_starved_experts_of_the_final_steps(tmp_path, lr, unbalanced):
+    # The issue's collapse, reproduced: the old Eq. 17 rate 0.03 on this job herds each
+    # batch onto one expert (starving E - K = 15 per layer); the default rate keeps the
+    # load near even. result.json carries the mean starved count per MoE layer over the
+    # last 10% of steps (paper App. C.2's definition), which the ladder flags at >= 1.
+    from mosaic.train.router_health import is_unbalanced
+
+    job = _job()
+    if lr is not None:
+        job["optim"]["lr"] = lr
+    result = Trainer(train_config_from_mapping(job, "test"), tmp_path).run()
+    assert result.starved_experts is not None and 0 <= result.starved_experts <= EXPERTS - 1
+    assert is_unbalanced(result.starved_experts) is unbalanced, result.starved_experts

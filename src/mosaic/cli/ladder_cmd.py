@@ -95,7 +95,8 @@ def run(
     grid: Annotated[Path, typer.Argument(help="grid YAML (recipe + ladder axes)")],
     out: OutOption,
     scale: Annotated[
-        float, typer.Option("--scale", help="multiply head width and token budgets (0, 1]")
+        float, typer.Option("--scale", help="multiply head width (kept >= 8) and token "
+                                       "budgets (0, 1]")
     ] = 1.0,
     only: Annotated[
         list[str] | None, typer.Option("--only", help="train only this rung (repeatable)")
@@ -137,13 +138,26 @@ def run(
     path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
-    rows = list(csv.DictReader(path.open()))
+    from mosaic.train.router_health import starved_value, unbalanced_names, unbalanced_warning
+
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    unbalanced = unbalanced_names(rows)
     if as_json:
-        print_json({"runs_csv": str(path), "runs": rows})
-        return
-    print_table(f"Ladder results ({path})", ["rung", "N_tot", "N_act", "S", "D", "loss"],
-                [[r["name"], r["n_total"], r["n_active"], f"{float(r['sparsity']):.3f}",
-                  f"{float(r['tokens']):.3g}", f"{float(r['loss']):.4f}"] for r in rows])
+        print_json({"runs_csv": str(path), "runs": rows, "unbalanced_rungs": unbalanced})
+    else:
+        print_table(f"Ladder results ({path})",
+                    ["rung", "N_tot", "N_act", "S", "D", "loss", "starved / layer"],
+                    [[r["name"], r["n_total"], r["n_active"], f"{float(r['sparsity']):.3f}",
+                      f"{float(r['tokens']):.3g}", f"{float(r['loss']):.4f}",
+                      _starved_cell(starved_value(r))] for r in rows])
+    if unbalanced:
+        error_console.print(f"warning: {unbalanced_warning(unbalanced)}", markup=False,
+                            highlight=False, soft_wrap=True)
+
+
+def _starved_cell(starved: float | None) -> str:
+    return "-" if starved is None else f"{starved:.2f}"
 
 
 @ladder_app.command("fit")
@@ -163,12 +177,20 @@ def fit(
     refine: Annotated[
         int, typer.Option("--refine", help="best starts refined with L-BFGS-B")
     ] = DEFAULT_POLISHED,
+    keep_unbalanced: Annotated[
+        bool, typer.Option("--keep-unbalanced",
+                           help="also fit rungs whose routers ended unbalanced (starved "
+                                "experts, docs/train.md)")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Fit a loss law to FOLDER/runs.csv and write the law file `mosaic plan --law` reads."""
+    """Fit a loss law to FOLDER/runs.csv and write the law file `mosaic plan --law` reads.
+
+    Rungs whose routers ended unbalanced (a starved expert per MoE layer or more over their
+    last steps, the runs.csv column starved_experts) are left out unless --keep-unbalanced.
+    """
     from mosaic.law.fit import FitSettings
     from mosaic.law.forms import get_form
-    from mosaic.law.rundata import load_run_data
     from mosaic.law.validation import check_fittable, fit_with_holdout
 
     check_range("--holdout", holdout, "fraction", high=0.9)  # as `mosaic law fit` checks it
@@ -177,7 +199,7 @@ def fit(
         raise MosaicInputError(f"{folder}: does not exist (give a `mosaic ladder run` output "
                                "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
-    runs = load_run_data(csv_path)
+    runs, left_out = _healthy_runs(csv_path, keep_unbalanced)
     law_form = get_form(form)
     check_fittable(runs, law_form)  # as `mosaic law fit` checks it
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
@@ -188,10 +210,13 @@ def fit(
         **validated.law.provenance,  # the fitter's record, incl. data_support (extrapolation)
         "source": f"fitted to {csv_path} (mosaic ladder fit)", "form": law_form.name,
         "data": str(csv_path), "metrics": metrics,
-        "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine}})
+        "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine,
+                     "keep_unbalanced": keep_unbalanced},
+        "unbalanced_rungs_left_out": left_out})
     replace(validated.law, provenance=provenance).save(out)
     payload = {"law_file": str(out), "form": law_form.name,
-               "coefficients": dict(validated.law.coefficients), "metrics": metrics}
+               "coefficients": dict(validated.law.coefficients), "metrics": metrics,
+               "unbalanced_rungs_left_out": left_out}
     from mosaic.cli.law_cmd import report_bounds
     from mosaic.law.law import ScalingLaw
 
@@ -214,3 +239,35 @@ def fit(
         ("held-out RMSE", f"{metrics['heldout_rmse']:.5f}"),
         ("runs / held out", f"{metrics['n_runs']} / {metrics['n_heldout']}"),
         ("law file", str(out))])
+
+
+def _healthy_runs(csv_path: Path, keep_unbalanced: bool) -> tuple[Any, list[str]]:
+    """The run data of a ladder's runs.csv, without the rungs whose routers ended
+    unbalanced unless ``keep_unbalanced``; and the names of those left out (a warning
+    names them). Older runs.csv files without the starved_experts column keep every row."""
+    from mosaic.law.rundata import RunData
+    from mosaic.table_files import read_table
+    from mosaic.train.router_health import (
+        unbalanced_names,
+        unbalanced_rows,
+        unbalanced_warning,
+    )
+
+    frame = read_table(csv_path, "run data file", allow_no_rows=True)
+    rows = frame.to_dict("records") if "starved_experts" in frame.columns else []
+    unbalanced = unbalanced_names(rows)
+    if not unbalanced:
+        return RunData.from_frame(frame, source=str(csv_path)), []
+    if keep_unbalanced:
+        error_console.print(f"warning: kept by --keep-unbalanced: "
+                            f"{unbalanced_warning(unbalanced)}", markup=False,
+                            highlight=False, soft_wrap=True)
+        return RunData.from_frame(frame, source=str(csv_path)), []
+    healthy = frame[[not bad for bad in unbalanced_rows(rows)]]
+    if healthy.empty:
+        raise MosaicInputError(f"{csv_path}: every rung ended with unbalanced routers "
+                               f"({', '.join(unbalanced)}); train longer (docs/train.md "
+                               "'Router collapse in short runs') or pass --keep-unbalanced")
+    error_console.print(f"warning: {unbalanced_warning(unbalanced)}", markup=False,
+                        highlight=False, soft_wrap=True)
+    return RunData.from_frame(healthy.reset_index(drop=True), source=str(csv_path)), unbalanced

@@ -61,6 +61,7 @@ from mosaic.train.preflight import (
     check_training_memory,
     estimate_training_memory,
 )
+from mosaic.train.router_health import final_window_steps
 from mosaic.train.routing import load_statistics, update_bias
 from mosaic.train.schedule import WSDSchedule, default_peak_lr
 
@@ -95,6 +96,8 @@ class TrainResult:
     tokens_per_s: float
     world_size: int
     complete: bool
+    # mean starved experts per MoE layer over the final steps (router_health); None if dense
+    starved_experts: float | None = None
 
 
 def _seed_of(*parts: int) -> int:
@@ -420,10 +423,14 @@ class Trainer:
         started = time.perf_counter()
         record: dict[str, Any] = {}
         steady_times: list[float] = []
+        final_starved: list[float] = []  # mean starved experts per layer, final window
+        window_start = self.total_steps - final_window_steps(self.total_steps)
         while self.step < last:
             record = self.train_step()
             if record["step"] > 0:
                 steady_times.append(record["step_time_s"])  # step 0 carries warm-up costs
+            if "router" in record and record["step"] >= window_start:
+                final_starved.append(float(np.mean(record["router"]["starved_experts"])))
             if record["step"] % run.log_every == 0 or self.step == self.total_steps:
                 metrics.write(record)
                 if log is not None and self.context.is_main:
@@ -431,7 +438,7 @@ class Trainer:
             if self.step % run.checkpoint_every == 0 or self.step == last:
                 self.save_checkpoint()
         wall_s = time.perf_counter() - started
-        result = self._result(record, wall_s, steady_times)
+        result = self._result(record, wall_s, steady_times, final_starved)
         if self.context.is_main and result.complete:
             (self.out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
             if run.plot:
@@ -440,8 +447,8 @@ class Trainer:
                 write_metrics_plot(self.out_dir / METRICS_FILE, self.out_dir / "metrics.html")
         return result
 
-    def _result(self, record: dict[str, Any], wall_s: float,
-                steady_times: list[float]) -> TrainResult:
+    def _result(self, record: dict[str, Any], wall_s: float, steady_times: list[float],
+                final_starved: list[float]) -> TrainResult:
         counts, geometry = self.counts, self.geometry
         moe = geometry.moe
         step_time = float(np.median(steady_times)) if steady_times else math.nan
@@ -455,7 +462,8 @@ class Trainer:
             experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
             layers=geometry.layers, d_model=geometry.d_model, wall_s=wall_s,
             tokens_per_s=self.config.tokens_per_step / step_time if steady_times else math.nan,
-            world_size=self.context.world_size, complete=self.step >= self.total_steps)
+            world_size=self.context.world_size, complete=self.step >= self.total_steps,
+            starved_experts=float(np.mean(final_starved)) if final_starved else None)
 
     def _write_run_info(self) -> None:
         info = {
