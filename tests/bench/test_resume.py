@@ -78,7 +78,7 @@ def test_time_budget_leaves_cases_for_a_rerun(tmp_path):
 
     cases = [Case("toy", k, {}) for k in KEYS[:4]]
     report = run_family("toy", cases, lambda c: {"time_s": 1.0}, tmp_path, {"metadata_id": "a"},
-                        budget_deadline=time.monotonic() - 1.0, progress=False)
+                        budget_deadline_s=time.monotonic() - 1.0, progress=False)
     assert (report.measured, report.left_for_budget) == (0, 4)
     report = run_family("toy", cases, lambda c: {"time_s": 1.0}, tmp_path, {"metadata_id": "a"},
                         progress=False)
@@ -92,3 +92,36 @@ def test_metadata_file_keeps_every_run(tmp_path):
     runs = read_metadata(tmp_path)["runs"]
     assert runs == {"a": {"metadata_id": "a", "device_name": "x2"},
                     "b": {"metadata_id": "b", "device_name": "y"}}
+
+
+def test_a_long_case_is_given_up_after_one_call_not_run_past_the_budget(tmp_path):
+    # The trial's overrun: one CPU case of many seconds started with budget left and ran
+    # 2.4 minutes past it. Now every warm-up call is timed under a budget: a case of 0.2 s
+    # calls (3 warm-up, 1 probe, 5 samples: 1.8 s) with 0.5 s left is given up after its
+    # first call and left for a rerun; a short case before it is measured.
+    import time
+
+    torch = __import__("pytest").importorskip("torch")
+    from mosaic.bench.timer import TimingPolicy, time_call
+
+    device = torch.device("cpu")
+    policy = TimingPolicy(warmup=3, min_repeats=5, max_repeats=5, min_time_s=0.0)
+    seconds = {"case0": 0.0, "case1": 0.2}
+    started = []
+
+    def measure(case):
+        def call():
+            started.append(case.key)
+            time.sleep(seconds[case.key])
+
+        summary, _ = time_call(call, device, policy)
+        return {"time_s": summary.time_s}
+
+    cases = [Case("toy", k, {}) for k in ("case0", "case1")]
+    began = time.monotonic()
+    report = run_family("toy", cases, measure, tmp_path, {"metadata_id": "a"},
+                        budget_deadline_s=began + 0.5, progress=False)
+    assert (report.measured, report.left_for_budget) == (1, 1)
+    assert started.count("case1") == 1  # one call, then given up
+    assert time.monotonic() - began < 0.5 + 0.2  # ended by the budget plus one call
+    assert FamilyTable(tmp_path, "toy").done("a") == {"case0"}  # case1 is left to do

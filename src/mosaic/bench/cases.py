@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from mosaic.bench.stats import TimingSummary
 from mosaic.bench.store import OK, FamilyTable
-from mosaic.bench.timer import TimingPolicy
+from mosaic.bench.timer import OutOfBudget, TimingPolicy, budget_deadline
 
 
 class Unsupported(Exception):  # noqa: N818 (a skip reason, not an error)
@@ -127,12 +127,14 @@ def todo(cases: Sequence[Case], table: FamilyTable, metadata_id: str) -> list[Ca
 
 
 def run_family(family: str, cases: Sequence[Case], measure: Callable[[Case], dict[str, Any]],
-               out_dir: Path, metadata: dict[str, Any], budget_deadline: float | None = None,
+               out_dir: Path, metadata: dict[str, Any], budget_deadline_s: float | None = None,
                progress: bool = True, checkpoint_every_s: float = 2.0) -> RunReport:
     """Measure the cases of one family that the table lacks; checkpoint as rows arrive.
 
-    ``budget_deadline`` is a ``time.monotonic()`` value after which no new case starts
-    when the mean case time says it would not finish in time; rows reach the disk at
+    ``budget_deadline_s`` is a ``time.monotonic()`` value after which no new case starts
+    when the mean case time says it would not finish in time, and a case whose first calls
+    show it would not end by then is given up and left for a rerun (:func:`~mosaic.bench.
+    timer.time_call`); rows reach the disk at
     least every ``checkpoint_every_s`` (a killed run loses at most that much work).
     """
     table = FamilyTable(out_dir, family, checkpoint_every_s)
@@ -144,20 +146,27 @@ def run_family(family: str, cases: Sequence[Case], measure: Callable[[Case], dic
     base = {"metadata_id": metadata["metadata_id"], "device": metadata.get("device_name")}
     try:
         for i, case in enumerate(pending):
-            if budget_deadline is not None and (
-                    time.monotonic() + bar.mean_case_s() > budget_deadline):
+            if budget_deadline_s is not None and (
+                    time.monotonic() + bar.mean_case_s() > budget_deadline_s):
                 report.left_for_budget = len(pending) - i
                 bar.note(f"time budget reached: {report.left_for_budget} cases left for a "
                          "rerun (it resumes here)")
                 break
             row = {"family": family, "case": case.key, **base, **case.columns}
             try:
-                row.update(measure(case))
+                with budget_deadline(budget_deadline_s):
+                    row.update(measure(case))
                 row["status"] = OK
                 report.measured += 1
             except Unsupported as exc:
                 row["status"] = f"skipped: {exc}"
                 report.skipped += 1
+            except OutOfBudget:
+                report.left_for_budget = len(pending) - i
+                bar.note(f"time budget reached during {case.key} (its first calls show it "
+                         f"would not end in time): {report.left_for_budget} cases left for "
+                         "a rerun (it resumes here)")
+                break
             row["measured_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
             table.add(row)
             time_s = row.get("time_s")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,34 @@ import numpy as np
 from mosaic.bench.stats import TimingSummary, summarize
 
 MAX_CALLS_PER_SAMPLE = 1000
+
+# The time.monotonic() value a bench's --time-budget ends at, for the case being timed
+# (set by the run loop around each case; None: no budget).
+_DEADLINE: ContextVar[float | None] = ContextVar("bench_deadline", default=None)
+
+
+class OutOfBudget(Exception):  # noqa: N818 (a stop signal, not an error)
+    """The case being timed would end past the time budget: it is left for a rerun."""
+
+
+@contextmanager
+def budget_deadline(deadline: float | None) -> Iterator[None]:
+    """Within: :func:`time_call` gives up a case that its first calls show cannot end by
+    ``deadline`` (a ``time.monotonic()`` value), and takes no sample past it beyond the
+    policy's minimum."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _check_budget(call_s: float, calls_left: int) -> None:
+    """Raise :class:`OutOfBudget` when ``calls_left`` more calls of ``call_s`` each would
+    end past the deadline."""
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() + call_s * calls_left > deadline:
+        raise OutOfBudget(f"{calls_left} more calls of {call_s:.3g} s would pass the budget")
 
 
 @dataclass(frozen=True)
@@ -82,18 +112,25 @@ def _sample_s(fn: Callable[[], Any], device: Any, calls: int) -> float:
 def time_call(fn: Callable[[], Any], device: Any, policy: TimingPolicy
               ) -> tuple[TimingSummary, int]:
     """(summary of seconds per call, calls per sample) for ``fn`` on ``device``."""
-    for _ in range(policy.warmup):
-        fn()
+    # Under a time budget every call up to the probe is timed, so that a case whose calls
+    # are long (a large GEMM on a CPU) is given up after one call, not after the whole case.
+    for done in range(policy.warmup):
+        call_s = _sample_s(fn, device, 1)
+        _check_budget(call_s, policy.warmup - done - 1 + 1 + policy.min_repeats)
     probe_s = _sample_s(fn, device, 1)
     calls = 1
     if probe_s < policy.target_sample_s:
         calls = min(MAX_CALLS_PER_SAMPLE,
                     math.ceil(policy.target_sample_s / max(probe_s, 1e-9)))
+    _check_budget(probe_s, calls * policy.min_repeats)
     samples: list[float] = []
     measured_s = 0.0
+    deadline = _DEADLINE.get()
     while len(samples) < policy.max_repeats:
         samples.append(_sample_s(fn, device, calls))
         measured_s += samples[-1] * calls
-        if len(samples) >= policy.min_repeats and measured_s >= policy.min_time_s:
+        if len(samples) >= policy.min_repeats and (
+                measured_s >= policy.min_time_s
+                or (deadline is not None and time.monotonic() >= deadline)):
             break
     return summarize(np.array(samples)), calls
