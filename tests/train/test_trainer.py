@@ -186,6 +186,20 @@ def test_synthetic_tokens_for_throughput_runs(tmp_path):
         train_config_from_mapping(tiny_job(data={"path": None}), "job")
 
 
+def test_settings_that_would_be_ignored_are_named(tmp_path):
+    # A vocabulary for raw bytes (always 256 values) was taken and dropped without a word.
+    with pytest.raises(MosaicInputError, match=r"data\.vocab 50257 does not apply to format "
+                                               "'bytes'"):
+        train_config_from_mapping(tiny_job(data={"vocab": 50257}), "job")
+    assert train_config_from_mapping(tiny_job(data={"vocab": 256}), "job").data.vocab == 256
+    # More intra-op threads than cores: trained, with a warning that says why it is slow.
+    import os
+
+    job = tiny_job(run={"tokens": 4 * 8 * 32, "cpu_threads": (os.cpu_count() or 1) + 1})
+    with pytest.warns(UserWarning, match="exceeds this machine's"):
+        assert train(train_config_from_mapping(job, "job"), tmp_path).complete
+
+
 def test_a_rung_with_top_k_above_experts_names_the_ladder_fields():
     with pytest.raises(MosaicInputError, match=r"ladder.top_k \(8\) must not exceed "
                                                r"ladder.experts \(4\)"):

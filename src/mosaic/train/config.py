@@ -140,6 +140,10 @@ class DataConfig(_Strict):
     def _path_given(self) -> DataConfig:
         if self.path is None and self.format != "synthetic":
             raise ValueError(f"data.path is required for format {self.format!r}")
+        if self.format == "bytes" and self.vocab not in (None, BYTE_VOCAB):
+            raise ValueError(f"data.vocab {self.vocab} does not apply to format 'bytes', whose "
+                             f"vocabulary is the {BYTE_VOCAB} byte values; leave it out, or "
+                             "give a token file with format uint16/uint32")
         return self
 
     @property

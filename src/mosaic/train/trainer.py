@@ -18,6 +18,7 @@ import math
 import os
 import pickle
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -495,6 +496,12 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
                                ">= 1 (leave it out to train to the end)")
     threads = torch.get_num_threads()
     if config.run.cpu_threads is not None:
+        cores = os.cpu_count() or 1
+        if config.run.cpu_threads > cores:
+            warnings.warn(f"run.cpu_threads {config.run.cpu_threads} exceeds this machine's "
+                          f"{cores} CPU cores: the threads share cores and spin-wait, which "
+                          "slows CPU training; set it to at most the cores", UserWarning,
+                          stacklevel=2)
         torch.set_num_threads(config.run.cpu_threads)
     owned = context is None
     context = context or init_distributed(config.run.device)
