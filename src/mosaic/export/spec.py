@@ -8,8 +8,7 @@ from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
-from mosaic.perf.pipeline_layout import layout_for
-from mosaic.perf.schedule import blocks_per_chunk
+from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")

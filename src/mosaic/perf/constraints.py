@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mosaic.perf.pipeline_layout import remainder_leaves_empty_chunk
 from mosaic.perf.plan import ParallelPlans, Sharding
-from mosaic.perf.schedule import blocks_per_chunk, laid_out
+from mosaic.perf.schedule import laid_out
 from mosaic.perf.workload import Workload
 
 
@@ -51,9 +52,8 @@ def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray
     if not workload.uneven_pipeline_stages:
         return (f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}",
                 _not_divisible(layers, chunks))
-    per_chunk = blocks_per_chunk(layers, np.maximum(chunks, 1))
     return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
-            (chunks - 1) * per_chunk >= layers)
+            remainder_leaves_empty_chunk(layers, np.maximum(chunks, 1)))
 
 
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,

@@ -217,13 +217,27 @@ def parse_balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> Pi
                                  mtp_layers)
 
 
+def blocks_per_chunk(slots: Any, chunks: Any) -> Any:
+    """ceil(slots / chunks): the blocks (or pipeline slots) of each of the pp·vpp chunks a
+    pipeline cuts the layers into, the last chunk short (Megatron-Core's split with the
+    remainder last, and the '|' segments of a hybrid layer pattern); ints or arrays."""
+    return -(-slots // chunks)
+
+
+def remainder_leaves_empty_chunk(layers: Any, chunks: Any) -> Any:
+    """Whether cutting ``layers`` blocks into ``chunks`` chunks of
+    :func:`blocks_per_chunk` in order, the remainder last, leaves the last chunk (or more)
+    without a block; ints or arrays (``chunks`` >= 1)."""
+    return (chunks - 1) * blocks_per_chunk(layers, chunks) >= layers
+
+
 def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
     """The split of a job's ``uneven_stages: true`` as a layout: pp·vpp chunks of
     ceil(L/(pp·vpp)) blocks in order, the short one last, the embedding in the first chunk
     and the MTP modules and the loss in the last (where Megatron-Core places them without a
     layout); the string Megatron's --pipeline-model-parallel-layout takes for it."""
     chunks = pp * vpp
-    size = -(-layers // chunks)
+    size = blocks_per_chunk(layers, chunks)
     sizes = [size] * (chunks - 1) + [layers - size * (chunks - 1)]
     body = [BLOCK * count for count in sizes]
     body[0] = EMBEDDING + body[0]
@@ -239,8 +253,7 @@ def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
     added = list(layouts)
     for pp, vpp in shapes:
         chunks = pp * vpp
-        size = -(-layers // chunks)
-        if (pp > 1 and layers % chunks and size * (chunks - 1) < layers
+        if (pp > 1 and layers % chunks and not remainder_leaves_empty_chunk(layers, chunks)
                 and layout_for(added, pp, vpp) is None):
             layout = parse_pipeline_layout(remainder_last_layout(layers, mtp_layers, pp, vpp),
                                            pp, vpp, layers, mtp_layers)

@@ -23,14 +23,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from mosaic.arch import Geometry, HybridLayer
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memo_keys import without_top_k
-from mosaic.perf.pipeline_layout import MTP, Layouts, PipelineLayout
+from mosaic.perf.pipeline_layout import MTP, Layouts, PipelineLayout, blocks_per_chunk
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -221,13 +221,6 @@ def _moe_blocks_below(index: np.ndarray, geometry: Geometry) -> np.ndarray:
         return _kind_below(index, geometry, HybridLayer.MOE)
     past_prefix = np.maximum(index - moe.dense_layers, 0)
     return -(-past_prefix // moe.moe_every)
-
-
-def blocks_per_chunk(slots: Any, chunks: Any) -> Any:
-    """ceil(slots / chunks): the blocks (or pipeline slots) of each of the pp·vpp chunks a
-    pipeline cuts the layers into, the last chunk short (Megatron-Core's split with the
-    remainder last, and the '|' segments of a hybrid layer pattern); ints or arrays."""
-    return -(-slots // chunks)
 
 
 def _vocab_split_chunks(geometry: Geometry, plans: ParallelPlans, stage: Stage
