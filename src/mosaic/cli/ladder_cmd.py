@@ -69,6 +69,7 @@ def train_command(
     config = load_train_config(job)
     _require_torch()
     prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before training
+    from mosaic.train.router_health import FINAL_WINDOW_FRACTION, is_unbalanced
     from mosaic.train.trainer import format_record, train
 
     log = None if quiet or as_json else (lambda r: console.print(format_record(r),
@@ -86,6 +87,11 @@ def train_command(
          ("N_tot / N_act", f"{result.n_total:,} / {result.n_active:,}"),
          ("peak lr", f"{result.peak_lr:.3e}"),
          ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"),
+         *([] if result.starved_experts is None else [
+             (f"starved experts / MoE layer (last {FINAL_WINDOW_FRACTION:.0%} of steps)",
+              _starved_cell(result.starved_experts)
+              + (" (unbalanced routers: docs/train.md)"
+                 if is_unbalanced(result.starved_experts) else ""))]),
          ("metrics", str(Path(out) / "metrics.jsonl"))])
 
 
