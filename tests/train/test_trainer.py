@@ -57,6 +57,18 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert (tmp_path / "whole" / "result.json").read_text() == before
 
 
+def test_resume_inside_the_final_window_keeps_its_router_health(tmp_path):
+    # 11 steps: router health averages the last ceil(0.1 x 11) = 2 (steps 9 and 10). A run
+    # stopped after step 9 and resumed must average both, as the uninterrupted run does.
+    config = train_config_from_mapping(tiny_job(run={"tokens": 11 * 8 * 32,
+                                                     "checkpoint_every": 100}), "job")
+    whole = train(config, tmp_path / "whole")
+    train(config, tmp_path / "split", stop_after_steps=10)
+    resumed = train(config, tmp_path / "split")
+    assert resumed.complete and whole.starved_experts is not None
+    assert resumed.starved_experts == whole.starved_experts
+
+
 def test_resume_refuses_a_different_job(tmp_path):
     train(train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job"), tmp_path)
     other = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "seed": 5}), "job")

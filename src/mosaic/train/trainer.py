@@ -220,6 +220,9 @@ class Trainer:
                                  set(self.expert_params) or None)
         self.optimizer = _optimizer(self.model, config, self.expert_params)
         self.smoother = SmoothedLoss(run.smoothing_beta)
+        # mean starved experts per MoE layer of each step run so far in the final window
+        # (router_health); checkpointed, so a resume inside the window keeps its earlier steps
+        self.final_starved: list[float] = []
         self.step = 0
         device = None
         if run.device_name is not None:
@@ -256,7 +259,8 @@ class Trainer:
                     optim_state["state"][name] = full
         if self.context.is_main:
             payload = {"step": self.step, "model": model_state, "optimizer": optim_state,
-                       "smoother": self.smoother.state(), "fingerprint": _fingerprint(self.config)}
+                       "smoother": self.smoother.state(), "final_starved": self.final_starved,
+                       "fingerprint": _fingerprint(self.config)}
             partial = self.checkpoint_path.with_suffix(".tmp")
             torch.save(payload, partial)
             os.replace(partial, self.checkpoint_path)  # atomic: a crash keeps the old one
@@ -290,6 +294,8 @@ class Trainer:
         self.step = int(payload["step"])
         self.smoother = SmoothedLoss(self.config.run.smoothing_beta,
                                      payload["smoother"]["value"], payload["smoother"]["steps"])
+        # absent from checkpoints written before router health was recorded
+        self.final_starved = list(payload.get("final_starved", []))
         return True
 
     # ----------------------------------------------------------------- one step
@@ -424,14 +430,13 @@ class Trainer:
         started = time.perf_counter()
         record: dict[str, Any] = {}
         steady_times: list[float] = []
-        final_starved: list[float] = []  # mean starved experts per layer, final window
         window_start = self.total_steps - final_window_steps(self.total_steps)
         while self.step < last:
             record = self.train_step()
             if record["step"] > 0:
                 steady_times.append(record["step_time_s"])  # step 0 carries warm-up costs
             if "router" in record and record["step"] >= window_start:
-                final_starved.append(float(np.mean(record["router"]["starved_experts"])))
+                self.final_starved.append(float(np.mean(record["router"]["starved_experts"])))
             if record["step"] % run.log_every == 0 or self.step == self.total_steps:
                 metrics.write(record)
                 if log is not None and self.context.is_main:
@@ -439,7 +444,7 @@ class Trainer:
             if self.step % run.checkpoint_every == 0 or self.step == last:
                 self.save_checkpoint()
         wall_s = time.perf_counter() - started
-        result = self._result(record, wall_s, steady_times, final_starved)
+        result = self._result(record, wall_s, steady_times)
         if self.context.is_main and result.complete:
             (self.out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
             if run.plot:
@@ -448,8 +453,8 @@ class Trainer:
                 write_metrics_plot(self.out_dir / METRICS_FILE, self.out_dir / "metrics.html")
         return result
 
-    def _result(self, record: dict[str, Any], wall_s: float, steady_times: list[float],
-                final_starved: list[float]) -> TrainResult:
+    def _result(self, record: dict[str, Any], wall_s: float, steady_times: list[float]
+                ) -> TrainResult:
         counts, geometry = self.counts, self.geometry
         moe = geometry.moe
         step_time = float(np.median(steady_times)) if steady_times else math.nan
@@ -464,7 +469,8 @@ class Trainer:
             layers=geometry.layers, d_model=geometry.d_model, wall_s=wall_s,
             tokens_per_s=self.config.tokens_per_step / step_time if steady_times else math.nan,
             world_size=self.context.world_size, complete=self.step >= self.total_steps,
-            starved_experts=float(np.mean(final_starved)) if final_starved else None)
+            starved_experts=(float(np.mean(self.final_starved)) if self.final_starved
+                             else None))
 
     def _write_run_info(self) -> None:
         info = {
