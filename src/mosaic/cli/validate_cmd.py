@@ -183,8 +183,8 @@ def _echo_not_scored(not_scored: list[dict[str, str]]) -> None:
     if not_scored:
         typer.echo(f"{len(not_scored)} run(s) predicted but not scored for tokens/s (hardware "
                    f"not as catalogued, or a source that contradicts itself about the tokens "
-                   f"of a step; their errors are in parentheses, --json gives each reason): "
-                   f"{', '.join(row['id'] for row in not_scored)}")
+                   f"or the layout of a step; their errors are in parentheses, --json gives "
+                   f"each reason): {', '.join(row['id'] for row in not_scored)}")
 
 
 @dataclass

@@ -303,7 +303,8 @@ class RunRecord:
             job_from_run_record`).
         throughput_not_scored: why the measured throughput cannot be compared with the
             catalogued hardware (e.g. GPUs power-limited to an unstated cap) or cannot be
-            known (the source contradicts itself about the tokens a step processed), with the
+            known (the source contradicts itself about the tokens a step processed or the
+            layout that processed them), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
             accuracy figures (its memory still counts). None: scored.
     """

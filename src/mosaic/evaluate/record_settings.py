@@ -38,8 +38,8 @@ class _Settings(RecipeSettings):
 
     attention_kernel: Literal["cudnn", "fa2", "fa3", "triton", "fa1", "jax_flash"] | None = None
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part,
-    # or whose source contradicts itself about its tokens per step (the group's evidence says
-    # why); it is predicted but not scored for throughput.
+    # or whose source contradicts itself about its tokens per step or its layout (the group's
+    # evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None
 
 
