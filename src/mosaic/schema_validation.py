@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mosaic.errors import MosaicInputError
 from mosaic.yaml_errors import describe_yaml_error
@@ -47,6 +47,24 @@ def allowed_fields(schema: type[BaseModel] | None, loc: tuple[Any, ...]) -> list
     return [info.alias or name for name, info in model.model_fields.items()]
 
 
+def _accepts(schema: type[BaseModel] | None, loc: tuple[Any, ...], name: str,
+             value: Any) -> bool:
+    """Whether the field ``name`` of the block holding ``loc`` would take ``value`` (a
+    "did you mean" that would only fail next is no help: ``gpus: 8`` is a count, not the
+    ``gpu`` name)."""
+    model = None if schema is None else _model_at(schema, tuple(loc[:-1]))
+    if model is None:
+        return True
+    info = next((f for n, f in model.model_fields.items() if name in (n, f.alias)), None)
+    if info is None:
+        return True
+    try:
+        TypeAdapter(info.annotation).validate_python(value)
+    except (ValidationError, TypeError, ValueError):
+        return False
+    return True
+
+
 def describe_validation_error(exc: ValidationError, where: str,
                               schema: type[BaseModel] | None = None) -> str:
     """First problem of ``exc`` as "<where>: <field path>: <message> (got <value>)".
@@ -63,7 +81,8 @@ def describe_validation_error(exc: ValidationError, where: str,
     detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
     if first["type"] == "extra_forbidden" and (
             allowed := allowed_fields(schema, tuple(first["loc"]))):
-        close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
+        close = [name for name in difflib.get_close_matches(str(first["loc"][-1]), allowed)
+                 if _accepts(schema, tuple(first["loc"]), name, got)]
         suggestion = f"; did you mean {close[0]}?" if close else ""
         detail += f"{suggestion}; allowed: {', '.join(allowed)}"
     more = len(exc.errors()) - 1

@@ -52,8 +52,12 @@ def test_a_misspelt_system_or_device_gets_a_did_you_mean(tmp_path):
 def test_an_unknown_field_lists_the_fields_of_its_block(tmp_path):
     message = _error("perf", _job(tmp_path, hardware={"system": "DGX-H100", "nodes": 1,
                                                       "gpus": 8}))
-    assert "hardware: gpus: unknown field (got 8); allowed: system, nodes, " \
+    # no "did you mean gpu?": gpu names an accelerator, and 8 is a count
+    assert "hardware: gpus: unknown field (got 8); allowed: system, gpu, nodes, " \
            "usable_memory_fraction" in message
+    message = _error("perf", _job(tmp_path, hardware={"system": "DGX-H100", "nodes": 1,
+                                                      "gpus": "H100"}))
+    assert "hardware: gpus: unknown field (got 'H100'); did you mean gpu?" in message
 
 
 def test_layers_not_divisible_by_stages_points_to_uneven_stages(tmp_path):

@@ -31,9 +31,9 @@ def test_system_overrides_and_must_agree_with_gpu(monkeypatch):
     assert resolve_system("MI300X").name == "ND-MI300X-v5"  # the catalog's one MI300X node
     with pytest.raises(MosaicInputError, match="unknown device"):
         resolve_system("X100")
-    import mosaic.plan.envelope as envelope
+    import mosaic.hardware.default_systems as default_systems
 
-    monkeypatch.setattr(envelope, "active_catalog", lambda: SimpleNamespace(systems={}))
+    monkeypatch.setattr(default_systems, "active_catalog", lambda: SimpleNamespace(systems={}))
     with pytest.raises(MosaicInputError, match="no node type in the catalog holds MI300X"):
         resolve_system("MI300X")
 

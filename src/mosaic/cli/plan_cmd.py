@@ -28,6 +28,7 @@ from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, write_html
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError
+from mosaic.hardware.default_systems import resolve_system
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
 from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
@@ -72,7 +73,6 @@ from mosaic.plan.envelope import (
     Envelope,
     SearchSpace,
     planning_stack,
-    resolve_system,
     with_gpus_per_node,
 )
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput

@@ -56,6 +56,7 @@ from mosaic.config.spelling import (
 )
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
+from mosaic.hardware.default_systems import resolve_system
 from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
@@ -237,7 +238,11 @@ class SearchBlock(_Strict):
 
 
 class HardwareBlock(_Strict):
-    system: str = Field(description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
+    system: str | None = Field(
+        default=None, description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
+    gpu: str | None = Field(
+        default=None, description="accelerator (catalog name or alias, e.g. H100): run on its "
+        "usual node type when system is not given, as `mosaic plan --gpu` does")
     nodes: int | None = Field(default=None, gt=0, le=LIMITS["nodes"].high,
                               description="nodes; else search.devices")
     usable_memory_fraction: float | None = Field(
@@ -441,6 +446,25 @@ def _recipe_precision(performance: PerformanceBlock) -> str:
 
 
 
+def _system_name(hardware: HardwareBlock, where: str, notes: list[str]) -> str:
+    """The job's node type: ``hardware.system``, else the usual node type of
+    ``hardware.gpu`` (:func:`mosaic.hardware.default_systems.resolve_system`, noted)."""
+    if hardware.system is None and hardware.gpu is None:
+        raise MosaicInputError(f"{where}: hardware: give system (a node type, `mosaic hardware "
+                               "list`) or gpu (an accelerator, run on its usual node type)")
+    if hardware.gpu is None:
+        return hardware.system  # an unknown name is reported where the cluster is built
+    try:
+        system = resolve_system(hardware.gpu, hardware.system, "hardware.gpu", "hardware.system")
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"{where}: {exc}") from None
+    if hardware.system is None:
+        notes.append(f"hardware.system unstated: {system.name}, the usual node type of "
+                     f"{system.device.name} (hardware.gpu {hardware.gpu}; the --gpu mapping, "
+                     "docs/plan.md)")
+    return system.name
+
+
 def job_from_document(document: dict[str, Any], where: str,
                       deprecated: set[str] | None = None) -> JobSpec:
     """Validate a parsed job document (any accepted spelling) into a :class:`JobSpec`."""
@@ -457,8 +481,9 @@ def job_from_document(document: dict[str, Any], where: str,
     search = _block(SearchBlock, document, "search", where)
     hardware = _block(HardwareBlock, document, "hardware", where)
     notes: list[str] = []
+    system_name = _system_name(hardware, where, notes)
     try:
-        device = get_system(hardware.system).device
+        device = get_system(system_name).device
         device_name, non_tn_fp8 = device.name, device.runs_non_tn_fp8_gemms
     except MosaicInputError:
         device_name, non_tn_fp8 = "", False  # an unknown system is reported later
@@ -520,7 +545,7 @@ def job_from_document(document: dict[str, Any], where: str,
     notes.extend(routing_assumptions(workload))
     devices = search.devices
     if devices is None and hardware.nodes is not None:
-        devices = hardware.nodes * get_system(hardware.system).gpus_per_node
+        devices = hardware.nodes * get_system(system_name).gpus_per_node
     if parallelism.dp is None and devices is None:
         raise MosaicInputError(f"{where}: give parallelism.dp, search.devices or hardware.nodes")
     dp = data_parallel(parallelism, devices, where)
@@ -562,7 +587,7 @@ def job_from_document(document: dict[str, Any], where: str,
     return JobSpec(
         workload=workload,
         plan=plan,
-        system_name=hardware.system,
+        system_name=system_name,
         n_devices=n_devices,
         nodes=hardware.nodes,
         usable_memory_fraction=headroom.usable_fraction,

@@ -11,6 +11,7 @@ Quick use::
     result.candidate(result.optimum_index)      # geometry, tokens, MFU, loss, layout
 """
 
+from mosaic.hardware.default_systems import GPU_DEFAULT_SYSTEM, resolve_system
 from mosaic.plan.analysis import (
     AllocationExponents,
     FlopCostProfile,
@@ -25,11 +26,9 @@ from mosaic.plan.analysis import (
 )
 from mosaic.plan.cost import BudgetOption, CheapestPlan, RunCost, cheapest_plan, run_cost
 from mosaic.plan.envelope import (
-    GPU_DEFAULT_SYSTEM,
     TABLE3_LAYOUT_LIMITS,
     Envelope,
     SearchSpace,
-    resolve_system,
     with_gpus_per_node,
 )
 from mosaic.plan.goodput import ConstantGoodput, Goodput, YoungDalyGoodput

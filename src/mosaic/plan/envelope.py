@@ -15,7 +15,7 @@ from mosaic.arch import Geometry, LadderGrid, enumerate_ladder_grid
 from mosaic.arch.backbone import enumerate_backbone_grid
 from mosaic.config.convert import model_document
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
+from mosaic.hardware import Cluster, System
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
@@ -57,43 +57,6 @@ TABLE3_SPLIT = (1, 2, 4, 8)
 # Inner layout search of Table 3: B_micro in {1, 2, 4}, every checkpointing mode the
 # performance model has (none, selective, full), every other axis at the search default.
 TABLE3_LAYOUT_LIMITS = LayoutLimits(micro_batches=(1, 2, 4))
-
-# Default node type per accelerator for `--gpu` (catalog canonical names). AWS instances
-# where the paper's setting (AWS p6) has an AWS sibling, else the NVIDIA reference system.
-GPU_DEFAULT_SYSTEM = {
-    "A100-SXM-80GB": "DGX-A100",
-    "H100-SXM-80GB": "p5.48xlarge",
-    "H100-SXM-96GB-500W": "Grand-Teton-H100",
-    "H200-SXM-141GB": "p5en.48xlarge",
-    "H800-SXM-80GB": "H800-node",
-    "B200": "p6-b200.48xlarge",
-    "B300": "DGX-B300",
-    "GB200": "GB200-NVL72",
-    "GB300": "GB300-NVL72",
-}
-
-
-def resolve_system(gpu: str | None = None, system: str | None = None) -> System:
-    """The node type for ``--gpu`` / ``--system``: the system wins; both must agree."""
-    if system is not None:
-        chosen = get_system(system)
-        if gpu is not None and get_device(gpu).name != chosen.device.name:
-            raise MosaicInputError(
-                f"--gpu {gpu} does not match --system {chosen.name}, which holds "
-                f"{chosen.device.name}; drop one of them"
-            )
-        return chosen
-    device = get_device(gpu or "B200")
-    if device.name in GPU_DEFAULT_SYSTEM:
-        return get_system(GPU_DEFAULT_SYSTEM[device.name])
-    for candidate in active_catalog().systems.values():  # yours too (--catalog)
-        if candidate.device.name == device.name:
-            return candidate
-    raise MosaicInputError(
-        f"no node type in the catalog holds {device.name}; pass --system with a catalog "
-        f"system (see `mosaic hardware`) or add one (docs/hardware.md)"
-    )
-
 
 def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
     """A what-if variant of ``system`` with a different host size, same per-GPU links.

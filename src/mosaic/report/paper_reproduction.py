@@ -22,6 +22,7 @@ from mosaic.evaluate.calibrate import (
     record_baselines,
 )
 from mosaic.evaluate.job import predict_job
+from mosaic.hardware.default_systems import resolve_system
 from mosaic.law import default_law
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
@@ -32,7 +33,6 @@ from mosaic.plan.envelope import (
     Envelope,
     SearchSpace,
     planning_stack,
-    resolve_system,
 )
 from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import sweep_days, sweep_nodes

@@ -1,0 +1,50 @@
+"""The node type an accelerator name stands for, where a user names only the GPU.
+
+`mosaic plan --gpu H100` and a job's ``hardware.gpu: H100`` both mean "this accelerator on
+its usual node type": an AWS instance where the paper's setting (AWS p6) has an AWS sibling,
+else the NVIDIA reference system. A stated node type (``--system``, ``hardware.system``)
+wins, and must hold the named GPU.
+"""
+
+from __future__ import annotations
+
+from mosaic.errors import MosaicInputError
+from mosaic.hardware.catalog import active_catalog, get_device, get_system
+from mosaic.hardware.system import System
+
+# Default node type per accelerator (catalog canonical names).
+GPU_DEFAULT_SYSTEM = {
+    "A100-SXM-80GB": "DGX-A100",
+    "H100-SXM-80GB": "p5.48xlarge",
+    "H100-SXM-96GB-500W": "Grand-Teton-H100",
+    "H200-SXM-141GB": "p5en.48xlarge",
+    "H800-SXM-80GB": "H800-node",
+    "B200": "p6-b200.48xlarge",
+    "B300": "DGX-B300",
+    "GB200": "GB200-NVL72",
+    "GB300": "GB300-NVL72",
+}
+
+
+def resolve_system(gpu: str | None = None, system: str | None = None,
+                   gpu_field: str = "--gpu", system_field: str = "--system") -> System:
+    """The node type for a GPU name and/or a node type: the node type wins; both must agree.
+    Neither given: B200's (the paper's). ``*_field`` name the two inputs in messages."""
+    if system is not None:
+        chosen = get_system(system)
+        if gpu is not None and get_device(gpu).name != chosen.device.name:
+            raise MosaicInputError(
+                f"{gpu_field} {gpu} does not match {system_field} {chosen.name}, which holds "
+                f"{chosen.device.name}; drop one of them"
+            )
+        return chosen
+    device = get_device(gpu or "B200")
+    if device.name in GPU_DEFAULT_SYSTEM:
+        return get_system(GPU_DEFAULT_SYSTEM[device.name])
+    for candidate in active_catalog().systems.values():  # yours too (--catalog)
+        if candidate.device.name == device.name:
+            return candidate
+    raise MosaicInputError(
+        f"no node type in the catalog holds {device.name}; give {system_field} with a catalog "
+        f"system (see `mosaic hardware list`) or add one (docs/hardware.md)"
+    )
