@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from mosaic.arch import count_parameters
 from mosaic.cli.main import app
+from mosaic.cli.model_option import load_model_file
 from mosaic.config.job_schema import load_job
 from mosaic.law import default_law
 
@@ -106,6 +107,25 @@ def test_two_jobs(job_b):
         assert text in table.stdout
 
 
+def test_model_replaces_both_jobs_model_as_perf_does(job_b):
+    """--model puts one geometry in both jobs (their layouts still differ), predicted as
+    `mosaic perf --model` predicts each, and listed among the inputs of neither as a
+    difference."""
+    model = str(ROOT / "examples" / "q12_moe.yaml")
+    doc = invoke_json("compare", str(JOB), str(job_b), "--model", model)
+    assert [d["field"] for d in doc["input_differences"]] == ["parallelism.pp",
+                                                             "batch.micro_seqs"]
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    for side, path in (("a", JOB), ("b", job_b)):
+        perf = invoke_json("perf", str(path), "--model", model)
+        assert summary["step_time_s"][side] == perf["step_time_s"]
+    # both sides hold the q=12 geometry (Table 4's), not Appendix E's own
+    q12 = count_parameters(load_model_file(Path(model)))
+    assert summary["n_active"]["a"] == summary["n_active"]["b"] == float(q12.n_active)
+    assert summary["n_active"]["a"] != float(
+        count_parameters(load_job(JOB).workload.geometry).n_active)
+
+
 def test_compare_says_which_job_does_not_fit(tmp_path):
     """pp 2 puts 24 of the 48 layers on a rank: over the usable 90% of a B200 (perf agrees)."""
     document = yaml.safe_load(JOB.read_text())
@@ -168,7 +188,8 @@ def test_job_with_plan_is_one_line_error(plans):
 
 
 @pytest.mark.parametrize("option", [["--days", "5"], ["--goodput", "0.9"],
-                                    ["--calibration", "default"]])
+                                    ["--calibration", "default"],
+                                    ["--model", str(ROOT / "examples" / "q12_moe.yaml")]])
 def test_job_options_with_two_plans_are_refused_not_ignored(plans, option):
     result = runner.invoke(app, ["compare", str(plans[0]), str(plans[1]), *option])
     assert result.exit_code == 2, result.output

@@ -18,6 +18,7 @@ from mosaic.cli.common import (
     print_key_value_table,
     print_table,
 )
+from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
 
 GIB = 2**30
@@ -35,10 +36,11 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def _job_inputs(path: Path, spec: Any) -> dict[str, Any]:
-    """The job file's fields as block.field in the canonical spelling (docs/schema.md); for a
-    run record (RUNS.yaml#ID), its job's canonical document, as `export --to yaml` writes it
-    (a record states its whole run in the record vocabulary, which a job file does not use)."""
+def _job_inputs(path: Path, spec: Any, model: dict[str, Any] | None) -> dict[str, Any]:
+    """The job file's fields as block.field in the canonical spelling (docs/schema.md), its
+    model block replaced by ``--model``'s when given; for a run record (RUNS.yaml#ID), its
+    job's canonical document, as `export --to yaml` writes it (a record states its whole run
+    in the record vocabulary, which a job file does not use)."""
     from mosaic.config.job_schema import canonical_job_document, job_document
     from mosaic.config.run_records import is_run_record_document, split_record_reference
     from mosaic.schema_validation import load_yaml_mapping
@@ -47,7 +49,8 @@ def _job_inputs(path: Path, spec: Any) -> dict[str, Any]:
     document = load_yaml_mapping(file)
     if is_run_record_document(document):
         return flatten(job_document(spec))
-    return flatten(canonical_job_document(document, str(path), set()))
+    canonical = canonical_job_document(document, str(path), set())
+    return flatten(canonical if model is None else {**canonical, "model": model})
 
 
 NO_HYBRID_LOSS = ("no loss: the law is the paper's MoE transformers' (Sec. 4), not a "
@@ -74,15 +77,16 @@ def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float | Non
 
 
 def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float,
-             price: float | None) -> dict[str, Any]:
-    """Predict one job and put its figures on the common footing."""
+             price: float | None, model: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Predict one job (its model replaced by ``model`` when given) and put its figures on
+    the common footing."""
     from mosaic.arch import count_parameters
     from mosaic.cli.perf_cmd import prediction_document
     from mosaic.config.job_schema import resolved_job_document
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.headroom import memory_fit_text
 
-    spec = load_job_spec(path)
+    spec = load_job_spec(path, model=model)
     result = predict_job(spec, calibration)
     doc = prediction_document(result, calibration)
     counts = count_parameters(spec.workload.geometry)
@@ -108,7 +112,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
         "breakdown_s": doc["breakdown"],
         "memory_breakdown_bytes": doc["memory_breakdown"],
-        "inputs": _job_inputs(path, spec),
+        "inputs": _job_inputs(path, spec, model),
         "resolved_inputs": flatten(resolved_job_document(spec)),
     }
 
@@ -318,6 +322,7 @@ def compare(
     law_file: Annotated[Path | None, typer.Option(
         "--law", help="law JSON for the jobs' loss (default: Table 2 joint law)")] = None,
     calibration: CalibrationOption = None,
+    model: ModelOption = None,
     catalog: CatalogFileOption = None,
     json_output: JsonFlag = False,
 ) -> None:
@@ -328,12 +333,13 @@ def compare(
                                f"--json`), not a {_kind(a)} with a {_kind(b)}")
     if kinds == {"plan"}:
         given = [flag for flag, value in (("--days", days), ("--goodput", goodput),
-                                           ("--law", law_file), ("--calibration", calibration))
+                                           ("--law", law_file), ("--calibration", calibration),
+                                           ("--model", model))
                  if value is not None]
-        if given:  # a plan carries its own window, goodput, law and calibration
+        if given:  # a plan carries its own window, goodput, law, calibration and models
             raise MosaicInputError(f"{', '.join(given)} set the jobs' side of a comparison; a "
-                                   "plan carries its own window, goodput, law and calibration "
-                                   "(plan again with them)")
+                                   "plan carries its own window, goodput, law, calibration "
+                                   "and geometries (plan again with them)")
     days = DEFAULT_DAYS if days is None else days
     goodput = 1.0 if goodput is None else goodput
     if not (math.isfinite(days) and days > 0):
@@ -351,7 +357,9 @@ def compare(
 
         law = default_law() if law_file is None else ScalingLaw.load(law_file)
         calib = load_calibration(calibration)
-        sides = [job_side(p, calib, law, days, goodput, price_per_gpu_hour) for p in (a, b)]
+        block = model_block(model)  # one model for both jobs
+        sides = [job_side(p, calib, law, days, goodput, price_per_gpu_hour, block)
+                 for p in (a, b)]
     else:
         sides = []
         for path in (a, b):
