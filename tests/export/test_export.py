@@ -423,3 +423,21 @@ def test_tp_beyond_the_query_groups_names_the_megatron_core_it_needs():
                    for note in export(wide, target).unsupported)
     narrow = load_export_spec(JOB, ["parallelism.tp=8", "parallelism.pp=8"], None)
     assert not any("core_v0.16.0" in note for note in export(narrow, "megatron").unsupported)
+
+
+def test_a_job_predicted_not_to_fit_is_exported_with_a_warning(tmp_path):
+    """The launch config is still written (the user asked for it), but stderr says mosaic
+    predicts an out-of-memory run, with the same figures `mosaic perf` reports."""
+    out = tmp_path / "job.args"
+    squeezed = ["--set", "parallelism.pp=2"]  # 24 of the 48 layers per rank: over a B200
+    result = runner.invoke(app, ["export", str(JOB), "--to", "megatron", "--out", str(out),
+                                 *squeezed])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("#")
+    perf = json.loads(runner.invoke(app, ["perf", str(JOB), *squeezed, "--json"]).stdout)
+    assert not perf["feasible"]
+    assert (f"warning: mosaic predicts this job does not fit: {perf['memory_gib']:.2f} GiB"
+            in result.output)
+    fits = runner.invoke(app, ["export", str(JOB), "--to", "megatron",
+                               "--out", str(tmp_path / "fits.args")])
+    assert fits.exit_code == 0 and "does not fit" not in fits.output

@@ -39,18 +39,32 @@ def _plan_document(path: Path) -> dict[str, Any] | None:
 def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> ExportSpec:
     """A job YAML or run record (with ``--set`` overrides) or a ``mosaic plan --json``
     document, told apart by content."""
+    return load_export_spec_and_fit(path, overrides, model)[0]
+
+
+def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | None
+                             ) -> tuple[ExportSpec, str | None]:
+    """:func:`load_export_spec`, and for a job predicted not to fit its GPUs' usable memory
+    the verdict to warn with (None otherwise; a plan's optimum fits by construction)."""
     document = _plan_document(path)
     if document is not None:
         if overrides or model:
             raise MosaicInputError("--set and --model apply to job files, not plan JSON "
                                    f"(write its job with `mosaic export {path} --to yaml`)")
-        return spec_from_plan_document(document, str(path))
+        return spec_from_plan_document(document, str(path)), None
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.headroom import memory_fit_text
+    from mosaic.perf.memory import GIB
 
     job = load_job_spec(path, overrides, model_block(model))
-    predict_job(job, load_calibration(None))  # the layout checks of `mosaic perf`, same errors
-    return spec_from_job(job, str(path))
+    # the layout checks of `mosaic perf`, same errors; and its memory verdict
+    result = predict_job(job, load_calibration(None))
+    p, machine = result.prediction, result.machine
+    verdict = None if p.feasible[0] else memory_fit_text(
+        p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB, machine.usable_memory_fraction,
+        p.overshoot_bytes[0] / GIB)
+    return spec_from_job(job, str(path)), verdict
 
 
 def export_command(
@@ -71,7 +85,7 @@ def export_command(
     dispatcher are spelled as the target spells them; settings it cannot express are
     listed in the file header and on stderr (docs/export.md).
     """
-    spec = load_export_spec(source, set_ or [], model)
+    spec, memory_verdict = load_export_spec_and_fit(source, set_ or [], model)
     result = export(spec, to)
     if out is None:
         typer.echo(result.text, nl=False)
@@ -84,6 +98,11 @@ def export_command(
     for item in result.unsupported:
         error_console.print(f"note: {to} cannot express: {item}", markup=False,
                             highlight=False, soft_wrap=True)
+    if memory_verdict is not None:
+        error_console.print(f"warning: mosaic predicts this job does not fit: "
+                            f"{memory_verdict} per GPU (`mosaic explain {source}`, with the "
+                            "same --set and --model, lists what would make it fit)",
+                            markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
