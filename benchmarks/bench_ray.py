@@ -11,9 +11,10 @@ import time
 
 import numpy as np
 
+from mosaic.hardware.default_systems import resolve_system
 from mosaic.law import default_law
 from mosaic.perf.calibration import default_calibration
-from mosaic.plan.envelope import Envelope, SearchSpace, resolve_system
+from mosaic.plan.envelope import Envelope, SearchSpace
 from mosaic.plan.ray_backend import RayBackend, execution_backend
 from mosaic.plan.search import search
 

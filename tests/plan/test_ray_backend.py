@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from mosaic.errors import MosaicInputError
+from mosaic.hardware.default_systems import resolve_system
 from mosaic.law import default_law
 from mosaic.perf.calibration import default_calibration
-from mosaic.plan.envelope import Envelope, SearchSpace, resolve_system
+from mosaic.plan.envelope import Envelope, SearchSpace
 from mosaic.plan.ray_backend import RayBackend, backend_from_options, execution_backend
 from mosaic.plan.search import search
 
