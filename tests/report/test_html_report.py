@@ -132,12 +132,24 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     assert "512 GPUs: 64 × p6-b200.48xlarge" in (tmp_path / "perf.html").read_text()
 
 
-def test_layouts_report_from_json_says_what_is_missing(tmp_path):
+def test_layouts_json_carries_the_best_breakdowns_and_the_report_draws_them(tmp_path):
     document = json.loads(invoke("layouts", str(EXAMPLES / "appendix_e.yaml"), "--devices",
                                  "64", "--top", "5", "--json"))
+    best = document["top_breakdowns"]
+    assert [b["rank"] for b in best] == [1, 2, 3]
+    for breakdown, row in zip(best, document["rows"], strict=False):
+        # the listed row's step, split into terms that add up to it
+        assert breakdown["step_time_s"] == pytest.approx(row["step_time_s"])
+        assert sum(breakdown["breakdown_s"].values()) == pytest.approx(row["step_time_s"])
+        assert (sum(breakdown["memory_breakdown_bytes"].values()) / 2**30
+                == pytest.approx(row["memory_gib"]))
     html = render_report(document)
-    assert "the 5 listed layouts" in html
-    assert "Breakdowns are written by `mosaic layouts --html`" in html
+    assert "the 5 listed layouts" in html  # the scatter stays in --html
+    for figure in ("fig-step", "fig-memory"):
+        assert f'data-figure="{figure}"' in html
+    # a document without them (written before they were added) says what is missing
+    older = {k: v for k, v in document.items() if k != "top_breakdowns"}
+    assert "No breakdowns in this document" in render_report(older)
 
 
 def test_report_rejects_what_is_not_a_result(tmp_path):

@@ -345,6 +345,10 @@ def layouts(
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
     document = search_document(search, cluster, machine, top, details,
                                constants, workload)
+    if json_output or html is not None:  # `mosaic report` draws them from the JSON too
+        from mosaic.report.html.documents import layout_breakdowns
+
+        document.update(layout_breakdowns(search))
     if html is not None:
         from mosaic.report.html.documents import layouts_report_blocks
 

@@ -1,8 +1,9 @@
 """Report blocks the CLI's JSON documents lack, computed once from the library's objects.
 
 `mosaic plan --json` carries these blocks, so `mosaic report plan.json` draws the same
-page as `mosaic plan --html`; the layout search adds its scatter and breakdowns only to
-the HTML (tens of thousands of points do not belong in a JSON summary).
+page as `mosaic plan --html`; `mosaic layouts --json` carries its best layouts' breakdowns
+and adds its scatter only to the HTML (tens of thousands of points do not belong in a JSON
+summary).
 """
 
 from __future__ import annotations
@@ -136,23 +137,28 @@ def plan_report_blocks(result: PlanResult, law: ScalingLaw, calibration: Calibra
     return blocks
 
 
+def layout_breakdowns(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> dict[str, Any]:
+    """Step-time and memory breakdowns of the best ``top`` layouts, and the device memory
+    they are measured against (what the report draws side by side)."""
+    breakdowns = []
+    for rank, index in enumerate(search.ranking[:top], start=1):
+        plan = plan_row_document(search.plans.row(int(index)))
+        single = take_prediction(search.prediction, int(index))
+        breakdowns.append({"rank": rank, "plan": plan, **step_document(single)})
+    return {"top_breakdowns": breakdowns, "capacity_bytes": float(search.capacity_bytes)}
+
+
 def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> dict[str, Any]:
-    """Breakdowns of the best ``top`` layouts and the (MFU, memory) of every feasible one."""
+    """:func:`layout_breakdowns` and the (MFU, memory) of every feasible layout."""
     from mosaic.report.html.breakdown import layout_label
 
     p = search.prediction
     ranking = search.ranking
-    breakdowns = []
-    for rank, index in enumerate(ranking[:top], start=1):
-        plan = plan_row_document(search.plans.row(int(index)))
-        single = take_prediction(p, int(index))
-        breakdowns.append({"rank": rank, "plan": plan, **step_document(single)})
     shown = scatter_sample(ranking.size)
     ranking = ranking[shown]
     plans = [plan_row_document(search.plans.row(int(i))) for i in ranking]
     return {
-        "top_breakdowns": breakdowns,
-        "capacity_bytes": float(search.capacity_bytes),
+        **layout_breakdowns(search, top),
         "feasible_points": {
             "mfu": p.mfu[ranking].tolist(),
             "memory_gib": (p.memory_bytes[ranking] / GIB).tolist(),

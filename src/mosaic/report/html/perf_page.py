@@ -161,8 +161,8 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
                 [(n, b["memory_breakdown_bytes"]) for n, b in bars],
                 document.get("capacity_bytes")), "fig-memory")))
     else:
-        compare.body.append(note("Breakdowns are written by `mosaic layouts --html` (the "
-                                 "JSON summary does not carry them)."))
+        compare.body.append(note("No breakdowns in this document (`mosaic layouts --json` "
+                                 "and `--html` write them; older JSON did not)."))
     sections.append(compare)
     points = document.get("feasible_points") or {
         "mfu": [r["mfu"] for r in rows], "memory_gib": [r["memory_gib"] for r in rows],
