@@ -216,3 +216,62 @@ def test_an_html_path_that_is_a_directory_is_named_as_given(tmp_path):
     examples = Path(__file__).resolve().parents[2] / "examples"
     message = _error("perf", str(examples / "appendix_e.yaml"), "--html", str(tmp_path))
     assert message == f"error: {tmp_path}: is a directory; give a file name"
+
+
+MOE_MODEL = {**MODEL, "moe": {"experts": 16, "top_k": 2, "expert_ffn": 767}}
+
+
+def test_empty_names_are_errors_not_defaults(tmp_path):
+    """An empty GPU, node type, stack or calibration name is refused: it used to mean B200,
+    megatron-core or the current directory."""
+    assert "hardware.gpu is empty" in _error(
+        "perf", _job(tmp_path, hardware={"gpu": "", "nodes": 1}))
+    assert "--gpu is empty" in _error("plan", "--gpu", "", "--nodes", "2")
+    assert "stack '': unknown; known stacks:" in _error("plan", "--stack", "", "--nodes", "2")
+    assert "calibration: the name is empty" in _error("perf", _job(tmp_path),
+                                                       "--calibration", "")
+    empty = tmp_path / "catalog.yaml"
+    empty.write_text("")
+    assert "catalog.yaml: file is empty" in _error("--catalog", str(empty), "perf",
+                                                    _job(tmp_path))
+    assert "--top: got 0" in _error("plan", "--top", "0", "--nodes", "2")
+
+
+def test_context_parallelism_needs_two_chunks_per_rank(tmp_path):
+    """Megatron-LM cuts each sequence into 2·cp chunks (arguments.py: 'seq-length should be
+    a multiple of 2 * context-parallel-size'): cp 2 takes 1024 tokens, not 1026."""
+    job = _job(tmp_path, parallelism={"cp": 2, "dp": 4},
+               batch={"global_seqs": 64, "seq_len": 1026})
+    assert "2·cp=2·2 must divide seq_len=1026 (cp > 1)" in _error("perf", job)
+    job = _job(tmp_path, parallelism={"cp": 2, "dp": 4},
+               batch={"global_seqs": 64, "seq_len": 1024})
+    assert runner.invoke(app, ["perf", job]).exit_code == 0
+
+
+def test_an_all_moe_model_is_not_checked_against_its_placeholder_ffn(tmp_path):
+    """Every block MoE and no ffn stated: the placeholder (expert_ffn 767) is used by no
+    block, and with etp 1 the experts are not split over tp, so tp 2 runs."""
+    job = _job(tmp_path, model=MOE_MODEL, parallelism={"tp": 2, "ep": 4, "dp": 4})
+    result = runner.invoke(app, ["perf", job, "--json"])
+    assert result.exit_code == 0, result.output
+    # the experts' own rule still holds: etp 2 must divide 767
+    job = _job(tmp_path, model=MOE_MODEL, parallelism={"tp": 2, "ep": 4, "etp": 2, "dp": 4})
+    assert "etp=2 must divide expert_ffn=767" in _error("perf", job)
+
+
+def test_a_stated_imbalance_above_ep_says_it_is_capped(tmp_path):
+    """One EP rank receives at most every routed copy (ep times the even share): a stated
+    routing_imbalance above ep predicts as ep, and the job says so."""
+    def perf(imbalance: float) -> dict:
+        job = _job(tmp_path, model={**MOE_MODEL, "moe": {**MOE_MODEL["moe"],
+                                                         "expert_ffn": 768}},
+                   parallelism={"ep": 4, "dp": 8},
+                   performance={"routing_imbalance": imbalance})
+        result = runner.invoke(app, ["perf", job, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    capped, at_ep = perf(6.0), perf(4.0)
+    assert capped["step_time_s"] == at_ep["step_time_s"]
+    assert any("routing_imbalance 6 is above ep=4" in line for line in capped["assumptions"])
+    assert not any("is above ep" in line for line in at_ep["assumptions"])

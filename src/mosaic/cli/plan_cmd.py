@@ -459,7 +459,7 @@ def plan(
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
-    check_range("--top", top, "top", integer=True)
+    check_range("--top", top, "top", integer=True, low=1)
     batches = parse_global_batch(global_batch)
     rule = parse_batch_rule(batch_rule)
     batch_search = global_batch.strip() == "auto" or ":" in global_batch

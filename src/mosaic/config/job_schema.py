@@ -566,6 +566,12 @@ def job_from_document(document: dict[str, Any], where: str,
         message = str(exc)
         raise MosaicInputError(message if message.startswith(where) else f"{where}: {message}"
                                ) from None
+    stated_imbalance, ep = workload.routing_imbalance, int(plan.ep[0])
+    if stated_imbalance is not None and stated_imbalance > ep:
+        # perf.routing_load.router_imbalance caps it so
+        notes.append(f"performance.routing_imbalance {stated_imbalance:g} is above ep={ep}: "
+                     f"one EP rank receives at most every routed token copy, ep times the even "
+                     f"share, so {ep} is used")
     if workload.layer_cuda_graphs and (plan.checkpointing == Checkpointing.FULL).any():
         raise MosaicInputError(
             f"{where}: performance.layer_cuda_graphs with checkpointing full: Megatron-Core "

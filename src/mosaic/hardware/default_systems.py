@@ -30,6 +30,10 @@ def resolve_system(gpu: str | None = None, system: str | None = None,
                    gpu_field: str = "--gpu", system_field: str = "--system") -> System:
     """The node type for a GPU name and/or a node type: the node type wins; both must agree.
     Neither given: B200's (the paper's). ``*_field`` name the two inputs in messages."""
+    for field, value in ((gpu_field, gpu), (system_field, system)):
+        if value is not None and not value.strip():
+            raise MosaicInputError(f"{field} is empty: name one (`mosaic hardware list`) "
+                                   f"or leave it out")
     if system is not None:
         chosen = get_system(system)
         if gpu is not None and get_device(gpu).name != chosen.device.name:
@@ -38,7 +42,7 @@ def resolve_system(gpu: str | None = None, system: str | None = None,
                 f"{chosen.device.name}; drop one of them"
             )
         return chosen
-    device = get_device(gpu or "B200")
+    device = get_device("B200" if gpu is None else gpu)
     if device.name in GPU_DEFAULT_SYSTEM:
         return get_system(GPU_DEFAULT_SYSTEM[device.name])
     for candidate in active_catalog().systems.values():  # yours too (--catalog)

@@ -116,7 +116,8 @@ def read_catalog_file(path: Path) -> CatalogFile:
     except yaml.YAMLError as exc:
         raise MosaicInputError(f"{path}: not valid YAML{describe_yaml_error(exc)}") from None
     if raw is None:
-        raw = {}
+        raise MosaicInputError(f"{path}: file is empty; a hardware catalog file holds "
+                               "'devices:' and/or 'systems:' lists (docs/hardware.md)")
     if not isinstance(raw, dict):
         raise MosaicInputError(
             f"{path}: a hardware catalog file must be a mapping with 'devices:' and/or "

@@ -196,6 +196,9 @@ def load_calibration(source: str | Path | None) -> Calibration:
     """A calibration by built-in profile name or file path; the default when None."""
     if source is None:
         return default_calibration()
+    if not str(source).strip():
+        raise MosaicInputError("calibration: the name is empty; give a built-in profile ("
+                               f"{', '.join(BUILT_IN_PROFILES)}) or a calibration YAML file")
     if str(source) in BUILT_IN_PROFILES and not Path(source).exists():
         return built_in_calibration(str(source))
     path = Path(source)

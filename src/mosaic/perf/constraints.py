@@ -80,11 +80,17 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             _not_divisible(geometry.kv_heads, plans.tp)
             & _not_divisible(plans.tp, geometry.kv_heads),
         ),
-        (f"tp={{tp}} must divide ffn={geometry.ffn}", _not_divisible(geometry.ffn, plans.tp)),
+        # only where a dense FFN block exists: an all-MoE model's ffn is a placeholder
+        # (config.convert), and its experts split over etp (the rule below)
+        *([(f"tp={{tp}} must divide ffn={geometry.ffn}", _not_divisible(geometry.ffn, plans.tp))]
+          if geometry.dense_layer_count > 0 else []),
         *([_pipeline_split_rule(workload, plans)] if split_stated else []),
+        # each sequence is cut into 2·cp chunks, two per CP rank for a balanced causal mask:
+        # Megatron-LM arguments.py "seq-length should be a multiple of 2 *
+        # context-parallel-size if context-parallel-size > 1"
         (
-            f"cp={{cp}} must divide seq_len={workload.seq_len}",
-            _not_divisible(workload.seq_len, plans.cp),
+            f"2·cp=2·{{cp}} must divide seq_len={workload.seq_len} (cp > 1)",
+            (plans.cp > 1) & _not_divisible(workload.seq_len, 2 * plans.cp),
         ),
         (
             f"dp·micro_batch={{dp}}·{{micro_batch}} must divide global_batch"

@@ -38,8 +38,11 @@ DEFAULT_STACK = "megatron-core"
 
 def planning_stack(calibration: Calibration, stack: str | None = None) -> str:
     """The stack a plan runs on: the user's, else the calibration profile's, else
-    :data:`DEFAULT_STACK` (every plan names it in its output)."""
-    return stack or calibration.stack or DEFAULT_STACK
+    :data:`DEFAULT_STACK` (every plan names it in its output). An empty name is an error."""
+    if stack is not None:
+        return get_stack(stack).name  # an empty or unknown name lists the known stacks
+    return calibration.stack or DEFAULT_STACK
+
 
 # Table 3 (Sec. 7.3).
 TABLE3_SYSTEM = "p6-b200.48xlarge"
