@@ -96,7 +96,8 @@ def _ffn(model: ModelBlock, moe: MoEConfig | None, notes: list[str]) -> int:
                                f"(moe.dense_layers={moe.dense_layers}, "
                                f"moe.moe_every={moe.moe_every}) that need it")
     notes.append("model.ffn not stated (every block is MoE): moe.expert_ffn used as a "
-                 "placeholder (no dense block uses it; the split factor reads 1)")
+                 "placeholder (no dense block uses it; the split factor reads 1, which the "
+                 "loss law reads: state model.ffn for the model's own)")
     return moe.expert_ffn
 
 
