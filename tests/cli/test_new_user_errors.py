@@ -275,3 +275,14 @@ def test_a_stated_imbalance_above_ep_says_it_is_capped(tmp_path):
     assert capped["step_time_s"] == at_ep["step_time_s"]
     assert any("routing_imbalance 6 is above ep=4" in line for line in capped["assumptions"])
     assert not any("is above ep" in line for line in at_ep["assumptions"])
+
+
+def test_the_shared_experts_width_must_split_over_tp(tmp_path):
+    """Megatron-Core runs the shared experts as one MLP of their summed width, split over
+    tp like any column-parallel linear: 2 x 767 = 1534 splits over tp 2, not over tp 4."""
+    model = {**MODEL, "moe": {**MOE_MODEL["moe"], "shared_experts": 2,
+                              "shared_expert_ffn": 767}}
+    job = _job(tmp_path, model=model, parallelism={"tp": 2, "ep": 4, "dp": 4})
+    assert runner.invoke(app, ["perf", job]).exit_code == 0
+    job = _job(tmp_path, model=model, parallelism={"tp": 4, "ep": 2, "dp": 2})
+    assert "tp=4 must divide the shared experts' width=1534" in _error("perf", job)
