@@ -266,6 +266,12 @@ class MoEConfig:
         """Hidden width of one shared expert."""
         return self.shared_expert_ffn if self.shared_expert_ffn is not None else self.expert_ffn
 
+    @property
+    def shared_total_width(self) -> int:
+        """Summed hidden width of the shared experts: they run as one MLP of this width
+        (Megatron-Core SharedExpertMLP, ``moe_shared_expert_intermediate_size``); 0 without."""
+        return self.shared_experts * self.shared_width
+
 
 @dataclass(frozen=True)
 class Geometry:

@@ -132,7 +132,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                  ("--moe-grouped-gemm", None)]
         if m.shared_experts:
             args.append(("--moe-shared-expert-intermediate-size",
-                         str(m.shared_experts * m.shared_width)))
+                         str(m.shared_total_width)))
             if m.shared_expert_gate:
                 args.append(("--moe-shared-expert-gate", None))
         # TransformerConfig.moe_expert_capacity_factor: None (no flag) = dropless; a factor

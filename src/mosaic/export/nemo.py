@@ -212,7 +212,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                   **({} if g.is_hybrid else {"moe_layer_freq": spec.moe_layer_pattern()}),
                   "moe_grouped_gemm": True,
                   "moe_shared_expert_intermediate_size":
-                      m.shared_experts * m.shared_width if m.shared_experts else None,
+                      m.shared_total_width if m.shared_experts else None,
                   # TransformerConfig.moe_shared_expert_gate (Qwen3NextBridge sets it)
                   **({"moe_shared_expert_gate": True} if m.shared_expert_gate else {}),
                   "moe_token_dispatcher_type":

@@ -120,10 +120,9 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             )
         )
     if moe is not None and moe.shared_experts > 0:
-        # the shared experts run as one MLP of their summed width split over tp
-        # (Megatron-Core SharedExpertMLP, moe_shared_expert_intermediate_size; its
-        # ColumnParallelLinear divides the output size by the tp world size)
-        shared = moe.shared_experts * moe.shared_width
+        # the shared experts' one MLP splits over tp (its ColumnParallelLinear divides the
+        # output size by the tp world size)
+        shared = moe.shared_total_width
         rules.append((f"tp={{tp}} must divide the shared experts' width={shared}",
                       _not_divisible(shared, plans.tp)))
     mamba = geometry.mamba

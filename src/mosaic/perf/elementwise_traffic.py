@@ -124,7 +124,7 @@ def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
     width = float(g.ffn)
     permute = 0.0
     if g.moe is not None:
-        width = g.moe.top_k * g.moe.expert_ffn + g.moe.shared_experts * g.moe.shared_width
+        width = g.moe.top_k * g.moe.expert_ffn + g.moe.shared_total_width
         permute = _PERMUTE_BYTES_PER_COPY_PER_D * g.moe.top_k * g.d_model
     return (traffic.norm_residual_per_d * g.d_model + traffic.rope_per_element * rope
             + per_width * width + permute)

@@ -708,7 +708,7 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
                              experts_here * expert_width)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
-        shared_width = moe.shared_experts * moe.shared_width / plans.tp
+        shared_width = moe.shared_total_width / plans.tp
         shared_fwd = (gemm_s(machine, workload, tokens, glu_factor * shared_width,
                             geometry.d_model)
                       + gemm_s(machine, workload, tokens, geometry.d_model, shared_width))
@@ -722,8 +722,8 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
     # Permute + unpermute read and write every token copy; expert activation on each copy.
     permute_bytes = copies * geometry.d_model * ANALYTICAL_PERMUTE.forward_per_copy
     expert_act_bytes = _ffn_streaming_bytes(copies, expert_width, geometry.glu)
-    shared_act_bytes = (_ffn_streaming_bytes(tokens, moe.shared_experts * moe.shared_width
-                                             / plans.tp, geometry.glu)
+    shared_act_bytes = (_ffn_streaming_bytes(tokens, moe.shared_total_width / plans.tp,
+                                             geometry.glu)
                         if moe.shared_experts else np.zeros(len(plans)))
     moe_stream = streaming_time_s(permute_bytes + expert_act_bytes + shared_act_bytes,
                                   machine.hbm_bw_bytes_per_s)

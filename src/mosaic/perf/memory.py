@@ -657,7 +657,7 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     experts = _ffn_bytes(busiest, moe.expert_ffn / plans.etp, geometry.glu, gemm_in, glu_in)
     combine = 0.0 if workload.traits.moe_probs_in_activation else (
         ACTIVATION_BYTES * moe.top_k * routed * h)
-    shared_width = moe.shared_experts * moe.shared_width / plans.tp
+    shared_width = moe.shared_total_width / plans.tp
     shared = _ffn_bytes(tokens_per_rank(workload, plans), shared_width, geometry.glu, gemm_in)
     return norm + router + expert_inputs + experts + combine + shared
 
@@ -752,7 +752,7 @@ def eager_elementwise_extra_bytes(workload: Workload, plans: ParallelPlans, kind
     if kind == "moe" and moe is not None:
         second_norm_tokens = routed_tokens(workload, plans)
         glu_elements = (expert_copies(workload, plans) * moe.expert_ffn / plans.etp
-                        + tokens * moe.shared_experts * moe.shared_width / plans.tp)
+                        + tokens * moe.shared_total_width / plans.tp)
     else:
         second_norm_tokens = norm_tokens
         glu_elements = tokens * geometry.ffn / plans.tp
@@ -826,7 +826,7 @@ def per_op_sac_moe_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray
     tokens = tokens_per_rank(workload, plans)
     matmuls = [routed_tokens(workload, plans) * moe.experts]
     if moe.shared_experts:
-        shared = tokens * moe.shared_experts * moe.shared_width / plans.tp
+        shared = tokens * moe.shared_total_width / plans.tp
         matmuls += [shared, *([shared] if geometry.glu else []), tokens * geometry.d_model]
     all_to_all = np.where(plans.ep > 1, 2 * ACTIVATION_BYTES * expert_copies(workload, plans)
                           * geometry.d_model, 0.0)
@@ -857,7 +857,7 @@ def save_dots_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind) -
         ffn = (routed_tokens(workload, plans) * moe.experts
                + expert_copies(workload, plans) * expert_widths)
         if moe.shared_experts:
-            shared = moe.shared_experts * moe.shared_width / plans.tp
+            shared = moe.shared_total_width / plans.tp
             ffn = ffn + tokens * (up_outputs * shared + geometry.d_model)
     return layer_input_bytes(workload, plans) + ACTIVATION_BYTES * (tokens * attention + ffn)
 
@@ -932,7 +932,7 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
         dropped += (workload.gemm_element_bytes * expert_copies(workload, plans)
                     * moe.expert_ffn / plans.etp)
     if "shared_experts" in modules:
-        dropped += _ffn_bytes(tokens, moe.shared_experts * moe.shared_width / tp, geometry.glu,
+        dropped += _ffn_bytes(tokens, moe.shared_total_width / tp, geometry.glu,
                               workload.gemm_element_bytes)
     return dropped
 

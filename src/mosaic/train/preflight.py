@@ -62,7 +62,7 @@ def _layer_activation_elements(geometry: Geometry, moe_layer: bool) -> float:
     moe = geometry.moe
     k, width = moe.top_k, moe.expert_ffn
     routed = 3 * k * d + 4 * k * width  # gathered inputs, outputs, weighted outputs; SwiGLU
-    shared = moe.shared_experts * (4 * moe.shared_width)
+    shared = 4 * moe.shared_total_width
     return attention + 2 * d + routed + shared
 
 
