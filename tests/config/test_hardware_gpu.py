@@ -2,7 +2,6 @@
 GPU's usual node type, as `mosaic plan --gpu` does, and says so; a stated node type wins
 and must hold the named GPU."""
 
-from copy import deepcopy
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ def _document(**hardware) -> dict:
     document["hardware"] = {"nodes": 2, **hardware}
     del document["parallelism"]["dp"]  # from the nodes: all of their GPUs
     document["batch"]["global_seqs"] = 16
-    return deepcopy(document)
+    return document
 
 
 @pytest.mark.parametrize(("gpu", "system"), [("H100", "p5.48xlarge"),

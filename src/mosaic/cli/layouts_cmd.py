@@ -350,9 +350,9 @@ def layouts(
 
         document.update(layout_breakdowns(search))
     if html is not None:
-        from mosaic.report.html.documents import layouts_report_blocks
+        from mosaic.report.html.documents import layouts_scatter_block
 
-        write_html({**document, **layouts_report_blocks(search)}, html, "layouts")
+        write_html({**document, **layouts_scatter_block(search)}, html, "layouts")
     if json_output:
         print_json(document)
     else:

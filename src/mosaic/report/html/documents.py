@@ -148,8 +148,9 @@ def layout_breakdowns(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> dict[s
     return {"top_breakdowns": breakdowns, "capacity_bytes": float(search.capacity_bytes)}
 
 
-def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> dict[str, Any]:
-    """:func:`layout_breakdowns` and the (MFU, memory) of every feasible layout."""
+def layouts_scatter_block(search: LayoutSearch) -> dict[str, Any]:
+    """The (MFU, memory) of every feasible layout (a sample above SCATTER_POINTS): what the
+    page of `mosaic layouts --html` adds to its JSON document (:func:`layout_breakdowns`)."""
     from mosaic.report.html.breakdown import layout_label
 
     p = search.prediction
@@ -158,7 +159,6 @@ def layouts_report_blocks(search: LayoutSearch, top: int = TOP_BREAKDOWNS) -> di
     ranking = ranking[shown]
     plans = [plan_row_document(search.plans.row(int(i))) for i in ranking]
     return {
-        **layout_breakdowns(search, top),
         "feasible_points": {
             "mfu": p.mfu[ranking].tolist(),
             "memory_gib": (p.memory_bytes[ranking] / GIB).tolist(),
