@@ -74,7 +74,7 @@ def _recipe_text(envelope: Any) -> str:
     if not envelope.stack_version:
         return "none (no --stack-version)"
     on = [name for name in ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
-                            "fp4_param_gather") if getattr(envelope, name)]
+                            "fp4_param_gather", "fused_grouped_mlp") if getattr(envelope, name)]
     if not envelope.grad_reduce_in_fp32:
         on.append("bf16 gradient reduce")
     if envelope.cross_entropy:

@@ -205,6 +205,12 @@ class PerformanceBlock(_Strict):
     fp8_glu_inputs: bool = Field(
         default=False, description="the routed experts' SwiGLU inputs are saved in FP8 "
         "(DeepSeek-V3 report Sec. 3.3.3; memory only; needs FP8)")
+    fused_grouped_mlp: bool = Field(
+        default=False, description="the routed experts run as Transformer Engine's fused "
+        "grouped MLP (Megatron-Core use_transformer_engine_op_fuser with "
+        "moe_mlp_glu_interleave_size 32 and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1): no activation "
+        "kernel and fewer MXFP8 casts; needs an MoE model with a GLU activation, mxfp8 and "
+        "Megatron-Core; plans with etp > 1 run unfused")
 
     @field_validator("precision")
     @classmethod
@@ -533,6 +539,7 @@ def job_from_document(document: dict[str, Any], where: str,
         recompute_block_fraction=performance.recompute_block_fraction,
         max_nodes_per_token=performance.max_nodes_per_token,
         fp8_glu_inputs=performance.fp8_glu_inputs,
+        fused_grouped_mlp=performance.fused_grouped_mlp,
         uneven_pipeline_stages=performance.uneven_stages is True,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -687,6 +694,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["max_nodes_per_token"] = workload.max_nodes_per_token
     if workload.fp8_glu_inputs or explicit:
         performance["fp8_glu_inputs"] = workload.fp8_glu_inputs
+    if workload.fused_grouped_mlp or explicit:
+        performance["fused_grouped_mlp"] = workload.fused_grouped_mlp
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

@@ -129,6 +129,12 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
         notes.append(f"{RECIPE_NOTE}: ep_overlap=True in the recipe, not applied (a hybrid "
                      "model: Megatron-Core's combined 1F1B EP overlap schedules GPT models "
                      "only; docs/perf.md)")
+    if (geometry is not None and given.get("fused_grouped_mlp")
+            and (geometry.moe is None or not geometry.glu)):
+        given.pop("fused_grouped_mlp")
+        notes.append(f"{RECIPE_NOTE}: fused_grouped_mlp=True in the recipe, not applied (the "
+                     "fused kernel is the routed experts' FC1 + GLU + FC2, and this model's "
+                     "experts have no GLU)")
     applied = [name for name in given
                if name not in RECIPE_SETTINGS_NOT_APPLIED and name not in PER_PIPELINE_SETTINGS]
     if applied:

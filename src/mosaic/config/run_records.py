@@ -162,6 +162,11 @@ class RunRecordEntry(_Strict):
     fp8_glu_inputs: bool | None = Field(
         default=None, description="the routed experts' SwiGLU inputs saved in FP8 (DeepSeek-V3 "
         "report Sec. 3.3.3); null = false, or the stack's recipe")
+    fused_grouped_mlp: bool | None = Field(
+        default=None, description="the routed experts ran as Transformer Engine's fused "
+        "grouped MLP (Megatron-Core use_transformer_engine_op_fuser with "
+        "moe_mlp_glu_interleave_size 32; needs MXFP8 and a GLU activation); null = false, or "
+        "the stack's recipe")
     expert_gemm: ExpertGemmName | None = Field(
         default=None, description="how the routed-expert GEMMs ran: grouped, or xla_expanded "
         "(jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs: a dense dot over every "
@@ -495,6 +500,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         moe_permute=entry.moe_permute,
         max_nodes_per_token=entry.max_nodes_per_token,
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
+        fused_grouped_mlp=entry.fused_grouped_mlp is True,
         expert_gemm=entry.expert_gemm or "grouped",
         non_tn_fp8_gemms=system.device.runs_non_tn_fp8_gemms,
         gdn_context_parallel=gdn_context_parallel(stack, release),
@@ -560,6 +566,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "routing": entry.routing not in (None, "unknown"),
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
         "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
+        "fused_grouped_mlp": entry.fused_grouped_mlp is not None,
         "expert_gemm": entry.expert_gemm is not None,
         "pipeline_layouts": entry.parallelism.pipeline_layout is not None,
         "mtp_layers": entry.model.mtp_layers is not None,

@@ -70,6 +70,7 @@ class ExportSpec:
     dp_comm_overlap: bool = True
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
+    fused_grouped_mlp: bool = False
     expert_gemm: str = "grouped"
     fsdp_keep_gathered: bool = False
     loss_chunks: int = 1
@@ -304,7 +305,8 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         optimizer_dtype=str(workload.optimizer_dtype),
         dp_comm_overlap=workload.dp_comm_overlap,
         max_nodes_per_token=workload.max_nodes_per_token,
-        fp8_glu_inputs=workload.fp8_glu_inputs, expert_gemm=str(workload.expert_gemm),
+        fp8_glu_inputs=workload.fp8_glu_inputs, fused_grouped_mlp=workload.fused_grouped_mlp,
+        expert_gemm=str(workload.expert_gemm),
         fsdp_keep_gathered=workload.fsdp_keep_gathered, loss_chunks=workload.loss_chunks,
         torch_compile=workload.torch_compile,
         moe_permute=None if workload.moe_permute is None else str(workload.moe_permute),
@@ -339,6 +341,7 @@ WORKLOAD_SETTINGS: dict[str, object] = {
     "recompute_modules": None, "recompute_block_fraction": None, "cross_entropy": None,
     "grad_reduce_in_fp32": True, "offloaded_activation_layers": 0, "optimizer_dtype": "fp32",
     "dp_comm_overlap": True, "max_nodes_per_token": None, "fp8_glu_inputs": False,
+    "fused_grouped_mlp": False,
     "expert_gemm": "grouped", "fsdp_keep_gathered": False, "loss_chunks": 1,
     "torch_compile": None, "moe_permute": None, "attention_kernel": None,
     "fsdp_gather": None, "vocab_in_pipeline_split": False, "pipeline_layout": None,
@@ -435,8 +438,9 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
     envelope = document.get("envelope") or {}
     plan, global_batch, seq_len, dispatcher = _optimum_layout(document, source)
     precision, recipe, assumed = _plan_precision(envelope)
+    geometry = _plan_geometry(optimum, source)
     spec = ExportSpec(
-        geometry=_plan_geometry(optimum, source),
+        geometry=geometry,
         tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp") or 1),
         cp=int(plan["cp"]), dp=int(plan["dp"]), ep=int(plan.get("ep") or 1),
         etp=int(plan.get("etp") or 1), micro_seqs=int(plan["micro_batch"]),
@@ -455,6 +459,8 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         fp4_param_gather=bool(envelope.get("fp4_param_gather", False)),
         grad_reduce_in_fp32=bool(envelope.get("grad_reduce_in_fp32", True)),
         cross_entropy=envelope.get("cross_entropy"),
+        fused_grouped_mlp=(bool(envelope.get("fused_grouped_mlp", False))
+                           and geometry.moe is not None and geometry.glu),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )
@@ -516,7 +522,7 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
         performance["fp8_recipe"] = spec.fp8_recipe
     if spec.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
-    for name in ("fp8_param_gather", "fp4_param_gather"):
+    for name in ("fp8_param_gather", "fp4_param_gather", "fused_grouped_mlp"):
         if getattr(spec, name):
             performance[name] = True
     if not spec.grad_reduce_in_fp32:

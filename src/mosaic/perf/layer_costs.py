@@ -721,7 +721,12 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
     copies = expert_copies(workload, plans)
     # Permute + unpermute read and write every token copy; expert activation on each copy.
     permute_bytes = copies * geometry.d_model * ANALYTICAL_PERMUTE.forward_per_copy
-    expert_act_bytes = _ffn_streaming_bytes(copies, expert_width, geometry.glu)
+    # Transformer Engine's fused grouped MLP runs the activation in FC1's epilogue (and its
+    # backward in FC2's dgrad epilogue): no activation kernel (Workload.fused_grouped_mlp;
+    # Megatron-Core runs it unfused with expert TP)
+    fused = workload.fused_grouped_mlp & (plans.etp == 1)
+    expert_act_bytes = np.where(fused, 0.0,
+                                _ffn_streaming_bytes(copies, expert_width, geometry.glu))
     shared_act_bytes = (_ffn_streaming_bytes(tokens, moe.shared_total_width / plans.tp,
                                              geometry.glu)
                         if moe.shared_experts else np.zeros(len(plans)))
@@ -734,6 +739,13 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
     expert_gemms = ((geometry.d_model, glu_factor * expert_width),
                     (expert_width, geometry.d_model))
     cast_fwd, cast_bwd = quantise_cast_s(machine, workload, copies, expert_gemms)
+    if fused.any():
+        # fused: FC2's input is quantised in FC1's epilogue and FC1's output gradient in
+        # FC2's dgrad epilogue; the routed tokens into FC1 and the gradient into FC2 remain
+        fused_fwd, fused_bwd = quantise_cast_s(machine, workload, copies,
+                                               ((geometry.d_model, geometry.d_model),))
+        cast_fwd = np.where(fused, fused_fwd, cast_fwd)
+        cast_bwd = np.where(fused, fused_bwd, cast_bwd)
     if moe.shared_experts:
         shared_cast = quantise_cast_s(machine, workload, tokens, (
             (geometry.d_model, glu_factor * shared_width), (shared_width, geometry.d_model)))

@@ -313,6 +313,17 @@ class Workload:
             are saved for the backward in FP8 with a block scale, 1 B per element instead of
             2 (DeepSeek-V3 report Sec. 3.3.3 "Low-Precision Activation" (2); memory only).
             Needs FP8 GEMMs.
+        fused_grouped_mlp: the routed experts run as Transformer Engine's CuTe DSL fused
+            grouped MLP (te.ops ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8 and its backward;
+            Megatron-Core use_transformer_engine_op_fuser with moe_mlp_glu_interleave_size
+            32 and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1): the GLU activation, the routing
+            probabilities and the MXFP8 quantisation of FC2's input run in FC1's GEMM
+            epilogue, the activation's backward and the quantisation of FC1's output
+            gradient in FC2's dgrad epilogue, so those element-wise kernels are gone
+            (docs/evidence/fused_grouped_mlp.md). Needs an MoE model with a GLU activation,
+            MXFP8 GEMMs (hence Blackwell) and a stack that has it (trait
+            fused_grouped_mlp); Megatron-Core falls back to the unfused ops with expert
+            tensor parallelism, so plans with etp > 1 run unfused.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -361,6 +372,7 @@ class Workload:
     loss_chunks: int = 1
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -433,6 +445,7 @@ class Workload:
         self._resolve_fp8_recipe()
         self._check_blockwise_attention()
         self._check_cuda_graphs()
+        self._check_fused_grouped_mlp()
         if self.fp8_glu_inputs and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
@@ -483,6 +496,28 @@ class Workload:
                 f"layer_cuda_graphs with offloaded_activation_layers "
                 f"{self.offloaded_activation_layers}: Megatron-Core does not capture CUDA "
                 "graphs with activation offloading")
+
+    def _check_fused_grouped_mlp(self) -> None:
+        """Megatron-Core builds the fused grouped MLP only for routed experts with a GLU
+        activation, and Transformer Engine fuses it only under the MXFP8 recipe
+        (experts.py's support check, te.ops ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8)."""
+        if not self.fused_grouped_mlp:
+            return
+        if not self.traits.fused_grouped_mlp:
+            able = [name for name in known_stacks() if get_stack(name).fused_grouped_mlp]
+            raise MosaicInputError(
+                f"fused_grouped_mlp with stack {self.stack}: the fused grouped MLP is "
+                f"Megatron-Core's Transformer Engine op-fuser path; stacks that have it: "
+                f"{', '.join(able)}")
+        if self.geometry.moe is None or not self.geometry.glu:
+            raise MosaicInputError(
+                "fused_grouped_mlp needs an MoE model with a gated (GLU) activation: the "
+                "fused kernel is the routed experts' FC1 + GLU + FC2")
+        if self.fp8_recipe is not Fp8Recipe.MXFP8:
+            raise MosaicInputError(
+                f"fused_grouped_mlp needs precision mxfp8 (got {self.precision}, FP8 recipe "
+                f"{self.fp8_recipe}): Transformer Engine fuses the grouped MLP only under "
+                "MXFP8 block scaling, on Blackwell")
 
     def _check_blockwise_attention(self) -> None:
         """Levanter's blockwise attention refuses a sequence of a block or more that is not a

@@ -89,7 +89,8 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
 
 # The recipe settings (mosaic.config.recipes) an envelope carries to every candidate.
 ENVELOPE_RECIPE_SETTINGS = ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
-                            "fp4_param_gather", "grad_reduce_in_fp32", "cross_entropy")
+                            "fp4_param_gather", "grad_reduce_in_fp32", "cross_entropy",
+                            "fused_grouped_mlp")
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ class Envelope:
             (:class:`~mosaic.perf.workload.Workload`), e.g. what a stack release's recipes
             set for every MoE model (:data:`ENVELOPE_RECIPE_SETTINGS`); cross_entropy None
             = the stack's loss.
+        fused_grouped_mlp: the routed experts of every MoE candidate with a GLU activation
+            run as Transformer Engine's fused grouped MLP (Workload.fused_grouped_mlp).
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
         balanced_pipeline: every pipelined layout of every candidate is split by a balanced
@@ -145,6 +148,7 @@ class Envelope:
     fp4_param_gather: bool = False
     grad_reduce_in_fp32: bool = True
     cross_entropy: str | None = None
+    fused_grouped_mlp: bool = False
     balanced_pipeline: bool = False
 
     def __post_init__(self) -> None:
@@ -238,6 +242,7 @@ class Envelope:
             "fp4_param_gather": self.fp4_param_gather,
             "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
             **({"cross_entropy": self.cross_entropy} if self.cross_entropy else {}),
+            **({"fused_grouped_mlp": True} if self.fused_grouped_mlp else {}),
             "balanced_pipeline": self.balanced_pipeline,
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,

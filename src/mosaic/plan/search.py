@@ -100,8 +100,9 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
     layout search, breakdown and report uses (batch, precision, stack, dispatcher and the
     envelope's workload settings; under ``balanced_pipeline``, a balanced layout for each
     pipeline shape ``limits`` allows)."""
+    geometry = grid.geometry(row)
     workload = Workload(
-        geometry=grid.geometry(row),
+        geometry=geometry,
         global_batch=envelope.global_batch,
         seq_len=envelope.seq_len,
         precision=envelope.precision,
@@ -115,6 +116,9 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
         non_tn_fp8_gemms=envelope.system.device.runs_non_tn_fp8_gemms,
         grad_reduce_in_fp32=envelope.grad_reduce_in_fp32,
         cross_entropy=envelope.cross_entropy,
+        # the fused grouped MLP is the routed experts' FC1 + GLU + FC2: MoE GLU models only
+        fused_grouped_mlp=(envelope.fused_grouped_mlp and geometry.moe is not None
+                           and geometry.glu),
     )
     if envelope.balanced_pipeline:
         workload = with_balanced_layouts(workload, envelope.n_devices, limits)

@@ -116,6 +116,7 @@ class _Entry(BaseModel):
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = None
     expert_gemm_launch: Literal["per_group", "one_op"] = "per_group"
     hybrid_models: bool = False
+    fused_grouped_mlp: bool = False
     fp8_primary_weights: bool = False
     source: str = Field(min_length=1)
 
@@ -198,6 +199,10 @@ class StackTraits:
     # Megatron-Core's hybrid model (megatron/core/models/hybrid), which NeMo and
     # Megatron-Bridge train Nemotron-H and Nemotron 3 with
     hybrid_models: bool
+    # whether the stack can run a MoE layer's routed experts as Transformer Engine's fused
+    # grouped MLP (Workload.fused_grouped_mlp): Megatron-Core's TEGroupedMLP through the TE
+    # operation fuser
+    fused_grouped_mlp: bool
     # whether FP8 parameter gathers mean FP8 primary weights (Megatron-Core --fp8-param-gather:
     # "keep the compute param in fp8"; Transformer Engine fp8_model_init), which the memory
     # model stores at one byte on Blackwell; torch FSDP's float8 all-gather casts on the way
