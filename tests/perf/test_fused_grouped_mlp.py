@@ -160,3 +160,24 @@ def test_an_exported_launch_says_it_does_not_write_the_fusion():
     spec = spec_from_job(job, "test")
     assert spec.fused_grouped_mlp is True
     assert any("fused_grouped_mlp" in line for line in unexpressed(spec, set(), "Megatron-LM"))
+
+
+def test_explain_offers_the_fusion_where_it_can_run():
+    """`mosaic explain`'s lever: the same plan predicted with only the setting changed; not
+    offered under bf16, with expert TP, or once the job states it."""
+    from mosaic.evaluate.diagnosis import rank_levers
+
+    def levers(settings: dict, plan=PLAN) -> dict:
+        workload = _workload(**settings)
+        return {lever.name: lever for lever in rank_levers(
+            workload, plan, _machine() if workload.precision == "fp8" else machine_for(
+                B200, "bf16"), load_calibration("default"))}
+
+    offered = levers({})["fused_grouped_mlp"]
+    alone = predict_step(_workload(fused_grouped_mlp=True), PLAN, _machine(),
+                         load_calibration("default"))
+    assert offered.step_time_s == pytest.approx(float(alone.step_time_s[0]), rel=1e-12)
+    assert offered.gain > 1.0 and offered.plan == PLAN.row(0)
+    assert "fused_grouped_mlp" not in levers({"fused_grouped_mlp": True})
+    assert "fused_grouped_mlp" not in levers({"precision": "bf16", "fp8_recipe": None})
+    assert "fused_grouped_mlp" not in levers({}, single_plan(ep=4, etp=2, dp=8))

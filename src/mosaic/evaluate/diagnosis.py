@@ -40,7 +40,7 @@ from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
-from mosaic.perf.workload import Dispatcher, Workload
+from mosaic.perf.workload import Dispatcher, Fp8Recipe, Workload
 from mosaic.stacks import MicroBatchDefault
 
 GIB = 2**30
@@ -608,7 +608,7 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph",
                              "torch_compile", "dp_comm_overlap", "drop_and_pad",
                              "balanced_pipeline_layout", "dispatcher_deepep",
-                             "dispatcher_hybridep"})
+                             "dispatcher_hybridep", "fused_grouped_mlp"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -670,6 +670,14 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute)",
                replace(workload, ep_overlap=True))
     yield from _dispatcher_what_ifs(workload, machine, row)
+    geometry = workload.geometry
+    if (not workload.fused_grouped_mlp and workload.traits.fused_grouped_mlp
+            and geometry.moe is not None and geometry.glu
+            and workload.fp8_recipe is Fp8Recipe.MXFP8 and int(row["etp"]) == 1):
+        yield ("fused_grouped_mlp", "routed experts as Transformer Engine's fused grouped MLP "
+               "(Megatron-Core use_transformer_engine_op_fuser, moe_mlp_glu_interleave_size "
+               "32, NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; docs/evidence/fused_grouped_mlp.md)",
+               replace(workload, fused_grouped_mlp=True))
     host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
     if host > 0 and not workload.full_iteration_cuda_graph:
         needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"
@@ -678,7 +686,6 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                f"--cuda-graph-impl full_iteration{needs})",
                replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False))
     pp, vpp = int(row["pp"]), int(row["vpp"])
-    geometry = workload.geometry
     current_layout = layout_for(workload.pipeline_layouts, pp, vpp)
     if (pp > 1 and workload.traits.pipeline_schedule == "1f1b" and not geometry.is_hybrid
             and workload.traits.pipeline_layout_flag and not workload.vocab_in_pipeline_split
