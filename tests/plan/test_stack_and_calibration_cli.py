@@ -112,6 +112,9 @@ def test_stack_version_gives_every_candidate_the_release_recipes() -> None:
     assert (older["envelope"]["ep_overlap"],
             older["envelope"]["full_iteration_cuda_graph"]) == (False, False)
     assert modern["envelope"]["precision"] == "fp8"  # MXFP8 is costed on the fp8 lane
+    # the 26.06 bundle's fused grouped MLP (docs/evidence/fused_grouped_mlp.md)
+    assert modern["envelope"].get("fused_grouped_mlp") is True
+    assert "fused_grouped_mlp" not in older["envelope"]
     assert modern["optimum"]["tokens_per_s"] > older["optimum"]["tokens_per_s"]
     versus = run_json("plan", *bridge, "--stack-version", "26.06", "--versus", "paper-p6b200")
     assert versus["versus"]["plans"][1]["stack"] == "paper-nemo"

@@ -398,7 +398,8 @@ def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
                                      and envelope.headroom.origin == "user") else None
     # A release's defaults belong to the first stack; the other plans without them.
     return replace(envelope, stack=planning_stack(other), headroom=headroom,
-                   stack_version=None, ep_overlap=False, full_iteration_cuda_graph=False)
+                   stack_version=None, ep_overlap=False, full_iteration_cuda_graph=False,
+                   fused_grouped_mlp=False)
 
 
 def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw,

@@ -152,7 +152,11 @@ class Envelope:
     balanced_pipeline: bool = False
 
     def __post_init__(self) -> None:
-        get_stack(self.stack)  # an unknown stack names the known ones
+        traits = get_stack(self.stack)  # an unknown stack names the known ones
+        if self.fused_grouped_mlp and not traits.fused_grouped_mlp:
+            raise MosaicInputError(f"fused_grouped_mlp with stack {self.stack}: the fused "
+                                   "grouped MLP is Megatron-Core's Transformer Engine "
+                                   "op-fuser path (docs/stacks.md)")
         if self.balanced_pipeline:  # refused before any worker starts
             require_pipeline_layout_flag(self.stack)
         if self.headroom is None:
