@@ -20,7 +20,8 @@ SETTING_KEYS = {"dispatcher", "ep_overlap", "recompute", "recompute_modules",
                 "offloaded_activation_layers", "cross_entropy", "fp8_param_gather",
                 "pad_to_capacity", "dispatch_fp8", "dp_comm_overlap", "moe_permute",
                 "recompute_block_fraction", "routing", "fp4_param_gather", "layer_cuda_graphs",
-                "mtp_layers", "pipeline_layouts", "fused_grouped_mlp"}
+                "mtp_layers", "pipeline_layouts", "fused_grouped_mlp",
+                "fp8_dot_product_attention"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"}
 RECOMPUTE_MODULES = {"core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                      "shared_experts"}

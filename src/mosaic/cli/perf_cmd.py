@@ -65,6 +65,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "ep_overlap": result.spec.workload.ep_overlap,
         "dispatch_fp8": result.spec.workload.dispatch_fp8,
         "fused_grouped_mlp": result.spec.workload.fused_grouped_mlp,
+        "fp8_dot_product_attention": result.spec.workload.fp8_dot_product_attention,
         "tp_comm_overlap": result.spec.workload.tp_comm_overlap,
         "full_iteration_cuda_graph": result.spec.workload.full_iteration_cuda_graph,
         "layer_cuda_graphs": result.spec.workload.layer_cuda_graphs,
@@ -115,6 +116,7 @@ def _render(document: dict[str, Any]) -> None:
              + (", EP overlap" if document["ep_overlap"] else "")
              + (", FP8 dispatch" if document["dispatch_fp8"] else "")
              + (", fused grouped MLP" if document["fused_grouped_mlp"] else "")
+             + (", FP8 attention" if document["fp8_dot_product_attention"] else "")
              + (", one CUDA graph per step" if document["full_iteration_cuda_graph"]
                 else "")
              + (", a CUDA graph per layer" if document["layer_cuda_graphs"] else "")),

@@ -211,6 +211,11 @@ class PerformanceBlock(_Strict):
         "moe_mlp_glu_interleave_size 32 and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1): no activation "
         "kernel and fewer MXFP8 casts; needs an MoE model with a GLU activation, mxfp8 and "
         "Megatron-Core; plans with etp > 1 run unfused")
+    fp8_dot_product_attention: bool = Field(
+        default=False, description="the attention core runs Transformer Engine's FP8 fused "
+        "attention (Megatron-Core fp8_dot_product_attention): its score GEMMs on the FP8 "
+        "tensor cores, the softmax work unchanged; needs fp8 or mxfp8, Megatron-Core and the "
+        "cuDNN attention kernel")
 
     @field_validator("precision")
     @classmethod
@@ -540,6 +545,7 @@ def job_from_document(document: dict[str, Any], where: str,
         max_nodes_per_token=performance.max_nodes_per_token,
         fp8_glu_inputs=performance.fp8_glu_inputs,
         fused_grouped_mlp=performance.fused_grouped_mlp,
+        fp8_dot_product_attention=performance.fp8_dot_product_attention,
         uneven_pipeline_stages=performance.uneven_stages is True,
         dispatcher=dispatcher,
         ep_overlap=parallelism.ep_overlap,
@@ -696,6 +702,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["fp8_glu_inputs"] = workload.fp8_glu_inputs
     if workload.fused_grouped_mlp or explicit:
         performance["fused_grouped_mlp"] = workload.fused_grouped_mlp
+    if workload.fp8_dot_product_attention or explicit:
+        performance["fp8_dot_product_attention"] = workload.fp8_dot_product_attention
     hardware: dict[str, Any] = {"system": spec.system_name}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes

@@ -82,6 +82,7 @@ class RecipeSettings(_Strict):
     max_nodes_per_token: int | None = Field(default=None, ge=1)
     fp8_glu_inputs: bool | None = None
     fused_grouped_mlp: bool | None = None
+    fp8_dot_product_attention: bool | None = None
     # MTP modules the recipe trains (DeepSeek-V3 recipes: mtp_num_layers 1), where the model
     # block leaves mtp_layers unstated
     mtp_layers: int | None = Field(default=None, ge=0)

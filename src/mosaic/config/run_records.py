@@ -167,6 +167,10 @@ class RunRecordEntry(_Strict):
         "grouped MLP (Megatron-Core use_transformer_engine_op_fuser with "
         "moe_mlp_glu_interleave_size 32; needs MXFP8 and a GLU activation); null = false, or "
         "the stack's recipe")
+    fp8_dot_product_attention: bool | None = Field(
+        default=None, description="the attention core ran Transformer Engine's FP8 fused "
+        "attention (Megatron-Core fp8_dot_product_attention, the recipes' fp8_dpa; needs FP8 "
+        "and Megatron-Core); null = false, or the stack's recipe")
     expert_gemm: ExpertGemmName | None = Field(
         default=None, description="how the routed-expert GEMMs ran: grouped, or xla_expanded "
         "(jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs: a dense dot over every "
@@ -501,6 +505,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         max_nodes_per_token=entry.max_nodes_per_token,
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
         fused_grouped_mlp=entry.fused_grouped_mlp is True,
+        fp8_dot_product_attention=entry.fp8_dot_product_attention is True,
         expert_gemm=entry.expert_gemm or "grouped",
         non_tn_fp8_gemms=system.device.runs_non_tn_fp8_gemms,
         gdn_context_parallel=gdn_context_parallel(stack, release),
@@ -567,6 +572,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
         "fp8_glu_inputs": entry.fp8_glu_inputs is not None,
         "fused_grouped_mlp": entry.fused_grouped_mlp is not None,
+        "fp8_dot_product_attention": entry.fp8_dot_product_attention is not None,
         "expert_gemm": entry.expert_gemm is not None,
         "pipeline_layouts": entry.parallelism.pipeline_layout is not None,
         "mtp_layers": entry.model.mtp_layers is not None,

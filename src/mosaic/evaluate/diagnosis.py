@@ -40,7 +40,7 @@ from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
-from mosaic.perf.workload import Dispatcher, Fp8Recipe, Workload
+from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision, Workload
 from mosaic.stacks import MicroBatchDefault
 
 GIB = 2**30
@@ -608,7 +608,8 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "tp_comm_overlap", "ep_overlap", "full_iteration_cuda_graph",
                              "torch_compile", "dp_comm_overlap", "drop_and_pad",
                              "balanced_pipeline_layout", "dispatcher_deepep",
-                             "dispatcher_hybridep", "fused_grouped_mlp"})
+                             "dispatcher_hybridep", "fused_grouped_mlp",
+                             "fp8_dot_product_attention"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -678,6 +679,12 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "(Megatron-Core use_transformer_engine_op_fuser, moe_mlp_glu_interleave_size "
                "32, NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; docs/evidence/fused_grouped_mlp.md)",
                replace(workload, fused_grouped_mlp=True))
+    if (not workload.fp8_dot_product_attention and workload.traits.fused_grouped_mlp
+            and workload.precision is Precision.FP8 and kernel.kernel == AttentionKernel.CUDNN):
+        yield ("fp8_dot_product_attention", "attention in FP8 (Transformer Engine FP8 fused "
+               "attention: Megatron-Core fp8_dot_product_attention, Megatron-Bridge "
+               "mixed_precision.fp8_dot_product_attention; docs/evidence/fp8_attention.md)",
+               replace(workload, fp8_dot_product_attention=True))
     host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
     if host > 0 and not workload.full_iteration_cuda_graph:
         needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"

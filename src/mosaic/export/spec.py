@@ -71,6 +71,7 @@ class ExportSpec:
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
     fused_grouped_mlp: bool = False
+    fp8_dot_product_attention: bool = False
     expert_gemm: str = "grouped"
     fsdp_keep_gathered: bool = False
     loss_chunks: int = 1
@@ -306,6 +307,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         dp_comm_overlap=workload.dp_comm_overlap,
         max_nodes_per_token=workload.max_nodes_per_token,
         fp8_glu_inputs=workload.fp8_glu_inputs, fused_grouped_mlp=workload.fused_grouped_mlp,
+        fp8_dot_product_attention=workload.fp8_dot_product_attention,
         expert_gemm=str(workload.expert_gemm),
         fsdp_keep_gathered=workload.fsdp_keep_gathered, loss_chunks=workload.loss_chunks,
         torch_compile=workload.torch_compile,
@@ -341,7 +343,7 @@ WORKLOAD_SETTINGS: dict[str, object] = {
     "recompute_modules": None, "recompute_block_fraction": None, "cross_entropy": None,
     "grad_reduce_in_fp32": True, "offloaded_activation_layers": 0, "optimizer_dtype": "fp32",
     "dp_comm_overlap": True, "max_nodes_per_token": None, "fp8_glu_inputs": False,
-    "fused_grouped_mlp": False,
+    "fused_grouped_mlp": False, "fp8_dot_product_attention": False,
     "expert_gemm": "grouped", "fsdp_keep_gathered": False, "loss_chunks": 1,
     "torch_compile": None, "moe_permute": None, "attention_kernel": None,
     "fsdp_gather": None, "vocab_in_pipeline_split": False, "pipeline_layout": None,
@@ -522,7 +524,8 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
         performance["fp8_recipe"] = spec.fp8_recipe
     if spec.full_iteration_cuda_graph:
         performance["full_iteration_cuda_graph"] = True
-    for name in ("fp8_param_gather", "fp4_param_gather", "fused_grouped_mlp"):
+    for name in ("fp8_param_gather", "fp4_param_gather", "fused_grouped_mlp",
+                 "fp8_dot_product_attention"):
         if getattr(spec, name):
             performance[name] = True
     if not spec.grad_reduce_in_fp32:

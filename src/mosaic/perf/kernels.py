@@ -275,6 +275,27 @@ def exp_rescaled_attention_efficiency(fwd: AttentionEfficiency, bwd: AttentionEf
             replace(bwd, head_dim_half=bwd.head_dim_half + scaled * exp_bwd))
 
 
+def fp8_attention_efficiency(efficiency: AttentionEfficiency, lane_speedup: float
+                             ) -> AttentionEfficiency:
+    """``efficiency`` (fitted to bf16 flash attention) for FP8 attention whose score GEMMs run
+    ``lane_speedup`` times as fast (the device's FP8 over bf16 tensor peak), against the same
+    bf16 peak.
+
+    As in :func:`exp_rescaled_attention_efficiency` the time per score element is
+    ``W·(d + head_dim_half) / (peak·max_fraction)``: the ``W·d`` part is the GEMMs, the
+    ``W·head_dim_half`` part the per-score softmax work, which FP8 does not speed up. Only
+    the GEMM part is divided by ``lane_speedup``: ``W·(d/r + head_dim_half)`` equals ``W·(d +
+    r·head_dim_half)/r``, i.e. max_fraction and head_dim_half both times r. Check against
+    FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608, abstract): on H100 up to 740
+    TFLOP/s in FP16 and close to 1.2 PFLOP/s in FP8, 1.62x; the H200 fit here gives 1.66x at
+    head dim 256 (docs/evidence/fp8_attention.md).
+    """
+    if not lane_speedup >= 1.0:
+        raise MosaicInputError(f"lane_speedup must be >= 1; got {lane_speedup}")
+    return replace(efficiency, max_fraction=efficiency.max_fraction * lane_speedup,
+                   head_dim_half=efficiency.head_dim_half * lane_speedup)
+
+
 def flash_attention_flops(batch: npt.ArrayLike, heads: npt.ArrayLike, seq_q: npt.ArrayLike,
                           seq_kv: npt.ArrayLike, head_dim: npt.ArrayLike,
                           causal: npt.ArrayLike, backward: bool = False) -> np.ndarray:

@@ -18,6 +18,7 @@ from mosaic.perf.kernels import (
     GroupedGemmTable,
     device_fit_key,
     exp_rescaled_attention_efficiency,
+    fp8_attention_efficiency,
 )
 from mosaic.perf.workload import Fp8Recipe, Precision
 
@@ -178,6 +179,16 @@ def mfu_peak_text(machine: Machine) -> str:
 def usable_gib(machine: Machine) -> float:
     """Device memory a plan may fill on ``machine``, GiB (capacity x usable fraction)."""
     return machine.hbm_bytes * machine.usable_memory_fraction / 2**30
+
+
+def with_fp8_attention(machine: Machine) -> Machine:
+    """``machine`` running its attention score GEMMs on the FP8 lane
+    (:func:`~mosaic.perf.kernels.fp8_attention_efficiency`; Workload.fp8_dot_product_attention):
+    the lane's speed-up is the device's FP8 over bf16 tensor peak."""
+    speedup = machine.gemm_peak_flops_per_s / machine.attention_peak_flops_per_s
+    return replace(machine,
+                   attention_fwd=fp8_attention_efficiency(machine.attention_fwd, speedup),
+                   attention_bwd=fp8_attention_efficiency(machine.attention_bwd, speedup))
 
 
 def with_attention_efficiency(machine: Machine, fwd_multiplier: float,

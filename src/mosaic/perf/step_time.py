@@ -64,7 +64,7 @@ from mosaic.perf.layer_costs import (
     moe_block_times,
     weighted_block_times,
 )
-from mosaic.perf.machine import Machine, with_attention_efficiency
+from mosaic.perf.machine import Machine, with_attention_efficiency, with_fp8_attention
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
     PARAMETER_STATE_KEY,
@@ -914,6 +914,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     machine = apply_microbench(machine, calibration.microbench)  # calibrate --microbench
     machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
                                         kernel.bwd_multiplier * stack_factor)
+    if workload.fp8_dot_product_attention:
+        machine = with_fp8_attention(machine)
     # memory first: the stage parameters it finds serve the data-parallel terms below
     memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
               else memory_breakdown)

@@ -324,6 +324,13 @@ class Workload:
             MXFP8 GEMMs (hence Blackwell) and a stack that has it (trait
             fused_grouped_mlp); Megatron-Core falls back to the unfused ops with expert
             tensor parallelism, so plans with etp > 1 run unfused.
+        fp8_dot_product_attention: the attention core runs Transformer Engine's FP8
+            fused attention (cuDNN FP8 SDPA; Megatron-Core TransformerConfig
+            fp8_dot_product_attention, the recipes' fp8_dpa): its two score GEMMs forward and
+            the backward's on the FP8 tensor cores, the per-score softmax work unchanged
+            (perf/kernels.fp8_attention_efficiency). Needs FP8 GEMMs, a stack that runs
+            Transformer Engine's attention (trait fused_grouped_mlp's Megatron-Core family)
+            and the cuDNN kernel.
         uneven_pipeline_stages: pp·vpp need not divide the layers; chunks hold
             ceil(L/(pp·vpp)) blocks except the remainder (Megatron-Core's
             decoder_first/last_pipeline_num_layers), so the heaviest stage carries the ceiling.
@@ -373,6 +380,7 @@ class Workload:
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
     fused_grouped_mlp: bool = False
+    fp8_dot_product_attention: bool = False
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -446,6 +454,7 @@ class Workload:
         self._check_blockwise_attention()
         self._check_cuda_graphs()
         self._check_fused_grouped_mlp()
+        self._check_fp8_attention()
         if self.fp8_glu_inputs and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
@@ -518,6 +527,27 @@ class Workload:
                 f"fused_grouped_mlp needs precision mxfp8 (got {self.precision}, FP8 recipe "
                 f"{self.fp8_recipe}): Transformer Engine fuses the grouped MLP only under "
                 "MXFP8 block scaling, on Blackwell")
+
+    def _check_fp8_attention(self) -> None:
+        """Transformer Engine runs FP8 attention only in FP8 autocast, and only through its
+        cuDNN fused attention (DotProductAttention's FP8 path is FusedAttention)."""
+        if not self.fp8_dot_product_attention:
+            return
+        if self.precision is not Precision.FP8:
+            raise MosaicInputError(
+                f"fp8_dot_product_attention needs precision fp8 or mxfp8 (got "
+                f"{self.precision}): Transformer Engine runs FP8 attention inside its FP8 "
+                "recipe")
+        if not self.traits.fused_grouped_mlp:
+            able = [name for name in known_stacks() if get_stack(name).fused_grouped_mlp]
+            raise MosaicInputError(
+                f"fp8_dot_product_attention with stack {self.stack}: mosaic models Transformer "
+                f"Engine's FP8 attention as Megatron-Core runs it; stacks: {', '.join(able)}")
+        kernel = self.attention_kernel or stack_default_kernel(self.stack)
+        if kernel != AttentionKernel.CUDNN:
+            raise MosaicInputError(
+                f"fp8_dot_product_attention with attention kernel {kernel}: FP8 attention is "
+                "Transformer Engine's cuDNN fused attention (attention_kernel cudnn)")
 
     def _check_blockwise_attention(self) -> None:
         """Levanter's blockwise attention refuses a sequence of a block or more that is not a
