@@ -149,8 +149,14 @@ def test_gpt_oss_in_2606_and_a_non_glu_model_stay_unfused():
     assert any("fused_grouped_mlp=True in the recipe, not applied" in line for line in notes)
 
 
-def test_an_exported_launch_says_it_does_not_write_the_fusion():
-    """No Megatron-LM flag is written for it: the export lists it as not expressed."""
+def test_the_exports_write_the_op_fuser_and_say_the_environment_variable():
+    """Megatron-LM exposes TransformerConfig fields as flags (megatron/training/
+    argument_utils.py ArgumentGroupFactory): --use-transformer-engine-op-fuser and
+    --moe-mlp-glu-interleave-size; Megatron-Bridge takes the same model fields. The TE switch
+    is an environment variable, which the file can only name."""
+    from mosaic.export.megatron import arguments
+    from mosaic.export.nemo import render as render_nemo
+
     job = job_from_document({
         "model": QWEN3_30B, "batch": {"global_seqs": 64, "seq_len": 4096},
         "parallelism": {"ep": 8, "dp": 8},
@@ -159,7 +165,21 @@ def test_an_exported_launch_says_it_does_not_write_the_fusion():
         "hardware": {"system": "DGX-B200", "nodes": 1}}, "test")
     spec = spec_from_job(job, "test")
     assert spec.fused_grouped_mlp is True
-    assert any("fused_grouped_mlp" in line for line in unexpressed(spec, set(), "Megatron-LM"))
+    args, unsupported = arguments(spec)
+    assert ("--use-transformer-engine-op-fuser", None) in args
+    assert ("--moe-mlp-glu-interleave-size", "32") in args
+    assert any("NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in line for line in unsupported)
+    assert not any("fused_grouped_mlp True" in line for line in unsupported)
+    nemo = render_nemo(spec).text
+    assert "use_transformer_engine_op_fuser: true" in nemo
+    assert "moe_mlp_glu_interleave_size: 32" in nemo
+    unfused = spec_from_job(job_from_document({
+        "model": QWEN3_30B, "batch": {"global_seqs": 64, "seq_len": 4096},
+        "parallelism": {"ep": 8, "dp": 8},
+        "performance": {"precision": "mxfp8", "stack": "megatron-bridge"},
+        "hardware": {"system": "DGX-B200", "nodes": 1}}, "test"), "test")
+    assert ("--use-transformer-engine-op-fuser", None) not in arguments(unfused)[0]
+    assert unexpressed(unfused, set(), "Megatron-LM") == []
 
 
 def test_explain_offers_the_fusion_where_it_can_run():

@@ -44,7 +44,13 @@ MEGATRON_CORE_HANDLED = frozenset({
     "recompute_modules", "recompute_block_fraction", "cross_entropy", "grad_reduce_in_fp32",
     "offloaded_activation_layers", "optimizer_dtype", "dp_comm_overlap", "max_nodes_per_token",
     "fp8_glu_inputs", "vocab_in_pipeline_split", "pipeline_layout", "ep_overlap", "dispatch_fp8",
-    "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule", "attention_kernel"})
+    "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule", "attention_kernel",
+    "fused_grouped_mlp", "fp8_dot_product_attention"})
+# Transformer Engine reads this at import time to register its fused grouped MLP; without it
+# Megatron-Core's experts run unfused (megatron/core/transformer/moe/experts.py @ d98e8a64dd)
+FUSED_GROUPED_MLP_ENV = ("the fused grouped MLP also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in "
+                         "the launch environment (Transformer Engine registers the fusion at "
+                         "import; Megatron-Core runs the experts unfused without it)")
 
 
 def moe_layer_freq(spec: ExportSpec) -> str:
@@ -186,6 +192,16 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
                            "layout by hand")
+    if spec.fused_grouped_mlp:
+        # TransformerConfig use_transformer_engine_op_fuser and moe_mlp_glu_interleave_size,
+        # exposed as flags by megatron/training/argument_utils.py ArgumentGroupFactory
+        args += [("--use-transformer-engine-op-fuser", None),
+                 ("--moe-mlp-glu-interleave-size", "32")]
+        unsupported.append(FUSED_GROUPED_MLP_ENV)
+    if spec.fp8_dot_product_attention:
+        unsupported.append("fp8_dot_product_attention: Megatron-LM has no flag for "
+                           "TransformerConfig.fp8_dot_product_attention (arguments.py lists it "
+                           "among the fields with no CLI argument); set it in the model config")
     if spec.sequence_parallel and spec.tp > 1:
         args.append(("--sequence-parallel", None))
         if spec.tp_comm_overlap:  # Transformer Engine userbuffers; needs sequence parallelism

@@ -18,6 +18,7 @@ import yaml
 
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.megatron import (
+    FUSED_GROUPED_MLP_ENV,
     LAYER_GRAPH_DROPLESS_NOTE,
     MAMBA_CONV_BIAS_NOTE,
     MEGATRON_CORE_HANDLED,
@@ -66,6 +67,10 @@ def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
                            f"{name} sets mixed_precision.fp8_param_gather "
                            f"{str(gathers).lower()}; change it in the recipe script (a recipe "
                            "name carries no field overrides)")
+    if spec.fp8_dot_product_attention:
+        unsupported.append("fp8_dot_product_attention: set mixed_precision."
+                           "fp8_dot_product_attention true in the recipe script (a recipe name "
+                           "carries no field overrides), as the 26.06 MXFP8 recipes do")
     if spec.fp8_recipe == "current":
         unsupported.append(f"{name} keeps the first and last transformer block in bf16 "
                            "(first_last_layers_bf16); mosaic modelled every block in FP8 (the "
@@ -285,6 +290,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                                   "moe_token_dispatcher_type flex with "
                                   "moe_flex_dispatcher_backend hybridep, ")
                                + "moe_expert_rank_capacity_factor and paged stash by hand")
+    if spec.fused_grouped_mlp:  # the 26.06 recipes' cutedsl_fused_grouped_mlp settings
+        model["use_transformer_engine_op_fuser"] = True
+        model["moe_mlp_glu_interleave_size"] = 32
+        unsupported.append(FUSED_GROUPED_MLP_ENV)
     if spec.layer_cuda_graphs:  # the per-layer CudaGraphManager over the whole layer
         model["cuda_graph_impl"] = "local"
         if g.moe and not (spec.routing == "token_drop" and spec.pad_to_capacity):
