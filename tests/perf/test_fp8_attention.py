@@ -119,3 +119,79 @@ def test_explain_offers_fp8_attention_on_an_fp8_megatron_job():
     assert lever.gain > 1.0
     stated = rank_levers(_workload(fp8_dot_product_attention=True), plan, machine, calibration)
     assert "fp8_dot_product_attention" not in {lever.name for lever in stated}
+
+
+def test_an_amd_gpu_refuses_fp8_attention_at_prediction():
+    """megatron-core's default kernel is cuDNN, but an AMD GPU runs FlashAttention-2
+    (resolve_attention_kernel): Transformer Engine's FP8 attention is not there to run."""
+    mi300x = Cluster(system=get_system("ND-MI300X-v5"), n_nodes=1)
+    machine = machine_for(mi300x, "fp8", fp8_recipe=Fp8Recipe.DELAYED)
+    workload = _workload(fp8_recipe=Fp8Recipe.DELAYED, stack="megatron-core",
+                         fp8_dot_product_attention=True)
+    with pytest.raises(MosaicInputError, match=r"MI300X.*runs fa2"):
+        predict_step(workload, single_plan(dp=8), machine, load_calibration("default"))
+
+
+def test_a_recipes_fp8_attention_gives_way_to_a_stated_kernel():
+    """The Qwen3-30B GB300 26.06 cell sets fp8_dpa; a job that states another attention
+    kernel keeps its kernel and runs attention in bf16, with a note."""
+    job = job_from_document({
+        "model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                  "ffn": 6144, "vocab": 151936,
+                  "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+        "batch": {"global_seqs": 256, "seq_len": 4096}, "parallelism": {"ep": 8, "dp": 8},
+        "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                        "stack_version": "26.06", "attention_kernel": "fa2"},
+        "hardware": {"system": "GB300-NVL72", "nodes": 2}}, "test")
+    assert job.workload.fp8_dot_product_attention is False
+    assert any("fp8_dot_product_attention=True in the recipe, not applied" in line
+               and "attention_kernel fa2" in line for line in job.assumptions)
+
+
+def _qwen3_job_document(**performance) -> dict:
+    return {"model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4,
+                      "head_dim": 128, "ffn": 6144, "vocab": 151936,
+                      "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+            "batch": {"global_seqs": 64, "seq_len": 4096}, "parallelism": {"ep": 8, "dp": 8},
+            "performance": {"precision": "mxfp8", "stack": "megatron-bridge", **performance},
+            "hardware": {"system": "DGX-B200", "nodes": 1}}
+
+
+def test_the_exports_say_where_fp8_attention_is_set():
+    """Megatron-LM's arguments.py lists fp8_dot_product_attention among the TransformerConfig
+    fields with no flag; a Megatron-Bridge recipe name carries no field overrides."""
+    from mosaic.export.megatron import arguments
+    from mosaic.export.nemo import render as render_nemo
+    from mosaic.export.spec import spec_from_job
+
+    spec = spec_from_job(job_from_document(
+        _qwen3_job_document(fp8_dot_product_attention=True), "test"), "test")
+    assert spec.fp8_dot_product_attention is True
+    _, unsupported = arguments(spec)
+    assert any(line.startswith("fp8_dot_product_attention: Megatron-LM has no flag")
+               for line in unsupported)
+    assert "mixed_precision.fp8_dot_product_attention true" in render_nemo(spec).text
+    plain = spec_from_job(job_from_document(_qwen3_job_document(), "test"), "test")
+    assert not any("fp8_dot_product_attention" in line for line in arguments(plain)[1])
+
+
+def test_mosaic_perf_reports_both_settings(tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_qwen3_job_document(
+        fp8_dot_product_attention=True, fused_grouped_mlp=True)))
+    runner = CliRunner()
+    result = runner.invoke(app, ["perf", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["fp8_dot_product_attention"] is True
+    assert document["fused_grouped_mlp"] is True
+    text = runner.invoke(app, ["perf", str(path)])
+    assert text.exit_code == 0
+    assert "fused grouped MLP" in text.stdout and "FP8 attention" in text.stdout

@@ -94,7 +94,10 @@ def test_a_fused_step_is_faster_by_element_wise_and_cast_time_only():
     ({"precision": "bf16", "fp8_recipe": None}, "needs precision mxfp8"),
     ({"fp8_recipe": Fp8Recipe.CURRENT}, "needs precision mxfp8"),
     ({"geometry": ladder_geometry(4)}, "needs an MoE model"),
-    ({"geometry": replace(MOE, activation="squared_relu", glu=False)}, "GLU"),
+    ({"geometry": replace(MOE, activation="squared_relu", glu=False)}, "SwiGLU"),
+    # Megatron-Core's op fuser takes SwiGLU and quick-GELU GLU, not GELU-gated experts
+    # (experts.py _is_fused_impl_supported @ d98e8a64dd)
+    ({"geometry": replace(MOE, activation="geglu")}, r"SwiGLU activation \(got geglu\)"),
     ({"stack": "torchtitan"}, "stacks that have it: megatron-bridge, megatron-core"),
     ({"stack": "paper-nemo"}, "op-fuser path"),
 ])
@@ -132,6 +135,66 @@ def test_the_2606_mxfp8_recipes_fuse_the_grouped_mlp_with_the_graph_bundle():
     assert _job(QWEN3_30B, version="26.04")[0].fused_grouped_mlp is False
     stated, _ = _job(QWEN3_30B, fused_grouped_mlp=False)
     assert stated.fused_grouped_mlp is False  # a stated setting keeps its own
+
+
+def test_a_geglu_moe_model_keeps_the_rest_of_the_2606_bundle_but_runs_unfused():
+    workload, notes = _job({**QWEN3_30B, "layers": 40, "activation": "geglu"})
+    assert workload.fused_grouped_mlp is False
+    assert workload.full_iteration_cuda_graph is True
+    assert any("not applied" in line and "experts use geglu" in line for line in notes)
+
+
+def test_an_envelope_refuses_the_fusion_without_mxfp8():
+    from mosaic.plan.envelope import Envelope
+
+    system = get_system("DGX-B200")
+    Envelope(system=system, n_nodes=1, precision="fp8", fp8_recipe=Fp8Recipe.MXFP8,
+             stack="megatron-bridge", fused_grouped_mlp=True)
+    for precision, recipe in (("bf16", None), ("fp8", Fp8Recipe.CURRENT)):
+        with pytest.raises(MosaicInputError, match="fused_grouped_mlp needs precision mxfp8"):
+            Envelope(system=system, n_nodes=1, precision=precision, fp8_recipe=recipe,
+                     stack="megatron-bridge", fused_grouped_mlp=True)
+
+
+def test_a_run_record_stating_the_fusion_is_predicted_faster_than_without_it():
+    """The Qwen3-30B-A3B GB200 card (extra set) states the fused MLP from its recipe: the
+    same record with the field false predicts a slower step, by element-wise time only."""
+    from importlib.resources import files
+
+    import yaml
+
+    from mosaic.config.job_schema import job_from_run_record
+    from mosaic.config.run_records import run_record_from_raw
+    from mosaic.evaluate.job import predict_job
+
+    path = files("mosaic.evaluate") / "data" / "extra_runs.yaml"
+    runs = yaml.safe_load(path.read_text())["runs"]
+    raw = next(run for run in runs
+               if run["id"] == "bcards-qwen3-30b-a3b-gb200-8-ep8-mxfp8-perf")
+    assert raw["fused_grouped_mlp"] is True
+    calibration = load_calibration("default")
+    on, off = (predict_job(job_from_run_record(run_record_from_raw(
+        {**raw, "fused_grouped_mlp": flag}, "test")), calibration).prediction
+        for flag in (True, False))
+    assert on.step_time_s[0] < off.step_time_s[0]
+    assert on.breakdown_s["compute_experts"][0] == pytest.approx(
+        off.breakdown_s["compute_experts"][0], rel=1e-6)
+
+
+def test_the_setting_survives_a_job_document_round_trip():
+    from mosaic.config.job_schema import job_document
+
+    job = job_from_document({
+        "model": QWEN3_30B, "batch": {"global_seqs": 64, "seq_len": 4096},
+        "parallelism": {"ep": 8, "dp": 8},
+        "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                        "fused_grouped_mlp": True, "fp8_dot_product_attention": True},
+        "hardware": {"system": "DGX-B200", "nodes": 1}}, "test")
+    document = job_document(job)
+    assert document["performance"]["fused_grouped_mlp"] is True
+    assert document["performance"]["fp8_dot_product_attention"] is True
+    again = job_from_document(document, "round trip").workload
+    assert again.fused_grouped_mlp and again.fp8_dot_product_attention
 
 
 def test_gpt_oss_in_2606_and_a_non_glu_model_stay_unfused():

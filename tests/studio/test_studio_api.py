@@ -348,3 +348,31 @@ def test_an_hf_sliding_window_the_geometry_cannot_hold_is_among_the_assumptions(
     status, body = studio.call("/api/perf", {"form": form})
     assert status == 200, body
     assert any("sliding_window 4096" in line for line in body["prediction"]["assumptions"])
+
+
+def test_the_kernel_switches_state_a_setting_or_leave_it_to_the_recipe():
+    """A Megatron-Bridge 26.06 MXFP8 job on GB200: the recipe turns both on (empty switch);
+    the switch states false, and a job file's stated true opens the editor as 'true'."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import predict_form
+
+    document = {
+        "model": {"layers": 48, "d_model": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                  "ffn": 6144, "vocab": 151936,
+                  "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}},
+        "batch": {"global_seqs": 256, "seq_len": 4096, "micro_seqs": 1},
+        "parallelism": {"ep": 8, "dp": 8},
+        "performance": {"precision": "mxfp8", "stack": "megatron-bridge",
+                        "stack_version": "26.06"},
+        "hardware": {"system": "GB300-NVL72", "nodes": 2}}
+    assert options_document(None)["switches"] == ["", "true", "false"]
+    form = options_document(document)["form"]
+    assert form["performance.fused_grouped_mlp"] == "true"  # as the CLI resolves the recipe
+    calibration = load_calibration(None)
+    for value, expected in (("", True), ("false", False), ("true", True)):
+        edited = {**form, "performance.fused_grouped_mlp": value,
+                  "performance.fp8_dot_product_attention": value}
+        workload = predict_form(edited, document, calibration)[1].spec.workload
+        assert workload.fused_grouped_mlp is expected
+        assert workload.fp8_dot_product_attention is expected

@@ -209,7 +209,7 @@ class PerformanceBlock(_Strict):
         default=False, description="the routed experts run as Transformer Engine's fused "
         "grouped MLP (Megatron-Core use_transformer_engine_op_fuser with "
         "moe_mlp_glu_interleave_size 32 and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1): no activation "
-        "kernel and fewer MXFP8 casts; needs an MoE model with a GLU activation, mxfp8 and "
+        "kernel and fewer MXFP8 casts; needs an MoE model with SwiGLU experts, mxfp8 and "
         "Megatron-Core; plans with etp > 1 run unfused")
     fp8_dot_product_attention: bool = Field(
         default=False, description="the attention core runs Transformer Engine's FP8 fused "
@@ -443,7 +443,8 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
     return recipe_defaults(performance.stack, performance.stack_version,
                            performance.stack_version, geometry, device_name,
                            _recipe_precision(performance), geometry.is_moe, frozenset(stated),
-                           notes)
+                           notes, attention_kernel=(None if performance.attention_kernel == "auto"
+                                                    else performance.attention_kernel))
 
 
 def _recipe_precision(performance: PerformanceBlock) -> str:

@@ -18,7 +18,7 @@ from mosaic.config.convert import MTP_LAYERS_FIELD, drop_unstated_note
 from mosaic.config.recipes import RecipeQuery, recipe_sources, recipes
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_pipeline
-from mosaic.perf.attention_kernels import gpu_generation
+from mosaic.perf.attention_kernels import AttentionKernel, gpu_generation
 from mosaic.perf.pipeline_layout import (
     LOSS,
     MTP,
@@ -32,6 +32,7 @@ from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
     default_fp8_recipe,
+    experts_fuse_grouped_mlp,
     stated_fp8_recipe,
 )
 from mosaic.stacks import MicroBatchDefault, get_stack
@@ -110,10 +111,13 @@ def fp8_recipe_for(precision: str, stack: str, notes: list[str]) -> Fp8Recipe:
 
 def recipe_defaults(stack: str, release_text: str | None, software: str | None,
                     geometry: Geometry | None, device_name: str, precision: str, moe: bool,
-                    stated: frozenset[str], notes: list[str]) -> dict[str, Any]:
+                    stated: frozenset[str], notes: list[str], *,
+                    attention_kernel: str | None = None) -> dict[str, Any]:
     """Settings the stack's performance recipe for this run chose (:mod:`mosaic.config.recipes`:
     release from ``release_text``, e.g. 'NeMo 26.06 container'; model by ``geometry``, None
     for entries that hold for every model); settings in ``stated`` are left to the input.
+    ``attention_kernel``: the kernel the input states (None = the stack's); a recipe's FP8
+    attention is not applied beside a kernel other than cuDNN.
     Values use the job schema's spelling (``recompute`` is the plan's checkpointing)."""
     experts = None if geometry is None else (0 if geometry.moe is None
                                              else geometry.moe.experts)
@@ -130,11 +134,16 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
                      "model: Megatron-Core's combined 1F1B EP overlap schedules GPT models "
                      "only; docs/perf.md)")
     if (geometry is not None and given.get("fused_grouped_mlp")
-            and (geometry.moe is None or not geometry.glu)):
+            and not experts_fuse_grouped_mlp(geometry)):
         given.pop("fused_grouped_mlp")
         notes.append(f"{RECIPE_NOTE}: fused_grouped_mlp=True in the recipe, not applied (the "
-                     "fused kernel is the routed experts' FC1 + GLU + FC2, and this model's "
-                     "experts have no GLU)")
+                     "fused kernel is the routed experts' FC1 + SwiGLU + FC2, and this "
+                     f"model's experts use {geometry.activation_name})")
+    if (attention_kernel not in (None, AttentionKernel.CUDNN)
+            and given.pop("fp8_dot_product_attention", False)):
+        notes.append(f"{RECIPE_NOTE}: fp8_dot_product_attention=True in the recipe, not applied "
+                     "(FP8 attention is Transformer Engine's cuDNN fused attention, and the "
+                     f"job states attention_kernel {attention_kernel})")
     applied = [name for name in given
                if name not in RECIPE_SETTINGS_NOT_APPLIED and name not in PER_PIPELINE_SETTINGS]
     if applied:

@@ -165,7 +165,7 @@ class RunRecordEntry(_Strict):
     fused_grouped_mlp: bool | None = Field(
         default=None, description="the routed experts ran as Transformer Engine's fused "
         "grouped MLP (Megatron-Core use_transformer_engine_op_fuser with "
-        "moe_mlp_glu_interleave_size 32; needs MXFP8 and a GLU activation); null = false, or "
+        "moe_mlp_glu_interleave_size 32; needs MXFP8 and SwiGLU experts); null = false, or "
         "the stack's recipe")
     fp8_dot_product_attention: bool | None = Field(
         default=None, description="the attention core ran Transformer Engine's FP8 fused "

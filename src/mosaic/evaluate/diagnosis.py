@@ -40,7 +40,13 @@ from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
-from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision, Workload
+from mosaic.perf.workload import (
+    Dispatcher,
+    Fp8Recipe,
+    Precision,
+    Workload,
+    experts_fuse_grouped_mlp,
+)
 from mosaic.stacks import MicroBatchDefault
 
 GIB = 2**30
@@ -673,7 +679,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
     yield from _dispatcher_what_ifs(workload, machine, row)
     geometry = workload.geometry
     if (not workload.fused_grouped_mlp and workload.traits.fused_grouped_mlp
-            and geometry.moe is not None and geometry.glu
+            and experts_fuse_grouped_mlp(geometry)
             and workload.fp8_recipe is Fp8Recipe.MXFP8 and int(row["etp"]) == 1):
         yield ("fused_grouped_mlp", "routed experts as Transformer Engine's fused grouped MLP "
                "(Megatron-Core use_transformer_engine_op_fuser, moe_mlp_glu_interleave_size "

@@ -9,6 +9,7 @@ from typing import Any
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
+from mosaic.perf.workload import experts_fuse_grouped_mlp
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -462,7 +463,7 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
         grad_reduce_in_fp32=bool(envelope.get("grad_reduce_in_fp32", True)),
         cross_entropy=envelope.get("cross_entropy"),
         fused_grouped_mlp=(bool(envelope.get("fused_grouped_mlp", False))
-                           and geometry.moe is not None and geometry.glu),
+                           and experts_fuse_grouped_mlp(geometry)),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=str(envelope.get("stack", "megatron-core")), source=source,
     )

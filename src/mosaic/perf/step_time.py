@@ -38,7 +38,8 @@ from mosaic.arch import (
 )
 from mosaic.arch.counts import hybrid_mixer_parameters
 from mosaic.arch.flops import sequence_mixing_flops_per_token
-from mosaic.perf.attention_kernels import resolve_attention_kernel
+from mosaic.errors import MosaicInputError
+from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import (
     all_gather_time_s,
@@ -915,6 +916,10 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     machine = with_attention_efficiency(machine, kernel.fwd_multiplier * stack_factor,
                                         kernel.bwd_multiplier * stack_factor)
     if workload.fp8_dot_product_attention:
+        if kernel.kernel != AttentionKernel.CUDNN:  # e.g. an AMD GPU runs FlashAttention-2
+            raise MosaicInputError(
+                f"fp8_dot_product_attention on {machine.device_name}: FP8 attention is "
+                f"Transformer Engine's cuDNN fused attention, and this GPU runs {kernel.kernel}")
         machine = with_fp8_attention(machine)
     # memory first: the stage parameters it finds serve the data-parallel terms below
     memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None

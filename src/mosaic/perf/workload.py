@@ -166,6 +166,15 @@ def enum_member(kind: type[StrEnum], value: object, name: str) -> Any:
 EXPERT_GEMMS = ("grouped", "xla_expanded")
 
 
+def experts_fuse_grouped_mlp(geometry: Geometry) -> bool:
+    """Whether Transformer Engine's fused grouped MLP can run this model's routed experts:
+    MoE with a SwiGLU activation. Megatron-Core's op fuser also takes quick-GELU GLU and
+    weighted squared ReLU (experts.py ``_is_fused_impl_supported`` @ d98e8a64dd), but the
+    fused MXFP8 kernel is ``ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8`` (GEMM + SwiGLU), and a
+    GELU-gated (geglu) expert is neither (docs/evidence/fused_grouped_mlp.md)."""
+    return geometry.moe is not None and geometry.activation_name == "swiglu"
+
+
 @dataclass(frozen=True)
 class Workload:
     """A training job minus its parallel layout and hardware.
@@ -320,7 +329,7 @@ class Workload:
             probabilities and the MXFP8 quantisation of FC2's input run in FC1's GEMM
             epilogue, the activation's backward and the quantisation of FC1's output
             gradient in FC2's dgrad epilogue, so those element-wise kernels are gone
-            (docs/evidence/fused_grouped_mlp.md). Needs an MoE model with a GLU activation,
+            (docs/evidence/fused_grouped_mlp.md). Needs an MoE model with SwiGLU experts,
             MXFP8 GEMMs (hence Blackwell) and a stack that has it (trait
             fused_grouped_mlp); Megatron-Core falls back to the unfused ops with expert
             tensor parallelism, so plans with etp > 1 run unfused.
@@ -507,9 +516,9 @@ class Workload:
                 "graphs with activation offloading")
 
     def _check_fused_grouped_mlp(self) -> None:
-        """Megatron-Core builds the fused grouped MLP only for routed experts with a GLU
-        activation, and Transformer Engine fuses it only under the MXFP8 recipe
-        (experts.py's support check, te.ops ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8)."""
+        """Transformer Engine fuses the grouped MLP only for routed experts with a SwiGLU
+        activation (:func:`experts_fuse_grouped_mlp`) and only under the MXFP8 recipe
+        (te.ops ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8)."""
         if not self.fused_grouped_mlp:
             return
         if not self.traits.fused_grouped_mlp:
@@ -518,15 +527,24 @@ class Workload:
                 f"fused_grouped_mlp with stack {self.stack}: the fused grouped MLP is "
                 f"Megatron-Core's Transformer Engine op-fuser path; stacks that have it: "
                 f"{', '.join(able)}")
-        if self.geometry.moe is None or not self.geometry.glu:
+        if not experts_fuse_grouped_mlp(self.geometry):
             raise MosaicInputError(
-                "fused_grouped_mlp needs an MoE model with a gated (GLU) activation: the "
-                "fused kernel is the routed experts' FC1 + GLU + FC2")
+                "fused_grouped_mlp needs an MoE model with a SwiGLU activation (got "
+                f"{'a dense model' if self.geometry.moe is None else self.geometry.activation_name}"
+                "): the fused kernel is the routed experts' FC1 + SwiGLU + FC2")
         if self.fp8_recipe is not Fp8Recipe.MXFP8:
             raise MosaicInputError(
-                f"fused_grouped_mlp needs precision mxfp8 (got {self.precision}, FP8 recipe "
-                f"{self.fp8_recipe}): Transformer Engine fuses the grouped MLP only under "
-                "MXFP8 block scaling, on Blackwell")
+                f"fused_grouped_mlp needs precision mxfp8 (got {self._precision_label()}): "
+                "Transformer Engine fuses the grouped MLP only under MXFP8 block scaling, "
+                "on Blackwell")
+
+    def _precision_label(self) -> str:
+        """The precision as a job file spells it, with the FP8 recipe (e.g. 'fp8, recipe
+        delayed'; 'nvfp4')."""
+        name = job_precision_name(str(self.precision))
+        if self.precision is Precision.FP8 and self.fp8_recipe is not Fp8Recipe.NONE:
+            return f"{name}, recipe {self.fp8_recipe}"
+        return name
 
     def _check_fp8_attention(self) -> None:
         """Transformer Engine runs FP8 attention only in FP8 autocast, and only through its
@@ -536,8 +554,8 @@ class Workload:
         if self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"fp8_dot_product_attention needs precision fp8 or mxfp8 (got "
-                f"{self.precision}): Transformer Engine runs FP8 attention inside its FP8 "
-                "recipe")
+                f"{self._precision_label()}): Transformer Engine runs FP8 attention inside "
+                "its FP8 recipe")
         if not self.traits.fused_grouped_mlp:
             able = [name for name in known_stacks() if get_stack(name).fused_grouped_mlp]
             raise MosaicInputError(

@@ -118,8 +118,9 @@ class Envelope:
             (:class:`~mosaic.perf.workload.Workload`), e.g. what a stack release's recipes
             set for every MoE model (:data:`ENVELOPE_RECIPE_SETTINGS`); cross_entropy None
             = the stack's loss.
-        fused_grouped_mlp: the routed experts of every MoE candidate with a GLU activation
-            run as Transformer Engine's fused grouped MLP (Workload.fused_grouped_mlp).
+        fused_grouped_mlp: the routed experts of every MoE candidate with a SwiGLU
+            activation run as Transformer Engine's fused grouped MLP (needs precision fp8
+            with fp8_recipe mxfp8; Workload.fused_grouped_mlp).
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
         balanced_pipeline: every pipelined layout of every candidate is split by a balanced
@@ -167,6 +168,12 @@ class Envelope:
         # one line naming what the GPU lacks (NVFP4/MXFP8 need Blackwell; any other lane
         # needs a peak for it), the same words as a job's
         check_precision_on_device(self.system.device, self.precision, self.fp8_recipe)
+        if self.fused_grouped_mlp and (self.precision is not Precision.FP8
+                                       or (self.fp8_recipe or default_fp8_recipe(self.stack))
+                                       is not Fp8Recipe.MXFP8):
+            raise MosaicInputError(
+                "fused_grouped_mlp needs precision mxfp8: Transformer Engine fuses the grouped "
+                "MLP only under MXFP8 block scaling (docs/evidence/fused_grouped_mlp.md)")
         # Physical ranges before any work (mosaic.limits): the same bounds in every command.
         check_range("nodes", self.n_nodes, "nodes", integer=True)
         check_range("days", self.days, "days")

@@ -53,7 +53,7 @@ from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_m
 from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
-from mosaic.perf.workload import Workload
+from mosaic.perf.workload import Workload, experts_fuse_grouped_mlp
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
 from mosaic.plan.ray_backend import current_backend
 from mosaic.threads import limit_blas_threads
@@ -116,9 +116,8 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
         non_tn_fp8_gemms=envelope.system.device.runs_non_tn_fp8_gemms,
         grad_reduce_in_fp32=envelope.grad_reduce_in_fp32,
         cross_entropy=envelope.cross_entropy,
-        # the fused grouped MLP is the routed experts' FC1 + GLU + FC2: MoE GLU models only
-        fused_grouped_mlp=(envelope.fused_grouped_mlp and geometry.moe is not None
-                           and geometry.glu),
+        # the fused grouped MLP is the routed experts' FC1 + SwiGLU + FC2: MoE SwiGLU only
+        fused_grouped_mlp=envelope.fused_grouped_mlp and experts_fuse_grouped_mlp(geometry),
     )
     if envelope.balanced_pipeline:
         workload = with_balanced_layouts(workload, envelope.n_devices, limits)

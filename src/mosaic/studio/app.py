@@ -23,6 +23,7 @@ from mosaic.studio.jobs import (
     DEFAULT_FORM,
     GENERAL,
     MODEL_SOURCES,
+    SWITCH_CHOICES,
     FormError,
     export_yaml,
     predict_form,
@@ -73,6 +74,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
                        get_args(PerformanceBlock.model_fields["precision"].annotation)
                        if name != Precision.FP4.value],
         "optimizers": [str(o) for o in OptimizerKind],
+        "switches": list(SWITCH_CHOICES),
         "model_sources": list(MODEL_SOURCES) if job_document is not None
         else [s for s in MODEL_SOURCES if s != "job"],
         "form": form,
@@ -118,7 +120,9 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
         if block in ("model", "search") or not isinstance(fields, dict):
             continue
         for name, value in fields.items():
-            if value is not None and not isinstance(value, dict | list):
+            if isinstance(value, bool):  # the switches' spelling (SWITCH_CHOICES)
+                form[f"{block}.{name}"] = str(value).lower()
+            elif value is not None and not isinstance(value, dict | list):
                 form[f"{block}.{name}"] = str(value)
     system = get_system(form.get("hardware.system", DEFAULT_FORM["hardware.system"]))
     form["hardware.system"] = system.name  # the catalog's spelling (the select's option)

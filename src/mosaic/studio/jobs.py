@@ -36,6 +36,9 @@ MODEL_SOURCES = ("ladder", "job", "hf")
 LADDER_FIELDS = ("ladder.q", "ladder.experts", "ladder.top_k", "ladder.split_factor")
 GENERAL = "_general"  # errors that belong to no single field
 PARALLEL_AXES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
+# A setting the page offers as a switch: "" leaves it to the job file or the stack's recipe
+# (an empty field is not written into the job document), else stated true or false.
+SWITCH_CHOICES = ("", "true", "false")
 MAX_FORM_FIELDS = 100
 MAX_FIELD_CHARS = 200_000  # a pasted HuggingFace config.json
 

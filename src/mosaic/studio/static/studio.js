@@ -30,7 +30,10 @@
       ["performance.stack", "software stack", "select:stacks"]]],
     ["Recompute and optimizer", [
       ["performance.checkpointing", "recompute", "select:checkpointing"],
-      ["optimizer.kind", "optimizer", "select:optimizers"]]]
+      ["optimizer.kind", "optimizer", "select:optimizers"]]],
+    ["Transformer Engine kernels", [
+      ["performance.fused_grouped_mlp", "fused grouped MLP", "select:switches"],
+      ["performance.fp8_dot_product_attention", "FP8 attention", "select:switches"]]]
   ];
   var PLAN_FIELDS = [
     ["plan.gpu", "GPU (catalog name)", "text"], ["plan.nodes", "nodes", "number"],
@@ -70,7 +73,8 @@
       input = document.createElement("select");
       (options[kind.slice(7)] || []).forEach(function (choice) {
         var opt = document.createElement("option");
-        opt.value = choice; opt.textContent = choice;
+        // a switch's empty choice leaves the setting to the job file or the stack's recipe
+        opt.value = choice; opt.textContent = choice === "" ? "as the job or recipe says" : choice;
         input.appendChild(opt);
       });
     } else if (kind === "textarea") {
