@@ -103,6 +103,13 @@ def rendered_figures(driver: Any) -> tuple[int, int]:
         "return [holders.length, drawn];")
 
 
+def figures_drawn(driver: Any) -> tuple[int, int] | None:
+    """:func:`rendered_figures` once the page holds figures and every one has drawn, else
+    None (a page still loading holds none yet: zero of zero is not done)."""
+    holders, drawn = rendered_figures(driver)
+    return (holders, drawn) if holders > 0 and drawn == holders else None
+
+
 def screenshot(driver: Any, name: str) -> Path:
     path = artifacts_dir() / f"{name}.png"
     driver.save_screenshot(str(path))

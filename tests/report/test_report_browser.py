@@ -49,9 +49,8 @@ def offline_driver(browser):
 def test_report_renders_offline(kind, reports, offline_driver, browser):
     driver = offline_driver
     driver.get(reports[kind].as_uri())
-    holders, drawn = browser.wait_for(
-        lambda: (lambda counts: counts if counts[0] == counts[1] else None)(
-            browser.rendered_figures(driver)), what=f"{kind} figures to draw")
+    holders, drawn = browser.wait_for(lambda: browser.figures_drawn(driver),
+                                      what=f"{kind} figures to draw")
     assert holders >= 1 and drawn == holders
     assert browser.console_errors(driver) == []
     browser.screenshot(driver, f"report_{kind}")

@@ -157,9 +157,8 @@ def test_small_plan_runs_to_its_report(page, studio, browser):
     browser.screenshot(page, "studio_plan")
     assert browser.console_errors(page) == []
     page.get(link.get_attribute("href"))
-    holders, _ = browser.wait_for(
-        lambda: (lambda c: c if c[0] == c[1] else None)(browser.rendered_figures(page)),
-        what="the report's figures")
+    holders, _ = browser.wait_for(lambda: browser.figures_drawn(page),
+                                  what="the report's figures")
     assert holders >= 4
     assert "mosaic plan" in page.title
     assert browser.console_errors(page) == []
