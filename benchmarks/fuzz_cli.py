@@ -296,7 +296,9 @@ def _set_overrides(rng: random.Random) -> list[str]:
               "model.mamba.heads", "model.mamba.groups", "model.attention_output_gate",
               "model.activation", "model.sliding_window", "model.full_attention_every",
               "performance.stack_version", "parallelism.hsdp_shard",
-              "parallelism.pipeline_layout"]
+              "parallelism.pipeline_layout", "performance.fused_grouped_mlp",
+              "performance.fp8_dot_product_attention", "performance.attention_kernel",
+              "performance.precision"]
     out = []
     for _ in range(rng.choice([1, 1, 2])):
         value = rng.choice(NASTY_SET_VALUES + NASTY_FLAG_NUMBERS)
