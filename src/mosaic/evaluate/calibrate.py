@@ -42,8 +42,8 @@ ROUTING_LOG_BOUNDS = (0.0, 1.5)  # imbalance only slows the busiest rank: r in [
 ROUTING_PRIOR_LOG_SD = 0.5
 # Residual element-wise traffic common to every stack, in units of the analytical count and
 # added to each implementation's sourced traffic (perf/elementwise_traffic): none to 3x more.
-# It still fits at its upper bound, driven by small-expert MoE runs (Qwen3-30B-A3B) whose
-# permute/unpermute traffic the analytical count under-states (docs/evidence/
+# It fits near its upper bound (3.85 of 4), driven by small-expert MoE runs (Qwen3-30B-A3B)
+# whose permute/unpermute traffic the analytical count under-states (docs/evidence/
 # elementwise_fusion.md).
 ELEMENTWISE_LOG_BOUNDS = (0.0, np.log(4.0))
 ROBUST_SCALE_LOG = 0.1  # soft-L1 transition: residuals beyond ~10% count linearly

@@ -164,7 +164,7 @@ def gemm_s(
 ) -> np.ndarray:
     """Forward seconds of an m×k by k×n GEMM at the workload's GEMM precision."""
     element_bytes = workload.gemm_element_bytes
-    return gemm_time_s(m, n, k, machine.gemm_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
+    return gemm_time_s(m, n, k, machine.gemm_rate_flops_per_s, machine.hbm_bw_bytes_per_s,
                        machine.sm_count, bytes_per_element=element_bytes,
                        params=machine.gemm_params, table=machine.gemm_table,
                        dtype=gemm_dtype(workload))
@@ -178,7 +178,7 @@ def gemm_dtype(workload: Workload) -> str:
 def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
                   m_per_group: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
     element_bytes = workload.gemm_element_bytes
-    return grouped_gemm_time_s(groups, m_per_group, n, k, machine.gemm_peak_flops_per_s,
+    return grouped_gemm_time_s(groups, m_per_group, n, k, machine.gemm_rate_flops_per_s,
                                machine.hbm_bw_bytes_per_s, machine.sm_count,
                                bytes_per_element=element_bytes, params=machine.gemm_params,
                                table=machine.grouped_gemm_table, dtype=gemm_dtype(workload))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster, Device
+from mosaic.hardware import Cluster, Device, get_device
 from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
@@ -57,7 +57,11 @@ class Machine:
     Attributes:
         gemm_peak_flops_per_s: dense datasheet peak of the GEMM precision.
         mfu_peak_flops_per_s: dense bf16 datasheet peak, the MFU denominator (GUIDE.md).
-        attention_peak_flops_per_s: dense bf16 peak (attention runs in bf16).
+        attention_peak_flops_per_s: dense bf16 peak (attention runs in bf16). Not scaled by
+            :func:`borrowed_fit_rate_scale`: measured cuDNN attention keeps the datasheet
+            ratio across Blackwell parts (docs/evidence/borrowed_kernel_fits.md).
+        gemm_rate_scale: :func:`borrowed_fit_rate_scale` of the GEMM lane; the fitted GEMM
+            efficiency applies to ``gemm_rate_flops_per_s``.
     """
 
     device_name: str
@@ -76,6 +80,13 @@ class Machine:
     gemm_table: GemmTable | None = None  # measured dense GEMM times, used where they cover
     grouped_gemm_table: GroupedGemmTable | None = None  # measured grouped expert GEMMs
     gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
+    gemm_rate_scale: float = 1.0
+
+    @property
+    def gemm_rate_flops_per_s(self) -> float:
+        """The rate the fitted GEMM efficiency applies to: the GEMM lane's datasheet peak
+        times ``gemm_rate_scale``."""
+        return self.gemm_peak_flops_per_s * self.gemm_rate_scale
 
     @property
     def gemm_lane_peak_ratio(self) -> float:
@@ -109,6 +120,35 @@ def check_precision_on_device(device: Device, precision: Precision,
             f"capability 10.0, Transformer Engine check_mxfp8_support); {device.name} is "
             f"{device.architecture or 'not Blackwell'}: use fp8 (per-tensor or blockwise "
             "scaling) there")
+
+
+def _achieved_fraction(device: Device, dtype: str) -> float | None:
+    """Measured best large-GEMM rate over the datasheet peak (the catalog's MAMF), or None."""
+    achieved = device.achievable_flops_per_s_for(dtype)
+    return None if achieved is None else achieved / device.peak_flops_per_s_for(dtype)
+
+
+def borrowed_fit_rate_scale(device: Device, dtype: str) -> float:
+    """How fast ``device`` runs compute-bound kernels costed with another device's fits
+    (``kernel_fit``, e.g. a GB200 with the B200's), relative to the datasheet-peak ratio the
+    fits would otherwise carry over: its measured large-GEMM rate over its datasheet peak,
+    divided by the same for the fit device (stas00/ml-engineering MAMF table, the catalog's
+    ``achievable_flops_per_s``). A GB200's datasheet bf16 peak is 1.11x a B200's, its
+    measured rate 1.044x (1822 vs 1745 TFLOP/s): the part runs at clocks its datasheet
+    figure does not reach. A lane measured on neither device takes the bf16 ratio (one
+    clock for all tensor-core lanes); 1 for a device with its own fits, or where either
+    device has no measurement."""
+    if device.kernel_fit is None or device.kernel_fit.upper() == device.name.upper():
+        return 1.0
+    try:
+        reference = get_device(device.kernel_fit)
+    except MosaicInputError:
+        return 1.0
+    for lane in (dtype, "bf16"):
+        own, fitted_on = _achieved_fraction(device, lane), _achieved_fraction(reference, lane)
+        if own is not None and fitted_on is not None:
+            return own / fitted_on
+    return 1.0
 
 
 def machine_for(cluster: Cluster, precision: Precision,
@@ -153,6 +193,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         hbm_bw_bytes_per_s=device.hbm_bw_bytes_per_s,
         sm_count=SM_COUNT.get(key, DEFAULT_SM_COUNT),
         gemm_peak_flops_per_s=device.peak_flops_per_s_for(gemm_dtype),
+        gemm_rate_scale=borrowed_fit_rate_scale(device, gemm_dtype),
         mfu_peak_flops_per_s=bf16_peak,
         attention_peak_flops_per_s=bf16_peak,
         attention_fwd=attention_fwd,

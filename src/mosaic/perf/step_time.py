@@ -753,7 +753,7 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
         block_flops = block_flops + (expert_share * local_experts(workload, plans) * expert
                                      / plans.etp**2)
     ns_flops = blocks * block_flops / np.maximum(plans.dp * plans.cp, 1)
-    return update + ns_flops / (machine.gemm_peak_flops_per_s * 0.5)
+    return update + ns_flops / (machine.gemm_rate_flops_per_s * 0.5)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,66 @@
+"""A device costed with another device's kernel fits runs them at its measured rate, not its
+datasheet ratio (perf/machine.py borrowed_fit_rate_scale). Expected values by hand from the
+catalog's MAMF figures (stas00/ml-engineering MAMF table): GB200 bf16 1822.0 of 2500 TFLOP/s,
+B200 1745.0 of 2250; FP8 3615.6 of 5000 and 3432.5 of 4500."""
+
+from dataclasses import replace
+
+import pytest
+
+from mosaic.arch import ladder_geometry
+from mosaic.hardware import Cluster, get_device, get_system
+from mosaic.perf.calibration import load_calibration
+from mosaic.perf.machine import borrowed_fit_rate_scale, machine_for
+from mosaic.perf.plan import single_plan
+from mosaic.perf.step_time import predict_step
+from mosaic.perf.workload import Workload
+
+GB200_BF16 = (1822.0 / 2500.0) / (1745.0 / 2250.0)  # 0.93966
+GB200_FP8 = (3615.6 / 5000.0) / (3432.5 / 4500.0)  # 0.94800
+
+
+def test_a_gb200_runs_the_b200_fits_at_its_measured_rate():
+    gb200 = get_device("GB200")
+    assert gb200.kernel_fit == "B200"
+    assert borrowed_fit_rate_scale(gb200, "bf16") == pytest.approx(GB200_BF16, rel=1e-12)
+    assert borrowed_fit_rate_scale(gb200, "fp8") == pytest.approx(GB200_FP8, rel=1e-12)
+    # no FP4 measurement on either part: the bf16 ratio (one clock for every lane)
+    assert borrowed_fit_rate_scale(gb200, "fp4") == pytest.approx(GB200_BF16, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["B200", "H100-SXM-80GB", "A100-SXM-80GB", "GB300",
+                                  "H800-SXM-80GB", "H100-SXM-96GB-500W", "MI300X"])
+def test_devices_with_their_own_fits_or_no_measurement_keep_the_datasheet_ratio(name):
+    """Own fits (B200, H100, A100), no MAMF of their own (GB300, the 500 W H100), the same
+    measured fraction as the fit device (H800 quotes the H100's), or no fits (MI300X)."""
+    device = get_device(name)
+    for lane in device.dtypes:
+        assert borrowed_fit_rate_scale(device, lane) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_the_scale_reaches_gemms_but_not_attention_nor_the_mfu_peak():
+    """Attention keeps the datasheet ratio: measured cuDNN SDPA (NVIDIA/cudnn-frontend
+    artifacts, b=1, 128/8 heads, d=128, causal, s=8192) gives B200/GB300 fwd+bwd
+    (1.877+5.833)/(1.470+4.865) = 1.217 (cuDNN 9.13) and GB200/GB300 (1.389+4.542)/
+    (1.158+4.256) = 1.095 (cuDNN 9.17), so B200/GB200 ~1.11: the datasheet ratio, not the
+    GEMM MAMF ratio 1.044."""
+    cluster = Cluster(system=get_system("GB200-NVL72"), n_nodes=2)
+    machine = machine_for(cluster, "bf16")
+    assert machine.gemm_peak_flops_per_s == 2.5e15  # MFU and the lane's ratio: datasheet
+    assert machine.mfu_peak_flops_per_s == 2.5e15
+    assert machine.gemm_rate_flops_per_s == pytest.approx(2.5e15 * GB200_BF16, rel=1e-12)
+    assert machine.attention_peak_flops_per_s == 2.5e15
+    workload = Workload(geometry=ladder_geometry(8), global_batch=64, seq_len=4096,
+                        precision="bf16", stack="megatron-core")
+    plan, calibration = single_plan(dp=8), load_calibration("default")
+    slowed = predict_step(workload, plan, machine, calibration)
+    datasheet = predict_step(workload, plan, replace(
+        machine, gemm_rate_scale=1.0), calibration)
+    # compute-bound dense GEMMs: the plateau scales with the rate
+    assert slowed.breakdown_s["compute_mlp"][0] > datasheet.breakdown_s["compute_mlp"][0]
+    assert (slowed.breakdown_s["compute_mlp"][0] / datasheet.breakdown_s["compute_mlp"][0]
+            <= 1 / GB200_BF16 + 1e-9)
+    assert slowed.breakdown_s["compute_attention_core"][0] == pytest.approx(
+        datasheet.breakdown_s["compute_attention_core"][0], rel=1e-12)
+    assert slowed.breakdown_s["compute_elementwise"][0] == pytest.approx(
+        datasheet.breakdown_s["compute_elementwise"][0], rel=1e-12)  # HBM-bound: unchanged
