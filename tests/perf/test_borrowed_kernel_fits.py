@@ -50,16 +50,22 @@ def test_the_scale_reaches_gemms_but_not_attention_nor_the_mfu_peak():
     assert machine.mfu_peak_flops_per_s == 2.5e15
     assert machine.gemm_rate_flops_per_s == pytest.approx(2.5e15 * GB200_BF16, rel=1e-12)
     assert machine.attention_peak_flops_per_s == 2.5e15
+    # bf16 GEMMs of any recipe (output layer, router) at the bf16 measured rate
+    assert machine.bf16_gemm_rate_flops_per_s == pytest.approx(2.5e15 * GB200_BF16, rel=1e-12)
+    fp8 = machine_for(cluster, "fp8")
+    assert fp8.gemm_rate_flops_per_s == pytest.approx(5e15 * GB200_FP8, rel=1e-12)
+    assert fp8.bf16_gemm_rate_flops_per_s == pytest.approx(2.5e15 * GB200_BF16, rel=1e-12)
     workload = Workload(geometry=ladder_geometry(8), global_batch=64, seq_len=4096,
                         precision="bf16", stack="megatron-core")
     plan, calibration = single_plan(dp=8), load_calibration("default")
     slowed = predict_step(workload, plan, machine, calibration)
     datasheet = predict_step(workload, plan, replace(
-        machine, gemm_rate_scale=1.0), calibration)
+        machine, gemm_rate_scale=1.0, bf16_rate_scale=1.0), calibration)
     # compute-bound dense GEMMs: the plateau scales with the rate
     assert slowed.breakdown_s["compute_mlp"][0] > datasheet.breakdown_s["compute_mlp"][0]
     assert (slowed.breakdown_s["compute_mlp"][0] / datasheet.breakdown_s["compute_mlp"][0]
             <= 1 / GB200_BF16 + 1e-9)
+    assert slowed.breakdown_s["vocab_stage"][0] > datasheet.breakdown_s["vocab_stage"][0]
     assert slowed.breakdown_s["compute_attention_core"][0] == pytest.approx(
         datasheet.breakdown_s["compute_attention_core"][0], rel=1e-12)
     assert slowed.breakdown_s["compute_elementwise"][0] == pytest.approx(

@@ -713,7 +713,7 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
                             geometry.d_model)
                       + gemm_s(machine, workload, tokens, geometry.d_model, shared_width))
     router_gemm = gemm_time_s(routed, moe.experts, geometry.d_model,
-                              machine.mfu_peak_flops_per_s, machine.hbm_bw_bytes_per_s,
+                              machine.bf16_gemm_rate_flops_per_s, machine.hbm_bw_bytes_per_s,
                               machine.sm_count, bytes_per_element=FP32_BYTES,
                               params=machine.gemm_params)
     router_stream = streaming_time_s(routed * moe.experts * FP32_BYTES * ROUTER_STREAMS,

@@ -62,6 +62,8 @@ class Machine:
             ratio across Blackwell parts (docs/evidence/borrowed_kernel_fits.md).
         gemm_rate_scale: :func:`borrowed_fit_rate_scale` of the GEMM lane; the fitted GEMM
             efficiency applies to ``gemm_rate_flops_per_s``.
+        bf16_rate_scale: the same in bf16, for the GEMMs that stay in bf16 whatever the
+            recipe (the output layer, the router): ``bf16_gemm_rate_flops_per_s``.
     """
 
     device_name: str
@@ -81,12 +83,19 @@ class Machine:
     grouped_gemm_table: GroupedGemmTable | None = None  # measured grouped expert GEMMs
     gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
     gemm_rate_scale: float = 1.0
+    bf16_rate_scale: float = 1.0
 
     @property
     def gemm_rate_flops_per_s(self) -> float:
         """The rate the fitted GEMM efficiency applies to: the GEMM lane's datasheet peak
         times ``gemm_rate_scale``."""
         return self.gemm_peak_flops_per_s * self.gemm_rate_scale
+
+    @property
+    def bf16_gemm_rate_flops_per_s(self) -> float:
+        """The rate the fitted GEMM efficiency applies to for a bf16 GEMM: the dense bf16
+        datasheet peak times ``bf16_rate_scale``."""
+        return self.mfu_peak_flops_per_s * self.bf16_rate_scale
 
     @property
     def gemm_lane_peak_ratio(self) -> float:
@@ -194,6 +203,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         sm_count=SM_COUNT.get(key, DEFAULT_SM_COUNT),
         gemm_peak_flops_per_s=device.peak_flops_per_s_for(gemm_dtype),
         gemm_rate_scale=borrowed_fit_rate_scale(device, gemm_dtype),
+        bf16_rate_scale=borrowed_fit_rate_scale(device, "bf16"),
         mfu_peak_flops_per_s=bf16_peak,
         attention_peak_flops_per_s=bf16_peak,
         attention_fwd=attention_fwd,

@@ -369,7 +369,7 @@ def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlan
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     vocab_shard = geometry.vocab / plans.tp
-    head = gemm_time_s(tokens, vocab_shard, geometry.d_model, machine.mfu_peak_flops_per_s,
+    head = gemm_time_s(tokens, vocab_shard, geometry.d_model, machine.bf16_gemm_rate_flops_per_s,
                        machine.hbm_bw_bytes_per_s, machine.sm_count, params=machine.gemm_params)
     cross_entropy = streaming_time_s(tokens * vocab_shard * CROSS_ENTROPY_BYTES_PER_LOGIT,
                                      machine.hbm_bw_bytes_per_s)
