@@ -10,7 +10,7 @@ import pytest
 from mosaic.arch import ladder_geometry
 from mosaic.hardware import Cluster, get_device, get_system
 from mosaic.perf.calibration import load_calibration
-from mosaic.perf.machine import borrowed_fit_rate_scale, machine_for
+from mosaic.perf.machine import borrowed_fit_rate_scale, machine_for, mfu_peak_text
 from mosaic.perf.plan import single_plan
 from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
@@ -70,3 +70,10 @@ def test_the_scale_reaches_gemms_but_not_attention_nor_the_mfu_peak():
         datasheet.breakdown_s["compute_attention_core"][0], rel=1e-12)
     assert slowed.breakdown_s["compute_elementwise"][0] == pytest.approx(
         datasheet.breakdown_s["compute_elementwise"][0], rel=1e-12)  # HBM-bound: unchanged
+
+
+def test_the_mfu_peak_text_says_the_rate_the_gemms_are_costed_at():
+    gb200 = machine_for(Cluster(system=get_system("GB200-NVL72"), n_nodes=1), "bf16")
+    assert "GEMMs at 0.940x datasheet" in mfu_peak_text(gb200)
+    b200 = machine_for(Cluster(system=get_system("DGX-B200"), n_nodes=1), "bf16")
+    assert "GEMMs at" not in mfu_peak_text(b200)

@@ -218,12 +218,16 @@ def machine_for(cluster: Cluster, precision: Precision,
 def mfu_peak_text(machine: Machine) -> str:
     """What MFU is counted against on ``machine``, said once for every command: the dense bf16
     datasheet peak, and where the GEMMs run on a faster lane (FP8, NVFP4) that lane's
-    multiple of it, up to which MFU can rise."""
+    multiple of it, up to which MFU can rise; and, on a device costed with another's kernel
+    fits, the share of the datasheet rate its GEMMs are costed at (borrowed_fit_rate_scale)."""
     text = (f"dense bf16 datasheet peak of {machine.device_name} "
             f"({machine.mfu_peak_flops_per_s / 1e12:.1f} TFLOP/s)")
     if machine.gemm_lane_peak_ratio > 1.0:
         text += (f"; the GEMMs run on a lane with {machine.gemm_lane_peak_ratio:.3g}x that "
                  "peak, so MFU can exceed 100% (mfu_gemm_lane counts against the lane's peak)")
+    if machine.gemm_rate_scale != 1.0:
+        text += (f"; GEMMs at {machine.gemm_rate_scale:.3f}x datasheet (borrowed kernel "
+                 "fits at the measured MAMF ratio)")
     return text
 
 
