@@ -68,3 +68,10 @@ def test_json_and_quiet_keep_redirected_output_clean(eager):
     quiet = layouts("--quiet")
     assert quiet.exit_code == 0 and "progress:" not in quiet.stderr
 
+
+
+def test_quiet_does_not_outlive_its_invocation(eager):
+    # The root option is process state; a `-q` call must not silence the next call made in
+    # the same process (the studio, a test runner, a script invoking the app twice).
+    assert "progress:" not in layouts("-q").stderr
+    assert "progress: evaluating layouts" in layouts().stderr

@@ -159,10 +159,11 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
               help="print mosaic's version and exit")
           ] = False) -> None:
     """Plan large Mixture-of-Experts pretraining runs (MOSAIC, arXiv 2608.10605)."""
-    if quiet:
-        from mosaic.cli.progress import set_quiet
+    from mosaic.cli.progress import set_quiet  # stdlib only: start-up stays light
 
-        set_quiet(True)
+    # Every invocation sets it, so one `-q` does not silence a later in-process call
+    # (the studio, a test runner, a script calling the app twice).
+    set_quiet(quiet)
     if catalog:  # imported only when used, to keep start-up light
         from mosaic.cli.catalog_option import apply_catalog
         from mosaic.cli.common import user_errors

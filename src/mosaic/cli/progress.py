@@ -36,7 +36,8 @@ _quiet = False
 
 
 def set_quiet(quiet: bool) -> None:
-    """Silence progress for this process (the root ``--quiet`` option)."""
+    """Silence progress (or not) from now on in this process: the root ``--quiet``
+    option, set by every invocation."""
     global _quiet
     _quiet = quiet
 
