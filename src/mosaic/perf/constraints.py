@@ -103,6 +103,16 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             _not_divisible(expert_domain, plans.etp * plans.ep),
         ),
         ("vpp={vpp} > 1 needs pp > 1", (plans.vpp > 1) & (plans.pp == 1)),
+        # the interleaved schedule runs micro-batches in groups of pp per model chunk
+        # (microbatch_group_size_per_vp_stage, default pp) and refuses fewer micro-batches
+        # per step than pp: Megatron-Core schedules.py @ core_v0.16.0 l. 995-1003,
+        # model_parallel_config.py l. 447; with fewer, the chunks run one after another
+        # and interleaving cannot shrink the bubble
+        (
+            f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per step "
+            f"(global_batch={workload.global_batch} / (dp·micro_batch={{dp}}·{{micro_batch}}))",
+            (plans.vpp > 1) & (workload.global_batch < plans.pp * micro_batches_per_step),
+        ),
         (
             "hsdp_shard={hsdp_shard} must divide dp={dp}",
             (plans.sharding == Sharding.HSDP) & _not_divisible(plans.dp, plans.hsdp_shard),
