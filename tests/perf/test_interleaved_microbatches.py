@@ -35,3 +35,14 @@ def test_pp_micro_batches_are_enough():
     # 1024 / (256·2) = 2 = pp micro-batches; one fewer than pp (pp=4) is refused
     assert not _violated(1024, pp=2, vpp=4, dp=256, micro_batch=2)
     assert _violated(1536, pp=4, vpp=2, dp=128, micro_batch=4)  # 1536/512 = 3 < 4
+
+
+def test_offloading_every_layer_is_refused_as_megatron_does():
+    # Megatron-Core: cpu_offloading_num_layers must be < num_layers (transformer_config.py)
+    import pytest
+
+    from mosaic.errors import MosaicInputError
+
+    Workload(geometry=DENSE, global_batch=512, seq_len=4096, offloaded_activation_layers=47)
+    with pytest.raises(MosaicInputError, match="below the model's 48 layers, got 48"):
+        Workload(geometry=DENSE, global_batch=512, seq_len=4096, offloaded_activation_layers=48)

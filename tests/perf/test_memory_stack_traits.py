@@ -128,13 +128,16 @@ def test_cpu_offload_keeps_the_unoffloaded_blocks_and_one_in_transfer():
     assert part == pytest.approx(0.75 * full)
 
 
-def test_offloading_every_block_still_keeps_one():
+def test_offloading_every_block_is_refused_and_the_most_keeps_one():
+    # Megatron-Core refuses cpu_offloading_num_layers >= num_layers; at the most it allows
+    # (1 of 2 blocks) one block stays and one is in transfer: the same bytes as no offload
+    with pytest.raises(MosaicInputError, match="below the model's 2 layers"):
+        workload("megatron-core", offloaded_activation_layers=99)
     plan = single_plan(dp=8, micro_batch=2, sharding=Sharding.ZERO1)
-    many = stage_activation_bytes(workload("megatron-core", offloaded_activation_layers=99),
-                                  plan, "first")[0]
+    none = stage_activation_bytes(workload("megatron-core"), plan, "first")[0]
     one = stage_activation_bytes(workload("megatron-core", offloaded_activation_layers=1),
                                  plan, "first")[0]
-    assert many == pytest.approx(one)  # 2 blocks: offloading 1 leaves 1 + 1 in transfer
+    assert one == pytest.approx(none)  # 2 blocks: offloading 1 leaves 1 + 1 in transfer
 
 
 def moe_geometry() -> Geometry:

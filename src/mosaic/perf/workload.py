@@ -433,6 +433,13 @@ class Workload:
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")
+        # Megatron-Core refuses cpu_offloading_num_layers >= num_layers
+        # (transformer_config.py @ core_v0.16.0 l. 1138)
+        if self.offloaded_activation_layers >= max(self.geometry.layers, 1):
+            raise MosaicInputError(
+                f"offloaded_activation_layers must be below the model's {self.geometry.layers} "
+                f"layers, got {self.offloaded_activation_layers} (Megatron-Core refuses "
+                "cpu_offloading_num_layers >= num_layers)")
         for name, kind in (("precision", Precision), ("optimizer", OptimizerKind),
                            ("dispatcher", Dispatcher), ("fsdp_gather", FsdpGather),
                            ("attention_kernel", AttentionKernel),
