@@ -139,3 +139,19 @@ def test_a_trained_run_predicted_infeasible_is_named(tmp_path):
     assert result.exit_code == 0, result.output
     line = next(row for row in result.output.splitlines() if "trained runs predicted" in row)
     assert "1: trained-but-too-big" in line
+
+
+def test_the_table_output_says_why_each_record_was_skipped(tmp_path):
+    # a user's record with a typo must not vanish behind "--json lists the reason"
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    broken = dict(document["runs"][0], id="no-gpu-count")
+    del broken["num_gpus"]
+    document["runs"] = [document["runs"][0], broken]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = runner.invoke(app, ["-q", "validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "1 record(s) skipped:" in result.output
+    assert "no-gpu-count:" in result.output and "num_gpus" in result.output

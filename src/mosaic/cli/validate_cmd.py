@@ -58,6 +58,9 @@ def _excluded_ids(exclude: str | None) -> tuple[str, ...]:
     return tuple(sorted({i.strip() for i in (exclude or "").split(",") if i.strip()}))
 
 
+SKIPPED_SHOWN = 10  # skipped records whose reason the table output prints
+
+
 def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
     """The usable records of ``runs`` minus the ids in ``exclude`` (each must exist)."""
     with warnings.catch_warnings():
@@ -172,7 +175,13 @@ def validate(
     )
     _print_aggregate("Accuracy", aggregate, len(skipped))
     if skipped:
-        typer.echo(f"{len(skipped)} record(s) skipped; --json lists each with its reason")
+        shown = SKIPPED_SHOWN
+        typer.echo(f"{len(skipped)} record(s) skipped:")
+        for entry in skipped[:shown]:
+            typer.echo(f"  {entry['id']}: {entry['reason']}")
+        if len(skipped) > shown:
+            typer.echo(f"  ... and {len(skipped) - shown} more (--json lists each with its "
+                       "reason)")
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
