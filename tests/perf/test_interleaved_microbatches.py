@@ -7,8 +7,10 @@ pp=2, vpp=4 at one micro-batch ranked first by `mosaic layouts`)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mosaic.arch import Geometry
+from mosaic.errors import MosaicInputError
 from mosaic.perf.constraints import plan_violations
 from mosaic.perf.plan import concatenate_plans, single_plan
 from mosaic.perf.workload import Workload
@@ -39,10 +41,6 @@ def test_pp_micro_batches_are_enough():
 
 def test_offloading_every_layer_is_refused_as_megatron_does():
     # Megatron-Core: cpu_offloading_num_layers must be < num_layers (transformer_config.py)
-    import pytest
-
-    from mosaic.errors import MosaicInputError
-
     Workload(geometry=DENSE, global_batch=512, seq_len=4096, offloaded_activation_layers=47)
     with pytest.raises(MosaicInputError, match="below the model's 48 layers, got 48"):
         Workload(geometry=DENSE, global_batch=512, seq_len=4096, offloaded_activation_layers=48)

@@ -175,12 +175,11 @@ def validate(
     )
     _print_aggregate("Accuracy", aggregate, len(skipped))
     if skipped:
-        shown = SKIPPED_SHOWN
         typer.echo(f"{len(skipped)} record(s) skipped:")
-        for entry in skipped[:shown]:
+        for entry in skipped[:SKIPPED_SHOWN]:
             typer.echo(f"  {entry['id']}: {entry['reason']}")
-        if len(skipped) > shown:
-            typer.echo(f"  ... and {len(skipped) - shown} more (--json lists each with its "
+        if len(skipped) > SKIPPED_SHOWN:
+            typer.echo(f"  ... and {len(skipped) - SKIPPED_SHOWN} more (--json lists each with its "
                        "reason)")
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")

@@ -13,7 +13,7 @@ import numpy as np
 
 from mosaic.perf.pipeline_layout import remainder_leaves_empty_chunk
 from mosaic.perf.plan import ParallelPlans, Sharding
-from mosaic.perf.schedule import laid_out
+from mosaic.perf.schedule import laid_out, n_microbatches
 from mosaic.perf.workload import Workload
 
 
@@ -111,7 +111,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         (
             f"vpp={{vpp}} > 1 needs at least pp={{pp}} micro-batches per step "
             f"(global_batch={workload.global_batch} / (dp·micro_batch={{dp}}·{{micro_batch}}))",
-            (plans.vpp > 1) & (workload.global_batch < plans.pp * micro_batches_per_step),
+            (plans.vpp > 1) & (n_microbatches(workload, plans) < plans.pp),
         ),
         (
             "hsdp_shard={hsdp_shard} must divide dp={dp}",

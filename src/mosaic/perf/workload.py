@@ -435,7 +435,7 @@ class Workload:
                                    f"{self.offloaded_activation_layers}")
         # Megatron-Core refuses cpu_offloading_num_layers >= num_layers
         # (transformer_config.py @ core_v0.16.0 l. 1138)
-        if self.offloaded_activation_layers >= max(self.geometry.layers, 1):
+        if self.offloaded_activation_layers >= self.geometry.layers:
             raise MosaicInputError(
                 f"offloaded_activation_layers must be below the model's {self.geometry.layers} "
                 f"layers, got {self.offloaded_activation_layers} (Megatron-Core refuses "
