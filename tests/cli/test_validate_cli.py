@@ -155,3 +155,49 @@ def test_the_table_output_says_why_each_record_was_skipped(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 record(s) skipped:" in result.output
     assert "no-gpu-count:" in result.output and "num_gpus" in result.output
+
+
+def _torchtitan_record_with(tmp_path, run_id: str, tokens_per_s_per_gpu: float,
+                            step_time_s: float) -> Path:
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    run = dict(document["runs"][0], id=run_id)
+    run["measured"] = dict(run["measured"], tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+                           step_time_s=step_time_s)
+    path = tmp_path / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump({**document, "runs": [document["runs"][0], run]}))
+    return path
+
+
+def test_a_unit_slip_is_flagged_not_silently_scored(tmp_path):
+    """The torchtitan Llama-3.1-8B record (16 x 8192 tokens a step on 8 GPUs, published
+    5,762 tokens/s per GPU) entered with its step time in milliseconds (2843.5 'seconds',
+    hence 5.762 tokens/s) is named as a likely unit slip; the published record is not."""
+    path = _torchtitan_record_with(tmp_path, "step-time-in-ms", 5.762, 2843.5)
+    result = runner.invoke(app, ["-q", "validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "1 run(s) look mis-entered" in result.output
+    line = next(row for row in result.output.splitlines() if "step-time-in-ms:" in row)
+    assert "below the prediction" in line and "milliseconds" in line
+    html = tmp_path / "report.html"
+    flagged = json.loads(runner.invoke(app, ["validate", str(path), "--json", "--html",
+                                             str(html)]).stdout)
+    assert [r["id"] for r in flagged["aggregate"]["implausible_measurements"]] == [
+        "step-time-in-ms"]
+    page = html.read_text()
+    assert 'id="implausible-table"' in page and "step-time-in-ms" in page
+
+
+def test_a_cluster_total_given_per_gpu_is_flagged_by_its_impossible_mfu(tmp_path):
+    """The same record with the 8-GPU total (46,096 tokens/s) given per GPU. By hand:
+    Llama-3.1-8B has 6.98e9 non-embedding parameters, 6 x 6.98e9 = 41.9 GFLOP a token, plus causal
+    attention 6 x 32 layers x 4096 x 8192 = 6.4 GFLOP a token at 8192 tokens: 48.3 GFLOP
+    x 46,096 tokens/s = 2.23 PFLOP/s per GPU, 251% of the 500 W H100's 886.8 TFLOP/s bf16
+    peak (the catalog's estimate for that part)."""
+    path = _torchtitan_record_with(tmp_path, "cluster-total", 46096.0, 0.35544)
+    doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    (entry,) = doc["aggregate"]["implausible_measurements"]
+    assert entry["id"] == "cluster-total" and "MFU" in entry["reason"]
+    mfu_percent = int(entry["reason"].split(" implies ")[1].split("%")[0])
+    assert 245 <= mfu_percent <= 257

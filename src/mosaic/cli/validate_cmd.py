@@ -184,6 +184,21 @@ def validate(
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
+    _echo_implausible(aggregate["implausible_measurements"])
+
+
+def _echo_implausible(implausible: list[dict[str, str]]) -> None:
+    """A warning per run whose measurement looks mis-entered (the first ten; --json has all):
+    they are scored as given, so one unit slip can dominate the MAPE above."""
+    if not implausible:
+        return
+    typer.echo(f"warning: {len(implausible)} run(s) look mis-entered, scored as given (fix "
+               "the record or --exclude it):", err=True)
+    for entry in implausible[:SKIPPED_SHOWN]:
+        typer.echo(f"  {entry['id']}: {entry['reason']}", err=True)
+    if len(implausible) > SKIPPED_SHOWN:
+        typer.echo(f"  ... and {len(implausible) - SKIPPED_SHOWN} more (--json lists each)",
+                   err=True)
 
 
 def _echo_not_scored(not_scored: list[dict[str, str]]) -> None:

@@ -36,6 +36,11 @@ TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec
 # of one model still runs as a few vectorised calls, small enough that a batch's records and
 # plans stay a few MB (benchmarks/bench_validate.py).
 BATCH_RECORDS = 256
+# A measured throughput this many times off the prediction, either way, is flagged as a
+# likely unit slip (milliseconds for seconds, a cluster total for a per-GPU figure): on the
+# 360-odd runs mosaic ships with (published and extra sets), measured / predicted lies in
+# 0.42..2.1 and the highest measured MFU is 61%.
+IMPLAUSIBLE_RATIO = 10.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,32 @@ class RunPrediction:
     predicted_tokens_per_s_per_gpu: float
     predicted_memory_gib: float
     feasible: bool
+    # predicted MFU with causal attention against the datasheet peak of the GEMMs' precision
+    predicted_lane_mfu_with_attention: float = math.nan
+
+    @property
+    def implausible(self) -> str | None:
+        """Why the measured throughput looks mis-entered, or None.
+
+        Two checks: the measured tokens/s implies more than 100% MFU (counted with causal
+        attention, against the datasheet peak of the precision the GEMMs run at), which no
+        device can reach; or it lies more than ``IMPLAUSIBLE_RATIO`` times off the prediction.
+        """
+        measured = self.record.measured_tokens_per_s_per_gpu
+        if measured is None:
+            return None
+        ratio = measured / self.predicted_tokens_per_s_per_gpu
+        measured_mfu = self.predicted_lane_mfu_with_attention * ratio
+        if measured_mfu > 1.0:
+            return (f"measured {measured:,.6g} tokens/s per GPU implies {measured_mfu:.0%} MFU "
+                    "(with attention, against the GEMM precision's datasheet peak), above "
+                    "what the device can do: a cluster total given per GPU, or step_time_s "
+                    "too short?")
+        if not 1 / IMPLAUSIBLE_RATIO <= ratio <= IMPLAUSIBLE_RATIO:
+            return (f"measured {measured:,.6g} tokens/s per GPU is {max(ratio, 1 / ratio):,.0f}x "
+                    f"{'below' if ratio < 1 else 'above'} the prediction: a unit slip "
+                    "(step_time_s in milliseconds, tokens/s per cluster)?")
+        return None
 
     @property
     def error(self) -> float | None:
@@ -98,6 +129,8 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
                 predicted_memory_gib=float(measured_like(records[index],
                                                          step.memory_bytes[row]) / GIB),
                 feasible=bool(step.feasible[row]),
+                predicted_lane_mfu_with_attention=float(
+                    step.mfu_with_attention[row] / step.gemm_lane_peak_ratio),
             )
         done += len(members)
         if progress is not None:
@@ -162,6 +195,7 @@ class ValidationSummary:
         self._numbers = array("d")
         self._flags = bytearray()  # bit 0 feasible, bit 1 oom, bit 2 MoE, bit 3 not scored
         self._not_scored: dict[str, str] = {}  # id -> why its throughput is not scored
+        self._implausible: dict[str, str] = {}  # id -> why its measurement looks mis-entered
         self._group = array("l")  # index into _labels (model @ GPU)
         self._software = array("l")  # index into _labels (software as recorded, or None)
         self._labels: dict[str | None, int] = {}
@@ -195,6 +229,9 @@ class ValidationSummary:
                                | (not_scored is not None) << 3)
             if not_scored is not None:
                 self._not_scored[record.id] = not_scored
+            implausible = p.implausible
+            if implausible is not None:
+                self._implausible[record.id] = implausible
             self._group.append(self._label(record.group_key))
             self._software.append(self._label(record.software))
 
@@ -239,6 +276,8 @@ class ValidationSummary:
 
         Runs whose throughput is not scored (``RunRecord.throughput_not_scored``) are left
         out of the throughput figures and listed with the reason; their memory still counts.
+        Runs whose measurement looks mis-entered (:attr:`RunPrediction.implausible`) are
+        listed with the reason and still scored: the user decides (fix or --exclude).
         """
         labels = list(self._labels)
         predicted_all, measured_all, memory_gib, memory_bytes = self._columns()
@@ -285,6 +324,8 @@ class ValidationSummary:
             "memory": memory_stats,
             "throughput_not_scored": [{"id": run_id, "reason": reason}
                                       for run_id, reason in self._not_scored.items()],
+            "implausible_measurements": [{"id": run_id, "reason": reason}
+                                         for run_id, reason in self._implausible.items()],
         }
 
 

@@ -132,11 +132,16 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
         Section("runs", f"Runs ({len(runs)})", [
             table_html(columns, runs, table_id="runs-table", filterable=True)]),
     ]
+    reason_columns = [Column("id", "run", text=True), Column("reason", "reason", text=True)]
+    implausible = a.get("implausible_measurements", [])
+    if implausible:
+        sections.append(Section("implausible", "Measurements that look mis-entered", [
+            note("Scored as given: fix the record or leave it out with --exclude."),
+            table_html(reason_columns, implausible, table_id="implausible-table")]))
     skipped = document.get("skipped", [])
     if skipped:
         sections.append(Section("skipped", "Skipped records", [table_html(
-            [Column("id", "run", text=True), Column("reason", "reason", text=True)], skipped,
-            table_id="skipped-table")]))
+            reason_columns, skipped, table_id="skipped-table")]))
     return sections
 
 
