@@ -105,6 +105,15 @@ def test_two_jobs(job_b):
     for text in ("Inputs that differ", "parallelism.pp", "Step-time breakdown (s)",
                  "Memory breakdown per GPU (GiB)", "EUR", "extrapolating"):
         assert text in table.stdout
+    # the window and goodput the tokens rest on are said when the command line leaves them
+    assert doc["assumed"] == ["goodput 1, every second of the window training (--goodput)"]
+    assert summary["goodput"]["a"] == summary["goodput"]["b"] == 1.0
+    said = " ".join(table.stdout.split())
+    assert "Assumed where not given: a training window of 20 days for both jobs (--days)" in said
+    stated = invoke_json("compare", str(JOB), str(job_b), "--days", "10", "--goodput", "0.8")
+    assert stated["assumed"] == []
+    tokens = {row["quantity"]: row for row in stated["summary"]}["tokens"]["a"]
+    assert tokens == pytest.approx(0.8 * summary["tokens"]["a"])  # Eq. 25: D scales with it
 
 
 def test_model_replaces_both_jobs_model_as_perf_does(job_b):
@@ -165,6 +174,7 @@ def test_two_plans(plans):
     doc = invoke_json("compare", str(a_path), str(b_path))  # each plan's own USD price
     fields = {d["field"]: (d["a"], d["b"]) for d in doc["input_differences"]}
     assert fields["envelope.days"] == (5.0, 10.0)
+    assert doc["assumed"] == []  # a plan carries its own window and goodput
     assert fields["envelope.gpu_hours"] == (5 * 24 * 64, 10 * 24 * 64)
     assert not any(f.startswith("search_space") for f in fields)
     summary = {row["quantity"]: row for row in doc["summary"]}
@@ -172,6 +182,7 @@ def test_two_plans(plans):
     assert summary["loss"]["a"] == plan_a["optimum"]["loss"]
     assert summary["tokens"]["a"] == plan_a["optimum"]["tokens"]
     assert summary["cost"]["b"] == pytest.approx(10 * 24 * 64 * 3)
+    assert summary["goodput"]["a"] == plan_a["envelope"]["goodput"]["goodput"]
     assert summary["loss"]["b"] <= summary["loss"]["a"]  # twice the window, no worse a loss
     headroom = plan_a["envelope"]["memory_headroom"]
     assert summary["usable_memory_gib"]["a"] == pytest.approx(

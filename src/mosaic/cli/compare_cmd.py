@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +14,7 @@ from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
+    console,
     guarded,
     print_json,
     print_key_value_table,
@@ -106,7 +108,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "memory_fit": memory_fit_text(doc["memory_gib"], doc["memory_capacity_gib"],
                                       doc["usable_memory_fraction"], doc["overshoot_gib"]),
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
-        "days": days, "tokens": tokens, "loss": loss, "law_extrapolation": flags,
+        "days": days, "goodput": goodput, "tokens": tokens, "loss": loss,
+        "law_extrapolation": flags,
         # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
         **({"loss_note": NO_HYBRID_LOSS} if loss is None else {}),
         "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
@@ -153,7 +156,9 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "memory_fit": (memory_fit_text(memory_bytes / GIB, capacity / GIB, fraction, 0.0)
                        if memory_bytes and capacity and fraction else "fits"),
         "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
-        "days": envelope.get("days"), "tokens": optimum.get("tokens"),
+        "days": envelope.get("days"),
+        "goodput": (envelope.get("goodput") or {}).get("goodput"),
+        "tokens": optimum.get("tokens"),
         "loss": optimum.get("loss"),
         "law_extrapolation": [f.get("message", "") for f in
                               ((optimum.get("extrapolation") or {}).get("flags") or [])],
@@ -197,6 +202,7 @@ SUMMARY = (  # key, label, unit for printing
     ("usable_memory_gib", "usable memory per GPU (GiB)", "gib"),
     ("n_total", "N_total (non-emb.)", "count"),
     ("n_active", "N_active (non-emb.)", "count"), ("days", "training window (days)", "plain"),
+    ("goodput", "goodput (share of the window training)", "plain"),
     ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
     ("gpu_hours", "GPU-hours", "count"), ("cost", "cost", "money"),
 )
@@ -208,7 +214,10 @@ def _ratio(a: Any, b: Any) -> float | None:
     return None
 
 
-def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str) -> dict[str, Any]:
+def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
+                     assumed: Sequence[str] = ()) -> dict[str, Any]:
+    """The comparison: both sides, their input differences, figures side by side, and what
+    was ``assumed`` for both because the command line left it out."""
     summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
                 "ratio_b_over_a": _ratio(a.get(key), b.get(key))} for key, _, _ in SUMMARY]
     terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
@@ -217,6 +226,7 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str) -> dic
         "a": {k: v for k, v in a.items() if k not in ("inputs", "resolved_inputs")},
         "b": {k: v for k, v in b.items() if k not in ("inputs", "resolved_inputs")},
         "currency": currency,
+        "assumed": list(assumed),
         "input_differences": input_differences(a["inputs"], b["inputs"],
                                                a.get("resolved_inputs"),
                                                b.get("resolved_inputs")),
@@ -283,6 +293,8 @@ def render(document: dict[str, Any]) -> None:
         rows.append([label, _cell(row["a"], unit, currency), _cell(row["b"], unit, currency),
                      "-" if ratio is None else f"{ratio:.3f}x"])
     print_table("Side by side", ["quantity", "A", "B", "B / A"], rows)
+    if document.get("assumed"):
+        console.print("Assumed where not given: " + "; ".join(document["assumed"]))
     flags = [(name, message) for name, side in (("A", a), ("B", b))
              for message in side.get("law_extrapolation") or []]
     if flags:
@@ -340,6 +352,11 @@ def compare(
             raise MosaicInputError(f"{', '.join(given)} set the jobs' side of a comparison; a "
                                    "plan carries its own window, goodput, law, calibration "
                                    "and geometries (plan again with them)")
+    assumed = [] if kinds == {"plan"} else [
+        text for text, given in (
+            (f"a training window of {DEFAULT_DAYS:g} days for both jobs (--days)", days),
+            ("goodput 1, every second of the window training (--goodput)", goodput))
+        if given is None]
     days = DEFAULT_DAYS if days is None else days
     goodput = 1.0 if goodput is None else goodput
     if not (math.isfinite(days) and days > 0):
@@ -369,7 +386,7 @@ def compare(
                 raise MosaicInputError(
                     f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
             sides.append(plan_side(path, document, price_per_gpu_hour))
-    document = compare_document(sides[0], sides[1], currency)
+    document = compare_document(sides[0], sides[1], currency, assumed)
     if json_output:
         print_json(document)
     else:
