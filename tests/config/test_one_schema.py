@@ -368,3 +368,18 @@ def test_a_job_document_keeps_its_release_and_the_settings_it_turned_off():
     again = job_from_document(written, "again")
     assert again.workload == job.workload
     assert not again.workload.full_iteration_cuda_graph and not again.workload.ep_overlap
+
+
+def test_a_top_level_moe_block_in_canonical_names_is_model_moe(tmp_path: Path) -> None:
+    """docs/schema.md: `moe:` beside `model:` reads as model.moe in canonical names too, and
+    a field given in both places with different values is refused."""
+    from mosaic.config.model_schema import geometry_from_document
+
+    dense = {"layers": 8, "d_model": 1024, "heads": 8, "ffn": 4096, "vocab": 32000}
+    moe = {"experts": 16, "top_k": 2, "expert_ffn": 1024}
+    beside = geometry_from_document({"model": dense, "moe": moe}, "beside.yaml")
+    nested = geometry_from_document({"model": {**dense, "moe": moe}}, "nested.yaml")
+    assert beside == nested and beside.moe.experts == 16 and beside.moe.top_k == 2
+    with pytest.raises(MosaicInputError, match="experts = 8 is given twice"):
+        geometry_from_document({"model": {**dense, "moe": {**moe, "experts": 8}}, "moe": moe},
+                               "both.yaml")
