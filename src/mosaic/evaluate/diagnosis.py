@@ -73,7 +73,7 @@ PARTED_CLASSES = ("compute", "communication")
 # communication of these axes (data-parallel communication is outside the block). The
 # bubble is a fraction of t_block (Eq. 12), so it grows in proportion with exactly these.
 BLOCK_CLASSES = ("compute", "dispatch", "imbalance")
-BLOCK_AXES = ("tp", "ep", "cp", "pp")
+BLOCK_AXES = ("tp", "ep", "cp", "pp", "host")
 # Device-kernel time a compute-efficiency error would stretch: block compute, the vocabulary
 # stage (LM-head GEMMs, cross-entropy) and the optimizer's streaming update.
 KERNEL_CLASSES = ("compute", "vocab_stage", "optimizer")

@@ -238,8 +238,10 @@ def _device(entry: DeviceEntry) -> Device:
     for field in ("peak_flops_per_s", "achievable_flops_per_s"):
         for dtype, sourced in getattr(entry, field).items():
             sources[f"{field}.{dtype}"] = sourced.source
-    if entry.sfu_exp2_per_s is not None:
-        sources["sfu_exp2_per_s"] = entry.sfu_exp2_per_s.source
+    for optional in ("sfu_exp2_per_s", "host_link_bw_bytes_per_s"):
+        sourced = getattr(entry, optional)
+        if sourced is not None:
+            sources[optional] = sourced.source
     return Device(
         name=entry.name,
         aliases=tuple(entry.aliases),
@@ -256,6 +258,8 @@ def _device(entry: DeviceEntry) -> Device:
         architecture=entry.architecture,
         kernel_fit=entry.kernel_fit,
         sfu_exp2_per_s=None if entry.sfu_exp2_per_s is None else entry.sfu_exp2_per_s.value,
+        host_link_bw_bytes_per_s=(None if entry.host_link_bw_bytes_per_s is None
+                                  else entry.host_link_bw_bytes_per_s.value),
     )
 
 

@@ -63,6 +63,9 @@ class Device:
         sfu_exp2_per_s: special-function-unit exponentials (MUFU.EX2) per second at the
             clock of the dense bf16 peak (SMs x ex2 per clock per SM x that clock), the
             rate that bounds flash-attention softmax; None = not stated.
+        host_link_bw_bytes_per_s: GPU-to-host link bandwidth, one direction (PCIe, or
+            NVLink-C2C to a Grace CPU), the rate of activation offload copies; None = not
+            stated.
     """
 
     name: str
@@ -78,6 +81,7 @@ class Device:
     architecture: str | None = None
     kernel_fit: str | None = None
     sfu_exp2_per_s: float | None = None
+    host_link_bw_bytes_per_s: float | None = None
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; the catalog guarantees unique names.

@@ -53,6 +53,7 @@ class DeviceEntry(_Strict):
     hbm_bw_bytes_per_s: SourcedValue
     scale_up_bw_bytes_per_s: SourcedValue
     sfu_exp2_per_s: SourcedValue | None = None
+    host_link_bw_bytes_per_s: SourcedValue | None = None
     architecture: NonEmptyStr | None = None
     kernel_fit: NonEmptyStr | None = None
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic.perf.pipeline_layout import remainder_leaves_empty_chunk
-from mosaic.perf.plan import ParallelPlans, Sharding
+from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import laid_out, n_microbatches
 from mosaic.perf.workload import Workload
 
@@ -113,6 +113,17 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             f"(global_batch={workload.global_batch} / (dp·micro_batch={{dp}}·{{micro_batch}}))",
             (plans.vpp > 1) & (n_microbatches(workload, plans) < plans.pp),
         ),
+        # activation CPU offloading: Megatron-Core's TransformerConfig refuses it with
+        # pipeline parallelism and with any activation recomputation
+        # (transformer_config.py __post_init__ @ core_v0.16.0 and main d98e8a64dd)
+        *([(f"offloaded_activation_layers={workload.offloaded_activation_layers} needs pp=1 "
+            "(Megatron-Core: no pipeline parallelism with CPU offloading), got pp={pp}",
+            plans.pp > 1),
+           (f"offloaded_activation_layers={workload.offloaded_activation_layers} needs "
+            "checkpointing none (Megatron-Core: CPU offloading does not work with activation "
+            "recomputation), got {checkpointing}",
+            plans.checkpointing != Checkpointing.NONE)]
+          if workload.offloaded_activation_layers else []),
         (
             "hsdp_shard={hsdp_shard} must divide dp={dp}",
             (plans.sharding == Sharding.HSDP) & _not_divisible(plans.dp, plans.hsdp_shard),

@@ -64,6 +64,8 @@ class Machine:
             efficiency applies to ``gemm_rate_flops_per_s``.
         bf16_rate_scale: the same in bf16, for the GEMMs that stay in bf16 whatever the
             recipe (the output layer, the router): ``bf16_gemm_rate_flops_per_s``.
+        host_link_bw_bytes_per_s: the device's link to its host, one direction (catalog);
+            None where the catalog does not state it.
     """
 
     device_name: str
@@ -84,6 +86,7 @@ class Machine:
     gemm_params: GemmParams = DEFAULT_GEMM  # GEMM model constants (measured: microbench)
     gemm_rate_scale: float = 1.0
     bf16_rate_scale: float = 1.0
+    host_link_bw_bytes_per_s: float | None = None
 
     @property
     def gemm_rate_flops_per_s(self) -> float:
@@ -212,6 +215,7 @@ def machine_for(cluster: Cluster, precision: Precision,
         usable_memory_fraction=usable_memory_fraction,
         gemm_table=tables.gemm,
         grouped_gemm_table=tables.grouped_gemm,
+        host_link_bw_bytes_per_s=device.host_link_bw_bytes_per_s,
     )
 
 

@@ -1059,6 +1059,31 @@ def _stage_hybrid_activations(workload: Workload, plans: ParallelPlans, stage: S
     return per_microbatch, working_set, layers
 
 
+def offloaded_blocks(workload: Workload, blocks: np.ndarray) -> np.ndarray:
+    """Blocks of a stage whose saved activations go to host memory
+    (``Workload.offloaded_activation_layers``, Megatron-Core cpu_offloading_num_layers), at
+    most all but the stage's last block: its activations are used at once by the backward."""
+    return np.minimum(workload.offloaded_activation_layers, np.maximum(blocks - 1, 0))
+
+
+def mean_block_activation_bytes(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
+                                moe_blocks: np.ndarray) -> np.ndarray:
+    """Saved bytes of one micro-batch through a stage's average block: its MoE and dense
+    blocks' :func:`activation_bytes_per_layer`, weighted by their counts; a hybrid model's
+    layer kinds by their shares of its pattern."""
+    geometry = workload.geometry
+    if geometry.is_hybrid:
+        return sum((share * activation_bytes_per_layer(workload, plans, HYBRID_LAYER_KINDS[kind])
+                    for kind, share in geometry.hybrid_shares.items() if share),
+                   start=np.zeros(len(plans)))
+    per_block = activation_bytes_per_layer(workload, plans, "dense")
+    if geometry.is_moe:
+        moe_share = moe_blocks / np.maximum(blocks, 1)
+        per_block = ((1 - moe_share) * per_block
+                     + moe_share * activation_bytes_per_layer(workload, plans, "moe"))
+    return per_block
+
+
 def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarray:
     """Share of a stage's saved block activations that stays on the GPU under activation
     CPU offloading (``Workload.offloaded_activation_layers``; Megatron-Core
@@ -1067,7 +1092,7 @@ def resident_block_fraction(workload: Workload, blocks: np.ndarray) -> np.ndarra
     previous block's backward (TE cpu_offload.py, AsyncDoubleBufferGroupOffloadHandler),
     so one offloaded block's tensors are resident at a time: blocks − offloaded + 1 of
     ``blocks`` (all of them when nothing is offloaded)."""
-    offloaded = np.minimum(workload.offloaded_activation_layers, np.maximum(blocks - 1, 0))
+    offloaded = offloaded_blocks(workload, blocks)
     resident = np.where(offloaded > 0, blocks - offloaded + 1, blocks)
     return np.where(blocks > 0, resident / np.maximum(blocks, 1), 1.0)
 

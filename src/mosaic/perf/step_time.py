@@ -73,7 +73,9 @@ from mosaic.perf.memory import (
     StageParameters,
     feasibility,
     gradient_bytes_per_param,
+    mean_block_activation_bytes,
     memory_breakdown_bytes,
+    offloaded_blocks,
     rank_parameters,
     shard_degrees,
     total_memory_bytes,
@@ -845,6 +847,36 @@ def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.
     return expert_host_floor_s
 
 
+def _activation_offload_exposed_s(machine: Machine, workload: Workload, plans: ParallelPlans,
+                                  block: BlockTimes, blocks: np.ndarray,
+                                  moe_blocks: np.ndarray) -> np.ndarray:
+    """Per micro-batch: the activation-offload copies no block compute hides.
+
+    Transformer Engine's offload handler (cpu_offload.py, AsyncDoubleBufferGroupOffloadHandler,
+    behind Megatron-Core cpu_offloading_num_layers) copies an offloaded block's saved tensors
+    to the host on a side stream while the next block's forward runs, and back while the
+    block after it in backward order runs its backward; the stream waits on each copy before
+    the buffer is reused, so a copy longer than the block it hides behind is exposed by the
+    difference. A copy moves the block's saved bytes
+    (:func:`~mosaic.perf.memory.mean_block_activation_bytes`) over the device's host link,
+    one direction (catalog ``host_link_bw_bytes_per_s``: PCIe, or NVLink-C2C on Grace
+    systems). Zero when nothing is offloaded.
+    """
+    offloaded = offloaded_blocks(workload, blocks)
+    if not np.any(offloaded):
+        return np.zeros(len(plans))
+    bandwidth = machine.host_link_bw_bytes_per_s
+    if bandwidth is None:
+        raise MosaicInputError(
+            f"offloaded_activation_layers: the catalog states no host link bandwidth for "
+            f"{machine.device_name} (host_link_bw_bytes_per_s, docs/hardware.md), so the "
+            "offload copies cannot be costed; add it with --catalog")
+    copy_s = mean_block_activation_bytes(workload, plans, blocks, moe_blocks) / bandwidth
+    backward = block.compute - block.forward
+    return offloaded * (np.maximum(0.0, copy_s - block.forward)
+                        + np.maximum(0.0, copy_s - backward))
+
+
 def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
                       moe_blocks: np.ndarray, expert_host_floor_s: np.ndarray,
                       calibration: Calibration) -> np.ndarray:
@@ -980,7 +1012,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                                                 * analytical_per_mb)
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks, calibration)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
-              "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor)}
+              "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor),
+              "activation_offload": _activation_offload_exposed_s(
+                  machine, workload, plans, block, blocks, moe_blocks)}
     t_cmp = _sum(per_mb.values())
     # a hybrid model's layer is half a transformer block: one norm, one mixer or FFN, one
     # residual, so half of a block's kernel launches

@@ -14,7 +14,7 @@ from typing import Literal
 
 Group = Literal["compute", "communication", "pipeline_bubble", "vocab_stage", "dispatch",
                 "optimizer", "imbalance", "overhead"]
-Axis = Literal["tp", "ep", "cp", "pp", "dp/fsdp"]
+Axis = Literal["tp", "ep", "cp", "pp", "dp/fsdp", "host"]
 Source = Literal["modelled", "calibrated"]
 
 
@@ -67,6 +67,8 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _comm("ep_all_to_all", "ep", exposed=True),  # after the shared-expert overlap
     _comm("cp_send_recv", "cp", exposed=True),  # after the attention-core overlap
     _comm("pp_send_recv", "pp"),
+    # activation-offload copies over the host link beyond the block compute hiding them
+    _comm("activation_offload", "host", exposed=True),
     _comm("dp_all_reduce", "dp/fsdp", exposed=True),  # after the backward overlap
     _comm("dp_reduce_scatter", "dp/fsdp", exposed=True),
     _comm("dp_all_gather", "dp/fsdp", exposed=True),
