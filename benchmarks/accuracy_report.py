@@ -81,15 +81,9 @@ def refit(records: Sequence[Any]) -> tuple[Any, dict[str, Any]]:
     by_id = {r.id: r for r in records}
     sources = [by_id[i].source_key for i in baselines.ids]
     held_out = leave_one_group_out(baselines, sources, start)
-    errors = held_out.errors
     moe = np.array([by_id[i].workload.geometry.is_moe for i in baselines.ids])
-    loso = {
-        "mape": float(np.abs(errors).mean()),
-        "moe_mape": float(np.abs(errors[moe]).mean()),
-        "dense_mape": float(np.abs(errors[~moe]).mean()),
-        "median_abs_error": float(np.median(np.abs(errors))),
-        "errors": dict(zip(baselines.ids, map(float, errors), strict=True)),
-    }
+    loso = {**held_out.summary(moe),
+            "errors": dict(zip(baselines.ids, map(float, held_out.errors), strict=True))}
     return fitted, loso
 
 

@@ -119,3 +119,19 @@ def test_calibration_files_without_the_elementwise_factor_still_load(tmp_path):
     path.write_text(yaml.safe_dump(document))
     assert load_calibration(path).elementwise_traffic_factor == 1.0
     assert BASE.elementwise_traffic_factor > 1.0  # the built-in fit found extra traffic
+
+
+def test_cross_validation_summary_by_hand():
+    """Held-out tokens/s errors measured/predicted step time - 1 = +0.1, -0.2, +0.5."""
+    from mosaic.evaluate.calibrate import CrossValidation
+
+    result = CrossValidation(groups=("a", "a", "b"),
+                             predicted_step_time_s=np.array([1.0, 1.0, 1.0]),
+                             measured_step_time_s=np.array([1.1, 0.8, 1.5]))
+    summary = result.summary(np.array([True, False, True]))
+    assert summary["mape"] == pytest.approx(0.8 / 3)
+    assert summary["moe_mape"] == pytest.approx(0.3) and summary["dense_mape"] == pytest.approx(0.2)
+    assert summary["median_abs_error"] == pytest.approx(0.2)
+    assert summary["max_abs_error"] == pytest.approx(0.5)
+    assert summary["per_group_mape"] == pytest.approx({"a": 0.15, "b": 0.5})
+    assert result.summary(np.array([True, True, True]))["dense_mape"] is None

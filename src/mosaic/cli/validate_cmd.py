@@ -345,19 +345,8 @@ def calibrate(
         with progress_reporter(json_output) as bar:
             cv_result = leave_one_group_out(baselines, groups, start,
                                             bar(f"leave-one-{cv}-out refits"))
-        errors = np.abs(cv_result.errors)
         moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
-        report["cross_validation"] = {
-            "grouping": cv,
-            "mape": float(errors.mean()),
-            "median_abs_error": float(np.median(errors)),
-            "max_abs_error": float(errors.max()),
-            "moe_mape": float(errors[moe].mean()) if moe.any() else None,
-            "dense_mape": float(errors[~moe].mean()) if (~moe).any() else None,
-            "per_group_mape": {
-                g: float(errors[np.array(groups) == g].mean()) for g in sorted(set(groups))
-            },
-        }
+        report["cross_validation"] = {"grouping": cv, **cv_result.summary(moe)}
     fitted = replace(fitted, coverage=build_coverage(
         record_set.records, baselines.ids, cv_result, fitted,
         f"{len(baselines.ids)} runs of {runs.name}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -292,6 +293,25 @@ class CrossValidation:
     def errors(self) -> np.ndarray:
         """Relative tokens/s error predicted/measured − 1 (tokens/s ∝ 1/step time)."""
         return self.measured_step_time_s / self.predicted_step_time_s - 1.0
+
+    def summary(self, moe: np.ndarray) -> dict[str, Any]:
+        """Held-out MAPE overall, on the MoE runs (``moe``: bool per run) and the dense
+        ones (None where there are none), median and max |error|, and MAPE per group."""
+        absolute = np.abs(self.errors)
+        groups = np.array(self.groups)
+
+        def mape(selected: np.ndarray) -> float | None:
+            return float(absolute[selected].mean()) if selected.any() else None
+
+        return {
+            "mape": float(absolute.mean()),
+            "median_abs_error": float(np.median(absolute)),
+            "max_abs_error": float(absolute.max()),
+            "moe_mape": mape(moe),
+            "dense_mape": mape(~moe),
+            "per_group_mape": {g: float(absolute[groups == g].mean())
+                               for g in sorted(set(self.groups))},
+        }
 
 
 def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
