@@ -68,9 +68,11 @@ def test_a_device_without_a_host_link_cannot_cost_offload():
 
 
 @pytest.mark.parametrize("plan, rule", [
-    (single_plan(dp=4, pp=2, micro_batch=2, sharding=Sharding.ZERO1), "needs pp=1"),
+    (single_plan(dp=4, pp=2, micro_batch=2, sharding=Sharding.ZERO1),
+     "pp=2 > 1 with offloaded_activation_layers=2 (Megatron-Core: no pipeline parallelism"),
     (single_plan(dp=8, micro_batch=2, sharding=Sharding.ZERO1,
-                 checkpointing=Checkpointing.SELECTIVE), "needs checkpointing none"),
+                 checkpointing=Checkpointing.SELECTIVE),
+     "checkpointing=selective with offloaded_activation_layers=2"),
 ])
 def test_megatron_refuses_offload_with_a_pipeline_or_recompute(plan, rule):
     """Megatron-Core's TransformerConfig refuses cpu_offloading with pipeline parallelism
@@ -80,3 +82,22 @@ def test_megatron_refuses_offload_with_a_pipeline_or_recompute(plan, rule):
     assert any(rule in m for m in messages), messages
     assert not any(v.violated[0] for v in plan_violations(_workload(0), plan, 8)
                    if "offload" in v.rule)
+
+
+def test_a_run_record_changed_by_set_is_held_to_the_rules_its_change_breaks():
+    """A record's layout ran, so mosaic's rules are not applied to it; a --set that adds
+    offload to its selective recompute (a combination Megatron-Core refuses) is refused,
+    and a --set that breaks no rule still predicts (found by a new-user trial)."""
+    from pathlib import Path
+
+    from mosaic.evaluate.job import load_job_spec, predict_job
+    record = (Path(__file__).resolve().parents[2]
+              / "examples/runs_example.yaml#example-torchtitan-llama3.1-8b-h100-8-fsdp")
+    calibration = load_calibration(None)
+    with pytest.raises(MosaicInputError, match="after --set: checkpointing=selective with "
+                                                "offloaded_activation_layers=16"):
+        predict_job(load_job_spec(record, ["offloaded_activation_layers=16"]), calibration)
+    changed = predict_job(load_job_spec(record, ["offloaded_activation_layers=16",
+                                                 "recompute=none"]), calibration)
+    assert changed.prediction.breakdown_s["activation_offload"][0] > 0
+    assert predict_job(load_job_spec(record), calibration).prediction.step_time_s[0] > 0

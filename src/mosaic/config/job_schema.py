@@ -276,7 +276,7 @@ class JobSpec:
     ``assumptions`` lists, one line each, every default filled in for an unstated field.
     ``recorded_layout``: the layout of a measured run (a run record), which its source ran:
     mosaic's own layout rules (:mod:`mosaic.perf.constraints`) are not applied to it, as in
-    ``mosaic validate``.
+    ``mosaic validate``; after ``--set`` (``as_recorded``), the rules the change breaks are.
     """
 
     workload: Workload
@@ -292,6 +292,9 @@ class JobSpec:
     # run record's (the workload's uneven_pipeline_stages stays False)
     unstated_stage_split: bool = False
     measured_step_time_s: float | None = None  # a run record's measured step; None for a job
+    # a run record changed by --set: its workload and layout as recorded, so that only the
+    # layout rules the change breaks are applied (mosaic.evaluate.job.predict_job)
+    as_recorded: tuple[Workload, ParallelPlans] | None = None
     stack_version: str | None = None  # performance.stack_version as stated (exports read it)
     model_name: str | None = None  # model.name as stated (the job document keeps it)
 
@@ -781,15 +784,20 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
                 f"--set {override!r}: a run record has no {block!r} block; its fields are "
                 f"those of the run-record schema (e.g. precision=fp8, parallelism.tp=2, "
                 f"batch.micro_seqs=2; docs/run_records.md)")
-    raw = apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
-                          known=RunRecordEntry.model_fields, min_depth=1)
-    record = run_record_from_raw(raw, f"{path}#{raw.get('id')}")
-    spec = job_from_run_record(adjust_record(record) if adjust_record else record)
-    if overrides:  # a what-if: the run as measured is no longer what is predicted
-        spec = replace(spec, measured_step_time_s=None, assumptions=(
-            *spec.assumptions, "--set changed the recorded run: its measured step is not "
-                               "compared"))
-    return spec
+    def as_job(entry: dict[str, Any]) -> JobSpec:
+        record = run_record_from_raw(entry, f"{path}#{entry.get('id')}")
+        return job_from_run_record(adjust_record(record) if adjust_record else record)
+
+    if not overrides:
+        return as_job(raw)
+    recorded = as_job(raw)
+    spec = as_job(apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
+                                  known=RunRecordEntry.model_fields, min_depth=1))
+    # a what-if: the run as measured is no longer what is predicted
+    return replace(spec, measured_step_time_s=None,
+                   as_recorded=(recorded.workload, recorded.plan), assumptions=(
+                       *spec.assumptions, "--set changed the recorded run: its measured step "
+                                          "is not compared"))
 
 
 def is_plan_document(document: object) -> bool:

@@ -102,13 +102,31 @@ def _uneven_stages_hint(spec: JobSpec, n_devices: int) -> str:
     return ""
 
 
+def _refuse_rules_the_change_breaks(spec: JobSpec, n_devices: int) -> None:
+    """A run record changed by --set: MosaicInputError naming the first layout rule the
+    changed job breaks and the record as it ran did not (the rules it already broke ran)."""
+    assert spec.as_recorded is not None
+    workload, plan = spec.as_recorded
+    kept = {v.rule for v in plan_violations(workload, plan, n_devices, split_stated=False)
+            if v.violated[0]}
+    broken = [v for v in plan_violations(spec.workload, spec.plan, n_devices,
+                                         split_stated=False)
+              if v.violated[0] and v.rule not in kept]
+    if broken:
+        raise MosaicInputError("invalid parallel layout after --set: "
+                               f"{broken[0].message(spec.plan, 0)}")
+
+
 def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     """Validate the job's layout against its cluster and predict its step.
 
     A run record's layout (``spec.recorded_layout``) ran as recorded: like ``mosaic
-    validate``, mosaic's own layout rules are not applied to it.
+    validate``, mosaic's own layout rules are not applied to it; a record changed by
+    ``--set`` is refused where the change breaks a rule the recorded run kept.
     """
     cluster = cluster_for(spec)
+    if spec.as_recorded is not None:
+        _refuse_rules_the_change_breaks(spec, cluster.n_devices)
     if not spec.recorded_layout:
         # an unstated uneven split (a recorded layout as a job file): any split the stack
         # can place (perf.constraints.plan_violations)

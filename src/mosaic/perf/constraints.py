@@ -116,12 +116,12 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
         # activation CPU offloading: Megatron-Core's TransformerConfig refuses it with
         # pipeline parallelism and with any activation recomputation
         # (transformer_config.py __post_init__ @ core_v0.16.0 and main d98e8a64dd)
-        *([(f"offloaded_activation_layers={workload.offloaded_activation_layers} needs pp=1 "
-            "(Megatron-Core: no pipeline parallelism with CPU offloading), got pp={pp}",
-            plans.pp > 1),
-           (f"offloaded_activation_layers={workload.offloaded_activation_layers} needs "
-            "checkpointing none (Megatron-Core: CPU offloading does not work with activation "
-            "recomputation), got {checkpointing}",
+        *([("pp={pp} > 1 with offloaded_activation_layers="
+            f"{workload.offloaded_activation_layers} (Megatron-Core: no pipeline parallelism "
+            "with CPU offloading)", plans.pp > 1),
+           ("checkpointing={checkpointing} with offloaded_activation_layers="
+            f"{workload.offloaded_activation_layers} (Megatron-Core: CPU offloading does not "
+            "work with activation recomputation; checkpointing none)",
             plans.checkpointing != Checkpointing.NONE)]
           if workload.offloaded_activation_layers else []),
         (
