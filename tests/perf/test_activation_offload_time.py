@@ -2,11 +2,13 @@
 _activation_offload_exposed_s), over the catalog's host link; Megatron-Core's rules."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from mosaic.arch import Geometry
 from mosaic.errors import MosaicInputError
+from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.hardware import Cluster, get_device, get_system
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.constraints import plan_violations
@@ -88,9 +90,6 @@ def test_a_run_record_changed_by_set_is_held_to_the_rules_its_change_breaks():
     """A record's layout ran, so mosaic's rules are not applied to it; a --set that adds
     offload to its selective recompute (a combination Megatron-Core refuses) is refused,
     and a --set that breaks no rule still predicts (found by a new-user trial)."""
-    from pathlib import Path
-
-    from mosaic.evaluate.job import load_job_spec, predict_job
     record = (Path(__file__).resolve().parents[2]
               / "examples/runs_example.yaml#example-torchtitan-llama3.1-8b-h100-8-fsdp")
     calibration = load_calibration(None)
