@@ -156,3 +156,25 @@ def test_plan_on_a_user_gpu_through_the_root_option(user_catalog):
     assert (envelope["system"], envelope["gpu"], envelope["n_devices"]) == \
         ("x1k-node", "X1000", 64)
     assert envelope["hbm_bytes_per_device"] == 64e9
+
+
+def test_a_device_named_by_a_shipped_alias_replaces_it_for_the_shipped_systems(tmp_path):
+    """docs/hardware.md: a user entry with a shipped name *or alias* replaces the shipped
+    entry. A user `H100` (an alias of H100-SXM-80GB) with a derated bf16 peak: the shipped
+    systems that name H100-SXM-80GB run on it, and its full name still finds it (found by a
+    new-user trial: every command failed with "unknown device 'H100-SXM-80GB'")."""
+    path = tmp_path / "derated.yaml"
+    path.write_text("""
+devices:
+  - name: H100
+    vendor: NVIDIA
+    peak_flops_per_s:
+      bf16: {value: 9.0e+14, source: "a derated H100, for the test"}
+    hbm_bytes: {value: 85.2e+9, source: "as shipped"}
+    hbm_bw_bytes_per_s: {value: 3.35e+12, source: "as shipped"}
+    scale_up_bw_bytes_per_s: {value: 450.0e+9, source: "as shipped"}
+""")
+    systems = {s["name"]: s for s in run("hardware", "list", "--catalog", str(path))["systems"]}
+    assert systems["DGX-H100"]["device"] == "H100"
+    device = run("hardware", "show", "H100-SXM-80GB", "--catalog", str(path))
+    assert device["name"] == "H100" and device["peak_flops_per_s"]["bf16"] == 9.0e14

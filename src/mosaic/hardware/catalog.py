@@ -177,7 +177,8 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     for origin, content in files:
         for entry in content.devices:
             if override:
-                _release_names(entry.name, entry.aliases, device_names, devices)
+                inherited = _release_names(entry.name, entry.aliases, device_names, devices)
+                entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
     catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
@@ -187,7 +188,8 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     for origin, content in files:
         for entry in content.systems:
             if override:
-                _release_names(entry.name, entry.aliases, system_names, systems)
+                inherited = _release_names(entry.name, entry.aliases, system_names, systems)
+                entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("system", entry.name, entry.aliases, origin, system_names)
             try:
                 device = catalog_devices.device(entry.device)
@@ -200,14 +202,21 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
 
 
 def _release_names(name: str, aliases: Iterable[str], taken: dict[str, tuple[str, str]],
-                   entries: dict) -> None:
-    """Drop every earlier entry that one of ``name``/``aliases`` refers to (override)."""
+                   entries: dict) -> tuple[str, ...]:
+    """Drop every earlier entry that one of ``name``/``aliases`` refers to (override) and
+    return the names and aliases it had, which the replacing entry answers to from then on:
+    a user's ``H100`` replaces the shipped H100-SXM-80GB, and the shipped systems that name
+    it by its full name then run on the user's entry."""
     keys = {name_key(n) for n in (name, *aliases)}
     replaced = {taken[key][0] for key in keys if key in taken}
+    inherited: list[str] = []
     for old in replaced:
-        entries.pop(old, None)
+        entry = entries.pop(old, None)
+        if entry is not None:
+            inherited += [n for n in (entry.name, *entry.aliases) if name_key(n) not in keys]
         for key in [k for k, (owner, _) in taken.items() if owner == old]:
             del taken[key]
+    return tuple(inherited)
 
 
 def _claim_names(
