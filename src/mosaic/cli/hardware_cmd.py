@@ -40,6 +40,9 @@ def device_document(device: Device, origin: str) -> dict[str, Any]:
         "achievable_flops_per_s": dict(device.achievable_flops_per_s),
         "hbm_bytes": device.hbm_bytes, "hbm_bw_bytes_per_s": device.hbm_bw_bytes_per_s,
         "scale_up_bw_bytes_per_s": device.scale_up_bw_bytes_per_s,
+        "host_link_bw_bytes_per_s": device.host_link_bw_bytes_per_s,
+        "sfu_exp2_per_s": device.sfu_exp2_per_s,
+        "architecture": device.architecture, "kernel_fit": device.kernel_fit,
         "sources": dict(device.sources),
     }
 
@@ -83,13 +86,15 @@ def list_command(catalog: CatalogFileOption = None, json_output: JsonFlag = Fals
         return
     print_table(
         "Devices (dense datasheet peaks, per GPU)",
-        ["name", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB",
-         "HBM TB/s", "scale-up GB/s", "origin"],
+        ["name", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GiB",
+         "HBM TB/s", "scale-up GB/s", "host link GB/s", "kernel fit", "origin"],
         [[d["name"], d["vendor"], _tflops(d["peak_flops_per_s"].get("bf16")),
           _tflops(d["peak_flops_per_s"].get("fp8")),
-          _tflops(d["peak_flops_per_s"].get("fp4")), f"{d['hbm_bytes'] / 1e9:,.0f}",
+          _tflops(d["peak_flops_per_s"].get("fp4")), f"{d['hbm_bytes'] / 2**30:,.1f}",
           f"{d['hbm_bw_bytes_per_s'] / 1e12:.2f}", f"{d['scale_up_bw_bytes_per_s'] / 1e9:,.0f}",
-          d["origin"]] for d in document["devices"]])
+          "-" if d["host_link_bw_bytes_per_s"] is None
+          else f"{d['host_link_bw_bytes_per_s'] / 1e9:,.0f}",
+          d["kernel_fit"] or "-", d["origin"]] for d in document["devices"]])
     print_table(
         "Systems (node types; use with --system, or hardware.system in a job)",
         ["name", "device", "GPUs/node", "NVLink domain", "scale-out GB/s per GPU", "fabric",
@@ -142,6 +147,8 @@ def _value_with_source(key: str, value: Any, sources: dict[str, str]) -> str:
     if isinstance(value, dict):
         return "; ".join(f"{dtype} {v:.4g} ({sources.get(f'{key}.{dtype}', '')})"
                          for dtype, v in value.items()) or "-"
+    if value is None:
+        return "-"
     text = f"{value:.4g}" if isinstance(value, float) else str(value)
     source = sources.get(key)
     return f"{text} ({source})" if source else text
