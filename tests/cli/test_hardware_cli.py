@@ -178,3 +178,23 @@ devices:
     assert systems["DGX-H100"]["device"] == "H100"
     device = run("hardware", "show", "H100-SXM-80GB", "--catalog", str(path))
     assert device["name"] == "H100" and device["peak_flops_per_s"]["bf16"] == 9.0e14
+
+
+@pytest.mark.parametrize("field, value, shown, error", [
+    ("kernel_fit", "b200", "B200", None),  # names match case-insensitively (docs/hardware.md)
+    ("kernel_fit", "X99", None, "field 'kernel_fit': unknown device 'X99'"),
+    ("architecture", "rubin", None, "field 'architecture': Input should be 'ampere'"),
+])
+def test_kernel_fit_and_architecture_are_checked(tmp_path, field, value, shown, error):
+    """Before, `kernel_fit: b200` silently ran the analytical kernels (the fit tables are
+    keyed B200) and an unknown fit or generation was accepted without a word (found by a
+    new-user trial)."""
+    path = tmp_path / "hw.yaml"
+    path.write_text(USER_CATALOG.replace("    vendor: Example\n",
+                                         f"    vendor: Example\n    {field}: {value}\n"))
+    result = runner.invoke(app, ["hardware", "show", "X1000", "--catalog", str(path), "--json"])
+    if error is None:
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)[field] == shown
+    else:
+        assert result.exit_code == 2 and error in result.output

@@ -10,7 +10,7 @@ import difflib
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -182,6 +182,9 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
     catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
+    for name, device in list(devices.items()):
+        if device.kernel_fit is not None:
+            devices[name] = _with_fit_named_as_in_catalog(device, catalog_devices)
 
     system_names: dict[str, tuple[str, str]] = {}
     systems: dict[str, System] = {}
@@ -199,6 +202,20 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
                 ) from None
             systems[entry.name] = _system(entry, device)
     return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
+
+
+def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog) -> Device:
+    """``device`` with its ``kernel_fit`` spelled as the catalog device it names spells it
+    (names match case-insensitively, docs/hardware.md: ``b200`` is ``B200``); a fit naming
+    no catalog device is an error, not a silent analytical fallback."""
+    assert device.kernel_fit is not None
+    try:
+        fit = catalog.device(device.kernel_fit)
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"device {device.name!r}: field 'kernel_fit': {exc}") from None
+    spelling = next(n for n in (fit.name, *fit.aliases)
+                    if name_key(n) == name_key(device.kernel_fit))
+    return replace(device, kernel_fit=spelling)
 
 
 def _release_names(name: str, aliases: Iterable[str], taken: dict[str, tuple[str, str]],

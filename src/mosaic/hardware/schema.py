@@ -16,6 +16,9 @@ from mosaic.errors import MosaicInputError
 from mosaic.yaml_errors import describe_yaml_error
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
+# GPU generations the software defaults know (attention kernels, NCCL protocol caps, MoE
+# dispatchers, block-scaled FP8/FP4): a generation outside them would silently get none
+Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
 NonEmptyStr = Annotated[str, Field(min_length=1, pattern=r"\S")]
 
 
@@ -54,7 +57,7 @@ class DeviceEntry(_Strict):
     scale_up_bw_bytes_per_s: SourcedValue
     sfu_exp2_per_s: SourcedValue | None = None
     host_link_bw_bytes_per_s: SourcedValue | None = None
-    architecture: NonEmptyStr | None = None
+    architecture: Architecture | None = None
     kernel_fit: NonEmptyStr | None = None
 
     @model_validator(mode="after")
