@@ -164,7 +164,21 @@ def test_bad_value_names_the_field_and_value(tmp_path: Path) -> None:
 def test_unknown_gpu_is_a_skip_reason(tmp_path: Path) -> None:
     run = copy.deepcopy(_example_runs()[0])
     run["gpu"] = "TPU-v5p"
-    assert "gpu: unknown GPU 'TPU-v5p'" in _skip_reason(tmp_path, run)
+    reason = _skip_reason(tmp_path, run)
+    assert "gpu: unknown device 'TPU-v5p'" in reason and "MI300X" in reason  # the catalog's
+    assert "--catalog" in reason
+
+
+def test_a_gpu_without_a_reference_host_runs_on_the_catalog_system_holding_it(
+        tmp_path: Path) -> None:
+    """An MI300X record with 8 GPUs a host and an 8-GPU Infinity Fabric domain runs on the
+    catalog's ND-MI300X-v5, as `plan --gpu MI300X` and a job's hardware.gpu do (before,
+    every such record was skipped: "no reference node type"; found by a new-user trial)."""
+    from mosaic.config.run_records import reference_system
+
+    assert reference_system("MI300X", 8, 8).name == "ND-MI300X-v5"
+    with pytest.raises(MosaicInputError, match="do not match ND-MI300X-v5"):
+        reference_system("MI300X", 4, 4)
 
 
 def test_layout_that_does_not_multiply_to_num_gpus_is_skipped(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ from mosaic.config.layout import (
 )
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster, System, get_device, get_system
+from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import LIMITS
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans
@@ -225,16 +225,25 @@ CONSISTENCY_TOLERANCE = 0.02
 
 
 def reference_system(gpu: str, gpus_per_node: int, scaleup_domain: int) -> System:
-    """The catalog node type for a record's GPU; its host and NVLink sizes must match."""
+    """The catalog node type for a record's GPU: its reference host (``REFERENCE_SYSTEMS``),
+    else the first catalog system holding the GPU (a user's too, ``--catalog``) whose host
+    and NVLink sizes are the record's; those sizes must match."""
     try:
         device = get_device(gpu)
-    except MosaicInputError:
-        known = ", ".join(REFERENCE_SYSTEMS)
-        raise MosaicInputError(f"gpu: unknown GPU {gpu!r}; known: {known}") from None
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"gpu: {exc}") from None
     name = REFERENCE_SYSTEMS.get(device.name)
-    if name is None:
-        raise MosaicInputError(f"gpu: no reference node type for {device.name!r} in the catalog")
-    return _matching_host(get_system(name), gpus_per_node, scaleup_domain)
+    if name is not None:
+        return _matching_host(get_system(name), gpus_per_node, scaleup_domain)
+    holding = [s for s in active_catalog().systems.values() if s.device.name == device.name]
+    for system in holding:
+        if (system.gpus_per_node, system.scale_up_domain_gpus) == (gpus_per_node,
+                                                                   scaleup_domain):
+            return system
+    if not holding:
+        raise MosaicInputError(f"gpu: no node type in the catalog holds {device.name}; add one "
+                               "with --catalog (docs/hardware.md) and name it in system:")
+    return _matching_host(holding[0], gpus_per_node, scaleup_domain)
 
 
 def record_system(entry: RunRecordEntry) -> System:
