@@ -126,14 +126,32 @@ def test_a_per_gpu_figure_given_as_cluster_total_gets_a_hint_on_stderr():
 
 def test_a_measurement_faster_than_the_peak_is_rejected():
     current = run_json()["current"]
-    # the predicted MFU m at step t: a step of t·m/2 would be an MFU of 200%
-    too_fast = current["step_time_s"] * current["mfu"] / 2
+    # the predicted MFU m (with attention, GEMM lane) at step t: a step of t·m/2 would be an
+    # MFU of 200%
+    mfu = current["mfu_with_attention_gemm_lane"]
+    assert mfu > current["mfu"] * 1.0001  # causal attention counted on top of 6·N_act
+    too_fast = current["step_time_s"] * mfu / 2
     result = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s", str(too_fast)])
     assert result.exit_code == 2
     assert "implies an MFU of 200%" in result.output
     ok = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s",
-                             str(current["step_time_s"] * current["mfu"] * 1.25)])  # 80%
+                             str(current["step_time_s"] * mfu * 1.25)])  # 80%
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_measurement_more_than_ten_times_slower_is_explained_with_a_units_warning():
+    """A step time given in milliseconds (1000x the seconds) is still explained, with a
+    warning naming the likely slip (found by a new-user trial: it read '1000x slower;
+    slower compute kernels is the more plausible main source')."""
+    step = run_json()["current"]["step_time_s"]
+    result = runner.invoke(app, ["explain", EXAMPLE, *DROP_AND_PAD, "--measured-step-time-s",
+                                 str(step * 1000), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "1,000x slower than predicted" in result.stderr and "milliseconds" in result.stderr
+    assert "1,000x slower" in json.loads(result.stdout)["measurement_warning"]
+    near = runner.invoke(app, ["explain", EXAMPLE, *DROP_AND_PAD, "--measured-step-time-s",
+                               str(step * 3)])
+    assert near.exit_code == 0 and "warning" not in near.stderr
 
 
 def test_explain_on_an_amd_gpu_offers_no_nvidia_only_kernel(tmp_path):

@@ -34,6 +34,7 @@ from mosaic.evaluate.diagnosis import (
     measured_step_time,
 )
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
+from mosaic.evaluate.plausibility import implausibility
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.coverage import summary_lines
@@ -68,6 +69,9 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             "global_batch": result.spec.workload.global_batch,
             "step_time_s": float(p.step_time_s[0]),
             "mfu": float(p.mfu[0]),
+            # with causal attention, against the GEMM lane's peak: what a measurement is
+            # checked against (over 1 is refused, mosaic.evaluate.plausibility)
+            "mfu_with_attention_gemm_lane": float(p.mfu_with_attention_gemm_lane[0]),
             "tokens_per_s": float(p.tokens_per_s[0]),
         },
         "coverage": coverage.to_document(),
@@ -258,10 +262,12 @@ def explain(
         measured_step_time_s = spec.measured_step_time_s  # a run record's own measurement
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
-    if measured is not None:
-        _reject_faster_than_peak(measured, result)
+    warning = None if measured is None else _measurement_warning(measured, result)
     diagnosis = diagnose(result, constants, measured)
     document = explain_document(diagnosis, constants)
+    if warning is not None:
+        document["measurement_warning"] = warning
+        typer.echo(f"warning: {warning}", err=True)
     if json_output:
         print_json(document)
         return
@@ -276,17 +282,26 @@ def explain(
                   markup=False, highlight=False, soft_wrap=True)
 
 
-def _reject_faster_than_peak(measured_step_time_s: float, result: JobPrediction) -> None:
-    """A measurement whose step beats the cluster's peak (MFU above 100%: 6·N_active·tokens
-    of model FLOPs alone, paper Eq. 1) is a unit or scale slip, not a gap to explain."""
+def _measurement_warning(measured_step_time_s: float, result: JobPrediction) -> str | None:
+    """A measured step that beats the device's peak (MFU with attention above 100% of the
+    GEMM lane's datasheet peak) is a unit or scale slip, refused; one more than 10x off the
+    prediction is explained but warned about (:mod:`mosaic.evaluate.plausibility`)."""
     prediction = result.prediction
-    implied_mfu = float(prediction.mfu[0] * prediction.step_time_s[0]) / measured_step_time_s
-    if implied_mfu > 1.0:
+    found = implausibility(float(prediction.step_time_s[0]) / measured_step_time_s,
+                           float(prediction.mfu_with_attention_gemm_lane[0]))
+    if found is None:
+        return None
+    if found.above_peak:
         raise MosaicInputError(
             f"the measured step of {measured_step_time_s:.4g} s implies an MFU of "
-            f"{implied_mfu:.0%} (6·N_active·tokens over the cluster's dense peak), which no "
-            "run reaches: check the units (seconds per step; --measured-tokens-per-s is the "
-            "cluster total, --measured-tokens-per-s-per-gpu per GPU)")
+            f"{found.measured_mfu:.0%} (with causal attention, over the GEMM precision's "
+            "dense peak), which no run reaches: check the units (seconds per step; "
+            "--measured-tokens-per-s is the cluster total, --measured-tokens-per-s-per-gpu "
+            "per GPU)")
+    slower = "slower" if found.throughput_ratio < 1 else "faster"
+    return (f"the measured step of {measured_step_time_s:.4g} s is {found.times_off:,.0f}x "
+            f"{slower} than predicted: check the units (seconds per step, not milliseconds; "
+            "tokens/s as the option names it)")
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.config.run_records import RunRecord
+from mosaic.evaluate.plausibility import implausibility
 from mosaic.perf.accuracy import (
     max_abs_error,
     median_abs_error,
@@ -36,11 +37,6 @@ TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec
 # of one model still runs as a few vectorised calls, small enough that a batch's records and
 # plans stay a few MB (benchmarks/bench_validate.py).
 BATCH_RECORDS = 256
-# A measured throughput this many times off the prediction, either way, is flagged as a
-# likely unit slip (milliseconds for seconds, a cluster total for a per-GPU figure): on the
-# 360-odd runs mosaic ships with (published and extra sets), measured / predicted lies in
-# 0.42..2.1 and the highest measured MFU is 61%.
-IMPLAUSIBLE_RATIO = 10.0
 
 
 @dataclass(frozen=True)
@@ -56,27 +52,23 @@ class RunPrediction:
 
     @property
     def implausible(self) -> str | None:
-        """Why the measured throughput looks mis-entered, or None.
-
-        Two checks: the measured tokens/s implies more than 100% MFU (counted with causal
-        attention, against the datasheet peak of the precision the GEMMs run at), which no
-        device can reach; or it lies more than ``IMPLAUSIBLE_RATIO`` times off the prediction.
-        """
+        """Why the measured throughput looks mis-entered (:mod:`~mosaic.evaluate.
+        plausibility`), or None."""
         measured = self.record.measured_tokens_per_s_per_gpu
         if measured is None:
             return None
-        ratio = measured / self.predicted_tokens_per_s_per_gpu
-        measured_mfu = self.predicted_lane_mfu_with_attention * ratio
-        if measured_mfu > 1.0:
-            return (f"measured {measured:,.6g} tokens/s per GPU implies {measured_mfu:.0%} MFU "
-                    "(with attention, against the GEMM precision's datasheet peak), above "
-                    "what the device can do: a cluster total given per GPU, or step_time_s "
-                    "too short?")
-        if not 1 / IMPLAUSIBLE_RATIO <= ratio <= IMPLAUSIBLE_RATIO:
-            return (f"measured {measured:,.6g} tokens/s per GPU is {max(ratio, 1 / ratio):,.0f}x "
-                    f"{'below' if ratio < 1 else 'above'} the prediction: a unit slip "
-                    "(step_time_s in milliseconds, tokens/s per cluster)?")
-        return None
+        found = implausibility(measured / self.predicted_tokens_per_s_per_gpu,
+                               self.predicted_lane_mfu_with_attention)
+        if found is None:
+            return None
+        if found.above_peak:
+            return (f"measured {measured:,.6g} tokens/s per GPU implies "
+                    f"{found.measured_mfu:.0%} MFU (with attention, against the GEMM "
+                    "precision's datasheet peak), above what the device can do: a cluster "
+                    "total given per GPU, or step_time_s too short?")
+        return (f"measured {measured:,.6g} tokens/s per GPU is {found.times_off:,.0f}x "
+                f"{found.direction} the prediction: a unit slip (step_time_s in "
+                "milliseconds, tokens/s per cluster)?")
 
     @property
     def error(self) -> float | None:
@@ -130,7 +122,7 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
                                                          step.memory_bytes[row]) / GIB),
                 feasible=bool(step.feasible[row]),
                 predicted_lane_mfu_with_attention=float(
-                    step.mfu_with_attention[row] / step.gemm_lane_peak_ratio),
+                    step.mfu_with_attention_gemm_lane[row]),
             )
         done += len(members)
         if progress is not None:

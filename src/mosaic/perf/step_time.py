@@ -163,6 +163,12 @@ class StepPrediction:
         ``mfu`` itself is against the bf16 peak, so an FP8 or NVFP4 step can pass 100%)."""
         return self.mfu / self.gemm_lane_peak_ratio
 
+    @property
+    def mfu_with_attention_gemm_lane(self) -> np.ndarray:
+        """MFU with causal attention against the GEMM lane's dense datasheet peak: no real
+        step can pass 1 (the bound mosaic.evaluate.plausibility checks measurements with)."""
+        return self.mfu_with_attention / self.gemm_lane_peak_ratio
+
     @cached_property
     def breakdown_s(self) -> dict[str, np.ndarray]:
         """Calibrated terms, non-negative, summing to ``step_time_s``: a multiplier above 1

@@ -1,0 +1,54 @@
+"""Whether a measured throughput can be what a run did, or looks mis-entered.
+
+Two checks, shared by `mosaic validate` (run records) and `mosaic explain` (a measured step):
+a measurement implying more than 100% MFU, counted with causal attention against the
+datasheet peak of the precision the GEMMs run at, which no device reaches; and one more than
+``IMPLAUSIBLE_RATIO`` times off the prediction either way, the size of a unit slip
+(milliseconds for seconds, a cluster total for a per-GPU figure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# On the 360-odd runs mosaic ships with (published and extra sets), measured / predicted
+# tokens/s lies in 0.42..2.1 and the highest measured MFU is 61%: a factor of 10 either way
+# is far outside the model's error and the size of a unit slip.
+IMPLAUSIBLE_RATIO = 10.0
+
+
+@dataclass(frozen=True)
+class Implausible:
+    """Why a measurement looks mis-entered.
+
+    Attributes:
+        above_peak: the measurement implies more than 100% MFU (else: too far off).
+        measured_mfu: MFU with causal attention, against the GEMM lane's datasheet peak,
+            that the measurement implies.
+        throughput_ratio: measured / predicted throughput.
+    """
+
+    above_peak: bool
+    measured_mfu: float
+    throughput_ratio: float
+
+    @property
+    def times_off(self) -> float:
+        """How many times off the prediction, either way (at least 1)."""
+        return max(self.throughput_ratio, 1.0 / self.throughput_ratio)
+
+    @property
+    def direction(self) -> str:
+        return "below" if self.throughput_ratio < 1 else "above"
+
+
+def implausibility(throughput_ratio: float, predicted_lane_mfu_with_attention: float
+                   ) -> Implausible | None:
+    """The check for a measured / predicted throughput ratio, given the predicted MFU with
+    causal attention against the GEMM lane's datasheet peak; None when plausible."""
+    measured_mfu = predicted_lane_mfu_with_attention * throughput_ratio
+    if measured_mfu > 1.0:
+        return Implausible(True, measured_mfu, throughput_ratio)
+    if not 1 / IMPLAUSIBLE_RATIO <= throughput_ratio <= IMPLAUSIBLE_RATIO:
+        return Implausible(False, measured_mfu, throughput_ratio)
+    return None
