@@ -215,3 +215,21 @@ def test_a_hybrid_model_has_no_loss_and_says_why_once():
     assert doc["a"]["loss"] is None and "hybrid SSM/attention" in doc["a"]["loss_note"]
     assert doc["a"]["law_extrapolation"] == []
     assert doc["b"]["loss"] is not None and "loss_note" not in doc["b"]
+
+
+def test_a_plan_whose_tokens_hit_the_tpp_cap_is_marked(plans, tmp_path):
+    """A q=4 model over 30 days on 64 GPUs reaches the tokens-per-parameter cap: its D is
+    tpp_max x N_act, not tokens/s x T x goodput, and compare says so (found by a new-user
+    trial: the capped D sat under the formula's label)."""
+    capped = tmp_path / "capped.json"
+    result = runner.invoke(app, ["plan", "--nodes", "8", "--days", "30", "--q", "4",
+                                 "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    capped.write_text(result.output)
+    optimum = json.loads(result.output)["optimum"]
+    assert optimum["tpp_capped"]
+    doc = invoke_json("compare", str(plans[0]), str(capped))
+    assert doc["b"]["tokens_capped"] and not doc["a"]["tokens_capped"]
+    table = runner.invoke(app, ["compare", str(plans[0]), str(capped)])
+    assert "(capped)" in table.stdout and "tokens-per-parameter cap" in table.stdout

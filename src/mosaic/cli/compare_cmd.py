@@ -159,6 +159,8 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "days": envelope.get("days"),
         "goodput": (envelope.get("goodput") or {}).get("goodput"),
         "tokens": optimum.get("tokens"),
+        # D held at the plan's tokens-per-parameter cap, below tokens/s x T x goodput
+        "tokens_capped": bool(optimum.get("tpp_capped")),
         "loss": optimum.get("loss"),
         "law_extrapolation": [f.get("message", "") for f in
                               ((optimum.get("extrapolation") or {}).get("flags") or [])],
@@ -290,9 +292,14 @@ def render(document: dict[str, Any]) -> None:
     for row in document["summary"]:
         label, unit = units[row["quantity"]]
         ratio = row["ratio_b_over_a"]
-        rows.append([label, _cell(row["a"], unit, currency), _cell(row["b"], unit, currency),
-                     "-" if ratio is None else f"{ratio:.3f}x"])
+        cells = [_cell(row[side], unit, currency)
+                 + (" (capped)" if row["quantity"] == "tokens"
+                    and document[side].get("tokens_capped") else "") for side in ("a", "b")]
+        rows.append([label, *cells, "-" if ratio is None else f"{ratio:.3f}x"])
     print_table("Side by side", ["quantity", "A", "B", "B / A"], rows)
+    if a.get("tokens_capped") or b.get("tokens_capped"):
+        console.print("(capped): D held at the plan's tokens-per-parameter cap (--tpp), below "
+                      "tokens/s x T x goodput", markup=False, highlight=False)
     if document.get("assumed"):
         console.print("Assumed where not given: " + "; ".join(document["assumed"]))
     flags = [(name, message) for name, side in (("A", a), ("B", b))
