@@ -615,7 +615,7 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "torch_compile", "dp_comm_overlap", "drop_and_pad",
                              "balanced_pipeline_layout", "dispatcher_deepep",
                              "dispatcher_hybridep", "fused_grouped_mlp",
-                             "fp8_dot_product_attention"})
+                             "fp8_dot_product_attention", "offload_none", "offload_halve"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -691,6 +691,13 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "attention: Megatron-Core fp8_dot_product_attention, Megatron-Bridge "
                "mixed_precision.fp8_dot_product_attention; docs/evidence/fp8_attention.md)",
                replace(workload, fp8_dot_product_attention=True))
+    offloaded = workload.offloaded_activation_layers
+    for fewer in sorted({0, offloaded // 2} - {offloaded}):
+        # activation offload trades host-link copies for memory: fewer layers, if they fit
+        yield (f"offload_{'none' if fewer == 0 else 'halve'}",
+               f"activation offload {offloaded} -> {fewer} layers (Megatron "
+               "--cpu-offloading-num-layers)",
+               replace(workload, offloaded_activation_layers=fewer))
     host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
     if host > 0 and not workload.full_iteration_cuda_graph:
         needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"
