@@ -198,3 +198,44 @@ def test_kernel_fit_and_architecture_are_checked(tmp_path, field, value, shown, 
         assert json.loads(result.stdout)[field] == shown
     else:
         assert result.exit_code == 2 and error in result.output
+
+
+def test_the_root_and_the_command_catalogs_merge(user_catalog, tmp_path):
+    """`mosaic --catalog A cmd --catalog B`: B's system names A's device (before, the
+    command's option replaced the root's, and B's system was refused), and the next
+    in-process call without --catalog runs on the shipped catalog again."""
+    systems = tmp_path / "systems.yaml"
+    systems.write_text(USER_CATALOG[USER_CATALOG.index("systems:"):].replace(
+        "name: x1k-node", "name: x1k-node-b"))
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(USER_CATALOG[:USER_CATALOG.index("systems:")])
+    result = runner.invoke(app, ["--catalog", str(devices), "hardware", "show", "x1k-node-b",
+                                 "--catalog", str(systems), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["device"] == "X1000"
+    after = runner.invoke(app, ["hardware", "show", "X1000"])
+    assert after.exit_code == 2 and "unknown device or system 'X1000'" in after.output
+
+
+@pytest.mark.parametrize("command", [["export", str(JOB), "--to", "yaml"],
+                                     ["plan", "--help"], ["sweep", "days", "--help"]])
+def test_every_command_reading_hardware_takes_catalog(command, user_catalog):
+    if command[-1] == "--help":
+        assert "--catalog" in runner.invoke(app, command).output
+        return
+    result = runner.invoke(app, [*command, "--catalog", str(user_catalog)])
+    assert result.exit_code == 0, result.output
+
+
+def test_validate_lists_a_record_its_catalog_cannot_predict_and_goes_on(user_catalog):
+    """The user catalog's B200 has no fp8 peak: the example's MXFP8 B200 record cannot be
+    predicted and is listed with the skipped records; the others are scored (before, the
+    whole command stopped at that record)."""
+    result = runner.invoke(app, ["validate", str(ROOT / "examples" / "runs_example.yaml"),
+                                 "--catalog", str(user_catalog), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (skipped,) = [s for s in doc["skipped"] if "cannot be predicted" in s["reason"]]
+    assert skipped["id"] == "example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
+    assert "no fp8 peak" in skipped["reason"]
+    assert len(doc["runs"]) == 3

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mosaic.hardware import Catalog, active_catalog, use_catalog
+from mosaic.hardware import Catalog, active_catalog, active_catalog_paths, use_catalog
 
 CatalogFileOption = Annotated[list[Path] | None, typer.Option(
     "--catalog", envvar="MOSAIC_CATALOG", metavar="FILE",
@@ -17,6 +17,11 @@ CatalogFileOption = Annotated[list[Path] | None, typer.Option(
 
 
 def apply_catalog(paths: list[Path] | None) -> Catalog:
-    """Validate and activate the user catalog(s); no paths keeps the catalog in use (the
-    shipped one, or one set by `mosaic --catalog FILE ...`)."""
-    return use_catalog(*paths) if paths else active_catalog()
+    """Validate and activate the user catalog(s), merged after those already in use (set by
+    `mosaic --catalog FILE ...`: both spellings count, the command's files last); no paths
+    keeps the catalog in use."""
+    if not paths:
+        return active_catalog()
+    merged = list(active_catalog_paths())
+    merged += [p for p in paths if p not in merged]  # MOSAIC_CATALOG reaches both options
+    return use_catalog(*merged)

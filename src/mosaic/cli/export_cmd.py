@@ -8,10 +8,18 @@ from typing import Annotated, Any
 
 import typer
 
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import SetOption, error_console, guarded
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
-from mosaic.export import TARGETS, ExportSpec, export, spec_from_job, spec_from_plan_document
+from mosaic.export import (
+    TARGETS,
+    ExportSpec,
+    check_target,
+    export,
+    spec_from_job,
+    spec_from_plan_document,
+)
 from mosaic.schema_validation import read_text
 
 
@@ -76,6 +84,7 @@ def export_command(
                    ] = None,
     set_: SetOption = None,
     model: ModelOption = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan.
 
@@ -85,6 +94,8 @@ def export_command(
     dispatcher are spelled as the target spells them; settings it cannot express are
     listed in the file header and on stderr (docs/export.md).
     """
+    check_target(to)  # before the job is read: the first thing wrong is named first
+    apply_catalog(catalog)
     spec, memory_verdict = load_export_spec_and_fit(source, set_ or [], model)
     result = export(spec, to)
     if out is None:

@@ -164,12 +164,20 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
     # Every invocation sets it, so one `-q` does not silence a later in-process call
     # (the studio, a test runner, a script calling the app twice).
     set_quiet(quiet)
-    if catalog:  # imported only when used, to keep start-up light
-        from mosaic.cli.catalog_option import apply_catalog
+    # The catalog likewise: this invocation's files, or the shipped catalog (a catalog of an
+    # earlier in-process call must not leak into this one; the catalog module is imported
+    # only when used, to keep start-up light: not imported, nothing to reset).
+    if catalog:
         from mosaic.cli.common import user_errors
+        from mosaic.hardware.catalog import use_catalog
 
         with user_errors():
-            apply_catalog([Path(p) for p in catalog])
+            use_catalog(*(Path(p) for p in catalog))
+    elif "mosaic.hardware.catalog" in sys.modules:
+        from mosaic.hardware.catalog import active_catalog_paths, use_catalog
+
+        if active_catalog_paths():
+            use_catalog()
 
 
 def _one_line(message: str) -> None:

@@ -15,6 +15,7 @@ import typer
 
 from mosaic.arch.backbone import backbone_split_factor
 from mosaic.cli import plan_render as render
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
@@ -457,8 +458,10 @@ def plan(
     versus: Annotated[str | None, typer.Option(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
         "on its own stack and show both optima with why they differ.")] = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
+    apply_catalog(catalog)
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     check_range("--top", top, "top", integer=True, low=1)
     batches = parse_global_batch(global_batch)
@@ -584,8 +587,10 @@ def sweep_days_command(
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
+    apply_catalog(catalog)
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     windows = parse_floats("--values", values)
     law, calibration = load_models(law_file, calibration_file)
@@ -627,8 +632,10 @@ def sweep_nodes_command(
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
+    apply_catalog(catalog)
     _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
     node_counts = parse_ints("--values", values)
     law, calibration = load_models(law_file, calibration_file)

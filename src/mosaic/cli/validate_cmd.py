@@ -14,6 +14,7 @@ import typer
 import yaml
 from rich.markup import escape
 
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     CalibrationOption,
     JsonFlag,
@@ -146,8 +147,10 @@ def validate(
     exclude: ValidateExcludeOption = None,
     json_output: JsonFlag = False,
     html: HtmlOption = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
+    apply_catalog(catalog)
     reader = RunRecordReader(runs)  # the file's own problems first, as before any run
     exclusions = _Exclusions(frozenset(_excluded_ids(exclude)))
     try:
@@ -233,7 +236,11 @@ def _predict_streamed(reader: RunRecordReader, exclusions: _Exclusions,
     with progress_reporter(json_output) as bar:
         progress = bar("run records read")
         reported = 0
-        for predictions in predict_in_batches(records, calibration):
+        def unpredictable(record: RunRecord, why: str) -> None:  # listed with the skipped
+            reader.skipped.append((record.id, f"cannot be predicted: {why}"))
+
+        for predictions in predict_in_batches(records, calibration,
+                                              unpredictable=unpredictable):
             summary.extend(predictions)
             reported = reader.n_read
             progress(reported, reader.n_entries)
@@ -307,8 +314,10 @@ def calibrate(
         help="with --microbench: catalog device measured (default: from the metadata)")] = None,
     system: Annotated[str | None, typer.Option(
         help="with --microbench: catalog system whose links the collectives ran on")] = None,
+    catalog: CatalogFileOption = None,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
+    apply_catalog(catalog)
     if microbench is not None:  # measured kernel tables instead of run records
         from mosaic.cli.bench_cmd import calibrate_microbench
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.config.run_records import RunRecord
+from mosaic.errors import MosaicInputError
 from mosaic.evaluate.plausibility import implausibility
 from mosaic.perf.accuracy import (
     max_abs_error,
@@ -97,13 +98,18 @@ def measured_like(record: RunRecord, memory_bytes: float) -> float:
 
 
 def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
-                 progress: Callable[[int, int], None] | None = None) -> list[RunPrediction]:
+                 progress: Callable[[int, int], None] | None = None,
+                 unpredictable: Callable[[RunRecord, str], None] | None = None
+                 ) -> list[RunPrediction]:
     """Predict every record with ``calibration`` (``progress(done, total)`` after each
     group), in record order.
 
     Records that share a workload and a cluster (a layout sweep of one model) are predicted
     in one vectorised call over their plans: every formula is element-wise over plans, so
     each record gets the values it gets alone (tests/evaluate/test_validation_batches.py).
+    A record the model cannot predict (MosaicInputError: e.g. a precision its catalog GPU
+    lacks) is left out and passed to ``unpredictable(record, reason)``; without that
+    callback the error propagates.
     """
     groups: dict[tuple[Any, Any], list[int]] = {}
     for index, record in enumerate(records):
@@ -111,9 +117,17 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
     predictions: list[RunPrediction | None] = [None] * len(records)
     done = 0
     for (workload, cluster), members in groups.items():
-        machine = machine_for(cluster, workload.precision)
-        plans = concatenate_plans([records[i].plan for i in members])
-        step = predict_step(workload, plans, machine, calibration)
+        try:
+            machine = machine_for(cluster, workload.precision)
+            plans = concatenate_plans([records[i].plan for i in members])
+            step = predict_step(workload, plans, machine, calibration)
+        except MosaicInputError as exc:
+            if unpredictable is None:
+                raise
+            for index in members:  # one workload and cluster: the same reason for each
+                unpredictable(records[index], str(exc))
+            done += len(members)
+            continue
         for row, index in enumerate(members):
             predictions[index] = RunPrediction(
                 record=records[index],
@@ -131,9 +145,11 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
 
 
 def predict_in_batches(records: Iterable[RunRecord], calibration: Calibration,
-                       batch_records: int = BATCH_RECORDS) -> Iterator[list[RunPrediction]]:
+                       batch_records: int = BATCH_RECORDS,
+                       unpredictable: Callable[[RunRecord, str], None] | None = None
+                       ) -> Iterator[list[RunPrediction]]:
     """:func:`predict_runs` over consecutive batches of at most ``batch_records`` records,
-    one list of predictions per batch, in record order.
+    one list of predictions per batch, in record order (``unpredictable`` as there).
 
     Memory is bounded by one batch (``records`` may be a stream). The values are those of
     one :func:`predict_runs` call over all records: grouping only batches plans, each
@@ -143,10 +159,10 @@ def predict_in_batches(records: Iterable[RunRecord], calibration: Calibration,
     for record in records:
         batch.append(record)
         if len(batch) == batch_records:
-            yield predict_runs(batch, calibration)
+            yield predict_runs(batch, calibration, unpredictable=unpredictable)
             batch = []
     if batch:
-        yield predict_runs(batch, calibration)
+        yield predict_runs(batch, calibration, unpredictable=unpredictable)
 
 
 def _error_stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float | None]:

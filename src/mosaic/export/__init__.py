@@ -7,7 +7,7 @@ returns the settings it could not express, so nothing is dropped silently.
 """
 
 from mosaic.export.spec import ExportSpec, spec_from_job, spec_from_plan_document
-from mosaic.export.targets import TARGETS, ExportResult, export
+from mosaic.export.targets import TARGETS, ExportResult, check_target, export
 
-__all__ = ["TARGETS", "ExportResult", "ExportSpec", "export", "spec_from_job",
+__all__ = ["TARGETS", "ExportResult", "ExportSpec", "check_target", "export", "spec_from_job",
            "spec_from_plan_document"]

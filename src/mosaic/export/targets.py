@@ -37,11 +37,16 @@ TARGETS = ("megatron", "nemo", "torchtitan", "maxtext", "yaml")
 HYBRID_TARGETS = ("megatron", "nemo", "yaml")
 
 
+def check_target(target: str) -> None:
+    """MosaicInputError unless ``target`` is one of :data:`TARGETS`."""
+    if target not in TARGETS:
+        raise MosaicInputError(f"--to {target!r} is not a target; allowed: {', '.join(TARGETS)}")
+
+
 def export(spec: ExportSpec, target: str) -> ExportResult:
     """Render ``spec`` for ``target`` (one of :data:`TARGETS`)."""
+    check_target(target)
     renderers = _renderers()
-    if target not in renderers:
-        raise MosaicInputError(f"--to {target!r} is not a target; allowed: {', '.join(TARGETS)}")
     # MaxText's qwen3_next decoder builds Qwen3-Next's regular cycle of gated DeltaNet and
     # full-attention blocks (ExportSpec.full_attention_cycle)
     maxtext_qwen3_next = target == "maxtext" and spec.full_attention_cycle() is not None

@@ -12,6 +12,7 @@ Shipped data: mosaic/hardware/data/{devices,systems}.yaml. Add your own hardware
 from mosaic.hardware.catalog import (
     Catalog,
     active_catalog,
+    active_catalog_paths,
     get_device,
     get_system,
     list_devices,
@@ -30,6 +31,7 @@ __all__ = [
     "Device",
     "System",
     "active_catalog",
+    "active_catalog_paths",
     "get_device",
     "get_system",
     "list_devices",

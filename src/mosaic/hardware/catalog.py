@@ -126,16 +126,25 @@ def load_catalog(*extra_yaml_paths: str | Path, override: bool = False) -> Catal
 
 
 _ACTIVE: list[Catalog] = []  # the catalog set by use_catalog (empty: the shipped one)
+_ACTIVE_PATHS: list[Path] = []  # the user files merged into it
 
 
 def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
     """Make the shipped catalog merged with these files (later wins) the one that
     :func:`get_device`, :func:`get_system` and :func:`active_catalog` use; no paths
     restores the shipped catalog. Meant for one command-line run (``--catalog``)."""
+    catalog = load_catalog(*user_yaml_paths, override=True) if user_yaml_paths else None
     _ACTIVE.clear()
-    if user_yaml_paths:
-        _ACTIVE.append(load_catalog(*user_yaml_paths, override=True))
+    _ACTIVE_PATHS.clear()
+    if catalog is not None:
+        _ACTIVE.append(catalog)
+        _ACTIVE_PATHS.extend(Path(p) for p in user_yaml_paths)
     return active_catalog()
+
+
+def active_catalog_paths() -> tuple[Path, ...]:
+    """The user catalog files merged into the catalog in use (none: the shipped one)."""
+    return tuple(_ACTIVE_PATHS)
 
 
 def active_catalog() -> Catalog:
