@@ -233,3 +233,22 @@ def test_a_plan_whose_tokens_hit_the_tpp_cap_is_marked(plans, tmp_path):
     assert doc["b"]["tokens_capped"] and not doc["a"]["tokens_capped"]
     table = runner.invoke(app, ["compare", str(plans[0]), str(capped)])
     assert "(capped)" in table.stdout and "tokens-per-parameter cap" in table.stdout
+
+
+def test_a_job_that_does_not_fit_has_its_tokens_and_loss_marked(tmp_path):
+    """The Appendix E job without its pipeline (pp 1) needs far more than a B200 holds: its
+    tokens and loss are marked (OOM) with a line saying what they mean (found by a new-user
+    trial: they were shown as if the job ran)."""
+    document = yaml.safe_load(JOB.read_text())
+    document["parallelism"]["pp"] = 1
+    unpipelined = tmp_path / "pp1.yaml"
+    unpipelined.write_text(yaml.safe_dump(document))
+    doc = invoke_json("compare", str(JOB), str(unpipelined))
+    assert doc["a"]["feasible"] and not doc["b"]["feasible"]
+    table = runner.invoke(app, ["compare", str(JOB), str(unpipelined)])
+    rows = {line.split("│")[1].strip(): line for line in table.stdout.splitlines()
+            if line.count("│") >= 4}
+    assert "(OOM)" in rows["loss (law)"] and rows["loss (law)"].count("(OOM)") == 1
+    assert "(OOM)" not in rows["GPU-hours"]
+    assert "does not fit its GPUs' usable memory" in table.stdout
+

@@ -239,3 +239,14 @@ def test_validate_lists_a_record_its_catalog_cannot_predict_and_goes_on(user_cat
     assert skipped["id"] == "example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
     assert "no fp8 peak" in skipped["reason"]
     assert len(doc["runs"]) == 3
+
+
+def test_a_misspelt_catalog_field_gets_a_suggestion(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text(USER_CATALOG.replace("    scale_up_bw_bytes_per_s: {value: 400.0e+9",
+                                         "    host_link_byte_per_s: {value: 1.0e+9, source: x}\n"
+                                         "    scale_up_bw_bytes_per_s: {value: 400.0e+9"))
+    result = runner.invoke(app, ["hardware", "list", "--catalog", str(path)])
+    assert result.exit_code == 2
+    assert "field 'host_link_byte_per_s'" in result.output
+    assert "did you mean 'host_link_bw_bytes_per_s'?" in result.output

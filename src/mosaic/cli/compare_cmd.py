@@ -276,6 +276,15 @@ def _layout(side: dict[str, Any]) -> str:
     return ", ".join(f"{k}={plan[k]}" for k in keys if k in plan)
 
 
+def _marks(quantity: str, side: dict[str, Any]) -> str:
+    """Marks on a side's tokens and loss: a plan's D held at its cap, a job that does not
+    fit (explained under the table)."""
+    if quantity not in ("tokens", "loss"):
+        return ""
+    capped = " (capped)" if quantity == "tokens" and side.get("tokens_capped") else ""
+    return capped + ("" if side.get("feasible", True) else " (OOM)")
+
+
 def render(document: dict[str, Any]) -> None:
     a, b, currency = document["a"], document["b"], document["currency"]
     print_key_value_table("Compared", [
@@ -292,14 +301,17 @@ def render(document: dict[str, Any]) -> None:
     for row in document["summary"]:
         label, unit = units[row["quantity"]]
         ratio = row["ratio_b_over_a"]
-        cells = [_cell(row[side], unit, currency)
-                 + (" (capped)" if row["quantity"] == "tokens"
-                    and document[side].get("tokens_capped") else "") for side in ("a", "b")]
+        cells = [_cell(row[side], unit, currency) + _marks(row["quantity"], document[side])
+                 for side in ("a", "b")]
         rows.append([label, *cells, "-" if ratio is None else f"{ratio:.3f}x"])
     print_table("Side by side", ["quantity", "A", "B", "B / A"], rows)
     if a.get("tokens_capped") or b.get("tokens_capped"):
         console.print("(capped): D held at the plan's tokens-per-parameter cap (--tpp), below "
                       "tokens/s x T x goodput", markup=False, highlight=False)
+    if not (a.get("feasible", True) and b.get("feasible", True)):
+        console.print("(OOM): the job does not fit its GPUs' usable memory (memory per GPU "
+                      "above); its tokens and loss are what it would reach if it ran",
+                      markup=False, highlight=False)
     if document.get("assumed"):
         console.print("Assumed where not given: " + "; ".join(document["assumed"]))
     flags = [(name, message) for name, side in (("A", a), ("B", b))

@@ -6,6 +6,7 @@ A catalog file is a mapping with optional `devices:` and `systems:` lists; every
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -152,4 +153,9 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         error.get("input"), dict | list
     ):
         message += f" (got {error.get('input')!r})"
+    if error["type"] == "extra_forbidden" and len(loc) == 1:  # a misspelt entry field
+        schema = DeviceEntry if where.startswith("device") else SystemEntry
+        close = difflib.get_close_matches(str(loc[0]), list(schema.model_fields), n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
     return f"{where}: field '{field}': {message}"
