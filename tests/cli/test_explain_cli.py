@@ -157,34 +157,35 @@ def test_a_measurement_more_than_ten_times_slower_is_explained_with_a_units_warn
 def test_explain_on_an_amd_gpu_offers_no_nvidia_only_kernel(tmp_path):
     """levanter's blockwise JAX attention on an MI300X: the cuDNN what-if would be refused
     there (cuDNN runs on NVIDIA GPUs only), so explain leaves it out instead of failing."""
-    job = tmp_path / "amd.yaml"
-    job.write_text(
+    levers = _levers_of(tmp_path, (
         "model: {layers: 16, d_model: 4096, heads: 32, kv_heads: 8, ffn: 14336, vocab: 128256}\n"
         "parallelism: {sharding: fsdp}\n"
         "batch: {global_seqs: 64, seq_len: 4096, micro_seqs: 1}\n"
         "performance: {precision: bf16, stack: levanter, checkpointing: full}\n"
-        "hardware: {system: ND-MI300X-v5, nodes: 1}\n")
+        "hardware: {system: ND-MI300X-v5, nodes: 1}\n"))
+    assert levers and "attention_cudnn" not in levers
+
+
+def _levers_of(tmp_path, job_text: str) -> dict:
+    """`mosaic explain --json` of a job written from ``job_text``: its levers by name."""
+    job = tmp_path / "job.yaml"
+    job.write_text(job_text)
     result = runner.invoke(app, ["explain", str(job), "--json"])
     assert result.exit_code == 0, result.output
-    names = [lever["name"] for lever in json.loads(result.output)["levers"]]
-    assert names and "attention_cudnn" not in names
+    return {lever["name"]: lever for lever in json.loads(result.stdout)["levers"]}
 
 
 def test_explain_offers_offloading_fewer_layers(tmp_path):
     """Llama-3-8B on 8 B200s with 20 of its 32 layers' activations offloaded over PCIe: the
     copies outlast the block compute, and offloading none (which fits) is the best lever
     (found by a new-user trial: no lever offered it)."""
-    job = tmp_path / "offload.yaml"
-    job.write_text(
+    levers = _levers_of(tmp_path, (
         "model: {layers: 32, d_model: 4096, heads: 32, kv_heads: 8, head_dim: 128, "
         "ffn: 14336, vocab: 128256, activation: swiglu, norm: rmsnorm}\n"
         "parallelism: {tp: 1, pp: 1, dp: 8}\n"
         "batch: {global_seqs: 64, micro_seqs: 2, seq_len: 8192}\n"
         "performance: {checkpointing: none, stack: megatron-core, "
         "offloaded_activation_layers: 20}\n"
-        "hardware: {system: DGX-B200, nodes: 1}\n")
-    result = runner.invoke(app, ["explain", str(job), "--json"])
-    assert result.exit_code == 0, result.output
-    levers = {lever["name"]: lever for lever in json.loads(result.stdout)["levers"]}
+        "hardware: {system: DGX-B200, nodes: 1}\n"))
     assert levers["offload_none"]["feasible"] and levers["offload_halve"]["feasible"]
     assert levers["offload_none"]["gain"] > levers["offload_halve"]["gain"] > 1.0
