@@ -88,15 +88,20 @@ def test_megatron_refuses_offload_with_a_pipeline_or_recompute(plan, rule):
 
 def test_a_run_record_changed_by_set_is_held_to_the_rules_its_change_breaks():
     """A record's layout ran, so mosaic's rules are not applied to it; a --set that adds
-    offload to its selective recompute (a combination Megatron-Core refuses) is refused,
-    and a --set that breaks no rule still predicts (found by a new-user trial)."""
-    record = (Path(__file__).resolve().parents[2]
-              / "examples/runs_example.yaml#example-torchtitan-llama3.1-8b-h100-8-fsdp")
+    offload with recompute (a combination Megatron-Core refuses) is refused, the same offload
+    without recompute is costed, and a stack without activation offload refuses it (found by
+    a new-user trial)."""
+    examples = Path(__file__).resolve().parents[2] / "examples/runs_example.yaml"
+    qwen3 = Path(f"{examples}#example-bridge-qwen3-30b-a3b-b200-8-mxfp8")
     calibration = load_calibration(None)
     with pytest.raises(MosaicInputError, match="after --set: checkpointing=selective with "
-                                                "offloaded_activation_layers=16"):
-        predict_job(load_job_spec(record, ["offloaded_activation_layers=16"]), calibration)
-    changed = predict_job(load_job_spec(record, ["offloaded_activation_layers=16",
-                                                 "recompute=none"]), calibration)
+                                                "offloaded_activation_layers=24"):
+        predict_job(load_job_spec(qwen3, ["offloaded_activation_layers=24",
+                                          "recompute=selective"]), calibration)
+    changed = predict_job(load_job_spec(qwen3, ["offloaded_activation_layers=24"]),
+                          calibration)
     assert changed.prediction.breakdown_s["activation_offload"][0] > 0
-    assert predict_job(load_job_spec(record), calibration).prediction.step_time_s[0] > 0
+    assert predict_job(load_job_spec(qwen3), calibration).prediction.step_time_s[0] > 0
+    torchtitan = Path(f"{examples}#example-torchtitan-llama3.1-8b-h100-8-fsdp")
+    with pytest.raises(MosaicInputError, match="stack 'torchtitan' has no activation CPU"):
+        load_job_spec(torchtitan, ["offloaded_activation_layers=8", "recompute=none"])

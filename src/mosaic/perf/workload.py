@@ -15,7 +15,7 @@ from mosaic.perf.attention_kernels import (
     stack_default_kernel,
 )
 from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts, with_remainder_last_layouts
-from mosaic.stacks import CrossEntropy, StackTraits, get_stack, known_stacks
+from mosaic.stacks import CrossEntropy, StackTraits, get_stack, stacks_with
 
 
 class Precision(StrEnum):
@@ -433,6 +433,11 @@ class Workload:
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")
+        if self.offloaded_activation_layers and not self.traits.activation_offload:
+            raise MosaicInputError(
+                f"offloaded_activation_layers: stack {self.stack!r} has no activation CPU "
+                "offload (Megatron-Core's cpu_offloading_num_layers; stacks with it: "
+                f"{', '.join(stacks_with('activation_offload'))})")
         # Megatron-Core refuses cpu_offloading_num_layers >= num_layers
         # (transformer_config.py @ core_v0.16.0 l. 1138)
         if self.offloaded_activation_layers >= self.geometry.layers:
@@ -501,10 +506,10 @@ class Workload:
                 "GPTModel's, megatron/core/models/gpt/gpt_model.py @ d98e8a64dd)")
         if self.traits.hybrid_models:
             return
-        builders = [name for name in known_stacks() if get_stack(name).hybrid_models]
         raise MosaicInputError(
             f"model.hybrid_pattern: stack {self.stack} does not build hybrid SSM/attention "
-            f"models (Mamba or gated DeltaNet layers); stacks that do: {', '.join(builders)}")
+            "models (Mamba or gated DeltaNet layers); stacks that do: "
+            f"{', '.join(stacks_with('hybrid_models'))}")
 
     def _check_cuda_graphs(self) -> None:
         """Per-layer graphs exclude a whole-step graph (one capture per step or per layer,
@@ -529,11 +534,10 @@ class Workload:
         if not self.fused_grouped_mlp:
             return
         if not self.traits.fused_grouped_mlp:
-            able = [name for name in known_stacks() if get_stack(name).fused_grouped_mlp]
             raise MosaicInputError(
                 f"fused_grouped_mlp with stack {self.stack}: the fused grouped MLP is "
                 f"Megatron-Core's Transformer Engine op-fuser path; stacks that have it: "
-                f"{', '.join(able)}")
+                f"{', '.join(stacks_with('fused_grouped_mlp'))}")
         if not experts_fuse_grouped_mlp(self.geometry):
             raise MosaicInputError(
                 "fused_grouped_mlp needs an MoE model with a SwiGLU activation (got "
@@ -564,10 +568,10 @@ class Workload:
                 f"{self._precision_label()}): Transformer Engine runs FP8 attention inside "
                 "its FP8 recipe")
         if not self.traits.fused_grouped_mlp:
-            able = [name for name in known_stacks() if get_stack(name).fused_grouped_mlp]
             raise MosaicInputError(
                 f"fp8_dot_product_attention with stack {self.stack}: mosaic models Transformer "
-                f"Engine's FP8 attention as Megatron-Core runs it; stacks: {', '.join(able)}")
+                "Engine's FP8 attention as Megatron-Core runs it; stacks: "
+                f"{', '.join(stacks_with('fused_grouped_mlp'))}")
         kernel = self.attention_kernel or stack_default_kernel(self.stack)
         if kernel != AttentionKernel.CUDNN:
             raise MosaicInputError(

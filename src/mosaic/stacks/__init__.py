@@ -9,6 +9,7 @@ from mosaic.stacks.registry import (
     get_stack,
     known_stacks,
     stack_for_software,
+    stacks_with,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "get_stack",
     "known_stacks",
     "stack_for_software",
+    "stacks_with",
 ]

@@ -118,6 +118,7 @@ class _Entry(BaseModel):
     hybrid_models: bool = False
     fused_grouped_mlp: bool = False
     fp8_primary_weights: bool = False
+    activation_offload: bool = False
     source: str = Field(min_length=1)
 
 
@@ -203,6 +204,10 @@ class StackTraits:
     # grouped MLP (Workload.fused_grouped_mlp): Megatron-Core's TEGroupedMLP through the TE
     # operation fuser
     fused_grouped_mlp: bool
+    # whether the stack offloads activations of whole layers to host memory (Megatron-Core
+    # cpu_offloading_num_layers over Transformer Engine's offload context;
+    # Workload.offloaded_activation_layers)
+    activation_offload: bool
     # whether FP8 parameter gathers mean FP8 primary weights (Megatron-Core --fp8-param-gather:
     # "keep the compute param in fp8"; Transformer Engine fp8_model_init), which the memory
     # model stores at one byte on Blackwell; torch FSDP's float8 all-gather casts on the way
@@ -312,6 +317,12 @@ def with_inherited_traits(stacks: dict[str, Any]) -> dict[str, Any]:
 def known_stacks() -> tuple[str, ...]:
     """Names of every registered stack, in registry order."""
     return tuple(_registry())
+
+
+def stacks_with(trait: str) -> tuple[str, ...]:
+    """Names of the stacks whose boolean ``trait`` is true (for messages that say which stacks
+    offer a feature), in registry order."""
+    return tuple(name for name in known_stacks() if getattr(get_stack(name), trait))
 
 
 def get_stack(name: str) -> StackTraits:
