@@ -124,6 +124,18 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
     validate``, mosaic's own layout rules are not applied to it; a record changed by
     ``--set`` is refused where the change breaks a rule the recorded run kept.
     """
+    cluster = check_job_layout(spec)
+    machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
+                          spec.tables, fp8_recipe=spec.workload.fp8_recipe)
+    prediction = predict_step(spec.workload, spec.plan, machine, calibration)
+    if spec.tables != MeasuredTables():
+        prediction = _label_measured_terms(prediction, spec, cluster, calibration)
+    return JobPrediction(spec=spec, cluster=cluster, machine=machine, prediction=prediction)
+
+
+def check_job_layout(spec: JobSpec) -> Cluster:
+    """The job's cluster, once its layout passes the layout rules (MosaicInputError naming
+    the first it breaks; a run record's as in :func:`predict_job`)."""
     cluster = cluster_for(spec)
     if spec.as_recorded is not None:
         _refuse_rules_the_change_breaks(spec, cluster.n_devices)
@@ -140,9 +152,4 @@ def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
                 reason += "".join(f"; {note}" for note in spec.assumptions
                                   if note.startswith(VPP_DEFAULT_NOTE))
             raise MosaicInputError(f"invalid parallel layout: {reason}")
-    machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
-                          spec.tables, fp8_recipe=spec.workload.fp8_recipe)
-    prediction = predict_step(spec.workload, spec.plan, machine, calibration)
-    if spec.tables != MeasuredTables():
-        prediction = _label_measured_terms(prediction, spec, cluster, calibration)
-    return JobPrediction(spec=spec, cluster=cluster, machine=machine, prediction=prediction)
+    return cluster
