@@ -189,3 +189,14 @@ def test_explain_offers_offloading_fewer_layers(tmp_path):
         "hardware: {system: DGX-B200, nodes: 1}\n"))
     assert levers["offload_none"]["feasible"] and levers["offload_halve"]["feasible"]
     assert levers["offload_none"]["gain"] > levers["offload_halve"]["gain"] > 1.0
+
+
+def test_a_measurement_given_for_a_run_record_says_it_replaces_the_records():
+    record = str(Path(__file__).resolve().parents[2]
+                 / "examples/runs_example.yaml#example-torchtitan-llama3.1-8b-h100-8-fsdp")
+    given = runner.invoke(app, ["explain", record, "--measured-step-time-s", "5", "--json"])
+    assert given.exit_code == 0, given.output
+    assert "replaces the record's measured step (2.844 s)" in given.stderr
+    assert json.loads(given.stdout)["gap"]["measured_step_time_s"] == 5.0
+    own = runner.invoke(app, ["explain", record, "--json"])
+    assert own.exit_code == 0 and "replaces" not in own.stderr
