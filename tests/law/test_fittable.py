@@ -47,3 +47,13 @@ def test_runs_that_all_share_one_loss_are_refused():
     runs = RunData.from_frame(frame, source="flat.csv")
     with pytest.raises(MosaicInputError, match="every run has the same loss"):
         check_fittable(runs, get_form("chinchilla"))
+
+
+def test_a_missing_column_is_named_before_the_run_count():
+    """A misspelt split_factor column (ignored as unknown) leaves the joint form without
+    its G: that is the error, not the number of runs (found by a new-user trial)."""
+    frame = _frame(1).rename(columns={"split_factor": "split_fator"})
+    runs = RunData.from_frame(frame, source="typo.csv")
+    with pytest.raises(MosaicInputError, match=r"form 'joint' needs column\(s\) "
+                                               r"\['split_factor'\]"):
+        check_fittable(runs, get_form("joint"))

@@ -29,8 +29,10 @@ def distinct_runs(runs: RunData) -> int:
 
 
 def check_fittable(runs: RunData, law_form: LawForm) -> None:
-    """A degenerate data set is an error before the fit, not a meaningless law after it:
-    more distinct runs than the form has coefficients, and losses that vary."""
+    """A degenerate data set is an error before the fit, not a meaningless law after it: the
+    columns the form reads, more distinct runs than it has coefficients, and losses that
+    vary."""
+    runs.log_features(law_form)  # a column the form needs is missing: say so first
     n_params = len(law_form.params)
     distinct = distinct_runs(runs)
     if distinct <= n_params:
