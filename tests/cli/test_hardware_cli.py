@@ -250,3 +250,14 @@ def test_a_misspelt_catalog_field_gets_a_suggestion(tmp_path):
     assert result.exit_code == 2
     assert "field 'host_link_byte_per_s'" in result.output
     assert "did you mean 'host_link_bw_bytes_per_s'?" in result.output
+
+
+def test_a_bare_number_in_a_catalog_says_how_numbers_are_written(tmp_path):
+    path = tmp_path / "bare.yaml"
+    path.write_text(USER_CATALOG.replace(
+        'bf16: {value: 1.0e+15, source: "made up for a test"}', "bf16: 1.0e+15"))
+    result = runner.invoke(app, ["hardware", "list", "--catalog", str(path)])
+    assert result.exit_code == 2
+    assert "field 'peak_flops_per_s.bf16': every number is written {value: NUMBER" in (
+        result.output)
+
