@@ -92,10 +92,15 @@ CASES = [
     ("law-nan-split", ["law", "predict", "--n-total", "1e10", "--tokens", "1e11",
                        "--sparsity", "0.9", "--split-factor", "nan", "--json"], {}, 2,
      "--split-factor"),
+    # the joint form's columns, so that the run count is what fails
     ("law-all-1e308", ["law", "fit", "{dir}/r.csv", "--json"],
-     {"r.csv": b"n_total,tokens,loss\n" + b"1e9,1e10,1e308\n" * 12}, 2, "1 distinct run"),
+     {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n"
+      + b"1e9,1e8,1e10,4,1e308\n" * 12}, 2, "1 distinct run"),
     ("law-one-row", ["law", "fit", "{dir}/r.csv", "--json"],
-     {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "run(s)"),
+     {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n1e9,1e8,1e10,4,2.5\n"}, 2,
+     "run(s)"),
+    ("law-no-split-factor", ["law", "fit", "{dir}/r.csv", "--json"],
+     {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "needs column(s)"),
     ("law-negative-seed", ["law", "fit", "{dir}/r.csv", "--seed", "-1", "--json"],
      {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "--seed"),
     ("law-fit-out-missing-dir", ["law", "fit", "{dir}/r.csv", "--out", "{dir}/no/such/l.json",
