@@ -174,22 +174,31 @@ devices:
     hbm_bw_bytes_per_s: {value: 3.35e+12, source: "as shipped"}
     scale_up_bw_bytes_per_s: {value: 450.0e+9, source: "as shipped"}
 """)
-    systems = {s["name"]: s for s in run("hardware", "list", "--catalog", str(path))["systems"]}
+    listed = run("hardware", "list", "--catalog", str(path))
+    systems = {s["name"]: s for s in listed["systems"]}
     assert systems["DGX-H100"]["device"] == "H100"
+    devices = {d["name"]: d for d in listed["devices"]}
+    assert devices["H100"]["origin"] == "user (replaces shipped)"
+    assert "H100-SXM-80GB" not in devices
     device = run("hardware", "show", "H100-SXM-80GB", "--catalog", str(path))
     assert device["name"] == "H100" and device["peak_flops_per_s"]["bf16"] == 9.0e14
 
 
 @pytest.mark.parametrize("field, value, shown, error", [
     ("kernel_fit", "b200", "B200", None),  # names match case-insensitively (docs/hardware.md)
-    ("kernel_fit", "X99", None, "field 'kernel_fit': unknown device 'X99'"),
+    ("kernel_fit", "B200-SXM", "B200", None),  # an alias: the fits that device uses
+    ("kernel_fit", "gb200", "B200", None),  # a GB200 uses the B200's fits, so this does too
+    ("kernel_fit", "a100-sxm-80gb", "A100", None),
+    ("kernel_fit", "X99", None, "my_hw.yaml: device 'X1000': field 'kernel_fit': unknown "
+                                "device 'X99'"),
+    ("architecture", "Hopper", "hopper", None),
     ("architecture", "rubin", None, "field 'architecture': Input should be 'ampere'"),
 ])
 def test_kernel_fit_and_architecture_are_checked(tmp_path, field, value, shown, error):
-    """Before, `kernel_fit: b200` silently ran the analytical kernels (the fit tables are
-    keyed B200) and an unknown fit or generation was accepted without a word (found by a
-    new-user trial)."""
-    path = tmp_path / "hw.yaml"
+    """Before, `kernel_fit: b200` (or any other spelling of a catalog device than the four
+    fit-table keys) silently ran the analytical kernels, and an unknown fit or generation was
+    accepted without a word (found by two new-user trials)."""
+    path = tmp_path / "my_hw.yaml"
     path.write_text(USER_CATALOG.replace("    vendor: Example\n",
                                          f"    vendor: Example\n    {field}: {value}\n"))
     result = runner.invoke(app, ["hardware", "show", "X1000", "--catalog", str(path), "--json"])
@@ -260,4 +269,11 @@ def test_a_bare_number_in_a_catalog_says_how_numbers_are_written(tmp_path):
     assert result.exit_code == 2
     assert "field 'peak_flops_per_s.bf16': every number is written {value: NUMBER" in (
         result.output)
+
+
+def test_a_misspelt_top_level_key_gets_a_suggestion(tmp_path):
+    path = tmp_path / "top.yaml"
+    path.write_text(USER_CATALOG.replace("devices:", "device:", 1))
+    result = runner.invoke(app, ["hardware", "list", "--catalog", str(path)])
+    assert result.exit_code == 2 and "did you mean 'devices'?" in result.output
 

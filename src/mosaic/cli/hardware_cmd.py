@@ -21,8 +21,9 @@ hardware_app = typer.Typer(
 
 
 def _origin(entry: Device | System, shipped: dict[str, Any]) -> str:
-    """'shipped', 'user' (new) or 'user (replaces shipped)'."""
-    old = shipped.get(entry.name)
+    """'shipped', 'user' (new) or 'user (replaces shipped)' (also under a shipped alias:
+    the user entry answers to the replaced entry's names)."""
+    old = next((shipped[n] for n in (entry.name, *entry.aliases) if n in shipped), None)
     if old is None:
         return "user"
     if old == entry:

@@ -147,7 +147,7 @@ class PerformanceBlock(_Strict):
     grad_reduce_in_fp32: bool = Field(
         default=True, description="gradient buffers and reduction in fp32 (Megatron-LM's "
         "default); false = bf16")
-    offloaded_activation_layers: int = Field(
+    offloaded_activation_layers: int = Field(strict=True,
         default=0, ge=0, le=LIMITS["layers"].high,
         description="blocks whose activations go to host memory (cpu_offloading_num_layers)")
     recompute_modules: list[str] | None = Field(
@@ -159,7 +159,7 @@ class PerformanceBlock(_Strict):
     fsdp_keep_gathered: bool = Field(
         default=False, description="fully sharded units stay gathered through the step and "
         "gradients accumulate unsharded, also without PP")
-    loss_chunks: int = Field(
+    loss_chunks: int = Field(strict=True,
         default=1, ge=1, le=LIMITS["seq_len"].high, description="sequence chunks the LM head "
         "and loss run over one after another, each chunk's backward first (torchtitan "
         "ChunkedCELoss): one chunk's logits are live")
@@ -198,7 +198,7 @@ class PerformanceBlock(_Strict):
         default=None, ge=0, le=1, description="share of blocks checkpointed whole under "
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing), or "
         "recomputed under full (Megatron-Core recompute_method block, k of L); None = 1")
-    max_nodes_per_token: int | None = Field(
+    max_nodes_per_token: int | None = Field(strict=True,
         default=None, ge=1, description="node-limited routing: each token's experts on at "
         "most this many nodes (DeepSeek-V3's M = 4, arXiv:2412.19437 Sec. 3.2.2); unset = "
         "unrestricted")
@@ -244,7 +244,7 @@ class OptimizerBlock(_Strict):
 
 
 class SearchBlock(_Strict):
-    devices: int | None = Field(default=None, gt=0, le=LIMITS["devices"].high,
+    devices: int | None = Field(strict=True, default=None, gt=0, le=LIMITS["devices"].high,
                                 description="GPUs in the job")
 
 
@@ -254,7 +254,7 @@ class HardwareBlock(_Strict):
     gpu: str | None = Field(
         default=None, description="accelerator (catalog name or alias, e.g. H100): run on its "
         "usual node type when system is not given, as `mosaic plan --gpu` does")
-    nodes: int | None = Field(default=None, gt=0, le=LIMITS["nodes"].high,
+    nodes: int | None = Field(strict=True, default=None, gt=0, le=LIMITS["nodes"].high,
                               description="nodes; else search.devices")
     usable_memory_fraction: float | None = Field(
         default=None, gt=0, le=1, description="share of device memory a plan may fill; "

@@ -193,7 +193,8 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
     for name, device in list(devices.items()):
         if device.kernel_fit is not None:
-            devices[name] = _with_fit_named_as_in_catalog(device, catalog_devices)
+            origin = device_names[name_key(name)][1]
+            devices[name] = _with_fit_named_as_in_catalog(device, catalog_devices, origin)
 
     system_names: dict[str, tuple[str, str]] = {}
     systems: dict[str, System] = {}
@@ -213,18 +214,19 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
 
 
-def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog) -> Device:
-    """``device`` with its ``kernel_fit`` spelled as the catalog device it names spells it
-    (names match case-insensitively, docs/hardware.md: ``b200`` is ``B200``); a fit naming
-    no catalog device is an error, not a silent analytical fallback."""
+def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str) -> Device:
+    """``device`` with its ``kernel_fit`` resolved to the fits the named catalog device
+    uses: that device's own ``kernel_fit``, else its name (names and aliases match
+    case-insensitively, docs/hardware.md: ``b200``, ``B200-SXM`` and ``gb200`` all give the
+    B200's fits); a fit naming no catalog device is an error, not a silent analytical
+    fallback."""
     assert device.kernel_fit is not None
     try:
         fit = catalog.device(device.kernel_fit)
     except MosaicInputError as exc:
-        raise MosaicInputError(f"device {device.name!r}: field 'kernel_fit': {exc}") from None
-    spelling = next(n for n in (fit.name, *fit.aliases)
-                    if name_key(n) == name_key(device.kernel_fit))
-    return replace(device, kernel_fit=spelling)
+        raise MosaicInputError(f"{origin}: device {device.name!r}: field 'kernel_fit': "
+                               f"{exc}") from None
+    return replace(device, kernel_fit=fit.kernel_fit or fit.name)
 
 
 def _release_names(name: str, aliases: Iterable[str], taken: dict[str, tuple[str, str]],

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mosaic.errors import MosaicInputError
 from mosaic.yaml_errors import describe_yaml_error
@@ -60,6 +68,12 @@ class DeviceEntry(_Strict):
     host_link_bw_bytes_per_s: SourcedValue | None = None
     architecture: Architecture | None = None
     kernel_fit: NonEmptyStr | None = None
+
+    @field_validator("architecture", mode="before")
+    @classmethod
+    def _architecture_any_case(cls, value: Any) -> Any:
+        """Generations match case-insensitively, as device names do (Hopper is hopper)."""
+        return value.casefold() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _achievable_below_peak(self) -> DeviceEntry:
@@ -155,8 +169,9 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         error.get("input"), dict | list
     ):
         message += f" (got {error.get('input')!r})"
-    if error["type"] == "extra_forbidden" and len(loc) == 1:  # a misspelt entry field
-        schema = DeviceEntry if where.startswith("device") else SystemEntry
+    if error["type"] == "extra_forbidden" and len(loc) == 1:  # a misspelt field
+        schema = {"file": CatalogFile, "device": DeviceEntry}.get(where.split(" ")[0],
+                                                                  SystemEntry)
         close = difflib.get_close_matches(str(loc[0]), list(schema.model_fields), n=1)
         if close:
             message += f"; did you mean {close[0]!r}?"
