@@ -137,6 +137,11 @@ def test_a_measurement_faster_than_the_peak_is_rejected():
     ok = runner.invoke(app, ["explain", EXAMPLE, "--measured-step-time-s",
                              str(current["step_time_s"] * mfu * 1.25)])  # 80%
     assert ok.exit_code == 0, ok.output
+    # a tokens/s figure is named as given, with the step it means
+    per_gpu = runner.invoke(app, ["explain", EXAMPLE, "--measured-tokens-per-s-per-gpu",
+                                  "1e7"])
+    assert per_gpu.exit_code == 2
+    assert "(--measured-tokens-per-s-per-gpu 1e+07) implies an MFU" in per_gpu.output
 
 
 def test_a_measurement_more_than_ten_times_slower_is_explained_with_a_units_warning():

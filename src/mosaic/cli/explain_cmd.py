@@ -265,7 +265,11 @@ def explain(
                    f"({spec.measured_step_time_s:.4g} s)", err=True)
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
-    warning = None if measured is None else _measurement_warning(measured, result)
+    given = next((f"{flag} {value:g}" for flag, value in (
+        ("--measured-tokens-per-s-per-gpu", measured_tokens_per_s_per_gpu),
+        ("--measured-tokens-per-s", measured_tokens_per_s),
+        ("--measured-step-time-s", measured_step_time_s)) if value is not None), "")
+    warning = None if measured is None else _measurement_warning(measured, result, given)
     diagnosis = diagnose(result, constants, measured)
     document = explain_document(diagnosis, constants)
     if warning is not None:
@@ -285,24 +289,29 @@ def explain(
                   markup=False, highlight=False, soft_wrap=True)
 
 
-def _measurement_warning(measured_step_time_s: float, result: JobPrediction) -> str | None:
+def _measurement_warning(measured_step_time_s: float, result: JobPrediction,
+                         given: str) -> str | None:
     """A measured step that beats the device's peak (MFU with attention above 100% of the
     GEMM lane's datasheet peak) is a unit or scale slip, refused; one more than 10x off the
-    prediction is explained but warned about (:mod:`mosaic.evaluate.plausibility`)."""
+    prediction is explained but warned about (:mod:`mosaic.evaluate.plausibility`).
+    ``given``: the option as given (a tokens/s figure is said with the step it means)."""
     prediction = result.prediction
     found = implausibility(float(prediction.step_time_s[0]) / measured_step_time_s,
                            float(prediction.mfu_with_attention_gemm_lane[0]))
     if found is None:
         return None
+    step = f"{measured_step_time_s:.4g} s"
+    if given and not given.startswith("--measured-step-time-s"):
+        step += f" ({given})"
     if found.above_peak:
         raise MosaicInputError(
-            f"the measured step of {measured_step_time_s:.4g} s implies an MFU of "
+            f"the measured step of {step} implies an MFU of "
             f"{found.measured_mfu:.0%} (with causal attention, over the GEMM precision's "
             "dense peak), which no run reaches: check the units (seconds per step; "
             "--measured-tokens-per-s is the cluster total, --measured-tokens-per-s-per-gpu "
             "per GPU)")
     slower = "slower" if found.throughput_ratio < 1 else "faster"
-    return (f"the measured step of {measured_step_time_s:.4g} s is {found.times_off:,.0f}x "
+    return (f"the measured step of {step} is {found.times_off:,.0f}x "
             f"{slower} than predicted: check the units (seconds per step, not milliseconds; "
             "tokens/s as the option names it)")
 
