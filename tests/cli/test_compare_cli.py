@@ -252,3 +252,15 @@ def test_a_job_that_does_not_fit_has_its_tokens_and_loss_marked(tmp_path):
     assert "(OOM)" not in rows["GPU-hours"]
     assert "does not fit its GPUs' usable memory" in table.stdout
 
+
+
+def test_a_currency_without_a_price_is_refused_not_a_relabelled_usd_cost(plans):
+    """Each plan carries its own price in USD: --currency EUR alone labelled that USD cost
+    EUR (found by a new-user trial); with a price it names that price's currency."""
+    alone = runner.invoke(app, ["compare", str(plans[0]), str(plans[1]), "--currency", "EUR"])
+    assert alone.exit_code == 2 and "give both" in alone.output
+    doc = invoke_json("compare", str(plans[0]), str(plans[1]), "--currency", "EUR",
+                      "--price-per-gpu-hour", "2")
+    assert doc["currency"] == "EUR"
+    assert {row["quantity"]: row for row in doc["summary"]}["cost"]["a"] == pytest.approx(
+        5 * 24 * 64 * 2)

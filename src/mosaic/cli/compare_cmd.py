@@ -349,7 +349,8 @@ def compare(
         help="jobs: constant goodput in (0, 1]; default 1")] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
         "--price-per-gpu-hour", help="price of one GPU-hour; adds the cost")] = None,
-    currency: Annotated[str, typer.Option(help="currency of the price")] = "USD",
+    currency: Annotated[str | None, typer.Option(
+        help="currency of --price-per-gpu-hour [default: USD]")] = None,
     law_file: Annotated[Path | None, typer.Option(
         "--law", help="law JSON for the jobs' loss (default: Table 2 joint law)")] = None,
     calibration: CalibrationOption = None,
@@ -382,6 +383,11 @@ def compare(
         raise MosaicInputError(f"--days must be a positive number, got {days:g}")
     if not 0 < goodput <= 1:
         raise MosaicInputError(f"--goodput must be in (0, 1], got {goodput:g}")
+    if currency is not None and price_per_gpu_hour is None:
+        # a plan's own price is in USD: another name would relabel it, not convert it
+        raise MosaicInputError("--currency names the currency of --price-per-gpu-hour; give "
+                               "both (a plan's own price is in USD)")
+    currency = currency or "USD"
     if price_per_gpu_hour is not None and not (math.isfinite(price_per_gpu_hour)
                                                and price_per_gpu_hour > 0):
         raise MosaicInputError(
