@@ -66,9 +66,9 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     from mosaic.perf.memory import GIB
 
     job = load_job_spec(path, overrides, model_block(model))
-    check_job_layout(job)  # the layout checks of `mosaic perf`, same errors
+    cluster = check_job_layout(job)  # the layout checks of `mosaic perf`, same errors
     try:  # and its memory verdict, where the model can cost the job
-        result = predict_job(job, load_calibration(None))
+        result = predict_job(job, load_calibration(None), cluster)
     except MosaicInputError as exc:  # e.g. offload on a GPU whose host link is not stated
         error_console.print(f"note: memory not checked: {exc}", markup=False, highlight=False,
                             soft_wrap=True)

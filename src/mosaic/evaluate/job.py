@@ -117,14 +117,17 @@ def _refuse_rules_the_change_breaks(spec: JobSpec, n_devices: int) -> None:
                                f"{broken[0].message(spec.plan, 0)}")
 
 
-def predict_job(spec: JobSpec, calibration: Calibration) -> JobPrediction:
+def predict_job(spec: JobSpec, calibration: Calibration,
+                cluster: Cluster | None = None) -> JobPrediction:
     """Validate the job's layout against its cluster and predict its step.
 
     A run record's layout (``spec.recorded_layout``) ran as recorded: like ``mosaic
     validate``, mosaic's own layout rules are not applied to it; a record changed by
-    ``--set`` is refused where the change breaks a rule the recorded run kept.
+    ``--set`` is refused where the change breaks a rule the recorded run kept. ``cluster``:
+    what :func:`check_job_layout` returned for this spec, when the caller checked already.
     """
-    cluster = check_job_layout(spec)
+    if cluster is None:
+        cluster = check_job_layout(spec)
     machine = machine_for(cluster, spec.workload.precision, spec.usable_memory_fraction,
                           spec.tables, fp8_recipe=spec.workload.fp8_recipe)
     prediction = predict_step(spec.workload, spec.plan, machine, calibration)
