@@ -34,3 +34,22 @@ def browser() -> Any:
     for the report and studio browser tests."""
     return _load_once("mosaic_test_browser",
                       Path(__file__).resolve().parent / "report" / "browser.py")
+
+
+@pytest.fixture
+def offload_job(tmp_path: Path) -> Callable[[str], Path]:
+    """A job file: Llama-3-8B on one node of ``system`` (8 GPUs, data parallel with ZeRO-1,
+    micro-batch 2 x 8192 tokens), Megatron-Core, 20 of its 32 layers' activations offloaded
+    to host memory (the explain and export tests of activation offload)."""
+    def write(system: str) -> Path:
+        path = tmp_path / f"offload_{system}.yaml"
+        path.write_text(
+            "model: {layers: 32, d_model: 4096, heads: 32, kv_heads: 8, head_dim: 128, "
+            "ffn: 14336, vocab: 128256, activation: swiglu, norm: rmsnorm}\n"
+            "parallelism: {tp: 1, pp: 1, dp: 8}\n"
+            "batch: {global_seqs: 64, micro_seqs: 2, seq_len: 8192}\n"
+            "performance: {checkpointing: none, stack: megatron-core, "
+            "offloaded_activation_layers: 20}\n"
+            f"hardware: {{system: {system}, nodes: 1}}\n")
+        return path
+    return write

@@ -180,18 +180,11 @@ def _levers_of(tmp_path, job_text: str) -> dict:
     return {lever["name"]: lever for lever in json.loads(result.stdout)["levers"]}
 
 
-def test_explain_offers_offloading_fewer_layers(tmp_path):
+def test_explain_offers_offloading_fewer_layers(tmp_path, offload_job):
     """Llama-3-8B on 8 B200s with 20 of its 32 layers' activations offloaded over PCIe: the
     copies outlast the block compute, and offloading none (which fits) is the best lever
     (found by a new-user trial: no lever offered it)."""
-    levers = _levers_of(tmp_path, (
-        "model: {layers: 32, d_model: 4096, heads: 32, kv_heads: 8, head_dim: 128, "
-        "ffn: 14336, vocab: 128256, activation: swiglu, norm: rmsnorm}\n"
-        "parallelism: {tp: 1, pp: 1, dp: 8}\n"
-        "batch: {global_seqs: 64, micro_seqs: 2, seq_len: 8192}\n"
-        "performance: {checkpointing: none, stack: megatron-core, "
-        "offloaded_activation_layers: 20}\n"
-        "hardware: {system: DGX-B200, nodes: 1}\n"))
+    levers = _levers_of(tmp_path, offload_job("DGX-B200").read_text())
     assert levers["offload_none"]["feasible"] and levers["offload_halve"]["feasible"]
     assert levers["offload_none"]["gain"] > levers["offload_halve"]["gain"] > 1.0
 

@@ -443,22 +443,14 @@ def test_a_job_predicted_not_to_fit_is_exported_with_a_warning(tmp_path):
     assert fits.exit_code == 0 and "does not fit" not in fits.output
 
 
-def test_export_checks_the_target_first_and_needs_no_costing(tmp_path):
+def test_export_checks_the_target_first_and_needs_no_costing(tmp_path, offload_job):
     """A bad --to is named before the job is read; a job the model cannot cost (activation
     offload on a B300, whose host link the catalog does not state) still exports, with a
     note that its memory was not checked (found by a new-user trial: both were refused
     for the wrong reason)."""
     bad = runner.invoke(app, ["export", str(tmp_path / "absent.yaml"), "--to", "deepspeed"])
     assert bad.exit_code == 2 and "--to 'deepspeed' is not a target" in bad.output
-    job = tmp_path / "b300.yaml"
-    job.write_text(
-        "model: {layers: 32, d_model: 4096, heads: 32, kv_heads: 8, head_dim: 128, "
-        "ffn: 14336, vocab: 128256, activation: swiglu, norm: rmsnorm}\n"
-        "parallelism: {tp: 1, pp: 1, dp: 8}\n"
-        "batch: {global_seqs: 64, micro_seqs: 2, seq_len: 8192}\n"
-        "performance: {checkpointing: none, stack: megatron-core, "
-        "offloaded_activation_layers: 20}\n"
-        "hardware: {system: DGX-B300, nodes: 1}\n")
+    job = offload_job("DGX-B300")
     result = runner.invoke(app, ["export", str(job), "--to", "megatron"])
     assert result.exit_code == 0, result.output
     assert "--cpu-offloading-num-layers 20" in result.stdout
