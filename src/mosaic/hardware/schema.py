@@ -153,8 +153,10 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
     """One validation error as 'device 'X' (entry 2): field 'hbm_bytes.value': message'."""
     loc = list(error["loc"])
     where = "file"
+    schema: type[BaseModel] = CatalogFile  # the model whose fields a misspelt name is among
     if len(loc) >= 2 and loc[0] in ("devices", "systems") and isinstance(loc[1], int):
         kind = loc[0][:-1]
+        schema = DeviceEntry if kind == "device" else SystemEntry
         entries = raw.get(loc[0])
         entry = entries[loc[1]] if isinstance(entries, list) else None
         name = entry.get("name") if isinstance(entry, dict) else None
@@ -170,8 +172,6 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
     ):
         message += f" (got {error.get('input')!r})"
     if error["type"] == "extra_forbidden" and len(loc) == 1:  # a misspelt field
-        schema = {"file": CatalogFile, "device": DeviceEntry}.get(where.split(" ")[0],
-                                                                  SystemEntry)
         close = difflib.get_close_matches(str(loc[0]), list(schema.model_fields), n=1)
         if close:
             message += f"; did you mean {close[0]!r}?"
