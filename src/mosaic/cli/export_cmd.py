@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +22,8 @@ from mosaic.export import (
     spec_from_plan_document,
 )
 from mosaic.schema_validation import read_text
+
+DOES_NOT_FIT = "mosaic predicts this job does not fit"
 
 
 def _plan_document(path: Path) -> dict[str, Any] | None:
@@ -53,7 +56,8 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
 def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | None
                              ) -> tuple[ExportSpec, str | None]:
     """:func:`load_export_spec`, and for a job predicted not to fit its GPUs' usable memory
-    the verdict to warn with (None otherwise; a plan's optimum fits by construction)."""
+    the verdict to warn with (None otherwise; a plan's optimum fits by construction). The
+    spec carries the verdict, or why memory was not checked, as a header warning."""
     document = _plan_document(path)
     if document is not None:
         if overrides or model:
@@ -72,12 +76,15 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     except MosaicInputError as exc:  # e.g. offload on a GPU whose host link is not stated
         error_console.print(f"note: memory not checked: {exc}", markup=False, highlight=False,
                             soft_wrap=True)
-        return spec_from_job(job, str(path)), None
+        return replace(spec_from_job(job, str(path)),
+                       warnings=(f"memory not checked: {exc}",)), None
     p, machine = result.prediction, result.machine
-    verdict = None if p.feasible[0] else memory_fit_text(
-        p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB, machine.usable_memory_fraction,
-        p.overshoot_bytes[0] / GIB)
-    return spec_from_job(job, str(path)), verdict
+    spec = spec_from_job(job, str(path))
+    if p.feasible[0]:
+        return spec, None
+    verdict = memory_fit_text(p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB,
+                              machine.usable_memory_fraction, p.overshoot_bytes[0] / GIB)
+    return replace(spec, warnings=(f"{DOES_NOT_FIT}: {verdict} per GPU",)), verdict
 
 
 def export_command(
@@ -115,8 +122,8 @@ def export_command(
         error_console.print(f"note: {to} cannot express: {item}", markup=False,
                             highlight=False, soft_wrap=True)
     if memory_verdict is not None:
-        error_console.print(f"warning: mosaic predicts this job does not fit: "
-                            f"{memory_verdict} per GPU (`mosaic explain {source}`, with the "
+        error_console.print(f"warning: {DOES_NOT_FIT}: {memory_verdict} per GPU "
+                            f"(`mosaic explain {source}`, with the "
                             "same --set and --model, lists what would make it fit)",
                             markup=False, highlight=False, soft_wrap=True)
 

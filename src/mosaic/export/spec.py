@@ -28,8 +28,8 @@ class ExportSpec:
     the ``batch`` block (docs/schema.md). ``fp8_recipe`` is the workload's resolved recipe
     (``none`` without FP8 GEMMs); ``routing`` the MoE routing regime, which decides whether
     the capacity factor is written. ``assumptions`` are the source's defaulted fields (one
-    line each, ``JobSpec.assumptions``); ``job`` its canonical job document (the ``yaml``
-    target).
+    line each, ``JobSpec.assumptions``); ``warnings`` mosaic's verdicts on the job (memory);
+    ``job`` its canonical job document (the ``yaml`` target).
     """
 
     geometry: Geometry
@@ -93,6 +93,9 @@ class ExportSpec:
     gpus_per_node: int | None = None
     stack_version: str | None = None  # the job's stated release (YY.MM), if any
     assumptions: tuple[str, ...] = ()
+    # mosaic's own verdicts on the job, e.g. that it does not fit its GPUs' memory: every
+    # exported file's header repeats them (WARNING lines), not only stderr
+    warnings: tuple[str, ...] = ()
     job: dict[str, Any] | None = None
     source: str = ""
 

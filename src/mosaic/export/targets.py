@@ -74,8 +74,8 @@ def precision_label(spec: ExportSpec) -> str:
 
 def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[str]:
     """Comment lines (without the comment marker) that open every exported file: the job,
-    the architecture fields the source did not state (``ASSUMED``), then what the target
-    cannot express (``NOT EXPRESSED``)."""
+    mosaic's verdicts on it (``WARNING``), the architecture fields the source did not state
+    (``ASSUMED``), then what the target cannot express (``NOT EXPRESSED``)."""
     g = spec.geometry
     lines = [
         f"{target} launch config written by `mosaic export` from {spec.source or 'a job'}",
@@ -94,9 +94,15 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
                                           if spec.capacity_factor is not None else "")
            if g.moe else ""),
     ]
+    lines += warning_lines(spec)
     lines += [f"ASSUMED (not stated in the source): {item}"
               for item in spec.architecture_assumptions]
     lines += [f"assumed: {item}" for item in spec.assumptions
               if not item.startswith("model.")]
     lines += [f"NOT EXPRESSED: {item}" for item in unsupported]
     return lines
+
+
+def warning_lines(spec: ExportSpec) -> list[str]:
+    """The header lines of mosaic's verdicts on the job (``ExportSpec.warnings``)."""
+    return [f"WARNING: {item}" for item in spec.warnings]
