@@ -9,7 +9,7 @@ from mosaic.cli.main import app
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import get_form
 from mosaic.law.rundata import RunData
-from mosaic.law.validation import check_fittable, distinct_runs
+from mosaic.law.validation import check_fittable, distinct_runs, fit_with_holdout
 
 ROWS = [(1e8, 5e7, 1e9, 1, 3.2), (2e8, 5e7, 2e9, 1, 3.0)]
 
@@ -57,3 +57,19 @@ def test_a_missing_column_is_named_before_the_run_count():
     with pytest.raises(MosaicInputError, match=r"form 'joint' needs column\(s\) "
                                                r"\['split_factor'\]"):
         check_fittable(runs, get_form("joint"))
+
+
+def test_the_fitted_runs_are_counted_after_the_holdout():
+    """Twelve distinct runs pass the joint form's count, but a holdout of 0.5 fits six of
+    them to 11 coefficients: refused (a trial got R^2 = -40 and exit 0)."""
+    frame = pd.DataFrame({"n_total": [1e8 * (i + 1) for i in range(12)],
+                          "sparsity": [0.5 + 0.03 * i for i in range(12)],
+                          "tokens": [1e10 * (1 + i % 3) for i in range(12)],
+                          "split_factor": [1] * 12,
+                          "loss": [3.0 - 0.05 * i for i in range(12)]})
+    runs = RunData.from_frame(frame, source="twelve.csv")
+    joint = get_form("joint")
+    check_fittable(runs, joint)
+    with pytest.raises(MosaicInputError, match=r"holding out 6 of 12 runs \(holdout 0.5\) "
+                                               r"leaves 6 distinct run\(s\) for the joint"):
+        fit_with_holdout(runs, joint, holdout_fraction=0.5)

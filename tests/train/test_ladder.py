@@ -220,3 +220,43 @@ def test_ladder_fit_leaves_out_rungs_with_unbalanced_routers(tmp_path):
     refused = runner.invoke(_app(), ["ladder", "fit", str(every), "--out",
                                      str(tmp_path / "x.json")])
     assert refused.exit_code == 2 and "every rung" in refused.output
+
+
+def test_a_rung_finished_under_another_recipe_is_refused_not_reused(tmp_path):
+    """A trial changed the recipe's lr and reran into the same folder: the ladder reprinted
+    the old losses as the new grid's. Now the rung is refused, naming what differs; a rung
+    of another grid in the folder is named and stays out of runs.csv."""
+    pytest.importorskip("torch")
+    axes = {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+            "split_factor": [1], "tokens": [512]}
+    grid = _grid(tmp_path, axes)
+    out = tmp_path / "ladder"
+    runner = CliRunner()
+    assert runner.invoke(_app(), ["ladder", "run", str(grid), "--out", str(out)]).exit_code == 0
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump({"recipe": {**RECIPE, "optim": {"warmup_tokens": 256,
+                                                                      "lr": 5e-3}},
+                                       "ladder": axes}))
+    refused = runner.invoke(_app(), ["ladder", "run", str(changed), "--out", str(out)])
+    assert refused.exit_code == 2
+    assert "rung q1_E4_K1_G1_D512" in refused.output and "optim.lr differ" in refused.output
+    other = _grid(tmp_path, {**axes, "tokens": [768]})
+    moved = runner.invoke(_app(), ["ladder", "run", str(other), "--out", str(out)])
+    assert moved.exit_code == 0, moved.output
+    assert "q1_E4_K1_G1_D512" in moved.output and "not in this grid" in moved.output
+    names = [row["name"] for row in csv.DictReader((out / "runs.csv").open())]
+    assert names == ["q1_E4_K1_G1_D768"]
+
+
+def test_a_rung_whose_warmup_exceeds_its_steps_is_named_when_the_grid_is_read(tmp_path):
+    """Before, `--list` showed the rung as fine and `run` failed when it reached it, after
+    the rungs before it had trained, without naming it."""
+    grid = tmp_path / "grid.yaml"  # a warm-up of 2 steps: longer than the 1-step rung
+    grid.write_text(yaml.safe_dump({
+        "recipe": {**RECIPE, "optim": {"warmup_tokens": 512, "lr": 1e-2}},
+        "ladder": {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+                   "tokens": [4096, 256]}}))
+    listed = CliRunner().invoke(_app(), ["ladder", "run", str(grid), "--out",
+                                         str(tmp_path / "o"), "--list"])
+    assert listed.exit_code == 2
+    assert "rung q=1 E=4 K=1 G=1" in listed.output and "warmup_tokens" in listed.output

@@ -16,7 +16,7 @@ from mosaic.train.metrics import FlopsAccounting, read_metrics, resolve_device  
 from mosaic.train.schedule import WSDSchedule, eq17_peak_lr  # noqa: E402
 from mosaic.train.trainer import train  # noqa: E402
 
-from .conftest import tiny_job  # noqa: E402
+from .conftest import CORPUS, tiny_job  # noqa: E402
 
 
 def test_loss_falls_on_real_text(tmp_path):
@@ -258,3 +258,60 @@ def test_output_paths_and_ladder_axes_fail_before_any_work(tmp_path):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, result.output
         assert words in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_different_job_is_named_by_its_differing_settings(tmp_path):
+    """The refusal names what differs (a trial found it listed 'model, data, routing,
+    optimiser or batch' whatever changed)."""
+    train(train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job"), tmp_path)
+    other = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32},
+                                               optim={"lr": 5e-3}), "job")
+    with pytest.raises(MosaicInputError, match=r"\(optim\.lr differ\)"):
+        train(other, tmp_path)
+
+
+def test_resume_refuses_changed_data(tmp_path):
+    """Appending to the token file moves every later window, so the resumed run would not
+    repeat the uninterrupted one: refused with both sizes."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(CORPUS.read_bytes())
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32},
+                                                data={"path": str(corpus)}), "job")
+    train(config, tmp_path / "out", stop_after_steps=2)
+    size = corpus.stat().st_size
+    corpus.write_bytes(CORPUS.read_bytes() + b"appended text")
+    with pytest.raises(MosaicInputError, match=f"{size:,} when the checkpoint"):
+        train(config, tmp_path / "out")
+
+
+def test_a_cut_short_metrics_line_is_dropped_on_resume(tmp_path):
+    """A crash mid-write leaves a partial last line: the resume warns and drops it (before,
+    an internal error) and continues to the same losses as an uninterrupted run."""
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                     "checkpoint_every": 100}), "job")
+    whole = train(config, tmp_path / "whole")
+    train(config, tmp_path / "split", stop_after_steps=2)
+    with (tmp_path / "split" / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 2, "lo')
+    with pytest.warns(UserWarning, match="line\\(s\\) 3 are not metric records"):
+        resumed = train(config, tmp_path / "split")
+    assert resumed.smoothed_loss == whole.smoothed_loss
+    assert [r["step"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_a_finished_checkpoint_without_its_result_gets_a_real_one(tmp_path):
+    """A crash between the last checkpoint and result.json: the rerun writes the result from
+    the checkpoint and the logged metrics (before: NaN loss and tokens/s, a 1e-5 s wall
+    time), and wall time counts every process that trained the run."""
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                     "checkpoint_every": 100}), "job")
+    first = train(config, tmp_path, stop_after_steps=2)
+    whole = train(config, tmp_path)
+    assert whole.wall_s > first.wall_s  # both processes' time, not the last one's
+    (tmp_path / "result.json").unlink()
+    rebuilt = train(config, tmp_path)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert rebuilt.final_loss == records[-1]["loss"] == whole.final_loss
+    assert rebuilt.smoothed_loss == whole.smoothed_loss
+    assert math.isfinite(rebuilt.tokens_per_s) and rebuilt.wall_s > first.wall_s
+    json.loads((tmp_path / "result.json").read_text())  # valid JSON: no NaN

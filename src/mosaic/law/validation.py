@@ -135,6 +135,14 @@ def fit_with_holdout(
     held_out = holdout_mask(data, holdout_fraction)
     if held_out.all():
         raise MosaicInputError("holdout leaves no runs to fit; lower the holdout fraction")
-    fit = fit_law(data.subset(~held_out), form, settings, progress=progress)
+    fitted = data.subset(~held_out)
+    n_params, left = len(form.params), distinct_runs(fitted)
+    if held_out.any() and left <= n_params:  # check_fittable counted the held-out runs too
+        raise MosaicInputError(
+            f"{data.source}: holding out {int(held_out.sum())} of {data.n_runs} runs "
+            f"(holdout {holdout_fraction:g}) leaves {left} distinct run(s) for the "
+            f"{form.name} form's {n_params} coefficients; allowed: at least {n_params + 1} "
+            "fitted runs (lower --holdout or add runs)")
+    fit = fit_law(fitted, form, settings, progress=progress)
     metrics, parity = evaluate(fit.law, data, held_out, fit.objective)
     return ValidatedFit(fit=fit, metrics=metrics, parity=parity)

@@ -28,6 +28,7 @@ from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
 from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.train.schedule import WSDSchedule
 
 BYTE_VOCAB = 256  # byte-level fallback: one token per byte
 # Geometry features of other model families (mosaic.arch) that the paper's recipe lacks.
@@ -263,6 +264,16 @@ def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
     return config
 
 
+def check_schedule(config: TrainConfig, where: str) -> None:
+    """MosaicInputError when the job's warm-up and decay do not fit in its steps: checked
+    when a job or a grid is read, so a ladder stops before its first rung, not at the rung."""
+    try:
+        WSDSchedule.build(1.0, config.total_steps, config.tokens_per_step,
+                          config.optim.warmup_tokens, config.optim.decay_fraction)
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"{where}: {exc}") from None
+
+
 def resolve_data_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
     """A copy of a job document whose relative paths (data.path, run.bench_dir) start at
     ``base``."""
@@ -285,4 +296,6 @@ def load_train_config(path: str | Path) -> TrainConfig:
     """Read and validate a job YAML; relative data paths are resolved against the file."""
     path = Path(path)
     document = resolve_data_paths(load_yaml_mapping(path), path.parent)
-    return train_config_from_mapping(document, str(path))
+    config = train_config_from_mapping(document, str(path))
+    check_schedule(config, str(path))
+    return config

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from mosaic.schema_validation import load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
     LadderModel,
     TrainConfig,
+    check_schedule,
     resolve_data_paths,
     train_config_from_mapping,
 )
@@ -138,6 +138,7 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         tokens = config.run.tokens
         if float(count_parameters(config.geometry()).sparsity) < block.s_min:
             continue
+        check_schedule(config, where)
         name = (rung_name(q, experts, top_k, split, tokens) if kind == "D"
                 else f"q{q}_E{experts}_K{top_k}_G{split}_T{budget:g}")
         jobs[name] = LadderJob(name, config)
@@ -180,6 +181,13 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
     if main:
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     selected = [j for j in jobs if only is None or j.name in only]
+    finished_results(jobs, out_dir)  # a rung finished by another job stops the ladder first
+    if main and progress:
+        others = finished_elsewhere(jobs, out_dir)
+        if others:
+            progress(f"note: {len(others)} finished rung(s) under {out_dir / 'runs'} are not in "
+                     f"this grid and stay out of {RUNS_CSV}: {', '.join(others[:5])}"
+                     + (" ..." if len(others) > 5 else ""))
     context = init_distributed(jobs[0].config.run.device)  # one process group for all rungs
     try:
         _run_selected(selected, jobs, out_dir, progress, main, context)
@@ -191,11 +199,11 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
 
 def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Path,
                   progress: Callable[[str], None] | None, main: bool, context: Any) -> None:
-    from mosaic.train.trainer import RESULT_FILE, format_record, train
+    from mosaic.train.trainer import format_record, read_finished_result, train
 
     for index, job in enumerate(selected, start=1):
         rung_dir = out_dir / "runs" / job.name
-        if (rung_dir / RESULT_FILE).exists():
+        if read_finished_result(rung_dir, job.config) is not None:
             if progress and main:
                 progress(f"[{index}/{len(selected)}] {job.name}: done earlier, skipped")
         else:
@@ -208,17 +216,42 @@ def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Pat
             collect_runs(jobs, out_dir)
 
 
-def collect_runs(jobs: list[LadderJob], out_dir: Path) -> list[dict[str, Any]]:
-    """Rewrite ``runs.csv`` with every finished rung of the grid, in grid order."""
+def finished_results(jobs: list[LadderJob], out_dir: Path) -> dict[str, dict[str, Any]]:
+    """The result of every finished rung of the grid, by name, each checked to have been
+    trained by this grid's job for it (``trainer.read_finished_result``: a rung folder
+    finished under another recipe, --scale or grid is an error naming what differs)."""
+    from mosaic.train.trainer import read_finished_result
+
+    results = {}
+    for job in jobs:
+        try:
+            result = read_finished_result(out_dir / "runs" / job.name, job.config)
+        except MosaicInputError as exc:
+            raise MosaicInputError(f"rung {job.name}: {exc}") from None
+        if result is not None:
+            results[job.name] = asdict(result)
+    return results
+
+
+def finished_elsewhere(jobs: list[LadderJob], out_dir: Path) -> list[str]:
+    """Names of the finished rungs under ``out_dir/runs`` that are not rungs of ``jobs``
+    (another grid trained into the same folder)."""
     from mosaic.train.trainer import RESULT_FILE
 
+    names = {job.name for job in jobs}
+    runs = out_dir / "runs"
+    return sorted(path.parent.name for path in runs.glob(f"*/{RESULT_FILE}")
+                  if path.parent.name not in names) if runs.is_dir() else []
+
+
+def collect_runs(jobs: list[LadderJob], out_dir: Path) -> list[dict[str, Any]]:
+    """Rewrite ``runs.csv`` with every finished rung of the grid, in grid order."""
+    results = finished_results(jobs, out_dir)
     rows = []
     for job in jobs:
-        result_file = out_dir / "runs" / job.name / RESULT_FILE
-        if result_file.exists():
+        if job.name in results:
             assert job.config.ladder is not None
-            rows.append(csv_row(job.name, json.loads(result_file.read_text()),
-                                job.config.ladder.q))
+            rows.append(csv_row(job.name, results[job.name], job.config.ladder.q))
     write_runs_csv(rows, out_dir / RUNS_CSV)
     return rows
 

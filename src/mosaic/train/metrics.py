@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,18 +128,33 @@ class SmoothedLoss:
 
 
 class MetricsLog:
-    """Append-only JSON-lines file; on resume, lines past the checkpoint step are dropped."""
+    """Append-only JSON-lines file; on resume, lines past the checkpoint step are dropped,
+    and so are lines that are not JSON records (a write cut short by a crash), with a
+    warning. ``records`` holds the kept ones."""
 
     def __init__(self, path: Path, resume_step: int | None, enabled: bool = True) -> None:
         self.path, self.enabled = path, enabled
+        self.records: list[dict[str, Any]] = []
         if not enabled:
             return
         kept: list[str] = []
+        damaged: list[int] = []
         if resume_step is not None and path.exists():
-            for line in path.read_text().splitlines():
-                record = json.loads(line)
-                if record.get("step", -1) < resume_step:
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                try:
+                    record = json.loads(line)
+                    step = int(record["step"])
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    if line.strip():
+                        damaged.append(number)
+                    continue
+                if step < resume_step:
                     kept.append(line)
+                    self.records.append(record)
+        if damaged:
+            warnings.warn(f"{path}: line(s) {', '.join(map(str, damaged[:5]))} are not metric "
+                          "records (a write cut short?); dropped, the checkpoint is what the "
+                          "run resumes from", UserWarning, stacklevel=2)
         path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:

@@ -68,6 +68,8 @@ from mosaic.train.schedule import WSDSchedule, default_peak_lr
 
 CHECKPOINT_FILE = "checkpoint.pt"
 RESULT_FILE = "result.json"
+# the key of result.json that holds the job it finished (_fingerprint)
+RESULT_FINGERPRINT = "job_fingerprint"
 METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
@@ -107,10 +109,50 @@ def _seed_of(*parts: int) -> int:
 
 
 def _fingerprint(config: TrainConfig) -> str:
+    """The job as a resumed run must repeat it: every setting but the resumable ones."""
     payload = json.loads(config.model_dump_json())
     for name in _RESUMABLE_FIELDS:
         payload["run"].pop(name, None)
     return json.dumps(payload, sort_keys=True)
+
+
+def _differing_fields(saved: str, current: str) -> list[str]:
+    """Dotted names of the settings two fingerprints disagree on (e.g. ``optim.lr``)."""
+    def walk(a: Any, b: Any, prefix: str) -> list[str]:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return [name for key in sorted(set(a) | set(b))
+                    for name in walk(a.get(key), b.get(key), f"{prefix}{key}.")]
+        return [] if a == b else [prefix.rstrip(".")]
+
+    return walk(json.loads(saved), json.loads(current), "")
+
+
+def different_job_error(where: Path, saved: str, config: TrainConfig) -> MosaicInputError:
+    """The error for output written by another job: which settings differ, what to do."""
+    fields = _differing_fields(saved, _fingerprint(config)) or ["the job"]
+    shown = ", ".join(fields[:6]) + (f" and {len(fields) - 6} more" if len(fields) > 6 else "")
+    return MosaicInputError(f"{where} belongs to a different job ({shown} differ); use a new "
+                            "output folder, or remove it to train again")
+
+
+def read_finished_result(out_dir: str | Path, config: TrainConfig) -> TrainResult | None:
+    """The finished run's result in ``out_dir`` (None when there is none), after checking
+    that ``config`` is the job that wrote it (MosaicInputError naming the differing settings
+    otherwise). Result files written before the job's fingerprint was recorded are taken as
+    they are."""
+    path = Path(out_dir) / RESULT_FILE
+    if not path.exists():
+        return None
+    try:
+        payload = json.loads(path.read_text())
+        saved = payload.pop(RESULT_FINGERPRINT, None)
+        result = TrainResult(**payload)
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
+        raise MosaicInputError(f"{path} is not a readable mosaic result ({type(exc).__name__}); "
+                               "remove it to finish the run again from its checkpoint") from None
+    if saved is not None and saved != _fingerprint(config):
+        raise different_job_error(path, saved, config)
+    return result
 
 
 def _precision(config: TrainConfig, device: torch.device) -> torch.dtype | None:
@@ -224,6 +266,8 @@ class Trainer:
         # (router_health); checkpointed, so a resume inside the window keeps its earlier steps
         self.final_starved: list[float] = []
         self.step = 0
+        self._wall_s_before = 0.0
+        self._started = time.perf_counter()
         device = None
         if run.device_name is not None:
             from mosaic.hardware import get_device
@@ -260,7 +304,8 @@ class Trainer:
         if self.context.is_main:
             payload = {"step": self.step, "model": model_state, "optimizer": optim_state,
                        "smoother": self.smoother.state(), "final_starved": self.final_starved,
-                       "fingerprint": _fingerprint(self.config)}
+                       "fingerprint": _fingerprint(self.config),
+                       "wall_s": self.wall_s, "data_tokens": self.data.n_tokens}
             partial = self.checkpoint_path.with_suffix(".tmp")
             torch.save(payload, partial)
             os.replace(partial, self.checkpoint_path)  # atomic: a crash keeps the old one
@@ -280,9 +325,14 @@ class Trainer:
                 "; truncated or overwritten?): remove it to start the run again, or use a new "
                 "output folder") from None
         if fingerprint != _fingerprint(self.config):
+            raise different_job_error(self.checkpoint_path, fingerprint, self.config)
+        saved_tokens = payload.get("data_tokens")  # absent from older checkpoints
+        if saved_tokens is not None and saved_tokens != self.data.n_tokens:
             raise MosaicInputError(
-                f"{self.checkpoint_path} belongs to a different job (model, data, routing, "
-                "optimiser or batch differ); use a new output folder")
+                f"{self.checkpoint_path}: the data files hold {self.data.n_tokens:,} tokens, "
+                f"{saved_tokens:,} when the checkpoint was written; a resumed run would read "
+                "other windows than the uninterrupted one. Restore the data, or use a new "
+                "output folder")
         model_state, optim_state = payload["model"], payload["optimizer"]
         if self.ep is not None:
             for name in self._expert_names():
@@ -296,7 +346,13 @@ class Trainer:
                                      payload["smoother"]["value"], payload["smoother"]["steps"])
         # absent from checkpoints written before router health was recorded
         self.final_starved = list(payload.get("final_starved", []))
+        self._wall_s_before = float(payload.get("wall_s", 0.0))  # time of earlier processes
         return True
+
+    @property
+    def wall_s(self) -> float:
+        """Training seconds so far, over every process that trained this run."""
+        return self._wall_s_before + time.perf_counter() - self._started
 
     # ----------------------------------------------------------------- one step
     def _micro_batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -424,10 +480,11 @@ class Trainer:
             self._write_run_info()
         last = self.total_steps if stop_after_steps is None else min(stop_after_steps,
                                                                      self.total_steps)
-        finished = self.out_dir / RESULT_FILE
-        if self.step >= self.total_steps and finished.exists():  # nothing left to do
-            return TrainResult(**json.loads(finished.read_text()))
-        started = time.perf_counter()
+        if self.step >= self.total_steps:
+            done = read_finished_result(self.out_dir, self.config)
+            if done is not None:  # nothing left to do
+                return done
+        self._started = time.perf_counter()
         record: dict[str, Any] = {}
         steady_times: list[float] = []
         window_start = self.total_steps - final_window_steps(self.total_steps)
@@ -443,10 +500,15 @@ class Trainer:
                     log(record)
             if self.step % run.checkpoint_every == 0 or self.step == last:
                 self.save_checkpoint()
-        wall_s = time.perf_counter() - started
-        result = self._result(record, wall_s, steady_times)
+        if not record and metrics.records:
+            # A run that had reached its last step when its result was not yet written (a
+            # crash between the two) takes its last loss and step times from its metrics.
+            record = metrics.records[-1]
+            steady_times = [r["step_time_s"] for r in metrics.records if r["step"] > 0]
+        result = self._result(record, self.wall_s, steady_times)
         if self.context.is_main and result.complete:
-            (self.out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
+            payload = {**asdict(result), RESULT_FINGERPRINT: _fingerprint(self.config)}
+            (self.out_dir / RESULT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
             if run.plot:
                 from mosaic.train.plot import write_metrics_plot
 
