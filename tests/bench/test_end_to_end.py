@@ -86,6 +86,12 @@ def test_calibrate_then_perf_with_the_result(bench_dir, tmp_path):
     fitted = json.loads(run([*MOSAIC, "perf", str(JOB), "--calibration", str(calibration),
                              "--json"]).stdout)
     assert fitted["step_time_s"] != default["step_time_s"]
+    # CPU-measured constants apply to any device, so the GPU job is outside their envelope
+    # (a trial saw a B200 job called 'inside' a calibration measured on a laptop CPU)
+    assert default["coverage"]["inside_calibrated_envelope"]
+    outside = fitted["coverage"]["outside"]
+    assert not fitted["coverage"]["inside_calibrated_envelope"]
+    assert [o["dimension"] for o in outside if o["dimension"] == "gpu"] == ["gpu"]
     # the layout search and the planner accept the same file
     run([*MOSAIC, "layouts", str(JOB), "--calibration", str(calibration), "--top", "1",
          "--json"])

@@ -428,6 +428,13 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
             "source": "t_gap of Eq. 11: measured wall time per kernel of a chain of tiny eager "
                       f"kernels (mosaic bench kernels, launch), {directory.name}"}
     document["microbench"] = block
+    if not ref.in_catalog and document.get("coverage"):
+        # Constants measured on a device outside the catalog (a CPU test run) apply to any
+        # job; the envelope then holds only that device, so a GPU job's prediction says it
+        # is outside it (the base profile's envelope would call a B200 job 'inside').
+        document["coverage"]["devices"] = [str(metadata.get("device_name") or ref.device)]
+        document["coverage"]["source"] = (f"{document['coverage'].get('source', '')}; devices: "
+                                          f"the device the kernel constants were measured on")
     report["fit_error_percent"] = errors
     report["warnings"] = implausible_constants(block, metadata)
     return document, report
