@@ -73,3 +73,27 @@ def test_the_fitted_runs_are_counted_after_the_holdout():
     with pytest.raises(MosaicInputError, match=r"holding out 6 of 12 runs \(holdout 0.5\) "
                                                r"leaves 6 distinct run\(s\) for the joint"):
         fit_with_holdout(runs, joint, holdout_fraction=0.5)
+
+
+def test_ladder_fit_takes_one_split_factor_and_law_fit_names_unbalanced_rungs(tmp_path):
+    """A two-G ladder: chinchilla (no G term) is refused without --split-factor and fits the
+    one G it names; `law fit` on the same runs.csv fits every row but names the rung whose
+    routers collapsed (a trial found both silent or refused)."""
+    rows = [{"name": f"r{i}", "n_total": n, "n_active": n / 4, "tokens": d,
+             "split_factor": g, "loss": 1.5 + 400 / n ** 0.34 + 410 / d ** 0.28,
+             "starved_experts": 3.0 if i == 0 else 0.0}
+            for i, (n, d, g) in enumerate((n, d, g) for g in (1, 2) for n in (1e6, 3e6, 1e7)
+                                          for d in (1e8, 3e8, 1e9))]
+    pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
+    runner = CliRunner()
+    base = ["ladder", "fit", str(tmp_path), "--out", str(tmp_path / "law.json"), "--form",
+            "chinchilla", "--holdout", "0", "--starts", "64", "--refine", "2"]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 2 and "split-factor" in refused.output
+    one_g = runner.invoke(app, [*base, "--split-factor", "2", "--json"])
+    assert one_g.exit_code == 0, one_g.output
+    law_fit = runner.invoke(app, ["law", "fit", str(tmp_path / "runs.csv"), "--form",
+                                  "chinchilla", "--split-factor", "1", "--holdout", "0",
+                                  "--starts", "64", "--refine", "2"])
+    assert law_fit.exit_code == 0, law_fit.output
+    assert "fitted anyway by `law fit`: 1 rung(s)" in law_fit.stderr and "r0" in law_fit.stderr

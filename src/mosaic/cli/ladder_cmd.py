@@ -183,6 +183,11 @@ def fit(
     refine: Annotated[
         int, typer.Option("--refine", help="best starts refined with L-BFGS-B")
     ] = DEFAULT_POLISHED,
+    split_factor: Annotated[
+        float | None, typer.Option("--split-factor",
+                                   help="fit only the rungs with this G (forms without a "
+                                        "split-factor term, per-g and chinchilla, fit one G)")
+    ] = None,
     keep_unbalanced: Annotated[
         bool, typer.Option("--keep-unbalanced",
                            help="also fit rungs whose routers ended unbalanced (starved "
@@ -206,6 +211,8 @@ def fit(
                                "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
     runs, left_out = _healthy_runs(csv_path, keep_unbalanced)
+    if split_factor is not None:
+        runs = runs.with_split_factor(split_factor)
     law_form = get_form(form)
     check_fittable(runs, law_form)  # as `mosaic law fit` checks it
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
@@ -217,7 +224,7 @@ def fit(
         "source": f"fitted to {csv_path} (mosaic ladder fit)", "form": law_form.name,
         "data": str(csv_path), "metrics": metrics,
         "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine,
-                     "keep_unbalanced": keep_unbalanced},
+                     "keep_unbalanced": keep_unbalanced, "split_factor": split_factor},
         "unbalanced_rungs_left_out": left_out})
     replace(validated.law, provenance=provenance).save(out)
     payload = {"law_file": str(out), "form": law_form.name,

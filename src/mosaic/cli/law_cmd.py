@@ -268,6 +268,7 @@ def fit(
                         starts=starts, refine=refine, holdout=holdout, scan=scan)
     law_form = get_form(form)
     runs = load_run_data(data)
+    _warn_unbalanced_rungs(data)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
@@ -318,6 +319,22 @@ def fit(
         print_json(payload)
         return
     _print_fit(payload)
+
+
+def _warn_unbalanced_rungs(data: Path) -> None:
+    """A ladder's runs.csv names the rungs whose routers ended unbalanced (column
+    starved_experts): `law fit` fits every row it is given, so it says which rows those are
+    (`mosaic ladder fit` leaves them out)."""
+    from mosaic.table_files import read_table
+    from mosaic.train.router_health import unbalanced_names, unbalanced_warning
+
+    frame = read_table(data, "run data file", allow_no_rows=True)
+    if "starved_experts" not in frame.columns:
+        return
+    names = unbalanced_names(frame.to_dict("records"))
+    if names:
+        error_console.print(f"warning: fitted anyway by `law fit`: {unbalanced_warning(names)}",
+                            markup=False, highlight=False, soft_wrap=True)
 
 
 def report_bounds(law: ScalingLaw, payload: dict[str, Any]) -> None:
