@@ -99,7 +99,7 @@ def test_ladder_run_writes_a_csv_law_fit_reads_and_fit_writes_a_law(tmp_path):
     assert fit.exit_code == 0, fit.output
     law = ScalingLaw.load(law_path)
     assert law.form.name == "chinchilla"
-    assert law.coefficients == json.loads(law_fit.output)["coefficients"]  # same fitter
+    assert law.coefficients == json.loads(law_fit.stdout)["coefficients"]  # same fitter
     support = law.provenance["data_support"]  # extrapolation flags in law predict / plan
     assert support["tokens"] == [2 * 8 * 32, 3 * 8 * 32]
     observed = runs.loss
