@@ -71,3 +71,10 @@ def test_a_run_record_as_a_job_shows_its_measured_step_beside_the_prediction():
     assert perf["measured_step_time_s"] == record["measured"]["step_time_s"]
     explain = json.loads(runner.invoke(app, ["explain", reference, "--json"]).output)
     assert explain["gap"]["measured_step_time_s"] == record["measured"]["step_time_s"]
+
+
+def test_a_colon_pair_in_an_error_is_printed_as_typed():
+    """rich replaced ':100:' in '--global-batch 1000:100' with an emoji (a trial)."""
+    result = runner.invoke(app, ["plan", "--global-batch", "1000:100"])
+    assert result.exit_code == 2
+    assert "--global-batch 1000:100: MIN must not exceed MAX" in result.output

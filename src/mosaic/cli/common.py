@@ -23,14 +23,15 @@ REDIRECTED_WIDTH = 10_000
 
 
 def _stdout_console() -> Console:
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = REDIRECTED_WIDTH
     return console
 
 
+# emoji=False: rich would turn ':100:' of a user's '--global-batch 1000:100' into an emoji
 console = _stdout_console()
-error_console = Console(stderr=True)
+error_console = Console(stderr=True, emoji=False)
 
 
 def to_jsonable(value: Any) -> Any:
