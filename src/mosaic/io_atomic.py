@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mosaic.errors import MosaicInputError
@@ -18,15 +18,22 @@ from mosaic.errors import MosaicInputError
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux (limits.h)
 
 
-def check_output_file(path: str | Path, option: str) -> Path:
+def check_output_file(path: str | Path, option: str,
+                      inputs: Iterable[str | Path] = ()) -> Path:
     """Refuse, before any work, an output file that cannot be written.
 
-    The parent directory must exist and be writable, the path must not be a directory.
+    The parent directory must exist and be writable, the path must not be a directory, and
+    it must not be one of the command's ``inputs`` (writing would replace what it reads; a
+    run record's ``FILE#ID`` names FILE).
     """
     path = Path(path)
     text = str(path)
     if not text or len(text) > MAX_PATH_CHARS or "\0" in text:
         raise MosaicInputError(f"{option}: not a usable path ({len(text)} characters)")
+    for source in inputs:
+        if _same_file(path, Path(str(source).split("#", 1)[0])):
+            raise MosaicInputError(f"{option} {_short(path)}: is the input file; writing it "
+                                   "would replace what the command reads; give another name")
     parent = path.parent if str(path.parent) else Path(".")
     try:
         if path.is_dir():
@@ -38,6 +45,14 @@ def check_output_file(path: str | Path, option: str) -> Path:
         raise MosaicInputError(f"{option} {_short(path)}: {exc.strerror or exc}") from None
     _check_can_create_in(parent, f"{option} {_short(path)}: directory {_short(parent)}")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one existing file (links and relative paths resolved)."""
+    try:
+        return a.is_file() and b.is_file() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _check_can_create_in(directory: Path, what: str) -> None:

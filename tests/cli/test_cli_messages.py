@@ -78,3 +78,22 @@ def test_a_colon_pair_in_an_error_is_printed_as_typed():
     result = runner.invoke(app, ["plan", "--global-batch", "1000:100"])
     assert result.exit_code == 2
     assert "--global-batch 1000:100: MIN must not exceed MAX" in result.output
+
+
+def test_an_output_that_is_the_input_is_refused_before_anything_is_written(tmp_path):
+    """`report plan.json --out plan.json` replaced the plan with HTML (a trial); so did
+    `export job --out job`. Both are refused, the input kept."""
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    job = tmp_path / "job.yaml"
+    job.write_text((EXAMPLES / "appendix_e.yaml").read_text())
+    data = tmp_path / "runs.csv"
+    data.write_text("n_total,tokens,loss\n1e8,1e9,3.0\n")
+    for command, kept in ((["report", str(plan), "--out", str(plan)], plan),
+                          (["export", str(job), "--to", "megatron", "--out", str(job)], job),
+                          (["law", "fit", str(data), "--out", str(data)], data)):
+        before = kept.read_text()
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2, command
+        assert "is the input file" in result.output
+        assert kept.read_text() == before

@@ -21,6 +21,7 @@ from mosaic.export import (
     spec_from_job,
     spec_from_plan_document,
 )
+from mosaic.io_atomic import check_output_file
 from mosaic.schema_validation import read_text
 
 DOES_NOT_FIT = "mosaic predicts this job does not fit"
@@ -107,6 +108,8 @@ def export_command(
     listed in the file header and on stderr (docs/export.md).
     """
     check_target(to)  # before the job is read: the first thing wrong is named first
+    if out is not None:
+        check_output_file(out, "--out", inputs=[source])
     apply_catalog(catalog)
     spec, memory_verdict = load_export_spec_and_fit(source, set_ or [], model)
     result = export(spec, to)

@@ -25,7 +25,7 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.errors import MosaicInputError
-from mosaic.io_atomic import prepare_output_dir
+from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.limits import check_range
 
 DEFAULT_STARTS = 4096  # mosaic.law.fit.DEFAULT_STARTS (not imported: keeps scipy lazy)
@@ -210,6 +210,7 @@ def fit(
         raise MosaicInputError(f"{folder}: does not exist (give a `mosaic ladder run` output "
                                "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
+    check_output_file(out, "--out", inputs=[csv_path])  # before the fit, not after it
     runs, left_out = _healthy_runs(csv_path, keep_unbalanced)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)

@@ -263,7 +263,7 @@ def fit(
         raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
     for option, path in (("--out", out), ("--samples-out", samples_out), ("--parity", parity)):
         if path is not None:
-            check_output_file(path, option)  # before the fit, not after it
+            check_output_file(path, option, inputs=[data])  # before the fit, not after it
     _check_fit_settings(huber_delta=huber_delta, n_bootstrap=n_bootstrap, seed=seed,
                         starts=starts, refine=refine, holdout=holdout, scan=scan)
     law_form = get_form(form)

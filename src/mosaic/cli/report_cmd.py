@@ -37,7 +37,7 @@ def report(
     from mosaic.io_atomic import check_output_file
     from mosaic.report.html import write_report
 
-    check_output_file(out, "--out")
+    check_output_file(out, "--out", inputs=[result])
     try:
         document = json.loads(result.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

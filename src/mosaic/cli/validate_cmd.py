@@ -329,7 +329,7 @@ def calibrate(
         raise MosaicInputError("give RUNS (run records) or --microbench DIR")
     if cv not in CV_GROUPINGS:
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
-    check_output_file(out, "--out")  # before the fit, not after it
+    check_output_file(out, "--out", inputs=[runs])  # before the fit, not after it
     record_set = _load(runs, exclude)
     excluded = list(_excluded_ids(exclude))
     start = load_calibration(base)
