@@ -16,6 +16,8 @@ from mosaic.studio.jobs import DEFAULT_FORM
 from mosaic.studio.plan_runner import MAX_GEOMETRIES, PlanRunner
 from mosaic.studio.server import bind_warning, is_loopback
 
+from .conftest import start_studio
+
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY_PLAN = {"plan.q": "8,10", "plan.experts": "8,16", "plan.top_k": "1,2",
@@ -376,3 +378,28 @@ def test_the_kernel_switches_state_a_setting_or_leave_it_to_the_recipe():
         workload = predict_form(edited, document, calibration)[1].spec.workload
         assert workload.fused_grouped_mlp is expected
         assert workload.fp8_dot_product_attention is expected
+
+
+@pytest.mark.parametrize("name, stated", [("appendix_e.yaml", {"dp": 32}),
+                                          ("deepseek_v3_h100.yaml", {})])
+def test_layout_search_of_a_job_that_states_its_dp_or_pipeline_layout(name, stated, tmp_path):
+    """A job stating dp (every exported plan does) or a pipeline layout (the DeepSeek-V3
+    recipe's Et|(tt|)*30mL, resolved into the form) searched no layout in the studio: 422.
+    The search sets them aside as `mosaic layouts` does and finds the CLI's count."""
+    from mosaic.studio.app import options_document
+    from mosaic.studio.server import load_job_document
+
+    document = yaml.safe_load((EXAMPLES / name).read_text())
+    document["parallelism"] = {**document["parallelism"], **stated}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document))
+    job = load_job_document(path)
+    running, server, thread = start_studio(job_document=job)
+    try:
+        status, body = running.call("/api/layouts", {"form": options_document(job)["form"]})
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert status == 200, body
+    cli = cli_json("layouts", str(path), "--top", "1")
+    assert (body["n_plans"], body["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])

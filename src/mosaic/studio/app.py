@@ -132,6 +132,22 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
     return form
 
 
+# Layout fields a job may state that the layout search replaces with its own choice
+SEARCHED_AWAY = ("dp", "pipeline_layout")
+
+
+def _without_searched_layout(document: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The job file without the layout fields the search chooses (:data:`SEARCHED_AWAY`,
+    under either spelling of the parallelism block)."""
+    if document is None:
+        return None
+    trimmed = dict(document)
+    for block in ("parallelism", "parallel"):
+        if isinstance(trimmed.get(block), dict):
+            trimmed[block] = {k: v for k, v in trimmed[block].items() if k not in SEARCHED_AWAY}
+    return trimmed
+
+
 def create_app(job_document: dict[str, Any] | None = None, calibration: Any = None,
                plan_time_limit_s: float | None = None) -> Any:
     """The FastAPI app; ``job_document`` is the parsed `--job` file (its model can be
@@ -273,9 +289,13 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         )
         from mosaic.perf.machine import machine_for
 
+        # the layout fields are searched: the job's own dp and pipeline layout (one pp·vpp
+        # split) go, as `mosaic layouts` sets them aside (a trial: every exported plan,
+        # which states dp, failed the search)
         form = {**form, "parallelism.tp": "1", "parallelism.pp": "1", "parallelism.cp": "1",
-                "parallelism.vpp": "1", "parallelism.ep": "1", "parallelism.etp": "1"}
-        job = validate_form(form, job_document)  # the layout fields are searched
+                "parallelism.vpp": "1", "parallelism.ep": "1", "parallelism.etp": "1",
+                **{f"parallelism.{name}": "" for name in SEARCHED_AWAY}}
+        job = validate_form(form, _without_searched_layout(job_document))
         spec = job.spec
         cluster = cluster_for(spec)
         if cluster.n_devices > MAX_LAYOUT_DEVICES:
