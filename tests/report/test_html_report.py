@@ -100,6 +100,20 @@ def test_plan_page_is_self_contained(plan_files):
     assert 'class="highlight"' in table
 
 
+def test_plan_page_states_the_stack_and_memory_in_gib(plan_files):
+    """The assumptions name the stack the CLI planned on and give memory in GiB, as the
+    CLI does (a trial found '85 GB HBM' beside GiB figures, and no stack at all)."""
+    document, html_path = plan_files
+    html = html_path.read_text()
+    envelope = document["envelope"]
+    hbm_gib = envelope["hbm_bytes_per_device"] / 2**30
+    usable_gib = envelope["memory_headroom"]["usable_memory_bytes"] / 2**30
+    assert f"{hbm_gib:.1f} GiB HBM" in html and f"{usable_gib:.1f} GiB per GPU" in html
+    assert " GB HBM" not in html and " GB per GPU" not in html
+    assert (f'<td class="text">{envelope["stack"]}, MoE dispatcher {envelope["dispatcher"]}'
+            in html)
+
+
 def test_report_command_redraws_the_same_page(plan_files, tmp_path):
     """`mosaic report plan.json` draws exactly the page `mosaic plan --html` wrote."""
     _, html_path = plan_files
@@ -190,7 +204,7 @@ def test_every_step_term_has_a_group():
 def test_layout_label_and_scatter_sample():
     plan = {"tp": 1, "pp": 16, "vpp": 1, "cp": 1, "ep": 8, "etp": 1, "dp": 32,
             "micro_batch": 2, "sharding": "zero1", "checkpointing": "full"}
-    assert layout_label(plan) == "pp16 ep8 dp32 mb2 zero1 full"
+    assert layout_label(plan) == "pp16 ep8 dp32 mb2 zero1 ckpt=full"
     assert np.array_equal(scatter_sample(10), np.arange(10))
     sample = scatter_sample(20_000, points=1000, top=100)
     assert len(sample) == 1000 and np.array_equal(sample[:100], np.arange(100))

@@ -22,8 +22,8 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
+from mosaic.units import GIB
 
-GIB = 2**30
 SECONDS_PER_DAY = 86_400.0
 
 

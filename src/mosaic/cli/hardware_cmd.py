@@ -12,6 +12,7 @@ from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Catalog, Device, System, shipped_catalog
+from mosaic.units import GIB
 
 hardware_app = typer.Typer(
     name="hardware",
@@ -91,7 +92,7 @@ def list_command(catalog: CatalogFileOption = None, json_output: JsonFlag = Fals
          "HBM TB/s", "scale-up GB/s", "host link GB/s", "kernel fit", "origin"],
         [[d["name"], d["vendor"], _tflops(d["peak_flops_per_s"].get("bf16")),
           _tflops(d["peak_flops_per_s"].get("fp8")),
-          _tflops(d["peak_flops_per_s"].get("fp4")), f"{d['hbm_bytes'] / 2**30:,.1f}",
+          _tflops(d["peak_flops_per_s"].get("fp4")), f"{d['hbm_bytes'] / GIB:,.1f}",
           f"{d['hbm_bw_bytes_per_s'] / 1e12:.2f}", f"{d['scale_up_bw_bytes_per_s'] / 1e9:,.0f}",
           "-" if d["host_link_bw_bytes_per_s"] is None
           else f"{d['host_link_bw_bytes_per_s'] / 1e9:,.0f}",

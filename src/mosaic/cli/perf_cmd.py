@@ -29,8 +29,7 @@ from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import mfu_peak_text, usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.perf.terms import STEP_TERMS
-
-GIB = 2**30
+from mosaic.units import GIB
 
 
 def prediction_document(result: JobPrediction, calibration: Calibration) -> dict[str, Any]:

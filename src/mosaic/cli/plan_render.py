@@ -12,8 +12,7 @@ from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import geometry_label, infeasible_summary, layout_text
-
-GIB = 2**30
+from mosaic.units import GIB
 
 
 def count(value: float) -> str:

@@ -22,6 +22,7 @@ from mosaic.perf.coverage import (
     scoped_quantiles,
     shared_fraction,
 )
+from mosaic.units import GIB
 
 
 def _span(values: Sequence[float]) -> tuple[float, float]:
@@ -47,7 +48,7 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         tokens = scoped_quantiles(ratios, stacks, classes, level)
         shared = shared_fraction(ratios, list(cv.groups))
     with_memory = [r for r in records if r.measured_memory_bytes and not r.oom]
-    memory_ratios = [r.measured_memory_bytes / (p.predicted_memory_gib * 2**30)
+    memory_ratios = [r.measured_memory_bytes / (p.predicted_memory_gib * GIB)
                      for r, p in zip(with_memory, predict_runs(with_memory, calibration),
                                      strict=True)]
     memory = scoped_quantiles(np.array(memory_ratios), [r.workload.stack for r in with_memory],

@@ -48,8 +48,8 @@ from mosaic.perf.workload import (
     experts_fuse_grouped_mlp,
 )
 from mosaic.stacks import MicroBatchDefault
+from mosaic.units import GIB
 
-GIB = 2**30
 # Memory use above this fraction of the usable budget (perf.headroom) is reported as "near
 # capacity": transient buffers the model does not itemise live in what is left.
 NEAR_CAPACITY_FRACTION = 0.9

@@ -31,8 +31,8 @@ from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
+from mosaic.units import GIB
 
-GIB = 2**30
 TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec. 7.2.1)
 # Records predicted together at most when streaming a file: large enough that a layout sweep
 # of one model still runs as a few vectorised calls, small enough that a batch's records and

@@ -21,6 +21,7 @@ from mosaic.perf.kernels import (
     fp8_attention_efficiency,
 )
 from mosaic.perf.workload import Fp8Recipe, Precision
+from mosaic.units import GIB
 
 # Streaming multiprocessors assumed for devices the kernel fits do not list (a B200-class
 # count; only tile-quantisation granularity depends on it).
@@ -237,7 +238,7 @@ def mfu_peak_text(machine: Machine) -> str:
 
 def usable_gib(machine: Machine) -> float:
     """Device memory a plan may fill on ``machine``, GiB (capacity x usable fraction)."""
-    return machine.hbm_bytes * machine.usable_memory_fraction / 2**30
+    return machine.hbm_bytes * machine.usable_memory_fraction / GIB
 
 
 def with_fp8_attention(machine: Machine) -> Machine:

@@ -76,8 +76,7 @@ from mosaic.perf.shapes import (
 )
 from mosaic.perf.workload import OptimizerDtype, OptimizerKind, Workload
 from mosaic.stacks import CrossEntropy, FsdpShardStorage, SelectiveRecompute
-
-GIB = 2**30
+from mosaic.units import GIB
 
 # --- Constants (bytes) -------------------------------------------------------------------
 # Model weights are held in bf16 (fp8 GEMM recipes keep bf16 weights and cast per GEMM;

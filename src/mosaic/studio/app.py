@@ -30,6 +30,7 @@ from mosaic.studio.jobs import (
     validate_form,
 )
 from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, PlanBusyError, PlanRunner
+from mosaic.units import GIB
 
 MAX_BODY_BYTES = 1_000_000
 MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
@@ -272,7 +273,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
                 "Step time: A vs B")),
             "memory": figure_json(memory_breakdown_figure(
                 [(n, d["memory_breakdown"]) for n, d in bars],
-                documents[0]["memory_capacity_gib"] * 2**30, "Memory per GPU: A vs B"))}})
+                documents[0]["memory_capacity_gib"] * GIB, "Memory per GPU: A vs B"))}})
 
     @app.post("/api/layouts")
     async def layouts(request: Request) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-GIB = 2**30
+from mosaic.units import GIB
 
 # term -> group; the group names the parallel axis for communication (exposed time).
 TERM_GROUPS: dict[str, str] = {
@@ -144,9 +144,11 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
 
 
 def layout_label(plan: Mapping[str, Any]) -> str:
-    """'tp1 pp16 ep8 dp32 mb2 zero1 full' (only axes > 1, plus mb, sharding, recompute)."""
+    """'pp16 ep8 dp32 mb2 zero1 ckpt=full' (only axes > 1 and dp, plus micro-batch,
+    sharding, recompute)."""
     axes = [f"{k}{plan[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
             if k in plan and (plan[k] != 1 or k == "dp")]
     extra = [f"mb{plan['micro_batch']}"] if "micro_batch" in plan else []
-    extra += [str(plan[k]) for k in ("sharding", "checkpointing") if k in plan]
+    extra += [str(plan["sharding"])] if "sharding" in plan else []
+    extra += [f"ckpt={plan['checkpointing']}"] if "checkpointing" in plan else []
     return " ".join(axes + extra)

@@ -25,8 +25,8 @@ from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import PlanResult, candidate_workload
 from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import geometry_identity
+from mosaic.units import GIB
 
-GIB = 2**30
 TOP_BREAKDOWNS = 3  # layouts shown side by side
 # Scatter points kept (SVG plotting stays responsive): the best SCATTER_TOP layouts, then an
 # evenly spaced sample of the rest in ranking order.

@@ -56,10 +56,13 @@ def fmt_percent(digits: int = 1) -> Callable[[Any], str]:
 
 
 def fmt_si(unit: str = "", digits: int = 3) -> Callable[[Any], str]:
-    """1.42e12 -> '1.42 T' (k, M, B/G, T, P)."""
+    """1.42e12 -> '1.42 T' (k, M, B/G, T, P); from 1e18 on, scientific: '4.38e+23 FLOP',
+    not '4.38e+08 PFLOP'."""
     def fmt(value: Any) -> str:
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             return "–"
+        if abs(value) >= 1e18:
+            return f"{value:.{digits}g} {unit}".rstrip()
         for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
             if abs(value) >= factor:
                 return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()

@@ -29,6 +29,7 @@ from mosaic.report.html.page import (
     table_html,
 )
 from mosaic.report.plan_report import geometry_label
+from mosaic.units import GIB
 
 SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
 
@@ -53,7 +54,7 @@ def _candidate_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
                    for u in document.get("uncertainty_candidates", [])}
     rows = []
     for rank, c in enumerate(document["candidates"], start=1):
-        row = {**c, "rank": rank, "memory_gib": c["memory_bytes"] / 2**30,
+        row = {**c, "rank": rank, "memory_gib": c["memory_bytes"] / GIB,
                "layout": layout_label(c["plan"]) if c.get("plan") else ""}
         u = uncertainty.get((c["q"], c["experts"], c["top_k"], c["split_factor"]))
         if u is not None:
@@ -192,7 +193,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
                        f"{', tpp_max cap' if o['tpp_capped'] else ''})"),
             ("predicted loss", f"{o['loss']:.5f} nats/token"),
             ("MFU / step", f"{o['mfu']:.2%}, {o['step_time_s']:.3f} s per step, "
-                           f"{o['memory_bytes'] / 2**30:.1f} GiB per GPU"),
+                           f"{o['memory_bytes'] / GIB:.1f} GiB per GPU"),
             ("layout", layout_label(o["plan"])),
             *(tuple(row) for row in o.get("coverage_summary", [])),
         ]
@@ -233,9 +234,10 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     s = document["search_space"]
     rows = [
         ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {e['precision']}"),
+        ("software stack", stack_text(e)),
         ("usable memory", _headroom_text(e.get("memory_headroom"))),
         ("device", f"{e['gpu']}: peak {e['peak_flops_per_s_per_device'] / 1e12:.0f} TFLOP/s, "
-                   f"{e['hbm_bytes_per_device'] / 1e9:.0f} GB HBM (hardware catalog)"),
+                   f"{e['hbm_bytes_per_device'] / GIB:.1f} GiB HBM (hardware catalog)"),
         ("search space", (f"q {s['q']}" if "q" in s else
                           f"backbone ({s['backbone']['attention']} attention, vocab "
                           f"{s['backbone']['vocab']}): L {s['layers']}, d {s['d_model']}")
@@ -346,9 +348,24 @@ def plan_title(document: dict[str, Any]) -> tuple[str, str]:
             f"{document['counts']['plans_evaluated']:,} layouts evaluated")
 
 
+def stack_text(envelope: dict[str, Any]) -> str:
+    """The plan's software stack as the CLI's envelope states it: stack and release, MoE
+    dispatcher, and the release settings the plan carries (older plan files lack them)."""
+    stack = envelope.get("stack")
+    if stack is None:
+        return "not recorded in this plan file"
+    release = envelope.get("stack_version")
+    text = stack + (f" {release}" if release else "")
+    if envelope.get("dispatcher"):
+        text += f", MoE dispatcher {envelope['dispatcher']}"
+    switches = [name for name in ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
+                                  "fp4_param_gather") if envelope.get(name)]
+    return text + (f"; {', '.join(switches)}" if switches else "")
+
+
 def _headroom_text(headroom: dict[str, Any] | None) -> str:
     """The memory headroom policy of the plan (docs/plan.md, "Memory headroom")."""
     if not headroom:
         return "the whole device"
-    return (f"{headroom['usable_memory_bytes'] / 1e9:.0f} GB per GPU "
+    return (f"{headroom['usable_memory_bytes'] / GIB:.1f} GiB per GPU "
             f"({headroom['usable_memory_fraction']:.0%}; {headroom['source']})")

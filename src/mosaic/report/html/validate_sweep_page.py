@@ -15,6 +15,7 @@ from mosaic.report.html.page import (
     note,
     table_html,
 )
+from mosaic.report.html.plan_page import stack_text
 
 
 # --- validate -------------------------------------------------------------------------------
@@ -203,7 +204,8 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
              else f"{e['days']:g} days on {e['system']}")
     return [
         Section("curves", "Allocation curves", [
-            note(f"Fixed: {fixed}, batch {e['global_batch']} × {e['seq_len']} (paper Sec. 7.4, "
+            note(f"Fixed: {fixed}, batch {e['global_batch']} × {e['seq_len']}, "
+                 f"{e['precision']}, software stack {stack_text(e)} (paper Sec. 7.4, "
                  "Fig. 11). Dotted: the best configuration per split factor G."),
             figure_html(sweep_figure(document), "fig-sweep")]),
         Section("table", "Optimum per budget", [table_html(columns, rows,

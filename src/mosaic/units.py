@@ -1,0 +1,3 @@
+"""Unit constants shared by every layer (SI inside the library; these convert for people)."""
+
+GIB = 2**30  # bytes in a GiB: memory is printed in GiB everywhere (device HBM, predictions)
