@@ -127,3 +127,19 @@ def test_model_flops_pick_is_compared_on_the_tables_terms():
     pick_loss = doc["optimum"]["loss"] + comparison["loss_gap_nats"]
     assert pick_loss >= row["loss"] - 1e-12
     assert comparison["loss_gap_nats"] >= 0
+
+
+def test_a_plan_near_its_memory_limit_says_its_interval_reaches_past_it():
+    """`mosaic perf` of this optimum (q16 E128 K1 G4 on 64 H100 nodes, 70.1 of 71.2 GiB
+    usable) notes that its 90% memory interval reaches past usable memory; the plan said
+    nothing (a trial). The note is the same one, from the same interval."""
+    document = run_json("plan", "--gpu", "H100", "--nodes", "64", "--days", "30", "--stack",
+                        "megatron-bridge", "--dispatcher", "deepep", "--q", "16",
+                        "--experts", "128", "--top-k", "1", "--split-factor", "4",
+                        "--workers", "1")
+    coverage = document["optimum"]["coverage"]
+    high = coverage["intervals"]["memory_gib"]["high"]
+    usable = document["envelope"]["memory_headroom"]["usable_memory_bytes"] / 2**30
+    assert high > usable
+    assert coverage["note"] == (f"the memory interval reaches {high:.1f} GiB, above the "
+                                f"usable {usable:.1f} GiB: the plan may not fit")

@@ -16,10 +16,12 @@ from mosaic.plan.uncertainty import LawSamples, Uncertainty, propagate
 
 def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
                          ) -> Assessment:
-    """Envelope verdict and residual intervals of grid ``row`` on its best layout."""
+    """Envelope verdict and residual intervals of grid ``row`` on its best layout, and
+    (as `mosaic perf` says it) whether its memory interval reaches past usable memory."""
     grid, table, envelope = result.grid, result.throughput, result.envelope
     plan = table.plans[row] or {}
     tokens_per_s = float(table.tokens_per_s[row])
+    usable_gib = envelope.system.device.hbm_bytes * envelope.usable_memory_fraction / GIB
     return assess(
         calibration.coverage, calibration.name, device=envelope.system.device.name,
         stack=envelope.stack, is_moe=grid.geometry(row).is_moe,
@@ -27,7 +29,7 @@ def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
         degrees={name: int(plan[name]) for name in DEGREES if name in plan},
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / table.n_devices,
         mfu=float(table.mfu[row]), step_time_s=float(table.step_time_s[row]),
-        memory_gib=float(table.memory_bytes[row] / GIB))
+        memory_gib=float(table.memory_bytes[row] / GIB), usable_memory_gib=usable_gib)
 
 
 def plan_uncertainty(result: PlanResult, law: ScalingLaw, samples: LawSamples | None,
