@@ -143,3 +143,22 @@ def test_a_plan_near_its_memory_limit_says_its_interval_reaches_past_it():
     assert high > usable
     assert coverage["note"] == (f"the memory interval reaches {high:.1f} GiB, above the "
                                 f"usable {usable:.1f} GiB: the plan may not fit")
+
+
+def test_a_capped_optimum_says_how_much_of_the_window_it_trains(plan_doc):
+    """D = tokens/s · window · goodput unless held at tpp_max: train_days is the share of the
+    window D takes (a trial saw 787.8 B capped tokens trained in 5.7 of 30 days, with the
+    cost of all 30 and no word of it)."""
+    envelope = plan_doc["envelope"]
+    for c in plan_doc["candidates"]:
+        if c["tpp_capped"]:
+            assert c["tokens"] < c["budget_tokens"]
+            assert c["train_days"] == pytest.approx(
+                c["tokens"] / (c["tokens_per_s"] * envelope["goodput"]["goodput"] * 86400))
+        else:
+            assert c["train_days"] == pytest.approx(envelope["days"])
+    capped = runner.invoke(app, ["plan", "--nodes", "8", "--days", "40", "--q", "4",
+                                 "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                 "--s-min", "0.5", "--workers", "1"])
+    assert capped.exit_code == 0, capped.output
+    assert "capped" in capped.stdout and "days of the window" in capped.stdout

@@ -100,6 +100,7 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("sparsity S", f"{candidate['sparsity']:.4f}"),
         ("tokens D (TPP)", f"{count(candidate['tokens'])} ({candidate['tpp']:.1f}"
                            f"{', capped' if candidate['tpp_capped'] else ''})"),
+        *_capped_rows(candidate),
         ("MFU (paper Eq. 1)", f"{candidate['mfu']:.2%}"),
         ("tokens/s", f"{candidate['tokens_per_s']:,.0f}"),
         ("step time", f"{candidate['step_time_s']:.3f} s"),
@@ -111,6 +112,16 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         *_batch_rows(candidate),
         *_extrapolation_rows(candidate.get("extrapolation")),
     ])
+
+
+def _capped_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:
+    """When D is held at tpp_max, how much of the window training it takes (the GPU-hours
+    and cost rows count the whole window)."""
+    if not candidate["tpp_capped"]:
+        return []
+    return [("training time", f"{candidate['train_days']:.1f} days of the window: D is held "
+             "at the tokens-per-parameter cap (--tpp), so the run ends early; GPU-hours and "
+             "cost count the whole window")]
 
 
 def _batch_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:

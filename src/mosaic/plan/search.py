@@ -457,6 +457,10 @@ class PlanResult:
             tpp=float(self.tokens[row] / n_active),
             tpp_capped=bool(self.tpp_capped[row]),
             budget_tokens=float(self.budget_tokens[row]),
+            # the days of the window training D takes: all of it unless D is capped
+            # (D* = tokens/s · T_train · η_good, so a capped D ends the run D / D* early)
+            train_days=(self.envelope.days * float(self.tokens[row] / self.budget_tokens[row])
+                        if self.budget_tokens[row] > 0 else self.envelope.days),
             c_model_flops=float(self.c_model_flops[row]),
             mfu=float(table.mfu[row]),
             tokens_per_s=float(table.tokens_per_s[row]),

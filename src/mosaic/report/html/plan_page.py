@@ -191,6 +191,10 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
                            f"S = {o['sparsity']:.4f}"),
             ("tokens", f"{fmt_si()(o['tokens'])} ({o['tpp']:.1f} per active parameter"
                        f"{', tpp_max cap' if o['tpp_capped'] else ''})"),
+            *([("training time", f"{o['train_days']:.1f} of the {e['days']:g} days: D is held "
+                                 "at the tpp_max cap, so the run ends early; GPU-hours and "
+                                 "cost count the whole window")]
+              if o["tpp_capped"] and "train_days" in o else []),
             ("predicted loss", f"{o['loss']:.5f} nats/token"),
             ("MFU / step", f"{o['mfu']:.2%}, {o['step_time_s']:.3f} s per step, "
                            f"{o['memory_bytes'] / GIB:.1f} GiB per GPU"),
