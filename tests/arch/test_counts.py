@@ -127,3 +127,17 @@ def test_grid_row_count_by_hand():
 def test_empty_grid_axis_rejected():
     with pytest.raises(MosaicInputError, match="experts is empty"):
         enumerate_ladder_grid([4], [], [1], [1])
+
+
+def test_an_odd_ladder_seed_shares_four_kv_heads_in_every_path():
+    """q = 3 (the paper's sweep, Appendix C) has 12 query heads, which 8 KV heads do not
+    divide: the ladder takes gcd(12, 8) = 4 KV heads, in the scalar geometry, the grid and the
+    trainer's rung alike (the planner refused odd q with a message about model.kv_heads)."""
+    from mosaic.arch.ladder import ladder_geometry
+
+    geometry = ladder_geometry(3, 8, 1, 1)
+    assert (geometry.heads, geometry.kv_heads) == (12, 4)
+    grid = enumerate_ladder_grid([3, 7], [8], [1], [1])
+    for row in range(len(grid)):
+        assert grid.geometry(row).kv_heads == 4
+        assert grid.n_total[row] == count_parameters(grid.geometry(row)).n_total

@@ -162,3 +162,11 @@ def test_a_capped_optimum_says_how_much_of_the_window_it_trains(plan_doc):
                                  "--s-min", "0.5", "--workers", "1"])
     assert capped.exit_code == 0, capped.output
     assert "capped" in capped.stdout and "days of the window" in capped.stdout
+
+
+def test_restart_time_alone_is_refused_as_the_other_young_daly_inputs_are():
+    """--mtbf-gpu-hours or --checkpoint-s alone is refused; --restart-s alone was dropped
+    without a word (goodput 1.0; a trial)."""
+    result = runner.invoke(app, ["plan", *SMALL, "--restart-s", "600"])
+    assert result.exit_code == 2
+    assert "--restart-s enters the Young-Daly goodput" in result.output

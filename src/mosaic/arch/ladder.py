@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from mosaic.arch.counts import build_counts, params_attention_gqa
 from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
@@ -49,6 +50,13 @@ def ladder_backbone(q: int) -> LadderBackbone:
     d_model = LADDER_HEAD_DIM * heads
     ffn = round(LADDER_FFN_RATIO * d_model)
     return LadderBackbone(q=q, layers=LADDER_MULTIPLIER * q, heads=heads, d_model=d_model, ffn=ffn)
+
+
+def ladder_kv_heads(heads: ArrayLike, kv_heads: int = LADDER_KV_HEADS) -> np.ndarray:
+    """KV heads of a ladder rung: the listing's 8 where they divide the 4q query heads (even
+    q), else the largest count that does, gcd(4q, 8) = 4 for odd q (GQA shares each KV head
+    among an equal number of query heads; the paper's sweep has q = 3, Appendix C)."""
+    return np.gcd(heads, kv_heads)  # int or array, as ``heads``
 
 
 def expert_width(ffn: int, split_factor: int) -> int:
@@ -89,7 +97,7 @@ def ladder_geometry(
         layers=backbone.layers,
         d_model=backbone.d_model,
         heads=backbone.heads,
-        kv_heads=LADDER_KV_HEADS,
+        kv_heads=int(ladder_kv_heads(backbone.heads)),
         head_dim=LADDER_HEAD_DIM,
         ffn=backbone.ffn,
         vocab=vocab,
@@ -191,7 +199,7 @@ def enumerate_ladder_grid(
     expert_ffn = ffn // split
     counts = build_counts(
         attention_per_layer=params_attention_gqa(
-            d_model, heads, LADDER_KV_HEADS, LADDER_HEAD_DIM, gated=False
+            d_model, heads, ladder_kv_heads(heads), LADDER_HEAD_DIM, gated=False
         ),
         layers=layers,
         d_model=d_model,

@@ -111,6 +111,9 @@ def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
                   checkpoint_s: float | None, restart_s: float) -> Goodput:
     """--goodput X, or --mtbf-gpu-hours H with --checkpoint-s S (Young-Daly)."""
     if mtbf_gpu_hours is None and checkpoint_s is None:
+        if restart_s:  # it enters only the Young-Daly model: say so, rather than drop it
+            raise MosaicInputError("--restart-s enters the Young-Daly goodput: give it with "
+                                   "--mtbf-gpu-hours and --checkpoint-s")
         return ConstantGoodput(1.0 if goodput is None else goodput)
     if goodput is not None:
         raise MosaicInputError("give either --goodput or --mtbf-gpu-hours/--checkpoint-s, "
@@ -127,7 +130,9 @@ Gpu = Annotated[str | None, typer.Option(
     "p5.48xlarge, H200 -> p5en.48xlarge, GB200 -> GB200-NVL72 (docs/plan.md). Default B200.")]
 System = Annotated[str | None, typer.Option(
     "--system", help="Node type from the catalog; overrides the --gpu mapping.")]
-Nodes = Annotated[int, typer.Option("--nodes", help="Nodes in the cluster.")]
+Nodes = Annotated[int, typer.Option(
+    "--nodes", help="Nodes (hosts) in the cluster; a GB200/GB300 NVL72 node is one 4-GPU "
+                    "compute tray, 18 per 72-GPU rack.")]
 GpusPerNode = Annotated[int | None, typer.Option(
     "--gpus-per-node", help="What-if host size (default: the system's; per-GPU links kept).")]
 Days = Annotated[float, typer.Option("--days", help="Training window T_train in days.")]

@@ -23,6 +23,7 @@ from mosaic.arch.ladder import (
     PAPER_SHARED_EXPERTS,
     expert_width,
     ladder_geometry,
+    ladder_kv_heads,
 )
 from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
@@ -70,11 +71,10 @@ class LadderModel(_Strict):
 def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
     """Geometry of a (possibly scaled-down) ladder rung with vocabulary ``vocab``."""
     heads = LADDER_MULTIPLIER * rung.q
-    if (rung.head_dim, rung.kv_heads) == (LADDER_HEAD_DIM, LADDER_KV_HEADS) and (
-            heads % LADDER_KV_HEADS == 0):
+    if (rung.head_dim, rung.kv_heads) == (LADDER_HEAD_DIM, LADDER_KV_HEADS):
         return ladder_geometry(rung.q, rung.experts, rung.top_k, rung.split_factor,
                                vocab=vocab, gated_attention=rung.gated_attention)
-    kv_heads = math.gcd(heads, rung.kv_heads)  # GQA needs kv_heads | heads (q=3: 12 heads)
+    kv_heads = int(ladder_kv_heads(heads, rung.kv_heads))  # GQA needs kv_heads | heads
     d_model = heads * rung.head_dim
     ffn = round(LADDER_FFN_RATIO * d_model)
     moe = None
