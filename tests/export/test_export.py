@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shlex
 import tomllib
 from pathlib import Path
@@ -58,7 +59,8 @@ def megatron_parser() -> argparse.ArgumentParser:
             "expert-tensor-parallel-size", "num-virtual-stages-per-pipeline-rank",
             "micro-batch-size", "global-batch-size", "recompute-num-layers",
             "num-distributed-optimizer-instances", "cpu-offloading-num-layers",
-            "moe-router-num-groups", "moe-router-group-topk"]
+            "moe-router-num-groups", "moe-router-group-topk",
+            "train-iters"]  # megatron/training/arguments.py _add_training_args
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
@@ -302,20 +304,27 @@ def test_plan_json_exports_its_optimum(plan_json, target):
     result = runner.invoke(app, ["export", str(plan_json), "--to", target])
     assert result.exit_code == 0, result.output
     text = result.stdout
+    # the plan's D as the target counts training: steps of the global batch, the last whole
+    envelope = document["envelope"]
+    steps = math.ceil(optimum["tokens"] / (envelope["global_batch"] * envelope["seq_len"]))
+    assert f"# training: {optimum['tokens']:.4g} tokens (the plan's D) = {steps} steps" in text
     if target == "megatron":
         a = parse_megatron(text)
         assert (a.num_experts, a.moe_router_topk) == (optimum["experts"], optimum["top_k"])
         assert a.moe_ffn_hidden_size == optimum["expert_ffn"]
         assert a.expert_model_parallel_size == step["ep"]
-        assert a.global_batch_size == document["envelope"]["global_batch"]
+        assert a.global_batch_size == envelope["global_batch"]
+        assert a.train_iters == steps
     elif target == "torchtitan":
         doc = tomllib.loads(text)
         assert doc["parallelism"]["expert_parallel_degree"] == step["ep"]
+        assert doc["training"]["steps"] == steps
     else:
         doc = yaml.safe_load(text)
         layers = doc["model"]["num_layers"] if target == "nemo" \
             else doc["base_num_decoder_layers"]
         assert layers == optimum["layers"]
+        assert (doc["train"]["train_iters"] if target == "nemo" else doc["steps"]) == steps
 
 
 def test_cli_out_file_and_notes(tmp_path):

@@ -190,6 +190,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "max_target_length": spec.seq_len,
         "per_device_batch_size": spec.global_seqs / (accumulation * spec.n_devices),
         "gradient_accumulation_steps": accumulation,
+        **({} if spec.train_steps is None else {"steps": spec.train_steps}),
         "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
         "quantization": quantization,
         "remat_policy": REMAT_POLICY[spec.checkpointing],

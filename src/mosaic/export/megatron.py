@@ -240,6 +240,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--grad-reduce-in-bf16", None))
     args += [("--micro-batch-size", str(spec.micro_seqs)),
              ("--global-batch-size", str(spec.global_seqs))]
+    if spec.train_steps is not None:  # a plan's D (arguments.py --train-iters)
+        args.append(("--train-iters", str(spec.train_steps)))
     args += recompute_arguments(spec, unsupported)
     if spec.offloaded_activation_layers:  # ModelParallelConfig.cpu_offloading_num_layers
         args.append(("--cpu-offloading-num-layers", str(spec.offloaded_activation_layers)))

@@ -315,7 +315,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             ddp["num_distributed_optimizer_instances"] = spec.hsdp_replicas
     document = {
         "model": model,
-        "train": {"global_batch_size": spec.global_seqs, "micro_batch_size": spec.micro_seqs},
+        "train": {"global_batch_size": spec.global_seqs, "micro_batch_size": spec.micro_seqs}
+        | ({} if spec.train_steps is None else {"train_iters": spec.train_steps}),
         "dataset": {"seq_length": spec.seq_len},
         "ddp": ddp,
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
@@ -96,6 +97,8 @@ class ExportSpec:
     # mosaic's own verdicts on the job, e.g. that it does not fit its GPUs' memory: every
     # exported file's header repeats them (WARNING lines), not only stderr
     warnings: tuple[str, ...] = ()
+    # a plan's token budget D (its optimum's tokens); None for a job, which states none
+    train_tokens: float | None = None
     job: dict[str, Any] | None = None
     source: str = ""
 
@@ -123,6 +126,14 @@ class ExportSpec:
             raise MosaicInputError(
                 f"{self.source}: global batch {self.global_seqs} is not a multiple of "
                 f"dp·micro_seqs = {self.dp}·{self.micro_seqs}")
+
+    @property
+    def train_steps(self) -> int | None:
+        """Optimizer steps that train ``train_tokens`` at the global batch (the last one
+        whole), or None without a token budget."""
+        if self.train_tokens is None:
+            return None
+        return max(1, math.ceil(self.train_tokens / (self.global_seqs * self.seq_len)))
 
     @property
     def capacity_factor(self) -> float | None:
@@ -469,6 +480,7 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
                            and experts_fuse_grouped_mlp(geometry)),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=str(envelope.get("stack", "megatron-core")), source=source,
+        train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
 

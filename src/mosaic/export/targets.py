@@ -94,6 +94,9 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
                                           if spec.capacity_factor is not None else "")
            if g.moe else ""),
     ]
+    if spec.train_steps is not None:
+        lines.append(f"training: {spec.train_tokens:.4g} tokens (the plan's D) = "
+                     f"{spec.train_steps} steps of {spec.global_seqs} x {spec.seq_len}")
     lines += warning_lines(spec)
     lines += [f"ASSUMED (not stated in the source): {item}"
               for item in spec.architecture_assumptions]

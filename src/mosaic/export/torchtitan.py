@@ -140,7 +140,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
             "global_batch_size": spec.global_seqs,
             "seq_len": spec.seq_len,
             "mixed_precision_param": "float32" if spec.precision == "fp32" else "bfloat16",
-        },
+        } | ({} if spec.train_steps is None else {"steps": spec.train_steps}),
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": spec.checkpointing}
         | ({"selective_ac_option": "op"} if spec.checkpointing == "selective" else {}),
