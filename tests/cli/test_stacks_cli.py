@@ -46,7 +46,7 @@ def test_a_misspelt_stack_or_release_is_one_line_with_exit_2():
     assert result.exit_code == 2
     assert "did you mean 'megatron-bridge'" in result.output and "Traceback" not in result.output
     bad = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", "26"])
-    assert bad.exit_code == 2 and "expected YY.MM" in bad.output
+    assert bad.exit_code == 2 and "expected a release YY.MM with a month 01-12" in bad.output
 
 
 def test_a_gpu_alias_resolves_and_an_unknown_gpu_or_precision_is_refused():
@@ -89,4 +89,4 @@ def test_a_point_release_filters_the_entries_that_tell_it_from_its_first_contain
     assert False in first.values() and True not in first.values()
     assert True in point.values() and False not in point.values()
     bad = runner.invoke(app, ["stacks", "show", "megatron-bridge", "--release", "26.04.1"])
-    assert bad.exit_code == 2 and "26.04.01" in bad.output
+    assert bad.exit_code == 2 and "point release YY.MM.0N" in bad.output

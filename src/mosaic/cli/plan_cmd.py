@@ -6,7 +6,6 @@ on the built-in law, hardware catalog and calibration.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -84,7 +83,7 @@ from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
 from mosaic.report.html.documents import plan_report_blocks
 from mosaic.report.stack_comparison import stack_comparison_document
-from mosaic.stacks.registry import STACK_VERSION_PATTERN
+from mosaic.stacks.registry import check_release
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -244,10 +243,7 @@ def build_inputs(
     recipe_dispatcher: str | None = None
     settings: dict[str, Any] = {}
     if stack_version is not None:
-        if re.fullmatch(STACK_VERSION_PATTERN, stack_version) is None:
-            raise MosaicInputError(f"--stack-version {stack_version!r}: expected a release "
-                                   "YY.MM, e.g. 26.06, or a point release YY.MM.0N, e.g. "
-                                   "26.06.01")
+        check_release(stack_version, "--stack-version")
         recipe_dispatcher, settings, left_out = grid_recipe_defaults(
             stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
         outside = release_outside_recipes(stack, stack_version)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Annotated, Any, get_args
 
 import typer
@@ -15,8 +14,8 @@ from mosaic.hardware import get_device
 from mosaic.perf.workload import job_precision_name
 from mosaic.stacks import known_stacks
 from mosaic.stacks.registry import (
-    STACK_VERSION_PATTERN,
     StackTraits,
+    check_release,
     format_release,
     get_stack,
     names_point_release,
@@ -88,9 +87,8 @@ def show_command(
     """Show one stack's traits (each with its source) and the recipes filed under it."""
     traits = get_stack(name)  # an unknown name: one line with the closest known stack
     name = traits.name
-    if release is not None and re.fullmatch(STACK_VERSION_PATTERN, release) is None:
-        raise MosaicInputError(f"--release {release!r}: expected YY.MM with a month 01-12, "
-                               "e.g. 26.04, or a point release YY.MM.0N, e.g. 26.04.01")
+    if release is not None:
+        check_release(release, "--release")
     wanted = None if release is None else parse_release(release)
     point = None if release is None else names_point_release(release)
     device_name = None if gpu is None else get_device(gpu).name  # aliases resolve

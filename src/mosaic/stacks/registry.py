@@ -71,6 +71,15 @@ RELEASE_PATTERN = r"^\d{2}\.(0[1-9]|1[0-2])$"
 # what a job or plan may state as its stack version: a release or one of its point releases,
 # YY.MM.0N (the NeMo container 26.04.01)
 STACK_VERSION_PATTERN = r"^\d{2}\.(0[1-9]|1[0-2])(\.0[1-9])?$"
+# what a release must look like, for the messages that refuse one
+RELEASE_FORMAT = ("expected a release YY.MM with a month 01-12, e.g. 26.06, or a point "
+                  "release YY.MM.0N, e.g. 26.06.01")
+
+
+def check_release(text: str, option: str) -> None:
+    """MosaicInputError naming ``option`` unless ``text`` is a release (YY.MM or YY.MM.0N)."""
+    if re.fullmatch(STACK_VERSION_PATTERN, text) is None:
+        raise MosaicInputError(f"{option} {text!r}: {RELEASE_FORMAT}")
 
 
 class _Entry(BaseModel):
