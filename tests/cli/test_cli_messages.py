@@ -97,3 +97,17 @@ def test_an_output_that_is_the_input_is_refused_before_anything_is_written(tmp_p
         assert result.exit_code == 2, command
         assert "is the input file" in result.output
         assert kept.read_text() == before
+
+
+def test_another_commands_json_given_as_a_job_is_named(tmp_path):
+    """A sweep document exported as a job got 'unknown block(s) [axis, ...] (did you mean
+    search?)' (a trial); the loader says whose output it is."""
+    import json
+
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"axis": "nodes", "points": [], "envelope": {},
+                                 "search_space": {}}))
+    for command in (["export", str(sweep), "--to", "megatron"], ["perf", str(sweep)]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2
+        assert "the JSON that `mosaic sweep --json` writes, not a job" in result.output

@@ -308,6 +308,11 @@ def canonical_job_document(document: dict[str, Any], where: str,
     used: set[str] = set() if deprecated is None else deprecated
     result = canonical_document(document, JOB_RULES, where, used)
     unknown = set(result) - set(KNOWN_BLOCKS)
+    kind = result_kind(document)
+    if unknown and kind is not None:  # another command's output given as a job
+        raise MosaicInputError(
+            f"{where}: the JSON that `mosaic {kind} --json` writes, not a job; give a job "
+            "YAML, a run record (RUNS.yaml#ID) or a plan (`mosaic plan --json`)")
     if unknown:
         hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
                  if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]
@@ -798,6 +803,26 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
                    as_recorded=(recorded.workload, recorded.plan), assumptions=(
                        *spec.assumptions, "--set changed the recorded run: its measured step "
                                           "is not compared"))
+
+
+# command -> keys its --json document always has (how `mosaic report` recognises a file, and
+# how a job loader tells another command's output from a job with a misspelt block)
+RESULT_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "plan": ("envelope", "candidates", "optimum"),
+    "sweep": ("axis", "points", "envelope"),
+    "perf": ("step_time_s", "breakdown", "memory_breakdown"),
+    "layouts": ("rows", "n_plans", "infeasible"),
+    "validate": ("runs", "aggregate"),
+}
+
+
+def result_kind(document: object) -> str | None:
+    """The command whose ``--json`` output ``document`` is (RESULT_SIGNATURES), or None."""
+    if isinstance(document, dict):
+        for kind, keys in RESULT_SIGNATURES.items():
+            if all(key in document for key in keys):
+                return kind
+    return None
 
 
 def is_plan_document(document: object) -> bool:

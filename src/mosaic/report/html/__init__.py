@@ -11,27 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import write_text_atomic
 
-KINDS = ("plan", "sweep", "perf", "layouts", "validate")
-
-# kind -> keys its document always has (how `mosaic report` recognises a file).
-SIGNATURES: dict[str, tuple[str, ...]] = {
-    "plan": ("envelope", "candidates", "optimum"),
-    "sweep": ("axis", "points", "envelope"),
-    "perf": ("step_time_s", "breakdown", "memory_breakdown"),
-    "layouts": ("rows", "n_plans", "infeasible"),
-    "validate": ("runs", "aggregate"),
-}
+KINDS = tuple(RESULT_SIGNATURES)
 
 
 def detect_kind(document: Any) -> str:
     """Which command wrote ``document``; a one-line error when none matches."""
-    if isinstance(document, dict):
-        for kind, keys in SIGNATURES.items():
-            if all(key in document for key in keys):
-                return kind
+    kind = result_kind(document)
+    if kind is not None:
+        return kind
     raise MosaicInputError(
         "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate "
         "--json`")
