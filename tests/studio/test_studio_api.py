@@ -403,3 +403,30 @@ def test_layout_search_of_a_job_that_states_its_dp_or_pipeline_layout(name, stat
     assert status == 200, body
     cli = cli_json("layouts", str(path), "--top", "1")
     assert (body["n_plans"], body["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])
+
+
+def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields():
+    """The plan form had no stack or precision (a studio opened on a Megatron-Bridge job
+    planned on megatron-core) and ignored misspelt fields (a trial): the form carries both,
+    seeded from the job, as `mosaic plan --stack --precision` builds its envelope."""
+    from mosaic.cli.plan_cmd import build_inputs
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import FormError
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
+    from mosaic.studio.server import load_job_document
+
+    form = {**DEFAULT_PLAN_FORM, "plan.stack": "torchtitan", "plan.precision": "fp8"}
+    envelope, _ = validate_plan_form(form)
+    cli, _ = build_inputs(
+        gpu="B200", system=None, nodes=32, gpus_per_node=None, days=20, goodput=1.0,
+        mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0, global_batch=1024,
+        seq_len=2048, memory_fraction=None, q="8,10,12", experts="16,32,64,128",
+        top_k="1,2", split_factor="1,2,4", tpp="40:150", s_min=0.7, stack="torchtitan",
+        precision="fp8")
+    assert (envelope.stack, envelope.precision) == (cli.stack, cli.precision)
+    assert envelope.usable_memory_fraction == cli.usable_memory_fraction
+    with pytest.raises(FormError, match="unknown plan field"):
+        validate_plan_form({"plan.stak": "torchtitan"})
+    seeded = options_document(load_job_document(EXAMPLES / "deepseek_v3_h100.yaml"))
+    assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack")} == {
+        "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge"}

@@ -79,9 +79,22 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "model_sources": list(MODEL_SOURCES) if job_document is not None
         else [s for s in MODEL_SOURCES if s != "job"],
         "form": form,
-        "plan_form": DEFAULT_PLAN_FORM,
+        "plan_form": plan_form_from_job(form) if job_document is not None
+        else DEFAULT_PLAN_FORM,
         "export_targets": _export_targets(),
     }
+
+
+def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
+    """The plan form of a studio opened on a job: the job's GPU, stack and precision (a
+    studio started from a Megatron-Bridge H100 job planned on megatron-core B200s)."""
+    from mosaic.hardware import get_system
+
+    system = get_system(form["hardware.system"])
+    return {**DEFAULT_PLAN_FORM, "plan.gpu": system.device.name,
+            "plan.stack": form.get("performance.stack", DEFAULT_PLAN_FORM["plan.stack"]),
+            "plan.precision": form.get("performance.precision",
+                                       DEFAULT_PLAN_FORM["plan.precision"])}
 
 
 def _export_targets() -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mosaic.errors import MosaicInputError
+from mosaic.plan.envelope import DEFAULT_STACK
 from mosaic.studio.jobs import GENERAL, FormError
 
 DEFAULT_TIME_LIMIT_S = 300.0
@@ -32,6 +33,7 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.global_batch": "1024", "plan.seq_len": "2048",
     "plan.q": "8,10,12", "plan.experts": "16,32,64,128", "plan.top_k": "1,2",
     "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
+    "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
 }
 
 
@@ -69,7 +71,12 @@ def plan_field_of(message: str, keys: set[str]) -> str:
 def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
     """(Envelope, SearchSpace) of a plan form, or FormError naming the fields."""
     from mosaic.cli.plan_cmd import build_inputs
+    from mosaic.stacks.registry import get_stack
 
+    unknown = sorted(k for k in form if k.startswith("plan.") and k not in DEFAULT_PLAN_FORM)
+    if unknown:  # a misspelt field would plan on the default silently
+        raise FormError({GENERAL: f"unknown plan field(s) {unknown}; allowed: "
+                                  f"{sorted(DEFAULT_PLAN_FORM)}"})
     form = {**DEFAULT_PLAN_FORM, **{k: v for k, v in form.items() if k.startswith("plan.")}}
     numbers = {"nodes": int, "days": float, "goodput": float, "global_batch": int,
                "seq_len": int, "s_min": float}
@@ -80,7 +87,9 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
             mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,
             memory_fraction=None,  # the stack's headroom, as `mosaic plan` uses it
             q=form["plan.q"], experts=form["plan.experts"], top_k=form["plan.top_k"],
-            split_factor=form["plan.split_factor"], tpp=form["plan.tpp"], **values)
+            split_factor=form["plan.split_factor"], tpp=form["plan.tpp"],
+            stack=get_stack(form["plan.stack"].strip()).name,
+            precision=form["plan.precision"].strip(), **values)
     except MosaicInputError as exc:
         raise FormError({plan_field_of(str(exc), set(form)): str(exc)}) from None
     if envelope.n_devices > MAX_DEVICES:

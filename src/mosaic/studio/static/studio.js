@@ -41,7 +41,9 @@
     ["plan.global_batch", "global batch (seqs)", "number"], ["plan.seq_len", "sequence length", "number"],
     ["plan.q", "ladder seeds q", "text"], ["plan.experts", "experts E", "text"],
     ["plan.top_k", "active experts K", "text"], ["plan.split_factor", "split factors G", "text"],
-    ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"]
+    ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"],
+    ["plan.stack", "software stack", "select:stacks"],
+    ["plan.precision", "precision", "select:precisions"]
   ];
 
   var options = null;
