@@ -74,7 +74,7 @@ class FlopsAccounting:
     """Useful FLOPs per token and the peaks MFU is measured against (per device)."""
 
     paper_flops_per_token: float  # 6·N_active
-    attention_flops_per_token: float  # 6·N_active + causal attention core
+    with_attention_flops_per_token: float  # 6·N_active + causal attention core (WITH_ATTENTION)
     peak_flops_per_s: float | None  # datasheet dense peak of the compute dtype
     achievable_flops_per_s: float | None
     device: str | None
@@ -100,7 +100,8 @@ class FlopsAccounting:
 
         return {
             "mfu_paper": ratio(self.paper_flops_per_token, self.peak_flops_per_s),
-            "mfu_with_attention": ratio(self.attention_flops_per_token, self.peak_flops_per_s),
+            "mfu_with_attention": ratio(self.with_attention_flops_per_token,
+                                        self.peak_flops_per_s),
             "mfu_paper_vs_achievable": ratio(self.paper_flops_per_token,
                                              self.achievable_flops_per_s),
         }
