@@ -142,3 +142,24 @@ def test_predict_from_a_geometry_gives_table4_loss():
     contradiction = runner.invoke(app, ["law", "predict", "--arch", str(examples / "q12_moe.yaml"),
                                         "--tokens", "1e12", "--split-factor", "2"])
     assert contradiction.exit_code == 2 and "contradicts" in contradiction.output
+
+
+def test_optimum_flags_an_eq17_rate_below_its_fitted_range():
+    """Eq. 17 at C = 1e12 FLOPs is 1.35e-2, an extrapolation far below the smallest run it
+    was fitted on (C = 1.8e18, where the trainer holds it); the optimum says so (a trial)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+    from mosaic.law.optimum import peak_learning_rate
+
+    runner = CliRunner()
+    small = json.loads(runner.invoke(app, ["law", "optimum", "--compute", "1e12",
+                                           "--json"]).stdout)
+    assert small["lr_extrapolated"] and small["lr"] == pytest.approx(
+        float(peak_learning_rate(1e12)))
+    assert not json.loads(runner.invoke(app, ["law", "optimum", "--compute", "1e22",
+                                              "--json"]).stdout)["lr_extrapolated"]
+    table = runner.invoke(app, ["law", "optimum", "--compute", "1e12"]).stdout
+    assert "extrapolated: Eq. 17 was fitted down to C = 1.8e+18" in table

@@ -34,6 +34,7 @@ from mosaic.law.forms import FORMS, get_form
 from mosaic.law.law import ScalingLaw, default_law
 from mosaic.law.optimum import (
     DEFAULT_SPARSITY_RANGE,
+    EQ17_MIN_C_MODEL_FLOPS,
     compute_optimum,
     sparsity_profile,
 )
@@ -429,6 +430,8 @@ def optimum(
         "tokens": best.tokens,
         "loss": best.loss,
         "lr": best.learning_rate,
+        # Eq. 17 below the smallest run it was fitted on (the trainer clamps there)
+        "lr_extrapolated": bool(compute < EQ17_MIN_C_MODEL_FLOPS),
         "at_boundary": best.at_boundary,
         "sparsity_range": list(best.sparsity_range),
         "form": law.form.name,
@@ -457,7 +460,10 @@ def optimum(
             ("N_act*", _count(best.n_active)),
             ("tokens D*", _count(best.tokens)),
             ("loss L*", f"{best.loss:.4f}"),
-            ("peak lr (Eq. 17)", f"{best.learning_rate:.3e}"),
+            ("peak lr (Eq. 17)", f"{best.learning_rate:.3e}" + (
+                f" (extrapolated: Eq. 17 was fitted down to C = {EQ17_MIN_C_MODEL_FLOPS:.3g}; "
+                "mosaic train holds it at that rate below)" if payload["lr_extrapolated"]
+                else "")),
             *_extrapolation_rows(law, flags),
         ],
     )

@@ -27,6 +27,12 @@ _BISECTION_STEPS = 80  # halves a bracket of width log(C/6) < 150 to below 1e-22
 _SPARSITY_GRID = 257
 
 
+# Eq. 17 was fitted on the paper's runs; the smallest run of its sweep (Appendix C: N_act
+# 0.104 B, D 2.88 B) has C_model = 6·0.104e9·2.88e9 = 1.80e18 FLOPs, where Eq. 17 gives 7.7e-4.
+# Below it the power law is an extrapolation that grows without bound.
+EQ17_MIN_C_MODEL_FLOPS = FLOPS_PER_PARAM_TOKEN * 0.104e9 * 2.88e9
+
+
 def peak_learning_rate(c_model_flops: float | np.ndarray) -> np.ndarray:
     """Eq. 17: lr* = 3.30 * C_model^-0.199, C_model = 6 N_act D in FLOPs."""
     c = np.asarray(c_model_flops, dtype=float)

@@ -11,17 +11,19 @@ import math
 from dataclasses import dataclass
 
 from mosaic.errors import MosaicInputError
-from mosaic.law.optimum import FLOPS_PER_PARAM_TOKEN, peak_learning_rate
+from mosaic.law.optimum import (
+    EQ17_MIN_C_MODEL_FLOPS,
+    FLOPS_PER_PARAM_TOKEN,
+    peak_learning_rate,
+)
 
-# Eq. 17 was fitted on the paper's runs; the smallest run of its sweep (Appendix C: N_act
-# 0.104 B, D 2.88 B) has C_model = 6·0.104e9·2.88e9 = 1.80e18 FLOPs, where Eq. 17 gives
-# 7.7e-4. Below it the power law is an extrapolation that grows without bound (C = 2e10,
-# a tiny ladder rung: 0.032). Measured on such a rung at 0.032 (docs/train.md, "Router
-# collapse"): the first Adam steps turn each N(0, 0.006^2) router row by 0.5-0.9 rad and
-# the residual stream grows from rms 0.006 to 6 along one token-independent direction in
-# 5 steps, so every token reaches the router with the same hidden state and the one bias
-# per expert of Eq. 18 can only move the whole batch from expert to expert (Eq. 19).
-EQ17_MIN_C_MODEL_FLOPS = FLOPS_PER_PARAM_TOKEN * 0.104e9 * 2.88e9
+# Below EQ17_MIN_C_MODEL_FLOPS (the smallest run Eq. 17 was fitted on) the rate grows
+# without bound (C = 2e10, a tiny ladder rung: 0.032). Measured on such a rung at 0.032
+# (docs/train.md, "Router collapse"): the first Adam steps turn each N(0, 0.006^2) router
+# row by 0.5-0.9 rad and the residual stream grows from rms 0.006 to 6 along one
+# token-independent direction in 5 steps, so every token reaches the router with the same
+# hidden state and the one bias per expert of Eq. 18 can only move the whole batch from
+# expert to expert (Eq. 19).
 
 
 def eq17_peak_lr(n_active: float, tokens: float) -> float:
