@@ -123,3 +123,21 @@ def test_identifiability_scan_finds_a_constructed_ridge():
     assert dict(scan.verdicts) == {
         "E": "ridge", "A": "identified", "B": "ridge", "alpha": "identified", "beta": "ridge",
     }  # fmt: skip
+
+
+def test_bca_is_withheld_where_replicates_pile_up_on_the_estimate():
+    """A coefficient fitted on its bound has replicates sitting exactly on it: BCa's bias
+    correction assumes a distribution continuous there, and a trial's BCa intervals of such
+    coefficients collapsed onto the bound ([1e-10, 1e-10] against a percentile interval
+    reaching 1.15). BCa is withheld once that atom outweighs a 2.5% tail, and kept for a
+    smooth bootstrap distribution."""
+    from mosaic.law.bootstrap import bca_defined
+
+    rng = np.random.default_rng(0)
+    bound = np.array([1e-10])
+    piled = np.concatenate([np.full(100, bound[0]), rng.uniform(1e-10, 1.2, 900)])[:, None]
+    assert not bca_defined(piled, bound, 0.95)[0]  # 10% on the estimate
+    few = np.concatenate([np.full(20, bound[0]), rng.uniform(1e-10, 1.2, 980)])[:, None]
+    assert bca_defined(few, bound, 0.95)[0]  # 2%: below one tail
+    smooth = rng.normal(1.0, 0.1, (1000, 1))
+    assert bca_defined(smooth, np.array([1.0]), 0.95)[0]

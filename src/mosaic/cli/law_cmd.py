@@ -294,7 +294,8 @@ def fit(
             result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,
                                    seed=seed, progress=bar("bootstrap refits"))
         payload["intervals"] = {
-            name: {"percentile": list(iv.percentile), "bca": list(iv.bca)}
+            name: {"percentile": list(iv.percentile),
+                   "bca": None if iv.bca is None else list(iv.bca)}
             for name, iv in result.intervals.items()
         }
         payload["bootstrap"] = {"method": method, "resamples": n_bootstrap, "level": result.level}
@@ -374,7 +375,8 @@ def _print_fit(payload: dict[str, Any]) -> None:
         if "intervals" in payload:
             iv = payload["intervals"][name]
             row += [f"[{iv['percentile'][0]:.4g}, {iv['percentile'][1]:.4g}]"]
-            row += [f"[{iv['bca'][0]:.4g}, {iv['bca'][1]:.4g}]"]
+            row += ["n/a (replicates on the estimate)" if iv["bca"] is None
+                    else f"[{iv['bca'][0]:.4g}, {iv['bca'][1]:.4g}]"]
         if "identifiability" in payload:
             ident = payload["identifiability"][name]
             row += [f"{ident['relative_spread']:.3g}", ident["verdict"]]

@@ -25,17 +25,29 @@ DEFAULT_LEVEL = 0.95
 
 @dataclass(frozen=True)
 class Interval:
-    """Percentile and BCa intervals of one quantity (natural units)."""
+    """Percentile and BCa intervals of one quantity (natural units); ``bca`` is None where
+    the replicates pile up on the estimate (:func:`bca_defined`)."""
 
     estimate: float
     percentile: tuple[float, float]
-    bca: tuple[float, float]
+    bca: tuple[float, float] | None
 
 
 def percentile_interval(samples: np.ndarray, level: float) -> np.ndarray:
     """(2, ...) percentile interval over axis 0 (Efron & Tibshirani 1993, Eq. 13.5)."""
     tail = (1.0 - level) / 2.0
     return np.quantile(samples, [tail, 1.0 - tail], axis=0)
+
+
+def bca_defined(samples: np.ndarray, estimate: np.ndarray, level: float) -> np.ndarray:
+    """(Q,) whether BCa applies: it assumes a bootstrap distribution continuous around the
+    estimate (E&T 1993, Ch. 14; its bias correction z0 is a normal quantile of the share of
+    replicates below it). A coefficient fitted on a bound has replicates sitting exactly on
+    it; once that atom outweighs one tail, (1 - level) / 2, z0 and the adjusted quantiles
+    land inside the atom and the interval collapses to a point (a trial: [1e-10, 1e-10]
+    against a percentile interval of [1e-10, 1.15])."""
+    tied = (samples == estimate).mean(axis=0)
+    return tied <= (1.0 - level) / 2.0
 
 
 def bca_interval(
@@ -88,11 +100,12 @@ class BootstrapResult:
         jackknife = quantity(self.jackknife).reshape(len(self.jackknife), -1)
         percentile = percentile_interval(samples, self.level)
         bca = bca_interval(samples, estimate, jackknife, self.level)
+        defined = bca_defined(samples, estimate, self.level)
         return [
             Interval(
                 estimate=float(estimate[q]),
                 percentile=(float(percentile[0, q]), float(percentile[1, q])),
-                bca=(float(bca[0, q]), float(bca[1, q])),
+                bca=(float(bca[0, q]), float(bca[1, q])) if defined[q] else None,
             )
             for q in range(estimate.size)
         ]
