@@ -315,3 +315,25 @@ def test_a_finished_checkpoint_without_its_result_gets_a_real_one(tmp_path):
     assert rebuilt.smoothed_loss == whole.smoothed_loss
     assert math.isfinite(rebuilt.tokens_per_s) and rebuilt.wall_s > first.wall_s
     json.loads((tmp_path / "result.json").read_text())  # valid JSON: no NaN
+
+
+def test_a_finished_run_keeps_its_run_info_and_a_refused_start_leaves_no_folder(tmp_path):
+    """Rerunning a finished run with another log_every (a resumable setting) returned its
+    result but rewrote run.json, which then disagreed with metrics.jsonl; and a job refused
+    before its first step left an empty output folder (a trial)."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job")
+    train(config, tmp_path / "done")
+    before = (tmp_path / "done" / "run.json").read_text()
+    again = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "log_every": 7}),
+                                      "job")
+    train(again, tmp_path / "done")
+    assert (tmp_path / "done" / "run.json").read_text() == before
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps(tiny_job(run={"micro_batch_seqs": 3})))  # 8 is not 3·k
+    refused = CliRunner().invoke(app, ["train", str(job), "--out", str(tmp_path / "new")])
+    assert refused.exit_code == 2 and "multiple of" in refused.output
+    assert not (tmp_path / "new").exists()

@@ -76,7 +76,9 @@ BudgetOption = Annotated[str | None, typer.Option(
 DeviceOption = Annotated[str | None, typer.Option(
     "--device", help="torch device (default: cuda if available, else cpu)")]
 DtypesOption = Annotated[str, typer.Option(
-    "--dtypes", help="GEMM precisions, comma-separated (fp8, mxfp8 where supported)")]
+    "--dtypes", help="GEMM precisions, comma-separated: bf16, fp16, fp32 (what a CPU "
+                     "run computes in: the trainer's MFU peak there), fp8, mxfp8 where "
+                     "supported")]
 MaxTensorOption = Annotated[str, typer.Option(
     "--max-tensor-bytes", help="skip cases whose operands exceed this (e.g. 8GiB)")]
 BackendsOption = Annotated[str, typer.Option(

@@ -68,13 +68,19 @@ def train_command(
 
     config = load_train_config(job)
     _require_torch()
+    created = not out.exists()
     prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before training
     from mosaic.train.router_health import FINAL_WINDOW_FRACTION, is_unbalanced
     from mosaic.train.trainer import format_record, train
 
     log = None if quiet or as_json else (lambda r: console.print(format_record(r),
                                                                  highlight=False))
-    result = train(config, out, stop_after_steps=stop_after, log=log)
+    try:
+        result = train(config, out, stop_after_steps=stop_after, log=log)
+    except MosaicInputError:  # refused before its first step: no empty folder left behind
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
     if as_json:
         print_json(asdict(result))
         return

@@ -38,14 +38,16 @@ def achievable_from_bench(bench_dir: str | Path, dtype: str) -> float:
     path = Path(bench_dir) / "gemm.csv"
     if not path.is_file():
         raise MosaicInputError(f"run.bench_dir: {str(path)!r} not found; run `mosaic bench "
-                               "gemm --out DIR` on this device first")
+                               f"gemm --out DIR --dtypes {dtype}` on this device first")
     with path.open() as handle:
         rates = [float(row["tflops"]) * 1e12 for row in csv.DictReader(handle)
                  if row.get("pass") == "peak" and row.get("dtype") == dtype
                  and row.get("status", "ok") == "ok"]
     if not rates:
         raise MosaicInputError(f"run.bench_dir: {str(path)!r} has no measured {dtype} peak "
-                               "sweep rows (pass 'peak', status 'ok')")
+                               "sweep rows (pass 'peak', status 'ok'); the run computes in "
+                               f"{dtype}: measure it with `mosaic bench gemm --out DIR "
+                               f"--dtypes {dtype}`")
     return max(rates)
 
 

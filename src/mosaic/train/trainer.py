@@ -474,16 +474,16 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         barrier(self.context)
         resumed = self.load_checkpoint()
+        if self.step >= self.total_steps:
+            done = read_finished_result(self.out_dir, self.config)
+            if done is not None:  # nothing left to do; its run.json stays as it trained
+                return done
         metrics = MetricsLog(self.out_dir / METRICS_FILE, self.step if resumed else 0,
                              enabled=self.context.is_main)
         if self.context.is_main:
             self._write_run_info()
         last = self.total_steps if stop_after_steps is None else min(stop_after_steps,
                                                                      self.total_steps)
-        if self.step >= self.total_steps:
-            done = read_finished_result(self.out_dir, self.config)
-            if done is not None:  # nothing left to do
-                return done
         self._started = time.perf_counter()
         record: dict[str, Any] = {}
         steady_times: list[float] = []
