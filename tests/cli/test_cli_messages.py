@@ -111,3 +111,14 @@ def test_another_commands_json_given_as_a_job_is_named(tmp_path):
         result = runner.invoke(app, command)
         assert result.exit_code == 2
         assert "the JSON that `mosaic sweep --json` writes, not a job" in result.output
+
+
+def test_a_small_models_parameters_print_as_whole_counts():
+    """A CPU ladder rung printed 'N_total (non-embedding) 0.000 B' (a trial): below 0.1 B the
+    count prints whole, here 2 blocks of attention 4·64·64 - 2·64·32 and a GLU FFN 3·64·128
+    plus two norms of 2·64 each."""
+    result = runner.invoke(app, ["arch", "--layers", "2", "--d-model", "64", "--heads", "4",
+                                 "--kv-heads", "2", "--ffn", "128", "--vocab", "256"])
+    assert result.exit_code == 0, result.output
+    per_layer = (2 * 64 * 64 + 2 * 64 * 32) + 3 * 64 * 128 + 2 * 2 * 64
+    assert f"{2 * per_layer + 2 * 64:,}" in result.stdout

@@ -196,7 +196,9 @@ def _hybrid_summary(geometry: Geometry, counts: ParameterCounts) -> dict[str, An
 
 
 def _billions(value: float) -> str:
-    return f"{value / 1e9:,.3f} B"
+    """Billions to three decimals; a model below 0.1 B in whole parameters (a CPU ladder
+    rung read '0.000 B')."""
+    return f"{value / 1e9:,.3f} B" if abs(value) >= 1e8 else f"{value:,.0f}"
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
