@@ -125,3 +125,17 @@ def test_a_long_case_is_given_up_after_one_call_not_run_past_the_budget(tmp_path
     assert started.count("case1") == 1  # one call, then given up
     assert time.monotonic() - began < 0.5 + 0.2  # ended by the budget plus one call
     assert FamilyTable(tmp_path, "toy").done("a") == {"case0"}  # case1 is left to do
+
+
+def test_cases_left_for_the_budget_are_named_with_the_way_to_finish_them(tmp_path, capsys):
+    """A budget too short for the cases ended with exit 0 and one table column (a trial:
+    0 of 165 measured); the run says how many are left and how to finish them."""
+    from mosaic.bench.cases import RunReport
+    from mosaic.cli.bench_cmd import _render_reports
+
+    _render_reports([RunReport("gemm", planned=5, measured=2, left_for_budget=3)], tmp_path,
+                    False)
+    assert "3 case(s) left for the --time-budget; rerun the same command" in \
+        " ".join(capsys.readouterr().err.split())
+    _render_reports([RunReport("gemm", planned=5, measured=5)], tmp_path, False)
+    assert "left for the --time-budget" not in capsys.readouterr().err

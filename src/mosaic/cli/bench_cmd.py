@@ -161,6 +161,11 @@ def _render_reports(reports: list[Any], out: Path, json_output: bool,
                   str(r.skipped), str(r.left_for_budget)] for r in reports])
     for note in notes:
         typer.echo(f"note: {note}")
+    left = sum(r.left_for_budget for r in reports)
+    if left:  # nothing says so otherwise: the run ends 0 with cases unmeasured
+        error_console.print(f"note: {left} case(s) left for the --time-budget; rerun the same "
+                            "command to measure them (done cases are kept), or raise the "
+                            "budget", markup=False, highlight=False)
 
 
 def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file: Path | None,
