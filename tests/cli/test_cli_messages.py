@@ -122,3 +122,10 @@ def test_a_small_models_parameters_print_as_whole_counts():
     assert result.exit_code == 0, result.output
     per_layer = (2 * 64 * 64 + 2 * 64 * 32) + 3 * 64 * 128 + 2 * 2 * 64
     assert f"{2 * per_layer + 2 * 64:,}" in result.stdout
+
+
+def test_a_value_listed_twice_is_refused():
+    """`sweep days --values 10,10` swept one window twice (a trial)."""
+    result = runner.invoke(app, ["sweep", "days", "--values", "10,20,10"])
+    assert result.exit_code == 2
+    assert "--values '10,20,10': 10 given more than once" in result.output

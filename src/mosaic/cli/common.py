@@ -142,6 +142,10 @@ def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
                                ) from None
     if not values:
         raise MosaicInputError(f"{option} is empty; give at least one value")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:  # a sweep point or grid axis value twice would be searched twice
+        raise MosaicInputError(f"{option} {text!r}: {', '.join(f'{v:g}' for v in repeated)} "
+                               "given more than once; list each value once")
     return values
 
 

@@ -38,7 +38,7 @@ from mosaic.evaluate.job import cluster_for, load_job_spec
 from mosaic.hardware import Cluster
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
-from mosaic.perf.coverage import summary_lines
+from mosaic.perf.coverage import shown_dimension_value, summary_lines
 from mosaic.perf.layouts import (
     LayoutLimits,
     LayoutSearch,
@@ -239,7 +239,7 @@ def _render_coverage(document: dict[str, Any]) -> None:
     print_key_value_table(f"Layout #1 against calibration {document['calibration']!r} "
                           "(intervals from held-out residuals)",
                           [tuple(row) for row in document["coverage_summary"]])
-    others = [f"#{r['rank']}: " + ", ".join(f"{o['dimension']}={o['value']}"
+    others = [f"#{r['rank']}: " + ", ".join(f"{o['dimension']}={shown_dimension_value(o['value'])}"
                                            for o in r["coverage"]["outside"])
               for r in document["rows"][1:] if r["coverage"]["outside"]]
     if others:

@@ -206,7 +206,12 @@ class OutsideDimension:
 
     @property
     def shown_value(self) -> str:
-        return f"{self.value:.4g}" if isinstance(self.value, float) else str(self.value)
+        return shown_dimension_value(self.value)
+
+
+def shown_dimension_value(value: Any) -> str:
+    """An envelope dimension's value for people: 1.033e+12, not 1032848424960.0."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _range_check(name: str, value: float, bounds: tuple[float, float]

@@ -139,7 +139,7 @@ def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison
     ax = figure.add_subplot()
     views = (("model_flops", "tab:red", "o",
               f"model-FLOPs view, C_model = {frontier.c_model_flops:.3g} FLOP"),
-             ("hardware", "tab:green", "s", "hardware view (tokens the window gives)"))
+             ("hardware", "tab:green", "s", "cluster view (tokens the window delivers)"))
     for view, colour, marker, label in views:
         x = getattr(frontier, f"{view}_sparsity")
         y = getattr(frontier, f"{view}_loss")
