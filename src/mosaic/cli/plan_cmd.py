@@ -541,7 +541,7 @@ def plan(
     if "cheapest" in document:
         render.print_cheapest(document["cheapest"])
     for path in written:
-        typer.echo(f"wrote {path}")
+        error_console.print(f"wrote {path}", markup=False, highlight=False)
 
 
 # --- mosaic sweep ----------------------------------------------------------------------------
@@ -566,7 +566,7 @@ def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None
         typer.echo(f"stack / calibration: {points[0].result.envelope.stack} / "
                    f"{calibration.name}")
     for path in document.get("plots", []):
-        typer.echo(f"wrote {path}")
+        error_console.print(f"wrote {path}", markup=False, highlight=False)
 
 
 @sweep_app.command("days")

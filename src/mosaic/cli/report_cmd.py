@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mosaic.cli.common import guarded
+from mosaic.cli.common import error_console, guarded
 from mosaic.errors import MosaicInputError
 
 HtmlOption = Annotated[Path | None, typer.Option(
@@ -19,7 +19,7 @@ def write_html(document: dict, path: Path | None, kind: str) -> None:
     """`--html FILE` of the plan, perf, layouts, validate and sweep commands."""
     if path is None:
         return
-    from mosaic.cli.common import error_console, to_jsonable
+    from mosaic.cli.common import to_jsonable
     from mosaic.report.html import write_report
 
     written = write_report(to_jsonable(document), path, kind)
@@ -45,7 +45,7 @@ def report(
     except UnicodeDecodeError:
         raise MosaicInputError(f"{result}: not a UTF-8 text file") from None
     written = write_report(document, out, kind)
-    typer.echo(f"wrote {written}")
+    error_console.print(f"wrote {written}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
