@@ -260,3 +260,26 @@ def test_a_rung_whose_warmup_exceeds_its_steps_is_named_when_the_grid_is_read(tm
                                          str(tmp_path / "o"), "--list"])
     assert listed.exit_code == 2
     assert "rung q=1 E=4 K=1 G=1" in listed.output and "warmup_tokens" in listed.output
+
+
+def test_a_ladder_rerun_from_another_directory_skips_its_finished_rungs(tmp_path, monkeypatch):
+    """The data path relative to the grid file is made absolute: run as g/grid.yaml from one
+    directory and as grid.yaml from inside g, the rung is the same job (a review found the
+    second run refused, data.path 'g/corpus.txt' against 'corpus.txt')."""
+    pytest.importorskip("torch")
+    folder = tmp_path / "g"
+    folder.mkdir()
+    (folder / "corpus.txt").write_bytes(CORPUS.read_bytes())
+    recipe = {**RECIPE, "data": {"path": "corpus.txt"}}
+    (folder / "grid.yaml").write_text(yaml.safe_dump({"recipe": recipe, "ladder": {
+        "head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+        "tokens": [512]}}))
+    out = tmp_path / "ladder"
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)
+    first = runner.invoke(_app(), ["ladder", "run", "g/grid.yaml", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    monkeypatch.chdir(folder)
+    again = runner.invoke(_app(), ["ladder", "run", "grid.yaml", "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "done earlier, skipped" in again.output

@@ -52,7 +52,7 @@ def ladder_backbone(q: int) -> LadderBackbone:
     return LadderBackbone(q=q, layers=LADDER_MULTIPLIER * q, heads=heads, d_model=d_model, ffn=ffn)
 
 
-def ladder_kv_heads(heads: ArrayLike, kv_heads: int = LADDER_KV_HEADS) -> np.ndarray:
+def ladder_kv_heads(heads: ArrayLike, kv_heads: int = LADDER_KV_HEADS) -> ArrayLike:
     """KV heads of a ladder rung: the listing's 8 where they divide the 4q query heads (even
     q), else the largest count that does, gcd(4q, 8) = 4 for odd q (GQA shares each KV head
     among an equal number of query heads; the paper's sweep has q = 3, Appendix C)."""

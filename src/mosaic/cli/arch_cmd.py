@@ -195,7 +195,7 @@ def _hybrid_summary(geometry: Geometry, counts: ParameterCounts) -> dict[str, An
     }
 
 
-def _billions(value: float) -> str:
+def _param_count(value: float) -> str:
     """Billions to three decimals; a model below 0.1 B in whole parameters (a CPU ladder
     rung read '0.000 B')."""
     return f"{value / 1e9:,.3f} B" if abs(value) >= 1e8 else f"{value:,.0f}"
@@ -235,12 +235,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
             ),
         ]
     rows += [
-        ("N_total (non-embedding)", _billions(summary["n_total"])),
-        ("N_active (non-embedding)", _billions(summary["n_active"])),
-        ("N_total with embedding", _billions(summary["n_total_with_embedding"])),
-        ("N_active with embedding", _billions(summary["n_active_with_embedding"])),
+        ("N_total (non-embedding)", _param_count(summary["n_total"])),
+        ("N_active (non-embedding)", _param_count(summary["n_active"])),
+        ("N_total with embedding", _param_count(summary["n_total_with_embedding"])),
+        ("N_active with embedding", _param_count(summary["n_active_with_embedding"])),
         ("router parameters", f"{summary['router_params']:,}"),
-        *([("MTP modules (not in N_total)", _billions(summary["mtp_params"]))]
+        *([("MTP modules (not in N_total)", _param_count(summary["mtp_params"]))]
           if summary.get("mtp_params") else []),
         ("sparsity S = 1 - N_act/N_tot", f"{summary['sparsity']:.4f}"),
         ("model FLOPs/token (6·N_act)", f"{summary['flops_per_token']:.4e}"),

@@ -6,6 +6,7 @@ Thin: parse, call mosaic.train, render. torch is imported only when a run starts
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 from dataclasses import asdict, replace
@@ -78,8 +79,9 @@ def train_command(
     try:
         result = train(config, out, stop_after_steps=stop_after, log=log)
     except MosaicInputError:  # refused before its first step: no empty folder left behind
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+        if created and os.environ.get("RANK", "0") == "0":  # one process tidies up
+            with contextlib.suppress(OSError):  # not empty (another rank's file): kept
+                out.rmdir()
         raise
     if as_json:
         print_json(asdict(result))
@@ -217,7 +219,7 @@ def fit(
                                "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
     check_output_file(out, "--out", inputs=[csv_path])  # before the fit, not after it
-    runs, left_out = _healthy_runs(csv_path, keep_unbalanced)
+    runs, left_out = _healthy_runs(csv_path, keep_unbalanced, split_factor)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     law_form = get_form(form)
@@ -261,19 +263,24 @@ def fit(
         ("law file", str(out))])
 
 
-def _healthy_runs(csv_path: Path, keep_unbalanced: bool) -> tuple[Any, list[str]]:
-    """The run data of a ladder's runs.csv, without the rungs whose routers ended
-    unbalanced unless ``keep_unbalanced``; and the names of those left out (a warning
-    names them). Older runs.csv files without the starved_experts column keep every row."""
+def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | None
+                  ) -> tuple[Any, list[str]]:
+    """The run data of a ladder's runs.csv (its rows of ``split_factor`` where given),
+    without the rungs whose routers ended unbalanced unless ``keep_unbalanced``; and the
+    names of those left out (a warning names them). Older runs.csv files without the
+    starved_experts column keep every row."""
     from mosaic.law.rundata import RunData
     from mosaic.table_files import read_table
     from mosaic.train.router_health import (
+        rows_of_split_factor,
         unbalanced_names,
         unbalanced_rows,
         unbalanced_warning,
     )
 
     frame = read_table(csv_path, "run data file", allow_no_rows=True)
+    frame = frame[rows_of_split_factor(frame.to_dict("records"), split_factor)]
+    frame = frame.reset_index(drop=True)
     rows = frame.to_dict("records") if "starved_experts" in frame.columns else []
     unbalanced = unbalanced_names(rows)
     if not unbalanced:

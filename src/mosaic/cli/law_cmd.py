@@ -269,7 +269,7 @@ def fit(
                         starts=starts, refine=refine, holdout=holdout, scan=scan)
     law_form = get_form(form)
     runs = load_run_data(data)
-    _warn_unbalanced_rungs(data)
+    _warn_unbalanced_rungs(data, split_factor)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
@@ -323,17 +323,23 @@ def fit(
     _print_fit(payload)
 
 
-def _warn_unbalanced_rungs(data: Path) -> None:
+def _warn_unbalanced_rungs(data: Path, split_factor: float | None) -> None:
     """A ladder's runs.csv names the rungs whose routers ended unbalanced (column
-    starved_experts): `law fit` fits every row it is given, so it says which rows those are
-    (`mosaic ladder fit` leaves them out)."""
+    starved_experts): `law fit` fits every row it is given (of ``split_factor``, where
+    given), so it says which of those rows they are (`mosaic ladder fit` leaves them out)."""
     from mosaic.table_files import read_table
-    from mosaic.train.router_health import unbalanced_names, unbalanced_warning
+    from mosaic.train.router_health import (
+        rows_of_split_factor,
+        unbalanced_names,
+        unbalanced_warning,
+    )
 
     frame = read_table(data, "run data file", allow_no_rows=True)
     if "starved_experts" not in frame.columns:
         return
-    names = unbalanced_names(frame.to_dict("records"))
+    rows = frame.to_dict("records")
+    names = unbalanced_names([row for row, kept in zip(
+        rows, rows_of_split_factor(rows, split_factor), strict=True) if kept])
     if names:
         error_console.print(f"warning: fitted anyway by `law fit`: {unbalanced_warning(names)}",
                             markup=False, highlight=False, soft_wrap=True)

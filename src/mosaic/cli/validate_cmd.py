@@ -321,15 +321,15 @@ def calibrate(
     if microbench is not None:  # measured kernel tables instead of run records
         from mosaic.cli.bench_cmd import calibrate_microbench
 
-        check_output_file(out, "--out")  # before the fit, not after it
-
+        # before the fit, not after it; a --base file is read too (a profile name is not)
+        check_output_file(out, "--out", inputs=[] if base is None else [base])
         calibrate_microbench(microbench, out, base, name, device, system, json_output)
         return
     if runs is None:
         raise MosaicInputError("give RUNS (run records) or --microbench DIR")
     if cv not in CV_GROUPINGS:
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
-    check_output_file(out, "--out", inputs=[runs])  # before the fit, not after it
+    check_output_file(out, "--out", inputs=[runs, *([] if base is None else [base])])
     record_set = _load(runs, exclude)
     excluded = list(_excluded_ids(exclude))
     start = load_calibration(base)

@@ -312,7 +312,7 @@ def canonical_job_document(document: dict[str, Any], where: str,
     if unknown and kind is not None:  # another command's output given as a job
         raise MosaicInputError(
             f"{where}: the JSON that `mosaic {kind} --json` writes, not a job; give a job "
-            "YAML, a run record (RUNS.yaml#ID) or a plan (`mosaic plan --json`)")
+            "YAML or a run record (RUNS.yaml#ID)")
     if unknown:
         hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
                  if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]

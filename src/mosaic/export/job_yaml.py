@@ -8,7 +8,7 @@ import yaml
 
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import ExportSpec
-from mosaic.export.targets import ExportResult, warning_lines
+from mosaic.export.targets import ExportResult, training_lines, warning_lines
 
 
 def render(spec: ExportSpec) -> ExportResult:
@@ -17,7 +17,7 @@ def render(spec: ExportSpec) -> ExportResult:
         raise MosaicInputError(f"{spec.source or 'this source'}: --to yaml needs a job, a run "
                                "record or a plan document")
     header = [f"mosaic job written by `mosaic export --to yaml` from {spec.source or 'a job'}; "
-              "run it with `mosaic perf FILE`", *warning_lines(spec)]
+              "run it with `mosaic perf FILE`", *training_lines(spec), *warning_lines(spec)]
     header += [f"ASSUMED (not stated in the source): {item}"
                for item in spec.architecture_assumptions]
     text = "".join(f"# {line}\n" for line in header)

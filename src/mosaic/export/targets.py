@@ -94,9 +94,7 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
                                           if spec.capacity_factor is not None else "")
            if g.moe else ""),
     ]
-    if spec.train_steps is not None:
-        lines.append(f"training: {spec.train_tokens:.4g} tokens (the plan's D) = "
-                     f"{spec.train_steps} steps of {spec.global_seqs} x {spec.seq_len}")
+    lines += training_lines(spec)
     lines += warning_lines(spec)
     lines += [f"ASSUMED (not stated in the source): {item}"
               for item in spec.architecture_assumptions]
@@ -104,6 +102,15 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
               if not item.startswith("model.")]
     lines += [f"NOT EXPRESSED: {item}" for item in unsupported]
     return lines
+
+
+def training_lines(spec: ExportSpec) -> list[str]:
+    """The header line of a plan's token budget as steps of its global batch (none for a
+    job, which states no budget)."""
+    if spec.train_steps is None:
+        return []
+    return [f"training: {spec.train_tokens:.4g} tokens (the plan's D) = {spec.train_steps} "
+            f"steps of {spec.global_seqs} x {spec.seq_len}"]
 
 
 def warning_lines(spec: ExportSpec) -> list[str]:

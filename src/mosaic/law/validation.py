@@ -136,13 +136,14 @@ def fit_with_holdout(
     if held_out.all():
         raise MosaicInputError("holdout leaves no runs to fit; lower the holdout fraction")
     fitted = data.subset(~held_out)
-    n_params, left = len(form.params), distinct_runs(fitted)
-    if held_out.any() and left <= n_params:  # check_fittable counted the held-out runs too
-        raise MosaicInputError(
-            f"{data.source}: holding out {int(held_out.sum())} of {data.n_runs} runs "
-            f"(holdout {holdout_fraction:g}) leaves {left} distinct run(s) for the "
-            f"{form.name} form's {n_params} coefficients; allowed: at least {n_params + 1} "
-            "fitted runs (lower --holdout or add runs)")
+    if held_out.any():  # the caller's check_fittable counted the held-out runs too
+        try:
+            check_fittable(fitted, form)
+        except MosaicInputError as exc:
+            raise MosaicInputError(
+                f"holding out {int(held_out.sum())} of {data.n_runs} runs (holdout "
+                f"{holdout_fraction:g}) leaves too little to fit (lower --holdout or add "
+                f"runs): {exc}") from None
     fit = fit_law(fitted, form, settings, progress=progress)
     metrics, parity = evaluate(fit.law, data, held_out, fit.objective)
     return ValidatedFit(fit=fit, metrics=metrics, parity=parity)

@@ -276,7 +276,9 @@ def check_schedule(config: TrainConfig, where: str) -> None:
 
 def resolve_data_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
     """A copy of a job document whose relative paths (data.path, run.bench_dir) start at
-    ``base``."""
+    ``base``, made absolute: the job's fingerprint holds them, so a run resumed or a ladder
+    rerun from another working directory is the same job."""
+    base = base.resolve()
 
     def resolve(entry: Any) -> Any:
         return entry if Path(str(entry)).is_absolute() else str(base / str(entry))

@@ -142,7 +142,7 @@ class MetricsLog:
             return
         kept: list[str] = []
         damaged: list[int] = []
-        if resume_step is not None and path.exists():
+        if resume_step and path.exists():  # a fresh start (0) keeps nothing
             for number, line in enumerate(path.read_text().splitlines(), start=1):
                 try:
                     record = json.loads(line)

@@ -53,6 +53,16 @@ def unbalanced_rows(rows: Iterable[Mapping[str, Any]]) -> list[bool]:
     return [is_unbalanced(starved_value(row)) for row in rows]
 
 
+def rows_of_split_factor(rows: list[Mapping[str, Any]], split_factor: float | None
+                         ) -> list[bool]:
+    """Which runs.csv rows a fit of one G stratum reads (every row without a G, when the
+    table has no split_factor column, or when no row has that G: the fit names the strata
+    present then)."""
+    mask = [split_factor is None or row.get("split_factor") is None
+            or float(row["split_factor"]) == split_factor for row in rows]
+    return mask if any(mask) else [True] * len(rows)
+
+
 def unbalanced_names(rows: list[Mapping[str, Any]]) -> list[str]:
     """Names of the runs.csv rows whose routers ended unbalanced ("row N" without one)."""
     return [str(row.get("name") or f"row {index}")

@@ -30,6 +30,7 @@ import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 
 from mosaic.arch import count_parameters
 from mosaic.errors import MosaicInputError
+from mosaic.io_atomic import write_text_atomic
 from mosaic.train.config import TrainConfig
 from mosaic.train.data import TokenStream
 from mosaic.train.distributed import (
@@ -147,11 +148,11 @@ def read_finished_result(out_dir: str | Path, config: TrainConfig) -> TrainResul
         payload = json.loads(path.read_text())
         saved = payload.pop(RESULT_FINGERPRINT, None)
         result = TrainResult(**payload)
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise MosaicInputError(f"{path} is not a readable mosaic result ({type(exc).__name__}); "
                                "remove it to finish the run again from its checkpoint") from None
     if saved is not None and saved != _fingerprint(config):
-        raise different_job_error(path, saved, config)
+        raise different_job_error(path.parent, saved, config)  # the folder is the other job's
     return result
 
 
@@ -504,11 +505,14 @@ class Trainer:
             # A run that had reached its last step when its result was not yet written (a
             # crash between the two) takes its last loss and step times from its metrics.
             record = metrics.records[-1]
-            steady_times = [r["step_time_s"] for r in metrics.records if r["step"] > 0]
+            # the logged steps' times (every log_every-th step): their median estimates all
+            steady_times = [float(r["step_time_s"]) for r in metrics.records
+                            if r["step"] > 0 and "step_time_s" in r]
         result = self._result(record, self.wall_s, steady_times)
         if self.context.is_main and result.complete:
             payload = {**asdict(result), RESULT_FINGERPRINT: _fingerprint(self.config)}
-            (self.out_dir / RESULT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+            # atomic: a ladder reads every rung's result, also while another job writes one
+            write_text_atomic(self.out_dir / RESULT_FILE, json.dumps(payload, indent=2) + "\n")
             if run.plot:
                 from mosaic.train.plot import write_metrics_plot
 

@@ -353,11 +353,11 @@ def plan_title(document: dict[str, Any]) -> tuple[str, str]:
 
 
 def stack_text(envelope: dict[str, Any]) -> str:
-    """The plan's software stack as the CLI's envelope states it: stack and release, MoE
-    dispatcher, and the release settings the plan carries (older plan files lack them)."""
+    """A plan's or sweep's software stack as the CLI's envelope states it: stack and
+    release, MoE dispatcher, and the release settings it carries (older files lack them)."""
     stack = envelope.get("stack")
     if stack is None:
-        return "not recorded in this plan file"
+        return "not recorded in this file"
     release = envelope.get("stack_version")
     text = stack + (f" {release}" if release else "")
     if envelope.get("dispatcher"):
