@@ -82,16 +82,22 @@ def test_a_colon_pair_in_an_error_is_printed_as_typed():
 
 def test_an_output_that_is_the_input_is_refused_before_anything_is_written(tmp_path):
     """`report plan.json --out plan.json` replaced the plan with HTML (a trial); so did
-    `export job --out job`. Both are refused, the input kept."""
+    `export job --out job` and `perf job --html job` (a re-check). All are refused, the
+    input kept."""
     plan = tmp_path / "plan.json"
     plan.write_text("{}")
     job = tmp_path / "job.yaml"
     job.write_text((EXAMPLES / "appendix_e.yaml").read_text())
     data = tmp_path / "runs.csv"
     data.write_text("n_total,tokens,loss\n1e8,1e9,3.0\n")
+    runs = tmp_path / "runs.yaml"
+    runs.write_text((EXAMPLES / "runs_example.yaml").read_text())
     for command, kept in ((["report", str(plan), "--out", str(plan)], plan),
                           (["export", str(job), "--to", "megatron", "--out", str(job)], job),
-                          (["law", "fit", str(data), "--out", str(data)], data)):
+                          (["law", "fit", str(data), "--out", str(data)], data),
+                          (["perf", str(job), "--html", str(job)], job),
+                          (["layouts", str(job), "--html", str(job)], job),
+                          (["validate", str(runs), "--html", str(runs)], runs)):
         before = kept.read_text()
         result = runner.invoke(app, command)
         assert result.exit_code == 2, command

@@ -24,7 +24,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.progress import progress_reporter
-from mosaic.cli.report_cmd import HtmlOption, write_html
+from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.config.job_schema import (
     JobSpec,
     apply_overrides,
@@ -320,6 +320,7 @@ def layouts(
     The job's parallelism block is ignored: tp, pp, vpp, cp, ep, etp, micro-batch,
     sharding and checkpointing are searched (pin them with the options).
     """
+    check_html(html, job, model, calibration, catalog)
     apply_catalog(catalog)
     spec, cluster = load_search_job(job, set_ or [], devices, model_block(model))
     workload = spec.workload

@@ -19,7 +19,7 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.cli.model_option import ModelOption, model_block
-from mosaic.cli.report_cmd import HtmlOption, write_html
+from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.config.layout import plan_row_document
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
@@ -174,6 +174,7 @@ def perf(
     catalog: CatalogFileOption = None,
 ) -> None:
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
+    check_html(html, job, model, calibration, catalog)
     apply_catalog(catalog)
     spec = load_job_spec(job, set_ or [], model_block(model))
     constants = load_calibration(calibration)

@@ -25,11 +25,11 @@ from mosaic.cli.common import (
     print_json,
 )
 from mosaic.cli.progress import progress_reporter
-from mosaic.cli.report_cmd import HtmlOption, write_html
+from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError
 from mosaic.hardware.default_systems import resolve_system
-from mosaic.io_atomic import check_output_file, prepare_output_dir
+from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
 from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
 from mosaic.limits import LIMITS, check_range
@@ -360,11 +360,12 @@ def require_trainable(result: PlanResult) -> None:
     raise MosaicInputError(plan_report.untrainable_message(result))
 
 
-def _prepare_outputs(plot_dir: Path | None, html: Path | None) -> None:
+def _prepare_outputs(plot_dir: Path | None, html: Path | None, *inputs: object) -> None:
+    """The plot folder and the --html file, before the search (the latter none of the
+    command's ``inputs``)."""
     if plot_dir is not None:
         prepare_output_dir(plot_dir, "--plot")
-    if html is not None:
-        check_output_file(html, "--html")
+    check_html(html, *inputs)
 
 
 # --- mosaic plan ---------------------------------------------------------------------------
@@ -463,7 +464,8 @@ def plan(
 ) -> None:
     """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
     apply_catalog(catalog)
-    _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
+    _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog,
+                     bootstrap_samples)
     check_range("--top", top, "top", integer=True, low=1)
     batches = parse_global_batch(global_batch)
     rule = parse_batch_rule(batch_rule)
@@ -592,7 +594,7 @@ def sweep_days_command(
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
     apply_catalog(catalog)
-    _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
+    _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     windows = parse_floats("--values", values)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
@@ -637,7 +639,7 @@ def sweep_nodes_command(
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
     apply_catalog(catalog)
-    _prepare_outputs(plot_dir, html)  # missing or unwritable outputs fail before the search
+    _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     node_counts = parse_ints("--values", values)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(

@@ -15,6 +15,17 @@ HtmlOption = Annotated[Path | None, typer.Option(
     "--html", help="also write a self-contained HTML report to this file")]
 
 
+def check_html(path: Path | None, *inputs: object) -> None:
+    """Before any work: an ``--html`` file that can be written and is none of the command's
+    input files (a job, run records, a law, a calibration or catalog file; names that are
+    not files, such as a calibration profile, are ignored)."""
+    if path is None:
+        return
+    from mosaic.io_atomic import check_output_file
+
+    check_output_file(path, "--html", inputs=[str(i) for i in inputs if i is not None])
+
+
 def write_html(document: dict, path: Path | None, kind: str) -> None:
     """`--html FILE` of the plan, perf, layouts, validate and sweep commands."""
     if path is None:

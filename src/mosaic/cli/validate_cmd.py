@@ -25,7 +25,7 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.cli.progress import progress_reporter
-from mosaic.cli.report_cmd import HtmlOption, write_html
+from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.cli.stream_table import print_table_streamed
 from mosaic.config.run_records import (
     RunRecord,
@@ -150,6 +150,7 @@ def validate(
     catalog: CatalogFileOption = None,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
+    check_html(html, runs, calibration, catalog)
     apply_catalog(catalog)
     reader = RunRecordReader(runs)  # the file's own problems first, as before any run
     exclusions = _Exclusions(frozenset(_excluded_ids(exclude)))
