@@ -283,3 +283,28 @@ def test_a_ladder_rerun_from_another_directory_skips_its_finished_rungs(tmp_path
     again = runner.invoke(_app(), ["ladder", "run", "grid.yaml", "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert "done earlier, skipped" in again.output
+
+
+def test_a_ladder_folder_copied_elsewhere_keeps_its_finished_rungs(tmp_path, monkeypatch):
+    """The job's data path is absolute, so a copy of the grid, data and ladder folder (another
+    machine, mount or project copy) named other paths; data files now compare by name (a
+    re-check found every finished rung refused after a copy)."""
+    import shutil
+
+    pytest.importorskip("torch")
+    first = tmp_path / "a"
+    first.mkdir()
+    (first / "corpus.txt").write_bytes(CORPUS.read_bytes())
+    (first / "grid.yaml").write_text(yaml.safe_dump({
+        "recipe": {**RECIPE, "data": {"path": "corpus.txt"}},
+        "ladder": {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+                   "tokens": [512]}}))
+    runner = CliRunner()
+    monkeypatch.chdir(first)
+    assert runner.invoke(_app(), ["ladder", "run", "grid.yaml", "--out", "L"]).exit_code == 0
+    copy = tmp_path / "b"
+    shutil.copytree(first, copy)
+    monkeypatch.chdir(copy)
+    again = runner.invoke(_app(), ["ladder", "run", "grid.yaml", "--out", "L"])
+    assert again.exit_code == 0, again.output
+    assert "done earlier, skipped" in again.output

@@ -337,3 +337,23 @@ def test_a_finished_run_keeps_its_run_info_and_a_refused_start_leaves_no_folder(
     refused = CliRunner().invoke(app, ["train", str(job), "--out", str(tmp_path / "new")])
     assert refused.exit_code == 2 and "multiple of" in refused.output
     assert not (tmp_path / "new").exists()
+
+
+def test_a_finished_run_survives_grown_data_and_lost_metrics(tmp_path):
+    """A re-check found a finished run refused on rerun because its data file had grown
+    (nothing was left to read), and NaN written into result.json when both result.json
+    and metrics.jsonl were gone."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(CORPUS.read_bytes())
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32},
+                                                data={"path": str(corpus)}), "job")
+    done = train(config, tmp_path / "out")
+    corpus.write_bytes(CORPUS.read_bytes() + b"more text")
+    assert train(config, tmp_path / "out") == done
+    (tmp_path / "out" / "result.json").unlink()
+    (tmp_path / "out" / "metrics.jsonl").unlink()
+    with pytest.warns(UserWarning, match="holds no records"):
+        rebuilt = train(config, tmp_path / "out")
+    assert rebuilt.smoothed_loss == done.smoothed_loss
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["final_loss"] is None and saved["tokens_per_s"] is None

@@ -117,6 +117,24 @@ def _fingerprint(config: TrainConfig) -> str:
     return json.dumps(payload, sort_keys=True)
 
 
+def _comparable(fingerprint: str) -> dict[str, Any]:
+    """A fingerprint as two runs of one job compare it: data files by name, not by the
+    folder they were read from (a ladder copied to another machine or mount is the same
+    job; whether the data itself changed is checked by its token count on resume)."""
+    payload = json.loads(fingerprint)
+    data = payload.get("data")
+    if isinstance(data, dict) and data.get("path") is not None:
+        raw = data["path"]
+        data["path"] = ([Path(str(p)).name for p in raw] if isinstance(raw, list)
+                        else Path(str(raw)).name)
+    return payload
+
+
+def _same_job(saved: str, config: TrainConfig) -> bool:
+    """Whether a saved fingerprint is ``config``'s job (:func:`_comparable`)."""
+    return _comparable(saved) == _comparable(_fingerprint(config))
+
+
 def _differing_fields(saved: str, current: str) -> list[str]:
     """Dotted names of the settings two fingerprints disagree on (e.g. ``optim.lr``)."""
     def walk(a: Any, b: Any, prefix: str) -> list[str]:
@@ -125,7 +143,7 @@ def _differing_fields(saved: str, current: str) -> list[str]:
                     for name in walk(a.get(key), b.get(key), f"{prefix}{key}.")]
         return [] if a == b else [prefix.rstrip(".")]
 
-    return walk(json.loads(saved), json.loads(current), "")
+    return walk(_comparable(saved), _comparable(current), "")
 
 
 def different_job_error(where: Path, saved: str, config: TrainConfig) -> MosaicInputError:
@@ -151,7 +169,7 @@ def read_finished_result(out_dir: str | Path, config: TrainConfig) -> TrainResul
     except (json.JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise MosaicInputError(f"{path} is not a readable mosaic result ({type(exc).__name__}); "
                                "remove it to finish the run again from its checkpoint") from None
-    if saved is not None and saved != _fingerprint(config):
+    if saved is not None and not _same_job(saved, config):
         raise different_job_error(path.parent, saved, config)  # the folder is the other job's
     return result
 
@@ -325,10 +343,11 @@ class Trainer:
                 f"{self.checkpoint_path} is not a readable mosaic checkpoint ({type(exc).__name__}"
                 "; truncated or overwritten?): remove it to start the run again, or use a new "
                 "output folder") from None
-        if fingerprint != _fingerprint(self.config):
+        if not _same_job(fingerprint, self.config):
             raise different_job_error(self.checkpoint_path, fingerprint, self.config)
         saved_tokens = payload.get("data_tokens")  # absent from older checkpoints
-        if saved_tokens is not None and saved_tokens != self.data.n_tokens:
+        finished = int(payload["step"]) >= self.total_steps  # nothing left to read
+        if saved_tokens is not None and saved_tokens != self.data.n_tokens and not finished:
             raise MosaicInputError(
                 f"{self.checkpoint_path}: the data files hold {self.data.n_tokens:,} tokens, "
                 f"{saved_tokens:,} when the checkpoint was written; a resumed run would read "
@@ -508,9 +527,15 @@ class Trainer:
             # the logged steps' times (every log_every-th step): their median estimates all
             steady_times = [float(r["step_time_s"]) for r in metrics.records
                             if r["step"] > 0 and "step_time_s" in r]
+        elif not record and self.context.is_main:
+            warnings.warn(f"{self.out_dir / METRICS_FILE} holds no records: the result's last "
+                          "loss and tokens/s are unknown (null); its smoothed loss comes from "
+                          "the checkpoint", UserWarning, stacklevel=2)
         result = self._result(record, self.wall_s, steady_times)
         if self.context.is_main and result.complete:
-            payload = {**asdict(result), RESULT_FINGERPRINT: _fingerprint(self.config)}
+            payload = {**{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                          for k, v in asdict(result).items()},  # strict JSON: no NaN
+                       RESULT_FINGERPRINT: _fingerprint(self.config)}
             # atomic: a ladder reads every rung's result, also while another job writes one
             write_text_atomic(self.out_dir / RESULT_FILE, json.dumps(payload, indent=2) + "\n")
             if run.plot:
