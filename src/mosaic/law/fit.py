@@ -270,8 +270,8 @@ def _single_split_factor(data: RunData, form: LawForm) -> float | None:
     if values.size > 1:
         raise MosaicInputError(
             f"form '{form.name}' has no split-factor term, so it fits one G at a time; "
-            f"the data has G in {values.tolist()}: fit the rows of one G (a runs file "
-            "holding one split_factor) or use --form joint"
+            f"the data has G in {values.tolist()}: fit the rows of one G (--split-factor G, "
+            "or a runs file holding one split_factor) or use --form joint"
         )
     return float(values[0])
 
