@@ -69,9 +69,9 @@ def test_tiny_job_fits_and_huge_job_is_refused():
     big = estimate_training_memory(huge.geometry(), huge.run.micro_batch_seqs,
                                    huge.run.seq_len, 4)
     assert big.params > 4e9 and big.model_state_bytes > 64e9
-    with pytest.raises(MosaicInputError, match=r"does not fit in memory: estimated .* GB .*"
-                                               r"> 24 GB available on cpu"):
-        check_training_memory(big, (24e9, "test"), "cpu", 2, 2048)
+    with pytest.raises(MosaicInputError, match=r"does not fit in memory: estimated .* GiB .*"
+                                               r"> 24 GiB available on cpu"):
+        check_training_memory(big, (24 * 2**30, "test"), "cpu", 2, 2048)
     check_training_memory(big, None, "cpu", 2, 2048)  # unknown free memory: no verdict
 
 

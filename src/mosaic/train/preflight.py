@@ -26,6 +26,7 @@ from pathlib import Path
 from mosaic.arch import count_parameters
 from mosaic.arch.geometry import Geometry
 from mosaic.errors import MosaicInputError
+from mosaic.units import GIB
 
 MODEL_STATE_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW m and v (ZeRO Sec. 3.1)
 FP32_BYTES = 4
@@ -112,7 +113,8 @@ def available_memory_bytes(device_type: str, device_index: int | None = None
 
 
 def _gb(value: float) -> str:
-    return f"{value / 1e9:.3g} GB"
+    """Bytes in GiB, as every other memory figure of mosaic prints them."""
+    return f"{value / GIB:.3g} GiB"
 
 
 def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str] | None,
