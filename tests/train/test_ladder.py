@@ -241,9 +241,12 @@ def test_a_rung_finished_under_another_recipe_is_refused_not_reused(tmp_path):
     assert refused.exit_code == 2
     assert "rung q1_E4_K1_G1_D512" in refused.output and "optim.lr differ" in refused.output
     other = _grid(tmp_path, {**axes, "tokens": [768]})
-    moved = runner.invoke(_app(), ["ladder", "run", str(other), "--out", str(out)])
+    moved = runner.invoke(_app(), ["ladder", "run", str(other), "--out", str(out), "--json"])
     assert moved.exit_code == 0, moved.output
-    assert "q1_E4_K1_G1_D512" in moved.output and "not in this grid" in moved.output
+    assert "q1_E4_K1_G1_D512" in moved.stderr and "not in this grid" in moved.stderr
+    document = json.loads(moved.stdout)  # numbers as numbers, the other grid's rungs named
+    assert document["other_grid_rungs"] == ["q1_E4_K1_G1_D512"]
+    assert isinstance(document["runs"][0]["n_total"], int)
     names = [row["name"] for row in csv.DictReader((out / "runs.csv").open())]
     assert names == ["q1_E4_K1_G1_D768"]
 

@@ -7,7 +7,6 @@ Thin: parse, call mosaic.train, render. torch is imported only when a run starts
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -152,17 +151,26 @@ def run(
     path = run_ladder(jobs, out, progress=line_reporter(as_json), only=only)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
+    from mosaic.table_files import read_table
+    from mosaic.train.ladder import finished_elsewhere
     from mosaic.train.router_health import starved_value, unbalanced_names, unbalanced_warning
 
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_table(path, "runs file", allow_no_rows=True).to_dict("records")  # typed
     unbalanced = unbalanced_names(rows)
+    others = finished_elsewhere(jobs, out)
+    if others:  # not a progress line: -q and --json keep it
+        error_console.print(f"note: {len(others)} finished rung(s) under {out / 'runs'} are "
+                            f"not in this grid and stay out of {path.name}: "
+                            f"{', '.join(others[:5])}" + (" ..." if len(others) > 5 else ""),
+                            markup=False, highlight=False, soft_wrap=True)
     if as_json:
-        print_json({"runs_csv": str(path), "runs": rows, "unbalanced_rungs": unbalanced})
+        print_json({"runs_csv": str(path), "runs": rows, "unbalanced_rungs": unbalanced,
+                    "other_grid_rungs": others})
     else:
         print_table(f"Ladder results ({path})",
                     ["rung", "N_tot", "N_act", "S", "D", "loss", "starved / layer"],
-                    [[r["name"], r["n_total"], r["n_active"], f"{float(r['sparsity']):.3f}",
+                    [[str(r["name"]), f"{r['n_total']:,}", f"{r['n_active']:,}",
+                      f"{float(r['sparsity']):.3f}",
                       f"{float(r['tokens']):.3g}", f"{float(r['loss']):.4f}",
                       _starved_cell(starved_value(r))] for r in rows])
     if unbalanced:

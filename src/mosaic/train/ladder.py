@@ -182,12 +182,6 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     selected = [j for j in jobs if only is None or j.name in only]
     finished_results(jobs, out_dir)  # a rung finished by another job stops the ladder first
-    if main and progress:
-        others = finished_elsewhere(jobs, out_dir)
-        if others:
-            progress(f"note: {len(others)} finished rung(s) under {out_dir / 'runs'} are not in "
-                     f"this grid and stay out of {RUNS_CSV}: {', '.join(others[:5])}"
-                     + (" ..." if len(others) > 5 else ""))
     context = init_distributed(jobs[0].config.run.device)  # one process group for all rungs
     try:
         _run_selected(selected, jobs, out_dir, progress, main, context)
