@@ -212,10 +212,11 @@ def test_a_key_that_overrides_a_merged_one_is_not_a_repeat(tmp_path):
 
 
 def test_an_html_path_that_is_a_directory_is_named_as_given(tmp_path):
-    """The message names the path the user gave, not the temporary file behind it."""
+    """The message names the option and the path the user gave, not the temporary file
+    behind it, and comes before the prediction (the --html check runs first)."""
     examples = Path(__file__).resolve().parents[2] / "examples"
     message = _error("perf", str(examples / "appendix_e.yaml"), "--html", str(tmp_path))
-    assert message == f"error: {tmp_path}: is a directory; give a file name"
+    assert message == f"error: --html {tmp_path}: is a directory; give a file name"
 
 
 MOE_MODEL = {**MODEL, "moe": {"experts": 16, "top_k": 2, "expert_ffn": 767}}
