@@ -428,5 +428,5 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     with pytest.raises(FormError, match="unknown plan field"):
         validate_plan_form({"plan.stak": "torchtitan"})
     seeded = options_document(load_job_document(EXAMPLES / "deepseek_v3_h100.yaml"))
-    assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack")} == {
-        "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge"}
+    assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack", "plan.nodes")} == {
+        "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge", "plan.nodes": "128"}

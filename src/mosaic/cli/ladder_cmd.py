@@ -247,7 +247,7 @@ def fit(
     payload = {"law_file": str(out), "form": law_form.name,
                "coefficients": dict(validated.law.coefficients), "metrics": metrics,
                "unbalanced_rungs_left_out": left_out}
-    from mosaic.cli.law_cmd import report_bounds
+    from mosaic.cli.law_cmd import heldout_rmse_text, report_bounds
     from mosaic.law.law import ScalingLaw
 
     report_bounds(validated.law, payload)
@@ -266,7 +266,7 @@ def fit(
                 [[k, f"{v:.6g}"] for k, v in payload["coefficients"].items()])
     print_key_value_table("Fit quality (loss units)", [
         ("RMSE, all runs", f"{metrics['rmse']:.5f}"),
-        ("held-out RMSE", f"{metrics['heldout_rmse']:.5f}"),
+        ("held-out RMSE", heldout_rmse_text(metrics)),
         ("runs / held out", f"{metrics['n_runs']} / {metrics['n_heldout']}"),
         ("law file", str(out))])
 

@@ -345,6 +345,13 @@ def _warn_unbalanced_rungs(data: Path, split_factor: float | None) -> None:
                             markup=False, highlight=False, soft_wrap=True)
 
 
+def heldout_rmse_text(metrics: dict[str, Any]) -> str:
+    """The held-out RMSE cell: '-' with nothing held out (--holdout 0), not 'nan'."""
+    if not metrics["n_heldout"]:
+        return "- (nothing held out)"
+    return f"{metrics['heldout_rmse']:.5f}"
+
+
 def report_bounds(law: ScalingLaw, payload: dict[str, Any]) -> None:
     """Coefficients a fit left on its bounds: into ``payload["at_bound"]`` and one warning
     line (`mosaic law fit` and `mosaic ladder fit`)."""
@@ -394,7 +401,7 @@ def _print_fit(payload: dict[str, Any]) -> None:
         [
             ("RMSE, all runs", f"{metrics['rmse']:.5f}"),
             ("R^2, all runs", f"{metrics['r2']:.5f}"),
-            ("held-out RMSE", f"{metrics['heldout_rmse']:.5f}"),
+            ("held-out RMSE", heldout_rmse_text(metrics)),
             ("runs / held out", f"{metrics['n_runs']} / {metrics['n_heldout']}"),
             ("objective", f"{metrics['objective']:.8g}"),
         ]

@@ -86,12 +86,14 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
-    """The plan form of a studio opened on a job: the job's GPU, stack and precision (a
-    studio started from a Megatron-Bridge H100 job planned on megatron-core B200s)."""
+    """The plan form of a studio opened on a job: the job's GPU, node count, stack and
+    precision (a studio started from a Megatron-Bridge H100 job planned on megatron-core
+    B200s)."""
     from mosaic.hardware import get_system
 
     system = get_system(form["hardware.system"])
     return {**DEFAULT_PLAN_FORM, "plan.gpu": system.device.name,
+            "plan.nodes": form.get("hardware.nodes", DEFAULT_PLAN_FORM["plan.nodes"]),
             "plan.stack": form.get("performance.stack", DEFAULT_PLAN_FORM["plan.stack"]),
             "plan.precision": form.get("performance.precision",
                                        DEFAULT_PLAN_FORM["plan.precision"])}
