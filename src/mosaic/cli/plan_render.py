@@ -86,8 +86,8 @@ def _headroom_text(envelope: Any) -> str:
     """'160.5 of 178.4 GiB per GPU (90%, default)'; the JSON carries the source."""
     hbm = envelope.system.device.hbm_bytes
     fraction = envelope.usable_memory_fraction
-    return (f"{hbm * fraction / GIB:.1f} of {hbm / GIB:.1f} GiB per GPU ({fraction:.0%}; "
-            f"{envelope.headroom.origin})")
+    return (f"{envelope.usable_memory_bytes / GIB:.1f} of {hbm / GIB:.1f} GiB per GPU "
+            f"({fraction:.0%}; {envelope.headroom.origin})")
 
 
 def print_optimum(candidate: dict[str, Any]) -> None:

@@ -49,11 +49,15 @@ class MemoryHeadroom:
             raise MosaicInputError(
                 f"memory fraction must be a number in (0, 1], got {fraction!r}")
 
+    def usable_bytes(self, hbm_bytes: float) -> float:
+        """Bytes of a device of ``hbm_bytes`` a layout may fill."""
+        return hbm_bytes * self.usable_fraction
+
     def to_dict(self, hbm_bytes: float) -> dict[str, Any]:
         """The policy on one device: usable bytes and the headroom kept free."""
         return {
             "usable_memory_fraction": self.usable_fraction,
-            "usable_memory_bytes": hbm_bytes * self.usable_fraction,
+            "usable_memory_bytes": self.usable_bytes(hbm_bytes),
             "headroom_bytes": hbm_bytes * (1.0 - self.usable_fraction),
             "origin": self.origin,
             "source": self.source,

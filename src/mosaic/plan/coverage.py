@@ -21,7 +21,6 @@ def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
     grid, table, envelope = result.grid, result.throughput, result.envelope
     plan = table.plans[row] or {}
     tokens_per_s = float(table.tokens_per_s[row])
-    usable_gib = envelope.system.device.hbm_bytes * envelope.usable_memory_fraction / GIB
     return assess(
         calibration.coverage, calibration.name, device=envelope.system.device.name,
         stack=envelope.stack, is_moe=grid.geometry(row).is_moe,
@@ -29,7 +28,8 @@ def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
         degrees={name: int(plan[name]) for name in DEGREES if name in plan},
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / table.n_devices,
         mfu=float(table.mfu[row]), step_time_s=float(table.step_time_s[row]),
-        memory_gib=float(table.memory_bytes[row] / GIB), usable_memory_gib=usable_gib)
+        memory_gib=float(table.memory_bytes[row] / GIB),
+        usable_memory_gib=envelope.usable_memory_bytes / GIB)
 
 
 def plan_uncertainty(result: PlanResult, law: ScalingLaw, samples: LawSamples | None,

@@ -189,6 +189,12 @@ class Envelope:
         return self.headroom.usable_fraction
 
     @property
+    def usable_memory_bytes(self) -> float:
+        """Bytes of one device a layout may fill (the headroom policy on this GPU)."""
+        assert self.headroom is not None  # set in __post_init__
+        return self.headroom.usable_bytes(self.system.device.hbm_bytes)
+
+    @property
     def cluster(self) -> Cluster:
         return Cluster(system=self.system, n_nodes=self.n_nodes)
 
