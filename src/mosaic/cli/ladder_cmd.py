@@ -277,8 +277,7 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
     without the rungs whose routers ended unbalanced unless ``keep_unbalanced``; and the
     names of those left out (a warning names them). Older runs.csv files without the
     starved_experts column keep every row."""
-    from mosaic.law.rundata import RunData
-    from mosaic.table_files import read_table
+    from mosaic.law.rundata import RunData, read_run_table
     from mosaic.train.router_health import (
         rows_of_split_factor,
         unbalanced_names,
@@ -286,7 +285,7 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
         unbalanced_warning,
     )
 
-    frame = read_table(csv_path, "run data file", allow_no_rows=True)
+    frame = read_run_table(csv_path)
     frame = frame[rows_of_split_factor(frame.to_dict("records"), split_factor)]
     frame = frame.reset_index(drop=True)
     rows = frame.to_dict("records") if "starved_experts" in frame.columns else []

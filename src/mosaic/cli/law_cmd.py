@@ -256,7 +256,7 @@ def fit(
     import pandas as pd
 
     from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
-    from mosaic.law.rundata import load_run_data
+    from mosaic.law.rundata import RunData, read_run_table
     from mosaic.law.validation import fit_with_holdout
     from mosaic.plan.uncertainty import LawSamples, save_samples
 
@@ -268,8 +268,9 @@ def fit(
     _check_fit_settings(huber_delta=huber_delta, n_bootstrap=n_bootstrap, seed=seed,
                         starts=starts, refine=refine, holdout=holdout, scan=scan)
     law_form = get_form(form)
-    runs = load_run_data(data)
-    _warn_unbalanced_rungs(data, split_factor)
+    frame = read_run_table(data)  # read once: the fit's data and the router-health columns
+    runs = RunData.from_frame(frame, source=str(data))
+    _warn_unbalanced_rungs(frame, split_factor)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
@@ -323,18 +324,17 @@ def fit(
     _print_fit(payload)
 
 
-def _warn_unbalanced_rungs(data: Path, split_factor: float | None) -> None:
-    """A ladder's runs.csv names the rungs whose routers ended unbalanced (column
-    starved_experts): `law fit` fits every row it is given (of ``split_factor``, where
-    given), so it says which of those rows they are (`mosaic ladder fit` leaves them out)."""
-    from mosaic.table_files import read_table
+def _warn_unbalanced_rungs(frame: Any, split_factor: float | None) -> None:
+    """A ladder's runs.csv (``frame``) names the rungs whose routers ended unbalanced
+    (column starved_experts): `law fit` fits every row it is given (of ``split_factor``,
+    where given), so it says which of those rows they are (`mosaic ladder fit` leaves them
+    out)."""
     from mosaic.train.router_health import (
         rows_of_split_factor,
         unbalanced_names,
         unbalanced_warning,
     )
 
-    frame = read_table(data, "run data file", allow_no_rows=True)
     if "starved_experts" not in frame.columns:
         return
     rows = frame.to_dict("records")

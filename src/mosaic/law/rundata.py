@@ -229,9 +229,14 @@ def _float_or_nan(value: object) -> float:
         return float("nan")
 
 
-def load_run_data(path: str | Path) -> RunData:
-    """Read run data from a .csv or .parquet file and validate it."""
+def read_run_table(path: str | Path) -> pd.DataFrame:
+    """The rows of a run data file (.csv or .parquet) as a DataFrame, unvalidated: for a
+    caller that also reads columns RunData drops (a ladder's names and router health)."""
     from mosaic.table_files import read_table
 
-    frame = read_table(path, "run data file", allow_no_rows=True)
-    return RunData.from_frame(frame, source=str(path))
+    return read_table(path, "run data file", allow_no_rows=True)
+
+
+def load_run_data(path: str | Path) -> RunData:
+    """Read run data from a .csv or .parquet file and validate it."""
+    return RunData.from_frame(read_run_table(path), source=str(path))
