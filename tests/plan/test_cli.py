@@ -93,6 +93,9 @@ def test_young_daly_goodput_option():
     (["--gpus-per-node", "3", "--nodes", "4", "--q", "8", "--experts", "16", "--top-k", "1",
       "--split-factor", "1"],
      "divisibility rules (e.g. tp=3 must divide heads=32)); choose --nodes, --gpus-per-node"),
+    # a target below what the largest budget could train at 100% of the peak is refused
+    # before the plan's own search
+    ([*SMALL, "--target-loss", "0.5"], "target loss 0.5 is out of reach of every budget"),
 ])
 def test_bad_budgets_are_one_line_exit_2(args, fragment):
     result = runner.invoke(app, ["plan", *args])

@@ -12,6 +12,7 @@ from mosaic.plan import (
     sweep_days,
     sweep_nodes,
 )
+from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.sweep import optimum_losses
 
 SPACE = SearchSpace(q=(4, 6), experts=(8, 32), top_k=(1, 2), split_factor=(1, 4), s_min=0.5)
@@ -54,6 +55,32 @@ def test_cost_and_cheapest_plan(one_node, law, calibration):
     reaching = [o for o in cheapest.options if o.loss is not None and o.loss <= 1.8]
     assert cheapest.choice is reaching[0]
     assert cheapest.choice.loss <= 1.8
-    unreachable = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.0,
-                                nodes=[1], days=[1], workers=1)
-    assert unreachable.choice is None
+    # Below the real optimum but above the loss at the full bf16 peak: searched, not reached.
+    window = one_node.with_budget(days=1)
+    best = cheapest_plan(one_node, SPACE, law, calibration, target_loss=5.0, nodes=[1],
+                         days=[1], workers=1).options[0].loss
+    floor = peak_bound(window, SPACE, law).best_loss
+    assert floor < best
+    unreached = cheapest_plan(one_node, SPACE, law, calibration,
+                              target_loss=0.5 * (floor + best), nodes=[1], days=[1], workers=1)
+    assert unreached.choice is None and unreached.options[0].loss == pytest.approx(best)
+    # Below what even 100% of the peak could train: refused before any layout search.
+    with pytest.raises(MosaicInputError, match=r"out of reach .* best any budget could reach"):
+        cheapest_plan(one_node, SPACE, law, calibration, target_loss=0.999 * floor, nodes=[1],
+                      days=[1], workers=1)
+
+
+def test_peak_bound_is_a_floor_under_every_plan(one_node, law, calibration):
+    """Hand check of the bound: tokens = F_bf16 · N_dev · T · η / (6 N_act) capped at
+    tpp_max · N_act, and no searched geometry trains more tokens or reaches a lower loss."""
+    result = sweep_days(one_node, SPACE, law, calibration, [1], workers=1)[0].result
+    bound = peak_bound(one_node.with_budget(days=1), SPACE, law, result.grid)
+    grid = result.grid
+    peak = one_node.system.device.peak_flops_per_s_for("bf16") * one_node.n_devices
+    expected = np.minimum(peak * 86400 * one_node.goodput_fraction / (6 * grid.n_active),
+                          SPACE.tpp_max * grid.n_active)
+    np.testing.assert_allclose(bound.tokens, expected)
+    rows = result.feasible
+    assert np.all(result.tokens[rows] <= bound.tokens[rows])
+    assert np.all(result.loss[rows] >= bound.loss[rows])
+    assert bound.best_loss <= np.nanmin(result.loss)

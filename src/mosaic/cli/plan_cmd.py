@@ -57,7 +57,7 @@ from mosaic.plan.batch import (
     parse_global_batch,
     search_batch,
 )
-from mosaic.plan.cost import cheapest_plan, run_cost
+from mosaic.plan.cost import cheapest_plan, check_target_reachable, run_cost
 from mosaic.plan.coverage import candidate_assessment, plan_uncertainty
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
@@ -486,6 +486,10 @@ def plan(
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, balanced_pipeline=balanced_pipeline)
     cost = run_cost(envelope, price_per_gpu_hour)
+    if target_loss is not None:  # an unreachable target is refused before any search
+        node_list, day_list = check_target_reachable(
+            envelope, space, law, target_loss,
+            *_cheapest_lists(envelope, cheapest_nodes, cheapest_days))
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
     runner = backend_from_options(backend, address)  # one-line error if ray is absent
@@ -501,7 +505,6 @@ def plan(
         require_trainable(result)
         cheapest = None
         if target_loss is not None:
-            node_list, day_list = _cheapest_lists(envelope, cheapest_nodes, cheapest_days)
             cheapest = cheapest_plan(envelope, space, law, calibration, target_loss, node_list,
                                      day_list, price_per_gpu_hour,
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)

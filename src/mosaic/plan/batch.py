@@ -42,6 +42,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
+from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import (
     FLOPS_PER_PARAM_TOKEN,
     PlanResult,
@@ -146,14 +147,11 @@ class BatchChoice:
 
 def _bound_ceiling(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
                    grid: LadderGrid, rule: BatchRule) -> np.ndarray:
-    """The largest bound each row could reach: the tokens of a run at the GEMM precision's
-    full peak (fp8 peaks exceed the bf16 MFU denominator), or the TPP cap."""
-    peak_flops_per_s = envelope.system.device.peak_flops_per_s_for(str(envelope.precision))
-    c_max = peak_flops_per_s * envelope.n_devices * envelope.train_s * envelope.goodput_fraction
-    tokens = np.minimum(c_max / (FLOPS_PER_PARAM_TOKEN * grid.n_active),
-                        space.tpp_max * grid.n_active)
-    loss = law.predict(grid.n_total, tokens, grid.sparsity, grid.split_factor)
-    return rule.bound_tokens(FLOPS_PER_PARAM_TOKEN * grid.n_active * tokens, loss)
+    """The largest bound each row could reach: that of a run at the GEMM precision's full
+    peak (:mod:`mosaic.plan.peak_bound`), or at the TPP cap."""
+    ceiling = peak_bound(envelope, space, law, grid)
+    return rule.bound_tokens(FLOPS_PER_PARAM_TOKEN * grid.n_active * ceiling.tokens,
+                             ceiling.loss)
 
 
 def search_batch(

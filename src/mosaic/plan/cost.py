@@ -18,6 +18,7 @@ from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
+from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import PlanResult, ProgressFn
 from mosaic.plan.sweep import sweep_days
 
@@ -70,6 +71,38 @@ class CheapestPlan:
     choice: BudgetOption | None
 
 
+def check_target_reachable(
+    envelope: Envelope, space: SearchSpace, law: ScalingLaw, target_loss: float,
+    nodes: Iterable[int], days: Iterable[float],
+) -> tuple[list[int], list[float]]:
+    """The budgets to search, refused before any layout search when none of them could
+    reach ``target_loss`` even with every GEMM at the device's full peak
+    (:mod:`mosaic.plan.peak_bound`): no layout search would find one that does."""
+    if not (math.isfinite(target_loss) and target_loss > 0):
+        raise MosaicInputError(f"target loss must be a positive number, got {target_loss!r}")
+    windows = [float(d) for d in days]
+    node_counts = [int(n) for n in nodes]
+    if not windows or not node_counts:
+        raise MosaicInputError("the cheapest-plan search needs at least one node count and "
+                               "one window")
+    grid = space.enumerate()
+    floors = {(n, d): peak_bound(envelope.with_budget(n_nodes=n, days=d), space, law,
+                                 grid).best_loss
+              for n in node_counts for d in windows}
+    (n_best, d_best), floor = min(floors.items(), key=lambda item: item[1])
+    if floor > target_loss:
+        reach = ("no geometry of the grid is trainable at any of them" if math.isinf(floor)
+                 else f"the best any budget could reach is loss {floor:.4f} "
+                      f"({n_best} nodes x {d_best:g} days)")
+        raise MosaicInputError(
+            f"target loss {target_loss:g} is out of reach of every budget searched "
+            f"(nodes {', '.join(map(str, node_counts))}; days "
+            f"{', '.join(f'{d:g}' for d in windows)}): even with every GEMM at the "
+            f"{envelope.precision} peak, {reach} under this law; give larger "
+            f"--cheapest-nodes / --cheapest-days or a higher --target-loss")
+    return node_counts, windows
+
+
 def cheapest_plan(
     envelope: Envelope,
     space: SearchSpace,
@@ -84,13 +117,8 @@ def cheapest_plan(
     workers: int | None = None,
 ) -> CheapestPlan:
     """Search every (nodes, days) budget; layouts are profiled once per node count."""
-    if not (math.isfinite(target_loss) and target_loss > 0):
-        raise MosaicInputError(f"target loss must be a positive number, got {target_loss!r}")
-    windows = list(days)
-    node_counts = list(nodes)
-    if not windows or not node_counts:
-        raise MosaicInputError("the cheapest-plan search needs at least one node count and "
-                               "one window")
+    node_counts, windows = check_target_reachable(envelope, space, law, target_loss, nodes,
+                                                  days)
     options = []
     for n_nodes in node_counts:
         cluster = envelope.with_budget(n_nodes=int(n_nodes))
