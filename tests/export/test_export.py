@@ -307,7 +307,7 @@ def test_plan_json_exports_its_optimum(plan_json, target):
     # the plan's D as the target counts training: steps of the global batch, the last whole
     envelope = document["envelope"]
     steps = math.ceil(optimum["tokens"] / (envelope["global_batch"] * envelope["seq_len"]))
-    assert f"# training: {optimum['tokens']:.4g} tokens (the plan's D) = {steps} steps" in text
+    assert f"# training: {optimum['tokens']:.4g} tokens = {steps} steps" in text
     if target == "megatron":
         a = parse_megatron(text)
         assert (a.num_experts, a.moe_router_topk) == (optimum["experts"], optimum["top_k"])
@@ -325,6 +325,32 @@ def test_plan_json_exports_its_optimum(plan_json, target):
             else doc["base_num_decoder_layers"]
         assert layers == optimum["layers"]
         assert (doc["train"]["train_iters"] if target == "nemo" else doc["steps"]) == steps
+
+
+def test_plan_job_file_keeps_the_token_budget(plan_json, tmp_path):
+    """export --to yaml writes the plan's D as training.tokens, so the job file's own
+    exports keep the step count and perf times those steps (hand check: steps x step)."""
+    document = json.loads(plan_json.read_text())
+    tokens, envelope = document["optimum"]["tokens"], document["envelope"]
+    steps = math.ceil(tokens / (envelope["global_batch"] * envelope["seq_len"]))
+    job = tmp_path / "optimum.yaml"
+    result = runner.invoke(app, ["export", str(plan_json), "--to", "yaml", "--out", str(job)])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(job.read_text())["training"] == {"tokens": tokens}
+    result = runner.invoke(app, ["export", str(job), "--to", "megatron"])
+    assert result.exit_code == 0, result.output
+    assert parse_megatron(result.stdout).train_iters == steps
+    result = runner.invoke(app, ["perf", str(job), "--json"])
+    assert result.exit_code == 0, result.output
+    perf = json.loads(result.stdout)
+    assert perf["training"]["steps"] == steps
+    assert perf["training"]["compute_days"] == pytest.approx(
+        steps * perf["step_time_s"] / 86_400)
+    # a job without the block states no budget; a bad one is refused naming the field
+    result = runner.invoke(app, ["export", str(JOB), "--to", "megatron"])
+    assert "--train-iters" not in result.stdout
+    result = runner.invoke(app, ["perf", str(job), "--set", "training.tokens=0"])
+    assert result.exit_code == 2 and "training: tokens" in result.output
 
 
 def test_cli_out_file_and_notes(tmp_path):

@@ -22,9 +22,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
-from mosaic.units import GIB
-
-SECONDS_PER_DAY = 86_400.0
+from mosaic.units import GIB, SECONDS_PER_DAY
 
 
 # --- One side --------------------------------------------------------------------------------

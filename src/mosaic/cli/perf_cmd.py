@@ -20,6 +20,8 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
+from mosaic.config.blocks import training_steps
+from mosaic.config.job_schema import JobSpec
 from mosaic.config.layout import plan_row_document
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.perf.calibration import Calibration, load_calibration
@@ -29,7 +31,7 @@ from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import mfu_peak_text, usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.perf.terms import STEP_TERMS
-from mosaic.units import GIB
+from mosaic.units import GIB, SECONDS_PER_DAY
 
 
 def prediction_document(result: JobPrediction, calibration: Calibration) -> dict[str, Any]:
@@ -88,7 +90,18 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         # a run record's own measurement (RUNS.yaml#ID); absent for a job
         **({} if result.spec.measured_step_time_s is None
            else {"measured_step_time_s": result.spec.measured_step_time_s}),
+        **({} if result.spec.train_tokens is None
+           else {"training": training_document(result.spec, float(p.step_time_s[0]))}),
     }
+
+
+def training_document(spec: JobSpec, step_time_s: float) -> dict[str, Any]:
+    """The job's training.tokens as optimizer steps and the time they take at the predicted
+    step time: compute time only, without failures, restarts or checkpoints (goodput)."""
+    workload = spec.workload
+    steps = training_steps(spec.train_tokens, workload.global_batch, workload.seq_len)
+    return {"tokens": spec.train_tokens, "steps": steps,
+            "compute_days": steps * step_time_s / SECONDS_PER_DAY}
 
 
 def _render(document: dict[str, Any]) -> None:
@@ -136,6 +149,11 @@ def _render(document: dict[str, Any]) -> None:
             ("memory per GPU", memory_fit_text(
                 document["memory_gib"], document["memory_capacity_gib"],
                 document["usable_memory_fraction"], document["overshoot_gib"])),
+            *([] if "training" not in document else [(
+                "training (training.tokens)",
+                f"{document['training']['tokens']:.4g} tokens = "
+                f"{document['training']['steps']:,} steps, "
+                f"{document['training']['compute_days']:.1f} days of steps (no restarts)")]),
             ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
             ("attention kernel", document["attention_kernel"]),
         ],

@@ -11,6 +11,7 @@ rule and says so. Older spellings are translated before validation
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -243,3 +244,18 @@ class BatchBlock(_Strict):
                                    description="sequences per micro-batch per dp rank; "
                                                "None = the stack's default")
     seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high, description="tokens per sequence")
+
+
+class TrainingBlock(_Strict):
+    """How long the run trains."""
+
+    tokens: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="tokens the run trains (a plan's D); exports write them as optimizer "
+        "steps of the global batch, perf as the time those steps take")
+
+
+def training_steps(tokens: float, global_seqs: int, seq_len: int) -> int:
+    """Optimizer steps that train ``tokens`` at ``global_seqs`` x ``seq_len`` tokens a step,
+    the last one whole."""
+    return max(1, math.ceil(tokens / (global_seqs * seq_len)))

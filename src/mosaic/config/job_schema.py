@@ -31,6 +31,7 @@ from mosaic.config.blocks import (
     ParallelismBlock,
     RecomputeName,
     Routing,
+    TrainingBlock,
 )
 from mosaic.config.convert import geometry_from_model, model_document
 from mosaic.config.layout import (
@@ -86,7 +87,7 @@ if TYPE_CHECKING:
     from mosaic.config.run_records import RunRecord
 
 KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "search",
-                "hardware")
+                "hardware", "training")
 
 
 class _Strict(BaseModel):
@@ -297,6 +298,7 @@ class JobSpec:
     as_recorded: tuple[Workload, ParallelPlans] | None = None
     stack_version: str | None = None  # performance.stack_version as stated (exports read it)
     model_name: str | None = None  # model.name as stated (the job document keeps it)
+    train_tokens: float | None = None  # training.tokens as stated; None: no budget given
 
 
 def canonical_job_document(document: dict[str, Any], where: str,
@@ -500,6 +502,7 @@ def job_from_document(document: dict[str, Any], where: str,
     optimizer = _block(OptimizerBlock, document, "optimizer", where)
     search = _block(SearchBlock, document, "search", where)
     hardware = _block(HardwareBlock, document, "hardware", where)
+    training = _block(TrainingBlock, document, "training", where)
     notes: list[str] = []
     system_name = _system_name(hardware, where, notes)
     try:
@@ -624,6 +627,7 @@ def job_from_document(document: dict[str, Any], where: str,
         unstated_stage_split=performance.uneven_stages == "unstated",
         stack_version=performance.stack_version,
         model_name=model.name,
+        train_tokens=training.tokens,
     )
 
 
@@ -738,7 +742,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         "search": {"devices": spec.n_devices if spec.n_devices is not None
                    else int(spec.plan.n_devices[0])},
         "hardware": hardware,
-    }
+    } | ({} if spec.train_tokens is None else {"training": {"tokens": spec.train_tokens}})
 
 
 def layout_document(workload: Workload, row: dict[str, Any], derived: bool = True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
@@ -97,7 +96,8 @@ class ExportSpec:
     # mosaic's own verdicts on the job, e.g. that it does not fit its GPUs' memory: every
     # exported file's header repeats them (WARNING lines), not only stderr
     warnings: tuple[str, ...] = ()
-    # a plan's token budget D (its optimum's tokens); None for a job, which states none
+    # the tokens to train: a plan's D (its optimum's tokens) or a job's training.tokens;
+    # None where the source gives no budget
     train_tokens: float | None = None
     job: dict[str, Any] | None = None
     source: str = ""
@@ -133,7 +133,9 @@ class ExportSpec:
         whole), or None without a token budget."""
         if self.train_tokens is None:
             return None
-        return max(1, math.ceil(self.train_tokens / (self.global_seqs * self.seq_len)))
+        from mosaic.config.blocks import training_steps
+
+        return training_steps(self.train_tokens, self.global_seqs, self.seq_len)
 
     @property
     def capacity_factor(self) -> float | None:
@@ -337,6 +339,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=_gpus_per_node(job.system_name),
         stack_version=getattr(job, "stack_version", None),
+        train_tokens=getattr(job, "train_tokens", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
 
@@ -560,4 +563,5 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
             "performance": performance,
             "optimizer": {"kind": spec.optimizer},
             "search": {"devices": spec.n_devices},
-            "hardware": {k: v for k, v in hardware.items() if v is not None}}
+            "hardware": {k: v for k, v in hardware.items() if v is not None}} | (
+        {} if spec.train_tokens is None else {"training": {"tokens": spec.train_tokens}})

@@ -105,12 +105,12 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
 
 
 def training_lines(spec: ExportSpec) -> list[str]:
-    """The header line of a plan's token budget as steps of its global batch (none for a
-    job, which states no budget)."""
+    """The header line of the token budget (a plan's D, a job's training.tokens) as steps
+    of its global batch; none without a budget."""
     if spec.train_steps is None:
         return []
-    return [f"training: {spec.train_tokens:.4g} tokens (the plan's D) = {spec.train_steps} "
-            f"steps of {spec.global_seqs} x {spec.seq_len}"]
+    return [f"training: {spec.train_tokens:.4g} tokens = {spec.train_steps} steps of "
+            f"{spec.global_seqs} x {spec.seq_len}"]
 
 
 def warning_lines(spec: ExportSpec) -> list[str]:

@@ -30,8 +30,8 @@ from mosaic.perf.workload import (
 )
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
 from mosaic.stacks import get_stack
+from mosaic.units import SECONDS_PER_DAY
 
-SECONDS_PER_DAY = 86_400.0
 # The stack a plan assumes when neither the user nor the calibration profile names one.
 DEFAULT_STACK = "megatron-core"
 
