@@ -3,6 +3,7 @@ quantity, and the way out of a calibration without cross-validation groups."""
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from mosaic import __version__
@@ -116,7 +117,36 @@ def test_another_commands_json_given_as_a_job_is_named(tmp_path):
     for command in (["export", str(sweep), "--to", "megatron"], ["perf", str(sweep)]):
         result = runner.invoke(app, command)
         assert result.exit_code == 2
-        assert "the JSON that `mosaic sweep --json` writes, not a job" in result.output
+        assert "the file that `mosaic sweep --json` writes, not a job" in result.output
+
+
+@pytest.mark.parametrize(("command", "written_by"), [
+    (["law", "optimum", "--compute", "1e22", "--json"], "law optimum --json"),
+    (["law", "predict", "--q", "4", "--tokens", "1e10", "--json"], "law predict --json"),
+    (["arch", "--q", "4", "--json"], "arch --json"),
+])
+def test_law_and_arch_outputs_given_as_a_job_are_named(tmp_path, command, written_by):
+    """A law optimum given to perf got 'unknown block(s) [at_boundary, ...]' (a trial)."""
+    output = tmp_path / "output.json"
+    output.write_text(runner.invoke(app, command).stdout)
+    result = runner.invoke(app, ["perf", str(output)])
+    assert result.exit_code == 2
+    assert f"the file that `mosaic {written_by}` writes, not a job" in result.output
+
+
+def test_law_and_calibration_files_given_as_a_job_are_named(tmp_path):
+    from importlib import resources
+
+    from mosaic.law.law import default_law
+
+    law, calibration = tmp_path / "law.json", tmp_path / "calibration.yaml"
+    default_law().save(law)
+    calibration.write_text(resources.files("mosaic.perf").joinpath(
+        "data", "calibration_default.yaml").read_text())
+    for path, written_by in ((law, "law fit --out"), (calibration, "calibrate --out")):
+        result = runner.invoke(app, ["layouts", str(path)])
+        assert result.exit_code == 2
+        assert f"the file that `mosaic {written_by}` writes, not a job" in result.output
 
 
 def test_a_small_models_parameters_print_as_whole_counts():

@@ -310,10 +310,10 @@ def canonical_job_document(document: dict[str, Any], where: str,
     used: set[str] = set() if deprecated is None else deprecated
     result = canonical_document(document, JOB_RULES, where, used)
     unknown = set(result) - set(KNOWN_BLOCKS)
-    kind = result_kind(document)
-    if unknown and kind is not None:  # another command's output given as a job
+    written_by = output_command(document)
+    if unknown and written_by is not None:  # another command's output given as a job
         raise MosaicInputError(
-            f"{where}: the JSON that `mosaic {kind} --json` writes, not a job; give a job "
+            f"{where}: the file that `mosaic {written_by}` writes, not a job; give a job "
             "YAML or a run record (RUNS.yaml#ID)")
     if unknown:
         hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
@@ -826,6 +826,29 @@ def result_kind(document: object) -> str | None:
         for kind, keys in RESULT_SIGNATURES.items():
             if all(key in document for key in keys):
                 return kind
+    return None
+
+
+# Other outputs a user may hand a job command by mistake: the command that writes each, and
+# keys that together say so (these have no HTML report, so they are not report kinds).
+OTHER_OUTPUT_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "law fit --out": ("format", "form", "coefficients"),
+    "law optimum --json": ("c_model_flops", "n_active", "lr", "sparsity_range"),
+    "law predict --json": ("n_total", "tokens", "loss", "form", "law"),
+    "arch --json": ("n_total", "n_active", "flops_per_token", "attention_flops_per_token"),
+    "calibrate --out": ("name", "provenance", "constants"),
+}
+
+
+def output_command(document: object) -> str | None:
+    """The mosaic command (with its output option) that wrote ``document``, or None."""
+    kind = result_kind(document)
+    if kind is not None:
+        return f"{kind} --json"
+    if isinstance(document, dict):
+        for command, keys in OTHER_OUTPUT_SIGNATURES.items():
+            if all(key in document for key in keys):
+                return command
     return None
 
 
