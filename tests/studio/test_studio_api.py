@@ -427,6 +427,13 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     assert envelope.usable_memory_fraction == cli.usable_memory_fraction
     with pytest.raises(FormError, match="unknown plan field"):
         validate_plan_form({"plan.stak": "torchtitan"})
+    # a field without the plan. prefix was ignored, planning on the default (a trial)
+    with pytest.raises(FormError, match=r"unknown plan field\(s\) \['nodes'\]"):
+        validate_plan_form({"nodes": "4"})
+    # every bad number is named at once, not only the first (a trial)
+    with pytest.raises(FormError) as bad:
+        validate_plan_form({"plan.nodes": "four", "plan.days": "", "plan.seq_len": "2k"})
+    assert set(bad.value.errors) == {"plan.nodes", "plan.days", "plan.seq_len"}
     seeded = options_document(load_job_document(EXAMPLES / "deepseek_v3_h100.yaml"))
     assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack", "plan.nodes")} == {
         "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge", "plan.nodes": "128"}

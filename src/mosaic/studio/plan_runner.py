@@ -47,13 +47,20 @@ class _StoppedError(Exception):
         self.why = why
 
 
-def _number(form: dict[str, str], key: str, kind: type) -> Any:
-    text = str(form.get(key, "")).strip()
-    try:
-        return kind(text)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise FormError({key: f"must be {what}, got {text!r}"}) from None
+def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
+    """The form's numeric fields by name; FormError naming every field that is not one."""
+    values: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for name, kind in kinds.items():
+        key = f"plan.{name}"
+        text = str(form.get(key, "")).strip()
+        try:
+            values[name] = kind(text)
+        except ValueError:
+            errors[key] = f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+    if errors:
+        raise FormError(errors)
+    return values
 
 
 def plan_field_of(message: str, keys: set[str]) -> str:
@@ -73,14 +80,13 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
     from mosaic.cli.plan_cmd import build_inputs
     from mosaic.stacks.registry import get_stack
 
-    unknown = sorted(k for k in form if k.startswith("plan.") and k not in DEFAULT_PLAN_FORM)
-    if unknown:  # a misspelt field would plan on the default silently
+    unknown = sorted(k for k in form if k not in DEFAULT_PLAN_FORM)
+    if unknown:  # a misspelt field (or a job field) would plan on the default silently
         raise FormError({GENERAL: f"unknown plan field(s) {unknown}; allowed: "
                                   f"{sorted(DEFAULT_PLAN_FORM)}"})
-    form = {**DEFAULT_PLAN_FORM, **{k: v for k, v in form.items() if k.startswith("plan.")}}
-    numbers = {"nodes": int, "days": float, "goodput": float, "global_batch": int,
-               "seq_len": int, "s_min": float}
-    values = {name: _number(form, f"plan.{name}", kind) for name, kind in numbers.items()}
+    form = {**DEFAULT_PLAN_FORM, **form}
+    values = _numbers(form, {"nodes": int, "days": float, "goodput": float,
+                             "global_batch": int, "seq_len": int, "s_min": float})
     try:
         envelope, space = build_inputs(
             gpu=form["plan.gpu"].strip() or None, system=None, gpus_per_node=None,
