@@ -173,3 +173,14 @@ def test_restart_time_alone_is_refused_as_the_other_young_daly_inputs_are():
     result = runner.invoke(app, ["plan", *SMALL, "--restart-s", "600"])
     assert result.exit_code == 2
     assert "--restart-s enters the Young-Daly goodput" in result.output
+
+
+def test_an_fp4_plan_gives_its_mfu_against_the_fp4_lane_too():
+    """An NVFP4 plan's MFU is against the bf16 peak (paper Eq. 1) and had no GEMM-lane
+    figure (a trial); B200's datasheet dense peaks are 9 PFLOP/s NVFP4 and 2.25 bf16, so the
+    lane's MFU is a quarter of it."""
+    doc = run_json("plan", *SMALL, "--precision", "fp4")
+    for candidate in (doc["optimum"], *doc["candidates"]):
+        assert candidate["mfu_gemm_lane"] == pytest.approx(candidate["mfu"] * 2.25 / 9.0)
+    said = runner.invoke(app, ["-q", "plan", *SMALL, "--precision", "fp4"]).stdout
+    assert f"({doc['optimum']['mfu_gemm_lane']:.2%} of the GEMM lane's peak)" in said

@@ -101,7 +101,9 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("tokens D (TPP)", f"{count(candidate['tokens'])} ({candidate['tpp']:.1f}"
                            f"{', capped' if candidate['tpp_capped'] else ''})"),
         *_capped_rows(candidate),
-        ("MFU (paper Eq. 1, dense bf16 peak)", f"{candidate['mfu']:.2%}"),
+        ("MFU (paper Eq. 1, dense bf16 peak)", f"{candidate['mfu']:.2%}"
+         + (f" ({candidate['mfu_gemm_lane']:.2%} of the GEMM lane's peak)"
+            if candidate.get("mfu_gemm_lane", candidate["mfu"]) < candidate["mfu"] else "")),
         ("tokens/s", f"{candidate['tokens_per_s']:,.0f}"),
         ("step time", f"{candidate['step_time_s']:.3f} s"),
         ("memory per GPU", f"{candidate['memory_bytes'] / GIB:.1f} GiB"),

@@ -219,6 +219,18 @@ class Envelope:
         return self.system.device.peak_flops_per_s_for("bf16")
 
     @property
+    def gemm_peak_flops_per_s_per_device(self) -> float:
+        """Dense datasheet peak of the GEMM precision's lane (fp8, fp4 or bf16): what every
+        candidate's GEMMs run at (perf.machine.Machine.gemm_peak_flops_per_s)."""
+        return self.system.device.peak_flops_per_s_for(str(self.precision))
+
+    @property
+    def gemm_lane_peak_ratio(self) -> float:
+        """The GEMM lane's peak over the bf16 MFU denominator: the most MFU can reach
+        (perf.machine.Machine.gemm_lane_peak_ratio of every candidate)."""
+        return self.gemm_peak_flops_per_s_per_device / self.peak_flops_per_s_per_device
+
+    @property
     def c_peak_flops(self) -> float:
         """C_peak = F_peak · N_dev · T_train (Sec. 2.1); Table 3 gives 9.95e23."""
         return self.peak_flops_per_s_per_device * self.n_devices * self.train_s

@@ -39,8 +39,8 @@ def peak_bound(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
                grid: LadderGrid | None = None) -> PeakBound:
     """Tokens and loss of each geometry at 100% of the GEMM precision's datasheet peak."""
     grid = space.enumerate() if grid is None else grid
-    peak_flops_per_s = envelope.system.device.peak_flops_per_s_for(str(envelope.precision))
-    c_max = peak_flops_per_s * envelope.n_devices * envelope.train_s * envelope.goodput_fraction
+    c_max = (envelope.gemm_peak_flops_per_s_per_device * envelope.n_devices * envelope.train_s
+             * envelope.goodput_fraction)
     budget = c_max / (FLOPS_PER_PARAM_TOKEN * grid.n_active)
     tokens = np.minimum(budget, space.tpp_max * grid.n_active)
     loss = law.predict(grid.n_total, tokens, grid.sparsity, grid.split_factor)

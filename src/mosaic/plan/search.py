@@ -463,6 +463,7 @@ class PlanResult:
                         if self.budget_tokens[row] > 0 else self.envelope.days),
             c_model_flops=float(self.c_model_flops[row]),
             mfu=float(table.mfu[row]),
+            mfu_gemm_lane=float(table.mfu[row]) / self.envelope.gemm_lane_peak_ratio,
             tokens_per_s=float(table.tokens_per_s[row]),
             step_time_s=float(table.step_time_s[row]),
             memory_bytes=float(table.memory_bytes[row]),
