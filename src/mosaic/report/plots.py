@@ -45,6 +45,13 @@ def save_figure(figure: Figure, directory: str | Path, stem: str) -> list[Path]:
     return paths
 
 
+def _legend_outside(ax: Axes, fontsize: int = 8) -> None:
+    """The legend to the right of the axes, where it cannot cover data (the saved figure's
+    tight bounding box takes it in)."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              borderaxespad=0.0)
+
+
 def _star(ax: Axes, x: float, y: float, label: str) -> None:
     ax.scatter([x], [y], marker="*", s=320, color="gold", edgecolor="black", zorder=5,
                label=label)
@@ -71,7 +78,7 @@ def plot_frontier(result: PlanResult, directory: str | Path,
     ax.set_ylabel("predicted loss (nats/token)")
     ax.set_title(f"Loss vs model FLOPs: {envelope.n_nodes} × {envelope.system.name}, "
                  f"{envelope.days:g} days (C_peak = {envelope.c_peak_flops:.3g} FLOP)")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     ax.grid(alpha=0.3)
     return save_figure(figure, directory, stem)
 
@@ -118,12 +125,15 @@ def sweep_figure(points: list[SweepPoint]) -> Figure:
         ax.set_xscale("log", base=2)
     ax.set_ylabel("optimal predicted loss (nats/token)")
     ax.set_title(f"MOSAIC optimum vs {axis} ({fixed})")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     ax.grid(alpha=0.3)
     return figure
 
 
-_LINESTYLES = ("-", "--", ":", "-.")
+# One line style and marker per top-k K of a figure (colour tells the view), distinct for
+# up to 7 K values; more cycle.
+_LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)))
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
 
 
 def plot_sparsity_tradeoff(frontier: SparsityFrontier, comparison: ModelFlopsComparison,
@@ -137,15 +147,18 @@ def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison
     moves along a line), points sorted by S."""
     figure = Figure(figsize=(7, 4.5))
     ax = figure.add_subplot()
-    views = (("model_flops", "tab:red", "o",
+    views = (("model_flops", "tab:red",
               f"model-FLOPs view, C_model = {frontier.c_model_flops:.3g} FLOP"),
-             ("hardware", "tab:green", "s", "cluster view (tokens the window delivers)"))
-    for view, colour, marker, label in views:
+             ("hardware", "tab:green", "cluster view (tokens the window delivers)"))
+    top_ks = sorted({top_k for view, _, _ in views for top_k, _ in frontier.series(view)})
+    for view, colour, label in views:
         x = getattr(frontier, f"{view}_sparsity")
         y = getattr(frontier, f"{view}_loss")
-        for i, (top_k, order) in enumerate(frontier.series(view)):
-            ax.plot(x[order], y[order], marker=marker, markersize=3, color=colour,
-                    linestyle=_LINESTYLES[i % len(_LINESTYLES)], label=f"{label}, K = {top_k}")
+        for top_k, order in frontier.series(view):
+            i = top_ks.index(top_k)  # the same K draws the same way in both views
+            ax.plot(x[order], y[order], marker=_MARKERS[i % len(_MARKERS)], markersize=4,
+                    color=colour, linestyle=_LINESTYLES[i % len(_LINESTYLES)],
+                    label=f"{label}, K = {top_k}")
     undeliverable = ~frontier.delivers_c_model
     ax.scatter(frontier.model_flops_sparsity[undeliverable],
                frontier.model_flops_loss[undeliverable], marker="x", color="black", zorder=4,
@@ -156,7 +169,7 @@ def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison
     ax.set_xlabel("sparsity S = 1 − N_act/N_tot")
     ax.set_ylabel("predicted loss (nats/token)")
     ax.set_title(f"Model-FLOPs vs cluster optimum at G = {frontier.split_factor}")
-    ax.legend(fontsize=7)
+    _legend_outside(ax, fontsize=7)
     ax.grid(alpha=0.3)
     return figure
 
