@@ -29,10 +29,10 @@ def test_a_gb200_runs_the_b200_fits_at_its_measured_rate():
 
 
 @pytest.mark.parametrize("name", ["B200", "H100-SXM-80GB", "A100-SXM-80GB", "GB300",
-                                  "H800-SXM-80GB", "H100-SXM-96GB-500W", "MI300X"])
+                                  "H800-SXM-80GB", "H100-SXM-96GB-500W"])
 def test_devices_with_their_own_fits_or_no_measurement_keep_the_datasheet_ratio(name):
-    """Own fits (B200, H100, A100), no MAMF of their own (GB300, the 500 W H100), the same
-    measured fraction as the fit device (H800 quotes the H100's), or no fits (MI300X)."""
+    """Own fits (B200, H100, A100), no MAMF of their own (GB300, the 500 W H100), or the same
+    measured fraction as the fit device (H800 quotes the H100's)."""
     device = get_device(name)
     for lane in device.dtypes:
         assert borrowed_fit_rate_scale(device, lane) == pytest.approx(1.0, rel=1e-12)
@@ -77,3 +77,78 @@ def test_the_mfu_peak_text_says_the_rate_the_gemms_are_costed_at():
     assert "GEMMs at 0.940x datasheet" in mfu_peak_text(gb200)
     b200 = machine_for(Cluster(system=get_system("DGX-B200"), n_nodes=1), "bf16")
     assert "GEMMs at" not in mfu_peak_text(b200)
+
+
+# The analytical GEMM plateau was fitted on B200 and H100 SXM (data/microbench_fits.yaml):
+# their measured fractions 1745.0 / 2250 and 794.5 / 989.4, averaged.
+ANALYTICAL_FIT_FRACTION = (1745.0 / 2250.0 + 794.5 / 989.4) / 2  # 0.78928
+
+
+def test_a_device_without_fits_runs_the_analytical_plateau_at_its_measured_rate():
+    """MI300X (no kernel_fit: the analytical model) measures 668.4 of 1307.4 TFLOP/s bf16;
+    before, its measured rate was ignored and its GEMMs ran at the fit devices' ratio."""
+    mi300x = get_device("MI300X")
+    assert mi300x.kernel_fit is None
+    expected = (668.4 / 1307.4) / ANALYTICAL_FIT_FRACTION  # 0.6477
+    assert borrowed_fit_rate_scale(mi300x, "bf16") == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_user_device_without_fits_is_costed_at_its_rate_and_says_so(tmp_path):
+    """A trial's power-capped H100 (achievable 660 TFLOP/s, no kernel_fit, no architecture)
+    was predicted at the stock GPU's step time with no word; now its GEMMs slow by its
+    measured rate and the job's assumptions name both gaps."""
+    from mosaic.hardware import use_catalog
+    from mosaic.perf.machine import device_model_notes
+
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text("""devices:
+  - name: H100-capped
+    vendor: NVIDIA
+    peak_flops_per_s:
+      bf16: {value: 9.894e+14, source: datasheet}
+    achievable_flops_per_s:
+      bf16: {value: 6.6e+14, source: our mamf-finder run}
+    hbm_bytes: {value: 8.493e+10, source: nvidia-smi}
+    hbm_bw_bytes_per_s: {value: 3.35e+12, source: datasheet}
+    scale_up_bw_bytes_per_s: {value: 4.5e+11, source: datasheet}
+""")
+    use_catalog(catalog)
+    try:
+        device = get_device("H100-capped")
+        expected = (6.6e14 / 9.894e14) / ANALYTICAL_FIT_FRACTION  # 0.8452
+        assert borrowed_fit_rate_scale(device, "bf16") == pytest.approx(expected, rel=1e-4)
+        notes = device_model_notes(device)
+    finally:
+        use_catalog()
+    assert "no kernel fits and names no kernel_fit" in notes[0]
+    assert f"({expected:.3f}x)" in notes[0]
+    assert "states no architecture" in notes[1]
+    assert device_model_notes(get_device("H100-SXM-80GB")) == []
+
+
+def test_replacing_a_fit_device_leaves_the_shipped_devices_that_use_its_fits(tmp_path):
+    """A user catalog replacing H100-SXM-80GB had moved the shipped H800's and 500 W H100's
+    kernel fits onto the user's device (a trial): they keep the shipped H100's, and the fits'
+    reference rate stays the shipped H100's measurement."""
+    from mosaic.hardware import use_catalog
+
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text("""devices:
+  - name: H100-SXM-80GB
+    vendor: NVIDIA
+    peak_flops_per_s:
+      bf16: {value: 9.894e+14, source: datasheet}
+    achievable_flops_per_s:
+      bf16: {value: 6.6e+14, source: our mamf-finder run}
+    hbm_bytes: {value: 8.493e+10, source: nvidia-smi}
+    hbm_bw_bytes_per_s: {value: 3.35e+12, source: datasheet}
+    scale_up_bw_bytes_per_s: {value: 4.5e+11, source: datasheet}
+""")
+    shipped_h800 = get_device("H800-SXM-80GB")
+    use_catalog(catalog)
+    try:
+        h800 = get_device("H800-SXM-80GB")
+        assert h800 == shipped_h800
+        assert borrowed_fit_rate_scale(h800, "bf16") == pytest.approx(1.0, rel=1e-12)
+    finally:
+        use_catalog()

@@ -62,7 +62,7 @@ from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
-from mosaic.perf.machine import MeasuredTables
+from mosaic.perf.machine import MeasuredTables, device_model_notes
 from mosaic.perf.pipeline_layout import layout_for
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
@@ -508,6 +508,7 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         device = get_system(system_name).device
         device_name, non_tn_fp8 = device.name, device.runs_non_tn_fp8_gemms
+        notes.extend(device_model_notes(device))
     except MosaicInputError:
         device_name, non_tn_fp8 = "", False  # an unknown system is reported later
     try:

@@ -184,17 +184,21 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     device_names: dict[str, tuple[str, str]] = {}
     devices: dict[str, Device] = {}
     for origin, content in files:
+        added = []
         for entry in content.devices:
             if override:
                 inherited = _release_names(entry.name, entry.aliases, device_names, devices)
                 entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
+            added.append(entry.name)
+        # A file's kernel_fit names resolve among the devices known when it is read: a
+        # later file replacing H100 leaves the shipped H800's H100 fits as they were.
+        known = Catalog(devices=MappingProxyType(dict(devices)), systems=MappingProxyType({}))
+        for name in added:
+            if devices[name].kernel_fit is not None:
+                devices[name] = _with_fit_named_as_in_catalog(devices[name], known, origin)
     catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
-    for name, device in list(devices.items()):
-        if device.kernel_fit is not None:
-            origin = device_names[name_key(name)][1]
-            devices[name] = _with_fit_named_as_in_catalog(device, catalog_devices, origin)
 
     system_names: dict[str, tuple[str, str]] = {}
     systems: dict[str, System] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
-from mosaic.hardware import Cluster, Device, get_device
+from mosaic.hardware import Cluster, Device, shipped_catalog
 from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.kernels import (
@@ -141,6 +141,37 @@ def _achieved_fraction(device: Device, dtype: str) -> float | None:
     return None if achieved is None else achieved / device.peak_flops_per_s_for(dtype)
 
 
+# The devices the analytical GEMM plateau (kernels.gemm_max_fraction_of_peak) was fitted on:
+# "fitted jointly for B200 and H100 SXM to the bf16 rows of ScalePlan gemm_util"
+# (data/microbench_fits.yaml). A device with no kernel fits of its own and no kernel_fit
+# borrows that plateau from them.
+ANALYTICAL_GEMM_FIT_DEVICES = ("B200", "H100-SXM-80GB")
+
+
+def _analytical_fit_fraction(dtype: str) -> float | None:
+    """Mean measured large-GEMM rate over datasheet peak of the analytical plateau's fit
+    devices in ``dtype`` (None where either lacks the measurement)."""
+    fractions = []
+    for name in ANALYTICAL_GEMM_FIT_DEVICES:
+        fraction = _achieved_fraction(_fitted_device(name), dtype)
+        if fraction is None:
+            return None
+        fractions.append(fraction)
+    return sum(fractions) / len(fractions)
+
+
+def _fitted_device(name: str) -> Device:
+    """The shipped device whose measurements a kernel fit was made on: a user catalog that
+    replaces, say, H100 does not change what the H100 fits were measured on."""
+    return shipped_catalog().device(name)
+
+
+def has_own_kernel_fits(device: Device) -> bool:
+    """Whether ``device`` runs measured kernel fits: its own (a fitted device) or, through
+    ``kernel_fit``, another's; else the analytical kernel model and generic attention."""
+    return device.kernel_fit is not None or device.name.upper() in FLASH_ATTENTION_EFFICIENCY
+
+
 def borrowed_fit_rate_scale(device: Device, dtype: str) -> float:
     """How fast ``device`` runs compute-bound kernels costed with another device's fits
     (``kernel_fit``, e.g. a GB200 with the B200's), relative to the datasheet-peak ratio the
@@ -150,18 +181,55 @@ def borrowed_fit_rate_scale(device: Device, dtype: str) -> float:
     measured rate 1.044x (1822 vs 1745 TFLOP/s): the part runs at clocks its datasheet
     figure does not reach. A lane measured on neither device takes the bf16 ratio (one
     clock for all tensor-core lanes); 1 for a device with its own fits, or where either
-    device has no measurement."""
-    if device.kernel_fit is None or device.kernel_fit.upper() == device.name.upper():
+    device has no measurement.
+
+    A device with no fits at all (no ``kernel_fit``, e.g. a user's power-capped part or an
+    MI300X) borrows the analytical plateau, fitted on :data:`ANALYTICAL_GEMM_FIT_DEVICES`:
+    its measured fraction over theirs (their mean), so a measured rate is never ignored."""
+    if device.kernel_fit is not None and device.kernel_fit.upper() == device.name.upper():
         return 1.0
-    try:
-        reference = get_device(device.kernel_fit)
-    except MosaicInputError:
-        return 1.0
+    if device.kernel_fit is None:
+        if has_own_kernel_fits(device):
+            return 1.0
+
+        def reference_fraction(lane: str) -> float | None:
+            return _analytical_fit_fraction(lane)
+    else:
+        try:
+            reference = _fitted_device(device.kernel_fit)
+        except MosaicInputError:  # fits named after a user's own device: none measured
+            return 1.0
+
+        def reference_fraction(lane: str) -> float | None:
+            return _achieved_fraction(reference, lane)
     for lane in (dtype, "bf16"):
-        own, fitted_on = _achieved_fraction(device, lane), _achieved_fraction(reference, lane)
+        own, fitted_on = _achieved_fraction(device, lane), reference_fraction(lane)
         if own is not None and fitted_on is not None:
             return own / fitted_on
     return 1.0
+
+
+def device_model_notes(device: Device) -> list[str]:
+    """What the model takes for a device that states neither fits nor a generation: one
+    line each, for the job's assumptions (a user catalog entry without ``kernel_fit`` or
+    ``architecture`` was costed on generic defaults without a word; a trial)."""
+    notes = []
+    if not has_own_kernel_fits(device):
+        scale = borrowed_fit_rate_scale(device, "bf16")
+        rate = ("at the analytical plateau of B200 and H100 (no achievable_flops_per_s "
+                "to scale it)" if scale == 1.0 else
+                f"at the analytical plateau of B200 and H100 scaled by its measured "
+                f"achievable rate ({scale:.3f}x)")
+        notes.append(f"device {device.name} has no kernel fits and names no kernel_fit: "
+                     f"GEMMs {rate}, attention at the generic flash-attention efficiency; "
+                     "set kernel_fit (B200, H200, H100, A100) in its catalog entry to use the "
+                     "nearest device's measured fits (docs/hardware.md)")
+    if device.architecture is None:
+        notes.append(f"device {device.name} states no architecture: the generic defaults "
+                     "for the attention kernel and its rate, NCCL protocol caps and a stack's "
+                     "MoE dispatcher; set architecture (ampere, hopper, blackwell, cdna3) in "
+                     "its catalog entry")
+    return notes
 
 
 def machine_for(cluster: Cluster, precision: Precision,
