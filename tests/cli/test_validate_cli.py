@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
@@ -64,7 +65,7 @@ def test_exclude_leaves_runs_out_of_report_and_fit(tmp_path):
     fitted = runner.invoke(app, ["calibrate", runs, "--out", str(out), "--cv", "none",
                                  "--exclude", dropped, "--json"])
     assert fitted.exit_code == 0, fitted.output
-    assert json.loads(fitted.output)["n_runs"] == 2  # 4 records, one OOM, one excluded
+    assert json.loads(fitted.stdout)["n_runs"] == 2  # 4 records, one OOM, one excluded
     assert dropped in load_calibration(out).provenance
     unknown = runner.invoke(app, ["validate", runs, "--exclude", "no-such-run"])
     assert unknown.exit_code == 2 and "no-such-run" in unknown.output
@@ -201,3 +202,41 @@ def test_a_cluster_total_given_per_gpu_is_flagged_by_its_impossible_mfu(tmp_path
     assert entry["id"] == "cluster-total" and "MFU" in entry["reason"]
     mfu_percent = int(entry["reason"].split(" implies ")[1].split("%")[0])
     assert 245 <= mfu_percent <= 257
+
+
+def test_calibrate_names_a_mis_entered_run_as_validate_does(tmp_path):
+    """calibrate fitted the 251%-MFU record without a word while validate flagged it (a
+    trial); it now gives the same reasons, and reports its constants on bounds and how the
+    starting calibration did on the same runs."""
+    path = _torchtitan_record_with(tmp_path, "cluster-total", 46096.0, 0.35544)
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
+                                 "--cv", "none", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    validated = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    assert doc["implausible_measurements"] == validated["aggregate"][
+        "implausible_measurements"]
+    assert "1 run(s) look mis-entered" in result.stderr
+    assert doc["n_runs"] == 2 and doc["n_fitted_constants"] > 2
+    assert "too few runs" in result.stderr
+
+
+def test_a_record_whose_step_time_disagrees_is_used_at_its_tokens_per_s(tmp_path):
+    """measured.consistent false with the step time in milliseconds: validate scored the
+    tokens/s while calibrate fitted the 2843.5 s step (a trial). Every command now takes
+    the step the tokens/s implies: 16 x 8192 tokens / (5,762 tokens/s x 8 GPUs) = 2.8435 s."""
+    import yaml
+
+    path = _torchtitan_record_with(tmp_path, "step-in-ms", 5762.0, 2843.5)
+    document = yaml.safe_load(path.read_text())
+    document["runs"][1]["measured"]["consistent"] = False
+    path.write_text(yaml.safe_dump(document))
+    from mosaic.config.run_records import load_run_records
+
+    record = next(r for r in load_run_records(path).records if r.id == "step-in-ms")
+    tokens = record.workload.global_batch * record.workload.seq_len
+    assert record.measured_step_time_s == pytest.approx(tokens / (5762.0 * 8))
+    assert any("stated 2843.5 s" in note for note in record.assumptions)
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
+                                 "--cv", "none", "--json"])
+    assert json.loads(result.stdout)["implausible_measurements"] == []

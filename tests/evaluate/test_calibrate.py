@@ -28,7 +28,8 @@ def synthetic_baselines(multipliers: dict[str, float], seed: int = 0) -> RecordB
         routings=("dense",) * len(stacks), analytic_step_time_s=analytic,
         attention_core_s=zeros, routed_expert_s=zeros, elementwise_s=zeros,
         block_compute_s=analytic, block_dispatch_floor_s=zeros, a2a_share=zeros,
-        pp_extra_nodes=zeros, deep_local_pipeline=zeros, measured_step_time_s=measured)
+        pp_extra_nodes=zeros, deep_local_pipeline=zeros, measured_step_time_s=measured,
+        analytic_lane_mfu_with_attention=np.full(len(stacks), 0.4))
 
 
 def test_fit_recovers_a_single_stack_multiplier_exactly():
@@ -84,7 +85,8 @@ def test_closed_form_keeps_the_launch_floor_max_of_eq_11():
         ("analytic_step_time_s", 4.0), ("block_compute_s", 2.0),
         ("block_dispatch_floor_s", 3.0), ("elementwise_s", 0.5), ("attention_core_s", 0.0),
         ("routed_expert_s", 0.0), ("a2a_share", 0.0), ("pp_extra_nodes", 0.0),
-        ("deep_local_pipeline", 0.0), ("measured_step_time_s", 4.0))}
+        ("deep_local_pipeline", 0.0), ("measured_step_time_s", 4.0),
+        ("analytic_lane_mfu_with_attention", 0.4))}
     run = RecordBaselines(ids=("r",), stacks=("megatron-core",), routings=("dense",), **one)
     neutral = replace(BASE, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
                       attention_efficiency={}, routing_imbalance={})

@@ -36,7 +36,14 @@ from mosaic.config.run_records import (
 )
 from mosaic.config.spelling import warn_deprecated
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.calibrate import fit_calibration, leave_one_group_out, record_baselines
+from mosaic.evaluate.calibrate import (
+    CrossValidation,
+    calibrated_step_time_s,
+    fit_calibration,
+    implausible_measurements,
+    leave_one_group_out,
+    record_baselines,
+)
 from mosaic.evaluate.coverage_fit import build_coverage
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
 from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
@@ -342,11 +349,17 @@ def calibrate(
         f"(robust least squares on log step time)"
     )
     fitted = fit_calibration(baselines, start, name=name or runs.stem, provenance=provenance)
+    implausible = implausible_measurements(baselines, record_set.records)
     records = {r.id: r for r in record_set.records}
     not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
                   for r in record_set.records if r.throughput_not_scored]
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
-                              "excluded": excluded, "throughput_not_scored": not_scored}
+                              "n_fitted_constants": len(fitted.fitted_constants),
+                              "at_bounds": list(fitted.at_bounds),
+                              "excluded": excluded, "throughput_not_scored": not_scored,
+                              "implausible_measurements": [
+                                  {"id": run_id, "reason": reason}
+                                  for run_id, reason in implausible.items()]}
     cv_result = None
     if cv != "none":
         groups = [
@@ -357,6 +370,10 @@ def calibrate(
                                             bar(f"leave-one-{cv}-out refits"))
         moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
         report["cross_validation"] = {"grouping": cv, **cv_result.summary(moe)}
+        # the same runs under the starting calibration as it is: whether refitting helped
+        as_started = CrossValidation(tuple(groups), calibrated_step_time_s(baselines, start),
+                                     baselines.measured_step_time_s)
+        report["starting_calibration"] = {"name": start.name, **as_started.summary(moe)}
     fitted = replace(fitted, coverage=build_coverage(
         record_set.records, baselines.ids, cv_result, fitted,
         f"{len(baselines.ids)} runs of {runs.name}"
@@ -373,6 +390,8 @@ def calibrate(
     write_text_atomic(out, yaml.safe_dump(report["calibration"], sort_keys=False))
     if json_output:
         print_json(report)
+        _echo_fit_size(report)
+        _echo_implausible(report["implausible_measurements"])
         return
     constants = report["calibration"]["constants"]
     print_key_value_table(
@@ -392,11 +411,36 @@ def calibrate(
                     "median / max |error|",
                     f"{_percent(c['median_abs_error'])} / {_percent(c['max_abs_error'])}",
                 ),
+                (f"MAPE all / MoE under '{report['starting_calibration']['name']}' as it "
+                 "was (not refitted)",
+                 f"{_percent(report['starting_calibration']['mape'])} / "
+                 f"{_percent(report['starting_calibration']['moe_mape'])}"),
             ],
         )
+    _echo_fit_size(report)
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(not_scored)
+    _echo_implausible(report["implausible_measurements"])
+
+
+def _echo_fit_size(report: dict[str, Any]) -> None:
+    """Warnings a small fit deserves: constants on their bounds, as many constants as runs,
+    and held-out error above that of the calibration it started from."""
+    if report["at_bounds"]:
+        typer.echo(f"note: {len(report['at_bounds'])} fitted constant(s) ended on a bound: "
+                   f"{', '.join(report['at_bounds'])}", err=True)
+    runs, constants = report["n_runs"], report["n_fitted_constants"]
+    if runs < 2 * constants:
+        typer.echo(f"warning: {constants} constants fitted to {runs} runs: too few runs to "
+                   "pin them down; add runs or start from a calibration close to your stack "
+                   "(--base)", err=True)
+    held_out, started = (report.get("cross_validation") or {}).get("mape"), (
+        report.get("starting_calibration") or {}).get("mape")
+    if held_out is not None and started is not None and held_out > started:
+        typer.echo(f"warning: the refit predicts held-out runs worse ({held_out:.1%} MAPE) "
+                   f"than '{report['starting_calibration']['name']}' as it was "
+                   f"({started:.1%}): keep that one, or add runs", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -446,7 +446,15 @@ def _measured(entry: RunRecordEntry, notes: list[str]) -> tuple[float | None, fl
             f"{implied:.6g} tokens/s/GPU, not {tokens_per_s} ({gap:+.1%})"
         )
     if not measured.consistent:
-        notes.append(f"measured tokens/s and step time disagree by {gap:+.1%}")
+        # One measurement for every command: validate scores tokens/s, so calibrate, perf
+        # and explain take the step it implies (a record with a step time in milliseconds
+        # had calibrate fit it while validate scored the tokens/s; a trial).
+        implied_step_s = entry.batch.global_seqs * entry.batch.seq_len / (
+            tokens_per_s * entry.num_gpus)
+        notes.append(f"measured tokens/s and step time disagree by {gap:+.1%}: the step "
+                     f"time the tokens/s implies, {implied_step_s:.6g} s, is used (stated "
+                     f"{step_time_s:g} s)")
+        step_time_s = implied_step_s
     return tokens_per_s, step_time_s
 
 

@@ -32,6 +32,7 @@ from scipy.optimize import least_squares
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
+from mosaic.evaluate.plausibility import implausible_reason
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import predict_step
@@ -77,6 +78,9 @@ class RecordBaselines:
     pp_extra_nodes: np.ndarray
     deep_local_pipeline: np.ndarray
     measured_step_time_s: np.ndarray
+    # MFU with causal attention against the GEMM lane's peak at analytic_step_time_s: with
+    # the measured step, what the measurement implies (mosaic.evaluate.plausibility)
+    analytic_lane_mfu_with_attention: np.ndarray
 
     def subset(self, mask: np.ndarray) -> RecordBaselines:
         keep = np.flatnonzero(mask)
@@ -94,6 +98,7 @@ class RecordBaselines:
             pp_extra_nodes=self.pp_extra_nodes[keep],
             deep_local_pipeline=self.deep_local_pipeline[keep],
             measured_step_time_s=self.measured_step_time_s[keep],
+            analytic_lane_mfu_with_attention=self.analytic_lane_mfu_with_attention[keep],
         )
 
 
@@ -120,6 +125,7 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration,
         raise MosaicInputError("no run with a measured step time to calibrate on")
     columns: dict[str, list[float]] = {
         name: [] for name in _PREDICTION_COLUMNS + _DRIVER_COLUMNS}
+    lane_mfu: list[float] = []
     for done, record in enumerate(rows, start=1):
         machine = machine_for(record.cluster, record.workload.precision)
         prediction = predict_step(record.workload, record.plan, machine, base)
@@ -127,6 +133,8 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration,
             columns[name].append(getattr(prediction, name)[0])
         for name in _DRIVER_COLUMNS:
             columns[name].append(getattr(prediction.chi_drivers, name)[0])
+        lane_mfu.append(float(prediction.mfu_with_attention_gemm_lane[0]
+                              * prediction.step_time_s[0] / prediction.analytic_step_time_s[0]))
         if progress is not None:
             progress(done, len(rows))
     return RecordBaselines(
@@ -135,7 +143,23 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration,
         routings=tuple(_routing_key(r) for r in rows),
         **{name: np.array(values) for name, values in columns.items()},
         measured_step_time_s=np.array([r.measured_step_time_s for r in rows], dtype=float),
+        analytic_lane_mfu_with_attention=np.array(lane_mfu),
     )
+
+
+def implausible_measurements(baselines: RecordBaselines, records: Sequence[RunRecord]
+                             ) -> dict[str, str]:
+    """Run id -> why its measurement looks mis-entered, as `mosaic validate` words it, judged
+    against the uncalibrated prediction (a factor of ten is far beyond any fitted constant)."""
+    by_id = {r.id: r for r in records}
+    found = {}
+    for i, run_id in enumerate(baselines.ids):
+        ratio = float(baselines.analytic_step_time_s[i] / baselines.measured_step_time_s[i])
+        reason = implausible_reason(by_id[run_id].measured_tokens_per_s_per_gpu, ratio,
+                                    float(baselines.analytic_lane_mfu_with_attention[i]))
+        if reason is not None:
+            found[run_id] = reason
+    return found
 
 
 def _step_time_s(baselines: RecordBaselines, attention: np.ndarray, routing: np.ndarray,

@@ -52,3 +52,21 @@ def implausibility(throughput_ratio: float, predicted_lane_mfu_with_attention: f
     if not 1 / IMPLAUSIBLE_RATIO <= throughput_ratio <= IMPLAUSIBLE_RATIO:
         return Implausible(False, measured_mfu, throughput_ratio)
     return None
+
+
+def implausible_reason(measured_tokens_per_s_per_gpu: float, throughput_ratio: float,
+                       predicted_lane_mfu_with_attention: float) -> str | None:
+    """Why a measured throughput looks mis-entered, in words (the same for `validate` and
+    `calibrate`), or None when it is plausible."""
+    found = implausibility(throughput_ratio, predicted_lane_mfu_with_attention)
+    if found is None:
+        return None
+    measured = measured_tokens_per_s_per_gpu
+    if found.above_peak:
+        return (f"measured {measured:,.6g} tokens/s per GPU implies "
+                f"{found.measured_mfu:.0%} MFU (with attention, against the GEMM "
+                "precision's datasheet peak), above what the device can do: a cluster "
+                "total given per GPU, or step_time_s too short?")
+    return (f"measured {measured:,.6g} tokens/s per GPU is {found.times_off:,.0f}x "
+            f"{found.direction} the prediction: a unit slip (step_time_s in "
+            "milliseconds, tokens/s per cluster)?")

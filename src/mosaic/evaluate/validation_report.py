@@ -16,7 +16,7 @@ import numpy as np
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.plausibility import implausibility
+from mosaic.evaluate.plausibility import implausible_reason
 from mosaic.perf.accuracy import (
     max_abs_error,
     median_abs_error,
@@ -58,18 +58,8 @@ class RunPrediction:
         measured = self.record.measured_tokens_per_s_per_gpu
         if measured is None:
             return None
-        found = implausibility(measured / self.predicted_tokens_per_s_per_gpu,
-                               self.predicted_lane_mfu_with_attention)
-        if found is None:
-            return None
-        if found.above_peak:
-            return (f"measured {measured:,.6g} tokens/s per GPU implies "
-                    f"{found.measured_mfu:.0%} MFU (with attention, against the GEMM "
-                    "precision's datasheet peak), above what the device can do: a cluster "
-                    "total given per GPU, or step_time_s too short?")
-        return (f"measured {measured:,.6g} tokens/s per GPU is {found.times_off:,.0f}x "
-                f"{found.direction} the prediction: a unit slip (step_time_s in "
-                "milliseconds, tokens/s per cluster)?")
+        return implausible_reason(measured, measured / self.predicted_tokens_per_s_per_gpu,
+                                  self.predicted_lane_mfu_with_attention)
 
     @property
     def error(self) -> float | None:

@@ -331,7 +331,9 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
     memory = pick_scope(coverage.memory_ratio, stack, cls)
     level = coverage.level
     missing = [what for what, q in (("tokens/s", speed), ("memory", memory)) if q is None]
-    notes = ([f"no residuals for {' or '.join(missing)} in calibration {calibration!r}"]
+    notes = ([f"no residuals for {' or '.join(missing)} in calibration {calibration!r}: a "
+              f"calibration keeps them from at least {MIN_SCOPE_RUNS} runs (held out, for "
+              "tokens/s; reporting memory, for memory)"]
              if missing else [])
     memory_interval = interval(memory_gib, memory, level)
     if (memory_interval is not None and usable_memory_gib is not None
