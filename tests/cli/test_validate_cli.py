@@ -240,3 +240,20 @@ def test_a_record_whose_step_time_disagrees_is_used_at_its_tokens_per_s(tmp_path
     result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
                                  "--cv", "none", "--json"])
     assert json.loads(result.stdout)["implausible_measurements"] == []
+
+
+def test_a_memory_figure_above_the_device_is_flagged(tmp_path):
+    """Memory given in bytes (or MiB) as GiB was scored as given and no check looked at it
+    (a trial): a figure above the device's memory is named. The example's torchtitan record
+    runs on 500 W H100s of 95.0 GiB (catalog); 5% over that is tolerated for rounding."""
+    import yaml
+
+    path = _torchtitan_record_with(tmp_path, "memory-in-mib", 5762.0, 2.8435)
+    document = yaml.safe_load(path.read_text())
+    document["runs"][1]["measured"]["memory_gib"] = 73216.0  # MiB
+    document["runs"][0]["measured"]["memory_gib"] = 99.0  # within the 5% of 95.0 GiB
+    path.write_text(yaml.safe_dump(document))
+    doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    (entry,) = doc["aggregate"]["implausible_measurements"]
+    assert entry["id"] == "memory-in-mib"
+    assert "73,216 GiB per GPU is more than the device's 95.0 GiB" in entry["reason"]

@@ -1,20 +1,26 @@
 """Whether a measured throughput can be what a run did, or looks mis-entered.
 
-Two checks, shared by `mosaic validate` (run records) and `mosaic explain` (a measured step):
-a measurement implying more than 100% MFU, counted with causal attention against the
+Two throughput checks, shared by `mosaic validate` (run records) and `mosaic explain` (a
+measured step): a measurement implying more than 100% MFU, counted with causal attention against the
 datasheet peak of the precision the GEMMs run at, which no device reaches; and one more than
 ``IMPLAUSIBLE_RATIO`` times off the prediction either way, the size of a unit slip
-(milliseconds for seconds, a cluster total for a per-GPU figure).
+(milliseconds for seconds, a cluster total for a per-GPU figure). And one memory check: a
+measured peak above the device's memory (MiB or bytes given as GiB).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mosaic.units import GIB
+
 # On the 360-odd runs mosaic ships with (published and extra sets), measured / predicted
 # tokens/s lies in 0.42..2.1 and the highest measured MFU is 61%: a factor of 10 either way
 # is far outside the model's error and the size of a unit slip.
 IMPLAUSIBLE_RATIO = 10.0
+# A measured memory figure may pass the catalogued HBM by this share before it is called
+# mis-entered: sources round ("80 GB" for an H100's 79.1 GiB, nvidia-smi's MiB read as GB).
+MEMORY_OVER_HBM_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -70,3 +76,12 @@ def implausible_reason(measured_tokens_per_s_per_gpu: float, throughput_ratio: f
     return (f"measured {measured:,.6g} tokens/s per GPU is {found.times_off:,.0f}x "
             f"{found.direction} the prediction: a unit slip (step_time_s in "
             "milliseconds, tokens/s per cluster)?")
+
+
+def implausible_memory_reason(measured_memory_bytes: float, hbm_bytes: float) -> str | None:
+    """Why a measured per-GPU memory figure cannot be what a run used, or None: more than
+    the device holds (beyond :data:`MEMORY_OVER_HBM_TOLERANCE`)."""
+    if measured_memory_bytes <= hbm_bytes * (1 + MEMORY_OVER_HBM_TOLERANCE):
+        return None
+    return (f"measured memory {measured_memory_bytes / GIB:,.6g} GiB per GPU is more than the "
+            f"device's {hbm_bytes / GIB:.1f} GiB: MiB or bytes given as GiB?")
