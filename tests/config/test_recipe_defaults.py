@@ -260,3 +260,33 @@ def test_a_release_typed_on_the_command_line_or_kept_by_the_studio_stays_as_type
         "performance"]["stack_version"] == "26.04.01"
     assert _typed({"performance": {"stack_version": "25.10", "micro": "4"}}) == {
         "performance": {"stack_version": "25.10", "micro": 4}}
+
+
+MIXTRAL_RECORD = {
+    "id": "ours-mixtral", "source": "a trial's record", "software":
+    "Megatron-Core 0.12 (NeMo 25.04 container)", "gpu": "H100-SXM-80GB", "gpus_per_node": 8,
+    "scaleup_domain": 8, "num_gpus": 32, "precision": "bf16", "recompute": "selective",
+    "confidence": "medium", "flops_convention": "megatron",
+    "model": {"name": "Mixtral-8x7B", "layers": 32, "d_model": 4096, "heads": 32,
+              "kv_heads": 8, "head_dim": 128, "ffn": 14336, "vocab": 32000,
+              "activation": "swiglu", "attention": "gqa", "tied_embeddings": False,
+              "moe": {"experts": 8, "top_k": 2, "expert_ffn": 14336}},
+    "parallelism": {"tp": 1, "pp": 4, "cp": 1, "dp": 8, "ep": 8, "vpp": 1,
+                    "sharding": "zero1"},
+    "batch": {"global_seqs": 256, "micro_seqs": 1, "seq_len": 4096},
+    "measured": {"tokens_per_s_per_gpu": 3300.0, "step_time_s": 9.9297},
+}
+
+
+@pytest.mark.parametrize(("routing", "padded"), [(None, True), ("token_drop", True),
+                                                 ("dropless", False)])
+def test_a_stated_routing_keeps_the_recipes_padding_only_under_token_drop(routing, padded):
+    """NeMo 25.04's Mixtral 8x7B recipe drops tokens and pads every expert to capacity
+    (recipes/nemo.yaml); a record stating dropless routing got 'pad_to_capacity=True' among
+    its recipe settings (a trial). The padding belongs to the recipe's token-drop routing."""
+    raw = deepcopy(MIXTRAL_RECORD) | ({} if routing is None else {"routing": routing})
+    record = run_record_from_entry(_validate_entry(raw, "test"))
+    assert record.workload.pad_to_capacity is padded
+    refused = [note for note in record.assumptions if "pad_to_capacity=True in the recipe, not "
+               "applied" in note]
+    assert bool(refused) is not padded

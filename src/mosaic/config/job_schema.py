@@ -454,7 +454,9 @@ def _job_recipe(performance: PerformanceBlock, parallelism: ParallelismBlock,
                            performance.stack_version, geometry, device_name,
                            _recipe_precision(performance), geometry.is_moe, frozenset(stated),
                            notes, attention_kernel=(None if performance.attention_kernel == "auto"
-                                                    else performance.attention_kernel))
+                                                    else performance.attention_kernel),
+                           stated_routing=(performance.routing if "routing" in stated
+                                           else None))
 
 
 def _recipe_precision(performance: PerformanceBlock) -> str:

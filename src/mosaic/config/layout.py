@@ -112,12 +112,15 @@ def fp8_recipe_for(precision: str, stack: str, notes: list[str]) -> Fp8Recipe:
 def recipe_defaults(stack: str, release_text: str | None, software: str | None,
                     geometry: Geometry | None, device_name: str, precision: str, moe: bool,
                     stated: frozenset[str], notes: list[str], *,
-                    attention_kernel: str | None = None) -> dict[str, Any]:
+                    attention_kernel: str | None = None,
+                    stated_routing: str | None = None) -> dict[str, Any]:
     """Settings the stack's performance recipe for this run chose (:mod:`mosaic.config.recipes`:
     release from ``release_text``, e.g. 'NeMo 26.06 container'; model by ``geometry``, None
     for entries that hold for every model); settings in ``stated`` are left to the input.
     ``attention_kernel``: the kernel the input states (None = the stack's); a recipe's FP8
-    attention is not applied beside a kernel other than cuDNN.
+    attention is not applied beside a kernel other than cuDNN. ``stated_routing``: the
+    routing the input states, if any; a recipe's padding to capacity belongs to its own
+    token-drop routing and is not applied beside another.
     Values use the job schema's spelling (``recompute`` is the plan's checkpointing)."""
     experts = None if geometry is None else (0 if geometry.moe is None
                                              else geometry.moe.experts)
@@ -144,6 +147,11 @@ def recipe_defaults(stack: str, release_text: str | None, software: str | None,
         notes.append(f"{RECIPE_NOTE}: fp8_dot_product_attention=True in the recipe, not applied "
                      "(FP8 attention is Transformer Engine's cuDNN fused attention, and the "
                      f"job states attention_kernel {attention_kernel})")
+    if (stated_routing not in (None, "unknown", "token_drop")
+            and "pad_to_capacity" not in stated and given.pop("pad_to_capacity", False)):
+        notes.append(f"{RECIPE_NOTE}: pad_to_capacity=True in the recipe, not applied (it pads "
+                     f"the recipe's token-drop routing, and the input states routing "
+                     f"{stated_routing})")
     applied = [name for name in given
                if name not in RECIPE_SETTINGS_NOT_APPLIED and name not in PER_PIPELINE_SETTINGS]
     if applied:

@@ -485,7 +485,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     release = release_text(entry.stack_version or entry.software)
     recipe = recipe_defaults(stack, release, entry.software,
                              geometry, system.device.name, entry.precision,
-                             geometry.moe is not None, stated, notes)
+                             geometry.moe is not None, stated, notes,
+                             stated_routing=entry.routing)
     geometry = with_recipe_mtp_modules(geometry, recipe, notes)
     recipe_dispatcher = recipe.pop("dispatcher", None)
     workload = Workload(
