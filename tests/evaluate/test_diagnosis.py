@@ -336,6 +336,20 @@ def test_software_setting_levers_are_the_job_with_that_setting_on(comm_bound):
         assert lever.plan == result.spec.plan.row(0)
 
 
+def test_the_ep_overlap_lever_is_offered_only_where_the_stack_has_it():
+    """A torchtitan MoE job was offered Megatron's --overlap-moe-expert-parallel-comm (a
+    trial): the lever follows the stack's ep_comm_overlap trait (stacks.yaml)."""
+    names = {}
+    for stack in ("megatron-core", "torchtitan"):
+        moe = job(EXAMPLES / "appendix_e.yaml", f"performance.stack={stack}",
+                  "parallelism.vpp=1")
+        machine = machine_for(moe.cluster, moe.spec.workload.precision)
+        names[stack] = {lever.name for lever in rank_levers(
+            moe.spec.workload, moe.spec.plan, machine, CALIBRATION)}
+    assert "ep_overlap" in names["megatron-core"]
+    assert "ep_overlap" not in names["torchtitan"]
+
+
 def test_eager_torch_job_gets_a_compile_lever_and_no_megatron_flags():
     """An eager torchtitan job is offered torch.compile, predicted with the Inductor-fused
     element-wise kernels; the same job compiled is not; the bf16-reduce lever of a

@@ -672,6 +672,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "(Megatron --tp-comm-overlap, torchtitan async TP; for Megatron an upper "
                "bound, docs/stacks.md)", replace(workload, tp_comm_overlap=True))
     if (workload.geometry.moe is not None and int(row["ep"]) > 1 and not workload.ep_overlap
+            and workload.traits.ep_comm_overlap  # a stack that has the feature
             and not workload.geometry.is_hybrid):  # (GPT models only: Workload)
         yield ("ep_overlap", "EP all-to-alls overlapped with the other micro-batch "
                "(Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute)",

@@ -126,6 +126,7 @@ class _Entry(BaseModel):
     expert_gemm_launch: Literal["per_group", "one_op"] = "per_group"
     hybrid_models: bool = False
     fused_grouped_mlp: bool = False
+    ep_comm_overlap: bool = False
     fp8_primary_weights: bool = False
     activation_offload: bool = False
     source: str = Field(min_length=1)
@@ -213,6 +214,9 @@ class StackTraits:
     # grouped MLP (Workload.fused_grouped_mlp): Megatron-Core's TEGroupedMLP through the TE
     # operation fuser
     fused_grouped_mlp: bool
+    # whether the stack can overlap a micro-batch's EP all-to-alls with another micro-batch's
+    # compute (Workload.ep_overlap: Megatron-Core --overlap-moe-expert-parallel-comm)
+    ep_comm_overlap: bool
     # whether the stack offloads activations of whole layers to host memory (Megatron-Core
     # cpu_offloading_num_layers over Transformer Engine's offload context;
     # Workload.offloaded_activation_layers)
