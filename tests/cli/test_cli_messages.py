@@ -165,3 +165,22 @@ def test_a_value_listed_twice_is_refused():
     result = runner.invoke(app, ["sweep", "days", "--values", "10,20,10"])
     assert result.exit_code == 2
     assert "--values '10,20,10': 10 given more than once" in result.output
+
+
+def test_mosaics_own_warnings_name_no_source_line(tmp_path):
+    """A deprecated spelling's warning ended '(validate_cmd.py:162)', mosaic's own source
+    line (a trial); mosaic's warnings are its words alone, another library's keep theirs."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+    document["data"] = {"global_batch": 8192, "seq_len": 8192, "micro_batch": 2}  # older
+    job = tmp_path / "old.yaml"
+    job.write_text(yaml.safe_dump(document))
+    result = subprocess.run([sys.executable, "-c", "from mosaic.cli.main import main; main()",
+                             "perf", str(job)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    line = next(row for row in result.stderr.splitlines() if "deprecated spelling" in row)
+    assert line.startswith(f"warning: {job}: deprecated spellings") and ".py:" not in line

@@ -200,7 +200,10 @@ def _warning_line(message: Warning | str, category: type[Warning], filename: str
                   lineno: int, file: Any = None, line: str | None = None) -> None:
     """Python warnings (numpy overflow, deprecated spellings, ...) as one 'warning:' line,
     not a source excerpt, held until the command ends (see :func:`_flush_warnings`)."""
-    where = os.path.basename(filename)
+    if category.__module__.startswith("mosaic."):  # mosaic's own words for the user
+        _held_warnings.append(f"warning: {message}")
+        return
+    where = os.path.basename(filename)  # another library's: where it came from, for a report
     _held_warnings.append(f"warning: {category.__name__}: {message} ({where}:{lineno})")
 
 

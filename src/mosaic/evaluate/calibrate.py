@@ -348,8 +348,12 @@ def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
     for done, group in enumerate(sorted(set(groups)), start=1):
         held_out = groups_array == group
         if held_out.all():
-            raise MosaicInputError("cross-validation needs at least two groups of runs; "
-                                   "fit without it with --cv none")
+            raise MosaicInputError(
+                f"cross-validation needs at least two groups of runs, and every run is in "
+                f"group {group!r} (--cv source groups runs by the id's prefix before the "
+                "first '-', --cv group by model and GPU); name your runs by source "
+                "(e.g. 'clusterA-...', 'clusterB-...'), use the other grouping, or fit "
+                "without cross-validation with --cv none")
         fitted = fit_calibration(baselines.subset(~held_out), base, name="cv", provenance="cv")
         predicted[held_out] = calibrated_step_time_s(baselines.subset(held_out), fitted)
         if progress is not None:
