@@ -81,3 +81,17 @@ def test_oom_rule_counts_an_infeasible_prediction_of_an_oom_run_as_correct() -> 
     np.testing.assert_array_equal(
         oom_prediction_correct(measured_oom, predicted_feasible), [True, False, True, False]
     )
+
+
+def test_top_k_overlap_leaves_out_a_group_whose_measured_top_k_ties() -> None:
+    """A group whose measured values all tie showed 'top-3 overlap 66.7%' (a trial): with
+    the 3rd and 4th measured equal its top 3 is not defined, so it is left out."""
+    from mosaic.evaluate.validation_report import _top_k_overlap_within_groups
+
+    predicted = np.array([4.0, 3.0, 2.0, 1.0, 4.0, 3.0, 2.0, 1.0])
+    tied = np.array([5.0, 5.0, 5.0, 5.0])
+    ranked = np.array([4.0, 3.0, 1.0, 2.0])  # top 3 {0, 1, 3} against predicted {0, 1, 2}
+    groups = ["tied"] * 4 + ["ranked"] * 4
+    assert _top_k_overlap_within_groups(predicted, np.concatenate([tied, ranked]),
+                                        groups) == pytest.approx(2 / 3)
+    assert _top_k_overlap_within_groups(predicted[:4], tied, groups[:4]) is None

@@ -174,12 +174,15 @@ def _error_stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float
 def _top_k_overlap_within_groups(
     predicted: np.ndarray, measured: np.ndarray, groups: Sequence[str]
 ) -> float | None:
-    """Mean top-k overlap over groups with more than ``TOP_K`` runs."""
+    """Mean top-k overlap over groups with more than ``TOP_K`` runs whose measured top k is
+    defined: a tie across its boundary (the k-th and the next measured equal) leaves the
+    group out, as Spearman leaves out a group whose measurements all tie."""
     groups_array = np.array(groups)
     overlaps = []
     for group in sorted(set(groups)):
         members = groups_array == group
-        if members.sum() > TOP_K:
+        ranked = np.sort(measured[members])[::-1]
+        if members.sum() > TOP_K and ranked[TOP_K - 1] != ranked[TOP_K]:
             overlaps.append(top_k_overlap(predicted[members], measured[members], TOP_K))
     return float(np.mean(overlaps)) if overlaps else None
 
