@@ -260,11 +260,12 @@ def explain(
         _hint_if_per_gpu(measured_tokens_per_s, result)
     if measured_tokens_per_s is None and measured_step_time_s is None:
         measured_step_time_s = spec.measured_step_time_s  # a run record's own measurement
-    elif spec.measured_step_time_s is not None:
-        typer.echo(f"note: the measurement given replaces the record's measured step "
-                   f"({spec.measured_step_time_s:.4g} s)", err=True)
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
+    if (spec.measured_step_time_s is not None and measured is not None
+            and not math.isclose(measured, spec.measured_step_time_s, rel_tol=1e-3)):
+        typer.echo(f"note: the measurement given replaces the record's measured step "
+                   f"({spec.measured_step_time_s:.4g} s)", err=True)
     given = next((f"{flag} {value:g}" for flag, value in (
         ("--measured-tokens-per-s-per-gpu", measured_tokens_per_s_per_gpu),
         ("--measured-tokens-per-s", measured_tokens_per_s),
