@@ -203,3 +203,30 @@ def test_the_contract_mfu_bound_covers_every_catalogued_lane():
               for name in list_devices() if "bf16" in get_device(name).peak_flops_per_s]
     assert max(ratios) == pytest.approx(6.0)
     assert max(ratios) <= MAX_LANE_TO_BF16_PEAK
+
+
+def test_a_job_on_part_of_one_host_is_predicted(tmp_path):
+    """A single-GPU baseline was refused ('n_devices must be a positive multiple of 8'; a
+    trial): a job on fewer GPUs than its host holds runs on part of that host. Hand check of
+    the MFU: 6 · N_act · tokens/s per GPU over the H100's 989.4 TFLOP/s bf16 peak."""
+    import yaml
+
+    from mosaic.arch import count_parameters
+    from mosaic.config.job_schema import load_job
+
+    job = tmp_path / "one_gpu.yaml"
+    job.write_text(yaml.safe_dump({
+        "model": {"layers": 8, "d_model": 1024, "heads": 8, "kv_heads": 8, "head_dim": 128,
+                  "ffn": 2560, "vocab": 50257},
+        "batch": {"global_seqs": 8, "micro_seqs": 1, "seq_len": 2048},
+        "parallelism": {"tp": 1, "pp": 1, "cp": 1, "dp": 1},
+        "performance": {"precision": "bf16", "checkpointing": "none"},
+        "hardware": {"system": "DGX-H100", "nodes": 1}, "search": {"devices": 1}}))
+    result = runner.invoke(app, ["perf", str(job), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["hardware"]["devices"] == 1
+    assert doc["hardware"]["description"] == "1 GPU of one DGX-H100 (8)"
+    n_active = count_parameters(load_job(job).workload.geometry).n_active
+    assert doc["mfu"] == pytest.approx(6 * n_active * doc["tokens_per_s_per_gpu"] / 989.4e12,
+                                       rel=1e-3)

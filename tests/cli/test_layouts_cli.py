@@ -105,7 +105,7 @@ def test_human_table(q4_job):
         (["--pp", "5"], "tp·pp·cp must divide the device count 32"),
         (["--ep", "3"], "no layout of 32 GPUs passes the divisibility rules"),
         (["--pp", "1", "--vpp", "2"], "vpp > 1 needs pp > 1"),
-        (["--devices", "12"], "positive multiple of 8 GPUs per node"),
+        (["--devices", "12"], "must be a multiple of 8 GPUs per node"),
         (["--set", "data.bogus=1"], "unknown field"),
     ],
 )

@@ -129,8 +129,7 @@ def _render_current(diagnosis: Diagnosis) -> None:
     p = result.prediction
     memory = diagnosis.bound.memory
     print_key_value_table("Job", [
-        ("hardware", f"{result.cluster.n_devices} GPUs: {result.cluster.n_nodes} x "
-                     f"{result.cluster.system.name}"),
+        ("hardware", result.cluster.description),
         ("layout", _layout(result.spec.plan.row(0))),
         ("global batch", f"{result.spec.workload.global_batch} x "
                          f"{result.spec.workload.seq_len} tokens"),

@@ -82,6 +82,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
             "system": result.cluster.system.name,
             "nodes": result.cluster.n_nodes,
             "devices": result.cluster.n_devices,
+            "description": result.cluster.description,
         },
         "coverage": coverage.to_document(),
         "coverage_summary": summary_lines(coverage),
@@ -112,8 +113,7 @@ def _render(document: dict[str, Any]) -> None:
     print_key_value_table(
         "Predicted step",
         [
-            ("hardware", f"{document['hardware']['devices']} GPUs: "
-                         f"{document['hardware']['nodes']} x {document['hardware']['system']}"),
+            ("hardware", document["hardware"]["description"]),
             ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
             ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),

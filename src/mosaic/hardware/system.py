@@ -83,6 +83,9 @@ class Cluster:
 
     system: System
     n_nodes: int
+    # GPUs of the one host a job smaller than a host runs on (a single-GPU or half-node
+    # baseline); None: every GPU of every host
+    gpus_used: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n_nodes, bool) or not isinstance(self.n_nodes, int) or self.n_nodes < 1:
@@ -90,19 +93,27 @@ class Cluster:
                 f"cluster of {self.system.name!r}: n_nodes must be an integer >= 1, "
                 f"got {self.n_nodes!r}"
             )
+        if self.gpus_used is not None and not (
+                self.n_nodes == 1 and 1 <= self.gpus_used < self.system.gpus_per_node):
+            raise MosaicInputError(
+                f"cluster of {self.system.name!r}: part of a host means one node and 1 to "
+                f"{self.system.gpus_per_node - 1} GPUs, got {self.n_nodes} node(s) and "
+                f"{self.gpus_used} GPUs")
 
     @classmethod
     def from_n_devices(cls, system: System, n_devices: int) -> Cluster:
-        """The cluster with `n_devices` GPUs; they must fill whole hosts."""
-        if (
-            isinstance(n_devices, bool)
-            or not isinstance(n_devices, int)
-            or n_devices < 1
-            or n_devices % system.gpus_per_node
-        ):
+        """The cluster with `n_devices` GPUs: part of one host, or whole hosts."""
+        if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
             raise MosaicInputError(
-                f"cluster of {system.name!r}: n_devices must be a positive multiple of "
-                f"{system.gpus_per_node} GPUs per node, got {n_devices!r}"
+                f"cluster of {system.name!r}: n_devices must be a positive integer, got "
+                f"{n_devices!r}")
+        if n_devices < system.gpus_per_node:
+            return cls(system=system, n_nodes=1, gpus_used=n_devices)
+        if n_devices % system.gpus_per_node:
+            raise MosaicInputError(
+                f"cluster of {system.name!r}: a job on more than one host fills whole hosts: "
+                f"n_devices must be a multiple of {system.gpus_per_node} GPUs per node (or "
+                f"fewer than {system.gpus_per_node}, on one host), got {n_devices!r}"
             )
         return cls(system=system, n_nodes=n_devices // system.gpus_per_node)
 
@@ -113,7 +124,17 @@ class Cluster:
     @property
     def n_devices(self) -> int:
         """N_dev: total GPUs."""
+        if self.gpus_used is not None:
+            return self.gpus_used
         return self.n_nodes * self.system.gpus_per_node
+
+    @property
+    def description(self) -> str:
+        """The cluster in words: '256 GPUs: 32 x DGX-B200', '4 GPUs of one DGX-H100 (8)'."""
+        if self.gpus_used is not None:
+            return (f"{self.gpus_used} GPU{'s' if self.gpus_used > 1 else ''} of one "
+                    f"{self.system.name} ({self.system.gpus_per_node})")
+        return f"{self.n_devices} GPUs: {self.n_nodes} x {self.system.name}"
 
     @property
     def scale_up_domain_gpus(self) -> int:

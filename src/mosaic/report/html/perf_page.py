@@ -37,6 +37,8 @@ LAYOUT_COLUMNS = [
 # --- perf -----------------------------------------------------------------------------------
 def hardware_text(hardware: dict[str, Any]) -> str:
     """'512 GPUs: 64 × p6-b200.48xlarge' (the GPUs alone where the node count is not known)."""
+    if "description" in hardware:  # the cluster's own words (a part of one host, too)
+        return str(hardware["description"])
     nodes = hardware.get("nodes")
     if nodes is None:
         return f"{hardware['devices']} GPUs of {hardware['system']}"
