@@ -108,11 +108,13 @@ def test_cluster_sizes() -> None:
     assert Cluster.from_n_devices(get_system("p6-b200"), 512).n_nodes == 64
     with pytest.raises(MosaicInputError, match=r"multiple of 8 GPUs per node .* got 12"):
         Cluster.from_n_devices(get_system("p6-b200"), 12)
+    with pytest.raises(MosaicInputError, match="on part of one host, one of 1, 2, 4; got 6"):
+        Cluster.from_n_devices(get_system("p6-b200"), 6)
     # fewer GPUs than a host holds: part of one host (a single-GPU baseline; a trial)
     part = Cluster.from_n_devices(get_system("DGX-H100"), 4)
     assert (part.n_nodes, part.n_devices, part.scale_up_domain_gpus) == (1, 4, 4)
     assert part.description == "4 GPUs of one DGX-H100 (8)"
-    with pytest.raises(MosaicInputError, match="part of a host means one node"):
+    with pytest.raises(MosaicInputError, match="part of a host means one node and a divisor"):
         Cluster(get_system("DGX-H100"), 2, gpus_used=4)
     with pytest.raises(MosaicInputError, match="n_nodes must be an integer >= 1, got 0"):
         get_system("DGX-H100").cluster(n_nodes=0)

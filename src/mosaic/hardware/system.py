@@ -94,11 +94,12 @@ class Cluster:
                 f"got {self.n_nodes!r}"
             )
         if self.gpus_used is not None and not (
-                self.n_nodes == 1 and 1 <= self.gpus_used < self.system.gpus_per_node):
+                self.n_nodes == 1 and 1 <= self.gpus_used < self.system.gpus_per_node
+                and self.system.gpus_per_node % self.gpus_used == 0):
             raise MosaicInputError(
-                f"cluster of {self.system.name!r}: part of a host means one node and 1 to "
-                f"{self.system.gpus_per_node - 1} GPUs, got {self.n_nodes} node(s) and "
-                f"{self.gpus_used} GPUs")
+                f"cluster of {self.system.name!r}: part of a host means one node and a "
+                f"divisor of its {self.system.gpus_per_node} GPUs, got {self.n_nodes} "
+                f"node(s) and {self.gpus_used} GPUs")
 
     @classmethod
     def from_n_devices(cls, system: System, n_devices: int) -> Cluster:
@@ -107,13 +108,15 @@ class Cluster:
             raise MosaicInputError(
                 f"cluster of {system.name!r}: n_devices must be a positive integer, got "
                 f"{n_devices!r}")
-        if n_devices < system.gpus_per_node:
+        if n_devices < system.gpus_per_node and system.gpus_per_node % n_devices == 0:
             return cls(system=system, n_nodes=1, gpus_used=n_devices)
         if n_devices % system.gpus_per_node:
+            divisors = [d for d in range(1, system.gpus_per_node)
+                        if system.gpus_per_node % d == 0]
             raise MosaicInputError(
-                f"cluster of {system.name!r}: a job on more than one host fills whole hosts: "
-                f"n_devices must be a multiple of {system.gpus_per_node} GPUs per node (or "
-                f"fewer than {system.gpus_per_node}, on one host), got {n_devices!r}"
+                f"cluster of {system.name!r}: n_devices must be a multiple of "
+                f"{system.gpus_per_node} GPUs per node (whole hosts) or, on part of one "
+                f"host, one of {', '.join(map(str, divisors))}; got {n_devices!r}"
             )
         return cls(system=system, n_nodes=n_devices // system.gpus_per_node)
 
