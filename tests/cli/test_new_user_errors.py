@@ -287,3 +287,15 @@ def test_the_shared_experts_width_must_split_over_tp(tmp_path):
     assert runner.invoke(app, ["perf", job]).exit_code == 0
     job = _job(tmp_path, model=model, parallelism={"tp": 4, "ep": 2, "dp": 2})
     assert "tp=4 must divide the shared experts' width=1534" in _error("perf", job)
+
+
+def test_a_batch_given_in_tokens_is_questioned(tmp_path):
+    """global_seqs 2,097,152 (a 2M-token batch typed as sequences) predicted a 35,201 s step
+    without a word (a trial): a step of more than 16x DeepSeek-V3's 15,360 x 4,096 tokens
+    gets a note; a common batch does not."""
+    job = _job(tmp_path, batch={"global_seqs": 2_097_152, "seq_len": 1024})
+    doc = json.loads(runner.invoke(app, ["perf", job, "--json"]).stdout)
+    # 2,097,152 x 1,024 = 2.15e9 tokens, 34x 62.9 M
+    assert any("2.15e+09 tokens a step" in a and "34x" in a for a in doc["assumptions"])
+    normal = json.loads(runner.invoke(app, ["perf", _job(tmp_path), "--json"]).stdout)
+    assert not any("tokens rather than sequences" in a for a in normal["assumptions"])

@@ -301,6 +301,13 @@ class JobSpec:
     train_tokens: float | None = None  # training.tokens as stated; None: no budget given
 
 
+# The largest pretraining batch a public configuration states: DeepSeek-V3's 15,360
+# sequences of 4,096 tokens (its report's training configuration, arXiv:2412.19437 Sec. 4.2).
+# A step 16x that is far outside practice: most likely tokens entered as global_seqs.
+LARGEST_PUBLISHED_STEP_TOKENS = 15_360 * 4_096
+SUSPICIOUS_STEP_TOKENS = 16 * LARGEST_PUBLISHED_STEP_TOKENS
+
+
 def canonical_job_document(document: dict[str, Any], where: str,
                            deprecated: set[str] | None = None) -> dict[str, Any]:
     """``document`` in the canonical spelling; unknown blocks are refused.
@@ -571,6 +578,12 @@ def job_from_document(document: dict[str, Any], where: str,
     checkpointing = recipe.pop("recompute", performance.checkpointing)
     workload = replace(workload, **recipe)
     notes.extend(routing_assumptions(workload))
+    step_tokens = batch.global_seqs * batch.seq_len
+    if step_tokens > SUSPICIOUS_STEP_TOKENS:
+        notes.append(
+            f"batch: {step_tokens:.3g} tokens a step (global_seqs x seq_len), "
+            f"{step_tokens / LARGEST_PUBLISHED_STEP_TOKENS:.0f}x DeepSeek-V3's 15,360 x 4,096: "
+            "is batch.global_seqs a count of tokens rather than sequences?")
     devices = search.devices
     if devices is None and hardware.nodes is not None:
         devices = hardware.nodes * get_system(system_name).gpus_per_node
