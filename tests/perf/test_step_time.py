@@ -230,3 +230,37 @@ def test_a_step_captured_as_one_cuda_graph_pays_no_host_launch_or_moe_sync_by_ha
     assert graph.step_time_s[0] == pytest.approx(
         eager.step_time_s[0] - eager.breakdown_s["moe_host_sync"][0]
         - eager.breakdown_s["dispatch_floor"][0], rel=1e-9)
+
+
+def test_hfu_counts_the_modules_a_selective_recompute_repeats():
+    """HFU left out the modules Megatron-Core's selective recompute repeats although the
+    step time charges them (a trial). By hand, per token, for the ladder's q=4 (16 blocks of
+    width 2048, 15 of them MoE with one shared expert, top-2 of 64): 6·N_act + causal
+    attention 6·L·d·(s + 1) (12·L·d per key, (s + 1)/2 keys a query on average) + the LM
+    head's 6·V·d; with recompute_modules [moe] the MoE forward again,
+    2·15·(2·routed expert + shared expert + router); with [core_attn] the attention core's
+    forward, 2·L·d·(s + 1); [layernorm] repeats no GEMM."""
+    geometry = ladder_geometry(4, experts=64, top_k=2, split_factor=4)
+    machine = b200_machine(4)
+    plans = plans_from_columns(
+        tp=[1], pp=[1], vpp=[1], cp=[1], dp=[32], ep=[8], etp=[1], micro_batch=[2],
+        sharding=[1], checkpointing=[int(Checkpointing.SELECTIVE)], hsdp_shard=[32],
+        sequence_parallel=[False])
+    counts = count_parameters(geometry)
+    tokens = 256 * 2048
+    peak = 2.25e15 * 32
+
+    def hfu_flops_per_token(modules: tuple[str, ...]) -> float:
+        workload = replace(moe_workload(), recompute_modules=modules)
+        p = predict_step(workload, plans, machine, CALIBRATION)
+        return float(p.hfu[0] * p.step_time_s[0] * peak / tokens)
+
+    base = hfu_flops_per_token(("layernorm",))
+    useful = 6 * counts.n_active + 6 * 16 * 2048 * 2049
+    lm_head = 6 * 50257 * 2048
+    assert base == pytest.approx(useful + lm_head, rel=1e-9)
+    moe = 2 * 15 * (2 * counts.routed_expert + counts.shared_experts_per_layer
+                    + counts.router_per_layer)
+    assert hfu_flops_per_token(("moe",)) == pytest.approx(base + moe, rel=1e-9)
+    assert hfu_flops_per_token(("core_attn",)) == pytest.approx(base + 2 * 16 * 2048 * 2049,
+                                                                rel=1e-9)

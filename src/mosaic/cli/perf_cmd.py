@@ -144,7 +144,7 @@ def _render(document: dict[str, Any]) -> None:
              + (f" ({document['mfu_gemm_lane']:.2%} of the GEMM lane's peak)"
                 if document["mfu_gemm_lane"] < document["mfu"] else "")),
             ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
-            ("HFU (full recompute counted)", f"{document['hfu']:.2%}"),
+            ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
             ("MFU peak", document["mfu_peak"]),
             ("memory per GPU", memory_fit_text(
                 document["memory_gib"], document["memory_capacity_gib"],

@@ -58,7 +58,7 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
          f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})"),
         ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"),
         ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
-        ("HFU (full recompute counted)", f"{document['hfu']:.2%}"),
+        ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
         ("MFU peak", document["mfu_peak"]),
         ("memory per GPU", memory_fit_text(
             document["memory_gib"], document["memory_capacity_gib"],
