@@ -97,6 +97,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     if path.is_dir():  # (named as given, not as the temporary file the error would name)
         raise MosaicInputError(f"{_short(path)}: is a directory; give a file name")
+    if path.is_symlink():  # write through the link to its target; the link stays a link
+        path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO: written into, never replaced
+        with _device_write(path) as temp:
+            yield temp
+        return
     try:
         handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
                                              dir=path.parent if str(path.parent) else ".")
@@ -114,6 +120,26 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def _device_write(path: Path) -> Iterator[Path]:
+    """A temporary file whose bytes go into the special file ``path`` (a device such as
+    /dev/null, or a FIFO) on success: replacing it would put an ordinary file in its place
+    (as root, a /dev/null that every other program then reads)."""
+    handle, temp_name = tempfile.mkstemp(prefix=".mosaic-out.", suffix=".tmp")
+    os.close(handle)
+    temp = Path(temp_name)
+    try:
+        yield temp
+        try:
+            with open(path, "wb") as target:
+                target.write(temp.read_bytes())
+        except OSError as exc:
+            raise MosaicInputError(f"{_short(path)}: cannot write there "
+                                   f"({exc.strerror or exc})") from None
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def _umask() -> int:

@@ -65,3 +65,32 @@ def test_an_output_under_a_directory_no_file_can_be_made_in_is_refused_before_wo
     found `law fit --out /proc/forbidden.json` failing only after the fit)."""
     with pytest.raises(MosaicInputError, match="not writable"):
         check_output_file("/proc/forbidden.json", "--out")
+
+
+def test_a_symlinked_output_is_written_through_the_link(tmp_path):
+    """--out LINK replaced the link with an ordinary file and left its target stale (a
+    trial): the target gets the bytes and the link stays."""
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_a_special_file_is_written_into_not_replaced(tmp_path):
+    """--out /dev/null replaced the device with an ordinary file (as root, for every other
+    program; a trial): a special file is written into. A FIFO with a reader stands in for
+    the device here."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    write_text_atomic(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert received == ["through the pipe"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
