@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -147,7 +148,11 @@ def read_text(path: str | Path, what: str = "file") -> str:
         if size > MAX_FILE_BYTES:
             raise MosaicInputError(f"{path}: {what} is {size:,} bytes; the limit is "
                                    f"{MAX_FILE_BYTES:,}")
-        data = path.read_bytes()
+        with path.open("rb") as handle:  # bounded: a device such as /dev/zero never ends
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise MosaicInputError(f"{path}: {what} is longer than the limit of "
+                                   f"{MAX_FILE_BYTES:,} bytes (a device or a stream?)")
     except OSError as exc:
         raise MosaicInputError(f"{_short(path)}: cannot read the {what}: "
                                f"{exc.strerror or exc}") from None
@@ -158,6 +163,20 @@ def read_text(path: str | Path, what: str = "file") -> str:
     except UnicodeDecodeError as exc:
         raise MosaicInputError(f"{path}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} "
                                f"at offset {exc.start})") from None
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """Parsed JSON, or one line saying why not: malformed, or nested deeper than the parser
+    can follow (json raises RecursionError there, which no caller expects)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MosaicInputError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})"
+                               ) from None
+    except RecursionError:
+        raise MosaicInputError(f"{where}: JSON nested too deeply to read") from None
+    except UnicodeDecodeError:
+        raise MosaicInputError(f"{where}: not UTF-8 text") from None
 
 
 def _short(path: Path) -> str:

@@ -37,7 +37,7 @@ def test_missing_files_are_one_line_naming_the_path(tmp_path):
     missing = tmp_path / "nope.json"
     result = runner.invoke(app, ["arch", "--model", str(missing)])
     assert result.exit_code == 2
-    assert result.output.strip() == f"error: {missing}: no such file or directory"
+    assert result.output.strip() == f"error: {missing}: config.json not found"
     out = tmp_path / "absent" / "x.args"
     result = runner.invoke(app, ["export", str(EXAMPLES / "appendix_e.yaml"), "--to",
                                  "megatron", "--out", str(out)])
@@ -184,3 +184,27 @@ def test_mosaics_own_warnings_name_no_source_line(tmp_path):
     assert result.returncode == 0, result.stderr
     line = next(row for row in result.stderr.splitlines() if "deprecated spelling" in row)
     assert line.startswith(f"warning: {job}: deprecated spellings") and ".py:" not in line
+
+
+@pytest.mark.parametrize("command", [
+    ["arch", "--model", "{deep}"], ["report", "{deep}"], ["export", "{deep}", "--to", "megatron"],
+    ["compare", "{deep}", "{deep}"], ["law", "predict", "--law", "{deep}", "--q", "4",
+                                      "--tokens", "1e10"],
+])
+def test_json_nested_beyond_the_parser_is_one_line(tmp_path, command):
+    """100,000 nested brackets ended in 'internal error (RecursionError ...)' in every JSON
+    reader (a trial): one reader, schema_validation.parse_json, says so in one line."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = runner.invoke(app, [part.replace("{deep}", str(deep)) for part in command])
+    assert result.exit_code == 2, result.output
+    assert "JSON nested too deeply to read" in result.output
+
+
+def test_an_endless_device_is_refused_at_the_size_limit():
+    """perf /dev/zero grew to 24 GB before the kernel killed it (a trial): reads stop at the
+    input size limit."""
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero here")
+    result = runner.invoke(app, ["perf", "/dev/zero"])
+    assert result.exit_code == 2 and "longer than the limit" in result.output

@@ -174,7 +174,7 @@ def test_report_rejects_what_is_not_a_result(tmp_path):
     assert "not a mosaic result" in result.output and len(result.output.splitlines()) == 1
     bad.write_text("{not json")
     result = runner.invoke(app, ["report", str(bad)])
-    assert result.exit_code == 2 and "not JSON" in result.output
+    assert result.exit_code == 2 and "not valid JSON" in result.output
     broken = {"runs": [{"id": "x"}], "aggregate": {}}  # a validate document missing fields
     bad.write_text(json.dumps(broken))
     result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])

@@ -101,7 +101,7 @@ def test_huggingface_config_model(studio):
     assert body["model"]["n_total_with_embedding"] == pytest.approx(46.7e9, rel=2e-3)
     assert body["model"]["n_active_with_embedding"] == pytest.approx(12.9e9, rel=5e-3)
     status, body = studio.call("/api/perf", {"form": {**form, "hf.config": "{oops"}})
-    assert status == 422 and "not JSON" in body["errors"]["hf.config"]
+    assert status == 422 and "not valid JSON" in body["errors"]["hf.config"]
 
 
 def test_out_of_memory_is_a_prediction_with_its_reason(studio):

@@ -37,7 +37,6 @@ must state the field.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping
 from dataclasses import replace
@@ -502,11 +501,9 @@ def _qwen3_next(fields: _Fields) -> Geometry:
 
 def load_hf_config(path: Path) -> Geometry:
     """Read a ``config.json`` file and import its geometry."""
-    try:
-        config = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise MosaicInputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})"
-                               ) from None
+    from mosaic.schema_validation import parse_json, read_text
+
+    config = parse_json(read_text(path, "config.json"), str(path))
     return geometry_from_hf_config(config, str(path))
 
 

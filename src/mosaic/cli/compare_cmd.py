@@ -22,6 +22,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import parse_json, read_text
 from mosaic.units import GIB, SECONDS_PER_DAY
 
 
@@ -405,11 +406,7 @@ def compare(
     else:
         sides = []
         for path in (a, b):
-            try:
-                document = json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
-                raise MosaicInputError(
-                    f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            document = parse_json(read_text(path, "plan document"), str(path))
             sides.append(plan_side(path, document, price_per_gpu_hour))
     document = compare_document(sides[0], sides[1], currency, assumed)
     if json_output:

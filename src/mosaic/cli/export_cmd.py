@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +21,7 @@ from mosaic.export import (
     spec_from_plan_document,
 )
 from mosaic.io_atomic import check_output_file
-from mosaic.schema_validation import read_text
+from mosaic.schema_validation import parse_json, read_text
 
 DOES_NOT_FIT = "mosaic predicts this job does not fit"
 
@@ -35,13 +34,12 @@ def _plan_document(path: Path) -> dict[str, Any] | None:
             return None
     except OSError:  # e.g. a name too long: the job loader says so in one line
         return None
+    text = read_text(path)
     try:
-        document = json.loads(read_text(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        document = parse_json(text, str(path))
+    except MosaicInputError:
         if path.suffix.lower() == ".json":
-            where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-            raise MosaicInputError(f"{path}: not valid JSON ({getattr(exc, 'msg', exc)}"
-                                   f"{where})") from None
+            raise
         return None  # a YAML job file or run record
     from mosaic.config.job_schema import is_plan_document
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from mosaic.cli.common import error_console, guarded
-from mosaic.errors import MosaicInputError
 
 HtmlOption = Annotated[Path | None, typer.Option(
     "--html", help="also write a self-contained HTML report to this file")]
@@ -49,12 +47,9 @@ def report(
     from mosaic.report.html import write_report
 
     check_output_file(out, "--out", inputs=[result])
-    try:
-        document = json.loads(result.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise MosaicInputError(f"{result}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except UnicodeDecodeError:
-        raise MosaicInputError(f"{result}: not a UTF-8 text file") from None
+    from mosaic.schema_validation import parse_json, read_text
+
+    document = parse_json(read_text(result, "result file"), str(result))
     written = write_report(document, out, kind)
     error_console.print(f"wrote {written}", markup=False, highlight=False)
 

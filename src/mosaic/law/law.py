@@ -166,12 +166,9 @@ class ScalingLaw:
         path = Path(path)
         if not path.is_file():
             raise MosaicInputError(f"law file {str(path)!r} does not exist or is not a file")
-        from mosaic.schema_validation import read_text
+        from mosaic.schema_validation import parse_json, read_text
 
-        try:
-            payload = json.loads(read_text(path, "law file"))
-        except json.JSONDecodeError as exc:
-            raise MosaicInputError(f"law file {str(path)!r} is not valid JSON: {exc}") from None
+        payload = parse_json(read_text(path, "law file"), f"law file {str(path)!r}")
         return cls.from_dict(payload, source=str(path))
 
 

@@ -81,10 +81,9 @@ def load_samples(path: str | Path, form_name: str = "joint") -> LawSamples:
         raise MosaicInputError(f"samples file {str(path)!r} does not exist or is not a file")
     if path.suffix.lower() == ".csv":
         return _samples_from_csv(path, get_form(form_name))
-    try:
-        payload = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise MosaicInputError(f"samples file {str(path)!r} is not valid JSON: {exc}") from None
+    from mosaic.schema_validation import parse_json, read_text
+
+    payload = parse_json(read_text(path, "samples file"), f"samples file {str(path)!r}")
     if not isinstance(payload, dict) or payload.get("format") != SAMPLES_FORMAT:
         raise MosaicInputError(f"{path}: expected a JSON object with format {SAMPLES_FORMAT!r}")
     form = get_form(str(payload.get("form")))

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import parse_json
 from mosaic.studio.jobs import (
     DEFAULT_FORM,
     GENERAL,
@@ -182,8 +183,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         if len(body) > MAX_BODY_BYTES:
             raise FormError({GENERAL: f"request larger than {MAX_BODY_BYTES} bytes"})
         try:
-            payload = json.loads(body or b"{}")
-        except json.JSONDecodeError:
+            payload = parse_json(body or b"{}", "request body")
+        except MosaicInputError:
             raise FormError({GENERAL: "request body is not JSON"}) from None
         form = payload.get(key) if isinstance(payload, dict) else None
         if not isinstance(form, dict):
@@ -269,8 +270,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         from mosaic.report.html.page import figure_json
 
         try:
-            body = json.loads(await request.body() or b"{}")
-        except json.JSONDecodeError:
+            body = parse_json(await request.body() or b"{}", "request body")
+        except MosaicInputError:
             raise FormError({GENERAL: "request body is not JSON"}) from None
         forms = body.get("forms") if isinstance(body, dict) else None
         if (not isinstance(forms, list) or len(forms) != 2

@@ -9,7 +9,6 @@ the field.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from dataclasses import dataclass, replace
@@ -30,6 +29,7 @@ from mosaic.config.job_schema import (
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
+from mosaic.schema_validation import parse_json
 
 WHERE = "job"  # the name validation messages start with ("job: batch: micro_seqs: ...")
 MODEL_SOURCES = ("ladder", "job", "hf")
@@ -87,9 +87,9 @@ def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) ->
 
         text = str(form.get("hf.config", "")).strip()
         try:
-            config = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FormError({"hf.config": f"not JSON: {exc.msg} at line {exc.lineno}"}) from None
+            config = parse_json(text, "config.json")
+        except MosaicInputError as exc:
+            raise FormError({"hf.config": str(exc)}) from None
         try:
             return geometry_from_hf_config(config, "config.json")
         except MosaicInputError as exc:
