@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -130,6 +131,30 @@ class SafeLoader(_FastSafeLoader):  # type: ignore[misc, valid-type]
                 seen.add(key)
             node._mosaic_keys_checked = True  # an anchored mapping is flattened in place once
         super().flatten_mapping(node)
+
+
+# Plain scalars as YAML 1.2's core schema reads them (yaml.org/spec/1.2.2, 10.3.2), not
+# PyYAML's YAML 1.1: '034' is 34 (1.1: octal 28), '34:08' a string (1.1: base 60, 2048),
+# 'yes'/'on' strings (1.1: booleans), and '1e12' a float (1.1 needs '1.0e+12'; a trial's
+# training.tokens: 1e12 was refused as "not a valid number").
+_BOOL_TAG, _INT_TAG, _FLOAT_TAG = (f"tag:yaml.org,2002:{kind}" for kind in ("bool", "int",
+                                                                          "float"))
+SafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in (_BOOL_TAG, _INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in _FastSafeLoader.yaml_implicit_resolvers.items()}
+SafeLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+# digit groups may be separated by '_' (1_000), as YAML 1.1 and Python allow
+SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?[0-9][0-9_]*$"),
+                                 list("-+0123456789"))
+SafeLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+SafeLoader.add_constructor(
+    _INT_TAG, lambda loader, node: int(loader.construct_scalar(node), 10))  # never octal
 
 MAX_FILE_BYTES = 256 * 2**20  # no input file of mosaic is near this; refuse before parsing
 MAX_NESTING = 64  # mosaic's deepest schema nests 4 levels

@@ -299,3 +299,30 @@ def test_a_batch_given_in_tokens_is_questioned(tmp_path):
     assert any("2.15e+09 tokens a step" in a and "34x" in a for a in doc["assumptions"])
     normal = json.loads(runner.invoke(app, ["perf", _job(tmp_path), "--json"]).stdout)
     assert not any("tokens rather than sequences" in a for a in normal["assumptions"])
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("034", 34),  # YAML 1.1 (PyYAML): octal 28, and an export wrote --num-layers 28
+    ("34:08", "34:08"),  # YAML 1.1: base 60, 2048
+    ("yes", "yes"),  # YAML 1.1: True
+    ("1e12", 1e12),  # YAML 1.1: the string '1e12'
+    ("26.04", 26.04),
+    ("true", True),
+])
+def test_plain_scalars_read_as_yaml_1_2(text, value):
+    """A trial's 'layers: 034' trained 28 layers and 'seq_len: 34:08' 2048 tokens without a
+    word, while 'training.tokens: 1e12' was refused: mosaic reads YAML 1.2's core schema."""
+    from mosaic.schema_validation import parse_yaml
+
+    assert parse_yaml(f"a: {text}", "test") == {"a": value}
+
+
+def test_a_number_in_exponent_form_and_a_leading_zero_mean_what_they_say(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("model: {layers: 010, d_model: 512, heads: 8, kv_heads: 8, ffn: 2048, "
+                   "vocab: 32000}\nbatch: {global_seqs: 64, seq_len: 1024}\n"
+                   "hardware: {system: DGX-H100, nodes: 1}\ntraining: {tokens: 1e12}\n")
+    result = runner.invoke(app, ["export", str(job), "--to", "megatron"])
+    assert result.exit_code == 0, result.output
+    assert "--num-layers 10\n" in result.stdout  # not octal 8
+    assert "--train-iters 15258790\n" in result.stdout  # ceil(1e12 / (64 x 1024))

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import SafeLoader
 from mosaic.yaml_errors import describe_yaml_error
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
@@ -131,7 +132,7 @@ def read_catalog_file(path: Path) -> CatalogFile:
             f"{path}: cannot read hardware catalog file ({exc.strerror})"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=SafeLoader)  # YAML 1.2 numbers, as in every input
     except yaml.YAMLError as exc:
         raise MosaicInputError(f"{path}: not valid YAML{describe_yaml_error(exc)}") from None
     if raw is None:
