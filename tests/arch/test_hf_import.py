@@ -277,3 +277,18 @@ def test_sliding_windows_import_as_window_fields_or_are_said():
     config["layer_types"] = ["sliding_attention", "full_attention", "sliding_attention"]
     with pytest.raises(MosaicInputError, match="one kind per layer"):
         geometry_from_hf_config(config)
+
+
+@pytest.mark.parametrize(("field", "value"), [("num_hidden_layers", 10**30),
+                                              ("num_nextn_predict_layers", 10**12)])
+def test_a_huge_layer_count_is_refused_before_any_per_layer_list(tmp_path, field, value):
+    """A DeepSeek config with 1e30 layers never returned (per-layer lists were built before
+    the 16,384-block limit was checked) and 1e12 MTP modules printed 11.6 trillion B of MTP
+    parameters (a trial): counts are bounded when they are read."""
+    import json
+
+    config = json.loads((HF / "deepseek-v3.json").read_text()) | {field: value}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(MosaicInputError, match=f"{field} is .*; allowed at most 16384"):
+        load_hf_config(path)

@@ -53,6 +53,13 @@ from mosaic.arch.geometry import (
     NormKind,
 )
 from mosaic.errors import MosaicInputError
+from mosaic.limits import LIMITS
+
+# Config fields that count layers (checked against LIMITS["layers"]; other counts and widths
+# against LIMITS["vocab"], the widest range of any field).
+LAYER_COUNT_FIELDS = {name: "layers" for name in (
+    "num_hidden_layers", "num_nextn_predict_layers", "first_k_dense_replace",
+    "decoder_sparse_step", "full_attention_interval")}
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
@@ -74,6 +81,16 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise MosaicInputError(
                 f"{self.where}: {name} must be a positive integer, got {value!r}")
+        return self._bounded(name, value)
+
+    def _bounded(self, name: str, value: int) -> int:
+        """``value`` within the physical range of its field, checked before any per-layer
+        list is built from it (a config with 1e30 layers never returned; a trial)."""
+        limit = LIMITS[LAYER_COUNT_FIELDS.get(name, "vocab")]  # any other count: < 2^24
+        if value > limit.high:
+            shown = value if value < 10**30 else "a huge integer"
+            raise MosaicInputError(f"{self.where}: {name} is {shown}; allowed at most "
+                                   f"{limit.high:g} ({limit.why})")
         return value
 
     def optional_int(self, name: str) -> int | None:
@@ -87,7 +104,7 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise MosaicInputError(
                 f"{self.where}: {name} must be a non-negative integer, got {value!r}")
-        return value
+        return self._bounded(name, value)
 
     def index_list(self, name: str) -> list[int]:
         """A list of non-negative integers (layer indices); absent or null = empty."""
