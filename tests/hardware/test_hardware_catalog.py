@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,19 @@ def test_a_shipped_name_cannot_be_overridden(tmp_path: Path) -> None:
     assert (
         "name 'h-100' is already used by device 'H100-SXM-80GB' (shipped devices.yaml)" in message
     )
+
+
+@pytest.mark.parametrize(("old", "new", "fragment"), [
+    ("bf16: {value: 1.0e+15", "bf16: {value: 1000",
+     "'peak_flops_per_s.bf16': 1000 FLOP/s is outside 1e+12..1e+18 FLOP/s; give it in FLOP/s"),
+    ("hbm_bw_bytes_per_s: {value: 4.0e+12", "hbm_bw_bytes_per_s: {value: 4000",
+     "'hbm_bw_bytes_per_s': 4000 bytes/s is outside"),
+    ("hbm_bytes: {value: 128.0e+9", "hbm_bytes: {value: 128", "'hbm_bytes': 128 bytes"),
+])
+def test_a_value_in_the_wrong_unit_is_refused(tmp_path, old, new, fragment):
+    """A peak in TFLOP/s (2250) predicted a 3.8e10 s step and 1e-300 gave NaN results, both
+    with exit 0 (a trial): catalog values must lie in physical ranges, named with the unit."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(_MY_DEVICE.replace(old, new))
+    with pytest.raises(MosaicInputError, match=re.escape(fragment)):
+        load_catalog(path)

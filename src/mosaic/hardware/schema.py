@@ -43,6 +43,30 @@ class SourcedValue(_Strict):
     source: NonEmptyStr
 
 
+def _physical(low: float, high: float, unit: str, example: str) -> type[SourcedValue]:
+    """A SourcedValue that must lie in [low, high] ``unit``: a figure in the wrong unit
+    (TFLOP/s for FLOP/s, GB/s for bytes/s) is off by 10^3-10^12 and is refused, not used
+    (a trial's 2250 FLOP/s peak predicted a step of 3.8e10 s)."""
+
+    class PhysicalValue(SourcedValue):
+        @model_validator(mode="after")
+        def _in_range(self) -> PhysicalValue:
+            if not low <= self.value <= high:
+                raise ValueError(f"{self.value:g} {unit} is outside {low:g}..{high:g} {unit}; "
+                                 f"give it in {unit} ({example})")
+            return self
+
+    return PhysicalValue
+
+
+# Ranges that hold every accelerator and link of 2020-2030 with a factor of 10-100 to spare.
+FlopsValue = _physical(1e12, 1e18, "FLOP/s", "2,250 TFLOP/s is 2.25e15")
+MemoryBytesValue = _physical(1e9, 1e13, "bytes", "80 GB is 8e10")
+BandwidthValue = _physical(1e8, 1e14, "bytes/s", "900 GB/s is 9e11")
+LatencyValue = _physical(1e-8, 1e-2, "s", "14 us is 1.4e-5")
+RateValue = _physical(1e9, 1e16, "per s", "5 Tera-exponentials/s is 5e12")
+
+
 class SourcedCount(_Strict):
     """A positive integer with its provenance."""
 
@@ -60,13 +84,13 @@ class DeviceEntry(_Strict):
     aliases: list[NonEmptyStr] = []
     vendor: NonEmptyStr
     description: str = ""
-    peak_flops_per_s: Annotated[dict[Dtype, SourcedValue], Field(min_length=1)]
-    achievable_flops_per_s: dict[Dtype, SourcedValue] = {}
-    hbm_bytes: SourcedValue
-    hbm_bw_bytes_per_s: SourcedValue
-    scale_up_bw_bytes_per_s: SourcedValue
-    sfu_exp2_per_s: SourcedValue | None = None
-    host_link_bw_bytes_per_s: SourcedValue | None = None
+    peak_flops_per_s: Annotated[dict[Dtype, FlopsValue], Field(min_length=1)]
+    achievable_flops_per_s: dict[Dtype, FlopsValue] = {}
+    hbm_bytes: MemoryBytesValue
+    hbm_bw_bytes_per_s: BandwidthValue
+    scale_up_bw_bytes_per_s: BandwidthValue
+    sfu_exp2_per_s: RateValue | None = None
+    host_link_bw_bytes_per_s: BandwidthValue | None = None
     architecture: Architecture | None = None
     kernel_fit: NonEmptyStr | None = None
 
@@ -100,10 +124,10 @@ class SystemEntry(_Strict):
     gpus_per_node: SourcedCount
     scale_up_domain_gpus: SourcedCount
     nics_per_node: SourcedCount
-    nic_bw_bytes_per_s: SourcedValue
+    nic_bw_bytes_per_s: BandwidthValue
     scale_out_fabric: NonEmptyStr
-    scale_up_latency_s: SourcedValue
-    scale_out_latency_s: SourcedValue
+    scale_up_latency_s: LatencyValue
+    scale_out_latency_s: LatencyValue
     nccl_low_latency_protocols: SourcedFlag = SourcedFlag(
         value=True, source="NCCL default: LL, LL128 and Simple all enabled")
 
