@@ -63,9 +63,10 @@ def test_repeated_evaluations_reuse_their_memory():
     # kept: the later evaluations fault almost no page in (one evaluation touches ~10^4
     # pages); glibc's own dynamic thresholds often fault them in again (1,893 against 172 in
     # one run, ~30,000 in others) and sometimes not at all once its threshold has risen, so
-    # the default run is only an upper reference, within a few dozen pages of noise
+    # the default run is only an upper reference, within a hundred pages of noise (a CI
+    # run on a busy machine saw 59 kept against 4 default)
     assert sum(kept["faults"]) < 300
-    assert sum(kept["faults"]) <= sum(default["faults"]) + 50
+    assert sum(kept["faults"]) <= sum(default["faults"]) + 100
 
 
 def test_switched_off_by_the_environment(monkeypatch):
