@@ -6,10 +6,10 @@ import difflib
 import json
 import re
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError, model_validator
 
 from mosaic.errors import MosaicInputError
 from mosaic.yaml_errors import describe_yaml_error
@@ -90,6 +90,34 @@ def describe_validation_error(exc: ValidationError, where: str,
     more = len(exc.errors()) - 1
     suffix = f"; and {more} more problem{'s' if more > 1 else ''}" if more else ""
     return f"{where}: {field_path}: {message}{detail}{suffix}"
+
+
+def _mentions(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether ``annotation`` is, or holds (a union, list or dict of), one of ``kinds``."""
+    if annotation in kinds:
+        return True
+    if get_origin(annotation) is Literal:
+        return any(isinstance(arg, kinds) for arg in get_args(annotation))
+    return any(_mentions(arg, kinds) for arg in get_args(annotation))
+
+
+class NoBooleanNumbers(BaseModel):
+    """A model whose numeric fields refuse booleans: pydantic's lax mode reads true as 1
+    (a trial's ``run.seq_len: true`` trained sequences of one token)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            value = data.get(name)
+            values = value if isinstance(value, list) else [value]
+            if (any(isinstance(v, bool) for v in values)
+                    and _mentions(field.annotation, (int, float))
+                    and not _mentions(field.annotation, (bool,))):
+                raise ValueError(f"{name}: got {value!r}; expected a number, not a boolean")
+        return data
 
 
 def validate_mapping(schema: type[SchemaT], data: Any, where: str) -> SchemaT:

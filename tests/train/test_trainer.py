@@ -357,3 +357,20 @@ def test_a_finished_run_survives_grown_data_and_lost_metrics(tmp_path):
     assert rebuilt.smoothed_loss == done.smoothed_loss
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
     assert saved["final_loss"] is None and saved["tokens_per_s"] is None
+
+
+def test_a_diverging_run_stops_with_the_step_and_lr(tmp_path):
+    """At lr 1e30 a run printed 'loss nan' every step and exited 0 (a trial): the first
+    non-finite loss stops training with one error naming the step and the learning rate."""
+    config = train_config_from_mapping(tiny_job(optim={"lr": 1e30}), "job")
+    with pytest.raises(MosaicInputError, match=r"training diverged at step \d+: .*lr 1e\+30"):
+        train(config, tmp_path)
+
+
+@pytest.mark.parametrize(("block", "field"), [("run", "seq_len"), ("optim", "eps"),
+                                              ("ladder", "q")])
+def test_a_boolean_is_not_a_number(block, field):
+    """'run.seq_len: true' trained sequences of one token (pydantic reads true as 1; a
+    trial)."""
+    with pytest.raises(MosaicInputError, match=f"{field}: got True; expected a number"):
+        train_config_from_mapping(tiny_job(**{block: {field: True}}), "job")

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
 from mosaic.arch.ladder import (
@@ -28,7 +28,7 @@ from mosaic.arch.ladder import (
 from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
 from mosaic.errors import MosaicInputError
-from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.schedule import WSDSchedule
 
 BYTE_VOCAB = 256  # byte-level fallback: one token per byte
@@ -38,7 +38,7 @@ _UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk
                          "sliding_window")
 
 
-class _Strict(BaseModel):
+class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 
 from mosaic.arch import count_parameters
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
 from mosaic.errors import MosaicInputError
-from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
     LadderModel,
     TrainConfig,
@@ -40,7 +40,7 @@ CSV_COLUMNS = ("name", "n_total", "n_active", "sparsity", "tokens", "split_facto
                "wall_s", "tokens_per_s", "starved_experts")
 
 
-class _Strict(BaseModel):
+class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -436,6 +436,13 @@ class Trainer:
         step_time_s = time.perf_counter() - start
         micro_total = self.accumulation * context.world_size
         ce_mean, z_mean, balance_mean = (sums / micro_total).tolist()
+        if not all(math.isfinite(v) for v in (ce_mean, z_mean, balance_mean, float(grad_norm))):
+            # every rank holds the same reduced sums, so every rank stops here together
+            raise MosaicInputError(
+                f"training diverged at step {self.step}: loss {ce_mean}, z-loss {z_mean}, "
+                f"balance loss {balance_mean}, gradient norm {float(grad_norm)} at lr "
+                f"{lr:.3g}; lower optim.lr or the loss coefficients, or set optim.grad_clip "
+                "(checkpoints written before this step are kept)")
         self.step += 1
         smoothed = self.smoother.update(ce_mean)
         tokens_per_s = config.tokens_per_step / step_time_s
