@@ -92,7 +92,8 @@ def check_range(field: str, value: float | int, kind: str, *, integer: bool = Fa
     finite = isinstance(value, int) or math.isfinite(value)
     if not finite or not lo <= value <= hi:
         shown = value if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
-        why = f" ({bounds.why})" if finite and value > hi else ""
+        # the range's reason, where the range is the kind's own (a narrowed one has its own)
+        why = f" ({bounds.why})" if finite and value > hi and high is None else ""
         raise MosaicInputError(f"{field}: got {shown}; allowed: {allowed}{why}")
 
 

@@ -191,6 +191,8 @@ MAX_NODES = 2_000_000  # values in one document (aliases counted each time they 
 
 def read_text(path: str | Path, what: str = "file") -> str:
     """The UTF-8 text of ``path``, or a one-line MosaicInputError saying why not."""
+    if not str(path).strip():
+        raise MosaicInputError(f"the {what} name is empty; give a path")
     path = Path(path)
     try:
         if not path.exists():
@@ -290,9 +292,12 @@ def _shown(value: Any) -> str:
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
     """Read a YAML file whose top level is a mapping; clear errors otherwise."""
     path = Path(path)
-    data = parse_yaml(read_text(path, "YAML file"), str(path))
+    text = read_text(path, "YAML file")
+    data = parse_yaml(text, str(path))
     if data is None:
-        raise MosaicInputError(f"{path}: file is empty")
+        raise MosaicInputError(f"{path}: file is empty" if not text.strip() else
+                               f"{path}: holds only null ({text.strip()[:20]!r}); expected a "
+                               "mapping of blocks")
     if not isinstance(data, dict):
         raise MosaicInputError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

@@ -208,3 +208,38 @@ def test_an_endless_device_is_refused_at_the_size_limit():
         pytest.skip("no /dev/zero here")
     result = runner.invoke(app, ["perf", "/dev/zero"])
     assert result.exit_code == 2 and "longer than the limit" in result.output
+
+
+@pytest.mark.parametrize(("command", "line"), [
+    (["plan", "--mtbf-gpu-hours", "-5", "--checkpoint-s", "10"],
+     "error: --mtbf-gpu-hours: got -5.0; allowed: a number in 1e-06..1000000000"),
+    (["plan", "--global-batch", "auto", "--batch-rule", "tokens:abc"],
+     "error: --batch-rule 'tokens:abc': tokens:N needs a number of tokens per step, got 'abc'"),
+    (["plan", "--target-loss", "2", "--cheapest-nodes", "0,4"],
+     "error: --cheapest-nodes: got 0; allowed: an integer in 1..1048576"),
+    (["plan", "--cheapest-days", "3"],
+     "error: --cheapest-nodes and --cheapest-days are the budgets of --target-loss; give "
+     "--target-loss with them"),
+    (["explain", str(EXAMPLES / "appendix_e.yaml"), "--measured-step-time-s", "1e9"],
+     "error: --measured-step-time-s: got 1000000000.0; allowed: a number in 1e-06..1000000"),
+])
+def test_option_errors_name_the_option_and_the_value_as_typed(command, line):
+    """A trial's list: the MTBF error showed the value converted to seconds, tokens:abc said
+    'got nan', --cheapest-nodes 0 named 'nodes', --cheapest-days alone was ignored, and a
+    narrowed range quoted the wider range's reason (~30 years for 1e6 s)."""
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2
+    assert result.output.strip() == line
+
+
+def test_files_that_are_not_what_they_seem_are_named_for_what_they_are(tmp_path):
+    null = tmp_path / "null.yaml"
+    null.write_text("~\n")
+    result = runner.invoke(app, ["perf", str(null)])
+    assert "holds only null ('~')" in result.output  # was 'file is empty'
+    config = tmp_path / "config.json"
+    config.write_text('{"hidden_size": 4}')
+    result = runner.invoke(app, ["arch", "--model", str(config)])
+    assert "no model_type field" in result.output  # was 'model_type None is not supported'
+    result = runner.invoke(app, ["compare", str(EXAMPLES / "appendix_e.yaml"), str(config)])
+    assert "a .json file is read as a plan, any other as a job" in result.output

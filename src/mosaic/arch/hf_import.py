@@ -175,7 +175,8 @@ def _prefix_and_every(sparse: list[int], layers: int, where: str) -> tuple[int, 
     """(dense prefix, moe_every) of the sparse blocks, refused unless they are a dense
     prefix followed by every n-th block."""
     if not sparse:
-        raise MosaicInputError(f"{where}: no MoE block left by mlp_only_layers")
+        raise MosaicInputError(f"{where}: no MoE block left by mlp_only_layers and "
+                               f"decoder_sparse_step (of {layers} blocks)")
     prefix = sparse[0]
     every = sparse[1] - sparse[0] if len(sparse) > 1 else 1
     expected = list(range(prefix, layers, every))
@@ -300,6 +301,9 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     if not isinstance(config, Mapping):
         raise MosaicInputError(f"{where}: expected a JSON object")
     model_type = config.get("model_type")
+    if model_type is None:
+        raise MosaicInputError(f"{where}: no model_type field; a HuggingFace config.json names "
+                               f"its architecture there, one of {', '.join(SUPPORTED_TYPES)}")
     if model_type not in SUPPORTED_TYPES:
         raise MosaicInputError(
             f"{where}: model_type {model_type!r} is not supported; allowed: "

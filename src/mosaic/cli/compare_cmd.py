@@ -361,9 +361,8 @@ def compare(
     kinds = {_kind(a), _kind(b)}
     if len(kinds) != 1:
         raise MosaicInputError("compare two jobs (YAML) or two plans (JSON of `mosaic plan "
-                               f"--json`), not a {_kind(a)} ({a}) with a {_kind(b)} ({b}, "
-                               f"read as a {_kind(b)} because it is "
-                               f"{'' if _kind(b) == 'plan' else 'not '}a plan document)")
+                               f"--json`), not a {_kind(a)} ({a}) with a {_kind(b)} ({b}); "
+                               "a .json file is read as a plan, any other as a job")
     if kinds == {"plan"}:
         given = [flag for flag, value in (("--days", days), ("--goodput", goodput),
                                            ("--law", law_file), ("--calibration", calibration),

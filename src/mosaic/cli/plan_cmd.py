@@ -120,6 +120,7 @@ def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
     if mtbf_gpu_hours is None or checkpoint_s is None:
         raise MosaicInputError("the Young-Daly goodput needs both --mtbf-gpu-hours and "
                                "--checkpoint-s")
+    check_range("--mtbf-gpu-hours", mtbf_gpu_hours, "hours")  # as typed, before conversion
     return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
 
 
@@ -423,6 +424,10 @@ def _cheapest_lists(envelope: Envelope, nodes_text: str | None, days_text: str |
              sorted({max(1, envelope.n_nodes // 2), envelope.n_nodes, 2 * envelope.n_nodes}))
     days = (list(parse_floats("--cheapest-days", days_text)) if days_text else
             [envelope.days * f for f in (0.25, 0.5, 1.0, 2.0)])
+    for value in nodes:
+        check_range("--cheapest-nodes", value, "nodes", integer=True)
+    for value in days:
+        check_range("--cheapest-days", value, "days")
     return nodes, days
 
 
@@ -470,6 +475,9 @@ def plan(
     batches = parse_global_batch(global_batch)
     rule = parse_batch_rule(batch_rule)
     batch_search = global_batch.strip() == "auto" or ":" in global_batch
+    if target_loss is None and (cheapest_nodes or cheapest_days):
+        raise MosaicInputError("--cheapest-nodes and --cheapest-days are the budgets of "
+                               "--target-loss; give --target-loss with them")
     if batch_search and (target_loss is not None or versus is not None):
         raise MosaicInputError("--target-loss and --versus plan at a fixed batch; give "
                                "--global-batch N with them")

@@ -188,8 +188,11 @@ def release_outside_recipes(stack: str, release_text: str | None) -> str | None:
     release takes only the entries that hold for every release."""
     release = parse_release(release_text)
     dated = [r for r in recipes() if r.stack == stack and r.since is not None]
-    if release is None or not dated:
+    if release is None:
         return None
+    if not dated:
+        return (f"release {format_release(release)}: {stack} has no release-specific "
+                "recipes, so the release changes nothing (docs/stacks.md)")
     first = min(r.since for r in dated)
     ended = [r.until for r in dated if r.until is not None]
     last_end = max(ended) if ended else None

@@ -190,7 +190,8 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         loc = loc[2:]
     field = ".".join(str(part) for part in loc).replace(".[key]", " (key)") or "(whole entry)"
     message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "model_type" and "Sourced" in message:  # a bare number
+    # a bare number where {value, source} belongs
+    if error["type"] == "model_type" and ("Sourced" in message or "PhysicalValue" in message):
         message = "every number is written {value: NUMBER, source: \"where it comes from\"}"
     if error["type"] not in ("missing", "extra_forbidden") and not isinstance(
         error.get("input"), dict | list

@@ -97,10 +97,12 @@ def parse_batch_rule(text: str) -> BatchRule:
     if text in RULES:
         return RULES[text]
     if text.startswith("tokens:"):
+        number = text.removeprefix("tokens:")
         try:
-            tokens = float(text.removeprefix("tokens:"))
+            tokens = float(number)
         except ValueError:
-            tokens = float("nan")
+            raise MosaicInputError(f"--batch-rule {text!r}: tokens:N needs a number of tokens "
+                                   f"per step, got {number!r}") from None
         check_range("--batch-rule tokens", tokens, "tokens", low=1.0)
         return BatchRule("tokens", f"user bound of {tokens:.4g} tokens per step",
                          fixed_tokens=tokens)
