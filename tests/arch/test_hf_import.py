@@ -292,3 +292,14 @@ def test_a_huge_layer_count_is_refused_before_any_per_layer_list(tmp_path, field
     path.write_text(json.dumps(config))
     with pytest.raises(MosaicInputError, match=f"{field} is .*; allowed at most 16384"):
         load_hf_config(path)
+
+
+def test_mlp_only_layers_must_be_a_list(tmp_path):
+    """'mlp_only_layers: 0' (a scalar) read as an empty list (a trial)."""
+    import json
+
+    config = json.loads((HF / "qwen3-30b-a3b.json").read_text()) | {"mlp_only_layers": 0}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(MosaicInputError, match="mlp_only_layers must be a list of layer"):
+        load_hf_config(path)

@@ -108,7 +108,8 @@ class _Fields:
 
     def index_list(self, name: str) -> list[int]:
         """A list of non-negative integers (layer indices); absent or null = empty."""
-        value = self.config.get(name) or []
+        value = self.config.get(name)
+        value = [] if value is None else value  # (0 or "" is not a list: refused below)
         if not isinstance(value, list) or any(
                 isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value):
             raise MosaicInputError(
