@@ -79,6 +79,10 @@ def test_shapes_file_round_trip_and_errors(tmp_path):
     path.write_text("gemms: []\n")
     with pytest.raises(MosaicInputError, match="unknown section"):
         shapes_from_file(path)
+    # a file with no shapes planned zero cases without a word (a trial)
+    path.write_text("gemm: []\n")
+    with pytest.raises(MosaicInputError, match="no shapes to measure"):
+        shapes_from_file(path)
 
 
 def test_expert_loads_balanced_and_skewed():

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import yaml
 
 from mosaic.errors import MosaicInputError
+from mosaic.schema_validation import load_yaml_mapping
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PAPER_JOB = EXAMPLES / "appendix_e.yaml"  # the paper's Appendix E listing (Listing 1)
@@ -237,12 +237,7 @@ _SECTIONS: dict[str, type] = {"gemm": GemmShape, "grouped": GroupedShape,
 def shapes_from_file(path: Path) -> BenchShapes:
     """A YAML file with optional sections gemm, grouped, attention, streams (lists of
     mappings with the fields of the shape classes), peak_sizes and optimizer_params."""
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise MosaicInputError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(document, dict):
-        raise MosaicInputError(f"{path}: expected a mapping of sections")
+    document = load_yaml_mapping(path)  # the shared reader: bounded, YAML 1.2 numbers
     allowed = {*_SECTIONS, "peak_sizes", "optimizer_params", "name"}
     unknown = set(document) - allowed
     if unknown:
@@ -267,4 +262,7 @@ def shapes_from_file(path: Path) -> BenchShapes:
         if any(v < 1 for v in values):
             raise MosaicInputError(f"{path}: {key} must be integers >= 1")
         sections[key] = values
+    if not any(sections.values()):
+        raise MosaicInputError(f"{path}: no shapes to measure; give at least one entry in "
+                               f"{', '.join(_SECTIONS)}, peak_sizes or optimizer_params")
     return BenchShapes(name=str(document.get("name", path.stem)), **sections)
