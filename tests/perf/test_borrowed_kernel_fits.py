@@ -93,6 +93,21 @@ def test_a_device_without_fits_runs_the_analytical_plateau_at_its_measured_rate(
     assert borrowed_fit_rate_scale(mi300x, "bf16") == pytest.approx(expected, rel=1e-4)
 
 
+# A power-capped H100 as a user's catalog entry: a measured 660 TFLOP/s, no kernel_fit,
+# no architecture (a trial's file).
+CAPPED_H100 = """devices:
+  - name: {name}
+    vendor: NVIDIA
+    peak_flops_per_s:
+      bf16: {{value: 9.894e+14, source: datasheet}}
+    achievable_flops_per_s:
+      bf16: {{value: 6.6e+14, source: our mamf-finder run}}
+    hbm_bytes: {{value: 8.493e+10, source: nvidia-smi}}
+    hbm_bw_bytes_per_s: {{value: 3.35e+12, source: datasheet}}
+    scale_up_bw_bytes_per_s: {{value: 4.5e+11, source: datasheet}}
+"""
+
+
 def test_a_user_device_without_fits_is_costed_at_its_rate_and_says_so(tmp_path):
     """A trial's power-capped H100 (achievable 660 TFLOP/s, no kernel_fit, no architecture)
     was predicted at the stock GPU's step time with no word; now its GEMMs slow by its
@@ -101,17 +116,7 @@ def test_a_user_device_without_fits_is_costed_at_its_rate_and_says_so(tmp_path):
     from mosaic.perf.machine import device_model_notes
 
     catalog = tmp_path / "hw.yaml"
-    catalog.write_text("""devices:
-  - name: H100-capped
-    vendor: NVIDIA
-    peak_flops_per_s:
-      bf16: {value: 9.894e+14, source: datasheet}
-    achievable_flops_per_s:
-      bf16: {value: 6.6e+14, source: our mamf-finder run}
-    hbm_bytes: {value: 8.493e+10, source: nvidia-smi}
-    hbm_bw_bytes_per_s: {value: 3.35e+12, source: datasheet}
-    scale_up_bw_bytes_per_s: {value: 4.5e+11, source: datasheet}
-""")
+    catalog.write_text(CAPPED_H100.format(name="H100-capped"))
     use_catalog(catalog)
     try:
         device = get_device("H100-capped")
@@ -133,17 +138,7 @@ def test_replacing_a_fit_device_leaves_the_shipped_devices_that_use_its_fits(tmp
     from mosaic.hardware import use_catalog
 
     catalog = tmp_path / "hw.yaml"
-    catalog.write_text("""devices:
-  - name: H100-SXM-80GB
-    vendor: NVIDIA
-    peak_flops_per_s:
-      bf16: {value: 9.894e+14, source: datasheet}
-    achievable_flops_per_s:
-      bf16: {value: 6.6e+14, source: our mamf-finder run}
-    hbm_bytes: {value: 8.493e+10, source: nvidia-smi}
-    hbm_bw_bytes_per_s: {value: 3.35e+12, source: datasheet}
-    scale_up_bw_bytes_per_s: {value: 4.5e+11, source: datasheet}
-""")
+    catalog.write_text(CAPPED_H100.format(name="H100-SXM-80GB"))
     shipped_h800 = get_device("H800-SXM-80GB")
     use_catalog(catalog)
     try:
