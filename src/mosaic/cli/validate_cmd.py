@@ -428,7 +428,7 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
     """Warnings a small fit deserves: constants on their bounds, as many constants as runs,
     and held-out error above that of the calibration it started from."""
     if report["at_bounds"]:
-        typer.echo(f"note: {len(report['at_bounds'])} fitted constant(s) ended on a bound: "
+        typer.echo(f"warning: {len(report['at_bounds'])} fitted constant(s) ended on a bound: "
                    f"{', '.join(report['at_bounds'])}", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
