@@ -98,7 +98,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     if path.is_dir():  # (named as given, not as the temporary file the error would name)
         raise MosaicInputError(f"{_short(path)}: is a directory; give a file name")
     if path.is_symlink():  # write through the link to its target; the link stays a link
-        path = Path(os.path.realpath(path))
+        target = Path(os.path.realpath(path))
+        if _links_through_proc(path) or (target.exists() and not target.is_file()):
+            with _device_write(path) as temp:  # /dev/stdout -> /proc/self/fd/1, a pipe
+                yield temp
+            return
+        path = target
     if path.exists() and not path.is_file():  # /dev/null, a FIFO: written into, never replaced
         with _device_write(path) as temp:
             yield temp
@@ -122,6 +127,19 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def _links_through_proc(path: Path) -> bool:
+    """Whether a hop of the link chain from ``path`` enters /proc (/dev/stdout ->
+    /proc/self/fd/1): an open stream, which a replacement would cut off."""
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if not path.is_symlink():
+            return False
+        hop = os.readlink(path)
+        path = Path(hop) if os.path.isabs(hop) else path.parent / hop
+        if str(path).startswith("/proc/"):
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def _device_write(path: Path) -> Iterator[Path]:
     """A temporary file whose bytes go into the special file ``path`` (a device such as
@@ -133,7 +151,7 @@ def _device_write(path: Path) -> Iterator[Path]:
     try:
         yield temp
         try:
-            with open(path, "wb") as target:
+            with open(path, "ab") as target:  # append: never truncate a redirected stream
                 target.write(temp.read_bytes())
         except OSError as exc:
             raise MosaicInputError(f"{_short(path)}: cannot write there "

@@ -174,11 +174,11 @@ SafeLoader.yaml_implicit_resolvers = {
 SafeLoader.add_implicit_resolver(
     _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 # digit groups may be separated by '_' (1_000), as YAML 1.1 and Python allow
-SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?[0-9][0-9_]*$"),
+SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?[0-9]+(?:_[0-9]+)*$"),
                                  list("-+0123456789"))
 SafeLoader.add_implicit_resolver(
     _FLOAT_TAG,
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."))
 SafeLoader.add_constructor(
@@ -232,6 +232,8 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise MosaicInputError(f"{where}: JSON nested too deeply to read") from None
     except UnicodeDecodeError:
         raise MosaicInputError(f"{where}: not UTF-8 text") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise MosaicInputError(f"{where}: unreadable number ({exc})") from None
 
 
 def _short(path: Path) -> str:
@@ -248,6 +250,8 @@ def parse_yaml(text: str, where: str) -> Any:
     except RecursionError:
         raise MosaicInputError(f"{where}: YAML nested too deeply (limit {MAX_NESTING} levels)"
                                ) from None
+    except ValueError as exc:  # a scalar its constructor cannot read (!!int 0x10, 4,301 digits)
+        raise MosaicInputError(f"{where}: unreadable value ({exc})") from None
     check_document_shape(data, where)
     return data
 

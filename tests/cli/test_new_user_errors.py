@@ -326,3 +326,16 @@ def test_a_number_in_exponent_form_and_a_leading_zero_mean_what_they_say(tmp_pat
     assert result.exit_code == 0, result.output
     assert "--num-layers 10\n" in result.stdout  # not octal 8
     assert "--train-iters 15258790\n" in result.stdout  # ceil(1e12 / (64 x 1024))
+
+
+@pytest.mark.parametrize("text", ["a: 12_", "a: 1__0", "a: !!int 0x10"])
+def test_an_unreadable_number_is_one_line(text):
+    """'12_' matched the integer rule but not int() and ended in an internal error (review)."""
+    from mosaic.errors import MosaicInputError
+    from mosaic.schema_validation import parse_yaml
+
+    try:
+        value = parse_yaml(text, "test")
+    except MosaicInputError:
+        return
+    assert isinstance(value["a"], str)

@@ -94,3 +94,17 @@ def test_a_special_file_is_written_into_not_replaced(tmp_path):
     reader.join(timeout=10)
     assert received == ["through the pipe"]
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_link_into_proc_fd_is_appended_through_not_replaced(tmp_path):
+    """A link to /proc/self/fd/N (/dev/stdout) resolved to the redirect target and replaced
+    it, losing what '>>' had written (review): such a link is written through, appending."""
+    log = tmp_path / "log"
+    log.write_text("KEEP\n")
+    with open(log, "a") as handle:
+        link = tmp_path / "out"
+        link.symlink_to(f"/proc/{os.getpid()}/fd/{handle.fileno()}")
+        if not Path(os.path.realpath(link)).exists():
+            pytest.skip("no /proc here")
+        write_text_atomic(link, "NEW\n")
+    assert log.read_text() == "KEEP\nNEW\n"
