@@ -44,8 +44,8 @@ def cluster_for(spec: JobSpec) -> Cluster:
     """The catalog cluster a job names: nodes, devices filling whole nodes, or fewer devices
     than one node holds (part of one host)."""
     system = get_system(spec.system_name)
-    if (spec.nodes == 1 and spec.n_devices is not None and spec.n_devices < system.gpus_per_node
-            and system.gpus_per_node % spec.n_devices == 0):
+    if spec.nodes == 1 and spec.n_devices is not None and Cluster.is_part_of_host(
+            system, spec.n_devices):
         return Cluster.from_n_devices(system, spec.n_devices)  # part of the one host
     if spec.nodes is not None:
         cluster = Cluster(system=system, n_nodes=spec.nodes)

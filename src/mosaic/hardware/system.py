@@ -94,12 +94,17 @@ class Cluster:
                 f"got {self.n_nodes!r}"
             )
         if self.gpus_used is not None and not (
-                self.n_nodes == 1 and 1 <= self.gpus_used < self.system.gpus_per_node
-                and self.system.gpus_per_node % self.gpus_used == 0):
+                self.n_nodes == 1 and self.is_part_of_host(self.system, self.gpus_used)):
             raise MosaicInputError(
                 f"cluster of {self.system.name!r}: part of a host means one node and a "
                 f"divisor of its {self.system.gpus_per_node} GPUs, got {self.n_nodes} "
                 f"node(s) and {self.gpus_used} GPUs")
+
+    @staticmethod
+    def is_part_of_host(system: System, n_devices: int) -> bool:
+        """Whether ``n_devices`` GPUs are a job on part of one host of ``system``: fewer
+        than it holds, and a divisor of them (1, 2 or 4 of 8)."""
+        return 1 <= n_devices < system.gpus_per_node and system.gpus_per_node % n_devices == 0
 
     @classmethod
     def from_n_devices(cls, system: System, n_devices: int) -> Cluster:
@@ -108,7 +113,7 @@ class Cluster:
             raise MosaicInputError(
                 f"cluster of {system.name!r}: n_devices must be a positive integer, got "
                 f"{n_devices!r}")
-        if n_devices < system.gpus_per_node and system.gpus_per_node % n_devices == 0:
+        if cls.is_part_of_host(system, n_devices):
             return cls(system=system, n_nodes=1, gpus_used=n_devices)
         if n_devices % system.gpus_per_node:
             divisors = [d for d in range(1, system.gpus_per_node)
