@@ -351,6 +351,9 @@ def test_plan_job_file_keeps_the_token_budget(plan_json, tmp_path):
     assert "--train-iters" not in result.stdout
     result = runner.invoke(app, ["perf", str(job), "--set", "training.tokens=0"])
     assert result.exit_code == 2 and "training: tokens" in result.output
+    # past the planner's token range (1e18, limits.py): a typo, not a run
+    result = runner.invoke(app, ["perf", str(job), "--set", "training.tokens=1e30"])
+    assert result.exit_code == 2 and "less than or equal to 1000000000000000000" in result.output
 
 
 def test_cli_out_file_and_notes(tmp_path):

@@ -184,7 +184,17 @@ def _error(tmp_path: Path, text: str) -> str:
 
 def test_malformed_yaml_names_the_file_and_line(tmp_path: Path) -> None:
     message = _error(tmp_path, "devices:\n  - name: [unclosed\n")
-    assert "not valid YAML at line" in message
+    assert "malformed YAML at line" in message
+
+
+def test_a_catalog_that_is_not_text_or_nests_without_end_is_one_line(tmp_path: Path) -> None:
+    """A catalog file is read as every input is (bounded, UTF-8, nesting limit): a Latin-1
+    byte was an internal error and ``--catalog /dev/zero`` read without end (a review)."""
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"devices:\n  - name: caf\xe9\n")
+    with pytest.raises(MosaicInputError, match=r"not UTF-8 text \(byte 0xe9 at offset 22\)"):
+        load_catalog(path)
+    assert "nested deeper than 64 levels" in _error(tmp_path, "devices: " + "[" * 100 + "]" * 100)
 
 
 def test_missing_field_names_entry_and_field(tmp_path: Path) -> None:

@@ -147,3 +147,27 @@ def test_replacing_a_fit_device_leaves_the_shipped_devices_that_use_its_fits(tmp
         assert borrowed_fit_rate_scale(h800, "bf16") == pytest.approx(1.0, rel=1e-12)
     finally:
         use_catalog()
+
+
+@pytest.mark.parametrize("fit", ["MI300X", "H100-capped"])
+def test_a_kernel_fit_naming_a_device_without_fits_borrows_no_fits(tmp_path, fit):
+    """``kernel_fit: MI300X`` (no fits of its own) took the MI300X's measured fraction as the
+    reference of fits that do not exist: a device at the MI300X's fraction ran at 1.0x, about
+    1.5x the analytical plateau's rate. A fit naming the user's own fitless entry gave 1.0 and
+    no note. Both are now the analytical plateau at the device's own rate, and say so."""
+    from mosaic.hardware import use_catalog
+    from mosaic.perf.machine import device_model_notes, has_own_kernel_fits
+
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(CAPPED_H100.format(name="H100-capped") + CAPPED_H100.format(
+        name="borrower").removeprefix("devices:\n") + f"    kernel_fit: {fit}\n")
+    use_catalog(catalog)
+    try:
+        device = get_device("borrower")
+        assert not has_own_kernel_fits(device)
+        expected = (6.6e14 / 9.894e14) / ANALYTICAL_FIT_FRACTION
+        assert borrowed_fit_rate_scale(device, "bf16") == pytest.approx(expected, rel=1e-4)
+        notes = device_model_notes(device)
+    finally:
+        use_catalog()
+    assert f"its kernel_fit ({device.kernel_fit}) has none" in notes[0]

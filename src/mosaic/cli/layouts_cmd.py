@@ -163,7 +163,7 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
             if search.ranking.size else None)
     return {
         "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,
-                     "devices": cluster.n_devices,
+                     "devices": cluster.n_devices, "description": cluster.description,
                      "usable_memory_fraction": machine.usable_memory_fraction},
         "mfu_peak": mfu_peak_text(machine),
         "n_candidates": search.n_candidates,
@@ -207,8 +207,7 @@ def _print_compact_table(title: str, columns: list[str], rows: list[list[str]],
 def _render(document: dict[str, Any], capacity_gib: float) -> None:
     hardware = document["hardware"]
     console.print(
-        f"{hardware['devices']} GPUs ({hardware['nodes']} x {hardware['system']}): "
-        f"{document['n_candidates']:,} "
+        f"{hardware['description']}; {document['n_candidates']:,} "
         f"candidate layouts, {document['n_plans']:,} pass the divisibility rules, "
         f"{document['n_feasible']:,} fit in {hardware['usable_memory_fraction']:.0%} of "
         f"{capacity_gib:.1f} GiB per GPU. "

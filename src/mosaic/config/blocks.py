@@ -22,6 +22,7 @@ _WIDTH = LIMITS["width"].high
 _LAYERS = LIMITS["layers"].high
 _EXPERTS = LIMITS["experts"].high
 _DEGREE = LIMITS["parallel_degree"].high
+_TOKENS = LIMITS["tokens"].high
 
 Activation = Literal["swiglu", "geglu", "gelu", "relu", "squared_relu"]
 Sharding = Literal["none", "zero1", "zero2", "fsdp", "hsdp"]
@@ -250,7 +251,7 @@ class TrainingBlock(_Strict):
     """How long the run trains."""
 
     tokens: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
+        default=None, gt=0, le=_TOKENS, allow_inf_nan=False,
         description="tokens the run trains (a plan's D); exports write them as optimizer "
         "steps of the global batch, perf as the time those steps take")
 

@@ -10,7 +10,6 @@ import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -22,8 +21,7 @@ from pydantic import (
 )
 
 from mosaic.errors import MosaicInputError
-from mosaic.schema_validation import SafeLoader
-from mosaic.yaml_errors import describe_yaml_error
+from mosaic.schema_validation import parse_yaml, read_text
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
 # GPU generations the software defaults know (attention kernels, NCCL protocol caps, MoE
@@ -149,16 +147,8 @@ class CatalogFile(_Strict):
 
 def read_catalog_file(path: Path) -> CatalogFile:
     """Parse and validate one catalog YAML file; MosaicInputError naming file, entry, field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MosaicInputError(
-            f"{path}: cannot read hardware catalog file ({exc.strerror})"
-        ) from None
-    try:
-        raw = yaml.load(text, Loader=SafeLoader)  # YAML 1.2 numbers, as in every input
-    except yaml.YAMLError as exc:
-        raise MosaicInputError(f"{path}: not valid YAML{describe_yaml_error(exc)}") from None
+    # bounded, UTF-8, YAML 1.2 numbers, limited nesting: as every input file
+    raw = parse_yaml(read_text(path, "hardware catalog file"), str(path))
     if raw is None:
         raise MosaicInputError(f"{path}: file is empty; a hardware catalog file holds "
                                "'devices:' and/or 'systems:' lists (docs/hardware.md)")

@@ -168,8 +168,9 @@ def _fitted_device(name: str) -> Device:
 
 def has_own_kernel_fits(device: Device) -> bool:
     """Whether ``device`` runs measured kernel fits: its own (a fitted device) or, through
-    ``kernel_fit``, another's; else the analytical kernel model and generic attention."""
-    return device.kernel_fit is not None or device.name.upper() in FLASH_ATTENTION_EFFICIENCY
+    ``kernel_fit``, another's; else the analytical kernel model and generic attention. A
+    ``kernel_fit`` naming a device without fits (an MI300X, a user's own entry) gives none."""
+    return (device.kernel_fit or device.name).upper() in SM_COUNT
 
 
 def borrowed_fit_rate_scale(device: Device, dtype: str) -> float:
@@ -186,19 +187,13 @@ def borrowed_fit_rate_scale(device: Device, dtype: str) -> float:
     A device with no fits at all (no ``kernel_fit``, e.g. a user's power-capped part or an
     MI300X) borrows the analytical plateau, fitted on :data:`ANALYTICAL_GEMM_FIT_DEVICES`:
     its measured fraction over theirs (their mean), so a measured rate is never ignored."""
-    if device.kernel_fit is not None and device.kernel_fit.upper() == device.name.upper():
-        return 1.0
-    if device.kernel_fit is None:
-        if has_own_kernel_fits(device):
-            return 1.0
-
+    if not has_own_kernel_fits(device):
         def reference_fraction(lane: str) -> float | None:
             return _analytical_fit_fraction(lane)
+    elif device.kernel_fit is None or device.kernel_fit.upper() == device.name.upper():
+        return 1.0
     else:
-        try:
-            reference = _fitted_device(device.kernel_fit)
-        except MosaicInputError:  # fits named after a user's own device: none measured
-            return 1.0
+        reference = _fitted_device(device.kernel_fit)
 
         def reference_fraction(lane: str) -> float | None:
             return _achieved_fraction(reference, lane)
@@ -220,7 +215,9 @@ def device_model_notes(device: Device) -> list[str]:
                 "to scale it)" if scale == 1.0 else
                 f"at the analytical plateau of B200 and H100 scaled by its measured "
                 f"achievable rate ({scale:.3f}x)")
-        notes.append(f"device {device.name} has no kernel fits and names no kernel_fit: "
+        named = ("names no kernel_fit" if device.kernel_fit is None else
+                 f"its kernel_fit ({device.kernel_fit}) has none")
+        notes.append(f"device {device.name} has no kernel fits and {named}: "
                      f"GEMMs {rate}, attention at the generic flash-attention efficiency; "
                      "set kernel_fit (B200, H200, H100, A100) in its catalog entry to use the "
                      "nearest device's measured fits (docs/hardware.md)")
