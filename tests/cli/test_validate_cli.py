@@ -257,3 +257,7 @@ def test_a_memory_figure_above_the_device_is_flagged(tmp_path):
     (entry,) = doc["aggregate"]["implausible_measurements"]
     assert entry["id"] == "memory-in-mib"
     assert "73,216 GiB per GPU is more than the device's 95.0 GiB" in entry["reason"]
+    # calibrate names it too, in the same words (it checked throughput only; a review)
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
+                                 "--cv", "none", "--json"])
+    assert json.loads(result.stdout)["implausible_measurements"] == [entry]

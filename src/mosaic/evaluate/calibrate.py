@@ -32,7 +32,7 @@ from scipy.optimize import least_squares
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.plausibility import implausible_reason
+from mosaic.evaluate.plausibility import implausible_record_reason
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import predict_step
@@ -149,14 +149,18 @@ def record_baselines(records: Sequence[RunRecord], base: Calibration,
 
 def implausible_measurements(baselines: RecordBaselines, records: Sequence[RunRecord]
                              ) -> dict[str, str]:
-    """Run id -> why its measurement looks mis-entered, as `mosaic validate` words it, judged
-    against the uncalibrated prediction (a factor of ten is far beyond any fitted constant)."""
+    """Run id -> why its measurement (throughput or memory) looks mis-entered, as `mosaic
+    validate` words it, judged against the uncalibrated prediction (a factor of ten is far
+    beyond any fitted constant)."""
     by_id = {r.id: r for r in records}
     found = {}
     for i, run_id in enumerate(baselines.ids):
         ratio = float(baselines.analytic_step_time_s[i] / baselines.measured_step_time_s[i])
-        reason = implausible_reason(by_id[run_id].measured_tokens_per_s_per_gpu, ratio,
-                                    float(baselines.analytic_lane_mfu_with_attention[i]))
+        record = by_id[run_id]
+        reason = implausible_record_reason(
+            record.measured_tokens_per_s_per_gpu, ratio,
+            float(baselines.analytic_lane_mfu_with_attention[i]),
+            record.measured_memory_bytes, record.system.device.hbm_bytes)
         if reason is not None:
             found[run_id] = reason
     return found

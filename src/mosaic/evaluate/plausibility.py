@@ -85,3 +85,20 @@ def implausible_memory_reason(measured_memory_bytes: float, hbm_bytes: float) ->
         return None
     return (f"measured memory {measured_memory_bytes / GIB:,.6g} GiB per GPU is more than the "
             f"device's {hbm_bytes / GIB:.1f} GiB: MiB or bytes given as GiB?")
+
+
+def implausible_record_reason(measured_tokens_per_s_per_gpu: float | None,
+                              throughput_ratio: float,
+                              predicted_lane_mfu_with_attention: float,
+                              measured_memory_bytes: float | None, hbm_bytes: float
+                              ) -> str | None:
+    """Why a run record's measurements look mis-entered, throughput and memory joined by
+    '; ' (the one wording of `validate` and `calibrate`), or None."""
+    reasons = [
+        None if measured_tokens_per_s_per_gpu is None else implausible_reason(
+            measured_tokens_per_s_per_gpu, throughput_ratio,
+            predicted_lane_mfu_with_attention),
+        None if measured_memory_bytes is None else implausible_memory_reason(
+            measured_memory_bytes, hbm_bytes)]
+    found = [reason for reason in reasons if reason is not None]
+    return "; ".join(found) if found else None

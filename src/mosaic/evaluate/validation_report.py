@@ -16,7 +16,7 @@ import numpy as np
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.plausibility import implausible_memory_reason, implausible_reason
+from mosaic.evaluate.plausibility import implausible_record_reason
 from mosaic.perf.accuracy import (
     max_abs_error,
     median_abs_error,
@@ -57,14 +57,11 @@ class RunPrediction:
         plausibility`), or None."""
         record = self.record
         measured = record.measured_tokens_per_s_per_gpu
-        reasons = [
-            None if measured is None else implausible_reason(
-                measured, measured / self.predicted_tokens_per_s_per_gpu,
-                self.predicted_lane_mfu_with_attention),
-            None if record.measured_memory_bytes is None else implausible_memory_reason(
-                record.measured_memory_bytes, record.system.device.hbm_bytes)]
-        found = [reason for reason in reasons if reason is not None]
-        return "; ".join(found) if found else None
+        return implausible_record_reason(
+            measured, math.nan if measured is None
+            else measured / self.predicted_tokens_per_s_per_gpu,
+            self.predicted_lane_mfu_with_attention, record.measured_memory_bytes,
+            record.system.device.hbm_bytes)
 
     @property
     def error(self) -> float | None:
