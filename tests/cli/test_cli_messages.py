@@ -186,6 +186,23 @@ def test_mosaics_own_warnings_name_no_source_line(tmp_path):
     assert line.startswith(f"warning: {job}: deprecated spellings") and ".py:" not in line
 
 
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["perf", ""], "error: argument 2 (after perf) is empty; give a file, a name or a value"),
+    (["arch", "--config", " "], "error: argument 3 (after --config) is empty"),
+    (["perf", "examples/appendix_e.yaml", "--out="], "error: option --out was given an empty "
+     "value"),
+])
+def test_an_empty_argument_is_named_not_read_as_the_current_directory(argv, expected):
+    """`perf ""` answered '.: is a directory' (the parser reads an empty path as '.')."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", "from mosaic.cli.main import main; main()",
+                             *argv], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and result.stderr.startswith(expected), result.stderr
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("command", [
     ["arch", "--model", "{deep}"], ["report", "{deep}"], ["export", "{deep}", "--to", "megatron"],
     ["compare", "{deep}", "{deep}"], ["law", "predict", "--law", "{deep}", "--q", "4",

@@ -216,6 +216,20 @@ def _flush_warnings(exit_code: int) -> None:
     _held_warnings.clear()
 
 
+def _empty_argument(argv: list[str]) -> str | None:
+    """What is wrong with an empty argument, or None: no mosaic argument or option value is
+    empty, and the command line parser reads an empty path as '.' (`perf ""` said
+    '.: is a directory')."""
+    for index, argument in enumerate(argv):
+        if argument.startswith("--") and argument.endswith("=") and "=" not in argument[:-1]:
+            return f"option {argument[:-1]} was given an empty value"
+        if argument.strip():
+            continue
+        after = f" (after {argv[index - 1]})" if index else ""
+        return f"argument {index + 1}{after} is empty; give a file, a name or a value"
+    return None
+
+
 def main() -> None:
     """Console entry point: usage errors (unknown option, unparsable value) as one line.
 
@@ -223,6 +237,10 @@ def main() -> None:
     reported as one line (exit status 1) unless MOSAIC_DEBUG=1 asks for the traceback.
     """
     warnings.showwarning = _warning_line
+    empty = _empty_argument(sys.argv[1:])
+    if empty is not None:
+        _one_line(f"error: {empty}")
+        sys.exit(2)
     try:
         code = app(standalone_mode=False)
     except typer.Abort:
