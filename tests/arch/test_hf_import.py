@@ -93,6 +93,18 @@ def test_gpt_oss_20b():
     assert c.attention_per_layer == 2 * 2880 * 4096 + 2 * 2880 * 512 + 4096 + 1024 + 2880 + 64
 
 
+def test_gpt_oss_top_k_stated_twice_must_agree():
+    """gpt-oss's config.json gives top-k as num_experts_per_tok and experts_per_token (4,
+    4); an edited file where they differ was read from the first without a word."""
+    config = json.loads((HF / "gpt-oss-20b.json").read_text())
+    assert geometry_from_hf_config(config).moe.top_k == 4
+    with pytest.raises(MosaicInputError, match=r"num_experts_per_tok \(4\) and "
+                       r"experts_per_token \(2\) disagree"):
+        geometry_from_hf_config({**config, "experts_per_token": 2})
+    del config["num_experts_per_tok"]
+    assert geometry_from_hf_config({**config, "experts_per_token": 2}).moe.top_k == 2
+
+
 def test_qwen2_moe_shared_expert_gate():
     """Qwen1.5-MoE-A2.7B (Qwen blog, 2024): 14.3 B total, 2.7 B activated; q/k/v biases,
     one shared expert of width 5632 with a sigmoid gate."""

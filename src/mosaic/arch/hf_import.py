@@ -388,6 +388,11 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
     width = fields.int("intermediate_size")
     top_k = fields.int("num_experts_per_tok", config.get("experts_per_token"))
+    if "experts_per_token" in config and config["experts_per_token"] != top_k:
+        # gpt-oss's released config.json states both (4 and 4); HF reads num_experts_per_tok
+        raise MosaicInputError(
+            f"{fields.where}: num_experts_per_tok ({top_k}) and experts_per_token "
+            f"({config['experts_per_token']!r}) disagree; the config states top-k twice")
     moe = MoEConfig(experts=fields.int("num_local_experts"), top_k=top_k, expert_ffn=width,
                     expert_bias=True, router_bias=True)
     return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe,
