@@ -51,6 +51,20 @@ def test_grid_expands_the_admissible_product(tmp_path):
         load_grid(path, scale=2)
 
 
+def test_two_budgets_that_round_to_one_rung_name_are_refused(tmp_path):
+    """Rungs are named with their budget to three digits: 512 and 512.4 tokens were both
+    q1_E4_K1_G1_D512, and the second replaced the first without a word."""
+    path = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4],
+                            "top_k": [1], "split_factor": [1], "tokens": [512, 512.4]})
+    with pytest.raises(MosaicInputError, match="both be named q1_E4_K1_G1_D512"):
+        load_grid(path)
+    same = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4],
+                            "top_k": [1], "split_factor": [1], "tokens": [512],
+                            "runs": [{"q": 1, "experts": 4, "top_k": 1, "split_factor": 1,
+                                      "tokens": 512}]})
+    assert [job.name for job in load_grid(same)] == ["q1_E4_K1_G1_D512"]  # one rung twice
+
+
 def test_paper_width_grid_uses_the_arch_ladder(tmp_path):
     from mosaic.arch import ladder_geometry
 

@@ -141,6 +141,10 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         check_schedule(config, where)
         name = (rung_name(q, experts, top_k, split, tokens) if kind == "D"
                 else f"q{q}_E{experts}_K{top_k}_G{split}_T{budget:g}")
+        if name in jobs and jobs[name].config != config:  # budgets equal to 3 digits
+            raise MosaicInputError(f"{where}: two rungs would both be named {name} (token "
+                                   "budgets equal to three significant digits); make them "
+                                   "differ more or drop one")
         jobs[name] = LadderJob(name, config)
     if not jobs:
         raise MosaicInputError(f"{path}: every grid point was inadmissible (K > E, G not "
