@@ -144,6 +144,15 @@ def test_tables_are_not_cut_when_redirected():
                           capture_output=True, text=True, env=env, check=True).stdout
     assert "…" not in perf
     assert "tp=1, pp=16, vpp=1, cp=1, dp=32, ep=8, etp=1, micro_batch=2" in perf
+    # prose values (sources) wrap at 120 columns instead of padding every line to the
+    # longest (2,826 columns for B200), and nothing of them is lost
+    shown = subprocess.run([sys.executable, "-c", code, "hardware", "show", "B200"],
+                           capture_output=True, text=True, env=env, check=True).stdout
+    assert max(len(line) for line in shown.splitlines()) <= 120
+    assert "…" not in shown
+    flat = " ".join(part.strip(" │") for line in shown.splitlines()
+                    for part in line.split("│")[2:3])
+    assert "stas00/ml-engineering compute/accelerator/README.md MAMF table" in flat
 
 
 def test_plan_on_a_user_gpu_through_the_root_option(user_catalog):

@@ -54,14 +54,23 @@ def print_json(payload: Mapping[str, Any]) -> None:
     typer.echo(json.dumps(to_jsonable(payload), indent=2))
 
 
+# A key-value table holds prose (sources, notes) as well as numbers: off a terminal it is
+# wrapped at this width rather than padded to its longest cell (2,800 columns a line for
+# `hardware show B200 > file`), and prose values are left-aligned.
+KEY_VALUE_REDIRECTED_WIDTH = 120
+PROSE_VALUE_CHARS = 60
+
+
 def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
     """Render a two-column table for humans."""
+    prose = any(len(value) > PROSE_VALUE_CHARS for _, value in rows)
     table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("quantity", style="bold")
-    table.add_column("value", justify="right")
+    table.add_column("quantity", style="bold", no_wrap=True)
+    table.add_column("value", justify="left" if prose else "right")
     for key, value in rows:
         table.add_row(key, value)
-    console.print(table)
+    console.print(table, width=(None if console.is_terminal or "COLUMNS" in os.environ
+                                else KEY_VALUE_REDIRECTED_WIDTH))
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
