@@ -184,7 +184,7 @@ def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
     from mosaic.perf.kernels import memory_bound_time_s
     from mosaic.perf.layer_costs import (
         _ffn_streaming_bytes,
-        _per_op_sac_moe_matmul_shares,
+        per_op_sac_moe_matmul_shares,
         attention_times,
         dense_block_times,
         gemm_s,
@@ -216,7 +216,7 @@ def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
                + up / 2 + attention.streaming_forward + activation)
     block = dense_block_times(machine, workload, plan)
     assert block.selective_recompute[0] == pytest.approx(by_hand[0], rel=1e-12)
-    gate, _ = _per_op_sac_moe_matmul_shares(workload, plan)
+    gate, _ = per_op_sac_moe_matmul_shares(workload, plan)
     assert gate == (1.0 if q_lora_rank else 0.0)
 
 

@@ -264,3 +264,58 @@ def test_hfu_counts_the_modules_a_selective_recompute_repeats():
     assert hfu_flops_per_token(("moe",)) == pytest.approx(base + moe, rel=1e-9)
     assert hfu_flops_per_token(("core_attn",)) == pytest.approx(base + 2 * 16 * 2048 * 2049,
                                                                 rel=1e-9)
+
+
+def _hfu_flops_per_token(workload: Workload, checkpointing: Checkpointing) -> float:
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
+    plans = single_plan(dp=8, micro_batch=1, sharding=Sharding.FSDP,
+                        checkpointing=checkpointing)
+    p = predict_step(workload, plans, machine, CALIBRATION)
+    tokens = workload.global_batch * workload.seq_len
+    return float(p.hfu[0] * p.step_time_s[0] * machine.mfu_peak_flops_per_s * 8 / tokens)
+
+
+def test_hfu_counts_the_matmuls_per_op_sac_repeats():
+    """torchtitan's per-op SAC recomputes every second aten.mm of a block (save list:
+    pytorch/torchtitan models/*/infra/parallelize.py) and HFU counted none of it. By hand,
+    Llama-3-8B (d 4096, 32 query and 8 KV heads of 128, GLU FFN 14336, 32 blocks): the
+    2nd and 4th matmuls K (4096 x 1024) and O (4096 x 4096), then the 6th, W3 (4096 x
+    14336): 2 FLOPs each per token, 2 x 32 x 79,691,776 = 5.10 GFLOP a token."""
+    from mosaic.arch.hf_import import load_hf_config
+
+    geometry = load_hf_config(EXAMPLES / "hf" / "llama-3-8b.json")
+    workload = Workload(geometry=geometry, global_batch=8, seq_len=8192, stack="torchtitan")
+    by_hand = 2 * 32 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336)
+    extra = (_hfu_flops_per_token(workload, Checkpointing.SELECTIVE)
+             - _hfu_flops_per_token(workload, Checkpointing.NONE))
+    assert extra == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_hfu_counts_the_routed_experts_per_op_sac_never_saves():
+    """An MoE block under per-op SAC: the grouped expert GEMMs are not on the save list, so
+    the top-k routed experts run again; the gate is the 5th matmul after Q, K, V, O and is
+    saved. Qwen3-30B-A3B by hand (d 2048, 32 query and 4 KV heads of 128, 48 blocks, top-8
+    of 128 experts of width 768): per block K 2048 x 512 and O 4096 x 2048, and 8 experts
+    of 3 x 2048 x 768: 2 x 48 x (1,048,576 + 8,388,608 + 37,748,736) = 4.53 GFLOP a token."""
+    from mosaic.arch.hf_import import load_hf_config
+
+    geometry = load_hf_config(EXAMPLES / "hf" / "qwen3-30b-a3b.json")
+    workload = Workload(geometry=geometry, global_batch=8, seq_len=4096, stack="torchtitan")
+    by_hand = 2 * 48 * (2048 * 512 + 4096 * 2048 + 8 * 3 * 2048 * 768)
+    extra = (_hfu_flops_per_token(workload, Checkpointing.SELECTIVE)
+             - _hfu_flops_per_token(workload, Checkpointing.NONE))
+    assert extra == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_hfu_counts_the_attention_forward_a_save_dots_policy_repeats():
+    """MaxText's minimal_flash policy saves the matmul outputs and the attention context;
+    the flash kernel's forward runs again for its softmax statistics: 2·L·d_attn·(s + 1) per
+    token, a third of causal attention's 6·L·d_attn·(s + 1). Llama-3-8B at s = 8192:
+    2 x 32 x 4096 x 8193."""
+    from mosaic.arch.hf_import import load_hf_config
+
+    geometry = load_hf_config(EXAMPLES / "hf" / "llama-3-8b.json")
+    workload = Workload(geometry=geometry, global_batch=8, seq_len=8192, stack="jax-xla")
+    extra = (_hfu_flops_per_token(workload, Checkpointing.SELECTIVE)
+             - _hfu_flops_per_token(workload, Checkpointing.NONE))
+    assert extra == pytest.approx(2 * 32 * 4096 * 8193, rel=1e-6)

@@ -470,22 +470,29 @@ def _mla_input_projection_flops(workload: Workload, plans: ParallelPlans
     return [fan_in * width for fan_in, width in mla_input_projections(workload, plans)]
 
 
-def _per_op_sac_attention_recompute(workload: Workload, plans: ParallelPlans,
-                                    attention: AttentionTimes) -> np.ndarray:
-    """Forward time per-op selective checkpointing recomputes in a block's attention part:
-    the 2nd, 4th, ... matmuls, those ``memory._per_op_sac_attention_bytes`` does not save.
-    GQA/MHA (Q, K, V, O): K, by its FLOP share of the fused QKV GEMM, and the output
-    projection. MLA: wq_b and wkv_b after a compressed query (wq_a, wq_b, wkv_a, wkv_b, wo),
-    else wkv_a and wo (wq, wkv_a, wkv_b, wo), by FLOP share of the lumped projections."""
+def per_op_sac_attention_recomputed(workload: Workload, plans: ParallelPlans
+                                    ) -> tuple[np.ndarray, bool]:
+    """(FLOP share of the input projections, whether the output projection) per-op
+    selective checkpointing recomputes in a block's attention part: the 2nd, 4th, ...
+    matmuls, those ``memory._per_op_sac_attention_bytes`` does not save. GQA/MHA (Q, K, V,
+    O): K, by its FLOP share of the fused QKV GEMM, and the output projection. MLA: wq_b and
+    wkv_b after a compressed query (wq_a, wq_b, wkv_a, wkv_b, wo), else wkv_a and wo (wq,
+    wkv_a, wkv_b, wo), by FLOP share of the lumped projections."""
     if workload.geometry.attention is AttentionKind.MLA:
         flops = _mla_input_projection_flops(workload, plans)
         recomputed = sum(flops[1::2], np.zeros(len(plans))) / sum(flops)
-        output_recomputed = len(flops) % 2 == 1  # wo is the len(flops)-th matmul
-        return (recomputed * attention.qkv_forward
-                + (attention.output_forward if output_recomputed else 0.0))
+        return recomputed, len(flops) % 2 == 1  # wo is the len(flops)-th matmul
     widths = attention_widths(workload)
-    key_share = widths.key_value / 2 / widths.projection
-    return key_share * attention.qkv_forward + attention.output_forward
+    return np.full(len(plans), widths.key_value / 2 / widths.projection), True
+
+
+def _per_op_sac_attention_recompute(workload: Workload, plans: ParallelPlans,
+                                    attention: AttentionTimes) -> np.ndarray:
+    """Forward time per-op selective checkpointing recomputes in a block's attention part
+    (:func:`per_op_sac_attention_recomputed`)."""
+    share, output_recomputed = per_op_sac_attention_recomputed(workload, plans)
+    return (share * attention.qkv_forward
+            + (attention.output_forward if output_recomputed else 0.0))
 
 
 def _attention_matmul_count(workload: Workload, plans: ParallelPlans) -> int:
@@ -496,8 +503,8 @@ def _attention_matmul_count(workload: Workload, plans: ParallelPlans) -> int:
     return 4
 
 
-def _per_op_sac_moe_matmul_shares(workload: Workload, plans: ParallelPlans
-                                  ) -> tuple[float, float]:
+def per_op_sac_moe_matmul_shares(workload: Workload, plans: ParallelPlans
+                                 ) -> tuple[float, float]:
     """(router gate, shared experts) forward shares per-op SAC recomputes in an MoE block:
     the matmuls after the attention part are the gate then the shared experts' W1, W3, W2
     (W1, W2 without a GLU; equal FLOPs each), and every second one by the block's running
@@ -818,7 +825,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         # experts, the attention part's unsaved matmuls, every second of the router gate
         # and shared-expert matmuls continuing the count, and every element-wise kernel
         # (memory.per_op_sac_moe_bytes saves the rest).
-        gate_share, shared_share = _per_op_sac_moe_matmul_shares(workload, plans)
+        gate_share, shared_share = per_op_sac_moe_matmul_shares(workload, plans)
         selective = (_per_op_sac_attention_recompute(workload, plans, attention) + mlp_fwd
                      + gate_share * router_gemm + shared_share * shared_fwd
                      + attention.streaming_forward + moe_stream_fwd + cast_fwd)

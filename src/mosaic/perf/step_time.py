@@ -37,11 +37,7 @@ from mosaic.arch import (
     lm_head_flops_per_token,
 )
 from mosaic.arch.counts import hybrid_mixer_parameters
-from mosaic.arch.flops import (
-    TRAIN_TO_FORWARD_FLOPS,
-    attention_flops_per_token,
-    sequence_mixing_flops_per_token,
-)
+from mosaic.arch.flops import sequence_mixing_flops_per_token
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
@@ -86,6 +82,7 @@ from mosaic.perf.memory import (
 )
 from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
+from mosaic.perf.recompute_flops import selective_recompute_flops_per_token
 from mosaic.perf.routing_load import expert_counts_reach_host, routed_load_factor
 from mosaic.perf.schedule import (
     Stage,
@@ -266,42 +263,6 @@ def _slowest(stages: list[StageCandidate]) -> StageCandidate:
         best_moe = np.where(slower, moe_blocks, best_moe)
         best_vocab = np.where(slower, vocab, best_vocab)
     return best_terms, best_blocks, best_moe, best_vocab
-
-
-def selective_module_recompute_flops_per_token(workload: Workload) -> float:
-    """Forward GEMM and attention FLOPs per token that a module-list selective recompute
-    repeats (SelectiveRecompute.ATTENTION_CORE: Megatron-Core ``recompute_modules``, the
-    modules layer_costs.recompute_modules_forward_s times), 2 FLOPs a parameter: core_attn
-    the causal attention core's forward, mla_up_proj MLA's up-projections (latent -> heads),
-    mlp the dense FFNs, moe the top-k routed experts with the shared experts and the router,
-    shared_experts the shared experts alone; layernorm and moe_act are element-wise. Other
-    policies (per-op SAC, saved matmuls) repeat no counted FLOPs here."""
-    if workload.traits.selective_recompute is not SelectiveRecompute.ATTENTION_CORE:
-        return 0.0
-    geometry = workload.geometry
-    counts = count_parameters(geometry)
-    chosen = set(workload.selective_recompute_modules)
-    if "moe" in chosen:
-        chosen -= {"moe_act", "shared_experts"}
-    forward = 2.0  # FLOPs per parameter per token, forward (Kaplan et al. 2020, Sec. 2.1)
-    flops = 0.0
-    if "core_attn" in chosen:
-        flops += attention_flops_per_token(geometry, workload.seq_len) / TRAIN_TO_FORWARD_FLOPS
-    mla = geometry.mla
-    if "mla_up_proj" in chosen and geometry.attention is AttentionKind.MLA and mla is not None:
-        up = (geometry.heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
-              * (mla.q_lora_rank or geometry.d_model)
-              + geometry.heads * (mla.qk_nope_head_dim + mla.v_head_dim) * mla.kv_lora_rank)
-        flops += forward * up * counts.attention_layers
-    if "mlp" in chosen:
-        flops += forward * counts.dense_layers * counts.dense_ffn_per_layer
-    if "moe" in chosen:
-        flops += forward * counts.moe_layers * (counts.top_k * counts.routed_expert
-                                                + counts.shared_experts_per_layer
-                                                + counts.router_per_layer)
-    if "shared_experts" in chosen:
-        flops += forward * counts.moe_layers * counts.shared_experts_per_layer
-    return float(flops)
 
 
 def _recomputed_elementwise_s(workload: Workload, plans: ParallelPlans,
@@ -1117,11 +1078,11 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks
         recompute_share = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
                                    workload.checkpointed_block_fraction / 3, recompute_share)
-    module_recompute_flops = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
-                                      selective_module_recompute_flops_per_token(workload)
-                                      * tokens, 0.0)
+    selective_recompute_flops = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
+                                         selective_recompute_flops_per_token(workload)
+                                         * tokens, 0.0)
     hardware_flops = ((model_flops + attention_flops) * (1 + recompute_share)
-                      + module_recompute_flops + lm_head_flops_per_token(geometry) * tokens)
+                      + selective_recompute_flops + lm_head_flops_per_token(geometry) * tokens)
     memory_total = total_memory_bytes(memory)
     feasible, overshoot = feasibility(memory_total, machine.hbm_bytes,
                                      machine.usable_memory_fraction)
