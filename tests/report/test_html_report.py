@@ -142,7 +142,7 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     layouts = (tmp_path / "layouts.html").read_text()
     assert "Why the other layouts are infeasible" in layouts and "must divide" in layouts
     # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
-    assert "64 GPUs: 8 × p6-b200.48xlarge" in layouts
+    assert "64 GPUs: 8 x p6-b200.48xlarge" in layouts
     assert "512 GPUs: 64 x p6-b200.48xlarge" in (tmp_path / "perf.html").read_text()
 
 
