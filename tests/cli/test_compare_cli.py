@@ -109,7 +109,8 @@ def test_two_jobs(job_b):
     assert doc["assumed"] == ["goodput 1, every second of the window training (--goodput)"]
     assert summary["goodput"]["a"] == summary["goodput"]["b"] == 1.0
     said = " ".join(table.stdout.split())
-    assert "Assumed where not given: a training window of 20 days for both jobs (--days)" in said
+    assert ("Assumed where not given: a training window of 20 days for a job without "
+            "training.tokens (--days)") in said
     stated = invoke_json("compare", str(JOB), str(job_b), "--days", "10", "--goodput", "0.8")
     assert stated["assumed"] == []
     tokens = {row["quantity"]: row for row in stated["summary"]}["tokens"]["a"]
@@ -264,3 +265,27 @@ def test_a_currency_without_a_price_is_refused_not_a_relabelled_usd_cost(plans):
     assert doc["currency"] == "EUR"
     assert {row["quantity"]: row for row in doc["summary"]}["cost"]["a"] == pytest.approx(
         5 * 24 * 64 * 2)
+
+
+def test_a_job_that_states_its_tokens_is_compared_at_them(tmp_path):
+    """An exported plan states training.tokens; compare ignored them and put the job at a
+    20-day window (another D, another loss) while perf used them (a trial). The stated D
+    is used and the window is the time its steps take: steps x step time / goodput."""
+    document = yaml.safe_load(JOB.read_text())
+    document["training"] = {"tokens": 1.0e12}
+    stated = tmp_path / "stated.yaml"
+    stated.write_text(yaml.safe_dump(document))
+    compared = invoke_json("compare", str(stated), str(JOB), "--goodput", "0.9")
+    a, b = compared["a"], compared["b"]
+    assert a["tokens_stated"] and not b["tokens_stated"]
+    assert a["tokens"] == 1.0e12
+    steps = -(-1.0e12 // (8192 * 8192))  # whole steps of gbs 8192 x seq 8192
+    assert a["days"] == pytest.approx(steps * a["step_time_s"] / 86_400 / 0.9, rel=1e-9)
+    assert a["loss"] == pytest.approx(float(default_law().predict(
+        a["n_total"], 1.0e12, 1 - a["n_active"] / a["n_total"],
+        load_job(JOB).workload.geometry.split_factor)), rel=1e-9)
+    assert b["days"] == 20.0 and any("20 days" in text for text in compared["assumed"])
+    result = runner.invoke(app, ["compare", str(stated), str(stated)])
+    assert result.exit_code == 0, result.output
+    assert "(stated): the job's training.tokens" in result.stdout
+    assert "20 days" not in result.stdout  # no window was assumed for either

@@ -114,6 +114,17 @@ def test_plan_page_states_the_stack_and_memory_in_gib(plan_files):
             in html)
 
 
+def test_plan_page_says_where_the_law_extrapolates(plan_files):
+    """The CLI and compare named the optimum's law inputs outside the fitted range; the
+    report page, the one for readers who do not run the CLI, said nothing (a trial)."""
+    document, html_path = plan_files
+    flags = document["optimum"]["extrapolation"]["flags"]
+    assert flags  # this small cluster's optimum trains past the law's token range
+    html = html_path.read_text()
+    for flag in flags:
+        assert flag["message"] in html
+
+
 def test_report_command_redraws_the_same_page(plan_files, tmp_path):
     """`mosaic report plan.json` draws exactly the page `mosaic plan --html` wrote."""
     _, html_path = plan_files
@@ -144,6 +155,15 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
     assert "64 GPUs: 8 x p6-b200.48xlarge" in layouts
     assert "512 GPUs: 64 x p6-b200.48xlarge" in (tmp_path / "perf.html").read_text()
+    # the page header too (it put the GPU count where the node count goes: '512 ×
+    # p6-b200.48xlarge' for 64 nodes; a trial)
+    for kind, cluster in (("layouts", "64 GPUs: 8 x"), ("perf", "512 GPUs: 64 x")):
+        header = (tmp_path / f"{kind}.html").read_text().split('<header class="page">')[1]
+        assert f"{cluster} p6-b200.48xlarge" in header.split("</header>")[0]
+    # the law's range warnings of each sweep point's optimum (the sweep printed none)
+    sweep = (tmp_path / "sweep.html").read_text()
+    assert 'id="extrapolation-table"' in sweep and "days 10" in sweep
+    assert "above the fitted range" in sweep
 
 
 def test_layouts_json_carries_the_best_breakdowns_and_the_report_draws_them(tmp_path):

@@ -97,6 +97,12 @@ def test_infeasible_layout_shows_its_reason(page, studio, browser):
     expected = f"out of memory by {over:.2f} GiB"
     browser.wait_for(lambda: expected in text(page, "m-verdict"),
                      what="the out-of-memory verdict")
+    # the overshoot is against the usable share, and the verdict says that share (it gave
+    # the whole device's 178.4 GiB beside an overshoot over 160.5; a trial)
+    prediction = body["prediction"]
+    usable = prediction["usable_memory_fraction"] * prediction["memory_capacity_gib"]
+    assert f"{usable:.1f} GiB usable per GPU" in text(page, "m-verdict")
+    assert f"of {usable:.1f} GiB usable (90% of" in text(page, "m-memory")
     assert "bad" in page.execute_script("return document.getElementById('m-verdict').className")
     page.execute_script("document.getElementById('m-verdict').scrollIntoView()")
     browser.screenshot(page, "studio_infeasible")

@@ -92,8 +92,12 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     doc = prediction_document(result, calibration)
     counts = count_parameters(spec.workload.geometry)
     gpus = doc["hardware"]["devices"]
-    # D = tokens/s x T_train x goodput (paper Eq. 25)
-    tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
+    training = doc.get("training")
+    if training is not None:  # the job's own D: the window is the time its steps take
+        tokens = float(training["tokens"])
+        days = training["compute_days"] / goodput
+    else:  # D = tokens/s x T_train x goodput (paper Eq. 25)
+        tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
     loss, flags = _loss_and_flags(spec.workload.geometry, tokens, law)
     gpu_hours = gpus * days * 24.0
     return {
@@ -108,6 +112,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
                                       doc["usable_memory_fraction"], doc["overshoot_gib"]),
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "goodput": goodput, "tokens": tokens, "loss": loss,
+        "tokens_stated": training is not None,
         "law_extrapolation": flags,
         # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
         **({"loss_note": NO_HYBRID_LOSS} if loss is None else {}),
@@ -281,7 +286,8 @@ def _marks(quantity: str, side: dict[str, Any]) -> str:
     if quantity not in ("tokens", "loss"):
         return ""
     capped = " (capped)" if quantity == "tokens" and side.get("tokens_capped") else ""
-    return capped + ("" if side.get("feasible", True) else " (OOM)")
+    stated = " (stated)" if quantity == "tokens" and side.get("tokens_stated") else ""
+    return capped + stated + ("" if side.get("feasible", True) else " (OOM)")
 
 
 def render(document: dict[str, Any]) -> None:
@@ -304,6 +310,10 @@ def render(document: dict[str, Any]) -> None:
                  for side in ("a", "b")]
         rows.append([label, *cells, "-" if ratio is None else f"{ratio:.3f}x"])
     print_table("Side by side", ["quantity", "A", "B", "B / A"], rows)
+    if a.get("tokens_stated") or b.get("tokens_stated"):
+        console.print("(stated): the job's training.tokens; its window is the time its steps "
+                      "take at the predicted step time, over the goodput", markup=False,
+                      highlight=False)
     if a.get("tokens_capped") or b.get("tokens_capped"):
         console.print("(capped): D held at the plan's tokens-per-parameter cap (--tpp), below "
                       "tokens/s x T x goodput", markup=False, highlight=False)
@@ -342,7 +352,8 @@ def compare(
     a: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
     b: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
     days: Annotated[float | None, typer.Option(
-        help="jobs: training window T_train in days (tokens, loss, GPU-hours); default 20")
+        help="jobs: training window T_train in days (tokens, loss, GPU-hours) of a job "
+        "without training.tokens; default 20")
     ] = None,
     goodput: Annotated[float | None, typer.Option(
         help="jobs: constant goodput in (0, 1]; default 1")] = None,
@@ -374,7 +385,8 @@ def compare(
                                    "and geometries (plan again with them)")
     assumed = [] if kinds == {"plan"} else [
         text for text, given in (
-            (f"a training window of {DEFAULT_DAYS:g} days for both jobs (--days)", days),
+            (f"a training window of {DEFAULT_DAYS:g} days for a job without training.tokens "
+             "(--days)", days),
             ("goodput 1, every second of the window training (--goodput)", goodput))
         if given is None]
     days = DEFAULT_DAYS if days is None else days
@@ -402,6 +414,8 @@ def compare(
         block = model_block(model)  # one model for both jobs
         sides = [job_side(p, calib, law, days, goodput, price_per_gpu_hour, block)
                  for p in (a, b)]
+        if all(side["tokens_stated"] for side in sides):  # no window was used
+            assumed = [text for text in assumed if "(--days)" not in text]
     else:
         sides = []
         for path in (a, b):

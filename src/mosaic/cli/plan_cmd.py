@@ -23,6 +23,7 @@ from mosaic.cli.common import (
     parse_floats,
     parse_ints,
     print_json,
+    print_key_value_table,
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
@@ -558,14 +559,18 @@ def plan(
 
 
 # --- mosaic sweep ----------------------------------------------------------------------------
-def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None,
-                  html: Path | None = None, calibration: Calibration | None = None) -> None:
+def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
+                  plot_dir: Path | None, html: Path | None = None,
+                  calibration: Calibration | None = None) -> None:
     trainable = [p for p in points if p.result.optimum_index is not None]
     if not trainable:  # the same "nothing trainable" error (exit 2) as plan and layouts
         require_trainable(points[0].result)
     for point in trainable:
         require_physical_loss(point.result)
     document = plan_report.sweep_document(points)
+    for entry in document["points"]:
+        if entry["optimum"] is not None:
+            entry["optimum"]["extrapolation"] = optimum_extrapolation(law, entry["optimum"])
     if calibration is not None:
         document["calibration"] = calibration_document(calibration)
     write_html(document, html, "sweep")
@@ -575,6 +580,9 @@ def _finish_sweep(points: list[SweepPoint], as_json: bool, plot_dir: Path | None
         print_json(document)
         return
     render.print_sweep(points)
+    flags = plan_report.sweep_extrapolation_rows(document)
+    if flags:
+        print_key_value_table("The loss law is extrapolating (its fitted data range)", flags)
     if calibration is not None:
         typer.echo(f"stack / calibration: {points[0].result.envelope.stack} / "
                    f"{calibration.name}")
@@ -623,7 +631,7 @@ def sweep_days_command(
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows,
                             progress=bar("geometries"), workers=workers)
-    _finish_sweep(points, as_json, plot_dir, html, calibration)
+    _finish_sweep(points, law, as_json, plot_dir, html, calibration)
 
 
 @sweep_app.command("nodes")
@@ -668,7 +676,7 @@ def sweep_nodes_command(
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
-    _finish_sweep(points, as_json, plot_dir, html, calibration)
+    _finish_sweep(points, law, as_json, plot_dir, html, calibration)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from mosaic.cli.common import print_key_value_table, print_table
+from mosaic.law.extrapolation import extrapolation_rows
 from mosaic.plan.cost import RunCost
 from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
@@ -112,7 +113,7 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         *([("pipeline layout", candidate["plan"]["pipeline_layout"])]
           if candidate["plan"] and "pipeline_layout" in candidate["plan"] else []),
         *_batch_rows(candidate),
-        *_extrapolation_rows(candidate.get("extrapolation")),
+        *extrapolation_rows(candidate.get("extrapolation")),
     ])
 
 
@@ -132,17 +133,6 @@ def _batch_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     return [("global batch (bound)", f"{candidate['global_batch']} sequences "
              f"(bound {candidate['batch_bound_tokens']:.3g} tokens per step)")]
-
-
-def _extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """One row per law input of the optimum outside the law's fitted range."""
-    if not extrapolation:
-        return []
-    if extrapolation["data_support"] is None:
-        return [("law range", "the law file records no fitted range")]
-    if not extrapolation["extrapolating"]:
-        return [("law range", "inside the fitted range")]
-    return [("law extrapolates", flag["message"]) for flag in extrapolation["flags"]]
 
 
 def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None) -> None:

@@ -135,6 +135,19 @@ def extrapolation_document(law: Any, flags: list[ExtrapolationFlag]) -> dict[str
     }
 
 
+def extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, text) rows of an :func:`extrapolation_document`: one per law input outside
+    the fitted range, or one saying the range holds or is not recorded (the plan's CLI
+    table and its report page say the same)."""
+    if not extrapolation:
+        return []
+    if extrapolation["data_support"] is None:
+        return [("law range", "the law file records no fitted range")]
+    if not extrapolation["extrapolating"]:
+        return [("law range", "inside the fitted range")]
+    return [("law extrapolates", flag["message"]) for flag in extrapolation["flags"]]
+
+
 def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarray | None = None,
                     split_factor: np.ndarray | None = None) -> dict[str, list[float]]:
     """The ``data_support`` block of a fit: min and max of each input over the runs."""

@@ -163,9 +163,11 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     fits, overshoot = feasibility(memory, machine.hbm_bytes, machine.usable_memory_fraction)
     if not fits.any():
         closest = int(np.argmin(overshoot))
+        usable_gib = machine.usable_memory_fraction * machine.hbm_bytes / GIB
         reason = (f"all {len(plans)} layouts run out of memory; the closest needs "
-                  f"{memory[closest] / GIB:.1f} GiB of {machine.hbm_bytes / GIB:.1f} GiB "
-                  f"per GPU ({plans.row(closest)['checkpointing']} checkpointing)")
+                  f"{memory[closest] / GIB:.1f} GiB per GPU, {usable_gib:.1f} usable "
+                  f"({machine.usable_memory_fraction:.0%} of {machine.hbm_bytes / GIB:.1f} "
+                  f"GiB; {plans.row(closest)['checkpointing']} checkpointing)")
         return LayoutOutcome(None, None, reason, len(plans), 0)
     keep = np.flatnonzero(fits)
     # inherits the distinct rows memory found; with a shared enumeration, the timed keys

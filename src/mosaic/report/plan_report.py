@@ -205,6 +205,16 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
             "points": [point(p) for p in points]}
 
 
+def sweep_extrapolation_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """(budget, message) per law input of a sweep point's optimum outside the law's fitted
+    range (``optimum.extrapolation``, written by `mosaic sweep`)."""
+    axis = document["axis"]
+    return [(f"{axis} {point[axis]:g}", flag["message"])
+            for point in document["points"]
+            for flag in ((point.get("optimum") or {}).get("extrapolation") or {}).get(
+                "flags", [])]
+
+
 def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     """'tp1 pp4 ... mb4 zero1 ckpt=none'; compact drops degrees of 1 and ckpt=none."""
     if plan is None:

@@ -45,11 +45,9 @@ def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
         "sweep": (validate_sweep_page.sweep_sections,
                   lambda d: ("mosaic sweep", f"optimum against {d['axis']}")),
         "perf": (perf_page.perf_sections,
-                 lambda d: ("mosaic perf", f"{d['hardware']['devices']} × "
-                                           f"{d['hardware']['system']}")),
+                 lambda d: ("mosaic perf", perf_page.hardware_text(d["hardware"]))),
         "layouts": (perf_page.layouts_sections,
-                    lambda d: ("mosaic layouts", f"{d['hardware']['devices']} × "
-                                                 f"{d['hardware']['system']}")),
+                    lambda d: ("mosaic layouts", perf_page.hardware_text(d["hardware"]))),
         "validate": (validate_sweep_page.validate_sections,
                      lambda d: ("mosaic validate", f"{len(d['runs'])} runs")),
     }

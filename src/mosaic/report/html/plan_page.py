@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.law.extrapolation import extrapolation_rows
 from mosaic.plan.analysis import comparable_series
 from mosaic.report.html.breakdown import (
     layout_label,
@@ -196,6 +197,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
                                  "cost count the whole window")]
               if o["tpp_capped"] and "train_days" in o else []),
             ("predicted loss", f"{o['loss']:.5f} nats/token"),
+            *extrapolation_rows(o.get("extrapolation")),
             ("MFU / step", f"{o['mfu']:.2%}, {o['step_time_s']:.3f} s per step, "
                            f"{o['memory_bytes'] / GIB:.1f} GiB per GPU"),
             ("layout", layout_label(o["plan"])),

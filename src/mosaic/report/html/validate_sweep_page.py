@@ -16,6 +16,7 @@ from mosaic.report.html.page import (
     table_html,
 )
 from mosaic.report.html.plan_page import stack_text
+from mosaic.report.plan_report import sweep_extrapolation_rows
 
 
 # --- validate -------------------------------------------------------------------------------
@@ -202,11 +203,14 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     e = document["envelope"]
     fixed = (f"{e['nodes']} × {e['system']}" if axis == "days"
              else f"{e['days']:g} days on {e['system']}")
+    flags = sweep_extrapolation_rows(document)
     return [
         Section("curves", "Allocation curves", [
             note(f"Fixed: {fixed}, batch {e['global_batch']} × {e['seq_len']}, "
                  f"{e['precision']}, software stack {stack_text(e)} (paper Sec. 7.4, "
                  "Fig. 11). Dotted: the best configuration per split factor G."),
+            *([note("The loss law is extrapolating beyond its fitted data range:"),
+               key_value_html(flags, table_id="extrapolation-table")] if flags else []),
             figure_html(sweep_figure(document), "fig-sweep")]),
         Section("table", "Optimum per budget", [table_html(columns, rows,
                                                            table_id="sweep-table")]),

@@ -187,14 +187,17 @@
       $("m-step").textContent = p.step_time_s.toFixed(4) + " s";
       $("m-tokens").textContent = fmt(p.tokens_per_s, 0) + " (" + fmt(p.tokens_per_s_per_gpu, 0) + ")";
       $("m-mfu").textContent = pct(p.mfu) + " (with attention " + pct(p.mfu_with_attention) + ", HFU " + pct(p.hfu) + ")";
-      $("m-memory").textContent = p.memory_gib.toFixed(2) + " of " + p.memory_capacity_gib.toFixed(1) + " GiB";
+      // against the usable share of the device, as the CLI's perf.headroom.memory_fit_text
+      var usable = p.usable_memory_fraction * p.memory_capacity_gib;
+      $("m-memory").textContent = p.memory_gib.toFixed(2) + " of " + usable.toFixed(1) + " GiB usable (" +
+        Math.round(p.usable_memory_fraction * 100) + "% of " + p.memory_capacity_gib.toFixed(1) + " GiB)";
       var verdict = $("m-verdict");
       if (p.feasible) {
         verdict.textContent = "fits in memory";
         verdict.className = "ok";
       } else {
         verdict.textContent = "infeasible: out of memory by " + p.overshoot_gib.toFixed(2) +
-          " GiB (" + p.memory_gib.toFixed(2) + " GiB needed, " + p.memory_capacity_gib.toFixed(1) + " GiB per GPU)";
+          " GiB (" + p.memory_gib.toFixed(2) + " GiB needed, " + usable.toFixed(1) + " GiB usable per GPU)";
         verdict.className = "bad";
       }
       var m = body.model;
