@@ -191,6 +191,16 @@ def test_two_plans(plans):
     assert doc["a"]["memory_fit"].endswith(", fits")
     # HFU counts recompute and attention on top of MFU's 6·N_act·D
     assert summary["hfu"]["a"] == plan_a["optimum_step"]["hfu"] >= summary["mfu"]["a"]
+    # the price each cost rests on, and the chosen models (a trial saw neither)
+    assert summary["price_per_gpu_hour"]["a"] == 3.0
+    table = runner.invoke(app, ["compare", str(a_path), str(b_path)]).stdout
+    said = " ".join(table.split())
+    assert "price per GPU-hour │ 3 USD │ 3 USD" in said
+    o = plan_a["optimum"]
+    assert (f"A model │ q={o['q']} ({o['layers']} layers, d={o['d_model']}), E={o['experts']} "
+            f"K={o['top_k']} G={o['split_factor']:g}, S = {o['sparsity']:.4f}") in said
+    # input values print as numbers, not Python floats' long forms
+    assert "envelope.days │ 5 │ 10" in said and "envelope.days │ 5.0" not in said
 
 
 def test_job_with_plan_is_one_line_error(plans):

@@ -116,12 +116,23 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "law_extrapolation": flags,
         # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
         **({"loss_note": NO_HYBRID_LOSS} if loss is None else {}),
-        "gpu_hours": gpu_hours, "cost": None if price is None else gpu_hours * price,
+        "gpu_hours": gpu_hours, "price_per_gpu_hour": price,
+        "cost": None if price is None else gpu_hours * price,
+        "geometry": _job_geometry(spec.workload.geometry),
         "breakdown_s": doc["breakdown"],
         "memory_breakdown_bytes": doc["memory_breakdown"],
         "inputs": _job_inputs(path, spec, model),
         "resolved_inputs": flatten(resolved_job_document(spec)),
     }
+
+
+def _job_geometry(geometry: Any) -> dict[str, Any]:
+    """A job's model in the fields a plan's optimum gives (no ladder q)."""
+    moe = geometry.moe
+    return {"q": None, "layers": geometry.layers, "d_model": geometry.d_model,
+            "experts": moe.experts if moe else 0, "top_k": moe.top_k if moe else 0,
+            "split_factor": geometry.split_factor if moe else None,
+            "expert_ffn": moe.expert_ffn if moe else None}
 
 
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
@@ -168,7 +179,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "loss": optimum.get("loss"),
         "law_extrapolation": [f.get("message", "") for f in
                               ((optimum.get("extrapolation") or {}).get("flags") or [])],
-        "gpu_hours": gpu_hours,
+        "gpu_hours": gpu_hours, "price_per_gpu_hour": price,
         "cost": None if price is None or gpu_hours is None else gpu_hours * price,
         "breakdown_s": step.get("breakdown_s") or {},
         "memory_breakdown_bytes": step.get("memory_breakdown_bytes") or {},
@@ -210,7 +221,8 @@ SUMMARY = (  # key, label, unit for printing
     ("n_active", "N_active (non-emb.)", "count"), ("days", "training window (days)", "plain"),
     ("goodput", "goodput (share of the window training)", "plain"),
     ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
-    ("gpu_hours", "GPU-hours", "count"), ("cost", "cost", "money"),
+    ("gpu_hours", "GPU-hours", "count"), ("price_per_gpu_hour", "price per GPU-hour", "price"),
+    ("cost", "cost", "money"),
 )
 
 
@@ -253,6 +265,8 @@ def _cell(value: Any, unit: str, currency: str) -> str:
         return f"{value:.2%}"
     if unit == "money":
         return f"{value:,.0f} {currency}"
+    if unit == "price":
+        return f"{value:g} {currency}"
     if unit == "count":
         return f"{value:,.0f}" if value < 1e6 else f"{value:.4g}"
     if unit == "rate":
@@ -269,8 +283,24 @@ def _input_text(difference: dict[str, Any], side: str) -> str:
     value = difference[side]
     if value is None and not difference.get(f"{side}_stated", True):
         return "-"  # not in that job at all (e.g. a block the other model has)
-    text = json.dumps(value)
+    text = f"{value:.6g}" if isinstance(value, float) else json.dumps(value)
     return text if difference.get(f"{side}_stated", True) else f"{text} (resolved)"
+
+
+def _model_text(side: dict[str, Any]) -> str:
+    """'q=12 (48 layers, d=6144) E=128 K=2 G=4, S = 0.9523': the side's model in a line."""
+    g = side.get("geometry") or {}
+    if not g:
+        return "-"
+    shape = f"{g['layers']} layers, d={g['d_model']}"
+    shape = f"q={g['q']} ({shape})" if g.get("q") else shape
+    if not g.get("experts"):
+        return f"{shape}, dense"
+    n_total, n_active = side.get("n_total"), side.get("n_active")
+    sparsity = f", S = {1 - n_active / n_total:.4f}" if n_total and n_active else ""
+    split = g.get("split_factor")
+    return (f"{shape}, E={g['experts']} K={g['top_k']}"
+            + (f" G={split:g}" if split is not None else "") + sparsity)
 
 
 def _layout(side: dict[str, Any]) -> str:
@@ -295,6 +325,7 @@ def render(document: dict[str, Any]) -> None:
     print_key_value_table("Compared", [
         ("A", f"{a['kind']} {a['source']}: {a.get('system')}, {_layout(a)}"),
         ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {_layout(b)}"),
+        ("A model", _model_text(a)), ("B model", _model_text(b)),
         ("A memory per GPU", a.get("memory_fit") or "-"),
         ("B memory per GPU", b.get("memory_fit") or "-")])
     differences = document["input_differences"]
