@@ -263,6 +263,17 @@ def test_plan_page_with_uncertainty_and_cost(tmp_path):
     assert 'data-figure="fig-uncertainty"' in page and "P(optimal)" in page
     assert f"{document['cost_usd']:,.0f} at 4 USD per GPU-hour" in page
     assert document["cost_usd"] == pytest.approx(4 * 32 * 10 * 24)
+    # the panel names what was sampled: here the law and the calibration's throughput
+    # residuals (it said 'law samples' for a plan that sampled only the throughput)
+    assert "P(optimal) over law and throughput samples" in page
+
+
+def test_the_uncertainty_panel_names_what_was_sampled():
+    from mosaic.report.html.plan_page import _sampled_uncertainties
+
+    assert _sampled_uncertainties(["performance: throughput multiplier ..."]) == "throughput"
+    assert _sampled_uncertainties(["law: 40 coefficient samples"]) == "law"
+    assert _sampled_uncertainties(None) == "law"  # plan files that do not say
 
 
 def test_report_of_garbage_is_one_line(tmp_path):

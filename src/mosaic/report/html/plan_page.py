@@ -65,6 +65,10 @@ def _candidate_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# Line dashes of the top-k values in the frontier figure (six before one repeats).
+K_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
 def frontier_figure(document: dict[str, Any]) -> Any:
     """Paper Fig. 1: L*(S) in the model-FLOPs view and under the cluster, S_feas_max and
     both optima marked."""
@@ -82,10 +86,12 @@ def frontier_figure(document: dict[str, Any]) -> Any:
     for view, name, colour, symbol in views:  # one line per K: only E moves along it
         x = np.array([np.nan if s is None else s for s in f[f"{view}_sparsity"]], dtype=float)
         for i, (k, order) in enumerate(comparable_series(top_k, x)):
+            # the view's colour, a dash per K; grouped under the view's title in the legend
             figure.add_trace(go.Scatter(
                 x=x[order].tolist(), y=[f[f"{view}_loss"][j] for j in order],
-                mode="lines+markers", name=f"{name}, K = {k}",
-                line={"color": colour, "dash": ("solid", "dash", "dot", "dashdot")[i % 4]},
+                mode="lines+markers", name=f"K = {k}", legendgroup=view,
+                legendgrouptitle_text=name if i == 0 else None,
+                line={"color": colour, "dash": K_DASHES[i % len(K_DASHES)]},
                 marker={"symbol": symbol}, text=[ek[j] for j in order],
                 hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
     undeliverable = [i for i, ok in enumerate(f["delivers_c_model"]) if not ok]
@@ -93,20 +99,22 @@ def frontier_figure(document: dict[str, Any]) -> Any:
         figure.add_trace(go.Scatter(
             x=[f["model_flops_sparsity"][i] for i in undeliverable],
             y=[f["model_flops_loss"][i] for i in undeliverable], mode="markers",
-            marker={"symbol": "x", "size": 9, "color": "black"},
+            marker={"symbol": "x", "size": 9, "color": "black"}, legendgroup="marks",
+            legendgrouptitle_text="marks",
             name="C_model not deliverable in the window", hoverinfo="skip"))
     geometry = comparison["model_flops_geometry"]
     flops_loss = min(f["model_flops_loss"])
     figure.add_trace(go.Scatter(
         x=[geometry["sparsity"]], y=[flops_loss], mode="markers",
         marker={"symbol": "diamond", "size": 14, "color": "#E45756",
-                "line": {"color": "black", "width": 1}},
+                "line": {"color": "black", "width": 1}}, legendgroup="marks",
+        legendgrouptitle_text=None if undeliverable else "marks",
         name=f"model-FLOPs optimum (S = {geometry['sparsity']:.3f})",
         hovertemplate="model-FLOPs optimum<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
     figure.add_trace(go.Scatter(
         x=[optimum["sparsity"]], y=[optimum["loss"]], mode="markers",
         marker={"symbol": "star", "size": 18, "color": "gold",
-                "line": {"color": "black", "width": 1}},
+                "line": {"color": "black", "width": 1}}, legendgroup="marks",
         name=f"cluster optimum (S = {optimum['sparsity']:.3f})",
         hovertemplate="MOSAIC optimum<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
     if comparison.get("s_feas_max") is not None:
@@ -116,8 +124,9 @@ def frontier_figure(document: dict[str, Any]) -> Any:
     figure.update_layout(
         title=f"Loss vs sparsity at G = {f['split_factor']}",
         xaxis_title="sparsity S = 1 − N_act/N_tot", yaxis_title="predicted loss (nats/token)",
-        height=470, margin={"t": 50, "b": 50, "l": 60, "r": 20},
-        legend={"orientation": "h", "y": -0.2})
+        height=520, margin={"t": 50, "b": 50, "l": 60, "r": 20},
+        legend={"x": 1.02, "y": 1, "xanchor": "left", "yanchor": "top",
+                "tracegroupgap": 10, "groupclick": "toggleitem"})
     return figure
 
 
@@ -147,8 +156,10 @@ def candidates_figure(rows: list[dict[str, Any]]) -> Any:
     return figure
 
 
-def uncertainty_figure(rows: list[dict[str, Any]], level: float, top: int = 15) -> Any:
-    """Loss intervals and P(optimal) of the best candidates."""
+def uncertainty_figure(rows: list[dict[str, Any]], level: float, what: str,
+                       top: int = 15) -> Any:
+    """Loss intervals and P(optimal) of the best candidates over the samples of ``what``
+    (the uncertainties the plan propagated: the law's, the throughput's, or both)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -156,7 +167,7 @@ def uncertainty_figure(rows: list[dict[str, Any]], level: float, top: int = 15) 
     names = [f"#{r['rank']} q{r['q']} E{r['experts']} K{r['top_k']} G{r['split_factor']}"
              for r in pick]
     figure = make_subplots(rows=1, cols=2, subplot_titles=(
-        f"predicted loss with {level:.0%} interval", "P(optimal) over law samples"))
+        f"predicted loss with {level:.0%} interval", f"P(optimal) over {what} samples"))
     figure.add_trace(go.Scatter(
         x=names, y=[r["loss"] for r in pick], mode="markers", name="point law",
         error_y={"type": "data", "symmetric": False,
@@ -271,6 +282,15 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+def _sampled_uncertainties(sources: list[str] | None) -> str:
+    """'law', 'throughput' or 'law and throughput': what a plan's uncertainty samples drew,
+    from its ``uncertainty.sources`` lines ('law: ...', 'performance: ...'); the law's alone
+    in plan files that do not say."""
+    kinds = [kind for kind, prefix in (("law", "law"), ("throughput", "performance"))
+             if any(line.startswith(prefix) for line in sources or [])]
+    return " and ".join(kinds) or "law"
+
+
 def plan_sections(document: dict[str, Any]) -> list[Section]:
     rows = _candidate_rows(document)
     has_uncertainty = any("p_optimal" in r for r in rows)
@@ -283,8 +303,9 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
             "(boundary-seeking in S, paper Eq. 16); green: the loss with the tokens the "
             "cluster delivers in the window (Eq. 25). Beyond S_feas_max the model-FLOPs "
             "prescription is not deliverable (Eq. 3)."))
-        frontier.body.append(row_html(figure_html(frontier_figure(document), "fig-frontier"),
-                                      figure_html(candidates_figure(rows), "fig-candidates")))
+        # full width: the legend sits beside the axes (below them it covered the x title)
+        frontier.body.append(figure_html(frontier_figure(document), "fig-frontier"))
+        frontier.body.append(figure_html(candidates_figure(rows), "fig-candidates"))
     else:
         frontier.body.append(note("No frontier in this document (no trainable optimum, or "
                                   "written by a mosaic without the report blocks)."))
@@ -320,8 +341,9 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
             f"{u.get('samples', '?')} samples; robust choice: "
             f"{u.get('robust_choice_rule', '')}. Propagated: "
             + "; ".join(u.get("sources", ["law coefficient samples"])) + "."))
-        uncertainty.body.append(figure_html(uncertainty_figure(rows, u.get("level", 0.9)),
-                                            "fig-uncertainty"))
+        uncertainty.body.append(figure_html(uncertainty_figure(
+            rows, u.get("level", 0.9), _sampled_uncertainties(u.get("sources"))),
+            "fig-uncertainty"))
         for key, label in (("robust_choice", "robust choice"),
                            ("minimax_regret_choice", "minimax-regret choice")):
             c = u.get(key)
