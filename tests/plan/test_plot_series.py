@@ -36,6 +36,25 @@ def test_sparsity_figure_draws_one_sorted_line_per_top_k(small_result, law):
         assert {k_of[x] for x in xs.tolist()} == {int(label.rsplit("= ", 1)[1])}
 
 
+def test_sparsity_figure_marks_both_optima(small_result, law):
+    """The PNG's title promised 'model-FLOPs vs cluster optimum' and marked neither (the
+    HTML page did): a diamond at the lowest model-FLOPs loss and a star at the cluster
+    optimum the plan chose."""
+    comparison = compare_model_flops(small_result, law)
+    frontier = sparsity_frontier(small_result, law, comparison.c_model_flops,
+                                 comparison.split_factor)
+    row = comparison.cluster_row
+    point = (float(small_result.grid.sparsity[row]), float(small_result.loss[row]))
+    figure = plots.sparsity_figure(frontier, comparison, cluster_optimum=point)
+    marks = {c.get_label(): c.get_offsets().tolist() for c in figure.axes[0].collections}
+    best = int(np.argmin(frontier.model_flops_loss))
+    (diamond,) = [v for k, v in marks.items() if k.startswith("model-FLOPs optimum")]
+    assert diamond == [[pytest.approx(frontier.model_flops_sparsity[best]),
+                        pytest.approx(frontier.model_flops_loss[best])]]
+    (star,) = [v for k, v in marks.items() if k.startswith("cluster optimum")]
+    assert star == [[pytest.approx(point[0]), pytest.approx(point[1])]]
+
+
 def test_flop_cost_along_s_is_one_line_per_top_k(small_result, law):
     comparison = compare_model_flops(small_result, law)
     profile = flop_cost_profile(small_result, law, comparison.c_model_flops, "sparsity",

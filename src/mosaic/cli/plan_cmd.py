@@ -389,10 +389,19 @@ def _analysis(result: PlanResult, law: ScalingLaw, plot_dir: Path | None
                                       split_factor=comparison.split_factor),
                     flop_cost_profile(result, law, comparison.c_model_flops, "split_factor")]
         for paths in (plots.plot_frontier(result, plot_dir),
-                      plots.plot_sparsity_tradeoff(frontier, comparison, plot_dir),
+                      plots.plot_sparsity_tradeoff(
+                          frontier, comparison, plot_dir,
+                          cluster_optimum=_cluster_optimum_point(result, comparison)),
                       plots.plot_flop_cost(profiles, plot_dir)):
             written += [str(p) for p in paths]
     return documents, written
+
+
+def _cluster_optimum_point(result: PlanResult, comparison: Any
+                           ) -> tuple[float, float] | None:
+    """(S, loss) of the cluster optimum the comparison was made at, for its marker."""
+    row = comparison.cluster_row
+    return None if row is None else (float(result.grid.sparsity[row]), float(result.loss[row]))
 
 
 def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:

@@ -137,14 +137,17 @@ _MARKERS = ("o", "s", "^", "v", "D", "P", "X")
 
 
 def plot_sparsity_tradeoff(frontier: SparsityFrontier, comparison: ModelFlopsComparison,
-                           directory: str | Path, stem: str = "sparsity") -> list[Path]:
+                           directory: str | Path, stem: str = "sparsity",
+                           cluster_optimum: tuple[float, float] | None = None) -> list[Path]:
     """Fig. 1: L*(S) at fixed C_model (boundary-seeking) and under the hardware budget."""
-    return save_figure(sparsity_figure(frontier, comparison), directory, stem)
+    return save_figure(sparsity_figure(frontier, comparison, cluster_optimum), directory, stem)
 
 
-def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison) -> Figure:
+def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison,
+                    cluster_optimum: tuple[float, float] | None = None) -> Figure:
     """The figure of :func:`plot_sparsity_tradeoff`: one line per view and top-k K (only E
-    moves along a line), points sorted by S."""
+    moves along a line), points sorted by S; the model-FLOPs optimum (the lowest red point)
+    and ``cluster_optimum`` (S, loss) marked."""
     figure = Figure(figsize=(7, 4.5))
     ax = figure.add_subplot()
     views = (("model_flops", "tab:red",
@@ -163,9 +166,18 @@ def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison
     ax.scatter(frontier.model_flops_sparsity[undeliverable],
                frontier.model_flops_loss[undeliverable], marker="x", color="black", zorder=4,
                label="C_model not deliverable in the window")
+    best = int(np.argmin(frontier.model_flops_loss))
+    ax.scatter([frontier.model_flops_sparsity[best]], [frontier.model_flops_loss[best]],
+               marker="D", s=70, color="tab:red", edgecolors="black", zorder=5,
+               label=f"model-FLOPs optimum (S = {frontier.model_flops_sparsity[best]:.3f})")
+    if cluster_optimum is not None:
+        ax.scatter([cluster_optimum[0]], [cluster_optimum[1]], marker="*", s=180,
+                   color="gold", edgecolors="black", zorder=6,
+                   label=f"cluster optimum (S = {cluster_optimum[0]:.3f})")
     if comparison.s_feas_max is not None:
+        # over every q at this G, not only the plotted best q per (E, K)
         ax.axvline(comparison.s_feas_max, color="gray", linestyle=":",
-                   label=f"S_feas_max = {comparison.s_feas_max:.3f}")
+                   label=f"S_feas_max = {comparison.s_feas_max:.3f} (any q delivering C_model)")
     ax.set_xlabel("sparsity S = 1 − N_act/N_tot")
     ax.set_ylabel("predicted loss (nats/token)")
     ax.set_title(f"Model-FLOPs vs cluster optimum at G = {frontier.split_factor}")

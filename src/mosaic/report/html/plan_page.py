@@ -301,8 +301,9 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         frontier.body.append(note(
             "Red: the loss each (E, K) reaches at the fixed model-FLOPs budget C_model "
             "(boundary-seeking in S, paper Eq. 16); green: the loss with the tokens the "
-            "cluster delivers in the window (Eq. 25). Beyond S_feas_max the model-FLOPs "
-            "prescription is not deliverable (Eq. 3)."))
+            "cluster delivers in the window (Eq. 25). Beyond S_feas_max, the largest S at "
+            "this G whose layouts deliver C_model with any q (not only the q plotted for "
+            "each E, K), the model-FLOPs prescription is not deliverable (Eq. 3)."))
         # full width: the legend sits beside the axes (below them it covered the x title)
         frontier.body.append(figure_html(frontier_figure(document), "fig-frontier"))
         frontier.body.append(figure_html(candidates_figure(rows), "fig-candidates"))
