@@ -303,3 +303,24 @@ def test_a_stated_kind_that_is_not_the_documents_is_named():
     with pytest.raises(MosaicInputError, match=r"JSON of `mosaic validate`, not of `mosaic "
                                                r"perf`: use --kind validate"):
         render_report({"runs": [], "aggregate": {}}, "perf")
+
+
+def test_sweep_figure_keeps_small_changes_small_and_ticks_distinct():
+    """A trial's sweep: S* moved 0.0002 and filled its panel as a steep climb; MFU ticks
+    read '28%, 28%, 27%' (whole percents); the G curves were near-identical pinks."""
+    from mosaic.report.html.validate_sweep_page import sweep_figure
+
+    def optimum(sparsity, mfu):
+        return {"loss": 1.3, "sparsity": sparsity, "split_factor": 4, "n_active": 2.6e10,
+                "tokens": 1e12, "mfu": mfu}
+
+    document = {"axis": "days", "points": [
+        {"days": d, "optimum": optimum(s, m), "best_per_split": {
+            "1": {"loss": 1.4}, "4": {"loss": 1.3}}}
+        for d, s, m in ((14, 0.97475, 0.279), (30, 0.97476, 0.278), (60, 0.9749, 0.259))]}
+    figure = sweep_figure(document)
+    low, high = figure.layout.yaxis2.range
+    assert high - low >= 0.02 and low < 0.97475 and high > 0.9749
+    assert figure.layout.yaxis6.tickformat == ".1%"
+    colours = {t.name: t.line.color for t in figure.data if t.name.startswith("best with")}
+    assert len(set(colours.values())) == 2
