@@ -69,17 +69,21 @@ def test_micro_batch_changes_the_step_time(page, studio, browser):
 
 
 def test_bad_value_is_shown_next_to_its_field(page, browser):
+    good = text(page, "m-step")
     set_field(page, "parallelism.ep", "5")
     message = browser.wait_for(lambda: text(page, "err-parallelism-ep"), what="the field error")
     assert "ep=5 must divide experts=96" in message
     row_class = page.execute_script(
         "return document.getElementById('err-parallelism-ep').parentNode.className")
     assert "invalid" in row_class
-    assert text(page, "m-step") == "–"
+    # the last good result stays, greyed out (docs/studio.md; it was blanked to '–')
+    assert text(page, "m-step") == good
+    assert "stale" in page.execute_script("return document.getElementById('metrics').className")
     browser.screenshot(page, "studio_field_error")
     set_field(page, "parallelism.ep", "8")
-    browser.wait_for(lambda: text(page, "err-parallelism-ep") == "" and
-                     text(page, "m-step") != "–", what="the error to clear")
+    browser.wait_for(lambda: text(page, "err-parallelism-ep") == "" and "stale" not in
+                     page.execute_script("return document.getElementById('metrics').className"),
+                     what="the error to clear")
     # the only console entries: Chromium logging the 422 answers to the invalid form
     logged = browser.console_errors(page)
     assert logged and all("/api/perf" in e["message"] and "422" in e["message"]
@@ -134,13 +138,16 @@ def test_compare_pinned_job_with_the_edited_one(page, browser):
     step_a = text(page, "m-step")
     current = field(page, "performance.checkpointing").get_attribute("value")
     set_field(page, "performance.checkpointing", "selective" if current == "full" else "full")
-    browser.wait_for(lambda: text(page, "m-step") not in (step_a, "–"), what="job B")
+    browser.wait_for(lambda: text(page, "m-step") != step_a, what="job B")
     step_b = text(page, "m-step")
     page.find_element(By.ID, "compare-run").click()
     row = browser.wait_for(lambda: page.find_element(By.CSS_SELECTOR,
                                                      "#compare-table tbody tr").text,
                            what="the comparison")
     assert step_a.split()[0] in row and step_b.split()[0] in row
+    # the inputs that differ come first (docs/studio.md: "a table of the changes")
+    changes = [r.text for r in page.find_elements(By.CSS_SELECTOR, "#compare-changes tbody tr")]
+    assert len(changes) == 1 and changes[0].startswith("performance.checkpointing")
     browser.wait_for(lambda: page.execute_script(
         "return document.querySelectorAll('#chart-compare-step .trace path').length > 0"))
     page.execute_script("document.getElementById('compare').scrollIntoView()")

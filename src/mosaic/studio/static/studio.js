@@ -177,10 +177,8 @@
       document.body.setAttribute("data-perf-state", body.ok ? "ok" : "error");
       $("job-charts").classList.toggle("stale", !body.ok);
       $("metrics").classList.toggle("stale", !body.ok);
-      if (!body.ok) {
+      if (!body.ok) {  // the last good result stays, greyed out (.stale), until the form is valid
         showErrors(body.errors, "job-form", "general-error");
-        ["m-step", "m-tokens", "m-mfu", "m-memory", "m-verdict", "m-coverage"].forEach(function (id) { $(id).textContent = "–"; });
-        $("m-verdict").className = "";
         return;
       }
       var p = body.prediction;
@@ -305,9 +303,21 @@
     $("pin-note").textContent = "A pinned: " + $("m-layout").textContent + ", " + $("m-step").textContent;
   }
 
+  function changedFields(a, b) {  // the form fields whose values differ, A then B
+    var keys = Object.keys(a).concat(Object.keys(b).filter(function (k) { return !(k in a); }));
+    return keys.filter(function (k) { return a[k] !== b[k]; }).map(function (k) {
+      return {field: k, a: a[k] === undefined ? "" : a[k], b: b[k] === undefined ? "" : b[k]};
+    });
+  }
+
   function compare() {
     $("compare-error").textContent = "";
-    return post("/api/compare", {forms: [pinned, readForm("job-form")]}).then(function (body) {
+    var current = readForm("job-form");
+    var changes = changedFields(pinned, current);
+    $("compare-changes-holder").innerHTML = changes.length ? tableHtml("compare-changes",
+      [["field", "input changed", null, true], ["a", "A", null, true], ["b", "B", null, true]], changes)
+      : "<p class='note'>No input differs: A and B are the same job.</p>";
+    return post("/api/compare", {forms: [pinned, current]}).then(function (body) {
       if (!body.ok) {
         $("compare-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
         return;
