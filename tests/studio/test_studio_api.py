@@ -92,6 +92,17 @@ def test_errors_name_the_field(studio, field, value, words):
     assert words in body["errors"][field]
 
 
+def test_a_dense_model_with_expert_parallelism_says_it_has_no_experts(studio):
+    """E = 0 (dense) beside the form's ep = 8 said 'ep=8 must divide experts=1' (a trial)."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "ladder.experts": "0"}})
+    assert status == 422
+    assert "ep=8 > 1 needs experts: a dense model has none (use ep=1)" in body["errors"][
+        "parallelism.ep"]
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "ladder.experts": "0",
+                                                      "parallelism.ep": "1"}})
+    assert status == 200, body
+
+
 def test_huggingface_config_model(studio):
     config = (EXAMPLES / "hf" / "mixtral-8x7b.json").read_text()
     form = {**DEFAULT_FORM, "model.source": "hf", "hf.config": config, "parallelism.pp": "4"}

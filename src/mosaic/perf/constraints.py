@@ -97,7 +97,9 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             f"={workload.global_batch}",
             _not_divisible(workload.global_batch, micro_batches_per_step),
         ),
-        (f"ep={{ep}} must divide experts={experts}", _not_divisible(experts, plans.ep)),
+        (f"ep={{ep}} must divide experts={experts}", _not_divisible(experts, plans.ep))
+        if moe else ("ep={ep} > 1 needs experts: a dense model has none (use ep=1)",
+                     plans.ep > 1),
         (
             "etp·ep={etp}·{ep} must divide tp·cp·dp={tp}·{cp}·{dp} (expert mesh, Eq. 24)",
             _not_divisible(expert_domain, plans.etp * plans.ep),
