@@ -173,12 +173,14 @@ SafeLoader.yaml_implicit_resolvers = {
     for first, resolvers in _FastSafeLoader.yaml_implicit_resolvers.items()}
 SafeLoader.add_implicit_resolver(
     _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-# digit groups may be separated by '_' (1_000), as YAML 1.1 and Python allow
-SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?[0-9]+(?:_[0-9]+)*$"),
+# Thousands may be separated by '_' (1_000_000, as YAML 1.1 and Python allow), in groups of
+# three only: '3_2' is a typo, not 32 (a trial's studio form read it as 32 nodes).
+_DIGITS = r"(?:[0-9]{1,3}(?:_[0-9]{3})+|[0-9]+)"
+SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(rf"^[-+]?{_DIGITS}$"),
                                  list("-+0123456789"))
 SafeLoader.add_implicit_resolver(
     _FLOAT_TAG,
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    re.compile(rf"^(?:[-+]?(?:\.[0-9]+|{_DIGITS}(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."))
 SafeLoader.add_constructor(

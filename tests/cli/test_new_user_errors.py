@@ -308,6 +308,9 @@ def test_a_batch_given_in_tokens_is_questioned(tmp_path):
     ("1e12", 1e12),  # YAML 1.1: the string '1e12'
     ("26.04", 26.04),
     ("true", True),
+    ("1_000_000", 1_000_000),  # thousands separated, as Python writes them
+    ("3_2", "3_2"),  # not 32: a typo (a studio form read it as 32 nodes)
+    ("10_00.5", "10_00.5"),
 ])
 def test_plain_scalars_read_as_yaml_1_2(text, value):
     """A trial's 'layers: 034' trained 28 layers and 'seq_len: 34:08' 2048 tokens without a

@@ -83,13 +83,23 @@ def test_prediction_reports_its_server_time_and_valid_charts(studio):
     ("hardware.system", "no-such-node", "unknown system"),
     ("ladder.q", "0", "1..1024"),
     ("ladder.split_factor", "7", "divisor of d_ff"),
-    ("batch.micro_seqs", "3", "dp·micro_batch=32·3 must divide global_batch=1024"),
 ])
 def test_errors_name_the_field(studio, field, value, words):
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, field: value}})
     assert status == 422 and not body["ok"]
     assert list(body["errors"]) == [field], body
     assert words in body["errors"][field]
+
+
+def test_a_rule_on_two_fields_is_shown_beside_both(studio):
+    """dp·micro_batch must divide the batch: the node count sets dp, so the rule belongs to
+    the nodes field as much as to the micro-batch (a trial's 100,000 nodes were blamed on
+    the micro-batch alone)."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "batch.micro_seqs": "3"}})
+    assert status == 422
+    assert sorted(body["errors"]) == ["batch.micro_seqs", "hardware.nodes"]
+    assert all("dp·micro_batch=32·3 must divide global_batch=1024" in message
+               for message in body["errors"].values())
 
 
 def test_a_dense_model_with_expert_parallelism_says_it_has_no_experts(studio):
@@ -448,3 +458,18 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     seeded = options_document(load_job_document(EXAMPLES / "deepseek_v3_h100.yaml"))
     assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack", "plan.nodes")} == {
         "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge", "plan.nodes": "128"}
+
+
+@pytest.mark.parametrize(("field", "value", "expected_field", "words"), [
+    ("foo.bar", "1", "foo.bar", "unknown field"),  # was accepted with 200
+    ("ladder.qq", "3", "ladder.qq", "unknown field"),
+    ("hardware.nodes", "3_2", "hardware.nodes", "valid integer"),  # was read as 32
+    ("hardware.nodes", "", "hardware.nodes", "give the number of nodes"),
+    ("hardware.nodes", "1048576", "hardware.nodes", "8388608 devices; allowed: 1..1048576"),
+])
+def test_form_fields_the_job_has_not_are_named(studio, field, value, expected_field, words):
+    """A trial's studio inputs: an unknown field ignored, '3_2' read as 32 nodes, node
+    counts blamed on another field or on none."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, field: value}})
+    assert status == 422, body
+    assert list(body["errors"]) == [expected_field] and words in body["errors"][expected_field]

@@ -592,7 +592,7 @@ def job_from_document(document: dict[str, Any], where: str,
     dp = data_parallel(parallelism, devices, where)
     ranks = parallelism.tp * parallelism.pp * parallelism.cp * dp
     if ranks > LIMITS["devices"].high:
-        raise MosaicInputError(f"{where}: tp·pp·cp·dp = {ranks} devices; allowed: at most "
+        raise MosaicInputError(f"{where}: tp·pp·cp·dp = {ranks} devices; allowed: "
                                f"{LIMITS['devices'].describe()} ({LIMITS['devices'].why})")
     try:
         plan = plan_from_blocks(

@@ -147,6 +147,19 @@ _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch")) + r")\b")
 _UNKNOWN = re.compile(r"^unknown (\w+) ")
 
 
+def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
+    """``message`` beside each form field it is about: every axis a layout rule names
+    (dp·micro_batch must divide the batch: the node count and the micro-batch), else the
+    one field of :func:`field_of`."""
+    if message.startswith("invalid parallel layout"):
+        keys = [_axis_field(name, form_keys)
+                for name in _AXIS.findall(message.partition(":")[2])]
+        found = [key for key in dict.fromkeys(keys) if key in form_keys]
+        if found:
+            return dict.fromkeys(found, message)
+    return {field_of(message, form_keys): message}
+
+
 def field_of(message: str, form_keys: set[str]) -> str:
     """The form field a validation message is about (GENERAL when none)."""
     match = _FIELD_PATH.match(message)
@@ -163,10 +176,41 @@ def field_of(message: str, form_keys: set[str]) -> str:
             return key
     if message.startswith("invalid parallel layout"):
         for name in _AXIS.findall(message.partition(":")[2]):
-            key = "batch.micro_seqs" if name == "micro_batch" else f"parallelism.{name}"
+            key = _axis_field(name, form_keys)
             if key in form_keys:
                 return key
+    if "tp·pp·cp·dp = " in message:  # more devices than the limit: the node count
+        return _axis_field("dp", form_keys)
     return GENERAL
+
+
+def _axis_field(axis: str, form_keys: set[str]) -> str:
+    """The form field that sets a parallel axis: dp, where the form does not state it, is
+    what the node count leaves (a trial's 100,000 nodes were blamed on the micro-batch)."""
+    if axis == "micro_batch":
+        return "batch.micro_seqs"
+    if axis == "dp" and "parallelism.dp" not in form_keys and "hardware.nodes" in form_keys:
+        return "hardware.nodes"
+    return f"parallelism.{axis}"
+
+
+# Form fields that are not job-file fields: where the model comes from, and its inputs.
+MODEL_FORM_FIELDS = ("model.source", "hf.config", *LADDER_FIELDS)
+
+
+def check_form_fields(form: dict[str, str]) -> None:
+    """Refuse a field no job block has (a typo, or a page of another version) and an empty
+    node count; the schema names a bad field of a known block itself."""
+    blocks = [block for block in KNOWN_BLOCKS if block != "model"]
+    errors = {key: f"unknown field; a job form's fields are block.field with a block of "
+                   f"{', '.join(blocks)}, or one of {', '.join(MODEL_FORM_FIELDS)}"
+              for key in form
+              if key not in MODEL_FORM_FIELDS
+              and (key.partition(".")[0] not in blocks or not key.partition(".")[2])}
+    if "hardware.nodes" in form and not str(form["hardware.nodes"]).strip():
+        errors["hardware.nodes"] = "give the number of nodes"
+    if errors:
+        raise FormError(errors)
 
 
 @dataclass(frozen=True)
@@ -182,6 +226,7 @@ def validate_form(form: dict[str, str], base: dict[str, Any] | None) -> StudioJo
     """Form -> job spec through the CLI's schema; FormError names the bad fields. What the
     model import warns of (an HF sliding window it cannot hold) joins the job's assumptions,
     as the CLI prints it."""
+    check_form_fields(form)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         geometry = model_geometry(form, base)
@@ -195,7 +240,7 @@ def validate_form(form: dict[str, str], base: dict[str, Any] | None) -> StudioJo
         spec = replace(spec, assumptions=(*spec.assumptions, *imported))
     except MosaicInputError as exc:
         message = str(exc)
-        raise FormError({field_of(message, set(form)): message}) from None
+        raise FormError(message_fields(message, set(form))) from None
     return StudioJob(spec=spec, document=document, geometry=spec.workload.geometry)
 
 
@@ -207,7 +252,7 @@ def predict_form(form: dict[str, str], base: dict[str, Any] | None,
         return job, predict_job(job.spec, calibration)
     except MosaicInputError as exc:
         message = str(exc)
-        raise FormError({field_of(message, set(form)): message}) from None
+        raise FormError(message_fields(message, set(form))) from None
 
 
 def export_yaml(job: StudioJob) -> str:
