@@ -184,3 +184,20 @@ def test_an_fp4_plan_gives_its_mfu_against_the_fp4_lane_too():
         assert candidate["mfu_gemm_lane"] == pytest.approx(candidate["mfu"] * 2.25 / 9.0)
     said = runner.invoke(app, ["-q", "plan", *SMALL, "--precision", "fp4"]).stdout
     assert f"({doc['optimum']['mfu_gemm_lane']:.2%} of the GEMM lane's peak)" in said
+
+
+def test_a_gpu_count_with_a_factor_the_batch_lacks_is_explained():
+    """72 GB200 trays (288 GPUs = 2^5·9) at batch 1024 (2^10): dp divides the batch, so
+    tp·pp·cp carries the 9 and most geometries have no layout; a trial was told only
+    'tp=3 must divide heads=32'. By hand: gcd(288, 1024) = 32, 288 / 32 = 9."""
+    from mosaic.plan.search import model_parallel_factor_note
+
+    assert "share only the factor 32, so tp·pp·cp must be a multiple of 9" in (
+        model_parallel_factor_note(288, 1024))
+    assert model_parallel_factor_note(256, 1024) == ""
+    result = runner.invoke(app, ["plan", "--gpu", "GB200", "--nodes", "72", "--days", "30",
+                                 "--q", "8,12", "--experts", "32,64", "--top-k", "2",
+                                 "--split-factor", "4", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "Few layouts divide this cluster; 288 GPUs and a global batch of 1024" in " ".join(
+        result.stdout.split())

@@ -9,10 +9,15 @@ import typer
 from mosaic.cli.common import print_key_value_table, print_table
 from mosaic.law.extrapolation import extrapolation_rows
 from mosaic.plan.cost import RunCost
-from mosaic.plan.search import PlanResult
+from mosaic.plan.search import PlanResult, model_parallel_factor_note
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
-from mosaic.report.plan_report import geometry_label, infeasible_summary, layout_text
+from mosaic.report.plan_report import (
+    DIVISIBILITY_CATEGORY,
+    geometry_label,
+    infeasible_summary,
+    layout_text,
+)
 from mosaic.units import GIB
 
 
@@ -167,6 +172,10 @@ def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None)
     if summary:
         print_table("Not trainable in this window", ["reason", "geometries"],
                     [[reason, str(n)] for reason, n in summary.items()])
+        envelope = result.envelope
+        note = model_parallel_factor_note(envelope.n_devices, envelope.global_batch)
+        if DIVISIBILITY_CATEGORY in summary and note:
+            typer.echo(f"Few layouts divide this cluster{note}.")
 
 
 def print_comparison(document: dict[str, Any]) -> None:

@@ -230,7 +230,21 @@ def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> 
                                      minlength=len(check.rules))))
     example = candidates.row(int(np.flatnonzero(check.first_broken == rule)[0]))
     message = check.rules[rule].format(**example)
-    return f"no layout satisfies the divisibility rules (e.g. {message})"
+    note = model_parallel_factor_note(machine.n_devices, workload.global_batch)
+    return f"no layout satisfies the divisibility rules (e.g. {message}{note})"
+
+
+def model_parallel_factor_note(n_devices: int, global_batch: int) -> str:
+    """Why few layouts exist when the GPU count has a factor the batch lacks: dp divides the
+    global batch (dp·micro_batch | B), so tp·pp·cp = N/dp must carry N / gcd(N, B) (288 GPUs
+    at batch 1024: tp·pp·cp a multiple of 9, which few head counts or depths divide)."""
+    leftover = n_devices // gcd(n_devices, global_batch)
+    if leftover == 1:
+        return ""
+    return (f"; {n_devices} GPUs and a global batch of {global_batch} sequences share only "
+            f"the factor {n_devices // leftover}, so tp·pp·cp must be a multiple of "
+            f"{leftover}: a GPU count dividing the batch, or a batch sharing its factors, "
+            "leaves more layouts")
 
 
 @dataclass(frozen=True)
