@@ -58,8 +58,9 @@ def untrainable_message(result: PlanResult) -> str:
         nearest = max(devices, round(batch / devices) * devices)
         advice += (f" (e.g. --global-batch {nearest}, a multiple of the {devices} GPUs; "
                    f"{batch} shares only {math.gcd(batch, devices)} with it)")
-    return (f"no geometry of the grid is trainable on {envelope.n_nodes} nodes in "
-            f"{envelope.days:g} days ({summary}); {advice}")
+    nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
+    days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
+    return f"no geometry of the grid is trainable on {nodes} in {days} ({summary}); {advice}"
 
 
 # --- JSON documents -------------------------------------------------------------------
