@@ -71,8 +71,11 @@ def test_prediction_reports_its_server_time_and_valid_charts(studio):
         figure = go.Figure(body["figures"][name])  # raises on anything outside plotly's schema
         assert figure.layout.template.layout.colorway  # drawn with the report's template
     capacity_gib = body["prediction"]["memory_capacity_gib"]
-    line = go.Figure(body["figures"]["memory"]).layout.shapes[0]
-    assert line.y0 == line.y1 == pytest.approx(capacity_gib)
+    capacity, usable = go.Figure(body["figures"]["memory"]).layout.shapes
+    assert capacity.y0 == capacity.y1 == pytest.approx(capacity_gib)
+    # and the usable share feasibility is judged against (90% of the device by default)
+    fraction = body["prediction"]["usable_memory_fraction"]
+    assert fraction == 0.9 and usable.y0 == pytest.approx(capacity_gib * fraction)
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [

@@ -256,7 +256,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             "step": figure_json(step_breakdown_figure([(name, document["breakdown"])],
                                                       document["labels"])),
             "memory": figure_json(memory_breakdown_figure(
-                [(name, document["memory_breakdown"])], result.machine.hbm_bytes)),
+                [(name, document["memory_breakdown"])], result.machine.hbm_bytes,
+                usable_fraction=result.machine.usable_memory_fraction)),
         }
         return _json({"ok": True, "prediction": document, "figures": figures,
                       "layout": name, "model": model_summary(job.geometry),
@@ -289,7 +290,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
                 "Step time: A vs B")),
             "memory": figure_json(memory_breakdown_figure(
                 [(n, d["memory_breakdown"]) for n, d in bars],
-                documents[0]["memory_capacity_gib"] * GIB, "Memory per GPU: A vs B"))}})
+                documents[0]["memory_capacity_gib"] * GIB, "Memory per GPU: A vs B",
+                usable_fraction=documents[0]["usable_memory_fraction"]))}})
 
     @app.post("/api/layouts")
     async def layouts(request: Request) -> Any:

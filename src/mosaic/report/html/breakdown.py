@@ -119,9 +119,11 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
 
 def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
                             capacity_bytes: float | None = None,
-                            title: str = "") -> dict[str, Any]:
+                            title: str = "", usable_fraction: float | None = None
+                            ) -> dict[str, Any]:
     """Stacked bar of per-GPU memory components (bytes in, GiB shown), capacity as a
-    dotted line across the plot (a plotly figure dictionary, as ``step_breakdown_figure``)."""
+    dotted line across the plot and, below it, the usable share feasibility is judged
+    against (a plotly figure dictionary, as ``step_breakdown_figure``)."""
     names = [name for name, _ in bars]
     components = list(dict.fromkeys(c for _, b in bars for c in b))
     traces = [{"type": "bar", "x": names, "name": component,
@@ -132,14 +134,20 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
                               "yaxis": {"title": {"text": "GiB"}}, **_FRAME}
     if capacity_bytes:
         capacity_gib = capacity_bytes / GIB
-        # a horizontal line over the x domain with its label above the left end
+        lines = [(capacity_gib, f"capacity {capacity_gib:.1f} GiB", "dot", "left")]
+        if usable_fraction is not None and usable_fraction < 1:
+            usable_gib = capacity_gib * usable_fraction
+            lines.append((usable_gib, f"usable {usable_gib:.1f} GiB ({usable_fraction:.0%})",
+                          "dash", "right"))
+        # horizontal lines over the x domain, each labelled above one end
         layout["shapes"] = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1,
-                             "yref": "y", "y0": capacity_gib, "y1": capacity_gib,
-                             "line": {"color": "#b3261e", "dash": "dot"}}]
-        layout["annotations"] = [{"text": f"capacity {capacity_gib:.1f} GiB",
-                                  "showarrow": False, "xref": "x domain", "x": 0,
-                                  "xanchor": "left", "yref": "y", "y": capacity_gib,
-                                  "yanchor": "bottom"}]
+                             "yref": "y", "y0": gib, "y1": gib,
+                             "line": {"color": "#b3261e", "dash": dash}}
+                            for gib, _, dash, _ in lines]
+        layout["annotations"] = [{"text": text, "showarrow": False, "xref": "x domain",
+                                  "x": 0 if end == "left" else 1, "xanchor": end,
+                                  "yref": "y", "y": gib, "yanchor": "bottom"}
+                                 for gib, text, _, end in lines]
     return {"data": traces, "layout": layout}
 
 

@@ -79,8 +79,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
             row_html(
                 figure_html(step_breakdown_figure([(name, document["breakdown"])],
                                                   document["labels"]), "fig-step"),
-                figure_html(memory_breakdown_figure([(name, document["memory_breakdown"])],
-                                                    capacity), "fig-memory")),
+                figure_html(memory_breakdown_figure(
+                    [(name, document["memory_breakdown"])], capacity,
+                    usable_fraction=document.get("usable_memory_fraction")), "fig-memory")),
             table_html([Column("term", "term", text=True),
                         Column("seconds", "seconds", fmt_float(4)),
                         Column("share", "share", fmt_percent(1)),
@@ -161,7 +162,9 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
                                               breakdowns[0]["labels"]), "fig-step"),
             figure_html(memory_breakdown_figure(
                 [(n, b["memory_breakdown_bytes"]) for n, b in bars],
-                document.get("capacity_bytes")), "fig-memory")))
+                document.get("capacity_bytes"),
+                usable_fraction=document["hardware"].get("usable_memory_fraction")),
+                "fig-memory")))
     else:
         compare.body.append(note("No breakdowns in this document (`mosaic layouts --json` "
                                  "and `--html` write them; older JSON did not)."))

@@ -330,8 +330,10 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         chosen.body.append(row_html(
             figure_html(step_breakdown_figure([(name, step["breakdown_s"])], step["labels"]),
                         "fig-step"),
-            figure_html(memory_breakdown_figure([(name, step["memory_breakdown_bytes"])],
-                                                step["capacity_bytes"]), "fig-memory")))
+            figure_html(memory_breakdown_figure(
+                [(name, step["memory_breakdown_bytes"])], step["capacity_bytes"],
+                usable_fraction=(document["envelope"].get("memory_headroom") or {}).get(
+                    "usable_memory_fraction")), "fig-memory")))
     else:
         chosen.body.append(note("No breakdown in this document (no trainable optimum)."))
     sections.append(chosen)
