@@ -72,7 +72,9 @@ def test_node_sweeps_use_a_log_axis_and_budget_order(small_result):
     figure = plots.sweep_figure(points)
     ax = figure.axes[0]
     assert ax.get_xscale() == "log"
-    optimum = lines_by_label(figure)["optimum"]
+    # the node counts themselves on the axis (it read 2^1 ... 2^4)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "16"]
+    optimum = lines_by_label(figure)["optimum (marker: its G's colour)"]
     assert np.asarray(optimum.get_xdata()).tolist() == pytest.approx([2.0, 16.0])
     days = [SweepPoint("days", v, small_result, best_per_split(small_result)) for v in (1, 2)]
     assert plots.sweep_figure(days).axes[0].get_xscale() == "linear"

@@ -12,6 +12,7 @@ import matplotlib as mpl
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from mosaic.io_atomic import atomic_path
 from mosaic.plan.analysis import FlopCostProfile, ModelFlopsComparison, SparsityFrontier
@@ -104,7 +105,8 @@ def sweep_figure(points: list[SweepPoint]) -> Figure:
                   for p in points]
         ax.plot(values, losses, linestyle="--", linewidth=1, color=split_colour(g, splits),
                 label=f"best with G = {g}")
-    ax.plot(values, optimum_losses(points), color="black", linewidth=1.5, label="optimum")
+    ax.plot(values, optimum_losses(points), color="black", linewidth=1.5,
+            label="optimum (marker: its G's colour)")
     for point in points:
         row = point.result.optimum_index
         if row is None:
@@ -114,15 +116,19 @@ def sweep_figure(points: list[SweepPoint]) -> Figure:
         loss = point.result.loss[row]
         ax.scatter([point.value], [loss], s=60, color=split_colour(g, splits),
                    edgecolor="black", zorder=5)
+        # below the optimum, where no per-G line runs (each is at or above it)
         ax.annotate(f"S={grid.sparsity[row]:.3f}\nN_tot={grid.n_total[row] / 1e9:.0f}B",
-                    (point.value, loss), textcoords="offset points", xytext=(6, 6),
-                    fontsize=7)
+                    (point.value, loss), textcoords="offset points", xytext=(0, -9),
+                    ha="center", va="top", fontsize=7)
     envelope = points[0].result.envelope
     fixed = (f"{envelope.n_nodes} × {envelope.system.name}" if axis == "days"
              else f"{envelope.days:g} days on {envelope.system.name}")
     ax.set_xlabel("training window (days)" if axis == "days" else "cluster size (nodes)")
     if axis == "nodes":
         ax.set_xscale("log", base=2)
+        ax.set_xticks(values, [f"{v:g}" for v in values])  # 16, 32, ... not 2^4, 2^5
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.margins(x=0.08, y=0.18)  # room for the labels under the end points
     ax.set_ylabel("optimal predicted loss (nats/token)")
     ax.set_title(f"MOSAIC optimum vs {axis} ({fixed})")
     _legend_outside(ax)
