@@ -236,6 +236,25 @@ def test_ladder_fit_leaves_out_rungs_with_unbalanced_routers(tmp_path):
     assert refused.exit_code == 2 and "every rung" in refused.output
 
 
+def test_ladder_fit_holds_nothing_out_where_the_default_holdout_leaves_too_few(tmp_path):
+    """The tiny ladder with one more unbalanced rung than usual kept 13 runs: holding out 2
+    left 11 for the joint form's 11 coefficients and the documented `ladder fit` failed (a
+    trial). Without --holdout the fit now takes every run and says so; a stated --holdout
+    is kept and still refused. Here: 6 healthy runs for the chinchilla form's 5."""
+    path = _runs_csv_with_starved(tmp_path, {0: 3.0, 4: 3.0, 8: 3.0})
+    runner = CliRunner()
+    args = ["ladder", "fit", str(path), "--out", str(tmp_path / "law.json"), "--form",
+            "chinchilla", "--starts", "64", "--refine", "2", "--json"]
+    result = runner.invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["metrics"]["n_runs"] == 6 and payload["metrics"]["n_heldout"] == 0
+    assert "fitted all 6 with none held out" in result.stderr
+    assert ScalingLaw.load(tmp_path / "law.json").provenance["settings"]["holdout"] == 0.0
+    stated = runner.invoke(_app(), [*args, "--holdout", "0.1"])
+    assert stated.exit_code == 2 and "leaves too little to fit" in stated.output
+
+
 def test_a_rung_finished_under_another_recipe_is_refused_not_reused(tmp_path):
     """A trial changed the recipe's lr and reran into the same folder: the ladder reprinted
     the old losses as the new grid's. Now the rung is refused, naming what differs; a rung

@@ -26,6 +26,13 @@ def resolve_device(name: str | None) -> Any:
             raise MosaicInputError(f"--device {name}: this torch build sees no CUDA device "
                                    f"(torch {torch.__version__}); use --device cpu or leave "
                                    "--device out")
+        try:  # a device type torch knows but cannot use here (mps, xpu without the backend)
+            torch.Generator(device=device)
+            torch.zeros(1, device=device).cpu()
+        except (RuntimeError, NotImplementedError, AssertionError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MosaicInputError(f"--device {name}: torch cannot run on it here ({reason}); "
+                                   "use cpu or cuda[:N]") from None
         return device
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
