@@ -167,15 +167,24 @@ def test_implausible_fitted_constants_are_named():
     warnings = implausible_constants(block, {"device_name": "cpu:x86_64"})
     assert len(warnings) == 4
     assert "measured on cpu:x86_64" in warnings[0]
-    assert "attention fwd max_fraction = 6.39 is above 1" in warnings[1]
-    assert "gemm kernel_latency_s = 3.7e-22 s" in warnings[2]
-    assert "collectives scale_out_latency_s" in warnings[3]
+    assert "gemm kernel_latency_s = 3.7e-22 s" in warnings[1]
+    assert "collectives scale_out_latency_s" in warnings[2]
+    assert "attention fwd max_fraction = 6.39 is above 1" in warnings[3]
+    # and they are not written: the model keeps its built-ins for them (a CPU run's
+    # attention max_fraction 452 made a B200 job's attention 300x faster; a trial)
+    assert all("not written (the built-in is kept)" in w for w in warnings[1:])
+    assert block["gemm"] == {"max_fraction_of_peak": 0.8}
+    assert block["attention"] == {"bwd": [0.7, 1.0, 1.0]}
+    assert block["collectives"] == {"scale_up_latency_s": 3e-6}
     gpu = {**block, "applies_to": ["H200-SXM-141GB"],
-           "gemm": {"max_fraction_of_peak": 0.8, "kernel_latency_s": 4e-6},
+           "gemm": {"max_fraction_of_peak": 0.8, "kernel_latency_s": 4e-6, "k_half": 40.0},
            "attention": {"fwd": [0.6, 1.0, 1.0]}, "collectives": {"scale_up_latency_s": 3e-6}}
     assert implausible_constants(gpu, {"device_name": "NVIDIA H200"}) == []
     # a streaming kernel faster than the HBM (CPU tables read against a GPU's bandwidth)
-    fast = {**gpu, "elementwise_hbm_efficiency": 1.27}
+    fast = {**gpu, "elementwise_hbm_efficiency": 1.27, "gemm": {"k_half": 1.7e-14}}
     assert implausible_constants(fast, {"device_name": "NVIDIA H200"}) == [
         "elementwise_hbm_efficiency = 1.27 is above 1, faster than the reference peak: not a "
-        "physical constant"]
+        "physical constant, not written (the built-in is kept)",
+        "gemm k_half = 1.7e-14 is a reduction shorter than one element: not a physical "
+        "constant, not written (the built-in is kept)"]
+    assert "elementwise_hbm_efficiency" not in fast and "gemm" not in fast

@@ -184,10 +184,10 @@ def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
     from mosaic.perf.kernels import memory_bound_time_s
     from mosaic.perf.layer_costs import (
         _ffn_streaming_bytes,
-        per_op_sac_moe_matmul_shares,
         attention_times,
         dense_block_times,
         gemm_s,
+        per_op_sac_moe_matmul_shares,
     )
     from mosaic.perf.plan import Checkpointing
 

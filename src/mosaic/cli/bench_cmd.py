@@ -378,7 +378,8 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
         rows.append((f"achievable {dtype} peak",
                      f"{peak['achievable'] / 1e12:.4g} TFLOP/s{share}"))
     for family, error in report["fit_error_percent"].items():
-        rows.append((f"fit error {family}", f"{error:.1f}% MAPE"))
+        rows.append((f"fit error {family}", "none measured: one shape, fitted exactly"
+                     if error is None else f"{error:.1f}% MAPE"))
     from mosaic.cli.common import print_key_value_table
 
     print_key_value_table(f"Calibration written to {out}", rows)

@@ -361,7 +361,8 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
             if family and generation:
                 relative = relative_table.get(family, {}).get(generation, {}).get(direction, 1.0)
             triples[direction] = [triple[0] / relative, triple[1], triple[2]]
-            errors[f"attention_{direction}"] = error
+            # one shape is fitted exactly: its 0% says nothing of the fit (a trial read it so)
+            errors[f"attention_{direction}"] = error if len(attention) > 1 else None
         block["attention"] = triples
         builtin = FLASH_ATTENTION_EFFICIENCY.get(device_fit_key(ref.device),
                                                  FLASH_ATTENTION_EFFICIENCY["generic"])
@@ -447,32 +448,53 @@ MIN_PLAUSIBLE_LATENCY_S = 1e-9
 
 
 def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
-    """Why the fitted constants do not describe a GPU a job can run on: fractions of the
-    reference peak or of HBM bandwidth above 1, latencies at the fit's floor, tables measured
-    on a CPU."""
+    """Drop from ``block`` the fitted constants that cannot describe a GPU a job runs on, and
+    say why: fractions of the reference peak or of HBM bandwidth above 1, latencies at the
+    fit's floor, a GEMM K ramp below one element. The model keeps its built-in value for
+    each (a CPU run wrote attention max_fraction 452 and perf applied it: a 3.2 s attention
+    term became 0.01 s; a trial). Tables measured on a CPU are named too."""
     warnings: list[str] = []
     device = str(metadata.get("device_name", ""))
     if device.lower().startswith("cpu"):
         warnings.append(f"the tables were measured on {device or 'a CPU'}: the constants "
                         "describe that CPU, and a calibration applies them to every job")
-    fractions = {"gemm max_fraction_of_peak":
-                 (block.get("gemm") or {}).get("max_fraction_of_peak")}
-    for direction, triple in (block.get("attention") or {}).items():
-        fractions[f"attention {direction} max_fraction"] = triple[0]
-    # the share of HBM bandwidth the streaming kernels reach (and the GEMMs' memory-bound end)
-    fractions["elementwise_hbm_efficiency"] = block.get("elementwise_hbm_efficiency")
-    fractions["gemm hbm_efficiency"] = (block.get("gemm") or {}).get("hbm_efficiency")
-    for label, value in fractions.items():
-        if value is not None and value > 1.0:
-            warnings.append(f"{label} = {value:.3g} is above 1, faster than the reference "
-                            "peak: not a physical constant")
-    latencies = {"gemm kernel_latency_s": (block.get("gemm") or {}).get("kernel_latency_s"),
-                 **{f"collectives {k}": v for k, v in (block.get("collectives") or {}).items()
-                    if k.endswith("_latency_s")}}
-    for label, value in latencies.items():
-        if value is not None and value < MIN_PLAUSIBLE_LATENCY_S:
-            warnings.append(f"{label} = {value:.3g} s is at the fit's floor, not a measured "
-                            "latency (too few small shapes)")
+    gemm = block.get("gemm") or {}
+    collectives = block.get("collectives") or {}
+    attention = block.get("attention") or {}
+    # (label, container, key, why it is not physical) of every constant to check
+    checks: list[tuple[str, dict[str, Any], str, str]] = [
+        ("gemm max_fraction_of_peak", gemm, "max_fraction_of_peak", "above"),
+        ("gemm hbm_efficiency", gemm, "hbm_efficiency", "above"),
+        ("elementwise_hbm_efficiency", block, "elementwise_hbm_efficiency", "above"),
+        ("gemm k_half", gemm, "k_half", "k_ramp"),
+        ("gemm kernel_latency_s", gemm, "kernel_latency_s", "floor"),
+        *((f"collectives {k}", collectives, k, "floor")
+          for k in list(collectives) if k.endswith("_latency_s")),
+        *((f"collectives {k}", collectives, k, "above")
+          for k in list(collectives) if k.endswith("_efficiency"))]
+    for label, container, key, rule in checks:
+        value = container.get(key)
+        if value is None:
+            continue
+        if rule == "above" and value > 1.0:
+            why = f"{label} = {value:.3g} is above 1, faster than the reference peak"
+        elif rule == "floor" and value < MIN_PLAUSIBLE_LATENCY_S:
+            why = f"{label} = {value:.3g} s is at the fit's floor (too few small shapes)"
+        elif rule == "k_ramp" and value < 1.0:
+            why = f"{label} = {value:.3g} is a reduction shorter than one element"
+        else:
+            continue
+        del container[key]
+        warnings.append(f"{why}: not a physical constant, not written (the built-in is kept)")
+    for direction in list(attention):
+        if attention[direction][0] > 1.0:
+            warnings.append(f"attention {direction} max_fraction = {attention[direction][0]:.3g} "
+                            "is above 1, faster than the reference peak: not a physical "
+                            "constant, not written (the built-in is kept)")
+            del attention[direction]
+    for name in ("gemm", "collectives", "attention"):
+        if name in block and not block[name]:
+            del block[name]
     return warnings
 
 
