@@ -65,6 +65,23 @@ def test_two_budgets_that_round_to_one_rung_name_are_refused(tmp_path):
     assert [job.name for job in load_grid(same)] == ["q1_E4_K1_G1_D512"]  # one rung twice
 
 
+def test_a_stated_rung_that_cannot_be_built_is_refused_not_skipped(tmp_path):
+    """A runs: entry with K > E was dropped without a word (a trial); the grid's product
+    still skips its inadmissible points, which nobody asked for one by one."""
+    base = {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+            "split_factor": [1], "tokens": [512]}
+    bad = _grid(tmp_path, {**base, "runs": [{"q": 1, "experts": 2, "top_k": 4,
+                                             "split_factor": 1, "tokens": 512}]})
+    with pytest.raises(MosaicInputError, match=r"ladder.runs\[0\]: top_k \(4\) must not "
+                       r"exceed experts \(2\)"):
+        load_grid(bad)
+    uneven = _grid(tmp_path, {**base, "runs": [{"q": 1, "experts": 4, "top_k": 1,
+                                                "split_factor": 3, "tokens": 512}]})
+    with pytest.raises(MosaicInputError, match="split factor"):
+        load_grid(uneven)
+    assert len(load_grid(_grid(tmp_path, {**base, "top_k": [1, 8]}))) == 1  # K=8 > E=4 skipped
+
+
 def test_paper_width_grid_uses_the_arch_ladder(tmp_path):
     from mosaic.arch import ladder_geometry
 

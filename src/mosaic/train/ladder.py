@@ -101,6 +101,7 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     recipe = resolve_data_paths(recipe, path.parent)
     block = grid.ladder
     points = [(r.q, r.experts, r.top_k, r.split_factor, ("D", r.tokens)) for r in block.runs]
+    explicit = len(points)  # the runs: entries, refused rather than skipped when inadmissible
     budgets = ([("D", t) for t in block.tokens]
                + [("TPP", t) for t in block.tokens_per_active_param])
     axes = (block.q, block.experts, block.top_k, block.split_factor, budgets)
@@ -115,8 +116,12 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         raise MosaicInputError(f"{path}: the ladder has no rungs (give axes or runs)")
     head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
     jobs: dict[str, LadderJob] = {}
-    for q, experts, top_k, split, (kind, budget) in points:
+    for index, (q, experts, top_k, split, (kind, budget)) in enumerate(points):
+        stated = index < explicit
         if top_k > experts:
+            if stated:
+                raise MosaicInputError(f"{path}: ladder.runs[{index}]: top_k ({top_k}) must "
+                                       f"not exceed experts ({experts})")
             continue
         rung = LadderModel(q=q, experts=experts, top_k=top_k, split_factor=split,
                            head_dim=head_dim, kv_heads=block.kv_heads,
@@ -132,11 +137,15 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                     {**recipe, "ladder": rung.model_dump(),
                      "run": {**recipe.get("run", {}), "tokens": tokens}}, where)
         except MosaicInputError as exc:
-            if "split factor" in str(exc):  # G must divide d_ff: not a ladder point
+            if "split factor" in str(exc) and not stated:  # G must divide d_ff: no point
                 continue
             raise
         tokens = config.run.tokens
-        if float(count_parameters(config.geometry()).sparsity) < block.s_min:
+        sparsity = float(count_parameters(config.geometry()).sparsity)
+        if sparsity < block.s_min:
+            if stated:
+                raise MosaicInputError(f"{where}: ladder.runs[{index}] has sparsity "
+                                       f"{sparsity:.3f}, below ladder.s_min {block.s_min:g}")
             continue
         check_schedule(config, where)
         name = (rung_name(q, experts, top_k, split, tokens) if kind == "D"
