@@ -379,3 +379,22 @@ def test_a_boolean_is_not_a_number(block, field):
     trial)."""
     with pytest.raises(MosaicInputError, match=f"{field}: got True; expected a number"):
         train_config_from_mapping(tiny_job(**{block: {field: True}}), "job")
+
+
+def test_a_stated_kv_head_count_the_heads_do_not_divide_is_named():
+    """kv_heads: 3 beside 4 query heads trained with gcd = 1 KV head without a word (a
+    trial); the ladder's own default rule (q = 3: 12 heads, 8 KV heads -> 4) stays quiet."""
+    from mosaic.train.config import LadderModel, ladder_rung_geometry
+
+    with pytest.warns(UserWarning, match="kv_heads 3 does not divide the 4 query heads of "
+                      "q=1: the rung uses gcd = 1 KV heads"):
+        geometry = ladder_rung_geometry(LadderModel(q=1, experts=4, top_k=1, head_dim=8,
+                                                    kv_heads=3), vocab=256)
+    assert geometry.kv_heads == 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = ladder_rung_geometry(LadderModel(q=3, experts=4, top_k=1, head_dim=8),
+                                     vocab=256)
+    assert quiet.kv_heads == 4

@@ -8,6 +8,7 @@ here imports torch, so the planner can read and check a job without the ``train`
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,6 +76,10 @@ def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
         return ladder_geometry(rung.q, rung.experts, rung.top_k, rung.split_factor,
                                vocab=vocab, gated_attention=rung.gated_attention)
     kv_heads = int(ladder_kv_heads(heads, rung.kv_heads))  # GQA needs kv_heads | heads
+    if kv_heads != rung.kv_heads and "kv_heads" in rung.model_fields_set:
+        warnings.warn(f"ladder.kv_heads {rung.kv_heads} does not divide the {heads} query "
+                      f"heads of q={rung.q}: the rung uses gcd = {kv_heads} KV heads",
+                      stacklevel=2)
     d_model = heads * rung.head_dim
     ffn = round(LADDER_FFN_RATIO * d_model)
     moe = None
