@@ -16,7 +16,7 @@ from mosaic.train.metrics import FlopsAccounting, read_metrics, resolve_device  
 from mosaic.train.schedule import WSDSchedule, eq17_peak_lr  # noqa: E402
 from mosaic.train.trainer import train  # noqa: E402
 
-from .conftest import CORPUS, tiny_job  # noqa: E402
+from .conftest import CORPUS, REPO, tiny_job  # noqa: E402
 
 
 def test_loss_falls_on_real_text(tmp_path):
@@ -398,3 +398,18 @@ def test_a_stated_kv_head_count_the_heads_do_not_divide_is_named():
         quiet = ladder_rung_geometry(LadderModel(q=3, experts=4, top_k=1, head_dim=8),
                                      vocab=256)
     assert quiet.kv_heads == 4
+
+
+def test_a_job_file_for_the_other_tool_is_named_as_such(tmp_path):
+    """perf on a train job said "unknown block(s) ['ladder', 'optim', 'run'] ('optim' -> did
+    you mean 'optimizer'?)", and train on a perf job listed nine unknown fields (a trial)."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    runner = CliRunner()
+    perf = runner.invoke(app, ["perf", str(REPO / "examples" / "train_q4_h200.yaml")])
+    assert perf.exit_code == 2 and "a `mosaic train` job file" in perf.output
+    train = runner.invoke(app, ["train", str(REPO / "examples" / "appendix_e.yaml"),
+                                "--out", str(tmp_path / "o")])
+    assert train.exit_code == 2 and "not a `mosaic train` job" in train.output

@@ -322,6 +322,11 @@ def canonical_job_document(document: dict[str, Any], where: str,
         raise MosaicInputError(
             f"{where}: the file that `mosaic {written_by}` writes, not a job; give a job "
             "YAML or a run record (RUNS.yaml#ID)")
+    if "run" in unknown:  # the reference trainer's job (run:, optim:, ladder:; docs/train.md)
+        raise MosaicInputError(
+            f"{where}: a `mosaic train` job file (blocks {sorted(unknown)}), not a job for "
+            "the performance model, which reads model, parallelism, batch and hardware "
+            "blocks (docs/schema.md)")
     if unknown:
         hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
                  if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]

@@ -264,6 +264,13 @@ class TrainConfig(_Strict):
 
 def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
     """Validate a parsed job document; MosaicInputError with one line on failure."""
+    planning = {"parallelism", "hardware", "batch", "performance"} & set(
+        data if isinstance(data, dict) else ())
+    if planning and "run" not in data:
+        raise MosaicInputError(
+            f"{where}: a job file for the performance model (blocks {sorted(planning)}: "
+            "mosaic perf, layouts, export), not a `mosaic train` job, which holds data, run "
+            "and a model or ladder block (docs/train.md)")
     config = validate_mapping(TrainConfig, data, where)
     config.geometry()  # surface geometry errors now, not mid-run
     return config
