@@ -76,6 +76,13 @@ def test_shapes_file_round_trip_and_errors(tmp_path):
     path.write_text("gemm:\n  - {m: 0, n: 16, k: 32}\n")
     with pytest.raises(MosaicInputError, match="gemm\\[0\\]"):
         shapes_from_file(path)
+    # a missing or misspelled size is named in the file's words, not GemmShape.__init__'s
+    path.write_text("gemm:\n  - {m: 64, n: 64}\n")
+    with pytest.raises(MosaicInputError, match=r"gemm\[0\]: missing k; fields: m, n, k$"):
+        shapes_from_file(path)
+    path.write_text("gemm:\n  - {m: 64, n: 64, kk: 8}\n")
+    with pytest.raises(MosaicInputError, match="missing k; unknown kk"):
+        shapes_from_file(path)
     path.write_text("gemms: []\n")
     with pytest.raises(MosaicInputError, match="unknown section"):
         shapes_from_file(path)

@@ -11,7 +11,7 @@ added from the same perf helpers (``tokens_per_rank``, ``attention_widths``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -247,11 +247,25 @@ def shapes_from_file(path: Path) -> BenchShapes:
     for section, cls in _SECTIONS.items():
         items = []
         for i, entry in enumerate(document.get(section) or []):
+            where = f"{path}: {section}[{i}]"
+            if not isinstance(entry, dict):
+                raise MosaicInputError(f"{where}: a mapping of sizes, got {entry!r}")
+            names = [f for f in cls.__dataclass_fields__ if f != "source"]
+            required = [f for f, spec in cls.__dataclass_fields__.items()
+                        if spec.default is MISSING and spec.default_factory is MISSING]
+            missing = [f for f in required if f not in entry]
+            unknown_fields = sorted(set(entry) - set(cls.__dataclass_fields__))
+            if missing or unknown_fields:  # not the dataclass's own TypeError wording
+                raise MosaicInputError(
+                    f"{where}: " + "; ".join(
+                        ([f"missing {', '.join(missing)}"] if missing else [])
+                        + ([f"unknown {', '.join(unknown_fields)}"] if unknown_fields
+                           else [])) + f"; fields: {', '.join(names)}")
             try:
                 shape = cls(**{k: (str(v) if k == "source" else int(v))
-                               for k, v in dict(entry).items()})
+                               for k, v in entry.items()})
             except (TypeError, ValueError) as exc:
-                raise MosaicInputError(f"{path}: {section}[{i}]: {exc}") from None
+                raise MosaicInputError(f"{where}: {exc}") from None
             values = [getattr(shape, f) for f in shape.__dataclass_fields__ if f != "source"]
             if min(values) < 1:
                 raise MosaicInputError(f"{path}: {section}[{i}]: every size must be >= 1")
