@@ -249,8 +249,8 @@ class TrainConfig(_Strict):
                 "recipe, Appendix A.1, uses none of them); remove them from the file")
         if geometry.vocab < self.data.vocab_size:
             raise MosaicInputError(
-                f"model.vocab_sz {geometry.vocab} is smaller than the data's vocabulary "
-                f"{self.data.vocab_size}")
+                f"model.vocab {geometry.vocab} is smaller than the data's vocabulary "
+                f"{self.data.vocab_size} (data.format's token range)")
         return geometry
 
     @property
