@@ -35,15 +35,18 @@ def test_loss_falls_on_real_text(tmp_path):
     assert saved["n_active"] == result.n_active and saved["tokens"] == 40 * 8 * 32
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
     config = train_config_from_mapping(tiny_job(run={"tokens": 8 * 8 * 32,
                                                      "checkpoint_every": 100}), "job")
     whole = train(config, tmp_path / "whole")
     stopped = train(config, tmp_path / "split", stop_after_steps=3)
     assert not stopped.complete and stopped.steps == 3
     assert not (tmp_path / "split" / "result.json").exists()
-    resumed = train(config, tmp_path / "split")
+    capsys.readouterr()
+    resumed = train(config, tmp_path / "split", log=lambda record: None)
     assert resumed.complete
+    # a resume says so (it continued at 'step 3' without a word; a trial)
+    assert "progress: resuming from the checkpoint at step 3 of 8" in capsys.readouterr().err
     losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
     again = [r["loss"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")]
     assert losses == again  # bit-identical on CPU

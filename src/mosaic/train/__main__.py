@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     except MosaicInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line each,
+        # not a traceback through the collective it was waiting in (the last checkpoint
+        # in --out resumes the run exactly)
+        print(f"error: interrupted; rerun the same command to resume from the last "
+              f"checkpoint in {args.out}", file=sys.stderr)
+        return 130
     if result.world_size == 1 or _is_rank_zero():
         state = "finished" if result.complete else f"stopped at step {result.steps}"
         print(f"{state}: smoothed loss {result.smoothed_loss:.4f}, {result.tokens} tokens, "

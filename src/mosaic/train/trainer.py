@@ -17,6 +17,7 @@ import json
 import math
 import os
 import pickle
+import sys
 import time
 import warnings
 from contextlib import nullcontext
@@ -505,6 +506,9 @@ class Trainer:
             done = read_finished_result(self.out_dir, self.config)
             if done is not None:  # nothing left to do; its run.json stays as it trained
                 return done
+        if resumed and log is not None and self.context.is_main:  # said, not just continued
+            print(f"progress: resuming from the checkpoint at step {self.step} of "
+                  f"{self.total_steps} in {self.out_dir}", file=sys.stderr, flush=True)
         metrics = MetricsLog(self.out_dir / METRICS_FILE, self.step if resumed else 0,
                              enabled=self.context.is_main)
         if self.context.is_main:
