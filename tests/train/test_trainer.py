@@ -416,3 +416,19 @@ def test_a_job_file_for_the_other_tool_is_named_as_such(tmp_path):
     train = runner.invoke(app, ["train", str(REPO / "examples" / "appendix_e.yaml"),
                                 "--out", str(tmp_path / "o")])
     assert train.exit_code == 2 and "not a `mosaic train` job" in train.output
+
+
+def test_many_passes_over_the_data_are_named(tmp_path):
+    """A job reading its corpus 7.8 times said nothing (a trial); past 4 epochs repeated
+    tokens are worth less than new ones (Muennighoff et al. 2023). The 3,320-byte corpus
+    holds (3,320 - 1) // 32 = 103 windows of 32: 8 steps of 8 sequences read 64 / 103 = 0.6
+    epochs (quiet), 64 steps 512 / 103 = 5.0."""
+    import warnings
+
+    quiet = train_config_from_mapping(tiny_job(run={"tokens": 8 * 8 * 32}), "job")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(quiet, tmp_path / "quiet", stop_after_steps=1)
+    many = train_config_from_mapping(tiny_job(run={"tokens": 64 * 8 * 32}), "job")
+    with pytest.warns(UserWarning, match=r"reads its data 5.0 times"):
+        train(many, tmp_path / "many", stop_after_steps=1)

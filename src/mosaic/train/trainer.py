@@ -575,6 +575,13 @@ class Trainer:
                              else None))
 
     def _write_run_info(self) -> None:
+        epochs = self.data.epochs_for(self.total_steps * self.config.run.global_batch_seqs)
+        if epochs > MAX_EPOCHS_LIKE_UNIQUE:
+            warnings.warn(
+                f"the run reads its data {epochs:.1f} times: beyond "
+                f"{MAX_EPOCHS_LIKE_UNIQUE:g} epochs repeated tokens are worth less than new "
+                "ones (Muennighoff et al. 2023), and the paper's law assumes unique tokens",
+                UserWarning, stacklevel=2)
         info = {
             "geometry": asdict(self.geometry),
             "n_total": int(self.counts.n_total), "n_active": int(self.counts.n_active),
@@ -585,11 +592,16 @@ class Trainer:
             "schedule": asdict(self.schedule), "peak_lr_source": self.peak_lr_source,
             "flops": asdict(self.flops),
             "data_tokens": self.data.n_tokens,
-            "data_epochs": self.data.epochs_for(self.total_steps
-                                                * self.config.run.global_batch_seqs),
+            "data_epochs": epochs,
             "config": json.loads(self.config.model_dump_json()),
         }
         (self.out_dir / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+
+
+# Up to about 4 epochs, repeated data trains nearly as well as unique data (Muennighoff et
+# al. 2023, "Scaling Data-Constrained Language Models", Sec. 5: "up to 4 epochs ...
+# negligible changes to loss compared to having unique data").
+MAX_EPOCHS_LIKE_UNIQUE = 4.0
 
 
 def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | None = None,
