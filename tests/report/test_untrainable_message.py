@@ -29,3 +29,18 @@ def test_a_batch_the_gpus_cannot_divide_gets_a_nearby_multiple():
     message = untrainable_message(_result(
         ["no layout satisfies the divisibility rules (e.g. pp=9 must divide layers=16)"]))
     assert "--global-batch 1008, a multiple of the 72 GPUs; 1024 shares only 8 with it" in message
+
+
+def test_a_model_flops_pick_without_a_layout_says_so():
+    """An 8-GPU H200 box: the model-FLOPs pick (q=8, E=512) has no layout that fits, so it
+    delivers nothing; the table read 'no (0 FLOP)' and an unexplained '-' loss gap."""
+    from mosaic.report.plan_report import loss_gap_text, pick_deliverable_text
+
+    none = {"prescription_feasible": False, "deliverable_flops": 0.0}
+    assert pick_deliverable_text(none) == "no: none of its layouts fits this cluster"
+    assert loss_gap_text(None, none) == "- (the pick cannot train on this cluster)"
+    short = {"prescription_feasible": False, "deliverable_flops": 4.2e20}
+    assert pick_deliverable_text(short) == "no (4.2e+20 FLOP)"
+    enough = {"prescription_feasible": True, "deliverable_flops": 9.24e22}
+    assert pick_deliverable_text(enough) == "yes (9.24e+22 FLOP)"
+    assert loss_gap_text(0.0266, enough) == "+0.0266"

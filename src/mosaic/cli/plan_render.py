@@ -17,6 +17,8 @@ from mosaic.report.plan_report import (
     geometry_label,
     infeasible_summary,
     layout_text,
+    loss_gap_text,
+    pick_deliverable_text,
 )
 from mosaic.units import GIB
 
@@ -192,13 +194,11 @@ def print_comparison(document: dict[str, Any]) -> None:
             ("model-FLOPs pick on the grid",
              (f"q={mf['q']}" if mf["q"] else f"L={mf['layers']} d={mf['d_model']}")
              + f" E={mf['experts']} K={mf['top_k']} S={mf['sparsity']:.4f}"),
-            ("pick deliverable in the window",
-             f"{'yes' if mf['prescription_feasible'] else 'no'} "
-             f"({mf['deliverable_flops']:.3g} FLOP)"),
+            ("pick deliverable in the window", pick_deliverable_text(mf)),
             ("S_feas_max", "-" if s_feas is None else f"{s_feas:.4f}"),
             ("cluster-optimal S", "-" if document["cluster_sparsity"] is None
              else f"{document['cluster_sparsity']:.4f}"),
-            ("loss gap (nats)", "-" if gap is None else f"{gap:+.4f}"),
+            ("loss gap (nats)", loss_gap_text(gap, mf)),
         ])
 
 

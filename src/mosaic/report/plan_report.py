@@ -206,6 +206,26 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
             "points": [point(p) for p in points]}
 
 
+def pick_deliverable_text(pick: dict[str, Any]) -> str:
+    """Whether the model-FLOPs pick's C_model fits the window: 'yes (9.2e+22 FLOP)', or why
+    not ('no: none of its layouts fits this cluster' where it delivers nothing; it read
+    'no (0 FLOP)')."""
+    if pick["prescription_feasible"]:
+        return f"yes ({pick['deliverable_flops']:.3g} FLOP)"
+    if not pick["deliverable_flops"]:
+        return "no: none of its layouts fits this cluster"
+    return f"no ({pick['deliverable_flops']:.3g} FLOP)"
+
+
+def loss_gap_text(gap: float | None, pick: dict[str, Any]) -> str:
+    """The model-FLOPs pick's loss gap to the optimum, or why there is none."""
+    if gap is not None:
+        return f"{gap:+.4f}"
+    if not pick["deliverable_flops"]:
+        return "- (the pick cannot train on this cluster)"
+    return "-"
+
+
 def sweep_extrapolation_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
     """(budget, message) per law input of a sweep point's optimum outside the law's fitted
     range (``optimum.extrapolation``, written by `mosaic sweep`)."""

@@ -29,7 +29,7 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
-from mosaic.report.plan_report import geometry_label
+from mosaic.report.plan_report import geometry_label, loss_gap_text, pick_deliverable_text
 from mosaic.units import GIB
 
 SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
@@ -219,11 +219,10 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
         g = comparison["model_flops_geometry"]
         gap = comparison.get("loss_gap_nats")
         rows += [("model-FLOPs pick", f"q={g['q']} E={g['experts']} K={g['top_k']} "
-                  f"G={g['split_factor']}, S = {g['sparsity']:.4f}, "
-                  f"{'deliverable' if g['prescription_feasible'] else 'NOT deliverable'}"
-                  " in the window"),
+                  f"G={g['split_factor']}, S = {g['sparsity']:.4f}; deliverable in the "
+                  f"window: {pick_deliverable_text(g)}"),
                  ("loss gap (model-FLOPs pick − optimum)",
-                  "–" if gap is None else f"{gap:.4f} nats")]
+                  f"{gap:.4f} nats" if gap is not None else loss_gap_text(gap, g))]
     return rows
 
 
