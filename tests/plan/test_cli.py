@@ -201,3 +201,18 @@ def test_a_gpu_count_with_a_factor_the_batch_lacks_is_explained():
     assert result.exit_code == 0, result.output
     assert "Few layouts divide this cluster; 288 GPUs and a global batch of 1024" in " ".join(
         result.stdout.split())
+
+
+def test_target_loss_prints_every_budget_it_evaluated():
+    """The text output named the chosen budget only; the others were in --json alone."""
+    args = ["plan", *SMALL, "--target-loss", "1.8", "--cheapest-nodes", "1,2",
+            "--cheapest-days", "1,2"]
+    doc = run_json(*args)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    table = result.stdout.split("Budgets evaluated", 1)[1]
+    for option in doc["cheapest"]["options"]:
+        reaches = "yes" if option["loss"] is not None and option["loss"] <= 1.8 else "no"
+        cells = [str(option["nodes"]), f"{option['days']:g}", f"{option['gpu_hours']:,.0f}",
+                 f"{option['loss']:.4f}", reaches]
+        assert any(all(cell in line for cell in cells) for line in table.splitlines()), cells

@@ -250,6 +250,20 @@ def print_cheapest(document: dict[str, Any]) -> None:
     rows += [("optimum loss", f"{choice['loss']:.4f}"),
              ("geometry", f"{geometry_label(optimum)} S={optimum['sparsity']:.4f}")]
     print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}", rows)
+    _print_budget_options(document)
+
+
+def _print_budget_options(document: dict[str, Any]) -> None:
+    """Every budget the target search evaluated, cheapest first (only --json had them)."""
+    options = sorted(document["options"], key=lambda o: (o["gpu_hours"], o["nodes"]))
+    if len(options) < 2:
+        return
+    target = document["target_loss"]
+    print_table("Budgets evaluated", ["nodes", "days", "GPU-hours", "optimum loss", "reaches"],
+                [[str(o["nodes"]), f"{o['days']:g}", f"{o['gpu_hours']:,.0f}",
+                  "-" if o["loss"] is None else f"{o['loss']:.4f}",
+                  "yes" if o["loss"] is not None and o["loss"] <= target else "no"]
+                 for o in options])
 
 
 def print_sweep(points: list[SweepPoint]) -> None:
