@@ -215,6 +215,17 @@ def test_plan_form_errors(studio, field, value, words):
     assert words in body["errors"][field]
 
 
+def test_plan_form_errors_name_the_form_fields_not_cli_options(studio):
+    """'--q is empty' beside the q field (a trial); an option the form lacks keeps its
+    spelling."""
+    from mosaic.studio.plan_runner import in_form_words
+
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.q": ""}})
+    assert status == 422 and body["errors"]["plan.q"].startswith("q is empty")
+    assert in_form_words("allow more memory (--memory-fraction); --top-k 9",
+                         {"plan.top_k"}) == "allow more memory (--memory-fraction); top_k 9"
+
+
 def test_requests_are_bounded(studio):
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM,
                                                       "hf.config": "x" * 1_100_000}})

@@ -63,6 +63,19 @@ def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
     return values
 
 
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def in_form_words(message: str, keys: set[str]) -> str:
+    """A CLI message with each option the form has as a field named as the field ('--q is
+    empty' -> 'q is empty'); options the form lacks keep their CLI spelling."""
+    def field(match: re.Match[str]) -> str:
+        name = match.group(1).replace("-", "_")
+        return name if f"plan.{name}" in keys else match.group(0)
+
+    return _FLAG.sub(field, message)
+
+
 def plan_field_of(message: str, keys: set[str]) -> str:
     """The plan-form field a CLI validation message names."""
     token = re.split(r"[\s:]", message.strip(), maxsplit=1)[0].lstrip("-").replace("-", "_")
@@ -97,7 +110,8 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
             stack=get_stack(form["plan.stack"].strip()).name,
             precision=form["plan.precision"].strip(), **values)
     except MosaicInputError as exc:
-        raise FormError({plan_field_of(str(exc), set(form)): str(exc)}) from None
+        raise FormError({plan_field_of(str(exc), set(form)):
+                         in_form_words(str(exc), set(form))}) from None
     if envelope.n_devices > MAX_DEVICES:
         raise FormError({"plan.nodes": f"{envelope.n_devices} GPUs; the studio plans at most "
                                        f"{MAX_DEVICES} (use `mosaic plan` for more)"})
