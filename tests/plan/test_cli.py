@@ -92,7 +92,8 @@ def test_young_daly_goodput_option():
     # advice names what to change instead of asking for more nodes or days
     (["--gpus-per-node", "3", "--nodes", "4", "--q", "8", "--experts", "16", "--top-k", "1",
       "--split-factor", "1"],
-     "divisibility rules (e.g. tp=3 must divide heads=32)); choose --nodes, --gpus-per-node"),
+     "divisibility rules (e.g. tp=3 must divide heads=32; 12 GPUs and a global batch of 1024 "
+     "sequences share only the factor 4, so tp·pp·cp must be a multiple of 3"),
     # a target below what the largest budget could train at 100% of the peak is refused
     # before the plan's own search
     ([*SMALL, "--target-loss", "0.5"], "target loss 0.5 is out of reach of every budget"),

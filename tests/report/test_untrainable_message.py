@@ -19,7 +19,7 @@ def test_the_divisibility_example_sits_with_the_divisibility_count():
         "out of memory on every layout",
     ]))
     assert ("2 geometries: no layout satisfies the divisibility rules (e.g. tp=3 must divide "
-            "heads=32); 1 geometries: no layout fits device memory)") in message
+            "heads=32); 1 geometry: no layout fits device memory)") in message
     assert message.startswith("no geometry of the grid is trainable on 18 nodes in 10 days")
     assert "--global-batch" in message and "--memory-fraction" in message
 

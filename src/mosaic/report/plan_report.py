@@ -46,7 +46,7 @@ def untrainable_message(result: PlanResult) -> str:
     examples = {reason_category(r): r[r.index("(e.g. ") + 1:-1]
                 for r in reversed(reasons) if "(e.g. " in r}  # the first of each category
     summary = "; ".join(
-        f"{n} geometries: {category}"
+        f"{n} geometr{'y' if n == 1 else 'ies'}: {category}"
         + (f" ({examples[category]})" if category in examples else "")
         for category, n in counts.items())
     advice = "; ".join(dict.fromkeys(_ADVICE.get(c, "add nodes or days") for c in counts))
