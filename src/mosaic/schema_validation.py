@@ -178,13 +178,32 @@ SafeLoader.add_implicit_resolver(
 _DIGITS = r"(?:[0-9]{1,3}(?:_[0-9]{3})+|[0-9]+)"
 SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(rf"^[-+]?{_DIGITS}$"),
                                  list("-+0123456789"))
-SafeLoader.add_implicit_resolver(
-    _FLOAT_TAG,
-    re.compile(rf"^(?:[-+]?(?:\.[0-9]+|{_DIGITS}(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+_FLOAT_TEXT = re.compile(rf"^(?:[-+]?(?:\.[0-9]+|{_DIGITS}(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+SafeLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_TEXT, list("-+0123456789."))
 SafeLoader.add_constructor(
     _INT_TAG, lambda loader, node: int(loader.construct_scalar(node), 10))  # never octal
+_INT_TEXT = re.compile(rf"^[-+]?{_DIGITS}$")
+
+
+def int_from_text(text: str) -> int:
+    """An integer typed as text (a form field), by the rule YAML inputs follow: decimal
+    digits, thousands optionally grouped by '_' (Python's int() reads '3_2' as 32);
+    ValueError otherwise."""
+    stripped = text.strip()
+    if not _INT_TEXT.match(stripped):
+        raise ValueError(f"not an integer: {text!r}")
+    return int(stripped, 10)
+
+
+def float_from_text(text: str) -> float:
+    """A number typed as text, by the YAML inputs' rule (see :func:`int_from_text`); also
+    Python's 'inf'/'nan' spellings, which callers range-check."""
+    stripped = text.strip()
+    if not (_FLOAT_TEXT.match(stripped) or stripped.lower().lstrip("+-") in ("inf", "nan")):
+        raise ValueError(f"not a number: {text!r}")
+    lowered = stripped.lower()
+    return float(lowered.replace(".inf", "inf").replace(".nan", "nan"))  # YAML's .inf
 
 MAX_FILE_BYTES = 256 * 2**20  # no input file of mosaic is near this; refuse before parsing
 MAX_NESTING = 64  # mosaic's deepest schema nests 4 levels

@@ -83,6 +83,12 @@ def test_shapes_file_round_trip_and_errors(tmp_path):
     path.write_text("gemm:\n  - {m: 64, n: 64, kk: 8}\n")
     with pytest.raises(MosaicInputError, match="missing k; unknown kk"):
         shapes_from_file(path)
+    # '3_2' is text under the YAML rule, and int() would have read it as 32 (a review)
+    path.write_text("gemm:\n  - {m: 3_2, n: 64, k: 64}\n")
+    with pytest.raises(MosaicInputError, match="m: '3_2' is not a whole number"):
+        shapes_from_file(path)
+    path.write_text("gemm:\n  - {m: 1e3, n: 1_024, k: 64}\n")
+    assert [(s.m, s.n) for s in shapes_from_file(path).gemm] == [(1000, 1024)]
     path.write_text("gemms: []\n")
     with pytest.raises(MosaicInputError, match="unknown section"):
         shapes_from_file(path)

@@ -222,6 +222,8 @@ def test_plan_form_errors_name_the_form_fields_not_cli_options(studio):
 
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.q": ""}})
     assert status == 422 and body["errors"]["plan.q"].startswith("q is empty")
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.nodes": "3_2"}})
+    assert status == 422 and "must be an integer" in body["errors"]["plan.nodes"]
     assert in_form_words("allow more memory (--memory-fraction); --top-k 9",
                          {"plan.top_k"}) == "allow more memory (--memory-fraction); top_k 9"
 
@@ -478,6 +480,7 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     ("foo.bar", "1", "foo.bar", "unknown field"),  # was accepted with 200
     ("ladder.qq", "3", "ladder.qq", "unknown field"),
     ("hardware.nodes", "3_2", "hardware.nodes", "valid integer"),  # was read as 32
+    ("ladder.experts", "9_6", "ladder.experts", "must be an integer"),
     ("hardware.nodes", "", "hardware.nodes", "give the number of nodes"),
     ("hardware.nodes", "1048576", "hardware.nodes", "8388608 devices; allowed: 1..1048576"),
 ])

@@ -361,3 +361,15 @@ def test_a_ladder_folder_copied_elsewhere_keeps_its_finished_rungs(tmp_path, mon
     again = runner.invoke(_app(), ["ladder", "run", "grid.yaml", "--out", "L"])
     assert again.exit_code == 0, again.output
     assert "done earlier, skipped" in again.output
+
+
+def test_an_unstated_kv_head_count_is_not_warned_about_under_scale():
+    """--scale 0.5 on the paper's grid: q = 3 has 12 heads and the default 8 KV heads take
+    the gcd, 4, as the ladder's rule says; the warning for a stated kv_heads fired for the
+    default (a review)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jobs = load_grid(REPO / "examples" / "ladder_paper.yaml", scale=0.5)
+    assert {j.config.geometry().kv_heads for j in jobs if j.config.ladder.q == 3} == {4}

@@ -388,7 +388,7 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
     width = fields.int("intermediate_size")
     top_k = fields.int("num_experts_per_tok", config.get("experts_per_token"))
-    if "experts_per_token" in config and config["experts_per_token"] != top_k:
+    if config.get("experts_per_token") is not None and config["experts_per_token"] != top_k:
         # gpt-oss's released config.json states both (4 and 4); HF reads num_experts_per_tok
         raise MosaicInputError(
             f"{fields.where}: num_experts_per_tok ({top_k}) and experts_per_token "

@@ -234,6 +234,15 @@ _SECTIONS: dict[str, type] = {"gemm": GemmShape, "grouped": GroupedShape,
                               "attention": AttentionShape, "streams": StreamShape}
 
 
+def _size(value: Any, where: str) -> int:
+    """A size as the YAML file wrote it: an integer, or a whole number such as 1e6; the text
+    '3_2' (which int() would read as 32) or a fraction is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise MosaicInputError(f"{where}: {value!r} is not a whole number")
+    return int(value)
+
+
 def shapes_from_file(path: Path) -> BenchShapes:
     """A YAML file with optional sections gemm, grouped, attention, streams (lists of
     mappings with the fields of the shape classes), peak_sizes and optimizer_params."""
@@ -261,18 +270,15 @@ def shapes_from_file(path: Path) -> BenchShapes:
                         ([f"missing {', '.join(missing)}"] if missing else [])
                         + ([f"unknown {', '.join(unknown_fields)}"] if unknown_fields
                            else [])) + f"; fields: {', '.join(names)}")
-            try:
-                shape = cls(**{k: (str(v) if k == "source" else int(v))
-                               for k, v in entry.items()})
-            except (TypeError, ValueError) as exc:
-                raise MosaicInputError(f"{where}: {exc}") from None
+            shape = cls(**{k: (str(v) if k == "source" else _size(v, f"{where}: {k}"))
+                           for k, v in entry.items()})
             values = [getattr(shape, f) for f in shape.__dataclass_fields__ if f != "source"]
             if min(values) < 1:
                 raise MosaicInputError(f"{path}: {section}[{i}]: every size must be >= 1")
             items.append(shape)
         sections[section] = tuple(items)
     for key in ("peak_sizes", "optimizer_params"):
-        values = tuple(int(v) for v in document.get(key) or ())
+        values = tuple(_size(v, f"{path}: {key}") for v in document.get(key) or ())
         if any(v < 1 for v in values):
             raise MosaicInputError(f"{path}: {key} must be integers >= 1")
         sections[key] = values

@@ -66,7 +66,8 @@ def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
     prose = any(len(value) > PROSE_VALUE_CHARS for _, value in rows)
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("quantity", style="bold", no_wrap=True)
-    table.add_column("value", justify="left" if prose else "right")
+    # fold, not '…': a URL or path longer than the width wraps and stays whole
+    table.add_column("value", justify="left" if prose else "right", overflow="fold")
     for key, value in rows:
         table.add_row(key, value)
     console.print(table, width=(None if console.is_terminal or "COLUMNS" in os.environ

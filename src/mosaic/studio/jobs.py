@@ -29,7 +29,7 @@ from mosaic.config.job_schema import (
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
-from mosaic.schema_validation import parse_json
+from mosaic.schema_validation import int_from_text, parse_json
 
 WHERE = "job"  # the name validation messages start with ("job: batch: micro_seqs: ...")
 MODEL_SOURCES = ("ladder", "job", "hf")
@@ -70,7 +70,7 @@ DEFAULT_FORM: dict[str, str] = {
 def _int(form: dict[str, str], key: str) -> int:
     text = str(form.get(key, "")).strip()
     try:
-        return int(text)
+        return int_from_text(text)  # '9_6' is not 96 (Python's int() says it is)
     except ValueError:
         raise FormError({key: f"must be an integer, got {text!r}"}) from None
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from mosaic.errors import MosaicInputError
 from mosaic.plan.envelope import DEFAULT_STACK
+from mosaic.schema_validation import float_from_text, int_from_text
 from mosaic.studio.jobs import GENERAL, FormError
 
 DEFAULT_TIME_LIMIT_S = 300.0
@@ -54,8 +55,8 @@ def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
     for name, kind in kinds.items():
         key = f"plan.{name}"
         text = str(form.get(key, "")).strip()
-        try:
-            values[name] = kind(text)
+        try:  # the YAML inputs' rule: '3_2' is not 32
+            values[name] = int_from_text(text) if kind is int else float_from_text(text)
         except ValueError:
             errors[key] = f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
     if errors:

@@ -123,18 +123,21 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                 raise MosaicInputError(f"{path}: ladder.runs[{index}]: top_k ({top_k}) must "
                                        f"not exceed experts ({experts})")
             continue
+        # kv_heads only where the grid states it: the rung warns about a stated one only
+        stated_kv = ({"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set
+                     else {})
         rung = LadderModel(q=q, experts=experts, top_k=top_k, split_factor=split,
-                           head_dim=head_dim, kv_heads=block.kv_heads,
-                           gated_attention=block.gated_attention)
+                           head_dim=head_dim, gated_attention=block.gated_attention,
+                           **stated_kv)
         where = f"{path}: rung q={q} E={experts} K={top_k} G={split}"
         try:
             config = train_config_from_mapping(
-                {**recipe, "ladder": rung.model_dump(),
+                {**recipe, "ladder": rung.model_dump(exclude_unset=True),
                  "run": {**recipe.get("run", {}), "tokens": budget * scale}}, where)
             if kind == "TPP":  # D = TPP·N_act of this rung's geometry
                 tokens = budget * float(count_parameters(config.geometry()).n_active) * scale
                 config = train_config_from_mapping(
-                    {**recipe, "ladder": rung.model_dump(),
+                    {**recipe, "ladder": rung.model_dump(exclude_unset=True),
                      "run": {**recipe.get("run", {}), "tokens": tokens}}, where)
         except MosaicInputError as exc:
             if "split factor" in str(exc) and not stated:  # G must divide d_ff: no point
