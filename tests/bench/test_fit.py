@@ -188,3 +188,9 @@ def test_implausible_fitted_constants_are_named():
         "gemm k_half = 1.7e-14 is a reduction shorter than one element: not a physical "
         "constant, not written (the built-in is kept)"]
     assert "elementwise_hbm_efficiency" not in fast and "gemm" not in fast
+    # an attention fit that collapsed onto its bounds (max_fraction 1, half-points ~1e-11:
+    # times faster than the peak over many shapes; a review)
+    collapsed = {"attention": {"fwd": [0.99999, 2.1e-11, 4.0e-13], "bwd": [0.6, 900.0, 40.0]}}
+    (why,) = implausible_constants(collapsed, {"device_name": "NVIDIA H200"})
+    assert why.startswith("attention fwd half-points 2.1e-11 tokens and 4e-13 head dims")
+    assert collapsed["attention"] == {"bwd": [0.6, 900.0, 40.0]}

@@ -299,3 +299,13 @@ def test_a_job_that_states_its_tokens_is_compared_at_them(tmp_path):
     assert result.exit_code == 0, result.output
     assert "(stated): the job's training.tokens" in result.stdout
     assert "20 days" not in result.stdout  # no window was assumed for either
+
+
+def test_input_differences_print_as_many_digits_as_tell_them_apart():
+    """Two values that differ past the sixth digit printed alike in the table of what
+    differs (a review)."""
+    from mosaic.cli.compare_cmd import _input_text
+
+    row = {"field": "training.tokens", "a": 1.0e11, "b": 1.0000004e11}
+    assert (_input_text(row, "a"), _input_text(row, "b")) == ("1e+11", "1.0000004e+11")
+    assert _input_text({"field": "envelope.days", "a": 5.0, "b": 10.0}, "b") == "10"

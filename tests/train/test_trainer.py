@@ -432,3 +432,17 @@ def test_many_passes_over_the_data_are_named(tmp_path):
     many = train_config_from_mapping(tiny_job(run={"tokens": 64 * 8 * 32}), "job")
     with pytest.warns(UserWarning, match=r"reads its data 5.0 times"):
         train(many, tmp_path / "many", stop_after_steps=1)
+
+
+@pytest.mark.parametrize("key", ["vocab", "vocab_sz"])
+def test_a_vocabulary_smaller_than_the_data_names_the_users_key(key):
+    """The error said 'model.vocab_sz' whichever spelling the file used, then 'model.vocab'
+    with a hint pointing at data.format for token files too (a trial, a review)."""
+    job = tiny_job()
+    del job["ladder"]
+    job["model"] = {"n_layers": 2, "hidden_sz": 32, "inter_sz": 80, "n_q_heads": 4,
+                    "n_kv_heads": 2, "head_dim": 8, key: 100}
+    job["data"] = {"format": "synthetic", "vocab": 50257}
+    with pytest.raises(MosaicInputError, match=rf"model.{key} 100 is smaller than the data's "
+                       r"vocabulary 50257 \(data.vocab\)"):
+        train_config_from_mapping(job, "job")

@@ -283,8 +283,19 @@ def _input_text(difference: dict[str, Any], side: str) -> str:
     value = difference[side]
     if value is None and not difference.get(f"{side}_stated", True):
         return "-"  # not in that job at all (e.g. a block the other model has)
-    text = f"{value:.6g}" if isinstance(value, float) else json.dumps(value)
+    text = (_distinct_number(value, difference["b" if side == "a" else "a"])
+            if isinstance(value, float) else json.dumps(value))
     return text if difference.get(f"{side}_stated", True) else f"{text} (resolved)"
+
+
+def _distinct_number(value: float, other: Any) -> str:
+    """``value`` to 6 significant digits, or as many more as tell it from ``other`` (1e+11
+    and 1.0000004e+11 printed alike in a table of differences)."""
+    for digits in (6, 9, 12, 17):
+        text = f"{value:.{digits}g}"
+        if not isinstance(other, float) or text != f"{other:.{digits}g}":
+            return text
+    return repr(value)
 
 
 def _model_text(side: dict[str, Any]) -> str:

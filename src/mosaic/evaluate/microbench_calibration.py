@@ -487,11 +487,17 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
         del container[key]
         warnings.append(f"{why}: not a physical constant, not written (the built-in is kept)")
     for direction in list(attention):
-        if attention[direction][0] > 1.0:
-            warnings.append(f"attention {direction} max_fraction = {attention[direction][0]:.3g} "
-                            "is above 1, faster than the reference peak: not a physical "
-                            "constant, not written (the built-in is kept)")
-            del attention[direction]
+        max_fraction, seq_half, head_dim_half = attention[direction]
+        if max_fraction > 1.0:
+            why = f"max_fraction = {max_fraction:.3g} is above 1, faster than the reference peak"
+        elif min(seq_half, head_dim_half) < 1.0:  # a fit collapsed onto its bounds
+            why = (f"half-points {seq_half:.3g} tokens and {head_dim_half:.3g} head dims are "
+                   "shorter than one element")
+        else:
+            continue
+        warnings.append(f"attention {direction} {why}: not a physical constant, not written "
+                        "(the built-in is kept)")
+        del attention[direction]
     for name in ("gemm", "collectives", "attention"):
         if name in block and not block[name]:
             del block[name]

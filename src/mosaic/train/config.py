@@ -249,9 +249,17 @@ class TrainConfig(_Strict):
                 "recipe, Appendix A.1, uses none of them); remove them from the file")
         if geometry.vocab < self.data.vocab_size:
             raise MosaicInputError(
-                f"model.vocab {geometry.vocab} is smaller than the data's vocabulary "
-                f"{self.data.vocab_size} (data.format's token range)")
+                f"model.{self._vocab_key()} {geometry.vocab} is smaller than the data's "
+                f"vocabulary {self.data.vocab_size} ("
+                + ("the 256 byte values of data.format 'bytes'" if self.data.format == "bytes"
+                   else "data.vocab") + ")")
         return geometry
+
+    def _vocab_key(self) -> str:
+        """The spelling of the vocabulary field the model block uses (vocab or vocab_sz)."""
+        model = self.model or {}
+        return next((key for key in ("vocab", "vocab_sz", "vocab_size") if key in model),
+                    "vocab")
 
     @property
     def tokens_per_step(self) -> int:
