@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -446,3 +447,27 @@ def test_a_vocabulary_smaller_than_the_data_names_the_users_key(key):
     with pytest.raises(MosaicInputError, match=rf"model.{key} 100 is smaller than the data's "
                        r"vocabulary 50257 \(data.vocab\)"):
         train_config_from_mapping(job, "job")
+
+
+def test_the_result_carries_mfu_at_the_median_step(tmp_path):
+    """MFU was only in metrics.jsonl (a trial): the result and the final table give it,
+    here against a stated achievable peak (a CPU has no datasheet peak): tokens/s x 6 N_act
+    / peak."""
+    from typer.testing import CliRunner
+
+    from mosaic.arch import count_parameters
+    from mosaic.cli.main import app
+
+    job = tiny_job(run={"tokens": 4 * 8 * 32, "achievable_flops_per_s": 1e11})
+    config = train_config_from_mapping(job, "job")
+    result = train(config, tmp_path / "a")
+    n_active = count_parameters(config.geometry()).n_active
+    assert result.mfu_paper is None  # no datasheet peak on a CPU
+    assert result.mfu_paper_vs_achievable == pytest.approx(
+        result.tokens_per_s * 6 * n_active / 1e11, rel=1e-9)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    shown = CliRunner().invoke(app, ["train", str(path), "--out", str(tmp_path / "a")])
+    assert shown.exit_code == 0, shown.output
+    assert (f"MFU against the measured GEMM peak │ "
+            f"{result.mfu_paper_vs_achievable:.2%}") in " ".join(shown.stdout.split())

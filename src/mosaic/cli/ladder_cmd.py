@@ -94,6 +94,10 @@ def train_command(
          ("N_tot / N_act", f"{result.n_total:,} / {result.n_active:,}"),
          ("peak lr", f"{result.peak_lr:.3e}"),
          ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"),
+         *([] if result.mfu_paper is None else [
+             ("MFU (6·N_act, dense bf16 datasheet peak)", f"{result.mfu_paper:.2%}")]),
+         *([] if result.mfu_paper_vs_achievable is None else [
+             ("MFU against the measured GEMM peak", f"{result.mfu_paper_vs_achievable:.2%}")]),
          *([] if result.starved_experts is None else [
              (f"starved experts / MoE layer (last {FINAL_WINDOW_FRACTION:.0%} of steps)",
               _starved_cell(result.starved_experts)

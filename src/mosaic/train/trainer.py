@@ -103,6 +103,10 @@ class TrainResult:
     complete: bool
     # mean starved experts per MoE layer over the final steps (router_health); None if dense
     starved_experts: float | None = None
+    # at the median step's tokens/s: 6·N_act against the dense bf16 datasheet peak, and
+    # against the measured GEMM peak (run.bench_dir / achievable); None without a device peak
+    mfu_paper: float | None = None
+    mfu_paper_vs_achievable: float | None = None
 
 
 def _seed_of(*parts: int) -> int:
@@ -572,7 +576,17 @@ class Trainer:
             tokens_per_s=self.config.tokens_per_step / step_time if steady_times else math.nan,
             world_size=self.context.world_size, complete=self.step >= self.total_steps,
             starved_experts=(float(np.mean(self.final_starved)) if self.final_starved
-                             else None))
+                             else None),
+            **self._result_mfu(self.config.tokens_per_step / step_time
+                               if steady_times else math.nan))
+
+    def _result_mfu(self, tokens_per_s: float) -> dict[str, float | None]:
+        """The result's MFU fields at the median step's throughput (None where unknown)."""
+        if not math.isfinite(tokens_per_s):
+            return {}
+        mfu = self.flops.mfu(tokens_per_s, self.context.world_size)
+        return {"mfu_paper": mfu["mfu_paper"],
+                "mfu_paper_vs_achievable": mfu["mfu_paper_vs_achievable"]}
 
     def _write_run_info(self) -> None:
         epochs = self.data.epochs_for(self.total_steps * self.config.run.global_batch_seqs)
