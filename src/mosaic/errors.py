@@ -1,4 +1,4 @@
-"""The one exception type that means "the user's input is wrong".
+"""The one exception type that means "the user's input is wrong", and mosaic's warning.
 
 The CLI turns it into a single line on stderr and a non-zero exit; library callers can
 catch it like any ValueError.
@@ -7,3 +7,8 @@ catch it like any ValueError.
 
 class MosaicInputError(ValueError):
     """Bad user input: the message names the field, the bad value and what is allowed."""
+
+
+class MosaicWarning(UserWarning):
+    """Something the user should know that does not stop the command; the CLI prints its
+    words alone (another library's warnings keep their category and source line)."""

@@ -142,7 +142,27 @@ def test_calibrate_from_a_bench_directory_recovers_the_constants(tmp_path):
     assert set(report["fit_error_percent"]) == {"gemm", "attention_fwd", "attention_bwd",
                                                 "elementwise"}
     assert max(report["fit_error_percent"].values()) < 0.5
+    assert report["warnings"] == []
     yaml.safe_dump(document)  # plain data
+
+
+def test_a_bench_started_on_a_busy_host_is_named(tmp_path):
+    """A trial's CPU tables moved 100-1000x between runs on a loaded machine, and calibrate
+    fitted them as given: the metadata records the load average as the run started, and a
+    load at or above the core count is named by bench and calibrate."""
+    from mosaic.bench.metadata import busy_host_warning
+
+    directory = tmp_path / "h200"
+    write_bench_dir(directory)
+    document = json.loads((directory / "metadata.json").read_text())
+    document["runs"]["synthetic01"] |= {"load_average_1m": 3.1, "cpu_count": 2}
+    (directory / "metadata.json").write_text(json.dumps(document))
+    _, report = calibrate_from_microbench(directory, default_calibration())
+    assert report["warnings"] == [
+        "the host was busy when the bench started (load average 3.1 on 2 cores): other "
+        "processes share its CPUs, so timings may vary between runs"]
+    assert busy_host_warning({"load_average_1m": 1.5, "cpu_count": 2}) is None
+    assert busy_host_warning({"cpu_count": 2}) is None  # older metadata: not recorded
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/reference/microbench")

@@ -373,3 +373,20 @@ def test_an_unstated_kv_head_count_is_not_warned_about_under_scale():
         warnings.simplefilter("error")
         jobs = load_grid(REPO / "examples" / "ladder_paper.yaml", scale=0.5)
     assert {j.config.geometry().kv_heads for j in jobs if j.config.ladder.q == 3} == {4}
+
+
+def test_the_trainers_warnings_print_as_mosaics_own_words(tmp_path):
+    """They were UserWarnings, which the CLI prints as another library's: 'warning:
+    UserWarning: ... (config.py:80)'; mosaic's own warnings are its words alone."""
+    import subprocess
+    import sys
+
+    grid = _grid(tmp_path, {"head_dim": 8, "kv_heads": 3, "q": [1], "experts": [4],
+                            "top_k": [1], "split_factor": [1], "tokens": [512]})
+    result = subprocess.run([sys.executable, "-c", "from mosaic.cli.main import main; main()",
+                             "ladder", "run", str(grid), "--out", str(tmp_path / "o"),
+                             "--list"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    line = next(row for row in result.stderr.splitlines() if "kv_heads" in row)
+    assert line.startswith("warning: ladder.kv_heads 3 does not divide the 4 query heads")
+    assert "UserWarning" not in line and ".py:" not in line

@@ -82,6 +82,7 @@ def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dic
         "hostname_hash": hostname_hash(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "load_average_1m": _load_average(),
         "torch_threads": torch.get_num_threads(),
         "device_type": device.type,
         "world_size": world_size,
@@ -120,6 +121,26 @@ def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dic
     meta["fingerprint"] = {k: meta.get(k) for k in FINGERPRINT_FIELDS}
     meta["metadata_id"] = metadata_id(meta["fingerprint"])
     return meta
+
+
+def _load_average() -> float | None:
+    """The host's 1-minute load average before the run (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_host_warning(metadata: dict[str, Any]) -> str | None:
+    """A warning when other work kept every CPU core busy as the run started (load average
+    at or above the core count): timings then vary from run to run (a trial's CPU element-
+    wise kernels moved 100-1000x between runs on a loaded machine), which a fit takes as
+    given."""
+    load, cores = metadata.get("load_average_1m"), metadata.get("cpu_count")
+    if load is None or not cores or load < cores:
+        return None
+    return (f"the host was busy when the bench started (load average {load:g} on {cores} "
+            "cores): other processes share its CPUs, so timings may vary between runs")
 
 
 def metadata_id(fingerprint: dict[str, Any]) -> str:

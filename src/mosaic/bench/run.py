@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,10 @@ import pandas as pd
 
 from mosaic.bench import attention, collectives, gemm, grouped, streams
 from mosaic.bench.cases import BenchOptions, Case, RunReport, run_family
-from mosaic.bench.metadata import collect
+from mosaic.bench.metadata import busy_host_warning, collect
 from mosaic.bench.shapes import BenchShapes
 from mosaic.bench.store import FamilyTable, ok_rows, read_family, record_metadata
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 
 KERNEL_FAMILIES: dict[str, ModuleType] = {"gemm": gemm, "grouped": grouped,
                                           "attention": attention, "kernels": streams}
@@ -82,6 +83,9 @@ def run_kernels(out_dir: Path, families: Sequence[str], shapes: BenchShapes,
     """Measure the kernel families on ``device``; resumable; then export measured tables."""
     metadata = collect(device)
     record_metadata(out_dir, metadata)
+    busy = busy_host_warning(metadata)
+    if busy is not None:
+        warnings.warn(busy, MosaicWarning, stacklevel=2)
     deadline = None if budget_s is None else time.monotonic() + budget_s
     reports = []
     for family, cases in kernel_cases(families, shapes, options).items():

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mosaic.bench.metadata import busy_host_warning
 from mosaic.bench.store import ok_rows, read_family, read_metadata
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.microbench_fit import (
@@ -437,7 +438,8 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
         document["coverage"]["source"] = (f"{document['coverage'].get('source', '')}; devices: "
                                           f"the device the kernel constants were measured on")
     report["fit_error_percent"] = errors
-    report["warnings"] = implausible_constants(block, metadata)
+    busy = busy_host_warning(metadata)
+    report["warnings"] = [*([busy] if busy else []), *implausible_constants(block, metadata)]
     return document, report
 
 

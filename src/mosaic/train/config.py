@@ -28,7 +28,7 @@ from mosaic.arch.ladder import (
 )
 from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.schedule import WSDSchedule
 
@@ -79,7 +79,7 @@ def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
     if kv_heads != rung.kv_heads and "kv_heads" in rung.model_fields_set:
         warnings.warn(f"ladder.kv_heads {rung.kv_heads} does not divide the {heads} query "
                       f"heads of q={rung.q}: the rung uses gcd = {kv_heads} KV heads",
-                      stacklevel=2)
+                      MosaicWarning, stacklevel=2)
     d_model = heads * rung.head_dim
     ffn = round(LADDER_FFN_RATIO * d_model)
     moe = None

@@ -22,7 +22,7 @@ from mosaic.arch import (
     count_parameters,
     useful_flops_per_token,
 )
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import Device, shipped_catalog
 from mosaic.hardware.catalog import name_key
 
@@ -162,7 +162,7 @@ class MetricsLog:
         if damaged:
             warnings.warn(f"{path}: line(s) {', '.join(map(str, damaged[:5]))} are not metric "
                           "records (a write cut short?); dropped, the checkpoint is what the "
-                          "run resumes from", UserWarning, stacklevel=2)
+                          "run resumes from", MosaicWarning, stacklevel=2)
         path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:

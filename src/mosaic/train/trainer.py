@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the PyTorch convention
 
 from mosaic.arch import count_parameters
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.io_atomic import write_text_atomic
 from mosaic.train.config import TrainConfig
 from mosaic.train.data import TokenStream
@@ -545,7 +545,7 @@ class Trainer:
         elif not record and self.context.is_main:
             warnings.warn(f"{self.out_dir / METRICS_FILE} holds no records: the result's last "
                           "loss and tokens/s are unknown (null); its smoothed loss comes from "
-                          "the checkpoint", UserWarning, stacklevel=2)
+                          "the checkpoint", MosaicWarning, stacklevel=2)
         result = self._result(record, self.wall_s, steady_times)
         if self.context.is_main and result.complete:
             payload = {**{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -595,7 +595,7 @@ class Trainer:
                 f"the run reads its data {epochs:.1f} times: beyond "
                 f"{MAX_EPOCHS_LIKE_UNIQUE:g} epochs repeated tokens are worth less than new "
                 "ones (Muennighoff et al. 2023), and the paper's law assumes unique tokens",
-                UserWarning, stacklevel=2)
+                MosaicWarning, stacklevel=2)
         info = {
             "geometry": asdict(self.geometry),
             "n_total": int(self.counts.n_total), "n_active": int(self.counts.n_active),
@@ -634,7 +634,7 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
         if config.run.cpu_threads > cores:
             warnings.warn(f"run.cpu_threads {config.run.cpu_threads} exceeds this machine's "
                           f"{cores} CPU cores: the threads share cores and spin-wait, which "
-                          "slows CPU training; set it to at most the cores", UserWarning,
+                          "slows CPU training; set it to at most the cores", MosaicWarning,
                           stacklevel=2)
         torch.set_num_threads(config.run.cpu_threads)
     owned = context is None
