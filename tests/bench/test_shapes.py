@@ -68,33 +68,30 @@ def test_backward_gemm_shapes_and_dedup():
     assert "bf16:128x64x64" in keys and "bf16:64x128x96" in keys  # dgrad of 64x96x128
 
 
-def test_shapes_file_round_trip_and_errors(tmp_path):
+def test_shapes_file_round_trip(tmp_path):
     path = tmp_path / "shapes.yaml"
     path.write_text("gemm:\n  - {m: 8, n: 16, k: 32}\npeak_sizes: [64]\n")
     shapes = shapes_from_file(path)
     assert [(s.m, s.n, s.k) for s in shapes.gemm] == [(8, 16, 32)] and shapes.peak_sizes == (64,)
-    path.write_text("gemm:\n  - {m: 0, n: 16, k: 32}\n")
-    with pytest.raises(MosaicInputError, match="gemm\\[0\\]"):
-        shapes_from_file(path)
-    # a missing or misspelled size is named in the file's words, not GemmShape.__init__'s
-    path.write_text("gemm:\n  - {m: 64, n: 64}\n")
-    with pytest.raises(MosaicInputError, match=r"gemm\[0\]: missing k; fields: m, n, k$"):
-        shapes_from_file(path)
-    path.write_text("gemm:\n  - {m: 64, n: 64, kk: 8}\n")
-    with pytest.raises(MosaicInputError, match="missing k; unknown kk"):
-        shapes_from_file(path)
-    # '3_2' is text under the YAML rule, and int() would have read it as 32 (a review)
-    path.write_text("gemm:\n  - {m: 3_2, n: 64, k: 64}\n")
-    with pytest.raises(MosaicInputError, match="m: '3_2' is not a whole number"):
-        shapes_from_file(path)
-    path.write_text("gemm:\n  - {m: 1e3, n: 1_024, k: 64}\n")
+    path.write_text("gemm:\n  - {m: 1e3, n: 1_024, k: 64}\n")  # whole numbers, grouped
     assert [(s.m, s.n) for s in shapes_from_file(path).gemm] == [(1000, 1024)]
-    path.write_text("gemms: []\n")
-    with pytest.raises(MosaicInputError, match="unknown section"):
-        shapes_from_file(path)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("gemm:\n  - {m: 0, n: 16, k: 32}\n", r"gemm\[0\]"),
+    # a missing or misspelled size is named in the file's words, not GemmShape.__init__'s
+    ("gemm:\n  - {m: 64, n: 64}\n", r"gemm\[0\]: missing k; fields: m, n, k$"),
+    ("gemm:\n  - {m: 64, n: 64, kk: 8}\n", "missing k; unknown kk"),
+    # '3_2' is text under the YAML rule, and int() would have read it as 32 (a review)
+    ("gemm:\n  - {m: 3_2, n: 64, k: 64}\n", "m: '3_2' is not a whole number"),
+    ("gemms: []\n", "unknown section"),
     # a file with no shapes planned zero cases without a word (a trial)
-    path.write_text("gemm: []\n")
-    with pytest.raises(MosaicInputError, match="no shapes to measure"):
+    ("gemm: []\n", "no shapes to measure"),
+])
+def test_shapes_file_errors(tmp_path, text, match):
+    path = tmp_path / "shapes.yaml"
+    path.write_text(text)
+    with pytest.raises(MosaicInputError, match=match):
         shapes_from_file(path)
 
 
