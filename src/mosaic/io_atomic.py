@@ -97,15 +97,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     if path.is_dir():  # (named as given, not as the temporary file the error would name)
         raise MosaicInputError(f"{_short(path)}: is a directory; give a file name")
-    if path.is_symlink():  # write through the link to its target; the link stays a link
-        target = Path(os.path.realpath(path))
-        if _links_through_proc(path) or (target.exists() and not target.is_file()):
-            with _device_write(path) as temp:  # /dev/stdout -> /proc/self/fd/1, a pipe
-                yield temp
-            return
-        path = target
-    if path.exists() and not path.is_file():  # /dev/null, a FIFO: written into, never replaced
-        with _device_write(path) as temp:
+    given = path
+    stream = path.is_symlink() and _links_through_proc(path)  # /dev/stdout: an open stream
+    if path.is_symlink() and not stream:  # write through the link to its target; the link
+        path = Path(os.path.realpath(path))  # stays a link
+    if stream or (path.exists() and not path.is_file()):  # /dev/null, a FIFO, a pipe:
+        with _device_write(given) as temp:  # written into, never replaced
             yield temp
         return
     try:

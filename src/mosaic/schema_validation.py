@@ -176,14 +176,13 @@ SafeLoader.add_implicit_resolver(
 # Thousands may be separated by '_' (1_000_000, as YAML 1.1 and Python allow), in groups of
 # three only: '3_2' is a typo, not 32 (a trial's studio form read it as 32 nodes).
 _DIGITS = r"(?:[0-9]{1,3}(?:_[0-9]{3})+|[0-9]+)"
-SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(rf"^[-+]?{_DIGITS}$"),
-                                 list("-+0123456789"))
+_INT_TEXT = re.compile(rf"^[-+]?{_DIGITS}$")
+SafeLoader.add_implicit_resolver(_INT_TAG, _INT_TEXT, list("-+0123456789"))
 _FLOAT_TEXT = re.compile(rf"^(?:[-+]?(?:\.[0-9]+|{_DIGITS}(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
                          r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 SafeLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_TEXT, list("-+0123456789."))
 SafeLoader.add_constructor(
     _INT_TAG, lambda loader, node: int(loader.construct_scalar(node), 10))  # never octal
-_INT_TEXT = re.compile(rf"^[-+]?{_DIGITS}$")
 
 
 def int_from_text(text: str) -> int:

@@ -255,13 +255,13 @@ def shapes_from_file(path: Path) -> BenchShapes:
     sections: dict[str, Any] = {}
     for section, cls in _SECTIONS.items():
         items = []
+        names = [f for f in cls.__dataclass_fields__ if f != "source"]  # the sizes
+        required = [f for f, spec in cls.__dataclass_fields__.items()
+                    if spec.default is MISSING and spec.default_factory is MISSING]
         for i, entry in enumerate(document.get(section) or []):
             where = f"{path}: {section}[{i}]"
             if not isinstance(entry, dict):
                 raise MosaicInputError(f"{where}: a mapping of sizes, got {entry!r}")
-            names = [f for f in cls.__dataclass_fields__ if f != "source"]
-            required = [f for f, spec in cls.__dataclass_fields__.items()
-                        if spec.default is MISSING and spec.default_factory is MISSING]
             missing = [f for f in required if f not in entry]
             unknown_fields = sorted(set(entry) - set(cls.__dataclass_fields__))
             if missing or unknown_fields:  # not the dataclass's own TypeError wording
@@ -272,8 +272,7 @@ def shapes_from_file(path: Path) -> BenchShapes:
                            else [])) + f"; fields: {', '.join(names)}")
             shape = cls(**{k: (str(v) if k == "source" else _size(v, f"{where}: {k}"))
                            for k, v in entry.items()})
-            values = [getattr(shape, f) for f in shape.__dataclass_fields__ if f != "source"]
-            if min(values) < 1:
+            if min(getattr(shape, f) for f in names) < 1:
                 raise MosaicInputError(f"{path}: {section}[{i}]: every size must be >= 1")
             items.append(shape)
         sections[section] = tuple(items)

@@ -161,7 +161,8 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
 
 
 def field_of(message: str, form_keys: set[str]) -> str:
-    """The form field a validation message is about (GENERAL when none)."""
+    """The form field a validation message is about (GENERAL when none); a layout rule's
+    axes are :func:`message_fields`' to place."""
     match = _FIELD_PATH.match(message)
     if match:
         block, field = match.groups()
@@ -174,11 +175,6 @@ def field_of(message: str, form_keys: set[str]) -> str:
         key = next((k for k in form_keys if k.endswith("." + unknown.group(1))), None)
         if key is not None:
             return key
-    if message.startswith("invalid parallel layout"):
-        for name in _AXIS.findall(message.partition(":")[2]):
-            key = _axis_field(name, form_keys)
-            if key in form_keys:
-                return key
     if "tp·pp·cp·dp = " in message:  # more devices than the limit: the node count
         return _axis_field("dp", form_keys)
     return GENERAL

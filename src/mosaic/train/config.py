@@ -251,7 +251,8 @@ class TrainConfig(_Strict):
             raise MosaicInputError(
                 f"model.{self._vocab_key()} {geometry.vocab} is smaller than the data's "
                 f"vocabulary {self.data.vocab_size} ("
-                + ("the 256 byte values of data.format 'bytes'" if self.data.format == "bytes"
+                + (f"the {BYTE_VOCAB} byte values of data.format 'bytes'"
+                   if self.data.format == "bytes"
                    else "data.vocab") + ")")
         return geometry
 

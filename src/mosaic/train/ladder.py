@@ -116,6 +116,8 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         raise MosaicInputError(f"{path}: the ladder has no rungs (give axes or runs)")
     head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
     jobs: dict[str, LadderJob] = {}
+    # kv_heads only where the grid states it: a rung warns about a stated one only
+    stated_kv = {"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set else {}
     for index, (q, experts, top_k, split, (kind, budget)) in enumerate(points):
         stated = index < explicit
         if top_k > experts:
@@ -123,9 +125,6 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                 raise MosaicInputError(f"{path}: ladder.runs[{index}]: top_k ({top_k}) must "
                                        f"not exceed experts ({experts})")
             continue
-        # kv_heads only where the grid states it: the rung warns about a stated one only
-        stated_kv = ({"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set
-                     else {})
         rung = LadderModel(q=q, experts=experts, top_k=top_k, split_factor=split,
                            head_dim=head_dim, gated_attention=block.gated_attention,
                            **stated_kv)

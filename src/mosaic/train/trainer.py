@@ -564,6 +564,7 @@ class Trainer:
         counts, geometry = self.counts, self.geometry
         moe = geometry.moe
         step_time = float(np.median(steady_times)) if steady_times else math.nan
+        tokens_per_s = self.config.tokens_per_step / step_time if steady_times else math.nan
         return TrainResult(
             steps=self.step, total_steps=self.total_steps,
             tokens=self.step * self.config.tokens_per_step,
@@ -573,12 +574,11 @@ class Trainer:
             sparsity=float(counts.sparsity), split_factor=float(geometry.split_factor),
             experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
             layers=geometry.layers, d_model=geometry.d_model, wall_s=wall_s,
-            tokens_per_s=self.config.tokens_per_step / step_time if steady_times else math.nan,
+            tokens_per_s=tokens_per_s,
             world_size=self.context.world_size, complete=self.step >= self.total_steps,
             starved_experts=(float(np.mean(self.final_starved)) if self.final_starved
                              else None),
-            **self._result_mfu(self.config.tokens_per_step / step_time
-                               if steady_times else math.nan))
+            **self._result_mfu(tokens_per_s))
 
     def _result_mfu(self, tokens_per_s: float) -> dict[str, float | None]:
         """The result's MFU fields at the median step's throughput (None where unknown)."""
