@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from mosaic.cli.main import app
+from mosaic.cli.main import app, reflowed_help
 from mosaic.cli.validate_cmd import constant_rows
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -59,3 +59,16 @@ def test_calibrate_table_keeps_the_key_in_brackets(tmp_path):
     assert "stack_overhead[default]" in result.stdout
     widest = max(len(line) for line in result.stdout.splitlines())
     assert widest < 100, widest
+
+
+def test_help_paragraphs_wrap_at_the_terminal_not_at_the_source():
+    """The export help's third paragraph breaks after "MoE" in the source; wide, it does not."""
+    lines = [line.strip(" │") for line in _help("export").splitlines()]
+    paragraph = next(line for line in lines if line.startswith("The architecture, parallel"))
+    assert "recompute and MoE dispatcher are spelled" in paragraph
+
+
+def test_reflowed_help_keeps_list_items_and_verbatim_blocks():
+    text = "First line.\n\nJoined\n  words.\n\n- item one\n  continued\n- item two\n\n\bkept\nas is"
+    assert reflowed_help(text) == (
+        "First line.\n\nJoined words.\n\n- item one continued\n- item two\n\n\bkept\nas is")

@@ -8,6 +8,7 @@ the numerical libraries behind it) is imported when that subcommand runs, so `mo
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import warnings
@@ -83,12 +84,45 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def reflowed_help(text: str) -> str:
+    """A docstring's paragraphs as one line each, so help wraps at the terminal's width.
+
+    typer 0.2x's rich help (typer/rich_utils.py ``_fix_linebreaks``) keeps the source's line
+    breaks after the first paragraph, which a narrow terminal shows as ragged half-lines. A
+    paragraph of ``- `` items keeps one line per item; one starting with ``\\b`` is left as is.
+    """
+    paragraphs = []
+    for paragraph in text.strip().split("\n\n"):
+        lines = [line.strip() for line in paragraph.strip().splitlines()]
+        if not lines or lines[0].startswith("\b"):
+            paragraphs.append(paragraph.strip())
+            continue
+        items: list[str] = []
+        for line in lines:
+            if items and not line.startswith("- "):
+                items[-1] += " " + line
+            else:
+                items.append(line)
+        paragraphs.append("\n".join(items))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_command_help(command: Any) -> None:
+    """Reflow the help of a command and of every subcommand under it."""
+    if command.help:
+        command.help = reflowed_help(inspect.cleandoc(command.help))
+    for sub in getattr(command, "commands", {}).values():
+        _reflow_command_help(sub)
+
+
 def _load_commands(module_name: str) -> dict[str, Any]:
     """Import one command module and return the click commands it registers."""
     module = importlib.import_module(module_name)
     holder = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
     module.register(holder)
     group = typer.main.get_group(holder)
+    for command in group.commands.values():
+        _reflow_command_help(command)
     return dict(group.commands)
 
 
