@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 from mosaic.cli.main import app
 from mosaic.law import default_law
 from mosaic.report.html import KINDS, detect_kind, render_report
-from mosaic.report.html.breakdown import TERM_GROUPS, grouped_seconds, layout_label
+from mosaic.report.html.breakdown import (
+    TERM_GROUPS,
+    grouped_seconds,
+    layout_label,
+    memory_breakdown_figure,
+    step_breakdown_figure,
+)
 from mosaic.report.html.documents import scatter_sample
 
 pytest.importorskip("plotly")
@@ -324,3 +330,15 @@ def test_sweep_figure_keeps_small_changes_small_and_ticks_distinct():
     assert figure.layout.yaxis6.tickformat == ".1%"
     colours = {t.name: t.line.color for t in figure.data if t.name.startswith("best with")}
     assert len(set(colours.values())) == 2
+
+
+def test_breakdown_charts_say_what_each_part_is():
+    """Hover text names the term's meaning; memory legends read as words, not keys."""
+    step = step_breakdown_figure([("job", {"vocab_stage": 2.0, "optimizer": 1.0})])
+    vocab = next(t for t in step["data"] if t["customdata"][0][0] == "vocab_stage")
+    assert vocab["customdata"][0][3] == "embedding, LM head and loss (Eq. 13)"
+    assert "%{customdata[3]}" in vocab["hovertemplate"]
+    memory = memory_breakdown_figure([("job", {"master_weights": 2**30})])
+    (trace,) = memory["data"]
+    assert trace["name"] == "master weights"
+    assert "fp32 master copy of the parameters" in trace["hovertemplate"]

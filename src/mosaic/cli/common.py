@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mosaic.cli.stream_table import build_table, column_justify
 from mosaic.errors import MosaicInputError
 
 # Off a terminal (file, pipe, CI log) rich assumes 80 columns and cuts cells with '…'; use a
@@ -75,10 +76,9 @@ def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    """Render a table with a header row for humans."""
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, justify="right")
+    """Render a table with a header row for humans: columns of numbers right-aligned,
+    columns of words left-aligned."""
+    table = build_table(title, columns, column_justify(columns, rows))
     for row in rows:
         table.add_row(*row)
     console.print(table)

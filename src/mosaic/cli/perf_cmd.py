@@ -29,8 +29,9 @@ from mosaic.perf.coverage import summary_lines
 from mosaic.perf.elementwise_traffic import kernel_assumptions
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import mfu_peak_text, usable_gib
+from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.prediction_coverage import assess_plan
-from mosaic.perf.terms import STEP_TERMS
+from mosaic.perf.terms import STEP_TERMS, term_meaning
 from mosaic.units import GIB, SECONDS_PER_DAY
 
 
@@ -162,19 +163,21 @@ def _render(document: dict[str, Any]) -> None:
     # in the order of the term records (perf/terms.py): compute, communication, the rest
     order = {name: index for index, name in enumerate(STEP_TERMS)}
     rows = [
-        [name, f"{seconds:.4f}", f"{seconds / step:.1%}", document["labels"][name]]
+        [name, f"{seconds:.4f}", f"{seconds / step:.1%}", document["labels"][name],
+         term_meaning(name)]
         for name, seconds in sorted(document["breakdown"].items(),
                                     key=lambda item: order.get(item[0], len(order)))
         if abs(seconds) > 0
     ]
     print_key_value_table("Calibration coverage (intervals from held-out residuals)",
                           [tuple(row) for row in document["coverage_summary"]])
-    print_table("Step-time breakdown", ["term", "seconds", "share", "source"], rows)
+    print_table("Step-time breakdown", ["term", "seconds", "share", "source", "what"], rows)
     memory = document["memory_breakdown"]
     print_table(
         "Memory breakdown (heaviest stage)",
-        ["component", "GiB"],
-        [[name, f"{value / GIB:.2f}"] for name, value in memory.items()],
+        ["component", "GiB", "what"],
+        [[name, f"{value / GIB:.2f}", COMPONENT_MEANINGS.get(name, "")]
+         for name, value in memory.items()],
     )
     if document["assumptions"] or document["kernels"]:
         console.print("Assumed where the input is silent:", markup=False, highlight=False)

@@ -23,6 +23,7 @@ fit, tables shrunk to a narrow console (cells wrapped) and cells with rich marku
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 
 from rich.console import Console
@@ -32,24 +33,48 @@ from rich.table import Table
 CHUNK_ROWS = 500  # rows rendered at once; a few hundred KB of segments
 
 
-def _table(title: str | None, columns: Sequence[str], widths: Sequence[int] | None = None,
-           show_header: bool = True) -> Table:
-    """The table :func:`mosaic.cli.common.print_table` builds (optionally with fixed
-    content widths and no title or header)."""
+# A cell that starts like a number (digits, sign, decimal point, currency); cells with no
+# value do not decide a column's alignment.
+_NUMBER_START = re.compile(r"[-+−.$\d]")
+_NO_VALUE = frozenset({"", "-", "—", "n/a"})
+
+
+def is_text_cell(cell: object) -> bool:
+    """True for a cell of words: a column holding one is left-aligned, a column of numbers
+    right-aligned so its digits line up."""
+    text = str(cell).strip()
+    return text not in _NO_VALUE and not _NUMBER_START.match(text)
+
+
+def column_justify(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The alignment of each column: "left" where a cell holds words, else "right"."""
+    text = [False] * len(columns)
+    for row in rows:
+        for index, cell in enumerate(row[:len(columns)]):
+            text[index] = text[index] or is_text_cell(cell)
+    return ["left" if words else "right" for words in text]
+
+
+def build_table(title: str | None, columns: Sequence[str], justify: Sequence[str],
+                widths: Sequence[int] | None = None, show_header: bool = True) -> Table:
+    """The header-row table mosaic prints (optionally with fixed content widths and no
+    title or header), each column aligned as ``justify`` says."""
     table = Table(title=title, title_justify="left", show_header=show_header)
     for index, column in enumerate(columns):
-        table.add_column(column, justify="right",
+        table.add_column(column, justify=justify[index],  # type: ignore[arg-type]
                          width=None if widths is None else widths[index])
     return table
 
 
-def _widths(console: Console, title: str, columns: Sequence[str],
-            rows: Iterable[Sequence[str]]) -> tuple[list[int] | None, int]:
-    """Content width of each column as rich lays out the whole table, and the row count;
-    None when rich's layout cannot be reproduced (then the caller prints whole)."""
+def _layout(console: Console, title: str, columns: Sequence[str],
+            rows: Iterable[Sequence[str]]) -> tuple[list[int] | None, list[str], int]:
+    """Content width of each column as rich lays out the whole table (None when rich's
+    layout cannot be reproduced: then the caller prints whole), each column's alignment
+    (:func:`column_justify`) and the row count."""
     options = console.options
     widest_min: list[tuple[int, str]] = [(-1, "")] * len(columns)
     widest_max: list[tuple[int, str]] = [(-1, "")] * len(columns)
+    text = [False] * len(columns)
     count = 0
     for row in rows:
         count += 1
@@ -59,26 +84,28 @@ def _widths(console: Console, title: str, columns: Sequence[str],
                 widest_min[index] = (low, cell)
             if high > widest_max[index][0]:
                 widest_max[index] = (high, cell)
-    proxy = _table(title, columns)
+            text[index] = text[index] or is_text_cell(cell)
+    justify = ["left" if words else "right" for words in text]
+    proxy = build_table(title, columns, justify)
     proxy.add_row(*(cell for _, cell in widest_min))
     proxy.add_row(*(cell for _, cell in widest_max))
     layout = getattr(proxy, "_calculate_column_widths", None)  # rich's own layout
     padding = getattr(proxy, "_get_padding_width", None)
     if layout is None or padding is None or count == 0:
-        return None, count
+        return None, justify, count
     # as Table.__rich_console__ does for a table printed at the top level
     widths = layout(console, options.update_width(options.max_width - proxy._extra_width))
     content = [width - padding(index) for index, width in enumerate(widths)]
-    return (content if min(content) >= 1 else None), count
+    return (content if min(content) >= 1 else None), justify, count
 
 
 def print_table_streamed(console: Console, title: str, columns: Sequence[str],
                          rows: Callable[[], Iterable[Sequence[str]]],
                          chunk_rows: int = CHUNK_ROWS) -> None:
     """Print the table of ``rows()`` (called twice: each call iterates the rows afresh)."""
-    widths, count = _widths(console, title, columns, rows())
+    widths, justify, count = _layout(console, title, columns, rows())
     if widths is None or count <= chunk_rows:  # small (or unusual): rich in one piece
-        table = _table(title, columns)
+        table = build_table(title, columns, justify)
         for row in rows():
             table.add_row(*row)
         console.print(table)
@@ -89,7 +116,8 @@ def print_table_streamed(console: Console, title: str, columns: Sequence[str],
 
     def flush(last: bool) -> None:
         first = done == len(chunk)
-        table = _table(title if first else None, columns, widths, show_header=first)
+        table = build_table(title if first else None, columns, justify, widths,
+                            show_header=first)
         if not first:
             table.add_row(*blank)
         for row in chunk:

@@ -178,16 +178,19 @@ EAGER_GLU_EXTRA_BYTES_PER_ELEMENT = ACTIVATION_BYTES
 # candidate: measure nvidia-smi used minus allocator reserved on the target stack.
 RUNTIME_RESERVE_BYTES = 2 * GIB
 
-COMPONENTS: tuple[str, ...] = (
-    "weights",
-    "gradients",
-    "optimizer_states",
-    "master_weights",
-    "activations",
-    "logits",
-    "communication_buffers",
-    "runtime_reserve",
-)
+# The components of memory_breakdown_bytes, each with what it holds in a few words (the
+# module docstring gives the byte counts) for tables and legends.
+COMPONENT_MEANINGS: dict[str, str] = {
+    "weights": "parameters this GPU holds",
+    "gradients": "gradient buffers",
+    "optimizer_states": "optimizer moments",
+    "master_weights": "fp32 master copy of the parameters",
+    "activations": "saved for the backward pass, every in-flight micro-batch",
+    "logits": "LM-head output and cross-entropy working set",
+    "communication_buffers": "FSDP/ZeRO, EP and PP buffers",
+    "runtime_reserve": "CUDA context, library workspaces, NCCL",
+}
+COMPONENTS: tuple[str, ...] = tuple(COMPONENT_MEANINGS)
 
 # Transformer blocks ("dense", "moe") and a hybrid model's layers (perf/hybrid_layers.py)
 LayerKind = Literal["dense", "moe", "mamba", "gdn", "attention", "mlp", "moe_layer"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mosaic.perf.memory import COMPONENT_MEANINGS
+from mosaic.perf.terms import term_meaning
 from mosaic.units import GIB
 
 # term -> group; the group names the parallel axis for communication (exposed time).
@@ -107,9 +109,9 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
         traces.append({
             "type": "bar", "x": names, "y": values, "name": group, "legendgroup": group,
             "showlegend": group not in shown_groups, "marker": {"color": GROUP_COLOURS[group]},
-            "customdata": [[term, s, source] for s in share],
+            "customdata": [[term, s, source, term_meaning(term)] for s in share],
             "hovertemplate": "%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
-                             "<br>%{customdata[2]}<extra>%{x}</extra>"})
+                             "<br>%{customdata[3]}<br>%{customdata[2]}<extra>%{x}</extra>"})
         shown_groups.add(group)
     return {"data": traces, "layout": {
         "barmode": "relative", "title": {"text": title or "Step time"},
@@ -126,9 +128,11 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
     against (a plotly figure dictionary, as ``step_breakdown_figure``)."""
     names = [name for name, _ in bars]
     components = list(dict.fromkeys(c for _, b in bars for c in b))
-    traces = [{"type": "bar", "x": names, "name": component,
+    traces = [{"type": "bar", "x": names, "name": component.replace("_", " "),
                "y": [float(b.get(component, 0.0)) / GIB for _, b in bars],
-               "hovertemplate": f"{component}: %{{y:.2f}} GiB<extra>%{{x}}</extra>"}
+               "hovertemplate": f"{component}: %{{y:.2f}} GiB"
+                                f"<br>{COMPONENT_MEANINGS.get(component, '')}"
+                                "<extra>%{x}</extra>"}
               for component in components]
     layout: dict[str, Any] = {"barmode": "stack", "title": {"text": title or "Memory per GPU"},
                               "yaxis": {"title": {"text": "GiB"}}, **_FRAME}

@@ -1,0 +1,45 @@
+"""Tables a person reads: every step-time term and memory component says what it is, and
+columns of words are left-aligned while columns of numbers stay right-aligned."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+import mosaic.cli.common as common
+from mosaic.cli.main import app
+from mosaic.cli.stream_table import column_justify
+from mosaic.perf.memory import COMPONENT_MEANINGS, COMPONENTS
+from mosaic.perf.terms import STEP_TERMS, term_meaning
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_every_term_and_component_has_a_meaning():
+    assert all(term.meaning for term in STEP_TERMS.values())
+    assert all(COMPONENT_MEANINGS.get(name) for name in COMPONENTS)
+    assert term_meaning("not_a_term") == ""
+
+
+def test_perf_tables_say_what_each_row_is():
+    result = CliRunner().invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml")],
+                                terminal_width=200)
+    assert result.exit_code == 0, result.output
+    vocab = next(line for line in result.stdout.splitlines() if "│ vocab_stage" in line)
+    assert "embedding, LM head and loss (Eq. 13)" in vocab
+    logits = next(line for line in result.stdout.splitlines() if "│ logits" in line)
+    assert "cross-entropy working set" in logits
+
+
+def test_words_align_left_and_numbers_right(monkeypatch):
+    rows = [["vocab_stage", "15.5459", "37.6%", "—"], ["optimizer", "0.0210", "0.1%", "ok"]]
+    assert column_justify(["term", "s", "share", "note"], rows) == [
+        "left", "right", "right", "left"]
+    console = Console(file=io.StringIO(), width=80)
+    monkeypatch.setattr(common, "console", console)
+    common.print_table("t", ["term", "seconds"], [["a", "1.5"], ["longer", "12.25"]])
+    lines = console.file.getvalue().splitlines()
+    assert "│ a      │     1.5 │" in lines and "│ longer │   12.25 │" in lines
