@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from mosaic.config.run_records import load_run_records
 from mosaic.errors import MosaicInputError
@@ -58,8 +57,19 @@ def test_refitting_on_the_shipped_data_reproduces_the_built_in_profile(profile: 
     baselines = record_baselines(apply_record_settings(load_run_records(runs)).records, shipped)
     refit = fit_calibration(baselines, shipped, name=profile, provenance="test")
     shipped_doc, refit_doc = shipped.to_document(), refit.to_document()
-    assert refit_doc["constants"] == yaml.safe_load(yaml.safe_dump(shipped_doc["constants"]))
     assert refit.at_bounds == shipped.at_bounds
+    # Each free constant to 0.1%: the optimiser stops at its tolerance, where another
+    # scipy/BLAS build lands a few 1e-5 away. A constant at its bound is only asserted to
+    # be there (at_bounds): its value inside the bound is a tolerance artefact.
+    for name, entry in shipped_doc["constants"].items():
+        value, refitted = entry["value"], refit_doc["constants"][name]["value"]
+        if not isinstance(value, dict):
+            value, refitted = {None: value}, {None: refitted}
+        assert refitted.keys() == value.keys(), name
+        for key, number in value.items():
+            label = name if key is None else f"{name}[{key}]"
+            if label not in shipped.at_bounds:
+                assert refitted[key] == pytest.approx(number, rel=1e-3), label
 
 
 @pytest.mark.parametrize("profile", sorted(FIT_DATA))
