@@ -45,6 +45,25 @@ def test_arch_expert_ffn_equals_split_factor():
     assert by_width["n_total"] == explicit["n_total"]
 
 
+TABLE4 = ["arch", "--q", "12", "--experts", "96", "--top-k", "2", "--split-factor", "4"]
+
+
+@pytest.mark.parametrize(("flags", "n_total", "with_embedding"), [
+    # hand counts (d=6144, d_ff=15360, d_expert=3840, V=50257, 47 MoE blocks of 96+1
+    # experts): tying removes V·d = 308,779,008; without GLU every FFN is 2·d·w instead of
+    # 3·d·w, a third of the 322,964,029,440 FFN weights; MoE on every second block keeps 24
+    ([], 327_220_801_536, 327_838_359_552),
+    (["--tied-embeddings"], 327_220_801_536, 327_529_580_544),
+    (["--no-glu"], 219_566_125_056, 220_183_683_072),
+    (["--moe-every", "2"], 175_811_211_264, 176_428_769_280),
+])
+def test_ladder_seed_takes_the_ffn_embedding_and_placement_flags(flags, n_total,
+                                                                 with_embedding):
+    summary = run_json(*TABLE4, *flags)
+    assert (summary["n_total"], summary["n_total_with_embedding"]) == (n_total,
+                                                                        with_embedding)
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -56,6 +75,17 @@ def test_arch_expert_ffn_equals_split_factor():
         (["arch", "--layers", "-3", "--d-model", "64", "--heads", "4", "--ffn", "8"],
          "--layers: got -3; allowed: an integer in 1..16384"),
         (["arch"], "give --q"),
+        # 0 is refused, not read as "unset" (it gave G=1, the GPT-2 vocabulary, MHA)
+        (["arch", "--q", "4", "--experts", "4", "--top-k", "1", "--split-factor", "0"],
+         "--split-factor: got 0"),
+        (["arch", "--q", "4", "--vocab", "0"], "--vocab: got 0"),
+        (["arch", "--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "8",
+          "--kv-heads", "0"], "--kv-heads: got 0"),
+        # MoE-shaping flags on a dense model were dropped without a word
+        (["arch", "--q", "4", "--split-factor", "4"],
+         "--split-factor shape MoE blocks, and without --experts"),
+        (["arch", "--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "8",
+          "--dense-layers", "1", "--shared-experts", "2"], "--shared-experts, --dense-layers"),
     ],
 )
 def test_arch_bad_input_is_one_line(args, fragment):

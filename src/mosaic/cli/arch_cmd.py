@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +71,18 @@ def geometry_from_options(
         raise MosaicInputError("give either --split-factor or --expert-ffn, not both")
     if (top_k is None) != (experts is None):
         raise MosaicInputError("--experts and --top-k go together")
+    _check_flag_ranges(kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, experts=experts,
+                       top_k=top_k, split_factor=split_factor, expert_ffn=expert_ffn,
+                       shared_experts=shared_experts, dense_layers=dense_layers,
+                       moe_every=moe_every)
+    moe_only = [flag for flag, value in (
+        ("--split-factor", split_factor), ("--expert-ffn", expert_ffn),
+        ("--shared-experts", shared_experts), ("--dense-layers", dense_layers),
+        ("--moe-every", None if moe_every == 1 else moe_every)) if value is not None]
+    if experts is None and moe_only:
+        raise MosaicInputError(f"{', '.join(moe_only)} shape MoE blocks, and without "
+                               "--experts and --top-k the model is dense; give them, or drop "
+                               f"{', '.join(moe_only)}")
     if q is not None:
         explicit = [layers, d_model, heads, kv_heads, head_dim, ffn, expert_ffn]
         if any(value is not None for value in explicit):
@@ -77,16 +90,19 @@ def geometry_from_options(
                 "--q fixes the backbone; drop --layers/--d-model/--heads/--kv-heads/"
                 "--head-dim/--ffn/--expert-ffn"
             )
-        return ladder_geometry(
+        seed = ladder_geometry(
             q,
             experts,
             top_k,
-            split_factor or 1,
+            1 if split_factor is None else split_factor,
             shared_experts=PAPER_SHARED_EXPERTS if shared_experts is None else shared_experts,
             dense_layers=PAPER_DENSE_LAYERS if dense_layers is None else dense_layers,
             gated_attention=gated_attention,
-            **({"vocab": vocab} if vocab else {}),
+            **({} if vocab is None else {"vocab": vocab}),
         )
+        # the ladder's backbone with the FFN, embedding and MoE-placement choices given
+        return replace(seed, glu=glu, tied_embeddings=tied_embeddings,
+                       moe=None if seed.moe is None else replace(seed.moe, moe_every=moe_every))
     missing = [
         name
         for name, value in {
@@ -111,17 +127,18 @@ def geometry_from_options(
                 f"--heads ({heads}) must divide --d-model ({d_model}) unless --head-dim is given"
             )
         head_dim = d_model // heads
-    kv = kv_heads or heads
+    kv = heads if kv_heads is None else kv_heads
     moe = None
     if experts is not None:
         assert top_k is not None
-        width = expert_ffn if expert_ffn is not None else expert_width(ffn, split_factor or 1)
+        width = (expert_ffn if expert_ffn is not None
+                 else expert_width(ffn, 1 if split_factor is None else split_factor))
         moe = MoEConfig(
             experts=experts,
             top_k=top_k,
             expert_ffn=width,
-            shared_experts=shared_experts or 0,
-            dense_layers=dense_layers or 0,
+            shared_experts=0 if shared_experts is None else shared_experts,
+            dense_layers=0 if dense_layers is None else dense_layers,
             moe_every=moe_every,
         )
     return Geometry(
@@ -131,13 +148,26 @@ def geometry_from_options(
         kv_heads=kv,
         head_dim=head_dim,
         ffn=ffn,
-        vocab=vocab or 50257,
+        vocab=50257 if vocab is None else vocab,
         glu=glu,
         tied_embeddings=tied_embeddings,
         attention=AttentionKind.MHA if kv == heads else AttentionKind.GQA,
         gated_attention=gated_attention,
         moe=moe,
     )
+
+
+def _check_flag_ranges(**flags: int | None) -> None:
+    """Each stated size flag inside its physical range: 0 is refused, not read as unset."""
+    kinds = {"kv_heads": ("width", 1), "head_dim": ("width", 1), "vocab": ("vocab", 1),
+             "experts": ("experts", 1), "top_k": ("experts", 1),
+             "split_factor": ("split_factor", 1), "expert_ffn": ("width", 1),
+             "shared_experts": ("experts", 0), "dense_layers": ("layers", 0),
+             "moe_every": ("layers", 1)}
+    for name, value in flags.items():
+        if value is not None:
+            kind, low = kinds[name]
+            check_range("--" + name.replace("_", "-"), value, kind, integer=True, low=low)
 
 
 def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
