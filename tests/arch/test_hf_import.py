@@ -132,6 +132,26 @@ def test_qwen_moe_dense_prefix_and_step():
     assert (g.moe.dense_layers, g.moe.moe_every, g.moe_layer_count) == (1, 2, 4)
     with pytest.raises(MosaicInputError, match="cannot express"):
         geometry_from_hf_config(base | {"mlp_only_layers": [3]})
+    # one MoE block (4 blocks, step 3: block 2 alone) is a dense prefix of 2
+    g = geometry_from_hf_config(base | {"num_hidden_layers": 4, "decoder_sparse_step": 3})
+    assert (g.moe.dense_layers, g.moe_layer_count) == (2, 1)
+
+
+def test_qwen3_moe_has_no_shared_expert_and_qwen2_moe_reads_qkv_bias():
+    """transformers' Qwen3MoeSparseMoeBlock has no shared expert, so the field is ignored
+    (with a warning); Qwen2MoeConfig.qkv_bias=false drops the q/k/v biases: per block
+    heads·head_dim + 2·kv_heads·head_dim = 4·16 + 2·2·16 = 128, 512 over 4 blocks."""
+    base = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4,
+            "num_experts_per_tok": 2, "vocab_size": 100}
+    with pytest.warns(UserWarning, match="Qwen3-MoE has no shared expert"):
+        shared = geometry_from_hf_config(base | {"shared_expert_intermediate_size": 512})
+    assert count_parameters(shared) == count_parameters(geometry_from_hf_config(base))
+    qwen2 = base | {"model_type": "qwen2_moe"}
+    with_bias = count_parameters(geometry_from_hf_config(qwen2)).n_total
+    without = count_parameters(geometry_from_hf_config(qwen2 | {"qkv_bias": False})).n_total
+    assert with_bias - without == 512
 
 
 @pytest.mark.parametrize(("change", "message"), [

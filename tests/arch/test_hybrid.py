@@ -219,3 +219,12 @@ def test_rope_settings_are_read_flat_or_nested():
     nested["rope_parameters"] = {"rope_theta": 5e6, "partial_rotary_factor": 0.5}
     geometry = geometry_from_hf_config(nested)
     assert (geometry.rope_base, geometry.rope_fraction) == (5e6, 0.5)
+
+
+def test_latent_moe_is_refused_not_miscounted():
+    """NemotronHConfig.moe_latent_size (Nemotron 3 Super/Ultra) runs the experts at a latent
+    width: counting them at d_model would overstate the total (about 2.3x for a Nano-sized
+    config), so the import refuses it."""
+    config = json.loads((HF / "nemotron-3-nano-30b-a3b.json").read_text())
+    with pytest.raises(MosaicInputError, match=r"moe_latent_size=1024 \(LatentMoE\) is not"):
+        geometry_from_hf_config(config | {"moe_latent_size": 1024})

@@ -15,7 +15,8 @@ names (and defaults) they follow:
 - ``nemotron_h``: ``NemotronHConfig`` (hybrid Mamba-2/attention/MLP/MoE layers from
   ``hybrid_override_pattern``; ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``,
   ``n_groups``, ``conv_kernel``, ``chunk_size``; squared-ReLU FFNs, ``mlp_hidden_act``
-  ``relu2``): Nemotron-H and Nemotron 3 Nano.
+  ``relu2``): Nemotron-H and Nemotron 3 Nano (the LatentMoE of ``moe_latent_size``, Nemotron 3
+  Super and Ultra, is refused).
 - ``qwen3_next``: ``Qwen3NextConfig`` (gated DeltaNet layers where ``layer_types`` says
   ``linear_attention``, else every ``full_attention_interval``-th layer is full attention;
   ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
@@ -179,7 +180,8 @@ def _prefix_and_every(sparse: list[int], layers: int, where: str) -> tuple[int, 
         raise MosaicInputError(f"{where}: no MoE block left by mlp_only_layers and "
                                f"decoder_sparse_step (of {layers} blocks)")
     prefix = sparse[0]
-    every = sparse[1] - sparse[0] if len(sparse) > 1 else 1
+    # one MoE block: a dense prefix up to it, and a period that reaches past the last block
+    every = sparse[1] - sparse[0] if len(sparse) > 1 else layers - prefix
     expected = list(range(prefix, layers, every))
     if sparse != expected:
         raise MosaicInputError(
@@ -213,6 +215,10 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
 
 class SlidingWindowIgnoredWarning(UserWarning):
     """A config's sliding-window attention that mosaic's geometry cannot hold."""
+
+
+class IgnoredFieldWarning(UserWarning):
+    """A config field the transformers model class itself ignores, ignored here too."""
 
 
 def _window(fields: _Fields, model_type: str, layers: int) -> dict[str, Any]:
@@ -350,8 +356,15 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe)
 
     if model_type in ("qwen2_moe", "qwen3_moe"):
+        qwen2 = model_type == "qwen2_moe"
         dense_layers, every = _moe_prefix(fields, layers)
         shared_width = fields.count("shared_expert_intermediate_size", 0)
+        if shared_width and not qwen2:
+            # HF Qwen3MoeSparseMoeBlock is the router and the routed experts alone
+            warnings.warn(f"{where}: shared_expert_intermediate_size is ignored: transformers' "
+                          "Qwen3-MoE has no shared expert (Qwen2-MoE and Qwen3-Next do)",
+                          IgnoredFieldWarning, stacklevel=2)
+            shared_width = 0
         moe = MoEConfig(
             experts=fields.int("num_experts"),
             top_k=fields.int("num_experts_per_tok"),
@@ -362,10 +375,12 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
             moe_every=every,
             shared_expert_gate=bool(shared_width),  # HF Qwen2MoeSparseMoeBlock
         )
-        qwen2 = model_type == "qwen2_moe"
         return Geometry(
             **common, **_attention(fields, d_model), **window,
-            ffn=fields.int("intermediate_size"), moe=moe, qkv_bias=qwen2 or attention_bias,
+            ffn=fields.int("intermediate_size"), moe=moe,
+            # Qwen2MoeConfig.qkv_bias (default true) sets the q/k/v biases, o_proj has none
+            # (transformers 5.x models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeAttention)
+            qkv_bias=fields.bool("qkv_bias", True) if qwen2 else attention_bias,
             output_bias=attention_bias and not qwen2, qk_norm=not qwen2,
         )
 
@@ -412,6 +427,13 @@ def _nemotron_h(fields: _Fields) -> Geometry:
     for flag in ("mlp_bias", "use_bias", "mamba_proj_bias", "attention_bias"):
         if fields.bool(flag, False):
             raise MosaicInputError(f"{where}: {flag}=true is not supported (linear biases)")
+    if fields.config.get("moe_latent_size"):
+        # NemotronHConfig.moe_latent_size (LatentMoE, Nemotron 3 Super/Ultra): the experts
+        # run at the latent width between fc1_latent_proj and fc2_latent_proj
+        raise MosaicInputError(
+            f"{where}: moe_latent_size={fields.config['moe_latent_size']!r} (LatentMoE) is not "
+            "supported: its experts work at the latent width behind d->latent and latent->d "
+            "projections, which mosaic's MoE geometry cannot hold (counts would be wrong)")
     pattern = fields.config.get("hybrid_override_pattern")
     if pattern is None:
         raise MosaicInputError(f"{where}: missing required field 'hybrid_override_pattern'")
