@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from mosaic.law import RunData
-from mosaic.law.fit import FitSettings, clip_to_bounds, fit_law, log_bounds
+from mosaic.law.fit import (
+    FitSettings,
+    clip_to_bounds,
+    fit_law,
+    log_bounds,
+    unidentified_exponents,
+    unidentified_note,
+)
 from mosaic.law.forms import CHINCHILLA, DEFAULT_PREFACTOR_BOUNDS
 from mosaic.law.law import ScalingLaw
 
@@ -42,3 +49,20 @@ def test_fit_on_the_bound_round_trips(tmp_path):
     again = ScalingLaw.load(path)  # the reader's check: |value| <= 1e10
     assert again.coefficients["B"] == HIGH
     assert again.coefficients == pytest.approx(fit.law.coefficients)
+
+
+def test_exponents_on_a_feature_no_run_varies_are_named():
+    """With every run at one token count, D^-beta is a constant B absorbs: beta is not
+    identified, and the fit's provenance (and law fit's warning) says so."""
+    rng = np.random.default_rng(1)
+    n_total = np.exp(rng.uniform(np.log(1e7), np.log(1e9), 30))
+    tokens = np.full(30, 2e10) * (1 + rng.uniform(0, 0.005, 30))  # within 0.5%
+    loss = 1.7 + 400.0 / n_total**0.34 + 410.0 / tokens**0.28
+    runs = RunData(n_total=n_total, tokens=tokens, loss=loss, source="synthetic")
+    assert unidentified_exponents(runs, CHINCHILLA) == {"tokens": ["beta"]}
+    fit = fit_law(runs, CHINCHILLA, FitSettings(starts=64, n_polished=2))
+    assert fit.law.provenance["unidentified"] == {"tokens": ["beta"]}
+    note = unidentified_note(fit.law.provenance["unidentified"])
+    assert note is not None and note.startswith("the runs vary D (exponent beta) by less")
+    varied = RunData(n_total=n_total, tokens=tokens * np.linspace(1, 10, 30), loss=loss)
+    assert unidentified_exponents(varied, CHINCHILLA) == {}

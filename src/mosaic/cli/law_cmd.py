@@ -353,15 +353,18 @@ def heldout_rmse_text(metrics: dict[str, Any]) -> str:
 
 
 def report_bounds(law: ScalingLaw, payload: dict[str, Any]) -> None:
-    """Coefficients a fit left on its bounds: into ``payload["at_bound"]`` and one warning
-    line (`mosaic law fit` and `mosaic ladder fit`)."""
-    from mosaic.law.fit import bound_note
+    """Coefficients a fit left on its bounds, and exponents on a feature no run varies:
+    into ``payload["at_bound"]`` / ``payload["unidentified"]`` and one warning line each
+    (`mosaic law fit` and `mosaic ladder fit`)."""
+    from mosaic.law.fit import bound_note, unidentified_note
 
-    at_bound = law.provenance.get("at_bound") or {}
-    note = bound_note(at_bound)
-    if note is not None:
-        payload["at_bound"] = at_bound
-        error_console.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
+    for key, describe in (("at_bound", bound_note), ("unidentified", unidentified_note)):
+        found = law.provenance.get(key) or {}
+        note = describe(found)
+        if note is not None:
+            payload[key] = found
+            error_console.print(f"warning: {note}", markup=False, highlight=False,
+                                soft_wrap=True)
 
 
 def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,

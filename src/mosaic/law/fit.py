@@ -179,6 +179,37 @@ def bound_note(on_bound: Mapping[str, Mapping[str, float | str]]) -> str | None:
             + "; the data do not pin them (more, longer or more varied runs)")
 
 
+# A feature spanning less than this factor (max / min) over the fitted runs leaves the
+# exponents on it unidentified: x^-p is then a constant its term's prefactor absorbs.
+CONSTANT_FEATURE_SPAN = 1.01
+FEATURE_SYMBOLS = {"n_total": "N_total", "tokens": "D", "active_fraction": "1 - S",
+                   "split_factor": "G"}
+
+
+def unidentified_exponents(data: RunData, form: LawForm) -> dict[str, list[str]]:
+    """Per feature the runs hold (nearly) constant, the form's exponents on it: the data
+    cannot tell them from their prefactors, so their fitted values are arbitrary."""
+    logs = data.log_features(form)
+    constant = {}
+    for column, feature in enumerate(form.features):
+        if np.ptp(logs[:, column]) < np.log(CONSTANT_FEATURE_SPAN):
+            constant[feature] = [exponent for term in form.terms
+                                 for name, exponent in term.factors if name == feature]
+    return constant
+
+
+def unidentified_note(unidentified: Mapping[str, Sequence[str]]) -> str | None:
+    """One line naming the exponents no run varies, or None."""
+    if not unidentified:
+        return None
+    parts = [f"{FEATURE_SYMBOLS.get(feature, feature)} (exponent {', '.join(exponents)})"
+             for feature, exponents in unidentified.items()]
+    return (f"the runs vary {' or '.join(parts)} by less than "
+            f"{CONSTANT_FEATURE_SPAN - 1:.0%}: those exponents are not identified and their "
+            "fitted values are arbitrary (a different --seed gives others); vary them across "
+            "runs to fit them, and read predictions away from the runs' values as unsupported")
+
+
 def spread_starts(form: LawForm, n_starts: int, seed: int) -> np.ndarray:
     """(n, P) log-coefficient starts filling ``form.init_box`` (scrambled Sobol, log-uniform)."""
     box = np.log(np.array([form.init_box[p] for p in form.params]))
@@ -324,6 +355,9 @@ def fit_law(
     provenance: dict[str, object] = {}
     if on_bound:
         provenance["at_bound"] = on_bound
+    unidentified = unidentified_exponents(data, form)
+    if unidentified:
+        provenance["unidentified"] = unidentified
     law = ScalingLaw(
         form=form,
         coefficients=coefficients,
