@@ -258,3 +258,24 @@ def test_a_value_in_the_wrong_unit_is_refused(tmp_path, old, new, fragment):
     path.write_text(_MY_DEVICE.replace(old, new))
     with pytest.raises(MosaicInputError, match=re.escape(fragment)):
         load_catalog(path)
+
+
+def test_a_stated_latency_is_the_one_the_model_uses(tmp_path: Path) -> None:
+    """A system's own per-step latencies reach the collective model (they were shown by
+    `hardware show` and never used): a 16-rank all-to-all across two nodes has 15 steps,
+    so 1 ms more a step is 15 ms more a call."""
+    from mosaic.hardware import Cluster
+    from mosaic.perf.collectives import all_to_all_time_s
+    from mosaic.perf.machine import machine_for
+
+    fast = load_catalog(_write(tmp_path, _MY_DEVICE + _systems("myaccel"), "a.yaml"))
+    slow = load_catalog(_write(tmp_path, (_MY_DEVICE + _systems("myaccel")).replace(
+        "1.5e-5", "1.015e-3"), "b.yaml"))
+    times = []
+    for catalog in (fast, slow):
+        system = catalog.system("my-myaccel-node")
+        assert system.scale_out_latency_s in (1.5e-5, 1.015e-3)
+        machine = machine_for(Cluster(system=system, n_nodes=2), "bf16")
+        assert machine.interconnect.scale_up_latency_s == 3.0e-6
+        times.append(float(all_to_all_time_s(1e6, 16, 1, machine.interconnect)))
+    assert times[1] - times[0] == pytest.approx(15 * 1e-3, rel=1e-6)

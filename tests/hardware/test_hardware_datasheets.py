@@ -138,9 +138,11 @@ def test_system_presets(
 
 
 @pytest.mark.parametrize("name", list_systems())
-def test_system_latencies_are_microseconds_not_seconds(name: str) -> None:
+def test_shipped_systems_leave_latencies_to_the_fitted_defaults(name: str) -> None:
+    """No shipped entry states a per-step latency: the model's fitted ones (3.4 us NVLink,
+    6.965 us network, microbench_fits.yaml) hold, not NCCL's tuning-table 14 us."""
     system = get_system(name)
-    assert 1e-7 < system.scale_up_latency_s < system.scale_out_latency_s < 1e-3
+    assert system.scale_up_latency_s is None and system.scale_out_latency_s is None
     assert system.scale_out_bw_bytes_per_s < system.scale_up_bw_bytes_per_s
 
 

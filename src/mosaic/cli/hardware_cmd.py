@@ -49,7 +49,23 @@ def device_document(device: Device, origin: str) -> dict[str, Any]:
     }
 
 
+def _latencies(system: System) -> tuple[dict[str, float], dict[str, str]]:
+    """The per-step latencies the performance model uses for ``system``: the entry's own,
+    else the model's fitted defaults, with where each comes from."""
+    from mosaic.perf.collectives import Interconnect
+
+    values, sources = {}, {}
+    for name in ("scale_up_latency_s", "scale_out_latency_s"):
+        stated = getattr(system, name)
+        values[name] = stated if stated is not None else getattr(Interconnect, name)
+        if stated is None:
+            sources[name] = ("not stated: the performance model's fitted default "
+                             "(perf/data/microbench_fits.yaml)")
+    return values, sources
+
+
 def system_document(system: System, origin: str) -> dict[str, Any]:
+    latencies, default_sources = _latencies(system)
     return {
         "name": system.name, "aliases": list(system.aliases),
         "description": system.description, "origin": origin, "device": system.device.name,
@@ -59,10 +75,9 @@ def system_document(system: System, origin: str) -> dict[str, Any]:
         "nic_bw_bytes_per_s": system.nic_bw_bytes_per_s,
         "scale_out_bw_bytes_per_s_per_gpu": system.scale_out_bw_bytes_per_s,
         "scale_out_fabric": system.scale_out_fabric,
-        "scale_up_latency_s": system.scale_up_latency_s,
-        "scale_out_latency_s": system.scale_out_latency_s,
+        **latencies,
         "nccl_low_latency_protocols": system.nccl_low_latency_protocols,
-        "sources": dict(system.sources),
+        "sources": dict(system.sources) | default_sources,
     }
 
 

@@ -305,14 +305,14 @@ def _device(entry: DeviceEntry) -> Device:
 
 
 def _system(entry: SystemEntry, device: Device) -> System:
-    numbers = (
+    numbers = [
         "gpus_per_node",
         "scale_up_domain_gpus",
         "nics_per_node",
         "nic_bw_bytes_per_s",
-        "scale_up_latency_s",
-        "scale_out_latency_s",
-    )
+        *(f for f in ("scale_up_latency_s", "scale_out_latency_s")
+          if getattr(entry, f) is not None),  # unstated: the model's fitted defaults
+    ]
     return System(
         name=entry.name,
         aliases=tuple(entry.aliases),

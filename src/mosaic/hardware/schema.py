@@ -124,8 +124,10 @@ class SystemEntry(_Strict):
     nics_per_node: SourcedCount
     nic_bw_bytes_per_s: BandwidthValue
     scale_out_fabric: NonEmptyStr
-    scale_up_latency_s: LatencyValue
-    scale_out_latency_s: LatencyValue
+    # per-step collective latencies the model uses in place of its fitted defaults
+    # (perf/data/microbench_fits.yaml); unstated, the defaults hold
+    scale_up_latency_s: LatencyValue | None = None
+    scale_out_latency_s: LatencyValue | None = None
     nccl_low_latency_protocols: SourcedFlag = SourcedFlag(
         value=True, source="NCCL default: LL, LL128 and Simple all enabled")
 

@@ -28,8 +28,10 @@ class System:
         nics_per_node: scale-out NICs per host.
         nic_bw_bytes_per_s: line rate of one NIC in one direction, bytes/s.
         scale_out_fabric: name of the scale-out network, for people.
-        scale_up_latency_s: per-step latency (alpha) of one scale-up hop.
-        scale_out_latency_s: per-step latency (alpha) of one scale-out hop.
+        scale_up_latency_s: per-step latency (alpha) of one scale-up hop; None: the
+            performance model's fitted default.
+        scale_out_latency_s: per-step latency (alpha) of one scale-out hop; None: the
+            performance model's fitted default.
         nccl_low_latency_protocols: NCCL may use its LL/LL128 protocols (False where the
             fabric's plugin forces Simple, e.g. AWS EFA).
         sources: provenance of every number, keyed by field name.
@@ -44,9 +46,9 @@ class System:
     nics_per_node: int
     nic_bw_bytes_per_s: float
     scale_out_fabric: str
-    scale_up_latency_s: float
-    scale_out_latency_s: float
     sources: Mapping[str, str]
+    scale_up_latency_s: float | None = None
+    scale_out_latency_s: float | None = None
     nccl_low_latency_protocols: bool = True
 
     def __hash__(self) -> int:

@@ -261,6 +261,9 @@ def machine_for(cluster: Cluster, precision: Precision,
         ll_max_bus_bw_bytes_per_s=ll_max_bus_bw_bytes_per_s(gpu_generation(device.name)),
         low_latency_protocols=system.nccl_low_latency_protocols,
         measured=tables.collectives,
+        # a catalog entry's stated per-step latencies, else the fitted defaults
+        **{name: value for name in ("scale_up_latency_s", "scale_out_latency_s")
+           if (value := getattr(system, name)) is not None},
     )
     bf16_peak = device.peak_flops_per_s_for("bf16")
     return Machine(
