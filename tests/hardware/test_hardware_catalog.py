@@ -279,3 +279,17 @@ def test_a_stated_latency_is_the_one_the_model_uses(tmp_path: Path) -> None:
         assert machine.interconnect.scale_up_latency_s == 3.0e-6
         times.append(float(all_to_all_time_s(1e6, 16, 1, machine.interconnect)))
     assert times[1] - times[0] == pytest.approx(15 * 1e-3, rel=1e-6)
+
+
+def test_one_file_naming_an_entry_twice_is_refused(tmp_path: Path) -> None:
+    """Merged over the shipped catalog, a later entry replaces an earlier one of another
+    file; two of the same file sharing a name or alias crashed (KeyError), or the last won."""
+    second = _MY_DEVICE.replace("devices:\n", "").replace("MyAccel-1", "MyAccel-2")
+    twice = _MY_DEVICE + second
+    path = _write(tmp_path, twice)
+    with pytest.raises(MosaicInputError, match="name 'myaccel' is already used by device "
+                                               "'MyAccel-1' in the same file"):
+        load_catalog(path, override=True)
+    systems = _write(tmp_path, _MY_DEVICE + _systems("myaccel", "myaccel"), "s.yaml")
+    with pytest.raises(MosaicInputError, match=r"system 'my-myaccel-node'.*in the same file"):
+        load_catalog(systems, override=True)

@@ -187,7 +187,8 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
         added = []
         for entry in content.devices:
             if override:
-                inherited = _release_names(entry.name, entry.aliases, device_names, devices)
+                inherited = _release_names("device", entry.name, entry.aliases, origin,
+                                           device_names, devices)
                 entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
@@ -205,7 +206,8 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     for origin, content in files:
         for entry in content.systems:
             if override:
-                inherited = _release_names(entry.name, entry.aliases, system_names, systems)
+                inherited = _release_names("system", entry.name, entry.aliases, origin,
+                                           system_names, systems)
                 entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("system", entry.name, entry.aliases, origin, system_names)
             try:
@@ -233,13 +235,20 @@ def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str)
     return replace(device, kernel_fit=fit.kernel_fit or fit.name)
 
 
-def _release_names(name: str, aliases: Iterable[str], taken: dict[str, tuple[str, str]],
-                   entries: dict) -> tuple[str, ...]:
+def _release_names(kind: str, name: str, aliases: Iterable[str], origin: str,
+                   taken: dict[str, tuple[str, str]], entries: dict) -> tuple[str, ...]:
     """Drop every earlier entry that one of ``name``/``aliases`` refers to (override) and
     return the names and aliases it had, which the replacing entry answers to from then on:
     a user's ``H100`` replaces the shipped H100-SXM-80GB, and the shipped systems that name
-    it by its full name then run on the user's entry."""
-    keys = {name_key(n) for n in (name, *aliases)}
+    it by its full name then run on the user's entry. An entry of the same file is not
+    replaced: one file naming an entry twice is an error."""
+    spelled = {name_key(n): n for n in (*aliases, name)}
+    keys = set(spelled)
+    for key, text in spelled.items():
+        if key in taken and taken[key][1] == origin:
+            raise MosaicInputError(
+                f"{origin}: {kind} {name!r}: name {text!r} is already used by {kind} "
+                f"{taken[key][0]!r} in the same file; one file names each entry once")
     replaced = {taken[key][0] for key in keys if key in taken}
     inherited: list[str] = []
     for old in replaced:
