@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mosaic.errors import MosaicInputError
+from mosaic.hardware.catalog import get_system, use_catalog
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.law import default_law
 from mosaic.perf.calibration import default_calibration
@@ -38,24 +39,76 @@ def test_unreachable_cluster_fails_in_seconds():
         RayBackend(address="127.0.0.1:1").connect()
 
 
+def test_a_dead_ray_address_in_the_environment_fails_in_seconds(monkeypatch):
+    """ray.init(address=None or "auto") reads RAY_ADDRESS and retried a dead one for
+    minutes, then named "a new local instance"."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+
+    def no_init(**_: object) -> None:
+        raise AssertionError("ray.init must not be reached")
+
+    monkeypatch.setattr(ray, "init", no_init)
+    for address in (None, "auto"):
+        with pytest.raises(MosaicInputError, match=r"at RAY_ADDRESS=127\.0\.0\.1:1 within "
+                                                   r".*or check or unset RAY_ADDRESS"):
+            RayBackend(address=address).connect()
+
+
+_USER_CATALOG = """
+devices:
+  - name: Trial-GPU
+    vendor: NVIDIA
+    kernel_fit: H100
+    peak_flops_per_s: {bf16: {value: 1.48e+14, source: "test"}}
+    hbm_bytes: {value: 1.0e+11, source: "test"}
+    hbm_bw_bytes_per_s: {value: 4.0e+12, source: "test"}
+    scale_up_bw_bytes_per_s: {value: 450.0e+9, source: "test"}
+systems:
+  - name: trial-node
+    device: Trial-GPU
+    gpus_per_node: {value: 8, source: "test"}
+    scale_up_domain_gpus: {value: 8, source: "test"}
+    nics_per_node: {value: 4, source: "test"}
+    nic_bw_bytes_per_s: {value: 50.0e+9, source: "test"}
+    scale_out_fabric: RoCE
+"""
+
+
+def _assert_same(remote, local) -> None:
+    assert remote.optimum_index == local.optimum_index
+    for name in ("tokens_per_s", "mfu", "step_time_s", "memory_bytes"):
+        assert np.array_equal(getattr(remote.throughput, name),
+                              getattr(local.throughput, name), equal_nan=True)
+    assert remote.throughput.plans == local.throughput.plans
+
+
 @pytest.mark.slow
-def test_ray_results_equal_local_results():
+def test_ray_results_equal_local_results(tmp_path):
+    """Also on a device of the user's catalog (--catalog), which the Ray workers did not
+    know: every task failed with "unknown device"."""
     ray = pytest.importorskip("ray")
     envelope = Envelope(resolve_system("B200"), n_nodes=2)
     space = SearchSpace(q=(8,), experts=(8, 16, 32), top_k=(1, 2), split_factor=(1, 4))
     law, calibration = default_law(), default_calibration()
     local = search(envelope, space, law, calibration, workers=1)
+    catalog_file = tmp_path / "hw.yaml"
+    catalog_file.write_text(_USER_CATALOG, encoding="utf-8")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         seen: list[tuple[int, int]] = []
         with execution_backend(RayBackend()):
             remote = search(envelope, space, law, calibration,
                             progress=lambda done, total: seen.append((done, total)))
+        use_catalog(catalog_file)
+        mine = Envelope(get_system("trial-node"), n_nodes=2)
+        local_mine = search(mine, space, law, calibration, workers=1)
+        with execution_backend(RayBackend()):
+            remote_mine = search(mine, space, law, calibration)
     finally:
+        use_catalog()
         ray.shutdown()
-    assert remote.optimum_index == local.optimum_index
-    for name in ("tokens_per_s", "mfu", "step_time_s", "memory_bytes"):
-        assert np.array_equal(getattr(remote.throughput, name),
-                              getattr(local.throughput, name), equal_nan=True)
-    assert remote.throughput.plans == local.throughput.plans
+    _assert_same(remote, local)
+    _assert_same(remote_mine, local_mine)
     assert seen[-1] == (len(space.enumerate()), len(space.enumerate()))

@@ -142,6 +142,14 @@ def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
     return active_catalog()
 
 
+def install_catalog(catalog: Catalog | None) -> None:
+    """Make ``catalog`` (already merged, e.g. a driver's sent to a worker process) the one
+    in use; None restores the shipped catalog."""
+    _ACTIVE.clear()
+    if catalog is not None:
+        _ACTIVE.append(catalog)
+
+
 def active_catalog_paths() -> tuple[Path, ...]:
     """The user catalog files merged into the catalog in use (none: the shipped one)."""
     return tuple(_ACTIVE_PATHS)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copyreg
+import os
 import socket
 import types
 from collections.abc import Callable, Iterator
@@ -57,14 +58,21 @@ class RayBackend:
         copyreg.pickle(types.MappingProxyType, _reduce_mapping_proxy)
         if ray.is_initialized():
             return ray
+        # ray.init reads RAY_ADDRESS when the address is None or "auto"
+        # (https://docs.ray.io/en/latest/ray-core/api/doc/ray.init.html), and retries a dead
+        # one for minutes: check it as a stated address is checked
+        environment = os.environ.get("RAY_ADDRESS", "").strip()
         if self.address not in (None, "auto"):
             _check_reachable(self.address)
+        elif environment and _looks_like_host_port(environment):
+            _check_reachable(environment, what=f"RAY_ADDRESS={environment}")
         try:
             ray.init(address=self.address, num_cpus=self.num_cpus if self.address is None
                      else None, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-            where = self.address or "a new local instance"
+            where = (self.address if self.address not in (None, "auto") or not environment
+                     else f"RAY_ADDRESS={environment}") or "a new local instance"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {where}: "
                                    f"{first[:200]}") from None
@@ -74,9 +82,14 @@ class RayBackend:
                    blocks: list[range], progress: Callable[[int, int], None] | None,
                    total: int) -> list[Any]:
         """``function(*state, block)`` for every block as a Ray task, results in block order."""
+        from mosaic.hardware.catalog import active_catalog, active_catalog_paths
+
         ray = self.connect()
         remote = ray.remote(num_cpus=1)(_call_block)
-        state_ref = ray.put((function, state))
+        # a user catalog (--catalog) travels with the state: a worker process has only the
+        # shipped one, and a device of the user's would be unknown there
+        catalog = active_catalog() if active_catalog_paths() else None
+        state_ref = ray.put((function, state, catalog))
         pending = {remote.remote(state_ref, block.start, block.stop): index
                    for index, block in enumerate(blocks)}
         results: list[Any] = [None] * len(blocks)
@@ -92,12 +105,14 @@ class RayBackend:
         return results
 
 
-def _call_block(packed: tuple[Callable[..., Any], tuple[Any, ...]], start: int,
+def _call_block(packed: tuple[Callable[..., Any], tuple[Any, ...], Any], start: int,
                 stop: int) -> Any:
+    from mosaic.hardware.catalog import install_catalog
     from mosaic.threads import limit_blas_threads
 
     limit_blas_threads()  # one task per CPU, one BLAS thread per task (mosaic.threads)
-    function, state = packed
+    function, state, catalog = packed
+    install_catalog(catalog)  # the driver's catalog (None: the shipped one)
     return function(*state, range(start, stop))
 
 
@@ -133,17 +148,19 @@ def backend_from_options(backend: str, address: str | None) -> RayBackend | None
     return backend_obj
 
 
-def _check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+def _check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
+                     what: str | None = None) -> None:
     """A TCP connection to the head node's GCS port, so a wrong address fails in seconds
-    (ray.init itself retries for minutes)."""
+    (ray.init itself retries for minutes); ``what`` names where the address came from."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except (OSError, ValueError) as exc:
-        raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {address} "
-                               f"within {timeout_s:g} s ({exc}); start it with `ray start "
-                               "--head` (docs/ray.md) or check --address") from None
+        check = "check --address" if what is None else f"check or unset {what.split('=')[0]}"
+        raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at "
+                               f"{what or address} within {timeout_s:g} s ({exc}); start it "
+                               f"with `ray start --head` (docs/ray.md) or {check}") from None
 
 
 def _looks_like_host_port(text: str) -> bool:
