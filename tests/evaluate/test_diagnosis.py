@@ -166,6 +166,20 @@ def test_gap_equal_to_communication_needs_communication_twice_as_slow():
     assert gap.findings[-1].startswith("inference: slower communication")
 
 
+def test_a_moe_host_sync_is_not_a_launch_floor():
+    """The host work a dropless MoE's sync exposes adds to the GPU time; it hides nothing,
+    so it does not make the factors lower bounds (only the launch floor does)."""
+    prediction = hand_prediction({"compute_experts": 0.5, "ep_all_to_all": 0.3,
+                                  "moe_host_sync": 0.2})
+    gap = attribute_gap(prediction, 1.5)
+    assert gap.launch_floor_s == 0.0
+    assert "lower bounds" not in " ".join(gap.findings)
+    with_floor = attribute_gap(hand_prediction({"compute_experts": 0.5, "ep_all_to_all": 0.3,
+                                                "moe_host_sync": 0.2,
+                                                "dispatch_floor": 0.1}), 1.5)
+    assert with_floor.launch_floor_s == pytest.approx(0.1)
+
+
 def test_gap_that_needs_negative_time_cannot_be_explained():
     prediction = hand_prediction({"compute_experts": 0.8, "tp_all_reduce": 0.2})
     gap = attribute_gap(prediction, 0.5)  # 0.5 s faster than predicted

@@ -231,13 +231,13 @@ def _in_block(name: str) -> bool:
     return group in BLOCK_CLASSES or (group == "communication" and part in BLOCK_AXES)
 
 
-def effective_class_times_s(prediction: StepPrediction, index: int = 0) -> dict[str, float]:
-    """Step seconds per class with the bubble and calibrated overhead shared out.
+def effective_term_times_s(prediction: StepPrediction, index: int = 0) -> dict[str, float]:
+    """Step seconds per breakdown term with the bubble and calibrated overhead shared out.
 
     The bubble is f_bubble·t_block (Eq. 12), so it is split over the terms of t_block in
     proportion to their time; the calibration term is (χ_sys·stack − 1) times the analytic
     total (Eq. 15), so it is split over every term in proportion. The result sums to the
-    step time and says how much of it scales with each class, to first order.
+    step time and says how much of it scales with each term, to first order.
     """
     terms = {name: float(value[index]) for name, value in prediction.breakdown_s.items()}
     bubble = terms.pop("pipeline_bubble", 0.0)
@@ -245,11 +245,16 @@ def effective_class_times_s(prediction: StepPrediction, index: int = 0) -> dict[
     block_s = sum(seconds for name, seconds in terms.items() if _in_block(name))
     bubble_factor = 1 + bubble / block_s if block_s > 0 else 1.0
     overhead_factor = 1 + overhead / (sum(terms.values()) + bubble)
+    return {name: seconds * (bubble_factor if _in_block(name) else 1.0) * overhead_factor
+            for name, seconds in terms.items()}
+
+
+def effective_class_times_s(prediction: StepPrediction, index: int = 0) -> dict[str, float]:
+    """Step seconds per class (:func:`effective_term_times_s` summed by class)."""
     effective: dict[str, float] = {}
-    for name, seconds in terms.items():
+    for name, seconds in effective_term_times_s(prediction, index).items():
         group = classify_term(name)[0]
-        scaled = seconds * (bubble_factor if _in_block(name) else 1.0) * overhead_factor
-        effective[group] = effective.get(group, 0.0) + scaled
+        effective[group] = effective.get(group, 0.0) + seconds
     return effective
 
 
@@ -338,6 +343,9 @@ def attribute_gap(prediction: StepPrediction, measured_step_time_s: float,
                   index: int = 0) -> GapAttribution:
     """Attribute a measured step time of plan ``index`` to compute kernels vs communication."""
     effective = effective_class_times_s(prediction, index)
+    # only the CPU launch floor hides GPU slowdowns: a dropless MoE's host sync
+    # (moe_host_sync, also of the dispatch class) adds to the GPU time instead
+    launch_floor_s = effective_term_times_s(prediction, index).get("dispatch_floor", 0.0)
     kernels = sum(effective.get(group, 0.0) for group in KERNEL_CLASSES)
     communication = effective.get("communication", 0.0)
     predicted = float(prediction.step_time_s[index])
@@ -347,7 +355,7 @@ def attribute_gap(prediction: StepPrediction, measured_step_time_s: float,
         predicted_step_time_s=predicted,
         compute_kernel_s=kernels,
         communication_s=communication,
-        launch_floor_s=effective.get("dispatch", 0.0),
+        launch_floor_s=launch_floor_s,
         compute_scale=_scale_to_explain(gap, kernels),
         communication_scale=_scale_to_explain(gap, communication),
     )
