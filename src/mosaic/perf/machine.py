@@ -299,8 +299,9 @@ def mfu_peak_text(machine: Machine) -> str:
         text += (f"; the GEMMs run on a lane with {machine.gemm_lane_peak_ratio:.3g}x that "
                  "peak, so MFU can exceed 100% (mfu_gemm_lane counts against the lane's peak)")
     if machine.gemm_rate_scale != 1.0:
-        text += (f"; GEMMs at {machine.gemm_rate_scale:.3f}x datasheet (borrowed kernel "
-                 "fits at the measured MAMF ratio)")
+        text += (f"; GEMM efficiency x{machine.gemm_rate_scale:.3f}: this device's measured "
+                 "large-GEMM share of its datasheet peak over that of the device(s) whose "
+                 "kernel fits cost it")
     return text
 
 
