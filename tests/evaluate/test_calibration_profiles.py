@@ -14,6 +14,7 @@ from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.calibration import BUILT_IN_PROFILES, built_in_calibration, load_calibration
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
+REPO = Path(__file__).resolve().parents[2]
 # Profile name -> the shipped run file it is fitted on.
 FIT_DATA = {"default": "published_runs.yaml", "paper-p6b200": "paper_p6b200_sweeps.yaml"}
 
@@ -58,6 +59,7 @@ def test_refitting_on_the_shipped_data_reproduces_the_built_in_profile(profile: 
     refit = fit_calibration(baselines, shipped, name=profile, provenance="test")
     shipped_doc, refit_doc = shipped.to_document(), refit.to_document()
     assert refit.at_bounds == shipped.at_bounds
+    assert refit.not_informed == shipped.not_informed  # no run's step depends on them
     # Each free constant to 0.1%: the optimiser stops at its tolerance, where another
     # scipy/BLAS build lands a few 1e-5 away. A constant at its bound is only asserted to
     # be there (at_bounds): its value inside the bound is a tolerance artefact.
@@ -97,3 +99,18 @@ def test_closed_form_equals_the_full_prediction_on_every_shipped_run(profile: st
         terms = np.array([v[0] for v in full.breakdown_s.values()])
         assert (terms >= 0).all(), record.id
         assert terms.sum() == pytest.approx(full.step_time_s[0], rel=1e-9)
+
+
+def test_a_constant_no_run_depends_on_keeps_its_starting_value() -> None:
+    """Runs without a pipeline across nodes say nothing about c_PP: the fit keeps the
+    starting value and names it, where it had left an arbitrary one (0.81 on a user's three
+    single-node runs, -38.7% on their next pipelined run)."""
+    runs = apply_record_settings(load_run_records(REPO / "examples" / "runs_example.yaml"))
+    single_stage = [r for r in runs.records if int(r.plan.pp[0]) == 1]
+    start = built_in_calibration("default")
+    refit = fit_calibration(record_baselines(single_stage, start), start, name="t",
+                            provenance="test")
+    assert {"chi_pp", "chi_overlap"} <= set(refit.not_informed)
+    assert (refit.chi_pp, refit.chi_overlap) == (start.chi_pp, start.chi_overlap)
+    assert "chi_pp" not in refit.at_bounds
+    assert "not_informed" in refit.to_document()

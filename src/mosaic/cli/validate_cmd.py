@@ -356,6 +356,7 @@ def calibrate(
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
                               "n_fitted_constants": len(fitted.fitted_constants),
                               "at_bounds": list(fitted.at_bounds),
+                              "not_informed": list(fitted.not_informed),
                               "excluded": excluded, "throughput_not_scored": not_scored,
                               "implausible_measurements": [
                                   {"id": run_id, "reason": reason}
@@ -430,6 +431,10 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
     if report["at_bounds"]:
         typer.echo(f"warning: {len(report['at_bounds'])} fitted constant(s) ended on a bound: "
                    f"{', '.join(report['at_bounds'])}", err=True)
+    if report["not_informed"]:
+        typer.echo(f"warning: no run depends on {', '.join(report['not_informed'])} (e.g. "
+                   "chi_pp needs a pipeline across nodes, chi_a2a an all-to-all across "
+                   "nodes): kept at the starting calibration's values, not fitted", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
         typer.echo(f"warning: {constants} constants fitted to {runs} runs: too few runs to "

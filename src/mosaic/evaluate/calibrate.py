@@ -241,7 +241,15 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                         bounds=(lower[free], upper[free]), loss="soft_l1",
                         f_scale=ROBUST_SCALE_LOG)
     solution = full(fit.x)
-    at_bound = _constants_at_bounds(solution, lower, upper, free, labels)
+    # A constant no run's step time depends on (chi_pp without a pipeline across nodes,
+    # chi_a2a without an all-to-all across nodes) is not fitted: it keeps the base value
+    # instead of wherever the optimiser left it, and is named.
+    uninformed = _uninformed(lambda theta: residuals(theta)[:len(log_measured)], solution,
+                             lower, upper, free)
+    solution[uninformed] = template[uninformed]
+    at_bound = _constants_at_bounds(solution, lower, upper, free & ~uninformed, labels)
+    not_informed = tuple(label for label, flag in zip(labels, uninformed, strict=True)
+                         if flag)
     rounded = np.array([float(f"{v:.6g}") for v in solution])  # readable files, same fit
     (chi_a2a, chi_pp, chi_ovl, shared, log_elementwise, deviations, log_attention,
      log_routing) = unpack(rounded)
@@ -264,7 +272,8 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                                       "sourced kernel count (perf/elementwise_traffic), in "
                                       "units of the analytical streaming count, " + FITTED,
     }
-    sources = dict(base.sources) | {k: v for k, v in notes.items() if k in fitted_names}
+    sources = dict(base.sources) | {k: v for k, v in notes.items()
+                                    if k in fitted_names and k not in not_informed}
     if "stack_overhead" not in fitted_names:
         multipliers = dict(base.stack_overhead)
     if "attention_efficiency" not in fitted_names:
@@ -275,7 +284,7 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                    chi_overlap=chi_ovl, stack_overhead=multipliers,
                    attention_efficiency=attention, routing_imbalance=imbalance,
                    elementwise_traffic_factor=float(f"{np.exp(log_elementwise):.6g}"),
-                   sources=sources, at_bounds=at_bound,
+                   sources=sources, at_bounds=at_bound, not_informed=not_informed,
                    coverage=None)  # the caller measures the new fit's coverage
 
 
@@ -298,6 +307,21 @@ def _parameter_table(base: Calibration, stacks: list[str], routings: list[str]
         *((f"routing_imbalance[{r}]", "routing_imbalance", ROUTING_LOG_BOUNDS,
            np.log(base.routing_multiplier(r))) for r in routings),
     ]
+
+
+def _uninformed(data_residuals: Callable[[np.ndarray], np.ndarray], solution: np.ndarray,
+                lower: np.ndarray, upper: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Mask over all parameters: the free ones no run's predicted step time moves with
+    (moving each alone by a tenth of its range, inward, leaves every run's residual as it
+    was), i.e. whose driver no run has."""
+    base = data_residuals(solution)
+    mask = np.zeros(len(solution), dtype=bool)
+    for index in np.flatnonzero(free):
+        step = 0.1 * (upper[index] - lower[index])
+        moved = solution.copy()
+        moved[index] += step if solution[index] + step <= upper[index] else -step
+        mask[index] = bool(np.all(data_residuals(moved) == base))
+    return mask
 
 
 def _constants_at_bounds(solution: np.ndarray, lower: np.ndarray, upper: np.ndarray,

@@ -70,6 +70,7 @@ class _CalibrationFile(BaseModel):
     provenance: str
     fitted_constants: tuple[str, ...] | None = None
     at_bounds: tuple[str, ...] = ()
+    not_informed: tuple[str, ...] = ()
     constants: _Constants
     microbench: dict[str, Any] | None = None  # calibrate --microbench (microbench_constants)
     coverage: dict[str, Any] | None = None  # envelope and CV residuals (perf.coverage)
@@ -105,6 +106,8 @@ class Calibration:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     fitted_constants: tuple[str, ...] = FITTABLE_CONSTANTS
     at_bounds: tuple[str, ...] = ()
+    # free constants no run of the fit depended on: they keep the base profile's values
+    not_informed: tuple[str, ...] = ()
     description: str = ""  # what stack and platform the profile describes (kept by refits)
     microbench: MicrobenchConstants | None = None  # measured kernel/collective constants
     microbench_document: dict[str, Any] | None = field(default=None, compare=False)
@@ -141,6 +144,8 @@ class Calibration:
             document["fitted_constants"] = list(self.fitted_constants)
         if self.at_bounds:
             document["at_bounds"] = list(self.at_bounds)
+        if self.not_informed:
+            document["not_informed"] = list(self.not_informed)
         document["constants"] = constants
         if self.microbench_document is not None:
             document["microbench"] = self.microbench_document
@@ -161,6 +166,7 @@ def _from_document(document: dict[str, Any], where: str) -> Calibration:
                                f"{', '.join(FITTABLE_CONSTANTS)}")
     return Calibration(name=parsed.name, provenance=parsed.provenance, sources=sources,
                        fitted_constants=tuple(fitted), at_bounds=parsed.at_bounds,
+                       not_informed=parsed.not_informed,
                        description=parsed.description, stack=parsed.stack,
                        microbench=None if parsed.microbench is None else parse_block(
                            parsed.microbench, f"{where}: microbench"),
