@@ -64,6 +64,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
+    for name in ("moe-aux-loss-coeff", "hidden-dropout", "attention-dropout"):
+        p.add_argument(f"--{name}", type=float)  # TransformerConfig floats
     p.add_argument("--pipeline-model-parallel-layout", type=str)  # arguments.py: str
     choices = {"position-embedding-type": ["learned_absolute", "rope", "none"],
                "normalization": ["LayerNorm", "RMSNorm"],
@@ -86,7 +88,14 @@ def megatron_parser() -> argparse.ArgumentParser:
                "attention-backend": ["flash", "fused", "unfused", "local", "auto"],
                # arguments.py _add_distributed_args (precision-aware optimizer)
                "exp-avg-dtype": ["fp32", "fp16", "bf16", "fp8"],
-               "exp-avg-sq-dtype": ["fp32", "fp16", "bf16", "fp8"]}
+               "exp-avg-sq-dtype": ["fp32", "fp16", "bf16", "fp8"],
+               # training/config/training_config.py CheckpointConfig.ckpt_format Literal
+               "ckpt-format": ["torch", "torch_dist", "torch_dcp", "fsdp_dtensor"],
+               # arguments.py _add_moe_args choices; TransformerConfig Literal
+               "moe-router-load-balancing-type": ["aux_loss", "seq_aux_loss",
+                                                  "global_aux_loss", "sinkhorn",
+                                                  "quantile_balancing", "none"],
+               "moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"]}
     for name, allowed in choices.items():
         p.add_argument(f"--{name}", choices=allowed)
     p.add_argument("--moe-layer-freq", type=lambda s: int(s) if s.isdigit() else eval(s))
@@ -103,7 +112,8 @@ def megatron_parser() -> argparse.ArgumentParser:
                  "overlap-grad-reduce", "overlap-param-gather", "grad-reduce-in-bf16",
                  "cross-entropy-loss-fusion", "use-precision-aware-optimizer",
                  "account-for-embedding-in-pipeline-split",
-                 "account-for-loss-in-pipeline-split"]:
+                 "account-for-loss-in-pipeline-split", "moe-router-enable-expert-bias",
+                 "moe-router-pre-softmax"]:
         p.add_argument(f"--{name}", action="store_true")
     p.add_argument("--no-check-for-nan-in-loss-and-grad", dest="check_for_nan_in_loss_and_grad",
                    action="store_false")

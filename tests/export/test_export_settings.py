@@ -244,3 +244,43 @@ def test_record_to_yaml_job_predicts_the_same_step(fixture, request, tmp_path):
     assert memory_again == pytest.approx(memory, rel=1e-12)
     # and the job file exports to the same job file
     assert yaml.safe_load(export(_spec(job_file), "yaml").text) == document
+
+
+def _appendix_e(**settings: str):
+    return _spec(APPENDIX_E, *(f"{key}={value}" for key, value in settings.items()))
+
+
+def test_megatron_core_defaults_mosaic_does_not_cost_are_overridden():
+    """TransformerConfig's 0.1 dropouts, and Megatron-LM's --moe-aux-loss-coeff 0.0 (aux_loss
+    balancing off): the costed router is balanced at 1e-3 (perf/routing_load.py); top-1 with
+    softmax scores needs --moe-router-pre-softmax, or TransformerConfig raises."""
+    a = parse_megatron(export(_appendix_e(), "megatron").text)
+    assert (a.hidden_dropout, a.attention_dropout) == (0.0, 0.0)
+    assert (a.moe_router_load_balancing_type, a.moe_aux_loss_coeff) == ("aux_loss", 1e-3)
+    assert not a.moe_router_pre_softmax and not a.moe_router_enable_expert_bias
+    top1 = parse_megatron(export(_appendix_e(**{"model.moe.experts_per_token": "1"}),
+                                 "megatron").text)
+    assert top1.moe_router_pre_softmax
+    nemo = yaml.safe_load(export(_appendix_e(), "nemo").text)["model"]
+    assert (nemo["hidden_dropout"], nemo["moe_aux_loss_coeff"]) == (0.0, 1e-3)
+
+
+def test_a_loss_free_stack_exports_the_expert_bias_with_sigmoid_scores():
+    """The paper's stack balances with LFLB (stacks.yaml router_balancing loss_free):
+    Megatron-Core's expert bias, which it allows with sigmoid scores only."""
+    a = parse_megatron(export(_appendix_e(**{"performance.stack": "paper-nemo"}),
+                              "megatron").text)
+    assert a.moe_router_enable_expert_bias and a.moe_router_score_function == "sigmoid"
+    assert a.moe_router_load_balancing_type == "none"
+
+
+@pytest.mark.parametrize("sharding", ["zero2", "fsdp"])
+def test_megatron_fsdp_exports_the_checkpoint_format_it_requires(sharding):
+    """validate_args: 'Megatron-FSDP requires the fsdp_dtensor checkpointing format'
+    (arguments.py @ d98e8a6); Megatron-Bridge asserts it when a checkpoint is saved."""
+    spec = _appendix_e(**{"parallelism.sharding": sharding})
+    a = parse_megatron(export(spec, "megatron").text)
+    assert a.use_megatron_fsdp and a.ckpt_format == "fsdp_dtensor"
+    assert yaml.safe_load(export(spec, "nemo").text)["checkpoint"] == {
+        "ckpt_format": "fsdp_dtensor"}
+    assert parse_megatron(export(_appendix_e(), "megatron").text).ckpt_format is None

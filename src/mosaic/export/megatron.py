@@ -170,6 +170,13 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         if spec.dispatch_fp8:
             args += [("--moe-dispatch-fwd-dtype", "mxfp8"),
                      ("--moe-combine-bwd-dtype", "mxfp8")]
+    # dropout off and the costed router balancing (ExportSpec.megatron_core_fields), each
+    # field as its flag (arguments.py exposes TransformerConfig fields as --field-name)
+    for field, value in spec.megatron_core_fields().items():
+        flag = "--" + field.replace("_", "-")
+        args.append((flag, None) if value is True else (flag, f"{value:g}"
+                                                          if isinstance(value, float)
+                                                          else str(value)))
     if g.mtp_layers:
         args.append(("--mtp-num-layers", str(g.mtp_layers)))
     args += [("--tensor-model-parallel-size", str(spec.tp)),
@@ -227,8 +234,11 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--use-distributed-optimizer", None))
     elif spec.sharding in ("zero2", "fsdp", "hsdp"):
         strategy = "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"
+        # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
+        # (arguments.py @ d98e8a64dd; the default torch_dist is refused)
         args += [("--use-megatron-fsdp", None), ("--use-distributed-optimizer", None),
-                 ("--data-parallel-sharding-strategy", strategy)]
+                 ("--data-parallel-sharding-strategy", strategy),
+                 ("--ckpt-format", "fsdp_dtensor")]
         if spec.sharding == "hsdp":
             args += [("--num-distributed-optimizer-instances", str(spec.hsdp_replicas)),
                      ("--outer-dp-sharding-strategy", "no_shard")]

@@ -239,6 +239,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             model["moe_expert_capacity_factor"] = spec.capacity_factor
             if spec.pad_to_capacity:
                 model["moe_pad_expert_input_to_capacity"] = True
+    model |= spec.megatron_core_fields()  # dropout off, the costed router balancing
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
     if spec.uneven_stages and spec.pipeline_layout is None:  # (a layout carries the split)
@@ -322,6 +323,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
         "mixed_precision": mixed_precision(spec, unsupported),
     }
+    if ddp.get("use_megatron_fsdp"):
+        # ConfigContainer validation asserts the fsdp_dtensor format with Megatron-FSDP
+        # whenever a checkpoint is saved or loaded (training/config.py @ 067f987)
+        document["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
     if spec.full_iteration_cuda_graph:
         document["rerun_state_machine"] = {"check_for_nan_in_loss": False}
     if spec.full_iteration_cuda_graph or spec.layer_cuda_graphs:

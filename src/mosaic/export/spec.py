@@ -10,6 +10,12 @@ from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
 from mosaic.perf.workload import experts_fuse_grouped_mlp
+from mosaic.stacks import get_stack
+
+# The auxiliary-loss coefficient of an aux_loss router: the one Wang et al. 2024
+# (arXiv:2408.15664, Table 2) measured the MaxVio mosaic costs at, and the value
+# Megatron-Bridge's MoE recipes set (perf/routing_load.py ROUTER_MAX_VIOLATION).
+AUX_LOSS_COEFF = 1e-3
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -61,6 +67,9 @@ class ExportSpec:
     fp4_param_gather: bool = False
     routing: str = "dropless"
     pad_to_capacity: bool = False
+    # how the costed learned router is balanced (the stack's router_balancing trait:
+    # aux_loss or loss_free, perf/routing_load.py): the export asks the target for the same
+    router_balancing: str = "aux_loss"
     # the workload's other settings (mosaic.perf.workload.Workload, same names and defaults)
     recompute_modules: tuple[str, ...] | None = None
     recompute_block_fraction: float | None = None
@@ -167,6 +176,36 @@ class ExportSpec:
         if self.routing == "unknown":
             notes.append("routing unknown: exported dropless")
         return notes
+
+    def megatron_core_fields(self) -> dict[str, Any]:
+        """Megatron-Core ``TransformerConfig`` fields whose defaults differ from what mosaic
+        costs (megatron/core/transformer/transformer_config.py @ d98e8a64dd), by field
+        name; the Megatron export writes each as its flag, the NeMo one as a model field.
+
+        - ``hidden_dropout`` and ``attention_dropout`` default to 0.1; mosaic costs no
+          dropout, and pretraining recipes turn it off.
+        - A learned router: Megatron-LM's ``--moe-aux-loss-coeff`` defaults to 0.0, so
+          ``aux_loss`` balancing is off. An ``aux_loss`` stack gets the 1e-3 that the
+          imbalance mosaic costs was measured at (perf/routing_load.py, Wang et al. 2024
+          Table 2); a ``loss_free`` one the expert bias, which Megatron-Core allows with
+          sigmoid scores only.
+        - Top-1 with softmax scores needs ``moe_router_pre_softmax`` (a softmax over one
+          selected logit has a zero gradient; TransformerConfig.__post_init__ raises).
+        """
+        fields: dict[str, Any] = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+        moe = self.geometry.moe
+        if moe is None:
+            return fields
+        if self.router_balancing == "loss_free":
+            fields |= {"moe_router_load_balancing_type": "none",
+                       "moe_router_score_function": "sigmoid",
+                       "moe_router_enable_expert_bias": True}
+        else:
+            fields |= {"moe_router_load_balancing_type": "aux_loss",
+                       "moe_aux_loss_coeff": AUX_LOSS_COEFF}
+            if moe.top_k == 1:
+                fields["moe_router_pre_softmax"] = True
+        return fields
 
     @property
     def architecture_assumptions(self) -> list[str]:
@@ -315,6 +354,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         fp8_recipe=str(workload.fp8_recipe), fp8_param_gather=workload.fp8_param_gather,
         fp4_param_gather=workload.fp4_param_gather,
         routing=str(workload.routing), pad_to_capacity=workload.pad_to_capacity,
+        router_balancing=workload.traits.router_balancing,
         recompute_modules=workload.recompute_modules,
         recompute_block_fraction=workload.recompute_block_fraction,
         cross_entropy=None if workload.cross_entropy is None else str(workload.cross_entropy),
@@ -483,6 +523,8 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
                            and experts_fuse_grouped_mlp(geometry)),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=str(envelope.get("stack", "megatron-core")), source=source,
+        router_balancing=get_stack(str(envelope.get("stack", "megatron-core"))
+                                   ).router_balancing,
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
