@@ -284,3 +284,12 @@ def test_megatron_fsdp_exports_the_checkpoint_format_it_requires(sharding):
     assert yaml.safe_load(export(spec, "nemo").text)["checkpoint"] == {
         "ckpt_format": "fsdp_dtensor"}
     assert parse_megatron(export(_appendix_e(), "megatron").text).ckpt_format is None
+
+
+def test_mla_exports_its_latent_norms(bridge_record):
+    """Megatron builds MLA's q/kv latent RMSNorms (which mosaic counts) only with
+    --qk-layernorm (gpt_layer_specs.py @ d98e8a6); NeMo's DeepSeek provider sets it true."""
+    spec = _spec(bridge_record)
+    assert spec.geometry.attention.value == "mla" and not spec.geometry.qk_norm
+    assert parse_megatron(export(spec, "megatron").text).qk_layernorm
+    assert yaml.safe_load(export(spec, "nemo").text)["model"]["qk_layernorm"] is True

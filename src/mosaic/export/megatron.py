@@ -108,7 +108,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         args.append(("--disable-bias-linear", None))
         if g.qkv_bias:
             args.append(("--add-qkv-bias", None))
-    if g.qk_norm:
+    # with MLA the flag builds the q/kv latent RMSNorms mosaic counts (q_a / kv_a norms,
+    # gpt_layer_specs.py @ d98e8a64dd: the up-projections become layer-norm linears)
+    if g.qk_norm or g.attention is AttentionKind.MLA:
         args.append(("--qk-layernorm", None))
     args += rope_and_norm_arguments(g)
     if g.gated_attention:

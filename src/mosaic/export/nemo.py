@@ -176,7 +176,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "share_embeddings_and_output_weights": g.tied_embeddings,
         "add_bias_linear": bool(g.output_bias or (g.moe and g.moe.expert_bias)),
         "add_qkv_bias": g.qkv_bias,
-        "qk_layernorm": g.qk_norm,
+        # with MLA: the q/kv latent norms (as the Megatron export's --qk-layernorm)
+        "qk_layernorm": g.qk_norm or g.attention is AttentionKind.MLA,
         # the rotary base and share and (1 + w) gains where stated (TransformerConfig /
         # GPTProvider rotary_base, rotary_percent, layernorm_zero_centered_gamma)
         **({"rotary_base": g.rope_base} if g.rope_base is not None else {}),
