@@ -511,3 +511,22 @@ def test_export_checks_the_target_first_and_needs_no_costing(tmp_path, offload_j
     assert "--cpu-offloading-num-layers 20" in result.stdout
     assert "memory not checked" in result.stderr and "host link" in result.stderr
     assert "# WARNING: memory not checked" in result.stdout
+
+
+def test_a_hand_edited_plan_is_refused_in_one_line(plan_json, tmp_path):
+    """A plan's optimum goes through the job checks of `mosaic perf`; a field of the wrong
+    shape is refused, where it raised an internal error (TypeError, AttributeError)."""
+    good = json.loads(plan_json.read_text())
+    cases = {
+        "list": ({**good, "optimum": [1]}, "'optimum' is a list"),
+        "layout": ({**good, "optimum": {**good["optimum"], "parallelism": {
+            **good["optimum"]["parallelism"], "tp": 3}}}, "the optimum's job: "),
+        "q": ({**good, "optimum": {**good["optimum"], "q": [1]}},
+              "not a well-formed `mosaic plan --json` document (TypeError"),
+    }
+    for name, (document, fragment) in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(document))
+        result = runner.invoke(app, ["export", str(path), "--to", "megatron"])
+        assert result.exit_code == 2, (name, result.output)
+        assert fragment in result.output and "internal error" not in result.output, name

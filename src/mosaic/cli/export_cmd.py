@@ -46,6 +46,20 @@ def _plan_document(path: Path) -> dict[str, Any] | None:
     return document if is_plan_document(document) else None
 
 
+def check_plan_layout(spec: ExportSpec, source: str) -> None:
+    """A plan's optimum through the job checks of `mosaic perf` (schema, divisibility, the
+    cluster): a hand-edited plan with tp=3 for 32 heads is refused as that job would be."""
+    from mosaic.config.job_schema import job_from_document
+    from mosaic.evaluate.job import check_job_layout
+
+    try:
+        check_job_layout(job_from_document(dict(spec.job), f"{source}: optimum"))
+    except MosaicInputError as exc:
+        text = str(exc)
+        raise MosaicInputError(text if text.startswith(source) else
+                               f"{source}: the optimum's job: {text}") from None
+
+
 def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> ExportSpec:
     """A job YAML or run record (with ``--set`` overrides) or a ``mosaic plan --json``
     document, told apart by content."""
@@ -62,7 +76,9 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
         if overrides or model:
             raise MosaicInputError("--set and --model apply to job files, not plan JSON "
                                    f"(write its job with `mosaic export {path} --to yaml`)")
-        return spec_from_plan_document(document, str(path)), None
+        spec = spec_from_plan_document(document, str(path))
+        check_plan_layout(spec, str(path))
+        return spec, None
     from mosaic.evaluate.job import check_job_layout, load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
     from mosaic.perf.headroom import memory_fit_text

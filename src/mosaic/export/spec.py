@@ -489,9 +489,24 @@ def _optimum_layout(document: dict[str, Any], source: str
 
 
 def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec:
-    """From the JSON of ``mosaic plan --json`` (its optimum and the optimum's layout)."""
+    """From the JSON of ``mosaic plan --json`` (its optimum and the optimum's layout); a
+    document of another shape (a hand-edited or truncated plan) is refused in one line."""
     if not isinstance(document, dict) or "optimum" not in document:
         raise MosaicInputError(f"{source}: not a `mosaic plan --json` document (no 'optimum')")
+    for block in ("optimum", "envelope"):
+        if document.get(block) and not isinstance(document[block], dict):
+            raise MosaicInputError(f"{source}: '{block}' is a {type(document[block]).__name__}"
+                                   "; a `mosaic plan --json` document holds a mapping there")
+    try:
+        return _spec_from_plan(document, source)
+    except MosaicInputError:
+        raise
+    except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong type
+        raise MosaicInputError(f"{source}: not a well-formed `mosaic plan --json` document "
+                               f"({type(exc).__name__}: {exc})") from None
+
+
+def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
     optimum = document["optimum"]
     if not optimum:
         raise MosaicInputError(f"{source}: the plan has no trainable optimum to export")
