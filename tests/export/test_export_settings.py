@@ -293,3 +293,17 @@ def test_mla_exports_its_latent_norms(bridge_record):
     assert spec.geometry.attention.value == "mla" and not spec.geometry.qk_norm
     assert parse_megatron(export(spec, "megatron").text).qk_layernorm
     assert yaml.safe_load(export(spec, "nemo").text)["model"]["qk_layernorm"] is True
+
+
+def test_combinations_megatron_core_refuses_are_named():
+    """TransformerConfig.__post_init__ (@ d98e8a6) asserts virtual stages and no full
+    recompute with the EP overlap, and the ncclep backend for MXFP8 dispatch."""
+    spec = _appendix_e(**{"parallelism.ep_overlap": "true", "parallelism.dispatch_fp8": "true",
+                          "performance.precision": "mxfp8"})  # pp 16, vpp 1, full ckpt
+    assert (spec.pp, spec.vpp, spec.checkpointing) == (16, 1, "full")
+    for target in ("megatron", "nemo"):
+        notes = " | ".join(export(spec, target).unsupported)
+        assert "virtual_pipeline_model_parallel_size is set" in notes
+        assert "recompute_granularity != 'full'" in notes
+        assert "'ncclep' backend" in notes
+    assert not _appendix_e().megatron_core_refusals()

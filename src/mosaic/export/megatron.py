@@ -71,7 +71,7 @@ def moe_layer_freq(spec: ExportSpec) -> str:
 def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]]:
     """(flag, value or None for a switch) pairs, and what Megatron cannot express."""
     g = spec.geometry
-    unsupported: list[str] = spec.routing_notes()
+    unsupported: list[str] = spec.routing_notes() + spec.megatron_core_refusals()
     args: list[tuple[str, str | None]] = [
         ("--num-layers", str(g.layers)),
         ("--hidden-size", str(g.d_model)),

@@ -163,7 +163,7 @@ def gated_delta_net_notes(spec: ExportSpec, blocks: int) -> list[str]:
 def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     """The override mapping and what it cannot express."""
     g = spec.geometry
-    unsupported: list[str] = spec.routing_notes()
+    unsupported: list[str] = spec.routing_notes() + spec.megatron_core_refusals()
     model: dict[str, Any] = {
         "num_layers": g.layers,
         "hidden_size": g.d_model,

@@ -207,6 +207,26 @@ class ExportSpec:
                 fields["moe_router_pre_softmax"] = True
         return fields
 
+    def megatron_core_refusals(self) -> list[str]:
+        """Settings of this job that Megatron-Core's TransformerConfig.__post_init__ refuses
+        in this combination (megatron/core/transformer/transformer_config.py @ d98e8a64dd):
+        written as costed, each with what the launch needs instead."""
+        notes = []
+        if self.ep_overlap and self.pp > 1 and self.vpp == 1:
+            notes.append("ep_overlap with pp > 1 and no virtual stages: TransformerConfig "
+                         "asserts virtual_pipeline_model_parallel_size is set; run vpp > 1 "
+                         "or drop the overlap")
+        if self.ep_overlap and self.checkpointing == "full":
+            notes.append("ep_overlap with full recompute: TransformerConfig asserts "
+                         "recompute_granularity != 'full'; use selective recompute or drop "
+                         "the overlap")
+        if self.dispatch_fp8:
+            notes.append("dispatch_fp8 (MXFP8 dispatch and combine): TransformerConfig "
+                         "raises unless the flex dispatcher runs the 'ncclep' backend with "
+                         "use_transformer_engine_op_fuser and grouped GEMM; mosaic costed "
+                         f"the {self.dispatcher} dispatcher")
+        return notes
+
     @property
     def architecture_assumptions(self) -> list[str]:
         """The source's defaulted ``model.*`` fields: values the launcher receives that no
