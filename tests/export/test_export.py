@@ -433,16 +433,23 @@ def test_megatron_carries_the_overlap_and_graph_settings_of_the_job():
 def test_a_sliding_window_is_written_where_the_target_has_it():
     """GPT-OSS's 128-key window on every other layer: Megatron --window-size 127,0 (left
     keys besides the query's own) and --window-attn-skip-freq 2, NeMo/Bridge's
-    TransformerConfig fields alike; torchtitan and MaxText say they do not write it."""
+    TransformerConfig fields alike; MaxText's gpt_oss decoder as its gpt-oss-20b.yml sets it
+    (sliding_window_size 128 on every other layer, the clamped sigmoid-gated FFN: without
+    the window it attends through a window of 0); torchtitan says it does not write it."""
     spec = load_export_spec(JOB, ["parallelism.ep=8", "parallelism.pp=8"],
                             ROOT / "examples" / "hf" / "gpt-oss-20b.json")
     megatron = export(spec, "megatron").text
     assert "--window-size 127,0" in megatron and "--window-attn-skip-freq 2" in megatron
     nemo = export(spec, "nemo").text
     assert "window_size" in nemo and "window_attn_skip_freq" in nemo
-    for target in ("torchtitan", "maxtext"):
-        assert "a sliding window of 128 keys, full attention on one layer in 2" in \
-            export(spec, target).text
+    assert "a sliding window of 128 keys, full attention on one layer in 2" in \
+        export(spec, "torchtitan").text
+    maxtext = yaml.safe_load(export(spec, "maxtext").text)
+    assert maxtext["decoder_block"] == "gpt_oss"
+    assert (maxtext["sliding_window_size"], maxtext["inhomogeneous_layer_cycle_interval"]) == (
+        128, 2)
+    assert (maxtext["mlp_activations"], maxtext["mlp_activations_limit"]) == (
+        ["sigmoid", "linear"], 7.0)
     # Transformer Engine takes a window under context parallelism over a2a only
     with_cp = load_export_spec(JOB, ["parallelism.ep=8", "parallelism.pp=8",
                                      "parallelism.cp=2"],
@@ -530,3 +537,16 @@ def test_a_hand_edited_plan_is_refused_in_one_line(plan_json, tmp_path):
         result = runner.invoke(app, ["export", str(path), "--to", "megatron"])
         assert result.exit_code == 2, (name, result.output)
         assert fragment in result.output and "internal error" not in result.output, name
+
+
+def test_maxtext_names_what_its_decoder_drops_and_runs_nvfp4():
+    """MaxText's mixtral decoder builds routed experts alone (shared_experts and
+    first_num_dense_layers are read by its deepseek decoder); NVFP4 is its te_nvfp4
+    quantization (configs/types.py @ e591f30)."""
+    comm_bound = ROOT / "examples" / "fsdp_moe_comm_bound.yaml"  # 2 shared, 1 dense block
+    result = export(load_export_spec(comm_bound, [], None), "maxtext")
+    assert yaml.safe_load(result.text)["decoder_block"] == "mixtral"
+    assert any("MaxText's mixtral decoder builds routed experts alone" in line
+               for line in result.unsupported)
+    nvfp4 = export(load_export_spec(JOB, ["performance.precision=nvfp4"], None), "maxtext")
+    assert yaml.safe_load(nvfp4.text)["quantization"] == "te_nvfp4"

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from mosaic.arch.geometry import AttentionKind
+from mosaic.arch.geometry import AttentionKind, Geometry
 from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -61,6 +61,25 @@ def qwen3_next_keys(spec: ExportSpec, cycle: int, unsupported: list[str]) -> dic
             "gdn_num_value_heads": gdn.value_heads, "gdn_chunk_size": gdn.chunk_size}
 
 
+def gpt_oss_keys(g: Geometry, unsupported: list[str]) -> dict[str, Any]:
+    """MaxText's gpt_oss decoder as its gpt-oss configs set it
+    (src/maxtext/configs/models/gpt-oss-20b.yml @ e591f30): the window, alternating with
+    full attention (models/gpt_oss.py GPT_OSS_ATTENTION_PATTERN: sliding, global), and the
+    clamped sigmoid-gated FFN. Without the window the block attends through a window of 0."""
+    keys: dict[str, Any] = {"inhomogeneous_layer_cycle_interval": 2,
+                            "mlp_activations": ["sigmoid", "linear"],
+                            "mlp_activations_limit": 7.0}
+    if g.sliding_window is not None:
+        keys["sliding_window_size"] = g.sliding_window
+        if g.full_attention_every != 2:
+            unsupported.append(window_note(g) + ": MaxText's gpt_oss decoder alternates "
+                               "sliding and full attention (every 2nd layer full)")
+    else:
+        unsupported.append("no sliding window stated: MaxText's gpt_oss decoder slides "
+                           "every other layer (sliding_window_size unset is a window of 0)")
+    return keys
+
+
 def decoder_block(spec: ExportSpec, cycle: int | None) -> str:
     """The MaxText decoder block type closest to the geometry (``cycle``: its
     :meth:`~mosaic.export.spec.ExportSpec.full_attention_cycle`)."""
@@ -84,8 +103,12 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     unsupported += spec.routing_notes()
     quantization = ""
     if spec.precision == "fp4":
-        unsupported.append("precision nvfp4: mosaic knows no MaxText quantization mode that "
-                           "runs Transformer Engine's NVFP4 recipe; exported in bf16")
+        # QuantizationType te_nvfp4: Transformer Engine's NVFP4BlockScaling recipe
+        # (src/maxtext/configs/types.py, layers/quantizations.py @ e591f30)
+        quantization = "te_nvfp4"
+        if spec.fp4_param_gather:
+            unsupported.append("FP4 parameter all-gathers (MaxText gathers the weights in "
+                               "weight_dtype)")
     if spec.precision == "fp8":
         quantization = QUANTIZATION.get(spec.fp8_recipe, QUANTIZATION["current"])
         if spec.fp8_recipe == "blockwise":
@@ -143,11 +166,20 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     elif spec.sharding == "hsdp":
         data, fsdp = spec.hsdp_replicas, fsdp // spec.hsdp_replicas
     accumulation = spec.micro_batches_per_step if spec.pp == 1 else 1
-    if g.sliding_window is not None:
+    block = decoder_block(spec, cycle)
+    if g.sliding_window is not None and block != "gpt_oss":
         unsupported.append(window_note(g) + ": not written (MaxText's windows belong to its "
                            "gemma and gpt_oss decoder blocks)")
+    if g.moe and (g.moe.shared_experts or g.moe.dense_layers) and block != "deepseek":
+        # shared_experts and first_num_dense_layers are read by the deepseek decoder path
+        # (layers/decoders.py, RoutedAndSharedMoE); the other MoE blocks build routed
+        # experts in every layer (models/mixtral.py, qwen3.py @ e591f30)
+        unsupported.append(f"shared experts ({g.moe.shared_experts}) and dense first blocks "
+                           f"({g.moe.dense_layers}): MaxText's {block} decoder builds routed "
+                           "experts alone in every block; its deepseek decoder reads "
+                           "shared_experts and first_num_dense_layers")
     document: dict[str, Any] = {
-        "decoder_block": decoder_block(spec, cycle),
+        "decoder_block": block,
         "base_emb_dim": g.d_model,
         "base_num_query_heads": g.heads,
         "base_num_kv_heads": g.kv_heads,
@@ -182,6 +214,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      # MaxText's capacity_factor: -1 = dropless, else token dropping.
                      "capacity_factor": (-1.0 if spec.capacity_factor is None
                                          else spec.capacity_factor)}
+    if block == "gpt_oss":
+        document |= gpt_oss_keys(g, unsupported)
     if g.mtp_layers:
         document["mtp_num_layers"] = g.mtp_layers
     if cycle is not None:
