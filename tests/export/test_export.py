@@ -205,7 +205,8 @@ TORCHTITAN_KEYS = {  # torchtitan v0.2.2 JobConfig sections and fields used by t
                     "fsdp_reshard_after_forward", "tensor_parallel_degree",
                     "pipeline_parallel_degree", "pipeline_parallel_microbatch_size",
                     "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
-                    "module_fqns_per_model_part",
+                    "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers", "module_fqns_per_model_part",
                     "context_parallel_degree", "expert_parallel_degree",
                     "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
@@ -238,9 +239,11 @@ def test_torchtitan_toml_round_trip(sharding):
 def test_torchtitan_fp8_deepep_and_accumulation_without_pp():
     spec = load_export_spec(JOB, ["parallelism.pp=1", "parallelism.dispatcher=deepep",
                                   "performance.precision=fp8"], DEEPSEEK)
-    layers = tomllib.loads(export(deepseek_spec(), "torchtitan").text)["parallelism"][
-        "pipeline_parallel_layers_per_stage"]
-    assert -(-(61 + 2) // layers) == 8  # torchtitan: ceil((L + 2) / per_stage) stages
+    titan = tomllib.loads(export(deepseek_spec(), "torchtitan").text)["parallelism"]
+    ends = (titan["pipeline_parallel_first_stage_less_layers"]
+            + titan["pipeline_parallel_last_stage_less_layers"])
+    # torchtitan: ceil((L + first + last) / per_stage) stages
+    assert -(-(61 + ends) // titan["pipeline_parallel_layers_per_stage"]) == 8
     doc = tomllib.loads(export(spec, "torchtitan").text)
     assert doc["model"]["name"] == "deepseek_v3"
     assert doc["model"]["converters"] == ["quantize.linear.float8",

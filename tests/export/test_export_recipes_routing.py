@@ -232,20 +232,33 @@ def titan_spec(layers: int, pp: int, vpp: int, sharding: str = "fsdp",
 
 
 def test_torchtitan_stage_split_when_no_layers_per_stage_fits():
-    # 64 blocks on pp 8 x vpp 8 = 64 stages: ceil((64 + 2) / n) never gives 64, so the
-    # parts are listed: one block each, the embedding first and the head last
-    result = export(titan_spec(64, 8, 8), "torchtitan")
+    # The split mosaic costs is even: the embedding and the head weigh no layers
+    # (pipeline_parallel_first/last_stage_less_layers 0; torchtitan's default 1 gives the end
+    # stages a layer fewer: Appendix E's 48 layers on pp 16 became 3,4,3,...,3,2).
+    # 64 blocks on pp 8 x vpp 8 = 64 stages: one block a stage
+    even = tomllib.loads(export(titan_spec(64, 8, 8), "torchtitan").text)["parallelism"]
+    assert (even["pipeline_parallel_first_stage_less_layers"],
+            even["pipeline_parallel_last_stage_less_layers"],
+            even["pipeline_parallel_layers_per_stage"]) == (0, 0, 1)
+    # 9 blocks on pp 2 x vpp 3 = 6 stages: ceil(9 / n) never gives 6, so the parts are
+    # listed, the embedding first and the head last
+    result = export(titan_spec(9, 2, 3), "torchtitan")
     parallelism = tomllib.loads(result.text)["parallelism"]
     parts = parallelism["module_fqns_per_model_part"]
     assert "pipeline_parallel_layers_per_stage" not in parallelism
-    assert len(parts) == 64
-    assert parts[0] == ["tok_embeddings", "layers.0"]
-    assert parts[-1] == ["layers.63", "norm", "output"]
-    assert all(part == [f"layers.{i}"] for i, part in enumerate(parts[1:-1], start=1))
+    assert len(parts) == 6 and parts[0][0] == "tok_embeddings" and parts[-1][-1] == "output"
+    assert sum(len([m for m in p if m.startswith("layers.")]) for p in parts) == 9
     assert not any("pipeline stages" in n for n in result.unsupported)
-    # 32 blocks on pp 4 x vpp 2: ceil(34 / n) never gives 8, but 2 stages per rank is
-    # torchtitan's own default for an interleaved schedule: nothing to write
-    default = tomllib.loads(export(titan_spec(32, 4, 2), "torchtitan").text)["parallelism"]
+    # a split that accounts for the embedding and the loss keeps torchtitan's weights of 1:
+    # 64 blocks on 64 stages, ceil((64 + 2) / n) never gives 64: parts listed
+    weighted = dataclasses.replace(titan_spec(64, 8, 8), vocab_in_pipeline_split=True)
+    listed = tomllib.loads(export(weighted, "torchtitan").text)["parallelism"]
+    assert listed["pipeline_parallel_first_stage_less_layers"] == 1
+    assert len(listed["module_fqns_per_model_part"]) == 64
+    # 32 blocks on pp 4 x vpp 2 with the weights: ceil(34 / n) never gives 8, but 2 stages
+    # per rank is torchtitan's own default for an interleaved schedule: nothing to write
+    default = tomllib.loads(export(dataclasses.replace(
+        titan_spec(32, 4, 2), vocab_in_pipeline_split=True), "torchtitan").text)["parallelism"]
     assert default["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert not {"pipeline_parallel_layers_per_stage", "module_fqns_per_model_part"} & set(
         default)

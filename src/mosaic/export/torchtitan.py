@@ -29,14 +29,22 @@ def model_name(spec: ExportSpec) -> str:
     return "llama4" if g.moe else "llama3"
 
 
-def layers_per_stage(layers: int, stages: int) -> int | None:
+def end_stage_weight(spec: ExportSpec) -> int:
+    """``pipeline_parallel_first/last_stage_less_layers``: the layers the embedding and the
+    output each weigh in torchtitan's split (``generate_llm_fqn_per_model_part``, v0.2.2
+    default 1: the end stages get a layer fewer). 1 where the costed split accounts for them
+    (vocab_in_pipeline_split), else 0: the even split mosaic costed."""
+    return 1 if spec.vocab_in_pipeline_split else 0
+
+
+def layers_per_stage(layers: int, stages: int, end_weight: int = 1) -> int | None:
     """``pipeline_parallel_layers_per_stage`` giving ``stages`` virtual stages.
 
     torchtitan v0.2.2 (``torchtitan/distributed/pipeline_parallel.py``) makes
-    ceil((layers + 1 + 1) / layers_per_stage) stages, the embedding and the output each
-    weighing one layer (``pipeline_parallel_first/last_stage_less_layers`` = 1).
+    ceil((layers + 2·end_weight) / layers_per_stage) stages, the embedding and the output
+    each weighing ``end_weight`` layers (:func:`end_stage_weight`).
     """
-    weighted = layers + 2
+    weighted = layers + 2 * end_weight
     per_stage = math.ceil(weighted / stages)
     return per_stage if math.ceil(weighted / per_stage) == stages else None
 
@@ -105,12 +113,15 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     if spec.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if spec.vpp > 1 \
             else "1F1B"
+        weight = end_stage_weight(spec)
+        parallelism["pipeline_parallel_first_stage_less_layers"] = weight
+        parallelism["pipeline_parallel_last_stage_less_layers"] = weight
         if spec.vpp > 1:
             stages = spec.pp * spec.vpp
-            per_stage = layers_per_stage(g.layers, stages)
+            per_stage = layers_per_stage(g.layers, stages, weight)
             if per_stage is not None:
                 parallelism["pipeline_parallel_layers_per_stage"] = per_stage
-            elif spec.vpp == 2 and stages <= g.layers + 2:
+            elif spec.vpp == 2 and stages <= g.layers + 2 * weight:
                 pass  # torchtitan's default for a multi-stage schedule: 2 stages per rank
             elif stages <= g.layers:
                 parallelism["module_fqns_per_model_part"] = model_parts(g.layers, stages)
