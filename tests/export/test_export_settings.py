@@ -307,3 +307,14 @@ def test_combinations_megatron_core_refuses_are_named():
         assert "recompute_granularity != 'full'" in notes
         assert "'ncclep' backend" in notes
     assert not _appendix_e().megatron_core_refusals()
+
+
+def test_launch_requirements_and_unwritable_norms_are_named():
+    """validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tp > 1 before Blackwell;
+    MaxText and torchtitan have no LayerNorm to write (Appendix E is pre-LN)."""
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in n
+                   for n in export(_appendix_e(), "megatron").unsupported)
+    with_tp = export(_appendix_e(**{"parallelism.tp": "2"}), "megatron").unsupported
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in with_tp)
+    for target in ("maxtext", "torchtitan"):
+        assert any(n.startswith("LayerNorm: ") for n in export(_appendix_e(), target).unsupported)

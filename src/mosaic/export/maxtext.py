@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from mosaic.arch.geometry import AttentionKind, Geometry
+from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
 from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -151,6 +151,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
     cycle = spec.full_attention_cycle()
+    if g.norm is NormKind.LAYERNORM:
+        unsupported.append("LayerNorm: MaxText's decoder blocks normalise with RMSNorm "
+                           "(normalizations.py; no base.yml key picks LayerNorm)")
     decoder_layers = g.layers // 2 if cycle is not None else g.layers
     if g.attention_output_gate and cycle is None:  # the qwen3_next decoder has its own
         unsupported.append("attention output gate (elementwise, Qwen3-Next)")

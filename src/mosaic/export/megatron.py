@@ -48,6 +48,12 @@ MEGATRON_CORE_HANDLED = frozenset({
     "fused_grouped_mlp", "fp8_dot_product_attention"})
 # Transformer Engine reads this at import time to register its fused grouped MLP; without it
 # Megatron-Core's experts run unfused (megatron/core/transformer/moe/experts.py @ d98e8a64dd)
+# validate_args on a GPU before Blackwell with tp or cp > 1 (and neither FSDP nor the EP
+# overlap, which only warn): "Using tensor model parallelism or context parallelism require
+# setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" (arguments.py @ d98e8a64dd)
+CUDA_CONNECTIONS_ENV = ("tp or cp > 1 on Hopper or an earlier GPU: set "
+                        "CUDA_DEVICE_MAX_CONNECTIONS=1 in the launch environment "
+                        "(validate_args asserts it; not needed from Blackwell on)")
 FUSED_GROUPED_MLP_ENV = ("the fused grouped MLP also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in "
                          "the launch environment (Transformer Engine registers the fusion at "
                          "import; Megatron-Core runs the experts unfused without it)")
@@ -201,6 +207,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
                            "layout by hand")
+    fsdp = spec.sharding in ("zero2", "fsdp", "hsdp")
+    if (spec.tp > 1 or spec.cp > 1) and not fsdp and not spec.ep_overlap:
+        unsupported.append(CUDA_CONNECTIONS_ENV)
     if spec.fused_grouped_mlp:
         # TransformerConfig use_transformer_engine_op_fuser and moe_mlp_glu_interleave_size,
         # exposed as flags by megatron/training/argument_utils.py ArgumentGroupFactory

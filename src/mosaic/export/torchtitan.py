@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mosaic.arch.geometry import AttentionKind
+from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
 
@@ -66,6 +66,9 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                            "has one (the flavor must add it)")
     if g.sliding_window is not None:
         unsupported.append(window_note(g) + ": set it in the flavor")
+    if g.norm is NormKind.LAYERNORM:
+        unsupported.append("LayerNorm: torchtitan's model families normalise with RMSNorm "
+                           "(the flavor must change the module)")
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")
