@@ -342,3 +342,13 @@ def test_an_unreadable_number_is_one_line(text):
     except MosaicInputError:
         return
     assert isinstance(value["a"], str)
+
+
+@pytest.mark.parametrize("command", [["perf"], ["export", "--to", "megatron"]])
+def test_a_huggingface_config_given_as_a_job_points_to_model(command):
+    """It listed 30 'unknown blocks' with "did you mean 'model'?"."""
+    config = Path(__file__).resolve().parents[2] / "examples" / "hf" / "qwen3-30b-a3b.json"
+    result = runner.invoke(app, [command[0], str(config), *command[1:]])
+    assert result.exit_code == 2
+    assert "a HuggingFace config.json (model_type 'qwen3_moe'), not a job; give it with " \
+           "--model" in " ".join(result.output.split())

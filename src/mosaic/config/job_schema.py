@@ -322,6 +322,11 @@ def canonical_job_document(document: dict[str, Any], where: str,
         raise MosaicInputError(
             f"{where}: the file that `mosaic {written_by}` writes, not a job; give a job "
             "YAML or a run record (RUNS.yaml#ID)")
+    if "model_type" in unknown and "hidden_size" in unknown:  # a HuggingFace config.json
+        raise MosaicInputError(
+            f"{where}: a HuggingFace config.json (model_type {document['model_type']!r}), not "
+            "a job; give it with --model beside a job file (docs/schema.md), or look at the "
+            "model alone with `mosaic arch --model`")
     if "run" in unknown:  # the reference trainer's job (run:, optim:, ladder:; docs/train.md)
         raise MosaicInputError(
             f"{where}: a `mosaic train` job file (blocks {sorted(unknown)}), not a job for "
