@@ -64,7 +64,9 @@ def megatron_parser() -> argparse.ArgumentParser:
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
-    for name in ("moe-aux-loss-coeff", "hidden-dropout", "attention-dropout"):
+    for name in ("moe-aux-loss-coeff", "hidden-dropout", "attention-dropout",
+                 "glu-linear-offset", "activation-func-clamp-value", "rotary-base",
+                 "rotary-percent"):
         p.add_argument(f"--{name}", type=float)  # TransformerConfig floats
     p.add_argument("--pipeline-model-parallel-layout", type=str)  # arguments.py: str
     choices = {"position-embedding-type": ["learned_absolute", "rope", "none"],
@@ -95,7 +97,10 @@ def megatron_parser() -> argparse.ArgumentParser:
                "moe-router-load-balancing-type": ["aux_loss", "seq_aux_loss",
                                                   "global_aux_loss", "sinkhorn",
                                                   "quantile_balancing", "none"],
-               "moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"]}
+               "moe-router-score-function": ["softmax", "sigmoid", "sqrtsoftplus"],
+               "softmax-type": ["vanilla", "off-by-one", "learnable"],  # TransformerConfig
+               "window-size": None, "window-attn-skip-freq": None,
+               "cp-comm-type": None}
     for name, allowed in choices.items():
         p.add_argument(f"--{name}", choices=allowed)
     p.add_argument("--moe-layer-freq", type=lambda s: int(s) if s.isdigit() else eval(s))
@@ -113,7 +118,7 @@ def megatron_parser() -> argparse.ArgumentParser:
                  "cross-entropy-loss-fusion", "use-precision-aware-optimizer",
                  "account-for-embedding-in-pipeline-split",
                  "account-for-loss-in-pipeline-split", "moe-router-enable-expert-bias",
-                 "moe-router-pre-softmax"]:
+                 "moe-router-pre-softmax", "quick-geglu"]:
         p.add_argument(f"--{name}", action="store_true")
     p.add_argument("--no-check-for-nan-in-loss-and-grad", dest="check_for_nan_in_loss_and_grad",
                    action="store_false")
@@ -443,6 +448,10 @@ def test_a_sliding_window_is_written_where_the_target_has_it():
                             ROOT / "examples" / "hf" / "gpt-oss-20b.json")
     megatron = export(spec, "megatron").text
     assert "--window-size 127,0" in megatron and "--window-attn-skip-freq 2" in megatron
+    # the learned sink logit and the clamped gated FFN, as Megatron-LM's gpt-oss-20b.sh
+    a = parse_megatron(megatron)
+    assert a.softmax_type == "learnable" and a.quick_geglu and not a.swiglu
+    assert (a.glu_linear_offset, a.activation_func_clamp_value) == (1.0, 7.0)
     nemo = export(spec, "nemo").text
     assert "window_size" in nemo and "window_attn_skip_freq" in nemo
     assert "a sliding window of 128 keys, full attention on one layer in 2" in \

@@ -134,7 +134,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
             args.append(("--cp-comm-type", "a2a"))
             unsupported.append(WINDOW_CP_NOTE)
     if g.attention_sinks:
-        unsupported.append("attention sinks (gpt-oss) need a custom layer spec")
+        # TransformerConfig.softmax_type 'learnable': a learned sink logit per head
+        # (Megatron-LM examples/post_training/modelopt/conf/openai/gpt-oss-20b.sh @ d98e8a64dd)
+        args.append(("--softmax-type", "learnable"))
     if g.is_hybrid:
         args += hybrid_arguments(spec, unsupported)
     if g.moe:
@@ -384,6 +386,12 @@ def activation_arguments(g: Geometry, unsupported: list[str]) -> list[tuple[str,
     """The FFN activation's flag (Megatron-LM arguments.py: --swiglu, --squared-relu; GELU
     is the default, other activations have no flag)."""
     activation = g.activation_name
+    if g.attention_sinks and g.glu:
+        # GPT-OSS's clamped gated FFN, (up + 1) · x·sigmoid(1.702 x) clamped at 7, as
+        # Megatron-LM's gpt-oss-20b.sh spells it (TransformerConfig glu_linear_offset,
+        # activation_func_clamp_value; --quick-geglu)
+        return [("--quick-geglu", None), ("--glu-linear-offset", "1.0"),
+                ("--activation-func-clamp-value", "7.0")]
     if activation == "geglu":
         unsupported.append("GeGLU has no Megatron-LM flag (--swiglu written: the same three "
                            "matrices, SiLU gate)")
