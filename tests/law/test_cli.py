@@ -117,6 +117,10 @@ def test_optimum_json():
         (["fit", "runs.csv", "--form", "cubic"], "form must be one of"),
         (["optimum", "--compute", "1e21", "--law", "absent.json"], "does not exist"),
         (["optimum", "--compute", "1e21", "--s-max", "1.5"], "0 <= s_min <= s_max < 1"),
+        # flags that were dropped without a word, and a default named as if given
+        (["predict", "--n-total", "1e10", "--tokens", "1e11", "--sparsity", "0.9",
+          "--split-factor", "4", "--experts", "8"], "--experts shapes a ladder geometry"),
+        (["fit", "runs.csv", "--starts", "1"], "--refine (32) exceeds --starts (1)"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):
@@ -163,3 +167,21 @@ def test_optimum_flags_an_eq17_rate_below_its_fitted_range():
                                               "--json"]).stdout)["lr_extrapolated"]
     table = runner.invoke(app, ["law", "optimum", "--compute", "1e12"]).stdout
     assert "extrapolated: Eq. 17 was fitted down to C = 1.8e+18" in table
+
+
+def test_optimum_refuses_a_split_factor_the_law_has_no_term_for(tmp_path):
+    rng = np.random.default_rng(0)
+    n_total = np.exp(rng.uniform(np.log(1e8), np.log(1e10), 24))
+    tokens = np.exp(rng.uniform(np.log(1e9), np.log(1e11), 24))
+    loss = 1.7 + 400 / n_total**0.34 + 410 / tokens**0.28
+    runs = tmp_path / "runs.csv"
+    runs.write_text("n_total,tokens,loss\n" + "".join(
+        f"{n:.6g},{d:.6g},{x:.6g}\n" for n, d, x in zip(n_total, tokens, loss, strict=True)))
+    law = tmp_path / "chinchilla.json"
+    fitted = runner.invoke(app, ["law", "fit", str(runs), "--form", "chinchilla",
+                                 "--out", str(law), "--starts", "64", "--refine", "2"])
+    assert fitted.exit_code == 0, fitted.output
+    result = runner.invoke(app, ["law", "optimum", "--compute", "1e22", "--law", str(law),
+                                 "--split-factor", "4"])
+    assert result.exit_code == 2
+    assert "the law (chinchilla) has no G term" in " ".join(result.stderr.split())

@@ -187,6 +187,12 @@ def predict(
             geometry = ladder_geometry(q, experts, top_k, g)
         inputs = _inputs_from_geometry(geometry, tokens)
     else:
+        ignored = [flag for flag, value in (("--experts", experts), ("--top-k", top_k))
+                   if value is not None]
+        if ignored:
+            verb = "shape" if len(ignored) > 1 else "shapes"
+            raise MosaicInputError(f"{' and '.join(ignored)} {verb} a ladder geometry: give "
+                                   "them with --q (counts take --n-total and --sparsity)")
         inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
     with np.errstate(all="ignore"):
         loss = _physical_loss(float(law.predict(**asdict(inputs))), law)
@@ -374,6 +380,10 @@ def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, star
     check_range("--bootstrap", n_bootstrap, "top", integer=True, high=100_000)
     check_range("--seed", seed, "top", integer=True, high=2**63 - 1)
     check_range("--starts", starts, "top", integer=True, low=1, high=10**6)
+    if refine > starts:  # the default 32 above a small --starts
+        raise MosaicInputError(f"--refine ({refine}) exceeds --starts ({starts}): the refined "
+                               f"starts are the best of the screened ones; give --refine "
+                               f"{starts} or fewer")
     check_range("--refine", refine, "top", integer=True, low=1, high=min(starts, 10_000))
     check_range("--holdout", holdout, "fraction", high=0.9)
     check_range("--scan", scan, "top", integer=True, high=10_000)
@@ -438,6 +448,10 @@ def optimum(
         check_range("--split-factor", split_factor, "split_factor")
     check_range("--profile", profile_points, "top", integer=True, high=100_000)
     law = _load_law(law_file)
+    if split_factor is not None and "split_factor" not in law.form.features \
+            and law.split_factor is None:
+        raise MosaicInputError(f"--split-factor: the law ({law.form.name}) has no G term and "
+                               "was fitted at no stated G; drop --split-factor")
     best = compute_optimum(law, compute, split_factor, (s_min, s_max))
     payload: dict[str, Any] = {
         "c_model_flops": best.c_model_flops,
