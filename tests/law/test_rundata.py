@@ -1,5 +1,7 @@
 """Run-data loading and validation: every bad input gets one clear message."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -83,3 +85,20 @@ def test_form_needs_its_columns():
     dense = RunData(n_total=[1e9], tokens=[1e10], loss=[2.0], source="dense.csv")
     with pytest.raises(MosaicInputError, match=r"dense.csv: form 'joint' needs column\(s\)"):
         dense.log_features(JOINT)
+
+
+@pytest.mark.parametrize(("column", "value", "fragment"), [
+    ("n_total", 1e300, "column 'n_total' is 1e+300; allowed"),
+    ("split_factor", 0.5, "column 'split_factor' is 0.5; allowed 1..1024"),
+    ("loss", 1e6, "column 'loss' is 1e+06; allowed 0..50"),
+])
+def test_a_row_outside_what_predict_takes_is_refused(column, value, fragment):
+    """`law fit` took rows `law predict` refuses (it fitted a loss of 1e6 nats to R^2 -0.02)."""
+    columns = {"n_total": [1e9, 2e9], "tokens": [1e10, 2e10], "loss": [2.5, 2.4],
+               "n_active": [1e8, 2e8], "split_factor": [1.0, 2.0]}
+    columns[column] = [columns[column][0], value]
+    with pytest.raises(MosaicInputError, match=re.escape(fragment)):
+        RunData(**{k: np.array(v) for k, v in columns.items()})
+    tiny = RunData(n_total=np.array([2e3, 4e3]), tokens=np.array([512.0, 1024.0]),
+                   loss=np.array([3.5, 3.4]))  # a test ladder's rungs: fitted as given
+    assert tiny.n_runs == 2

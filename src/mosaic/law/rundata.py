@@ -22,6 +22,7 @@ import numpy as np
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import LawForm
+from mosaic.limits import LIMITS
 
 if TYPE_CHECKING:  # pandas loads only where run tables are read (fast CLI start-up)
     import pandas as pd
@@ -61,6 +62,26 @@ def _check_positive(name: str, values: np.ndarray, source: str) -> None:
         )
 
 
+# The physical range of each column (mosaic.limits), the ranges `law predict` takes: a fit
+# row above them (1e300 parameters, a loss of 1e6 nats) or a G below 1 (Eq. 8: d_expert
+# = d_ff / G is never wider than the dense FFN) is a typo, not a run. Below the floors of
+# counts a run is merely tiny (a test ladder trains on 512 tokens): fitted as given.
+COLUMN_RANGES = {"n_total": "n_params", "n_active": "n_params", "tokens": "tokens",
+                 "split_factor": "split_factor", "loss": "loss"}
+FLOORED_COLUMNS = ("split_factor",)
+
+
+def _check_range(name: str, values: np.ndarray, source: str) -> None:
+    limits = LIMITS[COLUMN_RANGES[name]]
+    low = limits.low if name in FLOORED_COLUMNS else -np.inf
+    bad = np.flatnonzero((values < low) | (values > limits.high))
+    if bad.size:
+        row = int(bad[0])
+        raise MosaicInputError(
+            f"{source}: row {row + 1}: column '{name}' is {values[row]:g}; allowed "
+            f"{limits.describe()} ({limits.why}; {bad.size} bad row(s) in total)")
+
+
 @dataclass(frozen=True)
 class RunData:
     """Validated run data as float arrays (SI counts; rows numbered from 1 in errors)."""
@@ -91,6 +112,8 @@ class RunData:
             raise MosaicInputError(f"{self.source}: no runs (the table is empty)")
         for name, values in columns.items():
             _check_positive(name, values, self.source)
+            if name in COLUMN_RANGES:
+                _check_range(name, values, self.source)
         if self.n_active is not None:
             over = np.flatnonzero(self.n_active > self.n_total)
             if over.size:
