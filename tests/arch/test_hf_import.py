@@ -335,3 +335,15 @@ def test_mlp_only_layers_must_be_a_list(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(MosaicInputError, match="mlp_only_layers must be a list of layer"):
         load_hf_config(path)
+
+
+def test_geometry_errors_name_the_file_and_widths_their_own_range():
+    """A geometry rule broken by a config names the file (it said only 'moe.top_k (9) must
+    not exceed moe.experts (8)'); a huge width is refused as a width, not a vocabulary."""
+    mixtral = json.loads((HF / "mixtral-8x7b.json").read_text())
+    with pytest.raises(MosaicInputError, match=r"^mixtral\.json: moe\.top_k \(9\) must not "
+                                               r"exceed moe\.experts \(8\) \(in mosaic"):
+        geometry_from_hf_config(mixtral | {"num_experts_per_tok": 9}, "mixtral.json")
+    with pytest.raises(MosaicInputError, match=r"hidden_size is 1000000000000; allowed at "
+                                               r"most .* \(model widths"):
+        geometry_from_hf_config(mixtral | {"hidden_size": 10**12}, "mixtral.json")

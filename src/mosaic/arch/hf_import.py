@@ -68,6 +68,18 @@ HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
 
+def _field_kind(name: str) -> str:
+    """The physical range (mosaic.limits) a config count belongs to: layers, the
+    vocabulary, expert counts, else a width (d_model, FFN, heads, head and latent dims)."""
+    if name in LAYER_COUNT_FIELDS:
+        return LAYER_COUNT_FIELDS[name]
+    if "vocab" in name:
+        return "vocab"
+    if "expert" in name and not name.endswith("_size"):
+        return "experts"
+    return "width"
+
+
 class _Fields:
     """Typed access to a config mapping with one-line errors naming the field."""
 
@@ -87,7 +99,7 @@ class _Fields:
     def _bounded(self, name: str, value: int) -> int:
         """``value`` within the physical range of its field, checked before any per-layer
         list is built from it (a config with 1e30 layers never returned; a trial)."""
-        limit = LIMITS[LAYER_COUNT_FIELDS.get(name, "vocab")]  # any other count: < 2^24
+        limit = LIMITS[_field_kind(name)]
         if value > limit.high:
             shown = value if value < 10**30 else "a huge integer"
             raise MosaicInputError(f"{self.where}: {name} is {shown}; allowed at most "
@@ -315,7 +327,19 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         raise MosaicInputError(
             f"{where}: model_type {model_type!r} is not supported; allowed: "
             f"{', '.join(SUPPORTED_TYPES)}")
-    fields = _Fields(config, where)
+    try:
+        return _geometry_of_type(_Fields(config, where), model_type)
+    except MosaicInputError as error:  # the geometry's own rules: name the file
+        text = str(error)
+        if text.startswith(f"{where}:"):
+            raise
+        raise MosaicInputError(f"{where}: {text} (in mosaic's field names)"
+                               ) from None
+
+
+def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
+    """The geometry of a supported ``model_type`` from its fields."""
+    config, where = fields.config, fields.where
     if model_type == "nemotron_h":
         return _nemotron_h(fields)
     if model_type == "qwen3_next":
