@@ -293,3 +293,11 @@ def test_one_file_naming_an_entry_twice_is_refused(tmp_path: Path) -> None:
     systems = _write(tmp_path, _MY_DEVICE + _systems("myaccel", "myaccel"), "s.yaml")
     with pytest.raises(MosaicInputError, match=r"system 'my-myaccel-node'.*in the same file"):
         load_catalog(systems, override=True)
+
+
+def test_a_nic_rate_in_bits_is_refused(tmp_path: Path) -> None:
+    """400 Gb/s typed as 400e9 'bytes/s' gave 400 GB/s of scale-out a GPU, near NVLink."""
+    text = (_MY_DEVICE + _systems("myaccel")).replace("50.0e+9", "400.0e+9")
+    with pytest.raises(MosaicInputError, match=r"is 3\.2 Tb/s per NIC, above the fastest NIC "
+                                               r"announced \(1\.6 Tb/s\): bits typed as bytes"):
+        load_catalog(_write(tmp_path, text), override=True)

@@ -61,6 +61,9 @@ def _physical(low: float, high: float, unit: str, example: str) -> type[SourcedV
 FlopsValue = _physical(1e12, 1e18, "FLOP/s", "2,250 TFLOP/s is 2.25e15")
 MemoryBytesValue = _physical(1e9, 1e13, "bytes", "80 GB is 8e10")
 BandwidthValue = _physical(1e8, 1e14, "bytes/s", "900 GB/s is 9e11")
+# One NIC's rate per direction: 1.6 Tb/s, the next generation announced (ConnectX-9);
+# NVIDIA's ConnectX-8 SuperNIC, the fastest shipping, runs 800 Gb/s
+MAX_NIC_BYTES_PER_S = 1.6e12 / 8
 LatencyValue = _physical(1e-8, 1e-2, "s", "14 us is 1.4e-5")
 RateValue = _physical(1e9, 1e16, "per s", "5 Tera-exponentials/s is 5e12")
 
@@ -130,6 +133,18 @@ class SystemEntry(_Strict):
     scale_out_latency_s: LatencyValue | None = None
     nccl_low_latency_protocols: SourcedFlag = SourcedFlag(
         value=True, source="NCCL default: LL, LL128 and Simple all enabled")
+
+    @model_validator(mode="after")
+    def _nic_rate_is_bytes(self) -> SystemEntry:
+        """A NIC above 1.6 Tb/s (2e11 B/s; the fastest shipping, ConnectX-8, is 800 Gb/s)
+        is a rate in bits typed as bytes: 400 Gb/s is 5e10, not 4e11."""
+        rate = self.nic_bw_bytes_per_s.value
+        if rate > MAX_NIC_BYTES_PER_S:
+            raise ValueError(
+                f"nic_bw_bytes_per_s = {rate:g} is {rate * 8 / 1e12:g} Tb/s per NIC, above "
+                f"the fastest NIC announced ({MAX_NIC_BYTES_PER_S * 8 / 1e12:g} Tb/s): bits "
+                "typed as bytes? 400 Gb/s is 5e10 bytes/s")
+        return self
 
     @model_validator(mode="after")
     def _domain_tiles_nodes(self) -> SystemEntry:
