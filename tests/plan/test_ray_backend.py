@@ -112,3 +112,18 @@ def test_ray_results_equal_local_results(tmp_path):
     _assert_same(remote, local)
     _assert_same(remote_mine, local_mine)
     assert seen[-1] == (len(space.enumerate()), len(space.enumerate()))
+
+
+def test_a_bad_workers_count_is_refused_before_ray_starts(monkeypatch):
+    """`plan --backend ray --workers 0` started a Ray instance, then refused --workers."""
+    from typer.testing import CliRunner
+
+    import mosaic.cli.plan_cmd as plan_cmd
+    from mosaic.cli.main import app
+
+    def no_backend(*_: object) -> None:
+        raise AssertionError("the backend must not start")
+
+    monkeypatch.setattr(plan_cmd, "backend_from_options", no_backend)
+    result = CliRunner().invoke(app, ["plan", "--backend", "ray", "--workers", "0", "--q", "8"])
+    assert result.exit_code == 2 and "--workers: got 0" in result.output

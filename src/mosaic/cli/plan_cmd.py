@@ -416,6 +416,14 @@ def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
                    fused_grouped_mlp=False)
 
 
+def _backend(backend: str, address: str | None, workers: int | None) -> Any:
+    """The execution backend, after --workers is checked (a Ray instance starts in
+    backend_from_options: a bad --workers should not wait for it)."""
+    if workers is not None:
+        check_range("--workers", workers, "workers", integer=True)
+    return backend_from_options(backend, address)
+
+
 def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
             other_calibration: Calibration, result: PlanResult, calibration: Calibration,
             workers: int | None, as_json: bool) -> dict[str, Any]:
@@ -510,7 +518,7 @@ def plan(
             *_cheapest_lists(envelope, cheapest_nodes, cheapest_days))
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
-    runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    runner = _backend(backend, address, workers)  # one-line error if ray is absent
     batch_choice = None
     with execution_backend(runner), progress_reporter(as_json) as bar:
         if batch_search:
@@ -636,7 +644,7 @@ def sweep_days_command(
         stack_version=stack_version)
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
-    runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    runner = _backend(backend, address, workers)  # one-line error if ray is absent
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows,
                             progress=bar("geometries"), workers=workers)
@@ -681,7 +689,7 @@ def sweep_nodes_command(
         stack_version=stack_version)
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
-    runner = backend_from_options(backend, address)  # one-line error if ray is absent
+    runner = _backend(backend, address, workers)  # one-line error if ray is absent
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
