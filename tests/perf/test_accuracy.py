@@ -95,3 +95,14 @@ def test_top_k_overlap_leaves_out_a_group_whose_measured_top_k_ties() -> None:
     assert _top_k_overlap_within_groups(predicted, np.concatenate([tied, ranked]),
                                         groups) == pytest.approx(2 / 3)
     assert _top_k_overlap_within_groups(predicted[:4], tied, groups[:4]) is None
+
+
+def test_top_k_overlap_leaves_out_a_group_whose_predicted_top_k_ties() -> None:
+    """All-tied predictions (a trial's group) left the input order to pick the predicted
+    top 3, and showed 66.7%; Spearman said n/a there."""
+    from mosaic.evaluate.validation_report import _top_k_overlap_within_groups
+
+    measured = np.array([4.0, 3.0, 1.0, 2.0])
+    assert _top_k_overlap_within_groups(np.full(4, 7.0), measured, ["g"] * 4) is None
+    assert _top_k_overlap_within_groups(np.array([4.0, 3.0, 2.0, 1.0]), measured,
+                                        ["g"] * 4) == pytest.approx(2 / 3)

@@ -171,15 +171,21 @@ def _error_stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float
 def _top_k_overlap_within_groups(
     predicted: np.ndarray, measured: np.ndarray, groups: Sequence[str]
 ) -> float | None:
-    """Mean top-k overlap over groups with more than ``TOP_K`` runs whose measured top k is
-    defined: a tie across its boundary (the k-th and the next measured equal) leaves the
-    group out, as Spearman leaves out a group whose measurements all tie."""
+    """Mean top-k overlap over groups with more than ``TOP_K`` runs whose measured and
+    predicted top k are both defined: a tie across either boundary (the k-th and the next
+    equal) leaves the group out, as Spearman leaves out a group whose values all tie (the
+    input order would pick the top k)."""
     groups_array = np.array(groups)
     overlaps = []
+
+    def boundary_tied(values: np.ndarray) -> bool:
+        ranked = np.sort(values)[::-1]
+        return bool(ranked[TOP_K - 1] == ranked[TOP_K])
+
     for group in sorted(set(groups)):
         members = groups_array == group
-        ranked = np.sort(measured[members])[::-1]
-        if members.sum() > TOP_K and ranked[TOP_K - 1] != ranked[TOP_K]:
+        if members.sum() > TOP_K and not (boundary_tied(measured[members])
+                                          or boundary_tied(predicted[members])):
             overlaps.append(top_k_overlap(predicted[members], measured[members], TOP_K))
     return float(np.mean(overlaps)) if overlaps else None
 
