@@ -464,3 +464,19 @@ def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers()
     assert set(nvl72) == {"dispatcher_hybridep"}
     assert not dispatcher_levers("performance.stack=paper-nemo")[1]
     assert not dispatcher_levers("performance.stack=torchtitan", "parallelism.vpp=1")[1]
+
+
+def test_a_dispatcher_lever_says_why_by_where_the_ep_group_runs():
+    """Inside one NVLink domain a deduplicating dispatcher saves no network copies (a trial
+    read 'one network copy per remote node' for ep 8 on one node)."""
+    from mosaic.evaluate.diagnosis import _dispatcher_what_ifs
+
+    def reasons(*overrides: str) -> list[str]:
+        result = job(EXAMPLES / "appendix_e.yaml", *overrides)
+        return [text for _, text, _ in _dispatcher_what_ifs(
+            result.spec.workload, result.machine, result.spec.plan.row(0))]
+
+    inside = reasons()  # ep 8 on 8-GPU p6-b200 nodes
+    assert inside and all("stays in one NVLink domain" in text for text in inside)
+    spanning = reasons("parallelism.ep=16", "parallelism.pp=8")
+    assert spanning and all("one network copy per remote node" in text for text in spanning)

@@ -755,8 +755,13 @@ def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
             continue
         how = (f"Megatron --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {name}"
                if megatron else f"{workload.stack}'s {name} dispatcher")
-        yield (f"dispatcher_{name}", f"EP tokens through {name} ({how}): one network copy per "
-               "remote node, not one per routed token copy",
+        # the expert ranks of one EP group are etp·ep consecutive ranks (Megatron-Core's
+        # expert rank order tp-ep-dp-pp): inside one NVLink domain nothing crosses the network
+        in_domain = int(row["ep"]) * int(row.get("etp", 1)) <= interconnect.scale_up_domain_gpus
+        why = ("its NVLink kernels' bandwidth instead of the all-to-all's (the EP group stays "
+               "in one NVLink domain)" if in_domain else
+               "one network copy per remote node, not one per routed token copy")
+        yield (f"dispatcher_{name}", f"EP tokens through {name} ({how}): {why}",
                replace(workload, dispatcher=Dispatcher(name)))
 
 
