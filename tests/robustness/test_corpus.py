@@ -92,10 +92,14 @@ CASES = [
     ("law-nan-split", ["law", "predict", "--n-total", "1e10", "--tokens", "1e11",
                        "--sparsity", "0.9", "--split-factor", "nan", "--json"], {}, 2,
      "--split-factor"),
-    # the joint form's columns, so that the run count is what fails
+    # the joint form's columns with a loss of 1e308 nats: refused as the range law predict
+    # takes, before the run count
     ("law-all-1e308", ["law", "fit", "{dir}/r.csv", "--json"],
      {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n"
-      + b"1e9,1e8,1e10,4,1e308\n" * 12}, 2, "1 distinct run"),
+      + b"1e9,1e8,1e10,4,1e308\n" * 12}, 2, "column 'loss' is 1e+308; allowed 0..50"),
+    ("law-all-one-run", ["law", "fit", "{dir}/r.csv", "--json"],
+     {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n"
+      + b"1e9,1e8,1e10,4,2.5\n" * 12}, 2, "1 distinct run"),
     ("law-one-row", ["law", "fit", "{dir}/r.csv", "--json"],
      {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n1e9,1e8,1e10,4,2.5\n"}, 2,
      "run(s)"),
