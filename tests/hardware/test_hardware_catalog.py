@@ -301,3 +301,20 @@ def test_a_nic_rate_in_bits_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MosaicInputError, match=r"is 3\.2 Tb/s per NIC, above the fastest NIC "
                                                r"announced \(1\.6 Tb/s\): bits typed as bytes"):
         load_catalog(_write(tmp_path, text), override=True)
+
+
+def test_a_stated_sm_count_sets_the_gemm_waves(tmp_path: Path) -> None:
+    """An H20 costed with the H100's fits ran its wave quantisation on 132 SMs: a stated
+    count is used (here 78), an unstated one stays the fitted device's."""
+    from mosaic.hardware import Cluster
+    from mosaic.perf.machine import machine_for
+
+    h20 = _MY_DEVICE.replace("    vendor: Acme\n", "    vendor: Acme\n    kernel_fit: H100\n"
+                             "    sm_count: {value: 78, source: \"H20 datasheet\"}\n")
+    catalog = load_catalog(_write(tmp_path, h20 + _systems("myaccel")), override=True)
+    device = catalog.device("myaccel")
+    assert device.sm_count == 78 and device.source("sm_count") == "H20 datasheet"
+    machine = machine_for(Cluster(system=catalog.system("my-myaccel-node"), n_nodes=1), "bf16")
+    assert machine.sm_count == 78
+    assert machine_for(Cluster(system=get_system("p5.48xlarge"), n_nodes=1),
+                       "bf16").sm_count == 132

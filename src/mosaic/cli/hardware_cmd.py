@@ -43,7 +43,7 @@ def device_document(device: Device, origin: str) -> dict[str, Any]:
         "hbm_bytes": device.hbm_bytes, "hbm_bw_bytes_per_s": device.hbm_bw_bytes_per_s,
         "scale_up_bw_bytes_per_s": device.scale_up_bw_bytes_per_s,
         "host_link_bw_bytes_per_s": device.host_link_bw_bytes_per_s,
-        "sfu_exp2_per_s": device.sfu_exp2_per_s,
+        "sfu_exp2_per_s": device.sfu_exp2_per_s, "sm_count": device.sm_count,
         "architecture": device.architecture, "kernel_fit": device.kernel_fit,
         "sources": dict(device.sources),
     }

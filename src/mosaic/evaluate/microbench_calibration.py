@@ -145,7 +145,8 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
     if device is not None and catalog is None:
         raise MosaicInputError(f"--device {device!r}: not in the hardware catalog")
     if catalog is not None:
-        sm = metadata.get("sm_count") or SM_COUNT.get(device_fit_key(catalog.name), 132)
+        sm = (metadata.get("sm_count") or catalog.sm_count
+              or SM_COUNT.get(device_fit_key(catalog.name), 132))
         rates = DeviceRates(catalog.peak_flops_per_s_for("bf16"), catalog.hbm_bw_bytes_per_s,
                             int(sm))
         return Reference(rates, catalog.name, True,

@@ -296,7 +296,7 @@ def _device(entry: DeviceEntry) -> Device:
     for field in ("peak_flops_per_s", "achievable_flops_per_s"):
         for dtype, sourced in getattr(entry, field).items():
             sources[f"{field}.{dtype}"] = sourced.source
-    for optional in ("sfu_exp2_per_s", "host_link_bw_bytes_per_s"):
+    for optional in ("sfu_exp2_per_s", "host_link_bw_bytes_per_s", "sm_count"):
         sourced = getattr(entry, optional)
         if sourced is not None:
             sources[optional] = sourced.source
@@ -318,6 +318,7 @@ def _device(entry: DeviceEntry) -> Device:
         sfu_exp2_per_s=None if entry.sfu_exp2_per_s is None else entry.sfu_exp2_per_s.value,
         host_link_bw_bytes_per_s=(None if entry.host_link_bw_bytes_per_s is None
                                   else entry.host_link_bw_bytes_per_s.value),
+        sm_count=None if entry.sm_count is None else entry.sm_count.value,
     )
 
 

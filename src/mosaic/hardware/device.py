@@ -66,6 +66,8 @@ class Device:
         host_link_bw_bytes_per_s: GPU-to-host link bandwidth, one direction (PCIe, or
             NVLink-C2C to a Grace CPU), the rate of activation offload copies; None = not
             stated.
+        sm_count: streaming multiprocessors, which set how many waves a GEMM's tiles take;
+            None = not stated (the fitted device's count, perf.kernels.SM_COUNT).
     """
 
     name: str
@@ -82,6 +84,7 @@ class Device:
     kernel_fit: str | None = None
     sfu_exp2_per_s: float | None = None
     host_link_bw_bytes_per_s: float | None = None
+    sm_count: int | None = None
 
     def __hash__(self) -> int:
         # Mapping fields are not hashable; the catalog guarantees unique names.

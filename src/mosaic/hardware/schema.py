@@ -92,6 +92,8 @@ class DeviceEntry(_Strict):
     scale_up_bw_bytes_per_s: BandwidthValue
     sfu_exp2_per_s: RateValue | None = None
     host_link_bw_bytes_per_s: BandwidthValue | None = None
+    # streaming multiprocessors (compute units): the waves a GEMM's tiles fill
+    sm_count: SourcedCount | None = None
     architecture: Architecture | None = None
     kernel_fit: NonEmptyStr | None = None
 

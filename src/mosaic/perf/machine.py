@@ -272,7 +272,10 @@ def machine_for(cluster: Cluster, precision: Precision,
         gpus_per_node=system.gpus_per_node,
         hbm_bytes=device.hbm_bytes,
         hbm_bw_bytes_per_s=device.hbm_bw_bytes_per_s,
-        sm_count=SM_COUNT.get(key, DEFAULT_SM_COUNT),
+        # the device's own count where its entry states one (a user's H20: 78, not the
+        # H100 fits' 132), else the count of the device whose fits it uses
+        sm_count=(device.sm_count if device.sm_count is not None
+                  else SM_COUNT.get(key, DEFAULT_SM_COUNT)),
         gemm_peak_flops_per_s=device.peak_flops_per_s_for(gemm_dtype),
         gemm_rate_scale=borrowed_fit_rate_scale(device, gemm_dtype),
         bf16_rate_scale=borrowed_fit_rate_scale(device, "bf16"),
