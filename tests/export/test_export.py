@@ -560,5 +560,9 @@ def test_maxtext_names_what_its_decoder_drops_and_runs_nvfp4():
     assert yaml.safe_load(result.text)["decoder_block"] == "mixtral"
     assert any("MaxText's mixtral decoder builds routed experts alone" in line
                for line in result.unsupported)
+    # MaxText's qwen3_next decoder builds Qwen3-Next's gated shared expert itself
+    qwen3_next = export(load_export_spec(ROOT / "examples" / "qwen3_next_80b_b200.yaml", [],
+                                         None), "maxtext")
+    assert not any("shared experts" in line for line in qwen3_next.unsupported)
     nvfp4 = export(load_export_spec(JOB, ["performance.precision=nvfp4"], None), "maxtext")
     assert yaml.safe_load(nvfp4.text)["quantization"] == "te_nvfp4"

@@ -173,14 +173,18 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if g.sliding_window is not None and block != "gpt_oss":
         unsupported.append(window_note(g) + ": not written (MaxText's windows belong to its "
                            "gemma and gpt_oss decoder blocks)")
-    if g.moe and (g.moe.shared_experts or g.moe.dense_layers) and block != "deepseek":
+    if g.moe and block not in ("deepseek", "qwen3_next"):
         # shared_experts and first_num_dense_layers are read by the deepseek decoder path
-        # (layers/decoders.py, RoutedAndSharedMoE); the other MoE blocks build routed
-        # experts in every layer (models/mixtral.py, qwen3.py @ e591f30)
-        unsupported.append(f"shared experts ({g.moe.shared_experts}) and dense first blocks "
-                           f"({g.moe.dense_layers}): MaxText's {block} decoder builds routed "
-                           "experts alone in every block; its deepseek decoder reads "
-                           "shared_experts and first_num_dense_layers")
+        # (layers/decoders.py, RoutedAndSharedMoE; qwen3_next builds its own gated shared
+        # expert, models/qwen3.py Qwen3NextSparseMoeBlock); mixtral and qwen3_moe build
+        # routed experts alone in every layer (models/mixtral.py, qwen3.py @ e591f30)
+        dropped = [f"{what} ({count})" for what, count in (
+            ("shared experts", g.moe.shared_experts), ("dense first blocks", g.moe.dense_layers))
+            if count]
+        if dropped:
+            unsupported.append(f"{' and '.join(dropped)}: MaxText's {block} decoder builds "
+                               "routed experts alone in every block; its deepseek decoder "
+                               "reads shared_experts and first_num_dense_layers")
     document: dict[str, Any] = {
         "decoder_block": block,
         "base_emb_dim": g.d_model,

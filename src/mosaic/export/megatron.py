@@ -46,14 +46,14 @@ MEGATRON_CORE_HANDLED = frozenset({
     "fp8_glu_inputs", "vocab_in_pipeline_split", "pipeline_layout", "ep_overlap", "dispatch_fp8",
     "full_iteration_cuda_graph", "layer_cuda_graphs", "pipeline_schedule", "attention_kernel",
     "fused_grouped_mlp", "fp8_dot_product_attention"})
-# Transformer Engine reads this at import time to register its fused grouped MLP; without it
-# Megatron-Core's experts run unfused (megatron/core/transformer/moe/experts.py @ d98e8a64dd)
 # validate_args on a GPU before Blackwell with tp or cp > 1 (and neither FSDP nor the EP
 # overlap, which only warn): "Using tensor model parallelism or context parallelism require
 # setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" (arguments.py @ d98e8a64dd)
 CUDA_CONNECTIONS_ENV = ("tp or cp > 1 on Hopper or an earlier GPU: set "
                         "CUDA_DEVICE_MAX_CONNECTIONS=1 in the launch environment "
                         "(validate_args asserts it; not needed from Blackwell on)")
+# Transformer Engine reads this at import time to register its fused grouped MLP; without it
+# Megatron-Core's experts run unfused (megatron/core/transformer/moe/experts.py @ d98e8a64dd)
 FUSED_GROUPED_MLP_ENV = ("the fused grouped MLP also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in "
                          "the launch environment (Transformer Engine registers the fusion at "
                          "import; Megatron-Core runs the experts unfused without it)")
@@ -182,7 +182,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                      ("--moe-combine-bwd-dtype", "mxfp8")]
     # dropout off and the costed router balancing (ExportSpec.megatron_core_fields), each
     # field as its flag (arguments.py exposes TransformerConfig fields as --field-name)
-    for field, value in spec.megatron_core_fields().items():
+    # (a hybrid's note asks for its router flags by hand: its balancing is not written)
+    for field, value in spec.megatron_core_fields(balancing=not g.is_hybrid).items():
         flag = "--" + field.replace("_", "-")
         args.append((flag, None) if value is True else (flag, f"{value:g}"
                                                           if isinstance(value, float)
@@ -210,7 +211,8 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
                            "layout by hand")
     fsdp = spec.sharding in ("zero2", "fsdp", "hsdp")
-    if (spec.tp > 1 or spec.cp > 1) and not fsdp and not spec.ep_overlap:
+    if ((spec.tp > 1 or spec.cp > 1) and not fsdp and not spec.ep_overlap
+            and spec.architecture != "blackwell"):  # unknown (a plan): said, conditionally
         unsupported.append(CUDA_CONNECTIONS_ENV)
     if spec.fused_grouped_mlp:
         # TransformerConfig use_transformer_engine_op_fuser and moe_mlp_glu_interleave_size,

@@ -240,7 +240,12 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             model["moe_expert_capacity_factor"] = spec.capacity_factor
             if spec.pad_to_capacity:
                 model["moe_pad_expert_input_to_capacity"] = True
-    model |= spec.megatron_core_fields()  # dropout off, the costed router balancing
+    # dropout off; the router balancing stays the recipe's (its model's own), named
+    model |= spec.megatron_core_fields(balancing=False)
+    if g.moe is not None:
+        unsupported.append(f"router balancing: the recipe's own is kept (mosaic costed "
+                           f"{spec.router_balancing} balancing); set "
+                           "moe_router_load_balancing_type / moe_aux_loss_coeff to change it")
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers
     if spec.uneven_stages and spec.pipeline_layout is None:  # (a layout carries the split)

@@ -100,6 +100,7 @@ class ExportSpec:
     # the dualpipe stack) and the GPUs per node of the job's system (None: not known, e.g. a plan)
     pipeline_schedule: str | None = None
     gpus_per_node: int | None = None
+    architecture: str | None = None  # the GPU generation of the job's system, where known
     stack_version: str | None = None  # the job's stated release (YY.MM), if any
     assumptions: tuple[str, ...] = ()
     # mosaic's own verdicts on the job, e.g. that it does not fit its GPUs' memory: every
@@ -177,7 +178,7 @@ class ExportSpec:
             notes.append("routing unknown: exported dropless")
         return notes
 
-    def megatron_core_fields(self) -> dict[str, Any]:
+    def megatron_core_fields(self, balancing: bool = True) -> dict[str, Any]:
         """Megatron-Core ``TransformerConfig`` fields whose defaults differ from what mosaic
         costs (megatron/core/transformer/transformer_config.py @ d98e8a64dd), by field
         name; the Megatron export writes each as its flag, the NeMo one as a model field.
@@ -191,10 +192,17 @@ class ExportSpec:
           sigmoid scores only.
         - Top-1 with softmax scores needs ``moe_router_pre_softmax`` (a softmax over one
           selected logit has a zero gradient; TransformerConfig.__post_init__ raises).
+
+        ``balancing`` False leaves the balancing to a recipe the file is merged over (a
+        Megatron-Bridge recipe sets its model's own: DeepSeek-V3's seq_aux_loss at 1e-4).
         """
         fields: dict[str, Any] = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
         moe = self.geometry.moe
         if moe is None:
+            return fields
+        if not balancing:
+            if moe.top_k == 1:
+                fields["moe_router_pre_softmax"] = True
             return fields
         if self.router_balancing == "loss_free":
             fields |= {"moe_router_load_balancing_type": "none",
@@ -398,6 +406,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
         gpus_per_node=_gpus_per_node(job.system_name),
+        architecture=_architecture(job.system_name),
         stack_version=getattr(job, "stack_version", None),
         train_tokens=getattr(job, "train_tokens", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
@@ -410,6 +419,16 @@ def _gpus_per_node(system_name: str) -> int | None:
 
     try:
         return get_system(system_name).gpus_per_node
+    except MosaicInputError:
+        return None
+
+
+def _architecture(system_name: str) -> str | None:
+    """The GPU generation of a catalog system's device; None where not known."""
+    from mosaic.hardware import get_system
+
+    try:
+        return get_system(system_name).device.architecture
     except MosaicInputError:
         return None
 
