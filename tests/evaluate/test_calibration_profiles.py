@@ -113,4 +113,6 @@ def test_a_constant_no_run_depends_on_keeps_its_starting_value() -> None:
     assert {"chi_pp", "chi_overlap"} <= set(refit.not_informed)
     assert (refit.chi_pp, refit.chi_overlap) == (start.chi_pp, start.chi_overlap)
     assert "chi_pp" not in refit.at_bounds
+    assert refit.sources["chi_pp"].endswith("kept from 'default': no run of this fit depends "
+                                            "on it")
     assert "not_informed" in refit.to_document()

@@ -53,14 +53,16 @@ def _latencies(system: System) -> tuple[dict[str, float], dict[str, str]]:
     """The per-step latencies the performance model uses for ``system``: the entry's own,
     else the model's fitted defaults, with where each comes from."""
     from mosaic.perf.collectives import Interconnect
+    from mosaic.perf.fitted_constants import fitted_source
 
     values, sources = {}, {}
     for name in ("scale_up_latency_s", "scale_out_latency_s"):
         stated = getattr(system, name)
         values[name] = stated if stated is not None else getattr(Interconnect, name)
-        if stated is None:
-            sources[name] = ("not stated: the performance model's fitted default "
-                             "(perf/data/microbench_fits.yaml)")
+        if stated is None:  # the default's own provenance: NCCL's table or a fit
+            sources[name] = ("not stated: the performance model's default "
+                             f"(perf/data/microbench_fits.yaml: "
+                             f"{' '.join(fitted_source('collectives', name).split())})")
     return values, sources
 
 

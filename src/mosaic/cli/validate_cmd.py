@@ -354,7 +354,10 @@ def calibrate(
     not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
                   for r in record_set.records if r.throughput_not_scored]
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
-                              "n_fitted_constants": len(fitted.fitted_constants),
+                              # the free constants some run depends on
+                              "n_fitted_constants": len(fitted.fitted_constants) - sum(
+                                  name in fitted.fitted_constants
+                                  for name in fitted.not_informed),
                               "at_bounds": list(fitted.at_bounds),
                               "not_informed": list(fitted.not_informed),
                               "excluded": excluded, "throughput_not_scored": not_scored,

@@ -274,6 +274,10 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     }
     sources = dict(base.sources) | {k: v for k, v in notes.items()
                                     if k in fitted_names and k not in not_informed}
+    for label in not_informed:  # a scalar's source; a keyed one shares its dict's
+        if label in notes:
+            sources[label] = (notes[label].split(", " + FITTED)[0] + f", kept from "
+                              f"'{base.name}': no run of this fit depends on it")
     if "stack_overhead" not in fitted_names:
         multipliers = dict(base.stack_overhead)
     if "attention_efficiency" not in fitted_names:
