@@ -347,3 +347,14 @@ def test_geometry_errors_name_the_file_and_widths_their_own_range():
     with pytest.raises(MosaicInputError, match=r"hidden_size is 1000000000000; allowed at "
                                                r"most .* \(model widths"):
         geometry_from_hf_config(mixtral | {"hidden_size": 10**12}, "mixtral.json")
+
+
+def test_qwen2_moe_without_a_shared_width_takes_transformers_default():
+    """Qwen2MoeConfig defaults shared_expert_intermediate_size to 5632 and always builds
+    the gated shared expert: per block 3·64·5632 + 64 (its gate) parameters."""
+    base = {"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+            "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+            "vocab_size": 100}
+    c = count_parameters(geometry_from_hf_config(base))
+    assert c.shared_experts_per_layer == 3 * 64 * 5632 + 64

@@ -454,6 +454,9 @@ def test_a_sliding_window_is_written_where_the_target_has_it():
     assert (a.glu_linear_offset, a.activation_func_clamp_value) == (1.0, 7.0)
     nemo = export(spec, "nemo").text
     assert "window_size" in nemo and "window_attn_skip_freq" in nemo
+    nemo_model = yaml.safe_load(nemo)["model"]
+    assert (nemo_model["softmax_type"], nemo_model["glu_linear_offset"],
+            nemo_model["activation_func_clamp_value"]) == ("learnable", 1.0, 7.0)
     assert "a sliding window of 128 keys, full attention on one layer in 2" in \
         export(spec, "torchtitan").text
     maxtext = yaml.safe_load(export(spec, "maxtext").text)

@@ -382,7 +382,9 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
     if model_type in ("qwen2_moe", "qwen3_moe"):
         qwen2 = model_type == "qwen2_moe"
         dense_layers, every = _moe_prefix(fields, layers)
-        shared_width = fields.count("shared_expert_intermediate_size", 0)
+        # Qwen2MoeConfig defaults the shared expert's width to 5632 and always builds it
+        # (with its sigmoid gate); Qwen3MoeConfig has none (transformers 5.x)
+        shared_width = fields.count("shared_expert_intermediate_size", 5632 if qwen2 else 0)
         if shared_width and not qwen2:
             # HF Qwen3MoeSparseMoeBlock is the router and the routed experts alone
             warnings.warn(f"{where}: shared_expert_intermediate_size is ignored: transformers' "

@@ -152,8 +152,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("gated attention (per-head output gate)")
     cycle = spec.full_attention_cycle()
     if g.norm is NormKind.LAYERNORM:
-        unsupported.append("LayerNorm: MaxText's decoder blocks normalise with RMSNorm "
-                           "(normalizations.py; no base.yml key picks LayerNorm)")
+        unsupported.append(f"LayerNorm: MaxText's {decoder_block(spec, cycle)} decoder "
+                           "normalises with RMSNorm (no base.yml key picks LayerNorm)")
     decoder_layers = g.layers // 2 if cycle is not None else g.layers
     if g.attention_output_gate and cycle is None:  # the qwen3_next decoder has its own
         unsupported.append("attention output gate (elementwise, Qwen3-Next)")

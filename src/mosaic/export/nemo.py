@@ -204,8 +204,13 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         if spec.cp > 1:  # as Bridge's Mistral recipe sets it
             model["cp_comm_type"] = "a2a"
             unsupported.append(WINDOW_CP_NOTE)
-    if g.attention_sinks:
-        unsupported.append("attention sinks (gpt-oss) need the gpt-oss model provider")
+    if g.attention_sinks:  # TransformerConfig fields, as the Megatron export's flags
+        model["softmax_type"] = "learnable"
+        if g.glu:
+            model |= {"glu_linear_offset": 1.0, "activation_func_clamp_value": 7.0}
+            unsupported.append("GPT-OSS's gated FFN runs quick_gelu (activation_func, a "
+                               "Python callable): use the gpt-oss provider or set it in the "
+                               "recipe")
     if g.is_hybrid:
         model |= hybrid_fields(spec, unsupported)
     elif g.activation_name not in ("swiglu", "gelu"):

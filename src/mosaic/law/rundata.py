@@ -73,13 +73,15 @@ FLOORED_COLUMNS = ("split_factor",)
 
 def _check_range(name: str, values: np.ndarray, source: str) -> None:
     limits = LIMITS[COLUMN_RANGES[name]]
-    low = limits.low if name in FLOORED_COLUMNS else -np.inf
+    floored = name in FLOORED_COLUMNS
+    low = limits.low if floored else -np.inf
     bad = np.flatnonzero((values < low) | (values > limits.high))
     if bad.size:
         row = int(bad[0])
+        allowed = limits.describe() if floored else f"at most {limits.high:g}"
         raise MosaicInputError(
             f"{source}: row {row + 1}: column '{name}' is {values[row]:g}; allowed "
-            f"{limits.describe()} ({limits.why}; {bad.size} bad row(s) in total)")
+            f"{allowed} ({limits.why}; {bad.size} bad row(s) in total)")
 
 
 @dataclass(frozen=True)
