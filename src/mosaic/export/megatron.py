@@ -210,8 +210,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
                            "layout by hand")
-    fsdp = spec.sharding in ("zero2", "fsdp", "hsdp")
-    if ((spec.tp > 1 or spec.cp > 1) and not fsdp and not spec.ep_overlap
+    if ((spec.tp > 1 or spec.cp > 1) and not spec.megatron_fsdp and not spec.ep_overlap
             and spec.architecture != "blackwell"):  # unknown (a plan): said, conditionally
         unsupported.append(CUDA_CONNECTIONS_ENV)
     if spec.fused_grouped_mlp:
@@ -247,7 +246,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
             unsupported.append(LAYER_GRAPH_DROPLESS_NOTE)
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
-    elif spec.sharding in ("zero2", "fsdp", "hsdp"):
+    elif spec.megatron_fsdp:
         strategy = "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"
         # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
         # (arguments.py @ d98e8a64dd; the default torch_dist is refused)

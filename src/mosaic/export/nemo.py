@@ -320,7 +320,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "overlap_grad_reduce": spec.dp_comm_overlap,
                            "overlap_param_gather": spec.dp_comm_overlap
                            and spec.sharding != "none"}
-    if spec.sharding in ("zero2", "fsdp", "hsdp"):
+    if spec.megatron_fsdp:
         ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
                 "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
         if spec.sharding == "hsdp":
@@ -334,7 +334,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
         "mixed_precision": mixed_precision(spec, unsupported),
     }
-    if ddp.get("use_megatron_fsdp"):
+    if spec.megatron_fsdp:
         # ConfigContainer validation asserts the fsdp_dtensor format with Megatron-FSDP
         # whenever a checkpoint is saved or loaded (training/config.py @ 067f987)
         document["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}

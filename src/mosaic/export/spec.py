@@ -200,19 +200,15 @@ class ExportSpec:
         moe = self.geometry.moe
         if moe is None:
             return fields
-        if not balancing:
-            if moe.top_k == 1:
-                fields["moe_router_pre_softmax"] = True
-            return fields
-        if self.router_balancing == "loss_free":
+        if balancing and self.router_balancing == "loss_free":
             fields |= {"moe_router_load_balancing_type": "none",
                        "moe_router_score_function": "sigmoid",
                        "moe_router_enable_expert_bias": True}
-        else:
+        elif balancing:
             fields |= {"moe_router_load_balancing_type": "aux_loss",
                        "moe_aux_loss_coeff": AUX_LOSS_COEFF}
-            if moe.top_k == 1:
-                fields["moe_router_pre_softmax"] = True
+        if moe.top_k == 1 and fields.get("moe_router_score_function", "softmax") == "softmax":
+            fields["moe_router_pre_softmax"] = True
         return fields
 
     def megatron_core_refusals(self) -> list[str]:
@@ -294,6 +290,11 @@ class ExportSpec:
         return self.global_seqs // (self.dp * self.micro_seqs)
 
     @property
+    def megatron_fsdp(self) -> bool:
+        """The sharding modes Megatron-Core runs as Megatron-FSDP (ZeRO-2, FSDP, HSDP)."""
+        return self.sharding in ("zero2", "fsdp", "hsdp")
+
+    @property
     def hsdp_replicas(self) -> int:
         """Replica groups of HSDP (dp / shard group size); 1 for the other modes."""
         if self.sharding != "hsdp" or not self.hsdp_shard:
@@ -365,6 +366,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
     workload = job.workload
     plan = job.plan.row(0)
     layout = layout_for(workload.pipeline_layouts, int(plan["pp"]), int(plan["vpp"]))
+    system = _catalog_system(job.system_name)
     return ExportSpec(
         geometry=workload.geometry,
         tp=plan["tp"], pp=plan["pp"], vpp=plan["vpp"], cp=plan["cp"], dp=plan["dp"],
@@ -405,30 +407,20 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         pipeline_layout_derived=layout is not None and layout.derived,
         routing_imbalance=workload.routing_imbalance,
         pipeline_schedule=workload.traits.pipeline_schedule,
-        gpus_per_node=_gpus_per_node(job.system_name),
-        architecture=_architecture(job.system_name),
+        gpus_per_node=None if system is None else system.gpus_per_node,
+        architecture=None if system is None else system.device.architecture,
         stack_version=getattr(job, "stack_version", None),
         train_tokens=getattr(job, "train_tokens", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
 
 
-def _gpus_per_node(system_name: str) -> int | None:
-    """GPUs per node of a catalog system; None where the name is not in the catalog."""
+def _catalog_system(system_name: str) -> Any:
+    """The catalog system of that name; None where the name is not in the catalog."""
     from mosaic.hardware import get_system
 
     try:
-        return get_system(system_name).gpus_per_node
-    except MosaicInputError:
-        return None
-
-
-def _architecture(system_name: str) -> str | None:
-    """The GPU generation of a catalog system's device; None where not known."""
-    from mosaic.hardware import get_system
-
-    try:
-        return get_system(system_name).device.architecture
+        return get_system(system_name)
     except MosaicInputError:
         return None
 
