@@ -260,24 +260,24 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     attention[DEFAULT_STACK_KEY] = 1.0
     imbalance = {routing: float(np.exp(log_routing[i])) for i, routing in enumerate(routings)}
     imbalance[DEFAULT_STACK_KEY] = 1.0
-    notes = {
-        "chi_a2a": "c_A2A of Eq. 15 (inter-node expert all-to-all straggler), " + FITTED,
-        "chi_pp": "c_PP of Eq. 15 (per extra node a pipeline spans), " + FITTED,
-        "chi_overlap": "c_ovl of Eq. 15 (deep pipeline inside one node), " + FITTED,
+    # what each constant is; its source adds how this fit set it
+    meanings = {
+        "chi_a2a": "c_A2A of Eq. 15 (inter-node expert all-to-all straggler)",
+        "chi_pp": "c_PP of Eq. 15 (per extra node a pipeline spans)",
+        "chi_overlap": "c_ovl of Eq. 15 (deep pipeline inside one node)",
         "stack_overhead": "step-time multiplier per software stack; 'default' for stacks "
-                          "not seen in the fit, " + FITTED,
-        "attention_efficiency": "flash-attention efficiency factor per stack, " + FITTED,
-        "routing_imbalance": "routed-expert load-imbalance factor per routing regime, " + FITTED,
+                          "not seen in the fit",
+        "attention_efficiency": "flash-attention efficiency factor per stack",
+        "routing_imbalance": "routed-expert load-imbalance factor per routing regime",
         "elementwise_traffic_factor": "1 + element-wise traffic beyond each implementation's "
                                       "sourced kernel count (perf/elementwise_traffic), in "
-                                      "units of the analytical streaming count, " + FITTED,
+                                      "units of the analytical streaming count",
     }
-    sources = dict(base.sources) | {k: v for k, v in notes.items()
-                                    if k in fitted_names and k not in not_informed}
-    for label in not_informed:  # a scalar's source; a keyed one shares its dict's
-        if label in notes:
-            sources[label] = (notes[label].split(", " + FITTED)[0] + f", kept from "
-                              f"'{base.name}': no run of this fit depends on it")
+    kept = f"kept from '{base.name}': no run of this fit depends on it"
+    # a keyed constant (stack_overhead[...]) shares its dict's source: named fitted
+    sources = dict(base.sources) | {
+        name: f"{meaning}, {kept if name in not_informed else FITTED}"
+        for name, meaning in meanings.items() if name in fitted_names}
     if "stack_overhead" not in fitted_names:
         multipliers = dict(base.stack_overhead)
     if "attention_efficiency" not in fitted_names:
