@@ -134,11 +134,9 @@ def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
     :func:`get_device`, :func:`get_system` and :func:`active_catalog` use; no paths
     restores the shipped catalog. Meant for one command-line run (``--catalog``)."""
     catalog = load_catalog(*user_yaml_paths, override=True) if user_yaml_paths else None
-    _ACTIVE.clear()
+    install_catalog(catalog)
     _ACTIVE_PATHS.clear()
-    if catalog is not None:
-        _ACTIVE.append(catalog)
-        _ACTIVE_PATHS.extend(Path(p) for p in user_yaml_paths)
+    _ACTIVE_PATHS.extend(Path(p) for p in user_yaml_paths)
     return active_catalog()
 
 

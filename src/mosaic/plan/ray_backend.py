@@ -62,17 +62,19 @@ class RayBackend:
         # (https://docs.ray.io/en/latest/ray-core/api/doc/ray.init.html), and retries a dead
         # one for minutes: check it as a stated address is checked
         environment = os.environ.get("RAY_ADDRESS", "").strip()
-        if self.address not in (None, "auto"):
-            _check_reachable(self.address)
-        elif environment and _looks_like_host_port(environment):
-            _check_reachable(environment, what=f"RAY_ADDRESS={environment}")
+        from_environment = self.address in (None, "auto") and bool(environment)
+        target = environment if from_environment else self.address
+        where = (f"RAY_ADDRESS={target}" if from_environment
+                 else target or "a new local instance")
+        if target not in (None, "auto") and (not from_environment
+                                             or _looks_like_host_port(target)):
+            _check_reachable(target, where, "check or unset RAY_ADDRESS" if from_environment
+                             else "check --address")
         try:
             ray.init(address=self.address, num_cpus=self.num_cpus if self.address is None
                      else None, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-            where = (self.address if self.address not in (None, "auto") or not environment
-                     else f"RAY_ADDRESS={environment}") or "a new local instance"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {where}: "
                                    f"{first[:200]}") from None
@@ -148,19 +150,19 @@ def backend_from_options(backend: str, address: str | None) -> RayBackend | None
     return backend_obj
 
 
-def _check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
-                     what: str | None = None) -> None:
+def _check_reachable(address: str, where: str | None = None, remedy: str = "check --address",
+                     timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """A TCP connection to the head node's GCS port, so a wrong address fails in seconds
-    (ray.init itself retries for minutes); ``what`` names where the address came from."""
+    (ray.init itself retries for minutes); ``where`` names the address as the user gave
+    it (default: the address), ``remedy`` what to change."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except (OSError, ValueError) as exc:
-        check = "check --address" if what is None else f"check or unset {what.split('=')[0]}"
         raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at "
-                               f"{what or address} within {timeout_s:g} s ({exc}); start it "
-                               f"with `ray start --head` (docs/ray.md) or {check}") from None
+                               f"{where or address} within {timeout_s:g} s ({exc}); start it "
+                               f"with `ray start --head` (docs/ray.md) or {remedy}") from None
 
 
 def _looks_like_host_port(text: str) -> bool:
