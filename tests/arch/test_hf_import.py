@@ -358,3 +358,46 @@ def test_qwen2_moe_without_a_shared_width_takes_transformers_default():
             "vocab_size": 100}
     c = count_parameters(geometry_from_hf_config(base))
     assert c.shared_experts_per_layer == 3 * 64 * 5632 + 64
+
+
+def test_each_family_imports_its_router():
+    """The router as each transformers modeling file runs it (hf_import._ROUTERS): DeepSeek-V3
+    sigmoid scores with the loss-free correction bias, renormalised, scaled 2.5 (the released
+    config.json); Mixtral softmax renormalised over the top-2 with an auxiliary loss;
+    Qwen3-30B-A3B's config states norm_topk_prob true; gpt-oss softmax over its top-k logits."""
+    v3 = load_hf_config(HF / "deepseek-v3.json").moe.router
+    assert (v3.score, v3.balancing, v3.normalize_top_k, v3.top_k_scaling) == (
+        "sigmoid", "loss_free", True, 2.5)
+    mixtral = load_hf_config(HF / "mixtral-8x7b.json").moe.router
+    assert (mixtral.score, mixtral.balancing, mixtral.normalize_top_k) == (
+        "softmax", "aux_loss", True)
+    assert load_hf_config(HF / "qwen3-30b-a3b.json").moe.router.normalize_top_k
+    assert load_hf_config(HF / "gpt-oss-20b.json").moe.router.score == "softmax"
+    nano = load_hf_config(HF / "nemotron-3-nano-30b-a3b.json").moe.router
+    assert (nano.score, nano.balancing, nano.top_k_scaling) == ("sigmoid", "loss_free", 2.5)
+    assert load_hf_config(HF / "llama-3-8b.json").moe is None
+
+
+def test_class_defaults_fill_unstated_router_fields():
+    """DeepseekV2Moe never renormalises and scales by routed_scaling_factor (default 1.0);
+    Qwen3MoeConfig.norm_topk_prob defaults to false; DeepseekV3Config scales by 2.5."""
+    v2 = geometry_from_hf_config(DEEPSEEK_V2_COMMON | {
+        "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+        "q_lora_rank": None, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "n_routed_experts": 64, "routed_scaling_factor": 16.0, "norm_topk_prob": True}
+    ).moe.router
+    assert (v2.score, v2.balancing, v2.normalize_top_k, v2.top_k_scaling) == (
+        "softmax", "aux_loss", False, 16.0)
+    qwen = json.loads((HF / "qwen3-30b-a3b.json").read_text())
+    qwen.pop("norm_topk_prob")
+    assert not geometry_from_hf_config(qwen).moe.router.normalize_top_k
+    v3 = json.loads((HF / "deepseek-v3.json").read_text())
+    v3.pop("routed_scaling_factor")
+    assert geometry_from_hf_config(v3).moe.router.top_k_scaling == 2.5
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "2.5", 1e6])
+def test_a_bad_routed_scaling_factor_is_refused_by_name(value):
+    config = json.loads((HF / "deepseek-v3.json").read_text()) | {"routed_scaling_factor": value}
+    with pytest.raises(MosaicInputError, match="routed_scaling_factor"):
+        geometry_from_hf_config(config, "v3.json")

@@ -212,7 +212,7 @@ def _uncommented(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3.json", "qwen3-30b-a3b.json", "gpt-oss-20b.json",
-                                  "nemotron-3-nano-30b-a3b.json"])
+                                  "nemotron-3-nano-30b-a3b.json", "mixtral-8x7b.json"])
 def test_model_block_round_trips_hf_models(name: str) -> None:
     path = EXAMPLES / "hf" / name
     if not path.is_file():
@@ -220,6 +220,7 @@ def test_model_block_round_trips_hf_models(name: str) -> None:
     geometry = load_hf_config(path)
     block = ModelBlock.model_validate(model_document(geometry))
     assert geometry_from_model(block, [], measured=False) == geometry
+    assert block.moe is not None and block.moe.router is not None  # the router travels
 
 
 # ------------------------------------------------------------------ spellings

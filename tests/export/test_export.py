@@ -66,7 +66,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
     for name in ("moe-aux-loss-coeff", "hidden-dropout", "attention-dropout",
                  "glu-linear-offset", "activation-func-clamp-value", "rotary-base",
-                 "rotary-percent"):
+                 "rotary-percent", "moe-router-topk-scaling-factor"):
         p.add_argument(f"--{name}", type=float)  # TransformerConfig floats
     p.add_argument("--pipeline-model-parallel-layout", type=str)  # arguments.py: str
     choices = {"position-embedding-type": ["learned_absolute", "rope", "none"],

@@ -327,3 +327,56 @@ def test_launch_requirements_and_unwritable_norms_are_named():
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in notes(**hopper)
     for target in ("maxtext", "torchtitan"):
         assert any(n.startswith("LayerNorm: ") for n in export(_appendix_e(), target).unsupported)
+
+
+DEEPSEEK_V3_JOB = ROOT / "examples" / "deepseek_v3_h100.yaml"
+
+
+def test_the_models_router_is_written_as_trained():
+    """DeepSeek-V3's router (examples/deepseek_v3_h100.yaml, its config.json): sigmoid scores,
+    the loss-free expert bias, top-k scaling 2.5. Megatron-LM flags and NeMo fields are
+    TransformerConfig's (moe_router_score_function, moe_router_enable_expert_bias,
+    moe_router_topk_scaling_factor @ d98e8a6); MaxText's deepseek decoder reads
+    routed_score_func, routed_scaling_factor, routed_bias (+ its update rate) (base.yml,
+    configs/models/deepseek3-671b.yml @ e591f30)."""
+    a = parse_megatron(export(_spec(DEEPSEEK_V3_JOB), "megatron").text)
+    assert (a.moe_router_score_function, a.moe_router_topk_scaling_factor) == ("sigmoid", 2.5)
+    assert a.moe_router_enable_expert_bias and a.moe_router_load_balancing_type == "none"
+    model = yaml.safe_load(export(_spec(DEEPSEEK_V3_JOB), "nemo").text)["model"]
+    assert (model["moe_router_score_function"], model["moe_router_topk_scaling_factor"],
+            model["moe_router_enable_expert_bias"]) == ("sigmoid", 2.5, True)
+    maxtext = yaml.safe_load(export(_spec(DEEPSEEK_V3_JOB), "maxtext").text)
+    assert (maxtext["routed_score_func"], maxtext["routed_scaling_factor"],
+            maxtext["routed_bias"], maxtext["routed_bias_update_rate"]) == (
+        "sigmoid", 2.5, True, 1e-3)
+    titan = export(_spec(DEEPSEEK_V3_JOB), "torchtitan")
+    assert any("score_func='sigmoid', route_norm=True, route_scale=2.5, "
+               "load_balance_coeff=1e-3" in note for note in titan.unsupported)
+
+
+def test_router_settings_a_target_cannot_express_are_named():
+    """Megatron-Core: softmax weights not renormalised are the pre-softmax path; the K sigmoid
+    scores are always renormalised; the expert bias needs sigmoid scores
+    (moe_utils.topk_routing_with_score_function, TransformerConfig.__post_init__)."""
+    plain = _appendix_e(**{"model.moe.router.normalize_top_k": "false"})
+    assert parse_megatron(export(plain, "megatron").text).moe_router_pre_softmax
+    sigmoid = export(_appendix_e(**{"model.moe.router.score": "sigmoid",
+                                    "model.moe.router.normalize_top_k": "false"}), "megatron")
+    assert any("always renormalises" in note for note in sigmoid.unsupported)
+    softmax_bias = _appendix_e(**{"model.moe.router.balancing": "loss_free"})
+    result = export(softmax_bias, "megatron")
+    a = parse_megatron(result.text)
+    assert a.moe_router_score_function == "softmax" and not a.moe_router_enable_expert_bias
+    assert (a.moe_router_load_balancing_type, a.moe_aux_loss_coeff) == ("aux_loss", 1e-3)
+    assert any("sigmoid scores only" in note for note in result.unsupported)
+    # MaxText's mixtral decoder takes the softmax of the top-k logits: a scaled router is named
+    scaled = export(_appendix_e(**{"model.moe.router.top_k_scaling": "2.5"}), "maxtext")
+    assert any("softmax of the top-k logits" in note for note in scaled.unsupported)
+
+
+def test_maxtext_turns_the_auxiliary_loss_on():
+    """MaxText base.yml's load_balance_loss_weight is 0.0 (no balancing); an aux_loss job
+    gets the 1e-3 its imbalance was costed at."""
+    document = yaml.safe_load(export(_appendix_e(), "maxtext").text)
+    assert document["load_balance_loss_weight"] == 1e-3
+    assert "routed_bias_update_rate" not in document

@@ -214,3 +214,28 @@ def test_the_busiest_rank_saves_its_routed_copies():
     extra = 0.5 * copies * per_copy
     assert (moe_block_activation_bytes(padded, plans)[0]
             - moe_block_activation_bytes(even, plans)[0]) == pytest.approx(extra, rel=1e-12)
+
+
+def _with_router(workload: Workload, **router) -> Workload:
+    from mosaic.arch import RouterConfig
+
+    moe = replace(workload.geometry.moe, router=RouterConfig(**router))
+    return replace(workload, geometry=replace(workload.geometry, moe=moe))
+
+
+def test_a_stated_router_balancing_overrides_the_stacks():
+    """DeepSeek-V3's expert bias on a megatron-core (aux_loss) job: the imbalance is the
+    loss-free router's (MaxVio 0.04), by hand: 64 experts on 8 ranks, ln 8 / ln 64 = 1/2."""
+    plans = single_plan(dp=16, ep=8)
+    stated = _with_router(_moe(), score="sigmoid", balancing="loss_free")
+    expected = 1 + 0.04 * math.sqrt(1 / 2) / math.sqrt(8)
+    assert router_imbalance(stated, plans)[0] == pytest.approx(expected, rel=1e-12)
+    assert router_imbalance(_moe(), plans)[0] == pytest.approx(
+        1 + 0.72 * math.sqrt(1 / 2) / math.sqrt(8), rel=1e-12)
+    # a router stating only its scores keeps the stack's balancing
+    unstated = _with_router(_moe(), score="sigmoid")
+    assert router_imbalance(unstated, plans)[0] == router_imbalance(_moe(), plans)[0]
+    from mosaic.perf.routing_load import routing_assumptions
+
+    (note,) = routing_assumptions(stated)
+    assert "the model's loss_free" in note and "0.04" in note

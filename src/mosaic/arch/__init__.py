@@ -24,6 +24,7 @@ from mosaic.arch.geometry import (
     MLAConfig,
     MoEConfig,
     NormKind,
+    RouterConfig,
 )
 from mosaic.arch.ladder import LadderGrid, enumerate_ladder_grid, ladder_backbone, ladder_geometry
 
@@ -40,6 +41,7 @@ __all__ = [
     "MoEConfig",
     "NormKind",
     "ParameterCounts",
+    "RouterConfig",
     "attention_flops_per_token",
     "count_parameters",
     "enumerate_ladder_grid",

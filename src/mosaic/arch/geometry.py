@@ -203,6 +203,56 @@ class GatedDeltaNetConfig:
         return self.conv_channels + self.value_width + 2 * self.value_heads
 
 
+ROUTER_SCORES = ("softmax", "sigmoid")
+ROUTER_BALANCING = ("aux_loss", "loss_free")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How a trained MoE model scores, picks and weights its experts (none of it changes a
+    parameter count; the time model reads ``balancing``, exports write all of it).
+
+    Attributes:
+        score: ``softmax`` over the experts' logits or an independent ``sigmoid`` per expert
+            (DeepSeek-V3, arXiv:2412.19437 Sec. 2.1.2; the paper's Alg. 1).
+        balancing: ``aux_loss`` (an auxiliary balance loss, Switch/GShard) or ``loss_free``
+            (a per-expert selection bias nudged toward under-used experts, Wang et al. 2024,
+            arXiv:2408.15664; HF ``e_score_correction_bias``); None = the stack's default
+            (its ``router_balancing`` trait).
+        normalize_top_k: the K selected weights are renormalised to sum to 1 (HF
+            ``norm_topk_prob``; Megatron-Core's softmax after top-k).
+        top_k_scaling: the combined routed output is multiplied by this (HF
+            ``routed_scaling_factor``, DeepSeek-V3's 2.5).
+    """
+
+    score: str = "softmax"
+    balancing: str | None = None
+    normalize_top_k: bool = True
+    top_k_scaling: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(self.score in ROUTER_SCORES,
+                 f"moe.router.score must be one of {', '.join(ROUTER_SCORES)}, "
+                 f"got {self.score!r}")
+        _require(self.balancing is None or self.balancing in ROUTER_BALANCING,
+                 f"moe.router.balancing must be one of {', '.join(ROUTER_BALANCING)} or "
+                 f"unset, got {self.balancing!r}")
+        _require(0 < self.top_k_scaling <= 1e3,
+                 f"moe.router.top_k_scaling must lie in (0, 1000], got {self.top_k_scaling}")
+
+    def describe(self) -> str:
+        """One phrase, e.g. 'sigmoid scores, loss-free (expert-bias) balancing, top-k
+        normalised, scaled 2.5'."""
+        balancing = {"aux_loss": "auxiliary-loss balancing",
+                     "loss_free": "loss-free (expert-bias) balancing",
+                     None: "the stack's balancing"}[self.balancing]
+        parts = [f"{self.score} scores", balancing,
+                 "top-k normalised" if self.normalize_top_k else "top-k not normalised"]
+        if self.top_k_scaling != 1.0:
+            parts.append(f"scaled {self.top_k_scaling:g}")
+        return ", ".join(parts)
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """The routed part of an MoE transformer.
@@ -225,6 +275,8 @@ class MoEConfig:
             (GShard/Switch token dropping); None = dropless. Carried to launch configs and
             read by the time model's expert load (perf/routing_load.py); it changes no
             parameter count.
+        router: how the trained router scores and weights its experts; None = not stated
+            (the stack's router; exports leave the framework's or recipe's).
     """
 
     experts: int
@@ -238,6 +290,7 @@ class MoEConfig:
     router_bias: bool = False
     shared_expert_gate: bool = False
     capacity_factor: float | None = None
+    router: RouterConfig | None = None
 
     def __post_init__(self) -> None:
         _require_positive(

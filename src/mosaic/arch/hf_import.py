@@ -52,6 +52,7 @@ from mosaic.arch.geometry import (
     MLAConfig,
     MoEConfig,
     NormKind,
+    RouterConfig,
 )
 from mosaic.errors import MosaicInputError
 from mosaic.limits import LIMITS
@@ -157,6 +158,48 @@ class _Fields:
         if not isinstance(value, bool):
             raise MosaicInputError(f"{self.where}: {name} must be true or false, got {value!r}")
         return value
+
+
+# Each family's router as its transformers modeling code runs it (transformers 5.x
+# models/<type>/modeling_<type>.py): score function, balancing, whether the K chosen weights
+# are renormalised (a bool, or the config field with its class default) and the routed
+# output's scale (1.0, or the config field with its class default).
+# - Mixtral, gpt-oss: softmax weights renormalised over the top-k (MixtralSparseMoeBlock
+#   divides by their sum; GptOssTopKRouter takes the softmax of the top-k logits), an
+#   auxiliary load-balancing loss (router_aux_loss_coef).
+# - Qwen2/3-MoE, Qwen3-Next: softmax, renormalised when norm_topk_prob (class defaults False,
+#   False, True), auxiliary loss.
+# - DeepSeek-V2: softmax, never renormalised (DeepseekV2Moe ignores norm_topk_prob), scaled by
+#   routed_scaling_factor (default 1.0), auxiliary balance losses (arXiv:2405.04434 Sec. 3.3).
+# - DeepSeek-V3, Nemotron-H: sigmoid scores with the e_score_correction_bias of loss-free
+#   balancing, renormalised when norm_topk_prob (default True), scaled by
+#   routed_scaling_factor (DeepseekV3Config 2.5, NemotronHConfig 1.0).
+_ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, float]]] = {
+    "mixtral": ("softmax", "aux_loss", True, 1.0),
+    "gpt_oss": ("softmax", "aux_loss", True, 1.0),
+    "qwen2_moe": ("softmax", "aux_loss", ("norm_topk_prob", False), 1.0),
+    "qwen3_moe": ("softmax", "aux_loss", ("norm_topk_prob", False), 1.0),
+    "qwen3_next": ("softmax", "aux_loss", ("norm_topk_prob", True), 1.0),
+    "deepseek_v2": ("softmax", "aux_loss", False, ("routed_scaling_factor", 1.0)),
+    "deepseek_v3": ("sigmoid", "loss_free", ("norm_topk_prob", True),
+                    ("routed_scaling_factor", 2.5)),
+    "nemotron_h": ("sigmoid", "loss_free", ("norm_topk_prob", True),
+                   ("routed_scaling_factor", 1.0)),
+}
+
+
+def _router(fields: _Fields, model_type: str) -> RouterConfig:
+    """The router of ``model_type`` (:data:`_ROUTERS`), its config's fields read."""
+    score, balancing, normalize, scaling = _ROUTERS[model_type]
+    if isinstance(normalize, tuple):
+        normalize = fields.bool(*normalize)
+    if isinstance(scaling, tuple):
+        scaling = fields.positive_float(*scaling)
+    try:
+        return RouterConfig(score=score, balancing=balancing, normalize_top_k=normalize,
+                            top_k_scaling=scaling)
+    except MosaicInputError as error:
+        raise MosaicInputError(f"{fields.where}: {error} (routed_scaling_factor)") from None
 
 
 def _gated_activation(fields: _Fields) -> str:
@@ -376,7 +419,8 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
     if model_type == "mixtral":
         width = fields.int("intermediate_size")
         moe = MoEConfig(experts=fields.int("num_local_experts"),
-                        top_k=fields.int("num_experts_per_tok"), expert_ffn=width)
+                        top_k=fields.int("num_experts_per_tok"), expert_ffn=width,
+                        router=_router(fields, model_type))
         return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe)
 
     if model_type in ("qwen2_moe", "qwen3_moe"):
@@ -400,6 +444,7 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
             dense_layers=dense_layers,
             moe_every=every,
             shared_expert_gate=bool(shared_width),  # HF Qwen2MoeSparseMoeBlock
+            router=_router(fields, model_type),
         )
         return Geometry(
             **common, **_attention(fields, d_model), **window,
@@ -419,6 +464,7 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
             shared_experts=fields.count("n_shared_experts", 0),
             dense_layers=dense_layers,
             moe_every=every,
+            router=_router(fields, model_type),
         )
         if attention_bias:
             raise MosaicInputError(f"{where}: attention_bias=true is not supported with MLA")
@@ -435,7 +481,7 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
             f"{fields.where}: num_experts_per_tok ({top_k}) and experts_per_token "
             f"({config['experts_per_token']!r}) disagree; the config states top-k twice")
     moe = MoEConfig(experts=fields.int("num_local_experts"), top_k=top_k, expert_ffn=width,
-                    expert_bias=True, router_bias=True)
+                    expert_bias=True, router_bias=True, router=_router(fields, "gpt_oss"))
     return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias, attention_sinks=True)
 
@@ -474,7 +520,8 @@ def _nemotron_h(fields: _Fields) -> Geometry:
                         top_k=fields.int("num_experts_per_tok"),
                         expert_ffn=fields.int("moe_intermediate_size"),
                         shared_experts=1 if shared_width else 0,
-                        shared_expert_ffn=shared_width or None)
+                        shared_expert_ffn=shared_width or None,
+                        router=_router(fields, "nemotron_h"))
     width = fields.config.get("intermediate_size")
     ffn = fields.int("intermediate_size") if width is not None or "-" in pattern else (
         moe.expert_ffn if moe else d_model)
@@ -540,7 +587,8 @@ def _qwen3_next(fields: _Fields) -> Geometry:
                         expert_ffn=fields.int("moe_intermediate_size"),
                         shared_experts=1 if shared_width else 0,
                         shared_expert_ffn=shared_width or None,
-                        shared_expert_gate=bool(shared_width))  # HF Qwen3NextSparseMoeBlock
+                        shared_expert_gate=bool(shared_width),  # HF Qwen3NextSparseMoeBlock
+                        router=_router(fields, "qwen3_next"))
     linear = {name: fields.int(f"linear_{key}", default) for name, key, default in (
         ("key_heads", "num_key_heads", 16), ("value_heads", "num_value_heads", 32),
         ("key_head_dim", "key_head_dim", 128), ("value_head_dim", "value_head_dim", 128),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +13,7 @@ from mosaic.arch import (
     Geometry,
     MoEConfig,
     ParameterCounts,
+    RouterConfig,
     attention_flops_per_token,
     count_parameters,
     gdn_flops_per_token,
@@ -187,6 +188,8 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "top_k": moe.top_k if moe else None,
         "expert_ffn": moe.expert_ffn if moe else None,
         "shared_experts": moe.shared_experts if moe else 0,
+        # the trained router as stated (None: not stated, the stack's)
+        "router": asdict(moe.router) if moe and moe.router else None,
         "dense_layers": geometry.dense_layer_count,
         "moe_layers": geometry.moe_layer_count,
         "n_total": int(counts.n_total),
@@ -264,6 +267,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
                 f"{summary['shared_experts']}, {summary['dense_layers']} / {summary['moe_layers']}",
             ),
         ]
+        if summary.get("router"):
+            rows.append(("router", RouterConfig(**summary["router"]).describe()))
     rows += [
         ("N_total (non-embedding)", _param_count(summary["n_total"])),
         ("N_active (non-embedding)", _param_count(summary["n_active"])),

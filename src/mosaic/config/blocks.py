@@ -58,6 +58,21 @@ class MLABlock(_Strict):
     v_head_dim: int = Field(gt=0, le=_WIDTH, description="per-head value width")
 
 
+class RouterBlock(_Strict):
+    """How the trained router scores, picks and weights experts (mosaic.arch.RouterConfig)."""
+
+    score: Literal["softmax", "sigmoid"] = Field(
+        default="softmax", description="softmax over the experts' logits, or a sigmoid per "
+                                       "expert (DeepSeek-V3, the paper's Alg. 1)")
+    balancing: Literal["aux_loss", "loss_free"] | None = Field(
+        default=None, description="aux_loss (a balance loss) or loss_free (a per-expert "
+                                  "selection bias, Wang et al. 2024); None = the stack's")
+    normalize_top_k: bool = Field(default=True,
+                                  description="the K selected weights sum to 1 (norm_topk_prob)")
+    top_k_scaling: float = Field(default=1.0, gt=0, le=1e3, allow_inf_nan=False,
+                                 description="routed output multiplier (routed_scaling_factor)")
+
+
 class MoEBlock(_Strict):
     """The routed part of an MoE model (paper Sec. 3.1 terms)."""
 
@@ -80,6 +95,9 @@ class MoEBlock(_Strict):
     router_bias: bool = Field(default=False, description="router linear carries a bias")
     shared_expert_gate: bool = Field(default=False,
                                      description="sigmoid gate on the shared experts' output")
+    router: RouterBlock | None = Field(
+        default=None, description="the trained router's scoring and balancing; None = not "
+                                  "stated (the stack's balancing; exports leave the framework's)")
 
 
 class MambaBlock(_Strict):

@@ -9,6 +9,8 @@ arch`` stays light.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from mosaic.arch.geometry import (
     GATED_ACTIVATIONS,
     AttentionKind,
@@ -19,6 +21,7 @@ from mosaic.arch.geometry import (
     MLAConfig,
     MoEConfig,
     NormKind,
+    RouterConfig,
 )
 from mosaic.config.blocks import ModelBlock
 from mosaic.errors import MosaicInputError
@@ -80,7 +83,8 @@ def _moe(model: ModelBlock, notes: list[str]) -> MoEConfig | None:
         shared_experts=moe.shared_experts, shared_expert_ffn=moe.shared_expert_ffn,
         dense_layers=moe.dense_layers, moe_every=moe.moe_every, expert_bias=moe.expert_bias,
         router_bias=moe.router_bias, shared_expert_gate=moe.shared_expert_gate,
-        capacity_factor=moe.capacity_factor)
+        capacity_factor=moe.capacity_factor,
+        router=None if moe.router is None else RouterConfig(**moe.router.model_dump()))
 
 
 def _ffn(model: ModelBlock, moe: MoEConfig | None, notes: list[str]) -> int:
@@ -216,6 +220,8 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
                 block[flag] = True
         if moe.capacity_factor is not None:
             block["capacity_factor"] = moe.capacity_factor
+        if moe.router is not None:
+            block["router"] = asdict(moe.router)
         document["moe"] = block
     if geometry.hybrid_pattern is not None:
         document["hybrid_pattern"] = geometry.hybrid_pattern

@@ -356,7 +356,8 @@ def field_value(field: str, text: str, where: str) -> Any:
 def apply_overrides(document: dict[str, Any], overrides: list[str],
                     deprecated: set[str] | None = None, *, rules: Iterable[Rename] = JOB_RULES,
                     known: Iterable[str] = KNOWN_BLOCKS, min_depth: int = 2) -> dict[str, Any]:
-    """Apply ``block.field=value`` (or ``model.moe.field=value``) overrides.
+    """Apply ``block.field=value`` (or ``model.moe.field=value``,
+    ``model.moe.router.field=value``) overrides.
 
     Values are parsed as YAML scalars; field paths may use any accepted spelling. A run
     record takes its own ``rules`` and top-level ``known`` fields (``precision=fp8``).
@@ -367,7 +368,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str],
     for item in overrides:
         key, sep, raw = item.partition("=")
         parts = tuple(part.strip() for part in key.strip().split("."))
-        if not sep or not min_depth <= len(parts) <= 3 or not all(parts):
+        if not sep or not min_depth <= len(parts) <= 4 or not all(parts):
             raise MosaicInputError(f"--set {item!r}: expected block.field=value")
         renamed: set[str] = set()
         path, value_rule = canonical_path(parts, rules, renamed)

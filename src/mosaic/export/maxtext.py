@@ -14,7 +14,13 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
-from mosaic.export.spec import ExportSpec, unexpressed, window_note
+from mosaic.export.spec import (
+    AUX_LOSS_COEFF,
+    BIAS_UPDATE_RATE,
+    ExportSpec,
+    unexpressed,
+    window_note,
+)
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic checkpointing -> MaxText remat_policy (base.yml lists them fastest to slowest).
@@ -59,6 +65,45 @@ def qwen3_next_keys(spec: ExportSpec, cycle: int, unsupported: list[str]) -> dic
             "gdn_conv_kernel_dim": gdn.conv_kernel, "gdn_key_head_dim": gdn.key_head_dim,
             "gdn_value_head_dim": gdn.value_head_dim, "gdn_num_key_heads": gdn.key_heads,
             "gdn_num_value_heads": gdn.value_heads, "gdn_chunk_size": gdn.chunk_size}
+
+
+def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[str, Any]:
+    """The router as costed and as the model states it (layers/moe.py ``get_topk`` @ e591f30).
+
+    - Balancing: base.yml's ``load_balance_loss_weight`` is 0.0, so an ``aux_loss`` router
+      gets :data:`AUX_LOSS_COEFF`. The expert bias of ``loss_free`` balancing is the gate's
+      ``routed_bias`` updated at ``routed_bias_update_rate``, which only the deepseek
+      decoder applies (models/deepseek.py); elsewhere the auxiliary loss stands in, named.
+    - Scores: the deepseek decoder applies ``routed_score_func``, renormalises sigmoid
+      weights and scales by ``routed_scaling_factor`` (``deepseek_scale_weights``); the
+      other decoders take the softmax of the top-k logits (renormalised, unscaled).
+    """
+    g = spec.geometry
+    if g.moe is None:
+        return {}
+    router, keys = g.moe.router, {}
+    deepseek = block == "deepseek"
+    if spec.router_balancing == "loss_free" and deepseek:
+        keys |= {"routed_bias": True, "routed_bias_update_rate": BIAS_UPDATE_RATE}
+    else:
+        if spec.router_balancing == "loss_free":
+            unsupported.append(f"loss-free (expert-bias) balancing: MaxText's {block} decoder "
+                               "does not update a routing bias; written as "
+                               f"load_balance_loss_weight {AUX_LOSS_COEFF:g}")
+        keys["load_balance_loss_weight"] = AUX_LOSS_COEFF
+    if router is None:
+        return keys
+    if deepseek:
+        keys |= {"routed_score_func": router.score,
+                 "routed_scaling_factor": router.top_k_scaling}
+        if router.normalize_top_k != (router.score == "sigmoid"):
+            unsupported.append(f"router weights {'' if router.normalize_top_k else 'not '}"
+                               f"renormalised with {router.score} scores: MaxText's deepseek "
+                               "decoder renormalises sigmoid weights only")
+    elif (router.score, router.normalize_top_k, router.top_k_scaling) != ("softmax", True, 1.0):
+        unsupported.append(f"router ({router.describe()}): MaxText's {block} decoder takes "
+                           "the softmax of the top-k logits, renormalised and unscaled")
+    return keys
 
 
 def gpt_oss_keys(g: Geometry, unsupported: list[str]) -> dict[str, Any]:
@@ -221,6 +266,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      # MaxText's capacity_factor: -1 = dropless, else token dropping.
                      "capacity_factor": (-1.0 if spec.capacity_factor is None
                                          else spec.capacity_factor)}
+    document |= router_keys(spec, block, unsupported)
     if block == "gpt_oss":
         document |= gpt_oss_keys(g, unsupported)
     if g.mtp_layers:

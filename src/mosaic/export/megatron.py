@@ -182,8 +182,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                      ("--moe-combine-bwd-dtype", "mxfp8")]
     # dropout off and the costed router balancing (ExportSpec.megatron_core_fields), each
     # field as its flag (arguments.py exposes TransformerConfig fields as --field-name)
-    # (a hybrid's note asks for its router flags by hand: its balancing is not written)
-    for field, value in spec.megatron_core_fields(balancing=not g.is_hybrid).items():
+    # (a hybrid without a stated router gets a note asking for its router flags by hand:
+    # its balancing is not written)
+    balancing = not g.is_hybrid or (g.moe is not None and g.moe.router is not None)
+    for field, value in spec.megatron_core_fields(balancing=balancing).items():
         flag = "--" + field.replace("_", "-")
         args.append((flag, None) if value is True else (flag, f"{value:g}"
                                                           if isinstance(value, float)
@@ -421,10 +423,10 @@ def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                  ("--mamba-head-dim", str(g.mamba.head_dim)),
                  ("--mamba-state-dim", str(g.mamba.state_dim)),
                  ("--mamba-num-groups", str(g.mamba.groups))]
-        if g.moe is not None:
+        if g.moe is not None and g.moe.router is None:
             unsupported.append("the router's score function, expert-bias balancing and top-k "
-                               "scaling (Nemotron 3: sigmoid, expert bias, 2.5) are not in "
-                               "mosaic's model block: add --moe-router-score-function, "
+                               "scaling (Nemotron 3: sigmoid, expert bias, 2.5) are not stated "
+                               "(model.moe.router): add --moe-router-score-function, "
                                "--moe-router-enable-expert-bias and "
                                "--moe-router-topk-scaling-factor by hand")
         if not g.mamba.conv_bias:

@@ -9,6 +9,7 @@ from typing import Any
 from mosaic.arch import Geometry, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
+from mosaic.perf.routing_load import router_balancing
 from mosaic.perf.workload import experts_fuse_grouped_mlp
 from mosaic.stacks import get_stack
 
@@ -16,6 +17,9 @@ from mosaic.stacks import get_stack
 # (arXiv:2408.15664, Table 2) measured the MaxVio mosaic costs at, and the value
 # Megatron-Bridge's MoE recipes set (perf/routing_load.py ROUTER_MAX_VIOLATION).
 AUX_LOSS_COEFF = 1e-3
+# The expert-bias update rate of loss-free balancing: Wang et al. 2024's u = 0.001, DeepSeek-V3's
+# bias update speed (arXiv:2412.19437 Sec. 4.2), Megatron-Core's moe_router_bias_update_rate.
+BIAS_UPDATE_RATE = 1e-3
 
 SHARDING_MODES = ("none", "zero1", "zero2", "fsdp", "hsdp")
 CHECKPOINTING_MODES = ("none", "selective", "full")
@@ -67,8 +71,9 @@ class ExportSpec:
     fp4_param_gather: bool = False
     routing: str = "dropless"
     pad_to_capacity: bool = False
-    # how the costed learned router is balanced (the stack's router_balancing trait:
-    # aux_loss or loss_free, perf/routing_load.py): the export asks the target for the same
+    # how the costed learned router is balanced (the model's stated router, else the stack's
+    # router_balancing trait: aux_loss or loss_free, perf/routing_load.py): the export asks
+    # the target for the same
     router_balancing: str = "aux_loss"
     # the workload's other settings (mosaic.perf.workload.Workload, same names and defaults)
     recompute_modules: tuple[str, ...] | None = None
@@ -190,6 +195,12 @@ class ExportSpec:
           imbalance mosaic costs was measured at (perf/routing_load.py, Wang et al. 2024
           Table 2); a ``loss_free`` one the expert bias, which Megatron-Core allows with
           sigmoid scores only.
+        - A router the model states (``moe.router``) is written as trained: its score
+          function, the expert bias of loss-free balancing, the top-k scaling factor, and
+          ``moe_router_pre_softmax`` for softmax weights not renormalised over the K chosen
+          (Megatron-Core otherwise takes the softmax after top-k, which renormalises;
+          moe_utils.topk_routing_with_score_function). What it cannot express:
+          :meth:`router_notes`.
         - Top-1 with softmax scores needs ``moe_router_pre_softmax`` (a softmax over one
           selected logit has a zero gradient; TransformerConfig.__post_init__ raises).
 
@@ -200,22 +211,52 @@ class ExportSpec:
         moe = self.geometry.moe
         if moe is None:
             return fields
-        if balancing and self.router_balancing == "loss_free":
+        router = moe.router
+        # the expert bias runs with sigmoid scores only (TransformerConfig.__post_init__)
+        expert_bias = (self.router_balancing == "loss_free"
+                       and (router is None or router.score == "sigmoid"))
+        if balancing and expert_bias:
             fields |= {"moe_router_load_balancing_type": "none",
                        "moe_router_score_function": "sigmoid",
                        "moe_router_enable_expert_bias": True}
         elif balancing:
             fields |= {"moe_router_load_balancing_type": "aux_loss",
                        "moe_aux_loss_coeff": AUX_LOSS_COEFF}
+        if router is not None:
+            fields["moe_router_score_function"] = router.score
+            if expert_bias:
+                fields["moe_router_enable_expert_bias"] = True
+            if router.top_k_scaling != 1.0:
+                fields["moe_router_topk_scaling_factor"] = router.top_k_scaling
+            if router.score == "softmax" and not router.normalize_top_k:
+                fields["moe_router_pre_softmax"] = True
         if moe.top_k == 1 and fields.get("moe_router_score_function", "softmax") == "softmax":
             fields["moe_router_pre_softmax"] = True
         return fields
 
+    def router_notes(self) -> list[str]:
+        """What Megatron-Core cannot express of the router the model states (@ d98e8a64dd)."""
+        moe = self.geometry.moe
+        router = None if moe is None else moe.router
+        if moe is None or router is None:
+            return []
+        notes = []
+        if self.router_balancing == "loss_free" and router.score == "softmax":
+            notes.append("loss-free balancing with softmax scores: Megatron-Core's expert bias "
+                         "runs with sigmoid scores only (TransformerConfig.__post_init__), so "
+                         "no expert bias is written")
+        if router.score == "sigmoid" and not router.normalize_top_k and moe.top_k > 1:
+            notes.append("sigmoid scores not renormalised over the top-k: Megatron-Core always "
+                         "renormalises the K chosen sigmoid scores "
+                         "(moe_utils.topk_routing_with_score_function)")
+        return notes
+
     def megatron_core_refusals(self) -> list[str]:
         """Settings of this job that Megatron-Core's TransformerConfig.__post_init__ refuses
         in this combination (megatron/core/transformer/transformer_config.py @ d98e8a64dd):
-        written as costed, each with what the launch needs instead."""
-        notes = []
+        written as costed, each with what the launch needs instead; then what it cannot
+        express of the model's router (:meth:`router_notes`)."""
+        notes = self.router_notes()
         if self.ep_overlap and self.pp > 1 and self.vpp == 1:
             notes.append("ep_overlap with pp > 1 and no virtual stages: TransformerConfig "
                          "asserts virtual_pipeline_model_parallel_size is set; run vpp > 1 "
@@ -384,7 +425,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         fp8_recipe=str(workload.fp8_recipe), fp8_param_gather=workload.fp8_param_gather,
         fp4_param_gather=workload.fp4_param_gather,
         routing=str(workload.routing), pad_to_capacity=workload.pad_to_capacity,
-        router_balancing=workload.traits.router_balancing,
+        router_balancing=router_balancing(workload.geometry, workload.traits.router_balancing),
         recompute_modules=workload.recompute_modules,
         recompute_block_fraction=workload.recompute_block_fraction,
         cross_entropy=None if workload.cross_entropy is None else str(workload.cross_entropy),
@@ -569,8 +610,8 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
                            and experts_fuse_grouped_mlp(geometry)),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=str(envelope.get("stack", "megatron-core")), source=source,
-        router_balancing=get_stack(str(envelope.get("stack", "megatron-core"))
-                                   ).router_balancing,
+        router_balancing=router_balancing(
+            geometry, get_stack(str(envelope.get("stack", "megatron-core"))).router_balancing),
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
     )
     return replace(spec, job=_plan_job_document(spec, envelope))

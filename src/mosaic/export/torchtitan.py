@@ -76,7 +76,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         unsupported.append(f"etp={spec.etp}: torchtitan supports etp = 1 or etp = tp")
     if spec.dispatcher == "hybridep":
         unsupported.append("HybridEP dispatcher: torchtitan offers 'standard' or 'deepep'")
-    unsupported += spec.routing_notes()
+    unsupported += spec.routing_notes() + router_notes(spec)
     if spec.capacity_factor is not None:  # torchtitan v0.2.2 models/moe: no capacity
         unsupported.append(f"token_drop routing (capacity factor {spec.capacity_factor:g}"
                            + (", padded" if spec.pad_to_capacity else "")
@@ -164,6 +164,27 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         written.add("torch_compile")
     unsupported += unexpressed(spec, written, "torchtitan v0.2.2")
     return tables, unsupported
+
+
+def router_notes(spec: ExportSpec) -> list[str]:
+    """The router's settings for the flavor (torchtitan v0.2.2 ``models/moe/moe.py``
+    ``MoEArgs``: score_func, route_norm, route_scale; ``load_balance_coeff`` set runs the
+    loss-free expert bias, and no auxiliary balance loss exists)."""
+    g = spec.geometry
+    if g.moe is None:
+        return []
+    notes = []
+    loss_free = spec.router_balancing == "loss_free"
+    if not loss_free:
+        notes.append("aux_loss balancing: torchtitan v0.2.2 has no auxiliary balance loss; "
+                     "its MoE balances by the expert bias (MoEArgs.load_balance_coeff 1e-3)")
+    router = g.moe.router
+    if router is not None:
+        notes.append(f"router ({router.describe()}): set the flavor's MoEArgs "
+                     f"score_func={router.score!r}, route_norm={router.normalize_top_k}, "
+                     f"route_scale={router.top_k_scaling:g}, load_balance_coeff="
+                     + ("1e-3" if loss_free else "None (or 1e-3 for the expert bias)"))
+    return notes
 
 
 def model_parts(layers: int, stages: int) -> list[list[str]]:

@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from mosaic.arch.geometry import Geometry
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Dispatcher, Workload
 
@@ -81,8 +82,18 @@ def router_imbalance(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     if workload.routing_imbalance is not None:
         # one rank receives at most every routed copy: at most ep times the even share
         return np.minimum(workload.routing_imbalance, plans.ep.astype(float))
-    violation = ROUTER_MAX_VIOLATION[workload.traits.router_balancing]
+    violation = ROUTER_MAX_VIOLATION[
+        router_balancing(workload.geometry, workload.traits.router_balancing)]
     return learned_router_imbalance(moe.experts, plans.ep, violation)
+
+
+def router_balancing(geometry: Geometry, stack_balancing: str) -> str:
+    """How the learned router is balanced: the model's stated ``moe.router.balancing``
+    (a property of the trained model, e.g. DeepSeek-V3's expert bias), else the stack's
+    ``router_balancing`` trait, ``stack_balancing``."""
+    moe = geometry.moe
+    stated = None if moe is None or moe.router is None else moe.router.balancing
+    return stated or stack_balancing
 
 
 def capacity_factor(workload: Workload) -> float:
@@ -136,12 +147,14 @@ def routing_assumptions(workload: Workload) -> list[str]:
     reads_imbalance = workload.routing == "dropless" or (
         not workload.pad_to_capacity and capacity_factor(workload) > 1.0)
     if workload.routing_imbalance is None and reads_imbalance:
-        balancing = workload.traits.router_balancing
+        balancing = router_balancing(workload.geometry, workload.traits.router_balancing)
+        stated = moe.router is not None and moe.router.balancing is not None
+        source = f"{'the model' if stated else workload.stack}'s {balancing}"
         # A trained router's: Megatron-Core's MoE README (@ 6a6cd478, "OOM Caused by Token
         # Distribution Imbalance when Training From Scratch") reports severe imbalance while the
         # router is under-trained, in the first 100~300 steps from scratch.
-        notes.append(f"routing_imbalance not stated: derived from {workload.stack}'s "
-                     f"{balancing} router balancing (expert MaxVio "
+        notes.append(f"routing_imbalance not stated: derived from {source} "
+                     f"router balancing (expert MaxVio "
                      f"{ROUTER_MAX_VIOLATION[balancing]:g}, Wang et al. 2024) and the experts "
                      "per EP rank, i.e. a trained router's; a router in its first few hundred "
                      "steps from scratch is far less balanced (Megatron-Core MoE README): "
