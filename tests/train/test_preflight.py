@@ -124,3 +124,24 @@ def test_a_sliding_window_model_is_refused_not_trained_with_full_attention():
                     "ffn": 128, "vocab": 50257, "sliding_window": 16}
     with pytest.raises(MosaicInputError, match="sliding_window not implemented by the trainer"):
         train_config_from_mapping(job, "job").geometry()
+
+
+def test_a_router_other_than_the_papers_is_refused():
+    """The trainer runs Alg. 1 (sigmoid scores, loss-free bias, renormalised, unscaled): a
+    softmax or scaled router is refused; the paper's own, stated, trains."""
+    from mosaic.train.config import train_config_from_mapping
+
+    from .conftest import tiny_job
+
+    job = tiny_job()
+    del job["ladder"]
+    moe = {"experts": 4, "top_k": 2, "expert_ffn": 32}
+    job["model"] = {"layers": 2, "d_model": 64, "heads": 8, "kv_heads": 2, "head_dim": 8,
+                    "ffn": 128, "vocab": 50257}
+    for router in ({"score": "softmax"}, {"score": "sigmoid", "top_k_scaling": 2.5},
+                   {"score": "sigmoid", "balancing": "aux_loss"}):
+        job["moe"] = moe | {"router": router}
+        with pytest.raises(MosaicInputError, match="the trainer runs the paper's router"):
+            train_config_from_mapping(job, "job").geometry()
+    job["moe"] = moe | {"router": {"score": "sigmoid", "balancing": "loss_free"}}
+    assert train_config_from_mapping(job, "job").geometry().moe.router.score == "sigmoid"

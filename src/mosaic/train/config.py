@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
+from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind, RouterConfig
 from mosaic.arch.ladder import (
     LADDER_FFN_RATIO,
     LADDER_HEAD_DIM,
@@ -33,6 +34,9 @@ from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, valida
 from mosaic.train.schedule import WSDSchedule
 
 BYTE_VOCAB = 256  # byte-level fallback: one token per byte
+# The paper's router (Sec. 3.3, Alg. 1, Appendix A.3): sigmoid scores, the LFLB selection bias,
+# gate probabilities renormalised over the chosen K, unscaled.
+PAPER_ROUTER = RouterConfig(score="sigmoid", balancing="loss_free")
 # Geometry features of other model families (mosaic.arch) that the paper's recipe lacks.
 _UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk_norm",
                          "qkv_bias", "output_bias", "attention_sinks", "mtp_layers",
@@ -247,6 +251,12 @@ class TrainConfig(_Strict):
             raise MosaicInputError(
                 f"model: {', '.join(unsupported)} not implemented by the trainer (the paper's "
                 "recipe, Appendix A.1, uses none of them); remove them from the file")
+        router = None if geometry.moe is None else geometry.moe.router
+        if router is not None and replace(router, balancing=router.balancing or "loss_free"
+                                          ) != PAPER_ROUTER:
+            raise MosaicInputError(
+                f"model.moe.router ({router.describe()}): the trainer runs the paper's router "
+                f"(Alg. 1: {PAPER_ROUTER.describe()}); state that or leave the router out")
         if geometry.vocab < self.data.vocab_size:
             raise MosaicInputError(
                 f"model.{self._vocab_key()} {geometry.vocab} is smaller than the data's "
