@@ -173,6 +173,31 @@ def test_fsdp_units_kept_gathered_gather_and_scatter_once_per_step():
     assert fsdp_gathered_through_step(replace(workload, fsdp_keep_gathered=True), plan)[0]
 
 
+def test_megatron_fsdp_under_pp_regathers_each_micro_batch_torchtitan_keeps_the_stage():
+    """With pp > 1, torch FSDP2 under torch.distributed.pipelining keeps each stage gathered
+    and reduce-scatters once per step (its buffers hold the whole stage); Megatron-FSDP frees
+    the un-sharded weights after fprop/dgrad and reduce-scatters in every backward (Megatron-LM
+    docs megatron_fsdp.md): one unit and its prefetch, gathered again per micro-batch."""
+    from mosaic.perf.memory import memory_breakdown_bytes
+    from mosaic.perf.schedule import fsdp_gathered_through_step
+
+    cluster = Cluster(system=get_system("DGX-H100"), n_nodes=8)
+    machine = machine_for(cluster, "bf16")
+    plan = single_plan(dp=16, pp=4, micro_batch=1, sharding=Sharding.FSDP)  # n_mb = 16
+    calibration = replace(default_calibration(), stack_overhead={})
+    runs = {}
+    for stack in ("torchtitan", "megatron-core"):
+        workload = Workload(geometry=ladder_geometry(4), global_batch=256, seq_len=1024,
+                            stack=stack)
+        runs[stack] = (fsdp_gathered_through_step(workload, plan)[0],
+                       predict_step(workload, plan, machine, calibration).breakdown_s,
+                       memory_breakdown_bytes(workload, plan)["communication_buffers"][0])
+    (kept, titan, titan_buffers), (regathered, megatron, megatron_buffers) = runs.values()
+    assert kept and not regathered
+    assert megatron["fsdp_all_gather"][0] > 4 * titan["fsdp_all_gather"][0]
+    assert megatron_buffers < titan_buffers / 2
+
+
 @pytest.mark.parametrize("q_lora_rank", [None, 1536])
 def test_per_op_sac_recomputes_the_unsaved_mla_matmuls_by_hand(q_lora_rank):
     """torchtitan's per-op SAC saves every second aten.mm of a block. MLA without a

@@ -134,12 +134,14 @@ def n_microbatches(workload: Workload, plans: ParallelPlans) -> np.ndarray:
 def fsdp_gathered_through_step(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Whether fully sharded units stay gathered from their first forward to their last
     backward of the step, with gradients accumulated unsharded and reduce-scattered once:
-    always with pp > 1 (torchtitan does not reshard after forward under PP, and
-    torch.distributed.pipelining syncs gradients only in the last backward), and without PP
+    with pp > 1 on a stack that does so (the ``fsdp_pipeline_keeps_gathered`` trait:
+    torchtitan does not reshard after forward under PP, and torch.distributed.pipelining
+    syncs gradients only in the last backward; Megatron-FSDP does neither), and without PP
     where the workload says so (``Workload.fsdp_keep_gathered``: NeMo AutoModel's
     reshard_after_forward false with enable_fsdp_optimizations). Else every micro-batch
     gathers and reduce-scatters each unit again."""
-    return (plans.pp > 1) | workload.fsdp_keep_gathered
+    pipelined = (plans.pp > 1) & workload.traits.fsdp_pipeline_keeps_gathered
+    return pipelined | workload.fsdp_keep_gathered
 
 
 @plan_key("pp", "vpp", "dp", "micro_batch", remember=without_top_k)

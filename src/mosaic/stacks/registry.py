@@ -99,6 +99,7 @@ class _Entry(BaseModel):
     fsdp_shard_storage: FsdpShardStorage
     moe_probs_in_activation: bool
     fsdp_skips_unsharded_experts: bool = False
+    fsdp_pipeline_keeps_gathered: bool = True
     zero_runtime: Literal["torch", "deepspeed"] = "torch"
     layout_sharding: tuple[Literal["none", "zero1", "zero2", "fsdp", "hsdp"], ...] | None = None
     layout_vpp: tuple[int, ...] | None = None
@@ -156,6 +157,10 @@ class StackTraits:
     fsdp_shard_storage: FsdpShardStorage
     moe_probs_in_activation: bool  # routing probs scale the expert activation, not its output
     fsdp_skips_unsharded_experts: bool  # EP experts with no expert-DP group stay out of FSDP
+    # under pp > 1 fully sharded units stay gathered through the step and gradients
+    # accumulate unsharded (torch FSDP2 + torch.distributed.pipelining); false = every
+    # micro-batch gathers and reduce-scatters each unit (Megatron-FSDP)
+    fsdp_pipeline_keeps_gathered: bool
     # who allocates ZeRO's sharded gradients and gathered parameters (mosaic.perf.memory):
     # "torch" (FSDP/Megatron buckets in the gradient-reduce dtype, a unit and its prefetch
     # gathered) or "deepspeed" (gradient partitions in the model dtype, gathered parameters up
