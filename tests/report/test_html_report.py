@@ -158,6 +158,8 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
             assert f'data-figure="{figure}"' in html, (kind, figure)
     layouts = (tmp_path / "layouts.html").read_text()
     assert "Why the other layouts are infeasible" in layouts and "must divide" in layouts
+    # the rule as the CLI words it, not its template cut at the first slot ('pp·vpp=')
+    assert "pp·vpp must divide layers=48" in layouts and "<td>pp·vpp=</td>" not in layouts
     # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
     assert "64 GPUs: 8 x p6-b200.48xlarge" in layouts
     assert "512 GPUs: 64 x p6-b200.48xlarge" in (tmp_path / "perf.html").read_text()
@@ -342,3 +344,19 @@ def test_breakdown_charts_say_what_each_part_is():
     (trace,) = memory["data"]
     assert trace["name"] == "master weights"
     assert "fp32 master copy of the parameters" in trace["hovertemplate"]
+
+
+def test_mfu_memory_scatter_draws_the_usable_share_and_reads_a_narrow_mfu_range():
+    """Feasibility is judged against the usable share (90% of 178.4 GiB), so the scatter
+    draws it beside the capacity; MFU within 1.5 points gets a decimal (ticks read '20%,
+    20%, 19%' without one; a trial)."""
+    from mosaic.report.html.perf_page import mfu_memory_figure
+
+    points = {"mfu": [0.1998, 0.1992, 0.1959], "memory_gib": [148.5, 146.8, 143.4],
+              "step_time_s": [202.3, 202.9, 206.4], "labels": ["a", "b", "c"],
+              "checkpointing": ["full", "full", "none"]}
+    figure = mfu_memory_figure(points, 178.4, "t", usable_fraction=0.9)
+    lines = sorted(shape.x0 for shape in figure.layout.shapes)
+    assert lines == pytest.approx([178.4 * 0.9, 178.4])
+    assert figure.layout.yaxis.tickformat == ".1%"
+    assert {trace.name for trace in figure.data} >= {"full recompute", "no recompute"}

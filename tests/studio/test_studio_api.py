@@ -178,6 +178,9 @@ def test_plan_runs_to_a_report_equal_to_the_cli(studio):
                                           f"K={optimum['top_k']} G={optimum['split_factor']}")
     status, html = studio.text(job["report_url"])
     assert status == 200 and "mosaic plan" in html and 'data-figure="fig-frontier"' in html
+    # the CLI's whole document: uncertainty from the calibration's residuals (a trial: the
+    # studio's report said 'not computed: the calibration records no residuals')
+    assert 'data-figure="fig-uncertainty"' in html and "Not computed" not in html
     assert studio.text("/report/999")[0] == 404
 
 

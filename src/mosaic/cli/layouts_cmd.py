@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,6 +37,7 @@ from mosaic.evaluate.job import cluster_for, load_job_spec
 from mosaic.hardware import Cluster
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.constraints import rule_text
 from mosaic.perf.coverage import shown_dimension_value, summary_lines
 from mosaic.perf.layouts import (
     LayoutLimits,
@@ -256,14 +256,8 @@ def _render_infeasible(infeasible: dict[str, Any]) -> None:
     if rejected:
         _print_compact_table("Rejected by the divisibility rules (first broken rule)",
                              ["rule", "layouts", "example"],
-                             [[_rule_text(item["rule"]), f"{item['plans']:,}", item["example"]]
+                             [[rule_text(item["rule"]), f"{item['plans']:,}", item["example"]]
                               for item in rejected], wrap=True)
-
-
-def _rule_text(template: str) -> str:
-    """A divisibility rule as people read it: its template without the per-plan value
-    slots ('pp·vpp={pp}·{vpp} must divide layers=48' -> 'pp·vpp must divide layers=48')."""
-    return re.sub(r"=\{[a-z_]+\}(·\{[a-z_]+\})*", "", template)
 
 
 def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:

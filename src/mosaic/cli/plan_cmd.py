@@ -32,10 +32,8 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
-from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
-from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.workload import (
     FP4_RECIPES,
@@ -46,8 +44,6 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.plan.analysis import (
-    JOINT_EXPONENTS,
-    allocation_exponents,
     compare_model_flops,
     flop_cost_profile,
     sparsity_frontier,
@@ -59,7 +55,6 @@ from mosaic.plan.batch import (
     search_batch,
 )
 from mosaic.plan.cost import cheapest_plan, check_target_reachable, run_cost
-from mosaic.plan.coverage import candidate_assessment, plan_uncertainty
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
     ENVELOPE_RECIPE_SETTINGS,
@@ -82,7 +77,11 @@ from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import load_samples
 from mosaic.report import plan_report, plots
-from mosaic.report.html.documents import plan_report_blocks
+from mosaic.report.plan_result import (
+    calibration_document,
+    optimum_extrapolation,
+    plan_result_document,
+)
 from mosaic.report.stack_comparison import stack_comparison_document
 from mosaic.stacks.registry import check_release
 
@@ -329,21 +328,6 @@ def load_models(law_file: Path | None, calibration_file: str | None
     return law, load_calibration(calibration_file)
 
 
-def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any]) -> dict[str, Any]:
-    """Which of the optimum's law inputs lie outside the law's fitted range, and how far."""
-    flags = extrapolation_flags(
-        law, n_total=optimum["n_total"], n_active=optimum["n_active"],
-        tokens=optimum["tokens"], sparsity=optimum["sparsity"],
-        split_factor=optimum["split_factor"])
-    return extrapolation_document(law, flags)
-
-
-def calibration_document(calibration: Calibration) -> dict[str, Any]:
-    """Which calibration a result used, for its JSON and report."""
-    return {"name": calibration.name, "description": calibration.description,
-            "provenance": calibration.provenance}
-
-
 def require_physical_loss(result: PlanResult) -> None:
     """An optimum whose predicted loss is not physical comes from a broken law file."""
     loss = float(result.loss[result.optimum_index])
@@ -371,30 +355,25 @@ def _prepare_outputs(plot_dir: Path | None, html: Path | None, *inputs: object) 
 
 
 # --- mosaic plan ---------------------------------------------------------------------------
-def _analysis(result: PlanResult, law: ScalingLaw, plot_dir: Path | None
-              ) -> tuple[dict[str, Any], list[str]]:
-    """Model-FLOPs comparison and allocation exponents (documents), and figures."""
+def _plots(result: PlanResult, law: ScalingLaw, plot_dir: Path | None) -> list[str]:
+    """The frontier, sparsity trade-off and FLOP-cost figures in ``plot_dir`` (if given)."""
+    if plot_dir is None:
+        return []
     comparison = compare_model_flops(result, law)
-    documents: dict[str, Any] = {
-        "model_flops_comparison": plan_report.comparison_document(comparison, result)}
-    if all(name in law.coefficients for name in JOINT_EXPONENTS):
-        documents["allocation_exponents"] = plan_report.exponents_document(
-            allocation_exponents(result, law))
+    assert comparison.split_factor is not None
+    frontier = sparsity_frontier(result, law, comparison.c_model_flops,
+                                 comparison.split_factor)
+    profiles = [flop_cost_profile(result, law, comparison.c_model_flops, "sparsity",
+                                  split_factor=comparison.split_factor),
+                flop_cost_profile(result, law, comparison.c_model_flops, "split_factor")]
     written: list[str] = []
-    if plot_dir is not None:
-        assert comparison.split_factor is not None
-        frontier = sparsity_frontier(result, law, comparison.c_model_flops,
-                                     comparison.split_factor)
-        profiles = [flop_cost_profile(result, law, comparison.c_model_flops, "sparsity",
-                                      split_factor=comparison.split_factor),
-                    flop_cost_profile(result, law, comparison.c_model_flops, "split_factor")]
-        for paths in (plots.plot_frontier(result, plot_dir),
-                      plots.plot_sparsity_tradeoff(
-                          frontier, comparison, plot_dir,
-                          cluster_optimum=_cluster_optimum_point(result, comparison)),
-                      plots.plot_flop_cost(profiles, plot_dir)):
-            written += [str(p) for p in paths]
-    return documents, written
+    for paths in (plots.plot_frontier(result, plot_dir),
+                  plots.plot_sparsity_tradeoff(
+                      frontier, comparison, plot_dir,
+                      cluster_optimum=_cluster_optimum_point(result, comparison)),
+                  plots.plot_flop_cost(profiles, plot_dir)):
+        written += [str(p) for p in paths]
+    return written
 
 
 def _cluster_optimum_point(result: PlanResult, comparison: Any
@@ -534,27 +513,19 @@ def plan(
             cheapest = cheapest_plan(envelope, space, law, calibration, target_loss, node_list,
                                      day_list, price_per_gpu_hour,
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)
-    document = plan_report.plan_document(result, cost)
-    document["batch"] = ({"mode": "fixed", "global_batch": envelope.global_batch}
-                         if batch_choice is None else batch_choice.to_dict())
-    document["calibration"] = calibration_document(calibration)
-    document["optimum"]["extrapolation"] = optimum_extrapolation(law, document["optimum"])
-    coverage = candidate_assessment(result, calibration, int(result.optimum_index))
-    document["optimum"]["coverage"] = coverage.to_document()
-    document["optimum"]["coverage_summary"] = summary_lines(coverage)
+    extra: dict[str, Any] = {
+        "batch": ({"mode": "fixed", "global_batch": envelope.global_batch}
+                  if batch_choice is None else batch_choice.to_dict())}
     if versus_calibration is not None:
-        document["versus"] = _versus(envelope, space, law, versus_calibration, result,
-                                     calibration, workers, as_json)
-    analysis, written = _analysis(result, law, plot_dir)
-    document.update(analysis)
-    uncertainty = plan_uncertainty(result, law, samples, calibration)
-    if uncertainty is not None:
-        document["uncertainty"] = plan_report.uncertainty_document(uncertainty, result)
+        extra["versus"] = _versus(envelope, space, law, versus_calibration, result,
+                                  calibration, workers, as_json)
     if cheapest is not None:
-        document["cheapest"] = plan_report.cheapest_document(cheapest)
+        extra["cheapest"] = plan_report.cheapest_document(cheapest)
+    document, uncertainty = plan_result_document(result, law, calibration, cost, samples,
+                                                 extra)
+    written = _plots(result, law, plot_dir)
     if written:
         document["plots"] = written
-    document.update(plan_report_blocks(result, law, calibration, uncertainty))
     write_html(document, html, "plan")
     if as_json:
         print_json(document)

@@ -7,6 +7,7 @@ is rejected with the same message.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,6 +182,12 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
              _not_divisible(gdn.value_heads, plans.tp * plans.cp)),
         ]
     return [Violation(rule=text, violated=np.asarray(mask, dtype=bool)) for text, mask in rules]
+
+
+def rule_text(template: str) -> str:
+    """A divisibility rule as people read it: its template without the per-plan value
+    slots ('pp·vpp={pp}·{vpp} must divide layers=48' -> 'pp·vpp must divide layers=48')."""
+    return re.sub(r"=\{[a-z_]+\}(·\{[a-z_]+\})*", "", template)
 
 
 def valid_mask(violations: list[Violation], n_plans: int) -> np.ndarray:

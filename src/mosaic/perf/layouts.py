@@ -536,8 +536,10 @@ class LayoutSearch:
         p = self.prediction
         largest = ", ".join(f"{name} {size / GIB:.1f} GiB"
                             for name, size in largest_components(p.memory_breakdown_bytes, index))
+        # feasibility is judged against the usable share: needed - overshoot
+        usable = p.memory_bytes[index] - p.overshoot_bytes[index]
         return (f"out of memory by {p.overshoot_bytes[index] / GIB:.2f} GiB "
-                f"({p.memory_bytes[index] / GIB:.2f} GiB needed, "
+                f"({p.memory_bytes[index] / GIB:.2f} GiB needed, {usable / GIB:.2f} usable of "
                 f"{self.capacity_bytes / GIB:.2f} GiB per GPU; largest: {largest})")
 
     def rejected_counts(self) -> dict[str, int]:

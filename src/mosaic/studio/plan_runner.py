@@ -243,23 +243,19 @@ class PlanRunner:
         """The library calls `mosaic plan --json` makes, with this job's progress hook."""
         from mosaic.cli.common import to_jsonable
         from mosaic.law import default_law
-        from mosaic.plan.analysis import compare_model_flops
         from mosaic.plan.cost import run_cost
         from mosaic.plan.search import search
         from mosaic.report import plan_report
-        from mosaic.report.html.documents import plan_report_blocks
+        from mosaic.report.plan_result import plan_result_document
 
         law = self.law or default_law()
         result = search(envelope, space, law, self.calibration, progress=self._progress(job),
                         workers=1)
         if result.optimum_index is None:
             raise MosaicInputError(plan_report.untrainable_message(result))
-        document = plan_report.plan_document(result, run_cost(envelope, None))
-        comparison = compare_model_flops(result, law)
-        document["model_flops_comparison"] = plan_report.comparison_document(comparison,
-                                                                              result)
-        document.update(plan_report_blocks(result, law, self.calibration,
-                                           comparison=comparison))
+        document, _ = plan_result_document(
+            result, law, self.calibration, run_cost(envelope, None),
+            extra={"batch": {"mode": "fixed", "global_batch": envelope.global_batch}})
         return to_jsonable(document)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mosaic.perf.constraints import rule_text
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.report.html.breakdown import (
     GIB,
@@ -92,8 +93,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
 
 # --- layouts --------------------------------------------------------------------------------
 def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
-                      title: str) -> Any:
-    """MFU against memory per GPU of every feasible layout (best first)."""
+                      title: str, usable_fraction: float | None = None) -> Any:
+    """MFU against memory per GPU of every feasible layout (best first), with the device's
+    capacity and the usable share feasibility is judged against."""
     import plotly.graph_objects as go
 
     figure = go.Figure()
@@ -104,7 +106,7 @@ def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
             continue
         figure.add_trace(go.Scatter(
             x=[points["memory_gib"][i] for i in pick], y=[points["mfu"][i] for i in pick],
-            mode="markers", name=f"{mode} recompute",
+            mode="markers", name="no recompute" if mode == "none" else f"{mode} recompute",
             marker={"size": 5, "color": colour, "opacity": 0.6},
             text=[points["labels"][i] for i in pick],
             customdata=[points["step_time_s"][i] for i in pick],
@@ -119,9 +121,16 @@ def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
     if capacity_gib:
         figure.add_vline(x=capacity_gib, line_dash="dot", line_color="#b3261e",
                          annotation_text=f"capacity {capacity_gib:.0f} GiB")
+        if usable_fraction is not None and usable_fraction < 1:
+            # the share feasibility is judged against (as the memory bars draw it)
+            figure.add_vline(x=capacity_gib * usable_fraction, line_dash="dash",
+                             line_color="#e8710a", annotation_position="bottom left",
+                             annotation_text=f"usable {capacity_gib * usable_fraction:.1f} GiB")
+    # a narrow MFU range needs decimals, or ticks repeat ('20%, 20%, 19%')
+    spread = max(points["mfu"], default=0) - min(points["mfu"], default=0)
     figure.update_layout(title=title, xaxis_title="memory per GPU (GiB)",
-                         yaxis_title="MFU", yaxis_tickformat=".0%", height=470,
-                         margin={"t": 50, "b": 50, "l": 60, "r": 20})
+                         yaxis_title="MFU", yaxis_tickformat=".0%" if spread >= 0.05 else ".1%",
+                         height=470, margin={"t": 50, "b": 50, "l": 60, "r": 20})
     return figure
 
 
@@ -133,7 +142,7 @@ def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"reason": "out of memory", "plans": infeasible["out_of_memory"],
                      "example": ("" if closest is None
                                  else f"closest misses by {closest:.2f} GiB")})
-    rows += [{"reason": item["rule"].split("{")[0].strip() or item["rule"],
+    rows += [{"reason": rule_text(item["rule"]),
               "plans": item["plans"], "example": item["example"]}
              for item in infeasible["rejected"]]
     return rows
@@ -182,7 +191,9 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
              else f"{shown:,} of {total:,} feasible layouts (best 500, then evenly spaced)")
     sections.append(Section("scatter", "MFU against memory", [figure_html(mfu_memory_figure(
         points, None if capacity is None else capacity / GIB,
-        f"MFU vs memory per GPU: {scope}"), "fig-scatter")]))
+        f"MFU vs memory per GPU: {scope}",
+        usable_fraction=document["hardware"].get("usable_memory_fraction")),
+        "fig-scatter")]))
     sections.append(Section("table", f"Ranked layouts ({len(rows)} listed)", [
         table_html(LAYOUT_COLUMNS, rows, table_id="layouts-table", filterable=True,
                    highlight=lambda r: r["rank"] == 1)]))
