@@ -162,7 +162,13 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     assert "pp·vpp must divide layers=48" in layouts and "<td>pp·vpp=</td>" not in layouts
     # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
     assert "64 GPUs: 8 x p6-b200.48xlarge" in layouts
-    assert "512 GPUs: 64 x p6-b200.48xlarge" in (tmp_path / "perf.html").read_text()
+    perf = (tmp_path / "perf.html").read_text()
+    assert "512 GPUs: 64 x p6-b200.48xlarge" in perf
+    # what the CLI says of the job travels with the report: stack, calibration, precision,
+    # dispatcher, each term's and component's meaning, and every assumption (a trial)
+    for text in ("megatron-core (default)", "EP dispatcher", 'id="memory-table"',
+                 "routed experts&#x27; grouped GEMMs", "model.norm not stated"):
+        assert text in perf, text
     # the page header too (it put the GPU count where the node count goes: '512 ×
     # p6-b200.48xlarge' for 64 nodes; a trial)
     for kind, cluster in (("layouts", "64 GPUs: 8 x"), ("perf", "512 GPUs: 64 x")):

@@ -48,7 +48,8 @@ class Column:
 
 
 def fmt_float(digits: int) -> Callable[[Any], str]:
-    return lambda v: "–" if v is None else f"{v:.{digits}f}"
+    """Fixed decimals with thousands separators, as the CLI's tables print them."""
+    return lambda v: "–" if v is None else f"{v:,.{digits}f}"
 
 
 def fmt_percent(digits: int = 1) -> Callable[[Any], str]:

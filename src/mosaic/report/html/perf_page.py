@@ -6,6 +6,8 @@ from typing import Any
 
 from mosaic.perf.constraints import rule_text
 from mosaic.perf.headroom import memory_fit_text
+from mosaic.perf.memory import COMPONENT_MEANINGS
+from mosaic.perf.terms import term_meaning
 from mosaic.report.html.breakdown import (
     GIB,
     layout_label,
@@ -65,13 +67,23 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
             document["memory_gib"], document["memory_capacity_gib"],
             document.get("usable_memory_fraction", 1.0), document["overshoot_gib"])),
         ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
+        ("software stack (calibration)",
+         f"{document.get('stack', '?')} ({document.get('calibration', '?')})"),
+        ("precision", document.get("precision", "?")
+         + (f", FP8 recipe {document['fp8_recipe']}"
+            if document.get("fp8_recipe") not in (None, "none") else "")),
+        *([("EP dispatcher", document["dispatcher"])]
+          if plan.get("ep", 1) > 1 and "dispatcher" in document else []),
         ("attention kernel", document["attention_kernel"]),
         *(tuple(row) for row in document.get("coverage_summary", [])),
     ]
     terms = [{"term": k, "seconds": v, "share": v / document["step_time_s"],
-              "source": document["labels"].get(k, "")}
+              "source": document["labels"].get(k, ""), "what": term_meaning(k)}
              for k, v in document["breakdown"].items() if abs(v) > 0]
+    memory = [{"component": k, "gib": v / GIB, "what": COMPONENT_MEANINGS.get(k, "")}
+              for k, v in document["memory_breakdown"].items()]
     capacity = document["memory_capacity_gib"] * GIB
+    assumed = [{"assumed": line} for line in document.get("assumptions", [])]
     return [
         Section("summary", "Predicted step", [key_value_html(summary, table_id="perf-summary")]),
         Section("breakdown", "Step time and memory", [
@@ -86,8 +98,17 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
             table_html([Column("term", "term", text=True),
                         Column("seconds", "seconds", fmt_float(4)),
                         Column("share", "share", fmt_percent(1)),
-                        Column("source", "source", text=True)], terms,
-                       table_id="terms-table")]),
+                        Column("source", "source", text=True),
+                        Column("what", "what", text=True)], terms,
+                       table_id="terms-table"),
+            table_html([Column("component", "memory component", text=True),
+                        Column("gib", "GiB", fmt_float(2)),
+                        Column("what", "what", text=True)], memory,
+                       table_id="memory-table")]),
+        Section("assumptions", "Assumed where the input is silent", [
+            table_html([Column("assumed", "assumption", text=True)], assumed,
+                       table_id="assumptions-table") if assumed
+            else note("Nothing assumed: the input states every field the model reads.")]),
     ]
 
 
