@@ -80,6 +80,19 @@ def test_nodes_against_the_layout_says_how_the_count_is_derived(tmp_path):
                        "parallelism.dp fills the nodes)")
 
 
+def test_search_devices_against_nodes_names_both(tmp_path):
+    """A node count edited under a file that states search.devices (Appendix E's 512) is
+    refused naming both fields, not the unstated dp the devices filled (a trial)."""
+    job = _job(tmp_path, search={"devices": 16}, parallelism={"tp": 2})
+    assert _error("perf", job) == (
+        f"error: {job}: search.devices=16 and hardware.nodes=1 (8 GPUs, 8 per node) "
+        "disagree; state one of them, or make them equal")
+    # part of one host stays allowed: 4 of the node's 8 GPUs
+    result = runner.invoke(app, ["perf", _job(tmp_path, search={"devices": 4},
+                                              parallelism={"tp": 2}), "--json"])
+    assert result.exit_code == 0, result.output
+
+
 def test_zero3_is_fsdp_in_a_job_as_in_layouts(tmp_path):
     def perf(sharding: str) -> dict:
         result = runner.invoke(app, ["perf", _job(tmp_path, parallelism={"sharding": sharding}),

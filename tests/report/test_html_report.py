@@ -366,3 +366,15 @@ def test_mfu_memory_scatter_draws_the_usable_share_and_reads_a_narrow_mfu_range(
     assert lines == pytest.approx([178.4 * 0.9, 178.4])
     assert figure.layout.yaxis.tickformat == ".1%"
     assert {trace.name for trace in figure.data} >= {"full recompute", "no recompute"}
+
+
+def test_a_compare_result_is_told_where_it_is_drawn(tmp_path):
+    """`mosaic compare --json` has no report page: the error says where a comparison is
+    shown instead of calling it 'not a mosaic result' (a trial)."""
+    job = str(EXAMPLES / "appendix_e.yaml")
+    result = runner.invoke(app, ["compare", job, job, "--json"])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "compare.json"
+    path.write_text(result.stdout)
+    message = runner.invoke(app, ["report", str(path)]).output
+    assert "compare --json` result has no report page" in message and "studio" in message

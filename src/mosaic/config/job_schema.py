@@ -596,8 +596,16 @@ def job_from_document(document: dict[str, Any], where: str,
             f"{step_tokens / LARGEST_PUBLISHED_STEP_TOKENS:.0f}x DeepSeek-V3's 15,360 x 4,096: "
             "is batch.global_seqs a count of tokens rather than sequences?")
     devices = search.devices
-    if devices is None and hardware.nodes is not None:
-        devices = hardware.nodes * get_system(system_name).gpus_per_node
+    if hardware.nodes is not None:
+        per_node = get_system(system_name).gpus_per_node
+        node_devices = hardware.nodes * per_node
+        part_of_host = hardware.nodes == 1 and devices is not None and devices < per_node
+        if devices is not None and devices != node_devices and not part_of_host:
+            raise MosaicInputError(
+                f"{where}: search.devices={devices} and hardware.nodes={hardware.nodes} "
+                f"({node_devices} GPUs, {per_node} per node) disagree; state one of them, or "
+                "make them equal")
+        devices = node_devices if devices is None else devices
     if parallelism.dp is None and devices is None:
         raise MosaicInputError(f"{where}: give parallelism.dp, search.devices or hardware.nodes")
     dp = data_parallel(parallelism, devices, where)

@@ -23,6 +23,11 @@ def detect_kind(document: Any) -> str:
     kind = result_kind(document)
     if kind is not None:
         return kind
+    if isinstance(document, dict) and {"a", "b", "summary"} <= document.keys():
+        raise MosaicInputError(
+            "a `mosaic compare --json` result has no report page: `mosaic compare A B` prints "
+            "the comparison, and the studio's compare view draws it (docs/studio.md, Compare); "
+            "`mosaic report` draws plan, sweep, perf, layouts and validate results")
     raise MosaicInputError(
         "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate "
         "--json`")
