@@ -76,6 +76,10 @@ def test_bad_value_is_shown_next_to_its_field(page, browser):
     row_class = page.execute_script(
         "return document.getElementById('err-parallelism-ep').parentNode.className")
     assert "invalid" in row_class
+    # screen readers hear the field is invalid and why (a trial: no aria attributes)
+    assert field(page, "parallelism.ep").get_attribute("aria-invalid") == "true"
+    assert field(page, "parallelism.ep").get_attribute("aria-describedby") == \
+        "err-parallelism-ep"
     # the last good result stays, greyed out (docs/studio.md; it was blanked to '–')
     assert text(page, "m-step") == good
     assert "stale" in page.execute_script("return document.getElementById('metrics').className")
@@ -84,6 +88,7 @@ def test_bad_value_is_shown_next_to_its_field(page, browser):
     browser.wait_for(lambda: text(page, "err-parallelism-ep") == "" and "stale" not in
                      page.execute_script("return document.getElementById('metrics').className"),
                      what="the error to clear")
+    assert field(page, "parallelism.ep").get_attribute("aria-invalid") is None
     # the only console entries: Chromium logging the 422 answers to the invalid form
     logged = browser.console_errors(page)
     assert logged and all("/api/perf" in e["message"] and "422" in e["message"]
@@ -126,9 +131,36 @@ def test_layout_table_lists_layouts_and_reasons(page, browser):
     assert any("must divide" in t for t in texts)
     page.execute_script("document.getElementById('layouts').scrollIntoView()")
     browser.screenshot(page, "studio_layouts")
-    rows[0].click()  # loads the best layout into the editor
+    # rows are reachable by keyboard (a trial: click only): Enter loads the layout
+    from selenium.webdriver.common.keys import Keys
+
+    assert rows[0].get_attribute("tabindex") == "0"
+    rows[0].send_keys(Keys.ENTER)  # loads the best layout into the editor
     browser.wait_for(lambda: "fits in memory" in text(page, "m-verdict"),
                      what="the best layout to fit")
+
+
+def test_the_page_fits_a_phone_width(studio, browser):
+    """At 420 px the editor and the results stack, tables scroll inside their own box and
+    the page never scrolls sideways (a trial: 695 px wide)."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser.start_driver(height=900)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        driver.get(studio.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+            what="first prediction")
+        driver.find_element(By.ID, "layouts-run").click()
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                      "#layouts-table tbody tr"),
+                         what="the layout table")
+        width = driver.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 420, width
+    finally:
+        driver.quit()
 
 
 def test_compare_pinned_job_with_the_edited_one(page, browser):

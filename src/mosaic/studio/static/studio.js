@@ -138,6 +138,8 @@
     Array.prototype.forEach.call($(formId).querySelectorAll(".field"), function (row) {
       row.classList.remove("invalid");
       row.querySelector(".field-error").textContent = "";
+      var input = row.querySelector("[name]");
+      if (input) { input.removeAttribute("aria-invalid"); }
     });
     if (generalId) { $(generalId).textContent = ""; }
   }
@@ -148,6 +150,8 @@
       if (box && $(formId).contains(box)) {
         box.textContent = errors[key];
         box.parentNode.classList.add("invalid");
+        var input = $(fieldId(key));  // screen readers announce the field as invalid, with why
+        if (input) { input.setAttribute("aria-invalid", "true"); input.setAttribute("aria-describedby", box.id); }
       } else if (generalId) {
         $(generalId).textContent = errors[key];
       }
@@ -264,7 +268,13 @@
       $("layouts-table-holder").innerHTML = tableHtml("layouts-table", LAYOUT_COLUMNS, body.rows);
       var rows = $("layouts-table").tBodies[0].rows;
       Array.prototype.forEach.call(rows, function (tr) {
-        tr.addEventListener("click", function () { useLayout(body.rows[Number(tr.getAttribute("data-index"))]); });
+        var load = function () { useLayout(body.rows[Number(tr.getAttribute("data-index"))]); };
+        tr.tabIndex = 0;  // reachable by keyboard: Enter or Space loads the layout
+        tr.setAttribute("title", "load this layout into the editor");
+        tr.addEventListener("click", load);
+        tr.addEventListener("keydown", function (event) {
+          if (event.key === "Enter" || event.key === " ") { event.preventDefault(); load(); }
+        });
       });
       var infeasible = (body.infeasible.rejected || []).map(function (r) {
         return {layout: r.plans.toLocaleString() + " layouts break a divisibility rule", reason: r.example};
