@@ -148,9 +148,9 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
 
 
 # --- sweep ----------------------------------------------------------------------------------
-CURVES = (("loss", "optimal loss", ".4f"), ("sparsity", "S*", ".3f"),
+CURVES = (("loss", "optimal loss (nats/token)", ".4f"), ("sparsity", "S* = 1 − N_act/N_tot", ".3f"),
           ("split_factor", "G*", "d"), ("n_active", "N_act*", ".3s"),
-          ("tokens", "D* (tokens)", ".3s"), ("mfu", "MFU", ".1%"))
+          ("tokens", "D* (tokens)", ".3s"), ("mfu", "MFU (6·N_act, datasheet peak)", ".1%"))
 
 
 # Half the smallest S* axis range of the sweep figure (sparsity is a fraction of one).
