@@ -51,3 +51,24 @@ def test_perf_explain_and_html_say_the_same(oom_job, tmp_path):
     assert expected in human.stdout
     assert expected in explain.stdout
     assert expected in html_path.read_text()
+
+
+def test_perf_names_the_pipeline_rank_its_memory_breakdown_is():
+    """DeepSeek-V3 with 3 dense blocks first on 16 stages of 4 blocks: rank 0 holds 3 dense
+    and 1 MoE block, rank 1 four MoE blocks; the breakdown is rank 1's, and perf says so (a
+    hand audit checked it against the first stage, as the docs said)."""
+    from mosaic.evaluate.job import load_job_spec
+    from mosaic.perf.memory import heaviest_stage
+
+    overrides = ["parallelism.pp=16", "parallelism.vpp=1", "parallelism.pipeline_layout=null",
+                 "parallelism.tp=1", "parallelism.dp=32", "parallelism.ep=32",
+                 "batch.micro_seqs=1", "hardware.nodes=64", "search.devices=512"]
+    job = Path(__file__).resolve().parents[2] / "examples" / "deepseek_v3_h100.yaml"
+    args = [item for o in overrides for item in ("--set", o)]
+    result = runner.invoke(app, ["perf", str(job), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    spec = load_job_spec(job, overrides)
+    assert document["memory_stage"] == int(heaviest_stage(spec.workload, spec.plan)[0]) == 1
+    text = runner.invoke(app, ["perf", str(job), *args]).output
+    assert "Memory breakdown (heaviest stage: pipeline rank 1 of 16)" in text

@@ -217,6 +217,7 @@ TORCHTITAN_KEYS = {  # torchtitan v0.2.2 JobConfig sections and fields used by t
     "activation_checkpoint": {"mode", "selective_ac_option"},
     # [quantize.linear.float8] etc. (Float8Linear, Float8GroupedMM, MXLinear, MXGroupedMM)
     "quantize": {"linear", "grouped_mm"},
+    "compile": {"enable", "components"},  # Compile (enable defaults false)
 }
 
 
@@ -274,7 +275,9 @@ MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
     "dcn_data_parallelism", "dcn_fsdp_parallelism", "num_pipeline_microbatches",
     "num_layers_per_pipeline_stage", "rope_max_timescale", "partial_rotary_factor",
     "inhomogeneous_layer_cycle_interval", "gdn_conv_kernel_dim", "gdn_key_head_dim",
-    "gdn_value_head_dim", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_chunk_size"}
+    "gdn_value_head_dim", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_chunk_size",
+    "load_balance_loss_weight", "routed_score_func", "routed_scaling_factor",
+    "routed_bias_update_rate"}
 
 
 def test_maxtext_yaml_round_trip():

@@ -380,3 +380,24 @@ def test_maxtext_turns_the_auxiliary_loss_on():
     document = yaml.safe_load(export(_appendix_e(), "maxtext").text)
     assert document["load_balance_loss_weight"] == 1e-3
     assert "routed_bias_update_rate" not in document
+
+
+def test_torchtitan_compiles_as_costed():
+    """mosaic costs torchtitan jobs compiled (its stack default: Inductor kernels) with the
+    eager fp32 loss unless cross_entropy says 'compiled'; torchtitan v0.2.2's Compile.enable
+    defaults to false and its components to ['model', 'loss'] (config/job_config.py), so the
+    export states both (a hand audit: a compiled loss holds 4 B per logit, not 12)."""
+    import tomllib
+
+    def compile_table(*overrides: str) -> tuple[dict, list[str]]:
+        result = export(_appendix_e(**{"performance.stack": "torchtitan",
+                                       "parallelism.sharding": "fsdp", "parallelism.vpp": "1",
+                                       **dict(o.split("=") for o in overrides)}), "torchtitan")
+        return tomllib.loads(result.text)["compile"], result.unsupported
+
+    table, notes = compile_table()
+    assert table == {"enable": True, "components": ["model"]}
+    assert any("performance.cross_entropy: compiled" in n for n in notes)
+    assert compile_table("performance.cross_entropy=compiled")[0] == {
+        "enable": True, "components": ["model", "loss"]}
+    assert compile_table("performance.torch_compile=false")[0] == {"enable": False}

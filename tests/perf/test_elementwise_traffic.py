@@ -131,8 +131,9 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
     moe = Workload(geometry=ladder_geometry(8, 32, 2, 2), global_batch=64, seq_len=2048)
     assert kernel_assumptions(moe) == [
         "element-wise kernels: te_fused (megatron-core's default)",
-        "MoE token movement: torch_index (megatron-core's default)"]
-    stated = replace(moe, torch_compile=True, moe_permute="te_fused")
+        "MoE token movement: torch_index (megatron-core's default)",
+        "LM loss: fused (megatron-core's default)"]
+    stated = replace(moe, torch_compile=True, moe_permute="te_fused", cross_entropy="te")
     assert kernel_assumptions(stated) == [
         "element-wise kernels: te_fused (megatron-core; torch_compile set)",
         "torch_compile has no effect on megatron-core: its model code runs te_fused kernels "
@@ -141,6 +142,11 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
     eager = replace(moe, stack="torchtitan", torch_compile=False)
     assert kernel_assumptions(eager)[0] == (
         "element-wise kernels: eager_fp32_norm (torchtitan; torch_compile set)")
+    assert kernel_assumptions(eager)[-1] == "LM loss: fp32_upcast (torchtitan's default)"
+    # compiled blocks with the eager loss: the note says how to state a compiled loss (a hand
+    # audit: torchtitan compiles the loss with the model since April 2025)
+    compiled = replace(moe, stack="torchtitan")
+    assert "state cross_entropy: compiled (4 B)" in kernel_assumptions(compiled)[-1]
 
 
 def test_a_record_stating_torch_compile_keeps_it_over_record_settings():

@@ -29,7 +29,7 @@ from mosaic.perf.coverage import summary_lines
 from mosaic.perf.elementwise_traffic import kernel_assumptions
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import mfu_peak_text, usable_gib
-from mosaic.perf.memory import COMPONENT_MEANINGS
+from mosaic.perf.memory import COMPONENT_MEANINGS, heaviest_stage
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.perf.terms import STEP_TERMS, term_meaning
 from mosaic.units import GIB, SECONDS_PER_DAY
@@ -78,6 +78,8 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
         "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
+        # the pipeline rank whose memory the breakdown is (docs/memory.md "Which stage")
+        "memory_stage": int(heaviest_stage(result.spec.workload, result.spec.plan)[0]),
         "plan": plan_row_document(result.spec.plan.row(0)),
         "hardware": {
             "system": result.cluster.system.name,
@@ -173,8 +175,10 @@ def _render(document: dict[str, Any]) -> None:
                           [tuple(row) for row in document["coverage_summary"]])
     print_table("Step-time breakdown", ["term", "seconds", "share", "source", "what"], rows)
     memory = document["memory_breakdown"]
+    pp = document["plan"]["pp"]
     print_table(
-        "Memory breakdown (heaviest stage)",
+        "Memory breakdown" + (f" (heaviest stage: pipeline rank {document['memory_stage']} of "
+                              f"{pp})" if pp > 1 else ""),
         ["component", "GiB", "what"],
         [[name, f"{value / GIB:.2f}", COMPONENT_MEANINGS.get(name, "")]
          for name, value in memory.items()],

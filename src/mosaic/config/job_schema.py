@@ -600,7 +600,10 @@ def job_from_document(document: dict[str, Any], where: str,
         per_node = get_system(system_name).gpus_per_node
         node_devices = hardware.nodes * per_node
         part_of_host = hardware.nodes == 1 and devices is not None and devices < per_node
-        if devices is not None and devices != node_devices and not part_of_host:
+        # with dp unstated, the devices fill dp: a node count against them would be blamed on
+        # the layout (a stated dp is checked against both later, naming the layout)
+        if (parallelism.dp is None and devices is not None and devices != node_devices
+                and not part_of_host):
             raise MosaicInputError(
                 f"{where}: search.devices={devices} and hardware.nodes={hardware.nodes} "
                 f"({node_devices} GPUs, {per_node} per node) disagree; state one of them, or "

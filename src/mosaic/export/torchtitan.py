@@ -15,6 +15,7 @@ from typing import Any
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
+from mosaic.stacks import get_stack
 
 
 def model_name(spec: ExportSpec) -> str:
@@ -159,11 +160,31 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "activation_checkpoint": {"mode": spec.checkpointing}
         | ({"selective_ac_option": "op"} if spec.checkpointing == "selective" else {}),
     } | quantize
-    if spec.torch_compile is not None:  # Compile.enable (components model and loss)
-        tables["compile"] = {"enable": spec.torch_compile}
-        written.add("torch_compile")
+    tables["compile"], compile_notes = compile_table(spec)
+    unsupported += compile_notes
+    written.add("torch_compile")
     unsupported += unexpressed(spec, written, "torchtitan v0.2.2")
     return tables, unsupported
+
+
+def compile_table(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
+    """``[compile]`` as costed: ``enable`` is the job's torch_compile, else the stack's
+    default (torchtitan's is on: mosaic costs Inductor's kernels, while v0.2.2's
+    Compile.enable defaults to false); ``components`` names the loss only where mosaic costed
+    a compiled loss (Compile.components defaults to ['model', 'loss'], and
+    components/loss.py compiles the loss then: 4 B per logit against the eager fp32 loss's
+    12, docs/memory.md)."""
+    enable = (get_stack(spec.stack).torch_compile if spec.torch_compile is None
+              else spec.torch_compile)
+    if not enable:
+        return {"enable": False}, []
+    loss = spec.cross_entropy or get_stack(spec.stack).cross_entropy
+    if loss == "compiled":
+        return {"enable": True, "components": ["model", "loss"]}, []
+    return {"enable": True, "components": ["model"]}, [
+        f"a compiled loss (torchtitan's Compile.components default): mosaic costed the {loss} "
+        "loss, so components = ['model']; state performance.cross_entropy: compiled to "
+        "compile it too (12 -> 4 bytes per logit)"]
 
 
 def router_notes(spec: ExportSpec) -> list[str]:

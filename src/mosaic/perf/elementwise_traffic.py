@@ -28,6 +28,7 @@ from mosaic.perf.layer_costs import (
 )
 from mosaic.perf.moe_permute_traffic import ANALYTICAL_PERMUTE
 from mosaic.perf.workload import Workload
+from mosaic.stacks import CrossEntropy
 
 
 class ElementwiseKernels(StrEnum):
@@ -153,8 +154,8 @@ def elementwise_traffic_multiplier(workload: Workload) -> float:
 
 
 def kernel_assumptions(workload: Workload) -> list[str]:
-    """The element-wise and MoE token-movement implementations a workload is costed with,
-    and where each comes from (its own setting or its stack's default), for the
+    """The element-wise, MoE token-movement and LM-loss implementations a workload is costed
+    with, and where each comes from (its own setting or its stack's default), for the
     "assumed" notes of `mosaic perf` (text and JSON)."""
     kernels = elementwise_kernels(workload)
     stated = workload.torch_compile is not None
@@ -168,4 +169,14 @@ def kernel_assumptions(workload: Workload) -> list[str]:
         notes.append(f"MoE token movement: {workload.moe_permute_code} ("
                      + ("moe_permute set)" if workload.moe_permute
                         else f"{workload.stack}'s default)"))
+    if workload.cross_entropy is None:  # the logits working set (perf.memory)
+        loss = workload.loss_implementation
+        note = f"LM loss: {loss.value} ({workload.stack}'s default)"
+        if workload.compiles_model and loss is CrossEntropy.FP32_UPCAST:
+            # torchtitan compiled the loss with the model Oct-Dec 2024 and again from
+            # April 2025 (train.py e10cb9494, e8977b007; components/loss.py bbb1b616e)
+            note += ("; the model compiles but the loss is costed eager (12 B per logit): "
+                     "where the loss is compiled too (torchtitan since April 2025, "
+                     "Compile.components 'loss'), state cross_entropy: compiled (4 B)")
+        notes.append(note)
     return notes

@@ -1410,7 +1410,8 @@ def memory_breakdown_bytes(workload: Workload, plans: ParallelPlans) -> dict[str
 
 
 def heaviest_stage(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Pipeline rank of the heaviest stage (0, 1 or pp−1) per plan."""
+    """Pipeline rank of the heaviest stage per plan (0, 1 or pp−1; any rank for a hybrid
+    model or a stated pipeline layout)."""
     return _heaviest(workload, plans)[1]
 
 

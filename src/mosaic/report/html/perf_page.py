@@ -83,7 +83,8 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
     memory = [{"component": k, "gib": v / GIB, "what": COMPONENT_MEANINGS.get(k, "")}
               for k, v in document["memory_breakdown"].items()]
     capacity = document["memory_capacity_gib"] * GIB
-    assumed = [{"assumed": line} for line in document.get("assumptions", [])]
+    assumed = [{"assumed": line}
+               for line in [*document.get("assumptions", []), *document.get("kernels", [])]]
     return [
         Section("summary", "Predicted step", [key_value_html(summary, table_id="perf-summary")]),
         Section("breakdown", "Step time and memory", [
