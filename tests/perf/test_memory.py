@@ -291,8 +291,9 @@ def test_zero2_shards_gradients_and_fsdp_also_shards_weights():
 
 def test_fsdp_with_pipeline_keeps_the_stage_gathered():
     """Under PP, FSDP keeps the stage's bf16 parameters gathered and its fp32 gradients
-    unsharded until the last micro-batch (torchtitan, torch.distributed.pipelining)."""
-    work = workload(dense_geometry(vocab=100))
+    unsharded until the last micro-batch (torchtitan, torch.distributed.pipelining; not
+    Megatron-FSDP: tests/perf/test_layer_costs.py)."""
+    work = workload(dense_geometry(vocab=100), stack="torchtitan")
     plans = single_plan(pp=2, dp=4, sharding=Sharding.FSDP, checkpointing=Checkpointing.FULL)
     params = stage_parameters(work.geometry, plans, "first")
     buffers = stage_memory_breakdown_bytes(work, plans, "first")["communication_buffers"][0]
