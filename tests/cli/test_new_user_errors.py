@@ -365,3 +365,25 @@ def test_a_huggingface_config_given_as_a_job_points_to_model(command):
     assert result.exit_code == 2
     assert "a HuggingFace config.json (model_type 'qwen3_moe'), not a job; give it with " \
            "--model" in " ".join(result.output.split())
+
+
+def test_global_flags_typed_after_the_subcommand_are_read_as_global():
+    """`mosaic plan ... --quiet` said 'No such option: --quiet (Possible options: --q)'
+    (a trial): the root command's flags move before the subcommand."""
+    from mosaic.cli.main import hoist_global_flags
+
+    assert hoist_global_flags(["plan", "--q", "12", "--quiet"]) == [
+        "--quiet", "plan", "--q", "12"]
+    assert hoist_global_flags(["plan", "-q", "--days", "5"]) == ["-q", "plan", "--days", "5"]
+    assert hoist_global_flags(["arch", "--q", "8"]) == ["arch", "--q", "8"]
+
+
+def test_arch_reads_a_job_files_sequence_length():
+    """Appendix E's job states seqlen 8192: its attention FLOPs are at T=8192 unless
+    --seq-len says otherwise (a trial: T=2048)."""
+    job = str(Path(__file__).resolve().parents[2] / "examples" / "appendix_e.yaml")
+    result = runner.invoke(app, ["arch", "--config", job, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["seq_len"] == 8192
+    result = runner.invoke(app, ["arch", "--config", job, "--seq-len", "4096", "--json"])
+    assert json.loads(result.stdout)["seq_len"] == 4096

@@ -23,11 +23,13 @@ from mosaic.arch import (
     model_flops_per_token,
     ssd_scan_flops_per_token,
 )
+from mosaic.arch.hf_import import is_hf_config_file
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
 from mosaic.cli.model_option import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_range
+from mosaic.schema_validation import load_yaml_mapping
 
 
 def geometry_from_options(
@@ -169,6 +171,24 @@ def _check_flag_ranges(**flags: int | None) -> None:
         if value is not None:
             kind, low = kinds[name]
             check_range("--" + name.replace("_", "-"), value, kind, integer=True, low=low)
+
+
+DEFAULT_SEQ_LEN = 2048  # the paper's ladder context (Appendix A.1)
+
+
+def _file_seq_len(config: Path | None) -> int | None:
+    """The sequence length a job file states (``batch.seq_len`` in any accepted spelling),
+    for its attention FLOPs; None for a HF config or a file without one."""
+    if config is None or is_hf_config_file(config):
+        return None
+    from mosaic.config.job_schema import canonical_job_document
+
+    try:
+        document = canonical_job_document(load_yaml_mapping(config), str(config), set())
+    except MosaicInputError:
+        return None  # a model-only file: the geometry loader reports its own errors
+    value = (document.get("batch") or {}).get("seq_len")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
@@ -320,11 +340,15 @@ def arch(
     gated_attention: Annotated[bool, typer.Option(help="per-head sigmoid output gate")] = False,
     tied_embeddings: Annotated[bool, typer.Option(help="share embedding and LM head")] = False,
     glu: Annotated[bool, typer.Option(help="gated (SwiGLU) FFN")] = True,
-    seq_len: Annotated[int, typer.Option(help="sequence length for attention FLOPs")] = 2048,
+    seq_len: Annotated[int | None, typer.Option(
+        help="sequence length for attention FLOPs [default: a job file's batch.seq_len, "
+             "else 2048]")] = None,
     per_layer: Annotated[bool, typer.Option(help="add the per-block breakdown")] = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Exact parameter counts, sparsity and FLOPs per token of a transformer geometry."""
+    if seq_len is None:
+        seq_len = _file_seq_len(config) or DEFAULT_SEQ_LEN
     check_range("--seq-len", seq_len, "seq_len", integer=True)
     geometry = geometry_from_options(
         config=config,

@@ -264,6 +264,18 @@ def _empty_argument(argv: list[str]) -> str | None:
     return None
 
 
+# Options of the root command that people also type after the subcommand
+# (`mosaic plan ... --quiet`): moved before it, where the parser reads them.
+GLOBAL_FLAGS = ("--quiet", "-q")
+
+
+def hoist_global_flags(argv: list[str]) -> list[str]:
+    """``argv`` with the root command's flags (:data:`GLOBAL_FLAGS`) moved to the front
+    (`mosaic plan --q 12 --quiet` read --quiet as a misspelt --q)."""
+    flags = [a for a in argv if a in GLOBAL_FLAGS]
+    return flags + [a for a in argv if a not in GLOBAL_FLAGS] if flags else argv
+
+
 def main() -> None:
     """Console entry point: usage errors (unknown option, unparsable value) as one line.
 
@@ -271,6 +283,7 @@ def main() -> None:
     reported as one line (exit status 1) unless MOSAIC_DEBUG=1 asks for the traceback.
     """
     warnings.showwarning = _warning_line
+    sys.argv[1:] = hoist_global_flags(sys.argv[1:])
     empty = _empty_argument(sys.argv[1:])
     if empty is not None:
         _one_line(f"error: {empty}")
