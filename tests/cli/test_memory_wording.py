@@ -72,3 +72,18 @@ def test_perf_names_the_pipeline_rank_its_memory_breakdown_is():
     assert document["memory_stage"] == int(heaviest_stage(spec.workload, spec.plan)[0]) == 1
     text = runner.invoke(app, ["perf", str(job), *args]).output
     assert "Memory breakdown (heaviest stage: pipeline rank 1 of 16)" in text
+
+
+def test_a_calibration_profiles_stack_is_the_stack_of_a_job_that_names_none():
+    """`mosaic perf examples/appendix_e.yaml --calibration paper-p6b200` ran megatron-core
+    under the paper's profile (a trial); it now runs the profile's paper-nemo, as `mosaic
+    plan` does, says so, and a stated stack wins."""
+    implied = runner.invoke(app, ["perf", str(JOB), "--calibration", "paper-p6b200", "--json"])
+    stated = runner.invoke(app, ["perf", str(JOB), "--calibration", "paper-p6b200", "--set",
+                                 "performance.stack=paper-nemo", "--json"])
+    other = runner.invoke(app, ["perf", str(JOB), "--calibration", "paper-p6b200", "--set",
+                                "performance.stack=megatron-core", "--json"])
+    a, b, c = (json.loads(r.stdout) for r in (implied, stated, other))
+    assert a["stack"] == b["stack"] == "paper-nemo" and c["stack"] == "megatron-core"
+    assert a["step_time_s"] == b["step_time_s"] != c["step_time_s"]
+    assert any("the calibration profile's stack" in line for line in a["assumptions"])

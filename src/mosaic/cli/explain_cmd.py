@@ -238,7 +238,8 @@ def explain(
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     apply_catalog(catalog)
-    spec = load_job_spec(job, set_ or [], model_block(model))
+    constants = load_calibration(calibration)
+    spec = load_job_spec(job, set_ or [], model_block(model), default_stack=constants.stack)
     if measured_tokens_per_s is not None:  # physical ranges before work (mosaic.limits)
         check_range("--measured-tokens-per-s", measured_tokens_per_s, "seconds", low=1e-3,
                     high=1e15)
@@ -251,7 +252,6 @@ def explain(
     if measured_step_time_s is not None:
         check_range("--measured-step-time-s", measured_step_time_s, "seconds", low=1e-6,
                     high=1e6)
-    constants = load_calibration(calibration)
     result = predict_job(spec, constants)
     if measured_tokens_per_s_per_gpu is not None:
         measured_tokens_per_s = measured_tokens_per_s_per_gpu * result.cluster.n_devices

@@ -68,7 +68,8 @@ def _gives_devices(document: dict[str, Any]) -> bool:
 
 
 def load_search_job(path: Path, overrides: list[str], devices: int | None,
-                    model: dict[str, Any] | None = None) -> tuple[JobSpec, Cluster]:
+                    model: dict[str, Any] | None = None, default_stack: str | None = None
+                    ) -> tuple[JobSpec, Cluster]:
     """The job and cluster of a job file, ignoring its layout.
 
     GPUs: ``devices`` if given, else ``search.devices``, else ``hardware.nodes``. The
@@ -86,7 +87,8 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
         if devices is not None:
             spec = replace(spec, n_devices=devices)
         return spec, cluster_for(spec)
-    spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER], model=model)
+    spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER], model=model,
+                    default_stack=default_stack)
     if devices is not None:
         spec = replace(spec, n_devices=devices, nodes=None)
     elif not _gives_devices(apply_overrides(
@@ -315,7 +317,9 @@ def layouts(
     """
     check_html(html, job, model, calibration, catalog)
     apply_catalog(catalog)
-    spec, cluster = load_search_job(job, set_ or [], devices, model_block(model))
+    constants = load_calibration(calibration)
+    spec, cluster = load_search_job(job, set_ or [], devices, model_block(model),
+                                    default_stack=constants.stack)
     workload = spec.workload
     if uneven_stages:
         workload = replace(workload, uneven_pipeline_stages=True)
@@ -330,7 +334,6 @@ def layouts(
     workload = with_searched_remainder_last_layouts(workload, cluster.n_devices, limits)
     machine = machine_for(cluster, workload.precision, spec.usable_memory_fraction,
                           fp8_recipe=workload.fp8_recipe)
-    constants = load_calibration(calibration)
     with progress_reporter(json_output) as bar:
         search = search_layouts(workload, machine, constants, limits,
                                 progress=bar("evaluating layouts"))

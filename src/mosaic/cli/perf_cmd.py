@@ -201,8 +201,8 @@ def perf(
     """Predict step time, tokens/s, MFU and per-GPU memory of one job, with breakdowns."""
     check_html(html, job, model, calibration, catalog)
     apply_catalog(catalog)
-    spec = load_job_spec(job, set_ or [], model_block(model))
     constants = load_calibration(calibration)
+    spec = load_job_spec(job, set_ or [], model_block(model), default_stack=constants.stack)
     result = predict_job(spec, constants)
     document = prediction_document(result, constants)
     write_html(document, html, "perf")

@@ -89,6 +89,9 @@ if TYPE_CHECKING:
 KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "search",
                 "hardware", "training")
 
+# the stack of a job that names none (and whose calibration names none)
+DEFAULT_JOB_STACK = "megatron-core"
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -117,7 +120,7 @@ class PerformanceBlock(_Strict):
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference",
                               "jax_flash"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
-    stack: str = Field(default="megatron-core", description="a mosaic.stacks name")
+    stack: str = Field(default=DEFAULT_JOB_STACK, description="a mosaic.stacks name")
     stack_version: str | None = Field(
         default=None, description="the stack's release (YY.MM, e.g. "
         "the NeMo container 26.06): the stack's recipes for it fill what the job leaves "
@@ -898,7 +901,8 @@ def is_plan_document(document: object) -> bool:
 
 def load_job(path: Path, overrides: list[str] | None = None,
              adjust_record: Callable[[RunRecord], RunRecord] | None = None,
-             model: dict[str, Any] | None = None) -> JobSpec:
+             model: dict[str, Any] | None = None,
+             default_stack: str | None = None) -> JobSpec:
     """Read a job YAML file (any accepted spelling), apply ``--set`` overrides, validate.
 
     ``RUNS.yaml#ID`` (or a run-record file holding one run) loads that measured run with
@@ -907,6 +911,8 @@ def load_job(path: Path, overrides: list[str] | None = None,
     ``model`` (a canonical model block, ``--model``) replaces a job file's own before the
     overrides; a run record keeps the model it measured.
     Deprecated spellings in the file and the overrides give one warning together.
+    ``default_stack`` (a calibration profile's stack, as ``mosaic plan`` plans on it) is the
+    stack of a job file that states none, said in its assumptions.
     """
     from mosaic.config.run_records import is_run_record_document, split_record_reference
 
@@ -932,6 +938,14 @@ def load_job(path: Path, overrides: list[str] | None = None,
     if model is not None:
         document["model"] = model
     document = apply_overrides(document, overrides or [], deprecated)
+    note = None
+    performance = document.get("performance") or {}
+    if default_stack not in (None, DEFAULT_JOB_STACK) and performance.get("stack") is None:
+        document["performance"] = {**performance, "stack": default_stack}
+        note = (f"performance.stack not stated: {default_stack} (the calibration profile's "
+                "stack)")
     spec = job_from_document(document, str(path), deprecated)
+    if note is not None:
+        spec = replace(spec, assumptions=(*spec.assumptions, note))
     warn_deprecated(deprecated, str(path))
     return spec

@@ -30,14 +30,17 @@ class JobPrediction:
 
 
 def load_job_spec(path: Path, overrides: list[str] | None = None,
-                  model: dict[str, Any] | None = None) -> JobSpec:
+                  model: dict[str, Any] | None = None,
+                  default_stack: str | None = None) -> JobSpec:
     """A job file (its model replaced by ``model`` when given, see
     :func:`~mosaic.config.job_schema.load_job`), or a run record (``RUNS.yaml#ID``) with the
     settings ``mosaic validate`` applies to it (:mod:`mosaic.evaluate.record_settings`):
-    what every command reads."""
+    what every command reads. ``default_stack``: a calibration profile's stack, for a job
+    file that names none."""
     from mosaic.evaluate.record_settings import with_record_settings
 
-    return load_job(path, overrides, adjust_record=with_record_settings, model=model)
+    return load_job(path, overrides, adjust_record=with_record_settings, model=model,
+                    default_stack=default_stack)
 
 
 def cluster_for(spec: JobSpec) -> Cluster:
