@@ -378,3 +378,15 @@ def test_a_compare_result_is_told_where_it_is_drawn(tmp_path):
     path.write_text(result.stdout)
     message = runner.invoke(app, ["report", str(path)]).output
     assert "compare --json` result has no report page" in message and "studio" in message
+
+
+def test_candidates_at_the_token_cap_are_said_to_ignore_the_throughput_spread(tmp_path):
+    """Over 400 days every tiny candidate trains tpp_max·N_act tokens: the calibration's
+    throughput spread cannot move its loss, and the page says why the interval is flat (a
+    trial: equal loss low and high, P(optimal) 0%, unexplained)."""
+    html = tmp_path / "plan.html"
+    long_window = [*TINY_PLAN[:TINY_PLAN.index("--days")], "--days", "400", "--workers", "1"]
+    document = json.loads(invoke("plan", *long_window, "--json", "--html", str(html)))
+    capped = sum(1 for c in document["candidates"] if c["tpp_capped"])
+    assert capped == len(document["candidates"]) > 0
+    assert f"{capped} of these candidates train the tokens-per-parameter cap" in html.read_text()

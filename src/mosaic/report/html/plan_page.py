@@ -346,6 +346,13 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
         uncertainty.body.append(figure_html(uncertainty_figure(
             rows, u.get("level", 0.9), _sampled_uncertainties(u.get("sources"))),
             "fig-uncertainty"))
+        capped = [r for r in rows if r.get("tpp_capped") and "loss_low" in r]
+        if capped:  # why some intervals have no width (a trial asked)
+            uncertainty.body.append(note(
+                f"{len(capped)} of these candidates train the tokens-per-parameter cap "
+                "(D = tpp_max·N_act, D/N_act in the table) rather than all the window "
+                "allows: a faster or slower cluster trains the same D, so the throughput "
+                "spread leaves their loss where it is; only law samples widen it."))
         for key, label in (("robust_choice", "robust choice"),
                            ("minimax_regret_choice", "minimax-regret choice")):
             c = u.get(key)
