@@ -105,6 +105,16 @@ def test_a_rule_on_two_fields_is_shown_beside_both(studio):
                for message in body["errors"].values())
 
 
+def test_devices_not_filling_the_model_axes_are_shown_beside_them(studio):
+    """pp=3 on 32 nodes of 8: 256 devices are not a multiple of tp·pp·cp=3; the message
+    goes beside tp, pp, cp and the node count, not above the results (a trial)."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "parallelism.pp": "3"}})
+    assert status == 422
+    assert sorted(body["errors"]) == ["hardware.nodes", "parallelism.cp", "parallelism.pp",
+                                      "parallelism.tp"], body
+    assert all("not a multiple of tp·pp·cp=3" in m for m in body["errors"].values())
+
+
 def test_a_dense_model_with_expert_parallelism_says_it_has_no_experts(studio):
     """E = 0 (dense) beside the form's ep = 8 said 'ep=8 must divide experts=1' (a trial)."""
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "ladder.experts": "0"}})

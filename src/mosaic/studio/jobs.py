@@ -151,9 +151,13 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
     """``message`` beside each form field it is about: every axis a layout rule names
     (dp·micro_batch must divide the batch: the node count and the micro-batch), else the
     one field of :func:`field_of`."""
-    if message.startswith("invalid parallel layout"):
+    # the devices (the node count) not filling tp·pp·cp names the axes too (a trial found it
+    # above the results with no field marked)
+    spread = "are not a multiple of tp·pp·cp" in message
+    if message.startswith("invalid parallel layout") or spread:
         keys = [_axis_field(name, form_keys)
                 for name in _AXIS.findall(message.partition(":")[2])]
+        keys += ["hardware.nodes"] if spread else []
         found = [key for key in dict.fromkeys(keys) if key in form_keys]
         if found:
             return dict.fromkeys(found, message)
