@@ -88,3 +88,35 @@ def test_plan_report_table_sorts_and_filters(reports, offline_driver, browser):
     assert shown and all(words[0] in row.text for row in shown)
     assert len(shown) < len(losses_first)
     assert browser.console_errors(driver) == []
+
+
+def test_figures_fit_a_phone_width(reports, browser):
+    """At 420 px the sweep's six panels stack in one column and their legend goes below,
+    and the toolbar that covered titles is hidden (a trial: titles overlapping, a 40 px
+    plot beside its legend); nothing logs an error."""
+    driver = browser.start_driver(offline=True, height=900)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        driver.get(reports["sweep"].as_uri())
+        browser.wait_for(lambda: browser.figures_drawn(driver)[1] >= 1, what="the sweep")
+        browser.wait_for(lambda: driver.execute_script(
+            "var p = document.querySelector('[data-figure] .js-plotly-plot');"
+            "return p && p.layout.legend && p.layout.legend.orientation === 'h';"),
+            what="the legend below the plot")
+        layout = driver.execute_script(
+            "var l = document.querySelector('[data-figure] .js-plotly-plot').layout;"
+            "return {height: l.height, x: [l.xaxis.domain, l.xaxis6.domain],"
+            "        y: [l.yaxis.domain, l.yaxis2.domain]};")
+        # six panels stacked full width, the first above the second without overlap
+        assert layout["height"] >= 6 * 250
+        assert layout["x"] == [[0, 1], [0, 1]]
+        assert layout["y"][1][1] < layout["y"][0][0]
+        hidden = driver.execute_script(
+            "var bar = document.querySelector('.modebar-container');"
+            "return !bar || getComputedStyle(bar).display === 'none';")
+        assert hidden
+        assert browser.console_errors(driver) == []
+        browser.screenshot(driver, "report_sweep_phone")
+    finally:
+        driver.quit()

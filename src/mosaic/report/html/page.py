@@ -169,5 +169,6 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section], *,
         f"<header class=\"page\"><h1>{esc(title)}</h1><p>{esc(subtitle)}</p></header>"
         f"<nav class=\"toc\">{toc}</nav><main>{parts}</main>"
         f"<footer class=\"page\">{esc(footer)}</footer>"
-        f"<script>{asset_text('table.js')}</script></body></html>\n"
+        f"<script>{asset_text('table.js')}</script>"
+        f"<script>{asset_text('figures.js')}</script></body></html>\n"
     )

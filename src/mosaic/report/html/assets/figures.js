@@ -1,0 +1,67 @@
+/* The report's figures on a phone-width screen: legends below the plot instead of beside
+   it, smaller panel titles, and multi-panel figures taller so the panels do not crowd each
+   other (a reader found titles overlapping and a 40 px plot beside its legend at 420 px).
+   The toolbar is hidden by report.css at the same width. */
+(function () {
+  "use strict";
+  var NARROW_PX = 700;
+
+  function adapt(plot) {
+    var layout = plot.layout || {};
+    var panels = Object.keys(layout).filter(function (key) {
+      return /^xaxis\d*$/.test(key);
+    }).length;
+    var update = {"legend.orientation": "h", "legend.x": 0, "legend.xanchor": "left",
+                  "legend.y": -0.2, "legend.yanchor": "top", "margin.l": 48, "margin.r": 12};
+    (layout.annotations || []).forEach(function (annotation, index) {
+      update["annotations[" + index + "].font.size"] = 10;
+    });
+    if (panels > 1) {
+      stackPanels(layout, panels, update);
+      update["legend.y"] = -60 / update.height;  // just under the last panel's axis title
+      // the plot's div and the wrapper plotly writes around it keep the height they were
+      // written with (a responsive plot fills its div)
+      plot.style.height = update.height + "px";
+      if (plot.parentElement && plot.parentElement.style.height) {
+        plot.parentElement.style.height = update.height + "px";
+      }
+    }
+    window.Plotly.relayout(plot, update);
+  }
+
+  /* A grid of subplots (make_subplots: xaxis, xaxis2, ... row by row, one title annotation
+     each, in the same order) as one column, each panel a full-width band with its title
+     above it. */
+  function stackPanels(layout, panels, update) {
+    var gap = 0.35 / panels;
+    update.height = Math.max(layout.height || 450, 250 * panels);
+    var titles = (layout.annotations || []).filter(function (a) {
+      return a.xref === "paper" && a.yref === "paper" && a.yanchor === "bottom";
+    });
+    for (var i = 0; i < panels; i += 1) {
+      var suffix = i === 0 ? "" : String(i + 1);
+      var top = 1 - i / panels;
+      var bottom = 1 - (i + 1) / panels + gap;
+      update["xaxis" + suffix + ".domain"] = [0, 1];
+      update["yaxis" + suffix + ".domain"] = [bottom, top - gap / 3];
+      if (titles.length === panels) {
+        var index = layout.annotations.indexOf(titles[i]);
+        update["annotations[" + index + "].x"] = 0.5;
+        update["annotations[" + index + "].y"] = top - gap / 3;
+      }
+    }
+  }
+
+  function adaptAll() {
+    if (window.innerWidth >= NARROW_PX || !window.Plotly) { return; }
+    Array.prototype.forEach.call(
+      document.querySelectorAll("[data-figure] .js-plotly-plot"), adapt);
+  }
+
+  window.mosaicFigures = { adaptAll: adaptAll, narrowPx: NARROW_PX };
+  if (document.readyState === "complete") {
+    adaptAll();
+  } else {
+    window.addEventListener("load", adaptAll);
+  }
+})();
