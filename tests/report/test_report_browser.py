@@ -109,7 +109,7 @@ def test_figures_fit_a_phone_width(reports, browser):
             "return {height: l.height, x: [l.xaxis.domain, l.xaxis6.domain],"
             "        y: [l.yaxis.domain, l.yaxis2.domain]};")
         # six panels stacked full width, the first above the second without overlap
-        assert layout["height"] >= 6 * 250
+        assert layout["height"] >= 6 * 300
         assert layout["x"] == [[0, 1], [0, 1]]
         assert layout["y"][1][1] < layout["y"][0][0]
         hidden = driver.execute_script(

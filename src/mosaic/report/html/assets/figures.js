@@ -33,8 +33,8 @@
      each, in the same order) as one column, each panel a full-width band with its title
      above it. */
   function stackPanels(layout, panels, update) {
-    var gap = 0.35 / panels;
-    update.height = Math.max(layout.height || 450, 250 * panels);
+    var gap = Math.min(0.25, 0.5 / panels);  // room for rotated category ticks
+    update.height = Math.max(layout.height || 450, 300 * panels);
     var titles = (layout.annotations || []).filter(function (a) {
       return a.xref === "paper" && a.yref === "paper" && a.yanchor === "bottom";
     });
