@@ -87,3 +87,14 @@ def test_a_calibration_profiles_stack_is_the_stack_of_a_job_that_names_none():
     assert a["stack"] == b["stack"] == "paper-nemo" and c["stack"] == "megatron-core"
     assert a["step_time_s"] == b["step_time_s"] != c["step_time_s"]
     assert any("the calibration profile's stack" in line for line in a["assumptions"])
+
+
+def test_compare_runs_a_job_on_its_calibrations_stack_as_perf_does():
+    """`mosaic compare --calibration paper-p6b200` costed a stackless job on megatron-core
+    while perf used the profile's paper-nemo (a review)."""
+    perf = json.loads(runner.invoke(app, ["perf", str(JOB), "--calibration", "paper-p6b200",
+                                          "--json"]).stdout)
+    result = runner.invoke(app, ["compare", str(JOB), str(JOB), "--calibration",
+                                 "paper-p6b200", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["a"]["step_time_s"] == pytest.approx(perf["step_time_s"])

@@ -390,3 +390,21 @@ def test_the_trainers_warnings_print_as_mosaics_own_words(tmp_path):
     line = next(row for row in result.stderr.splitlines() if "kv_heads" in row)
     assert line.startswith("warning: ladder.kv_heads 3 does not divide the 4 query heads")
     assert "UserWarning" not in line and ".py:" not in line
+
+
+def test_train_is_quiet_under_either_quiet(tmp_path):
+    """`mosaic train job --quiet` (its own flag) and the root `--quiet` both drop the
+    per-step lines; the root flag typed after the subcommand is hoisted to the root, so
+    train must honour it (a review found step lines printed after the hoist)."""
+    pytest.importorskip("torch")
+    from mosaic.cli.main import hoist_global_flags
+
+    from .conftest import tiny_job
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job(run={"tokens": 2 * 8 * 32})))
+    runner = CliRunner()
+    argv = hoist_global_flags(["train", str(job), "--out", str(tmp_path / "q"), "--quiet"])
+    quiet = runner.invoke(_app(), argv)
+    assert quiet.exit_code == 0, quiet.output
+    assert "step      0" not in quiet.output and "finished" in quiet.output

@@ -87,7 +87,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.headroom import memory_fit_text
 
-    spec = load_job_spec(path, model=model)
+    spec = load_job_spec(path, model=model, default_stack=calibration.stack)
     result = predict_job(spec, calibration)
     doc = prediction_document(result, calibration)
     counts = count_parameters(spec.workload.geometry)

@@ -24,6 +24,7 @@ from mosaic.cli.common import (
     print_table,
     to_jsonable,
 )
+from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.limits import check_range
@@ -73,7 +74,8 @@ def train_command(
     from mosaic.train.router_health import FINAL_WINDOW_FRACTION, is_unbalanced
     from mosaic.train.trainer import format_record, train
 
-    log = None if quiet or as_json else (lambda r: console.print(format_record(r),
+    # its own --quiet, or the root one (`mosaic --quiet train`, or typed after: hoisted)
+    log = None if quiet or is_quiet() or as_json else (lambda r: console.print(format_record(r),
                                                                  highlight=False))
     try:
         result = train(config, out, stop_after_steps=stop_after, log=log)

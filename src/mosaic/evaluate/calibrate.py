@@ -376,10 +376,11 @@ def leave_one_group_out(baselines: RecordBaselines, groups: Sequence[str],
     """Predict each group's runs with a calibration fitted on all other groups
     (``progress(done, total)`` after each refit).
 
-    A free system constant that no run of a fold informs (c_PP with no pipeline across
-    nodes left in the fold) takes its neutral value, 0, not the base's: a base fitted on
-    every run (the shipped profile a refit starts from) carries the held-out runs in it,
-    and keeping its value made the held-out error an in-sample one.
+    Every fold starts the free χ_sys constants (c_A2A, c_PP, c_ovl) at their neutral 0: a
+    fold refits those its runs inform, and one no run of the fold informs (c_A2A with no
+    cross-node all-to-all left) stays 0. The base's value would not do: a base fitted on
+    every run (the shipped profile a refit starts from) carries the held-out runs in it, and
+    keeping it made the held-out error an in-sample one.
     """
     neutral = {name: 0.0 for name in ("chi_a2a", "chi_pp", "chi_overlap")
                if name in base.fitted_constants}

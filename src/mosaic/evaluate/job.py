@@ -56,14 +56,14 @@ def cluster_for(spec: JobSpec) -> Cluster:
             row = spec.plan.row(0)
             if spec.n_devices == int(spec.plan.n_devices[0]):
                 asked = (f"the layout uses tp·pp·cp·dp = {row['tp']}·{row['pp']}·{row['cp']}·"
-                         f"{row['dp']} = {spec.n_devices}")
+                         f"{row['dp']} = {spec.n_devices}; make them equal (an unstated "
+                         "parallelism.dp fills the nodes)")
             else:
-                asked = f"search.devices is {spec.n_devices}"
+                asked = (f"search.devices is {spec.n_devices}; state one of them, or make "
+                         "them equal")
             raise MosaicInputError(
                 f"hardware.nodes={spec.nodes} gives {cluster.n_devices} GPUs "
-                f"({spec.nodes} x {system.gpus_per_node} per node) but {asked}; make them "
-                f"equal (an unstated parallelism.dp fills the nodes)"
-            )
+                f"({spec.nodes} x {system.gpus_per_node} per node) but {asked}")
         return cluster
     assert spec.n_devices is not None
     return Cluster.from_n_devices(system, spec.n_devices)

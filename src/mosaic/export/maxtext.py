@@ -71,9 +71,11 @@ def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[st
     """The router as costed and as the model states it (layers/moe.py ``get_topk`` @ e591f30).
 
     - Balancing: base.yml's ``load_balance_loss_weight`` is 0.0, so an ``aux_loss`` router
-      gets :data:`AUX_LOSS_COEFF`. The expert bias of ``loss_free`` balancing is the gate's
-      ``routed_bias`` updated at ``routed_bias_update_rate``, which only the deepseek
-      decoder applies (models/deepseek.py); elsewhere the auxiliary loss stands in, named.
+      gets :data:`AUX_LOSS_COEFF`. The expert bias of ``loss_free`` balancing would be the
+      gate's ``routed_bias`` at ``routed_bias_update_rate``, but GateLogit keeps the scores
+      before the bias (selection with it, weights without) only for a ``model_name``
+      starting deepseek3 or deepseek4; otherwise the bias enters the weights. The export
+      names no model config, so the auxiliary loss stands in, named.
     - Scores: the deepseek decoder applies ``routed_score_func``, renormalises sigmoid
       weights and scales by ``routed_scaling_factor`` (``deepseek_scale_weights``); the
       other decoders take the softmax of the top-k logits (renormalised, unscaled).
@@ -83,14 +85,15 @@ def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[st
         return {}
     router, keys = g.moe.router, {}
     deepseek = block == "deepseek"
-    if spec.router_balancing == "loss_free" and deepseek:
-        keys |= {"routed_bias": True, "routed_bias_update_rate": BIAS_UPDATE_RATE}
-    else:
-        if spec.router_balancing == "loss_free":
-            unsupported.append(f"loss-free (expert-bias) balancing: MaxText's {block} decoder "
-                               "does not update a routing bias; written as "
-                               f"load_balance_loss_weight {AUX_LOSS_COEFF:g}")
-        keys["load_balance_loss_weight"] = AUX_LOSS_COEFF
+    if spec.router_balancing == "loss_free":
+        unsupported.append(
+            "loss-free (expert-bias) balancing: MaxText selects with the bias and weights "
+            "without it only under a model_name starting deepseek3/deepseek4 (layers/moe.py "
+            "GateLogit), which this file does not set; written as load_balance_loss_weight "
+            f"{AUX_LOSS_COEFF:g} (to train the bias: model_name: deepseek3-671b, "
+            f"override_model_config: true, routed_bias: true, routed_bias_update_rate "
+            f"{BIAS_UPDATE_RATE:g})")
+    keys["load_balance_loss_weight"] = AUX_LOSS_COEFF
     if router is None:
         return keys
     if deepseek:

@@ -248,8 +248,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     # dropout off; the router balancing stays the recipe's (its model's own), named
     model |= spec.megatron_core_fields(balancing=False)
     if g.moe is not None:
-        unsupported.append(f"router balancing: the recipe's own is kept (mosaic costed "
-                           f"{spec.router_balancing} balancing); set "
+        written = (" (the model's stated router fields are written)"
+                   if g.moe.router is not None else "")
+        unsupported.append(f"router balancing loss: the recipe's own is kept (mosaic costed "
+                           f"{spec.router_balancing} balancing){written}; set "
                            "moe_router_load_balancing_type / moe_aux_loss_coeff to change it")
     if g.mtp_layers:
         model["mtp_num_layers"] = g.mtp_layers

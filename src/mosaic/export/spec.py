@@ -244,11 +244,17 @@ class ExportSpec:
         if self.router_balancing == "loss_free" and router.score == "softmax":
             notes.append("loss-free balancing with softmax scores: Megatron-Core's expert bias "
                          "runs with sigmoid scores only (TransformerConfig.__post_init__), so "
-                         "no expert bias is written")
+                         "no expert bias is written: the auxiliary loss (Megatron) or the "
+                         "recipe's balancing (NeMo) stands in, less balanced than the "
+                         "loss-free router mosaic costed")
         if router.score == "sigmoid" and not router.normalize_top_k and moe.top_k > 1:
             notes.append("sigmoid scores not renormalised over the top-k: Megatron-Core always "
                          "renormalises the K chosen sigmoid scores "
                          "(moe_utils.topk_routing_with_score_function)")
+        if moe.top_k == 1 and router.normalize_top_k:
+            notes.append("top-1 with normalize_top_k: Megatron-Core weights the one expert by "
+                         f"its {router.score} score (top-1 softmax needs pre-softmax, and a "
+                         "single sigmoid score is not renormalised), not by 1")
         return notes
 
     def megatron_core_refusals(self) -> list[str]:

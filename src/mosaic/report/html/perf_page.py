@@ -67,6 +67,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
             document["memory_gib"], document["memory_capacity_gib"],
             document.get("usable_memory_fraction", 1.0), document["overshoot_gib"])),
         ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
+        *([("memory breakdown of", f"pipeline rank {document['memory_stage']} of "
+                                   f"{plan['pp']}, the heaviest")]
+          if plan.get("pp", 1) > 1 and "memory_stage" in document else []),
         ("software stack (calibration)",
          f"{document.get('stack', '?')} ({document.get('calibration', '?')})"),
         ("precision", document.get("precision", "?")

@@ -139,7 +139,7 @@
       row.classList.remove("invalid");
       row.querySelector(".field-error").textContent = "";
       var input = row.querySelector("[name]");
-      if (input) { input.removeAttribute("aria-invalid"); }
+      if (input) { input.removeAttribute("aria-invalid"); input.removeAttribute("aria-describedby"); }
     });
     if (generalId) { $(generalId).textContent = ""; }
   }
