@@ -87,6 +87,10 @@ def test_search_devices_against_nodes_names_both(tmp_path):
     assert _error("perf", job) == (
         f"error: {job}: search.devices=16 and hardware.nodes=1 (8 GPUs, 8 per node) "
         "disagree; state one of them, or make them equal")
+    # layouts searches the layout (its dp is a placeholder): the same two fields named
+    assert _error("layouts", job) == (
+        "error: hardware.nodes=1 gives 8 GPUs (1 x 8 per node) but search.devices is 16; "
+        "state one of them, or make them equal")
     # part of one host stays allowed: 4 of the node's 8 GPUs
     result = runner.invoke(app, ["perf", _job(tmp_path, search={"devices": 4},
                                               parallelism={"tp": 2}), "--json"])
