@@ -120,3 +120,17 @@ def test_figures_fit_a_phone_width(reports, browser):
         browser.screenshot(driver, "report_sweep_phone")
     finally:
         driver.quit()
+
+
+def test_the_step_legend_lists_every_group_without_scrolling(reports, offline_driver, browser):
+    """The layouts report's three slanted bar names and ten term groups left the legend a
+    scroll box hiding 'embedding + LM head', the largest grey segment (a trial)."""
+    driver = offline_driver
+    driver.get(reports["layouts"].as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(driver)[1] >= 1, what="the figures")
+    scrolls = driver.execute_script(
+        "var p = document.querySelector('[data-figure=fig-step] .js-plotly-plot');"
+        "var bar = p.querySelector('.legend .scrollbar');"
+        "return [p.querySelectorAll('.legend .traces').length,"
+        "        bar ? bar.getBoundingClientRect().height : 0];")
+    assert scrolls[0] >= 8 and scrolls[1] == 0, scrolls

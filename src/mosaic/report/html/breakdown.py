@@ -69,6 +69,9 @@ GROUP_COLOURS: dict[str, str] = {
 
 
 _FRAME: dict[str, Any] = {"margin": {"t": 50, "b": 40, "l": 60, "r": 20}, "height": 430}
+# a bar legend entry's height in plotly's default font, what the figure title, the legend
+# title and the margins take, and the height per character of a bar name slanted at 45°
+LEGEND_ROW_PX, LEGEND_BASE_PX, LABEL_CHAR_PX = 30, 150, 4.5
 
 
 def term_group(term: str) -> str:
@@ -113,10 +116,16 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
             "hovertemplate": "%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
                              "<br>%{customdata[3]}<br>%{customdata[2]}<extra>%{x}</extra>"})
         shown_groups.add(group)
+    # tall enough that the legend lists every group without scrolling (a trial found the
+    # largest grey segment's entry, "embedding + LM head", scrolled out of view)
+    # (plotly slants long bar names under the axis, which takes from the plot's height)
+    slanted_px = LABEL_CHAR_PX * max((len(n) for n in names), default=0) if len(names) > 1 else 0
+    height = max(_FRAME["height"],
+                 LEGEND_BASE_PX + LEGEND_ROW_PX * len(shown_groups) + slanted_px)
     return {"data": traces, "layout": {
         "barmode": "relative", "title": {"text": title or "Step time"},
         "yaxis": {"title": {"text": "seconds per step"}},
-        "legend": {"title": {"text": "term group"}}, **_FRAME}}
+        "legend": {"title": {"text": "term group"}}, **_FRAME, "height": height}}
 
 
 def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
