@@ -592,6 +592,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
     plan, global_batch, seq_len, dispatcher = _optimum_layout(document, source)
     precision, recipe, assumed = _plan_precision(envelope)
     geometry = _plan_geometry(optimum, source)
+    stack = str(envelope.get("stack", "megatron-core"))
     spec = ExportSpec(
         geometry=geometry,
         tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp") or 1),
@@ -615,9 +616,8 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         fused_grouped_mlp=(bool(envelope.get("fused_grouped_mlp", False))
                            and experts_fuse_grouped_mlp(geometry)),
         pipeline_layout=plan.get("pipeline_layout") or None,
-        stack=str(envelope.get("stack", "megatron-core")), source=source,
-        router_balancing=router_balancing(
-            geometry, get_stack(str(envelope.get("stack", "megatron-core"))).router_balancing),
+        stack=stack, source=source,
+        router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
     )
     return replace(spec, job=_plan_job_document(spec, envelope))

@@ -174,11 +174,11 @@ def compile_table(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     a compiled loss (Compile.components defaults to ['model', 'loss'], and
     components/loss.py compiles the loss then: 4 B per logit against the eager fp32 loss's
     12, docs/memory.md)."""
-    enable = (get_stack(spec.stack).torch_compile if spec.torch_compile is None
-              else spec.torch_compile)
+    traits = get_stack(spec.stack)
+    enable = traits.torch_compile if spec.torch_compile is None else spec.torch_compile
     if not enable:
         return {"enable": False}, []
-    loss = spec.cross_entropy or get_stack(spec.stack).cross_entropy
+    loss = spec.cross_entropy or traits.cross_entropy
     if loss == "compiled":
         return {"enable": True, "components": ["model", "loss"]}, []
     return {"enable": True, "components": ["model"]}, [

@@ -87,13 +87,18 @@ def router_imbalance(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return learned_router_imbalance(moe.experts, plans.ep, violation)
 
 
-def router_balancing(geometry: Geometry, stack_balancing: str) -> str:
-    """How the learned router is balanced: the model's stated ``moe.router.balancing``
-    (a property of the trained model, e.g. DeepSeek-V3's expert bias), else the stack's
-    ``router_balancing`` trait, ``stack_balancing``."""
+def stated_router_balancing(geometry: Geometry) -> str | None:
+    """The model's stated ``moe.router.balancing`` (a property of the trained model, e.g.
+    DeepSeek-V3's expert bias); None where the model states none."""
     moe = geometry.moe
-    stated = None if moe is None or moe.router is None else moe.router.balancing
-    return stated or stack_balancing
+    return None if moe is None or moe.router is None else moe.router.balancing
+
+
+def router_balancing(geometry: Geometry, stack_balancing: str) -> str:
+    """How the learned router is balanced: the model's stated balancing
+    (:func:`stated_router_balancing`), else the stack's ``router_balancing`` trait,
+    ``stack_balancing``."""
+    return stated_router_balancing(geometry) or stack_balancing
 
 
 def capacity_factor(workload: Workload) -> float:
@@ -147,8 +152,8 @@ def routing_assumptions(workload: Workload) -> list[str]:
     reads_imbalance = workload.routing == "dropless" or (
         not workload.pad_to_capacity and capacity_factor(workload) > 1.0)
     if workload.routing_imbalance is None and reads_imbalance:
-        balancing = router_balancing(workload.geometry, workload.traits.router_balancing)
-        stated = moe.router is not None and moe.router.balancing is not None
+        stated = stated_router_balancing(workload.geometry)
+        balancing = stated or workload.traits.router_balancing
         source = f"{'the model' if stated else workload.stack}'s {balancing}"
         # A trained router's: Megatron-Core's MoE README (@ 6a6cd478, "OOM Caused by Token
         # Distribution Imbalance when Training From Scratch") reports severe imbalance while the
