@@ -388,10 +388,12 @@ def test_maxtext_turns_the_auxiliary_loss_on():
 
 
 def test_torchtitan_compiles_as_costed():
-    """mosaic costs torchtitan jobs compiled (its stack default: Inductor kernels) with the
-    eager fp32 loss unless cross_entropy says 'compiled'; torchtitan v0.2.2's Compile.enable
-    defaults to false and its components to ['model', 'loss'] (config/job_config.py), so the
-    export states both (a hand audit: a compiled loss holds 4 B per logit, not 12)."""
+    """mosaic costs torchtitan jobs compiled (its stack default: Inductor kernels), and a
+    compiled job's loss compiled with it unless cross_entropy names another (components/
+    loss.py compiles it then); torchtitan v0.2.2's Compile.enable defaults to false and its
+    components to ['model', 'loss'] (config/job_config.py), so the export states both; a job
+    that states the eager loss compiles the model only (a hand audit: a compiled loss holds
+    4 B per logit, the eager one 12)."""
     import tomllib
 
     def compile_table(*overrides: str) -> tuple[dict, list[str]]:
@@ -401,10 +403,11 @@ def test_torchtitan_compiles_as_costed():
         return tomllib.loads(result.text)["compile"], result.unsupported
 
     table, notes = compile_table()
+    assert table == {"enable": True, "components": ["model", "loss"]}
+    assert not any("compiled loss" in n for n in notes)
+    table, notes = compile_table("performance.cross_entropy=fp32_upcast")
     assert table == {"enable": True, "components": ["model"]}
-    assert any("performance.cross_entropy: compiled" in n for n in notes)
-    assert compile_table("performance.cross_entropy=compiled")[0] == {
-        "enable": True, "components": ["model", "loss"]}
+    assert any("costed the fp32_upcast loss" in n for n in notes)
     assert compile_table("performance.torch_compile=false")[0] == {"enable": False}
 
 

@@ -143,10 +143,12 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
     assert kernel_assumptions(eager)[0] == (
         "element-wise kernels: eager_fp32_norm (torchtitan; torch_compile set)")
     assert kernel_assumptions(eager)[-1] == "LM loss: fp32_upcast (torchtitan's default)"
-    # compiled blocks with the eager loss: the note says how to state a compiled loss (a hand
-    # audit: torchtitan compiles the loss with the model since April 2025)
+    # compiled blocks compile the loss with them (torchtitan since April 2025): the note
+    # says so and how to state an older run's eager loss
     compiled = replace(moe, stack="torchtitan")
-    assert "state cross_entropy: compiled (4 B)" in kernel_assumptions(compiled)[-1]
+    assert kernel_assumptions(compiled)[-1].startswith(
+        "LM loss: compiled (torchtitan's default); compiled with the model (4 B per logit)")
+    assert "state cross_entropy: fp32_upcast (12 B)" in kernel_assumptions(compiled)[-1]
 
 
 def test_a_record_stating_torch_compile_keeps_it_over_record_settings():

@@ -98,13 +98,13 @@ def test_loss_and_full_recompute_working_set_are_never_live_together():
     torchtitan's eager loss) is freed before the last block is recomputed, and here it
     exceeds that block's working set, which then adds nothing: 4 x 32,768 = 131,072 B."""
     plan = single_plan(**PLAN, checkpointing=Checkpointing.FULL)
-    titan = workload("torchtitan")
+    titan = workload("torchtitan", cross_entropy="fp32_upcast")
     assert layer_input_bytes(titan, plan)[0] == 32_768
     assert logits_bytes(titan, plan, "last")[0] == 3_072_000
     assert layer_working_set_bytes(titan, plan, "dense")[0] < 3_072_000
     assert stage_activation_bytes(titan, plan, "first")[0] == 131_072
     # A vocab of 8: the loss (12 x 256 x 8 = 24,576 B) is smaller; the excess counts.
-    tiny = workload("torchtitan", vocab=8)
+    tiny = workload("torchtitan", vocab=8, cross_entropy="fp32_upcast")
     excess = layer_working_set_bytes(tiny, plan, "dense")[0] - 24_576
     assert stage_activation_bytes(tiny, plan, "first")[0] == pytest.approx(131_072 + excess)
 
@@ -154,8 +154,10 @@ def test_megatron_core_up_to_0_7_shifts_the_fp32_logits_out_of_place():
 
 
 def test_a_chunked_loss_keeps_one_chunks_logits():
-    """torchtitan ChunkedCELoss over 8 chunks: 12 B x 256 x 1000 / 8 = 384,000 B."""
+    """torchtitan ChunkedCELoss over 8 chunks, eager loss: 12 B x 256 x 1000 / 8 =
+    384,000 B."""
     plan = single_plan(**PLAN)
-    assert logits_bytes(workload("torchtitan", loss_chunks=8), plan, "last")[0] == 384_000
+    eager = workload("torchtitan", loss_chunks=8, cross_entropy="fp32_upcast")
+    assert logits_bytes(eager, plan, "last")[0] == 384_000
     with pytest.raises(Exception, match="loss_chunks"):
         workload("torchtitan", loss_chunks=0)

@@ -8,6 +8,7 @@ import pytest
 from mosaic.arch import Geometry, MLAConfig, MoEConfig
 from mosaic.config.run_records import load_run_records
 from mosaic.errors import MosaicInputError
+from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.memory import (
     COMPONENTS,
@@ -36,9 +37,13 @@ def workload(stack: str, **overrides) -> Workload:
 # One micro-batch of 2 sequences x 128 tokens = 256 tokens, vocab 1000.
 @pytest.mark.parametrize("stack, overrides, tp, bytes_per_logit", [
     ("megatron-core", {}, 1, 6),  # bf16 logits + fp32 copy, softmax and gradient in place
-    ("torchtitan", {}, 1, 12),  # saved log-softmax + dense nll gradient + its backward output
-    ("torchtitan", {}, 2, 16),  # loss_parallel: saved result, zeros, exp(x), their sum
-    ("torchtitan", {"cross_entropy": "compiled"}, 1, 4),  # saved bf16 logits + bf16 gradient
+    # eager: saved log-softmax + dense nll gradient + its backward output
+    ("torchtitan", {"torch_compile": False}, 1, 12),
+    # eager under loss_parallel: saved result, zeros, exp(x), their sum
+    ("torchtitan", {"torch_compile": False}, 2, 16),
+    # compiled with the model (trait compiled_loss): saved bf16 logits + bf16 gradient
+    ("torchtitan", {}, 1, 4),
+    ("torchtitan", {"cross_entropy": "fp32_upcast"}, 1, 12),  # a stated loss wins
     ("megatron-core", {"cross_entropy": "fp32_upcast"}, 1, 12),  # the workload overrides
     ("nemo-automodel", {}, 1, 8),  # bf16: logits, saved log-softmax, nll grad, its backward
 ])
@@ -95,7 +100,7 @@ def test_every_recorded_oom_is_predicted_above_the_memory_a_plan_may_fill():
     fragmentation, which the model does not predict) is the line an OOM must cross."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        records = load_run_records(EXTRA_RUNS).records
+        records = apply_record_settings(load_run_records(EXTRA_RUNS)).records
     ooms = [r for r in records if r.oom]
     assert len(ooms) >= 19
     usable = {r.id: memory_headroom(None, r.workload.stack).usable_fraction

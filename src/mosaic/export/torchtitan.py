@@ -15,7 +15,7 @@ from typing import Any
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import ExportSpec, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
-from mosaic.stacks import get_stack
+from mosaic.stacks import default_loss, get_stack
 
 
 def model_name(spec: ExportSpec) -> str:
@@ -173,12 +173,12 @@ def compile_table(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     Compile.enable defaults to false); ``components`` names the loss only where mosaic costed
     a compiled loss (Compile.components defaults to ['model', 'loss'], and
     components/loss.py compiles the loss then: 4 B per logit against the eager fp32 loss's
-    12, docs/memory.md)."""
+    12, docs/memory.md; a job that states none gets it, :func:`mosaic.stacks.default_loss`)."""
     traits = get_stack(spec.stack)
     enable = traits.torch_compile if spec.torch_compile is None else spec.torch_compile
     if not enable:
         return {"enable": False}, []
-    loss = spec.cross_entropy or traits.cross_entropy
+    loss = spec.cross_entropy or default_loss(traits, compiles_model=True)
     if loss == "compiled":
         return {"enable": True, "components": ["model", "loss"]}, []
     return {"enable": True, "components": ["model"]}, [

@@ -172,11 +172,11 @@ def kernel_assumptions(workload: Workload) -> list[str]:
     if workload.cross_entropy is None:  # the logits working set (perf.memory)
         loss = workload.loss_implementation
         note = f"LM loss: {loss.value} ({workload.stack}'s default)"
-        if workload.compiles_model and loss is CrossEntropy.FP32_UPCAST:
+        if loss is CrossEntropy.COMPILED:
             # torchtitan compiled the loss with the model Oct-Dec 2024 and again from
             # April 2025 (train.py e10cb9494, e8977b007; components/loss.py bbb1b616e)
-            note += ("; the model compiles but the loss is costed eager (12 B per logit): "
-                     "where the loss is compiled too (torchtitan since April 2025, "
-                     "Compile.components 'loss'), state cross_entropy: compiled (4 B)")
+            note += ("; compiled with the model (4 B per logit): a torchtitan run from "
+                     "before April 2025 ran it eager, state cross_entropy: fp32_upcast "
+                     "(12 B)")
         notes.append(note)
     return notes

@@ -15,7 +15,7 @@ from mosaic.perf.attention_kernels import (
     stack_default_kernel,
 )
 from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts, with_remainder_last_layouts
-from mosaic.stacks import CrossEntropy, StackTraits, get_stack, stacks_with
+from mosaic.stacks import CrossEntropy, StackTraits, default_loss, get_stack, stacks_with
 
 
 class Precision(StrEnum):
@@ -702,8 +702,9 @@ class Workload:
 
     @property
     def loss_implementation(self) -> CrossEntropy:
-        """The LM loss as run: the workload's own setting, else the stack's trait."""
-        return self.cross_entropy or self.traits.cross_entropy
+        """The LM loss as run: the workload's own setting, else the stack's default for
+        whether the model compiles (:func:`mosaic.stacks.default_loss`)."""
+        return self.cross_entropy or default_loss(self.traits, self.compiles_model)
 
     @property
     def compiles_model(self) -> bool:

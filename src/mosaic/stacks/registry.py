@@ -121,6 +121,7 @@ class _Entry(BaseModel):
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
                                  "eager_native_norm"] = "te_fused"
     torch_compile: bool = False
+    compiled_loss: bool = False
     moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
                          "torchtitan_2604", "levanter"] = "te_fused"
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8"] | None = None
@@ -201,6 +202,9 @@ class StackTraits:
     # eager_native_norm; torch_compile: eager model code is compiled by default
     elementwise_kernels: str
     torch_compile: bool
+    # whether compiling the model compiles the LM loss too (torchtitan: Compile.components
+    # defaults to ['model', 'loss']); the loss is then CrossEntropy.COMPILED unless stated
+    compiled_loss: bool
     # how the MoE layer moves routed tokens on the GPU (mosaic.perf.moe_permute_traffic):
     # te_fused, torch_index, torchtitan (v0.2.2), torchtitan_2510, torchtitan_2604 or levanter
     moe_permute: str
@@ -242,6 +246,15 @@ def _registry() -> dict[str, StackTraits]:
     parsed = validate_mapping(_Registry, document, "stack registry")
     return {name: StackTraits(name=name, **entry.model_dump())
             for name, entry in parsed.stacks.items()}
+
+
+def default_loss(traits: StackTraits, compiles_model: bool) -> CrossEntropy:
+    """The LM loss a job that states none runs: compiled where the stack compiles its loss
+    with the model (trait ``compiled_loss``) and the model compiles, else the stack's
+    ``cross_entropy``."""
+    if compiles_model and traits.compiled_loss:
+        return CrossEntropy.COMPILED
+    return traits.cross_entropy
 
 
 def release_number_text(value: object) -> object:
