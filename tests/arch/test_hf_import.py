@@ -401,3 +401,28 @@ def test_a_bad_routed_scaling_factor_is_refused_by_name(value):
     config = json.loads((HF / "deepseek-v3.json").read_text()) | {"routed_scaling_factor": value}
     with pytest.raises(MosaicInputError, match="routed_scaling_factor"):
         geometry_from_hf_config(config, "v3.json")
+
+
+def test_group_limited_routing_is_read_with_each_class_default():
+    """DeepSeek-V3's config.json: n_group 8, topk_group 4 (its router always limits groups;
+    DeepseekV3Config defaults 8 and 4); NemotronHConfig's 1 and 1 limit nothing; DeepSeek-V2
+    limits groups only under topk_method 'group_limited_greedy' (DeepSeek-V2 236B: 8 groups,
+    top 3)."""
+    v3 = load_hf_config(HF / "deepseek-v3.json").moe.router
+    assert (v3.groups, v3.top_groups, v3.limits_groups) == (8, 4, True)
+    unstated = json.loads((HF / "deepseek-v3.json").read_text())
+    unstated.pop("n_group"), unstated.pop("topk_group")
+    assert geometry_from_hf_config(unstated).moe.router.groups == 8
+    nano = load_hf_config(HF / "nemotron-3-nano-30b-a3b.json").moe.router
+    assert (nano.groups, nano.top_groups) == (None, None)
+    v2_lite = DEEPSEEK_V2_COMMON | {
+        "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
+        "q_lora_rank": None, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "n_routed_experts": 64, "n_group": 1, "topk_group": 1, "topk_method": "greedy"}
+    assert geometry_from_hf_config(v2_lite).moe.router.groups is None
+    v2 = v2_lite | {"n_routed_experts": 160, "n_group": 8, "topk_group": 3,
+                    "topk_method": "group_limited_greedy"}
+    router = geometry_from_hf_config(v2).moe.router
+    assert (router.groups, router.top_groups) == (8, 3)
+    with pytest.raises(MosaicInputError, match=r"groups \(8\) must divide moe\.experts \(100\)"):
+        geometry_from_hf_config(v2 | {"n_routed_experts": 100}, "v2.json")

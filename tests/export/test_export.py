@@ -277,7 +277,7 @@ MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
     "inhomogeneous_layer_cycle_interval", "gdn_conv_kernel_dim", "gdn_key_head_dim",
     "gdn_value_head_dim", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_chunk_size",
     "load_balance_loss_weight", "routed_score_func", "routed_scaling_factor",
-    "routed_bias_update_rate"}
+    "routed_bias_update_rate", "n_routing_groups", "topk_routing_group"}
 
 
 def test_maxtext_yaml_round_trip():

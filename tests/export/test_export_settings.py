@@ -356,7 +356,8 @@ def test_the_models_router_is_written_as_trained():
     assert any("model_name: deepseek3-671b" in note for note in result.unsupported)
     titan = export(_spec(DEEPSEEK_V3_JOB), "torchtitan")
     assert any("score_func='sigmoid', route_norm=True, route_scale=2.5, "
-               "load_balance_coeff=1e-3" in note for note in titan.unsupported)
+               "num_expert_groups=8, num_limited_groups=4, load_balance_coeff=1e-3" in note
+               for note in titan.unsupported)
 
 
 def test_router_settings_a_target_cannot_express_are_named():
@@ -422,3 +423,34 @@ def test_a_top1_router_that_renormalises_is_named_in_megatron():
     plain = export(_appendix_e(**{"model.moe.experts_per_token": "1",
                                   "model.moe.router.normalize_top_k": "false"}), "megatron")
     assert not any("top-1 with normalize_top_k" in n for n in plain.unsupported)
+
+
+def test_a_group_limited_router_is_written_to_every_framework():
+    """The model's router limits groups (DeepSeek-V3: top 4 of 8): Megatron-Core
+    moe_router_num_groups / moe_router_group_topk (TransformerConfig @ d98e8a64dd), NeMo the
+    same fields, MaxText's deepseek decoder n_routing_groups / topk_routing_group (base.yml,
+    layers/moe.py deepseek_routing @ e591f30), torchtitan MoEArgs num_expert_groups /
+    num_limited_groups (named); a stated max_nodes_per_token is not written over it."""
+    grouped = {"model.moe.router.score": "sigmoid", "model.moe.router.groups": "8",
+               "model.moe.router.top_groups": "4"}
+    a = parse_megatron(export(_appendix_e(**grouped), "megatron").text)
+    assert (a.moe_router_num_groups, a.moe_router_group_topk) == (8, 4)
+    nemo = yaml.safe_load(export(_appendix_e(**grouped), "nemo").text)["model"]
+    assert (nemo["moe_router_num_groups"], nemo["moe_router_group_topk"]) == (8, 4)
+    titan = export(_appendix_e(**grouped, **{"performance.stack": "torchtitan",
+                                             "parallelism.sharding": "fsdp",
+                                             "parallelism.vpp": "1"}), "torchtitan")
+    assert any("num_expert_groups=8, num_limited_groups=4" in n for n in titan.unsupported)
+    stated = export(_appendix_e(**grouped, **{"performance.max_nodes_per_token": "2"}),
+                    "megatron")
+    assert parse_megatron(stated.text).moe_router_group_topk == 4
+    assert any(n.startswith("max_nodes_per_token 2: the model's router is written instead")
+               for n in stated.unsupported)
+    plain = parse_megatron(export(_appendix_e(), "megatron").text)
+    assert plain.moe_router_num_groups is None
+    maxtext = yaml.safe_load(export(_spec(APPENDIX_E.parent / "deepseek_v3_h100.yaml"),
+                                    "maxtext").text)
+    assert (maxtext["n_routing_groups"], maxtext["topk_routing_group"]) == (8, 4)
+    mixtral = export(_appendix_e(**grouped), "maxtext")
+    assert "n_routing_groups" not in yaml.safe_load(mixtral.text)
+    assert any("top 4 of 8 groups" in n for n in mixtral.unsupported)

@@ -239,3 +239,51 @@ def test_a_stated_router_balancing_overrides_the_stacks():
 
     (note,) = routing_assumptions(stated)
     assert "the model's loss_free" in note and "0.04" in note
+
+
+def test_group_limited_routing_bounds_the_domains_a_token_reaches_by_hand():
+    """DeepSeek-V3's router: 256 experts in 8 groups of 32, a token's experts in its top 4
+    groups. EP ranks hold consecutive experts, so over D domains a group lies on ceil(D/8)
+    of them when 8 and D divide one another, one more otherwise: D = 8 -> 4; D = 16 (a group
+    is two nodes) -> 8; D = 4 -> 4 (every domain); D = 3 (a group can straddle two) ->
+    min(3, 4 x 2) = 3. A stated max_nodes_per_token wins; no groups, no bound."""
+    from mosaic.arch import MoEConfig, RouterConfig
+    from mosaic.perf.routing_load import max_domains_per_token
+
+    base = _moe()
+    router = RouterConfig(score="sigmoid", groups=8, top_groups=4)
+    moe = replace(base.geometry.moe, experts=256, top_k=8, router=router)
+    assert isinstance(moe, MoEConfig)
+    limited = replace(base, geometry=replace(base.geometry, moe=moe))
+    domains = np.array([8, 16, 4, 3, 1])
+    assert max_domains_per_token(limited, domains).tolist() == [4, 8, 4, 3, 1]
+    assert max_domains_per_token(replace(limited, max_nodes_per_token=2), domains).tolist() \
+        == [2] * 5
+    assert max_domains_per_token(base, domains) is None
+    with pytest.raises(MosaicInputError, match=r"must divide moe\.experts"):
+        replace(moe, experts=100)
+    with pytest.raises(MosaicInputError, match="exceeds the 4 experts"):
+        replace(moe, router=RouterConfig(groups=64, top_groups=1))
+    with pytest.raises(MosaicInputError, match="set together"):
+        RouterConfig(groups=8)
+
+
+def test_a_group_limited_router_costs_a_hybridep_dispatch_as_node_limited_routing():
+    """DeepSeek-V3 on 8 nodes of 8 GPUs (EP 64): one group per node, so the router's top 4 of
+    8 groups cost the dispatch exactly as max_nodes_per_token 4 does (DeepSeek-V3 report
+    Sec. 3.2.2), and less than unrestricted routing."""
+    from mosaic.arch import RouterConfig
+    from mosaic.perf.layer_costs import dispatch_all_to_all_s
+
+    geometry = ladder_geometry(4, experts=256, top_k=8, split_factor=4)
+    grouped = replace(geometry, moe=replace(geometry.moe, router=RouterConfig(
+        score="sigmoid", groups=8, top_groups=4)))
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=8), "bf16")
+    plan = single_plan(dp=64, ep=64, micro_batch=1)
+    common = dict(global_batch=512, seq_len=4096, dispatcher="hybridep")
+    by_router = dispatch_all_to_all_s(machine, Workload(geometry=grouped, **common), plan)
+    stated = dispatch_all_to_all_s(
+        machine, Workload(geometry=geometry, max_nodes_per_token=4, **common), plan)
+    free = dispatch_all_to_all_s(machine, Workload(geometry=geometry, **common), plan)
+    assert by_router[0] == pytest.approx(stated[0], rel=1e-12)
+    assert by_router[0] < free[0]

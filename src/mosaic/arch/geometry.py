@@ -223,12 +223,19 @@ class RouterConfig:
             ``norm_topk_prob``; Megatron-Core's softmax after top-k).
         top_k_scaling: the combined routed output is multiplied by this (HF
             ``routed_scaling_factor``, DeepSeek-V3's 2.5).
+        groups: group-limited routing: the experts form this many equal groups of
+            consecutive experts (HF ``n_group``; DeepSeek-V3's 8, one per node of its EP
+            group, arXiv:2412.19437 Sec. 2.1.2 and 3.2.2); None = no groups.
+        top_groups: each token picks its K experts inside its ``top_groups`` best groups
+            (HF ``topk_group``, DeepSeek-V3's 4); set with ``groups``.
     """
 
     score: str = "softmax"
     balancing: str | None = None
     normalize_top_k: bool = True
     top_k_scaling: float = 1.0
+    groups: int | None = None
+    top_groups: int | None = None
 
     def __post_init__(self) -> None:
         _require(self.score in ROUTER_SCORES,
@@ -239,6 +246,19 @@ class RouterConfig:
                  f"unset, got {self.balancing!r}")
         _require(0 < self.top_k_scaling <= 1e3,
                  f"moe.router.top_k_scaling must lie in (0, 1000], got {self.top_k_scaling}")
+        _require((self.groups is None) == (self.top_groups is None),
+                 "moe.router.groups and moe.router.top_groups are set together (group-limited "
+                 f"routing), got groups={self.groups}, top_groups={self.top_groups}")
+        if self.groups is not None and self.top_groups is not None:
+            _require(1 <= self.top_groups <= self.groups,
+                     f"moe.router.top_groups ({self.top_groups}) must lie in 1..groups "
+                     f"({self.groups})")
+
+    @property
+    def limits_groups(self) -> bool:
+        """Whether routing is group-limited: some groups are out of a token's reach."""
+        return (self.groups is not None and self.top_groups is not None
+                and self.top_groups < self.groups)
 
     def describe(self) -> str:
         """One phrase, e.g. 'sigmoid scores, loss-free (expert-bias) balancing, top-k
@@ -250,6 +270,8 @@ class RouterConfig:
                  "top-k normalised" if self.normalize_top_k else "top-k not normalised"]
         if self.top_k_scaling != 1.0:
             parts.append(f"scaled {self.top_k_scaling:g}")
+        if self.limits_groups:
+            parts.append(f"experts in the top {self.top_groups} of {self.groups} groups")
         return ", ".join(parts)
 
 
@@ -313,6 +335,15 @@ class MoEConfig:
             self.top_k <= self.experts,
             f"moe.top_k ({self.top_k}) must not exceed moe.experts ({self.experts})",
         )
+        router = self.router
+        if router is not None and router.groups is not None and router.top_groups is not None:
+            _require(self.experts % router.groups == 0,
+                     f"moe.router.groups ({router.groups}) must divide moe.experts "
+                     f"({self.experts}) into equal groups")
+            reachable = router.top_groups * self.experts // router.groups
+            _require(self.top_k <= reachable,
+                     f"moe.top_k ({self.top_k}) exceeds the {reachable} experts of "
+                     f"moe.router.top_groups ({router.top_groups}) groups")
 
     @property
     def shared_width(self) -> int:

@@ -188,6 +188,30 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
 }
 
 
+# Group-limited routing (n_group groups of consecutive experts, a token's experts inside its
+# topk_group best groups), read with each class's defaults: DeepseekV3Config 8 and 4 (its
+# router always limits groups), NemotronHConfig 1 and 1 (no limit), DeepSeek-V2 only under
+# topk_method 'group_limited_greedy' (DeepseekV2Config: 'greedy', n_group None).
+_GROUP_DEFAULTS: dict[str, tuple[int, int] | None] = {
+    "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "deepseek_v2": None}
+
+
+def _router_groups(fields: _Fields, model_type: str) -> tuple[int | None, int | None]:
+    """(groups, top_groups) of a group-limited router; (None, None) where every group is in
+    reach (:data:`_GROUP_DEFAULTS`)."""
+    if model_type not in _GROUP_DEFAULTS:
+        return None, None
+    defaults = _GROUP_DEFAULTS[model_type]
+    if defaults is None:
+        if fields.config.get("topk_method", "greedy") != "group_limited_greedy":
+            return None, None
+        groups, top_groups = fields.int("n_group"), fields.int("topk_group")
+    else:
+        groups, top_groups = fields.int("n_group", defaults[0]), fields.int("topk_group",
+                                                                            defaults[1])
+    return (groups, top_groups) if top_groups < groups else (None, None)
+
+
 def _router(fields: _Fields, model_type: str) -> RouterConfig:
     """The router of ``model_type`` (:data:`_ROUTERS`), its config's fields read."""
     score, balancing, normalize, scaling = _ROUTERS[model_type]
@@ -195,11 +219,13 @@ def _router(fields: _Fields, model_type: str) -> RouterConfig:
         normalize = fields.bool(*normalize)
     if isinstance(scaling, tuple):
         scaling = fields.positive_float(*scaling)
+    groups, top_groups = _router_groups(fields, model_type)
     try:
         return RouterConfig(score=score, balancing=balancing, normalize_top_k=normalize,
-                            top_k_scaling=scaling)
+                            top_k_scaling=scaling, groups=groups, top_groups=top_groups)
     except MosaicInputError as error:
-        raise MosaicInputError(f"{fields.where}: {error} (routed_scaling_factor)") from None
+        raise MosaicInputError(f"{fields.where}: {error} (routed_scaling_factor, n_group, "
+                               "topk_group)") from None
 
 
 def _gated_activation(fields: _Fields) -> str:

@@ -71,6 +71,12 @@ class RouterBlock(_Strict):
                                   description="the K selected weights sum to 1 (norm_topk_prob)")
     top_k_scaling: float = Field(default=1.0, gt=0, le=1e3, allow_inf_nan=False,
                                  description="routed output multiplier (routed_scaling_factor)")
+    groups: int | None = Field(
+        default=None, ge=1, le=_EXPERTS, description="group-limited routing: equal groups of "
+        "consecutive experts (n_group; DeepSeek-V3's 8); None = no groups")
+    top_groups: int | None = Field(
+        default=None, ge=1, le=_EXPERTS, description="each token's experts lie in its best "
+        "top_groups groups (topk_group; DeepSeek-V3's 4); set with groups")
 
 
 class MoEBlock(_Strict):

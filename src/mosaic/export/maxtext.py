@@ -77,7 +77,8 @@ def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[st
       starting deepseek3 or deepseek4; otherwise the bias enters the weights. The export
       names no model config, so the auxiliary loss stands in, named.
     - Scores: the deepseek decoder applies ``routed_score_func``, renormalises sigmoid
-      weights and scales by ``routed_scaling_factor`` (``deepseek_scale_weights``); the
+      weights, scales by ``routed_scaling_factor`` (``deepseek_scale_weights``) and limits
+      groups by ``n_routing_groups``/``topk_routing_group`` (``deepseek_routing``); the
       other decoders take the softmax of the top-k logits (renormalised, unscaled).
     """
     g = spec.geometry
@@ -99,13 +100,18 @@ def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[st
     if deepseek:
         keys |= {"routed_score_func": router.score,
                  "routed_scaling_factor": router.top_k_scaling}
+        if router.limits_groups:  # moe.py expert_group_mask: a group's top-2 scores summed
+            keys |= {"n_routing_groups": router.groups,
+                     "topk_routing_group": router.top_groups}
         if router.normalize_top_k != (router.score == "sigmoid"):
             unsupported.append(f"router weights {'' if router.normalize_top_k else 'not '}"
                                f"renormalised with {router.score} scores: MaxText's deepseek "
                                "decoder renormalises sigmoid weights only")
-    elif (router.score, router.normalize_top_k, router.top_k_scaling) != ("softmax", True, 1.0):
+    elif ((router.score, router.normalize_top_k, router.top_k_scaling)
+          != ("softmax", True, 1.0) or router.limits_groups):
         unsupported.append(f"router ({router.describe()}): MaxText's {block} decoder takes "
-                           "the softmax of the top-k logits, renormalised and unscaled")
+                           "the softmax of the top-k logits over all experts, renormalised "
+                           "and unscaled")
     return keys
 
 

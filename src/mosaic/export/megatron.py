@@ -162,7 +162,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
         else:  # DeepEP / HybridEP run through the flex dispatcher
             args += [("--moe-token-dispatcher-type", "flex"),
                      ("--moe-flex-dispatcher-backend", spec.dispatcher)]
-        if spec.max_nodes_per_token is not None:
+        if (note := spec.stated_node_limit_note()) is not None:
+            unsupported.append(note)
+        elif spec.max_nodes_per_token is not None:
             # TransformerConfig.moe_router_num_groups / moe_router_group_topk: node-limited
             # routing with one group per node of the EP group (DeepSeek-V3's M)
             groups, reason = spec.node_limited_groups()

@@ -230,7 +230,9 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                       "alltoall" if spec.dispatcher == "alltoall" else "flex"}
         if spec.dispatcher != "alltoall":
             model["moe_flex_dispatcher_backend"] = spec.dispatcher
-        if spec.max_nodes_per_token is not None:  # node-limited routing, as for Megatron
+        if (note := spec.stated_node_limit_note()) is not None:
+            unsupported.append(note)
+        elif spec.max_nodes_per_token is not None:  # node-limited routing, as for Megatron
             groups, reason = spec.node_limited_groups()
             if reason is None:
                 model |= {"moe_router_num_groups": groups,

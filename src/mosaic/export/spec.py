@@ -199,7 +199,8 @@ class ExportSpec:
           function, the expert bias of loss-free balancing, the top-k scaling factor, and
           ``moe_router_pre_softmax`` for softmax weights not renormalised over the K chosen
           (Megatron-Core otherwise takes the softmax after top-k, which renormalises;
-          moe_utils.topk_routing_with_score_function). What it cannot express:
+          moe_utils.topk_routing_with_score_function), and group-limited routing
+          (``moe_router_num_groups``, ``moe_router_group_topk``). What it cannot express:
           :meth:`router_notes`.
         - Top-1 with softmax scores needs ``moe_router_pre_softmax`` (a softmax over one
           selected logit has a zero gradient; TransformerConfig.__post_init__ raises).
@@ -230,6 +231,9 @@ class ExportSpec:
                 fields["moe_router_topk_scaling_factor"] = router.top_k_scaling
             if router.score == "softmax" and not router.normalize_top_k:
                 fields["moe_router_pre_softmax"] = True
+            if router.limits_groups:  # a group's score: the sum of its top K/top_groups
+                fields |= {"moe_router_num_groups": router.groups,
+                           "moe_router_group_topk": router.top_groups}
         if moe.top_k == 1 and fields.get("moe_router_score_function", "softmax") == "softmax":
             fields["moe_router_pre_softmax"] = True
         return fields
@@ -304,6 +308,18 @@ class ExportSpec:
         per_chunk = blocks_per_chunk(self.geometry.layers, self.pp * self.vpp)
         blocks = fraction * per_chunk
         return round(blocks), abs(blocks - round(blocks)) < 1e-6
+
+    def stated_node_limit_note(self) -> str | None:
+        """Why a stated ``max_nodes_per_token`` is not written: the model's own group-limited
+        router is (:meth:`megatron_core_fields`); None where nothing overrides it."""
+        moe = self.geometry.moe
+        router = None if moe is None else moe.router
+        if self.max_nodes_per_token is None or router is None or not router.limits_groups:
+            return None
+        return (f"max_nodes_per_token {self.max_nodes_per_token}: the model's router is "
+                f"written instead (its experts in the top {router.top_groups} of "
+                f"{router.groups} groups), which limits the nodes a token reaches where a "
+                "group is a node's experts")
 
     def node_limited_groups(self) -> tuple[int, str | None]:
         """(expert groups = nodes the EP group spans, a reason it cannot be written) for

@@ -189,7 +189,8 @@ def compile_table(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
 
 def router_notes(spec: ExportSpec) -> list[str]:
     """The router's settings for the flavor (torchtitan v0.2.2 ``models/moe/moe.py``
-    ``MoEArgs``: score_func, route_norm, route_scale; ``load_balance_coeff`` set runs the
+    ``MoEArgs``: score_func, route_norm, route_scale, num_expert_groups and
+    num_limited_groups (node-limited routing); ``load_balance_coeff`` set runs the
     loss-free expert bias, and no auxiliary balance loss exists)."""
     g = spec.geometry
     if g.moe is None:
@@ -201,9 +202,11 @@ def router_notes(spec: ExportSpec) -> list[str]:
                      "its MoE balances by the expert bias (MoEArgs.load_balance_coeff 1e-3)")
     router = g.moe.router
     if router is not None:
+        groups = (f", num_expert_groups={router.groups}, num_limited_groups="
+                  f"{router.top_groups}" if router.limits_groups else "")
         notes.append(f"router ({router.describe()}): set the flavor's MoEArgs "
                      f"score_func={router.score!r}, route_norm={router.normalize_top_k}, "
-                     f"route_scale={router.top_k_scaling:g}, load_balance_coeff="
+                     f"route_scale={router.top_k_scaling:g}{groups}, load_balance_coeff="
                      + ("1e-3" if loss_free else "None (or 1e-3 for the expert bias)"))
     return notes
 

@@ -359,7 +359,8 @@ def all_to_all_time_s(bytes_per_rank: npt.ArrayLike, n: npt.ArrayLike, stride: n
 def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, experts: int,
                                       n: npt.ArrayLike, stride: npt.ArrayLike,
                                       ic: Interconnect,
-                                      max_domains_per_token: int | None = None) -> np.ndarray:
+                                      max_domains_per_token: npt.ArrayLike | None = None
+                                      ) -> np.ndarray:
     """One hierarchical (DeepEP/HybridEP-style) MoE dispatch or combine of an EP group.
 
     Each of a rank's tokens (``token_bytes`` in all) crosses the scale-out network once per
@@ -387,7 +388,7 @@ def node_deduplicated_dispatch_time_s(token_bytes: npt.ArrayLike, top_k: int, ex
     domains = p.domains_spanned.astype(float)
     per_domain = experts / domains
     chosen = (domains if max_domains_per_token is None
-              else np.minimum(float(max_domains_per_token), domains))
+              else np.minimum(np.asarray(max_domains_per_token, dtype=float), domains))
     eligible = per_domain * chosen  # the experts of the domains a token may use
     miss = np.ones_like(domains)
     for i in range(top_k):  # C(E_M - E/D, K) / C(E_M, K) as a product

@@ -32,6 +32,7 @@ from mosaic.perf.collectives import (
     all_gather_time_s,
     all_reduce_time_s,
     all_to_all_time_s,
+    group_placement,
     node_deduplicated_dispatch_time_s,
     reduce_scatter_time_s,
     send_recv_time_s,
@@ -52,6 +53,7 @@ from mosaic.perf.ring_attention import (
     torch_ring_exposed_s,
     torch_ring_streaming_s,
 )
+from mosaic.perf.routing_load import max_domains_per_token
 from mosaic.perf.shapes import (
     expert_copies,
     local_experts,
@@ -906,16 +908,18 @@ def dispatch_all_to_all_s(machine: Machine, workload: Workload, plans: ParallelP
     """One EP dispatch (or combine): each rank sends its K copies of its routed tokens
     (``element_bytes`` per element), as a pairwise all-to-all or, with a hierarchical
     dispatcher (DeepEP, HybridEP), one network copy per remote node, at most
-    ``Workload.max_nodes_per_token`` of them under node-limited routing
+    :func:`max_domains_per_token` of them under node- or group-limited routing
     (:func:`node_deduplicated_dispatch_time_s`)."""
     moe = workload.geometry.moe
     if moe is None:
         return np.zeros(len(plans))
     token_bytes = routed_tokens(workload, plans) * workload.geometry.d_model * element_bytes
     if workload.dispatcher.deduplicates_per_node:
+        ic = machine.interconnect
+        domains = group_placement(plans.ep, plans.etp, ic.scale_up_domain_gpus).domains_spanned
         return node_deduplicated_dispatch_time_s(token_bytes, moe.top_k, moe.experts,
-                                                 plans.ep, plans.etp, machine.interconnect,
-                                                 workload.max_nodes_per_token)
+                                                 plans.ep, plans.etp, ic,
+                                                 max_domains_per_token(workload, domains))
     return all_to_all_time_s(token_bytes * moe.top_k, plans.ep, plans.etp,
                              machine.interconnect)
 

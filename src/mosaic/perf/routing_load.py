@@ -101,6 +101,32 @@ def router_balancing(geometry: Geometry, stack_balancing: str) -> str:
     return stated_router_balancing(geometry) or stack_balancing
 
 
+def max_domains_per_token(workload: Workload, domains: np.ndarray) -> np.ndarray | None:
+    """The most scale-up domains (nodes) one token's experts lie on, per plan whose EP group
+    spans ``domains``: the workload's stated ``max_nodes_per_token``, else the model's
+    group-limited routing, else None (no limit).
+
+    Group-limited routing (``moe.router.groups``/``top_groups``) picks a token's experts
+    inside its ``top_groups`` best groups of consecutive experts; EP ranks hold consecutive
+    experts, so a group lies on ceil(D/G) domains when G and D divide one another and can
+    straddle one more otherwise. DeepSeek-V3 sets one group per node for node-limited
+    routing (arXiv:2412.19437 Sec. 3.2.2, M = 4), as Megatron-Core's moe_router_num_groups
+    documents ('set equal to number of nodes in EP group', transformer_config.py @
+    d98e8a64dd)."""
+    if workload.max_nodes_per_token is not None:
+        return np.full(len(domains), float(workload.max_nodes_per_token))
+    moe = workload.geometry.moe
+    router = None if moe is None else moe.router
+    if router is None or not router.limits_groups:
+        return None
+    assert router.groups is not None and router.top_groups is not None
+    d = np.asarray(domains, dtype=np.int64)
+    g = router.groups
+    aligned = (g % d == 0) | (d % g == 0)
+    domains_per_group = -(-d // g) + np.where(aligned, 0, 1)
+    return np.minimum(d, router.top_groups * domains_per_group).astype(float)
+
+
 def capacity_factor(workload: Workload) -> float:
     """The token-drop capacity factor: stated, else :data:`DEFAULT_CAPACITY_FACTOR`."""
     moe = workload.geometry.moe
@@ -141,7 +167,7 @@ def routing_assumptions(workload: Workload) -> list[str]:
     """One line per routing default the expert-load model fills in for ``workload``."""
     moe = workload.geometry.moe
     if moe is None or workload.routing in ("balanced", "unknown"):
-        return []
+        return group_limit_assumptions(workload)
     notes = []
     if workload.routing == "token_drop" and moe.capacity_factor is None:
         notes.append(f"model.moe.capacity_factor not stated with token_drop routing: "
@@ -164,4 +190,18 @@ def routing_assumptions(workload: Workload) -> list[str]:
                      "per EP rank, i.e. a trained router's; a router in its first few hundred "
                      "steps from scratch is far less balanced (Megatron-Core MoE README): "
                      "state routing_imbalance for such a run")
-    return notes
+    return notes + group_limit_assumptions(workload)
+
+
+def group_limit_assumptions(workload: Workload) -> list[str]:
+    """The line saying that the model's group-limited router bounds a deduplicating
+    dispatch (:func:`max_domains_per_token`), where it does and nothing stated overrides it."""
+    moe = workload.geometry.moe
+    router = None if moe is None else moe.router
+    if (router is None or not router.limits_groups or workload.max_nodes_per_token is not None
+            or not workload.dispatcher.deduplicates_per_node):
+        return []
+    return [f"the model's group-limited router (experts in the top {router.top_groups} of "
+            f"{router.groups} groups of consecutive experts) bounds the nodes a token's "
+            f"{workload.dispatcher.value} dispatch reaches; state "
+            "performance.max_nodes_per_token to override"]
