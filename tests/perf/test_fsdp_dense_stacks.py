@@ -175,3 +175,22 @@ def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
     dense_rs = reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0]
     assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(
         dense_ar + expert_ar + dense_rs)
+
+
+def test_hsdp_does_not_all_reduce_experts_that_live_on_one_rank():
+    """ep = dp (edp 1): every routed expert exists on exactly one rank, so HSDP has no expert
+    replicas to all-reduce; only the dense shards cross the 4 replicas (a trial found the
+    experts all-reduced across the dense replica count, 3-5x the step)."""
+    geometry = ladder_geometry(4, experts=32, top_k=2, split_factor=2)
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
+    workload = Workload(geometry=geometry, global_batch=32, seq_len=32768,
+                        stack="torchtitan", grad_reduce_in_fp32=False)
+    plan = single_plan(dp=32, ep=32, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
+    step = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
+    counts = count_parameters(geometry)
+    dense = (counts.attention_per_layer + counts.shared_experts_per_layer
+             + counts.norms_per_layer + counts.router_per_layer)
+    dense_ar = all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
+                                 machine.interconnect)[0]
+    dense_rs = reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0]
+    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_ar + dense_rs)

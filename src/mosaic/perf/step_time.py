@@ -611,12 +611,16 @@ def _fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: Parall
     # reduce-scatter), so it overlaps the backward of the units after it.
     replicas = np.maximum(dense_group // np.maximum(shard_group, 1), 1)
     # Routed experts shard over their share of the expert-data-parallel group
-    # (memory.shard_degrees) and are replicated across the same number of groups.
-    unit_replica = np.where(replicas > 1, all_reduce_time_s(
-        block_dense * grad_bytes / shard_group, replicas, dense_stride * shard_group, ic)
-        + np.where(unit_experts, all_reduce_time_s(
-            block_expert * grad_bytes / expert_shard_group, replicas,
-            expert_stride * expert_shard_group, ic), 0.0), 0.0)
+    # (memory.shard_degrees) and are replicated across the rest of it: edp / that share
+    # copies, none where each expert lives on one rank (edp = 1 under ep = dp).
+    edp = np.maximum(plans.edp, 1)
+    expert_replicas = np.maximum(edp // np.maximum(expert_shard_group, 1), 1)
+    dense_replica = np.where(replicas > 1, all_reduce_time_s(
+        block_dense * grad_bytes / shard_group, replicas, dense_stride * shard_group, ic), 0.0)
+    expert_replica = np.where(unit_experts & (expert_replicas > 1), all_reduce_time_s(
+        block_expert * grad_bytes / expert_shard_group, expert_replicas,
+        expert_stride * expert_shard_group, ic), 0.0)
+    unit_replica = dense_replica + expert_replica
     return {"unit_gather": gather, "unit_scatter": scatter, "unit_replica": unit_replica}
 
 
