@@ -33,8 +33,22 @@ CALIBRATION = replace(default_calibration(), routing_imbalance={})
 
 
 def _moe(**changes) -> Workload:
-    geometry = ladder_geometry(4, experts=64, top_k=2, split_factor=4)
+    """A q=4 rung whose router is not stated, so the stack's balancing applies."""
+    rung = ladder_geometry(4, experts=64, top_k=2, split_factor=4)
+    geometry = replace(rung, moe=replace(rung.moe, router=None))
     return replace(Workload(geometry=geometry, global_batch=256, seq_len=2048), **changes)
+
+
+def test_a_ladder_rung_is_costed_with_the_papers_router():
+    """The loss law was fitted on runs of the paper's Alg. 1 router (sigmoid scores, the LFLB
+    bias), so a ladder geometry states it and a megatron-core (aux_loss) job costs the
+    loss-free imbalance: 64 experts on 8 ranks, 1 + 0.04 sqrt(1/2)/sqrt(8) (a trial found
+    the planner charging the aux-loss router's 0.72)."""
+    rung = ladder_geometry(4, experts=64, top_k=2, split_factor=4)
+    assert (rung.moe.router.score, rung.moe.router.balancing) == ("sigmoid", "loss_free")
+    workload = Workload(geometry=rung, global_batch=256, seq_len=2048)
+    assert router_imbalance(workload, single_plan(dp=16, ep=8))[0] == pytest.approx(
+        1 + 0.04 * math.sqrt(1 / 2) / math.sqrt(8), rel=1e-12)
 
 
 def _with_capacity(workload: Workload, capacity_factor: float) -> Workload:

@@ -471,3 +471,31 @@ def test_the_result_carries_mfu_at_the_median_step(tmp_path):
     assert shown.exit_code == 0, shown.output
     assert (f"MFU against the measured GEMM peak │ "
             f"{result.mfu_paper_vs_achievable:.2%}") in " ".join(shown.stdout.split())
+
+
+def test_a_finished_run_without_its_checkpoint_is_neither_retrained_nor_overwritten(tmp_path):
+    """Checkpoints are deleted after a run (16 B per parameter); its result.json still guards
+    the folder: another job is refused and the same job is done, its metrics kept (a trial
+    found both silently retrained over the finished run)."""
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job")
+    finished = train(config, tmp_path)
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    (tmp_path / "checkpoint.pt").unlink()
+    other = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "seed": 5}), "job")
+    with pytest.raises(MosaicInputError, match="different job"):
+        train(other, tmp_path)
+    again = train(config, tmp_path)
+    assert again.final_loss == finished.final_loss
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("block, field", [("run", "tokens"), ("optim", "warmup_tokens"),
+                                          ("routing", "mu_b"), ("routing", "tau")])
+def test_an_infinite_number_in_a_job_is_refused_by_name(block, field):
+    """tokens: .inf overflowed the step count (an internal error); mu_b: .inf trained NaN
+    router biases to the end (a trial)."""
+    job = tiny_job()
+    job.setdefault(block, {})[field] = float("inf")
+    with pytest.raises(MosaicInputError, match=field):
+        train_config_from_mapping(job, "job")

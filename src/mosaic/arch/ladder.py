@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.arch.counts import build_counts, params_attention_gqa
-from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
+from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind, RouterConfig
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_range
 
@@ -30,6 +30,10 @@ LADDER_KV_HEADS = 8  # n_kv_heads in the Appendix E listing
 PAPER_VOCAB = 50257  # GPT-2 BPE (Appendix A.1)
 PAPER_SHARED_EXPERTS = 1  # one always-active shared expert (Sec. 3.1)
 PAPER_DENSE_LAYERS = 1  # block 1 kept dense (Sec. 3.1)
+# The paper's router (Sec. 3.3, Alg. 1, Appendix A.3), which trained every run the loss law
+# was fitted on: sigmoid scores, the LFLB selection bias, gate probabilities renormalised
+# over the chosen K, unscaled.
+PAPER_ROUTER = RouterConfig(score="sigmoid", balancing="loss_free")
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ def ladder_geometry(
             expert_ffn=width,
             shared_experts=shared_experts,
             dense_layers=dense_layers,
+            router=PAPER_ROUTER,
         )
     return Geometry(
         layers=backbone.layers,

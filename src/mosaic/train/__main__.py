@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     except MosaicInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # an --out that is not a folder, an unreadable data file
+        print(f"error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line each,
         # not a traceback through the collective it was waiting in (the last checkpoint
         # in --out resumes the run exactly)

@@ -15,13 +15,14 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind, RouterConfig
+from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, NormKind
 from mosaic.arch.ladder import (
     LADDER_FFN_RATIO,
     LADDER_HEAD_DIM,
     LADDER_KV_HEADS,
     LADDER_MULTIPLIER,
     PAPER_DENSE_LAYERS,
+    PAPER_ROUTER,
     PAPER_SHARED_EXPERTS,
     expert_width,
     ladder_geometry,
@@ -34,9 +35,6 @@ from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, valida
 from mosaic.train.schedule import WSDSchedule
 
 BYTE_VOCAB = 256  # byte-level fallback: one token per byte
-# The paper's router (Sec. 3.3, Alg. 1, Appendix A.3): sigmoid scores, the LFLB selection bias,
-# gate probabilities renormalised over the chosen K, unscaled.
-PAPER_ROUTER = RouterConfig(score="sigmoid", balancing="loss_free")
 # Geometry features of other model families (mosaic.arch) that the paper's recipe lacks.
 _UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk_norm",
                          "qkv_bias", "output_bias", "attention_sinks", "mtp_layers",
@@ -44,7 +42,9 @@ _UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk
 
 
 class _Strict(NoBooleanNumbers):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no infinities or NaN in any number of a job (a tokens: .inf overflowed the step count,
+    # a mu_b: .inf trained NaN router biases to the end)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LadderModel(_Strict):

@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mosaic.errors import MosaicInputError
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -39,7 +41,8 @@ def _pick_device(preference: str, local_rank: int) -> torch.device:
     if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise RuntimeError("run.device is 'cuda' but no CUDA device is available")
+        raise MosaicInputError("run.device is 'cuda' but no CUDA device is available: set "
+                               "run.device: cpu (or auto)")
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)
 

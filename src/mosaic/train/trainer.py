@@ -506,9 +506,15 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         barrier(self.context)
         resumed = self.load_checkpoint()
-        if self.step >= self.total_steps:
+        # A finished run's result.json guards the folder even when its checkpoint was
+        # deleted (it holds 16 B per parameter): another job is refused, the same job is done.
+        if self.step >= self.total_steps or not resumed:
             done = read_finished_result(self.out_dir, self.config)
             if done is not None:  # nothing left to do; its run.json stays as it trained
+                if not resumed and log is not None and self.context.is_main:
+                    print(f"progress: {self.out_dir} holds this job's finished run "
+                          f"({RESULT_FILE}); nothing to train (remove the folder to train "
+                          "again)", file=sys.stderr, flush=True)
                 return done
         if resumed and log is not None and self.context.is_main:  # said, not just continued
             print(f"progress: resuming from the checkpoint at step {self.step} of "
