@@ -116,3 +116,30 @@ def test_a_constant_no_run_depends_on_keeps_its_starting_value() -> None:
     assert refit.sources["chi_pp"].endswith("kept from 'default': no run of this fit depends "
                                             "on it")
     assert "not_informed" in refit.to_document()
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("chi_pp",), -1.0, r"chi_pp.value -1 is outside 0 \.\. 1"),
+    (("dp_overlap_fraction",), 5.0, r"dp_overlap_fraction.value 5 is outside 0 \.\. 1"),
+    (("elementwise_traffic_factor",), -1.0, "elementwise_traffic_factor.value -1"),
+    (("host_in_block_factor",), -2.0, "host_in_block_factor.value -2"),
+    (("routing_imbalance", "default"), 0.1, "below 1"),
+    (("stack_overhead", "torchtitn"), 5.0, "unknown stack.s. torchtitn"),
+    (("routing_imbalance", "dropples"), 5.0, "unknown routing regime.s. dropples"),
+])
+def test_a_profile_outside_the_physical_ranges_is_refused_by_name(tmp_path, path, value,
+                                                                   message) -> None:
+    """A fuzz trial loaded chi_pp -1 and got a -770 s step with exit 0, and typo'd per-stack
+    keys that were never used: each is refused when the file is read, naming the constant."""
+    import yaml
+
+    document = built_in_calibration("default").to_document()
+    entry = document["constants"][path[0]]
+    if len(path) == 1:
+        entry["value"] = value
+    else:
+        entry["value"][path[1]] = value
+    file = tmp_path / "calibration.yaml"
+    file.write_text(yaml.safe_dump(document))
+    with pytest.raises(MosaicInputError, match=message):
+        load_calibration(str(file))

@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from mosaic.errors import MosaicInputError
 from mosaic.perf.coverage import CalibrationCoverage, parse_coverage
 from mosaic.perf.microbench_constants import MicrobenchConstants, parse_block
+from mosaic.perf.workload import ROUTING_REGIMES
 from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.stacks import known_stacks
 
 # A calibrated constant is finite and of bounded size (the fitted ones span 1e-21..1e2);
 # NaN or 1e308 would turn every prediction into NaN or inf (issue 11).
@@ -154,9 +156,60 @@ class Calibration:
         return document
 
 
+# The physical range of each scalar constant a profile may hold, checked when one is read
+# (mosaic calibrate fits inside narrower bounds, evaluate/calibrate.py): outside it a
+# breakdown term turns negative (a fuzz trial: chi_pp -1 gave a -770 s step).
+PHYSICAL_RANGES: dict[str, tuple[float, float, str]] = {
+    "chi_a2a": (0.0, CONSTANT_BOUND, "a cost per cross-node all-to-all byte share"),
+    "chi_pp": (0.0, 1.0, "the exposed share of pipeline stage transfers"),
+    "chi_overlap": (-1.0, 0.0, "an intra-node overlap credit, a share of the step"),
+    "dispatch_gap_s": (0.0, 1.0, "seconds per kernel launch"),
+    "kernels_per_layer_base": (0.0, CONSTANT_BOUND, "kernel launches per layer"),
+    "host_overhead_per_microbatch_s": (0.0, CONSTANT_BOUND, "host seconds per micro-batch"),
+    "dp_overlap_fraction": (0.0, 1.0, "the share of data-parallel traffic hidden"),
+    "elementwise_traffic_factor": (1.0, CONSTANT_BOUND,
+                                   "element-wise traffic over the fused minimum"),
+    "kernels_per_local_expert": (0.0, CONSTANT_BOUND, "kernel launches per local expert"),
+    "ep_dispatch_host_s_per_moe_layer": (0.0, CONSTANT_BOUND, "host seconds per MoE layer"),
+    "host_in_block_factor": (1.0, CONSTANT_BOUND,
+                             "host time in a real block over the isolated call's"),
+}
+# The least a routing regime's imbalance factor can be: imbalance only slows the busiest rank.
+MIN_ROUTING_IMBALANCE = 1.0
+
+
+def _check_physical(constants: _Constants, where: str) -> None:
+    """MosaicInputError naming the first constant outside its physical range, or a per-stack
+    or per-routing key that names no stack or routing regime."""
+    for name, (low, high, meaning) in PHYSICAL_RANGES.items():
+        value = getattr(constants, name).value
+        if not low <= value <= high:
+            raise MosaicInputError(f"{where}: constants.{name}.value {value:g} is outside "
+                                   f"{low:g} .. {high:g} ({meaning})")
+    stacks = (*known_stacks(), "default")
+    for name in ("stack_overhead", "attention_efficiency"):
+        unknown = sorted(set(getattr(constants, name).value) - set(stacks))
+        if unknown:
+            raise MosaicInputError(f"{where}: constants.{name}: unknown stack(s) "
+                                   f"{', '.join(unknown)}; known: {', '.join(stacks)}")
+    regimes = (*ROUTING_REGIMES, "default")
+    imbalance = constants.routing_imbalance.value
+    unknown = sorted(set(imbalance) - set(regimes))
+    if unknown:
+        raise MosaicInputError(f"{where}: constants.routing_imbalance: unknown routing "
+                               f"regime(s) {', '.join(unknown)}; known: {', '.join(regimes)}")
+    low = {key: value for key, value in imbalance.items() if value < MIN_ROUTING_IMBALANCE}
+    if low:
+        key, value = next(iter(low.items()))
+        raise MosaicInputError(f"{where}: constants.routing_imbalance.value.{key} {value:g} is "
+                               f"below {MIN_ROUTING_IMBALANCE:g} (imbalance only slows the "
+                               "busiest EP rank)")
+
+
 def _from_document(document: dict[str, Any], where: str) -> Calibration:
     parsed = validate_mapping(_CalibrationFile, document, where)
     constants = parsed.constants
+    _check_physical(constants, where)
     values = {name: getattr(constants, name).value for name in _Constants.model_fields}
     sources = {name: getattr(constants, name).source for name in _Constants.model_fields}
     fitted = parsed.fitted_constants if parsed.fitted_constants is not None else FITTABLE_CONSTANTS

@@ -1017,8 +1017,12 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     elementwise_per_mb = block_terms["compute_elementwise"]
     analytical_per_mb = elementwise_per_mb - block_terms.pop("moe_permute_excess")
     recomputed = _recomputed_elementwise_s(workload, plans, analytical_per_mb)
-    block_terms["compute_elementwise_unfused"] = (
-        (elementwise_traffic_multiplier(workload) - 1.0) * (analytical_per_mb + recomputed))
+    unfused = (elementwise_traffic_multiplier(workload) - 1.0) * (analytical_per_mb + recomputed)
+    # A stack whose fused kernels move fewer bytes than the analytical count (a fused SwiGLU
+    # backward reads and writes 16 B per element, the count 18) lowers the minimum itself,
+    # so no breakdown term is negative; the sum is the same.
+    block_terms["compute_elementwise"] = elementwise_per_mb + np.minimum(unfused, 0.0)
+    block_terms["compute_elementwise_unfused"] = np.maximum(unfused, 0.0)
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
                                                 * analytical_per_mb)
     expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks, calibration)
