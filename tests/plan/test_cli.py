@@ -73,6 +73,19 @@ def test_plan_uncertainty_cheapest_and_plots(tmp_path, law):
     assert {"frontier.png", "frontier.svg", "sparsity.svg", "flop_cost.png"} <= written
 
 
+def test_samples_of_another_law_are_refused(tmp_path, law):
+    """Samples scattered around another law made the point optimum's loss lie outside its
+    own interval (a fuzz trial): samples whose range misses most of the plan's coefficients
+    are refused, naming them."""
+    rng = np.random.default_rng(0)
+    other = LawSamples(law.form, law.log_coefs + 1.0 + 0.01 * rng.standard_normal((20, 11)))
+    save_samples(other, tmp_path / "other.json")
+    result = runner.invoke(app, ["plan", *SMALL, "--bootstrap-samples",
+                                 str(tmp_path / "other.json")])
+    assert result.exit_code == 2
+    assert "not drawn around the plan's law (11 of 11 coefficients" in result.output
+
+
 def test_young_daly_goodput_option():
     doc = run_json("plan", *SMALL, "--mtbf-gpu-hours", "10000", "--checkpoint-s", "60")
     goodput = doc["envelope"]["goodput"]

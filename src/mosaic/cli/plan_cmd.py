@@ -75,7 +75,7 @@ from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, Youn
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
-from mosaic.plan.uncertainty import load_samples
+from mosaic.plan.uncertainty import check_samples_describe, load_samples
 from mosaic.report import plan_report, plots
 from mosaic.report.plan_result import (
     calibration_document,
@@ -497,6 +497,8 @@ def plan(
             *_cheapest_lists(envelope, cheapest_nodes, cheapest_days))
     samples = None if bootstrap_samples is None else load_samples(bootstrap_samples,
                                                                   law.form.name)
+    if samples is not None:
+        check_samples_describe(samples, law, f"--bootstrap-samples {bootstrap_samples}")
     runner = _backend(backend, address, workers)  # one-line error if ray is absent
     batch_choice = None
     with execution_backend(runner), progress_reporter(as_json) as bar:

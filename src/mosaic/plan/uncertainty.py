@@ -97,6 +97,25 @@ def load_samples(path: str | Path, form_name: str = "joint") -> LawSamples:
     return LawSamples(form, log_coefs)
 
 
+def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> None:
+    """MosaicInputError when ``samples`` were not drawn around ``law``: more than half of the
+    coefficients lie outside the samples' range (a bootstrap scatters around the law it
+    refits; samples of another law gave a point optimum outside its own loss interval)."""
+    if samples.form.name != law.form.name:
+        raise MosaicInputError(f"{where}: samples of form '{samples.form.name}' for a "
+                               f"'{law.form.name}' law")
+    point = law.log_coefs
+    low, high = samples.log_coefs.min(axis=0), samples.log_coefs.max(axis=0)
+    outside = [name for name, value, lo, hi in zip(law.form.params, point, low, high,
+                                                   strict=True)
+               if not lo - 1e-9 <= value <= hi + 1e-9]
+    if 2 * len(outside) > len(point):
+        raise MosaicInputError(
+            f"{where}: these samples were not drawn around the plan's law ({len(outside)} of "
+            f"{len(point)} coefficients, {', '.join(outside[:4])}, lie outside their range): "
+            "pass the law they were bootstrapped from with --law")
+
+
 def _samples_from_csv(path: Path, form: LawForm) -> LawSamples:
     table = pd.read_csv(path)
     missing = [p for p in form.params if p not in table.columns]
