@@ -384,3 +384,23 @@ def test_a_top_level_moe_block_in_canonical_names_is_model_moe(tmp_path: Path) -
     with pytest.raises(MosaicInputError, match="experts = 8 is given twice"):
         geometry_from_document({"model": {**dense, "moe": {**moe, "experts": 8}}, "moe": moe},
                                "both.yaml")
+
+
+def test_an_mla_block_beside_another_attention_and_a_moe_without_moe_layers_are_refused():
+    """Both were accepted silently (a fuzz trial): the MLA dimensions were ignored under
+    attention: gqa, and a MoE block whose dense prefix covers every layer exported a MoE
+    launch config with no MoE layer."""
+    from mosaic.config.convert import geometry_from_model
+    from mosaic.config.model_schema import model_block_from_document
+
+    base = {"layers": 4, "d_model": 256, "heads": 4, "kv_heads": 4, "head_dim": 64,
+            "ffn": 1024, "vocab": 1000}
+    mla = {"kv_lora_rank": 64, "q_lora_rank": None, "qk_nope_head_dim": 32,
+           "qk_rope_head_dim": 16, "v_head_dim": 32}
+    with pytest.raises(MosaicInputError, match=r"model\.mla is given but model\.attention is"):
+        geometry_from_model(model_block_from_document(
+            {"model": {**base, "attention": "gqa", "mla": mla}}, "m"), [], measured=False)
+    moe = {"experts": 8, "top_k": 2, "expert_ffn": 256, "dense_layers": 4}
+    with pytest.raises(MosaicInputError, match="gives no block an MoE FFN"):
+        geometry_from_model(model_block_from_document({"model": {**base, "moe": moe}}, "m"), [],
+                            measured=False)

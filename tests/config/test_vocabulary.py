@@ -7,10 +7,11 @@ from mosaic.config.blocks import (
     MoePermuteName,
     OptimizerDtypeName,
     RecomputeName,
+    Routing,
 )
 from mosaic.perf.moe_permute_traffic import MoePermute
 from mosaic.perf.plan import Checkpointing
-from mosaic.perf.workload import OptimizerDtype
+from mosaic.perf.workload import ROUTING_REGIMES, OptimizerDtype
 from mosaic.stacks import CrossEntropy
 
 
@@ -18,6 +19,7 @@ def test_schema_names_are_the_model_enums_values():
     assert set(get_args(CrossEntropyName)) == {member.value for member in CrossEntropy}
     assert set(get_args(OptimizerDtypeName)) == {member.value for member in OptimizerDtype}
     assert set(get_args(MoePermuteName)) == {member.value for member in MoePermute}
+    assert set(get_args(Routing)) == set(ROUTING_REGIMES)  # calibration keys read them
     names = get_args(RecomputeName)
     assert [Checkpointing.parse(name).name.lower() for name in names] == list(names)
     assert set(names) == {member.name.lower() for member in Checkpointing}

@@ -495,6 +495,10 @@ class Geometry:
         if self.hybrid_pattern is not None:
             self._check_hybrid()
         else:
+            _require(self.moe is None or self.moe_layer_count > 0,
+                     f"model.moe gives no block an MoE FFN (moe.dense_layers "
+                     f"{self.moe.dense_layers if self.moe else 0} of {self.layers} layers): "
+                     "drop the moe block for a dense model, or lower moe.dense_layers")
             _require(self.mamba is None,
                      "model.mamba needs model.hybrid_pattern (which layers are Mamba layers)")
             _require(self.gdn is None, "model.gdn needs model.hybrid_pattern (which layers "

@@ -69,6 +69,9 @@ def _attention(model: ModelBlock) -> AttentionKind:
         kind = AttentionKind.GQA
     if kind is AttentionKind.MLA and model.mla is None:
         raise MosaicInputError("model.mla: null, but MLA attention needs its dimensions")
+    if kind is not AttentionKind.MLA and model.mla is not None:
+        raise MosaicInputError(f"model.mla is given but model.attention is {kind.value!r}: "
+                               "set attention: mla, or drop the mla block")
     return kind
 
 
