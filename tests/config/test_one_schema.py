@@ -404,3 +404,17 @@ def test_an_mla_block_beside_another_attention_and_a_moe_without_moe_layers_are_
     with pytest.raises(MosaicInputError, match="gives no block an MoE FFN"):
         geometry_from_model(model_block_from_document({"model": {**base, "moe": moe}}, "m"), [],
                             measured=False)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("performance.torch_compile=yes", "torch_compile: Input should be a valid boolean"),
+    ("performance.dp_comm_overlap=no", "dp_comm_overlap: Input should be a valid boolean"),
+    ("hardware.usable_memory_fraction='0.8'", "usable_memory_fraction: Input should be a valid"),
+    ("performance.routing_imbalance='1.5'", "routing_imbalance: Input should be a valid"),
+])
+def test_performance_and_hardware_values_are_not_coerced_across_types(override, message):
+    """docs/schema.md: no value is coerced across types; the performance and hardware blocks
+    took 'yes' as true and '0.8' as 0.8 while model and parallelism refused them (a fuzz
+    trial)."""
+    with pytest.raises(MosaicInputError, match=message):
+        load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", [override])

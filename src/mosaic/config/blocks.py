@@ -40,13 +40,13 @@ MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_25
 ExpertGemmName = Literal["grouped", "xla_expanded"]
 
 
-class _Strict(BaseModel):
+class StrictBlock(BaseModel):
     """Unknown fields are errors; values are not coerced across types (no "8" for 8)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class MLABlock(_Strict):
+class MLABlock(StrictBlock):
     """DeepSeek multi-head latent attention dimensions (DeepSeek-V2 Sec. 2.1; HF names)."""
 
     kv_lora_rank: int = Field(gt=0, le=_WIDTH, description="compressed KV width d_c")
@@ -58,7 +58,7 @@ class MLABlock(_Strict):
     v_head_dim: int = Field(gt=0, le=_WIDTH, description="per-head value width")
 
 
-class RouterBlock(_Strict):
+class RouterBlock(StrictBlock):
     """How the trained router scores, picks and weights experts (mosaic.arch.RouterConfig)."""
 
     score: Literal["softmax", "sigmoid"] = Field(
@@ -79,7 +79,7 @@ class RouterBlock(_Strict):
         "top_groups groups (topk_group; DeepSeek-V3's 4); set with groups")
 
 
-class MoEBlock(_Strict):
+class MoEBlock(StrictBlock):
     """The routed part of an MoE model (paper Sec. 3.1 terms)."""
 
     experts: int = Field(gt=0, le=_EXPERTS, description="routed experts E per MoE layer")
@@ -106,7 +106,7 @@ class MoEBlock(_Strict):
                                   "stated (the stack's balancing; exports leave the framework's)")
 
 
-class MambaBlock(_Strict):
+class MambaBlock(StrictBlock):
     """The Mamba-2 mixer of a hybrid model's 'M' layers (Megatron-Core MambaMixer names)."""
 
     heads: int = Field(gt=0, le=_WIDTH, description="SSM heads (mamba_num_heads)")
@@ -118,7 +118,7 @@ class MambaBlock(_Strict):
     conv_bias: bool = Field(default=True, description="the convolution carries a bias")
 
 
-class GatedDeltaNetBlock(_Strict):
+class GatedDeltaNetBlock(StrictBlock):
     """The gated DeltaNet mixer of a hybrid model's 'G' layers (Qwen3-Next's linear attention;
     Megatron-Core/HF linear_* names)."""
 
@@ -132,7 +132,7 @@ class GatedDeltaNetBlock(_Strict):
     chunk_size: int = Field(default=64, gt=0, le=_WIDTH, description="delta-rule chunk length")
 
 
-class ModelBlock(_Strict):
+class ModelBlock(StrictBlock):
     """A decoder-only transformer (or a hybrid of Mamba, gated DeltaNet, attention, MLP and MoE
     layers);
     ``moe`` None means dense."""
@@ -191,7 +191,7 @@ class ModelBlock(_Strict):
     gdn: GatedDeltaNetBlock | None = None
 
 
-class ParallelismBlock(_Strict):
+class ParallelismBlock(StrictBlock):
     """The parallel layout (Megatron-Core mesh: devices = tp·pp·cp·dp; experts inside)."""
 
     tp: int = Field(default=1, gt=0, le=_DEGREE, description="tensor parallel degree")
@@ -260,7 +260,7 @@ class ParallelismBlock(_Strict):
             return value
 
 
-class BatchBlock(_Strict):
+class BatchBlock(StrictBlock):
     """Batch sizes in sequences of ``seq_len`` tokens."""
 
     global_seqs: int = Field(gt=0, le=LIMITS["global_batch"].high,
@@ -271,7 +271,7 @@ class BatchBlock(_Strict):
     seq_len: int = Field(gt=0, le=LIMITS["seq_len"].high, description="tokens per sequence")
 
 
-class TrainingBlock(_Strict):
+class TrainingBlock(StrictBlock):
     """How long the run trains."""
 
     tokens: float | None = Field(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from mosaic.arch import Geometry
 from mosaic.config.blocks import (
@@ -31,6 +31,7 @@ from mosaic.config.blocks import (
     ParallelismBlock,
     RecomputeName,
     Routing,
+    StrictBlock,
     TrainingBlock,
 )
 from mosaic.config.convert import geometry_from_model, model_document
@@ -93,11 +94,7 @@ KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "se
 DEFAULT_JOB_STACK = "megatron-core"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PerformanceBlock(_Strict):
+class PerformanceBlock(StrictBlock):
     """How the job executes: precision, recomputation and the software stack."""
 
     precision: Literal["bf16", "fp16", "fp8", "mxfp8", "fp4", "nvfp4"] = Field(
@@ -243,16 +240,17 @@ class PerformanceBlock(_Strict):
         return text
 
 
-class OptimizerBlock(_Strict):
-    kind: OptimizerKind = OptimizerKind.ADAMW
+class OptimizerBlock(StrictBlock):
+    # the enum from its name (strict blocks take no other coercion)
+    kind: OptimizerKind = Field(default=OptimizerKind.ADAMW, strict=False)
 
 
-class SearchBlock(_Strict):
+class SearchBlock(StrictBlock):
     devices: int | None = Field(strict=True, default=None, gt=0, le=LIMITS["devices"].high,
                                 description="GPUs in the job")
 
 
-class HardwareBlock(_Strict):
+class HardwareBlock(StrictBlock):
     system: str | None = Field(
         default=None, description="node or rack type from the catalog, e.g. p6-b200.48xlarge")
     gpu: str | None = Field(
@@ -264,12 +262,13 @@ class HardwareBlock(_Strict):
         default=None, gt=0, le=1, description="share of device memory a plan may fill; "
         "default: the stack's documented share, else 0.9 (mosaic.perf.headroom)"
     )
-    gemm_table: Path | None = Field(default=None, description="measured GEMM times CSV/Parquet")
+    gemm_table: Path | None = Field(default=None, strict=False,
+                                    description="measured GEMM times CSV/Parquet")
     grouped_gemm_table: Path | None = Field(
-        default=None, description="measured grouped expert GEMM times CSV/Parquet"
+        default=None, strict=False, description="measured grouped expert GEMM times CSV/Parquet"
     )
     collective_table: Path | None = Field(
-        default=None, description="measured collective bus bandwidths CSV/Parquet"
+        default=None, strict=False, description="measured collective bus bandwidths CSV/Parquet"
     )
 
 
