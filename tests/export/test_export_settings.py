@@ -408,7 +408,11 @@ def test_torchtitan_compiles_as_costed():
     assert not any("compiled loss" in n for n in notes)
     table, notes = compile_table("performance.cross_entropy=fp32_upcast")
     assert table == {"enable": True, "components": ["model"]}
-    assert any("costed the fp32_upcast loss" in n for n in notes)
+    assert not any("cross_entropy" in n or "loss" in n for n in notes)  # written as costed
+    # a loss compiled alone (the tt1789 records: compile components ['loss'])
+    assert compile_table("performance.cross_entropy=compiled",
+                         "performance.torch_compile=false")[0] == {
+        "enable": True, "components": ["loss"]}
     assert compile_table("performance.torch_compile=false")[0] == {"enable": False}
 
 
@@ -432,7 +436,7 @@ def test_a_group_limited_router_is_written_to_every_framework():
     layers/moe.py deepseek_routing @ e591f30), torchtitan MoEArgs num_expert_groups /
     num_limited_groups (named); a stated max_nodes_per_token is not written over it."""
     grouped = {"model.moe.router.score": "sigmoid", "model.moe.router.groups": "8",
-               "model.moe.router.top_groups": "4"}
+               "model.moe.router.top_groups": "4", "model.moe.experts_per_token": "8"}
     a = parse_megatron(export(_appendix_e(**grouped), "megatron").text)
     assert (a.moe_router_num_groups, a.moe_router_group_topk) == (8, 4)
     nemo = yaml.safe_load(export(_appendix_e(**grouped), "nemo").text)["model"]
@@ -448,6 +452,11 @@ def test_a_group_limited_router_is_written_to_every_framework():
                for n in stated.unsupported)
     plain = parse_megatron(export(_appendix_e(), "megatron").text)
     assert plain.moe_router_num_groups is None
+    # Megatron-Core scores a group by its top K/top_groups scores: K = 3 below 4 groups would
+    # score every group 0 (a review), so nothing is written and the reason is named
+    top3 = export(_appendix_e(**(grouped | {"model.moe.experts_per_token": "3"})), "megatron")
+    assert parse_megatron(top3.text).moe_router_num_groups is None
+    assert any("needs K a multiple of top_groups" in n for n in top3.unsupported)
     maxtext = yaml.safe_load(export(_spec(APPENDIX_E.parent / "deepseek_v3_h100.yaml"),
                                     "maxtext").text)
     assert (maxtext["n_routing_groups"], maxtext["topk_routing_group"]) == (8, 4)

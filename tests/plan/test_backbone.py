@@ -171,3 +171,22 @@ def test_a_backbone_plan_names_its_candidates_by_depth_and_width_and_keeps_its_n
     text = CliRunner().invoke(app, args).stdout
     assert "model: sliding window of 16 keys" in text
     assert f"L={optimum['layers']} d=256 E={optimum['experts']}" in text and "q=0" not in text
+
+
+def test_variants_keep_the_backbones_expert_groups_only_where_they_still_fit():
+    """DeepSeek-V3's router limits a token to 4 of 8 groups; a variant whose E the 8 groups
+    do not divide (or whose K the 4 groups cannot hold) routes without groups instead of
+    being refused (a review: E = 12, 20, 36 made every variant inadmissible)."""
+    v3 = load_hf_config(EXAMPLES / "hf" / "deepseek-v3.json")
+    d, layers = v3.d_model, v3.layers
+    kept = backbone_variant(v3, layers, d, 64, 8, 4)
+    assert (kept.moe.router.groups, kept.moe.router.top_groups) == (8, 4)
+    dropped = backbone_variant(v3, layers, d, 12, 8, 4)
+    assert (dropped.moe.router.groups, dropped.moe.router.top_groups) == (None, None)
+    assert dropped.moe.router.score == "sigmoid"  # the rest of the router stays
+
+
+def test_a_router_whose_groups_are_all_in_reach_is_no_group_limit():
+    from mosaic.arch import RouterConfig
+
+    assert RouterConfig(groups=2, top_groups=2) == RouterConfig()

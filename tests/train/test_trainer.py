@@ -499,3 +499,16 @@ def test_an_infinite_number_in_a_job_is_refused_by_name(block, field):
     job.setdefault(block, {})[field] = float("inf")
     with pytest.raises(MosaicInputError, match=field):
         train_config_from_mapping(job, "job")
+
+
+def test_an_unfingerprinted_result_without_a_checkpoint_is_refused(tmp_path):
+    """A result.json written before job fingerprints, with no checkpoint to vouch for the
+    job, cannot be matched to the job: refused, not returned to any job (a review)."""
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job")
+    train(config, tmp_path)
+    (tmp_path / "checkpoint.pt").unlink()
+    payload = json.loads((tmp_path / "result.json").read_text())
+    payload.pop("job_fingerprint")
+    (tmp_path / "result.json").write_text(json.dumps(payload))
+    with pytest.raises(MosaicInputError, match="records no job fingerprint"):
+        train(config, tmp_path)

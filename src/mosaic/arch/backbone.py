@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from mosaic.arch.counts import count_parameters
-from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig
+from mosaic.arch.geometry import AttentionKind, Geometry, MoEConfig, RouterConfig
 from mosaic.arch.ladder import LadderGrid
 from mosaic.errors import MosaicInputError
 
@@ -71,12 +71,24 @@ def backbone_variant(backbone: Geometry, layers: int, d_model: int, experts: int
         if shared is not None:  # same width relative to a routed expert as the backbone's
             shared = max(1, round(shared * expert_ffn / base.expert_ffn))
         moe = replace(base, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
-                      shared_expert_ffn=shared)
+                      shared_expert_ffn=shared, router=_variant_router(base, experts, top_k))
         if layers <= moe.dense_layers:
             raise MosaicInputError(
                 f"L={layers} leaves no MoE block after the {moe.dense_layers} dense ones")
     return replace(backbone, layers=layers, d_model=d_model, heads=heads, kv_heads=kv_heads,
                    ffn=ffn, moe=moe)
+
+
+def _variant_router(base: MoEConfig, experts: int, top_k: int) -> RouterConfig | None:
+    """The backbone's router for a variant with ``experts`` and ``top_k``: its expert groups
+    kept where they still divide the experts and hold the K chosen, else dropped (the
+    variant's routing is then not group-limited)."""
+    router = base.router
+    if router is None or router.groups is None or router.top_groups is None:
+        return router
+    if experts % router.groups or top_k > router.top_groups * experts // router.groups:
+        return replace(router, groups=None, top_groups=None)
+    return router
 
 
 def _axis(name: str, values: Iterable[int]) -> tuple[int, ...]:

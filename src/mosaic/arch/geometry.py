@@ -253,6 +253,9 @@ class RouterConfig:
             _require(1 <= self.top_groups <= self.groups,
                      f"moe.router.top_groups ({self.top_groups}) must lie in 1..groups "
                      f"({self.groups})")
+            if self.top_groups == self.groups:  # every group in reach: no limit, one value
+                object.__setattr__(self, "groups", None)
+                object.__setattr__(self, "top_groups", None)
 
     @property
     def limits_groups(self) -> bool:

@@ -206,10 +206,12 @@ def _router_groups(fields: _Fields, model_type: str) -> tuple[int | None, int | 
         if fields.config.get("topk_method", "greedy") != "group_limited_greedy":
             return None, None
         groups, top_groups = fields.int("n_group"), fields.int("topk_group")
-    else:
-        groups, top_groups = fields.int("n_group", defaults[0]), fields.int("topk_group",
-                                                                            defaults[1])
-    return (groups, top_groups) if top_groups < groups else (None, None)
+    else:  # a null field takes the class default as an absent one does
+        groups = defaults[0] if fields.config.get("n_group") is None else fields.int("n_group")
+        top_groups = (defaults[1] if fields.config.get("topk_group") is None
+                      else fields.int("topk_group"))
+    # every group in reach is no limit; RouterConfig refuses topk_group above n_group
+    return (None, None) if top_groups == groups else (groups, top_groups)
 
 
 def _router(fields: _Fields, model_type: str) -> RouterConfig:

@@ -231,7 +231,8 @@ class ExportSpec:
                 fields["moe_router_topk_scaling_factor"] = router.top_k_scaling
             if router.score == "softmax" and not router.normalize_top_k:
                 fields["moe_router_pre_softmax"] = True
-            if router.limits_groups:  # a group's score: the sum of its top K/top_groups
+            if router.limits_groups and moe.top_k % (router.top_groups or 1) == 0:
+                # a group's score: the sum of its top K/top_groups (router_notes otherwise)
                 fields |= {"moe_router_num_groups": router.groups,
                            "moe_router_group_topk": router.top_groups}
         if moe.top_k == 1 and fields.get("moe_router_score_function", "softmax") == "softmax":
@@ -255,6 +256,18 @@ class ExportSpec:
             notes.append("sigmoid scores not renormalised over the top-k: Megatron-Core always "
                          "renormalises the K chosen sigmoid scores "
                          "(moe_utils.topk_routing_with_score_function)")
+        if router.limits_groups and router.top_groups is not None:
+            per_group = moe.top_k // router.top_groups
+            if moe.top_k % router.top_groups:
+                notes.append(f"group-limited routing with top-{moe.top_k} over "
+                             f"{router.top_groups} groups: Megatron-Core scores a group by "
+                             "its top K/top_groups scores, which needs K a multiple of "
+                             "top_groups (K below it scores every group 0), so no groups "
+                             "are written")
+            elif per_group != 2:
+                notes.append(f"group-limited routing: Megatron-Core scores a group by its top "
+                             f"{per_group} scores (K/top_groups), DeepSeek-V3's router by "
+                             "its top 2")
         if moe.top_k == 1 and router.normalize_top_k:
             notes.append("top-1 with normalize_top_k: Megatron-Core weights the one expert by "
                          f"its {router.score} score (top-1 softmax needs pre-softmax, and a "

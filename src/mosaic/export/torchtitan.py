@@ -160,14 +160,15 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "activation_checkpoint": {"mode": spec.checkpointing}
         | ({"selective_ac_option": "op"} if spec.checkpointing == "selective" else {}),
     } | quantize
-    tables["compile"], compile_notes = compile_table(spec)
-    unsupported += compile_notes
+    tables["compile"] = compile_table(spec)
     written.add("torch_compile")
+    if spec.cross_entropy in (None, "compiled", "fp32_upcast"):  # [compile] says which
+        written.add("cross_entropy")
     unsupported += unexpressed(spec, written, "torchtitan v0.2.2")
     return tables, unsupported
 
 
-def compile_table(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
+def compile_table(spec: ExportSpec) -> dict[str, Any]:
     """``[compile]`` as costed: ``enable`` is the job's torch_compile, else the stack's
     default (torchtitan's is on: mosaic costs Inductor's kernels, while v0.2.2's
     Compile.enable defaults to false); ``components`` names the loss only where mosaic costed
@@ -176,15 +177,14 @@ def compile_table(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     12, docs/memory.md; a job that states none gets it, :func:`mosaic.stacks.default_loss`)."""
     traits = get_stack(spec.stack)
     enable = traits.torch_compile if spec.torch_compile is None else spec.torch_compile
-    if not enable:
-        return {"enable": False}, []
+    if not enable:  # an eager model with a stated compiled loss compiles the loss alone
+        if spec.cross_entropy == "compiled":
+            return {"enable": True, "components": ["loss"]}
+        return {"enable": False}
     loss = spec.cross_entropy or default_loss(traits, compiles_model=True)
     if loss == "compiled":
-        return {"enable": True, "components": ["model", "loss"]}, []
-    return {"enable": True, "components": ["model"]}, [
-        f"a compiled loss (torchtitan's Compile.components default): mosaic costed the {loss} "
-        "loss, so components = ['model']; state performance.cross_entropy: compiled to "
-        "compile it too (12 -> 4 bytes per logit)"]
+        return {"enable": True, "components": ["model", "loss"]}
+    return {"enable": True, "components": ["model"]}  # the stated eager loss
 
 
 def router_notes(spec: ExportSpec) -> list[str]:

@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # an --out that is not a folder, an unreadable data file
-        print(f"error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
+        if exc.filename is None:  # not about a path the user gave (a full disk, a pipe)
+            raise
+        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line each,
         # not a traceback through the collective it was waiting in (the last checkpoint

@@ -92,7 +92,8 @@ def ladder_rung_geometry(rung: LadderModel, vocab: int) -> Geometry:
             raise MosaicInputError("model.ladder.top_k is required when experts is given")
         moe = MoEConfig(experts=rung.experts, top_k=rung.top_k,
                         expert_ffn=expert_width(ffn, rung.split_factor),
-                        shared_experts=PAPER_SHARED_EXPERTS, dense_layers=PAPER_DENSE_LAYERS)
+                        shared_experts=PAPER_SHARED_EXPERTS, dense_layers=PAPER_DENSE_LAYERS,
+                        router=PAPER_ROUTER)
     return Geometry(layers=LADDER_MULTIPLIER * rung.q, d_model=d_model, heads=heads,
                     kv_heads=kv_heads, head_dim=rung.head_dim, ffn=ffn, vocab=vocab, glu=True,
                     tied_embeddings=False, attention=AttentionKind.GQA,

@@ -159,11 +159,13 @@ def different_job_error(where: Path, saved: str, config: TrainConfig) -> MosaicI
                             "output folder, or remove it to train again")
 
 
-def read_finished_result(out_dir: str | Path, config: TrainConfig) -> TrainResult | None:
+def read_finished_result(out_dir: str | Path, config: TrainConfig,
+                         require_fingerprint: bool = False) -> TrainResult | None:
     """The finished run's result in ``out_dir`` (None when there is none), after checking
     that ``config`` is the job that wrote it (MosaicInputError naming the differing settings
     otherwise). Result files written before the job's fingerprint was recorded are taken as
-    they are."""
+    they are, unless ``require_fingerprint`` (nothing else, such as a checkpoint, vouched
+    for the job): then they are refused."""
     path = Path(out_dir) / RESULT_FILE
     if not path.exists():
         return None
@@ -174,6 +176,10 @@ def read_finished_result(out_dir: str | Path, config: TrainConfig) -> TrainResul
     except (json.JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise MosaicInputError(f"{path} is not a readable mosaic result ({type(exc).__name__}); "
                                "remove it to finish the run again from its checkpoint") from None
+    if saved is None and require_fingerprint:
+        raise MosaicInputError(f"{path} holds a finished run that records no job fingerprint "
+                               "(an older mosaic), so it cannot tell whether it is this job; "
+                               "use a new output folder, or remove it to train again")
     if saved is not None and not _same_job(saved, config):
         raise different_job_error(path.parent, saved, config)  # the folder is the other job's
     return result
@@ -509,7 +515,8 @@ class Trainer:
         # A finished run's result.json guards the folder even when its checkpoint was
         # deleted (it holds 16 B per parameter): another job is refused, the same job is done.
         if self.step >= self.total_steps or not resumed:
-            done = read_finished_result(self.out_dir, self.config)
+            done = read_finished_result(self.out_dir, self.config,
+                                        require_fingerprint=not resumed)
             if done is not None:  # nothing left to do; its run.json stays as it trained
                 if not resumed and log is not None and self.context.is_main:
                     print(f"progress: {self.out_dir} holds this job's finished run "
