@@ -309,3 +309,19 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
     row = {"field": "training.tokens", "a": 1.0e11, "b": 1.0000004e11}
     assert (_input_text(row, "a"), _input_text(row, "b")) == ("1e+11", "1.0000004e+11")
     assert _input_text({"field": "envelope.days", "a": 5.0, "b": 10.0}, "b") == "10"
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda doc: [], "no 'optimum'"),
+    (lambda doc: doc | {"optimum": [doc["optimum"]]}, "'optimum' is a list"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"loss": "x"}},
+     "optimum.loss is 'x'"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"experts": "many"}}, "not a well-formed"),
+])
+def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message):
+    """compare crashed ("internal error") on a list, a list optimum or a string loss, and
+    printed E=many (a fuzz trial); it now makes export's checks."""
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps(damage(json.loads(plans[0].read_text()))))
+    result = runner.invoke(app, ["compare", str(plans[0]), str(damaged)])
+    assert result.exit_code == 2 and message in result.output, result.output

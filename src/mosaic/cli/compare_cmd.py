@@ -135,14 +135,27 @@ def _job_geometry(geometry: Any) -> dict[str, Any]:
             "expert_ffn": moe.expert_ffn if moe else None}
 
 
+# the optimum's numbers compare reads and formats
+_OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "memory_bytes",
+                    "n_total", "n_active", "sparsity", "tpp", "train_days")
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
+    from mosaic.export.spec import spec_from_plan_document
     from mosaic.perf.headroom import memory_fit_text
 
+    # the checks `mosaic export` makes (shape, model, layout, batch), in one line each
+    spec_from_plan_document(document, str(path))
     optimum = document.get("optimum")
     envelope = document.get("envelope") or {}
     if not optimum:
         raise MosaicInputError(f"{path}: not a `mosaic plan --json` document with an optimum")
+    for name in _OPTIMUM_NUMBERS:
+        value = optimum.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise MosaicInputError(f"{path}: optimum.{name} is {value!r}; a `mosaic plan "
+                                   "--json` document holds a number there")
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")
