@@ -325,3 +325,28 @@ def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message)
     damaged.write_text(json.dumps(damage(json.loads(plans[0].read_text()))))
     result = runner.invoke(app, ["compare", str(plans[0]), str(damaged)])
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_plans_goodput_travels_with_its_exported_job(tmp_path):
+    """A Young-Daly plan's goodput (0.95 here) was dropped by `export --to yaml`, so compare
+    and perf gave its job a window 5% shorter and 5% fewer GPU-hours than the plan (a
+    trial): training.goodput now carries it, and the job's window is the plan's."""
+    plan = runner.invoke(app, ["plan", "--nodes", "8", "--days", "5", "--q", "8",
+                               "--experts", "16", "--top-k", "1", "--split-factor", "2",
+                               "--mtbf-gpu-hours", "2000", "--checkpoint-s", "120",
+                               "--restart-s", "600", "--json"])
+    assert plan.exit_code == 0, plan.output
+    plan_doc = json.loads(plan.stdout)
+    goodput = plan_doc["envelope"]["goodput"]["goodput"]
+    assert 0.9 < goodput < 1.0
+    (tmp_path / "plan.json").write_text(plan.stdout)
+    job = tmp_path / "job.yaml"
+    exported = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "--to", "yaml",
+                                   "--out", str(job)])
+    assert exported.exit_code == 0, exported.output
+    assert yaml.safe_load(job.read_text())["training"]["goodput"] == pytest.approx(goodput)
+    doc = invoke_json("compare", str(job), str(job))
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert summary["goodput"]["a"] == pytest.approx(goodput)
+    assert summary["days"]["a"] == pytest.approx(plan_doc["optimum"]["train_days"], rel=1e-3)
+    assert not any("--goodput" in text for text in doc["assumed"])

@@ -95,6 +95,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     training = doc.get("training")
     if training is not None:  # the job's own D: the window is the time its steps take
         tokens = float(training["tokens"])
+        if spec.train_goodput is not None:  # the job's own goodput (a plan's, exported)
+            goodput = spec.train_goodput
         days = training["compute_days"] / goodput
     else:  # D = tokens/s x T_train x goodput (paper Eq. 25)
         tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
@@ -113,6 +115,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "goodput": goodput, "tokens": tokens, "loss": loss,
         "tokens_stated": training is not None,
+        "goodput_stated": training is not None and spec.train_goodput is not None,
         "law_extrapolation": flags,
         # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
         **({"loss_note": NO_HYBRID_LOSS} if loss is None else {}),
@@ -471,6 +474,8 @@ def compare(
                  for p in (a, b)]
         if all(side["tokens_stated"] for side in sides):  # no window was used
             assumed = [text for text in assumed if "(--days)" not in text]
+        if all(side["goodput_stated"] for side in sides):  # each job states its own
+            assumed = [text for text in assumed if "(--goodput)" not in text]
     else:
         sides = []
         for path in (a, b):

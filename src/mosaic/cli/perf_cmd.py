@@ -100,12 +100,24 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
 
 
 def training_document(spec: JobSpec, step_time_s: float) -> dict[str, Any]:
-    """The job's training.tokens as optimizer steps and the time they take at the predicted
-    step time: compute time only, without failures, restarts or checkpoints (goodput)."""
+    """The job's training.tokens as optimizer steps, the time they take at the predicted
+    step time (compute_days: without failures, restarts or checkpoints), and the window at
+    the job's training.goodput (window_days, = compute_days without one)."""
     workload = spec.workload
     steps = training_steps(spec.train_tokens, workload.global_batch, workload.seq_len)
-    return {"tokens": spec.train_tokens, "steps": steps,
-            "compute_days": steps * step_time_s / SECONDS_PER_DAY}
+    compute_days = steps * step_time_s / SECONDS_PER_DAY
+    goodput = spec.train_goodput or 1.0
+    return {"tokens": spec.train_tokens, "steps": steps, "compute_days": compute_days,
+            "goodput": goodput, "window_days": compute_days / goodput}
+
+
+def _training_text(training: dict[str, Any]) -> str:
+    """'N steps: D days of steps (no restarts)', with the window at a stated goodput."""
+    text = f"{training['compute_days']:.1f} days of steps (no restarts)"
+    if training.get("goodput", 1.0) < 1.0:
+        text += (f"; a {training['window_days']:.1f}-day window at goodput "
+                 f"{training['goodput']:.4g}")
+    return text
 
 
 def _render(document: dict[str, Any]) -> None:
@@ -156,7 +168,7 @@ def _render(document: dict[str, Any]) -> None:
                 "training (training.tokens)",
                 f"{document['training']['tokens']:.4g} tokens = "
                 f"{document['training']['steps']:,} steps, "
-                f"{document['training']['compute_days']:.1f} days of steps (no restarts)")]),
+                + _training_text(document["training"]))]),
             ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
             ("attention kernel", document["attention_kernel"]),
         ],

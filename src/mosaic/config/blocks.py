@@ -278,6 +278,10 @@ class TrainingBlock(StrictBlock):
         default=None, gt=0, le=_TOKENS, allow_inf_nan=False,
         description="tokens the run trains (a plan's D); exports write them as optimizer "
         "steps of the global batch, perf as the time those steps take")
+    goodput: float | None = Field(
+        default=None, gt=0, le=1, allow_inf_nan=False,
+        description="share of the window spent training (a plan's goodput: failures, "
+        "restarts, checkpoints); the window is the steps' time over it; None = 1")
 
 
 def training_steps(tokens: float, global_seqs: int, seq_len: int) -> int:

@@ -301,6 +301,17 @@ class JobSpec:
     stack_version: str | None = None  # performance.stack_version as stated (exports read it)
     model_name: str | None = None  # model.name as stated (the job document keeps it)
     train_tokens: float | None = None  # training.tokens as stated; None: no budget given
+    train_goodput: float | None = None  # training.goodput as stated; None: 1
+
+
+def training_document(tokens: float | None, goodput: float | None) -> dict[str, Any]:
+    """The job's ``training`` block (none without a token budget; goodput only below 1)."""
+    if tokens is None:
+        return {}
+    block: dict[str, Any] = {"tokens": tokens}
+    if goodput is not None and goodput < 1.0:
+        block["goodput"] = goodput
+    return {"training": block}
 
 
 # The largest pretraining batch a public configuration states: DeepSeek-V3's 15,360
@@ -668,6 +679,7 @@ def job_from_document(document: dict[str, Any], where: str,
         stack_version=performance.stack_version,
         model_name=model.name,
         train_tokens=training.tokens,
+        train_goodput=training.goodput,
     )
 
 
@@ -782,7 +794,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         "search": {"devices": spec.n_devices if spec.n_devices is not None
                    else int(spec.plan.n_devices[0])},
         "hardware": hardware,
-    } | ({} if spec.train_tokens is None else {"training": {"tokens": spec.train_tokens}})
+    } | training_document(spec.train_tokens, spec.train_goodput)
 
 
 def layout_document(workload: Workload, row: dict[str, Any], derived: bool = True

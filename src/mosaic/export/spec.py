@@ -114,6 +114,7 @@ class ExportSpec:
     # the tokens to train: a plan's D (its optimum's tokens) or a job's training.tokens;
     # None where the source gives no budget
     train_tokens: float | None = None
+    train_goodput: float | None = None  # a plan's goodput, a job's training.goodput
     job: dict[str, Any] | None = None
     source: str = ""
 
@@ -487,6 +488,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         architecture=None if system is None else system.device.architecture,
         stack_version=getattr(job, "stack_version", None),
         train_tokens=getattr(job, "train_tokens", None),
+        train_goodput=getattr(job, "train_goodput", None),
         assumptions=tuple(job.assumptions), job=job_document(job), source=source,
     )
 
@@ -648,6 +650,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         stack=stack, source=source,
         router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
+        train_goodput=(envelope.get("goodput") or {}).get("goodput"),
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
 
@@ -686,6 +689,7 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
     """The job file of a plan's optimum (docs/schema.md blocks): what `mosaic perf` reads to
     predict that one layout again."""
     from mosaic.config.convert import model_document
+    from mosaic.config.job_schema import training_document
     from mosaic.config.layout import batch_document
 
     parallelism: dict[str, Any] = {
@@ -728,4 +732,4 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
             "optimizer": {"kind": spec.optimizer},
             "search": {"devices": spec.n_devices},
             "hardware": {k: v for k, v in hardware.items() if v is not None}} | (
-        {} if spec.train_tokens is None else {"training": {"tokens": spec.train_tokens}})
+        training_document(spec.train_tokens, spec.train_goodput))
