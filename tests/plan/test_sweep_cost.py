@@ -55,6 +55,11 @@ def test_cost_and_cheapest_plan(one_node, law, calibration):
     reaching = [o for o in cheapest.options if o.loss is not None and o.loss <= 1.8]
     assert cheapest.choice is reaching[0]
     assert cheapest.choice.loss <= 1.8
+    # equal GPU-hours (1 node x 2 days, 2 nodes x 1 day): the lower loss first (a trial: 128
+    # nodes x 30 days was chosen over 64 x 60 at the same cost and a higher loss)
+    for first, second in zip(cheapest.options, cheapest.options[1:], strict=False):
+        if first.cost.gpu_hours == second.cost.gpu_hours:
+            assert first.loss <= second.loss
     # Below the real optimum but above the loss at the full bf16 peak: searched, not reached.
     window = one_node.with_budget(days=1)
     best = cheapest_plan(one_node, SPACE, law, calibration, target_loss=5.0, nodes=[1],

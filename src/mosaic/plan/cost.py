@@ -4,7 +4,9 @@ GPU-hours = N_dev · T_train / 3600 (allocated time, whatever the goodput); cost
 GPU-hours · price in USD per GPU-hour (prices are taken to be USD, as cloud list prices are
 quoted, and every output names the currency). The cheapest plan for a target loss L is the budget
 (nodes × days) of the smallest GPU-hours, among a given set, whose MOSAIC optimum has
-predicted loss ≤ L; ties go to the shorter window, then to fewer nodes.
+predicted loss ≤ L; budgets of equal GPU-hours go to the lower loss, then the shorter
+window, then fewer nodes (128 nodes x 30 days and 64 x 60 cost the same; the longer window
+trains more tokens per parameter on fewer GPUs and can reach a lower loss).
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ def cheapest_plan(
             window = point.result.envelope
             options.append(BudgetOption(cluster.n_nodes, window.days,
                                         run_cost(window, price_per_gpu_hour), point.result))
-    options.sort(key=lambda o: (o.cost.gpu_hours, o.days, o.n_nodes))
+    # equal GPU-hours cost the same: the lower loss first, then the shorter window
+    options.sort(key=lambda o: (o.cost.gpu_hours, math.inf if o.loss is None else o.loss,
+                                o.days, o.n_nodes))
     reaching = [o for o in options if o.loss is not None and o.loss <= target_loss]
     return CheapestPlan(float(target_loss), tuple(options), reaching[0] if reaching else None)
