@@ -2,3 +2,11 @@
 
 GIB = 2**30  # bytes in a GiB: memory is printed in GiB everywhere (device HBM, predictions)
 SECONDS_PER_DAY = 86_400.0  # training windows are given in days, the model works in seconds
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, keeping their zeros so that a column of
+    numbers reads alike (3.00, 3.90, 3.91; not 3, 3.9, 3.91); whole numbers past the digits
+    are written out (1000, not 1.00e+03)."""
+    text = f"{value:#.{digits}g}".rstrip(".")
+    return f"{value:.0f}" if "e" in text else text

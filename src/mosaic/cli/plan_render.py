@@ -20,7 +20,7 @@ from mosaic.report.plan_report import (
     loss_gap_text,
     pick_deliverable_text,
 )
-from mosaic.units import GIB
+from mosaic.units import GIB, significant
 
 
 def count(value: float) -> str:
@@ -32,11 +32,12 @@ def count(value: float) -> str:
 
 
 def short_count(value: float) -> str:
-    """Compact count for table cells: 4.427e9 -> '4.4B'."""
+    """Compact count for table cells, three significant digits with their zeros (a column
+    reads 3.91T, 3.90T, 3.00T, not 3.91T, 3.9T, 3T): 4.427e9 -> '4.43B'."""
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
         if abs(value) >= scale:
-            return f"{value / scale:.3g}{suffix}"
-    return f"{value:.3g}"
+            return significant(value / scale) + suffix
+    return significant(value)
 
 
 def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "default") -> None:
@@ -159,7 +160,8 @@ def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None)
         cells = [str(rank), shape, str(c["experts"]), str(c["top_k"]),
                  str(c["split_factor"]), short_count(c["n_active"]),
                  short_count(c["n_total"]), f"{c['sparsity']:.3f}", short_count(c["tokens"]),
-                 f"{c['tpp']:.0f}", f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
+                 f"{c['tpp']:.0f}" + ("*" if c["tpp_capped"] else ""), f"{c['mfu']:.1%}",
+                 f"{c['loss']:.4f}"]
         if searched:
             cells.insert(-2, str(c["global_batch"]))
         if uncertainty is not None:
@@ -169,6 +171,9 @@ def print_ranking(result: PlanResult, top: int, uncertainty: Uncertainty | None)
                         f"{c['step_time_s']:.2f}", f"{c['memory_bytes'] / GIB:.0f}"])
     print_table(f"Top {len(rows)} of {int(result.feasible.sum())} trainable geometries",
                 columns, rows)
+    if any(cells[columns.index("TPP")].endswith("*") for cells in rows):
+        typer.echo("TPP*: D held at the tokens-per-parameter cap (--tpp), below what the "
+                   "window could train: the run ends early, and GPU-hours count the window")
     print_table("Their best layouts", ["#", "layout", "step s", "GiB/GPU"], layouts)
     summary = infeasible_summary(result)
     if summary:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from mosaic.units import significant
+
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
                  "toImageButtonOptions": {"format": "svg"}}
 
@@ -65,8 +67,8 @@ def fmt_si(unit: str = "", digits: int = 3) -> Callable[[Any], str]:
         if abs(value) >= 1e18:
             return f"{value:.{digits}g} {unit}".rstrip()
         for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-            if abs(value) >= factor:
-                return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
+            if abs(value) >= factor:  # digits with their zeros: 3.00 T beside 3.91 T
+                return f"{significant(value / factor, digits)} {prefix}{unit}".rstrip()
         return f"{value:.{digits}g} {unit}".rstrip()
     return fmt
 

@@ -1,0 +1,17 @@
+"""Numbers in tables keep their significant zeros, so a column reads alike (a trial saw the D
+column of the ranked plan read 3.91T, 3.9T, 3T)."""
+
+from mosaic.cli.plan_render import short_count
+from mosaic.report.html.page import fmt_si
+from mosaic.units import significant
+
+
+def test_three_significant_digits_keep_their_zeros():
+    assert [significant(x) for x in (3.91, 3.9, 2.998, 26.09, 0.5, 999.6)] == [
+        "3.91", "3.90", "3.00", "26.1", "0.500", "1000"]
+
+
+def test_table_counts_read_alike():
+    assert [short_count(x) for x in (3.91e12, 3.9e12, 2.998e12, 4.427e9)] == [
+        "3.91T", "3.90T", "3.00T", "4.43B"]
+    assert [fmt_si()(x) for x in (3.9e12, 1.42e12, 2.0e9)] == ["3.90 T", "1.42 T", "2.00 B"]
