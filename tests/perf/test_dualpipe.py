@@ -246,3 +246,31 @@ def test_software_text_naming_dualpipe_maps_to_the_stack_and_nothing_else_moves(
         for run in yaml.safe_load(path.read_text())["runs"]:
             text = (run.get("software") or "").casefold()
             assert not any(k in text for k in keywords), run["id"]
+
+
+def test_the_dualpipe_schedule_overlaps_ep_without_stating_it():
+    """DualPipe pairs a forward and a backward chunk so that each one's all-to-all hides
+    behind the other's compute (its README): a dualpipe job that states no ep_overlap costs
+    its all-to-alls as an ep_overlap job does (a trial found them all exposed)."""
+    from dataclasses import replace as with_
+
+    from mosaic.arch import ladder_geometry
+    from mosaic.hardware import Cluster, get_system
+    from mosaic.perf.calibration import default_calibration
+    from mosaic.perf.machine import machine_for
+    from mosaic.perf.plan import single_plan
+    from mosaic.perf.step_time import predict_step
+    from mosaic.perf.workload import Workload
+
+    workload = Workload(geometry=ladder_geometry(8, 64, 4, 4), global_batch=256,
+                        seq_len=4096, stack="dualpipe", dispatcher="deepep")
+    assert workload.overlaps_ep_communication
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=8), "bf16")
+    plan = single_plan(pp=4, dp=16, ep=16, micro_batch=1)
+    calibration = default_calibration()
+    implied = predict_step(workload, plan, machine, calibration)
+    stated = predict_step(with_(workload, ep_overlap=True), plan, machine, calibration)
+    assert implied.step_time_s[0] == stated.step_time_s[0]
+    megatron = predict_step(with_(workload, stack="megatron-core"), plan, machine, calibration)
+    assert (implied.breakdown_s["ep_all_to_all"][0]
+            < megatron.breakdown_s["ep_all_to_all"][0])

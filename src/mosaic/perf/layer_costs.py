@@ -806,7 +806,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     dispatch, combine = moe.dispatch, moe.combine
     a2a_pair = dispatch + combine
     a2a_exposed = shared_expert_overlap_exposed_s(workload, dispatch, combine, shared_fwd)
-    if workload.ep_overlap:
+    if workload.overlaps_ep_communication:
         # the other micro-batch's block: its forward + backward GEMMs and attention
         other_compute = (attention.gemm + attention.core + fwd_bwd_s(experts_up + experts_down)
                          + fwd_bwd_s(shared_fwd))

@@ -712,6 +712,15 @@ class Workload:
         return self.cross_entropy or default_loss(self.traits, self.compiles_model)
 
     @property
+    def overlaps_ep_communication(self) -> bool:
+        """The EP all-to-alls run behind another micro-batch's compute: the workload's
+        ``ep_overlap`` (Megatron-Core batch-level overlap), or DualPipe's schedule, which
+        pairs a forward and a backward chunk so that each one's all-to-all hides behind the
+        other's compute ("full overlap of forward and backward computation-communication
+        phases", deepseek-ai/DualPipe README @ 3da1bbe)."""
+        return self.ep_overlap or self.traits.pipeline_schedule == "dualpipe"
+
+    @property
     def compiles_model(self) -> bool:
         """The model code runs under torch.compile: the workload's ``torch_compile``, else
         the stack's default."""
