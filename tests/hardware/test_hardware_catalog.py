@@ -104,6 +104,11 @@ def test_cluster_sizes() -> None:
     nvl72 = get_system("GB200-NVL72")
     rack = nvl72.cluster(n_nodes=18)
     assert rack.n_devices == 72
+    # an NVL72 node is a 4-GPU tray: 18 of them are one rack, not 18 racks (a trial read
+    # '72 x GB200-NVL72' as 72 racks)
+    assert rack.description == (
+        "72 GPUs: 18 × GB200-NVL72 trays of 4 GPUs (1 NVLink domain of 72)")
+    assert nvl72.cluster(n_nodes=72).description.endswith("(4 NVLink domains of 72)")
     assert rack.scale_up_domain_gpus == 72
     assert nvl72.cluster(n_nodes=2).scale_up_domain_gpus == 8  # part of one domain
     assert Cluster.from_n_devices(get_system("p6-b200"), 512).n_nodes == 64

@@ -161,9 +161,9 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     # the rule as the CLI words it, not its template cut at the first slot ('pp·vpp=')
     assert "pp·vpp must divide layers=48" in layouts and "<td>pp·vpp=</td>" not in layouts
     # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
-    assert "64 GPUs: 8 x p6-b200.48xlarge" in layouts
+    assert "64 GPUs: 8 × p6-b200.48xlarge" in layouts
     perf = (tmp_path / "perf.html").read_text()
-    assert "512 GPUs: 64 x p6-b200.48xlarge" in perf
+    assert "512 GPUs: 64 × p6-b200.48xlarge" in perf
     # what the CLI says of the job travels with the report: stack, calibration, precision,
     # dispatcher, each term's and component's meaning, and every assumption (a trial)
     for text in ("megatron-core (default)", "EP dispatcher", 'id="memory-table"',
@@ -171,7 +171,7 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
         assert text in perf, text
     # the page header too (it put the GPU count where the node count goes: '512 ×
     # p6-b200.48xlarge' for 64 nodes; a trial)
-    for kind, cluster in (("layouts", "64 GPUs: 8 x"), ("perf", "512 GPUs: 64 x")):
+    for kind, cluster in (("layouts", "64 GPUs: 8 ×"), ("perf", "512 GPUs: 64 ×")):
         header = (tmp_path / f"{kind}.html").read_text().split('<header class="page">')[1]
         assert f"{cluster} p6-b200.48xlarge" in header.split("</header>")[0]
     # the law's range warnings of each sweep point's optimum (the sweep printed none)

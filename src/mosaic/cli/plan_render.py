@@ -44,9 +44,9 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     envelope = result.envelope
     goodput = envelope.goodput.describe(envelope.n_devices)
     rows = [
-        ("hardware", f"{envelope.n_nodes} × {envelope.system.name} "
+        ("hardware", f"{envelope.system.nodes_text(envelope.n_nodes)} "
                      f"({envelope.n_devices} × {envelope.system.device.name})"),
-        ("window", f"{envelope.days:g} days"),
+        ("window", f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"),
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
                   + ("" if result.global_batch is None else " (searched; the optimum's)")),

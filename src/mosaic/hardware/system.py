@@ -55,6 +55,17 @@ class System:
         # Mapping fields are not hashable; the catalog guarantees unique names.
         return hash(("System", self.name))
 
+    def nodes_text(self, n_nodes: int) -> str:
+        """``n_nodes`` of this system in words: '32 × DGX-B200'; a node inside a larger
+        NVLink domain is a tray, and the racks are counted: '72 × GB200-NVL72 trays of 4 GPUs
+        (4 NVLink domains of 72)' (a trial read '72 × GB200-NVL72' as 72 racks)."""
+        if self.scale_up_domain_gpus <= self.gpus_per_node:
+            return f"{n_nodes} × {self.name}"
+        gpus = n_nodes * self.gpus_per_node
+        domains = -(-gpus // self.scale_up_domain_gpus)
+        return (f"{n_nodes} × {self.name} trays of {self.gpus_per_node} GPUs ({domains} "
+                f"NVLink domain{'s' if domains != 1 else ''} of {self.scale_up_domain_gpus})")
+
     @property
     def scale_up_bw_bytes_per_s(self) -> float:
         """NVLink bandwidth per GPU, one direction (a property of the device)."""
@@ -140,11 +151,11 @@ class Cluster:
 
     @property
     def description(self) -> str:
-        """The cluster in words: '256 GPUs: 32 x DGX-B200', '4 GPUs of one DGX-H100 (8)'."""
+        """The cluster in words: '256 GPUs: 32 × DGX-B200', '4 GPUs of one DGX-H100 (8)'."""
         if self.gpus_used is not None:
             return (f"{self.gpus_used} GPU{'s' if self.gpus_used > 1 else ''} of one "
                     f"{self.system.name} ({self.system.gpus_per_node})")
-        return f"{self.n_devices} GPUs: {self.n_nodes} x {self.system.name}"
+        return f"{self.n_devices} GPUs: {self.system.nodes_text(self.n_nodes)}"
 
     @property
     def scale_up_domain_gpus(self) -> int:
