@@ -260,3 +260,34 @@ def test_files_that_are_not_what_they_seem_are_named_for_what_they_are(tmp_path)
     assert "no model_type field" in result.output  # was 'model_type None is not supported'
     result = runner.invoke(app, ["compare", str(EXAMPLES / "appendix_e.yaml"), str(config)])
     assert "a .json file is read as a plan, any other as a job" in result.output
+
+
+@pytest.mark.parametrize("command, resumes", [("plan", False), ("train", True)])
+def test_ctrl_c_says_it_was_interrupted(monkeypatch, capsys, command, resumes):
+    """typer turns Ctrl-C into Exit(130), which a non-standalone call returns: mosaic exited
+    130 without a word (a trial); it says so, and how to resume for the commands that
+    checkpoint."""
+    import sys
+
+    import typer
+
+    from mosaic.cli import main as cli_main
+
+    interrupted = typer.Typer()
+
+    @interrupted.command(command)
+    def _stop() -> None:
+        raise KeyboardInterrupt
+
+    @interrupted.command("other")
+    def _other() -> None:  # a second command keeps the command name on the line
+        pass
+
+    monkeypatch.setattr(cli_main, "app", interrupted)
+    monkeypatch.setattr(sys, "argv", ["mosaic", command])
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main.main()
+    assert exit_info.value.code == 130
+    err = capsys.readouterr().err
+    assert err.startswith("error: interrupted")
+    assert ("resume from the last checkpoint" in err) == resumes

@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
@@ -276,6 +276,20 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
     return flags + [a for a in argv if a not in GLOBAL_FLAGS] if flags else argv
 
 
+INTERRUPTED = 130  # the shell's status for SIGINT (128 + 2)
+# commands whose rerun resumes where an interrupted run stopped (its last checkpoint)
+_RESUMING_COMMANDS = ("train", "ladder")
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C: one line (and how to resume, for the commands that checkpoint), status 130."""
+    _flush_warnings(INTERRUPTED)
+    resumes = len(sys.argv) > 1 and sys.argv[1] in _RESUMING_COMMANDS
+    _one_line("error: interrupted" + ("; rerun the same command to resume from the last "
+                                      "checkpoint" if resumes else ""))
+    sys.exit(INTERRUPTED)
+
+
 def main() -> None:
     """Console entry point: usage errors (unknown option, unparsable value) as one line.
 
@@ -291,9 +305,7 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except typer.Abort:
-        _flush_warnings(130)
-        _one_line("error: interrupted")
-        sys.exit(130)
+        _interrupted()
     except typer.Exit as exc:
         _flush_warnings(exc.exit_code)
         sys.exit(exc.exit_code)
@@ -313,9 +325,9 @@ def main() -> None:
             _one_line(f"error: {exc.format_message()}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _flush_warnings(130)
-        _one_line("error: interrupted")
-        sys.exit(130)
+        _interrupted()
     code = code if isinstance(code, int) else 0
+    if code == INTERRUPTED:  # typer turns Ctrl-C into Exit(130), returned when not standalone
+        _interrupted()
     _flush_warnings(code)
     sys.exit(code)
