@@ -185,3 +185,17 @@ def test_optimum_refuses_a_split_factor_the_law_has_no_term_for(tmp_path):
                                  "--split-factor", "4"])
     assert result.exit_code == 2
     assert "the law (chinchilla) has no G term" in " ".join(result.stderr.split())
+
+
+def test_a_fit_that_explains_nothing_is_flagged(tmp_path):
+    """Losses that rise with N and D (no law of the form describes them): the fit exits 0
+    with R^2 <= 0, which now says so instead of passing as a law to plan with (a trial)."""
+    rows = [{"n_total": n, "sparsity": s, "tokens": d, "split_factor": 4,
+             "loss": 1.0 + 0.1 * np.log10(n / 1e8) + 0.1 * np.log10(d / 1e9)}
+            for n in (1e8, 1e9, 1e10) for s in (0.5, 0.9) for d in (1e9, 1e10, 1e11)]
+    data = tmp_path / "anti.csv"
+    pd.DataFrame(rows).to_csv(data, index=False)
+    result = runner.invoke(app, ["law", "fit", str(data), "--holdout", "0", "--starts", "32",
+                                 "--refine", "4"])
+    assert result.exit_code == 0, result.output
+    assert "the law explains none of the runs' loss variance" in result.output

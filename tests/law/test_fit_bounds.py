@@ -33,6 +33,18 @@ def test_exp_of_log_bound_overshoots_and_is_clipped():
     assert on_bound == {"B": {"side": "upper", "bound": HIGH}}
 
 
+def test_a_coefficient_pushed_near_a_wide_bound_is_reported_on_it():
+    """L-BFGS-B stops a few percent short of a bound it is pushed against in a box of 20
+    decades: 1.1x the lower bound counts as on it (a trial: e = 1.09998e-10 against 1e-10
+    went unreported), a value well inside does not."""
+    box = log_bounds(CHINCHILLA, None)
+    near = box[:, 0] + np.log(1.1)  # every coefficient 10% above its lower bound
+    _, on_bound = clip_to_bounds(CHINCHILLA, near, None)
+    assert set(on_bound) == set(CHINCHILLA.params)
+    middle = box.mean(axis=1)
+    assert clip_to_bounds(CHINCHILLA, middle, None)[1] == {}
+
+
 def test_fit_on_the_bound_round_trips(tmp_path):
     # Chinchilla runs whose true data prefactor B = 1e13 lies beyond the 1e10 bound
     # (beta = 1.3 keeps B/D^beta in loss units for D in [1e9, 1e11]).

@@ -296,6 +296,7 @@ def fit(
         "data_support": dict(validated.law.provenance.get("data_support") or {}),
     }
     report_bounds(validated.law, payload)
+    report_no_fit(payload["metrics"])
     if n_bootstrap:
         with progress_reporter(as_json) as bar:
             result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,
@@ -306,6 +307,7 @@ def fit(
             for name, iv in result.intervals.items()
         }
         payload["bootstrap"] = {"method": method, "resamples": n_bootstrap, "level": result.level}
+        report_unstable_estimates(payload)
         if samples_out is not None:
             save_samples(LawSamples.from_bootstrap(result), samples_out)
             payload["samples_file"] = str(samples_out)
@@ -369,8 +371,31 @@ def report_bounds(law: ScalingLaw, payload: dict[str, Any]) -> None:
         note = describe(found)
         if note is not None:
             payload[key] = found
-            error_console.print(f"warning: {note}", markup=False, highlight=False,
-                                soft_wrap=True)
+            _warn(note)
+
+
+def _warn(note: str) -> None:
+    error_console.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def report_no_fit(metrics: dict[str, Any]) -> None:
+    """A warning when the law explains none of the runs' loss variance (R^2 <= 0: a constant
+    predicts as well; a trial fitted losses that rise with N and D and got R^2 -0.00008)."""
+    if metrics["r2"] <= 0.0:
+        _warn(f"R^2 {metrics['r2']:.5g}: the law explains none of the runs' loss variance (a "
+              "constant predicts them as well); check the data before planning with it")
+
+
+def report_unstable_estimates(payload: dict[str, Any]) -> None:
+    """A warning naming the coefficients whose point estimate lies outside their own
+    bootstrap percentile interval (the fit lands elsewhere on resampled runs)."""
+    outside = [f"{name} {value:.4g} outside [{low:.4g}, {high:.4g}]"
+               for name, value in payload["coefficients"].items()
+               for low, high in [payload["intervals"][name]["percentile"]]
+               if not low <= value <= high]
+    if outside:
+        _warn("point estimate outside its bootstrap interval: " + "; ".join(outside)
+              + " (the fit is unstable: more runs, or more --starts)")
 
 
 def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,

@@ -145,9 +145,11 @@ def log_bounds(form: LawForm, bounds: Mapping[str, tuple[float, float]] | None) 
     return np.log(natural_bounds(form, bounds))
 
 
-# A coefficient within this relative distance of a bound is reported as on it (L-BFGS-B
-# stops exactly on an active bound; exp(log(1e10)) is 1e10 within a few ulps).
-_AT_BOUND_REL = 1e-9
+# A coefficient within this share of its box's log range of a bound is reported as on it:
+# L-BFGS-B stops exactly on an active bound, but in a box of 20 decades it also stops a few
+# percent in value short of one it is pushed against (a trial: e = 1.09998e-10 against
+# 1e-10 and gamma = 1.00003e-6 against 1e-6 went unreported).
+_AT_BOUND_LOG_SHARE = 0.01
 
 
 def clip_to_bounds(form: LawForm, log_coefs: np.ndarray,
@@ -162,9 +164,10 @@ def clip_to_bounds(form: LawForm, log_coefs: np.ndarray,
     values = np.clip(np.exp(np.asarray(log_coefs, dtype=float)), natural[:, 0], natural[:, 1])
     on_bound: dict[str, dict[str, float | str]] = {}
     for name, value, (low, high) in zip(form.params, values, natural, strict=True):
-        if value <= low * (1 + _AT_BOUND_REL):
+        margin = _AT_BOUND_LOG_SHARE * np.log(high / low)
+        if np.log(value / low) <= margin:
             on_bound[name] = {"side": "lower", "bound": float(low)}
-        elif value >= high * (1 - _AT_BOUND_REL):
+        elif np.log(high / value) <= margin:
             on_bound[name] = {"side": "upper", "bound": float(high)}
     return dict(zip(form.params, values.tolist(), strict=True)), on_bound
 
