@@ -6,6 +6,7 @@ on the built-in law, hardware catalog and calibration.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from mosaic.cli.common import (
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
@@ -325,7 +326,29 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
 def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
     law = default_law() if law_file is None else ScalingLaw.load(law_file)
+    if law_file is not None:
+        for note in law_file_caveats(law):
+            warnings.warn(f"--law {law_file}: {note}", MosaicWarning, stacklevel=2)
     return law, load_calibration(calibration_file)
+
+
+def law_file_caveats(law: ScalingLaw) -> list[str]:
+    """What a fitted law file's provenance says about its trustworthiness: coefficients its
+    fit left on their bounds, no held-out error, a fit that explains nothing (a trial
+    planned with a tiny ladder's law and saw none of it)."""
+    from mosaic.law.fit import bound_note
+
+    provenance = law.provenance or {}
+    notes = []
+    at_bound = bound_note(provenance.get("at_bound") or {})
+    if at_bound is not None:
+        notes.append(f"its fit left {at_bound}")
+    metrics = provenance.get("metrics") or {}
+    if metrics.get("n_heldout") == 0:
+        notes.append("its fit held no run out, so its error on new runs is unmeasured")
+    if isinstance(metrics.get("r2"), int | float) and metrics["r2"] <= 0:
+        notes.append(f"its fit explains none of its runs' variance (R^2 {metrics['r2']:.3g})")
+    return notes
 
 
 def require_physical_loss(result: PlanResult) -> None:
