@@ -36,3 +36,19 @@ def test_constant_goodput_and_bad_inputs():
         ConstantGoodput(1.5)
     with pytest.raises(MosaicInputError, match="checkpoint time"):
         YoungDalyGoodput(mtbf_gpu_s=1e6, checkpoint_s=0.0)
+
+
+def test_a_job_that_fails_faster_than_it_checkpoints_is_refused_with_the_reason():
+    """MTBF 1 GPU-hour over 256 GPUs: the job fails every 3600/256 = 14.06 s, less than one
+    100 s checkpoint, so goodput is 0; the plan used to search and call every geometry's
+    window too short (a fuzz trial)."""
+    import pytest
+
+    from mosaic.errors import MosaicInputError
+
+    model = YoungDalyGoodput(mtbf_gpu_s=3600.0, checkpoint_s=100.0)
+    assert model.fraction(256) == 0.0
+    with pytest.raises(MosaicInputError, match=r"fails every 14\.1 s"):
+        model.require_progress(256)
+    YoungDalyGoodput(mtbf_gpu_s=3.6e7, checkpoint_s=100.0).require_progress(256)
+    ConstantGoodput(0.5).require_progress(256)

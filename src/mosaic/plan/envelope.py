@@ -160,6 +160,7 @@ class Envelope:
                                    "op-fuser path (docs/stacks.md)")
         if self.balanced_pipeline:  # refused before any worker starts
             require_pipeline_layout_flag(self.stack)
+        self.goodput.require_progress(self.n_devices)  # no training time at all: refused
         if self.headroom is None:
             object.__setattr__(self, "headroom", memory_headroom(None, self.stack))
         object.__setattr__(self, "precision", enum_member(Precision, self.precision, "--precision"))

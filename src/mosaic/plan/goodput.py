@@ -35,6 +35,9 @@ class Goodput(Protocol):
 
     def describe(self, n_devices: int) -> dict[str, Any]: ...
 
+    def require_progress(self, n_devices: int) -> None:
+        """MosaicInputError when no time trains at all on ``n_devices`` GPUs."""
+
 
 def _finite_positive(name: str, value: float, *, allow_zero: bool = False) -> float:
     number = float(value)
@@ -60,6 +63,9 @@ class ConstantGoodput:
 
     def describe(self, n_devices: int) -> dict[str, Any]:
         return {"model": "constant", "goodput": float(self.value)}
+
+    def require_progress(self, n_devices: int) -> None:
+        """Nothing to refuse: the value is above 0 by construction."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,20 @@ class YoungDalyGoodput:
 
     def fraction(self, n_devices: int) -> float:
         return max(0.0, 1.0 - self.lost_fraction(n_devices))
+
+    def require_progress(self, n_devices: int) -> None:
+        """MosaicInputError when the job on ``n_devices`` GPUs loses its whole window to
+        failures (goodput 0), saying why: the search would otherwise report every geometry
+        as 'window too short' (a fuzz trial)."""
+        if self.fraction(n_devices) > 0.0:
+            return
+        mtbf = self.system_mtbf_s(n_devices)
+        raise MosaicInputError(
+            f"Young-Daly goodput is 0 on {n_devices} GPUs: the job fails every {mtbf:.3g} s "
+            f"(MTBF per GPU {self.mtbf_gpu_s / SECONDS_PER_HOUR:.3g} h / {n_devices}), and "
+            f"checkpoints of {self.checkpoint_s:g} s plus restarts of {self.restart_s:g} s "
+            "take all of it; check --mtbf-gpu-hours (hours per GPU), --checkpoint-s and "
+            "--restart-s")
 
     def describe(self, n_devices: int) -> dict[str, Any]:
         return {
