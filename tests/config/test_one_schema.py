@@ -418,3 +418,27 @@ def test_performance_and_hardware_values_are_not_coerced_across_types(override, 
     trial)."""
     with pytest.raises(MosaicInputError, match=message):
         load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", [override])
+
+
+def test_an_error_from_a_set_override_names_the_override():
+    """'--set model.layrs=3' was reported as the file's own unknown field (a fuzz trial)."""
+    with pytest.raises(MosaicInputError, match=r"layrs: unknown field.*\(from --set "
+                                               r"model\.layrs=3\)"):
+        load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", ["model.layrs=3"])
+
+
+def test_a_stacks_interleaved_default_yields_to_a_batch_too_small_for_it(tmp_path):
+    """torchtitan interleaves 2 stages per rank by default, which needs pp micro-batches a
+    step; with one micro-batch the default gave an error about a vpp=2 nobody wrote (a fuzz
+    trial): the job runs uninterleaved and says why."""
+    document = yaml.safe_load((EXAMPLES / "fsdp_moe_comm_bound.yaml").read_text())
+    document["parallelism"] = {"tp": 1, "pp": 2, "ep": 1, "sharding": "none"}
+    document["batch"] = {"global_seqs": 8, "micro_seqs": 1, "seq_len": 2048}
+    document["performance"] = {"stack": "torchtitan"}
+    document["hardware"] = {"system": "DGX-H100", "nodes": 2}
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    spec = load_job(job)
+    assert int(spec.plan.vpp[0]) == 1
+    assert any("needs at least pp=2 micro-batches per step, and the batch gives 1" in note
+               for note in spec.assumptions)

@@ -955,8 +955,24 @@ def load_job(path: Path, overrides: list[str] | None = None,
         document["performance"] = {**performance, "stack": default_stack}
         note = (f"performance.stack not stated: {default_stack} (the calibration profile's "
                 "stack)")
-    spec = job_from_document(document, str(path), deprecated)
+    try:
+        spec = job_from_document(document, str(path), deprecated)
+    except MosaicInputError as error:
+        raise _blame_override(error, overrides or []) from None
     if note is not None:
         spec = replace(spec, assumptions=(*spec.assumptions, note))
     warn_deprecated(deprecated, str(path))
     return spec
+
+
+def _blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInputError:
+    """``error`` with the ``--set`` that caused it named: the file is named first in every
+    message, though the value came from the command line (a fuzz trial: '--set
+    model.layrs=3' read as 'job.yaml: model: layrs: unknown field')."""
+    message = str(error)
+    for override in overrides:
+        path = override.split("=", 1)[0].strip()
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf and (path in message or f"{leaf}:" in message or f"{leaf} " in message):
+            return MosaicInputError(f"{message} (from --set {override})")
+    return error

@@ -245,10 +245,7 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
     """
     traits = get_stack(stack)
     vpp, micro = parallelism.vpp, batch.micro_seqs
-    if vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1:
-        vpp = traits.interleaved_vpp_default
-        notes.append(f"{VPP_DEFAULT_NOTE}: {vpp} assumed ({stack} interleaved "
-                     "schedule, fewest stages per rank)")
+    default_vpp = vpp is None and parallelism.pp > 1 and traits.interleaved_vpp_default > 1
     if micro is None:
         local = batch.global_seqs // dp
         why = ""
@@ -261,6 +258,19 @@ def _vpp_and_micro(parallelism: ParallelismBlock, batch: BatchBlock, dp: int, st
             why = f"{stack} runs the whole local batch of {local} in one step, no accumulation"
         if micro is not None:
             notes.append(f"batch.micro_seqs not stated: {micro} assumed ({why})")
+    if default_vpp:
+        # an interleaved schedule needs at least pp micro-batches per step
+        micro_batches = batch.global_seqs // max(dp * (micro or 1), 1)
+        if micro_batches >= parallelism.pp:
+            vpp = traits.interleaved_vpp_default
+            notes.append(f"{VPP_DEFAULT_NOTE}: {vpp} assumed ({stack} interleaved "
+                         "schedule, fewest stages per rank)")
+        else:
+            vpp = 1
+            notes.append(f"{VPP_DEFAULT_NOTE}: 1 assumed ({stack}'s interleaved default of "
+                         f"{traits.interleaved_vpp_default} needs at least pp="
+                         f"{parallelism.pp} micro-batches per step, and the batch gives "
+                         f"{micro_batches})")
     return vpp, micro
 
 
