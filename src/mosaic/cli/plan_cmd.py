@@ -77,7 +77,7 @@ from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import check_samples_describe, load_samples
-from mosaic.report import plan_report, plots
+from mosaic.report import plan_report
 from mosaic.report.plan_result import (
     calibration_document,
     optimum_extrapolation,
@@ -390,6 +390,8 @@ def _plots(result: PlanResult, law: ScalingLaw, plot_dir: Path | None) -> list[s
                                   split_factor=comparison.split_factor),
                 flop_cost_profile(result, law, comparison.c_model_flops, "split_factor")]
     written: list[str] = []
+    from mosaic.report import plots  # matplotlib: only when figures are written
+
     for paths in (plots.plot_frontier(result, plot_dir),
                   plots.plot_sparsity_tradeoff(
                       frontier, comparison, plot_dir,
@@ -588,6 +590,8 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
         document["calibration"] = calibration_document(calibration)
     write_html(document, html, "sweep")
     if plot_dir is not None:
+        from mosaic.report import plots
+
         document["plots"] = [str(p) for p in plots.plot_sweep(points, plot_dir)]
     if as_json:
         print_json(document)
