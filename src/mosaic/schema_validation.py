@@ -67,6 +67,16 @@ def _accepts(schema: type[BaseModel] | None, loc: tuple[Any, ...], name: str,
     return True
 
 
+def _is_union_field(schema: type[BaseModel] | None, loc: tuple[Any, ...]) -> bool:
+    """Whether the field at ``loc`` is declared as a union of several types."""
+    model = None if schema is None or not loc else _model_at(schema, tuple(loc[:-1]))
+    if model is None:
+        return False
+    info = next((f for n, f in model.model_fields.items() if loc[-1] in (n, f.alias)), None)
+    return info is not None and len([a for a in get_args(info.annotation)
+                                     if a is not type(None)]) > 1
+
+
 def describe_validation_error(exc: ValidationError, where: str,
                               schema: type[BaseModel] | None = None) -> str:
     """First problem of ``exc`` as "<where>: <field path>: <message> (got <value>)".
@@ -75,7 +85,17 @@ def describe_validation_error(exc: ValidationError, where: str,
     the unknown name is the one to fix; with ``schema`` it lists the fields allowed there."""
     errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
     first = errors[0]
-    field_path = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    loc = tuple(first["loc"])
+    # one field of a union type fails once per member, each error's location ending in the
+    # member's tag (uneven_stages.bool, uneven_stages.literal['unstated']): say it once
+    members = [e for e in errors if len(loc) > 1 and tuple(e["loc"])[:-1] == loc[:-1]
+               and e["type"] != "extra_forbidden" and e.get("input") is first.get("input")]
+    if len(members) > 1 and _is_union_field(schema, loc[:-1]):
+        loc = loc[:-1]
+        first = {**first, "msg": "Input should be " + " or ".join(
+            e["msg"].removeprefix("Input should be ") for e in members)}
+        errors = [first, *(e for e in errors if e not in members)]
+    field_path = ".".join(str(part) for part in loc) or "(top level)"
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = "unknown field"
@@ -87,7 +107,7 @@ def describe_validation_error(exc: ValidationError, where: str,
                  if _accepts(schema, tuple(first["loc"]), name, got)]
         suggestion = f"; did you mean {close[0]}?" if close else ""
         detail += f"{suggestion}; allowed: {', '.join(allowed)}"
-    more = len(exc.errors()) - 1
+    more = len(errors) - 1
     suffix = f"; and {more} more problem{'s' if more > 1 else ''}" if more else ""
     return f"{where}: {field_path}: {message}{detail}{suffix}"
 
@@ -165,11 +185,13 @@ class SafeLoader(_FastSafeLoader):  # type: ignore[misc, valid-type]
 # PyYAML's YAML 1.1: '034' is 34 (1.1: octal 28), '34:08' a string (1.1: base 60, 2048),
 # 'yes'/'on' strings (1.1: booleans), and '1e12' a float (1.1 needs '1.0e+12'; a trial's
 # training.tokens: 1e12 was refused as "not a valid number").
-_BOOL_TAG, _INT_TAG, _FLOAT_TAG = (f"tag:yaml.org,2002:{kind}" for kind in ("bool", "int",
-                                                                          "float"))
+# Dates are strings too (1.1's timestamp: 'name: 2024-01-01' became a datetime.date a
+# string field refused with its Python repr; a fuzz trial).
+_BOOL_TAG, _INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG = (
+    f"tag:yaml.org,2002:{kind}" for kind in ("bool", "int", "float", "timestamp"))
 SafeLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers
-            if tag not in (_BOOL_TAG, _INT_TAG, _FLOAT_TAG)]
+            if tag not in (_BOOL_TAG, _INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG)]
     for first, resolvers in _FastSafeLoader.yaml_implicit_resolvers.items()}
 SafeLoader.add_implicit_resolver(
     _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))

@@ -442,3 +442,19 @@ def test_a_stacks_interleaved_default_yields_to_a_batch_too_small_for_it(tmp_pat
     assert int(spec.plan.vpp[0]) == 1
     assert any("needs at least pp=2 micro-batches per step, and the batch gives 1" in note
                for note in spec.assumptions)
+
+
+def test_dates_are_strings_and_a_union_field_is_described_once(tmp_path):
+    """YAML 1.2's core schema reads 2024-01-01 as a string (PyYAML 1.1 made a date that the
+    name field refused with its Python repr), and a field of a union type names every
+    type it takes in one message, not pydantic's per-member errors (a fuzz trial)."""
+    from mosaic.schema_validation import load_yaml_mapping
+
+    path = tmp_path / "doc.yaml"
+    path.write_text("name: 2024-01-01\n")
+    assert load_yaml_mapping(path) == {"name": "2024-01-01"}
+    with pytest.raises(MosaicInputError) as error:
+        load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml", ["performance.uneven_stages=maybe"])
+    assert str(error.value).endswith(
+        "uneven_stages: Input should be a valid boolean or 'unstated' (got 'maybe') "
+        "(from --set performance.uneven_stages=maybe)")
