@@ -408,3 +408,18 @@ def test_train_is_quiet_under_either_quiet(tmp_path):
     quiet = runner.invoke(_app(), argv)
     assert quiet.exit_code == 0, quiet.output
     assert "step      0" not in quiet.output and "finished" in quiet.output
+
+
+def test_a_rung_that_fails_is_named_even_when_quiet(tmp_path):
+    """A diverging rung said only 'training diverged at step 1' under --quiet, which hides the
+    progress line naming the rung (a trial)."""
+    pytest.importorskip("torch")
+    recipe = {**RECIPE, "optim": {**RECIPE["optim"], "lr": 1e30}}
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"recipe": recipe, "ladder": {
+        "head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+        "split_factor": [1], "tokens": [512]}}))
+    result = CliRunner().invoke(_app(), ["--quiet", "ladder", "run", str(grid), "--out",
+                                         str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "rung q1_E4_K1_G1" in result.output and "training diverged" in result.output

@@ -219,8 +219,12 @@ def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Pat
             if progress and main:
                 progress(f"[{index}/{len(selected)}] {job.name}: {job.config.total_steps} steps")
             every = max(1, job.config.total_steps // 5)
-            train(job.config, rung_dir, context=context,
-                  log=_every(progress, job.name, every, format_record) if progress else None)
+            try:
+                train(job.config, rung_dir, context=context,
+                      log=_every(progress, job.name, every, format_record) if progress
+                      else None)
+            except MosaicInputError as exc:  # which rung failed (--quiet shows no progress)
+                raise MosaicInputError(f"rung {job.name}: {exc}") from None
         if main:
             collect_runs(jobs, out_dir)
 
