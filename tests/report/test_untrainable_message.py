@@ -44,3 +44,14 @@ def test_a_model_flops_pick_without_a_layout_says_so():
     enough = {"prescription_feasible": True, "deliverable_flops": 9.24e22}
     assert pick_deliverable_text(enough) == "yes (9.24e+22 FLOP)"
     assert loss_gap_text(0.0266, enough) == "+0.0266"
+
+
+def test_the_levers_of_several_reasons_are_listed_once():
+    """'add nodes or days, or lower --tpp; add nodes or allow more memory' said add nodes
+    twice (a trial)."""
+    message = untrainable_message(_result([
+        "the window delivers 2.1e+10 tokens, below tpp_min·N_act = 4.0e+10",
+        "out of memory on every layout",
+    ]))
+    assert message.endswith(
+        "; add nodes, add days, lower --tpp or allow more memory (--memory-fraction)")

@@ -30,12 +30,22 @@ def infeasible_summary(result: PlanResult) -> dict[str, int]:
     return dict(Counter(reason_category(r["reason"]) for r in result.infeasible()))
 
 
-_ADVICE = {
-    "no layout fits device memory": "add nodes or allow more memory (--memory-fraction)",
+# the levers for each reason, merged into one list when several reasons apply (a trial read
+# "add nodes or days, or lower --tpp; add nodes or allow more memory")
+_LEVERS = {
+    "no layout fits device memory": ("add nodes", "allow more memory (--memory-fraction)"),
     DIVISIBILITY_CATEGORY: (
-        "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide"),
-    "window too short for tpp_min·N_act tokens": "add nodes or days, or lower --tpp",
+        "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide",),
+    "window too short for tpp_min·N_act tokens": ("add nodes", "add days", "lower --tpp"),
 }
+_DEFAULT_LEVERS = ("add nodes", "add days")
+
+
+def _advice(categories: list[str]) -> str:
+    """The levers of every reason, each once: 'add nodes, add days or lower --tpp'."""
+    levers = list(dict.fromkeys(lever for category in categories
+                                for lever in _LEVERS.get(category, _DEFAULT_LEVERS)))
+    return levers[0] if len(levers) == 1 else ", ".join(levers[:-1]) + " or " + levers[-1]
 
 
 def untrainable_message(result: PlanResult) -> str:
@@ -49,7 +59,7 @@ def untrainable_message(result: PlanResult) -> str:
         f"{n} geometr{'y' if n == 1 else 'ies'}: {category}"
         + (f" ({examples[category]})" if category in examples else "")
         for category, n in counts.items())
-    advice = "; ".join(dict.fromkeys(_ADVICE.get(c, "add nodes or days") for c in counts))
+    advice = _advice(list(counts))
     envelope = result.envelope
     devices, batch = envelope.n_devices, envelope.global_batch
     if DIVISIBILITY_CATEGORY in counts and batch % devices:
