@@ -151,46 +151,43 @@ def test_hsdp_without_replicas_costs_like_fsdp_in_the_same_group():
     assert hsdp.step_time_s[0] == pytest.approx(fsdp.step_time_s[0])
 
 
-def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
-    # MoE, 4 nodes, ep 8 inside each node, shard group 8 (one node): the experts' gradient
-    # shards are all-reduced across the 4 replicas as the dense ones are, so the exposed
-    # tail is both all-reduces of the last block.
-    geometry = ladder_geometry(4, experts=16, top_k=2, split_factor=2)
+def _hsdp_moe_step(experts: int, ep: int):
+    """A q=4 MoE on 4 DGX-H100 nodes under HSDP with one node per shard group: its
+    geometry, machine, step, the dense parameters per block and the dense shard's
+    all-reduce across the 4 replicas plus the last block's reduce-scatter (by hand)."""
+    geometry = ladder_geometry(4, experts=experts, top_k=2, split_factor=2)
     machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
     workload = Workload(geometry=geometry, global_batch=32, seq_len=32768,
                         stack="torchtitan", grad_reduce_in_fp32=False)
-    plan = single_plan(dp=32, ep=8, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
+    plan = single_plan(dp=32, ep=ep, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
     step = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
     counts = count_parameters(geometry)
     dense = (counts.attention_per_layer + counts.shared_experts_per_layer
              + counts.norms_per_layer + counts.router_per_layer)
+    # dense shards over the node's 8 GPUs, all-reduced across 4 replicas; the last block's
+    # reduce-scatter inside the shard group
+    dense_tail = (all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
+                                    machine.interconnect)[0]
+                  + reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0])
+    return counts, machine, step, dense_tail
+
+
+def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
+    # MoE, 4 nodes, ep 8 inside each node, shard group 8 (one node): the experts' gradient
+    # shards are all-reduced across the 4 replicas as the dense ones are, so the exposed
+    # tail is both all-reduces of the last block (the experts' shard group is one rank:
+    # nothing to scatter).
+    counts, machine, step, dense_tail = _hsdp_moe_step(experts=16, ep=8)
     experts = counts.experts * counts.routed_expert / 8  # 16 experts over ep = 8
-    # dense shards over the node's 8 GPUs; each expert's 1 (= edp 4 x 8 / 32) copy per node
-    dense_ar = all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
-                                 machine.interconnect)[0]
+    # each expert's 1 (= edp 4 x 8 / 32) copy per node
     expert_ar = all_reduce_time_s(np.array([experts * 2 / 1]), np.array([4]), np.array([8]),
                                   machine.interconnect)[0]
-    # plus the last block's reduce-scatter inside the shard group (the experts' shard group
-    # is one rank: nothing to scatter)
-    dense_rs = reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0]
-    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(
-        dense_ar + expert_ar + dense_rs)
+    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_tail + expert_ar)
 
 
 def test_hsdp_does_not_all_reduce_experts_that_live_on_one_rank():
     """ep = dp (edp 1): every routed expert exists on exactly one rank, so HSDP has no expert
     replicas to all-reduce; only the dense shards cross the 4 replicas (a trial found the
     experts all-reduced across the dense replica count, 3-5x the step)."""
-    geometry = ladder_geometry(4, experts=32, top_k=2, split_factor=2)
-    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
-    workload = Workload(geometry=geometry, global_batch=32, seq_len=32768,
-                        stack="torchtitan", grad_reduce_in_fp32=False)
-    plan = single_plan(dp=32, ep=32, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
-    step = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
-    counts = count_parameters(geometry)
-    dense = (counts.attention_per_layer + counts.shared_experts_per_layer
-             + counts.norms_per_layer + counts.router_per_layer)
-    dense_ar = all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
-                                 machine.interconnect)[0]
-    dense_rs = reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0]
-    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_ar + dense_rs)
+    _, _, step, dense_tail = _hsdp_moe_step(experts=32, ep=32)
+    assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_tail)
