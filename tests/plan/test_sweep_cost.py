@@ -89,3 +89,16 @@ def test_peak_bound_is_a_floor_under_every_plan(one_node, law, calibration):
     assert np.all(result.tokens[rows] <= bound.tokens[rows])
     assert np.all(result.loss[rows] >= bound.loss[rows])
     assert bound.best_loss <= np.nanmin(result.loss)
+
+
+def test_a_budget_with_nothing_trainable_says_why(one_node, law, calibration):
+    """A sweep point without an optimum printed a row of dashes and '"optimum": null' with
+    no reason (a fuzz trial): the JSON carries plan's untrainable message."""
+    from mosaic.report.plan_report import sweep_document
+
+    points = sweep_days(one_node, SPACE, law, calibration, [1e-4, 4], workers=1)
+    document = sweep_document(points)
+    first, second = document["points"]
+    assert first["optimum"] is None
+    assert first["untrainable"].startswith("no geometry of the grid is trainable")
+    assert second["optimum"] is not None and "untrainable" not in second

@@ -19,6 +19,7 @@ from mosaic.report.plan_report import (
     layout_text,
     loss_gap_text,
     pick_deliverable_text,
+    untrainable_message,
 )
 from mosaic.units import GIB, significant
 
@@ -296,6 +297,9 @@ def print_sweep(points: list[SweepPoint]) -> None:
                   else "-" for g in splits]
         rows.append(cells)
     print_table(f"MOSAIC optimum per {axis} (Fig. 11)", columns, rows)
+    for p in points:  # why a budget has no optimum (a fuzz trial saw only dashes)
+        if p.result.optimum_index is None:
+            typer.echo(f"{axis} {p.value:g}: {untrainable_message(p.result)}")
     if any(p.result.optimum_index is not None
            and p.result.candidate(p.result.optimum_index)["tpp_capped"] for p in points):
         typer.echo("(capped): D held at the tokens-per-parameter cap (--tpp), not what the "

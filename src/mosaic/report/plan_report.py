@@ -209,7 +209,7 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
             "optimum": None if row is None else p.result.candidate(row),
             "best_per_split": {str(g): p.result.candidate(r)
                                for g, r in p.best_per_split.items()},
-        }
+        } | ({} if row is not None else {"untrainable": untrainable_message(p.result)})
 
     return {"axis": points[0].axis, "envelope": points[0].result.envelope.to_dict(),
             "search_space": points[0].result.space.to_dict(),
