@@ -213,6 +213,9 @@ def test_report_rejects_what_is_not_a_result(tmp_path):
     bad.write_text(json.dumps(broken))
     result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])
     assert result.exit_code == 2 and "incomplete or malformed" in result.output
+    # the file and the missing field are named, not a bare KeyError (a fuzz trial)
+    assert result.output.startswith(f"error: {bad}: the validate document")
+    assert "it lacks the field" in result.output
 
 
 def test_kinds_are_recognised():

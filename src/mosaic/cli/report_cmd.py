@@ -47,10 +47,16 @@ def report(
     from mosaic.report.html import write_report
 
     check_output_file(out, "--out", inputs=[result])
+    from mosaic.errors import MosaicInputError
     from mosaic.schema_validation import parse_json, read_text
 
     document = parse_json(read_text(result, "result file"), str(result))
-    written = write_report(document, out, kind)
+    try:
+        written = write_report(document, out, kind)
+    except MosaicInputError as error:  # which file the message is about
+        message = str(error)
+        raise (error if message.startswith(str(result)) else
+               MosaicInputError(f"{result}: {message}")) from None
     error_console.print(f"wrote {written}", markup=False, highlight=False)
 
 

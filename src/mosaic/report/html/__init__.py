@@ -85,8 +85,10 @@ def render_report(document: dict[str, Any], kind: str | None = None) -> str:
         heading, subtitle = title(document)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError,
             ZeroDivisionError) as exc:  # a hand-edited or truncated document
-        raise MosaicInputError(f"the {kind} document is incomplete or malformed "
-                               f"({type(exc).__name__}: {exc})") from None
+        what = (f"it lacks the field {exc.args[0]!r}" if isinstance(exc, KeyError)
+                else f"a field is null or of the wrong type ({exc})")
+        raise MosaicInputError(f"the {kind} document is incomplete or malformed: {what}; "
+                               f"write it again with `mosaic {kind} ... --json`") from None
     return render_page(heading, subtitle, parts,
                        footer=f"mosaic {__version__} — {kind} report. "
                               "Self-contained: opens without a network.")
