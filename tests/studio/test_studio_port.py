@@ -29,3 +29,13 @@ def test_a_free_port_passes():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     require_free_port("127.0.0.1", port)
+
+
+def test_an_unknown_host_is_named_not_the_port():
+    """--host 999.1.1.1 said 'pick another with --port' (a fuzz trial)."""
+    import pytest
+
+    from mosaic.errors import MosaicInputError
+
+    with pytest.raises(MosaicInputError, match=r"^--host 999\.1\.1\.1: not an address"):
+        require_free_port("999.1.1.1", 8799)

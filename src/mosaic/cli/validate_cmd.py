@@ -440,7 +440,8 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
                    "nodes): kept at the starting calibration's values, not fitted", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
-        typer.echo(f"warning: {constants} constants fitted to {runs} runs: too few runs to "
+        typer.echo(f"warning: {constants} constant{'s' if constants != 1 else ''} fitted to "
+                   f"{runs} run{'s' if runs != 1 else ''}: too few runs to "
                    "pin them down; add runs or start from a calibration close to your stack "
                    "(--base)", err=True)
     held_out, started = (report.get("cross_validation") or {}).get("mape"), (

@@ -64,6 +64,9 @@ def require_free_port(host: str, port: int) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
+        except socket.gaierror as exc:  # the host name, not the port
+            raise MosaicInputError(f"--host {host}: not an address of this machine "
+                                   f"({exc.strerror}); e.g. 127.0.0.1 or 0.0.0.0") from None
         except OSError as exc:
             raise MosaicInputError(f"cannot listen on {host}:{port} ({exc.strerror}); pick "
                                    "another with --port") from None
