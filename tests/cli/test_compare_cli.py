@@ -350,3 +350,24 @@ def test_a_plans_goodput_travels_with_its_exported_job(tmp_path):
     assert summary["goodput"]["a"] == pytest.approx(goodput)
     assert summary["days"]["a"] == pytest.approx(plan_doc["optimum"]["train_days"], rel=1e-3)
     assert not any("--goodput" in text for text in doc["assumed"])
+
+
+def test_a_plans_runner_up_can_be_compared_and_exported(plans, tmp_path):
+    """`compare` and `export` took only a plan's optimum, so "why not the runner-up?" needed
+    a hand-written job (a trial): PLAN.json#N names the rank-N candidate (1 the optimum)."""
+    path = plans[0]
+    plan = json.loads(path.read_text())
+    runner_up = plan["candidates"][1]
+    doc = invoke_json("compare", str(path), f"{path}#2")
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert summary["loss"]["a"] == plan["optimum"]["loss"]
+    assert summary["loss"]["b"] == runner_up["loss"] >= plan["optimum"]["loss"]
+    exported = runner.invoke(app, ["export", f"{path}#2", "--to", "yaml", "--out",
+                                   str(tmp_path / "runner_up.yaml")])
+    assert exported.exit_code == 0, exported.output
+    job = yaml.safe_load((tmp_path / "runner_up.yaml").read_text())
+    assert job["model"]["moe"]["experts"] == runner_up["experts"]
+    assert invoke_json("compare", str(path), f"{path}#1")["summary"] == invoke_json(
+        "compare", str(path), str(path))["summary"]
+    bad = runner.invoke(app, ["compare", str(path), f"{path}#0"])
+    assert bad.exit_code == 2 and "must be a candidate's rank" in bad.output

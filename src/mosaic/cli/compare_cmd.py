@@ -400,7 +400,9 @@ def render(document: dict[str, Any]) -> None:
 
 
 def _kind(path: Path) -> str:
-    return "plan" if path.suffix.lower() == ".json" else "job"
+    from mosaic.export.spec import split_plan_reference
+
+    return "plan" if split_plan_reference(path)[0].suffix.lower() == ".json" else "job"
 
 
 DEFAULT_DAYS = 20.0  # the training window of a job comparison when --days is not given
@@ -478,8 +480,13 @@ def compare(
             assumed = [text for text in assumed if "(--goodput)" not in text]
     else:
         sides = []
+        from mosaic.export.spec import plan_candidate, split_plan_reference
+
         for path in (a, b):
-            document = parse_json(read_text(path, "plan document"), str(path))
+            file, rank = split_plan_reference(path)  # PLAN.json#N: the rank-N candidate
+            document = parse_json(read_text(file, "plan document"), str(file))
+            if rank is not None:
+                document = plan_candidate(document, rank, str(path))
             sides.append(plan_side(path, document, price_per_gpu_hour))
     document = compare_document(sides[0], sides[1], currency, assumed)
     if json_output:

@@ -29,21 +29,26 @@ DOES_NOT_FIT = "mosaic predicts this job does not fit"
 def _plan_document(path: Path) -> dict[str, Any] | None:
     """The plan document in ``path`` when it holds one (told by content, any file name;
     ``is_plan_document``), else None. A ``.json`` file that is not JSON is an error."""
+    from mosaic.export.spec import plan_candidate, split_plan_reference
+
+    file, rank = split_plan_reference(path)  # PLAN.json#N: the rank-N candidate
     try:
-        if not path.is_file():  # e.g. RUNS.yaml#ID
+        if not file.is_file():  # e.g. RUNS.yaml#ID
             return None
     except OSError:  # e.g. a name too long: the job loader says so in one line
         return None
-    text = read_text(path)
+    text = read_text(file)
     try:
-        document = parse_json(text, str(path))
+        document = parse_json(text, str(file))
     except MosaicInputError:
-        if path.suffix.lower() == ".json":
+        if file.suffix.lower() == ".json":
             raise
         return None  # a YAML job file or run record
     from mosaic.config.job_schema import is_plan_document
 
-    return document if is_plan_document(document) else None
+    if not is_plan_document(document):
+        return None
+    return document if rank is None else plan_candidate(document, rank, str(path))
 
 
 def check_plan_layout(spec: ExportSpec, source: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from mosaic.arch import Geometry, ladder_geometry
@@ -595,6 +596,37 @@ def _optimum_layout(document: dict[str, Any], source: str
     if missing or "global_batch" not in envelope or "seq_len" not in envelope:
         raise MosaicInputError(f"{source}: plan document lacks {missing or 'envelope batch'}")
     return plan, int(envelope["global_batch"]), int(envelope["seq_len"]), None
+
+
+def split_plan_reference(path: str | Path) -> tuple[Path, int | None]:
+    """``PLAN.json#N`` -> (the plan file, rank N of its ranked candidates, 1 = the optimum);
+    a path without a rank, or one that exists as written, gives (path, None)."""
+    text = str(path)
+    head, _, tail = text.rpartition("#")
+    if not head or Path(text).exists() or Path(head).suffix.lower() != ".json":
+        return Path(text), None
+    if not tail.isdigit() or int(tail) < 1:
+        raise MosaicInputError(f"{text}: #{tail} must be a candidate's rank, 1 for the "
+                               "optimum, 2 for the runner-up, ...")
+    return Path(head), int(tail)
+
+
+def plan_candidate(document: dict[str, Any], rank: int, source: str) -> dict[str, Any]:
+    """The plan document with its rank-``rank`` trainable candidate as the optimum (1 is the
+    optimum itself): what `export` and `compare` read for ``PLAN.json#N``."""
+    candidates = document.get("candidates") if isinstance(document, dict) else None
+    if not isinstance(candidates, list) or not candidates:
+        raise MosaicInputError(f"{source}: the plan lists no ranked candidates")
+    if rank > len(candidates):
+        raise MosaicInputError(f"{source}: rank {rank} of {len(candidates)} ranked candidates")
+    if rank == 1:
+        return document
+    chosen = candidates[rank - 1]
+    if not isinstance(chosen, dict):
+        raise MosaicInputError(f"{source}: candidate {rank} is not a mapping")
+    # the optimum's own step, coverage and extrapolation blocks describe the optimum only
+    return {key: value for key, value in document.items() if key != "optimum_step"} | {
+        "optimum": chosen}
 
 
 def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec:
