@@ -239,8 +239,8 @@ def test_an_uneven_job_is_split_by_its_remainder_last_layout(tmp_path):
     from mosaic.evaluate.job import predict_job
     from mosaic.perf.pipeline_layout import remainder_last_layout
 
-    assert remainder_last_layout(61, 1, 8, 1) == "Et*8|t*8|t*8|t*8|t*8|t*8|t*8|t*5mL"
-    assert remainder_last_layout(30, 0, 4, 2) == "Et*4|t*4|t*4|t*4|t*4|t*4|t*4|ttL"
+    assert remainder_last_layout(61, 1, 8, 1) == "Et*8|(t*8|)*6t*5mL"
+    assert remainder_last_layout(30, 0, 4, 2) == "Et*4|(t*4|)*6ttL"
     job = _uneven_job(tmp_path)
     uneven = predict_job(load_job(job), default_calibration())
     stated = predict_job(load_job(job, ["performance.uneven_stages=false",
@@ -330,3 +330,17 @@ def test_remainder_layouts_only_where_megatron_places_them(tmp_path):
 
     with pytest.raises(MosaicInputError, match="torchtitan does not take"):
         with_balanced_layouts(titan, 256, LayoutLimits())
+
+
+def test_written_layouts_group_equal_chunks_and_unroll_to_the_same_chunks():
+    """A 64-chunk balanced layout was written chunk by chunk, 200 characters wide (a trial's
+    explain table ran 420 columns); equal neighbours are now one (chunk|)*n group, which
+    Megatron-Core's grammar (and expand_layout) unrolls to the same chunks."""
+    from mosaic.perf.pipeline_layout import _join_chunks, balanced_layout, expand_layout
+
+    assert balanced_layout(61, 1, 8, 4) == "Et|(tt|)*30mL"  # Megatron-Bridge's DeepSeek-V3
+    assert balanced_layout(64, 0, 16, 4) == "E|tt|tt|(t|)*60L"
+    for chunks in (["a"], ["a", "a"], ["a", "a", "a", "a", "b"], ["b", "a", "a", "a"],
+                   ["E", "t", "t", "t", "t", "L"]):
+        assert expand_layout(_join_chunks(chunks).replace("a", "t").replace("b", "E")) == \
+            tuple(c.replace("a", "t").replace("b", "E") for c in chunks)

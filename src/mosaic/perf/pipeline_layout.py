@@ -208,7 +208,7 @@ def balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> str:
         body.append(head[cut:cut + size])
         cut += size
     body.append(BLOCK * last_blocks + tail)
-    return "|".join(_run_length(chunk) for chunk in body)
+    return _join_chunks([_run_length(chunk) for chunk in body])
 
 
 def parse_balanced_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> PipelineLayout:
@@ -242,7 +242,7 @@ def remainder_last_layout(layers: int, mtp_layers: int, pp: int, vpp: int) -> st
     body = [BLOCK * count for count in sizes]
     body[0] = EMBEDDING + body[0]
     body[-1] += MTP * mtp_layers + LOSS
-    return "|".join(_run_length(chunk) for chunk in body)
+    return _join_chunks([_run_length(chunk) for chunk in body])
 
 
 def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
@@ -259,6 +259,26 @@ def with_remainder_last_layouts(layouts: Layouts, layers: int, mtp_layers: int,
                                            pp, vpp, layers, mtp_layers)
             added.append(replace(layout, derived=True))
     return tuple(added)
+
+
+def _join_chunks(chunks: list[str]) -> str:
+    """Chunks joined by '|', three or more equal neighbours as one group: 'Et|tt|tt|tt|tmL'
+    as 'Et|(tt|)*3tmL' (Megatron-Core's grammar, :func:`expand_layout`), so that a 64-chunk
+    layout is a few dozen characters, not 200 (a trial's explain table ran 420 columns)."""
+    parts, index = [], 0
+    while index < len(chunks):
+        end = index
+        while end < len(chunks) and chunks[end] == chunks[index]:
+            end += 1
+        run, last = end - index, end == len(chunks)
+        grouped = run - 1 if last else run  # the final chunk takes no trailing '|'
+        if grouped >= 3:
+            parts.append(f"({chunks[index]}|)*{grouped}" + (chunks[index] if last else ""))
+        else:
+            parts.append("".join(f"{chunks[index]}|" for _ in range(grouped))
+                         + (chunks[index] if last else ""))
+        index = end
+    return "".join(parts)
 
 
 def _run_length(chunk: str) -> str:
