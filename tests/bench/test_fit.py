@@ -214,3 +214,18 @@ def test_implausible_fitted_constants_are_named():
     (why,) = implausible_constants(collapsed, {"device_name": "NVIDIA H200"})
     assert why.startswith("attention fwd half-points 2.1e-11 tokens and 4e-13 head dims")
     assert collapsed["attention"] == {"bwd": [0.6, 900.0, 40.0]}
+
+
+def test_constants_at_a_fit_ceiling_are_not_written():
+    """A busy CPU host's 8 ms GEMMs pinned max_fraction_of_peak at 0.99999 and the kernel
+    latency at the 1e-4 s ceiling, and both were written without a word (a trial)."""
+    from mosaic.evaluate.microbench_calibration import implausible_constants
+
+    block = {"applies_to": ["any"], "reference": {"source": "measured"},
+             "gemm": {"max_fraction_of_peak": 0.99999, "kernel_latency_s": 9.99999e-05,
+                      "k_half": 40.0}}
+    warnings = implausible_constants(block, {"device_name": "NVIDIA H200"})
+    assert len(warnings) == 2
+    assert "max_fraction_of_peak = 0.99999 is at the fit's ceiling of 1" in warnings[0]
+    assert "kernel_latency_s = 0.0001 s is at the fit's ceiling" in warnings[1]
+    assert block["gemm"] == {"k_half": 40.0}

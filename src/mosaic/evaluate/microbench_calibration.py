@@ -29,6 +29,7 @@ from mosaic.bench.metadata import busy_host_warning
 from mosaic.bench.store import ok_rows, read_family, read_metadata
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.microbench_fit import (
+    GEMM_LATENCY_CEILING_S,
     TRAINING_SHAPES_MIN,
     DeviceRates,
     fit_attention,
@@ -448,6 +449,8 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
 # latency is ~2-5 us, NCCL's per-step latencies 0.6-14 us: nccl src/graph/tuning.cc); a
 # fitted latency far below that is the fit's floor, not a measurement.
 MIN_PLAUSIBLE_LATENCY_S = 1e-9
+# a fitted value this close (relatively) to its fit bound sits on the bound
+FIT_BOUND_TOLERANCE = 1e-3
 
 
 def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
@@ -481,8 +484,15 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
             continue
         if rule == "above" and value > 1.0:
             why = f"{label} = {value:.3g} is above 1, faster than the reference peak"
+        elif rule == "above" and value >= 1.0 - FIT_BOUND_TOLERANCE:
+            why = f"{label} = {value:.6g} is at the fit's ceiling of 1, not a measured fraction"
         elif rule == "floor" and value < MIN_PLAUSIBLE_LATENCY_S:
             why = f"{label} = {value:.3g} s is at the fit's floor (too few small shapes)"
+        elif (key == "kernel_latency_s"
+              and value >= GEMM_LATENCY_CEILING_S * (1.0 - FIT_BOUND_TOLERANCE)):
+            why = (f"{label} = {value:.3g} s is at the fit's ceiling "
+                   f"({GEMM_LATENCY_CEILING_S:g} s): the small GEMMs took far longer than any "
+                   "launch (a busy host?)")
         elif rule == "k_ramp" and value < 1.0:
             why = f"{label} = {value:.3g} is a reduction shorter than one element"
         else:

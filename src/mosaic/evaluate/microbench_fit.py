@@ -57,6 +57,11 @@ def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
     return float(np.mean(np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)) * 100)
 
 
+
+# The GEMM fit's upper bound on the per-kernel latency: a fit that ends on it did not
+# measure a latency (a busy CPU host's 8 ms GEMMs pinned it there; a trial).
+GEMM_LATENCY_CEILING_S = 1e-4
+
 @dataclass(frozen=True)
 class Fit:
     """Fitted values and the in-sample error of the model with them."""
@@ -140,7 +145,8 @@ def fit_gemm(rows: pd.DataFrame, devices: Mapping[str, DeviceRates]) -> tuple[Fi
 
     n = len(names)
     fit = least_squares(residuals, [0.7, 200, 0.7] + [1e-5] * n,
-                        bounds=([0.1, 0, 0.1] + [0] * n, [1, 1e4, 1] + [1e-4] * n))
+                        bounds=([0.1, 0, 0.1] + [0] * n,
+                                [1, 1e4, 1] + [GEMM_LATENCY_CEILING_S] * n))
     pairs = predict(fit.x)
     error = mape(np.concatenate([t for t, _ in pairs]), np.concatenate([m for _, m in pairs]))
     values = {"gemm_max_fraction_of_peak": float(fit.x[0]), "gemm_k_half": float(fit.x[1]),
