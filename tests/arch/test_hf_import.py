@@ -426,3 +426,13 @@ def test_group_limited_routing_is_read_with_each_class_default():
     assert (router.groups, router.top_groups) == (8, 3)
     with pytest.raises(MosaicInputError, match=r"groups \(8\) must divide moe\.experts \(100\)"):
         geometry_from_hf_config(v2 | {"n_routed_experts": 100}, "v2.json")
+
+
+def test_deepseeks_stated_scoring_func_is_read():
+    """DeepSeek's configs state scoring_func (Megatron-Bridge maps it to the router's score
+    function); a 'relu' was ignored and exported as sigmoid (a fuzz trial)."""
+    config = json.loads((HF / "deepseek-v3.json").read_text())
+    assert geometry_from_hf_config(config | {"scoring_func": "softmax"}).moe.router.score == \
+        "softmax"
+    with pytest.raises(MosaicInputError, match="scoring_func 'relu' is not supported"):
+        geometry_from_hf_config(config | {"scoring_func": "relu"}, "v3.json")

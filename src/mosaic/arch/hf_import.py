@@ -217,6 +217,14 @@ def _router_groups(fields: _Fields, model_type: str) -> tuple[int | None, int | 
 def _router(fields: _Fields, model_type: str) -> RouterConfig:
     """The router of ``model_type`` (:data:`_ROUTERS`), its config's fields read."""
     score, balancing, normalize, scaling = _ROUTERS[model_type]
+    # DeepSeek's original configs state it, and Megatron-Bridge maps it to the score function
+    # (models/conversion/model_bridge.py: scoring_func -> moe_router_score_function)
+    stated = fields.config.get("scoring_func")
+    if stated is not None and model_type in ("deepseek_v2", "deepseek_v3"):
+        if stated not in ("softmax", "sigmoid"):
+            raise MosaicInputError(f"{fields.where}: scoring_func {stated!r} is not supported; "
+                                   "allowed: softmax, sigmoid")
+        score = stated
     if isinstance(normalize, tuple):
         normalize = fields.bool(*normalize)
     if isinstance(scaling, tuple):
