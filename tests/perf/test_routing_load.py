@@ -301,3 +301,10 @@ def test_a_group_limited_router_costs_a_hybridep_dispatch_as_node_limited_routin
     free = dispatch_all_to_all_s(machine, Workload(geometry=geometry, **common), plan)
     assert by_router[0] == pytest.approx(stated[0], rel=1e-12)
     assert by_router[0] < free[0]
+
+
+def test_padding_without_token_drop_is_refused():
+    """pad_to_capacity with dropless routing was accepted silently (a fuzz trial): there is
+    no capacity to pad to."""
+    with pytest.raises(MosaicInputError, match="pad_to_capacity with routing dropless"):
+        _moe(pad_to_capacity=True)

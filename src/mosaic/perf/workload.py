@@ -470,6 +470,11 @@ class Workload:
                 f"routing_imbalance {self.routing_imbalance}: at most experts/top_k = "
                 f"{moe.experts / moe.top_k:g} (a token's top_k copies go to distinct experts, "
                 "so one EP rank receives at most all of them: min(ep, E/K) times the even share)")
+        if self.pad_to_capacity and self.routing != "token_drop":
+            raise MosaicInputError(
+                f"pad_to_capacity with routing {self.routing}: padding fills each expert to "
+                "its token-drop capacity, which only routing: token_drop has; set routing: "
+                "token_drop (with model.moe.capacity_factor) or drop pad_to_capacity")
         if self.pad_to_capacity and self.dispatcher is not Dispatcher.ALLTOALL:
             raise MosaicInputError(
                 f"pad_to_capacity with dispatcher {self.dispatcher}: Megatron-Core pads expert "
