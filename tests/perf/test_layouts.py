@@ -283,3 +283,13 @@ def test_uneven_stages_enumeration_by_hand():
                                                        micro_batches=(1,), **PINNED_MODES))
     reason = first_reason(plan_violations(uneven, plans, 4), plans, 0)
     assert reason is not None and "without blocks" in reason
+
+
+def test_a_pin_above_its_cap_is_refused_not_silently_kept():
+    """`layouts --tp 8 --max-tp 4` ignored --max-tp without a word (a fuzz trial)."""
+    from mosaic.errors import MosaicInputError
+    from mosaic.perf.layouts import LayoutLimits
+
+    with pytest.raises(MosaicInputError, match="tp 8 exceeds max_tp 4"):
+        LayoutLimits(max_tp=4, tp=(2, 8))
+    assert LayoutLimits(max_tp=4, tp=(2, 4)).tp == (2, 4)

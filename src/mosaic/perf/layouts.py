@@ -149,6 +149,12 @@ class LayoutLimits:
                 object.__setattr__(self, name, _positive_ints(name, [value])[0])
         for name in PINNED_AXES:
             object.__setattr__(self, name, _pin(name, getattr(self, name)))
+        for axis, cap in (("tp", self.max_tp), ("cp", self.max_cp)):
+            pinned = getattr(self, axis)
+            if cap is not None and pinned is not None and max(pinned) > cap:
+                # a pin beats a cap: say so rather than ignore the cap (a fuzz trial)
+                raise MosaicInputError(f"{axis} {max(pinned)} exceeds max_{axis} {cap}: pin "
+                                       f"{axis} values within the cap, or drop one of the two")
         micro_batches = DEFAULT_MICRO_BATCHES if self.micro_batches is None else self.micro_batches
         object.__setattr__(self, "micro_batches", _positive_ints("micro_batches",
                                                                  list(micro_batches)))
