@@ -161,3 +161,7 @@ def test_a_chunked_loss_keeps_one_chunks_logits():
     assert logits_bytes(eager, plan, "last")[0] == 384_000
     with pytest.raises(Exception, match="loss_chunks"):
         workload("torchtitan", loss_chunks=0)
+    # more chunks than tokens lowered the predicted memory (a fuzz trial: 1e6 chunks of a
+    # 2,048-token sequence): refused
+    with pytest.raises(Exception, match=r"loss_chunks must lie in 1\.\.seq_len \(128\)"):
+        workload("torchtitan", loss_chunks=129)

@@ -420,8 +420,10 @@ class Workload:
         if self.expert_gemm not in EXPERT_GEMMS:
             raise MosaicInputError(f"expert_gemm {self.expert_gemm!r}: allowed values are "
                                    f"{', '.join(EXPERT_GEMMS)}")
-        if self.loss_chunks < 1:
-            raise MosaicInputError(f"loss_chunks must be >= 1, got {self.loss_chunks}")
+        if not 1 <= self.loss_chunks <= self.seq_len:  # a chunk holds a token at least
+            raise MosaicInputError(f"loss_chunks must lie in 1..seq_len ({self.seq_len}): the "
+                                   "loss runs over chunks of the sequence, got "
+                                   f"{self.loss_chunks}")
         object.__setattr__(self, "pipeline_layouts", tuple(self.pipeline_layouts))
         shapes = [(layout.pp, layout.vpp) for layout in self.pipeline_layouts]
         if len(set(shapes)) != len(shapes):
