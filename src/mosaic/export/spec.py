@@ -598,12 +598,20 @@ def _optimum_layout(document: dict[str, Any], source: str
     return plan, int(envelope["global_batch"]), int(envelope["seq_len"]), None
 
 
+def _exists(text: str) -> bool:
+    """Whether a file is at ``text``; False for a name the OS cannot hold (too long)."""
+    try:
+        return Path(text).exists()
+    except OSError:
+        return False
+
+
 def split_plan_reference(path: str | Path) -> tuple[Path, int | None]:
     """``PLAN.json#N`` -> (the plan file, rank N of its ranked candidates, 1 = the optimum);
     a path without a rank, or one that exists as written, gives (path, None)."""
     text = str(path)
     head, _, tail = text.rpartition("#")
-    if not head or Path(text).exists() or Path(head).suffix.lower() != ".json":
+    if not head or Path(head).suffix.lower() != ".json" or _exists(text):
         return Path(text), None
     if not tail.isdigit() or int(tail) < 1:
         raise MosaicInputError(f"{text}: #{tail} must be a candidate's rank, 1 for the "
