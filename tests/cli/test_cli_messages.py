@@ -291,3 +291,19 @@ def test_ctrl_c_says_it_was_interrupted(monkeypatch, capsys, command, resumes):
     err = capsys.readouterr().err
     assert err.startswith("error: interrupted")
     assert ("resume from the last checkpoint" in err) == resumes
+
+
+@pytest.mark.parametrize("argv, resumes", [
+    (["mosaic", "--quiet", "train", "job.yaml"], True),  # global flags hoisted to the front
+    (["mosaic", "ladder", "run", "grid.yaml"], True),
+    (["mosaic", "ladder", "fit", "folder"], False),  # no checkpoint to resume (a review)
+])
+def test_the_resume_hint_follows_the_command_words(monkeypatch, capsys, argv, resumes):
+    import sys
+
+    from mosaic.cli import main as cli_main
+
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        cli_main._interrupted()
+    assert ("resume from the last checkpoint" in capsys.readouterr().err) == resumes

@@ -371,3 +371,33 @@ def test_a_plans_runner_up_can_be_compared_and_exported(plans, tmp_path):
         "compare", str(path), str(path))["summary"]
     bad = runner.invoke(app, ["compare", str(path), f"{path}#0"])
     assert bad.exit_code == 2 and "must be a candidate's rank" in bad.output
+
+
+def test_a_ranked_candidate_has_no_breakdowns_and_says_so(plans):
+    """A plan file holds its optimum's breakdowns only: comparing with #2 printed the
+    runner-up's every term as 0 (a review); the breakdowns are left out, with how to get
+    them, and a superscript digit is no rank."""
+    path = plans[0]
+    doc = invoke_json("compare", str(path), f"{path}#2")
+    assert doc["breakdown_s"] == [] and doc["memory_breakdown_bytes"] == []
+    table = runner.invoke(app, ["compare", str(path), f"{path}#2"])
+    assert table.exit_code == 0 and "a plan file holds its optimum's only" in table.output
+    odd = runner.invoke(app, ["compare", str(path), f"{path}#²"])
+    assert odd.exit_code == 2 and "must be a candidate's rank" in odd.output
+
+
+def test_a_stated_goodput_without_tokens_sets_the_jobs_window(tmp_path):
+    """training.goodput without training.tokens was ignored for the --goodput default of 1
+    (a review); the job's own goodput counts, and it survives export --to yaml."""
+    document = yaml.safe_load((ROOT / "examples" / "fsdp_moe_comm_bound.yaml").read_text())
+    document["training"] = {"goodput": 0.9}
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    doc = invoke_json("compare", str(job), str(job))
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert summary["goodput"]["a"] == 0.9
+    assert not any("--goodput" in text for text in doc["assumed"])
+    exported = runner.invoke(app, ["export", str(job), "--to", "yaml", "--out",
+                                   str(tmp_path / "again.yaml")])
+    assert exported.exit_code == 0, exported.output
+    assert yaml.safe_load((tmp_path / "again.yaml").read_text())["training"] == {"goodput": 0.9}

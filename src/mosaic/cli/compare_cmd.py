@@ -93,10 +93,10 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     counts = count_parameters(spec.workload.geometry)
     gpus = doc["hardware"]["devices"]
     training = doc.get("training")
+    if spec.train_goodput is not None:  # the job's own goodput (a plan's, exported)
+        goodput = spec.train_goodput
     if training is not None:  # the job's own D: the window is the time its steps take
         tokens = float(training["tokens"])
-        if spec.train_goodput is not None:  # the job's own goodput (a plan's, exported)
-            goodput = spec.train_goodput
         days = training["compute_days"] / goodput
     else:  # D = tokens/s x T_train x goodput (paper Eq. 25)
         tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
@@ -115,7 +115,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "goodput": goodput, "tokens": tokens, "loss": loss,
         "tokens_stated": training is not None,
-        "goodput_stated": training is not None and spec.train_goodput is not None,
+        "goodput_stated": spec.train_goodput is not None,
         "law_extrapolation": flags,
         # why a hybrid model has no loss (the law is the paper's transformers'), said beside it
         **({"loss_note": NO_HYBRID_LOSS} if loss is None else {}),
@@ -197,8 +197,9 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                               ((optimum.get("extrapolation") or {}).get("flags") or [])],
         "gpu_hours": gpu_hours, "price_per_gpu_hour": price,
         "cost": None if price is None or gpu_hours is None else gpu_hours * price,
-        "breakdown_s": step.get("breakdown_s") or {},
-        "memory_breakdown_bytes": step.get("memory_breakdown_bytes") or {},
+        # a plan file holds its optimum's breakdowns only: a ranked candidate (#N) has none
+        "breakdown_s": step.get("breakdown_s") if step else None,
+        "memory_breakdown_bytes": step.get("memory_breakdown_bytes") if step else None,
         "geometry": {k: optimum.get(k) for k in ("q", "layers", "d_model", "experts", "top_k",
                                                  "split_factor", "expert_ffn")},
         "inputs": inputs,
@@ -254,8 +255,22 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
     was ``assumed`` for both because the command line left it out."""
     summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
                 "ratio_b_over_a": _ratio(a.get(key), b.get(key))} for key, _, _ in SUMMARY]
+    if a["breakdown_s"] is None or b["breakdown_s"] is None:
+        return _compared(a, b, currency, assumed, summary, [], [])
     terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
     parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
+    steps = [{"term": t, "a": a["breakdown_s"].get(t, 0.0), "b": b["breakdown_s"].get(t, 0.0)}
+             for t in terms]
+    memory = [{"part": p, "a": a["memory_breakdown_bytes"].get(p, 0.0),
+               "b": b["memory_breakdown_bytes"].get(p, 0.0)} for p in parts]
+    return _compared(a, b, currency, assumed, summary, steps, memory)
+
+
+def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequence[str],
+              summary: list[dict[str, Any]], steps: list[dict[str, Any]],
+              memory: list[dict[str, Any]]) -> dict[str, Any]:
+    """The comparison document; empty breakdowns where a side has none (a plan's ranked
+    candidate), which the rendering says."""
     return {
         "a": {k: v for k, v in a.items() if k not in ("inputs", "resolved_inputs")},
         "b": {k: v for k, v in b.items() if k not in ("inputs", "resolved_inputs")},
@@ -265,11 +280,8 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
                                                a.get("resolved_inputs"),
                                                b.get("resolved_inputs")),
         "summary": summary,
-        "breakdown_s": [{"term": t, "a": a["breakdown_s"].get(t, 0.0),
-                         "b": b["breakdown_s"].get(t, 0.0)} for t in terms],
-        "memory_breakdown_bytes": [{"part": p, "a": a["memory_breakdown_bytes"].get(p, 0.0),
-                                    "b": b["memory_breakdown_bytes"].get(p, 0.0)}
-                                   for p in parts],
+        "breakdown_s": steps,
+        "memory_breakdown_bytes": memory,
     }
 
 
@@ -389,6 +401,10 @@ def render(document: dict[str, Any]) -> None:
                if side.get("loss_note")]
     if no_loss:
         print_key_value_table("No loss from the law", no_loss)
+    if document["a"]["breakdown_s"] is None or document["b"]["breakdown_s"] is None:
+        console.print("(breakdowns: a plan file holds its optimum's only; `mosaic export "
+                      "PLAN.json#N --to yaml --out job.yaml` and `mosaic perf job.yaml` give "
+                      "a ranked candidate's)", markup=False, highlight=False)
     step_rows = [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['b'] - r['a']:+.4f}"]
                  for r in document["breakdown_s"] if abs(r["a"]) > 0 or abs(r["b"]) > 0]
     if step_rows:

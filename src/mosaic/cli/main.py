@@ -278,13 +278,14 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
 
 INTERRUPTED = 130  # the shell's status for SIGINT (128 + 2)
 # commands whose rerun resumes where an interrupted run stopped (its last checkpoint)
-_RESUMING_COMMANDS = ("train", "ladder")
+_RESUMING_COMMANDS = (("train",), ("ladder", "run"))
 
 
 def _interrupted() -> NoReturn:
     """Ctrl-C: one line (and how to resume, for the commands that checkpoint), status 130."""
     _flush_warnings(INTERRUPTED)
-    resumes = len(sys.argv) > 1 and sys.argv[1] in _RESUMING_COMMANDS
+    words = [word for word in sys.argv[1:] if not word.startswith("-")]  # flags move
+    resumes = any(tuple(words[:len(command)]) == command for command in _RESUMING_COMMANDS)
     _one_line("error: interrupted" + ("; rerun the same command to resume from the last "
                                       "checkpoint" if resumes else ""))
     sys.exit(INTERRUPTED)

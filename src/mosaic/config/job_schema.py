@@ -305,13 +305,12 @@ class JobSpec:
 
 
 def training_document(tokens: float | None, goodput: float | None) -> dict[str, Any]:
-    """The job's ``training`` block (none without a token budget; goodput only below 1)."""
-    if tokens is None:
-        return {}
-    block: dict[str, Any] = {"tokens": tokens}
+    """The job's ``training`` block: what it states of the token budget and the goodput
+    (goodput only below 1); none when it states neither."""
+    block: dict[str, Any] = {} if tokens is None else {"tokens": tokens}
     if goodput is not None and goodput < 1.0:
         block["goodput"] = goodput
-    return {"training": block}
+    return {"training": block} if block else {}
 
 
 # The largest pretraining batch a public configuration states: DeepSeek-V3's 15,360

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -613,7 +614,7 @@ def split_plan_reference(path: str | Path) -> tuple[Path, int | None]:
     head, _, tail = text.rpartition("#")
     if not head or Path(head).suffix.lower() != ".json" or _exists(text):
         return Path(text), None
-    if not tail.isdigit() or int(tail) < 1:
+    if not re.fullmatch(r"[0-9]+", tail) or int(tail) < 1:
         raise MosaicInputError(f"{text}: #{tail} must be a candidate's rank, 1 for the "
                                "optimum, 2 for the runner-up, ...")
     return Path(head), int(tail)
@@ -632,7 +633,8 @@ def plan_candidate(document: dict[str, Any], rank: int, source: str) -> dict[str
     chosen = candidates[rank - 1]
     if not isinstance(chosen, dict):
         raise MosaicInputError(f"{source}: candidate {rank} is not a mapping")
-    # the optimum's own step, coverage and extrapolation blocks describe the optimum only
+    # the optimum's step breakdown describes the optimum only (the candidate has no coverage
+    # or extrapolation block of its own either)
     return {key: value for key, value in document.items() if key != "optimum_step"} | {
         "optimum": chosen}
 
