@@ -84,9 +84,7 @@ def _variant_router(base: MoEConfig, experts: int, top_k: int) -> RouterConfig |
     kept where they still divide the experts and hold the K chosen, else dropped (the
     variant's routing is then not group-limited)."""
     router = base.router
-    if router is None or router.groups is None or router.top_groups is None:
-        return router
-    if experts % router.groups or top_k > router.top_groups * experts // router.groups:
+    if router is not None and router.group_misfit(experts, top_k) is not None:
         return replace(router, groups=None, top_groups=None)
     return router
 

@@ -263,6 +263,21 @@ class RouterConfig:
         return (self.groups is not None and self.top_groups is not None
                 and self.top_groups < self.groups)
 
+    def group_misfit(self, experts: int, top_k: int) -> str | None:
+        """Why this router's expert groups do not fit ``experts`` routed experts chosen
+        ``top_k`` at a time (groups must split the experts evenly and the best groups hold
+        the K chosen); None where they fit or there are no groups."""
+        if self.groups is None or self.top_groups is None:
+            return None
+        if experts % self.groups:
+            return (f"moe.router.groups ({self.groups}) must divide moe.experts ({experts}) "
+                    "into equal groups")
+        reachable = self.top_groups * experts // self.groups
+        if top_k > reachable:
+            return (f"moe.top_k ({top_k}) exceeds the {reachable} experts of "
+                    f"moe.router.top_groups ({self.top_groups}) groups")
+        return None
+
     def describe(self) -> str:
         """One phrase, e.g. 'sigmoid scores, loss-free (expert-bias) balancing, top-k
         normalised, scaled 2.5'."""
@@ -338,15 +353,9 @@ class MoEConfig:
             self.top_k <= self.experts,
             f"moe.top_k ({self.top_k}) must not exceed moe.experts ({self.experts})",
         )
-        router = self.router
-        if router is not None and router.groups is not None and router.top_groups is not None:
-            _require(self.experts % router.groups == 0,
-                     f"moe.router.groups ({router.groups}) must divide moe.experts "
-                     f"({self.experts}) into equal groups")
-            reachable = router.top_groups * self.experts // router.groups
-            _require(self.top_k <= reachable,
-                     f"moe.top_k ({self.top_k}) exceeds the {reachable} experts of "
-                     f"moe.router.top_groups ({router.top_groups}) groups")
+        misfit = None if self.router is None else self.router.group_misfit(self.experts,
+                                                                            self.top_k)
+        _require(misfit is None, misfit or "")
 
     @property
     def shared_width(self) -> int:

@@ -304,7 +304,7 @@ class JobSpec:
     train_goodput: float | None = None  # training.goodput as stated; None: 1
 
 
-def training_document(tokens: float | None, goodput: float | None) -> dict[str, Any]:
+def training_block(tokens: float | None, goodput: float | None) -> dict[str, Any]:
     """The job's ``training`` block: what it states of the token budget and the goodput
     (goodput only below 1); none when it states neither."""
     block: dict[str, Any] = {} if tokens is None else {"tokens": tokens}
@@ -793,7 +793,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         "search": {"devices": spec.n_devices if spec.n_devices is not None
                    else int(spec.plan.n_devices[0])},
         "hardware": hardware,
-    } | training_document(spec.train_tokens, spec.train_goodput)
+    } | training_block(spec.train_tokens, spec.train_goodput)
 
 
 def layout_document(workload: Workload, row: dict[str, Any], derived: bool = True

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mosaic.arch import Geometry, ladder_geometry
+from mosaic.arch import Geometry, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
 from mosaic.perf.routing_load import router_balancing
@@ -234,8 +234,7 @@ class ExportSpec:
                 fields["moe_router_topk_scaling_factor"] = router.top_k_scaling
             if router.score == "softmax" and not router.normalize_top_k:
                 fields["moe_router_pre_softmax"] = True
-            if router.limits_groups and moe.top_k % (router.top_groups or 1) == 0:
-                # a group's score: the sum of its top K/top_groups (router_notes otherwise)
+            if _megatron_scores_groups(moe.top_k, router):  # router_notes otherwise
                 fields |= {"moe_router_num_groups": router.groups,
                            "moe_router_group_topk": router.top_groups}
         if moe.top_k == 1 and fields.get("moe_router_score_function", "softmax") == "softmax":
@@ -261,7 +260,7 @@ class ExportSpec:
                          "(moe_utils.topk_routing_with_score_function)")
         if router.limits_groups and router.top_groups is not None:
             per_group = moe.top_k // router.top_groups
-            if moe.top_k % router.top_groups:
+            if not _megatron_scores_groups(moe.top_k, router):
                 notes.append(f"group-limited routing with top-{moe.top_k} over "
                              f"{router.top_groups} groups: Megatron-Core scores a group by "
                              "its top K/top_groups scores, which needs K a multiple of "
@@ -607,6 +606,14 @@ def _exists(text: str) -> bool:
         return False
 
 
+def _megatron_scores_groups(top_k: int, router: RouterConfig) -> bool:
+    """Whether Megatron-Core can run the router's group limit: it scores a group by the sum
+    of its top K/top_groups scores (moe_utils.group_limited_topk), so K must be a multiple
+    of top_groups (K below it scores every group 0)."""
+    return (router.limits_groups and router.top_groups is not None
+            and top_k % router.top_groups == 0)
+
+
 def split_plan_reference(path: str | Path) -> tuple[Path, int | None]:
     """``PLAN.json#N`` -> (the plan file, rank N of its ranked candidates, 1 = the optimum);
     a path without a rank, or one that exists as written, gives (path, None)."""
@@ -731,7 +738,7 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
     """The job file of a plan's optimum (docs/schema.md blocks): what `mosaic perf` reads to
     predict that one layout again."""
     from mosaic.config.convert import model_document
-    from mosaic.config.job_schema import training_document
+    from mosaic.config.job_schema import training_block
     from mosaic.config.layout import batch_document
 
     parallelism: dict[str, Any] = {
@@ -774,4 +781,4 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
             "optimizer": {"kind": spec.optimizer},
             "search": {"devices": spec.n_devices},
             "hardware": {k: v for k, v in hardware.items() if v is not None}} | (
-        training_document(spec.train_tokens, spec.train_goodput))
+        training_block(spec.train_tokens, spec.train_goodput))

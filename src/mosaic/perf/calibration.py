@@ -198,12 +198,11 @@ def _check_physical(constants: _Constants, where: str) -> None:
     if unknown:
         raise MosaicInputError(f"{where}: constants.routing_imbalance: unknown routing "
                                f"regime(s) {', '.join(unknown)}; known: {', '.join(regimes)}")
-    low = {key: value for key, value in imbalance.items() if value < MIN_ROUTING_IMBALANCE}
-    if low:
-        key, value = next(iter(low.items()))
-        raise MosaicInputError(f"{where}: constants.routing_imbalance.value.{key} {value:g} is "
-                               f"below {MIN_ROUTING_IMBALANCE:g} (imbalance only slows the "
-                               "busiest EP rank)")
+    for key, value in imbalance.items():
+        if value < MIN_ROUTING_IMBALANCE:
+            raise MosaicInputError(f"{where}: constants.routing_imbalance.value.{key} {value:g} "
+                                   f"is below {MIN_ROUTING_IMBALANCE:g} (imbalance only slows "
+                                   "the busiest EP rank)")
 
 
 def _from_document(document: dict[str, Any], where: str) -> Calibration:

@@ -175,10 +175,10 @@ def experts_fuse_grouped_mlp(geometry: Geometry) -> bool:
     return geometry.moe is not None and geometry.activation_name == "swiglu"
 
 
-
 # The MoE routing regimes a workload may run (config.blocks.Routing spells the same ones):
 # calibration profiles key their imbalance factors by them.
 ROUTING_REGIMES = ("balanced", "dropless", "token_drop", "unknown")
+
 
 @dataclass(frozen=True)
 class Workload:
