@@ -165,7 +165,7 @@ def test_the_plans_report_and_printout_name_the_layout(law, calibration, capsys)
     from mosaic.report.html.documents import optimum_step_document
 
     result = search(_envelope(True), _space(), law, calibration, limits=PIPELINED, workers=1)
-    step = optimum_step_document(result, calibration, PIPELINED)
+    step = optimum_step_document(result, calibration)  # the limits the search ran under
     assert step is not None and step["plan"]["pipeline_layout"] == "Et|t*3|tt|mL"
     print_optimum(result.candidate(int(result.optimum_index)))
     print_envelope(result, run_cost(result.envelope, None))

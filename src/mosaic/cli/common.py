@@ -159,6 +159,23 @@ def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
     return values
 
 
+COUNT_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_count(option: str, text: str) -> float:
+    """'235B' -> 2.35e11 ('1.5T', '800M', '3e10' too); a one-line error names the option."""
+    body = text.strip()
+    scale = COUNT_SUFFIXES.get(body[-1:].lower(), 1.0) if body else 1.0
+    if scale != 1.0:
+        body = body[:-1]
+    try:
+        value = float(body) * scale
+    except ValueError:
+        raise MosaicInputError(f"{option} must be a parameter count such as 235B, 1.5T or "
+                               f"3e10, got {text!r}") from None
+    return value
+
+
 def parse_ints(option: str, text: str) -> tuple[int, ...]:
     """'8,10,12' -> (8, 10, 12); a one-line error names the option."""
     return _parse_numbers(option, text, int, "integers")

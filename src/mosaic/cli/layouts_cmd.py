@@ -17,9 +17,20 @@ from mosaic.cli.common import (
     SetOption,
     console,
     guarded,
-    parse_ints,
     print_json,
     print_key_value_table,
+)
+from mosaic.cli.layout_options import (
+    CheckpointingModes,
+    Cp,
+    Ep,
+    Etp,
+    MaxTp,
+    Pp,
+    ShardingModes,
+    Tp,
+    Vpp,
+    layout_limits,
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.progress import progress_reporter
@@ -40,7 +51,6 @@ from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.constraints import rule_text
 from mosaic.perf.coverage import shown_dimension_value, summary_lines
 from mosaic.perf.layouts import (
-    LayoutLimits,
     LayoutSearch,
     search_layouts,
     with_balanced_layouts,
@@ -97,20 +107,6 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
             raise MosaicInputError(f"{path}: give --devices, search.devices or hardware.nodes")
         spec = replace(spec, n_devices=None)
     return spec, cluster_for(spec)
-
-
-def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    """Parse "1,2,4" into (1, 2, 4); None when the option is not given."""
-    if text is None:
-        return None
-    values = parse_ints(option, text)
-    for value in values:
-        check_range(option, value, "parallel_degree", integer=True)
-    return values
-
-
-def _name_list(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(part.strip() for part in text.split(","))
 
 
 # --- Output --------------------------------------------------------------------------------
@@ -280,20 +276,10 @@ def layouts(
         min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes × "
         "the system's GPUs per node)")] = None,
     top: Annotated[int, typer.Option(min=1, help="layouts to list")] = 10,
-    max_tp: Annotated[int | None, typer.Option(
-        min=1, help="largest tp (default: the NVLink domain)")] = None,
-    tp: Annotated[str | None, typer.Option(help="pin tp, e.g. 1,2")] = None,
-    pp: Annotated[str | None, typer.Option(help="pin pp, e.g. 4")] = None,
-    vpp: Annotated[str | None, typer.Option(help="pin vpp (default 1,2,4)")] = None,
-    cp: Annotated[str | None, typer.Option(
-        help="pin cp (default 1; up to 8 from 16k-token sequences)")] = None,
-    ep: Annotated[str | None, typer.Option(help="pin ep, e.g. 8")] = None,
-    etp: Annotated[str | None, typer.Option(help="pin expert tp")] = None,
+    max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
+    ep: Ep = None, etp: Etp = None,
     mbs: Annotated[str | None, typer.Option(help="micro-batch sizes (default 1,2,4,8)")] = None,
-    sharding: Annotated[str | None, typer.Option(
-        help="sharding modes: none, zero1, zero2, fsdp, hsdp (default all)")] = None,
-    checkpointing: Annotated[str | None, typer.Option(
-        help="checkpointing modes: none, selective, full (default all)")] = None,
+    sharding: ShardingModes = None, checkpointing: CheckpointingModes = None,
     show_infeasible: Annotated[bool, typer.Option(
         help="list out-of-memory and rule-rejected layouts with their reasons")] = False,
     uneven_stages: Annotated[bool, typer.Option(
@@ -323,12 +309,8 @@ def layouts(
     workload = spec.workload
     if uneven_stages:
         workload = replace(workload, uneven_pipeline_stages=True)
-    limits = LayoutLimits(
-        max_tp=max_tp, tp=_int_list("--tp", tp), pp=_int_list("--pp", pp),
-        vpp=_int_list("--vpp", vpp), cp=_int_list("--cp", cp), ep=_int_list("--ep", ep),
-        etp=_int_list("--etp", etp), micro_batches=_int_list("--mbs", mbs),
-        sharding=_name_list(sharding), checkpointing=_name_list(checkpointing),
-    )
+    limits = layout_limits(max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
+                           mbs=mbs, sharding=sharding, checkpointing=checkpointing)
     if balanced_pipeline:
         workload = with_balanced_layouts(workload, cluster.n_devices, limits)
     workload = with_searched_remainder_last_layouts(workload, cluster.n_devices, limits)

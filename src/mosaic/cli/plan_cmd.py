@@ -21,10 +21,23 @@ from mosaic.cli.common import (
     JsonFlag,
     error_console,
     guarded,
+    parse_count,
     parse_floats,
     parse_ints,
     print_json,
     print_key_value_table,
+)
+from mosaic.cli.layout_options import (
+    CheckpointingModes,
+    Cp,
+    Ep,
+    Etp,
+    MaxTp,
+    Pp,
+    ShardingModes,
+    Tp,
+    Vpp,
+    layout_limits,
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
@@ -36,6 +49,7 @@ from mosaic.law import ScalingLaw, default_law
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.headroom import memory_headroom
+from mosaic.perf.layouts import LayoutLimits
 from mosaic.perf.workload import (
     FP4_RECIPES,
     FP8_RECIPES,
@@ -55,12 +69,13 @@ from mosaic.plan.batch import (
     parse_global_batch,
     search_batch,
 )
-from mosaic.plan.cost import cheapest_plan, check_target_reachable, run_cost
+from mosaic.plan.cost import budget_days, cheapest_plan, check_target_reachable, run_cost
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
     ENVELOPE_RECIPE_SETTINGS,
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
+    TABLE3_LAYOUT_LIMITS,
     TABLE3_NODES,
     TABLE3_S_MIN,
     TABLE3_SEQ_LEN,
@@ -74,7 +89,7 @@ from mosaic.plan.envelope import (
 )
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
-from mosaic.plan.search import PlanResult, search
+from mosaic.plan.search import PlanResult, check_layout_limits, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
 from mosaic.plan.uncertainty import check_samples_describe, load_samples
 from mosaic.report import plan_report
@@ -136,7 +151,8 @@ Nodes = Annotated[int, typer.Option(
                     "compute tray, 18 per 72-GPU rack.")]
 GpusPerNode = Annotated[int | None, typer.Option(
     "--gpus-per-node", help="What-if host size (default: the system's; per-GPU links kept).")]
-Days = Annotated[float, typer.Option("--days", help="Training window T_train in days.")]
+Days = Annotated[float | None, typer.Option(
+    "--days", help="Training window T_train in days (default 20, Table 3).")]
 GoodputOpt = Annotated[float | None, typer.Option(
     "--goodput", help="Constant goodput η_good in (0, 1] (default 1.0, Table 3).")]
 Mtbf = Annotated[float | None, typer.Option(
@@ -212,6 +228,16 @@ BalancedPipelineOpt = Annotated[bool, typer.Option(
     "--balanced-pipeline` does; the optimum's layout string is in --json and its exports.")]
 PlotDir = Annotated[Path | None, typer.Option(
     "--plot", help="Write figures (PNG and SVG) into this directory.")]
+MaxTotalParams = Annotated[str | None, typer.Option(
+    "--max-total-params", help="Cap on N_tot (non-embedding, as the table counts it), e.g. "
+    "400B: what a serving node holds (docs/plan.md).")]
+MaxActiveParams = Annotated[str | None, typer.Option(
+    "--max-active-params", help="Cap on N_act (non-embedding), e.g. 20B: a per-token "
+    "latency or cost budget.")]
+SMax = Annotated[float | None, typer.Option(
+    "--s-max", help="Sparsity cap S <= s_max (default: none).")]
+PlanMbs = Annotated[str | None, typer.Option(
+    "--mbs", help="Micro-batch sizes the layout search tries (default Table 3's 1,2,4).")]
 
 TABLE3_Q_TEXT = "8,10,12,14,16,18"
 TABLE3_EXPERTS_TEXT = "4,6,8,16,24,32,48,96,128,192,256,384,512"
@@ -232,7 +258,8 @@ def build_inputs(
     split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
     precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
-    balanced_pipeline: bool = False,
+    balanced_pipeline: bool = False, max_total_params: str | None = None,
+    max_active_params: str | None = None, s_max: float | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     if precision not in PRECISION_NAMES:
@@ -271,7 +298,12 @@ def build_inputs(
     tpp_min, tpp_max = parse_tpp(tpp)
     axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,
                      layers=layers, d_model=d_model)
-    space = SearchSpace(**axes, s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max)
+    space = SearchSpace(
+        **axes, s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max, s_max=s_max,
+        max_total_params=(None if max_total_params is None
+                          else parse_count("--max-total-params", max_total_params)),
+        max_active_params=(None if max_active_params is None
+                           else parse_count("--max-active-params", max_active_params)))
     space.enumerate()  # an empty grid fails here, before any hardware work
     return envelope, space
 
@@ -377,6 +409,14 @@ def _prepare_outputs(plot_dir: Path | None, html: Path | None, *inputs: object) 
     check_html(html, *inputs)
 
 
+def _plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
+    """The layout options as the search's limits (micro-batches default to Table 3's),
+    refused before any search when the envelope's stack cannot run them."""
+    limits = layout_limits(default_micro_batches=TABLE3_LAYOUT_LIMITS.micro_batches, **options)
+    check_layout_limits(envelope, space, limits)
+    return limits
+
+
 # --- mosaic plan ---------------------------------------------------------------------------
 def _plots(result: PlanResult, law: ScalingLaw, plot_dir: Path | None) -> list[str]:
     """The frontier, sparsity trade-off and FLOP-cost figures in ``plot_dir`` (if given)."""
@@ -430,11 +470,11 @@ def _backend(backend: str, address: str | None, workers: int | None) -> Any:
 
 def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
             other_calibration: Calibration, result: PlanResult, calibration: Calibration,
-            workers: int | None, as_json: bool) -> dict[str, Any]:
+            limits: LayoutLimits, workers: int | None, as_json: bool) -> dict[str, Any]:
     """The same envelope planned under a second calibration, on that calibration's stack."""
     other_envelope = versus_envelope(envelope, other_calibration)
     with progress_reporter(as_json) as bar:
-        other = search(other_envelope, space, law, other_calibration,
+        other = search(other_envelope, space, law, other_calibration, limits,
                        progress=bar(f"geometries ({other_calibration.name})"), workers=workers)
     return stack_comparison_document(result, calibration, other, other_calibration)
 
@@ -455,7 +495,7 @@ def _cheapest_lists(envelope: Envelope, nodes_text: str | None, days_text: str |
 
 def plan(
     gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
-    gpus_per_node: GpusPerNode = None, days: Days = TABLE3_DAYS, goodput: GoodputOpt = None,
+    gpus_per_node: GpusPerNode = None, days: Days = None, goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatchSearch = str(TABLE3_GLOBAL_BATCH),
     batch_rule: BatchRuleOpt = DEFAULT_RULE, seq_len: SeqLen = TABLE3_SEQ_LEN,
@@ -488,8 +528,20 @@ def plan(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
         "on its own stack and show both optima with why they differ.")] = None,
     catalog: CatalogFileOption = None,
+    budget_usd: Annotated[float | None, typer.Option(
+        "--budget-usd", help="Dollar budget instead of --days: the window is budget / "
+        "(--price-per-gpu-hour x GPUs).")] = None,
+    max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
+    s_max: SMax = None,
+    max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
+    ep: Ep = None, etp: Etp = None, mbs: PlanMbs = None, sharding: ShardingModes = None,
+    checkpointing: CheckpointingModes = None,
 ) -> None:
-    """Jointly choose the MoE geometry, token budget and parallel layout for a cluster."""
+    """Jointly choose the MoE geometry, token budget and parallel layout for a cluster.
+
+    Constraints a team plans under: --max-total-params/--max-active-params/--s-max on the
+    model, the layout options (--tp, --pp, --ep, --sharding, ...) as `mosaic layouts`
+    takes them, and --budget-usd for a dollar budget (docs/plan.md)."""
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog,
                      bootstrap_samples)
@@ -503,18 +555,29 @@ def plan(
     if batch_search and (target_loss is not None or versus is not None):
         raise MosaicInputError("--target-loss and --versus plan at a fixed batch; give "
                                "--global-batch N with them")
+    if budget_usd is not None and days is not None:
+        raise MosaicInputError("give either --days or --budget-usd (which sets the window), "
+                               "not both")
     law, calibration = load_models(law_file, calibration_file)
     # every input is checked before the search: the --versus calibration too
     versus_calibration = None if versus is None else load_calibration(versus)
     envelope, space = build_inputs(
-        gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=days,
+        gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node,
+        days=TABLE3_DAYS if days is None else days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         restart_s=restart_s, global_batch=batches[0], seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
-        stack_version=stack_version, balanced_pipeline=balanced_pipeline)
+        stack_version=stack_version, balanced_pipeline=balanced_pipeline,
+        max_total_params=max_total_params, max_active_params=max_active_params, s_max=s_max)
+    if budget_usd is not None:
+        envelope = envelope.with_budget(
+            days=budget_days(budget_usd, price_per_gpu_hour, envelope.n_devices))
+    limits = _plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+                          ep=ep, etp=etp, mbs=mbs, sharding=sharding,
+                          checkpointing=checkpointing)
     cost = run_cost(envelope, price_per_gpu_hour)
     if target_loss is not None:  # an unreachable target is refused before any search
         node_list, day_list = check_target_reachable(
@@ -529,23 +592,23 @@ def plan(
     with execution_backend(runner), progress_reporter(as_json) as bar:
         if batch_search:
             result, batch_choice = search_batch(
-                envelope, space, law, calibration, batches, rule,
+                envelope, space, law, calibration, batches, rule, limits,
                 progress=lambda b: bar(f"geometries at batch {b}"), workers=workers)
         else:
-            result = search(envelope, space, law, calibration, progress=bar("geometries"),
-                            workers=workers)
+            result = search(envelope, space, law, calibration, limits,
+                            progress=bar("geometries"), workers=workers)
         require_trainable(result)
         cheapest = None
         if target_loss is not None:
             cheapest = cheapest_plan(envelope, space, law, calibration, target_loss, node_list,
-                                     day_list, price_per_gpu_hour,
+                                     day_list, price_per_gpu_hour, limits,
                                      progress=lambda n: bar(f"{n} nodes"), workers=workers)
     extra: dict[str, Any] = {
         "batch": ({"mode": "fixed", "global_batch": envelope.global_batch}
                   if batch_choice is None else batch_choice.to_dict())}
     if versus_calibration is not None:
         extra["versus"] = _versus(envelope, space, law, versus_calibration, result,
-                                  calibration, workers, as_json)
+                                  calibration, limits, workers, as_json)
     if cheapest is not None:
         extra["cheapest"] = plan_report.cheapest_document(cheapest)
     document, uncertainty = plan_result_document(result, law, calibration, cost, samples,
@@ -603,6 +666,11 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
     if calibration is not None:
         typer.echo(f"stack / calibration: {points[0].result.envelope.stack} / "
                    f"{calibration.name}")
+    for label, text in (("model caps", plan_report.model_caps_text(document["search_space"])),
+                        ("layouts allowed",
+                         plan_report.layout_limits_text(document["layout_limits"]))):
+        if text:
+            typer.echo(f"{label}: {text}")
     for path in document.get("plots", []):
         error_console.print(f"wrote {path}", markup=False, highlight=False)
 
@@ -627,6 +695,11 @@ def sweep_days_command(
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
+    max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
+    s_max: SMax = None,
+    max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
+    ep: Ep = None, etp: Etp = None, mbs: PlanMbs = None, sharding: ShardingModes = None,
+    checkpointing: CheckpointingModes = None,
 ) -> None:
     """Optimum per training window on a fixed cluster (layouts searched once)."""
     apply_catalog(catalog)
@@ -641,12 +714,16 @@ def sweep_days_command(
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
-        stack_version=stack_version)
+        stack_version=stack_version, max_total_params=max_total_params,
+        max_active_params=max_active_params, s_max=s_max)
+    limits = _plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+                          ep=ep, etp=etp, mbs=mbs, sharding=sharding,
+                          checkpointing=checkpointing)
     for window in windows:
         envelope.with_budget(days=window)  # validates every window up front
     runner = _backend(backend, address, workers)  # one-line error if ray is absent
     with execution_backend(runner), progress_reporter(as_json) as bar:
-        points = sweep_days(envelope, space, law, calibration, windows,
+        points = sweep_days(envelope, space, law, calibration, windows, limits,
                             progress=bar("geometries"), workers=workers)
     _finish_sweep(points, law, as_json, plot_dir, html, calibration)
 
@@ -672,6 +749,11 @@ def sweep_nodes_command(
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
+    max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
+    s_max: SMax = None,
+    max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
+    ep: Ep = None, etp: Etp = None, mbs: PlanMbs = None, sharding: ShardingModes = None,
+    checkpointing: CheckpointingModes = None,
 ) -> None:
     """Optimum per cluster size at a fixed window (layouts searched per node count)."""
     apply_catalog(catalog)
@@ -686,12 +768,16 @@ def sweep_nodes_command(
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
-        stack_version=stack_version)
+        stack_version=stack_version, max_total_params=max_total_params,
+        max_active_params=max_active_params, s_max=s_max)
+    limits = _plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+                          ep=ep, etp=etp, mbs=mbs, sharding=sharding,
+                          checkpointing=checkpointing)
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count up front
     runner = _backend(backend, address, workers)  # one-line error if ray is absent
     with execution_backend(runner), progress_reporter(as_json) as bar:
-        points = sweep_nodes(envelope, space, law, calibration, node_counts,
+        points = sweep_nodes(envelope, space, law, calibration, node_counts, limits,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
     _finish_sweep(points, law, as_json, plot_dir, html, calibration)
 

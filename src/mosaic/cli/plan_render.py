@@ -16,8 +16,10 @@ from mosaic.report.plan_report import (
     DIVISIBILITY_CATEGORY,
     geometry_label,
     infeasible_summary,
+    layout_limits_text,
     layout_text,
     loss_gap_text,
+    model_caps_text,
     pick_deliverable_text,
     untrainable_message,
 )
@@ -47,7 +49,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows = [
         ("hardware", f"{envelope.system.nodes_text(envelope.n_nodes)} "
                      f"({envelope.n_devices} × {envelope.system.device.name})"),
-        ("window", f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"),
+        ("window", f"{envelope.days:.4g} day{'s' if envelope.days != 1 else ''}"),
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
                   + ("" if result.global_batch is None else " (searched; the optimum's)")),
@@ -66,6 +68,12 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         rows.append(("cost (USD)", f"{cost.cost_usd:,.0f} (at {cost.price_usd_per_gpu_hour:g} "
                                    "USD per GPU-hour)"))
     table = result.throughput
+    caps = model_caps_text(result.space.to_dict())
+    if caps:
+        rows.append(("model caps", caps))
+    layouts = layout_limits_text(table.limits.to_dict())
+    if layouts:
+        rows.append(("layouts allowed", layouts))
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)

@@ -162,6 +162,19 @@ class LayoutLimits:
         object.__setattr__(self, "checkpointing",
                            _modes(Checkpointing, "checkpointing", self.checkpointing))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The bounds and pins as plain values (a plan's record of the layouts it allowed);
+        an axis left to its default is left out."""
+        document: dict[str, Any] = {}
+        for name in ("max_tp", "max_cp", *PINNED_AXES):
+            value = getattr(self, name)
+            if value is not None:
+                document[name] = list(value) if isinstance(value, tuple) else value
+        document["micro_batches"] = list(self.micro_batches or ())
+        for name in ("sharding", "checkpointing"):
+            document[name] = [mode.name.lower() for mode in getattr(self, name)]
+        return document
+
 
 # --- Enumeration -------------------------------------------------------------------------
 def divisors(n: int) -> np.ndarray:

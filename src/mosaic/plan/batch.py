@@ -41,7 +41,7 @@ from mosaic.law import ScalingLaw
 from mosaic.limits import check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.plan.envelope import Envelope, SearchSpace
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import (
     FLOPS_PER_PARAM_TOKEN,
@@ -215,7 +215,8 @@ def search_batch(
     merged = ThroughputTable(grid=grid, n_devices=envelope.n_devices, tokens_per_s=tps,
                              mfu=mfu, step_time_s=step, memory_bytes=memory,
                              plans=tuple(plans), layout_reasons=tuple(reasons),
-                             plans_evaluated=evaluated, plans_timed=timed)
+                             plans_evaluated=evaluated, plans_timed=timed,
+                             limits=limits or TABLE3_LAYOUT_LIMITS)
     result = replace(score(merged, envelope, space, law), global_batch=chosen,
                      batch_bound_tokens=bound)
     if result.optimum_index is not None:  # the envelope of the chosen plan

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from mosaic.arch import Geometry, LadderGrid, enumerate_ladder_grid
 from mosaic.arch.backbone import enumerate_backbone_grid
 from mosaic.config.convert import model_document
@@ -302,6 +304,11 @@ class SearchSpace:
             experts, top_k and split_factor around it (:mod:`mosaic.arch.backbone`) and
             ``q`` is unused.
         layers, d_model: depth and width axes of a backbone grid (default: its own).
+        max_total_params, max_active_params: caps on N_tot and N_act (non-embedding, as
+            the law and the plan's table count them), e.g. what one serving node holds or a
+            latency budget allows; None = no cap.
+        s_max: sparsity cap S ≤ s_max (e.g. the expert count a team's router or serving
+            stack takes); None = no cap.
     """
 
     q: tuple[int, ...] = TABLE3_Q
@@ -314,6 +321,9 @@ class SearchSpace:
     backbone: Geometry | None = None
     layers: tuple[int, ...] = ()
     d_model: tuple[int, ...] = ()
+    max_total_params: float | None = None
+    max_active_params: float | None = None
+    s_max: float | None = None
 
     def __post_init__(self) -> None:
         kinds = {"q": "ladder_q", "experts": "experts", "top_k": "experts",
@@ -336,6 +346,14 @@ class SearchSpace:
             check_range(f"--tpp {name[4:]}", getattr(self, name), "tpp")
         if not (math.isfinite(self.s_min) and 0 <= self.s_min < 1):
             raise MosaicInputError(f"s_min must be in [0, 1), got {self.s_min!r}")
+        if self.s_max is not None and not (math.isfinite(self.s_max)
+                                           and self.s_min <= self.s_max < 1):
+            raise MosaicInputError(f"--s-max must be in [s_min, 1) = [{self.s_min:g}, 1), "
+                                   f"got {self.s_max!r}")
+        for name in ("max_total_params", "max_active_params"):
+            value = getattr(self, name)
+            if value is not None:
+                check_range(f"--{name.replace('_', '-')}", value, "n_params")
         if not (math.isfinite(self.tpp_min) and math.isfinite(self.tpp_max)
                 and 0 < self.tpp_min <= self.tpp_max):
             raise MosaicInputError(
@@ -343,7 +361,35 @@ class SearchSpace:
             )
 
     def enumerate(self) -> LadderGrid:
-        """The admissible geometries; an empty grid is an error that says why."""
+        """The admissible geometries under the caps; an empty grid is an error that says
+        why."""
+        return self._capped(self._admissible())
+
+    def _caps(self) -> list[tuple[str, str, float]]:
+        """(flag, grid column, cap) of every cap that is set."""
+        caps = (("--max-total-params", "n_total", self.max_total_params),
+                ("--max-active-params", "n_active", self.max_active_params),
+                ("--s-max", "sparsity", self.s_max))
+        return [(flag, column, float(cap)) for flag, column, cap in caps if cap is not None]
+
+    def _capped(self, grid: LadderGrid) -> LadderGrid:
+        """``grid`` without the geometries above a cap; every geometry above one is an
+        error naming the cap and the smallest value the grid holds."""
+        keep = np.ones(len(grid), dtype=bool)
+        for flag, column, cap in self._caps():
+            values = getattr(grid, column)
+            below = values <= cap
+            if not (keep & below).any():
+                smallest = float(values[keep].min())
+                shown = f"{smallest:.3f}" if column == "sparsity" else f"{smallest:.3g}"
+                raise MosaicInputError(
+                    f"{flag} {cap:g}: no geometry of the grid is that small (the smallest "
+                    f"left has {shown}); raise the cap or add smaller --q/--experts/--top-k "
+                    "values")
+            keep &= below
+        return grid if keep.all() else grid.take(np.flatnonzero(keep))
+
+    def _admissible(self) -> LadderGrid:
         if self.backbone is not None:
             grid, refusal = enumerate_backbone_grid(
                 self.backbone, self.layers, self.d_model, self.experts, self.top_k,
@@ -364,11 +410,14 @@ class SearchSpace:
         return grid
 
     def to_dict(self) -> dict[str, Any]:
+        caps = {name: getattr(self, name) for name in
+                ("s_max", "max_total_params", "max_active_params")
+                if getattr(self, name) is not None}
         if self.backbone is not None:
             return {"backbone": model_document(self.backbone), "layers": list(self.layers),
                     "d_model": list(self.d_model), "experts": list(self.experts),
                     "top_k": list(self.top_k), "split_factor": list(self.split_factor),
-                    "s_min": self.s_min, "tpp": [self.tpp_min, self.tpp_max]}
+                    "s_min": self.s_min, "tpp": [self.tpp_min, self.tpp_max], **caps}
         return {
             "q": list(self.q),
             "experts": list(self.experts),
@@ -376,5 +425,6 @@ class SearchSpace:
             "split_factor": list(self.split_factor),
             "s_min": self.s_min,
             "tpp": [self.tpp_min, self.tpp_max],
+            **caps,
         }
 

@@ -45,6 +45,7 @@ from mosaic.perf.layouts import (
     check_rules,
     enumerate_plans,
     predict_in_chunks,
+    stack_limits,
     take_prediction,
     with_balanced_layouts,
 )
@@ -75,7 +76,7 @@ class ThroughputTable:
     ``tokens_per_s`` is 0 and the other metrics NaN where no layout is feasible;
     ``layout_reasons`` then says why ('' where a layout exists). ``plans_evaluated``
     counts the valid plans checked against memory, ``plans_timed`` those that fit and
-    were timed.
+    were timed; ``limits`` are the layouts the search was allowed.
     """
 
     grid: LadderGrid
@@ -88,6 +89,7 @@ class ThroughputTable:
     layout_reasons: tuple[str, ...]
     plans_evaluated: int
     plans_timed: int
+    limits: LayoutLimits = TABLE3_LAYOUT_LIMITS
 
     @property
     def has_layout(self) -> np.ndarray:
@@ -122,6 +124,12 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
     if envelope.balanced_pipeline:
         workload = with_balanced_layouts(workload, envelope.n_devices, limits)
     return workload
+
+
+def check_layout_limits(envelope: Envelope, space: SearchSpace, limits: LayoutLimits) -> None:
+    """Limits the envelope's stack cannot run at all (a sharding mode or pipeline shape it
+    does not offer) are one error before any search, not a reason on every geometry."""
+    stack_limits(limits, candidate_workload(envelope, space.enumerate(), 0, limits))
 
 
 @dataclass(frozen=True)
@@ -386,7 +394,8 @@ def profile_geometries(
     if workers < 1:
         raise MosaicInputError(f"workers must be >= 1, got {workers}")
     keep_freed_memory()  # before the workers fork: they inherit it (mosaic.allocator)
-    state = (envelope, grid, calibration, limits or TABLE3_LAYOUT_LIMITS)
+    limits = limits or TABLE3_LAYOUT_LIMITS
+    state = (envelope, grid, calibration, limits)
     blocks = _blocks(grid, BLOCK_ROWS)
     backend = current_backend()
     if backend is not None:  # Ray tasks (mosaic.plan.ray_backend), same blocks, same order
@@ -406,6 +415,7 @@ def profile_geometries(
         layout_reasons=tuple(reason for p in parts for reason in p.reasons),
         plans_evaluated=sum(p.plans_evaluated for p in parts),
         plans_timed=sum(p.plans_timed for p in parts),
+        limits=limits,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
@@ -213,6 +214,7 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
 
     return {"axis": points[0].axis, "envelope": points[0].result.envelope.to_dict(),
             "search_space": points[0].result.space.to_dict(),
+            "layout_limits": points[0].result.throughput.limits.to_dict(),
             "points": [point(p) for p in points]}
 
 
@@ -256,3 +258,25 @@ def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     if not compact or plan["checkpointing"] != "none":
         parts.append(f"ckpt={plan['checkpointing']}")
     return " ".join(parts)
+
+
+def model_caps_text(space: dict[str, Any]) -> str:
+    """'N_tot <= 300 B; N_act <= 12 B' from a search space's caps ('' when none is set)."""
+    parts = [f"{label} <= {space[name] / 1e9:.4g} B" for name, label in
+             (("max_total_params", "N_tot"), ("max_active_params", "N_act")) if name in space]
+    if "s_max" in space:
+        parts.append(f"S <= {space['s_max']:g}")
+    return "; ".join(parts)
+
+
+def layout_limits_text(limits: dict[str, Any], *, only_narrowed: bool = True) -> str:
+    """The layout pins and bounds a plan searched under ('pp 1; sharding zero1, fsdp'); with
+    ``only_narrowed``, what Table 3's search allows anyway is left out ('' when nothing is
+    narrowed)."""
+    default = TABLE3_LAYOUT_LIMITS.to_dict() if only_narrowed else {}
+    return "; ".join(f"{name.replace('_', ' ')} {_values_text(value)}"
+                     for name, value in limits.items() if default.get(name) != value)
+
+
+def _values_text(value: Any) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -21,7 +21,6 @@ from mosaic.perf.layouts import LayoutLimits, LayoutSearch, best_layout, take_pr
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import StepPrediction
 from mosaic.plan.analysis import ModelFlopsComparison, compare_model_flops, sparsity_frontier
-from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import PlanResult, candidate_workload
 from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import geometry_identity
@@ -52,8 +51,8 @@ def step_document(prediction: StepPrediction, index: int = 0) -> dict[str, Any]:
     }
 
 
-def optimum_step_document(result: PlanResult, calibration: Calibration,
-                          limits: LayoutLimits | None = None) -> dict[str, Any] | None:
+def optimum_step_document(result: PlanResult, calibration: Calibration
+                          ) -> dict[str, Any] | None:
     """Step-time and memory breakdown of the optimum's layout.
 
     Re-runs the optimum geometry's layout search with the planner's limits (the same
@@ -64,7 +63,7 @@ def optimum_step_document(result: PlanResult, calibration: Calibration,
     if row is None:
         return None
     envelope = result.envelope
-    limits = limits or TABLE3_LAYOUT_LIMITS
+    limits = result.throughput.limits
     workload = candidate_workload(envelope, result.grid, row, limits)
     machine = machine_for(envelope.cluster, envelope.precision,
                           envelope.usable_memory_fraction, fp8_recipe=envelope.fp8_recipe)
@@ -94,17 +93,15 @@ def frontier_document(result: PlanResult, law: ScalingLaw,
     }
 
 
-def assumptions_document(law: ScalingLaw, calibration: Calibration,
-                         limits: LayoutLimits | None = None) -> dict[str, Any]:
-    """Every model input the plan rests on, with its source."""
-    limits = limits or TABLE3_LAYOUT_LIMITS
+def assumptions_document(law: ScalingLaw, calibration: Calibration, limits: LayoutLimits
+                         ) -> dict[str, Any]:
+    """Every model input the plan rests on, with its source; ``limits`` are the layouts
+    its search allowed."""
     return {
         "law": {"form": law.form.name, "coefficients": dict(law.coefficients),
                 "split_factor": law.split_factor, "provenance": dict(law.provenance)},
         "calibration": {"name": calibration.name, "provenance": calibration.provenance},
-        "layout_limits": {"micro_batches": list(limits.micro_batches or ()),
-                          "sharding": [s.name.lower() for s in limits.sharding or ()],
-                          "checkpointing": [c.name.lower() for c in limits.checkpointing or ()]},
+        "layout_limits": limits.to_dict(),
         "flop_convention": "C_model = 6·N_act·D with non-embedding N_act, no attention "
                            "term (paper Sec. 2.1, Eq. 1)",
         "token_budget": "D* = tokens/s · T_train · η_good, capped at tpp_max·N_act "
@@ -123,7 +120,8 @@ def plan_report_blocks(result: PlanResult, law: ScalingLaw, calibration: Calibra
                        uncertainty: Uncertainty | None = None,
                        comparison: ModelFlopsComparison | None = None) -> dict[str, Any]:
     """The blocks added to `mosaic plan --json` for the report."""
-    blocks: dict[str, Any] = {"assumptions": assumptions_document(law, calibration)}
+    blocks: dict[str, Any] = {"assumptions": assumptions_document(
+        law, calibration, result.throughput.limits)}
     backbone = result.grid.backbone
     model_notes = [] if backbone is None else geometry_modelling_notes(backbone)
     if model_notes:  # what the performance model leaves out of the user's model

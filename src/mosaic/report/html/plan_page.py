@@ -29,7 +29,13 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
-from mosaic.report.plan_report import geometry_label, loss_gap_text, pick_deliverable_text
+from mosaic.report.plan_report import (
+    geometry_label,
+    layout_limits_text,
+    loss_gap_text,
+    model_caps_text,
+    pick_deliverable_text,
+)
 from mosaic.units import GIB
 
 SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
@@ -259,7 +265,8 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
                           f"{s['backbone']['vocab']}): L {s['layers']}, d {s['d_model']}")
                          + f", E {s['experts']}, K {s['top_k']}, "
                          f"G {s['split_factor']}, S ≥ {s['s_min']}, tokens per active "
-                         f"parameter {s['tpp'][0]:g}–{s['tpp'][1]:g}"),
+                         f"parameter {s['tpp'][0]:g}–{s['tpp'][1]:g}"
+                         + (f"; caps {model_caps_text(s)}" if model_caps_text(s) else "")),
     ]
     a = document.get("assumptions")
     if a:
@@ -270,9 +277,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
             ("scaling law", f"{law['form']}: {coefficients}"),
             ("law source", str(source)),
             ("calibration", f"{a['calibration']['name']}: {a['calibration']['provenance']}"),
-            ("layout search", f"micro-batches {a['layout_limits']['micro_batches']}, "
-                              f"sharding {a['layout_limits']['sharding']}, checkpointing "
-                              f"{a['layout_limits']['checkpointing']}"),
+            ("layout search", layout_limits_text(a["layout_limits"], only_narrowed=False)),
             ("FLOP convention", a["flop_convention"]),
             ("token budget", a["token_budget"]),
             ("MFU peak", a["mfu_peak"]),

@@ -1,0 +1,138 @@
+"""Constraints a team plans under: model caps, layout pins and bounds, a dollar budget."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.common import parse_count
+from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
+from mosaic.perf.layouts import LayoutLimits
+from mosaic.plan.cost import budget_days
+from mosaic.plan.envelope import SearchSpace
+
+runner = CliRunner()
+SMALL = ["--nodes", "1", "--days", "2", "--q", "4,6", "--experts", "8,16,32", "--top-k", "1,2",
+         "--split-factor", "1,4", "--s-min", "0.5", "--workers", "1"]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_parse_count_reads_suffixes():
+    assert parse_count("--x", "235B") == pytest.approx(2.35e11)
+    assert parse_count("--x", "1.5T") == pytest.approx(1.5e12)
+    assert parse_count("--x", "800m") == pytest.approx(8e8)
+    assert parse_count("--x", "3e10") == pytest.approx(3e10)
+    with pytest.raises(MosaicInputError, match="--x must be a parameter count"):
+        parse_count("--x", "lots")
+
+
+def test_caps_keep_exactly_the_geometries_at_or_under_them():
+    full = SearchSpace().enumerate()
+    # a cap equal to a geometry's count keeps it (inclusive); the next larger ones go
+    cap = float(np.sort(full.n_total)[len(full) // 2])
+    active_cap = float(np.median(full.n_active))
+    capped = SearchSpace(max_total_params=cap, max_active_params=active_cap,
+                         s_max=0.95).enumerate()
+    expected = (full.n_total <= cap) & (full.n_active <= active_cap) & (full.sparsity <= 0.95)
+    assert len(capped) == int(expected.sum()) > 0
+    assert capped.n_total.max() <= cap and capped.n_active.max() <= active_cap
+    assert capped.sparsity.max() <= 0.95
+    only_total = SearchSpace(max_total_params=cap).enumerate()
+    assert cap in only_total.n_total and len(only_total) == int((full.n_total <= cap).sum())
+
+
+def test_a_cap_below_every_geometry_names_the_smallest():
+    smallest = float(SearchSpace().enumerate().n_total.min())
+    with pytest.raises(MosaicInputError, match=r"--max-total-params 1e\+08: no geometry") as err:
+        SearchSpace(max_total_params=1e8).enumerate()
+    assert f"{smallest:.3g}" in str(err.value)
+
+
+def test_s_max_below_s_min_is_refused():
+    with pytest.raises(MosaicInputError, match=r"--s-max must be in \[s_min, 1\)"):
+        SearchSpace(s_min=0.7, s_max=0.5)
+
+
+def test_budget_days_inverts_the_run_cost():
+    # 1.5 M USD at 3 USD per GPU-hour on 256 GPUs: 1.5e6 / (3 * 256) h = 1953.125 h
+    assert budget_days(1.5e6, 3.0, 256) == pytest.approx(1953.125 / 24)
+    with pytest.raises(MosaicInputError, match="--budget-usd needs --price-per-gpu-hour"):
+        budget_days(1e6, None, 256)
+    with pytest.raises(MosaicInputError, match="buys .* days, outside"):
+        budget_days(1e12, 0.01, 8)
+
+
+def test_layout_limits_document_round_trips():
+    limits = LayoutLimits(tp=2, pp=[1, 2], micro_batches=(1, 2), sharding=["fsdp", "zero1"],
+                          checkpointing=["full"])
+    document = limits.to_dict()
+    assert document == {"tp": [2], "pp": [1, 2], "micro_batches": [1, 2],
+                        "sharding": ["zero1", "fsdp"], "checkpointing": ["full"]}
+    assert LayoutLimits(**document) == limits
+
+
+def test_plan_under_layout_pins_reports_and_breaks_down_the_pinned_layout():
+    code, out, err = run("plan", *SMALL, "--pp", "1", "--sharding", "fsdp", "--mbs", "1",
+                         "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    limits = document["assumptions"]["layout_limits"]
+    assert limits["pp"] == [1] and limits["sharding"] == ["fsdp"]
+    assert limits["micro_batches"] == [1]
+    for candidate in document["candidates"]:
+        plan = candidate["plan"]
+        assert (plan["pp"], plan["sharding"], plan["micro_batch"]) == (1, "fsdp", 1)
+    # the optimum's breakdown is of the pinned layout, not of an unconstrained search's
+    step_plan = document["optimum_step"]["plan"]
+    assert {k: step_plan[k] for k in document["optimum"]["plan"]} == document["optimum"]["plan"]
+
+
+def test_plan_caps_show_in_the_envelope_and_bound_every_candidate():
+    code, out, err = run("plan", *SMALL, "--max-total-params", "5B", "--top", "3")
+    assert code == 0, err
+    assert "model caps" in out and "N_tot <= 5 B" in out
+    code, out, err = run("plan", *SMALL, "--max-total-params", "5B", "--json")
+    document = json.loads(out)
+    assert document["search_space"]["max_total_params"] == 5e9
+    assert max(c["n_total"] for c in document["candidates"]) <= 5e9
+
+
+def test_plan_with_a_dollar_budget_plans_the_window_it_buys():
+    # 8 GPUs at 2 USD per GPU-hour: 960 USD buy 60 hours = 2.5 days
+    code, out, err = run("plan", *SMALL[4:], "--nodes", "1", "--price-per-gpu-hour", "2",
+                         "--budget-usd", "960", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["envelope"]["days"] == pytest.approx(2.5)
+    assert document["cost_usd"] == pytest.approx(960)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--budget-usd", "1000", "--price-per-gpu-hour", "2"], "either --days or --budget-usd"),
+    (["--stack", "torchtitan", "--sharding", "zero1"], "offers only none, fsdp, hsdp"),
+    (["--max-active-params", "ten"], "--max-active-params must be a parameter count"),
+    (["--tp", "0"], "--tp"),
+])
+def test_bad_constraints_are_one_line_errors(args, message):
+    code, out, err = run("plan", *SMALL, *args)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_carries_the_constraints():
+    code, out, err = run("sweep", "days", "--values", "2,4", *SMALL[4:], "--nodes", "1",
+                         "--pp", "1", "--max-active-params", "0.5B", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["layout_limits"]["pp"] == [1]
+    assert document["search_space"]["max_active_params"] == 5e8
+    assert all(point["optimum"] is not None for point in document["points"])
+    for point in document["points"]:
+        assert point["optimum"]["plan"]["pp"] == 1
+        assert point["optimum"]["n_active"] <= 5e8
