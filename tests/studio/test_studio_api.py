@@ -194,6 +194,22 @@ def test_plan_runs_to_a_report_equal_to_the_cli(studio):
     assert studio.text("/report/999")[0] == 404
 
 
+def test_plan_under_constraints_equals_the_cli(studio):
+    """The form's caps and layout pins are `mosaic plan`'s options (docs/plan.md)."""
+    form = {**TINY_PLAN, "plan.pp": "1", "plan.sharding": "fsdp",
+            "plan.max_total_params": "40B"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 200, body
+    job = wait_plan(studio)
+    assert job["state"] == "done", job
+    optimum = cli_json("plan", *TINY_PLAN_ARGS, "--pp", "1", "--sharding", "fsdp",
+                       "--max-total-params", "40B")["optimum"]
+    assert optimum["plan"]["pp"] == 1 and optimum["plan"]["sharding"] == "fsdp"
+    assert job["summary"]["loss"] == pytest.approx(optimum["loss"], rel=1e-12)
+    status, html = studio.text(job["report_url"])
+    assert "pp 1; " in html and "N_tot &lt;= 40 B" in html
+
+
 def test_second_plan_is_refused_and_cancel_stops_the_first(studio):
     bigger = {**TINY_PLAN, "plan.q": "8,10,12,14", "plan.experts": "8,16,32,64,128",
               "plan.nodes": "32"}
@@ -221,6 +237,9 @@ def test_plan_time_limit(studio):
     ("plan.days", "-1", "days"), ("plan.q", "8,y", "integers"),
     ("plan.gpu", "Z80", "unknown device"),
     ("plan.experts", ",".join(str(e) for e in range(2, 400)), str(MAX_GEOMETRIES)),
+    ("plan.max_total_params", "lots", "parameter count"),
+    ("plan.max_active_params", "1e3", "no geometry"),
+    ("plan.sharding", "zero9", "unknown sharding"), ("plan.pp", "0", "pp"),
 ])
 def test_plan_form_errors(studio, field, value, words):
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})
@@ -355,7 +374,7 @@ def test_studio_plans_under_the_same_memory_headroom_as_the_cli():
     from mosaic.cli.plan_cmd import build_inputs
     from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
 
-    envelope, _ = validate_plan_form(dict(DEFAULT_PLAN_FORM))
+    envelope, _, _ = validate_plan_form(dict(DEFAULT_PLAN_FORM))
     cli_envelope, _ = build_inputs(
         gpu="B200", system=None, nodes=32, gpus_per_node=None, days=20, goodput=1.0,
         mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0, global_batch=1024,
@@ -466,7 +485,7 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     from mosaic.studio.server import load_job_document
 
     form = {**DEFAULT_PLAN_FORM, "plan.stack": "torchtitan", "plan.precision": "fp8"}
-    envelope, _ = validate_plan_form(form)
+    envelope, _, _ = validate_plan_form(form)
     cli, _ = build_inputs(
         gpu="B200", system=None, nodes=32, gpus_per_node=None, days=20, goodput=1.0,
         mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0, global_batch=1024,

@@ -409,7 +409,7 @@ def _prepare_outputs(plot_dir: Path | None, html: Path | None, *inputs: object) 
     check_html(html, *inputs)
 
 
-def _plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
+def plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
     """The layout options as the search's limits (micro-batches default to Table 3's),
     refused before any search when the envelope's stack cannot run them."""
     limits = layout_limits(default_micro_batches=TABLE3_LAYOUT_LIMITS.micro_batches, **options)
@@ -575,7 +575,7 @@ def plan(
     if budget_usd is not None:
         envelope = envelope.with_budget(
             days=budget_days(budget_usd, price_per_gpu_hour, envelope.n_devices))
-    limits = _plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+    limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
     cost = run_cost(envelope, price_per_gpu_hour)
@@ -716,7 +716,7 @@ def sweep_days_command(
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max)
-    limits = _plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+    limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
     for window in windows:
@@ -770,7 +770,7 @@ def sweep_nodes_command(
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max)
-    limits = _plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
+    limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
     for n in node_counts:

@@ -35,7 +35,12 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.q": "8,10,12", "plan.experts": "16,32,64,128", "plan.top_k": "1,2",
     "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
     "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
+    # constraints (docs/plan.md "Constraints"); empty = none
+    "plan.max_total_params": "", "plan.max_active_params": "", "plan.pp": "", "plan.ep": "",
+    "plan.sharding": "",
 }
+# The optional constraint fields and the option each one is.
+CONSTRAINT_FIELDS = ("max_total_params", "max_active_params", "pp", "ep", "sharding")
 
 
 class PlanBusyError(Exception):
@@ -84,14 +89,20 @@ def plan_field_of(message: str, keys: set[str]) -> str:
         return f"plan.{token}"
     if message.startswith(("unknown device", "unknown system")):
         return "plan.gpu"
+    words = message.split()
+    if words[0] in ("layout", "unknown") and len(words) > 1:  # a layout limit's message
+        axis = words[1].rstrip(":")
+        if f"plan.{axis}" in keys:
+            return f"plan.{axis}"
     if "grid is empty" in message:
         return "plan.experts"
     return GENERAL
 
 
-def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
-    """(Envelope, SearchSpace) of a plan form, or FormError naming the fields."""
-    from mosaic.cli.plan_cmd import build_inputs
+def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
+    """(Envelope, SearchSpace, LayoutLimits) of a plan form, or FormError naming the
+    fields."""
+    from mosaic.cli.plan_cmd import build_inputs, plan_limits
     from mosaic.stacks.registry import get_stack
 
     unknown = sorted(k for k in form if k not in DEFAULT_PLAN_FORM)
@@ -101,6 +112,8 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
     form = {**DEFAULT_PLAN_FORM, **form}
     values = _numbers(form, {"nodes": int, "days": float, "goodput": float,
                              "global_batch": int, "seq_len": int, "s_min": float})
+    constraints = {name: str(form[f"plan.{name}"]).strip() or None
+                   for name in CONSTRAINT_FIELDS}
     try:
         envelope, space = build_inputs(
             gpu=form["plan.gpu"].strip() or None, system=None, gpus_per_node=None,
@@ -109,7 +122,11 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
             q=form["plan.q"], experts=form["plan.experts"], top_k=form["plan.top_k"],
             split_factor=form["plan.split_factor"], tpp=form["plan.tpp"],
             stack=get_stack(form["plan.stack"].strip()).name,
-            precision=form["plan.precision"].strip(), **values)
+            precision=form["plan.precision"].strip(),
+            max_total_params=constraints["max_total_params"],
+            max_active_params=constraints["max_active_params"], **values)
+        limits = plan_limits(envelope, space, pp=constraints["pp"], ep=constraints["ep"],
+                             sharding=constraints["sharding"])
     except MosaicInputError as exc:
         raise FormError({plan_field_of(str(exc), set(form)):
                          in_form_words(str(exc), set(form))}) from None
@@ -120,7 +137,7 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any]:
     if n > MAX_GEOMETRIES:
         raise FormError({"plan.experts": f"the grid has {n} geometries; the studio plans at "
                                          f"most {MAX_GEOMETRIES} (use `mosaic plan` for more)"})
-    return envelope, space
+    return envelope, space, limits
 
 
 @dataclass
@@ -157,7 +174,7 @@ class PlanRunner:
     # --- requests -------------------------------------------------------------------------
     def start(self, form: dict[str, str]) -> PlanJob:
         """Validate and start a plan; PlanBusyError when one is running, FormError when invalid."""
-        envelope, space = validate_plan_form(form)
+        envelope, space, limits = validate_plan_form(form)
         with self._lock:
             if self._current is not None and self._current.state == "running":
                 raise PlanBusyError(f"plan {self._current.job_id} is still running "
@@ -168,7 +185,7 @@ class PlanRunner:
             self._next_id += 1
             self._current = job
             self._cancel.clear()
-        self._thread = threading.Thread(target=self._run, args=(job, envelope, space),
+        self._thread = threading.Thread(target=self._run, args=(job, envelope, space, limits),
                                         name=f"mosaic-plan-{job.job_id}", daemon=True)
         self._thread.start()
         return job
@@ -215,9 +232,9 @@ class PlanRunner:
                 raise _StoppedError("timed out")
         return update
 
-    def _run(self, job: PlanJob, envelope: Any, space: Any) -> None:
+    def _run(self, job: PlanJob, envelope: Any, space: Any, limits: Any) -> None:
         try:
-            document = self._search(job, envelope, space)
+            document = self._search(job, envelope, space, limits)
             html = _render(document)
             with self._lock:
                 self._reports[job.job_id] = html
@@ -239,7 +256,8 @@ class PlanRunner:
             with self._lock:
                 self._history.append(job)
 
-    def _search(self, job: PlanJob, envelope: Any, space: Any) -> dict[str, Any]:
+    def _search(self, job: PlanJob, envelope: Any, space: Any, limits: Any
+                ) -> dict[str, Any]:
         """The library calls `mosaic plan --json` makes, with this job's progress hook."""
         from mosaic.cli.common import to_jsonable
         from mosaic.law import default_law
@@ -249,8 +267,8 @@ class PlanRunner:
         from mosaic.report.plan_result import plan_result_document
 
         law = self.law or default_law()
-        result = search(envelope, space, law, self.calibration, progress=self._progress(job),
-                        workers=1)
+        result = search(envelope, space, law, self.calibration, limits,
+                        progress=self._progress(job), workers=1)
         if result.optimum_index is None:
             raise MosaicInputError(plan_report.untrainable_message(result))
         document, _ = plan_result_document(

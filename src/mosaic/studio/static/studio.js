@@ -43,7 +43,11 @@
     ["plan.top_k", "active experts K", "text"], ["plan.split_factor", "split factors G", "text"],
     ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"],
     ["plan.stack", "software stack", "select:stacks"],
-    ["plan.precision", "precision", "select:precisions"]
+    ["plan.precision", "precision", "select:precisions"],
+    ["plan.max_total_params", "cap on N_tot (e.g. 300B)", "text"],
+    ["plan.max_active_params", "cap on N_act (e.g. 12B)", "text"],
+    ["plan.pp", "pipeline degrees pp (e.g. 1)", "text"], ["plan.ep", "expert degrees ep", "text"],
+    ["plan.sharding", "sharding modes (e.g. fsdp)", "text"]
   ];
 
   var options = null;
