@@ -61,6 +61,34 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
     assert (tmp_path / "whole" / "result.json").read_text() == before
 
 
+def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_resumes_exactly(tmp_path, capsys):
+    """The first SIGINT stops after the step it arrives in, with a checkpoint of that step
+    (checkpoint_every 100 would otherwise lose them all); the rerun matches a whole run."""
+    import os
+    import signal
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 8 * 8 * 32,
+                                                     "checkpoint_every": 100}), "job")
+    whole = train(config, tmp_path / "whole")
+
+    def press_ctrl_c(record):
+        if record["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "split", log=press_ctrl_c)
+    assert signal.getsignal(signal.SIGINT) is handler  # the usual Ctrl-C is back
+    assert "stopping after this step to write a checkpoint" in capsys.readouterr().err
+    saved = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == 4  # the next step read the request, then saved and stopped
+    assert not (tmp_path / "split" / "result.json").exists()
+    resumed = train(config, tmp_path / "split")
+    assert resumed.complete and resumed.smoothed_loss == whole.smoothed_loss
+    losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
+    assert [r["loss"] for r in read_metrics(tmp_path / "split" / "metrics.jsonl")] == losses
+
+
 def test_resume_inside_the_final_window_keeps_its_router_health(tmp_path):
     # 11 steps: router health averages the last ceil(0.1 x 11) = 2 (steps 9 and 10). A run
     # stopped after step 9 and resumed must average both, as the uninterrupted run does.

@@ -51,6 +51,7 @@ from mosaic.train.expert_parallel import (
     reduce_expert_gradients,
     split_experts,
 )
+from mosaic.train.interrupt import StopRequest
 from mosaic.train.metrics import (
     FlopsAccounting,
     MetricsLog,
@@ -244,6 +245,8 @@ class Trainer:
         self.config = config
         self.out_dir = Path(out_dir)
         self.context = context or init_distributed(config.run.device)
+        self.stop_request = StopRequest()  # Ctrl-C: stop after the step, with a checkpoint
+        self.stop_agreed = False  # some rank asked to stop; every rank saw it this step
         run = config.run
         world = self.context.world_size
         if run.global_batch_seqs % (run.micro_batch_seqs * world):
@@ -417,7 +420,8 @@ class Trainer:
         experts = self.geometry.moe.experts if self.geometry.moe else 0
         step_counts = torch.zeros(len(moe_layers), max(experts, 1), dtype=torch.float64,
                                   device=self.device)
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # ce, z, balance
+        # ce, z, balance, and the ranks asking to stop (StopRequest): one all-reduce
+        sums = torch.zeros(4, dtype=torch.float64, device=self.device)
         common = torch.zeros(len(moe_layers), dtype=torch.float64, device=self.device)
         for i in range(self.accumulation):
             if context.distributed:
@@ -427,7 +431,7 @@ class Trainer:
             balance = torch.stack([a.balance_loss for a in aux]).sum() if aux else z
             loss = ce + routing.z_loss_coef * z + balance_coef * balance
             (loss / self.accumulation).backward()
-            sums += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
+            sums[:3] += torch.stack([ce.detach(), z.detach(), balance.detach()]).double()
             for row, a in enumerate(aux):
                 step_counts[row] += a.counts.double()
                 if a.input_common is not None:
@@ -435,7 +439,9 @@ class Trainer:
         grad_norm = self._clip_gradients(config.optim.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        sums[3] = float(self.stop_request.requested)
         all_reduce_sum(sums, context)
+        self.stop_agreed = bool(sums[3] > 0)
         all_reduce_sum(step_counts, context)
         all_reduce_sum(common, context)
         if routing.kind == "lflb_gumbel" and routing.mu_b > 0:
@@ -446,7 +452,7 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         step_time_s = time.perf_counter() - start
         micro_total = self.accumulation * context.world_size
-        ce_mean, z_mean, balance_mean = (sums / micro_total).tolist()
+        ce_mean, z_mean, balance_mean = (sums[:3] / micro_total).tolist()
         if not all(math.isfinite(v) for v in (ce_mean, z_mean, balance_mean, float(grad_norm))):
             # every rank holds the same reduced sums, so every rank stops here together
             raise MosaicInputError(
@@ -536,18 +542,24 @@ class Trainer:
         record: dict[str, Any] = {}
         steady_times: list[float] = []
         window_start = self.total_steps - final_window_steps(self.total_steps)
-        while self.step < last:
-            record = self.train_step()
-            if record["step"] > 0:
-                steady_times.append(record["step_time_s"])  # step 0 carries warm-up costs
-            if "router" in record and record["step"] >= window_start:
-                self.final_starved.append(float(np.mean(record["router"]["starved_experts"])))
-            if record["step"] % run.log_every == 0 or self.step == self.total_steps:
-                metrics.write(record)
-                if log is not None and self.context.is_main:
-                    log(record)
-            if self.step % run.checkpoint_every == 0 or self.step == last:
-                self.save_checkpoint()
+        with self.stop_request.installed(announce=log is not None and self.context.is_main):
+            while self.step < last:
+                record = self.train_step()
+                if record["step"] > 0:
+                    steady_times.append(record["step_time_s"])  # step 0: warm-up costs
+                if "router" in record and record["step"] >= window_start:
+                    self.final_starved.append(
+                        float(np.mean(record["router"]["starved_experts"])))
+                if record["step"] % run.log_every == 0 or self.step == self.total_steps:
+                    metrics.write(record)
+                    if log is not None and self.context.is_main:
+                        log(record)
+                if (self.step % run.checkpoint_every == 0 or self.step == last
+                        or self.stop_agreed):
+                    self.save_checkpoint()
+                if self.stop_agreed and self.step < self.total_steps:
+                    # every rank saved this step; the caller says how to resume
+                    raise KeyboardInterrupt
         if not record and metrics.records:
             # A run that had reached its last step when its result was not yet written (a
             # crash between the two) takes its last loss and step times from its metrics.
