@@ -423,3 +423,22 @@ def test_a_rung_that_fails_is_named_even_when_quiet(tmp_path):
                                          str(tmp_path / "out")])
     assert result.exit_code == 2
     assert "rung q1_E4_K1_G1" in result.output and "training diverged" in result.output
+
+
+def test_a_rung_with_a_damaged_checkpoint_does_not_stop_the_others(tmp_path):
+    """One rung's unreadable checkpoint stopped the whole ladder (a trial): the other rungs
+    train, runs.csv holds them, and the error at the end names the damaged rung."""
+    pytest.importorskip("torch")
+    grid = _grid(tmp_path, {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4, 8],
+                            "top_k": [1], "split_factor": [1], "tokens": [512]})
+    out = tmp_path / "ladder"
+    names = [job.name for job in load_grid(grid)]
+    damaged = out / "runs" / names[0] / "checkpoint.pt"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"not a checkpoint")
+    result = CliRunner().invoke(_app(), ["ladder", "run", str(grid), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "1 of 2 rungs failed" in result.output and f"rung {names[0]}" in result.output
+    assert "not a readable mosaic checkpoint" in result.output
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert [row["name"] for row in rows] == [names[1]]

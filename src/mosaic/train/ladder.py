@@ -208,8 +208,12 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
 
 def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Path,
                   progress: Callable[[str], None] | None, main: bool, context: Any) -> None:
+    """Train the selected rungs in order. A rung that fails (an unreadable checkpoint, a
+    divergence) does not stop the others: every rank meets the same error, so all go on to
+    the next rung, and the failures are one error at the end."""
     from mosaic.train.trainer import format_record, read_finished_result, train
 
+    failures: list[str] = []
     for index, job in enumerate(selected, start=1):
         rung_dir = out_dir / "runs" / job.name
         if read_finished_result(rung_dir, job.config) is not None:
@@ -224,9 +228,19 @@ def _run_selected(selected: list[LadderJob], jobs: list[LadderJob], out_dir: Pat
                       log=_every(progress, job.name, every, format_record) if progress
                       else None)
             except MosaicInputError as exc:  # which rung failed (--quiet shows no progress)
-                raise MosaicInputError(f"rung {job.name}: {exc}") from None
+                failures.append(f"rung {job.name}: {exc}")
+                if progress and main:
+                    progress(f"[{index}/{len(selected)}] {job.name}: failed ({exc}); "
+                             "going on with the next rung")
         if main:
             collect_runs(jobs, out_dir)
+    if len(failures) == 1 and len(selected) == 1:
+        raise MosaicInputError(failures[0])
+    if failures:
+        raise MosaicInputError(
+            f"{len(failures)} of {len(selected)} rungs failed (the others trained; "
+            f"{RUNS_CSV} holds every finished rung; rerun to retry the failed ones): "
+            + "; ".join(failures))
 
 
 def finished_results(jobs: list[LadderJob], out_dir: Path) -> dict[str, dict[str, Any]]:
