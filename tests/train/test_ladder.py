@@ -442,3 +442,27 @@ def test_a_rung_with_a_damaged_checkpoint_does_not_stop_the_others(tmp_path):
     assert "not a readable mosaic checkpoint" in result.output
     rows = list(csv.DictReader((out / "runs.csv").open()))
     assert [row["name"] for row in rows] == [names[1]]
+
+
+def test_a_training_warning_prints_when_training_begins_not_at_the_end(tmp_path):
+    """Warnings were held until the command ended, so a long run's 'reads its data N times'
+    came hours late (a trial); the first progress line releases them."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    from .conftest import tiny_job
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job(run={"tokens": 56 * 8 * 32})))  # 4.3 epochs
+    result = subprocess.run(
+        [sys.executable, "-c", "from mosaic.cli.main import main; main()", "train", str(job),
+         "--out", str(tmp_path / "o")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    warning = next(i for i, line in enumerate(lines) if "reads its data" in line)
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    assert lines[warning].startswith("warning: the run reads its data 4.3 times")
+    assert warning < first_step

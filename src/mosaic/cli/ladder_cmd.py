@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mosaic.cli import warning_lines
 from mosaic.cli.common import (
     JsonFlag,
     console,
@@ -75,8 +76,11 @@ def train_command(
     from mosaic.train.trainer import format_record, train
 
     # its own --quiet, or the root one (`mosaic --quiet train`, or typed after: hoisted)
-    log = None if quiet or is_quiet() or as_json else (lambda r: console.print(format_record(r),
-                                                                 highlight=False))
+    def log_line(record: dict[str, Any]) -> None:
+        warning_lines.release()  # training has begun: warnings print when they happen
+        console.print(format_record(record), highlight=False)
+
+    log = None if quiet or is_quiet() or as_json else log_line
     try:
         result = train(config, out, stop_after_steps=stop_after, log=log)
     except MosaicInputError:  # refused before its first step: no empty folder left behind

@@ -18,6 +18,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from mosaic.cli import warning_lines
+
 _typer_display_type_rich = getattr(TyperOption, "display_type_rich", None)
 
 
@@ -219,35 +221,12 @@ def _one_line(message: str) -> None:
 
 
 def _internal_error(exc: BaseException) -> None:
-    _flush_warnings(1)
+    warning_lines.flush(1)
     if os.environ.get("MOSAIC_DEBUG"):
         raise exc
     _one_line(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in mosaic, "
               "please report it (MOSAIC_DEBUG=1 shows the traceback)")
     sys.exit(1)
-
-
-_held_warnings: list[str] = []
-
-
-def _warning_line(message: Warning | str, category: type[Warning], filename: str,
-                  lineno: int, file: Any = None, line: str | None = None) -> None:
-    """Python warnings (numpy overflow, deprecated spellings, ...) as one 'warning:' line,
-    not a source excerpt, held until the command ends (see :func:`_flush_warnings`)."""
-    if category.__module__.startswith("mosaic."):  # mosaic's own words for the user
-        _held_warnings.append(f"warning: {message}")
-        return
-    where = os.path.basename(filename)  # another library's: where it came from, for a report
-    _held_warnings.append(f"warning: {category.__name__}: {message} ({where}:{lineno})")
-
-
-def _flush_warnings(exit_code: int) -> None:
-    """Print the held warnings, unless the command failed on its input (exit 2): then its
-    one error line is all it prints (the CLI contract, mosaic.cli.contract)."""
-    if exit_code != 2:
-        for message in _held_warnings:
-            _one_line(message)
-    _held_warnings.clear()
 
 
 def _empty_argument(argv: list[str]) -> str | None:
@@ -283,7 +262,7 @@ _RESUMING_COMMANDS = (("train",), ("ladder", "run"))
 
 def _interrupted() -> NoReturn:
     """Ctrl-C: one line (and how to resume, for the commands that checkpoint), status 130."""
-    _flush_warnings(INTERRUPTED)
+    warning_lines.flush(INTERRUPTED)
     words = [word for word in sys.argv[1:] if not word.startswith("-")]  # flags move
     resumes = any(tuple(words[:len(command)]) == command for command in _RESUMING_COMMANDS)
     _one_line("error: interrupted" + ("; rerun the same command to resume from the last "
@@ -297,7 +276,8 @@ def main() -> None:
     Anything the commands did not turn into a one-line input error is a bug; it is still
     reported as one line (exit status 1) unless MOSAIC_DEBUG=1 asks for the traceback.
     """
-    warnings.showwarning = _warning_line
+    warnings.showwarning = warning_lines.warning_line
+    warning_lines.reset()
     sys.argv[1:] = hoist_global_flags(sys.argv[1:])
     empty = _empty_argument(sys.argv[1:])
     if empty is not None:
@@ -308,7 +288,7 @@ def main() -> None:
     except typer.Abort:
         _interrupted()
     except typer.Exit as exc:
-        _flush_warnings(exc.exit_code)
+        warning_lines.flush(exc.exit_code)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         # stdout closed early (`mosaic ... | head`): nothing more to say.
@@ -318,7 +298,7 @@ def main() -> None:
         # click's UsageError family (typer vendors click), matched by shape
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
             _internal_error(exc)
-        _flush_warnings(exc.exit_code)
+        warning_lines.flush(exc.exit_code)
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `mosaic law`: help, not an error
             exc.show()
             sys.exit(0)
@@ -330,5 +310,5 @@ def main() -> None:
     code = code if isinstance(code, int) else 0
     if code == INTERRUPTED:  # typer turns Ctrl-C into Exit(130), returned when not standalone
         _interrupted()
-    _flush_warnings(code)
+    warning_lines.flush(code)
     sys.exit(code)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from mosaic.cli import warning_lines
+
 ProgressFn = Callable[[int, int], None]
 Factory = Callable[[str], ProgressFn]
 
@@ -134,6 +136,7 @@ def line_reporter(json_output: bool = False) -> Callable[[str], None] | None:
         return None
 
     def report(line: str) -> None:
+        warning_lines.release()  # the work has begun: warnings print when they happen
         sys.stderr.write(f"progress: {line}\n")
         sys.stderr.flush()
 

@@ -1,0 +1,56 @@
+"""Python warnings as one ``warning:`` line each on stderr, held until the command ends.
+
+Held, so a command that fails on its input (exit status 2) prints its one error line and
+nothing else (the CLI contract, :mod:`mosaic.cli.contract`). A long command (training, a
+ladder) calls :func:`release` once its work has begun, with its first progress line: from
+then on a warning prints when it happens, not hours later.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+_held: list[str] = []
+_released = False
+
+
+def _emit(line: str) -> None:
+    sys.stderr.write(line.replace("\n", " ").strip() + "\n")
+
+
+def warning_line(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: Any = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` for the CLI: mosaic's own warnings in its words alone,
+    another library's with where it came from (for a report)."""
+    if category.__module__.startswith("mosaic."):
+        text = f"warning: {message}"
+    else:
+        text = f"warning: {category.__name__}: {message} ({os.path.basename(filename)}:{lineno})"
+    if _released:
+        _emit(text)
+    else:
+        _held.append(text)
+
+
+def flush(exit_code: int) -> None:
+    """Print the held warnings, unless the command failed on its input (exit 2)."""
+    if exit_code != 2:
+        for text in _held:
+            _emit(text)
+    _held.clear()
+
+
+def release() -> None:
+    """The command's work has begun: print what is held and every later warning at once."""
+    global _released
+    flush(0)
+    _released = True
+
+
+def reset() -> None:
+    """A new command: hold again (the CLI runs many commands in one process in tests)."""
+    global _released
+    _held.clear()
+    _released = False
