@@ -362,6 +362,10 @@ def test_a_plans_runner_up_can_be_compared_and_exported(plans, tmp_path):
     summary = {row["quantity"]: row for row in doc["summary"]}
     assert summary["loss"]["a"] == plan["optimum"]["loss"]
     assert summary["loss"]["b"] == runner_up["loss"] >= plan["optimum"]["loss"]
+    # the runner-up carries its own law extrapolation flags (the optimum's alone did)
+    flags = [f["message"] for f in runner_up["extrapolation"]["flags"]]
+    assert flags and doc["b"]["law_extrapolation"] == flags
+    assert doc["a"]["law_extrapolation"] != flags
     exported = runner.invoke(app, ["export", f"{path}#2", "--to", "yaml", "--out",
                                    str(tmp_path / "runner_up.yaml")])
     assert exported.exit_code == 0, exported.output

@@ -641,7 +641,7 @@ def plan_candidate(document: dict[str, Any], rank: int, source: str) -> dict[str
     if not isinstance(chosen, dict):
         raise MosaicInputError(f"{source}: candidate {rank} is not a mapping")
     # the optimum's step breakdown describes the optimum only (the candidate has no coverage
-    # or extrapolation block of its own either)
+    # block of its own either; it has its law extrapolation flags)
     return {key: value for key, value in document.items() if key != "optimum_step"} | {
         "optimum": chosen}
 

@@ -47,6 +47,9 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
     document = plan_report.plan_document(result, cost)
     document |= extra or {}
     document["calibration"] = calibration_document(calibration)
+    for candidate in document["candidates"]:  # `export`/`compare` PLAN.json#N read them
+        flags = optimum_extrapolation(law, candidate)  # (the data support: the optimum's)
+        candidate["extrapolation"] = {k: v for k, v in flags.items() if k != "data_support"}
     optimum = document["optimum"]
     optimum["extrapolation"] = optimum_extrapolation(law, optimum)
     coverage = candidate_assessment(result, calibration, int(result.optimum_index))
