@@ -118,6 +118,8 @@ def test_plan_with_a_dollar_budget_plans_the_window_it_buys():
     (["--stack", "torchtitan", "--sharding", "zero1"], "offers only none, fsdp, hsdp"),
     (["--max-active-params", "ten"], "--max-active-params must be a parameter count"),
     (["--tp", "0"], "--tp"),
+    (["--sharding", "fsdp", "--versus", "paper-p6b200"],
+     "--versus paper-p6b200: layout sharding: stack 'paper-nemo' offers only zero1"),
 ])
 def test_bad_constraints_are_one_line_errors(args, message):
     code, out, err = run("plan", *SMALL, *args)

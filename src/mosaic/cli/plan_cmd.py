@@ -578,6 +578,11 @@ def plan(
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
+    if versus_calibration is not None:  # the other stack must offer the layouts too
+        try:
+            check_layout_limits(versus_envelope(envelope, versus_calibration), space, limits)
+        except MosaicInputError as exc:
+            raise MosaicInputError(f"--versus {versus}: {exc}") from None
     cost = run_cost(envelope, price_per_gpu_hour)
     if target_loss is not None:  # an unreachable target is refused before any search
         node_list, day_list = check_target_reachable(
