@@ -64,7 +64,7 @@ def test_budget_days_inverts_the_run_cost():
     assert budget_days(1.5e6, 3.0, 256) == pytest.approx(1953.125 / 24)
     with pytest.raises(MosaicInputError, match="--budget-usd needs --price-per-gpu-hour"):
         budget_days(1e6, None, 256)
-    with pytest.raises(MosaicInputError, match="buys .* days, outside"):
+    with pytest.raises(MosaicInputError, match=r"buys .* days, outside"):
         budget_days(1e12, 0.01, 8)
 
 
@@ -122,7 +122,7 @@ def test_plan_with_a_dollar_budget_plans_the_window_it_buys():
      "--versus paper-p6b200: layout sharding: stack 'paper-nemo' offers only zero1"),
 ])
 def test_bad_constraints_are_one_line_errors(args, message):
-    code, out, err = run("plan", *SMALL, *args)
+    code, _, err = run("plan", *SMALL, *args)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
 
