@@ -121,6 +121,18 @@ def test_invalid_catalog_is_one_line(tmp_path):
     assert "device 'X1000' (entry 1): field 'hbm_bytes.value'" in lines[0]
 
 
+def test_a_broken_root_catalog_stops_only_the_commands_that_read_hardware(tmp_path):
+    """A malformed MOSAIC_CATALOG stopped `mosaic arch` and `law` commands, which read no
+    hardware (a fuzz trial); the catalog is read at its first use."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("devices: [\n")
+    arch = runner.invoke(app, ["--catalog", str(path), "arch", "--q", "8", "--json"])
+    assert arch.exit_code == 0, arch.output
+    listed = runner.invoke(app, ["--catalog", str(path), "hardware", "list"])
+    assert listed.exit_code == 2 and "malformed YAML" in listed.output
+    assert runner.invoke(app, ["hardware", "list"]).exit_code == 0  # the next run: shipped
+
+
 def test_unknown_names_point_to_a_command_that_exists():
     result = runner.invoke(app, ["perf", str(JOB), "--set", "hardware.system=nope"])
     assert result.exit_code == 2

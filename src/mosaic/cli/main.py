@@ -203,12 +203,12 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
     # The catalog likewise: this invocation's files, or the shipped catalog (a catalog of an
     # earlier in-process call must not leak into this one; the catalog module is imported
     # only when used, to keep start-up light: not imported, nothing to reset).
+    # Read at the catalog's first use: a command that needs no hardware (law fit, arch) is
+    # not stopped by a broken MOSAIC_CATALOG file.
     if catalog:
-        from mosaic.cli.common import user_errors
-        from mosaic.hardware.catalog import use_catalog
+        from mosaic.hardware.catalog import defer_catalog
 
-        with user_errors():
-            use_catalog(*(Path(p) for p in catalog))
+        defer_catalog(*(Path(p) for p in catalog))
     elif "mosaic.hardware.catalog" in sys.modules:
         from mosaic.hardware.catalog import active_catalog_paths, use_catalog
 

@@ -127,6 +127,7 @@ def load_catalog(*extra_yaml_paths: str | Path, override: bool = False) -> Catal
 
 _ACTIVE: list[Catalog] = []  # the catalog set by use_catalog (empty: the shipped one)
 _ACTIVE_PATHS: list[Path] = []  # the user files merged into it
+_DEFERRED: list[bool] = []  # [True]: _ACTIVE_PATHS are read at the first use of the catalog
 
 
 def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
@@ -140,9 +141,20 @@ def use_catalog(*user_yaml_paths: str | Path) -> Catalog:
     return active_catalog()
 
 
+def defer_catalog(*user_yaml_paths: str | Path) -> None:
+    """:func:`use_catalog` at the first use of the catalog, not now: a command that never
+    looks at hardware (a law fit, the geometry calculator) does not read or validate a
+    catalog file it was given for every command (``mosaic --catalog``, MOSAIC_CATALOG)."""
+    install_catalog(None)
+    _ACTIVE_PATHS.clear()
+    _ACTIVE_PATHS.extend(Path(p) for p in user_yaml_paths)
+    _DEFERRED[:] = [True] if user_yaml_paths else []
+
+
 def install_catalog(catalog: Catalog | None) -> None:
     """Make ``catalog`` (already merged, e.g. a driver's sent to a worker process) the one
     in use; None restores the shipped catalog."""
+    _DEFERRED.clear()
     _ACTIVE.clear()
     if catalog is not None:
         _ACTIVE.append(catalog)
@@ -154,7 +166,10 @@ def active_catalog_paths() -> tuple[Path, ...]:
 
 
 def active_catalog() -> Catalog:
-    """The catalog in use: the shipped one, or the one set by :func:`use_catalog`."""
+    """The catalog in use: the shipped one, or the one set by :func:`use_catalog` (or
+    :func:`defer_catalog`, read now)."""
+    if _DEFERRED:  # a file that fails to load fails again at the next use
+        return use_catalog(*_ACTIVE_PATHS)
     return _ACTIVE[0] if _ACTIVE else shipped_catalog()
 
 
