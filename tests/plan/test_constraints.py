@@ -10,8 +10,7 @@ from mosaic.cli.common import parse_count
 from mosaic.cli.main import app
 from mosaic.errors import MosaicInputError
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.plan.cost import budget_days
-from mosaic.plan.envelope import SearchSpace
+from mosaic.plan.envelope import DollarBudget, SearchSpace
 
 runner = CliRunner()
 SMALL = ["--nodes", "1", "--days", "2", "--q", "4,6", "--experts", "8,16,32", "--top-k", "1,2",
@@ -59,13 +58,13 @@ def test_s_max_below_s_min_is_refused():
         SearchSpace(s_min=0.7, s_max=0.5)
 
 
-def test_budget_days_inverts_the_run_cost():
+def test_a_dollar_budget_buys_the_window_the_run_cost_inverts():
     # 1.5 M USD at 3 USD per GPU-hour on 256 GPUs: 1.5e6 / (3 * 256) h = 1953.125 h
-    assert budget_days(1.5e6, 3.0, 256) == pytest.approx(1953.125 / 24)
-    with pytest.raises(MosaicInputError, match="--budget-usd needs --price-per-gpu-hour"):
-        budget_days(1e6, None, 256)
+    assert DollarBudget(1.5e6, 3.0).days(256) == pytest.approx(1953.125 / 24)
+    with pytest.raises(MosaicInputError, match="--budget-usd must be a positive number"):
+        DollarBudget(-1.0, 3.0)
     with pytest.raises(MosaicInputError, match=r"buys .* days, outside"):
-        budget_days(1e12, 0.01, 8)
+        DollarBudget(1e12, 0.01).days(8)
 
 
 def test_layout_limits_document_round_trips():
@@ -113,6 +112,17 @@ def test_plan_with_a_dollar_budget_plans_the_window_it_buys():
     assert document["cost_usd"] == pytest.approx(960)
 
 
+def test_an_equal_cost_node_sweep_gives_each_cluster_the_window_it_buys():
+    # 1,920 USD at 2 USD per GPU-hour: 120 hours on 8 GPUs (5 days), 60 on 16 (2.5 days)
+    code, out, err = run("sweep", "nodes", "--values", "1,2", *SMALL[4:], "--budget-usd",
+                         "1920", "--price-per-gpu-hour", "2", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert [p["days"] for p in document["points"]] == pytest.approx([5.0, 2.5])
+    assert [p["gpu_hours"] for p in document["points"]] == pytest.approx([960, 960])
+    assert document["envelope"]["dollar_budget"] == {"usd": 1920, "price_usd_per_gpu_hour": 2}
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--budget-usd", "1000", "--price-per-gpu-hour", "2"], "either --days or --budget-usd"),
     (["--stack", "torchtitan", "--sharding", "zero1"], "offers only none, fsdp, hsdp"),
@@ -138,3 +148,52 @@ def test_sweep_carries_the_constraints():
     for point in document["points"]:
         assert point["optimum"]["plan"]["pp"] == 1
         assert point["optimum"]["n_active"] <= 5e8
+
+
+def test_pins_that_leave_no_layout_are_named_with_the_rule_they_break():
+    code, _, err = run("plan", *SMALL, "--vpp", "2", "--pp", "1")
+    assert code == 2
+    assert "vpp > 1 needs pp > 1" in err and "loosen --pp 1 --vpp 2" in err
+
+
+def test_a_dollar_budget_too_small_says_to_raise_it():
+    code, _, err = run("plan", *SMALL[4:], "--nodes", "1", "--budget-usd", "1",
+                       "--price-per-gpu-hour", "2")
+    assert code == 2 and "raise --budget-usd" in err and "add days" not in err
+
+
+def test_the_model_flops_view_flags_an_optimum_above_the_caps():
+    """Eq. 16 is unconstrained in N: its continuous optimum was printed 4x above a
+    --max-total-params cap without a word (a trial)."""
+    code, out, err = run("plan", *SMALL, "--max-total-params", "5B", "--json")
+    assert code == 0, err
+    continuous = json.loads(out)["model_flops_comparison"]["continuous_optimum"]
+    expected = ([f"n_total {continuous['n_total']:.3g} > --max-total-params 5e+09"]
+                if continuous["n_total"] > 5e9 else [])
+    assert continuous["outside_caps"] == expected
+
+
+def test_cap_errors_point_at_the_axes_that_lower_the_capped_quantity():
+    with pytest.raises(MosaicInputError, match="give fewer --experts or more --top-k"):
+        SearchSpace(experts=(128,), top_k=(1,), s_max=0.75).enumerate()
+    with pytest.raises(MosaicInputError, match="give smaller --q or --top-k values"):
+        SearchSpace(max_active_params=1e8).enumerate()
+
+
+def test_an_unreachable_target_under_caps_names_the_caps():
+    code, _, err = run("plan", *SMALL, "--max-total-params", "5B", "--target-loss", "0.5")
+    assert code == 2 and "relax --max-total-params" in err
+
+
+def test_compare_lists_the_layout_limits_that_differ(tmp_path):
+    paths = []
+    for name, extra in (("a", []), ("b", ["--pp", "1", "--sharding", "fsdp"])):
+        code, out, err = run("plan", *SMALL, *extra, "--json")
+        assert code == 0, err
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(out)
+    code, out, err = run("compare", str(paths[0]), str(paths[1]), "--json")
+    assert code == 0, err
+    fields = {row["field"]: row for row in json.loads(out)["input_differences"]}
+    assert fields["layout_limits.sharding"]["b"] == ["fsdp"]
+    assert fields["layout_limits.pp"]["b"] == [1]

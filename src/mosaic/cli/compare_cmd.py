@@ -171,6 +171,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     assumptions = document.get("assumptions") or {}
     law = assumptions.get("law") or {}
     inputs = flatten({"envelope": envelope, "search_space": document.get("search_space") or {},
+                      "layout_limits": assumptions.get("layout_limits") or {},
                       "law": {"form": law.get("form"),
                               "source": (law.get("provenance") or {}).get("source")},
                       "calibration": (assumptions.get("calibration") or {}).get("name")})

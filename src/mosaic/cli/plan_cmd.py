@@ -69,7 +69,7 @@ from mosaic.plan.batch import (
     parse_global_batch,
     search_batch,
 )
-from mosaic.plan.cost import budget_days, cheapest_plan, check_target_reachable, run_cost
+from mosaic.plan.cost import cheapest_plan, check_target_reachable, run_cost
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
     ENVELOPE_RECIPE_SETTINGS,
@@ -82,6 +82,7 @@ from mosaic.plan.envelope import (
     TABLE3_SPLIT,
     TABLE3_TOP_K,
     TABLE3_TPP,
+    DollarBudget,
     Envelope,
     SearchSpace,
     planning_stack,
@@ -409,6 +410,25 @@ def _prepare_outputs(plot_dir: Path | None, html: Path | None, *inputs: object) 
     check_html(html, *inputs)
 
 
+def _dollar_budget(budget_usd: float | None, price_per_gpu_hour: float | None,
+                   days: float | None) -> DollarBudget | None:
+    """--budget-usd with its price, instead of --days (the window it buys)."""
+    if budget_usd is None:
+        return None
+    if days is not None:
+        raise MosaicInputError("give either --days or --budget-usd (which sets the window), "
+                               "not both")
+    if price_per_gpu_hour is None:
+        raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
+                               "GPU-hour turns dollars into a training window)")
+    return DollarBudget(budget_usd, price_per_gpu_hour)
+
+
+BudgetUsd = Annotated[float | None, typer.Option(
+    "--budget-usd", help="Dollar budget instead of --days: the window is budget / "
+    "(--price-per-gpu-hour x GPUs).")]
+
+
 def plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
     """The layout options as the search's limits (micro-batches default to Table 3's),
     refused before any search when the envelope's stack cannot run them."""
@@ -528,9 +548,7 @@ def plan(
         "--versus", help="Also plan the envelope under this calibration (profile or file) "
         "on its own stack and show both optima with why they differ.")] = None,
     catalog: CatalogFileOption = None,
-    budget_usd: Annotated[float | None, typer.Option(
-        "--budget-usd", help="Dollar budget instead of --days: the window is budget / "
-        "(--price-per-gpu-hour x GPUs).")] = None,
+    budget_usd: BudgetUsd = None,
     max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
     s_max: SMax = None,
     max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
@@ -555,9 +573,7 @@ def plan(
     if batch_search and (target_loss is not None or versus is not None):
         raise MosaicInputError("--target-loss and --versus plan at a fixed batch; give "
                                "--global-batch N with them")
-    if budget_usd is not None and days is not None:
-        raise MosaicInputError("give either --days or --budget-usd (which sets the window), "
-                               "not both")
+    dollar_budget = _dollar_budget(budget_usd, price_per_gpu_hour, days)
     law, calibration = load_models(law_file, calibration_file)
     # every input is checked before the search: the --versus calibration too
     versus_calibration = None if versus is None else load_calibration(versus)
@@ -572,9 +588,7 @@ def plan(
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, balanced_pipeline=balanced_pipeline,
         max_total_params=max_total_params, max_active_params=max_active_params, s_max=s_max)
-    if budget_usd is not None:
-        envelope = envelope.with_budget(
-            days=budget_days(budget_usd, price_per_gpu_hour, envelope.n_devices))
+    envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
@@ -738,8 +752,15 @@ def sweep_days_command(
 def sweep_nodes_command(
     values: Annotated[str, typer.Option("--values", help="Node counts.")] = SWEEP_NODES,
     gpu: Gpu = None, system: System = None, gpus_per_node: GpusPerNode = None,
-    days: Annotated[float, typer.Option(
-        "--days", help="Training window in days (Sec. 7.4 uses 30).")] = SWEEP_NODES_DAYS,
+    days: Annotated[float | None, typer.Option(
+        "--days", help="Training window in days (default 30, as Sec. 7.4).")] = None,
+    budget_usd: Annotated[float | None, typer.Option(
+        "--budget-usd", help="Dollar budget instead of --days: every node count gets the "
+        "window it buys, budget / (--price-per-gpu-hour x GPUs): an equal-cost sweep.")
+    ] = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(
+        "--price-per-gpu-hour", help="Price of one GPU-hour in USD (with --budget-usd).")
+    ] = None,
     goodput: GoodputOpt = None, mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
     restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
     seq_len: SeqLen = TABLE3_SEQ_LEN, memory_fraction: MemoryFraction = None,
@@ -764,9 +785,13 @@ def sweep_nodes_command(
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     node_counts = parse_ints("--values", values)
+    dollar_budget = _dollar_budget(budget_usd, price_per_gpu_hour, days)
+    if price_per_gpu_hour is not None and dollar_budget is None:
+        raise MosaicInputError("--price-per-gpu-hour prices a --budget-usd here; give both")
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
-        gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node, days=days,
+        gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node,
+        days=SWEEP_NODES_DAYS if days is None else days,
         goodput=goodput, mtbf_gpu_hours=mtbf_gpu_hours, checkpoint_s=checkpoint_s,
         restart_s=restart_s, global_batch=global_batch, seq_len=seq_len,
         memory_fraction=memory_fraction, q=q, experts=experts,
@@ -778,8 +803,9 @@ def sweep_nodes_command(
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
+    envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given
     for n in node_counts:
-        envelope.with_budget(n_nodes=n)  # validates every node count up front
+        envelope.with_budget(n_nodes=n)  # validates every node count (and its window)
     runner = _backend(backend, address, workers)  # one-line error if ray is absent
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts, limits,

@@ -49,7 +49,9 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows = [
         ("hardware", f"{envelope.system.nodes_text(envelope.n_nodes)} "
                      f"({envelope.n_devices} × {envelope.system.device.name})"),
-        ("window", f"{envelope.days:.4g} day{'s' if envelope.days != 1 else ''}"),
+        ("window", f"{envelope.days:.4g} day{'s' if envelope.days != 1 else ''}"
+                   + ("" if envelope.dollar_budget is None else
+                      f" (--budget-usd {envelope.dollar_budget.usd:,.0f})")),
         ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
                   + ("" if result.global_batch is None else " (searched; the optimum's)")),
@@ -204,7 +206,9 @@ def print_comparison(document: dict[str, Any]) -> None:
             ("Eq. 16 optimum S* (continuous)",
              f"{document['continuous_optimum']['sparsity']:.4f}"
              + (" (on the S bound)" if document["continuous_optimum"]["at_sparsity_boundary"]
-                else "")),
+                else "")
+             + "".join(f"; outside the caps: {text}"
+                       for text in document["continuous_optimum"].get("outside_caps", []))),
             ("model-FLOPs pick on the grid",
              (f"q={mf['q']}" if mf["q"] else f"L={mf['layers']} d={mf['d_model']}")
              + f" E={mf['experts']} K={mf['top_k']} S={mf['sparsity']:.4f}"),
@@ -287,10 +291,13 @@ def print_sweep(points: list[SweepPoint]) -> None:
     columns = [axis, "q" if ladder else "L×d", "E", "K", "G*", "S*", "N_act", "N_tot", "D",
                "MFU", "loss*"]
     columns += [f"best G={g}" for g in splits]
+    budget = points[0].result.envelope.dollar_budget  # each node count its own window
+    if budget is not None:
+        columns.insert(1, "days")
     rows = []
     for p in points:
         row = p.result.optimum_index
-        cells = [f"{p.value:g}"]
+        cells = [f"{p.value:g}"] + ([] if budget is None else [f"{p.result.envelope.days:.4g}"])
         if row is None:
             cells += ["-"] * 10
         else:
@@ -304,7 +311,10 @@ def print_sweep(points: list[SweepPoint]) -> None:
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
                   else "-" for g in splits]
         rows.append(cells)
-    print_table(f"MOSAIC optimum per {axis} (Fig. 11)", columns, rows)
+    title = f"MOSAIC optimum per {axis} (Fig. 11)" + (
+        "" if budget is None else f" at {budget.usd:,.0f} USD ({budget.price_usd_per_gpu_hour:g}"
+                                  " USD per GPU-hour)")
+    print_table(title, columns, rows)
     for p in points:  # why a budget has no optimum (a fuzz trial saw only dashes)
         if p.result.optimum_index is None:
             typer.echo(f"{axis} {p.value:g}: {untrainable_message(p.result)}")

@@ -17,15 +17,12 @@ from dataclasses import dataclass
 
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
-from mosaic.limits import LIMITS
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
-from mosaic.plan.goodput import SECONDS_PER_HOUR
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import PlanResult, ProgressFn
 from mosaic.plan.sweep import sweep_days
-from mosaic.units import SECONDS_PER_DAY
 
 
 @dataclass(frozen=True)
@@ -44,25 +41,6 @@ def check_price(price_per_gpu_hour: float | None) -> float | None:
         raise MosaicInputError(
             f"price per GPU-hour must be a positive number, got {price_per_gpu_hour!r}")
     return float(price_per_gpu_hour)
-
-
-def budget_days(budget_usd: float, price_per_gpu_hour: float | None, n_devices: int) -> float:
-    """The window a dollar budget buys on ``n_devices`` GPUs: T_train = budget / (price ·
-    N_dev) hours, the inverse of :func:`run_cost`; a window outside the physical range is
-    an error naming the budget."""
-    price = check_price(price_per_gpu_hour)
-    if price is None:
-        raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
-                               "GPU-hour turns dollars into a training window)")
-    if not (math.isfinite(budget_usd) and budget_usd > 0):
-        raise MosaicInputError(f"--budget-usd must be a positive number, got {budget_usd!r}")
-    days = budget_usd / (price * n_devices * SECONDS_PER_DAY / SECONDS_PER_HOUR)
-    low, high = LIMITS["days"].low, LIMITS["days"].high
-    if not low <= days <= high:
-        raise MosaicInputError(
-            f"--budget-usd {budget_usd:g} at {price:g} USD per GPU-hour on {n_devices} GPUs "
-            f"buys {days:.3g} days, outside {low:g}..{high:g} days")
-    return days
 
 
 def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None) -> RunCost:
@@ -123,7 +101,9 @@ def check_target_reachable(
             f"(nodes {', '.join(map(str, node_counts))}; days "
             f"{', '.join(f'{d:g}' for d in windows)}): even with every GEMM at the "
             f"{envelope.precision} peak, {reach} under this law; give larger "
-            f"--cheapest-nodes / --cheapest-days or a higher --target-loss")
+            f"--cheapest-nodes / --cheapest-days or a higher --target-loss"
+            + (f", or relax {' / '.join(flag for flag, _, _ in space.caps())}: the model "
+               "caps bound the loss whatever the budget" if space.caps() else ""))
     return node_counts, windows
 
 

@@ -18,7 +18,7 @@ from mosaic.arch.backbone import enumerate_backbone_grid
 from mosaic.config.convert import model_document
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System
-from mosaic.limits import check_range
+from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
 from mosaic.perf.layouts import LayoutLimits, require_pipeline_layout_flag
@@ -89,6 +89,37 @@ def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
     )
 
 
+@dataclass(frozen=True)
+class DollarBudget:
+    """A budget in USD at a price per GPU-hour: the window it buys on N GPUs is
+    T_train = usd / (price · N_dev) hours, the inverse of the run's cost
+    (:mod:`mosaic.plan.cost`)."""
+
+    usd: float
+    price_usd_per_gpu_hour: float
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--budget-usd", self.usd),
+                            ("--price-per-gpu-hour", self.price_usd_per_gpu_hour)):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise MosaicInputError(f"{flag} must be a positive number, got {value!r}")
+
+    def days(self, n_devices: int) -> float:
+        """The window the budget buys on ``n_devices`` GPUs; one outside the physical range
+        of a window is an error naming the budget."""
+        days = self.usd / (self.price_usd_per_gpu_hour * n_devices * 24.0)
+        window = LIMITS["days"]
+        if not window.low <= days <= window.high:
+            raise MosaicInputError(
+                f"--budget-usd {self.usd:g} at {self.price_usd_per_gpu_hour:g} USD per "
+                f"GPU-hour on {n_devices} GPUs buys {days:.3g} days, outside "
+                f"{window.low:g}..{window.high:g} days")
+        return days
+
+    def to_dict(self) -> dict[str, float]:
+        return {"usd": self.usd, "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour}
+
+
 # The recipe settings (mosaic.config.recipes) an envelope carries to every candidate.
 ENVELOPE_RECIPE_SETTINGS = ("ep_overlap", "full_iteration_cuda_graph", "fp8_param_gather",
                             "fp4_param_gather", "grad_reduce_in_fp32", "cross_entropy",
@@ -125,6 +156,9 @@ class Envelope:
             with fp8_recipe mxfp8; Workload.fused_grouped_mlp).
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
+        dollar_budget: a budget in USD that sets ``days`` for the cluster's GPUs
+            (``--budget-usd``), also when the node count changes (a node sweep at equal
+            cost); None when the window is given in days. Giving days drops it.
         balanced_pipeline: every pipelined layout of every candidate is split by a balanced
             Megatron-Core pipeline layout (the embedding, the loss and the MTP modules as
             layer slots, :func:`mosaic.perf.pipeline_layout.balanced_layout`), as
@@ -153,9 +187,13 @@ class Envelope:
     cross_entropy: str | None = None
     fused_grouped_mlp: bool = False
     balanced_pipeline: bool = False
+    dollar_budget: DollarBudget | None = None
 
     def __post_init__(self) -> None:
         traits = get_stack(self.stack)  # an unknown stack names the known ones
+        if self.dollar_budget is not None:  # the window the budget buys on these GPUs
+            check_range("nodes", self.n_nodes, "nodes", integer=True)
+            object.__setattr__(self, "days", self.dollar_budget.days(self.n_devices))
         if self.fused_grouped_mlp and not traits.fused_grouped_mlp:
             raise MosaicInputError(f"fused_grouped_mlp with stack {self.stack}: the fused "
                                    "grouped MLP is Megatron-Core's Transformer Engine "
@@ -243,12 +281,12 @@ class Envelope:
         return self.n_devices * self.train_s / SECONDS_PER_HOUR
 
     def with_budget(self, *, n_nodes: int | None = None, days: float | None = None) -> Envelope:
-        """The same envelope with another node count and/or window."""
-        return replace(
-            self,
-            n_nodes=self.n_nodes if n_nodes is None else n_nodes,
-            days=self.days if days is None else days,
-        )
+        """The same envelope with another node count and/or window; under a dollar budget
+        a new node count gets the window the budget buys, and a window given drops it."""
+        if days is not None:
+            return replace(self, n_nodes=self.n_nodes if n_nodes is None else n_nodes,
+                           days=days, dollar_budget=None)
+        return replace(self, n_nodes=self.n_nodes if n_nodes is None else n_nodes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -258,6 +296,8 @@ class Envelope:
             "gpus_per_node": self.system.gpus_per_node,
             "n_devices": self.n_devices,
             "days": self.days,
+            **({"dollar_budget": self.dollar_budget.to_dict()}
+               if self.dollar_budget is not None else {}),
             "train_s": self.train_s,
             "goodput": self.goodput.describe(self.n_devices),
             "global_batch": self.global_batch,
@@ -365,7 +405,7 @@ class SearchSpace:
         why."""
         return self._capped(self._admissible())
 
-    def _caps(self) -> list[tuple[str, str, float]]:
+    def caps(self) -> list[tuple[str, str, float]]:
         """(flag, grid column, cap) of every cap that is set."""
         caps = (("--max-total-params", "n_total", self.max_total_params),
                 ("--max-active-params", "n_active", self.max_active_params),
@@ -376,7 +416,7 @@ class SearchSpace:
         """``grid`` without the geometries above a cap; every geometry above one is an
         error naming the cap and the smallest value the grid holds."""
         keep = np.ones(len(grid), dtype=bool)
-        for flag, column, cap in self._caps():
+        for flag, column, cap in self.caps():
             values = getattr(grid, column)
             below = values <= cap
             if not (keep & below).any():
@@ -384,10 +424,26 @@ class SearchSpace:
                 shown = f"{smallest:.3f}" if column == "sparsity" else f"{smallest:.3g}"
                 raise MosaicInputError(
                     f"{flag} {cap:g}: no geometry of the grid is that small (the smallest "
-                    f"left has {shown}); raise the cap or add smaller --q/--experts/--top-k "
-                    "values")
+                    f"left has {shown}); raise the cap or {self._smaller_hint(column)}")
             keep &= below
         return grid if keep.all() else grid.take(np.flatnonzero(keep))
+
+    def _smaller_hint(self, column: str) -> str:
+        """Which axes give geometries below a cap on ``column``: S falls with fewer experts
+        or more of them active; counts fall with a smaller model and fewer experts."""
+        if column == "sparsity":
+            return "give fewer --experts or more --top-k"
+        size = "--q" if self.backbone is None else "--layers/--d-model"
+        active = "--top-k" if column == "n_active" else "--experts"
+        return f"give smaller {size} or {active} values"
+
+    def broken_caps(self, **values: float) -> list[str]:
+        """The caps a point off the grid breaks (``n_total=..., n_active=..., sparsity=...``),
+        e.g. the model-FLOPs view's continuous optimum: 'n_total 4.1e+11 > --max-total-params
+        1e+11'."""
+        return [f"{column} {values[column]:.3g} > {flag} {cap:g}"
+                for flag, column, cap in self.caps()
+                if column in values and values[column] > cap]
 
     def _admissible(self) -> LadderGrid:
         if self.backbone is not None:

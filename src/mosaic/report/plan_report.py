@@ -42,11 +42,29 @@ _LEVERS = {
 _DEFAULT_LEVERS = ("add nodes", "add days")
 
 
-def _advice(categories: list[str]) -> str:
-    """The levers of every reason, each once: 'add nodes, add days or lower --tpp'."""
-    levers = list(dict.fromkeys(lever for category in categories
-                                for lever in _LEVERS.get(category, _DEFAULT_LEVERS)))
+def _advice(categories: list[str], narrowed_layouts: str = "",
+            dollar_budget: bool = False) -> str:
+    """The levers of every reason, each once: 'add nodes, add days or lower --tpp'. Under a
+    dollar budget the window grows with the budget; layout options that narrowed the
+    search are a lever of a divisibility reason."""
+    levers = [lever for category in categories
+              for lever in _LEVERS.get(category, _DEFAULT_LEVERS)]
+    if dollar_budget:
+        levers = ["raise --budget-usd" if lever == "add days" else lever for lever in levers]
+    if narrowed_layouts and DIVISIBILITY_CATEGORY in categories:
+        levers.insert(0, f"loosen {narrowed_layouts}")
+    levers = list(dict.fromkeys(levers))
     return levers[0] if len(levers) == 1 else ", ".join(levers[:-1]) + " or " + levers[-1]
+
+
+def _example(reason: str) -> str | None:
+    """The broken rule a reason names: its '(e.g. ...)', or the rule of a layout axis left
+    without candidates ('no layout candidates: vpp > 1 needs pp > 1; ...')."""
+    if "(e.g. " in reason:
+        return reason[reason.index("(e.g. ") + 1:-1]
+    if reason.startswith("no layout candidates: "):
+        return reason.removeprefix("no layout candidates: ").split(";")[0]
+    return None
 
 
 def untrainable_message(result: PlanResult) -> str:
@@ -54,14 +72,15 @@ def untrainable_message(result: PlanResult) -> str:
     of a broken divisibility rule, and what to change for each reason."""
     reasons = [r["reason"] for r in result.infeasible()]
     counts = Counter(reason_category(r) for r in reasons)
-    examples = {reason_category(r): r[r.index("(e.g. ") + 1:-1]
-                for r in reversed(reasons) if "(e.g. " in r}  # the first of each category
+    examples = {reason_category(r): _example(r)  # the first of each category
+                for r in reversed(reasons) if _example(r) is not None}
     summary = "; ".join(
         f"{n} geometr{'y' if n == 1 else 'ies'}: {category}"
         + (f" ({examples[category]})" if category in examples else "")
         for category, n in counts.items())
-    advice = _advice(list(counts))
     envelope = result.envelope
+    advice = _advice(list(counts), layout_limits_flags(result.throughput.limits.to_dict()),
+                     envelope.dollar_budget is not None)
     devices, batch = envelope.n_devices, envelope.global_batch
     if DIVISIBILITY_CATEGORY in counts and batch % devices:
         # dp = every GPU (tp = pp = cp = 1) needs dp·micro_batch | global_batch: the nearest
@@ -76,6 +95,7 @@ def untrainable_message(result: PlanResult) -> str:
 
 # --- JSON documents -------------------------------------------------------------------
 def cost_document(cost: RunCost) -> dict[str, Any]:
+    """GPU-hours and, when priced, the cost in USD."""
     return {"gpu_hours": cost.gpu_hours, "price_usd_per_gpu_hour": cost.price_usd_per_gpu_hour,
             "cost_usd": cost.cost_usd}
 
@@ -93,6 +113,10 @@ def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
             "n_active": continuous.n_active, "tokens": continuous.tokens,
             "loss": continuous.loss, "at_sparsity_boundary": continuous.at_boundary,
             "sparsity_range": list(continuous.sparsity_range),
+            # Eq. 16 is unconstrained in N: it can lie above the search's model caps
+            "outside_caps": result.space.broken_caps(
+                n_total=continuous.n_total, n_active=continuous.n_active,
+                sparsity=continuous.sparsity),
         },
         "model_flops_geometry": {
             "q": int(grid.q[row]), "layers": int(grid.layers[row]),
@@ -205,6 +229,7 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
         row = p.result.optimum_index
         return {
             p.axis: int(p.value) if p.axis == "nodes" else p.value,
+            "days": p.result.envelope.days,  # per node count under a dollar budget
             "c_peak_flops": p.result.envelope.c_peak_flops,
             "gpu_hours": p.result.envelope.gpu_hours,
             "optimum": None if row is None else p.result.candidate(row),
@@ -276,6 +301,15 @@ def layout_limits_text(limits: dict[str, Any], *, only_narrowed: bool = True) ->
     default = TABLE3_LAYOUT_LIMITS.to_dict() if only_narrowed else {}
     return "; ".join(f"{name.replace('_', ' ')} {_values_text(value)}"
                      for name, value in limits.items() if default.get(name) != value)
+
+
+def layout_limits_flags(limits: dict[str, Any]) -> str:
+    """The narrowed layout limits as the options that set them ('--pp 1 --vpp 2')."""
+    default = TABLE3_LAYOUT_LIMITS.to_dict()
+    flags = {"micro_batches": "mbs"}
+    return " ".join(f"--{flags.get(name, name).replace('_', '-')} "
+                    f"{_values_text(value).replace(', ', ',')}"
+                    for name, value in limits.items() if default.get(name) != value)
 
 
 def _values_text(value: Any) -> str:

@@ -16,7 +16,7 @@ from mosaic.report.html.page import (
     table_html,
 )
 from mosaic.report.html.plan_page import SPLIT_COLOURS, stack_text
-from mosaic.report.plan_report import sweep_extrapolation_rows
+from mosaic.report.plan_report import layout_limits_text, sweep_extrapolation_rows
 
 
 # --- validate -------------------------------------------------------------------------------
@@ -228,6 +228,10 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
         Section("table", "Optimum per budget", [table_html(columns, rows,
                                                            table_id="sweep-table")]),
         Section("space", "Search space", [key_value_html(
-            [(k, str(v)) for k, v in document["search_space"].items()],
+            [(k, f"{v:.4g}" if k.startswith("max_") else str(v))
+             for k, v in document["search_space"].items()]
+            + ([("layout search", layout_limits_text(document["layout_limits"],
+                                                     only_narrowed=False))]
+               if "layout_limits" in document else []),
             table_id="space-table")]),
     ]
