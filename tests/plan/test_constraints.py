@@ -95,7 +95,7 @@ def test_plan_under_layout_pins_reports_and_breaks_down_the_pinned_layout():
 def test_plan_caps_show_in_the_envelope_and_bound_every_candidate():
     code, out, err = run("plan", *SMALL, "--max-total-params", "5B", "--top", "3")
     assert code == 0, err
-    assert "model caps" in out and "N_tot <= 5 B" in out
+    assert "model and data limits" in out and "N_tot <= 5 B" in out
     code, out, err = run("plan", *SMALL, "--max-total-params", "5B", "--json")
     document = json.loads(out)
     assert document["search_space"]["max_total_params"] == 5e9
@@ -197,3 +197,32 @@ def test_compare_lists_the_layout_limits_that_differ(tmp_path):
     fields = {row["field"]: row for row in json.loads(out)["input_differences"]}
     assert fields["layout_limits.sharding"]["b"] == ["fsdp"]
     assert fields["layout_limits.pp"]["b"] == [1]
+
+
+def test_bounded_unique_data_scores_the_effective_tokens():
+    """--unique-tokens U: the law sees D' = U + U·R*(1 - exp(-(D/U - 1)/R*)) (Muennighoff et
+    al. 2023, Eq. 5); a U no run exhausts changes nothing."""
+    from mosaic.law import default_law
+    from mosaic.law.repetition import R_D_STAR
+
+    code, out, err = run("plan", *SMALL, "--json")
+    assert code == 0, err
+    free = json.loads(out)
+    plenty = json.loads(run("plan", *SMALL, "--unique-tokens", "1e15", "--json")[1])
+    assert plenty["optimum"]["loss"] == free["optimum"]["loss"]
+    assert plenty["optimum"]["epochs"] < 1
+    unique = free["optimum"]["tokens"] / 8  # the unconstrained optimum would read it 8 times
+    code, out, err = run("plan", *SMALL, "--unique-tokens", f"{unique:.6g}", "--json")
+    assert code == 0, err
+    scarce = json.loads(out)
+    unique = scarce["search_space"]["unique_tokens"]
+    for candidate in scarce["candidates"]:
+        repeats = max(candidate["tokens"] / unique - 1, 0)
+        effective = min(candidate["tokens"], unique) + unique * R_D_STAR * (
+            1 - np.exp(-repeats / R_D_STAR))
+        assert candidate["effective_tokens"] == pytest.approx(effective, rel=1e-12)
+        assert candidate["epochs"] == pytest.approx(candidate["tokens"] / unique)
+        assert candidate["loss"] == pytest.approx(float(default_law().predict(
+            candidate["n_total"], effective, candidate["sparsity"],
+            candidate["split_factor"])), rel=1e-12)
+    assert scarce["optimum"]["loss"] > free["optimum"]["loss"]

@@ -237,6 +237,10 @@ MaxActiveParams = Annotated[str | None, typer.Option(
     "latency or cost budget.")]
 SMax = Annotated[float | None, typer.Option(
     "--s-max", help="Sparsity cap S <= s_max (default: none).")]
+UniqueTokens = Annotated[str | None, typer.Option(
+    "--unique-tokens", help="Unique data you have, e.g. 5T: tokens beyond it are repeated "
+    "and count as effective data D' (Muennighoff et al. 2023; docs/plan.md). Default: "
+    "every token new.")]
 PlanMbs = Annotated[str | None, typer.Option(
     "--mbs", help="Micro-batch sizes the layout search tries (default Table 3's 1,2,4).")]
 
@@ -261,6 +265,7 @@ def build_inputs(
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
     balanced_pipeline: bool = False, max_total_params: str | None = None,
     max_active_params: str | None = None, s_max: float | None = None,
+    unique_tokens: str | None = None,
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     if precision not in PRECISION_NAMES:
@@ -304,7 +309,9 @@ def build_inputs(
         max_total_params=(None if max_total_params is None
                           else parse_count("--max-total-params", max_total_params)),
         max_active_params=(None if max_active_params is None
-                           else parse_count("--max-active-params", max_active_params)))
+                           else parse_count("--max-active-params", max_active_params)),
+        unique_tokens=(None if unique_tokens is None
+                       else parse_count("--unique-tokens", unique_tokens)))
     space.enumerate()  # an empty grid fails here, before any hardware work
     return envelope, space
 
@@ -550,7 +557,7 @@ def plan(
     catalog: CatalogFileOption = None,
     budget_usd: BudgetUsd = None,
     max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
-    s_max: SMax = None,
+    s_max: SMax = None, unique_tokens: UniqueTokens = None,
     max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
     ep: Ep = None, etp: Etp = None, mbs: PlanMbs = None, sharding: ShardingModes = None,
     checkpointing: CheckpointingModes = None,
@@ -587,7 +594,8 @@ def plan(
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, balanced_pipeline=balanced_pipeline,
-        max_total_params=max_total_params, max_active_params=max_active_params, s_max=s_max)
+        max_total_params=max_total_params, max_active_params=max_active_params, s_max=s_max,
+        unique_tokens=unique_tokens)
     envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
@@ -685,9 +693,9 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
     if calibration is not None:
         typer.echo(f"stack / calibration: {points[0].result.envelope.stack} / "
                    f"{calibration.name}")
-    for label, text in (("model caps", plan_report.model_caps_text(document["search_space"])),
-                        ("layouts allowed",
-                         plan_report.layout_limits_text(document["layout_limits"]))):
+    for label, text in (
+            ("model and data limits", plan_report.model_limits_text(document["search_space"])),
+            ("layouts allowed", plan_report.layout_limits_text(document["layout_limits"]))):
         if text:
             typer.echo(f"{label}: {text}")
     for path in document.get("plots", []):
@@ -715,7 +723,7 @@ def sweep_days_command(
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
     max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
-    s_max: SMax = None,
+    s_max: SMax = None, unique_tokens: UniqueTokens = None,
     max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
     ep: Ep = None, etp: Etp = None, mbs: PlanMbs = None, sharding: ShardingModes = None,
     checkpointing: CheckpointingModes = None,
@@ -734,7 +742,7 @@ def sweep_days_command(
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
-        max_active_params=max_active_params, s_max=s_max)
+        max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
@@ -776,7 +784,7 @@ def sweep_nodes_command(
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
     max_total_params: MaxTotalParams = None, max_active_params: MaxActiveParams = None,
-    s_max: SMax = None,
+    s_max: SMax = None, unique_tokens: UniqueTokens = None,
     max_tp: MaxTp = None, tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None,
     ep: Ep = None, etp: Etp = None, mbs: PlanMbs = None, sharding: ShardingModes = None,
     checkpointing: CheckpointingModes = None,
@@ -799,7 +807,7 @@ def sweep_nodes_command(
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
-        max_active_params=max_active_params, s_max=s_max)
+        max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)

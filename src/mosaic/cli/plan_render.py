@@ -19,7 +19,7 @@ from mosaic.report.plan_report import (
     layout_limits_text,
     layout_text,
     loss_gap_text,
-    model_caps_text,
+    model_limits_text,
     pick_deliverable_text,
     untrainable_message,
 )
@@ -70,9 +70,9 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         rows.append(("cost (USD)", f"{cost.cost_usd:,.0f} (at {cost.price_usd_per_gpu_hour:g} "
                                    "USD per GPU-hour)"))
     table = result.throughput
-    caps = model_caps_text(result.space.to_dict())
+    caps = model_limits_text(result.space.to_dict())
     if caps:
-        rows.append(("model caps", caps))
+        rows.append(("model and data limits", caps))
     layouts = layout_limits_text(table.limits.to_dict())
     if layouts:
         rows.append(("layouts allowed", layouts))
@@ -121,6 +121,9 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("tokens D (TPP)", f"{count(candidate['tokens'])} ({candidate['tpp']:.1f}"
                            f"{', capped' if candidate['tpp_capped'] else ''})"),
         *_capped_rows(candidate),
+        *([("epochs of the unique data", f"{candidate['epochs']:.2f}: the law sees D' = "
+                                          f"{count(candidate['effective_tokens'])}")]
+          if "epochs" in candidate else []),
         ("MFU (paper Eq. 1, dense bf16 peak)", f"{candidate['mfu']:.2%}"
          + (f" ({candidate['mfu_gemm_lane']:.2%} of the GEMM lane's peak)"
             if candidate.get("mfu_gemm_lane", candidate["mfu"]) < candidate["mfu"] else "")),

@@ -33,7 +33,8 @@ def model_flops_loss(result: PlanResult, law: ScalingLaw, c_model_flops: float) 
     """L(N_tot, S, D = C_model/(6·N_act), G) of every grid row: the model-FLOPs view."""
     grid = result.grid
     tokens = c_model_flops / (FLOPS_PER_PARAM_TOKEN * grid.n_active)
-    return law.predict(grid.n_total, tokens, grid.sparsity, grid.split_factor)
+    return law.predict(grid.n_total, result.space.law_tokens(tokens), grid.sparsity,
+                       grid.split_factor)
 
 
 def comparable_series(held: np.ndarray, x: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -122,8 +123,8 @@ def compare_model_flops(
         prescribed = c_model_flops / (FLOPS_PER_PARAM_TOKEN * grid.n_active[flops_row])
         delivered = min(prescribed, float(result.budget_tokens[flops_row]),
                         result.space.tpp_max * float(grid.n_active[flops_row]))
-        hw_loss = law.predict(grid.n_total[flops_row], delivered, grid.sparsity[flops_row],
-                              grid.split_factor[flops_row])
+        hw_loss = law.predict(grid.n_total[flops_row], result.space.law_tokens(delivered),
+                              grid.sparsity[flops_row], grid.split_factor[flops_row])
         gap = float(hw_loss - result.loss[cluster_row])
     s_max = min(float(grid.sparsity[rows].max()), LAW_SPARSITY_SUPPORT_MAX)
     s_range = (min(result.space.s_min, s_max), s_max)

@@ -18,6 +18,7 @@ from mosaic.arch.backbone import enumerate_backbone_grid
 from mosaic.config.convert import model_document
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System
+from mosaic.law.repetition import effective_tokens
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.headroom import MemoryHeadroom, memory_headroom
@@ -349,6 +350,9 @@ class SearchSpace:
             latency budget allows; None = no cap.
         s_max: sparsity cap S ≤ s_max (e.g. the expert count a team's router or serving
             stack takes); None = no cap.
+        unique_tokens: the unique data U the run draws from; tokens beyond it are repeated
+            and the law sees the effective data D' (:mod:`mosaic.law.repetition`); None =
+            every token is new (the paper's assumption).
     """
 
     q: tuple[int, ...] = TABLE3_Q
@@ -364,6 +368,7 @@ class SearchSpace:
     max_total_params: float | None = None
     max_active_params: float | None = None
     s_max: float | None = None
+    unique_tokens: float | None = None
 
     def __post_init__(self) -> None:
         kinds = {"q": "ladder_q", "experts": "experts", "top_k": "experts",
@@ -394,6 +399,8 @@ class SearchSpace:
             value = getattr(self, name)
             if value is not None:
                 check_range(f"--{name.replace('_', '-')}", value, "n_params")
+        if self.unique_tokens is not None:
+            check_range("--unique-tokens", self.unique_tokens, "tokens")
         if not (math.isfinite(self.tpp_min) and math.isfinite(self.tpp_max)
                 and 0 < self.tpp_min <= self.tpp_max):
             raise MosaicInputError(
@@ -404,6 +411,17 @@ class SearchSpace:
         """The admissible geometries under the caps; an empty grid is an error that says
         why."""
         return self._capped(self._admissible())
+
+    def law_tokens(self, tokens: Any) -> np.ndarray:
+        """The tokens the law sees for ``tokens`` trained: the effective data D' when the
+        unique data is bounded (Muennighoff et al. 2023, Eq. 5), else the tokens."""
+        return effective_tokens(tokens, self.unique_tokens)
+
+    def epochs(self, tokens: Any) -> np.ndarray | None:
+        """Passes over the unique data (None when it is unbounded)."""
+        if self.unique_tokens is None:
+            return None
+        return np.asarray(tokens, dtype=float) / self.unique_tokens
 
     def caps(self) -> list[tuple[str, str, float]]:
         """(flag, grid column, cap) of every cap that is set."""
@@ -467,7 +485,7 @@ class SearchSpace:
 
     def to_dict(self) -> dict[str, Any]:
         caps = {name: getattr(self, name) for name in
-                ("s_max", "max_total_params", "max_active_params")
+                ("s_max", "max_total_params", "max_active_params", "unique_tokens")
                 if getattr(self, name) is not None}
         if self.backbone is not None:
             return {"backbone": model_document(self.backbone), "layers": list(self.layers),

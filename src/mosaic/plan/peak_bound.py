@@ -43,6 +43,7 @@ def peak_bound(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
              * envelope.goodput_fraction)
     budget = c_max / (FLOPS_PER_PARAM_TOKEN * grid.n_active)
     tokens = np.minimum(budget, space.tpp_max * grid.n_active)
-    loss = law.predict(grid.n_total, tokens, grid.sparsity, grid.split_factor)
+    loss = law.predict(grid.n_total, space.law_tokens(tokens), grid.sparsity,
+                       grid.split_factor)
     return PeakBound(tokens, np.asarray(loss, dtype=float),
                      budget >= space.tpp_min * grid.n_active)

@@ -498,6 +498,9 @@ class PlanResult:
             global_batch=self.envelope.global_batch if self.global_batch is None
             else int(self.global_batch[row]),
         )
+        if self.space.unique_tokens is not None:  # repeated data: what the law saw
+            entry["epochs"] = float(self.space.epochs(self.tokens[row]))
+            entry["effective_tokens"] = float(self.space.law_tokens(self.tokens[row]))
         if self.batch_bound_tokens is not None:
             entry["batch_bound_tokens"] = float(self.batch_bound_tokens[row])
         if not grid.is_ladder:  # a backbone variant: the whole model, as a model block
@@ -540,7 +543,7 @@ def score(
     if feasible.any():
         loss[feasible] = law.predict(
             n_total=grid.n_total[feasible],
-            tokens=tokens[feasible],
+            tokens=space.law_tokens(tokens[feasible]),  # D' when the unique data is bounded
             sparsity=grid.sparsity[feasible],
             split_factor=grid.split_factor[feasible],
         )

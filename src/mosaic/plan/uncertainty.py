@@ -176,7 +176,8 @@ def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray,
     if tokens is None:
         features = np.column_stack([logs[f] for f in form.features])
         return np.exp(form.log_predict(samples.log_coefs, form.design(features)).value)
-    return losses_at_tokens(form, samples.log_coefs, logs, np.log(tokens))
+    return losses_at_tokens(form, samples.log_coefs, logs,
+                            np.log(result.space.law_tokens(tokens)))
 
 
 def _log_features(result: PlanResult, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -184,7 +185,7 @@ def _log_features(result: PlanResult, rows: np.ndarray) -> dict[str, np.ndarray]
     grid = result.grid
     return {
         "n_total": np.log(grid.n_total[rows]),
-        "tokens": np.log(result.tokens[rows]),
+        "tokens": np.log(result.space.law_tokens(result.tokens[rows])),  # D' (repetition)
         "active_fraction": np.log1p(-grid.sparsity[rows]),
         "split_factor": np.log(grid.split_factor[rows].astype(float)),
     }

@@ -116,7 +116,11 @@ def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
             # Eq. 16 is unconstrained in N: it can lie above the search's model caps
             "outside_caps": result.space.broken_caps(
                 n_total=continuous.n_total, n_active=continuous.n_active,
-                sparsity=continuous.sparsity),
+                sparsity=continuous.sparsity) + (
+                [f"tokens {continuous.tokens:.3g} > --unique-tokens "
+                 f"{result.space.unique_tokens:g} (Eq. 16 counts every token as new)"]
+                if result.space.unique_tokens is not None
+                and continuous.tokens > result.space.unique_tokens else []),
         },
         "model_flops_geometry": {
             "q": int(grid.q[row]), "layers": int(grid.layers[row]),
@@ -285,12 +289,16 @@ def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     return " ".join(parts)
 
 
-def model_caps_text(space: dict[str, Any]) -> str:
-    """'N_tot <= 300 B; N_act <= 12 B' from a search space's caps ('' when none is set)."""
+def model_limits_text(space: dict[str, Any]) -> str:
+    """'N_tot <= 300 B; N_act <= 12 B' from a search space's caps, and its unique data
+    ('' when none is set)."""
     parts = [f"{label} <= {space[name] / 1e9:.4g} B" for name, label in
              (("max_total_params", "N_tot"), ("max_active_params", "N_act")) if name in space]
     if "s_max" in space:
         parts.append(f"S <= {space['s_max']:g}")
+    if "unique_tokens" in space:
+        parts.append(f"{space['unique_tokens'] / 1e12:.4g} T unique tokens (repeats count "
+                     "as D', Muennighoff et al. 2023)")
     return "; ".join(parts)
 
 

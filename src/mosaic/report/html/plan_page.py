@@ -33,7 +33,7 @@ from mosaic.report.plan_report import (
     geometry_label,
     layout_limits_text,
     loss_gap_text,
-    model_caps_text,
+    model_limits_text,
     pick_deliverable_text,
 )
 from mosaic.units import GIB
@@ -266,7 +266,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
                          + f", E {s['experts']}, K {s['top_k']}, "
                          f"G {s['split_factor']}, S ≥ {s['s_min']}, tokens per active "
                          f"parameter {s['tpp'][0]:g}–{s['tpp'][1]:g}"
-                         + (f"; caps {model_caps_text(s)}" if model_caps_text(s) else "")),
+                         + (f"; limits: {model_limits_text(s)}" if model_limits_text(s) else "")),
     ]
     a = document.get("assumptions")
     if a:
