@@ -27,7 +27,7 @@ def test_parse_count_reads_suffixes():
     assert parse_count("--x", "1.5T") == pytest.approx(1.5e12)
     assert parse_count("--x", "800m") == pytest.approx(8e8)
     assert parse_count("--x", "3e10") == pytest.approx(3e10)
-    with pytest.raises(MosaicInputError, match="--x must be a parameter count"):
+    with pytest.raises(MosaicInputError, match="--x must be a count such as 235B"):
         parse_count("--x", "lots")
 
 
@@ -126,7 +126,7 @@ def test_an_equal_cost_node_sweep_gives_each_cluster_the_window_it_buys():
 @pytest.mark.parametrize(("args", "message"), [
     (["--budget-usd", "1000", "--price-per-gpu-hour", "2"], "either --days or --budget-usd"),
     (["--stack", "torchtitan", "--sharding", "zero1"], "offers only none, fsdp, hsdp"),
-    (["--max-active-params", "ten"], "--max-active-params must be a parameter count"),
+    (["--max-active-params", "ten"], "--max-active-params must be a count such as 235B"),
     (["--tp", "0"], "--tp"),
     (["--sharding", "fsdp", "--versus", "paper-p6b200"],
      "--versus paper-p6b200: layout sharding: stack 'paper-nemo' offers only zero1"),

@@ -237,9 +237,10 @@ def test_plan_time_limit(studio):
     ("plan.days", "-1", "days"), ("plan.q", "8,y", "integers"),
     ("plan.gpu", "Z80", "unknown device"),
     ("plan.experts", ",".join(str(e) for e in range(2, 400)), str(MAX_GEOMETRIES)),
-    ("plan.max_total_params", "lots", "parameter count"),
+    ("plan.max_total_params", "lots", "a count such as 235B"),
     ("plan.max_active_params", "1e3", "no geometry"),
     ("plan.sharding", "zero9", "unknown sharding"), ("plan.pp", "0", "pp"),
+    ("plan.unique_tokens", "a lot", "a count such as 235B"),
 ])
 def test_plan_form_errors(studio, field, value, words):
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})

@@ -171,7 +171,7 @@ def parse_count(option: str, text: str) -> float:
     try:
         value = float(body) * scale
     except ValueError:
-        raise MosaicInputError(f"{option} must be a parameter count such as 235B, 1.5T or "
+        raise MosaicInputError(f"{option} must be a count such as 235B, 1.5T or "
                                f"3e10, got {text!r}") from None
     return value
 

@@ -36,11 +36,12 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
     "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
     # constraints (docs/plan.md "Constraints"); empty = none
-    "plan.max_total_params": "", "plan.max_active_params": "", "plan.pp": "", "plan.ep": "",
-    "plan.sharding": "",
+    "plan.max_total_params": "", "plan.max_active_params": "", "plan.unique_tokens": "",
+    "plan.pp": "", "plan.ep": "", "plan.sharding": "",
 }
 # The optional constraint fields and the option each one is.
-CONSTRAINT_FIELDS = ("max_total_params", "max_active_params", "pp", "ep", "sharding")
+CONSTRAINT_FIELDS = ("max_total_params", "max_active_params", "unique_tokens", "pp", "ep",
+                     "sharding")
 
 
 class PlanBusyError(Exception):
@@ -124,7 +125,8 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
             stack=get_stack(form["plan.stack"].strip()).name,
             precision=form["plan.precision"].strip(),
             max_total_params=constraints["max_total_params"],
-            max_active_params=constraints["max_active_params"], **values)
+            max_active_params=constraints["max_active_params"],
+            unique_tokens=constraints["unique_tokens"], **values)
         limits = plan_limits(envelope, space, pp=constraints["pp"], ep=constraints["ep"],
                              sharding=constraints["sharding"])
     except MosaicInputError as exc:

@@ -46,6 +46,7 @@
     ["plan.precision", "precision", "select:precisions"],
     ["plan.max_total_params", "cap on N_tot (e.g. 300B)", "text"],
     ["plan.max_active_params", "cap on N_act (e.g. 12B)", "text"],
+    ["plan.unique_tokens", "unique data tokens (e.g. 5T)", "text"],
     ["plan.pp", "pipeline degrees pp (e.g. 1)", "text"], ["plan.ep", "expert degrees ep", "text"],
     ["plan.sharding", "sharding modes (e.g. fsdp)", "text"]
   ];
