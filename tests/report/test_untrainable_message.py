@@ -3,13 +3,17 @@ broken divisibility rule quoted next to the divisibility count (not the memory o
 
 from types import SimpleNamespace
 
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.report.plan_report import untrainable_message
 
 
 def _result(reasons: list[str]) -> SimpleNamespace:
     rows = [{"reason": reason} for reason in reasons]
-    return SimpleNamespace(infeasible=lambda: rows, envelope=SimpleNamespace(
-        n_nodes=18, days=10.0, n_devices=72, global_batch=1024))
+    return SimpleNamespace(
+        infeasible=lambda: rows,
+        envelope=SimpleNamespace(n_nodes=18, days=10.0, n_devices=72, global_batch=1024,
+                                 dollar_budget=None),
+        throughput=SimpleNamespace(limits=TABLE3_LAYOUT_LIMITS))
 
 
 def test_the_divisibility_example_sits_with_the_divisibility_count():
