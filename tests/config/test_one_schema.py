@@ -458,3 +458,17 @@ def test_dates_are_strings_and_a_union_field_is_described_once(tmp_path):
     assert str(error.value).endswith(
         "uneven_stages: Input should be a valid boolean or 'unstated' (got 'maybe') "
         "(from --set performance.uneven_stages=maybe)")
+
+
+def test_sequence_parallel_at_tp_1_is_off_as_megatron_turns_it_off(tmp_path: Path) -> None:
+    """A stated sequence_parallel with tp 1 went to the Megatron export, which turns it off
+    with a warning (megatron/training/arguments.py); the job says so and plans it off."""
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({
+        "model": {"layers": 4, "d_model": 1024, "heads": 8, "vocab": 32000, "ffn": 4096},
+        "parallelism": {"tp": 1, "sequence_parallel": True},
+        "batch": {"global_seqs": 64, "seq_len": 2048, "micro_seqs": 1},
+        "hardware": {"gpu": "H100", "nodes": 1}}))
+    spec = load_job(job)
+    assert not bool(spec.plan.sequence_parallel[0])
+    assert any("sequence_parallel with tp 1" in line for line in spec.assumptions)

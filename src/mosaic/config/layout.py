@@ -314,6 +314,12 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         sequence_parallel = parallelism.tp > 1
         notes.append(f"parallelism.sequence_parallel not stated: {sequence_parallel} "
                      "assumed (on with tp > 1)")
+    elif sequence_parallel and parallelism.tp == 1:
+        # Megatron-LM turns it off at tp = 1 with a warning (megatron/training/arguments.py,
+        # "Disabling sequence parallelism because tensor model parallelism is disabled")
+        sequence_parallel = False
+        notes.append("parallelism.sequence_parallel with tp 1 has nothing to shard: off, as "
+                     "Megatron-LM turns it off")
     return single_plan(
         tp=parallelism.tp, pp=parallelism.pp,
         vpp=_stated(vpp, "parallelism.vpp", notes, " (no interleaving)"),
