@@ -200,6 +200,7 @@ def _root(catalog: Annotated[list[str] | None, typer.Option(
     # Every invocation sets it, so one `-q` does not silence a later in-process call
     # (the studio, a test runner, a script calling the app twice).
     set_quiet(quiet)
+    warning_lines.hold()  # this invocation holds its warnings again until its work begins
     # The catalog likewise: this invocation's files, or the shipped catalog (a catalog of an
     # earlier in-process call must not leak into this one; the catalog module is imported
     # only when used, to keep start-up light: not imported, nothing to reset).

@@ -49,6 +49,12 @@ def release() -> None:
     _released = True
 
 
+def hold() -> None:
+    """Hold warnings again until :func:`release` (each in-process invocation)."""
+    global _released
+    _released = False
+
+
 def reset() -> None:
     """A new command: hold again (the CLI runs many commands in one process in tests)."""
     global _released

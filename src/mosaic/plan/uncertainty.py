@@ -243,7 +243,8 @@ def propagate(
         losses = sample_losses(result, samples, rows, tokens)
     else:
         losses = losses_at_tokens(law.form, law.log_coefs[None, :],
-                                  _log_features(result, rows), np.log(tokens))
+                                  _log_features(result, rows),
+                                  np.log(result.space.law_tokens(tokens)))  # D' (repetition)
     regret = losses - losses.min(axis=1, keepdims=True)
     winners = np.argmin(losses, axis=1)
     tail = (1 - level) / 2

@@ -14,6 +14,7 @@ from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 
 DIVISIBILITY_CATEGORY = "no layout satisfies the divisibility rules"
+WINDOW_CATEGORY = "window too short for tpp_min·N_act tokens"
 
 
 def reason_category(reason: str) -> str:
@@ -23,7 +24,7 @@ def reason_category(reason: str) -> str:
     if "divisibility" in reason or "no layout candidates" in reason:
         return DIVISIBILITY_CATEGORY
     if "window delivers" in reason:
-        return "window too short for tpp_min·N_act tokens"
+        return WINDOW_CATEGORY
     return reason
 
 
@@ -37,7 +38,7 @@ _LEVERS = {
     "no layout fits device memory": ("add nodes", "allow more memory (--memory-fraction)"),
     DIVISIBILITY_CATEGORY: (
         "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide",),
-    "window too short for tpp_min·N_act tokens": ("add nodes", "add days", "lower --tpp"),
+    WINDOW_CATEGORY: ("add nodes", "add days", "lower --tpp"),
 }
 _DEFAULT_LEVERS = ("add nodes", "add days")
 
@@ -51,6 +52,8 @@ def _advice(categories: list[str], narrowed_layouts: str = "",
               for lever in _LEVERS.get(category, _DEFAULT_LEVERS)]
     if dollar_budget:
         levers = ["raise --budget-usd" if lever == "add days" else lever for lever in levers]
+        if categories == [WINDOW_CATEGORY]:  # fixed GPU-hours: more nodes buy no tokens
+            levers.remove("add nodes")
     if narrowed_layouts and DIVISIBILITY_CATEGORY in categories:
         levers.insert(0, f"loosen {narrowed_layouts}")
     levers = list(dict.fromkeys(levers))

@@ -22,10 +22,11 @@ from mosaic.report.html.documents import plan_report_blocks
 
 
 def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any]) -> dict[str, Any]:
-    """Which of the optimum's law inputs lie outside the law's fitted range, and how far."""
+    """Which of the optimum's law inputs lie outside the law's fitted range, and how far;
+    the tokens are those the law saw (the effective data D' under --unique-tokens)."""
     flags = extrapolation_flags(
         law, n_total=optimum["n_total"], n_active=optimum["n_active"],
-        tokens=optimum["tokens"], sparsity=optimum["sparsity"],
+        tokens=optimum.get("effective_tokens", optimum["tokens"]), sparsity=optimum["sparsity"],
         split_factor=optimum["split_factor"])
     return extrapolation_document(law, flags)
 

@@ -202,7 +202,7 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     rows = []
     for p in document["points"]:
         o = p["optimum"] or {}
-        rows.append({axis: p[axis], "c_peak_flops": p["c_peak_flops"],
+        rows.append({axis: p[axis], "days": p.get("days"), "c_peak_flops": p["c_peak_flops"],
                      "gpu_hours": p["gpu_hours"], **{k: o.get(k) for k in (
                          "q", "experts", "top_k", "split_factor", "sparsity", "n_active",
                          "n_total", "tokens", "mfu", "loss")}})
@@ -213,8 +213,13 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
                Column("n_total", "N_tot", fmt_si()), Column("tokens", "D", fmt_si()),
                Column("mfu", "MFU", fmt_percent(1)), Column("loss", "loss", fmt_float(5))]
     e = document["envelope"]
+    budget = e.get("dollar_budget")
+    if budget is not None:  # an equal-cost node sweep: each node count its own window
+        columns.insert(1, Column("days", "days", fmt_float(2)))
     fixed = (f"{e['nodes']} × {e['system']}" if axis == "days"
-             else f"{e['days']:g} days on {e['system']}")
+             else f"{e['days']:g} days on {e['system']}" if budget is None
+             else f"{budget['usd']:,.0f} USD at {budget['price_usd_per_gpu_hour']:g} USD per "
+                  f"GPU-hour on {e['system']} (each node count the window it buys)")
     flags = sweep_extrapolation_rows(document)
     return [
         Section("curves", "Allocation curves", [
