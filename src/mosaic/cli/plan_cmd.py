@@ -241,6 +241,9 @@ UniqueTokens = Annotated[str | None, typer.Option(
     "--unique-tokens", help="Unique data you have, e.g. 5T: tokens beyond it are repeated "
     "and count as effective data D' (Muennighoff et al. 2023; docs/plan.md). Default: "
     "every token new.")]
+BudgetUsd = Annotated[float | None, typer.Option(
+    "--budget-usd", help="Dollar budget instead of --days: the window is budget / "
+    "(--price-per-gpu-hour x GPUs).")]
 PlanMbs = Annotated[str | None, typer.Option(
     "--mbs", help="Micro-batch sizes the layout search tries (default Table 3's 1,2,4).")]
 
@@ -429,11 +432,6 @@ def _dollar_budget(budget_usd: float | None, price_per_gpu_hour: float | None,
         raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
                                "GPU-hour turns dollars into a training window)")
     return DollarBudget(budget_usd, price_per_gpu_hour)
-
-
-BudgetUsd = Annotated[float | None, typer.Option(
-    "--budget-usd", help="Dollar budget instead of --days: the window is budget / "
-    "(--price-per-gpu-hour x GPUs).")]
 
 
 def plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
@@ -808,10 +806,10 @@ def sweep_nodes_command(
         dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
+    envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
-    envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given
     for n in node_counts:
         envelope.with_budget(n_nodes=n)  # validates every node count (and its window)
     runner = _backend(backend, address, workers)  # one-line error if ray is absent

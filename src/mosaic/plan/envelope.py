@@ -192,9 +192,6 @@ class Envelope:
 
     def __post_init__(self) -> None:
         traits = get_stack(self.stack)  # an unknown stack names the known ones
-        if self.dollar_budget is not None:  # the window the budget buys on these GPUs
-            check_range("nodes", self.n_nodes, "nodes", integer=True)
-            object.__setattr__(self, "days", self.dollar_budget.days(self.n_devices))
         if self.fused_grouped_mlp and not traits.fused_grouped_mlp:
             raise MosaicInputError(f"fused_grouped_mlp with stack {self.stack}: the fused "
                                    "grouped MLP is Megatron-Core's Transformer Engine "
@@ -218,6 +215,8 @@ class Envelope:
                 "MLP only under MXFP8 block scaling (docs/evidence/fused_grouped_mlp.md)")
         # Physical ranges before any work (mosaic.limits): the same bounds in every command.
         check_range("nodes", self.n_nodes, "nodes", integer=True)
+        if self.dollar_budget is not None:  # the window the budget buys on these GPUs
+            object.__setattr__(self, "days", self.dollar_budget.days(self.n_devices))
         check_range("days", self.days, "days")
         check_range("global_batch", self.global_batch, "global_batch", integer=True)
         check_range("seq_len", self.seq_len, "seq_len", integer=True)
@@ -458,10 +457,16 @@ class SearchSpace:
     def broken_caps(self, **values: float) -> list[str]:
         """The caps a point off the grid breaks (``n_total=..., n_active=..., sparsity=...``),
         e.g. the model-FLOPs view's continuous optimum: 'n_total 4.1e+11 > --max-total-params
-        1e+11'."""
-        return [f"{column} {values[column]:.3g} > {flag} {cap:g}"
-                for flag, column, cap in self.caps()
-                if column in values and values[column] > cap]
+        1e+11'; with ``tokens=...``, also tokens beyond the unique data, which a point that
+        counts every token as new does not discount."""
+        broken = [f"{column} {values[column]:.3g} > {flag} {cap:g}"
+                  for flag, column, cap in self.caps()
+                  if column in values and values[column] > cap]
+        if (self.unique_tokens is not None and "tokens" in values
+                and values["tokens"] > self.unique_tokens):
+            broken.append(f"tokens {values['tokens']:.3g} > --unique-tokens "
+                          f"{self.unique_tokens:g} (Eq. 16 counts every token as new)")
+        return broken
 
     def _admissible(self) -> LadderGrid:
         if self.backbone is not None:
@@ -484,14 +489,14 @@ class SearchSpace:
         return grid
 
     def to_dict(self) -> dict[str, Any]:
-        caps = {name: getattr(self, name) for name in
-                ("s_max", "max_total_params", "max_active_params", "unique_tokens")
-                if getattr(self, name) is not None}
+        limits = {name: getattr(self, name) for name in
+                  ("s_max", "max_total_params", "max_active_params", "unique_tokens")
+                  if getattr(self, name) is not None}
         if self.backbone is not None:
             return {"backbone": model_document(self.backbone), "layers": list(self.layers),
                     "d_model": list(self.d_model), "experts": list(self.experts),
                     "top_k": list(self.top_k), "split_factor": list(self.split_factor),
-                    "s_min": self.s_min, "tpp": [self.tpp_min, self.tpp_max], **caps}
+                    "s_min": self.s_min, "tpp": [self.tpp_min, self.tpp_max], **limits}
         return {
             "q": list(self.q),
             "experts": list(self.experts),
@@ -499,6 +504,6 @@ class SearchSpace:
             "split_factor": list(self.split_factor),
             "s_min": self.s_min,
             "tpp": [self.tpp_min, self.tpp_max],
-            **caps,
+            **limits,
         }
 

@@ -170,14 +170,13 @@ class Uncertainty:
 def sample_losses(result: PlanResult, samples: LawSamples, rows: np.ndarray,
                   tokens: np.ndarray | None = None) -> np.ndarray:
     """(B, n) predicted loss of grid ``rows`` under every coefficient sample, at the
-    result's tokens or at ``tokens`` ((B, n): sample b at row b)."""
+    result's tokens or at ``tokens`` the law sees ((B, n): sample b at row b)."""
     logs = _log_features(result, rows)
     form = samples.form
     if tokens is None:
         features = np.column_stack([logs[f] for f in form.features])
         return np.exp(form.log_predict(samples.log_coefs, form.design(features)).value)
-    return losses_at_tokens(form, samples.log_coefs, logs,
-                            np.log(result.space.law_tokens(tokens)))
+    return losses_at_tokens(form, samples.log_coefs, logs, np.log(tokens))
 
 
 def _log_features(result: PlanResult, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -236,15 +235,16 @@ def propagate(
         if len(spread.scopes) != rows.size:
             raise ValueError("throughput spread must have one entry per ranked candidate")
         draws = perf_samples if samples is None else samples.log_coefs.shape[0]
-        tokens = sampled_tokens(result, rows, spread.sample(draws, seed))
+        # the tokens the law sees: D' under bounded unique data (SearchSpace.law_tokens)
+        tokens = result.space.law_tokens(sampled_tokens(result, rows,
+                                                        spread.sample(draws, seed)))
         sources.append(f"performance: {spread.description}, {draws} draws (seed {seed})")
     if samples is not None:
         sources.insert(0, f"law: {samples.log_coefs.shape[0]} coefficient samples")
         losses = sample_losses(result, samples, rows, tokens)
     else:
         losses = losses_at_tokens(law.form, law.log_coefs[None, :],
-                                  _log_features(result, rows),
-                                  np.log(result.space.law_tokens(tokens)))  # D' (repetition)
+                                  _log_features(result, rows), np.log(tokens))
     regret = losses - losses.min(axis=1, keepdims=True)
     winners = np.argmin(losses, axis=1)
     tail = (1 - level) / 2

@@ -75,8 +75,8 @@ def untrainable_message(result: PlanResult) -> str:
     of a broken divisibility rule, and what to change for each reason."""
     reasons = [r["reason"] for r in result.infeasible()]
     counts = Counter(reason_category(r) for r in reasons)
-    examples = {reason_category(r): _example(r)  # the first of each category
-                for r in reversed(reasons) if _example(r) is not None}
+    examples = {reason_category(r): example  # the first of each category
+                for r in reversed(reasons) if (example := _example(r)) is not None}
     summary = "; ".join(
         f"{n} geometr{'y' if n == 1 else 'ies'}: {category}"
         + (f" ({examples[category]})" if category in examples else "")
@@ -119,11 +119,7 @@ def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
             # Eq. 16 is unconstrained in N: it can lie above the search's model caps
             "outside_caps": result.space.broken_caps(
                 n_total=continuous.n_total, n_active=continuous.n_active,
-                sparsity=continuous.sparsity) + (
-                [f"tokens {continuous.tokens:.3g} > --unique-tokens "
-                 f"{result.space.unique_tokens:g} (Eq. 16 counts every token as new)"]
-                if result.space.unique_tokens is not None
-                and continuous.tokens > result.space.unique_tokens else []),
+                sparsity=continuous.sparsity, tokens=continuous.tokens),
         },
         "model_flops_geometry": {
             "q": int(grid.q[row]), "layers": int(grid.layers[row]),
@@ -309,18 +305,22 @@ def layout_limits_text(limits: dict[str, Any], *, only_narrowed: bool = True) ->
     """The layout pins and bounds a plan searched under ('pp 1; sharding zero1, fsdp'); with
     ``only_narrowed``, what Table 3's search allows anyway is left out ('' when nothing is
     narrowed)."""
-    default = TABLE3_LAYOUT_LIMITS.to_dict() if only_narrowed else {}
-    return "; ".join(f"{name.replace('_', ' ')} {_values_text(value)}"
-                     for name, value in limits.items() if default.get(name) != value)
+    shown = _narrowed(limits) if only_narrowed else limits.items()
+    return "; ".join(f"{name.replace('_', ' ')} {_values_text(value)}" for name, value in shown)
 
 
 def layout_limits_flags(limits: dict[str, Any]) -> str:
     """The narrowed layout limits as the options that set them ('--pp 1 --vpp 2')."""
-    default = TABLE3_LAYOUT_LIMITS.to_dict()
     flags = {"micro_batches": "mbs"}
     return " ".join(f"--{flags.get(name, name).replace('_', '-')} "
                     f"{_values_text(value).replace(', ', ',')}"
-                    for name, value in limits.items() if default.get(name) != value)
+                    for name, value in _narrowed(limits))
+
+
+def _narrowed(limits: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The (name, value) of the limits Table 3's layout search does not already hold."""
+    default = TABLE3_LAYOUT_LIMITS.to_dict()
+    return [(name, value) for name, value in limits.items() if default.get(name) != value]
 
 
 def _values_text(value: Any) -> str:
