@@ -107,6 +107,7 @@ def test_human_table(q4_job):
         (["--pp", "1", "--vpp", "2"], "vpp > 1 needs pp > 1"),
         (["--devices", "12"], "must be a multiple of 8 GPUs per node"),
         (["--set", "data.bogus=1"], "unknown field"),
+        (["--tp", "8", "--max-tp", "4"], "--tp 8 exceeds --max-tp 4"),
     ],
 )
 def test_bad_input_is_one_line(q4_job, args, fragment):

@@ -572,3 +572,11 @@ def test_maxtext_names_what_its_decoder_drops_and_runs_nvfp4():
     assert not any("shared experts" in line for line in qwen3_next.unsupported)
     nvfp4 = export(load_export_spec(JOB, ["performance.precision=nvfp4"], None), "maxtext")
     assert yaml.safe_load(nvfp4.text)["quantization"] == "te_nvfp4"
+
+
+def test_target_is_an_alias_of_to():
+    # a new user's first guess (the trial of session 43): same output as --to
+    by_to = runner.invoke(app, ["export", str(JOB), "--to", "megatron"])
+    by_target = runner.invoke(app, ["export", str(JOB), "--target", "megatron"])
+    assert by_target.exit_code == 0, by_target.output
+    assert by_target.stdout == by_to.stdout

@@ -111,7 +111,7 @@ def export_command(
     source: Annotated[Path, typer.Argument(
         help="job YAML, a run record as RUNS.yaml#ID, or the JSON of `mosaic plan "
              "--json` under any file name (its optimum is exported)")],
-    to: Annotated[str, typer.Option("--to", help=f"target: {', '.join(TARGETS)}")],
+    to: Annotated[str, typer.Option("--to", "--target", help=f"target: {', '.join(TARGETS)}")],
     out: Annotated[Path | None, typer.Option("--out", help="write here instead of stdout")
                    ] = None,
     set_: SetOption = None,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from mosaic.cli.common import parse_ints
+from mosaic.errors import MosaicInputError
 from mosaic.limits import check_range
 from mosaic.perf.layouts import LayoutLimits
 
@@ -51,8 +52,13 @@ def layout_limits(*, max_tp: int | None = None, tp: str | None = None, pp: str |
     """The options' limits; ``default_micro_batches`` when --mbs is not given (None: the
     layout search's own default)."""
     micro_batches = int_list("--mbs", mbs)
+    pinned_tp = int_list("--tp", tp)
+    if max_tp is not None and pinned_tp is not None and max(pinned_tp) > max_tp:
+        # LayoutLimits refuses it too, in its field names; say it in the options' names
+        raise MosaicInputError(f"--tp {max(pinned_tp)} exceeds --max-tp {max_tp}: pin tp "
+                               "values within the cap, or drop one of the two options")
     return LayoutLimits(
-        max_tp=max_tp, tp=int_list("--tp", tp), pp=int_list("--pp", pp),
+        max_tp=max_tp, tp=pinned_tp, pp=int_list("--pp", pp),
         vpp=int_list("--vpp", vpp), cp=int_list("--cp", cp), ep=int_list("--ep", ep),
         etp=int_list("--etp", etp),
         micro_batches=default_micro_batches if micro_batches is None else micro_batches,
