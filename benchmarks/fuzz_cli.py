@@ -494,6 +494,18 @@ PLAN_FLAGS = {
     "--price-per-gpu-hour": ["-1", "nan", "0"],
     "--target-loss": ["0", "-1", "nan", "1.5"],
     "--plot": ["{dir}/missing/deep/dir", "{dir}/plots"],
+    # the planner's constraints (session 43): caps, unique data, a dollar budget, layout pins
+    "--max-total-params": ["1", "0", "-5B", "400B", "1.5T", "nan", "1e308", "abc", "3e10"],
+    "--max-active-params": ["1", "0", "2B", "inf", "1,2", "1e-300"],
+    "--s-max": ["0", "0.5", "1", "1.5", "nan", "-0.2"],
+    "--unique-tokens": ["0", "1", "5T", "1e30", "nan", "-1T", "3e9"],
+    "--budget-usd": ["0", "-1", "1e6", "nan", "1e308", "5"],
+    "--tp": ["1", "2,4", "0", "a", "3", str(10**9)],
+    "--pp": ["1", "2", "0", "-4", "1,,2"],
+    "--ep": ["1", "8", "1000000", "x"],
+    "--mbs": ["1", "0", "3", "1,2,4", str(2**40)],
+    "--sharding": ["fsdp", "zero9", "", "fsdp,hsdp", "none,none"],
+    "--checkpointing": ["full", "none", "bogus", ","],
 }
 
 

@@ -103,6 +103,14 @@ CASES = [
     ("law-one-row", ["law", "fit", "{dir}/r.csv", "--json"],
      {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n1e9,1e8,1e10,4,2.5\n"}, 2,
      "run(s)"),
+    # an unknown bootstrap method is refused before the fit, so no fit warning precedes
+    # the error line (fuzz seed 46)
+    ("law-bootstrap-method-bogus", ["law", "fit", "{dir}/r.csv", "--bootstrap", "3",
+                                    "--bootstrap-method", "bogus", "--json"],
+     {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n" + b"".join(
+         f"{n:g},{n / 10:g},{t:g},4,{1.8 + 1e9 / n / 10 + 1e10 / t / 10:.4f}\n".encode()
+         for n in (1e8, 1e9, 1e10) for t in (1e9, 1e10, 1e11))}, 2,
+     "bootstrap method must be 'wild' or 'case'"),
     ("law-no-split-factor", ["law", "fit", "{dir}/r.csv", "--json"],
      {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "needs column(s)"),
     ("law-negative-seed", ["law", "fit", "{dir}/r.csv", "--seed", "-1", "--json"],
@@ -159,6 +167,9 @@ CASES = [
     ("deprecated-spelling-then-error", ["perf", "{dir}/job.yaml", "--set",
                                         "parallelism.dp=1_000", "--json"],
      {"job.yaml": SMALL_JOB}, 2, "tp·pp·cp·dp = 1·2·1·1000 = 2000"),
+    # a window of ~0 days trained ~0 tokens and a loss of 1e65 nats (fuzz seed 46)
+    ("compare-days-subnormal", ["compare", "{dir}/j.yaml", "{dir}/j.yaml", "--days", "1e-320",
+                                "--json"], {"j.yaml": SMALL_JOB}, 2, "--days"),
     ("calibrate-out-missing-dir", ["calibrate", "{dir}/r.yaml", "--out", "{dir}/no/c.yaml",
                                    "--cv", "none", "--json"],
      {"r.yaml": RUNS.encode()}, 2, "does not exist"),

@@ -22,6 +22,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
+from mosaic.limits import check_range
 from mosaic.schema_validation import parse_json, read_text
 from mosaic.units import GIB, SECONDS_PER_DAY
 
@@ -468,8 +469,7 @@ def compare(
         if given is None]
     days = DEFAULT_DAYS if days is None else days
     goodput = 1.0 if goodput is None else goodput
-    if not (math.isfinite(days) and days > 0):
-        raise MosaicInputError(f"--days must be a positive number, got {days:g}")
+    check_range("--days", days, "days")  # 1e-320 days would train ~0 tokens (a fuzz case)
     if not 0 < goodput <= 1:
         raise MosaicInputError(f"--goodput must be in (0, 1], got {goodput:g}")
     if currency is not None and price_per_gpu_hour is None:

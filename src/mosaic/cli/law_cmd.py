@@ -261,13 +261,14 @@ def fit(
     # The fitting stack (scipy.stats, pandas) loads only here, not for predict/optimum.
     import pandas as pd
 
-    from mosaic.law.bootstrap import bootstrap_fit, identifiability_scan
+    from mosaic.law.bootstrap import bootstrap_fit, check_bootstrap_method, identifiability_scan
     from mosaic.law.rundata import RunData, read_run_table
     from mosaic.law.validation import fit_with_holdout
     from mosaic.plan.uncertainty import LawSamples, save_samples
 
     if samples_out is not None and not n_bootstrap:
         raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
+    check_bootstrap_method(method)  # before the fit (a fuzz case failed only after it)
     for option, path in (("--out", out), ("--samples-out", samples_out), ("--parity", parity)):
         if path is not None:
             check_output_file(path, option, inputs=[data])  # before the fit, not after it

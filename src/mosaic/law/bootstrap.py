@@ -112,6 +112,16 @@ class BootstrapResult:
         ]
 
 
+BOOTSTRAP_METHODS = ("wild", "case")
+
+
+def check_bootstrap_method(method: str) -> None:
+    """MosaicInputError unless ``method`` is a bootstrap this module runs (callers check it
+    before the point fit, not after it)."""
+    if method not in BOOTSTRAP_METHODS:
+        raise MosaicInputError(f"bootstrap method must be 'wild' or 'case', got {method!r}")
+
+
 def bootstrap_fit(
     fit: FitResult,
     *,
@@ -127,8 +137,7 @@ def bootstrap_fit(
     ``case``: runs resampled with replacement. The jackknife behind the BCa acceleration
     refits once per run left out. ``progress(done, total)`` is called after each refit.
     """
-    if method not in ("wild", "case"):
-        raise MosaicInputError(f"bootstrap method must be 'wild' or 'case', got {method!r}")
+    check_bootstrap_method(method)
     if n_resamples < 2:
         raise MosaicInputError(f"bootstrap resamples must be at least 2, got {n_resamples}")
     if not 0 < level < 1:
