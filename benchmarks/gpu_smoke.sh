@@ -22,7 +22,8 @@ if [[ -z "${MOSAIC:-}" ]]; then
   if command -v mosaic >/dev/null 2>&1; then MOSAIC=mosaic
   else MOSAIC="$PYTHON -c 'from mosaic.cli.main import main; main()'"; fi
 fi
-mosaic() { eval "$MOSAIC" '"$@"'; }
+# `command`: MOSAIC=mosaic would otherwise call this function itself, without end
+mosaic() { eval "command $MOSAIC" '"$@"'; }
 
 PRESET=${SMOKE_PRESET:-paper}
 BUDGET=${SMOKE_BUDGET_S:-360}

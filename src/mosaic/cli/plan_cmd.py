@@ -177,9 +177,10 @@ MemoryFraction = Annotated[float | None, typer.Option(
     "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: the "
     "stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
 PrecisionOpt = Annotated[str, typer.Option(
-    "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8, mxfp8 (fp8 "
-    "with MXFP8 block scales, costed on the fp8 lane) or nvfp4 (NVFP4 FP4 GEMMs, Blackwell; "
-    "fp4 names it too).")]
+    "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8 (the stack's "
+    "default FP8 recipe), fp8-cs (current scaling), fp8-blockwise (128x128 / 1x128 blocks), "
+    "mxfp8 (fp8 with MXFP8 block scales, costed on the fp8 lane) or nvfp4 (NVFP4 FP4 GEMMs, "
+    "Blackwell; fp4 names it too).")]
 StackVersionOpt = Annotated[str | None, typer.Option(
     "--stack-version", help="The stack's release, YY.MM (e.g. 26.06), or a point release "
     "YY.MM.0N (26.06.01): every candidate takes the release's recipes that hold for every "
