@@ -12,9 +12,10 @@ from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.collectives import all_gather_time_s
 from mosaic.perf.kernels import fitted
-from mosaic.perf.layer_costs import attention_widths, quantise_cast_s
+from mosaic.perf.layer_costs import quantise_cast_s
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import Sharding, single_plan
+from mosaic.perf.shapes import attention_widths
 from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
 
@@ -48,7 +49,7 @@ def test_fp8_step_pays_for_the_casts_of_every_block_gemm():
     with_casts = predict_step(fp8, plan, machine, calibration)
     without = predict_step(replace(fp8, precision="bf16"), plan, machine_for(H100, "bf16"),
                            calibration)
-    widths = attention_widths(fp8)
+    widths = attention_widths(fp8.geometry)
     d, w = geometry.d_model, geometry.ffn
     gemms = ((d, widths.projection), (widths.output, d), (d, 2 * w), (w, d))
     per_block = sum(quantise_cast_s(machine, fp8, 4096.0, gemms))

@@ -24,10 +24,11 @@ SHARED = {
     "expert_copies": "shapes.py", "tokens_per_expert": "shapes.py",
     "n_microbatches": "schedule.py", "in_flight_microbatches": "schedule.py",
     "stage_layer_counts": "schedule.py", "bubble_fraction": "schedule.py",
+    "attention_widths": "shapes.py",
 }
 # Re-derivations of the same quantities by hand (the bugs this layout prevents).
 INLINE = (r"experts\s*/\s*plans\.ep\b", r"micro_batch\s*\*\s*workload\.seq_len",
-          r"global_batch\s*//\s*\(plans\.dp")
+          r"global_batch\s*//\s*\(plans\.dp", r"key_value\s*/\s*(plans\.)?tp\b")
 
 
 def test_each_shared_quantity_is_defined_in_exactly_one_module() -> None:
@@ -136,3 +137,35 @@ def test_a_middle_stage_past_a_dense_prefix_is_the_heaviest_by_hand() -> None:
                               moe=MoEConfig(experts=64, top_k=8, expert_ffn=1024)),
                      global_batch=64, seq_len=2048)
     assert heaviest_stage(plain, plan)[0] in (0, 3)
+
+
+def test_kv_heads_fewer_than_tp_are_replicated_in_both_models() -> None:
+    """GQA with 2 KV heads at tp 4: each rank holds 1 query group of Q (8 heads / 4) but a
+    whole KV head (2 heads over min(4, 2) ranks), in the QKV GEMM the time model prices and
+    in the activations the memory model keeps (both read shapes.AttentionWidths; before,
+    the time model split K/V over tp)."""
+    from mosaic.hardware import Cluster, get_system
+    from mosaic.perf.layer_costs import attention_times
+    from mosaic.perf.machine import machine_for
+    from mosaic.perf.shapes import attention_widths
+
+    geometry = Geometry(layers=2, d_model=512, heads=8, kv_heads=2, head_dim=64, ffn=2048,
+                        vocab=1000)
+    widths = attention_widths(geometry)
+    tp = np.array([1, 2, 4, 8])
+    # hand: Q 8·64 = 512, K+V 2·2·64 = 256, split over min(tp, 2)
+    assert list(widths.key_value_per_rank(tp)) == [256, 128, 128, 128]
+    assert list(widths.projection_per_rank(tp)) == [768, 384, 256, 192]
+    machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=1), "bf16")
+
+    def gemm_s(kv_heads: int) -> float:
+        model = Geometry(layers=2, d_model=4096, heads=32, kv_heads=kv_heads, head_dim=128,
+                         ffn=8192, vocab=1000)
+        workload = Workload(model, global_batch=8, seq_len=4096)
+        return float(attention_times(machine, workload, single_plan(tp=4)).gemm[0])
+
+    # at tp 4 (and large enough GEMMs to leave the latency floor), 2 KV heads over 2 ranks
+    # put as much K/V on a rank as 4 heads over 4 (2·128 wide)
+    assert gemm_s(2) == pytest.approx(gemm_s(4), rel=1e-12)
+    assert gemm_s(1) == pytest.approx(gemm_s(4), rel=1e-12)  # one KV head, whole on each
+    assert gemm_s(8) > gemm_s(4)  # 8 KV heads over 4 ranks: 2·256 wide

@@ -185,9 +185,8 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
     """The shapes ``mosaic.perf`` prices for ``workload`` on ``cluster`` with ``plan``
     (a length-1 :class:`~mosaic.perf.plan.ParallelPlans`)."""
     from mosaic.perf.calibration import default_calibration
-    from mosaic.perf.layer_costs import attention_widths
     from mosaic.perf.machine import MeasuredTables, machine_for
-    from mosaic.perf.shapes import tokens_per_rank
+    from mosaic.perf.shapes import attention_widths, tokens_per_rank
     from mosaic.perf.step_time import predict_step
 
     gemm, grouped, bus = _recorders()
@@ -201,7 +200,7 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
     vocab_shard = -(-geometry.vocab // tp)
     gemm_shapes = {GemmShape(m, n, k, "model") for m, n, k in gemm.shapes}
     gemm_shapes.add(GemmShape(tokens, vocab_shard, geometry.d_model, "lm_head"))
-    widths = attention_widths(workload)
+    widths = attention_widths(workload.geometry)
     attention = AttentionShape(
         batch=int(plan.micro_batch[0]), heads=max(geometry.heads // tp, 1),
         kv_heads=max(getattr(geometry, "kv_heads", geometry.heads) // tp, 1),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from mosaic.arch import AttentionKind, count_parameters
+from mosaic.arch import AttentionKind
 from mosaic.perf.attention_kernels import (
     JAX_FLASH_BLOCK_TOKENS,
     AttentionKernel,
@@ -55,6 +55,7 @@ from mosaic.perf.ring_attention import (
 )
 from mosaic.perf.routing_load import max_domains_per_token
 from mosaic.perf.shapes import (
+    attention_widths,
     expert_copies,
     local_experts,
     mla_input_projections,
@@ -207,36 +208,6 @@ def quantise_cast_s(machine: Machine, workload: Workload, tokens: ArrayLike,
 def fwd_bwd_s(forward_s: np.ndarray) -> np.ndarray:
     """Forward and backward seconds of GEMMs whose forward takes ``forward_s``."""
     return forward_s * (1 + BACKWARD_TO_FORWARD_GEMM)
-
-
-@dataclass(frozen=True)
-class AttentionWidths:
-    """Per-token widths of one attention block before TP."""
-
-    projection: int  # all input projections (Q, K, V, MLA down/up), as one GEMM's N
-    key_value: int  # K and V a CP rank exchanges (GQA: 2·kv·dh; MLA: after up-projection)
-    output: int  # attention output = input of the output projection
-    head_dim: int  # per-head width the attention kernel sees
-
-
-def attention_widths(workload: Workload) -> AttentionWidths:
-    """Widths of ``workload``'s attention (MHA/GQA or MLA)."""
-    geometry = workload.geometry
-    counts = count_parameters(geometry)
-    if geometry.attention is AttentionKind.MLA:
-        assert geometry.mla is not None
-        mla = geometry.mla
-        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        output = geometry.heads * mla.v_head_dim
-        key_value = geometry.heads * (qk_dim + mla.v_head_dim)
-        head_dim = (qk_dim + mla.v_head_dim) // 2
-    else:
-        output = geometry.heads * geometry.head_dim
-        key_value = 2 * geometry.kv_heads * geometry.head_dim
-        head_dim = geometry.head_dim
-    projection = counts.attention_per_layer // geometry.d_model - output
-    return AttentionWidths(projection=projection, key_value=key_value, output=output,
-                           head_dim=head_dim)
 
 
 def tp_collectives_s(machine: Machine, plans: ParallelPlans, activation_bytes: np.ndarray,
@@ -398,9 +369,10 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     """Times of one attention block (projections, core, streaming kernels, CP exchange)."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    widths = attention_widths(workload)
+    widths = attention_widths(geometry)
     head_dim = widths.head_dim
-    qkv = gemm_s(machine, workload, tokens, widths.projection / plans.tp, geometry.d_model)
+    qkv = gemm_s(machine, workload, tokens, widths.projection_per_rank(plans.tp),
+                 geometry.d_model)
     out = gemm_s(machine, workload, tokens, geometry.d_model, widths.output / plans.tp)
     heads = geometry.heads / plans.tp
     seq_q = workload.seq_len / plans.cp
@@ -431,7 +403,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
     streaming, layernorm_forward = block_norm_residual_s(machine, workload, plans)
     # Ring attention (Liu et al. 2023): cp−1 exchanges of the local K/V chunk forward and
     # of K/V plus their gradients backward, overlapped with the attention core.
-    kv_bytes = tokens * widths.key_value / plans.tp * ACTIVATION_BYTES
+    kv_bytes = tokens * widths.key_value_per_rank(plans.tp) * ACTIVATION_BYTES
     crosses = plans.tp * plans.cp > machine.interconnect.scale_up_domain_gpus
     exchange = send_recv_time_s(kv_bytes, crosses, machine.interconnect)
     cp_fwd = np.maximum(0.0, (plans.cp - 1) * exchange - core_fwd)
@@ -448,7 +420,7 @@ def attention_times(machine: Machine, workload: Workload, plans: ParallelPlans
                                               plans.cp, plans.tp, crosses,
                                               machine.interconnect)
     cast_fwd, cast_bwd = quantise_cast_s(machine, workload, tokens, (
-        (geometry.d_model, widths.projection / plans.tp),
+        (geometry.d_model, widths.projection_per_rank(plans.tp)),
         (widths.output / plans.tp, geometry.d_model)))
     return AttentionTimes(
         gemm=fwd_bwd_s(qkv + out), qkv_forward=qkv, output_forward=out,
@@ -484,8 +456,9 @@ def per_op_sac_attention_recomputed(workload: Workload, plans: ParallelPlans
         flops = _mla_input_projection_flops(workload, plans)
         recomputed = sum(flops[1::2], np.zeros(len(plans))) / sum(flops)
         return recomputed, len(flops) % 2 == 1  # wo is the len(flops)-th matmul
-    widths = attention_widths(workload)
-    return np.full(len(plans), widths.key_value / 2 / widths.projection), True
+    widths = attention_widths(workload.geometry)
+    return (widths.key_value_per_rank(plans.tp) / 2 / widths.projection_per_rank(plans.tp)
+            * np.ones(len(plans)), True)
 
 
 def _per_op_sac_attention_recompute(workload: Workload, plans: ParallelPlans,

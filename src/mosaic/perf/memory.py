@@ -68,6 +68,7 @@ from mosaic.perf.schedule import (
     uses_dualpipe,
 )
 from mosaic.perf.shapes import (
+    attention_widths,
     expert_copies,
     mla_input_projections,
     routed_tokens,
@@ -527,41 +528,6 @@ def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPla
 
 
 # --- Activations -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _AttentionWidths:
-    """Per-token widths of one attention block (all heads, before TP)."""
-
-    query: int
-    key_value: int  # K and V together
-    output: int  # attention output = input of the output projection
-    kv_groups: int  # heads K/V are split by under TP (kv_heads for GQA)
-    latent: int  # MLA low-rank latents kept for the up-projections (0 for MHA/GQA)
-
-
-def _attention_widths(geometry: Geometry) -> _AttentionWidths:
-    if geometry.attention is AttentionKind.MLA:
-        assert geometry.mla is not None  # guaranteed by Geometry validation
-        mla = geometry.mla
-        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        # q latent before and after its norm; kv latent (+ shared rope key) likewise.
-        q_latent = 2 * mla.q_lora_rank if mla.q_lora_rank else 0
-        return _AttentionWidths(
-            query=geometry.heads * qk_dim,
-            key_value=geometry.heads * (qk_dim + mla.v_head_dim),
-            output=geometry.heads * mla.v_head_dim,
-            kv_groups=geometry.heads,
-            latent=q_latent + 2 * mla.kv_lora_rank + mla.qk_rope_head_dim,
-        )
-    head_dim = geometry.head_dim
-    return _AttentionWidths(
-        query=geometry.heads * head_dim,
-        key_value=2 * geometry.kv_heads * head_dim,
-        output=geometry.heads * head_dim,
-        kv_groups=geometry.kv_heads,
-        latent=0,
-    )
-
-
 def softmax_statistics_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """What the attention core saves for its backward, and what core-attention recompute
     drops: flash attention keeps an fp32 log-sum-exp per query row and head (Dao 2023,
@@ -589,13 +555,12 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     Transformer Engine cast for the forward GEMM).
     """
     geometry = workload.geometry
-    widths = _attention_widths(geometry)
+    widths = attention_widths(geometry)
     tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    kv_split = np.minimum(tp, widths.kv_groups)
     gemm_in = workload.gemm_element_bytes
     sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
         sequence_shard_divisor(plans))
-    qkv = tokens * (widths.query / tp + widths.key_value / kv_split)
+    qkv = tokens * (widths.query / tp + widths.key_value_per_rank(tp))
     latents = tokens * widths.latent
     # a gate's logits and the pre-gate output it multiplies: per head or per output channel
     gate_width = (geometry.heads if geometry.gated_attention else widths.output)
@@ -774,8 +739,8 @@ def _attention_matmul_widths(workload: Workload, plans: ParallelPlans) -> list[n
     if geometry.attention is AttentionKind.MLA and geometry.mla is not None:
         return [*(width for _, width in mla_input_projections(workload, plans)),
                 geometry.d_model * full]
-    widths = _attention_widths(geometry)
-    half_kv = widths.key_value / 2 / np.minimum(tp, widths.kv_groups)
+    widths = attention_widths(geometry)
+    half_kv = widths.key_value_per_rank(tp) / 2
     return [widths.query / tp, half_kv, half_kv, geometry.d_model * full]
 
 
@@ -785,7 +750,7 @@ def _per_op_sac_attention_bytes(workload: Workload, plans: ParallelPlans) -> np.
     saves every second aten.mm of a block: Q and V of Q, K, V, O; wq and wkv_b of MLA's
     wq, wkv_a, wkv_b, wo; bf16) and the attention kernel's output with its softmax
     statistics."""
-    widths = _attention_widths(workload.geometry)
+    widths = attention_widths(workload.geometry)
     tokens = tokens_per_rank(workload, plans)
     saved_width = sum(_attention_matmul_widths(workload, plans)[0::2]) + widths.output / plans.tp
     return (layer_input_bytes(workload, plans) + ACTIVATION_BYTES * tokens * saved_width
@@ -848,7 +813,7 @@ def save_dots_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind) -
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     attention = (sum(_attention_matmul_widths(workload, plans))
-                 + _attention_widths(geometry).output / plans.tp)
+                 + attention_widths(geometry).output / plans.tp)
     moe = geometry.moe
     up_outputs = 2 if geometry.glu else 1  # W1 and W3 (GLU) or W1
     if kind == "dense" or moe is None:
@@ -906,8 +871,9 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
     dropped = np.zeros(len(plans))
     mla = geometry.attention is AttentionKind.MLA and geometry.mla is not None
     if "mla_up_proj" in modules and mla:
-        widths = _attention_widths(geometry)
-        dropped += ACTIVATION_BYTES * tokens * (widths.query / tp + widths.key_value / tp)
+        widths = attention_widths(geometry)
+        dropped += ACTIVATION_BYTES * tokens * (widths.query / tp
+                                                + widths.key_value_per_rank(tp))
     if "layernorm" in modules and mla:
         assert geometry.mla is not None
         latents = (geometry.mla.q_lora_rank or 0) + geometry.mla.kv_lora_rank

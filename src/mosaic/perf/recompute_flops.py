@@ -12,11 +12,11 @@ from __future__ import annotations
 from mosaic.arch import AttentionKind, count_parameters
 from mosaic.arch.flops import TRAIN_TO_FORWARD_FLOPS, attention_flops_per_token
 from mosaic.perf.layer_costs import (
-    attention_widths,
     per_op_sac_attention_recomputed,
     per_op_sac_moe_matmul_shares,
 )
 from mosaic.perf.plan import single_plan
+from mosaic.perf.shapes import attention_widths
 from mosaic.perf.workload import Workload
 from mosaic.stacks import SelectiveRecompute
 
@@ -84,7 +84,7 @@ def per_op_sac_recompute_flops_per_token(workload: Workload) -> float:
     counts = count_parameters(geometry)
     plan = single_plan()
     projection_share, output_recomputed = per_op_sac_attention_recomputed(workload, plan)
-    widths = attention_widths(workload)
+    widths = attention_widths(geometry)
     attention_params = (float(projection_share[0]) * widths.projection * geometry.d_model
                         + (widths.output * geometry.d_model if output_recomputed else 0))
     ffn_share = 1 / 3 if geometry.glu else 1 / 2  # W3 of W1, W3, W2; W2 of W1, W2

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mosaic.arch import AttentionKind, Geometry, count_parameters
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.workload import Workload
 
@@ -79,6 +80,53 @@ def derive_shapes(workload: Workload, plans: ParallelPlans) -> Shapes:
         expert_copies=expert_copies(workload, plans),
         tokens_per_expert=tokens_per_expert(workload, plans),
     )
+
+
+@dataclass(frozen=True)
+class AttentionWidths:
+    """Per-token widths of one attention block, all heads, before TP; the time and memory
+    models both read them."""
+
+    query: int
+    key_value: int  # K and V together (GQA: 2·kv·dh; MLA: after the up-projection)
+    output: int  # attention output = input of the output projection
+    kv_groups: int  # heads K/V are split by under TP (kv_heads for GQA, heads for MLA)
+    latent: int  # MLA low-rank latents kept for the up-projections (0 for MHA/GQA)
+    projection: int  # all input projections (Q, K, V, gates, MLA down/up), as one GEMM's N
+    head_dim: int  # per-head width the attention kernel sees
+
+    def key_value_per_rank(self, tp: np.ndarray) -> np.ndarray:
+        """K/V width on one TP rank: split over min(tp, kv_groups), since a TP degree above
+        the KV head count replicates the KV heads rather than splitting one."""
+        return self.key_value / np.minimum(tp, self.kv_groups)
+
+    def projection_per_rank(self, tp: np.ndarray) -> np.ndarray:
+        """The input projections' width on one TP rank: all but K/V split over tp, K/V as
+        :meth:`key_value_per_rank` (for MLA, kv_groups = heads >= tp: projection / tp)."""
+        return (self.projection - self.key_value) / tp + self.key_value_per_rank(tp)
+
+
+def attention_widths(geometry: Geometry) -> AttentionWidths:
+    """Widths of ``geometry``'s attention (MHA/GQA or MLA)."""
+    output_and_inputs = count_parameters(geometry).attention_per_layer // geometry.d_model
+    if geometry.attention is AttentionKind.MLA:
+        assert geometry.mla is not None  # guaranteed by Geometry validation
+        mla = geometry.mla
+        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        output = geometry.heads * mla.v_head_dim
+        # q latent before and after its norm; kv latent (+ shared rope key) likewise
+        q_latent = 2 * mla.q_lora_rank if mla.q_lora_rank else 0
+        return AttentionWidths(
+            query=geometry.heads * qk_dim, key_value=geometry.heads * (qk_dim + mla.v_head_dim),
+            output=output, kv_groups=geometry.heads,
+            latent=q_latent + 2 * mla.kv_lora_rank + mla.qk_rope_head_dim,
+            projection=output_and_inputs - output, head_dim=(qk_dim + mla.v_head_dim) // 2)
+    output = geometry.heads * geometry.head_dim
+    return AttentionWidths(
+        query=geometry.heads * geometry.head_dim,
+        key_value=2 * geometry.kv_heads * geometry.head_dim, output=output,
+        kv_groups=geometry.kv_heads, latent=0, projection=output_and_inputs - output,
+        head_dim=geometry.head_dim)
 
 
 def mla_input_projections(workload: Workload, plans: ParallelPlans
