@@ -461,6 +461,22 @@ def master_weight_bytes(workload: Workload, params: StageParameters, plans: Para
     return MASTER_WEIGHT_BYTES_PER_PARAM * _sharded_params(params, plans, _STATES_SHARDED)
 
 
+def optimizer_update_bytes(workload: Workload, params: StageParameters, plans: ParallelPlans
+                           ) -> np.ndarray:
+    """HBM bytes one optimizer step streams on a GPU, from the same states this module
+    holds: the moments and fp32 main parameters read and written, the local gradient shard
+    read, the bf16 parameters written (read and written too where they are the optimizer's
+    own copy, with no main parameters). fp32 Adam: 2·(8 + 4) + 4 + 2 = 30 B per local
+    parameter; the dtype settings, Muon's AdamW embedding and head, and HSDP's shard group
+    follow from :func:`optimizer_state_bytes` and :func:`master_weight_bytes`."""
+    local = _sharded_params(params, plans, _STATES_SHARDED)
+    master = master_weight_bytes(workload, params, plans)
+    weight_passes = np.where(master > 0, 1.0, 2.0)
+    return (2 * (optimizer_state_bytes(workload, params, plans) + master)
+            + local * (gradient_bytes_per_param(workload)
+                       + weight_passes * WEIGHT_BYTES_PER_PARAM))
+
+
 def gradient_bytes_per_param(workload: Workload) -> int:
     """Bytes of one gradient-buffer element: fp32 unless the workload reduces in bf16."""
     if workload.grad_reduce_in_fp32:

@@ -76,6 +76,7 @@ from mosaic.perf.memory import (
     mean_block_activation_bytes,
     memory_breakdown_bytes,
     offloaded_blocks,
+    optimizer_update_bytes,
     rank_parameters,
     shard_degrees,
     total_memory_bytes,
@@ -105,16 +106,14 @@ from mosaic.perf.terms import step_term
 from mosaic.perf.workload import OptimizerKind, Workload
 from mosaic.stacks import SelectiveRecompute
 
-# Bytes streamed per parameter by the optimizer update (read + write, fp32 state and master,
-# fp32 grad read, bf16 param write): Adam 2·(4+4+4) + 4 + 2, Muon/SGD one moment fewer.
-OPTIMIZER_STREAM_BYTES_PER_PARAM = {
-    OptimizerKind.ADAM: 30, OptimizerKind.ADAMW: 30, OptimizerKind.MUON: 22,
-    OptimizerKind.SGD: 22,
-}
 # Muon: 5 Newton-Schulz iterations, each 4·m²·n + 2·m³ FLOPs for an m×n matrix, m ≤ n
 # (Jordan et al. 2024, "Muon"); the work is spread over data-parallel ranks (Liu et al.
 # 2025, "Muon is Scalable for LLM Training", distributed Muon).
 MUON_ITERATIONS = 5
+# The Newton-Schulz GEMMs run at half the large-GEMM rate: an assumption, not a measurement
+# (each iteration chains small square products on one matrix at a time; no public trace of
+# their rate was found); the Appendix E job's optimizer term is 0.1% of its step.
+NEWTON_SCHULZ_GEMM_RATE_FRACTION = 0.5
 # Fused cross-entropy over fp32-upcast logits streams ~18 B per logit forward + backward
 # (read bf16 logits 2, write fp32 4, softmax read/write 8, gradient write 4): Megatron-Core
 # tensor_parallel/cross_entropy.py.
@@ -726,12 +725,8 @@ def _optimizer_update_s(machine: Machine, workload: Workload, plans: ParallelPla
     """Streaming optimizer update over the local shard of the heavier end stage's
     parameters."""
     params = _heaviest_stage_parameters(workload, plans)
-    sharded = plans.sharding != Sharding.NONE
-    dense_shard = np.where(sharded, plans.dp * plans.cp, 1)
-    expert_shard = np.where(sharded, np.maximum(plans.edp, 1), 1)
-    local = params.non_expert / dense_shard + params.expert / expert_shard
-    per_param = OPTIMIZER_STREAM_BYTES_PER_PARAM[workload.optimizer]
-    return streaming_time_s(local * per_param, machine.hbm_bw_bytes_per_s)
+    return streaming_time_s(optimizer_update_bytes(workload, params, plans),
+                            machine.hbm_bw_bytes_per_s)
 
 
 def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
@@ -766,7 +761,8 @@ def _optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
         block_flops = block_flops + (expert_share * local_experts(workload, plans) * expert
                                      / plans.etp**2)
     ns_flops = blocks * block_flops / np.maximum(plans.dp * plans.cp, 1)
-    return update + ns_flops / (machine.gemm_rate_flops_per_s * 0.5)
+    return update + ns_flops / (machine.gemm_rate_flops_per_s
+                                * NEWTON_SCHULZ_GEMM_RATE_FRACTION)
 
 
 @dataclass(frozen=True)
