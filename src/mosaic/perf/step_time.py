@@ -466,7 +466,11 @@ def _rank_vocab_s(workload: Workload, plans: ParallelPlans, stage: Stage,
 
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
                           ) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, routed-expert) parameters per GPU of the largest block, FSDP's unit."""
+    """(dense, routed-expert) parameters per GPU of the block whose gather and
+    reduce-scatter each block's traffic is costed by: the MoE block of an MoE model (its
+    dense first layers are costed as MoE blocks), the mean layer of a hybrid. Not the
+    buffer's size: the memory model sizes that by the stage's largest unit
+    (memory.StageParameters.largest_unit), a different quantity."""
     counts = count_parameters(workload.geometry)
     norms = counts.norms_per_layer
     geometry = workload.geometry
