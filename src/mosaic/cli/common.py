@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from mosaic.cli.stream_table import build_table, column_justify
 from mosaic.errors import MosaicInputError
+from mosaic.jsonable import to_jsonable
 
 # Off a terminal (file, pipe, CI log) rich assumes 80 columns and cuts cells with '…'; use a
 # width no table reaches so numbers and names print in full (COLUMNS, if set, still wins).
@@ -33,21 +32,6 @@ def _stdout_console() -> Console:
 # emoji=False: rich would turn ':100:' of a user's '--global-batch 1000:100' into an emoji
 console = _stdout_console()
 error_console = Console(stderr=True, emoji=False)
-
-
-def to_jsonable(value: Any) -> Any:
-    """Convert numpy scalars/arrays and non-finite floats into plain JSON values."""
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [to_jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def print_json(payload: Mapping[str, Any]) -> None:

@@ -83,10 +83,10 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     """Predict one job (its model replaced by ``model`` when given) and put its figures on
     the common footing."""
     from mosaic.arch import count_parameters
-    from mosaic.cli.perf_cmd import prediction_document
     from mosaic.config.job_schema import resolved_job_document
     from mosaic.evaluate.job import load_job_spec, predict_job
     from mosaic.perf.headroom import memory_fit_text
+    from mosaic.report.prediction_document import prediction_document
 
     spec = load_job_spec(path, model=model, default_stack=calibration.stack)
     result = predict_job(spec, calibration)

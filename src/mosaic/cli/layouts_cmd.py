@@ -39,31 +39,26 @@ from mosaic.config.job_schema import (
     JobSpec,
     apply_overrides,
     canonical_job_document,
-    layout_document,
     load_job,
 )
-from mosaic.config.layout import plan_row_document
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import cluster_for, load_job_spec
 from mosaic.hardware import Cluster
 from mosaic.limits import check_range
-from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.calibration import load_calibration
 from mosaic.perf.constraints import rule_text
-from mosaic.perf.coverage import shown_dimension_value, summary_lines
+from mosaic.perf.coverage import shown_dimension_value
 from mosaic.perf.layouts import (
     LayoutSearch,
     search_layouts,
     with_balanced_layouts,
     with_searched_remainder_last_layouts,
 )
-from mosaic.perf.machine import Machine, machine_for, mfu_peak_text, usable_gib
+from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import GIB
-from mosaic.perf.prediction_coverage import assess_plan
-from mosaic.perf.workload import Workload
+from mosaic.report.layout_search_document import search_document
 from mosaic.schema_validation import load_yaml_mapping
 
-PLAN_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard",
-               "micro_batch", "checkpointing", "sequence_parallel")
 TABLE_COLUMNS = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "mbs", "ckpt",
                  "tok/s/GPU", "MFU", "step s", "GiB"]
 LAYOUT_PLACEHOLDER = "parallelism.dp=1"
@@ -110,70 +105,6 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
 
 
 # --- Output --------------------------------------------------------------------------------
-def _plan_fields(search: LayoutSearch, index: int) -> dict[str, Any]:
-    row = plan_row_document(search.plans.row(index))
-    return {name: row[name] for name in PLAN_FIELDS if name in row}
-
-
-def ranked_rows(search: LayoutSearch, top: int, calibration: Calibration,
-                workload: Workload, device_name: str) -> list[dict[str, Any]]:
-    """The best ``top`` plans with their metrics and calibration coverage."""
-    return [{"rank": rank, **_plan_fields(search, int(i)), **search.metrics(int(i)),
-             **layout_document(workload, search.plans.row(int(i))),
-             "coverage": assess_plan(calibration, workload, search.plans, device_name,
-                                     search.prediction, int(i)).to_document()}
-            for rank, i in enumerate(search.ranking[:top], start=1)]
-
-
-
-def out_of_memory_rows(search: LayoutSearch, top: int) -> list[dict[str, Any]]:
-    """The ``top`` plans closest to fitting, with how far over they are."""
-    return [{**_plan_fields(search, int(i)), **search.metrics(int(i)),
-             "overshoot_gib": float(search.prediction.overshoot_bytes[i] / GIB),
-             "reason": search.oom_reason(int(i))}
-            for i in search.out_of_memory()[:top]]
-
-
-def infeasible_document(search: LayoutSearch, top: int, details: bool) -> dict[str, Any]:
-    """Counts of plans out of memory and rejected per rule (and examples with ``details``)."""
-    oom = search.out_of_memory()
-    document: dict[str, Any] = {
-        "out_of_memory": int(oom.size),
-        "min_overshoot_gib": (float(search.prediction.overshoot_bytes[oom[0]] / GIB)
-                              if oom.size else None),
-        "rejected": [{"rule": rule, "plans": count, "example": search.rule_example(rule)}
-                     for rule, count in search.rejected_counts().items()],
-    }
-    if details:
-        document["out_of_memory_plans"] = out_of_memory_rows(search, top)
-        document["rejected_plans"] = [{**plan, "reason": reason}
-                                      for plan, reason in search.rejected_examples(top)]
-    return document
-
-
-def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, top: int,
-                    show_infeasible: bool, calibration: Calibration,
-                    workload: Workload) -> dict[str, Any]:
-    """The JSON document of `mosaic layouts --json`."""
-    best = (assess_plan(calibration, workload, search.plans, machine.device_name,
-                        search.prediction, int(search.ranking[0]),
-                        usable_memory_gib=usable_gib(machine))
-            if search.ranking.size else None)
-    return {
-        "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,
-                     "devices": cluster.n_devices, "description": cluster.description,
-                     "usable_memory_fraction": machine.usable_memory_fraction},
-        "mfu_peak": mfu_peak_text(machine),
-        "n_candidates": search.n_candidates,
-        "n_plans": search.n_plans,
-        "n_feasible": search.n_feasible,
-        "rows": ranked_rows(search, top, calibration, workload, machine.device_name),
-        "infeasible": infeasible_document(search, top, show_infeasible),
-        "calibration": calibration.name,
-        "coverage_summary": [] if best is None else summary_lines(best),
-    }
-
-
 def _sharding_cell(row: dict[str, Any]) -> str:
     if row["sharding"] == "hsdp":
         return f"hsdp/{row['hsdp_shard']}"

@@ -28,7 +28,7 @@ def write_html(document: dict, path: Path | None, kind: str) -> None:
     """`--html FILE` of the plan, perf, layouts, validate and sweep commands."""
     if path is None:
         return
-    from mosaic.cli.common import to_jsonable
+    from mosaic.jsonable import to_jsonable
     from mosaic.report.html import write_report
 
     written = write_report(to_jsonable(document), path, kind)

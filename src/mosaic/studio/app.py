@@ -44,7 +44,7 @@ def _static(name: str) -> str:
 
 
 def _json(payload: Any, status: int = 200) -> Any:
-    from mosaic.cli.common import to_jsonable
+    from mosaic.jsonable import to_jsonable
 
     return Response(json.dumps(to_jsonable(payload)), status_code=status,
                     media_type="application/json")
@@ -239,13 +239,13 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         return predict_response(form)
 
     def predict_response(form: dict[str, str]) -> Any:
-        from mosaic.cli.perf_cmd import prediction_document
         from mosaic.report.html.breakdown import (
             layout_label,
             memory_breakdown_figure,
             step_breakdown_figure,
         )
         from mosaic.report.html.page import figure_json
+        from mosaic.report.prediction_document import prediction_document
 
         start = time.perf_counter()
         job, result = predict_form(form, job_document, calibration)
@@ -266,9 +266,9 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
 
     @app.post("/api/compare")
     async def compare(request: Request) -> Any:
-        from mosaic.cli.perf_cmd import prediction_document
         from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
         from mosaic.report.html.page import figure_json
+        from mosaic.report.prediction_document import prediction_document
 
         try:
             body = parse_json(await request.body() or b"{}", "request body")
@@ -299,7 +299,6 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         return layouts_response(form)
 
     def layouts_response(form: dict[str, str]) -> Any:
-        from mosaic.cli.layouts_cmd import out_of_memory_rows, search_document
         from mosaic.evaluate.job import cluster_for
         from mosaic.perf.layouts import (
             LayoutLimits,
@@ -307,6 +306,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             with_searched_remainder_last_layouts,
         )
         from mosaic.perf.machine import machine_for
+        from mosaic.report.layout_search_document import out_of_memory_rows, search_document
 
         # the layout fields are searched: the job's own dp and pipeline layout (one pp·vpp
         # split) go, as `mosaic layouts` sets them aside (a trial: every exported plan,

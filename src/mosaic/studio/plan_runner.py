@@ -261,7 +261,7 @@ class PlanRunner:
     def _search(self, job: PlanJob, envelope: Any, space: Any, limits: Any
                 ) -> dict[str, Any]:
         """The library calls `mosaic plan --json` makes, with this job's progress hook."""
-        from mosaic.cli.common import to_jsonable
+        from mosaic.jsonable import to_jsonable
         from mosaic.law import default_law
         from mosaic.plan.cost import run_cost
         from mosaic.plan.search import search
