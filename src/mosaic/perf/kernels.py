@@ -296,6 +296,14 @@ def fp8_attention_efficiency(efficiency: AttentionEfficiency, lane_speedup: floa
                    head_dim_half=efficiency.head_dim_half * lane_speedup)
 
 
+# FlashAttention-2's backward does 2.5x its forward's FLOPs: five matmuls against two, the
+# recompute of QK^T included (Dao 2023, Sec. 4.1 FLOP count)
+FLASH_BACKWARD_TO_FORWARD_FLOPS = 2.5
+# forward: QK^T and PV, 2 FLOPs per multiply-add each; a causal mask halves the pairs
+FLASH_FORWARD_FLOPS_PER_PAIR_DIM = 4.0
+CAUSAL_PAIR_FRACTION = 0.5
+
+
 def flash_attention_flops(batch: npt.ArrayLike, heads: npt.ArrayLike, seq_q: npt.ArrayLike,
                           seq_kv: npt.ArrayLike, head_dim: npt.ArrayLike,
                           causal: npt.ArrayLike, backward: bool = False) -> np.ndarray:
@@ -303,10 +311,11 @@ def flash_attention_flops(batch: npt.ArrayLike, heads: npt.ArrayLike, seq_q: npt
     backward 2.5x forward (FlashAttention-2, Dao 2023, Sec. 4.1 FLOP count: five matmuls
     vs two, the recompute of QK^T included). ``heads`` are the query heads on this GPU
     (GQA does not change the FLOPs)."""
-    fwd = 4.0 * np.asarray(batch, float) * np.asarray(heads, float) * np.asarray(
-        seq_q, float) * np.asarray(seq_kv, float) * np.asarray(head_dim, float)
-    fwd = fwd * np.where(np.asarray(causal, dtype=bool), 0.5, 1.0)
-    return fwd * (2.5 if backward else 1.0)
+    fwd = FLASH_FORWARD_FLOPS_PER_PAIR_DIM * np.asarray(batch, float) * np.asarray(
+        heads, float) * np.asarray(seq_q, float) * np.asarray(seq_kv, float) * np.asarray(
+        head_dim, float)
+    fwd = fwd * np.where(np.asarray(causal, dtype=bool), CAUSAL_PAIR_FRACTION, 1.0)
+    return fwd * (FLASH_BACKWARD_TO_FORWARD_FLOPS if backward else 1.0)
 
 
 def flash_attention_time_s(batch: npt.ArrayLike, heads: npt.ArrayLike, seq_q: npt.ArrayLike,

@@ -37,7 +37,11 @@ from mosaic.arch import (
     lm_head_flops_per_token,
 )
 from mosaic.arch.counts import hybrid_mixer_parameters
-from mosaic.arch.flops import sequence_mixing_flops_per_token
+from mosaic.arch.flops import (
+    TRAIN_TO_FORWARD_FLOPS,
+    model_flops_per_token,
+    sequence_mixing_flops_per_token,
+)
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
@@ -381,7 +385,8 @@ def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlan
                        machine.hbm_bw_bytes_per_s, machine.sm_count, params=machine.gemm_params)
     cross_entropy = streaming_time_s(tokens * vocab_shard * CROSS_ENTROPY_BYTES_PER_LOGIT,
                                      machine.hbm_bw_bytes_per_s)
-    t_last = (1 + geometry.mtp_layers) * (3 * head + cross_entropy)
+    # the LM head's forward GEMM and its two backward ones
+    t_last = (1 + geometry.mtp_layers) * (TRAIN_TO_FORWARD_FLOPS * head + cross_entropy)
     t_first = streaming_time_s(tokens * geometry.d_model * EMBEDDING_BYTES_PER_TOKEN_PER_D,
                                machine.hbm_bw_bytes_per_s)
     t_mtp = (_mtp_module_extra_s(machine, workload, plans, tokens, t_first)
@@ -398,7 +403,7 @@ def _mtp_module_extra_s(machine: Machine, workload: Workload, plans: ParallelPla
     precision; forward and two backward GEMMs)."""
     d_model = workload.geometry.d_model
     projection = gemm_s(machine, workload, tokens, d_model / plans.tp, 2 * d_model)
-    return embedding_s + 3 * projection
+    return embedding_s + TRAIN_TO_FORWARD_FLOPS * projection
 
 
 def vocab_stage_s(t_first: np.ndarray, t_last: np.ndarray, n_mb: np.ndarray,
@@ -1079,13 +1084,14 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     tokens = workload.tokens_per_step
     counts = count_parameters(geometry)
     cluster_peak = machine.mfu_peak_flops_per_s * machine.n_devices
-    model_flops = 6.0 * counts.n_active * tokens
+    model_flops = model_flops_per_token(counts) * tokens
     attention_flops = sequence_mixing_flops_per_token(geometry, workload.seq_len) * tokens
     recompute_share = np.where(plans.checkpointing == Checkpointing.FULL,
-                               workload.checkpointed_block_fraction / 3, 0.0)
+                               workload.checkpointed_block_fraction / TRAIN_TO_FORWARD_FLOPS, 0.0)
     if workload.traits.selective_recompute is SelectiveRecompute.BLOCKS:  # f of the blocks
         recompute_share = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
-                                   workload.checkpointed_block_fraction / 3, recompute_share)
+                                   workload.checkpointed_block_fraction / TRAIN_TO_FORWARD_FLOPS,
+                                   recompute_share)
     selective_recompute_flops = np.where(plans.checkpointing == Checkpointing.SELECTIVE,
                                          selective_recompute_flops_per_token(workload)
                                          * tokens, 0.0)
