@@ -313,7 +313,9 @@ def fit(
             save_samples(LawSamples.from_bootstrap(result), samples_out)
             payload["samples_file"] = str(samples_out)
     if scan:
-        scanned = identifiability_scan(validated.fit, n_restarts=scan, seed=seed + 1)
+        with progress_reporter(as_json) as bar:
+            scanned = identifiability_scan(validated.fit, n_restarts=scan, seed=seed + 1,
+                                           progress=bar("identifiability scan refits"))
         payload["identifiability"] = {
             name: {"verdict": scanned.verdicts[name], "relative_spread": float(spread)}
             for name, spread in zip(scanned.params, scanned.relative_spread, strict=True)

@@ -195,15 +195,21 @@ def identifiability_scan(
     seed: int = 1,
     objective_tolerance: float = 1e-3,
     spread_threshold: float = 0.05,
+    progress: Callable[[int, int], None] | None = None,
 ) -> IdentifiabilityResult:
     """Refit from ``n_restarts`` fresh spread starts; a coefficient is "identified" when its
     relative spread over restarts within ``objective_tolerance`` of the best objective is at
-    most ``spread_threshold``, else "ridge" (App. B.2)."""
+    most ``spread_threshold``, else "ridge" (App. B.2). ``progress(done, total)`` is called
+    after each refit."""
     if n_restarts < 1:
         raise MosaicInputError(f"restarts must be a positive integer, got {n_restarts}")
     objective = fit.objective_function()
     bounds = fit.log_bounds()
-    refits = [polish(objective, s, bounds) for s in spread_starts(fit.form, n_restarts, seed)]
+    refits = []
+    for start in spread_starts(fit.form, n_restarts, seed):
+        refits.append(polish(objective, start, bounds))
+        if progress is not None:
+            progress(len(refits), n_restarts)
     log_coefs = np.array([fit.log_coefs] + [x for x, _ in refits])
     objectives = np.array([fit.objective] + [f for _, f in refits])
     best = objectives.min()
