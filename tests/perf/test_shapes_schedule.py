@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mosaic.arch import Geometry, MoEConfig
-from mosaic.perf.memory import moe_block_activation_bytes
+from mosaic.perf.memory import attention_activation_bytes, moe_block_activation_bytes
 from mosaic.perf.plan import single_plan
 from mosaic.perf.schedule import derive_schedule
 from mosaic.perf.shapes import derive_shapes
@@ -169,3 +169,15 @@ def test_kv_heads_fewer_than_tp_are_replicated_in_both_models() -> None:
     assert gemm_s(2) == pytest.approx(gemm_s(4), rel=1e-12)
     assert gemm_s(1) == pytest.approx(gemm_s(4), rel=1e-12)  # one KV head, whole on each
     assert gemm_s(8) > gemm_s(4)  # 8 KV heads over 4 ranks: 2·256 wide
+
+    def saved_bytes(kv_heads: int) -> float:
+        model = Geometry(layers=2, d_model=4096, heads=32, kv_heads=kv_heads, head_dim=128,
+                         ffn=8192, vocab=1000)
+        workload = Workload(model, global_batch=8, seq_len=4096)
+        return float(attention_activation_bytes(workload, single_plan(tp=4))[0])
+
+    # the memory model keeps the same K/V width per rank: 2 heads at tp 4 save what 4 do,
+    # 8 heads (2 per rank) save one more K and V head: 2·128 bf16 values per token, 4096
+    # tokens per rank
+    assert saved_bytes(2) == saved_bytes(4) == saved_bytes(1)
+    assert saved_bytes(8) - saved_bytes(4) == pytest.approx(4096 * 2 * 128 * 2)

@@ -104,12 +104,13 @@ CASES = [
      {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n1e9,1e8,1e10,4,2.5\n"}, 2,
      "run(s)"),
     # an unknown bootstrap method is refused before the fit, so no fit warning precedes
-    # the error line (fuzz seed 46)
+    # the error line (fuzz seed 46); 16 runs, enough for the joint form's fit to start
     ("law-bootstrap-method-bogus", ["law", "fit", "{dir}/r.csv", "--bootstrap", "3",
                                     "--bootstrap-method", "bogus", "--json"],
      {"r.csv": b"n_total,n_active,tokens,split_factor,loss\n" + b"".join(
-         f"{n:g},{n / 10:g},{t:g},4,{1.8 + 1e9 / n / 10 + 1e10 / t / 10:.4f}\n".encode()
-         for n in (1e8, 1e9, 1e10) for t in (1e9, 1e10, 1e11))}, 2,
+         f"{n:g},{n / s:g},{t:g},4,{1.8 + 1e9 / n / 10 + 1e10 / t / 10 + s / 100:.4f}\n"
+         .encode() for n in (1e8, 1e9, 1e10, 1e11) for t in (1e9, 1e10) for s in (4, 16))},
+     2,
      "bootstrap method must be 'wild' or 'case'"),
     ("law-no-split-factor", ["law", "fit", "{dir}/r.csv", "--json"],
      {"r.csv": b"n_total,tokens,loss\n1e9,1e10,2.5\n"}, 2, "needs column(s)"),

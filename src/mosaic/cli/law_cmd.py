@@ -226,7 +226,8 @@ def fit(
         int, typer.Option("--bootstrap", help="Bootstrap resamples for intervals (0: none).")
     ] = 0,
     method: Annotated[
-        str, typer.Option("--bootstrap-method", help="'wild' (App. B.2) or 'case'.")
+        str, typer.Option("--bootstrap-method", help=(
+            "'wild' (App. B.2) or 'case'; checked before the fit, even without --bootstrap."))
     ] = "wild",
     seed: Annotated[int, typer.Option("--seed", help="Seed of starts and bootstrap.")] = 0,
     starts: Annotated[

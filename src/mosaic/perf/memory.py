@@ -465,15 +465,20 @@ def optimizer_update_bytes(workload: Workload, params: StageParameters, plans: P
                            ) -> np.ndarray:
     """HBM bytes one optimizer step streams on a GPU, from the same states this module
     holds: the moments and fp32 main parameters read and written, the local gradient shard
-    read, the bf16 parameters written (read and written too where they are the optimizer's
-    own copy, with no main parameters). fp32 Adam: 2·(8 + 4) + 4 + 2 = 30 B per local
-    parameter; the dtype settings, Muon's AdamW embedding and head, and HSDP's shard group
-    follow from :func:`optimizer_state_bytes` and :func:`master_weight_bytes`."""
+    read at its stored width (:func:`stored_gradient_bytes`), and the bf16 parameters
+    written where a bf16 copy is resident (:func:`holds_bf16_weight_copy`; read and
+    written too where they are the optimizer's own copy, with no main parameters).
+    fp32 Adam: 2·(8 + 4) + 4 + 2 = 30 B per local parameter; torch FSDP's fp32 shards
+    (no bf16 copy at rest) 28 B; bf16 parameters stepped in place with bf16 gradients
+    2·4 + 2 + 2·2 = 14 B. Megatron's distributed optimizer without the precision-aware
+    path also copies bf16 gradients into an fp32 ``main_param.grad`` (optimizer.py
+    ``_copy_model_grads_to_main_grads``); no stack trait records that path, so its
+    extra read and write are not counted."""
     local = _sharded_params(params, plans, _STATES_SHARDED)
     master = master_weight_bytes(workload, params, plans)
-    weight_passes = np.where(master > 0, 1.0, 2.0)
+    weight_passes = np.where(master > 0, 1.0, 2.0) * holds_bf16_weight_copy(workload, plans)
     return (2 * (optimizer_state_bytes(workload, params, plans) + master)
-            + local * (gradient_bytes_per_param(workload)
+            + local * (stored_gradient_bytes(workload, plans)
                        + weight_passes * WEIGHT_BYTES_PER_PARAM))
 
 
@@ -509,7 +514,7 @@ def deepspeed_zero(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return plans.sharding != Sharding.NONE
 
 
-def _stored_gradient_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+def stored_gradient_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Bytes per element of the gradients kept between micro-batches, per plan:
     :func:`stored_gradient_bytes_per_param`, except under DeepSpeed ZeRO, whose gradient
     partitions are in the model dtype (DEEPSPEED_ZERO_GRADIENT_BYTES_PER_PARAM)."""
@@ -536,11 +541,17 @@ def weight_bytes(workload: Workload, params: StageParameters, plans: ParallelPla
                           workload.resident_gemm_weight_bytes)
     resident = (gemm_bytes * (params.dense / dense_divisor + params.expert / expert_divisor)
                 + WEIGHT_BYTES_PER_PARAM * (params.replicated + params.vocab) / dense_divisor)
+    return np.where(holds_bf16_weight_copy(workload, plans), resident, 0.0)
+
+
+def holds_bf16_weight_copy(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Which plans keep the bf16 weights resident between steps: all but fully sharded
+    plans on a stack with fp32 shards (trait ``fsdp_shard_storage``) and fp32 parameters,
+    whose bf16 units exist only while gathered (see :func:`weight_bytes`)."""
     if (workload.traits.fsdp_shard_storage is FsdpShardStorage.FP32
             and workload.optimizer_dtype is OptimizerDtype.FP32):
-        fully_sharded = _sharding_in(plans.sharding, _FULLY_SHARDED)
-        resident = np.where(fully_sharded, 0.0, resident)
-    return resident
+        return ~_sharding_in(plans.sharding, _FULLY_SHARDED)
+    return np.ones(len(plans), dtype=bool)
 
 
 # --- Activations -------------------------------------------------------------------------
@@ -1224,7 +1235,7 @@ def parameter_state_bytes(workload: Workload, plans: ParallelPlans, stage: Stage
     params = rank_parameters(workload, plans, stage)
     return {
         "weights": weight_bytes(workload, params, plans),
-        "gradients": _stored_gradient_bytes(workload, plans)
+        "gradients": stored_gradient_bytes(workload, plans)
         * _sharded_params(params, plans, _GRADIENTS_SHARDED),
         "optimizer_states": optimizer_state_bytes(workload, params, plans),
         "master_weights": master_weight_bytes(workload, params, plans),

@@ -116,7 +116,8 @@ from mosaic.stacks import SelectiveRecompute
 MUON_ITERATIONS = 5
 # The Newton-Schulz GEMMs run at half the large-GEMM rate: an assumption, not a measurement
 # (each iteration chains small square products on one matrix at a time; no public trace of
-# their rate was found); the Appendix E job's optimizer term is 0.1% of its step.
+# their rate was found); the Appendix E job's optimizer term is 0.05% of its step (21 ms of
+# 41.3 s, `mosaic perf examples/appendix_e.yaml`).
 NEWTON_SCHULZ_GEMM_RATE_FRACTION = 0.5
 # Fused cross-entropy over fp32-upcast logits streams ~18 B per logit forward + backward
 # (read bf16 logits 2, write fp32 4, softmax read/write 8, gradient write 4): Megatron-Core
