@@ -12,3 +12,8 @@ class MosaicInputError(ValueError):
 class MosaicWarning(UserWarning):
     """Something the user should know that does not stop the command; the CLI prints its
     words alone (another library's warnings keep their category and source line)."""
+
+
+class MosaicNote(MosaicWarning):
+    """Context the user should have about the result (a release outside the encoded
+    recipes, settings a plan leaves out); the CLI prints it as a ``note:`` line."""

@@ -307,3 +307,17 @@ def test_the_resume_hint_follows_the_command_words(monkeypatch, capsys, argv, re
     with pytest.raises(SystemExit):
         cli_main._interrupted()
     assert ("resume from the last checkpoint" in capsys.readouterr().err) == resumes
+
+
+def test_a_note_prints_as_a_note_line_and_a_warning_as_a_warning_line(capsys) -> None:
+    """The library says what a plan leaves out with MosaicNote (plan.inputs); the CLI's
+    warning handler prints it as `note:` and other mosaic warnings as `warning:`."""
+    from mosaic.cli import warning_lines
+    from mosaic.errors import MosaicNote, MosaicWarning
+
+    warning_lines.reset()
+    warning_lines.warning_line(MosaicNote("recipes also set routing"), MosaicNote, "x.py", 1)
+    warning_lines.warning_line(MosaicWarning("slow"), MosaicWarning, "x.py", 2)
+    warning_lines.flush(0)
+    assert capsys.readouterr().err.splitlines() == ["note: recipes also set routing",
+                                                    "warning: slow"]

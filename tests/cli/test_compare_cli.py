@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from mosaic.arch import count_parameters
 from mosaic.cli.main import app
-from mosaic.cli.model_option import load_model_file
 from mosaic.config.job_schema import load_job
+from mosaic.config.model_file import load_model_file
 from mosaic.law import default_law
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -59,7 +59,7 @@ def test_a_job_file_takes_its_stacks_dispatcher_on_its_systems_gpu():
 
 
 def test_a_plan_on_a_stack_with_a_dispatcher_default_takes_it_unless_told():
-    from mosaic.cli.plan_cmd import build_inputs
+    from mosaic.plan.inputs import build_inputs
 
     common = dict(gpu="B200", system=None, nodes=2, gpus_per_node=None, days=10.0,
                   goodput=None, mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,

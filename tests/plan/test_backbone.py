@@ -13,7 +13,7 @@ from mosaic.arch import AttentionKind, count_parameters
 from mosaic.arch.backbone import backbone_variant
 from mosaic.arch.hf_import import geometry_from_hf_config, load_hf_config
 from mosaic.cli.main import app
-from mosaic.cli.model_option import load_model_file
+from mosaic.config.model_file import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import spec_from_plan_document
 from mosaic.perf.layouts import LayoutLimits

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from mosaic.cli.common import parse_count
 from mosaic.cli.main import app
 from mosaic.errors import MosaicInputError
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import DollarBudget, SearchSpace
+from mosaic.text_values import parse_count
 
 runner = CliRunner()
 SMALL = ["--nodes", "1", "--days", "2", "--q", "4,6", "--experts", "8,16,32", "--top-k", "1,2",

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
+from mosaic.errors import MosaicNote
 
 runner = CliRunner()
 SMALL = ["--nodes", "1", "--days", "2", "--q", "4", "--experts", "8,16", "--top-k", "1,2",
@@ -76,9 +77,10 @@ def test_versus_plans_each_stack_under_its_own_memory_headroom() -> None:
     gives holds for both sides."""
     from dataclasses import replace
 
-    from mosaic.cli.plan_cmd import build_inputs, versus_envelope
+    from mosaic.cli.plan_cmd import versus_envelope
     from mosaic.perf.calibration import load_calibration
     from mosaic.perf.headroom import memory_headroom
+    from mosaic.plan.inputs import build_inputs
 
     def envelope(fraction):
         return build_inputs(gpu="B200", system=None, nodes=4, gpus_per_node=None, days=2,
@@ -151,12 +153,13 @@ def test_plan_names_the_release_recipe_settings_its_candidates_do_not_take() -> 
     parameters and force-balance the experts (recipes/megatron-bridge.yaml); a plan grid
     carries the workload-wide settings (dispatcher, EP overlap, CUDA graph, parameter
     gathers, gradient-reduce dtype, loss) to every candidate and names the rest (routing)."""
-    result = runner.invoke(app, ["plan", "--gpu", "GB200", "--nodes", "16", "--q", "8",
-                                 "--experts", "8", "--top-k", "1", "--split-factor", "1",
-                                 "--stack", "megatron-bridge", "--stack-version", "26.06",
-                                 "--precision", "mxfp8", "--json"])
+    with pytest.warns(MosaicNote, match="also set") as notes:
+        result = runner.invoke(app, ["plan", "--gpu", "GB200", "--nodes", "16", "--q", "8",
+                                     "--experts", "8", "--top-k", "1", "--split-factor", "1",
+                                     "--stack", "megatron-bridge", "--stack-version", "26.06",
+                                     "--precision", "mxfp8", "--json"])
     assert result.exit_code == 0, result.output
-    note = " ".join(result.stderr.split())
+    note = next(str(n.message) for n in notes if "also set" in str(n.message))
     left_out = note.split("also set ")[1].split(" for every MoE model")[0]
     assert left_out == "routing"
     envelope = json.loads(result.stdout)["envelope"]

@@ -372,7 +372,7 @@ def test_job_file_starts_the_editor_with_its_own_numbers():
 def test_studio_plans_under_the_same_memory_headroom_as_the_cli():
     """The plan form has no headroom field, so it takes the stack's default (90% of HBM for
     modern stacks), as `mosaic plan` does; it used to plan against the whole device."""
-    from mosaic.cli.plan_cmd import build_inputs
+    from mosaic.plan.inputs import build_inputs
     from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
 
     envelope, _, _ = validate_plan_form(dict(DEFAULT_PLAN_FORM))
@@ -479,7 +479,7 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     """The plan form had no stack or precision (a studio opened on a Megatron-Bridge job
     planned on megatron-core) and ignored misspelt fields (a trial): the form carries both,
     seeded from the job, as `mosaic plan --stack --precision` builds its envelope."""
-    from mosaic.cli.plan_cmd import build_inputs
+    from mosaic.plan.inputs import build_inputs
     from mosaic.studio.app import options_document
     from mosaic.studio.jobs import FormError
     from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form

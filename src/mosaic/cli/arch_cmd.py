@@ -26,7 +26,7 @@ from mosaic.arch import (
 from mosaic.arch.hf_import import is_hf_config_file
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, expert_width
 from mosaic.cli.common import JsonFlag, guarded, print_json, print_key_value_table, print_table
-from mosaic.cli.model_option import load_model_file
+from mosaic.config.model_file import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_range
 from mosaic.schema_validation import load_yaml_mapping

@@ -19,12 +19,12 @@ from mosaic.cli.common import (
     SetOption,
     error_console,
     guarded,
-    parse_ints,
     print_json,
     print_table,
 )
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import prepare_output_dir
+from mosaic.text_values import parse_ints
 
 HELP = "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."
 bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,

@@ -20,7 +20,7 @@ from mosaic.cli.common import (
     print_table,
     to_jsonable,
 )
-from mosaic.cli.model_option import load_model_file
+from mosaic.config.model_file import load_model_file
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.extrapolation import (

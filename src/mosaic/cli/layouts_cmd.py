@@ -30,7 +30,6 @@ from mosaic.cli.layout_options import (
     ShardingModes,
     Tp,
     Vpp,
-    layout_limits,
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.progress import progress_reporter
@@ -56,6 +55,7 @@ from mosaic.perf.layouts import (
 )
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import GIB
+from mosaic.plan.inputs import layout_limits
 from mosaic.report.layout_search_document import search_document
 from mosaic.schema_validation import load_yaml_mapping
 

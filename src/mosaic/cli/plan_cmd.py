@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from mosaic.arch.backbone import backbone_split_factor
 from mosaic.cli import plan_render as render
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
@@ -21,9 +20,6 @@ from mosaic.cli.common import (
     JsonFlag,
     error_console,
     guarded,
-    parse_count,
-    parse_floats,
-    parse_ints,
     print_json,
     print_key_value_table,
 )
@@ -37,27 +33,15 @@ from mosaic.cli.layout_options import (
     ShardingModes,
     Tp,
     Vpp,
-    layout_limits,
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError, MosaicWarning
-from mosaic.hardware.default_systems import resolve_system
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
-from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.perf.workload import (
-    FP4_RECIPES,
-    FP8_RECIPES,
-    Precision,
-    job_precision_name,
-    precision_lane,
-    stated_fp8_recipe,
-)
 from mosaic.plan.analysis import (
     compare_model_flops,
     flop_cost_profile,
@@ -71,24 +55,17 @@ from mosaic.plan.batch import (
 )
 from mosaic.plan.cost import cheapest_plan, check_target_reachable, run_cost
 from mosaic.plan.envelope import (
-    DEFAULT_STACK,
-    ENVELOPE_RECIPE_SETTINGS,
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
-    TABLE3_LAYOUT_LIMITS,
     TABLE3_NODES,
     TABLE3_S_MIN,
     TABLE3_SEQ_LEN,
-    TABLE3_SPLIT,
-    TABLE3_TOP_K,
-    TABLE3_TPP,
     DollarBudget,
     Envelope,
     SearchSpace,
     planning_stack,
-    with_gpus_per_node,
 )
-from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
+from mosaic.plan.inputs import TABLE3_TPP_TEXT, build_inputs, plan_limits
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, check_layout_limits, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
@@ -100,7 +77,7 @@ from mosaic.report.plan_result import (
     plan_result_document,
 )
 from mosaic.report.stack_comparison import stack_comparison_document
-from mosaic.stacks.registry import check_release
+from mosaic.text_values import parse_floats, parse_ints
 
 SWEEP_DAYS = "10,20,30,40"  # Sec. 7.4, Fig. 11a (32 nodes)
 SWEEP_NODES = "16,32,64,128"  # Sec. 7.4, Fig. 11b (30 days)
@@ -109,36 +86,6 @@ DEFAULT_TOP = 10
 
 sweep_app = typer.Typer(name="sweep", no_args_is_help=True,
                         help="Budget sweeps of the MOSAIC optimum (paper Sec. 7.4, Fig. 11).")
-
-
-# --- Option parsing ------------------------------------------------------------------------
-def parse_tpp(text: str) -> tuple[float, float]:
-    """'40:150' -> (40.0, 150.0)."""
-    parts = text.split(":")
-    try:
-        low, high = (float(p) for p in parts)
-    except ValueError:
-        raise MosaicInputError(f"--tpp must be MIN:MAX tokens per active parameter, e.g. "
-                               f"40:150, got {text!r}") from None
-    return low, high
-
-
-def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
-                  checkpoint_s: float | None, restart_s: float) -> Goodput:
-    """--goodput X, or --mtbf-gpu-hours H with --checkpoint-s S (Young-Daly)."""
-    if mtbf_gpu_hours is None and checkpoint_s is None:
-        if restart_s:  # it enters only the Young-Daly model: say so, rather than drop it
-            raise MosaicInputError("--restart-s enters the Young-Daly goodput: give it with "
-                                   "--mtbf-gpu-hours and --checkpoint-s")
-        return ConstantGoodput(1.0 if goodput is None else goodput)
-    if goodput is not None:
-        raise MosaicInputError("give either --goodput or --mtbf-gpu-hours/--checkpoint-s, "
-                               "not both")
-    if mtbf_gpu_hours is None or checkpoint_s is None:
-        raise MosaicInputError("the Young-Daly goodput needs both --mtbf-gpu-hours and "
-                               "--checkpoint-s")
-    check_range("--mtbf-gpu-hours", mtbf_gpu_hours, "hours")  # as typed, before conversion
-    return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
 
 
 # --- Shared options --------------------------------------------------------------------------
@@ -248,125 +195,6 @@ BudgetUsd = Annotated[float | None, typer.Option(
 PlanMbs = Annotated[str | None, typer.Option(
     "--mbs", help="Micro-batch sizes the layout search tries (default Table 3's 1,2,4).")]
 
-TABLE3_Q_TEXT = "8,10,12,14,16,18"
-TABLE3_EXPERTS_TEXT = "4,6,8,16,24,32,48,96,128,192,256,384,512"
-TABLE3_TOP_K_TEXT = ",".join(map(str, TABLE3_TOP_K))
-TABLE3_SPLIT_TEXT = ",".join(map(str, TABLE3_SPLIT))
-TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
-
-
-# --precision names: the GEMM lanes and the FP8 recipes that name one (fp8-cs -> current, ...)
-PRECISION_NAMES = (*(p.value for p in Precision), *FP8_RECIPES, *FP4_RECIPES)
-
-
-def build_inputs(
-    *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
-    days: float, goodput: float | None, mtbf_gpu_hours: float | None,
-    checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
-    memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
-    split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
-    precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
-    layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
-    balanced_pipeline: bool = False, max_total_params: str | None = None,
-    max_active_params: str | None = None, s_max: float | None = None,
-    unique_tokens: str | None = None,
-) -> tuple[Envelope, SearchSpace]:
-    """Validate the shared options into an envelope and a search space."""
-    if precision not in PRECISION_NAMES:
-        raise MosaicInputError(f"--precision {precision!r}: allowed values are "
-                               f"{', '.join(PRECISION_NAMES)}")
-    precision = job_precision_name(precision)  # plain fp4 names NVFP4, as recipes spell it
-    node_type = resolve_system(gpu, system)
-    if gpus_per_node is not None:
-        node_type = with_gpus_per_node(node_type, gpus_per_node)
-    recipe_dispatcher: str | None = None
-    settings: dict[str, Any] = {}
-    if stack_version is not None:
-        check_release(stack_version, "--stack-version")
-        recipe_dispatcher, settings, left_out = grid_recipe_defaults(
-            stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
-        outside = release_outside_recipes(stack, stack_version)
-        if outside is not None:
-            error_console.print(f"note: {outside}", markup=False, highlight=False)
-        if left_out:
-            error_console.print(
-                f"note: {stack} {stack_version}'s recipes also set {', '.join(left_out)} for "
-                "every MoE model; the plan's candidates run without them (a plan carries "
-                f"the dispatcher, {', '.join(ENVELOPE_RECIPE_SETTINGS)})",
-                markup=False, highlight=False)
-    if dispatcher is None:
-        dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
-    envelope = Envelope(
-        system=node_type, n_nodes=nodes, days=days,
-        goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
-        global_batch=global_batch, seq_len=seq_len, stack=stack,
-        precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
-        dispatcher=dispatcher,
-        headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
-        stack_version=stack_version, balanced_pipeline=balanced_pipeline, **settings,
-    )
-    tpp_min, tpp_max = parse_tpp(tpp)
-    axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,
-                     layers=layers, d_model=d_model)
-    space = SearchSpace(
-        **axes, s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max, s_max=s_max,
-        max_total_params=(None if max_total_params is None
-                          else parse_count("--max-total-params", max_total_params)),
-        max_active_params=(None if max_active_params is None
-                           else parse_count("--max-active-params", max_active_params)),
-        unique_tokens=(None if unique_tokens is None
-                       else parse_count("--unique-tokens", unique_tokens)))
-    space.enumerate()  # an empty grid fails here, before any hardware work
-    return envelope, space
-
-
-def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
-              top_k: str | None, split_factor: str | None, layers: str | None,
-              d_model: str | None) -> dict[str, Any]:
-    """The grid's axes: the ladder's (Table 3 defaults), or a backbone's (its own values)."""
-    if backbone_file is None:
-        if layers is not None or d_model is not None:
-            raise MosaicInputError("--layers and --d-model vary a --backbone; the ladder's "
-                                   "depth and width come from --q")
-        def axis(flag: str, text: str | None, table3: str) -> tuple[int, ...]:
-            return parse_ints(flag, table3 if text is None else text)
-
-        return {"q": axis("--q", q, TABLE3_Q_TEXT),
-                "experts": axis("--experts", experts, TABLE3_EXPERTS_TEXT),
-                "top_k": axis("--top-k", top_k, TABLE3_TOP_K_TEXT),
-                "split_factor": axis("--split-factor", split_factor, TABLE3_SPLIT_TEXT)}
-    if q is not None:
-        raise MosaicInputError("--q picks ladder rungs; with --backbone vary depth and width "
-                               "with --layers and --d-model")
-    from mosaic.cli.model_option import load_model_file  # YAML/JSON parsing only when used
-
-    if not backbone_file.is_file():
-        raise MosaicInputError(f"--backbone {backbone_file}: no such file (give a HuggingFace "
-                               f"config.json or a mosaic model YAML)")
-    geometry = load_model_file(backbone_file)
-    if geometry.is_hybrid:
-        raise MosaicInputError(f"{backbone_file}: a hybrid SSM/attention backbone "
-                               "(model.hybrid_pattern) cannot be planned: the scaling law and "
-                               "the geometry grid are the paper's transformers")
-    own = geometry.moe
-    if own is None and (experts is None or top_k is None):
-        raise MosaicInputError(f"{backbone_file}: a dense backbone needs --experts and --top-k "
-                               f"(the MoE axes to search)")
-
-    def values(flag: str, text: str | None, default: int) -> tuple[int, ...]:
-        return parse_ints(flag, text) if text is not None else (default,)
-
-    return {
-        "backbone": geometry,
-        "experts": values("--experts", experts, own.experts if own else 0),
-        "top_k": values("--top-k", top_k, own.top_k if own else 0),
-        "split_factor": (parse_ints("--split-factor", split_factor)
-                         if split_factor is not None else (backbone_split_factor(geometry),)),
-        "layers": values("--layers", layers, geometry.layers),
-        "d_model": values("--d-model", d_model, geometry.d_model),
-    }
-
-
 def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
     law = default_law() if law_file is None else ScalingLaw.load(law_file)
@@ -433,14 +261,6 @@ def _dollar_budget(budget_usd: float | None, price_per_gpu_hour: float | None,
         raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
                                "GPU-hour turns dollars into a training window)")
     return DollarBudget(budget_usd, price_per_gpu_hour)
-
-
-def plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
-    """The layout options as the search's limits (micro-batches default to Table 3's),
-    refused before any search when the envelope's stack cannot run them."""
-    limits = layout_limits(default_micro_batches=TABLE3_LAYOUT_LIMITS.micro_batches, **options)
-    check_layout_limits(envelope, space, limits)
-    return limits
 
 
 # --- mosaic plan ---------------------------------------------------------------------------

@@ -12,6 +12,8 @@ import os
 import sys
 from typing import Any
 
+from mosaic.errors import MosaicNote
+
 _held: list[str] = []
 _released = False
 
@@ -24,7 +26,9 @@ def warning_line(message: Warning | str, category: type[Warning], filename: str,
                  lineno: int, file: Any = None, line: str | None = None) -> None:
     """``warnings.showwarning`` for the CLI: mosaic's own warnings in its words alone,
     another library's with where it came from (for a report)."""
-    if category.__module__.startswith("mosaic."):
+    if issubclass(category, MosaicNote):
+        text = f"note: {message}"
+    elif category.__module__.startswith("mosaic."):
         text = f"warning: {message}"
     else:
         text = f"warning: {category.__name__}: {message} ({os.path.basename(filename)}:{lineno})"

@@ -103,7 +103,7 @@ def plan_field_of(message: str, keys: set[str]) -> str:
 def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
     """(Envelope, SearchSpace, LayoutLimits) of a plan form, or FormError naming the
     fields."""
-    from mosaic.cli.plan_cmd import build_inputs, plan_limits
+    from mosaic.plan.inputs import build_inputs, plan_limits
     from mosaic.stacks.registry import get_stack
 
     unknown = sorted(k for k in form if k not in DEFAULT_PLAN_FORM)

@@ -1,0 +1,233 @@
+"""The planner's inputs as typed text (`mosaic plan`'s and `mosaic sweep`'s options, the
+studio's plan form): validated into an :class:`~mosaic.plan.envelope.Envelope`, a
+:class:`~mosaic.plan.envelope.SearchSpace` and the layout search's limits, each bad value
+refused in one line that names the option. One definition for both front ends, so a form
+and a command line mean the same plan."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mosaic.arch.backbone import backbone_split_factor
+from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
+from mosaic.errors import MosaicInputError, MosaicNote
+from mosaic.hardware.default_systems import resolve_system
+from mosaic.limits import check_range
+from mosaic.perf.headroom import memory_headroom
+from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.workload import (
+    FP4_RECIPES,
+    FP8_RECIPES,
+    Precision,
+    job_precision_name,
+    precision_lane,
+    stated_fp8_recipe,
+)
+from mosaic.plan.envelope import (
+    DEFAULT_STACK,
+    ENVELOPE_RECIPE_SETTINGS,
+    TABLE3_LAYOUT_LIMITS,
+    TABLE3_SPLIT,
+    TABLE3_TOP_K,
+    TABLE3_TPP,
+    Envelope,
+    SearchSpace,
+    with_gpus_per_node,
+)
+from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
+from mosaic.plan.search import check_layout_limits
+from mosaic.stacks.registry import check_release
+from mosaic.text_values import parse_count, parse_ints
+
+TABLE3_Q_TEXT = "8,10,12,14,16,18"
+TABLE3_EXPERTS_TEXT = "4,6,8,16,24,32,48,96,128,192,256,384,512"
+TABLE3_TOP_K_TEXT = ",".join(map(str, TABLE3_TOP_K))
+TABLE3_SPLIT_TEXT = ",".join(map(str, TABLE3_SPLIT))
+TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
+
+
+# --precision names: the GEMM lanes and the FP8 recipes that name one (fp8-cs -> current, ...)
+PRECISION_NAMES = (*(p.value for p in Precision), *FP8_RECIPES, *FP4_RECIPES)
+
+# --- Option parsing ------------------------------------------------------------------------
+def parse_tpp(text: str) -> tuple[float, float]:
+    """'40:150' -> (40.0, 150.0)."""
+    parts = text.split(":")
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise MosaicInputError(f"--tpp must be MIN:MAX tokens per active parameter, e.g. "
+                               f"40:150, got {text!r}") from None
+    return low, high
+
+
+def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
+                  checkpoint_s: float | None, restart_s: float) -> Goodput:
+    """--goodput X, or --mtbf-gpu-hours H with --checkpoint-s S (Young-Daly)."""
+    if mtbf_gpu_hours is None and checkpoint_s is None:
+        if restart_s:  # it enters only the Young-Daly model: say so, rather than drop it
+            raise MosaicInputError("--restart-s enters the Young-Daly goodput: give it with "
+                                   "--mtbf-gpu-hours and --checkpoint-s")
+        return ConstantGoodput(1.0 if goodput is None else goodput)
+    if goodput is not None:
+        raise MosaicInputError("give either --goodput or --mtbf-gpu-hours/--checkpoint-s, "
+                               "not both")
+    if mtbf_gpu_hours is None or checkpoint_s is None:
+        raise MosaicInputError("the Young-Daly goodput needs both --mtbf-gpu-hours and "
+                               "--checkpoint-s")
+    check_range("--mtbf-gpu-hours", mtbf_gpu_hours, "hours")  # as typed, before conversion
+    return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
+
+def build_inputs(
+    *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,
+    days: float, goodput: float | None, mtbf_gpu_hours: float | None,
+    checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
+    memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
+    split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
+    precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
+    layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
+    balanced_pipeline: bool = False, max_total_params: str | None = None,
+    max_active_params: str | None = None, s_max: float | None = None,
+    unique_tokens: str | None = None,
+) -> tuple[Envelope, SearchSpace]:
+    """Validate the shared options into an envelope and a search space."""
+    if precision not in PRECISION_NAMES:
+        raise MosaicInputError(f"--precision {precision!r}: allowed values are "
+                               f"{', '.join(PRECISION_NAMES)}")
+    precision = job_precision_name(precision)  # plain fp4 names NVFP4, as recipes spell it
+    node_type = resolve_system(gpu, system)
+    if gpus_per_node is not None:
+        node_type = with_gpus_per_node(node_type, gpus_per_node)
+    recipe_dispatcher: str | None = None
+    settings: dict[str, Any] = {}
+    if stack_version is not None:
+        check_release(stack_version, "--stack-version")
+        recipe_dispatcher, settings, left_out = grid_recipe_defaults(
+            stack, stack_version, node_type.device.name, precision, ENVELOPE_RECIPE_SETTINGS)
+        outside = release_outside_recipes(stack, stack_version)
+        if outside is not None:
+            warnings.warn(outside, MosaicNote, stacklevel=2)
+        if left_out:
+            warnings.warn(
+                f"{stack} {stack_version}'s recipes also set {', '.join(left_out)} for "
+                "every MoE model; the plan's candidates run without them (a plan carries "
+                f"the dispatcher, {', '.join(ENVELOPE_RECIPE_SETTINGS)})",
+                MosaicNote, stacklevel=2)
+    if dispatcher is None:
+        dispatcher = dispatcher_for(recipe_dispatcher, stack, node_type.device.name, True, [])
+    envelope = Envelope(
+        system=node_type, n_nodes=nodes, days=days,
+        goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
+        global_batch=global_batch, seq_len=seq_len, stack=stack,
+        precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
+        dispatcher=dispatcher,
+        headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
+        stack_version=stack_version, balanced_pipeline=balanced_pipeline, **settings,
+    )
+    tpp_min, tpp_max = parse_tpp(tpp)
+    axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,
+                     layers=layers, d_model=d_model)
+    space = SearchSpace(
+        **axes, s_min=s_min, tpp_min=tpp_min, tpp_max=tpp_max, s_max=s_max,
+        max_total_params=(None if max_total_params is None
+                          else parse_count("--max-total-params", max_total_params)),
+        max_active_params=(None if max_active_params is None
+                           else parse_count("--max-active-params", max_active_params)),
+        unique_tokens=(None if unique_tokens is None
+                       else parse_count("--unique-tokens", unique_tokens)))
+    space.enumerate()  # an empty grid fails here, before any hardware work
+    return envelope, space
+
+
+def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
+              top_k: str | None, split_factor: str | None, layers: str | None,
+              d_model: str | None) -> dict[str, Any]:
+    """The grid's axes: the ladder's (Table 3 defaults), or a backbone's (its own values)."""
+    if backbone_file is None:
+        if layers is not None or d_model is not None:
+            raise MosaicInputError("--layers and --d-model vary a --backbone; the ladder's "
+                                   "depth and width come from --q")
+        def axis(flag: str, text: str | None, table3: str) -> tuple[int, ...]:
+            return parse_ints(flag, table3 if text is None else text)
+
+        return {"q": axis("--q", q, TABLE3_Q_TEXT),
+                "experts": axis("--experts", experts, TABLE3_EXPERTS_TEXT),
+                "top_k": axis("--top-k", top_k, TABLE3_TOP_K_TEXT),
+                "split_factor": axis("--split-factor", split_factor, TABLE3_SPLIT_TEXT)}
+    if q is not None:
+        raise MosaicInputError("--q picks ladder rungs; with --backbone vary depth and width "
+                               "with --layers and --d-model")
+    from mosaic.config.model_file import load_model_file  # YAML/JSON parsing only when used
+
+    if not backbone_file.is_file():
+        raise MosaicInputError(f"--backbone {backbone_file}: no such file (give a HuggingFace "
+                               f"config.json or a mosaic model YAML)")
+    geometry = load_model_file(backbone_file)
+    if geometry.is_hybrid:
+        raise MosaicInputError(f"{backbone_file}: a hybrid SSM/attention backbone "
+                               "(model.hybrid_pattern) cannot be planned: the scaling law and "
+                               "the geometry grid are the paper's transformers")
+    own = geometry.moe
+    if own is None and (experts is None or top_k is None):
+        raise MosaicInputError(f"{backbone_file}: a dense backbone needs --experts and --top-k "
+                               f"(the MoE axes to search)")
+
+    def values(flag: str, text: str | None, default: int) -> tuple[int, ...]:
+        return parse_ints(flag, text) if text is not None else (default,)
+
+    return {
+        "backbone": geometry,
+        "experts": values("--experts", experts, own.experts if own else 0),
+        "top_k": values("--top-k", top_k, own.top_k if own else 0),
+        "split_factor": (parse_ints("--split-factor", split_factor)
+                         if split_factor is not None else (backbone_split_factor(geometry),)),
+        "layers": values("--layers", layers, geometry.layers),
+        "d_model": values("--d-model", d_model, geometry.d_model),
+    }
+
+def plan_limits(envelope: Envelope, space: SearchSpace, **options: Any) -> LayoutLimits:
+    """The layout options as the search's limits (micro-batches default to Table 3's),
+    refused before any search when the envelope's stack cannot run them."""
+    limits = layout_limits(default_micro_batches=TABLE3_LAYOUT_LIMITS.micro_batches, **options)
+    check_layout_limits(envelope, space, limits)
+    return limits
+
+def int_list(option: str, text: str | None) -> tuple[int, ...] | None:
+    """Parse "1,2,4" into (1, 2, 4) parallel degrees; None when the option is not given."""
+    if text is None:
+        return None
+    values = parse_ints(option, text)
+    for value in values:
+        check_range(option, value, "parallel_degree", integer=True)
+    return values
+
+
+def name_list(text: str | None) -> tuple[str, ...] | None:
+    """Parse "zero1,fsdp" into names; None when the option is not given."""
+    return None if text is None else tuple(part.strip() for part in text.split(","))
+
+
+def layout_limits(*, max_tp: int | None = None, tp: str | None = None, pp: str | None = None,
+                  vpp: str | None = None, cp: str | None = None, ep: str | None = None,
+                  etp: str | None = None, mbs: str | None = None,
+                  default_micro_batches: Sequence[int] | None = None,
+                  sharding: str | None = None, checkpointing: str | None = None
+                  ) -> LayoutLimits:
+    """The options' limits; ``default_micro_batches`` when --mbs is not given (None: the
+    layout search's own default)."""
+    micro_batches = int_list("--mbs", mbs)
+    pinned_tp = int_list("--tp", tp)
+    if max_tp is not None and pinned_tp is not None and max(pinned_tp) > max_tp:
+        # LayoutLimits refuses it too, in its field names; say it in the options' names
+        raise MosaicInputError(f"--tp {max(pinned_tp)} exceeds --max-tp {max_tp}: pin tp "
+                               "values within the cap, or drop one of the two options")
+    return LayoutLimits(
+        max_tp=max_tp, tp=pinned_tp, pp=int_list("--pp", pp),
+        vpp=int_list("--vpp", vpp), cp=int_list("--cp", cp), ep=int_list("--ep", ep),
+        etp=int_list("--etp", etp),
+        micro_batches=default_micro_batches if micro_batches is None else micro_batches,
+        sharding=name_list(sharding), checkpointing=name_list(checkpointing),
+    )

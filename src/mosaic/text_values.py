@@ -1,0 +1,53 @@
+"""Values typed as text (an option, a form field): comma-separated lists and counts with
+SI suffixes, each refused in one line that names where it was typed. The CLI's options and
+the studio's form read them through the same functions."""
+
+from __future__ import annotations
+
+from mosaic.errors import MosaicInputError
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
+    try:
+        values = tuple(kind(part) for part in _csv(text))
+    except ValueError:
+        raise MosaicInputError(f"{option} must be comma-separated {what}, got {text!r}"
+                               ) from None
+    if not values:
+        raise MosaicInputError(f"{option} is empty; give at least one value")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:  # a sweep point or grid axis value twice would be searched twice
+        raise MosaicInputError(f"{option} {text!r}: {', '.join(f'{v:g}' for v in repeated)} "
+                               "given more than once; list each value once")
+    return values
+
+
+COUNT_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_count(option: str, text: str) -> float:
+    """'235B' -> 2.35e11 ('1.5T', '800M', '3e10' too); a one-line error names the option."""
+    body = text.strip()
+    scale = COUNT_SUFFIXES.get(body[-1:].lower(), 1.0) if body else 1.0
+    if scale != 1.0:
+        body = body[:-1]
+    try:
+        value = float(body) * scale
+    except ValueError:
+        raise MosaicInputError(f"{option} must be a count such as 235B, 1.5T or "
+                               f"3e10, got {text!r}") from None
+    return value
+
+
+def parse_ints(option: str, text: str) -> tuple[int, ...]:
+    """'8,10,12' -> (8, 10, 12); a one-line error names the option."""
+    return _parse_numbers(option, text, int, "integers")
+
+
+def parse_floats(option: str, text: str) -> tuple[float, ...]:
+    """'10,20.5' -> (10.0, 20.5); a one-line error names the option."""
+    return _parse_numbers(option, text, float, "numbers")
