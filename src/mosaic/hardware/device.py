@@ -13,6 +13,8 @@ from mosaic.errors import MosaicInputError
 
 #: Compute precisions a device may list, in the spelling used everywhere in mosaic.
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+# the paper's MFU is against the dense bf16 datasheet peak (Sec. 2.1), whatever the GEMMs run in
+MFU_PEAK_DTYPE = "bf16"
 
 _DTYPE_ALIASES: Mapping[str, str] = {
     "float32": "fp32",
@@ -102,6 +104,12 @@ class Device:
     def dtypes(self) -> tuple[str, ...]:
         """Dtypes with a datasheet peak on this device, in DTYPES order."""
         return tuple(d for d in DTYPES if d in self.peak_flops_per_s)
+
+    @property
+    def mfu_peak_flops_per_s(self) -> float:
+        """The MFU denominator: the dense bf16 datasheet peak, whatever a run computes in
+        (the paper's MFU, Sec. 2.1 and Eq. 1; GUIDE.md "Peak FLOP/s")."""
+        return self.peak_flops_per_s_for(MFU_PEAK_DTYPE)
 
     def peak_flops_per_s_for(self, dtype: str) -> float:
         """Dense datasheet peak FLOP/s for `dtype`; MosaicInputError if the device lacks it."""

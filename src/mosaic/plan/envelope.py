@@ -257,7 +257,7 @@ class Envelope:
     @property
     def peak_flops_per_s_per_device(self) -> float:
         """F_peak: dense bf16 datasheet peak, the MFU denominator (Eq. 1)."""
-        return self.system.device.peak_flops_per_s_for("bf16")
+        return self.system.device.mfu_peak_flops_per_s
 
     @property
     def gemm_peak_flops_per_s_per_device(self) -> float:

@@ -25,6 +25,7 @@ from mosaic.arch import (
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import Device, shipped_catalog
 from mosaic.hardware.catalog import name_key
+from mosaic.hardware.device import MFU_PEAK_DTYPE
 
 
 def achievable_from_bench(bench_dir: str | Path, dtype: str) -> float:
@@ -71,7 +72,6 @@ def resolve_device(reported_name: str) -> Device | None:
     return best[1] if best else None
 
 
-MFU_PEAK_DTYPE = "bf16"  # the paper's MFU is against the dense bf16 datasheet peak (Sec. 2.1)
 
 
 @dataclass(frozen=True)
