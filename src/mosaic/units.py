@@ -2,6 +2,10 @@
 
 GIB = 2**30  # bytes in a GiB: memory is printed in GiB everywhere (device HBM, predictions)
 SECONDS_PER_DAY = 86_400.0  # training windows are given in days, the model works in seconds
+# bytes per element of the two dtypes every layer stores and moves (IEEE 754 binary32;
+# bfloat16 keeps its top 16 bits)
+BF16_BYTES = 2
+FP32_BYTES = 4
 
 
 def significant(value: float, digits: int = 3) -> str:

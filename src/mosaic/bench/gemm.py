@@ -84,7 +84,9 @@ def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
 
     c = case.columns
     m, n, k, dtype = c["m"], c["n"], c["k"], c["dtype"]
-    operand_bytes = (m * k + k * n) * ELEMENT_BYTES[dtype] + m * n * 2
+    # FP8 GEMMs write bf16 (out_dtype below); the others write their own dtype
+    out_dtype = "bf16" if dtype in ("fp8", "mxfp8") else dtype
+    operand_bytes = (m * k + k * n) * ELEMENT_BYTES[dtype] + m * n * ELEMENT_BYTES[out_dtype]
     check_memory(operand_bytes, options.max_tensor_bytes, device)
     if dtype == "mxfp8":
         call = _mxfp8_call(m, n, k, device)

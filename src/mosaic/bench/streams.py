@@ -28,12 +28,12 @@ from mosaic.bench.device import check_memory, random
 from mosaic.bench.shapes import BenchShapes
 from mosaic.bench.timer import time_call
 from mosaic.perf.step_time import CROSS_ENTROPY_BYTES_PER_LOGIT
+from mosaic.units import BF16_BYTES
 
 FAMILY = "kernels"
 LAUNCH_CHAIN = 64  # kernels per timed call of the launch case
 ADAMW_BYTES_PER_PARAM = 28
 CROSS_ENTROPY_MEMORY_BYTES_PER_LOGIT = 16  # bf16 logits + fp32 copy + fp32 grad + bf16 grad + fp32
-BF16 = 2
 
 
 def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
@@ -47,9 +47,9 @@ def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
 
     for s in shapes.streams:
         n = s.tokens * s.d_model
-        add("add", n, 3 * n * BF16, s.source)
-        add("rmsnorm", n, 2 * n * BF16, s.source, width=s.d_model)
-        add("swiglu", s.tokens * s.width, 5 * s.tokens * s.width * BF16, s.source,
+        add("add", n, 3 * n * BF16_BYTES, s.source)
+        add("rmsnorm", n, 2 * n * BF16_BYTES, s.source, width=s.d_model)
+        add("swiglu", s.tokens * s.width, 5 * s.tokens * s.width * BF16_BYTES, s.source,
             width=s.width)
         # Time is linear in tokens: large vocabularies are measured on as many tokens as
         # fit the memory cap (bf16 logits, fp32 copy, fp32 softmax, two gradients).
@@ -60,7 +60,7 @@ def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
     largest = max((s.tokens * max(s.d_model, s.width) for s in shapes.streams), default=1 << 20)
     size = 1 << 12
     while size <= max(largest, 1 << 16):
-        add("add", size, 3 * size * BF16, "size_sweep")
+        add("add", size, 3 * size * BF16_BYTES, "size_sweep")
         size *= 4
     for params in shapes.optimizer_params:
         add("adamw", params, params * ADAMW_BYTES_PER_PARAM, "optimizer")

@@ -26,10 +26,9 @@ from pathlib import Path
 from mosaic.arch import count_parameters
 from mosaic.arch.geometry import Geometry
 from mosaic.errors import MosaicInputError
-from mosaic.units import GIB
+from mosaic.units import FP32_BYTES, GIB
 
 MODEL_STATE_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW m and v (ZeRO Sec. 3.1)
-FP32_BYTES = 4
 # Headroom for what the estimate leaves out (allocator fragmentation, temporaries of the
 # optimizer step, the CUDA context or the Python process itself).
 SAFETY_FACTOR = 1.2
