@@ -38,7 +38,12 @@ from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import predict_step
 
 STACK_PRIOR_LOG_SD = 0.3  # a stack is rarely more than ~1.35x off the shared multiplier
-ATTENTION_PRIOR_LOG_SD = 0.5  # attention kernels differ up to ~2x (FA2 vs FA3/cuDNN)
+# Attention kernels differ up to ~2x: FlashAttention-2 reaches 35% of an H100's bf16 peak,
+# FlashAttention-3 75% (740 TFLOP/s), 1.5-2.0x faster (Shah et al. 2024, arXiv 2407.08608,
+# abstract). A stack's factor on the model's kernel curve spans a bit more than that ratio
+# below (0.30 < 0.35/0.75 = 0.47: an unfused or older kernel) and little above (1.22: a
+# kernel somewhat better than the curve's fits), so the prior's SD is about ln 2 / 1.4.
+ATTENTION_PRIOR_LOG_SD = 0.5
 ATTENTION_LOG_BOUNDS = (-1.2, 0.2)
 ROUTING_LOG_BOUNDS = (0.0, 1.5)  # imbalance only slows the busiest rank: r in [1, 4.5]
 ROUTING_PRIOR_LOG_SD = 0.5
