@@ -162,8 +162,11 @@ def _hsdp_moe_step(experts: int, ep: int):
     plan = single_plan(dp=32, ep=ep, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
     step = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
     counts = count_parameters(geometry)
-    dense = (counts.attention_per_layer + counts.shared_experts_per_layer
-             + counts.norms_per_layer + counts.router_per_layer)
+    # the mean block: the ladder keeps block 1 dense (its FFN, no router, Sec. 3.1)
+    share = counts.moe_layers / counts.layers
+    dense = (counts.attention_per_layer + counts.norms_per_layer
+             + share * (counts.shared_experts_per_layer + counts.router_per_layer)
+             + (1 - share) * counts.dense_ffn_per_layer)
     # dense shards over the node's 8 GPUs, all-reduced across 4 replicas; the last block's
     # reduce-scatter inside the shard group
     dense_tail = (all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
@@ -178,7 +181,8 @@ def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
     # tail is both all-reduces of the last block (the experts' shard group is one rank:
     # nothing to scatter).
     counts, machine, step, dense_tail = _hsdp_moe_step(experts=16, ep=8)
-    experts = counts.experts * counts.routed_expert / 8  # 16 experts over ep = 8
+    # 16 experts over ep = 8, in the MoE blocks' share of the mean block
+    experts = counts.moe_layers / counts.layers * counts.experts * counts.routed_expert / 8
     # each expert's 1 (= edp 4 x 8 / 32) copy per node
     expert_ar = all_reduce_time_s(np.array([experts * 2 / 1]), np.array([4]), np.array([8]),
                                   machine.interconnect)[0]
@@ -191,3 +195,22 @@ def test_hsdp_does_not_all_reduce_experts_that_live_on_one_rank():
     experts all-reduced across the dense replica count, 3-5x the step)."""
     _, _, step, dense_tail = _hsdp_moe_step(experts=32, ep=32)
     assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_tail)
+
+
+def test_an_moe_models_dense_blocks_gather_their_ffn_and_no_experts() -> None:
+    """Each block is one FSDP unit: the per-block traffic is the mean block's. Four blocks,
+    the first dense (DeepSeek-V3 style), tp 1, ep 2, by hand: attention 4·512² and two
+    LayerNorms (2·2·512) in every block, the dense FFN 3·512·2048 in one block of four,
+    the router 512·8 and the experts 8·3·512·512 (4 per ep rank) in three."""
+    from mosaic.arch import Geometry, MoEConfig
+    from mosaic.perf.step_time import _fsdp_unit_parameters
+
+    geometry = Geometry(layers=4, d_model=512, heads=8, kv_heads=8, head_dim=64, ffn=2048,
+                        vocab=1000, moe=MoEConfig(experts=8, top_k=2, expert_ffn=512,
+                                                  dense_layers=1))
+    workload = Workload(geometry, global_batch=8, seq_len=128, stack="torchtitan")
+    dense, expert = _fsdp_unit_parameters(workload, single_plan(dp=2, ep=2,
+                                                                sharding=Sharding.FSDP))
+    assert float(dense[0]) == pytest.approx(4 * 512**2 + 2 * 1024 + 3 * 512 * 2048 / 4
+                                            + 0.75 * 512 * 8)
+    assert float(expert[0]) == pytest.approx(0.75 * 8 * 3 * 512 * 512 / 2)

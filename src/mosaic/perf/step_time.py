@@ -472,10 +472,12 @@ def _rank_vocab_s(workload: Workload, plans: ParallelPlans, stage: Stage,
 
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
                           ) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, routed-expert) parameters per GPU of the block whose gather and
-    reduce-scatter each block's traffic is costed by: the MoE block of an MoE model (its
-    dense first layers are costed as MoE blocks), the mean layer of a hybrid. Not the
-    buffer's size: the memory model sizes that by the stage's largest unit
+    """(dense, routed-expert) parameters per GPU of the mean block, whose gather and
+    reduce-scatter each block's traffic is costed by (each transformer block one FSDP unit,
+    torchtitan's ``fully_shard`` per block): an MoE model's dense blocks (DeepSeek-V3's first
+    three, MoE every k-th block) gather their dense FFN and no experts; a hybrid's layers
+    are its units. The mean times the blocks is the stage's traffic. Not the buffer's size:
+    the memory model sizes that by the stage's largest unit
     (memory.StageParameters.largest_unit), a different quantity."""
     counts = count_parameters(workload.geometry)
     norms = counts.norms_per_layer
@@ -495,28 +497,34 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
     if workload.geometry.moe is None:
         dense = (counts.attention_per_layer + counts.dense_ffn_per_layer) / plans.tp + norms
         return dense, np.zeros(len(plans))
-    dense = ((counts.attention_per_layer + counts.shared_experts_per_layer) / plans.tp
-             + norms + counts.router_per_layer)
-    expert = counts.experts * counts.routed_expert / (plans.ep * plans.etp)
+    moe_share = counts.moe_layers / counts.layers
+    dense = ((counts.attention_per_layer + moe_share * counts.shared_experts_per_layer
+              + (1 - moe_share) * counts.dense_ffn_per_layer) / plans.tp
+             + norms + moe_share * counts.router_per_layer)
+    expert = moe_share * counts.experts * counts.routed_expert / (plans.ep * plans.etp)
     return dense, expert
 
 
-def _fsdp_unit_tensors(workload: Workload, plans: ParallelPlans
-                       ) -> tuple[int, np.ndarray]:
-    """(dense, routed-expert) parameter tensors of one block on one GPU, as a per-tensor
-    gather sees them: separate Q, K, V and output projections (MLA: q down/up, kv down/up,
-    output and the two latent norms), an optional attention gate, two block norms, the FFN
-    matrices (3 with a GLU, else 2), the router and the shared experts' matrices, and each
-    local expert's matrices."""
+def _fsdp_extra_tensor_gathers(workload: Workload, plans: ParallelPlans
+                               ) -> tuple[float, np.ndarray]:
+    """(dense, routed-expert) all-gathers beyond the first of each group in the mean block
+    on one GPU, as a per-tensor gather sees the block's tensors: separate Q, K, V and output
+    projections (MLA: q down/up, kv down/up, output and the two latent norms), an optional
+    attention gate, two block norms, and the FFN matrices (3 with a GLU, else 2) of a dense
+    block or, in an MoE block, the router, the shared experts' matrices and each local
+    expert's matrices (weighted by the blocks of each kind, as
+    :func:`_fsdp_unit_parameters`)."""
     geometry = workload.geometry
     ffn_matrices = 3 if geometry.glu else 2
     attention = 7 if geometry.attention is AttentionKind.MLA else 4
     dense = attention + int(geometry.gated_attention) + 2
     if geometry.moe is None:
-        return dense + ffn_matrices, np.zeros(len(plans))
+        return dense + ffn_matrices - 1, np.zeros(len(plans))
     moe = geometry.moe
-    dense += 1 + moe.shared_experts * ffn_matrices
-    return dense, local_experts(workload, plans) * ffn_matrices
+    moe_share = count_parameters(geometry).moe_layers / geometry.layers
+    dense += moe_share * (1 + moe.shared_experts * ffn_matrices) + (1 - moe_share) * ffn_matrices
+    expert_tensors = local_experts(workload, plans) * ffn_matrices
+    return dense - 1, moe_share * np.maximum(expert_tensors - 1, 0)
 
 
 def _data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
@@ -608,11 +616,10 @@ def _fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: Parall
         # all-gather's fixed cost (launch and per-step latency: the zero-byte time of the
         # same collective). Gradients still reduce-scatter in buckets (DeepSpeed ZeRO-3's
         # reduce_bucket_size), so the scatter is unchanged.
-        dense_tensors, expert_tensors = _fsdp_unit_tensors(workload, plans)
-        gather = gather + ((dense_tensors - 1) * all_gather_time_s(0.0, shard_group,
-                                                                   dense_stride, ic)
-                           + np.maximum(expert_tensors - 1, 0)
-                           * all_gather_time_s(0.0, expert_shard_group, expert_stride, ic))
+        dense_extra, expert_extra = _fsdp_extra_tensor_gathers(workload, plans)
+        gather = gather + (dense_extra * all_gather_time_s(0.0, shard_group, dense_stride, ic)
+                           + expert_extra * all_gather_time_s(0.0, expert_shard_group,
+                                                              expert_stride, ic))
     # HSDP: each unit's reduce-scattered gradient shard is then all-reduced across the
     # replicas, per unit, on a stream of its own (torch FSDP1 _runtime_utils._reduce_grad:
     # dist.all_reduce on state._all_reduce_stream after it waits for the post-backward
