@@ -37,18 +37,21 @@ from mosaic.config.run_records import (
 from mosaic.config.spelling import warn_deprecated
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.calibrate import (
+    MIN_RUNS_PER_PARAMETER,
     CrossValidation,
     calibrated_step_time_s,
+    chosen_constants,
     fit_calibration,
     implausible_measurements,
     leave_one_group_out,
     record_baselines,
+    without_implausible_throughput,
 )
 from mosaic.evaluate.coverage_fit import build_coverage
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
 from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
 from mosaic.io_atomic import check_output_file, write_text_atomic
-from mosaic.perf.calibration import Calibration, load_calibration
+from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
 
 CV_GROUPINGS = ("source", "group", "none")
 
@@ -198,12 +201,14 @@ def validate(
     _echo_implausible(aggregate["implausible_measurements"])
 
 
-def _echo_implausible(implausible: list[dict[str, str]]) -> None:
+def _echo_implausible(implausible: list[dict[str, str]], treatment: str = "scored as given"
+                      ) -> None:
     """A warning per run whose measurement looks mis-entered (the first ten; --json has all):
-    they are scored as given, so one unit slip can dominate the MAPE above."""
+    `validate` scores them as given, so one unit slip can dominate the MAPE above;
+    `calibrate` leaves those with an implausible throughput out of the fit."""
     if not implausible:
         return
-    typer.echo(f"warning: {len(implausible)} run(s) look mis-entered, scored as given (fix "
+    typer.echo(f"warning: {len(implausible)} run(s) look mis-entered, {treatment} (fix "
                "the record or --exclude it):", err=True)
     for entry in implausible[:SKIPPED_SHOWN]:
         typer.echo(f"  {entry['id']}: {entry['reason']}", err=True)
@@ -323,6 +328,11 @@ def calibrate(
     system: Annotated[str | None, typer.Option(
         help="with --microbench: catalog system whose links the collectives ran on")] = None,
     catalog: CatalogFileOption = None,
+    fit: Annotated[str, typer.Option(
+        "--fit", help="constants to fit: auto (the base's fitted_constants when there are at "
+        f"least {MIN_RUNS_PER_PARAMETER} runs per free parameter, else the stack multiplier "
+        "only), all (the base's), or comma-separated names from "
+        f"{', '.join(FITTABLE_CONSTANTS)}")] = "auto",
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
     apply_catalog(catalog)
@@ -343,23 +353,32 @@ def calibrate(
     start = load_calibration(base)
     with progress_reporter(json_output) as bar:
         baselines = record_baselines(record_set.records, start, bar("runs predicted"))
-    left_out = f", excluding {', '.join(excluded)}" if excluded else ""
-    provenance = (
-        f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name}{left_out} "
-        f"(robust least squares on log step time)"
-    )
-    fitted = fit_calibration(baselines, start, name=name or runs.stem, provenance=provenance)
     implausible = implausible_measurements(baselines, record_set.records)
+    baselines, implausible_left_out = without_implausible_throughput(baselines)
+    constants = chosen_constants(fit, baselines, start)
+    left_out = ", ".join([*(f"excluding {run_id}" for run_id in excluded),
+                          *(f"leaving out {run_id} (implausible)"
+                            for run_id in implausible_left_out)])
+    provenance = (
+        f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name}"
+        f"{', ' + left_out if left_out else ''} (robust least squares on log step time"
+        f"{'' if constants == start.fitted_constants else '; only ' + ', '.join(constants)})"
+    )
+    fitted = replace(fit_calibration(baselines, replace(start, fitted_constants=constants),
+                                     name=name or runs.stem, provenance=provenance),
+                     fitted_constants=start.fitted_constants)  # a later refit may fit all
     records = {r.id: r for r in record_set.records}
     not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
                   for r in record_set.records if r.throughput_not_scored]
     report: dict[str, Any] = {"calibration": fitted.to_document(), "n_runs": len(baselines.ids),
                               # the free constants some run depends on
-                              "n_fitted_constants": len(fitted.fitted_constants) - sum(
-                                  name in fitted.fitted_constants
-                                  for name in fitted.not_informed),
+                              "n_fitted_constants": len(constants) - sum(
+                                  name in constants for name in fitted.not_informed),
                               "at_bounds": list(fitted.at_bounds),
                               "not_informed": list(fitted.not_informed),
+                              "fitted": list(constants),
+                              "auto_reduced": fit == "auto" and constants != start.fitted_constants,
+                              "left_out_implausible": list(implausible_left_out),
                               "excluded": excluded, "throughput_not_scored": not_scored,
                               "implausible_measurements": [
                                   {"id": run_id, "reason": reason}
@@ -370,7 +389,8 @@ def calibrate(
             records[i].source_key if cv == "source" else records[i].group_key for i in baselines.ids
         ]
         with progress_reporter(json_output) as bar:
-            cv_result = leave_one_group_out(baselines, groups, start,
+            cv_result = leave_one_group_out(baselines, groups,
+                                            replace(start, fitted_constants=constants),
                                             bar(f"leave-one-{cv}-out refits"))
         moe = np.array([records[i].workload.geometry.is_moe for i in baselines.ids])
         report["cross_validation"] = {"grouping": cv, **cv_result.summary(moe)}
@@ -395,7 +415,7 @@ def calibrate(
     if json_output:
         print_json(report)
         _echo_fit_size(report)
-        _echo_implausible(report["implausible_measurements"])
+        _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
         return
     constants = report["calibration"]["constants"]
     print_key_value_table(
@@ -425,25 +445,37 @@ def calibrate(
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(not_scored)
-    _echo_implausible(report["implausible_measurements"])
+    _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
+
+
+_CALIBRATE_TREATMENT = "those with an implausible throughput left out of the fit"
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:
     """Warnings a small fit deserves: constants on their bounds, as many constants as runs,
     and held-out error above that of the calibration it started from."""
     if report["at_bounds"]:
+        routing = any(label.startswith("routing_imbalance") for label in report["at_bounds"])
         typer.echo(f"warning: {len(report['at_bounds'])} fitted constant(s) ended on a bound: "
-                   f"{', '.join(report['at_bounds'])}", err=True)
+                   f"{', '.join(report['at_bounds'])} (the runs push them past their physical "
+                   "range, docs/perf.md"
+                   + ("; a routing factor on 1: the imbalance assumed for those runs' routers "
+                      "is already more than they show, so state routing_imbalance in the "
+                      "records" if routing else "") + ")", err=True)
     if report["not_informed"]:
         typer.echo(f"warning: no run depends on {', '.join(report['not_informed'])} (e.g. "
                    "chi_pp needs a pipeline across nodes, chi_a2a an all-to-all across "
                    "nodes): kept at the starting calibration's values, not fitted", err=True)
+    if report["auto_reduced"]:
+        typer.echo(f"note: {report['n_runs']} run(s) are too few for every constant (at least "
+                   f"{MIN_RUNS_PER_PARAMETER} per free parameter): fitted "
+                   f"{', '.join(report['fitted'])} only, the rest kept from the starting "
+                   "calibration; --fit all fits every constant regardless", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
         typer.echo(f"warning: {constants} constant{'s' if constants != 1 else ''} fitted to "
                    f"{runs} run{'s' if runs != 1 else ''}: too few runs to "
-                   "pin them down; add runs or start from a calibration close to your stack "
-                   "(--base)", err=True)
+                   "pin them down; add runs, or fit fewer (--fit stack_overhead)", err=True)
     held_out, started = (report.get("cross_validation") or {}).get("mape"), (
         report.get("starting_calibration") or {}).get("mape")
     # worse as printed (8.6% against 8.6% is no difference to warn of)

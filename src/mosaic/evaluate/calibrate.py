@@ -32,8 +32,8 @@ from scipy.optimize import least_squares
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.plausibility import implausible_record_reason
-from mosaic.perf.calibration import Calibration
+from mosaic.evaluate.plausibility import implausibility, implausible_record_reason
+from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import predict_step
 
@@ -169,6 +169,70 @@ def implausible_measurements(baselines: RecordBaselines, records: Sequence[RunRe
         if reason is not None:
             found[run_id] = reason
     return found
+
+
+# A fit needs at least this many runs per free parameter to pin its constants down (below
+# it, `mosaic calibrate` fits only the stack multiplier unless told otherwise).
+MIN_RUNS_PER_PARAMETER = 2
+SMALL_FIT_CONSTANTS: tuple[str, ...] = ("stack_overhead",)
+
+
+def free_parameter_count(baselines: RecordBaselines, base: Calibration,
+                         constants: Sequence[str]) -> int:
+    """Parameters of the fit that ``constants`` free for these runs (one per stack for a
+    per-stack constant, one per routing regime for the imbalance factor)."""
+    stacks = sorted(set(baselines.stacks))
+    routings = sorted(set(baselines.routings) - {"dense"})
+    return sum(constant in constants
+               for _, constant, _, _ in _parameter_table(base, stacks, routings))
+
+
+def constants_to_fit(baselines: RecordBaselines, base: Calibration) -> tuple[str, ...]:
+    """The base's fitted constants, or only the stack multiplier when the runs are too few
+    for them (fewer than MIN_RUNS_PER_PARAMETER per free parameter): five runs of one's own
+    cluster cannot pin seven constants, and a fit that tries moves shared constants such as
+    the element-wise factor onto their bounds (a new-user trial: held-out MAPE 9.7% ->
+    21.9%)."""
+    full = base.fitted_constants
+    if len(baselines.ids) >= MIN_RUNS_PER_PARAMETER * free_parameter_count(baselines, base,
+                                                                            full):
+        return full
+    return SMALL_FIT_CONSTANTS
+
+
+def chosen_constants(fit: str, baselines: RecordBaselines, base: Calibration
+                     ) -> tuple[str, ...]:
+    """``--fit``: auto (:func:`constants_to_fit`), all (the base's fitted constants) or
+    comma-separated names of :data:`~mosaic.perf.calibration.FITTABLE_CONSTANTS`."""
+    text = fit.strip()
+    if text == "auto":
+        return constants_to_fit(baselines, base)
+    if text == "all":
+        return base.fitted_constants
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [name for name in names if name not in FITTABLE_CONSTANTS]
+    if unknown or not names:
+        raise MosaicInputError(f"--fit {fit!r}: allowed are auto, all, or names from "
+                               f"{', '.join(FITTABLE_CONSTANTS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def without_implausible_throughput(baselines: RecordBaselines
+                                   ) -> tuple[RecordBaselines, tuple[str, ...]]:
+    """(the runs a fit may use, the ids left out): all but those whose measured throughput
+    is physically implausible against the uncalibrated prediction (above 100% MFU, or a
+    unit slip's factor off: mosaic.evaluate.plausibility), which would drag every constant
+    towards an impossible step time. A memory mis-entry does not touch the time fit."""
+    ratios = baselines.analytic_step_time_s / baselines.measured_step_time_s
+    keep = np.array([implausibility(float(ratio), float(mfu)) is None for ratio, mfu in
+                     zip(ratios, baselines.analytic_lane_mfu_with_attention, strict=True)])
+    if not keep.any():
+        raise MosaicInputError("every run's measured throughput is implausible (see the "
+                               "warnings): nothing to fit; check the units of tokens/s and "
+                               "step time")
+    left_out = tuple(run_id for run_id, kept in zip(baselines.ids, keep, strict=True)
+                     if not kept)
+    return baselines.subset(keep), left_out
 
 
 def _step_time_s(baselines: RecordBaselines, attention: np.ndarray, routing: np.ndarray,
