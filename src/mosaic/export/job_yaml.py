@@ -9,6 +9,7 @@ import yaml
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import ExportSpec
 from mosaic.export.targets import ExportResult, training_lines, warning_lines
+from mosaic.perf.calibration import BUILT_IN_PROFILES, DEFAULT_PROFILE
 
 
 def render(spec: ExportSpec) -> ExportResult:
@@ -17,9 +18,21 @@ def render(spec: ExportSpec) -> ExportResult:
         raise MosaicInputError(f"{spec.source or 'this source'}: --to yaml needs a job, a run "
                                "record or a plan document")
     header = [f"mosaic job written by `mosaic export --to yaml` from {spec.source or 'a job'}; "
-              "run it with `mosaic perf FILE`", *training_lines(spec), *warning_lines(spec)]
+              f"run it with {_perf_command(spec.calibration)}", *training_lines(spec),
+              *warning_lines(spec)]
     header += [f"ASSUMED (not stated in the source): {item}"
                for item in spec.architecture_assumptions]
     text = "".join(f"# {line}\n" for line in header)
     text += yaml.safe_dump(spec.job, sort_keys=False, default_flow_style=None, width=100)
     return ExportResult("yaml", text, ".yaml", [])
+
+
+def _perf_command(calibration: str | None) -> str:
+    """How to predict the job as its plan did: under the plan's calibration profile (a job
+    file names none, so `mosaic perf` would use the default one)."""
+    if calibration is None or calibration == DEFAULT_PROFILE:
+        return "`mosaic perf FILE`"
+    if calibration in BUILT_IN_PROFILES:
+        return f"`mosaic perf FILE --calibration {calibration}` (the plan's calibration)"
+    return (f"`mosaic perf FILE --calibration CAL.yaml`, CAL.yaml the file of the plan's "
+            f"calibration '{calibration}'")

@@ -88,6 +88,8 @@ class ExportSpec:
     max_nodes_per_token: int | None = None
     fp8_glu_inputs: bool = False
     fused_grouped_mlp: bool = False
+    # the calibration profile a plan was predicted with (its name), for the job's header
+    calibration: str | None = None
     fp8_dot_product_attention: bool = False
     expert_gemm: str = "grouped"
     fsdp_keep_gathered: bool = False
@@ -700,6 +702,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
         train_goodput=(envelope.get("goodput") or {}).get("goodput"),
+        calibration=(document.get("calibration") or {}).get("name"),
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
 
