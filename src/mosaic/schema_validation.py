@@ -107,9 +107,22 @@ def describe_validation_error(exc: ValidationError, where: str,
                  if _accepts(schema, tuple(first["loc"]), name, got)]
         suggestion = f"; did you mean {close[0]}?" if close else ""
         detail += f"{suggestion}; allowed: {', '.join(allowed)}"
-    more = len(errors) - 1
-    suffix = f"; and {more} more problem{'s' if more > 1 else ''}" if more else ""
-    return f"{where}: {field_path}: {message}{detail}{suffix}"
+    return f"{where}: {field_path}: {message}{detail}{_other_problems(errors[1:])}"
+
+
+OTHER_PROBLEMS_NAMED = 3  # the rest of a file's problems, named after the first
+
+
+def _other_problems(errors: list[Any]) -> str:
+    """'; also batch.global_seqs: missing' for the next few problems (a misspelt field
+    leaves its real one missing: naming it shows the pair), then how many more."""
+    named = [f"{'.'.join(str(part) for part in e['loc']) or '(top level)'}: "
+             + ("missing" if e["type"] == "missing" else "unknown field"
+                if e["type"] == "extra_forbidden" else e["msg"])
+             for e in errors[:OTHER_PROBLEMS_NAMED]]
+    more = len(errors) - len(named)
+    return ("; also " + "; ".join(named) if named else "") + (
+        f"; and {more} more problem{'s' if more > 1 else ''}" if more else "")
 
 
 def _mentions(annotation: Any, kinds: tuple[type, ...]) -> bool:

@@ -391,3 +391,41 @@ def test_arch_reads_a_job_files_sequence_length():
     assert json.loads(result.stdout)["seq_len"] == 8192
     result = runner.invoke(app, ["arch", "--config", job, "--seq-len", "4096", "--json"])
     assert json.loads(result.stdout)["seq_len"] == 4096
+
+
+def test_every_problem_of_a_block_is_named_not_counted(tmp_path):
+    """A misspelt field leaves its real one missing; the line named the typo and then
+    '... and 1 more problem' without saying which (a trial): now the missing one too."""
+    job = _job(tmp_path, batch={"global_batch": 64, "seq_len": 1024})
+    line = _error("perf", job)
+    assert "global_batch: unknown field" in line and "did you mean global_seqs?" in line
+    assert "also global_seqs: missing" in line and "more problem" not in line
+
+
+def test_a_precision_in_capitals_is_read_as_the_catalog_reads_it(tmp_path):
+    job = _job(tmp_path, performance={"precision": "BF16"})
+    result = runner.invoke(app, ["perf", job, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["step_time_s"] > 0
+
+
+def test_a_run_file_or_a_catalog_given_as_a_calibration_is_named(tmp_path):
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"schema_version": 1, "runs": []}))
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(yaml.safe_dump({"systems": {}}))
+    job = _job(tmp_path)
+    assert "a run-record file (runs:), not a calibration" in _error(
+        "perf", job, "--calibration", str(runs))
+    assert "a hardware catalog (systems:), not a calibration; give it with --catalog" in (
+        _error("perf", job, "--calibration", str(catalog)))
+
+
+def test_a_misspelt_run_record_field_gets_a_suggestion(tmp_path):
+    record = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples"
+                             / "runs_example.yaml").read_text())
+    entry = record["runs"][0]
+    entry["paralelism"] = entry.pop("parallelism")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**record, "runs": [entry]}))
+    assert "paralelism (did you mean parallelism?)" in _error("validate", str(path))

@@ -218,6 +218,13 @@ class PerformanceBlock(StrictBlock):
         "tensor cores, the softmax work unchanged; needs fp8 or mxfp8, Megatron-Core and the "
         "cuDNN attention kernel")
 
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        """BF16 or FP8 as datasheets write them: the catalog's dtypes take either case
+        (docs/hardware.md), so a job does too."""
+        return value.strip().lower() if isinstance(value, str) else value
+
     @field_validator("precision")
     @classmethod
     def _fp4_is_nvfp4(cls, value: str) -> str:

@@ -205,7 +205,22 @@ def _check_physical(constants: _Constants, where: str) -> None:
                                    "the busiest EP rank)")
 
 
+# Files a user may give as a calibration by mistake, by a block only they have, and what
+# to do with each instead.
+_NOT_A_CALIBRATION = {
+    "runs": "a run-record file (runs:), not a calibration; fit one from it with `mosaic "
+            "calibrate FILE --out cal.yaml`, then pass cal.yaml",
+    "systems": "a hardware catalog (systems:), not a calibration; give it with --catalog",
+    "devices": "a hardware catalog (devices:), not a calibration; give it with --catalog",
+    "parallelism": "a job file (parallelism:), not a calibration",
+}
+
+
 def _from_document(document: dict[str, Any], where: str) -> Calibration:
+    if "constants" not in document:
+        for block, what in _NOT_A_CALIBRATION.items():
+            if block in document:
+                raise MosaicInputError(f"{where}: {what}")
     parsed = validate_mapping(_CalibrationFile, document, where)
     constants = parsed.constants
     _check_physical(constants, where)
