@@ -463,6 +463,9 @@ def runs_case(rng: random.Random) -> Case:
         argv += ["--cv", "none"]
         if rng.random() < 0.5:
             argv += ["--out", rng.choice(["{dir}/c.yaml", "{dir}/no/such/dir/c.yaml"])]
+        if rng.random() < 0.3:
+            argv += ["--fit", rng.choice(["auto", "all", "stack_overhead", "chi_a2a,chi_a2a",
+                                          "", ",", "bogus", "stack_overhead,nope"])]
     else:
         _maybe_calibration(rng, files, argv)
     if rng.random() < 0.1:
