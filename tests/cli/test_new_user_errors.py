@@ -429,3 +429,18 @@ def test_a_misspelt_run_record_field_gets_a_suggestion(tmp_path):
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({**record, "runs": [entry]}))
     assert "paralelism (did you mean parallelism?)" in _error("validate", str(path))
+
+
+def test_validate_strict_fails_on_a_skipped_record(tmp_path):
+    """validate scores the usable records and lists the skipped ones (exit 0); --strict
+    refuses the file instead, naming the first skipped record (a trial: 6 of 11 skipped,
+    exit 0, for a CI over a team's run files)."""
+    record = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples"
+                             / "runs_example.yaml").read_text())
+    broken = dict(record["runs"][0], id="broken")
+    broken["paralelism"] = broken.pop("parallelism")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**record, "runs": [*record["runs"], broken]}))
+    assert runner.invoke(app, ["validate", str(path), "--json"]).exit_code == 0
+    line = _error("validate", str(path), "--strict")
+    assert "--strict: 1 record(s) skipped, the first broken:" in line

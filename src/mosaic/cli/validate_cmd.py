@@ -158,6 +158,9 @@ def validate(
     json_output: JsonFlag = False,
     html: HtmlOption = None,
     catalog: CatalogFileOption = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="fail (exit 2) when any record is skipped, rather than scoring the "
+        "rest (for CI over your own run files)")] = False,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
     check_html(html, runs, calibration, catalog)
@@ -172,6 +175,9 @@ def validate(
     summary = _predict_streamed(reader, exclusions, model_calibration, json_output)
     _check_usable(reader, exclusions, runs, len(summary))
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in reader.skipped]
+    if strict and skipped:
+        raise MosaicInputError(f"{runs}: --strict: {len(skipped)} record(s) skipped, the first "
+                               f"{skipped[0]['id']}: {skipped[0]['reason']}")
     excluded = sorted(exclusions.ids)
     aggregate = summary.aggregate()
     if html is not None:  # the page holds every run: built from the rows in one piece
