@@ -29,7 +29,9 @@ from mosaic.perf.workload import (
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
     ENVELOPE_RECIPE_SETTINGS,
+    TABLE3_EXPERTS,
     TABLE3_LAYOUT_LIMITS,
+    TABLE3_Q,
     TABLE3_SPLIT,
     TABLE3_TOP_K,
     TABLE3_TPP,
@@ -42,8 +44,9 @@ from mosaic.plan.search import check_layout_limits
 from mosaic.stacks.registry import check_release
 from mosaic.text_values import parse_count, parse_ints
 
-TABLE3_Q_TEXT = "8,10,12,14,16,18"
-TABLE3_EXPERTS_TEXT = "4,6,8,16,24,32,48,96,128,192,256,384,512"
+# the grid's Table 3 defaults as the options spell them (the values: plan.envelope)
+TABLE3_Q_TEXT = ",".join(map(str, TABLE3_Q))
+TABLE3_EXPERTS_TEXT = ",".join(map(str, TABLE3_EXPERTS))
 TABLE3_TOP_K_TEXT = ",".join(map(str, TABLE3_TOP_K))
 TABLE3_SPLIT_TEXT = ",".join(map(str, TABLE3_SPLIT))
 TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
@@ -51,6 +54,7 @@ TABLE3_TPP_TEXT = f"{TABLE3_TPP[0]:g}:{TABLE3_TPP[1]:g}"
 
 # --precision names: the GEMM lanes and the FP8 recipes that name one (fp8-cs -> current, ...)
 PRECISION_NAMES = (*(p.value for p in Precision), *FP8_RECIPES, *FP4_RECIPES)
+
 
 # --- Option parsing ------------------------------------------------------------------------
 def parse_tpp(text: str) -> tuple[float, float]:
