@@ -14,6 +14,7 @@ import json
 import math
 import shlex
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -272,12 +273,29 @@ MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
     "per_device_batch_size", "gradient_accumulation_steps", "dtype", "quantization",
     "remat_policy", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
     "ici_pipeline_parallelism", "ici_context_parallelism", "ici_expert_parallelism",
-    "dcn_data_parallelism", "dcn_fsdp_parallelism", "num_pipeline_microbatches",
+    "dcn_data_parallelism", "dcn_fsdp_parallelism", "dcn_pipeline_parallelism",
+    "dcn_expert_parallelism", "dcn_context_parallelism", "num_pipeline_microbatches",
     "num_layers_per_pipeline_stage", "rope_max_timescale", "partial_rotary_factor",
     "inhomogeneous_layer_cycle_interval", "gdn_conv_kernel_dim", "gdn_key_head_dim",
     "gdn_value_head_dim", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_chunk_size",
     "load_balance_loss_weight", "routed_score_func", "routed_scaling_factor",
     "routed_bias_update_rate", "n_routing_groups", "topk_routing_group"}
+
+
+def test_maxtext_puts_whole_nodes_on_the_outer_axes_or_says_one_slice():
+    """tp 2, pp 4, ep 8, fsdp 8 on 512 GPUs. On one-GPU "nodes" the 512 slices cannot all sit
+    on the data, fsdp, pipeline, expert and context axes (tp 2 would cross them), so the job
+    is one slice, all ici_*, with a note; on 8-GPU nodes fsdp 8 and pipeline 4 cross the
+    64 nodes, then 2 of the 8 experts (greedy, outermost first)."""
+    spec = deepseek_spec()
+    result = export(replace(spec, gpus_per_node=1), "maxtext")
+    doc = yaml.safe_load(result.text)
+    assert all(doc[f"dcn_{axis}_parallelism"] == 1
+               for axis in ("data", "fsdp", "pipeline", "expert", "context"))
+    assert doc["ici_tensor_parallelism"] == 2 and "one slice" in result.text
+    doc = yaml.safe_load(export(spec, "maxtext").text)
+    assert (doc["dcn_fsdp_parallelism"], doc["dcn_pipeline_parallelism"],
+            doc["dcn_expert_parallelism"], doc["ici_expert_parallelism"]) == (8, 4, 2, 4)
 
 
 def test_maxtext_yaml_round_trip():
@@ -288,12 +306,13 @@ def test_maxtext_yaml_round_trip():
     assert (doc["base_num_decoder_layers"], doc["first_num_dense_layers"],
             doc["num_experts"], doc["shared_experts"], doc["mtp_num_layers"]) == \
         (61, 3, 256, 1, 1)
-    mesh = [doc[f"ici_{axis}_parallelism"] for axis in
-            ("data", "fsdp", "tensor", "pipeline", "context", "expert")]
-    devices = 1
-    for degree in mesh:
-        devices *= degree
-    assert devices == 512
+    axes = ("data", "fsdp", "tensor", "pipeline", "context", "expert")
+    ici = math.prod(doc[f"ici_{axis}_parallelism"] for axis in axes)
+    dcn = math.prod(doc.get(f"dcn_{axis}_parallelism", 1) for axis in axes)
+    # 512 B200 on 64 nodes of 8 (p6-b200.48xlarge): MaxText's ici product is the devices
+    # per slice (a node on GPUs), its dcn product the slices (base.yml)
+    assert (ici, dcn) == (8, 64)
+    devices = ici * dcn
     global_batch = doc["per_device_batch_size"] * devices * doc["gradient_accumulation_steps"]
     assert global_batch == 8192 and doc["max_target_length"] == 8192
     assert doc["num_pipeline_microbatches"] == 8192 // (64 * 2)

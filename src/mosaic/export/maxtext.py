@@ -9,6 +9,7 @@ Key names: AI-Hypercomputer/maxtext ``src/maxtext/configs/base.yml`` and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -152,9 +153,7 @@ def decoder_block(spec: ExportSpec, cycle: int | None) -> str:
 def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     """The override mapping and what MaxText cannot express."""
     g = spec.geometry
-    unsupported = ["single slice: all degrees are ici_*; for several nodes move the outer "
-                   "factors to the matching dcn_* keys (ici product = GPUs per node)"]
-    unsupported += spec.routing_notes()
+    unsupported = spec.routing_notes()
     quantization = ""
     if spec.precision == "fp4":
         # QuantizationType te_nvfp4: Transformer Engine's NVFP4BlockScaling recipe
@@ -290,14 +289,8 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
         "quantization": quantization,
         "remat_policy": REMAT_POLICY[spec.checkpointing],
-        "ici_data_parallelism": data,
-        "ici_fsdp_parallelism": fsdp,
-        "ici_tensor_parallelism": spec.tp,
-        "ici_pipeline_parallelism": spec.pp,
-        "ici_context_parallelism": spec.cp,
-        "ici_expert_parallelism": spec.ep,
-        "dcn_data_parallelism": 1,
-        "dcn_fsdp_parallelism": 1,
+        **mesh_keys({"data": data, "fsdp": fsdp, "tensor": spec.tp, "pipeline": spec.pp,
+                     "context": spec.cp, "expert": spec.ep}, spec, unsupported),
     }
     if spec.pp > 1:
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
@@ -305,6 +298,38 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                                                           // (spec.pp * spec.vpp))}
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
+
+
+# Axes a slice boundary (a node, on GPUs) may cut, outermost first: MaxText recommends the
+# data axis across DCN and never tensor (base.yml: "dcn_tensor_parallelism: 1 # never
+# recommended").
+DCN_AXES = ("data", "fsdp", "pipeline", "expert", "context")
+
+
+def mesh_keys(degrees: dict[str, int], spec: ExportSpec, unsupported: list[str]
+              ) -> dict[str, int]:
+    """The ici_* and dcn_* degrees of each mesh axis. MaxText wants the product of the dcn_*
+    axes to equal the slices and that of the ici_* axes the devices per slice
+    (src/maxtext/configs/base.yml @ e591f30); on GPUs a slice is a node, as its multi-node
+    GPU recipes show (configs/gpu/a3/llama_2_7b/16vm.sh: dcn_data_parallelism=16 with
+    ici_fsdp_parallelism=8 on 16 nodes of 8). The nodes are taken from the outer axes in
+    :data:`DCN_AXES` order; a layout no such split fits (tensor parallelism across nodes) is
+    written as one slice, with a note."""
+    node = spec.gpus_per_node
+    nodes = spec.n_devices // node if node and spec.n_devices % node == 0 else 1
+    ici, dcn, left = dict(degrees), dict.fromkeys(degrees, 1), nodes
+    for axis in DCN_AXES:
+        share = math.gcd(ici[axis], left)
+        ici[axis], dcn[axis], left = ici[axis] // share, share, left // share
+    if left != 1:
+        unsupported.append(f"one slice: no split of this layout puts whole {node}-GPU nodes "
+                           "on its data, fsdp, pipeline, expert and context axes, so every "
+                           "degree is ici_* (set MaxText's num_slices and the dcn_* keys "
+                           "by hand)")
+        ici, dcn = dict(degrees), dict.fromkeys(degrees, 1)
+    keys = {f"ici_{axis}_parallelism": ici[axis] for axis in degrees}
+    keys |= {f"dcn_{axis}_parallelism": dcn[axis] for axis in DCN_AXES}
+    return keys
 
 
 def render(spec: ExportSpec) -> ExportResult:

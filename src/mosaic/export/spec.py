@@ -703,6 +703,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
         train_goodput=(envelope.get("goodput") or {}).get("goodput"),
         calibration=(document.get("calibration") or {}).get("name"),
+        gpus_per_node=envelope.get("gpus_per_node"),
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
 
