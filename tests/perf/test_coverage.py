@@ -122,3 +122,42 @@ def test_shared_fraction_is_the_between_group_share_of_the_log_variance() -> Non
     assert share == pytest.approx(b**2 / (a**2 + b**2), abs=1e-4)
     assert shared_fraction(np.exp(logs), ["s1", "s2", "s3", "s4"]) == 1.0  # no within spread
     assert shared_fraction(np.exp(logs), ["x"] * 4) == 0.0  # one group: nothing between
+
+
+def test_a_layout_with_a_driver_no_calibration_run_had_is_noted():
+    """A trial's plan chose ep 32 across nodes on a profile whose c_A2A no run had informed
+    (kept from its base, listed under not_informed) without a word. App. E on 512 B200 at
+    ep 16 (etp 1: two 8-GPU nodes) and pp 16 (16 nodes): both drivers present."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from mosaic.config.job_schema import load_job
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.prediction_coverage import assess_plan
+
+    job = Path(__file__).resolve().parents[2] / "examples" / "appendix_e.yaml"
+    spec = load_job(job, ["parallelism.ep=16"])
+    base = load_calibration("default")
+    for not_informed, expected in ((("chi_a2a", "chi_pp"), ["chi_a2a", "chi_pp"]),
+                                   (("chi_overlap",), [])):
+        calibration = replace(base, not_informed=not_informed)
+        prediction = predict_job(spec, calibration).prediction
+        note = assess_plan(calibration, spec.workload, spec.plan, "B200", prediction).note or ""
+        assert [name for name in ("chi_a2a", "chi_pp") if f"{name} was not fitted" in note] \
+            == expected
+
+
+def test_a_plan_rows_layout_is_placed_on_nodes_as_the_time_model_places_it():
+    from dataclasses import replace
+
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.plan.coverage import _uninformed
+
+    calibration = replace(load_calibration("default"), not_informed=("chi_a2a", "chi_pp"))
+    row = {"tp": 1, "pp": 1, "cp": 1, "dp": 64, "ep": 32, "etp": 1}
+    # ep 32 at stride 1 spans four 8-GPU nodes; no pipeline
+    (note,) = _uninformed(calibration, row, 8)
+    assert "chi_a2a was not fitted" in note
+    assert _uninformed(calibration, {**row, "ep": 8}, 8) == []  # one node
+    assert len(_uninformed(calibration, {**row, "ep": 8, "pp": 2, "dp": 32}, 8)) == 1  # pp

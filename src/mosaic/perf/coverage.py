@@ -26,7 +26,7 @@ both are reported together.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -312,13 +312,32 @@ class Assessment:
         }
 
 
+# The χ_sys constants (Eq. 15) whose driver a layout may have and a calibration's runs may
+# lack (``Calibration.not_informed``: kept at the starting profile's value, not fitted).
+UNINFORMED_DRIVERS = {"chi_a2a": "an expert all-to-all across nodes",
+                      "chi_pp": "a pipeline across nodes"}
+
+
+def uninformed_notes(calibration: str, not_informed: Sequence[str], *,
+                     ep_crosses_nodes: bool, pp_crosses_nodes: bool) -> list[str]:
+    """A note for each χ_sys term this layout has and the calibration's runs never did (a
+    trial: a plan chose ep 32 across nodes on a profile whose c_A2A no run had informed)."""
+    has = {"chi_a2a": ep_crosses_nodes, "chi_pp": pp_crosses_nodes}
+    return [f"no run of calibration {calibration!r} has {what}, which this layout has: "
+            f"{name} was not fitted (kept from the profile it started from), so that cost "
+            "carries no correction from those runs"
+            for name, what in UNINFORMED_DRIVERS.items() if has[name] and name in not_informed]
+
+
 def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
            stack: str, is_moe: bool, n_total: float, n_active: float,
            degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
            mfu: float, step_time_s: float, memory_gib: float,
-           usable_memory_gib: float | None = None, is_hybrid: bool = False) -> Assessment:
+           usable_memory_gib: float | None = None, is_hybrid: bool = False,
+           extra_notes: Sequence[str] = ()) -> Assessment:
     """Place one predicted job against ``coverage`` (module docstring); with
-    ``usable_memory_gib``, say when the memory interval reaches past it."""
+    ``usable_memory_gib``, say when the memory interval reaches past it; ``extra_notes``
+    (:func:`uninformed_notes`) join the assessment's note."""
     if coverage is None:
         return Assessment(calibration, (), has_envelope=False, note=(
             f"calibration {calibration!r} records no coverage; rerun `mosaic calibrate` "
@@ -334,7 +353,7 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
     notes = ([f"no residuals for {' or '.join(missing)} in calibration {calibration!r}: a "
               f"calibration keeps them from at least {MIN_SCOPE_RUNS} runs (held out, for "
               "tokens/s; reporting memory, for memory)"]
-             if missing else [])
+             if missing else []) + list(extra_notes)
     memory_interval = interval(memory_gib, memory, level)
     if (memory_interval is not None and usable_memory_gib is not None
             and memory_interval.high > usable_memory_gib):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mosaic.arch.counts import count_parameters
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.coverage import DEGREES, Assessment, assess
+from mosaic.perf.coverage import DEGREES, Assessment, assess, uninformed_notes
 from mosaic.perf.memory import GIB
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
@@ -25,4 +25,8 @@ def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPla
         tokens_per_s_per_gpu=float(prediction.tokens_per_s_per_gpu[index]),
         mfu=float(prediction.mfu[index]), step_time_s=float(prediction.step_time_s[index]),
         memory_gib=float(prediction.memory_bytes[index] / GIB),
-        usable_memory_gib=usable_memory_gib, is_hybrid=workload.geometry.is_hybrid)
+        usable_memory_gib=usable_memory_gib, is_hybrid=workload.geometry.is_hybrid,
+        extra_notes=uninformed_notes(
+            calibration.name, calibration.not_informed,
+            ep_crosses_nodes=bool(prediction.chi_drivers.a2a_share[index] > 0),
+            pp_crosses_nodes=bool(prediction.chi_drivers.pp_extra_nodes[index] > 0)))

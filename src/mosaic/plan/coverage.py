@@ -7,7 +7,8 @@ import numpy as np
 
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.coverage import DEGREES, Assessment, assess
+from mosaic.perf.collectives import group_placement
+from mosaic.perf.coverage import DEGREES, Assessment, assess, uninformed_notes
 from mosaic.perf.memory import GIB
 from mosaic.plan.search import PlanResult
 from mosaic.plan.throughput_spread import spread_for
@@ -29,7 +30,24 @@ def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / table.n_devices,
         mfu=float(table.mfu[row]), step_time_s=float(table.step_time_s[row]),
         memory_gib=float(table.memory_bytes[row] / GIB),
-        usable_memory_gib=envelope.usable_memory_bytes / GIB)
+        usable_memory_gib=envelope.usable_memory_bytes / GIB,
+        extra_notes=_uninformed(calibration, plan, envelope.system.gpus_per_node))
+
+
+def _uninformed(calibration: Calibration, plan: dict, gpus_per_node: int) -> list[str]:
+    """perf.coverage.uninformed_notes for a grid row's layout: its EP group (stride etp) and
+    its pipeline (stride tp·cp·dp) placed on the nodes as the time model places them
+    (perf.step_time.chi_drivers)."""
+    if not plan:
+        return []
+    def spans(n: int, stride: int) -> bool:
+        return bool(group_placement(n, stride, gpus_per_node).domains_spanned > 1)
+
+    return uninformed_notes(
+        calibration.name, calibration.not_informed,
+        ep_crosses_nodes=spans(int(plan.get("ep", 1)), int(plan.get("etp", 1))),
+        pp_crosses_nodes=spans(int(plan.get("pp", 1)), int(plan.get("tp", 1))
+                               * int(plan.get("cp", 1)) * int(plan.get("dp", 1))))
 
 
 def plan_uncertainty(result: PlanResult, law: ScalingLaw, samples: LawSamples | None,
