@@ -16,8 +16,8 @@ from mosaic.perf.collectives import (
     all_reduce_time_s,
     all_to_all_time_s,
     collective_estimate,
+    ep_and_pp_nodes_spanned,
     group_placement,
-    nodes_spanned,
     reduce_scatter_time_s,
     send_recv_estimate,
     send_recv_time_s,
@@ -57,7 +57,8 @@ def test_group_placement(n, stride, domain, per_domain, domains):
 
 def test_nodes_spanned_uses_host_size_not_nvlink_domain():
     nvl72 = Interconnect(72, 4, 900e9, 50e9)
-    assert int(nodes_spanned(16, 1, nvl72)) == 4
+    ep_nodes, _ = ep_and_pp_nodes_spanned(16, 1, 1, 1, 1, 16, nvl72.gpus_per_node)
+    assert int(ep_nodes) == 4
     assert bool(group_placement(16, 1, nvl72.scale_up_domain_gpus).inside_domain) is False
 
 

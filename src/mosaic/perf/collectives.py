@@ -178,9 +178,14 @@ def _placement(n_i: np.ndarray, s_i: np.ndarray, d_i: npt.ArrayLike) -> GroupPla
     return GroupPlacement(per_domain, -(-n_i // per_domain))
 
 
-def nodes_spanned(n: npt.ArrayLike, stride: npt.ArrayLike, ic: Interconnect) -> np.ndarray:
-    """Hosts a group spans (N_node of paper Eq. 15)."""
-    return group_placement(n, stride, ic.gpus_per_node).domains_spanned
+def ep_and_pp_nodes_spanned(ep: npt.ArrayLike, etp: npt.ArrayLike, pp: npt.ArrayLike,
+                            tp: npt.ArrayLike, cp: npt.ArrayLike, dp: npt.ArrayLike,
+                            gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hosts (not NVLink domains) an EP group spans (stride etp) and hosts the pipeline spans
+    (stride tp·cp·dp): N_node of paper Eq. 15, from the actual rank placement."""
+    tp_cp_dp = np.asarray(tp) * np.asarray(cp) * np.asarray(dp)
+    return (group_placement(ep, etp, gpus_per_node).domains_spanned,
+            group_placement(pp, tp_cp_dp, gpus_per_node).domains_spanned)
 
 
 def bus_factor(collective: str, n: npt.ArrayLike) -> np.ndarray:

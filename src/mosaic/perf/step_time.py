@@ -36,7 +36,7 @@ from mosaic.arch import (
     count_parameters,
     lm_head_flops_per_token,
 )
-from mosaic.arch.counts import hybrid_mixer_parameters
+from mosaic.arch.counts import ParameterCounts, hybrid_mixer_parameters
 from mosaic.arch.flops import (
     TRAIN_TO_FORWARD_FLOPS,
     model_flops_per_token,
@@ -48,8 +48,8 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import (
     all_gather_time_s,
     all_reduce_time_s,
+    ep_and_pp_nodes_spanned,
     group_placement,
-    nodes_spanned,
     reduce_scatter_time_s,
     send_recv_time_s,
 )
@@ -470,6 +470,12 @@ def _rank_vocab_s(workload: Workload, plans: ParallelPlans, stage: Stage,
             + held_mtp * t_mtp)
 
 
+def _moe_block_share(counts: ParameterCounts) -> float:
+    """The share of an MoE model's blocks that are MoE blocks (the rest dense: a dense
+    prefix, or MoE every k-th block): the weight of each kind in the mean FSDP unit."""
+    return counts.moe_layers / counts.layers
+
+
 def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
                           ) -> tuple[np.ndarray, np.ndarray]:
     """(dense, routed-expert) parameters per GPU of the mean block, whose gather and
@@ -497,7 +503,7 @@ def _fsdp_unit_parameters(workload: Workload, plans: ParallelPlans
     if workload.geometry.moe is None:
         dense = (counts.attention_per_layer + counts.dense_ffn_per_layer) / plans.tp + norms
         return dense, np.zeros(len(plans))
-    moe_share = counts.moe_layers / counts.layers
+    moe_share = _moe_block_share(counts)
     dense = ((counts.attention_per_layer + moe_share * counts.shared_experts_per_layer
               + (1 - moe_share) * counts.dense_ffn_per_layer) / plans.tp
              + norms + moe_share * counts.router_per_layer)
@@ -521,7 +527,7 @@ def _fsdp_extra_tensor_gathers(workload: Workload, plans: ParallelPlans
     if geometry.moe is None:
         return dense + ffn_matrices - 1, np.zeros(len(plans))
     moe = geometry.moe
-    moe_share = count_parameters(geometry).moe_layers / geometry.layers
+    moe_share = _moe_block_share(count_parameters(geometry))
     dense += moe_share * (1 + moe.shared_experts * ffn_matrices) + (1 - moe_share) * ffn_matrices
     expert_tensors = local_experts(workload, plans) * ffn_matrices
     return dense - 1, moe_share * np.maximum(expert_tensors - 1, 0)
@@ -809,11 +815,10 @@ def chi_drivers(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray,
 @plan_key("tp", "pp", "cp", "dp", "ep", "etp")
 def _nodes_spanned_by_ep_and_pp(machine: Machine, plans: ParallelPlans
                                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Hosts an EP group spans (stride etp) and hosts the pipeline spans (stride
-    tp·cp·dp)."""
-    ic = machine.interconnect
-    return (nodes_spanned(plans.ep, plans.etp, ic),
-            nodes_spanned(plans.pp, plans.tp * plans.cp * plans.dp, ic))
+    """Hosts an EP group spans and hosts the pipeline spans
+    (:func:`~mosaic.perf.collectives.ep_and_pp_nodes_spanned`)."""
+    return ep_and_pp_nodes_spanned(plans.ep, plans.etp, plans.pp, plans.tp, plans.cp, plans.dp,
+                                   machine.interconnect.gpus_per_node)
 
 
 def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:

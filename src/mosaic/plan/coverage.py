@@ -7,7 +7,7 @@ import numpy as np
 
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.collectives import group_placement
+from mosaic.perf.collectives import ep_and_pp_nodes_spanned
 from mosaic.perf.coverage import DEGREES, Assessment, assess, uninformed_notes
 from mosaic.perf.memory import GIB
 from mosaic.plan.search import PlanResult
@@ -35,19 +35,16 @@ def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
 
 
 def _uninformed(calibration: Calibration, plan: dict, gpus_per_node: int) -> list[str]:
-    """perf.coverage.uninformed_notes for a grid row's layout: its EP group (stride etp) and
-    its pipeline (stride tp·cp·dp) placed on the nodes as the time model places them
-    (perf.step_time.chi_drivers)."""
+    """perf.coverage.uninformed_notes for a grid row's layout, placed on the nodes as the
+    time model places it (perf.collectives.ep_and_pp_nodes_spanned)."""
     if not plan:
         return []
-    def spans(n: int, stride: int) -> bool:
-        return bool(group_placement(n, stride, gpus_per_node).domains_spanned > 1)
-
-    return uninformed_notes(
-        calibration.name, calibration.not_informed,
-        ep_crosses_nodes=spans(int(plan.get("ep", 1)), int(plan.get("etp", 1))),
-        pp_crosses_nodes=spans(int(plan.get("pp", 1)), int(plan.get("tp", 1))
-                               * int(plan.get("cp", 1)) * int(plan.get("dp", 1))))
+    ep_nodes, pp_nodes = ep_and_pp_nodes_spanned(
+        *(int(plan.get(name, 1)) for name in ("ep", "etp", "pp", "tp", "cp", "dp")),
+        gpus_per_node)
+    return uninformed_notes(calibration.name, calibration.not_informed,
+                            ep_crosses_nodes=bool(ep_nodes > 1),
+                            pp_crosses_nodes=bool(pp_nodes > 1))
 
 
 def plan_uncertainty(result: PlanResult, law: ScalingLaw, samples: LawSamples | None,
