@@ -181,10 +181,8 @@ def free_parameter_count(baselines: RecordBaselines, base: Calibration,
                          constants: Sequence[str]) -> int:
     """Parameters of the fit that ``constants`` free for these runs (one per stack for a
     per-stack constant, one per routing regime for the imbalance factor)."""
-    stacks = sorted(set(baselines.stacks))
-    routings = sorted(set(baselines.routings) - {"dense"})
     return sum(constant in constants
-               for _, constant, _, _ in _parameter_table(base, stacks, routings))
+               for _, constant, _, _ in _parameter_table(base, *_fit_groups(baselines)))
 
 
 def constants_to_fit(baselines: RecordBaselines, base: Calibration) -> tuple[str, ...]:
@@ -264,8 +262,7 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                     provenance: str) -> Calibration:
     """Fit c_A2A, c_PP, c_ovl, the stack multipliers, attention, routing and element-wise
     traffic factors."""
-    stacks = sorted(set(baselines.stacks))
-    routings = sorted(set(baselines.routings) - {"dense"})
+    stacks, routings = _fit_groups(baselines)
     index = np.array([stacks.index(s) for s in baselines.stacks])
     routing_index = np.array([routings.index(r) if r in routings else -1
                               for r in baselines.routings])
@@ -359,6 +356,11 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                    elementwise_traffic_factor=float(f"{np.exp(log_elementwise):.6g}"),
                    sources=sources, at_bounds=at_bound, not_informed=not_informed,
                    coverage=None)  # the caller measures the new fit's coverage
+
+
+def _fit_groups(baselines: RecordBaselines) -> tuple[list[str], list[str]]:
+    """The stacks and MoE routing regimes of the runs, each with parameters of its own."""
+    return sorted(set(baselines.stacks)), sorted(set(baselines.routings) - {"dense"})
 
 
 def _parameter_table(base: Calibration, stacks: list[str], routings: list[str]
