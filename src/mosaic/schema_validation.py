@@ -67,6 +67,16 @@ def _accepts(schema: type[BaseModel] | None, loc: tuple[Any, ...], name: str,
     return True
 
 
+def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value: Any
+                    ) -> str | None:
+    """The allowed field closest to the unknown name at ``loc`` that would take ``value``
+    (a misspelling's "did you mean"), or None."""
+    close = [name for name in difflib.get_close_matches(str(loc[-1]),
+                                                        allowed_fields(schema, loc))
+             if _accepts(schema, loc, name, value)]
+    return close[0] if close else None
+
+
 def _is_union_field(schema: type[BaseModel] | None, loc: tuple[Any, ...]) -> bool:
     """Whether the field at ``loc`` is declared as a union of several types."""
     model = None if schema is None or not loc else _model_at(schema, tuple(loc[:-1]))
@@ -103,9 +113,8 @@ def describe_validation_error(exc: ValidationError, where: str,
     detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
     if first["type"] == "extra_forbidden" and (
             allowed := allowed_fields(schema, tuple(first["loc"]))):
-        close = [name for name in difflib.get_close_matches(str(first["loc"][-1]), allowed)
-                 if _accepts(schema, tuple(first["loc"]), name, got)]
-        suggestion = f"; did you mean {close[0]}?" if close else ""
+        close = suggested_field(schema, tuple(first["loc"]), got)
+        suggestion = f"; did you mean {close}?" if close else ""
         detail += f"{suggestion}; allowed: {', '.join(allowed)}"
     return f"{where}: {field_path}: {message}{detail}{_other_problems(errors[1:])}"
 

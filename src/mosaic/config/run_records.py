@@ -12,7 +12,6 @@ Schema, units and rules: docs/run_records.md (the schema of the shared calibrati
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -53,9 +52,9 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload, precision_lane
 from mosaic.schema_validation import (
-    allowed_fields,
     describe_validation_error,
     load_yaml_mapping,
+    suggested_field,
 )
 from mosaic.stacks import get_stack, stack_for_software
 from mosaic.stacks.registry import (
@@ -618,7 +617,7 @@ def _validate_entry(raw: Any, where: str, deprecated: set[str] | None = None
         return RunRecordEntry.model_validate(raw)
     except ValidationError as exc:
         unknown = sorted(
-            ".".join(str(part) for part in error["loc"]) + _did_you_mean(tuple(error["loc"]))
+            ".".join(str(part) for part in error["loc"]) + _did_you_mean(error)
             for error in exc.errors()
             if error["type"] == "extra_forbidden"
         )
@@ -627,10 +626,10 @@ def _validate_entry(raw: Any, where: str, deprecated: set[str] | None = None
         raise MosaicInputError(describe_validation_error(exc, where)) from None
 
 
-def _did_you_mean(loc: tuple[Any, ...]) -> str:
+def _did_you_mean(error: Any) -> str:
     """' (did you mean parallelism?)' for a misspelt field of a run record, else ''."""
-    close = difflib.get_close_matches(str(loc[-1]), allowed_fields(RunRecordEntry, loc), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+    close = suggested_field(RunRecordEntry, tuple(error["loc"]), error.get("input"))
+    return f" (did you mean {close}?)" if close else ""
 
 
 def _runs_list(document: dict[str, Any], path: Path) -> list[Any]:
