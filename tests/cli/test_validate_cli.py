@@ -272,6 +272,14 @@ def test_a_record_whose_step_time_disagrees_is_used_at_its_tokens_per_s(tmp_path
     tokens = record.workload.global_batch * record.workload.seq_len
     assert record.measured_step_time_s == pytest.approx(tokens / (5762.0 * 8))
     assert any("stated 2843.5 s" in note for note in record.assumptions)
+    assert "disagree by" in record.measurement_disagreement
+    # validate says which records it scored on their tokens/s alone (a trial)
+    shown = runner.invoke(app, ["validate", str(path)])
+    assert "note: 1 record(s) state measured.consistent: false" in shown.output
+    assert "step-in-ms" in shown.output.split("measured.consistent: false")[1]
+    doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    (entry,) = doc["aggregate"]["stated_inconsistent"]
+    assert entry["id"] == "step-in-ms" and "stated 2843.5 s" in entry["reason"]
     result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
                                  "--cv", "none", "--json"])
     assert json.loads(result.stdout)["implausible_measurements"] == []

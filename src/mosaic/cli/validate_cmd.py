@@ -205,6 +205,19 @@ def validate(
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
     _echo_implausible(aggregate["implausible_measurements"])
+    _echo_stated_inconsistent(aggregate["stated_inconsistent"])
+
+
+def _echo_stated_inconsistent(disagreeing: list[dict[str, str]]) -> None:
+    """One note naming the records that declare their tokens/s and step time disagree
+    (``measured.consistent: false``): scored on the tokens/s, which a reader should know."""
+    if disagreeing:
+        shown = ", ".join(row["id"] for row in disagreeing[:SKIPPED_SHOWN])
+        more = (f" and {len(disagreeing) - SKIPPED_SHOWN} more" if len(disagreeing)
+                > SKIPPED_SHOWN else "")
+        typer.echo(f"note: {len(disagreeing)} record(s) state measured.consistent: false; "
+                   f"each is scored on its tokens/s, with the step time that implies "
+                   f"(`mosaic perf RUNS#ID` shows the gap): {shown}{more}", err=True)
 
 
 def _echo_implausible(implausible: list[dict[str, str]], treatment: str = "scored as given"

@@ -329,6 +329,9 @@ class RunRecord:
             layout that processed them), with the
             evidence; such a run is predicted and listed but left out of throughput fits and
             accuracy figures (its memory still counts). None: scored.
+        measurement_disagreement: the record states ``measured.consistent: false``: how
+            its tokens/s and step time disagree (the tokens/s is scored, and the step time
+            it implies is used); None when the record says they agree.
     """
 
     id: str
@@ -353,6 +356,7 @@ class RunRecord:
     throughput_not_scored: str | None = None
     memory_measure: str = "allocator"
     stack_version: str | None = None
+    measurement_disagreement: str | None = None
 
     @property
     def throughput_scored(self) -> bool:
@@ -431,14 +435,16 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
         )
 
 
-def _measured(entry: RunRecordEntry, notes: list[str]) -> tuple[float | None, float | None]:
-    """(tokens/s/GPU, step time): both None for an OOM run, both set otherwise."""
+def _measured(entry: RunRecordEntry, notes: list[str]
+              ) -> tuple[float | None, float | None, str | None]:
+    """(tokens/s/GPU, step time, disagreement): the first two None for an OOM run, both set
+    otherwise; the third the assumption a ``consistent: false`` record is scored under."""
     measured = entry.measured
     tokens_per_s, step_time_s = measured.tokens_per_s_per_gpu, measured.step_time_s
     if measured.oom:
         if tokens_per_s is not None or step_time_s is not None:
             raise MosaicInputError("measured.oom: true, but an OOM run has no throughput")
-        return None, None
+        return None, None, None
     if tokens_per_s is None or step_time_s is None:
         missing = "tokens_per_s_per_gpu" if tokens_per_s is None else "step_time_s"
         raise MosaicInputError(f"measured.{missing}: required unless measured.oom is true")
@@ -455,11 +461,12 @@ def _measured(entry: RunRecordEntry, notes: list[str]) -> tuple[float | None, fl
         # had calibrate fit it while validate scored the tokens/s; a trial).
         implied_step_s = entry.batch.global_seqs * entry.batch.seq_len / (
             tokens_per_s * entry.num_gpus)
-        notes.append(f"measured tokens/s and step time disagree by {gap:+.1%}: the step "
-                     f"time the tokens/s implies, {implied_step_s:.6g} s, is used (stated "
-                     f"{step_time_s:g} s)")
-        step_time_s = implied_step_s
-    return tokens_per_s, step_time_s
+        disagreement = (f"measured tokens/s and step time disagree by {gap:+.1%}: the step "
+                        f"time the tokens/s implies, {implied_step_s:.6g} s, is used (stated "
+                        f"{step_time_s:g} s)")
+        notes.append(disagreement)
+        return tokens_per_s, implied_step_s, disagreement
+    return tokens_per_s, step_time_s, None
 
 
 def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
@@ -541,7 +548,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(
         entry.parallelism, recipe_layouts, geometry, plan, notes))
     _check_layout(entry, plan.row(0))
-    tokens_per_s, step_time_s = _measured(entry, notes)
+    tokens_per_s, step_time_s, disagreement = _measured(entry, notes)
     memory_gib = entry.measured.memory_gib
     return RunRecord(
         id=entry.id,
@@ -565,6 +572,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         source_key=entry.id.split("-", 1)[0],
         assumptions=tuple(notes),
         stated_settings=stated,
+        measurement_disagreement=disagreement,
     )
 
 

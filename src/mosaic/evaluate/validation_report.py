@@ -205,6 +205,7 @@ class ValidationSummary:
         self._flags = bytearray()  # bit 0 feasible, bit 1 oom, bit 2 MoE, bit 3 not scored
         self._not_scored: dict[str, str] = {}  # id -> why its throughput is not scored
         self._implausible: dict[str, str] = {}  # id -> why its measurement looks mis-entered
+        self._disagreements: dict[str, str] = {}  # id -> its stated consistent: false
         self._group = array("l")  # index into _labels (model @ GPU)
         self._software = array("l")  # index into _labels (software as recorded, or None)
         self._labels: dict[str | None, int] = {}
@@ -241,6 +242,8 @@ class ValidationSummary:
             implausible = p.implausible
             if implausible is not None:
                 self._implausible[record.id] = implausible
+            if record.measurement_disagreement is not None:
+                self._disagreements[record.id] = record.measurement_disagreement
             self._group.append(self._label(record.group_key))
             self._software.append(self._label(record.software))
 
@@ -335,6 +338,8 @@ class ValidationSummary:
                                       for run_id, reason in self._not_scored.items()],
             "implausible_measurements": [{"id": run_id, "reason": reason}
                                          for run_id, reason in self._implausible.items()],
+            "stated_inconsistent": [{"id": run_id, "reason": reason}
+                                    for run_id, reason in self._disagreements.items()],
         }
 
 
