@@ -304,3 +304,28 @@ def test_a_memory_figure_above_the_device_is_flagged(tmp_path):
     result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
                                  "--cv", "none", "--json"])
     assert json.loads(result.stdout)["implausible_measurements"] == [entry]
+
+
+def test_a_profile_of_few_runs_borrows_the_base_residuals_and_says_so(tmp_path):
+    """Three held-out runs give no 5%/95% quantiles of their own (MIN_SCOPE_RUNS = 10):
+    the profile keeps its base's (the built-in 'default') rather than losing every
+    interval, and each interval names where its residuals come from (a trial)."""
+    from mosaic.perf.calibration import load_calibration as load
+    from mosaic.perf.coverage import MIN_SCOPE_RUNS
+
+    out = tmp_path / "own.yaml"
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),
+                                 "--out", str(out), "--cv", "group", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["n_runs"] < MIN_SCOPE_RUNS
+    assert report["tokens_per_s_residuals_borrowed_from"] == "default"
+    assert "keeps profile 'default''s residuals" in result.stderr
+    own, base = load(out).coverage, load("default").coverage
+    assert own.tokens_per_s_ratio == base.tokens_per_s_ratio
+    assert own.tokens_per_s_ratio_from == "default"
+    assert own.source.startswith("3 runs of runs_example.yaml")  # its envelope is its own
+    perf = json.loads(runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"),
+                                          "--calibration", str(out), "--json"]).stdout)
+    scope = perf["coverage"]["intervals"]["tokens_per_s"]["residual_scope"]
+    assert scope == "moe of profile 'default', borrowed"

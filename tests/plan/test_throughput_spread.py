@@ -105,6 +105,15 @@ def test_spread_for_a_calibration_uses_the_candidates_scope(calibration):
     assert s.median[0] == pick_scope(rows, "megatron-core", "moe").median
     shared = calibration.coverage.tokens_per_s_shared_fraction
     assert s.shared_fraction == (1.0 if shared is None else shared)
+    # residuals another profile measured are named as such in the plan's uncertainty
+    from dataclasses import replace
+
+    borrowed = replace(calibration, coverage=replace(calibration.coverage,
+                                                     tokens_per_s_ratio_from="default"))
+    lent = spread_for(borrowed, "megatron-core", np.array([True, False]))
+    assert lent.description == (f"{s.description} (residuals borrowed from profile "
+                                "'default')")
+    assert np.array_equal(lent.median, s.median)
 
 
 def test_a_real_search_gets_its_optimum_assessed_and_performance_uncertainty(

@@ -47,11 +47,12 @@ from mosaic.evaluate.calibrate import (
     record_baselines,
     without_implausible_throughput,
 )
-from mosaic.evaluate.coverage_fit import build_coverage
+from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
 from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
+from mosaic.perf.coverage import MIN_SCOPE_RUNS
 
 CV_GROUPINGS = ("source", "group", "none")
 
@@ -417,10 +418,12 @@ def calibrate(
         as_started = CrossValidation(tuple(groups), calibrated_step_time_s(baselines, start),
                                      baselines.measured_step_time_s)
         report["starting_calibration"] = {"name": start.name, **as_started.summary(moe)}
-    fitted = replace(fitted, coverage=build_coverage(
+    coverage = build_coverage(
         record_set.records, baselines.ids, cv_result, fitted,
         f"{len(baselines.ids)} runs of {runs.name}"
-        + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out")))
+        + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out"))
+    fitted = replace(fitted, coverage=with_borrowed_residuals(coverage, start))
+    report["tokens_per_s_residuals_borrowed_from"] = fitted.coverage.tokens_per_s_ratio_from
     report["calibration"] = fitted.to_document()
     if cv_result is not None:
         fitted_doc = fitted.to_document()
@@ -490,6 +493,12 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
                    f"{MIN_RUNS_PER_PARAMETER} per free parameter): fitted "
                    f"{', '.join(report['fitted'])} only, the rest kept from the starting "
                    "calibration; --fit all fits every constant regardless", err=True)
+    borrowed = report["tokens_per_s_residuals_borrowed_from"]
+    if borrowed is not None:
+        typer.echo(f"note: too few held-out runs for tokens/s intervals of this profile's own "
+                   f"(at least {MIN_SCOPE_RUNS}): it keeps profile {borrowed!r}'s residuals, "
+                   "measured on other runs, and every interval that uses them says so",
+                   err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
         typer.echo(f"warning: {constants} constant{'s' if constants != 1 else ''} fitted to "

@@ -6,6 +6,7 @@ Run by ``mosaic calibrate`` once per fit, so a prediction only looks the quantil
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,3 +66,20 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         degrees={name: tuple(int(v) for v in _span([getattr(r.plan, name)[0] for r in fitted]))
                  for name in DEGREES},
         tokens_per_s_ratio=tokens, tokens_per_s_shared_fraction=shared, memory_ratio=memory)
+
+
+def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration
+                            ) -> CalibrationCoverage:
+    """``coverage`` with ``base``'s held-out tokens/s residuals when it has none of its own
+    (fewer than MIN_SCOPE_RUNS held-out runs, or no cross-validation) and ``base`` has
+    some: the plan then shows an interval, labelled as borrowed, rather than none (a
+    trial: a team calibrating on a handful of its own runs lost every interval). The
+    base's residuals measure the model on other clusters' runs, not on this profile's, so
+    they are labelled wherever they are shown."""
+    own = coverage.tokens_per_s_ratio
+    borrowed = base.coverage
+    if own or borrowed is None or not borrowed.tokens_per_s_ratio:
+        return coverage
+    return replace(coverage, tokens_per_s_ratio=borrowed.tokens_per_s_ratio,
+                   tokens_per_s_shared_fraction=borrowed.tokens_per_s_shared_fraction,
+                   tokens_per_s_ratio_from=borrowed.tokens_per_s_ratio_from or base.name)

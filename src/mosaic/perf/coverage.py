@@ -27,7 +27,7 @@ both are reported together.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,7 @@ class _CoverageFile(BaseModel):
     tokens_per_s_ratio: tuple[_Quantiles, ...] = ()
     tokens_per_s_shared_fraction: float | None = Field(default=None, ge=0, le=1)
     memory_ratio: tuple[_Quantiles, ...] = ()
+    tokens_per_s_ratio_from: str | None = Field(default=None, min_length=1)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ class CalibrationCoverage:
     tokens_per_s_ratio: tuple[RatioQuantiles, ...] = ()
     tokens_per_s_shared_fraction: float | None = None
     memory_ratio: tuple[RatioQuantiles, ...] = ()
+    # the profile whose held-out tokens/s residuals these are, when not this calibration's
+    # own (too few held-out runs of its own: evaluate.coverage_fit.with_borrowed_residuals)
+    tokens_per_s_ratio_from: str | None = None
 
     def to_document(self) -> dict[str, Any]:
         """The YAML ``coverage`` section."""
@@ -113,6 +117,8 @@ class CalibrationCoverage:
             "tokens_per_s_ratio": quantiles(self.tokens_per_s_ratio),
             "tokens_per_s_shared_fraction": self.tokens_per_s_shared_fraction,
             "memory_ratio": quantiles(self.memory_ratio),
+            **({} if self.tokens_per_s_ratio_from is None
+               else {"tokens_per_s_ratio_from": self.tokens_per_s_ratio_from}),
         }
 
 
@@ -128,7 +134,8 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         n_active=parsed.n_active, degrees=dict(parsed.degrees),
         tokens_per_s_ratio=quantiles(parsed.tokens_per_s_ratio),
         tokens_per_s_shared_fraction=parsed.tokens_per_s_shared_fraction,
-        memory_ratio=quantiles(parsed.memory_ratio))
+        memory_ratio=quantiles(parsed.memory_ratio),
+        tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from)
 
 
 def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
@@ -347,6 +354,9 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
                                        is_hybrid=is_hybrid))
     cls = model_class(is_moe, is_hybrid)
     speed = pick_scope(coverage.tokens_per_s_ratio, stack, cls)
+    if speed is not None and coverage.tokens_per_s_ratio_from is not None:
+        speed = replace(speed, scope=f"{speed.scope} of profile "
+                                     f"{coverage.tokens_per_s_ratio_from!r}, borrowed")
     memory = pick_scope(coverage.memory_ratio, stack, cls)
     level = coverage.level
     missing = [what for what, q in (("tokens/s", speed), ("memory", memory)) if q is None]

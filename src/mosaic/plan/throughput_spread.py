@@ -21,7 +21,7 @@ Draws are seeded, so the same inputs give the same samples.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -90,6 +90,10 @@ def spread_for(calibration: Calibration, stack: str, is_moe: np.ndarray
     quantiles = [pick_scope(coverage.tokens_per_s_ratio, stack, model_class(bool(moe)))
                  for moe in np.asarray(is_moe)]
     shared = coverage.tokens_per_s_shared_fraction
-    return ThroughputSpread.from_quantiles(
+    spread = ThroughputSpread.from_quantiles(
         [q for q in quantiles if q is not None], coverage.level,
         FULLY_SHARED if shared is None else shared)
+    if coverage.tokens_per_s_ratio_from is None:
+        return spread
+    return replace(spread, description=f"{spread.description} (residuals borrowed from "
+                                       f"profile {coverage.tokens_per_s_ratio_from!r})")
