@@ -18,9 +18,9 @@ from mosaic.config.run_records import (
     stack_label,
 )
 from mosaic.errors import MosaicInputError
-from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing
 from mosaic.perf.workload import Precision
+from mosaic.units import GIB
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "runs_example.yaml"

@@ -18,10 +18,10 @@ from mosaic.perf.layouts import (
     search_layouts,
 )
 from mosaic.perf.machine import machine_for
-from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, Sharding
 from mosaic.perf.step_time import predict_step
 from mosaic.perf.workload import Workload
+from mosaic.units import GIB
 
 CALIBRATION = default_calibration()
 PINNED_MODES = {"sharding": ("zero1",), "checkpointing": ("none",)}

@@ -12,7 +12,6 @@ from mosaic.errors import MosaicInputError
 from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.memory import (
     COMPONENTS,
-    GIB,
     RUNTIME_RESERVE_BYTES,
     activation_bytes_per_layer,
     dense_mlp_activation_bytes,
@@ -33,6 +32,7 @@ from mosaic.perf.plan import (
 )
 from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
 from mosaic.perf.workload import Workload
+from mosaic.units import GIB
 
 CALIBRATION = Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
 

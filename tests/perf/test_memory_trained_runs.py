@@ -11,7 +11,6 @@ from mosaic.arch import Geometry, MoEConfig
 from mosaic.config.run_records import load_run_records
 from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.perf.memory import (
-    GIB,
     logits_bytes,
     memory_breakdown_bytes,
     stage_memory_breakdown_bytes,
@@ -21,6 +20,7 @@ from mosaic.perf.memory import (
 from mosaic.perf.plan import Checkpointing, Sharding, single_plan
 from mosaic.perf.workload import OptimizerDtype, Workload
 from mosaic.stacks import get_stack
+from mosaic.units import GIB
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT.parent / "shared" / "calibration" / "published_runs.yaml"

@@ -87,7 +87,7 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     from mosaic.evaluate.job import check_job_layout, load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
     from mosaic.perf.headroom import memory_fit_text
-    from mosaic.perf.memory import GIB
+    from mosaic.units import GIB
 
     job = load_job_spec(path, overrides, model_block(model))
     cluster = check_job_layout(job)  # the layout checks of `mosaic perf`, same errors

@@ -54,10 +54,10 @@ from mosaic.perf.layouts import (
     with_searched_remainder_last_layouts,
 )
 from mosaic.perf.machine import machine_for
-from mosaic.perf.memory import GIB
 from mosaic.plan.inputs import layout_limits
 from mosaic.report.layout_search_document import search_document
 from mosaic.schema_validation import load_yaml_mapping
+from mosaic.units import GIB
 
 TABLE_COLUMNS = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "mbs", "ckpt",
                  "tok/s/GPU", "MFU", "step s", "GiB"]

@@ -487,7 +487,7 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
                   plot_dir: Path | None, html: Path | None = None,
                   calibration: Calibration | None = None) -> None:
     trainable = [p for p in points if p.result.optimum_index is not None]
-    if not trainable:  # the same "nothing trainable" error (exit 2) as plan and layouts
+    if not trainable:  # the same "nothing trainable" error (exit 2) as plan
         require_trainable(points[0].result)
     for point in trainable:
         require_physical_loss(point.result)

@@ -47,7 +47,6 @@ from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprec
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import LIMITS
-from mosaic.perf.memory import GIB
 from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import Precision, Workload, precision_lane
@@ -63,6 +62,7 @@ from mosaic.stacks.registry import (
     release_number_text,
     release_text,
 )
+from mosaic.units import GIB
 from mosaic.yaml_stream import StreamError, iter_list_items, scan_mapping
 
 # ---------------------------------------------------------------- file schema (pydantic)

@@ -44,7 +44,6 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import plan_violations
 from mosaic.perf.machine import Machine
 from mosaic.perf.memory import (
-    GIB,
     feasibility,
     largest_components,
     memory_breakdown_bytes,
@@ -56,6 +55,7 @@ from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
 from mosaic.stacks import get_stack
+from mosaic.units import GIB
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_VPP = (1, 2, 4)

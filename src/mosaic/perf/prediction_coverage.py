@@ -5,10 +5,10 @@ from __future__ import annotations
 from mosaic.arch.counts import count_parameters
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.coverage import DEGREES, Assessment, assess, uninformed_notes
-from mosaic.perf.memory import GIB
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
 from mosaic.perf.workload import Workload
+from mosaic.units import GIB
 
 
 def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPlans,

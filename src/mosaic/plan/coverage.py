@@ -9,10 +9,10 @@ from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import ep_and_pp_nodes_spanned
 from mosaic.perf.coverage import DEGREES, Assessment, assess, uninformed_notes
-from mosaic.perf.memory import GIB
 from mosaic.plan.search import PlanResult
 from mosaic.plan.throughput_spread import spread_for
 from mosaic.plan.uncertainty import LawSamples, Uncertainty, propagate
+from mosaic.units import GIB
 
 
 def candidate_assessment(result: PlanResult, calibration: Calibration, row: int

@@ -50,7 +50,7 @@ from mosaic.perf.layouts import (
     with_balanced_layouts,
 )
 from mosaic.perf.machine import Machine, machine_for
-from mosaic.perf.memory import GIB, feasibility, memory_breakdown_bytes, total_memory_bytes
+from mosaic.perf.memory import feasibility, memory_breakdown_bytes, total_memory_bytes
 from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
@@ -58,6 +58,7 @@ from mosaic.perf.workload import Workload, experts_fuse_grouped_mlp
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
 from mosaic.plan.ray_backend import current_backend
 from mosaic.threads import limit_blas_threads
+from mosaic.units import GIB
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Sec. 2.1)
 PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard", "micro_batch",

@@ -26,7 +26,6 @@ from mosaic.hardware.default_systems import resolve_system
 from mosaic.law import default_law
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
-from mosaic.perf.memory import GIB
 from mosaic.plan.analysis import compare_model_flops
 from mosaic.plan.envelope import (
     TABLE3_LAYOUT_LIMITS,
@@ -37,6 +36,7 @@ from mosaic.plan.envelope import (
 from mosaic.plan.search import PlanResult, search
 from mosaic.plan.sweep import sweep_days, sweep_nodes
 from mosaic.report.plan_report import layout_text
+from mosaic.units import GIB
 
 APPENDIX_E_JOB = Path(__file__).resolve().parents[3] / "examples" / "appendix_e.yaml"
 
