@@ -17,11 +17,11 @@ from mosaic.config.run_records import _validate_entry, run_record_from_entry
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.collectives import all_gather_time_s
+from mosaic.perf.data_parallel_time import fsdp_unit_collectives_s, gradient_collectives_s
 from mosaic.perf.element_bytes import ACTIVATION_BYTES
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import stage_parameters
 from mosaic.perf.plan import Sharding, single_plan
-from mosaic.perf.step_time import _fsdp_unit_collectives_s, _gradient_collectives_s
 from mosaic.perf.workload import Fp8Recipe, Workload, default_fp8_recipe, stated_fp8_recipe
 
 H100 = Cluster(system=get_system("DGX-H100"), n_nodes=1)
@@ -105,7 +105,7 @@ def test_the_recipe_is_resolved_once_on_the_workload():
 def _zero1_gather_s(workload: Workload) -> float:
     machine = machine_for(H100, str(workload.precision))
     plan = single_plan(dp=8, sharding=Sharding.ZERO1)
-    return float(_gradient_collectives_s(machine, workload, plan)["all_gather"][0])
+    return float(gradient_collectives_s(machine, workload, plan)["all_gather"][0])
 
 
 @pytest.mark.parametrize(("recipe", "gemm_weight_bytes"), [
@@ -138,10 +138,10 @@ def test_float8_fsdp_all_gather_moves_one_byte_per_block_parameter():
     plan = single_plan(dp=8, sharding=Sharding.FSDP)
     counts = count_parameters(geometry)
     block = counts.attention_per_layer + counts.dense_ffn_per_layer + counts.norms_per_layer
-    gather = _fsdp_unit_collectives_s(machine, workload, plan)["unit_gather"][0]
+    gather = fsdp_unit_collectives_s(machine, workload, plan)["unit_gather"][0]
     assert gather == pytest.approx(float(all_gather_time_s(
         block * 1, 8, 1, machine.interconnect)), rel=1e-12)
-    bf16_gather = _fsdp_unit_collectives_s(machine, replace(workload, fp8_param_gather=False),
+    bf16_gather = fsdp_unit_collectives_s(machine, replace(workload, fp8_param_gather=False),
                                            plan)["unit_gather"][0]
     assert bf16_gather == pytest.approx(float(all_gather_time_s(
         block * 2, 8, 1, machine.interconnect)), rel=1e-12)  # torchtitan: bf16 gathers

@@ -203,13 +203,13 @@ def test_an_moe_models_dense_blocks_gather_their_ffn_and_no_experts() -> None:
     LayerNorms (2·2·512) in every block, the dense FFN 3·512·2048 in one block of four,
     the router 512·8 and the experts 8·3·512·512 (4 per ep rank) in three."""
     from mosaic.arch import Geometry, MoEConfig
-    from mosaic.perf.step_time import _fsdp_unit_parameters
+    from mosaic.perf.data_parallel_time import fsdp_unit_parameters
 
     geometry = Geometry(layers=4, d_model=512, heads=8, kv_heads=8, head_dim=64, ffn=2048,
                         vocab=1000, moe=MoEConfig(experts=8, top_k=2, expert_ffn=512,
                                                   dense_layers=1))
     workload = Workload(geometry, global_batch=8, seq_len=128, stack="torchtitan")
-    dense, expert = _fsdp_unit_parameters(workload, single_plan(dp=2, ep=2,
+    dense, expert = fsdp_unit_parameters(workload, single_plan(dp=2, ep=2,
                                                                 sharding=Sharding.FSDP))
     assert float(dense[0]) == pytest.approx(4 * 512**2 + 2 * 1024 + 3 * 512 * 2048 / 4
                                             + 0.75 * 512 * 8)

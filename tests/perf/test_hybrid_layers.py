@@ -314,15 +314,14 @@ def test_nemo_export_writes_the_whole_pattern_and_flags_virtual_stages():
 def test_data_parallel_traffic_follows_the_heaviest_rank_anywhere():
     """pp = 3 over 'MMMM*EEEM*MM': rank 1 holds the MoE layers, more parameters than either
     end, so the optimizer step and the gradient collectives move rank 1's."""
-    from mosaic.perf.memory import rank_parameters
-    from mosaic.perf.step_time import _heaviest_stage_parameters
+    from mosaic.perf.memory import heaviest_rank_parameters, rank_parameters
     moe = {"experts": 16, "top_k": 2, "expert_ffn": 4096}
     spec = _job({"layers": 12, "hybrid_pattern": "MMMM*EEEM*MM", "mamba": MAMBA, "moe": moe},
                 {"tp": 1, "pp": 3, "dp": 8, "ep": 1}, {}, nodes=3)
     middle = rank_parameters(spec.workload, spec.plan, 1).total
     assert middle[0] > rank_parameters(spec.workload, spec.plan, "first").total[0]
     assert middle[0] > rank_parameters(spec.workload, spec.plan, "last").total[0]
-    assert _heaviest_stage_parameters(spec.workload, spec.plan).total[0] == middle[0]
+    assert heaviest_rank_parameters(spec.workload, spec.plan).total[0] == middle[0]
 
 
 def test_gated_deltanet_exports_name_what_they_leave_to_the_recipe():

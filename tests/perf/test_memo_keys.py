@@ -14,19 +14,16 @@ import pytest
 
 from mosaic.arch import ladder_geometry
 from mosaic.hardware import Cluster, get_system
+from mosaic.perf.data_parallel_time import data_parallel_collectives_s
 from mosaic.perf.factorise import every_plan
 from mosaic.perf.layer_costs import dense_block_times, moe_block_times
 from mosaic.perf.layouts import enumerate_plans
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memo_keys import without_top_k
-from mosaic.perf.memory import parameter_state_bytes, stage_parameters
+from mosaic.perf.memory import heaviest_rank_parameters, parameter_state_bytes, stage_parameters
+from mosaic.perf.optimizer_time import optimizer_update_s
 from mosaic.perf.schedule import in_flight_microbatches, stage_layer_counts
-from mosaic.perf.step_time import (
-    _data_parallel_collectives_s,
-    _heaviest_stage_parameters,
-    _optimizer_update_s,
-    _vocab_stage_times,
-)
+from mosaic.perf.step_time import _vocab_stage_times
 from mosaic.perf.workload import Workload
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 
@@ -76,9 +73,9 @@ TERMS = {
         in_flight_microbatches(w, p, stage) for stage in ("first", "middle", "last")],
     "dense_block_times": lambda w, p: dense_block_times(MACHINE, w, p),
     "_vocab_stage_times": lambda w, p: _vocab_stage_times(MACHINE, w, p),
-    "_heaviest_stage_parameters": lambda w, p: _heaviest_stage_parameters(w, p),
-    "_data_parallel_collectives_s": lambda w, p: _data_parallel_collectives_s(MACHINE, w, p),
-    "_optimizer_update_s": lambda w, p: _optimizer_update_s(MACHINE, w, p),
+    "heaviest_rank_parameters": lambda w, p: heaviest_rank_parameters(w, p),
+    "data_parallel_collectives_s": lambda w, p: data_parallel_collectives_s(MACHINE, w, p),
+    "optimizer_update_s": lambda w, p: optimizer_update_s(MACHINE, w, p),
 }
 
 

@@ -20,6 +20,7 @@ import yaml
 from mosaic.arch import Geometry, MoEConfig
 from mosaic.config.run_records import RunRecordWarning, load_run_records
 from mosaic.hardware import Cluster, get_system
+from mosaic.perf import data_parallel_time as data_parallel_module
 from mosaic.perf import layer_costs
 from mosaic.perf import step_time as step_time_module
 from mosaic.perf.attention_kernels import resolve_attention_kernel
@@ -85,16 +86,16 @@ def _collective_bytes(stack: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
             return original(full_bytes, *args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(step_time_module, "all_gather_time_s",
-                        recorder("gather", step_time_module.all_gather_time_s))
-    monkeypatch.setattr(step_time_module, "reduce_scatter_time_s",
-                        recorder("scatter", step_time_module.reduce_scatter_time_s))
+    monkeypatch.setattr(data_parallel_module, "all_gather_time_s",
+                        recorder("gather", data_parallel_module.all_gather_time_s))
+    monkeypatch.setattr(data_parallel_module, "reduce_scatter_time_s",
+                        recorder("scatter", data_parallel_module.reduce_scatter_time_s))
     machine = machine_for(Cluster(get_system("dgx-h100"), 32), "bf16")
     workload = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack=stack,
                         grad_reduce_in_fp32=stack != "levanter")
     plans = single_plan(dp=256, micro_batch=1, sharding=Sharding.FSDP)
-    step_time_module._fsdp_unit_collectives_s(machine, workload, plans)
-    dense, expert = step_time_module._fsdp_unit_parameters(workload, plans)
+    data_parallel_module.fsdp_unit_collectives_s(machine, workload, plans)
+    dense, expert = data_parallel_module.fsdp_unit_parameters(workload, plans)
     seen["unit_params"] = float(dense[0] + expert[0])
     monkeypatch.undo()
     return seen
@@ -136,7 +137,7 @@ def test_levanter_fsdp_moe_batch_sweep_gathers_once_per_step(
         machine = machine_for(record.cluster, workload.precision)
         prediction = predict_step(workload, record.plan, machine, default_calibration())
         assert prediction.attention_kernel == "jax_flash"
-        unit = step_time_module._data_parallel_collectives_s(machine, workload, record.plan)
+        unit = data_parallel_module.data_parallel_collectives_s(machine, workload, record.plan)
         gathers.append(float(unit["unit_gather"][0]))
         steps.append(float(prediction.step_time_s[0]))
         tokens_per_s.append(float(prediction.tokens_per_s[0]))

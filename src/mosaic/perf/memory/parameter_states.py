@@ -24,6 +24,7 @@ from mosaic.perf.plan import ParallelPlans, Sharding
 from mosaic.perf.schedule import (
     MIRROR_STAGE,
     Stage,
+    candidate_stages,
     mtp_modules,
     stage_hybrid_counts,
     stage_layer_counts,
@@ -403,3 +404,19 @@ def holds_bf16_weight_copy(workload: Workload, plans: ParallelPlans) -> np.ndarr
             and workload.optimizer_dtype is OptimizerDtype.FP32):
         return ~sharding_in(plans.sharding, FULLY_SHARDED)
     return np.ones(len(plans), dtype=bool)
+
+
+@plan_key(*STAGE_PARAMETER_KEY, remember=without_top_k)
+def heaviest_rank_parameters(workload: Workload, plans: ParallelPlans) -> StageParameters:
+    """The parameters of the pipeline rank that holds the most (of
+    :func:`~mosaic.perf.schedule.candidate_stages`; the later rank on a tie): what the
+    data-parallel collectives and the optimizer step move."""
+    stages = candidate_stages(workload.geometry, plans, workload.pipeline_layouts)
+    params = rank_parameters(workload, plans, stages[-1])
+    for stage in reversed(stages[:-1]):
+        other = rank_parameters(workload, plans, stage)
+        heavier = other.total > params.total
+        params = StageParameters(**{
+            name: np.where(heavier, getattr(other, name), getattr(params, name))
+            for name in StageParameters.__dataclass_fields__})
+    return params
