@@ -21,8 +21,8 @@ from mosaic.arch import Geometry, MoEConfig
 from mosaic.config.run_records import RunRecordWarning, load_run_records
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf import data_parallel_time as data_parallel_module
+from mosaic.perf import host_time as host_time_module
 from mosaic.perf import layer_costs
-from mosaic.perf import step_time as step_time_module
 from mosaic.perf.attention_kernels import resolve_attention_kernel
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.layer_costs import (
@@ -241,12 +241,12 @@ def test_one_op_expert_gemm_has_no_per_expert_host_floor() -> None:
     per_group = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="jax-xla")
     one_op = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="levanter")
     isolated = replace(default_calibration(), host_in_block_factor=1.0)
-    floor = step_time_module._expert_host_floor_s(per_group, plans, moe_blocks, isolated)[0]
+    floor = host_time_module.expert_gemm_host_floor_s(per_group, plans, moe_blocks, isolated)[0]
     by_hand = 27 * 2 * (te_grouped_linear_host_floor_s(128)
                         + te_grouped_linear_host_floor_s(128, backward=True))
     assert floor == pytest.approx(float(by_hand))
     assert 0.4 < floor < 0.6  # ~0.48 s: it would hide nothing at one sequence per GPU
-    assert step_time_module._expert_host_floor_s(one_op, plans, moe_blocks,
+    assert host_time_module.expert_gemm_host_floor_s(one_op, plans, moe_blocks,
                                                  default_calibration())[0] == 0.0
 
 

@@ -38,13 +38,15 @@ from mosaic.arch.flops import (
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import AttentionKernel, resolve_attention_kernel
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.collectives import ep_and_pp_nodes_spanned, group_placement, send_recv_time_s
+from mosaic.perf.chi_sys import ChiDrivers, chi_drivers, chi_sys
+from mosaic.perf.collectives import group_placement, send_recv_time_s
 from mosaic.perf.data_parallel_time import data_parallel_times
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.elementwise_traffic import elementwise_traffic_multiplier
 from mosaic.perf.factorise import plan_key
+from mosaic.perf.host_time import dispatch_floor_s, expert_gemm_host_floor_s, moe_host_sync_s
 from mosaic.perf.hybrid_layers import HybridLayerTimes, hybrid_layer_times
-from mosaic.perf.kernels import gemm_time_s, te_grouped_linear_host_floor_s
+from mosaic.perf.kernels import gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.layer_costs import (
     BACKWARD_TO_FORWARD_STREAMING,
@@ -69,7 +71,7 @@ from mosaic.perf.microbench_constants import apply_microbench
 from mosaic.perf.optimizer_time import optimizer_s
 from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.recompute_flops import selective_recompute_flops_per_token
-from mosaic.perf.routing_load import expert_counts_reach_host, routed_load_factor
+from mosaic.perf.routing_load import routed_load_factor
 from mosaic.perf.schedule import (
     Stage,
     bubble_fraction,
@@ -85,7 +87,7 @@ from mosaic.perf.schedule import (
     uses_dualpipe,
     vocab_ends_share_a_rank,
 )
-from mosaic.perf.shapes import local_experts, tokens_per_rank
+from mosaic.perf.shapes import tokens_per_rank
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import Workload
 from mosaic.stacks import SelectiveRecompute
@@ -441,47 +443,6 @@ def _rank_vocab_s(workload: Workload, plans: ParallelPlans, stage: Stage,
             + held_mtp * t_mtp)
 
 
-@dataclass(frozen=True)
-class ChiDrivers:
-    """The physical quantities Eq. 15 scales (arrays over plans).
-
-    Node spans come from the actual rank placement (EP stride etp, PP stride tp·cp·dp)
-    instead of the paper's ceil(P·P_TP / N_gpu/node).
-    """
-
-    a2a_share: np.ndarray  # t_A2A / t_iter, zero when the EP group stays in one node
-    pp_extra_nodes: np.ndarray  # N_PP_node − 1
-    deep_local_pipeline: np.ndarray  # pp ≥ GPUs per node and the pipeline in one node
-
-
-def chi_drivers(machine: Machine, plans: ParallelPlans, a2a_s: np.ndarray,
-                t_iter: np.ndarray) -> ChiDrivers:
-    """Drivers of χ_sys for every plan."""
-    ep_nodes, pp_nodes = _nodes_spanned_by_ep_and_pp(machine, plans)
-    return ChiDrivers(
-        a2a_share=np.where(ep_nodes > 1, a2a_s / np.maximum(t_iter, 1e-30), 0.0),
-        pp_extra_nodes=(pp_nodes - 1).astype(float),
-        deep_local_pipeline=((plans.pp >= machine.gpus_per_node) & (pp_nodes == 1)).astype(float),
-    )
-
-
-@plan_key("tp", "pp", "cp", "dp", "ep", "etp")
-def _nodes_spanned_by_ep_and_pp(machine: Machine, plans: ParallelPlans
-                                ) -> tuple[np.ndarray, np.ndarray]:
-    """Hosts an EP group spans and hosts the pipeline spans
-    (:func:`~mosaic.perf.collectives.ep_and_pp_nodes_spanned`)."""
-    return ep_and_pp_nodes_spanned(plans.ep, plans.etp, plans.pp, plans.tp, plans.cp, plans.dp,
-                                   machine.interconnect.gpus_per_node)
-
-
-def chi_sys(drivers: ChiDrivers, calibration: Calibration) -> np.ndarray:
-    """Eq. 15: 1 + c_A2A·t_A2A/t_iter·[EP spans nodes] + c_PP·(N_PP_node − 1)
-    + c_ovl·[pp ≥ GPUs/node and the pipeline stays in one node]."""
-    return (1.0 + calibration.chi_a2a * drivers.a2a_share
-            + calibration.chi_pp * drivers.pp_extra_nodes
-            + calibration.chi_overlap * drivers.deep_local_pipeline)
-
-
 def _average_hybrid_layer(geometry: Geometry, layers: HybridLayerTimes) -> BlockTimes:
     """A hybrid model's mean layer: each kind's times weighted by its share of the layers."""
     shares = geometry.hybrid_shares
@@ -489,44 +450,6 @@ def _average_hybrid_layer(geometry: Geometry, layers: HybridLayerTimes) -> Block
         (shares[HybridLayer.MAMBA], layers.mamba), (shares[HybridLayer.GDN], layers.gdn),
         (shares[HybridLayer.ATTENTION], layers.attention),
         (shares[HybridLayer.MLP], layers.mlp), (shares[HybridLayer.MOE], layers.moe)])
-
-
-def _expert_host_floor_s(workload: Workload, plans: ParallelPlans, moe_blocks: np.ndarray,
-                         calibration: Calibration) -> np.ndarray:
-    """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
-    projections, forward and backward, over the E/ep local experts of each MoE block
-    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`, an isolated-call
-    benchmark), times the calibration's ``host_in_block_factor`` (what a launch costs the
-    host between a training block's other kernels over what it costs alone); zero for a
-    dense model."""
-    moe = workload.geometry.moe
-    if moe is None or workload.traits.expert_gemm_launch == "one_op":
-        # One compiled op per expert projection (stack trait expert_gemm_launch one_op:
-        # jax.lax.ragged_dot_general is one HLO instruction however many groups it has):
-        # its launch is one of the layer's kernels, with no per-expert host work.
-        return np.zeros(len(plans))
-    experts_here = local_experts(workload, plans)
-    return calibration.host_in_block_factor * moe_blocks * 2 * (
-        te_grouped_linear_host_floor_s(experts_here)
-        + te_grouped_linear_host_floor_s(experts_here, backward=True))
-
-
-def _moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.ndarray:
-    """Per micro-batch: host time of the grouped expert GEMMs that no GPU work hides.
-
-    With a host-device synchronisation in every MoE layer the host cannot run ahead of the
-    GPU, so the measured GroupedLinear host floor (up and down projections, forward and
-    backward) adds to the GPU time instead of overlapping it (Eq. 11's max assumes a host
-    that runs ahead). Zero for drop-and-pad routing on the all-to-all dispatcher, dense
-    models and stacks without TE GroupedLinear (:func:`~mosaic.perf.routing_load.
-    expert_counts_reach_host`), and for a step captured as one CUDA graph (its MoE layers
-    run on a static per-rank token budget, Workload.full_iteration_cuda_graph). Fit
-    evidence: leave-one-source-out MoE tokens/s MAPE on the published runs drops from 22.8%
-    to 17.2% with this term (docs/perf.md).
-    """
-    if not expert_counts_reach_host(workload) or workload.full_iteration_cuda_graph:
-        return np.zeros_like(expert_host_floor_s)
-    return expert_host_floor_s
 
 
 def _activation_offload_exposed_s(machine: Machine, workload: Workload, plans: ParallelPlans,
@@ -557,37 +480,6 @@ def _activation_offload_exposed_s(machine: Machine, workload: Workload, plans: P
     backward = block.compute - block.forward
     return offloaded * (np.maximum(0.0, copy_s - block.forward)
                         + np.maximum(0.0, copy_s - backward))
-
-
-def _dispatch_floor_s(workload: Workload, plans: ParallelPlans, blocks: np.ndarray,
-                      moe_blocks: np.ndarray, expert_host_floor_s: np.ndarray,
-                      calibration: Calibration) -> np.ndarray:
-    """t_disp = L_stage·(κ0 + κ1·E_loc)·t_gap + t_host (Eq. 11), per micro-batch.
-
-    The per-local-expert launches are costed one of two ways: by the kernel-count law's κ1
-    when the calibration states one (the paper's ScalePlan measured κ1 = 7.29 kernels per
-    local expert from its stack's profiler traces, dlcalc/utils/kernel_launch.py), else by
-    the measured host floor of the grouped expert GEMMs (``expert_host_floor_s``), never
-    both. With ep > 1, each MoE block adds the host cost of the token permutation and
-    all-to-all dispatch path (ScalePlan: ~10 ms per MoE-layer execution on the paper's
-    Megatron-Core stack, from the same traces); zero in calibrations that do not state it.
-    """
-    launched_per_expert = (local_experts(workload, plans)
-                           if workload.traits.expert_gemm_launch == "per_group" else 0.0)
-    kernels = (calibration.kernels_per_layer_base * blocks
-               + calibration.kernels_per_local_expert * launched_per_expert * moe_blocks)
-    experts_host = (expert_host_floor_s if calibration.kernels_per_local_expert == 0
-                    else np.zeros(len(plans)))
-    ep_dispatch = np.where(plans.ep > 1, moe_blocks
-                           * calibration.ep_dispatch_host_s_per_moe_layer, 0.0)
-    if workload.full_iteration_cuda_graph or workload.layer_cuda_graphs:
-        # One graph launch replays the step's kernels (Megatron-Core FullCudaGraphWrapper,
-        # docs/user-guide/features/cuda_graph.md), or one per layer and pass (the per-layer
-        # CudaGraphManager): the host issues nothing per kernel, and a graph launch (tens
-        # of microseconds per layer) is left out.
-        return np.zeros(len(plans))
-    return (kernels * calibration.dispatch_gap_s + experts_host + ep_dispatch
-            + calibration.host_overhead_per_microbatch_s)
 
 
 @cache
@@ -680,16 +572,16 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     block_terms["compute_elementwise_unfused"] = np.maximum(unfused, 0.0)
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
                                                 * analytical_per_mb)
-    expert_host_floor = _expert_host_floor_s(workload, plans, moe_blocks, calibration)
+    expert_host_floor = expert_gemm_host_floor_s(workload, plans, moe_blocks, calibration)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
-              "moe_host_sync": _moe_host_sync_s(workload, expert_host_floor),
+              "moe_host_sync": moe_host_sync_s(workload, expert_host_floor),
               "activation_offload": _activation_offload_exposed_s(
                   machine, workload, plans, block, blocks, moe_blocks)}
     t_cmp = _sum(per_mb.values())
     # a hybrid model's layer is half a transformer block: one norm, one mixer or FFN, one
     # residual, so half of a block's kernel launches
     kernel_blocks = blocks / 2 if geometry.is_hybrid else blocks
-    t_disp = _dispatch_floor_s(workload, plans, kernel_blocks, moe_blocks, expert_host_floor,
+    t_disp = dispatch_floor_s(workload, plans, kernel_blocks, moe_blocks, expert_host_floor,
                                calibration)
     dispatch_extra = np.maximum(0.0, t_disp - t_cmp)
     breakdown = {name: n_mb * value for name, value in per_mb.items()}
