@@ -448,8 +448,9 @@ def per_op_sac_attention_recomputed(workload: Workload, plans: ParallelPlans
                                     ) -> tuple[np.ndarray, bool]:
     """(FLOP share of the input projections, whether the output projection) per-op
     selective checkpointing recomputes in a block's attention part: the 2nd, 4th, ...
-    matmuls, those ``memory._per_op_sac_attention_bytes`` does not save. GQA/MHA (Q, K, V,
-    O): K, by its FLOP share of the fused QKV GEMM, and the output projection. MLA: wq_b and
+    matmuls, those ``memory.activations._per_op_sac_attention_bytes`` does not save.
+    GQA/MHA (Q, K, V, O): K, by its FLOP share of the fused QKV GEMM, and the output
+    projection. MLA: wq_b and
     wkv_b after a compressed query (wq_a, wq_b, wkv_a, wkv_b, wo), else wkv_a and wo (wq,
     wkv_a, wkv_b, wo), by FLOP share of the lumped projections."""
     if workload.geometry.attention is AttentionKind.MLA:
