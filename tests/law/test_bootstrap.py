@@ -144,3 +144,8 @@ def test_bca_is_withheld_where_replicates_pile_up_on_the_estimate():
     assert bca_defined(few, bound, 0.95)[0]  # 2%: below one tail
     smooth = rng.normal(1.0, 0.1, (1000, 1))
     assert bca_defined(smooth, np.array([1.0]), 0.95)[0]
+    # the estimate a hair off the bound the replicates pile on (a trial: gamma 1.00003e-6,
+    # 56% of replicates on 1e-6, BCa [1e-6, 1.00016e-6] against percentile [1e-6, 0.40])
+    near = np.concatenate([np.full(560, np.log(1e-6)),
+                           np.log(rng.uniform(1e-6, 0.4, 440))])[:, None]
+    assert not bca_defined(near, np.array([np.log(1.00003e-6)]), 0.95)[0]

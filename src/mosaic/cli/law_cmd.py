@@ -430,7 +430,7 @@ def _print_fit(payload: dict[str, Any]) -> None:
         if "intervals" in payload:
             iv = payload["intervals"][name]
             row += [f"[{iv['percentile'][0]:.4g}, {iv['percentile'][1]:.4g}]"]
-            row += ["n/a (replicates on the estimate)" if iv["bca"] is None
+            row += ["n/a (replicates pile on one value)" if iv["bca"] is None
                     else f"[{iv['bca'][0]:.4g}, {iv['bca'][1]:.4g}]"]
         if "identifiability" in payload:
             ident = payload["identifiability"][name]
