@@ -88,6 +88,23 @@ def test_samples_of_another_law_are_refused(tmp_path, law):
     assert "not drawn around the plan's law (11 of 11 coefficients" in result.output
 
 
+def test_samples_name_the_fit_they_scatter_around(tmp_path, law):
+    """Samples of a 19-run fit passed the range check for the law of 13 of those runs (a
+    trial): a samples file records the estimate it was bootstrapped around, and another
+    law is refused however close its coefficients lie; the law itself is accepted."""
+    rng = np.random.default_rng(0)
+    near = law.log_coefs + 0.001
+    scattered = near + 0.05 * rng.standard_normal((40, 11))
+    save_samples(LawSamples(law.form, scattered, near), tmp_path / "near.json")
+    result = runner.invoke(app, ["plan", *SMALL, "--bootstrap-samples",
+                                 str(tmp_path / "near.json")])
+    assert result.exit_code == 2
+    assert "bootstrapped around another fit than the plan's law (11 of 11" in result.output
+    save_samples(LawSamples(law.form, scattered, law.log_coefs), tmp_path / "own.json")
+    doc = run_json("plan", *SMALL, "--bootstrap-samples", str(tmp_path / "own.json"))
+    assert doc["uncertainty"]["samples"] == 40
+
+
 def test_young_daly_goodput_option():
     doc = run_json("plan", *SMALL, "--mtbf-gpu-hours", "10000", "--checkpoint-s", "60")
     goodput = doc["envelope"]["goodput"]

@@ -3,6 +3,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -466,3 +467,29 @@ def test_a_training_warning_prints_when_training_begins_not_at_the_end(tmp_path)
     first_step = next(i for i, line in enumerate(lines) if line.startswith("step "))
     assert lines[warning].startswith("warning: the run reads its data 4.3 times")
     assert warning < first_step
+
+
+def test_ladder_fit_bootstraps_samples_that_go_with_its_own_law(tmp_path):
+    """A ladder's law had no samples of its own fit (a trial paired it with samples of a
+    `law fit` on more runs, which the planner took): `ladder fit --bootstrap N
+    --samples-out` writes them, recording the estimate, and the planner accepts them with
+    this law only."""
+    from mosaic.plan.uncertainty import load_samples
+
+    path = _runs_csv_with_starved(tmp_path, {4: 3.0})
+    runner = CliRunner()
+    args = ["ladder", "fit", str(path), "--out", str(tmp_path / "law.json"), "--form",
+            "chinchilla", "--holdout", "0", "--starts", "64", "--refine", "2",
+            "--bootstrap", "12", "--samples-out", str(tmp_path / "samples.json"), "--json"]
+    result = runner.invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert set(payload["intervals"]) == {"E", "A", "B", "alpha", "beta"}
+    samples = load_samples(tmp_path / "samples.json")
+    law = ScalingLaw.load(tmp_path / "law.json")
+    assert samples.log_coefs.shape == (12, 5)
+    assert np.allclose(samples.estimate, law.log_coefs, rtol=0, atol=1e-9)
+    needs = runner.invoke(_app(), ["ladder", "fit", str(path), "--out",
+                                   str(tmp_path / "x.json"), "--samples-out",
+                                   str(tmp_path / "y.json")])
+    assert needs.exit_code == 2 and "--samples-out needs --bootstrap" in needs.output

@@ -25,6 +25,12 @@ from mosaic.cli.common import (
     print_table,
     to_jsonable,
 )
+from mosaic.cli.law_cmd import (
+    BootstrapMethodOption,
+    BootstrapOption,
+    SamplesOutOption,
+    check_bootstrap_options,
+)
 from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import check_output_file, prepare_output_dir
@@ -242,12 +248,17 @@ def fit(
                            help="also fit rungs whose routers ended unbalanced (starved "
                                 "experts, docs/train.md)")
     ] = False,
+    n_bootstrap: BootstrapOption = 0,
+    method: BootstrapMethodOption = "wild",
+    samples_out: SamplesOutOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Fit a loss law to FOLDER/runs.csv and write the law file `mosaic plan --law` reads.
 
     Rungs whose routers ended unbalanced (a starved expert per MoE layer or more over their
     last steps, the runs.csv column starved_experts) are left out unless --keep-unbalanced.
+    --bootstrap N with --samples-out writes coefficient samples of this fit, the ones
+    `mosaic plan --law OUT --bootstrap-samples` accepts with it.
     """
     from mosaic.law.fit import FitSettings
     from mosaic.law.forms import get_form
@@ -255,12 +266,15 @@ def fit(
 
     if holdout is not None:
         check_range("--holdout", holdout, "fraction", high=0.9)  # as `mosaic law fit` does
+    check_bootstrap_options(n_bootstrap, method, samples_out)
 
     if not folder.exists():
         raise MosaicInputError(f"{folder}: does not exist (give a `mosaic ladder run` output "
                                "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
-    check_output_file(out, "--out", inputs=[csv_path])  # before the fit, not after it
+    for option, path in (("--out", out), ("--samples-out", samples_out)):
+        if path is not None:  # before the fit, not after it
+            check_output_file(path, option, inputs=[csv_path])
     runs, left_out = _healthy_runs(csv_path, keep_unbalanced, split_factor)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
@@ -282,13 +296,16 @@ def fit(
                      "keep_unbalanced": keep_unbalanced, "split_factor": split_factor},
         "unbalanced_rungs_left_out": left_out})
     replace(validated.law, provenance=provenance).save(out)
-    payload = {"law_file": str(out), "form": law_form.name,
+    payload = {"law_file": str(out), "form": law_form.name, "data": str(csv_path),
                "coefficients": dict(validated.law.coefficients), "metrics": metrics,
                "unbalanced_rungs_left_out": left_out}
-    from mosaic.cli.law_cmd import heldout_rmse_text, report_bounds
+    from mosaic.cli.law_cmd import bootstrap_into, print_fit, report_bounds
     from mosaic.law.law import ScalingLaw
 
     report_bounds(validated.law, payload)
+    if n_bootstrap:
+        bootstrap_into(payload, validated.fit, method=method, n_resamples=n_bootstrap,
+                       seed=seed, samples_out=samples_out, as_json=as_json)
     try:  # the planner reads it back with the same checks
         ScalingLaw.load(out)
     except MosaicInputError as exc:
@@ -300,13 +317,7 @@ def fit(
     if as_json:
         print_json(payload)
         return
-    print_table(f"Fitted {law_form.name} law ({runs.n_runs} runs)", ["coefficient", "value"],
-                [[k, f"{v:.6g}"] for k, v in payload["coefficients"].items()])
-    print_key_value_table("Fit quality (loss units)", [
-        ("RMSE, all runs", f"{metrics['rmse']:.5f}"),
-        ("held-out RMSE", heldout_rmse_text(metrics)),
-        ("runs / held out", f"{metrics['n_runs']} / {metrics['n_heldout']}"),
-        ("law file", str(out))])
+    print_fit(payload)
 
 
 def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | None

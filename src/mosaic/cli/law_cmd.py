@@ -29,7 +29,13 @@ from mosaic.law.extrapolation import (
     extrapolation_document,
     extrapolation_flags,
 )
-from mosaic.law.fit import DEFAULT_HUBER_DELTA, DEFAULT_POLISHED, DEFAULT_STARTS, FitSettings
+from mosaic.law.fit import (
+    DEFAULT_HUBER_DELTA,
+    DEFAULT_POLISHED,
+    DEFAULT_STARTS,
+    FitResult,
+    FitSettings,
+)
 from mosaic.law.forms import FORMS, get_form
 from mosaic.law.law import ScalingLaw, default_law
 from mosaic.law.optimum import (
@@ -214,6 +220,28 @@ def predict(
     print_key_value_table("Predicted loss", rows + _extrapolation_rows(law, flags))
 
 
+# The bootstrap options of `law fit` and `ladder fit`.
+BootstrapOption = Annotated[
+    int, typer.Option("--bootstrap", help="Bootstrap resamples for intervals (0: none).")]
+BootstrapMethodOption = Annotated[
+    str, typer.Option("--bootstrap-method", help=(
+        "'wild' (App. B.2) or 'case'; checked before the fit, even without --bootstrap."))]
+SamplesOutOption = Annotated[
+    Path | None,
+    typer.Option("--samples-out", help="Write the bootstrap coefficient samples (for mosaic "
+                                       "plan --bootstrap-samples); needs --bootstrap.")]
+
+
+def check_bootstrap_options(n_bootstrap: int, method: str, samples_out: Path | None) -> None:
+    """The bootstrap options, before the fit (a fuzz case failed only after it)."""
+    from mosaic.law.bootstrap import check_bootstrap_method
+
+    if samples_out is not None and not n_bootstrap:
+        raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
+    check_bootstrap_method(method)
+    check_range("--bootstrap", n_bootstrap, "top", integer=True, high=100_000)
+
+
 @law_app.command("fit")
 @guarded
 def fit(
@@ -222,13 +250,8 @@ def fit(
     huber_delta: Annotated[
         float, typer.Option("--huber-delta", help="Huber threshold on log-loss residuals.")
     ] = DEFAULT_HUBER_DELTA,
-    n_bootstrap: Annotated[
-        int, typer.Option("--bootstrap", help="Bootstrap resamples for intervals (0: none).")
-    ] = 0,
-    method: Annotated[
-        str, typer.Option("--bootstrap-method", help=(
-            "'wild' (App. B.2) or 'case'; checked before the fit, even without --bootstrap."))
-    ] = "wild",
+    n_bootstrap: BootstrapOption = 0,
+    method: BootstrapMethodOption = "wild",
     seed: Annotated[int, typer.Option("--seed", help="Seed of starts and bootstrap.")] = 0,
     starts: Annotated[
         int, typer.Option("--starts", help="Initialisations screened (vectorised).")
@@ -246,12 +269,7 @@ def fit(
         int, typer.Option("--scan", help="Fresh restarts of an identifiability scan (0: none).")
     ] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Write the fitted law JSON.")] = None,
-    samples_out: Annotated[
-        Path | None,
-        typer.Option("--samples-out",
-                     help="Write the bootstrap coefficient samples (for mosaic plan "
-                          "--bootstrap-samples); needs --bootstrap."),
-    ] = None,
+    samples_out: SamplesOutOption = None,
     parity: Annotated[
         Path | None,
         typer.Option("--parity", help="Write observed/predicted/held-out per run as CSV."),
@@ -262,19 +280,16 @@ def fit(
     # The fitting stack (scipy.stats, pandas) loads only here, not for predict/optimum.
     import pandas as pd
 
-    from mosaic.law.bootstrap import bootstrap_fit, check_bootstrap_method, identifiability_scan
+    from mosaic.law.bootstrap import identifiability_scan
     from mosaic.law.rundata import RunData, read_run_table
     from mosaic.law.validation import fit_with_holdout
-    from mosaic.plan.uncertainty import LawSamples, save_samples
 
-    if samples_out is not None and not n_bootstrap:
-        raise MosaicInputError("--samples-out needs --bootstrap N (N > 0)")
-    check_bootstrap_method(method)  # before the fit (a fuzz case failed only after it)
+    check_bootstrap_options(n_bootstrap, method, samples_out)
     for option, path in (("--out", out), ("--samples-out", samples_out), ("--parity", parity)):
         if path is not None:
             check_output_file(path, option, inputs=[data])  # before the fit, not after it
-    _check_fit_settings(huber_delta=huber_delta, n_bootstrap=n_bootstrap, seed=seed,
-                        starts=starts, refine=refine, holdout=holdout, scan=scan)
+    _check_fit_settings(huber_delta=huber_delta, seed=seed, starts=starts, refine=refine,
+                        holdout=holdout, scan=scan)
     law_form = get_form(form)
     frame = read_run_table(data)  # read once: the fit's data and the router-health columns
     runs = RunData.from_frame(frame, source=str(data))
@@ -300,19 +315,8 @@ def fit(
     report_bounds(validated.law, payload)
     report_no_fit(payload["metrics"])
     if n_bootstrap:
-        with progress_reporter(as_json) as bar:
-            result = bootstrap_fit(validated.fit, method=method, n_resamples=n_bootstrap,
-                                   seed=seed, progress=bar("bootstrap refits"))
-        payload["intervals"] = {
-            name: {"percentile": list(iv.percentile),
-                   "bca": None if iv.bca is None else list(iv.bca)}
-            for name, iv in result.intervals.items()
-        }
-        payload["bootstrap"] = {"method": method, "resamples": n_bootstrap, "level": result.level}
-        report_unstable_estimates(payload)
-        if samples_out is not None:
-            save_samples(LawSamples.from_bootstrap(result), samples_out)
-            payload["samples_file"] = str(samples_out)
+        bootstrap_into(payload, validated.fit, method=method, n_resamples=n_bootstrap,
+                       seed=seed, samples_out=samples_out, as_json=as_json)
     if scan:
         with progress_reporter(as_json) as bar:
             scanned = identifiability_scan(validated.fit, n_restarts=scan, seed=seed + 1,
@@ -333,7 +337,7 @@ def fit(
     if as_json:
         print_json(payload)
         return
-    _print_fit(payload)
+    print_fit(payload)
 
 
 def _warn_unbalanced_rungs(frame: Any, split_factor: float | None) -> None:
@@ -402,11 +406,34 @@ def report_unstable_estimates(payload: dict[str, Any]) -> None:
               + " (the fit is unstable: more runs, or more --starts)")
 
 
-def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, starts: int,
-                        refine: int, holdout: float, scan: int) -> None:
+def bootstrap_into(payload: dict[str, Any], fit: FitResult, *, method: str,
+                   n_resamples: int, seed: int, samples_out: Path | None,
+                   as_json: bool) -> None:
+    """Bootstrap ``fit`` and add its intervals (and the samples file, if asked) to a fit's
+    ``payload``: one path for `law fit` and `ladder fit`."""
+    from mosaic.cli.progress import progress_reporter
+    from mosaic.law.bootstrap import bootstrap_fit
+    from mosaic.plan.uncertainty import LawSamples, save_samples
+
+    with progress_reporter(as_json) as bar:
+        result = bootstrap_fit(fit, method=method, n_resamples=n_resamples, seed=seed,
+                               progress=bar("bootstrap refits"))
+    payload["intervals"] = {
+        name: {"percentile": list(iv.percentile),
+               "bca": None if iv.bca is None else list(iv.bca)}
+        for name, iv in result.intervals.items()
+    }
+    payload["bootstrap"] = {"method": method, "resamples": n_resamples, "level": result.level}
+    report_unstable_estimates(payload)
+    if samples_out is not None:
+        save_samples(LawSamples.from_bootstrap(result), samples_out)
+        payload["samples_file"] = str(samples_out)
+
+
+def _check_fit_settings(*, huber_delta: float, seed: int, starts: int, refine: int,
+                        holdout: float, scan: int) -> None:
     """Bounds of the fit's knobs, checked before the data is read."""
     check_range("--huber-delta", huber_delta, "huber_delta")
-    check_range("--bootstrap", n_bootstrap, "top", integer=True, high=100_000)
     check_range("--seed", seed, "top", integer=True, high=2**63 - 1)
     check_range("--starts", starts, "top", integer=True, low=1, high=10**6)
     if refine > starts:  # the default 32 above a small --starts
@@ -418,7 +445,7 @@ def _check_fit_settings(*, huber_delta: float, n_bootstrap: int, seed: int, star
     check_range("--scan", scan, "top", integer=True, high=10_000)
 
 
-def _print_fit(payload: dict[str, Any]) -> None:
+def print_fit(payload: dict[str, Any]) -> None:
     columns = ["coefficient", "value"]
     if "intervals" in payload:
         columns += ["percentile 95%", "BCa 95%"]

@@ -43,14 +43,20 @@ from mosaic.plan.throughput_spread import ThroughputSpread
 SAMPLES_FORMAT = "mosaic-law-samples/1"
 DEFAULT_LEVEL = 0.90
 PERF_SAMPLES = 2000  # throughput draws when no law samples set the count
+# A law file stores each coefficient to full float precision, clipped into its bounds (an
+# ulp beyond exp(log bound) is pulled back): its log differs from the fit's by far less.
+ESTIMATE_LOG_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class LawSamples:
-    """Coefficient samples of one law form: (B, P) natural-log coefficients."""
+    """Coefficient samples of one law form: (B, P) natural-log coefficients, and the point
+    fit's (P,) log-coefficients they were bootstrapped around (None when not recorded: a
+    CSV, or a file from before it was)."""
 
     form: LawForm
     log_coefs: np.ndarray
+    estimate: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         shape = self.log_coefs.shape
@@ -60,10 +66,15 @@ class LawSamples:
                 f"'{self.form.name}', got shape {shape}")
         if not np.all(np.isfinite(self.log_coefs)):
             raise MosaicInputError("law samples hold a non-finite log-coefficient")
+        if self.estimate is not None and (self.estimate.shape != (shape[1],)
+                                          or not np.all(np.isfinite(self.estimate))):
+            raise MosaicInputError(f"the samples' estimate must be {shape[1]} finite "
+                                   f"log-coefficients, got shape {self.estimate.shape}")
 
     @classmethod
     def from_bootstrap(cls, result: BootstrapResult) -> LawSamples:
-        return cls(result.fit.form, np.asarray(result.samples, dtype=float))
+        return cls(result.fit.form, np.asarray(result.samples, dtype=float),
+                   np.asarray(result.fit.log_coefs, dtype=float))
 
 
 def save_samples(samples: LawSamples, path: str | Path) -> None:
@@ -71,6 +82,8 @@ def save_samples(samples: LawSamples, path: str | Path) -> None:
     payload = {"format": SAMPLES_FORMAT, "form": samples.form.name,
                "params": list(samples.form.params),
                "log_coefficients": samples.log_coefs.tolist()}
+    if samples.estimate is not None:
+        payload["estimate_log_coefficients"] = samples.estimate.tolist()
     write_text_atomic(path, json.dumps(payload) + "\n")
 
 
@@ -91,10 +104,13 @@ def load_samples(path: str | Path, form_name: str = "joint") -> LawSamples:
         raise MosaicInputError(f"{path}: params must be {list(form.params)} in that order")
     try:
         log_coefs = np.asarray(payload["log_coefficients"], dtype=float)
+        estimate = payload.get("estimate_log_coefficients")
+        estimate = None if estimate is None else np.asarray(estimate, dtype=float)
     except (KeyError, TypeError, ValueError):
-        raise MosaicInputError(f"{path}: 'log_coefficients' must be a list of number rows"
+        raise MosaicInputError(f"{path}: 'log_coefficients' must be a list of number rows "
+                               "and 'estimate_log_coefficients' (optional) a number list"
                                ) from None
-    return LawSamples(form, log_coefs)
+    return LawSamples(form, log_coefs, estimate)
 
 
 def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> None:
@@ -105,6 +121,20 @@ def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> 
         raise MosaicInputError(f"{where}: samples of form '{samples.form.name}' for a "
                                f"'{law.form.name}' law")
     point = law.log_coefs
+    if samples.estimate is not None:
+        # the file names the fit it scattered around: it must be this law (a trial: samples
+        # of a 19-run fit passed the range check below for the law of 13 of those runs)
+        differ = [f"{name} {np.exp(own):.6g} (samples' fit {np.exp(theirs):.6g})"
+                  for name, own, theirs in zip(law.form.params, point, samples.estimate,
+                                               strict=True)
+                  if abs(own - theirs) > ESTIMATE_LOG_TOLERANCE]
+        if differ:
+            raise MosaicInputError(
+                f"{where}: these samples were bootstrapped around another fit than the "
+                f"plan's law ({len(differ)} of {len(point)} coefficients differ: "
+                f"{'; '.join(differ[:3])}): pass the law of the same fit with --law, or "
+                "bootstrap this one (`mosaic law fit ... --bootstrap N --samples-out`)")
+        return
     low, high = samples.log_coefs.min(axis=0), samples.log_coefs.max(axis=0)
     outside = [name for name, value, lo, hi in zip(law.form.params, point, low, high,
                                                    strict=True)
