@@ -294,6 +294,7 @@ def fit(
     frame = read_run_table(data)  # read once: the fit's data and the router-health columns
     runs = RunData.from_frame(frame, source=str(data))
     _warn_unbalanced_rungs(frame, split_factor)
+    _warn_repeated_data(frame)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
@@ -359,6 +360,24 @@ def _warn_unbalanced_rungs(frame: Any, split_factor: float | None) -> None:
     if names:
         error_console.print(f"warning: fitted anyway by `law fit`: {unbalanced_warning(names)}",
                             markup=False, highlight=False, soft_wrap=True)
+
+
+def _warn_repeated_data(frame: Any) -> None:
+    """Runs that saw tokens more than once (a unique_tokens column below tokens): every form
+    here counts each token as new, so they read as fresh data (a trial: all 182 of
+    Muennighoff et al.'s runs fitted without a word)."""
+    from mosaic.law.datasets import repeats_data
+
+    repeated = repeats_data(frame)
+    if repeated.any():
+        epochs = (frame["tokens"].to_numpy(dtype=float)
+                  / frame["unique_tokens"].to_numpy(dtype=float))[repeated]
+        error_console.print(
+            f"warning: {int(repeated.sum())} of {len(frame)} runs repeat their data (up to "
+            f"{epochs.max():,.1f} epochs): the law forms count every token as new, and a "
+            "repeated token is worth less (Muennighoff et al. 2023); fit the single-epoch "
+            "runs (`mosaic law convert muennighoff FILE --single-epoch`, or drop the rows "
+            "with tokens > unique_tokens)", markup=False, highlight=False, soft_wrap=True)
 
 
 def heldout_rmse_text(metrics: dict[str, Any]) -> str:
@@ -476,6 +495,58 @@ def print_fit(payload: dict[str, Any]) -> None:
         ]
         + ([("law file", payload["law_file"])] if "law_file" in payload else []),
     )
+
+
+@law_app.command("convert")
+@guarded
+def convert(
+    dataset: Annotated[str, typer.Argument(help="epoch, clark or muennighoff")],
+    source: Annotated[Path, typer.Argument(help="the dataset's file as published "
+                                                 "(../shared/research/data)")],
+    out: Annotated[Path, typer.Option("--out", help="run table to write (.csv)")],
+    keep_all: Annotated[bool, typer.Option(
+        "--keep-all", help="epoch: keep the 5 largest-loss rows Epoch's analysis drops")] = False,
+    router: Annotated[str | None, typer.Option(
+        "--router", help="clark: only this router's runs and the dense ones (S-Base, RL-R, "
+                         "Hash); default every router")] = None,
+    single_epoch: Annotated[bool, typer.Option(
+        "--single-epoch", help="muennighoff: only the runs that saw each token once")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a public scaling-law dataset as the run table `law fit` reads (docs/law.md).
+
+    epoch: Besiroglu et al. 2024's reconstruction of Hoffmann et al. Fig. 4 (N, D = C/6N,
+    loss); clark: Clark et al. 2022's routed runs (each run's last evaluation, N_tot, N_act,
+    experts, k); muennighoff: Muennighoff et al. 2023's data-constrained runs (N, D, unique
+    tokens, loss).
+    """
+    from mosaic.law import datasets
+
+    if dataset not in datasets.DATASETS:
+        raise MosaicInputError(f"dataset {dataset!r}: allowed: {', '.join(datasets.DATASETS)}")
+    given = {"--keep-all": (keep_all, "epoch"), "--router": (router is not None, "clark"),
+             "--single-epoch": (single_epoch, "muennighoff")}
+    for option, (is_set, owner) in given.items():
+        if is_set and dataset != owner:
+            raise MosaicInputError(f"{option} applies to the {owner} dataset, not {dataset}")
+    if out.suffix.lower() != ".csv":
+        raise MosaicInputError(f"--out {out}: write a .csv run table")
+    check_output_file(out, "--out", inputs=[source])
+    if dataset == "epoch":
+        table = datasets.epoch_chinchilla_table(source, keep_all=keep_all)
+    elif dataset == "clark":
+        table = datasets.clark_routing_table(source, router=router)
+    else:
+        table = datasets.muennighoff_table(source, single_epoch=single_epoch)
+    with atomic_path(out) as temp:
+        table.to_csv(temp, index=False)
+    payload = {"dataset": dataset, "out": str(out), "runs": len(table),
+               "columns": list(table.columns)}
+    if as_json:
+        print_json(payload)
+        return
+    print_key_value_table(f"{dataset} run table", [
+        ("runs", str(len(table))), ("columns", ", ".join(table.columns)), ("written", str(out))])
 
 
 @law_app.command("optimum")

@@ -130,8 +130,12 @@ class RunData:
         """Build from a DataFrame with the documented column names."""
         missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
         if missing:
+            from mosaic.law.datasets import dataset_hint  # (it builds on this module)
+
+            hint = dataset_hint(frame.columns)
             raise MosaicInputError(
                 f"{source}: missing required column(s) {missing}; found {list(frame.columns)}"
+                + (f"; {hint}" if hint else "")
             )
         if frame.empty:
             raise MosaicInputError(f"{source}: no runs (the table has a header but no rows)")
@@ -259,6 +263,10 @@ def read_run_table(path: str | Path) -> pd.DataFrame:
     caller that also reads columns RunData drops (a ladder's names and router health)."""
     from mosaic.table_files import read_table
 
+    if str(path).lower().endswith(".csv.gz"):  # Clark et al.'s file as published
+        raise MosaicInputError(f"run data file {path}: compressed; decompress it, or for "
+                               "Clark et al.'s curves.csv.gz use `mosaic law convert clark "
+                               "FILE --out runs.csv`")
     return read_table(path, "run data file", allow_no_rows=True)
 
 
