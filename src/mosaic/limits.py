@@ -58,7 +58,9 @@ LIMITS: dict[str, Range] = {
     # above 1e16 / 1e18 it is no longer a pretraining run.
     "n_params": Range(1e3, 1e16, "parameters of a trainable model"),
     "tokens": Range(1e3, 1e18, "training tokens"),
-    "flops": Range(1e12, 1e32, "training FLOPs"),
+    # 6 x the smallest parameters x the smallest tokens: the tiny ladder's optimum (its rungs
+    # span C = 4e10..9e11) is askable; 1e12 refused it (a trial)
+    "flops": Range(6e6, 1e32, "training FLOPs"),
     "split_factor": Range(1, 1024, "expert split factor G"),
     "sparsity": Range(0.0, 0.9999, "sparsity S = 1 - N_act/N_tot, below 1"),
     # Cross-entropy of a language model: ln(vocab) < 17 nats for any real vocabulary.

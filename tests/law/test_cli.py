@@ -187,6 +187,65 @@ def test_optimum_refuses_a_split_factor_the_law_has_no_term_for(tmp_path):
     assert "the law (chinchilla) has no G term" in " ".join(result.stderr.split())
 
 
+def _chinchilla_law(tmp_path) -> Path:
+    """A Chinchilla-form law fitted to Hoffmann et al.'s published law, 24 runs."""
+    rng = np.random.default_rng(0)
+    n_total = np.exp(rng.uniform(np.log(1e8), np.log(1e10), 24))
+    tokens = np.exp(rng.uniform(np.log(1e9), np.log(1e11), 24))
+    loss = 1.69 + 406.4 / n_total**0.34 + 410.7 / tokens**0.28
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame({"n_total": n_total, "tokens": tokens, "loss": loss}).to_csv(runs, index=False)
+    law = tmp_path / "chinchilla.json"
+    fitted = runner.invoke(app, ["law", "fit", str(runs), "--form", "chinchilla", "--holdout",
+                                 "0", "--out", str(law), "--starts", "64", "--refine", "2"])
+    assert fitted.exit_code == 0, fitted.output
+    return law
+
+
+def test_a_dense_law_is_treated_as_dense_everywhere(tmp_path):
+    """A Chinchilla law (a trial): plan failed after its search with "sparsity must be 0",
+    though no sparsity was given; optimum called S* = 0 "on the bound" and ignored --s-min,
+    --s-max and --profile; and it said nothing of the held-out error its fit never
+    measured, which plan did."""
+    law = _chinchilla_law(tmp_path)
+    planned = runner.invoke(app, ["plan", "--law", str(law)])
+    assert planned.exit_code == 2
+    assert "is a dense law, with no sparsity term" in " ".join(planned.output.split())
+    from mosaic.errors import MosaicWarning
+
+    with pytest.warns(MosaicWarning, match="its fit held no run out"):
+        best = runner.invoke(app, ["law", "optimum", "--compute", "1e21", "--law", str(law),
+                                   "--json"])
+    assert best.exit_code == 0, best.output
+    payload = json.loads(best.stdout)
+    assert payload["sparsity"] == 0.0 and payload["at_boundary"] is False
+    # Hoffmann et al.'s law at 1e21 FLOPs: C = 6 N D holds at the optimum
+    assert 6 * payload["n_total"] * payload["tokens"] == pytest.approx(1e21, rel=1e-6)
+    for option, value in (("--profile", "4"), ("--s-max", "0.9"), ("--s-min", "0.5")):
+        refused = runner.invoke(app, ["law", "optimum", "--compute", "1e21", "--law",
+                                      str(law), option, value])
+        assert refused.exit_code == 2, option
+        assert f"{option}: the law (chinchilla) is dense" in refused.output
+
+
+def test_optimum_defaults_to_a_split_factor_the_law_was_fitted_on(tmp_path):
+    """A law fitted on G 1-2 was asked at the paper's G = 4 by default and flagged its own
+    default as extrapolation (a trial): the default is now the fitted G nearest to 4; the
+    built-in law (no recorded range) keeps 4. A budget below 1e12 FLOPs, a tiny ladder's,
+    is accepted."""
+    from dataclasses import replace
+
+    from mosaic.law import default_law
+
+    base = default_law()
+    narrow = replace(base, provenance={**base.provenance,
+                                       "data_support": {"split_factor": [1.0, 2.0]}})
+    narrow.save(tmp_path / "narrow.json")
+    fitted = run_json("optimum", "--compute", "1e11", "--law", str(tmp_path / "narrow.json"))
+    assert fitted["split_factor"] == 2.0
+    assert run_json("optimum", "--compute", "1e22")["split_factor"] == 4.0
+
+
 def test_a_fit_that_explains_nothing_is_flagged(tmp_path):
     """Losses that rise with N and D (no law of the form describes them): the fit exits 0
     with R^2 <= 0, which now says so instead of passing as a law to plan with (a trial)."""

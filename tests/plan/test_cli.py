@@ -256,13 +256,13 @@ def test_a_law_files_caveats_are_repeated_when_planning_with_it(law):
     about either (a trial): plan repeats what the law file's provenance says."""
     from dataclasses import replace
 
-    from mosaic.cli.plan_cmd import law_file_caveats
+    from mosaic.law.law import fit_caveats
 
-    assert law_file_caveats(replace(law, provenance={})) == []
+    assert fit_caveats(replace(law, provenance={})) == []
     shaky = replace(law, provenance={
         "at_bound": {"e": {"side": "lower", "bound": 1e-10}},
         "metrics": {"n_heldout": 0, "r2": -0.1}})
-    notes = law_file_caveats(shaky)
+    notes = fit_caveats(shaky)
     assert len(notes) == 3
     assert "e = 1e-10 (lower bound)" in notes[0] and "held no run out" in notes[1]
     assert "R^2 -0.1" in notes[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.config.model_file import load_model_file
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.extrapolation import (
     ExtrapolationFlag,
@@ -37,7 +38,7 @@ from mosaic.law.fit import (
     FitSettings,
 )
 from mosaic.law.forms import FORMS, get_form
-from mosaic.law.law import ScalingLaw, default_law
+from mosaic.law.law import ScalingLaw, default_law, fit_caveats
 from mosaic.law.optimum import (
     DEFAULT_SPARSITY_RANGE,
     EQ17_MIN_C_MODEL_FLOPS,
@@ -67,7 +68,13 @@ def register(app: typer.Typer) -> None:
 
 
 def _load_law(path: Path | None) -> ScalingLaw:
-    return default_law() if path is None else ScalingLaw.load(path)
+    """The built-in law, or a law file with its fit's caveats as warnings (as `plan`)."""
+    if path is None:
+        return default_law()
+    law = ScalingLaw.load(path)
+    for note in fit_caveats(law):
+        warnings.warn(f"--law {path}: {note}", MosaicWarning, stacklevel=2)
+    return law
 
 
 def _law_label(law: ScalingLaw) -> str:
@@ -76,7 +83,7 @@ def _law_label(law: ScalingLaw) -> str:
 
 def _count(value: float) -> str:
     """Human count: 3.272e11 -> '327.2 B'."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(value) >= scale:
             return f"{value / scale:.4g} {suffix}"
     return f"{value:.4g}"
@@ -555,13 +562,15 @@ def optimum(
     compute: Annotated[float, typer.Option("--compute", help="Model FLOPs C = 6 N_act D.")],
     split_factor: Annotated[
         float | None,
-        typer.Option("--split-factor", help="Expert split factor G, held fixed (joint: 4)."),
+        typer.Option("--split-factor", help="Expert split factor G, held fixed (joint: 4, "
+                                             "or the nearest G the law file was fitted on)."),
     ] = None,
     s_min: Annotated[
         float, typer.Option("--s-min", help="Lowest sparsity allowed.")
     ] = DEFAULT_SPARSITY_RANGE[0],
     s_max: Annotated[
-        float, typer.Option("--s-max", help="Highest sparsity allowed (data support 0.981).")
+        float, typer.Option("--s-max", help="Highest sparsity allowed (default: 0.981, the "
+                                            "paper's data support).")
     ] = DEFAULT_SPARSITY_RANGE[1],
     profile_points: Annotated[
         int, typer.Option("--profile", help="Also tabulate L*(S) at this many sparsities.")
@@ -575,6 +584,14 @@ def optimum(
         check_range("--split-factor", split_factor, "split_factor")
     check_range("--profile", profile_points, "top", integer=True, high=100_000)
     law = _load_law(law_file)
+    if law.form.is_dense:  # no sparsity to bound or profile (a trial: both were ignored)
+        given = [option for option, value, default in (
+            ("--s-min", s_min, DEFAULT_SPARSITY_RANGE[0]),
+            ("--s-max", s_max, DEFAULT_SPARSITY_RANGE[1]),
+            ("--profile", profile_points, 0)) if value != default]
+        if given:
+            raise MosaicInputError(f"{', '.join(given)}: the law ({law.form.name}) is dense, "
+                                   "with no sparsity to bound or profile")
     if split_factor is not None and "split_factor" not in law.form.features \
             and law.split_factor is None:
         raise MosaicInputError(f"--split-factor: the law ({law.form.name}) has no G term and "
@@ -614,7 +631,8 @@ def optimum(
         [
             ("law", _law_label(law)),
             ("split factor G", "-" if best.split_factor is None else f"{best.split_factor:g}"),
-            ("sparsity S*", f"{best.sparsity:.4f}" + (" (on the bound)" * best.at_boundary)),
+            ("sparsity S*", "- (dense law)" if law.form.is_dense
+             else f"{best.sparsity:.4f}" + (" (on the bound)" * best.at_boundary)),
             ("N_tot*", _count(best.n_total)),
             ("N_act*", _count(best.n_active)),
             ("tokens D*", _count(best.tokens)),

@@ -39,6 +39,7 @@ from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw, default_law
+from mosaic.law.law import fit_caveats
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.layouts import LayoutLimits
@@ -198,29 +199,15 @@ PlanMbs = Annotated[str | None, typer.Option(
 def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
     law = default_law() if law_file is None else ScalingLaw.load(law_file)
+    if law.form.is_dense:
+        raise MosaicInputError(
+            f"--law {law_file}: form '{law.form.name}' is a dense law, with no sparsity "
+            "term: it cannot rank the MoE geometries the planner searches (each N_tot at "
+            "every sparsity); fit a joint or per-g law (`mosaic law fit --form joint`)")
     if law_file is not None:
-        for note in law_file_caveats(law):
+        for note in fit_caveats(law):
             warnings.warn(f"--law {law_file}: {note}", MosaicWarning, stacklevel=2)
     return law, load_calibration(calibration_file)
-
-
-def law_file_caveats(law: ScalingLaw) -> list[str]:
-    """What a fitted law file's provenance says about its trustworthiness: coefficients its
-    fit left on their bounds, no held-out error, a fit that explains nothing (a trial
-    planned with a tiny ladder's law and saw none of it)."""
-    from mosaic.law.fit import bound_note
-
-    provenance = law.provenance or {}
-    notes = []
-    at_bound = bound_note(provenance.get("at_bound") or {})
-    if at_bound is not None:
-        notes.append(f"its fit left {at_bound}")
-    metrics = provenance.get("metrics") or {}
-    if metrics.get("n_heldout") == 0:
-        notes.append("its fit held no run out, so its error on new runs is unmeasured")
-    if isinstance(metrics.get("r2"), int | float) and metrics["r2"] <= 0:
-        notes.append(f"its fit explains none of its runs' variance (R^2 {metrics['r2']:.3g})")
-    return notes
 
 
 def require_physical_loss(result: PlanResult) -> None:

@@ -100,6 +100,12 @@ class LawForm:
             raise ValueError(f"form {self.name}: init_box must cover exactly {self.params}")
         object.__setattr__(self, "init_box", MappingProxyType(dict(self.init_box)))
 
+    @property
+    def is_dense(self) -> bool:
+        """A form without a sparsity term (e.g. Chinchilla's): it cannot tell MoE
+        geometries of one N_tot apart."""
+        return "active_fraction" not in self.features
+
     @cached_property
     def features(self) -> tuple[str, ...]:
         """Features this form reads, in the canonical order of ``FEATURES``."""

@@ -183,3 +183,24 @@ def default_law() -> ScalingLaw:
     """The built-in joint law: Table 2 coefficients of Eq. 10."""
     text = resources.files("mosaic.law").joinpath("data", DEFAULT_LAW_RESOURCE).read_text()
     return ScalingLaw.from_dict(json.loads(text), source=f"built-in {DEFAULT_LAW_RESOURCE}")
+
+
+def fit_caveats(law: ScalingLaw) -> list[str]:
+    """What a fitted law file's provenance says about its trustworthiness: coefficients its
+    fit left on their bounds, no held-out error, a fit that explains nothing (a trial
+    planned with a tiny ladder's law and saw none of it). Every command that takes --law
+    repeats them (a trial: `law optimum` returned 436 tokens from a law whose fit had
+    warned, silently)."""
+    from mosaic.law.fit import bound_note  # the fitting stack loads only here
+
+    provenance = law.provenance or {}
+    notes = []
+    at_bound = bound_note(provenance.get("at_bound") or {})
+    if at_bound is not None:
+        notes.append(f"its fit left {at_bound}")
+    metrics = provenance.get("metrics") or {}
+    if metrics.get("n_heldout") == 0:
+        notes.append("its fit held no run out, so its error on new runs is unmeasured")
+    if isinstance(metrics.get("r2"), int | float) and metrics["r2"] <= 0:
+        notes.append(f"its fit explains none of its runs' variance (R^2 {metrics['r2']:.3g})")
+    return notes

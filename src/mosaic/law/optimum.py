@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.errors import MosaicInputError
+from mosaic.law.extrapolation import data_support
 from mosaic.law.forms import FEATURES
 from mosaic.law.law import ScalingLaw
 
@@ -70,8 +71,10 @@ class ComputeOptimum:
 
     @property
     def at_boundary(self) -> bool:
-        """True when S* is an end of the allowed range (Sec. 6.1: 'boundary-seeking')."""
-        return self.sparsity in self.sparsity_range
+        """True when S* is an end of the allowed range (Sec. 6.1: 'boundary-seeking'); a
+        range of one value (a dense law's S = 0, or a fixed S) has no boundary to seek."""
+        low, high = self.sparsity_range
+        return low < high and self.sparsity in self.sparsity_range
 
 
 def _check_budget(c_model_flops: float) -> float:
@@ -84,11 +87,18 @@ def _check_budget(c_model_flops: float) -> float:
 
 
 def _resolve_split_factor(law: ScalingLaw, split_factor: float | None) -> float | None:
-    """G to hold fixed: the given one, else 4 for laws with a G term, else the law's own."""
-    if split_factor is None:
-        uses_g = "split_factor" in law.form.features
-        return DEFAULT_SPLIT_FACTOR if uses_g else law.split_factor
-    return float(law.check_split_factor(split_factor))
+    """G to hold fixed: the given one; else, for a law with a G term, the paper's 4 or the
+    nearest G the law was fitted on when its file records that range (a trial: a ladder
+    fitted on G 1-2 was asked at G 4 and flagged its own default as extrapolation); else
+    the law's own."""
+    if split_factor is not None:
+        return float(law.check_split_factor(split_factor))
+    if "split_factor" not in law.form.features:
+        return law.split_factor
+    fitted = (data_support(law) or {}).get("split_factor")
+    if fitted is None:
+        return DEFAULT_SPLIT_FACTOR
+    return float(min(max(DEFAULT_SPLIT_FACTOR, fitted[0]), fitted[1]))
 
 
 def _check_sparsity(law: ScalingLaw, sparsity: np.ndarray) -> np.ndarray:
