@@ -149,3 +149,20 @@ def test_bca_is_withheld_where_replicates_pile_up_on_the_estimate():
     near = np.concatenate([np.full(560, np.log(1e-6)),
                            np.log(rng.uniform(1e-6, 0.4, 440))])[:, None]
     assert not bca_defined(near, np.array([np.log(1.00003e-6)]), 0.95)[0]
+
+
+def test_identifiability_scan_calls_a_coefficient_pressed_on_its_bound_so():
+    """Losses that rise 1% per e-fold of tokens: B/D^beta can only vanish, and beta runs
+    to its upper bound 10 in every near-best restart, a spread of ~0 the bound made, not
+    the data (a trial's scan called such a c = 1e-10 "identified")."""
+    rng = np.random.default_rng(0)
+    n_params = np.exp(rng.uniform(np.log(1e8), np.log(1e10), 60))
+    tokens = np.exp(rng.uniform(np.log(1e9), np.log(1e11), 60))
+    loss = ((1.7 + 400 / n_params**0.34) * (1 + 0.01 * np.log(tokens / 1e9))
+            * np.exp(0.003 * rng.standard_normal(60)))
+    runs = RunData(n_total=n_params, tokens=tokens, loss=loss)
+    fit = fit_law(runs, CHINCHILLA, FitSettings(huber_delta=1e-3, starts=256, n_polished=4))
+    scan = identifiability_scan(fit, n_restarts=32)
+    assert scan.verdicts["beta"] == "on bound"
+    assert scan.verdicts["B"] != "identified"
+    assert scan.verdicts["A"] == scan.verdicts["alpha"] == "identified"

@@ -102,3 +102,14 @@ def test_a_row_outside_what_predict_takes_is_refused(column, value, fragment):
     tiny = RunData(n_total=np.array([2e3, 4e3]), tokens=np.array([512.0, 1024.0]),
                    loss=np.array([3.5, 3.4]))  # a test ladder's rungs: fitted as given
     assert tiny.n_runs == 2
+
+
+def test_a_training_output_is_named_not_read_as_a_table(tmp_path):
+    """`law fit` on a `mosaic train` output folder, or its result.json, said only "unknown
+    extension" (a trial): it now says what the fitter reads and where a table comes from."""
+    from mosaic.law.rundata import load_run_data
+
+    (tmp_path / "result.json").write_text("{}")
+    for given, what in ((tmp_path, "a folder"), (tmp_path / "result.json", "one training run")):
+        with pytest.raises(MosaicInputError, match=f"{what}; the fitter reads a table of runs"):
+            load_run_data(given)

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from mosaic.errors import MosaicInputError
-from mosaic.law.fit import FitResult, polish, spread_starts
+from mosaic.law.fit import AT_BOUND_LOG_SHARE, FitResult, polish, spread_starts
 
 Method = Literal["wild", "case"]
 DEFAULT_LEVEL = 0.95
@@ -172,7 +172,7 @@ def bootstrap_fit(
     return BootstrapResult(fit, method, level, seed, samples, jackknife)
 
 
-Verdict = Literal["identified", "ridge", "undetermined"]
+Verdict = Literal["identified", "ridge", "undetermined", "on bound"]
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,8 @@ def identifiability_scan(
 ) -> IdentifiabilityResult:
     """Refit from ``n_restarts`` fresh spread starts; a coefficient is "identified" when its
     relative spread over restarts within ``objective_tolerance`` of the best objective is at
-    most ``spread_threshold``, else "ridge" (App. B.2). ``progress(done, total)`` is called
-    after each refit."""
+    most ``spread_threshold``, else "ridge" (App. B.2); "on bound" when those restarts sit on
+    one of its bounds. ``progress(done, total)`` is called after each refit."""
     if n_restarts < 1:
         raise MosaicInputError(f"restarts must be a positive integer, got {n_restarts}")
     objective = fit.objective_function()
@@ -219,10 +219,18 @@ def identifiability_scan(
     best = objectives.min()
     near = np.exp(log_coefs[objectives <= best * (1.0 + objective_tolerance)])
     spread = (near.max(axis=0) - near.min(axis=0)) / np.abs(np.median(near, axis=0))
+    # near-best restarts pressed against a bound agree by construction: the bound, not the
+    # data, fixes the value (a trial: c = 1e-10, spread 0, called "identified")
+    low, high = bounds[:, 0], bounds[:, 1]
+    margin = AT_BOUND_LOG_SHARE * (high - low)
+    centre = np.median(np.log(near), axis=0)
+    pinned = (centre - low <= margin) | (high - centre <= margin)
     verdicts: dict[str, Verdict] = {}
-    for name, value in zip(fit.form.params, spread, strict=True):
+    for name, value, on_bound in zip(fit.form.params, spread, pinned, strict=True):
         if len(near) < MIN_NEAR_BEST:
             verdicts[name] = "undetermined"
+        elif on_bound:
+            verdicts[name] = "on bound"
         else:
             verdicts[name] = "identified" if value <= spread_threshold else "ridge"
     return IdentifiabilityResult(

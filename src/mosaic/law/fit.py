@@ -149,7 +149,7 @@ def log_bounds(form: LawForm, bounds: Mapping[str, tuple[float, float]] | None) 
 # L-BFGS-B stops exactly on an active bound, but in a box of 20 decades it also stops a few
 # percent in value short of one it is pushed against (a trial: e = 1.09998e-10 against
 # 1e-10 and gamma = 1.00003e-6 against 1e-6 went unreported).
-_AT_BOUND_LOG_SHARE = 0.01
+AT_BOUND_LOG_SHARE = 0.01
 
 
 def clip_to_bounds(form: LawForm, log_coefs: np.ndarray,
@@ -164,7 +164,7 @@ def clip_to_bounds(form: LawForm, log_coefs: np.ndarray,
     values = np.clip(np.exp(np.asarray(log_coefs, dtype=float)), natural[:, 0], natural[:, 1])
     on_bound: dict[str, dict[str, float | str]] = {}
     for name, value, (low, high) in zip(form.params, values, natural, strict=True):
-        margin = _AT_BOUND_LOG_SHARE * np.log(high / low)
+        margin = AT_BOUND_LOG_SHARE * np.log(high / low)
         if np.log(value / low) <= margin:
             on_bound[name] = {"side": "lower", "bound": float(low)}
         elif np.log(high / value) <= margin:

@@ -263,6 +263,13 @@ def read_run_table(path: str | Path) -> pd.DataFrame:
     caller that also reads columns RunData drops (a ladder's names and router health)."""
     from mosaic.table_files import read_table
 
+    where = Path(path)
+    if where.is_dir() or where.name == "result.json":  # a `mosaic train` output (a trial)
+        raise MosaicInputError(
+            f"run data file {path}: {'a folder' if where.is_dir() else 'one training run'}; "
+            "the fitter reads a table of runs (.csv/.parquet, docs/law.md): `mosaic ladder "
+            "run` writes one (FOLDER/runs.csv, fitted by `mosaic ladder fit FOLDER`), or "
+            "collect each run's result.json (n_total, tokens, final loss) into one")
     if str(path).lower().endswith(".csv.gz"):  # Clark et al.'s file as published
         raise MosaicInputError(f"run data file {path}: compressed; decompress it, or for "
                                "Clark et al.'s curves.csv.gz use `mosaic law convert clark "
