@@ -42,6 +42,8 @@ def test_plan_json_document(plan_doc):
     assert tokens["low"] < optimum["tokens_per_s"] < tokens["high"]
     # P(optimal) under the performance model's uncertainty even without law samples
     assert plan_doc["uncertainty"]["sources"][0].startswith("performance")
+    # without law samples the intervals say the law is taken as exact (a trial)
+    assert plan_doc["uncertainty"]["sources"][1].startswith("not the law's")
     assert [c["loss"] for c in candidates] == sorted(c["loss"] for c in candidates)
     assert plan_doc["envelope"]["n_devices"] == 8
     assert plan_doc["c_peak_flops"] == pytest.approx(2.25e15 * 8 * 2 * 86400)

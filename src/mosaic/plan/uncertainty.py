@@ -273,6 +273,11 @@ def propagate(
         sources.insert(0, f"law: {samples.log_coefs.shape[0]} coefficient samples")
         losses = sample_losses(result, samples, rows, tokens)
     else:
+        # the intervals then hold the throughput's spread alone: a law far outside its data
+        # showed a zero-width loss interval (a trial)
+        sources.append("not the law's: its coefficients are taken as exact (give "
+                       "--bootstrap-samples from `law fit`/`ladder fit --bootstrap N "
+                       "--samples-out`)")
         losses = losses_at_tokens(law.form, law.log_coefs[None, :],
                                   _log_features(result, rows), np.log(tokens))
     regret = losses - losses.min(axis=1, keepdims=True)
