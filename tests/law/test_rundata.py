@@ -113,3 +113,13 @@ def test_a_training_output_is_named_not_read_as_a_table(tmp_path):
     for given, what in ((tmp_path, "a folder"), (tmp_path / "result.json", "one training run")):
         with pytest.raises(MosaicInputError, match=f"{what}; the fitter reads a table of runs"):
             load_run_data(given)
+
+
+def test_a_run_table_given_as_a_law_says_to_fit_it_first(tmp_path):
+    """`--law runs.csv` said only "not valid JSON" (a trial)."""
+    from mosaic.law import ScalingLaw
+
+    table = tmp_path / "runs.csv"
+    table.write_text("n_total,tokens,loss\n1e9,2e10,2.5\n")
+    with pytest.raises(MosaicInputError, match="a run table, not a law; fit it first"):
+        ScalingLaw.load(table)

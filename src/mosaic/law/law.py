@@ -166,6 +166,10 @@ class ScalingLaw:
         path = Path(path)
         if not path.is_file():
             raise MosaicInputError(f"law file {str(path)!r} does not exist or is not a file")
+        if path.suffix.lower() in (".csv", ".parquet"):  # run data given as a law (a trial)
+            raise MosaicInputError(
+                f"law file {str(path)!r}: a run table, not a law; fit it first (`mosaic law "
+                f"fit {path.name} --out law.json`) and pass the law file")
         from mosaic.schema_validation import parse_json, read_text
 
         payload = parse_json(read_text(path, "law file"), f"law file {str(path)!r}")
