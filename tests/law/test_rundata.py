@@ -123,3 +123,11 @@ def test_a_run_table_given_as_a_law_says_to_fit_it_first(tmp_path):
     table.write_text("n_total,tokens,loss\n1e9,2e10,2.5\n")
     with pytest.raises(MosaicInputError, match="a run table, not a law; fit it first"):
         ScalingLaw.load(table)
+
+
+def test_a_split_factor_on_data_without_the_column_says_so():
+    """`--split-factor 4` on dense data said "present: [1.0]", a column it did not have."""
+    runs = RunData(n_total=np.array([1e9, 2e9]), tokens=np.array([1e10, 2e10]),
+                   loss=np.array([2.5, 2.4]), source="dense.csv")
+    with pytest.raises(MosaicInputError, match="no split_factor column .every run counts as G"):
+        runs.with_split_factor(4)

@@ -206,6 +206,10 @@ class RunData:
     def with_split_factor(self, split_factor: float) -> RunData:
         """The runs of one G stratum; an error names the strata present if none match."""
         rows = self.strata == split_factor
+        if not rows.any() and self.split_factor is None:
+            raise MosaicInputError(
+                f"{self.source}: no split_factor column (every run counts as G = 1): "
+                f"--split-factor {split_factor:g} selects none; drop it, or add the column")
         if not rows.any():
             raise MosaicInputError(
                 f"{self.source}: no runs with split_factor {split_factor:g}; "
