@@ -393,3 +393,28 @@ def test_candidates_at_the_token_cap_are_said_to_ignore_the_throughput_spread(tm
     capped = sum(1 for c in document["candidates"] if c["tpp_capped"])
     assert capped == len(document["candidates"]) > 0
     assert f"{capped} of these candidates train the tokens-per-parameter cap" in html.read_text()
+
+
+def test_backbone_variants_keep_their_own_uncertainty_and_labels():
+    """A --backbone plan's variants all have q = 0: the page matched uncertainty rows on (q,
+    E, K, G), so nine L x d variants sharing E, K, G showed the last one's interval and
+    P(optimal) 0 (a trial), and its labels read "q0 E128 K8 G8" for different models."""
+    from mosaic.report.html.plan_page import _candidate_rows, uncertainty_figure
+
+    shapes = [(24, 2048), (32, 3072), (48, 4096)]
+    candidates = [{"q": 0, "layers": layers, "d_model": d, "experts": 128, "top_k": 8,
+                   "split_factor": 8, "memory_bytes": 1.0, "plan": None,
+                   "loss": 1.40 + 0.01 * i, "sparsity": 0.9}
+                  for i, (layers, d) in enumerate(shapes)]
+    uncertainty = [{"q": 0, "layers": layers, "d_model": d, "experts": 128, "top_k": 8,
+                    "split_factor": 8, "p_optimal": p, "loss_interval": [low, low + 0.02],
+                    "expected_regret": 0.0}
+                   for (layers, d), p, low in zip(shapes, (0.6, 0.3, 0.1), (1.39, 1.40, 1.41),
+                                                  strict=True)]
+    rows = _candidate_rows({"candidates": candidates, "uncertainty_candidates": uncertainty})
+    assert [r["p_optimal"] for r in rows] == [0.6, 0.3, 0.1]
+    assert [r["loss_low"] for r in rows] == [1.39, 1.40, 1.41]
+    figure = uncertainty_figure(rows, 0.9, "law")
+    assert list(figure.data[0].x) == ["#1 L=24 d=2048 E=128 K=8 G=8",
+                                      "#2 L=32 d=3072 E=128 K=8 G=8",
+                                      "#3 L=48 d=4096 E=128 K=8 G=8"]

@@ -522,8 +522,7 @@ class PlanResult:
         """Geometries that cannot be trained in the window, with the reason."""
         grid = self.grid
         return [
-            {**{key: int(getattr(grid, key)[row]) for key in ("q", "experts", "top_k",
-                                                              "split_factor")},
+            {**{key: int(getattr(grid, key)[row]) for key in GEOMETRY_KEYS},
              "reason": self.reasons[row]}
             for row in np.flatnonzero(~self.feasible)
         ]

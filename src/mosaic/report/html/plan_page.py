@@ -41,7 +41,8 @@ from mosaic.units import GIB
 SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
 
 CANDIDATE_COLUMNS = [
-    Column("rank", "#"), Column("q", "q"), Column("experts", "E"), Column("top_k", "K"),
+    Column("rank", "#"), Column("q", "q"), Column("layers", "L"), Column("d_model", "d"),
+    Column("experts", "E"), Column("top_k", "K"),
     Column("split_factor", "G"), Column("sparsity", "S", fmt_float(4)),
     Column("n_active", "N_act", fmt_si()), Column("n_total", "N_tot", fmt_si()),
     Column("tokens", "tokens D", fmt_si()), Column("tpp", "D/N_act", fmt_float(1)),
@@ -56,14 +57,20 @@ UNCERTAINTY_COLUMNS = [
 ]
 
 
+def _geometry_key(candidate: dict[str, Any]) -> tuple[Any, ...]:
+    """What tells two candidates apart: a backbone grid's variants all have q = 0 and differ
+    in depth and width (a trial: nine of them shared one uncertainty row, the last's)."""
+    return tuple(candidate.get(axis) for axis in
+                 ("q", "layers", "d_model", "experts", "top_k", "split_factor"))
+
+
 def _candidate_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
-    uncertainty = {(u["q"], u["experts"], u["top_k"], u["split_factor"]): u
-                   for u in document.get("uncertainty_candidates", [])}
+    uncertainty = {_geometry_key(u): u for u in document.get("uncertainty_candidates", [])}
     rows = []
     for rank, c in enumerate(document["candidates"], start=1):
         row = {**c, "rank": rank, "memory_gib": c["memory_bytes"] / GIB,
                "layout": layout_label(c["plan"]) if c.get("plan") else ""}
-        u = uncertainty.get((c["q"], c["experts"], c["top_k"], c["split_factor"]))
+        u = uncertainty.get(_geometry_key(c))
         if u is not None:
             row.update(p_optimal=u["p_optimal"], loss_low=u["loss_interval"][0],
                        loss_high=u["loss_interval"][1], expected_regret=u["expected_regret"])
@@ -146,11 +153,9 @@ def candidates_figure(rows: list[dict[str, Any]]) -> Any:
         figure.add_trace(go.Scatter(
             x=[r["sparsity"] for r in pick], y=[r["loss"] for r in pick], mode="markers",
             name=f"G = {g}", marker={"color": SPLIT_COLOURS[i % len(SPLIT_COLOURS)], "size": 8},
-            customdata=[[r["rank"], r["q"], r["experts"], r["top_k"], r["mfu"], r["tokens"]]
-                        for r in pick],
-            hovertemplate="#%{customdata[0]} q=%{customdata[1]} E=%{customdata[2]} "
-                          "K=%{customdata[3]}<br>S=%{x:.4f} loss=%{y:.5f}<br>"
-                          "MFU=%{customdata[4]:.1%} D=%{customdata[5]:.3g}<extra></extra>"))
+            customdata=[[r["rank"], geometry_label(r), r["mfu"], r["tokens"]] for r in pick],
+            hovertemplate="#%{customdata[0]} %{customdata[1]}<br>S=%{x:.4f} loss=%{y:.5f}<br>"
+                          "MFU=%{customdata[2]:.1%} D=%{customdata[3]:.3g}<extra></extra>"))
     if rows:
         figure.add_trace(go.Scatter(
             x=[rows[0]["sparsity"]], y=[rows[0]["loss"]], mode="markers", name="optimum",
@@ -170,8 +175,7 @@ def uncertainty_figure(rows: list[dict[str, Any]], level: float, what: str,
     from plotly.subplots import make_subplots
 
     pick = [r for r in rows if "p_optimal" in r][:top]
-    names = [f"#{r['rank']} q{r['q']} E{r['experts']} K{r['top_k']} G{r['split_factor']}"
-             for r in pick]
+    names = [f"#{r['rank']} {geometry_label(r)}" for r in pick]
     figure = make_subplots(rows=1, cols=2, subplot_titles=(
         f"predicted loss with {level:.0%} interval", f"P(optimal) over {what} samples"))
     figure.add_trace(go.Scatter(
@@ -224,8 +228,8 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
     if comparison:
         g = comparison["model_flops_geometry"]
         gap = comparison.get("loss_gap_nats")
-        rows += [("model-FLOPs pick", f"q={g['q']} E={g['experts']} K={g['top_k']} "
-                  f"G={g['split_factor']}, S = {g['sparsity']:.4f}; deliverable in the "
+        rows += [("model-FLOPs pick", f"{geometry_label(g)}, S = {g['sparsity']:.4f}; "
+                  "deliverable in the "
                   f"window: {pick_deliverable_text(g)}"),
                  ("loss gap (model-FLOPs pick − optimum)",
                   f"{gap:.4f} nats" if gap is not None else loss_gap_text(gap, g))]

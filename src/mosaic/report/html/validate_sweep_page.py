@@ -204,11 +204,12 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
         o = p["optimum"] or {}
         rows.append({axis: p[axis], "days": p.get("days"), "c_peak_flops": p["c_peak_flops"],
                      "gpu_hours": p["gpu_hours"], **{k: o.get(k) for k in (
-                         "q", "experts", "top_k", "split_factor", "sparsity", "n_active",
-                         "n_total", "tokens", "mfu", "loss")}})
+                         "q", "layers", "d_model", "experts", "top_k", "split_factor",
+                         "sparsity", "n_active", "n_total", "tokens", "mfu", "loss")}})
     columns = [Column(axis, axis), Column("c_peak_flops", "C_peak", fmt_si("FLOP")),
                Column("gpu_hours", "GPU-hours", fmt_float(0)), Column("q", "q"),
-               Column("experts", "E"), Column("top_k", "K"), Column("split_factor", "G*"),
+               Column("layers", "L"), Column("d_model", "d"), Column("experts", "E"),
+               Column("top_k", "K"), Column("split_factor", "G*"),
                Column("sparsity", "S*", fmt_float(4)), Column("n_active", "N_act", fmt_si()),
                Column("n_total", "N_tot", fmt_si()), Column("tokens", "D", fmt_si()),
                Column("mfu", "MFU", fmt_percent(1)), Column("loss", "loss", fmt_float(5))]
