@@ -505,8 +505,21 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
         validate_plan_form({"plan.nodes": "four", "plan.days": "", "plan.seq_len": "2k"})
     assert set(bad.value.errors) == {"plan.nodes", "plan.days", "plan.seq_len"}
     seeded = options_document(load_job_document(EXAMPLES / "deepseek_v3_h100.yaml"))
+    job_form = seeded["form"]
     assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack", "plan.nodes")} == {
         "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge", "plan.nodes": "128"}
+    # the job's node type, batch and sequence length, not the GPU's default node type and
+    # the form's defaults (a trial planned a custom InfiniBand cluster on AWS p5 nodes)
+    assert seeded["plan_form"]["plan.system"] == job_form["hardware.system"]
+    assert seeded["plan_form"]["plan.global_batch"] == job_form["batch.global_seqs"]
+    assert seeded["plan_form"]["plan.seq_len"] == job_form["batch.seq_len"]
+    planned, _, _ = validate_plan_form({**seeded["plan_form"], "plan.q": "8",
+                                        "plan.experts": "16", "plan.top_k": "1",
+                                        "plan.split_factor": "1"})
+    assert planned.system.name == job_form["hardware.system"]
+    with pytest.raises(FormError) as clash:
+        validate_plan_form({"plan.gpu": "B200", "plan.system": job_form["hardware.system"]})
+    assert list(clash.value.errors) == ["plan.system"]
 
 
 @pytest.mark.parametrize(("field", "value", "expected_field", "words"), [

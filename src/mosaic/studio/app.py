@@ -87,13 +87,17 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
-    """The plan form of a studio opened on a job: the job's GPU, node count, stack and
-    precision (a studio started from a Megatron-Bridge H100 job planned on megatron-core
-    B200s)."""
+    """The plan form of a studio opened on a job: the job's node type (so its GPU),
+    node count, batch, sequence length, stack and precision (a studio started from a
+    Megatron-Bridge H100 job planned on megatron-core B200s; one opened on a catalog node
+    type planned on the GPU's default node type, another network, a trial)."""
     from mosaic.hardware import get_system
 
     system = get_system(form["hardware.system"])
-    return {**DEFAULT_PLAN_FORM, "plan.gpu": system.device.name,
+    return {**DEFAULT_PLAN_FORM, "plan.gpu": system.device.name, "plan.system": system.name,
+            "plan.global_batch": form.get("batch.global_seqs",
+                                          DEFAULT_PLAN_FORM["plan.global_batch"]),
+            "plan.seq_len": form.get("batch.seq_len", DEFAULT_PLAN_FORM["plan.seq_len"]),
             "plan.nodes": form.get("hardware.nodes", DEFAULT_PLAN_FORM["plan.nodes"]),
             "plan.stack": form.get("performance.stack", DEFAULT_PLAN_FORM["plan.stack"]),
             "plan.precision": form.get("performance.precision",

@@ -30,7 +30,9 @@ KEPT_REPORTS = 8
 # The plan form: field -> default text (the paper's Table 3 envelope, Sec. 7.3, narrowed
 # to a grid that finishes in about ten seconds on two cores).
 DEFAULT_PLAN_FORM: dict[str, str] = {
-    "plan.gpu": "B200", "plan.nodes": "32", "plan.days": "20", "plan.goodput": "1.0",
+    # the node type (empty: the GPU's default one); a studio opened on a job fills in its own
+    "plan.gpu": "B200", "plan.system": "", "plan.nodes": "32", "plan.days": "20",
+    "plan.goodput": "1.0",
     "plan.global_batch": "1024", "plan.seq_len": "2048",
     "plan.q": "8,10,12", "plan.experts": "16,32,64,128", "plan.top_k": "1,2",
     "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
@@ -85,10 +87,12 @@ def in_form_words(message: str, keys: set[str]) -> str:
 
 def plan_field_of(message: str, keys: set[str]) -> str:
     """The plan-form field a CLI validation message names."""
+    if message.startswith("unknown system") or "does not match --system" in message:
+        return "plan.system"  # (the node type fixes the GPU: the field to change)
     token = re.split(r"[\s:]", message.strip(), maxsplit=1)[0].lstrip("-").replace("-", "_")
     if f"plan.{token}" in keys:
         return f"plan.{token}"
-    if message.startswith(("unknown device", "unknown system")):
+    if message.startswith("unknown device"):
         return "plan.gpu"
     words = message.split()
     if words[0] in ("layout", "unknown") and len(words) > 1:  # a layout limit's message
@@ -117,7 +121,8 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
                    for name in CONSTRAINT_FIELDS}
     try:
         envelope, space = build_inputs(
-            gpu=form["plan.gpu"].strip() or None, system=None, gpus_per_node=None,
+            gpu=form["plan.gpu"].strip() or None,
+            system=str(form["plan.system"]).strip() or None, gpus_per_node=None,
             mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,
             memory_fraction=None,  # the stack's headroom, as `mosaic plan` uses it
             q=form["plan.q"], experts=form["plan.experts"], top_k=form["plan.top_k"],

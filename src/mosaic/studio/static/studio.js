@@ -36,7 +36,9 @@
       ["performance.fp8_dot_product_attention", "FP8 attention", "select:switches"]]]
   ];
   var PLAN_FIELDS = [
-    ["plan.gpu", "GPU (catalog name)", "text"], ["plan.nodes", "nodes", "number"],
+    ["plan.gpu", "GPU (catalog name)", "text"],
+    ["plan.system", "node type (empty: the GPU's default)", "text"],
+    ["plan.nodes", "nodes", "number"],
     ["plan.days", "window (days)", "number"], ["plan.goodput", "goodput", "number"],
     ["plan.global_batch", "global batch (seqs)", "number"], ["plan.seq_len", "sequence length", "number"],
     ["plan.q", "ladder seeds q", "text"], ["plan.experts", "experts E", "text"],
