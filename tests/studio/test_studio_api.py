@@ -529,6 +529,9 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     ("ladder.experts", "9_6", "ladder.experts", "must be an integer"),
     ("hardware.nodes", "", "hardware.nodes", "give the number of nodes"),
     ("hardware.nodes", "1048576", "hardware.nodes", "8388608 devices; allowed: 1..1048576"),
+    # a stack or dispatcher the form's menu does not hold, sent to the API, was "_general"
+    ("performance.stack", "abc", "performance.stack", "'abc': unknown; known stacks"),
+    ("parallelism.dispatcher", "abc", "parallelism.dispatcher", "abc"),
 ])
 def test_form_fields_the_job_has_not_are_named(studio, field, value, expected_field, words):
     """A trial's studio inputs: an unknown field ignored, '3_2' read as 32 nodes, node

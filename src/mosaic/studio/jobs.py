@@ -142,7 +142,8 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
     return document
 
 
-_FIELD_PATH = re.compile(rf"^{WHERE}: (\w+): (\w+)")
+_FIELD_PATH = re.compile(rf"^{WHERE}: (\w+)(?::\s|\.)(\w+)")  # "block: field" or "block.field"
+_NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known ..."
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch")) + r")\b")
 _UNKNOWN = re.compile(r"^unknown (\w+) ")
 
@@ -174,9 +175,10 @@ def field_of(message: str, form_keys: set[str]) -> str:
             return "hf.config" if "hf.config" in form_keys else "model.source"
         key = f"{block}.{field}"
         return key if key in form_keys else GENERAL
-    unknown = _UNKNOWN.match(message)
-    if unknown:  # "unknown system 'x'", "unknown sharding 'zero9'", ...
-        key = next((k for k in form_keys if k.endswith("." + unknown.group(1))), None)
+    for pattern in (_UNKNOWN, _NAMED_VALUE):  # "unknown system 'x'", "stack 'abc': ..."
+        named = pattern.match(message)
+        key = None if named is None else next(
+            (k for k in sorted(form_keys) if k.endswith("." + named.group(1))), None)
         if key is not None:
             return key
     if "tp·pp·cp·dp = " in message:  # more devices than the limit: the node count
