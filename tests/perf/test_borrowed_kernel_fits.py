@@ -131,6 +131,27 @@ def test_a_user_device_without_fits_is_costed_at_its_rate_and_says_so(tmp_path):
     assert device_model_notes(get_device("H100-SXM-80GB")) == []
 
 
+def test_an_ada_device_loads_and_says_it_takes_the_generic_defaults(tmp_path):
+    """`architecture: ada` (an L40S) was refused, leaving "pick the nearest" of generations
+    whose defaults do not fit it (a trial): it loads, and its notes say no kernel table or
+    stack recipe has Ada entries, so the generic defaults apply."""
+    from mosaic.hardware import use_catalog
+    from mosaic.perf.machine import device_model_notes
+
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(CAPPED_H100.format(name="L40S-like") + "    architecture: ada\n")
+    use_catalog(catalog)
+    try:
+        device = get_device("L40S-like")
+        notes = device_model_notes(device)
+    finally:
+        use_catalog()
+    assert device.architecture == "ada"
+    assert not any("states no architecture" in note for note in notes)
+    assert any("no published attention-kernel rates or stack defaults for ada" in note
+               for note in notes)
+
+
 def test_replacing_a_fit_device_leaves_the_shipped_devices_that_use_its_fits(tmp_path):
     """A user catalog replacing H100-SXM-80GB had moved the shipped H800's and 500 W H100's
     kernel fits onto the user's device (a trial): they keep the shipped H100's, and the fits'

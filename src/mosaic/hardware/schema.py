@@ -26,7 +26,9 @@ from mosaic.schema_validation import parse_yaml, read_text
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
 # GPU generations the software defaults know (attention kernels, NCCL protocol caps, MoE
 # dispatchers, block-scaled FP8/FP4): a generation outside them would silently get none
-Architecture = Literal["ampere", "hopper", "blackwell", "cdna3"]
+# ada: L40S, L4, RTX 6000 Ada (sm_89: FP8 tensor cores, no NVLink); no stack or kernel table
+# has Ada entries yet, so it takes the generic defaults, and says so (perf.machine)
+Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
 NonEmptyStr = Annotated[str, Field(min_length=1, pattern=r"\S")]
 
 

@@ -37,6 +37,10 @@ class MeasuredTables:
     collectives: BusBandwidthTable | None = None
 
 
+# Generations the catalog accepts that no kernel table or stack recipe has entries for.
+GENERIC_DEFAULT_ARCHITECTURES = frozenset({"ada"})
+
+
 def job_domain_gpus(domain_gpus: int, gpus_per_node: int, n_devices: int) -> int:
     """GPUs of the job that share one NVLink domain.
 
@@ -224,8 +228,13 @@ def device_model_notes(device: Device) -> list[str]:
     if device.architecture is None:
         notes.append(f"device {device.name} states no architecture: the generic defaults "
                      "for the attention kernel and its rate, NCCL protocol caps and a stack's "
-                     "MoE dispatcher; set architecture (ampere, hopper, blackwell, cdna3) in "
-                     "its catalog entry")
+                     "MoE dispatcher; set architecture (ampere, ada, hopper, blackwell, cdna3) "
+                     "in its catalog entry")
+    elif device.architecture in GENERIC_DEFAULT_ARCHITECTURES:
+        notes.append(f"device {device.name}: no published attention-kernel rates or stack "
+                     f"defaults for {device.architecture} GPUs, so the generic ones (the "
+                     "attention kernel at cuDNN's rate, Hopper's NCCL protocol caps, the "
+                     "pairwise all-to-all)")
     return notes
 
 
