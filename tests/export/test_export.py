@@ -615,3 +615,26 @@ def test_a_plan_job_names_the_calibration_its_plan_was_predicted_with(plan_json,
         result = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
         assert result.exit_code == 0, result.output
         assert expected in result.stdout.splitlines()[0] + ";"
+
+
+def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
+    """A job on a node type from the user's catalog was exported with "run it with `mosaic
+    perf FILE`", which then says "unknown system" (a trial): the header names the catalog;
+    a shipped node type still needs none."""
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(yaml.safe_dump({"systems": [{
+        "name": "acme-h100-ib", "device": "H100-SXM-80GB",
+        "gpus_per_node": {"value": 8, "source": "our BOM"},
+        "scale_up_domain_gpus": {"value": 8, "source": "our BOM"},
+        "nics_per_node": {"value": 8, "source": "8x CX7"},
+        "nic_bw_bytes_per_s": {"value": 5.0e10, "source": "400 Gb/s"},
+        "scale_out_fabric": "InfiniBand NDR"}]}))
+    document = yaml.safe_load(JOB.read_text())
+    document["hardware"] = {"system": "acme-h100-ib"}
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    result = runner.invoke(app, ["--catalog", str(catalog), "export", str(job), "--to", "yaml"])
+    assert result.exit_code == 0, result.output
+    assert f"run it with `mosaic --catalog {catalog} perf FILE`" in result.stdout
+    shipped = runner.invoke(app, ["--catalog", str(catalog), "export", str(JOB), "--to", "yaml"])
+    assert "run it with `mosaic perf FILE`" in shipped.stdout

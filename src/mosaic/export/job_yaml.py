@@ -17,8 +17,9 @@ def render(spec: ExportSpec) -> ExportResult:
     if spec.job is None:
         raise MosaicInputError(f"{spec.source or 'this source'}: --to yaml needs a job, a run "
                                "record or a plan document")
+    command = _perf_command(spec.calibration, _catalog_option(spec.job))
     header = [f"mosaic job written by `mosaic export --to yaml` from {spec.source or 'a job'}; "
-              f"run it with {_perf_command(spec.calibration)}", *training_lines(spec),
+              f"run it with {command}", *training_lines(spec),
               *warning_lines(spec)]
     header += [f"ASSUMED (not stated in the source): {item}"
                for item in spec.architecture_assumptions]
@@ -27,12 +28,31 @@ def render(spec: ExportSpec) -> ExportResult:
     return ExportResult("yaml", text, ".yaml", [])
 
 
-def _perf_command(calibration: str | None) -> str:
+def _catalog_option(job: dict) -> str:
+    """``--catalog FILE `` when the job's node type is not the shipped one of its name (a
+    user's catalog entry: `mosaic perf` without it says "unknown system", a trial)."""
+    from mosaic.hardware import active_catalog, active_catalog_paths, shipped_catalog
+
+    name = (job.get("hardware") or {}).get("system")
+    paths = active_catalog_paths()
+    if name is None or not paths:
+        return ""
+    try:
+        if shipped_catalog().system(name) == active_catalog().system(name):
+            return ""
+    except MosaicInputError:  # not a shipped node type (or not one at all: perf says so)
+        pass
+    return "".join(f"--catalog {path} " for path in paths)
+
+
+def _perf_command(calibration: str | None, catalog: str = "") -> str:
     """How to predict the job as its plan did: under the plan's calibration profile (a job
-    file names none, so `mosaic perf` would use the default one)."""
+    file names none, so `mosaic perf` would use the default one) and the user catalog that
+    holds its node type."""
+    perf = f"mosaic {catalog}perf FILE"
     if calibration is None or calibration == DEFAULT_PROFILE:
-        return "`mosaic perf FILE`"
+        return f"`{perf}`"
     if calibration in BUILT_IN_PROFILES:
-        return f"`mosaic perf FILE --calibration {calibration}` (the plan's calibration)"
-    return (f"`mosaic perf FILE --calibration CAL.yaml`, CAL.yaml the file of the plan's "
+        return f"`{perf} --calibration {calibration}` (the plan's calibration)"
+    return (f"`{perf} --calibration CAL.yaml`, CAL.yaml the file of the plan's "
             f"calibration '{calibration}'")
