@@ -129,5 +129,5 @@ def test_a_split_factor_on_data_without_the_column_says_so():
     """`--split-factor 4` on dense data said "present: [1.0]", a column it did not have."""
     runs = RunData(n_total=np.array([1e9, 2e9]), tokens=np.array([1e10, 2e10]),
                    loss=np.array([2.5, 2.4]), source="dense.csv")
-    with pytest.raises(MosaicInputError, match="no split_factor column .every run counts as G"):
+    with pytest.raises(MosaicInputError, match=r"no split_factor column \(every run counts as G"):
         runs.with_split_factor(4)
