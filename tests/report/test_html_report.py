@@ -418,3 +418,12 @@ def test_backbone_variants_keep_their_own_uncertainty_and_labels():
     assert list(figure.data[0].x) == ["#1 L=24 d=2048 E=128 K=8 G=8",
                                       "#2 L=32 d=3072 E=128 K=8 G=8",
                                       "#3 L=48 d=4096 E=128 K=8 G=8"]
+
+
+def test_goodput_reads_as_a_share_with_its_model():
+    """The window row read "goodput constant: goodput 1" (a trial)."""
+    from mosaic.report.html.plan_page import goodput_text
+
+    assert goodput_text({"model": "constant", "goodput": 1.0}) == "100.0% (constant)"
+    assert goodput_text({"model": "young-daly", "goodput": 0.97, "checkpoint_s": 60.0}) == (
+        "97.0% (young-daly: checkpoint_s 60)")

@@ -191,10 +191,14 @@ def uncertainty_figure(rows: list[dict[str, Any]], level: float, what: str,
 
 
 def goodput_text(goodput: dict[str, Any]) -> str:
-    """{'model': 'constant', 'goodput': 1.0} -> 'constant, 1.0' (every field of the model)."""
+    """{'model': 'constant', 'goodput': 1.0} -> '100.0% (constant)'; a model's other fields
+    follow its name (it read "constant: goodput 1", a trial)."""
+    value = goodput.get("goodput")
     rest = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                     for k, v in goodput.items() if k != "model")
-    return f"{goodput.get('model', '?')}: {rest}"
+                     for k, v in goodput.items() if k not in ("model", "goodput"))
+    model = str(goodput.get("model", "?")) + (f": {rest}" if rest else "")
+    shown = f"{value:.1%}" if isinstance(value, int | float) else "?"
+    return f"{shown} ({model})"
 
 
 def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
