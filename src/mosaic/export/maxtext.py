@@ -265,9 +265,13 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      "v_head_dim": g.mla.v_head_dim}
     if g.moe:
         m = g.moe
+        # only where the decoder reads them: a mixtral config stating 2 shared experts it
+        # does not build read as if it did (a trial; the drop is named above)
+        reads_shared = block in ("deepseek", "qwen3_next")
         document |= {"num_experts": m.experts, "num_experts_per_tok": m.top_k,
-                     "base_moe_mlp_dim": m.expert_ffn, "shared_experts": m.shared_experts,
-                     "first_num_dense_layers": m.dense_layers,
+                     "base_moe_mlp_dim": m.expert_ffn,
+                     **({"shared_experts": m.shared_experts,
+                         "first_num_dense_layers": m.dense_layers} if reads_shared else {}),
                      "interleave_moe_layer_step": m.moe_every,
                      "mlp_bias": m.expert_bias, "routed_bias": m.router_bias,
                      "megablox": not dropping, "sparse_matmul": not dropping,
