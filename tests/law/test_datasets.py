@@ -108,3 +108,16 @@ def test_convert_writes_what_law_fit_reads_and_raw_files_get_a_hint(tmp_path):
     unknown = runner.invoke(app, ["law", "convert", "pile", str(EPOCH_CSV), "--out",
                                   str(tmp_path / "y.csv")])
     assert unknown.exit_code == 2 and "allowed: epoch, clark, muennighoff" in unknown.output
+
+
+def test_a_bad_unique_tokens_cell_is_no_crash(tmp_path):
+    """A non-number or zero in unique_tokens crashed `law fit`'s repeated-data warning
+    (a review): such runs are left out of it; the one real repeat is named."""
+    table = tmp_path / "ut.csv"
+    table.write_text("n_total,tokens,unique_tokens,loss\n1e8,1e9,abc,3.0\n2e8,2e9,1e9,2.9\n"
+                     "4e8,4e9,0,2.8\n8e8,8e9,8e9,2.7\n1.6e9,1.6e10,1.6e10,2.6\n"
+                     "3.2e9,3e10,3e10,2.5\n")
+    result = runner.invoke(app, ["law", "fit", str(table), "--form", "chinchilla",
+                                 "--holdout", "0", "--starts", "64", "--refine", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "1 of 6 runs repeat their data (up to 2.0 epochs)" in result.stderr

@@ -373,18 +373,18 @@ def _warn_repeated_data(frame: Any) -> None:
     """Runs that saw tokens more than once (a unique_tokens column below tokens): every form
     here counts each token as new, so they read as fresh data (a trial: all 182 of
     Muennighoff et al.'s runs fitted without a word)."""
-    from mosaic.law.datasets import repeats_data
+    from mosaic.law.datasets import epochs_over_data, repeats_data
 
     repeated = repeats_data(frame)
-    if repeated.any():
-        epochs = (frame["tokens"].to_numpy(dtype=float)
-                  / frame["unique_tokens"].to_numpy(dtype=float))[repeated]
+    if repeated.any():  # (non-numbers and zeros are NaN: no crash, a trial's review)
+        epochs = epochs_over_data(frame)[repeated]
         error_console.print(
             f"warning: {int(repeated.sum())} of {len(frame)} runs repeat their data (up to "
             f"{epochs.max():,.1f} epochs): the law forms count every token as new, and a "
             "repeated token is worth less (Muennighoff et al. 2023); fit the single-epoch "
-            "runs (`mosaic law convert muennighoff FILE --single-epoch`, or drop the rows "
-            "with tokens > unique_tokens)", markup=False, highlight=False, soft_wrap=True)
+            "runs (`mosaic law convert muennighoff FILE --single-epoch --out runs.csv`, or "
+            "drop the rows with tokens > unique_tokens)",
+            markup=False, highlight=False, soft_wrap=True)
 
 
 def heldout_rmse_text(metrics: dict[str, Any]) -> str:

@@ -135,14 +135,21 @@ def muennighoff_table(path: str | Path, single_epoch: bool = False) -> pd.DataFr
     return table
 
 
-def repeats_data(table: pd.DataFrame) -> np.ndarray:
-    """Per run: whether it saw some token more than once (tokens above unique_tokens);
-    all False without a unique_tokens column."""
+def epochs_over_data(table: pd.DataFrame) -> np.ndarray:
+    """Per run: tokens / unique_tokens, the epochs over its data; NaN where either is not a
+    positive number, or without a unique_tokens column."""
     if "unique_tokens" not in table.columns:
-        return np.zeros(len(table), dtype=bool)
+        return np.full(len(table), np.nan)
     unique = pd.to_numeric(table["unique_tokens"], errors="coerce").to_numpy(dtype=float)
     tokens = pd.to_numeric(table["tokens"], errors="coerce").to_numpy(dtype=float)
-    return tokens > unique * (1.0 + 1e-9)
+    with np.errstate(all="ignore"):
+        return np.where((unique > 0) & (tokens > 0), tokens / unique, np.nan)
+
+
+def repeats_data(table: pd.DataFrame) -> np.ndarray:
+    """Per run: whether it saw some token more than once (tokens above unique_tokens)."""
+    with np.errstate(invalid="ignore"):
+        return epochs_over_data(table) > 1.0 + 1e-9
 
 
 # Column signatures of the public files, for a hint when one is given to the fitter as is.
