@@ -13,6 +13,7 @@ from mosaic.arch import count_parameters
 from mosaic.cli.main import app
 from mosaic.config.job_schema import load_job
 from mosaic.config.model_file import load_model_file
+from mosaic.errors import MosaicWarning
 from mosaic.law import default_law
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -405,3 +406,15 @@ def test_a_stated_goodput_without_tokens_sets_the_jobs_window(tmp_path):
                                    str(tmp_path / "again.yaml")])
     assert exported.exit_code == 0, exported.output
     assert yaml.safe_load((tmp_path / "again.yaml").read_text())["training"] == {"goodput": 0.9}
+
+
+def test_a_law_files_caveats_are_repeated_when_comparing_with_it(tmp_path):
+    """Every command that takes --law repeats its fit's caveats; `compare` did not (review)."""
+    from dataclasses import replace
+
+    shaky = replace(default_law(), provenance={"metrics": {"n_heldout": 0}})
+    law_path = tmp_path / "shaky.json"
+    shaky.save(law_path)
+    with pytest.warns(MosaicWarning, match="held no run out"):
+        result = runner.invoke(app, ["compare", str(JOB), str(JOB), "--law", str(law_path)])
+    assert result.exit_code == 0, result.output

@@ -483,10 +483,10 @@ def compare(
             f"--price-per-gpu-hour must be a positive number, got {price_per_gpu_hour:g}")
     apply_catalog(catalog)
     if kinds == {"job"}:
-        from mosaic.law.law import ScalingLaw, default_law
+        from mosaic.law.law import load_law_file
         from mosaic.perf.calibration import load_calibration
 
-        law = default_law() if law_file is None else ScalingLaw.load(law_file)
+        law = load_law_file(law_file)
         calib = load_calibration(calibration)
         block = model_block(model)  # one model for both jobs
         sides = [job_side(p, calib, law, days, goodput, price_per_gpu_hour, block)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +21,7 @@ from mosaic.cli.common import (
     to_jsonable,
 )
 from mosaic.config.model_file import load_model_file
-from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import atomic_path, check_output_file
 from mosaic.law.extrapolation import (
     ExtrapolationFlag,
@@ -38,7 +37,7 @@ from mosaic.law.fit import (
     FitSettings,
 )
 from mosaic.law.forms import FORMS, get_form
-from mosaic.law.law import ScalingLaw, default_law, fit_caveats
+from mosaic.law.law import ScalingLaw, load_law_file
 from mosaic.law.optimum import (
     DEFAULT_SPARSITY_RANGE,
     EQ17_MIN_C_MODEL_FLOPS,
@@ -65,16 +64,6 @@ PROFILE_KEYS = ("sparsity", "n_total", "n_active", "tokens", "loss")
 def register(app: typer.Typer) -> None:
     """Attach the `law` sub-command group to the top-level app."""
     app.add_typer(law_app, name="law")
-
-
-def _load_law(path: Path | None) -> ScalingLaw:
-    """The built-in law, or a law file with its fit's caveats as warnings (as `plan`)."""
-    if path is None:
-        return default_law()
-    law = ScalingLaw.load(path)
-    for note in fit_caveats(law):
-        warnings.warn(f"--law {path}: {note}", MosaicWarning, stacklevel=2)
-    return law
 
 
 def _law_label(law: ScalingLaw) -> str:
@@ -175,7 +164,7 @@ def predict(
     as_json: JsonFlag = False,
 ) -> None:
     """Predict the final training loss of one configuration (counts or a geometry)."""
-    law = _load_law(law_file)
+    law = load_law_file(law_file)
     if q is not None or arch is not None:
         if n_total is not None or sparsity is not None:
             raise MosaicInputError("give a geometry (--q or --arch) or --n-total/--sparsity, "
@@ -583,7 +572,7 @@ def optimum(
     if split_factor is not None:
         check_range("--split-factor", split_factor, "split_factor")
     check_range("--profile", profile_points, "top", integer=True, high=100_000)
-    law = _load_law(law_file)
+    law = load_law_file(law_file)
     if law.form.is_dense:  # no sparsity to bound or profile (a trial: both were ignored)
         given = [option for option, value, default in (
             ("--s-min", s_min, DEFAULT_SPARSITY_RANGE[0]),

@@ -6,7 +6,6 @@ on the built-in law, hardware catalog and calibration.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,10 +35,10 @@ from mosaic.cli.layout_options import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import prepare_output_dir
-from mosaic.law import ScalingLaw, default_law
-from mosaic.law.law import fit_caveats
+from mosaic.law import ScalingLaw
+from mosaic.law.law import load_law_file
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.layouts import LayoutLimits
@@ -198,15 +197,12 @@ PlanMbs = Annotated[str | None, typer.Option(
 
 def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
-    law = default_law() if law_file is None else ScalingLaw.load(law_file)
+    law = load_law_file(law_file)
     if law.form.is_dense:
         raise MosaicInputError(
             f"--law {law_file}: form '{law.form.name}' is a dense law, with no sparsity "
             "term: it cannot rank the MoE geometries the planner searches (each N_tot at "
             "every sparsity); fit a joint or per-g law (`mosaic law fit --form joint`)")
-    if law_file is not None:
-        for note in fit_caveats(law):
-            warnings.warn(f"--law {law_file}: {note}", MosaicWarning, stacklevel=2)
     return law, load_calibration(calibration_file)
 
 

@@ -208,3 +208,18 @@ def fit_caveats(law: ScalingLaw) -> list[str]:
     if isinstance(metrics.get("r2"), int | float) and metrics["r2"] <= 0:
         notes.append(f"its fit explains none of its runs' variance (R^2 {metrics['r2']:.3g})")
     return notes
+
+
+def load_law_file(path: Path | None) -> ScalingLaw:
+    """The built-in law (no path), or a law file with its fit's caveats raised as
+    `MosaicWarning`s: the one loader behind every command's --law."""
+    import warnings
+
+    from mosaic.errors import MosaicWarning
+
+    if path is None:
+        return default_law()
+    law = ScalingLaw.load(path)
+    for note in fit_caveats(law):
+        warnings.warn(f"--law {path}: {note}", MosaicWarning, stacklevel=2)
+    return law
