@@ -93,8 +93,8 @@ def _fsdp_extra_tensor_gathers(workload: Workload, plans: ParallelPlans
 def data_parallel_collectives_s(machine: Machine, workload: Workload, plans: ParallelPlans
                                  ) -> dict[str, np.ndarray]:
     """Seconds of each data-parallel collective before any overlap: per step for DDP's
-    all-reduce, ZeRO's reduce-scatter and all-gather (of the heavier end stage's
-    parameters); per FSDP unit for its gather, reduce-scatter and HSDP's replica
+    all-reduce, ZeRO's reduce-scatter and all-gather (of the parameter-heaviest pipeline
+    rank's parameters); per FSDP unit for its gather, reduce-scatter and HSDP's replica
     all-reduce."""
     return {**gradient_collectives_s(machine, workload, plans),
             **fsdp_unit_collectives_s(machine, workload, plans)}
@@ -275,8 +275,8 @@ def _dp_edge_bucket_share(workload: Workload, plans: ParallelPlans,
                           blocks: np.ndarray) -> np.ndarray:
     """Share of the stage's DDP/ZeRO collective that ends a pass with nothing to hide
     behind (the stack trait ``dp_last_bucket``): Megatron-Core's default bucket over the
-    heavier end stage's parameters, one block of ``blocks`` for per-unit stacks (FSDP
-    SHARD_GRAD_OP), zero where the stack's bucketing is not modelled."""
+    parameter-heaviest pipeline rank's parameters, one block of ``blocks`` for per-unit
+    stacks (FSDP SHARD_GRAD_OP), zero where the stack's bucketing is not modelled."""
     rule = workload.traits.dp_last_bucket
     if rule == "megatron":
         return _megatron_last_bucket_share(workload, plans)
@@ -287,7 +287,8 @@ def _dp_edge_bucket_share(workload: Workload, plans: ParallelPlans,
 
 @plan_key(*STAGE_PARAMETER_KEY, "cp", "dp", remember=without_top_k)
 def _megatron_last_bucket_share(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Megatron-Core's default gradient bucket over the heavier end stage's parameters."""
+    """Megatron-Core's default gradient bucket over the parameter-heaviest pipeline rank's
+    parameters."""
     bucket = np.maximum(MEGATRON_MIN_BUCKET_PARAMS,
                         MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dp * plans.cp)
     stage = heaviest_rank_parameters(workload, plans).total

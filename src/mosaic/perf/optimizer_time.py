@@ -1,5 +1,5 @@
-"""The optimizer step's time: a streaming update over the local shard of the heavier end
-stage's parameters, plus Muon's Newton-Schulz FLOPs.
+"""The optimizer step's time: a streaming update over the local shard of the
+parameter-heaviest pipeline rank's parameters, plus Muon's Newton-Schulz FLOPs.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def _matrix_newton_schulz_flops(rows: float, cols: float) -> float:
 @plan_key(*PARAMETER_STATE_KEY, remember=without_top_k)
 def optimizer_update_s(machine: Machine, workload: Workload, plans: ParallelPlans
                         ) -> np.ndarray:
-    """Streaming optimizer update over the local shard of the heavier end stage's
-    parameters."""
+    """Streaming optimizer update over the local shard of the parameter-heaviest pipeline
+    rank's parameters."""
     params = heaviest_rank_parameters(workload, plans)
     return streaming_time_s(optimizer_update_bytes(workload, params, plans),
                             machine.hbm_bw_bytes_per_s)
