@@ -71,6 +71,24 @@ def test_clark_table_takes_each_runs_last_evaluation():
     assert len(s_base) < len(table)
 
 
+def test_clark_routed_top2_sees_its_base_and_one_more_expert_copy():
+    """S-Base, 8 experts, k = 2 on the 25M base (27,279,360 parameters; 86,016,000 in all):
+    a token sees the base plus one more copy of the expert block, (86.016M - 27.279M) / 7 =
+    8.391M; that is the dense k = 2 run's whole model (35,672,064), which holds the base
+    and exactly one such extra copy."""
+    _need(CLARK_CSV)
+    table = datasets.clark_routing_table(CLARK_CSV)
+    dense_k2 = table[(table["router_type"] == "Dense") & (table["top_k"] == 2)
+                     & np.isclose(table["n_total"], 35_672_064)]
+    routed = table[(table["router_type"] == "S-Base") & (table["experts"] == 8)
+                   & (table["top_k"] == 2) & np.isclose(table["n_total"], 86_016_000)]
+    assert len(dense_k2) > 0 and len(routed) > 0
+    per_copy = (86_016_000 - 27_279_360) / 7
+    assert routed["n_active"].to_numpy() == pytest.approx(27_279_360 + per_copy)
+    assert routed["n_active"].to_numpy() == pytest.approx(
+        dense_k2["n_total"].to_numpy()[0], rel=1e-4)
+
+
 def test_muennighoff_table_and_its_single_epoch_runs():
     """182 runs, 29 of them single-epoch (SOURCE.txt: D == U)."""
     _need(MUENNIGHOFF_CSV)
