@@ -472,9 +472,12 @@ def test_a_training_warning_prints_when_training_begins_not_at_the_end(tmp_path)
 def test_ladder_fit_bootstraps_samples_that_go_with_its_own_law(tmp_path):
     """A ladder's law had no samples of its own fit (a trial paired it with samples of a
     `law fit` on more runs, which the planner took): `ladder fit --bootstrap N
-    --samples-out` writes them, recording the estimate, and the planner accepts them with
-    this law only."""
-    from mosaic.plan.uncertainty import load_samples
+    --samples-out` writes them, recording the estimate, and the planner's check accepts them
+    with this law only."""
+    from dataclasses import replace
+
+    from mosaic.errors import MosaicInputError
+    from mosaic.plan.uncertainty import check_samples_describe, load_samples
 
     path = _runs_csv_with_starved(tmp_path, {4: 3.0})
     runner = CliRunner()
@@ -489,6 +492,10 @@ def test_ladder_fit_bootstraps_samples_that_go_with_its_own_law(tmp_path):
     law = ScalingLaw.load(tmp_path / "law.json")
     assert samples.log_coefs.shape == (12, 5)
     assert np.allclose(samples.estimate, law.log_coefs, rtol=0, atol=1e-9)
+    check_samples_describe(samples, law, "--bootstrap-samples")  # no error
+    other = replace(law, coefficients={**law.coefficients, "A": law.coefficients["A"] * 1.5})
+    with pytest.raises(MosaicInputError, match="bootstrapped around another fit"):
+        check_samples_describe(samples, other, "--bootstrap-samples")
     needs = runner.invoke(_app(), ["ladder", "fit", str(path), "--out",
                                    str(tmp_path / "x.json"), "--samples-out",
                                    str(tmp_path / "y.json")])

@@ -257,8 +257,9 @@ def fit(
 
     Rungs whose routers ended unbalanced (a starved expert per MoE layer or more over their
     last steps, the runs.csv column starved_experts) are left out unless --keep-unbalanced.
-    --bootstrap N with --samples-out writes coefficient samples of this fit, the ones
-    `mosaic plan --law OUT --bootstrap-samples` accepts with it.
+    --bootstrap N with --samples-out writes coefficient samples of this fit, which
+    `mosaic plan --bootstrap-samples` accepts with this law file only (and only for a
+    form with a sparsity term, joint or per-g: the planner refuses dense laws).
     """
     from mosaic.law.fit import FitSettings
     from mosaic.law.forms import get_form
