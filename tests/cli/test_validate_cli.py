@@ -329,3 +329,18 @@ def test_a_profile_of_few_runs_borrows_the_base_residuals_and_says_so(tmp_path):
                                           "--calibration", str(out), "--json"]).stdout)
     scope = perf["coverage"]["intervals"]["tokens_per_s"]["residual_scope"]
     assert scope == "moe of profile 'default', borrowed"
+
+
+def test_residuals_of_another_interval_level_are_not_borrowed():
+    """A base profile whose quantiles are of another level (a hand-edited file) would show
+    its 80% band as this profile's 90% one: nothing is borrowed then."""
+    from dataclasses import replace
+
+    from mosaic.evaluate.coverage_fit import with_borrowed_residuals
+    from mosaic.perf.calibration import load_calibration as load
+
+    base = load("default")
+    none_of_its_own = replace(base.coverage, tokens_per_s_ratio=())
+    assert with_borrowed_residuals(none_of_its_own, base).tokens_per_s_ratio
+    other_level = replace(base, coverage=replace(base.coverage, level=0.8))
+    assert with_borrowed_residuals(none_of_its_own, other_level) == none_of_its_own

@@ -139,16 +139,16 @@ def test_bca_is_withheld_where_replicates_pile_up_on_the_estimate():
     rng = np.random.default_rng(0)
     bound = np.array([1e-10])
     piled = np.concatenate([np.full(100, bound[0]), rng.uniform(1e-10, 1.2, 900)])[:, None]
-    assert not bca_defined(piled, bound, 0.95)[0]  # 10% on the estimate
+    assert not bca_defined(piled, 0.95)[0]  # 10% on the estimate
     few = np.concatenate([np.full(20, bound[0]), rng.uniform(1e-10, 1.2, 980)])[:, None]
-    assert bca_defined(few, bound, 0.95)[0]  # 2%: below one tail
+    assert bca_defined(few, 0.95)[0]  # 2%: below one tail
     smooth = rng.normal(1.0, 0.1, (1000, 1))
-    assert bca_defined(smooth, np.array([1.0]), 0.95)[0]
+    assert bca_defined(smooth, 0.95)[0]
     # the estimate a hair off the bound the replicates pile on (a trial: gamma 1.00003e-6,
     # 56% of replicates on 1e-6, BCa [1e-6, 1.00016e-6] against percentile [1e-6, 0.40])
     near = np.concatenate([np.full(560, np.log(1e-6)),
                            np.log(rng.uniform(1e-6, 0.4, 440))])[:, None]
-    assert not bca_defined(near, np.array([np.log(1.00003e-6)]), 0.95)[0]
+    assert not bca_defined(near, 0.95)[0]
 
 
 def test_identifiability_scan_calls_a_coefficient_pressed_on_its_bound_so():

@@ -5,6 +5,7 @@ Run by ``mosaic calibrate`` once per fit, so a prediction only looks the quantil
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -75,10 +76,12 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration
     some: the plan then shows an interval, labelled as borrowed, rather than none (a
     trial: a team calibrating on a handful of its own runs lost every interval). The
     base's residuals measure the model on other clusters' runs, not on this profile's, so
-    they are labelled wherever they are shown."""
+    they are labelled wherever they are shown. Quantiles of another interval level (a
+    hand-edited base file) would be shown under this one's, so they are not borrowed."""
     own = coverage.tokens_per_s_ratio
     borrowed = base.coverage
-    if own or borrowed is None or not borrowed.tokens_per_s_ratio:
+    if (own or borrowed is None or not borrowed.tokens_per_s_ratio
+            or not math.isclose(borrowed.level, coverage.level)):
         return coverage
     return replace(coverage, tokens_per_s_ratio=borrowed.tokens_per_s_ratio,
                    tokens_per_s_shared_fraction=borrowed.tokens_per_s_shared_fraction,

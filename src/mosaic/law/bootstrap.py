@@ -38,7 +38,7 @@ def percentile_interval(samples: np.ndarray, level: float) -> np.ndarray:
     return np.quantile(samples, [tail, 1.0 - tail], axis=0)
 
 
-def bca_defined(samples: np.ndarray, estimate: np.ndarray, level: float) -> np.ndarray:
+def bca_defined(samples: np.ndarray, level: float) -> np.ndarray:
     """(Q,) whether BCa applies: it assumes a bootstrap distribution continuous around the
     estimate (E&T 1993, Ch. 14; its bias correction z0 is a normal quantile of the share of
     replicates below it). A coefficient fitted on a bound has replicates sitting exactly on
@@ -105,7 +105,7 @@ class BootstrapResult:
         jackknife = quantity(self.jackknife).reshape(len(self.jackknife), -1)
         percentile = percentile_interval(samples, self.level)
         bca = bca_interval(samples, estimate, jackknife, self.level)
-        defined = bca_defined(samples, estimate, self.level)
+        defined = bca_defined(samples, self.level)
         return [
             Interval(
                 estimate=float(estimate[q]),

@@ -105,7 +105,7 @@ def _check_sparsity(law: ScalingLaw, sparsity: np.ndarray) -> np.ndarray:
     if not np.all((sparsity >= 0) & (sparsity < 1)):
         bad = float(sparsity[~((sparsity >= 0) & (sparsity < 1))][0])
         raise MosaicInputError(f"sparsity must satisfy 0 <= S < 1, got {bad:g}")
-    if "active_fraction" not in law.form.features and np.any(sparsity > 0):
+    if law.form.is_dense and np.any(sparsity > 0):
         raise MosaicInputError(f"form '{law.form.name}' is a dense law; sparsity must be 0")
     return sparsity
 
@@ -180,7 +180,7 @@ def compute_optimum(
         raise MosaicInputError(
             f"sparsity range must satisfy 0 <= s_min <= s_max < 1, got {sparsity_range!r}"
         )
-    if "active_fraction" not in law.form.features:
+    if law.form.is_dense:
         s_min = s_max = 0.0
     grid = np.unique(np.linspace(s_min, s_max, _SPARSITY_GRID))
     profile = _profile(law, c, grid, g)

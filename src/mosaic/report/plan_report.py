@@ -156,13 +156,13 @@ def exponents_document(exponents: AllocationExponents) -> dict[str, Any]:
     }
 
 
+GEOMETRY_AXES = ("q", "layers", "d_model", "experts", "top_k", "split_factor")
+
+
 def geometry_identity(result: PlanResult, row: int) -> dict[str, int]:
-    """The axes that name a candidate geometry: the ladder rung q (0 for a backbone grid),
-    its depth and width, E, K and G."""
-    grid = result.grid
-    return {"q": int(grid.q[row]), "layers": int(grid.layers[row]),
-            "d_model": int(grid.d_model[row]), "experts": int(grid.experts[row]),
-            "top_k": int(grid.top_k[row]), "split_factor": int(grid.split_factor[row])}
+    """The axes that name a candidate geometry (GEOMETRY_AXES, grid field names): the
+    ladder rung q (0 for a backbone grid), its depth and width, E, K and G."""
+    return {axis: int(getattr(result.grid, axis)[row]) for axis in GEOMETRY_AXES}
 
 
 def geometry_label(candidate: dict[str, Any]) -> str:

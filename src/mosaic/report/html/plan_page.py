@@ -30,6 +30,7 @@ from mosaic.report.html.page import (
     table_html,
 )
 from mosaic.report.plan_report import (
+    GEOMETRY_AXES,
     geometry_label,
     layout_limits_text,
     loss_gap_text,
@@ -60,8 +61,7 @@ UNCERTAINTY_COLUMNS = [
 def _geometry_key(candidate: dict[str, Any]) -> tuple[Any, ...]:
     """What tells two candidates apart: a backbone grid's variants all have q = 0 and differ
     in depth and width (a trial: nine of them shared one uncertainty row, the last's)."""
-    return tuple(candidate.get(axis) for axis in
-                 ("q", "layers", "d_model", "experts", "top_k", "split_factor"))
+    return tuple(candidate.get(axis) for axis in GEOMETRY_AXES)
 
 
 def _candidate_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
