@@ -498,8 +498,8 @@ def _per_op_sac_recompute(workload: Workload, plans: ParallelPlans, attention: A
                           ) -> np.ndarray:
     """Forward time per-op selective checkpointing recomputes in a dense block: the
     attention part's, then W3 with a GLU or W2 without (see
-    ``memory.per_op_sac_dense_bytes``), apportioned by FLOPs within the fused up GEMM, and
-    every element-wise kernel."""
+    ``memory.activations.per_op_sac_dense_bytes``), apportioned by FLOPs within the fused
+    up GEMM, and every element-wise kernel."""
     mlp = up / 2 if workload.geometry.glu else down
     return (_per_op_sac_attention_recompute(workload, plans, attention) + mlp
             + streaming_forward)
@@ -526,10 +526,11 @@ def recompute_modules_forward_s(workload: Workload, modules: dict[str, np.ndarra
                                 ) -> np.ndarray:
     """Forward seconds Megatron-Core's fine-grained selective recompute repeats beyond the
     attention core (``Workload.recompute_modules``; megatron/core/transformer/
-    transformer_config.py ``recompute_modules``, the bytes ``memory.recompute_module_bytes``
-    drops): each named module's forward time, from ``modules`` (module -> seconds; a module
-    the block does not have is absent). ``moe`` covers the whole MoE part, dispatch and
-    combine included, so its own sub-modules are not added again."""
+    transformer_config.py ``recompute_modules``, the bytes
+    ``memory.activations.recompute_module_bytes`` drops): each named module's forward time,
+    from ``modules`` (module -> seconds; a module the block does not have is absent).
+    ``moe`` covers the whole MoE part, dispatch and combine included, so its own
+    sub-modules are not added again."""
     chosen = set(workload.selective_recompute_modules)
     if "moe" in chosen and "moe" in modules:
         chosen -= {"moe_act", "shared_experts"}
@@ -550,8 +551,9 @@ def selective_core_attention_s(workload: Workload, attention: AttentionTimes) ->
 def _save_dots_recompute(attention: AttentionTimes, streaming_forward: np.ndarray
                          ) -> tuple[np.ndarray, np.ndarray]:
     """(recompute, its attention-core part) of a block under a save-the-matmuls policy
-    (SelectiveRecompute.SAVE_DOTS, memory.save_dots_bytes): every element-wise kernel of the
-    forward, and the flash kernel's forward again for its unsaved softmax statistics."""
+    (SelectiveRecompute.SAVE_DOTS, memory.activations.save_dots_bytes): every element-wise
+    kernel of the forward, and the flash kernel's forward again for its unsaved softmax
+    statistics."""
     return attention.core_forward + streaming_forward, attention.core_forward
 
 

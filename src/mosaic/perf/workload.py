@@ -688,7 +688,8 @@ class Workload:
         primary weights (trait ``fp8_primary_weights``: Megatron-Core's family): torch FSDP's
         float8 all-gather casts fp32 shards on the way (torchao WeightWithDynamicFloat8-
         CastTensor) and keeps no FP8 weight. (Megatron asserts FP8 gathers need the
-        distributed optimizer: plans without sharding keep bf16, memory.weight_bytes.)"""
+        distributed optimizer: plans without sharding keep bf16,
+        memory.parameter_states.weight_bytes.)"""
         per_tensor = self.fp8_recipe in (Fp8Recipe.DELAYED, Fp8Recipe.CURRENT)
         return 1.0 if (self.fp8_param_gather and per_tensor and self.non_tn_fp8_gemms
                        and self.traits.fp8_primary_weights) else 2.0
