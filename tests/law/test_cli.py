@@ -39,6 +39,11 @@ def test_predict_table4():
     human = runner.invoke(app, ["law", "predict", *args, "--tokens", "1.42e12",
                                 "--split-factor", "4"])  # fmt: skip
     assert human.exit_code == 0 and "predicted loss" in human.stdout
+    # a model card's active count instead of S (Table 4: 327.2B total, 14.5B active)
+    by_active = run_json("predict", "--n-total", str(n_total), "--n-active", str(n_active),
+                         "--tokens", "1.42e12", "--split-factor", "4")
+    assert by_active["sparsity"] == pytest.approx(1 - n_active / n_total)
+    assert by_active["loss"] == pytest.approx(payload["loss"])
 
 
 def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_factory):
@@ -121,6 +126,12 @@ def test_optimum_json():
         (["predict", "--n-total", "1e10", "--tokens", "1e11", "--sparsity", "0.9",
           "--split-factor", "4", "--experts", "8"], "--experts shapes a ladder geometry"),
         (["fit", "runs.csv", "--starts", "1"], "--refine (32) exceeds --starts (1)"),
+        (["predict", "--n-total", "1e10", "--n-active", "2e10", "--tokens", "1e11"],
+         "--n-active must satisfy 0 < N_act <= N_tot"),
+        (["predict", "--n-total", "1e10", "--n-active", "1e9", "--sparsity", "0.9",
+          "--tokens", "1e11"], "give --sparsity or --n-active, not both"),
+        (["predict", "--q", "12", "--n-active", "1e9", "--tokens", "1e11"],
+         "or counts (--n-total with --sparsity or --n-active), not both"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):

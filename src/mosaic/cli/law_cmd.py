@@ -127,13 +127,23 @@ def _inputs_from_geometry(geometry: Geometry, tokens: float | None) -> LawInputs
 
 
 def _inputs_from_counts(
-    n_total: float | None, tokens: float | None, sparsity: float | None, split: float | None
+    n_total: float | None, tokens: float | None, sparsity: float | None, split: float | None,
+    n_active: float | None = None,
 ) -> LawInputs:
     if n_total is None or tokens is None:
         missing = [flag for flag, v in (("--n-total", n_total), ("--tokens", tokens)) if v is None]
         raise MosaicInputError(
             f"missing {' and '.join(missing)}; --n-total and --tokens are required"
         )
+    if n_active is not None:  # a model card's "30B-A3B": S = 1 - N_act/N_tot (Sec. 2)
+        if sparsity is not None:
+            raise MosaicInputError("give --sparsity or --n-active, not both "
+                                   "(S = 1 - N_act/N_tot)")
+        if not (math.isfinite(n_active) and math.isfinite(n_total)
+                and 0 < n_active <= n_total):
+            raise MosaicInputError(f"--n-active must satisfy 0 < N_act <= N_tot = "
+                                   f"{n_total:g}, got {n_active:g}")
+        sparsity = 1.0 - n_active / n_total
     return LawInputs(n_total, tokens, sparsity, split)
 
 
@@ -145,6 +155,10 @@ def predict(
     ] = None,
     sparsity: Annotated[
         float | None, typer.Option("--sparsity", help="S = 1 - N_act/N_tot, 0 <= S < 1.")
+    ] = None,
+    n_active: Annotated[
+        float | None, typer.Option("--n-active", help="Active parameters N_act instead of "
+                                   "--sparsity (S = 1 - N_act/N_tot).")
     ] = None,
     tokens: Annotated[float | None, typer.Option("--tokens", help="Training tokens D.")] = None,
     split_factor: Annotated[
@@ -166,9 +180,9 @@ def predict(
     """Predict the final training loss of one configuration (counts or a geometry)."""
     law = load_law_file(law_file)
     if q is not None or arch is not None:
-        if n_total is not None or sparsity is not None:
-            raise MosaicInputError("give a geometry (--q or --arch) or --n-total/--sparsity, "
-                                   "not both")
+        if n_total is not None or sparsity is not None or n_active is not None:
+            raise MosaicInputError("give a geometry (--q or --arch) or counts (--n-total "
+                                   "with --sparsity or --n-active), not both")
         if q is not None and arch is not None:
             raise MosaicInputError("give --q or --arch, not both")
         if arch is not None:
@@ -194,8 +208,9 @@ def predict(
         if ignored:
             verb = "shape" if len(ignored) > 1 else "shapes"
             raise MosaicInputError(f"{' and '.join(ignored)} {verb} a ladder geometry: give "
-                                   "them with --q (counts take --n-total and --sparsity)")
-        inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor)
+                                   "them with --q (counts take --n-total and --sparsity or "
+                                   "--n-active)")
+        inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor, n_active)
     with np.errstate(all="ignore"):
         loss = _physical_loss(float(law.predict(**asdict(inputs))), law)
     flags = extrapolation_flags(
