@@ -33,6 +33,28 @@ def test_bad_backend_options(backend, address, words):
         backend_from_options(backend, address)
 
 
+def test_a_new_local_instance_starts_without_rays_notices(monkeypatch, caplog):
+    """Ray 2.5x logs "Token authentication is enabled for this Ray cluster..." when it
+    starts a local instance: the only stderr line of a `--quiet` plan (a trial). The
+    notice is dropped for the local instance mosaic starts, and the level restored."""
+    import logging
+    import types
+
+    notice = "Token authentication is enabled for this Ray cluster."
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: False,
+        init=lambda **_: logging.getLogger("ray._private.authentication").warning(notice))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    before = logging.getLogger("ray").level
+    with caplog.at_level(logging.WARNING):
+        assert RayBackend().connect() is fake
+        assert notice not in caplog.text
+        assert logging.getLogger("ray").level == before
+        fake.init(address=None)  # the same notice outside connect() is logged
+        assert notice in caplog.text
+
+
 def test_unreachable_cluster_fails_in_seconds():
     pytest.importorskip("ray")
     with pytest.raises(MosaicInputError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):

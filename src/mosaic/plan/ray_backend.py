@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copyreg
+import logging
 import os
 import socket
 import types
@@ -70,6 +71,14 @@ class RayBackend:
                                              or _looks_like_host_port(target)):
             _check_reachable(target, where, "check or unset RAY_ADDRESS" if from_environment
                              else "check --address")
+        # A new local instance lives and dies with this command: Ray's notices about it
+        # (Ray 2.5x: "Token authentication is enabled for this Ray cluster...", a logging
+        # warning from ray._private.authentication) would be the only line on stderr of a
+        # `--quiet` plan. A cluster's warnings (address given) still show.
+        ray_logger = logging.getLogger("ray")
+        level = ray_logger.level
+        if target is None:
+            ray_logger.setLevel(logging.ERROR)
         try:
             ray.init(address=self.address, num_cpus=self.num_cpus if self.address is None
                      else None, include_dashboard=False, log_to_driver=False,
@@ -78,6 +87,8 @@ class RayBackend:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {where}: "
                                    f"{first[:200]}") from None
+        finally:
+            ray_logger.setLevel(level)
         return ray
 
     def run_blocks(self, function: Callable[..., Any], state: tuple[Any, ...],
