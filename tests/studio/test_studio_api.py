@@ -539,3 +539,34 @@ def test_form_fields_the_job_has_not_are_named(studio, field, value, expected_fi
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, field: value}})
     assert status == 422, body
     assert list(body["errors"]) == [expected_field] and words in body["errors"][expected_field]
+
+
+def test_a_model_grid_plans_around_the_editors_model_as_plan_backbone_does(studio, tmp_path):
+    """The studio could only plan the paper's ladder (a trial wanted variants of its own
+    model): `plan.grid: model` searches around the model in the editor, the search
+    `mosaic plan --backbone` runs on that model's file; empty axes keep its own values."""
+    job_form = {**DEFAULT_FORM, "ladder.q": "8", "ladder.experts": "16", "ladder.top_k": "2",
+                "ladder.split_factor": "1"}
+    form = {**TINY_PLAN, "plan.days": "30", "plan.grid": "model", "plan.experts": "16,32",
+            "plan.top_k": "", "plan.split_factor": "", "plan.layers": "",
+            "plan.d_model": ""}
+    status, body = studio.call("/api/plan", {"form": form, "job": job_form})
+    assert status == 200 and body["total"] == 2, body
+    job = wait_plan(studio)
+    assert job["state"] == "done", job
+    _, exported = studio.call("/api/export", {"form": job_form, "target": "yaml"})
+    model = tmp_path / "model.yaml"
+    model.write_text(yaml.safe_dump({"model": yaml.safe_load(exported["text"])["model"]}))
+    optimum = cli_json("plan", "--backbone", str(model), "--experts", "16,32", "--nodes", "4",
+                       "--days", "30", "--workers", "1")["optimum"]
+    assert job["summary"]["loss"] == pytest.approx(optimum["loss"], rel=1e-12)
+    assert job["summary"]["geometry"].startswith(f"L={optimum['layers']} ")
+    # the editor's model must be valid, and the grid one of two
+    bad_model = {**job_form, "ladder.q": "x"}
+    status, body = studio.call("/api/plan", {"form": form, "job": bad_model})
+    assert status == 422 and "the model editor above is not valid" in body["errors"]["plan.grid"]
+    status, body = studio.call("/api/plan", {"form": {**form, "plan.grid": "zoo"},
+                                             "job": job_form})
+    assert status == 422 and "allowed: ladder, model" in body["errors"]["plan.grid"]
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.layers": "12"}})
+    assert status == 422 and "plan.layers" in body["errors"], body

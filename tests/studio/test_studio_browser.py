@@ -208,3 +208,33 @@ def test_small_plan_runs_to_its_report(page, studio, browser):
     assert "mosaic plan" in page.title
     assert browser.console_errors(page) == []
     browser.screenshot(page, "studio_plan_report")
+
+
+def test_a_model_grid_plans_around_the_edited_model(page, studio, browser):
+    """`grid: model` hides the ladder's q, shows depth and width, clears the ladder's E, K
+    and G lists (empty keeps the model's own) and plans variants of the edited model."""
+    from selenium.webdriver.common.by import By
+
+    page.get(studio.url + "/")
+    browser.wait_for(lambda: page.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="the page's prediction")
+    for key, value in {"ladder.q": "8", "ladder.experts": "16", "ladder.top_k": "2",
+                       "ladder.split_factor": "1"}.items():
+        set_field(page, key, value)
+    for key, value in {**TINY_PLAN, "plan.days": "30"}.items():
+        set_field(page, key, value)
+    set_field(page, "plan.top_k", "2")  # typed: kept
+    set_field(page, "plan.split_factor", "1,2,4")  # the ladder's default list: cleared
+    assert field(page, "plan.q").is_displayed() and not field(page, "plan.layers").is_displayed()
+    set_field(page, "plan.grid", "model")
+    assert not field(page, "plan.q").is_displayed() and field(page, "plan.layers").is_displayed()
+    assert field(page, "plan.split_factor").get_attribute("value") == ""
+    assert field(page, "plan.top_k").get_attribute("value") == "2"
+    set_field(page, "plan.experts", "16,32")
+    page.find_element(By.ID, "plan-run").click()
+    browser.wait_for(lambda: "done (2/2 geometries" in text(page, "plan-state"), timeout_s=90,
+                     what="the model grid's plan")
+    _, summary = studio.call("/api/plan/status")
+    assert summary["current"]["summary"]["geometry"].startswith("L=32 d=4096 ")
+    assert browser.console_errors(page) == []

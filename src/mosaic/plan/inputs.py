@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mosaic.arch import Geometry
 from mosaic.arch.backbone import backbone_split_factor
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError, MosaicNote
@@ -91,7 +92,8 @@ def build_inputs(
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
     memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
     split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
-    precision: str = "bf16", dispatcher: str | None = None, backbone: Path | None = None,
+    precision: str = "bf16", dispatcher: str | None = None,
+    backbone: Path | Geometry | None = None,
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
     balanced_pipeline: bool = False, max_total_params: str | None = None,
     max_active_params: str | None = None, s_max: float | None = None,
@@ -146,11 +148,12 @@ def build_inputs(
     return envelope, space
 
 
-def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
+def grid_axes(backbone: Path | Geometry | None, *, q: str | None, experts: str | None,
               top_k: str | None, split_factor: str | None, layers: str | None,
               d_model: str | None) -> dict[str, Any]:
-    """The grid's axes: the ladder's (Table 3 defaults), or a backbone's (its own values)."""
-    if backbone_file is None:
+    """The grid's axes: the ladder's (Table 3 defaults), or a backbone's (its own values):
+    a model file, or a geometry in hand (the studio's edited model)."""
+    if backbone is None:
         if layers is not None or d_model is not None:
             raise MosaicInputError("--layers and --d-model vary a --backbone; the ladder's "
                                    "depth and width come from --q")
@@ -164,19 +167,22 @@ def grid_axes(backbone_file: Path | None, *, q: str | None, experts: str | None,
     if q is not None:
         raise MosaicInputError("--q picks ladder rungs; with --backbone vary depth and width "
                                "with --layers and --d-model")
-    from mosaic.config.model_file import load_model_file  # YAML/JSON parsing only when used
+    if isinstance(backbone, Geometry):
+        geometry, where = backbone, "the backbone"
+    else:
+        from mosaic.config.model_file import load_model_file  # parsing only when used
 
-    if not backbone_file.is_file():
-        raise MosaicInputError(f"--backbone {backbone_file}: no such file (give a HuggingFace "
-                               f"config.json or a mosaic model YAML)")
-    geometry = load_model_file(backbone_file)
+        if not backbone.is_file():
+            raise MosaicInputError(f"--backbone {backbone}: no such file (give a HuggingFace "
+                                   f"config.json or a mosaic model YAML)")
+        geometry, where = load_model_file(backbone), str(backbone)
     if geometry.is_hybrid:
-        raise MosaicInputError(f"{backbone_file}: a hybrid SSM/attention backbone "
+        raise MosaicInputError(f"{where}: a hybrid SSM/attention backbone "
                                "(model.hybrid_pattern) cannot be planned: the scaling law and "
                                "the geometry grid are the paper's transformers")
     own = geometry.moe
     if own is None and (experts is None or top_k is None):
-        raise MosaicInputError(f"{backbone_file}: a dense backbone needs --experts and --top-k "
+        raise MosaicInputError(f"{where}: a dense backbone needs --experts and --top-k "
                                f"(the MoE axes to search)")
 
     def values(flag: str, text: str | None, default: int) -> tuple[int, ...]:

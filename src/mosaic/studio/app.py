@@ -30,7 +30,7 @@ from mosaic.studio.jobs import (
     predict_form,
     validate_form,
 )
-from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, PlanBusyError, PlanRunner
+from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, GRIDS, PlanBusyError, PlanRunner
 from mosaic.units import GIB
 
 MAX_BODY_BYTES = 1_000_000
@@ -83,6 +83,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "plan_form": plan_form_from_job(form) if job_document is not None
         else DEFAULT_PLAN_FORM,
         "export_targets": _export_targets(),
+        "grids": list(GRIDS),
     }
 
 
@@ -358,11 +359,22 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         return _json({"ok": True, "filename": f"launch{result.file_suffix}",
                       "text": result.text, "unsupported": result.unsupported})
 
+    async def plan_model(request: Request, form: dict[str, str]) -> Any:
+        """The editor's model (its `job` form), the backbone of a `plan.grid: model` plan."""
+        if str(form.get("plan.grid", "")).strip() != "model":
+            return None
+        try:
+            return validate_form(await read_form(request, "job"), job_document).geometry
+        except FormError as exc:
+            field, message = next(iter(exc.errors.items()))
+            raise FormError({"plan.grid": f"the model editor above is not valid "
+                                          f"({field}: {message})"}) from None
+
     @app.post("/api/plan")
     async def plan_start(request: Request) -> Any:
         form = await read_form(request)
         try:
-            job = runner.start(form)
+            job = runner.start(form, await plan_model(request, form))
         except PlanBusyError as exc:
             return _json({"ok": False, "errors": {GENERAL: str(exc)}}, 409)
         return _json({"ok": True, "id": job.job_id, "total": job.total})

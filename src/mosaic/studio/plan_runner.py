@@ -34,6 +34,9 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.gpu": "B200", "plan.system": "", "plan.nodes": "32", "plan.days": "20",
     "plan.goodput": "1.0",
     "plan.global_batch": "1024", "plan.seq_len": "2048",
+    # the grid: the paper's ladder (q), or variants of the model in the editor (`mosaic plan
+    # --backbone`: depth and width, E, K, G; an empty axis keeps the model's own value)
+    "plan.grid": "ladder", "plan.layers": "", "plan.d_model": "",
     "plan.q": "8,10,12", "plan.experts": "16,32,64,128", "plan.top_k": "1,2",
     "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
     "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
@@ -41,6 +44,7 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.max_total_params": "", "plan.max_active_params": "", "plan.unique_tokens": "",
     "plan.pp": "", "plan.ep": "", "plan.sharding": "",
 }
+GRIDS = ("ladder", "model")  # plan.grid's choices
 # The optional constraint fields and the option each one is.
 CONSTRAINT_FIELDS = ("max_total_params", "max_active_params", "unique_tokens", "pp", "ep",
                      "sharding")
@@ -89,6 +93,8 @@ def plan_field_of(message: str, keys: set[str]) -> str:
     """The plan-form field a CLI validation message names."""
     if message.startswith("unknown system") or "does not match --system" in message:
         return "plan.system"  # (the node type fixes the GPU: the field to change)
+    if message.startswith("the backbone"):
+        return "plan.grid"
     token = re.split(r"[\s:]", message.strip(), maxsplit=1)[0].lstrip("-").replace("-", "_")
     if f"plan.{token}" in keys:
         return f"plan.{token}"
@@ -104,9 +110,10 @@ def plan_field_of(message: str, keys: set[str]) -> str:
     return GENERAL
 
 
-def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
+def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, Any, Any]:
     """(Envelope, SearchSpace, LayoutLimits) of a plan form, or FormError naming the
-    fields."""
+    fields. ``model`` is the editor's geometry, the backbone of a ``plan.grid: model``
+    plan (None when the editor has none to give)."""
     from mosaic.plan.inputs import build_inputs, plan_limits
     from mosaic.stacks.registry import get_stack
 
@@ -119,14 +126,14 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
                              "global_batch": int, "seq_len": int, "s_min": float})
     constraints = {name: str(form[f"plan.{name}"]).strip() or None
                    for name in CONSTRAINT_FIELDS}
+    axes = _grid_fields(form, model)
     try:
         envelope, space = build_inputs(
             gpu=form["plan.gpu"].strip() or None,
             system=str(form["plan.system"]).strip() or None, gpus_per_node=None,
             mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,
             memory_fraction=None,  # the stack's headroom, as `mosaic plan` uses it
-            q=form["plan.q"], experts=form["plan.experts"], top_k=form["plan.top_k"],
-            split_factor=form["plan.split_factor"], tpp=form["plan.tpp"],
+            **axes, tpp=form["plan.tpp"],
             stack=get_stack(form["plan.stack"].strip()).name,
             precision=form["plan.precision"].strip(),
             max_total_params=constraints["max_total_params"],
@@ -145,6 +152,28 @@ def validate_plan_form(form: dict[str, str]) -> tuple[Any, Any, Any]:
         raise FormError({"plan.experts": f"the grid has {n} geometries; the studio plans at "
                                          f"most {MAX_GEOMETRIES} (use `mosaic plan` for more)"})
     return envelope, space, limits
+
+
+def _grid_fields(form: dict[str, str], model: Any) -> dict[str, Any]:
+    """The grid's options of `mosaic plan`: the ladder's q, E, K, G, or (``plan.grid:
+    model``) the editor's model as the backbone, with its depth, width, E, K and G varied
+    where a field lists values and kept where it is empty."""
+    grid = str(form["plan.grid"]).strip()
+    if grid not in GRIDS:
+        raise FormError({"plan.grid": f"allowed: {', '.join(GRIDS)}; got {grid!r}"})
+
+    def text(name: str) -> str | None:
+        return str(form[f"plan.{name}"]).strip() or None
+
+    shape = {"layers": text("layers"), "d_model": text("d_model")}
+    if grid == "ladder":  # every ladder axis as typed (an empty one is an error, as in the CLI)
+        return {**shape, **{name: form[f"plan.{name}"]
+                            for name in ("q", "experts", "top_k", "split_factor")}}
+    if model is None:
+        raise FormError({"plan.grid": "the model editor above has no valid model to plan "
+                                      "around; fix its fields first"})
+    return {**shape, "q": None, "backbone": model,
+            **{name: text(name) for name in ("experts", "top_k", "split_factor")}}
 
 
 @dataclass
@@ -179,9 +208,10 @@ class PlanRunner:
         self._thread: threading.Thread | None = None
 
     # --- requests -------------------------------------------------------------------------
-    def start(self, form: dict[str, str]) -> PlanJob:
-        """Validate and start a plan; PlanBusyError when one is running, FormError when invalid."""
-        envelope, space, limits = validate_plan_form(form)
+    def start(self, form: dict[str, str], model: Any = None) -> PlanJob:
+        """Validate and start a plan (``model``: the backbone of a ``plan.grid: model``
+        plan); PlanBusyError when one is running, FormError when invalid."""
+        envelope, space, limits = validate_plan_form(form, model)
         with self._lock:
             if self._current is not None and self._current.state == "running":
                 raise PlanBusyError(f"plan {self._current.job_id} is still running "

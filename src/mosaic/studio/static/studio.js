@@ -41,6 +41,9 @@
     ["plan.nodes", "nodes", "number"],
     ["plan.days", "window (days)", "number"], ["plan.goodput", "goodput", "number"],
     ["plan.global_batch", "global batch (seqs)", "number"], ["plan.seq_len", "sequence length", "number"],
+    ["plan.grid", "grid (the paper's ladder, or variants of the model above)", "select:grids"],
+    ["plan.layers", "depths L (empty: the model's)", "text"],
+    ["plan.d_model", "widths d (empty: the model's)", "text"],
     ["plan.q", "ladder seeds q", "text"], ["plan.experts", "experts E", "text"],
     ["plan.top_k", "active experts K", "text"], ["plan.split_factor", "split factors G", "text"],
     ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"],
@@ -138,6 +141,27 @@
       var key = row.getAttribute("data-field");
       if (key.indexOf("ladder.") === 0) { row.hidden = source !== "ladder"; }
       if (key === "hf.config") { row.hidden = source !== "hf"; }
+    });
+  }
+
+  // The plan's grid: the ladder's axes (q), or the model's (depth, width); E, K and G
+  // serve both, and an empty one keeps the model's own value (`mosaic plan --backbone`).
+  var LADDER_ONLY = ["plan.q"], MODEL_ONLY = ["plan.layers", "plan.d_model"];
+  var SHARED_AXES = ["plan.experts", "plan.top_k", "plan.split_factor"];
+
+  function showPlanGrid(switched) {
+    var grid = $(fieldId("plan.grid")).value;
+    Array.prototype.forEach.call(document.querySelectorAll("#plan-form .field"), function (row) {
+      var key = row.getAttribute("data-field");
+      if (LADDER_ONLY.indexOf(key) >= 0) { row.hidden = grid !== "ladder"; }
+      if (MODEL_ONLY.indexOf(key) >= 0) { row.hidden = grid !== "model"; }
+    });
+    if (!switched) { return; }
+    SHARED_AXES.forEach(function (key) {  // the ladder's lists are no default for a model
+      var input = $(fieldId(key)), ladder = options.plan_form[key];
+      if (grid === "model" && input.value === ladder) { input.value = ""; }
+      if (grid === "ladder" && input.value === "") { input.value = ladder; }
+      input.placeholder = grid === "model" ? "the model's own" : "";
     });
   }
 
@@ -356,7 +380,8 @@
   // --- plan -------------------------------------------------------------------------------
   function runPlan() {
     clearErrors("plan-form", "plan-error");
-    return post("/api/plan", {form: readForm("plan-form")}).then(function (body) {
+    // the editor's model goes along: a model grid plans around it
+    return post("/api/plan", {form: readForm("plan-form"), job: readForm("job-form")}).then(function (body) {
       if (!body.ok) {
         showErrors(body.errors, "plan-form", "plan-error");
         return;
@@ -439,6 +464,8 @@
       options = body;
       buildForms();
       showModelFields();
+      showPlanGrid(false);
+      $(fieldId("plan.grid")).addEventListener("change", function () { showPlanGrid(true); });
       $("job-form").addEventListener("input", schedulePredict);
       $("job-form").addEventListener("change", function () { showModelFields(); schedulePredict(); });
       $("layouts-run").addEventListener("click", searchLayouts);
