@@ -203,8 +203,10 @@ def identifiability_scan(
 ) -> IdentifiabilityResult:
     """Refit from ``n_restarts`` fresh spread starts; a coefficient is "identified" when its
     relative spread over restarts within ``objective_tolerance`` of the best objective is at
-    most ``spread_threshold``, else "ridge" (App. B.2); "on bound" when those restarts sit on
-    one of its bounds. ``progress(done, total)`` is called after each refit."""
+    most ``spread_threshold``, else "ridge" (App. B.2); "on bound" when most of those
+    restarts (their median, in log space) sit within AT_BOUND_LOG_SHARE of the log range
+    from one of its bounds, whatever the others do: the value the data favour is then the
+    bound's. ``progress(done, total)`` is called after each refit."""
     if n_restarts < 1:
         raise MosaicInputError(f"restarts must be a positive integer, got {n_restarts}")
     objective = fit.objective_function()
