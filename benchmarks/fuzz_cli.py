@@ -401,6 +401,9 @@ def law_case(rng: random.Random) -> Case:
         if rng.random() < 0.6:
             values = {"--n-total": "327.2e9", "--sparsity": "0.9556", "--tokens": "1.42e12",
                       "--split-factor": "4"}
+            if rng.random() < 0.3:  # the active count instead of S
+                del values["--sparsity"]
+                values["--n-active"] = "14.5e9"
             for key in values:
                 if rng.random() < 0.4:
                     values[key] = _flag(rng)
