@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
@@ -320,7 +321,7 @@ def test_a_profile_of_few_runs_borrows_the_base_residuals_and_says_so(tmp_path):
     report = json.loads(result.stdout)
     assert report["n_runs"] < MIN_SCOPE_RUNS
     assert report["tokens_per_s_residuals_borrowed_from"] == "default"
-    assert "keeps profile 'default''s residuals" in result.stderr
+    assert "keeps profile 'default''s tokens/s residuals" in result.stderr
     own, base = load(out).coverage, load("default").coverage
     assert own.tokens_per_s_ratio == base.tokens_per_s_ratio
     assert own.tokens_per_s_ratio_from == "default"
@@ -329,6 +330,11 @@ def test_a_profile_of_few_runs_borrows_the_base_residuals_and_says_so(tmp_path):
                                           "--calibration", str(out), "--json"]).stdout)
     scope = perf["coverage"]["intervals"]["tokens_per_s"]["residual_scope"]
     assert scope == "moe of profile 'default', borrowed"
+    # memory too: fewer than 10 runs report it, and the near-OOM warning rides on it
+    assert report["memory_residuals_borrowed_from"] == "default"
+    assert own.memory_ratio == base.memory_ratio and own.memory_ratio_from == "default"
+    memory = perf["coverage"]["intervals"]["memory_gib"]["residual_scope"]
+    assert memory.endswith("of profile 'default', borrowed")
 
 
 def test_residuals_of_another_interval_level_are_not_borrowed():
@@ -344,3 +350,44 @@ def test_residuals_of_another_interval_level_are_not_borrowed():
     assert with_borrowed_residuals(none_of_its_own, base).tokens_per_s_ratio
     other_level = replace(base, coverage=replace(base.coverage, level=0.8))
     assert with_borrowed_residuals(none_of_its_own, other_level) == none_of_its_own
+
+
+def test_calibrate_names_the_records_it_cannot_read_and_strict_fails_on_them(tmp_path):
+    """A record with a misspelt field left the fit without a word, where `validate` named
+    it (a trial): `calibrate` says so on stderr, lists it in --json and the provenance, and
+    --strict refuses to fit without it."""
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    typo = document["runs"][0]
+    typo["parallelism"]["ep_size"] = 8
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(document))
+    args = ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"), "--cv", "none"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [entry["id"] for entry in report["skipped"]] == [typo["id"]]
+    assert "ep_size" in report["skipped"][0]["reason"]
+    assert "1 unreadable record(s) skipped" in report["calibration"]["provenance"]
+    assert "1 record(s) skipped, not in the fit" in result.stderr
+    assert typo["id"] in result.stderr
+    strict = runner.invoke(app, [*args, "--strict"])
+    assert strict.exit_code == 2 and "--strict: 1 record(s) skipped" in strict.output
+
+
+def test_a_profile_keeps_its_bases_constants_for_stacks_its_runs_lack(tmp_path):
+    """Calibrating on one cluster's runs replaced every stack's multiplier with that fit's
+    'default' (a trial: torchtitan predictions moved 13% on a profile that saw no torchtitan
+    run): stacks and routing regimes the runs lack keep the base profile's values."""
+    from mosaic.perf.calibration import load_calibration as load
+
+    out = tmp_path / "own.yaml"
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),
+                                 "--out", str(out), "--cv", "none"])
+    assert result.exit_code == 0, result.output
+    own, base = load(out), load("default")
+    report_stacks = {"torchtitan", "megatron-bridge", "megatron-core"}
+    unseen = sorted(set(base.stack_overhead) - report_stacks - {"default"})
+    assert unseen, "the base profile should know stacks the example runs lack"
+    for stack in unseen:
+        assert own.stack_overhead[stack] == base.stack_overhead[stack], stack
+    assert "kept for the ones the runs lack" in own.sources["stack_overhead"]

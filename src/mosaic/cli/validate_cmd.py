@@ -98,6 +98,29 @@ def _require_usable(runs: Path, excluded: set[str] | frozenset[str], found: set[
                                f"skipped, {len(excluded)} excluded){why}")
 
 
+StrictOption = Annotated[bool, typer.Option(
+    "--strict", help="fail (exit 2) when any record is skipped, rather than using the rest "
+    "(for CI over your own run files)")]
+
+
+def _check_strict(runs: Path, skipped: Sequence[dict[str, str]], strict: bool) -> None:
+    if strict and skipped:
+        raise MosaicInputError(f"{runs}: --strict: {len(skipped)} record(s) skipped, the first "
+                               f"{skipped[0]['id']}: {skipped[0]['reason']}")
+
+
+def _echo_skipped(skipped: Sequence[dict[str, str]], heading: str, err: bool = False) -> None:
+    """The skipped records and why, the first SKIPPED_SHOWN of them."""
+    if not skipped:
+        return
+    typer.echo(f"{heading}:", err=err)
+    for entry in skipped[:SKIPPED_SHOWN]:
+        typer.echo(f"  {entry['id']}: {entry['reason']}", err=err)
+    if len(skipped) > SKIPPED_SHOWN:
+        typer.echo(f"  ... and {len(skipped) - SKIPPED_SHOWN} more (--json lists each with its "
+                   "reason)", err=err)
+
+
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
@@ -159,9 +182,7 @@ def validate(
     json_output: JsonFlag = False,
     html: HtmlOption = None,
     catalog: CatalogFileOption = None,
-    strict: Annotated[bool, typer.Option(
-        "--strict", help="fail (exit 2) when any record is skipped, rather than scoring the "
-        "rest (for CI over your own run files)")] = False,
+    strict: StrictOption = False,
 ) -> None:
     """Predict each recorded run and compare with its measured tokens/s (and memory)."""
     check_html(html, runs, calibration, catalog)
@@ -176,9 +197,7 @@ def validate(
     summary = _predict_streamed(reader, exclusions, model_calibration, json_output)
     _check_usable(reader, exclusions, runs, len(summary))
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in reader.skipped]
-    if strict and skipped:
-        raise MosaicInputError(f"{runs}: --strict: {len(skipped)} record(s) skipped, the first "
-                               f"{skipped[0]['id']}: {skipped[0]['reason']}")
+    _check_strict(runs, skipped, strict)
     excluded = sorted(exclusions.ids)
     aggregate = summary.aggregate()
     if html is not None:  # the page holds every run: built from the rows in one piece
@@ -195,13 +214,7 @@ def validate(
         lambda: map(_table_row, summary.rows()),
     )
     _print_aggregate("Accuracy", aggregate, len(skipped))
-    if skipped:
-        typer.echo(f"{len(skipped)} record(s) skipped:")
-        for entry in skipped[:SKIPPED_SHOWN]:
-            typer.echo(f"  {entry['id']}: {entry['reason']}")
-        if len(skipped) > SKIPPED_SHOWN:
-            typer.echo(f"  ... and {len(skipped) - SKIPPED_SHOWN} more (--json lists each with its "
-                       "reason)")
+    _echo_skipped(skipped, f"{len(skipped)} record(s) skipped")
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
@@ -353,6 +366,7 @@ def calibrate(
         f"least {MIN_RUNS_PER_PARAMETER} runs per free parameter, else the stack multiplier "
         "only), all (the base's), or comma-separated names from "
         f"{', '.join(FITTABLE_CONSTANTS)}")] = "auto",
+    strict: StrictOption = False,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
     apply_catalog(catalog)
@@ -369,6 +383,10 @@ def calibrate(
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
     check_output_file(out, "--out", inputs=[runs, *([] if base is None else [base])])
     record_set = _load(runs, exclude)
+    # records the file holds that cannot be read are not fitted, and said so (a trial: a
+    # record with a misspelt field left the fit without a word, where validate named it)
+    skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
+    _check_strict(runs, skipped, strict)
     excluded = list(_excluded_ids(exclude))
     start = load_calibration(base)
     with progress_reporter(json_output) as bar:
@@ -378,14 +396,17 @@ def calibrate(
     constants = chosen_constants(fit, baselines, start)
     left_out = ", ".join([*(f"excluding {run_id}" for run_id in excluded),
                           *(f"leaving out {run_id} (implausible)"
-                            for run_id in implausible_left_out)])
+                            for run_id in implausible_left_out),
+                          *([f"{len(skipped)} unreadable record(s) skipped"] if skipped
+                            else [])])
     provenance = (
         f"fitted by mosaic calibrate on {len(baselines.ids)} runs of {runs.name}"
         f"{', ' + left_out if left_out else ''} (robust least squares on log step time"
         f"{'' if constants == start.fitted_constants else '; only ' + ', '.join(constants)})"
     )
     fitted = replace(fit_calibration(baselines, replace(start, fitted_constants=constants),
-                                     name=name or runs.stem, provenance=provenance),
+                                     name=name or runs.stem, provenance=provenance,
+                                     keep_unseen=True),
                      fitted_constants=start.fitted_constants)  # a later refit may fit all
     records = {r.id: r for r in record_set.records}
     not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
@@ -399,7 +420,8 @@ def calibrate(
                               "fitted": list(constants),
                               "auto_reduced": fit == "auto" and constants != start.fitted_constants,
                               "left_out_implausible": list(implausible_left_out),
-                              "excluded": excluded, "throughput_not_scored": not_scored,
+                              "excluded": excluded, "skipped": skipped,
+                              "throughput_not_scored": not_scored,
                               "implausible_measurements": [
                                   {"id": run_id, "reason": reason}
                                   for run_id, reason in implausible.items()]}
@@ -424,6 +446,8 @@ def calibrate(
         + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out"))
     fitted = replace(fitted, coverage=with_borrowed_residuals(coverage, start))
     report["tokens_per_s_residuals_borrowed_from"] = fitted.coverage.tokens_per_s_ratio_from
+    report["memory_residuals_borrowed_from"] = fitted.coverage.memory_ratio_from
+    report["cross_validated"] = cv_result is not None
     report["calibration"] = fitted.to_document()
     if cv_result is not None:
         fitted_doc = fitted.to_document()
@@ -436,6 +460,7 @@ def calibrate(
     write_text_atomic(out, yaml.safe_dump(report["calibration"], sort_keys=False))
     if json_output:
         print_json(report)
+        _echo_skipped(skipped, _SKIPPED_HEADING.format(len(skipped)), err=True)
         _echo_fit_size(report)
         _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
         return
@@ -463,6 +488,7 @@ def calibrate(
                  f"{_percent(report['starting_calibration']['moe_mape'])}"),
             ],
         )
+    _echo_skipped(skipped, _SKIPPED_HEADING.format(len(skipped)), err=True)
     _echo_fit_size(report)
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
@@ -471,6 +497,8 @@ def calibrate(
 
 
 _CALIBRATE_TREATMENT = "those with an implausible throughput left out of the fit"
+_SKIPPED_HEADING = ("warning: {} record(s) skipped, not in the fit (`mosaic validate` names "
+                    "the same; --strict fails on them)")
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:
@@ -493,17 +521,23 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
                    f"{MIN_RUNS_PER_PARAMETER} per free parameter): fitted "
                    f"{', '.join(report['fitted'])} only, the rest kept from the starting "
                    "calibration; --fit all fits every constant regardless", err=True)
-    borrowed = report["tokens_per_s_residuals_borrowed_from"]
-    if borrowed is not None:
-        typer.echo(f"note: too few held-out runs for tokens/s intervals of this profile's own "
-                   f"(at least {MIN_SCOPE_RUNS}): it keeps profile {borrowed!r}'s residuals, "
-                   "measured on other runs, and every interval that uses them says so",
-                   err=True)
+    for what, borrowed, why in (
+            ("tokens/s", report["tokens_per_s_residuals_borrowed_from"],
+             f"too few held-out runs (at least {MIN_SCOPE_RUNS})"
+             if report["cross_validated"] else "no held-out runs (--cv none)"),
+            ("memory", report["memory_residuals_borrowed_from"],
+             f"too few runs reporting memory (at least {MIN_SCOPE_RUNS})")):
+        if borrowed is not None:
+            typer.echo(f"note: {why} for {what} intervals of this profile's own: it keeps "
+                       f"profile {borrowed!r}'s {what} residuals, measured on other runs, "
+                       "and every interval that uses them says so", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
+        fewer = ("" if list(report["fitted"]) == ["stack_overhead"]
+                 else ", or fit fewer (--fit stack_overhead)")
         typer.echo(f"warning: {constants} constant{'s' if constants != 1 else ''} fitted to "
                    f"{runs} run{'s' if runs != 1 else ''}: too few runs to "
-                   "pin them down; add runs, or fit fewer (--fit stack_overhead)", err=True)
+                   f"pin them down; add runs{fewer}", err=True)
     held_out, started = (report.get("cross_validation") or {}).get("mape"), (
         report.get("starting_calibration") or {}).get("mape")
     # worse as printed (8.6% against 8.6% is no difference to warn of)

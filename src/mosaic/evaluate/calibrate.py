@@ -259,9 +259,13 @@ def calibrated_step_time_s(baselines: RecordBaselines, calibration: Calibration)
 
 
 def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
-                    provenance: str) -> Calibration:
+                    provenance: str, keep_unseen: bool = False) -> Calibration:
     """Fit c_A2A, c_PP, c_ovl, the stack multipliers, attention, routing and element-wise
-    traffic factors."""
+    traffic factors. With ``keep_unseen``, the stacks and routing regimes the runs lack keep
+    ``base``'s own entries rather than falling to the fit's 'default' (a trial: a profile
+    fitted on megatron-core runs moved torchtitan predictions 13%, with nothing learnt about
+    torchtitan). Cross-validation folds leave it off: a base fitted on every run would carry
+    a held-out stack's own value into its held-out prediction."""
     stacks, routings = _fit_groups(baselines)
     index = np.array([stacks.index(s) for s in baselines.stacks])
     routing_index = np.array([routings.index(r) if r in routings else -1
@@ -327,14 +331,15 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     imbalance = {routing: float(np.exp(log_routing[i])) for i, routing in enumerate(routings)}
     imbalance[DEFAULT_STACK_KEY] = 1.0
     # what each constant is; its source adds how this fit set it
+    unseen = f" (those of '{base.name}' kept for the ones the runs lack)" if keep_unseen else ""
     meanings = {
         "chi_a2a": "c_A2A of Eq. 15 (inter-node expert all-to-all straggler)",
         "chi_pp": "c_PP of Eq. 15 (per extra node a pipeline spans)",
         "chi_overlap": "c_ovl of Eq. 15 (deep pipeline inside one node)",
-        "stack_overhead": "step-time multiplier per software stack; 'default' for stacks "
-                          "not seen in the fit",
-        "attention_efficiency": "flash-attention efficiency factor per stack",
-        "routing_imbalance": "routed-expert load-imbalance factor per routing regime",
+        "stack_overhead": "step-time multiplier per software stack; 'default' for any "
+                          f"other stack{unseen}",
+        "attention_efficiency": f"flash-attention efficiency factor per stack{unseen}",
+        "routing_imbalance": f"routed-expert load-imbalance factor per routing regime{unseen}",
         "elementwise_traffic_factor": "1 + element-wise traffic beyond each implementation's "
                                       "sourced kernel count (perf/elementwise_traffic), in "
                                       "units of the analytical streaming count",
@@ -350,6 +355,10 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
         attention = dict(base.attention_efficiency)
     if "routing_imbalance" not in fitted_names:
         imbalance = dict(base.routing_imbalance)
+    if keep_unseen:  # the fit's own keys (its 'default' included) win
+        multipliers = {**base.stack_overhead, **multipliers}
+        attention = {**base.attention_efficiency, **attention}
+        imbalance = {**base.routing_imbalance, **imbalance}
     return replace(base, name=name, provenance=provenance, chi_a2a=chi_a2a, chi_pp=chi_pp,
                    chi_overlap=chi_ovl, stack_overhead=multipliers,
                    attention_efficiency=attention, routing_imbalance=imbalance,

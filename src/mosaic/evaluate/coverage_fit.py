@@ -71,18 +71,22 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
 
 def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration
                             ) -> CalibrationCoverage:
-    """``coverage`` with ``base``'s held-out tokens/s residuals when it has none of its own
-    (fewer than MIN_SCOPE_RUNS held-out runs, or no cross-validation) and ``base`` has
-    some: the plan then shows an interval, labelled as borrowed, rather than none (a
-    trial: a team calibrating on a handful of its own runs lost every interval). The
-    base's residuals measure the model on other clusters' runs, not on this profile's, so
-    they are labelled wherever they are shown. Quantiles of another interval level (a
-    hand-edited base file) would be shown under this one's, so they are not borrowed."""
-    own = coverage.tokens_per_s_ratio
-    borrowed = base.coverage
-    if (own or borrowed is None or not borrowed.tokens_per_s_ratio
-            or not math.isclose(borrowed.level, coverage.level)):
+    """``coverage`` with ``base``'s residuals where it has none of its own (tokens/s: fewer
+    than MIN_SCOPE_RUNS held-out runs, or no cross-validation; memory: fewer runs reporting
+    memory) and ``base`` has some: the plan then shows an interval, labelled as borrowed,
+    rather than none (trials: a team calibrating on a handful of its own runs lost every
+    interval, and with the memory interval its "may not fit" warning). The base's
+    residuals measure the model on other clusters' runs, not on this profile's, so they are
+    labelled wherever they are shown. Quantiles of another interval level (a hand-edited
+    base file) would be shown under this one's, so they are not borrowed."""
+    lender = base.coverage
+    if lender is None or not math.isclose(lender.level, coverage.level):
         return coverage
-    return replace(coverage, tokens_per_s_ratio=borrowed.tokens_per_s_ratio,
-                   tokens_per_s_shared_fraction=borrowed.tokens_per_s_shared_fraction,
-                   tokens_per_s_ratio_from=borrowed.tokens_per_s_ratio_from or base.name)
+    if not coverage.tokens_per_s_ratio and lender.tokens_per_s_ratio:
+        coverage = replace(coverage, tokens_per_s_ratio=lender.tokens_per_s_ratio,
+                           tokens_per_s_shared_fraction=lender.tokens_per_s_shared_fraction,
+                           tokens_per_s_ratio_from=lender.tokens_per_s_ratio_from or base.name)
+    if not coverage.memory_ratio and lender.memory_ratio:
+        coverage = replace(coverage, memory_ratio=lender.memory_ratio,
+                           memory_ratio_from=lender.memory_ratio_from or base.name)
+    return coverage

@@ -72,6 +72,7 @@ class _CoverageFile(BaseModel):
     tokens_per_s_shared_fraction: float | None = Field(default=None, ge=0, le=1)
     memory_ratio: tuple[_Quantiles, ...] = ()
     tokens_per_s_ratio_from: str | None = Field(default=None, min_length=1)
+    memory_ratio_from: str | None = Field(default=None, min_length=1)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class CalibrationCoverage:
     # the profile whose held-out tokens/s residuals these are, when not this calibration's
     # own (too few held-out runs of its own: evaluate.coverage_fit.with_borrowed_residuals)
     tokens_per_s_ratio_from: str | None = None
+    memory_ratio_from: str | None = None  # the same for the memory residuals
 
     def to_document(self) -> dict[str, Any]:
         """The YAML ``coverage`` section."""
@@ -117,8 +119,9 @@ class CalibrationCoverage:
             "tokens_per_s_ratio": quantiles(self.tokens_per_s_ratio),
             "tokens_per_s_shared_fraction": self.tokens_per_s_shared_fraction,
             "memory_ratio": quantiles(self.memory_ratio),
-            **({} if self.tokens_per_s_ratio_from is None
-               else {"tokens_per_s_ratio_from": self.tokens_per_s_ratio_from}),
+            **{key: value for key, value in (
+                ("tokens_per_s_ratio_from", self.tokens_per_s_ratio_from),
+                ("memory_ratio_from", self.memory_ratio_from)) if value is not None},
         }
 
 
@@ -135,7 +138,8 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         tokens_per_s_ratio=quantiles(parsed.tokens_per_s_ratio),
         tokens_per_s_shared_fraction=parsed.tokens_per_s_shared_fraction,
         memory_ratio=quantiles(parsed.memory_ratio),
-        tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from)
+        tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from,
+        memory_ratio_from=parsed.memory_ratio_from)
 
 
 def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
@@ -336,6 +340,13 @@ def uninformed_notes(calibration: str, not_informed: Sequence[str], *,
             for name, what in UNINFORMED_DRIVERS.items() if has[name] and name in not_informed]
 
 
+def _labelled(quantiles: RatioQuantiles | None, lender: str | None) -> RatioQuantiles | None:
+    """Quantiles whose scope names the profile they were borrowed from, if any."""
+    if quantiles is None or lender is None:
+        return quantiles
+    return replace(quantiles, scope=f"{quantiles.scope} of profile {lender!r}, borrowed")
+
+
 def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
            stack: str, is_moe: bool, n_total: float, n_active: float,
            degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
@@ -353,11 +364,10 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
                                        n_total=n_total, n_active=n_active, degrees=degrees,
                                        is_hybrid=is_hybrid))
     cls = model_class(is_moe, is_hybrid)
-    speed = pick_scope(coverage.tokens_per_s_ratio, stack, cls)
-    if speed is not None and coverage.tokens_per_s_ratio_from is not None:
-        speed = replace(speed, scope=f"{speed.scope} of profile "
-                                     f"{coverage.tokens_per_s_ratio_from!r}, borrowed")
-    memory = pick_scope(coverage.memory_ratio, stack, cls)
+    speed = _labelled(pick_scope(coverage.tokens_per_s_ratio, stack, cls),
+                      coverage.tokens_per_s_ratio_from)
+    memory = _labelled(pick_scope(coverage.memory_ratio, stack, cls),
+                       coverage.memory_ratio_from)
     level = coverage.level
     missing = [what for what, q in (("tokens/s", speed), ("memory", memory)) if q is None]
     notes = ([f"no residuals for {' or '.join(missing)} in calibration {calibration!r}: a "
