@@ -180,6 +180,30 @@ def test_a_moe_host_sync_is_not_a_launch_floor():
     assert with_floor.launch_floor_s == pytest.approx(0.1)
 
 
+def test_host_side_work_and_imbalance_are_gap_sources_too():
+    """A step a third of which is a dropless MoE's host sync was only ever blamed on compute
+    or communication (a trial). Compute 0.3 s, communication 0.3 s, host sync 0.3 s,
+    imbalance 0.1 s; measured 1.3 s: compute and communication would need 2x, the host
+    1 + 0.3/0.3 = 2x too, the imbalance 4x; with a 0.4 s host sync the host needs the least
+    (1.75x)."""
+    even = attribute_gap(hand_prediction({"compute_experts": 0.3, "ep_all_to_all": 0.3,
+                                          "moe_host_sync": 0.3,
+                                          "expert_load_imbalance": 0.1}), 1.3)
+    assert even.host_scale == pytest.approx(2.0) and even.imbalance_scale == pytest.approx(4.0)
+    text = " ".join(even.findings)
+    assert "host-side work alone would have to take 2.00x the predicted 0.300 s" in text
+    assert "expert load imbalance alone would have to take 4.00x" in text
+    host_heavy = attribute_gap(hand_prediction({"compute_experts": 0.3, "ep_all_to_all": 0.3,
+                                                "moe_host_sync": 0.4}), 1.3)
+    assert host_heavy.host_scale == pytest.approx(1.75)
+    assert host_heavy.more_plausible == "host"
+    assert host_heavy.findings[-1].startswith("inference: slower host-side work")
+    # a dense step without host sync or imbalance lists neither
+    dense = attribute_gap(hand_prediction({"compute_mlp": 0.8, "tp_all_reduce": 0.2}), 1.3)
+    assert "host-side" not in " ".join(dense.findings)
+    assert "imbalance" not in " ".join(dense.findings)
+
+
 def test_gap_that_needs_negative_time_cannot_be_explained():
     prediction = hand_prediction({"compute_experts": 0.8, "tp_all_reduce": 0.2})
     gap = attribute_gap(prediction, 0.5)  # 0.5 s faster than predicted

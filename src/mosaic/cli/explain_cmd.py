@@ -103,6 +103,10 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             "communication_s": gap.communication_s,
             "compute_scale": gap.compute_scale,
             "communication_scale": gap.communication_scale,
+            "host_s": gap.host_s,
+            "host_scale": gap.host_scale,
+            "imbalance_s": gap.imbalance_s,
+            "imbalance_scale": gap.imbalance_scale,
             "more_plausible": gap.more_plausible,
             "findings": gap.findings,
         },
@@ -171,15 +175,20 @@ def _render_gap(diagnosis: Diagnosis) -> None:
     gap = diagnosis.gap
     if gap is None:
         return
-    print_key_value_table("Measured vs predicted", [
+    def share(seconds: float) -> str:
+        return f"{seconds:.3f} s ({seconds / gap.predicted_step_time_s:.0%})"
+
+    rows = [
         ("measured step time", f"{gap.measured_step_time_s:.3f} s"),
         ("predicted step time", f"{gap.predicted_step_time_s:.3f} s"),
         ("measured / predicted", f"{gap.ratio:.2f}x"),
-        ("compute kernels (with their bubble/overhead share)",
-         f"{gap.compute_kernel_s:.3f} s ({gap.compute_kernel_s / gap.predicted_step_time_s:.0%})"),
-        ("communication (with its bubble/overhead share)",
-         f"{gap.communication_s:.3f} s ({gap.communication_s / gap.predicted_step_time_s:.0%})"),
-    ])
+        ("compute kernels: block, LM head and loss, optimizer (with their bubble/overhead "
+         "share)", share(gap.compute_kernel_s)),
+        ("communication (with its bubble/overhead share)", share(gap.communication_s))]
+    rows += [(label, share(seconds)) for label, seconds in (
+        ("host-side work: launch floor, MoE host sync (with its share)", gap.host_s),
+        ("expert load imbalance (with its share)", gap.imbalance_s)) if seconds > 0]
+    print_key_value_table("Measured vs predicted", rows)
     for finding in gap.findings:
         console.print(f"- {finding}", markup=False, highlight=False)
 

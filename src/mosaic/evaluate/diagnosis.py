@@ -66,7 +66,9 @@ CLASS_DESCRIPTIONS = {
     "imbalance": "routed-expert load imbalance (calibrated)",
     "overhead": "calibrated system overhead (chi_sys, stack)",
 }
-PLAUSIBLE_SOURCES = {"compute": "compute kernels", "communication": "communication"}
+PLAUSIBLE_SOURCES = {"compute": "compute kernels", "communication": "communication",
+                     "host": "host-side work (kernel launches, the dropless MoE's host sync)",
+                     "imbalance": "expert load imbalance"}
 # Classes made of several terms, reported by part (op class, parallel axis).
 PARTED_CLASSES = ("compute", "communication")
 # Terms the schedule repeats per micro-batch inside t_block (Eq. 11): these classes and the
@@ -277,6 +279,13 @@ class GapAttribution:
     launch_floor_s: float
     compute_scale: float | None
     communication_scale: float | None
+    # host-side time (the dispatch class: launch floor, MoE host sync) and expert load
+    # imbalance, the other two things a cluster's runs differ in (a trial: a step a third
+    # host sync was only ever blamed on compute or communication)
+    host_s: float = 0.0
+    host_scale: float | None = None
+    imbalance_s: float = 0.0
+    imbalance_scale: float | None = None
 
     @property
     def gap_s(self) -> float:
@@ -287,15 +296,25 @@ class GapAttribution:
         """Measured over predicted step time (= predicted over measured tokens/s)."""
         return self.measured_step_time_s / self.predicted_step_time_s
 
+    def _sources(self) -> tuple[tuple[str, str, float | None, float], ...]:
+        """(key, label, scale, effective seconds) of every source with time in the step."""
+        return tuple(source for source in (
+            ("compute", "compute kernels", self.compute_scale, self.compute_kernel_s),
+            ("communication", "communication", self.communication_scale,
+             self.communication_s),
+            ("host", "host-side work", self.host_scale, self.host_s),
+            ("imbalance", "expert load imbalance", self.imbalance_scale, self.imbalance_s),
+        ) if source[3] > 0)
+
     @property
     def more_plausible(self) -> str | None:
-        """'compute' or 'communication': the one needing the smaller departure from the
-        model (closer to 1 on a log scale); None when the two agree or neither can."""
+        """The source (PLAUSIBLE_SOURCES) needing the smallest departure from the model
+        (closest to 1 on a log scale); None when measured and predicted agree or no source
+        alone can explain the gap."""
         if abs(self.ratio - 1) <= AGREEMENT_TOLERANCE:
             return None
-        candidates = {name: abs(math.log(scale)) for name, scale in
-                      (("compute", self.compute_scale),
-                       ("communication", self.communication_scale)) if scale is not None}
+        candidates = {key: abs(math.log(scale)) for key, _, scale, _ in self._sources()
+                      if scale is not None}
         return min(candidates, key=candidates.__getitem__) if candidates else None
 
     @property
@@ -307,10 +326,7 @@ class GapAttribution:
         direction = "slower" if self.gap_s > 0 else "faster"
         findings = [f"measured step is {self.ratio:.2f}x the predicted one ({direction} by "
                     f"{abs(self.gap_s):.3f} s)"]
-        for name, scale, seconds in (
-            ("compute kernels", self.compute_scale, self.compute_kernel_s),
-            ("communication", self.communication_scale, self.communication_s),
-        ):
+        for _, name, scale, seconds in self._sources():
             if scale is None:
                 findings.append(f"{name} ({seconds:.3f} s predicted) cannot explain it alone")
                 continue
@@ -327,8 +343,8 @@ class GapAttribution:
         if choice is not None:
             change = "slower" if self.gap_s > 0 else "faster"
             findings.append(f"inference: {change} {PLAUSIBLE_SOURCES[choice]} is the more "
-                            "plausible main source (it needs the smaller departure from the "
-                            "model); a mix of both is likely")
+                            "plausible main source (it needs the smallest departure from the "
+                            "model); a mix is likely")
         return findings
 
 
@@ -348,6 +364,8 @@ def attribute_gap(prediction: StepPrediction, measured_step_time_s: float,
     launch_floor_s = effective_term_times_s(prediction, index).get("dispatch_floor", 0.0)
     kernels = sum(effective.get(group, 0.0) for group in KERNEL_CLASSES)
     communication = effective.get("communication", 0.0)
+    host = effective.get("dispatch", 0.0)
+    imbalance = effective.get("imbalance", 0.0)
     predicted = float(prediction.step_time_s[index])
     gap = measured_step_time_s - predicted
     return GapAttribution(
@@ -358,6 +376,8 @@ def attribute_gap(prediction: StepPrediction, measured_step_time_s: float,
         launch_floor_s=launch_floor_s,
         compute_scale=_scale_to_explain(gap, kernels),
         communication_scale=_scale_to_explain(gap, communication),
+        host_s=host, host_scale=_scale_to_explain(gap, host),
+        imbalance_s=imbalance, imbalance_scale=_scale_to_explain(gap, imbalance),
     )
 
 
