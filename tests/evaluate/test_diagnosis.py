@@ -28,7 +28,7 @@ from mosaic.perf.calibration import default_calibration
 from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import Checkpointing, single_plan
 from mosaic.perf.step_time import StepPrediction, predict_step
-from mosaic.perf.workload import Workload
+from mosaic.perf.workload import Dispatcher, Workload
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COMM_BOUND = EXAMPLES / "fsdp_moe_comm_bound.yaml"
@@ -423,7 +423,20 @@ def test_a_dropless_host_wait_is_offered_drop_and_pad_and_whole_step_graphs():
                          CALIBRATION)
     assert alone.step_time_s[0] == pytest.approx(pad.step_time_s, rel=1e-12)
     assert alone.breakdown_s["moe_host_sync"][0] == 0.0
-    assert levers["full_iteration_cuda_graph"].feasible
+    # a dropless step is captured whole only with HybridEP's static per-rank buffers (the
+    # lever said so, and costed the all-to-all: a trial); the lever costs what it says
+    graph = levers["full_iteration_cuda_graph"]
+    assert graph.feasible and "HybridEP with --moe-expert-rank-capacity-factor" in \
+        graph.description
+    graphed = replace(dropless.result.spec.workload, full_iteration_cuda_graph=True,
+                      layer_cuda_graphs=False, dispatcher=Dispatcher.HYBRIDEP)
+    alone = predict_step(graphed, plans_from_rows([graph.plan]), dropless.result.machine,
+                         CALIBRATION)
+    assert alone.step_time_s[0] == pytest.approx(graph.step_time_s, rel=1e-12)
+    # a stack without HybridEP is not offered it for a dropless MoE
+    torchtitan = diagnose(job(COMM_BOUND, "performance.stack=torchtitan",
+                              "performance.checkpointing=selective"), CALIBRATION)
+    assert "full_iteration_cuda_graph" not in {lever.name for lever in torchtitan.levers}
     assert "drop_and_pad" not in {lever.name for lever in diagnose(
         job(COMM_BOUND, *DROP_AND_PAD), CALIBRATION).levers}
 
@@ -504,3 +517,16 @@ def test_a_dispatcher_lever_says_why_by_where_the_ep_group_runs():
     assert inside and all("stays in one NVLink domain" in text for text in inside)
     spanning = reasons("parallelism.ep=16", "parallelism.pp=8")
     assert spanning and all("one network copy per remote node" in text for text in spanning)
+
+
+def test_a_whole_step_graph_on_a_dropless_all_to_all_moe_is_noted():
+    """`perf --set performance.full_iteration_cuda_graph=true` on a dropless all-to-all MoE
+    was costed without a word (a trial): Megatron captures that step whole only with
+    HybridEP's rank capacity factor, and the job's assumptions say so; with HybridEP, no."""
+    def noted(*overrides: str) -> bool:
+        spec = job(COMM_BOUND, "performance.full_iteration_cuda_graph=true",
+                   "performance.checkpointing=selective", *overrides).spec
+        return any("--moe-expert-rank-capacity-factor" in note for note in spec.assumptions)
+
+    assert noted()
+    assert not noted("parallelism.dispatcher=hybridep")

@@ -660,6 +660,14 @@ def job_from_document(document: dict[str, Any], where: str,
             "captures full recompute only in a full-iteration graph (transformer_config.py "
             "@ d98e8a64dd: 'full recompute is only supported with full iteration CUDA "
             "graph'); use selective recompute or full_iteration_cuda_graph")
+    if (workload.full_iteration_cuda_graph and workload.geometry.moe is not None
+            and workload.routing != "token_drop" and workload.dispatcher != "hybridep"):
+        # the only documented whole-step capture of a dropless MoE (Workload docstring)
+        notes.append(f"performance.full_iteration_cuda_graph with a dropless MoE on the "
+                     f"{workload.dispatcher} dispatcher: Megatron captures such a step whole "
+                     "only with HybridEP and --moe-expert-rank-capacity-factor (Megatron-"
+                     "Bridge perf_recipes qwen/common.py _enable_hybridep_full_iteration_"
+                     "mxfp8); the prediction has no MoE host wait, as if they were set")
     if not workload.dp_comm_overlap and any(int(mode) >= Sharding.FSDP for mode in plan.sharding):
         notes.append("performance.dp_comm_overlap=false leaves fsdp/hsdp unchanged: fully "
                      "sharded units gather and reduce-scatter per unit beside the compute "

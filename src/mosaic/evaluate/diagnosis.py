@@ -728,12 +728,9 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "--cpu-offloading-num-layers)",
                replace(workload, offloaded_activation_layers=fewer))
     host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
-    if host > 0 and not workload.full_iteration_cuda_graph:
-        needs = ("; MoE needs HybridEP with --moe-expert-rank-capacity-factor"
-                 if workload.geometry.moe is not None else "")
-        yield ("full_iteration_cuda_graph", "one CUDA graph per step (Megatron "
-               f"--cuda-graph-impl full_iteration{needs})",
-               replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False))
+    graphed = _full_iteration_graph(workload)
+    if host > 0 and graphed is not None:
+        yield graphed
     pp, vpp = int(row["pp"]), int(row["vpp"])
     current_layout = layout_for(workload.pipeline_layouts, pp, vpp)
     if (pp > 1 and workload.traits.pipeline_schedule == "1f1b" and not geometry.is_hybrid
@@ -754,6 +751,26 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "dispatcher): no host wait per MoE layer, but overflow tokens skip their experts",
                replace(workload, routing="token_drop", pad_to_capacity=True,
                        dispatcher=Dispatcher.ALLTOALL))
+
+
+def _full_iteration_graph(workload: Workload) -> tuple[str, str, Workload] | None:
+    """One CUDA graph per step, as the job would have to run it: a dropless MoE step is
+    captured whole only with static per-rank token budgets, i.e. HybridEP with
+    --moe-expert-rank-capacity-factor (Megatron-Bridge perf_recipes qwen/common.py
+    _enable_hybridep_full_iteration_mxfp8), so the lever moves its tokens to HybridEP and
+    is not offered on a stack without it; drop-and-pad routing keeps its all-to-all."""
+    if workload.full_iteration_cuda_graph:
+        return None
+    graphed = replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False)
+    how = "one CUDA graph per step (Megatron --cuda-graph-impl full_iteration"
+    if (workload.geometry.moe is None or workload.pad_to_capacity
+            or workload.dispatcher is Dispatcher.HYBRIDEP):
+        return ("full_iteration_cuda_graph", how + ")", graphed)
+    if Dispatcher.HYBRIDEP not in workload.traits.moe_flex_dispatchers:
+        return None
+    return ("full_iteration_cuda_graph", how + "; the MoE tokens through HybridEP with "
+            "--moe-expert-rank-capacity-factor, static per-rank buffers a graph can hold)",
+            replace(graphed, dispatcher=Dispatcher.HYBRIDEP))
 
 
 def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
