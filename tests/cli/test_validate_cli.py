@@ -391,3 +391,19 @@ def test_a_profile_keeps_its_bases_constants_for_stacks_its_runs_lack(tmp_path):
     for stack in unseen:
         assert own.stack_overhead[stack] == base.stack_overhead[stack], stack
     assert "kept for the ones the runs lack" in own.sources["stack_overhead"]
+
+
+def test_perf_of_a_record_names_both_errors_as_validate_does():
+    """`validate` gave a run +25.0% (tokens/s) and `perf RUNS#ID` -20.0% (step time): both
+    right, read as a contradiction (a trial). perf now names each, and its tokens/s error is
+    validate's."""
+    run_id = "example-torchtitan-llama3.1-8b-h100-8-fsdp"
+    perf = runner.invoke(app, ["perf", f"{EXAMPLES / 'runs_example.yaml'}#{run_id}"],
+                         env={"COLUMNS": "400"})
+    assert perf.exit_code == 0, perf.output
+    document = json.loads(runner.invoke(app, ["validate", str(EXAMPLES / "runs_example.yaml"),
+                                              "--json"]).stdout)
+    row = next(r for r in document["runs"] if r["id"] == run_id)
+    text = " ".join(perf.stdout.split())
+    assert "predicted step time -" in text
+    assert f"tokens/s {row['error']:+.1%} as `validate` reports it" in text
