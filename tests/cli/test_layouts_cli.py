@@ -147,3 +147,17 @@ def test_balanced_pipeline_rows_carry_their_layout():
     refused = runner.invoke(app, ["layouts", str(EXAMPLES / "nemotron_3_nano_b200.yaml"),
                                   "--balanced-pipeline"])
     assert refused.exit_code == 2 and "hybrid" in refused.output
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("parallelism.ep=16", "pin it with --ep 16"),
+    ("batch.micro_seqs=2", "pin it with --mbs 2"),
+    ("performance.checkpointing=full", "pin it with --checkpointing full"),
+    ("parallelism.dp=4", "it follows from the GPUs and the other degrees"),
+])
+def test_a_set_of_a_searched_field_is_refused_with_the_option_that_pins_it(override, words):
+    """`layouts --set parallelism.ep=16` ranked every ep as if nothing were set (a trial)."""
+    result = runner.invoke(app, ["layouts", str(EXAMPLES / "appendix_e.yaml"), "--set",
+                                 override])
+    assert result.exit_code == 2
+    assert words in " ".join(result.output.split())

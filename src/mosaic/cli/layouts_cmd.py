@@ -66,6 +66,29 @@ CHECKPOINTING_SHORT = {"none": "none", "selective": "sel", "full": "full"}
 
 
 # --- Input ---------------------------------------------------------------------------------
+# The job fields the search replaces, and the option that pins each (None: derived).
+SEARCHED_FIELDS = {"parallelism.tp": "--tp", "parallelism.pp": "--pp", "parallelism.vpp": "--vpp",
+                   "parallelism.cp": "--cp", "parallelism.ep": "--ep", "parallelism.etp": "--etp",
+                   "parallelism.dp": None, "parallelism.sharding": "--sharding",
+                   "parallelism.hsdp_shard": "--sharding", "batch.micro_seqs": "--mbs",
+                   "performance.checkpointing": "--checkpointing"}
+
+
+def check_searched_overrides(overrides: list[str]) -> None:
+    """A --set of a field the search replaces would be dropped without a word (a trial:
+    `layouts --set parallelism.ep=16` ranked every ep): refused, naming the option that
+    pins it."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() in SEARCHED_FIELDS:
+            option = SEARCHED_FIELDS[key.strip()]
+            how = (f"pin it with {option} {value.strip()}" if option is not None
+                   else "it follows from the GPUs and the other degrees")
+            raise MosaicInputError(f"--set {override}: `mosaic layouts` searches this field "
+                                   f"and would ignore the value; {how}")
+
+
+
 def _gives_devices(document: dict[str, Any]) -> bool:
     """Whether a canonical job document sets search.devices."""
     search = document.get("search") or {}
@@ -201,8 +224,8 @@ def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
 # --- Command -------------------------------------------------------------------------------
 def layouts(
     job: Annotated[Path, typer.Argument(
-        help="job YAML; its parallelism block is ignored except stack, fsdp_gather, "
-             "dispatcher and uneven_stages")],
+        help="job YAML; its layout (degrees, sharding, micro-batch, checkpointing) is "
+             "searched, its other settings (dispatcher, overlaps, kernels) kept")],
     devices: Annotated[int | None, typer.Option(
         min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes × "
         "the system's GPUs per node)")] = None,
@@ -229,12 +252,13 @@ def layouts(
 ) -> None:
     """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
 
-    The job's parallelism block is ignored: tp, pp, vpp, cp, ep, etp, micro-batch,
-    sharding and checkpointing are searched (pin them with the options).
+    The job's layout is searched: tp, pp, vpp, cp, ep, etp, micro-batch, sharding and
+    checkpointing (pin them with the options; a --set of one is refused).
     """
     check_html(html, job, model, calibration, catalog)
     apply_catalog(catalog)
     constants = load_calibration(calibration)
+    check_searched_overrides(set_ or [])
     spec, cluster = load_search_job(job, set_ or [], devices, model_block(model),
                                     default_stack=constants.stack)
     workload = spec.workload
