@@ -618,6 +618,11 @@ def test_a_plan_job_names_the_calibration_its_plan_was_predicted_with(plan_json,
         result = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
         assert result.exit_code == 0, result.output
         assert expected in result.stdout.splitlines()[0] + ";"
+        # the launch configs name the profile too (a trial: only the YAML did)
+        for target in ("megatron", "nemo", "torchtitan", "maxtext"):
+            launch = runner.invoke(app, ["export", str(plan), "--to", target])
+            assert launch.exit_code == 0, launch.output
+            assert f"planned under mosaic calibration profile '{name}'" in launch.stdout
 
 
 def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
