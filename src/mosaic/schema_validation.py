@@ -71,9 +71,14 @@ def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value:
                     ) -> str | None:
     """The allowed field closest to the unknown name at ``loc`` that would take ``value``
     (a misspelling's "did you mean"), or None."""
-    close = [name for name in difflib.get_close_matches(str(loc[-1]),
-                                                        allowed_fields(schema, loc))
-             if _accepts(schema, loc, name, value)]
+    allowed = allowed_fields(schema, loc)
+    given = str(loc[-1])
+    # other frameworks' spellings of a degree (ep_size, tp_degree: a trial) are too far
+    # from ep or tp for difflib; the name without the suffix is the one meant
+    bare = re.sub(r"_(size|degree|parallel_size)$", "", given)
+    candidates = [bare] if bare != given and bare in allowed else []
+    candidates += difflib.get_close_matches(given, allowed)
+    close = [name for name in candidates if _accepts(schema, loc, name, value)]
     return close[0] if close else None
 
 

@@ -346,6 +346,11 @@ def test_a_misspelt_field_gets_the_nearest_name():
     from mosaic.config.job_schema import load_job
     with pytest.raises(MosaicInputError, match=r"moe\.topk: unknown field .*did you mean top_k"):
         load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["moe.topk=2"])
+    # another framework's spelling of a degree (a trial's run record said ep_size)
+    with pytest.raises(MosaicInputError, match=r"ep_size: unknown field .*did you mean ep"):
+        load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["parallelism.ep_size=8"])
+    with pytest.raises(MosaicInputError, match=r"tp_degree: unknown field .*did you mean tp"):
+        load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["parallelism.tp_degree=2"])
 
 
 def test_a_job_document_keeps_its_release_and_the_settings_it_turned_off():
