@@ -106,6 +106,10 @@ def test_two_jobs(job_b):
     for text in ("Inputs that differ", "parallelism.pp", "Step-time breakdown (s)",
                  "Memory breakdown per GPU (GiB)", "EUR", "extrapolating"):
         assert text in table.stdout
+    # both step times to the millisecond, as perf prints them (a trial: '11.7' by '8.832')
+    step_line = next(line for line in table.stdout.splitlines() if "step time" in line)
+    for side in ("a", "b"):
+        assert f"{summary['step_time_s'][side]:.3f}" in step_line
     # the window and goodput the tokens rest on are said when the command line leaves them
     assert doc["assumed"] == ["goodput 1, every second of the window training (--goodput)"]
     assert summary["goodput"]["a"] == summary["goodput"]["b"] == 1.0

@@ -305,6 +305,8 @@ def _cell(value: Any, unit: str, currency: str) -> str:
         return f"{value:.4f}"
     if unit == "gib":
         return f"{value:.2f}"
+    if unit == "s":  # as perf prints it (a trial: '11.7' beside '8.832')
+        return f"{value:.3f}"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
