@@ -530,3 +530,13 @@ def test_a_whole_step_graph_on_a_dropless_all_to_all_moe_is_noted():
 
     assert noted()
     assert not noted("parallelism.dispatcher=hybridep")
+
+
+def test_the_hsdp_lever_says_when_the_routed_experts_get_no_shard():
+    """Appendix E on 256 GPUs, pp 16: dp 32, ep 8, so edp = 4; HSDP over the 8 ranks of a
+    node shards the experts over edp·8/dp = 1 rank, none at all, which is why that lever
+    can need more memory than ZeRO-1 (a trial saw 92 against 66 GiB unexplained)."""
+    diagnosis = diagnose(job(EXAMPLES / "appendix_e.yaml"), CALIBRATION)
+    hsdp = next(lever for lever in diagnosis.levers if lever.name == "sharding_hsdp")
+    assert hsdp.plan["hsdp_shard"] * 4 // hsdp.plan["dp"] == 1
+    assert "routed experts, split over ep 8, get no HSDP shard" in hsdp.description

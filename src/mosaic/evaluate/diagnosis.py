@@ -465,6 +465,21 @@ def _hsdp_shard_in_domain(machine: Machine, row: PlanRow) -> int:
     return max((d for d in _divisors(int(row["dp"])) if d * stride <= domain), default=1)
 
 
+def _unsharded_experts_note(workload: Workload, row: PlanRow, shard: int) -> str:
+    """Why HSDP can need more memory than ZeRO-1 on an MoE job: the routed experts shard
+    over the same fraction of their edp group as the dense parameters of dp (memory.
+    parameter_states.shard_degrees), edp·shard/dp, which is 1 when ep fills the shard
+    group: their states then stay whole on every rank (a trial met a lever needing 92 GiB
+    against zero1's 66 GiB, unexplained)."""
+    if workload.geometry.moe is None:
+        return ""
+    edp = int(row["tp"]) * int(row["cp"]) * int(row["dp"]) // (int(row["ep"]) * int(row["etp"]))
+    if edp * shard // int(row["dp"]) > 1:
+        return ""
+    return (f"; the routed experts, split over ep {row['ep']}, get no HSDP shard "
+            "(their states stay whole on every rank)")
+
+
 def _sharding(workload: Workload, machine: Machine, row: PlanRow) -> Iterator[_Candidate]:
     """Every other sharding mode the stack offers (trait ``layout_sharding``; ZeRO-2 shards
     gradients as well as optimizer state: often the cheapest memory lever)."""
@@ -478,7 +493,8 @@ def _sharding(workload: Workload, machine: Machine, row: PlanRow) -> Iterator[_C
             if shard in (1, row["dp"]):
                 continue
             yield _Candidate("sharding_hsdp", f"HSDP: shard over {shard} ranks inside the "
-                             f"NVLink domain, replicate x{int(row['dp']) // shard}",
+                             f"NVLink domain, replicate x{int(row['dp']) // shard}"
+                             + _unsharded_experts_note(workload, row, shard),
                              _with(row, sharding=name, hsdp_shard=shard))
         else:
             yield _Candidate(f"sharding_{name}", f"sharding {row['sharding']} -> {name}",
