@@ -296,6 +296,16 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         **mesh_keys({"data": data, "fsdp": fsdp, "tensor": spec.tp, "pipeline": spec.pp,
                      "context": spec.cp, "expert": spec.ep}, spec, unsupported),
     }
+    crossing = document.get("dcn_expert_parallelism", 1)
+    if crossing > 1 and spec.gpus_per_node and spec.ep * spec.etp <= spec.gpus_per_node:
+        # Megatron folds EP into the tp·cp·dp ranks (Eq. 24): its ep·etp consecutive expert
+        # ranks share a node, which is what mosaic costed; MaxText's expert axis is a mesh
+        # axis of its own beside tensor, so tp·ep GPUs hold one expert group (a trial)
+        unsupported.append(
+            f"the expert axis crosses nodes here (dcn_expert_parallelism {crossing}): "
+            f"MaxText's expert mesh axis sits beside tensor ({spec.tp} x {spec.ep} GPUs), "
+            f"while mosaic costed Megatron's EP group of {spec.ep * spec.etp} ranks inside "
+            "one node; expect a slower all-to-all than predicted")
     if spec.pp > 1:
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
                      "num_layers_per_pipeline_stage": max(1, decoder_layers
