@@ -36,6 +36,8 @@ def _cell(value: object) -> str:
 def _difference(row: paper.Row) -> str:
     if isinstance(row.paper, int | float) and isinstance(row.mosaic, int | float) \
             and not isinstance(row.paper, bool) and row.paper:
+        if "(nats)" in row.quantity:  # a loss difference: in nats, not a ratio of two
+            return f"{row.mosaic - row.paper:+.4f} nats"
         return f"{row.mosaic / row.paper - 1:+.1%}"
     return "same" if str(row.paper) == str(row.mosaic) else "differs"
 
