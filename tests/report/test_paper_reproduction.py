@@ -89,3 +89,23 @@ def test_figure1_on_its_own_uncapped_grid_finds_an_interior_cluster_optimum() ->
     assert rows["cluster-optimal S (G = 4)"].mosaic.endswith("interior")
     assert 0.9 < rows["S_feas_max at C_model"].mosaic < 0.981
     assert rows["loss gap, prescription - cluster optimum (nats)"].mosaic > 0
+
+
+def test_figure9_reports_the_layout_ranking_validate_reports() -> None:
+    """Five 5.4B runs make a top-5 overlap 100% by construction (a reviewer's trial): the
+    rows carry each model's Spearman, the same figure `mosaic validate` gives."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    sweeps = Path(__file__).resolve().parents[3] / "shared/calibration/paper_p6b200_sweeps.yaml"
+    if not sweeps.exists():
+        pytest.skip(f"{sweeps} not present (the shared calibration data is outside the repo)")
+    rows = paper.figure9(sweeps, built_in_calibration("paper-p6b200"))
+    result = CliRunner().invoke(app, ["validate", str(sweeps), "--calibration",
+                                      "paper-p6b200", "--json"])
+    groups = json.loads(result.stdout)["aggregate"]["spearman_groups"]
+    assert {row["group"]: row["spearman"] for row in rows} == pytest.approx(groups)
