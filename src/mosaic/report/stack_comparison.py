@@ -42,8 +42,31 @@ def _why(mine: dict[str, Any] | None, theirs: dict[str, Any] | None, result: Pla
     a, b = result.envelope.stack, other.envelope.stack
     speed = (f"{a} delivers {mine['mfu']:.1%} MFU at its optimum and {b} {theirs['mfu']:.1%}; "
              f"throughput sets the tokens a window buys (D* = tokens/s x T x goodput, Eq. 25)")
+    also = _envelope_differences(result, other)
     if same:
-        return f"same geometry: {speed}, so only the token budget and loss move"
+        return f"same geometry: {speed}, so only the token budget and loss move{also}"
     return (f"{speed}, and the stacks' overheads (kernel launches, recompute, dispatch) fall "
             f"unevenly on geometries, so the loss-optimal geometry moves (Appendix F.3: the "
-            f"optimum is tied to the platform and the stack)")
+            f"optimum is tied to the platform and the stack){also}")
+
+
+def _envelope_differences(result: PlanResult, other: PlanResult) -> str:
+    """What else the two plans differ in besides the stacks' costs: the memory a layout may
+    fill and the layouts each stack runs (a reviewer's trial: the line named overheads
+    only, where the headroom and the allowed vpp and sharding differed too)."""
+    from mosaic.stacks.registry import get_stack
+
+    a, b = result.envelope, other.envelope
+    parts = []
+    if abs(a.usable_memory_fraction - b.usable_memory_fraction) > 1e-9:
+        parts.append(f"usable memory {a.usable_memory_fraction:.0%} against "
+                     f"{b.usable_memory_fraction:.0%} of HBM")
+    mine, theirs = get_stack(a.stack), get_stack(b.stack)
+    for label, field in (("sharding modes", "layout_sharding"),
+                         ("virtual pipeline stages", "layout_vpp")):
+        left, right = getattr(mine, field), getattr(theirs, field)
+        if left != right:
+            def shown(values: tuple[object, ...] | None) -> str:
+                return "any" if values is None else ",".join(str(v) for v in values)
+            parts.append(f"{label} {shown(left)} against {shown(right)}")
+    return "" if not parts else "; the two plans also differ in " + "; ".join(parts)
