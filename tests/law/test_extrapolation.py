@@ -123,3 +123,25 @@ def test_a_value_just_outside_the_range_says_by_how_much():
     tiny = ExtrapolationFlag(quantity="tokens", value=1.0004e11, low=1e9, high=1e11,
                              direction="above", ratio=1.0004)
     assert "is 0.04% above" in tiny.message
+
+
+def test_tokens_per_active_parameter_beyond_the_runs_is_flagged():
+    """Table 4's own configuration (1.42 T tokens on 14.52 B active) trains 97.8 tokens per
+    active parameter, beyond the paper's runs' 10.8-70 (Table 6); a fit records the ratio's
+    range of its own runs, D / N_act, or D / N without active counts."""
+    from mosaic.law import default_law
+    from mosaic.law.extrapolation import extrapolation_flags, support_of_runs
+
+    flags = {f.quantity: f for f in extrapolation_flags(
+        default_law(), n_total=327.2e9, n_active=14.52e9, tokens=1.42e12, sparsity=0.9556,
+        split_factor=4)}
+    ratio = flags["tokens_per_param"]
+    assert ratio.value == pytest.approx(1.42e12 / 14.52e9)
+    assert ratio.ratio == pytest.approx(1.42e12 / 14.52e9 / 70)
+    assert "tokens_per_param" not in {f.quantity for f in extrapolation_flags(
+        default_law(), n_total=10e9, n_active=1e9, tokens=40e9, sparsity=0.9, split_factor=4)}
+    support = support_of_runs(np.array([1e9, 2e9]), np.array([20e9, 100e9]),
+                              n_active=np.array([1e8, 1e9]))
+    assert support["tokens_per_param"] == [100.0, 200.0]
+    dense = support_of_runs(np.array([1e9, 2e9]), np.array([20e9, 100e9]))
+    assert dense["tokens_per_param"] == [20.0, 50.0]
