@@ -134,10 +134,14 @@ def test_four_processes_strided_groups_across_two_simulated_domains(tmp_path):
 
 
 def _written_or_named(expected: set[str], written: set[str], warnings: list[str]) -> None:
-    """Each expected collective constant is written, or named as left out."""
+    """Each expected collective constant is written, or named as left out (alone, or with
+    the whole family when its fit error is far above a real GPU table's)."""
     assert written <= expected
+    family_dropped = any(w.startswith("collectives fit error") and "none of its constants"
+                         in w for w in warnings)
     for name in expected - written:
-        assert any(f"collectives {name}" in w and "not written" in w for w in warnings), name
+        assert family_dropped or any(f"collectives {name}" in w and "not written" in w
+                                     for w in warnings), name
 
 
 def test_collectives_dry_run_plans_a_job_without_torchrun(tmp_path):

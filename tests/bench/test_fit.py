@@ -229,3 +229,25 @@ def test_constants_at_a_fit_ceiling_are_not_written():
     assert "max_fraction_of_peak = 0.99999 is at the fit's ceiling of 1" in warnings[0]
     assert "kernel_latency_s = 0.0001 s is at the fit's ceiling" in warnings[1]
     assert block["gemm"] == {"k_half": 40.0}
+
+
+def test_a_family_fitted_far_worse_than_on_real_gpus_is_not_written():
+    """A busy CPU's stalls gave a GEMM fit of 296% MAPE and collectives of 81%, and their
+    constants made a B200 job 3.65x slower (a trial). Above about twice the error of the
+    same fits on real GPU tables (GEMM 130%, collectives 40%) a family is left out, said."""
+    from mosaic.evaluate.microbench_calibration import implausible_constants
+
+    block = {"applies_to": ["H200-SXM-141GB"], "reference": {"source": "catalog"},
+             "gemm": {"max_fraction_of_peak": 0.13, "k_half": 40.0},
+             "collectives": {"scale_up_latency_s": 4.9e-4},
+             "elementwise_hbm_efficiency": 0.8,
+             "fit_error_percent": {"gemm": 296.1, "collectives": 81.2, "elementwise": 12.0}}
+    warnings = implausible_constants(block, {"device_name": "NVIDIA H200"})
+    assert "gemm" not in block and "collectives" not in block
+    assert block["elementwise_hbm_efficiency"] == 0.8
+    assert warnings[0].startswith("gemm fit error 296% MAPE is above 130%")
+    assert warnings[1].startswith("collectives fit error 81% MAPE is above 40%")
+    fine = {"applies_to": ["H200-SXM-141GB"], "gemm": {"max_fraction_of_peak": 0.7},
+            "fit_error_percent": {"gemm": 64.0}}
+    assert implausible_constants(fine, {"device_name": "NVIDIA H200"}) == []
+    assert fine["gemm"] == {"max_fraction_of_peak": 0.7}

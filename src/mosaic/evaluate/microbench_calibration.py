@@ -451,6 +451,13 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
 MIN_PLAUSIBLE_LATENCY_S = 1e-9
 # a fitted value this close (relatively) to its fit bound sits on the bound
 FIT_BOUND_TOLERANCE = 1e-3
+# Fit error (MAPE, %) above which a family's table does not follow the model's shape and its
+# constants are not written: about twice the worst the same fits reach on real GPU tables
+# (benchmarks/bench_kernel_accuracy.py on the B200/H100 reference tables: dense GEMM
+# 28.6-64.1% over 2..262144 per dimension, collectives 12.8% over all sizes). A busy CPU's
+# 8 ms stalls gave a GEMM fit of 296% and collectives of 81%, whose constants made a B200
+# job 3.65x slower (a trial).
+MAX_FIT_ERROR_PERCENT = {"gemm": 130.0, "collectives": 40.0}
 
 
 def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> list[str]:
@@ -464,6 +471,16 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
     if device.lower().startswith("cpu"):
         warnings.append(f"the tables were measured on {device or 'a CPU'}: the constants "
                         "describe that CPU, and a calibration applies them to every job")
+    errors = block.get("fit_error_percent") or {}
+    for family, limit in MAX_FIT_ERROR_PERCENT.items():
+        error = errors.get(family)
+        if family in block and error is not None and error > limit:
+            del block[family]
+            warnings.append(f"{family} fit error {error:.0f}% MAPE is above {limit:.0f}% (about "
+                            "twice the fit's error on real GPU tables): the table does not "
+                            "follow the model's shape (a busy host's stalls?), so none of its "
+                            "constants is written (the built-ins are kept); measure again on "
+                            "an idle host")
     gemm = block.get("gemm") or {}
     collectives = block.get("collectives") or {}
     attention = block.get("attention") or {}
