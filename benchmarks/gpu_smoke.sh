@@ -10,14 +10,20 @@
 #   SMOKE_PRESET=tiny SMOKE_QUICK=1 benchmarks/gpu_smoke.sh /tmp/smoke
 #   SMOKE_BUDGET_S  measurement budget in seconds (default 360; a rerun resumes)
 #   MOSAIC          the mosaic command (default: mosaic on PATH, else python -c ...)
-#   PYTHON          the interpreter with mosaic[bench] installed (default: python)
+#   PYTHON          the interpreter with mosaic[bench] installed (default: the repository's
+#                   .venv/bin/python if it exists, else python3)
 #
 # Outputs in OUT_DIR (default benchmarks/results/gpu_smoke/<device>): the bench tables
 # (Parquet + CSV + metadata.json), measured/ (tables jobs can name), calibration.yaml,
 # comparison.txt (fitted vs built-in constants, per-family fit error) and perf_*.json.
 set -euo pipefail
 
-PYTHON=${PYTHON:-python}
+# the repository's .venv (what `make test` builds) when it has one, else python3 (a trial:
+# a plain `python` without torch stopped the documented command at its first line)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
 if [[ -z "${MOSAIC:-}" ]]; then
   if command -v mosaic >/dev/null 2>&1; then MOSAIC=mosaic
   else MOSAIC="$PYTHON -c 'from mosaic.cli.main import main; main()'"; fi

@@ -251,3 +251,19 @@ def test_a_family_fitted_far_worse_than_on_real_gpus_is_not_written():
             "fit_error_percent": {"gemm": 64.0}}
     assert implausible_constants(fine, {"device_name": "NVIDIA H200"}) == []
     assert fine["gemm"] == {"max_fraction_of_peak": 0.7}
+
+
+def test_the_comparison_table_says_which_fitted_constants_were_written():
+    """The table listed a fitted elementwise efficiency of 1.127 while a warning said it
+    was not written (a trial): each row now says whether the file holds it."""
+    from mosaic.evaluate.microbench_calibration import is_written
+
+    block = {"gemm": {"hbm_efficiency": 0.7}, "attention": {"bwd": [0.7, 1.0, 1.0]},
+             "collectives": {}}
+    assert is_written(block, "gemm", "hbm_efficiency")
+    assert not is_written(block, "gemm", "k_half")
+    assert is_written(block, "attention", "bwd.max_fraction")
+    assert not is_written(block, "attention", "fwd.max_fraction")
+    assert not is_written(block, "elementwise", "elementwise_hbm_efficiency")
+    assert is_written({**block, "elementwise_hbm_efficiency": 0.8}, "elementwise",
+                      "elementwise_hbm_efficiency")

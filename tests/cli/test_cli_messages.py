@@ -291,6 +291,8 @@ def test_ctrl_c_says_it_was_interrupted(monkeypatch, capsys, command, resumes):
     err = capsys.readouterr().err
     assert err.startswith("error: interrupted")
     assert ("resume from the last checkpoint" in err) == resumes
+    if resumes:  # the command itself, as the docs promise (a trial read "rerun the same")
+        assert f"with: mosaic {command}" in err
 
 
 @pytest.mark.parametrize("argv, resumes", [

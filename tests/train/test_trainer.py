@@ -540,3 +540,25 @@ def test_an_unfingerprinted_result_without_a_checkpoint_is_refused(tmp_path):
     (tmp_path / "result.json").write_text(json.dumps(payload))
     with pytest.raises(MosaicInputError, match="records no job fingerprint"):
         train(config, tmp_path)
+
+
+def test_mfu_that_cannot_be_a_fraction_and_a_gpu_peak_on_cpu_are_warned_of(tmp_path):
+    """A trial gave run.achievable_flops_per_s 1e9 and read '838% MFU' without a word, and
+    named an H100 on a CPU run and read 0.00% MFU: both now warn (MosaicWarning)."""
+    from mosaic.errors import MosaicWarning
+
+    slow_peak = train_config_from_mapping(
+        tiny_job(run={"tokens": 2 * 8 * 32, "achievable_flops_per_s": 1e3}), "job")
+    with pytest.warns(MosaicWarning, match="not a fraction of anything"):
+        train(slow_peak, tmp_path / "slow")
+    gpu_named = train_config_from_mapping(
+        tiny_job(run={"tokens": 2 * 8 * 32, "device_name": "H100-SXM-80GB"}), "job")
+    with pytest.warns(MosaicWarning, match="the run is on cpu"):
+        train(gpu_named, tmp_path / "gpu")
+
+
+def test_an_absurd_token_budget_is_refused():
+    """run.tokens 1e30 gave 9.8e26 steps and trained 'forever' (a trial): tokens are bounded
+    as every command bounds them (mosaic.limits, 1e18)."""
+    with pytest.raises(MosaicInputError, match="run.tokens"):
+        train_config_from_mapping(tiny_job(run={"tokens": 1e30}), "job")

@@ -357,6 +357,7 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
     from mosaic.evaluate.microbench_calibration import (
         calibrate_from_microbench,
         comparison_rows,
+        is_written,
     )
     from mosaic.perf.calibration import load_calibration
 
@@ -383,8 +384,13 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
     from mosaic.cli.common import print_key_value_table
 
     print_key_value_table(f"Calibration written to {out}", rows)
-    print_table("Fitted vs built-in constants", ["family", "constant", "built-in", "fitted"],
-                [[f, c, f"{b:.4g}", f"{v:.4g}"] for f, c, b, v in comparison_rows(report)])
+    # a fitted value left out of the file says so (a trial read one as written)
+    block = document["microbench"]
+    print_table("Fitted vs built-in constants",
+                ["family", "constant", "built-in", "fitted", "written"],
+                [[f, c, f"{b:.4g}", f"{v:.4g}",
+                  "yes" if is_written(block, f, c) else "no (built-in kept)"]
+                 for f, c, b, v in comparison_rows(report)])
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -266,8 +267,10 @@ def _interrupted() -> NoReturn:
     warning_lines.flush(INTERRUPTED)
     words = [word for word in sys.argv[1:] if not word.startswith("-")]  # flags move
     resumes = any(tuple(words[:len(command)]) == command for command in _RESUMING_COMMANDS)
-    _one_line("error: interrupted" + ("; rerun the same command to resume from the last "
-                                      "checkpoint" if resumes else ""))
+    # the command itself, as the docs promise (a trial read "rerun the same command")
+    command = shlex.join(["mosaic", *sys.argv[1:]])
+    _one_line("error: interrupted" + (f"; resume from the last checkpoint with: {command}"
+                                      if resumes else ""))
     sys.exit(INTERRUPTED)
 
 

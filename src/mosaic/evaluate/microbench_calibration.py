@@ -534,6 +534,19 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
     return warnings
 
 
+def is_written(block: dict[str, Any], family: str, constant: str) -> bool:
+    """Whether a fitted constant of the report made it into the written ``microbench``
+    block (:func:`implausible_constants` leaves some out): e.g. ('gemm', 'k_half'),
+    ('attention', 'fwd.max_fraction'), ('elementwise', 'elementwise_hbm_efficiency')."""
+    if family == "elementwise":
+        return constant in block
+    if family == "attention":
+        return constant.split(".")[0] in (block.get("attention") or {})
+    if family == "host":
+        return True  # dispatch_gap_s goes to the calibration's constants, never dropped
+    return constant in (block.get(family) or {})
+
+
 def comparison_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float]]:
     """(family, constant, built-in, fitted) for every constant with both values."""
     rows = []

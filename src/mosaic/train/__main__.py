@@ -37,11 +37,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line each,
-        # not a traceback through the collective it was waiting in (the last checkpoint
-        # in --out resumes the run exactly)
-        print(f"error: interrupted; rerun the same command to resume from the last "
-              f"checkpoint in {args.out}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C under torchrun reaches every rank: one line from
+        # rank 0 (a trial saw it once per rank), not a traceback through the collective it
+        # was waiting in (the last checkpoint in --out resumes the run exactly)
+        if _is_rank_zero():
+            print(f"error: interrupted; rerun the same command (torchrun ... -m mosaic.train "
+                  f"{' '.join(sys.argv[1:] if argv is None else argv)}) to resume from the "
+                  f"last checkpoint in {args.out}", file=sys.stderr)
         return 130
     if result.world_size == 1 or _is_rank_zero():
         state = "finished" if result.complete else f"stopped at step {result.steps}"

@@ -31,6 +31,7 @@ from mosaic.arch.ladder import (
 from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
 from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.limits import LIMITS
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.schedule import WSDSchedule
 
@@ -173,7 +174,10 @@ class DataConfig(_Strict):
 class RunConfig(_Strict):
     """Batch, length, precision, logging and checkpointing of one run."""
 
-    tokens: float = Field(gt=0, description="training tokens D (rounded up to whole steps)")
+    # bounded as every command bounds tokens (mosaic.limits): 1e30 trained "forever" at a
+    # 2.8e-7 peak lr with only a repeated-data warning (a trial)
+    tokens: float = Field(gt=0, le=LIMITS["tokens"].high,
+                          description="training tokens D (rounded up to whole steps)")
     seq_len: int = Field(default=2048, gt=0, description="A.2: T_seq = 2048")
     global_batch_seqs: int = Field(default=256, gt=0, description="sequences per step")
     micro_batch_seqs: int = Field(default=8, gt=0, description="sequences per forward")

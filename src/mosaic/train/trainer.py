@@ -306,6 +306,12 @@ class Trainer:
             from mosaic.hardware import get_device
 
             device = get_device(run.device_name)
+            if self.device.type != "cuda":  # a GPU's peak read against a CPU's throughput
+                warnings.warn(
+                    f"run.device_name {device.name}: the run is on {self.device}, so its MFU "
+                    f"against {device.name}'s peak measures nothing of either; leave "
+                    "device_name unset on CPU (or give run.bench_dir: this CPU's measured "
+                    "GEMM peak)", MosaicWarning, stacklevel=2)
         elif self.device.type == "cuda":
             device = resolve_device(torch.cuda.get_device_name(self.device))
         dtype_name = "bf16" if self.autocast_dtype is torch.bfloat16 else "fp32"
@@ -610,8 +616,14 @@ class Trainer:
         if not math.isfinite(tokens_per_s):
             return {}
         mfu = self.flops.mfu(tokens_per_s, self.context.world_size)
-        return {"mfu_paper": mfu["mfu_paper"],
-                "mfu_paper_vs_achievable": mfu["mfu_paper_vs_achievable"]}
+        against = mfu["mfu_paper_vs_achievable"]
+        if against is not None and against > 1.0:  # not a measured peak of this run's device
+            warnings.warn(
+                f"MFU against the measured GEMM peak is {against:.0%}: the run delivered more "
+                "than that peak (run.achievable_flops_per_s too low, or run.bench_dir "
+                "measured with other threads or on another device), so the figure is not a "
+                "fraction of anything", MosaicWarning, stacklevel=2)
+        return {"mfu_paper": mfu["mfu_paper"], "mfu_paper_vs_achievable": against}
 
     def _write_run_info(self) -> None:
         epochs = self.data.epochs_for(self.total_steps * self.config.run.global_batch_seqs)
