@@ -139,3 +139,27 @@ def test_cases_left_for_the_budget_are_named_with_the_way_to_finish_them(tmp_pat
         " ".join(capsys.readouterr().err.split())
     _render_reports([RunReport("gemm", planned=5, measured=5)], tmp_path, False)
     assert "left for the --time-budget" not in capsys.readouterr().err
+
+
+def test_one_stalled_call_does_not_set_one_call_per_sample():
+    """A busy host preempted a 10 us kernel's probe call for 8 ms: one call per sample
+    followed, and every sample then measured stalls, the same in every run (a trial). The
+    call's duration is the fastest single call (warm-up included): a stall in the probe
+    alone leaves many calls per sample."""
+    import time
+
+    torch = __import__("pytest").importorskip("torch")
+    from mosaic.bench.timer import TimingPolicy, time_call
+
+    calls = []
+
+    def call():
+        calls.append(None)
+        if len(calls) == 4:  # the probe, after three warm-up calls
+            time.sleep(8e-3)
+
+    policy = TimingPolicy(warmup=3, min_repeats=3, max_repeats=3, min_time_s=0.0,
+                          target_sample_s=1e-3)
+    summary, per_sample = time_call(call, torch.device("cpu"), policy)
+    assert per_sample > 10
+    assert summary.time_s < 1e-3

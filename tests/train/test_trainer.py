@@ -560,5 +560,5 @@ def test_mfu_that_cannot_be_a_fraction_and_a_gpu_peak_on_cpu_are_warned_of(tmp_p
 def test_an_absurd_token_budget_is_refused():
     """run.tokens 1e30 gave 9.8e26 steps and trained 'forever' (a trial): tokens are bounded
     as every command bounds them (mosaic.limits, 1e18)."""
-    with pytest.raises(MosaicInputError, match="run.tokens"):
+    with pytest.raises(MosaicInputError, match=r"run\.tokens"):
         train_config_from_mapping(tiny_job(run={"tokens": 1e30}), "job")
