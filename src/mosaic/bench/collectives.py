@@ -210,6 +210,9 @@ def _max_over_ranks(value: float, device: Any) -> float:
     return float(t.item())
 
 
+PROBE_CALLS = 3  # single calls whose fastest sets the calls per sample (timer.time_call)
+
+
 def _time_collective(call: Any, device: Any, policy: TimingPolicy) -> tuple[Any, int]:
     """Same calls on every rank: warm-up, a probe reduced with MAX, then fixed repeats."""
     import torch.distributed as dist
@@ -217,11 +220,14 @@ def _time_collective(call: Any, device: Any, policy: TimingPolicy) -> tuple[Any,
     for _ in range(policy.warmup):
         call()
     synchronize(device)
-    dist.barrier()
-    t0 = time.perf_counter()
-    call()
-    synchronize(device)
-    probe = _max_over_ranks(time.perf_counter() - t0, device)
+    probes = []
+    for _ in range(PROBE_CALLS):  # the fastest of a few: one preempted call is no guide
+        dist.barrier()
+        t0 = time.perf_counter()
+        call()
+        synchronize(device)
+        probes.append(time.perf_counter() - t0)
+    probe = _max_over_ranks(min(probes), device)
     calls = 1 if probe >= policy.target_sample_s else min(
         100, math.ceil(policy.target_sample_s / max(probe, 1e-9)))
     repeats = int(np.clip(math.ceil(policy.min_time_s / max(probe * calls, 1e-9)),
