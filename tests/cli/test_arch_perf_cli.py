@@ -260,3 +260,18 @@ def test_a_job_on_part_of_one_host_is_predicted(tmp_path):
     n_active = count_parameters(load_job(job).workload.geometry).n_active
     assert doc["mfu"] == pytest.approx(6 * n_active * doc["tokens_per_s_per_gpu"] / 989.4e12,
                                        rel=1e-3)
+
+
+def test_a_step_multiplier_below_one_is_named_over_the_breakdown():
+    """Under the default profile megatron-core's multiplier (0.95) scales every term, the
+    'analytical' ones too, so one term differed between two profiles with no word (a
+    trial): the JSON carries the multiplier and the table's title says so."""
+    document = json.loads(runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml"),
+                                              "--json"]).stdout)
+    multiplier = document["step_multiplier"]
+    assert 0 < multiplier < 1
+    assert sum(document["breakdown"].values()) == pytest.approx(document["step_time_s"])
+    assert document["breakdown"]["calibration"] == 0.0
+    shown = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml")],
+                          env={"COLUMNS": "300"})
+    assert f"every term x{multiplier:.4g}, the calibration's step multiplier" in shown.stdout

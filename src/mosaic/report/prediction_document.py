@@ -41,6 +41,9 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "feasible": bool(p.feasible[0]),
         "overshoot_gib": float(p.overshoot_bytes[0] / GIB),
         "chi_sys": float(p.chi_sys[0]),
+        # chi_sys x the stack's multiplier; below 1 it scales every breakdown term
+        # (StepPrediction.breakdown_s), above 1 it is the "calibration" term
+        "step_multiplier": float(p.step_multiplier[0]),
         "attention_kernel": p.attention_kernel,
         "precision": str(result.spec.workload.precision),
         "fp8_recipe": str(result.spec.workload.fp8_recipe),
