@@ -36,6 +36,7 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.machine import Machine
+from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
@@ -465,16 +466,16 @@ def _hsdp_shard_in_domain(machine: Machine, row: PlanRow) -> int:
     return max((d for d in _divisors(int(row["dp"])) if d * stride <= domain), default=1)
 
 
-def _unsharded_experts_note(workload: Workload, row: PlanRow, shard: int) -> str:
+def _unsharded_experts_note(workload: Workload, row: PlanRow) -> str:
     """Why HSDP can need more memory than ZeRO-1 on an MoE job: the routed experts shard
-    over the same fraction of their edp group as the dense parameters of dp (memory.
-    parameter_states.shard_degrees), edp·shard/dp, which is 1 when ep fills the shard
+    over the same fraction of their edp group as the dense parameters of dp (the expert
+    degree of memory.parameter_states.shard_degrees), which is 1 when ep fills the shard
     group: their states then stay whole on every rank (a trial met a lever needing 92 GiB
     against zero1's 66 GiB, unexplained)."""
     if workload.geometry.moe is None:
         return ""
-    edp = int(row["tp"]) * int(row["cp"]) * int(row["dp"]) // (int(row["ep"]) * int(row["etp"]))
-    if edp * shard // int(row["dp"]) > 1:
+    _, expert_shard = shard_degrees(plans_from_rows([row]))
+    if expert_shard[0] > 1:
         return ""
     return (f"; the routed experts, split over ep {row['ep']}, get no HSDP shard "
             "(their states stay whole on every rank)")
@@ -492,10 +493,10 @@ def _sharding(workload: Workload, machine: Machine, row: PlanRow) -> Iterator[_C
             shard = _hsdp_shard_in_domain(machine, row)
             if shard in (1, row["dp"]):
                 continue
+            hsdp = _with(row, sharding=name, hsdp_shard=shard)
             yield _Candidate("sharding_hsdp", f"HSDP: shard over {shard} ranks inside the "
                              f"NVLink domain, replicate x{int(row['dp']) // shard}"
-                             + _unsharded_experts_note(workload, row, shard),
-                             _with(row, sharding=name, hsdp_shard=shard))
+                             + _unsharded_experts_note(workload, hsdp), hsdp)
         else:
             yield _Candidate(f"sharding_{name}", f"sharding {row['sharding']} -> {name}",
                              _with(row, sharding=name))
