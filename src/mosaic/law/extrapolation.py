@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+ArrayLike = float | np.ndarray
+
 QUANTITIES = ("n_total", "n_active", "tokens", "sparsity", "split_factor", "tokens_per_param")
 
 
@@ -130,13 +132,14 @@ def extrapolation_flags(
     return flags
 
 
-def tokens_per_param(tokens: float | None, n_active: float | None, n_total: float | None
-                     ) -> float | None:
-    """D / N_act, or D / N_tot without an active count (a dense law); None without D."""
+def tokens_per_param(tokens: ArrayLike | None, n_active: ArrayLike | None,
+                     n_total: ArrayLike | None) -> np.ndarray | None:
+    """D / N_act, or D / N_tot without an active count (a dense law), of scalars or arrays;
+    None without D or without a positive count."""
     count = n_active if n_active is not None else n_total
-    if tokens is None or count is None or not float(count) > 0:
+    if tokens is None or count is None or not np.all(np.asarray(count, dtype=float) > 0):
         return None
-    return float(tokens) / float(count)
+    return np.asarray(tokens, dtype=float) / np.asarray(count, dtype=float)
 
 
 def extrapolation_document(law: Any, flags: list[ExtrapolationFlag]) -> dict[str, Any]:
@@ -169,8 +172,7 @@ def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarra
         return [float(np.min(values)), float(np.max(values))]
 
     support = {"n_total": span(n_total), "tokens": span(tokens)}
-    count = n_total if n_active is None else n_active
-    support["tokens_per_param"] = span(np.asarray(tokens) / np.asarray(count))
+    support["tokens_per_param"] = span(tokens_per_param(tokens, n_active, n_total))
     if n_active is not None:
         support["n_active"] = span(n_active)
         support["sparsity"] = span(1.0 - np.asarray(n_active) / np.asarray(n_total))
