@@ -69,6 +69,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
 from mosaic.perf.workload import (
     FP8_RECIPES,
+    Dispatcher,
     Fp8Recipe,
     OptimizerKind,
     Precision,
@@ -661,7 +662,8 @@ def job_from_document(document: dict[str, Any], where: str,
             "@ d98e8a64dd: 'full recompute is only supported with full iteration CUDA "
             "graph'); use selective recompute or full_iteration_cuda_graph")
     if (workload.full_iteration_cuda_graph and workload.geometry.moe is not None
-            and workload.routing != "token_drop" and workload.dispatcher != "hybridep"):
+            and workload.routing != "token_drop"
+            and workload.dispatcher is not Dispatcher.HYBRIDEP):
         # the only documented whole-step capture of a dropless MoE (Workload docstring)
         notes.append(f"performance.full_iteration_cuda_graph with a dropless MoE on the "
                      f"{workload.dispatcher} dispatcher: Megatron captures such a step whole "
