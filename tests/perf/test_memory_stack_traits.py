@@ -87,8 +87,6 @@ KNOWN_OOM_MISSES = {
     # same 128 GPUs) although every block is checkpointed; mosaic counts 3.2
     "tt2237-qwen3-30b-a3b-b200-128-ep8-lbs16-deepep-oom",
     "tt2237-qwen3-30b-a3b-b200-128-ep8-lbs20-deepep-oom",
-    # torchtitan, no checkpointing, learned router: trained LBS 8 measured 36% above mosaic's peak
-    "tt2516-dsv3-9p5b-b200-8-ep8-lbs10-standard-ep-oom",
     # NeMo AutoModel DeepSeek-V3 on 64 GB200: the recipe's 27.6 GB per sequence under
     # whole-block checkpointing (lbs 1 -> 4) against mosaic's 7.9 GiB (lbs 2 -> 4)
     "automodel-deepseek-v3-gb200-64-bf16-te-gmm-lbs4-oom",
