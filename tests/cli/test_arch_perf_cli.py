@@ -109,10 +109,10 @@ def test_arch_malformed_and_empty_files(tmp_path):
 def test_perf_json_keys_and_consistency():
     doc = run_json("perf", str(EXAMPLES / "appendix_e.yaml"))
     for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib",
-                "feasible", "breakdown", "memory_breakdown"):
+                "feasible", "breakdown_s", "memory_breakdown_bytes"):
         assert key in doc
-    assert sum(doc["breakdown"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
-    assert "ep_all_to_all" in doc["breakdown"] and "dp_reduce_scatter" in doc["breakdown"]
+    assert sum(doc["breakdown_s"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
+    assert "ep_all_to_all" in doc["breakdown_s"] and "dp_reduce_scatter" in doc["breakdown_s"]
     assert doc["tokens_per_s"] == pytest.approx(8192 * 8192 / doc["step_time_s"])
 
 
@@ -147,7 +147,7 @@ def test_perf_hierarchical_dispatcher_cuts_cross_node_all_to_all():
     alltoall = run_json("perf", str(EXAMPLES / "appendix_e.yaml"), *across_nodes)
     deepep = run_json("perf", str(EXAMPLES / "appendix_e.yaml"), *across_nodes,
                       "--set", "parallelism.dispatcher=deepep")
-    assert deepep["breakdown"]["ep_all_to_all"] < alltoall["breakdown"]["ep_all_to_all"]
+    assert deepep["breakdown_s"]["ep_all_to_all"] < alltoall["breakdown_s"]["ep_all_to_all"]
 
 
 def test_perf_accepts_uneven_stages_when_asked():
@@ -270,8 +270,8 @@ def test_a_step_multiplier_below_one_is_named_over_the_breakdown():
                                               "--json"]).stdout)
     multiplier = document["step_multiplier"]
     assert 0 < multiplier < 1
-    assert sum(document["breakdown"].values()) == pytest.approx(document["step_time_s"])
-    assert document["breakdown"]["calibration"] == 0.0
+    assert sum(document["breakdown_s"].values()) == pytest.approx(document["step_time_s"])
+    assert document["breakdown_s"]["calibration"] == 0.0
     shown = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml")],
                           env={"COLUMNS": "300"})
     assert f"every term x{multiplier:.4g}, the calibration's step multiplier" in shown.stdout

@@ -96,7 +96,7 @@ def test_two_jobs(job_b):
         terms = {r["term"]: r[side] for r in doc["breakdown_s"]}
         assert sum(terms.values()) == pytest.approx(perf["step_time_s"])
         memory = {r["part"]: r[side] for r in doc["memory_breakdown_bytes"]}
-        assert memory == pytest.approx(perf["memory_breakdown"])
+        assert memory == pytest.approx(perf["memory_breakdown_bytes"])
     assert summary["step_time_s"]["ratio_b_over_a"] == pytest.approx(
         summary["step_time_s"]["b"] / summary["step_time_s"]["a"])
     assert doc["a"]["law_extrapolation"]  # ~440 B total parameters: beyond Table 2's data

@@ -221,7 +221,7 @@ def test_report_rejects_what_is_not_a_result(tmp_path):
 def test_kinds_are_recognised():
     samples = {"plan": {"envelope": 1, "candidates": 1, "optimum": 1},
                "sweep": {"axis": 1, "points": 1, "envelope": 1},
-               "perf": {"step_time_s": 1, "breakdown": 1, "memory_breakdown": 1},
+               "perf": {"step_time_s": 1, "breakdown_s": 1, "memory_breakdown_bytes": 1},
                "layouts": {"rows": 1, "n_plans": 1, "infeasible": 1},
                "validate": {"runs": 1, "aggregate": 1}}
     assert set(samples) == set(KINDS)
@@ -229,13 +229,24 @@ def test_kinds_are_recognised():
         assert detect_kind(document) == kind
 
 
+def test_a_perf_document_saved_with_the_old_keys_still_opens(tmp_path):
+    """`mosaic perf --json` named its breakdowns without units before December 2026
+    (breakdown, memory_breakdown); a saved file still draws the same page."""
+    document = json.loads(invoke("perf", str(EXAMPLES / "appendix_e.yaml"), "--json"))
+    old = {("breakdown" if key == "breakdown_s" else
+            "memory_breakdown" if key == "memory_breakdown_bytes" else key): value
+           for key, value in document.items()}
+    assert "breakdown_s" not in old and detect_kind(old) == "perf"
+    assert render_report(old) == render_report(document)
+
+
 def test_every_step_term_has_a_group():
     """A new breakdown term of the time model must be placed in the report's groups."""
     document = json.loads(invoke("perf", str(EXAMPLES / "appendix_e.yaml"), "--json"))
-    assert set(document["breakdown"]) <= set(TERM_GROUPS)
-    grouped = grouped_seconds(document["breakdown"])
+    assert set(document["breakdown_s"]) <= set(TERM_GROUPS)
+    grouped = grouped_seconds(document["breakdown_s"])
     assert sum(grouped.values()) == pytest.approx(document["step_time_s"], rel=1e-12)
-    assert grouped["EP comm, exposed"] == pytest.approx(document["breakdown"]["ep_all_to_all"])
+    assert grouped["EP comm, exposed"] == pytest.approx(document["breakdown_s"]["ep_all_to_all"])
 
 
 def test_layout_label_and_scatter_sample():
@@ -296,7 +307,7 @@ def test_the_uncertainty_panel_names_what_was_sampled():
 def test_report_of_garbage_is_one_line(tmp_path):
     """Hand-edited documents: every failure is a one-line input error, never a traceback."""
     document = json.loads(invoke("perf", str(EXAMPLES / "appendix_e.yaml"), "--json"))
-    broken = [{**document, "breakdown": []}, {**document, "step_time_s": "fast"},
+    broken = [{**document, "breakdown_s": []}, {**document, "step_time_s": "fast"},
               {**document, "plan": None}, {**document, "step_time_s": 0.0}]
     for i, bad in enumerate(broken):
         path = tmp_path / f"bad{i}.json"

@@ -54,7 +54,7 @@ def test_prediction_is_the_cli_prediction_of_the_exported_job(studio, tmp_path):
     prediction = body["prediction"]
     for key in ("step_time_s", "tokens_per_s", "mfu", "memory_gib", "feasible"):
         assert prediction[key] == pytest.approx(document[key], rel=1e-12), key
-    assert prediction["breakdown"] == pytest.approx(document["breakdown"], rel=1e-12)
+    assert prediction["breakdown_s"] == pytest.approx(document["breakdown_s"], rel=1e-12)
     assert prediction["coverage"] == document["coverage"]  # envelope verdict and intervals
     assert prediction["plan"]["micro_batch"] == 2 and prediction["plan"]["pp"] == 4
     # the model block is the ladder geometry q=12, E=96, K=2, G=4 (paper Table 4: 327 B)

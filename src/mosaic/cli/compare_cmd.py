@@ -123,8 +123,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "gpu_hours": gpu_hours, "price_per_gpu_hour": price,
         "cost": None if price is None else gpu_hours * price,
         "geometry": _job_geometry(spec.workload.geometry),
-        "breakdown_s": doc["breakdown"],
-        "memory_breakdown_bytes": doc["memory_breakdown"],
+        "breakdown_s": doc["breakdown_s"],
+        "memory_breakdown_bytes": doc["memory_breakdown_bytes"],
         "inputs": _job_inputs(path, spec, model),
         "resolved_inputs": flatten(resolved_job_document(spec)),
     }

@@ -101,7 +101,7 @@ def _render(document: dict[str, Any]) -> None:
     rows = [
         [name, f"{seconds:.4f}", f"{seconds / step:.1%}", document["labels"][name],
          term_meaning(name)]
-        for name, seconds in sorted(document["breakdown"].items(),
+        for name, seconds in sorted(document["breakdown_s"].items(),
                                     key=lambda item: order.get(item[0], len(order)))
         if abs(seconds) > 0
     ]
@@ -114,7 +114,7 @@ def _render(document: dict[str, Any]) -> None:
               "runs faster than the analytical model)" if multiplier < 1 else "")
     print_table("Step-time breakdown" + scaled, ["term", "seconds", "share", "source", "what"],
                 rows)
-    memory = document["memory_breakdown"]
+    memory = document["memory_breakdown_bytes"]
     pp = document["plan"]["pp"]
     print_table(
         "Memory breakdown" + (f" (heaviest stage: pipeline rank {document['memory_stage']} of "

@@ -882,14 +882,32 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
 RESULT_SIGNATURES: dict[str, tuple[str, ...]] = {
     "plan": ("envelope", "candidates", "optimum"),
     "sweep": ("axis", "points", "envelope"),
-    "perf": ("step_time_s", "breakdown", "memory_breakdown"),
+    "perf": ("step_time_s", "breakdown_s", "memory_breakdown_bytes"),
     "layouts": ("rows", "n_plans", "infeasible"),
     "validate": ("runs", "aggregate"),
 }
 
 
+# Keys a command's --json wrote before they carried their unit, renamed on reading so that a
+# saved document still opens: `mosaic perf --json` before December 2026 (seconds, bytes).
+LEGACY_RESULT_KEYS: dict[str, str] = {"breakdown": "breakdown_s",
+                                      "memory_breakdown": "memory_breakdown_bytes"}
+
+
+def with_current_keys(document: object) -> object:
+    """``document`` with the legacy keys of a perf document renamed (LEGACY_RESULT_KEYS);
+    any other document unchanged."""
+    if (isinstance(document, dict) and "step_time_s" in document
+            and all(old in document and new not in document
+                    for old, new in LEGACY_RESULT_KEYS.items())):
+        return {LEGACY_RESULT_KEYS.get(key, key): value for key, value in document.items()}
+    return document
+
+
 def result_kind(document: object) -> str | None:
-    """The command whose ``--json`` output ``document`` is (RESULT_SIGNATURES), or None."""
+    """The command whose ``--json`` output ``document`` is (RESULT_SIGNATURES, legacy keys
+    read as their current names), or None."""
+    document = with_current_keys(document)
     if isinstance(document, dict):
         for kind, keys in RESULT_SIGNATURES.items():
             if all(key in document for key in keys):

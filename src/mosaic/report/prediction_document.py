@@ -61,9 +61,10 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         # the element-wise and MoE token-movement implementations the step is costed with
         # (perf/elementwise_traffic.py, perf/moe_permute_traffic.py) and where each comes from
         "kernels": kernel_assumptions(result.spec.workload),
-        "breakdown": {name: float(value[0]) for name, value in p.breakdown_s.items()},
+        "breakdown_s": {name: float(value[0]) for name, value in p.breakdown_s.items()},
         "labels": p.labels,
-        "memory_breakdown": {name: float(v[0]) for name, v in p.memory_breakdown_bytes.items()},
+        "memory_breakdown_bytes": {name: float(v[0])
+                                   for name, v in p.memory_breakdown_bytes.items()},
         # the pipeline rank whose memory the breakdown is (docs/memory.md "Which stage")
         "memory_stage": int(heaviest_stage(result.spec.workload, result.spec.plan)[0]),
         "plan": plan_row_document(result.spec.plan.row(0)),

@@ -258,10 +258,10 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         predict_ms = (time.perf_counter() - start) * 1e3
         name = layout_label(document["plan"])
         figures = {
-            "step": figure_json(step_breakdown_figure([(name, document["breakdown"])],
+            "step": figure_json(step_breakdown_figure([(name, document["breakdown_s"])],
                                                       document["labels"])),
             "memory": figure_json(memory_breakdown_figure(
-                [(name, document["memory_breakdown"])], result.machine.hbm_bytes,
+                [(name, document["memory_breakdown_bytes"])], result.machine.hbm_bytes,
                 usable_fraction=result.machine.usable_memory_fraction)),
         }
         return _json({"ok": True, "prediction": document, "figures": figures,
@@ -291,10 +291,10 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         bars = [("A", documents[0]), ("B", documents[1])]
         return _json({"ok": True, "predictions": documents, "figures": {
             "step": figure_json(step_breakdown_figure(
-                [(n, d["breakdown"]) for n, d in bars], documents[0]["labels"],
+                [(n, d["breakdown_s"]) for n, d in bars], documents[0]["labels"],
                 "Step time: A vs B")),
             "memory": figure_json(memory_breakdown_figure(
-                [(n, d["memory_breakdown"]) for n, d in bars],
+                [(n, d["memory_breakdown_bytes"]) for n, d in bars],
                 documents[0]["memory_capacity_gib"] * GIB, "Memory per GPU: A vs B",
                 usable_fraction=documents[0]["usable_memory_fraction"]))}})
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind
+from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind, with_current_keys
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import write_text_atomic
 
@@ -69,6 +69,7 @@ def require_plotly() -> None:
 def render_report(document: dict[str, Any], kind: str | None = None) -> str:
     """The HTML page of a result document (kind detected when not given)."""
     require_plotly()
+    document = with_current_keys(document)  # a perf document saved before its keys had units
     detected = detect_kind(document) if kind is None else _kind_or_none(document)
     kind = kind or detected
     if kind not in KINDS:

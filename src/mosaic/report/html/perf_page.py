@@ -82,9 +82,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
     ]
     terms = [{"term": k, "seconds": v, "share": v / document["step_time_s"],
               "source": document["labels"].get(k, ""), "what": term_meaning(k)}
-             for k, v in document["breakdown"].items() if abs(v) > 0]
+             for k, v in document["breakdown_s"].items() if abs(v) > 0]
     memory = [{"component": k, "gib": v / GIB, "what": COMPONENT_MEANINGS.get(k, "")}
-              for k, v in document["memory_breakdown"].items()]
+              for k, v in document["memory_breakdown_bytes"].items()]
     capacity = document["memory_capacity_gib"] * GIB
     assumed = [{"assumed": line}
                for line in [*document.get("assumptions", []), *document.get("kernels", [])]]
@@ -94,10 +94,10 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
             note("Communication bars are the exposed time per parallel axis (the model hides "
                  "overlapped communication behind compute)."),
             row_html(
-                figure_html(step_breakdown_figure([(name, document["breakdown"])],
+                figure_html(step_breakdown_figure([(name, document["breakdown_s"])],
                                                   document["labels"]), "fig-step"),
                 figure_html(memory_breakdown_figure(
-                    [(name, document["memory_breakdown"])], capacity,
+                    [(name, document["memory_breakdown_bytes"])], capacity,
                     usable_fraction=document.get("usable_memory_fraction")), "fig-memory")),
             table_html([Column("term", "term", text=True),
                         Column("seconds", "seconds", fmt_float(4)),
