@@ -11,6 +11,8 @@ forward + backward, counted by hand from each implementation's kernels:
       34*4096 + 8*8192 + 16*11008           = 380,928
   eager torch (fp32-upcast RMSNorm, complex RoPE, silu then mul): 280 B/d, RoPE 40, 28 B/w
       280*4096 + 40*8192 + 28*11008         = 1,782,784
+  eager torch with PyTorch's fused RMSNorm (>= 2.9), RoPE and SwiGLU still eager: 52 B/d
+      52*4096 + 40*8192 + 28*11008          =   848,896
 """
 
 from dataclasses import replace
@@ -38,6 +40,7 @@ BY_HAND = {
     ElementwiseKernels.TE_FUSED: 421_888,
     ElementwiseKernels.INDUCTOR: 380_928,
     ElementwiseKernels.EAGER_FP32_NORM: 1_782_784,
+    ElementwiseKernels.EAGER_FUSED_RMSNORM: 848_896,
 }
 ANALYTICAL_BY_HAND = 321_024
 
@@ -121,6 +124,30 @@ def test_eager_step_slower_by_the_extra_bytes(tt165):
     assert eager.step_time_s[0] > compiled.step_time_s[0] + 0.99 * extra
 
 
+def test_fused_rmsnorm_moves_what_the_native_layernorm_moves():
+    """aten::_fused_rms_norm: forward reads x, writes y (4); backward writes dx from dy and x
+    (6) and the weight gradient reads dy and x again (4); two norms and the residuals' 24:
+    52 B per d, the native LayerNorm's count. RoPE and SwiGLU stay the eager ones."""
+    fused = block_traffic(ElementwiseKernels.EAGER_FUSED_RMSNORM)
+    assert fused.norm_residual_per_d == 2 * (4 + 6 + 4) + 24 == block_traffic(
+        ElementwiseKernels.EAGER_NATIVE_NORM).norm_residual_per_d
+    fp32 = block_traffic(ElementwiseKernels.EAGER_FP32_NORM)
+    assert (fused.rope_per_element, fused.glu_per_element) == (
+        fp32.rope_per_element, fp32.glu_per_element)
+
+
+def test_the_torch_era_decides_the_eager_norm(tt165):
+    """torchtitan's eager default is today's (nn.RMSNorm on PyTorch >= 2.9: the fused
+    kernel); the 2024 rows run the fp32 composite (record settings), and only eager code
+    reads the era: compiled, Inductor's kernels."""
+    old = tt165["tt165-llama2-7b-h100-8-fsdp2-eager-ac"].workload
+    assert old.eager_kernels == "eager_fp32_norm"  # record setting (PR #165, 2024-03)
+    today = replace(old, eager_kernels=None)
+    assert elementwise_kernels(today) is ElementwiseKernels.EAGER_FUSED_RMSNORM
+    assert elementwise_traffic_multiplier(today) == pytest.approx(848_896 / 321_024)
+    assert elementwise_kernels(replace(old, torch_compile=True)) is ElementwiseKernels.INDUCTOR
+
+
 def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
     """`mosaic perf` names the element-wise and MoE token-movement implementations: the
     stack's default, a stated torch_compile, and that Transformer Engine stacks ignore it."""
@@ -141,8 +168,17 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
         "MoE token movement: te_fused (moe_permute set)"]
     eager = replace(moe, stack="torchtitan", torch_compile=False)
     assert kernel_assumptions(eager)[0] == (
-        "element-wise kernels: eager_fp32_norm (torchtitan; torch_compile set)")
+        "element-wise kernels: eager_fused_rmsnorm (torchtitan; torch_compile set)")
     assert kernel_assumptions(eager)[-1] == "LM loss: fp32_upcast (torchtitan's default)"
+    older = replace(eager, eager_kernels="eager_fp32_norm")
+    assert kernel_assumptions(older)[0] == (
+        "element-wise kernels: eager_fp32_norm (torchtitan; torch_compile and eager_kernels "
+        "set)")
+    assert "eager_kernels has no effect on a compiled model (torch_compile)" in (
+        kernel_assumptions(replace(older, torch_compile=True)))
+    assert kernel_assumptions(replace(moe, eager_kernels="eager_fp32_norm"))[1] == (
+        "eager_kernels has no effect on megatron-core: its model code runs te_fused kernels "
+        "either way")
     # compiled blocks compile the loss with them (torchtitan since April 2025): the note
     # says so and how to state an older run's eager loss
     compiled = replace(moe, stack="torchtitan")
@@ -192,3 +228,12 @@ def test_a_stack_moving_less_than_the_analytical_count_shows_no_negative_term():
     assert (terms >= 0).all()
     assert step.breakdown_s["compute_elementwise_unfused"][0] == 0.0
     assert terms.sum() == pytest.approx(step.step_time_s[0], rel=1e-9)
+
+
+def test_an_unknown_eager_era_is_refused_naming_the_known_ones():
+    from mosaic.errors import MosaicInputError
+    from mosaic.evaluate.job import load_job_spec
+
+    run = f"{EXTRA}#tt165-llama2-7b-h100-8-fsdp2-eager-ac"
+    with pytest.raises(MosaicInputError, match=r"eager_fp32_norm.*eager_fused_rmsnorm"):
+        load_job_spec(Path(run), ["eager_kernels=eager_fp32"])

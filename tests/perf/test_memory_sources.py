@@ -48,7 +48,7 @@ def test_eager_fp32_norm_code_saves_each_norms_fp32_copy_and_the_silu_output():
     """Two norms x 256 tokens x 64 x 4 B (fp32 copy + normalised bf16 - the bf16 input) and
     the SiLU output, 256 x 160 x 2 B: 131,072 + 81,920 = 212,992 B per block."""
     plan = single_plan(**PLAN, checkpointing=Checkpointing.NONE)
-    eager = workload("torchtitan", torch_compile=False)
+    eager = workload("torchtitan", torch_compile=False, eager_kernels="eager_fp32_norm")
     assert eager_elementwise_extra_bytes(eager, plan, "dense")[0] == 212_992
     compiled = workload("torchtitan")
     saved = (activation_bytes_per_layer(eager, plan, "dense")[0]
@@ -57,6 +57,15 @@ def test_eager_fp32_norm_code_saves_each_norms_fp32_copy_and_the_silu_output():
     # Inductor fuses them; the native LayerNorm kernel saves its bf16 input as counted.
     assert eager_elementwise_extra_bytes(compiled, plan, "dense")[0] == 0
     assert eager_elementwise_extra_bytes(workload("llm-foundry"), plan, "dense")[0] == 0
+
+
+def test_pytorch_fused_rmsnorm_saves_no_fp32_copy_but_eager_swiglu_keeps_its_silu():
+    """PyTorch >= 2.9's fused RMSNorm (torchtitan's eager default) saves its bf16 input and a
+    per-row rstd, as counted: only the eager SwiGLU's SiLU output remains, 256 x 160 x 2 B =
+    81,920 B per block (the fp32 era's 212,992 less its two fp32 norm copies)."""
+    plan = single_plan(**PLAN, checkpointing=Checkpointing.NONE)
+    today = workload("torchtitan", torch_compile=False)
+    assert eager_elementwise_extra_bytes(today, plan, "dense")[0] == 81_920
 
 
 def test_deepspeed_zero_keeps_gradient_partitions_in_the_model_dtype():

@@ -24,6 +24,7 @@ from mosaic.arch import Geometry
 from mosaic.config.blocks import (
     BatchBlock,
     CrossEntropyName,
+    EagerKernelsName,
     ExpertGemmName,
     ModelBlock,
     MoePermuteName,
@@ -177,6 +178,11 @@ class PerformanceBlock(StrictBlock):
         default=None, description="the MoE token-movement code (permute, unpermute, "
         "combine) the run uses, e.g. a torchtitan era; unset = the stack's "
         "(docs/evidence/moe_permute_traffic.md)")
+    eager_kernels: EagerKernelsName | None = Field(
+        default=None, description="the eager-torch norm, RoPE and activation kernels the "
+        "model code launches when not compiled, by torch era (eager_fp32_norm before "
+        "PyTorch 2.9's fused RMSNorm, eager_fused_rmsnorm after); read only by stacks whose "
+        "model code is eager torch; unset = the stack's (docs/evidence/elementwise_fusion.md)")
     expert_gemm: ExpertGemmName = Field(
         default="grouped", description="how the routed-expert GEMMs run: grouped, or "
         "xla_expanded = jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs (a dense "
@@ -591,6 +597,7 @@ def job_from_document(document: dict[str, Any], where: str,
         dp_comm_overlap=performance.dp_comm_overlap,
         torch_compile=performance.torch_compile,
         moe_permute=performance.moe_permute,
+        eager_kernels=performance.eager_kernels,
         expert_gemm=performance.expert_gemm,
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         layer_cuda_graphs=performance.layer_cuda_graphs,
@@ -769,6 +776,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["torch_compile"] = workload.torch_compile
     if workload.moe_permute is not None:
         performance["moe_permute"] = workload.moe_permute
+    if workload.eager_kernels is not None:
+        performance["eager_kernels"] = workload.eager_kernels
     if workload.expert_gemm != "grouped":
         performance["expert_gemm"] = workload.expert_gemm
     if workload.full_iteration_cuda_graph or explicit:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mosaic.config.blocks import (
     BatchBlock,
     CrossEntropyName,
+    EagerKernelsName,
     ExpertGemmName,
     ModelBlock,
     MoePermuteName,
@@ -159,6 +160,10 @@ class RunRecordEntry(_Strict):
     moe_permute: MoePermuteName | None = Field(
         default=None, description="the MoE token-movement code the run used (e.g. a "
         "torchtitan era); null = the stack's (docs/evidence/moe_permute_traffic.md)")
+    eager_kernels: EagerKernelsName | None = Field(
+        default=None, description="the eager-torch norm, RoPE and activation kernels the "
+        "run's model code launched when not compiled (e.g. eager_fp32_norm: PyTorch before "
+        "2.9); null = the stack's (docs/evidence/elementwise_fusion.md)")
     max_nodes_per_token: int | None = Field(
         default=None, ge=1, le=LIMITS["devices"].high, description="node-limited routing: "
         "each token's experts on at most this many nodes (DeepSeek-V3's M = 4, arXiv:"
@@ -316,7 +321,8 @@ class RunRecord:
             ep_overlap, dispatch_fp8, tp_comm_overlap, cross_entropy, grad_reduce_in_fp32,
             offloaded_activation_layers, recompute_modules, optimizer_dtype,
             fsdp_keep_gathered, full_iteration_cuda_graph, layer_cuda_graphs, pad_to_capacity,
-            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute, loss_chunks,
+            recompute_block_fraction, dp_comm_overlap, torch_compile, moe_permute,
+            eager_kernels, loss_chunks,
             expert_gemm, recompute when not 'unknown'); documented record
             settings never override these.
         stack_version: the release the record's recipe settings were read for (YY.MM or
@@ -531,6 +537,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         torch_compile=entry.torch_compile,
         loss_chunks=entry.loss_chunks or 1,
         moe_permute=entry.moe_permute,
+        eager_kernels=entry.eager_kernels,
         max_nodes_per_token=entry.max_nodes_per_token,
         fp8_glu_inputs=entry.fp8_glu_inputs is True,
         fused_grouped_mlp=entry.fused_grouped_mlp is True,
@@ -598,6 +605,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "torch_compile": entry.torch_compile is not None,
         "loss_chunks": entry.loss_chunks is not None,
         "moe_permute": entry.moe_permute is not None,
+        "eager_kernels": entry.eager_kernels is not None,
         "routing": entry.routing not in (None, "unknown"),
         "max_nodes_per_token": entry.max_nodes_per_token is not None,
         "fp8_glu_inputs": entry.fp8_glu_inputs is not None,

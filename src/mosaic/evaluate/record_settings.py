@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mosaic.config.blocks import EagerKernelsName
 from mosaic.config.recipes import RecipeSettings
 from mosaic.config.run_records import RunRecord, RunRecordSet
 from mosaic.errors import MosaicInputError
@@ -37,6 +38,7 @@ class _Settings(RecipeSettings):
     """A recipe's settings plus what only a run's own evidence can say."""
 
     attention_kernel: Literal["cudnn", "fa2", "fa3", "triton", "fa1", "jax_flash"] | None = None
+    eager_kernels: EagerKernelsName | None = None  # the model code's torch era
     # Not a setting of the run: False marks a run whose hardware is not the catalogued part,
     # or whose source contradicts itself about its tokens per step or its layout (the group's
     # evidence says why); it is predicted but not scored for throughput.

@@ -96,6 +96,7 @@ class ExportSpec:
     loss_chunks: int = 1
     torch_compile: bool | None = None
     moe_permute: str | None = None
+    eager_kernels: str | None = None
     attention_kernel: str | None = None
     fsdp_gather: str | None = None
     vocab_in_pipeline_split: bool = False
@@ -479,6 +480,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         fsdp_keep_gathered=workload.fsdp_keep_gathered, loss_chunks=workload.loss_chunks,
         torch_compile=workload.torch_compile,
         moe_permute=None if workload.moe_permute is None else str(workload.moe_permute),
+        eager_kernels=None if workload.eager_kernels is None else str(workload.eager_kernels),
         attention_kernel=(None if workload.attention_kernel is None
                           else str(workload.attention_kernel)),
         fsdp_gather=None if workload.fsdp_gather is None else str(workload.fsdp_gather),
@@ -515,7 +517,8 @@ WORKLOAD_SETTINGS: dict[str, object] = {
     "dp_comm_overlap": True, "max_nodes_per_token": None, "fp8_glu_inputs": False,
     "fused_grouped_mlp": False, "fp8_dot_product_attention": False,
     "expert_gemm": "grouped", "fsdp_keep_gathered": False, "loss_chunks": 1,
-    "torch_compile": None, "moe_permute": None, "attention_kernel": None,
+    "torch_compile": None, "moe_permute": None, "eager_kernels": None,
+    "attention_kernel": None,
     "fsdp_gather": None, "vocab_in_pipeline_split": False, "pipeline_layout": None,
     "routing_imbalance": None,
     "ep_overlap": False, "dispatch_fp8": False, "tp_comm_overlap": False,
@@ -525,6 +528,8 @@ WORKLOAD_SETTINGS: dict[str, object] = {
 # measured router imbalance, the stack's own kernels and code paths
 DESCRIPTIVE = {"routing_imbalance": "a property of the trained router, not a launch setting",
                "moe_permute": "the stack's MoE token-movement code, not a launch setting",
+               "eager_kernels": "the eager model code's norm, RoPE and activation kernels "
+                                "(its torch version), not a launch setting",
                "fsdp_gather": "the stack's FSDP gather granularity, not a launch setting"}
 
 

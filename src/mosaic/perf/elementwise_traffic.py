@@ -39,6 +39,8 @@ class ElementwiseKernels(StrEnum):
     XLA = "xla"  # JAX/XLA fusions
     EAGER_FP32_NORM = "eager_fp32_norm"  # eager torch, RMSNorm composite with fp32 upcast
     EAGER_NATIVE_NORM = "eager_native_norm"  # eager torch, native fused LayerNorm kernel
+    # eager torch whose nn.RMSNorm runs PyTorch's fused RMSNorm kernel (PyTorch >= 2.9)
+    EAGER_FUSED_RMSNORM = "eager_fused_rmsnorm"
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,15 @@ _TRAFFIC: dict[ElementwiseKernels, BlockTraffic] = {
     # gamma/beta reduction reading dy and x again 4; residuals 24: 2 x 14 + 24 = 52. MPT
     # uses ALiBi or learned positions, no RoPE kernel (0). Eager silu*mul if GLU; GELU 4 + 6.
     ElementwiseKernels.EAGER_NATIVE_NORM: BlockTraffic(52.0, 0.0, 28.0, 10.0),
+    # Eager torch with nn.RMSNorm on PyTorch >= 2.9 (torchtitan since pull request #985,
+    # 2025-03-19): F.rms_norm dispatches to aten::_fused_rms_norm, one forward kernel (reads
+    # x, writes y and a per-row rstd: 4) and _fused_rms_norm_backward (dx: reads dy, x,
+    # writes dx, 6; the weight gradient reads dy and x again, 4), as the native LayerNorm;
+    # residuals 24: 52. The kernel landed in PyTorch nightlies in July-August 2025
+    # (pytorch/pytorch#153666; #157345: "This will be solved by #153666 when it lands",
+    # 2025-07-09, "nightly version have merged fused rmsnorm", 2025-08-13), so release 2.9
+    # (October 2025) on. RoPE (complex or rotate_half) and SwiGLU stay eager: 40 and 28.
+    ElementwiseKernels.EAGER_FUSED_RMSNORM: BlockTraffic(52.0, 40.0, 28.0, 10.0),
 }
 
 # What layer_costs counts, forward x (1 + BACKWARD_TO_FORWARD_STREAMING): norms and
@@ -133,17 +144,20 @@ def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
 
 # Eager PyTorch model code: what torch.compile replaces with Inductor's fused kernels.
 EAGER_TORCH_KERNELS = frozenset({ElementwiseKernels.EAGER_FP32_NORM,
-                                 ElementwiseKernels.EAGER_NATIVE_NORM})
+                                 ElementwiseKernels.EAGER_NATIVE_NORM,
+                                 ElementwiseKernels.EAGER_FUSED_RMSNORM})
 
 
 def elementwise_kernels(workload: Workload) -> ElementwiseKernels:
-    """The implementation a workload's element-wise kernels run: the stack's, with eager
-    torch model code compiled by Inductor when the model is compiled
-    (``Workload.compiles_model``)."""
+    """The implementation a workload's element-wise kernels run: the stack's; where that is
+    eager torch model code, the workload's own ``eager_kernels`` (its torch era) if stated,
+    and Inductor's when the model is compiled (``Workload.compiles_model``)."""
     kernels = ElementwiseKernels(workload.traits.elementwise_kernels)
-    if workload.compiles_model and kernels in EAGER_TORCH_KERNELS:
+    if kernels not in EAGER_TORCH_KERNELS:
+        return kernels
+    if workload.compiles_model:
         return ElementwiseKernels.INDUCTOR
-    return kernels
+    return ElementwiseKernels(workload.eager_kernels or kernels)
 
 
 def elementwise_traffic_multiplier(workload: Workload) -> float:
@@ -158,13 +172,17 @@ def kernel_assumptions(workload: Workload) -> list[str]:
     with, and where each comes from (its own setting or its stack's default), for the
     "assumed" notes of `mosaic perf` (text and JSON)."""
     kernels = elementwise_kernels(workload)
-    stated = workload.torch_compile is not None
+    settings = [name for name, value in (("torch_compile", workload.torch_compile),
+                                         ("eager_kernels", workload.eager_kernels))
+                if value is not None]
     notes = [f"element-wise kernels: {kernels.value} ({workload.stack}"
-             + ("; torch_compile set)" if stated else "'s default)")]
-    if stated and ElementwiseKernels(workload.traits.elementwise_kernels) not in (
-            EAGER_TORCH_KERNELS):
-        notes.append(f"torch_compile has no effect on {workload.stack}: its model "
-                     f"code runs {workload.traits.elementwise_kernels} kernels either way")
+             + (f"; {' and '.join(settings)} set)" if settings else "'s default)")]
+    stack_code = workload.traits.elementwise_kernels
+    if settings and ElementwiseKernels(stack_code) not in EAGER_TORCH_KERNELS:
+        notes.append(f"{' and '.join(settings)} has no effect on {workload.stack}: its "
+                     f"model code runs {stack_code} kernels either way")
+    elif workload.eager_kernels is not None and kernels is ElementwiseKernels.INDUCTOR:
+        notes.append("eager_kernels has no effect on a compiled model (torch_compile)")
     if workload.geometry.moe is not None:
         notes.append(f"MoE token movement: {workload.moe_permute_code} ("
                      + ("moe_permute set)" if workload.moe_permute

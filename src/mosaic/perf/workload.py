@@ -288,6 +288,10 @@ class Workload:
             code is eager torch read it.
         moe_permute: the MoE token-movement code the run used (mosaic.perf.moe_permute_traffic
             MoePermute, e.g. a torchtitan release era); None = the stack trait moe_permute.
+        eager_kernels: the eager-torch kernels the model code launches when not compiled
+            (an EAGER_TORCH_KERNELS value of mosaic.perf.elementwise_traffic, e.g. the fp32
+            composite RMSNorm of PyTorch before 2.9); None = the stack trait. Read only
+            where the stack's model code is eager torch.
         expert_gemm: how the routed-expert GEMMs run: "grouped" (a grouped GEMM over the
             local experts, the default) or "xla_expanded" (jax.lax.ragged_dot_general as
             XLA's GPU RaggedDotRewriter lowers it: one dense dot over an expert-broadcast,
@@ -384,6 +388,7 @@ class Workload:
     dp_comm_overlap: bool = True
     torch_compile: bool | None = None
     moe_permute: str | None = None
+    eager_kernels: str | None = None
     expert_gemm: str = "grouped"
     fp8_recipe: Fp8Recipe | None = None
     fp8_param_gather: bool = False

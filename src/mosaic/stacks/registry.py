@@ -119,7 +119,7 @@ class _Entry(BaseModel):
     context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
     dp_last_bucket: Literal["megatron", "unit", "none"] = "unit"
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
-                                 "eager_native_norm"] = "te_fused"
+                                 "eager_native_norm", "eager_fused_rmsnorm"] = "te_fused"
     torch_compile: bool = False
     compiled_loss: bool = False
     moe_permute: Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",

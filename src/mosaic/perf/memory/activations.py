@@ -44,7 +44,8 @@ from mosaic.stacks import SelectiveRecompute
 
 INDEX_BYTES = 8  # int64 routing indices
 # Eager torch model code whose RMSNorm upcasts to fp32 (ElementwiseKernels.EAGER_FP32_NORM:
-# HF transformers LlamaRMSNorm @ 4.34, torchtitan's RMSNorm run eagerly): x.to(float32) is
+# HF transformers LlamaRMSNorm @ 4.34, torchtitan's RMSNorm run eagerly before PyTorch 2.9's
+# fused kernel, which saves only the input and a per-row rstd): x.to(float32) is
 # saved by pow and by the normalising mul (4 B), the normalised bf16 tensor by the weight mul
 # (2 B), the output by the next linear (counted as its GEMM input), and the bf16 input x by
 # nothing (the cast's backward needs no input): 4 B per element more than the norm input the
@@ -242,12 +243,16 @@ def layer_working_set_bytes(
 
 def eager_elementwise_extra_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind
                                   ) -> np.ndarray:
-    """What eager fp32-upcasting model code (ElementwiseKernels.EAGER_FP32_NORM, not under
-    torch.compile) saves in a block beyond the fused-kernel counts: 4 B per element of each
-    of the block's two norms (EAGER_NORM_EXTRA_BYTES_PER_ELEMENT, on the tokens each norm
-    sees: SP-sharded before attention, the routed tokens before an MoE part) and, for a GLU,
-    the SiLU output of each FFN (dense, shared experts, every routed copy's expert)."""
-    if elementwise_kernels(workload) is not ElementwiseKernels.EAGER_FP32_NORM:
+    """What eager torch model code (not under torch.compile) saves in a block beyond the
+    fused-kernel counts: with the fp32 composite RMSNorm (ElementwiseKernels.
+    EAGER_FP32_NORM) 4 B per element of each of the block's two norms
+    (EAGER_NORM_EXTRA_BYTES_PER_ELEMENT, on the tokens each norm sees: SP-sharded before
+    attention, the routed tokens before an MoE part); with it or PyTorch's fused RMSNorm
+    (EAGER_FUSED_RMSNORM), for a GLU, the SiLU output of each FFN (dense, shared experts,
+    every routed copy's expert)."""
+    kernels = elementwise_kernels(workload)
+    if kernels not in (ElementwiseKernels.EAGER_FP32_NORM,
+                       ElementwiseKernels.EAGER_FUSED_RMSNORM):
         return np.zeros(len(plans))
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
@@ -260,8 +265,9 @@ def eager_elementwise_extra_bytes(workload: Workload, plans: ParallelPlans, kind
     else:
         second_norm_tokens = norm_tokens
         glu_elements = tokens * geometry.ffn / plans.tp
-    norms = EAGER_NORM_EXTRA_BYTES_PER_ELEMENT * (norm_tokens + second_norm_tokens) * (
-        geometry.d_model)
+    norm_extra = (EAGER_NORM_EXTRA_BYTES_PER_ELEMENT
+                  if kernels is ElementwiseKernels.EAGER_FP32_NORM else 0.0)
+    norms = norm_extra * (norm_tokens + second_norm_tokens) * geometry.d_model
     glu = EAGER_GLU_EXTRA_BYTES_PER_ELEMENT * glu_elements if geometry.glu else 0.0
     return norms + glu
 
