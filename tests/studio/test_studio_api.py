@@ -570,3 +570,30 @@ def test_a_model_grid_plans_around_the_editors_model_as_plan_backbone_does(studi
     assert status == 422 and "allowed: ladder, model" in body["errors"]["plan.grid"]
     status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.layers": "12"}})
     assert status == 422 and "plan.layers" in body["errors"], body
+
+
+def test_an_unchanged_plan_form_plans_what_mosaic_plan_plans():
+    """The studio's plan defaults are the CLI's (a trial: a narrower studio grid had picked
+    a different, worse optimum for the same envelope): same envelope, same 1,092-geometry
+    Table 3 grid."""
+    import inspect
+
+    from mosaic.cli.plan_cmd import plan
+    from mosaic.plan.inputs import build_inputs
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
+
+    cli = {name: p.default for name, p in inspect.signature(plan).parameters.items()}
+    envelope, space, _ = validate_plan_form(DEFAULT_PLAN_FORM)
+    cli_envelope, cli_space = build_inputs(
+        gpu=cli["gpu"], system=cli["system"], nodes=cli["nodes"], gpus_per_node=None,
+        days=cli["days"] or 20.0, goodput=cli["goodput"], mtbf_gpu_hours=None,
+        checkpoint_s=None, restart_s=cli["restart_s"], global_batch=int(cli["global_batch"]),
+        seq_len=cli["seq_len"], memory_fraction=None, q=cli["q"], experts=cli["experts"],
+        top_k=cli["top_k"], split_factor=cli["split_factor"], tpp=cli["tpp"],
+        s_min=cli["s_min"])
+    assert space == cli_space
+    # Table 3's axes: q 8..18 (6), 13 expert counts, 5 top-k, 4 split factors
+    assert (len(space.q), len(space.experts), len(space.top_k), len(space.split_factor)) == (
+        6, 13, 5, 4)
+    assert (envelope.system.name, envelope.n_nodes, envelope.days) == (
+        cli_envelope.system.name, cli_envelope.n_nodes, cli_envelope.days)

@@ -18,7 +18,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mosaic.errors import MosaicInputError
-from mosaic.plan.envelope import DEFAULT_STACK
+from mosaic.plan.envelope import (
+    DEFAULT_STACK,
+    TABLE3_DAYS,
+    TABLE3_GLOBAL_BATCH,
+    TABLE3_GOODPUT,
+    TABLE3_NODES,
+    TABLE3_S_MIN,
+    TABLE3_SEQ_LEN,
+)
+from mosaic.plan.inputs import (
+    TABLE3_EXPERTS_TEXT,
+    TABLE3_Q_TEXT,
+    TABLE3_SPLIT_TEXT,
+    TABLE3_TOP_K_TEXT,
+    TABLE3_TPP_TEXT,
+)
 from mosaic.schema_validation import float_from_text, int_from_text
 from mosaic.studio.jobs import GENERAL, FormError
 
@@ -27,18 +42,20 @@ MAX_GEOMETRIES = 2000  # Table 3's grid has 1,092 (paper Sec. 7.3)
 MAX_DEVICES = 65536  # layout enumeration per geometry grows with the device count
 KEPT_REPORTS = 8
 
-# The plan form: field -> default text (the paper's Table 3 envelope, Sec. 7.3, narrowed
-# to a grid that finishes in about ten seconds on two cores).
+# The plan form: field -> default text, `mosaic plan`'s own defaults (the paper's Table 3
+# envelope and grid, Sec. 7.3: 1,092 geometries, about 25 s on two cores), so the studio's
+# plan is the CLI's; a narrower grid is the user's choice, typed into the form.
 DEFAULT_PLAN_FORM: dict[str, str] = {
     # the node type (empty: the GPU's default one); a studio opened on a job fills in its own
-    "plan.gpu": "B200", "plan.system": "", "plan.nodes": "32", "plan.days": "20",
-    "plan.goodput": "1.0",
-    "plan.global_batch": "1024", "plan.seq_len": "2048",
+    "plan.gpu": "B200", "plan.system": "", "plan.nodes": str(TABLE3_NODES),
+    "plan.days": f"{TABLE3_DAYS:g}", "plan.goodput": f"{TABLE3_GOODPUT:g}",
+    "plan.global_batch": str(TABLE3_GLOBAL_BATCH), "plan.seq_len": str(TABLE3_SEQ_LEN),
     # the grid: the paper's ladder (q), or variants of the model in the editor (`mosaic plan
     # --backbone`: depth and width, E, K, G; an empty axis keeps the model's own value)
     "plan.grid": "ladder", "plan.layers": "", "plan.d_model": "",
-    "plan.q": "8,10,12", "plan.experts": "16,32,64,128", "plan.top_k": "1,2",
-    "plan.split_factor": "1,2,4", "plan.tpp": "40:150", "plan.s_min": "0.7",
+    "plan.q": TABLE3_Q_TEXT, "plan.experts": TABLE3_EXPERTS_TEXT, "plan.top_k": TABLE3_TOP_K_TEXT,
+    "plan.split_factor": TABLE3_SPLIT_TEXT, "plan.tpp": TABLE3_TPP_TEXT,
+    "plan.s_min": f"{TABLE3_S_MIN:g}",
     "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
     # constraints (docs/plan.md "Constraints"); empty = none
     "plan.max_total_params": "", "plan.max_active_params": "", "plan.unique_tokens": "",
