@@ -394,16 +394,19 @@ def test_a_compare_result_is_told_where_it_is_drawn(tmp_path):
     assert "compare --json` result has no report page" in message and "studio" in message
 
 
-def test_candidates_at_the_token_cap_are_said_to_ignore_the_throughput_spread(tmp_path):
-    """Over 400 days every tiny candidate trains tpp_max·N_act tokens: the calibration's
-    throughput spread cannot move its loss, and the page says why the interval is flat (a
-    trial: equal loss low and high, P(optimal) 0%, unexplained)."""
+def test_candidates_at_the_token_cap_are_said_to_gain_nothing_from_a_faster_cluster(tmp_path):
+    """Over 400 days every tiny candidate trains tpp_max·N_act tokens: a faster cluster
+    cannot lower its loss, and the page says why its interval is one-sided (a trial: equal
+    loss low and high, P(optimal) 0%, unexplained; a later trial: "the same D" was wrong
+    for a slower cluster whose budget falls below the cap)."""
     html = tmp_path / "plan.html"
     long_window = [*TINY_PLAN[:TINY_PLAN.index("--days")], "--days", "400", "--workers", "1"]
     document = json.loads(invoke("plan", *long_window, "--json", "--html", str(html)))
     capped = sum(1 for c in document["candidates"] if c["tpp_capped"])
     assert capped == len(document["candidates"]) > 0
-    assert f"{capped} of these candidates train the tokens-per-parameter cap" in html.read_text()
+    text = html.read_text()
+    assert f"{capped} of these candidates train the tokens-per-parameter cap" in text
+    assert "high-loss side only" in text
 
 
 def test_backbone_variants_keep_their_own_uncertainty_and_labels():
@@ -438,3 +441,21 @@ def test_goodput_reads_as_a_share_with_its_model():
     assert goodput_text({"model": "constant", "goodput": 1.0}) == "100.0% (constant)"
     assert goodput_text({"model": "young-daly", "goodput": 0.97, "checkpoint_s": 60.0}) == (
         "97.0% (young-daly: checkpoint_s 60)")
+
+
+def test_the_summary_shows_repeated_data_and_a_budget_set_window(tmp_path):
+    """A trial: the CLI printed the epochs over the unique data and D', the report did not,
+    and a --budget-usd window showed as bare days. 4 nodes of 8 GPUs at 2 USD per GPU-hour
+    for 15,360 USD is 15,360 / (2 x 32) / 24 = 10 days."""
+    html = tmp_path / "plan.html"
+    args = [a for a in TINY_PLAN if a not in ("--days", "10")]
+    document = json.loads(invoke("plan", *args, "--unique-tokens", "20B",
+                                 "--price-per-gpu-hour", "2", "--budget-usd", "15360",
+                                 "--json", "--html", str(html)))
+    optimum = document["optimum"]
+    assert document["envelope"]["days"] == pytest.approx(10.0)
+    text = re.sub(r"<[^>]+>", " ", html.read_text()).replace("&#x27;", "'")
+    assert "set by the budget: 15,360 USD at 2 USD per GPU-hour" in text
+    assert optimum["epochs"] == pytest.approx(optimum["tokens"] / 20e9)
+    assert (f"{optimum['epochs']:.2f} epochs of the 20.0 B unique tokens: the loss is computed "
+            "from D' =") in text

@@ -201,12 +201,33 @@ def goodput_text(goodput: dict[str, Any]) -> str:
     return f"{shown} ({model})"
 
 
+def _budget_text(budget: dict[str, float] | None) -> str:
+    """Where a dollar budget set the window (`mosaic plan --budget-usd`)."""
+    if not budget:
+        return ""
+    return (f" (set by the budget: {budget['usd']:,.0f} USD at "
+            f"{budget['price_usd_per_gpu_hour']:g} USD per GPU-hour)")
+
+
+def _repeated_data_rows(optimum: dict[str, Any], space: dict[str, Any]
+                        ) -> list[tuple[str, str]]:
+    """The epochs over the unique data and the effective tokens D' the loss is computed
+    from, where the plan has a unique-data limit (`--unique-tokens`)."""
+    if "epochs" not in optimum:
+        return []
+    unique = space.get("unique_tokens")
+    of = f" of the {fmt_si()(unique)} unique tokens" if unique else " of the unique data"
+    return [("repeated data", f"{optimum['epochs']:.2f} epochs{of}: the loss is computed from "
+                              f"D' = {fmt_si()(optimum['effective_tokens'])} effective tokens")]
+
+
 def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
     o = document["optimum"]
     e = document["envelope"]
     rows = [
         ("cluster", f"{e['nodes']} × {e['system']} ({e['n_devices']} × {e['gpu']})"),
-        ("window", f"{e['days']:g} days, goodput {goodput_text(e['goodput'])}"),
+        ("window", f"{e['days']:g} days, goodput {goodput_text(e['goodput'])}"
+                   + _budget_text(e.get("dollar_budget"))),
         ("C_peak", f"{document['c_peak_flops']:.3g} FLOP"),
     ]
     if o is not None:
@@ -217,6 +238,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
                            f"S = {o['sparsity']:.4f}"),
             ("tokens", f"{fmt_si()(o['tokens'])} ({o['tpp']:.1f} per active parameter"
                        f"{', tpp_max cap' if o['tpp_capped'] else ''})"),
+            *_repeated_data_rows(o, document.get("search_space") or {}),
             *([("training time", f"{o['train_days']:.1f} of the {e['days']:g} days: D is held "
                                  "at the tpp_max cap, so the run ends early; GPU-hours and "
                                  "cost count the whole window")]
@@ -364,8 +386,10 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
             uncertainty.body.append(note(
                 f"{len(capped)} of these candidates train the tokens-per-parameter cap "
                 "(D = tpp_max·N_act, D/N_act in the table) rather than all the window "
-                "allows: a faster or slower cluster trains the same D, so the throughput "
-                "spread leaves their loss where it is; only law samples widen it."))
+                "allows: a faster cluster adds no tokens, but a slower one trains fewer once "
+                "its budget falls below the cap, so the throughput spread widens their "
+                "interval on the high-loss side only (law samples widen both sides); a "
+                "candidate whose budget is close to its cap is no safer than the others."))
         for key, label in (("robust_choice", "robust choice"),
                            ("minimax_regret_choice", "minimax-regret choice")):
             c = u.get(key)
