@@ -50,6 +50,10 @@ def test_versus_plans_the_envelope_under_both_calibrations() -> None:
     why = document["versus"]["why"]
     assert "usable memory 100% against 90% of HBM" in why
     assert "sharding modes zero1 against any" in why
+    # and where a profile plans outside the runs it was fitted to (a trial: the B200-only
+    # paper profile planned H100 envelopes with no word about it)
+    assert {o["dimension"] for o in first["outside_calibration"]} == outside
+    assert "paper-p6b200's figures are extrapolated here (" in why and "n_total=" in why
 
 
 def test_a_stack_typo_is_one_line_naming_the_known_stacks() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.perf.calibration import Calibration
+from mosaic.perf.coverage import OutsideDimension
+from mosaic.plan.coverage import candidate_assessment
 from mosaic.plan.search import PlanResult
 
 
@@ -22,16 +24,27 @@ def stack_comparison_document(result: PlanResult, calibration: Calibration,
                               ) -> dict[str, Any]:
     """Both optima and a one-line reason for their difference."""
     mine, theirs = _optimum(result), _optimum(other)
+    outside = [_outside(result, calibration), _outside(other, other_calibration)]
     document: dict[str, Any] = {
         "plans": [
             {"calibration": calibration.name, "stack": result.envelope.stack,
-             "optimum": mine},
+             "optimum": mine, "outside_calibration": [o.to_document() for o in outside[0]]},
             {"calibration": other_calibration.name, "stack": other.envelope.stack,
-             "optimum": theirs},
+             "optimum": theirs,
+             "outside_calibration": [o.to_document() for o in outside[1]]},
         ],
     }
-    document["why"] = _why(mine, theirs, result, other)
+    document["why"] = _why(mine, theirs, result, other) + "".join(
+        f"; {c.name}'s figures are extrapolated here ({', '.join(o.text() for o in dims)})"
+        for c, dims in ((calibration, outside[0]), (other_calibration, outside[1])) if dims)
     return document
+
+
+def _outside(result: PlanResult, calibration: Calibration) -> tuple[OutsideDimension, ...]:
+    """Where the optimum lies outside the runs ``calibration`` was fitted to (a trial: the
+    paper's B200 profile planned an H100 envelope with no word that it had never seen one)."""
+    row = result.optimum_index
+    return () if row is None else candidate_assessment(result, calibration, int(row)).outside
 
 
 def _why(mine: dict[str, Any] | None, theirs: dict[str, Any] | None, result: PlanResult,
