@@ -152,6 +152,19 @@ def test_sweeps(tmp_path):
     assert bad.exit_code == 2 and "days: got" in bad.output
 
 
+def test_a_sweep_table_shows_each_optimums_layout_step_and_memory():
+    """A trial had to re-run `plan` to see whether a budget's optimum needs pp16 or FSDP:
+    the table carries the optimum's layout, step time and memory, as `plan` prints them."""
+    args = ["--values", "1,2", *SMALL[:2], *SMALL[4:]]
+    table = runner.invoke(app, ["sweep", "days", *args])
+    assert table.exit_code == 0, table.output
+    assert all(name in table.stdout for name in ("layout", "step s", "GiB"))
+    point = run_json("sweep", "days", *args)["points"][1]["optimum"]
+    plan = run_json("plan", *SMALL[:2], "--days", "2", *SMALL[4:])["optimum"]
+    assert point["plan"] == plan["plan"] and point["step_time_s"] == plan["step_time_s"]
+    assert f"{plan['step_time_s']:.3g}" in table.stdout
+
+
 def test_model_flops_pick_is_compared_on_the_tables_terms():
     """The model-FLOPs pick trains its prescribed tokens under the same tpp_max cap as every
     row of the search, so its loss is never below its own table row and the gap to the

@@ -291,8 +291,10 @@ def print_sweep(points: list[SweepPoint]) -> None:
     axis = points[0].axis
     ladder = points[0].result.grid.is_ladder
     splits = sorted({g for p in points for g in p.best_per_split})
+    # the optimum's layout, step and memory too, so a budget's plan is read without
+    # re-running `plan` (a trial)
     columns = [axis, "q" if ladder else "L×d", "E", "K", "G*", "S*", "N_act", "N_tot", "D",
-               "MFU", "loss*"]
+               "MFU", "layout", "step s", "GiB", "loss*"]
     columns += [f"best G={g}" for g in splits]
     budget = points[0].result.envelope.dollar_budget  # each node count its own window
     if budget is not None:
@@ -302,7 +304,7 @@ def print_sweep(points: list[SweepPoint]) -> None:
         row = p.result.optimum_index
         cells = [f"{p.value:g}"] + ([] if budget is None else [f"{p.result.envelope.days:.4g}"])
         if row is None:
-            cells += ["-"] * 10
+            cells += ["-"] * 13
         else:
             c = p.result.candidate(row)
             shape = str(c["q"]) if ladder else f"{c['layers']}×{c['d_model']}"
@@ -310,7 +312,9 @@ def print_sweep(points: list[SweepPoint]) -> None:
                       str(c["split_factor"]), f"{c['sparsity']:.3f}",
                       short_count(c["n_active"]), short_count(c["n_total"]),
                       short_count(c["tokens"]) + (" (capped)" if c["tpp_capped"] else ""),
-                      f"{c['mfu']:.1%}", f"{c['loss']:.4f}"]
+                      f"{c['mfu']:.1%}", layout_text(c["plan"], compact=True),
+                      f"{c['step_time_s']:.3g}", f"{c['memory_bytes'] / GIB:.1f}",
+                      f"{c['loss']:.4f}"]
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
                   else "-" for g in splits]
         rows.append(cells)

@@ -16,7 +16,12 @@ from mosaic.report.html.page import (
     table_html,
 )
 from mosaic.report.html.plan_page import SPLIT_COLOURS, stack_text
-from mosaic.report.plan_report import layout_limits_text, sweep_extrapolation_rows
+from mosaic.report.plan_report import (
+    layout_limits_text,
+    layout_text,
+    sweep_extrapolation_rows,
+)
+from mosaic.units import GIB
 
 
 # --- validate -------------------------------------------------------------------------------
@@ -205,14 +210,20 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
         rows.append({axis: p[axis], "days": p.get("days"), "c_peak_flops": p["c_peak_flops"],
                      "gpu_hours": p["gpu_hours"], **{k: o.get(k) for k in (
                          "q", "layers", "d_model", "experts", "top_k", "split_factor",
-                         "sparsity", "n_active", "n_total", "tokens", "mfu", "loss")}})
+                         "sparsity", "n_active", "n_total", "tokens", "mfu", "step_time_s",
+                         "loss")},
+                     "layout": layout_text(o.get("plan"), compact=True) if o else None,
+                     "memory_gib": o["memory_bytes"] / GIB if o else None})
     columns = [Column(axis, axis), Column("c_peak_flops", "C_peak", fmt_si("FLOP")),
                Column("gpu_hours", "GPU-hours", fmt_float(0)), Column("q", "q"),
                Column("layers", "L"), Column("d_model", "d"), Column("experts", "E"),
                Column("top_k", "K"), Column("split_factor", "G*"),
                Column("sparsity", "S*", fmt_float(4)), Column("n_active", "N_act", fmt_si()),
                Column("n_total", "N_tot", fmt_si()), Column("tokens", "D", fmt_si()),
-               Column("mfu", "MFU", fmt_percent(1)), Column("loss", "loss", fmt_float(5))]
+               Column("mfu", "MFU", fmt_percent(1)), Column("layout", "layout"),
+               Column("step_time_s", "step s", fmt_float(3)),
+               Column("memory_gib", "GiB per GPU", fmt_float(1)),
+               Column("loss", "loss", fmt_float(5))]
     e = document["envelope"]
     budget = e.get("dollar_budget")
     if budget is not None:  # an equal-cost node sweep: each node count its own window
