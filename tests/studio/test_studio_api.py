@@ -194,6 +194,30 @@ def test_plan_runs_to_a_report_equal_to_the_cli(studio):
     assert studio.text("/report/999")[0] == 404
 
 
+def test_plan_with_a_price_a_budget_and_failures_equals_the_cli(studio):
+    """A trial: the form had no price (its report said 'pass --price-per-gpu-hour'), no USD
+    budget and no Young-Daly goodput. 4 nodes of 8 B200 at 3 USD per GPU-hour for 23,040
+    USD buy 23,040 / (3 x 32) / 24 = 10 days."""
+    form = {**TINY_PLAN, "plan.days": "", "plan.price_per_gpu_hour": "3",
+            "plan.budget_usd": "23040", "plan.mtbf_gpu_hours": "50000",
+            "plan.checkpoint_s": "120", "plan.restart_s": "600"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 200, body
+    job = wait_plan(studio)
+    assert job["state"] == "done", job
+    args = [a for a in TINY_PLAN_ARGS if a not in ("--days", "10")]
+    cli = cli_json("plan", *args, "--price-per-gpu-hour", "3", "--budget-usd", "23040",
+                   "--mtbf-gpu-hours", "50000", "--checkpoint-s", "120", "--restart-s", "600")
+    assert cli["envelope"]["days"] == pytest.approx(10.0)
+    assert job["summary"]["loss"] == pytest.approx(cli["optimum"]["loss"], rel=1e-12)
+    status, html = studio.text(job["report_url"])
+    assert f"{cli['cost_usd']:,.0f} at 3 USD per GPU-hour" in html
+    assert "set by the budget: 23,040 USD" in html
+    # days and a budget together are refused, naming the fields, as the CLI refuses them
+    status, body = studio.call("/api/plan", {"form": {**form, "plan.days": "10"}})
+    assert status == 422 and "either days or budget_usd" in str(body["errors"])
+
+
 def test_plan_under_constraints_equals_the_cli(studio):
     """The form's caps and layout pins are `mosaic plan`'s options (docs/plan.md)."""
     form = {**TINY_PLAN, "plan.pp": "1", "plan.sharding": "fsdp",
@@ -502,8 +526,10 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
         validate_plan_form({"nodes": "4"})
     # every bad number is named at once, not only the first (a trial)
     with pytest.raises(FormError) as bad:
-        validate_plan_form({"plan.nodes": "four", "plan.days": "", "plan.seq_len": "2k"})
-    assert set(bad.value.errors) == {"plan.nodes", "plan.days", "plan.seq_len"}
+        validate_plan_form({"plan.nodes": "four", "plan.days": "x", "plan.seq_len": "2k",
+                            "plan.price_per_gpu_hour": "two"})
+    assert set(bad.value.errors) == {"plan.nodes", "plan.days", "plan.seq_len",
+                                     "plan.price_per_gpu_hour"}
     seeded = options_document(load_job_document(EXAMPLES / "deepseek_v3_h100.yaml"))
     job_form = seeded["form"]
     assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack", "plan.nodes")} == {

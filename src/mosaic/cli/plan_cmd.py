@@ -60,12 +60,11 @@ from mosaic.plan.envelope import (
     TABLE3_NODES,
     TABLE3_S_MIN,
     TABLE3_SEQ_LEN,
-    DollarBudget,
     Envelope,
     SearchSpace,
     planning_stack,
 )
-from mosaic.plan.inputs import TABLE3_TPP_TEXT, build_inputs, plan_limits
+from mosaic.plan.inputs import TABLE3_TPP_TEXT, build_inputs, dollar_budget_for, plan_limits
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, check_layout_limits, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
@@ -232,20 +231,6 @@ def _prepare_outputs(plot_dir: Path | None, html: Path | None, *inputs: object) 
     check_html(html, *inputs)
 
 
-def _dollar_budget(budget_usd: float | None, price_per_gpu_hour: float | None,
-                   days: float | None) -> DollarBudget | None:
-    """--budget-usd with its price, instead of --days (the window it buys)."""
-    if budget_usd is None:
-        return None
-    if days is not None:
-        raise MosaicInputError("give either --days or --budget-usd (which sets the window), "
-                               "not both")
-    if price_per_gpu_hour is None:
-        raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
-                               "GPU-hour turns dollars into a training window)")
-    return DollarBudget(budget_usd, price_per_gpu_hour)
-
-
 # --- mosaic plan ---------------------------------------------------------------------------
 def _plots(result: PlanResult, law: ScalingLaw, plot_dir: Path | None) -> list[str]:
     """The frontier, sparsity trade-off and FLOP-cost figures in ``plot_dir`` (if given)."""
@@ -382,7 +367,7 @@ def plan(
     if batch_search and (target_loss is not None or versus is not None):
         raise MosaicInputError("--target-loss and --versus plan at a fixed batch; give "
                                "--global-batch N with them")
-    dollar_budget = _dollar_budget(budget_usd, price_per_gpu_hour, days)
+    dollar_budget = dollar_budget_for(budget_usd, price_per_gpu_hour, days)
     law, calibration = load_models(law_file, calibration_file)
     # every input is checked before the search: the --versus calibration too
     versus_calibration = None if versus is None else load_calibration(versus)
@@ -595,7 +580,7 @@ def sweep_nodes_command(
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     node_counts = parse_ints("--values", values)
-    dollar_budget = _dollar_budget(budget_usd, price_per_gpu_hour, days)
+    dollar_budget = dollar_budget_for(budget_usd, price_per_gpu_hour, days)
     if price_per_gpu_hour is not None and dollar_budget is None:
         raise MosaicInputError("--price-per-gpu-hour prices a --budget-usd here; give both")
     law, calibration = load_models(law_file, calibration_file)

@@ -36,6 +36,7 @@ from mosaic.plan.envelope import (
     TABLE3_SPLIT,
     TABLE3_TOP_K,
     TABLE3_TPP,
+    DollarBudget,
     Envelope,
     SearchSpace,
     with_gpus_per_node,
@@ -85,6 +86,22 @@ def build_goodput(goodput: float | None, mtbf_gpu_hours: float | None,
                                "--checkpoint-s")
     check_range("--mtbf-gpu-hours", mtbf_gpu_hours, "hours")  # as typed, before conversion
     return YoungDalyGoodput(mtbf_gpu_hours * SECONDS_PER_HOUR, checkpoint_s, restart_s)
+
+
+def dollar_budget_for(budget_usd: float | None, price_per_gpu_hour: float | None,
+                      days: float | None) -> DollarBudget | None:
+    """--budget-usd with its price, instead of --days (the window it buys); None without
+    a budget."""
+    if budget_usd is None:
+        return None
+    if days is not None:
+        raise MosaicInputError("give either --days or --budget-usd (which sets the window), "
+                               "not both")
+    if price_per_gpu_hour is None:
+        raise MosaicInputError("--budget-usd needs --price-per-gpu-hour (the price of one "
+                               "GPU-hour turns dollars into a training window)")
+    return DollarBudget(budget_usd, price_per_gpu_hour)
+
 
 def build_inputs(
     *, gpu: str | None, system: str | None, nodes: int, gpus_per_node: int | None,

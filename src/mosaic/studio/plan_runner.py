@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mosaic.errors import MosaicInputError
@@ -22,7 +22,6 @@ from mosaic.plan.envelope import (
     DEFAULT_STACK,
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
-    TABLE3_GOODPUT,
     TABLE3_NODES,
     TABLE3_S_MIN,
     TABLE3_SEQ_LEN,
@@ -33,6 +32,9 @@ from mosaic.plan.inputs import (
     TABLE3_SPLIT_TEXT,
     TABLE3_TOP_K_TEXT,
     TABLE3_TPP_TEXT,
+    build_inputs,
+    dollar_budget_for,
+    plan_limits,
 )
 from mosaic.schema_validation import float_from_text, int_from_text
 from mosaic.studio.jobs import GENERAL, FormError
@@ -48,7 +50,8 @@ KEPT_REPORTS = 8
 DEFAULT_PLAN_FORM: dict[str, str] = {
     # the node type (empty: the GPU's default one); a studio opened on a job fills in its own
     "plan.gpu": "B200", "plan.system": "", "plan.nodes": str(TABLE3_NODES),
-    "plan.days": f"{TABLE3_DAYS:g}", "plan.goodput": f"{TABLE3_GOODPUT:g}",
+    # goodput: empty = 1.0 (the paper's), or Young-Daly from the MTBF fields below
+    "plan.days": f"{TABLE3_DAYS:g}", "plan.goodput": "",
     "plan.global_batch": str(TABLE3_GLOBAL_BATCH), "plan.seq_len": str(TABLE3_SEQ_LEN),
     # the grid: the paper's ladder (q), or variants of the model in the editor (`mosaic plan
     # --backbone`: depth and width, E, K, G; an empty axis keeps the model's own value)
@@ -57,6 +60,12 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.split_factor": TABLE3_SPLIT_TEXT, "plan.tpp": TABLE3_TPP_TEXT,
     "plan.s_min": f"{TABLE3_S_MIN:g}",
     "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
+    # the stack's release recipes, dispatcher and usable memory (empty: the stack's defaults)
+    "plan.stack_version": "", "plan.dispatcher": "", "plan.memory_fraction": "",
+    # cost and failures: a price adds the cost; a USD budget sets the window instead of days
+    # (clear days); an MTBF gives Young-Daly goodput instead of the constant one (docs/plan.md)
+    "plan.price_per_gpu_hour": "", "plan.budget_usd": "", "plan.mtbf_gpu_hours": "",
+    "plan.checkpoint_s": "", "plan.restart_s": "",
     # constraints (docs/plan.md "Constraints"); empty = none
     "plan.max_total_params": "", "plan.max_active_params": "", "plan.unique_tokens": "",
     "plan.pp": "", "plan.ep": "", "plan.sharding": "",
@@ -75,6 +84,19 @@ class _StoppedError(Exception):
     def __init__(self, why: str) -> None:
         super().__init__(why)
         self.why = why
+
+
+# Number fields that may be left empty (None), as the CLI options they are default to none.
+OPTIONAL_NUMBERS = ("days", "goodput", "memory_fraction", "price_per_gpu_hour", "budget_usd",
+                    "mtbf_gpu_hours", "checkpoint_s", "restart_s")
+
+
+def _optional_numbers(form: dict[str, str], names: tuple[str, ...],
+                      required: dict[str, type] | None = None) -> dict[str, Any]:
+    """The form's optional number fields by name (None where empty) and its ``required``
+    ones; FormError naming every field that holds something other than a number."""
+    present = {name: float for name in names if str(form.get(f"plan.{name}", "")).strip()}
+    return {name: None for name in names} | _numbers(form, {**(required or {}), **present})
 
 
 def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
@@ -131,7 +153,6 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
     """(Envelope, SearchSpace, LayoutLimits) of a plan form, or FormError naming the
     fields. ``model`` is the editor's geometry, the backbone of a ``plan.grid: model``
     plan (None when the editor has none to give)."""
-    from mosaic.plan.inputs import build_inputs, plan_limits
     from mosaic.stacks.registry import get_stack
 
     unknown = sorted(k for k in form if k not in DEFAULT_PLAN_FORM)
@@ -139,23 +160,32 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
         raise FormError({GENERAL: f"unknown plan field(s) {unknown}; allowed: "
                                   f"{sorted(DEFAULT_PLAN_FORM)}"})
     form = {**DEFAULT_PLAN_FORM, **form}
-    values = _numbers(form, {"nodes": int, "days": float, "goodput": float,
-                             "global_batch": int, "seq_len": int, "s_min": float})
+    required = {"nodes": int, "global_batch": int, "seq_len": int, "s_min": float}
+    parsed = _optional_numbers(form, OPTIONAL_NUMBERS, required)  # every bad one at once
+    values = {name: parsed[name] for name in required}
+    optional = {name: parsed[name] for name in OPTIONAL_NUMBERS}
     constraints = {name: str(form[f"plan.{name}"]).strip() or None
                    for name in CONSTRAINT_FIELDS}
     axes = _grid_fields(form, model)
     try:
+        budget = dollar_budget_for(optional["budget_usd"], optional["price_per_gpu_hour"],
+                                   optional["days"])
         envelope, space = build_inputs(
             gpu=form["plan.gpu"].strip() or None,
             system=str(form["plan.system"]).strip() or None, gpus_per_node=None,
-            mtbf_gpu_hours=None, checkpoint_s=None, restart_s=0.0,
-            memory_fraction=None,  # the stack's headroom, as `mosaic plan` uses it
+            days=TABLE3_DAYS if optional["days"] is None else optional["days"],
+            goodput=optional["goodput"], mtbf_gpu_hours=optional["mtbf_gpu_hours"],
+            checkpoint_s=optional["checkpoint_s"], restart_s=optional["restart_s"] or 0.0,
+            memory_fraction=optional["memory_fraction"],  # empty: the stack's headroom
             **axes, tpp=form["plan.tpp"],
             stack=get_stack(form["plan.stack"].strip()).name,
             precision=form["plan.precision"].strip(),
+            dispatcher=str(form["plan.dispatcher"]).strip() or None,
+            stack_version=str(form["plan.stack_version"]).strip() or None,
             max_total_params=constraints["max_total_params"],
             max_active_params=constraints["max_active_params"],
             unique_tokens=constraints["unique_tokens"], **values)
+        envelope = replace(envelope, dollar_budget=budget)  # its window, if given
         limits = plan_limits(envelope, space, pp=constraints["pp"], ep=constraints["ep"],
                              sharding=constraints["sharding"])
     except MosaicInputError as exc:
@@ -229,6 +259,8 @@ class PlanRunner:
         """Validate and start a plan (``model``: the backbone of a ``plan.grid: model``
         plan); PlanBusyError when one is running, FormError when invalid."""
         envelope, space, limits = validate_plan_form(form, model)
+        price = _optional_numbers({**DEFAULT_PLAN_FORM, **form},
+                                  ("price_per_gpu_hour",))["price_per_gpu_hour"]
         with self._lock:
             if self._current is not None and self._current.state == "running":
                 raise PlanBusyError(f"plan {self._current.job_id} is still running "
@@ -239,7 +271,8 @@ class PlanRunner:
             self._next_id += 1
             self._current = job
             self._cancel.clear()
-        self._thread = threading.Thread(target=self._run, args=(job, envelope, space, limits),
+        self._thread = threading.Thread(target=self._run,
+                                        args=(job, envelope, space, limits, price),
                                         name=f"mosaic-plan-{job.job_id}", daemon=True)
         self._thread.start()
         return job
@@ -286,9 +319,10 @@ class PlanRunner:
                 raise _StoppedError("timed out")
         return update
 
-    def _run(self, job: PlanJob, envelope: Any, space: Any, limits: Any) -> None:
+    def _run(self, job: PlanJob, envelope: Any, space: Any, limits: Any,
+             price_per_gpu_hour: float | None) -> None:
         try:
-            document = self._search(job, envelope, space, limits)
+            document = self._search(job, envelope, space, limits, price_per_gpu_hour)
             html = _render(document)
             with self._lock:
                 self._reports[job.job_id] = html
@@ -310,8 +344,8 @@ class PlanRunner:
             with self._lock:
                 self._history.append(job)
 
-    def _search(self, job: PlanJob, envelope: Any, space: Any, limits: Any
-                ) -> dict[str, Any]:
+    def _search(self, job: PlanJob, envelope: Any, space: Any, limits: Any,
+                price_per_gpu_hour: float | None) -> dict[str, Any]:
         """The library calls `mosaic plan --json` makes, with this job's progress hook."""
         from mosaic.jsonable import to_jsonable
         from mosaic.law import default_law
@@ -326,7 +360,7 @@ class PlanRunner:
         if result.optimum_index is None:
             raise MosaicInputError(plan_report.untrainable_message(result))
         document, _ = plan_result_document(
-            result, law, self.calibration, run_cost(envelope, None),
+            result, law, self.calibration, run_cost(envelope, price_per_gpu_hour),
             extra={"batch": {"mode": "fixed", "global_batch": envelope.global_batch}})
         return to_jsonable(document)
 
