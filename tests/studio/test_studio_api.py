@@ -623,3 +623,13 @@ def test_an_unchanged_plan_form_plans_what_mosaic_plan_plans():
         6, 13, 5, 4)
     assert (envelope.system.name, envelope.n_nodes, envelope.days) == (
         cli_envelope.system.name, cli_envelope.n_nodes, cli_envelope.days)
+
+
+def test_the_plan_form_offers_the_precisions_mosaic_plan_takes(studio):
+    """A trial: the plan form offered the job schema's lanes only (no fp8-cs or
+    fp8-blockwise), which `mosaic plan --precision` takes."""
+    from mosaic.plan.inputs import PRECISION_NAMES
+
+    _, options = studio.call("/api/options")
+    assert {"fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"} <= set(options["plan_precisions"])
+    assert set(options["plan_precisions"]) == set(PRECISION_NAMES) - {"fp4"}

@@ -225,7 +225,10 @@ def test_a_model_grid_plans_around_the_edited_model(page, studio, browser):
     for key, value in {**TINY_PLAN, "plan.days": "30"}.items():
         set_field(page, key, value)
     set_field(page, "plan.top_k", "2")  # typed: kept
-    set_field(page, "plan.split_factor", "1,2,4")  # the ladder's default list: cleared
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM
+
+    # the ladder's default list: cleared
+    set_field(page, "plan.split_factor", DEFAULT_PLAN_FORM["plan.split_factor"])
     assert field(page, "plan.q").is_displayed() and not field(page, "plan.layers").is_displayed()
     set_field(page, "plan.grid", "model")
     assert not field(page, "plan.q").is_displayed() and field(page, "plan.layers").is_displayed()

@@ -60,6 +60,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
     from mosaic.hardware import list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
     from mosaic.perf.workload import OptimizerKind, Precision
+    from mosaic.plan.inputs import PRECISION_NAMES
     from mosaic.stacks.registry import known_stacks
 
     form = dict(DEFAULT_FORM)
@@ -75,6 +76,8 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "precisions": [name for name in
                        get_args(PerformanceBlock.model_fields["precision"].annotation)
                        if name != Precision.FP4.value],
+        # `mosaic plan --precision`'s names: the lanes and the FP8/FP4 recipes (fp8-cs, ...)
+        "plan_precisions": [name for name in PRECISION_NAMES if name != Precision.FP4.value],
         "optimizers": [str(o) for o in OptimizerKind],
         "switches": list(SWITCH_CHOICES),
         "model_sources": list(MODEL_SOURCES) if job_document is not None

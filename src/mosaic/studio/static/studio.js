@@ -49,7 +49,7 @@
     ["plan.top_k", "active experts K", "text"], ["plan.split_factor", "split factors G", "text"],
     ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"],
     ["plan.stack", "software stack", "select:stacks"],
-    ["plan.precision", "precision", "select:precisions"],
+    ["plan.precision", "precision", "select:plan_precisions"],
     ["plan.stack_version", "stack release YY.MM (empty: none)", "text"],
     ["plan.dispatcher", "EP dispatcher (empty: the stack's)", "text"],
     ["plan.memory_fraction", "usable memory fraction (empty: the stack's)", "number"],
