@@ -116,7 +116,7 @@ def test_optimum_json():
         (["predict", "--n-total", "-5", "--tokens", "1e10", "--sparsity", "0.9",
           "--split-factor", "4"], "--n-total: got -5.0; allowed: a number in"),
         (["predict", "--n-total", "1e9", "--tokens", "1e10", "--sparsity", "0.9"],
-         "needs split_factor"),
+         "needs the split factor: give --split-factor"),
         (["fit", "runs.xlsx"], "unknown extension '.xlsx'"),
         (["fit", "absent.csv"], "does not exist"),
         (["fit", "runs.csv", "--form", "cubic"], "form must be one of"),

@@ -125,6 +125,18 @@ def test_a_value_just_outside_the_range_says_by_how_much():
     assert "is 0.04% above" in tiny.message
 
 
+def test_a_rounding_past_the_edge_is_no_extrapolation():
+    """A trial saw 'tokens_per_param ... is 0.018% below the fitted range' for a point on a
+    fitted run's own value; past 0.1% it is flagged."""
+    from mosaic.law.extrapolation import extrapolation_flags
+
+    law = default_law()
+    low, _ = law.provenance["data_support"]["tokens"]
+    assert extrapolation_flags(law, tokens=low * (1 - 1.8e-4)) == []
+    (flag,) = extrapolation_flags(law, tokens=low * 0.99)
+    assert flag.direction == "below" and "1% below" in flag.message
+
+
 def test_tokens_per_active_parameter_beyond_the_runs_is_flagged():
     """Table 4's own configuration (1.42 T tokens on 14.52 B active) trains 97.8 tokens per
     active parameter, beyond the paper's runs' 10.8-70 (Table 6); a fit records the ratio's

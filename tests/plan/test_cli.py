@@ -279,5 +279,10 @@ def test_a_law_files_caveats_are_repeated_when_planning_with_it(law):
         "metrics": {"n_heldout": 0, "r2": -0.1}})
     notes = fit_caveats(shaky)
     assert len(notes) == 3
-    assert "e = 1e-10 (lower bound)" in notes[0] and "held no run out" in notes[1]
+    assert "e at its lower bound 1e-10" in notes[0] and "held no run out" in notes[1]
     assert "R^2 -0.1" in notes[2]
+    # exponents on a feature no run varied (a trial: a G = 8 pick from Clark's G = 1 runs,
+    # whose eta only the fit's own output had called arbitrary)
+    clark_like = replace(law, provenance={"unidentified": {"split_factor": ["eta"]}})
+    (note,) = fit_caveats(clark_like)
+    assert "exponent eta" in note and "not identified" in note

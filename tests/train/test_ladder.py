@@ -492,6 +492,10 @@ def test_ladder_fit_bootstraps_samples_that_go_with_its_own_law(tmp_path):
     law = ScalingLaw.load(tmp_path / "law.json")
     assert samples.log_coefs.shape == (12, 5)
     assert np.allclose(samples.estimate, law.log_coefs, rtol=0, atol=1e-9)
+    # the law file keeps the intervals it printed, as `law fit --out` does (a trial)
+    assert law.provenance["intervals"] == payload["intervals"]
+    assert law.provenance["samples_file"] == str(tmp_path / "samples.json")
+    assert law.provenance["bootstrap"]["resamples"] == 12
     check_samples_describe(samples, law, "--bootstrap-samples")  # no error
     other = replace(law, coefficients={**law.coefficients, "A": law.coefficients["A"] * 1.5})
     with pytest.raises(MosaicInputError, match="bootstrapped around another fit"):

@@ -289,14 +289,6 @@ def fit(
     validated = fit_with_holdout(runs, law_form, settings,
                                  holdout_fraction=holdout)
     metrics = asdict(validated.metrics)
-    provenance: dict[str, Any] = to_jsonable({
-        **validated.law.provenance,  # the fitter's record, incl. data_support (extrapolation)
-        "source": f"fitted to {csv_path} (mosaic ladder fit)", "form": law_form.name,
-        "data": str(csv_path), "metrics": metrics,
-        "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine,
-                     "keep_unbalanced": keep_unbalanced, "split_factor": split_factor},
-        "unbalanced_rungs_left_out": left_out})
-    replace(validated.law, provenance=provenance).save(out)
     payload = {"law_file": str(out), "form": law_form.name, "data": str(csv_path),
                "coefficients": dict(validated.law.coefficients), "metrics": metrics,
                "unbalanced_rungs_left_out": left_out}
@@ -307,6 +299,19 @@ def fit(
     if n_bootstrap:
         bootstrap_into(payload, validated.fit, method=method, n_resamples=n_bootstrap,
                        seed=seed, samples_out=samples_out, as_json=as_json)
+    # the file keeps what the fit reported, as `law fit --out` writes it: the intervals, the
+    # samples file and the bound and identifiability verdicts too (a trial found them only
+    # on the screen)
+    provenance: dict[str, Any] = to_jsonable({
+        **validated.law.provenance,  # the fitter's record, incl. data_support (extrapolation)
+        "source": f"fitted to {csv_path} (mosaic ladder fit)", "form": law_form.name,
+        "data": str(csv_path), "metrics": metrics,
+        "settings": {"seed": seed, "holdout": holdout, "starts": starts, "refine": refine,
+                     "keep_unbalanced": keep_unbalanced, "split_factor": split_factor},
+        "unbalanced_rungs_left_out": left_out,
+        **{key: payload[key] for key in ("intervals", "bootstrap", "samples_file")
+           if key in payload}})
+    replace(validated.law, provenance=provenance).save(out)
     try:  # the planner reads it back with the same checks
         ScalingLaw.load(out)
     except MosaicInputError as exc:
@@ -343,15 +348,15 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
     if not unbalanced:
         return RunData.from_frame(frame, source=str(csv_path)), []
     if keep_unbalanced:
-        error_console.print(f"warning: kept by --keep-unbalanced: "
-                            f"{unbalanced_warning(unbalanced)}", markup=False,
-                            highlight=False, soft_wrap=True)
+        kept = unbalanced_warning(unbalanced, "this fit keeps them (--keep-unbalanced)")
+        error_console.print(f"warning: {kept}", markup=False, highlight=False, soft_wrap=True)
         return RunData.from_frame(frame, source=str(csv_path)), []
     healthy = frame[[not bad for bad in unbalanced_rows(rows)]]
     if healthy.empty:
         raise MosaicInputError(f"{csv_path}: every rung ended with unbalanced routers "
                                f"({', '.join(unbalanced)}); train longer (docs/train.md "
                                "'Router collapse in short runs') or pass --keep-unbalanced")
-    error_console.print(f"warning: {unbalanced_warning(unbalanced)}", markup=False,
-                        highlight=False, soft_wrap=True)
+    left_out = unbalanced_warning(unbalanced,
+                                  "this fit leaves them out (--keep-unbalanced keeps them)")
+    error_console.print(f"warning: {left_out}", markup=False, highlight=False, soft_wrap=True)
     return RunData.from_frame(healthy.reset_index(drop=True), source=str(csv_path)), unbalanced

@@ -211,6 +211,13 @@ def predict(
                                    "them with --q (counts take --n-total and --sparsity or "
                                    "--n-active)")
         inputs = _inputs_from_counts(n_total, tokens, sparsity, split_factor, n_active)
+    features = law.form.features  # what the form reads, named as options (a trial)
+    if "active_fraction" in features and inputs.sparsity is None:
+        raise MosaicInputError(f"the {law.form.name} law needs the sparsity: give --sparsity "
+                               "S (0 <= S < 1) or --n-active")
+    if "split_factor" in features and inputs.split_factor is None:
+        raise MosaicInputError(f"the {law.form.name} law needs the split factor: give "
+                               "--split-factor G (G > 0)")
     with np.errstate(all="ignore"):
         loss = _physical_loss(float(law.predict(**asdict(inputs))), law)
     flags = extrapolation_flags(
@@ -369,7 +376,8 @@ def _warn_unbalanced_rungs(frame: Any, split_factor: float | None) -> None:
     names = unbalanced_names([row for row, kept in zip(
         rows, rows_of_split_factor(rows, split_factor), strict=True) if kept])
     if names:
-        error_console.print(f"warning: fitted anyway by `law fit`: {unbalanced_warning(names)}",
+        consequence = "`law fit` fits them anyway (`mosaic ladder fit` leaves them out)"
+        error_console.print(f"warning: {unbalanced_warning(names, consequence)}",
                             markup=False, highlight=False, soft_wrap=True)
 
 
@@ -427,10 +435,16 @@ def report_no_fit(metrics: dict[str, Any]) -> None:
 def report_unstable_estimates(payload: dict[str, Any]) -> None:
     """A warning naming the coefficients whose point estimate lies outside their own
     bootstrap percentile interval (the fit lands elsewhere on resampled runs)."""
+    def inside(value: float, low: float, high: float) -> bool:
+        # to a relative 1e-9: an interval of one replicated value is equal, not below (a
+        # trial: 10 "outside" [10.000000000000002, 10.000000000000002])
+        slack = 1e-9 * max(abs(value), abs(low), abs(high))
+        return low - slack <= value <= high + slack
+
     outside = [f"{name} {value:.4g} outside [{low:.4g}, {high:.4g}]"
                for name, value in payload["coefficients"].items()
                for low, high in [payload["intervals"][name]["percentile"]]
-               if not low <= value <= high]
+               if not inside(value, low, high)]
     if outside:
         _warn("point estimate outside its bootstrap interval: " + "; ".join(outside)
               + " (the fit is unstable: more runs, or more --starts)")
@@ -482,12 +496,20 @@ def print_fit(payload: dict[str, Any]) -> None:
     if "identifiability" in payload:
         columns += ["spread", "verdict"]
     rows = []
+    # exponents on a feature no run varies: their intervals are no measure of anything
+    from mosaic.law.fit import FEATURE_SYMBOLS
+
+    unidentified = {name: FEATURE_SYMBOLS.get(feature, feature)
+                    for feature, names in payload.get("unidentified", {}).items()
+                    for name in names}
     for name, value in payload["coefficients"].items():
         row = [name, f"{value:.6g}"]
         if "intervals" in payload:
             iv = payload["intervals"][name]
             row += [f"[{iv['percentile'][0]:.4g}, {iv['percentile'][1]:.4g}]"]
-            row += ["n/a (replicates pile on one value)" if iv["bca"] is None
+            row += [f"n/a (not identified: no run varies {unidentified[name]})"
+                    if name in unidentified
+                    else "n/a (replicates pile on one value)" if iv["bca"] is None
                     else f"[{iv['bca'][0]:.4g}, {iv['bca'][1]:.4g}]"]
         if "identifiability" in payload:
             ident = payload["identifiability"][name]

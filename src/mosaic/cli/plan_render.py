@@ -232,8 +232,10 @@ def print_model_notes(assumptions: dict[str, Any]) -> None:
 def print_uncertainty(document: dict[str, Any]) -> None:
     def label(c: dict[str, Any]) -> str:
         low, high = c["loss_interval"]
+        flags = [f["quantity"] for f in (c.get("extrapolation") or {}).get("flags", [])]
         return (f"{geometry_label(c)}: "
-                f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]")
+                f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]"
+                + (f"; the law extrapolates in {', '.join(flags)}" if flags else ""))
 
     print_key_value_table(
         f"Uncertainty ({document['samples']} samples, {document['level']:.0%} intervals)", [

@@ -53,6 +53,12 @@ class ExtrapolationFlag:
         return asdict(self) | {"message": self.message}
 
 
+# How far past an edge of the fitted range still counts as on it: a point a rounding away
+# from a fitted run's value (a trial saw "is 0.018% below the fitted range") is no
+# extrapolation.
+EDGE_TOLERANCE = 1e-3
+
+
 def _how_far(ratio: float) -> str:
     """How many times outside: '2.5x', or a percentage when under 10% out ('0.4%', where
     '1x' would say nothing)."""
@@ -126,7 +132,7 @@ def extrapolation_flags(
             continue
         low, high = support[name]
         ratio = float(_ratio(name, np.asarray(float(value)), low, high))
-        if ratio > 1.0:
+        if ratio > 1.0 + EDGE_TOLERANCE:
             direction = "above" if float(value) > high else "below"
             flags.append(ExtrapolationFlag(name, float(value), low, high, direction, ratio))
     return flags

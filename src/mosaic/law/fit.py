@@ -176,7 +176,7 @@ def bound_note(on_bound: Mapping[str, Mapping[str, float | str]]) -> str | None:
     """One line naming the coefficients that sit on a fit bound, or None."""
     if not on_bound:
         return None
-    parts = [f"{name} = {float(info['bound']):g} ({info['side']} bound)"
+    parts = [f"{name} at its {info['side']} bound {float(info['bound']):g}"
              for name, info in on_bound.items()]
     return ("coefficient(s) on the fit's bound, not a free optimum: " + ", ".join(parts)
             + "; the data do not pin them (more, longer or more varied runs)")

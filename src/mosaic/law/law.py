@@ -195,13 +195,18 @@ def fit_caveats(law: ScalingLaw) -> list[str]:
     planned with a tiny ladder's law and saw none of it). Every command that takes --law
     repeats them (a trial: `law optimum` returned 436 tokens from a law whose fit had
     warned, silently)."""
-    from mosaic.law.fit import bound_note  # the fitting stack loads only here
+    from mosaic.law.fit import bound_note, unidentified_note  # the fitting stack loads here
 
     provenance = law.provenance or {}
     notes = []
     at_bound = bound_note(provenance.get("at_bound") or {})
     if at_bound is not None:
         notes.append(f"its fit left {at_bound}")
+    # exponents on a feature its runs held constant: a plan choosing another value of that
+    # feature reads an arbitrary number (a trial: a G = 8 pick from a law fitted at G = 1)
+    unidentified = unidentified_note(provenance.get("unidentified") or {})
+    if unidentified is not None:
+        notes.append(f"in its fit {unidentified}")
     metrics = provenance.get("metrics") or {}
     if metrics.get("n_heldout") == 0:
         notes.append("its fit held no run out, so its error on new runs is unmeasured")

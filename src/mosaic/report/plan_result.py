@@ -64,6 +64,13 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
     uncertainty = plan_uncertainty(result, law, samples, calibration)
     if uncertainty is not None:
         document["uncertainty"] = plan_report.uncertainty_document(uncertainty, result)
+        # each choice's own law flags (a trial: a robust pick at G = 8 from a law fitted at
+        # G = 1 was flagged only in the candidates' JSON)
+        for choice in ("robust_choice", "minimax_regret_choice", "optimum"):
+            entry = document["uncertainty"][choice]
+            entry["extrapolation"] = next(
+                (c["extrapolation"] for c in document["candidates"]
+                 if all(c[axis] == entry[axis] for axis in plan_report.GEOMETRY_AXES)), None)
     document.update(plan_report_blocks(result, law, calibration, uncertainty,
                                        comparison=comparison))
     return document, uncertainty

@@ -70,10 +70,15 @@ def unbalanced_names(rows: list[Mapping[str, Any]]) -> list[str]:
                                                start=1) if bad]
 
 
-def unbalanced_warning(names: list[str]) -> str:
-    """One line that names the unbalanced rungs and says what it means."""
+LADDER_FIT_LEAVES_THEM_OUT = ("`mosaic ladder fit` leaves them out (--keep-unbalanced keeps "
+                              "them)")
+
+
+def unbalanced_warning(names: list[str], consequence: str = LADDER_FIT_LEAVES_THEM_OUT) -> str:
+    """One line that names the unbalanced rungs, says what it means and what the command
+    does with them (``consequence``)."""
     return (f"{len(names)} rung(s) ended with at least {STARVED_EXPERTS_LIMIT:g} starved "
             f"expert per MoE layer over their last {FINAL_WINDOW_FRACTION:.0%} of steps "
             f"(paper App. C.2: a healthy run has about none): {', '.join(names)}; their "
-            "routers are unbalanced or collapsed, so `mosaic ladder fit` leaves them out "
-            "(--keep-unbalanced keeps them); docs/train.md 'Router collapse in short runs'")
+            f"routers are unbalanced or collapsed; {consequence}; docs/train.md 'Router "
+            "collapse in short runs'")
