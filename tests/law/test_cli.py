@@ -269,3 +269,25 @@ def test_a_fit_that_explains_nothing_is_flagged(tmp_path):
                                  "--refine", "4"])
     assert result.exit_code == 0, result.output
     assert "the law explains none of the runs' loss variance" in result.output
+
+
+def test_law_fit_falls_back_to_no_holdout_as_ladder_fit_does(tmp_path):
+    """12 runs of one G for the joint form's 11 coefficients: holding 10% out leaves 11,
+    too few, so without --holdout every run is fitted, with a warning (a trial: `ladder fit`
+    did this and `law fit` refused the same runs); an explicit --holdout is still refused."""
+    from dataclasses import replace
+
+    from .conftest import make_joint_runs
+
+    runs, _ = make_joint_runs(noise=0.005, seed=1, n_runs=12)
+    runs = replace(runs, split_factor=np.full(12, 4.0))  # one G stratum, as a ladder's
+    data = tmp_path / "runs.csv"
+    write_runs(data, runs)
+    fitted = runner.invoke(app, ["law", "fit", str(data), "--form", "joint", "--starts", "64",
+                                 "--refine", "2", "--json"])
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(fitted.stdout)["metrics"]["n_heldout"] == 0
+    assert "would leave too few for the joint form" in fitted.stderr
+    explicit = runner.invoke(app, ["law", "fit", str(data), "--form", "joint", "--holdout",
+                                   "0.1", "--starts", "64", "--refine", "2"])
+    assert explicit.exit_code == 2 and "leaves too little to fit" in explicit.output

@@ -198,27 +198,6 @@ def _starved_cell(starved: float | None) -> str:
     return "-" if starved is None else f"{starved:.2f}"
 
 
-def _default_holdout(runs: Any, law_form: Any, holdout: float | None
-                     ) -> tuple[float, str | None]:
-    """The holdout fraction to fit with, and why it is not the one asked for: without
-    --holdout, the paper's 10% (Sec. 4.2) unless holding it out leaves fewer runs than the
-    form needs; then every run is fitted and nothing is held out (a tiny ladder with one
-    more unbalanced rung than usual could not be fitted; a trial)."""
-    from mosaic.law.validation import HOLDOUT_FRACTION, check_fittable, holdout_mask
-
-    if holdout is not None:
-        return holdout, None
-    held_out = holdout_mask(runs, HOLDOUT_FRACTION)
-    try:
-        check_fittable(runs.subset(~held_out), law_form)
-    except MosaicInputError:
-        return 0.0, (f"holding out {int(held_out.sum())} of {runs.n_runs} runs (the default "
-                     f"--holdout {HOLDOUT_FRACTION:g}) would leave too few for the "
-                     f"{law_form.name} form; fitted all {runs.n_runs} with none held out, so "
-                     "the held-out RMSE is not measured")
-    return HOLDOUT_FRACTION, None
-
-
 @ladder_app.command("fit")
 @guarded
 def fit(
@@ -263,7 +242,7 @@ def fit(
     """
     from mosaic.law.fit import FitSettings
     from mosaic.law.forms import get_form
-    from mosaic.law.validation import check_fittable, fit_with_holdout
+    from mosaic.law.validation import check_fittable, fit_with_holdout, holdout_to_fit
 
     if holdout is not None:
         check_range("--holdout", holdout, "fraction", high=0.9)  # as `mosaic law fit` does
@@ -282,7 +261,7 @@ def fit(
     law_form = get_form(form)
     check_fittable(runs, law_form)  # as `mosaic law fit` checks it
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
-    holdout, holdout_note = _default_holdout(runs, law_form, holdout)
+    holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
     if holdout_note:
         error_console.print(f"warning: {holdout_note}", markup=False, highlight=False,
                             soft_wrap=True)

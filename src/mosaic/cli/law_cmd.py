@@ -44,7 +44,7 @@ from mosaic.law.optimum import (
     compute_optimum,
     sparsity_profile,
 )
-from mosaic.law.validation import HOLDOUT_FRACTION, check_fittable
+from mosaic.law.validation import check_fittable
 from mosaic.limits import LIMITS, check_range
 from mosaic.threads import limit_blas_threads
 
@@ -278,8 +278,10 @@ def fit(
         int, typer.Option("--refine", help="Best starts refined with L-BFGS-B.")
     ] = DEFAULT_POLISHED,
     holdout: Annotated[
-        float, typer.Option("--holdout", help="Fraction held out per G stratum (0: none).")
-    ] = HOLDOUT_FRACTION,
+        float | None, typer.Option(
+            "--holdout", help="Fraction held out per G stratum (0: none; default 0.1, or "
+            "none when holding 10% out leaves too few runs to fit).")
+    ] = None,
     split_factor: Annotated[
         float | None, typer.Option("--split-factor", help="Fit only the runs with this G.")
     ] = None,
@@ -300,7 +302,7 @@ def fit(
 
     from mosaic.law.bootstrap import identifiability_scan
     from mosaic.law.rundata import RunData, read_run_table
-    from mosaic.law.validation import fit_with_holdout
+    from mosaic.law.validation import fit_with_holdout, holdout_to_fit
 
     check_bootstrap_options(n_bootstrap, method, samples_out)
     for option, path in (("--out", out), ("--samples-out", samples_out), ("--parity", parity)):
@@ -316,6 +318,9 @@ def fit(
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
+    holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
+    if holdout_note:
+        _warn(holdout_note)
     limit_blas_threads()  # small-matrix fits run fastest on one BLAS thread (mosaic.threads)
     settings = FitSettings(huber_delta=huber_delta, starts=starts, n_polished=refine, seed=seed)
     from mosaic.cli.progress import progress_reporter
@@ -475,7 +480,7 @@ def bootstrap_into(payload: dict[str, Any], fit: FitResult, *, method: str,
 
 
 def _check_fit_settings(*, huber_delta: float, seed: int, starts: int, refine: int,
-                        holdout: float, scan: int) -> None:
+                        holdout: float | None, scan: int) -> None:
     """Bounds of the fit's knobs, checked before the data is read."""
     check_range("--huber-delta", huber_delta, "huber_delta")
     check_range("--seed", seed, "top", integer=True, high=2**63 - 1)
@@ -485,7 +490,8 @@ def _check_fit_settings(*, huber_delta: float, seed: int, starts: int, refine: i
                                f"starts are the best of the screened ones; give --refine "
                                f"{starts} or fewer")
     check_range("--refine", refine, "top", integer=True, low=1, high=min(starts, 10_000))
-    check_range("--holdout", holdout, "fraction", high=0.9)
+    if holdout is not None:
+        check_range("--holdout", holdout, "fraction", high=0.9)
     check_range("--scan", scan, "top", integer=True, high=10_000)
 
 
