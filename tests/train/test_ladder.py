@@ -504,3 +504,20 @@ def test_ladder_fit_bootstraps_samples_that_go_with_its_own_law(tmp_path):
                                    str(tmp_path / "x.json"), "--samples-out",
                                    str(tmp_path / "y.json")])
     assert needs.exit_code == 2 and "--samples-out needs --bootstrap" in needs.output
+
+
+def test_a_fit_refused_for_too_few_rows_names_the_rungs_left_out_of_runs_csv(tmp_path):
+    """A trial's `ladder run --scale 0.5 --only ...` into a finished ladder's folder rewrote
+    runs.csv with 3 of its 19 rungs; the fit then refused with no word of why. The error
+    names the finished rungs the CSV lacks and how to list them again."""
+    path = _runs_csv_with_starved(tmp_path, {})
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join(rows[:4]) + "\n")  # 3 rungs left in runs.csv
+    for i in range(9):  # 9 finished rungs under runs/
+        (tmp_path / "runs" / f"r{i}").mkdir(parents=True)
+        (tmp_path / "runs" / f"r{i}" / "result.json").write_text("{}")
+    result = CliRunner().invoke(_app(), ["ladder", "fit", str(tmp_path), "--out",
+                                         str(tmp_path / "law.json"), "--form", "chinchilla"])
+    assert result.exit_code == 2
+    assert "holds 9 finished rungs but runs.csv only 3" in result.output
+    assert "re-run the full grid's command" in result.output

@@ -177,8 +177,11 @@ def run(
     if others:  # not a progress line: -q and --json keep it
         error_console.print(f"note: {len(others)} finished rung(s) under {out / 'runs'} are "
                             f"not in this grid and stay out of {path.name}: "
-                            f"{', '.join(others[:5])}" + (" ..." if len(others) > 5 else ""),
-                            markup=False, highlight=False, soft_wrap=True)
+                            f"{', '.join(others[:5])}" + (" ..." if len(others) > 5 else "")
+                            + f"; {path.name} now holds this grid's {len(rows)} rung(s), "
+                            "which `mosaic ladder fit` fits; the other grid's own `ladder "
+                            "run` command (without this --scale/--only) rewrites it with "
+                            "its rungs", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         print_json({"runs_csv": str(path), "runs": rows, "unbalanced_rungs": unbalanced,
                     "other_grid_rungs": others})
@@ -196,6 +199,21 @@ def run(
 
 def _starved_cell(starved: float | None) -> str:
     return "-" if starved is None else f"{starved:.2f}"
+
+
+def _other_rungs_hint(csv_path: Path, n_rows: int) -> str:
+    """Where the folder holds more finished rungs than its runs.csv: the last `ladder run`
+    wrote only its own grid's (a trial's --scale run left 3 of 19, and the fit then refused
+    with no word of why)."""
+    from mosaic.train.ladder import finished_rungs
+
+    finished = finished_rungs(csv_path.parent)
+    if len(finished) <= n_rows:
+        return ""
+    return (f"; {csv_path.parent / 'runs'} holds {len(finished)} finished rungs but "
+            f"{csv_path.name} only {n_rows}: the last `mosaic ladder run` into this folder "
+            "wrote its own grid's (a --scale or --only run); re-run the full grid's command "
+            "(finished rungs are kept, not retrained) to list them all")
 
 
 @ladder_app.command("fit")
@@ -259,7 +277,10 @@ def fit(
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     law_form = get_form(form)
-    check_fittable(runs, law_form)  # as `mosaic law fit` checks it
+    try:
+        check_fittable(runs, law_form)  # as `mosaic law fit` checks it
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"{exc}{_other_rungs_hint(csv_path, runs.n_runs)}") from None
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
     holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
     if holdout_note:

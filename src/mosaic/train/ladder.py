@@ -260,15 +260,20 @@ def finished_results(jobs: list[LadderJob], out_dir: Path) -> dict[str, dict[str
     return results
 
 
+def finished_rungs(out_dir: Path) -> list[str]:
+    """Names of every finished rung under ``out_dir/runs``, whichever grid trained it."""
+    from mosaic.train.trainer import RESULT_FILE
+
+    runs = out_dir / "runs"
+    return sorted(path.parent.name for path in runs.glob(f"*/{RESULT_FILE}")
+                  ) if runs.is_dir() else []
+
+
 def finished_elsewhere(jobs: list[LadderJob], out_dir: Path) -> list[str]:
     """Names of the finished rungs under ``out_dir/runs`` that are not rungs of ``jobs``
     (another grid trained into the same folder)."""
-    from mosaic.train.trainer import RESULT_FILE
-
     names = {job.name for job in jobs}
-    runs = out_dir / "runs"
-    return sorted(path.parent.name for path in runs.glob(f"*/{RESULT_FILE}")
-                  if path.parent.name not in names) if runs.is_dir() else []
+    return [name for name in finished_rungs(out_dir) if name not in names]
 
 
 def collect_runs(jobs: list[LadderJob], out_dir: Path) -> list[dict[str, Any]]:
