@@ -72,6 +72,17 @@ def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_fa
     # The bootstrap samples feed `mosaic plan --bootstrap-samples`.
     samples = load_samples(tmp_path / "samples.json")
     assert samples.log_coefs.shape == (4, 11)
+    # and `law predict --bootstrap-samples` (a trial: no prediction interval from the CLI):
+    # the 5th and 95th percentiles of the loss under each sample, by hand
+    ranged = run_json("predict", "--n-total", "1e10", "--sparsity", "0.9", "--tokens", "1e10",
+                      "--split-factor", "2", "--law", str(law_file), "--bootstrap-samples",
+                      str(tmp_path / "samples.json"))
+    by_sample = [float(ScalingLaw(law.form, dict(zip(law.form.params, np.exp(c), strict=True)))
+                       .predict(1e10, 1e10, 0.9, 2.0)) for c in samples.log_coefs]
+    interval = ranged["loss_interval"]
+    assert (interval["level"], interval["samples"]) == (0.9, 4)
+    assert interval["low"] == pytest.approx(np.percentile(by_sample, 5), rel=1e-9)
+    assert interval["high"] == pytest.approx(np.percentile(by_sample, 95), rel=1e-9)
 
 
 def test_fit_per_g_on_one_stratum(tmp_path, joint_runs_factory):

@@ -175,10 +175,14 @@ def predict(
             help="Architecture YAML (model:, moe: blocks) or HuggingFace config.json.")
     ] = None,
     law_file: LawOption = None,
+    bootstrap_samples: Annotated[Path | None, typer.Option(
+        "--bootstrap-samples", help="Coefficient samples of this law (`law fit`/`ladder fit "
+        "--bootstrap N --samples-out`): adds the loss's 90% interval.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Predict the final training loss of one configuration (counts or a geometry)."""
     law = load_law_file(law_file)
+    samples = _samples_of(bootstrap_samples, law)
     if q is not None or arch is not None:
         if n_total is not None or sparsity is not None or n_active is not None:
             raise MosaicInputError("give a geometry (--q or --arch) or counts (--n-total "
@@ -224,9 +228,11 @@ def predict(
         law, n_total=inputs.n_total, tokens=inputs.tokens, sparsity=inputs.sparsity,
         split_factor=inputs.split_factor,
         n_active=None if inputs.sparsity is None else inputs.n_total * (1 - inputs.sparsity))
+    interval = None if samples is None else _loss_interval(law, inputs, samples)
     if as_json:
         print_json({**asdict(inputs), "loss": loss, "form": law.form.name, "law": _law_label(law),
-                    "extrapolation": extrapolation_document(law, flags)})
+                    "extrapolation": extrapolation_document(law, flags),
+                    **({} if interval is None else {"loss_interval": interval})})
         return
     rows = [("law", _law_label(law)), ("N_tot", _count(inputs.n_total))]
     if inputs.sparsity is not None:
@@ -235,7 +241,37 @@ def predict(
     if inputs.split_factor is not None:
         rows.append(("split factor G", f"{inputs.split_factor:g}"))
     rows.append(("predicted loss", f"{loss:.4f}"))
+    if interval is not None:
+        rows.append((f"{interval['level']:.0%} interval ({interval['samples']} samples)",
+                     f"[{interval['low']:.4f}, {interval['high']:.4f}] (the law's "
+                     "coefficient uncertainty only; read it beside the extrapolation)"))
     print_key_value_table("Predicted loss", rows + _extrapolation_rows(law, flags))
+
+
+def _samples_of(path: Path | None, law: Any) -> Any:
+    """The --bootstrap-samples of ``law`` (refused when they were drawn around another
+    fit, as `mosaic plan` refuses them), or None."""
+    if path is None:
+        return None
+    from mosaic.plan.uncertainty import check_samples_describe, load_samples
+
+    samples = load_samples(path, law.form.name)
+    check_samples_describe(samples, law, f"--bootstrap-samples {path}")
+    return samples
+
+
+def _loss_interval(law: Any, inputs: Any, samples: Any) -> dict[str, Any]:
+    """The percentile interval of the predicted loss over the coefficient samples, at the
+    level `mosaic plan` reports (plan.uncertainty.DEFAULT_LEVEL)."""
+    from mosaic.plan.uncertainty import DEFAULT_LEVEL
+
+    with np.errstate(all="ignore"):
+        losses = np.asarray(law.predict(**asdict(inputs), log_coefs=samples.log_coefs),
+                            dtype=float).reshape(-1)
+    tail = (1 - DEFAULT_LEVEL) / 2 * 100
+    low, high = np.nanpercentile(losses, [tail, 100 - tail])
+    return {"level": DEFAULT_LEVEL, "samples": int(losses.size), "low": float(low),
+            "high": float(high)}
 
 
 # The bootstrap options of `law fit` and `ladder fit`.

@@ -81,8 +81,11 @@ class ScalingLaw:
         tokens: ArrayLike,
         sparsity: ArrayLike | None = None,
         split_factor: ArrayLike | None = None,
+        log_coefs: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Predicted loss, broadcast over the inputs (N_tot in parameters, D in tokens)."""
+        """Predicted loss, broadcast over the inputs (N_tot in parameters, D in tokens);
+        with ``log_coefs`` (B, P) coefficient samples of this form (bootstrap), one
+        prediction per sample, shape (B, *inputs)."""
         uses = set(self.form.features)
         logs = {
             "n_total": np.log(_positive("n_total", n_total)),
@@ -107,8 +110,11 @@ class ScalingLaw:
         columns = np.broadcast_arrays(*(logs[f] for f in self.form.features))
         shape = columns[0].shape
         log_features = np.column_stack([c.reshape(-1) for c in columns])
-        log_loss = self.form.log_predict(self.log_coefs, self.form.design(log_features)).value
-        return np.exp(log_loss[0]).reshape(shape)
+        coefs = self.log_coefs if log_coefs is None else np.atleast_2d(log_coefs)
+        log_loss = self.form.log_predict(coefs, self.form.design(log_features)).value
+        if log_coefs is None:
+            return np.exp(log_loss[0]).reshape(shape)
+        return np.exp(log_loss).reshape((len(coefs), *shape))
 
     def predict_runs(self, data: RunData) -> np.ndarray:
         """Predicted loss for every run in ``data``."""
