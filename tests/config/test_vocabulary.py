@@ -4,11 +4,13 @@ from typing import get_args
 
 from mosaic.config.blocks import (
     CrossEntropyName,
+    EagerKernelsName,
     MoePermuteName,
     OptimizerDtypeName,
     RecomputeName,
     Routing,
 )
+from mosaic.perf.elementwise_traffic import RMSNORM_ERAS
 from mosaic.perf.moe_permute_traffic import MoePermute
 from mosaic.perf.plan import Checkpointing
 from mosaic.perf.workload import ROUTING_REGIMES, OptimizerDtype
@@ -19,6 +21,7 @@ def test_schema_names_are_the_model_enums_values():
     assert set(get_args(CrossEntropyName)) == {member.value for member in CrossEntropy}
     assert set(get_args(OptimizerDtypeName)) == {member.value for member in OptimizerDtype}
     assert set(get_args(MoePermuteName)) == {member.value for member in MoePermute}
+    assert set(get_args(EagerKernelsName)) == {member.value for member in RMSNORM_ERAS}
     assert set(get_args(Routing)) == set(ROUTING_REGIMES)  # calibration keys read them
     names = get_args(RecomputeName)
     assert [Checkpointing.parse(name).name.lower() for name in names] == list(names)

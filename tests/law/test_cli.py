@@ -80,7 +80,7 @@ def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_fa
     by_sample = [float(ScalingLaw(law.form, dict(zip(law.form.params, np.exp(c), strict=True)))
                        .predict(1e10, 1e10, 0.9, 2.0)) for c in samples.log_coefs]
     interval = ranged["loss_interval"]
-    assert (interval["level"], interval["samples"]) == (0.9, 4)
+    assert (interval["level"], interval["samples"], interval["samples_left_out"]) == (0.9, 4, 0)
     assert interval["low"] == pytest.approx(np.percentile(by_sample, 5), rel=1e-9)
     assert interval["high"] == pytest.approx(np.percentile(by_sample, 95), rel=1e-9)
 

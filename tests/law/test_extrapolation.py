@@ -120,9 +120,9 @@ def test_a_value_just_outside_the_range_says_by_how_much():
     flag = ExtrapolationFlag(quantity="n_active", value=2.73e9, low=1e8, high=2.72e9,
                              direction="above", ratio=2.73e9 / 2.72e9)
     assert "is 0.37% above the fitted range" in flag.message
-    tiny = ExtrapolationFlag(quantity="tokens", value=1.0004e11, low=1e9, high=1e11,
-                             direction="above", ratio=1.0004)
-    assert "is 0.04% above" in tiny.message
+    near = ExtrapolationFlag(quantity="tokens", value=1.004e11, low=1e9, high=1e11,
+                             direction="above", ratio=1.004)
+    assert "is 0.4% above" in near.message  # (under 0.1% out, no flag: EDGE_TOLERANCE)
 
 
 def test_a_rounding_past_the_edge_is_no_extrapolation():

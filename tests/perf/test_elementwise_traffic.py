@@ -88,7 +88,8 @@ def test_no_recompute_no_recomputed_traffic(tt165):
     assert record.plan.checkpointing[0] == int(Checkpointing.NONE)
     machine = machine_for(record.cluster, record.workload.precision)
     compiled = predict_step(record.workload, record.plan, machine, calibration)
-    eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
+    eager = predict_step(replace(record.workload, torch_compile=False,
+                                 eager_kernels="eager_fp32_norm"), record.plan, machine,
                          calibration)
     extra = (eager.analytic_breakdown_s["compute_elementwise_unfused"][0]
              - compiled.analytic_breakdown_s["compute_elementwise_unfused"][0])
@@ -113,7 +114,8 @@ def test_eager_step_slower_by_the_extra_bytes(tt165):
     record = tt165["tt165-llama2-7b-h100-8-fsdp2-compile-ac"]
     machine = machine_for(record.cluster, record.workload.precision)
     compiled = predict_step(record.workload, record.plan, machine, calibration)
-    eager = predict_step(replace(record.workload, torch_compile=False), record.plan, machine,
+    eager = predict_step(replace(record.workload, torch_compile=False,
+                                 eager_kernels="eager_fp32_norm"), record.plan, machine,
                          calibration)
     base = compiled.analytic_breakdown_s["compute_elementwise"][0]
     extra = (eager.analytic_breakdown_s["compute_elementwise_unfused"][0]
@@ -176,6 +178,12 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
         "set)")
     assert "eager_kernels has no effect on a compiled model (torch_compile)" in (
         kernel_assumptions(replace(older, torch_compile=True)))
+    # llm-foundry's eager code runs the native LayerNorm and no RoPE: no era to choose (a
+    # review: the fused-RMSNorm era there had added 40 B of RoPE to a model without any)
+    foundry = replace(moe, stack="llm-foundry", eager_kernels="eager_fused_rmsnorm")
+    assert elementwise_kernels(foundry) is ElementwiseKernels.EAGER_NATIVE_NORM
+    assert any(note.startswith("eager_kernels has no effect on llm-foundry")
+               for note in kernel_assumptions(foundry))
     assert kernel_assumptions(replace(moe, eager_kernels="eager_fp32_norm"))[1] == (
         "eager_kernels has no effect on megatron-core: its model code runs te_fused kernels "
         "either way")

@@ -213,6 +213,9 @@ def test_plan_with_a_price_a_budget_and_failures_equals_the_cli(studio):
     status, html = studio.text(job["report_url"])
     assert f"{cli['cost_usd']:,.0f} at 3 USD per GPU-hour" in html
     assert "set by the budget: 23,040 USD" in html
+    # a bad price is a form error before any search (a review: it failed the job after it)
+    status, body = studio.call("/api/plan", {"form": {**form, "plan.price_per_gpu_hour": "-3"}})
+    assert status == 422 and "price" in str(body["errors"])
     # days and a budget together are refused, naming the fields, as the CLI refuses them
     status, body = studio.call("/api/plan", {"form": {**form, "plan.days": "10"}})
     assert status == 422 and "either days or budget_usd" in str(body["errors"])

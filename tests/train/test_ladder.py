@@ -519,8 +519,21 @@ def test_a_fit_refused_for_too_few_rows_names_the_rungs_left_out_of_runs_csv(tmp
     result = CliRunner().invoke(_app(), ["ladder", "fit", str(tmp_path), "--out",
                                          str(tmp_path / "law.json"), "--form", "chinchilla"])
     assert result.exit_code == 2
-    assert "holds 9 finished rungs but runs.csv only 3" in result.output
+    assert "holds 9 finished rungs, 6 of them not in runs.csv" in result.output
     assert "re-run the full grid's command" in result.output
+
+
+def test_rungs_left_out_as_unbalanced_are_not_blamed_on_another_grid(tmp_path):
+    """A review: 6 of 9 listed rungs starved (left out of the fit) read as 'a --scale run
+    wrote its own grid's'; the hint is only for finished rungs runs.csv does not list."""
+    _runs_csv_with_starved(tmp_path, {i: 3.0 for i in range(6)})
+    for i in range(9):
+        (tmp_path / "runs" / f"r{i}").mkdir(parents=True)
+        (tmp_path / "runs" / f"r{i}" / "result.json").write_text("{}")
+    result = CliRunner().invoke(_app(), ["ladder", "fit", str(tmp_path), "--out",
+                                         str(tmp_path / "law.json"), "--form", "chinchilla"])
+    assert result.exit_code == 2 and "distinct run(s)" in result.output
+    assert "--scale or --only" not in result.output
 
 
 def test_ladder_fit_warns_when_the_smoothed_loss_lags_more_than_the_fit_error(tmp_path):

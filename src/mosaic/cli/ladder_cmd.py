@@ -201,16 +201,22 @@ def _starved_cell(starved: float | None) -> str:
     return "-" if starved is None else f"{starved:.2f}"
 
 
-def _smoothing_lag_note(csv_path: Path, fit_rmse: float) -> str | None:
+def _smoothing_lag_note(csv_path: Path, fit_rmse: float, split_factor: float | None,
+                        left_out: list[str]) -> str | None:
     """A warning when the smoothed losses the law is fitted to (the bias-corrected EMA of
     paper Sec. 3.1) lag the rungs' last-step losses by more than the fit's own RMSE: on
     short rungs the EMA still carries earlier, higher losses, so the D term is fitted to a
-    lag (a trial's 200-step rungs: +0.04 to +0.055 against an RMSE of 0.02)."""
+    lag (a trial's 200-step rungs: +0.04 to +0.055 against an RMSE of 0.02). Over the rows
+    the fit read: its G stratum, without the rungs ``left_out``."""
     from mosaic.table_files import read_table
+    from mosaic.train.router_health import rows_of_split_factor
 
     frame = read_table(csv_path, "runs file", allow_no_rows=True)
     if "final_loss" not in frame.columns or frame.empty:
         return None
+    frame = frame[rows_of_split_factor(frame.to_dict("records"), split_factor)]
+    if "name" in frame.columns:
+        frame = frame[~frame["name"].astype(str).isin(left_out)]
     lag = (frame["loss"].astype(float) - frame["final_loss"].astype(float)).dropna()
     if lag.empty or float(lag.median()) <= fit_rmse:
         return None
@@ -221,19 +227,24 @@ def _smoothing_lag_note(csv_path: Path, fit_rmse: float) -> str | None:
             "lag; train more steps per rung before reading D from this law")
 
 
-def _other_rungs_hint(csv_path: Path, n_rows: int) -> str:
-    """Where the folder holds more finished rungs than its runs.csv: the last `ladder run`
-    wrote only its own grid's (a trial's --scale run left 3 of 19, and the fit then refused
-    with no word of why)."""
+def _other_rungs_hint(csv_path: Path) -> str:
+    """Where the folder holds finished rungs its runs.csv does not list: the last `ladder
+    run` wrote only its own grid's (a trial's --scale run left 3 of 19, and the fit then
+    refused with no word of why). Rungs listed but left out of the fit (unbalanced, another
+    G) are not this."""
+    from mosaic.table_files import read_table
     from mosaic.train.ladder import finished_rungs
 
     finished = finished_rungs(csv_path.parent)
-    if len(finished) <= n_rows:
+    listed = read_table(csv_path, "runs file", allow_no_rows=True)
+    names = set(listed["name"].astype(str)) if "name" in listed.columns else set()
+    missing = [name for name in finished if name not in names]
+    if not missing:
         return ""
-    return (f"; {csv_path.parent / 'runs'} holds {len(finished)} finished rungs but "
-            f"{csv_path.name} only {n_rows}: the last `mosaic ladder run` into this folder "
-            "wrote its own grid's (a --scale or --only run); re-run the full grid's command "
-            "(finished rungs are kept, not retrained) to list them all")
+    return (f"; {csv_path.parent / 'runs'} holds {len(finished)} finished rungs, "
+            f"{len(missing)} of them not in {csv_path.name}: the last `mosaic ladder run` "
+            "into this folder wrote its own grid's (a --scale or --only run); re-run the "
+            "full grid's command (finished rungs are kept, not retrained) to list them all")
 
 
 @ladder_app.command("fit")
@@ -300,7 +311,7 @@ def fit(
     try:
         check_fittable(runs, law_form)  # as `mosaic law fit` checks it
     except MosaicInputError as exc:
-        raise MosaicInputError(f"{exc}{_other_rungs_hint(csv_path, runs.n_runs)}") from None
+        raise MosaicInputError(f"{exc}{_other_rungs_hint(csv_path)}") from None
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
     holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
     if holdout_note:
@@ -316,7 +327,7 @@ def fit(
     from mosaic.law.law import ScalingLaw
 
     report_bounds(validated.law, payload)
-    smoothing_note = _smoothing_lag_note(csv_path, metrics["rmse"])
+    smoothing_note = _smoothing_lag_note(csv_path, metrics["rmse"], split_factor, left_out)
     if smoothing_note:
         payload["smoothing_lag"] = smoothing_note
         error_console.print(f"warning: {smoothing_note}", markup=False, highlight=False,

@@ -268,9 +268,17 @@ def _loss_interval(law: Any, inputs: Any, samples: Any) -> dict[str, Any]:
     with np.errstate(all="ignore"):
         losses = np.asarray(law.predict(**asdict(inputs), log_coefs=samples.log_coefs),
                             dtype=float).reshape(-1)
+    finite = losses[np.isfinite(losses) & (losses > 0)]
+    if finite.size == 0:
+        raise MosaicInputError("--bootstrap-samples: no sample gives a finite, positive loss "
+                               "at this point; the samples describe no usable law here")
     tail = (1 - DEFAULT_LEVEL) / 2 * 100
-    low, high = np.nanpercentile(losses, [tail, 100 - tail])
-    return {"level": DEFAULT_LEVEL, "samples": int(losses.size), "low": float(low),
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    if finite.size < losses.size:  # said, not dropped silently (a review)
+        _warn(f"{losses.size - finite.size} of {losses.size} coefficient samples give no "
+              "finite, positive loss at this point and are left out of the interval")
+    return {"level": DEFAULT_LEVEL, "samples": int(finite.size),
+            "samples_left_out": int(losses.size - finite.size), "low": float(low),
             "high": float(high)}
 
 

@@ -36,9 +36,9 @@ RecomputeName = Literal["none", "selective", "full"]
 # the MoE token-movement code a run uses (mosaic.perf.moe_permute_traffic.MoePermute)
 MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_2510",
                          "torchtitan_2604", "levanter"]
-# the eager-torch element-wise kernels a run's model code launches when not compiled (its
-# torch era; mosaic.perf.elementwise_traffic.ElementwiseKernels, EAGER_TORCH_KERNELS)
-EagerKernelsName = Literal["eager_fp32_norm", "eager_native_norm", "eager_fused_rmsnorm"]
+# the torch era of an eager RMSNorm model (mosaic.perf.elementwise_traffic.RMSNORM_ERAS):
+# the fp32 composite before PyTorch 2.9, or its fused kernel
+EagerKernelsName = Literal["eager_fp32_norm", "eager_fused_rmsnorm"]
 # how the routed-expert GEMMs run (mosaic.perf.workload.EXPERT_GEMMS)
 ExpertGemmName = Literal["grouped", "xla_expanded"]
 

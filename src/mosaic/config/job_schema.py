@@ -179,10 +179,10 @@ class PerformanceBlock(StrictBlock):
         "combine) the run uses, e.g. a torchtitan era; unset = the stack's "
         "(docs/evidence/moe_permute_traffic.md)")
     eager_kernels: EagerKernelsName | None = Field(
-        default=None, description="the eager-torch norm, RoPE and activation kernels the "
-        "model code launches when not compiled, by torch era (eager_fp32_norm before "
-        "PyTorch 2.9's fused RMSNorm, eager_fused_rmsnorm after); read only by stacks whose "
-        "model code is eager torch; unset = the stack's (docs/evidence/elementwise_fusion.md)")
+        default=None, description="the torch era of eager RMSNorm model code when not "
+        "compiled: eager_fp32_norm (the fp32 composite before PyTorch 2.9) or "
+        "eager_fused_rmsnorm (its fused kernel); read only by stacks whose eager code is "
+        "RMSNorm torch; unset = the stack's (docs/evidence/elementwise_fusion.md)")
     expert_gemm: ExpertGemmName = Field(
         default="grouped", description="how the routed-expert GEMMs run: grouped, or "
         "xla_expanded = jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs (a dense "

@@ -161,9 +161,9 @@ class RunRecordEntry(_Strict):
         default=None, description="the MoE token-movement code the run used (e.g. a "
         "torchtitan era); null = the stack's (docs/evidence/moe_permute_traffic.md)")
     eager_kernels: EagerKernelsName | None = Field(
-        default=None, description="the eager-torch norm, RoPE and activation kernels the "
-        "run's model code launched when not compiled (e.g. eager_fp32_norm: PyTorch before "
-        "2.9); null = the stack's (docs/evidence/elementwise_fusion.md)")
+        default=None, description="the torch era of the run's eager RMSNorm model code: "
+        "eager_fp32_norm (PyTorch before 2.9) or eager_fused_rmsnorm; null = the stack's "
+        "(docs/evidence/elementwise_fusion.md)")
     max_nodes_per_token: int | None = Field(
         default=None, ge=1, le=LIMITS["devices"].high, description="node-limited routing: "
         "each token's experts on at most this many nodes (DeepSeek-V3's M = 4, arXiv:"

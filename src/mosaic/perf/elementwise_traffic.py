@@ -146,18 +146,25 @@ def block_bytes_per_token(traffic: BlockTraffic, workload: Workload) -> float:
 EAGER_TORCH_KERNELS = frozenset({ElementwiseKernels.EAGER_FP32_NORM,
                                  ElementwiseKernels.EAGER_NATIVE_NORM,
                                  ElementwiseKernels.EAGER_FUSED_RMSNORM})
+# The torch eras of eager RMSNorm model code (RoPE and SwiGLU alike): what a workload's
+# ``eager_kernels`` chooses between, on a stack whose eager code is one of them.
+RMSNORM_ERAS = frozenset({ElementwiseKernels.EAGER_FP32_NORM,
+                          ElementwiseKernels.EAGER_FUSED_RMSNORM})
 
 
 def elementwise_kernels(workload: Workload) -> ElementwiseKernels:
     """The implementation a workload's element-wise kernels run: the stack's; where that is
-    eager torch model code, the workload's own ``eager_kernels`` (its torch era) if stated,
-    and Inductor's when the model is compiled (``Workload.compiles_model``)."""
+    eager torch model code, Inductor's when the model is compiled
+    (``Workload.compiles_model``), and for eager RMSNorm code the workload's own
+    ``eager_kernels`` (its torch era) if stated."""
     kernels = ElementwiseKernels(workload.traits.elementwise_kernels)
     if kernels not in EAGER_TORCH_KERNELS:
         return kernels
     if workload.compiles_model:
         return ElementwiseKernels.INDUCTOR
-    return ElementwiseKernels(workload.eager_kernels or kernels)
+    if kernels in RMSNORM_ERAS and workload.eager_kernels is not None:
+        return ElementwiseKernels(workload.eager_kernels)
+    return kernels
 
 
 def elementwise_traffic_multiplier(workload: Workload) -> float:
@@ -177,12 +184,15 @@ def kernel_assumptions(workload: Workload) -> list[str]:
                 if value is not None]
     notes = [f"element-wise kernels: {kernels.value} ({workload.stack}"
              + (f"; {' and '.join(settings)} set)" if settings else "'s default)")]
-    stack_code = workload.traits.elementwise_kernels
-    if settings and ElementwiseKernels(stack_code) not in EAGER_TORCH_KERNELS:
+    stack_code = ElementwiseKernels(workload.traits.elementwise_kernels)
+    if settings and stack_code not in EAGER_TORCH_KERNELS:
         notes.append(f"{' and '.join(settings)} has no effect on {workload.stack}: its "
-                     f"model code runs {stack_code} kernels either way")
+                     f"model code runs {stack_code.value} kernels either way")
     elif workload.eager_kernels is not None and kernels is ElementwiseKernels.INDUCTOR:
         notes.append("eager_kernels has no effect on a compiled model (torch_compile)")
+    elif workload.eager_kernels is not None and stack_code not in RMSNORM_ERAS:
+        notes.append(f"eager_kernels has no effect on {workload.stack}: its eager model "
+                     f"code runs {stack_code.value} (no RMSNorm whose torch era differs)")
     if workload.geometry.moe is not None:
         notes.append(f"MoE token movement: {workload.moe_permute_code} ("
                      + ("moe_permute set)" if workload.moe_permute

@@ -66,11 +66,12 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
         document["uncertainty"] = plan_report.uncertainty_document(uncertainty, result)
         # each choice's own law flags (a trial: a robust pick at G = 8 from a law fitted at
         # G = 1 was flagged only in the candidates' JSON)
-        for choice in ("robust_choice", "minimax_regret_choice", "optimum"):
-            entry = document["uncertainty"][choice]
-            entry["extrapolation"] = next(
-                (c["extrapolation"] for c in document["candidates"]
-                 if all(c[axis] == entry[axis] for axis in plan_report.GEOMETRY_AXES)), None)
+        for choice, row in (("robust_choice", uncertainty.robust_row),
+                            ("minimax_regret_choice", uncertainty.minimax_row),
+                            ("optimum", int(result.ranking[0]))):
+            flags = optimum_extrapolation(law, result.candidate(int(row)))
+            document["uncertainty"][choice]["extrapolation"] = {
+                k: v for k, v in flags.items() if k != "data_support"}
     document.update(plan_report_blocks(result, law, calibration, uncertainty,
                                        comparison=comparison))
     return document, uncertainty

@@ -198,8 +198,9 @@ class StackTraits:
     # (not modelled)
     dp_last_bucket: str
     # how the model code runs norms, RoPE, activation and residual adds
-    # (mosaic.perf.elementwise_traffic): te_fused, inductor, xla, eager_fp32_norm or
-    # eager_native_norm; torch_compile: eager model code is compiled by default
+    # (mosaic.perf.elementwise_traffic): te_fused, inductor, xla, eager_fp32_norm,
+    # eager_native_norm or eager_fused_rmsnorm; torch_compile: eager model code is compiled
+    # by default
     elementwise_kernels: str
     torch_compile: bool
     # whether compiling the model compiles the LM loss too (torchtitan: Compile.components

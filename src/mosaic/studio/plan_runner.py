@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mosaic.errors import MosaicInputError
+from mosaic.plan.cost import check_price
 from mosaic.plan.envelope import (
     DEFAULT_STACK,
     TABLE3_DAYS,
@@ -99,6 +100,12 @@ def _optional_numbers(form: dict[str, str], names: tuple[str, ...],
     return {name: None for name in names} | _numbers(form, {**(required or {}), **present})
 
 
+def plan_price(form: dict[str, str]) -> float | None:
+    """The form's price per GPU-hour (None when empty), the cost of the plan's report."""
+    return _optional_numbers({**DEFAULT_PLAN_FORM, **form},
+                             ("price_per_gpu_hour",))["price_per_gpu_hour"]
+
+
 def _numbers(form: dict[str, str], kinds: dict[str, type]) -> dict[str, Any]:
     """The form's numeric fields by name; FormError naming every field that is not one."""
     values: dict[str, Any] = {}
@@ -168,6 +175,7 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
                    for name in CONSTRAINT_FIELDS}
     axes = _grid_fields(form, model)
     try:
+        check_price(optional["price_per_gpu_hour"])  # before the search, as the CLI does
         budget = dollar_budget_for(optional["budget_usd"], optional["price_per_gpu_hour"],
                                    optional["days"])
         envelope, space = build_inputs(
@@ -259,8 +267,7 @@ class PlanRunner:
         """Validate and start a plan (``model``: the backbone of a ``plan.grid: model``
         plan); PlanBusyError when one is running, FormError when invalid."""
         envelope, space, limits = validate_plan_form(form, model)
-        price = _optional_numbers({**DEFAULT_PLAN_FORM, **form},
-                                  ("price_per_gpu_hour",))["price_per_gpu_hour"]
+        price = plan_price(form)  # (checked with the rest just above)
         with self._lock:
             if self._current is not None and self._current.state == "running":
                 raise PlanBusyError(f"plan {self._current.job_id} is still running "
