@@ -83,6 +83,17 @@ def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_fa
     assert (interval["level"], interval["samples"], interval["samples_left_out"]) == (0.9, 4, 0)
     assert interval["low"] == pytest.approx(np.percentile(by_sample, 5), rel=1e-9)
     assert interval["high"] == pytest.approx(np.percentile(by_sample, 95), rel=1e-9)
+    # `law optimum --bootstrap-samples`: Eq. 16 solved again under each sample
+    from mosaic.law.optimum import compute_optimum
+
+    optimum = run_json("optimum", "--compute", "1e21", "--law", str(law_file),
+                       "--bootstrap-samples", str(tmp_path / "samples.json"))
+    losses = [compute_optimum(ScalingLaw(law.form, dict(zip(law.form.params, np.exp(c),
+                                                            strict=True))), 1e21).loss
+              for c in samples.log_coefs]
+    assert optimum["intervals"]["samples"] == 4
+    assert optimum["intervals"]["loss"] == pytest.approx(
+        [np.percentile(losses, 5), np.percentile(losses, 95)], rel=1e-9)
 
 
 def test_fit_per_g_on_one_stratum(tmp_path, joint_runs_factory):

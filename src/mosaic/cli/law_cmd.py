@@ -175,9 +175,7 @@ def predict(
             help="Architecture YAML (model:, moe: blocks) or HuggingFace config.json.")
     ] = None,
     law_file: LawOption = None,
-    bootstrap_samples: Annotated[Path | None, typer.Option(
-        "--bootstrap-samples", help="Coefficient samples of this law (`law fit`/`ladder fit "
-        "--bootstrap N --samples-out`): adds the loss's 90% interval.")] = None,
+    bootstrap_samples: SamplesOfLawOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Predict the final training loss of one configuration (counts or a geometry)."""
@@ -248,6 +246,63 @@ def predict(
     print_key_value_table("Predicted loss", rows + _extrapolation_rows(law, flags))
 
 
+def _optimum_intervals(law: Any, samples: Any, compute: float, split_factor: float | None,
+                       sparsity_range: tuple[float, float], as_json: bool) -> dict[str, Any]:
+    """Eq. 16 solved again under every coefficient sample: the percentile interval of each
+    optimal quantity at the level `mosaic plan` reports (a trial: the CLI had no interval of
+    an optimum)."""
+    from dataclasses import replace
+
+    from mosaic.cli.progress import progress_reporter
+    from mosaic.plan.uncertainty import DEFAULT_LEVEL
+
+    keys = ("sparsity", "n_total", "n_active", "tokens", "loss")
+    solved = []
+    total = len(samples.log_coefs)
+    with progress_reporter(as_json) as bar:  # about 0.1 s per sample on one core
+        report = bar("optimum per coefficient sample")
+        for done, log_coefs in enumerate(samples.log_coefs, start=1):
+            coefficients = dict(zip(law.form.params, np.exp(log_coefs).tolist(), strict=True))
+            with np.errstate(all="ignore"):
+                try:
+                    best = compute_optimum(replace(law, coefficients=coefficients), compute,
+                                           split_factor, sparsity_range)
+                except MosaicInputError:
+                    best = None  # a sample that describes no law here: left out
+            report(done, total)
+            if best is None:
+                continue
+            values = [getattr(best, key) for key in keys]
+            if all(np.isfinite(values)) and best.loss > 0:
+                solved.append(values)
+    if not solved:
+        raise MosaicInputError("--bootstrap-samples: no sample gives a finite optimum at this "
+                               "budget")
+    table = np.asarray(solved)
+    tail = (1 - DEFAULT_LEVEL) / 2 * 100
+    low, high = np.percentile(table, [tail, 100 - tail], axis=0)
+    if len(solved) < len(samples.log_coefs):
+        _warn(f"{len(samples.log_coefs) - len(solved)} of {len(samples.log_coefs)} "
+              "coefficient samples give no finite optimum and are left out of the intervals")
+    return {"level": DEFAULT_LEVEL, "samples": len(solved),
+            "samples_left_out": len(samples.log_coefs) - len(solved),
+            **{key: [float(low[i]), float(high[i])] for i, key in enumerate(keys)}}
+
+
+def _optimum_interval_rows(intervals: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The optimum table's interval rows (none without --bootstrap-samples)."""
+    if not intervals:
+        return []
+    head = f"{intervals['level']:.0%} interval ({intervals['samples']} samples)"
+    loss, sparsity = intervals["loss"], intervals["sparsity"]
+    return [(f"{head}: L*", f"[{loss[0]:.4f}, {loss[1]:.4f}]"),
+            (f"{head}: S*", f"[{sparsity[0]:.4f}, {sparsity[1]:.4f}]"),
+            *((f"{head}: {label}", f"[{_count(intervals[key][0])}, "
+                                   f"{_count(intervals[key][1])}]")
+              for key, label in (("n_total", "N_tot*"), ("n_active", "N_act*"),
+                                 ("tokens", "D*")))]
+
+
 def _samples_of(path: Path | None, law: Any) -> Any:
     """The --bootstrap-samples of ``law`` (refused when they were drawn around another
     fit, as `mosaic plan` refuses them), or None."""
@@ -280,6 +335,12 @@ def _loss_interval(law: Any, inputs: Any, samples: Any) -> dict[str, Any]:
     return {"level": DEFAULT_LEVEL, "samples": int(finite.size),
             "samples_left_out": int(losses.size - finite.size), "low": float(low),
             "high": float(high)}
+
+
+# The coefficient samples of a law file (`law predict` and `law optimum`).
+SamplesOfLawOption = Annotated[Path | None, typer.Option(
+    "--bootstrap-samples", help="Coefficient samples of the --law fit (`law fit`/`ladder fit "
+    "--bootstrap N --samples-out`): adds 90% intervals.")]
 
 
 # The bootstrap options of `law fit` and `ladder fit`.
@@ -652,6 +713,7 @@ def optimum(
         int, typer.Option("--profile", help="Also tabulate L*(S) at this many sparsities.")
     ] = 0,
     law_file: LawOption = None,
+    bootstrap_samples: SamplesOfLawOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Model-FLOPs-optimal (N_tot, S, D) of Eq. 16 and the peak learning rate of Eq. 17."""
@@ -672,6 +734,7 @@ def optimum(
             and law.split_factor is None:
         raise MosaicInputError(f"--split-factor: the law ({law.form.name}) has no G term and "
                                "was fitted at no stated G; drop --split-factor")
+    samples = _samples_of(bootstrap_samples, law)
     best = compute_optimum(law, compute, split_factor, (s_min, s_max))
     payload: dict[str, Any] = {
         "c_model_flops": best.c_model_flops,
@@ -692,6 +755,9 @@ def optimum(
                                 tokens=best.tokens, sparsity=best.sparsity,
                                 split_factor=best.split_factor)
     payload["extrapolation"] = extrapolation_document(law, flags)
+    if samples is not None:
+        payload["intervals"] = _optimum_intervals(law, samples, compute, split_factor,
+                                                  (s_min, s_max), as_json)
     if profile_points:
         if profile_points < 2:
             raise MosaicInputError(f"--profile needs at least 2 points, got {profile_points}")
@@ -718,6 +784,7 @@ def optimum(
                 "mosaic train holds it at that rate below)" if payload["lr_extrapolated"]
                 else "")),
             *_extrapolation_rows(law, flags),
+            *_optimum_interval_rows(payload.get("intervals")),
         ],
     )
     if profile_points:
