@@ -201,23 +201,16 @@ def _starved_cell(starved: float | None) -> str:
     return "-" if starved is None else f"{starved:.2f}"
 
 
-def _smoothing_lag_note(csv_path: Path, fit_rmse: float, split_factor: float | None,
-                        left_out: list[str]) -> str | None:
+def _smoothing_lag_note(fitted_rows: Any, fit_rmse: float) -> str | None:
     """A warning when the smoothed losses the law is fitted to (the bias-corrected EMA of
     paper Sec. 3.1) lag the rungs' last-step losses by more than the fit's own RMSE: on
     short rungs the EMA still carries earlier, higher losses, so the D term is fitted to a
     lag (a trial's 200-step rungs: +0.04 to +0.055 against an RMSE of 0.02). Over the rows
-    the fit read: its G stratum, without the rungs ``left_out``."""
-    from mosaic.table_files import read_table
-    from mosaic.train.router_health import rows_of_split_factor
-
-    frame = read_table(csv_path, "runs file", allow_no_rows=True)
-    if "final_loss" not in frame.columns or frame.empty:
+    the fit read (``fitted_rows``, from :func:`_healthy_runs`)."""
+    if "final_loss" not in fitted_rows.columns:
         return None
-    frame = frame[rows_of_split_factor(frame.to_dict("records"), split_factor)]
-    if "name" in frame.columns:
-        frame = frame[~frame["name"].astype(str).isin(left_out)]
-    lag = (frame["loss"].astype(float) - frame["final_loss"].astype(float)).dropna()
+    lag = (fitted_rows["loss"].astype(float)
+           - fitted_rows["final_loss"].astype(float)).dropna()
     if lag.empty or float(lag.median()) <= fit_rmse:
         return None
     return (f"the smoothed losses the law is fitted to lag the rungs' last-step losses by "
@@ -291,6 +284,7 @@ def fit(
     """
     from mosaic.law.fit import FitSettings
     from mosaic.law.forms import get_form
+    from mosaic.law.rundata import RunData
     from mosaic.law.validation import check_fittable, fit_with_holdout, holdout_to_fit
 
     if holdout is not None:
@@ -304,7 +298,8 @@ def fit(
     for option, path in (("--out", out), ("--samples-out", samples_out)):
         if path is not None:  # before the fit, not after it
             check_output_file(path, option, inputs=[csv_path])
-    runs, left_out = _healthy_runs(csv_path, keep_unbalanced, split_factor)
+    fitted_rows, left_out = _healthy_runs(csv_path, keep_unbalanced, split_factor)
+    runs = RunData.from_frame(fitted_rows, source=str(csv_path))
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     law_form = get_form(form)
@@ -327,7 +322,7 @@ def fit(
     from mosaic.law.law import ScalingLaw
 
     report_bounds(validated.law, payload)
-    smoothing_note = _smoothing_lag_note(csv_path, metrics["rmse"], split_factor, left_out)
+    smoothing_note = _smoothing_lag_note(fitted_rows, metrics["rmse"])
     if smoothing_note:
         payload["smoothing_lag"] = smoothing_note
         error_console.print(f"warning: {smoothing_note}", markup=False, highlight=False,
@@ -364,11 +359,11 @@ def fit(
 
 def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | None
                   ) -> tuple[Any, list[str]]:
-    """The run data of a ladder's runs.csv (its rows of ``split_factor`` where given),
-    without the rungs whose routers ended unbalanced unless ``keep_unbalanced``; and the
-    names of those left out (a warning names them). Older runs.csv files without the
+    """The rows of a ladder's runs.csv a fit reads (its rows of ``split_factor`` where
+    given), without the rungs whose routers ended unbalanced unless ``keep_unbalanced``; and
+    the names of those left out (a warning names them). Older runs.csv files without the
     starved_experts column keep every row."""
-    from mosaic.law.rundata import RunData, read_run_table
+    from mosaic.law.rundata import read_run_table
     from mosaic.train.router_health import (
         rows_of_split_factor,
         unbalanced_names,
@@ -382,11 +377,11 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
     rows = frame.to_dict("records") if "starved_experts" in frame.columns else []
     unbalanced = unbalanced_names(rows)
     if not unbalanced:
-        return RunData.from_frame(frame, source=str(csv_path)), []
+        return frame, []
     if keep_unbalanced:
         kept = unbalanced_warning(unbalanced, "this fit keeps them (--keep-unbalanced)")
         error_console.print(f"warning: {kept}", markup=False, highlight=False, soft_wrap=True)
-        return RunData.from_frame(frame, source=str(csv_path)), []
+        return frame, []
     healthy = frame[[not bad for bad in unbalanced_rows(rows)]]
     if healthy.empty:
         raise MosaicInputError(f"{csv_path}: every rung ended with unbalanced routers "
@@ -395,4 +390,4 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
     left_out = unbalanced_warning(unbalanced,
                                   "this fit leaves them out (--keep-unbalanced keeps them)")
     error_console.print(f"warning: {left_out}", markup=False, highlight=False, soft_wrap=True)
-    return RunData.from_frame(healthy.reset_index(drop=True), source=str(csv_path)), unbalanced
+    return healthy.reset_index(drop=True), unbalanced

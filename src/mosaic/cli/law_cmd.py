@@ -254,39 +254,46 @@ def _optimum_intervals(law: Any, samples: Any, compute: float, split_factor: flo
     from dataclasses import replace
 
     from mosaic.cli.progress import progress_reporter
-    from mosaic.plan.uncertainty import DEFAULT_LEVEL
 
     keys = ("sparsity", "n_total", "n_active", "tokens", "loss")
-    solved = []
-    total = len(samples.log_coefs)
+    table = np.full((len(samples.log_coefs), len(keys)), np.nan)  # NaN: no optimum
     with progress_reporter(as_json) as bar:  # about 0.1 s per sample on one core
         report = bar("optimum per coefficient sample")
-        for done, log_coefs in enumerate(samples.log_coefs, start=1):
+        for row, log_coefs in enumerate(samples.log_coefs):
             coefficients = dict(zip(law.form.params, np.exp(log_coefs).tolist(), strict=True))
             with np.errstate(all="ignore"):
                 try:
                     best = compute_optimum(replace(law, coefficients=coefficients), compute,
                                            split_factor, sparsity_range)
+                    table[row] = [getattr(best, key) for key in keys]
                 except MosaicInputError:
-                    best = None  # a sample that describes no law here: left out
-            report(done, total)
-            if best is None:
-                continue
-            values = [getattr(best, key) for key in keys]
-            if all(np.isfinite(values)) and best.loss > 0:
-                solved.append(values)
-    if not solved:
-        raise MosaicInputError("--bootstrap-samples: no sample gives a finite optimum at this "
-                               "budget")
-    table = np.asarray(solved)
-    tail = (1 - DEFAULT_LEVEL) / 2 * 100
-    low, high = np.percentile(table, [tail, 100 - tail], axis=0)
-    if len(solved) < len(samples.log_coefs):
-        _warn(f"{len(samples.log_coefs) - len(solved)} of {len(samples.log_coefs)} "
-              "coefficient samples give no finite optimum and are left out of the intervals")
-    return {"level": DEFAULT_LEVEL, "samples": len(solved),
-            "samples_left_out": len(samples.log_coefs) - len(solved),
-            **{key: [float(low[i]), float(high[i])] for i, key in enumerate(keys)}}
+                    pass  # a sample that describes no law here: left out
+            report(row + 1, len(table))
+    interval = _sample_interval(table, "an optimum at this budget")
+    low, high = interval.pop("low"), interval.pop("high")
+    return {**interval, **{key: [float(low[i]), float(high[i])] for i, key in enumerate(keys)}}
+
+
+def _sample_interval(values: np.ndarray, what: str) -> dict[str, Any]:
+    """The percentile interval (law.bootstrap.percentile_interval, at the level `mosaic
+    plan` reports) over the rows of per-sample ``values`` that are all finite with a
+    positive last column (the loss); the rows left out are counted and said, not dropped
+    silently (a review)."""
+    from mosaic.law.bootstrap import percentile_interval
+    from mosaic.plan.uncertainty import DEFAULT_LEVEL
+
+    values = np.asarray(values, dtype=float).reshape(len(values), -1)
+    usable = np.all(np.isfinite(values), axis=1) & (values[:, -1] > 0)
+    if not usable.any():
+        raise MosaicInputError(f"--bootstrap-samples: no sample gives {what}; the samples "
+                               "describe no usable law here")
+    left_out = int(len(values) - usable.sum())
+    if left_out:
+        _warn(f"{left_out} of {len(values)} coefficient samples give no {what} and are "
+              "left out of the interval")
+    low, high = percentile_interval(values[usable], DEFAULT_LEVEL)
+    return {"level": DEFAULT_LEVEL, "samples": int(usable.sum()), "samples_left_out": left_out,
+            "low": low, "high": high}
 
 
 def _optimum_interval_rows(intervals: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -316,25 +323,11 @@ def _samples_of(path: Path | None, law: Any) -> Any:
 
 
 def _loss_interval(law: Any, inputs: Any, samples: Any) -> dict[str, Any]:
-    """The percentile interval of the predicted loss over the coefficient samples, at the
-    level `mosaic plan` reports (plan.uncertainty.DEFAULT_LEVEL)."""
-    from mosaic.plan.uncertainty import DEFAULT_LEVEL
-
+    """The percentile interval of the predicted loss over the coefficient samples."""
     with np.errstate(all="ignore"):
-        losses = np.asarray(law.predict(**asdict(inputs), log_coefs=samples.log_coefs),
-                            dtype=float).reshape(-1)
-    finite = losses[np.isfinite(losses) & (losses > 0)]
-    if finite.size == 0:
-        raise MosaicInputError("--bootstrap-samples: no sample gives a finite, positive loss "
-                               "at this point; the samples describe no usable law here")
-    tail = (1 - DEFAULT_LEVEL) / 2 * 100
-    low, high = np.percentile(finite, [tail, 100 - tail])
-    if finite.size < losses.size:  # said, not dropped silently (a review)
-        _warn(f"{losses.size - finite.size} of {losses.size} coefficient samples give no "
-              "finite, positive loss at this point and are left out of the interval")
-    return {"level": DEFAULT_LEVEL, "samples": int(finite.size),
-            "samples_left_out": int(losses.size - finite.size), "low": float(low),
-            "high": float(high)}
+        losses = law.predict(**asdict(inputs), log_coefs=samples.log_coefs)
+    interval = _sample_interval(losses, "a finite, positive loss at this point")
+    return {**interval, "low": float(interval["low"][0]), "high": float(interval["high"][0])}
 
 
 # The coefficient samples of a law file (`law predict` and `law optimum`).
