@@ -288,10 +288,10 @@ class Workload:
             code is eager torch read it.
         moe_permute: the MoE token-movement code the run used (mosaic.perf.moe_permute_traffic
             MoePermute, e.g. a torchtitan release era); None = the stack trait moe_permute.
-        eager_kernels: the eager-torch kernels the model code launches when not compiled
-            (an EAGER_TORCH_KERNELS value of mosaic.perf.elementwise_traffic, e.g. the fp32
-            composite RMSNorm of PyTorch before 2.9); None = the stack trait. Read only
-            where the stack's model code is eager torch.
+        eager_kernels: the torch era of eager RMSNorm model code when not compiled (a
+            RMSNORM_ERAS value of mosaic.perf.elementwise_traffic: the fp32 composite of
+            PyTorch before 2.9, or its fused kernel); None = the stack trait. Read only
+            where the stack's eager code is RMSNorm torch.
         expert_gemm: how the routed-expert GEMMs run: "grouped" (a grouped GEMM over the
             local experts, the default) or "xla_expanded" (jax.lax.ragged_dot_general as
             XLA's GPU RaggedDotRewriter lowers it: one dense dot over an expert-broadcast,

@@ -37,6 +37,12 @@ def calibration_document(calibration: Calibration) -> dict[str, Any]:
             "provenance": calibration.provenance}
 
 
+def _flags_only(law: ScalingLaw, candidate: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's law flags without the fitted range (the optimum's block carries it)."""
+    flags = optimum_extrapolation(law, candidate)
+    return {k: v for k, v in flags.items() if k != "data_support"}
+
+
 def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calibration,
                          cost: RunCost, samples: LawSamples | None = None,
                          extra: dict[str, Any] | None = None
@@ -49,8 +55,7 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
     document |= extra or {}
     document["calibration"] = calibration_document(calibration)
     for candidate in document["candidates"]:  # `export`/`compare` PLAN.json#N read them
-        flags = optimum_extrapolation(law, candidate)  # (the data support: the optimum's)
-        candidate["extrapolation"] = {k: v for k, v in flags.items() if k != "data_support"}
+        candidate["extrapolation"] = _flags_only(law, candidate)
     optimum = document["optimum"]
     optimum["extrapolation"] = optimum_extrapolation(law, optimum)
     coverage = candidate_assessment(result, calibration, int(result.optimum_index))
@@ -69,9 +74,8 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
         for choice, row in (("robust_choice", uncertainty.robust_row),
                             ("minimax_regret_choice", uncertainty.minimax_row),
                             ("optimum", int(result.ranking[0]))):
-            flags = optimum_extrapolation(law, result.candidate(int(row)))
-            document["uncertainty"][choice]["extrapolation"] = {
-                k: v for k, v in flags.items() if k != "data_support"}
+            document["uncertainty"][choice]["extrapolation"] = _flags_only(
+                law, result.candidate(int(row)))
     document.update(plan_report_blocks(result, law, calibration, uncertainty,
                                        comparison=comparison))
     return document, uncertainty

@@ -24,19 +24,16 @@ def stack_comparison_document(result: PlanResult, calibration: Calibration,
                               ) -> dict[str, Any]:
     """Both optima and a one-line reason for their difference."""
     mine, theirs = _optimum(result), _optimum(other)
-    outside = [_outside(result, calibration), _outside(other, other_calibration)]
-    document: dict[str, Any] = {
-        "plans": [
-            {"calibration": calibration.name, "stack": result.envelope.stack,
-             "optimum": mine, "outside_calibration": [o.to_document() for o in outside[0]]},
-            {"calibration": other_calibration.name, "stack": other.envelope.stack,
-             "optimum": theirs,
-             "outside_calibration": [o.to_document() for o in outside[1]]},
-        ],
-    }
+    pairs = ((result, calibration, mine), (other, other_calibration, theirs))
+    outside = [_outside(plan, profile) for plan, profile, _ in pairs]
+    document: dict[str, Any] = {"plans": [
+        {"calibration": profile.name, "stack": plan.envelope.stack, "optimum": best,
+         "outside_calibration": [o.to_document() for o in dims]}
+        for (plan, profile, best), dims in zip(pairs, outside, strict=True)]}
     document["why"] = _why(mine, theirs, result, other) + "".join(
-        f"; {c.name}'s figures are extrapolated here ({', '.join(o.text() for o in dims)})"
-        for c, dims in ((calibration, outside[0]), (other_calibration, outside[1])) if dims)
+        f"; {profile.name}'s figures are extrapolated here "
+        f"({', '.join(o.text() for o in dims)})"
+        for (_, profile, _), dims in zip(pairs, outside, strict=True) if dims)
     return document
 
 

@@ -13,7 +13,7 @@ from mosaic.arch import AttentionKind, HybridLayer
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import materialises_scores, stack_default_kernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
-from mosaic.perf.elementwise_traffic import ElementwiseKernels, elementwise_kernels
+from mosaic.perf.elementwise_traffic import RMSNORM_ERAS, ElementwiseKernels, elementwise_kernels
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.memory.logits import logits_bytes
 from mosaic.perf.memory.parameter_states import holds_lm_head
@@ -251,8 +251,7 @@ def eager_elementwise_extra_bytes(workload: Workload, plans: ParallelPlans, kind
     (EAGER_FUSED_RMSNORM), for a GLU, the SiLU output of each FFN (dense, shared experts,
     every routed copy's expert)."""
     kernels = elementwise_kernels(workload)
-    if kernels not in (ElementwiseKernels.EAGER_FP32_NORM,
-                       ElementwiseKernels.EAGER_FUSED_RMSNORM):
+    if kernels not in RMSNORM_ERAS:
         return np.zeros(len(plans))
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
