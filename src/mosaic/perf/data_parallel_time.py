@@ -203,11 +203,26 @@ def fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: Paralle
     return {"unit_gather": gather, "unit_scatter": scatter, "unit_replica": unit_replica}
 
 
+# Compute that runs while a data-parallel collective is in flight is slowed by the SMs and
+# memory bandwidth the NCCL kernels take: 18.9% on average (40.0% at most) over GPT and
+# LLaMA training on 4 A100, H100, MI250 and MI210, against the same compute with no
+# communication beside it (Lee, Oh, Kim, Go, Park, Mahajan 2025, "Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+# arXiv:2507.03114, abstract). The same share of an H100's SMs is what an overlapped NCCL
+# all-gather holds: 24 CTAs of 132 SMs = 18.2% (NVIDIA developer forum, "Compute-
+# Communication Overlap Causes Severe GEMM Performance Degradation because of Tail
+# Effect", nsys trace of an FSDP-style prefetch). Compute of C seconds hiding A seconds
+# of collective then takes C + slowdown·A (perf/layer_costs.communication_sm_slowdown_s
+# costs DeepEP's all-to-alls the same way, from its SM count).
+OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN = 0.189
+
+
 def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,
                          fwd_block_s: np.ndarray, bwd_block_s: np.ndarray, blocks: np.ndarray,
                          n_mb: np.ndarray, calibration: Calibration
                          ) -> dict[str, np.ndarray]:
-    """Exposed data-parallel communication per step, by collective."""
+    """Exposed data-parallel communication per step, by collective, and the compute time
+    the hidden part costs (``dp_overlap_contention``)."""
     collectives = data_parallel_collectives_s(machine, workload, plans)
     sharding = plans.sharding
     # A stack run without DDP/ZeRO overlap reduces and gathers after the passes
@@ -254,13 +269,24 @@ def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPla
             return np.zeros_like(zero)  # a term of its own: terms may be summed in place
         return np.where(uses, np.maximum(edge * collective_s, collective_s - hide_s), 0.0)
 
-    return {
+    terms = {
         "dp_all_reduce": exposed(collectives["all_reduce"], hide_bwd, is_ddp),
         "dp_reduce_scatter": exposed(collectives["reduce_scatter"], hide_bwd, is_zero),
         "dp_all_gather": exposed(collectives["all_gather"], hide_fwd, is_zero),
         "fsdp_all_gather": np.where(is_fsdp, fsdp_gather, zero),
         "fsdp_reduce_scatter": np.where(is_fsdp, fsdp_scatter, zero),
     }
+    # Every collective counted once as the exposure formulas count it: FSDP's forward and
+    # backward gather and its reduce-scatter per unit, HSDP's replica all-reduce per
+    # reduction; DDP's all-reduce, ZeRO's reduce-scatter and all-gather per step.
+    step_collectives = (
+        np.where(is_ddp, collectives["all_reduce"], 0.0)
+        + np.where(is_zero, collectives["reduce_scatter"] + collectives["all_gather"], 0.0)
+        + np.where(is_fsdp, gathers_per_step * (2 * gather + scatter) + reductions * replica,
+                   0.0))
+    hidden = np.maximum(0.0, step_collectives - sum(terms.values()))
+    terms["dp_overlap_contention"] = OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * hidden
+    return terms
 
 
 # Megatron-Core DDP's default gradient bucket: max(4e7, 1e6 x dp) parameters ("larger DP

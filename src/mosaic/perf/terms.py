@@ -93,6 +93,9 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
     _comm("fsdp_all_gather", "dp/fsdp", "FSDP parameter gathers, not hidden", exposed=True),
     _comm("fsdp_reduce_scatter", "dp/fsdp", "FSDP gradient reduce-scatters, not hidden",
           exposed=True),
+    # the compute the hidden DP/FSDP collectives slow (perf/data_parallel_time.py)
+    StepTerm("dp_overlap_contention", "communication", "dp/fsdp", axis="dp/fsdp",
+             meaning="compute slowed by the DP collectives it hides"),
     StepTerm("routing_imbalance", "imbalance", "routing_imbalance", source="calibrated",
              meaning="fitted wait for unevenly routed experts"),
     # busiest EP rank's extra routed tokens (learned router, capacity): perf/routing_load.py

@@ -43,6 +43,7 @@ TERM_GROUPS: dict[str, str] = {
     "dp_all_gather": "DP comm, exposed",
     "fsdp_all_gather": "DP comm, exposed",
     "fsdp_reduce_scatter": "DP comm, exposed",
+    "dp_overlap_contention": "DP comm, exposed",
     "moe_host_sync": "host / launch",
     "dispatch_floor": "host / launch",
     "vocab_stage": "embedding + LM head",
