@@ -325,14 +325,36 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         vpp=_stated(vpp, "parallelism.vpp", notes, " (no interleaving)"),
         cp=parallelism.cp, dp=dp,
         ep=_stated(parallelism.ep, "parallelism.ep", notes),
-        etp=_stated(parallelism.etp, "parallelism.etp", notes,
-                    " (Megatron-Core would default to tp)"),
+        etp=_unstated_etp(parallelism, dp, is_moe=is_moe, stack=stack, measured=measured,
+                          notes=notes),
         micro_batch=_stated(micro, "batch.micro_seqs", notes),
         sharding=Sharding.parse(sharding),
         checkpointing=checkpointing,
         hsdp_shard=parallelism.hsdp_shard,
         sequence_parallel=sequence_parallel,
     )
+
+
+def _unstated_etp(parallelism: ParallelismBlock, dp: int, *, is_moe: bool, stack: str,
+                  measured: bool, notes: list[str]) -> int:
+    """``parallelism.etp``, or for a job that states none its stack's default (trait
+    ``unstated_etp``): Megatron-Core's etp = tp where the expert mesh allows it (etp·ep
+    divides tp·cp·dp), else 1. A run record's unstated etp stays 1 (docs/run_records.md)."""
+    if parallelism.etp is not None:
+        return parallelism.etp
+    tp, ep = parallelism.tp, parallelism.ep or 1
+    if (not is_moe or measured or tp == 1 or get_stack(stack).unstated_etp != "tp"):
+        return _stated(None, "parallelism.etp", notes,
+                       " (Megatron-Core's default is tp; a run record keeps 1)"
+                       if measured and tp > 1 and is_moe else "")
+    if (parallelism.cp * dp) % ep:
+        notes.append(f"parallelism.etp not stated: 1 assumed ({stack} defaults to tp={tp}, "
+                     f"but etp·ep={tp * ep} does not divide tp·cp·dp="
+                     f"{tp * parallelism.cp * dp})")
+        return 1
+    notes.append(f"parallelism.etp not stated: {tp} assumed ({stack} sets expert tensor "
+                 "parallelism to tp when it is not given)")
+    return tp
 
 
 def layout_parallelism(parallelism: ParallelismBlock, notes: list[str]) -> ParallelismBlock:

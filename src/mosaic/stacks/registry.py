@@ -118,6 +118,7 @@ class _Entry(BaseModel):
         "dispatch_combine")
     context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
     dp_last_bucket: Literal["megatron", "unit", "none"] = "unit"
+    unstated_etp: Literal["one", "tp"] = "one"
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
                                  "eager_native_norm", "eager_fused_rmsnorm"] = "te_fused"
     torch_compile: bool = False
@@ -197,6 +198,9 @@ class StackTraits:
     # max(4e7, 1e6·dp) parameters), "unit" (one block: FSDP units, SHARD_GRAD_OP) or "none"
     # (not modelled)
     dp_last_bucket: str
+    # the expert tensor parallelism a job that states none runs: "one", or "tp" (Megatron-Core
+    # sets expert_tensor_parallel_size to the TP size when it is None)
+    unstated_etp: str
     # how the model code runs norms, RoPE, activation and residual adds
     # (mosaic.perf.elementwise_traffic): te_fused, inductor, xla, eager_fp32_norm,
     # eager_native_norm or eager_fused_rmsnorm; torch_compile: eager model code is compiled
