@@ -22,6 +22,10 @@ def test_memory_fit_text_by_hand():
         "66.54 GiB of 160.6 usable (90% of 178.4 GiB), fits")
     assert memory_fit_text(90.0, 80.0, 1.0, 10.0) == (
         "90.00 GiB of 80.0 usable (100% of 80.0 GiB), OUT OF MEMORY by 10.00 GiB")
+    # above the 90% planning budget, below the device: not an out-of-memory verdict
+    assert memory_fit_text(76.6, 79.1, 0.9, 76.6 - 0.9 * 79.1) == (
+        "76.60 GiB of 71.2 usable (90% of 79.1 GiB), over the 90% planning headroom by "
+        "5.41 GiB (2.50 GiB under device memory)")
 
 
 @pytest.fixture(scope="module")
