@@ -48,7 +48,7 @@ def test_calibrate_writes_a_loadable_file(tmp_path):
 def test_bad_cv_option_and_missing_file_are_one_line(tmp_path):
     bad = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"), "--out",
                               str(tmp_path / "x.yaml"), "--cv", "nope"])
-    assert bad.exit_code == 2 and "allowed values are source, group, none" in bad.output
+    assert bad.exit_code == 2 and "allowed values are source, group, run, none" in bad.output
     missing = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
     assert missing.exit_code == 2 and "absent.yaml" in missing.output
 
@@ -407,3 +407,36 @@ def test_perf_of_a_record_names_both_errors_as_validate_does():
     text = " ".join(perf.stdout.split())
     assert "predicted step time -" in text
     assert f"tokens/s {row['error']:+.1%} as `validate` reports it" in text
+
+
+def test_runs_of_one_source_are_cross_validated_leaving_one_run_out(tmp_path):
+    """A team's runs share an id prefix (all 'example-...' here), so --cv source, the
+    default, gave one group and an error (a trial); the fit now leaves one run out instead
+    and says so, as --cv run does by request."""
+    runs = str(EXAMPLES / "runs_example.yaml")
+    result = runner.invoke(app, ["calibrate", runs, "--out", str(tmp_path / "c.yaml"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert "note: --cv source puts every run in one group ('example')" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["cross_validation"]["grouping"] == "run"
+    explicit = runner.invoke(app, ["calibrate", runs, "--out", str(tmp_path / "r.yaml"),
+                                   "--cv", "run", "--json"])
+    assert explicit.exit_code == 0, explicit.output
+    assert "one group" not in explicit.stderr
+    assert json.loads(explicit.stdout)["cross_validation"] == doc["cross_validation"]
+
+
+def test_calibrate_shows_what_it_moved_and_labels_what_it_kept(tmp_path):
+    out = tmp_path / "c.yaml"
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),
+                                 "--out", str(out), "--cv", "none"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    base = load_calibration("default")
+    fitted = load_calibration(out)
+    moved = fitted.stack_multiplier("torchtitan")
+    assert moved != base.stack_multiplier("torchtitan")  # the auto fit frees only this
+    assert (f"{base.stack_multiplier('torchtitan'):.6g} -> {moved:.6g}") in result.stdout
+    # a constant the auto fit did not free keeps its value and says so in the file
+    assert fitted.chi_a2a == base.chi_a2a
+    assert fitted.sources["chi_a2a"].startswith("kept from 'default' (not freed by this fit)")

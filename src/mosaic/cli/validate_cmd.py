@@ -54,7 +54,7 @@ from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
 from mosaic.perf.coverage import MIN_SCOPE_RUNS
 
-CV_GROUPINGS = ("source", "group", "none")
+CV_GROUPINGS = ("source", "group", "run", "none")
 
 ExcludeOption = Annotated[  # calibrate: left out of the fit and the report
     str | None,
@@ -345,7 +345,10 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="where to write the calibration YAML")],
     runs: Annotated[Path | None, typer.Argument(
         help="run records (published_runs.yaml schema); omit with --microbench")] = None,
-    cv: Annotated[str, typer.Option(help="cross-validation: source, group or none")] = "source",
+    cv: Annotated[str, typer.Option(
+        help="cross-validation: source (the id's prefix), group (model and GPU), run (leave "
+             "one run out; also used when the grouping puts every run in one group) or "
+             "none")] = "source",
     base: Annotated[str | None, typer.Option(
         help="calibration (profile name or file) to start from; its fitted_constants "
              "are refitted")] = None,
@@ -427,9 +430,7 @@ def calibrate(
                                   for run_id, reason in implausible.items()]}
     cv_result = None
     if cv != "none":
-        groups = [
-            records[i].source_key if cv == "source" else records[i].group_key for i in baselines.ids
-        ]
+        cv, groups = _cv_groups(cv, [records[i] for i in baselines.ids])
         with progress_reporter(json_output) as bar:
             cv_result = leave_one_group_out(baselines, groups,
                                             replace(start, fitted_constants=constants),
@@ -465,9 +466,14 @@ def calibrate(
         _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
         return
     constants = report["calibration"]["constants"]
+    started = dict(
+        row for name, entry in start.to_document()["constants"].items()
+        for row in constant_rows(name, entry["value"]))
     print_key_value_table(
-        f"Calibration written to {out}",
-        [(escape(key), value) for name, entry in constants.items()  # [..] is not rich markup
+        f"Calibration written to {out} (starting values from '{start.name}')",
+        [(escape(key), value if started.get(key, value) == value  # [..] is not rich markup
+          else f"{started[key]} -> {value}")
+         for name, entry in constants.items()
          for key, value in constant_rows(name, entry["value"])],
     )
     if "cross_validation" in report:
@@ -499,6 +505,20 @@ def calibrate(
 _CALIBRATE_TREATMENT = "those with an implausible throughput left out of the fit"
 _SKIPPED_HEADING = ("warning: {} record(s) skipped, not in the fit (`mosaic validate` names "
                     "the same; --strict fails on them)")
+
+
+def _cv_groups(cv: str, records: Sequence[Any]) -> tuple[str, list[str]]:
+    """(grouping used, one group label per run): the id's source prefix, the model and GPU,
+    or the run itself; a grouping that leaves every run in one group (a team's own runs,
+    all named ``acme-...`` or all on one model) falls back to leaving one run out, and
+    says so on stderr."""
+    if cv != "run":
+        groups = [r.source_key if cv == "source" else r.group_key for r in records]
+        if len(set(groups)) > 1 or len(records) < 2:
+            return cv, groups
+        typer.echo(f"note: --cv {cv} puts every run in one group ({groups[0]!r}): "
+                   "cross-validated leave-one-run-out instead", err=True)
+    return "run", [r.id for r in records]
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:

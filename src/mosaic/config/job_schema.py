@@ -646,6 +646,7 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         plan = plan_from_blocks(
             parallelism, batch, dp=dp, layers=geometry.layers, is_moe=geometry.is_moe,
+            expert_ffn=geometry.moe.expert_ffn if geometry.moe else None,
             stack=workload.stack, checkpointing=Checkpointing.parse(checkpointing),
             measured=False, notes=notes, where=where)
         workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(

@@ -289,8 +289,10 @@ def data_parallel(parallelism: ParallelismBlock, n_devices: int | None, where: s
 
 def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: int,
                      layers: int, is_moe: bool, stack: str, checkpointing: Checkpointing,
-                     measured: bool, notes: list[str], where: str) -> ParallelPlans:
-    """The length-1 :class:`ParallelPlans` of a parallelism and a batch block."""
+                     measured: bool, notes: list[str], where: str,
+                     expert_ffn: int | None = None) -> ParallelPlans:
+    """The length-1 :class:`ParallelPlans` of a parallelism and a batch block
+    (``expert_ffn``: the routed experts' width, which an unstated etp must divide)."""
     vpp, micro = _vpp_and_micro(parallelism, batch, dp, stack, notes)
     if is_moe and parallelism.ep is None and measured:
         # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
@@ -326,7 +328,7 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         cp=parallelism.cp, dp=dp,
         ep=_stated(parallelism.ep, "parallelism.ep", notes),
         etp=_unstated_etp(parallelism, dp, is_moe=is_moe, stack=stack, measured=measured,
-                          notes=notes),
+                          expert_ffn=expert_ffn, notes=notes),
         micro_batch=_stated(micro, "batch.micro_seqs", notes),
         sharding=Sharding.parse(sharding),
         checkpointing=checkpointing,
@@ -336,10 +338,11 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
 
 
 def _unstated_etp(parallelism: ParallelismBlock, dp: int, *, is_moe: bool, stack: str,
-                  measured: bool, notes: list[str]) -> int:
+                  measured: bool, expert_ffn: int | None, notes: list[str]) -> int:
     """``parallelism.etp``, or for a job that states none its stack's default (trait
     ``unstated_etp``): Megatron-Core's etp = tp where the expert mesh allows it (etp·ep
-    divides tp·cp·dp), else 1. A run record's unstated etp stays 1 (docs/run_records.md)."""
+    divides tp·cp·dp) and tp divides the experts' width, else 1. A run record's unstated
+    etp stays 1 (docs/run_records.md)."""
     if parallelism.etp is not None:
         return parallelism.etp
     tp, ep = parallelism.tp, parallelism.ep or 1
@@ -347,10 +350,13 @@ def _unstated_etp(parallelism: ParallelismBlock, dp: int, *, is_moe: bool, stack
         return _stated(None, "parallelism.etp", notes,
                        " (Megatron-Core's default is tp; a run record keeps 1)"
                        if measured and tp > 1 and is_moe else "")
-    if (parallelism.cp * dp) % ep:
+    broken = (f"etp·ep={tp * ep} does not divide tp·cp·dp={tp * parallelism.cp * dp}"
+              if (parallelism.cp * dp) % ep else
+              f"tp={tp} does not divide expert_ffn={expert_ffn}"
+              if expert_ffn is not None and expert_ffn % tp else None)
+    if broken is not None:
         notes.append(f"parallelism.etp not stated: 1 assumed ({stack} defaults to tp={tp}, "
-                     f"but etp·ep={tp * ep} does not divide tp·cp·dp="
-                     f"{tp * parallelism.cp * dp})")
+                     f"but {broken})")
         return 1
     notes.append(f"parallelism.etp not stated: {tp} assumed ({stack} sets expert tensor "
                  "parallelism to tp when it is not given)")

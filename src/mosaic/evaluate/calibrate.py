@@ -345,8 +345,12 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
                                       "units of the analytical streaming count",
     }
     kept = f"kept from '{base.name}': no run of this fit depends on it"
-    # a keyed constant (stack_overhead[...]) shares its dict's source: named fitted
+    # a keyed constant (stack_overhead[...]) shares its dict's source: named fitted; one this
+    # fit did not free says so before the base's own account of it
     sources = dict(base.sources) | {
+        name: f"kept from '{base.name}' (not freed by this fit): {base.sources[name]}"
+        for name in meanings if name not in fitted_names and name in base.sources
+        and not base.sources[name].startswith("kept from")} | {
         name: f"{meaning}, {kept if name in not_informed else FITTED}"
         for name, meaning in meanings.items() if name in fitted_names}
     if "stack_overhead" not in fitted_names:
