@@ -4,6 +4,7 @@ quantity, and the way out of a calibration without cross-validation groups."""
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from mosaic import __version__
@@ -26,9 +27,13 @@ def test_a_sparsity_out_of_range_names_sparsity():
     assert "sparsity S" in result.output and "split factor" not in result.output
 
 
-def test_calibrating_one_group_points_to_cv_none(tmp_path):
-    result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),
-                                 "--out", str(tmp_path / "c.yaml")])
+def test_calibrating_one_run_points_to_cv_none(tmp_path):
+    # (several runs of one source are cross-validated leaving one run out instead)
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    document["runs"] = document["runs"][:1]
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")])
     assert result.exit_code == 2
     assert "--cv none" in result.output
 
