@@ -9,6 +9,17 @@ class MosaicInputError(ValueError):
     """Bad user input: the message names the field, the bad value and what is allowed."""
 
 
+def install_hint(extra: str) -> str:
+    """How to install an optional extra, quoted for every shell: from the mosaic checkout
+    (the name 'mosaic' on PyPI is another project)."""
+    return f"pip install -e '.[{extra}]' in the mosaic checkout"
+
+
+def missing_extra(extra: str, what: str = "this") -> MosaicInputError:
+    """The one-line error for an optional extra that is not installed."""
+    return MosaicInputError(f"{what} needs the {extra} extra: {install_hint(extra)}")
+
+
 class MosaicWarning(UserWarning):
     """Something the user should know that does not stop the command; the CLI prints its
     words alone (another library's warnings keep their category and source line)."""

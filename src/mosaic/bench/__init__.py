@@ -6,5 +6,5 @@ writes tidy tables (Parquet + CSV) with a metadata file, in the column vocabular
 ``mosaic.perf.kernels`` and ``mosaic.perf.collectives``, so that jobs can read them as
 measured tables and ``mosaic calibrate --microbench`` can fit the model's constants.
 
-Needs torch (``pip install mosaic[bench]``); imported lazily by the modules that time.
+Needs torch (``pip install -e '.[bench]'``); imported lazily by the modules that time.
 """

@@ -22,7 +22,7 @@ from mosaic.cli.common import (
     print_json,
     print_table,
 )
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, missing_extra
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.text_values import parse_ints
 
@@ -57,7 +57,7 @@ def parse_duration_s(option: str, text: str) -> float:
 
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        error_console.print("error: this needs `pip install mosaic[bench]`", markup=False)
+        error_console.print(f"error: {missing_extra('bench')}", markup=False)
         raise typer.Exit(code=2)
 
 

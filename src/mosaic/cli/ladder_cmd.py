@@ -32,7 +32,7 @@ from mosaic.cli.law_cmd import (
     check_bootstrap_options,
 )
 from mosaic.cli.progress import is_quiet
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, missing_extra
 from mosaic.io_atomic import check_output_file, prepare_output_dir
 from mosaic.limits import check_range
 
@@ -58,7 +58,7 @@ def _require_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise MosaicInputError("this needs `pip install mosaic[train]`") from None
+        raise missing_extra("train") from None
 
 
 @guarded

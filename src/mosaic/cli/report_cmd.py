@@ -14,14 +14,17 @@ HtmlOption = Annotated[Path | None, typer.Option(
 
 
 def check_html(path: Path | None, *inputs: object) -> None:
-    """Before any work: an ``--html`` file that can be written and is none of the command's
-    input files (a job, run records, a law, a calibration or catalog file; names that are
-    not files, such as a calibration profile, are ignored)."""
+    """Before any work: the report extra installed, and an ``--html`` file that can be
+    written and is none of the command's input files (a job, run records, a law, a
+    calibration or catalog file; names that are not files, such as a calibration profile,
+    are ignored)."""
     if path is None:
         return
     from mosaic.io_atomic import check_output_file
+    from mosaic.report.html import require_plotly
 
     check_output_file(path, "--html", inputs=[str(i) for i in inputs if i is not None])
+    require_plotly()  # a missing report extra is said before the search, not after it
 
 
 def write_html(document: dict, path: Path | None, kind: str) -> None:

@@ -12,7 +12,7 @@ Use it through :func:`execution_backend`::
     with execution_backend(RayBackend(address="auto")):
         result = search(envelope, space, law, calibration)
 
-Ray is an optional extra (``pip install mosaic[ray]``) and is imported only here.
+Ray is an optional extra (``pip install -e '.[ray]'``) and is imported only here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, missing_extra
 
 BACKENDS = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
@@ -54,8 +54,7 @@ class RayBackend:
         try:
             import ray
         except ImportError:
-            raise MosaicInputError("this needs `pip install mosaic[ray]` (--backend ray)"
-                                   ) from None
+            raise missing_extra("ray", "--backend ray") from None
         copyreg.pickle(types.MappingProxyType, _reduce_mapping_proxy)
         if ray.is_initialized():
             return ray

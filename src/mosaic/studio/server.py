@@ -9,7 +9,7 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, missing_extra
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -41,7 +41,7 @@ def require_studio() -> None:
         import plotly  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise MosaicInputError("this needs `pip install mosaic[studio]`") from None
+        raise missing_extra("studio") from None
 
 
 def load_job_document(path: Path | None) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import missing_extra
 from mosaic.train.metrics import read_metrics
 
 
@@ -13,7 +13,7 @@ def write_metrics_plot(metrics_path: str | Path, out_path: str | Path) -> Path:
     try:
         from plotly.subplots import make_subplots
     except ImportError:
-        raise MosaicInputError("run.plot needs `pip install mosaic[report]` (plotly)") from None
+        raise missing_extra("report", "run.plot (plotly)") from None
     records = read_metrics(metrics_path)
     steps = [r["step"] for r in records]
     figure = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=(

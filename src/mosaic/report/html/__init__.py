@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind, with_current_keys
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, missing_extra
 from mosaic.io_atomic import write_text_atomic
 
 KINDS = tuple(RESULT_SIGNATURES)
@@ -63,7 +63,7 @@ def require_plotly() -> None:
     try:
         import plotly  # noqa: F401
     except ImportError:
-        raise MosaicInputError("this needs `pip install mosaic[report]`") from None
+        raise missing_extra("report") from None
 
 
 def render_report(document: dict[str, Any], kind: str | None = None) -> str:
