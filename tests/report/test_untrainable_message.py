@@ -41,12 +41,14 @@ def test_a_model_flops_pick_without_a_layout_says_so():
     from mosaic.report.plan_report import loss_gap_text, pick_deliverable_text
 
     none = {"prescription_feasible": False, "deliverable_flops": 0.0}
-    assert pick_deliverable_text(none) == "no: none of its layouts fits this cluster"
+    assert pick_deliverable_text(none, 8e22) == "no: none of its layouts fits this cluster"
     assert loss_gap_text(None, none) == "- (the pick cannot train on this cluster)"
     short = {"prescription_feasible": False, "deliverable_flops": 4.2e20}
-    assert pick_deliverable_text(short) == "no (4.2e+20 FLOP)"
+    assert pick_deliverable_text(short, 8e22) == (
+        "no: the window delivers 4.2e+20 of its 8e+22 FLOP")
     enough = {"prescription_feasible": True, "deliverable_flops": 9.24e22}
-    assert pick_deliverable_text(enough) == "yes (9.24e+22 FLOP)"
+    assert pick_deliverable_text(enough, 8e22) == (
+        "yes: the window delivers 9.24e+22 of its 8e+22 FLOP")
     assert loss_gap_text(0.0266, enough) == "+0.0266"
 
 

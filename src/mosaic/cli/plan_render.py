@@ -215,7 +215,8 @@ def print_comparison(document: dict[str, Any]) -> None:
             ("model-FLOPs pick on the grid",
              (f"q={mf['q']}" if mf["q"] else f"L={mf['layers']} d={mf['d_model']}")
              + f" E={mf['experts']} K={mf['top_k']} S={mf['sparsity']:.4f}"),
-            ("pick deliverable in the window", pick_deliverable_text(mf)),
+            ("pick deliverable in the window",
+             pick_deliverable_text(mf, document["c_model_flops"])),
             ("S_feas_max", "-" if s_feas is None else f"{s_feas:.4f}"),
             ("cluster-optimal S", "-" if document["cluster_sparsity"] is None
              else f"{document['cluster_sparsity']:.4f}"),
@@ -237,11 +238,16 @@ def print_uncertainty(document: dict[str, Any]) -> None:
                 f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]"
                 + (f"; the law extrapolates in {', '.join(flags)}" if flags else ""))
 
+    # one row per distinct candidate: the three choices are often the same one (a trial
+    # read the same line three times)
+    choices: dict[str, list[str]] = {}
+    for name, key in (("point optimum", "optimum"), ("robust choice", "robust_choice"),
+                      ("minimax-regret choice", "minimax_regret_choice")):
+        choices.setdefault(label(document[key]), []).append(name)
     print_key_value_table(
-        f"Uncertainty ({document['samples']} samples, {document['level']:.0%} intervals)", [
-            ("point optimum", label(document["optimum"])),
-            ("robust choice (min expected loss)", label(document["robust_choice"])),
-            ("minimax-regret choice", label(document["minimax_regret_choice"])),
+        f"Uncertainty ({document['samples']} samples, {document['level']:.0%} intervals; "
+        "robust = least expected loss)", [
+            *((" = ".join(names), text) for text, names in choices.items()),
             *(("propagated", source) for source in document["sources"]),
         ])
 

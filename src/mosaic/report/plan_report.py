@@ -246,15 +246,15 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
             "points": [point(p) for p in points]}
 
 
-def pick_deliverable_text(pick: dict[str, Any]) -> str:
-    """Whether the model-FLOPs pick's C_model fits the window: 'yes (9.2e+22 FLOP)', or why
-    not ('no: none of its layouts fits this cluster' where it delivers nothing; it read
-    'no (0 FLOP)')."""
-    if pick["prescription_feasible"]:
-        return f"yes ({pick['deliverable_flops']:.3g} FLOP)"
-    if not pick["deliverable_flops"]:
+def pick_deliverable_text(pick: dict[str, Any], c_model_flops: float) -> str:
+    """Whether the model-FLOPs pick's C_model fits the window: 'yes: the window delivers
+    9.24e+22 of its 8e+22 FLOP', or why not ('no: none of its layouts fits this cluster'
+    where it delivers nothing; it read 'no (0 FLOP)', and a bare FLOP figure a trial could
+    not place)."""
+    if not pick["prescription_feasible"] and not pick["deliverable_flops"]:
         return "no: none of its layouts fits this cluster"
-    return f"no ({pick['deliverable_flops']:.3g} FLOP)"
+    return (f"{'yes' if pick['prescription_feasible'] else 'no'}: the window delivers "
+            f"{pick['deliverable_flops']:.3g} of its {c_model_flops:.3g} FLOP")
 
 
 def loss_gap_text(gap: float | None, pick: dict[str, Any]) -> str:

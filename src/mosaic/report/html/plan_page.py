@@ -256,7 +256,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
         gap = comparison.get("loss_gap_nats")
         rows += [("model-FLOPs pick", f"{geometry_label(g)}, S = {g['sparsity']:.4f}; "
                   "deliverable in the "
-                  f"window: {pick_deliverable_text(g)}"),
+                  f"window: {pick_deliverable_text(g, comparison['c_model_flops'])}"),
                  ("loss gap (model-FLOPs pick − optimum)",
                   f"{gap:.4f} nats" if gap is not None else loss_gap_text(gap, g))]
     return rows
