@@ -61,3 +61,16 @@ def test_the_levers_of_several_reasons_are_listed_once():
     ]))
     assert message.endswith(
         "; add nodes, add days, lower --tpp or allow more memory (--memory-fraction)")
+
+
+def test_the_grid_template_names_the_vocabulary_and_fixed_blocks():
+    """A trial found the ladder's 50,257-token vocabulary only in an export header."""
+    from mosaic.report.plan_report import grid_template_text
+
+    ladder = grid_template_text({"q": [8, 10]})
+    assert "vocabulary 50,257 (GPT-2 BPE), 1 shared expert, 1 dense first block" in ladder
+    assert "--backbone" in ladder
+    backbone = {"backbone": {"vocab": 151936, "moe": {"shared_experts": 0, "dense_layers": 0}}}
+    assert grid_template_text(backbone) == (
+        "variants of the --backbone model: vocabulary 151,936, 0 shared expert(s), 0 dense "
+        "block(s)")

@@ -15,6 +15,7 @@ from mosaic.plan.uncertainty import Uncertainty
 from mosaic.report.plan_report import (
     DIVISIBILITY_CATEGORY,
     geometry_label,
+    grid_template_text,
     infeasible_summary,
     layout_limits_text,
     layout_text,
@@ -70,6 +71,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         rows.append(("cost (USD)", f"{cost.cost_usd:,.0f} (at {cost.price_usd_per_gpu_hour:g} "
                                    "USD per GPU-hour)"))
     table = result.throughput
+    rows.append(("geometries", grid_template_text(result.space.to_dict())))
     caps = model_limits_text(result.space.to_dict())
     if caps:
         rows.append(("model and data limits", caps))

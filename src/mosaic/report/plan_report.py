@@ -6,6 +6,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_VOCAB
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
@@ -286,6 +287,21 @@ def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     if not compact or plan["checkpointing"] != "none":
         parts.append(f"ckpt={plan['checkpointing']}")
     return " ".join(parts)
+
+
+def grid_template_text(space: dict[str, Any]) -> str:
+    """What every geometry of the grid shares beyond the searched axes: the ladder's
+    vocabulary, shared experts, dense blocks and router (Sec. 3.1, Appendix A.1), or the
+    backbone's (a trial found the 50,257-token vocabulary only in an export header)."""
+    if "backbone" not in space:
+        return (f"the paper's ladder (Sec. 7.1): vocabulary {PAPER_VOCAB:,} (GPT-2 BPE), "
+                f"{PAPER_SHARED_EXPERTS} shared expert, {PAPER_DENSE_LAYERS} dense first "
+                "block, Alg. 1 router; --backbone MODEL plans variants of your own model")
+    model = space["backbone"]
+    moe = model.get("moe") or {}
+    return (f"variants of the --backbone model: vocabulary {model['vocab']:,}, "
+            f"{moe.get('shared_experts', 0)} shared expert(s), "
+            f"{moe.get('dense_layers', 0)} dense block(s)")
 
 
 def model_limits_text(space: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ from mosaic.report.html.page import (
 from mosaic.report.plan_report import (
     GEOMETRY_AXES,
     geometry_label,
+    grid_template_text,
     layout_limits_text,
     loss_gap_text,
     model_limits_text,
@@ -297,6 +298,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
                          f"G {s['split_factor']}, S ≥ {s['s_min']}, tokens per active "
                          f"parameter {s['tpp'][0]:g}–{s['tpp'][1]:g}"
                          + (f"; limits: {model_limits_text(s)}" if model_limits_text(s) else "")),
+        ("geometries", grid_template_text(s)),
     ]
     a = document.get("assumptions")
     if a:
