@@ -65,6 +65,7 @@ from mosaic.plan.envelope import (
     planning_stack,
 )
 from mosaic.plan.inputs import TABLE3_TPP_TEXT, build_inputs, dollar_budget_for, plan_limits
+from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.ray_backend import backend_from_options, execution_backend
 from mosaic.plan.search import PlanResult, check_layout_limits, search
 from mosaic.plan.sweep import SweepPoint, sweep_days, sweep_nodes
@@ -213,6 +214,14 @@ def require_physical_loss(result: PlanResult) -> None:
         raise MosaicInputError(
             f"the law predicts a loss of {loss:g} nats/token at the optimum, outside any "
             f"physical range (0, {high:g}); check the --law file's coefficients")
+
+
+def require_window_at_peak(envelope: Envelope, space: SearchSpace, law: ScalingLaw) -> None:
+    """A window too short for any geometry even at the GPUs' full peak is refused before the
+    search (a trial waited 24 s for `--days 0.01` to say so)."""
+    bound = peak_bound(envelope, space, law)
+    if not bound.trainable.any():
+        raise MosaicInputError(plan_report.window_untrainable_message(envelope, space, bound))
 
 
 def require_trainable(result: PlanResult) -> None:
@@ -393,6 +402,7 @@ def plan(
         except MosaicInputError as exc:
             raise MosaicInputError(f"--versus {versus}: {exc}") from None
     cost = run_cost(envelope, price_per_gpu_hour)
+    require_window_at_peak(envelope, space, law)
     if target_loss is not None:  # an unreachable target is refused before any search
         node_list, day_list = check_target_reachable(
             envelope, space, law, target_loss,

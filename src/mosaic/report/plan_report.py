@@ -6,6 +6,8 @@ import math
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_VOCAB
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
@@ -97,6 +99,24 @@ def untrainable_message(result: PlanResult) -> str:
     return f"no geometry of the grid is trainable on {nodes} in {days} ({summary}); {advice}"
 
 
+def window_untrainable_message(envelope: Any, space: Any, bound: Any) -> str:
+    """Why no geometry can train even at 100% of the GEMM lane's peak (plan.peak_bound):
+    the most tokens the window gives the geometry that needs the fewest, against its
+    tpp_min·N_act, and the levers."""
+    grid = space.enumerate()
+    needed = space.tpp_min * grid.n_active
+    closest = int(np.argmax(bound.tokens / needed))
+    nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
+    days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
+    return (f"no geometry of the grid is trainable on {nodes} in {days}: even with every "
+            f"GEMM at the GPUs' full peak the window gives the closest geometry "
+            f"({geometry_label(grid_row_identity(grid, closest))}) "
+            f"{bound.tokens[closest]:.3g} tokens, "
+            f"{bound.tokens[closest] / needed[closest]:.2g}x the {needed[closest]:.3g} "
+            f"(tpp_min·N_act) it needs; "
+            + _advice([WINDOW_CATEGORY], "", envelope.dollar_budget is not None))
+
+
 # --- JSON documents -------------------------------------------------------------------
 def cost_document(cost: RunCost) -> dict[str, Any]:
     """GPU-hours and, when priced, the cost in USD."""
@@ -163,7 +183,12 @@ GEOMETRY_AXES = ("q", "layers", "d_model", "experts", "top_k", "split_factor")
 def geometry_identity(result: PlanResult, row: int) -> dict[str, int]:
     """The axes that name a candidate geometry (GEOMETRY_AXES, grid field names): the
     ladder rung q (0 for a backbone grid), its depth and width, E, K and G."""
-    return {axis: int(getattr(result.grid, axis)[row]) for axis in GEOMETRY_AXES}
+    return grid_row_identity(result.grid, row)
+
+
+def grid_row_identity(grid: Any, row: int) -> dict[str, int]:
+    """:func:`geometry_identity` of row ``row`` of a ladder grid."""
+    return {axis: int(getattr(grid, axis)[row]) for axis in GEOMETRY_AXES}
 
 
 def geometry_label(candidate: dict[str, Any]) -> str:
