@@ -67,6 +67,20 @@ def _accepts(schema: type[BaseModel] | None, loc: tuple[Any, ...], name: str,
     return True
 
 
+# Names other schemas and frameworks give a field -> the name here (each applies only
+# where that name is an allowed field).
+OTHER_NAMES = {
+    "recompute": "checkpointing", "activation_checkpointing": "checkpointing",
+    "checkpointing": "recompute",
+    "pipeline": "pp", "pipeline_parallel": "pp", "tensor": "tp", "tensor_parallel": "tp",
+    "expert": "ep", "expert_parallel": "ep", "context": "cp", "context_parallel": "cp",
+    "data": "dp", "data_parallel": "dp",
+    "micro_batch": "micro_seqs", "micro_batch_size": "micro_seqs",
+    "global_batch": "global_seqs", "global_batch_size": "global_seqs",
+    "sequence_length": "seq_len", "seq_length": "seq_len",
+}
+
+
 def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value: Any
                     ) -> str | None:
     """The allowed field closest to the unknown name at ``loc`` that would take ``value``
@@ -77,6 +91,10 @@ def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value:
     # from ep or tp for difflib; the name without the suffix is the one meant
     bare = re.sub(r"_(size|degree|parallel_size)$", "", given)
     candidates = [bare] if bare != given and bare in allowed else []
+    # other schemas' words for a field (a run record's recompute is a job's checkpointing,
+    # "pipeline" is pp), misspellings of them included (pipline: a trial)
+    candidates += [OTHER_NAMES[name] for name in difflib.get_close_matches(given, OTHER_NAMES)
+                   if OTHER_NAMES[name] in allowed]
     candidates += difflib.get_close_matches(given, allowed)
     close = [name for name in candidates if _accepts(schema, loc, name, value)]
     return close[0] if close else None

@@ -444,3 +444,20 @@ def test_validate_strict_fails_on_a_skipped_record(tmp_path):
     assert runner.invoke(app, ["validate", str(path), "--json"]).exit_code == 0
     line = _error("validate", str(path), "--strict")
     assert "--strict: 1 record(s) skipped, the first broken:" in line
+
+
+def test_other_schemas_words_for_a_field_are_suggested(tmp_path):
+    """A run record's recompute is a job's checkpointing, and 'pipline' is pp (a trial
+    got only the list of allowed fields)."""
+    job = _job(tmp_path)
+    assert ("performance: recompute: unknown field (got 'full'); did you mean "
+            "checkpointing?") in _error("perf", job, "--set", "performance.recompute=full")
+    assert "parallelism: pipline: unknown field (got 2); did you mean pp?" in _error(
+        "perf", job, "--set", "parallelism.pipline=2")
+
+
+def test_a_misspelt_run_id_gets_the_closest_ids():
+    runs = str(Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml")
+    message = _error("perf", runs + "#example-torchtitan-llama3.1-8b-h100-8-fsd")
+    assert "did you mean example-torchtitan-llama3.1-8b-h100-8-fsdp or " in message
+    assert "; ids: example-" in _error("perf", runs + "#nothing-like-it")

@@ -305,3 +305,14 @@ def test_dispatcher_is_read_from_the_record(tmp_path: Path) -> None:
     run["parallelism"]["dispatcher"] = "carrier-pigeon"  # a typo is refused, never guessed
     reason = _skip_reason(tmp_path, run)
     assert "parallelism.dispatcher: 'carrier-pigeon'" in reason and "deepep" in reason
+
+
+def test_a_memory_figure_in_gb_is_pointed_at_gib_with_the_conversion(tmp_path):
+    """measured.memory_gb only suggested memory_gib, which a trial renamed without
+    converting (7% high); the hint now gives the figure in GiB: 65.5e9 / 2**30."""
+    run = copy.deepcopy(_example_runs()[0])
+    run["measured"].pop("memory_gib", None)
+    run["measured"]["memory_gb"] = 65.5
+    reason = _skip_reason(tmp_path, run)
+    assert f"did you mean memory_gib? GiB are 2^30 bytes: 65.5 GB = {65.5e9 / GIB:.4g} GiB" \
+        in reason

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,7 +58,7 @@ from mosaic.config.spelling import (
     canonical_path,
     warn_deprecated,
 )
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import get_system
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.limits import LIMITS
@@ -618,10 +619,13 @@ def job_from_document(document: dict[str, Any], where: str,
     notes.extend(routing_assumptions(workload))
     step_tokens = batch.global_seqs * batch.seq_len
     if step_tokens > SUSPICIOUS_STEP_TOKENS:
-        notes.append(
+        # a warning line too, not only an assumption at the end of the table (a trial)
+        suspicious = (
             f"batch: {step_tokens:.3g} tokens a step (global_seqs x seq_len), "
             f"{step_tokens / LARGEST_PUBLISHED_STEP_TOKENS:.0f}x DeepSeek-V3's 15,360 x 4,096: "
             "is batch.global_seqs a count of tokens rather than sequences?")
+        notes.append(suspicious)
+        warnings.warn(suspicious, MosaicWarning, stacklevel=2)
     devices = search.devices
     if hardware.nodes is not None:
         per_node = get_system(system_name).gpus_per_node

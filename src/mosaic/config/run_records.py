@@ -12,6 +12,7 @@ Schema, units and rules: docs/run_records.md (the schema of the shared calibrati
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -645,7 +646,14 @@ def _validate_entry(raw: Any, where: str, deprecated: set[str] | None = None
 def _did_you_mean(error: Any) -> str:
     """' (did you mean parallelism?)' for a misspelt field of a run record, else ''."""
     close = suggested_field(RunRecordEntry, tuple(error["loc"]), error.get("input"))
-    return f" (did you mean {close}?)" if close else ""
+    if not close:
+        return ""
+    typed, value = str(error["loc"][-1]), error.get("input")
+    if typed.endswith("_gb") and close.endswith("_gib") and isinstance(value, int | float):
+        # a GB figure renamed without converting reads 7% high (a trial)
+        return (f" (did you mean {close}? GiB are 2^30 bytes: {value:g} GB = "
+                f"{value * 1e9 / GIB:.4g} GiB)")
+    return f" (did you mean {close}?)"
 
 
 def _runs_list(document: dict[str, Any], path: Path) -> list[Any]:
@@ -814,7 +822,11 @@ def select_run_entry(document: dict[str, Any], path: Path, run_id: str | None,
     elif run_id in ids:
         index = ids.index(run_id)
     else:
-        raise MosaicInputError(f"{path}: no run with id {run_id!r} ({len(runs)} runs)")
+        close = difflib.get_close_matches(run_id, [str(i) for i in ids], n=3)
+        hint = (f"; did you mean {' or '.join(close)}?" if close else
+                "; ids: " + ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5
+                                                                   else ""))
+        raise MosaicInputError(f"{path}: no run with id {run_id!r} ({len(runs)} runs){hint}")
     raw = runs[index]
     where = f"{path}#{ids[index]}" if index < len(ids) else str(path)
     if not isinstance(raw, dict):

@@ -61,7 +61,10 @@ def _physical(low: float, high: float, unit: str, example: str) -> type[SourcedV
 
 # Ranges that hold every accelerator and link of 2020-2030 with a factor of 10-100 to spare.
 FlopsValue = _physical(1e12, 1e18, "FLOP/s", "2,250 TFLOP/s is 2.25e15")
-MemoryBytesValue = _physical(1e9, 1e13, "bytes", "80 GB is 8e10")
+# the example is the capacity CUDA reports, not the marketing GB (an 80 GB H100 reports
+# 79.1 GiB, devices.yaml): 8e10 would read an 80 GB part 6% small (a trial)
+MemoryBytesValue = _physical(1e9, 1e13, "bytes",
+                             "the capacity CUDA reports: an 80 GB H100 is 8.49e10")
 BandwidthValue = _physical(1e8, 1e14, "bytes/s", "900 GB/s is 9e11")
 # One NIC's rate per direction: 1.6 Tb/s, the next generation announced (ConnectX-9);
 # NVIDIA's ConnectX-8 SuperNIC, the fastest shipping, runs 800 Gb/s
