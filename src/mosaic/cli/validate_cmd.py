@@ -214,7 +214,9 @@ def validate(
         lambda: map(_table_row, summary.rows()),
     )
     _print_aggregate("Accuracy", aggregate, len(skipped))
-    _echo_skipped(skipped, f"{len(skipped)} record(s) skipped")
+    # a warning on stderr, as calibrate's: one row fewer moves the MAPE (a trial)
+    _echo_skipped(skipped, f"warning: {len(skipped)} record(s) skipped, not scored "
+                           "(--strict fails on them)", err=True)
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
