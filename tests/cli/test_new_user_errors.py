@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
+from mosaic.errors import MosaicWarning
 
 runner = CliRunner()
 MODEL = {"layers": 4, "d_model": 512, "heads": 8, "kv_heads": 8, "ffn": 2048, "vocab": 32000}
@@ -461,3 +462,14 @@ def test_a_misspelt_run_id_gets_the_closest_ids():
     message = _error("perf", runs + "#example-torchtitan-llama3.1-8b-h100-8-fsd")
     assert "did you mean example-torchtitan-llama3.1-8b-h100-8-fsdp or " in message
     assert "; ids: example-" in _error("perf", runs + "#nothing-like-it")
+
+
+def test_tensor_parallelism_beyond_the_nvlink_domain_is_a_warning(tmp_path):
+    """tp 16 on 8-GPU DGX-H100 nodes is costed over the network; a trial read only an
+    envelope note. Now a warning line says so."""
+    job = _job(tmp_path, model={**MODEL, "heads": 16}, parallelism={"tp": 16},
+               hardware={"system": "DGX-H100", "nodes": 2})
+    with pytest.warns(MosaicWarning, match="parallelism.tp=16 spans 2 NVLink domains of 8 "
+                      "GPUs: every tensor-parallel collective crosses the network"):
+        result = runner.invoke(app, ["perf", job])
+    assert result.exit_code == 0, result.output

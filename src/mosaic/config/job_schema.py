@@ -687,6 +687,12 @@ def job_from_document(document: dict[str, Any], where: str,
                      "sharded units gather and reduce-scatter per unit beside the compute "
                      "(the setting is Megatron-LM's DDP/ZeRO --overlap-grad-reduce / "
                      "--overlap-param-gather)")
+    domain = get_system(system_name).scale_up_domain_gpus
+    if int(plan.tp[0]) > domain:
+        # costed so (perf.collectives places the group), but rarely meant (a trial's tp 16)
+        warnings.warn(f"parallelism.tp={int(plan.tp[0])} spans {int(plan.tp[0]) // domain} "
+                      f"NVLink domains of {domain} GPUs: every tensor-parallel collective "
+                      "crosses the network", MosaicWarning, stacklevel=2)
     n_devices = search.devices if search.devices is not None else int(plan.n_devices[0])
     if device_name:
         notes.extend(table_device_notes(hardware, Path(where).parent, device_name))
