@@ -312,7 +312,8 @@ def test_a_batch_given_in_tokens_is_questioned(tmp_path):
     without a word (a trial): a step of more than 16x DeepSeek-V3's 15,360 x 4,096 tokens
     gets a note; a common batch does not."""
     job = _job(tmp_path, batch={"global_seqs": 2_097_152, "seq_len": 1024})
-    doc = json.loads(runner.invoke(app, ["perf", job, "--json"]).stdout)
+    with pytest.warns(MosaicWarning, match="tokens rather than sequences"):  # a warning line too
+        doc = json.loads(runner.invoke(app, ["perf", job, "--json"]).stdout)
     # 2,097,152 x 1,024 = 2.15e9 tokens, 34x 62.9 M
     assert any("2.15e+09 tokens a step" in a and "34x" in a for a in doc["assumptions"])
     normal = json.loads(runner.invoke(app, ["perf", _job(tmp_path), "--json"]).stdout)
