@@ -371,6 +371,13 @@ def test_a_plans_runner_up_can_be_compared_and_exported(plans, tmp_path):
     flags = [f["message"] for f in runner_up["extrapolation"]["flags"]]
     assert flags and doc["b"]["law_extrapolation"] == flags
     assert doc["a"]["law_extrapolation"] != flags
+    # the inputs that differ are the two candidates' geometry (and layout) fields, the only
+    # inputs two candidates of one plan do not share (a trial read "(none)")
+    differing = {row["field"]: (row["a"], row["b"]) for row in doc["input_differences"]}
+    for axis in ("q", "experts", "top_k", "split_factor"):
+        if plan["optimum"][axis] != runner_up[axis]:
+            assert differing[f"geometry.{axis}"] == (plan["optimum"][axis], runner_up[axis])
+    assert differing and all(f.startswith(("geometry.", "layout.")) for f in differing)
     exported = runner.invoke(app, ["export", f"{path}#2", "--to", "yaml", "--out",
                                    str(tmp_path / "runner_up.yaml")])
     assert exported.exit_code == 0, exported.output

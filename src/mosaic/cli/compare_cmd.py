@@ -171,7 +171,12 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     tokens_per_s = optimum.get("tokens_per_s")
     assumptions = document.get("assumptions") or {}
     law = assumptions.get("law") or {}
-    inputs = flatten({"envelope": envelope, "search_space": document.get("search_space") or {},
+    # the candidate's own geometry and layout are inputs too: two candidates of one plan
+    # share everything else (a trial read "Inputs that differ: (none)" for #1 against #2)
+    geometry = {k: optimum.get(k) for k in ("q", "layers", "d_model", "experts", "top_k",
+                                            "split_factor", "expert_ffn")}
+    inputs = flatten({"geometry": geometry, "layout": optimum.get("plan") or {},
+                      "envelope": envelope, "search_space": document.get("search_space") or {},
                       "layout_limits": assumptions.get("layout_limits") or {},
                       "law": {"form": law.get("form"),
                               "source": (law.get("provenance") or {}).get("source")},
@@ -202,8 +207,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         # a plan file holds its optimum's breakdowns only: a ranked candidate (#N) has none
         "breakdown_s": step.get("breakdown_s") if step else None,
         "memory_breakdown_bytes": step.get("memory_breakdown_bytes") if step else None,
-        "geometry": {k: optimum.get(k) for k in ("q", "layers", "d_model", "experts", "top_k",
-                                                 "split_factor", "expert_ffn")},
+        "geometry": geometry,
         "inputs": inputs,
     }
 
