@@ -429,3 +429,27 @@ def test_a_law_files_caveats_are_repeated_when_comparing_with_it(tmp_path):
     with pytest.warns(MosaicWarning, match="held no run out"):
         result = runner.invoke(app, ["compare", str(JOB), str(JOB), "--law", str(law_path)])
     assert result.exit_code == 0, result.output
+
+
+def test_two_run_records_show_their_measurements_beside_the_prediction():
+    """A trial compared two of its runs and found no measured column: the measured step
+    time and tokens/s per GPU (the step's tokens over the measured step, per GPU) now sit
+    under the predicted ones, with their B / A."""
+    from mosaic.config.run_records import load_run_records
+
+    examples = ROOT / "examples" / "runs_example.yaml"
+    records = load_run_records(examples).records[:2]
+    doc = invoke_json("compare", f"{examples}#{records[0].id}", f"{examples}#{records[1].id}")
+    rows = {row["quantity"]: row for row in doc["summary"]}
+    for side, record in zip(("a", "b"), records, strict=True):
+        step = record.measured_step_time_s
+        tokens = record.workload.global_batch * record.workload.seq_len
+        assert rows["measured_step_time_s"][side] == step
+        assert rows["measured_tokens_per_s_per_gpu"][side] == pytest.approx(
+            tokens / step / record.n_devices)
+    quantities = [row["quantity"] for row in doc["summary"]]
+    assert quantities.index("measured_step_time_s") == quantities.index(
+        "tokens_per_s_per_gpu") + 1
+    jobs = invoke_json("compare", str(ROOT / "examples" / "appendix_e.yaml"),
+                       str(ROOT / "examples" / "appendix_e.yaml"))
+    assert "measured_step_time_s" not in [row["quantity"] for row in jobs["summary"]]

@@ -108,6 +108,8 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "system": doc["hardware"]["system"], "layout": doc["plan"],
         "step_time_s": doc["step_time_s"], "tokens_per_s": doc["tokens_per_s"],
         "tokens_per_s_per_gpu": doc["tokens_per_s_per_gpu"], "mfu": doc["mfu"],
+        # a run record's measurement, beside the prediction (a trial wanted the measured B/A)
+        **_measured(spec, gpus),
         "hfu": doc["hfu"], "memory_gib": doc["memory_gib"],
         "memory_capacity_gib": doc["memory_capacity_gib"], "feasible": doc["feasible"],
         "usable_memory_gib": doc["usable_memory_fraction"] * doc["memory_capacity_gib"],
@@ -128,6 +130,15 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "inputs": _job_inputs(path, spec, model),
         "resolved_inputs": flatten(resolved_job_document(spec)),
     }
+
+
+def _measured(spec: Any, gpus: int) -> dict[str, float]:
+    """A run record's measured step time and tokens/s per GPU; nothing for a job."""
+    step = spec.measured_step_time_s
+    if step is None:
+        return {}
+    tokens = spec.workload.global_batch * spec.workload.seq_len
+    return {"measured_step_time_s": step, "measured_tokens_per_s_per_gpu": tokens / step / gpus}
 
 
 def _job_geometry(geometry: Any) -> dict[str, Any]:
@@ -247,6 +258,17 @@ SUMMARY = (  # key, label, unit for printing
     ("gpu_hours", "GPU-hours", "count"), ("price_per_gpu_hour", "price per GPU-hour", "price"),
     ("cost", "cost", "money"),
 )
+# rows of run records' measurements, shown when a side has them
+MEASURED = (("measured_step_time_s", "measured step time", "s"),
+            ("measured_tokens_per_s_per_gpu", "measured tokens/s per GPU", "rate"))
+
+
+def _summary_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """SUMMARY, with the measured rows after the predicted tokens/s per GPU when a side
+    is a run record."""
+    measured = [row for row in MEASURED if row[0] in a or row[0] in b]
+    at = [key for key, _, _ in SUMMARY].index("tokens_per_s_per_gpu") + 1
+    return [*SUMMARY[:at], *measured, *SUMMARY[at:]]
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -260,7 +282,8 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
     """The comparison: both sides, their input differences, figures side by side, and what
     was ``assumed`` for both because the command line left it out."""
     summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
-                "ratio_b_over_a": _ratio(a.get(key), b.get(key))} for key, _, _ in SUMMARY]
+                "ratio_b_over_a": _ratio(a.get(key), b.get(key))}
+               for key, _, _ in _summary_rows(a, b)]
     if a["breakdown_s"] is None or b["breakdown_s"] is None:
         return _compared(a, b, currency, assumed, summary, [], [])
     terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
@@ -379,7 +402,7 @@ def render(document: dict[str, Any]) -> None:
     print_table("Inputs that differ", ["field", "A", "B"],
                 [[d["field"], _input_text(d, "a"), _input_text(d, "b")] for d in differences]
                 or [["(none)", "", ""]])
-    units = {key: (label, unit) for key, label, unit in SUMMARY}
+    units = {key: (label, unit) for key, label, unit in (*SUMMARY, *MEASURED)}
     rows = []
     for row in document["summary"]:
         label, unit = units[row["quantity"]]
