@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -19,7 +20,8 @@ from mosaic.plan.search import search
 
 def test_missing_ray_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    with pytest.raises(MosaicInputError, match=r"pip install mosaic\[ray\]"):
+    with pytest.raises(MosaicInputError, match=re.escape("--backend ray needs the ray extra: "
+                                                        "pip install -e '.[ray]'")):
         RayBackend().connect()
 
 
