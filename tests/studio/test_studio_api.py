@@ -260,7 +260,8 @@ def test_plan_time_limit(studio):
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
-    ("plan.tpp", "40", "MIN:MAX"), ("plan.nodes", "x", "integer"),
+    ("plan.tpp", "40", "MIN:MAX"), ("plan.tpp", "150:40", "TPP range"),
+    ("plan.nodes", "x", "integer"),
     ("plan.days", "-1", "days"), ("plan.q", "8,y", "integers"),
     ("plan.gpu", "Z80", "unknown device"),
     ("plan.experts", ",".join(str(e) for e in range(2, 400)), str(MAX_GEOMETRIES)),

@@ -52,7 +52,10 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     # the node type (empty: the GPU's default one); a studio opened on a job fills in its own
     "plan.gpu": "B200", "plan.system": "", "plan.nodes": str(TABLE3_NODES),
     # goodput: empty = 1.0 (the paper's), or Young-Daly from the MTBF fields below
-    "plan.days": f"{TABLE3_DAYS:g}", "plan.goodput": "",
+    # empty: Table 3's 20 days, as `mosaic plan` without --days; a USD budget then sets the
+    # window without clearing the field first (a trial's budget was refused beside a
+    # pre-filled 20)
+    "plan.days": "", "plan.goodput": "",
     "plan.global_batch": str(TABLE3_GLOBAL_BATCH), "plan.seq_len": str(TABLE3_SEQ_LEN),
     # the grid: the paper's ladder (q), or variants of the model in the editor (`mosaic plan
     # --backbone`: depth and width, E, K, G; an empty axis keeps the model's own value)
@@ -141,7 +144,9 @@ def plan_field_of(message: str, keys: set[str]) -> str:
         return "plan.system"  # (the node type fixes the GPU: the field to change)
     if message.startswith("the backbone"):
         return "plan.grid"
-    token = re.split(r"[\s:]", message.strip(), maxsplit=1)[0].lstrip("-").replace("-", "_")
+    # (lowered: "TPP range must ..." is the tpp field's, a trial found it under the form)
+    token = (re.split(r"[\s:]", message.strip(), maxsplit=1)[0].lstrip("-").replace("-", "_")
+             .lower())
     if f"plan.{token}" in keys:
         return f"plan.{token}"
     if message.startswith("unknown device"):

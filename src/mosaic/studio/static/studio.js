@@ -39,7 +39,7 @@
     ["plan.gpu", "GPU (catalog name)", "text"],
     ["plan.system", "node type (empty: the GPU's default)", "text"],
     ["plan.nodes", "nodes", "number"],
-    ["plan.days", "window (days; empty with a USD budget)", "number"],
+    ["plan.days", "window (days; empty: 20, or set by a USD budget)", "number"],
     ["plan.goodput", "goodput (empty: 1, or Young-Daly from the MTBF)", "number"],
     ["plan.global_batch", "global batch (seqs)", "number"], ["plan.seq_len", "sequence length", "number"],
     ["plan.grid", "grid (the paper's ladder, or variants of the model above)", "select:grids"],
