@@ -62,9 +62,18 @@ class System:
         if self.scale_up_domain_gpus <= self.gpus_per_node:
             return f"{n_nodes} × {self.name}"
         gpus = n_nodes * self.gpus_per_node
-        domains = -(-gpus // self.scale_up_domain_gpus)
-        return (f"{n_nodes} × {self.name} trays of {self.gpus_per_node} GPUs ({domains} "
-                f"NVLink domain{'s' if domains != 1 else ''} of {self.scale_up_domain_gpus})")
+        whole, rest = divmod(gpus, self.scale_up_domain_gpus)
+        # a partial last domain is said so: 128 GPUs are one 72-GPU domain and 56 more (a
+        # trial read '2 NVLink domains of 72')
+        parts = []
+        if whole:
+            parts.append(f"{whole} NVLink domain{'s' if whole != 1 else ''} of "
+                         f"{self.scale_up_domain_gpus}")
+        if rest:
+            parts.append(f"{rest} GPUs of one more" if whole else
+                         f"part of one NVLink domain of {self.scale_up_domain_gpus}")
+        return (f"{n_nodes} × {self.name} trays of {self.gpus_per_node} GPUs "
+                f"({' and '.join(parts)})")
 
     @property
     def scale_up_bw_bytes_per_s(self) -> float:
