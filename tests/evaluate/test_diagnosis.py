@@ -540,3 +540,29 @@ def test_the_hsdp_lever_says_when_the_routed_experts_get_no_shard():
     hsdp = next(lever for lever in diagnosis.levers if lever.name == "sharding_hsdp")
     assert hsdp.plan["hsdp_shard"] * 4 // hsdp.plan["dp"] == 1
     assert "routed experts, split over ep 8, get no HSDP shard" in hsdp.description
+
+
+def test_an_unstated_routing_imbalance_that_weighs_is_named_with_its_balanced_step(tmp_path):
+    """Mixtral-8x7B at ep 8 (one expert a rank): the derived imbalance of the stack's
+    router puts a quarter of a trial's step on the busiest rank; explain called the step
+    compute-bound without a word on that assumption. The diagnosis now carries the share
+    and the step predicted with imbalance 1 (an evenly loaded router), and a stated
+    imbalance is not singled out."""
+    path = tmp_path / "mixtral.yaml"
+    path.write_text(
+        "model: {layers: 32, d_model: 4096, heads: 32, kv_heads: 8, vocab: 32000,\n"
+        "        moe: {experts: 8, top_k: 2, expert_ffn: 14336}}\n"
+        "parallelism: {tp: 2, ep: 8, etp: 1}\n"
+        "batch: {global_seqs: 256, micro_seqs: 1, seq_len: 4096}\n"
+        "hardware: {system: DGX-H100, nodes: 8}\n")
+    result = job(path)
+    assumed = diagnose(result, CALIBRATION).imbalance
+    prediction = result.prediction
+    assert assumed.share == pytest.approx(float(
+        prediction.breakdown_s["expert_load_imbalance"][0] / prediction.step_time_s[0]))
+    assert assumed.share > 0.05
+    balanced = job(path, "performance.routing_imbalance=1.0").prediction
+    assert assumed.balanced_step_time_s == pytest.approx(float(balanced.step_time_s[0]))
+    assert assumed.balanced_step_time_s < float(prediction.step_time_s[0])
+    stated = diagnose(job(path, "performance.routing_imbalance=1.3"), CALIBRATION)
+    assert stated.imbalance is None

@@ -94,6 +94,8 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             },
         },
         "breakdown": [asdict(term) for term in diagnosis.terms],
+        "assumed_imbalance": (None if diagnosis.imbalance is None
+                              else asdict(diagnosis.imbalance)),
         "gap": None if gap is None else {
             "measured_step_time_s": gap.measured_step_time_s,
             "predicted_step_time_s": gap.predicted_step_time_s,
@@ -169,6 +171,16 @@ def _render_bound(diagnosis: Diagnosis) -> None:
     print_table("What bounds this step", ["class", "seconds", "share", "largest parts"],
                 class_rows)
     console.print(f"Bound: {bound.summary}", markup=False, highlight=False)
+    imbalance = diagnosis.imbalance
+    if imbalance is not None:
+        console.print(
+            f"Assumed: the busiest EP rank's extra tokens (expert_load_imbalance) are "
+            f"{imbalance.share:.0%} of the step, from an imbalance the job does not state (the "
+            f"stack's router, `mosaic perf` names it); an evenly loaded router would take "
+            f"{imbalance.balanced_step_time_s:.3f} s "
+            f"({imbalance.balanced_step_time_s / step - 1:+.0%})"
+            "; state performance.routing_imbalance (a run record's routing_imbalance) if you "
+            "know it", markup=False, highlight=False)
 
 
 def _render_gap(diagnosis: Diagnosis) -> None:

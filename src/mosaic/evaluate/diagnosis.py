@@ -823,6 +823,36 @@ def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
 
 
 @dataclass(frozen=True)
+class AssumedImbalance:
+    """The busiest EP rank's extra tokens when the job states no routing imbalance: its
+    share of the step and the step with an evenly loaded router (imbalance 1), so that an
+    assumption this large is shown as one (a trial read it as slow compute)."""
+
+    share: float
+    balanced_step_time_s: float
+
+
+# below this share of the step the assumed imbalance is not singled out
+ASSUMED_IMBALANCE_SHOWN_SHARE = 0.05
+
+
+def assumed_imbalance(result: JobPrediction, calibration: Calibration
+                      ) -> AssumedImbalance | None:
+    """:class:`AssumedImbalance` of a job whose routing imbalance is derived, not stated,
+    when its term is at least ASSUMED_IMBALANCE_SHOWN_SHARE of the step; else None."""
+    workload, prediction = result.spec.workload, result.prediction
+    term = prediction.breakdown_s.get("expert_load_imbalance")
+    if workload.routing_imbalance is not None or term is None:
+        return None
+    share = float(term[0] / prediction.step_time_s[0])
+    if share < ASSUMED_IMBALANCE_SHOWN_SHARE:
+        return None
+    balanced = predict_step(replace(workload, routing_imbalance=1.0), result.spec.plan,
+                            result.machine, calibration)
+    return AssumedImbalance(share, float(balanced.step_time_s[0]))
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything `mosaic explain` reports about one job."""
 
@@ -831,6 +861,7 @@ class Diagnosis:
     bound: Bound
     gap: GapAttribution | None
     levers: list[Lever]
+    imbalance: AssumedImbalance | None = None
 
 
 def diagnose(result: JobPrediction, calibration: Calibration,
@@ -846,4 +877,5 @@ def diagnose(result: JobPrediction, calibration: Calibration,
         gap=(attribute_gap(prediction, measured_step_time_s)
              if measured_step_time_s is not None else None),
         levers=rank_levers(workload, result.spec.plan, result.machine, calibration),
+        imbalance=assumed_imbalance(result, calibration),
     )
