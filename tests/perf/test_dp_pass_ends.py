@@ -14,8 +14,12 @@ import pytest
 from mosaic.arch import count_parameters, ladder_geometry
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import default_calibration
-from mosaic.perf.collectives import Interconnect, all_gather_time_s, reduce_scatter_time_s
-from mosaic.perf.data_parallel_time import OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN
+from mosaic.perf.collectives import (
+    OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN,
+    Interconnect,
+    all_gather_time_s,
+    reduce_scatter_time_s,
+)
 from mosaic.perf.fitted_constants import fitted
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import gradient_bytes_per_param
@@ -36,6 +40,14 @@ def _job(stack: str, sharding: Sharding, nodes: int):
     plan = single_plan(dp=dp, micro_batch=1, sharding=sharding,
                        checkpointing=Checkpointing.NONE)
     return machine, workload, predict_step(workload, plan, machine, CALIBRATION)
+
+
+def _stage_params() -> float:
+    """Every parameter on the one stage (pp = 1): blocks, embedding, LM head, final norm."""
+    counts = count_parameters(GEOMETRY)
+    return (GEOMETRY.layers * (counts.attention_per_layer + counts.dense_ffn_per_layer
+                               + counts.norms_per_layer)
+            + GEOMETRY.vocab * GEOMETRY.d_model * 2 + GEOMETRY.d_model)
 
 
 def _ring_by_hand_s(full_bytes: float, n: int, ic: Interconnect) -> float:
@@ -105,10 +117,7 @@ def test_megatron_hidden_buckets_slow_the_compute_and_unhidden_ones_do_not():
     # ZeRO-1 with overlap: all but the last gradient bucket and the first parameter bucket
     # run beside compute; without overlap nothing does.
     machine, workload, step = _job("megatron-core", Sharding.ZERO1, 2)
-    counts = count_parameters(GEOMETRY)
-    stage_params = (GEOMETRY.layers * (counts.attention_per_layer + counts.dense_ffn_per_layer
-                                       + counts.norms_per_layer)
-                    + GEOMETRY.vocab * GEOMETRY.d_model * 2 + GEOMETRY.d_model)
+    stage_params = _stage_params()
     ic = machine.interconnect
     grads = reduce_scatter_time_s(np.array([stage_params * 4.0]), 16, 1, ic)[0]
     params = all_gather_time_s(np.array([stage_params * 2.0]), 16, 1, ic)[0]
@@ -144,13 +153,9 @@ def test_megatron_exposes_its_last_bucket_whose_size_grows_with_dp(nodes, bucket
     # bucket's reduce-scatter and the first parameter bucket's all-gather have no compute
     # to overlap, the rest hides behind the backward / forward.
     machine, _, step = _job("megatron-core", Sharding.ZERO1, nodes)
-    counts = count_parameters(GEOMETRY)
     dp = 8 * nodes
     ic = machine.interconnect
-    # all parameters sit on the one stage (pp = 1): blocks, embedding, LM head, final norm
-    stage_params = (GEOMETRY.layers * (counts.attention_per_layer + counts.dense_ffn_per_layer
-                                       + counts.norms_per_layer)
-                    + GEOMETRY.vocab * GEOMETRY.d_model * 2 + GEOMETRY.d_model)
+    stage_params = _stage_params()
     share = bucket_params / stage_params
     grads = reduce_scatter_time_s(np.array([stage_params * 4.0]), dp, 1, ic)[0]
     params = all_gather_time_s(np.array([stage_params * 2.0]), dp, 1, ic)[0]
@@ -161,10 +166,7 @@ def test_megatron_exposes_its_last_bucket_whose_size_grows_with_dp(nodes, bucket
 def test_per_unit_stacks_expose_one_block_of_zero2_collectives():
     # llm-foundry's SHARD_GRAD_OP reduces and gathers per FSDP unit (one block of 24).
     machine, _, step = _job("llm-foundry", Sharding.ZERO2, 2)
-    counts = count_parameters(GEOMETRY)
-    stage_params = (GEOMETRY.layers * (counts.attention_per_layer + counts.dense_ffn_per_layer
-                                       + counts.norms_per_layer)
-                    + GEOMETRY.vocab * GEOMETRY.d_model * 2 + GEOMETRY.d_model)
+    stage_params = _stage_params()
     grads = reduce_scatter_time_s(np.array([stage_params * 4.0]), 16, 1,
                                   machine.interconnect)[0]
     # (rel 1e-5: the stage count may differ from this sum by a norm's d_model parameters)
@@ -205,10 +207,7 @@ def test_without_dp_overlap_the_whole_zero1_reduce_scatter_and_gather_are_expose
     plan = single_plan(dp=16, micro_batch=1, sharding=Sharding.ZERO1,
                        checkpointing=Checkpointing.NONE)
     step = predict_step(workload, plan, machine, CALIBRATION)
-    counts = count_parameters(GEOMETRY)
-    stage_params = (GEOMETRY.layers * (counts.attention_per_layer + counts.dense_ffn_per_layer
-                                       + counts.norms_per_layer)
-                    + GEOMETRY.vocab * GEOMETRY.d_model * 2 + GEOMETRY.d_model)
+    stage_params = _stage_params()
     ic = machine.interconnect
     grads = reduce_scatter_time_s(np.array([stage_params * 4.0]), 16, 1, ic)[0]
     params = all_gather_time_s(np.array([stage_params * 2.0]), 16, 1, ic)[0]

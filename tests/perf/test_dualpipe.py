@@ -189,8 +189,10 @@ def test_deepep_overlap_runs_the_hidden_compute_on_112_of_132_sms():
     deepep = _workload("dualpipe", dispatcher=Dispatcher.DEEPEP)
     assert communication_sm_slowdown_s(machine, deepep, hidden) == pytest.approx(
         [20 / 132, 0.0])
+    # NCCL's all-to-all: the measured mean slowdown of compute beside a collective
+    # (Lee et al. 2025: 18.9%)
     nccl = _workload("dualpipe", dispatcher=Dispatcher.ALLTOALL)
-    assert communication_sm_slowdown_s(machine, nccl, hidden) == pytest.approx([0.0, 0.0])
+    assert communication_sm_slowdown_s(machine, nccl, hidden) == pytest.approx([0.189, 0.0])
 
 
 # --- memory: BF16 moments ---------------------------------------------------------------

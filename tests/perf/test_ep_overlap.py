@@ -30,10 +30,12 @@ def test_overlap_exposes_only_the_all_to_all_beyond_the_other_blocks_compute():
     # Without the overlap only the shared expert (forward, then twice that in backward)
     # hides the four all-to-alls (dispatch and combine, forward and backward).
     shared_fwd = off.shared_expert[0] / 3
-    assert off.ep_all_to_all[0] == pytest.approx(
-        max(0.0, 2 * a2a - shared_fwd) + max(0.0, 2 * a2a - 2 * shared_fwd))
+    exposed_off = max(0.0, 2 * a2a - shared_fwd) + max(0.0, 2 * a2a - 2 * shared_fwd)
+    # what is hidden still slows the compute beside it by 18.9% (NCCL's all-to-all)
+    assert off.ep_all_to_all[0] == pytest.approx(exposed_off + 0.189 * (4 * a2a - exposed_off))
     other = (on.attention_gemm + on.attention_core + on.mlp_gemm + on.shared_expert)[0]
-    assert on.ep_all_to_all[0] == pytest.approx(max(0.0, 4 * a2a - other))
+    exposed_on = max(0.0, 4 * a2a - other)
+    assert on.ep_all_to_all[0] == pytest.approx(exposed_on + 0.189 * (4 * a2a - exposed_on))
     assert on.ep_all_to_all[0] < off.ep_all_to_all[0]
     # Compute is untouched: overlap moves no FLOPs.
     assert on.compute[0] == pytest.approx(off.compute[0])
@@ -45,5 +47,6 @@ def test_an_exchange_shorter_than_the_other_blocks_compute_is_fully_hidden():
     on = moe_block_times(machine, replace(WORKLOAD, ep_overlap=True), plan)
     a2a = dispatch_all_to_all_s(machine, WORKLOAD, plan)[0]
     assert 4 * a2a < (on.attention_gemm + on.mlp_gemm)[0]
-    assert on.ep_all_to_all[0] == 0.0
+    # nothing exposed: only the 18.9% the hidden exchange costs the compute beside it
+    assert on.ep_all_to_all[0] == pytest.approx(0.189 * 4 * a2a)
     assert np.all(moe_block_times(machine, WORKLOAD, plan).ep_all_to_all > 0.0)

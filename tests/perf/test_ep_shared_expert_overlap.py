@@ -28,6 +28,12 @@ MEGATRON = Workload(geometry=GEOMETRY, global_batch=256, seq_len=4096, stack="me
 TITAN = replace(MEGATRON, stack="torchtitan")
 
 
+def _charged(exposed: float, a2a: float) -> float:
+    """The exposed all-to-all time plus the 18.9% the hidden rest of the four all-to-alls
+    costs the compute beside it (collectives.OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN)."""
+    return exposed + 0.189 * (4 * a2a - exposed)
+
+
 def _machine(nodes: int):
     return machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=nodes), "bf16")
 
@@ -49,10 +55,10 @@ def test_torchtitan_exposes_all_but_the_forward_combine(nodes, plan):
     megatron = float(moe_block_times(machine, MEGATRON, plan).ep_all_to_all[0])
     # Forward: the dispatch whole, the combine beyond the shared experts' forward;
     # backward: both all-to-alls whole.
-    assert titan == pytest.approx(a2a + max(0.0, a2a - shared_fwd) + 2 * a2a)
+    assert titan == pytest.approx(_charged(a2a + max(0.0, a2a - shared_fwd) + 2 * a2a, a2a))
     # Megatron-Core: each direction's pair behind that direction's shared-expert compute.
-    assert megatron == pytest.approx(max(0.0, 2 * a2a - shared_fwd)
-                                     + max(0.0, 2 * a2a - 2 * shared_fwd))
+    assert megatron == pytest.approx(_charged(max(0.0, 2 * a2a - shared_fwd)
+                                              + max(0.0, 2 * a2a - 2 * shared_fwd), a2a))
     assert titan > megatron
 
 
@@ -65,12 +71,13 @@ def test_a_combine_shorter_than_the_shared_experts_leaves_three_all_to_alls_expo
     a2a = float(dispatch_all_to_all_s(machine, titan, plan)[0])
     shared_fwd = float(moe_block_times(machine, titan, plan).shared_expert[0]) / 3
     assert a2a < shared_fwd  # the premise of this case
-    assert moe_block_times(machine, titan, plan).ep_all_to_all[0] == pytest.approx(3 * a2a)
+    assert moe_block_times(machine, titan, plan).ep_all_to_all[0] == pytest.approx(
+        _charged(3 * a2a, a2a))
     # Megatron-Core hides the forward pair and, behind twice the shared forward, the
     # backward pair as well whenever 2·a2a fits there.
     megatron = replace(titan, stack="megatron-core")
     assert moe_block_times(machine, megatron, plan).ep_all_to_all[0] == pytest.approx(
-        max(0.0, 2 * a2a - shared_fwd) + max(0.0, 2 * a2a - 2 * shared_fwd))
+        _charged(max(0.0, 2 * a2a - shared_fwd) + max(0.0, 2 * a2a - 2 * shared_fwd), a2a))
 
 
 def test_the_trait_moves_no_compute_and_dense_stacks_keep_the_default():

@@ -271,10 +271,13 @@ def test_tp_comm_overlap_exposes_what_the_chunked_gemms_do_not_hide_by_hand(stac
     forward = _exposed_by_hand(communication / 2, gemm_forward, 8)
     backward = (_exposed_by_hand(communication / 2, gemm - gemm_forward, 8)
                 if stack == "megatron-core" else communication / 2)
+    # the hidden rest slows the GEMMs beside it by 18.9% of its time (collectives.
+    # OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN), charged to the collectives
+    charged = forward + backward + 0.189 * (communication - forward - backward)
     assert overlapped.tp_all_gather[0] + overlapped.tp_reduce_scatter[0] == pytest.approx(
-        forward + backward, rel=1e-12)
+        charged, rel=1e-12)
     assert overlapped.tp_all_gather[0] == pytest.approx(
-        plain.tp_all_gather[0] * (forward + backward) / communication, rel=1e-12)
+        plain.tp_all_gather[0] * charged / communication, rel=1e-12)
     # At tp=8 an 8B block's forward collectives outlast its forward GEMMs: the overlap hides
     # all but the excess and one chunk.
     assert communication / 2 > gemm_forward

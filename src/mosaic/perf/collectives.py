@@ -68,6 +68,18 @@ DEEPEP_NVLINK_EFFICIENCY = 153.0 / 200.0
 # (arXiv:2412.19437 Sec. 3.2.2: 'only 20 SMs are sufficient to fully utilize the bandwidths
 # of IB and NVLink'). Compute that overlaps the all-to-all runs on the other SMs.
 DEEPEP_COMMUNICATION_SMS = 20
+# Compute that runs while a collective is in flight is slowed by the SMs and memory
+# bandwidth the NCCL kernels take: 18.9% on average (40.0% at most) over GPT and LLaMA
+# training on 4 A100, H100, MI250 and MI210, against the same compute with no
+# communication beside it (Lee, Oh, Kim, Go, Park, Mahajan 2025, "Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+# arXiv:2507.03114, abstract). The same share of an H100's SMs is what an overlapped NCCL
+# all-gather holds: 24 CTAs of 132 SMs = 18.2% (NVIDIA developer forum, "Compute-
+# Communication Overlap Causes Severe GEMM Performance Degradation because of Tail
+# Effect", nsys trace of an FSDP-style prefetch). Compute of C seconds hiding A seconds of
+# collective then takes C + slowdown·A. DeepEP's kernels are costed by their own SM count
+# (DEEPEP_COMMUNICATION_SMS) instead.
+OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN = 0.189
 _LL_CAP = _PROTOCOLS["ll_max_bus_bw_bytes_per_s"]
 
 

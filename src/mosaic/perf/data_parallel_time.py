@@ -10,7 +10,12 @@ import numpy as np
 from mosaic.arch import AttentionKind, HybridLayer, count_parameters
 from mosaic.arch.counts import ParameterCounts, hybrid_mixer_parameters
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.collectives import all_gather_time_s, all_reduce_time_s, reduce_scatter_time_s
+from mosaic.perf.collectives import (
+    OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN,
+    all_gather_time_s,
+    all_reduce_time_s,
+    reduce_scatter_time_s,
+)
 from mosaic.perf.element_bytes import ACTIVATION_BYTES
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.machine import Machine
@@ -201,20 +206,6 @@ def fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: Paralle
         expert_stride * expert_shard_group, ic), 0.0)
     unit_replica = dense_replica + expert_replica
     return {"unit_gather": gather, "unit_scatter": scatter, "unit_replica": unit_replica}
-
-
-# Compute that runs while a data-parallel collective is in flight is slowed by the SMs and
-# memory bandwidth the NCCL kernels take: 18.9% on average (40.0% at most) over GPT and
-# LLaMA training on 4 A100, H100, MI250 and MI210, against the same compute with no
-# communication beside it (Lee, Oh, Kim, Go, Park, Mahajan 2025, "Characterizing
-# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
-# arXiv:2507.03114, abstract). The same share of an H100's SMs is what an overlapped NCCL
-# all-gather holds: 24 CTAs of 132 SMs = 18.2% (NVIDIA developer forum, "Compute-
-# Communication Overlap Causes Severe GEMM Performance Degradation because of Tail
-# Effect", nsys trace of an FSDP-style prefetch). Compute of C seconds hiding A seconds
-# of collective then takes C + slowdown·A (perf/layer_costs.communication_sm_slowdown_s
-# costs DeepEP's all-to-alls the same way, from its SM count).
-OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN = 0.189
 
 
 def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPlans,

@@ -58,6 +58,7 @@ from mosaic.perf.layer_costs import (
     BlockTimes,
     attention_times,
     block_norm_residual_s,
+    charged_all_to_all_s,
     dense_ffn_parts,
     fwd_bwd_s,
     gemm_s,
@@ -67,7 +68,6 @@ from mosaic.perf.layer_costs import (
     quantise_cast_s,
     recompute_modules_forward_s,
     selective_core_attention_s,
-    shared_expert_overlap_exposed_s,
     tp_collectives_s,
 )
 from mosaic.perf.machine import Machine
@@ -203,8 +203,8 @@ def moe_layer_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
     experts = moe.experts_up + moe.experts_down
     # (no batch-level EP overlap: Megatron-Core's combined 1F1B schedules GPT models only,
     # workload.Workload refuses it for a hybrid model)
-    a2a_exposed = shared_expert_overlap_exposed_s(workload, moe.dispatch, moe.combine,
-                                                  moe.shared)
+    a2a_exposed = charged_all_to_all_s(machine, workload, moe.dispatch, moe.combine,
+                                       moe.shared)
     zero = _zero(plans)
     return BlockTimes(
         attention_gemm=zero, attention_core=zero, attention_core_forward=zero,

@@ -29,6 +29,7 @@ from mosaic.perf.attention_kernels import (
 )
 from mosaic.perf.collectives import (
     DEEPEP_COMMUNICATION_SMS,
+    OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN,
     all_gather_time_s,
     all_reduce_time_s,
     all_to_all_time_s,
@@ -263,6 +264,10 @@ def overlapped_tp_collectives_s(workload: Workload, plans: ParallelPlans, gather
         _pipelined_exposed_s(half, gemm_s - gemm_forward, plans.tp)
         if workload.traits.tp_overlap_passes == "forward_backward" else half)
     communication = 2 * half
+    # the part hidden under the GEMMs still slows them (collectives.
+    # OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN), charged to the collectives it comes from
+    exposed = exposed + OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * np.maximum(
+        0.0, communication - exposed)
     share = np.divide(exposed, communication, out=np.ones_like(communication),
                       where=communication > 0)
     return gather * share, scatter * share
@@ -750,17 +755,14 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
         etp_scatter=2 * reduce_scatter_time_s(etp_bytes, plans.etp, 1, ic))
 
 
-def ep_overlap_exposed_s(machine: Machine, workload: Workload, a2a_pair: np.ndarray,
-                         other_compute: np.ndarray) -> np.ndarray:
+def ep_overlap_exposed_s(a2a_pair: np.ndarray, other_compute: np.ndarray) -> np.ndarray:
     """Exposed EP all-to-all seconds under batch-level EP overlap (Megatron-Core
     --overlap-moe-expert-parallel-comm, MoE README "merging FWD-BWD passes of adjacent
     microbatches"; DeepSeek's DualPipe pairs chunks the same way, Liu et al. 2024, Sec.
     3.2.1): the four all-to-alls of one micro-batch run while the other micro-batch's layer
-    computes (``other_compute``), so only what exceeds it stays exposed, plus the SMs the
-    communication takes from that compute."""
-    exposed = np.maximum(0.0, 2 * a2a_pair - other_compute)
-    return exposed + communication_sm_slowdown_s(machine, workload,
-                                                 np.minimum(2 * a2a_pair, other_compute))
+    computes (``other_compute``), so only what exceeds it stays exposed (what the rest
+    costs that compute: :func:`charged_all_to_all_s`)."""
+    return np.maximum(0.0, 2 * a2a_pair - other_compute)
 
 
 @plan_key(*MOE_BLOCK_KEY)
@@ -779,14 +781,12 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
                  + permute_fwd + permute_bwd)
     # EP dispatch and combine, forward and backward (4 all-to-alls); the shared expert runs
     # while tokens are in flight (Megatron-Core shared-expert overlap, paper F.3).
-    dispatch, combine = moe.dispatch, moe.combine
-    a2a_pair = dispatch + combine
-    a2a_exposed = shared_expert_overlap_exposed_s(workload, dispatch, combine, shared_fwd)
-    if workload.overlaps_ep_communication:
-        # the other micro-batch's block: its forward + backward GEMMs and attention
-        other_compute = (attention.gemm + attention.core + fwd_bwd_s(experts_up + experts_down)
-                         + fwd_bwd_s(shared_fwd))
-        a2a_exposed = ep_overlap_exposed_s(machine, workload, a2a_pair, other_compute)
+    # the other micro-batch's block under EP overlap: its forward + backward GEMMs and
+    # attention
+    other_compute = (attention.gemm + attention.core + fwd_bwd_s(experts_up + experts_down)
+                     + fwd_bwd_s(shared_fwd)) if workload.overlaps_ep_communication else None
+    a2a_exposed = charged_all_to_all_s(machine, workload, moe.dispatch, moe.combine,
+                                       shared_fwd, other_compute)
     activation_bytes = tokens * geometry.d_model * ACTIVATION_BYTES
     gather, scatter, reduce = tp_collectives_s(machine, plans, activation_bytes, pairs_forward=1)
     gather, scatter = overlapped_tp_collectives_s(workload, plans, gather, scatter,
@@ -857,10 +857,10 @@ def communication_sm_slowdown_s(machine: Machine, workload: Workload,
     kernels hold DEEPEP_COMMUNICATION_SMS of the device's SMs, so the overlapping compute
     runs on the rest and finishes hidden·(S_comm/S) later (compute of C seconds at full
     rate that overlaps A seconds of communication takes A + (C − A·(S − S_comm)/S) =
-    C + A·S_comm/S). Zero for the other dispatchers (NCCL's all-to-all and HybridEP take
-    their SMs from settings the model does not read)."""
+    C + A·S_comm/S); NCCL's all-to-all and HybridEP, whose SMs come from settings the model
+    does not read, slow it by the measured average OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN."""
     if workload.dispatcher is not Dispatcher.DEEPEP:
-        return np.zeros_like(hidden_s)
+        return OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * hidden_s
     return hidden_s * min(DEEPEP_COMMUNICATION_SMS / machine.sm_count, 1.0)
 
 
@@ -909,6 +909,21 @@ def dispatch_and_combine_s(machine: Machine, workload: Workload, plans: Parallel
     if not workload.dispatch_fp8:
         return combine, combine
     return dispatch_all_to_all_s(machine, workload, plans, FP8_DISPATCH_BYTES_PER_ELEMENT), combine
+
+
+def charged_all_to_all_s(machine: Machine, workload: Workload, dispatch: np.ndarray,
+                         combine: np.ndarray, shared_fwd: np.ndarray,
+                         other_compute: np.ndarray | None = None) -> np.ndarray:
+    """Seconds one MoE block's four all-to-alls cost the step: what the shared experts
+    (or, under EP overlap, ``other_compute``, the other micro-batch's block) leave exposed,
+    plus what the hidden rest costs the compute beside it
+    (:func:`communication_sm_slowdown_s`)."""
+    pair = dispatch + combine
+    exposed = (shared_expert_overlap_exposed_s(workload, dispatch, combine, shared_fwd)
+               if other_compute is None
+               else ep_overlap_exposed_s(pair, other_compute))
+    return exposed + communication_sm_slowdown_s(machine, workload,
+                                                 np.maximum(0.0, 2 * pair - exposed))
 
 
 def shared_expert_overlap_exposed_s(workload: Workload, dispatch: np.ndarray,
