@@ -1,5 +1,6 @@
 """Figures connect only comparable points: one series per top-k K (only E moves S along
-it), sorted by x; node counts on a log axis. Tested on the plotted data, not pixels."""
+it), the model-FLOPs view one curve, sorted by x; node counts on a log axis. Tested on the
+plotted data, not pixels."""
 
 import numpy as np
 import pytest
@@ -21,18 +22,26 @@ def lines_by_label(figure):
     return {line.get_label(): line for ax in figure.axes for line in ax.get_lines()}
 
 
-def test_sparsity_figure_draws_one_sorted_line_per_top_k(small_result, law):
+def test_sparsity_figure_draws_the_model_flops_view_as_one_curve(small_result, law):
+    """At fixed C_model the model-FLOPs loss is L*(S) (Eq. 16): every (E, K) point lies on
+    one curve, drawn as one line sorted by S (per K, the lines lay on top of one another: a
+    trial); the cluster view keeps one line per K, along which only E moves."""
     comparison = compare_model_flops(small_result, law)
     frontier = sparsity_frontier(small_result, law, comparison.c_model_flops,
                                  comparison.split_factor)
     lines = lines_by_label(plots.sparsity_figure(frontier, comparison))
-    k_of = dict(zip(frontier.model_flops_sparsity.tolist(), frontier.top_k.tolist(),
+    (model,) = [v for k, v in lines.items() if k.startswith("model-FLOPs view")]
+    xs = np.asarray(model.get_xdata(), dtype=float)
+    assert np.all(np.diff(xs) >= 0)  # sorted by S
+    assert sorted(xs.tolist()) == sorted(frontier.model_flops_sparsity.tolist())
+    assert len(set(frontier.top_k.tolist())) >= 2  # K = 1 and K = 2 share the line
+    k_of = dict(zip(frontier.hardware_sparsity.tolist(), frontier.top_k.tolist(),
                     strict=True))
-    model_lines = {k: v for k, v in lines.items() if k.startswith("model-FLOPs view")}
-    assert len(model_lines) == len(set(frontier.top_k.tolist())) >= 2  # K = 1 and K = 2
-    for label, line in model_lines.items():
+    cluster = {k: v for k, v in lines.items() if k.startswith("cluster view")}
+    assert len(cluster) == len(set(frontier.top_k.tolist()))
+    for label, line in cluster.items():
         xs = np.asarray(line.get_xdata(), dtype=float)
-        assert np.all(np.diff(xs) > 0)  # sorted by S
+        assert np.all(np.diff(xs) > 0)
         assert {k_of[x] for x in xs.tolist()} == {int(label.rsplit("= ", 1)[1])}
 
 

@@ -160,8 +160,12 @@ class SparsityFrontier:
     hardware_loss: np.ndarray
 
     def series(self, view: Literal["model_flops", "hardware"]) -> list[tuple[int, np.ndarray]]:
-        """(K, indices sorted by S) per top-k: along one series only E changes S."""
-        return comparable_series(self.top_k, getattr(self, f"{view}_sparsity"))
+        """(K, indices sorted by S) per top-k in the cluster view: along one series only E
+        changes S. The model-FLOPs view is one series (K = 0): at fixed C_model its loss is
+        L*(S) of Eq. 16, a function of S alone but for the q grid, so every (E, K) point
+        lies on one curve (drawn per K, five lines lay on top of one another: a trial)."""
+        held = self.top_k if view == "hardware" else np.zeros_like(self.top_k)
+        return comparable_series(held, getattr(self, f"{view}_sparsity"))
 
 
 def sparsity_frontier(

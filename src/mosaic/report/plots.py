@@ -151,8 +151,9 @@ def plot_sparsity_tradeoff(frontier: SparsityFrontier, comparison: ModelFlopsCom
 
 def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison,
                     cluster_optimum: tuple[float, float] | None = None) -> Figure:
-    """The figure of :func:`plot_sparsity_tradeoff`: one line per view and top-k K (only E
-    moves along a line), points sorted by S; the model-FLOPs optimum (the lowest red point)
+    """The figure of :func:`plot_sparsity_tradeoff`: the model-FLOPs view as one line (its
+    loss is a function of S), the cluster view one line per top-k K (only E moves along a
+    line), points sorted by S; the model-FLOPs optimum (the lowest red point)
     and ``cluster_optimum`` (S, loss) marked."""
     figure = Figure(figsize=(7, 4.5))
     ax = figure.add_subplot()
@@ -167,7 +168,7 @@ def sparsity_figure(frontier: SparsityFrontier, comparison: ModelFlopsComparison
             i = top_ks.index(top_k)  # the same K draws the same way in both views
             ax.plot(x[order], y[order], marker=_MARKERS[i % len(_MARKERS)], markersize=4,
                     color=colour, linestyle=_LINESTYLES[i % len(_LINESTYLES)],
-                    label=f"{label}, K = {top_k}")
+                    label=f"{label}, K = {top_k}" if top_k else f"{label}, every (E, K)")
     undeliverable = ~frontier.delivers_c_model
     ax.scatter(frontier.model_flops_sparsity[undeliverable],
                frontier.model_flops_loss[undeliverable], marker="x", color="black", zorder=4,

@@ -93,17 +93,21 @@ def frontier_figure(document: dict[str, Any]) -> Any:
     optimum = document["optimum"]
     ek = [f"E={e}, K={k}" for e, k in zip(f["experts"], f["top_k"], strict=True)]
     top_k = np.array(f["top_k"])
+    # the model-FLOPs view is one curve, L*(S) at fixed C_model (analysis.SparsityFrontier.
+    # series); the cluster view one line per K
+    held = {"model_flops": np.zeros_like(top_k), "hardware": top_k}
     figure = go.Figure()
     views = (("model_flops", f"model-FLOPs view (C_model = {f['c_model_flops']:.3g} FLOP)",
               "#E45756", "circle"),
              ("hardware", "cluster view (tokens the window delivers)", "#54A24B", "square"))
-    for view, name, colour, symbol in views:  # one line per K: only E moves along it
+    for view, name, colour, symbol in views:
         x = np.array([np.nan if s is None else s for s in f[f"{view}_sparsity"]], dtype=float)
-        for i, (k, order) in enumerate(comparable_series(top_k, x)):
+        for i, (k, order) in enumerate(comparable_series(held[view], x)):
             # the view's colour, a dash per K; grouped under the view's title in the legend
             figure.add_trace(go.Scatter(
                 x=x[order].tolist(), y=[f[f"{view}_loss"][j] for j in order],
-                mode="lines+markers", name=f"K = {k}", legendgroup=view,
+                mode="lines+markers", name=f"K = {k}" if k else "every (E, K)",
+                legendgroup=view,
                 legendgrouptitle_text=name if i == 0 else None,
                 line={"color": colour, "dash": K_DASHES[i % len(K_DASHES)]},
                 marker={"symbol": symbol}, text=[ek[j] for j in order],
