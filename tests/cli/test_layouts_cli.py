@@ -63,6 +63,17 @@ def test_pins_reach_the_search(q4_job):
         assert row["checkpointing"] in ("none", "full")
 
 
+def test_the_jobs_own_degrees_are_said_to_be_searched_unless_pinned(q4_job):
+    """The job states tp 3 and pp 5; the search replaces them, and says so with the pins
+    that would keep them (a trial's ep=8 was searched over without a word)."""
+    assert run_json(str(q4_job), "--top", "1")["job_degrees_searched"] == {"tp": 3, "pp": 5}
+    assert run_json(str(q4_job), "--top", "1", "--pp", "2")["job_degrees_searched"] == {
+        "tp": 3}
+    text = runner.invoke(app, ["layouts", str(q4_job), "--top", "1"], terminal_width=200)
+    assert "The job's tp=3, pp=5 are searched over, not kept (pin them: --tp 3 --pp 5)." \
+        in text.stdout
+
+
 def test_devices_option_and_nodes_default(q4_job):
     assert run_json(str(q4_job), "--devices", "64", "--top", "1")["hardware"]["devices"] == 64
     document = {**Q4_JOB, "search": {"num_devices": 16},

@@ -48,6 +48,7 @@ from mosaic.perf.calibration import load_calibration
 from mosaic.perf.constraints import rule_text
 from mosaic.perf.coverage import shown_dimension_value
 from mosaic.perf.layouts import (
+    LayoutLimits,
     LayoutSearch,
     search_layouts,
     with_balanced_layouts,
@@ -164,6 +165,12 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
         f"{document['n_feasible']:,} fit in {hardware['usable_memory_fraction']:.0%} of "
         f"{capacity_gib:.1f} GiB per GPU. "
         f"MFU against the {document['mfu_peak']}.", highlight=False)
+    searched = document.get("job_degrees_searched")
+    if searched:
+        stated = ", ".join(f"{axis}={value}" for axis, value in searched.items())
+        pins = " ".join(f"--{axis} {value}" for axis, value in searched.items())
+        console.print(f"The job's {stated} are searched over, not kept (pin them: {pins}).",
+                      highlight=False)
     rows = document["rows"]
     if rows:
         _print_compact_table("Layouts by predicted throughput", TABLE_COLUMNS,
@@ -210,6 +217,21 @@ def _render_infeasible(infeasible: dict[str, Any]) -> None:
                              ["rule", "layouts", "example"],
                              [[rule_text(item["rule"]), f"{item['plans']:,}", item["example"]]
                               for item in rejected], wrap=True)
+
+
+def unpinned_job_degrees(path: Path, limits: LayoutLimits) -> dict[str, int]:
+    """{'tp': 2, 'ep': 8}: the degrees above 1 a job file states that the search replaces
+    because no option pins them (none for a run record); a trial's ep=8 was searched over
+    without a word."""
+    from mosaic.config.run_records import is_run_record_document, split_record_reference
+
+    document = load_yaml_mapping(split_record_reference(path)[0])
+    if is_run_record_document(document):
+        return {}
+    parallelism = canonical_job_document(document, str(path), set()).get("parallelism") or {}
+    return {axis: value for axis in ("tp", "pp", "vpp", "cp", "ep", "etp")
+            if isinstance(value := parallelism.get(axis), int) and value > 1
+            and getattr(limits, axis) is None}
 
 
 def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
@@ -279,6 +301,7 @@ def layouts(
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
     document = search_document(search, cluster, machine, top, details,
                                constants, workload)
+    document["job_degrees_searched"] = unpinned_job_degrees(job, limits)
     if json_output or html is not None:  # `mosaic report` draws them from the JSON too
         from mosaic.report.html.documents import layout_breakdowns
 
