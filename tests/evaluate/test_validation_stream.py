@@ -81,3 +81,20 @@ def test_aggregate_counts_from_the_summary():
     assert stats["oom_runs"] == sum(p.record.oom for p in predictions)
     assert stats["memory"]["n_runs"] == sum(
         1 for p in predictions if p.record.measured_memory_bytes)
+
+
+def test_trained_runs_over_the_planning_headroom_are_counted_by_hand():
+    """A run that trained but is predicted above the share layouts and plan keep (90% of
+    the device on these stacks) is listed, so validate's 'fits' and layouts' 'out of
+    memory' no longer disagree without a word (a trial)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        extra = load_run_records(REPO / "src/mosaic/evaluate/data/extra_runs.yaml").records
+    predictions = predict_runs(extra, default_calibration())
+    stats = ValidationSummary.of(predictions).aggregate()
+    assert {p.record.workload.stack for p in predictions}.isdisjoint({"paper-nemo"})
+    by_hand = [p.record.id for p in predictions if not p.record.oom
+               and p.predicted_memory_gib * GIB > 0.9 * p.record.system.device.hbm_bytes]
+    assert len(by_hand) > 2  # runs that trained close to their device's memory
+    assert stats["trained_runs_over_planning_headroom_ids"] == by_hand
+    assert set(stats["trained_runs_predicted_infeasible_ids"]) <= set(by_hand)

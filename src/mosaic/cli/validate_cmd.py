@@ -151,6 +151,9 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
         ("trained runs predicted infeasible", _count_with_ids(
             stats["trained_runs_predicted_infeasible"],
             stats.get("trained_runs_predicted_infeasible_ids", []))),
+        ("trained runs over the planning headroom (layouts and plan leave them out)",
+         _count_with_ids(len(over := stats.get("trained_runs_over_planning_headroom_ids", [])),
+                         over)),
         (
             "memory MAPE (runs reporting memory)",
             f"{_percent(stats['memory']['mape'])} of {stats['memory']['n_runs']}",

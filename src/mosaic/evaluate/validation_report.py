@@ -27,6 +27,7 @@ from mosaic.perf.accuracy import (
 )
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.device_memory import outside_allocator_bytes
+from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import concatenate_plans
@@ -62,6 +63,14 @@ class RunPrediction:
             else measured / self.predicted_tokens_per_s_per_gpu,
             self.predicted_lane_mfu_with_attention, record.measured_memory_bytes,
             record.system.device.hbm_bytes)
+
+    @property
+    def over_planning_headroom(self) -> bool:
+        """Predicted above the usable share `mosaic layouts` and `mosaic plan` keep for the
+        run's stack (perf.headroom: 90% by default), though it may fit the device."""
+        record = self.record
+        usable = memory_headroom(None, record.workload.stack).usable_fraction
+        return self.predicted_memory_gib * GIB > usable * record.system.device.hbm_bytes
 
     @property
     def error(self) -> float | None:
@@ -202,7 +211,9 @@ class ValidationSummary:
         # per run: predicted tokens/s, measured tokens/s (NaN = None), predicted GiB,
         # measured memory bytes (NaN = None)
         self._numbers = array("d")
-        self._flags = bytearray()  # bit 0 feasible, bit 1 oom, bit 2 MoE, bit 3 not scored
+        # bit 0 feasible, bit 1 oom, bit 2 MoE, bit 3 not scored, bit 4 over the planning
+        # headroom
+        self._flags = bytearray()
         self._not_scored: dict[str, str] = {}  # id -> why its throughput is not scored
         self._implausible: dict[str, str] = {}  # id -> why its measurement looks mis-entered
         self._disagreements: dict[str, str] = {}  # id -> its stated consistent: false
@@ -236,7 +247,8 @@ class ValidationSummary:
             not_scored = record.throughput_not_scored
             self._flags.append(p.feasible | record.oom << 1
                                | record.workload.geometry.is_moe << 2
-                               | (not_scored is not None) << 3)
+                               | (not_scored is not None) << 3
+                               | p.over_planning_headroom << 4)
             if not_scored is not None:
                 self._not_scored[record.id] = not_scored
             implausible = p.implausible
@@ -333,6 +345,11 @@ class ValidationSummary:
             "trained_runs_predicted_infeasible_ids": [
                 self.ids[i] for i, (o, f) in enumerate(zip(oom, feasible, strict=True))
                 if not o and not f],
+            # what `layouts` and `plan` would leave out of their search (a trial's fastest
+            # run fit its GPUs by validate's verdict and not by theirs)
+            "trained_runs_over_planning_headroom_ids": [
+                self.ids[i] for i, o in enumerate(oom)
+                if not o and self._flags[i] & 16],
             "memory": memory_stats,
             "throughput_not_scored": [{"id": run_id, "reason": reason}
                                       for run_id, reason in self._not_scored.items()],
