@@ -356,4 +356,8 @@ def print_versus(versus: dict[str, Any]) -> None:
                      f"{best['sparsity']:.3f}", count(best["tokens"]), f"{best['mfu']:.1%}",
                      f"{best['loss']:.4f}"])
     print_table("The optimum under each stack", columns, rows)
-    typer.echo(f"why: {versus['why']}")
+    # one clause a line (a trial read a 900-character line); --json keeps the one string
+    first, *rest = versus["why"].split("; ")
+    typer.echo(f"why: {first}" + (";" if rest else ""))
+    for index, clause in enumerate(rest):
+        typer.echo(f"  {clause}" + (";" if index < len(rest) - 1 else ""))
