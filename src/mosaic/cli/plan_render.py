@@ -53,7 +53,11 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("window", f"{envelope.days:.4g} day{'s' if envelope.days != 1 else ''}"
                    + ("" if envelope.dollar_budget is None else
                       f" (--budget-usd {envelope.dollar_budget.usd:,.0f})")),
-        ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']})"),
+        ("goodput η_good", f"{goodput['goodput']:.4f} ({goodput['model']}"
+                           + ("; no failures or restarts assumed: --goodput or "
+                              "--mtbf-gpu-hours (Young-Daly) for a real cluster)"
+                              if goodput["model"] == "constant" and goodput["goodput"] == 1
+                              else ")")),
         ("batch", f"B_global {envelope.global_batch} × T_seq {envelope.seq_len}"
                   + ("" if result.global_batch is None else " (searched; the optimum's)")),
         ("stack / calibration", f"{envelope.stack}"
