@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -59,13 +59,27 @@ def print_key_value_table(title: str, rows: list[tuple[str, str]]) -> None:
                                 else KEY_VALUE_REDIRECTED_WIDTH))
 
 
+# explain's levers table (Megatron flags, a sentence a cell) is wrapped at this width off a
+# terminal instead of running to its longest row (1,002 columns a line in a trial's log).
+PROSE_TABLE_REDIRECTED_WIDTH = 160
+
+
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     """Render a table with a header row for humans: columns of numbers right-aligned,
-    columns of words left-aligned."""
+    columns of words left-aligned (printed as :mod:`mosaic.cli.stream_table` prints a
+    streamed one)."""
     table = build_table(title, columns, column_justify(columns, rows))
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def prose_table_width(cells: Iterable[object]) -> int | None:
+    """The width to print a header-row table at: PROSE_TABLE_REDIRECTED_WIDTH off a terminal
+    when a cell holds prose, else rich's own (the terminal's, or REDIRECTED_WIDTH)."""
+    redirected = not console.is_terminal and "COLUMNS" not in os.environ
+    prose = any(len(str(cell)) > PROSE_VALUE_CHARS for cell in cells)
+    return PROSE_TABLE_REDIRECTED_WIDTH if prose and redirected else None
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from mosaic.cli.common import (
     print_json,
     print_key_value_table,
     print_table,
+    prose_table_width,
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.config.layout import plan_row_document
@@ -209,10 +210,10 @@ def _render_levers(diagnosis: Diagnosis) -> None:
     table = Table(title="Levers, best feasible first (gain = tokens/s over current)",
                   title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("what changes", ratio=3)
+    table.add_column("what changes", ratio=3, overflow="fold")
     for column in ("MFU", "step s", "gain"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("feasible?", ratio=2)
+    table.add_column("feasible?", ratio=2, overflow="fold")
     for rank, lever in enumerate(diagnosis.levers, start=1):
         predicted = math.isfinite(lever.step_time_s)
         table.add_row(
@@ -222,7 +223,7 @@ def _render_levers(diagnosis: Diagnosis) -> None:
             f"{lever.gain:.2f}x" if predicted else "-",
             "yes" if lever.feasible else f"no: {lever.reason}",
         )
-    console.print(table)
+    console.print(table, width=prose_table_width(lever.description for lever in diagnosis.levers))
 
 
 def _hint_if_per_gpu(measured_tokens_per_s: float, result: JobPrediction) -> None:
