@@ -74,6 +74,24 @@ def test_flop_cost_along_s_is_one_line_per_top_k(small_result, law):
         assert np.all(np.diff(np.asarray(line.get_xdata(), dtype=float)) > 0)
 
 
+def test_flop_cost_along_g_names_the_sparsity_held_and_each_points_geometry(small_result,
+                                                                            law):
+    """Along G each point is the model-FLOPs pick of that G near the optimum's S, a
+    different geometry per G; the panel now says so (a trial could not tell what it held)."""
+    comparison = compare_model_flops(small_result, law)
+    profile = flop_cost_profile(small_result, law, comparison.c_model_flops, "split_factor",
+                                tolerance=0.1)
+    grid = small_result.grid
+    assert profile.target_sparsity == pytest.approx(
+        float(grid.sparsity[small_result.optimum_index]))
+    assert profile.geometry_labels == tuple(
+        (f"q{grid.q[r]}" if grid.q[r] else f"L{grid.layers[r]}")
+        + f" E{grid.experts[r]} K{grid.top_k[r]}" for r in profile.rows.tolist())
+    ax = plots.flop_cost_figure([profile]).axes[0]
+    assert f"near S = {profile.target_sparsity:.3f}" in ax.get_title()
+    assert [t.get_text() for t in ax.texts] == list(profile.geometry_labels)
+
+
 def test_node_sweeps_use_a_log_axis_and_budget_order(small_result):
     # Two points given out of order: the plotted optimum line runs in node order.
     points = [SweepPoint("nodes", value, small_result, best_per_split(small_result))

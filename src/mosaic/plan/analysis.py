@@ -218,6 +218,10 @@ class FlopCostProfile:
     seconds_per_flop: np.ndarray
     relative: np.ndarray
     top_k: np.ndarray
+    # along G: the sparsity every point is held near, and each point's geometry ('q12 E96
+    # K2'), which changes from G to G (a trial could not tell what the panel held fixed)
+    target_sparsity: float | None = None
+    geometry_labels: tuple[str, ...] = ()
 
     def series(self) -> list[tuple[int, np.ndarray]]:
         """Points to connect: per K along S; one series along G (S held near a target)."""
@@ -278,6 +282,10 @@ def flop_cost_profile(
         seconds_per_flop=seconds,
         relative=seconds / seconds[0],
         top_k=grid.top_k[chosen].astype(int),
+        target_sparsity=target_sparsity,
+        geometry_labels=tuple(
+            (f"q{grid.q[row]}" if grid.q[row] else f"L{grid.layers[row]}")
+            + f" E{grid.experts[row]} K{grid.top_k[row]}" for row in chosen.tolist()),
     )
 
 

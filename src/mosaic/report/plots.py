@@ -212,8 +212,16 @@ def flop_cost_figure(profiles: list[FlopCostProfile]) -> Figure:
             ax.plot(profile.knob_values[order], profile.relative[order], marker="o",
                     color=_PALETTE[j % len(_PALETTE)], label=label)
         ax.set_xlabel(labels[profile.knob])
-        ax.set_ylabel("wall-clock per model FLOP (relative to first)")
-        ax.set_title(f"Systems cost vs {labels[profile.knob]}")
+        ax.set_ylabel("wall-clock per model FLOP (relative to the first point)")
+        title = f"Systems cost vs {labels[profile.knob]}"
+        if profile.knob == "split_factor" and profile.target_sparsity is not None:
+            # each G's point is its own geometry: say which
+            title += f"\n(each G: its model-FLOPs pick near S = {profile.target_sparsity:.3f})"
+            for x, y, text in zip(profile.knob_values, profile.relative,
+                                  profile.geometry_labels, strict=True):
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7)
+        ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     figure.tight_layout()
