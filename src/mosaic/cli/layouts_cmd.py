@@ -98,8 +98,9 @@ def _gives_devices(document: dict[str, Any]) -> bool:
 
 def load_search_job(path: Path, overrides: list[str], devices: int | None,
                     model: dict[str, Any] | None = None, default_stack: str | None = None
-                    ) -> tuple[JobSpec, Cluster]:
-    """The job and cluster of a job file, ignoring its layout.
+                    ) -> tuple[JobSpec, Cluster, dict[str, Any]]:
+    """The job and cluster of a job file, ignoring its layout, and the parallelism block it
+    states (empty for a run record), whose degrees the search replaces.
 
     GPUs: ``devices`` if given, else ``search.devices``, else ``hardware.nodes``. The
     parallelism block must be well-formed but its degrees are not checked: dp=1 is set
@@ -115,17 +116,17 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
         spec = load_job_spec(path, overrides, model)
         if devices is not None:
             spec = replace(spec, n_devices=devices)
-        return spec, cluster_for(spec)
+        return spec, cluster_for(spec), {}
     spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER], model=model,
                     default_stack=default_stack)
+    canonical = canonical_job_document(document, str(path), set())
     if devices is not None:
         spec = replace(spec, n_devices=devices, nodes=None)
-    elif not _gives_devices(apply_overrides(
-            canonical_job_document(document, str(path), set()), overrides, set())):
+    elif not _gives_devices(apply_overrides(canonical, overrides, set())):
         if spec.nodes is None:
             raise MosaicInputError(f"{path}: give --devices, search.devices or hardware.nodes")
         spec = replace(spec, n_devices=None)
-    return spec, cluster_for(spec)
+    return spec, cluster_for(spec), canonical.get("parallelism") or {}
 
 
 # --- Output --------------------------------------------------------------------------------
@@ -219,16 +220,11 @@ def _render_infeasible(infeasible: dict[str, Any]) -> None:
                               for item in rejected], wrap=True)
 
 
-def unpinned_job_degrees(path: Path, limits: LayoutLimits) -> dict[str, int]:
-    """{'tp': 2, 'ep': 8}: the degrees above 1 a job file states that the search replaces
-    because no option pins them (none for a run record); a trial's ep=8 was searched over
+def unpinned_job_degrees(parallelism: dict[str, Any], limits: LayoutLimits
+                         ) -> dict[str, int]:
+    """{'tp': 2, 'ep': 8}: the degrees above 1 a job's ``parallelism`` block states that
+    the search replaces because no option pins them; a trial's ep=8 was searched over
     without a word."""
-    from mosaic.config.run_records import is_run_record_document, split_record_reference
-
-    document = load_yaml_mapping(split_record_reference(path)[0])
-    if is_run_record_document(document):
-        return {}
-    parallelism = canonical_job_document(document, str(path), set()).get("parallelism") or {}
     return {axis: value for axis in ("tp", "pp", "vpp", "cp", "ep", "etp")
             if isinstance(value := parallelism.get(axis), int) and value > 1
             and getattr(limits, axis) is None}
@@ -281,7 +277,7 @@ def layouts(
     apply_catalog(catalog)
     constants = load_calibration(calibration)
     check_searched_overrides(set_ or [])
-    spec, cluster = load_search_job(job, set_ or [], devices, model_block(model),
+    spec, cluster, stated = load_search_job(job, set_ or [], devices, model_block(model),
                                     default_stack=constants.stack)
     workload = spec.workload
     if uneven_stages:
@@ -301,7 +297,7 @@ def layouts(
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
     document = search_document(search, cluster, machine, top, details,
                                constants, workload)
-    document["job_degrees_searched"] = unpinned_job_degrees(job, limits)
+    document["job_degrees_searched"] = unpinned_job_degrees(stated, limits)
     if json_output or html is not None:  # `mosaic report` draws them from the JSON too
         from mosaic.report.html.documents import layout_breakdowns
 

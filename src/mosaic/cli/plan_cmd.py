@@ -219,9 +219,11 @@ def require_physical_loss(result: PlanResult) -> None:
 def require_window_at_peak(envelope: Envelope, space: SearchSpace, law: ScalingLaw) -> None:
     """A window too short for any geometry even at the GPUs' full peak is refused before the
     search (a trial waited 24 s for `--days 0.01` to say so)."""
-    bound = peak_bound(envelope, space, law)
+    grid = space.enumerate()
+    bound = peak_bound(envelope, space, law, grid)
     if not bound.trainable.any():
-        raise MosaicInputError(plan_report.window_untrainable_message(envelope, space, bound))
+        raise MosaicInputError(plan_report.window_untrainable_message(envelope, space, grid,
+                                                                     bound))
 
 
 def require_trainable(result: PlanResult) -> None:

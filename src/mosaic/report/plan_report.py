@@ -99,11 +99,10 @@ def untrainable_message(result: PlanResult) -> str:
     return f"no geometry of the grid is trainable on {nodes} in {days} ({summary}); {advice}"
 
 
-def window_untrainable_message(envelope: Any, space: Any, bound: Any) -> str:
-    """Why no geometry can train even at 100% of the GEMM lane's peak (plan.peak_bound):
-    the most tokens the window gives the geometry that needs the fewest, against its
-    tpp_min·N_act, and the levers."""
-    grid = space.enumerate()
+def window_untrainable_message(envelope: Any, space: Any, grid: Any, bound: Any) -> str:
+    """Why no geometry of ``grid`` can train even at 100% of the GEMM lane's peak
+    (plan.peak_bound ``bound``): the most tokens the window gives the geometry that needs
+    the fewest, against its tpp_min·N_act, and the levers."""
     needed = space.tpp_min * grid.n_active
     closest = int(np.argmax(bound.tokens / needed))
     nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
