@@ -80,6 +80,14 @@ DEEPEP_COMMUNICATION_SMS = 20
 # collective then takes C + slowdown·A. DeepEP's kernels are costed by their own SM count
 # (DEEPEP_COMMUNICATION_SMS) instead.
 OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN = 0.189
+
+
+def hidden_collective_slowdown_s(collective_s: npt.ArrayLike, exposed_s: npt.ArrayLike = 0.0
+                                 ) -> np.ndarray:
+    """Compute time lost beside the part of ``collective_s`` seconds of collectives that is
+    hidden (not ``exposed_s``): OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN of it."""
+    return OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * np.maximum(
+        0.0, np.asarray(collective_s, dtype=float) - exposed_s)
 _LL_CAP = _PROTOCOLS["ll_max_bus_bw_bytes_per_s"]
 
 

@@ -11,9 +11,9 @@ from mosaic.arch import AttentionKind, HybridLayer, count_parameters
 from mosaic.arch.counts import ParameterCounts, hybrid_mixer_parameters
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import (
-    OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN,
     all_gather_time_s,
     all_reduce_time_s,
+    hidden_collective_slowdown_s,
     reduce_scatter_time_s,
 )
 from mosaic.perf.element_bytes import ACTIVATION_BYTES
@@ -275,8 +275,8 @@ def data_parallel_times(machine: Machine, workload: Workload, plans: ParallelPla
         + np.where(is_zero, collectives["reduce_scatter"] + collectives["all_gather"], 0.0)
         + np.where(is_fsdp, gathers_per_step * (2 * gather + scatter) + reductions * replica,
                    0.0))
-    hidden = np.maximum(0.0, step_collectives - sum(terms.values()))
-    terms["dp_overlap_contention"] = OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * hidden
+    terms["dp_overlap_contention"] = hidden_collective_slowdown_s(step_collectives,
+                                                                  sum(terms.values()))
     return terms
 
 

@@ -29,11 +29,11 @@ from mosaic.perf.attention_kernels import (
 )
 from mosaic.perf.collectives import (
     DEEPEP_COMMUNICATION_SMS,
-    OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN,
     all_gather_time_s,
     all_reduce_time_s,
     all_to_all_time_s,
     group_placement,
+    hidden_collective_slowdown_s,
     node_deduplicated_dispatch_time_s,
     reduce_scatter_time_s,
     send_recv_time_s,
@@ -264,10 +264,9 @@ def overlapped_tp_collectives_s(workload: Workload, plans: ParallelPlans, gather
         _pipelined_exposed_s(half, gemm_s - gemm_forward, plans.tp)
         if workload.traits.tp_overlap_passes == "forward_backward" else half)
     communication = 2 * half
-    # the part hidden under the GEMMs still slows them (collectives.
-    # OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN), charged to the collectives it comes from
-    exposed = exposed + OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * np.maximum(
-        0.0, communication - exposed)
+    # the part hidden under the GEMMs still slows them, charged to the collectives it
+    # comes from
+    exposed = exposed + hidden_collective_slowdown_s(communication, exposed)
     share = np.divide(exposed, communication, out=np.ones_like(communication),
                       where=communication > 0)
     return gather * share, scatter * share
@@ -858,9 +857,10 @@ def communication_sm_slowdown_s(machine: Machine, workload: Workload,
     runs on the rest and finishes hidden·(S_comm/S) later (compute of C seconds at full
     rate that overlaps A seconds of communication takes A + (C − A·(S − S_comm)/S) =
     C + A·S_comm/S); NCCL's all-to-all and HybridEP, whose SMs come from settings the model
-    does not read, slow it by the measured average OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN."""
+    does not read, slow it by the measured average of any collective
+    (:func:`~mosaic.perf.collectives.hidden_collective_slowdown_s`)."""
     if workload.dispatcher is not Dispatcher.DEEPEP:
-        return OVERLAPPED_COLLECTIVE_COMPUTE_SLOWDOWN * hidden_s
+        return hidden_collective_slowdown_s(hidden_s)
     return hidden_s * min(DEEPEP_COMMUNICATION_SMS / machine.sm_count, 1.0)
 
 
