@@ -160,12 +160,20 @@ class SparsityFrontier:
     hardware_loss: np.ndarray
 
     def series(self, view: Literal["model_flops", "hardware"]) -> list[tuple[int, np.ndarray]]:
-        """(K, indices sorted by S) per top-k in the cluster view: along one series only E
-        changes S. The model-FLOPs view is one series (K = 0): at fixed C_model its loss is
-        L*(S) of Eq. 16, a function of S alone but for the q grid, so every (E, K) point
-        lies on one curve (drawn per K, five lines lay on top of one another: a trial)."""
-        held = self.top_k if view == "hardware" else np.zeros_like(self.top_k)
-        return comparable_series(held, getattr(self, f"{view}_sparsity"))
+        """:func:`frontier_series` of one view."""
+        return frontier_series(view, self.top_k, getattr(self, f"{view}_sparsity"))
+
+
+def frontier_series(view: str, top_k: np.ndarray, sparsity: np.ndarray
+                    ) -> list[tuple[int, np.ndarray]]:
+    """The points of a sparsity frontier's ``view`` a figure connects: (K, indices sorted by
+    S) per top-k in the cluster view, along which only E changes S; the model-FLOPs view is
+    one series (K = 0): at fixed C_model its loss is L*(S) of Eq. 16, a function of S alone
+    but for the q grid, so every (E, K) point lies on one curve (drawn per K, five lines
+    lay on top of one another: a trial)."""
+    top_k = np.asarray(top_k)
+    held = top_k if view == "hardware" else np.zeros_like(top_k)
+    return comparable_series(held, sparsity)
 
 
 def sparsity_frontier(

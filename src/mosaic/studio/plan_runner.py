@@ -46,7 +46,7 @@ MAX_DEVICES = 65536  # layout enumeration per geometry grows with the device cou
 KEPT_REPORTS = 8
 
 # The plan form: field -> default text, `mosaic plan`'s own defaults (the paper's Table 3
-# envelope and grid, Sec. 7.3: 1,092 geometries, about 25 s on two cores), so the studio's
+# envelope and grid, Sec. 7.3: 1,092 geometries, 20 s serially on two cores), so the studio's
 # plan is the CLI's; a narrower grid is the user's choice, typed into the form.
 DEFAULT_PLAN_FORM: dict[str, str] = {
     # the node type (empty: the GPU's default one); a studio opened on a job fills in its own
@@ -67,7 +67,7 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     # the stack's release recipes, dispatcher and usable memory (empty: the stack's defaults)
     "plan.stack_version": "", "plan.dispatcher": "", "plan.memory_fraction": "",
     # cost and failures: a price adds the cost; a USD budget sets the window instead of days
-    # (clear days); an MTBF gives Young-Daly goodput instead of the constant one (docs/plan.md)
+    # (days left empty); an MTBF gives Young-Daly goodput instead of the constant one (docs/plan.md)
     "plan.price_per_gpu_hour": "", "plan.budget_usd": "", "plan.mtbf_gpu_hours": "",
     "plan.checkpoint_s": "", "plan.restart_s": "",
     # constraints (docs/plan.md "Constraints"); empty = none

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.law.extrapolation import extrapolation_rows
-from mosaic.plan.analysis import comparable_series
+from mosaic.plan.analysis import frontier_series
 from mosaic.report.html.breakdown import (
     layout_label,
     memory_breakdown_figure,
@@ -93,16 +93,14 @@ def frontier_figure(document: dict[str, Any]) -> Any:
     optimum = document["optimum"]
     ek = [f"E={e}, K={k}" for e, k in zip(f["experts"], f["top_k"], strict=True)]
     top_k = np.array(f["top_k"])
-    # the model-FLOPs view is one curve, L*(S) at fixed C_model (analysis.SparsityFrontier.
-    # series); the cluster view one line per K
-    held = {"model_flops": np.zeros_like(top_k), "hardware": top_k}
     figure = go.Figure()
     views = (("model_flops", f"model-FLOPs view (C_model = {f['c_model_flops']:.3g} FLOP)",
               "#E45756", "circle"),
              ("hardware", "cluster view (tokens the window delivers)", "#54A24B", "square"))
     for view, name, colour, symbol in views:
         x = np.array([np.nan if s is None else s for s in f[f"{view}_sparsity"]], dtype=float)
-        for i, (k, order) in enumerate(comparable_series(held[view], x)):
+        # the model-FLOPs view one curve, the cluster view one line per K
+        for i, (k, order) in enumerate(frontier_series(view, top_k, x)):
             # the view's colour, a dash per K; grouped under the view's title in the legend
             figure.add_trace(go.Scatter(
                 x=x[order].tolist(), y=[f[f"{view}_loss"][j] for j in order],
