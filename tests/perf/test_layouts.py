@@ -205,7 +205,7 @@ def tight_search():
 def test_memory_first_best_layout_matches_the_full_search(tight_search):
     workload, search = tight_search
     machine = b200_machine(1)
-    fits = fits_in_memory(workload, search.plans, machine)
+    fits = fits_in_memory(workload, search.plans, machine, CALIBRATION)
     np.testing.assert_array_equal(fits, search.prediction.feasible)
     plan, prediction = best_layout(workload, machine, CALIBRATION)
     assert plan == search.plans.row(int(search.ranking[0]))

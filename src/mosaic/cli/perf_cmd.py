@@ -116,9 +116,13 @@ def _render(document: dict[str, Any]) -> None:
                 rows)
     memory = document["memory_breakdown_bytes"]
     pp = document["plan"]["pp"]
+    scale = document.get("memory_scale", 1.0)  # absent from files written before it
+    notes = [*([f"heaviest stage: pipeline rank {document['memory_stage']} of {pp}"]
+               if pp > 1 else []),
+             *([f"all but the runtime reserve x{scale:.4g}, the calibration's memory scale "
+                "fitted on your runs"] if scale != 1.0 else [])]
     print_table(
-        "Memory breakdown" + (f" (heaviest stage: pipeline rank {document['memory_stage']} of "
-                              f"{pp})" if pp > 1 else ""),
+        "Memory breakdown" + (f" ({'; '.join(notes)})" if notes else ""),
         ["component", "GiB", "what"],
         [[name, f"{value / GIB:.2f}", COMPONENT_MEANINGS.get(name, "")]
          for name, value in memory.items()],

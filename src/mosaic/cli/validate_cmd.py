@@ -48,6 +48,7 @@ from mosaic.evaluate.calibrate import (
     without_implausible_throughput,
 )
 from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
+from mosaic.evaluate.memory_scale import MIN_MEMORY_SCALE_RUNS, with_memory_scale
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
 from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
 from mosaic.io_atomic import check_output_file, write_text_atomic
@@ -375,6 +376,10 @@ def calibrate(
         "only), all (the base's), or comma-separated names from "
         f"{', '.join(FITTABLE_CONSTANTS)}")] = "auto",
     strict: StrictOption = False,
+    fit_memory: Annotated[bool, typer.Option(
+        "--fit-memory", help="also fit a memory scale to the runs' memory figures (your "
+        "stack's measured over modelled allocator memory; docs/memory.md, \"Your own "
+        "runs\"); without it the memory model stays as derived")] = False,
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
     apply_catalog(catalog)
@@ -416,6 +421,7 @@ def calibrate(
                                      name=name or runs.stem, provenance=provenance,
                                      keep_unseen=True),
                      fitted_constants=start.fitted_constants)  # a later refit may fit all
+    fitted, memory_fit = with_memory_scale(fitted, record_set.records, fit_memory)
     records = {r.id: r for r in record_set.records}
     not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
                   for r in record_set.records if r.throughput_not_scored]
@@ -424,6 +430,8 @@ def calibrate(
                               "n_fitted_constants": len(constants) - sum(
                                   name in constants for name in fitted.not_informed),
                               "at_bounds": list(fitted.at_bounds),
+                              "memory_scale": None if memory_fit is None else {
+                                  **memory_fit.to_dict(), "applied": fit_memory},
                               "not_informed": list(fitted.not_informed),
                               "fitted": list(constants),
                               "auto_reduced": fit == "auto" and constants != start.fitted_constants,
@@ -466,6 +474,7 @@ def calibrate(
     write_text_atomic(out, yaml.safe_dump(report["calibration"], sort_keys=False))
     if json_output:
         print_json(report)
+        _echo_memory_scale_notes(report["memory_scale"], fit_memory)
         _echo_skipped(skipped, _SKIPPED_HEADING.format(len(skipped)), err=True)
         _echo_fit_size(report)
         _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
@@ -499,12 +508,52 @@ def calibrate(
                  f"{_percent(report['starting_calibration']['moe_mape'])}"),
             ],
         )
+    _print_memory_scale(report["memory_scale"])
+    _echo_memory_scale_notes(report["memory_scale"], fit_memory)
     _echo_skipped(skipped, _SKIPPED_HEADING.format(len(skipped)), err=True)
     _echo_fit_size(report)
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(not_scored)
     _echo_implausible(report["implausible_measurements"], _CALIBRATE_TREATMENT)
+
+
+def _print_memory_scale(fit: dict[str, Any] | None) -> None:
+    """The memory scale the runs' memory figures give, and what it does to them; without
+    --fit-memory, the same figures and how to apply it."""
+    if fit is None:
+        return
+    held_out = fit["mape_held_out"]
+    rows = [("memory scale (measured / modelled allocator memory)",
+             f"{fit['scale']:.4g}" + (" (on its bound)" if fit["at_bound"] else "")),
+            ("runs reporting memory", str(fit["n_runs"])),
+            ("memory MAPE unscaled / fitted", f"{_percent(fit['mape_before'])} / "
+             f"{_percent(fit['mape_after'])}"
+             + ("" if held_out is None else f" ({_percent(held_out)} held out)")),
+            ("trained runs predicted above device memory",
+             f"{fit['trained_over_device_before']} -> {fit['trained_over_device_after']}"),
+            ("recorded OOMs predicted to fit",
+             f"{fit['ooms_predicted_to_fit_before']} -> {fit['ooms_predicted_to_fit_after']}")]
+    print_key_value_table("Memory scale" + ("" if fit["applied"] else
+                                            " (not applied: add --fit-memory to write it)"),
+                          rows)
+
+
+def _echo_memory_scale_notes(fit: dict[str, Any] | None, requested: bool) -> None:
+    """What a memory scale fitted on few runs, on a bound or on none deserves (stderr)."""
+    if fit is None:
+        if requested:
+            typer.echo("note: no run reports memory (measured.memory_gib): --fit-memory "
+                       "fitted nothing, the memory model stays as derived", err=True)
+        return
+    if fit["applied"] and fit["n_runs"] < MIN_MEMORY_SCALE_RUNS:
+        typer.echo(f"warning: the memory scale rests on {fit['n_runs']} run(s) (no held-out "
+                   f"check below {MIN_MEMORY_SCALE_RUNS}): a layout unlike them may allocate "
+                   "differently; add runs or leave out --fit-memory", err=True)
+    if fit["applied"] and fit["at_bound"]:
+        typer.echo("warning: the memory scale ended on its bound (0.5 or 2): check what the "
+                   "records' memory_gib measures (measured.memory_measure) before trusting it",
+                   err=True)
 
 
 _CALIBRATE_TREATMENT = "those with an implausible throughput left out of the fit"

@@ -27,6 +27,8 @@ from mosaic.stacks import known_stacks
 # A calibrated constant is finite and of bounded size (the fitted ones span 1e-21..1e2);
 # NaN or 1e308 would turn every prediction into NaN or inf (issue 11).
 CONSTANT_BOUND = 1e6
+# What a profile without a fitted memory scale says of it (written only when fitted).
+UNSCALED_MEMORY_SOURCE = "not in this file: the memory model as derived (docs/memory.md)"
 
 
 class _Sourced(BaseModel):
@@ -59,6 +61,7 @@ class _Constants(BaseModel):
         value=0.0, source="not in this file: no extra host cost of the EP dispatch path")
     host_in_block_factor: _Sourced = _Sourced(
         value=1.0, source="not in this file: isolated-call host floors taken as benchmarked")
+    memory_scale: _Sourced = _Sourced(value=1.0, source=UNSCALED_MEMORY_SOURCE)
     stack_overhead: _SourcedMapping
     attention_efficiency: _SourcedMapping
     routing_imbalance: _SourcedMapping
@@ -102,6 +105,9 @@ class Calibration:
     kernels_per_local_expert: float = 0.0
     ep_dispatch_host_s_per_moe_layer: float = 0.0
     host_in_block_factor: float = 1.0
+    # a team's runs' measured over modelled allocator memory (calibrate --fit-memory); the
+    # shipped profiles keep 1 (evaluate/memory_scale.py)
+    memory_scale: float = 1.0
     stack_overhead: dict[str, float] = field(default_factory=dict)
     attention_efficiency: dict[str, float] = field(default_factory=dict)
     routing_imbalance: dict[str, float] = field(default_factory=dict)
@@ -135,6 +141,8 @@ class Calibration:
         constants = {
             name: {"value": getattr(self, name), "source": self.sources.get(name, "")}
             for name in _Constants.model_fields
+            # an unscaled memory model is the absence of the constant (the shipped files)
+            if name != "memory_scale" or self.memory_scale != 1.0
         }
         document: dict[str, Any] = {"name": self.name}
         if self.description:
@@ -173,6 +181,7 @@ PHYSICAL_RANGES: dict[str, tuple[float, float, str]] = {
     "ep_dispatch_host_s_per_moe_layer": (0.0, CONSTANT_BOUND, "host seconds per MoE layer"),
     "host_in_block_factor": (1.0, CONSTANT_BOUND,
                              "host time in a real block over the isolated call's"),
+    "memory_scale": (0.1, 10.0, "measured over modelled allocator memory"),
 }
 # The least a routing regime's imbalance factor can be: imbalance only slows the busiest rank.
 MIN_ROUTING_IMBALANCE = 1.0

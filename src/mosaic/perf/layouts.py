@@ -47,6 +47,7 @@ from mosaic.perf.memory import (
     feasibility,
     largest_components,
     memory_breakdown_bytes,
+    scaled_memory_breakdown,
     total_memory_bytes,
 )
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
@@ -467,20 +468,24 @@ def _chunks(n: int, size: int) -> Iterator[np.ndarray]:
         yield np.arange(start, min(start + size, n))
 
 
-def fits_in_memory(workload: Workload, plans: ParallelPlans, machine: Machine) -> np.ndarray:
+def fits_in_memory(workload: Workload, plans: ParallelPlans, machine: Machine,
+                   calibration: Calibration) -> np.ndarray:
     """Which plans fit in HBM: the memory half of :func:`predict_step` alone (same
-    functions and usable fraction, so it agrees with ``StepPrediction.feasible``)."""
-    return _memory_check(workload, plans, machine)[0]
+    functions, memory scale and usable fraction, so it agrees with
+    ``StepPrediction.feasible``)."""
+    return _memory_check(workload, plans, machine, calibration.memory_scale)[0]
 
 
-def _memory_check(workload: Workload, plans: ParallelPlans, machine: Machine
-                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(fits, memory breakdown) of every plan, ``CHUNK_PLANS`` at a time."""
+def _memory_check(workload: Workload, plans: ParallelPlans, machine: Machine,
+                  memory_scale: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(fits, memory breakdown at the calibration's ``memory_scale``) of every plan,
+    ``CHUNK_PLANS`` at a time."""
     fits: list[np.ndarray] = [np.zeros(0, dtype=bool)]
     parts: list[dict[str, np.ndarray]] = []
     for index in _chunks(len(plans), CHUNK_PLANS):
         part = plans if index.size == len(plans) else plans.take(index)
-        breakdown = memory_breakdown_bytes(workload, part)
+        breakdown = scaled_memory_breakdown(memory_breakdown_bytes(workload, part),
+                                            memory_scale)
         parts.append(breakdown)
         fits.append(feasibility(total_memory_bytes(breakdown), machine.hbm_bytes,
                                 machine.usable_memory_fraction)[0])
@@ -627,7 +632,7 @@ def best_layout(workload: Workload, machine: Machine, calibration: Calibration,
     limits = limits or LayoutLimits()
     plans = enumerate_plans(workload, machine.n_devices,
                             machine.interconnect.scale_up_domain_gpus, limits)
-    fits, memory = _memory_check(workload, plans, machine)
+    fits, memory = _memory_check(workload, plans, machine, calibration.memory_scale)
     keep = np.flatnonzero(fits)
     if keep.size == 0:
         return None

@@ -65,6 +65,7 @@ from mosaic.perf.memory import (
     mean_block_activation_bytes,
     memory_breakdown_bytes,
     offloaded_blocks,
+    scaled_memory_breakdown,
     total_memory_bytes,
 )
 from mosaic.perf.microbench_constants import apply_microbench
@@ -512,8 +513,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                 f"Transformer Engine's cuDNN fused attention, and this GPU runs {kernel.kernel}")
         machine = with_fp8_attention(machine)
     # memory first: the stage parameters it finds serve the data-parallel terms below
-    memory = (memory_breakdown_bytes(workload, plans) if memory_breakdown is None
-              else memory_breakdown)
+    memory = (scaled_memory_breakdown(memory_breakdown_bytes(workload, plans),
+                                      calibration.memory_scale)
+              if memory_breakdown is None else memory_breakdown)
     n_mb = n_microbatches(workload, plans).astype(float)
     dense: BlockTimes | HybridLayerTimes
     if geometry.is_hybrid:

@@ -65,6 +65,9 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "labels": p.labels,
         "memory_breakdown_bytes": {name: float(v[0])
                                    for name, v in p.memory_breakdown_bytes.items()},
+        # the calibration's fitted memory scale on the allocator's components (1: as derived;
+        # evaluate/memory_scale.py)
+        "memory_scale": calibration.memory_scale,
         # the pipeline rank whose memory the breakdown is (docs/memory.md "Which stage")
         "memory_stage": int(heaviest_stage(result.spec.workload, result.spec.plan)[0]),
         "plan": plan_row_document(result.spec.plan.row(0)),

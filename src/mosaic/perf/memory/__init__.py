@@ -78,6 +78,7 @@ from mosaic.perf.memory.peak import (
     largest_components,
     memory_breakdown_bytes,
     parameter_state_bytes,
+    scaled_memory_breakdown,
     stage_memory_breakdown_bytes,
     total_memory_bytes,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "parameter_state_bytes",
     "per_op_sac_moe_bytes",
     "rank_parameters",
+    "scaled_memory_breakdown",
     "shard_degrees",
     "softmax_statistics_bytes",
     "stage_activation_bytes",

@@ -228,6 +228,18 @@ def memory_breakdown_bytes(workload: Workload, plans: ParallelPlans) -> dict[str
     return _heaviest(workload, plans)[0]
 
 
+def scaled_memory_breakdown(breakdown: dict[str, np.ndarray], memory_scale: float
+                            ) -> dict[str, np.ndarray]:
+    """``breakdown`` with every component the caching allocator holds multiplied by a
+    calibration's ``memory_scale`` (a team's runs' measured over modelled memory,
+    evaluate/memory_scale.py); the runtime reserve outside it is kept. The same dict when
+    the scale is 1 (the shipped profiles)."""
+    if memory_scale == 1.0:
+        return breakdown
+    return {name: values if name == "runtime_reserve" else values * memory_scale
+            for name, values in breakdown.items()}
+
+
 def heaviest_stage(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     """Pipeline rank of the heaviest stage per plan (0, 1 or pp−1; any rank for a hybrid
     model or a stated pipeline layout)."""

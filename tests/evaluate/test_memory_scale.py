@@ -1,0 +1,137 @@
+"""A team's memory scale (calibrate --fit-memory): fitted, applied, written and checked."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.config.run_records import load_run_records
+from mosaic.errors import MosaicInputError
+from mosaic.evaluate.memory_scale import (
+    MEMORY_SCALE_BOUNDS,
+    fit_memory_scale,
+    with_memory_scale,
+)
+from mosaic.evaluate.record_settings import apply_record_settings
+from mosaic.evaluate.validation_report import predict_runs
+from mosaic.perf.calibration import built_in_calibration, load_calibration
+from mosaic.perf.layouts import LayoutLimits, fits_in_memory, search_layouts
+from mosaic.perf.machine import machine_for
+from mosaic.perf.memory import RUNTIME_RESERVE_BYTES, scaled_memory_breakdown
+from mosaic.perf.step_time import predict_step
+from mosaic.units import GIB
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "runs_example.yaml"
+START = built_in_calibration("default")
+TORCHTITAN = "example-torchtitan-llama3.1-8b-h100-8-fsdp"
+
+
+@pytest.fixture(scope="module")
+def records():
+    return apply_record_settings(load_run_records(EXAMPLES)).records
+
+
+def _by_id(records, run_id):
+    return next(r for r in records if r.id == run_id)
+
+
+def test_one_runs_scale_is_its_allocator_ratio_and_reproduces_its_figure(records):
+    """The torchtitan example reports 82.4 GiB (allocator peak); the model's allocator part
+    is its total less the 2 GiB runtime reserve, so the scale is (82.4 - 2) / (total - 2),
+    and predicting again with it gives 82.4 GiB back."""
+    run = _by_id(records, TORCHTITAN)
+    before = predict_runs([run], START)[0]
+    expected = ((82.4 * GIB - RUNTIME_RESERVE_BYTES)
+                / (before.predicted_memory_gib * GIB - RUNTIME_RESERVE_BYTES))
+    scaled, fit = with_memory_scale(START, records, apply=True)
+    assert fit is not None and fit.run_ids == (TORCHTITAN,)
+    assert fit.scale == pytest.approx(expected, rel=1e-12)
+    assert scaled.memory_scale == pytest.approx(expected, rel=1e-3)  # written to 4 digits
+    assert fit.mape_held_out is None  # one run: nothing to hold out
+    after = predict_runs([run], scaled)[0]
+    assert after.predicted_memory_gib == pytest.approx(82.4, rel=1e-3)
+    # without --fit-memory the calibration is returned as it was, the fit still reported
+    unchanged, reported = with_memory_scale(START, records, apply=False)
+    assert unchanged is START and reported == fit
+
+
+def test_the_scale_is_the_median_ratio_and_ends_on_its_bound(records):
+    """Three runs whose allocator ratios are 1.2, 1.5 and 3.0 (figures set by hand on the
+    torchtitan example): the median, 1.5, ignores the odd third; ratios all near 3 stop at
+    the upper bound, which the fit reports."""
+    run = _by_id(records, TORCHTITAN)
+    base = predict_runs([run], START)[0]
+    allocator = base.predicted_memory_gib * GIB - RUNTIME_RESERVE_BYTES
+
+    def with_ratio(ratio: float):
+        record = replace(run, measured_memory_bytes=ratio * allocator + RUNTIME_RESERVE_BYTES)
+        return replace(base, record=record)
+
+    fit = fit_memory_scale([with_ratio(r) for r in (1.2, 1.5, 3.0)], 1.0)
+    assert fit.scale == pytest.approx(1.5) and not fit.at_bound
+    # held out: each run tested on the median of the other two, the geometric mean of an
+    # even pair, bounded (the first's sqrt(1.5·3) = 2.12 stops at 2)
+    loo = [2.0, np.sqrt(1.2 * 3.0), np.sqrt(1.2 * 1.5)]
+    measured = np.array([1.2, 1.5, 3.0]) * allocator + RUNTIME_RESERVE_BYTES
+    expected = np.mean(np.abs((np.array(loo) * allocator + RUNTIME_RESERVE_BYTES)
+                              / measured - 1))
+    assert fit.mape_held_out == pytest.approx(expected)
+    high = fit_memory_scale([with_ratio(r) for r in (2.9, 3.0, 3.1)], 1.0)
+    assert high.scale == MEMORY_SCALE_BOUNDS[1] and high.at_bound
+
+
+def test_a_scaled_profile_scales_the_allocator_components_in_every_search(records):
+    """perf's breakdown, layouts' memory-first check and predict_step agree under a scale,
+    and the runtime reserve is not scaled."""
+    run = _by_id(records, TORCHTITAN)
+    scaled = replace(START, memory_scale=1.25)
+    machine = machine_for(run.cluster, run.workload.precision)
+    plain = predict_step(run.workload, run.plan, machine, START)
+    more = predict_step(run.workload, run.plan, machine, scaled)
+    for name, values in plain.memory_breakdown_bytes.items():
+        factor = 1.0 if name == "runtime_reserve" else 1.25
+        assert more.memory_breakdown_bytes[name][0] == pytest.approx(values[0] * factor)
+    assert scaled_memory_breakdown(plain.memory_breakdown_bytes, 1.0) is \
+        plain.memory_breakdown_bytes
+    assert more.step_time_s[0] == plain.step_time_s[0]  # memory does not move time
+    search = search_layouts(run.workload, machine, scaled, LayoutLimits())
+    np.testing.assert_array_equal(
+        fits_in_memory(run.workload, search.plans, machine, scaled), search.prediction.feasible)
+    assert search.prediction.feasible.sum() < search_layouts(
+        run.workload, machine, START, LayoutLimits()).prediction.feasible.sum()
+
+
+def test_profiles_write_the_scale_only_when_fitted_and_check_its_range(tmp_path):
+    document = START.to_document()
+    assert "memory_scale" not in document["constants"]  # the shipped files stay as they are
+    scaled = replace(START, memory_scale=1.1, sources={**START.sources, "memory_scale": "test"})
+    path = tmp_path / "scaled.yaml"
+    path.write_text(yaml.safe_dump(scaled.to_document()))
+    assert load_calibration(path).memory_scale == 1.1
+    document = scaled.to_document()
+    document["constants"]["memory_scale"]["value"] = 20.0
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(MosaicInputError, match=r"memory_scale.value 20 is outside 0.1 \.\. 10"):
+        load_calibration(path)
+
+
+def test_calibrate_fits_the_memory_scale_only_when_asked(tmp_path):
+    runner = CliRunner()
+    plain, fitted = tmp_path / "plain.yaml", tmp_path / "fitted.yaml"
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES), "--base", "default", "--cv",
+                                 "none", "--out", str(plain)])
+    assert result.exit_code == 0, result.output
+    assert "not applied: add --fit-memory" in result.output
+    assert "memory_scale" not in yaml.safe_load(plain.read_text())["constants"]
+    result = runner.invoke(app, ["calibrate", str(EXAMPLES), "--base", "default", "--cv",
+                                 "none", "--fit-memory", "--out", str(fitted)])
+    assert result.exit_code == 0, result.output
+    assert "rests on 1 run(s)" in result.output
+    constants = yaml.safe_load(fitted.read_text())["constants"]
+    assert constants["memory_scale"]["value"] == pytest.approx(1.40, abs=0.01)
+    assert "the median ratio of 1 run(s)" in constants["memory_scale"]["source"]
