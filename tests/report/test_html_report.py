@@ -366,6 +366,18 @@ def test_breakdown_charts_say_what_each_part_is():
     assert "fp32 master copy of the parameters" in trace["hovertemplate"]
 
 
+def test_bar_names_break_into_short_lines_under_their_bars():
+    """Long layout names were slanted by plotly under the neighbouring bars (a trial): each
+    breaks at spaces into lines of at most 16 characters, in both charts."""
+    name = "#1 pp16 vpp4 ep16 dp16 mb2 zero1 ckpt=none"
+    bars = [(name, {"optimizer": 1.0}), ("#2 dp8", {"optimizer": 2.0})]
+    expected = ["#1 pp16 vpp4<br>ep16 dp16 mb2<br>zero1 ckpt=none", "#2 dp8"]
+    assert all(len(line) <= 16 for line in expected[0].split("<br>"))
+    assert step_breakdown_figure(bars)["data"][0]["x"] == expected
+    assert memory_breakdown_figure([(n, {"weights": 1.0}) for n, _ in bars]
+                                   )["data"][0]["x"] == expected
+
+
 def test_mfu_memory_scatter_draws_the_usable_share_and_reads_a_narrow_mfu_range():
     """Feasibility is judged against the usable share (90% of 178.4 GiB), so the scatter
     draws it beside the capacity; MFU within 1.5 points gets a decimal (ticks read '20%,
@@ -429,9 +441,13 @@ def test_backbone_variants_keep_their_own_uncertainty_and_labels():
     assert [r["p_optimal"] for r in rows] == [0.6, 0.3, 0.1]
     assert [r["loss_low"] for r in rows] == [1.39, 1.40, 1.41]
     figure = uncertainty_figure(rows, 0.9, "law")
-    assert list(figure.data[0].x) == ["#1 L=24 d=2048 E=128 K=8 G=8",
-                                      "#2 L=32 d=3072 E=128 K=8 G=8",
-                                      "#3 L=48 d=4096 E=128 K=8 G=8"]
+    # ticks are the ranks (long rotated labels ran under the next panel); each hover
+    # names its own variant
+    assert list(figure.data[0].x) == ["#1", "#2", "#3"]
+    assert list(figure.data[0].customdata) == ["L=24 d=2048 E=128 K=8 G=8",
+                                               "L=32 d=3072 E=128 K=8 G=8",
+                                               "L=48 d=4096 E=128 K=8 G=8"]
+    assert list(figure.data[1].customdata) == list(figure.data[0].customdata)
 
 
 def test_goodput_reads_as_a_share_with_its_model():

@@ -72,7 +72,26 @@ GROUP_COLOURS: dict[str, str] = {
 _FRAME: dict[str, Any] = {"margin": {"t": 50, "b": 40, "l": 60, "r": 20}, "height": 430}
 # a bar legend entry's height in plotly's default font, what the figure title, the legend
 # title and the margins take, and the height per character of a bar name slanted at 45°
-LEGEND_ROW_PX, LEGEND_BASE_PX, LABEL_CHAR_PX = 30, 150, 4.5
+LEGEND_ROW_PX, LEGEND_BASE_PX, LABEL_LINE_PX = 30, 150, 16
+# Characters per line of a bar's name under the axis: "pp16 vpp4 ep16 dp16 mb2 zero1
+# ckpt=none" as three short lines stays level under its bar, where plotly slanted the long
+# one under the neighbouring bars (a trial found them running into each other).
+BAR_NAME_LINE_CHARS = 16
+
+
+def bar_names(bars: Sequence[tuple[str, Any]]) -> list[str]:
+    """Each bar's name broken at spaces into lines of at most ``BAR_NAME_LINE_CHARS``
+    characters (plotly's ``<br>``); a word longer than that keeps its own line."""
+    names = []
+    for name, _ in bars:
+        lines: list[str] = []
+        for word in name.split():
+            if lines and len(lines[-1]) + 1 + len(word) <= BAR_NAME_LINE_CHARS:
+                lines[-1] += f" {word}"
+            else:
+                lines.append(word)
+        names.append("<br>".join(lines) or name)
+    return names
 
 
 def term_group(term: str) -> str:
@@ -98,7 +117,7 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
     figure format: https://plotly.com/javascript/reference/): the studio sends it as it is
     and ``page.figure_html`` draws it, so a prediction's chart costs no figure objects.
     """
-    names = [name for name, _ in bars]
+    names = bar_names(bars)
     terms = [t for t in dict.fromkeys(t for _, b in bars for t in b) if any(
         abs(float(b.get(t, 0.0))) > 0 for _, b in bars)]
     terms.sort(key=lambda t: list(GROUP_COLOURS).index(term_group(t)))
@@ -118,11 +137,11 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
                              "<br>%{customdata[3]}<br>%{customdata[2]}<extra>%{x}</extra>"})
         shown_groups.add(group)
     # tall enough that the legend lists every group without scrolling (a trial found the
-    # largest grey segment's entry, "embedding + LM head", scrolled out of view)
-    # (plotly slants long bar names under the axis, which takes from the plot's height)
-    slanted_px = LABEL_CHAR_PX * max((len(n) for n in names), default=0) if len(names) > 1 else 0
+    # largest grey segment's entry, "embedding + LM head", scrolled out of view), plus the
+    # lines of the bars' names under the axis, which take from the plot's height
+    name_px = LABEL_LINE_PX * max((n.count("<br>") for n in names), default=0)
     height = max(_FRAME["height"],
-                 LEGEND_BASE_PX + LEGEND_ROW_PX * len(shown_groups) + slanted_px)
+                 LEGEND_BASE_PX + LEGEND_ROW_PX * len(shown_groups) + name_px)
     return {"data": traces, "layout": {
         "barmode": "relative", "title": {"text": title or "Step time"},
         "yaxis": {"title": {"text": "seconds per step"}},
@@ -136,7 +155,7 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
     """Stacked bar of per-GPU memory components (bytes in, GiB shown), capacity as a
     dotted line across the plot and, below it, the usable share feasibility is judged
     against (a plotly figure dictionary, as ``step_breakdown_figure``)."""
-    names = [name for name, _ in bars]
+    names = bar_names(bars)
     components = list(dict.fromkeys(c for _, b in bars for c in b))
     traces = [{"type": "bar", "x": names, "name": component.replace("_", " "),
                "y": [float(b.get(component, 0.0)) / GIB for _, b in bars],

@@ -178,18 +178,27 @@ def uncertainty_figure(rows: list[dict[str, Any]], level: float, what: str,
     from plotly.subplots import make_subplots
 
     pick = [r for r in rows if "p_optimal" in r][:top]
-    names = [f"#{r['rank']} {geometry_label(r)}" for r in pick]
+    # ticks name the rank alone, as the ranked table does, and the hover the geometry: the
+    # rotated "#3 q=16 E=192 K=1 G=4" ticks ran under the neighbouring panel (a trial)
+    names = [f"#{r['rank']}" for r in pick]
+    geometries = [geometry_label(r) for r in pick]
     figure = make_subplots(rows=1, cols=2, subplot_titles=(
         f"predicted loss with {level:.0%} interval", f"P(optimal) over {what} samples"))
     figure.add_trace(go.Scatter(
         x=names, y=[r["loss"] for r in pick], mode="markers", name="point law",
+        customdata=geometries,
+        hovertemplate="%{x} %{customdata}<br>loss %{y:.5f}<extra></extra>",
         error_y={"type": "data", "symmetric": False,
                  "array": [r["loss_high"] - r["loss"] for r in pick],
                  "arrayminus": [r["loss"] - r["loss_low"] for r in pick]}), row=1, col=1)
     figure.add_trace(go.Bar(x=names, y=[r["p_optimal"] for r in pick], name="P(optimal)",
+                            customdata=geometries,
+                            hovertemplate="%{x} %{customdata}<br>P(optimal) %{y:.1%}"
+                                          "<extra></extra>",
                             marker_color="#4C78A8"), row=1, col=2)
     figure.update_yaxes(tickformat=".0%", row=1, col=2)
-    figure.update_layout(height=430, showlegend=False, margin={"t": 50, "b": 90})
+    figure.update_xaxes(title_text="candidate (rank in the table; hover for its geometry)")
+    figure.update_layout(height=430, showlegend=False, margin={"t": 50, "b": 60})
     return figure
 
 
