@@ -271,7 +271,7 @@ MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
     "first_num_dense_layers", "interleave_moe_layer_step", "mlp_bias", "routed_bias",
     "megablox", "sparse_matmul", "capacity_factor", "mtp_num_layers", "max_target_length",
     "per_device_batch_size", "gradient_accumulation_steps", "dtype", "quantization",
-    "remat_policy", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
+    "remat_policy", "opt_type", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
     "ici_pipeline_parallelism", "ici_context_parallelism", "ici_expert_parallelism",
     "dcn_data_parallelism", "dcn_fsdp_parallelism", "dcn_pipeline_parallelism",
     "dcn_expert_parallelism", "dcn_context_parallelism", "num_pipeline_microbatches",
@@ -327,12 +327,12 @@ def test_maxtext_yaml_round_trip():
 
 
 @pytest.mark.parametrize("activation, maxtext, noted", [
-    ("swiglu", ["silu", "linear"], False), ("geglu", ["gelu", "linear"], True),
+    ("swiglu", ["silu", "linear"], True), ("geglu", ["gelu", "linear"], True),
     ("relu", ["relu"], True), ("squared_relu", ["relu"], True)])
 def test_the_stated_activation_reaches_maxtext_and_nemo(activation, maxtext, noted):
     """MaxText names flax.linen functions (a gated FFN as [gate, 'linear']; squared ReLU
-    has none); Megatron-Bridge's activation_func is a callable, so NeMo notes a non-default
-    one."""
+    has none); Megatron-Bridge's activation_func is a callable that GPTModelProvider leaves
+    at TransformerConfig's gelu, so NeMo notes every other one, SwiGLU included."""
     glu = activation in ("swiglu", "geglu")
     spec = dataclasses.replace(deepseek_spec(), geometry=dataclasses.replace(
         deepseek_spec().geometry, glu=glu, activation=activation))

@@ -293,6 +293,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
         "quantization": quantization,
         "remat_policy": REMAT_POLICY[spec.checkpointing],
+        "opt_type": optimizer_type(spec, unsupported),
         **mesh_keys({"data": data, "fsdp": fsdp, "tensor": spec.tp, "pipeline": spec.pp,
                      "context": spec.cp, "expert": spec.ep}, spec, unsupported),
     }
@@ -312,6 +313,18 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                                                           // (spec.pp * spec.vpp))}
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
+
+
+def optimizer_type(spec: ExportSpec, unsupported: list[str]) -> str:
+    """``opt_type``: base.yml offers "adamw", "adam_pax", "sgd" and "muon" and defaults to
+    adamw, so a Muon job left without it trained with AdamW (a trial). Adam is written as
+    adamw (the same state; ``adam_weight_decay`` sets the decay)."""
+    if spec.optimizer in ("muon", "sgd"):
+        return spec.optimizer
+    if spec.optimizer == "adam":
+        unsupported.append("optimizer adam: written as MaxText's adamw (the same moments); set "
+                           "adam_weight_decay: 0 for Adam without decoupled weight decay")
+    return "adamw"
 
 
 # Axes a slice boundary (a node, on GPUs) may cut, outermost first: MaxText recommends the

@@ -183,11 +183,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
             args += [("--moe-dispatch-fwd-dtype", "mxfp8"),
                      ("--moe-combine-bwd-dtype", "mxfp8")]
     # dropout off and the costed router balancing (ExportSpec.megatron_core_fields), each
-    # field as its flag (arguments.py exposes TransformerConfig fields as --field-name)
-    # (a hybrid without a stated router gets a note asking for its router flags by hand:
-    # its balancing is not written)
-    balancing = not g.is_hybrid or (g.moe is not None and g.moe.router is not None)
-    for field, value in spec.megatron_core_fields(balancing=balancing).items():
+    # field as its flag (arguments.py exposes TransformerConfig fields as --field-name);
+    # a hybrid too: the file is not merged over a recipe, and Megatron-LM's default
+    # --moe-aux-loss-coeff 0.0 would train its router unbalanced (a trial: Qwen3-Next)
+    for field, value in spec.megatron_core_fields().items():
         flag = "--" + field.replace("_", "-")
         args.append((flag, None) if value is True else (flag, f"{value:g}"
                                                           if isinstance(value, float)
@@ -439,7 +438,7 @@ def hybrid_arguments(spec: ExportSpec, unsupported: list[str]
                                "(4, 128) have no flag")
     if g.gdn is not None:  # TransformerConfig linear_* fields; the hybrid stack's 'G' layers
         args += gdn_arguments(g, unsupported)
-        unsupported.append(QWEN3_NEXT_RECIPE_NOTE)
+        unsupported.append(QWEN3_NEXT_HYBRID_MTP_NOTE)
     return args
 
 
@@ -459,8 +458,15 @@ def rope_and_norm_arguments(g: Geometry) -> list[tuple[str, str | None]]:
 
 # What Qwen3-Next's model carries that mosaic's model block does not (Megatron-Bridge
 # Qwen3NextBridge.provider_bridge and recipes/qwen/qwen3_next.py @ v0.5.1)
+# With Megatron-LM's unified hybrid pattern, MTP layers follow the main pattern after '/'
+# separators, one segment per MTP depth (arguments.py @ d98e8a64dd: "Use unified
+# --hybrid-layer-pattern with '/' separator (e.g., 'M*M*/MM/MM')").
 QWEN3_NEXT_RECIPE_NOTE = ("Qwen3-Next's recipe trains one MTP module, outside mosaic's model "
                           "block (hybrid patterns take none): set mtp_num_layers by hand")
+QWEN3_NEXT_HYBRID_MTP_NOTE = ("Qwen3-Next's recipe trains one MTP module, outside mosaic's "
+                          "model block: add it as a '/'-separated segment after "
+                          "--hybrid-layer-pattern's main pattern (Megatron-LM's unified "
+                          "hybrid pattern, e.g. 'M*M*/MM') with --mtp-num-layers 1")
 # megatron/core/ssm/mamba_mixer.py @ d98e8a64dd: MambaMixer asserts conv_bias
 MAMBA_CONV_BIAS_NOTE = ("mamba conv_bias false: Megatron-Core's MambaMixer always builds its "
                         "convolution with a bias (it asserts conv_bias)")

@@ -211,11 +211,19 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             unsupported.append("GPT-OSS's gated FFN runs quick_gelu (activation_func, a "
                                "Python callable): use the gpt-oss provider or set it in the "
                                "recipe")
+    if g.mamba is None:
+        # GPTModelProvider defaults to learned absolute positions (Megatron-Bridge
+        # gpt_provider.py @ 067f987, a trial); a Mamba hybrid's provider keeps 'none'
+        model["position_embedding_type"] = "rope"
+    # GPTModelProvider keeps TransformerConfig's activation_func F.gelu: even SwiGLU needs
+    # the recipe's provider (a trial found a plain GPT export training GeGLU)
+    if not g.is_hybrid and not g.attention_sinks and g.activation_name != "gelu":
+        unsupported.append(f"the FFN activation {g.activation_name}: activation_func is a "
+                           "Python callable the YAML cannot set, and TransformerConfig "
+                           "defaults to gelu (with gated_linear_unit: GeGLU); merge over a "
+                           f"recipe whose provider runs {g.activation_name}")
     if g.is_hybrid:
         model |= hybrid_fields(spec, unsupported)
-    elif g.activation_name not in ("swiglu", "gelu"):
-        unsupported.append(f"FFN activation {g.activation_name}: activation_func is a Python "
-                           "callable, set in the recipe")
     if g.moe:
         m = g.moe
         model |= {"num_moe_experts": m.experts, "moe_router_topk": m.top_k,
@@ -405,6 +413,13 @@ def render(spec: ExportSpec) -> ExportResult:
     document, unsupported = overrides(spec)
     header = "".join(f"# {line}\n" for line in header_lines(spec, "Megatron-Bridge (NeMo)",
                                                               unsupported))
+    # the recipe scripts that merge a --config-file over a recipe (e.g. Megatron-Bridge
+    # examples/models/nemotron/nemotron_3/nano/pretrain_nemotron_3_nano.py @ 067f987);
+    # scripts/training/run_recipe.py takes KEY=VALUE overrides instead
+    header += ("# launch: a Megatron-Bridge pretrain script that merges --config-file FILE "
+               "over the recipe of a model like this one (e.g. examples/models/nemotron/"
+               "nemotron_3/nano/pretrain_nemotron_3_nano.py); scripts/training/run_recipe.py "
+               "takes the same fields as KEY=VALUE overrides\n")
     # the model block one field per line (a list in it, moe_layer_freq, keeps it so for
     # transformers), the short sections on one line each
     model = yaml.dump({"model": document["model"]}, Dumper=_BlockModelDumper, sort_keys=False,

@@ -53,11 +53,13 @@ def layers_per_stage(layers: int, stages: int, end_weight: int = 1) -> int | Non
 def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The TOML tables and what torchtitan cannot express."""
     g = spec.geometry
+    every_block = (", with interleave_moe_layer_step=1 (its default 2 makes every second "
+                   "block MoE)" if model_name(spec) == "llama4" else "")
     unsupported = [
         "model dimensions: torchtitan reads them from a registered flavor (Python), "
         f"not from TOML; register flavor 'mosaic' of '{model_name(spec)}' with the "
-        "dimensions in the header"]
-    unsupported += sharding_notes(spec)
+        f"dimensions in the header{every_block}"]
+    unsupported += family_notes(spec) + sharding_notes(spec)
     if g.rope_base is not None or g.rope_fraction != 1.0:
         unsupported.append(f"RoPE base {g.rope_base or 'unstated'} and share "
                            f"{g.rope_fraction:g}: set rope_theta in the flavor (torchtitan's "
@@ -185,6 +187,32 @@ def compile_table(spec: ExportSpec) -> dict[str, Any]:
     if loss == "compiled":
         return {"enable": True, "components": ["model", "loss"]}
     return {"enable": True, "components": ["model"]}  # the stated eager loss
+
+
+def family_notes(spec: ExportSpec) -> list[str]:
+    """Parts of the model no torchtitan v0.2.2 family builds, so no flavor can state them
+    (a trial found them dropped without a word): MTP modules (no family has them;
+    ``DeepSeekV3ModelArgs`` has no such field), a dense prefix outside deepseek_v3 (llama4
+    interleaves MoE blocks every ``interleave_moe_layer_step``, ``llama4/model/model.py``;
+    qwen3 and gpt_oss make every block MoE), and a shared expert narrower or wider than the
+    routed ones (``models/moe/moe.py``: shared width = num_shared_experts x the routed width;
+    llama4 also derives its dense width from the same ``ffn_dim_multiplier``)."""
+    g, family = spec.geometry, model_name(spec)
+    notes = []
+    if g.mtp_layers:
+        notes.append(f"{g.mtp_layers} multi-token-prediction module(s): no torchtitan v0.2.2 "
+                     "model family has MTP; exported without them")
+    if g.moe is None:
+        return notes
+    if g.moe.dense_layers and family != "deepseek_v3":
+        notes.append(f"{g.moe.dense_layers} dense first block(s) (ffn {g.ffn}): torchtitan's "
+                     f"{family} family has no dense prefix; the flavor's model must add it")
+    shared = g.moe.shared_expert_ffn
+    if g.moe.shared_experts and shared is not None and shared != g.moe.expert_ffn:
+        notes.append(f"shared expert width {shared} beside routed experts of "
+                     f"{g.moe.expert_ffn}: torchtitan sizes a shared expert as the routed "
+                     "width (models/moe/moe.py)")
+    return notes
 
 
 def router_notes(spec: ExportSpec) -> list[str]:
@@ -328,6 +356,10 @@ def render(spec: ExportSpec) -> ExportResult:
     """TOML text: header comments, then one table per section."""
     tables, unsupported = job_config(spec)
     lines = [f"# {line}" for line in header_lines(spec, "torchtitan", unsupported)]
+    # TOML job files end with v0.2.2: later releases select a Python config with --module /
+    # --config (torchtitan/config/README.md on main), so the file names its release
+    lines.append("# launch (torchtitan v0.2.2, the last release read from TOML): torchrun "
+                 "--nproc_per_node 8 ... -m torchtitan.train --job.config_file FILE")
     for name, table in tables.items():
         lines += ["", f"[{name}]"]
         lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]

@@ -1,0 +1,93 @@
+"""What an exported file means once launched, checked against each framework's defaults.
+
+An export review ran every Megatron file through Megatron-LM's own parser and loaded every
+torchtitan TOML in v0.2.2: the keys were right, but six files trained something other than
+the job (or could not start), each from a framework default the file left in place. Each
+case below names the default (from the framework's source) the file must override.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.export_cmd import load_export_spec
+from mosaic.cli.main import app
+from mosaic.export import export
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+runner = CliRunner()
+
+
+def _spec(name: str, overrides: list[str] | None = None):
+    return load_export_spec(EXAMPLES / name, overrides or [], None)
+
+
+def _megatron_flags(text: str) -> list[str]:
+    return shlex.split("\n".join(line for line in text.splitlines()
+                                 if not line.startswith("#")))
+
+
+def test_a_precision_the_gpus_cannot_run_is_refused_not_exported():
+    """MXFP8 needs Blackwell (Transformer Engine check_mxfp8_support): `mosaic perf` refuses
+    it on H100, and so must export, with exit 2 and one line, not a memory note."""
+    result = runner.invoke(app, ["export", str(EXAMPLES / "fsdp_moe_comm_bound.yaml"),
+                                 "--to", "megatron", "--set", "performance.precision=mxfp8"])
+    assert result.exit_code == 2
+    assert "precision mxfp8 needs a Blackwell GPU" in result.output
+    assert "--fp8-recipe" not in result.output
+
+
+def test_torchtitan_names_model_parts_no_flavor_can_build():
+    """torchtitan v0.2.2's families have no MTP (DeepSeekV3ModelArgs has no such field),
+    llama4 has no dense prefix and makes every second block MoE by default
+    (interleave_moe_layer_step 2), and the file says which release reads TOML."""
+    deepseek = export(_spec("deepseek_v3_h100.yaml"), "torchtitan")
+    assert any("1 multi-token-prediction module(s)" in note for note in deepseek.unsupported)
+    assert not any("dense first block" in note for note in deepseek.unsupported)  # it has one
+    assert "--job.config_file" in deepseek.text and "v0.2.2" in deepseek.text
+    tomllib.loads(deepseek.text)  # the launch line is a comment
+    # a ladder geometry (the paper's: a dense first block) in the llama4 family
+    ladder = export(_spec("appendix_e.yaml", ["model.moe.dense_layers=1"]), "torchtitan")
+    assert any("interleave_moe_layer_step=1" in note for note in ladder.unsupported)
+    assert any("1 dense first block(s)" in note and "llama4" in note
+               for note in ladder.unsupported)
+
+
+def test_a_hybrid_megatron_file_trains_its_router_balanced():
+    """Megatron-LM's --moe-aux-loss-coeff defaults to 0.0 (arguments.py): a hybrid MoE file
+    without the costed balancing trained its router unbalanced (Qwen3-Next); the MTP module
+    goes into the unified --hybrid-layer-pattern after a '/'."""
+    result = export(_spec("qwen3_next_80b_b200.yaml"), "megatron")
+    flags = _megatron_flags(result.text)
+    assert flags[flags.index("--moe-router-load-balancing-type") + 1] == "aux_loss"
+    assert float(flags[flags.index("--moe-aux-loss-coeff") + 1]) == 1e-3
+    assert any("'/'-separated segment after --hybrid-layer-pattern" in note
+               for note in result.unsupported)
+
+
+def test_maxtext_runs_the_jobs_optimizer():
+    """base.yml's opt_type defaults to adamw: a Muon job must say muon."""
+    document = yaml.safe_load(export(_spec("appendix_e.yaml"), "maxtext").text)
+    assert document["opt_type"] == "muon"
+    adam = export(_spec("appendix_e.yaml", ["optimizer.optimizer_type=adamw"]), "maxtext")
+    assert yaml.safe_load(adam.text)["opt_type"] == "adamw"
+
+
+def test_bridge_overrides_set_rope_and_name_the_activation_the_recipe_must_give():
+    """GPTModelProvider defaults to position_embedding_type 'learned_absolute' and keeps
+    TransformerConfig's gelu (Megatron-Bridge gpt_provider.py): the file writes RoPE and
+    notes SwiGLU, and names how it is launched."""
+    result = export(_spec("appendix_e.yaml"), "nemo")
+    assert yaml.safe_load(result.text)["model"]["position_embedding_type"] == "rope"
+    assert any("FFN activation swiglu" in note for note in result.unsupported)
+    assert "# launch: a Megatron-Bridge pretrain script that merges --config-file" in \
+        result.text
+    # a Mamba hybrid keeps its provider's 'none'
+    nano = yaml.safe_load(export(_spec("nemotron_3_nano_b200.yaml"), "nemo").text)
+    assert "position_embedding_type" not in nano["model"]
