@@ -72,9 +72,40 @@ def test_rerun_measures_nothing(bench_dir):
     assert report["measured"] == 0 and report["already_done"] == report["planned"] > 0
 
 
+def test_cpu_tables_apply_to_that_cpu_alone(bench_dir, tmp_path):
+    """CPU-measured constants applied to "any" device rewrote every GPU job (a trial: a 41 s
+    step became 174 s, a plan's pick changed): they now apply to the CPU only, its launch
+    gap stays out of the profile's constants, and the GPU job's prediction is the base's;
+    naming a GPU with --device for CPU tables is refused."""
+    calibration = tmp_path / "cpu.yaml"
+    run([*MOSAIC, "calibrate", "--microbench", str(bench_dir), "--out", str(calibration)])
+    loaded = load_calibration(calibration)
+    assert loaded.microbench is not None
+    assert loaded.microbench.applies_to[0].startswith("cpu")
+    assert loaded.dispatch_gap_s == default_calibration().dispatch_gap_s
+    default = json.loads(run([*MOSAIC, "perf", str(JOB), "--json"]).stdout)
+    cpu = json.loads(run([*MOSAIC, "perf", str(JOB), "--calibration", str(calibration),
+                          "--json"]).stdout)
+    assert cpu["step_time_s"] == default["step_time_s"]
+    refused = subprocess.run([*MOSAIC, "calibrate", "--microbench", str(bench_dir), "--out",
+                              str(tmp_path / "h100.yaml"), "--device", "H100"],
+                             capture_output=True, text=True, timeout=240, check=False,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert refused.returncode == 2 and "the tables were measured on 'cpu" in refused.stderr
+
+
 def test_calibrate_then_perf_with_the_result(bench_dir, tmp_path):
+    """Tables of a GPU the catalog lacks (the CPU run's, renamed) apply to any device."""
+    import shutil
+
+    gpu_dir = tmp_path / "bench"
+    shutil.copytree(bench_dir, gpu_dir)
+    metadata = json.loads((gpu_dir / "metadata.json").read_text())
+    for entry in metadata["runs"].values():
+        entry["device_name"] = "Uncatalogued GPU X1"
+    (gpu_dir / "metadata.json").write_text(json.dumps(metadata))
     calibration = tmp_path / "calib.yaml"
-    done = run([*MOSAIC, "calibrate", "--microbench", str(bench_dir), "--out",
+    done = run([*MOSAIC, "calibrate", "--microbench", str(gpu_dir), "--out",
                 str(calibration), "--json"])
     report = json.loads(done.stdout)["report"]
     assert {"gemm", "attention_fwd", "collectives"} <= set(report["fit_error_percent"])
@@ -89,8 +120,8 @@ def test_calibrate_then_perf_with_the_result(bench_dir, tmp_path):
     fitted = json.loads(run([*MOSAIC, "perf", str(JOB), "--calibration", str(calibration),
                              "--json"]).stdout)
     assert fitted["step_time_s"] != default["step_time_s"]
-    # CPU-measured constants apply to any device, so the GPU job is outside their envelope
-    # (a trial saw a B200 job called 'inside' a calibration measured on a laptop CPU)
+    # constants of another device apply to any device, so the B200 job is outside their
+    # envelope (a trial saw a B200 job called 'inside' a calibration measured on a CPU)
     assert default["coverage"]["inside_calibrated_envelope"]
     outside = fitted["coverage"]["outside"]
     assert not fitted["coverage"]["inside_calibrated_envelope"]

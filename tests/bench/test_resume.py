@@ -85,12 +85,14 @@ def test_time_budget_leaves_cases_for_a_rerun(tmp_path):
     assert report.measured == 4
 
 
-def test_metadata_file_keeps_every_run(tmp_path):
-    record_metadata(tmp_path, {"metadata_id": "a", "device_name": "x"})
+def test_metadata_file_keeps_every_run_as_first_measured(tmp_path):
+    """A rerun under a recorded id keeps the entry its rows were measured with (a trial: a
+    rerun that measured nothing replaced the load average a later calibrate warned about)."""
+    record_metadata(tmp_path, {"metadata_id": "a", "device_name": "x", "load_average_1m": 1.9})
     record_metadata(tmp_path, {"metadata_id": "b", "device_name": "y"})
-    record_metadata(tmp_path, {"metadata_id": "a", "device_name": "x2"})
+    record_metadata(tmp_path, {"metadata_id": "a", "device_name": "x", "load_average_1m": 3.2})
     runs = read_metadata(tmp_path)["runs"]
-    assert runs == {"a": {"metadata_id": "a", "device_name": "x2"},
+    assert runs == {"a": {"metadata_id": "a", "device_name": "x", "load_average_1m": 1.9},
                     "b": {"metadata_id": "b", "device_name": "y"}}
 
 

@@ -50,4 +50,5 @@ def test_a_window_too_short_at_full_peak_is_refused_before_the_search(monkeypatc
     tokens = peak * 256 * 0.01 * 86400 / (6 * n_active)
     assert (f"closest geometry (q=8 E=16 K=1 G=8) {tokens:.3g} tokens, "
             f"{tokens / (40 * n_active):.2g}x the {40 * n_active:.3g}") in result.output
-    assert result.output.strip().endswith("add nodes, add days or lower --tpp")
+    assert result.output.strip().endswith(
+        "add nodes, add days, lower --tpp or search smaller models (--q, --max-total-params)")

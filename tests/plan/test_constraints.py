@@ -160,7 +160,8 @@ def test_a_dollar_budget_too_small_says_to_raise_it():
     """At a fixed budget the GPU-hours are fixed: more nodes buy no tokens (a review)."""
     code, _, err = run("plan", *SMALL[4:], "--nodes", "1", "--budget-usd", "1",
                        "--price-per-gpu-hour", "2")
-    assert code == 2 and err.rstrip().endswith("raise --budget-usd or lower --tpp")
+    assert code == 2 and err.rstrip().endswith(
+        "raise --budget-usd, lower --tpp or search smaller models (--q, --max-total-params)")
 
 
 def test_the_model_flops_view_flags_an_optimum_above_the_caps():

@@ -60,7 +60,8 @@ def test_the_levers_of_several_reasons_are_listed_once():
         "out of memory on every layout",
     ]))
     assert message.endswith(
-        "; add nodes, add days, lower --tpp or allow more memory (--memory-fraction)")
+        "; add nodes, add days, lower --tpp, search smaller models (--q, --max-total-params) "
+        "or allow more memory (--memory-fraction)")
 
 
 def test_the_grid_template_names_the_vocabulary_and_fixed_blocks():

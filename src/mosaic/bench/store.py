@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from mosaic.errors import MosaicInputError
+
 FAMILIES = ("gemm", "grouped", "attention", "kernels", "collectives")
 METADATA_FILE = "metadata.json"
 OK = "ok"
@@ -43,13 +45,49 @@ def _atomic_frame(frame: pd.DataFrame, path: Path) -> None:
 
 
 def read_family(directory: Path, family: str) -> pd.DataFrame:
-    """The table of ``family`` in ``directory`` (Parquet, else CSV), empty when absent."""
+    """The table of ``family`` in ``directory`` (Parquet, else CSV), empty when absent;
+    MosaicInputError naming the file for one that cannot be read or holds a measured row
+    without a positive time (:func:`check_rows`)."""
     parquet, csv = directory / f"{family}.parquet", directory / f"{family}.csv"
-    if parquet.exists():
-        return pd.read_parquet(parquet)
-    if csv.exists():
-        return pd.read_csv(csv)
-    return pd.DataFrame()
+    path = parquet if parquet.exists() else csv if csv.exists() else None
+    if path is None:
+        return pd.DataFrame()
+    try:  # pyarrow's ArrowInvalid and pandas' ParserError are ValueErrors
+        frame = pd.read_parquet(path) if path is parquet else pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MosaicInputError(f"{path}: not a readable {family} table ({reason}); measure "
+                               "it again or remove it (the Parquet file is the source, the "
+                               "CSV a copy)") from None
+    check_rows(frame, path)
+    return frame
+
+
+def check_rows(frame: pd.DataFrame, path: Path) -> None:
+    """Refuse rows a fit would misread: a row without a status (a truncated line: it was
+    dropped without a word, a trial) and a measured row whose times are not positive (a
+    negative time reached the fit as "peak_flops_per_s must be > 0", naming neither file
+    nor row). Rows are numbered as the file's lines, after the header."""
+    if frame.empty or "status" not in frame.columns:
+        return
+    status = frame["status"]
+    missing = status.isna()
+    if missing.any():
+        row = int(missing.to_numpy().argmax())
+        raise MosaicInputError(f"{path}: row {row + 1} has no status (a truncated or "
+                               "hand-edited line?); every row needs the columns the bench "
+                               "wrote")
+    measured = frame[status == OK]
+    for column in [c for c in measured.columns if c == "time_s" or c.endswith("_time_s")]:
+        times = pd.to_numeric(measured[column], errors="coerce")
+        # time_s is every measured row's; another family's *_time_s may be left empty
+        bad = (~(times > 0) if column == "time_s"
+               else (times <= 0) | (times.isna() & measured[column].notna()))
+        if bad.any():
+            index = bad[bad].index[0]
+            raise MosaicInputError(f"{path}: row {int(index) + 1}: {column} = "
+                                   f"{measured.loc[index, column]}; a measured time must be "
+                                   "a positive number of seconds")
 
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -108,10 +146,16 @@ def read_metadata(directory: Path) -> dict[str, Any]:
 
 
 def record_metadata(directory: Path, metadata: dict[str, Any]) -> None:
-    """Add (or refresh) this run's metadata under its id, atomically."""
+    """Add this run's metadata under its id, atomically, unless the id is recorded already:
+    the rows under an id were first measured in that entry's host state (a rerun that only
+    skipped finished cases replaced its load average and date, and a later calibrate warned
+    of a busy host the tables were not measured on; a trial)."""
     directory.mkdir(parents=True, exist_ok=True)
     document = read_metadata(directory)
-    document.setdefault("runs", {})[metadata["metadata_id"]] = metadata
+    runs = document.setdefault("runs", {})
+    if metadata["metadata_id"] in runs:
+        return
+    runs[metadata["metadata_id"]] = metadata
     text = json.dumps(document, indent=2, sort_keys=True, default=str)
     atomic_write_bytes(directory / METADATA_FILE, text.encode())
 

@@ -226,7 +226,8 @@ def print_comparison(document: dict[str, Any]) -> None:
             ("S_feas_max", "-" if s_feas is None else f"{s_feas:.4f}"),
             ("cluster-optimal S", "-" if document["cluster_sparsity"] is None
              else f"{document['cluster_sparsity']:.4f}"),
-            ("loss gap (nats)", loss_gap_text(gap, mf)),
+            ("loss gap (nats, pick - optimum: > 0 the pick is worse)",
+             loss_gap_text(gap, mf)),
         ])
 
 

@@ -383,6 +383,12 @@ def calibrate(
 ) -> None:
     """Fit the model's free constants (χ_sys terms, stack and kernel factors) to runs."""
     apply_catalog(catalog)
+    if microbench is not None and runs is not None:  # one fit per command (a trial: RUNS
+        # was ignored without a word)
+        raise MosaicInputError(f"give RUNS or --microbench, not both: fit the kernel tables "
+                               f"first (`mosaic calibrate --microbench {microbench} --out "
+                               f"kernels.yaml`), then the runs over them (`mosaic calibrate "
+                               f"{runs} --base kernels.yaml --out FILE`)")
     if microbench is not None:  # measured kernel tables instead of run records
         from mosaic.cli.bench_cmd import calibrate_microbench
 

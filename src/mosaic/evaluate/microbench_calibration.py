@@ -145,6 +145,8 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
     catalog = _catalog_device(device or measured_name)
     if device is not None and catalog is None:
         raise MosaicInputError(f"--device {device!r}: not in the hardware catalog")
+    if device is not None:
+        _require_measured_on(device, catalog.name, measured_name)
     if catalog is not None:
         sm = (metadata.get("sm_count") or catalog.sm_count
               or SM_COUNT.get(device_fit_key(catalog.name), 132))
@@ -165,6 +167,27 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
                      f"measured reference rates of {measured_name} (achievable bf16 peak "
                      f"{peak:.4g} FLOP/s from the square-GEMM sweep, best streaming bandwidth "
                      f"{bandwidth:.4g} B/s; one SM: no tile-wave quantisation)")
+
+
+def measured_on_cpu(metadata: dict[str, Any]) -> bool:
+    """Whether the bench tables were measured on a CPU (``mosaic bench`` names it cpu:ARCH)."""
+    return str(metadata.get("device_name", "")).lower().startswith("cpu")
+
+
+def _require_measured_on(device: str, catalog_name: str, measured_name: str) -> None:
+    """Refuse a --device the tables were not measured on: their times are the measured
+    device's, so fractions of another's datasheet peak describe neither (a trial: CPU tables
+    with --device H100 wrote a GEMM fraction of 1e-5 and a 161,814 s step)."""
+    measured = _catalog_device(measured_name)
+    cpu = measured_name.lower().startswith("cpu")
+    if cpu or (measured is not None and device_fit_key(measured.name)
+               != device_fit_key(catalog_name)):
+        raise MosaicInputError(
+            f"--device {device!r}: the tables were measured on {measured_name!r} (the bench "
+            "directory's metadata), not on it; fractions of its peak would describe neither "
+            "device. --device names the catalog entry of the GPU the tables were measured on "
+            "when the metadata's name is not in the catalog; omit it to use the measured "
+            "rates")
 
 
 def _peaks(gemm: pd.DataFrame, ref: Reference) -> dict[str, dict[str, float | None]]:
@@ -299,7 +322,10 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                         catalog.name if catalog else str(metadata.get("device_name")),
                         catalog is not None, "no kernel tables (collectives only)")
     rates = ref.rates
-    block: dict[str, Any] = {"applies_to": [ref.device if ref.in_catalog else ANY_DEVICE]}
+    # constants measured on a CPU apply to that CPU only: as "any" they rewrote every GPU
+    # job's kernels (a trial: a 41 s step became 174 s, and a plan's pick changed)
+    block: dict[str, Any] = {"applies_to": [
+        ref.device if ref.in_catalog or measured_on_cpu(metadata) else ANY_DEVICE]}
     report: dict[str, Any] = {"metadata_id": metadata["metadata_id"],
                               "device": metadata.get("device_name"),
                               "reference": ref.source, "families": {}}
@@ -420,22 +446,28 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     provenance = (f"mosaic calibrate --microbench on {directory.name} (metadata "
                   f"{metadata['metadata_id']}, device {metadata.get('device_name')}, torch "
                   f"{metadata.get('torch_version')}, CUDA {metadata.get('cuda_version')}, "
-                  f"driver {metadata.get('driver_version')}); fractions against the "
+                  f"driver {metadata.get('driver_version')}"
+                  + ("" if collective_meta is None else
+                     f"; collectives: metadata {collective_meta['metadata_id']}, "
+                     f"{collective_meta.get('world_size')} ranks")
+                  + "); fractions against the "
                   f"{ref.source}; base calibration {base.name}")
     block["provenance"] = provenance
     document = base.to_document()
     document["name"] = name or f"microbench-{ref.device}".replace(" ", "-")
     document["provenance"] = f"{base.provenance}; kernel constants: {provenance}"
-    if "dispatch_gap_s" in report:
+    if "dispatch_gap_s" in report and not measured_on_cpu(metadata):
+        # (a profile constant, read for every job: a CPU's launch gap is not a GPU's)
         document["constants"]["dispatch_gap_s"] = {
             "value": report["dispatch_gap_s"]["fitted"],
             "source": "t_gap of Eq. 11: measured wall time per kernel of a chain of tiny eager "
                       f"kernels (mosaic bench kernels, launch), {directory.name}"}
     document["microbench"] = block
     if not ref.in_catalog and document.get("coverage"):
-        # Constants measured on a device outside the catalog (a CPU test run) apply to any
-        # job; the envelope then holds only that device, so a GPU job's prediction says it
-        # is outside it (the base profile's envelope would call a B200 job 'inside').
+        # Constants measured on a device outside the catalog (a GPU the catalog lacks: they
+        # apply to any job; a CPU test run: to that CPU only); the envelope then holds only
+        # that device, so a GPU job's prediction says it is outside it (the base profile's
+        # envelope would call a B200 job 'inside').
         document["coverage"]["devices"] = [str(metadata.get("device_name") or ref.device)]
         document["coverage"]["source"] = (f"{document['coverage'].get('source', '')}; devices: "
                                           f"the device the kernel constants were measured on")
@@ -445,6 +477,11 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     return document, report
 
 
+# The least fraction of the reference peak or bandwidth a fitted constant may claim: the
+# built-in fits on GPU tables sit at 0.3-0.9 (perf/data/microbench_fits.yaml: attention
+# plateaus, GEMM and streaming efficiencies), so 0.05 is a table of another device, not a
+# slow GPU.
+MIN_PLAUSIBLE_FRACTION = 0.05
 # A kernel launch and a collective step take at least a microsecond on any GPU (CUDA launch
 # latency is ~2-5 us, NCCL's per-step latencies 0.6-14 us: nccl src/graph/tuning.cc); a
 # fitted latency far below that is the fit's floor, not a measurement.
@@ -470,7 +507,8 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
     device = str(metadata.get("device_name", ""))
     if device.lower().startswith("cpu"):
         warnings.append(f"the tables were measured on {device or 'a CPU'}: the constants "
-                        "describe that CPU, and a calibration applies them to every job")
+                        "describe that CPU, so the file applies them to it alone (applies_to), "
+                        "never to a GPU job; measure on the GPUs you plan for")
     errors = block.get("fit_error_percent") or {}
     for family, limit in MAX_FIT_ERROR_PERCENT.items():
         error = errors.get(family)
@@ -487,8 +525,10 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
     # (label, container, key, why it is not physical) of every constant to check
     checks: list[tuple[str, dict[str, Any], str, str]] = [
         ("gemm max_fraction_of_peak", gemm, "max_fraction_of_peak", "above"),
+        ("gemm max_fraction_of_peak", gemm, "max_fraction_of_peak", "below"),
         ("gemm hbm_efficiency", gemm, "hbm_efficiency", "above"),
         ("elementwise_hbm_efficiency", block, "elementwise_hbm_efficiency", "above"),
+        ("elementwise_hbm_efficiency", block, "elementwise_hbm_efficiency", "below"),
         ("gemm k_half", gemm, "k_half", "k_ramp"),
         ("gemm kernel_latency_s", gemm, "kernel_latency_s", "floor"),
         *((f"collectives {k}", collectives, k, "floor")
@@ -503,6 +543,10 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
             why = f"{label} = {value:.3g} is above 1, faster than the reference peak"
         elif rule == "above" and value >= 1.0 - FIT_BOUND_TOLERANCE:
             why = f"{label} = {value:.6g} is at the fit's ceiling of 1, not a measured fraction"
+        elif rule == "below" and value < MIN_PLAUSIBLE_FRACTION:
+            why = (f"{label} = {value:.3g} is below {MIN_PLAUSIBLE_FRACTION:g} of the reference "
+                   "rate, far under any GPU's measured fraction (the tables were not measured "
+                   "on the reference device?)")
         elif rule == "floor" and value < MIN_PLAUSIBLE_LATENCY_S:
             why = f"{label} = {value:.3g} s is at the fit's floor (too few small shapes)"
         elif (key == "kernel_latency_s"
@@ -520,6 +564,9 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
         max_fraction, seq_half, head_dim_half = attention[direction]
         if max_fraction > 1.0:
             why = f"max_fraction = {max_fraction:.3g} is above 1, faster than the reference peak"
+        elif max_fraction < MIN_PLAUSIBLE_FRACTION:
+            why = (f"max_fraction = {max_fraction:.3g} is below {MIN_PLAUSIBLE_FRACTION:g} of "
+                   "the reference peak, far under any GPU's measured fraction")
         elif min(seq_half, head_dim_half) < 1.0:  # a fit collapsed onto its bounds
             why = (f"half-points {seq_half:.3g} tokens and {head_dim_half:.3g} head dims are "
                    "shorter than one element")

@@ -178,7 +178,14 @@ class ScalingLaw:
                 f"fit {path.name} --out law.json`) and pass the law file")
         from mosaic.schema_validation import parse_json, read_text
 
-        payload = parse_json(read_text(path, "law file"), f"law file {str(path)!r}")
+        text = read_text(path, "law file")
+        if path.suffix.lower() in (".yaml", ".yml") and "constants:" in text:
+            # a calibration profile given as the law (a trial got "not valid JSON")
+            raise MosaicInputError(
+                f"law file {str(path)!r}: a calibration profile (constants:), not a law; "
+                "give it with --calibration, and a law from `mosaic law fit --out law.json` "
+                "with --law")
+        payload = parse_json(text, f"law file {str(path)!r}")
         return cls.from_dict(payload, source=str(path))
 
 

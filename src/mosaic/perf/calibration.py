@@ -222,6 +222,10 @@ _NOT_A_CALIBRATION = {
     "systems": "a hardware catalog (systems:), not a calibration; give it with --catalog",
     "devices": "a hardware catalog (devices:), not a calibration; give it with --catalog",
     "parallelism": "a job file (parallelism:), not a calibration",
+    # `mosaic law fit --out` files carry format: mosaic-law/1 (law/law.py)
+    "coefficients": "a scaling-law file (coefficients:), not a calibration; give it with "
+                    "--law, and a profile from `mosaic calibrate --out cal.yaml` with "
+                    "--calibration",
 }
 
 

@@ -12,7 +12,7 @@ from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_V
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
-from mosaic.plan.search import PlanResult
+from mosaic.plan.search import FLOPS_PER_PARAM_TOKEN, PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 
@@ -37,11 +37,15 @@ def infeasible_summary(result: PlanResult) -> dict[str, int]:
 
 # the levers for each reason, merged into one list when several reasons apply (a trial read
 # "add nodes or days, or lower --tpp; add nodes or allow more memory")
+# A smaller grid is a lever of both reasons a cluster is too small: the default grid is the
+# paper's 256-GPU envelope (a trial on 2 nodes found --q 4,6,8 by itself)
+SMALLER_MODELS = "search smaller models (--q, --max-total-params)"
 _LEVERS = {
-    "no layout fits device memory": ("add nodes", "allow more memory (--memory-fraction)"),
+    "no layout fits device memory": ("add nodes", SMALLER_MODELS,
+                                      "allow more memory (--memory-fraction)"),
     DIVISIBILITY_CATEGORY: (
         "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide",),
-    WINDOW_CATEGORY: ("add nodes", "add days", "lower --tpp"),
+    WINDOW_CATEGORY: ("add nodes", "add days", "lower --tpp", SMALLER_MODELS),
 }
 _DEFAULT_LEVERS = ("add nodes", "add days")
 
@@ -148,6 +152,10 @@ def comparison_document(comparison: ModelFlopsComparison, result: PlanResult
             "sparsity": float(grid.sparsity[row]), "n_active": float(grid.n_active[row]),
             "deliverable_flops": comparison.model_flops_deliverable_flops,
             "prescription_feasible": comparison.prescription_feasible,
+            # the prescription's D/N_act = C_model / (6·N_act²), and the search's floor
+            "tokens_per_active_param": comparison.c_model_flops
+            / (FLOPS_PER_PARAM_TOKEN * float(grid.n_active[row]) ** 2),
+            "tpp_min": result.space.tpp_min,
         },
         "s_feas_max": comparison.s_feas_max,
         "cluster_sparsity": (None if comparison.cluster_row is None
@@ -278,8 +286,15 @@ def pick_deliverable_text(pick: dict[str, Any], c_model_flops: float) -> str:
     not place)."""
     if not pick["prescription_feasible"] and not pick["deliverable_flops"]:
         return "no: none of its layouts fits this cluster"
-    return (f"{'yes' if pick['prescription_feasible'] else 'no'}: the window delivers "
+    text = (f"{'yes' if pick['prescription_feasible'] else 'no'}: the window delivers "
             f"{pick['deliverable_flops']:.3g} of its {c_model_flops:.3g} FLOP")
+    tpp, tpp_min = pick.get("tokens_per_active_param"), pick.get("tpp_min")
+    if tpp is not None and tpp_min is not None and tpp < tpp_min:
+        # Eq. 16 has no token floor, the search has (a trial read "yes" beside the same
+        # geometry listed as untrainable for too few tokens)
+        text += (f", at D/N_act = {tpp:.3g}, below the search's tpp_min {tpp_min:g} (so "
+                 "the cluster search does not train it)")
+    return text
 
 
 def loss_gap_text(gap: float | None, pick: dict[str, Any]) -> str:

@@ -1,0 +1,72 @@
+"""Bench tables a fit would misread are refused with the file and row (a trial: a corrupt
+Parquet file was an 'internal error', a negative time named a derived quantity, and a
+truncated CSV line was dropped without a word); swapped input files say what they are."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.bench.store import read_family
+from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
+
+ROOT = Path(__file__).resolve().parents[2]
+COLUMNS = "family,case,metadata_id,m,n,k,dtype,pass,time_s,status\n"
+
+
+def _write(directory: Path, name: str, text: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(text)
+
+
+def test_a_corrupt_parquet_table_names_its_file(tmp_path):
+    (tmp_path / "gemm.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(MosaicInputError, match=r"gemm\.parquet: not a readable gemm table"):
+        read_family(tmp_path, "gemm")
+
+
+def test_a_measured_row_without_a_positive_time_is_refused(tmp_path):
+    _write(tmp_path, "gemm.csv", COLUMNS + "gemm,a,x,64,64,64,bf16,peak,0.001,ok\n"
+                                           "gemm,b,x,64,64,64,bf16,peak,-5,ok\n")
+    with pytest.raises(MosaicInputError, match=r"gemm\.csv: row 2: time_s = -5(\.0)?; a measured "
+                                               r"time must be a positive number"):
+        read_family(tmp_path, "gemm")
+    # a skipped case has no time, and that is fine
+    _write(tmp_path, "gemm.csv", COLUMNS + "gemm,a,x,64,64,64,bf16,peak,,skipped: no fp8\n")
+    assert len(read_family(tmp_path, "gemm")) == 1
+
+
+def test_a_truncated_row_is_named_not_dropped(tmp_path):
+    _write(tmp_path, "gemm.csv", COLUMNS + "gemm,a,x,64,64,64,bf16,peak,0.001,ok\ngemm,bf16\n")
+    with pytest.raises(MosaicInputError, match=r"gemm\.csv: row 2 has no status"):
+        read_family(tmp_path, "gemm")
+
+
+def test_a_well_formed_table_reads_back(tmp_path):
+    frame = pd.DataFrame({"case": ["a"], "time_s": [1e-3], "status": ["ok"]})
+    frame.to_parquet(tmp_path / "gemm.parquet", index=False)
+    assert read_family(tmp_path, "gemm")["time_s"].tolist() == [1e-3]
+
+
+def test_calibrate_takes_runs_or_tables_not_both(tmp_path):
+    result = CliRunner().invoke(app, ["calibrate", str(ROOT / "examples" / "runs_example.yaml"),
+                                      "--microbench", str(tmp_path), "--out",
+                                      str(tmp_path / "c.yaml")])
+    assert result.exit_code == 2
+    assert "give RUNS or --microbench, not both" in result.output
+
+
+def test_a_law_and_a_calibration_given_for_each_other_say_what_they_are(tmp_path):
+    law = tmp_path / "law.json"
+    law.write_text('{"format": "mosaic-law/1", "form": "joint", "coefficients": {"a": 1}}')
+    runner = CliRunner()
+    result = runner.invoke(app, ["perf", str(ROOT / "examples" / "appendix_e.yaml"),
+                                 "--calibration", str(law)])
+    assert result.exit_code == 2 and "a scaling-law file (coefficients:)" in result.output
+    calibration = tmp_path / "cal.yaml"
+    calibration.write_text("name: x\nconstants:\n  chi_a2a: {value: 1, source: s}\n")
+    result = runner.invoke(app, ["law", "predict", "--law", str(calibration), "--n-total",
+                                 "1e9", "--sparsity", "0.9", "--tokens", "1e10"])
+    assert result.exit_code == 2 and "a calibration profile (constants:)" in result.output
