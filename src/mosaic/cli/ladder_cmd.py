@@ -240,6 +240,38 @@ def _other_rungs_hint(csv_path: Path) -> str:
             "full grid's command (finished rungs are kept, not retrained) to list them all")
 
 
+@ladder_app.command("collect")
+@guarded
+def collect(
+    folders: Annotated[list[Path], typer.Argument(
+        help="`mosaic train --out` folders (each holds result.json), or their parent")],
+    out: Annotated[Path, typer.Option("--out", help="runs.csv to write")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Gather separate `mosaic train` runs into the runs.csv `law fit` and `ladder fit` read.
+
+    One row per finished run, named by its folder, with the smoothed final loss as `loss`
+    (the law's target; result.json's final_loss is one noisy step) and its router health
+    (starved_experts), as `ladder run` writes them.
+    """
+    from mosaic.train.ladder import collect_result_rows, write_runs_csv
+
+    check_output_file(out, "--out", inputs=[])
+    rows = collect_result_rows(folders)
+    write_runs_csv(rows, out)
+    if as_json:
+        print_json({"runs_csv": str(out), "runs": [row["name"] for row in rows]})
+        return
+    print_table(f"{len(rows)} run(s) written to {out}",
+                ["run", "N_total", "tokens", "loss (smoothed)", "starved experts"],
+                [[row["name"], f"{row['n_total']:.4g}", f"{row['tokens']:.4g}",
+                  f"{row['loss']:.4f}", "-" if row["starved_experts"] is None
+                  else f"{row['starved_experts']:g}"] for row in rows])
+    console.print(f"next: mosaic law fit {out} --out law.json (or mosaic ladder fit {out} "
+                  "--out law.json, which leaves out unbalanced runs)", markup=False,
+                  highlight=False)
+
+
 @ladder_app.command("fit")
 @guarded
 def fit(

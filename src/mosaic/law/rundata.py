@@ -272,8 +272,9 @@ def read_run_table(path: str | Path) -> pd.DataFrame:
         raise MosaicInputError(
             f"run data file {path}: {'a folder' if where.is_dir() else 'one training run'}; "
             "the fitter reads a table of runs (.csv/.parquet, docs/law.md): `mosaic ladder "
-            "run` writes one (FOLDER/runs.csv, fitted by `mosaic ladder fit FOLDER`), or "
-            "collect each run's result.json (n_total, tokens, final loss) into one")
+            "run` writes one (FOLDER/runs.csv, fitted by `mosaic ladder fit FOLDER`), and "
+            "`mosaic ladder collect RUN_FOLDERS... --out runs.csv` gathers separate "
+            "`mosaic train` runs into one")
     if str(path).lower().endswith(".csv.gz"):  # Clark et al.'s file as published
         raise MosaicInputError(f"run data file {path}: compressed; decompress it, or for "
                                "Clark et al.'s curves.csv.gz use `mosaic law convert clark "

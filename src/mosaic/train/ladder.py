@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -174,6 +175,50 @@ def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
     return {"name": name, "q": q, "loss": result["smoothed_loss"], **row}
 
 
+def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
+    """runs.csv rows of separate ``mosaic train`` runs, one per folder holding a
+    ``result.json`` (a folder without one is searched one level down, so a parent of run
+    folders works too), named by the folder; a run's ladder rung ``q`` from its job (0
+    for a model block). MosaicInputError for a folder with no result, an unreadable one or
+    a run that stopped before its token budget (its loss is not the budget's)."""
+    from mosaic.train.result_files import RESULT_FILE, RESULT_FINGERPRINT
+
+    found: list[Path] = []
+    for folder in folders:
+        if (folder / RESULT_FILE).is_file():
+            found.append(folder)
+        elif folder.is_dir() and (inner := sorted(p.parent for p in folder.glob(
+                f"*/{RESULT_FILE}"))):
+            found += inner
+        else:
+            raise MosaicInputError(f"{folder}: no {RESULT_FILE} in it or one level down (give "
+                                   "`mosaic train --out` folders, or their parent)")
+    rows = []
+    for folder in found:
+        path = folder / RESULT_FILE
+        try:
+            result = json.loads(path.read_text())
+            job = json.loads(result.get(RESULT_FINGERPRINT) or "{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise MosaicInputError(f"{path}: not a readable mosaic result ({exc})") from None
+        if not result.get("complete", False):
+            raise MosaicInputError(f"{path}: the run stopped at step {result.get('steps')} of "
+                                   f"{result.get('total_steps')}; finish it (rerun the same "
+                                   "`mosaic train` command) or leave its folder out")
+        try:
+            rows.append(csv_row(folder.name, result, int((job.get("ladder") or {}).get("q")
+                                                          or 0)))
+        except KeyError as exc:
+            raise MosaicInputError(f"{path}: no {exc.args[0]!r}; not a `mosaic train` "
+                                   "result") from None
+    names = [row["name"] for row in rows]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise MosaicInputError(f"two runs share a folder name ({', '.join(twice)}): rename one "
+                               "(runs.csv names each run by its folder)")
+    return rows
+
+
 def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
@@ -262,7 +307,7 @@ def finished_results(jobs: list[LadderJob], out_dir: Path) -> dict[str, dict[str
 
 def finished_rungs(out_dir: Path) -> list[str]:
     """Names of every finished rung under ``out_dir/runs``, whichever grid trained it."""
-    from mosaic.train.trainer import RESULT_FILE
+    from mosaic.train.result_files import RESULT_FILE
 
     runs = out_dir / "runs"
     return sorted(path.parent.name for path in runs.glob(f"*/{RESULT_FILE}")

@@ -65,15 +65,16 @@ from mosaic.train.preflight import (
     check_training_memory,
     estimate_training_memory,
 )
+from mosaic.train.result_files import (
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    RESULT_FINGERPRINT,
+)
 from mosaic.train.router_health import final_window_steps
 from mosaic.train.routing import load_statistics, update_bias
 from mosaic.train.schedule import WSDSchedule, default_peak_lr
 
-CHECKPOINT_FILE = "checkpoint.pt"
-RESULT_FILE = "result.json"
-# the key of result.json that holds the job it finished (_fingerprint)
-RESULT_FINGERPRINT = "job_fingerprint"
-METRICS_FILE = "metrics.jsonl"
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
                      "achievable_flops_per_s", "bench_dir", "cpu_threads", "expert_parallel",

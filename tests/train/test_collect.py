@@ -1,0 +1,63 @@
+"""`mosaic ladder collect`: separate `mosaic train` runs into the runs.csv the fitters read
+(a trial hand-collected result.json files and nearly fitted final_loss, one noisy step,
+instead of the smoothed loss the law is fitted to). Needs no torch: result files are
+written here as the trainer writes them."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
+from mosaic.law.rundata import load_run_data
+from mosaic.train.ladder import collect_result_rows
+
+
+def _result(folder: Path, *, q: int | None = 2, n_total: float = 2e6, complete: bool = True,
+            smoothed: float = 4.2) -> Path:
+    folder.mkdir(parents=True)
+    job = {"ladder": None if q is None else {"q": q}}
+    (folder / "result.json").write_text(json.dumps({
+        "steps": 20 if complete else 7, "total_steps": 20, "tokens": 20480.0,
+        "final_loss": smoothed + 0.3, "smoothed_loss": smoothed, "peak_lr": 1e-3,
+        "n_total": n_total, "n_active": n_total / 4, "sparsity": 0.75, "split_factor": 2.0,
+        "experts": 8, "top_k": 2, "layers": 4, "d_model": 32, "wall_s": 1.0,
+        "tokens_per_s": 2e4, "world_size": 1, "complete": complete, "starved_experts": 0.0,
+        "job_fingerprint": json.dumps(job)}))
+    return folder
+
+
+def test_rows_carry_the_smoothed_loss_and_the_rung(tmp_path):
+    _result(tmp_path / "runs" / "small", n_total=2e6, smoothed=4.2)
+    _result(tmp_path / "runs" / "large", n_total=8e6, smoothed=3.9, q=None)
+    rows = collect_result_rows([tmp_path / "runs"])  # a parent of run folders
+    assert [(r["name"], r["loss"], r["final_loss"], r["q"]) for r in rows] == [
+        ("large", 3.9, pytest.approx(4.2), 0), ("small", 4.2, pytest.approx(4.5), 2)]
+
+
+def test_unfinished_missing_and_twice_named_runs_are_refused(tmp_path):
+    _result(tmp_path / "stopped", complete=False)
+    with pytest.raises(MosaicInputError, match="stopped at step 7 of 20"):
+        collect_result_rows([tmp_path / "stopped"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MosaicInputError, match="no result.json in it or one level down"):
+        collect_result_rows([tmp_path / "empty"])
+    _result(tmp_path / "a" / "run")
+    _result(tmp_path / "b" / "run")
+    with pytest.raises(MosaicInputError, match=r"two runs share a folder name \(run\)"):
+        collect_result_rows([tmp_path / "a" / "run", tmp_path / "b" / "run"])
+
+
+def test_the_written_table_is_what_law_fit_reads(tmp_path):
+    for name, n_total, loss in (("r1", 2e6, 4.2), ("r2", 4e6, 4.0), ("r3", 8e6, 3.85)):
+        _result(tmp_path / name, n_total=n_total, smoothed=loss)
+    out = tmp_path / "runs.csv"
+    result = CliRunner().invoke(app, ["ladder", "collect", str(tmp_path / "r1"),
+                                      str(tmp_path / "r2"), str(tmp_path / "r3"),
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = load_run_data(out)
+    assert list(data.loss) == [4.2, 4.0, 3.85]
+    assert list(data.n_total) == [2e6, 4e6, 8e6]
