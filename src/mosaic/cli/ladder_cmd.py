@@ -64,17 +64,32 @@ def _require_torch() -> None:
 @guarded
 def train_command(
     job: Annotated[Path, typer.Argument(help="training job YAML (docs/train.md)")],
-    out: OutOption,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="output folder (resumable); not with --perf-job")] = None,
     stop_after: Annotated[
         int | None, typer.Option("--stop-after", help="stop after this many steps in total")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no per-step lines")] = False,
+    perf_job: Annotated[Path | None, typer.Option(
+        "--perf-job", help="write the `mosaic perf` job that predicts this run instead of "
+        "training (with --system and --gpus)")] = None,
+    system: Annotated[str | None, typer.Option(
+        "--system", help="with --perf-job: catalog node type the run uses (e.g. DGX-H200)")
+    ] = None,
+    gpus: Annotated[int | None, typer.Option(
+        "--gpus", help="with --perf-job: GPUs the run uses (default: one node's)")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Train one job with the paper's MoE recipe (single process, or under torchrun)."""
     from mosaic.train.config import load_train_config
 
     config = load_train_config(job)
+    if perf_job is not None:
+        _write_perf_job(config, job, perf_job, system, gpus, out)
+        return
+    if out is None:
+        raise MosaicInputError("give --out FOLDER (where the run's checkpoints and results "
+                               "go), or --perf-job FILE to write its `mosaic perf` job")
     _require_torch()
     created = not out.exists()
     prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before training
@@ -195,6 +210,33 @@ def run(
     if unbalanced:
         error_console.print(f"warning: {unbalanced_warning(unbalanced)}", markup=False,
                             highlight=False, soft_wrap=True)
+
+
+def _write_perf_job(config: Any, job: Path, path: Path, system: str | None,
+                   gpus: int | None, out: Path | None) -> None:
+    """`mosaic train JOB --perf-job FILE`: the perf job of the run, written, not trained."""
+    import yaml
+
+    from mosaic.hardware import get_system
+    from mosaic.io_atomic import write_text_atomic
+    from mosaic.train.perf_job import perf_job_document
+
+    if out is not None:
+        raise MosaicInputError("--perf-job writes a file and trains nothing: leave out --out")
+    if system is None:
+        raise MosaicInputError("--perf-job needs --system NAME, the catalog node type the run "
+                               "uses (`mosaic hardware list`)")
+    check_output_file(path, "--perf-job", inputs=[job])
+    node = get_system(system)
+    document = perf_job_document(config, node.name, gpus or node.gpus_per_node)
+    header = (f"# mosaic perf job for the trainer run {job} (written by `mosaic train "
+              f"--perf-job`); predict it with `mosaic perf {path}`\n# the trainer as the "
+              "model sees it: FSDP2 over every GPU, experts over run.expert_parallel ranks, no "
+              "recompute, torchtitan's stack (mosaic/train/perf_job.py)\n")
+    write_text_atomic(path, header + yaml.safe_dump(document, sort_keys=False,
+                                                    default_flow_style=None, width=100))
+    console.print(f"wrote {path}: `mosaic perf {path}` predicts the run", markup=False,
+                  highlight=False)
 
 
 def _starved_cell(starved: float | None) -> str:

@@ -358,7 +358,8 @@ def canonical_job_document(document: dict[str, Any], where: str,
         raise MosaicInputError(
             f"{where}: a `mosaic train` job file (blocks {sorted(unknown)}), not a job for "
             "the performance model, which reads model, parallelism, batch and hardware "
-            "blocks (docs/schema.md)")
+            "blocks (docs/schema.md); `mosaic train FILE --perf-job perf.yaml --system NAME` "
+            "writes the job that predicts it")
     if unknown:
         hints = [f"{name!r} -> did you mean {close[0]!r}?" for name in sorted(unknown)
                  if (close := difflib.get_close_matches(str(name), KNOWN_BLOCKS, n=1))]

@@ -1,0 +1,55 @@
+"""`mosaic train JOB --perf-job FILE`: the trainer run as the job `mosaic perf` predicts (a
+trial had to write it by hand; docs/train.md gives the hand-written file for the q4 example,
+and the written one must predict the same step)."""
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from mosaic.cli.main import app
+from mosaic.evaluate.job import load_job_spec, predict_job
+from mosaic.perf.calibration import default_calibration
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "examples" / "train_q4_h200.yaml"
+# docs/train.md, "Measuring on a GPU": the file written by hand for this example
+HAND_WRITTEN = """
+model: {layers: 16, d_model: 2048, ffn: 5120, heads: 16, kv_heads: 8, head_dim: 128, vocab: 50257,
+        moe: {experts: 32, top_k: 4, expert_ffn: 1280, shared_experts: 1, dense_layers: 1}}
+batch: {global_seqs: 128, seq_len: 2048, micro_seqs: 2}
+hardware: {system: DGX-H200}
+search: {devices: 8}
+parallelism: {tp: 1, pp: 1, cp: 1, ep: 1, dp: 8, sharding: fsdp}
+performance: {stack: torchtitan}
+"""
+runner = CliRunner()
+
+
+def _step_s(path: Path) -> float:
+    calibration = default_calibration()
+    return float(predict_job(load_job_spec(path), calibration).prediction.step_time_s[0])
+
+
+def test_the_written_job_predicts_what_the_hand_written_one_does(tmp_path):
+    written = tmp_path / "q4_perf.yaml"
+    result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(written),
+                                 "--system", "DGX-H200"])
+    assert result.exit_code == 0, result.output
+    document = yaml.safe_load(written.read_text())
+    assert document["parallelism"] == {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 8,
+                                       "sharding": "fsdp"}
+    assert document["batch"] == {"global_seqs": 128, "micro_seqs": 2, "seq_len": 2048}
+    hand = tmp_path / "hand.yaml"
+    hand.write_text(HAND_WRITTEN)
+    assert _step_s(written) == _step_s(hand)
+
+
+def test_perf_job_needs_a_system_and_no_output_folder(tmp_path):
+    result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 2 and "--perf-job needs --system NAME" in result.output
+    result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(tmp_path / "p.yaml"),
+                                 "--system", "DGX-H200", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "leave out --out" in result.output
+    result = runner.invoke(app, ["train", str(JOB)])
+    assert result.exit_code == 2 and "give --out FOLDER" in result.output
