@@ -20,6 +20,7 @@ from mosaic.law.extrapolation import (
 from mosaic.law.fit import FitSettings, fit_law
 from mosaic.law.forms import get_form
 from mosaic.law.law import ScalingLaw
+from mosaic.law.rundata import RunData
 
 from .conftest import make_joint_runs
 
@@ -157,3 +158,30 @@ def test_tokens_per_active_parameter_beyond_the_runs_is_flagged():
     assert support["tokens_per_param"] == [100.0, 200.0]
     dense = support_of_runs(np.array([1e9, 2e9]), np.array([20e9, 100e9]))
     assert dense["tokens_per_param"] == [20.0, 50.0]
+
+
+def test_a_law_of_another_tokenizer_is_flagged_by_vocabulary():
+    """A law fitted on byte-level runs (vocab 256) scores a 50,257-token grid in other units
+    (a trial planned with one, unflagged): runs that record their vocabulary give the law a
+    vocab range, and a model of another vocabulary is flagged; the same vocabulary is not."""
+    runs, _ = make_joint_runs(noise=0.0, n_runs=40)
+    runs = RunData(n_total=runs.n_total, tokens=runs.tokens, loss=runs.loss,
+                   n_active=runs.n_active, split_factor=runs.split_factor,
+                   extra={"vocab": np.full(runs.n_runs, 256.0)})
+    law = fit_law(runs, get_form("joint"), FitSettings(starts=8, n_polished=1, seed=0)).law
+    assert data_support(law)["vocab"] == (256.0, 256.0)
+    (flag,) = extrapolation_flags(law, vocab=50257)
+    assert flag.quantity == "vocab" and flag.ratio == pytest.approx(50257 / 256)
+    assert flag.message == ("vocabulary 50,257 against the runs' 256: the law's loss is in "
+                            "nats per token of their tokenizer, not comparable")
+    assert extrapolation_flags(law, vocab=256) == []
+    assert extrapolation_flags(crafted_law(), vocab=50257) == []  # no vocab recorded
+
+
+def test_an_empty_vocab_column_reads_as_absent():
+    """runs.csv of result files older than the column has it empty throughout."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"n_total": [1e6, 2e6], "tokens": [1e8, 2e8], "loss": [3.0, 2.9],
+                          "vocab": [None, None]})
+    assert "vocab" not in RunData.from_frame(frame).extra

@@ -25,6 +25,7 @@ def _result(folder: Path, *, q: int | None = 2, n_total: float = 2e6, complete: 
         "n_total": n_total, "n_active": n_total / 4, "sparsity": 0.75, "split_factor": 2.0,
         "experts": 8, "top_k": 2, "layers": 4, "d_model": 32, "wall_s": 1.0,
         "tokens_per_s": 2e4, "world_size": 1, "complete": complete, "starved_experts": 0.0,
+        "vocab": 256,
         "job_fingerprint": json.dumps(job)}))
     return folder
 
@@ -42,7 +43,7 @@ def test_unfinished_missing_and_twice_named_runs_are_refused(tmp_path):
     with pytest.raises(MosaicInputError, match="stopped at step 7 of 20"):
         collect_result_rows([tmp_path / "stopped"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(MosaicInputError, match="no result.json in it or one level down"):
+    with pytest.raises(MosaicInputError, match=r"no result\.json in it or one level down"):
         collect_result_rows([tmp_path / "empty"])
     _result(tmp_path / "a" / "run")
     _result(tmp_path / "b" / "run")
@@ -60,4 +61,5 @@ def test_the_written_table_is_what_law_fit_reads(tmp_path):
     assert result.exit_code == 0, result.output
     data = load_run_data(out)
     assert list(data.loss) == [4.2, 4.0, 3.85]
+    assert list(data.extra["vocab"]) == [256, 256, 256]  # the loss's unit travels
     assert list(data.n_total) == [2e6, 4e6, 8e6]

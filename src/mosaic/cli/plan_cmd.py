@@ -472,9 +472,11 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
     for point in trainable:
         require_physical_loss(point.result)
     document = plan_report.sweep_document(points)
+    vocab = plan_report.grid_vocab(points[0].result.space.to_dict())
     for entry in document["points"]:
         if entry["optimum"] is not None:
-            entry["optimum"]["extrapolation"] = optimum_extrapolation(law, entry["optimum"])
+            entry["optimum"]["extrapolation"] = optimum_extrapolation(law, entry["optimum"],
+                                                                      vocab)
     if calibration is not None:
         document["calibration"] = calibration_document(calibration)
     write_html(document, html, "sweep")

@@ -13,6 +13,10 @@ Every input outside its range is flagged with a ratio >= 1 that says how far out
   the count given: a point can lie inside the tokens' and the parameters' ranges and still
   train far longer per parameter than any run did (the paper's runs: 10.8-70, Table 6; a
   reviewer's trial saw the Table 3 optimum at 84 unflagged).
+- ``vocab``: the vocabulary of the runs' tokenizer, where their table records it (``mosaic
+  ladder`` and ``ladder collect`` write it): a loss is in nats per token of that tokenizer,
+  so a law fitted on byte-level runs (256) says nothing of a 50,257-token model's loss (a
+  trial planned GPT-2-vocabulary models with a byte-level law, unflagged).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import numpy as np
 
 ArrayLike = float | np.ndarray
 
-QUANTITIES = ("n_total", "n_active", "tokens", "sparsity", "split_factor", "tokens_per_param")
+QUANTITIES = ("n_total", "n_active", "tokens", "sparsity", "split_factor", "tokens_per_param",
+              "vocab")
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class ExtrapolationFlag:
     @property
     def message(self) -> str:
         where = f"the fitted range [{_fmt(self.low)}, {_fmt(self.high)}]"
+        if self.quantity == "vocab":
+            fitted = (f"{self.low:,.0f}" if self.low == self.high
+                      else f"{self.low:,.0f}-{self.high:,.0f}")
+            return (f"vocabulary {self.value:,.0f} against the runs' {fitted}: the law's loss "
+                    "is in nats per token of their tokenizer, not comparable")
         if self.quantity == "sparsity":
             fraction = "below" if self.direction == "above" else "above"
             return (f"sparsity {self.value:.4g} is {self.direction} {where}: the active "
@@ -119,13 +129,14 @@ def extrapolation_flags(
     tokens: float | None = None,
     sparsity: float | None = None,
     split_factor: float | None = None,
+    vocab: int | None = None,
 ) -> list[ExtrapolationFlag]:
     """Flags for the scalar inputs that lie outside the law's fitted range (empty: inside,
     or the law records no range: check :func:`data_support`)."""
     support = data_support(law) or {}
     given = {"n_total": n_total, "n_active": n_active, "tokens": tokens,
              "sparsity": sparsity, "split_factor": split_factor,
-             "tokens_per_param": tokens_per_param(tokens, n_active, n_total)}
+             "tokens_per_param": tokens_per_param(tokens, n_active, n_total), "vocab": vocab}
     flags = []
     for name, value in given.items():
         if value is None or name not in support:
@@ -172,7 +183,8 @@ def extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str, 
 
 
 def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarray | None = None,
-                    split_factor: np.ndarray | None = None) -> dict[str, list[float]]:
+                    split_factor: np.ndarray | None = None, vocab: np.ndarray | None = None
+                    ) -> dict[str, list[float]]:
     """The ``data_support`` block of a fit: min and max of each input over the runs."""
     def span(values: np.ndarray) -> list[float]:
         return [float(np.min(values)), float(np.max(values))]
@@ -184,4 +196,6 @@ def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarra
         support["sparsity"] = span(1.0 - np.asarray(n_active) / np.asarray(n_total))
     if split_factor is not None:
         support["split_factor"] = span(split_factor)
+    if vocab is not None:
+        support["vocab"] = span(vocab)
     return support

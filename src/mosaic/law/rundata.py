@@ -36,7 +36,11 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "top_k",
     "layers",
     "d_model",
+    "vocab",  # the tokenizer's vocabulary (the loss's unit): the law file records its range
 )
+# Optional columns a table may hold empty throughout (runs.csv from result files older than
+# the column): read as absent.
+UNRECORDED_OK = ("vocab",)
 # n_active and sparsity given together must agree to this absolute tolerance in S.
 SPARSITY_AGREEMENT_TOL = 1e-4
 
@@ -151,6 +155,8 @@ class RunData:
                         f"{source}: row {row + 1}: column '{name}' is {raw.iloc[row]!r}, "
                         "which is not a number"
                     )
+                if name in UNRECORDED_OK and np.isnan(numeric).all():
+                    continue  # written empty by a tool that did not know it (older runs)
                 columns[name] = numeric
         n_active = columns.pop("n_active", None)
         sparsity = columns.pop("sparsity", None)

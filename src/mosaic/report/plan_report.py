@@ -328,17 +328,23 @@ def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     return " ".join(parts)
 
 
+def grid_vocab(space: dict[str, Any]) -> int:
+    """The vocabulary every geometry of a plan's grid shares: the ladder's GPT-2 BPE, or the
+    backbone's (``SearchSpace.to_dict()``)."""
+    return int(space["backbone"]["vocab"]) if "backbone" in space else PAPER_VOCAB
+
+
 def grid_template_text(space: dict[str, Any]) -> str:
     """What every geometry of the grid shares beyond the searched axes: the ladder's
     vocabulary, shared experts, dense blocks and router (Sec. 3.1, Appendix A.1), or the
     backbone's (a trial found the 50,257-token vocabulary only in an export header)."""
     if "backbone" not in space:
-        return (f"the paper's ladder (Sec. 7.1): vocabulary {PAPER_VOCAB:,} (GPT-2 BPE), "
+        return (f"the paper's ladder (Sec. 7.1): vocabulary {grid_vocab(space):,} (GPT-2 BPE), "
                 f"{PAPER_SHARED_EXPERTS} shared expert, {PAPER_DENSE_LAYERS} dense first "
                 "block, Alg. 1 router; --backbone MODEL plans variants of your own model")
     model = space["backbone"]
     moe = model.get("moe") or {}
-    return (f"variants of the --backbone model: vocabulary {model['vocab']:,}, "
+    return (f"variants of the --backbone model: vocabulary {grid_vocab(space):,}, "
             f"{moe.get('shared_experts', 0)} shared expert(s), "
             f"{moe.get('dense_layers', 0)} dense block(s)")
 

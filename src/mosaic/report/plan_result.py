@@ -21,13 +21,15 @@ from mosaic.report import plan_report
 from mosaic.report.html.documents import plan_report_blocks
 
 
-def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any]) -> dict[str, Any]:
+def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any], vocab: int | None = None
+                          ) -> dict[str, Any]:
     """Which of the optimum's law inputs lie outside the law's fitted range, and how far;
-    the tokens are those the law saw (the effective data D' under --unique-tokens)."""
+    the tokens are those the law saw (the effective data D' under --unique-tokens), the
+    vocabulary the grid's (a law fitted on byte-level runs predicts nats per byte)."""
     flags = extrapolation_flags(
         law, n_total=optimum["n_total"], n_active=optimum["n_active"],
         tokens=optimum.get("effective_tokens", optimum["tokens"]), sparsity=optimum["sparsity"],
-        split_factor=optimum["split_factor"])
+        split_factor=optimum["split_factor"], vocab=vocab)
     return extrapolation_document(law, flags)
 
 
@@ -37,9 +39,9 @@ def calibration_document(calibration: Calibration) -> dict[str, Any]:
             "provenance": calibration.provenance}
 
 
-def _flags_only(law: ScalingLaw, candidate: dict[str, Any]) -> dict[str, Any]:
+def _flags_only(law: ScalingLaw, candidate: dict[str, Any], vocab: int) -> dict[str, Any]:
     """A candidate's law flags without the fitted range (the optimum's block carries it)."""
-    flags = optimum_extrapolation(law, candidate)
+    flags = optimum_extrapolation(law, candidate, vocab)
     return {k: v for k, v in flags.items() if k != "data_support"}
 
 
@@ -54,10 +56,11 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
     document = plan_report.plan_document(result, cost)
     document |= extra or {}
     document["calibration"] = calibration_document(calibration)
+    vocab = plan_report.grid_vocab(result.space.to_dict())
     for candidate in document["candidates"]:  # `export`/`compare` PLAN.json#N read them
-        candidate["extrapolation"] = _flags_only(law, candidate)
+        candidate["extrapolation"] = _flags_only(law, candidate, vocab)
     optimum = document["optimum"]
-    optimum["extrapolation"] = optimum_extrapolation(law, optimum)
+    optimum["extrapolation"] = optimum_extrapolation(law, optimum, vocab)
     coverage = candidate_assessment(result, calibration, int(result.optimum_index))
     optimum["coverage"] = coverage.to_document()
     optimum["coverage_summary"] = summary_lines(coverage)
@@ -75,7 +78,7 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
                             ("minimax_regret_choice", uncertainty.minimax_row),
                             ("optimum", int(result.ranking[0]))):
             document["uncertainty"][choice]["extrapolation"] = _flags_only(
-                law, result.candidate(int(row)))
+                law, result.candidate(int(row)), vocab)
     document.update(plan_report_blocks(result, law, calibration, uncertainty,
                                        comparison=comparison))
     return document, uncertainty

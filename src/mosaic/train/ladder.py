@@ -38,7 +38,7 @@ RUNS_CSV = "runs.csv"
 # The columns `mosaic law fit` reads (mosaic/law/rundata.py), then bookkeeping columns.
 CSV_COLUMNS = ("name", "n_total", "n_active", "sparsity", "tokens", "split_factor", "loss",
                "experts", "top_k", "layers", "d_model", "q", "final_loss", "peak_lr", "steps",
-               "wall_s", "tokens_per_s", "starved_experts")
+               "wall_s", "tokens_per_s", "starved_experts", "vocab")
 
 
 class _Strict(NoBooleanNumbers):
@@ -172,6 +172,7 @@ def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
                                         "tokens_per_s", "final_loss")}
     row["sparsity"] = 1.0 - result["n_active"] / result["n_total"]  # exactly as law fit checks
     row["starved_experts"] = result.get("starved_experts")  # absent from older result files
+    row["vocab"] = result.get("vocab")  # the loss's unit; absent from older result files
     return {"name": name, "q": q, "loss": result["smoothed_loss"], **row}
 
 

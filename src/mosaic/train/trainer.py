@@ -109,6 +109,8 @@ class TrainResult:
     # against the measured GEMM peak (run.bench_dir / achievable); None without a device peak
     mfu_paper: float | None = None
     mfu_paper_vs_achievable: float | None = None
+    # the tokenizer's vocabulary: the loss is in nats per token of it (None: older files)
+    vocab: int | None = None
 
 
 def _seed_of(*parts: int) -> int:
@@ -605,7 +607,8 @@ class Trainer:
             n_total=int(counts.n_total), n_active=int(counts.n_active),
             sparsity=float(counts.sparsity), split_factor=float(geometry.split_factor),
             experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 0,
-            layers=geometry.layers, d_model=geometry.d_model, wall_s=wall_s,
+            layers=geometry.layers, d_model=geometry.d_model, vocab=geometry.vocab,
+            wall_s=wall_s,
             tokens_per_s=tokens_per_s,
             world_size=self.context.world_size, complete=self.step >= self.total_steps,
             starved_experts=(float(np.mean(self.final_starved)) if self.final_starved
