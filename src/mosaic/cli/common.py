@@ -127,10 +127,11 @@ CalibrationOption = Annotated[str | None, typer.Option(
     "--calibration", help="calibration profile (default, paper-p6b200) or YAML file")]
 SetOption = Annotated[
     list[str] | None,
+    # (examples short enough for an 80-column help panel: rich cuts a longer word with an
+    # ellipsis, a trial read "performance.torch_c…")
     typer.Option("--set", help="override a field: block.field=value (repeatable), e.g. "
-                 "parallelism.ep=16, performance.torch_compile=false, "
-                 "performance.dp_comm_overlap=false; a run record takes its own field "
-                 "names (torch_compile=true); docs/schema.md, docs/run_records.md"),
+                 "parallelism.ep=16 or performance.precision=fp8; a run record takes its "
+                 "own field names (docs/schema.md, docs/run_records.md)"),
 ]
 JobArgument = Annotated[
     Path, typer.Argument(help="job YAML (model, parallelism, batch, performance, hardware; "

@@ -253,11 +253,14 @@ def layouts(
     mbs: Annotated[str | None, typer.Option(help="micro-batch sizes (default 1,2,4,8)")] = None,
     sharding: ShardingModes = None, checkpointing: CheckpointingModes = None,
     show_infeasible: Annotated[bool, typer.Option(
+        "--show-infeasible",
         help="list out-of-memory and rule-rejected layouts with their reasons")] = False,
     uneven_stages: Annotated[bool, typer.Option(
+        "--uneven-stages",
         help="also try pp·vpp that does not divide the layers (uneven pipeline stages)")
     ] = False,
     balanced_pipeline: Annotated[bool, typer.Option(
+        "--balanced-pipeline",
         help="split every pipeline by a balanced Megatron layout: embedding, loss and MTP "
              "modules count as layer slots (--json gives each row's layout string)")
     ] = False,
