@@ -469,6 +469,8 @@ def runs_case(rng: random.Random) -> Case:
         if rng.random() < 0.3:
             argv += ["--fit", rng.choice(["auto", "all", "stack_overhead", "chi_a2a,chi_a2a",
                                           "", ",", "bogus", "stack_overhead,nope"])]
+        if rng.random() < 0.3:
+            argv.append("--fit-memory")
     else:
         _maybe_calibration(rng, files, argv)
     if rng.random() < 0.1:
@@ -554,6 +556,33 @@ def plan_case(rng: random.Random) -> Case:
     return {"argv": argv, "files": files, "json": True, "kind": " ".join(head)}
 
 
+# A finished `mosaic train` result (ladder collect reads one per run folder).
+BASE_RESULT = {"steps": 20, "total_steps": 20, "tokens": 20480, "final_loss": 5.0,
+               "smoothed_loss": 5.18, "peak_lr": 7.7e-4, "n_total": 136128, "n_active": 67008,
+               "sparsity": 0.508, "split_factor": 1.0, "experts": 4, "top_k": 1, "layers": 4,
+               "d_model": 32, "wall_s": 1.1, "tokens_per_s": 2.1e4, "world_size": 1,
+               "complete": True, "starved_experts": 1.5, "vocab": 256,
+               "job_fingerprint": json.dumps({"ladder": {"q": 1}})}
+
+
+def collect_case(rng: random.Random) -> Case:
+    """`ladder collect` over run folders whose result.json is mutated (or not JSON)."""
+    files = {}
+    runs = rng.choice([1, 2, 3])
+    for index in range(runs):
+        mutated = mutate_document(BASE_RESULT, rng)
+        try:  # the mutation as JSON, as the trainer writes it (YAML text where not loadable)
+            document = json.dumps(yaml.safe_load(mutated), default=str).encode()
+        except yaml.YAMLError:
+            document = mutated
+        if rng.random() < 0.1:
+            document = text_mutation(document.decode(), rng)
+        files[f"runs/r{index}/result.json"] = document
+    argv = ["ladder", "collect", rng.choice(["{dir}/runs", "{dir}/runs/r0", "{dir}/none"]),
+            "--out", rng.choice(["{dir}/runs.csv", "{dir}/no/dir/runs.csv"]), "--json"]
+    return {"argv": argv, "files": files, "json": True, "kind": "ladder collect"}
+
+
 def usage_case(rng: random.Random) -> Case:
     argv = rng.choice([["bogus"], ["arch", "--no-such-flag"], ["law"], ["law", "bogus"],
                        ["perf"], ["sweep", "weeks"], ["plan", "--nodes"], ["arch", "--q"],
@@ -572,6 +601,7 @@ GENERATORS: list[tuple[float, Callable[[random.Random], Case]]] = [
     (0.12, runs_case),
     (0.16, plan_case),
     (0.04, usage_case),
+    (0.03, collect_case),
 ]
 
 

@@ -464,7 +464,8 @@ def calibrate(
         record_set.records, baselines.ids, cv_result, fitted,
         f"{len(baselines.ids)} runs of {runs.name}"
         + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out"))
-    fitted = replace(fitted, coverage=with_borrowed_residuals(coverage, start))
+    fitted = replace(fitted, coverage=with_borrowed_residuals(coverage, start,
+                                                              fitted.memory_scale))
     report["tokens_per_s_residuals_borrowed_from"] = fitted.coverage.tokens_per_s_ratio_from
     report["memory_residuals_borrowed_from"] = fitted.coverage.memory_ratio_from
     report["cross_validated"] = cv_result is not None
@@ -530,39 +531,66 @@ def _print_memory_scale(fit: dict[str, Any] | None) -> None:
     if fit is None:
         return
     held_out = fit["mape_held_out"]
+    start = fit["start_scale"]
+    over = fit["trained_over_headroom"]
     rows = [("memory scale (measured / modelled allocator memory)",
              f"{fit['scale']:.4g}" + (" (on its bound)" if fit["at_bound"] else "")),
             ("runs reporting memory", str(fit["n_runs"])),
-            ("memory MAPE unscaled / fitted", f"{_percent(fit['mape_before'])} / "
-             f"{_percent(fit['mape_after'])}"
+            *([("left out: memory above the device",
+                ", ".join(fit["left_out_implausible"]))] if fit["left_out_implausible"] else []),
+            (f"memory MAPE at the starting scale {start:.4g} / fitted",
+             f"{_percent(fit['mape_before'])} / {_percent(fit['mape_after'])}"
              + ("" if held_out is None else f" ({_percent(held_out)} held out)")),
             ("trained runs predicted above device memory",
              f"{fit['trained_over_device_before']} -> {fit['trained_over_device_after']}"),
+            ("trained runs over the planning headroom",
+             f"{len(over)}" + (f": {', '.join(over)}" if over else "")),
             ("recorded OOMs predicted to fit",
              f"{fit['ooms_predicted_to_fit_before']} -> {fit['ooms_predicted_to_fit_after']}")]
-    print_key_value_table("Memory scale" + ("" if fit["applied"] else
-                                            " (not applied: add --fit-memory to write it)"),
-                          rows)
+    title = "Memory scale"
+    if not fit["applied"]:
+        title += (f" (not refitted: the starting profile's scale {start:.4g} is kept; "
+                  "--fit-memory refits it)" if start != 1.0 else
+                  " (not applied: add --fit-memory to write it)")
+    print_key_value_table(title, rows)
 
 
 def _echo_memory_scale_notes(fit: dict[str, Any] | None, requested: bool) -> None:
-    """What a memory scale fitted on few runs, on a bound or on none deserves (stderr)."""
+    """What a memory scale fitted on few runs, on a bound, on none, or refusing layouts the
+    runs trained deserves (stderr)."""
     if fit is None:
         if requested:
-            typer.echo("note: no run reports memory (measured.memory_gib): --fit-memory "
-                       "fitted nothing, the memory model stays as derived", err=True)
+            typer.echo("note: no run reports a usable memory figure (measured.memory_gib, "
+                       "within the device's memory): --fit-memory fitted nothing, the memory "
+                       "model stays as derived", err=True)
         return
-    if fit["applied"] and fit["n_runs"] < MIN_MEMORY_SCALE_RUNS:
+    if not fit["applied"]:
+        return
+    if fit["left_out_implausible"]:
+        typer.echo(f"warning: {len(fit['left_out_implausible'])} memory figure(s) above the "
+                   "device left out of the memory scale (`mosaic validate` names them)",
+                   err=True)
+    if fit["n_runs"] < MIN_MEMORY_SCALE_RUNS:
         typer.echo(f"warning: the memory scale rests on {fit['n_runs']} run(s) (no held-out "
                    f"check below {MIN_MEMORY_SCALE_RUNS}): a layout unlike them may allocate "
                    "differently; add runs or leave out --fit-memory", err=True)
-    if fit["applied"] and fit["at_bound"]:
+    if fit["at_bound"]:
         typer.echo("warning: the memory scale ended on its bound (0.5 or 2): check what the "
                    "records' memory_gib measures (measured.memory_measure) before trusting it",
                    err=True)
+    if fit["trained_over_headroom"]:
+        fraction = fit["fraction_admitting_trained"]
+        typer.echo(f"warning: at this scale {len(fit['trained_over_headroom'])} run(s) that "
+                   "trained are predicted above the planning headroom, so `layouts` and "
+                   "`plan` would refuse their layouts: a scale fitted to reserved-memory "
+                   "figures already holds the allocator's cache the headroom is kept for"
+                   + (f"; plan with --memory-fraction {fraction:g} (layouts and perf: --set "
+                      f"hardware.usable_memory_fraction={fraction:g}), the least that admits "
+                      "them" if fraction is not None else ""), err=True)
 
 
-_CALIBRATE_TREATMENT = "those with an implausible throughput left out of the fit"
+_CALIBRATE_TREATMENT = ("those with an implausible throughput left out of the fit, those with "
+                        "an implausible memory figure out of the memory scale")
 _SKIPPED_HEADING = ("warning: {} record(s) skipped, not in the fit (`mosaic validate` names "
                     "the same; --strict fails on them)")
 

@@ -69,8 +69,8 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         tokens_per_s_ratio=tokens, tokens_per_s_shared_fraction=shared, memory_ratio=memory)
 
 
-def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration
-                            ) -> CalibrationCoverage:
+def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration,
+                            memory_scale: float | None = None) -> CalibrationCoverage:
     """``coverage`` with ``base``'s residuals where it has none of its own (tokens/s: fewer
     than MIN_SCOPE_RUNS held-out runs, or no cross-validation; memory: fewer runs reporting
     memory) and ``base`` has some: the plan then shows an interval, labelled as borrowed,
@@ -78,7 +78,11 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration
     interval, and with the memory interval its "may not fit" warning). The base's
     residuals measure the model on other clusters' runs, not on this profile's, so they are
     labelled wherever they are shown. Quantiles of another interval level (a hand-edited
-    base file) would be shown under this one's, so they are not borrowed."""
+    base file) would be shown under this one's, so they are not borrowed. Memory ratios
+    borrowed under another ``memory_scale`` than the base's are divided by the change: the
+    base's measured/predicted ratios describe its own predictions, which the new scale
+    multiplies (a trial's fitted 1.16 scale and the default's 1.095 median ratio counted the
+    same underestimate twice)."""
     lender = base.coverage
     if lender is None or not math.isclose(lender.level, coverage.level):
         return coverage
@@ -87,6 +91,12 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration
                            tokens_per_s_shared_fraction=lender.tokens_per_s_shared_fraction,
                            tokens_per_s_ratio_from=lender.tokens_per_s_ratio_from or base.name)
     if not coverage.memory_ratio and lender.memory_ratio:
-        coverage = replace(coverage, memory_ratio=lender.memory_ratio,
-                           memory_ratio_from=lender.memory_ratio_from or base.name)
+        change = (1.0 if memory_scale is None else memory_scale / base.memory_scale)
+        lent = lender.memory_ratio_from or base.name
+        coverage = replace(
+            coverage, memory_ratio=tuple(
+                replace(q, low=q.low / change, median=q.median / change, high=q.high / change)
+                for q in lender.memory_ratio),
+            memory_ratio_from=lent if change == 1.0
+            else f"{lent} (divided by the memory scale change {change:.4g})")
     return coverage

@@ -25,8 +25,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mosaic.config.run_records import RunRecord
+from mosaic.evaluate.plausibility import implausible_memory_reason
 from mosaic.evaluate.validation_report import RunPrediction, measured_like, predict_runs
 from mosaic.perf.calibration import Calibration
+from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.units import GIB
 
@@ -46,6 +48,7 @@ class MemoryScaleFit:
     scale: float
     at_bound: bool
     run_ids: tuple[str, ...]
+    start_scale: float  # the starting calibration's (1: the memory model as derived)
     mape_before: float  # with the starting calibration's scale
     mape_after: float  # in sample, with the fitted scale
     mape_held_out: float | None  # refitted without each run in turn; None for one run
@@ -53,16 +56,26 @@ class MemoryScaleFit:
     trained_over_device_after: int
     ooms_predicted_to_fit_before: int  # recorded OOMs predicted to fit the device
     ooms_predicted_to_fit_after: int
+    # figures the plausibility check refuses (above the device: per node, MiB as GiB)
+    left_out_implausible: tuple[str, ...] = ()
+    # runs that trained but are predicted, at the fitted scale, above the planning headroom
+    # `layouts` and `plan` keep (perf.headroom), and the least usable fraction admitting all
+    trained_over_headroom: tuple[str, ...] = ()
+    fraction_admitting_trained: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """The fit as a JSON-ready mapping (calibrate --json's ``memory_scale``)."""
         return {"scale": self.scale, "at_bound": self.at_bound, "n_runs": len(self.run_ids),
-                "mape_before": self.mape_before, "mape_after": self.mape_after,
+                "start_scale": self.start_scale, "mape_before": self.mape_before,
+                "mape_after": self.mape_after,
                 "mape_held_out": self.mape_held_out,
                 "trained_over_device_before": self.trained_over_device_before,
                 "trained_over_device_after": self.trained_over_device_after,
                 "ooms_predicted_to_fit_before": self.ooms_predicted_to_fit_before,
-                "ooms_predicted_to_fit_after": self.ooms_predicted_to_fit_after}
+                "ooms_predicted_to_fit_after": self.ooms_predicted_to_fit_after,
+                "left_out_implausible": list(self.left_out_implausible),
+                "trained_over_headroom": list(self.trained_over_headroom),
+                "fraction_admitting_trained": self.fraction_admitting_trained}
 
 
 def _allocator_and_offset_bytes(prediction: RunPrediction, start_scale: float
@@ -84,12 +97,20 @@ def _median_scale(log_ratios: np.ndarray) -> float:
     return _bounded(float(np.exp(np.median(log_ratios))))
 
 
+def _implausible(prediction: RunPrediction) -> bool:
+    record = prediction.record
+    return implausible_memory_reason(record.measured_memory_bytes or 0.0,
+                                     record.system.device.hbm_bytes) is not None
+
+
 def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float
                      ) -> MemoryScaleFit | None:
     """The memory scale of the runs among ``predictions`` (made with a calibration whose
-    scale is ``start_scale``) that trained and report memory; None when none does."""
-    usable = [p for p in predictions
-              if p.record.measured_memory_bytes and not p.record.oom]
+    scale is ``start_scale``) that trained and report a plausible memory figure; None when
+    none does."""
+    reporting = [p for p in predictions if p.record.measured_memory_bytes and not p.record.oom]
+    implausible = tuple(p.record.id for p in reporting if _implausible(p))
+    usable = [p for p in reporting if p.record.id not in implausible]
     parts = [_allocator_and_offset_bytes(p, start_scale) for p in usable]
     kept = [(p, allocator, offset) for p, (allocator, offset) in zip(usable, parts, strict=True)
             if allocator > 0 and (p.record.measured_memory_bytes or 0) > offset]
@@ -109,39 +130,28 @@ def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float
     if len(kept) > 1:
         loo = np.array([_median_scale(np.delete(log_ratios, i)) for i in range(len(kept))])
         held_out = mape(loo)
-    over_before, over_after = _trained_over_device(predictions, start_scale, scale)
-    fit_before, fit_after = _ooms_fitting(predictions, start_scale, scale)
+    trained = [p for p in predictions if not p.record.oom]
+    ooms = [p for p in predictions if p.record.oom]
+
+    def share_of_device(p: RunPrediction, at: float) -> float:
+        """The model's total at scale ``at`` over the run's device memory."""
+        total = at * _allocator_and_offset_bytes(p, start_scale)[0] + RUNTIME_RESERVE_BYTES
+        return total / p.record.system.device.hbm_bytes
+
+    over_headroom = tuple(p.record.id for p in trained if share_of_device(p, scale)
+                          > memory_headroom(None, p.record.workload.stack).usable_fraction)
+    shares = [share_of_device(p, scale) for p in trained]
     return MemoryScaleFit(
         scale=scale, at_bound=not math.isclose(raw, scale),
-        run_ids=tuple(p.record.id for p, _, _ in kept),
+        run_ids=tuple(p.record.id for p, _, _ in kept), start_scale=start_scale,
         mape_before=mape(start_scale), mape_after=mape(scale), mape_held_out=held_out,
-        trained_over_device_before=over_before, trained_over_device_after=over_after,
-        ooms_predicted_to_fit_before=fit_before, ooms_predicted_to_fit_after=fit_after)
-
-
-def _device_total_bytes(prediction: RunPrediction, start_scale: float, scale: float) -> float:
-    """The model's total (what ``StepPrediction.memory_bytes`` holds) at ``scale``."""
-    allocator = _allocator_and_offset_bytes(prediction, start_scale)[0]
-    return scale * allocator + float(RUNTIME_RESERVE_BYTES)
-
-
-def _over_device(prediction: RunPrediction, start_scale: float, scale: float) -> bool:
-    return (_device_total_bytes(prediction, start_scale, scale)
-            > prediction.record.system.device.hbm_bytes)
-
-
-def _trained_over_device(predictions: Sequence[RunPrediction], start_scale: float,
-                         scale: float) -> tuple[int, int]:
-    trained = [p for p in predictions if not p.record.oom]
-    return (sum(_over_device(p, start_scale, start_scale) for p in trained),
-            sum(_over_device(p, start_scale, scale) for p in trained))
-
-
-def _ooms_fitting(predictions: Sequence[RunPrediction], start_scale: float, scale: float
-                  ) -> tuple[int, int]:
-    ooms = [p for p in predictions if p.record.oom]
-    return (sum(not _over_device(p, start_scale, start_scale) for p in ooms),
-            sum(not _over_device(p, start_scale, scale) for p in ooms))
+        trained_over_device_before=sum(share_of_device(p, start_scale) > 1 for p in trained),
+        trained_over_device_after=sum(share > 1 for share in shares),
+        ooms_predicted_to_fit_before=sum(share_of_device(p, start_scale) <= 1 for p in ooms),
+        ooms_predicted_to_fit_after=sum(share_of_device(p, scale) <= 1 for p in ooms),
+        left_out_implausible=implausible, trained_over_headroom=over_headroom,
+        fraction_admitting_trained=(math.ceil(max(shares) * 100) / 100
+                                    if over_headroom and max(shares) <= 1 else None))
 
 
 def with_memory_scale(calibration: Calibration, records: Sequence[RunRecord], apply: bool
@@ -160,8 +170,8 @@ def with_memory_scale(calibration: Calibration, records: Sequence[RunRecord], ap
                 else f", {fit.mape_held_out:.1%} held out leave-one-run-out")
     source = (f"measured over modelled allocator memory: the median ratio of "
               f"{len(fit.run_ids)} run(s) (mosaic calibrate --fit-memory); memory MAPE "
-              f"{fit.mape_before:.1%} "
-              f"unscaled, {fit.mape_after:.1%} fitted{held_out}")
+              f"{fit.mape_before:.1%} at the starting scale {fit.start_scale:.4g}, "
+              f"{fit.mape_after:.1%} fitted{held_out}")
     at_bounds = (*calibration.at_bounds, "memory_scale") if fit.at_bound else calibration.at_bounds
     return replace(calibration, memory_scale=float(f"{fit.scale:.4g}"),
                    sources={**calibration.sources, "memory_scale": source},

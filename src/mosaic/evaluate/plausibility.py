@@ -84,7 +84,8 @@ def implausible_memory_reason(measured_memory_bytes: float, hbm_bytes: float) ->
     if measured_memory_bytes <= hbm_bytes * (1 + MEMORY_OVER_HBM_TOLERANCE):
         return None
     return (f"measured memory {measured_memory_bytes / GIB:,.6g} GiB per GPU is more than the "
-            f"device's {hbm_bytes / GIB:.1f} GiB: MiB or bytes given as GiB?")
+            f"device's {hbm_bytes / GIB:.1f} GiB: MiB or bytes given as GiB, or a node's "
+            "total given per GPU?")
 
 
 def implausible_record_reason(measured_tokens_per_s_per_gpu: float | None,

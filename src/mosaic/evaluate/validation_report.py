@@ -323,7 +323,10 @@ class ValidationSummary:
         oom_runs = [i for i, o in enumerate(oom) if o]
         oom_correct = oom_prediction_correct([True] * len(oom_runs),
                                              [feasible[i] for i in oom_runs])
-        memory = [(memory_gib[i] * GIB, m) for i, m in enumerate(memory_bytes) if m]
+        # an OOM run's figure is where it stopped, not its peak (a trial's OOM record with
+        # memory_gib was scored; calibrate's memory scale leaves such runs out too)
+        memory = [(memory_gib[i] * GIB, m) for i, m in enumerate(memory_bytes)
+                  if m and not oom[i]]
         memory_stats = (
             _error_stats(*(np.array(c) for c in zip(*memory, strict=True)))
             if memory
