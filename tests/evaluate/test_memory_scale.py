@@ -61,9 +61,9 @@ def test_one_runs_scale_is_its_allocator_ratio_and_reproduces_its_figure(records
 
 
 def test_the_scale_is_the_median_ratio_and_ends_on_its_bound(records):
-    """Three runs whose allocator ratios are 1.2, 1.5 and 3.0 (figures set by hand on the
-    torchtitan example): the median, 1.5, ignores the odd third; ratios all near 3 stop at
-    the upper bound, which the fit reports."""
+    """Three runs whose allocator ratios are 1.2, 1.5 and 1.6 (figures set by hand on the
+    torchtitan example, all inside its 96 GB device): the median, 1.5, ignores the odd
+    third; ratios all near 0.35 stop at the lower bound, which the fit reports."""
     run = _by_id(records, TORCHTITAN)
     base = predict_runs([run], START)[0]
     allocator = base.predicted_memory_gib * GIB - RUNTIME_RESERVE_BYTES
@@ -72,17 +72,18 @@ def test_the_scale_is_the_median_ratio_and_ends_on_its_bound(records):
         record = replace(run, measured_memory_bytes=ratio * allocator + RUNTIME_RESERVE_BYTES)
         return replace(base, record=record)
 
-    fit = fit_memory_scale([with_ratio(r) for r in (1.2, 1.5, 3.0)], 1.0)
+    fit = fit_memory_scale([with_ratio(r) for r in (1.2, 1.5, 1.6)], 1.0)
     assert fit.scale == pytest.approx(1.5) and not fit.at_bound
+    assert fit.left_out_implausible == ()
     # held out: each run tested on the median of the other two, the geometric mean of an
-    # even pair, bounded (the first's sqrt(1.5·3) = 2.12 stops at 2)
-    loo = [2.0, np.sqrt(1.2 * 3.0), np.sqrt(1.2 * 1.5)]
-    measured = np.array([1.2, 1.5, 3.0]) * allocator + RUNTIME_RESERVE_BYTES
+    # even pair
+    loo = [np.sqrt(1.5 * 1.6), np.sqrt(1.2 * 1.6), np.sqrt(1.2 * 1.5)]
+    measured = np.array([1.2, 1.5, 1.6]) * allocator + RUNTIME_RESERVE_BYTES
     expected = np.mean(np.abs((np.array(loo) * allocator + RUNTIME_RESERVE_BYTES)
                               / measured - 1))
     assert fit.mape_held_out == pytest.approx(expected)
-    high = fit_memory_scale([with_ratio(r) for r in (2.9, 3.0, 3.1)], 1.0)
-    assert high.scale == MEMORY_SCALE_BOUNDS[1] and high.at_bound
+    low = fit_memory_scale([with_ratio(r) for r in (0.3, 0.35, 0.4)], 1.0)
+    assert low.scale == MEMORY_SCALE_BOUNDS[0] and low.at_bound
 
 
 def test_a_scaled_profile_scales_the_allocator_components_in_every_search(records):
@@ -135,3 +136,57 @@ def test_calibrate_fits_the_memory_scale_only_when_asked(tmp_path):
     constants = yaml.safe_load(fitted.read_text())["constants"]
     assert constants["memory_scale"]["value"] == pytest.approx(1.40, abs=0.01)
     assert "the median ratio of 1 run(s)" in constants["memory_scale"]["source"]
+
+
+def test_figures_above_the_device_stay_out_and_the_headroom_cost_is_named(records):
+    """A node's total given per GPU (8x) is implausible: left out of the fit, named. A scale
+    putting a trained run above the 90% planning headroom names it, with the least usable
+    fraction that admits it (a trial: layouts refused what the team trained)."""
+    run = _by_id(records, TORCHTITAN)
+    base = predict_runs([run], START)[0]
+    allocator = base.predicted_memory_gib * GIB - RUNTIME_RESERVE_BYTES
+    hbm = run.system.device.hbm_bytes
+
+    def with_memory(bytes_: float, run_id: str):
+        return replace(base, record=replace(run, id=run_id, measured_memory_bytes=bytes_))
+
+    # a run whose figure puts its scaled total at 95% of the device, and one per node
+    at_95 = 0.95 * hbm
+    fit = fit_memory_scale([with_memory(at_95, "a"), with_memory(8 * at_95, "node")], 1.0)
+    assert fit.left_out_implausible == ("node",) and fit.run_ids == ("a",)
+    assert fit.scale == pytest.approx((at_95 - RUNTIME_RESERVE_BYTES) / allocator)
+    # both trained (one layout, one prediction): 95% > the 90% headroom
+    assert fit.trained_over_headroom == ("a", "node")
+    assert fit.fraction_admitting_trained == 0.95
+    assert fit_memory_scale([with_memory(8 * at_95, "node")], 1.0) is None
+
+
+def test_borrowed_memory_residuals_follow_the_scale():
+    """The base's measured/predicted memory ratios describe its own predictions: under a
+    profile whose scale is 1.2x the base's they are divided by 1.2, and labelled so."""
+    from mosaic.evaluate.coverage_fit import with_borrowed_residuals
+
+    lender = START.coverage
+    own = replace(lender, memory_ratio=(), memory_ratio_from=None)
+    borrowed = with_borrowed_residuals(own, START, memory_scale=1.2)
+    for mine, theirs in zip(borrowed.memory_ratio, lender.memory_ratio, strict=True):
+        assert mine.median == pytest.approx(theirs.median / 1.2)
+        assert mine.high == pytest.approx(theirs.high / 1.2)
+    assert borrowed.memory_ratio_from.endswith("(divided by the memory scale change 1.2)")
+    assert with_borrowed_residuals(own, START).memory_ratio == lender.memory_ratio
+
+
+def test_validate_leaves_an_oom_runs_figure_out_of_the_memory_error(tmp_path):
+    """An OOM run's memory figure is where it stopped, not its peak (a trial's was scored)."""
+    document = yaml.safe_load(EXAMPLES.read_text())
+    for run in document["runs"]:
+        if run["measured"].get("oom"):
+            run["measured"]["memory_gib"] = 78.9
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(document))
+    import json
+
+    result = CliRunner().invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.stdout)["aggregate"]["memory"]
+    assert memory["n_runs"] == 1  # the torchtitan run alone, as without the OOM's figure
