@@ -573,7 +573,7 @@ def collect_case(rng: random.Random) -> Case:
         mutated = mutate_document(BASE_RESULT, rng)
         try:  # the mutation as JSON, as the trainer writes it (YAML text where not loadable)
             document = json.dumps(yaml.safe_load(mutated), default=str).encode()
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError, TypeError, ValueError):  # (aliases, NaN keys)
             document = mutated
         if rng.random() < 0.1:
             document = text_mutation(document.decode(), rng)
