@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
 from mosaic.law import default_law
 from mosaic.law.extrapolation import (
     ExtrapolationFlag,
@@ -185,3 +186,18 @@ def test_an_empty_vocab_column_reads_as_absent():
     frame = pd.DataFrame({"n_total": [1e6, 2e6], "tokens": [1e8, 2e8], "loss": [3.0, 2.9],
                           "vocab": [None, None]})
     assert "vocab" not in RunData.from_frame(frame).extra
+
+
+def test_a_ladder_resumed_across_the_vocab_column_still_fits_and_mixed_ones_do_not():
+    """Rungs finished before the column have it empty (a review: the table was refused);
+    the runs that record it give the law its vocabulary. Two vocabularies in one table are
+    losses in two units: refused."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"n_total": [1e6, 2e6, 4e6], "tokens": [1e8, 2e8, 4e8],
+                          "loss": [3.0, 2.9, 2.8], "vocab": [None, 256, 256]})
+    data = RunData.from_frame(frame)
+    assert list(data.recorded_vocab) == [256.0]
+    frame["vocab"] = [256, 50257, None]
+    with pytest.raises(MosaicInputError, match=r"runs of 2 vocabularies \(256, 50257\)"):
+        RunData.from_frame(frame)

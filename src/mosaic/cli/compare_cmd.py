@@ -74,7 +74,7 @@ def _loss_and_flags(geometry: Any, tokens: float, law: Any) -> tuple[float | Non
     loss = float(law.predict(n_total, tokens, sparsity, geometry.split_factor))
     flags = extrapolation_flags(law, n_total=n_total, n_active=float(counts.n_active),
                                 tokens=tokens, sparsity=sparsity,
-                                split_factor=geometry.split_factor)
+                                split_factor=geometry.split_factor, vocab=geometry.vocab)
     return loss, [flag.message for flag in flags]
 
 

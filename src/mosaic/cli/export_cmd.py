@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
-from mosaic.cli.common import SetOption, error_console, guarded
+from mosaic.cli.common import CalibrationOption, SetOption, error_console, guarded
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.errors import MosaicInputError
 from mosaic.export import (
@@ -71,7 +71,8 @@ def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> Ex
     return load_export_spec_and_fit(path, overrides, model)[0]
 
 
-def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | None
+def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | None,
+                             calibration: str | None = None
                              ) -> tuple[ExportSpec, str | None]:
     """:func:`load_export_spec`, and for a job predicted not to fit its GPUs' usable memory
     the verdict to warn with (None otherwise; a plan's optimum fits by construction). The
@@ -97,7 +98,9 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     check_precision_on_device(cluster.system.device, job.workload.precision,
                               job.workload.fp8_recipe)
     try:  # and its memory verdict, where the model can cost the job
-        result = predict_job(job, load_calibration(None), cluster)
+        # (under the calibration the user plans with: a fitted memory scale moves the
+        # verdict, a review)
+        result = predict_job(job, load_calibration(calibration), cluster)
     except MosaicInputError as exc:  # e.g. offload on a GPU whose host link is not stated
         error_console.print(f"note: memory not checked: {exc}", markup=False, highlight=False,
                             soft_wrap=True)
@@ -122,6 +125,7 @@ def export_command(
     set_: SetOption = None,
     model: ModelOption = None,
     catalog: CatalogFileOption = None,
+    calibration: CalibrationOption = None,
 ) -> None:
     """Write a Megatron, NeMo, torchtitan or MaxText launch config for a job or a plan.
 
@@ -135,7 +139,7 @@ def export_command(
     if out is not None:
         check_output_file(out, "--out", inputs=[source])
     apply_catalog(catalog)
-    spec, memory_verdict = load_export_spec_and_fit(source, set_ or [], model)
+    spec, memory_verdict = load_export_spec_and_fit(source, set_ or [], model, calibration)
     result = export(spec, to)
     if out is None:
         typer.echo(result.text, nl=False)
@@ -151,7 +155,8 @@ def export_command(
     if memory_verdict is not None:
         error_console.print(f"warning: {DOES_NOT_FIT}: {memory_verdict} per GPU "
                             f"(`mosaic explain {source}`, with the "
-                            "same --set and --model, lists what would make it fit)",
+                            "same --set, --model and --calibration, lists what would make it "
+                            "fit)",
                             markup=False, highlight=False, soft_wrap=True)
 
 

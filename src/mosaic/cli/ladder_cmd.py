@@ -85,8 +85,14 @@ def train_command(
 
     config = load_train_config(job)
     if perf_job is not None:
+        if stop_after is not None or quiet:
+            raise MosaicInputError("--perf-job writes a file and trains nothing: leave out "
+                                   "--stop-after and --quiet")
         _write_perf_job(config, job, perf_job, system, gpus, out)
         return
+    if system is not None or gpus is not None:
+        raise MosaicInputError("--system and --gpus describe the cluster of --perf-job; the "
+                               "trainer runs on the devices it is started on")
     if out is None:
         raise MosaicInputError("give --out FOLDER (where the run's checkpoints and results "
                                "go), or --perf-job FILE to write its `mosaic perf` job")

@@ -25,7 +25,7 @@ from mosaic.perf.calibration import load_calibration
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import STEP_TERMS, term_meaning
-from mosaic.report.prediction_document import prediction_document
+from mosaic.report.prediction_document import memory_scale_note, prediction_document
 from mosaic.units import GIB
 
 
@@ -116,11 +116,9 @@ def _render(document: dict[str, Any]) -> None:
                 rows)
     memory = document["memory_breakdown_bytes"]
     pp = document["plan"]["pp"]
-    scale = document.get("memory_scale", 1.0)  # absent from files written before it
+    scaled = memory_scale_note(document)
     notes = [*([f"heaviest stage: pipeline rank {document['memory_stage']} of {pp}"]
-               if pp > 1 else []),
-             *([f"all but the runtime reserve x{scale:.4g}, the calibration's memory scale "
-                "fitted on your runs"] if scale != 1.0 else [])]
+               if pp > 1 else []), *([scaled] if scaled else [])]
     print_table(
         "Memory breakdown" + (f" ({'; '.join(notes)})" if notes else ""),
         ["component", "GiB", "what"],

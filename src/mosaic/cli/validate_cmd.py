@@ -389,6 +389,10 @@ def calibrate(
                                f"first (`mosaic calibrate --microbench {microbench} --out "
                                f"kernels.yaml`), then the runs over them (`mosaic calibrate "
                                f"{runs} --base kernels.yaml --out FILE`)")
+    if microbench is not None and fit_memory:
+        raise MosaicInputError("--fit-memory fits run records' memory figures; kernel tables "
+                               "(--microbench) have none: fit the tables, then `mosaic "
+                               "calibrate RUNS --base kernels.yaml --fit-memory`")
     if microbench is not None:  # measured kernel tables instead of run records
         from mosaic.cli.bench_cmd import calibrate_microbench
 
@@ -533,7 +537,7 @@ def _print_memory_scale(fit: dict[str, Any] | None) -> None:
     held_out = fit["mape_held_out"]
     start = fit["start_scale"]
     over = fit["trained_over_headroom"]
-    rows = [("memory scale (measured / modelled allocator memory)",
+    rows = [("scale (measured / modelled allocator)",
              f"{fit['scale']:.4g}" + (" (on its bound)" if fit["at_bound"] else "")),
             ("runs reporting memory", str(fit["n_runs"])),
             *([("left out: memory above the device",

@@ -78,11 +78,12 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration,
     interval, and with the memory interval its "may not fit" warning). The base's
     residuals measure the model on other clusters' runs, not on this profile's, so they are
     labelled wherever they are shown. Quantiles of another interval level (a hand-edited
-    base file) would be shown under this one's, so they are not borrowed. Memory ratios
-    borrowed under another ``memory_scale`` than the base's are divided by the change: the
-    base's measured/predicted ratios describe its own predictions, which the new scale
-    multiplies (a trial's fitted 1.16 scale and the default's 1.095 median ratio counted the
-    same underestimate twice)."""
+    base file) would be shown under this one's, so they are not borrowed. Under a memory
+    scale of this profile's own (``memory_scale`` other than the base's) the base's memory
+    ratios are divided by their median: the fitted scale is this profile's centre, so only
+    their spread is borrowed (a trial's scale of 1.16 and the default's median ratio of
+    1.095 counted one underestimate twice; dividing by the scale's change instead centred
+    the interval on the unscaled model, a review)."""
     lender = base.coverage
     if lender is None or not math.isclose(lender.level, coverage.level):
         return coverage
@@ -91,12 +92,12 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration,
                            tokens_per_s_shared_fraction=lender.tokens_per_s_shared_fraction,
                            tokens_per_s_ratio_from=lender.tokens_per_s_ratio_from or base.name)
     if not coverage.memory_ratio and lender.memory_ratio:
-        change = (1.0 if memory_scale is None else memory_scale / base.memory_scale)
         lent = lender.memory_ratio_from or base.name
+        centred = memory_scale is not None and memory_scale != base.memory_scale
         coverage = replace(
             coverage, memory_ratio=tuple(
-                replace(q, low=q.low / change, median=q.median / change, high=q.high / change)
-                for q in lender.memory_ratio),
-            memory_ratio_from=lent if change == 1.0
-            else f"{lent} (divided by the memory scale change {change:.4g})")
+                replace(q, low=q.low / q.median, median=1.0, high=q.high / q.median)
+                if centred else q for q in lender.memory_ratio),
+            memory_ratio_from=f"{lent}, its spread about this profile's memory scale"
+            if centred else lent)
     return coverage

@@ -359,7 +359,8 @@ def render(spec: ExportSpec) -> ExportResult:
     # TOML job files end with v0.2.2: later releases select a Python config with --module /
     # --config (torchtitan/config/README.md on main), so the file names its release
     lines.append("# launch (torchtitan v0.2.2, the last release read from TOML): torchrun "
-                 "--nproc_per_node 8 ... -m torchtitan.train --job.config_file FILE")
+                 f"--nproc_per_node {spec.gpus_per_node or 'GPUS_PER_NODE'} ... -m "
+                 "torchtitan.train --job.config_file FILE")
     for name, table in tables.items():
         lines += ["", f"[{name}]"]
         lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]

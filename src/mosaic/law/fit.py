@@ -371,7 +371,7 @@ def fit_law(
             "n_runs": data.n_runs,
             "data": data.source,
             "data_support": support_of_runs(data.n_total, data.tokens, data.n_active,
-                                            data.split_factor, data.extra.get("vocab")),
+                                            data.split_factor, data.recorded_vocab),
         },
     )
     return FitResult(

@@ -51,6 +51,11 @@ def _as_column(values: np.ndarray) -> np.ndarray:
     return column
 
 
+def _known_values(values: np.ndarray | None) -> list[float]:
+    """The distinct recorded (non-NaN) values of an optional column."""
+    return [] if values is None else sorted(set(values[~np.isnan(values)].tolist()))
+
+
 def _take(values: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
     return None if values is None else values[mask]
 
@@ -117,9 +122,18 @@ class RunData:
         if self.n_total.size == 0:
             raise MosaicInputError(f"{self.source}: no runs (the table is empty)")
         for name, values in columns.items():
-            _check_positive(name, values, self.source)
+            # a row that does not record its vocabulary is unknown, not wrong (a ladder
+            # resumed across the column's introduction mixes both)
+            _check_positive(name, np.where(np.isnan(values), 1.0, values)
+                            if name in UNRECORDED_OK else values, self.source)
             if name in COLUMN_RANGES:
                 _check_range(name, values, self.source)
+        vocabularies = _known_values(self.extra.get("vocab"))
+        if len(vocabularies) > 1:
+            raise MosaicInputError(
+                f"{self.source}: runs of {len(vocabularies)} vocabularies "
+                f"({', '.join(f'{v:g}' for v in vocabularies)}): their losses are in nats per "
+                "token of different tokenizers; fit one vocabulary at a time")
         if self.n_active is not None:
             over = np.flatnonzero(self.n_active > self.n_total)
             if over.size:
@@ -189,6 +203,13 @@ class RunData:
             extra=columns,
             source=source,
         )
+
+    @property
+    def recorded_vocab(self) -> np.ndarray | None:
+        """The one vocabulary the runs that record it share (a refused table mixes several),
+        as a column for the law's fitted range; None when no run records it."""
+        known = _known_values(self.extra.get("vocab"))
+        return np.array(known) if known else None
 
     @property
     def n_runs(self) -> int:

@@ -496,8 +496,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  memory_breakdown: dict[str, np.ndarray] | None = None) -> StepPrediction:
     """Step time, throughput, utilisation and memory of every plan.
 
-    ``memory_breakdown``: :func:`memory_breakdown_bytes` of these plans when the caller
-    already has it (a search that checks memory before timing); else it is computed.
+    ``memory_breakdown``: :func:`memory_breakdown_bytes` of these plans, scaled by the
+    calibration's memory scale (:func:`scaled_memory_breakdown`), when the caller already has
+    it (a search that checks memory before timing); else it is computed and scaled here.
     """
     geometry = workload.geometry
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,

@@ -99,3 +99,13 @@ def training_document(spec: JobSpec, step_time_s: float) -> dict[str, Any]:
     goodput = spec.train_goodput or 1.0
     return {"tokens": spec.train_tokens, "steps": steps, "compute_days": compute_days,
             "goodput": goodput, "window_days": compute_days / goodput}
+
+
+def memory_scale_note(document: dict[str, Any]) -> str | None:
+    """What a calibration's fitted memory scale did to a prediction's memory, for the text
+    and HTML reports alike; None without one (1, or a document written before it)."""
+    scale = document.get("memory_scale", 1.0)
+    if scale == 1.0:
+        return None
+    return (f"all but the runtime reserve x{scale:.4g}, the calibration's memory scale "
+            "fitted on your runs")

@@ -25,6 +25,7 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
+from mosaic.report.prediction_document import memory_scale_note
 
 CHECKPOINTING_COLOURS = {"none": "#4C78A8", "selective": "#54A24B", "full": "#E45756"}
 LAYOUT_COLUMNS = [
@@ -66,6 +67,7 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
         ("memory per GPU", memory_fit_text(
             document["memory_gib"], document["memory_capacity_gib"],
             document.get("usable_memory_fraction", 1.0), document["overshoot_gib"])),
+        *([("memory scale", scaled)] if (scaled := memory_scale_note(document)) else []),
         ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
         *([("memory breakdown of", f"pipeline rank {document['memory_stage']} of "
                                    f"{plan['pp']}, the heaviest")]
