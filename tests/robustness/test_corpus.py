@@ -3,6 +3,8 @@ pinned with the exit status and the words its one-line error must contain."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -23,6 +25,13 @@ FAST_PLAN = ["--q", "8", "--experts", "8,16", "--top-k", "1,2", "--split-factor"
              "--workers", "1", "--nodes", "2"]
 RUNS = (REPO / "examples/runs_example.yaml").read_text()
 HUGE = "1" + "0" * 400
+# a finished `mosaic train` result, as the trainer writes it
+RESULT = {"steps": 20, "total_steps": 20, "tokens": 20480, "final_loss": 5.0,
+          "smoothed_loss": 5.18, "peak_lr": 7.7e-4, "n_total": 136128, "n_active": 67008,
+          "sparsity": 0.508, "split_factor": 1.0, "experts": 4, "top_k": 1, "layers": 4,
+          "d_model": 32, "wall_s": 1.1, "tokens_per_s": 2.1e4, "world_size": 1,
+          "complete": True, "starved_experts": 1.5, "vocab": 256,
+          "job_fingerprint": json.dumps({"ladder": {"q": 1}})}
 
 # (id, argv, files, exit status, words in the error line)
 CASES = [
@@ -174,6 +183,17 @@ CASES = [
     ("calibrate-out-missing-dir", ["calibrate", "{dir}/r.yaml", "--out", "{dir}/no/c.yaml",
                                    "--cv", "none", "--json"],
      {"r.yaml": RUNS.encode()}, 2, "does not exist"),
+    # ladder collect over hand-broken result files (fuzz seed 58): a job fingerprint that is
+    # an object, not the JSON text the trainer writes, only loses the row's q; counts that
+    # are no numbers are named
+    ("collect-fingerprint-object", ["ladder", "collect", "{dir}/runs", "--out", "{dir}/r.csv",
+                                    "--json"],
+     {"runs/r0/result.json": json.dumps({**RESULT, "job_fingerprint": {"ladder": {}}}).encode()},
+     0, ""),
+    ("collect-count-not-a-number", ["ladder", "collect", "{dir}/runs", "--out", "{dir}/r.csv",
+                                    "--json"],
+     {"runs/r0/result.json": json.dumps({**RESULT, "n_total": "abc"}).encode()},
+     2, "must be positive numbers"),
 ]
 
 

@@ -33,6 +33,7 @@ from mosaic.train.config import (
     resolve_data_paths,
     train_config_from_mapping,
 )
+from mosaic.train.result_files import RESULT_FINGERPRINT
 
 RUNS_CSV = "runs.csv"
 # The columns `mosaic law fit` reads (mosaic/law/rundata.py), then bookkeeping columns.
@@ -182,7 +183,7 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
     folders works too), named by the folder; a run's ladder rung ``q`` from its job (0
     for a model block). MosaicInputError for a folder with no result, an unreadable one or
     a run that stopped before its token budget (its loss is not the budget's)."""
-    from mosaic.train.result_files import RESULT_FILE, RESULT_FINGERPRINT
+    from mosaic.train.result_files import RESULT_FILE
 
     found: list[Path] = []
     for folder in folders:
@@ -199,25 +200,38 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
         path = folder / RESULT_FILE
         try:
             result = json.loads(path.read_text())
-            job = json.loads(result.get(RESULT_FINGERPRINT) or "{}")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise MosaicInputError(f"{path}: not a readable mosaic result ({exc})") from None
-        if not result.get("complete", False):
+        if not isinstance(result, dict):
+            raise MosaicInputError(f"{path}: not a mosaic result (a JSON object of fields)")
+        if result.get("complete") is not True:
             raise MosaicInputError(f"{path}: the run stopped at step {result.get('steps')} of "
                                    f"{result.get('total_steps')}; finish it (rerun the same "
                                    "`mosaic train` command) or leave its folder out")
         try:
-            rows.append(csv_row(folder.name, result, int((job.get("ladder") or {}).get("q")
-                                                          or 0)))
+            rows.append(csv_row(folder.name, result, _ladder_rung(result)))
         except KeyError as exc:
             raise MosaicInputError(f"{path}: no {exc.args[0]!r}; not a `mosaic train` "
                                    "result") from None
+        except (TypeError, ZeroDivisionError) as exc:  # a count that is no number, or 0
+            raise MosaicInputError(f"{path}: n_total and n_active must be positive numbers "
+                                   f"({exc})") from None
     names = [row["name"] for row in rows]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise MosaicInputError(f"two runs share a folder name ({', '.join(twice)}): rename one "
                                "(runs.csv names each run by its folder)")
     return rows
+
+
+def _ladder_rung(result: dict[str, Any]) -> int:
+    """The ladder seed q of the job a result records (0 for a model block, or a record
+    this cannot read: q only labels the row)."""
+    try:
+        job = json.loads(result.get(RESULT_FINGERPRINT) or "{}")
+        return int((job.get("ladder") or {}).get("q") or 0)
+    except (TypeError, ValueError, AttributeError):  # (JSONDecodeError is a ValueError)
+        return 0
 
 
 def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
