@@ -172,3 +172,16 @@ def test_a_set_of_a_searched_field_is_refused_with_the_option_that_pins_it(overr
                                  override])
     assert result.exit_code == 2
     assert words in " ".join(result.output.split())
+
+
+def test_a_run_record_is_searched_under_the_planning_headroom():
+    """`validate` reads a record against its device (did it fit?); `layouts` plans the next
+    run, so a record's search keeps the 90% headroom a job file's does (a trial found a
+    record's search admitting layouts validate says layouts and plan leave out)."""
+    record = f"{EXAMPLES / 'runs_example.yaml'}#example-torchtitan-llama3.1-8b-h100-8-fsdp"
+    result = runner.invoke(app, ["layouts", record, "--top", "400", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["hardware"]["usable_memory_fraction"] == 0.9
+    capacity_gib = document["capacity_bytes"] / 2**30
+    assert all(row["memory_gib"] <= 0.9 * capacity_gib for row in document["rows"])
