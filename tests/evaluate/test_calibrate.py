@@ -137,3 +137,16 @@ def test_cross_validation_summary_by_hand():
     assert summary["max_abs_error"] == pytest.approx(0.5)
     assert summary["per_group_mape"] == pytest.approx({"a": 0.15, "b": 0.5})
     assert result.summary(np.array([True, True, True]))["dense_mape"] is None
+
+
+def test_a_fit_on_one_stack_keeps_the_default_multiplier_for_the_others():
+    """'default' is what a stack the runs lack gets: runs of one stack cannot tell it from
+    their own stack's multiplier, so a fit on them keeps the base's (a trial's megatron-core
+    fit moved a levanter job's step by 16%); a fit over several stacks fits it."""
+    one = synthetic_baselines({"torchtitan": 1.5})
+    fitted = fit_calibration(one, BASE, name="t", provenance="test", keep_unseen=True)
+    assert fitted.stack_multiplier("torchtitan") == pytest.approx(1.5, rel=1e-4)
+    assert fitted.stack_multiplier("default") == BASE.stack_multiplier("default")
+    two = synthetic_baselines({"torchtitan": 1.5, "megatron-core": 1.2})
+    refit = fit_calibration(two, BASE, name="t", provenance="test", keep_unseen=True)
+    assert refit.stack_multiplier("default") != BASE.stack_multiplier("default")
