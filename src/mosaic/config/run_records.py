@@ -89,6 +89,28 @@ class MeasuredEntry(_Strict):
     consistent: bool = True
     oom: bool = False
 
+    @field_validator("memory_measure", mode="before")
+    @classmethod
+    def _named_by_its_tool(cls, value: object) -> object:
+        """The tool or PyTorch call a figure came from, named for the value that means it
+        (a trial wrote 'nvidia-smi' and got the allowed values only)."""
+        if isinstance(value, str):
+            key = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
+            for words, meant in MEMORY_MEASURE_SOURCES.items():
+                if key in words:
+                    raise ValueError(f"{value!r} is measured as {meant!r}: write memory_measure: "
+                                     f"{meant}")
+        return value
+
+
+# What the tools and calls a memory figure comes from measure (docs/memory.md, "What a
+# memory figure measures"), spelled without separators.
+MEMORY_MEASURE_SOURCES = {
+    ("nvidiasmi", "nvml", "smi", "dcgm"): "device",
+    ("maxmemoryreserved", "reserved", "torchcudamaxmemoryreserved"): "allocator",
+    ("maxmemoryallocated", "peakactive", "active", "torchcudamaxmemoryallocated"): "allocated",
+}
+
 
 class RunRecordEntry(_Strict):
     """One entry of a run-record file's ``runs`` list in the canonical spelling.
