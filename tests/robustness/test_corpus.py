@@ -26,12 +26,7 @@ FAST_PLAN = ["--q", "8", "--experts", "8,16", "--top-k", "1,2", "--split-factor"
 RUNS = (REPO / "examples/runs_example.yaml").read_text()
 HUGE = "1" + "0" * 400
 # a finished `mosaic train` result, as the trainer writes it
-RESULT = {"steps": 20, "total_steps": 20, "tokens": 20480, "final_loss": 5.0,
-          "smoothed_loss": 5.18, "peak_lr": 7.7e-4, "n_total": 136128, "n_active": 67008,
-          "sparsity": 0.508, "split_factor": 1.0, "experts": 4, "top_k": 1, "layers": 4,
-          "d_model": 32, "wall_s": 1.1, "tokens_per_s": 2.1e4, "world_size": 1,
-          "complete": True, "starved_experts": 1.5, "vocab": 256,
-          "job_fingerprint": json.dumps({"ladder": {"q": 1}})}
+RESULT = json.loads((REPO / "examples/data/train_result_q1.json").read_text())
 
 # (id, argv, files, exit status, words in the error line)
 CASES = [
