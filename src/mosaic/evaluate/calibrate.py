@@ -165,8 +165,7 @@ def implausible_measurements(baselines: RecordBaselines, records: Sequence[RunRe
         reason = implausible_record_reason(
             record.measured_tokens_per_s_per_gpu, ratio,
             float(baselines.analytic_lane_mfu_with_attention[i]),
-            record.measured_memory_bytes, record.system.device.hbm_bytes,
-            record.memory_measure)
+            record.measured_memory_bytes, record.system.device.hbm_bytes)
         if reason is not None:
             found[run_id] = reason
     return found

@@ -100,8 +100,7 @@ def _median_scale(log_ratios: np.ndarray) -> float:
 def _implausible(prediction: RunPrediction) -> bool:
     record = prediction.record
     return implausible_memory_reason(record.measured_memory_bytes or 0.0,
-                                     record.system.device.hbm_bytes,
-                                     record.memory_measure) is not None
+                                     record.system.device.hbm_bytes) is not None
 
 
 def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float

@@ -62,7 +62,7 @@ class RunPrediction:
             measured, math.nan if measured is None
             else measured / self.predicted_tokens_per_s_per_gpu,
             self.predicted_lane_mfu_with_attention, record.measured_memory_bytes,
-            record.system.device.hbm_bytes, record.memory_measure)
+            record.system.device.hbm_bytes)
 
     @property
     def over_planning_headroom(self) -> bool:
