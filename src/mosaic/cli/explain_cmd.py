@@ -314,7 +314,7 @@ def explain(
 def _measurement_warning(measured_step_time_s: float, result: JobPrediction,
                          given: str) -> str | None:
     """A measured step that beats the device's peak (MFU with attention above 100% of the
-    GEMM lane's datasheet peak) is a unit or scale slip, refused; one more than 10x off the
+    GEMM lane's datasheet peak) is a unit or scale slip, refused; one more than 3.5x off the
     prediction is explained but warned about (:mod:`mosaic.evaluate.plausibility`).
     ``given``: the option as given (a tokens/s figure is said with the step it means)."""
     prediction = result.prediction
@@ -333,7 +333,7 @@ def _measurement_warning(measured_step_time_s: float, result: JobPrediction,
             "--measured-tokens-per-s is the cluster total, --measured-tokens-per-s-per-gpu "
             "per GPU)")
     slower = "slower" if found.throughput_ratio < 1 else "faster"
-    return (f"the measured step of {step} is {found.times_off:,.0f}x "
+    return (f"the measured step of {step} is {found.times_off_text}x "
             f"{slower} than predicted: check the units (seconds per step, not milliseconds; "
             "tokens/s as the option names it)")
 
