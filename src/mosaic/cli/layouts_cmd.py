@@ -218,7 +218,8 @@ def _render_coverage(document: dict[str, Any]) -> None:
 def _render_infeasible(infeasible: dict[str, Any]) -> None:
     plans = infeasible["out_of_memory_plans"]
     if plans:
-        _print_compact_table("Out of memory, closest to fitting first (over: GiB)",
+        _print_compact_table("Over the usable memory (out of memory, or over the planning "
+                             "headroom), closest to fitting first (over: GiB)",
                              [*TABLE_COLUMNS[1:], "over"],
                              [[*_table_cells(r), f"{r['overshoot_gib']:.2f}"] for r in plans])
     rejected = infeasible["rejected"]
