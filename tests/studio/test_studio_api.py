@@ -637,3 +637,26 @@ def test_the_plan_form_offers_the_precisions_mosaic_plan_takes(studio):
     _, options = studio.call("/api/options")
     assert {"fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4"} <= set(options["plan_precisions"])
     assert set(options["plan_precisions"]) == set(PRECISION_NAMES) - {"fp4"}
+
+
+def test_the_studio_predicts_with_the_calibration_it_was_started_with():
+    """`mosaic studio --calibration FILE`: a team's profile (its memory scale included)
+    reaches every prediction; the page says which calibration and scale it used; a bad
+    file is one line before any server starts."""
+    from dataclasses import replace
+
+    from mosaic.perf.calibration import default_calibration
+
+    scaled = replace(default_calibration(), name="acme", memory_scale=1.25)
+    running, server, thread = start_studio(calibration=scaled, plan_time_limit_s=60)
+    try:
+        status, body = running.call("/api/perf", {"form": DEFAULT_FORM})
+        assert status == 200, body
+        prediction = body["prediction"]
+        assert prediction["calibration"] == "acme" and prediction["memory_scale"] == 1.25
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    result = CliRunner().invoke(cli, ["studio", "--calibration", "/no/such/cal.yaml",
+                                      "--no-browser"])
+    assert result.exit_code == 2 and "cal.yaml" in result.output

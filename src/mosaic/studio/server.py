@@ -74,8 +74,9 @@ def require_free_port(host: str, port: int) -> None:
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None = None,
           open_browser: bool = True, plan_time_limit_s: float | None = None,
-          log: Any = print) -> None:
-    """Run the studio until interrupted."""
+          log: Any = print, calibration: Any = None) -> None:
+    """Run the studio until interrupted, predicting with ``calibration`` (default: the
+    built-in default profile)."""
     require_studio()
     import uvicorn
 
@@ -84,13 +85,15 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None =
     if not 0 < port < 65536:
         raise MosaicInputError(f"--port must be in 1..65535, got {port}")
     require_free_port(host, port)
-    app = create_app(load_job_document(job), plan_time_limit_s=plan_time_limit_s)
+    app = create_app(load_job_document(job), calibration=calibration,
+                     plan_time_limit_s=plan_time_limit_s)
     warning = bind_warning(host)
     if warning:
         log(warning)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else shown}:{port}/"
-    log(f"mosaic studio on {url} (Ctrl-C to stop)")
+    log(f"mosaic studio on {url} (Ctrl-C to stop)"
+        + ("" if calibration is None else f"; calibration {calibration.name!r}"))
     if open_browser:
         threading.Timer(1.0, lambda: webbrowser.open(url)).start()
     uvicorn.run(app, host=host, port=port, log_level="warning")

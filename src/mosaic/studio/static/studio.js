@@ -232,23 +232,27 @@
       // against the usable share of the device, as the CLI's perf.headroom.memory_fit_text
       var usable = p.usable_memory_fraction * p.memory_capacity_gib;
       $("m-memory").textContent = p.memory_gib.toFixed(2) + " of " + usable.toFixed(1) + " GiB usable (" +
-        Math.round(p.usable_memory_fraction * 100) + "% of " + p.memory_capacity_gib.toFixed(1) + " GiB)";
+        Math.round(p.usable_memory_fraction * 100) + "% of " + p.memory_capacity_gib.toFixed(1) + " GiB)" +
+        // a calibration fitted on a team's runs scales the memory model (calibrate --fit-memory)
+        (p.memory_scale && p.memory_scale !== 1 ? "; memory x" + p.memory_scale + ", the calibration's scale" : "");
       var verdict = $("m-verdict");
       if (p.feasible) {
         verdict.textContent = "fits in memory";
         verdict.className = "ok";
       } else {
-        verdict.textContent = "infeasible: out of memory by " + p.overshoot_gib.toFixed(2) +
-          " GiB (" + p.memory_gib.toFixed(2) + " GiB needed, " + usable.toFixed(1) + " GiB usable per GPU)";
+        // the CLI's verdict (out of memory, or only over the planning headroom)
+        verdict.textContent = "infeasible: " + (p.memory_fit || ("over the usable memory by " +
+          p.overshoot_gib.toFixed(2) + " GiB"));
         verdict.className = "bad";
       }
       var m = body.model;
       $("m-model").textContent = m.layers + " layers, d=" + m.d_model + ", N_tot " + si(m.n_total) +
         ", N_act " + si(m.n_active) + " (non-embedding)" + (m.experts ? ", E=" + m.experts + " K=" + m.top_k : ", dense");
       $("m-layout").textContent = body.layout + " on " + p.hardware.devices + " × " + p.hardware.system;
-      $("m-coverage").textContent = (p.coverage_summary || []).map(function (row) {
-        return row[0] + ": " + row[1];
-      }).join("; ");
+      $("m-coverage").textContent = "calibration " + p.calibration + ": " +
+        (p.coverage_summary || []).map(function (row) {
+          return row[0] + ": " + row[1];
+        }).join("; ");
       $("m-latency").textContent = "predicted in " + body.predict_ms.toFixed(1) + " ms (server, with charts " +
         body.total_ms.toFixed(1) + " ms)";
       draw("chart-step", body.figures.step);
