@@ -254,7 +254,7 @@ def test_a_plan_whose_tokens_hit_the_tpp_cap_is_marked(plans, tmp_path):
 
 def test_a_job_that_does_not_fit_has_its_tokens_and_loss_marked(tmp_path):
     """The Appendix E job without its pipeline (pp 1) needs far more than a B200 holds: its
-    tokens and loss are marked (OOM) with a line saying what they mean (found by a new-user
+    tokens and loss are marked (no fit) with a line saying what they mean (found by a new-user
     trial: they were shown as if the job ran)."""
     document = yaml.safe_load(JOB.read_text())
     document["parallelism"]["pp"] = 1
@@ -265,8 +265,8 @@ def test_a_job_that_does_not_fit_has_its_tokens_and_loss_marked(tmp_path):
     table = runner.invoke(app, ["compare", str(JOB), str(unpipelined)])
     rows = {line.split("│")[1].strip(): line for line in table.stdout.splitlines()
             if line.count("│") >= 4}
-    assert "(OOM)" in rows["loss (law)"] and rows["loss (law)"].count("(OOM)") == 1
-    assert "(OOM)" not in rows["GPU-hours"]
+    assert "(no fit)" in rows["loss (law)"] and rows["loss (law)"].count("(no fit)") == 1
+    assert "(no fit)" not in rows["GPU-hours"]
     assert "does not fit its GPUs' usable memory" in table.stdout
 
 

@@ -270,6 +270,9 @@ def test_memory_status_thresholds():
     assert MemoryStatus(50 * GIB, 100 * GIB, 0.0).status == "fits"
     assert MemoryStatus(95 * GIB, 100 * GIB, 0.0).status == "near capacity"
     assert MemoryStatus(120 * GIB, 100 * GIB, 20 * GIB).status == "out of memory"
+    # over the usable 90% but under the device: said as such, still not fitting
+    over_headroom = MemoryStatus(95 * GIB, 100 * GIB, 5 * GIB, usable_fraction=0.9)
+    assert over_headroom.status == "over the planning headroom" and not over_headroom.fits
     # against the usable budget, not the device: 85 GiB of 90 usable is near capacity
     assert MemoryStatus(85 * GIB, 100 * GIB, 0.0, usable_fraction=0.9).status == (
         "near capacity")

@@ -628,7 +628,7 @@ def test_a_plan_job_names_the_calibration_its_plan_was_predicted_with(plan_json,
         for target in ("megatron", "nemo", "torchtitan", "maxtext"):
             launch = runner.invoke(app, ["export", str(plan), "--to", target])
             assert launch.exit_code == 0, launch.output
-            assert f"planned under mosaic calibration profile '{name}'" in launch.stdout
+            assert f"predicted under mosaic calibration profile '{name}'" in launch.stdout
 
 
 def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
@@ -652,3 +652,30 @@ def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
     assert f"run it with `mosaic --catalog {catalog} perf FILE`" in result.stdout
     shipped = runner.invoke(app, ["--catalog", str(catalog), "export", str(JOB), "--to", "yaml"])
     assert "run it with `mosaic perf FILE`" in shipped.stdout
+
+
+def test_export_checks_memory_under_the_calibration_it_is_given(tmp_path, plan_json):
+    """`export --calibration FILE` costs the job's memory under that profile and its yaml
+    header says how to reproduce it; a bad profile is an error, not a note (a trial: exit 0);
+    a plan's pick belongs to the plan's profile, so --calibration on a plan is refused."""
+    import dataclasses
+
+    from mosaic.perf.calibration import default_calibration
+
+    scaled = dataclasses.replace(default_calibration(), name="acme", memory_scale=1.4)
+    profile = tmp_path / "acme.yaml"
+    profile.write_text(yaml.safe_dump(scaled.to_document()))
+    job = ["--set", "parallelism.pp=4"]
+    plain = runner.invoke(app, ["export", str(JOB), "--to", "yaml", *job])
+    assert plain.exit_code == 0 and "does not fit" not in plain.output
+    result = runner.invoke(app, ["export", str(JOB), "--to", "yaml", *job,
+                                 "--calibration", str(profile)])
+    assert result.exit_code == 0, result.output
+    assert f"`mosaic perf FILE --calibration {profile}`" in result.stdout
+    assert "WARNING: mosaic predicts this job does not fit" in result.stdout
+    missing = runner.invoke(app, ["export", str(JOB), "--to", "megatron",
+                                  "--calibration", str(tmp_path / "none.yaml")])
+    assert missing.exit_code == 2 and "none.yaml" in missing.output
+    planned = runner.invoke(app, ["export", str(plan_json), "--to", "megatron",
+                                  "--calibration", str(profile)])
+    assert planned.exit_code == 2 and "--calibration applies to job files" in planned.output

@@ -387,7 +387,7 @@ def _marks(quantity: str, side: dict[str, Any]) -> str:
         return ""
     capped = " (capped)" if quantity == "tokens" and side.get("tokens_capped") else ""
     stated = " (stated)" if quantity == "tokens" and side.get("tokens_stated") else ""
-    return capped + stated + ("" if side.get("feasible", True) else " (OOM)")
+    return capped + stated + ("" if side.get("feasible", True) else " (no fit)")
 
 
 def render(document: dict[str, Any]) -> None:
@@ -419,8 +419,9 @@ def render(document: dict[str, Any]) -> None:
         console.print("(capped): D held at the plan's tokens-per-parameter cap (--tpp), below "
                       "tokens/s x T x goodput", markup=False, highlight=False)
     if not (a.get("feasible", True) and b.get("feasible", True)):
-        console.print("(OOM): the job does not fit its GPUs' usable memory (memory per GPU "
-                      "above); its tokens and loss are what it would reach if it ran",
+        console.print("(no fit): the job does not fit its GPUs' usable memory (out of memory, "
+                      "or over the planning headroom: memory per GPU above); its tokens and "
+                      "loss are what it would reach if it ran",
                       markup=False, highlight=False)
     if document.get("assumed"):
         console.print("Assumed where not given: " + "; ".join(document["assumed"]))

@@ -65,6 +65,9 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
                            result.machine.device_name, p,
                            usable_memory_gib=usable_gib(result.machine))
     return {
+        # the profile every figure came from, and its fitted memory scale (1: as derived)
+        "calibration": calibration.name,
+        "memory_scale": calibration.memory_scale,
         "current": {
             "plan": plan_row_document(result.spec.plan.row(0)),
             "global_batch": result.spec.workload.global_batch,
@@ -131,11 +134,15 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
     }
 
 
-def _render_current(diagnosis: Diagnosis) -> None:
+def _render_current(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
     result = diagnosis.result
     p = result.prediction
     memory = diagnosis.bound.memory
+    scale = document["memory_scale"]
     print_key_value_table("Job", [
+        ("calibration", document["calibration"] + (
+            f" (memory scale x{scale:.4g} on all but the runtime reserve)" if scale != 1.0
+            else "")),
         ("hardware", result.cluster.description),
         ("layout", _layout(result.spec.plan.row(0))),
         ("global batch", f"{result.spec.workload.global_batch} x "
@@ -300,7 +307,7 @@ def explain(
     if json_output:
         print_json(document)
         return
-    _render_current(diagnosis)
+    _render_current(diagnosis, document)
     print_key_value_table("Calibration coverage (intervals from held-out residuals)",
                           [tuple(row) for row in document["coverage_summary"]])
     _render_bound(diagnosis)

@@ -82,6 +82,13 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
         if overrides or model:
             raise MosaicInputError("--set and --model apply to job files, not plan JSON "
                                    f"(write its job with `mosaic export {path} --to yaml`)")
+        if calibration is not None:  # the pick is the plan's, under the plan's profile
+            planned = (document.get("calibration") or {}).get("name", "?")
+            raise MosaicInputError(
+                f"--calibration applies to job files: {path} was planned under profile "
+                f"{planned!r}, and its pick is that plan's (plan again with --calibration "
+                f"{calibration}, or export the pick's job with --to yaml and check it with "
+                f"`mosaic perf JOB --calibration {calibration}`)")
         spec = spec_from_plan_document(document, str(path))
         check_plan_layout(spec, str(path))
         return spec, None
@@ -91,6 +98,9 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     from mosaic.perf.machine import check_precision_on_device
     from mosaic.units import GIB
 
+    # a profile asked for by name is loaded before anything is costed: a bad one is an
+    # error, as in every other command (a trial got a note and exit 0)
+    profile = load_calibration(calibration)
     job = load_job_spec(path, overrides, model_block(model))
     cluster = check_job_layout(job)  # the layout checks of `mosaic perf`, same errors
     # a precision the GPUs cannot run is refused as perf refuses it, not exported with a
@@ -100,14 +110,15 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     try:  # and its memory verdict, where the model can cost the job
         # (under the calibration the user plans with: a fitted memory scale moves the
         # verdict, a review)
-        result = predict_job(job, load_calibration(calibration), cluster)
+        result = predict_job(job, profile, cluster)
     except MosaicInputError as exc:  # e.g. offload on a GPU whose host link is not stated
         error_console.print(f"note: memory not checked: {exc}", markup=False, highlight=False,
                             soft_wrap=True)
         return replace(spec_from_job(job, str(path)),
                        warnings=(f"memory not checked: {exc}",)), None
     p, machine = result.prediction, result.machine
-    spec = spec_from_job(job, str(path))
+    # the header's `mosaic perf` line names the profile the verdict came from
+    spec = replace(spec_from_job(job, str(path)), calibration=calibration)
     if p.feasible[0]:
         return spec, None
     verdict = memory_fit_text(p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB,

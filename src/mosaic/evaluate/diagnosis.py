@@ -120,9 +120,19 @@ class MemoryStatus:
         return self.memory_bytes / self.usable_bytes
 
     @property
+    def fits(self) -> bool:
+        """Within the usable budget (the planning headroom's share of the device)."""
+        return self.overshoot_bytes <= 0
+
+    @property
     def status(self) -> str:
-        if self.overshoot_bytes > 0:
-            return "out of memory"
+        """'out of memory' above the device; 'over the planning headroom' between the usable
+        budget and the device (the wording of perf.headroom.memory_fit_text: a trial read
+        'out of memory' for a job 2 GiB under its GPUs' memory); else 'near capacity' or
+        'fits'."""
+        if not self.fits:
+            return ("out of memory" if self.memory_bytes > self.capacity_bytes
+                    else "over the planning headroom")
         return "near capacity" if self.fraction >= NEAR_CAPACITY_FRACTION else "fits"
 
 
@@ -155,7 +165,7 @@ class Bound:
         text = f"{self.time_class}-bound: {what} is {self.time_share:.0%} of the step"
         if self.time_class in PARTED_CLASSES:
             text += f", most of it {self.part} ({self.part_share:.0%} of the step)"
-        if self.memory.status == "out of memory":
+        if not self.memory.fits:
             return ("does not fit: " + memory_overshoot_text(
                 self.memory.memory_bytes, self.memory.overshoot_bytes,
                 self.memory.capacity_bytes) + " per GPU; if it fit it would be " + text)
@@ -198,7 +208,7 @@ def classify_bound(prediction: StepPrediction, capacity_bytes: float, index: int
     memory = MemoryStatus(float(prediction.memory_bytes[index]), capacity_bytes,
                           float(prediction.overshoot_bytes[index]), usable_fraction)
     return Bound(
-        limiter="memory" if memory.status == "out of memory" else time_class,
+        limiter="memory" if not memory.fits else time_class,
         time_class=time_class,
         time_share=classes[time_class] / step,
         part=part,
@@ -582,8 +592,9 @@ def memory_overshoot_text(memory_bytes: float, overshoot_bytes: float,
 
 
 def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: float) -> str:
-    return "out of memory: " + memory_overshoot_text(memory_bytes, overshoot_bytes,
-                                                     capacity_bytes)
+    what = ("out of memory" if memory_bytes > capacity_bytes
+            else "over the planning headroom")  # (as MemoryStatus.status says it)
+    return f"{what}: " + memory_overshoot_text(memory_bytes, overshoot_bytes, capacity_bytes)
 
 
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,

@@ -4,6 +4,8 @@ plan's chosen job (its optimum's model, layout and batch on the plan's hardware)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from mosaic.errors import MosaicInputError
@@ -52,7 +54,8 @@ def _perf_command(calibration: str | None, catalog: str = "") -> str:
     perf = f"mosaic {catalog}perf FILE"
     if calibration is None or calibration == DEFAULT_PROFILE:
         return f"`{perf}`"
-    if calibration in BUILT_IN_PROFILES:
-        return f"`{perf} --calibration {calibration}` (the plan's calibration)"
+    if calibration in BUILT_IN_PROFILES or Path(calibration).is_file():
+        # a profile file named on the command line (export --calibration) is its path
+        return f"`{perf} --calibration {calibration}` (the calibration it was predicted with)"
     return (f"`{perf} --calibration CAL.yaml`, CAL.yaml the file of the plan's "
             f"calibration '{calibration}'")

@@ -94,8 +94,8 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
                                           if spec.capacity_factor is not None else "")
            if g.moe else ""),
     ]
-    if spec.calibration is not None:  # a plan's profile: its numbers came from it
-        lines.append(f"planned under mosaic calibration profile '{spec.calibration}'")
+    if spec.calibration is not None:  # a plan's profile, or a job's --calibration
+        lines.append(f"predicted under mosaic calibration profile '{spec.calibration}'")
     lines += training_lines(spec)
     lines += warning_lines(spec)
     lines += [f"ASSUMED (not stated in the source): {item}"

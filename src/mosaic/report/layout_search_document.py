@@ -80,5 +80,6 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
         "rows": ranked_rows(search, top, calibration, workload, machine.device_name),
         "infeasible": infeasible_document(search, top, show_infeasible),
         "calibration": calibration.name,
+        "memory_scale": calibration.memory_scale,  # a team's fitted scale (1: as derived)
         "coverage_summary": [] if best is None else summary_lines(best),
     }

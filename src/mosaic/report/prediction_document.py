@@ -112,5 +112,4 @@ def memory_scale_note(document: dict[str, Any]) -> str | None:
     scale = document.get("memory_scale", 1.0)
     if scale == 1.0:
         return None
-    return (f"all but the runtime reserve x{scale:.4g}, the calibration's memory scale "
-            "fitted on your runs")
+    return f"all but the runtime reserve x{scale:.4g}, the calibration's memory scale"
