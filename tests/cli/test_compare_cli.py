@@ -454,3 +454,19 @@ def test_two_run_records_show_their_measurements_beside_the_prediction():
     jobs = invoke_json("compare", str(ROOT / "examples" / "appendix_e.yaml"),
                        str(ROOT / "examples" / "appendix_e.yaml"))
     assert "measured_step_time_s" not in [row["quantity"] for row in jobs["summary"]]
+
+
+def test_each_side_names_the_profile_and_memory_scale_it_was_predicted_with(tmp_path):
+    """A trial found compare's JSON silent about the profile a team passed."""
+    import dataclasses
+
+    from mosaic.perf.calibration import default_calibration
+
+    scaled = dataclasses.replace(default_calibration(), name="acme", memory_scale=1.2)
+    profile = tmp_path / "acme.yaml"
+    profile.write_text(yaml.safe_dump(scaled.to_document()))
+    doc = invoke_json("compare", str(JOB), str(JOB), "--calibration", str(profile))
+    assert (doc["a"]["calibration"], doc["a"]["memory_scale"]) == ("acme", 1.2)
+    plain = invoke_json("compare", str(JOB), str(JOB))
+    assert (plain["b"]["calibration"], plain["b"]["memory_scale"]) == ("default", 1.0)
+    assert doc["a"]["memory_gib"] > plain["a"]["memory_gib"]

@@ -85,7 +85,6 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     from mosaic.arch import count_parameters
     from mosaic.config.job_schema import resolved_job_document
     from mosaic.evaluate.job import load_job_spec, predict_job
-    from mosaic.perf.headroom import memory_fit_text
     from mosaic.report.prediction_document import prediction_document
 
     spec = load_job_spec(path, model=model, default_stack=calibration.stack)
@@ -113,8 +112,9 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "hfu": doc["hfu"], "memory_gib": doc["memory_gib"],
         "memory_capacity_gib": doc["memory_capacity_gib"], "feasible": doc["feasible"],
         "usable_memory_gib": doc["usable_memory_fraction"] * doc["memory_capacity_gib"],
-        "memory_fit": memory_fit_text(doc["memory_gib"], doc["memory_capacity_gib"],
-                                      doc["usable_memory_fraction"], doc["overshoot_gib"]),
+        "memory_fit": doc["memory_fit"],
+        # the profile the side was predicted with, and its memory scale (1: as derived)
+        "calibration": doc["calibration"], "memory_scale": doc["memory_scale"],
         "n_total": float(counts.n_total), "n_active": float(counts.n_active),
         "days": days, "goodput": goodput, "tokens": tokens, "loss": loss,
         "tokens_stated": training is not None,
