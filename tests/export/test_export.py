@@ -679,3 +679,28 @@ def test_export_checks_memory_under_the_calibration_it_is_given(tmp_path, plan_j
     planned = runner.invoke(app, ["export", str(plan_json), "--to", "megatron",
                                   "--calibration", str(profile)])
     assert planned.exit_code == 2 and "--calibration applies to job files" in planned.output
+
+
+def test_a_plan_under_a_profile_file_exports_the_path_to_pass_back(tmp_path):
+    """A plan made with `--calibration FILE` records the file, so its exported job says
+    `mosaic perf FILE --calibration <that file>` (a trial got "CAL.yaml, the file of the
+    plan's calibration 'X'")."""
+    import dataclasses
+
+    from mosaic.perf.calibration import default_calibration
+
+    profile = tmp_path / "acme.yaml"
+    profile.write_text(yaml.safe_dump(dataclasses.replace(
+        default_calibration(), name="acme", memory_scale=1.1).to_document()))
+    planned = runner.invoke(app, ["plan", "--nodes", "8", "--days", "5", "--q", "8",
+                                  "--experts", "8,16", "--top-k", "1", "--split-factor", "1",
+                                  "--calibration", str(profile), "--json"])
+    assert planned.exit_code == 0, planned.output
+    document = json.loads(planned.stdout)
+    assert document["calibration"]["file"] == str(profile)
+    assert document["calibration"]["memory_scale"] == 1.1
+    plan = tmp_path / "plan.json"
+    plan.write_text(planned.stdout)
+    job = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
+    assert job.exit_code == 0, job.output
+    assert f"`mosaic perf FILE --calibration {profile}`" in job.stdout

@@ -707,7 +707,9 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
         train_goodput=(envelope.get("goodput") or {}).get("goodput"),
-        calibration=(document.get("calibration") or {}).get("name"),
+        # the profile's file where the plan recorded one (a user's profile), else its name
+        calibration=((document.get("calibration") or {}).get("file")
+                     or (document.get("calibration") or {}).get("name")),
         gpus_per_node=envelope.get("gpus_per_node"),
     )
     return replace(spec, job=_plan_job_document(spec, envelope))

@@ -9,7 +9,7 @@ paper's own NeMo + Megatron-Core stack on AWS p6-b200, Appendix F.3 / Sec. 7.2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -121,6 +121,9 @@ class Calibration:
     microbench_document: dict[str, Any] | None = field(default=None, compare=False)
     stack: str | None = None  # the stack it describes: plans that name none use it
     coverage: CalibrationCoverage | None = field(default=None, compare=False)  # perf.coverage
+    # the file it was read from (None: a built-in profile, or built in memory): what a plan's
+    # export tells the user to pass back with --calibration
+    source_path: str | None = field(default=None, compare=False)
 
     def stack_multiplier(self, stack: str) -> float:
         """Multiplier for a software stack; the ``default`` entry (else 1.0) for a stack the
@@ -290,4 +293,4 @@ def load_calibration(source: str | Path | None) -> Calibration:
     path = Path(source)
     if not path.exists() and path.suffix not in (".yaml", ".yml", ".json"):
         built_in_calibration(str(source))  # raises: neither a file nor a profile name
-    return _from_document(load_yaml_mapping(path), str(path))
+    return replace(_from_document(load_yaml_mapping(path), str(path)), source_path=str(path))

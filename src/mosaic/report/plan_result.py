@@ -36,7 +36,11 @@ def optimum_extrapolation(law: ScalingLaw, optimum: dict[str, Any], vocab: int |
 def calibration_document(calibration: Calibration) -> dict[str, Any]:
     """Which calibration a result used, for its JSON and report."""
     return {"name": calibration.name, "description": calibration.description,
-            "provenance": calibration.provenance}
+            "provenance": calibration.provenance,
+            # the file a profile came from, which the plan's export names for --calibration
+            **({} if calibration.source_path is None else {"file": calibration.source_path}),
+            **({} if calibration.memory_scale == 1.0
+               else {"memory_scale": calibration.memory_scale})}
 
 
 def _flags_only(law: ScalingLaw, candidate: dict[str, Any], vocab: int) -> dict[str, Any]:
