@@ -130,28 +130,35 @@ def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float
     if len(kept) > 1:
         loo = np.array([_median_scale(np.delete(log_ratios, i)) for i in range(len(kept))])
         held_out = mape(loo)
+    # each run's model total over its device memory, at the starting and the fitted scale
     trained = [p for p in predictions if not p.record.oom]
     ooms = [p for p in predictions if p.record.oom]
-
-    def share_of_device(p: RunPrediction, at: float) -> float:
-        """The model's total at scale ``at`` over the run's device memory."""
-        total = at * _allocator_and_offset_bytes(p, start_scale)[0] + RUNTIME_RESERVE_BYTES
-        return total / p.record.system.device.hbm_bytes
-
-    over_headroom = tuple(p.record.id for p in trained if share_of_device(p, scale)
-                          > memory_headroom(None, p.record.workload.stack).usable_fraction)
-    shares = [share_of_device(p, scale) for p in trained]
+    trained_before, trained_after = _shares_of_device(trained, start_scale, scale)
+    ooms_before, ooms_after = _shares_of_device(ooms, start_scale, scale)
+    over_headroom = tuple(p.record.id for p, share in zip(trained, trained_after, strict=True)
+                          if share > memory_headroom(None, p.record.workload.stack)
+                          .usable_fraction)
     return MemoryScaleFit(
         scale=scale, at_bound=not math.isclose(raw, scale),
         run_ids=tuple(p.record.id for p, _, _ in kept), start_scale=start_scale,
         mape_before=mape(start_scale), mape_after=mape(scale), mape_held_out=held_out,
-        trained_over_device_before=sum(share_of_device(p, start_scale) > 1 for p in trained),
-        trained_over_device_after=sum(share > 1 for share in shares),
-        ooms_predicted_to_fit_before=sum(share_of_device(p, start_scale) <= 1 for p in ooms),
-        ooms_predicted_to_fit_after=sum(share_of_device(p, scale) <= 1 for p in ooms),
+        trained_over_device_before=int(np.sum(trained_before > 1)),
+        trained_over_device_after=int(np.sum(trained_after > 1)),
+        ooms_predicted_to_fit_before=int(np.sum(ooms_before <= 1)),
+        ooms_predicted_to_fit_after=int(np.sum(ooms_after <= 1)),
         left_out_implausible=implausible, trained_over_headroom=over_headroom,
-        fraction_admitting_trained=(math.ceil(max(shares) * 100) / 100
-                                    if over_headroom and max(shares) <= 1 else None))
+        fraction_admitting_trained=(math.ceil(trained_after.max() * 100) / 100
+                                    if over_headroom and trained_after.max() <= 1 else None))
+
+
+def _shares_of_device(predictions: Sequence[RunPrediction], start_scale: float, scale: float
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's model total (allocator part at the scale, plus the runtime reserve) over
+    its device memory, at ``start_scale`` and at ``scale``."""
+    allocator = np.array([_allocator_and_offset_bytes(p, start_scale)[0] for p in predictions])
+    hbm = np.array([p.record.system.device.hbm_bytes for p in predictions], dtype=float)
+    return ((start_scale * allocator + RUNTIME_RESERVE_BYTES) / hbm,
+            (scale * allocator + RUNTIME_RESERVE_BYTES) / hbm)
 
 
 def with_memory_scale(calibration: Calibration, records: Sequence[RunRecord], apply: bool

@@ -47,7 +47,6 @@ from mosaic.perf.memory import (
     feasibility,
     largest_components,
     memory_breakdown_bytes,
-    scaled_memory_breakdown,
     total_memory_bytes,
 )
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
@@ -484,8 +483,7 @@ def _memory_check(workload: Workload, plans: ParallelPlans, machine: Machine,
     parts: list[dict[str, np.ndarray]] = []
     for index in _chunks(len(plans), CHUNK_PLANS):
         part = plans if index.size == len(plans) else plans.take(index)
-        breakdown = scaled_memory_breakdown(memory_breakdown_bytes(workload, part),
-                                            memory_scale)
+        breakdown = memory_breakdown_bytes(workload, part, memory_scale)
         parts.append(breakdown)
         fits.append(feasibility(total_memory_bytes(breakdown), machine.hbm_bytes,
                                 machine.usable_memory_fraction)[0])

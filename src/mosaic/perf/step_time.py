@@ -65,7 +65,6 @@ from mosaic.perf.memory import (
     mean_block_activation_bytes,
     memory_breakdown_bytes,
     offloaded_blocks,
-    scaled_memory_breakdown,
     total_memory_bytes,
 )
 from mosaic.perf.microbench_constants import apply_microbench
@@ -496,9 +495,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                  memory_breakdown: dict[str, np.ndarray] | None = None) -> StepPrediction:
     """Step time, throughput, utilisation and memory of every plan.
 
-    ``memory_breakdown``: :func:`memory_breakdown_bytes` of these plans, scaled by the
-    calibration's memory scale (:func:`scaled_memory_breakdown`), when the caller already has
-    it (a search that checks memory before timing); else it is computed and scaled here.
+    ``memory_breakdown``: :func:`memory_breakdown_bytes` of these plans at the calibration's
+    memory scale, when the caller already has it (a search that checks memory before
+    timing); else it is computed here.
     """
     geometry = workload.geometry
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
@@ -514,8 +513,7 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                 f"Transformer Engine's cuDNN fused attention, and this GPU runs {kernel.kernel}")
         machine = with_fp8_attention(machine)
     # memory first: the stage parameters it finds serve the data-parallel terms below
-    memory = (scaled_memory_breakdown(memory_breakdown_bytes(workload, plans),
-                                      calibration.memory_scale)
+    memory = (memory_breakdown_bytes(workload, plans, calibration.memory_scale)
               if memory_breakdown is None else memory_breakdown)
     n_mb = n_microbatches(workload, plans).astype(float)
     dense: BlockTimes | HybridLayerTimes

@@ -50,12 +50,7 @@ from mosaic.perf.layouts import (
     with_balanced_layouts,
 )
 from mosaic.perf.machine import Machine, machine_for
-from mosaic.perf.memory import (
-    feasibility,
-    memory_breakdown_bytes,
-    scaled_memory_breakdown,
-    total_memory_bytes,
-)
+from mosaic.perf.memory import feasibility, memory_breakdown_bytes, total_memory_bytes
 from mosaic.perf.pipeline_layout import layout_text
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.step_time import StepPrediction
@@ -172,8 +167,7 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
         return LayoutOutcome(None, None, str(exc), 0, 0)
     if len(plans) == 0:
         return LayoutOutcome(None, None, _broken_rule(workload, machine, limits), 0, 0)
-    breakdown = scaled_memory_breakdown(memory_breakdown_bytes(workload, plans),
-                                        calibration.memory_scale)
+    breakdown = memory_breakdown_bytes(workload, plans, calibration.memory_scale)
     memory = total_memory_bytes(breakdown)
     fits, overshoot = feasibility(memory, machine.hbm_bytes, machine.usable_memory_fraction)
     if not fits.any():

@@ -222,10 +222,12 @@ def _heaviest_of(workload: Workload, plans: ParallelPlans, stages: tuple[Stage, 
     return breakdown, rank
 
 
-def memory_breakdown_bytes(workload: Workload, plans: ParallelPlans) -> dict[str, np.ndarray]:
+def memory_breakdown_bytes(workload: Workload, plans: ParallelPlans,
+                           memory_scale: float = 1.0) -> dict[str, np.ndarray]:
     """Per-GPU bytes on the heaviest pipeline stage, by component, one entry per plan (the
-    candidates of :func:`_candidate_stages`)."""
-    return _heaviest(workload, plans)[0]
+    candidates of :func:`_candidate_stages`), at a calibration's ``memory_scale``
+    (:func:`scaled_memory_breakdown`; 1: as derived)."""
+    return scaled_memory_breakdown(_heaviest(workload, plans)[0], memory_scale)
 
 
 def scaled_memory_breakdown(breakdown: dict[str, np.ndarray], memory_scale: float
