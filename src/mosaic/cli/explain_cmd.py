@@ -42,6 +42,7 @@ from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
+from mosaic.report.prediction_document import memory_scale_note
 
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
 
@@ -138,11 +139,9 @@ def _render_current(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
     result = diagnosis.result
     p = result.prediction
     memory = diagnosis.bound.memory
-    scale = document["memory_scale"]
+    scaled = memory_scale_note(document)
     print_key_value_table("Job", [
-        ("calibration", document["calibration"] + (
-            f" (memory scale x{scale:.4g} on all but the runtime reserve)" if scale != 1.0
-            else "")),
+        ("calibration", document["calibration"] + (f" (memory: {scaled})" if scaled else "")),
         ("hardware", result.cluster.description),
         ("layout", _layout(result.spec.plan.row(0))),
         ("global batch", f"{result.spec.workload.global_batch} x "

@@ -592,9 +592,10 @@ def memory_overshoot_text(memory_bytes: float, overshoot_bytes: float,
 
 
 def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: float) -> str:
-    what = ("out of memory" if memory_bytes > capacity_bytes
-            else "over the planning headroom")  # (as MemoryStatus.status says it)
-    return f"{what}: " + memory_overshoot_text(memory_bytes, overshoot_bytes, capacity_bytes)
+    """Why a lever's plan does not fit, in MemoryStatus's words (out of memory, or over the
+    planning headroom) with its figures."""
+    status = MemoryStatus(memory_bytes, capacity_bytes, overshoot_bytes).status
+    return f"{status}: " + memory_overshoot_text(memory_bytes, overshoot_bytes, capacity_bytes)
 
 
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,

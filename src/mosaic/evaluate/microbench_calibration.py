@@ -146,7 +146,7 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
     if device is not None and catalog is None:
         raise MosaicInputError(f"--device {device!r}: not in the hardware catalog")
     if device is not None:
-        _require_measured_on(device, catalog.name, measured_name)
+        _require_measured_on(device, catalog.name, metadata)
     if catalog is not None:
         sm = (metadata.get("sm_count") or catalog.sm_count
               or SM_COUNT.get(device_fit_key(catalog.name), 132))
@@ -174,14 +174,14 @@ def measured_on_cpu(metadata: dict[str, Any]) -> bool:
     return str(metadata.get("device_name", "")).lower().startswith("cpu")
 
 
-def _require_measured_on(device: str, catalog_name: str, measured_name: str) -> None:
+def _require_measured_on(device: str, catalog_name: str, metadata: dict[str, Any]) -> None:
     """Refuse a --device the tables were not measured on: their times are the measured
     device's, so fractions of another's datasheet peak describe neither (a trial: CPU tables
     with --device H100 wrote a GEMM fraction of 1e-5 and a 161,814 s step)."""
+    measured_name = str(metadata.get("device_name") or "unknown")
     measured = _catalog_device(measured_name)
-    cpu = measured_name.lower().startswith("cpu")
-    if cpu or (measured is not None and device_fit_key(measured.name)
-               != device_fit_key(catalog_name)):
+    if measured_on_cpu(metadata) or (measured is not None and device_fit_key(measured.name)
+                                     != device_fit_key(catalog_name)):
         raise MosaicInputError(
             f"--device {device!r}: the tables were measured on {measured_name!r} (the bench "
             "directory's metadata), not on it; fractions of its peak would describe neither "
@@ -505,7 +505,7 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
     term became 0.01 s; a trial). Tables measured on a CPU are named too."""
     warnings: list[str] = []
     device = str(metadata.get("device_name", ""))
-    if device.lower().startswith("cpu"):
+    if measured_on_cpu(metadata):
         warnings.append(f"the tables were measured on {device or 'a CPU'}: the constants "
                         "describe that CPU, so the file applies them to it alone (applies_to), "
                         "never to a GPU job; measure on the GPUs you plan for")

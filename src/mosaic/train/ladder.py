@@ -33,7 +33,7 @@ from mosaic.train.config import (
     resolve_data_paths,
     train_config_from_mapping,
 )
-from mosaic.train.result_files import RESULT_FINGERPRINT
+from mosaic.train.result_files import RESULT_FILE, RESULT_FINGERPRINT
 
 RUNS_CSV = "runs.csv"
 # The columns `mosaic law fit` reads (mosaic/law/rundata.py), then bookkeeping columns.
@@ -183,8 +183,6 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
     folders works too), named by the folder; a run's ladder rung ``q`` from its job (0
     for a model block). MosaicInputError for a folder with no result, an unreadable one or
     a run that stopped before its token budget (its loss is not the budget's)."""
-    from mosaic.train.result_files import RESULT_FILE
-
     found: list[Path] = []
     for folder in folders:
         if (folder / RESULT_FILE).is_file():
@@ -322,8 +320,6 @@ def finished_results(jobs: list[LadderJob], out_dir: Path) -> dict[str, dict[str
 
 def finished_rungs(out_dir: Path) -> list[str]:
     """Names of every finished rung under ``out_dir/runs``, whichever grid trained it."""
-    from mosaic.train.result_files import RESULT_FILE
-
     runs = out_dir / "runs"
     return sorted(path.parent.name for path in runs.glob(f"*/{RESULT_FILE}")
                   ) if runs.is_dir() else []
