@@ -22,7 +22,6 @@ from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.perf.calibration import load_calibration
-from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import STEP_TERMS, term_meaning
 from mosaic.report.prediction_document import memory_scale_note, prediction_document
@@ -83,9 +82,7 @@ def _render(document: dict[str, Any]) -> None:
             ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
             ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
             ("MFU peak", document["mfu_peak"]),
-            ("memory per GPU", memory_fit_text(
-                document["memory_gib"], document["memory_capacity_gib"],
-                document["usable_memory_fraction"], document["overshoot_gib"])),
+            ("memory per GPU", document["memory_fit"]),
             *([] if "training" not in document else [(
                 "training (training.tokens)",
                 f"{document['training']['tokens']:.4g} tokens = "
