@@ -51,6 +51,9 @@ class RunPrediction:
     feasible: bool
     # predicted MFU with causal attention against the datasheet peak of the GEMMs' precision
     predicted_lane_mfu_with_attention: float = math.nan
+    # the memory model's total, the figure `layouts` and `plan` hold against their planning
+    # headroom (predicted_memory_gib is that total read the way the record measured it)
+    model_memory_gib: float = math.nan
 
     @property
     def implausible(self) -> str | None:
@@ -67,10 +70,11 @@ class RunPrediction:
     @property
     def over_planning_headroom(self) -> bool:
         """Predicted above the usable share `mosaic layouts` and `mosaic plan` keep for the
-        run's stack (perf.headroom: 90% by default), though it may fit the device."""
+        run's stack (perf.headroom: 90% by default), though it may fit the device: the
+        model's total, as the planner checks it (not the record-measured reading)."""
         record = self.record
         usable = memory_headroom(None, record.workload.stack).usable_fraction
-        return self.predicted_memory_gib * GIB > usable * record.system.device.hbm_bytes
+        return self.model_memory_gib * GIB > usable * record.system.device.hbm_bytes
 
     @property
     def error(self) -> float | None:
@@ -138,6 +142,7 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
                 feasible=bool(step.feasible[row]),
                 predicted_lane_mfu_with_attention=float(
                     step.mfu_with_attention_gemm_lane[row]),
+                model_memory_gib=float(step.memory_bytes[row] / GIB),
             )
         done += len(members)
         if progress is not None:
