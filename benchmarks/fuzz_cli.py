@@ -571,7 +571,8 @@ def collect_case(rng: random.Random) -> Case:
         except (yaml.YAMLError, RecursionError, TypeError, ValueError):  # (aliases, NaN keys)
             document = mutated
         if rng.random() < 0.1:
-            document = text_mutation(document.decode(), rng)
+            # (a mutation may already hold bytes that are not UTF-8)
+            document = text_mutation(document.decode(errors="replace"), rng)
         files[f"runs/r{index}/result.json"] = document
     argv = ["ladder", "collect", rng.choice(["{dir}/runs", "{dir}/runs/r0", "{dir}/none"]),
             "--out", rng.choice(["{dir}/runs.csv", "{dir}/no/dir/runs.csv"]), "--json"]
