@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from mosaic.bench import attention, collectives, gemm, grouped, streams
+from mosaic.bench import attention, collectives, gemm, grouped, streams, te_grouped
 from mosaic.bench.cases import BenchOptions, Case, RunReport, run_family
 from mosaic.bench.metadata import busy_host_warning, collect
 from mosaic.bench.shapes import BenchShapes
@@ -28,7 +28,8 @@ from mosaic.bench.store import FamilyTable, ok_rows, read_family, record_metadat
 from mosaic.errors import MosaicInputError, MosaicWarning
 
 KERNEL_FAMILIES: dict[str, ModuleType] = {"gemm": gemm, "grouped": grouped,
-                                          "attention": attention, "kernels": streams}
+                                          "attention": attention, "kernels": streams,
+                                          "te_grouped": te_grouped}
 MEASURED_DIR = "measured"
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from mosaic.errors import MosaicInputError
 
-FAMILIES = ("gemm", "grouped", "attention", "kernels", "collectives")
+FAMILIES = ("gemm", "grouped", "attention", "kernels", "te_grouped", "collectives")
 METADATA_FILE = "metadata.json"
 OK = "ok"
 

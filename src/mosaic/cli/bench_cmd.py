@@ -31,7 +31,7 @@ bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enabl
                         add_completion=False)
 
 PRESETS = ("paper", "generic", "tiny")
-KERNEL_FAMILY_NAMES = ("gemm", "grouped", "attention", "kernels")
+KERNEL_FAMILY_NAMES = ("gemm", "grouped", "attention", "kernels", "te_grouped")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6,
           "MIB": 2**20, "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12,
@@ -191,7 +191,7 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
     _render_reports(reports, out, json_output, shapes.notes)
 
 
-def _family_command(family: str, doc: str) -> None:
+def _family_command(family: str, doc: str, command_name: str | None = None) -> None:
     def command(out: OutOption, job: JobOption = None, shapes_file: ShapesOption = None,
                 preset: PresetOption = None, set_: SetOption = None,
                 dry_run: DryRunFlag = False, time_budget: BudgetOption = None,
@@ -205,7 +205,7 @@ def _family_command(family: str, doc: str) -> None:
                  json_output)
 
     command.__doc__ = doc
-    bench_app.command(family)(guarded(command))
+    bench_app.command(command_name or family)(guarded(command))
 
 
 _family_command("gemm", "Dense GEMMs (forward + both backward shapes) and the achievable "
@@ -213,6 +213,8 @@ _family_command("gemm", "Dense GEMMs (forward + both backward shapes) and the ac
 _family_command("grouped", "Grouped expert GEMMs, balanced and skewed routing.")
 _family_command("attention", "Causal attention forward and backward per SDPA backend.")
 _family_command("kernels", "Element-wise, norm, cross-entropy, optimizer step, launch cost.")
+_family_command("te_grouped", "Host time of Transformer Engine's GroupedLinear by local experts "
+                "and precision (needs transformer_engine and a GPU).", "te-grouped")
 
 MinBytesOption = Annotated[str, typer.Option("--min-bytes", help="smallest message")]
 MaxBytesOption = Annotated[str, typer.Option(

@@ -37,6 +37,7 @@ from mosaic.evaluate.microbench_fit import (
     fit_gemm,
     fit_grouped_host_floor,
     fit_streaming,
+    fit_te_grouped_host_floor,
     grouped_gpu_times,
     mape,
     training_gemm_rows,
@@ -51,6 +52,7 @@ from mosaic.perf.kernels import (
     SM_COUNT,
     device_fit_key,
     flash_attention_time_s,
+    te_grouped_linear_host_floor_s,
 )
 from mosaic.perf.microbench_constants import ANY_DEVICE
 from mosaic.perf.workload import precision_lane
@@ -84,6 +86,12 @@ def _newest_id(directory: Path, frames: dict[str, pd.DataFrame]) -> str:
     return max(pool, key=lambda i: runs.get(i, {}).get("created_utc", ""))
 
 
+def _built_in_floor(backward: bool) -> tuple[float, float]:
+    """(fixed_s, per_group_s) of the built-in GroupedLinear host floor (BF16, TE 2.4, B200)."""
+    fixed_s = float(te_grouped_linear_host_floor_s(0, backward))
+    return fixed_s, float(te_grouped_linear_host_floor_s(1, backward)) - fixed_s
+
+
 def load_tables(directory: Path, metadata_id: str | None = None
                 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any], dict[str, Any] | None]:
     """(OK rows per family of one kernel run, its metadata, the collectives' metadata).
@@ -94,7 +102,8 @@ def load_tables(directory: Path, metadata_id: str | None = None
     if not directory.is_dir():
         raise MosaicInputError(f"--microbench {directory}: not a directory")
     frames = {f: ok_rows(read_family(directory, f))
-              for f in ("gemm", "grouped", "attention", "kernels", "collectives")}
+              for f in ("gemm", "grouped", "attention", "kernels", "te_grouped",
+                        "collectives")}
     runs = read_metadata(directory).get("runs", {})
     chosen = metadata_id or _newest_id(directory, frames)
     if chosen not in runs:
@@ -316,11 +325,12 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     tables, metadata, collective_meta = load_tables(directory, metadata_id)
     if any(not tables[f].empty for f in ("gemm", "grouped", "attention", "kernels")):
         ref = reference(tables, metadata, device)
-    else:  # collectives only: no kernel fractions, so no reference rates are needed
+    else:  # collectives or host floors only: no kernel fractions, so no reference rates
         catalog = _catalog_device(device or str(metadata.get("device_name")))
         ref = Reference(DeviceRates(float("nan"), float("nan"), 1),
                         catalog.name if catalog else str(metadata.get("device_name")),
-                        catalog is not None, "no kernel tables (collectives only)")
+                        catalog is not None,
+                        "no kernel rates needed (collectives or te_grouped host floors only)")
     rates = ref.rates
     # constants measured on a CPU apply to that CPU only: as "any" they rewrote every GPU
     # job's kernels (a trial: a 41 s step became 174 s, and a plan's pick changed)
@@ -374,6 +384,26 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                 "note": "model GPU time with the fitted GEMM constants vs measured "
                         "(fwd and dgrad + wgrad); host floor reported, not applied "
                         "(the model's floor is Transformer Engine's)"}
+
+    if not tables["te_grouped"].empty:
+        floors, floor_report = fit_te_grouped_host_floor(tables["te_grouped"])
+        if floors:
+            block["grouped_host_floor"] = floors
+        impl = sorted(set(tables["te_grouped"].get("impl", pd.Series(["?"])).astype(str)))
+        # each fitted number next to the built-in BF16 floor any precision gets unmeasured
+        report["families"]["te_grouped"] = {
+            "impl": impl, "per_precision": floor_report,
+            "fitted": {f"{precision}.{name}.{part}": value
+                       for precision, lines in floors.items()
+                       for name, line in lines.items()
+                       for part, value in zip(("fixed_s", "per_group_s"), line, strict=True)},
+            "built_in": {f"{precision}.{name}.{part}": value
+                         for precision in floors for name in ("fwd", "bwd")
+                         for part, value in zip(("fixed_s", "per_group_s"),
+                                                _built_in_floor(name == "bwd"), strict=True)},
+            "note": "host floor of Transformer Engine's GroupedLinear (fixed_s + per_group_s "
+                    "x local experts), applied to MoE jobs of that precision on the measured "
+                    "device; the built-in floor is TE 2.4's BF16 on a B200 host"}
 
     attention, backend = _attention_rows(tables["attention"], "measured")
     if backend is not None and not attention.empty:
@@ -440,8 +470,8 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                 "metadata_id": collective_meta["metadata_id"] if collective_meta else None}
 
     if len(block) <= 2:  # applies_to and reference only
-        raise MosaicInputError(f"{directory}: nothing to fit (no gemm, attention, kernels or "
-                               "collectives rows)")
+        raise MosaicInputError(f"{directory}: nothing to fit (no gemm, attention, kernels, "
+                               "te_grouped or collectives rows)")
     block["fit_error_percent"] = errors
     provenance = (f"mosaic calibrate --microbench on {directory.name} (metadata "
                   f"{metadata['metadata_id']}, device {metadata.get('device_name')}, torch "
@@ -591,6 +621,8 @@ def is_written(block: dict[str, Any], family: str, constant: str) -> bool:
         return constant.split(".")[0] in (block.get("attention") or {})
     if family == "host":
         return True  # dispatch_gap_s goes to the calibration's constants, never dropped
+    if family == "te_grouped":  # "fp8.fwd.fixed_s": the precision's lines
+        return constant.split(".")[0] in (block.get("grouped_host_floor") or {})
     return constant in (block.get(family) or {})
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -188,6 +189,42 @@ def fit_grouped_host_floor(rows: pd.DataFrame, rates: DeviceRates,
         fixed_s, per_group_s = np.linalg.lstsq(design, measured.to_numpy()[host], rcond=None)[0]
         out[label] = (float(fixed_s), float(per_group_s), int(host.sum()))
     return out
+
+
+def fit_te_grouped_host_floor(rows: pd.DataFrame
+                              ) -> tuple[dict[str, dict[str, list[float]]], dict[str, Any]]:
+    """Per precision of ``mosaic bench te-grouped`` rows: the line fixed_s + per_group_s ·
+    groups through the median forward time per group count ("fwd") and through forward and
+    backward less forward ("bwd"), least squares over at least two group counts; (the lines
+    of the precisions whose fits are physical, per precision a report of each fit or of why
+    it was left out). The rows are host-bound by construction (bench/te_grouped.py), so the
+    wall time per call is the host's."""
+    floors: dict[str, dict[str, list[float]]] = {}
+    report: dict[str, Any] = {}
+    for precision, group in rows.groupby("dtype"):
+        medians = group.groupby(["pass", "groups"])["time_s"].median()
+        if "fwd" not in medians or "fwd_bwd" not in medians:
+            report[str(precision)] = {"not_fitted": "needs both fwd and fwd_bwd rows"}
+            continue
+        forward = medians["fwd"]
+        backward = (medians["fwd_bwd"] - forward).dropna()
+        lines, notes = {}, []
+        for label, times in (("fwd", forward), ("bwd", backward)):
+            if len(times) < 2:
+                notes.append(f"{label}: fewer than two group counts")
+                continue
+            per_group_s, fixed_s = np.polyfit(times.index.to_numpy(float), times.to_numpy(), 1)
+            if per_group_s <= 0 or fixed_s < 0:
+                notes.append(f"{label}: fixed {fixed_s:.3g} s, per group {per_group_s:.3g} s "
+                             "is not a launch floor (host time must grow with the groups)")
+                continue
+            lines[label] = [float(fixed_s), float(per_group_s)]
+        if notes:
+            report[str(precision)] = {"not_fitted": "; ".join(notes)}
+            continue
+        floors[str(precision)] = lines
+        report[str(precision)] = {"fitted": lines, "group_counts": len(forward)}
+    return floors, report
 
 
 # --------------------------------------------------------------------------------------

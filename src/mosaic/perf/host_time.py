@@ -12,15 +12,41 @@ from mosaic.perf.kernels import te_grouped_linear_host_floor_s
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.routing_load import expert_counts_reach_host
 from mosaic.perf.shapes import local_experts
-from mosaic.perf.workload import Workload
+from mosaic.perf.workload import Fp8Recipe, Precision, Workload, precision_lane
+
+
+def floor_precision(workload: Workload) -> str | None:
+    """The precision a measured GroupedLinear host floor of ``workload``'s GEMMs is keyed by
+    (``mosaic bench te-grouped``): bf16 for 16-bit GEMMs, mxfp8 or fp8 for the FP8 lane by
+    recipe; None for FP4 (not measured)."""
+    lane = precision_lane(workload.precision)
+    if lane in (Precision.BF16, Precision.FP16):
+        return "bf16"
+    if lane == Precision.FP8:
+        return "mxfp8" if workload.fp8_recipe is Fp8Recipe.MXFP8 else "fp8"
+    return None
+
+
+def grouped_linear_host_floor_s(workload: Workload, calibration: Calibration, device_name: str,
+                                groups: np.ndarray, backward: bool) -> np.ndarray:
+    """Host floor of one GroupedLinear call over ``groups`` local experts: the line measured
+    on this device in this precision where the calibration holds one (calibrate
+    --microbench of `mosaic bench te-grouped`), else the built-in isolated-call fit."""
+    measured = calibration.microbench
+    key = floor_precision(workload)
+    if (measured is not None and key in measured.grouped_host_floor
+            and measured.applies(device_name)):
+        fixed_s, per_group_s = measured.grouped_host_floor[key][1 if backward else 0]
+        return fixed_s + per_group_s * np.asarray(groups, dtype=float)
+    return te_grouped_linear_host_floor_s(groups, backward=backward)
 
 
 def expert_gemm_host_floor_s(workload: Workload, plans: ParallelPlans, moe_blocks: np.ndarray,
-                         calibration: Calibration) -> np.ndarray:
+                         calibration: Calibration, device_name: str = "") -> np.ndarray:
     """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
     projections, forward and backward, over the E/ep local experts of each MoE block
-    (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`, an isolated-call
-    benchmark), times the calibration's ``host_in_block_factor`` (what a launch costs the
+    (:func:`grouped_linear_host_floor_s`: an isolated-call benchmark, the device's own where
+    measured), times the calibration's ``host_in_block_factor`` (what a launch costs the
     host between a training block's other kernels over what it costs alone); zero for a
     dense model."""
     moe = workload.geometry.moe
@@ -30,9 +56,9 @@ def expert_gemm_host_floor_s(workload: Workload, plans: ParallelPlans, moe_block
         # its launch is one of the layer's kernels, with no per-expert host work.
         return np.zeros(len(plans))
     experts_here = local_experts(workload, plans)
-    return calibration.host_in_block_factor * moe_blocks * 2 * (
-        te_grouped_linear_host_floor_s(experts_here)
-        + te_grouped_linear_host_floor_s(experts_here, backward=True))
+    return calibration.host_in_block_factor * moe_blocks * 2 * sum(
+        grouped_linear_host_floor_s(workload, calibration, device_name, experts_here, backward)
+        for backward in (False, True))
 
 
 def moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.ndarray:

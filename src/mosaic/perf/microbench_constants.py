@@ -17,6 +17,11 @@ Block layout (every value optional; ``source`` strings say where each came from)
       attention: {fwd: [max_fraction, seq_half_tokens, head_dim_half], bwd: [...]}
       elementwise_hbm_efficiency: 0.8
       collectives: {launch_latency_s: ..., ring_scale_up_efficiency: ..., ...}
+      grouped_host_floor: {bf16: {fwd: [fixed_s, per_group_s], bwd: [...]}, fp8: ..., mxfp8: ...}
+
+``grouped_host_floor`` (``mosaic bench te-grouped``) replaces the built-in host floor of
+Transformer Engine's GroupedLinear (:func:`~mosaic.perf.kernels.te_grouped_linear_host_floor_s`)
+for MoE jobs of that GEMM precision; other precisions keep the built-in BF16 floor.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ ANY_DEVICE = "any"
 _GEMM_FIELDS = ("max_fraction_of_peak", "k_half", "hbm_efficiency", "kernel_latency_s")
 _COLLECTIVE_FIELDS = tuple(f.name for f in fields(Interconnect)
                            if f.name.endswith(("_latency_s", "_efficiency")))
+# the precisions `mosaic bench te-grouped` measures the GroupedLinear host floor in
+FLOOR_PRECISIONS = ("bf16", "fp8", "mxfp8")
+FloorLine = tuple[float, float]  # (fixed_s, per_group_s)
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,8 @@ class MicrobenchConstants:
     attention_bwd: AttentionEfficiency | None = None
     elementwise_hbm_efficiency: float | None = None
     collectives: dict[str, float] = field(default_factory=dict)
+    # per precision: the (fwd, bwd) host-floor lines of GroupedLinear
+    grouped_host_floor: dict[str, tuple[FloorLine, FloorLine]] = field(default_factory=dict)
 
     def applies(self, device_name: str) -> bool:
         """True for a device the block was measured on (same kernel-fit key) or "any"."""
@@ -65,7 +75,8 @@ def _number(where: str, value: Any) -> float:
 def parse_block(block: dict[str, Any], where: str = "microbench") -> MicrobenchConstants:
     """Validate a calibration file's ``microbench`` block."""
     allowed = {"applies_to", "provenance", "reference", "gemm", "attention",
-               "elementwise_hbm_efficiency", "collectives", "fit_error_percent"}
+               "elementwise_hbm_efficiency", "collectives", "fit_error_percent",
+               "grouped_host_floor"}
     unknown = set(block) - allowed
     if unknown:
         raise MosaicInputError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: "
@@ -101,7 +112,34 @@ def parse_block(block: dict[str, Any], where: str = "microbench") -> MicrobenchC
     return MicrobenchConstants(
         applies_to=tuple(str(d) for d in applies_to), gemm=gemm,
         attention_fwd=attention.get("fwd"), attention_bwd=attention.get("bwd"),
-        elementwise_hbm_efficiency=elementwise, collectives=collectives)
+        elementwise_hbm_efficiency=elementwise, collectives=collectives,
+        grouped_host_floor=_parse_floors(block.get("grouped_host_floor") or {}, where))
+
+
+def _parse_floors(floors: Any, where: str) -> dict[str, tuple[FloorLine, FloorLine]]:
+    """Validate ``grouped_host_floor``: per precision, fwd and bwd [fixed_s, per_group_s],
+    each >= 0."""
+    allowed = "{precision: {fwd: [fixed_s, per_group_s], bwd: [fixed_s, per_group_s]}}"
+    if not isinstance(floors, dict):
+        raise MosaicInputError(f"{where}.grouped_host_floor={floors!r}; allowed: {allowed}")
+    parsed = {}
+    for precision, passes in floors.items():
+        key = f"{where}.grouped_host_floor.{precision}"
+        if precision not in FLOOR_PRECISIONS:
+            raise MosaicInputError(f"{key}: allowed precisions: {', '.join(FLOOR_PRECISIONS)}")
+        if not isinstance(passes, dict) or set(passes) != {"fwd", "bwd"}:
+            raise MosaicInputError(f"{key}={passes!r}; allowed: {allowed}")
+        lines = []
+        for name in ("fwd", "bwd"):
+            line = passes[name]
+            if not isinstance(line, list) or len(line) != 2:
+                raise MosaicInputError(f"{key}.{name}={line!r}; allowed: [fixed_s, per_group_s]")
+            fixed_s, per_group_s = (_number(f"{key}.{name}", v) for v in line)
+            if not (fixed_s >= 0 and per_group_s >= 0):
+                raise MosaicInputError(f"{key}.{name}={line!r}; allowed: seconds >= 0")
+            lines.append((fixed_s, per_group_s))
+        parsed[precision] = (lines[0], lines[1])
+    return parsed
 
 
 def apply_microbench(machine: Machine, constants: MicrobenchConstants | None) -> Machine:

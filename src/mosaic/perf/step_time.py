@@ -573,7 +573,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     block_terms["compute_elementwise_unfused"] = np.maximum(unfused, 0.0)
     block_terms["compute_elementwise_extra"] = ((calibration.elementwise_traffic_factor - 1.0)
                                                 * analytical_per_mb)
-    expert_host_floor = expert_gemm_host_floor_s(workload, plans, moe_blocks, calibration)
+    expert_host_floor = expert_gemm_host_floor_s(workload, plans, moe_blocks, calibration,
+                                                 machine.device_name)
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
               "moe_host_sync": moe_host_sync_s(workload, expert_host_floor),
               "activation_offload": _activation_offload_exposed_s(
