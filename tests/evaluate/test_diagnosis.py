@@ -381,9 +381,9 @@ def test_the_ep_overlap_lever_is_offered_only_where_the_stack_has_it():
     """A torchtitan MoE job was offered Megatron's --overlap-moe-expert-parallel-comm (a
     trial): the lever follows the stack's ep_comm_overlap trait (stacks.yaml)."""
     names = {}
-    for stack in ("megatron-core", "torchtitan"):
+    for stack, sharding in (("megatron-core", "zero1"), ("torchtitan", "fsdp")):
         moe = job(EXAMPLES / "appendix_e.yaml", f"performance.stack={stack}",
-                  "parallelism.vpp=1")
+                  "parallelism.vpp=1", f"parallelism.sharding={sharding}")
         machine = machine_for(moe.cluster, moe.spec.workload.precision)
         names[stack] = {lever.name for lever in rank_levers(
             moe.spec.workload, moe.spec.plan, machine, CALIBRATION)}
@@ -396,7 +396,8 @@ def test_eager_torch_job_gets_a_compile_lever_and_no_megatron_flags():
     element-wise kernels; the same job compiled is not; the bf16-reduce lever of a
     non-Megatron stack names no Megatron flag; a run without DP overlap is offered it."""
     eager = job(EXAMPLES / "appendix_e.yaml", "performance.stack=torchtitan",
-                "performance.torch_compile=false", "parallelism.vpp=1")
+                "performance.torch_compile=false", "parallelism.vpp=1",
+                "parallelism.sharding=fsdp")
     machine = machine_for(eager.cluster, eager.spec.workload.precision)
     levers = {lever.name: lever for lever in rank_levers(
         eager.spec.workload, eager.spec.plan, machine, CALIBRATION)}
@@ -503,7 +504,8 @@ def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers()
     _, nvl72 = dispatcher_levers("hardware.system=GB200-NVL72")
     assert set(nvl72) == {"dispatcher_hybridep"}
     assert not dispatcher_levers("performance.stack=paper-nemo")[1]
-    assert not dispatcher_levers("performance.stack=torchtitan", "parallelism.vpp=1")[1]
+    assert not dispatcher_levers("performance.stack=torchtitan", "parallelism.vpp=1",
+                                 "parallelism.sharding=fsdp")[1]
 
 
 def test_a_dispatcher_lever_says_why_by_where_the_ep_group_runs():

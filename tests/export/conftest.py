@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -16,3 +18,11 @@ def small_plan_text() -> str:
                                       "--split-factor", "1,2", "--json"])
     assert result.exit_code == 0, result.output
     return result.output
+
+
+@pytest.fixture(scope="session")
+def plan_json(tmp_path_factory, small_plan_text) -> Path:
+    """That plan's JSON in a file."""
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(small_plan_text)
+    return path

@@ -40,13 +40,6 @@ def deepseek_spec() -> ExportSpec:
                                   "performance.uneven_stages=true"], DEEPSEEK)
 
 
-@pytest.fixture(scope="module")
-def plan_json(tmp_path_factory, small_plan_text) -> Path:
-    path = tmp_path_factory.mktemp("plan") / "plan.json"
-    path.write_text(small_plan_text)
-    return path
-
-
 # --- Megatron-Core ---------------------------------------------------------------------
 def megatron_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)

@@ -17,6 +17,7 @@ from mosaic.export import (
     ExportSpec,
     check_target,
     export,
+    launched_job_document,
     spec_from_job,
     spec_from_plan_document,
 )
@@ -126,6 +127,39 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
     return replace(spec, warnings=(f"{DOES_NOT_FIT}: {verdict} per GPU",)), verdict
 
 
+def launched_stack_note(spec: ExportSpec, target: str) -> tuple[str | None, bool]:
+    """(A header note for a ``target`` file that runs another stack than the job was costed
+    for: the job costed again under that stack, or why it cannot be; whether it is then
+    predicted not to fit). A trial exported a Megatron-Core plan to torchtitan, which mosaic
+    predicts 21% slower and over the usable memory there, without a word."""
+    document = launched_job_document(spec, target)
+    if document is None:
+        return None, False
+    from mosaic.config.job_schema import job_from_document
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.headroom import memory_fit_text
+    from mosaic.units import GIB
+
+    stack = document["performance"]["stack"]
+    sharding = document.get("parallelism", {}).get("sharding", spec.sharding)
+    written = f" (sharding {sharding}, as the file writes it)" if sharding != spec.sharding else ""
+    head = (f"mosaic costed this job for stack {spec.stack}; a {target} file runs "
+            f"{stack}{written}")
+    how = (f"`mosaic perf JOB --set performance.stack={stack}`, or `mosaic plan --stack "
+           f"{stack}` for the layout {stack} runs best")
+    try:
+        job = job_from_document(document, f"{spec.source or 'the job'} as {stack}")
+        result = predict_job(job, load_calibration(spec.calibration))
+    except MosaicInputError as exc:
+        return f"{head}, under which mosaic cannot cost it ({exc}); {how}", False
+    p, machine = result.prediction, result.machine
+    verdict = memory_fit_text(p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB,
+                              machine.usable_memory_fraction, p.overshoot_bytes[0] / GIB)
+    return (f"{head}: under it mosaic predicts {p.step_time_s[0]:.4g} s per step, "
+            f"{p.mfu[0]:.1%} MFU; per GPU {verdict} ({how})"), not bool(p.feasible[0])
+
+
 def export_command(
     source: Annotated[Path, typer.Argument(
         help="job YAML, a run record as RUNS.yaml#ID, or the JSON of `mosaic plan "
@@ -151,6 +185,9 @@ def export_command(
         check_output_file(out, "--out", inputs=[source])
     apply_catalog(catalog)
     spec, memory_verdict = load_export_spec_and_fit(source, set_ or [], model, calibration)
+    note, note_infeasible = launched_stack_note(spec, to)
+    if note is not None:
+        spec = replace(spec, notes=(note,))
     result = export(spec, to)
     if out is None:
         typer.echo(result.text, nl=False)
@@ -163,6 +200,9 @@ def export_command(
     for item in result.unsupported:
         error_console.print(f"note: {to} cannot express: {item}", markup=False,
                             highlight=False, soft_wrap=True)
+    if note is not None:
+        error_console.print(f"{'warning' if note_infeasible else 'note'}: {note}",
+                            markup=False, highlight=False, soft_wrap=True)
     if memory_verdict is not None:
         error_console.print(f"warning: {DOES_NOT_FIT}: {memory_verdict} per GPU "
                             f"(`mosaic explain {source}`, with the "

@@ -213,6 +213,17 @@ def _render_coverage(document: dict[str, Any]) -> None:
     if others:
         console.print("Also outside the calibrated envelope: " + "; ".join(others),
                       highlight=False)
+    inside = document.get("best_inside_envelope")
+    if inside is not None:
+        best = document["rows"][0]["tokens_per_s_per_gpu"]
+        degrees = " ".join(f"{axis}{inside[axis]}" for axis in
+                           ("tp", "pp", "vpp", "cp", "ep", "etp", "dp"))
+        console.print(
+            f"Best layout inside the calibrated envelope: #{inside['rank']} ({degrees} "
+            f"{inside['sharding']} mbs{inside['micro_batch']} {inside['checkpointing']}), "
+            f"{inside['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
+            f"({inside['tokens_per_s_per_gpu'] / best - 1:+.0%} against #1): runs like it "
+            "are what the model was checked on, #1 lies beyond them", highlight=False)
 
 
 def _render_infeasible(infeasible: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import first_reason, plan_violations
+from mosaic.perf.layouts import unoffered_layout
 from mosaic.perf.machine import Machine, MeasuredTables, machine_for
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
@@ -162,4 +163,9 @@ def check_job_layout(spec: JobSpec) -> Cluster:
                 reason += "".join(f"; {note}" for note in spec.assumptions
                                   if note.startswith(VPP_DEFAULT_NOTE))
             raise MosaicInputError(f"invalid parallel layout: {reason}")
+        # what `layouts` and `plan` would refuse to search (a trial: perf costed zero1 on
+        # torchtitan, which offers none of it)
+        unoffered = unoffered_layout(spec.workload, spec.plan)
+        if unoffered is not None:
+            raise MosaicInputError(f"invalid parallel layout: {unoffered}")
     return cluster

@@ -7,7 +7,13 @@ returns the settings it could not express, so nothing is dropped silently.
 """
 
 from mosaic.export.spec import ExportSpec, spec_from_job, spec_from_plan_document
-from mosaic.export.targets import TARGETS, ExportResult, check_target, export
+from mosaic.export.targets import (
+    TARGETS,
+    ExportResult,
+    check_target,
+    export,
+    launched_job_document,
+)
 
-__all__ = ["TARGETS", "ExportResult", "ExportSpec", "check_target", "export", "spec_from_job",
-           "spec_from_plan_document"]
+__all__ = ["TARGETS", "ExportResult", "ExportSpec", "check_target", "export",
+           "launched_job_document", "spec_from_job", "spec_from_plan_document"]

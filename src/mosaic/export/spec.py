@@ -116,6 +116,8 @@ class ExportSpec:
     # mosaic's own verdicts on the job, e.g. that it does not fit its GPUs' memory: every
     # exported file's header repeats them (WARNING lines), not only stderr
     warnings: tuple[str, ...] = ()
+    # mosaic's notes on the job as the target runs it (another stack than the one costed)
+    notes: tuple[str, ...] = ()
     # the tokens to train: a plan's D (its optimum's tokens) or a job's training.tokens;
     # None where the source gives no budget
     train_tokens: float | None = None

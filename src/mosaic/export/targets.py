@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import ExportSpec
@@ -35,6 +36,41 @@ TARGETS = ("megatron", "nemo", "torchtitan", "maxtext", "yaml")
 # the targets with a hybrid SSM/attention model: Megatron-Core's hybrid model (Megatron-LM
 # pretrain_hybrid.py, Megatron-Bridge's MambaModelProvider), and the job file itself
 HYBRID_TARGETS = ("megatron", "nemo", "yaml")
+
+
+# The stacks whose runs each target's file launches (mosaic.stacks names): a job of another
+# stack was costed with other kernels, schedules and defaults than the file runs with, so
+# the export costs it again under the first one (the yaml target writes the job itself).
+LAUNCHED_STACKS = {"megatron": ("megatron-core", "megatron-bridge", "paper-nemo", "other"),
+                   "nemo": ("megatron-bridge", "megatron-core", "paper-nemo", "other"),
+                   "torchtitan": ("torchtitan",), "maxtext": ("jax-xla",)}
+
+
+def launched_stack(target: str, stack: str) -> str | None:
+    """The stack a ``target`` file of a ``stack`` job runs with, where it is another one
+    (None: the same, or the yaml target)."""
+    launched = LAUNCHED_STACKS.get(target)
+    return None if launched is None or stack in launched else launched[0]
+
+
+def launched_job_document(spec: ExportSpec, target: str) -> dict[str, Any] | None:
+    """The job document of ``spec`` as a ``target`` file runs it, where that is another
+    stack (:func:`launched_stack`): that stack, no release of the former one, and the
+    sharding the file writes (torchtitan: FSDP2 for zero1 and zero2); None otherwise."""
+    stack = launched_stack(target, spec.stack)
+    if stack is None or not spec.job:
+        return None
+    document = {**dict(spec.job)}
+    performance = {k: v for k, v in (document.get("performance") or {}).items()
+                   if k != "stack_version"}
+    document["performance"] = {**performance, "stack": stack}
+    if target == "torchtitan":
+        from mosaic.export.torchtitan import launched_sharding
+
+        parallelism = {**(document.get("parallelism") or {})}
+        parallelism["sharding"] = launched_sharding(spec.sharding)
+        document["parallelism"] = parallelism
+    return document
 
 
 def check_target(target: str) -> None:
@@ -96,6 +132,7 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
     ]
     if spec.calibration is not None:  # a plan's profile, or a job's --calibration
         lines.append(f"predicted under mosaic calibration profile '{spec.calibration}'")
+    lines += [f"NOTE: {item}" for item in spec.notes]
     lines += training_lines(spec)
     lines += warning_lines(spec)
     lines += [f"ASSUMED (not stated in the source): {item}"

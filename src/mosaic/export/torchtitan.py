@@ -94,7 +94,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                            "came later, torchtitan/components/quantization/nvfp4.md on main); "
                            "exported in bf16")
     replicate, shard = spec.dp, 1
-    if spec.sharding in ("zero1", "zero2", "fsdp"):
+    if launched_sharding(spec.sharding) == "fsdp":
         replicate, shard = 1, spec.dp
     elif spec.sharding == "hsdp":
         replicate, shard = spec.hsdp_replicas, spec.dp // spec.hsdp_replicas
@@ -170,14 +170,23 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     return tables, unsupported
 
 
+def launched_sharding(sharding: str) -> str:
+    """The sharding mode a torchtitan file of a ``sharding`` job runs: FSDP2 (fully_shard)
+    for zero1, zero2 and fsdp (:func:`sharding_notes`), else the same."""
+    return "fsdp" if sharding in ("zero1", "zero2", "fsdp") else sharding
+
+
 def compile_table(spec: ExportSpec) -> dict[str, Any]:
     """``[compile]`` as costed: ``enable`` is the job's torch_compile, else the stack's
     default (torchtitan's is on: mosaic costs Inductor's kernels, while v0.2.2's
     Compile.enable defaults to false); ``components`` names the loss only where mosaic costed
     a compiled loss (Compile.components defaults to ['model', 'loss'], and
     components/loss.py compiles the loss then: 4 B per logit against the eager fp32 loss's
-    12, docs/memory.md; a job that states none gets it, :func:`mosaic.stacks.default_loss`)."""
-    traits = get_stack(spec.stack)
+    12, docs/memory.md; a job that states none gets it, :func:`mosaic.stacks.default_loss`).
+    The stack's default is torchtitan's whatever stack the job was costed for: the file runs
+    torchtitan, and the export's note costs it so (a trial: a Megatron-Core plan was written
+    with compile off and costed with it on)."""
+    traits = get_stack("torchtitan")
     enable = traits.torch_compile if spec.torch_compile is None else spec.torch_compile
     if not enable:  # an eager model with a stated compiled loss compiles the loss alone
         if spec.cross_entropy == "compiled":

@@ -260,6 +260,19 @@ def outside_dimensions(coverage: CalibrationCoverage, *, device: str, stack: str
     return outside
 
 
+def degrees_inside(coverage: CalibrationCoverage, degrees: Mapping[str, np.ndarray]
+                   ) -> np.ndarray:
+    """Per plan, whether its parallel degrees (``degrees``: name -> array over plans) all lie
+    in the calibrated ranges, as :func:`outside_dimensions` checks one plan's."""
+    inside = np.ones(len(next(iter(degrees.values()))), dtype=bool)
+    for name in DEGREES:
+        if name in coverage.degrees and name in degrees:
+            low, high = coverage.degrees[name]
+            values = np.asarray(degrees[name])
+            inside &= (values >= low) & (values <= high)
+    return inside
+
+
 @dataclass(frozen=True)
 class Interval:
     """An interval of a predicted quantity from the residual quantiles of one scope."""

@@ -276,6 +276,23 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
     return replace(limits, **changes) if changes else limits
 
 
+def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -> str | None:
+    """Why plan ``index`` uses a sharding mode, vpp or pp its stack does not offer (stack
+    traits ``layout_sharding``, ``layout_vpp``, ``layout_pp``: what `layouts` and `plan`
+    search), in the words of :func:`stack_limits`; None when it offers them all."""
+    traits = workload.traits
+    sharding = Sharding(int(plans.sharding[index])).name.lower()
+    if traits.layout_sharding is not None and sharding not in traits.layout_sharding:
+        return (f"layout sharding: stack {traits.name!r} offers only "
+                f"{', '.join(traits.layout_sharding)} (not {sharding})")
+    vpp, pp = int(plans.vpp[index]), int(plans.pp[index])
+    if traits.layout_vpp is not None and vpp not in traits.layout_vpp:
+        return f"layout vpp: stack {traits.name!r} offers only vpp in {traits.layout_vpp}"
+    if traits.layout_pp is not None and pp not in traits.layout_pp:
+        return f"layout pp: stack {traits.name!r} offers only pp in {traits.layout_pp}"
+    return None
+
+
 def _pipeline_shapes(workload: Workload, n_devices: int, limits: LayoutLimits
                      ) -> list[tuple[int, int]]:
     """The (pp, vpp) shapes a search of ``workload`` tries, pp not dividing the layers too."""
