@@ -325,6 +325,10 @@ def test_launch_requirements_and_unwritable_norms_are_named():
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in notes(**{"parallelism.tp": "2"})
     hopper = {"parallelism.tp": "2", "hardware.node_type": "p5.48xlarge"}
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in notes(**hopper)
+    # with Megatron-FSDP validate_args only warns: the two want different settings
+    fsdp = notes(**hopper, **{"parallelism.sharding": "fsdp"})
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 in the launch" not in fsdp
+    assert "(1 for TP/CP, unset for Megatron-FSDP)" in fsdp
     for target in ("maxtext", "torchtitan"):
         assert any(n.startswith("LayerNorm: ") for n in export(_appendix_e(), target).unsupported)
 

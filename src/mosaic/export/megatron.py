@@ -52,6 +52,15 @@ MEGATRON_CORE_HANDLED = frozenset({
 CUDA_CONNECTIONS_ENV = ("tp or cp > 1 on Hopper or an earlier GPU: set "
                         "CUDA_DEVICE_MAX_CONNECTIONS=1 in the launch environment "
                         "(validate_args asserts it; not needed from Blackwell on)")
+# ... and with Megatron-FSDP (or the EP overlap) it only warns: TP/CP want
+# CUDA_DEVICE_MAX_CONNECTIONS=1, FSDP and the EP overlap more connections, so one of them
+# loses its overlap (validate_args warn_rank_0, arguments.py @ d98e8a64dd); mosaic costs both
+# overlapping (a planner trial)
+CUDA_CONNECTIONS_CONFLICT = ("tp or cp > 1 with {what} on Hopper or an earlier GPU: "
+                             "Megatron-LM warns that they want different "
+                             "CUDA_DEVICE_MAX_CONNECTIONS (1 for TP/CP, unset for {what}), so "
+                             "one of them overlaps less than mosaic costs; from Blackwell on "
+                             "the setting is not needed")
 # Transformer Engine reads this at import time to register its fused grouped MLP; without it
 # Megatron-Core's experts run unfused (megatron/core/transformer/moe/experts.py @ d98e8a64dd)
 FUSED_GROUPED_MLP_ENV = ("the fused grouped MLP also needs NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in "
@@ -216,6 +225,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if ((spec.tp > 1 or spec.cp > 1) and not spec.megatron_fsdp and not spec.ep_overlap
             and spec.architecture != "blackwell"):  # unknown (a plan): said, conditionally
         unsupported.append(CUDA_CONNECTIONS_ENV)
+    elif (spec.tp > 1 or spec.cp > 1) and spec.architecture != "blackwell":
+        unsupported.append(CUDA_CONNECTIONS_CONFLICT.format(
+            what="Megatron-FSDP" if spec.megatron_fsdp else "the EP communication overlap"))
     if spec.fused_grouped_mlp:
         # TransformerConfig use_transformer_engine_op_fuser and moe_mlp_glu_interleave_size,
         # exposed as flags by megatron/training/argument_utils.py ArgumentGroupFactory
