@@ -598,8 +598,6 @@ def test_a_model_grid_plans_around_the_editors_model_as_plan_backbone_does(studi
     status, body = studio.call("/api/plan", {"form": {**form, "plan.grid": "zoo"},
                                              "job": job_form})
     assert status == 422 and "allowed: ladder, model" in body["errors"]["plan.grid"]
-    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.layers": "12"}})
-    assert status == 422 and "plan.layers" in body["errors"], body
 
 
 def test_an_unchanged_plan_form_plans_what_mosaic_plan_plans():
@@ -660,3 +658,34 @@ def test_the_studio_predicts_with_the_calibration_it_was_started_with():
     result = CliRunner().invoke(cli, ["studio", "--calibration", "/no/such/cal.yaml",
                                       "--no-browser"])
     assert result.exit_code == 2 and "cal.yaml" in result.output
+
+
+def test_export_refuses_a_layout_perf_refuses(studio):
+    """ep=5 over 96 experts: the exported file was one `mosaic perf` refuses (a trial)."""
+    form = {**DEFAULT_FORM, "parallelism.ep": "5"}
+    for target in ("yaml", "megatron"):
+        status, body = studio.call("/api/export", {"form": form, "target": target})
+        assert status == 422, body
+        assert "ep=5 must divide experts=96" in body["errors"]["parallelism.ep"]
+
+
+@pytest.mark.parametrize("key", ["parallelism.ep", "parallelism.pp", "batch.micro_seqs"])
+def test_an_emptied_degree_is_an_error_not_a_degree_of_one(studio, key):
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, key: " "}})
+    assert status == 422 and "(1 for none)" in body["errors"][key]
+
+
+def test_a_ladder_plan_ignores_the_model_grid_fields_the_page_hides(studio):
+    """Depths typed under the model grid stay in the (hidden) field when the user goes back
+    to the ladder; the plan was refused by a message on that hidden field (a trial)."""
+    form = {**TINY_PLAN, "plan.grid": "ladder", "plan.layers": "24,48", "plan.d_model": "2048"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 200 and body["total"] == 12, body
+    assert wait_plan(studio)["state"] == "done"
+
+
+def test_a_top_k_above_the_experts_is_marked_on_k(studio):
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "ladder.top_k": "200"}})
+    assert status == 422
+    assert "must not exceed moe.experts (96)" in body["errors"]["ladder.top_k"]
+    assert "ladder.experts" not in body["errors"]

@@ -84,6 +84,12 @@ def test_bad_value_is_shown_next_to_its_field(page, browser):
     assert text(page, "m-step") == good
     assert "stale" in page.execute_script("return document.getElementById('metrics').className")
     browser.screenshot(page, "studio_field_error")
+    # pinning now would describe the greyed job and compare the invalid one (a trial)
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.ID, "pin-a").click()
+    assert "Fix the job's fields first" in text(page, "pin-note")
+    assert page.find_element(By.ID, "compare-run").get_attribute("disabled") is not None
     set_field(page, "parallelism.ep", "8")
     browser.wait_for(lambda: text(page, "err-parallelism-ep") == "" and "stale" not in
                      page.execute_script("return document.getElementById('metrics').className"),

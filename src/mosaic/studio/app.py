@@ -26,6 +26,7 @@ from mosaic.studio.jobs import (
     MODEL_SOURCES,
     SWITCH_CHOICES,
     FormError,
+    check_form_layout,
     export_yaml,
     predict_form,
     validate_form,
@@ -351,6 +352,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         body = json.loads(await request.body())
         target = str(body.get("target", "yaml"))
         job = validate_form(form, job_document)
+        check_form_layout(job, form)  # the layout rules `mosaic export` and `perf` apply
         if target == "yaml":
             return _json({"ok": True, "filename": "job.yaml", "text": export_yaml(job)})
         from mosaic.export import export, spec_from_job

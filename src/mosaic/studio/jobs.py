@@ -27,7 +27,7 @@ from mosaic.config.job_schema import (
     job_from_document,
 )
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.job import JobPrediction, cluster_for, predict_job
+from mosaic.evaluate.job import JobPrediction, check_job_layout, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
 from mosaic.schema_validation import int_from_text, parse_json
 
@@ -103,9 +103,20 @@ def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) ->
         return ladder_geometry(q, experts, top_k, split)
     except MosaicInputError as exc:
         message = str(exc)
-        field = next((k for k in LADDER_FIELDS if k.split(".")[1].replace("_", " ") in message
-                      or k.split(".")[1] in message), "ladder.q")
-        raise FormError({field: message}) from None
+        raise FormError({_first_ladder_field(message): message}) from None
+
+
+def _first_ladder_field(message: str) -> str:
+    """The ladder field a message names first ("moe.top_k (200) must not exceed moe.experts
+    (96)" is about K: a trial found it beside E), else q."""
+    positions = {}
+    for key in LADDER_FIELDS:
+        name = key.split(".")[1]
+        found = [i for i in (message.find(name), message.find(name.replace("_", " ")))
+                 if i >= 0]
+        if found:
+            positions[key] = min(found)
+    return min(positions, key=positions.__getitem__) if positions else "ladder.q"
 
 
 def geometry_blocks(geometry: Geometry) -> dict[str, Any]:
@@ -200,6 +211,13 @@ def _axis_field(axis: str, form_keys: set[str]) -> str:
 MODEL_FORM_FIELDS = ("model.source", "hf.config", *LADDER_FIELDS)
 
 
+REQUIRED_FORM_NUMBERS = {"parallelism.tp": "the tensor-parallel degree",
+                         "parallelism.pp": "the pipeline degree",
+                         "parallelism.cp": "the context-parallel degree",
+                         "parallelism.ep": "the expert-parallel degree",
+                         "batch.micro_seqs": "the micro-batch in sequences"}
+
+
 def check_form_fields(form: dict[str, str]) -> None:
     """Refuse a field no job block has (a typo, or a page of another version) and an empty
     node count; the schema names a bad field of a known block itself."""
@@ -211,6 +229,11 @@ def check_form_fields(form: dict[str, str]) -> None:
               and (key.partition(".")[0] not in blocks or not key.partition(".")[2])}
     if "hardware.nodes" in form and not str(form["hardware.nodes"]).strip():
         errors["hardware.nodes"] = "give the number of nodes"
+    # an empty degree or micro-batch would be read as the schema's default of 1: a trial's
+    # cleared ep predicted ep 1 without a word (vpp and etp left empty mean the stack's)
+    for key, meaning in REQUIRED_FORM_NUMBERS.items():
+        if key in form and not str(form[key]).strip():
+            errors[key] = f"give {meaning} (1 for none)"
     if errors:
         raise FormError(errors)
 
@@ -255,6 +278,15 @@ def predict_form(form: dict[str, str], base: dict[str, Any] | None,
     except MosaicInputError as exc:
         message = str(exc)
         raise FormError(message_fields(message, set(form))) from None
+
+
+def check_form_layout(job: StudioJob, form: dict[str, str]) -> None:
+    """FormError naming the field of the first layout rule the job breaks, as `mosaic
+    export` refuses it (a trial exported ep=5 over 96 experts from the studio)."""
+    try:
+        check_job_layout(job.spec)
+    except MosaicInputError as exc:
+        raise FormError(message_fields(str(exc), set(form))) from None
 
 
 def export_yaml(job: StudioJob) -> str:

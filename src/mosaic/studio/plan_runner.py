@@ -227,8 +227,12 @@ def _grid_fields(form: dict[str, str], model: Any) -> dict[str, Any]:
 
     shape = {"layers": text("layers"), "d_model": text("d_model")}
     if grid == "ladder":  # every ladder axis as typed (an empty one is an error, as in the CLI)
-        return {**shape, **{name: form[f"plan.{name}"]
-                            for name in ("q", "experts", "top_k", "split_factor")}}
+        # the depth and width fields belong to the model grid: the page hides them under
+        # the ladder, so what they still hold is not planned (a trial's plan was refused
+        # by a message on a hidden field, and nothing on the page moved)
+        return {"layers": None, "d_model": None,
+                **{name: form[f"plan.{name}"]
+                   for name in ("q", "experts", "top_k", "split_factor")}}
     if model is None:
         raise FormError({"plan.grid": "the model editor above has no valid model to plan "
                                       "around; fix its fields first"})

@@ -352,6 +352,12 @@
 
   // --- compare ----------------------------------------------------------------------------
   function pin() {
+    // the shown result is the last valid job's while the form is invalid (greyed): pinning
+    // then would describe one job and compare another (a trial)
+    if ($("metrics").classList.contains("stale")) {
+      $("pin-note").textContent = "Fix the job's fields first: A is pinned from a valid job.";
+      return;
+    }
     pinned = readForm("job-form");
     $("compare-run").disabled = false;
     $("pin-note").textContent = "A pinned: " + $("m-layout").textContent + ", " + $("m-step").textContent;
@@ -373,7 +379,8 @@
       : "<p class='note'>No input differs: A and B are the same job.</p>";
     return post("/api/compare", {forms: [pinned, current]}).then(function (body) {
       if (!body.ok) {
-        $("compare-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+        $("compare-error").textContent = "A or B is not a valid job: " +
+          Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
         return;
       }
       var rows = [["step time (s)", "step_time_s", 4], ["tokens/s per GPU", "tokens_per_s_per_gpu", 0],
