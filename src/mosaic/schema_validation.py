@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -134,6 +135,10 @@ def describe_validation_error(exc: ValidationError, where: str,
         message = "unknown field"
     got = first.get("input")
     detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
+    if (first["type"].startswith("int_") and isinstance(got, float) and math.isfinite(got)
+            and got.is_integer()):  # 1e9: a whole number in float notation (a trial)
+        detail = (f" (got {got:g}, a number in float notation: write the integer "
+                  f"{int(got)})")
     if first["type"] == "extra_forbidden" and (
             allowed := allowed_fields(schema, tuple(first["loc"]))):
         close = suggested_field(schema, tuple(first["loc"]), got)

@@ -474,3 +474,12 @@ def test_tensor_parallelism_beyond_the_nvlink_domain_is_a_warning(tmp_path):
                       "GPUs: every tensor-parallel collective crosses the network"):
         result = runner.invoke(app, ["perf", job])
     assert result.exit_code == 0, result.output
+
+
+def test_a_whole_number_in_float_notation_is_asked_for_as_an_integer():
+    """`--set hardware.nodes=1e9` was "a valid integer (got 1000000000.0)" (a studio trial):
+    the number is whole, its notation is the problem."""
+    job = Path(__file__).resolve().parents[2] / "examples" / "appendix_e.yaml"
+    result = CliRunner().invoke(app, ["perf", str(job), "--set", "batch.global_seqs=2e3"])
+    assert result.exit_code == 2
+    assert "a number in float notation: write the integer 2000" in result.output

@@ -689,3 +689,10 @@ def test_a_top_k_above_the_experts_is_marked_on_k(studio):
     assert status == 422
     assert "must not exceed moe.experts (96)" in body["errors"]["ladder.top_k"]
     assert "ladder.experts" not in body["errors"]
+
+
+def test_a_report_address_that_is_no_plan_number_is_answered_in_words(studio):
+    status, body = studio.text("/report/abc")
+    assert status == 404 and "reports are numbered by plan" in body
+    status, body = studio.text("/report/987654")
+    assert status == 404 and "no report 987654" in body

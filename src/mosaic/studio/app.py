@@ -393,8 +393,13 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         return _json({"ok": True, "cancelled": runner.cancel()})
 
     @app.get("/report/{job_id}", response_class=HTMLResponse)
-    def plan_report(job_id: int) -> Any:
-        html = runner.report(job_id)
+    def plan_report(job_id: str) -> Any:
+        # a plan number, said in words otherwise (FastAPI's int parsing answered with its
+        # validation JSON, a trial)
+        if not job_id.isdigit():
+            return PlainTextResponse(f"no report {job_id!r}: reports are numbered by plan, "
+                                     "e.g. /report/1", status_code=404)
+        html = runner.report(int(job_id))
         if html is None:
             return PlainTextResponse(f"no report {job_id} (reports are kept for the last "
                                      "plans of this session)", status_code=404)
