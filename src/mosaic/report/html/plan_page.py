@@ -197,8 +197,9 @@ def uncertainty_figure(rows: list[dict[str, Any]], level: float, what: str,
                                           "<extra></extra>",
                             marker_color="#4C78A8"), row=1, col=2)
     figure.update_yaxes(tickformat=".0%", row=1, col=2)
-    figure.update_xaxes(title_text="candidate (rank in the table; hover for its geometry)")
-    figure.update_layout(height=430, showlegend=False, margin={"t": 50, "b": 60})
+    # short, in two lines: the long title under each panel ran into its neighbour's at 800 px
+    figure.update_xaxes(title_text="candidate rank<br>(hover: geometry)")
+    figure.update_layout(height=445, showlegend=False, margin={"t": 50, "b": 75})
     return figure
 
 
