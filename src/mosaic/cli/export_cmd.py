@@ -95,9 +95,7 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
         return spec, None
     from mosaic.evaluate.job import check_job_layout, load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
-    from mosaic.perf.headroom import memory_fit_text
     from mosaic.perf.machine import check_precision_on_device
-    from mosaic.units import GIB
 
     # a profile asked for by name is loaded before anything is costed: a bad one is an
     # error, as in every other command (a trial got a note and exit 0)
@@ -117,13 +115,11 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
                             soft_wrap=True)
         return replace(spec_from_job(job, str(path)),
                        warnings=(f"memory not checked: {exc}",)), None
-    p, machine = result.prediction, result.machine
     # the header's `mosaic perf` line names the profile the verdict came from
     spec = replace(spec_from_job(job, str(path)), calibration=calibration)
-    if p.feasible[0]:
+    if result.prediction.feasible[0]:
         return spec, None
-    verdict = memory_fit_text(p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB,
-                              machine.usable_memory_fraction, p.overshoot_bytes[0] / GIB)
+    verdict = result.memory_fit
     return replace(spec, warnings=(f"{DOES_NOT_FIT}: {verdict} per GPU",)), verdict
 
 
@@ -138,8 +134,6 @@ def launched_stack_note(spec: ExportSpec, target: str) -> tuple[str | None, bool
     from mosaic.config.job_schema import job_from_document
     from mosaic.evaluate.job import predict_job
     from mosaic.perf.calibration import load_calibration
-    from mosaic.perf.headroom import memory_fit_text
-    from mosaic.units import GIB
 
     stack = document["performance"]["stack"]
     sharding = document.get("parallelism", {}).get("sharding", spec.sharding)
@@ -153,11 +147,9 @@ def launched_stack_note(spec: ExportSpec, target: str) -> tuple[str | None, bool
         result = predict_job(job, load_calibration(spec.calibration))
     except MosaicInputError as exc:
         return f"{head}, under which mosaic cannot cost it ({exc}); {how}", False
-    p, machine = result.prediction, result.machine
-    verdict = memory_fit_text(p.memory_bytes[0] / GIB, machine.hbm_bytes / GIB,
-                              machine.usable_memory_fraction, p.overshoot_bytes[0] / GIB)
+    p = result.prediction
     return (f"{head}: under it mosaic predicts {p.step_time_s[0]:.4g} s per step, "
-            f"{p.mfu[0]:.1%} MFU; per GPU {verdict} ({how})"), not bool(p.feasible[0])
+            f"{p.mfu[0]:.1%} MFU; per GPU {result.memory_fit} ({how})"), not bool(p.feasible[0])
 
 
 def export_command(

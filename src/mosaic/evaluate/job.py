@@ -14,10 +14,12 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import first_reason, plan_violations
+from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.layouts import unoffered_layout
 from mosaic.perf.machine import Machine, MeasuredTables, machine_for
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import step_term
+from mosaic.units import GIB
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,15 @@ class JobPrediction:
     cluster: Cluster
     machine: Machine
     prediction: StepPrediction
+
+    @property
+    def memory_fit(self) -> str:
+        """The memory verdict per GPU in the one wording of every command
+        (:func:`~mosaic.perf.headroom.memory_fit_text`)."""
+        p, machine = self.prediction, self.machine
+        return memory_fit_text(float(p.memory_bytes[0] / GIB), machine.hbm_bytes / GIB,
+                               machine.usable_memory_fraction,
+                               float(p.overshoot_bytes[0] / GIB))
 
 
 def load_job_spec(path: Path, overrides: list[str] | None = None,

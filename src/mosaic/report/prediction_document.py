@@ -12,7 +12,6 @@ from mosaic.evaluate.job import JobPrediction
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.elementwise_traffic import kernel_assumptions
-from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import mfu_peak_text, usable_gib
 from mosaic.perf.memory import heaviest_stage
 from mosaic.perf.prediction_coverage import assess_plan
@@ -42,9 +41,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "feasible": bool(p.feasible[0]),
         "overshoot_gib": float(p.overshoot_bytes[0] / GIB),
         # the verdict in the one wording of every command (perf.headroom.memory_fit_text)
-        "memory_fit": memory_fit_text(float(p.memory_bytes[0] / GIB), machine.hbm_bytes / GIB,
-                                      machine.usable_memory_fraction,
-                                      float(p.overshoot_bytes[0] / GIB)),
+        "memory_fit": result.memory_fit,
         "chi_sys": float(p.chi_sys[0]),
         # chi_sys x the stack's multiplier; below 1 it scales every breakdown term
         # (StepPrediction.breakdown_s), above 1 it is the "calibration" term
