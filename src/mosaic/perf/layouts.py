@@ -54,7 +54,7 @@ from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
-from mosaic.stacks import get_stack
+from mosaic.stacks import StackTraits, get_stack
 from mosaic.units import GIB
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
@@ -244,6 +244,14 @@ def _model_meshes(tp: np.ndarray, pp: np.ndarray, cp: np.ndarray, n_devices: int
     return i_tp[keep], i_pp[keep], i_cp[keep]
 
 
+def _offers_only(traits: StackTraits, axis: str) -> str:
+    """'layout sharding: stack 'torchtitan' offers only none, fsdp, hsdp': the one wording of
+    a layout the stack does not offer (stack traits layout_sharding, layout_vpp, layout_pp)."""
+    offered = {"sharding": ", ".join(traits.layout_sharding or ()),
+               "vpp": f"vpp in {traits.layout_vpp}", "pp": f"pp in {traits.layout_pp}"}[axis]
+    return f"layout {axis}: stack {traits.name!r} offers only {offered}"
+
+
 def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
     """``limits`` narrowed to the layouts the workload's stack offers (stack traits
     ``layout_sharding``, ``layout_vpp`` and ``layout_pp``); an empty intersection is an
@@ -254,24 +262,20 @@ def stack_limits(limits: LayoutLimits, workload: Workload) -> LayoutLimits:
         offered = {Sharding.parse(name) for name in traits.layout_sharding}
         kept = [mode for mode in limits.sharding if mode in offered]
         if not kept:
-            raise MosaicInputError(
-                f"layout sharding: stack {traits.name!r} offers only "
-                f"{', '.join(traits.layout_sharding)}")
+            raise MosaicInputError(_offers_only(traits, "sharding"))
         changes["sharding"] = kept
     if traits.layout_vpp is not None:
         wanted = DEFAULT_VPP if limits.vpp is None else limits.vpp
         kept_vpp = [v for v in wanted if v in traits.layout_vpp]
         if not kept_vpp:
-            raise MosaicInputError(
-                f"layout vpp: stack {traits.name!r} offers only vpp in {traits.layout_vpp}")
+            raise MosaicInputError(_offers_only(traits, "vpp"))
         changes["vpp"] = tuple(kept_vpp)
     if traits.layout_pp is not None:
         pinned = limits.pp
         wanted_pp = (traits.layout_pp if pinned is None else
                      [p for p in np.atleast_1d(pinned).tolist() if p in traits.layout_pp])
         if not wanted_pp:
-            raise MosaicInputError(
-                f"layout pp: stack {traits.name!r} offers only pp in {traits.layout_pp}")
+            raise MosaicInputError(_offers_only(traits, "pp"))
         changes["pp"] = tuple(wanted_pp)
     return replace(limits, **changes) if changes else limits
 
@@ -283,13 +287,11 @@ def unoffered_layout(workload: Workload, plans: ParallelPlans, index: int = 0) -
     traits = workload.traits
     sharding = Sharding(int(plans.sharding[index])).name.lower()
     if traits.layout_sharding is not None and sharding not in traits.layout_sharding:
-        return (f"layout sharding: stack {traits.name!r} offers only "
-                f"{', '.join(traits.layout_sharding)} (not {sharding})")
-    vpp, pp = int(plans.vpp[index]), int(plans.pp[index])
-    if traits.layout_vpp is not None and vpp not in traits.layout_vpp:
-        return f"layout vpp: stack {traits.name!r} offers only vpp in {traits.layout_vpp}"
-    if traits.layout_pp is not None and pp not in traits.layout_pp:
-        return f"layout pp: stack {traits.name!r} offers only pp in {traits.layout_pp}"
+        return f"{_offers_only(traits, 'sharding')} (not {sharding})"
+    if traits.layout_vpp is not None and int(plans.vpp[index]) not in traits.layout_vpp:
+        return _offers_only(traits, "vpp")
+    if traits.layout_pp is not None and int(plans.pp[index]) not in traits.layout_pp:
+        return _offers_only(traits, "pp")
     return None
 
 
