@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from mosaic.bench.metadata import busy_host_warning
-from mosaic.bench.store import ok_rows, read_family, read_metadata
+from mosaic.bench.store import FAMILIES, ok_rows, read_family, read_metadata
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.microbench_fit import (
     GEMM_LATENCY_CEILING_S,
@@ -92,6 +92,14 @@ def _built_in_floor(backward: bool) -> tuple[float, float]:
     return fixed_s, float(te_grouped_linear_host_floor_s(1, backward)) - fixed_s
 
 
+def _floor_constants(floors: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """{"fp8.fwd.fixed_s": ..., "fp8.fwd.per_group_s": ...}: host-floor lines as the named
+    constants of the fitted-vs-built-in table."""
+    return {f"{precision}.{name}.{part}": float(value)
+            for precision, lines in floors.items() for name, line in lines.items()
+            for part, value in zip(("fixed_s", "per_group_s"), line, strict=True)}
+
+
 def load_tables(directory: Path, metadata_id: str | None = None
                 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any], dict[str, Any] | None]:
     """(OK rows per family of one kernel run, its metadata, the collectives' metadata).
@@ -101,9 +109,7 @@ def load_tables(directory: Path, metadata_id: str | None = None
     """
     if not directory.is_dir():
         raise MosaicInputError(f"--microbench {directory}: not a directory")
-    frames = {f: ok_rows(read_family(directory, f))
-              for f in ("gemm", "grouped", "attention", "kernels", "te_grouped",
-                        "collectives")}
+    frames = {f: ok_rows(read_family(directory, f)) for f in FAMILIES}
     runs = read_metadata(directory).get("runs", {})
     chosen = metadata_id or _newest_id(directory, frames)
     if chosen not in runs:
@@ -391,16 +397,11 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
             block["grouped_host_floor"] = floors
         impl = sorted(set(tables["te_grouped"].get("impl", pd.Series(["?"])).astype(str)))
         # each fitted number next to the built-in BF16 floor any precision gets unmeasured
+        built_in = {precision: {name: _built_in_floor(name == "bwd") for name in lines}
+                    for precision, lines in floors.items()}
         report["families"]["te_grouped"] = {
             "impl": impl, "per_precision": floor_report,
-            "fitted": {f"{precision}.{name}.{part}": value
-                       for precision, lines in floors.items()
-                       for name, line in lines.items()
-                       for part, value in zip(("fixed_s", "per_group_s"), line, strict=True)},
-            "built_in": {f"{precision}.{name}.{part}": value
-                         for precision in floors for name in ("fwd", "bwd")
-                         for part, value in zip(("fixed_s", "per_group_s"),
-                                                _built_in_floor(name == "bwd"), strict=True)},
+            "fitted": _floor_constants(floors), "built_in": _floor_constants(built_in),
             "note": "host floor of Transformer Engine's GroupedLinear (fixed_s + per_group_s "
                     "x local experts), applied to MoE jobs of that precision on the measured "
                     "device; the built-in floor is TE 2.4's BF16 on a B200 host"}
