@@ -11,7 +11,7 @@ from mosaic.config.job_schema import layout_document
 from mosaic.config.layout import plan_row_document
 from mosaic.hardware import Cluster
 from mosaic.perf.calibration import Calibration
-from mosaic.perf.coverage import DEGREES, degrees_inside, summary_lines
+from mosaic.perf.coverage import DEGREES, Assessment, degrees_inside, summary_lines
 from mosaic.perf.layouts import LayoutSearch
 from mosaic.perf.machine import Machine, mfu_peak_text, usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
@@ -84,24 +84,23 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
         "calibration": calibration.name,
         "memory_scale": calibration.memory_scale,  # a team's fitted scale (1: as derived)
         "coverage_summary": [] if best is None else summary_lines(best),
-        "best_inside_envelope": best_inside_envelope(search, calibration, workload,
-                                                     machine.device_name),
+        "best_inside_envelope": (None if best is None else
+                                 best_inside_envelope(search, calibration, best)),
     }
 
 
-def best_inside_envelope(search: LayoutSearch, calibration: Calibration, workload: Workload,
-                         device_name: str) -> dict[str, Any] | None:
+def best_inside_envelope(search: LayoutSearch, calibration: Calibration, best: Assessment
+                         ) -> dict[str, Any] | None:
     """The best-ranked layout whose parallel degrees lie in the calibrated ranges, with its
-    rank, where the best layout's do not and the job itself (GPU, stack, class, size) is
-    inside the envelope; else None. A trial took a layout 4x beyond the calibrated dp for
-    "the best" over the recipe's, which the model predicts within 2% of its measurement."""
-    if calibration.coverage is None or not search.ranking.size:
+    rank, where the best layout's (``best``: its assessment) do not and the job itself
+    (GPU, stack, class, size) is inside the envelope; else None. A trial took a layout 4x
+    beyond the calibrated dp for "the best" over the recipe's, which the model predicts
+    within 2% of its measurement."""
+    if calibration.coverage is None:
         return None
     ranked = search.ranking
     degrees = {name: getattr(search.plans, name)[ranked] for name in DEGREES}
     inside = degrees_inside(calibration.coverage, degrees)
-    best = assess_plan(calibration, workload, search.plans, device_name, search.prediction,
-                       int(ranked[0]))
     job_outside = [o for o in best.outside if o.dimension not in DEGREES]
     if inside[0] or job_outside or not inside.any():
         return None
