@@ -241,13 +241,14 @@ def test_one_op_expert_gemm_has_no_per_expert_host_floor() -> None:
     per_group = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="jax-xla")
     one_op = Workload(FINE_MOE, global_batch=256, seq_len=4096, stack="levanter")
     isolated = replace(default_calibration(), host_in_block_factor=1.0)
-    floor = host_time_module.expert_gemm_host_floor_s(per_group, plans, moe_blocks, isolated)[0]
+    floor = host_time_module.expert_gemm_host_floor_s(per_group, plans, moe_blocks, isolated,
+                                                      "H100-SXM-80GB")[0]
     by_hand = 27 * 2 * (te_grouped_linear_host_floor_s(128)
                         + te_grouped_linear_host_floor_s(128, backward=True))
     assert floor == pytest.approx(float(by_hand))
     assert 0.4 < floor < 0.6  # ~0.48 s: it would hide nothing at one sequence per GPU
     assert host_time_module.expert_gemm_host_floor_s(one_op, plans, moe_blocks,
-                                                 default_calibration())[0] == 0.0
+                                                 default_calibration(), "H100-SXM-80GB")[0] == 0.0
 
 
 def test_xla_expanded_ragged_dot_costs_every_local_expert(monkeypatch: pytest.MonkeyPatch

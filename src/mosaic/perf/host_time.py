@@ -42,7 +42,7 @@ def grouped_linear_host_floor_s(workload: Workload, calibration: Calibration, de
 
 
 def expert_gemm_host_floor_s(workload: Workload, plans: ParallelPlans, moe_blocks: np.ndarray,
-                         calibration: Calibration, device_name: str = "") -> np.ndarray:
+                         calibration: Calibration, device_name: str) -> np.ndarray:
     """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
     projections, forward and backward, over the E/ep local experts of each MoE block
     (:func:`grouped_linear_host_floor_s`: an isolated-call benchmark, the device's own where
