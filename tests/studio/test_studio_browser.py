@@ -31,15 +31,22 @@ def field(driver: Any, key: str) -> Any:
 
 
 def set_field(driver: Any, key: str, value: str) -> None:
-    """Type into a text input, or pick an option of a select (fires the page's events)."""
+    """Paste a value into a text input, or pick an option of a select (fires the page's events).
+
+    The text is set in one step, as a paste is: clearing and then typing key by key leaves
+    the field empty or half-typed for longer than the page's 120 ms debounce on a slow
+    machine, and the page then rightly asks for a prediction of that form and logs its 422.
+    """
     from selenium.webdriver.support.ui import Select
 
     element = field(driver, key)
     if element.tag_name == "select":
         Select(element).select_by_value(value)
     else:
-        element.clear()
-        element.send_keys(value)
+        driver.execute_script(
+            "const el = arguments[0]; el.value = arguments[1];"
+            "el.dispatchEvent(new Event('input', {bubbles: true}));"
+            "el.dispatchEvent(new Event('change', {bubbles: true}));", element, value)
 
 
 def text(driver: Any, element_id: str) -> str:
