@@ -22,14 +22,14 @@ import pandas as pd
 
 from mosaic.bench import attention, collectives, gemm, grouped, streams, te_grouped
 from mosaic.bench.cases import BenchOptions, Case, RunReport, run_family
+from mosaic.bench.families import KERNEL_FAMILY_NAMES
 from mosaic.bench.metadata import busy_host_warning, collect
 from mosaic.bench.shapes import BenchShapes
 from mosaic.bench.store import FamilyTable, ok_rows, read_family, record_metadata
 from mosaic.errors import MosaicInputError, MosaicWarning
 
-KERNEL_FAMILIES: dict[str, ModuleType] = {"gemm": gemm, "grouped": grouped,
-                                          "attention": attention, "kernels": streams,
-                                          "te_grouped": te_grouped}
+KERNEL_FAMILIES: dict[str, ModuleType] = dict(zip(
+    KERNEL_FAMILY_NAMES, (gemm, grouped, attention, streams, te_grouped), strict=True))
 MEASURED_DIR = "measured"
 
 

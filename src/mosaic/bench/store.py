@@ -18,9 +18,9 @@ from typing import Any
 
 import pandas as pd
 
+from mosaic.bench.families import FAMILIES
 from mosaic.errors import MosaicInputError
 
-FAMILIES = ("gemm", "grouped", "attention", "kernels", "te_grouped", "collectives")
 METADATA_FILE = "metadata.json"
 OK = "ok"
 

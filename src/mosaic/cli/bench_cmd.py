@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mosaic.bench.families import KERNEL_FAMILY_NAMES
 from mosaic.cli.common import (
     JsonFlag,
     SetOption,
@@ -31,7 +32,6 @@ bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enabl
                         add_completion=False)
 
 PRESETS = ("paper", "generic", "tiny")
-KERNEL_FAMILY_NAMES = ("gemm", "grouped", "attention", "kernels", "te_grouped")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6,
           "MIB": 2**20, "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12,
