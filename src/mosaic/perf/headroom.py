@@ -1,14 +1,16 @@
 """How much of a GPU's memory a plan may fill: the memory headroom policy, defined once.
 
-The memory model (:mod:`mosaic.perf.memory`) predicts what a step allocates, including the
-2 GiB ``runtime_reserve`` outside PyTorch's caching allocator (CUDA context, library
-workspaces, NCCL buffers). It does not model the allocator's fragmentation: memory the
-caching allocator holds in cached segments that it cannot split to serve a request
-("reserved but unallocated"; PyTorch CUDA semantics docs, "Optimizing memory usage with
+The memory model (:mod:`mosaic.perf.memory`) predicts the caching allocator's peak: the
+tensors a step holds plus a fixed 2 GiB ``runtime_reserve`` for what the allocator keeps
+beyond them (library workspaces, cached blocks) at the scale of the published runs it was
+compared with. It does not model fragmentation that grows past that (memory the caching
+allocator holds in cached segments it cannot split to serve a request, "reserved but
+unallocated"; PyTorch CUDA semantics docs, "Optimizing memory usage with
 PYTORCH_CUDA_ALLOC_CONF"; pytorch/devlogs 2026-06-01 "When does fragmentation occur in the
-CUDA caching allocator?"). That share is the headroom: a plan may fill
-``usable_fraction · HBM`` and the rest absorbs fragmentation and transient peaks the model
-does not see. The two are disjoint, so nothing is counted twice.
+CUDA caching allocator?"), transient peaks, or what lives outside the allocator (the CUDA
+context and NCCL buffers: 0.7 GiB for plain data parallelism, 1.3 to 1.6 GiB with tp or pp
+and ep 8, 4.8 GiB at ep 64; :mod:`mosaic.perf.device_memory`). That is
+the headroom: a plan may fill ``usable_fraction · HBM`` and the rest absorbs them.
 
 The default, 0.9, is the fraction frameworks that size their own memory pools choose by
 default: vLLM's ``gpu_memory_utilization`` defaults to 0.9 of device memory (vLLM engine

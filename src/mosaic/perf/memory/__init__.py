@@ -16,7 +16,9 @@ set. Sizes are in bytes. The components (keys of :func:`memory_breakdown_bytes`)
 * ``logits``: LM-head output and the cross-entropy working set (last stage only), by the
   stack's loss implementation (:func:`.logits.loss_bytes_per_logit`).
 * ``communication_buffers``: FSDP gather/reduce buffers, ZeRO-2 buckets, EP and PP buffers.
-* ``runtime_reserve``: CUDA context, library workspaces and NCCL buffers.
+* ``runtime_reserve``: what the caching allocator holds beyond the live tensors (library
+  workspaces, cached blocks); the CUDA context and NCCL buffers outside the allocator are
+  ``mosaic.perf.device_memory``'s.
 
 Sharding (ZeRO, Rajbhandari et al. 2020, Sec. 5; Megatron-Core distributed optimizer):
 non-expert parameters are split over TP and, where the sharding mode says so, over the

@@ -34,9 +34,13 @@ from mosaic.perf.schedule import (
 from mosaic.perf.workload import Workload
 from mosaic.units import GIB
 
-# CUDA context (~0.8 GB on first CUDA use, pytorch/pytorch#34323), cuBLAS/cuDNN workspaces
-# and NCCL communicator buffers. Not seen by torch.cuda.max_memory_reserved(). Calibration
-# candidate: measure nvidia-smi used minus allocator reserved on the target stack.
+# What the caching allocator holds at the peak beyond the live tensors the model counts: the
+# cuBLAS/cuDNN workspaces PyTorch allocates through it and its cached blocks. Assumed, not
+# fitted. First sized for the CUDA context (~0.8 GB, pytorch/pytorch#34323), workspaces and
+# NCCL; every published figure it is compared with is an allocator peak
+# (torch.cuda.max_memory_reserved, which sees neither the context nor NCCL), so it stands for
+# the allocator's slack (docs/memory.md, "Runtime reserve"). Memory outside the allocator
+# (CUDA context, NCCL buffers) is perf.device_memory's and lies in the planner's headroom.
 RUNTIME_RESERVE_BYTES = 2 * GIB
 # The components of memory_breakdown_bytes, each with what it holds in a few words (the
 # module docstring gives the byte counts) for tables and legends.
@@ -48,7 +52,7 @@ COMPONENT_MEANINGS: dict[str, str] = {
     "activations": "saved for the backward pass, every in-flight micro-batch",
     "logits": "LM-head output and cross-entropy working set",
     "communication_buffers": "FSDP/ZeRO, EP and PP buffers",
-    "runtime_reserve": "CUDA context, library workspaces, NCCL",
+    "runtime_reserve": "allocator reserve beyond live tensors: workspaces, cached blocks",
 }
 COMPONENTS: tuple[str, ...] = tuple(COMPONENT_MEANINGS)
 
