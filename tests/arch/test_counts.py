@@ -141,3 +141,22 @@ def test_an_odd_ladder_seed_shares_four_kv_heads_in_every_path():
     for row in range(len(grid)):
         assert grid.geometry(row).kv_heads == 4
         assert grid.n_total[row] == count_parameters(grid.geometry(row)).n_total
+
+
+def test_attention_weight_tensors_follow_the_published_layouts():
+    """GQA holds Q, K, V and output (4); DeepSeek-V3's MLA holds q down, q norm, q up, kv down,
+    kv norm, kv up and output (7: modeling_deepseek DeepseekV3Attention's q_a_proj, q_a_layernorm,
+    q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj); without a query LoRA
+    (DeepSeek-V2-Lite, Moonlight) one q_proj replaces the three query tensors (5)."""
+    from mosaic.arch import MLAConfig
+    from mosaic.arch.counts import attention_weight_tensors
+
+    def mla(q_lora_rank):
+        return Geometry(layers=2, d_model=64, heads=4, kv_heads=4, head_dim=16, ffn=128,
+                        vocab=100, attention="mla", norm="rmsnorm",
+                        mla=MLAConfig(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                      v_head_dim=16, q_lora_rank=q_lora_rank))
+
+    assert attention_weight_tensors(small_moe()) == 4
+    assert attention_weight_tensors(mla(48)) == 7
+    assert attention_weight_tensors(mla(None)) == 5

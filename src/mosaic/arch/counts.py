@@ -77,6 +77,18 @@ def params_attention_mla(
     return query + key_value + output + (d_model * heads if gated else 0)
 
 
+def attention_weight_tensors(geometry: Geometry) -> int:
+    """Separate weight tensors of one attention block, gate excluded, as a per-tensor
+    FSDP gather sees them: Q, K, V and output projections; MLA (the layout of
+    :func:`params_attention_mla`): the kv down-projection, its latent norm, the kv
+    up-projection and the output, with the query's down-projection, latent norm and
+    up-projection where ``q_lora_rank`` is set, else one query projection."""
+    if geometry.attention is not AttentionKind.MLA:
+        return 4
+    assert geometry.mla is not None
+    return 4 + (3 if geometry.mla.q_lora_rank is not None else 1)
+
+
 def params_attention_extras(geometry: Geometry) -> int:
     """Small per-block attention parameters beyond the projections (MHA/GQA only).
 

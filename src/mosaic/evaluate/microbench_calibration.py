@@ -54,6 +54,7 @@ from mosaic.perf.kernels import (
     flash_attention_time_s,
     te_grouped_linear_host_floor_s,
 )
+from mosaic.perf.machine import DEFAULT_SM_COUNT
 from mosaic.perf.microbench_constants import ANY_DEVICE
 from mosaic.perf.workload import precision_lane
 
@@ -164,7 +165,7 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
         _require_measured_on(device, catalog.name, metadata)
     if catalog is not None:
         sm = (metadata.get("sm_count") or catalog.sm_count
-              or SM_COUNT.get(device_fit_key(catalog.name), 132))
+              or SM_COUNT.get(device_fit_key(catalog.name), DEFAULT_SM_COUNT))
         rates = DeviceRates(catalog.peak_flops_per_s_for("bf16"), catalog.hbm_bw_bytes_per_s,
                             int(sm))
         return Reference(rates, catalog.name, True,
@@ -513,10 +514,10 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
 # plateaus, GEMM and streaming efficiencies), so 0.05 is a table of another device, not a
 # slow GPU.
 MIN_PLAUSIBLE_FRACTION = 0.05
-# A kernel launch and a collective step take at least a microsecond on any GPU (CUDA launch
+# A kernel launch and a collective step take tenths of a microsecond at the least (CUDA launch
 # latency is ~2-5 us, NCCL's per-step latencies 0.6-14 us: nccl src/graph/tuning.cc); a
-# fitted latency far below that is the fit's floor, not a measurement.
-MIN_PLAUSIBLE_LATENCY_S = 1e-9
+# fitted latency under a sixth of the least of them is the fit's floor, not a measurement.
+MIN_PLAUSIBLE_LATENCY_S = 1e-7
 # a fitted value this close (relatively) to its fit bound sits on the bound
 FIT_BOUND_TOLERANCE = 1e-3
 # Fit error (MAPE, %) above which a family's table does not follow the model's shape and its

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic.arch import AttentionKind, HybridLayer, count_parameters
-from mosaic.arch.counts import ParameterCounts, hybrid_mixer_parameters
+from mosaic.arch import HybridLayer, count_parameters
+from mosaic.arch.counts import (
+    ParameterCounts,
+    attention_weight_tensors,
+    hybrid_mixer_parameters,
+)
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import (
     all_gather_time_s,
@@ -77,15 +81,14 @@ def _fsdp_extra_tensor_gathers(workload: Workload, plans: ParallelPlans
                                ) -> tuple[float, np.ndarray]:
     """(dense, routed-expert) all-gathers beyond the first of each group in the mean block
     on one GPU, as a per-tensor gather sees the block's tensors: separate Q, K, V and output
-    projections (MLA: q down/up, kv down/up, output and the two latent norms), an optional
+    projections (MLA: :func:`~mosaic.arch.counts.attention_weight_tensors`), an optional
     attention gate, two block norms, and the FFN matrices (3 with a GLU, else 2) of a dense
     block or, in an MoE block, the router, the shared experts' matrices and each local
     expert's matrices (weighted by the blocks of each kind, as
     :func:`fsdp_unit_parameters`)."""
     geometry = workload.geometry
     ffn_matrices = 3 if geometry.glu else 2
-    attention = 7 if geometry.attention is AttentionKind.MLA else 4
-    dense = attention + int(geometry.gated_attention) + 2
+    dense = attention_weight_tensors(geometry) + int(geometry.gated_attention) + 2
     if geometry.moe is None:
         return dense + ffn_matrices - 1, np.zeros(len(plans))
     moe = geometry.moe

@@ -61,6 +61,7 @@ from mosaic.perf.shapes import (
     local_experts,
     mla_input_projections,
     routed_tokens,
+    sequence_shard_tokens,
     tokens_per_expert,
     tokens_per_rank,
 )
@@ -359,8 +360,7 @@ def block_norm_residual_s(machine: Machine, workload: Workload, plans: ParallelP
                           ) -> tuple[np.ndarray, np.ndarray]:
     """(forward seconds of one block's norms and residual adds, forward seconds of its two
     norms alone, the ``layernorm`` recompute module), on the SP-sharded tokens."""
-    sequence_tokens = tokens_per_rank(workload, plans) / np.where(plans.sequence_parallel,
-                                                                  plans.tp, 1)
+    sequence_tokens = sequence_shard_tokens(workload, plans)
     d_model = workload.geometry.d_model
     return (streaming_time_s(sequence_tokens * d_model * NORM_RESIDUAL_BYTES_PER_TOKEN_PER_D / 2,
                              machine.hbm_bw_bytes_per_s),
@@ -568,7 +568,16 @@ def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communica
     for every block (forward plus the forward half of its TP collectives), so on average
     f times that per block (``Workload.checkpointed_block_fraction``)."""
     share = workload.checkpointed_block_fraction
-    return share * (forward + tp_communication / 2), share * core_forward
+    return share * repeated_block_forward_s(forward, tp_communication), share * core_forward
+
+
+def repeated_block_forward_s(forward_s: np.ndarray, tp_communication_s: np.ndarray
+                             ) -> np.ndarray:
+    """Seconds that repeating blocks' forward costs: their forward compute and the forward
+    half of their TP collectives (a block's TP collectives split evenly between its forward
+    and its backward: an all-gather and a reduce-scatter each way with sequence parallelism,
+    an all-reduce each way without; Korthikanti et al. 2022, Sec. 4.2.2)."""
+    return forward_s + tp_communication_s / 2
 
 
 @dataclass(frozen=True)

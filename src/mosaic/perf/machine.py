@@ -23,8 +23,10 @@ from mosaic.perf.kernels import (
 from mosaic.perf.workload import Fp8Recipe, Precision
 from mosaic.units import GIB
 
-# Streaming multiprocessors assumed for devices the kernel fits do not list (a B200-class
-# count; only tile-quantisation granularity depends on it).
+# Streaming multiprocessors assumed for a device whose catalog entry states no count and
+# whose kernel fits list none: the H100 SXM5's 132 (NVIDIA H100 Tensor Core GPU Architecture
+# whitepaper; perf/data/microbench_fits.yaml sm_count). Only the tile-quantisation
+# granularity of the GEMM model depends on it.
 DEFAULT_SM_COUNT = 132
 
 

@@ -30,10 +30,16 @@ def sequence_shard_divisor(plans: ParallelPlans) -> np.ndarray:
     return np.where(plans.sequence_parallel, plans.tp, 1).astype(float)
 
 
-def routed_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Tokens one GPU routes per micro-batch: its sequence shard b·s/(cp·tp) with sequence
-    parallelism, the whole CP shard without it."""
+def sequence_shard_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens of one micro-batch in one GPU's sequence shard, the tokens its norms, residual
+    adds and pipeline sends see: b·s/(cp·tp) with sequence parallelism, the whole CP shard
+    without it."""
     return tokens_per_rank(workload, plans) / sequence_shard_divisor(plans)
+
+
+def routed_tokens(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Tokens one GPU routes per micro-batch: its sequence shard."""
+    return sequence_shard_tokens(workload, plans)
 
 
 def local_experts(workload: Workload, plans: ParallelPlans) -> np.ndarray:

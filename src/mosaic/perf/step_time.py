@@ -56,6 +56,7 @@ from mosaic.perf.layer_costs import (
     expert_all_to_all_s,
     gemm_s,
     moe_block_times,
+    repeated_block_forward_s,
     weighted_block_times,
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency, with_fp8_attention
@@ -87,7 +88,7 @@ from mosaic.perf.schedule import (
     uses_dualpipe,
     vocab_ends_share_a_rank,
 )
-from mosaic.perf.shapes import tokens_per_rank
+from mosaic.perf.shapes import sequence_shard_tokens, tokens_per_rank
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import Workload
 from mosaic.stacks import SelectiveRecompute
@@ -291,7 +292,8 @@ def _stage_terms(kinds: tuple[StageKind, ...], plans: ParallelPlans, full_fracti
 
     full = plans.checkpointing == Checkpointing.FULL
     selective = plans.checkpointing == Checkpointing.SELECTIVE
-    recompute = np.where(full, full_fraction * (total("forward") + total("tp_communication") / 2),
+    recompute = np.where(full, full_fraction * repeated_block_forward_s(
+                             total("forward"), total("tp_communication")),
                          np.where(selective, total("selective_recompute"), 0.0))
     terms = {
         "moe_permute_excess": total("moe_permute"),
@@ -332,12 +334,11 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     every transfer blocks.
     """
     ic = machine.interconnect
-    sequence_split = np.where(plans.sequence_parallel, plans.tp, 1)
-    message = (tokens_per_rank(workload, plans) * workload.geometry.d_model
-               * ACTIVATION_BYTES / sequence_split)
+    message_bytes = (sequence_shard_tokens(workload, plans) * workload.geometry.d_model
+                     * ACTIVATION_BYTES)
     stage_stride = plans.tp * plans.cp * plans.dp
     crosses = ~group_placement(plans.pp, stage_stride, ic.scale_up_domain_gpus).inside_domain
-    per_boundary = send_recv_time_s(message, crosses, ic)
+    per_boundary = send_recv_time_s(message_bytes, crosses, ic)
     overlapped = pp_transfers_overlap_compute(workload, plans)
     hidden = np.where(overlapped, np.minimum(per_boundary, chunk_forward_s), 0.0)
     per_boundary = per_boundary - hidden
