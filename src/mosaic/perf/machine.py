@@ -8,6 +8,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, Device, shipped_catalog
 from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
+from mosaic.perf.fitted_constants import fitted
 from mosaic.perf.kernels import (
     DEFAULT_GEMM,
     FLASH_ATTENTION_EFFICIENCY,
@@ -147,11 +148,11 @@ def _achieved_fraction(device: Device, dtype: str) -> float | None:
     return None if achieved is None else achieved / device.peak_flops_per_s_for(dtype)
 
 
-# The devices the analytical GEMM plateau (kernels.gemm_max_fraction_of_peak) was fitted on:
-# "fitted jointly for B200 and H100 SXM to the bf16 rows of ScalePlan gemm_util"
-# (data/microbench_fits.yaml). A device with no kernel fits of its own and no kernel_fit
-# borrows that plateau from them.
-ANALYTICAL_GEMM_FIT_DEVICES = ("B200", "H100-SXM-80GB")
+# The devices the analytical GEMM plateau (kernels.gemm_max_fraction_of_peak) was fitted on
+# (data/microbench_fits.yaml gemm_plateau_fit_devices). A device with no kernel fits of its
+# own and no kernel_fit borrows that plateau from them.
+ANALYTICAL_GEMM_FIT_DEVICES: tuple[str, ...] = tuple(fitted("kernels",
+                                                            "gemm_plateau_fit_devices"))
 
 
 def _analytical_fit_fraction(dtype: str) -> float | None:
@@ -217,15 +218,16 @@ def device_model_notes(device: Device) -> list[str]:
     notes = []
     if not has_own_kernel_fits(device):
         scale = borrowed_fit_rate_scale(device, "bf16")
-        rate = ("at the analytical plateau of B200 and H100 (no achievable_flops_per_s "
+        fit_devices = " and ".join(ANALYTICAL_GEMM_FIT_DEVICES)
+        rate = (f"at the analytical plateau of {fit_devices} (no achievable_flops_per_s "
                 "to scale it)" if scale == 1.0 else
-                f"at the analytical plateau of B200 and H100 scaled by its measured "
+                f"at the analytical plateau of {fit_devices} scaled by its measured "
                 f"achievable rate ({scale:.3f}x)")
         named = ("names no kernel_fit" if device.kernel_fit is None else
                  f"its kernel_fit ({device.kernel_fit}) has none")
         notes.append(f"device {device.name} has no kernel fits and {named}: "
                      f"GEMMs {rate}, attention at the generic flash-attention efficiency; "
-                     "set kernel_fit (B200, H200, H100, A100) in its catalog entry to use the "
+                     f"set kernel_fit ({', '.join(SM_COUNT)}) in its catalog entry to use the "
                      "nearest device's measured fits (docs/hardware.md)")
     if device.architecture is None:
         notes.append(f"device {device.name} states no architecture: the generic defaults "
