@@ -46,6 +46,9 @@ from mosaic.perf.workload import Dispatcher, Workload
 # auxiliary-loss-free bias 0.04 (3B: 0.52 and 0.04). Measured on the validation set's global
 # loads, so a lower bound for one micro-batch's.
 ROUTER_MAX_VIOLATION = {"aux_loss": 0.72, "loss_free": 0.04}
+# The routed experts of the model those violations were measured on (the 1B model above): the
+# largest of that many expert loads, from which the expert-level spread is recovered.
+ROUTER_MAX_VIOLATION_EXPERTS = 64
 
 # Token-drop runs that do not state a capacity factor: 1.0, the value Megatron-Bridge's
 # apply_moe_token_drop sets (src/megatron/bridge/training/utils/moe_token_drop.py @ v0.1.0rc4)
@@ -53,24 +56,29 @@ ROUTER_MAX_VIOLATION = {"aux_loss": 0.72, "loss_free": 0.04}
 DEFAULT_CAPACITY_FACTOR = 1.0
 
 
-def learned_router_imbalance(experts: int, ep: np.ndarray | int,
-                             max_violation: float) -> np.ndarray:
+def learned_router_imbalance(experts: int, ep: np.ndarray | int, max_violation: float,
+                             measured_experts: int = ROUTER_MAX_VIOLATION_EXPERTS
+                             ) -> np.ndarray:
     """Busiest EP rank's routed tokens over the even share, for ``experts`` spread over
-    ``ep`` ranks, from the expert-level maximal violation of the router.
+    ``ep`` ranks, from the expert-level maximal violation of the router, measured on a model
+    of ``measured_experts`` routed experts.
 
     Expert loads taken as independent, normally distributed around the mean with relative
-    spread s: the largest of E is about 1 + s·sqrt(2 ln E) = 1 + max_violation, so
-    s = max_violation / sqrt(2 ln E). A rank's load is the mean of its E/ep experts (spread
-    s / sqrt(E/ep)), and the largest of ep ranks is
-    1 + max_violation · sqrt(ln ep / ln E) / sqrt(E/ep):
-    1 + max_violation with one expert per rank, 1 with every expert on one rank, falling as
-    1/sqrt(experts per rank) in between.
+    spread s: the largest of the measured model's E_m is about 1 + s·sqrt(2 ln E_m) =
+    1 + max_violation, so s = max_violation / sqrt(2 ln E_m). A rank's load is the mean of its
+    E/ep experts (spread s / sqrt(E/ep)), and the largest of ep ranks is
+    1 + max_violation · sqrt(ln ep / ln E_m) / sqrt(E/ep):
+    1 + max_violation with E_m experts, one per rank; less with fewer ranks to take the
+    largest of (8 experts on 8 ranks: 1 + max_violation/sqrt(2)); 1 with every expert on one
+    rank, falling as 1/sqrt(experts per rank) in between. (The extreme-value factor belongs
+    to the E_m loads the violation was read off, not to this model's E.)
     """
     ep = np.asarray(ep, dtype=float)
     if experts < 2:
         return np.ones_like(ep)
     per_rank = experts / ep
-    return 1.0 + max_violation * np.sqrt(np.log(ep) / math.log(experts)) / np.sqrt(per_rank)
+    return 1.0 + (max_violation * np.sqrt(np.log(ep) / math.log(measured_experts))
+                  / np.sqrt(per_rank))
 
 
 def router_imbalance(workload: Workload, plans: ParallelPlans) -> np.ndarray:
