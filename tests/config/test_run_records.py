@@ -194,6 +194,45 @@ def test_inconsistent_throughput_and_step_time_is_skipped(tmp_path: Path) -> Non
     assert "measured.consistent" in _skip_reason(tmp_path, run)
 
 
+def test_one_measurement_states_the_other_by_hand(tmp_path: Path) -> None:
+    """tokens/s/GPU = global_seqs·seq_len/(step·GPUs): either figure alone is enough (a trial
+    had both required), and the derived one is noted."""
+    run = copy.deepcopy(_example_runs()[0])
+    tokens = run["batch"]["global_seqs"] * run["batch"]["seq_len"]
+    step_s = run["measured"].pop("step_time_s")
+    (record,) = _load_one(tmp_path, run).records
+    assert record.measured_step_time_s == pytest.approx(
+        tokens / (run["measured"]["tokens_per_s_per_gpu"] * run["num_gpus"]))
+    assert record.measured_step_time_s == pytest.approx(step_s, rel=0.02)
+    assert any("step_time_s not stated" in note for note in record.assumptions)
+    run["measured"]["step_time_s"] = step_s
+    tokens_per_s = run["measured"].pop("tokens_per_s_per_gpu")
+    (record,) = _load_one(tmp_path, run).records
+    assert record.measured_tokens_per_s_per_gpu == pytest.approx(
+        tokens / (step_s * run["num_gpus"]))
+    assert record.measured_tokens_per_s_per_gpu == pytest.approx(tokens_per_s, rel=0.02)
+    run["measured"].pop("step_time_s")
+    assert "give tokens_per_s_per_gpu or step_time_s" in _skip_reason(tmp_path, run)
+
+
+@pytest.mark.parametrize(("field", "scale", "hint"), [
+    ("tokens_per_s_per_gpu", "gpus_per_node", "per-node figure"),
+    ("step_time_s", 1000, "milliseconds"),
+])
+def test_a_unit_slip_is_named_where_the_gap_matches_it(tmp_path: Path, field, scale, hint):
+    run = copy.deepcopy(_example_runs()[0])
+    factor = run[scale] if isinstance(scale, str) else scale
+    run["measured"][field] *= factor
+    reason = _skip_reason(tmp_path, run)
+    assert "measured.consistent" in reason and hint in reason, reason
+
+
+def test_global_seqs_in_tokens_is_named(tmp_path: Path) -> None:
+    run = copy.deepcopy(_example_runs()[0])
+    run["batch"]["global_seqs"] *= run["batch"]["seq_len"]
+    assert "counts sequences of batch.seq_len tokens" in _skip_reason(tmp_path, run)
+
+
 def test_duplicate_id_is_skipped_and_the_first_kept(tmp_path: Path) -> None:
     run = _example_runs()[0]
     path = tmp_path / "runs.yaml"

@@ -216,7 +216,7 @@ class RunRecordEntry(_Strict):
         "selective recompute on a block-level stack (fms-fsdp selective_checkpointing p), "
         "or recomputed under full (Megatron-Core recompute_method block, k of L); null = 1")
     measured: MeasuredEntry
-    flops_convention: str = Field(min_length=1)
+    flops_convention: str = Field(default="none_reported", min_length=1)
     confidence: Literal["high", "medium", "low"]
     notes: str = ""
 
@@ -464,6 +464,24 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
         )
 
 
+def _unit_slip(ratio: float, entry: RunRecordEntry) -> str:
+    """The unit slip a disagreement between tokens/s and step time matches (implied over
+    stated tokens/s within 3% of a known factor), as a hint; empty when none matches."""
+    slips = (
+        (1 / entry.gpus_per_node, f"tokens_per_s_per_gpu looks like a per-node figure: divide "
+                                  f"it by gpus_per_node ({entry.gpus_per_node})"),
+        (1 / entry.num_gpus, "tokens_per_s_per_gpu looks like the whole cluster's: divide it "
+                             f"by num_gpus ({entry.num_gpus})"),
+        (float(entry.batch.seq_len), "batch.global_seqs counts sequences of batch.seq_len "
+                                     "tokens, not tokens"),
+        (1e-3, "step_time_s looks like milliseconds: write seconds"),
+    )
+    for factor, hint in slips:
+        if factor != 1 and abs(ratio / factor - 1) < 0.03:
+            return f"; {hint}"
+    return ""
+
+
 def _measured(entry: RunRecordEntry, notes: list[str]
               ) -> tuple[float | None, float | None, str | None]:
     """(tokens/s/GPU, step time, disagreement): the first two None for an OOM run, both set
@@ -474,16 +492,28 @@ def _measured(entry: RunRecordEntry, notes: list[str]
         if tokens_per_s is not None or step_time_s is not None:
             raise MosaicInputError("measured.oom: true, but an OOM run has no throughput")
         return None, None, None
-    if tokens_per_s is None or step_time_s is None:
-        missing = "tokens_per_s_per_gpu" if tokens_per_s is None else "step_time_s"
-        raise MosaicInputError(f"measured.{missing}: required unless measured.oom is true")
-    implied = entry.batch.global_seqs * entry.batch.seq_len / (step_time_s * entry.num_gpus)
+    tokens_per_step = entry.batch.global_seqs * entry.batch.seq_len
+    if tokens_per_s is None and step_time_s is None:
+        raise MosaicInputError("measured: give tokens_per_s_per_gpu or step_time_s (the other "
+                               "follows from the batch), unless measured.oom is true")
+    if step_time_s is None or tokens_per_s is None:
+        # one measurement states the other: tokens/s/GPU = global_seqs·seq_len/(step·GPUs)
+        if step_time_s is None:
+            step_time_s = tokens_per_step / (tokens_per_s * entry.num_gpus)
+            notes.append(f"step_time_s not stated: {step_time_s:.6g} s from the tokens/s and "
+                         "the batch")
+        else:
+            tokens_per_s = tokens_per_step / (step_time_s * entry.num_gpus)
+            notes.append(f"tokens_per_s_per_gpu not stated: {tokens_per_s:.6g} from the step "
+                         "time and the batch")
+        return tokens_per_s, step_time_s, None
+    implied = tokens_per_step / (step_time_s * entry.num_gpus)
     gap = implied / tokens_per_s - 1
     if measured.consistent and abs(gap) > CONSISTENCY_TOLERANCE:
         raise MosaicInputError(
             f"measured.consistent: true, but step_time_s={step_time_s} implies "
             f"{implied:.6g} tokens/s/GPU, not {tokens_per_s} ({gap:+.1%})"
-        )
+            + _unit_slip(implied / tokens_per_s, entry))
     if not measured.consistent:
         # One measurement for every command: validate scores tokens/s, so calibrate, perf
         # and explain take the step it implies (a record with a step time in milliseconds
