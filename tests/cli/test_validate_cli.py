@@ -461,3 +461,22 @@ def test_a_node_total_given_per_gpu_is_flagged_below_the_peak(tmp_path):
     assert entry["id"] == run["id"]
     assert "above the prediction" in entry["reason"] and "per node" in entry["reason"]
     assert "MFU" not in entry["reason"]
+
+
+def test_a_software_typo_is_named_not_silently_costed_generic(tmp_path):
+    """`software: Megatorn-LM 0.12` recognised no stack and moved a trial's prediction by 6%
+    with no word from validate; the record is now named (text and --json)."""
+    import yaml
+
+    path = _torchtitan_record_with(tmp_path, "typo", 5762.0, 2.8435)
+    document = yaml.safe_load(path.read_text())
+    document["runs"][1].pop("stack", None)
+    document["runs"][1]["software"] = "Megatorn-LM 0.12"
+    path.write_text(yaml.safe_dump(document))
+    shown = runner.invoke(app, ["validate", str(path)])
+    assert shown.exit_code == 0, shown.output
+    note = shown.output.split("record(s) name software no known stack")[1]
+    assert "typo ('Megatorn-LM 0.12')" in note
+    doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    assert doc["aggregate"]["unrecognised_software"] == [
+        {"id": "typo", "software": "Megatorn-LM 0.12"}]

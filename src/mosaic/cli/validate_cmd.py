@@ -226,6 +226,21 @@ def validate(
     _echo_not_scored(aggregate["throughput_not_scored"])
     _echo_implausible(aggregate["implausible_measurements"])
     _echo_stated_inconsistent(aggregate["stated_inconsistent"])
+    _echo_unrecognised_software(aggregate["unrecognised_software"])
+
+
+def _echo_unrecognised_software(unrecognised: list[dict[str, str]]) -> None:
+    """One note naming the records whose ``software`` names no known stack: they are costed
+    on the generic stack's defaults, which a typo ('Megatorn-LM') should not do silently."""
+    if unrecognised:
+        shown = ", ".join(f"{row['id']} ({row['software']!r})"
+                          for row in unrecognised[:SKIPPED_SHOWN])
+        more = (f" and {len(unrecognised) - SKIPPED_SHOWN} more" if len(unrecognised)
+                > SKIPPED_SHOWN else "")
+        typer.echo(f"note: {len(unrecognised)} record(s) name software no known stack is "
+                   f"recognised in, so they are costed on the generic 'other' stack; state "
+                   f"`stack:` (`mosaic stacks list`) where one applies: {shown}{more}",
+                   err=True)
 
 
 def _echo_stated_inconsistent(disagreeing: list[dict[str, str]]) -> None:

@@ -32,6 +32,7 @@ from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
+from mosaic.stacks.registry import OTHER_STACK
 from mosaic.units import GIB
 
 TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec. 7.2.1)
@@ -222,6 +223,8 @@ class ValidationSummary:
         self._not_scored: dict[str, str] = {}  # id -> why its throughput is not scored
         self._implausible: dict[str, str] = {}  # id -> why its measurement looks mis-entered
         self._disagreements: dict[str, str] = {}  # id -> its stated consistent: false
+        # id -> software text no stack is recognised in (costed as the generic stack)
+        self._unrecognised_software: dict[str, str] = {}
         self._group = array("l")  # index into _labels (model @ GPU)
         self._software = array("l")  # index into _labels (software as recorded, or None)
         self._labels: dict[str | None, int] = {}
@@ -261,6 +264,8 @@ class ValidationSummary:
                 self._implausible[record.id] = implausible
             if record.measurement_disagreement is not None:
                 self._disagreements[record.id] = record.measurement_disagreement
+            if record.software is not None and record.workload.stack == OTHER_STACK:
+                self._unrecognised_software[record.id] = record.software
             self._group.append(self._label(record.group_key))
             self._software.append(self._label(record.software))
 
@@ -365,6 +370,10 @@ class ValidationSummary:
                                          for run_id, reason in self._implausible.items()],
             "stated_inconsistent": [{"id": run_id, "reason": reason}
                                     for run_id, reason in self._disagreements.items()],
+            # a typo in `software` silently costs the run on generic defaults (a trial)
+            "unrecognised_software": [{"id": run_id, "software": software}
+                                      for run_id, software
+                                      in self._unrecognised_software.items()],
         }
 
 
