@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape as html_escape
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,16 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
         assert f"mosaic {kind}" in html
         for figure in figures:
             assert f'data-figure="{figure}"' in html, (kind, figure)
+    # the HTML summary has every row the terminal table has (it had lost the infeasible,
+    # headroom, median/max and same-release rows; a trial), and errors keep their sign
+    from mosaic.report.validation_summary import accuracy_rows
+
+    validate = (tmp_path / "validate.html").read_text()
+    document = json.loads(invoke("validate", str(EXAMPLES / "runs_example.yaml"), "--json"))
+    for label, _ in accuracy_rows(document["aggregate"], len(document["skipped"])):
+        assert html_escape(label) in validate, label
+    signed = [f"{run['error']:+.1%}" for run in document["runs"] if run["error"] is not None]
+    assert signed and all(f">{text}<" in validate for text in signed), signed
     layouts = (tmp_path / "layouts.html").read_text()
     assert "Why the other layouts are infeasible" in layouts and "must divide" in layouts
     # the rule as the CLI words it, not its template cut at the first slot ('pp·vpp=')

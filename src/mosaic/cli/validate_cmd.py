@@ -54,6 +54,7 @@ from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batc
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
 from mosaic.perf.coverage import MIN_SCOPE_RUNS
+from mosaic.report.validation_summary import accuracy_rows, percent
 
 CV_GROUPINGS = ("source", "group", "run", "none")
 
@@ -122,53 +123,8 @@ def _echo_skipped(skipped: Sequence[dict[str, str]], heading: str, err: bool = F
                    "reason)", err=err)
 
 
-def _percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
-
-
 def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
-    rows = [
-        ("runs scored for tokens/s",
-         f"{stats['n_runs']} ({n_skipped} records skipped, "
-         f"{len(stats['throughput_not_scored'])} not scored)"),
-        ("MAPE tokens/s, all", _percent(stats["mape"])),
-        ("MAPE, MoE runs", f"{_percent(stats['moe']['mape'])} of {stats['moe']['n_runs']}"),
-        ("MAPE, dense runs", f"{_percent(stats['dense']['mape'])} of {stats['dense']['n_runs']}"),
-        (
-            "median / max |error|",
-            f"{_percent(stats['median_abs_error'])} / {_percent(stats['max_abs_error'])}",
-        ),
-        (
-            "Spearman within model+GPU groups",
-            "n/a" if stats["spearman"] is None else f"{stats['spearman']:.2f}",
-        ),
-        (
-            "Spearman, same groups and software release",
-            "n/a" if stats["spearman_same_software"] is None
-            else f"{stats['spearman_same_software']:.2f}",
-        ),
-        ("top-3 overlap within groups", _percent(stats["top_k_overlap"])),
-        ("OOM runs predicted infeasible", f"{stats['oom_correct']} of {stats['oom_runs']}"),
-        ("trained runs predicted infeasible", _count_with_ids(
-            stats["trained_runs_predicted_infeasible"],
-            stats.get("trained_runs_predicted_infeasible_ids", []))),
-        ("trained runs over the planning headroom (layouts and plan leave them out)",
-         _count_with_ids(len(over := stats.get("trained_runs_over_planning_headroom_ids", [])),
-                         over)),
-        (
-            "memory MAPE (runs reporting memory)",
-            f"{_percent(stats['memory']['mape'])} of {stats['memory']['n_runs']}",
-        ),
-    ]
-    print_key_value_table(title, rows)
-
-
-def _count_with_ids(count: int, ids: list[str], shown: int = 3) -> str:
-    """'2: a, b' (at most ``shown`` ids, then '...')."""
-    if not count:
-        return "0"
-    more = ", ..." if len(ids) > shown else ""
-    return f"{count}: {', '.join(ids[:shown])}{more}"
+    print_key_value_table(title, accuracy_rows(stats, n_skipped))
 
 
 def constant_rows(name: str, value: Any) -> list[tuple[str, str]]:
@@ -521,17 +477,17 @@ def calibrate(
         print_key_value_table(
             f"Leave-one-{cv}-out cross-validation (tokens/s)",
             [
-                ("MAPE all", _percent(c["mape"])),
-                ("MAPE MoE", _percent(c["moe_mape"])),
-                ("MAPE dense", _percent(c["dense_mape"])),
+                ("MAPE all", percent(c["mape"])),
+                ("MAPE MoE", percent(c["moe_mape"])),
+                ("MAPE dense", percent(c["dense_mape"])),
                 (
                     "median / max |error|",
-                    f"{_percent(c['median_abs_error'])} / {_percent(c['max_abs_error'])}",
+                    f"{percent(c['median_abs_error'])} / {percent(c['max_abs_error'])}",
                 ),
                 (f"MAPE all / MoE under '{report['starting_calibration']['name']}' as it "
                  "was (not refitted)",
-                 f"{_percent(report['starting_calibration']['mape'])} / "
-                 f"{_percent(report['starting_calibration']['moe_mape'])}"),
+                 f"{percent(report['starting_calibration']['mape'])} / "
+                 f"{percent(report['starting_calibration']['moe_mape'])}"),
             ],
         )
     _print_memory_scale(report["memory_scale"])
@@ -558,8 +514,8 @@ def _print_memory_scale(fit: dict[str, Any] | None) -> None:
             *([("left out: memory above the device",
                 ", ".join(fit["left_out_implausible"]))] if fit["left_out_implausible"] else []),
             (f"memory MAPE at the starting scale {start:.4g} / fitted",
-             f"{_percent(fit['mape_before'])} / {_percent(fit['mape_after'])}"
-             + ("" if held_out is None else f" ({_percent(held_out)} held out)")),
+             f"{percent(fit['mape_before'])} / {percent(fit['mape_after'])}"
+             + ("" if held_out is None else f" ({percent(held_out)} held out)")),
             ("trained runs predicted above device memory",
              f"{fit['trained_over_device_before']} -> {fit['trained_over_device_after']}"),
             ("trained runs over the planning headroom",

@@ -58,6 +58,11 @@ def fmt_percent(digits: int = 1) -> Callable[[Any], str]:
     return lambda v: "–" if v is None else f"{v:.{digits}%}"
 
 
+def fmt_signed_percent(digits: int = 1) -> Callable[[Any], str]:
+    """+9.1% / -3.0%: an error's direction, as the terminal table shows it."""
+    return lambda v: "–" if v is None else f"{v:+.{digits}%}"
+
+
 def fmt_si(unit: str = "", digits: int = 3) -> Callable[[Any], str]:
     """1.42e12 -> '1.42 T' (k, M, B/G, T, P); from 1e18 on, scientific: '4.38e+23 FLOP',
     not '4.38e+08 PFLOP'."""

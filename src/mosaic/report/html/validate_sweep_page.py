@@ -11,6 +11,7 @@ from mosaic.report.html.page import (
     fmt_float,
     fmt_percent,
     fmt_si,
+    fmt_signed_percent,
     key_value_html,
     note,
     table_html,
@@ -21,6 +22,7 @@ from mosaic.report.plan_report import (
     layout_text,
     sweep_extrapolation_rows,
 )
+from mosaic.report.validation_summary import accuracy_rows
 from mosaic.units import GIB
 
 
@@ -106,27 +108,12 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
     runs = document["runs"]
     a = document["aggregate"]
 
-    def pct(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.1%}"
-
-    summary = [
-        ("runs scored for tokens/s",
-         f"{a['n_runs']} ({len(document.get('skipped', []))} records skipped, "
-         f"{len(a.get('throughput_not_scored', []))} not scored)"),
-        ("MAPE tokens/s, all", pct(a["mape"])),
-        ("MAPE, MoE runs", f"{pct(a['moe']['mape'])} of {a['moe']['n_runs']}"),
-        ("MAPE, dense runs", f"{pct(a['dense']['mape'])} of {a['dense']['n_runs']}"),
-        ("Spearman within model+GPU groups",
-         "n/a" if a["spearman"] is None else f"{a['spearman']:.2f}"),
-        ("top-3 overlap within groups", pct(a["top_k_overlap"])),
-        ("OOM runs predicted infeasible", f"{a['oom_correct']} of {a['oom_runs']}"),
-        ("memory MAPE", f"{pct(a['memory']['mape'])} of {a['memory']['n_runs']}"),
-    ]
+    summary = accuracy_rows(a, len(document.get("skipped", [])))
     ranks = rank_figure(runs)
     columns = [Column("id", "run", text=True), Column("group", "group", text=True),
                Column("predicted_tokens_per_s_per_gpu", "predicted tok/s/GPU", fmt_float(0)),
                Column("measured_tokens_per_s_per_gpu", "measured", fmt_float(0)),
-               Column("error", "error", fmt_percent(1)),
+               Column("error", "error", fmt_signed_percent(1)),
                Column("predicted_memory_gib", "mem GiB", fmt_float(1)),
                Column("measured_memory_gib", "measured GiB", fmt_float(1)),
                Column("oom", "OOM run", text=True), Column("feasible", "fits", text=True)]
