@@ -275,3 +275,28 @@ def test_a_step_multiplier_below_one_is_named_over_the_breakdown():
     shown = runner.invoke(app, ["perf", str(EXAMPLES / "appendix_e.yaml")],
                           env={"COLUMNS": "300"})
     assert f"every term x{multiplier:.4g}, the calibration's step multiplier" in shown.stdout
+
+
+def test_perf_says_what_a_record_measured_and_the_routed_load_it_costs():
+    """A run record that ran out of memory says so beside the predicted verdict (a trial
+    saw no word of it), and an MoE job states the busiest EP rank's load it is costed with:
+    the example Qwen3-30B-A3B record is force-balanced (1.0); with its routing dropless, the
+    aux-loss router's 1 + 0.72·sqrt(ln 8 / ln 64)/sqrt(128/8) (perf/routing_load.py)."""
+    import math
+
+    runs = EXAMPLES / "runs_example.yaml"
+    oom = runner.invoke(app, ["perf", f"{runs}#example-constructed-llama3.1-8b-h100-8-ddp-oom"])
+    assert oom.exit_code == 0, oom.output
+    assert "measured: out of memory" in " ".join(
+        line.strip("│ ") for line in oom.output.splitlines())
+    document = json.loads(runner.invoke(app, [
+        "perf", f"{runs}#example-constructed-llama3.1-8b-h100-8-ddp-oom", "--json"]).stdout)
+    assert document["measured_oom"] is True and "routed_load_factor" not in document
+    moe = f"{runs}#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
+    balanced = json.loads(runner.invoke(app, ["perf", moe, "--json"]).stdout)
+    assert balanced["routing"] == "balanced" and balanced["routed_load_factor"] == 1.0
+    assert "measured_oom" not in balanced
+    learned = json.loads(runner.invoke(app, ["perf", moe, "--json", "--set",
+                                             "routing=dropless"]).stdout)
+    assert learned["routed_load_factor"] == pytest.approx(
+        1 + 0.72 * math.sqrt(math.log(8) / math.log(64)) / math.sqrt(16))

@@ -82,7 +82,12 @@ def _render(document: dict[str, Any]) -> None:
             ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
             ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
             ("MFU peak", document["mfu_peak"]),
-            ("memory per GPU", document["memory_fit"]),
+            ("memory per GPU", document["memory_fit"]
+             + ("; measured: out of memory" if document.get("measured_oom") else "")),
+            *([] if "routed_load_factor" not in document else [(
+                "busiest EP rank's load",
+                f"{document['routed_load_factor']:.3f}x the even share "
+                f"(routing {document['routing']})")]),
             *([] if "training" not in document else [(
                 "training (training.tokens)",
                 f"{document['training']['tokens']:.4g} tokens = "

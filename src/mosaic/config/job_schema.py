@@ -310,6 +310,7 @@ class JobSpec:
     # run record's (the workload's uneven_pipeline_stages stays False)
     unstated_stage_split: bool = False
     measured_step_time_s: float | None = None  # a run record's measured step; None for a job
+    measured_oom: bool = False  # a run record that ran out of memory (measured.oom)
     # a run record changed by --set: its workload and layout as recorded, so that only the
     # layout rules the change breaks are applied (mosaic.evaluate.job.predict_job)
     as_recorded: tuple[Workload, ParallelPlans] | None = None
@@ -865,7 +866,8 @@ def job_from_run_record(record: RunRecord) -> JobSpec:
     return JobSpec(workload=record.workload, plan=record.plan, system_name=record.system.name,
                    n_devices=record.n_devices, nodes=None, assumptions=record.assumptions,
                    recorded_layout=True, measured_step_time_s=record.measured_step_time_s,
-                   stack_version=record.stack_version, model_name=record.model_name)
+                   measured_oom=record.oom, stack_version=record.stack_version,
+                   model_name=record.model_name)
 
 
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
@@ -892,7 +894,7 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
     spec = as_job(apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
                                   known=RunRecordEntry.model_fields, min_depth=1))
     # a what-if: the run as measured is no longer what is predicted
-    return replace(spec, measured_step_time_s=None,
+    return replace(spec, measured_step_time_s=None, measured_oom=False,
                    as_recorded=(recorded.workload, recorded.plan), assumptions=(
                        *spec.assumptions, "--set changed the recorded run: its measured step "
                                           "is not compared"))

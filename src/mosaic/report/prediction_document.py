@@ -15,6 +15,7 @@ from mosaic.perf.elementwise_traffic import kernel_assumptions
 from mosaic.perf.machine import mfu_peak_text, usable_gib
 from mosaic.perf.memory import heaviest_stage
 from mosaic.perf.prediction_coverage import assess_plan
+from mosaic.perf.routing_load import routed_load_factor
 from mosaic.units import GIB, SECONDS_PER_DAY
 
 
@@ -86,6 +87,14 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         # a run record's own measurement (RUNS.yaml#ID); absent for a job
         **({} if result.spec.measured_step_time_s is None
            else {"measured_step_time_s": result.spec.measured_step_time_s}),
+        # a run record that ran out of memory, as measured (the verdict above is predicted)
+        **({"measured_oom": True} if result.spec.measured_oom else {}),
+        # the busiest EP rank's routed tokens over the even share the MoE terms are costed
+        # with (perf.routing_load: stated, or derived from the router's balancing)
+        **({} if not result.spec.workload.geometry.is_moe else {
+            "routing": str(result.spec.workload.routing),
+            "routed_load_factor": float(routed_load_factor(result.spec.workload,
+                                                           result.spec.plan)[0])}),
         **({} if result.spec.train_tokens is None
            else {"training": training_document(result.spec, float(p.step_time_s[0]))}),
     }
