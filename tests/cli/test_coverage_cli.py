@@ -40,6 +40,19 @@ def test_appendix_e_job_is_inside_and_its_interval_comes_from_its_scope_residual
     assert coverage["intervals"]["memory_gib"]["n_runs"] >= 10
 
 
+def test_a_node_type_none_of_the_calibration_runs_used_is_named():
+    """The Appendix E job runs on p6-b200.48xlarge (EFA); the default profile's runs ran on
+    DGX/HGX, NVL72 and Grand Teton nodes (its coverage.systems), so its network is costed from
+    the catalog, not fitted: said in a note (a trial planned H100s on p5 with DGX-H100 runs
+    and got no word). On DGX-B200, or under the paper's profile fitted on p6 runs: no note."""
+    systems = built_in_calibration("default").coverage.systems
+    assert "p6-b200.48xlarge" not in systems and "DGX-B200" in systems
+    note = perf_json()["coverage"]["note"] or ""
+    assert "node type p6-b200.48xlarge is none of the calibration's runs'" in note
+    for args in (("--set", "hardware.node_type=DGX-B200"), ("--calibration", "paper-p6b200")):
+        assert "node type" not in (perf_json(*args)["coverage"]["note"] or ""), args
+
+
 def test_a_catalog_gpu_without_calibration_runs_and_a_huge_model_are_flagged():
     doc = perf_json("--set", "hardware.node_type=H800-node", "--set", "model.n_layers=480")
     outside = {o["dimension"]: o for o in doc["coverage"]["outside"]}

@@ -16,6 +16,7 @@ from mosaic.stacks import CrossEntropy
 ROOT = Path(__file__).resolve().parents[2]
 EXTRA_RUNS = ROOT / "src/mosaic/evaluate/data/extra_runs.yaml"
 PUBLISHED = ROOT.parent / "shared" / "calibration" / "published_runs.yaml"
+PAPER_SWEEPS = ROOT.parent / "shared" / "calibration" / "paper_p6b200_sweeps.yaml"
 
 
 def _records(path: Path):
@@ -27,7 +28,8 @@ def _records(path: Path):
 def test_every_listed_run_exists_in_a_run_file():
     if not PUBLISHED.exists():
         pytest.skip("../shared/calibration/published_runs.yaml not available")
-    ids = {r.id for path in (PUBLISHED, EXTRA_RUNS) for r in _records(path).records}
+    ids = {r.id for path in (PUBLISHED, PAPER_SWEEPS, EXTRA_RUNS)
+           for r in _records(path).records}
     assert sorted(set(record_settings()) - ids) == []
 
 
@@ -211,3 +213,15 @@ def test_recompute_applies_to_a_record_that_leaves_it_unknown_only():
     assert any("recompute=selective" in note for note in record.assumptions)
     raw["recompute"] = "none"
     assert _load_raw(raw).plan.checkpointing[0] == Checkpointing.NONE
+
+
+def test_the_paper_sweeps_run_on_the_node_type_the_paper_names():
+    """The shared sweep file cannot name a node type; the paper ran on p6-b200.48xlarge
+    (Sec. 7.2), whose EFA network the records are now costed on, not the B200's reference
+    DGX node; a record that names its own system keeps it."""
+    if not PAPER_SWEEPS.exists():
+        pytest.skip("../shared/calibration/paper_p6b200_sweeps.yaml not available")
+    records = apply_record_settings(_records(PAPER_SWEEPS)).records
+    assert {r.system.name for r in records} == {"p6-b200.48xlarge"}
+    assert all(any("system=p6-b200.48xlarge" in note for note in r.assumptions)
+               for r in records)

@@ -64,7 +64,8 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
     gap = diagnosis.gap
     coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
                            result.machine.device_name, p,
-                           usable_memory_gib=usable_gib(result.machine))
+                           usable_memory_gib=usable_gib(result.machine),
+                           system_name=result.cluster.system.name)
     return {
         # the profile every figure came from, and its fitted memory scale (1: as derived)
         "calibration": calibration.name,

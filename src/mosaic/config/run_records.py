@@ -283,12 +283,17 @@ def record_system(entry: RunRecordEntry) -> System:
     GPU and host sizes must match the record's."""
     if entry.system is None:
         return reference_system(entry.gpu, entry.gpus_per_node, entry.scaleup_domain)
-    system = get_system(entry.system)
-    device = get_device(entry.gpu)
+    return matching_system(entry.system, entry.gpu, entry.gpus_per_node, entry.scaleup_domain)
+
+
+def matching_system(name: str, gpu: str, gpus_per_node: int, scaleup_domain: int) -> System:
+    """Catalog node type ``name``, which must hold ``gpu`` on hosts of the given sizes."""
+    system = get_system(name)
+    device = get_device(gpu)
     if system.device.name != device.name:
         raise MosaicInputError(f"system: {system.name} holds {system.device.name}, not the "
                                f"record's gpu {device.name}")
-    return _matching_host(system, entry.gpus_per_node, entry.scaleup_domain)
+    return _matching_host(system, gpus_per_node, scaleup_domain)
 
 
 def _matching_host(system: System, gpus_per_node: int, scaleup_domain: int) -> System:
@@ -639,6 +644,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
 def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
     """Names of the workload settings ``entry`` states (a default is not a statement)."""
     given = {
+        "system": entry.system is not None,
         "dispatcher": entry.parallelism.dispatcher is not None,
         "ep_overlap": "ep_overlap" in entry.parallelism.model_fields_set,
         "dispatch_fp8": "dispatch_fp8" in entry.parallelism.model_fields_set,

@@ -61,6 +61,7 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
     return CalibrationCoverage(
         source=source, level=level,
         devices=tuple(sorted({r.system.device.name for r in fitted})),
+        systems=tuple(sorted({r.system.name for r in fitted})),
         stacks=tuple(sorted(set(stacks))), classes=tuple(sorted(set(classes))),
         n_total=_span([float(c.n_total) for c in counts]),
         n_active=_span([float(c.n_active) for c in counts]),

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mosaic.config.blocks import EagerKernelsName
 from mosaic.config.recipes import RecipeSettings
-from mosaic.config.run_records import RunRecord, RunRecordSet
+from mosaic.config.run_records import RunRecord, RunRecordSet, matching_system
 from mosaic.errors import MosaicInputError
 from mosaic.perf.plan import Checkpointing
 from mosaic.perf.workload import Workload
@@ -43,6 +43,9 @@ class _Settings(RecipeSettings):
     # or whose source contradicts itself about its tokens per step or its layout (the group's
     # evidence says why); it is predicted but not scored for throughput.
     throughput_scored: Literal[False] | None = None
+    # The catalog node type the run ran on, where its record's schema could not name it
+    # (the record's GPU and host sizes must match it).
+    system: str | None = Field(default=None, min_length=1)
 
 
 class _Group(_Strict):
@@ -83,6 +86,14 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
     not_scored = settings.pop("throughput_not_scored", None)
     if not_scored is not None:
         record = replace(record, throughput_not_scored=not_scored)
+    system_name = settings.pop("system", None)
+    if system_name is not None and "system" not in record.stated_settings:
+        system = matching_system(system_name, record.system.device.name,
+                                 record.system.gpus_per_node,
+                                 record.system.scale_up_domain_gpus)
+        record = replace(record, system=system, assumptions=(
+            *record.assumptions, f"record settings: system={system.name} (evidence: "
+                                 f"{evidence.split(';')[0]})"))
     changes = {name: tuple(value) if isinstance(value, list) else value
                for name, value in settings.items() if name not in record.stated_settings}
     if not changes:

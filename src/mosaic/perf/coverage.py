@@ -73,6 +73,7 @@ class _CoverageFile(BaseModel):
     memory_ratio: tuple[_Quantiles, ...] = ()
     tokens_per_s_ratio_from: str | None = Field(default=None, min_length=1)
     memory_ratio_from: str | None = Field(default=None, min_length=1)
+    systems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class CalibrationCoverage:
     # own (too few held-out runs of its own: evaluate.coverage_fit.with_borrowed_residuals)
     tokens_per_s_ratio_from: str | None = None
     memory_ratio_from: str | None = None  # the same for the memory residuals
+    # the node types the fitted runs ran on (empty: not recorded, a profile written before)
+    systems: tuple[str, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         """The YAML ``coverage`` section."""
@@ -122,6 +125,7 @@ class CalibrationCoverage:
             **{key: value for key, value in (
                 ("tokens_per_s_ratio_from", self.tokens_per_s_ratio_from),
                 ("memory_ratio_from", self.memory_ratio_from)) if value is not None},
+            **({"systems": list(self.systems)} if self.systems else {}),
         }
 
 
@@ -139,7 +143,7 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         tokens_per_s_shared_fraction=parsed.tokens_per_s_shared_fraction,
         memory_ratio=quantiles(parsed.memory_ratio),
         tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from,
-        memory_ratio_from=parsed.memory_ratio_from)
+        memory_ratio_from=parsed.memory_ratio_from, systems=parsed.systems)
 
 
 def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
@@ -365,10 +369,12 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
            degrees: Mapping[str, int], tokens_per_s: float, tokens_per_s_per_gpu: float,
            mfu: float, step_time_s: float, memory_gib: float,
            usable_memory_gib: float | None = None, is_hybrid: bool = False,
-           extra_notes: Sequence[str] = ()) -> Assessment:
+           extra_notes: Sequence[str] = (), system: str | None = None) -> Assessment:
     """Place one predicted job against ``coverage`` (module docstring); with
     ``usable_memory_gib``, say when the memory interval reaches past it; ``extra_notes``
-    (:func:`uninformed_notes`) join the assessment's note."""
+    (:func:`uninformed_notes`) join the assessment's note; with ``system``, say when the
+    job's node type is none the fitted runs ran on (a note, not an envelope dimension: the
+    GPU is calibrated, the network comes from the catalog)."""
     if coverage is None:
         return Assessment(calibration, (), has_envelope=False, note=(
             f"calibration {calibration!r} records no coverage; rerun `mosaic calibrate` "
@@ -387,6 +393,10 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
               f"calibration keeps them from at least {MIN_SCOPE_RUNS} runs (held out, for "
               "tokens/s; reporting memory, for memory)"]
              if missing else []) + list(extra_notes)
+    if system is not None and coverage.systems and system not in coverage.systems:
+        notes.append(f"node type {system} is none of the calibration's runs' "
+                     f"({', '.join(coverage.systems)}): its network is costed from the "
+                     "catalog, not fitted (--system names another)")
     memory_interval = interval(memory_gib, memory, level)
     if (memory_interval is not None and usable_memory_gib is not None
             and memory_interval.high > usable_memory_gib):

@@ -13,8 +13,10 @@ from mosaic.units import GIB
 
 def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPlans,
                 device_name: str, prediction: StepPrediction, index: int = 0,
-                usable_memory_gib: float | None = None) -> Assessment:
-    """Envelope verdict and residual intervals of plan ``index`` of ``prediction``."""
+                usable_memory_gib: float | None = None, system_name: str | None = None
+                ) -> Assessment:
+    """Envelope verdict and residual intervals of plan ``index`` of ``prediction`` (on node
+    type ``system_name``, where given)."""
     counts = count_parameters(workload.geometry)
     return assess(
         calibration.coverage, calibration.name, device=device_name, stack=workload.stack,
@@ -26,6 +28,7 @@ def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPla
         mfu=float(prediction.mfu[index]), step_time_s=float(prediction.step_time_s[index]),
         memory_gib=float(prediction.memory_bytes[index] / GIB),
         usable_memory_gib=usable_memory_gib, is_hybrid=workload.geometry.is_hybrid,
+        system=system_name,
         extra_notes=uninformed_notes(
             calibration.name, calibration.not_informed,
             ep_crosses_nodes=bool(prediction.chi_drivers.a2a_share[index] > 0),

@@ -69,7 +69,7 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
     """The JSON document of `mosaic layouts --json`."""
     best = (assess_plan(calibration, workload, search.plans, machine.device_name,
                         search.prediction, int(search.ranking[0]),
-                        usable_memory_gib=usable_gib(machine))
+                        usable_memory_gib=usable_gib(machine), system_name=cluster.system.name)
             if search.ranking.size else None)
     return {
         "hardware": {"system": cluster.system.name, "nodes": cluster.n_nodes,

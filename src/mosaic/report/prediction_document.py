@@ -24,7 +24,8 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
     p = result.prediction
     machine = result.machine
     coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
-                           machine.device_name, p, usable_memory_gib=usable_gib(machine))
+                           machine.device_name, p, usable_memory_gib=usable_gib(machine),
+                           system_name=result.cluster.system.name)
     return {
         "stack": result.spec.workload.stack,
         "calibration": calibration.name,
