@@ -136,7 +136,9 @@ def mutate_document(document: Any, rng: random.Random, scalars: list[Any] | None
         path = rng.choice(paths)
         roll = rng.random()
         if roll < 0.75:
-            _set(doc, path, rng.choice(pool))
+            # a copy: a later mutation must not edit the pool's own list or mapping (seed 64
+            # made a pool entry contain itself, and the next case recursed without end)
+            _set(doc, path, copy.deepcopy(rng.choice(pool)))
         elif roll < 0.85:
             _set(doc, path, None, delete=True)
         elif roll < 0.95:
@@ -145,7 +147,8 @@ def mutate_document(document: Any, rng: random.Random, scalars: list[Any] | None
             for part in parent:
                 target = target[part]
             if isinstance(target, dict):
-                target[rng.choice(["unknown_field", 7, "n_layers ", "tp"])] = rng.choice(pool)
+                target[rng.choice(["unknown_field", 7, "n_layers ", "tp"])] = copy.deepcopy(
+                    rng.choice(pool))
         else:
             _set(doc, path, {"nested": {"deeper": [1, {"x": [2]}]}})
     text = _dump(doc)

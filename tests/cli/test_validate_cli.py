@@ -322,7 +322,7 @@ def test_a_profile_of_few_runs_borrows_the_base_residuals_and_says_so(tmp_path):
     report = json.loads(result.stdout)
     assert report["n_runs"] < MIN_SCOPE_RUNS
     assert report["tokens_per_s_residuals_borrowed_from"] == "default"
-    assert "keeps profile 'default''s tokens/s residuals" in result.stderr
+    assert "keeps the tokens/s residuals of profile default (measured" in result.stderr
     own, base = load(out).coverage, load("default").coverage
     assert own.tokens_per_s_ratio == base.tokens_per_s_ratio
     assert own.tokens_per_s_ratio_from == "default"

@@ -176,8 +176,8 @@ def test_borrowed_memory_residuals_keep_their_spread_about_the_fitted_scale(reco
         assert mine.low == pytest.approx(theirs.low / theirs.median)
         assert mine.high == pytest.approx(theirs.high / theirs.median)
         assert mine.low < 1.0 < mine.high
-    assert borrowed.memory_ratio_from.endswith("(its spread only, about this profile's memory "
-                                               "scale)")
+    assert borrowed.memory_ratio_from.endswith(
+        "; its spread only, centred on this profile's memory scale")
     assert with_borrowed_residuals(own, START).memory_ratio == lender.memory_ratio
     assert with_borrowed_residuals(own, START, memory_scale=1.0).memory_ratio == \
         lender.memory_ratio

@@ -612,8 +612,8 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
              f"too few runs reporting memory (at least {MIN_SCOPE_RUNS})")):
         if borrowed is not None:
             typer.echo(f"note: {why} for {what} intervals of this profile's own: it keeps "
-                       f"profile {borrowed!r}'s {what} residuals, measured on other runs, "
-                       "and every interval that uses them says so", err=True)
+                       f"the {what} residuals of profile {borrowed} (measured on other "
+                       "runs), and every interval that uses them says so", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
         fewer = ("" if list(report["fitted"]) == ["stack_overhead"]

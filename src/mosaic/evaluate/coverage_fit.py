@@ -99,6 +99,6 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration,
             coverage, memory_ratio=tuple(
                 replace(q, low=q.low / q.median, median=1.0, high=q.high / q.median)
                 if centred else q for q in lender.memory_ratio),
-            memory_ratio_from=f"{lent} (its spread only, about this profile's memory scale)"
+            memory_ratio_from=f"{lent}; its spread only, centred on this profile's memory scale"
             if centred else lent)
     return coverage
