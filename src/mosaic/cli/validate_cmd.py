@@ -127,11 +127,20 @@ def _print_aggregate(title: str, stats: dict[str, Any], n_skipped: int) -> None:
     print_key_value_table(title, accuracy_rows(stats, n_skipped))
 
 
+# Calibration constants below this print as ~0: the chi terms are fractions of a step
+# (0.01 and up when they matter) and the host times are tens of microseconds (dispatch gap
+# 15-27 us), so a smaller value is the optimiser's residue at a bound of zero.
+NEGLIGIBLE_CONSTANT = 1e-6
+
+
 def constant_rows(name: str, value: Any) -> list[tuple[str, str]]:
     """One row per value: a dict-valued constant (per stack, per GPU, ...) gives a row per
     key, ``stack_overhead[torchtitan]``, so the table stays as narrow as its longest value."""
     if isinstance(value, dict):
         return [row for key, item in value.items() for row in constant_rows(f"{name}[{key}]", item)]
+    if isinstance(value, float) and 0 < abs(value) < NEGLIGIBLE_CONSTANT:
+        # an optimiser's residue at a bound of zero: 1.3e-12 -> 2.6e-11 read as a 20x move
+        return [(name, "~0")]
     return [(name, f"{value:.6g}" if isinstance(value, float) else str(value))]
 
 
