@@ -82,12 +82,29 @@ OTHER_NAMES = {
 }
 
 
+# HuggingFace config names of MoE fields, written flat in a model block -> where the field
+# lives here (model.moe; docs/schema.md). A trial wrote model.num_experts and was given no
+# hint, since the nearest model field by spelling is no MoE field.
+NESTED_NAMES = {
+    "num_experts": "moe.experts", "num_local_experts": "moe.experts",
+    "n_routed_experts": "moe.experts", "experts": "moe.experts",
+    "num_experts_per_tok": "moe.top_k", "moe_top_k": "moe.top_k", "top_k": "moe.top_k",
+    "moe_intermediate_size": "moe.expert_ffn", "expert_ffn": "moe.expert_ffn",
+    "n_shared_experts": "moe.shared_experts", "num_shared_experts": "moe.shared_experts",
+    "shared_experts": "moe.shared_experts", "first_k_dense_replace": "moe.dense_layers",
+}
+
+
 def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value: Any
                     ) -> str | None:
     """The allowed field closest to the unknown name at ``loc`` that would take ``value``
-    (a misspelling's "did you mean"), or None."""
+    (a misspelling's "did you mean"), or the nested field a known foreign name means
+    (``num_experts`` in a model block: ``moe.experts``), or None."""
     allowed = allowed_fields(schema, loc)
     given = str(loc[-1])
+    nested = NESTED_NAMES.get(given.strip().lower())
+    if nested is not None and nested.split(".", 1)[0] in allowed:
+        return ".".join([*(str(part) for part in loc[:-1]), nested])
     # other frameworks' spellings of a degree (ep_size, tp_degree: a trial) are too far
     # from ep or tp for difflib; the name without the suffix is the one meant
     bare = re.sub(r"_(size|degree|parallel_size)$", "", given)

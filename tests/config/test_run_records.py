@@ -355,3 +355,12 @@ def test_a_memory_figure_in_gb_is_pointed_at_gib_with_the_conversion(tmp_path):
     reason = _skip_reason(tmp_path, run)
     assert f"did you mean memory_gib? GiB are 2^30 bytes: 65.5 GB = {65.5e9 / GIB:.4g} GiB" \
         in reason
+
+
+def test_a_flat_hf_moe_name_points_at_the_moe_block(tmp_path: Path) -> None:
+    """model.num_experts (HuggingFace's name) got no hint: the nearest model field by
+    spelling is no MoE field (a trial). It now names model.moe.experts."""
+    run = copy.deepcopy(_example_runs()[1])
+    run["model"]["num_experts"] = 128
+    reason = _skip_reason(tmp_path, run)
+    assert "model.num_experts (did you mean model.moe.experts?)" in reason
