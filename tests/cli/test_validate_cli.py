@@ -480,3 +480,23 @@ def test_a_software_typo_is_named_not_silently_costed_generic(tmp_path):
     doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
     assert doc["aggregate"]["unrecognised_software"] == [
         {"id": "typo", "software": "Megatorn-LM 0.12"}]
+
+
+def test_scores_on_the_runs_a_profile_was_fitted_on_are_called_in_sample(tmp_path):
+    """A trial validated its runs with the profile it had just fitted on them and quoted the
+    MAPE as the model's: the profile now records its fitted runs and validate counts them."""
+    runs = str(EXAMPLES / "runs_example.yaml")
+    profile = tmp_path / "mine.yaml"
+    fitted = runner.invoke(app, ["calibrate", runs, "--out", str(profile), "--cv", "none"])
+    assert fitted.exit_code == 0, fitted.output
+    import yaml
+
+    fitted_runs = yaml.safe_load(profile.read_text())["coverage"]["fitted_runs"]
+    assert fitted_runs and all(run_id.startswith("example-") for run_id in fitted_runs)
+    mine = json.loads(runner.invoke(app, ["validate", runs, "--calibration", str(profile),
+                                          "--json"]).stdout)
+    assert mine["aggregate"]["in_sample_runs"] == len(fitted_runs)
+    shown = runner.invoke(app, ["validate", runs, "--calibration", str(profile)])
+    assert f"note: {len(fitted_runs)} of these runs are runs calibration 'mine'" in shown.output
+    default = json.loads(runner.invoke(app, ["validate", runs, "--json"]).stdout)
+    assert default["aggregate"]["in_sample_runs"] == 0

@@ -74,6 +74,7 @@ class _CoverageFile(BaseModel):
     tokens_per_s_ratio_from: str | None = Field(default=None, min_length=1)
     memory_ratio_from: str | None = Field(default=None, min_length=1)
     systems: tuple[str, ...] = ()
+    fitted_runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class CalibrationCoverage:
     memory_ratio_from: str | None = None  # the same for the memory residuals
     # the node types the fitted runs ran on (empty: not recorded, a profile written before)
     systems: tuple[str, ...] = ()
+    # the ids of the runs the constants were fitted on (validate calls their scores in-sample)
+    fitted_runs: tuple[str, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         """The YAML ``coverage`` section."""
@@ -126,6 +129,7 @@ class CalibrationCoverage:
                 ("tokens_per_s_ratio_from", self.tokens_per_s_ratio_from),
                 ("memory_ratio_from", self.memory_ratio_from)) if value is not None},
             **({"systems": list(self.systems)} if self.systems else {}),
+            **({"fitted_runs": list(self.fitted_runs)} if self.fitted_runs else {}),
         }
 
 
@@ -143,7 +147,8 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         tokens_per_s_shared_fraction=parsed.tokens_per_s_shared_fraction,
         memory_ratio=quantiles(parsed.memory_ratio),
         tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from,
-        memory_ratio_from=parsed.memory_ratio_from, systems=parsed.systems)
+        memory_ratio_from=parsed.memory_ratio_from, systems=parsed.systems,
+        fitted_runs=parsed.fitted_runs)
 
 
 def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
