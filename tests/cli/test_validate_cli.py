@@ -190,6 +190,12 @@ def test_a_unit_slip_is_flagged_not_silently_scored(tmp_path):
         "step-time-in-ms"]
     page = html.read_text()
     assert 'id="implausible-table"' in page and "step-time-in-ms" in page
+    # the headline again without it: the published run's own error alone (a trial's MAPE
+    # read 11,314% with two unit slips in the file)
+    good = next(r for r in flagged["runs"] if r["id"] != "step-time-in-ms")
+    assert flagged["aggregate"]["mape_without_implausible"] == pytest.approx(abs(good["error"]))
+    assert flagged["aggregate"]["mape"] > 100 * flagged["aggregate"]["mape_without_implausible"]
+    assert "MAPE without the runs that look mis-entered" in page
 
 
 def test_a_cluster_total_given_per_gpu_is_flagged_by_its_impossible_mfu(tmp_path):

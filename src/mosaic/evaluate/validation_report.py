@@ -342,8 +342,15 @@ class ValidationSummary:
             if memory
             else _error_stats(np.array([]), np.array([]))
         )
+        # the headline again without the runs that look mis-entered, which are scored as
+        # given and can make it meaningless (a trial's 11,314% from two unit slips)
+        plausible = np.array([self.ids[i] not in self._implausible for i in measured_runs],
+                             dtype=bool)
+        without_implausible = (_error_stats(predicted[plausible], measured[plausible])["mape"]
+                               if self._implausible and plausible.any() else None)
         return {
             **_error_stats(predicted, measured),
+            "mape_without_implausible": without_implausible,
             "moe": _error_stats(predicted[moe], measured[moe]),
             "dense": _error_stats(predicted[~moe], measured[~moe]),
             "spearman": None if spearman is None or np.isnan(spearman.mean) else spearman.mean,
