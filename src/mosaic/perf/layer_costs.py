@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.arch import AttentionKind
+from mosaic.arch.flops import TRAIN_TO_FORWARD_FLOPS
 from mosaic.perf.attention_kernels import (
     JAX_FLASH_BLOCK_TOKENS,
     AttentionKernel,
@@ -68,7 +69,8 @@ from mosaic.perf.shapes import (
 from mosaic.perf.workload import NVFP4_ELEMENT_BYTES, Dispatcher, Precision, Workload
 from mosaic.stacks import SelectiveRecompute
 
-BACKWARD_TO_FORWARD_GEMM = 2.0  # dgrad + wgrad, each the forward's FLOPs (Kaplan et al. 2020)
+# dgrad + wgrad, each the forward's FLOPs: training's 3x forward less the forward itself
+BACKWARD_TO_FORWARD_GEMM = float(TRAIN_TO_FORWARD_FLOPS - 1)
 BACKWARD_TO_FORWARD_STREAMING = 2.0  # element-wise backward reads grads and saved inputs
 # Streamed bytes per token of one block's forward, in units of d (bf16, read + write):
 # two norms (read d, write d) and two residual adds (read 2d, write d) (Korthikanti et al.

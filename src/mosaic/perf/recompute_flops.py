@@ -10,7 +10,11 @@ parameter per token forward (Kaplan et al. 2020, Sec. 2.1).
 from __future__ import annotations
 
 from mosaic.arch import AttentionKind, count_parameters
-from mosaic.arch.flops import TRAIN_TO_FORWARD_FLOPS, attention_flops_per_token
+from mosaic.arch.flops import (
+    FLOPS_PER_MULTIPLY_ADD,
+    TRAIN_TO_FORWARD_FLOPS,
+    attention_flops_per_token,
+)
 from mosaic.perf.layer_costs import (
     per_op_sac_attention_recomputed,
     per_op_sac_moe_matmul_shares,
@@ -20,7 +24,8 @@ from mosaic.perf.shapes import attention_widths
 from mosaic.perf.workload import Workload
 from mosaic.stacks import SelectiveRecompute
 
-FORWARD_FLOPS_PER_PARAMETER = 2.0
+# one multiply-add per parameter per token in a forward GEMM
+FORWARD_FLOPS_PER_PARAMETER = float(FLOPS_PER_MULTIPLY_ADD)
 
 
 def selective_recompute_flops_per_token(workload: Workload) -> float:
