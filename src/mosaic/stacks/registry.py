@@ -107,6 +107,7 @@ class _Entry(BaseModel):
     usable_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     memory_source: str | None = None
     pp_p2p_overlap: Literal["interleaved", "none"] = "none"
+    gdn_context_parallel_since: str | None = Field(default=None, pattern=r"^\d{2}\.\d{2}$")
     pipeline_schedule: Literal["1f1b", "dualpipe"] = "1f1b"
     tp_overlap_passes: Literal["forward", "forward_backward"] = "forward_backward"
     moe_dispatcher: dict[Literal["ampere", "hopper", "blackwell"],
@@ -174,6 +175,9 @@ class StackTraits:
     usable_memory_fraction: float | None  # share of HBM a plan may fill; None = the default
     memory_source: str | None  # why, where the stack sets its own
     pp_p2p_overlap: str  # "interleaved": stage sends overlap compute when vpp > 1; else "none"
+    # the first release (YY.MM) that runs gated DeltaNet layers under context parallelism;
+    # None: every release does
+    gdn_context_parallel_since: str | None
     # the pipeline schedule (mosaic.perf.schedule): "1f1b" (Megatron's 1F1B, interleaved
     # when vpp > 1) or "dualpipe" (DeepSeek's bidirectional DualPipe, DeepSeek-V3 report
     # Sec. 3.2.1: each rank holds its stage and the mirror stage pp - 1 - rank)
@@ -310,22 +314,14 @@ def release_text(text: str | None) -> str | None:
     return match.group(0) + (point.group(0) if point else "")
 
 
-# Megatron-Core's TransformerConfig asserts "Gated delta net does not support context parallel
-# for now" up to core_v0.17 (NeMo 26.04, Megatron-Bridge v0.4.x); core_v0.18 (NeMo 26.06)
-# drops the check (megatron/core/transformer/transformer_config.py @ 0d8e0714 vs d98e8a64dd).
-GDN_CONTEXT_PARALLEL_SINCE = (26, 6)
-# the registry's stacks that build gated DeltaNet on Megatron-Core (its other Megatron-Core
-# entries, dualpipe and paper-nemo, build no hybrid model)
-MEGATRON_GDN_STACKS = ("megatron-core", "megatron-bridge")
-
-
 def gdn_context_parallel(stack: str, release: str | None) -> bool:
     """Whether ``stack`` at the release ``release`` names runs gated DeltaNet layers under
-    context parallelism: every release but a Megatron stack's before 26.06
+    context parallelism: every release from the stack's ``gdn_context_parallel_since`` on,
+    and any release of a stack without one or a job naming none
     (Workload.gdn_context_parallel)."""
     parsed = parse_release(release)
-    return not (parsed is not None and parsed < GDN_CONTEXT_PARALLEL_SINCE
-                and stack in MEGATRON_GDN_STACKS)
+    since = parse_release(get_stack(stack).gdn_context_parallel_since)
+    return parsed is None or since is None or parsed >= since
 
 
 # What identifies and documents an entry is its own; every other trait may be inherited.
