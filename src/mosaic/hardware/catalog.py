@@ -238,7 +238,25 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
                     f"{origin}: system {entry.name!r}: field 'device': {exc}"
                 ) from None
             systems[entry.name] = _system(entry, device)
+    catalog = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
+    for name, device in devices.items():
+        if device.default_system is not None:
+            devices[name] = _with_default_system_checked(device, catalog)
     return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
+
+
+def _with_default_system_checked(device: Device, catalog: Catalog) -> Device:
+    """``device`` with its ``default_system`` named canonically; it must be a catalog node
+    type holding this device."""
+    assert device.default_system is not None
+    try:
+        system = catalog.system(device.default_system)
+    except MosaicInputError as exc:
+        raise MosaicInputError(f"device {device.name!r}: field 'default_system': {exc}") from None
+    if system.device.name != device.name:
+        raise MosaicInputError(f"device {device.name!r}: field 'default_system': "
+                               f"{system.name} holds {system.device.name}, not {device.name}")
+    return replace(device, default_system=system.name)
 
 
 def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str) -> Device:
@@ -328,6 +346,7 @@ def _device(entry: DeviceEntry) -> Device:
         sources=MappingProxyType(sources),
         architecture=entry.architecture,
         kernel_fit=entry.kernel_fit,
+        default_system=entry.default_system,
         sfu_exp2_per_s=None if entry.sfu_exp2_per_s is None else entry.sfu_exp2_per_s.value,
         host_link_bw_bytes_per_s=(None if entry.host_link_bw_bytes_per_s is None
                                   else entry.host_link_bw_bytes_per_s.value),

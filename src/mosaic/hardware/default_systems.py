@@ -1,9 +1,10 @@
 """The node type an accelerator name stands for, where a user names only the GPU.
 
 `mosaic plan --gpu H100` and a job's ``hardware.gpu: H100`` both mean "this accelerator on
-its usual node type": an AWS instance where the paper's setting (AWS p6) has an AWS sibling,
-else the NVIDIA reference system. A stated node type (``--system``, ``hardware.system``)
-wins, and must hold the named GPU.
+its usual node type": the device's ``default_system`` in the catalog (an AWS instance where
+the paper's setting, AWS p6, has an AWS sibling, else the NVIDIA reference system; a user
+catalog sets its own), else the first catalog node type holding it. A stated node type
+(``--system``, ``hardware.system``) wins, and must hold the named GPU.
 """
 
 from __future__ import annotations
@@ -11,19 +12,6 @@ from __future__ import annotations
 from mosaic.errors import MosaicInputError
 from mosaic.hardware.catalog import active_catalog, get_device, get_system
 from mosaic.hardware.system import System
-
-# Default node type per accelerator (catalog canonical names).
-GPU_DEFAULT_SYSTEM = {
-    "A100-SXM-80GB": "DGX-A100",
-    "H100-SXM-80GB": "p5.48xlarge",
-    "H100-SXM-96GB-500W": "Grand-Teton-H100",
-    "H200-SXM-141GB": "p5en.48xlarge",
-    "H800-SXM-80GB": "H800-node",
-    "B200": "p6-b200.48xlarge",
-    "B300": "DGX-B300",
-    "GB200": "GB200-NVL72",
-    "GB300": "GB300-NVL72",
-}
 
 
 def resolve_system(gpu: str | None = None, system: str | None = None,
@@ -43,8 +31,8 @@ def resolve_system(gpu: str | None = None, system: str | None = None,
             )
         return chosen
     device = get_device("B200" if gpu is None else gpu)
-    if device.name in GPU_DEFAULT_SYSTEM:
-        return get_system(GPU_DEFAULT_SYSTEM[device.name])
+    if device.default_system is not None:  # the catalog's (hardware/data/devices.yaml)
+        return get_system(device.default_system)
     for candidate in active_catalog().systems.values():  # yours too (--catalog)
         if candidate.device.name == device.name:
             return candidate

@@ -62,6 +62,8 @@ class Device:
             dispatchers). None = not stated (generation-specific defaults do not apply).
         kernel_fit: the device whose measured kernel fits (GEMM, attention, collectives)
             this one uses, e.g. "B200" for a GB200; None = no fitted kernels of its own.
+        default_system: the node type a bare GPU name stands for (``plan --gpu``, a job's
+            ``hardware.gpu``); None = the first catalog node type holding it.
         sfu_exp2_per_s: special-function-unit exponentials (MUFU.EX2) per second at the
             clock of the dense bf16 peak (SMs x ex2 per clock per SM x that clock), the
             rate that bounds flash-attention softmax; None = not stated.
@@ -84,6 +86,7 @@ class Device:
     sources: Mapping[str, str]
     architecture: str | None = None
     kernel_fit: str | None = None
+    default_system: str | None = None
     sfu_exp2_per_s: float | None = None
     host_link_bw_bytes_per_s: float | None = None
     sm_count: int | None = None

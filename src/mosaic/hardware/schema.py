@@ -101,6 +101,7 @@ class DeviceEntry(_Strict):
     sm_count: SourcedCount | None = None
     architecture: Architecture | None = None
     kernel_fit: NonEmptyStr | None = None
+    default_system: NonEmptyStr | None = None  # the node type a bare GPU name means
 
     @field_validator("architecture", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ Quick use::
     result.candidate(result.optimum_index)      # geometry, tokens, MFU, loss, layout
 """
 
-from mosaic.hardware.default_systems import GPU_DEFAULT_SYSTEM, resolve_system
+from mosaic.hardware.default_systems import resolve_system
 from mosaic.plan.analysis import (
     AllocationExponents,
     FlopCostProfile,
@@ -51,7 +51,6 @@ from mosaic.plan.uncertainty import (
 )
 
 __all__ = [
-    "GPU_DEFAULT_SYSTEM",
     "TABLE3_LAYOUT_LIMITS",
     "AllocationExponents",
     "BudgetOption",
