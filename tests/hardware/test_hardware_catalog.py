@@ -327,3 +327,27 @@ def test_a_stated_sm_count_sets_the_gemm_waves(tmp_path: Path) -> None:
     assert machine.sm_count == 78
     assert machine_for(Cluster(system=get_system("p5.48xlarge"), n_nodes=1),
                        "bf16").sm_count == 132
+
+
+def test_a_device_names_the_node_type_its_bare_name_means(tmp_path: Path) -> None:
+    """default_system is catalog data (a Python table before): a user's device names its own
+    node type, which `--gpu MyAccel` then plans on; one that does not hold the device, or
+    that does not exist, is refused naming the field."""
+    from mosaic.hardware import use_catalog
+    from mosaic.hardware.default_systems import resolve_system
+
+    with_default = _MY_DEVICE.replace(
+        "    aliases: [myaccel]\n", "    aliases: [myaccel]\n    default_system: My-MyAccel-Node\n")
+    catalog = load_catalog(_write(tmp_path, with_default + _systems("myaccel")))
+    assert catalog.device("myaccel").default_system == "my-myaccel-node"  # canonical name
+    use_catalog(_write(tmp_path, with_default + _systems("myaccel"), "mine.yaml"))
+    try:
+        assert resolve_system("MyAccel").name == "my-myaccel-node"
+        assert resolve_system("H100").name == "p5.48xlarge"  # the shipped device's own
+    finally:
+        use_catalog()
+    wrong = with_default.replace("default_system: My-MyAccel-Node", "default_system: DGX-H100")
+    assert "field 'default_system': DGX-H100 holds H100-SXM-80GB" in _error(
+        tmp_path, wrong + _systems("myaccel"))
+    missing = with_default.replace("My-MyAccel-Node", "no-such-node")
+    assert "field 'default_system'" in _error(tmp_path, missing + _systems("myaccel"))

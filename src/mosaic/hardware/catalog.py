@@ -204,6 +204,7 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     (with ``override``, a later entry replaces the earlier one it names)."""
     device_names: dict[str, tuple[str, str]] = {}
     devices: dict[str, Device] = {}
+    device_origin: dict[str, str] = {}  # the file each device entry came from
     for origin, content in files:
         added = []
         for entry in content.devices:
@@ -213,6 +214,7 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
                 entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
+            device_origin[entry.name] = origin
             added.append(entry.name)
         # A file's kernel_fit names resolve among the devices known when it is read: a
         # later file replacing H100 leaves the shipped H800's H100 fits as they were.
@@ -241,21 +243,22 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     catalog = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
     for name, device in devices.items():
         if device.default_system is not None:
-            devices[name] = _with_default_system_checked(device, catalog)
+            devices[name] = _with_default_system_checked(device, catalog, device_origin[name])
     return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
 
 
-def _with_default_system_checked(device: Device, catalog: Catalog) -> Device:
+def _with_default_system_checked(device: Device, catalog: Catalog, origin: str) -> Device:
     """``device`` with its ``default_system`` named canonically; it must be a catalog node
-    type holding this device."""
+    type holding this device (``origin``: the file the device entry came from)."""
     assert device.default_system is not None
+    where = f"{origin}: device {device.name!r}: field 'default_system'"
     try:
         system = catalog.system(device.default_system)
     except MosaicInputError as exc:
-        raise MosaicInputError(f"device {device.name!r}: field 'default_system': {exc}") from None
+        raise MosaicInputError(f"{where}: {exc}") from None
     if system.device.name != device.name:
-        raise MosaicInputError(f"device {device.name!r}: field 'default_system': "
-                               f"{system.name} holds {system.device.name}, not {device.name}")
+        raise MosaicInputError(f"{where}: {system.name} holds {system.device.name}, not "
+                               f"{device.name}")
     return replace(device, default_system=system.name)
 
 
