@@ -300,3 +300,17 @@ def test_perf_says_what_a_record_measured_and_the_routed_load_it_costs():
                                              "routing=dropless"]).stdout)
     assert learned["routed_load_factor"] == pytest.approx(
         1 + 0.72 * math.sqrt(math.log(8) / math.log(64)) / math.sqrt(16))
+
+
+def test_set_on_a_record_rederives_dp_when_tp_pp_or_cp_change():
+    """A record's dp was recorded as num_gpus/(tp·pp·cp); `--set parallelism.tp=2` on the
+    8-GPU Qwen3 record was refused (tp·pp·cp·dp = 16, not 8; a trial). dp now follows: 8/2 = 4,
+    noted; a dp stated in the same --set is kept (and checked as before)."""
+    record = f"{EXAMPLES / 'runs_example.yaml'}#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
+    doc = json.loads(runner.invoke(app, ["perf", record, "--set", "parallelism.tp=2",
+                                         "--json"]).stdout)
+    assert (doc["plan"]["tp"], doc["plan"]["dp"]) == (2, 4)
+    assert any("dp re-derived as num_gpus/(tp·pp·cp) = 8/2 = 4" in a for a in doc["assumptions"])
+    stated = runner.invoke(app, ["perf", record, "--set", "parallelism.tp=2", "--set",
+                                 "parallelism.dp=8"])
+    assert stated.exit_code == 2 and "not num_gpus=8" in stated.output

@@ -870,6 +870,28 @@ def job_from_run_record(record: RunRecord) -> JobSpec:
                    model_name=record.model_name)
 
 
+def _rederived_dp(recorded: dict[str, Any], changed: dict[str, Any]) -> str | None:
+    """When ``--set`` changed a record's tp, pp or cp and stated no dp, dp becomes
+    num_gpus/(tp·pp·cp) in ``changed`` (where that divides), so that the layout still fills
+    the run's GPUs (a trial's ``--set parallelism.tp=2`` was refused as tp·pp·cp·dp = 128,
+    not num_gpus = 64); returns the note, or None when nothing was re-derived."""
+    before, after = recorded.get("parallelism"), changed.get("parallelism")
+    gpus = changed.get("num_gpus")
+    if not (isinstance(before, dict) and isinstance(after, dict) and isinstance(gpus, int)):
+        return None
+    degrees = [after.get(name, 1) for name in ("tp", "pp", "cp")]
+    moved = any(after.get(name, 1) != before.get(name, 1) for name in ("tp", "pp", "cp"))
+    if not moved or not all(isinstance(d, int) and d > 0 for d in degrees):
+        return None
+    model_parallel = degrees[0] * degrees[1] * degrees[2]
+    if gpus % model_parallel:
+        return None
+    after["dp"] = gpus // model_parallel
+    return (f"--set changed tp·pp·cp to {model_parallel}: dp re-derived as "
+            f"num_gpus/(tp·pp·cp) = {gpus}/{model_parallel} = {after['dp']} "
+            f"(recorded {before.get('dp')})")
+
+
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
                          overrides: list[str], deprecated: set[str],
                          adjust_record: Callable[[RunRecord], RunRecord] | None = None
@@ -891,8 +913,14 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
     if not overrides:
         return as_job(raw)
     recorded = as_job(raw)
-    spec = as_job(apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
-                                  known=RunRecordEntry.model_fields, min_depth=1))
+    changed = apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
+                              known=RunRecordEntry.model_fields, min_depth=1)
+    states_dp = any(o.split("=", 1)[0].strip().rsplit(".", 1)[-1] in ("dp", "data_parallel")
+                    for o in overrides)
+    rederived = None if states_dp else _rederived_dp(raw, changed)
+    spec = as_job(changed)
+    if rederived:
+        spec = replace(spec, assumptions=(*spec.assumptions, rederived))
     # a what-if: the run as measured is no longer what is predicted
     return replace(spec, measured_step_time_s=None, measured_oom=False,
                    as_recorded=(recorded.workload, recorded.plan), assumptions=(
