@@ -291,6 +291,10 @@ def test_a_record_whose_step_time_disagrees_is_used_at_its_tokens_per_s(tmp_path
     result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
                                  "--cv", "none", "--json"])
     assert json.loads(result.stdout)["implausible_measurements"] == []
+    # explain says so beside the measured step it explains (a trial saw no word of it)
+    explained = runner.invoke(app, ["explain", f"{path}#step-in-ms"], terminal_width=240)
+    assert explained.exit_code == 0, explained.output
+    assert "(stated 2843.5 s)" in explained.output
 
 
 def test_a_memory_figure_above_the_device_is_flagged(tmp_path):

@@ -25,6 +25,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.config.layout import plan_row_document
+from mosaic.config.run_records import MEASUREMENT_DISAGREEMENT_PREFIX
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.diagnosis import (
     GIB,
@@ -208,6 +209,10 @@ def _render_gap(diagnosis: Diagnosis) -> None:
     rows += [(label, share(seconds)) for label, seconds in (
         ("host-side work: launch floor, MoE host sync (with its share)", gap.host_s),
         ("expert load imbalance (with its share)", gap.imbalance_s)) if seconds > 0]
+    # a record whose tokens/s and step time disagree is explained at the step its tokens/s
+    # implies; say so where the measured step is shown (a trial saw no word of it)
+    rows += [("measurement", note) for note in diagnosis.result.spec.assumptions
+             if note.startswith(MEASUREMENT_DISAGREEMENT_PREFIX)]
     print_key_value_table("Measured vs predicted", rows)
     for finding in gap.findings:
         console.print(f"- {finding}", markup=False, highlight=False)

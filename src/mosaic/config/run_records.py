@@ -469,6 +469,10 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
         )
 
 
+# how the note on a record stating ``measured.consistent: false`` begins (commands find it)
+MEASUREMENT_DISAGREEMENT_PREFIX = "measured tokens/s and step time disagree by"
+
+
 def _unit_slip(ratio: float, entry: RunRecordEntry) -> str:
     """The unit slip a disagreement between tokens/s and step time matches (implied over
     stated tokens/s within 3% of a known factor), as a hint; empty when none matches."""
@@ -525,7 +529,7 @@ def _measured(entry: RunRecordEntry, notes: list[str]
         # had calibrate fit it while validate scored the tokens/s; a trial).
         implied_step_s = entry.batch.global_seqs * entry.batch.seq_len / (
             tokens_per_s * entry.num_gpus)
-        disagreement = (f"measured tokens/s and step time disagree by {gap:+.1%}: the step "
+        disagreement = (f"{MEASUREMENT_DISAGREEMENT_PREFIX} {gap:+.1%}: the step "
                         f"time the tokens/s implies, {implied_step_s:.6g} s, is used (stated "
                         f"{step_time_s:g} s)")
         notes.append(disagreement)
