@@ -108,13 +108,24 @@ def params_attention_extras(geometry: Geometry) -> int:
     return extra
 
 
+def ffn_up_projections(glu: bool) -> int:
+    """Up-projection matrices of an FFN: gate and up (W1, W3) with a GLU, W1 without
+    (Shazeer, 2020)."""
+    return 2 if glu else 1
+
+
+def ffn_weight_matrices(glu: bool) -> int:
+    """Weight matrices of an FFN: its up-projections and the down-projection W2."""
+    return ffn_up_projections(glu) + 1
+
+
 def params_ffn(d_model: ArrayLike, width: ArrayLike, glu: bool, bias: bool = False) -> ArrayLike:
     """Two-matrix FFN (2·d·w) or gated GLU/SwiGLU FFN (3·d·w; Shazeer, 2020).
 
     ``bias`` adds the linear biases: w per input matrix (two for GLU) plus d for the output.
     """
-    weights = (3 if glu else 2) * d_model * width
-    return weights + ((2 if glu else 1) * width + d_model if bias else 0)
+    weights = ffn_weight_matrices(glu) * d_model * width
+    return weights + (ffn_up_projections(glu) * width + d_model if bias else 0)
 
 
 def params_mamba(d_model: ArrayLike, mamba: MambaConfig) -> ArrayLike:

@@ -11,6 +11,7 @@ from mosaic.arch import HybridLayer, count_parameters
 from mosaic.arch.counts import (
     ParameterCounts,
     attention_weight_tensors,
+    ffn_weight_matrices,
     hybrid_mixer_parameters,
 )
 from mosaic.perf.calibration import Calibration
@@ -87,7 +88,7 @@ def _fsdp_extra_tensor_gathers(workload: Workload, plans: ParallelPlans
     expert's matrices (weighted by the blocks of each kind, as
     :func:`fsdp_unit_parameters`)."""
     geometry = workload.geometry
-    ffn_matrices = 3 if geometry.glu else 2
+    ffn_matrices = ffn_weight_matrices(geometry.glu)
     dense = attention_weight_tensors(geometry) + int(geometry.gated_attention) + 2
     if geometry.moe is None:
         return dense + ffn_matrices - 1, np.zeros(len(plans))

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mosaic.arch import AttentionKind
+from mosaic.arch.counts import ffn_up_projections, ffn_weight_matrices
 from mosaic.arch.flops import TRAIN_TO_FORWARD_FLOPS
 from mosaic.perf.attention_kernels import (
     JAX_FLASH_BLOCK_TOKENS,
@@ -492,7 +493,8 @@ def per_op_sac_moe_matmul_shares(workload: Workload, plans: ParallelPlans
     (W1, W2 without a GLU; equal FLOPs each), and every second one by the block's running
     count is recomputed (``memory.per_op_sac_moe_bytes`` keeps the others)."""
     moe = workload.geometry.moe
-    shared = (3 if workload.geometry.glu else 2) if moe is not None and moe.shared_experts else 0
+    shared = (ffn_weight_matrices(workload.geometry.glu)
+              if moe is not None and moe.shared_experts else 0)
     first = _attention_matmul_count(workload, plans)  # running index of the gate
     recomputed = [(first + i) % 2 == 1 for i in range(1 + shared)]
     shared_share = sum(recomputed[1:]) / shared if shared else 0.0
@@ -600,12 +602,14 @@ def dense_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
     width = geometry.ffn / plans.tp
-    up = gemm_s(machine, workload, tokens, (2 if geometry.glu else 1) * width, geometry.d_model)
+    up = gemm_s(machine, workload, tokens, ffn_up_projections(geometry.glu) * width,
+                geometry.d_model)
     down = gemm_s(machine, workload, tokens, geometry.d_model, width)
     activation = streaming_time_s(_ffn_streaming_bytes(tokens, width, geometry.glu),
                                   machine.hbm_bw_bytes_per_s)
     cast_fwd, cast_bwd = quantise_cast_s(machine, workload, tokens, (
-        (geometry.d_model, (2 if geometry.glu else 1) * width), (width, geometry.d_model)))
+        (geometry.d_model, ffn_up_projections(geometry.glu) * width),
+        (width, geometry.d_model)))
     return DenseFfnParts(up, down, activation, cast_fwd, cast_bwd)
 
 
@@ -687,7 +691,7 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
     assert moe is not None
     tokens = tokens_per_rank(workload, plans)
     routed = routed_tokens(workload, plans)  # the sequence-parallel MoE input
-    glu_factor = 2 if geometry.glu else 1
+    glu_factor = ffn_up_projections(geometry.glu)
     # Grouped expert GEMM: E/ep local experts, per-expert tile M (paper Sec. 5.3).
     experts_here = local_experts(workload, plans)
     m_per_expert = tokens_per_expert(workload, plans)

@@ -10,6 +10,7 @@ parameter per token forward (Kaplan et al. 2020, Sec. 2.1).
 from __future__ import annotations
 
 from mosaic.arch import AttentionKind, count_parameters
+from mosaic.arch.counts import ffn_weight_matrices
 from mosaic.arch.flops import (
     FLOPS_PER_MULTIPLY_ADD,
     TRAIN_TO_FORWARD_FLOPS,
@@ -92,7 +93,7 @@ def per_op_sac_recompute_flops_per_token(workload: Workload) -> float:
     widths = attention_widths(geometry)
     attention_params = (float(projection_share[0]) * widths.projection * geometry.d_model
                         + (widths.output * geometry.d_model if output_recomputed else 0))
-    ffn_share = 1 / 3 if geometry.glu else 1 / 2  # W3 of W1, W3, W2; W2 of W1, W2
+    ffn_share = 1 / ffn_weight_matrices(geometry.glu)  # W3 of W1, W3, W2; W2 of W1, W2
     params = (counts.attention_layers * attention_params
               + counts.dense_layers * ffn_share * counts.dense_ffn_per_layer)
     if geometry.moe is not None:

@@ -10,6 +10,7 @@ from typing import Literal
 import numpy as np
 
 from mosaic.arch import AttentionKind, HybridLayer
+from mosaic.arch.counts import ffn_up_projections
 from mosaic.errors import MosaicInputError
 from mosaic.perf.attention_kernels import materialises_scores, stack_default_kernel
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
@@ -115,7 +116,7 @@ def _ffn_bytes(tokens: np.ndarray, width_per_rank: np.ndarray, glu: bool,
     ``gemm1_out`` bytes and the activation output, which is GEMM-2's input at ``gemm_in``
     bytes. SwiGLU: 3 tensors of width w; GELU: 2 (Korthikanti's 8sbh + 8sbh for w = 4h in
     bf16)."""
-    return tokens * width_per_rank * ((2 if glu else 1) * gemm1_out + gemm_in)
+    return tokens * width_per_rank * (ffn_up_projections(glu) * gemm1_out + gemm_in)
 
 
 def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.ndarray:
@@ -357,7 +358,7 @@ def save_dots_bytes(workload: Workload, plans: ParallelPlans, kind: LayerKind) -
     attention = (sum(_attention_matmul_widths(workload, plans))
                  + attention_widths(geometry).output / plans.tp)
     moe = geometry.moe
-    up_outputs = 2 if geometry.glu else 1  # W1 and W3 (GLU) or W1
+    up_outputs = ffn_up_projections(geometry.glu)  # W1 and W3 (GLU) or W1
     if kind == "dense" or moe is None:
         ffn_widths = up_outputs * geometry.ffn / plans.tp + geometry.d_model
         ffn = tokens * ffn_widths
