@@ -57,6 +57,10 @@ from mosaic.perf.workload import Workload
 from mosaic.stacks import StackTraits, get_stack
 from mosaic.units import GIB
 
+# Search-space defaults (a job or --micro-batches/--vpp widens them): the micro-batch and
+# virtual-stage counts the published recipes use (Megatron-Bridge and NeMo performance
+# recipes: micro-batch 1-8, VP 1-4 apart from a few deep interleavings such as Qwen3's VP 12-24
+# and Mixtral 8x22B's 14), in powers of two.
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_VPP = (1, 2, 4)
 # Context parallelism only pays off on long sequences: the paper's sweeps (2k-8k tokens)
