@@ -236,10 +236,15 @@ FLASH_ATTENTION_EFFICIENCY: dict[str, dict[str, AttentionEfficiency]] = {
 """Fitted attention efficiency per device ("generic" pools all) and pass ("fwd", "bwd")."""
 
 
-# Forward / backward flash-attention FLOPs per score element, per unit head dim: QK^T and
-# PV forward (4·d), five matmuls backward (10·d) (FlashAttention-2, Dao 2023, Sec. 4.1).
-_FWD_FLOPS_PER_SCORE_PER_D = 4.0
-_BWD_FLOPS_PER_SCORE_PER_D = 10.0
+# FlashAttention-2's backward does 2.5x its forward's FLOPs: five matmuls against two, the
+# recompute of QK^T included (Dao 2023, Sec. 4.1 FLOP count)
+FLASH_BACKWARD_TO_FORWARD_FLOPS = 2.5
+# forward: QK^T and PV, 2 FLOPs per multiply-add each; a causal mask halves the pairs
+FLASH_FORWARD_FLOPS_PER_PAIR_DIM = 4.0
+CAUSAL_PAIR_FRACTION = 0.5
+# the same per score element and unit head dim: 4·d forward, 10·d backward
+_FWD_FLOPS_PER_SCORE_PER_D = FLASH_FORWARD_FLOPS_PER_PAIR_DIM
+_BWD_FLOPS_PER_SCORE_PER_D = FLASH_FORWARD_FLOPS_PER_PAIR_DIM * FLASH_BACKWARD_TO_FORWARD_FLOPS
 
 
 def exp_rescaled_attention_efficiency(fwd: AttentionEfficiency, bwd: AttentionEfficiency,
@@ -294,14 +299,6 @@ def fp8_attention_efficiency(efficiency: AttentionEfficiency, lane_speedup: floa
         raise MosaicInputError(f"lane_speedup must be >= 1; got {lane_speedup}")
     return replace(efficiency, max_fraction=efficiency.max_fraction * lane_speedup,
                    head_dim_half=efficiency.head_dim_half * lane_speedup)
-
-
-# FlashAttention-2's backward does 2.5x its forward's FLOPs: five matmuls against two, the
-# recompute of QK^T included (Dao 2023, Sec. 4.1 FLOP count)
-FLASH_BACKWARD_TO_FORWARD_FLOPS = 2.5
-# forward: QK^T and PV, 2 FLOPs per multiply-add each; a causal mask halves the pairs
-FLASH_FORWARD_FLOPS_PER_PAIR_DIM = 4.0
-CAUSAL_PAIR_FRACTION = 0.5
 
 
 def flash_attention_flops(batch: npt.ArrayLike, heads: npt.ArrayLike, seq_q: npt.ArrayLike,

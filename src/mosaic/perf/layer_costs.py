@@ -42,7 +42,12 @@ from mosaic.perf.collectives import (
 )
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
-from mosaic.perf.kernels import flash_attention_time_s, gemm_time_s, grouped_gemm_time_s
+from mosaic.perf.kernels import (
+    FLASH_BACKWARD_TO_FORWARD_FLOPS,
+    flash_attention_time_s,
+    gemm_time_s,
+    grouped_gemm_time_s,
+)
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
 from mosaic.perf.machine import Machine
 from mosaic.perf.memo_keys import without_top_k
@@ -319,7 +324,7 @@ def _reference_attention_s(machine: Machine, workload: Workload, plans: Parallel
 # _flash_attention_backward) per block pair: S = QK^T and P recomputed from the saved
 # log-sum-exp, then dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q: five GEMMs of the
 # forward's two shapes, 2.5 times the forward's GEMM FLOPs.
-JAX_FLASH_BACKWARD_TO_FORWARD_GEMM = 2.5
+JAX_FLASH_BACKWARD_TO_FORWARD_GEMM = FLASH_BACKWARD_TO_FORWARD_FLOPS
 
 
 def jax_flash_block_fraction(seq_len: int, block_tokens: int = JAX_FLASH_BLOCK_TOKENS
