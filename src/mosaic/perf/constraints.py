@@ -69,7 +69,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
     moe = geometry.moe
     experts = moe.experts if moe else 1
     micro_batches_per_step = plans.dp * plans.micro_batch
-    expert_domain = plans.tp * plans.cp * plans.dp  # ranks an MoE layer repartitions (Eq. 24)
+    expert_domain = plans.stage_ranks  # ranks an MoE layer repartitions (Eq. 24)
     rules = [
         (
             "tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} must equal the device count " + str(n_devices),
@@ -103,7 +103,7 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
                      plans.ep > 1),
         (
             "etp·ep={etp}·{ep} must divide tp·cp·dp={tp}·{cp}·{dp} (expert mesh, Eq. 24)",
-            _not_divisible(expert_domain, plans.etp * plans.ep),
+            _not_divisible(expert_domain, plans.expert_group_stride),
         ),
         ("vpp={vpp} > 1 needs pp > 1", (plans.vpp > 1) & (plans.pp == 1)),
         # the interleaved schedule runs micro-batches in groups of pp per model chunk

@@ -118,10 +118,10 @@ def gradient_collectives_s(machine: Machine, workload: Workload, plans: Parallel
     """DDP's all-reduce, ZeRO's reduce-scatter and all-gather, per step."""
     params = heaviest_rank_parameters(workload, plans)
     ic = machine.interconnect
-    dense_group = plans.dp * plans.cp
+    dense_group = plans.dense_dp_group
     dense_stride = plans.tp
     expert_group = np.maximum(plans.edp, 1)
-    expert_stride = plans.etp * plans.ep
+    expert_stride = plans.expert_group_stride
     # Gradients reduce in their buffer's dtype, the one the memory model holds (fp32, or
     # bf16 where the recipe sets grad_reduce_in_fp32 False: Megatron-Core DDP communicates
     # the grad buffer as it is, megatron/core/distributed/param_and_grad_buffer.py).
@@ -157,9 +157,9 @@ def fsdp_unit_collectives_s(machine: Machine, workload: Workload, plans: Paralle
                              ) -> dict[str, np.ndarray]:
     """FSDP's gather and reduce-scatter and HSDP's replica all-reduce, per unit."""
     ic = machine.interconnect
-    dense_group = plans.dp * plans.cp
+    dense_group = plans.dense_dp_group
     dense_stride = plans.tp
-    expert_stride = plans.etp * plans.ep
+    expert_stride = plans.expert_group_stride
     grad_bytes = gradient_bytes_per_param(workload)
     # FSDP / HSDP (Zhao et al. 2023, PyTorch FSDP): per block, gather parameters before
     # forward and backward and reduce-scatter gradients after backward, prefetching one
@@ -311,6 +311,6 @@ def _megatron_last_bucket_share(workload: Workload, plans: ParallelPlans) -> np.
     """Megatron-Core's default gradient bucket over the parameter-heaviest pipeline rank's
     parameters."""
     bucket = np.maximum(MEGATRON_MIN_BUCKET_PARAMS,
-                        MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dp * plans.cp)
+                        MEGATRON_BUCKET_PARAMS_PER_DP_RANK * plans.dense_dp_group)
     stage = heaviest_rank_parameters(workload, plans).total
     return np.minimum(1.0, bucket / np.maximum(stage, 1.0))

@@ -73,6 +73,6 @@ def optimizer_s(machine: Machine, workload: Workload, plans: ParallelPlans,
         expert = _matrix_newton_schulz_flops(d, counts.routed_expert / d)
         block_flops = block_flops + (expert_share * local_experts(workload, plans) * expert
                                      / plans.etp**2)
-    ns_flops = blocks * block_flops / np.maximum(plans.dp * plans.cp, 1)
+    ns_flops = blocks * block_flops / np.maximum(plans.dense_dp_group, 1)
     return update + ns_flops / (machine.gemm_rate_flops_per_s
                                 * NEWTON_SCHULZ_GEMM_RATE_FRACTION)

@@ -104,9 +104,26 @@ class ParallelPlans:
         return self.tp * self.cp * self.pp * self.dp
 
     @property
+    def stage_ranks(self) -> np.ndarray:
+        """Ranks of one pipeline stage, tp·cp·dp: the rank stride between stages
+        (Megatron-Core's order tp-cp-dp-pp) and the ranks an MoE layer repartitions
+        (Eq. 24)."""
+        return self.tp * self.cp * self.dp
+
+    @property
+    def dense_dp_group(self) -> np.ndarray:
+        """Ranks a dense parameter's gradient is reduced over, dp·cp (at stride tp)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_group_stride(self) -> np.ndarray:
+        """Rank stride of the expert-data-parallel group, etp·ep."""
+        return self.etp * self.ep
+
+    @property
     def edp(self) -> np.ndarray:
         """Expert-data-parallel degree: tp·cp·dp / (etp·ep) (Eq. 24 with expert TP)."""
-        return (self.tp * self.cp * self.dp) // (self.etp * self.ep)
+        return self.stage_ranks // self.expert_group_stride
 
     def take(self, index: np.ndarray | int) -> ParallelPlans:
         """The sub-set of plans at ``index`` (an int keeps a length-1 set)."""

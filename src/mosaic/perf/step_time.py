@@ -336,7 +336,7 @@ def _pipeline_send_recv(machine: Machine, workload: Workload, plans: ParallelPla
     ic = machine.interconnect
     message_bytes = (sequence_shard_tokens(workload, plans) * workload.geometry.d_model
                      * ACTIVATION_BYTES)
-    stage_stride = plans.tp * plans.cp * plans.dp
+    stage_stride = plans.stage_ranks
     crosses = ~group_placement(plans.pp, stage_stride, ic.scale_up_domain_gpus).inside_domain
     per_boundary = send_recv_time_s(message_bytes, crosses, ic)
     overlapped = pp_transfers_overlap_compute(workload, plans)
