@@ -168,12 +168,11 @@ def validate(
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in reader.skipped]
     _check_strict(runs, skipped, strict)
     excluded = sorted(exclusions.ids)
-    aggregate = summary.aggregate()
     # runs the profile was fitted on score its fit, not the model (a trial quoted 10.4% for
     # a profile fitted on the same runs)
-    fitted = (frozenset(model_calibration.coverage.fitted_runs)
-              if model_calibration.coverage is not None else frozenset())
-    aggregate["in_sample_runs"] = sum(run_id in fitted for run_id in summary.ids)
+    aggregate = summary.aggregate(
+        frozenset(model_calibration.coverage.fitted_runs)
+        if model_calibration.coverage is not None else frozenset())
     if html is not None:  # the page holds every run: built from the rows in one piece
         write_html({"runs": list(summary.rows()), "aggregate": aggregate,
                     "skipped": skipped, "excluded": excluded}, html, "validate")

@@ -305,8 +305,10 @@ class ValidationSummary:
                 "throughput_scored": not flags & 8,
             }
 
-    def aggregate(self) -> dict[str, Any]:
-        """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement.
+    def aggregate(self, fitted_runs: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """MAPE, median and max error overall / MoE / dense, rank agreement, OOM agreement;
+        ``in_sample_runs`` counts the runs among ``fitted_runs``, those the calibration was
+        fitted on (their errors score its fit, not the model).
 
         Runs whose throughput is not scored (``RunRecord.throughput_not_scored``) are left
         out of the throughput figures and listed with the reason; their memory still counts.
@@ -377,6 +379,7 @@ class ValidationSummary:
                                          for run_id, reason in self._implausible.items()],
             "stated_inconsistent": [{"id": run_id, "reason": reason}
                                     for run_id, reason in self._disagreements.items()],
+            "in_sample_runs": sum(run_id in fitted_runs for run_id in self.ids),
             # a typo in `software` silently costs the run on generic defaults (a trial)
             "unrecognised_software": [{"id": run_id, "software": software}
                                       for run_id, software
