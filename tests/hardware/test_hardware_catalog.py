@@ -351,3 +351,23 @@ def test_a_device_names_the_node_type_its_bare_name_means(tmp_path: Path) -> Non
         tmp_path, wrong + _systems("myaccel"))
     missing = with_default.replace("My-MyAccel-Node", "no-such-node")
     assert "field 'default_system'" in _error(tmp_path, missing + _systems("myaccel"))
+
+
+def test_overrides_keep_a_bare_name_meaning_what_it_did_or_fall_back(tmp_path: Path) -> None:
+    """A user file replacing the shipped p5.48xlarge with a node of its own device leaves the
+    shipped H100 no node type to mean (it falls back to the first node type holding it)
+    instead of failing on the shipped devices.yaml; a user entry replacing the shipped H100
+    without a default_system keeps the shipped one (p5.48xlarge), as its aliases are kept
+    (a review found both)."""
+    ours = _MY_DEVICE.replace("MyAccel-1", "H100-ours").replace("[myaccel]", "[h100-ours]")
+    node = ("\nsystems:" + _MY_SYSTEM_ENTRY.format(device="h100-ours")
+            .replace("my-h100-ours-node", "p5.48xlarge"))
+    catalog = load_catalog(_write(tmp_path, ours + node, "ours.yaml"), override=True)
+    assert catalog.system("p5.48xlarge").device.name == "H100-ours"
+    h100 = catalog.device("H100")
+    assert h100.default_system is None
+    assert any(s.device is h100 for s in catalog.systems.values())  # one object per device
+    renamed = _MY_DEVICE.replace("MyAccel-1", "H100-SXM-80GB").replace("[myaccel]", "[h100]")
+    kept = load_catalog(_write(tmp_path, renamed, "h100.yaml"), override=True)
+    assert kept.device("H100").default_system == "p5.48xlarge"
+    assert kept.system("p5.48xlarge").device is kept.device("H100")

@@ -209,9 +209,18 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
         added = []
         for entry in content.devices:
             if override:
+                # the node type the replaced entry's bare name meant stays what it means,
+                # unless the new entry names another (a user's H100 keeps p5.48xlarge)
+                keys = {name_key(n) for n in (*entry.aliases, entry.name)}
+                earlier_default = next(
+                    (devices[owner].default_system for owner in
+                     {device_names[k][0] for k in keys if k in device_names}
+                     if owner in devices and devices[owner].default_system), None)
                 inherited = _release_names("device", entry.name, entry.aliases, origin,
                                            device_names, devices)
-                entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
+                entry = entry.model_copy(update={
+                    "aliases": [*entry.aliases, *inherited],
+                    "default_system": entry.default_system or earlier_default})
             _claim_names("device", entry.name, entry.aliases, origin, device_names)
             devices[entry.name] = _device(entry)
             device_origin[entry.name] = origin
@@ -226,9 +235,13 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
 
     system_names: dict[str, tuple[str, str]] = {}
     systems: dict[str, System] = {}
+    replacements: set[str] = set()  # systems a later file put in place of an earlier entry
     for origin, content in files:
         for entry in content.systems:
             if override:
+                keys = {name_key(n) for n in (*entry.aliases, entry.name)}
+                if any(k in system_names for k in keys):
+                    replacements.add(entry.name)
                 inherited = _release_names("system", entry.name, entry.aliases, origin,
                                            system_names, systems)
                 entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
@@ -243,13 +256,21 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     catalog = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
     for name, device in devices.items():
         if device.default_system is not None:
-            devices[name] = _with_default_system_checked(device, catalog, device_origin[name])
+            devices[name] = _with_default_system_checked(device, catalog, device_origin[name],
+                                                         replacements)
+    # the node types hold the devices as resolved (one object per device, as before)
+    systems = {name: replace(system, device=devices[system.device.name])
+               for name, system in systems.items()}
     return Catalog(devices=MappingProxyType(devices), systems=MappingProxyType(systems))
 
 
-def _with_default_system_checked(device: Device, catalog: Catalog, origin: str) -> Device:
+def _with_default_system_checked(device: Device, catalog: Catalog, origin: str,
+                                 replacements: set[str]) -> Device:
     """``device`` with its ``default_system`` named canonically; it must be a catalog node
-    type holding this device (``origin``: the file the device entry came from)."""
+    type holding this device (``origin``: the file the device entry came from). A node type
+    a later file replaced (``replacements``) with one holding another device drops the
+    default (the bare name then means the first node type holding the device), rather than
+    failing on a shipped entry the user cannot edit."""
     assert device.default_system is not None
     where = f"{origin}: device {device.name!r}: field 'default_system'"
     try:
@@ -257,6 +278,8 @@ def _with_default_system_checked(device: Device, catalog: Catalog, origin: str) 
     except MosaicInputError as exc:
         raise MosaicInputError(f"{where}: {exc}") from None
     if system.device.name != device.name:
+        if system.name in replacements:
+            return replace(device, default_system=None)
         raise MosaicInputError(f"{where}: {system.name} holds {system.device.name}, not "
                                f"{device.name}")
     return replace(device, default_system=system.name)
