@@ -227,6 +227,25 @@ def test_a_unit_slip_is_named_where_the_gap_matches_it(tmp_path: Path, field, sc
     assert "measured.consistent" in reason and hint in reason, reason
 
 
+def test_every_unit_slip_a_gap_matches_is_named(tmp_path: Path) -> None:
+    """On 1024 GPUs a step in milliseconds (x1000) and a cluster total (x1024) give gaps 2.4%
+    apart: both are named, not the first that matched (a review's record followed the wrong
+    advice). The per-node hint for a 2-node run too."""
+    run = copy.deepcopy(_example_runs()[0])
+    run["num_gpus"], run["parallelism"]["dp"] = 1024, 1024
+    run["batch"]["global_seqs"] = 2048
+    tokens = run["batch"]["global_seqs"] * run["batch"]["seq_len"]
+    run["measured"]["step_time_s"] = 2.0
+    run["measured"]["tokens_per_s_per_gpu"] = tokens / (2.0 * 1024)
+    run["measured"]["step_time_s"] = 2000.0
+    reason = _skip_reason(tmp_path, run)
+    assert "milliseconds" in reason and "whole cluster's" in reason, reason
+    run["measured"]["step_time_s"] = 2.0
+    run["measured"]["tokens_per_s_per_gpu"] *= run["gpus_per_node"]
+    reason = _skip_reason(tmp_path, run)
+    assert "per-node figure" in reason and "milliseconds" not in reason, reason
+
+
 def test_global_seqs_in_tokens_is_named(tmp_path: Path) -> None:
     run = copy.deepcopy(_example_runs()[0])
     run["batch"]["global_seqs"] *= run["batch"]["seq_len"]

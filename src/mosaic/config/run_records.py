@@ -474,8 +474,10 @@ MEASUREMENT_DISAGREEMENT_PREFIX = "measured tokens/s and step time disagree by"
 
 
 def _unit_slip(ratio: float, entry: RunRecordEntry) -> str:
-    """The unit slip a disagreement between tokens/s and step time matches (implied over
-    stated tokens/s within 3% of a known factor), as a hint; empty when none matches."""
+    """The unit slips a disagreement between tokens/s and step time matches (implied over
+    stated tokens/s within 3% of a known factor), as a hint naming each one that matches
+    (1/1024 GPUs and 1/1000 for milliseconds are 2.4% apart: both are named); empty when
+    none matches."""
     slips = (
         (1 / entry.gpus_per_node, f"tokens_per_s_per_gpu looks like a per-node figure: divide "
                                   f"it by gpus_per_node ({entry.gpus_per_node})"),
@@ -485,10 +487,9 @@ def _unit_slip(ratio: float, entry: RunRecordEntry) -> str:
                                      "tokens, not tokens"),
         (1e-3, "step_time_s looks like milliseconds: write seconds"),
     )
-    for factor, hint in slips:
-        if factor != 1 and abs(ratio / factor - 1) < 0.03:
-            return f"; {hint}"
-    return ""
+    matching = list(dict.fromkeys(hint for factor, hint in slips
+                                  if factor != 1 and abs(ratio / factor - 1) < 0.03))
+    return f"; {', or '.join(matching)}" if matching else ""
 
 
 def _measured(entry: RunRecordEntry, notes: list[str]
