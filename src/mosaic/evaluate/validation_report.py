@@ -16,7 +16,7 @@ import numpy as np
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.plausibility import implausible_record_reason
+from mosaic.evaluate.plausibility import implausible_reason, implausible_record_reason
 from mosaic.perf.accuracy import (
     max_abs_error,
     median_abs_error,
@@ -67,6 +67,14 @@ class RunPrediction:
             else measured / self.predicted_tokens_per_s_per_gpu,
             self.predicted_lane_mfu_with_attention, record.measured_memory_bytes,
             record.system.device.hbm_bytes)
+
+    @property
+    def implausible_throughput(self) -> bool:
+        """Whether the measured tokens/s itself looks mis-entered (not only its memory)."""
+        measured = self.record.measured_tokens_per_s_per_gpu
+        return measured is not None and implausible_reason(
+            measured, measured / self.predicted_tokens_per_s_per_gpu,
+            self.predicted_lane_mfu_with_attention) is not None
 
     @property
     def over_planning_headroom(self) -> bool:
@@ -222,6 +230,7 @@ class ValidationSummary:
         self._flags = bytearray()
         self._not_scored: dict[str, str] = {}  # id -> why its throughput is not scored
         self._implausible: dict[str, str] = {}  # id -> why its measurement looks mis-entered
+        self._implausible_throughput: set[str] = set()  # ids whose tokens/s looks so
         self._disagreements: dict[str, str] = {}  # id -> its stated consistent: false
         # id -> software text no stack is recognised in (costed as the generic stack)
         self._unrecognised_software: dict[str, str] = {}
@@ -262,6 +271,8 @@ class ValidationSummary:
             implausible = p.implausible
             if implausible is not None:
                 self._implausible[record.id] = implausible
+                if p.implausible_throughput:
+                    self._implausible_throughput.add(record.id)
             if record.measurement_disagreement is not None:
                 self._disagreements[record.id] = record.measurement_disagreement
             if record.software is not None and record.workload.stack == OTHER_STACK:
@@ -344,12 +355,13 @@ class ValidationSummary:
             if memory
             else _error_stats(np.array([]), np.array([]))
         )
-        # the headline again without the runs that look mis-entered, which are scored as
-        # given and can make it meaningless (a trial's 11,314% from two unit slips)
-        plausible = np.array([self.ids[i] not in self._implausible for i in measured_runs],
-                             dtype=bool)
+        # the headline again without the runs whose tokens/s looks mis-entered, which are
+        # scored as given and can make it meaningless (a trial's 11,314% from two unit
+        # slips); a run flagged for its memory figure alone stays in
+        plausible = np.array([self.ids[i] not in self._implausible_throughput
+                              for i in measured_runs], dtype=bool)
         without_implausible = (_error_stats(predicted[plausible], measured[plausible])["mape"]
-                               if self._implausible and plausible.any() else None)
+                               if not plausible.all() and plausible.any() else None)
         return {
             **_error_stats(predicted, measured),
             "mape_without_implausible": without_implausible,

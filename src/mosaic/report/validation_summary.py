@@ -32,7 +32,7 @@ def accuracy_rows(stats: dict[str, Any], n_skipped: int) -> list[tuple[str, str]
          f"{stats['n_runs']} ({n_skipped} records skipped, "
          f"{len(stats['throughput_not_scored'])} not scored)"),
         ("MAPE tokens/s, all", percent(stats["mape"])),
-        *([("MAPE without the runs that look mis-entered",
+        *([("MAPE without the runs whose tokens/s looks mis-entered",
             percent(stats["mape_without_implausible"]))]
           if stats.get("mape_without_implausible") is not None else []),
         ("MAPE, MoE runs", f"{percent(stats['moe']['mape'])} of {stats['moe']['n_runs']}"),
