@@ -48,7 +48,7 @@ def test_a_node_type_none_of_the_calibration_runs_used_is_named():
     systems = built_in_calibration("default").coverage.systems
     assert "p6-b200.48xlarge" not in systems and "DGX-B200" in systems
     note = perf_json()["coverage"]["note"] or ""
-    assert "node type p6-b200.48xlarge is none of the calibration's runs'" in note
+    assert "node type p6-b200.48xlarge is not one the calibration's runs ran on" in note
     for args in (("--set", "hardware.node_type=DGX-B200"), ("--calibration", "paper-p6b200")):
         assert "node type" not in (perf_json(*args)["coverage"]["note"] or ""), args
 

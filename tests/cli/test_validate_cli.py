@@ -493,6 +493,11 @@ def test_a_software_typo_is_named_not_silently_costed_generic(tmp_path):
     doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
     assert doc["aggregate"]["unrecognised_software"] == [
         {"id": "typo", "software": "Megatorn-LM 0.12"}]
+    # a record that states `stack: other` chose the generic stack: not named (a review)
+    document["runs"][1]["stack"] = "other"
+    path.write_text(yaml.safe_dump(document))
+    doc = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    assert doc["aggregate"]["unrecognised_software"] == []
 
 
 def test_scores_on_the_runs_a_profile_was_fitted_on_are_called_in_sample(tmp_path):

@@ -349,8 +349,8 @@ def calibrate(
              "are refitted")] = None,
     exclude: ExcludeOption = None,
     name: Annotated[str | None, typer.Option(
-        help="name of the written calibration (default: the --out file's stem, as "
-             "--calibration names it)")] = None,
+        help="name written into the calibration, which outputs show (default: the --out "
+             "file's stem; with --microbench, microbench-DEVICE)")] = None,
     json_output: JsonFlag = False,
     microbench: Annotated[Path | None, typer.Option(
         help="fit the kernel/collective constants to a `mosaic bench` directory instead")

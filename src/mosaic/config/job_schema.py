@@ -887,9 +887,10 @@ def _rederived_dp(recorded: dict[str, Any], changed: dict[str, Any]) -> str | No
     if gpus % model_parallel:
         return None
     after["dp"] = gpus // model_parallel
+    recorded = before.get("dp")
     return (f"--set changed tp·pp·cp to {model_parallel}: dp re-derived as "
             f"num_gpus/(tp·pp·cp) = {gpus}/{model_parallel} = {after['dp']} "
-            f"(recorded {before.get('dp')})")
+            f"({'unstated' if recorded is None else f'recorded {recorded}'})")
 
 
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
@@ -915,10 +916,14 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
     recorded = as_job(raw)
     changed = apply_overrides(raw, overrides, deprecated, rules=RECORD_RULES,
                               known=RunRecordEntry.model_fields, min_depth=1)
-    states_dp = any(o.split("=", 1)[0].strip().rsplit(".", 1)[-1] in ("dp", "data_parallel")
-                    for o in overrides)
+    states_dp = any(o.split("=", 1)[0].strip().rsplit(".", 1)[-1] == "dp" for o in overrides)
     rederived = None if states_dp else _rederived_dp(raw, changed)
-    spec = as_job(changed)
+    try:
+        spec = as_job(changed)
+    except MosaicInputError as exc:
+        if rederived is None:
+            raise
+        raise MosaicInputError(f"{exc} ({rederived})") from None
     if rederived:
         spec = replace(spec, assumptions=(*spec.assumptions, rederived))
     # a what-if: the run as measured is no longer what is predicted

@@ -469,6 +469,9 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
         )
 
 
+# how the note on a record whose software names no known stack (and that states no stack)
+# ends (validate finds it)
+UNRECOGNISED_SOFTWARE_NOTE_END = f": stack label {OTHER_STACK!r}"
 # how the note on a record stating ``measured.consistent: false`` begins (commands find it)
 MEASUREMENT_DISAGREEMENT_PREFIX = "measured tokens/s and step time disagree by"
 
@@ -554,7 +557,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     stack = get_stack(entry.stack).name if entry.stack else stack_label(entry.software)
     if stack == OTHER_STACK and entry.stack is None:
         what = "not stated" if entry.software is None else f"{entry.software!r} not recognised"
-        notes.append(f"software {what}: stack label {OTHER_STACK!r}")
+        notes.append(f"software {what}{UNRECOGNISED_SOFTWARE_NOTE_END}")
     precision = Precision(precision_lane(entry.precision))
     if precision.value != entry.precision:  # an FP8 recipe; the record keeps its name
         notes.append(f"precision {entry.precision} modelled on the fp8 lane")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.config.run_records import RunRecord
+from mosaic.config.run_records import UNRECOGNISED_SOFTWARE_NOTE_END, RunRecord
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.plausibility import implausible_reason, implausible_record_reason
 from mosaic.perf.accuracy import (
@@ -32,7 +32,6 @@ from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import concatenate_plans
 from mosaic.perf.step_time import predict_step
-from mosaic.stacks.registry import OTHER_STACK
 from mosaic.units import GIB
 
 TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec. 7.2.1)
@@ -275,7 +274,11 @@ class ValidationSummary:
                     self._implausible_throughput.add(record.id)
             if record.measurement_disagreement is not None:
                 self._disagreements[record.id] = record.measurement_disagreement
-            if record.software is not None and record.workload.stack == OTHER_STACK:
+            # software that names no known stack, where the record states no stack of its own
+            # (stack: other is a statement)
+            if record.software is not None and any(
+                    note.startswith("software ") and note.endswith(UNRECOGNISED_SOFTWARE_NOTE_END)
+                    for note in record.assumptions):
                 self._unrecognised_software[record.id] = record.software
             self._group.append(self._label(record.group_key))
             self._software.append(self._label(record.software))

@@ -399,9 +399,10 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
               "tokens/s; reporting memory, for memory)"]
              if missing else []) + list(extra_notes)
     if system is not None and coverage.systems and system not in coverage.systems:
-        notes.append(f"node type {system} is none of the calibration's runs' "
+        notes.append(f"node type {system} is not one the calibration's runs ran on "
                      f"({', '.join(coverage.systems)}): its network is costed from the "
-                     "catalog, not fitted (--system names another)")
+                     "catalog, not fitted (plan --system, a job's hardware.system or a "
+                     "record's system names another)")
     memory_interval = interval(memory_gib, memory, level)
     if (memory_interval is not None and usable_memory_gib is not None
             and memory_interval.high > usable_memory_gib):

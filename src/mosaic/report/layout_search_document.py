@@ -28,12 +28,16 @@ def _plan_fields(search: LayoutSearch, index: int) -> dict[str, Any]:
 
 
 def ranked_rows(search: LayoutSearch, top: int, calibration: Calibration,
-                workload: Workload, device_name: str) -> list[dict[str, Any]]:
-    """The best ``top`` plans with their metrics and calibration coverage."""
+                workload: Workload, machine: Machine, system_name: str | None = None
+                ) -> list[dict[str, Any]]:
+    """The best ``top`` plans with their metrics and calibration coverage (assessed as the
+    document's summary assesses the best one: usable memory, node type)."""
     return [{"rank": rank, **_plan_fields(search, int(i)), **search.metrics(int(i)),
              **layout_document(workload, search.plans.row(int(i))),
-             "coverage": assess_plan(calibration, workload, search.plans, device_name,
-                                     search.prediction, int(i)).to_document()}
+             "coverage": assess_plan(calibration, workload, search.plans, machine.device_name,
+                                     search.prediction, int(i),
+                                     usable_memory_gib=usable_gib(machine),
+                                     system_name=system_name).to_document()}
             for rank, i in enumerate(search.ranking[:top], start=1)]
 
 
@@ -79,7 +83,7 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
         "n_candidates": search.n_candidates,
         "n_plans": search.n_plans,
         "n_feasible": search.n_feasible,
-        "rows": ranked_rows(search, top, calibration, workload, machine.device_name),
+        "rows": ranked_rows(search, top, calibration, workload, machine, cluster.system.name),
         "infeasible": infeasible_document(search, top, show_infeasible),
         "calibration": calibration.name,
         "memory_scale": calibration.memory_scale,  # a team's fitted scale (1: as derived)
