@@ -209,6 +209,32 @@ def test_two_plans(plans):
     assert "envelope.days │ 5 │ 10" in said and "envelope.days │ 5.0" not in said
 
 
+def test_two_plans_carry_what_each_said_of_itself(plans):
+    """A trial compared two plans and saw neither the winner's extrapolated layout nor the
+    other's memory interval past usable memory, nor that --price-per-gpu-hour had replaced
+    the plans' prices, nor that the loss gap lay inside both loss intervals."""
+    a_path, b_path = plans
+    doc = invoke_json("compare", str(a_path), str(b_path))
+    plan_a = json.loads(a_path.read_text())
+    coverage = plan_a["optimum"]["coverage"]
+    said = ([f"outside the calibrated envelope: {o['dimension']}" for o in coverage["outside"]]
+            + (coverage["note"].split("; ") if coverage["note"] else []))
+    assert said and all(any(c.startswith(s.split(":")[0]) for c in doc["a"]["caveats"])
+                        for s in said)
+    (candidate,) = [c for c in plan_a["uncertainty_candidates"]
+                    if all(c[k] == plan_a["optimum"][k]
+                           for k in ("q", "experts", "top_k", "split_factor"))]
+    assert doc["a"]["loss_interval"] == candidate["loss_interval"]
+    assert doc["a"]["replaced_price_per_gpu_hour"] is None  # its own price kept
+    text = " ".join(runner.invoke(app, ["compare", str(a_path), str(b_path),
+                                        "--price-per-gpu-hour", "5"]).stdout.split())
+    assert "--price-per-gpu-hour replaces A's own 3 and B's own 3 USD per GPU-hour" in text
+    assert "What each prediction said of itself" in text
+    low_a, high_a = doc["a"]["loss_interval"]
+    gap = abs(doc["b"]["loss"] - doc["a"]["loss"])
+    assert f"loss gap {gap:.4f} nats; 90% loss intervals {high_a - low_a:.4f} (A)" in text
+
+
 def test_job_with_plan_is_one_line_error(plans):
     result = runner.invoke(app, ["compare", str(JOB), str(plans[0])])
     assert result.exit_code == 2

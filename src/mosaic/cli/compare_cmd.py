@@ -155,6 +155,28 @@ _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "mem
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
 
 
+def _plan_caveats(optimum: dict[str, Any]) -> list[str]:
+    """What the plan said of its optimum's prediction: each dimension outside the calibrated
+    envelope and each part of its coverage note (a trial compared two plans and saw neither
+    the winner's extrapolated layout nor the other's memory that may not fit)."""
+    coverage = optimum.get("coverage") or {}
+    caveats = [f"outside the calibrated envelope: {o.get('dimension')} {o.get('value')} not in "
+               f"{o.get('calibrated')}" for o in coverage.get("outside") or []]
+    note = coverage.get("note")
+    return [*caveats, *(note.split("; ") if isinstance(note, str) and note else [])]
+
+
+def _plan_loss_interval(document: dict[str, Any], geometry: dict[str, Any]
+                        ) -> list[float] | None:
+    """The optimum's loss interval from the plan's uncertainty, where it drew one."""
+    keys = ("q", "experts", "top_k", "split_factor")
+    for candidate in document.get("uncertainty_candidates") or []:
+        interval = candidate.get("loss_interval")
+        if all(candidate.get(k) == geometry.get(k) for k in keys) and interval:
+            return [float(interval[0]), float(interval[1])]
+    return None
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
     from mosaic.export.spec import spec_from_plan_document
@@ -174,8 +196,9 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")
+    own_price = document.get("price_usd_per_gpu_hour", document.get("price_per_gpu_hour"))
     if price is None:  # the plan's own price, in USD (plan files before 0.2: no currency)
-        price = document.get("price_usd_per_gpu_hour", document.get("price_per_gpu_hour"))
+        price = own_price
     capacity = step.get("capacity_bytes") or envelope.get("hbm_bytes_per_device")
     fraction = (envelope.get("memory_headroom") or {}).get("usable_memory_fraction")
     memory_bytes = optimum.get("memory_bytes")
@@ -220,6 +243,10 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "memory_breakdown_bytes": step.get("memory_breakdown_bytes") if step else None,
         "geometry": geometry,
         "inputs": inputs,
+        # the plan's own price where --price-per-gpu-hour replaced it (said on screen)
+        "replaced_price_per_gpu_hour": own_price if own_price not in (None, price) else None,
+        "caveats": _plan_caveats(optimum),
+        "loss_interval": _plan_loss_interval(document, geometry),
     }
 
 
@@ -425,6 +452,18 @@ def render(document: dict[str, Any]) -> None:
                       markup=False, highlight=False)
     if document.get("assumed"):
         console.print("Assumed where not given: " + "; ".join(document["assumed"]))
+    replaced = [f"{name}'s own {side['replaced_price_per_gpu_hour']:g}"
+                for name, side in (("A", a), ("B", b))
+                if side.get("replaced_price_per_gpu_hour") is not None]
+    if replaced:
+        console.print(f"--price-per-gpu-hour replaces {' and '.join(replaced)} USD per "
+                      "GPU-hour: both sides are costed at the one price given",
+                      markup=False, highlight=False)
+    caveats = [(name, text) for name, side in (("A", a), ("B", b))
+               for text in side.get("caveats") or []]
+    if caveats:
+        print_key_value_table("What each prediction said of itself", caveats)
+    _echo_loss_gap(a, b)
     flags = [(name, message) for name, side in (("A", a), ("B", b))
              for message in side.get("law_extrapolation") or []]
     if flags:
@@ -445,6 +484,21 @@ def render(document: dict[str, Any]) -> None:
                     f"{(r['b'] - r['a']) / GIB:+.2f}"] for r in document["memory_breakdown_bytes"]]
     if memory_rows:
         print_table("Memory breakdown per GPU (GiB)", ["part", "A", "B", "B - A"], memory_rows)
+
+
+def _echo_loss_gap(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Whether the loss difference exceeds the plans' own loss intervals: a gap inside both
+    is not a decision (a trial's 0.0018 nats against intervals 0.035 wide)."""
+    intervals = [side.get("loss_interval") for side in (a, b)]
+    if a.get("loss") is None or b.get("loss") is None or not all(intervals):
+        return
+    gap = abs(b["loss"] - a["loss"])
+    widths = [high - low for low, high in intervals]
+    overlap = intervals[0][0] <= intervals[1][1] and intervals[1][0] <= intervals[0][1]
+    verdict = ("the intervals overlap, so the model does not tell the two apart" if overlap
+               else "the intervals do not overlap")
+    console.print(f"loss gap {gap:.4f} nats; 90% loss intervals {widths[0]:.4f} (A) and "
+                  f"{widths[1]:.4f} (B) wide: {verdict}", markup=False, highlight=False)
 
 
 def _kind(path: Path) -> str:
