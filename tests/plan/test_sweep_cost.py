@@ -102,3 +102,19 @@ def test_a_budget_with_nothing_trainable_says_why(one_node, law, calibration):
     assert first["optimum"] is None
     assert first["untrainable"].startswith("no geometry of the grid is trainable")
     assert second["optimum"] is not None and "untrainable" not in second
+
+
+def test_a_node_price_given_per_gpu_is_noted_not_refused():
+    """AWS's p5.48xlarge listed at 98.32 USD an hour for 8 H100 (12.29 per GPU-hour); a
+    trial gave 98.32 per GPU-hour and got an 8x cost without a word. Above 40 the price is
+    kept and noted, with the per-GPU figure a node price gives; 12.29 passes silently."""
+    import warnings
+
+    from mosaic.errors import MosaicNote
+    from mosaic.plan.cost import check_price
+
+    with pytest.warns(MosaicNote, match=r"a node's price\? Divided by 8 GPUs it is 12\.29"):
+        assert check_price(98.32) == 98.32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check_price(12.29) == 12.29

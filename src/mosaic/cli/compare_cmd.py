@@ -565,6 +565,10 @@ def compare(
                                                and price_per_gpu_hour > 0):
         raise MosaicInputError(
             f"--price-per-gpu-hour must be a positive number, got {price_per_gpu_hour:g}")
+    if currency == "USD":  # a node's price given per GPU is noted (plan.cost.check_price)
+        from mosaic.plan.cost import check_price
+
+        check_price(price_per_gpu_hour)
     apply_catalog(catalog)
     if kinds == {"job"}:
         from mosaic.law.law import load_law_file

@@ -12,10 +12,11 @@ trains more tokens per parameter on fewer GPUs and can reach a lower loss).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicNote
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
@@ -34,12 +35,26 @@ class RunCost:
     cost_usd: float | None
 
 
+# Above this a price per GPU-hour is more likely a node's (8 GPUs) than one GPU's: AWS's
+# on-demand p5.48xlarge (8 H100) listed at 98.32 USD an hour at launch, 12.29 per GPU-hour,
+# and no single-GPU list price has come near 40 (a trial gave 98.32 per GPU-hour).
+MAX_PLAUSIBLE_USD_PER_GPU_HOUR = 40.0
+
+
 def check_price(price_per_gpu_hour: float | None) -> float | None:
+    """A positive, finite price per GPU-hour; one above any GPU's list price is noted as a
+    likely per-node price (kept: a user may mean it)."""
     if price_per_gpu_hour is None:
         return None
     if not (math.isfinite(price_per_gpu_hour) and price_per_gpu_hour > 0):
         raise MosaicInputError(
             f"price per GPU-hour must be a positive number, got {price_per_gpu_hour!r}")
+    if price_per_gpu_hour > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:
+        warnings.warn(
+            f"a price of {price_per_gpu_hour:g} USD per GPU-hour is above any GPU's list "
+            f"price (under {MAX_PLAUSIBLE_USD_PER_GPU_HOUR:g}): a node's price? Divided by "
+            f"8 GPUs it is {price_per_gpu_hour / 8:.4g}",
+            MosaicNote, stacklevel=2)
     return float(price_per_gpu_hour)
 
 
