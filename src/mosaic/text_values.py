@@ -12,6 +12,11 @@ def _csv(text: str) -> list[str]:
 
 
 def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
+    parts = [part.strip() for part in text.split(",")]
+    if any(not part for part in parts[:-1]) and any(parts):
+        # '20,30,,40': a value left out between commas (a trailing comma is harmless)
+        raise MosaicInputError(f"{option} {text!r} has an empty value between commas; "
+                               "list each value once, separated by commas")
     try:
         values = tuple(kind(part) for part in _csv(text))
     except ValueError:
