@@ -328,7 +328,7 @@ def print_sweep(points: list[SweepPoint]) -> None:
                       short_count(c["n_active"]), short_count(c["n_total"]),
                       short_count(c["tokens"]) + (" (capped)" if c["tpp_capped"] else ""),
                       f"{c['mfu']:.1%}", layout_text(c["plan"], compact=True),
-                      f"{c['step_time_s']:.3g}", f"{c['memory_bytes'] / GIB:.1f}",
+                      f"{c['step_time_s']:.2f}", f"{c['memory_bytes'] / GIB:.1f}",
                       f"{c['loss']:.4f}"]
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
                   else "-" for g in splits]
