@@ -104,6 +104,25 @@ def test_a_budget_with_nothing_trainable_says_why(one_node, law, calibration):
     assert second["optimum"] is not None and "untrainable" not in second
 
 
+def test_each_sweep_point_states_its_goodput(one_node, law, calibration):
+    """Young-Daly goodput falls with the GPUs (more failures per hour): each point of a
+    nodes sweep carries its own; the document's envelope is the first point's (a trial read
+    the 8-node goodput for the whole sweep)."""
+    from dataclasses import replace
+
+    from mosaic.plan.goodput import YoungDalyGoodput
+    from mosaic.report.plan_report import sweep_document
+
+    envelope = replace(one_node.with_budget(days=2), goodput=YoungDalyGoodput(
+        mtbf_gpu_s=50_000 * 3600, checkpoint_s=120, restart_s=600))
+    document = sweep_document(sweep_nodes(envelope, SPACE, law, calibration, [1, 2],
+                                          workers=1))
+    first, second = document["points"]
+    assert document["envelope_of_point"] == 0
+    assert first["goodput"] == document["envelope"]["goodput"]["goodput"]
+    assert second["goodput"] < first["goodput"] < 1
+
+
 def test_a_node_price_given_per_gpu_is_noted_not_refused():
     """AWS's p5.48xlarge listed at 98.32 USD an hour for 8 H100 (12.29 per GPU-hour); a
     trial gave 98.32 per GPU-hour and got an 8x cost without a word. Above 40 the price is

@@ -268,12 +268,18 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
             "days": p.result.envelope.days,  # per node count under a dollar budget
             "c_peak_flops": p.result.envelope.c_peak_flops,
             "gpu_hours": p.result.envelope.gpu_hours,
+            # Young-Daly goodput changes with the node count (a trial found it only at the
+            # first point's envelope)
+            "goodput": p.result.envelope.to_dict()["goodput"]["goodput"],
             "optimum": None if row is None else p.result.candidate(row),
             "best_per_split": {str(g): p.result.candidate(r)
                                for g, r in p.best_per_split.items()},
         } | ({} if row is not None else {"untrainable": untrainable_message(p.result)})
 
     return {"axis": points[0].axis, "envelope": points[0].result.envelope.to_dict(),
+            # the envelope is the first point's: each point states its own swept value,
+            # days, GPU-hours and goodput
+            "envelope_of_point": 0,
             "search_space": points[0].result.space.to_dict(),
             "layout_limits": points[0].result.throughput.limits.to_dict(),
             "points": [point(p) for p in points]}
