@@ -75,3 +75,17 @@ def test_the_grid_template_names_the_vocabulary_and_fixed_blocks():
     assert grid_template_text(backbone) == (
         "variants of the --backbone model: vocabulary 151,936, 0 shared expert(s), 0 dense "
         "block(s)")
+
+
+def test_a_batch_far_too_small_for_the_cluster_is_told_fewer_nodes_not_a_huge_batch():
+    """100,000 8-GPU nodes and a 1024-sequence batch: the advice was --global-batch 800000
+    (1.6 B tokens a step; a trial followed it and trained in no time). Beyond 4x the batch,
+    the advice is the most nodes whose GPUs divide it: 128 nodes, 1024 GPUs."""
+    result = _result(["no layout satisfies the divisibility rules (e.g. dp·micro_batch="
+                      "800000·1 must divide global_batch=1024)"])
+    result.envelope = SimpleNamespace(n_nodes=100_000, days=20.0, n_devices=800_000,
+                                      global_batch=1024, dollar_budget=None,
+                                      system=SimpleNamespace(gpus_per_node=8))
+    message = untrainable_message(result)
+    assert "--global-batch 800000" not in message
+    assert "e.g. --nodes 128, whose 1024 GPUs divide it" in message

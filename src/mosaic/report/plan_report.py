@@ -77,6 +77,11 @@ def _example(reason: str) -> str | None:
     return None
 
 
+# The most a global batch is advised to grow (x) to let the data-parallel group span the
+# cluster; beyond it the advice is fewer nodes (a batch 4x larger already changes the run).
+MAX_BATCH_GROWTH_ADVISED = 4
+
+
 def untrainable_message(result: PlanResult) -> str:
     """Why no geometry of a search is trainable, each reason with its count, one example
     of a broken divisibility rule, and what to change for each reason."""
@@ -96,8 +101,20 @@ def untrainable_message(result: PlanResult) -> str:
         # dp = every GPU (tp = pp = cp = 1) needs dp·micro_batch | global_batch: the nearest
         # multiple of the device count lets the data-parallel group span the cluster
         nearest = max(devices, round(batch / devices) * devices)
-        advice += (f" (e.g. --global-batch {nearest}, a multiple of the {devices} GPUs; "
-                   f"{batch} shares only {math.gcd(batch, devices)} with it)")
+        if nearest <= MAX_BATCH_GROWTH_ADVISED * batch:
+            advice += (f" (e.g. --global-batch {nearest}, a multiple of the {devices} GPUs; "
+                       f"{batch} shares only {math.gcd(batch, devices)} with it)")
+        else:
+            # a batch grown far past its own would change the run (a trial followed
+            # --global-batch 800000 for 100,000 nodes: 1.6 B tokens a step, done in no time);
+            # fewer nodes whose GPUs divide the batch keep it
+            per_node = envelope.system.gpus_per_node
+            fitting = max((n for n in range(1, envelope.n_nodes + 1)
+                           if batch % (n * per_node) == 0), default=None)
+            advice += (f" (the {batch}-sequence batch cannot spread data parallelism over "
+                       f"{devices} GPUs"
+                       + (f": e.g. --nodes {fitting}, whose {fitting * per_node} GPUs divide "
+                          "it)" if fitting is not None else ")"))
     nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
     days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
     return f"no geometry of the grid is trainable on {nodes} in {days} ({summary}); {advice}"
