@@ -51,7 +51,7 @@ def main() -> int:
     # the fit imports scipy.optimize and scipy.stats on first use (lazily, for the CLI's
     # start-up): load them here so the timer measures the fit, as it did before that change
     # (0.7-0.8 s of imports on this machine counted from 1 December 2026 on)
-    import scipy.optimize  # noqa: F401
+    import scipy.optimize
     import scipy.stats  # noqa: F401
 
     start = time.perf_counter()
