@@ -367,6 +367,16 @@ def test_overrides_keep_a_bare_name_meaning_what_it_did_or_fall_back(tmp_path: P
     h100 = catalog.device("H100")
     assert h100.default_system is None
     assert any(s.device is h100 for s in catalog.systems.values())  # one object per device
+    from mosaic.errors import MosaicNote
+    from mosaic.hardware import use_catalog
+    from mosaic.hardware.default_systems import resolve_system
+
+    use_catalog(tmp_path / "ours.yaml")
+    try:  # the bare name's new meaning is said, not silent
+        with pytest.warns(MosaicNote, match="means node type p5.48xlarge in the shipped"):
+            assert resolve_system("H100").device.name == "H100-SXM-80GB"
+    finally:
+        use_catalog()
     renamed = _MY_DEVICE.replace("MyAccel-1", "H100-SXM-80GB").replace("[myaccel]", "[h100]")
     kept = load_catalog(_write(tmp_path, renamed, "h100.yaml"), override=True)
     assert kept.device("H100").default_system == "p5.48xlarge"

@@ -9,8 +9,10 @@ catalog sets its own), else the first catalog node type holding it. A stated nod
 
 from __future__ import annotations
 
-from mosaic.errors import MosaicInputError
-from mosaic.hardware.catalog import active_catalog, get_device, get_system
+import warnings
+
+from mosaic.errors import MosaicInputError, MosaicNote
+from mosaic.hardware.catalog import active_catalog, get_device, get_system, shipped_catalog
 from mosaic.hardware.system import System
 
 
@@ -35,8 +37,23 @@ def resolve_system(gpu: str | None = None, system: str | None = None,
         return get_system(device.default_system)
     for candidate in active_catalog().systems.values():  # yours too (--catalog)
         if candidate.device.name == device.name:
+            _note_lost_default(device.name, candidate.name, system_field)
             return candidate
     raise MosaicInputError(
         f"no node type in the catalog holds {device.name}; give {system_field} with a catalog "
         f"system (see `mosaic hardware list`) or add one (docs/hardware.md)"
     )
+
+
+def _note_lost_default(device: str, chosen: str, system_field: str) -> None:
+    """Say so when the shipped catalog gives ``device`` a default node type that a user
+    catalog replaced with one holding another device (the catalog then drops it)."""
+    try:
+        shipped = shipped_catalog().device(device).default_system
+    except MosaicInputError:  # a device of the user's own
+        return
+    if shipped is not None and shipped != chosen:
+        warnings.warn(f"{device} means node type {shipped} in the shipped catalog, which your "
+                      f"catalog replaced with one holding another device: {chosen}, the first "
+                      f"node type holding {device}, is used ({system_field} names another)",
+                      MosaicNote, stacklevel=3)
