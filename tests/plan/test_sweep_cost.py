@@ -137,3 +137,17 @@ def test_a_node_price_given_per_gpu_is_noted_not_refused():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert check_price(12.29) == 12.29
+
+
+def test_a_priced_sweep_gives_each_point_its_cost(one_node, law, calibration):
+    """`sweep days --price-per-gpu-hour` was refused and a lead worked loss per dollar out by
+    hand: each point's cost is its allocated GPU-hours (GPUs x days x 24) x the price."""
+    from mosaic.report.plan_report import sweep_document
+
+    document = sweep_document(sweep_days(one_node, SPACE, law, calibration, [2, 4],
+                                         workers=1), 3.0)
+    assert document["price_usd_per_gpu_hour"] == 3.0
+    for entry, days in zip(document["points"], (2, 4), strict=True):
+        assert entry["cost_usd"] == pytest.approx(one_node.n_devices * days * 24 * 3.0)
+    assert "cost_usd" not in sweep_document(sweep_days(one_node, SPACE, law, calibration, [2],
+                                                       workers=1))["points"][0]

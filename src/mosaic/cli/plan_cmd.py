@@ -53,7 +53,7 @@ from mosaic.plan.batch import (
     parse_global_batch,
     search_batch,
 )
-from mosaic.plan.cost import cheapest_plan, check_target_reachable, run_cost
+from mosaic.plan.cost import cheapest_plan, check_price, check_target_reachable, run_cost
 from mosaic.plan.envelope import (
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
@@ -465,13 +465,14 @@ def plan(
 # --- mosaic sweep ----------------------------------------------------------------------------
 def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
                   plot_dir: Path | None, html: Path | None = None,
-                  calibration: Calibration | None = None) -> None:
+                  calibration: Calibration | None = None,
+                  price_per_gpu_hour: float | None = None) -> None:
     trainable = [p for p in points if p.result.optimum_index is not None]
     if not trainable:  # the same "nothing trainable" error (exit 2) as plan
         require_trainable(points[0].result)
     for point in trainable:
         require_physical_loss(point.result)
-    document = plan_report.sweep_document(points)
+    document = plan_report.sweep_document(points, price_per_gpu_hour)
     vocab = plan_report.grid_vocab(points[0].result.space.to_dict())
     for entry in document["points"]:
         if entry["optimum"] is not None:
@@ -487,7 +488,7 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
     if as_json:
         print_json(document)
         return
-    render.print_sweep(points)
+    render.print_sweep(points, price_per_gpu_hour)
     flags = plan_report.sweep_extrapolation_rows(document)
     if flags:
         print_key_value_table("The loss law is extrapolating (its fitted data range)", flags)
@@ -508,7 +509,11 @@ def _finish_sweep(points: list[SweepPoint], law: ScalingLaw, as_json: bool,
 def sweep_days_command(
     values: Annotated[str, typer.Option("--values", help="Windows in days.")] = SWEEP_DAYS,
     gpu: Gpu = None, system: System = None, nodes: Nodes = TABLE3_NODES,
-    gpus_per_node: GpusPerNode = None, goodput: GoodputOpt = None,
+    gpus_per_node: GpusPerNode = None,
+    price_per_gpu_hour: Annotated[float | None, typer.Option(
+        "--price-per-gpu-hour", help="Price of one GPU-hour in USD; adds each point's cost.")
+    ] = None,
+    goodput: GoodputOpt = None,
     mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None, restart_s: RestartS = 0.0,
     global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH, seq_len: SeqLen = TABLE3_SEQ_LEN,
     memory_fraction: MemoryFraction = None,
@@ -533,6 +538,7 @@ def sweep_days_command(
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     windows = parse_floats("--values", values)
+    price_per_gpu_hour = check_price(price_per_gpu_hour)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
@@ -553,7 +559,7 @@ def sweep_days_command(
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_days(envelope, space, law, calibration, windows, limits,
                             progress=bar("geometries"), workers=workers)
-    _finish_sweep(points, law, as_json, plot_dir, html, calibration)
+    _finish_sweep(points, law, as_json, plot_dir, html, calibration, price_per_gpu_hour)
 
 
 @sweep_app.command("nodes")
@@ -568,7 +574,8 @@ def sweep_nodes_command(
         "window it buys, budget / (--price-per-gpu-hour x GPUs): an equal-cost sweep.")
     ] = None,
     price_per_gpu_hour: Annotated[float | None, typer.Option(
-        "--price-per-gpu-hour", help="Price of one GPU-hour in USD (with --budget-usd).")
+        "--price-per-gpu-hour", help="Price of one GPU-hour in USD: adds each point's cost, "
+        "and with --budget-usd sets each node count's window.")
     ] = None,
     goodput: GoodputOpt = None, mtbf_gpu_hours: Mtbf = None, checkpoint_s: CheckpointS = None,
     restart_s: RestartS = 0.0, global_batch: GlobalBatch = TABLE3_GLOBAL_BATCH,
@@ -594,9 +601,9 @@ def sweep_nodes_command(
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     node_counts = parse_ints("--values", values)
+    if budget_usd is None:  # with a budget, dollar_budget_for checks the price
+        price_per_gpu_hour = check_price(price_per_gpu_hour)
     dollar_budget = dollar_budget_for(budget_usd, price_per_gpu_hour, days)
-    if price_per_gpu_hour is not None and dollar_budget is None:
-        raise MosaicInputError("--price-per-gpu-hour prices a --budget-usd here; give both")
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=node_counts[0], gpus_per_node=gpus_per_node,
@@ -619,7 +626,7 @@ def sweep_nodes_command(
     with execution_backend(runner), progress_reporter(as_json) as bar:
         points = sweep_nodes(envelope, space, law, calibration, node_counts, limits,
                              progress=lambda n: bar(f"{n} nodes"), workers=workers)
-    _finish_sweep(points, law, as_json, plot_dir, html, calibration)
+    _finish_sweep(points, law, as_json, plot_dir, html, calibration, price_per_gpu_hour)
 
 
 def register(app: typer.Typer) -> None:

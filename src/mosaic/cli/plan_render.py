@@ -302,7 +302,7 @@ def _print_budget_options(document: dict[str, Any]) -> None:
                  for o in options])
 
 
-def print_sweep(points: list[SweepPoint]) -> None:
+def print_sweep(points: list[SweepPoint], price_per_gpu_hour: float | None = None) -> None:
     axis = points[0].axis
     ladder = points[0].result.grid.is_ladder
     splits = sorted({g for p in points for g in p.best_per_split})
@@ -310,6 +310,8 @@ def print_sweep(points: list[SweepPoint]) -> None:
     # re-running `plan` (a trial)
     columns = [axis, "q" if ladder else "L×d", "E", "K", "G*", "S*", "N_act", "N_tot", "D",
                "MFU", "layout", "step s", "GiB", "loss*"]
+    if price_per_gpu_hour is not None:  # each point's allocated GPU-hours at the price
+        columns.append("cost USD")
     columns += [f"best G={g}" for g in splits]
     budget = points[0].result.envelope.dollar_budget  # each node count its own window
     if budget is not None:
@@ -330,6 +332,8 @@ def print_sweep(points: list[SweepPoint]) -> None:
                       f"{c['mfu']:.1%}", layout_text(c["plan"], compact=True),
                       f"{c['step_time_s']:.2f}", f"{c['memory_bytes'] / GIB:.1f}",
                       f"{c['loss']:.4f}"]
+        if price_per_gpu_hour is not None:  # the budget's cost, with or without an optimum
+            cells.append(f"{p.result.envelope.gpu_hours * price_per_gpu_hour:,.0f}")
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
                   else "-" for g in splits]
         rows.append(cells)

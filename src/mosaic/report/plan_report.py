@@ -277,10 +277,15 @@ def plan_document(result: PlanResult, cost: RunCost) -> dict[str, Any]:
     }
 
 
-def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
+def sweep_document(points: list[SweepPoint], price_per_gpu_hour: float | None = None
+                   ) -> dict[str, Any]:
+    """The sweep's JSON: each point's optimum, and its cost in USD where a price per
+    GPU-hour is given (plan.cost: allocated GPU-hours x price; checked by the caller)."""
     def point(p: SweepPoint) -> dict[str, Any]:
         row = p.result.optimum_index
-        return {
+        cost = (None if price_per_gpu_hour is None
+                else p.result.envelope.gpu_hours * price_per_gpu_hour)
+        return ({} if cost is None else {"cost_usd": cost}) | {
             p.axis: int(p.value) if p.axis == "nodes" else p.value,
             "days": p.result.envelope.days,  # per node count under a dollar budget
             "c_peak_flops": p.result.envelope.c_peak_flops,
@@ -297,6 +302,8 @@ def sweep_document(points: list[SweepPoint]) -> dict[str, Any]:
             # the envelope is the first point's: each point states its own swept value,
             # days, GPU-hours and goodput
             "envelope_of_point": 0,
+            **({} if price_per_gpu_hour is None
+               else {"price_usd_per_gpu_hour": price_per_gpu_hour}),
             "search_space": points[0].result.space.to_dict(),
             "layout_limits": points[0].result.throughput.limits.to_dict(),
             "points": [point(p) for p in points]}
