@@ -496,3 +496,16 @@ def test_each_side_names_the_profile_and_memory_scale_it_was_predicted_with(tmp_
     plain = invoke_json("compare", str(JOB), str(JOB))
     assert (plain["b"]["calibration"], plain["b"]["memory_scale"]) == ("default", 1.0)
     assert doc["a"]["memory_gib"] > plain["a"]["memory_gib"]
+
+
+def test_two_jobs_on_two_gpu_kinds_take_a_price_each(job_b):
+    """One price for both sides costed a B200 job at an H100 price (a lead's trial): 'A,B'
+    prices each side; a third value, a zero or text is refused in one line."""
+    a = str(JOB)
+    doc = invoke_json("compare", a, str(job_b), "--price-per-gpu-hour", "2.5,5")
+    summary = {row["quantity"]: row for row in doc["summary"]}
+    assert (summary["price_per_gpu_hour"]["a"], summary["price_per_gpu_hour"]["b"]) == (2.5, 5)
+    assert summary["cost"]["b"] == pytest.approx(summary["gpu_hours"]["b"] * 5)
+    for bad in ("1,2,3", "2.5,0", "cheap", "2.5,,5"):
+        result = runner.invoke(app, ["compare", a, str(job_b), "--price-per-gpu-hour", bad])
+        assert result.exit_code == 2 and "must be one positive number, or two" in result.output

@@ -457,7 +457,7 @@ def render(document: dict[str, Any]) -> None:
                 if side.get("replaced_price_per_gpu_hour") is not None]
     if replaced:
         console.print(f"--price-per-gpu-hour replaces {' and '.join(replaced)} USD per "
-                      "GPU-hour: both sides are costed at the one price given",
+                      "GPU-hour: the sides are costed at the price given",
                       markup=False, highlight=False)
     caveats = [(name, text) for name, side in (("A", a), ("B", b))
                for text in side.get("caveats") or []]
@@ -501,6 +501,28 @@ def _echo_loss_gap(a: dict[str, Any], b: dict[str, Any]) -> None:
                   f"{widths[1]:.4f} (B) wide: {verdict}", markup=False, highlight=False)
 
 
+def side_prices(text: str | None, currency: str) -> tuple[float | None, float | None]:
+    """A's and B's price per GPU-hour from ``--price-per-gpu-hour``: one price for both, or
+    'A,B' for two GPU kinds (a lead compared the same model on H100 and B200 at one price);
+    each positive and finite, and in USD noted when it looks like a node's price."""
+    if text is None:
+        return None, None
+    parts = [part.strip() for part in text.split(",")]
+    try:
+        values = [float(part) for part in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or not all(math.isfinite(v) and v > 0 for v in values):
+        raise MosaicInputError(f"--price-per-gpu-hour must be one positive number, or two "
+                               f"('A,B': A's and B's), got {text!r}")
+    if currency == "USD":  # a node's price given per GPU is noted (plan.cost.check_price)
+        from mosaic.plan.cost import check_price
+
+        for value in values:
+            check_price(value)
+    return (values[0], values[-1])
+
+
 def _kind(path: Path) -> str:
     from mosaic.export.spec import split_plan_reference
 
@@ -519,8 +541,9 @@ def compare(
     ] = None,
     goodput: Annotated[float | None, typer.Option(
         help="jobs: constant goodput in (0, 1]; default 1")] = None,
-    price_per_gpu_hour: Annotated[float | None, typer.Option(
-        "--price-per-gpu-hour", help="price of one GPU-hour; adds the cost")] = None,
+    price_per_gpu_hour: Annotated[str | None, typer.Option(
+        "--price-per-gpu-hour", help="price of one GPU-hour for both sides, or A's and B's "
+        "as 'A,B' (two GPU kinds); adds the cost")] = None,
     currency: Annotated[str | None, typer.Option(
         help="currency of --price-per-gpu-hour [default: USD]")] = None,
     law_file: Annotated[Path | None, typer.Option(
@@ -561,14 +584,7 @@ def compare(
         raise MosaicInputError("--currency names the currency of --price-per-gpu-hour; give "
                                "both (a plan's own price is in USD)")
     currency = currency or "USD"
-    if price_per_gpu_hour is not None and not (math.isfinite(price_per_gpu_hour)
-                                               and price_per_gpu_hour > 0):
-        raise MosaicInputError(
-            f"--price-per-gpu-hour must be a positive number, got {price_per_gpu_hour:g}")
-    if currency == "USD":  # a node's price given per GPU is noted (plan.cost.check_price)
-        from mosaic.plan.cost import check_price
-
-        check_price(price_per_gpu_hour)
+    prices = side_prices(price_per_gpu_hour, currency)
     apply_catalog(catalog)
     if kinds == {"job"}:
         from mosaic.law.law import load_law_file
@@ -577,8 +593,8 @@ def compare(
         law = load_law_file(law_file)
         calib = load_calibration(calibration)
         block = model_block(model)  # one model for both jobs
-        sides = [job_side(p, calib, law, days, goodput, price_per_gpu_hour, block)
-                 for p in (a, b)]
+        sides = [job_side(p, calib, law, days, goodput, price, block)
+                 for p, price in zip((a, b), prices, strict=True)]
         if all(side["tokens_stated"] for side in sides):  # no window was used
             assumed = [text for text in assumed if "(--days)" not in text]
         if all(side["goodput_stated"] for side in sides):  # each job states its own
@@ -587,12 +603,12 @@ def compare(
         sides = []
         from mosaic.export.spec import plan_candidate, split_plan_reference
 
-        for path in (a, b):
+        for path, price in zip((a, b), prices, strict=True):
             file, rank = split_plan_reference(path)  # PLAN.json#N: the rank-N candidate
             document = parse_json(read_text(file, "plan document"), str(file))
             if rank is not None:
                 document = plan_candidate(document, rank, str(path))
-            sides.append(plan_side(path, document, price_per_gpu_hour))
+            sides.append(plan_side(path, document, price))
     document = compare_document(sides[0], sides[1], currency, assumed)
     if json_output:
         print_json(document)
