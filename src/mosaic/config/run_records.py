@@ -531,8 +531,7 @@ def _measured(entry: RunRecordEntry, notes: list[str]
         # One measurement for every command: validate scores tokens/s, so calibrate, perf
         # and explain take the step it implies (a record with a step time in milliseconds
         # had calibrate fit it while validate scored the tokens/s; a trial).
-        implied_step_s = entry.batch.global_seqs * entry.batch.seq_len / (
-            tokens_per_s * entry.num_gpus)
+        implied_step_s = tokens_per_step / (tokens_per_s * entry.num_gpus)
         disagreement = (f"{MEASUREMENT_DISAGREEMENT_PREFIX} {gap:+.1%}: the step "
                         f"time the tokens/s implies, {implied_step_s:.6g} s, is used (stated "
                         f"{step_time_s:g} s)")
