@@ -366,6 +366,8 @@ class RunRecord:
         measurement_disagreement: the record states ``measured.consistent: false``: how
             its tokens/s and step time disagree (the tokens/s is scored, and the step time
             it implies is used); None when the record says they agree.
+        software_unrecognised: the record names software in which no known stack is
+            recognised and states no stack, so it is costed on the generic stack.
     """
 
     id: str
@@ -391,6 +393,7 @@ class RunRecord:
     memory_measure: str = "allocator"
     stack_version: str | None = None
     measurement_disagreement: str | None = None
+    software_unrecognised: bool = False
 
     @property
     def throughput_scored(self) -> bool:
@@ -469,9 +472,6 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
         )
 
 
-# how the note on a record whose software names no known stack (and that states no stack)
-# ends (validate finds it)
-UNRECOGNISED_SOFTWARE_NOTE_END = f": stack label {OTHER_STACK!r}"
 # how the note on a record stating ``measured.consistent: false`` begins (commands find it)
 MEASUREMENT_DISAGREEMENT_PREFIX = "measured tokens/s and step time disagree by"
 
@@ -556,7 +556,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     stack = get_stack(entry.stack).name if entry.stack else stack_label(entry.software)
     if stack == OTHER_STACK and entry.stack is None:
         what = "not stated" if entry.software is None else f"{entry.software!r} not recognised"
-        notes.append(f"software {what}{UNRECOGNISED_SOFTWARE_NOTE_END}")
+        notes.append(f"software {what}: stack label {OTHER_STACK!r}")
     precision = Precision(precision_lane(entry.precision))
     if precision.value != entry.precision:  # an FP8 recipe; the record keeps its name
         notes.append(f"precision {entry.precision} modelled on the fp8 lane")
@@ -645,6 +645,8 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         assumptions=tuple(notes),
         stated_settings=stated,
         measurement_disagreement=disagreement,
+        software_unrecognised=(stack == OTHER_STACK and entry.stack is None
+                               and entry.software is not None),
     )
 
 

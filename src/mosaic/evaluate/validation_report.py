@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.config.run_records import UNRECOGNISED_SOFTWARE_NOTE_END, RunRecord
+from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.plausibility import implausible_reason, implausible_record_reason
 from mosaic.perf.accuracy import (
@@ -276,9 +276,7 @@ class ValidationSummary:
                 self._disagreements[record.id] = record.measurement_disagreement
             # software that names no known stack, where the record states no stack of its own
             # (stack: other is a statement)
-            if record.software is not None and any(
-                    note.startswith("software ") and note.endswith(UNRECOGNISED_SOFTWARE_NOTE_END)
-                    for note in record.assumptions):
+            if record.software_unrecognised:
                 self._unrecognised_software[record.id] = record.software
             self._group.append(self._label(record.group_key))
             self._software.append(self._label(record.software))
