@@ -209,15 +209,12 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
         added = []
         for entry in content.devices:
             if override:
+                inherited, replaced = _release_names("device", entry.name, entry.aliases,
+                                                     origin, device_names, devices)
                 # the node type the replaced entry's bare name meant stays what it means,
                 # unless the new entry names another (a user's H100 keeps p5.48xlarge)
-                keys = {name_key(n) for n in (*entry.aliases, entry.name)}
-                earlier_default = next(
-                    (devices[owner].default_system for owner in
-                     {device_names[k][0] for k in keys if k in device_names}
-                     if owner in devices and devices[owner].default_system), None)
-                inherited = _release_names("device", entry.name, entry.aliases, origin,
-                                           device_names, devices)
+                earlier_default = next((d.default_system for d in replaced if d.default_system),
+                                       None)
                 entry = entry.model_copy(update={
                     "aliases": [*entry.aliases, *inherited],
                     "default_system": entry.default_system or earlier_default})
@@ -239,11 +236,10 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
     for origin, content in files:
         for entry in content.systems:
             if override:
-                keys = {name_key(n) for n in (*entry.aliases, entry.name)}
-                if any(k in system_names for k in keys):
+                inherited, replaced = _release_names("system", entry.name, entry.aliases,
+                                                     origin, system_names, systems)
+                if replaced:
                     replacements.add(entry.name)
-                inherited = _release_names("system", entry.name, entry.aliases, origin,
-                                           system_names, systems)
                 entry = entry.model_copy(update={"aliases": [*entry.aliases, *inherited]})
             _claim_names("system", entry.name, entry.aliases, origin, system_names)
             try:
@@ -301,12 +297,13 @@ def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str)
 
 
 def _release_names(kind: str, name: str, aliases: Iterable[str], origin: str,
-                   taken: dict[str, tuple[str, str]], entries: dict) -> tuple[str, ...]:
+                   taken: dict[str, tuple[str, str]], entries: dict[str, _Entry]
+                   ) -> tuple[tuple[str, ...], list[_Entry]]:
     """Drop every earlier entry that one of ``name``/``aliases`` refers to (override) and
-    return the names and aliases it had, which the replacing entry answers to from then on:
-    a user's ``H100`` replaces the shipped H100-SXM-80GB, and the shipped systems that name
-    it by its full name then run on the user's entry. An entry of the same file is not
-    replaced: one file naming an entry twice is an error."""
+    return the names and aliases it had, which the replacing entry answers to from then on
+    (a user's ``H100`` replaces the shipped H100-SXM-80GB, and the shipped systems that name
+    it by its full name then run on the user's entry), with the entries dropped. An entry of
+    the same file is not replaced: one file naming an entry twice is an error."""
     spelled = {name_key(n): n for n in (*aliases, name)}
     keys = set(spelled)
     for key, text in spelled.items():
@@ -316,13 +313,15 @@ def _release_names(kind: str, name: str, aliases: Iterable[str], origin: str,
                 f"{taken[key][0]!r} in the same file; one file names each entry once")
     replaced = {taken[key][0] for key in keys if key in taken}
     inherited: list[str] = []
+    dropped: list[_Entry] = []
     for old in replaced:
         entry = entries.pop(old, None)
         if entry is not None:
             inherited += [n for n in (entry.name, *entry.aliases) if name_key(n) not in keys]
+            dropped.append(entry)
         for key in [k for k, (owner, _) in taken.items() if owner == old]:
             del taken[key]
-    return tuple(inherited)
+    return tuple(inherited), dropped
 
 
 def _claim_names(
