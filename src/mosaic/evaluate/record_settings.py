@@ -86,20 +86,17 @@ def _apply(record: RunRecord, settings: dict[str, Any], evidence: str) -> RunRec
     not_scored = settings.pop("throughput_not_scored", None)
     if not_scored is not None:
         record = replace(record, throughput_not_scored=not_scored)
-    system_name = settings.pop("system", None)
-    if system_name is not None and "system" not in record.stated_settings:
-        system = matching_system(system_name, record.system.device.name,
-                                 record.system.gpus_per_node,
-                                 record.system.scale_up_domain_gpus)
-        record = replace(record, system=system, assumptions=(
-            *record.assumptions, f"record settings: system={system.name} (evidence: "
-                                 f"{evidence.split(';')[0]})"))
     changes = {name: tuple(value) if isinstance(value, list) else value
                for name, value in settings.items() if name not in record.stated_settings}
     if not changes:
         return record
     stated = ", ".join(f"{name}={value}" for name, value in changes.items())
     note = f"record settings: {stated} (evidence: {evidence.split(';')[0]})"
+    system_name = changes.pop("system", None)
+    if system_name is not None:  # the node type: the record's system, not a workload field
+        record = replace(record, system=matching_system(
+            system_name, record.system.device.name, record.system.gpus_per_node,
+            record.system.scale_up_domain_gpus))
     recompute = changes.pop("recompute", None)
     if recompute is not None:  # a plan setting: the record's checkpointing column
         record = replace(record, plan=replace(record.plan, checkpointing=np.full_like(
