@@ -207,26 +207,26 @@ def _echo_unrecognised_software(unrecognised: list[dict[str, str]]) -> None:
     """One note naming the records whose ``software`` names no known stack: they are costed
     on the generic stack's defaults, which a typo ('Megatorn-LM') should not do silently."""
     if unrecognised:
-        shown = ", ".join(f"{row['id']} ({row['software']!r})"
-                          for row in unrecognised[:SKIPPED_SHOWN])
-        more = (f" and {len(unrecognised) - SKIPPED_SHOWN} more" if len(unrecognised)
-                > SKIPPED_SHOWN else "")
+        shown = _first_shown([f"{row['id']} ({row['software']!r})" for row in unrecognised])
         typer.echo(f"note: {len(unrecognised)} record(s) name software no known stack is "
                    f"recognised in, so they are costed on the generic 'other' stack; state "
-                   f"`stack:` (`mosaic stacks list`) where one applies: {shown}{more}",
-                   err=True)
+                   f"`stack:` (`mosaic stacks list`) where one applies: {shown}", err=True)
+
+
+def _first_shown(items: list[str]) -> str:
+    """'a, b, c and 4 more': the first SKIPPED_SHOWN items of a note's list."""
+    more = len(items) - SKIPPED_SHOWN
+    return ", ".join(items[:SKIPPED_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def _echo_stated_inconsistent(disagreeing: list[dict[str, str]]) -> None:
     """One note naming the records that declare their tokens/s and step time disagree
     (``measured.consistent: false``): scored on the tokens/s, which a reader should know."""
     if disagreeing:
-        shown = ", ".join(row["id"] for row in disagreeing[:SKIPPED_SHOWN])
-        more = (f" and {len(disagreeing) - SKIPPED_SHOWN} more" if len(disagreeing)
-                > SKIPPED_SHOWN else "")
+        shown = _first_shown([row["id"] for row in disagreeing])
         typer.echo(f"note: {len(disagreeing)} record(s) state measured.consistent: false; "
                    f"each is scored on its tokens/s, with the step time that implies "
-                   f"(`mosaic perf RUNS#ID` shows the gap): {shown}{more}", err=True)
+                   f"(`mosaic perf RUNS#ID` shows the gap): {shown}", err=True)
 
 
 def _echo_implausible(implausible: list[dict[str, str]], treatment: str = "scored as given"
