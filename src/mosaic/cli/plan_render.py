@@ -302,7 +302,10 @@ def _print_budget_options(document: dict[str, Any]) -> None:
                  for o in options])
 
 
-def print_sweep(points: list[SweepPoint], price_per_gpu_hour: float | None = None) -> None:
+def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None = None
+                ) -> None:
+    """The sweep table; ``costs_usd``: each point's cost (the sweep document's ``cost_usd``)
+    for a cost column, None for none."""
     axis = points[0].axis
     ladder = points[0].result.grid.is_ladder
     splits = sorted({g for p in points for g in p.best_per_split})
@@ -310,14 +313,14 @@ def print_sweep(points: list[SweepPoint], price_per_gpu_hour: float | None = Non
     # re-running `plan` (a trial)
     columns = [axis, "q" if ladder else "L×d", "E", "K", "G*", "S*", "N_act", "N_tot", "D",
                "MFU", "layout", "step s", "GiB", "loss*"]
-    if price_per_gpu_hour is not None:  # each point's allocated GPU-hours at the price
+    if costs_usd is not None:
         columns.append("cost USD")
     columns += [f"best G={g}" for g in splits]
     budget = points[0].result.envelope.dollar_budget  # each node count its own window
     if budget is not None:
         columns.insert(1, "days")
     rows = []
-    for p in points:
+    for index, p in enumerate(points):
         row = p.result.optimum_index
         cells = [f"{p.value:g}"] + ([] if budget is None else [f"{p.result.envelope.days:.4g}"])
         if row is None:
@@ -332,8 +335,8 @@ def print_sweep(points: list[SweepPoint], price_per_gpu_hour: float | None = Non
                       f"{c['mfu']:.1%}", layout_text(c["plan"], compact=True),
                       f"{c['step_time_s']:.2f}", f"{c['memory_bytes'] / GIB:.1f}",
                       f"{c['loss']:.4f}"]
-        if price_per_gpu_hour is not None:  # the budget's cost, with or without an optimum
-            cells.append(f"{p.result.envelope.gpu_hours * price_per_gpu_hour:,.0f}")
+        if costs_usd is not None:  # the budget's cost, with or without an optimum
+            cells.append(f"{costs_usd[index]:,.0f}")
         cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
                   else "-" for g in splits]
         rows.append(cells)
