@@ -336,7 +336,7 @@ def test_a_job_that_states_its_tokens_is_compared_at_them(tmp_path):
 def test_input_differences_print_as_many_digits_as_tell_them_apart():
     """Two values that differ past the sixth digit printed alike in the table of what
     differs (a review)."""
-    from mosaic.cli.compare_cmd import _input_text
+    from mosaic.report.comparison import input_text as _input_text
 
     row = {"field": "training.tokens", "a": 1.0e11, "b": 1.0000004e11}
     assert (_input_text(row, "a"), _input_text(row, "b")) == ("1e+11", "1.0000004e+11")

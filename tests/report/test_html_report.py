@@ -234,7 +234,8 @@ def test_kinds_are_recognised():
                "sweep": {"axis": 1, "points": 1, "envelope": 1},
                "perf": {"step_time_s": 1, "breakdown_s": 1, "memory_breakdown_bytes": 1},
                "layouts": {"rows": 1, "n_plans": 1, "infeasible": 1},
-               "validate": {"runs": 1, "aggregate": 1}}
+               "validate": {"runs": 1, "aggregate": 1},
+               "compare": {"a": 1, "b": 1, "summary": 1, "input_differences": 1}}
     assert set(samples) == set(KINDS)
     for kind, document in samples.items():
         assert detect_kind(document) == kind
@@ -405,16 +406,53 @@ def test_mfu_memory_scatter_draws_the_usable_share_and_reads_a_narrow_mfu_range(
     assert {trace.name for trace in figure.data} >= {"full recompute", "no recompute"}
 
 
-def test_a_compare_result_is_told_where_it_is_drawn(tmp_path):
-    """`mosaic compare --json` has no report page: the error says where a comparison is
-    shown instead of calling it 'not a mosaic result' (a trial)."""
-    job = str(EXAMPLES / "appendix_e.yaml")
-    result = runner.invoke(app, ["compare", job, job, "--json"])
-    assert result.exit_code == 0, result.output
-    path = tmp_path / "compare.json"
-    path.write_text(result.stdout)
-    message = runner.invoke(app, ["report", str(path)]).output
-    assert "compare --json` result has no report page" in message and "studio" in message
+def _figure_data(html: str, div_id: str) -> list[dict]:
+    """The traces plotly draws in the figure ``div_id`` of a report page."""
+    start = html.index(f'"{div_id}",', html.index("Plotly.newPlot")) + len(div_id) + 3
+    data, _ = json.JSONDecoder().raw_decode(html, html.index("[", start))
+    return data
+
+
+def test_a_comparison_has_its_report_page(tmp_path):
+    """`mosaic compare --html` and `mosaic report` of its --json draw the same page: the
+    input that differs, each side's figures in the side-by-side table, and one bar per side
+    whose terms add up to that side's step time and memory (A first)."""
+    job_a = EXAMPLES / "appendix_e.yaml"
+    job_b = tmp_path / "ep4.yaml"
+    job_b.write_text(job_a.read_text().replace("ep: 8", "ep: 4"))
+    page = tmp_path / "compare.html"
+    document = json.loads(invoke("compare", str(job_a), str(job_b), "--json",
+                                 "--html", str(page)))
+    assert detect_kind(document) == "compare"
+    (tmp_path / "compare.json").write_text(json.dumps(document))
+    invoke("report", str(tmp_path / "compare.json"), "--out", str(tmp_path / "again.html"))
+    html = page.read_text()
+    assert (tmp_path / "again.html").read_text() == html
+    assert re.search(r">parallelism\.ep</td>\s*<td[^>]*>8</td>\s*<td[^>]*>4</td>", html)
+    a, b = document["a"], document["b"]
+    assert a["step_time_s"] != b["step_time_s"]
+    for side in (a, b):
+        assert f">{side['step_time_s']:.3f}</td>" in html
+    step_bars = _figure_data(html, "fig-compare-step")
+    totals = np.sum([trace["y"] for trace in step_bars], axis=0)
+    assert totals == pytest.approx([a["step_time_s"], b["step_time_s"]], rel=1e-9)
+    memory_bars = _figure_data(html, "fig-compare-memory")
+    gib = np.sum([trace["y"] for trace in memory_bars], axis=0)
+    assert gib == pytest.approx([a["memory_gib"], b["memory_gib"]], rel=1e-9)
+    assert "Assumed where not given: a training window of 20 days" in html
+
+
+def test_a_plan_comparison_page_says_a_candidate_has_no_breakdowns(plan_files, tmp_path):
+    """A plan's runner-up (#2) carries no breakdowns: the page says so instead of drawing
+    an empty bar, and the candidates' layouts or geometries are the inputs that differ."""
+    _, html = plan_files
+    plan = html.with_suffix(".json")
+    page = tmp_path / "plans.html"
+    invoke("compare", str(plan), f"{plan}#2", "--html", str(page))
+    text = page.read_text()
+    assert "No breakdowns: a plan file holds its optimum" in text
+    assert 'data-figure="fig-compare-step"' not in text
+    assert re.search(r">(geometry|layout)\.[a-z_]+</td>", text)
 
 
 def test_candidates_at_the_token_cap_are_said_to_gain_nothing_from_a_faster_cluster(tmp_path):

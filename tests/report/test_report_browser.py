@@ -29,6 +29,7 @@ def reports(tmp_path_factory) -> dict[str, Path]:
         "layouts": ["layouts", job, "--devices", "64", "--top", "20"],
         "validate": ["validate", str(EXAMPLES / "runs_example.yaml")],
         "sweep": ["sweep", "nodes", "--values", "2,4", *TINY, "--days", "10", "--workers", "1"],
+        "compare": ["compare", job, str(EXAMPLES / "deepseek_v3_h100.yaml")],
     }
     paths = {}
     for kind, command in commands.items():
@@ -45,7 +46,7 @@ def offline_driver(browser):
     driver.quit()
 
 
-@pytest.mark.parametrize("kind", ["plan", "perf", "layouts", "validate", "sweep"])
+@pytest.mark.parametrize("kind", ["plan", "perf", "layouts", "validate", "sweep", "compare"])
 def test_report_renders_offline(kind, reports, offline_driver, browser):
     driver = offline_driver
     driver.get(reports[kind].as_uri())

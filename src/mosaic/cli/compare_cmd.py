@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,23 +19,25 @@ from mosaic.cli.common import (
     print_table,
 )
 from mosaic.cli.model_option import ModelOption, model_block
+from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_range
+from mosaic.report.comparison import (
+    compare_document,
+    compared_rows,
+    difference_rows,
+    flatten,
+    footnotes,
+    memory_rows,
+    side_by_side_rows,
+    side_notes,
+    step_rows,
+)
 from mosaic.schema_validation import parse_json, read_text
 from mosaic.units import GIB, SECONDS_PER_DAY
 
 
 # --- One side --------------------------------------------------------------------------------
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay whole."""
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, inner in value.items():
-            flat |= flatten(inner, f"{prefix}{key}.")
-        return flat
-    return {prefix.rstrip("."): value}
-
-
 def _job_inputs(path: Path, spec: Any, model: dict[str, Any] | None) -> dict[str, Any]:
     """The job file's fields as block.field in the canonical spelling (docs/schema.md), its
     model block replaced by ``--model``'s when given; for a run record (RUNS.yaml#ID), its
@@ -250,255 +250,22 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     }
 
 
-# --- Both sides --------------------------------------------------------------------------------
-def input_differences(a: dict[str, Any], b: dict[str, Any],
-                      a_resolved: dict[str, Any] | None = None,
-                      b_resolved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every input field whose value differs. A field one side does not state takes that
-    side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
-    so a default the other side writes out (``mtp_layers: 0``) is no difference; such a row
-    says which side's value is resolved (``a_stated``/``b_stated`` false)."""
-    rows = []
-    for key in dict.fromkeys([*a, *b]):
-        value_a = a[key] if key in a else (a_resolved or {}).get(key)
-        value_b = b[key] if key in b else (b_resolved or {}).get(key)
-        if value_a == value_b:
-            continue
-        row = {"field": key, "a": value_a, "b": value_b}
-        if key not in a or key not in b:
-            row |= {"a_stated": key in a, "b_stated": key in b}
-        rows.append(row)
-    return rows
-
-
-SUMMARY = (  # key, label, unit for printing
-    ("gpus", "GPUs", "count"), ("step_time_s", "step time", "s"),
-    ("tokens_per_s", "tokens/s", "rate"), ("tokens_per_s_per_gpu", "tokens/s per GPU", "rate"),
-    ("mfu", "MFU (6·N_act, datasheet peak)", "share"), ("hfu", "HFU", "share"),
-    ("memory_gib", "memory per GPU (GiB)", "gib"),
-    ("memory_capacity_gib", "memory capacity per GPU (GiB)", "gib"),
-    ("usable_memory_gib", "usable memory per GPU (GiB)", "gib"),
-    ("n_total", "N_total (non-emb.)", "count"),
-    ("n_active", "N_active (non-emb.)", "count"), ("days", "training window (days)", "plain"),
-    ("goodput", "goodput (share of the window training)", "plain"),
-    ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
-    ("gpu_hours", "GPU-hours", "count"), ("price_per_gpu_hour", "price per GPU-hour", "price"),
-    ("cost", "cost", "money"),
-)
-# rows of run records' measurements, shown when a side has them
-MEASURED = (("measured_step_time_s", "measured step time", "s"),
-            ("measured_tokens_per_s_per_gpu", "measured tokens/s per GPU", "rate"))
-
-
-def _summary_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """SUMMARY, with the measured rows after the predicted tokens/s per GPU when a side
-    is a run record."""
-    measured = [row for row in MEASURED if row[0] in a or row[0] in b]
-    at = [key for key, _, _ in SUMMARY].index("tokens_per_s_per_gpu") + 1
-    return [*SUMMARY[:at], *measured, *SUMMARY[at:]]
-
-
-def _ratio(a: Any, b: Any) -> float | None:
-    if isinstance(a, int | float) and isinstance(b, int | float) and a and math.isfinite(a):
-        return b / a
-    return None
-
-
-def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
-                     assumed: Sequence[str] = ()) -> dict[str, Any]:
-    """The comparison: both sides, their input differences, figures side by side, and what
-    was ``assumed`` for both because the command line left it out."""
-    summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
-                "ratio_b_over_a": _ratio(a.get(key), b.get(key))}
-               for key, _, _ in _summary_rows(a, b)]
-    if a["breakdown_s"] is None or b["breakdown_s"] is None:
-        return _compared(a, b, currency, assumed, summary, [], [])
-    terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
-    parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
-    steps = [{"term": t, "a": a["breakdown_s"].get(t, 0.0), "b": b["breakdown_s"].get(t, 0.0)}
-             for t in terms]
-    memory = [{"part": p, "a": a["memory_breakdown_bytes"].get(p, 0.0),
-               "b": b["memory_breakdown_bytes"].get(p, 0.0)} for p in parts]
-    return _compared(a, b, currency, assumed, summary, steps, memory)
-
-
-def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequence[str],
-              summary: list[dict[str, Any]], steps: list[dict[str, Any]],
-              memory: list[dict[str, Any]]) -> dict[str, Any]:
-    """The comparison document; empty breakdowns where a side has none (a plan's ranked
-    candidate), which the rendering says."""
-    return {
-        "a": {k: v for k, v in a.items() if k not in ("inputs", "resolved_inputs")},
-        "b": {k: v for k, v in b.items() if k not in ("inputs", "resolved_inputs")},
-        "currency": currency,
-        "assumed": list(assumed),
-        "input_differences": input_differences(a["inputs"], b["inputs"],
-                                               a.get("resolved_inputs"),
-                                               b.get("resolved_inputs")),
-        "summary": summary,
-        "breakdown_s": steps,
-        "memory_breakdown_bytes": memory,
-    }
-
-
 # --- Rendering --------------------------------------------------------------------------------
-def _cell(value: Any, unit: str, currency: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "share":
-        return f"{value:.2%}"
-    if unit == "money":
-        return f"{value:,.0f} {currency}"
-    if unit == "price":
-        return f"{value:g} {currency}"
-    if unit == "count":
-        return f"{value:,.0f}" if value < 1e6 else f"{value:.4g}"
-    if unit == "rate":
-        return f"{value:,.0f}"
-    if unit == "loss":
-        return f"{value:.4f}"
-    if unit == "gib":
-        return f"{value:.2f}"
-    if unit == "s":  # as perf prints it (a trial: '11.7' beside '8.832')
-        return f"{value:.3f}"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _input_text(difference: dict[str, Any], side: str) -> str:
-    """One side's value of an input difference; '(resolved)' where the file leaves it out."""
-    value = difference[side]
-    if value is None and not difference.get(f"{side}_stated", True):
-        return "-"  # not in that job at all (e.g. a block the other model has)
-    text = (_distinct_number(value, difference["b" if side == "a" else "a"])
-            if isinstance(value, float) else json.dumps(value))
-    return text if difference.get(f"{side}_stated", True) else f"{text} (resolved)"
-
-
-def _distinct_number(value: float, other: Any) -> str:
-    """``value`` to 6 significant digits, or as many more as tell it from ``other`` (1e+11
-    and 1.0000004e+11 printed alike in a table of differences)."""
-    for digits in (6, 9, 12, 17):
-        text = f"{value:.{digits}g}"
-        if not isinstance(other, float) or text != f"{other:.{digits}g}":
-            return text
-    return repr(value)
-
-
-def _model_text(side: dict[str, Any]) -> str:
-    """'q=12 (48 layers, d=6144) E=128 K=2 G=4, S = 0.9523': the side's model in a line."""
-    g = side.get("geometry") or {}
-    if not g:
-        return "-"
-    shape = f"{g['layers']} layers, d={g['d_model']}"
-    shape = f"q={g['q']} ({shape})" if g.get("q") else shape
-    if not g.get("experts"):
-        return f"{shape}, dense"
-    n_total, n_active = side.get("n_total"), side.get("n_active")
-    sparsity = f", S = {1 - n_active / n_total:.4f}" if n_total and n_active else ""
-    split = g.get("split_factor")
-    return (f"{shape}, E={g['experts']} K={g['top_k']}"
-            + (f" G={split:g}" if split is not None else "") + sparsity)
-
-
-def _layout(side: dict[str, Any]) -> str:
-    plan = side.get("layout") or {}
-    keys = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch", "sharding",
-            "checkpointing")
-    return ", ".join(f"{k}={plan[k]}" for k in keys if k in plan)
-
-
-def _marks(quantity: str, side: dict[str, Any]) -> str:
-    """Marks on a side's tokens and loss: a plan's D held at its cap, a job that does not
-    fit (explained under the table)."""
-    if quantity not in ("tokens", "loss"):
-        return ""
-    capped = " (capped)" if quantity == "tokens" and side.get("tokens_capped") else ""
-    stated = " (stated)" if quantity == "tokens" and side.get("tokens_stated") else ""
-    return capped + stated + ("" if side.get("feasible", True) else " (no fit)")
-
-
 def render(document: dict[str, Any]) -> None:
-    a, b, currency = document["a"], document["b"], document["currency"]
-    print_key_value_table("Compared", [
-        ("A", f"{a['kind']} {a['source']}: {a.get('system')}, {_layout(a)}"),
-        ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {_layout(b)}"),
-        ("A model", _model_text(a)), ("B model", _model_text(b)),
-        ("A memory per GPU", a.get("memory_fit") or "-"),
-        ("B memory per GPU", b.get("memory_fit") or "-")])
-    differences = document["input_differences"]
+    """The comparison as terminal tables (the HTML page: report.html.compare_page)."""
+    print_key_value_table("Compared", compared_rows(document))
     print_table("Inputs that differ", ["field", "A", "B"],
-                [[d["field"], _input_text(d, "a"), _input_text(d, "b")] for d in differences]
-                or [["(none)", "", ""]])
-    units = {key: (label, unit) for key, label, unit in (*SUMMARY, *MEASURED)}
-    rows = []
-    for row in document["summary"]:
-        label, unit = units[row["quantity"]]
-        ratio = row["ratio_b_over_a"]
-        cells = [_cell(row[side], unit, currency) + _marks(row["quantity"], document[side])
-                 for side in ("a", "b")]
-        rows.append([label, *cells, "-" if ratio is None else f"{ratio:.3f}x"])
-    print_table("Side by side", ["quantity", "A", "B", "B / A"], rows)
-    if a.get("tokens_stated") or b.get("tokens_stated"):
-        console.print("(stated): the job's training.tokens; its window is the time its steps "
-                      "take at the predicted step time, over the goodput", markup=False,
-                      highlight=False)
-    if a.get("tokens_capped") or b.get("tokens_capped"):
-        console.print("(capped): D held at the plan's tokens-per-parameter cap (--tpp), below "
-                      "tokens/s x T x goodput", markup=False, highlight=False)
-    if not (a.get("feasible", True) and b.get("feasible", True)):
-        console.print("(no fit): the job does not fit its GPUs' usable memory (out of memory, "
-                      "or over the planning headroom: memory per GPU above); its tokens and "
-                      "loss are what it would reach if it ran",
-                      markup=False, highlight=False)
-    if document.get("assumed"):
-        console.print("Assumed where not given: " + "; ".join(document["assumed"]))
-    replaced = [f"{name}'s own {side['replaced_price_per_gpu_hour']:g}"
-                for name, side in (("A", a), ("B", b))
-                if side.get("replaced_price_per_gpu_hour") is not None]
-    if replaced:
-        console.print(f"--price-per-gpu-hour replaces {' and '.join(replaced)} USD per "
-                      "GPU-hour: the sides are costed at the price given",
-                      markup=False, highlight=False)
-    caveats = [(name, text) for name, side in (("A", a), ("B", b))
-               for text in side.get("caveats") or []]
-    if caveats:
-        print_key_value_table("What each prediction said of itself", caveats)
-    _echo_loss_gap(a, b)
-    flags = [(name, message) for name, side in (("A", a), ("B", b))
-             for message in side.get("law_extrapolation") or []]
-    if flags:
-        print_key_value_table("The loss law is extrapolating (its fitted data range)", flags)
-    no_loss = [(name, side["loss_note"]) for name, side in (("A", a), ("B", b))
-               if side.get("loss_note")]
-    if no_loss:
-        print_key_value_table("No loss from the law", no_loss)
-    if document["a"]["breakdown_s"] is None or document["b"]["breakdown_s"] is None:
-        console.print("(breakdowns: a plan file holds its optimum's only; `mosaic export "
-                      "PLAN.json#N --to yaml --out job.yaml` and `mosaic perf job.yaml` give "
-                      "a ranked candidate's)", markup=False, highlight=False)
-    step_rows = [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['b'] - r['a']:+.4f}"]
-                 for r in document["breakdown_s"] if abs(r["a"]) > 0 or abs(r["b"]) > 0]
-    if step_rows:
-        print_table("Step-time breakdown (s)", ["term", "A", "B", "B - A"], step_rows)
-    memory_rows = [[r["part"], f"{r['a'] / GIB:.2f}", f"{r['b'] / GIB:.2f}",
-                    f"{(r['b'] - r['a']) / GIB:+.2f}"] for r in document["memory_breakdown_bytes"]]
-    if memory_rows:
-        print_table("Memory breakdown per GPU (GiB)", ["part", "A", "B", "B - A"], memory_rows)
-
-
-def _echo_loss_gap(a: dict[str, Any], b: dict[str, Any]) -> None:
-    """Whether the loss difference exceeds the plans' own loss intervals: a gap inside both
-    is not a decision (a trial's 0.0018 nats against intervals 0.035 wide)."""
-    intervals = [side.get("loss_interval") for side in (a, b)]
-    if a.get("loss") is None or b.get("loss") is None or not all(intervals):
-        return
-    gap = abs(b["loss"] - a["loss"])
-    widths = [high - low for low, high in intervals]
-    overlap = intervals[0][0] <= intervals[1][1] and intervals[1][0] <= intervals[0][1]
-    verdict = ("the intervals overlap, so the model does not tell the two apart" if overlap
-               else "the intervals do not overlap")
-    console.print(f"loss gap {gap:.4f} nats; 90% loss intervals {widths[0]:.4f} (A) and "
-                  f"{widths[1]:.4f} (B) wide: {verdict}", markup=False, highlight=False)
+                difference_rows(document) or [["(none)", "", ""]])
+    print_table("Side by side", ["quantity", "A", "B", "B / A"], side_by_side_rows(document))
+    for line in footnotes(document):
+        console.print(line, markup=False, highlight=False)
+    for heading, rows in side_notes(document).items():
+        if rows:
+            print_key_value_table(heading, rows)
+    if steps := step_rows(document):
+        print_table("Step-time breakdown (s)", ["term", "A", "B", "B - A"], steps)
+    if memory := memory_rows(document):
+        print_table("Memory breakdown per GPU (GiB)", ["part", "A", "B", "B - A"], memory)
 
 
 def side_prices(text: str | None, currency: str) -> tuple[float | None, float | None]:
@@ -552,8 +319,10 @@ def compare(
     model: ModelOption = None,
     catalog: CatalogFileOption = None,
     json_output: JsonFlag = False,
+    html: HtmlOption = None,
 ) -> None:
     """Compare two jobs or two plans: step time, memory, MFU, tokens, loss, cost, inputs."""
+    check_html(html, a, b, law_file, calibration, model, catalog)
     kinds = {_kind(a), _kind(b)}
     if len(kinds) != 1:
         raise MosaicInputError("compare two jobs (YAML) or two plans (JSON of `mosaic plan "
@@ -614,6 +383,7 @@ def compare(
         print_json(document)
     else:
         render(document)
+    write_html(document, html, "compare")
 
 
 def register(app: typer.Typer) -> None:

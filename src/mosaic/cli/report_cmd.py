@@ -28,7 +28,7 @@ def check_html(path: Path | None, *inputs: object) -> None:
 
 
 def write_html(document: dict, path: Path | None, kind: str) -> None:
-    """`--html FILE` of the plan, perf, layouts, validate and sweep commands."""
+    """`--html FILE` of the plan, perf, layouts, validate, sweep and compare commands."""
     if path is None:
         return
     from mosaic.jsonable import to_jsonable
@@ -40,10 +40,11 @@ def write_html(document: dict, path: Path | None, kind: str) -> None:
 
 def report(
     result: Annotated[Path, typer.Argument(
-        help="JSON written by `mosaic plan|sweep|perf|layouts|validate --json`")],
+        help="JSON written by `mosaic plan|sweep|perf|layouts|validate|compare --json`")],
     out: Annotated[Path, typer.Option("--out", help="HTML file to write")] = Path("report.html"),
     kind: Annotated[str | None, typer.Option(
-        "--kind", help="plan, sweep, perf, layouts or validate (default: detected)")] = None,
+        "--kind", help="plan, sweep, perf, layouts, validate or compare (default: "
+        "detected)")] = None,
 ) -> None:
     """Write the self-contained HTML report (interactive figures and tables) of a result."""
     from mosaic.io_atomic import check_output_file

@@ -941,6 +941,7 @@ RESULT_SIGNATURES: dict[str, tuple[str, ...]] = {
     "perf": ("step_time_s", "breakdown_s", "memory_breakdown_bytes"),
     "layouts": ("rows", "n_plans", "infeasible"),
     "validate": ("runs", "aggregate"),
+    "compare": ("a", "b", "summary", "input_differences"),
 }
 
 

@@ -1,4 +1,5 @@
-"""The self-contained HTML report of plan, sweep, perf, layouts and validate documents.
+"""The self-contained HTML report of plan, sweep, perf, layouts, validate and compare
+documents.
 
 Every page is built from the JSON document the matching command writes with ``--json``
 (plus, for ``--html``, blocks too large for JSON), so ``mosaic report RESULT.json`` and
@@ -23,14 +24,9 @@ def detect_kind(document: Any) -> str:
     kind = result_kind(document)
     if kind is not None:
         return kind
-    if isinstance(document, dict) and {"a", "b", "summary"} <= document.keys():
-        raise MosaicInputError(
-            "a `mosaic compare --json` result has no report page: `mosaic compare A B` prints "
-            "the comparison, and the studio's compare view draws it (docs/studio.md, Compare); "
-            "`mosaic report` draws plan, sweep, perf, layouts and validate results")
     raise MosaicInputError(
-        "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate "
-        "--json`")
+        "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate|"
+        "compare --json`")
 
 
 def _kind_or_none(document: Any) -> str | None:
@@ -43,7 +39,7 @@ def _kind_or_none(document: Any) -> str | None:
 
 def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
                                    Callable[[dict[str, Any]], tuple[str, str]]]]:
-    from mosaic.report.html import perf_page, plan_page, validate_sweep_page
+    from mosaic.report.html import compare_page, perf_page, plan_page, validate_sweep_page
 
     return {
         "plan": (plan_page.plan_sections, plan_page.plan_title),
@@ -55,6 +51,7 @@ def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
                     lambda d: ("mosaic layouts", perf_page.hardware_text(d["hardware"]))),
         "validate": (validate_sweep_page.validate_sections,
                      lambda d: ("mosaic validate", f"{len(d['runs'])} runs")),
+        "compare": (compare_page.compare_sections, compare_page.compare_title),
     }
 
 

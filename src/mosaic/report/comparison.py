@@ -1,0 +1,293 @@
+"""A comparison of two jobs or two plans (`mosaic compare`): the document both sides make,
+and the text its terminal tables and its HTML page share (report.html.compare_page)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from mosaic.units import GIB
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay whole."""
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, inner in value.items():
+            flat |= flatten(inner, f"{prefix}{key}.")
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+# --- Both sides --------------------------------------------------------------------------------
+def input_differences(a: dict[str, Any], b: dict[str, Any],
+                      a_resolved: dict[str, Any] | None = None,
+                      b_resolved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every input field whose value differs. A field one side does not state takes that
+    side's resolved value (``*_resolved``: the job's canonical document, what it runs with),
+    so a default the other side writes out (``mtp_layers: 0``) is no difference; such a row
+    says which side's value is resolved (``a_stated``/``b_stated`` false)."""
+    rows = []
+    for key in dict.fromkeys([*a, *b]):
+        value_a = a[key] if key in a else (a_resolved or {}).get(key)
+        value_b = b[key] if key in b else (b_resolved or {}).get(key)
+        if value_a == value_b:
+            continue
+        row = {"field": key, "a": value_a, "b": value_b}
+        if key not in a or key not in b:
+            row |= {"a_stated": key in a, "b_stated": key in b}
+        rows.append(row)
+    return rows
+
+
+SUMMARY = (  # key, label, unit for printing
+    ("gpus", "GPUs", "count"), ("step_time_s", "step time", "s"),
+    ("tokens_per_s", "tokens/s", "rate"), ("tokens_per_s_per_gpu", "tokens/s per GPU", "rate"),
+    ("mfu", "MFU (6·N_act, datasheet peak)", "share"), ("hfu", "HFU", "share"),
+    ("memory_gib", "memory per GPU (GiB)", "gib"),
+    ("memory_capacity_gib", "memory capacity per GPU (GiB)", "gib"),
+    ("usable_memory_gib", "usable memory per GPU (GiB)", "gib"),
+    ("n_total", "N_total (non-emb.)", "count"),
+    ("n_active", "N_active (non-emb.)", "count"), ("days", "training window (days)", "plain"),
+    ("goodput", "goodput (share of the window training)", "plain"),
+    ("tokens", "tokens D = tokens/s x T x goodput", "count"), ("loss", "loss (law)", "loss"),
+    ("gpu_hours", "GPU-hours", "count"), ("price_per_gpu_hour", "price per GPU-hour", "price"),
+    ("cost", "cost", "money"),
+)
+# rows of run records' measurements, shown when a side has them
+MEASURED = (("measured_step_time_s", "measured step time", "s"),
+            ("measured_tokens_per_s_per_gpu", "measured tokens/s per GPU", "rate"))
+
+
+def summary_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """SUMMARY, with the measured rows after the predicted tokens/s per GPU when a side
+    is a run record."""
+    measured = [row for row in MEASURED if row[0] in a or row[0] in b]
+    at = [key for key, _, _ in SUMMARY].index("tokens_per_s_per_gpu") + 1
+    return [*SUMMARY[:at], *measured, *SUMMARY[at:]]
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if isinstance(a, int | float) and isinstance(b, int | float) and a and math.isfinite(a):
+        return b / a
+    return None
+
+
+def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
+                     assumed: Sequence[str] = ()) -> dict[str, Any]:
+    """The comparison: both sides, their input differences, figures side by side, and what
+    was ``assumed`` for both because the command line left it out."""
+    summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
+                "ratio_b_over_a": _ratio(a.get(key), b.get(key))}
+               for key, _, _ in summary_rows(a, b)]
+    if a["breakdown_s"] is None or b["breakdown_s"] is None:
+        return _compared(a, b, currency, assumed, summary, [], [])
+    terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
+    parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
+    steps = [{"term": t, "a": a["breakdown_s"].get(t, 0.0), "b": b["breakdown_s"].get(t, 0.0)}
+             for t in terms]
+    memory = [{"part": p, "a": a["memory_breakdown_bytes"].get(p, 0.0),
+               "b": b["memory_breakdown_bytes"].get(p, 0.0)} for p in parts]
+    return _compared(a, b, currency, assumed, summary, steps, memory)
+
+
+def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequence[str],
+              summary: list[dict[str, Any]], steps: list[dict[str, Any]],
+              memory: list[dict[str, Any]]) -> dict[str, Any]:
+    """The comparison document; empty breakdowns where a side has none (a plan's ranked
+    candidate), which the rendering says."""
+    return {
+        "a": {k: v for k, v in a.items() if k not in ("inputs", "resolved_inputs")},
+        "b": {k: v for k, v in b.items() if k not in ("inputs", "resolved_inputs")},
+        "currency": currency,
+        "assumed": list(assumed),
+        "input_differences": input_differences(a["inputs"], b["inputs"],
+                                               a.get("resolved_inputs"),
+                                               b.get("resolved_inputs")),
+        "summary": summary,
+        "breakdown_s": steps,
+        "memory_breakdown_bytes": memory,
+    }
+
+
+# --- Text both renderings show ---------------------------------------------------------------
+def cell_text(value: Any, unit: str, currency: str) -> str:
+    """A side-by-side value in its unit (SUMMARY's third field); '-' where there is none."""
+    if value is None:
+        return "-"
+    if unit == "share":
+        return f"{value:.2%}"
+    if unit == "money":
+        return f"{value:,.0f} {currency}"
+    if unit == "price":
+        return f"{value:g} {currency}"
+    if unit == "count":
+        return f"{value:,.0f}" if value < 1e6 else f"{value:.4g}"
+    if unit == "rate":
+        return f"{value:,.0f}"
+    if unit == "loss":
+        return f"{value:.4f}"
+    if unit == "gib":
+        return f"{value:.2f}"
+    if unit == "s":  # as perf prints it (a trial: '11.7' beside '8.832')
+        return f"{value:.3f}"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def input_text(difference: dict[str, Any], side: str) -> str:
+    """One side's value of an input difference; '(resolved)' where the file leaves it out."""
+    value = difference[side]
+    if value is None and not difference.get(f"{side}_stated", True):
+        return "-"  # not in that job at all (e.g. a block the other model has)
+    text = (_distinct_number(value, difference["b" if side == "a" else "a"])
+            if isinstance(value, float) else json.dumps(value))
+    return text if difference.get(f"{side}_stated", True) else f"{text} (resolved)"
+
+
+def _distinct_number(value: float, other: Any) -> str:
+    """``value`` to 6 significant digits, or as many more as tell it from ``other`` (1e+11
+    and 1.0000004e+11 printed alike in a table of differences)."""
+    for digits in (6, 9, 12, 17):
+        text = f"{value:.{digits}g}"
+        if not isinstance(other, float) or text != f"{other:.{digits}g}":
+            return text
+    return repr(value)
+
+
+def model_text(side: dict[str, Any]) -> str:
+    """'q=12 (48 layers, d=6144) E=128 K=2 G=4, S = 0.9523': the side's model in a line."""
+    g = side.get("geometry") or {}
+    if not g:
+        return "-"
+    shape = f"{g['layers']} layers, d={g['d_model']}"
+    shape = f"q={g['q']} ({shape})" if g.get("q") else shape
+    if not g.get("experts"):
+        return f"{shape}, dense"
+    n_total, n_active = side.get("n_total"), side.get("n_active")
+    sparsity = f", S = {1 - n_active / n_total:.4f}" if n_total and n_active else ""
+    split = g.get("split_factor")
+    return (f"{shape}, E={g['experts']} K={g['top_k']}"
+            + (f" G={split:g}" if split is not None else "") + sparsity)
+
+
+def layout_text(side: dict[str, Any]) -> str:
+    """'tp=1, pp=16, ..., checkpointing=full': the side's layout in a line."""
+    plan = side.get("layout") or {}
+    keys = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch", "sharding",
+            "checkpointing")
+    return ", ".join(f"{k}={plan[k]}" for k in keys if k in plan)
+
+
+def marks(quantity: str, side: dict[str, Any]) -> str:
+    """Marks on a side's tokens and loss: a plan's D held at its cap, a job that does not
+    fit (explained under the table)."""
+    if quantity not in ("tokens", "loss"):
+        return ""
+    capped = " (capped)" if quantity == "tokens" and side.get("tokens_capped") else ""
+    stated = " (stated)" if quantity == "tokens" and side.get("tokens_stated") else ""
+    return capped + stated + ("" if side.get("feasible", True) else " (no fit)")
+
+
+def side_by_side_rows(document: dict[str, Any]) -> list[list[str]]:
+    """The "Side by side" rows: quantity, A, B (with their marks) and B / A."""
+    units = {key: (label, unit) for key, label, unit in (*SUMMARY, *MEASURED)}
+    rows = []
+    for row in document["summary"]:
+        label, unit = units[row["quantity"]]
+        ratio = row["ratio_b_over_a"]
+        cells = [cell_text(row[side], unit, document["currency"])
+                 + marks(row["quantity"], document[side]) for side in ("a", "b")]
+        rows.append([label, *cells, "-" if ratio is None else f"{ratio:.3f}x"])
+    return rows
+
+
+def footnotes(document: dict[str, Any]) -> list[str]:
+    """The lines under the side-by-side table: what its marks mean, what was assumed for
+    both sides, a replaced price, and why a side has no breakdowns."""
+    a, b = document["a"], document["b"]
+    lines = []
+    if a.get("tokens_stated") or b.get("tokens_stated"):
+        lines.append("(stated): the job's training.tokens; its window is the time its steps "
+                     "take at the predicted step time, over the goodput")
+    if a.get("tokens_capped") or b.get("tokens_capped"):
+        lines.append("(capped): D held at the plan's tokens-per-parameter cap (--tpp), below "
+                     "tokens/s x T x goodput")
+    if not (a.get("feasible", True) and b.get("feasible", True)):
+        lines.append("(no fit): the job does not fit its GPUs' usable memory (out of memory, "
+                     "or over the planning headroom: memory per GPU above); its tokens and "
+                     "loss are what it would reach if it ran")
+    if document.get("assumed"):
+        lines.append("Assumed where not given: " + "; ".join(document["assumed"]))
+    replaced = [f"{name}'s own {side['replaced_price_per_gpu_hour']:g}"
+                for name, side in (("A", a), ("B", b))
+                if side.get("replaced_price_per_gpu_hour") is not None]
+    if replaced:
+        lines.append(f"--price-per-gpu-hour replaces {' and '.join(replaced)} USD per "
+                     "GPU-hour: the sides are costed at the price given")
+    loss_gap = loss_gap_text(a, b)
+    if loss_gap:
+        lines.append(loss_gap)
+    if a["breakdown_s"] is None or b["breakdown_s"] is None:
+        lines.append("(breakdowns: a plan file holds its optimum's only; `mosaic export "
+                     "PLAN.json#N --to yaml --out job.yaml` and `mosaic perf job.yaml` give "
+                     "a ranked candidate's)")
+    return lines
+
+
+def loss_gap_text(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Whether the loss difference exceeds the plans' own loss intervals: a gap inside both
+    is not a decision (a trial's 0.0018 nats against intervals 0.035 wide)."""
+    intervals = [side.get("loss_interval") for side in (a, b)]
+    if a.get("loss") is None or b.get("loss") is None or not all(intervals):
+        return None
+    gap = abs(b["loss"] - a["loss"])
+    widths = [high - low for low, high in intervals]
+    overlap = intervals[0][0] <= intervals[1][1] and intervals[1][0] <= intervals[0][1]
+    verdict = ("the intervals overlap, so the model does not tell the two apart" if overlap
+               else "the intervals do not overlap")
+    return (f"loss gap {gap:.4f} nats; 90% loss intervals {widths[0]:.4f} (A) and "
+            f"{widths[1]:.4f} (B) wide: {verdict}")
+
+
+def side_notes(document: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    """Per-side notes as (side, text) rows under their heading: what each prediction said
+    of itself, the law's extrapolation flags, and why a side has no loss."""
+    sides = (("A", document["a"]), ("B", document["b"]))
+    return {
+        "What each prediction said of itself": [
+            (name, text) for name, side in sides for text in side.get("caveats") or []],
+        "The loss law is extrapolating (its fitted data range)": [
+            (name, text) for name, side in sides for text in side.get("law_extrapolation") or []],
+        "No loss from the law": [
+            (name, side["loss_note"]) for name, side in sides if side.get("loss_note")],
+    }
+
+
+def compared_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """The "Compared" rows: each side's source, cluster and layout, model and memory fit."""
+    a, b = document["a"], document["b"]
+    return [("A", f"{a['kind']} {a['source']}: {a.get('system')}, {layout_text(a)}"),
+            ("B", f"{b['kind']} {b['source']}: {b.get('system')}, {layout_text(b)}"),
+            ("A model", model_text(a)), ("B model", model_text(b)),
+            ("A memory per GPU", a.get("memory_fit") or "-"),
+            ("B memory per GPU", b.get("memory_fit") or "-")]
+
+
+def step_rows(document: dict[str, Any]) -> list[list[str]]:
+    """Step-time terms either side charges: term, A, B and B - A in seconds."""
+    return [[r["term"], f"{r['a']:.4f}", f"{r['b']:.4f}", f"{r['b'] - r['a']:+.4f}"]
+            for r in document["breakdown_s"] if abs(r["a"]) > 0 or abs(r["b"]) > 0]
+
+
+def memory_rows(document: dict[str, Any]) -> list[list[str]]:
+    """Memory components: part, A, B and B - A in GiB per GPU."""
+    return [[r["part"], f"{r['a'] / GIB:.2f}", f"{r['b'] / GIB:.2f}",
+             f"{(r['b'] - r['a']) / GIB:+.2f}"] for r in document["memory_breakdown_bytes"]]
+
+
+def difference_rows(document: dict[str, Any]) -> list[list[str]]:
+    """The "Inputs that differ" rows: field, A's value, B's value."""
+    return [[d["field"], input_text(d, "a"), input_text(d, "b")]
+            for d in document["input_differences"]]

@@ -1,0 +1,104 @@
+"""The report of `mosaic compare` (two jobs or two plans): the terminal's tables, and the two
+step-time and memory breakdowns as bars side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mosaic.report.comparison import (
+    compared_rows,
+    difference_rows,
+    footnotes,
+    memory_rows,
+    side_by_side_rows,
+    side_notes,
+    step_rows,
+)
+from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
+from mosaic.report.html.page import (
+    Column,
+    Section,
+    figure_html,
+    key_value_html,
+    note,
+    row_html,
+    table_html,
+)
+from mosaic.units import GIB
+
+SIDES = ("a", "b")
+
+
+def _text_table(headers: list[str], rows: list[list[str]], table_id: str,
+                text_columns: int = 1) -> str:
+    """A table of already formatted cells (the terminal's); the first ``text_columns``
+    left-aligned as words, the rest right-aligned as numbers."""
+    keys = [f"c{i}" for i in range(len(headers))]
+    columns = [Column(key, header, text=i < text_columns) for i, (key, header)
+               in enumerate(zip(keys, headers, strict=True))]
+    cells = [dict(zip(keys, row, strict=True)) for row in rows]
+    return table_html(columns, cells, table_id=table_id, sortable=False)
+
+
+def _side_name(document: dict[str, Any], side: str) -> str:
+    return f"{side.upper()}: {document[side]['source']}"
+
+
+def _breakdowns(document: dict[str, Any]) -> list[str]:
+    """Both sides' step-time and memory bars, and the per-term tables with B - A."""
+    a, b = document["a"], document["b"]
+    if a["breakdown_s"] is None or b["breakdown_s"] is None:
+        return [note("No breakdowns: a plan file holds its optimum's only (export the "
+                     "candidate as a job and run `mosaic perf` on it).")]
+    names = [_side_name(document, side) for side in SIDES]
+    capacities = {a.get("memory_capacity_gib"), b.get("memory_capacity_gib")}
+    # one capacity line where both sides have the same GPU memory; two GPU kinds: none
+    capacity = capacities.pop() if len(capacities) == 1 else None
+    usable = ({a["usable_memory_gib"] / capacity} if capacity and a.get("usable_memory_gib")
+              and a.get("usable_memory_gib") == b.get("usable_memory_gib") else set())
+    return [
+        note("Communication bars are the exposed time per parallel axis (the model hides "
+             "overlapped communication behind compute)."),
+        row_html(
+            figure_html(step_breakdown_figure(
+                [(name, document[side]["breakdown_s"]) for name, side in zip(
+                    names, SIDES, strict=True)]), "fig-compare-step"),
+            figure_html(memory_breakdown_figure(
+                [(name, document[side]["memory_breakdown_bytes"]) for name, side in zip(
+                    names, SIDES, strict=True)],
+                capacity * GIB if capacity else None,
+                usable_fraction=usable.pop() if usable else None), "fig-compare-memory")),
+        row_html(
+            _text_table(["term", "A (s)", "B (s)", "B - A (s)"], step_rows(document),
+                        "compare-steps"),
+            _text_table(["memory component", "A (GiB)", "B (GiB)", "B - A (GiB)"],
+                        memory_rows(document), "compare-memory")),
+    ]
+
+
+def compare_sections(document: dict[str, Any]) -> list[Section]:
+    """The comparison page (`mosaic compare --json`)."""
+    notes: list[str] = []
+    for heading, rows in side_notes(document).items():
+        if rows:
+            notes += [note(heading), _text_table(["side", "note"], [list(r) for r in rows],
+                                                 f"compare-notes-{len(notes)}", 2)]
+    return [
+        Section("compared", "Compared", [key_value_html(compared_rows(document),
+                                                        table_id="compare-summary")]),
+        Section("inputs", "Inputs that differ", [
+            _text_table(["field", "A", "B"], difference_rows(document), "compare-inputs", 3)
+            if document["input_differences"] else note("None: the two inputs agree.")]),
+        Section("side-by-side", "Side by side", [
+            _text_table(["quantity", "A", "B", "B / A"], side_by_side_rows(document),
+                        "compare-side-by-side"),
+            *(note(line) for line in footnotes(document))]),
+        Section("breakdowns", "Step time and memory", _breakdowns(document)),
+        *([Section("notes", "What the predictions say of themselves", notes)]
+          if notes else []),
+    ]
+
+
+def compare_title(document: dict[str, Any]) -> tuple[str, str]:
+    """'mosaic compare', 'A against B' (their files)."""
+    return "mosaic compare", f"{document['a']['source']} against {document['b']['source']}"
