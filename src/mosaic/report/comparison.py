@@ -113,26 +113,21 @@ def _compared(a: dict[str, Any], b: dict[str, Any], currency: str, assumed: Sequ
 
 
 # --- Text both renderings show ---------------------------------------------------------------
+# how each unit of SUMMARY prints ({currency} is the comparison's); steps as perf prints them
+# (a trial: '11.7' beside '8.832')
+UNIT_FORMATS = {"share": "{value:.2%}", "money": "{value:,.0f} {currency}",
+                "price": "{value:g} {currency}", "rate": "{value:,.0f}",
+                "loss": "{value:.4f}", "gib": "{value:.2f}", "s": "{value:.3f}"}
+
+
 def cell_text(value: Any, unit: str, currency: str) -> str:
     """A side-by-side value in its unit (SUMMARY's third field); '-' where there is none."""
     if value is None:
         return "-"
-    if unit == "share":
-        return f"{value:.2%}"
-    if unit == "money":
-        return f"{value:,.0f} {currency}"
-    if unit == "price":
-        return f"{value:g} {currency}"
+    if unit in UNIT_FORMATS:
+        return UNIT_FORMATS[unit].format(value=value, currency=currency)
     if unit == "count":
         return f"{value:,.0f}" if value < 1e6 else f"{value:.4g}"
-    if unit == "rate":
-        return f"{value:,.0f}"
-    if unit == "loss":
-        return f"{value:.4f}"
-    if unit == "gib":
-        return f"{value:.2f}"
-    if unit == "s":  # as perf prints it (a trial: '11.7' beside '8.832')
-        return f"{value:.3f}"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
