@@ -295,7 +295,7 @@ def test_ctrl_c_says_it_was_interrupted(monkeypatch, capsys, command, resumes):
     assert exit_info.value.code == 130
     err = capsys.readouterr().err
     assert err.startswith("error: interrupted")
-    assert ("resume from the last checkpoint" in err) == resumes
+    assert ("resume with:" in err) == resumes
     if resumes:  # the command itself, as the docs promise (a trial read "rerun the same")
         assert f"with: mosaic {command}" in err
 
@@ -313,7 +313,25 @@ def test_the_resume_hint_follows_the_command_words(monkeypatch, capsys, argv, re
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit):
         cli_main._interrupted()
-    assert ("resume from the last checkpoint" in capsys.readouterr().err) == resumes
+    err = capsys.readouterr().err
+    assert ("resume with:" in err) == resumes
+    # a train interrupted before its first checkpoint starts again (a trial read "resume
+    # from the last checkpoint" where none had been written)
+    assert ("starts again where none was written" in err) == (argv[-2] == "train")
+
+
+def test_an_interrupted_bench_says_a_rerun_measures_the_rest(monkeypatch, capsys):
+    """`mosaic bench` keeps the cases it measured: Ctrl-C says a rerun measures the rest
+    (a trial got a bare 'error: interrupted')."""
+    import sys
+
+    from mosaic.cli import main as cli_main
+
+    monkeypatch.setattr(sys, "argv", ["mosaic", "bench", "gemm", "--out", "b"])
+    with pytest.raises(SystemExit):
+        cli_main._interrupted()
+    err = capsys.readouterr().err
+    assert "rerun mosaic bench gemm --out b to measure the rest" in err
 
 
 def test_a_note_prints_as_a_note_line_and_a_warning_as_a_warning_line(capsys) -> None:

@@ -53,3 +53,22 @@ def test_perf_job_needs_a_system_and_no_output_folder(tmp_path):
     assert result.exit_code == 2 and "leave out --out" in result.output
     result = runner.invoke(app, ["train", str(JOB)])
     assert result.exit_code == 2 and "give --out FOLDER" in result.output
+
+
+def test_a_run_perf_cannot_predict_is_refused_before_the_file_is_written(tmp_path):
+    """Global batch 128 of micro-batch 2 over 128 GPUs leaves no whole micro-batch per
+    rank (dp·micro_batch = 256 does not divide 128), and 3 GPUs are no whole node of a
+    DGX-H200: both are `mosaic perf`'s own refusals, said by --perf-job (a trial got a file
+    that perf rejected); 16 GPUs (two whole nodes, 128 = 16·2·4) are written."""
+    written = tmp_path / "p.yaml"
+    for gpus, reason in (("128", "dp·micro_batch=128·2 must divide global_batch=128"),
+                         ("3", "n_devices must be a multiple of 8")):
+        result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(written),
+                                     "--system", "DGX-H200", "--gpus", gpus])
+        assert result.exit_code == 2, result.output
+        assert reason in result.output and "choose --gpus" in result.output
+        assert not written.exists()
+    result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(written),
+                                 "--system", "DGX-H200", "--gpus", "16"])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(written.read_text())["parallelism"]["dp"] == 16

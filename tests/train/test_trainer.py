@@ -191,6 +191,20 @@ def test_plot_of_a_run(tmp_path):
     assert "smoothed" in page and "router load max" in page
 
 
+def test_a_plot_without_plotly_is_refused_before_training(tmp_path, monkeypatch):
+    """run.plot needs the report extra: without plotly the run stops before its first step
+    (no checkpoint, no metrics), not after training (a trial's ladder trained every rung,
+    then reported each failed)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` raises ImportError
+    config = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32, "plot": True}),
+                                       "job")
+    with pytest.raises(MosaicInputError, match="report"):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
 def test_mfu_against_a_mosaic_bench_peak(tmp_path):
     from mosaic.train.metrics import achievable_from_bench
 
@@ -303,7 +317,7 @@ def test_a_different_job_is_named_by_its_differing_settings(tmp_path):
     train(train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32}), "job"), tmp_path)
     other = train_config_from_mapping(tiny_job(run={"tokens": 2 * 8 * 32},
                                                optim={"lr": 5e-3}), "job")
-    with pytest.raises(MosaicInputError, match=r"\(optim\.lr differ\)"):
+    with pytest.raises(MosaicInputError, match=r"\(optim\.lr differs\)"):
         train(other, tmp_path)
 
 

@@ -89,6 +89,13 @@ def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
             call()
             summary, calls = time_call(call, device, options.policy)
         except RuntimeError as exc:
+            if "No viable backend" in str(exc):
+                # torch's own words speak of kernels it turned off: here only this case's
+                # backend was allowed, and it cannot run it (a trial on CPU)
+                raise Unsupported(f"the {c['backend']} kernel ({BACKENDS[c['backend']]}) "
+                                  f"does not run this case on {device.type} in "
+                                  f"{str(dtype).removeprefix('torch.')}; torch offers no "
+                                  "such kernel here") from None
             raise Unsupported(whole_sentences(str(exc))) from None
     flops = float(flash_attention_flops(b, h, s, s, d, True, backward=backward))
     return {**summary_columns(summary, calls), "dtype": str(dtype).removeprefix("torch."),

@@ -234,7 +234,9 @@ def _write_perf_job(config: Any, job: Path, path: Path, system: str | None,
                                "uses (`mosaic hardware list`)")
     check_output_file(path, "--perf-job", inputs=[job])
     node = get_system(system)
-    document = perf_job_document(config, node.name, gpus or node.gpus_per_node)
+    gpus = gpus or node.gpus_per_node
+    document = perf_job_document(config, node.name, gpus)
+    _check_perf_job(document, gpus)
     header = (f"# mosaic perf job for the trainer run {job} (written by `mosaic train "
               f"--perf-job`); predict it with `mosaic perf {path}`\n# the trainer as the "
               "model sees it: FSDP2 over every GPU, experts over run.expert_parallel ranks, no "
@@ -243,6 +245,28 @@ def _write_perf_job(config: Any, job: Path, path: Path, system: str | None,
                                                     default_flow_style=None, width=100))
     console.print(f"wrote {path}: `mosaic perf {path}` predicts the run", markup=False,
                   highlight=False)
+
+
+def _check_perf_job(document: dict[str, Any], gpus: int) -> None:
+    """Refuse a perf job that `mosaic perf` would refuse: the layout rules of the job it
+    writes (a batch the GPUs cannot share, a GPU count that is not whole nodes), said
+    before the file is written (a trial got a file that `mosaic perf` then rejected)."""
+    import tempfile
+
+    import yaml
+
+    from mosaic.evaluate.job import check_job_layout, load_job_spec
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "perf_job.yaml"
+        path.write_text(yaml.safe_dump(document))
+        try:
+            check_job_layout(load_job_spec(path))
+        except MosaicInputError as error:
+            raise MosaicInputError(f"--perf-job: the run on {gpus} GPUs is not one mosaic "
+                                   f"perf can predict ({error}); choose --gpus, or the "
+                                   "job's run.global_batch_seqs and run.micro_batch_seqs, "
+                                   "so that it is") from None
 
 
 def _starved_cell(starved: float | None) -> str:

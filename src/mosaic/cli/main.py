@@ -258,19 +258,27 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
 
 
 INTERRUPTED = 130  # the shell's status for SIGINT (128 + 2)
-# commands whose rerun resumes where an interrupted run stopped (its last checkpoint)
-_RESUMING_COMMANDS = (("train",), ("ladder", "run"))
+# commands whose rerun resumes where an interrupted run stopped, and what the rerun does
+_RESUMING_COMMANDS = {
+    ("train",): "resume with: {command} (it goes on from the last checkpoint in --out, or "
+                "starts again where none was written yet)",
+    ("ladder", "run"): "resume with: {command} (finished rungs are kept; the interrupted "
+                       "one goes on from its last checkpoint)",
+    ("bench",): "rerun {command} to measure the rest (the cases measured are kept)",
+}
 
 
 def _interrupted() -> NoReturn:
-    """Ctrl-C: one line (and how to resume, for the commands that checkpoint), status 130."""
+    """Ctrl-C: one line (and how to resume, for the commands that keep their work),
+    status 130."""
     warning_lines.flush(INTERRUPTED)
     words = [word for word in sys.argv[1:] if not word.startswith("-")]  # flags move
-    resumes = any(tuple(words[:len(command)]) == command for command in _RESUMING_COMMANDS)
+    hints = [hint for command, hint in _RESUMING_COMMANDS.items()
+             if tuple(words[:len(command)]) == command]
     # the command itself, as the docs promise (a trial read "rerun the same command")
     command = shlex.join(["mosaic", *sys.argv[1:]])
-    _one_line("error: interrupted" + (f"; resume from the last checkpoint with: {command}"
-                                      if resumes else ""))
+    _one_line("error: interrupted" + (f"; {hints[0].format(command=command)}" if hints
+                                      else ""))
     sys.exit(INTERRUPTED)
 
 

@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         # was waiting in (the last checkpoint in --out resumes the run exactly)
         if _is_rank_zero():
             print(f"error: interrupted; rerun the same command (torchrun ... -m mosaic.train "
-                  f"{' '.join(sys.argv[1:] if argv is None else argv)}) to resume from the "
-                  f"last checkpoint in {args.out}", file=sys.stderr)
+                  f"{' '.join(sys.argv[1:] if argv is None else argv)}) to go on from the "
+                  f"last checkpoint in {args.out}, or to start again where none was written "
+                  "yet", file=sys.stderr)
         return 130
     if result.world_size == 1 or _is_rank_zero():
         state = "finished" if result.complete else f"stopped at step {result.steps}"

@@ -248,7 +248,9 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
     import os
 
     from mosaic.train.distributed import barrier, init_distributed, shutdown
+    from mosaic.train.plot import require_plot_extra
 
+    require_plot_extra(any(job.config.run.plot for job in jobs))
     out_dir = Path(out_dir)
     main = os.environ.get("RANK", "0") == "0"
     if main:

@@ -8,6 +8,18 @@ from mosaic.errors import missing_extra
 from mosaic.train.metrics import read_metrics
 
 
+def require_plot_extra(plot: bool) -> None:
+    """Before any training: a job with ``run.plot`` needs plotly (the report extra), said
+    now rather than after the run has spent its compute (a trial's whole ladder trained,
+    then every rung was reported failed)."""
+    if not plot:
+        return
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise missing_extra("report", "run.plot (plotly)") from None
+
+
 def write_metrics_plot(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Four stacked panels over steps; a self-contained HTML file (plotly.js inlined)."""
     try:

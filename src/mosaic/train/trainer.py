@@ -159,8 +159,9 @@ def different_job_error(where: Path, saved: str, config: TrainConfig) -> MosaicI
     """The error for output written by another job: which settings differ, what to do."""
     fields = _differing_fields(saved, _fingerprint(config)) or ["the job"]
     shown = ", ".join(fields[:6]) + (f" and {len(fields) - 6} more" if len(fields) > 6 else "")
-    return MosaicInputError(f"{where} belongs to a different job ({shown} differ); use a new "
-                            "output folder, or remove it to train again")
+    verb = "differs" if len(fields) == 1 else "differ"
+    return MosaicInputError(f"{where} belongs to a different job ({shown} {verb}); use a "
+                            "new output folder, or remove it to train again")
 
 
 def read_finished_result(out_dir: str | Path, config: TrainConfig,
@@ -669,6 +670,9 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
     if stop_after_steps is not None and stop_after_steps < 1:
         raise MosaicInputError(f"--stop-after: got {stop_after_steps}; allowed: a step count "
                                ">= 1 (leave it out to train to the end)")
+    from mosaic.train.plot import require_plot_extra
+
+    require_plot_extra(config.run.plot)
     threads = torch.get_num_threads()
     if config.run.cpu_threads is not None:
         cores = os.cpu_count() or 1
