@@ -180,7 +180,8 @@ def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
 def test_nemo_overrides_round_trip():
     spec = deepseek_spec()
     doc = yaml.safe_load(export(spec, "nemo").text)
-    assert set(doc) == {"model", "train", "dataset", "ddp", "optimizer", "mixed_precision"}
+    assert set(doc) == {"model", "train", "dataset", "ddp", "optimizer", "mixed_precision",
+                        "comm_overlap"}
     m = doc["model"]
     assert (m["num_layers"], m["hidden_size"], m["num_moe_experts"], m["moe_router_topk"]) == \
         (61, 7168, 256, 8)
@@ -193,6 +194,25 @@ def test_nemo_overrides_round_trip():
     assert doc["dataset"]["seq_length"] == 8192
     # plain fp8 on megatron-core: its default delayed recipe (docs/stacks.md)
     assert doc["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
+
+
+def test_nemo_states_every_overlap_it_costed_true_or_false():
+    """Bridge's CommOverlapConfig setup turns the DP overlaps on whenever dp > 1 unless its
+    own block states them (ddp.* alone is overwritten), and a recipe's tp_comm_overlap or EP
+    overlap stays unless stated false (a trial merged exports over real recipes); the block
+    names its class, so a recipe without one (comm_overlap None) gets one, not a dict."""
+    from dataclasses import replace
+
+    spec = deepseek_spec()
+    doc = yaml.safe_load(export(spec, "nemo").text)
+    block = doc["comm_overlap"]
+    assert block["_target_"] == "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+    assert block["overlap_grad_reduce"] is True and block["overlap_param_gather"] is True
+    assert block["tp_comm_overlap"] is False  # deepseek_spec: no TP overlap costed
+    assert block["overlap_moe_expert_parallel_comm"] is False
+    quiet = yaml.safe_load(export(replace(spec, dp_comm_overlap=False), "nemo").text)
+    assert quiet["comm_overlap"]["overlap_grad_reduce"] is False
+    assert quiet["ddp"]["overlap_grad_reduce"] is False
 
 
 # --- torchtitan --------------------------------------------------------------------------
@@ -443,14 +463,25 @@ def test_megatron_carries_the_overlap_and_graph_settings_of_the_job():
     """EP overlap (with delayed wgrad, its requirement), FP8 dispatch, TP comm overlap and a
     full-iteration CUDA graph (without the NaN check, which syncs the host) reach the
     Megatron arguments; an MoE full-iteration graph notes what must be set by hand."""
-    spec = load_export_spec(JOB, ["parallelism.ep_overlap=true", "parallelism.dispatch_fp8=true",
-                                  "performance.precision=fp8", "parallelism.tp=2",
-                                  "parallelism.tp_comm_overlap=true",
-                                  "performance.full_iteration_cuda_graph=true"], None)
+    overrides = ["parallelism.ep_overlap=true", "parallelism.dispatch_fp8=true",
+                 "performance.precision=fp8", "parallelism.tp=2",
+                 "parallelism.tp_comm_overlap=true",
+                 "performance.full_iteration_cuda_graph=true"]
+    # pp 16 with virtual stages and selective recompute: an EP overlap Megatron accepts
+    spec = load_export_spec(JOB, [*overrides, "parallelism.vpp=3",
+                                  "performance.checkpointing=selective"], None)
     result = export(spec, "megatron")
     a = parse_megatron(result.text)
     assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
-    assert (a.moe_dispatch_fwd_dtype, a.moe_combine_bwd_dtype) == ("mxfp8", "mxfp8")
+    # MXFP8 dispatch needs the ncclep backend TransformerConfig checks: said, not written
+    assert (a.moe_dispatch_fwd_dtype, a.moe_combine_bwd_dtype) == (None, None)
+    assert any(note.startswith("dispatch_fp8 (MXFP8 dispatch and combine), not written")
+               for note in result.unsupported)
+    # without virtual stages (and under full recompute) the overlap would not launch: not
+    # written, and said (a trial launched such a file)
+    refused = export(load_export_spec(JOB, overrides, None), "megatron")
+    assert not parse_megatron(refused.text).overlap_moe_expert_parallel_comm
+    assert any("no virtual stages, not written" in note for note in refused.unsupported)
     assert a.sequence_parallel and a.tp_comm_overlap
     assert a.cuda_graph_impl == "full_iteration" and a.check_for_nan_in_loss_and_grad is False
     assert any("moe-expert-rank-capacity-factor" in note for note in result.unsupported)

@@ -141,11 +141,15 @@ def test_hai_llm_settings_written_or_flagged(hai_record):
     assert (a.moe_router_num_groups, a.moe_router_group_topk) == (8, 4)
     assert a.use_precision_aware_optimizer and (a.exp_avg_dtype, a.exp_avg_sq_dtype) == \
         ("bf16", "bf16")
-    assert a.overlap_moe_expert_parallel_comm and a.delay_wgrad_compute
     assert a.recompute_modules == ["layernorm", "mla_up_proj", "moe_act"]
-    assert (a.moe_dispatch_fwd_dtype, a.moe_combine_bwd_dtype) == ("mxfp8", "mxfp8")
+    # DualPipe's overlap as Megatron's batch-level EP overlap needs virtual stages at pp > 1,
+    # and MXFP8 dispatch the ncclep backend: neither is written, both are said
+    assert not a.overlap_moe_expert_parallel_comm
+    assert (a.moe_dispatch_fwd_dtype, a.moe_combine_bwd_dtype) == (None, None)
     flagged = " | ".join(megatron.unsupported)
     assert "DualPipe" in flagged and "fp8_glu_inputs" in flagged
+    assert "ep_overlap with pp > 1 and no virtual stages, not written" in flagged
+    assert "dispatch_fp8 (MXFP8 dispatch and combine), not written" in flagged
     nemo = export(spec, "nemo")
     doc = yaml.safe_load(nemo.text)
     assert (doc["model"]["moe_router_num_groups"], doc["model"]["moe_router_group_topk"]) == \
@@ -161,13 +165,14 @@ def test_hai_llm_settings_written_or_flagged(hai_record):
 
 
 def test_nemo_writes_ep_overlap_and_the_full_iteration_graph():
-    spec = _spec(APPENDIX_E, "parallelism.ep_overlap=true",
+    spec = _spec(APPENDIX_E, "parallelism.ep_overlap=true", "parallelism.vpp=3",
+                 "performance.checkpointing=selective",
                  "performance.full_iteration_cuda_graph=true", "parallelism.dispatcher=hybridep")
     a = parse_megatron(export(spec, "megatron").text)
     assert a.overlap_moe_expert_parallel_comm and a.cuda_graph_impl == "full_iteration"
     doc = yaml.safe_load(export(spec, "nemo").text)
-    assert doc["comm_overlap"] == {"overlap_moe_expert_parallel_comm": True,
-                                   "delay_wgrad_compute": True}
+    assert doc["comm_overlap"]["overlap_moe_expert_parallel_comm"] is True
+    assert doc["comm_overlap"]["delay_wgrad_compute"] is True
     assert doc["model"]["cuda_graph_impl"] == "full_iteration"
     assert doc["rerun_state_machine"] == {"check_for_nan_in_loss": False}
     # the file already sets the hybridep backend: the note does not ask for it again

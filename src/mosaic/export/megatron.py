@@ -185,12 +185,10 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                                    f"(node-limited routing): {reason}; set "
                                    "--moe-router-num-groups (nodes in the EP group) and "
                                    "--moe-router-group-topk by hand")
-        if spec.ep_overlap:  # batch-level EP overlap needs the delayed weight gradients
+        if spec.megatron_ep_overlap:  # batch-level EP overlap needs the delayed wgrads
             args += [("--overlap-moe-expert-parallel-comm", None),
                      ("--delay-wgrad-compute", None)]
-        if spec.dispatch_fp8:
-            args += [("--moe-dispatch-fwd-dtype", "mxfp8"),
-                     ("--moe-combine-bwd-dtype", "mxfp8")]
+        # dispatch_fp8: not written (megatron_core_refusals says why)
     # dropout off and the costed router balancing (ExportSpec.megatron_core_fields), each
     # field as its flag (arguments.py exposes TransformerConfig fields as --field-name);
     # a hybrid too: the file is not merged over a recipe, and Megatron-LM's default
@@ -222,7 +220,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
                            f"{spec.pp * spec.vpp}): set --decoder-first-pipeline-num-layers / "
                            "--decoder-last-pipeline-num-layers or --pipeline-model-parallel-"
                            "layout by hand")
-    if ((spec.tp > 1 or spec.cp > 1) and not spec.megatron_fsdp and not spec.ep_overlap
+    if ((spec.tp > 1 or spec.cp > 1) and not spec.megatron_fsdp and not spec.megatron_ep_overlap
             and spec.architecture != "blackwell"):  # unknown (a plan): said, conditionally
         unsupported.append(CUDA_CONNECTIONS_ENV)
     elif (spec.tp > 1 or spec.cp > 1) and spec.architecture != "blackwell":

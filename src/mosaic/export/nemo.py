@@ -249,8 +249,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                 unsupported.append(f"max_nodes_per_token {spec.max_nodes_per_token} "
                                    f"(node-limited routing): {reason}; set "
                                    "moe_router_num_groups and moe_router_group_topk by hand")
-        if spec.dispatch_fp8:  # TransformerConfig moe_dispatch_fwd_dtype / moe_combine_bwd_dtype
-            model |= {"moe_dispatch_fwd_dtype": "mxfp8", "moe_combine_bwd_dtype": "mxfp8"}
+        # dispatch_fp8: not written (ExportSpec.megatron_core_refusals says why)
         if spec.capacity_factor is not None:  # None (absent) = dropless
             model["moe_expert_capacity_factor"] = spec.capacity_factor
             if spec.pad_to_capacity:
@@ -327,11 +326,12 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         # (src/megatron/bridge/models/gpt_provider.py @ 067f987); the 25.09 scripts set both
         # trackers with their graphs (scripts/performance/utils/helpers.py @ v0.1.0rc4)
         model["use_te_rng_tracker"] = True
+    comm_overlap = comm_overlap_block(spec)
+    # DistributedDataParallelConfig; mosaic's default is overlapped (the same values as the
+    # comm_overlap block, which Bridge copies onto this one)
     ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none",
-                           # DistributedDataParallelConfig; mosaic's default is overlapped
-                           "overlap_grad_reduce": spec.dp_comm_overlap,
-                           "overlap_param_gather": spec.dp_comm_overlap
-                           and spec.sharding != "none"}
+                           **{key: comm_overlap[key]
+                              for key in ("overlap_grad_reduce", "overlap_param_gather")}}
     if spec.megatron_fsdp:
         ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
                 "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
@@ -354,15 +354,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         document["rerun_state_machine"] = {"check_for_nan_in_loss": False}
     if spec.full_iteration_cuda_graph or spec.layer_cuda_graphs:
         document["rng"] = {"te_rng_tracker": True}
-    # CommOverlapConfig (training/comm_overlap.py @ 067f987), copied onto the model config:
-    # the TP userbuffer overlap and the batch-level EP overlap with delayed weight gradients
-    comm_overlap: dict[str, Any] = {}
-    if spec.tp_comm_overlap and spec.sequence_parallel and spec.tp > 1:
-        comm_overlap["tp_comm_overlap"] = True
-    if spec.ep_overlap:
-        comm_overlap |= {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True}
-    if comm_overlap:
-        document["comm_overlap"] = comm_overlap
+    document["comm_overlap"] = comm_overlap
     if spec.optimizer == "muon":
         unsupported.append("Muon: pick a Megatron-Bridge optimizer config by hand")
     if spec.optimizer_dtype == "bf16_moments":
@@ -379,10 +371,36 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("fp8_glu_inputs (the routed experts' SwiGLU inputs saved in FP8, "
                            "arXiv:2412.19437 Sec. 3.3.3): no Megatron-Core field")
     handled = set(MEGATRON_CORE_HANDLED)
-    if spec.tp_comm_overlap and spec.sequence_parallel and spec.tp > 1:
+    if comm_overlap["tp_comm_overlap"]:
         handled.add("tp_comm_overlap")
     unsupported += unexpressed(spec, handled, "Megatron-Bridge")
     return document, unsupported
+
+
+COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+
+
+def comm_overlap_block(spec: ExportSpec) -> dict[str, Any]:
+    """CommOverlapConfig (training/comm_overlap.py @ 067f987), which Bridge copies onto the
+    model, DDP and optimizer configs: every overlap mosaic costed, true or false, stated, so
+    the recipe's own value does not stay (a trial: a recipe's tp_comm_overlap True kept under
+    a job without it) and its setup does not turn the DP overlaps back on (it sets
+    overlap_grad_reduce and overlap_param_gather whenever dp > 1 unless this block states
+    them; ddp.* alone is overwritten). ``_target_`` makes Bridge's override step instantiate
+    the block (utils/omegaconf_utils.py _apply_overrides) where the recipe has none (its
+    comm_overlap None: a plain dict failed validation)."""
+    overlapped_dp = spec.dp_comm_overlap and spec.sharding != "none"
+    block: dict[str, Any] = {
+        "_target_": COMM_OVERLAP_TARGET,
+        "tp_comm_overlap": bool(spec.tp_comm_overlap and spec.sequence_parallel
+                                and spec.tp > 1),
+        "overlap_grad_reduce": spec.dp_comm_overlap,
+        "overlap_param_gather": overlapped_dp,
+    }
+    if spec.geometry.moe is not None:
+        block |= {"overlap_moe_expert_parallel_comm": spec.megatron_ep_overlap,
+                  "delay_wgrad_compute": spec.megatron_ep_overlap}
+    return block
 
 
 def recompute_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:

@@ -281,25 +281,34 @@ class ExportSpec:
                          "single sigmoid score is not renormalised), not by 1")
         return notes
 
+    @property
+    def megatron_ep_overlap(self) -> bool:
+        """Whether the batch-level EP overlap mosaic costed is one Megatron-Core's
+        TransformerConfig.__post_init__ accepts (megatron/core/transformer/
+        transformer_config.py @ d98e8a64dd: virtual stages when pp > 1, no full
+        recompute), and so is written."""
+        return (self.ep_overlap and not (self.pp > 1 and self.vpp == 1)
+                and self.checkpointing != "full")
+
     def megatron_core_refusals(self) -> list[str]:
         """Settings of this job that Megatron-Core's TransformerConfig.__post_init__ refuses
         in this combination (megatron/core/transformer/transformer_config.py @ d98e8a64dd):
-        written as costed, each with what the launch needs instead; then what it cannot
-        express of the model's router (:meth:`router_notes`)."""
+        not written (the file would not launch), each with what the launch needs instead;
+        then what it cannot express of the model's router (:meth:`router_notes`)."""
         notes = self.router_notes()
         if self.ep_overlap and self.pp > 1 and self.vpp == 1:
-            notes.append("ep_overlap with pp > 1 and no virtual stages: TransformerConfig "
-                         "asserts virtual_pipeline_model_parallel_size is set; run vpp > 1 "
-                         "or drop the overlap")
+            notes.append("ep_overlap with pp > 1 and no virtual stages, not written: "
+                         "TransformerConfig asserts virtual_pipeline_model_parallel_size is "
+                         "set; run vpp > 1 for the overlap mosaic costed")
         if self.ep_overlap and self.checkpointing == "full":
-            notes.append("ep_overlap with full recompute: TransformerConfig asserts "
-                         "recompute_granularity != 'full'; use selective recompute or drop "
-                         "the overlap")
+            notes.append("ep_overlap with full recompute, not written: TransformerConfig "
+                         "asserts recompute_granularity != 'full'; use selective recompute "
+                         "for the overlap mosaic costed")
         if self.dispatch_fp8:
-            notes.append("dispatch_fp8 (MXFP8 dispatch and combine): TransformerConfig "
-                         "raises unless the flex dispatcher runs the 'ncclep' backend with "
-                         "use_transformer_engine_op_fuser and grouped GEMM; mosaic costed "
-                         f"the {self.dispatcher} dispatcher")
+            notes.append("dispatch_fp8 (MXFP8 dispatch and combine), not written: "
+                         "TransformerConfig raises unless the flex dispatcher runs the "
+                         "'ncclep' backend with use_transformer_engine_op_fuser and grouped "
+                         f"GEMM; mosaic costed the {self.dispatcher} dispatcher")
         return notes
 
     @property
