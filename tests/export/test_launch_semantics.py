@@ -72,11 +72,39 @@ def test_a_hybrid_megatron_file_trains_its_router_balanced():
 
 
 def test_maxtext_runs_the_jobs_optimizer():
-    """base.yml's opt_type defaults to adamw: a Muon job must say muon."""
-    document = yaml.safe_load(export(_spec("appendix_e.yaml"), "maxtext").text)
-    assert document["opt_type"] == "muon"
+    """base.yml's opt_type defaults to adamw: a Muon job must say muon, on a decoder MaxText
+    runs Muon for (a qk-norm model: qwen3_moe is not one, so a dense qwen3 here); on the
+    others (mixtral: the paper's model) types.py refuses it, so adamw is written and said."""
+    dense_qwen3 = _spec("appendix_e.yaml", ["model.qk_norm=true", "model.moe=null",
+                                            "parallelism.ep=1"])
+    document = yaml.safe_load(export(dense_qwen3, "maxtext").text)
+    assert (document["decoder_block"], document["opt_type"]) == ("qwen3", "muon")
+    mixtral = export(_spec("appendix_e.yaml"), "maxtext")
+    assert yaml.safe_load(mixtral.text)["opt_type"] == "adamw"
+    assert any(note.startswith("optimizer muon: MaxText runs Muon on the deepseek")
+               for note in mixtral.unsupported)
     adam = export(_spec("appendix_e.yaml", ["optimizer.optimizer_type=adamw"]), "maxtext")
     assert yaml.safe_load(adam.text)["opt_type"] == "adamw"
+
+
+def test_maxtext_files_pass_its_moe_checks():
+    """MaxText's config checks (src/maxtext/configs/types.py @ e591f30), which a trial's
+    exports failed: a fully MoE model's base_mlp_dim equals base_moe_mlp_dim; GPT-OSS is
+    dropless only (token drop exported dropless, said); the deepseek decoder pipelines its
+    MoE layers only, so 64 layers with 3 dense ones on pp 8 is an uneven split, said."""
+    fully = yaml.safe_load(export(_spec("appendix_e.yaml"), "maxtext").text)
+    assert fully["base_mlp_dim"] == fully["base_moe_mlp_dim"] == 3840
+    oss = export(_spec("appendix_e.yaml", ["model.attention_sinks=true",
+                                           "performance.routing=token_drop"]), "maxtext")
+    document = yaml.safe_load(oss.text)
+    assert document["decoder_block"] == "gpt_oss" and document["capacity_factor"] == -1.0
+    assert any("gpt_oss decoder is dropless only" in note for note in oss.unsupported)
+    deepseek = export(_spec("deepseek_v3_h100.yaml", [
+        "model.layers=64", "parallelism.pp=8", "parallelism.vpp=1", "model.mtp_layers=0",
+        "performance.stack=megatron-core", "performance.stack_version=null",
+        "parallelism.ep=32"]), "maxtext")
+    assert yaml.safe_load(deepseek.text)["num_layers_per_pipeline_stage"] == 61 // 8
+    assert any(note.startswith("61 pipelined layers") for note in deepseek.unsupported)
 
 
 def test_bridge_overrides_set_rope_and_name_the_activation_the_recipe_must_give():

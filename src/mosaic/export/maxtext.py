@@ -177,7 +177,13 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     # capacity-sized, i.e. padded (layers/moe.py dense_matmul 'EBCM'); the megablox
     # sparse_matmul path ignores capacity_factor (dropless).
     dropping = spec.capacity_factor is not None
-    if dropping and not spec.pad_to_capacity:
+    cycle = spec.full_attention_cycle()
+    if dropping and decoder_block(spec, cycle) == "gpt_oss":
+        # types.py @ e591f30: "GPT-OSS MoE only supports dropless (capacity_factor=-1)"
+        unsupported.append(f"token_drop (capacity factor {spec.capacity_factor:g}): MaxText's "
+                           "gpt_oss decoder is dropless only; exported dropless")
+        dropping = False
+    elif dropping and not spec.pad_to_capacity:
         unsupported.append("token_drop without padding: MaxText's dropping path computes "
                            "capacity-sized (padded) expert buffers")
     if spec.checkpointing == "none":
@@ -203,7 +209,6 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "(interleave_moe_layer_step is honoured by llama4 blocks only)")
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
-    cycle = spec.full_attention_cycle()
     if g.norm is NormKind.LAYERNORM:
         unsupported.append(f"LayerNorm: MaxText's {decoder_block(spec, cycle)} decoder "
                            "normalises with RMSNorm (no base.yml key picks LayerNorm)")
@@ -243,7 +248,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "base_emb_dim": g.d_model,
         "base_num_query_heads": g.heads,
         "base_num_kv_heads": g.kv_heads,
-        "base_mlp_dim": g.ffn,
+        "base_mlp_dim": _base_mlp_dim(spec, block, cycle),
         "base_num_decoder_layers": g.layers,
         "head_dim": g.head_dim,
         "vocab_size": g.vocab,
@@ -276,8 +281,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      "mlp_bias": m.expert_bias, "routed_bias": m.router_bias,
                      "megablox": not dropping, "sparse_matmul": not dropping,
                      # MaxText's capacity_factor: -1 = dropless, else token dropping.
-                     "capacity_factor": (-1.0 if spec.capacity_factor is None
-                                         else spec.capacity_factor)}
+                     "capacity_factor": (spec.capacity_factor if dropping else -1.0)}
     document |= router_keys(spec, block, unsupported)
     if block == "gpt_oss":
         document |= gpt_oss_keys(g, unsupported)
@@ -293,7 +297,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "dtype": "bfloat16" if spec.precision != "fp32" else "float32",
         "quantization": quantization,
         "remat_policy": REMAT_POLICY[spec.checkpointing],
-        "opt_type": optimizer_type(spec, unsupported),
+        "opt_type": optimizer_type(spec, block, unsupported),
         **mesh_keys({"data": data, "fsdp": fsdp, "tensor": spec.tp, "pipeline": spec.pp,
                      "context": spec.cp, "expert": spec.ep}, spec, unsupported),
     }
@@ -308,17 +312,48 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             f"while mosaic costed Megatron's EP group of {spec.ep * spec.etp} ranks inside "
             "one node; expect a slower all-to-all than predicted")
     if spec.pp > 1:
+        # the deepseek decoder pipelines its MoE layers only, the dense first ones run
+        # before the pipeline (types.py @ e591f30: pipeline_parallel_layers = layers -
+        # first_num_dense_layers)
+        piped = decoder_layers - (g.moe.dense_layers if block == "deepseek" and g.moe else 0)
+        if piped % (spec.pp * spec.vpp) and not spec.uneven_stages:
+            unsupported.append(f"{piped} pipelined layers (the deepseek decoder pipelines "
+                               f"its MoE layers only) on pp·vpp = {spec.pp * spec.vpp}: "
+                               "MaxText needs equal stages; choose pp and vpp dividing them")
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
-                     "num_layers_per_pipeline_stage": max(1, decoder_layers
-                                                          // (spec.pp * spec.vpp))}
+                     "num_layers_per_pipeline_stage": max(1, piped // (spec.pp * spec.vpp))}
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
 
 
-def optimizer_type(spec: ExportSpec, unsupported: list[str]) -> str:
+def _base_mlp_dim(spec: ExportSpec, block: str, cycle: int | None) -> int:
+    """base_mlp_dim: the dense FFN width, or the expert width for a model MaxText reads as
+    fully MoE (every block MoE, no dense first blocks written, no layer cycle), whose dense
+    width no block uses and which types.py @ e591f30 requires equal to base_moe_mlp_dim
+    (a trial's mixtral file with 15360 against 3840 failed to start)."""
+    g = spec.geometry
+    if g.moe is None:
+        return g.ffn
+    dense_written = g.moe.dense_layers if block in ("deepseek", "qwen3_next") else 0
+    fully_moe = g.moe.moe_every == 1 and dense_written == 0 and cycle is None
+    return g.moe.expert_ffn if fully_moe else g.ffn
+
+
+# Decoder blocks MaxText runs Muon on (types.py @ e591f30 raises "Muon dimension numbers
+# haven't been tested for this model" for the others)
+MUON_DECODERS = ("deepseek", "deepseek4", "qwen3", "gemma3", "llama2")
+
+
+def optimizer_type(spec: ExportSpec, block: str, unsupported: list[str]) -> str:
     """``opt_type``: base.yml offers "adamw", "adam_pax", "sgd" and "muon" and defaults to
-    adamw, so a Muon job left without it trained with AdamW (a trial). Adam is written as
-    adamw (the same state; ``adam_weight_decay`` sets the decay)."""
+    adamw, so a Muon job left without it trained with AdamW (a trial); Muon only on the
+    decoders MaxText accepts it for (MUON_DECODERS; a later trial's mixtral file failed to
+    start), else adamw, said. Adam is written as adamw (the same state;
+    ``adam_weight_decay`` sets the decay)."""
+    if spec.optimizer == "muon" and block not in MUON_DECODERS:
+        unsupported.append(f"optimizer muon: MaxText runs Muon on the {', '.join(MUON_DECODERS)}"
+                           f" decoders only, not {block}; written as adamw")
+        return "adamw"
     if spec.optimizer in ("muon", "sgd"):
         return spec.optimizer
     if spec.optimizer == "adam":
