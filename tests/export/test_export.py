@@ -319,7 +319,12 @@ def test_maxtext_puts_whole_nodes_on_the_outer_axes_or_says_one_slice():
 
 def test_maxtext_yaml_round_trip():
     spec = deepseek_spec()
-    doc = yaml.safe_load(export(spec, "maxtext").text)
+    text = export(spec, "maxtext").text
+    doc = yaml.safe_load(text)
+    # over base.yml, which pyconfig loads from MaxText's configs folder, and launched by
+    # the trainer module MaxText's docs name (a trial: `python -m maxtext.train` is none)
+    assert doc.pop("base_config") == "base.yml"
+    assert "# launch: python3 -m maxtext.trainers.pre_train.train FILE.yml" in text
     assert set(doc) <= MAXTEXT_KEYS
     assert doc["decoder_block"] == "deepseek" and doc["attention_type"] == "mla"
     assert (doc["base_num_decoder_layers"], doc["first_num_dense_layers"],

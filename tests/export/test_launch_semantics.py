@@ -119,3 +119,31 @@ def test_bridge_overrides_set_rope_and_name_the_activation_the_recipe_must_give(
     # a Mamba hybrid keeps its provider's 'none'
     nano = yaml.safe_load(export(_spec("nemotron_3_nano_b200.yaml"), "nemo").text)
     assert "position_embedding_type" not in nano["model"]
+
+
+def test_bridge_names_the_hybrid_pattern_as_the_jobs_release_reads_it():
+    """Megatron-Bridge 26.04+ recipes set hybrid_layer_pattern and assert it is not set with
+    the deprecated hybrid_override_pattern (a trial merged an export over the Nemotron 3 Nano
+    recipe); up to 26.02 only hybrid_override_pattern exists."""
+    old = yaml.safe_load(export(_spec("nemotron_3_nano_b200.yaml"), "nemo").text)["model"]
+    assert "hybrid_layer_pattern" not in old and old["hybrid_override_pattern"].startswith("MEM")
+    new = yaml.safe_load(export(_spec("nemotron_3_nano_b200.yaml",
+                                      ["performance.stack_version=26.06"]), "nemo").text)
+    model = new["model"]
+    assert model["hybrid_layer_pattern"] == old["hybrid_override_pattern"]
+    assert "hybrid_override_pattern" in model and model["hybrid_override_pattern"] is None
+
+
+def test_torchtitan_says_what_its_families_do_not_build():
+    """torchtitan v0.2.2 carves expert groups out of the FSDP shard ranks (parallel_dims.py:
+    efsdp = dp_shard·cp·tp/(etp·ep)), unties embeddings outside qwen3 and has no DeepEP path
+    for gpt_oss: each is said where a trial found the file silently different or unlaunchable."""
+    hsdp = export(_spec("appendix_e.yaml", ["parallelism.sharding=hsdp",
+                                            "parallelism.hsdp_shard=2"]), "torchtitan")
+    assert any("over 2 FSDP-shard ranks" in note and "does not start" in note
+               for note in hsdp.unsupported)
+    fsdp = export(_spec("appendix_e.yaml", ["parallelism.sharding=fsdp"]), "torchtitan")
+    assert not any("FSDP-shard ranks" in note for note in fsdp.unsupported)
+    tied = export(_spec("appendix_e.yaml", ["model.tied_embeddings=true"]), "torchtitan")
+    assert any(note.startswith("tied input and output embeddings: torchtitan's llama4")
+               for note in tied.unsupported)

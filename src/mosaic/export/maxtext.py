@@ -394,9 +394,19 @@ def mesh_keys(degrees: dict[str, int], spec: ExportSpec, unsupported: list[str]
     return keys
 
 
+# MaxText's trainer module at e591f30 (src/maxtext/trainers/pre_train/train.py; its docs
+# launch `python3 -m maxtext.trainers.pre_train.train`); a config file's base_config is looked
+# up beside it, then in MaxText's configs folder (configs/pyconfig.py _load_config)
+TRAINER_MODULE = "maxtext.trainers.pre_train.train"
+
+
 def render(spec: ExportSpec) -> ExportResult:
-    """YAML text for ``python -m maxtext.train base.yml <this file's keys>``."""
+    """A MaxText config file over ``base.yml`` (its ``base_config``), launched as
+    ``python3 -m maxtext.trainers.pre_train.train FILE.yml run_name=... ``."""
     document, unsupported = config(spec)
     header = "".join(f"# {line}\n" for line in header_lines(spec, "MaxText", unsupported))
-    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+    header += (f"# launch: python3 -m {TRAINER_MODULE} FILE.yml run_name=NAME "
+               "base_output_directory=DIR (keys on the command line override the file's)\n")
+    body = yaml.safe_dump({"base_config": "base.yml", **document}, sort_keys=False,
+                          default_flow_style=None, width=100)
     return ExportResult("maxtext", header + body, ".yml", unsupported)

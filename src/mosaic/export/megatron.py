@@ -396,6 +396,13 @@ def recompute_arguments(spec: ExportSpec, unsupported: list[str]
     return args
 
 
+# attention sinks with a gated FFN are read as GPT-OSS, whose FFN the model card calls SwiGLU
+# but runs clamped and offset (a trial's sink model with a plain SwiGLU got it unsaid)
+GPT_OSS_FFN_NOTE = ("attention sinks with a gated FFN read as GPT-OSS: its clamped, offset "
+                    "gated FFN is written (quick-GELU gate, +1 on the linear half, clamp 7); "
+                    "for a plain SwiGLU write {plain} instead")
+
+
 def activation_arguments(g: Geometry, unsupported: list[str]) -> list[tuple[str, str | None]]:
     """The FFN activation's flag (Megatron-LM arguments.py: --swiglu, --squared-relu; GELU
     is the default, other activations have no flag)."""
@@ -404,6 +411,7 @@ def activation_arguments(g: Geometry, unsupported: list[str]) -> list[tuple[str,
         # GPT-OSS's clamped gated FFN, (up + 1) · x·sigmoid(1.702 x) clamped at 7, as
         # Megatron-LM's gpt-oss-20b.sh spells it (TransformerConfig glu_linear_offset,
         # activation_func_clamp_value; --quick-geglu)
+        unsupported.append(GPT_OSS_FFN_NOTE.format(plain="--swiglu"))
         return [("--quick-geglu", None), ("--glu-linear-offset", "1.0"),
                 ("--activation-func-clamp-value", "7.0")]
     if activation == "geglu":

@@ -19,6 +19,7 @@ import yaml
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.megatron import (
     FUSED_GROUPED_MLP_ENV,
+    GPT_OSS_FFN_NOTE,
     LAYER_GRAPH_DROPLESS_NOTE,
     MAMBA_CONV_BIAS_NOTE,
     MEGATRON_CORE_HANDLED,
@@ -78,6 +79,26 @@ def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
     return name
 
 
+# Megatron-Bridge names the layer pattern hybrid_layer_pattern from v0.4.0 (NeMo 26.04; the
+# Nemotron recipes set it, models/hybrid/hybrid_provider.py), where hybrid_override_pattern
+# is its deprecated alias and both set is an assertion (a trial merged an export over the
+# Nemotron 3 Nano recipe @ 067f987); up to v0.3.0 (26.02) only hybrid_override_pattern exists
+LAYER_PATTERN_SINCE = (26, 4)
+
+
+def hybrid_pattern_fields(spec: ExportSpec) -> dict[str, Any]:
+    """The pattern under the name the job's release reads (:data:`LAYER_PATTERN_SINCE`; a
+    job naming no release: the current one), clearing the other spelling the recipe may
+    set."""
+    from mosaic.stacks.registry import parse_release
+
+    release = parse_release(spec.stack_version)
+    if release is not None and release < LAYER_PATTERN_SINCE:
+        return {"hybrid_override_pattern": spec.geometry.hybrid_pattern}
+    return {"hybrid_layer_pattern": spec.geometry.hybrid_pattern,
+            "hybrid_override_pattern": None}
+
+
 def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     """A hybrid model's provider fields (Megatron-Bridge MambaModelProvider,
     src/megatron/bridge/models/mamba/mamba_provider.py: hybrid_override_pattern, the only
@@ -96,8 +117,7 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
     # the whole pattern: Megatron-Core before core_v0.17 (Megatron-Bridge v0.3, NeMo 26.02)
     # refuses '|' stage separators and splits the pattern into equal stages itself; later
     # releases accept the uncut form (deprecated) as well
-    fields: dict[str, Any] = {"is_hybrid_model": True,
-                              "hybrid_override_pattern": g.hybrid_pattern}
+    fields: dict[str, Any] = {"is_hybrid_model": True, **hybrid_pattern_fields(spec)}
     if spec.vpp > 1:
         unsupported.append(f"vpp={spec.vpp}: MambaModelProvider.provide asserts "
                            "virtual_pipeline_model_parallel_size is None (Megatron-Bridge "
@@ -110,8 +130,8 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
                    "mamba_state_dim": g.mamba.state_dim, "mamba_num_groups": g.mamba.groups}
     unsupported.append("a hybrid model needs Megatron-Bridge's MambaModelProvider (its "
                        "Nemotron-H / Nemotron 3 recipes), not the GPT provider; the FFN "
-                       "activation (activation_func, a Python callable: squared_relu for "
-                       "Nemotron-H) is set in the recipe")
+                       f"activation (activation_func: squared_relu for Nemotron-H) is the "
+                       f"recipe's ({ACTIVATION_BY_NAME})")
     return fields
 
 
@@ -208,9 +228,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         model["softmax_type"] = "learnable"
         if g.glu:
             model |= {"glu_linear_offset": 1.0, "activation_func_clamp_value": 7.0}
-            unsupported.append("GPT-OSS's gated FFN runs quick_gelu (activation_func, a "
-                               "Python callable): use the gpt-oss provider or set it in the "
-                               "recipe")
+            unsupported.append(GPT_OSS_FFN_NOTE.format(
+                plain="glu_linear_offset 0 and no activation_func_clamp_value"))
+            unsupported.append("GPT-OSS's gated FFN runs quick_gelu (activation_func): use "
+                               f"the gpt-oss provider ({ACTIVATION_BY_NAME})")
     if g.mamba is None:
         # GPTModelProvider defaults to learned absolute positions (Megatron-Bridge
         # gpt_provider.py @ 067f987, a trial); a Mamba hybrid's provider keeps 'none'
@@ -218,10 +239,10 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     # GPTModelProvider keeps TransformerConfig's activation_func F.gelu: even SwiGLU needs
     # the recipe's provider (a trial found a plain GPT export training GeGLU)
     if not g.is_hybrid and not g.attention_sinks and g.activation_name != "gelu":
-        unsupported.append(f"the FFN activation {g.activation_name}: activation_func is a "
-                           "Python callable the YAML cannot set, and TransformerConfig "
-                           "defaults to gelu (with gated_linear_unit: GeGLU); merge over a "
-                           f"recipe whose provider runs {g.activation_name}")
+        unsupported.append(f"the FFN activation {g.activation_name}: TransformerConfig "
+                           "defaults activation_func to gelu (with gated_linear_unit: GeGLU); "
+                           f"merge over a recipe whose provider runs {g.activation_name} "
+                           f"({ACTIVATION_BY_NAME})")
     if g.is_hybrid:
         model |= hybrid_fields(spec, unsupported)
     if g.moe:
@@ -270,7 +291,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             f"{spec.pp * spec.vpp}): "
             + ("Megatron-Core splits a hybrid pattern without '|' into equal stages; use the "
                "Megatron export, whose '|' segments carry the split"
-               if "hybrid_override_pattern" in model else
+               if "is_hybrid_model" in model else
                "set num_layers_in_first/last_pipeline_stage by hand"))
     model |= {
         "tensor_model_parallel_size": spec.tp,
@@ -375,6 +396,14 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         handled.add("tp_comm_overlap")
     unsupported += unexpressed(spec, handled, "Megatron-Bridge")
     return document, unsupported
+
+
+# activation_func is a Python callable; Megatron-Bridge names it in YAML from 0.4.0 (NeMo
+# 26.04: training/utils/omegaconf_utils.py _SERIALIZABLE_CALLABLE_FIELDS, utils/
+# activation_map.py ACTIVATION_FUNC_MAP; absent at v0.3.0), so the file leaves it to the
+# recipe, which every release reads
+ACTIVATION_BY_NAME = ("from Megatron-Bridge 0.4 / NeMo 26.04 on, model.activation_func can "
+                      "also name it: silu, quick_gelu, squared_relu, gelu")
 
 
 COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"

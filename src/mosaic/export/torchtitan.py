@@ -79,6 +79,16 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         unsupported.append(f"etp={spec.etp}: torchtitan supports etp = 1 or etp = tp")
     if spec.dispatcher == "hybridep":
         unsupported.append("HybridEP dispatcher: torchtitan offers 'standard' or 'deepep'")
+    if spec.dispatcher == "deepep" and model_name(spec) == "gpt_oss":
+        # models/gpt_oss/infra/parallelize.py @ v0.2.2 has no DeepEP path
+        unsupported.append("DeepEP dispatcher: torchtitan's gpt_oss family dispatches with "
+                           "its standard all-to-all whatever expert_parallel_comm_backend "
+                           "says")
+    if g.tied_embeddings and model_name(spec) != "qwen3":
+        # only qwen3's model args carry enable_weight_tying in v0.2.2
+        unsupported.append(f"tied input and output embeddings: torchtitan's "
+                           f"{model_name(spec)} family unties them (only qwen3 has "
+                           "enable_weight_tying); the flavor's model must tie them")
     unsupported += spec.routing_notes() + router_notes(spec)
     if spec.capacity_factor is not None:  # torchtitan v0.2.2 models/moe: no capacity
         unsupported.append(f"token_drop routing (capacity factor {spec.capacity_factor:g}"
@@ -98,6 +108,16 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         replicate, shard = 1, spec.dp
     elif spec.sharding == "hsdp":
         replicate, shard = spec.hsdp_replicas, spec.dp // spec.hsdp_replicas
+    # torchtitan v0.2.2 carves the expert groups out of the FSDP shard ranks
+    # (distributed/parallel_dims.py: efsdp = dp_shard·cp·tp / (etp·ep) must be a whole >= 1)
+    sharded = shard * spec.cp * spec.tp
+    if spec.ep > 1 and sharded % (spec.etp * spec.ep):
+        unsupported.append(
+            f"ep={spec.ep} (etp {spec.etp}) over {sharded} FSDP-shard ranks "
+            f"(data_parallel_shard_degree {shard} x cp {spec.cp} x tp {spec.tp}): torchtitan "
+            "builds expert groups inside the shard dimension (parallel_dims.py efsdp), so "
+            "this file does not start; shard over a multiple of ep·etp ranks (sharding fsdp, "
+            "or an hsdp shard group of at least ep) or lower ep")
     # torchtitan: local_batch_size is one DP rank's batch per forward; with PP it is split
     # into pipeline micro-batches of pipeline_parallel_microbatch_size, without PP the
     # global batch beyond local·dp becomes gradient accumulation (job_config.py docs).
