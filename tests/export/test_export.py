@@ -486,7 +486,21 @@ def test_megatron_carries_the_overlap_and_graph_settings_of_the_job():
     # written, and said (a trial launched such a file)
     refused = export(load_export_spec(JOB, overrides, None), "megatron")
     assert not parse_megatron(refused.text).overlap_moe_expert_parallel_comm
-    assert any("no virtual stages, not written" in note for note in refused.unsupported)
+    assert any("no virtual stages" in note and "not written" in note
+               for note in refused.unsupported)
+    # every overlap assert of TransformerConfig, each said (a review found 'moe' recomputed
+    # and two MTP layers written through)
+    for extra, reason in ((["performance.recompute_modules=[moe,core_attn]"], "'moe' in "),
+                          (["model.mtp_layers=2"], "2 MTP layers"),
+                          (["parallelism.ep=1"], "ep = 1")):
+        spec = load_export_spec(JOB, [*overrides, "parallelism.vpp=3",
+                                      "performance.checkpointing=selective", *extra], None)
+        for target in ("megatron", "nemo"):
+            written = export(spec, target)
+            assert "overlap-moe-expert-parallel-comm" not in written.text
+            assert "overlap_moe_expert_parallel_comm: true" not in written.text
+            assert any(note.startswith(f"ep_overlap with {reason}") for note in
+                       written.unsupported), (target, reason)
     assert a.sequence_parallel and a.tp_comm_overlap
     assert a.cuda_graph_impl == "full_iteration" and a.check_for_nan_in_loss_and_grad is False
     assert any("moe-expert-rank-capacity-factor" in note for note in result.unsupported)

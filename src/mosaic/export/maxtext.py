@@ -57,11 +57,11 @@ def mlp_activations(activation: str, unsupported: list[str]) -> list[str]:
 def qwen3_next_keys(spec: ExportSpec, cycle: int, unsupported: list[str]) -> dict[str, Any]:
     """MaxText's qwen3_next decoder (src/maxtext/configs/models/qwen3-next-80b-a3b.yml,
     base.yml gdn_*): one decoder layer per mixer-and-MoE block, full attention every
-    ``cycle``-th, the gated DeltaNet dimensions; a fully MoE model's base_mlp_dim is its
-    expert width (base.yml: 'base_mlp_dim must be equal to base_moe_mlp_dim')."""
+    ``cycle``-th, the gated DeltaNet dimensions (its base_mlp_dim, the expert width:
+    :func:`_base_mlp_dim`)."""
     g, gdn = spec.geometry, spec.geometry.gdn
     assert gdn is not None and g.moe is not None
-    return {"base_num_decoder_layers": g.layers // 2, "base_mlp_dim": g.moe.expert_ffn,
+    return {"base_num_decoder_layers": g.layers // 2,
             "inhomogeneous_layer_cycle_interval": cycle,
             "gdn_conv_kernel_dim": gdn.conv_kernel, "gdn_key_head_dim": gdn.key_head_dim,
             "gdn_value_head_dim": gdn.value_head_dim, "gdn_num_key_heads": gdn.key_heads,
@@ -217,9 +217,6 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("attention output gate (elementwise, Qwen3-Next)")
     if g.zero_centered_norm and cycle is None:
         unsupported.append("zero-centred norm gains (1 + w): no base.yml key")
-    if spec.pp > 1 and spec.uneven_stages:
-        unsupported.append(f"uneven pipeline stages ({decoder_layers} layers on pp·vpp = "
-                           f"{spec.pp * spec.vpp}): MaxText needs equal stages")
     fsdp = spec.dp // spec.ep if spec.dp % spec.ep == 0 else spec.dp
     data = 1
     if spec.sharding == "none":
@@ -228,6 +225,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         data, fsdp = spec.hsdp_replicas, fsdp // spec.hsdp_replicas
     accumulation = spec.micro_batches_per_step if spec.pp == 1 else 1
     block = decoder_block(spec, cycle)
+    piped = pipelined_layers(spec, block, decoder_layers)
+    if spec.pp > 1:
+        unsupported += stage_notes(spec, block, piped)
     if g.sliding_window is not None and block != "gpt_oss":
         unsupported.append(window_note(g) + ": not written (MaxText's windows belong to its "
                            "gemma and gpt_oss decoder blocks)")
@@ -248,7 +248,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "base_emb_dim": g.d_model,
         "base_num_query_heads": g.heads,
         "base_num_kv_heads": g.kv_heads,
-        "base_mlp_dim": _base_mlp_dim(spec, block, cycle),
+        "base_mlp_dim": _base_mlp_dim(spec, block),
         "base_num_decoder_layers": g.layers,
         "head_dim": g.head_dim,
         "vocab_size": g.vocab,
@@ -312,31 +312,44 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             f"while mosaic costed Megatron's EP group of {spec.ep * spec.etp} ranks inside "
             "one node; expect a slower all-to-all than predicted")
     if spec.pp > 1:
-        # the deepseek decoder pipelines its MoE layers only, the dense first ones run
-        # before the pipeline (types.py @ e591f30: pipeline_parallel_layers = layers -
-        # first_num_dense_layers)
-        piped = decoder_layers - (g.moe.dense_layers if block == "deepseek" and g.moe else 0)
-        if piped % (spec.pp * spec.vpp) and not spec.uneven_stages:
-            unsupported.append(f"{piped} pipelined layers (the deepseek decoder pipelines "
-                               f"its MoE layers only) on pp·vpp = {spec.pp * spec.vpp}: "
-                               "MaxText needs equal stages; choose pp and vpp dividing them")
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
                      "num_layers_per_pipeline_stage": max(1, piped // (spec.pp * spec.vpp))}
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
 
 
-def _base_mlp_dim(spec: ExportSpec, block: str, cycle: int | None) -> int:
-    """base_mlp_dim: the dense FFN width, or the expert width for a model MaxText reads as
-    fully MoE (every block MoE, no dense first blocks written, no layer cycle), whose dense
-    width no block uses and which types.py @ e591f30 requires equal to base_moe_mlp_dim
-    (a trial's mixtral file with 15360 against 3840 failed to start)."""
+def pipelined_layers(spec: ExportSpec, block: str, decoder_layers: int) -> int:
+    """The decoder layers MaxText splits into pipeline stages: all of them, except that the
+    deepseek decoder runs its dense first layers before the pipeline (types.py @ e591f30:
+    pipeline_parallel_layers = num_decoder_layers - first_num_dense_layers)."""
+    moe = spec.geometry.moe
+    return decoder_layers - (moe.dense_layers if block == "deepseek" and moe else 0)
+
+
+def stage_notes(spec: ExportSpec, block: str, piped: int) -> list[str]:
+    """What MaxText's equal pipeline stages of ``piped`` layers do to the costed split."""
+    stages = spec.pp * spec.vpp
+    which = " (the deepseek decoder pipelines its MoE layers only)" if block == "deepseek" \
+        else ""
+    if piped % stages:
+        return [f"uneven pipeline stages ({piped} pipelined layers{which} on pp·vpp = "
+                f"{stages}): MaxText needs equal stages; choose pp and vpp dividing them"]
+    if spec.uneven_stages:
+        return [f"the uneven split mosaic costed: MaxText runs {stages} equal stages of its "
+                f"{piped} pipelined layers{which}"]
+    return []
+
+
+def _base_mlp_dim(spec: ExportSpec, block: str) -> int:
+    """base_mlp_dim: the dense FFN width, or the expert width for a model whose every block
+    is MoE with no dense first blocks written, whose dense width no block uses: types.py @
+    e591f30 requires it equal to base_moe_mlp_dim for such a model (a trial's mixtral file
+    with 15360 against 3840 failed to start), as the qwen3-next-80b-a3b.yml config sets it."""
     g = spec.geometry
     if g.moe is None:
         return g.ffn
     dense_written = g.moe.dense_layers if block in ("deepseek", "qwen3_next") else 0
-    fully_moe = g.moe.moe_every == 1 and dense_written == 0 and cycle is None
-    return g.moe.expert_ffn if fully_moe else g.ffn
+    return g.moe.expert_ffn if g.moe.moe_every == 1 and dense_written == 0 else g.ffn
 
 
 # Decoder blocks MaxText runs Muon on (types.py @ e591f30 raises "Muon dimension numbers

@@ -19,7 +19,6 @@ import yaml
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.megatron import (
     FUSED_GROUPED_MLP_ENV,
-    GPT_OSS_FFN_NOTE,
     LAYER_GRAPH_DROPLESS_NOTE,
     MAMBA_CONV_BIAS_NOTE,
     MEGATRON_CORE_HANDLED,
@@ -228,10 +227,11 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         model["softmax_type"] = "learnable"
         if g.glu:
             model |= {"glu_linear_offset": 1.0, "activation_func_clamp_value": 7.0}
-            unsupported.append(GPT_OSS_FFN_NOTE.format(
-                plain="glu_linear_offset 0 and no activation_func_clamp_value"))
-            unsupported.append("GPT-OSS's gated FFN runs quick_gelu (activation_func): use "
-                               f"the gpt-oss provider ({ACTIVATION_BY_NAME})")
+            unsupported.append(
+                "attention sinks with a gated FFN read as GPT-OSS: glu_linear_offset 1 and "
+                "activation_func_clamp_value 7 written; its quick_gelu gate (activation_func) "
+                f"comes from the gpt-oss provider ({ACTIVATION_BY_NAME}); for a plain SwiGLU "
+                "set glu_linear_offset 0, no clamp, and activation_func silu")
     if g.mamba is None:
         # GPTModelProvider defaults to learned absolute positions (Megatron-Bridge
         # gpt_provider.py @ 067f987, a trial); a Mamba hybrid's provider keeps 'none'

@@ -281,14 +281,33 @@ class ExportSpec:
                          "single sigmoid score is not renormalised), not by 1")
         return notes
 
+    def ep_overlap_conflicts(self) -> list[str]:
+        """Why Megatron-Core's TransformerConfig.__post_init__ refuses the batch-level EP
+        overlap mosaic costed for this job, one reason each (megatron/core/transformer/
+        transformer_config.py @ d98e8a64dd, the overlap_moe_expert_parallel_comm asserts);
+        empty where it accepts it or the job has none."""
+        if not self.ep_overlap:
+            return []
+        modules = self.recompute_modules or ()
+        conflicts = [
+            (self.ep == 1, "ep = 1: it needs expert parallelism"),
+            (self.pp > 1 and self.vpp == 1, "pp > 1 and no virtual stages: it asserts "
+             "virtual_pipeline_model_parallel_size is set; run vpp > 1"),
+            (self.checkpointing == "full", "full recompute: it asserts recompute_granularity "
+             "!= 'full'; use selective recompute"),
+            (self.checkpointing == "selective" and "moe" in modules, "'moe' in "
+             "recompute_modules: it asserts the MoE part is not recomputed"),
+            (self.geometry.mtp_layers > 1, f"{self.geometry.mtp_layers} MTP layers: it "
+             "supports at most one"),
+            (self.precision == "fp32", "fp32: it needs a bf16 or fp16 model"),
+        ]
+        return [reason for refused, reason in conflicts if refused]
+
     @property
     def megatron_ep_overlap(self) -> bool:
-        """Whether the batch-level EP overlap mosaic costed is one Megatron-Core's
-        TransformerConfig.__post_init__ accepts (megatron/core/transformer/
-        transformer_config.py @ d98e8a64dd: virtual stages when pp > 1, no full
-        recompute), and so is written."""
-        return (self.ep_overlap and not (self.pp > 1 and self.vpp == 1)
-                and self.checkpointing != "full")
+        """Whether the batch-level EP overlap mosaic costed is one Megatron-Core accepts
+        (:meth:`ep_overlap_conflicts`), and so is written."""
+        return self.ep_overlap and not self.ep_overlap_conflicts()
 
     def megatron_core_refusals(self) -> list[str]:
         """Settings of this job that Megatron-Core's TransformerConfig.__post_init__ refuses
@@ -296,14 +315,8 @@ class ExportSpec:
         not written (the file would not launch), each with what the launch needs instead;
         then what it cannot express of the model's router (:meth:`router_notes`)."""
         notes = self.router_notes()
-        if self.ep_overlap and self.pp > 1 and self.vpp == 1:
-            notes.append("ep_overlap with pp > 1 and no virtual stages, not written: "
-                         "TransformerConfig asserts virtual_pipeline_model_parallel_size is "
-                         "set; run vpp > 1 for the overlap mosaic costed")
-        if self.ep_overlap and self.checkpointing == "full":
-            notes.append("ep_overlap with full recompute, not written: TransformerConfig "
-                         "asserts recompute_granularity != 'full'; use selective recompute "
-                         "for the overlap mosaic costed")
+        notes += [f"ep_overlap with {reason}; not written (the overlap mosaic costed needs "
+                  "it changed)" for reason in self.ep_overlap_conflicts()]
         if self.dispatch_fp8:
             notes.append("dispatch_fp8 (MXFP8 dispatch and combine), not written: "
                          "TransformerConfig raises unless the flex dispatcher runs the "
