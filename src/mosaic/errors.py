@@ -20,6 +20,16 @@ def missing_extra(extra: str, what: str = "this") -> MosaicInputError:
     return MosaicInputError(f"{what} needs the {extra} extra: {install_hint(extra)}")
 
 
+def require_extra(module: str, extra: str, what: str = "this") -> None:
+    """Raise :func:`missing_extra` unless ``module`` (an optional extra's package) imports."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise missing_extra(extra, what) from None
+
+
 class MosaicWarning(UserWarning):
     """Something the user should know that does not stop the command; the CLI prints its
     words alone (another library's warnings keep their category and source line)."""

@@ -301,7 +301,8 @@ def test_nemo_export_writes_the_whole_pattern_and_flags_virtual_stages():
     model = {"layers": 16, "hybrid_pattern": "MM*-" * 4, "mamba": MAMBA}
     spec = spec_from_job(_job(model, {"tp": 1, "pp": 2, "vpp": 2, "dp": 8}, {}), "test")
     nemo = export(spec, "nemo")
-    assert "hybrid_override_pattern: MM*-MM*-MM*-MM*-" in nemo.text
+    # the name the current releases read (no release stated: hybrid_layer_pattern, 26.04+)
+    assert "hybrid_layer_pattern: MM*-MM*-MM*-MM*-" in nemo.text
     assert any("MambaModelProvider.provide asserts" in note for note in nemo.unsupported)
     uneven = _job({"layers": 14, "hybrid_pattern": "MM*-" * 3 + "MM", "mamba": MAMBA},
                   {"tp": 1, "pp": 4, "dp": 8}, {"uneven_stages": True}, nodes=4)

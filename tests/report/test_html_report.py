@@ -442,6 +442,43 @@ def test_a_comparison_has_its_report_page(tmp_path):
     assert "Assumed where not given: a training window of 20 days" in html
 
 
+def _layout_shapes(html: str, div_id: str) -> list[dict]:
+    """The horizontal lines (shapes) of the figure ``div_id``'s layout."""
+    start = html.index(f'"{div_id}",', html.index("Plotly.newPlot")) + len(div_id) + 3
+    decoder = json.JSONDecoder()
+    _, end = decoder.raw_decode(html, html.index("[", start))
+    layout, _ = decoder.raw_decode(html, html.index("{", end))
+    return layout.get("shapes", [])
+
+
+def test_the_compare_memory_bars_draw_capacity_only_where_both_sides_share_it(tmp_path):
+    """Same GPUs: the capacity line and the usable share (the jobs' own 90%); an H100 job
+    against a B200 one: neither, as no one line is both sides' capacity."""
+    job = EXAMPLES / "appendix_e.yaml"
+    same = tmp_path / "same.html"
+    document = json.loads(invoke("compare", str(job), str(job), "--json", "--html", str(same)))
+    capacity = document["a"]["memory_capacity_gib"]
+    fraction = document["a"]["usable_memory_fraction"]
+    lines = sorted(shape["y0"] for shape in _layout_shapes(same.read_text(),
+                                                           "fig-compare-memory"))
+    assert lines == pytest.approx(sorted([capacity, capacity * fraction]))
+    other = tmp_path / "other.html"
+    invoke("compare", str(job), str(EXAMPLES / "deepseek_v3_h100.yaml"), "--html", str(other))
+    assert _layout_shapes(other.read_text(), "fig-compare-memory") == []
+
+
+def test_a_comparison_saved_with_empty_breakdowns_says_so_once(tmp_path):
+    """A candidate's breakdown was an empty mapping in documents written before null: the
+    page says there are none, once, instead of drawing an empty bar."""
+    job = str(EXAMPLES / "appendix_e.yaml")
+    document = json.loads(invoke("compare", job, job, "--json"))
+    document["b"]["breakdown_s"] = {}
+    document["b"]["memory_breakdown_bytes"] = {}
+    html = render_report(document)
+    assert 'data-figure="fig-compare-step"' not in html
+    assert html.count("a plan file holds its optimum") == 1
+
+
 def test_a_plan_comparison_page_says_a_candidate_has_no_breakdowns(plan_files, tmp_path):
     """A plan's runner-up (#2) carries no breakdowns: the page says so instead of drawing
     an empty bar, and the candidates' layouts or geometries are the inputs that differ."""
@@ -450,7 +487,7 @@ def test_a_plan_comparison_page_says_a_candidate_has_no_breakdowns(plan_files, t
     page = tmp_path / "plans.html"
     invoke("compare", str(plan), f"{plan}#2", "--html", str(page))
     text = page.read_text()
-    assert "No breakdowns: a plan file holds its optimum" in text
+    assert text.count("a plan file holds its optimum&#x27;s only") == 1
     assert 'data-figure="fig-compare-step"' not in text
     assert re.search(r">(geometry|layout)\.[a-z_]+</td>", text)
 

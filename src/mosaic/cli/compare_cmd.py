@@ -23,11 +23,13 @@ from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.limits import check_range
 from mosaic.report.comparison import (
+    NO_BREAKDOWNS,
     compare_document,
     compared_rows,
     difference_rows,
     flatten,
     footnotes,
+    has_breakdowns,
     memory_rows,
     side_by_side_rows,
     side_notes,
@@ -112,6 +114,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         "hfu": doc["hfu"], "memory_gib": doc["memory_gib"],
         "memory_capacity_gib": doc["memory_capacity_gib"], "feasible": doc["feasible"],
         "usable_memory_gib": doc["usable_memory_fraction"] * doc["memory_capacity_gib"],
+        "usable_memory_fraction": doc["usable_memory_fraction"],
         "memory_fit": doc["memory_fit"],
         # the profile the side was predicted with, and its memory scale (1: as derived)
         "calibration": doc["calibration"], "memory_scale": doc["memory_scale"],
@@ -225,6 +228,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "memory_capacity_gib": capacity / GIB if capacity else None,
         "feasible": True,  # the planner keeps only plans that fit
         "usable_memory_gib": capacity * fraction / GIB if capacity and fraction else None,
+        "usable_memory_fraction": fraction,
         "memory_fit": (memory_fit_text(memory_bytes / GIB, capacity / GIB, fraction, 0.0)
                        if memory_bytes and capacity and fraction else "fits"),
         "n_total": optimum.get("n_total"), "n_active": optimum.get("n_active"),
@@ -259,9 +263,13 @@ def render(document: dict[str, Any]) -> None:
     print_table("Side by side", ["quantity", "A", "B", "B / A"], side_by_side_rows(document))
     for line in footnotes(document):
         console.print(line, markup=False, highlight=False)
-    for heading, rows in side_notes(document).items():
-        if rows:
-            print_key_value_table(heading, rows)
+    for part in side_notes(document):
+        if isinstance(part, str):
+            console.print(part, markup=False, highlight=False)
+        else:
+            print_key_value_table(*part)
+    if not has_breakdowns(document):
+        console.print(NO_BREAKDOWNS, markup=False, highlight=False)
     if steps := step_rows(document):
         print_table("Step-time breakdown (s)", ["term", "A", "B", "B - A"], steps)
     if memory := memory_rows(document):

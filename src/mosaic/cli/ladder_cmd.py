@@ -260,8 +260,9 @@ def _check_perf_job(document: dict[str, Any], gpus: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "perf_job.yaml"
         path.write_text(yaml.safe_dump(document))
+        spec = load_job_spec(path)  # mosaic's own document: an error here is not the user's
         try:
-            check_job_layout(load_job_spec(path))
+            check_job_layout(spec)
         except MosaicInputError as error:
             raise MosaicInputError(f"--perf-job: the run on {gpus} GPUs is not one mosaic "
                                    f"perf can predict ({error}); choose --gpus, or the "

@@ -19,6 +19,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from mosaic.bench.families import FAMILIES
 from mosaic.cli import warning_lines
 
 _typer_display_type_rich = getattr(TyperOption, "display_type_rich", None)
@@ -258,13 +259,15 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
 
 
 INTERRUPTED = 130  # the shell's status for SIGINT (128 + 2)
-# commands whose rerun resumes where an interrupted run stopped, and what the rerun does
+_BENCH_RERUN = "rerun {command} to measure the rest (the cases measured are kept)"
+# commands whose rerun resumes where an interrupted run stopped, and what the rerun does:
+# training, and the bench's measuring subcommands (not `bench compare`, which measures none)
 _RESUMING_COMMANDS = {
     ("train",): "resume with: {command} (it goes on from the last checkpoint in --out, or "
                 "starts again where none was written yet)",
     ("ladder", "run"): "resume with: {command} (finished rungs are kept; the interrupted "
                        "one goes on from its last checkpoint)",
-    ("bench",): "rerun {command} to measure the rest (the cases measured are kept)",
+    **{("bench", name.replace("_", "-")): _BENCH_RERUN for name in (*FAMILIES, "all")},
 }
 
 
@@ -274,7 +277,7 @@ def _interrupted() -> NoReturn:
     warning_lines.flush(INTERRUPTED)
     words = [word for word in sys.argv[1:] if not word.startswith("-")]  # flags move
     hints = [hint for command, hint in _RESUMING_COMMANDS.items()
-             if tuple(words[:len(command)]) == command]
+             if tuple(words[:len(command)]) == command and "--dry-run" not in sys.argv]
     # the command itself, as the docs promise (a trial read "rerun the same command")
     command = shlex.join(["mosaic", *sys.argv[1:]])
     _one_line("error: interrupted" + (f"; {hints[0].format(command=command)}" if hints

@@ -82,7 +82,7 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
     summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
                 "ratio_b_over_a": _ratio(a.get(key), b.get(key))}
                for key, _, _ in summary_rows(a, b)]
-    if a["breakdown_s"] is None or b["breakdown_s"] is None:
+    if not (a["breakdown_s"] and b["breakdown_s"]):
         return _compared(a, b, currency, assumed, summary, [], [])
     terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
     parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
@@ -200,7 +200,7 @@ def side_by_side_rows(document: dict[str, Any]) -> list[list[str]]:
 
 def footnotes(document: dict[str, Any]) -> list[str]:
     """The lines under the side-by-side table: what its marks mean, what was assumed for
-    both sides, a replaced price, and why a side has no breakdowns."""
+    both sides, and a replaced price."""
     a, b = document["a"], document["b"]
     lines = []
     if a.get("tokens_stated") or b.get("tokens_stated"):
@@ -221,14 +221,19 @@ def footnotes(document: dict[str, Any]) -> list[str]:
     if replaced:
         lines.append(f"--price-per-gpu-hour replaces {' and '.join(replaced)} USD per "
                      "GPU-hour: the sides are costed at the price given")
-    loss_gap = loss_gap_text(a, b)
-    if loss_gap:
-        lines.append(loss_gap)
-    if a["breakdown_s"] is None or b["breakdown_s"] is None:
-        lines.append("(breakdowns: a plan file holds its optimum's only; `mosaic export "
-                     "PLAN.json#N --to yaml --out job.yaml` and `mosaic perf job.yaml` give "
-                     "a ranked candidate's)")
     return lines
+
+
+def has_breakdowns(document: dict[str, Any]) -> bool:
+    """Whether both sides carry their step-time breakdown (a plan's ranked candidate has
+    none: null, or an empty mapping in documents written before December 2026)."""
+    return bool(document["a"]["breakdown_s"]) and bool(document["b"]["breakdown_s"])
+
+
+# why a side has no breakdowns, and how to get them
+NO_BREAKDOWNS = ("(breakdowns: a plan file holds its optimum's only; `mosaic export "
+                 "PLAN.json#N --to yaml --out job.yaml` and `mosaic perf job.yaml` give a "
+                 "ranked candidate's)")
 
 
 def loss_gap_text(a: dict[str, Any], b: dict[str, Any]) -> str | None:
@@ -246,18 +251,23 @@ def loss_gap_text(a: dict[str, Any], b: dict[str, Any]) -> str | None:
             f"{widths[1]:.4f} (B) wide: {verdict}")
 
 
-def side_notes(document: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
-    """Per-side notes as (side, text) rows under their heading: what each prediction said
-    of itself, the law's extrapolation flags, and why a side has no loss."""
+def side_notes(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]] | str]:
+    """What follows the side-by-side table, in order: per-side notes as (heading, rows of
+    (side, text)) where a side has any (what each prediction said of itself, the law's
+    extrapolation flags, why a side has no loss), with the loss-gap line after the first."""
     sides = (("A", document["a"]), ("B", document["b"]))
-    return {
-        "What each prediction said of itself": [
-            (name, text) for name, side in sides for text in side.get("caveats") or []],
-        "The loss law is extrapolating (its fitted data range)": [
-            (name, text) for name, side in sides for text in side.get("law_extrapolation") or []],
-        "No loss from the law": [
-            (name, side["loss_note"]) for name, side in sides if side.get("loss_note")],
-    }
+    tables = [
+        ("What each prediction said of itself", [
+            (name, text) for name, side in sides for text in side.get("caveats") or []]),
+        ("The loss law is extrapolating (its fitted data range)", [
+            (name, text) for name, side in sides for text in side.get("law_extrapolation") or []]),
+        ("No loss from the law", [
+            (name, side["loss_note"]) for name, side in sides if side.get("loss_note")]),
+    ]
+    loss_gap = loss_gap_text(document["a"], document["b"])
+    notes: list[tuple[str, list[tuple[str, str]]] | str] = [t for t in tables[:1] if t[1]]
+    notes += [loss_gap] if loss_gap else []
+    return notes + [t for t in tables[1:] if t[1]]
 
 
 def compared_rows(document: dict[str, Any]) -> list[tuple[str, str]]:

@@ -4,28 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mosaic.errors import missing_extra
+from mosaic.errors import require_extra
 from mosaic.train.metrics import read_metrics
+
+PLOT_USE = "run.plot (plotly)"
 
 
 def require_plot_extra(plot: bool) -> None:
     """Before any training: a job with ``run.plot`` needs plotly (the report extra), said
     now rather than after the run has spent its compute (a trial's whole ladder trained,
     then every rung was reported failed)."""
-    if not plot:
-        return
-    try:
-        import plotly  # noqa: F401
-    except ImportError:
-        raise missing_extra("report", "run.plot (plotly)") from None
+    if plot:
+        require_extra("plotly", "report", PLOT_USE)
 
 
 def write_metrics_plot(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Four stacked panels over steps; a self-contained HTML file (plotly.js inlined)."""
-    try:
-        from plotly.subplots import make_subplots
-    except ImportError:
-        raise missing_extra("report", "run.plot (plotly)") from None
+    require_extra("plotly", "report", PLOT_USE)
+    from plotly.subplots import make_subplots
+
     records = read_metrics(metrics_path)
     steps = [r["step"] for r in records]
     figure = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=(

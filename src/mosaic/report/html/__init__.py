@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind, with_current_keys
-from mosaic.errors import MosaicInputError, missing_extra
+from mosaic.errors import MosaicInputError, require_extra
 from mosaic.io_atomic import write_text_atomic
 
 KINDS = tuple(RESULT_SIGNATURES)
@@ -57,10 +57,7 @@ def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
 
 def require_plotly() -> None:
     """One-line error when the report extra is missing."""
-    try:
-        import plotly  # noqa: F401
-    except ImportError:
-        raise missing_extra("report") from None
+    require_extra("plotly", "report")
 
 
 def render_report(document: dict[str, Any], kind: str | None = None) -> str:

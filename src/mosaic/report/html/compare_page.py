@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.report.comparison import (
+    NO_BREAKDOWNS,
     compared_rows,
     difference_rows,
     footnotes,
+    has_breakdowns,
     memory_rows,
     side_by_side_rows,
     side_notes,
@@ -46,16 +48,17 @@ def _side_name(document: dict[str, Any], side: str) -> str:
 
 def _breakdowns(document: dict[str, Any]) -> list[str]:
     """Both sides' step-time and memory bars, and the per-term tables with B - A."""
-    a, b = document["a"], document["b"]
-    if a["breakdown_s"] is None or b["breakdown_s"] is None:
-        return [note("No breakdowns: a plan file holds its optimum's only (export the "
-                     "candidate as a job and run `mosaic perf` on it).")]
+    if not has_breakdowns(document):
+        return [note(NO_BREAKDOWNS)]
     names = [_side_name(document, side) for side in SIDES]
-    capacities = {a.get("memory_capacity_gib"), b.get("memory_capacity_gib")}
-    # one capacity line where both sides have the same GPU memory; two GPU kinds: none
-    capacity = capacities.pop() if len(capacities) == 1 else None
-    usable = ({a["usable_memory_gib"] / capacity} if capacity and a.get("usable_memory_gib")
-              and a.get("usable_memory_gib") == b.get("usable_memory_gib") else set())
+    a, b = document["a"], document["b"]
+    # one capacity line where both sides have the same GPU memory (two GPU kinds: none),
+    # and the usable share where both plan against the same one
+    same = a.get("memory_capacity_gib") == b.get("memory_capacity_gib")
+    capacity = a.get("memory_capacity_gib") if same else None
+    usable = (a.get("usable_memory_fraction")
+              if same and a.get("usable_memory_fraction") == b.get("usable_memory_fraction")
+              else None)
     return [
         note("Communication bars are the exposed time per parallel axis (the model hides "
              "overlapped communication behind compute)."),
@@ -66,8 +69,8 @@ def _breakdowns(document: dict[str, Any]) -> list[str]:
             figure_html(memory_breakdown_figure(
                 [(name, document[side]["memory_breakdown_bytes"]) for name, side in zip(
                     names, SIDES, strict=True)],
-                capacity * GIB if capacity else None,
-                usable_fraction=usable.pop() if usable else None), "fig-compare-memory")),
+                capacity * GIB if capacity else None, usable_fraction=usable),
+                "fig-compare-memory")),
         row_html(
             _text_table(["term", "A (s)", "B (s)", "B - A (s)"], step_rows(document),
                         "compare-steps"),
@@ -79,8 +82,11 @@ def _breakdowns(document: dict[str, Any]) -> list[str]:
 def compare_sections(document: dict[str, Any]) -> list[Section]:
     """The comparison page (`mosaic compare --json`)."""
     notes: list[str] = []
-    for heading, rows in side_notes(document).items():
-        if rows:
+    for part in side_notes(document):
+        if isinstance(part, str):
+            notes.append(note(part))
+        else:
+            heading, rows = part
             notes += [note(heading), _text_table(["side", "note"], [list(r) for r in rows],
                                                  f"compare-notes-{len(notes)}", 2)]
     return [
