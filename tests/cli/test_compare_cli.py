@@ -509,3 +509,25 @@ def test_two_jobs_on_two_gpu_kinds_take_a_price_each(job_b):
     for bad in ("1,2,3", "2.5,0", "cheap", "2.5,,5"):
         result = runner.invoke(app, ["compare", a, str(job_b), "--price-per-gpu-hour", bad])
         assert result.exit_code == 2 and "must be one positive number, or two" in result.output
+
+
+def test_a_plan_side_says_what_its_search_lost_and_what_a_candidate_lacks():
+    """A plan whose GPU count the batch does not divide lost geometries to the layout rules,
+    and a ranked candidate (#N) has no coverage assessment: both said among the side's
+    caveats (a trial compared a B200 plan that lost 727 of 1,092 geometries with a GB300
+    plan, and a runner-up whose empty caveats read cleaner than the optimum's)."""
+    from mosaic.cli.compare_cmd import _plan_caveats
+
+    document = {"envelope": {"n_devices": 768, "global_batch": 1024},
+                "counts": {"geometries": 1092},
+                "infeasible_summary": {"no layout satisfies the divisibility rules": 727}}
+    caveats = _plan_caveats(document, {"coverage": {}})
+    assert caveats == ["727 of 1092 geometries had no layout: no layout satisfies the "
+                       "divisibility rules; 768 GPUs and a global batch of 1024 sequences "
+                       "share only the factor 256, so tp·pp·cp must be a multiple of 3: a GPU "
+                       "count dividing the batch, or a batch sharing its factors, leaves more "
+                       "layouts"]
+    candidate = _plan_caveats({"envelope": {}}, {})
+    assert candidate == ["calibration coverage not assessed: a plan assesses its optimum only "
+                         "(`mosaic export PLAN.json#N --to yaml` and `mosaic perf` assess a "
+                         "candidate)"]

@@ -462,6 +462,12 @@ def test_plan_optimum_carries_the_job_blocks(plan_json):
     if new.sharding != "hsdp":  # the shard group only means something under HSDP
         old = dataclasses.replace(old, hsdp_shard=None)
     assert new == old
+    # the GPU generation of the plan's node type, as a job file's system gives it (a trial's
+    # B200 plan got the Hopper-only CUDA_DEVICE_MAX_CONNECTIONS note)
+    from mosaic.hardware import get_system
+
+    assert new.architecture == get_system(document["envelope"]["system"]).device.architecture
+    assert new.architecture is not None
 
 
 def test_megatron_carries_the_overlap_and_graph_settings_of_the_job():

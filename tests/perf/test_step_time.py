@@ -10,9 +10,10 @@ from mosaic.arch import count_parameters, ladder_geometry
 from mosaic.config.job_schema import load_job
 from mosaic.evaluate.job import predict_job
 from mosaic.hardware import Cluster, get_system
+from mosaic.hardware.system import job_domain_gpus
 from mosaic.perf.calibration import default_calibration
 from mosaic.perf.layer_costs import moe_block_times
-from mosaic.perf.machine import job_domain_gpus, machine_for
+from mosaic.perf.machine import machine_for
 from mosaic.perf.plan import Checkpointing, Sharding, plans_from_columns, single_plan
 from mosaic.perf.schedule import bubble_fraction
 from mosaic.perf.step_time import predict_step, vocab_stage_s

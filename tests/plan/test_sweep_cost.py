@@ -132,8 +132,12 @@ def test_a_node_price_given_per_gpu_is_noted_not_refused():
     from mosaic.errors import MosaicNote
     from mosaic.plan.cost import check_price
 
-    with pytest.warns(MosaicNote, match=r"a node's price\? Divided by 8 GPUs it is 12\.29"):
+    with pytest.warns(MosaicNote, match=r"a node's price\? divided by the 8 GPUs of an HGX "
+                                        r"node it is 12\.29, by the 4 of an NVL72 tray 24\.58"):
         assert check_price(98.32) == 98.32
+    # the node type known: its own GPUs (a trial's 4-GPU GB300 tray was divided by 8)
+    with pytest.warns(MosaicNote, match=r"divided by its 4 GPUs it is 108$"):
+        assert check_price(432, gpus_per_node=4) == 432
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert check_price(12.29) == 12.29
@@ -149,5 +153,12 @@ def test_a_priced_sweep_gives_each_point_its_cost(one_node, law, calibration):
     assert document["price_usd_per_gpu_hour"] == 3.0
     for entry, days in zip(document["points"], (2, 4), strict=True):
         assert entry["cost_usd"] == pytest.approx(one_node.n_devices * days * 24 * 3.0)
+    # the page's table carries the cost column the terminal's does (a trial missed it)
+    pytest.importorskip("plotly")
+    from mosaic.report.html import render_report
+
+    page = render_report(document)
+    assert ">cost USD</th>" in page
+    assert f">{one_node.n_devices * 4 * 24 * 3.0:,.0f}</td>" in page
     assert "cost_usd" not in sweep_document(sweep_days(one_node, SPACE, law, calibration, [2],
                                                        workers=1))["points"][0]

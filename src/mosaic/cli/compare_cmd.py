@@ -158,15 +158,35 @@ _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "mem
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
 
 
-def _plan_caveats(optimum: dict[str, Any]) -> list[str]:
+# the plan search's reason for a geometry with no layout dividing the batch (plan.search)
+NO_DIVIDING_LAYOUT = "no layout satisfies the divisibility rules"
+
+
+def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str]:
     """What the plan said of its optimum's prediction: each dimension outside the calibrated
     envelope and each part of its coverage note (a trial compared two plans and saw neither
-    the winner's extrapolated layout nor the other's memory that may not fit)."""
+    the winner's extrapolated layout nor the other's memory that may not fit); and how many
+    geometries its search lost to a GPU count the batch does not divide (a later trial's
+    B200 plan lost 727 of 1,092 at 768 GPUs and batch 1024, unsaid beside a GB300 plan)."""
     coverage = optimum.get("coverage") or {}
     caveats = [f"outside the calibrated envelope: {o.get('dimension')} {o.get('value')} not in "
                f"{o.get('calibrated')}" for o in coverage.get("outside") or []]
     note = coverage.get("note")
-    return [*caveats, *(note.split("; ") if isinstance(note, str) and note else [])]
+    caveats += note.split("; ") if isinstance(note, str) and note else []
+    if "coverage" not in optimum:  # a ranked candidate (PLAN.json#N): looked empty (a trial)
+        caveats.append("calibration coverage not assessed: a plan assesses its optimum only "
+                       "(`mosaic export PLAN.json#N --to yaml` and `mosaic perf` assess a "
+                       "candidate)")
+    lost = (document.get("infeasible_summary") or {}).get(NO_DIVIDING_LAYOUT)
+    envelope = document.get("envelope") or {}
+    devices, batch = envelope.get("n_devices"), envelope.get("global_batch")
+    if lost and isinstance(devices, int) and isinstance(batch, int) and devices and batch:
+        from mosaic.plan.search import model_parallel_factor_note
+
+        total = (document.get("counts") or {}).get("geometries")
+        caveats.append(f"{lost}{f' of {total}' if total else ''} geometries had no layout: "
+                       f"{NO_DIVIDING_LAYOUT}" + model_parallel_factor_note(devices, batch))
+    return caveats
 
 
 def _plan_loss_interval(document: dict[str, Any], geometry: dict[str, Any]
@@ -249,7 +269,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "inputs": inputs,
         # the plan's own price where --price-per-gpu-hour replaced it (said on screen)
         "replaced_price_per_gpu_hour": own_price if own_price not in (None, price) else None,
-        "caveats": _plan_caveats(optimum),
+        "caveats": _plan_caveats(document, optimum),
         "loss_interval": _plan_loss_interval(document, geometry),
     }
 

@@ -735,8 +735,22 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         calibration=((document.get("calibration") or {}).get("file")
                      or (document.get("calibration") or {}).get("name")),
         gpus_per_node=envelope.get("gpus_per_node"),
+        # the GPU generation, as a job's system gives it (a trial's B200 plan was told of
+        # Hopper's CUDA_DEVICE_MAX_CONNECTIONS rule, which a job file of it was not)
+        architecture=_plan_architecture(envelope),
     )
     return replace(spec, job=_plan_job_document(spec, envelope))
+
+
+def _plan_architecture(envelope: dict[str, Any]) -> str | None:
+    """The GPU generation of a plan's node type (its envelope's ``system``), None where the
+    catalog no longer has it."""
+    from mosaic.hardware import get_system
+
+    try:
+        return get_system(str(envelope.get("system"))).device.architecture
+    except MosaicInputError:
+        return None
 
 
 def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:

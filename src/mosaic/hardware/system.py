@@ -14,6 +14,20 @@ from mosaic.errors import MosaicInputError
 from mosaic.hardware.device import Device
 
 
+def job_domain_gpus(domain_gpus: int, gpus_per_node: int, n_devices: int) -> int:
+    """GPUs of the job that share one NVLink domain.
+
+    A job is assumed to fill every domain it uses equally with whole hosts: the largest
+    multiple of ``gpus_per_node`` that is at most the domain size and divides the job's
+    device count (e.g. 256 GPUs on GB200 NVL72 racks run as 4 racks x 64 GPUs).
+    """
+    best = min(gpus_per_node, n_devices)
+    for size in range(gpus_per_node, min(domain_gpus, n_devices) + 1, gpus_per_node):
+        if n_devices % size == 0:
+            best = size
+    return best
+
+
 @dataclass(frozen=True)
 class System:
     """A node type (SI units; bandwidths per direction).
@@ -57,23 +71,24 @@ class System:
 
     def nodes_text(self, n_nodes: int) -> str:
         """``n_nodes`` of this system in words: '32 × DGX-B200'; a node inside a larger
-        NVLink domain is a tray, and the racks are counted: '72 × GB200-NVL72 trays of 4 GPUs
-        (4 NVLink domains of 72)' (a trial read '72 × GB200-NVL72' as 72 racks)."""
+        NVLink domain is a tray, and the domains are counted as the job fills them
+        (:func:`job_domain_gpus`, what the step is costed on): '72 × GB200-NVL72 trays of 4
+        GPUs (4 NVLink domains of 72)', '64 × ... (16 trays in each of 4 NVLink domains of
+        72)' (a trial read '72 × GB200-NVL72' as 72 racks; a later one read '7 NVLink
+        domains of 72 and 8 GPUs of one more' where 8 racks of 64 GPUs were costed)."""
         if self.scale_up_domain_gpus <= self.gpus_per_node:
             return f"{n_nodes} × {self.name}"
         gpus = n_nodes * self.gpus_per_node
-        whole, rest = divmod(gpus, self.scale_up_domain_gpus)
-        # a partial last domain is said so: 128 GPUs are one 72-GPU domain and 56 more (a
-        # trial read '2 NVLink domains of 72')
-        parts = []
-        if whole:
-            parts.append(f"{whole} NVLink domain{'s' if whole != 1 else ''} of "
-                         f"{self.scale_up_domain_gpus}")
-        if rest:
-            parts.append(f"{rest} GPUs of one more" if whole else
-                         f"part of one NVLink domain of {self.scale_up_domain_gpus}")
-        return (f"{n_nodes} × {self.name} trays of {self.gpus_per_node} GPUs "
-                f"({' and '.join(parts)})")
+        per_domain = job_domain_gpus(self.scale_up_domain_gpus, self.gpus_per_node, gpus)
+        domains = gpus // per_domain
+        if per_domain == self.scale_up_domain_gpus:
+            where = f"{domains} NVLink domain{'s' if domains != 1 else ''} of {per_domain}"
+        elif domains == 1:
+            where = f"part of one NVLink domain of {self.scale_up_domain_gpus}"
+        else:
+            where = (f"{per_domain // self.gpus_per_node} trays in each of {domains} NVLink "
+                     f"domains of {self.scale_up_domain_gpus}")
+        return f"{n_nodes} × {self.name} trays of {self.gpus_per_node} GPUs ({where})"
 
     @property
     def scale_up_bw_bytes_per_s(self) -> float:

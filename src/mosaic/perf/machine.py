@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, Device, shipped_catalog
+from mosaic.hardware.system import job_domain_gpus
 from mosaic.perf.attention_kernels import gpu_generation, sfu_exp_time_ratio
 from mosaic.perf.collectives import BusBandwidthTable, Interconnect, ll_max_bus_bw_bytes_per_s
 from mosaic.perf.fitted_constants import fitted
@@ -42,20 +43,6 @@ class MeasuredTables:
 
 # Generations the catalog accepts that no kernel table or stack recipe has entries for.
 GENERIC_DEFAULT_ARCHITECTURES = frozenset({"ada"})
-
-
-def job_domain_gpus(domain_gpus: int, gpus_per_node: int, n_devices: int) -> int:
-    """GPUs of the job that share one NVLink domain.
-
-    A job is assumed to fill every domain it uses equally with whole hosts: the largest
-    multiple of ``gpus_per_node`` that is at most the domain size and divides the job's
-    device count (e.g. 256 GPUs on GB200 NVL72 racks run as 4 racks x 64 GPUs).
-    """
-    best = min(gpus_per_node, n_devices)
-    for size in range(gpus_per_node, min(domain_gpus, n_devices) + 1, gpus_per_node):
-        if n_devices % size == 0:
-            best = size
-    return best
 
 
 @dataclass(frozen=True)

@@ -41,25 +41,31 @@ class RunCost:
 MAX_PLAUSIBLE_USD_PER_GPU_HOUR = 40.0
 
 
-def check_price(price_per_gpu_hour: float | None) -> float | None:
+def check_price(price_per_gpu_hour: float | None,
+                gpus_per_node: int | None = None) -> float | None:
     """A positive, finite price per GPU-hour; one above any GPU's list price is noted as a
-    likely per-node price (kept: a user may mean it)."""
+    likely per-node price (kept: a user may mean it), divided by ``gpus_per_node`` where the
+    node type is known, else by the 8 GPUs of an HGX host and the 4 of an NVL72 tray (a trial's
+    4-GPU GB300 tray was divided by 8)."""
     if price_per_gpu_hour is None:
         return None
     if not (math.isfinite(price_per_gpu_hour) and price_per_gpu_hour > 0):
         raise MosaicInputError(
             f"price per GPU-hour must be a positive number, got {price_per_gpu_hour!r}")
     if price_per_gpu_hour > MAX_PLAUSIBLE_USD_PER_GPU_HOUR:
+        per_gpu = (f"divided by its {gpus_per_node} GPUs it is "
+                   f"{price_per_gpu_hour / gpus_per_node:.4g}" if gpus_per_node else
+                   f"divided by the 8 GPUs of an HGX node it is {price_per_gpu_hour / 8:.4g}, "
+                   f"by the 4 of an NVL72 tray {price_per_gpu_hour / 4:.4g}")
         warnings.warn(
             f"a price of {price_per_gpu_hour:g} USD per GPU-hour is above any GPU's list "
-            f"price (under {MAX_PLAUSIBLE_USD_PER_GPU_HOUR:g}): a node's price? Divided by "
-            f"8 GPUs it is {price_per_gpu_hour / 8:.4g}",
+            f"price (under {MAX_PLAUSIBLE_USD_PER_GPU_HOUR:g}): a node's price? {per_gpu}",
             MosaicNote, stacklevel=2)
     return float(price_per_gpu_hour)
 
 
 def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None) -> RunCost:
-    price = check_price(price_per_gpu_hour)
+    price = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
     hours = envelope.gpu_hours
     return RunCost(hours, price, None if price is None else hours * price)
 

@@ -195,7 +195,8 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     for p in document["points"]:
         o = p["optimum"] or {}
         rows.append({axis: p[axis], "days": p.get("days"), "c_peak_flops": p["c_peak_flops"],
-                     "gpu_hours": p["gpu_hours"], **{k: o.get(k) for k in (
+                     "gpu_hours": p["gpu_hours"], "cost_usd": p.get("cost_usd"),
+                     **{k: o.get(k) for k in (
                          "q", "layers", "d_model", "experts", "top_k", "split_factor",
                          "sparsity", "n_active", "n_total", "tokens", "mfu", "step_time_s",
                          "loss")},
@@ -215,6 +216,9 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     budget = e.get("dollar_budget")
     if budget is not None:  # an equal-cost node sweep: each node count its own window
         columns.insert(1, Column("days", "days", fmt_float(2)))
+    if "price_usd_per_gpu_hour" in document:  # as the terminal table (a trial missed it)
+        at = [c.key for c in columns].index("gpu_hours") + 1
+        columns.insert(at, Column("cost_usd", "cost USD", fmt_float(0)))
     fixed = (f"{e['nodes']} × {e['system']}" if axis == "days"
              else f"{e['days']:g} days on {e['system']}" if budget is None
              else f"{budget['usd']:,.0f} USD at {budget['price_usd_per_gpu_hour']:g} USD per "
