@@ -5,17 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mosaic.report.comparison import (
-    NO_BREAKDOWNS,
-    compared_rows,
-    difference_rows,
-    footnotes,
-    has_breakdowns,
-    memory_rows,
-    side_by_side_rows,
-    side_notes,
-    step_rows,
-)
+from mosaic.report import comparison
 from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
 from mosaic.report.html.page import (
     Column,
@@ -48,8 +38,8 @@ def _side_name(document: dict[str, Any], side: str) -> str:
 
 def _breakdowns(document: dict[str, Any]) -> list[str]:
     """Both sides' step-time and memory bars, and the per-term tables with B - A."""
-    if not has_breakdowns(document):
-        return [note(NO_BREAKDOWNS)]
+    if not comparison.has_breakdowns(document):
+        return [note(comparison.NO_BREAKDOWNS)]
     names = [_side_name(document, side) for side in SIDES]
     a, b = document["a"], document["b"]
     # one capacity line where both sides have the same GPU memory (two GPU kinds: none),
@@ -72,17 +62,17 @@ def _breakdowns(document: dict[str, Any]) -> list[str]:
                 capacity * GIB if capacity else None, usable_fraction=usable),
                 "fig-compare-memory")),
         row_html(
-            _text_table(["term", "A (s)", "B (s)", "B - A (s)"], step_rows(document),
+            _text_table(["term", "A (s)", "B (s)", "B - A (s)"], comparison.step_rows(document),
                         "compare-steps"),
             _text_table(["memory component", "A (GiB)", "B (GiB)", "B - A (GiB)"],
-                        memory_rows(document), "compare-memory")),
+                        comparison.memory_rows(document), "compare-memory")),
     ]
 
 
 def compare_sections(document: dict[str, Any]) -> list[Section]:
     """The comparison page (`mosaic compare --json`)."""
     notes: list[str] = []
-    for part in side_notes(document):
+    for part in comparison.side_notes(document):
         if isinstance(part, str):
             notes.append(note(part))
         else:
@@ -90,15 +80,16 @@ def compare_sections(document: dict[str, Any]) -> list[Section]:
             notes += [note(heading), _text_table(["side", "note"], [list(r) for r in rows],
                                                  f"compare-notes-{len(notes)}", 2)]
     return [
-        Section("compared", "Compared", [key_value_html(compared_rows(document),
+        Section("compared", "Compared", [key_value_html(comparison.compared_rows(document),
                                                         table_id="compare-summary")]),
         Section("inputs", "Inputs that differ", [
-            _text_table(["field", "A", "B"], difference_rows(document), "compare-inputs", 3)
+            _text_table(["field", "A", "B"], comparison.difference_rows(document),
+                        "compare-inputs", 3)
             if document["input_differences"] else note("None: the two inputs agree.")]),
         Section("side-by-side", "Side by side", [
-            _text_table(["quantity", "A", "B", "B / A"], side_by_side_rows(document),
+            _text_table(["quantity", "A", "B", "B / A"], comparison.side_by_side_rows(document),
                         "compare-side-by-side"),
-            *(note(line) for line in footnotes(document))]),
+            *(note(line) for line in comparison.footnotes(document))]),
         Section("breakdowns", "Step time and memory", _breakdowns(document)),
         *([Section("notes", "What the predictions say of themselves", notes)]
           if notes else []),
