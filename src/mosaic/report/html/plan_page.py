@@ -125,8 +125,11 @@ def frontier_figure(document: dict[str, Any]) -> Any:
         marker={"symbol": "diamond", "size": 14, "color": "#E45756",
                 "line": {"color": "black", "width": 1}}, legendgroup="marks",
         legendgrouptitle_text=None if undeliverable else "marks",
-        name=f"model-FLOPs optimum (S = {geometry['sparsity']:.3f})",
-        hovertemplate="model-FLOPs optimum<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
+        # the grid geometry nearest the Eq. 16 optimum, as the terminal names it ("model-FLOPs
+        # pick on the grid"; a trial read this legend's S as the continuous S*)
+        name=f"model-FLOPs pick on the grid (S = {geometry['sparsity']:.3f})",
+        hovertemplate="model-FLOPs pick on the grid<br>S=%{x:.4f}<br>loss=%{y:.5f}"
+                      "<extra></extra>"))
     figure.add_trace(go.Scatter(
         x=[optimum["sparsity"]], y=[optimum["loss"]], mode="markers",
         marker={"symbol": "star", "size": 18, "color": "gold",
