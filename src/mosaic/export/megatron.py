@@ -365,7 +365,7 @@ def dualpipe_note(spec: ExportSpec, target: str) -> str:
     return ("DualPipe pipeline schedule (stack " + spec.stack + "; deepseek-ai/DualPipe, "
             f"bubble (pp/2-1) slots): {target} runs 1F1B (interleaved with vpp > 1), a larger "
             "bubble" + ("; the EP all-to-all overlap is written as batch-level EP overlap"
-                        if spec.ep_overlap else ""))
+                        if spec.megatron_ep_overlap else ""))
 
 
 def recompute_arguments(spec: ExportSpec, unsupported: list[str]
