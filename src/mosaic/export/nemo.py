@@ -129,7 +129,7 @@ def hybrid_fields(spec: ExportSpec, unsupported: list[str]) -> dict[str, Any]:
                    "mamba_state_dim": g.mamba.state_dim, "mamba_num_groups": g.mamba.groups}
     unsupported.append("a hybrid model needs Megatron-Bridge's MambaModelProvider (its "
                        "Nemotron-H / Nemotron 3 recipes), not the GPT provider; the FFN "
-                       f"activation (activation_func: squared_relu for Nemotron-H) is the "
+                       "activation (activation_func: squared_relu for Nemotron-H) is the "
                        f"recipe's ({ACTIVATION_BY_NAME})")
     return fields
 
