@@ -158,10 +158,6 @@ _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "mem
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
 
 
-# the plan search's reason for a geometry with no layout dividing the batch (plan.search)
-NO_DIVIDING_LAYOUT = "no layout satisfies the divisibility rules"
-
-
 def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str]:
     """What the plan said of its optimum's prediction: each dimension outside the calibrated
     envelope and each part of its coverage note (a trial compared two plans and saw neither
@@ -177,12 +173,12 @@ def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str
         caveats.append("calibration coverage not assessed: a plan assesses its optimum only "
                        "(`mosaic export PLAN.json#N --to yaml` and `mosaic perf` assess a "
                        "candidate)")
+    from mosaic.plan.search import NO_DIVIDING_LAYOUT, model_parallel_factor_note
+
     lost = (document.get("infeasible_summary") or {}).get(NO_DIVIDING_LAYOUT)
     envelope = document.get("envelope") or {}
     devices, batch = envelope.get("n_devices"), envelope.get("global_batch")
     if lost and isinstance(devices, int) and isinstance(batch, int) and devices and batch:
-        from mosaic.plan.search import model_parallel_factor_note
-
         total = (document.get("counts") or {}).get("geometries")
         caveats.append(f"{lost}{f' of {total}' if total else ''} geometries had no layout: "
                        f"{NO_DIVIDING_LAYOUT}" + model_parallel_factor_note(devices, batch))

@@ -230,6 +230,11 @@ def _shared_plans(workload: Workload, machine: Machine, limits: LayoutLimits,
     return enumerations[key]
 
 
+# the reason a geometry gets when no layout of the cluster passes the divisibility rules
+# (read back by the plan report's categories and by `compare`)
+NO_DIVIDING_LAYOUT = "no layout satisfies the divisibility rules"
+
+
 def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> str:
     """The divisibility rule most candidates break, with an example."""
     candidates = candidate_plans(workload, machine.n_devices,
@@ -240,7 +245,7 @@ def _broken_rule(workload: Workload, machine: Machine, limits: LayoutLimits) -> 
     example = candidates.row(int(np.flatnonzero(check.first_broken == rule)[0]))
     message = check.rules[rule].format(**example)
     note = model_parallel_factor_note(machine.n_devices, workload.global_batch)
-    return f"no layout satisfies the divisibility rules (e.g. {message}{note})"
+    return f"{NO_DIVIDING_LAYOUT} (e.g. {message}{note})"
 
 
 def model_parallel_factor_note(n_devices: int, global_batch: int) -> str:

@@ -82,7 +82,7 @@ def compare_document(a: dict[str, Any], b: dict[str, Any], currency: str,
     summary = [{"quantity": key, "a": a.get(key), "b": b.get(key),
                 "ratio_b_over_a": _ratio(a.get(key), b.get(key))}
                for key, _, _ in summary_rows(a, b)]
-    if not (a["breakdown_s"] and b["breakdown_s"]):
+    if not sides_have_breakdowns(a, b):
         return _compared(a, b, currency, assumed, summary, [], [])
     terms = list(dict.fromkeys([*a["breakdown_s"], *b["breakdown_s"]]))
     parts = list(dict.fromkeys([*a["memory_breakdown_bytes"], *b["memory_breakdown_bytes"]]))
@@ -224,10 +224,15 @@ def footnotes(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def has_breakdowns(document: dict[str, Any]) -> bool:
+def sides_have_breakdowns(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether both sides carry their step-time breakdown (a plan's ranked candidate has
     none: null, or an empty mapping in documents written before December 2026)."""
-    return bool(document["a"]["breakdown_s"]) and bool(document["b"]["breakdown_s"])
+    return bool(a["breakdown_s"]) and bool(b["breakdown_s"])
+
+
+def has_breakdowns(document: dict[str, Any]) -> bool:
+    """:func:`sides_have_breakdowns` of a comparison document's two sides."""
+    return sides_have_breakdowns(document["a"], document["b"])
 
 
 # why a side has no breakdowns, and how to get them

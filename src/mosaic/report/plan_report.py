@@ -12,11 +12,11 @@ from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_V
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
-from mosaic.plan.search import FLOPS_PER_PARAM_TOKEN, PlanResult
+from mosaic.plan.search import FLOPS_PER_PARAM_TOKEN, NO_DIVIDING_LAYOUT, PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 
-DIVISIBILITY_CATEGORY = "no layout satisfies the divisibility rules"
+DIVISIBILITY_CATEGORY = NO_DIVIDING_LAYOUT
 WINDOW_CATEGORY = "window too short for tpp_min·N_act tokens"
 
 
