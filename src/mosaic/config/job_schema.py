@@ -887,10 +887,10 @@ def _rederived_dp(recorded: dict[str, Any], changed: dict[str, Any]) -> str | No
     if gpus % model_parallel:
         return None
     after["dp"] = gpus // model_parallel
-    recorded = before.get("dp")
+    recorded_dp = before.get("dp")
     return (f"--set changed tp·pp·cp to {model_parallel}: dp re-derived as "
             f"num_gpus/(tp·pp·cp) = {gpus}/{model_parallel} = {after['dp']} "
-            f"({'unstated' if recorded is None else f'recorded {recorded}'})")
+            f"({'unstated' if recorded_dp is None else f'recorded {recorded_dp}'})")
 
 
 def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | None,
