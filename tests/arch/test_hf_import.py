@@ -16,7 +16,9 @@ import pytest
 from mosaic.arch import count_parameters
 from mosaic.arch.geometry import AttentionKind
 from mosaic.arch.hf_import import (
+    ModelTypeReadAsWarning,
     SlidingWindowIgnoredWarning,
+    UnmodelledFieldWarning,
     geometry_from_hf_config,
     load_hf_config,
 )
@@ -155,7 +157,8 @@ def test_qwen3_moe_has_no_shared_expert_and_qwen2_moe_reads_qkv_bias():
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"model_type": "bert"}, "model_type 'bert' is not supported"),
+    ({"model_type": "bert", "architectures": ["BertForMaskedLM"]},
+     "model_type 'bert' is not supported"),
     ({"hidden_size": -1}, "hidden_size must be a positive integer, got -1"),
     ({"hidden_size": None}, "missing required field 'hidden_size'"),
     ({"hidden_act": "relu"}, "hidden_act 'relu' is not supported"),
@@ -436,3 +439,125 @@ def test_deepseeks_stated_scoring_func_is_read():
         "softmax"
     with pytest.raises(MosaicInputError, match="scoring_func 'relu' is not supported"):
         geometry_from_hf_config(config | {"scoring_func": "relu"}, "v3.json")
+
+
+# --- families added from a trial on recent MoE configs -------------------------------------
+# GLM-4.5-Air's shape: the Glm4MoeConfig defaults (transformers models/glm4_moe, the
+# "GLM-4-100B-A10B" size) with GLM-4.5-Air's stated fields (46 blocks, 1 dense, 128 experts
+# of 1408, 1 shared, top-8, q/k/v biases, one MTP layer; Z.ai model card: 106 B total, 12 B
+# active).
+GLM_45_AIR = {
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+    "hidden_size": 4096, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+    "num_hidden_layers": 46, "first_k_dense_replace": 1, "num_attention_heads": 96,
+    "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 128,
+    "n_shared_experts": 1, "num_experts_per_tok": 8, "vocab_size": 151552,
+    "attention_bias": True, "use_qk_norm": False, "partial_rotary_factor": 0.5,
+    "num_nextn_predict_layers": 1, "routed_scaling_factor": 1.0, "norm_topk_prob": True,
+    "n_group": 1, "topk_group": 1, "tie_word_embeddings": False, "rms_norm_eps": 1e-5,
+    "rope_theta": 1000000, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+}
+
+
+def test_glm45_air_by_hand():
+    """Glm4MoeAttention: q, k, v with biases, o_proj without; the first block dense, the
+    others 128 routed + 1 shared expert and a sigmoid router (weight only; the correction
+    bias is a buffer); two RMSNorms a block and a final one."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every field is read or has no shape
+        geometry = geometry_from_hf_config(GLM_45_AIR)
+    c = count_parameters(geometry)
+    d, heads, kv, hd = 4096, 96, 8, 128
+    attention = d * heads * hd + 2 * d * kv * hd + (heads + 2 * kv) * hd + heads * hd * d
+    dense = attention + 3 * d * 10944 + 2 * d
+    moe = attention + 129 * 3 * d * 1408 + 128 * d + 2 * d
+    assert int(c.n_total) == dense + 45 * moe + d
+    assert int(c.n_total_with_embedding) == int(c.n_total) + 2 * 151552 * d
+    assert int(c.n_total_with_embedding / 1e9) == 106  # card: "106B" (106.85 B)
+    active = dense + 45 * (attention + 9 * 3 * d * 1408 + 128 * d + 2 * d) + d
+    assert int(c.n_active) == active
+    assert round(active / 1e9) == 12  # card: "12B active" (non-embedding)
+    assert geometry.mtp_layers == 1 and geometry.rope_fraction == 0.5
+    router = geometry.moe.router
+    assert (router.score, router.balancing, router.top_k_scaling) == ("sigmoid", "loss_free", 1)
+
+
+def test_glm45_qk_norm_adds_two_head_norms_per_block():
+    base = count_parameters(geometry_from_hf_config(GLM_45_AIR)).n_total
+    normed = count_parameters(geometry_from_hf_config(GLM_45_AIR | {"use_qk_norm": True}))
+    assert normed.n_total - base == 46 * 2 * 128
+
+
+# Llama 4 Maverick's text model (meta-llama/Llama-4-Maverick-17B-128E-Instruct config.json
+# text_config; Meta: 17 B active, 400 B total).
+MAVERICK_TEXT = {
+    "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
+    "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 128,
+    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 202048,
+    "attention_bias": False, "use_qk_norm": False, "no_rope_layers": [],
+    "tie_word_embeddings": False, "rope_theta": 500000.0, "router_aux_loss_coef": 0.001,
+}
+
+
+def test_llama4_maverick_by_hand():
+    """Llama4TextMoe on odd blocks (interleave step 2): 128 routed experts and one shared
+    expert of intermediate_size, a bias-free router; dense blocks of intermediate_size_mlp;
+    the L2 q/k norm has no weights."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        geometry = geometry_from_hf_config(MAVERICK_TEXT)
+    c = count_parameters(geometry)
+    d = 5120
+    attention = 2 * d * 40 * 128 + 2 * d * 8 * 128
+    expert = 3 * d * 8192
+    dense = attention + 3 * d * 16384 + 2 * d
+    moe = attention + 129 * expert + 128 * d + 2 * d
+    assert int(c.n_total) == 24 * dense + 24 * moe + d
+    assert round(c.n_total_with_embedding / 1e9) == 401  # Meta: "400B total"
+    assert round(c.n_active_with_embedding / 1e9) == 17  # Meta: "17B active"
+    assert (geometry.moe.dense_layers, geometry.moe.moe_every) == (1, 2)
+
+
+def test_llama4_multimodal_config_reads_its_text_model():
+    config = {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"],
+              "text_config": MAVERICK_TEXT | {"attention_chunk_size": 8192},
+              "vision_config": {"hidden_size": 1408}}
+    with pytest.warns(UnmodelledFieldWarning) as caught:
+        geometry = geometry_from_hf_config(config, "cfg.json")
+    said = " ".join(str(w.message) for w in caught)
+    assert "vision_config is left out" in said and "attention_chunk_size 8192" in said
+    assert geometry == geometry_from_hf_config(MAVERICK_TEXT)
+
+
+def test_unknown_model_type_is_read_as_its_architecture_class():
+    """Kimi K2's config says model_type kimi_k2 and names DeepseekV3ForCausalLM."""
+    config = json.loads((HF / "deepseek-v3.json").read_text()) | {
+        "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}
+    with pytest.warns(ModelTypeReadAsWarning, match="'kimi_k2' is read as deepseek_v3"):
+        geometry = geometry_from_hf_config(config, "cfg.json")
+    assert geometry == load_hf_config(HF / "deepseek-v3.json")
+
+
+def test_fields_never_read_are_named():
+    config = json.loads((HF / "qwen3-30b-a3b.json").read_text()) | {
+        "num_mtp_modules": 3, "index_topk": 2048, "initializer_range": 0.02}
+    with pytest.warns(UnmodelledFieldWarning,
+                      match="fields mosaic does not read: num_mtp_modules, index_topk;"):
+        geometry_from_hf_config(config, "cfg.json")
+
+
+def test_deepseek_v32_indexer_is_said_left_out():
+    config = json.loads((HF / "deepseek-v3.json").read_text()) | {
+        "model_type": "deepseek_v32", "index_n_heads": 64, "index_head_dim": 128,
+        "index_topk": 2048}
+    with pytest.warns(UnmodelledFieldWarning, match="lightning indexer .*index_topk 2048"):
+        geometry = geometry_from_hf_config(config, "cfg.json")
+    assert geometry == load_hf_config(HF / "deepseek-v3.json")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in HF.glob("*.json")))
+def test_shipped_configs_leave_no_field_unread(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_hf_config(HF / name)

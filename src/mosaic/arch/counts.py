@@ -246,6 +246,15 @@ class ParameterCounts:
         return self.n_active + self.n_embedding
 
     @property
+    def n_active_with_head(self) -> ArrayLike:
+        """Active parameters with the LM head's matrix but not the input lookup (which
+        does no multiply): the convention of model cards such as gpt-oss's (OpenAI, August
+        2025: 3.6 B active of 20.9 B for gpt-oss-20b, 5.1 B of 116.8 B for gpt-oss-120b,
+        which these counts meet with the unembedding and without the embedding). The head
+        reuses the embedding matrix when tied, so it is the embedding's size."""
+        return self.n_active + self.embedding
+
+    @property
     def sparsity(self) -> ArrayLike:
         """S = 1 − N_act / N_tot (paper Table 1, Sec. 3.4)."""
         return 1.0 - np.asarray(self.n_active, dtype=float) / np.asarray(self.n_total, dtype=float)

@@ -54,110 +54,32 @@ from mosaic.arch.geometry import (
     NormKind,
     RouterConfig,
 )
+from mosaic.arch.hf_fields import ConfigFields, ReadTracker, unread_fields
 from mosaic.errors import MosaicInputError
-from mosaic.limits import LIMITS
-
-# Config fields that count layers (checked against LIMITS["layers"]; other counts and widths
-# against LIMITS["vocab"], the widest range of any field).
-LAYER_COUNT_FIELDS = {name: "layers" for name in (
-    "num_hidden_layers", "num_nextn_predict_layers", "first_k_dense_replace",
-    "decoder_sparse_step", "full_attention_interval")}
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
+             "gpt_oss", "glm4_moe", "llama4", "llama4_text")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
+# The transformers model class each supported family's config names in ``architectures``:
+# a config whose model_type is none of ours but whose class is (Kimi K2's ``kimi_k2`` names
+# DeepseekV3ForCausalLM, moonshotai/Kimi-K2-Instruct config.json) is read as that family.
+ARCHITECTURE_TYPES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+    "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
+    "Glm4MoeForCausalLM": "glm4_moe", "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4_text", "NemotronHForCausalLM": "nemotron_h",
+    "Qwen3NextForCausalLM": "qwen3_next",
+}
 
-def _field_kind(name: str) -> str:
-    """The physical range (mosaic.limits) a config count belongs to: layers, the
-    vocabulary, expert counts, else a width (d_model, FFN, heads, head and latent dims)."""
-    if name in LAYER_COUNT_FIELDS:
-        return LAYER_COUNT_FIELDS[name]
-    if "vocab" in name:
-        return "vocab"
-    if "expert" in name and not name.endswith("_size"):
-        return "experts"
-    return "width"
-
-
-class _Fields:
-    """Typed access to a config mapping with one-line errors naming the field."""
-
-    def __init__(self, config: Mapping[str, Any], where: str) -> None:
-        self.config = config
-        self.where = where
-
-    def int(self, name: str, default: int | None = None) -> int:
-        value = self.config.get(name, default)
-        if value is None:
-            raise MosaicInputError(f"{self.where}: missing required field {name!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise MosaicInputError(
-                f"{self.where}: {name} must be a positive integer, got {value!r}")
-        return self._bounded(name, value)
-
-    def _bounded(self, name: str, value: int) -> int:
-        """``value`` within the physical range of its field, checked before any per-layer
-        list is built from it (a config with 1e30 layers never returned; a trial)."""
-        limit = LIMITS[_field_kind(name)]
-        if value > limit.high:
-            shown = value if value < 10**30 else "a huge integer"
-            raise MosaicInputError(f"{self.where}: {name} is {shown}; allowed at most "
-                                   f"{limit.high:g} ({limit.why})")
-        return value
-
-    def optional_int(self, name: str) -> int | None:
-        return None if self.config.get(name) is None else self.int(name)
-
-    def count(self, name: str, default: int = 0) -> int:
-        """A non-negative integer (0 allowed)."""
-        value = self.config.get(name, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise MosaicInputError(
-                f"{self.where}: {name} must be a non-negative integer, got {value!r}")
-        return self._bounded(name, value)
-
-    def index_list(self, name: str) -> list[int]:
-        """A list of non-negative integers (layer indices); absent or null = empty."""
-        value = self.config.get(name)
-        value = [] if value is None else value  # (0 or "" is not a list: refused below)
-        if not isinstance(value, list) or any(
-                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value):
-            raise MosaicInputError(
-                f"{self.where}: {name} must be a list of layer indices, got {value!r}")
-        return value
-
-    def positive_float(self, name: str, default: float | None = None) -> float | None:
-        """A positive number (int or float); absent or null = ``default``."""
-        value = self.config.get(name)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise MosaicInputError(f"{self.where}: {name} must be a positive number, "
-                                   f"got {value!r}")
-        return float(value)
-
-    def rope(self, fraction_default: float = 1.0) -> dict[str, Any]:
-        """The rotary embedding's base (``rope_theta``) and rotating share
-        (``partial_rotary_factor``) where the config states them."""
-        nested = self.config.get("rope_parameters")  # transformers >= 5 nests them here
-        fields = (_Fields({**nested, **{k: v for k, v in self.config.items()
-                                        if k in ("rope_theta", "partial_rotary_factor")}},
-                          self.where) if isinstance(nested, Mapping) else self)
-        fraction = fields.positive_float("partial_rotary_factor", fraction_default)
-        return {"rope_base": fields.positive_float("rope_theta"),
-                "rope_fraction": 1.0 if fraction is None else fraction}
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self.config.get(name, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise MosaicInputError(f"{self.where}: {name} must be true or false, got {value!r}")
-        return value
+# DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp config.json: index_n_heads,
+# index_head_dim, index_topk): mosaic has no geometry for it
+DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 
 
 # Each family's router as its transformers modeling code runs it (transformers 5.x
@@ -171,9 +93,12 @@ class _Fields:
 #   False, True), auxiliary loss.
 # - DeepSeek-V2: softmax, never renormalised (DeepseekV2Moe ignores norm_topk_prob), scaled by
 #   routed_scaling_factor (default 1.0), auxiliary balance losses (arXiv:2405.04434 Sec. 3.3).
-# - DeepSeek-V3, Nemotron-H: sigmoid scores with the e_score_correction_bias of loss-free
-#   balancing, renormalised when norm_topk_prob (default True), scaled by
-#   routed_scaling_factor (DeepseekV3Config 2.5, NemotronHConfig 1.0).
+# - DeepSeek-V3, Nemotron-H, GLM-4.5: sigmoid scores with the e_score_correction_bias of
+#   loss-free balancing, renormalised when norm_topk_prob (default True), scaled by
+#   routed_scaling_factor (DeepseekV3Config 2.5, NemotronHConfig and Glm4MoeConfig 1.0;
+#   Glm4MoeTopkRouter is DeepseekV3TopkRouter).
+# - Llama 4: the sigmoid of each chosen expert's logit, not renormalised (Llama4TextMoe's
+#   router scatters the top-k logits and takes their sigmoid), auxiliary loss.
 _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, float]]] = {
     "mixtral": ("softmax", "aux_loss", True, 1.0),
     "gpt_oss": ("softmax", "aux_loss", True, 1.0),
@@ -185,18 +110,22 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
                     ("routed_scaling_factor", 2.5)),
     "nemotron_h": ("sigmoid", "loss_free", ("norm_topk_prob", True),
                    ("routed_scaling_factor", 1.0)),
+    "glm4_moe": ("sigmoid", "loss_free", ("norm_topk_prob", True),
+                 ("routed_scaling_factor", 1.0)),
+    "llama4_text": ("sigmoid", "aux_loss", False, 1.0),
 }
 
 
 # Group-limited routing (n_group groups of consecutive experts, a token's experts inside its
 # topk_group best groups), read with each class's defaults: DeepseekV3Config 8 and 4 (its
-# router always limits groups), NemotronHConfig 1 and 1 (no limit), DeepSeek-V2 only under
-# topk_method 'group_limited_greedy' (DeepseekV2Config: 'greedy', n_group None).
+# router always limits groups), NemotronHConfig and Glm4MoeConfig 1 and 1 (no limit),
+# DeepSeek-V2 only under topk_method 'group_limited_greedy' (DeepseekV2Config: 'greedy',
+# n_group None).
 _GROUP_DEFAULTS: dict[str, tuple[int, int] | None] = {
-    "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "deepseek_v2": None}
+    "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "glm4_moe": (1, 1), "deepseek_v2": None}
 
 
-def _router_groups(fields: _Fields, model_type: str) -> tuple[int | None, int | None]:
+def _router_groups(fields: ConfigFields, model_type: str) -> tuple[int | None, int | None]:
     """(groups, top_groups) of a group-limited router; (None, None) where every group is in
     reach (:data:`_GROUP_DEFAULTS`)."""
     if model_type not in _GROUP_DEFAULTS:
@@ -204,6 +133,7 @@ def _router_groups(fields: _Fields, model_type: str) -> tuple[int | None, int | 
     defaults = _GROUP_DEFAULTS[model_type]
     if defaults is None:
         if fields.config.get("topk_method", "greedy") != "group_limited_greedy":
+            fields.config.get("n_group"), fields.config.get("topk_group")  # read: unused
             return None, None
         groups, top_groups = fields.int("n_group"), fields.int("topk_group")
     else:  # a null field takes the class default as an absent one does
@@ -214,7 +144,7 @@ def _router_groups(fields: _Fields, model_type: str) -> tuple[int | None, int | 
     return (None, None) if top_groups == groups else (groups, top_groups)
 
 
-def _router(fields: _Fields, model_type: str) -> RouterConfig:
+def _router(fields: ConfigFields, model_type: str) -> RouterConfig:
     """The router of ``model_type`` (:data:`_ROUTERS`), its config's fields read."""
     score, balancing, normalize, scaling = _ROUTERS[model_type]
     # DeepSeek's original configs state it, and Megatron-Bridge maps it to the score function
@@ -227,6 +157,8 @@ def _router(fields: _Fields, model_type: str) -> RouterConfig:
         score = stated
     if isinstance(normalize, tuple):
         normalize = fields.bool(*normalize)
+    else:  # read: the family's router ignores it (DeepseekV2Moe never renormalises)
+        fields.config.get("norm_topk_prob")
     if isinstance(scaling, tuple):
         scaling = fields.positive_float(*scaling)
     groups, top_groups = _router_groups(fields, model_type)
@@ -238,7 +170,7 @@ def _router(fields: _Fields, model_type: str) -> RouterConfig:
                                "topk_group)") from None
 
 
-def _gated_activation(fields: _Fields) -> str:
+def _gated_activation(fields: ConfigFields) -> str:
     """Every supported transformer family uses a gated MLP: SwiGLU for hidden_act silu or
     swish, GeGLU for gelu; refuse an unexpected one."""
     act = fields.config.get("hidden_act", "silu")
@@ -250,7 +182,7 @@ def _gated_activation(fields: _Fields) -> str:
     return "swiglu" if act in ("silu", "swish") else "geglu"
 
 
-def _qwen_sparse_layers(fields: _Fields, layers: int) -> list[int]:
+def _qwen_sparse_layers(fields: ConfigFields, layers: int) -> list[int]:
     """The blocks HF Qwen2/3-MoE and Qwen3-Next make sparse: block i when i is not in
     ``mlp_only_layers`` and (i + 1) % decoder_sparse_step == 0."""
     step = fields.int("decoder_sparse_step", 1)
@@ -258,7 +190,7 @@ def _qwen_sparse_layers(fields: _Fields, layers: int) -> list[int]:
     return [i for i in range(layers) if i not in dense_list and (i + 1) % step == 0]
 
 
-def _moe_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
+def _moe_prefix(fields: ConfigFields, layers: int) -> tuple[int, int]:
     """(dense prefix, moe_every) from Qwen-MoE ``mlp_only_layers``/``decoder_sparse_step``
     (:func:`_qwen_sparse_layers`)."""
     return _prefix_and_every(_qwen_sparse_layers(fields, layers), layers, fields.where)
@@ -281,7 +213,7 @@ def _prefix_and_every(sparse: list[int], layers: int, where: str) -> tuple[int, 
     return prefix, every
 
 
-def _deepseek_prefix(fields: _Fields, layers: int) -> tuple[int, int]:
+def _deepseek_prefix(fields: ConfigFields, layers: int) -> tuple[int, int]:
     """DeepSeek-V2/V3 block i is MoE when i >= first_k_dense_replace and i % freq == 0."""
     first = fields.count("first_k_dense_replace", 0)
     freq = fields.int("moe_layer_freq", 1)
@@ -312,7 +244,17 @@ class IgnoredFieldWarning(UserWarning):
     """A config field the transformers model class itself ignores, ignored here too."""
 
 
-def _window(fields: _Fields, model_type: str, layers: int) -> dict[str, Any]:
+class UnmodelledFieldWarning(UserWarning):
+    """A config field or part of the model that mosaic's geometry leaves out (fields never
+    read, a vision tower, a sparse-attention indexer, chunked attention)."""
+
+
+class ModelTypeReadAsWarning(UserWarning):
+    """A config whose model_type is not a supported family, read as the family its
+    ``architectures`` class belongs to."""
+
+
+def _window(fields: ConfigFields, model_type: str, layers: int) -> dict[str, Any]:
     """The config's sliding window as geometry fields (``sliding_window``,
     ``full_attention_every``), from ``sliding_window`` and the layers' kinds: ``layer_types``
     where given, else as transformers derives them (GptOssConfig: every other layer from the
@@ -354,7 +296,7 @@ def _window(fields: _Fields, model_type: str, layers: int) -> dict[str, Any]:
     return {}
 
 
-def _require_class_constant_fields(fields: _Fields, model_type: str) -> None:
+def _require_class_constant_fields(fields: ConfigFields, model_type: str) -> None:
     """Refuse a config that leaves out a field its transformers class sets to a constant."""
     missing = [name for name in CLASS_CONSTANT_ATTENTION_FIELDS.get(model_type, ())
                if fields.config.get(name) is None]
@@ -365,14 +307,17 @@ def _require_class_constant_fields(fields: _Fields, model_type: str) -> None:
             "the other fields; state it (the model card's config.json has it)")
 
 
-def _attention(fields: _Fields, d_model: int) -> dict[str, Any]:
+def _attention(fields: ConfigFields, d_model: int, head_dim_default: int | None = None
+               ) -> dict[str, Any]:
+    """Heads, KV heads and head width; an absent head_dim is ``head_dim_default`` where the
+    config class has a constant of its own, else hidden_size / heads."""
     heads = fields.int("num_attention_heads")
     kv_heads = fields.int("num_key_value_heads", heads)
-    if fields.config.get("head_dim") is None and d_model % heads:
+    if head_dim_default is None and fields.config.get("head_dim") is None and d_model % heads:
         raise MosaicInputError(
             f"{fields.where}: num_attention_heads ({heads}) must divide hidden_size "
             f"({d_model}) when head_dim is not given")
-    head_dim = fields.int("head_dim", d_model // heads)
+    head_dim = fields.int("head_dim", head_dim_default or d_model // heads)
     return {
         "heads": heads,
         "kv_heads": kv_heads,
@@ -381,8 +326,9 @@ def _attention(fields: _Fields, d_model: int) -> dict[str, Any]:
     }
 
 
-def _mla(fields: _Fields) -> dict[str, Any]:
+def _mla(fields: ConfigFields) -> dict[str, Any]:
     heads = fields.int("num_attention_heads")
+    fields.config.get("num_key_value_heads")  # read: MLA has as many key heads as queries
     mla = MLAConfig(
         kv_lora_rank=fields.int("kv_lora_rank"),
         qk_nope_head_dim=fields.int("qk_nope_head_dim"),
@@ -395,28 +341,74 @@ def _mla(fields: _Fields) -> dict[str, Any]:
 
 
 def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json") -> Geometry:
-    """Build the geometry of a HuggingFace model config (see the module docstring)."""
+    """Build the geometry of a HuggingFace model config (see the module docstring).
+
+    Warns (:class:`UnmodelledFieldWarning`) of every field it never read that may change
+    the model's shape, and of the parts of a model it leaves out."""
     if not isinstance(config, Mapping):
         raise MosaicInputError(f"{where}: expected a JSON object")
-    model_type = config.get("model_type")
-    if model_type is None:
-        raise MosaicInputError(f"{where}: no model_type field; a HuggingFace config.json names "
-                               f"its architecture there, one of {', '.join(SUPPORTED_TYPES)}")
-    if model_type not in SUPPORTED_TYPES:
-        raise MosaicInputError(
-            f"{where}: model_type {model_type!r} is not supported; allowed: "
-            f"{', '.join(SUPPORTED_TYPES)}")
+    model_type = _supported_type(config, where)
+    if model_type == "llama4":  # the text model of the multimodal config
+        config, where, model_type = _llama4_text_config(config, where), f"{where}: text_config", \
+            "llama4_text"
+    tracker = ReadTracker(config)
+    tracker.read.add("model_type")
     try:
-        return _geometry_of_type(_Fields(config, where), model_type)
+        geometry = _geometry_of_type(ConfigFields(tracker, where), model_type)
     except MosaicInputError as error:  # the geometry's own rules: name the file
         text = str(error)
         if text.startswith(f"{where}:"):
             raise
         raise MosaicInputError(f"{where}: {text} (in mosaic's field names)"
                                ) from None
+    unread = unread_fields(tracker)
+    if unread:
+        warnings.warn(f"{where}: fields mosaic does not read: {', '.join(unread)}; if one "
+                      "changes the model's shape or work (extra projections, an MTP module, a "
+                      "sparse or chunked attention), the counts and costs leave it out",
+                      UnmodelledFieldWarning, stacklevel=2)
+    return geometry
 
 
-def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
+def _supported_type(config: Mapping[str, Any], where: str) -> str:
+    """The config's model_type, or the supported family its ``architectures`` class names
+    (:data:`ARCHITECTURE_TYPES`, warned of); a clear error otherwise."""
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise MosaicInputError(f"{where}: no model_type field; a HuggingFace config.json names "
+                               f"its architecture there, one of {', '.join(SUPPORTED_TYPES)}")
+    if model_type in SUPPORTED_TYPES:
+        return model_type
+    classes = config.get("architectures")
+    named = [ARCHITECTURE_TYPES[c] for c in classes if isinstance(c, str)
+             and c in ARCHITECTURE_TYPES] if isinstance(classes, list) else []
+    if named:
+        warnings.warn(f"{where}: model_type {model_type!r} is read as {named[0]} (its "
+                      f"architectures field names {classes[0] if len(classes) == 1 else classes}"
+                      f"); a field it leaves out takes {named[0]}'s default",
+                      ModelTypeReadAsWarning, stacklevel=3)
+        return named[0]
+    raise MosaicInputError(
+        f"{where}: model_type {model_type!r} is not supported; allowed: "
+        f"{', '.join(SUPPORTED_TYPES)} (or a config whose architectures field names one of "
+        "their transformers classes)")
+
+
+def _llama4_text_config(config: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """The ``text_config`` of a Llama 4 (Llama4ForConditionalGeneration) config; its vision
+    encoder and projector are left out, with a warning."""
+    text = config.get("text_config")
+    if not isinstance(text, Mapping):
+        raise MosaicInputError(f"{where}: a llama4 config holds its language model in "
+                               "text_config (a JSON object), which is missing")
+    if config.get("vision_config") is not None:
+        warnings.warn(f"{where}: vision_config is left out: mosaic counts and costs the text "
+                      "model (text_config), not the vision encoder and its projector",
+                      UnmodelledFieldWarning, stacklevel=3)
+    return text
+
+
+def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
     """The geometry of a supported ``model_type`` from its fields."""
     config, where = fields.config, fields.where
     if model_type == "nemotron_h":
@@ -438,7 +430,8 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
         # HF PretrainedConfig defaults tie_word_embeddings to True, but every family here
         # overrides the default to False (LlamaConfig, MixtralConfig, Qwen*Config, ...).
         "tied_embeddings": fields.bool("tie_word_embeddings", False),
-        **fields.rope(),
+        # Glm4MoeConfig rotates half of each head by default
+        **fields.rope(fraction_default=0.5 if model_type == "glm4_moe" else 1.0),
     }
     attention_bias = fields.bool("attention_bias", False)
 
@@ -491,13 +484,21 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
             output_bias=attention_bias and not qwen2, qk_norm=not qwen2,
         )
 
-    if model_type in ("deepseek_v2", "deepseek_v3"):
+    if model_type in ("deepseek_v2", "deepseek_v3", "deepseek_v32"):
+        if model_type == "deepseek_v32":
+            _warn_dsa_indexer(fields)
+            model_type = "deepseek_v3"
         dense_layers, every = _deepseek_prefix(fields, layers)
+        width = fields.int("moe_intermediate_size")
+        shared = fields.count("n_shared_experts", 0)
         moe = MoEConfig(
             experts=fields.int("n_routed_experts"),
             top_k=fields.int("num_experts_per_tok"),
-            expert_ffn=fields.int("moe_intermediate_size"),
-            shared_experts=fields.count("n_shared_experts", 0),
+            expert_ffn=width,
+            # each shared expert is as wide as a routed one (HF DeepseekV3MoE: one MLP of
+            # moe_intermediate_size * n_shared_experts), stated so exports need not assume it
+            shared_experts=shared,
+            shared_expert_ffn=width if shared else None,
             dense_layers=dense_layers,
             moe_every=every,
             router=_router(fields, model_type),
@@ -506,6 +507,11 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
             raise MosaicInputError(f"{where}: attention_bias=true is not supported with MLA")
         return Geometry(**common, **_mla(fields), ffn=fields.int("intermediate_size"),
                         moe=moe, mtp_layers=fields.count("num_nextn_predict_layers", 0))
+
+    if model_type == "glm4_moe":
+        return _glm4_moe(fields, common, attention_bias)
+    if model_type == "llama4_text":
+        return _llama4_text(fields, common, attention_bias)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -522,7 +528,84 @@ def _geometry_of_type(fields: _Fields, model_type: str) -> Geometry:
                     qkv_bias=attention_bias, output_bias=attention_bias, attention_sinks=True)
 
 
-def _nemotron_h(fields: _Fields) -> Geometry:
+def _warn_dsa_indexer(fields: ConfigFields) -> None:
+    """DeepSeek-V3.2 is DeepSeek-V3 with a lightning indexer that picks ``index_topk`` keys
+    per query (DeepSeek Sparse Attention, DeepSeek-V3.2-Exp); mosaic has no geometry for it,
+    so say what its counts and costs leave out."""
+    stated = {name: fields.config.get(name) for name in DSA_INDEXER_FIELDS}
+    warnings.warn(
+        f"{fields.where}: DeepSeek-V3.2's lightning indexer ("
+        + ", ".join(f"{name} {value}" for name, value in stated.items() if value is not None)
+        + ") is left out: its weights are not counted and attention is costed as dense "
+        "causal attention over every key, more than the sparse attention does on sequences "
+        "longer than index_topk", UnmodelledFieldWarning, stacklevel=4)
+
+
+def _glm4_moe(fields: ConfigFields, common: dict[str, Any], attention_bias: bool) -> Geometry:
+    """HF ``Glm4MoeConfig`` (GLM-4.5, 4.6, 4.5-Air; transformers models/glm4_moe): GQA
+    attention whose q, k and v carry biases when ``attention_bias`` (o_proj never does),
+    per-head q/k RMSNorm when ``use_qk_norm``, the first ``first_k_dense_replace`` blocks
+    dense (class default 1) and the rest DeepSeek-V3-style MoE blocks: routed experts of
+    ``moe_intermediate_size``, ``n_shared_experts`` shared ones (one MLP of n times that
+    width), the sigmoid router with its correction bias. ``num_nextn_predict_layers`` MTP
+    layers are counted as DeepSeek-V3's are (transformers leaves them out of its model)."""
+    layers = common["layers"]
+    dense_layers = fields.count("first_k_dense_replace", 1)
+    if dense_layers >= layers:
+        raise MosaicInputError(f"{fields.where}: no MoE block left by first_k_dense_replace "
+                               f"({dense_layers} of {layers} blocks)")
+    width = fields.int("moe_intermediate_size")
+    shared = fields.count("n_shared_experts", 1)
+    moe = MoEConfig(
+        experts=fields.int("n_routed_experts"),
+        top_k=fields.int("num_experts_per_tok"),
+        expert_ffn=width,
+        shared_experts=shared,
+        shared_expert_ffn=width if shared else None,
+        dense_layers=dense_layers,
+        moe_every=1,
+        router=_router(fields, "glm4_moe"),
+    )
+    return Geometry(**common, **_attention(fields, common["d_model"]),
+                    ffn=fields.int("intermediate_size"), moe=moe, qkv_bias=attention_bias,
+                    output_bias=False, qk_norm=fields.bool("use_qk_norm", False),
+                    mtp_layers=fields.count("num_nextn_predict_layers", 0))
+
+
+def _llama4_text(fields: ConfigFields, common: dict[str, Any], attention_bias: bool
+                 ) -> Geometry:
+    """HF ``Llama4TextConfig`` (Llama 4 Scout and Maverick; transformers models/llama4):
+    MoE blocks at ``moe_layers`` (default every ``interleave_moe_layer_step``-th block from
+    step - 1), each with ``num_local_experts`` routed experts and one shared expert, all of
+    ``intermediate_size``, and a bias-free router; dense blocks of ``intermediate_size_mlp``.
+    The q/k norm (``use_qk_norm``) is an L2 norm without weights. Three blocks in four
+    (``no_rope_layers``) attend within chunks of ``attention_chunk_size``; mosaic costs them
+    as full causal attention, which is the same work for sequences no longer than a chunk."""
+    layers, where = common["layers"], fields.where
+    step = fields.int("interleave_moe_layer_step", 1)
+    stated = fields.index_list("moe_layers")
+    sparse = stated or list(range(step - 1, layers, step))
+    dense_layers, every = _prefix_and_every(sparse, layers, where)
+    width = fields.int("intermediate_size")
+    moe = MoEConfig(experts=fields.int("num_local_experts"),
+                    top_k=fields.int("num_experts_per_tok"), expert_ffn=width,
+                    shared_experts=1, shared_expert_ffn=width, dense_layers=dense_layers,
+                    moe_every=every,
+                    router=_router(fields, "llama4_text"))
+    fields.bool("use_qk_norm", False)  # read: no weights either way
+    fields.config.get("no_rope_layers")  # read: which blocks chunk (said below)
+    chunk = fields.optional_int("attention_chunk_size")
+    if chunk is not None:
+        warnings.warn(f"{where}: attention_chunk_size {chunk}: the chunked attention of the "
+                      "RoPE blocks is costed as full causal attention (the same work for "
+                      f"sequences of at most {chunk:,} tokens, more beyond)",
+                      UnmodelledFieldWarning, stacklevel=4)
+    return Geometry(**common, **_attention(fields, common["d_model"]),
+                    ffn=fields.int("intermediate_size_mlp", width), moe=moe,
+                    qkv_bias=attention_bias, output_bias=attention_bias)
+
+
+def _nemotron_h(fields: ConfigFields) -> Geometry:
     """HF ``NemotronHConfig`` (transformers models/nemotron_h/configuration_nemotron_h.py):
     one layer per ``hybrid_override_pattern`` symbol, Mamba-2 mixers, squared-ReLU MLP and
     expert FFNs without biases, one shared expert of ``moe_shared_expert_intermediate_size``
@@ -579,7 +662,7 @@ def _nemotron_h(fields: _Fields) -> Geometry:
         raise MosaicInputError(f"{where}: {error}") from None
 
 
-def _qwen3_next_layer_types(fields: _Fields, layers: int) -> list[str]:
+def _qwen3_next_layer_types(fields: ConfigFields, layers: int) -> list[str]:
     """Per decoder layer ``linear_attention`` or ``full_attention``: ``layer_types`` when
     given, else full attention on every ``full_attention_interval``-th layer (HF
     Qwen3NextConfig's default, interval 4)."""
@@ -596,7 +679,7 @@ def _qwen3_next_layer_types(fields: _Fields, layers: int) -> list[str]:
     return types
 
 
-def _qwen3_next(fields: _Fields) -> Geometry:
+def _qwen3_next(fields: ConfigFields) -> Geometry:
     """HF ``Qwen3NextConfig`` (transformers models/qwen3_next/configuration_qwen3_next.py;
     Megatron-Bridge ``Qwen3NextBridge`` maps it to the same layers): each decoder layer is a
     gated DeltaNet or a gated full-attention mixer followed by an MoE FFN (a dense MLP of
@@ -636,7 +719,7 @@ def _qwen3_next(fields: _Fields) -> Geometry:
               # gains (Qwen3NextRMSNorm; Qwen3NextBridge layernorm_zero_centered_gamma)
               **fields.rope(fraction_default=0.25), "zero_centered_norm": True,
               # HF Qwen3NextConfig's head_dim defaults to 256, not d_model / heads
-              **_attention(_Fields({"head_dim": 256, **fields.config}, where), d_model)}
+              **_attention(fields, d_model, head_dim_default=256)}
     gated = {"glu": True, "activation": activation, "qk_norm": True,
              "attention_output_gate": True}
     try:  # the geometry's own rules (pattern, mixer): name the file

@@ -216,6 +216,7 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "n_active": int(counts.n_active),
         "n_total_with_embedding": int(counts.n_total_with_embedding),
         "n_active_with_embedding": int(counts.n_active_with_embedding),
+        "n_active_with_head": int(counts.n_active_with_head),
         "n_embedding": int(counts.n_embedding),
         "router_params": int(counts.routers),
         "mtp_params": int(counts.mtp),
@@ -294,6 +295,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("N_active (non-embedding)", _param_count(summary["n_active"])),
         ("N_total with embedding", _param_count(summary["n_total_with_embedding"])),
         ("N_active with embedding", _param_count(summary["n_active_with_embedding"])),
+        ("N_active with LM head, no input lookup",
+         _param_count(summary["n_active_with_head"])),
         ("router parameters", f"{summary['router_params']:,}"),
         *([("MTP modules (not in N_total)", _param_count(summary["mtp_params"]))]
           if summary.get("mtp_params") else []),

@@ -16,7 +16,7 @@ import numpy as np
 
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.plausibility import implausible_reason, implausible_record_reason
+from mosaic.evaluate.plausibility import implausibility, implausible_record_reason
 from mosaic.perf.accuracy import (
     max_abs_error,
     median_abs_error,
@@ -71,8 +71,8 @@ class RunPrediction:
     def implausible_throughput(self) -> bool:
         """Whether the measured tokens/s itself looks mis-entered (not only its memory)."""
         measured = self.record.measured_tokens_per_s_per_gpu
-        return measured is not None and implausible_reason(
-            measured, measured / self.predicted_tokens_per_s_per_gpu,
+        return measured is not None and implausibility(
+            measured / self.predicted_tokens_per_s_per_gpu,
             self.predicted_lane_mfu_with_attention) is not None
 
     @property

@@ -1,0 +1,168 @@
+"""Typed, bounded reading of a HuggingFace ``config.json``, and which of its fields were read.
+
+:class:`ConfigFields` gives one-line errors naming the field; the mapping it reads through
+records every key looked at, so the importer can say which fields of a config it never
+read (:func:`unread_fields`) instead of dropping them in silence (a trial: a relabelled
+GLM config lost its MTP layer and q/k norms without a word).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mosaic.errors import MosaicInputError
+from mosaic.limits import LIMITS
+
+# Config fields that count layers (checked against LIMITS["layers"]; other counts and widths
+# against LIMITS["vocab"], the widest range of any field).
+LAYER_COUNT_FIELDS = {name: "layers" for name in (
+    "num_hidden_layers", "num_nextn_predict_layers", "first_k_dense_replace",
+    "decoder_sparse_step", "full_attention_interval", "interleave_moe_layer_step")}
+
+# Fields that change neither a parameter count nor the compute of a training step: ids and
+# bookkeeping, initialisation, norm epsilons, dropout, inference caches and position limits,
+# RoPE scaling for long contexts, and router loss weights and noise (a training choice the
+# exports state on their own). Any other field left unread is named in a warning.
+NO_SHAPE_FIELDS = frozenset((
+    "architectures", "model_type", "auto_map", "torch_dtype", "dtype",
+    "transformers_version", "_name_or_path", "name_or_path", "tokenizer_class",
+    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+    "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
+    "norm_eps", "max_position_embeddings", "use_cache", "rope_scaling", "rope_type",
+    "attention_dropout", "hidden_dropout", "dropout", "output_router_logits",
+    "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise",
+    "router_z_loss_coef", "quantization_config", "pretraining_tp", "is_decoder",
+    "return_dict", "output_attentions", "output_hidden_states", "ep_size",
+    "use_sliding_window", "max_window_layers", "topk_method", "swiglu_limit",
+    "rope_interleave", "keys_to_ignore_at_inference", "num_logits_to_keep",
+    "initial_context_length", "attn_scale", "attn_temperature_tuning", "floor_scale",
+))
+
+
+def _field_kind(name: str) -> str:
+    """The physical range (mosaic.limits) a config count belongs to: layers, the
+    vocabulary, expert counts, else a width (d_model, FFN, heads, head and latent dims)."""
+    if name in LAYER_COUNT_FIELDS:
+        return LAYER_COUNT_FIELDS[name]
+    if "vocab" in name:
+        return "vocab"
+    if "expert" in name and not name.endswith("_size"):
+        return "experts"
+    return "width"
+
+
+class ReadTracker(Mapping[str, Any]):
+    """A read-only view of a config that records every key looked up, present or not."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return self._data[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return key in self._data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def unread_fields(tracker: ReadTracker) -> list[str]:
+    """The config's fields never read that may change its shape (not in
+    :data:`NO_SHAPE_FIELDS`, and not a ``_``-prefixed comment or path), in the config's
+    order."""
+    return [key for key in tracker if key not in tracker.read and key not in NO_SHAPE_FIELDS
+            and not key.startswith("_")]
+
+
+class ConfigFields:
+    """Typed access to a config mapping with one-line errors naming the field."""
+
+    def __init__(self, config: Mapping[str, Any], where: str) -> None:
+        self.config = config
+        self.where = where
+
+    def int(self, name: str, default: int | None = None) -> int:
+        value = self.config.get(name, default)
+        if value is None:
+            raise MosaicInputError(f"{self.where}: missing required field {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise MosaicInputError(
+                f"{self.where}: {name} must be a positive integer, got {value!r}")
+        return self._bounded(name, value)
+
+    def _bounded(self, name: str, value: int) -> int:
+        """``value`` within the physical range of its field, checked before any per-layer
+        list is built from it (a config with 1e30 layers never returned; a trial)."""
+        limit = LIMITS[_field_kind(name)]
+        if value > limit.high:
+            shown = value if value < 10**30 else "a huge integer"
+            raise MosaicInputError(f"{self.where}: {name} is {shown}; allowed at most "
+                                   f"{limit.high:g} ({limit.why})")
+        return value
+
+    def optional_int(self, name: str) -> int | None:
+        return None if self.config.get(name) is None else self.int(name)
+
+    def count(self, name: str, default: int = 0) -> int:
+        """A non-negative integer (0 allowed)."""
+        value = self.config.get(name, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise MosaicInputError(
+                f"{self.where}: {name} must be a non-negative integer, got {value!r}")
+        return self._bounded(name, value)
+
+    def index_list(self, name: str) -> list[int]:
+        """A list of non-negative integers (layer indices); absent or null = empty."""
+        value = self.config.get(name)
+        value = [] if value is None else value  # (0 or "" is not a list: refused below)
+        if not isinstance(value, list) or any(
+                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value):
+            raise MosaicInputError(
+                f"{self.where}: {name} must be a list of layer indices, got {value!r}")
+        return value
+
+    def positive_float(self, name: str, default: float | None = None) -> float | None:
+        """A positive number (int or float); absent or null = ``default``."""
+        value = self.config.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise MosaicInputError(f"{self.where}: {name} must be a positive number, "
+                                   f"got {value!r}")
+        return float(value)
+
+    def rope(self, fraction_default: float = 1.0) -> dict[str, Any]:
+        """The rotary embedding's base (``rope_theta``) and rotating share
+        (``partial_rotary_factor``) where the config states them."""
+        nested = self.config.get("rope_parameters")  # transformers >= 5 nests them here
+        fields = self
+        if isinstance(nested, Mapping):
+            top = {key: self.config[key] for key in ("rope_theta", "partial_rotary_factor")
+                   if key in self.config}
+            fields = ConfigFields({**nested, **top}, self.where)
+        fraction = fields.positive_float("partial_rotary_factor", fraction_default)
+        return {"rope_base": fields.positive_float("rope_theta"),
+                "rope_fraction": 1.0 if fraction is None else fraction}
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.config.get(name, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise MosaicInputError(f"{self.where}: {name} must be true or false, got {value!r}")
+        return value
