@@ -19,6 +19,7 @@ from mosaic.evaluate.diagnosis import (
     diagnose,
     effective_class_times_s,
     measured_step_time,
+    memory_overshoot_text,
     plans_from_rows,
     rank_levers,
 )
@@ -571,3 +572,13 @@ def test_an_unstated_routing_imbalance_that_weighs_is_named_with_its_balanced_st
     assert assumed.balanced_step_time_s < float(prediction.step_time_s[0])
     stated = diagnose(job(path, "performance.routing_imbalance=1.3"), CALIBRATION)
     assert stated.imbalance is None
+
+
+def test_overshoot_text_reads_the_need_and_the_budget_apart():
+    """A 0.06 GiB overshoot of a 71.18 GiB budget: one decimal would print 'needs 71.2 GiB
+    of 71.2 usable' (a trial read it as no overshoot), so two are given."""
+    capacity = 79.1 * GIB
+    assert memory_overshoot_text(71.24 * GIB, 0.06 * GIB, capacity) == (
+        "needs 71.24 GiB of 71.18 usable (90% of 79.1 GiB), over by 0.06 GiB")
+    assert memory_overshoot_text(80.0 * GIB, 8.8 * GIB, capacity).startswith(
+        "needs 80.0 GiB of 71.2 usable")

@@ -305,7 +305,8 @@ def sharding_notes(spec: ExportSpec) -> list[str]:
     elif spec.sharding == "zero1":
         notes.append("zero1 is not a torchtitan mode (FSDP2 only): exported as FSDP with "
                      "fsdp_reshard_after_forward 'never', which also shards gradients and "
-                     "parameters between steps (ZeRO-2 and more: less memory than modelled)")
+                     "parameters between steps: its memory is FSDP's (gathered parameters "
+                     "held through the step, reduce-scatter buffers), not zero1's as modelled")
     return notes
 
 
