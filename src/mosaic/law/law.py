@@ -22,6 +22,7 @@ import numpy as np
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import DEFAULT_PREFACTOR_BOUNDS, LawForm, get_form
+from mosaic.law.provenance_check import check_provenance
 
 if TYPE_CHECKING:
     from mosaic.law.rundata import RunData
@@ -152,11 +153,17 @@ class ScalingLaw:
         provenance = payload.get("provenance", {})
         if not isinstance(provenance, Mapping):
             raise MosaicInputError(f"{source}: 'provenance' must be an object")
+        check_provenance(provenance, source)
+        split_factor = payload.get("split_factor")
+        if split_factor is not None and (isinstance(split_factor, bool)
+                                         or not isinstance(split_factor, int | float)):
+            raise MosaicInputError(f"{source}: split_factor: expected a number or null (a law "
+                                   f"of every G), got {split_factor!r:.60}")
         try:
             return cls(
                 form=get_form(str(payload.get("form"))),
                 coefficients=coefficients,
-                split_factor=payload.get("split_factor"),
+                split_factor=split_factor,
                 provenance=provenance,
             )
         except (MosaicInputError, TypeError, ValueError) as exc:
