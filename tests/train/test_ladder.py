@@ -554,3 +554,23 @@ def test_ladder_fit_warns_when_the_smoothed_loss_lags_more_than_the_fit_error(tm
     assert lagging.exit_code == 0, lagging.output
     assert "lag the rungs' last-step losses by +0.050 nats" in lagging.stderr
     assert "+0.050" in json.loads(lagging.stdout)["smoothing_lag"]
+
+
+@pytest.mark.parametrize(("recipe_change", "ladder_change", "message"), [
+    # a fuzz trial: each ended in an internal error or listed absurd rungs
+    ({"run": None}, {}, "recipe.run must be a mapping"),
+    ({"data": {"path": {"file": "x.txt"}}}, {}, "recipe: data.path: expected a file path"),
+    ({}, {"q": [1, 10**41]}, r"ladder.q.1: Input should be less than or equal to 1024"),
+    ({}, {"experts": [4, 2**21]}, "ladder.experts.1: Input should be less than or equal to"),
+    ({}, {"tokens": [1e40]}, "ladder.tokens.0: Input should be less than or equal to 1000000000000000000"),
+    ({"run": {**RECIPE["run"], "global_batch_seqs": 10**40}}, {},
+     "run.global_batch_seqs: Input should be less than or equal to 16777216"),
+])
+def test_grid_out_of_shape_or_range_is_one_line(tmp_path, recipe_change, ladder_change,
+                                                 message):
+    path = tmp_path / "grid.yaml"
+    ladder = {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+              "split_factor": [1], "tokens": [512]} | ladder_change
+    path.write_text(yaml.safe_dump({"recipe": RECIPE | recipe_change, "ladder": ladder}))
+    with pytest.raises(MosaicInputError, match=message):
+        load_grid(path)

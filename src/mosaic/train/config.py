@@ -58,7 +58,7 @@ class LadderModel(_Strict):
     gcd(heads, kv_heads) KV heads.
     """
 
-    q: int = Field(gt=0, description="ladder seed q")
+    q: int = Field(gt=0, le=LIMITS["ladder_q"].high, description="ladder seed q")
     experts: int | None = Field(default=None, gt=0, description="routed experts E; None: dense")
     top_k: int | None = Field(default=None, gt=0, description="routed experts per token K")
     split_factor: int = Field(default=1, gt=0, description="G = d_ff / d_expert (Eq. 8)")
@@ -178,9 +178,12 @@ class RunConfig(_Strict):
     # 2.8e-7 peak lr with only a repeated-data warning (a trial)
     tokens: float = Field(gt=0, le=LIMITS["tokens"].high,
                           description="training tokens D (rounded up to whole steps)")
-    seq_len: int = Field(default=2048, gt=0, description="A.2: T_seq = 2048")
-    global_batch_seqs: int = Field(default=256, gt=0, description="sequences per step")
-    micro_batch_seqs: int = Field(default=8, gt=0, description="sequences per forward")
+    seq_len: int = Field(default=2048, gt=0, le=LIMITS["seq_len"].high,
+                         description="A.2: T_seq = 2048")
+    global_batch_seqs: int = Field(default=256, gt=0, le=LIMITS["global_batch"].high,
+                                   description="sequences per step")
+    micro_batch_seqs: int = Field(default=8, gt=0, le=LIMITS["micro_batch"].high,
+                                  description="sequences per forward")
     seed: int = Field(default=0, ge=0)
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="auto: bf16 autocast on CUDA (fp32 master), fp32 on CPU")
@@ -310,14 +313,17 @@ def check_schedule(config: TrainConfig, where: str) -> None:
         raise MosaicInputError(f"{where}: {exc}") from None
 
 
-def resolve_data_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
+def resolve_data_paths(document: dict[str, Any], base: Path, where: str) -> dict[str, Any]:
     """A copy of a job document whose relative paths (data.path, run.bench_dir) start at
     ``base``, made absolute: the job's fingerprint holds them, so a run resumed or a ladder
     rerun from another working directory is the same job."""
     base = base.resolve()
 
     def resolve(entry: Any) -> Any:
-        return entry if Path(str(entry)).is_absolute() else str(base / str(entry))
+        if not isinstance(entry, str | Path):  # a mapping became the path "{'file': ...}"
+            raise MosaicInputError(f"{where}: data.path: expected a file path or a list of "
+                                   f"them, got {entry!r:.60}")
+        return entry if Path(entry).is_absolute() else str(base / entry)
 
     data = document.get("data")
     if isinstance(data, dict) and data.get("path") is not None:
@@ -333,7 +339,7 @@ def resolve_data_paths(document: dict[str, Any], base: Path) -> dict[str, Any]:
 def load_train_config(path: str | Path) -> TrainConfig:
     """Read and validate a job YAML; relative data paths are resolved against the file."""
     path = Path(path)
-    document = resolve_data_paths(load_yaml_mapping(path), path.parent)
+    document = resolve_data_paths(load_yaml_mapping(path), path.parent, str(path))
     config = train_config_from_mapping(document, str(path))
     check_schedule(config, str(path))
     return config

@@ -18,13 +18,14 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field
 
 from mosaic.arch import count_parameters
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
 from mosaic.errors import MosaicInputError
+from mosaic.limits import LIMITS
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
     LadderModel,
@@ -46,25 +47,34 @@ class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Bounded as every command bounds these quantities (mosaic.limits): a grid entry of 1e41
+# overflowed inside numpy, one of 1e40 sequences listed 6e47-token rungs (a fuzz trial).
+LadderSeed = Annotated[int, Field(gt=0, le=LIMITS["ladder_q"].high)]
+ExpertCount = Annotated[int, Field(gt=0, le=LIMITS["experts"].high)]
+SplitFactor = Annotated[int, Field(gt=0, le=1024)]  # as `law predict --split-factor` allows
+TokenBudget = Annotated[float, Field(gt=0, le=LIMITS["tokens"].high)]
+TokensPerParam = Annotated[float, Field(gt=0, le=LIMITS["tokens"].high)]
+
+
 class Rung(_Strict):
     """One explicit rung."""
 
-    q: int = Field(gt=0)
-    experts: int = Field(gt=0)
-    top_k: int = Field(gt=0)
-    split_factor: int = Field(default=1, gt=0)
-    tokens: float = Field(gt=0)
+    q: LadderSeed
+    experts: ExpertCount
+    top_k: ExpertCount
+    split_factor: SplitFactor = 1
+    tokens: TokenBudget
 
 
 class LadderBlock(_Strict):
     """Axes of the grid (Sec. 7.1 ladder; Appendix C ranges for the paper's own sweep)."""
 
-    q: list[PositiveInt] = Field(default_factory=list, description="ladder seeds")
-    experts: list[PositiveInt] = Field(default_factory=list)
-    top_k: list[PositiveInt] = Field(default_factory=list)
-    split_factor: list[PositiveInt] = Field(default_factory=lambda: [1])
-    tokens: list[PositiveFloat] = Field(default_factory=list, description="token budgets D")
-    tokens_per_active_param: list[PositiveFloat] = Field(
+    q: list[LadderSeed] = Field(default_factory=list, description="ladder seeds")
+    experts: list[ExpertCount] = Field(default_factory=list)
+    top_k: list[ExpertCount] = Field(default_factory=list)
+    split_factor: list[SplitFactor] = Field(default_factory=lambda: [1])
+    tokens: list[TokenBudget] = Field(default_factory=list, description="token budgets D")
+    tokens_per_active_param: list[TokensPerParam] = Field(
         default_factory=list, description="or budgets D = TPP·N_act (paper: TPP 10.8-70)")
     head_dim: int = Field(default=LADDER_HEAD_DIM, gt=0, description="paper: 128")
     kv_heads: int = Field(default=LADDER_KV_HEADS, gt=0, description="paper: 8")
@@ -98,9 +108,12 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     if not 0 < scale <= 1:
         raise MosaicInputError(f"--scale must satisfy 0 < scale <= 1, got {scale}")
     recipe = dict(grid.recipe)
+    if not isinstance(recipe.get("run", {}), dict):
+        raise MosaicInputError(f"{path}: recipe.run must be a mapping of run settings, got "
+                               f"{recipe['run']!r:.60}")
     if "model" in recipe or "ladder" in recipe or "moe" in recipe:
         raise MosaicInputError(f"{path}: recipe must not hold a model; the ladder block sets it")
-    recipe = resolve_data_paths(recipe, path.parent)
+    recipe = resolve_data_paths(recipe, path.parent, f"{path}: recipe")
     block = grid.ladder
     points = [(r.q, r.experts, r.top_k, r.split_factor, ("D", r.tokens)) for r in block.runs]
     explicit = len(points)  # the runs: entries, refused rather than skipped when inadmissible
