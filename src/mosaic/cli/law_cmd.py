@@ -59,6 +59,9 @@ LawOption = Annotated[
     typer.Option("--law", help="Law JSON file (from `mosaic law fit --out`); default Table 2."),
 ]
 PROFILE_KEYS = ("sparsity", "n_total", "n_active", "tokens", "loss")
+# --profile solves one optimum per row (about 1 ms each): a thousand rows take about a
+# second; 100,000 took two minutes to print a table no one reads (a fuzz trial).
+MAX_PROFILE_POINTS = 1000
 
 
 def register(app: typer.Typer) -> None:
@@ -703,7 +706,8 @@ def optimum(
                                             "paper's data support).")
     ] = DEFAULT_SPARSITY_RANGE[1],
     profile_points: Annotated[
-        int, typer.Option("--profile", help="Also tabulate L*(S) at this many sparsities.")
+        int, typer.Option("--profile", help="Also tabulate L*(S) at this many sparsities "
+                                            f"(at most {MAX_PROFILE_POINTS:,}).")
     ] = 0,
     law_file: LawOption = None,
     bootstrap_samples: SamplesOfLawOption = None,
@@ -713,7 +717,7 @@ def optimum(
     check_range("--compute", compute, "flops")
     if split_factor is not None:
         check_range("--split-factor", split_factor, "split_factor")
-    check_range("--profile", profile_points, "top", integer=True, high=100_000)
+    check_range("--profile", profile_points, "top", integer=True, high=MAX_PROFILE_POINTS)
     law = load_law_file(law_file)
     if law.form.is_dense:  # no sparsity to bound or profile (a trial: both were ignored)
         given = [option for option, value, default in (
