@@ -161,3 +161,16 @@ def test_a_plan_rows_layout_is_placed_on_nodes_as_the_time_model_places_it():
     assert "chi_a2a was not fitted" in note
     assert _uninformed(calibration, {**row, "ep": 8}, 8) == []  # one node
     assert len(_uninformed(calibration, {**row, "ep": 8, "pp": 2, "dp": 32}, 8)) == 1  # pp
+
+
+@pytest.mark.parametrize(("quantiles", "message"), [
+    ({"low": 1.5, "median": 1.0, "high": 0.5}, "must satisfy low <= median <= high"),
+    ({"low": 0.5, "median": 1.0, "high": 1e40}, "high: Input should be less than or equal to"),
+])
+def test_ratio_quantiles_out_of_order_or_range_are_refused(quantiles, message) -> None:
+    """A fuzz trial's hand-edited profile printed a tokens/s interval 4,772 .. 1,591 and an
+    MFU interval up to 1e41 %."""
+    document = COVERAGE.to_document()
+    document["tokens_per_s_ratio"] = [{"scope": "all", "n_runs": 5, **quantiles}]
+    with pytest.raises(MosaicInputError, match=message):
+        parse_coverage(document, "f")
