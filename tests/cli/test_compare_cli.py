@@ -349,6 +349,13 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
     (lambda doc: doc | {"optimum": doc["optimum"] | {"loss": "x"}},
      "optimum.loss is 'x'"),
     (lambda doc: doc | {"optimum": doc["optimum"] | {"experts": "many"}}, "not a well-formed"),
+    # a later fuzz trial: a negative step, a NaN loss and a negative window were compared
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"step_time_s": -6.0}},
+     "optimum.step_time_s is -6.0; a `mosaic plan --json` document holds a finite"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"loss": float("nan")}}, "optimum.loss is nan"),
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"days": -20.0}}, "envelope.days is -20.0"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"experts": 0}},
+     "damaged.json: moe.experts must be a positive integer"),
 ])
 def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message):
     """compare crashed ("internal error") on a list, a list optimum or a string loss, and

@@ -156,6 +156,7 @@ def _job_geometry(geometry: Any) -> dict[str, Any]:
 # the optimum's numbers compare reads and formats
 _OPTIMUM_NUMBERS = ("loss", "mfu", "tokens", "tokens_per_s", "step_time_s", "memory_bytes",
                     "n_total", "n_active", "sparsity", "tpp", "train_days")
+_ENVELOPE_NUMBERS = ("days", "n_devices", "gpu_hours", "hbm_bytes_per_device")
 
 
 def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str]:
@@ -207,11 +208,18 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
     envelope = document.get("envelope") or {}
     if not optimum:
         raise MosaicInputError(f"{path}: not a `mosaic plan --json` document with an optimum")
-    for name in _OPTIMUM_NUMBERS:
-        value = optimum.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise MosaicInputError(f"{path}: optimum.{name} is {value!r}; a `mosaic plan "
-                                   "--json` document holds a number there")
+    # numbers a plan writes are finite and not negative; a hand-edited -6 s step was
+    # compared as given (a fuzz trial)
+    for block, names in (("optimum", _OPTIMUM_NUMBERS), ("envelope", _ENVELOPE_NUMBERS)):
+        values = optimum if block == "optimum" else envelope
+        for name in names:
+            value = values.get(name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)
+                                      or not math.isfinite(value) or value < 0):
+                raise MosaicInputError(f"{path}: {block}.{name} is {value!r}; a `mosaic plan "
+                                       "--json` document holds a finite, non-negative number "
+                                       "there")
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")

@@ -688,8 +688,10 @@ def spec_from_plan_document(document: dict[str, Any], source: str) -> ExportSpec
                                    "; a `mosaic plan --json` document holds a mapping there")
     try:
         return _spec_from_plan(document, source)
-    except MosaicInputError:
-        raise
+    except MosaicInputError as exc:  # the geometry's and layout's own rules: name the file
+        if str(exc).startswith(f"{source}:"):
+            raise
+        raise MosaicInputError(f"{source}: {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong type
         raise MosaicInputError(f"{source}: not a well-formed `mosaic plan --json` document "
                                f"({type(exc).__name__}: {exc})") from None
