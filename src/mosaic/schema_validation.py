@@ -95,6 +95,9 @@ NESTED_NAMES = {
 }
 
 
+CLOSE_MATCH_CUTOFF = 0.6  # difflib.get_close_matches' default similarity cutoff
+
+
 def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value: Any
                     ) -> str | None:
     """The allowed field closest to the unknown name at ``loc`` that would take ``value``
@@ -111,9 +114,13 @@ def suggested_field(schema: type[BaseModel] | None, loc: tuple[Any, ...], value:
     candidates = [bare] if bare != given and bare in allowed else []
     # other schemas' words for a field (a run record's recompute is a job's checkpointing,
     # "pipeline" is pp), misspellings of them included (pipline: a trial)
-    candidates += [OTHER_NAMES[name] for name in difflib.get_close_matches(given, OTHER_NAMES)
-                   if OTHER_NAMES[name] in allowed]
-    candidates += difflib.get_close_matches(given, allowed)
+    # ranked together by closeness: a direct misspelling beats a far-off foreign name
+    # (sequence_parallex meant sequence_parallel, not pipeline_parallel's pp; a fuzz trial)
+    spellings = [(name, name) for name in allowed] + [
+        (name, target) for name, target in OTHER_NAMES.items() if target in allowed]
+    scored = sorted(((difflib.SequenceMatcher(None, given, name).ratio(), target)
+                     for name, target in spellings), key=lambda pair: -pair[0])
+    candidates += [target for ratio, target in scored if ratio >= CLOSE_MATCH_CUTOFF]
     close = [name for name in candidates if _accepts(schema, loc, name, value)]
     return close[0] if close else None
 

@@ -351,6 +351,11 @@ def test_a_misspelt_field_gets_the_nearest_name():
         load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["parallelism.ep_size=8"])
     with pytest.raises(MosaicInputError, match=r"tp_degree: unknown field .*did you mean tp"):
         load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["parallelism.tp_degree=2"])
+    # a direct misspelling beats a foreign name's target (a fuzz trial got 'pp', from
+    # pipeline_parallel, for sequence_parallex)
+    with pytest.raises(MosaicInputError, match=r"sequence_parallex: unknown field "
+                                               r".*did you mean sequence_parallel\?"):
+        load_job(EXAMPLES / "qwen3_next_80b_b200.yaml", ["parallelism.sequence_parallex=true"])
 
 
 def test_a_job_document_keeps_its_release_and_the_settings_it_turned_off():
