@@ -313,3 +313,15 @@ def test_law_fit_falls_back_to_no_holdout_as_ladder_fit_does(tmp_path):
     explicit = runner.invoke(app, ["law", "fit", str(data), "--form", "joint", "--holdout",
                                    "0.1", "--starts", "64", "--refine", "2"])
     assert explicit.exit_code == 2 and "leaves too little to fit" in explicit.output
+
+
+def test_a_model_files_split_factor_below_one_names_the_model_not_a_flag(tmp_path):
+    """ffn: 1 beside 256-wide experts is G = 1/256; the error blamed --split-factor, a flag
+    the user never gave (a fuzz trial)."""
+    model = tmp_path / "model.yaml"
+    model.write_text("model:\n  layers: 8\n  d_model: 1024\n  heads: 8\n  ffn: 1\n"
+                     "  moe: {experts: 16, top_k: 2, expert_ffn: 256}\n")
+    result = runner.invoke(app, ["law", "predict", "--arch", str(model), "--tokens", "1e12"])
+    assert result.exit_code == 2
+    assert "the model's split factor G = ffn / moe.expert_ffn = 1 / 256" in result.output
+    assert "--split-factor" not in result.output

@@ -125,6 +125,14 @@ def _inputs_from_geometry(geometry: Geometry, tokens: float | None) -> LawInputs
     if tokens is None:
         raise MosaicInputError("missing --tokens; a geometry needs a token count too")
     counts = count_parameters(geometry)
+    split = LIMITS["split_factor"]
+    if geometry.moe is not None and not split.low <= geometry.split_factor <= split.high:
+        # the model's own G, not a flag the user never gave (a fuzz trial blamed
+        # --split-factor for a model file's ffn: 1)
+        raise MosaicInputError(
+            f"the model's split factor G = ffn / moe.expert_ffn = {geometry.ffn} / "
+            f"{geometry.moe.expert_ffn} = {geometry.split_factor:g}; the law takes G in "
+            f"{split.describe()} (a dense FFN at least as wide as one expert)")
     return LawInputs(float(counts.n_total), tokens, float(counts.sparsity),
                      geometry.split_factor)
 
