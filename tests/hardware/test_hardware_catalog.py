@@ -385,3 +385,14 @@ def test_overrides_keep_a_bare_name_meaning_what_it_did_or_fall_back(tmp_path: P
     kept = load_catalog(_write(tmp_path, renamed, "h100.yaml"), override=True)
     assert kept.device("H100").default_system == "p5.48xlarge"
     assert kept.system("p5.48xlarge").device is kept.device("H100")
+
+
+def test_an_empty_peak_table_names_the_precisions_it_may_hold(tmp_path: Path) -> None:
+    """pydantic's 'Dictionary should have at least 1 item' (a fuzz trial)."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(_MY_DEVICE.replace(
+        '    peak_flops_per_s:\n      bf16: {value: 1.0e+15, source: "Acme datasheet rev 3"}\n',
+        "    peak_flops_per_s: {}\n"))
+    with pytest.raises(MosaicInputError, match="'peak_flops_per_s': needs the dense peak of "
+                                               "one precision at least, of fp32, tf32"):
+        load_catalog(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -102,6 +102,16 @@ class DeviceEntry(_Strict):
     architecture: Architecture | None = None
     kernel_fit: NonEmptyStr | None = None
     default_system: NonEmptyStr | None = None  # the node type a bare GPU name means
+
+    @field_validator("peak_flops_per_s", mode="before")
+    @classmethod
+    def _some_peak(cls, value: Any) -> Any:
+        """An empty peak table names the precisions it may hold (pydantic said 'Dictionary
+        should have at least 1 item'; a fuzz trial)."""
+        if isinstance(value, dict) and not value:
+            raise ValueError(f"needs the dense peak of one precision at least, of "
+                             f"{', '.join(get_args(Dtype))}")
+        return value
 
     @field_validator("architecture", mode="before")
     @classmethod
