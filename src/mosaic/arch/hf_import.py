@@ -489,20 +489,7 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
             _warn_dsa_indexer(fields)
             model_type = "deepseek_v3"
         dense_layers, every = _deepseek_prefix(fields, layers)
-        width = fields.int("moe_intermediate_size")
-        shared = fields.count("n_shared_experts", 0)
-        moe = MoEConfig(
-            experts=fields.int("n_routed_experts"),
-            top_k=fields.int("num_experts_per_tok"),
-            expert_ffn=width,
-            # each shared expert is as wide as a routed one (HF DeepseekV3MoE: one MLP of
-            # moe_intermediate_size * n_shared_experts), stated so exports need not assume it
-            shared_experts=shared,
-            shared_expert_ffn=width if shared else None,
-            dense_layers=dense_layers,
-            moe_every=every,
-            router=_router(fields, model_type),
-        )
+        moe = _deepseek_style_moe(fields, model_type, dense_layers, every, shared_default=0)
         if attention_bias:
             raise MosaicInputError(f"{where}: attention_bias=true is not supported with MLA")
         return Geometry(**common, **_mla(fields), ffn=fields.int("intermediate_size"),
@@ -526,6 +513,21 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
                     expert_bias=True, router_bias=True, router=_router(fields, "gpt_oss"))
     return Geometry(**common, **_attention(fields, d_model), **window, ffn=width, moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias, attention_sinks=True)
+
+
+def _deepseek_style_moe(fields: ConfigFields, model_type: str, dense_layers: int, every: int,
+                        shared_default: int) -> MoEConfig:
+    """DeepSeek's MoE block as DeepSeek-V2/V3 and GLM-4.5 configs state it: routed experts
+    of ``moe_intermediate_size``, ``n_shared_experts`` shared ones each as wide as a routed
+    one (HF DeepseekV3MoE and Glm4MoeMoE: one MLP of moe_intermediate_size times
+    n_shared_experts; stated, so exports need not assume it), the family's router."""
+    width = fields.int("moe_intermediate_size")
+    shared = fields.count("n_shared_experts", shared_default)
+    return MoEConfig(experts=fields.int("n_routed_experts"),
+                     top_k=fields.int("num_experts_per_tok"), expert_ffn=width,
+                     shared_experts=shared, shared_expert_ffn=width if shared else None,
+                     dense_layers=dense_layers, moe_every=every,
+                     router=_router(fields, model_type))
 
 
 def _warn_dsa_indexer(fields: ConfigFields) -> None:
@@ -554,18 +556,7 @@ def _glm4_moe(fields: ConfigFields, common: dict[str, Any], attention_bias: bool
     if dense_layers >= layers:
         raise MosaicInputError(f"{fields.where}: no MoE block left by first_k_dense_replace "
                                f"({dense_layers} of {layers} blocks)")
-    width = fields.int("moe_intermediate_size")
-    shared = fields.count("n_shared_experts", 1)
-    moe = MoEConfig(
-        experts=fields.int("n_routed_experts"),
-        top_k=fields.int("num_experts_per_tok"),
-        expert_ffn=width,
-        shared_experts=shared,
-        shared_expert_ffn=width if shared else None,
-        dense_layers=dense_layers,
-        moe_every=1,
-        router=_router(fields, "glm4_moe"),
-    )
+    moe = _deepseek_style_moe(fields, "glm4_moe", dense_layers, 1, shared_default=1)
     return Geometry(**common, **_attention(fields, common["d_model"]),
                     ffn=fields.int("intermediate_size"), moe=moe, qkv_bias=attention_bias,
                     output_bias=False, qk_norm=fields.bool("use_qk_norm", False),
