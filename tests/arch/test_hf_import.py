@@ -561,3 +561,47 @@ def test_shipped_configs_leave_no_field_unread(name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_hf_config(HF / name)
+
+
+def test_llama4_follows_its_config_class():
+    """Llama4TextConfig (a review): a stated moe_layers is taken as given (empty: no MoE
+    block), an absent intermediate_size_mlp is the class's 16384, and head_dim and
+    num_key_value_heads are class constants a config must state."""
+    with pytest.raises(MosaicInputError, match="no MoE block left by moe_layers"):
+        geometry_from_hf_config(MAVERICK_TEXT | {"moe_layers": []}, "cfg.json")
+    unordered = MAVERICK_TEXT | {"moe_layers": list(range(47, 0, -2))}
+    assert geometry_from_hf_config(unordered) == geometry_from_hf_config(MAVERICK_TEXT)
+    no_mlp_width = {k: v for k, v in MAVERICK_TEXT.items() if k != "intermediate_size_mlp"}
+    assert geometry_from_hf_config(no_mlp_width).ffn == 16384
+    for name in ("head_dim", "num_key_value_heads"):
+        with pytest.raises(MosaicInputError, match=f"{name} not given"):
+            geometry_from_hf_config({k: v for k, v in MAVERICK_TEXT.items() if k != name})
+    with pytest.raises(MosaicInputError, match="num_key_value_heads not given"):
+        geometry_from_hf_config({k: v for k, v in GLM_45_AIR.items()
+                                 if k != "num_key_value_heads"})
+
+
+def test_fields_without_a_shape_in_published_configs_are_not_named():
+    """Published configs carry Mamba initialisation and inference fields (Nemotron 3 Nano:
+    time_step_*, rescale_prenorm_residual, expand, n_shared_experts, rope_theta; Llama 4:
+    cache_implementation), which a review saw named as unread."""
+    config = json.loads((HF / "nemotron-3-nano-30b-a3b.json").read_text()) | {
+        "expand": 2, "n_shared_experts": 1, "rope_theta": 10000, "time_step_floor": 1e-4,
+        "time_step_min": 1e-3, "time_step_max": 0.1, "rescale_prenorm_residual": True,
+        "mamba_hidden_act": "silu"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        geometry_from_hf_config(config)
+        geometry_from_hf_config(MAVERICK_TEXT | {"cache_implementation": "hybrid"})
+        geometry_from_hf_config(json.loads((HF / "llama-3-8b.json").read_text())
+                                | {"layer_types": ["full_attention"] * 32})
+
+
+def test_the_read_tracker_does_not_count_a_look_at_all_items_as_reads():
+    from mosaic.arch.hf_fields import ReadTracker, unread_fields
+
+    tracker = ReadTracker({"a": 1, "b": 2, "_comment": "x", "rms_norm_eps": 1e-5})
+    assert list(tracker.items()) == [("a", 1), ("b", 2), ("_comment", "x"), ("rms_norm_eps", 1e-5)]
+    assert tracker == {"a": 1, "b": 2, "_comment": "x", "rms_norm_eps": 1e-5}
+    tracker.get("a")
+    assert unread_fields(tracker) == ["b"]

@@ -582,3 +582,7 @@ def test_overshoot_text_reads_the_need_and_the_budget_apart():
         "needs 71.24 GiB of 71.18 usable (90% of 79.1 GiB), over by 0.06 GiB")
     assert memory_overshoot_text(80.0 * GIB, 8.8 * GIB, capacity).startswith(
         "needs 80.0 GiB of 71.2 usable")
+    # the overshoot itself reads above zero (71.28 of 71.24: 'over by 0.0' at one decimal)
+    assert memory_overshoot_text(71.28 * GIB, 0.04 * GIB, capacity).endswith("over by 0.04 GiB")
+    assert memory_overshoot_text(71.2001 * GIB, 0.0001 * GIB, capacity).endswith(
+        "over by 0.1 MiB")

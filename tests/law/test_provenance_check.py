@@ -27,7 +27,7 @@ def _law_with(provenance: dict) -> dict:
     ({"unidentified": {"eta": 5}}, "provenance.unidentified.eta: expected a list"),
     ({"data_support": {"sparsity": ["a", "b"]}}, r"data_support.sparsity: expected \[low, high\]"),
     ({"data_support": {"n_total": [1e12, 1e3]}}, "low <= high"),
-    ({"data_support": {"split_factor": [-4, -1]}}, r"outside its domain \(1 <= G <= 1024\)"),
+    ({"data_support": {"split_factor": [-4, -1]}}, r"outside its domain \(G in 1..1024\)"),
     ({"data_support": {"sparsity": [0.5, 1.0]}}, r"outside its domain \(0 <= S < 1\)"),
     ({"data_support": {"tokens": [0, 1e12]}}, r"outside its domain \(positive\)"),
 ])

@@ -165,7 +165,7 @@ def test_a_plan_rows_layout_is_placed_on_nodes_as_the_time_model_places_it():
 
 @pytest.mark.parametrize(("quantiles", "message"), [
     ({"low": 1.5, "median": 1.0, "high": 0.5}, "must satisfy low <= median <= high"),
-    ({"low": 0.5, "median": 1.0, "high": 1e40}, "high: Input should be less than or equal to"),
+    ({"low": 0.5, "median": 1.0, "high": 1e40}, "high: Input should be less than or equal to 1000"),
 ])
 def test_ratio_quantiles_out_of_order_or_range_are_refused(quantiles, message) -> None:
     """A fuzz trial's hand-edited profile printed a tokens/s interval 4,772 .. 1,591 and an

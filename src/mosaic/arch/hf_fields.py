@@ -37,6 +37,9 @@ NO_SHAPE_FIELDS = frozenset((
     "use_sliding_window", "max_window_layers", "topk_method", "swiglu_limit",
     "rope_interleave", "keys_to_ignore_at_inference", "num_logits_to_keep",
     "initial_context_length", "attn_scale", "attn_temperature_tuning", "floor_scale",
+    "cache_implementation", "for_llm_compressor", "mamba_hidden_act", "time_step_floor",
+    "time_step_min", "time_step_max", "time_step_limit", "time_step_rank",
+    "rescale_prenorm_residual", "residual_in_fp32", "use_mamba_kernels", "mamba_chunk_size",
 ))
 
 
@@ -53,7 +56,11 @@ def _field_kind(name: str) -> str:
 
 
 class ReadTracker(Mapping[str, Any]):
-    """A read-only view of a config that records every key looked up, present or not."""
+    """A read-only view of a config that records every key looked up, present or not.
+
+    ``items()``, ``values()`` and equality look at the data without recording reads (the
+    Mapping mixins would fetch every key); a bulk copy (``dict(tracker)``, ``{**tracker}``)
+    still reads every key, so the importer copies single fields only."""
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         self._data = data
@@ -74,6 +81,17 @@ class ReadTracker(Mapping[str, Any]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
+
+    def items(self) -> Any:
+        return self._data.items()
+
+    def values(self) -> Any:
+        return self._data.values()
+
+    def __eq__(self, other: object) -> bool:
+        return self._data == (other._data if isinstance(other, ReadTracker) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # a mapping, unhashable as dict is
 
     def __len__(self) -> int:
         return len(self._data)

@@ -196,12 +196,16 @@ def _moe_prefix(fields: ConfigFields, layers: int) -> tuple[int, int]:
     return _prefix_and_every(_qwen_sparse_layers(fields, layers), layers, fields.where)
 
 
-def _prefix_and_every(sparse: list[int], layers: int, where: str) -> tuple[int, int]:
-    """(dense prefix, moe_every) of the sparse blocks, refused unless they are a dense
-    prefix followed by every n-th block."""
+QWEN_SPARSE_FIELDS = "mlp_only_layers and decoder_sparse_step"
+
+
+def _prefix_and_every(sparse: list[int], layers: int, where: str,
+                      placed_by: str = QWEN_SPARSE_FIELDS) -> tuple[int, int]:
+    """(dense prefix, moe_every) of the sparse blocks (the config fields ``placed_by`` place
+    them), refused unless they are a dense prefix followed by every n-th block."""
     if not sparse:
-        raise MosaicInputError(f"{where}: no MoE block left by mlp_only_layers and "
-                               f"decoder_sparse_step (of {layers} blocks)")
+        raise MosaicInputError(f"{where}: no MoE block left by {placed_by} (of {layers} "
+                               "blocks)")
     prefix = sparse[0]
     # one MoE block: a dense prefix up to it, and a period that reaches past the last block
     every = sparse[1] - sparse[0] if len(sparse) > 1 else layers - prefix
@@ -228,11 +232,16 @@ def _deepseek_prefix(fields: ConfigFields, layers: int) -> tuple[int, int]:
 # hidden_size / heads, num_key_value_heads = heads): GptOssConfig head_dim 64 and
 # num_key_value_heads 8, Qwen3Config 128 and 32, Qwen3MoeConfig num_key_value_heads 4
 # (src/transformers/models/{gpt_oss,qwen3,qwen3_moe}/configuration_*.py @ 02b8f42b /
-# 008e5743). Such a config must state them: the class constants describe one model size.
+# 008e5743; llama4 and glm4_moe below). Such a config must state them: the class constants
+# describe one model size.
 CLASS_CONSTANT_ATTENTION_FIELDS = {
     "gpt_oss": ("head_dim", "num_key_value_heads"),
     "qwen3": ("head_dim", "num_key_value_heads"),
     "qwen3_moe": ("num_key_value_heads",),
+    # Llama4TextConfig head_dim 128 and num_key_value_heads 8, Glm4MoeConfig
+    # num_key_value_heads 8 (transformers models/llama4, models/glm4_moe configuration_*.py)
+    "llama4_text": ("head_dim", "num_key_value_heads"),
+    "glm4_moe": ("num_key_value_heads",),
 }
 
 
@@ -262,6 +271,7 @@ def _window(fields: ConfigFields, model_type: str, layers: int) -> dict[str, Any
     ``max_window_layers`` on; Llama takes no window). A pattern no N-th-layer rule states is
     left out with a warning: those layers are then costed and exported as full attention."""
     window = fields.config.get("sliding_window")
+    fields.config.get("layer_types")  # read: all full attention where no window is set
     qwen = model_type.startswith("qwen")
     if window is None or model_type == "llama" or (
             qwen and not fields.config.get("use_sliding_window", False)):
@@ -534,11 +544,12 @@ def _warn_dsa_indexer(fields: ConfigFields) -> None:
     """DeepSeek-V3.2 is DeepSeek-V3 with a lightning indexer that picks ``index_topk`` keys
     per query (DeepSeek Sparse Attention, DeepSeek-V3.2-Exp); mosaic has no geometry for it,
     so say what its counts and costs leave out."""
-    stated = {name: fields.config.get(name) for name in DSA_INDEXER_FIELDS}
+    stated = ", ".join(f"{name} {value}" for name in DSA_INDEXER_FIELDS
+                       if (value := fields.config.get(name)) is not None)
     warnings.warn(
-        f"{fields.where}: DeepSeek-V3.2's lightning indexer ("
-        + ", ".join(f"{name} {value}" for name, value in stated.items() if value is not None)
-        + ") is left out: its weights are not counted and attention is costed as dense "
+        f"{fields.where}: DeepSeek-V3.2's lightning indexer"
+        + (f" ({stated})" if stated else "")
+        + " is left out: its weights are not counted and attention is costed as dense "
         "causal attention over every key, more than the sparse attention does on sequences "
         "longer than index_topk", UnmodelledFieldWarning, stacklevel=4)
 
@@ -574,9 +585,12 @@ def _llama4_text(fields: ConfigFields, common: dict[str, Any], attention_bias: b
     as full causal attention, which is the same work for sequences no longer than a chunk."""
     layers, where = common["layers"], fields.where
     step = fields.int("interleave_moe_layer_step", 1)
-    stated = fields.index_list("moe_layers")
-    sparse = stated or list(range(step - 1, layers, step))
-    dense_layers, every = _prefix_and_every(sparse, layers, where)
+    if fields.config.get("moe_layers") is not None:  # as stated, an empty list included
+        sparse = sorted({i for i in fields.index_list("moe_layers") if i < layers})
+        placed_by = "moe_layers"
+    else:
+        sparse, placed_by = list(range(step - 1, layers, step)), "interleave_moe_layer_step"
+    dense_layers, every = _prefix_and_every(sparse, layers, where, placed_by)
     width = fields.int("intermediate_size")
     moe = MoEConfig(experts=fields.int("num_local_experts"),
                     top_k=fields.int("num_experts_per_tok"), expert_ffn=width,
@@ -592,7 +606,8 @@ def _llama4_text(fields: ConfigFields, common: dict[str, Any], attention_bias: b
                       f"sequences of at most {chunk:,} tokens, more beyond)",
                       UnmodelledFieldWarning, stacklevel=4)
     return Geometry(**common, **_attention(fields, common["d_model"]),
-                    ffn=fields.int("intermediate_size_mlp", width), moe=moe,
+                    # Llama4TextConfig's class default, as for an absent head_dim below
+                    ffn=fields.int("intermediate_size_mlp", 16384), moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias)
 
 
@@ -609,6 +624,11 @@ def _nemotron_h(fields: ConfigFields) -> Geometry:
     for flag in ("mlp_bias", "use_bias", "mamba_proj_bias", "attention_bias"):
         if fields.bool(flag, False):
             raise MosaicInputError(f"{where}: {flag}=true is not supported (linear biases)")
+    # read, and without a shape here: the Mamba-2 mixer is mamba_num_heads x mamba_head_dim
+    # wide whatever expand says, the shared expert's width is its own field (transformers'
+    # NemotronH builds from these two, not from expand or n_shared_experts)
+    for name in ("expand", "n_shared_experts", "rope_theta"):
+        fields.config.get(name)
     if fields.config.get("moe_latent_size"):
         # NemotronHConfig.moe_latent_size (LatentMoE, Nemotron 3 Super/Ultra): the experts
         # run at the latent width between fc1_latent_proj and fc2_latent_proj

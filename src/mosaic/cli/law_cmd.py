@@ -132,7 +132,9 @@ def _inputs_from_geometry(geometry: Geometry, tokens: float | None) -> LawInputs
         raise MosaicInputError(
             f"the model's split factor G = ffn / moe.expert_ffn = {geometry.ffn} / "
             f"{geometry.moe.expert_ffn} = {geometry.split_factor:g}; the law takes G in "
-            f"{split.describe()} (a dense FFN at least as wide as one expert)")
+            f"{split.describe()}"
+            + (" (a dense FFN at least as wide as one expert)" if geometry.split_factor < 1
+               else ""))
     return LawInputs(float(counts.n_total), tokens, float(counts.sparsity),
                      geometry.split_factor)
 

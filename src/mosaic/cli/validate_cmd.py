@@ -53,7 +53,7 @@ from mosaic.evaluate.record_settings import apply_record_settings, with_record_s
 from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
-from mosaic.perf.coverage import MIN_SCOPE_RUNS
+from mosaic.perf.coverage import MIN_SCOPE_RUNS, parse_coverage
 from mosaic.report.validation_summary import accuracy_rows, percent
 
 CV_GROUPINGS = ("source", "group", "run", "none")
@@ -472,6 +472,8 @@ def calibrate(
             f"{report['cross_validation']['moe_mape']:.1%})"
         )
         report["calibration"] = fitted_doc
+    if report["calibration"].get("coverage") is not None:  # what the next command will load
+        parse_coverage(report["calibration"]["coverage"], f"{out} (as fitted)")
     write_text_atomic(out, yaml.safe_dump(report["calibration"], sort_keys=False))
     if json_output:
         print_json(report)

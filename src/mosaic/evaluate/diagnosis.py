@@ -590,13 +590,17 @@ def memory_overshoot_text(memory_bytes: float, overshoot_bytes: float,
     """'needs M GiB of U usable (F% of C GiB), over by O GiB': the usable budget is what the
     overshoot is measured against (memory - overshoot), a share of the device's capacity."""
     usable = memory_bytes - overshoot_bytes
-    # as many decimals (1 to 3) as it takes for the need and the budget to read apart
-    # ('needs 71.2 GiB of 71.2 usable' read as no overshoot; a trial)
-    decimals = next((d for d in (1, 2) if f"{memory_bytes / GIB:.{d}f}" != f"{usable / GIB:.{d}f}"),
-                    3)
-    return (f"needs {memory_bytes / GIB:.{decimals}f} GiB of {usable / GIB:.{decimals}f} usable "
+    # as many decimals (1 to 3) as it takes for the need and the budget to read apart and
+    # the overshoot to read above zero ('needs 71.2 GiB of 71.2 usable' and 'over by 0.0'
+    # read as no overshoot; a trial and a review); below a thousandth of a GiB, in MiB
+    need, budget, over = memory_bytes / GIB, usable / GIB, overshoot_bytes / GIB
+    decimals = next((d for d in (1, 2, 3) if f"{need:.{d}f}" != f"{budget:.{d}f}"
+                     and float(f"{over:.{d}f}") > 0), 3)
+    over_text = (f"{over:.{decimals}f} GiB" if float(f"{over:.{decimals}f}") > 0
+                 else f"{overshoot_bytes / 2**20:.2g} MiB")
+    return (f"needs {need:.{decimals}f} GiB of {budget:.{decimals}f} usable "
             f"({usable / capacity_bytes:.0%} of {capacity_bytes / GIB:.1f} GiB), over by "
-            f"{overshoot_bytes / GIB:.{decimals}f} GiB")
+            f"{over_text}")
 
 
 def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: float) -> str:

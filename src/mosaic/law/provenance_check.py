@@ -17,6 +17,7 @@ from typing import Any
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.extrapolation import QUANTITIES
+from mosaic.limits import LIMITS
 
 
 def _number(value: Any) -> bool:
@@ -91,15 +92,17 @@ def _check_data_support(value: Any, where: str) -> None:
                                    f"({_DOMAIN_TEXT.get(name, 'positive')})")
 
 
-_DOMAIN_TEXT = {"sparsity": "0 <= S < 1", "split_factor": "1 <= G <= 1024"}
+_DOMAIN_TEXT = {"sparsity": "0 <= S < 1",
+                "split_factor": f"G in {LIMITS['split_factor'].describe()}"}
 
 
 def _inside_domain(name: str, low: float, high: float) -> bool:
     """Whether a fitted range [low, high] of ``name`` lies in its physical domain: sparsity
-    in [0, 1), a split factor in 1..1024 (what `law predict --split-factor` accepts), every
-    other quantity positive."""
+    in [0, 1), a split factor in what every command accepts (mosaic.limits), every other
+    quantity positive."""
     if name == "sparsity":
         return low >= 0.0 and high < 1.0
     if name == "split_factor":
-        return low >= 1.0 and high <= 1024.0
+        split = LIMITS["split_factor"]
+        return low >= split.low and high <= split.high
     return low > 0

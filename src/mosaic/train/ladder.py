@@ -51,9 +51,9 @@ class _Strict(NoBooleanNumbers):
 # overflowed inside numpy, one of 1e40 sequences listed 6e47-token rungs (a fuzz trial).
 LadderSeed = Annotated[int, Field(gt=0, le=LIMITS["ladder_q"].high)]
 ExpertCount = Annotated[int, Field(gt=0, le=LIMITS["experts"].high)]
-SplitFactor = Annotated[int, Field(gt=0, le=1024)]  # as `law predict --split-factor` allows
+SplitFactor = Annotated[int, Field(gt=0, le=LIMITS["split_factor"].high)]
 TokenBudget = Annotated[float, Field(gt=0, le=LIMITS["tokens"].high)]
-TokensPerParam = Annotated[float, Field(gt=0, le=LIMITS["tokens"].high)]
+TokensPerParam = Annotated[float, Field(gt=0, le=LIMITS["tpp"].high)]
 
 
 class Rung(_Strict):
