@@ -131,6 +131,12 @@ class ConfigFields:
                                    f"{limit.high:g} ({limit.why})")
         return value
 
+    def ignored(self, *names: str) -> None:
+        """Mark fields as read that this family's model does not build from (it ignores
+        them, or they carry no weights here), so :func:`unread_fields` does not name them."""
+        for name in names:
+            self.config.get(name)
+
     def optional_int(self, name: str) -> int | None:
         return None if self.config.get(name) is None else self.int(name)
 

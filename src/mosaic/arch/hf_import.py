@@ -133,7 +133,7 @@ def _router_groups(fields: ConfigFields, model_type: str) -> tuple[int | None, i
     defaults = _GROUP_DEFAULTS[model_type]
     if defaults is None:
         if fields.config.get("topk_method", "greedy") != "group_limited_greedy":
-            fields.config.get("n_group"), fields.config.get("topk_group")  # read: unused
+            fields.ignored("n_group", "topk_group")
             return None, None
         groups, top_groups = fields.int("n_group"), fields.int("topk_group")
     else:  # a null field takes the class default as an absent one does
@@ -157,8 +157,8 @@ def _router(fields: ConfigFields, model_type: str) -> RouterConfig:
         score = stated
     if isinstance(normalize, tuple):
         normalize = fields.bool(*normalize)
-    else:  # read: the family's router ignores it (DeepseekV2Moe never renormalises)
-        fields.config.get("norm_topk_prob")
+    else:  # the family's router ignores it (DeepseekV2Moe never renormalises)
+        fields.ignored("norm_topk_prob")
     if isinstance(scaling, tuple):
         scaling = fields.positive_float(*scaling)
     groups, top_groups = _router_groups(fields, model_type)
@@ -271,7 +271,7 @@ def _window(fields: ConfigFields, model_type: str, layers: int) -> dict[str, Any
     ``max_window_layers`` on; Llama takes no window). A pattern no N-th-layer rule states is
     left out with a warning: those layers are then costed and exported as full attention."""
     window = fields.config.get("sliding_window")
-    fields.config.get("layer_types")  # read: all full attention where no window is set
+    fields.ignored("layer_types")  # all full attention where no window is set
     qwen = model_type.startswith("qwen")
     if window is None or model_type == "llama" or (
             qwen and not fields.config.get("use_sliding_window", False)):
@@ -338,7 +338,7 @@ def _attention(fields: ConfigFields, d_model: int, head_dim_default: int | None 
 
 def _mla(fields: ConfigFields) -> dict[str, Any]:
     heads = fields.int("num_attention_heads")
-    fields.config.get("num_key_value_heads")  # read: MLA has as many key heads as queries
+    fields.ignored("num_key_value_heads")  # MLA has as many key heads as queries
     mla = MLAConfig(
         kv_lora_rank=fields.int("kv_lora_rank"),
         qk_nope_head_dim=fields.int("qk_nope_head_dim"),
@@ -359,8 +359,8 @@ def geometry_from_hf_config(config: Mapping[str, Any], where: str = "config.json
         raise MosaicInputError(f"{where}: expected a JSON object")
     model_type = _supported_type(config, where)
     if model_type == "llama4":  # the text model of the multimodal config
-        config, where, model_type = _llama4_text_config(config, where), f"{where}: text_config", \
-            "llama4_text"
+        config, where = _llama4_text_config(config, where), f"{where}: text_config"
+        model_type = "llama4_text"
     tracker = ReadTracker(config)
     tracker.read.add("model_type")
     try:
@@ -598,7 +598,7 @@ def _llama4_text(fields: ConfigFields, common: dict[str, Any], attention_bias: b
                     moe_every=every,
                     router=_router(fields, "llama4_text"))
     fields.bool("use_qk_norm", False)  # read: no weights either way
-    fields.config.get("no_rope_layers")  # read: which blocks chunk (said below)
+    fields.ignored("no_rope_layers")  # which blocks chunk (said below)
     chunk = fields.optional_int("attention_chunk_size")
     if chunk is not None:
         warnings.warn(f"{where}: attention_chunk_size {chunk}: the chunked attention of the "
@@ -624,11 +624,10 @@ def _nemotron_h(fields: ConfigFields) -> Geometry:
     for flag in ("mlp_bias", "use_bias", "mamba_proj_bias", "attention_bias"):
         if fields.bool(flag, False):
             raise MosaicInputError(f"{where}: {flag}=true is not supported (linear biases)")
-    # read, and without a shape here: the Mamba-2 mixer is mamba_num_heads x mamba_head_dim
-    # wide whatever expand says, the shared expert's width is its own field (transformers'
+    # without a shape here: the Mamba-2 mixer is mamba_num_heads x mamba_head_dim wide
+    # whatever expand says, the shared expert's width is its own field (transformers'
     # NemotronH builds from these two, not from expand or n_shared_experts)
-    for name in ("expand", "n_shared_experts", "rope_theta"):
-        fields.config.get(name)
+    fields.ignored("expand", "n_shared_experts", "rope_theta")
     if fields.config.get("moe_latent_size"):
         # NemotronHConfig.moe_latent_size (LatentMoE, Nemotron 3 Super/Ultra): the experts
         # run at the latent width between fc1_latent_proj and fc2_latent_proj

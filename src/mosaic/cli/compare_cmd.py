@@ -210,8 +210,8 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         raise MosaicInputError(f"{path}: not a `mosaic plan --json` document with an optimum")
     # numbers a plan writes are finite and not negative; a hand-edited -6 s step was
     # compared as given (a fuzz trial)
-    for block, names in (("optimum", _OPTIMUM_NUMBERS), ("envelope", _ENVELOPE_NUMBERS)):
-        values = optimum if block == "optimum" else envelope
+    for block, values, names in (("optimum", optimum, _OPTIMUM_NUMBERS),
+                                 ("envelope", envelope, _ENVELOPE_NUMBERS)):
         for name in names:
             value = values.get(name)
             if value is not None and (isinstance(value, bool)

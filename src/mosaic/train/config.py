@@ -11,7 +11,7 @@ import math
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -48,6 +48,10 @@ class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# a ladder seed, bounded as every command bounds it (mosaic.limits)
+LadderSeed = Annotated[int, Field(gt=0, le=LIMITS["ladder_q"].high)]
+
+
 class LadderModel(_Strict):
     """A ladder rung (Sec. 7.1): seed q and the MoE axes; ``head_dim`` < 128 scales it down.
 
@@ -58,7 +62,7 @@ class LadderModel(_Strict):
     gcd(heads, kv_heads) KV heads.
     """
 
-    q: int = Field(gt=0, le=LIMITS["ladder_q"].high, description="ladder seed q")
+    q: LadderSeed = Field(description="ladder seed q")
     experts: int | None = Field(default=None, gt=0, description="routed experts E; None: dense")
     top_k: int | None = Field(default=None, gt=0, description="routed experts per token K")
     split_factor: int = Field(default=1, gt=0, description="G = d_ff / d_expert (Eq. 8)")

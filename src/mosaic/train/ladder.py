@@ -29,6 +29,7 @@ from mosaic.limits import LIMITS
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
     LadderModel,
+    LadderSeed,
     TrainConfig,
     check_schedule,
     resolve_data_paths,
@@ -47,9 +48,9 @@ class _Strict(NoBooleanNumbers):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# Bounded as every command bounds these quantities (mosaic.limits): a grid entry of 1e41
-# overflowed inside numpy, one of 1e40 sequences listed 6e47-token rungs (a fuzz trial).
-LadderSeed = Annotated[int, Field(gt=0, le=LIMITS["ladder_q"].high)]
+# Bounded as every command bounds these quantities (mosaic.limits; the seed: LadderSeed in
+# train.config): a grid entry of 1e41 overflowed inside numpy, one of 1e40 sequences listed
+# 6e47-token rungs (a fuzz trial).
 ExpertCount = Annotated[int, Field(gt=0, le=LIMITS["experts"].high)]
 SplitFactor = Annotated[int, Field(gt=0, le=LIMITS["split_factor"].high)]
 TokenBudget = Annotated[float, Field(gt=0, le=LIMITS["tokens"].high)]
