@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -605,3 +606,123 @@ def test_the_read_tracker_does_not_count_a_look_at_all_items_as_reads():
     assert tracker == {"a": 1, "b": 2, "_comment": "x", "rms_norm_eps": 1e-5}
     tracker.get("a")
     assert unread_fields(tracker) == ["b"]
+
+
+# --- q/k norms across the whole projection (OLMoE, MiniMax-M2), Granite MoE -----------------
+def test_olmoe_by_hand():
+    """OlmoeAttention: bias-free q, k, v, o and RMSNorms across the whole projections (q_norm
+    of hidden_size, k_norm of head_dim x kv heads); 64 experts of 1024 and a bias-free router
+    in every block. OLMoE paper (arXiv:2409.02060): 6.9 B total, 1.3 B active."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every field is read or has no shape
+        geometry = load_hf_config(HF / "olmoe-1b-7b-0924.json")
+    c = count_parameters(geometry)
+    d, vocab = 2048, 50304
+    attention = 4 * d * d + d + d  # Q, K, V, O; q_norm and k_norm, each d wide
+    block = attention + 64 * 3 * d * 1024 + 64 * d + 2 * d
+    assert int(c.n_total) == 16 * block + d
+    assert int(c.n_total_with_embedding) == 16 * block + d + 2 * vocab * d == 6_919_161_856
+    active = 16 * (attention + 8 * 3 * d * 1024 + 64 * d + 2 * d) + d
+    assert int(c.n_active) == active
+    assert round(c.n_active_with_embedding / 1e8) == 13  # "1.3B active"
+    assert str(geometry.qk_norm_span) == "projection"
+    assert not geometry.moe.router.normalize_top_k  # norm_topk_prob false
+
+
+def test_projection_wide_norms_count_heads_times_head_dim():
+    """The same attention with per-head norms (Qwen3's): 2 x head_dim gains a block, not
+    (heads + kv heads) x head_dim."""
+    geometry = load_hf_config(HF / "olmoe-1b-7b-0924.json")
+    per_head = replace(geometry, qk_norm_span="head")
+    difference = count_parameters(geometry).n_total - count_parameters(per_head).n_total
+    assert difference == 16 * ((16 + 16) * 128 - 2 * 128)
+    with pytest.raises(MosaicInputError, match="qk_norm_span projection needs"):
+        replace(geometry, qk_norm=False)
+
+
+# MiniMax-M2 (huggingface.co/MiniMaxAI/MiniMax-M2 config.json; MiniMax: 230 B total, 10 B
+# active): 62 blocks of GQA 48/8 x 128 and 256 experts of 1536, top-8.
+MINIMAX_M2 = {
+    "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2",
+    "attn_type_list": [1] * 62, "head_dim": 128, "hidden_act": "silu", "hidden_size": 3072,
+    "intermediate_size": 1536, "num_attention_heads": 48, "num_experts_per_tok": 8,
+    "num_hidden_layers": 62, "num_key_value_heads": 8, "num_local_experts": 256,
+    "qk_norm_type": "per_layer", "rotary_dim": 64, "rope_theta": 5000000,
+    "scoring_func": "sigmoid", "shared_intermediate_size": 0, "tie_word_embeddings": False,
+    "use_qk_norm": True, "use_routing_bias": True, "vocab_size": 200064,
+    "mlp_intermediate_size": 8192, "rms_norm_eps": 1e-06,
+}
+
+
+def test_minimax_m2_by_hand():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        geometry = geometry_from_hf_config(MINIMAX_M2)
+    c = count_parameters(geometry)
+    d, heads, kv, hd = 3072, 48, 8, 128
+    attention = 2 * d * heads * hd + 2 * d * kv * hd + (heads + kv) * hd  # + q/k norms
+    expert = 3 * d * 1536
+    block = attention + 256 * expert + 256 * d + 2 * d
+    assert int(c.n_total) == 62 * block + d
+    assert round(c.n_total_with_embedding / 1e10) == 23  # "230B total"
+    active = 62 * (attention + 8 * expert + 256 * d + 2 * d) + d
+    assert int(c.n_active) == active and round(active / 1e9) == 10  # "10B active"
+    assert geometry.rope_fraction == 0.5
+    router = geometry.moe.router
+    assert (router.score, router.balancing, router.normalize_top_k) == (
+        "sigmoid", "loss_free", True)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"attn_type_list": [0] + [1] * 61}, "lightning attention"),
+    ({"scoring_func": "softmax"}, "allowed: sigmoid"),
+    ({"qk_norm_type": "per_token"}, "qk_norm_type 'per_token'"),
+    ({"rotary_dim": 256}, "rotary_dim 256 exceeds head_dim 128"),
+])
+def test_minimax_m2_refuses_what_it_cannot_hold(change, message):
+    with pytest.raises(MosaicInputError, match=message):
+        geometry_from_hf_config(MINIMAX_M2 | change, "m2.json")
+
+
+def test_minimax_m2_mtp_modules_are_said_left_out():
+    config = MINIMAX_M2 | {"use_mtp": True, "num_mtp_modules": 3, "mtp_transformer_layers": 1}
+    with pytest.warns(UnmodelledFieldWarning, match="num_mtp_modules 3"):
+        geometry = geometry_from_hf_config(config, "m2.json")
+    assert geometry == geometry_from_hf_config(MINIMAX_M2)
+
+
+# Granite-3.1-3B-A800M (huggingface.co/ibm-granite/granite-3.1-3b-a800m-base config.json;
+# IBM: 3.3 B total, 800 M active): 32 blocks of GQA 24/8, 40 experts of 512, top-8, tied.
+GRANITE_3B = {
+    "architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe",
+    "attention_bias": False, "embedding_multiplier": 12.0, "hidden_act": "silu",
+    "hidden_size": 1536, "intermediate_size": 512, "logits_scaling": 6.0,
+    "num_attention_heads": 24, "num_experts_per_tok": 8, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 40, "residual_multiplier": 0.22,
+    "attention_multiplier": 0.015625, "rope_theta": 10000000.0, "tie_word_embeddings": True,
+    "vocab_size": 49155,
+}
+
+
+def test_granite_moe_by_hand():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the multipliers carry no weights
+        geometry = geometry_from_hf_config(GRANITE_3B)
+    c = count_parameters(geometry)
+    d = 1536
+    attention = 2 * d * d + 2 * d * 8 * 64
+    block = attention + 40 * 3 * d * 512 + 40 * d + 2 * d
+    assert int(c.n_total) == 32 * block + d
+    assert int(c.n_total_with_embedding) == int(c.n_total) + 49155 * d  # tied
+    assert round(c.n_total_with_embedding / 1e8) == 33  # "3.3B"
+    assert round(c.n_active / 1e8) == 8  # "800M active"
+    assert not geometry.qk_norm and geometry.moe.router.normalize_top_k
+
+
+def test_projection_wide_norms_are_said_by_per_head_exports():
+    from mosaic.export.spec import projection_qk_norm_notes
+
+    geometry = load_hf_config(HF / "olmoe-1b-7b-0924.json")
+    (note,) = projection_qk_norm_notes(geometry, "per-head norms")
+    assert "4,096 gains per layer" in note and "256 gains" in note
+    assert projection_qk_norm_notes(replace(geometry, qk_norm_span="head"), "x") == []

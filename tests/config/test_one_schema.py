@@ -212,6 +212,7 @@ def _uncommented(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3.json", "qwen3-30b-a3b.json", "gpt-oss-20b.json",
+                                  "olmoe-1b-7b-0924.json",
                                   "nemotron-3-nano-30b-a3b.json", "mixtral-8x7b.json"])
 def test_model_block_round_trips_hf_models(name: str) -> None:
     path = EXAMPLES / "hf" / name

@@ -24,6 +24,7 @@ from mosaic.arch.geometry import (
     MLAConfig,
     MoEConfig,
     NormKind,
+    QKNormSpan,
     RouterConfig,
 )
 from mosaic.arch.ladder import LadderGrid, enumerate_ladder_grid, ladder_backbone, ladder_geometry
@@ -41,6 +42,7 @@ __all__ = [
     "MoEConfig",
     "NormKind",
     "ParameterCounts",
+    "QKNormSpan",
     "RouterConfig",
     "attention_flops_per_token",
     "count_parameters",

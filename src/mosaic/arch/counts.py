@@ -24,6 +24,7 @@ from mosaic.arch.geometry import (
     MambaConfig,
     MLAConfig,
     NormKind,
+    QKNormSpan,
 )
 
 ArrayLike = Any  # int, float or numpy array: formulas here broadcast over numpy arrays
@@ -92,13 +93,16 @@ def attention_weight_tensors(geometry: Geometry) -> int:
 def params_attention_extras(geometry: Geometry) -> int:
     """Small per-block attention parameters beyond the projections (MHA/GQA only).
 
-    Per-head Q/K norms (Qwen3: one norm of width head_dim each for Q and K), Q/K/V biases
-    (Qwen2, gpt-oss), an output bias (gpt-oss) and one sink logit per head (gpt-oss model
-    card, arXiv:2508.10925 Sec. 2.1).
+    Q/K norms (Qwen3: one norm of width head_dim each for Q and K, shared by the heads;
+    OLMoE and MiniMax-M2: one across the whole Q projection and one across K, heads·dh and
+    kv·dh wide), Q/K/V biases (Qwen2, gpt-oss), an output bias (gpt-oss) and one sink logit
+    per head (gpt-oss model card, arXiv:2508.10925 Sec. 2.1).
     """
     extra = 0
     if geometry.qk_norm:
-        extra += 2 * params_per_norm(geometry.head_dim, geometry.norm)
+        widths = ((geometry.heads + geometry.kv_heads) * geometry.head_dim
+                  if geometry.qk_norm_span is QKNormSpan.PROJECTION else 2 * geometry.head_dim)
+        extra += params_per_norm(widths, geometry.norm)
     if geometry.qkv_bias:
         extra += (geometry.heads + 2 * geometry.kv_heads) * geometry.head_dim
     if geometry.output_bias:

@@ -40,6 +40,17 @@ class HybridLayer(StrEnum):
     MOE = "E"
 
 
+class QKNormSpan(StrEnum):
+    """What one query (key) norm normalises: each head's head_dim values (Qwen3
+    ``Qwen3Attention.q_norm``, Megatron-Core ``qk_layernorm``) or the whole projection,
+    heads x head_dim wide for queries and kv_heads x head_dim for keys (OLMoE
+    ``OlmoeAttention.q_norm``, OLMo 2 and MiniMax-M2; transformers models/olmoe,
+    models/olmo2)."""
+
+    HEAD = "head"
+    PROJECTION = "projection"
+
+
 class NormKind(StrEnum):
     """Normalisation layers: LayerNorm has a gain and a bias, RMSNorm only a gain."""
 
@@ -391,7 +402,9 @@ class Geometry:
             elementwise variant; Qwen3-Next, Megatron-Core ``attention_output_gate``).
         norm: LayerNorm (the paper's pre-LN, A.1) or RMSNorm.
         moe: the routed part, or None for a dense model.
-        qk_norm: per-head norm of queries and keys (Qwen3; HF ``Qwen3Attention.q_norm``).
+        qk_norm: norms of queries and keys (Qwen3; HF ``Qwen3Attention.q_norm``).
+        qk_norm_span: what each q/k norm spans (:class:`QKNormSpan`): one head (Qwen3,
+            the default) or the whole projection (OLMoE, MiniMax-M2).
         qkv_bias: biases on the Q, K and V projections (Qwen2, gpt-oss).
         output_bias: bias on the attention output projection (gpt-oss).
         attention_sinks: one learned sink logit per head (gpt-oss model card, Sec. 2.1).
@@ -440,6 +453,7 @@ class Geometry:
     norm: NormKind = NormKind.LAYERNORM
     moe: MoEConfig | None = field(default=None)
     qk_norm: bool = False
+    qk_norm_span: QKNormSpan = QKNormSpan.HEAD
     qkv_bias: bool = False
     output_bias: bool = False
     attention_sinks: bool = False
@@ -468,6 +482,9 @@ class Geometry:
         _require(self.mtp_layers >= 0, f"model.mtp_layers must be >= 0, got {self.mtp_layers}")
         object.__setattr__(self, "attention", AttentionKind(self.attention))
         object.__setattr__(self, "norm", NormKind(self.norm))
+        object.__setattr__(self, "qk_norm_span", QKNormSpan(self.qk_norm_span))
+        _require(self.qk_norm or self.qk_norm_span is QKNormSpan.HEAD,
+                 "model.qk_norm_span projection needs model.qk_norm: true")
         if self.attention is AttentionKind.MLA:
             _require(self.mla is not None, "model.mla dimensions are required for MLA attention")
         else:

@@ -40,6 +40,9 @@ NO_SHAPE_FIELDS = frozenset((
     "cache_implementation", "for_llm_compressor", "mamba_hidden_act", "time_step_floor",
     "time_step_min", "time_step_max", "time_step_limit", "time_step_rank",
     "rescale_prenorm_residual", "residual_in_fp32", "use_mamba_kernels", "mamba_chunk_size",
+    # scalars that scale activations (GraniteMoeConfig) or clamp them (OlmoeConfig.clip_qkv)
+    "embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier",
+    "clip_qkv",
 ))
 
 

@@ -12,6 +12,12 @@ names (and defaults) they follow:
   ``n_shared_experts``, ``first_k_dense_replace``, ``moe_layer_freq``,
   ``num_nextn_predict_layers``).
 - ``gpt_oss``: ``GptOssConfig`` (biases on attention and experts, attention sinks).
+- ``olmoe``: ``OlmoeConfig`` (OLMoE: ``num_experts``, q/k RMSNorms across the whole
+  projection).
+- ``granitemoe``: ``GraniteMoeConfig`` (Granite 3 MoE: Mixtral's blocks with scalar
+  multipliers, which carry no weights).
+- ``minimax_m2``: ``MiniMaxM2Config`` (MiniMax-M2: projection-wide q/k norms, a sigmoid
+  router with a correction bias, ``rotary_dim`` of each head rotating).
 - ``nemotron_h``: ``NemotronHConfig`` (hybrid Mamba-2/attention/MLP/MoE layers from
   ``hybrid_override_pattern``; ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``,
   ``n_groups``, ``conv_kernel``, ``chunk_size``; squared-ReLU FFNs, ``mlp_hidden_act``
@@ -52,6 +58,7 @@ from mosaic.arch.geometry import (
     MLAConfig,
     MoEConfig,
     NormKind,
+    QKNormSpan,
     RouterConfig,
 )
 from mosaic.arch.hf_fields import ConfigFields, ReadTracker, unread_fields
@@ -59,7 +66,8 @@ from mosaic.errors import MosaicInputError
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
-             "gpt_oss", "glm4_moe", "llama4", "llama4_text")
+             "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
+             "minimax_m2")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
@@ -74,8 +82,13 @@ ARCHITECTURE_TYPES = {
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
     "Glm4MoeForCausalLM": "glm4_moe", "Llama4ForConditionalGeneration": "llama4",
     "Llama4ForCausalLM": "llama4_text", "NemotronHForCausalLM": "nemotron_h",
-    "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3NextForCausalLM": "qwen3_next", "OlmoeForCausalLM": "olmoe",
+    "GraniteMoeForCausalLM": "granitemoe", "MiniMaxM2ForCausalLM": "minimax_m2",
 }
+
+# The families whose transformers attention takes a sliding window (``_window``); another
+# family's ``sliding_window`` is left unread and so named in the unread-fields warning
+WINDOW_TYPES = (*DENSE_TYPES, "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
 
 # DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp config.json: index_n_heads,
 # index_head_dim, index_topk): mosaic has no geometry for it
@@ -86,17 +99,20 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 # models/<type>/modeling_<type>.py): score function, balancing, whether the K chosen weights
 # are renormalised (a bool, or the config field with its class default) and the routed
 # output's scale (1.0, or the config field with its class default).
-# - Mixtral, gpt-oss: softmax weights renormalised over the top-k (MixtralSparseMoeBlock
-#   divides by their sum; GptOssTopKRouter takes the softmax of the top-k logits), an
-#   auxiliary load-balancing loss (router_aux_loss_coef).
-# - Qwen2/3-MoE, Qwen3-Next: softmax, renormalised when norm_topk_prob (class defaults False,
-#   False, True), auxiliary loss.
+# - Mixtral, gpt-oss, Granite MoE: softmax weights renormalised over the top-k
+#   (MixtralSparseMoeBlock divides by their sum; GptOssTopKRouter and GraniteMoe's
+#   JetMoeTopKGating take the softmax of the top-k logits), an auxiliary load-balancing loss
+#   (router_aux_loss_coef).
+# - Qwen2/3-MoE, Qwen3-Next, OLMoE: softmax, renormalised when norm_topk_prob (class
+#   defaults False, False, True, False), auxiliary loss.
 # - DeepSeek-V2: softmax, never renormalised (DeepseekV2Moe ignores norm_topk_prob), scaled by
 #   routed_scaling_factor (default 1.0), auxiliary balance losses (arXiv:2405.04434 Sec. 3.3).
 # - DeepSeek-V3, Nemotron-H, GLM-4.5: sigmoid scores with the e_score_correction_bias of
 #   loss-free balancing, renormalised when norm_topk_prob (default True), scaled by
 #   routed_scaling_factor (DeepseekV3Config 2.5, NemotronHConfig and Glm4MoeConfig 1.0;
 #   Glm4MoeTopkRouter is DeepseekV3TopkRouter).
+# - MiniMax-M2: sigmoid scores with e_score_correction_bias choosing the experts, the chosen
+#   scores always renormalised, no scale (MiniMaxM2TopKRouter).
 # - Llama 4: the sigmoid of each chosen expert's logit, not renormalised (Llama4TextMoe's
 #   router scatters the top-k logits and takes their sigmoid), auxiliary loss.
 _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, float]]] = {
@@ -113,6 +129,9 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "glm4_moe": ("sigmoid", "loss_free", ("norm_topk_prob", True),
                  ("routed_scaling_factor", 1.0)),
     "llama4_text": ("sigmoid", "aux_loss", False, 1.0),
+    "olmoe": ("softmax", "aux_loss", ("norm_topk_prob", False), 1.0),
+    "granitemoe": ("softmax", "aux_loss", True, 1.0),
+    "minimax_m2": ("sigmoid", "loss_free", True, 1.0),
 }
 
 
@@ -242,6 +261,8 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
     # num_key_value_heads 8 (transformers models/llama4, models/glm4_moe configuration_*.py)
     "llama4_text": ("head_dim", "num_key_value_heads"),
     "glm4_moe": ("num_key_value_heads",),
+    # MiniMaxM2Config head_dim 128 and num_key_value_heads 8 (models/minimax_m2)
+    "minimax_m2": ("head_dim", "num_key_value_heads"),
 }
 
 
@@ -429,7 +450,7 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
     activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
-    window = _window(fields, model_type, layers)
+    window = _window(fields, model_type, layers) if model_type in WINDOW_TYPES else {}
     common: dict[str, Any] = {
         "layers": layers,
         "d_model": d_model,
@@ -509,6 +530,10 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _glm4_moe(fields, common, attention_bias)
     if model_type == "llama4_text":
         return _llama4_text(fields, common, attention_bias)
+    if model_type in ("olmoe", "granitemoe"):
+        return _olmoe_or_granite(fields, common, attention_bias, model_type)
+    if model_type == "minimax_m2":
+        return _minimax_m2(fields, common)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -609,6 +634,82 @@ def _llama4_text(fields: ConfigFields, common: dict[str, Any], attention_bias: b
                     # Llama4TextConfig's class default, as for an absent head_dim below
                     ffn=fields.int("intermediate_size_mlp", 16384), moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias)
+
+
+def _olmoe_or_granite(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
+                      model_type: str) -> Geometry:
+    """HF ``OlmoeConfig`` (OLMoE-1B-7B; transformers models/olmoe) and ``GraniteMoeConfig``
+    (Granite 3 MoE; models/granitemoe): every block MoE, routed experts of
+    ``intermediate_size`` behind a bias-free router, q/k/v/o biases when ``attention_bias``.
+    OLMoE's ``num_experts`` experts follow q/k RMSNorms across the whole projection
+    (``OlmoeAttention``: q_norm of hidden_size, k_norm of head_dim x kv heads); Granite's
+    ``num_local_experts`` follow plain attention, its embedding, residual, attention and
+    logit multipliers scale activations and carry no weights."""
+    width = fields.int("intermediate_size")
+    olmoe = model_type == "olmoe"
+    moe = MoEConfig(experts=fields.int("num_experts" if olmoe else "num_local_experts"),
+                    top_k=fields.int("num_experts_per_tok"), expert_ffn=width,
+                    router=_router(fields, model_type))
+    attention = _attention(fields, common["d_model"])
+    if olmoe and attention["heads"] * attention["head_dim"] != common["d_model"]:
+        raise MosaicInputError(f"{fields.where}: OLMoE's q_norm is hidden_size wide, so "
+                               "num_attention_heads x head_dim must equal hidden_size")
+    return Geometry(**common, **attention, ffn=width, moe=moe, qkv_bias=attention_bias,
+                    output_bias=attention_bias, qk_norm=olmoe,
+                    qk_norm_span=QKNormSpan.PROJECTION if olmoe else QKNormSpan.HEAD)
+
+
+# MiniMax-M2 config.json qk_norm_type -> what its q/k norms span (MiniMaxM2Attention is
+# FlexOlmoAttention, i.e. Olmo2Attention: q_norm heads x head_dim, k_norm kv x head_dim wide)
+MINIMAX_QK_NORM_SPANS = {"per_layer": QKNormSpan.PROJECTION, "per_head": QKNormSpan.HEAD}
+
+
+def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
+    """HF ``MiniMaxM2Config`` (MiniMax-M2; transformers models/minimax_m2): every block
+    MoE, ``num_local_experts`` routed experts of ``intermediate_size`` behind a sigmoid
+    router with a correction bias, no shared expert, bias-free GQA with q/k RMSNorms across
+    the projection, ``rotary_dim`` of each head rotating. Full attention on every layer
+    (``attn_type_list`` 1); the MTP modules (``num_mtp_modules``) are not part of the HF model
+    and are left out, with a warning."""
+    where = fields.where
+    kinds = fields.config.get("attn_type_list")
+    if kinds is not None and (not isinstance(kinds, list) or any(k != 1 for k in kinds)):
+        raise MosaicInputError(f"{where}: attn_type_list {kinds!r:.60}: only full softmax "
+                               "attention on every layer (1) is supported; MiniMax's "
+                               "lightning attention (0) has no geometry in mosaic")
+    scoring = fields.config.get("scoring_func", "sigmoid")
+    if scoring != "sigmoid":
+        raise MosaicInputError(f"{where}: scoring_func {scoring!r}: MiniMax-M2's router "
+                               "takes sigmoid scores (MiniMaxM2TopKRouter); allowed: sigmoid")
+    fields.ignored("use_routing_bias", "mlp_intermediate_size")  # a buffer; no dense blocks
+    if fields.count("shared_intermediate_size", 0):
+        warnings.warn(f"{where}: shared_intermediate_size is ignored: transformers' "
+                      "MiniMax-M2 has no shared expert", IgnoredFieldWarning, stacklevel=4)
+    span_name = fields.config.get("qk_norm_type", "per_layer")
+    if span_name not in MINIMAX_QK_NORM_SPANS:
+        raise MosaicInputError(f"{where}: qk_norm_type {span_name!r}; allowed: "
+                               f"{', '.join(MINIMAX_QK_NORM_SPANS)}")
+    modules = fields.count("num_mtp_modules", 0) if fields.bool("use_mtp", False) else 0
+    fields.ignored("num_mtp_modules", "mtp_transformer_layers")
+    if modules:
+        warnings.warn(f"{where}: num_mtp_modules {modules}: MiniMax-M2's multi-token-"
+                      "prediction modules are not part of the HF model and are left out of "
+                      "the counts and costs", UnmodelledFieldWarning, stacklevel=4)
+    attention = _attention(fields, common["d_model"])
+    rotary = fields.optional_int("rotary_dim")
+    if rotary is not None:
+        if rotary > attention["head_dim"]:
+            raise MosaicInputError(f"{where}: rotary_dim {rotary} exceeds head_dim "
+                                   f"{attention['head_dim']}")
+        common = common | {"rope_fraction": rotary / attention["head_dim"]}
+    moe = MoEConfig(experts=fields.int("num_local_experts"),
+                    top_k=fields.int("num_experts_per_tok"),
+                    expert_ffn=fields.int("intermediate_size"),
+                    router=_router(fields, "minimax_m2"))
+    qk_norm = fields.bool("use_qk_norm", True)
+    return Geometry(**common, **attention, ffn=moe.expert_ffn, moe=moe, qk_norm=qk_norm,
+                    qk_norm_span=MINIMAX_QK_NORM_SPANS[span_name] if qk_norm
+                    else QKNormSpan.HEAD)
 
 
 def _nemotron_h(fields: ConfigFields) -> Geometry:

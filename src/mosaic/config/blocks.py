@@ -164,7 +164,10 @@ class ModelBlock(StrictBlock):
     gated_attention: bool = Field(default=False, description="per-head sigmoid output gate")
     attention_output_gate: bool = Field(default=False, description="elementwise sigmoid gate "
                                         "on the attention output (Qwen3-Next)")
-    qk_norm: bool = Field(default=False, description="per-head norm of queries and keys")
+    qk_norm: bool = Field(default=False, description="norms of queries and keys")
+    qk_norm_span: Literal["head", "projection"] = Field(
+        default="head", description="what one q/k norm spans: each head (Qwen3) or the "
+                                    "whole projection (OLMoE, MiniMax-M2)")
     qkv_bias: bool = Field(default=False, description="biases on the Q, K, V projections")
     output_bias: bool = Field(default=False, description="bias on the attention output")
     attention_sinks: bool = Field(default=False, description="one learned sink logit per head")

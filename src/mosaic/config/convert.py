@@ -21,6 +21,7 @@ from mosaic.arch.geometry import (
     MLAConfig,
     MoEConfig,
     NormKind,
+    QKNormSpan,
     RouterConfig,
 )
 from mosaic.config.blocks import ModelBlock
@@ -171,7 +172,8 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         mla=mla if attention is AttentionKind.MLA else None,
         gated_attention=model.gated_attention,
         attention_output_gate=model.attention_output_gate, norm=NormKind(norm), moe=moe,
-        qk_norm=model.qk_norm, qkv_bias=model.qkv_bias, output_bias=model.output_bias,
+        qk_norm=model.qk_norm, qk_norm_span=QKNormSpan(model.qk_norm_span),
+        qkv_bias=model.qkv_bias, output_bias=model.output_bias,
         rope_base=model.rope_base, rope_fraction=model.rope_fraction,
         zero_centered_norm=model.zero_centered_norm,
         sliding_window=model.sliding_window, full_attention_every=model.full_attention_every,
@@ -198,6 +200,8 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
                  "output_bias", "attention_sinks", "zero_centered_norm"):
         if getattr(geometry, flag):
             document[flag] = True
+    if geometry.qk_norm_span is not QKNormSpan.HEAD:
+        document["qk_norm_span"] = str(geometry.qk_norm_span)
     if geometry.sliding_window is not None:
         document["sliding_window"] = geometry.sliding_window
         if geometry.full_attention_every is not None:

@@ -19,6 +19,7 @@ from mosaic.export.spec import (
     AUX_LOSS_COEFF,
     BIAS_UPDATE_RATE,
     ExportSpec,
+    projection_qk_norm_notes,
     unexpressed,
     window_note,
 )
@@ -209,6 +210,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            "(interleave_moe_layer_step is honoured by llama4 blocks only)")
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
+    unsupported += projection_qk_norm_notes(g, "use_qk_norm's per-head norms")
     if g.norm is NormKind.LAYERNORM:
         unsupported.append(f"LayerNorm: MaxText's {decoder_block(spec, cycle)} decoder "
                            "normalises with RMSNorm (no base.yml key picks LayerNorm)")

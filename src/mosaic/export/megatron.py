@@ -12,7 +12,12 @@ d98e8a6 (2026-08-22).
 from __future__ import annotations
 
 from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
-from mosaic.export.spec import WINDOW_CP_NOTE, ExportSpec, unexpressed
+from mosaic.export.spec import (
+    WINDOW_CP_NOTE,
+    ExportSpec,
+    projection_qk_norm_notes,
+    unexpressed,
+)
 from mosaic.export.targets import ExportResult, header_lines
 
 # mosaic FP8 recipe -> (--fp8-recipe, --fp8-format). Recipe names: TransformerConfig.fp8_recipe
@@ -127,6 +132,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     # gpt_layer_specs.py @ d98e8a64dd: the up-projections become layer-norm linears)
     if g.qk_norm or g.attention is AttentionKind.MLA:
         args.append(("--qk-layernorm", None))
+    # TransformerConfig.qk_layernorm builds norms of hidden_size_per_attention_head
+    # (megatron/core/transformer/attention.py @ d98e8a64dd)
+    unsupported += projection_qk_norm_notes(g, "--qk-layernorm's per-head norms")
     args += rope_and_norm_arguments(g)
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")

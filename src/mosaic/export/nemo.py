@@ -27,7 +27,12 @@ from mosaic.export.megatron import (
     dualpipe_note,
     kv_head_replication_note,
 )
-from mosaic.export.spec import WINDOW_CP_NOTE, ExportSpec, unexpressed
+from mosaic.export.spec import (
+    WINDOW_CP_NOTE,
+    ExportSpec,
+    projection_qk_norm_notes,
+    unexpressed,
+)
 from mosaic.export.targets import ExportResult, header_lines
 from mosaic.stacks.registry import parse_release
 
@@ -214,6 +219,11 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported += kv_head_replication_note(spec)
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
+    # Megatron-Bridge's OlMoEModelProvider swaps in its OLMoESelfAttention for these
+    # (src/megatron/bridge/models/olmoe/olmoe_provider.py)
+    unsupported += projection_qk_norm_notes(
+        g, "qk_layernorm's per-head norms", "; Megatron-Bridge's OlMoEModelProvider layer "
+        "spec builds projection-wide ones")
     if g.attention_output_gate:  # Megatron-Bridge Qwen3NextBridge: attention_output_gate
         model["attention_output_gate"] = True
     if g.sliding_window is not None:  # TransformerConfig fields, as Megatron's flags set them

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mosaic.arch import Geometry, RouterConfig, ladder_geometry
+from mosaic.arch import Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
 from mosaic.perf.routing_load import router_balancing
@@ -462,6 +462,19 @@ def window_note(geometry: Geometry) -> str:
     every = (f", full attention on one layer in {geometry.full_attention_every} (the last)"
              if geometry.full_attention_every else " on every layer")
     return f"a sliding window of {geometry.sliding_window} keys{every}"
+
+
+def projection_qk_norm_notes(geometry: Geometry, written_as: str, hint: str = ""
+                             ) -> list[str]:
+    """What a target that normalises each head's queries and keys (Megatron-Core
+    ``qk_layernorm``, torchtitan's and MaxText's Qwen3 blocks) writes for q/k norms across
+    the whole projection (OLMoE, MiniMax-M2), and the gains the two differ by."""
+    if not geometry.qk_norm or geometry.qk_norm_span is QKNormSpan.HEAD:
+        return []
+    gains = (geometry.heads + geometry.kv_heads) * geometry.head_dim
+    return [f"q/k norms across the whole projection ({gains:,} gains per layer, as OLMoE "
+            f"and MiniMax-M2 build them): written as {written_as}, which normalise each "
+            f"head ({2 * geometry.head_dim:,} gains){hint}"]
 
 
 def spec_from_job(job: Any, source: str) -> ExportSpec:

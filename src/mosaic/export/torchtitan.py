@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.spec import ExportSpec, unexpressed, window_note
+from mosaic.export.spec import ExportSpec, projection_qk_norm_notes, unexpressed, window_note
 from mosaic.export.targets import ExportResult, header_lines
 from mosaic.stacks import default_loss, get_stack
 
@@ -69,6 +69,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                            "has one (the flavor must add it)")
     if g.sliding_window is not None:
         unsupported.append(window_note(g) + ": set it in the flavor")
+    unsupported += projection_qk_norm_notes(g, "the qwen3 family's per-head norms")
     if g.norm is NormKind.LAYERNORM:
         unsupported.append("LayerNorm: torchtitan's model families normalise with RMSNorm "
                            "(the flavor must change the module)")
