@@ -726,3 +726,48 @@ def test_projection_wide_norms_are_said_by_per_head_exports():
     (note,) = projection_qk_norm_notes(geometry, "per-head norms")
     assert "4,096 gains per layer" in note and "256 gains" in note
     assert projection_qk_norm_notes(replace(geometry, qk_norm_span="head"), "x") == []
+
+
+# ERNIE-4.5-21B-A3B (huggingface.co/baidu/ERNIE-4.5-21B-A3B-PT config.json; Baidu: 21 B
+# total, 3 B activated): 28 blocks, the first dense, 64 experts of 1536 + 2 shared, top-6.
+ERNIE_21B = {
+    "architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe",
+    "hidden_act": "silu", "hidden_size": 2560, "intermediate_size": 12288, "head_dim": 128,
+    "moe_intermediate_size": 1536, "moe_k": 6, "moe_layer_end_index": 27,
+    "moe_layer_interval": 1, "moe_layer_start_index": 1, "moe_num_experts": 64,
+    "moe_num_shared_experts": 2, "num_attention_heads": 20, "num_hidden_layers": 28,
+    "num_key_value_heads": 4, "rope_theta": 500000, "use_bias": False, "vocab_size": 103424,
+}
+
+
+def test_ernie45_moe_by_hand():
+    """Ernie4_5_MoeDecoderLayer: bias-free GQA, block 0 a dense MLP of 12288, blocks 1..27
+    64 routed + 2 shared experts behind a bias-free router; embeddings tied by the class
+    default."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        geometry = geometry_from_hf_config(ERNIE_21B)
+    c = count_parameters(geometry)
+    d = 2560
+    attention = 2 * d * 20 * 128 + 2 * d * 4 * 128
+    dense = attention + 3 * d * 12288 + 2 * d
+    moe = attention + 66 * 3 * d * 1536 + 64 * d + 2 * d
+    assert int(c.n_total) == dense + 27 * moe + d
+    assert int(c.n_total_with_embedding) == int(c.n_total) + 103424 * d  # tied
+    assert round(c.n_total_with_embedding / 1e9) == 22  # "21B" (21.8 B)
+    active = dense + 27 * (attention + 8 * 3 * d * 1536 + 64 * d + 2 * d) + d
+    assert int(c.n_active) == active and round(active / 1e9) == 3  # "3B activated"
+
+
+def test_ernie45_moe_placement_and_refusals():
+    every_other = geometry_from_hf_config(ERNIE_21B | {"moe_layer_interval": 2})
+    assert (every_other.moe.dense_layers, every_other.moe.moe_every) == (1, 2)
+    assert [every_other.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    with pytest.raises(MosaicInputError, match="not a dense prefix followed by every"):
+        geometry_from_hf_config(ERNIE_21B | {"moe_layer_end_index": 20}, "e.json")
+    with pytest.raises(MosaicInputError, match="use_bias=true is not supported"):
+        geometry_from_hf_config(ERNIE_21B | {"use_bias": True}, "e.json")
+    assert geometry_from_hf_config(ERNIE_21B | {"moe_use_aux_free": False}
+                                   ).moe.router.balancing == "aux_loss"
+    with pytest.warns(UnmodelledFieldWarning, match="num_nextn_predict_layers 1"):
+        geometry_from_hf_config(ERNIE_21B | {"num_nextn_predict_layers": 1}, "e.json")

@@ -18,7 +18,8 @@ from mosaic.limits import LIMITS
 # against LIMITS["vocab"], the widest range of any field).
 LAYER_COUNT_FIELDS = {name: "layers" for name in (
     "num_hidden_layers", "num_nextn_predict_layers", "first_k_dense_replace",
-    "decoder_sparse_step", "full_attention_interval", "interleave_moe_layer_step")}
+    "decoder_sparse_step", "full_attention_interval", "interleave_moe_layer_step",
+    "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")}
 
 # Fields that change neither a parameter count nor the compute of a training step: ids and
 # bookkeeping, initialisation, norm epsilons, dropout, inference caches and position limits,

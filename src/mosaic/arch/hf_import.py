@@ -16,6 +16,8 @@ names (and defaults) they follow:
   projection).
 - ``granitemoe``: ``GraniteMoeConfig`` (Granite 3 MoE: Mixtral's blocks with scalar
   multipliers, which carry no weights).
+- ``ernie4_5_moe``: ``Ernie4_5_MoeConfig`` (ERNIE 4.5 MoE: ``moe_num_experts``, ``moe_k``,
+  shared experts, MoE blocks from ``moe_layer_start_index`` every ``moe_layer_interval``-th).
 - ``minimax_m2``: ``MiniMaxM2Config`` (MiniMax-M2: projection-wide q/k norms, a sigmoid
   router with a correction bias, ``rotary_dim`` of each head rotating).
 - ``nemotron_h``: ``NemotronHConfig`` (hybrid Mamba-2/attention/MLP/MoE layers from
@@ -67,7 +69,7 @@ from mosaic.errors import MosaicInputError
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
              "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
-             "minimax_m2")
+             "minimax_m2", "ernie4_5_moe")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
@@ -84,6 +86,7 @@ ARCHITECTURE_TYPES = {
     "Llama4ForCausalLM": "llama4_text", "NemotronHForCausalLM": "nemotron_h",
     "Qwen3NextForCausalLM": "qwen3_next", "OlmoeForCausalLM": "olmoe",
     "GraniteMoeForCausalLM": "granitemoe", "MiniMaxM2ForCausalLM": "minimax_m2",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
 }
 
 # The families whose transformers attention takes a sliding window (``_window``); another
@@ -111,6 +114,9 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 #   loss-free balancing, renormalised when norm_topk_prob (default True), scaled by
 #   routed_scaling_factor (DeepseekV3Config 2.5, NemotronHConfig and Glm4MoeConfig 1.0;
 #   Glm4MoeTopkRouter is DeepseekV3TopkRouter).
+# - ERNIE 4.5: softmax scores with e_score_correction_bias (Ernie4_5_MoeStatics) choosing
+#   the experts, the chosen scores always renormalised (Ernie4_5_MoeSparseMoeBlock); the
+#   bias is updated only where moe_use_aux_free (ERNIE's own configs), read below.
 # - MiniMax-M2: sigmoid scores with e_score_correction_bias choosing the experts, the chosen
 #   scores always renormalised, no scale (MiniMaxM2TopKRouter).
 # - Llama 4: the sigmoid of each chosen expert's logit, not renormalised (Llama4TextMoe's
@@ -132,6 +138,7 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "olmoe": ("softmax", "aux_loss", ("norm_topk_prob", False), 1.0),
     "granitemoe": ("softmax", "aux_loss", True, 1.0),
     "minimax_m2": ("sigmoid", "loss_free", True, 1.0),
+    "ernie4_5_moe": ("softmax", "loss_free", True, 1.0),
 }
 
 
@@ -263,6 +270,8 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
     "glm4_moe": ("num_key_value_heads",),
     # MiniMaxM2Config head_dim 128 and num_key_value_heads 8 (models/minimax_m2)
     "minimax_m2": ("head_dim", "num_key_value_heads"),
+    # Ernie4_5_MoeConfig num_key_value_heads 4 (models/ernie4_5_moe)
+    "ernie4_5_moe": ("num_key_value_heads",),
 }
 
 
@@ -534,6 +543,8 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _olmoe_or_granite(fields, common, attention_bias, model_type)
     if model_type == "minimax_m2":
         return _minimax_m2(fields, common)
+    if model_type == "ernie4_5_moe":
+        return _ernie45_moe(fields, common)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -710,6 +721,47 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     return Geometry(**common, **attention, ffn=moe.expert_ffn, moe=moe, qk_norm=qk_norm,
                     qk_norm_span=MINIMAX_QK_NORM_SPANS[span_name] if qk_norm
                     else QKNormSpan.HEAD)
+
+
+ERNIE_SPARSE_FIELDS = "moe_layer_start_index, moe_layer_end_index and moe_layer_interval"
+
+
+def _ernie45_moe(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
+    """HF ``Ernie4_5_MoeConfig`` (ERNIE 4.5 MoE; transformers models/ernie4_5_moe): block i
+    is MoE when start <= i <= end and (i + 1) % interval == 0 (``Ernie4_5_MoeDecoderLayer``),
+    else a dense MLP of ``intermediate_size``; ``moe_num_experts`` routed experts of
+    ``moe_intermediate_size``, ``moe_num_shared_experts`` shared ones (one MLP of n times
+    that width), a bias-free router whose correction bias is not trained (not counted);
+    embeddings tied unless stated (the class default). ``num_nextn_predict_layers`` MTP
+    layers are not part of the HF model and are left out, with a warning."""
+    where, layers = fields.where, common["layers"]
+    if fields.bool("use_bias", False):
+        raise MosaicInputError(f"{where}: use_bias=true is not supported (biases on every "
+                               "projection, the experts' and the LM head's included)")
+    start = fields.count("moe_layer_start_index", 1)
+    end = (layers - 1 if fields.config.get("moe_layer_end_index", -1) in (-1, None)
+           else fields.count("moe_layer_end_index"))
+    interval = fields.int("moe_layer_interval", 1)
+    sparse = [i for i in range(layers) if start <= i <= end and (i + 1) % interval == 0]
+    dense_layers, every = _prefix_and_every(sparse, layers, where, ERNIE_SPARSE_FIELDS)
+    width = fields.int("moe_intermediate_size")
+    shared = fields.count("moe_num_shared_experts", 2)
+    router = _router(fields, "ernie4_5_moe")
+    if not fields.bool("moe_use_aux_free", True):  # the bias stays at zero
+        router = replace(router, balancing="aux_loss")
+    fields.ignored("moe_norm_min")  # a floor on the renormalising sum
+    moe = MoEConfig(experts=fields.int("moe_num_experts"), top_k=fields.int("moe_k"),
+                    expert_ffn=width, shared_experts=shared,
+                    shared_expert_ffn=width if shared else None, dense_layers=dense_layers,
+                    moe_every=every, router=router)
+    mtp = fields.count("num_nextn_predict_layers", 0)
+    if mtp:
+        warnings.warn(f"{where}: num_nextn_predict_layers {mtp}: ERNIE 4.5's multi-token-"
+                      "prediction layers are not part of the HF model and are left out of "
+                      "the counts and costs", UnmodelledFieldWarning, stacklevel=4)
+    return Geometry(**(common | {"tied_embeddings": fields.bool("tie_word_embeddings", True)}),
+                    **_attention(fields, common["d_model"]),
+                    ffn=fields.int("intermediate_size"), moe=moe)
 
 
 def _nemotron_h(fields: ConfigFields) -> Geometry:
