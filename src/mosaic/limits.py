@@ -26,6 +26,17 @@ class Range:
         return f"{_fmt(self.low)}..{_fmt(self.high)}"
 
 
+def is_number(value: object) -> bool:
+    """Whether a parsed JSON/YAML value is a number: an int or float, not a bool (which
+    Python counts as an int)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_finite_number(value: object) -> bool:
+    """A number (:func:`is_number`) that is neither NaN nor infinite."""
+    return is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+
+
 def _fmt(value: float) -> str:
     if float(value).is_integer() and abs(value) < 1e10:
         return str(int(value))
@@ -86,7 +97,7 @@ def check_range(field: str, value: float | int, kind: str, *, integer: bool = Fa
     lo = bounds.low if low is None else low
     hi = bounds.high if high is None else high
     allowed = f"{'an integer' if integer else 'a number'} in {_fmt(lo)}..{_fmt(hi)}"
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
     if integer and not isinstance(value, int) and not (
             math.isfinite(value) and float(value).is_integer()):
@@ -101,7 +112,7 @@ def check_range(field: str, value: float | int, kind: str, *, integer: bool = Fa
 
 def require_finite(field: str, value: float, *, positive: bool = False) -> float:
     """``value`` as a float, or a one-line error if it is NaN/inf (or not > 0 if asked)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise MosaicInputError(f"{field}: got {value!r}; allowed: a finite number")
     number = float(value) if abs(value) < 1e308 or isinstance(value, float) else math.inf
     if not math.isfinite(number) or (positive and number <= 0):

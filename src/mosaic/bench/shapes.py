@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mosaic.errors import MosaicInputError
+from mosaic.limits import is_number
 from mosaic.schema_validation import load_yaml_mapping
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -236,8 +237,7 @@ _SECTIONS: dict[str, type] = {"gemm": GemmShape, "grouped": GroupedShape,
 def _size(value: Any, where: str) -> int:
     """A size as the YAML file wrote it: an integer, or a whole number such as 1e6; the text
     '3_2' (which int() would read as 32) or a fraction is refused."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            isinstance(value, float) and not value.is_integer()):
+    if not is_number(value) or (isinstance(value, float) and not value.is_integer()):
         raise MosaicInputError(f"{where}: {value!r} is not a whole number")
     return int(value)
 

@@ -21,7 +21,7 @@ from mosaic.cli.common import (
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError
-from mosaic.limits import check_range
+from mosaic.limits import check_range, is_finite_number
 from mosaic.report.comparison import (
     NO_BREAKDOWNS,
     compare_document,
@@ -214,9 +214,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                                  ("envelope", envelope, _ENVELOPE_NUMBERS)):
         for name in names:
             value = values.get(name)
-            if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, int | float)
-                                      or not math.isfinite(value) or value < 0):
+            if value is not None and (not is_finite_number(value) or value < 0):
                 raise MosaicInputError(f"{path}: {block}.{name} is {value!r}; a `mosaic plan "
                                        "--json` document holds a finite, non-negative number "
                                        "there")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mosaic.limits import LIMITS
+from mosaic.limits import LIMITS, is_number
 
 # Physical ranges of well-known output fields: (lowest, highest), inclusive. A field whose
 # name ends in one of these suffixes (or equals it) must lie inside.
@@ -178,7 +178,7 @@ def json_problems(value: Any, path: str = "$", explained: bool = False) -> list[
             if isinstance(item, int) and not isinstance(item, bool) and abs(item) > 1e300:
                 problems.append(f"{where}: integer beyond any physical value ({len(str(item))} "
                                 "digits)")
-            elif isinstance(item, int | float) and not isinstance(item, bool):
+            elif is_number(item):
                 problems += _range_problems(str(key), float(item), where)
     elif isinstance(value, list):
         for index, item in enumerate(value):

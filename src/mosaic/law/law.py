@@ -23,6 +23,7 @@ import numpy as np
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import DEFAULT_PREFACTOR_BOUNDS, LawForm, get_form
 from mosaic.law.provenance_check import check_provenance
+from mosaic.limits import is_number
 
 if TYPE_CHECKING:
     from mosaic.law.rundata import RunData
@@ -145,7 +146,7 @@ class ScalingLaw:
         for name, value in coefficients.items():
             # Finite and of bounded size: fitted laws have coefficients of 1e-2..1e4
             # (Table 2; Epoch's B = 2143), and 1e308 makes every prediction inf (issue 11).
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            if not is_number(value) or not (
                     value == 0 or MIN_COEFFICIENT <= abs(value) <= MAX_COEFFICIENT):
                 raise MosaicInputError(
                     f"{source}: coefficients.{name}: got {value!r}; allowed: 0 or a finite "
@@ -155,8 +156,7 @@ class ScalingLaw:
             raise MosaicInputError(f"{source}: 'provenance' must be an object")
         check_provenance(provenance, source)
         split_factor = payload.get("split_factor")
-        if split_factor is not None and (isinstance(split_factor, bool)
-                                         or not isinstance(split_factor, int | float)):
+        if split_factor is not None and not is_number(split_factor):
             raise MosaicInputError(f"{source}: split_factor: expected a number or null (a law "
                                    f"of every G), got {split_factor!r:.60}")
         try:

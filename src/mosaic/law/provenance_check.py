@@ -11,18 +11,12 @@ the key.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from mosaic.errors import MosaicInputError
 from mosaic.law.extrapolation import QUANTITIES
-from mosaic.limits import LIMITS
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(
-        value)
+from mosaic.limits import LIMITS, is_finite_number, is_number
 
 
 def check_provenance(provenance: Mapping[str, Any], source: str) -> None:
@@ -46,7 +40,7 @@ def _check_at_bound(value: Any, where: str) -> None:
         return
     for name, info in _mapping(value, where, "an object coefficient -> {side, bound}").items():
         info = _mapping(info, f"{where}.{name}", 'an object {"side": ..., "bound": ...}')
-        if info.get("side") not in ("lower", "upper") or not _number(info.get("bound")):
+        if info.get("side") not in ("lower", "upper") or not is_finite_number(info.get("bound")):
             raise MosaicInputError(
                 f"{where}.{name}: expected side 'lower' or 'upper' and a finite number bound, "
                 f"got {dict(info)!r:.80}")
@@ -70,7 +64,7 @@ def _check_metrics(value: Any, where: str) -> None:
     metrics = _mapping(value, where, "an object of fit metrics")
     for name in ("r2", "n_heldout"):  # NaN allowed: an R² of runs with no spread
         value = metrics.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is not None and not is_number(value):
             raise MosaicInputError(f"{where}.{name}: expected a number, got {value!r:.60}")
 
 
@@ -84,7 +78,7 @@ def _check_data_support(value: Any, where: str) -> None:
         if bounds is None:
             continue
         if (not isinstance(bounds, list | tuple) or len(bounds) != 2
-                or not all(_number(b) for b in bounds) or bounds[0] > bounds[1]):
+                or not all(is_finite_number(b) for b in bounds) or bounds[0] > bounds[1]):
             raise MosaicInputError(f"{where}.{name}: expected [low, high], two finite numbers "
                                    f"with low <= high, got {bounds!r:.60}")
         if not _inside_domain(name, bounds[0], bounds[1]):

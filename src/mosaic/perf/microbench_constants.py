@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from mosaic.errors import MosaicInputError
+from mosaic.limits import is_number
 from mosaic.perf.collectives import Interconnect
 from mosaic.perf.fitted_constants import fitted
 from mosaic.perf.kernels import AttentionEfficiency, GemmParams, device_fit_key
@@ -67,7 +68,7 @@ class MicrobenchConstants:
 
 
 def _number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise MosaicInputError(f"{where}={value!r}; allowed: a number")
     return float(value)
 
