@@ -561,3 +561,34 @@ def test_the_summary_shows_repeated_data_and_a_budget_set_window(tmp_path):
     assert optimum["epochs"] == pytest.approx(optimum["tokens"] / 20e9)
     assert (f"{optimum['epochs']:.2f} epochs of the 20.0 B unique tokens: the loss is computed "
             "from D' =") in text
+
+
+def test_a_malformed_document_names_the_field_it_failed_at(tmp_path):
+    """A hand-edited perf document: the error names the field read last before the failure
+    (where the bad value sits), not only the exception's text."""
+    document = json.loads(runner.invoke(app, ["perf", str(EXAMPLES / "nemotron_3_nano_b200.yaml"),
+                                              "--json"]).output)
+    name = next(iter(document["breakdown_s"]))
+    document["breakdown_s"][name] = "fast"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])
+    assert result.exit_code == 2
+    assert f"the last field read: breakdown_s.{name}" in result.output
+    document["breakdown_s"] = {}
+    document["memory_breakdown_bytes"] = [1, 2]  # a list where an object belongs
+    bad.write_text(json.dumps(document))
+    result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])
+    assert "'list' object has no attribute" in result.output and "Traced" not in result.output
+
+
+def test_the_traced_view_reads_as_the_document():
+    from mosaic.report.html.traced import Trail, traced
+
+    trail = Trail()
+    view = traced({"a": [{"b": 1}, {"b": 2}], "c": None}, "", trail)
+    assert view == {"a": [{"b": 1}, {"b": 2}], "c": None}
+    assert [item["b"] for item in view["a"]] == [1, 2] and trail.last == "a[1].b"
+    assert view["a"][-1]["b"] == 2 and trail.last == "a[1].b"
+    assert json.loads(json.dumps(view)) == {"a": [{"b": 1}, {"b": 2}], "c": None}
+    assert dict(view.items())["c"] is None and trail.last == "c"
