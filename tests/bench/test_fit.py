@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from mosaic.errors import MosaicInputError
 from mosaic.evaluate.microbench_calibration import calibrate_from_microbench
 from mosaic.evaluate.microbench_fit import (
     DeviceRates,
@@ -267,3 +268,43 @@ def test_the_comparison_table_says_which_fitted_constants_were_written():
     assert not is_written(block, "elementwise", "elementwise_hbm_efficiency")
     assert is_written({**block, "elementwise_hbm_efficiency": 0.8}, "elementwise",
                       "elementwise_hbm_efficiency")
+
+
+def test_a_cpu_profile_keeps_the_base_envelope_and_lists_every_fitted_constant(tmp_path):
+    """A trial's CPU calibration called every GPU plan 'outside' its envelope (gpu B200 not
+    in {cpu:x86_64}) while changing none of its numbers: the CPU's constants apply to the
+    CPU alone, so a GPU job keeps the base constants and the base envelope, and says so.
+    Its comparison table dropped the constants it had refused (the report shared the
+    block's dicts) and called the CPU's launch gap written."""
+    import yaml as yaml_module
+
+    from mosaic.evaluate.microbench_calibration import comparison_rows, is_written
+    from mosaic.perf.calibration import load_calibration
+
+    directory = tmp_path / "cpu"
+    write_bench_dir(directory)
+    document = json.loads((directory / "metadata.json").read_text())
+    document["runs"]["synthetic01"] |= {"device_name": "cpu:x86_64", "sm_count": 1}
+    (directory / "metadata.json").write_text(json.dumps(document))
+    with pytest.raises(MosaicInputError, match=r"measure a bf16 gemm peak sweep \(`mosaic "
+                       r"bench gemm --dtypes bf16`\) so"):
+        calibrate_from_microbench(directory, default_calibration())
+    gemm = pd.read_parquet(directory / "gemm.parquet")
+    square = gemm[(gemm["m"] == gemm["n"]) & (gemm["n"] == gemm["k"])].assign(**{"pass": "peak"})
+    pd.concat([gemm, square]).to_parquet(directory / "gemm.parquet")
+    base = default_calibration()
+    written, report = calibrate_from_microbench(directory, base)
+    assert written["microbench"]["applies_to"] == ["cpu:x86_64"]
+    assert written["coverage"]["devices"] == base.to_document()["coverage"]["devices"]
+    assert "dispatch_gap_s" not in report or not is_written(
+        written["microbench"], "host", "dispatch_gap_s", report)
+    assert written["constants"]["dispatch_gap_s"] == base.to_document()["constants"][
+        "dispatch_gap_s"]
+    path = tmp_path / "cpu.yaml"
+    path.write_text(yaml_module.safe_dump(written))
+    calibration = load_calibration(path)
+    (note,) = calibration.microbench_notes("B200")
+    assert "measured on cpu:x86_64, not B200" in note
+    assert calibration.microbench_notes("cpu:x86_64") == []
+    fitted = {(family, constant) for family, constant, _, _ in comparison_rows(report)}
+    assert {("gemm", "max_fraction_of_peak"), ("gemm", "k_half")} <= fitted

@@ -391,7 +391,7 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
     print_table("Fitted vs built-in constants",
                 ["family", "constant", "built-in", "fitted", "written"],
                 [[f, c, f"{b:.4g}", f"{v:.4g}",
-                  "yes" if is_written(block, f, c) else "no (built-in kept)"]
+                  "yes" if is_written(block, f, c, report) else "no (built-in kept)"]
                  for f, c, b, v in comparison_rows(report)])
 
 

@@ -175,10 +175,14 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
     bandwidth = (float(streams["bandwidth_bytes_per_s"].max())
                  if not streams.empty and "bandwidth_bytes_per_s" in streams else None)
     if peak is None or bandwidth is None or not np.isfinite(bandwidth):
+        # name what is missing: a trial's fp32 sweep was there, the bf16 one was not
+        missing = [what for what, absent in (
+            ("a bf16 gemm peak sweep (`mosaic bench gemm --dtypes bf16`)", peak is None),
+            ("the kernels family's streaming rows (`mosaic bench kernels`)",
+             bandwidth is None or not np.isfinite(bandwidth))) if absent]
         raise MosaicInputError(
             f"device {measured_name!r} is not in the catalog: give --device NAME, or measure "
-            "the gemm peak sweep and the kernels family so the measured rates can serve as "
-            "the reference")
+            f"{' and '.join(missing)} so the measured rates can serve as the reference")
     return Reference(DeviceRates(peak, bandwidth, 1), measured_name, False,
                      f"measured reference rates of {measured_name} (achievable bf16 peak "
                      f"{peak:.4g} FLOP/s from the square-GEMM sweep, best streaming bandwidth "
@@ -371,7 +375,8 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
             errors["gemm"] = fit.mape_percent
             report["families"]["gemm"] = {
                 "rows": fit.rows, "min_dim": min_dim, "mape_percent": fit.mape_percent,
-                "fitted": values,
+                # a copy: implausible_constants drops values from the block, not the report
+                "fitted": dict(values),
                 "built_in": {f: getattr(DEFAULT_GEMM, f) for f in values}}
 
     grouped = tables["grouped"]
@@ -429,7 +434,7 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                                                  FLASH_ATTENTION_EFFICIENCY["generic"])
         report["families"]["attention"] = {
             "backend": backend, "rows": len(attention),
-            "mape_percent": {d: fits[d][2] for d in fits}, "fitted": triples,
+            "mape_percent": {d: fits[d][2] for d in fits}, "fitted": dict(triples),
             "built_in": {d: [builtin[d].max_fraction, builtin[d].seq_half_tokens,
                              builtin[d].head_dim_half] for d in ("fwd", "bwd")},
             "note": f"{backend} backend, max_fraction as cuDNN-equivalent"}
@@ -454,8 +459,10 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
                 "best_fraction_of_reference_bw_per_op": per_op}
         launch = streams[streams["op"] == "launch"]
         if not launch.empty:
+            # written where the launch gap is a GPU's (a CPU's is not: below)
             report["dispatch_gap_s"] = {"fitted": float(launch["time_s"].median()),
-                                        "built_in": base.dispatch_gap_s}
+                                        "built_in": base.dispatch_gap_s,
+                                        "written": not measured_on_cpu(metadata)}
         sync = streams[streams["op"] == "host_sync"]
         if not sync.empty:
             report["host_sync_s"] = float(sync["time_s"].median())
@@ -488,18 +495,19 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
     document = base.to_document()
     document["name"] = name or f"microbench-{ref.device}".replace(" ", "-")
     document["provenance"] = f"{base.provenance}; kernel constants: {provenance}"
-    if "dispatch_gap_s" in report and not measured_on_cpu(metadata):
+    if report.get("dispatch_gap_s", {}).get("written"):
         # (a profile constant, read for every job: a CPU's launch gap is not a GPU's)
         document["constants"]["dispatch_gap_s"] = {
             "value": report["dispatch_gap_s"]["fitted"],
             "source": "t_gap of Eq. 11: measured wall time per kernel of a chain of tiny eager "
                       f"kernels (mosaic bench kernels, launch), {directory.name}"}
     document["microbench"] = block
-    if not ref.in_catalog and document.get("coverage"):
-        # Constants measured on a device outside the catalog (a GPU the catalog lacks: they
-        # apply to any job; a CPU test run: to that CPU only); the envelope then holds only
-        # that device, so a GPU job's prediction says it is outside it (the base profile's
-        # envelope would call a B200 job 'inside').
+    if not ref.in_catalog and document.get("coverage") and not measured_on_cpu(metadata):
+        # Constants measured on a GPU the catalog lacks apply to any job; the envelope then
+        # holds only that device, so a B200 job's prediction says it is outside it (the base
+        # profile's envelope would call it 'inside'). A CPU test run's constants apply to
+        # that CPU only: a GPU job keeps the base constants, and so the base envelope (a
+        # trial saw a CPU profile call every GPU plan 'outside' while changing nothing).
         document["coverage"]["devices"] = [str(metadata.get("device_name") or ref.device)]
         document["coverage"]["source"] = (f"{document['coverage'].get('source', '')}; devices: "
                                           f"the device the kernel constants were measured on")
@@ -613,16 +621,19 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
     return warnings
 
 
-def is_written(block: dict[str, Any], family: str, constant: str) -> bool:
-    """Whether a fitted constant of the report made it into the written ``microbench``
-    block (:func:`implausible_constants` leaves some out): e.g. ('gemm', 'k_half'),
-    ('attention', 'fwd.max_fraction'), ('elementwise', 'elementwise_hbm_efficiency')."""
+def is_written(block: dict[str, Any], family: str, constant: str,
+               report: dict[str, Any] | None = None) -> bool:
+    """Whether a fitted constant of the report made it into the written file
+    (:func:`implausible_constants` leaves some out of the ``microbench`` block): e.g.
+    ('gemm', 'k_half'), ('attention', 'fwd.max_fraction'), ('elementwise',
+    'elementwise_hbm_efficiency'); ('host', 'dispatch_gap_s') goes to the profile's
+    constants where the report says so (not from a CPU)."""
     if family == "elementwise":
         return constant in block
     if family == "attention":
         return constant.split(".")[0] in (block.get("attention") or {})
     if family == "host":
-        return True  # dispatch_gap_s goes to the calibration's constants, never dropped
+        return bool((report or {}).get(constant, {}).get("written"))
     if family == "te_grouped":  # "fp8.fwd.fixed_s": the precision's lines
         return constant.split(".")[0] in (block.get("grouped_host_floor") or {})
     return constant in (block.get(family) or {})

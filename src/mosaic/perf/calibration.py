@@ -139,6 +139,15 @@ class Calibration:
         return self.attention_efficiency.get(stack,
                                              self.attention_efficiency.get("default", 1.0))
 
+    def microbench_notes(self, device_name: str) -> list[str]:
+        """Where this profile's measured kernel constants do not apply to ``device_name``
+        (measured on another device), the line that says the built-in ones are used."""
+        if self.microbench is None or self.microbench.applies(device_name):
+            return []
+        return [f"calibration {self.name}'s microbenchmark constants were measured on "
+                f"{', '.join(self.microbench.applies_to)}, not {device_name}: its built-in "
+                "kernel constants are used"]
+
     def to_document(self) -> dict[str, Any]:
         """The YAML document of this calibration, each constant with its source note."""
         constants = {

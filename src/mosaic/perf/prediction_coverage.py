@@ -29,7 +29,8 @@ def assess_plan(calibration: Calibration, workload: Workload, plans: ParallelPla
         memory_gib=float(prediction.memory_bytes[index] / GIB),
         usable_memory_gib=usable_memory_gib, is_hybrid=workload.geometry.is_hybrid,
         system=system_name,
-        extra_notes=uninformed_notes(
+        extra_notes=[*uninformed_notes(
             calibration.name, calibration.not_informed,
             ep_crosses_nodes=bool(prediction.chi_drivers.a2a_share[index] > 0),
-            pp_crosses_nodes=bool(prediction.chi_drivers.pp_extra_nodes[index] > 0)))
+            pp_crosses_nodes=bool(prediction.chi_drivers.pp_extra_nodes[index] > 0)),
+            *calibration.microbench_notes(device_name)])

@@ -31,7 +31,8 @@ def candidate_assessment(result: PlanResult, calibration: Calibration, row: int
         mfu=float(table.mfu[row]), step_time_s=float(table.step_time_s[row]),
         memory_gib=float(table.memory_bytes[row] / GIB),
         usable_memory_gib=envelope.usable_memory_bytes / GIB,
-        extra_notes=_uninformed(calibration, plan, envelope.system.gpus_per_node),
+        extra_notes=[*_uninformed(calibration, plan, envelope.system.gpus_per_node),
+                     *calibration.microbench_notes(envelope.system.device.name)],
         system=envelope.system.name)
 
 
