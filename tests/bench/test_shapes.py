@@ -1,6 +1,7 @@
 """What bench measures: the shapes mosaic.perf prices for a job (hand-checked on the
 paper's Appendix E job), shapes files, presets, expert loads and group layouts."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,21 @@ def test_uneven_splits_sum_to_the_buffer():
     splits = collectives.uneven_splits(4, 1000)
     assert (splits.sum(axis=1) == 1000).all()
     assert len(set(splits[0].tolist())) > 1  # really uneven
+
+
+def test_a_cpu_measures_a_cpu_sized_peak_sweep_and_optimizer():
+    """A trial's 125k-parameter job took five minutes of CPU bench: the GPU peak sweep's
+    16384³ fp32 GEMMs ran 34 s a call. On a CPU the sweep stops at 4096 and AdamW at 2^24
+    parameters, said in a note; a GPU keeps the sizes, and a sweep wholly above the cap keeps
+    its smallest size."""
+    from mosaic.bench.shapes import GENERIC, sized_for_device
+
+    cpu = sized_for_device(GENERIC, "cpu")
+    assert cpu.peak_sizes == (2048, 4096) and cpu.optimizer_params == (1 << 24,)
+    assert cpu.gemm == GENERIC.gemm
+    assert "not measured: peak 8192, peak 12288, peak 16384, adamw 67,108,864 params" in (
+        cpu.notes[-1])
+    assert sized_for_device(GENERIC, "cuda") is GENERIC
+    big = replace(GENERIC, peak_sizes=(8192, 16384), optimizer_params=(1 << 28,))
+    assert sized_for_device(big, "cpu").peak_sizes == (8192,)
+    assert sized_for_device(cpu, "cpu") is cpu  # nothing left to drop: no second note

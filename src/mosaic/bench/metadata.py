@@ -118,7 +118,10 @@ def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dic
         meta["topology"] = topology()
     else:
         meta.update({"device_name": f"cpu:{meta['cpu']}", "device_count": 1})
-    meta["fingerprint"] = {k: meta.get(k) for k in FINGERPRINT_FIELDS}
+    # a CPU's timings depend on the threads torch computes with (bench --threads): part of
+    # what a rerun must match to skip measured cases
+    fields = FINGERPRINT_FIELDS + (("torch_threads",) if device.type == "cpu" else ())
+    meta["fingerprint"] = {k: meta.get(k) for k in fields}
     meta["metadata_id"] = metadata_id(meta["fingerprint"])
     return meta
 

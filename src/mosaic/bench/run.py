@@ -84,9 +84,6 @@ def run_kernels(out_dir: Path, families: Sequence[str], shapes: BenchShapes,
     """Measure the kernel families on ``device``; resumable; then export measured tables."""
     metadata = collect(device)
     record_metadata(out_dir, metadata)
-    busy = busy_host_warning(metadata)
-    if busy is not None:
-        warnings.warn(busy, MosaicWarning, stacklevel=2)
     deadline = None if budget_s is None else time.monotonic() + budget_s
     reports = []
     for family, cases in kernel_cases(families, shapes, options).items():
@@ -95,6 +92,10 @@ def run_kernels(out_dir: Path, families: Sequence[str], shapes: BenchShapes,
                                   lambda case, m=module: m.measure(case, device, options),
                                   out_dir, metadata, deadline, progress))
     export_measured_tables(out_dir, metadata["metadata_id"])
+    busy = busy_host_warning(metadata)
+    if busy is not None and any(report.measured for report in reports):
+        # of timings this run took (a rerun that measured nothing has none to doubt)
+        warnings.warn(busy, MosaicWarning, stacklevel=2)
     return reports
 
 

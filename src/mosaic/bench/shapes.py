@@ -11,7 +11,7 @@ added from the same perf helpers (``tokens_per_rank``, ``attention_widths``).
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,33 @@ def _recorders() -> tuple[Any, Any, Any]:
             return np.full(np.broadcast_shapes(n_a.shape, np.shape(inside_domain)), np.nan)
 
     return RecordingGemmTable(), RecordingGroupedTable(), RecordingBusTable()
+
+
+# A CPU's BLAS reaches its sustained rate on blocks of a few hundred (its caches hold a few
+# MiB per core), and a square GEMM of 4096 already takes about a second at the 0.1-0.2
+# TFLOP/s of a server socket; the GPU sweep's 16384 takes a minute a call there (a trial:
+# five minutes of bench for a 125k-parameter job). An AdamW step over 2^24 parameters moves
+# some 300 MB, past any CPU's last-level cache, so larger ones add time, not information.
+CPU_MAX_PEAK_SIZE = 4096
+CPU_MAX_OPTIMIZER_PARAMS = 1 << 24
+
+
+def sized_for_device(shapes: BenchShapes, device_type: str) -> BenchShapes:
+    """``shapes`` with the peak sweep and the optimizer sizes a ``device_type`` needs: a
+    CPU's stop at :data:`CPU_MAX_PEAK_SIZE` and :data:`CPU_MAX_OPTIMIZER_PARAMS` (the
+    smallest of each kept), said in a note; a GPU's as given."""
+    if device_type != "cpu":
+        return shapes
+    peak = tuple(s for s in shapes.peak_sizes if s <= CPU_MAX_PEAK_SIZE) or shapes.peak_sizes[:1]
+    optimizer = (tuple(p for p in shapes.optimizer_params if p <= CPU_MAX_OPTIMIZER_PARAMS)
+                 or shapes.optimizer_params[:1])
+    dropped = [*(f"peak {s}" for s in shapes.peak_sizes if s not in peak),
+               *(f"adamw {p:,} params" for p in shapes.optimizer_params if p not in optimizer)]
+    if not dropped:
+        return shapes
+    return replace(shapes, peak_sizes=peak, optimizer_params=optimizer, notes=(
+        *shapes.notes, f"on a CPU the peak sweep stops at {CPU_MAX_PEAK_SIZE} and the optimizer "
+        f"at {CPU_MAX_OPTIMIZER_PARAMS:,} parameters (not measured: {', '.join(dropped)})"))
 
 
 def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,

@@ -87,6 +87,10 @@ QuickFlag = Annotated[bool, typer.Option(
     "--quick", help="few repeats, no minimum time (smoke tests, CPU)")]
 ProgressFlag = Annotated[bool, typer.Option("--progress/--no-progress",
                                             help="progress and ETA on stderr")]
+ThreadsOption = Annotated[int | None, typer.Option(
+    "--threads", min=1, max=1024,
+    help="CPU threads torch computes with (torch.set_num_threads; default: torch's, one per "
+         "core). On a shared host, 1 keeps other processes from stalling every sample")]
 
 
 def _shapes(job: Path | None, shapes_file: Path | None, preset: str | None,
@@ -171,16 +175,23 @@ def _render_reports(reports: list[Any], out: Path, json_output: bool,
 def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file: Path | None,
              preset: str | None, sets: list[str], dry_run: bool, time_budget: str | None,
              device: str | None, dtypes: str, max_tensor_bytes: str, backends: str,
-             quick: bool, progress: bool, json_output: bool) -> None:
+             quick: bool, progress: bool, json_output: bool, threads: int | None = None
+             ) -> None:
     _require_torch()
+    if threads is not None:  # recorded in the run's metadata (torch_threads)
+        import torch
+
+        torch.set_num_threads(threads)
     from mosaic.bench.device import resolve_device
     from mosaic.bench.metadata import collect
     from mosaic.bench.run import kernel_cases, listing, run_kernels
+    from mosaic.bench.shapes import sized_for_device
 
     shapes = _shapes(job, shapes_file, preset, sets)
     options = _options(dtypes, max_tensor_bytes, backends, quick)
     budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
     torch_device = resolve_device(device)
+    shapes = sized_for_device(shapes, torch_device.type)
     if dry_run:
         metadata_id = collect(torch_device)["metadata_id"]
         _render_listing(listing(out, kernel_cases(families, shapes, options), metadata_id),
@@ -199,10 +210,10 @@ def _family_command(family: str, doc: str, command_name: str | None = None) -> N
                 max_tensor_bytes: MaxTensorOption = "8GiB",
                 attention_backends: BackendsOption = "cudnn,flash,efficient,math",
                 quick: QuickFlag = False, progress: ProgressFlag = True,
-                json_output: JsonFlag = False) -> None:
+                json_output: JsonFlag = False, threads: ThreadsOption = None) -> None:
         _kernels((family,), out, job, shapes_file, preset, set_ or [], dry_run, time_budget,
                  device, dtypes, max_tensor_bytes, attention_backends, quick, progress,
-                 json_output)
+                 json_output, threads)
 
     command.__doc__ = doc
     bench_app.command(command_name or family)(guarded(command))
@@ -305,6 +316,7 @@ def all_command(
     dtypes: DtypesOption = "bf16,fp8,mxfp8", max_tensor_bytes: MaxTensorOption = "8GiB",
     attention_backends: BackendsOption = "cudnn,flash,efficient,math",
     quick: QuickFlag = False, progress: ProgressFlag = True, json_output: JsonFlag = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Every kernel family (under torchrun on rank 0 only; collectives: see `collectives`)."""
     import os
@@ -313,7 +325,7 @@ def all_command(
         return
     _kernels(KERNEL_FAMILY_NAMES, out, job, shapes_file, preset, set_ or [], dry_run,
              time_budget, device, dtypes, max_tensor_bytes, attention_backends, quick,
-             progress, json_output)
+             progress, json_output, threads)
 
 
 @bench_app.command("compare")
