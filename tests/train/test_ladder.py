@@ -48,6 +48,9 @@ def test_grid_expands_the_admissible_product(tmp_path):
     halved = load_grid(path, scale=0.5)
     assert all(j.config.run.tokens == 256 for j in halved)
     assert all(j.config.geometry().head_dim == 8 for j in halved)  # at least 8 wide
+    # as many checkpoints a rung as at full scale (the recipe's every 2 steps, halved)
+    assert all(j.config.run.checkpoint_every == 1 for j in halved)
+    assert all(j.config.run.checkpoint_every == 2 for j in jobs)
     with pytest.raises(MosaicInputError, match="scale"):
         load_grid(path, scale=2)
 
@@ -276,7 +279,8 @@ def test_ladder_fit_holds_nothing_out_where_the_default_holdout_leaves_too_few(t
 def test_a_rung_finished_under_another_recipe_is_refused_not_reused(tmp_path):
     """A trial changed the recipe's lr and reran into the same folder: the ladder reprinted
     the old losses as the new grid's. Now the rung is refused, naming what differs; a rung
-    of another grid in the folder is named and stays out of runs.csv."""
+    of another grid in the folder is named and stays out of runs.csv, which the other grid
+    replaces only once it is moved aside (a trial's --scale run had cut it to one row)."""
     pytest.importorskip("torch")
     axes = {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
             "split_factor": [1], "tokens": [512]}
@@ -292,6 +296,11 @@ def test_a_rung_finished_under_another_recipe_is_refused_not_reused(tmp_path):
     assert refused.exit_code == 2
     assert "rung q1_E4_K1_G1_D512" in refused.output and "optim.lr differ" in refused.output
     other = _grid(tmp_path, {**axes, "tokens": [768]})
+    kept = runner.invoke(_app(), ["ladder", "run", str(other), "--out", str(out)])
+    assert kept.exit_code == 2 and "lists 1 rung(s) this grid" in kept.output
+    assert "q1_E4_K1_G1_D512" in kept.output and not (out / "runs" / "q1_E4_K1_G1_D768"
+                                                      ).exists()
+    (out / "runs.csv").rename(tmp_path / "first_runs.csv")
     moved = runner.invoke(_app(), ["ladder", "run", str(other), "--out", str(out), "--json"])
     assert moved.exit_code == 0, moved.output
     assert "q1_E4_K1_G1_D512" in moved.stderr and "not in this grid" in moved.stderr

@@ -30,6 +30,7 @@ from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, valida
 from mosaic.train.config import (
     LadderModel,
     LadderSeed,
+    RunConfig,
     TrainConfig,
     check_schedule,
     resolve_data_paths,
@@ -131,6 +132,13 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     if not points:
         raise MosaicInputError(f"{path}: the ladder has no rungs (give axes or runs)")
     head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
+    run_settings = dict(recipe.get("run", {}))
+    if scale < 1:  # as many checkpoints a rung as at full scale (a killed 20-step rung of a
+        # --scale 0.2 trial had none: checkpoint_every stayed 50)
+        every = run_settings.get("checkpoint_every",
+                                 RunConfig.model_fields["checkpoint_every"].default)
+        if isinstance(every, int) and not isinstance(every, bool):  # else refused below
+            run_settings["checkpoint_every"] = max(1, round(every * scale))
     jobs: dict[str, LadderJob] = {}
     # kv_heads only where the grid states it: a rung warns about a stated one only
     stated_kv = {"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set else {}
@@ -148,12 +156,12 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         try:
             config = train_config_from_mapping(
                 {**recipe, "ladder": rung.model_dump(exclude_unset=True),
-                 "run": {**recipe.get("run", {}), "tokens": budget * scale}}, where)
+                 "run": {**run_settings, "tokens": budget * scale}}, where)
             if kind == "TPP":  # D = TPP·N_act of this rung's geometry
                 tokens = budget * float(count_parameters(config.geometry()).n_active) * scale
                 config = train_config_from_mapping(
                     {**recipe, "ladder": rung.model_dump(exclude_unset=True),
-                     "run": {**recipe.get("run", {}), "tokens": tokens}}, where)
+                     "run": {**run_settings, "tokens": tokens}}, where)
         except MosaicInputError as exc:
             if "split factor" in str(exc) and not stated:  # G must divide d_ff: no point
                 continue
@@ -271,6 +279,7 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
         (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     selected = [j for j in jobs if only is None or j.name in only]
     finished_results(jobs, out_dir)  # a rung finished by another job stops the ladder first
+    _refuse_to_drop_listed_rungs(jobs, out_dir)
     context = init_distributed(jobs[0].config.run.device)  # one process group for all rungs
     try:
         _run_selected(selected, jobs, out_dir, progress, main, context)
@@ -339,6 +348,27 @@ def finished_rungs(out_dir: Path) -> list[str]:
     runs = out_dir / "runs"
     return sorted(path.parent.name for path in runs.glob(f"*/{RESULT_FILE}")
                   ) if runs.is_dir() else []
+
+
+def _refuse_to_drop_listed_rungs(jobs: list[LadderJob], out_dir: Path) -> None:
+    """Refuse, before any training, a grid whose runs.csv would lose rungs the folder's
+    runs.csv lists: every ladder run rewrites it with its own grid's rungs, and a trial's
+    `--scale 0.1 --only ...` into a finished 19-rung folder left it one row."""
+    path = out_dir / RUNS_CSV
+    if not path.is_file():
+        return
+    from mosaic.table_files import read_table
+
+    listed = read_table(path, "runs file", allow_no_rows=True)
+    names = {job.name for job in jobs}
+    dropped = [str(name) for name in listed.get("name", []) if str(name) not in names]
+    if dropped:
+        raise MosaicInputError(
+            f"{path} lists {len(dropped)} rung(s) this grid (at this --scale) does not hold "
+            f"({', '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}); a ladder run "
+            f"rewrites {RUNS_CSV} with its own grid's rungs, so they would drop out of it: "
+            "give a scaled or other grid its own --out (finished rungs are kept under "
+            f"{out_dir / 'runs'} either way), or move {RUNS_CSV} aside to replace it")
 
 
 def finished_elsewhere(jobs: list[LadderJob], out_dir: Path) -> list[str]:
