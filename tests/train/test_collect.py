@@ -16,9 +16,11 @@ from mosaic.train.ladder import collect_result_rows
 
 
 def _result(folder: Path, *, q: int | None = 2, n_total: float = 2e6, complete: bool = True,
-            smoothed: float = 4.2) -> Path:
+            smoothed: float = 4.2, job_id: str | None = None) -> Path:
+    """A result as the trainer writes it; each folder's job is its own unless ``job_id``
+    names one (the trainer's fingerprint is the job's canonical JSON)."""
     folder.mkdir(parents=True)
-    job = {"ladder": None if q is None else {"q": q}}
+    job = {"ladder": None if q is None else {"q": q}, "job": job_id or str(folder)}
     (folder / "result.json").write_text(json.dumps({
         "steps": 20 if complete else 7, "total_steps": 20, "tokens": 20480.0,
         "final_loss": smoothed + 0.3, "smoothed_loss": smoothed, "peak_lr": 1e-3,
@@ -40,7 +42,7 @@ def test_rows_carry_the_smoothed_loss_and_the_rung(tmp_path):
 
 def test_unfinished_missing_and_twice_named_runs_are_refused(tmp_path):
     _result(tmp_path / "stopped", complete=False)
-    with pytest.raises(MosaicInputError, match="stopped at step 7 of 20"):
+    with pytest.raises(MosaicInputError, match="stopped after 7 of 20 steps"):
         collect_result_rows([tmp_path / "stopped"])
     (tmp_path / "empty").mkdir()
     with pytest.raises(MosaicInputError, match=r"no result\.json in it or one level down"):
@@ -63,3 +65,12 @@ def test_the_written_table_is_what_law_fit_reads(tmp_path):
     assert list(data.loss) == [4.2, 4.0, 3.85]
     assert list(data.extra["vocab"]) == [256, 256, 256]  # the loss's unit travels
     assert list(data.n_total) == [2e6, 4e6, 8e6]
+
+
+def test_two_results_of_one_job_are_refused(tmp_path):
+    """A trial collected three runs of the identical job (one seed) as three rows: the law
+    fit would weight one measurement three times."""
+    for name in ("t1", "t2"):
+        _result(tmp_path / name, job_id="the same job")
+    with pytest.raises(MosaicInputError, match="hold results of the same job"):
+        collect_result_rows([tmp_path / "t1", tmp_path / "t2"])

@@ -120,7 +120,7 @@ def train_command(
         return
     print_key_value_table(
         f"Training run {out}",
-        [("state", "finished" if result.complete else f"stopped at step {result.steps}"),
+        [("state", result.state),
          ("steps", f"{result.steps} / {result.total_steps}"),
          ("tokens", f"{result.tokens:,}"),
          ("smoothed final loss", f"{result.smoothed_loss:.4f}"),

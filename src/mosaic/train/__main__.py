@@ -47,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                   "yet", file=sys.stderr)
         return 130
     if result.world_size == 1 or _is_rank_zero():
-        state = "finished" if result.complete else f"stopped at step {result.steps}"
-        print(f"{state}: smoothed loss {result.smoothed_loss:.4f}, {result.tokens} tokens, "
+        print(f"{result.state}: smoothed loss {result.smoothed_loss:.4f}, {result.tokens} tokens, "
               f"{result.tokens_per_s:.4g} tokens/s", flush=True)
     return 0
 

@@ -216,6 +216,7 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
             raise MosaicInputError(f"{folder}: no {RESULT_FILE} in it or one level down (give "
                                    "`mosaic train --out` folders, or their parent)")
     rows = []
+    jobs: dict[str, str] = {}  # job fingerprint -> the first folder that trained it
     for folder in found:
         path = folder / RESULT_FILE
         try:
@@ -225,9 +226,18 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
         if not isinstance(result, dict):
             raise MosaicInputError(f"{path}: not a mosaic result (a JSON object of fields)")
         if result.get("complete") is not True:
-            raise MosaicInputError(f"{path}: the run stopped at step {result.get('steps')} of "
-                                   f"{result.get('total_steps')}; finish it (rerun the same "
+            raise MosaicInputError(f"{path}: the run stopped after {result.get('steps')} of "
+                                   f"{result.get('total_steps')} steps; finish it (rerun the same "
                                    "`mosaic train` command) or leave its folder out")
+        fingerprint = result.get(RESULT_FINGERPRINT)
+        if isinstance(fingerprint, str) and fingerprint in jobs:
+            # the same job (model, data, recipe, seed) trains to the same loss: a fit would
+            # count one measurement twice (a trial collected three copies of one run)
+            raise MosaicInputError(f"{folder} and {jobs[fingerprint]} hold results of the same "
+                                   "job (model, data, recipe and seed): one measurement, "
+                                   "which a law fit would weight twice; leave one out")
+        if isinstance(fingerprint, str):
+            jobs[fingerprint] = str(folder)
         try:
             rows.append(csv_row(folder.name, result, _ladder_rung(result)))
         except KeyError as exc:

@@ -112,6 +112,14 @@ class TrainResult:
     # the tokenizer's vocabulary: the loss is in nats per token of it (None: older files)
     vocab: int | None = None
 
+    @property
+    def state(self) -> str:
+        """'finished', or how far a stopped run got. Steps are logged from 0, so after 7
+        steps the last logged one is step 6 (a trial read "stopped at step 7" as one more)."""
+        if self.complete:
+            return "finished"
+        return f"stopped after {self.steps} steps (the last logged: step {self.steps - 1})"
+
 
 def _seed_of(*parts: int) -> int:
     """A 63-bit seed derived from integers (numpy SeedSequence hashing)."""
