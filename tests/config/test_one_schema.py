@@ -29,6 +29,7 @@ from mosaic.config.job_schema import (
     job_from_document,
     load_job,
 )
+from mosaic.config.record_entry import run_record_entry
 from mosaic.config.run_records import load_run_records
 from mosaic.config.spelling import (
     JOB_RULES,
@@ -147,26 +148,10 @@ def test_a_record_reference_names_its_run() -> None:
 
 
 def _as_run_record(spec: Any, tokens_per_s_per_gpu: float, name: str) -> dict[str, Any]:
-    """A run-record entry for a job measured at ``tokens_per_s_per_gpu`` (the job's blocks
-    as they are, plus the record's own fields)."""
-    document = job_document(spec)
-    system = __import__("mosaic.hardware", fromlist=["get_system"]).get_system(spec.system_name)
-    batch = document["batch"]
-    n_devices = document["search"]["devices"]
-    step_time_s = batch["global_seqs"] * batch["seq_len"] / (tokens_per_s_per_gpu * n_devices)
-    return {
-        "id": "roundtrip-1", "source": "constructed for the round-trip test",
-        "stack": document["performance"]["stack"], "gpu": system.device.name,
-        "num_gpus": n_devices, "gpus_per_node": system.gpus_per_node,
-        "scaleup_domain": system.scale_up_domain_gpus,
-        "model": {"name": name, **document["model"]},
-        "precision": document["performance"]["precision"],
-        "parallelism": document["parallelism"], "batch": batch,
-        "recompute": document["performance"]["checkpointing"], "routing": "dropless",
-        "measured": {"tokens_per_s_per_gpu": tokens_per_s_per_gpu,
-                     "step_time_s": step_time_s},
-        "flops_convention": "torchtitan_tps_only", "confidence": "low",
-    }
+    """A run-record entry for a job measured at ``tokens_per_s_per_gpu``."""
+    return run_record_entry(spec, run_id="roundtrip-1", source="constructed for the "
+                            "round-trip test", name=name,
+                            tokens_per_s_per_gpu=tokens_per_s_per_gpu, confidence="low")
 
 
 @pytest.mark.parametrize("overrides", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -343,6 +344,60 @@ def collect(
     console.print(f"next: mosaic law fit {out} --out law.json (or mosaic ladder fit {out} "
                   "--out law.json, which leaves out unbalanced runs)", markup=False,
                   highlight=False)
+
+
+@ladder_app.command("record")
+@guarded
+def record(
+    folders: Annotated[list[Path], typer.Argument(
+        help="finished `mosaic train --out` folders of GPU runs, or their parent")],
+    system: Annotated[str, typer.Option(
+        "--system", help="catalog node type the runs trained on (`mosaic hardware list`)")],
+    out: Annotated[Path, typer.Option(
+        "--out", help="run-record YAML to write, or to append to (its text kept)")],
+    id_prefix: Annotated[str, typer.Option(
+        "--id-prefix", help="run ids are PREFIX-FOLDER; the prefix is the source key "
+                            "validate holds out together")] = "train",
+    as_json: JsonFlag = False,
+) -> None:
+    """Write finished trainer runs as run records, for `mosaic validate` and `calibrate`.
+
+    Each record is the run's job as `mosaic train --perf-job` describes it, with what the
+    trainer measured: the median step's tokens/s and the caching allocator's peak memory.
+    """
+    from mosaic.config.record_entry import add_to_record_file
+    from mosaic.config.run_records import load_run_records
+    from mosaic.train.ladder import result_folders
+    from mosaic.train.run_record import record_for_run
+
+    if not id_prefix or "-" in id_prefix or not id_prefix.isascii():
+        raise MosaicInputError(f"--id-prefix {id_prefix!r}: a word without '-' (the part of "
+                               "a run id before its first '-' is its source key)")
+    entries = [record_for_run(folder, system, id_prefix) for folder in result_folders(folders)]
+    check_output_file(out, "--out", inputs=list(folders))
+    new = {entry["id"] for entry in entries}
+    # written beside the file and loaded as validate reads it first: a record validate would
+    # skip leaves the file as it was
+    with tempfile.TemporaryDirectory(dir=out.resolve().parent) as folder:
+        staged = Path(folder) / out.name
+        if out.exists():
+            staged.write_text(out.read_text())
+        total = add_to_record_file(entries, staged)
+        skipped = [reason for run_id, reason in load_run_records(staged).skipped
+                   if run_id in new]
+        if skipped:
+            raise MosaicInputError(f"{out}: not written: validate would skip "
+                                   f"{'; '.join(skipped)}")
+        os.replace(staged, out)
+    if as_json:
+        print_json({"runs_file": str(out), "runs": sorted(new), "runs_in_file": total})
+        return
+    print_table(f"{len(entries)} run record(s) added to {out} ({total} in the file)",
+                ["id", "GPUs", "tokens/s per GPU", "step s", "peak memory GiB"],
+                [[e["id"], str(e["num_gpus"]), f"{e['measured']['tokens_per_s_per_gpu']:,.0f}",
+                  f"{e['measured']['step_time_s']:.4g}",
+                  f"{e['measured'].get('memory_gib', float('nan')):.2f}"] for e in entries])
+    console.print(f"next: mosaic validate {out}", markup=False, highlight=False)
 
 
 @ladder_app.command("fit")

@@ -87,6 +87,13 @@ def all_reduce_sum(tensor: torch.Tensor, context: DistContext) -> torch.Tensor:
     return tensor
 
 
+def all_reduce_max(tensor: torch.Tensor, context: DistContext) -> torch.Tensor:
+    """The largest over ranks, in place (no-op for a single process)."""
+    if context.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor
+
+
 def barrier(context: DistContext) -> None:
     if context.distributed:
         dist.barrier()

@@ -199,12 +199,9 @@ def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
     return {"name": name, "q": q, "loss": result["smoothed_loss"], **row}
 
 
-def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
-    """runs.csv rows of separate ``mosaic train`` runs, one per folder holding a
-    ``result.json`` (a folder without one is searched one level down, so a parent of run
-    folders works too), named by the folder; a run's ladder rung ``q`` from its job (0
-    for a model block). MosaicInputError for a folder with no result, an unreadable one or
-    a run that stopped before its token budget (its loss is not the budget's)."""
+def result_folders(folders: list[Path]) -> list[Path]:
+    """The run folders of ``folders``: each one holding a ``result.json``, else its
+    subfolders that do (a parent of run folders); MosaicInputError for one with neither."""
     found: list[Path] = []
     for folder in folders:
         if (folder / RESULT_FILE).is_file():
@@ -215,6 +212,16 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
         else:
             raise MosaicInputError(f"{folder}: no {RESULT_FILE} in it or one level down (give "
                                    "`mosaic train --out` folders, or their parent)")
+    return found
+
+
+def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
+    """runs.csv rows of separate ``mosaic train`` runs, one per folder holding a
+    ``result.json`` (a folder without one is searched one level down, so a parent of run
+    folders works too), named by the folder; a run's ladder rung ``q`` from its job (0
+    for a model block). MosaicInputError for a folder with no result, an unreadable one or
+    a run that stopped before its token budget (its loss is not the budget's)."""
+    found = result_folders(folders)
     rows = []
     jobs: dict[str, str] = {}  # job fingerprint -> the first folder that trained it
     for folder in found:

@@ -36,6 +36,7 @@ from mosaic.train.config import TrainConfig
 from mosaic.train.data import TokenStream
 from mosaic.train.distributed import (
     DistContext,
+    all_reduce_max,
     all_reduce_sum,
     barrier,
     init_distributed,
@@ -70,6 +71,7 @@ from mosaic.train.result_files import (
     METRICS_FILE,
     RESULT_FILE,
     RESULT_FINGERPRINT,
+    RUN_INFO_FILE,
 )
 from mosaic.train.router_health import final_window_steps
 from mosaic.train.routing import load_statistics, update_bias
@@ -111,6 +113,9 @@ class TrainResult:
     mfu_paper_vs_achievable: float | None = None
     # the tokenizer's vocabulary: the loss is in nats per token of it (None: older files)
     vocab: int | None = None
+    # the caching allocator's peak (torch.cuda.max_memory_reserved) of the process that
+    # finished the run, the largest over its ranks, GiB; None on CPU (and in older files)
+    peak_memory_gib: float | None = None
 
     @property
     def state(self) -> str:
@@ -622,7 +627,18 @@ class Trainer:
             world_size=self.context.world_size, complete=self.step >= self.total_steps,
             starved_experts=(float(np.mean(self.final_starved)) if self.final_starved
                              else None),
+            peak_memory_gib=self._peak_memory_gib(),
             **self._result_mfu(tokens_per_s))
+
+    def _peak_memory_gib(self) -> float | None:
+        """torch.cuda.max_memory_reserved, the largest over ranks (every rank calls it: a
+        collective), in GiB; None on CPU. It is what torchtitan's and Megatron's logs print
+        as peak memory (docs/run_records.md, measured.memory_measure 'allocator')."""
+        if self.device.type != "cuda":
+            return None
+        peak = torch.tensor([float(torch.cuda.max_memory_reserved(self.device))],
+                            device=self.device)
+        return float(all_reduce_max(peak, self.context).item()) / 2**30
 
     def _result_mfu(self, tokens_per_s: float) -> dict[str, float | None]:
         """The result's MFU fields at the median step's throughput (None where unknown)."""
@@ -659,7 +675,7 @@ class Trainer:
             "data_epochs": epochs,
             "config": json.loads(self.config.model_dump_json()),
         }
-        (self.out_dir / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+        (self.out_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
 
 
 # Up to about 4 epochs, repeated data trains nearly as well as unique data (Muennighoff et

@@ -1,0 +1,80 @@
+"""A finished ``mosaic train`` run on GPUs as a run record (``mosaic ladder record``).
+
+The measured loop's last step: the run's job as the performance model sees it
+(:func:`mosaic.train.perf_job.perf_job_document`) with what the trainer measured, the
+median step's tokens/s and the caching allocator's peak, so ``mosaic validate`` sets the
+model's prediction beside the user's own GPUs and ``mosaic calibrate`` fits to them (a trial
+found no way from ``result.json`` to either).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mosaic.config.job_schema import job_from_document
+from mosaic.config.record_entry import run_record_entry
+from mosaic.errors import MosaicInputError
+from mosaic.hardware import get_system
+from mosaic.train.config import train_config_from_mapping
+from mosaic.train.perf_job import perf_job_document
+from mosaic.train.result_files import RESULT_FILE, RUN_INFO_FILE
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise MosaicInputError(f"{path}: not found (a `mosaic train --out` folder holds "
+                               f"{RESULT_FILE} and {RUN_INFO_FILE})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MosaicInputError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise MosaicInputError(f"{path}: not a mosaic train file (a JSON object)")
+    return document
+
+
+def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[str, Any]:
+    """The run-record entry of the finished run in ``folder`` on the catalog node type
+    ``system``: id ``{id_prefix}-{folder name}`` (the prefix is its source key, which
+    validate's leave-one-source-out holds out together)."""
+    from mosaic import __version__
+
+    result = _read_json(folder / RESULT_FILE)
+    info = _read_json(folder / RUN_INFO_FILE)
+    if result.get("complete") is not True:
+        raise MosaicInputError(f"{folder / RESULT_FILE}: the run stopped after "
+                               f"{result.get('steps')} of {result.get('total_steps')} steps; "
+                               "finish it first (its throughput is measured to the end)")
+    device = str(info.get("device", ""))
+    if not device.startswith("cuda"):
+        raise MosaicInputError(f"{folder}: the run trained on {device or 'an unknown device'}; "
+                               "a run record is a GPU run the performance model can predict")
+    node = get_system(system)
+    measured_on = (info.get("flops") or {}).get("device")
+    if measured_on is not None and measured_on != node.device.name:
+        raise MosaicInputError(f"{folder}: the run trained on {measured_on}, but --system "
+                               f"{node.name} holds {node.device.name}")
+    config = train_config_from_mapping(info.get("config"), f"{folder / RUN_INFO_FILE}: config")
+    gpus = result.get("world_size")
+    tokens_per_s = result.get("tokens_per_s")
+    if not isinstance(gpus, int) or gpus < 1 or not isinstance(tokens_per_s, int | float):
+        raise MosaicInputError(f"{folder / RESULT_FILE}: world_size and tokens_per_s must be "
+                               "numbers (a `mosaic train` result)")
+    if gpus % node.gpus_per_node:  # (docs/run_records.md: num_gpus fills whole hosts)
+        raise MosaicInputError(f"{folder}: the run's {gpus} GPU(s) do not fill whole "
+                               f"{node.name} nodes of {node.gpus_per_node}: a run record, "
+                               "like the model's layouts, holds whole nodes")
+    document = perf_job_document(config, node.name, gpus)
+    spec = job_from_document(document, f"{folder}: the run's perf job")
+    return run_record_entry(
+        spec, run_id=f"{id_prefix}-{folder.name}", name=folder.name,
+        source=f"mosaic train run {folder.resolve()} ({RESULT_FILE}: median step of "
+               f"{result.get('steps')})",
+        software=f"mosaic {__version__} reference trainer (FSDP2)",
+        tokens_per_s_per_gpu=float(tokens_per_s) / gpus,
+        memory_gib=result.get("peak_memory_gib"),
+        notes="written by `mosaic ladder record`: the trainer's layout as "
+              "mosaic/train/perf_job.py describes it (FSDP2 over every GPU, experts over "
+              "run.expert_parallel ranks, no recompute, torchtitan's stack).")
