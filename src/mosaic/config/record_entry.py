@@ -80,7 +80,7 @@ def run_record_entry(spec: JobSpec, *, run_id: str, source: str, name: str,
 
 RECORD_FILE_HEADER = ("# Run records written by `mosaic ladder record` (docs/run_records.md): "
                       "`mosaic validate FILE`\n# compares the model with them, `mosaic "
-                      "calibrate --runs FILE` fits to them.\nschema_version: 1\nruns:\n")
+                      "calibrate FILE --out CAL` fits to them.\nschema_version: 1\nruns:\n")
 
 
 def add_to_record_file(entries: list[dict[str, Any]], path: Path) -> int:
