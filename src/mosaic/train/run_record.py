@@ -17,6 +17,7 @@ from mosaic.config.job_schema import job_from_document
 from mosaic.config.record_entry import run_record_entry
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import get_system
+from mosaic.limits import is_finite_number
 from mosaic.train.config import train_config_from_mapping
 from mosaic.train.perf_job import perf_job_document
 from mosaic.train.result_files import RESULT_FILE, RUN_INFO_FILE
@@ -59,7 +60,8 @@ def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[
     config = train_config_from_mapping(info.get("config"), f"{folder / RUN_INFO_FILE}: config")
     gpus = result.get("world_size")
     tokens_per_s = result.get("tokens_per_s")
-    if not isinstance(gpus, int) or gpus < 1 or not isinstance(tokens_per_s, int | float):
+    if (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1
+            or not is_finite_number(tokens_per_s)):
         raise MosaicInputError(f"{folder / RESULT_FILE}: world_size and tokens_per_s must be "
                                "numbers (a `mosaic train` result)")
     if gpus % node.gpus_per_node:  # (docs/run_records.md: num_gpus fills whole hosts)
@@ -70,8 +72,8 @@ def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[
     spec = job_from_document(document, f"{folder}: the run's perf job")
     return run_record_entry(
         spec, run_id=f"{id_prefix}-{folder.name}", name=folder.name,
-        source=f"mosaic train run {folder.resolve()} ({RESULT_FILE}: median step of "
-               f"{result.get('steps')})",
+        source=f"mosaic train run {folder.resolve()} ({RESULT_FILE}: tokens/s at the median "
+               f"step time of its {result.get('steps')} steps, the first left out)",
         software=f"mosaic {__version__} reference trainer (FSDP2)",
         tokens_per_s_per_gpu=float(tokens_per_s) / gpus,
         memory_gib=result.get("peak_memory_gib"),
