@@ -255,6 +255,21 @@ def _param_count(value: float) -> str:
     return f"{value / 1e9:,.3f} B" if abs(value) >= 1e8 else f"{value:,.0f}"
 
 
+def _dense_width_text(summary: dict[str, Any]) -> str:
+    """The dense FFN width, and what it is for when no layer uses it: a hybrid's, or an
+    all-MoE model's, where it is only the reference of the split factor G = d_ff / expert
+    width (the paper's Eq. 3; an HF config's intermediate_size; a trial read Qwen3's 6144
+    as a dense block's)."""
+    if summary["dense_layers"]:
+        return str(summary["ffn"])
+    if summary.get("hybrid_pattern"):
+        return f"{summary['ffn']} (no MLP layers use it)"
+    if summary["experts"]:
+        return (f"{summary['ffn']} (no dense block: the reference width of G = d_ff / expert "
+                "width, which the law reads)")
+    return str(summary["ffn"])
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     rows = [
         (
@@ -262,8 +277,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"{summary['layers']} / {summary['d_model']} / "
             f"{summary['heads']} ({summary['kv_heads']})",
         ),
-        ("dense FFN width", str(summary["ffn"]) if not summary.get("hybrid_pattern")
-         or summary["dense_layers"] else f"{summary['ffn']} (no MLP layers use it)"),
+        ("dense FFN width", _dense_width_text(summary)),
     ]
     if summary.get("hybrid_pattern"):
         rows += [

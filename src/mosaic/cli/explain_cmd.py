@@ -43,14 +43,8 @@ from mosaic.perf.coverage import summary_lines
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
+from mosaic.report.plan_report import layout_line
 from mosaic.report.prediction_document import memory_scale_note
-
-LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
-
-
-def _layout(plan: dict[str, Any]) -> str:
-    text = ", ".join(f"{key}={plan[key]}" for key in LAYOUT_KEYS)
-    return f"{text}, {plan['sharding']}, ckpt={plan['checkpointing']}"
 
 
 def _finite(value: float) -> float | None:
@@ -145,7 +139,7 @@ def _render_current(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
     print_key_value_table("Job", [
         ("calibration", document["calibration"] + (f" (memory: {scaled})" if scaled else "")),
         ("hardware", result.cluster.description),
-        ("layout", _layout(result.spec.plan.row(0))),
+        ("layout", layout_line(result.spec.plan.row(0))),
         ("global batch", f"{result.spec.workload.global_batch} x "
                          f"{result.spec.workload.seq_len} tokens"),
         ("step time", f"{p.step_time_s[0]:.3f} s"),

@@ -57,6 +57,7 @@ from mosaic.perf.layouts import (
 from mosaic.perf.machine import machine_for
 from mosaic.plan.inputs import layout_limits
 from mosaic.report.layout_search_document import search_document
+from mosaic.report.plan_report import sharding_text
 from mosaic.schema_validation import load_yaml_mapping
 from mosaic.units import GIB
 
@@ -139,16 +140,10 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
 
 
 # --- Output --------------------------------------------------------------------------------
-def _sharding_cell(row: dict[str, Any]) -> str:
-    if row["sharding"] == "hsdp":
-        return f"hsdp/{row['hsdp_shard']}"
-    return str(row["sharding"])
-
-
 def _table_cells(row: dict[str, Any]) -> list[str]:
     return [
         *(str(row[name]) for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")),
-        _sharding_cell(row), str(row["micro_batch"]), CHECKPOINTING_SHORT[row["checkpointing"]],
+        sharding_text(row), str(row["micro_batch"]), CHECKPOINTING_SHORT[row["checkpointing"]],
         f"{row['tokens_per_s_per_gpu']:,.0f}", f"{row['mfu']:.2%}",
         f"{row['step_time_s']:.3f}", f"{row['memory_gib']:.1f}",
     ]
@@ -220,7 +215,7 @@ def _render_coverage(document: dict[str, Any]) -> None:
                            ("tp", "pp", "vpp", "cp", "ep", "etp", "dp"))
         console.print(
             f"Best layout inside the calibrated envelope: #{inside['rank']} ({degrees} "
-            f"{inside['sharding']} mbs{inside['micro_batch']} {inside['checkpointing']}), "
+            f"{sharding_text(inside)} mbs{inside['micro_batch']} {inside['checkpointing']}), "
             f"{inside['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU "
             f"({inside['tokens_per_s_per_gpu'] / best - 1:+.0%} against #1): runs like it "
             "are what the model was checked on, #1 lies beyond them", highlight=False)

@@ -24,6 +24,7 @@ from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import STEP_TERMS, term_meaning
+from mosaic.report.plan_report import layout_line
 from mosaic.report.prediction_document import memory_scale_note, prediction_document
 from mosaic.units import GIB
 
@@ -39,15 +40,12 @@ def _training_text(training: dict[str, Any]) -> str:
 
 def _render(document: dict[str, Any]) -> None:
     plan = document["plan"]
-    layout = ", ".join(
-        f"{key}={plan[key]}" for key in ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
-    )
     print_key_value_table(
         "Predicted step",
         [
             ("hardware", document["hardware"]["description"]),
             ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
-            ("layout", f"{layout}, {plan['sharding']}, ckpt={plan['checkpointing']}"
+            ("layout", layout_line(plan)
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",
              f"{document['precision']}"

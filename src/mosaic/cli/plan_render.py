@@ -9,6 +9,7 @@ import typer
 from mosaic.cli.common import print_key_value_table, print_table
 from mosaic.law.extrapolation import extrapolation_rows
 from mosaic.plan.cost import RunCost
+from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import PlanResult, model_parallel_factor_note
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
@@ -80,8 +81,12 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     if caps:
         rows.append(("model and data limits", caps))
     layouts = layout_limits_text(table.limits.to_dict())
-    if layouts:
-        rows.append(("layouts allowed", layouts))
+    # said when not narrowed too: `layouts` tries micro-batches of 8 as well, and a trial
+    # found the two commands' best layouts apart without a word (plan.md, Table 3)
+    rows.append(("layouts allowed", layouts or (
+        "the paper's Table 3 search: micro-batches "
+        f"{', '.join(map(str, TABLE3_LAYOUT_LIMITS.micro_batches))} (mosaic layouts also "
+        "tries 8: --mbs 1,2,4,8)")))
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)
@@ -152,7 +157,11 @@ def _capped_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     return [("training time", f"{candidate['train_days']:.1f} days of the window: D is held "
              "at the tokens-per-parameter cap (--tpp), so the run ends early; GPU-hours and "
-             "cost count the whole window")]
+             "cost count the whole window"),
+            # a team with its model chosen asks what the window trains (a trial)
+            ("tokens the window trains", f"{count(candidate['budget_tokens'])} at this "
+             "throughput (D* = tokens/s x window x goodput, Eq. 25); raise --tpp to plan "
+             "for them")]
 
 
 def _batch_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:

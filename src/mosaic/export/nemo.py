@@ -249,10 +249,17 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     # GPTModelProvider keeps TransformerConfig's activation_func F.gelu: even SwiGLU needs
     # the recipe's provider (a trial found a plain GPT export training GeGLU)
     if not g.is_hybrid and not g.attention_sinks and g.activation_name != "gelu":
-        unsupported.append(f"the FFN activation {g.activation_name}: TransformerConfig "
-                           "defaults activation_func to gelu (with gated_linear_unit: GeGLU); "
-                           f"merge over a recipe whose provider runs {g.activation_name} "
-                           f"({ACTIVATION_BY_NAME})")
+        named = BRIDGE_ACTIVATION_NAMES.get(g.activation_name)
+        release = parse_release(spec.stack_version)
+        if named is not None and (release is None or release >= ACTIVATION_NAME_SINCE):
+            # a job naming no release: the current one, as the layer pattern (a trial found
+            # the export saying it cannot write what its own note says the release reads)
+            model["activation_func"] = named
+        else:
+            unsupported.append(f"the FFN activation {g.activation_name}: TransformerConfig "
+                               "defaults activation_func to gelu (with gated_linear_unit: "
+                               "GeGLU); merge over a recipe whose provider runs "
+                               f"{g.activation_name} ({ACTIVATION_BY_NAME})")
     if g.is_hybrid:
         model |= hybrid_fields(spec, unsupported)
     if g.moe:
@@ -414,6 +421,11 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
 # recipe, which every release reads
 ACTIVATION_BY_NAME = ("from Megatron-Bridge 0.4 / NeMo 26.04 on, model.activation_func can "
                       "also name it: silu, quick_gelu, squared_relu, gelu")
+ACTIVATION_NAME_SINCE = (26, 4)
+# mosaic's activation -> the ACTIVATION_FUNC_MAP name (utils/activation_map.py @ 067f987);
+# gated_linear_unit, written beside it, makes silu SwiGLU and gelu GeGLU
+BRIDGE_ACTIVATION_NAMES = {"swiglu": "silu", "geglu": "gelu", "squared_relu": "squared_relu",
+                           "relu": "relu"}
 
 
 COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"

@@ -56,7 +56,8 @@ def launched_stack(target: str, stack: str) -> str | None:
 def launched_job_document(spec: ExportSpec, target: str) -> dict[str, Any] | None:
     """The job document of ``spec`` as a ``target`` file runs it, where that is another
     stack (:func:`launched_stack`): that stack, no release of the former one, and the
-    sharding the file writes (torchtitan: FSDP2 for zero1 and zero2); None otherwise."""
+    sharding the file writes (torchtitan and MaxText: FSDP for zero1 and zero2; a trial saw
+    MaxText's note cost the ZeRO-2 memory of a file that shards with FSDP); None otherwise."""
     stack = launched_stack(target, spec.stack)
     if stack is None or not spec.job:
         return None
@@ -64,11 +65,12 @@ def launched_job_document(spec: ExportSpec, target: str) -> dict[str, Any] | Non
     performance = {k: v for k, v in (document.get("performance") or {}).items()
                    if k != "stack_version"}
     document["performance"] = {**performance, "stack": stack}
-    if target == "torchtitan":
-        from mosaic.export.torchtitan import launched_sharding
+    if target in ("torchtitan", "maxtext"):
+        from mosaic.export import maxtext, torchtitan
 
+        module = torchtitan if target == "torchtitan" else maxtext
         parallelism = {**(document.get("parallelism") or {})}
-        parallelism["sharding"] = launched_sharding(spec.sharding)
+        parallelism["sharding"] = module.launched_sharding(spec.sharding)
         document["parallelism"] = parallelism
     return document
 

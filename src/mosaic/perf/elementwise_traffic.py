@@ -200,6 +200,13 @@ def kernel_assumptions(workload: Workload) -> list[str]:
     if workload.cross_entropy is None:  # the logits working set (perf.memory)
         loss = workload.loss_implementation
         note = f"LM loss: {loss.value} ({workload.stack}'s default)"
+        if loss is CrossEntropy.FUSED:
+            # the name is mosaic's, not Megatron's flag: a trial read it as
+            # --cross-entropy-loss-fusion, which the Megatron export does not write
+            note += ("; one fp32 copy of the logits, max, exp and gradient in place "
+                     "(Megatron-Core's vocab_parallel_cross_entropy, megatron/core/"
+                     "tensor_parallel/cross_entropy.py), which runs without "
+                     "--cross-entropy-loss-fusion")
         if loss is CrossEntropy.COMPILED:
             # torchtitan compiled the loss with the model Oct-Dec 2024 and again from
             # April 2025 (train.py e10cb9494, e8977b007; components/loss.py bbb1b616e)

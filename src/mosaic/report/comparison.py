@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from mosaic.report.plan_report import sharding_text
 from mosaic.units import GIB
 
 
@@ -172,7 +173,8 @@ def layout_text(side: dict[str, Any]) -> str:
     plan = side.get("layout") or {}
     keys = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch", "sharding",
             "checkpointing")
-    return ", ".join(f"{k}={plan[k]}" for k in keys if k in plan)
+    return ", ".join(f"{k}={sharding_text(plan) if k == 'sharding' else plan[k]}"
+                     for k in keys if k in plan)
 
 
 def marks(quantity: str, side: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -346,13 +347,31 @@ def sweep_extrapolation_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
                 "flags", [])]
 
 
+def sharding_text(plan: Mapping[str, Any]) -> str:
+    """A layout's sharding mode, HSDP with its shard group ('hsdp/8'; a trial found the
+    shard size only in `layouts`)."""
+    if plan.get("sharding") == "hsdp" and plan.get("hsdp_shard"):
+        return f"hsdp/{plan['hsdp_shard']}"
+    return str(plan["sharding"])
+
+
+# a layout's degrees and micro-batch as `perf` and `explain` print them, key=value
+LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
+
+
+def layout_line(plan: Mapping[str, Any]) -> str:
+    """'tp=1, pp=16, ..., micro_batch=2, hsdp/8, ckpt=full'."""
+    degrees = ", ".join(f"{key}={plan[key]}" for key in LAYOUT_KEYS)
+    return f"{degrees}, {sharding_text(plan)}, ckpt={plan['checkpointing']}"
+
+
 def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
     """'tp1 pp4 ... mb4 zero1 ckpt=none'; compact drops degrees of 1 and ckpt=none."""
     if plan is None:
         return "-"
     keys = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
     degrees = [f"{k}{plan[k]}" for k in keys if not compact or plan[k] != 1 or k == "dp"]
-    parts = [*degrees, f"mb{plan['micro_batch']}", str(plan["sharding"])]
+    parts = [*degrees, f"mb{plan['micro_batch']}", sharding_text(plan)]
     if not compact or plan["checkpointing"] != "none":
         parts.append(f"ckpt={plan['checkpointing']}")
     return " ".join(parts)

@@ -13,6 +13,7 @@ from typing import Any
 
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import term_meaning
+from mosaic.report.plan_report import sharding_text
 from mosaic.units import GIB
 
 # term -> group; the group names the parallel axis for communication (exposed time).
@@ -190,6 +191,6 @@ def layout_label(plan: Mapping[str, Any]) -> str:
     axes = [f"{k}{plan[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
             if k in plan and (plan[k] != 1 or k == "dp")]
     extra = [f"mb{plan['micro_batch']}"] if "micro_batch" in plan else []
-    extra += [str(plan["sharding"])] if "sharding" in plan else []
+    extra += [sharding_text(plan)] if "sharding" in plan else []
     extra += [f"ckpt={plan['checkpointing']}"] if "checkpointing" in plan else []
     return " ".join(axes + extra)
