@@ -65,29 +65,3 @@ def test_moe_recomputes_the_whole_moe_part_once_and_includes_its_dispatch():
     assert (mlp.selective_recompute - plain.selective_recompute)[0] > plain.mlp_gemm[0] / 3
     assert np.all(mlp.compute == plain.compute)  # the block's own work is unchanged
 
-
-def test_full_recompute_runs_the_token_dispatch_again():
-    """A trial found full recompute priced below recomputing the MoE module alone: the whole
-    block's forward runs its EP all-to-alls again. Megatron-Core's reentrant checkpoint
-    repeats the forward dispatch and combine, half of the block's four all-to-alls; torch's
-    non-reentrant checkpoint (torchtitan) stops once the backward's saved tensors are back,
-    after the dispatch, a quarter of them."""
-    from mosaic.perf.calibration import default_calibration
-    from mosaic.perf.step_time import predict_step
-
-    full = replace(PLAN, checkpointing=np.array([Checkpointing.FULL]))
-    megatron = replace(_moe(None), stack="megatron-core")
-    block = moe_block_times(MACHINE, megatron, full)
-    assert block.ep_all_to_all[0] > 0
-    assert block.repeated_forward[0] == pytest.approx(
-        block.forward[0] + block.tp_communication[0] / 2 + block.ep_all_to_all[0] / 2)
-    titan = moe_block_times(MACHINE, replace(megatron, stack="torchtitan"), full)
-    assert titan.ep_all_to_all_repeated[0] == pytest.approx(titan.ep_all_to_all[0] / 4)
-    # the step: full recompute costs no less than recomputing the MoE part alone
-    calibration = default_calibration()
-    moe_only = replace(megatron, recompute_modules=("core_attn", "moe"))
-    full_step = predict_step(megatron, full, MACHINE, calibration)
-    selective_step = predict_step(moe_only, PLAN, MACHINE, calibration)
-    assert full_step.breakdown_s["compute_recompute"][0] >= (
-        selective_step.breakdown_s["compute_recompute"][0])
-    assert full_step.step_time_s[0] > selective_step.step_time_s[0]

@@ -9,11 +9,10 @@ import numpy as np
 
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.kernels import te_grouped_linear_host_floor_s
-from mosaic.perf.plan import Checkpointing, ParallelPlans
+from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.routing_load import expert_counts_reach_host
 from mosaic.perf.shapes import local_experts
 from mosaic.perf.workload import Fp8Recipe, Precision, Workload, precision_lane
-from mosaic.stacks.registry import SelectiveRecompute
 
 
 def floor_precision(workload: Workload) -> str | None:
@@ -43,11 +42,9 @@ def grouped_linear_host_floor_s(workload: Workload, calibration: Calibration, de
 
 
 def expert_gemm_host_floor_s(workload: Workload, plans: ParallelPlans, moe_blocks: np.ndarray,
-                         calibration: Calibration, device_name: str,
-                         backward_passes: tuple[bool, ...] = (False, True)) -> np.ndarray:
+                         calibration: Calibration, device_name: str) -> np.ndarray:
     """Host floor of a stage's grouped expert GEMMs per micro-batch: up and down
-    projections, forward and backward (``backward_passes``: (False,) for the forward
-    alone), over the E/ep local experts of each MoE block
+    projections, forward and backward, over the E/ep local experts of each MoE block
     (:func:`grouped_linear_host_floor_s`: an isolated-call benchmark, the device's own where
     measured), times the calibration's ``host_in_block_factor`` (what a launch costs the
     host between a training block's other kernels over what it costs alone); zero for a
@@ -61,21 +58,7 @@ def expert_gemm_host_floor_s(workload: Workload, plans: ParallelPlans, moe_block
     experts_here = local_experts(workload, plans)
     return calibration.host_in_block_factor * moe_blocks * 2 * sum(
         grouped_linear_host_floor_s(workload, calibration, device_name, experts_here, backward)
-        for backward in backward_passes)
-
-
-def repeated_moe_forward_share(workload: Workload, plans: ParallelPlans) -> np.ndarray:
-    """Share of a stage's MoE-layer forwards that recomputation runs again, per plan: full
-    recompute's checkpointed blocks (Workload.checkpointed_block_fraction; whole layers,
-    MoE part included: layer_costs.repeated_block_forward_s), and every MoE layer under
-    Megatron-Core's selective recompute of the ``moe`` module; with them their host-device
-    synchronisation and grouped-GEMM launches run again."""
-    selective_moe = (workload.traits.selective_recompute is SelectiveRecompute.ATTENTION_CORE
-                     and "moe" in workload.selective_recompute_modules)
-    return np.select([plans.checkpointing == Checkpointing.FULL,
-                      plans.checkpointing == Checkpointing.SELECTIVE],
-                     [workload.checkpointed_block_fraction, 1.0 if selective_moe else 0.0],
-                     0.0)
+        for backward in (False, True))
 
 
 def moe_host_sync_s(workload: Workload, expert_host_floor_s: np.ndarray) -> np.ndarray:

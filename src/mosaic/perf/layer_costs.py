@@ -147,9 +147,6 @@ class BlockTimes:
     tp_all_reduce: np.ndarray  # TP without sequence parallelism
     ep_all_to_all: np.ndarray  # exposed part, after overlap with the shared expert
     cp_send_recv: np.ndarray  # exposed part, after overlap with attention
-    # the part of ep_all_to_all a full recompute of the block runs again
-    # (repeated_ep_share); zero without EP
-    ep_all_to_all_repeated: np.ndarray | float = 0.0
     # a hybrid model's state-space mixers (Mamba-2 and gated DeltaNet layers,
     # perf/hybrid_layers.py): in/out projections, and the chunked SSD scan or delta rule,
     # forward + backward; zero in transformer blocks
@@ -159,12 +156,6 @@ class BlockTimes:
     @property
     def tp_communication(self) -> np.ndarray:
         return self.tp_all_gather + self.tp_reduce_scatter + self.tp_all_reduce
-
-    @property
-    def repeated_forward(self) -> np.ndarray:
-        """Seconds a full recompute of the block costs (:func:`repeated_block_forward_s`)."""
-        return repeated_block_forward_s(self.forward, self.tp_communication,
-                                        self.ep_all_to_all_repeated)
 
     @property
     def compute(self) -> np.ndarray:
@@ -580,37 +571,22 @@ def _save_dots_recompute(attention: AttentionTimes, streaming_forward: np.ndarra
 
 
 def _block_level_recompute(workload: Workload, forward: np.ndarray, tp_communication: np.ndarray,
-                           core_forward: np.ndarray, ep_repeated: np.ndarray | float = 0.0
-                           ) -> tuple[np.ndarray, np.ndarray]:
+                           core_forward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(recomputed forward, its attention-core part) per block under a block-level selective
     policy: the checkpointed share f of the blocks repeats its whole forward, as FULL does
     for every block (forward plus the forward half of its TP collectives), so on average
     f times that per block (``Workload.checkpointed_block_fraction``)."""
     share = workload.checkpointed_block_fraction
-    return (share * repeated_block_forward_s(forward, tp_communication, ep_repeated),
-            share * core_forward)
+    return share * repeated_block_forward_s(forward, tp_communication), share * core_forward
 
 
-def repeated_block_forward_s(forward_s: np.ndarray, tp_communication_s: np.ndarray,
-                             ep_repeated_s: np.ndarray | float = 0.0) -> np.ndarray:
-    """Seconds that repeating blocks' forward costs: their forward compute, the forward
+def repeated_block_forward_s(forward_s: np.ndarray, tp_communication_s: np.ndarray
+                             ) -> np.ndarray:
+    """Seconds that repeating blocks' forward costs: their forward compute and the forward
     half of their TP collectives (a block's TP collectives split evenly between its forward
     and its backward: an all-gather and a reduce-scatter each way with sequence parallelism,
-    an all-reduce each way without; Korthikanti et al. 2022, Sec. 4.2.2) and the EP
-    all-to-alls the repeated forward runs again (``ep_repeated_s``, :func:`repeated_ep_share`
-    of them)."""
-    return forward_s + tp_communication_s / 2 + ep_repeated_s
-
-
-def repeated_ep_share(workload: Workload) -> float:
-    """Share of an MoE block's four all-to-alls (dispatch and combine, forward and backward)
-    a full recompute of the block runs again: its forward pair where the stack repeats the
-    whole layer, the dispatch alone where it regenerates only the tensors the backward saved
-    (stack trait ``recompute_repeats``, docs/stacks.md). Every whole-block checkpoint runs
-    the token dispatcher again (Megatron-Core ``_checkpointed_forward``, torchtitan and
-    NeMo AutoModel ``ptd_checkpoint_wrapper`` over whole blocks); a trial found full
-    recompute priced below recomputing the MoE module alone."""
-    return 0.5 if workload.traits.recompute_repeats == "whole_layer" else 0.25
+    an all-reduce each way without; Korthikanti et al. 2022, Sec. 4.2.2)."""
+    return forward_s + tp_communication_s / 2
 
 
 @dataclass(frozen=True)
@@ -853,8 +829,7 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         selective_core = np.zeros(len(plans))
     elif policy is SelectiveRecompute.BLOCKS:
         selective, selective_core = _block_level_recompute(
-            workload, forward, gather + scatter + reduce, attention.core_forward,
-            repeated_ep_share(workload) * a2a_exposed)
+            workload, forward, gather + scatter + reduce, attention.core_forward)
     elif policy is SelectiveRecompute.SAVE_DOTS:
         selective, selective_core = _save_dots_recompute(
             attention, attention.streaming_forward + moe_stream_fwd + cast_fwd)
@@ -878,7 +853,6 @@ def moe_block_times(machine: Machine, workload: Workload, plans: ParallelPlans) 
         forward=forward,
         tp_all_gather=gather, tp_reduce_scatter=scatter,
         tp_all_reduce=reduce, ep_all_to_all=a2a_exposed,
-        ep_all_to_all_repeated=repeated_ep_share(workload) * a2a_exposed,
         cp_send_recv=attention.cp_exposed,
     )
 

@@ -44,12 +44,7 @@ from mosaic.perf.data_parallel_time import data_parallel_times
 from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
 from mosaic.perf.elementwise_traffic import elementwise_traffic_multiplier
 from mosaic.perf.factorise import plan_key
-from mosaic.perf.host_time import (
-    dispatch_floor_s,
-    expert_gemm_host_floor_s,
-    moe_host_sync_s,
-    repeated_moe_forward_share,
-)
+from mosaic.perf.host_time import dispatch_floor_s, expert_gemm_host_floor_s, moe_host_sync_s
 from mosaic.perf.hybrid_layers import HybridLayerTimes, hybrid_layer_times
 from mosaic.perf.kernels import gemm_time_s
 from mosaic.perf.kernels import memory_bound_time_s as streaming_time_s
@@ -61,6 +56,7 @@ from mosaic.perf.layer_costs import (
     expert_all_to_all_s,
     gemm_s,
     moe_block_times,
+    repeated_block_forward_s,
     weighted_block_times,
 )
 from mosaic.perf.machine import Machine, with_attention_efficiency, with_fp8_attention
@@ -296,7 +292,8 @@ def _stage_terms(kinds: tuple[StageKind, ...], plans: ParallelPlans, full_fracti
 
     full = plans.checkpointing == Checkpointing.FULL
     selective = plans.checkpointing == Checkpointing.SELECTIVE
-    recompute = np.where(full, full_fraction * total("repeated_forward"),
+    recompute = np.where(full, full_fraction * repeated_block_forward_s(
+                             total("forward"), total("tp_communication")),
                          np.where(selective, total("selective_recompute"), 0.0))
     terms = {
         "moe_permute_excess": total("moe_permute"),
@@ -579,11 +576,8 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
                                                 * analytical_per_mb)
     expert_host_floor = expert_gemm_host_floor_s(workload, plans, moe_blocks, calibration,
                                                  machine.device_name)
-    # the MoE forwards recomputation repeats wait for the host again (host_time)
-    repeated_host_floor = repeated_moe_forward_share(workload, plans) * expert_gemm_host_floor_s(
-        workload, plans, moe_blocks, calibration, machine.device_name, backward_passes=(False,))
     per_mb = {**block_terms, "pp_send_recv": pipeline_p2p,
-              "moe_host_sync": moe_host_sync_s(workload, expert_host_floor + repeated_host_floor),
+              "moe_host_sync": moe_host_sync_s(workload, expert_host_floor),
               "activation_offload": _activation_offload_exposed_s(
                   machine, workload, plans, block, blocks, moe_blocks)}
     t_cmp = _sum(per_mb.values())

@@ -131,7 +131,6 @@ class _Entry(BaseModel):
     hybrid_models: bool = False
     fused_grouped_mlp: bool = False
     ep_comm_overlap: bool = False
-    recompute_repeats: Literal["whole_layer", "needed_tensors"] = "whole_layer"
     fp8_primary_weights: bool = False
     activation_offload: bool = False
     source: str = Field(min_length=1)
@@ -236,10 +235,6 @@ class StackTraits:
     # whether the stack can overlap a micro-batch's EP all-to-alls with another micro-batch's
     # compute (Workload.ep_overlap: Megatron-Core --overlap-moe-expert-parallel-comm)
     ep_comm_overlap: bool
-    # what a fully recomputed block's forward runs again: whole_layer (every op, its MoE
-    # dispatch and combine all-to-alls included) or needed_tensors (only what the backward's
-    # saved tensors need: the dispatch, not the combine; layer_costs.repeated_ep_share)
-    recompute_repeats: str
     # whether the stack offloads activations of whole layers to host memory (Megatron-Core
     # cpu_offloading_num_layers over Transformer Engine's offload context;
     # Workload.offloaded_activation_layers)
