@@ -771,3 +771,19 @@ def test_ernie45_moe_placement_and_refusals():
                                    ).moe.router.balancing == "aux_loss"
     with pytest.warns(UnmodelledFieldWarning, match="num_nextn_predict_layers 1"):
         geometry_from_hf_config(ERNIE_21B | {"num_nextn_predict_layers": 1}, "e.json")
+
+
+def test_arch_says_an_all_moe_models_dense_width_only_sets_g():
+    """Qwen3-30B-A3B has no dense block; its intermediate_size (6144) is only the reference
+    of G = 6144 / 768 = 8 (a trial read it as a dense block's width)."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    text = CliRunner().invoke(app, ["arch", "--model", str(HF / "qwen3-30b-a3b.json")],
+                              env={"COLUMNS": "300"}).output
+    assert "6144 (no dense block: the reference width of G = d_ff / expert width" in text
+    assert "768 / 8" in text  # expert width / split factor G
+    dense = CliRunner().invoke(app, ["arch", "--model", str(HF / "llama-3-8b.json")],
+                               env={"COLUMNS": "300"}).output
+    assert "no dense block" not in dense

@@ -345,19 +345,26 @@ def test_maxtext_yaml_round_trip():
     assert doc["remat_policy"] == "minimal_with_context"
 
 
-@pytest.mark.parametrize("activation, maxtext, noted", [
-    ("swiglu", ["silu", "linear"], True), ("geglu", ["gelu", "linear"], True),
-    ("relu", ["relu"], True), ("squared_relu", ["relu"], True)])
-def test_the_stated_activation_reaches_maxtext_and_nemo(activation, maxtext, noted):
+@pytest.mark.parametrize("activation, maxtext, bridge", [
+    ("swiglu", ["silu", "linear"], "silu"), ("geglu", ["gelu", "linear"], "gelu"),
+    ("relu", ["relu"], "relu"), ("squared_relu", ["relu"], "squared_relu")])
+def test_the_stated_activation_reaches_maxtext_and_nemo(activation, maxtext, bridge):
     """MaxText names flax.linen functions (a gated FFN as [gate, 'linear']; squared ReLU
-    has none); Megatron-Bridge's activation_func is a callable that GPTModelProvider leaves
-    at TransformerConfig's gelu, so NeMo notes every other one, SwiGLU included."""
+    has none). Megatron-Bridge names activation_func from NeMo 26.04 (utils/activation_map.py
+    ACTIVATION_FUNC_MAP, with gated_linear_unit for SwiGLU and GeGLU): a job of that release
+    or naming none gets it written; before, GPTModelProvider keeps TransformerConfig's gelu,
+    so the file notes every other one, SwiGLU included."""
     glu = activation in ("swiglu", "geglu")
     spec = dataclasses.replace(deepseek_spec(), geometry=dataclasses.replace(
         deepseek_spec().geometry, glu=glu, activation=activation))
     assert yaml.safe_load(export(spec, "maxtext").text)["mlp_activations"] == maxtext
-    nemo_notes = export(spec, "nemo").unsupported
-    assert any(f"FFN activation {activation}" in note for note in nemo_notes) is noted
+    for release, written in ((None, True), ("26.04", True), ("26.02", False)):
+        result = export(dataclasses.replace(spec, stack_version=release), "nemo")
+        model = yaml.safe_load(result.text)["model"]
+        assert model.get("activation_func") == (bridge if written else None), release
+        assert model["gated_linear_unit"] is glu
+        noted = any(f"FFN activation {activation}" in note for note in result.unsupported)
+        assert noted is not written, release
 
 
 # --- plan JSON and the command -----------------------------------------------------------
@@ -753,3 +760,16 @@ def test_a_plan_under_a_profile_file_exports_the_path_to_pass_back(tmp_path):
     job = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
     assert job.exit_code == 0, job.output
     assert f"`mosaic perf FILE --calibration {profile}`" in job.stdout
+
+
+def test_maxtexts_memory_note_costs_the_fsdp_its_file_writes():
+    """A ZeRO-2 job exported to MaxText shards with its fsdp axis; the header's re-costed
+    memory had been the ZeRO-2 figure (a trial: 62.07 GiB where FSDP gives less)."""
+    from mosaic.export.targets import launched_job_document
+
+    spec = load_export_spec(ROOT / "examples" / "fsdp_moe_comm_bound.yaml",
+                            ["parallelism.sharding=zero2"], None)
+    assert spec.sharding == "zero2"
+    for target in ("maxtext", "torchtitan"):
+        document = launched_job_document(spec, target)
+        assert document is not None and document["parallelism"]["sharding"] == "fsdp"

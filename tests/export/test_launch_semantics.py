@@ -119,10 +119,13 @@ def test_maxtext_files_pass_its_moe_checks():
 def test_bridge_overrides_set_rope_and_name_the_activation_the_recipe_must_give():
     """GPTModelProvider defaults to position_embedding_type 'learned_absolute' and keeps
     TransformerConfig's gelu (Megatron-Bridge gpt_provider.py): the file writes RoPE and
-    notes SwiGLU, and names how it is launched."""
+    SwiGLU by name (activation_func silu, read from NeMo 26.04), and names how it is
+    launched."""
     result = export(_spec("appendix_e.yaml"), "nemo")
-    assert yaml.safe_load(result.text)["model"]["position_embedding_type"] == "rope"
-    assert any("FFN activation swiglu" in note for note in result.unsupported)
+    model = yaml.safe_load(result.text)["model"]
+    assert model["position_embedding_type"] == "rope"
+    assert model["activation_func"] == "silu" and model["gated_linear_unit"] is True
+    assert not any("FFN activation swiglu" in note for note in result.unsupported)
     assert "# launch: a Megatron-Bridge pretrain script that merges --config-file" in \
         result.text
     # a Mamba hybrid keeps its provider's 'none'

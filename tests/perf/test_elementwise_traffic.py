@@ -161,7 +161,9 @@ def test_kernel_notes_say_what_is_costed_and_what_is_ignored():
     assert kernel_assumptions(moe) == [
         "element-wise kernels: te_fused (megatron-core's default)",
         "MoE token movement: torch_index (megatron-core's default)",
-        "LM loss: fused (megatron-core's default)"]
+        "LM loss: fused (megatron-core's default); one fp32 copy of the logits, max, exp "
+        "and gradient in place (Megatron-Core's vocab_parallel_cross_entropy, megatron/core/"
+        "tensor_parallel/cross_entropy.py), which runs without --cross-entropy-loss-fusion"]
     stated = replace(moe, torch_compile=True, moe_permute="te_fused", cross_entropy="te")
     assert kernel_assumptions(stated) == [
         "element-wise kernels: te_fused (megatron-core; torch_compile set)",

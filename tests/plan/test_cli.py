@@ -210,9 +210,14 @@ def test_a_capped_optimum_says_how_much_of_the_window_it_trains(plan_doc):
             assert c["train_days"] == pytest.approx(envelope["days"])
     capped = runner.invoke(app, ["plan", "--nodes", "8", "--days", "40", "--q", "4",
                                  "--experts", "8", "--top-k", "1", "--split-factor", "1",
-                                 "--s-min", "0.5", "--workers", "1"])
+                                 "--s-min", "0.5", "--workers", "1"],
+                           env={"COLUMNS": "300"})  # one line per row
     assert capped.exit_code == 0, capped.output
     assert "capped" in capped.stdout and "days of the window" in capped.stdout
+    # what the window would train, for a team whose model is chosen (a trial), and the
+    # micro-batches Table 3's search tries, which `layouts` extends to 8
+    assert "tokens the window trains" in capped.stdout and "raise --tpp" in capped.stdout
+    assert "micro-batches 1, 2, 4 (mosaic layouts also tries 8" in capped.stdout
 
 
 def test_restart_time_alone_is_refused_as_the_other_young_daly_inputs_are():

@@ -592,3 +592,21 @@ def test_the_traced_view_reads_as_the_document():
     assert view["a"][-1]["b"] == 2 and trail.last == "a[1].b"
     assert json.loads(json.dumps(view)) == {"a": [{"b": 1}, {"b": 2}], "c": None}
     assert dict(view.items())["c"] is None and trail.last == "c"
+
+
+def test_hsdp_names_its_shard_group_in_every_layout_line():
+    """A trial found the HSDP shard size only in `mosaic layouts`: plan, perf, explain and
+    compare wrote 'hsdp'."""
+    from mosaic.report.comparison import layout_text as comparison_layout
+    from mosaic.report.html.breakdown import layout_label
+    from mosaic.report.plan_report import layout_line, layout_text, sharding_text
+
+    plan = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "dp": 32, "ep": 8, "etp": 1,
+            "micro_batch": 8, "sharding": "hsdp", "hsdp_shard": 8, "checkpointing": "full"}
+    assert sharding_text(plan) == "hsdp/8"
+    assert sharding_text({**plan, "sharding": "zero2"}) == "zero2"
+    assert layout_line(plan) == ("tp=1, pp=1, vpp=1, cp=1, dp=32, ep=8, etp=1, "
+                                 "micro_batch=8, hsdp/8, ckpt=full")
+    assert "mb8 hsdp/8 ckpt=full" in layout_text(plan, compact=True)
+    assert "hsdp/8" in layout_label(plan)
+    assert "sharding=hsdp/8" in comparison_layout({"layout": plan})
