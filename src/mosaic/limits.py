@@ -33,8 +33,14 @@ def is_number(value: object) -> bool:
 
 
 def is_finite_number(value: object) -> bool:
-    """A number (:func:`is_number`) that is neither NaN nor infinite."""
-    return is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+    """A number (:func:`is_number`) that is neither NaN nor infinite; an integer too large
+    for a float counts as infinite (math.isfinite raises on it: a 400-digit JSON literal)."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return False
 
 
 def _fmt(value: float) -> str:

@@ -678,6 +678,8 @@ def test_minimax_m2_by_hand():
     ({"scoring_func": "softmax"}, "allowed: sigmoid"),
     ({"qk_norm_type": "per_token"}, "qk_norm_type 'per_token'"),
     ({"rotary_dim": 256}, "rotary_dim 256 exceeds head_dim 128"),
+    ({"partial_rotary_factor": 0.25}, "partial_rotary_factor says 0.25"),
+    ({"attn_type_list": [1] * 61}, "attn_type_list has 61 entries for 62 layers"),
 ])
 def test_minimax_m2_refuses_what_it_cannot_hold(change, message):
     with pytest.raises(MosaicInputError, match=message):
@@ -787,3 +789,32 @@ def test_arch_says_an_all_moe_models_dense_width_only_sets_g():
     dense = CliRunner().invoke(app, ["arch", "--model", str(HF / "llama-3-8b.json")],
                                env={"COLUMNS": "300"}).output
     assert "no dense block" not in dense
+
+
+def test_minimax_m2_rotary_dim_and_factor_may_both_be_stated_when_they_agree():
+    agreed = geometry_from_hf_config(MINIMAX_M2 | {"partial_rotary_factor": 0.5})
+    assert agreed == geometry_from_hf_config(MINIMAX_M2)
+
+
+def test_a_sliding_window_of_a_family_whose_attention_takes_none_is_named_unread():
+    """GLM-4.5's attention takes no window (transformers' Glm4MoeConfig has none): a stated
+    one is named among the fields mosaic does not read, not read as a window."""
+    with pytest.warns(UnmodelledFieldWarning, match="fields mosaic does not read: "
+                                                    "sliding_window"):
+        geometry = geometry_from_hf_config(GLM_45_AIR | {"sliding_window": 4096}, "glm.json")
+    assert geometry.sliding_window is None
+
+
+def test_a_projection_wide_qk_norm_travels_through_a_job_file(tmp_path):
+    """model.qk_norm_span in a job file: counted as the HF import counts it, and refused
+    without model.qk_norm."""
+    from mosaic.config.blocks import ModelBlock
+    from mosaic.config.convert import geometry_from_model, model_document
+
+    geometry = load_hf_config(HF / "olmoe-1b-7b-0924.json")
+    document = model_document(geometry)
+    assert document["qk_norm_span"] == "projection"
+    assert geometry_from_model(ModelBlock.model_validate(document), [], measured=False) == geometry
+    with pytest.raises(MosaicInputError, match="qk_norm_span projection needs"):
+        geometry_from_model(ModelBlock.model_validate(document | {"qk_norm": False}), [],
+                            measured=False)

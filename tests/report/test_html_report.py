@@ -592,6 +592,22 @@ def test_the_traced_view_reads_as_the_document():
     assert view["a"][-1]["b"] == 2 and trail.last == "a[1].b"
     assert json.loads(json.dumps(view)) == {"a": [{"b": 1}, {"b": 2}], "c": None}
     assert dict(view.items())["c"] is None and trail.last == "c"
+    assert len(view.items()) == 2 and next(iter(view.values())) is view["a"]  # wrapped once
+
+
+def test_a_missing_key_is_blamed_on_the_document_only_when_the_document_lacked_it():
+    """A page builder's own lookup table can raise a KeyError too (a review): then the key
+    is named bare, with the document's last field read beside it."""
+    from mosaic.report.html.traced import Trail, missing_field, traced
+
+    trail = Trail()
+    view = traced({"runs": [{"id": "x"}]}, "", trail)
+    with pytest.raises(KeyError) as lacked:
+        view["runs"][0]["step_time_s"]
+    assert missing_field(lacked.value, trail) == "runs[0].step_time_s"
+    with pytest.raises(KeyError) as own:
+        {"compute": 1}[view["runs"][0]["id"]]
+    assert missing_field(own.value, trail) == "x (the last field read: runs[0].id)"
 
 
 def test_hsdp_names_its_shard_group_in_every_layout_line():

@@ -208,6 +208,15 @@ def test_tokens_per_active_param_budgets(tmp_path):
     for job in jobs:
         n_active = count_parameters(job.config.geometry()).n_active
         assert job.config.run.tokens == pytest.approx(0.05 * n_active)
+    # --scale shortens a TPP rung by the scale and by its smaller N_act (narrower heads):
+    # checkpoint_every shortens by the same step ratio (a review)
+    (tmp_path / "big").mkdir()
+    path = _grid(tmp_path / "big", {"head_dim": 16, "kv_heads": 2, "q": [1], "experts": [4],
+                                    "top_k": [1], "tokens_per_active_param": [2.0]})
+    (full,), (half,) = load_grid(path), load_grid(path, scale=0.5)
+    ratio = half.config.run.tokens / full.config.run.tokens
+    assert ratio < 0.5  # the scale and the narrower rung
+    assert half.config.run.checkpoint_every == max(1, round(2 * ratio))
 
 
 def test_paper_shaped_example_grid_parses():

@@ -107,3 +107,18 @@ def test_records_append_to_a_hand_written_file_or_refuse_to(tmp_path):
     flow.write_text("runs: []\ndescription: x\n")
     with pytest.raises(MosaicInputError, match="cannot be appended"):
         add_to_record_file([{**entry, "id": "mine-3"}], flow)
+
+
+def test_two_folders_of_one_name_are_refused_before_anything_is_written(tmp_path):
+    _run_folder(tmp_path / "a" / "q4")
+    _run_folder(tmp_path / "b" / "q4")
+    out = tmp_path / "mine.yaml"
+    result = runner.invoke(app, ["ladder", "record", str(tmp_path / "a" / "q4"),
+                                 str(tmp_path / "b" / "q4"), "--system", "DGX-H200",
+                                 "--out", str(out)])
+    assert result.exit_code == 2 and "share the id train-q4" in result.output
+    assert not out.exists()
+    hashed = _run_folder(tmp_path / "q#4")
+    result = runner.invoke(app, ["ladder", "record", str(hashed), "--system", "DGX-H200",
+                                 "--out", str(out)])
+    assert result.exit_code == 2 and "FILE#ID" in result.output

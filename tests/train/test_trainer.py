@@ -42,6 +42,9 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
     whole = train(config, tmp_path / "whole")
     stopped = train(config, tmp_path / "split", stop_after_steps=3)
     assert not stopped.complete and stopped.steps == 3
+    # steps count from 0: after 3 the last one run is step 2 (a trial read 'at step 3')
+    assert stopped.state == "stopped after 3 steps (the last one run: step 2)"
+    assert whole.state == "finished" and whole.peak_memory_gib is None  # CPU: no allocator
     assert not (tmp_path / "split" / "result.json").exists()
     capsys.readouterr()
     resumed = train(config, tmp_path / "split", log=lambda record: None)

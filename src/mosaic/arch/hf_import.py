@@ -40,8 +40,8 @@ is read where an N-th-layer rule states it (GPT-OSS ``layer_types``, Mistral, Mi
 warned of otherwise.
 A field left out takes the value transformers derives (``head_dim`` = hidden_size / heads,
 ``num_key_value_heads`` = heads); where transformers' config class fills in a constant of its
-own instead (gpt_oss, qwen3, qwen3_moe: :data:`CLASS_CONSTANT_ATTENTION_FIELDS`), the config
-must state the field.
+own instead (:data:`CLASS_CONSTANT_ATTENTION_FIELDS`: gpt_oss, qwen3, qwen3_moe, llama4_text,
+glm4_moe, minimax_m2, ernie4_5_moe), the config must state the field.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 # output's scale (1.0, or the config field with its class default).
 # - Mixtral, gpt-oss, Granite MoE: softmax weights renormalised over the top-k
 #   (MixtralSparseMoeBlock divides by their sum; GptOssTopKRouter and GraniteMoe's
-#   JetMoeTopKGating take the softmax of the top-k logits), an auxiliary load-balancing loss
+#   GraniteMoeTopKGating (transformers' JetMoeTopKGating) take the softmax of the top-k
+#   logits), an auxiliary load-balancing loss
 #   (router_aux_loss_coef).
 # - Qwen2/3-MoE, Qwen3-Next, OLMoE: softmax, renormalised when norm_topk_prob (class
 #   defaults False, False, True, False), auxiliary loss.
@@ -467,8 +468,9 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         "glu": True,
         "activation": activation,
         "norm": NormKind.RMSNORM,
-        # HF PretrainedConfig defaults tie_word_embeddings to True, but every family here
-        # overrides the default to False (LlamaConfig, MixtralConfig, Qwen*Config, ...).
+        # HF PretrainedConfig defaults tie_word_embeddings to True, but these families'
+        # classes override it to False (LlamaConfig, MixtralConfig, Qwen*Config, ...);
+        # Ernie4_5_MoeConfig keeps True (_ernie45_moe reads it again)
         "tied_embeddings": fields.bool("tie_word_embeddings", False),
         # Glm4MoeConfig rotates half of each head by default
         **fields.rope(fraction_default=0.5 if model_type == "glm4_moe" else 1.0),
@@ -676,18 +678,26 @@ MINIMAX_QK_NORM_SPANS = {"per_layer": QKNormSpan.PROJECTION, "per_head": QKNormS
 
 
 def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
-    """HF ``MiniMaxM2Config`` (MiniMax-M2; transformers models/minimax_m2): every block
-    MoE, ``num_local_experts`` routed experts of ``intermediate_size`` behind a sigmoid
-    router with a correction bias, no shared expert, bias-free GQA with q/k RMSNorms across
-    the projection, ``rotary_dim`` of each head rotating. Full attention on every layer
-    (``attn_type_list`` 1); the MTP modules (``num_mtp_modules``) are not part of the HF model
-    and are left out, with a warning."""
+    """MiniMax-M2 (transformers models/minimax_m2 ``MiniMaxM2Config`` and modeling): every
+    block MoE, ``num_local_experts`` routed experts of ``intermediate_size`` behind a sigmoid
+    router with a correction bias, no shared expert, bias-free GQA whose q/k RMSNorms span
+    the projection (``MiniMaxM2Attention`` is Olmo 2's, which always builds them).
+    The model's own config.json (huggingface.co/MiniMaxAI/MiniMax-M2, for its remote code)
+    adds fields transformers' class does not read, read here as that code does:
+    ``use_qk_norm`` and ``qk_norm_type`` (per_layer: across the projection), ``rotary_dim``
+    (transformers takes the rotating share from ``partial_rotary_factor``; the two must agree
+    where both are given), ``attn_type_list`` (1 = full softmax attention on every layer)
+    and the MTP modules (``num_mtp_modules``), which the HF model leaves out and so does
+    mosaic, with a warning."""
     where = fields.where
     kinds = fields.config.get("attn_type_list")
     if kinds is not None and (not isinstance(kinds, list) or any(k != 1 for k in kinds)):
         raise MosaicInputError(f"{where}: attn_type_list {kinds!r:.60}: only full softmax "
                                "attention on every layer (1) is supported; MiniMax's "
                                "lightning attention (0) has no geometry in mosaic")
+    if kinds is not None and len(kinds) != common["layers"]:
+        raise MosaicInputError(f"{where}: attn_type_list has {len(kinds)} entries for "
+                               f"{common['layers']} layers (num_hidden_layers)")
     scoring = fields.config.get("scoring_func", "sigmoid")
     if scoring != "sigmoid":
         raise MosaicInputError(f"{where}: scoring_func {scoring!r}: MiniMax-M2's router "
@@ -712,7 +722,18 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
         if rotary > attention["head_dim"]:
             raise MosaicInputError(f"{where}: rotary_dim {rotary} exceeds head_dim "
                                    f"{attention['head_dim']}")
-        common = common | {"rope_fraction": rotary / attention["head_dim"]}
+        fraction = rotary / attention["head_dim"]
+        nested = fields.config.get("rope_parameters")
+        stated = fields.config.get("partial_rotary_factor")
+        if stated is None and isinstance(nested, Mapping):
+            stated = nested.get("partial_rotary_factor")
+        # (common["rope_fraction"] is the stated factor, already checked to be a number)
+        if stated is not None and abs(common["rope_fraction"] - fraction) > 1e-9:
+            raise MosaicInputError(f"{where}: rotary_dim {rotary} rotates {fraction:g} of each "
+                                   f"{attention['head_dim']}-wide head, partial_rotary_factor "
+                                   f"says {common['rope_fraction']:g}: state one, or make "
+                                   "them agree")
+        common = common | {"rope_fraction": fraction}
     moe = MoEConfig(experts=fields.int("num_local_experts"),
                     top_k=fields.int("num_experts_per_tok"),
                     expert_ffn=fields.int("intermediate_size"),

@@ -196,9 +196,10 @@ def sized_for_device(shapes: BenchShapes, device_type: str) -> BenchShapes:
     smallest of each kept), said in a note; a GPU's as given."""
     if device_type != "cpu":
         return shapes
-    peak = tuple(s for s in shapes.peak_sizes if s <= CPU_MAX_PEAK_SIZE) or shapes.peak_sizes[:1]
+    peak = (tuple(s for s in shapes.peak_sizes if s <= CPU_MAX_PEAK_SIZE)
+            or tuple(sorted(shapes.peak_sizes))[:1])
     optimizer = (tuple(p for p in shapes.optimizer_params if p <= CPU_MAX_OPTIMIZER_PARAMS)
-                 or shapes.optimizer_params[:1])
+                 or tuple(sorted(shapes.optimizer_params))[:1])
     dropped = [*(f"peak {s}" for s in shapes.peak_sizes if s not in peak),
                *(f"adamw {p:,} params" for p in shapes.optimizer_params if p not in optimizer)]
     if not dropped:

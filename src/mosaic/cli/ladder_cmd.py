@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from mosaic.cli import warning_lines
+from mosaic.cli.catalog_option import CatalogFileOption, apply_catalog
 from mosaic.cli.common import (
     JsonFlag,
     console,
@@ -358,6 +359,7 @@ def record(
     id_prefix: Annotated[str, typer.Option(
         "--id-prefix", help="run ids are PREFIX-FOLDER; the prefix is the source key "
                             "validate holds out together")] = "train",
+    catalog: CatalogFileOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Write finished trainer runs as run records, for `mosaic validate` and `calibrate`.
@@ -368,12 +370,19 @@ def record(
     from mosaic.config.record_entry import add_to_record_file
     from mosaic.config.run_records import load_run_records
     from mosaic.train.ladder import result_folders
-    from mosaic.train.run_record import record_for_run
+    from mosaic.train.run_record import record_for_run, record_id
 
     if not id_prefix or "-" in id_prefix or not id_prefix.isascii():
         raise MosaicInputError(f"--id-prefix {id_prefix!r}: a word without '-' (the part of "
                                "a run id before its first '-' is its source key)")
-    entries = [record_for_run(folder, system, id_prefix) for folder in result_folders(folders)]
+    apply_catalog(catalog)
+    found = result_folders(folders)
+    ids = [record_id(id_prefix, folder) for folder in found]
+    twice = sorted({run_id for run_id in ids if ids.count(run_id) > 1})
+    if twice:
+        raise MosaicInputError(f"two runs would share the id {twice[0]} (their folders share a "
+                               "name): rename one, or record them with different --id-prefix")
+    entries = [record_for_run(folder, system, id_prefix) for folder in found]
     check_output_file(out, "--out", inputs=list(folders))
     new = {entry["id"] for entry in entries}
     # written beside the file and loaded as validate reads it first: a record validate would

@@ -117,12 +117,6 @@ def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[st
     return keys
 
 
-def launched_sharding(sharding: str) -> str:
-    """The sharding mode a MaxText file of a ``sharding`` job runs: its fsdp axis for zero1
-    and zero2 (:func:`config` says so), else the same."""
-    return "fsdp" if sharding in ("zero1", "zero2") else sharding
-
-
 def gpt_oss_keys(g: Geometry, unsupported: list[str]) -> dict[str, Any]:
     """MaxText's gpt_oss decoder as its gpt-oss configs set it
     (src/maxtext/configs/models/gpt-oss-20b.yml @ e591f30): the window, alternating with

@@ -464,6 +464,12 @@ def window_note(geometry: Geometry) -> str:
     return f"a sliding window of {geometry.sliding_window} keys{every}"
 
 
+def fsdp_for_zero(sharding: str) -> str:
+    """The sharding a target without ZeRO-1/2 (torchtitan's FSDP2, MaxText's fsdp axis)
+    runs for a ``sharding`` job: FSDP for zero1 and zero2, else the same."""
+    return "fsdp" if sharding in ("zero1", "zero2") else sharding
+
+
 def projection_qk_norm_notes(geometry: Geometry, written_as: str, hint: str = ""
                              ) -> list[str]:
     """What a target that normalises each head's queries and keys (Megatron-Core

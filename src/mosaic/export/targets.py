@@ -66,11 +66,10 @@ def launched_job_document(spec: ExportSpec, target: str) -> dict[str, Any] | Non
                    if k != "stack_version"}
     document["performance"] = {**performance, "stack": stack}
     if target in ("torchtitan", "maxtext"):
-        from mosaic.export import maxtext, torchtitan
+        from mosaic.export.spec import fsdp_for_zero
 
-        module = torchtitan if target == "torchtitan" else maxtext
         parallelism = {**(document.get("parallelism") or {})}
-        parallelism["sharding"] = module.launched_sharding(spec.sharding)
+        parallelism["sharding"] = fsdp_for_zero(spec.sharding)
         document["parallelism"] = parallelism
     return document
 

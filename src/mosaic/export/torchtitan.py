@@ -13,7 +13,13 @@ import math
 from typing import Any
 
 from mosaic.arch.geometry import AttentionKind, NormKind
-from mosaic.export.spec import ExportSpec, projection_qk_norm_notes, unexpressed, window_note
+from mosaic.export.spec import (
+    ExportSpec,
+    fsdp_for_zero,
+    projection_qk_norm_notes,
+    unexpressed,
+    window_note,
+)
 from mosaic.export.targets import ExportResult, header_lines
 from mosaic.stacks import default_loss, get_stack
 
@@ -105,7 +111,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                            "came later, torchtitan/components/quantization/nvfp4.md on main); "
                            "exported in bf16")
     replicate, shard = spec.dp, 1
-    if launched_sharding(spec.sharding) == "fsdp":
+    if fsdp_for_zero(spec.sharding) == "fsdp":  # FSDP2 for zero1, zero2 and fsdp
         replicate, shard = 1, spec.dp
     elif spec.sharding == "hsdp":
         replicate, shard = spec.hsdp_replicas, spec.dp // spec.hsdp_replicas
@@ -189,12 +195,6 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         written.add("cross_entropy")
     unsupported += unexpressed(spec, written, "torchtitan v0.2.2")
     return tables, unsupported
-
-
-def launched_sharding(sharding: str) -> str:
-    """The sharding mode a torchtitan file of a ``sharding`` job runs: FSDP2 (fully_shard)
-    for zero1, zero2 and fsdp (:func:`sharding_notes`), else the same."""
-    return "fsdp" if sharding in ("zero1", "zero2", "fsdp") else sharding
 
 
 def compile_table(spec: ExportSpec) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, valida
 from mosaic.train.config import (
     LadderModel,
     LadderSeed,
-    RunConfig,
     TrainConfig,
     check_schedule,
     resolve_data_paths,
@@ -102,6 +101,16 @@ def rung_name(q: int, experts: int, top_k: int, split: int, tokens: float) -> st
     return f"q{q}_E{experts}_K{top_k}_G{split}_D{tokens:.3g}".replace("+", "")
 
 
+def _checkpoints_as_at_full_scale(config: TrainConfig, step_ratio: float) -> TrainConfig:
+    """``config`` of a rung shortened to ``step_ratio`` of its steps by ``--scale``, with
+    ``checkpoint_every`` shortened alike, so a rung keeps the checkpoints it has at full
+    scale (a killed 20-step rung of a --scale 0.2 trial had none: checkpoint_every stayed
+    50). A resumable setting: not part of the rung's identity."""
+    every = max(1, round(config.run.checkpoint_every * step_ratio))
+    return config.model_copy(update={"run": config.run.model_copy(
+        update={"checkpoint_every": every})})
+
+
 def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     """Rungs of a grid file; ``scale`` multiplies the head width and every token budget."""
     path = Path(path)
@@ -133,12 +142,6 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
         raise MosaicInputError(f"{path}: the ladder has no rungs (give axes or runs)")
     head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
     run_settings = dict(recipe.get("run", {}))
-    if scale < 1:  # as many checkpoints a rung as at full scale (a killed 20-step rung of a
-        # --scale 0.2 trial had none: checkpoint_every stayed 50)
-        every = run_settings.get("checkpoint_every",
-                                 RunConfig.model_fields["checkpoint_every"].default)
-        if isinstance(every, int) and not isinstance(every, bool):  # else refused below
-            run_settings["checkpoint_every"] = max(1, round(every * scale))
     jobs: dict[str, LadderJob] = {}
     # kv_heads only where the grid states it: a rung warns about a stated one only
     stated_kv = {"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set else {}
@@ -166,6 +169,13 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
             if "split factor" in str(exc) and not stated:  # G must divide d_ff: no point
                 continue
             raise
+        if scale < 1:
+            full = (budget if kind == "D" else budget * float(count_parameters(
+                train_config_from_mapping(
+                    {**recipe, "ladder": {**rung.model_dump(exclude_unset=True),
+                                          "head_dim": block.head_dim},
+                     "run": {**run_settings, "tokens": budget}}, where).geometry()).n_active))
+            config = _checkpoints_as_at_full_scale(config, config.run.tokens / full)
         tokens = config.run.tokens
         sparsity = float(count_parameters(config.geometry()).sparsity)
         if sparsity < block.s_min:

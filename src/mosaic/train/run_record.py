@@ -36,6 +36,15 @@ def _read_json(path: Path) -> dict[str, Any]:
     return document
 
 
+def record_id(id_prefix: str, folder: Path) -> str:
+    """``{id_prefix}-{folder name}``; a '#' would break ``FILE#ID`` references to it."""
+    run_id = f"{id_prefix}-{folder.name}"
+    if "#" in run_id:
+        raise MosaicInputError(f"run id {run_id!r}: '#' separates a file from a run id in "
+                               "FILE#ID references; rename the folder or choose --id-prefix")
+    return run_id
+
+
 def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[str, Any]:
     """The run-record entry of the finished run in ``folder`` on the catalog node type
     ``system``: id ``{id_prefix}-{folder name}`` (the prefix is its source key, which
@@ -65,15 +74,18 @@ def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[
         raise MosaicInputError(f"{folder / RESULT_FILE}: world_size and tokens_per_s must be "
                                "numbers (a `mosaic train` result)")
     if gpus % node.gpus_per_node:  # (docs/run_records.md: num_gpus fills whole hosts)
-        raise MosaicInputError(f"{folder}: the run's {gpus} GPU(s) do not fill whole "
-                               f"{node.name} nodes of {node.gpus_per_node}: a run record, "
-                               "like the model's layouts, holds whole nodes")
+        raise MosaicInputError(
+            f"{folder}: the run's {gpus} GPU(s) do not fill whole {node.name} nodes of "
+            f"{node.gpus_per_node}: a run record, like the model's layouts, holds whole "
+            f"nodes; for a run on part of a node, add a node type of {gpus} GPU(s) with "
+            "that GPU to a catalog file (docs/hardware.md) and pass it: --catalog FILE "
+            "--system NAME (and the same --catalog to validate)")
     document = perf_job_document(config, node.name, gpus)
     spec = job_from_document(document, f"{folder}: the run's perf job")
     return run_record_entry(
-        spec, run_id=f"{id_prefix}-{folder.name}", name=folder.name,
+        spec, run_id=record_id(id_prefix, folder), name=folder.name,
         source=f"mosaic train run {folder.resolve()} ({RESULT_FILE}: tokens/s at the median "
-               f"step time of its {result.get('steps')} steps, the first left out)",
+               "step time of the last process that trained it, its first step left out)",
         software=f"mosaic {__version__} reference trainer (FSDP2)",
         tokens_per_s_per_gpu=float(tokens_per_s) / gpus,
         memory_gib=result.get("peak_memory_gib"),

@@ -119,11 +119,13 @@ class TrainResult:
 
     @property
     def state(self) -> str:
-        """'finished', or how far a stopped run got. Steps are logged from 0, so after 7
-        steps the last logged one is step 6 (a trial read "stopped at step 7" as one more)."""
+        """'finished', or how far a stopped run got. Steps count from 0, so after 7 steps
+        the last one run is step 6 (a trial read "stopped at step 7" as one more)."""
         if self.complete:
             return "finished"
-        return f"stopped after {self.steps} steps (the last logged: step {self.steps - 1})"
+        if self.steps == 0:
+            return "stopped before its first step"
+        return f"stopped after {self.steps} steps (the last one run: step {self.steps - 1})"
 
 
 def _seed_of(*parts: int) -> int:

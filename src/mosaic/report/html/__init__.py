@@ -15,7 +15,7 @@ from typing import Any
 from mosaic.config.job_schema import RESULT_SIGNATURES, result_kind, with_current_keys
 from mosaic.errors import MosaicInputError, require_extra
 from mosaic.io_atomic import write_text_atomic
-from mosaic.report.html.traced import Trail, plain_types, traced
+from mosaic.report.html.traced import Trail, missing_field, plain_types, traced
 
 KINDS = tuple(RESULT_SIGNATURES)
 
@@ -83,7 +83,7 @@ def render_report(document: dict[str, Any], kind: str | None = None) -> str:
         heading, subtitle = title(view)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError,
             ZeroDivisionError) as exc:  # a hand-edited or truncated document
-        what = (f"it lacks the field {trail.last or exc.args[0]!r}" if isinstance(exc, KeyError)
+        what = (f"it lacks the field {missing_field(exc, trail)}" if isinstance(exc, KeyError)
                 else f"a field is null or of the wrong type ({plain_types(str(exc))}; the "
                      f"last field read: {trail.last or 'none'})")
         raise MosaicInputError(f"the {kind} document is incomplete or malformed: {what}; "
