@@ -32,6 +32,15 @@ def counts(name: str):
     return count_parameters(load_hf_config(HF / name))
 
 
+def _strict_counts(config: dict):
+    """The geometry and counts of ``config``, every field read or without a shape (any
+    import warning fails the test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        geometry = geometry_from_hf_config(config)
+    return geometry, count_parameters(geometry)
+
+
 def test_llama3_8b_exact():
     """Meta-Llama-3-8B: 8,030,261,248 parameters (the checkpoint's safetensors total)."""
     c = counts("llama-3-8b.json")
@@ -505,10 +514,7 @@ def test_llama4_maverick_by_hand():
     """Llama4TextMoe on odd blocks (interleave step 2): 128 routed experts and one shared
     expert of intermediate_size, a bias-free router; dense blocks of intermediate_size_mlp;
     the L2 q/k norm has no weights."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        geometry = geometry_from_hf_config(MAVERICK_TEXT)
-    c = count_parameters(geometry)
+    geometry, c = _strict_counts(MAVERICK_TEXT)
     d = 5120
     attention = 2 * d * 40 * 128 + 2 * d * 8 * 128
     expert = 3 * d * 8192
@@ -655,10 +661,7 @@ MINIMAX_M2 = {
 
 
 def test_minimax_m2_by_hand():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        geometry = geometry_from_hf_config(MINIMAX_M2)
-    c = count_parameters(geometry)
+    geometry, c = _strict_counts(MINIMAX_M2)
     d, heads, kv, hd = 3072, 48, 8, 128
     attention = 2 * d * heads * hd + 2 * d * kv * hd + (heads + kv) * hd  # + q/k norms
     expert = 3 * d * 1536
@@ -707,10 +710,7 @@ GRANITE_3B = {
 
 
 def test_granite_moe_by_hand():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the multipliers carry no weights
-        geometry = geometry_from_hf_config(GRANITE_3B)
-    c = count_parameters(geometry)
+    geometry, c = _strict_counts(GRANITE_3B)  # the multipliers carry no weights
     d = 1536
     attention = 2 * d * d + 2 * d * 8 * 64
     block = attention + 40 * 3 * d * 512 + 40 * d + 2 * d
@@ -746,10 +746,7 @@ def test_ernie45_moe_by_hand():
     """Ernie4_5_MoeDecoderLayer: bias-free GQA, block 0 a dense MLP of 12288, blocks 1..27
     64 routed + 2 shared experts behind a bias-free router; embeddings tied by the class
     default."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        geometry = geometry_from_hf_config(ERNIE_21B)
-    c = count_parameters(geometry)
+    _, c = _strict_counts(ERNIE_21B)
     d = 2560
     attention = 2 * d * 20 * 128 + 2 * d * 4 * 128
     dense = attention + 3 * d * 12288 + 2 * d
