@@ -586,3 +586,16 @@ def test_overshoot_text_reads_the_need_and_the_budget_apart():
     assert memory_overshoot_text(71.28 * GIB, 0.04 * GIB, capacity).endswith("over by 0.04 GiB")
     assert memory_overshoot_text(71.2001 * GIB, 0.0001 * GIB, capacity).endswith(
         "over by 0.1 MiB")
+
+
+def test_a_fitted_residual_as_the_largest_part_is_said_to_have_no_lever():
+    """A trial read 'its largest part calibrated_elementwise_residual (19% of the step)' and
+    looked for a lever: a fitted residual is said to be one; a modelled part is not."""
+    from mosaic.evaluate.diagnosis import Bound
+
+    memory = MemoryStatus(50 * GIB, 100 * GIB, 0.0)
+    residual = Bound("compute", "compute", 0.7, "calibrated_elementwise_residual", 0.19,
+                     {}, {}, memory)
+    assert "a fitted residual, time the model attributes to no mechanism" in residual.summary
+    experts = Bound("compute", "compute", 0.7, "experts", 0.4, {}, {}, memory)
+    assert "fitted residual" not in experts.summary

@@ -40,7 +40,7 @@ from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
 from mosaic.perf.step_time import StepPrediction, predict_step
-from mosaic.perf.terms import step_term
+from mosaic.perf.terms import RESIDUAL_PARTS, step_term
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -169,6 +169,10 @@ class Bound:
             lead = ("most of it" if self.part_share > self.time_share / 2
                     else "its largest part")
             text += f", {lead} {self.part} ({self.part_share:.0%} of the step)"
+            if self.part in RESIDUAL_PARTS:
+                # a trial looked for the lever of a fitted residual
+                text += (": a fitted residual, time the model attributes to no mechanism, "
+                         "so no lever acts on it (docs/perf.md, Calibration)")
         if not self.memory.fits:
             return ("does not fit: " + memory_overshoot_text(
                 self.memory.memory_bytes, self.memory.overshoot_bytes,

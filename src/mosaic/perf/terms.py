@@ -115,6 +115,11 @@ STEP_TERMS: dict[str, StepTerm] = {term.name: term for term in (
 )}
 
 
+# the parts that are fitted residuals, time the model attributes to no mechanism (unlike
+# the dispatch floor or the routing imbalance, whose calibrated constants scale a named one)
+RESIDUAL_PARTS = frozenset({"calibrated_elementwise_residual", "calibration"})
+
+
 def step_term(name: str) -> StepTerm:
     """The record of breakdown term ``name`` (a KeyError names a term the model lacks)."""
     return STEP_TERMS[name]
