@@ -73,8 +73,8 @@ def run_record_entry(spec: JobSpec, *, run_id: str, source: str, name: str,
         "recompute": performance["checkpointing"], "routing": "dropless", **settings,
         "measured": measured, "flops_convention": "none_reported",
         "confidence": confidence,
-        "notes": notes + (f" Job settings a record cannot hold, not carried: "
-                          f"{', '.join(left)}." if left else ""),
+        "notes": " ".join(filter(None, [notes, f"Job settings a record cannot hold, not "
+                                               f"carried: {', '.join(left)}." if left else ""])),
     }
 
 
