@@ -103,10 +103,9 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 # are renormalised (a bool, or the config field with its class default) and the routed
 # output's scale (1.0, or the config field with its class default).
 # - Mixtral, gpt-oss, Granite MoE: softmax weights renormalised over the top-k
-#   (MixtralSparseMoeBlock divides by their sum; GptOssTopKRouter and GraniteMoe's
-#   GraniteMoeTopKGating (transformers' JetMoeTopKGating) take the softmax of the top-k
-#   logits), an auxiliary load-balancing loss
-#   (router_aux_loss_coef).
+#   (MixtralSparseMoeBlock divides by their sum; GptOssTopKRouter and
+#   GraniteMoeTopKGating, transformers' JetMoeTopKGating, take the softmax of the top-k
+#   logits), an auxiliary load-balancing loss (router_aux_loss_coef).
 # - Qwen2/3-MoE, Qwen3-Next, OLMoE: softmax, renormalised when norm_topk_prob (class
 #   defaults False, False, True, False), auxiliary loss.
 # - DeepSeek-V2: softmax, never renormalised (DeepseekV2Moe ignores norm_topk_prob), scaled by

@@ -405,7 +405,8 @@ def record(
                 ["id", "GPUs", "tokens/s per GPU", "step s", "peak memory GiB"],
                 [[e["id"], str(e["num_gpus"]), f"{e['measured']['tokens_per_s_per_gpu']:,.0f}",
                   f"{e['measured']['step_time_s']:.4g}",
-                  f"{e['measured'].get('memory_gib', float('nan')):.2f}"] for e in entries])
+                  "-" if "memory_gib" not in e["measured"]
+                  else f"{e['measured']['memory_gib']:.2f}"] for e in entries])
     console.print(f"next: mosaic validate {out}", markup=False, highlight=False)
 
 
