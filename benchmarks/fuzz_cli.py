@@ -582,6 +582,40 @@ def collect_case(rng: random.Random) -> Case:
     return {"argv": argv, "files": files, "json": True, "kind": "ladder collect"}
 
 
+def _base_run_info() -> dict[str, Any]:
+    """run.json of a finished 8-GPU run of the q4 example job, as the trainer writes the
+    fields `ladder record` reads."""
+    from mosaic.train.config import load_train_config
+
+    config = load_train_config(REPO / "examples/train_q4_h200.yaml")
+    return {"device": "cuda:0", "world_size": 8, "flops": {"device": "H200-SXM-141GB"},
+            "config": json.loads(config.model_dump_json())}
+
+
+def record_case(rng: random.Random) -> Case:
+    """`ladder record` over run folders whose result.json and run.json are mutated."""
+    files = {}
+    result = {**BASE_RESULT, "world_size": 8, "tokens_per_s": 250000.0,
+              "peak_memory_gib": 41.5}
+    for index in range(rng.choice([1, 2])):
+        for name, base in (("result.json", result), ("run.json", _base_run_info())):
+            mutated = (mutate_document(base, rng) if rng.random() < 0.7
+                       else json.dumps(base).encode())
+            try:
+                document = json.dumps(yaml.safe_load(mutated), default=str).encode()
+            except (yaml.YAMLError, RecursionError, TypeError, ValueError):
+                document = mutated
+            files[f"runs/r{index}/{name}"] = document
+    if rng.random() < 0.2:
+        files["mine.yaml"] = rng.choice([b"runs: []\n", b"runs:\n  - id: train-r0\n",
+                                         b"{", b"description: x\n"])
+    argv = ["ladder", "record", rng.choice(["{dir}/runs", "{dir}/runs/r0", "{dir}/none"]),
+            "--system", rng.choice(["DGX-H200", "DGX-H100", "nope"]),
+            "--out", rng.choice(["{dir}/mine.yaml", "{dir}/no/dir/mine.yaml"]),
+            "--id-prefix", rng.choice(["train", "a-b", "", "x#"]), "--json"]
+    return {"argv": argv, "files": files, "json": True, "kind": "ladder record"}
+
+
 def usage_case(rng: random.Random) -> Case:
     argv = rng.choice([["bogus"], ["arch", "--no-such-flag"], ["law"], ["law", "bogus"],
                        ["perf"], ["sweep", "weeks"], ["plan", "--nodes"], ["arch", "--q"],
@@ -601,6 +635,7 @@ GENERATORS: list[tuple[float, Callable[[random.Random], Case]]] = [
     (0.16, plan_case),
     (0.04, usage_case),
     (0.03, collect_case),
+    (0.03, record_case),
 ]
 
 
