@@ -8,6 +8,8 @@ import json
 import pytest
 import yaml
 
+from mosaic.train.config import load_train_config
+
 from .conftest import REPO, assert_contract
 
 JOB = (REPO / "examples/appendix_e.yaml").read_bytes()
@@ -189,6 +191,21 @@ CASES = [
                                     "--json"],
      {"runs/r0/result.json": json.dumps({**RESULT, "n_total": "abc"}).encode()},
      2, "must be positive numbers"),
+    # ladder record over hand-broken trainer folders (the fuzzer's record cases, seed 62):
+    # a run.json whose job is not a mapping, and a 400-digit throughput, each one line
+    ("record-config-not-a-job", ["ladder", "record", "{dir}/runs", "--system", "DGX-H200",
+                                 "--out", "{dir}/mine.yaml", "--json"],
+     {"runs/r0/result.json": json.dumps({**RESULT, "world_size": 8,
+                                         "tokens_per_s": 2.5e5}).encode(),
+      "runs/r0/run.json": json.dumps({"device": "cuda:0", "config": [1, 2]}).encode()},
+     2, "config"),
+    ("record-huge-throughput", ["ladder", "record", "{dir}/runs", "--system", "DGX-H200",
+                                "--out", "{dir}/mine.yaml", "--json"],
+     {"runs/r0/result.json": (json.dumps({**RESULT, "world_size": 8})[:-1]
+                              + ', "tokens_per_s": ' + HUGE + "}").encode(),
+      "runs/r0/run.json": json.dumps({"device": "cuda:0", "config": json.loads(
+          load_train_config(REPO / "examples/train_q4_h200.yaml").model_dump_json())}).encode()},
+     2, "world_size and tokens_per_s must be numbers"),
 ]
 
 
