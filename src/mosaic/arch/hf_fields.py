@@ -174,18 +174,26 @@ class ConfigFields:
                                    f"got {value!r}")
         return float(value)
 
+    def _rope_fields(self) -> ConfigFields:
+        """The rotary fields where transformers >= 5 nests them (``rope_parameters``), a
+        top-level ``rope_theta`` or ``partial_rotary_factor`` taking precedence."""
+        nested = self.config.get("rope_parameters")
+        if not isinstance(nested, Mapping):
+            return self
+        top = {key: self.config[key] for key in ("rope_theta", "partial_rotary_factor")
+               if key in self.config}
+        return ConfigFields({**nested, **top}, self.where)
+
+    def rotary_fraction(self) -> float | None:
+        """The stated ``partial_rotary_factor`` (top level or nested); None where absent."""
+        return self._rope_fields().positive_float("partial_rotary_factor")
+
     def rope(self, fraction_default: float = 1.0) -> dict[str, Any]:
         """The rotary embedding's base (``rope_theta``) and rotating share
         (``partial_rotary_factor``) where the config states them."""
-        nested = self.config.get("rope_parameters")  # transformers >= 5 nests them here
-        fields = self
-        if isinstance(nested, Mapping):
-            top = {key: self.config[key] for key in ("rope_theta", "partial_rotary_factor")
-                   if key in self.config}
-            fields = ConfigFields({**nested, **top}, self.where)
-        fraction = fields.positive_float("partial_rotary_factor", fraction_default)
-        return {"rope_base": fields.positive_float("rope_theta"),
-                "rope_fraction": 1.0 if fraction is None else fraction}
+        fraction = self.rotary_fraction()
+        return {"rope_base": self._rope_fields().positive_float("rope_theta"),
+                "rope_fraction": fraction_default if fraction is None else fraction}
 
     def bool(self, name: str, default: bool) -> bool:
         value = self.config.get(name, default)

@@ -711,10 +711,7 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
                                f"{', '.join(MINIMAX_QK_NORM_SPANS)}")
     modules = fields.count("num_mtp_modules", 0) if fields.bool("use_mtp", False) else 0
     fields.ignored("num_mtp_modules", "mtp_transformer_layers")
-    if modules:
-        warnings.warn(f"{where}: num_mtp_modules {modules}: MiniMax-M2's multi-token-"
-                      "prediction modules are not part of the HF model and are left out of "
-                      "the counts and costs", UnmodelledFieldWarning, stacklevel=4)
+    _warn_mtp_left_out(fields, "num_mtp_modules", modules, "MiniMax-M2's")
     attention = _attention(fields, common["d_model"])
     rotary = fields.optional_int("rotary_dim")
     if rotary is not None:
@@ -722,16 +719,11 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
             raise MosaicInputError(f"{where}: rotary_dim {rotary} exceeds head_dim "
                                    f"{attention['head_dim']}")
         fraction = rotary / attention["head_dim"]
-        nested = fields.config.get("rope_parameters")
-        stated = fields.config.get("partial_rotary_factor")
-        if stated is None and isinstance(nested, Mapping):
-            stated = nested.get("partial_rotary_factor")
-        # (common["rope_fraction"] is the stated factor, already checked to be a number)
-        if stated is not None and abs(common["rope_fraction"] - fraction) > 1e-9:
+        stated = fields.rotary_fraction()
+        if stated is not None and abs(stated - fraction) > 1e-9:
             raise MosaicInputError(f"{where}: rotary_dim {rotary} rotates {fraction:g} of each "
                                    f"{attention['head_dim']}-wide head, partial_rotary_factor "
-                                   f"says {common['rope_fraction']:g}: state one, or make "
-                                   "them agree")
+                                   f"says {stated:g}: state one, or make them agree")
         common = common | {"rope_fraction": fraction}
     moe = MoEConfig(experts=fields.int("num_local_experts"),
                     top_k=fields.int("num_experts_per_tok"),
@@ -741,6 +733,15 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     return Geometry(**common, **attention, ffn=moe.expert_ffn, moe=moe, qk_norm=qk_norm,
                     qk_norm_span=MINIMAX_QK_NORM_SPANS[span_name] if qk_norm
                     else QKNormSpan.HEAD)
+
+
+def _warn_mtp_left_out(fields: ConfigFields, field: str, count: int, family: str) -> None:
+    """Say that ``count`` multi-token-prediction modules a config states (``field``) are left
+    out: the HF model has none, so neither the counts nor the costs hold them."""
+    if count:
+        warnings.warn(f"{fields.where}: {field} {count}: {family} multi-token-prediction "
+                      "modules are not part of the HF model and are left out of the counts "
+                      "and costs", UnmodelledFieldWarning, stacklevel=5)
 
 
 ERNIE_SPARSE_FIELDS = "moe_layer_start_index, moe_layer_end_index and moe_layer_interval"
@@ -774,11 +775,8 @@ def _ernie45_moe(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
                     expert_ffn=width, shared_experts=shared,
                     shared_expert_ffn=width if shared else None, dense_layers=dense_layers,
                     moe_every=every, router=router)
-    mtp = fields.count("num_nextn_predict_layers", 0)
-    if mtp:
-        warnings.warn(f"{where}: num_nextn_predict_layers {mtp}: ERNIE 4.5's multi-token-"
-                      "prediction layers are not part of the HF model and are left out of "
-                      "the counts and costs", UnmodelledFieldWarning, stacklevel=4)
+    _warn_mtp_left_out(fields, "num_nextn_predict_layers",
+                       fields.count("num_nextn_predict_layers", 0), "ERNIE 4.5's")
     return Geometry(**(common | {"tied_embeddings": fields.bool("tie_word_embeddings", True)}),
                     **_attention(fields, common["d_model"]),
                     ffn=fields.int("intermediate_size"), moe=moe)
