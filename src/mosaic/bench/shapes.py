@@ -190,16 +190,19 @@ CPU_MAX_PEAK_SIZE = 4096
 CPU_MAX_OPTIMIZER_PARAMS = 1 << 24
 
 
+def _capped(sizes: tuple[int, ...], cap: int) -> tuple[int, ...]:
+    """The sizes up to ``cap``; the smallest one where none is."""
+    return tuple(size for size in sizes if size <= cap) or tuple(sorted(sizes))[:1]
+
+
 def sized_for_device(shapes: BenchShapes, device_type: str) -> BenchShapes:
     """``shapes`` with the peak sweep and the optimizer sizes a ``device_type`` needs: a
     CPU's stop at :data:`CPU_MAX_PEAK_SIZE` and :data:`CPU_MAX_OPTIMIZER_PARAMS` (the
     smallest of each kept), said in a note; a GPU's as given."""
     if device_type != "cpu":
         return shapes
-    peak = (tuple(s for s in shapes.peak_sizes if s <= CPU_MAX_PEAK_SIZE)
-            or tuple(sorted(shapes.peak_sizes))[:1])
-    optimizer = (tuple(p for p in shapes.optimizer_params if p <= CPU_MAX_OPTIMIZER_PARAMS)
-                 or tuple(sorted(shapes.optimizer_params))[:1])
+    peak = _capped(shapes.peak_sizes, CPU_MAX_PEAK_SIZE)
+    optimizer = _capped(shapes.optimizer_params, CPU_MAX_OPTIMIZER_PARAMS)
     dropped = [*(f"peak {s}" for s in shapes.peak_sizes if s not in peak),
                *(f"adamw {p:,} params" for p in shapes.optimizer_params if p not in optimizer)]
     if not dropped:

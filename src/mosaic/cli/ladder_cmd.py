@@ -382,7 +382,8 @@ def record(
     if twice:
         raise MosaicInputError(f"two runs would share the id {twice[0]} (their folders share a "
                                "name): rename one, or record them with different --id-prefix")
-    entries = [record_for_run(folder, system, id_prefix) for folder in found]
+    entries = [record_for_run(folder, system, run_id)
+               for folder, run_id in zip(found, ids, strict=True)]
     check_output_file(out, "--out", inputs=list(folders))
     new = {entry["id"] for entry in entries}
     # written beside the file and loaded as validate reads it first: a record validate would

@@ -8,6 +8,7 @@ import typer
 
 from mosaic.cli.common import print_key_value_table, print_table
 from mosaic.law.extrapolation import extrapolation_rows
+from mosaic.perf.layouts import DEFAULT_MICRO_BATCHES
 from mosaic.plan.cost import RunCost
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import PlanResult, model_parallel_factor_note
@@ -83,10 +84,12 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     layouts = layout_limits_text(table.limits.to_dict())
     # said when not narrowed too: `layouts` tries micro-batches of 8 as well, and a trial
     # found the two commands' best layouts apart without a word (plan.md, Table 3)
+    table3 = TABLE3_LAYOUT_LIMITS.micro_batches
+    beyond = [size for size in DEFAULT_MICRO_BATCHES if size not in table3]
     rows.append(("layouts allowed", layouts or (
-        "the paper's Table 3 search: micro-batches "
-        f"{', '.join(map(str, TABLE3_LAYOUT_LIMITS.micro_batches))} (mosaic layouts also "
-        "tries 8: --mbs 1,2,4,8)")))
+        f"the paper's Table 3 search: micro-batches {', '.join(map(str, table3))} (mosaic "
+        f"layouts also tries {', '.join(map(str, beyond))}: --mbs "
+        f"{','.join(map(str, DEFAULT_MICRO_BATCHES))})")))
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)

@@ -37,7 +37,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def record_id(id_prefix: str, folder: Path) -> str:
-    """``{id_prefix}-{folder name}``; a '#' would break ``FILE#ID`` references to it."""
+    """``{id_prefix}-{folder name}`` (the prefix is its source key, which validate's
+    leave-one-source-out holds out together); a '#' would break ``FILE#ID`` references."""
     run_id = f"{id_prefix}-{folder.name}"
     if "#" in run_id:
         raise MosaicInputError(f"run id {run_id!r}: '#' separates a file from a run id in "
@@ -45,10 +46,9 @@ def record_id(id_prefix: str, folder: Path) -> str:
     return run_id
 
 
-def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[str, Any]:
-    """The run-record entry of the finished run in ``folder`` on the catalog node type
-    ``system``: id ``{id_prefix}-{folder name}`` (the prefix is its source key, which
-    validate's leave-one-source-out holds out together)."""
+def record_for_run(folder: Path, system: str, run_id: str) -> dict[str, Any]:
+    """The run-record entry, id ``run_id`` (:func:`record_id`), of the finished run in
+    ``folder`` on the catalog node type ``system``."""
     from mosaic import __version__
 
     result = _read_json(folder / RESULT_FILE)
@@ -83,7 +83,7 @@ def record_for_run(folder: Path, system: str, id_prefix: str = "train") -> dict[
     document = perf_job_document(config, node.name, gpus)
     spec = job_from_document(document, f"{folder}: the run's perf job")
     return run_record_entry(
-        spec, run_id=record_id(id_prefix, folder), name=folder.name,
+        spec, run_id=run_id, name=folder.name,
         source=f"mosaic train run {folder.resolve()} ({RESULT_FILE}: tokens/s at the median "
                "step time of the last process that trained it, its first step left out)",
         software=f"mosaic {__version__} reference trainer (FSDP2)",
