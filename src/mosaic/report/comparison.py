@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mosaic.report.plan_report import sharding_text
+from mosaic.report.plan_report import layout_line
 from mosaic.units import GIB
 
 
@@ -169,12 +169,8 @@ def model_text(side: dict[str, Any]) -> str:
 
 
 def layout_text(side: dict[str, Any]) -> str:
-    """'tp=1, pp=16, ..., checkpointing=full': the side's layout in a line."""
-    plan = side.get("layout") or {}
-    keys = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch", "sharding",
-            "checkpointing")
-    return ", ".join(f"{k}={sharding_text(plan) if k == 'sharding' else plan[k]}"
-                     for k in keys if k in plan)
+    """The side's layout in a line, as `perf` and `explain` print one."""
+    return layout_line(side.get("layout") or {})
 
 
 def marks(quantity: str, side: dict[str, Any]) -> str:

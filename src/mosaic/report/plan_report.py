@@ -355,24 +355,35 @@ def sharding_text(plan: Mapping[str, Any]) -> str:
     return str(plan["sharding"])
 
 
-# a layout's degrees and micro-batch as `perf` and `explain` print them, key=value
+# a layout's degrees and micro-batch in the order every layout line prints them
 LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "micro_batch")
+# the compact spelling's degrees: parallel axes first, data parallelism last
+COMPACT_DEGREE_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
 
 
 def layout_line(plan: Mapping[str, Any]) -> str:
-    """'tp=1, pp=16, ..., micro_batch=2, hsdp/8, ckpt=full'."""
-    degrees = ", ".join(f"{key}={plan[key]}" for key in LAYOUT_KEYS)
-    return f"{degrees}, {sharding_text(plan)}, ckpt={plan['checkpointing']}"
+    """'tp=1, pp=16, ..., micro_batch=2, hsdp/8, ckpt=full' (`perf`, `explain`, `compare`);
+    keys the plan lacks are left out."""
+    parts = [f"{key}={plan[key]}" for key in LAYOUT_KEYS if key in plan]
+    if "sharding" in plan:
+        parts.append(sharding_text(plan))
+    if "checkpointing" in plan:
+        parts.append(f"ckpt={plan['checkpointing']}")
+    return ", ".join(parts)
 
 
-def layout_text(plan: dict[str, Any] | None, compact: bool = False) -> str:
-    """'tp1 pp4 ... mb4 zero1 ckpt=none'; compact drops degrees of 1 and ckpt=none."""
+def layout_text(plan: Mapping[str, Any] | None, compact: bool = False) -> str:
+    """'tp1 pp4 ... dp8 mb4 zero1 ckpt=none' (`plan`, the HTML charts); compact drops degrees
+    of 1 (never dp) and ckpt=none; keys the plan lacks are left out."""
     if plan is None:
         return "-"
-    keys = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
-    degrees = [f"{k}{plan[k]}" for k in keys if not compact or plan[k] != 1 or k == "dp"]
-    parts = [*degrees, f"mb{plan['micro_batch']}", sharding_text(plan)]
-    if not compact or plan["checkpointing"] != "none":
+    parts = [f"{key}{plan[key]}" for key in COMPACT_DEGREE_KEYS
+             if key in plan and (not compact or plan[key] != 1 or key == "dp")]
+    if "micro_batch" in plan:
+        parts.append(f"mb{plan['micro_batch']}")
+    if "sharding" in plan:
+        parts.append(sharding_text(plan))
+    if "checkpointing" in plan and (not compact or plan["checkpointing"] != "none"):
         parts.append(f"ckpt={plan['checkpointing']}")
     return " ".join(parts)
 

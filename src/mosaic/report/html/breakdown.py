@@ -13,7 +13,7 @@ from typing import Any
 
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import term_meaning
-from mosaic.report.plan_report import sharding_text
+from mosaic.report.plan_report import layout_text
 from mosaic.units import GIB
 
 # term -> group; the group names the parallel axis for communication (exposed time).
@@ -186,11 +186,6 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
 
 
 def layout_label(plan: Mapping[str, Any]) -> str:
-    """'pp16 ep8 dp32 mb2 zero1 ckpt=full' (only axes > 1 and dp, plus micro-batch,
-    sharding, recompute)."""
-    axes = [f"{k}{plan[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")
-            if k in plan and (plan[k] != 1 or k == "dp")]
-    extra = [f"mb{plan['micro_batch']}"] if "micro_batch" in plan else []
-    extra += [sharding_text(plan)] if "sharding" in plan else []
-    extra += [f"ckpt={plan['checkpointing']}"] if "checkpointing" in plan else []
-    return " ".join(axes + extra)
+    """A chart's name for a layout: 'pp16 ep8 dp32 mb2 zero1 ckpt=full', the compact
+    spelling `mosaic plan` prints."""
+    return layout_text(plan, compact=True)
