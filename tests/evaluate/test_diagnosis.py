@@ -599,3 +599,22 @@ def test_a_fitted_residual_as_the_largest_part_is_said_to_have_no_lever():
     assert "a fitted residual, time the model attributes to no mechanism" in residual.summary
     experts = Bound("compute", "compute", 0.7, "experts", 0.4, {}, {}, memory)
     assert "fitted residual" not in experts.summary
+
+
+def test_a_run_records_unstated_split_holds_for_its_levers():
+    """A trial: every lever of a torchtitan run of 61 blocks on pp 2 x vpp 2 (torchtitan
+    splits any layer count) broke 'pp·vpp must divide layers=61', the rule its own split
+    does not obey. A run's split is unstated, so its levers' splits are too."""
+    runs = Path(__file__).parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+    run = f"{runs}#nebius2603-deepseek-v3-b200-256-tp2pp2ep32-bf16-standard-ep"
+    diagnosis = diagnose(predict_job(load_job(Path(run)), CALIBRATION), CALIBRATION)
+    assert diagnosis.result.spec.workload.geometry.layers % 4  # pp·vpp does not divide 61
+    assert not [lever.name for lever in diagnosis.levers
+                if lever.reason and "must divide layers" in lever.reason]
+    pp_double = next(x for x in diagnosis.levers if x.name == "pp_double")
+    assert pp_double.plan["pp"] == 4 and not math.isnan(pp_double.step_time_s)
+    # a job of the same layout keeps the rule: its layer split is stated by the rule
+    job_levers = rank_levers(diagnosis.result.spec.workload, diagnosis.result.spec.plan,
+                             diagnosis.result.machine, CALIBRATION)
+    assert all(lever.reason and "must divide layers=61" in lever.reason
+               for lever in job_levers if lever.plan["pp"] > 1)

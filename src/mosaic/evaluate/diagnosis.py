@@ -615,13 +615,17 @@ def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: 
 
 
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,
-              calibration: Calibration, current_tokens_per_s: float) -> list[Lever]:
-    """Predict every candidate plan in one vectorised call; rule breakers get NaN times."""
+              calibration: Calibration, current_tokens_per_s: float,
+              split_stated: bool = True) -> list[Lever]:
+    """Predict every candidate plan in one vectorised call; rule breakers get NaN times.
+    ``split_stated`` False: the job's layer split is a run's, unstated, and so is each
+    candidate's (no split rule applies, as for the job: perf.constraints.plan_violations)."""
     plans = plans_from_rows([candidate.plan for candidate in candidates])
     # an uneven_stages job's other pipeline shapes are split as its own is (remainder last)
     workload = workload.with_remainder_last_layouts(
         set(zip(plans.pp.tolist(), plans.vpp.tolist(), strict=True)))
-    violations = plan_violations(workload, plans, machine.n_devices)
+    violations = plan_violations(workload, plans, machine.n_devices,
+                                 split_stated=split_stated)
     reasons = [first_reason(violations, plans, i) for i in range(len(plans))]
     valid = np.flatnonzero([reason is None for reason in reasons])
     prediction = (predict_step(workload, plans.take(valid), machine, calibration)
@@ -656,7 +660,7 @@ def _rank(lever: Lever) -> tuple[int, float]:
 
 
 def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
-                calibration: Calibration) -> list[Lever]:
+                calibration: Calibration, split_stated: bool = True) -> list[Lever]:
     """Every what-if of a one-plan job, predicted and ranked (best feasible gain first).
 
     Plan-only changes are predicted together in one call; doubling the global batch (more
@@ -675,10 +679,10 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     current_tokens_per_s = float(current.tokens_per_s[0])
     row = plan.row(0)
     levers = _evaluate(plan_candidates(workload, machine, row), workload, machine,
-                       calibration, current_tokens_per_s)
+                       calibration, current_tokens_per_s, split_stated)
     for name, description, changed in _workload_what_ifs(workload, machine, row, current):
         levers += _evaluate([_Candidate(name, description, _row_for(name, changed, row))],
-                            changed, machine, calibration, current_tokens_per_s)
+                            changed, machine, calibration, current_tokens_per_s, split_stated)
     return sorted(levers, key=_rank)
 
 
@@ -904,6 +908,8 @@ def diagnose(result: JobPrediction, calibration: Calibration,
                              usable_fraction=result.machine.usable_memory_fraction),
         gap=(attribute_gap(prediction, measured_step_time_s)
              if measured_step_time_s is not None else None),
-        levers=rank_levers(workload, result.spec.plan, result.machine, calibration),
+        levers=rank_levers(workload, result.spec.plan, result.machine, calibration,
+                           split_stated=not (result.spec.recorded_layout
+                                             or result.spec.unstated_stage_split)),
         imbalance=assumed_imbalance(result, calibration),
     )
