@@ -567,6 +567,8 @@ def test_deepseek_v32_indexer_is_said_left_out():
 def test_shipped_configs_leave_no_field_unread(name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # Phi-3.5-MoE's router is read as another (test_phi35_moe_by_hand), not left unread
+        warnings.filterwarnings("ignore", message=".*SparseMixer routing")
         load_hf_config(HF / name)
 
 
@@ -815,3 +817,72 @@ def test_a_projection_wide_qk_norm_travels_through_a_job_file(tmp_path):
     with pytest.raises(MosaicInputError, match="qk_norm_span projection needs"):
         geometry_from_model(ModelBlock.model_validate(document | {"qk_norm": False}), [],
                             measured=False)
+
+
+# --- Phi-3.5-MoE (phimoe) --------------------------------------------------------------------
+def test_phi35_moe_by_hand():
+    """PhimoeForCausalLM: Mixtral's block with LayerNorms (weight and bias) everywhere, q/k/v/o
+    biases (attention_bias), 16 experts of 6400 behind a bias-free router and an LM head with
+    a bias (lm_head_bias). Model card: 41.9 B parameters, 6.6 B active."""
+    from mosaic.arch.hf_import import UnmodelledFieldWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        geometry = load_hf_config(HF / "phi-3.5-moe-instruct.json")
+    # SparseMixer is named; every other field is read or has no shape
+    assert [str(w.message).split(": ", 1)[1][:20] for w in caught] == ["SparseMixer routing "]
+    assert all(w.category is UnmodelledFieldWarning for w in caught)
+    c = count_parameters(geometry)
+    d, kv, vocab = 4096, 8 * 128, 32064
+    attention = 2 * d * d + 2 * d * kv + (d + 2 * kv) + d  # Q, O, K, V; q/k/v and o biases
+    norms = 2 * 2 * d  # two LayerNorms, gain and bias
+    block = attention + norms + 16 * d + 16 * 3 * d * 6400
+    assert int(c.n_total) == 32 * block + 2 * d == 41_610_452_992
+    head = vocab * d + vocab  # untied, with its bias
+    assert int(c.n_total_with_embedding) == int(c.n_total) + vocab * d + head
+    assert round(c.n_total_with_embedding / 1e8) == 419  # "41.9B"
+    active = 32 * (attention + norms + 16 * d + 2 * 3 * d * 6400) + 2 * d
+    assert int(c.n_active) == active
+    assert round(c.n_active_with_embedding / 1e8) == 66  # "6.6B active"
+    router = geometry.moe.router
+    assert (router.score, router.normalize_top_k, geometry.norm) == ("softmax", False,
+                                                                     "layernorm")
+
+
+def test_phi35_moe_lm_head_bias_counts_with_a_tied_head_too():
+    """The bias is the head's own: a tied head shares its weight matrix, not the bias."""
+    config = json.loads((HF / "phi-3.5-moe-instruct.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tied = load_hf_config_from(config | {"tie_word_embeddings": True})
+        plain = load_hf_config_from(config | {"lm_head_bias": False})
+    assert count_parameters(tied).n_embedding == 32064 * 4096 + 32064
+    assert count_parameters(plain).n_embedding == 2 * 32064 * 4096
+
+
+def test_phi35_moe_other_than_two_experts_is_refused():
+    config = json.loads((HF / "phi-3.5-moe-instruct.json").read_text())
+    with pytest.raises(MosaicInputError, match="always picks 2 experts"):
+        load_hf_config_from(config | {"num_experts_per_tok": 4})
+
+
+def test_an_lm_head_bias_travels_through_a_job_file_and_is_said_by_every_export():
+    """model.lm_head_bias in a job file gives the imported geometry back; no export target
+    builds the bias (Megatron-Core GPTModel output_layer bias=False), and each says so."""
+    from mosaic.config.blocks import ModelBlock
+    from mosaic.config.convert import geometry_from_model, model_document
+    from mosaic.export.spec import lm_head_bias_notes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        geometry = load_hf_config(HF / "phi-3.5-moe-instruct.json")
+    document = model_document(geometry)
+    assert document["lm_head_bias"] is True
+    assert geometry_from_model(ModelBlock.model_validate(document), [], measured=False) == geometry
+    (note,) = lm_head_bias_notes(geometry, "Megatron-LM")
+    assert "32,064 parameters" in note and "without one" in note
+    assert lm_head_bias_notes(replace(geometry, lm_head_bias=False), "x") == []
+
+
+def load_hf_config_from(config: dict) -> object:
+    return geometry_from_hf_config(config)

@@ -773,3 +773,16 @@ def test_maxtexts_memory_note_costs_the_fsdp_its_file_writes():
     for target in ("maxtext", "torchtitan"):
         document = launched_job_document(spec, target)
         assert document is not None and document["parallelism"]["sharding"] == "fsdp"
+
+
+@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
+def test_every_target_says_it_leaves_out_an_lm_head_bias(target):
+    """Phi-3.5-MoE's LM head has a bias (HF lm_head_bias) that no target's output layer
+    builds: each export says so instead of dropping it silently."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its SparseMixer router, read as softmax top-2
+        spec = load_export_spec(JOB, [], JOB.parents[1] / "examples/hf/phi-3.5-moe-instruct.json")
+    notes = [note for note in export(spec, target).unsupported if "LM-head bias" in note]
+    assert len(notes) == 1 and "32,064 parameters" in notes[0]

@@ -274,6 +274,7 @@ def build_counts(
     norm: NormKind,
     vocab: ArrayLike,
     tied_embeddings: bool,
+    lm_head_bias: bool = False,
     moe_layers: ArrayLike = 0,
     experts: ArrayLike = 0,
     top_k: ArrayLike = 0,
@@ -287,7 +288,9 @@ def build_counts(
     """Assemble :class:`ParameterCounts` from dimensions (scalars or arrays).
 
     The shared-expert gate (Qwen2-MoE) is a d→1 linear per MoE block, counted with the
-    shared experts; a router bias adds E parameters per MoE block (gpt-oss).
+    shared experts; a router bias adds E parameters per MoE block (gpt-oss); an LM-head
+    bias adds V to the head, which a tied head shares only its weight matrix of
+    (Phi-3.5-MoE: HF ``nn.Linear(hidden_size, vocab_size, bias=lm_head_bias)``).
     """
     gate = d_model if shared_expert_gate else 0
     return ParameterCounts(
@@ -305,7 +308,7 @@ def build_counts(
         ),
         router_per_layer=params_router(d_model, experts) + (experts if router_bias else 0),
         embedding=vocab * d_model,
-        lm_head=0 if tied_embeddings else vocab * d_model,
+        lm_head=(0 if tied_embeddings else vocab * d_model) + (vocab if lm_head_bias else 0),
     )
 
 
@@ -387,6 +390,7 @@ def _transformer_counts(geometry: Geometry) -> ParameterCounts:
         norm=geometry.norm,
         vocab=geometry.vocab,
         tied_embeddings=geometry.tied_embeddings,
+        lm_head_bias=geometry.lm_head_bias,
         moe_layers=geometry.moe_layer_count,
         experts=moe.experts if moe else 0,
         top_k=moe.top_k if moe else 0,

@@ -407,6 +407,8 @@ class Geometry:
             the default) or the whole projection (OLMoE, MiniMax-M2).
         qkv_bias: biases on the Q, K and V projections (Qwen2, gpt-oss).
         output_bias: bias on the attention output projection (gpt-oss).
+        lm_head_bias: a bias on the LM head's logits, one per vocabulary entry (Phi-3.5-MoE,
+            HF ``lm_head_bias``); counted with the head, tied or not.
         attention_sinks: one learned sink logit per head (gpt-oss model card, Sec. 2.1).
         mtp_layers: DeepSeek-V3 multi-token-prediction modules (DeepSeek-V3 Sec. 2.2); their
             parameters are counted apart from ``n_total`` (the published 671 B excludes them).
@@ -456,6 +458,7 @@ class Geometry:
     qk_norm_span: QKNormSpan = QKNormSpan.HEAD
     qkv_bias: bool = False
     output_bias: bool = False
+    lm_head_bias: bool = False
     attention_sinks: bool = False
     mtp_layers: int = 0
     activation: str | None = None

@@ -69,7 +69,7 @@ from mosaic.errors import MosaicInputError
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
              "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
-             "minimax_m2", "ernie4_5_moe")
+             "minimax_m2", "ernie4_5_moe", "phimoe")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
@@ -86,12 +86,14 @@ ARCHITECTURE_TYPES = {
     "Llama4ForCausalLM": "llama4_text", "NemotronHForCausalLM": "nemotron_h",
     "Qwen3NextForCausalLM": "qwen3_next", "OlmoeForCausalLM": "olmoe",
     "GraniteMoeForCausalLM": "granitemoe", "MiniMaxM2ForCausalLM": "minimax_m2",
-    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "PhimoeForCausalLM": "phimoe",
+    # microsoft/Phi-3.5-MoE-instruct config.json names its remote-code class so
+    "PhiMoEForCausalLM": "phimoe",
 }
 
 # The families whose transformers attention takes a sliding window (``_window``); another
 # family's ``sliding_window`` is left unread and so named in the unread-fields warning
-WINDOW_TYPES = (*DENSE_TYPES, "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
+WINDOW_TYPES = (*DENSE_TYPES, "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "phimoe")
 
 # DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp config.json: index_n_heads,
 # index_head_dim, index_topk): mosaic has no geometry for it
@@ -117,6 +119,10 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 # - ERNIE 4.5: softmax scores with e_score_correction_bias (Ernie4_5_MoeStatics) choosing
 #   the experts, the chosen scores always renormalised (Ernie4_5_MoeSparseMoeBlock); the
 #   bias is updated only where moe_use_aux_free (ERNIE's own configs), read below.
+# - Phi-3.5-MoE: SparseMixer (arXiv:2409.12136; transformers models/phimoe ``sparsemixer``)
+#   picks two experts one after the other, each weighted by a softmax over the logits that
+#   leaves the other out, so the two weights are not renormalised; an auxiliary loss
+#   (router_aux_loss_coef). Read as softmax without renormalisation (_phimoe warns).
 # - MiniMax-M2: sigmoid scores with e_score_correction_bias choosing the experts, the chosen
 #   scores always renormalised, no scale (MiniMaxM2TopKRouter).
 # - Llama 4: the sigmoid of each chosen expert's logit, not renormalised (Llama4TextMoe's
@@ -139,6 +145,7 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "granitemoe": ("softmax", "aux_loss", True, 1.0),
     "minimax_m2": ("sigmoid", "loss_free", True, 1.0),
     "ernie4_5_moe": ("softmax", "loss_free", True, 1.0),
+    "phimoe": ("softmax", "aux_loss", False, 1.0),
 }
 
 
@@ -272,6 +279,8 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
     "minimax_m2": ("head_dim", "num_key_value_heads"),
     # Ernie4_5_MoeConfig num_key_value_heads 4 (models/ernie4_5_moe)
     "ernie4_5_moe": ("num_key_value_heads",),
+    # PhimoeConfig num_key_value_heads 8 (models/phimoe/configuration_phimoe.py)
+    "phimoe": ("num_key_value_heads",),
 }
 
 
@@ -546,6 +555,8 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _minimax_m2(fields, common)
     if model_type == "ernie4_5_moe":
         return _ernie45_moe(fields, common)
+    if model_type == "phimoe":
+        return _phimoe(fields, common, attention_bias, window)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -780,6 +791,33 @@ def _ernie45_moe(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     return Geometry(**(common | {"tied_embeddings": fields.bool("tie_word_embeddings", True)}),
                     **_attention(fields, common["d_model"]),
                     ffn=fields.int("intermediate_size"), moe=moe)
+
+
+def _phimoe(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
+            window: dict[str, Any]) -> Geometry:
+    """HF ``PhimoeConfig`` (Phi-3.5-MoE; transformers models/phimoe): Mixtral's block with
+    LayerNorms (weight and bias) for every norm, q/k/v/o biases when ``attention_bias``, an
+    LM-head bias when ``lm_head_bias`` (``PhimoeForCausalLM``) and the SparseMixer router,
+    which always picks two experts (``sparsemixer`` selects one, masks it out and selects a
+    second). Phi-3.5-MoE-instruct: 41.9 B parameters, 6.6 B active (its model card)."""
+    top_k = fields.int("num_experts_per_tok")
+    if top_k != 2:
+        raise MosaicInputError(f"{fields.where}: num_experts_per_tok {top_k}: Phi-3.5-MoE's "
+                               "SparseMixer router always picks 2 experts (transformers "
+                               "models/phimoe sparsemixer); state 2")
+    warnings.warn(f"{fields.where}: SparseMixer routing (Phi-3.5-MoE) is read as a softmax "
+                  "top-2 router without renormalisation: the same weights and FLOPs, but "
+                  "exports write the target's softmax router, not SparseMixer's sampling "
+                  "and gradient estimator", UnmodelledFieldWarning, stacklevel=4)
+    # the jitter multiplies activations (training noise); the long-RoPE fields set angles
+    fields.ignored("input_jitter_noise", "original_max_position_embeddings")
+    width = fields.int("intermediate_size")
+    moe = MoEConfig(experts=fields.int("num_local_experts"), top_k=top_k, expert_ffn=width,
+                    router=_router(fields, "phimoe"))
+    return Geometry(**(common | {"norm": NormKind.LAYERNORM}),
+                    **_attention(fields, common["d_model"]), **window, ffn=width, moe=moe,
+                    qkv_bias=attention_bias, output_bias=attention_bias,
+                    lm_head_bias=fields.bool("lm_head_bias", False))
 
 
 def _nemotron_h(fields: ConfigFields) -> Geometry:

@@ -170,6 +170,8 @@ class ModelBlock(StrictBlock):
                                     "whole projection (OLMoE, MiniMax-M2)")
     qkv_bias: bool = Field(default=False, description="biases on the Q, K, V projections")
     output_bias: bool = Field(default=False, description="bias on the attention output")
+    lm_head_bias: bool = Field(default=False, description="bias on the LM head's logits "
+                                                          "(Phi-3.5-MoE)")
     attention_sinks: bool = Field(default=False, description="one learned sink logit per head")
     rope_base: float | None = Field(default=None, gt=1, lt=1e12, allow_inf_nan=False,
                                     description="rotary base θ (HF rope_theta); None = the "

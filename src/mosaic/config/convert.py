@@ -174,6 +174,7 @@ def geometry_from_model(model: ModelBlock, notes: list[str], *, measured: bool) 
         attention_output_gate=model.attention_output_gate, norm=NormKind(norm), moe=moe,
         qk_norm=model.qk_norm, qk_norm_span=QKNormSpan(model.qk_norm_span),
         qkv_bias=model.qkv_bias, output_bias=model.output_bias,
+        lm_head_bias=model.lm_head_bias,
         rope_base=model.rope_base, rope_fraction=model.rope_fraction,
         zero_centered_norm=model.zero_centered_norm,
         sliding_window=model.sliding_window, full_attention_every=model.full_attention_every,
@@ -197,7 +198,7 @@ def model_document(geometry: Geometry, name: str | None = None) -> dict[str, obj
         "norm": str(geometry.norm), "mtp_layers": geometry.mtp_layers,
     }
     for flag in ("gated_attention", "attention_output_gate", "qk_norm", "qkv_bias",
-                 "output_bias", "attention_sinks", "zero_centered_norm"):
+                 "output_bias", "lm_head_bias", "attention_sinks", "zero_centered_norm"):
         if getattr(geometry, flag):
             document[flag] = True
     if geometry.qk_norm_span is not QKNormSpan.HEAD:

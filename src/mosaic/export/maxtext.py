@@ -19,6 +19,7 @@ from mosaic.export.spec import (
     AUX_LOSS_COEFF,
     BIAS_UPDATE_RATE,
     ExportSpec,
+    lm_head_bias_notes,
     projection_qk_norm_notes,
     unexpressed,
     window_note,
@@ -211,6 +212,9 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate)")
     unsupported += projection_qk_norm_notes(g, "use_qk_norm's per-head norms")
+    # the decoder's logits_dense has a kernel and no bias (its checkpoint converters
+    # map lm_head.weight to logits_dense.kernel alone)
+    unsupported += lm_head_bias_notes(g, "MaxText")
     if g.norm is NormKind.LAYERNORM:
         unsupported.append(f"LayerNorm: MaxText's {decoder_block(spec, cycle)} decoder "
                            "normalises with RMSNorm (no base.yml key picks LayerNorm)")

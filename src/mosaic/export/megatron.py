@@ -15,6 +15,7 @@ from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
 from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
+    lm_head_bias_notes,
     projection_qk_norm_notes,
     unexpressed,
 )
@@ -135,6 +136,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     # TransformerConfig.qk_layernorm builds norms of hidden_size_per_attention_head
     # (megatron/core/transformer/attention.py @ d98e8a64dd)
     unsupported += projection_qk_norm_notes(g, "--qk-layernorm's per-head norms")
+    # GPTModel.output_layer is built with bias=False (megatron/core/models/gpt/
+    # gpt_model.py @ d98e8a64dd)
+    unsupported += lm_head_bias_notes(g, "Megatron-LM")
     args += rope_and_norm_arguments(g)
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")

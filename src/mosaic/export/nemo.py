@@ -30,6 +30,7 @@ from mosaic.export.megatron import (
 from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
+    lm_head_bias_notes,
     projection_qk_norm_notes,
     unexpressed,
 )
@@ -224,6 +225,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     unsupported += projection_qk_norm_notes(
         g, "qk_layernorm's per-head norms", "; Megatron-Bridge's OlMoEModelProvider layer "
         "spec builds projection-wide ones")
+    unsupported += lm_head_bias_notes(g, "Megatron-Bridge (Megatron-Core's GPTModel)")
     if g.attention_output_gate:  # Megatron-Bridge Qwen3NextBridge: attention_output_gate
         model["attention_output_gate"] = True
     if g.sliding_window is not None:  # TransformerConfig fields, as Megatron's flags set them

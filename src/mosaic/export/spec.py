@@ -483,6 +483,15 @@ def projection_qk_norm_notes(geometry: Geometry, written_as: str, hint: str = ""
             f"head ({2 * geometry.head_dim:,} gains){hint}"]
 
 
+def lm_head_bias_notes(geometry: Geometry, target: str) -> list[str]:
+    """What a target whose LM head has no bias (Megatron-Core's output layer, bias=False;
+    torchtitan's and MaxText's unembeddings) leaves out of a model with one."""
+    if not geometry.lm_head_bias:
+        return []
+    return [f"an LM-head bias ({geometry.vocab:,} parameters, Phi-3.5-MoE): {target} builds "
+            "its output layer without one; the exported model lacks it"]
+
+
 def spec_from_job(job: Any, source: str) -> ExportSpec:
     """From a validated job (``mosaic.config.job_schema.JobSpec``)."""
     from mosaic.config.job_schema import job_document

@@ -16,6 +16,7 @@ from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.spec import (
     ExportSpec,
     fsdp_for_zero,
+    lm_head_bias_notes,
     projection_qk_norm_notes,
     unexpressed,
     window_note,
@@ -76,6 +77,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     if g.sliding_window is not None:
         unsupported.append(window_note(g) + ": set it in the flavor")
     unsupported += projection_qk_norm_notes(g, "the qwen3 family's per-head norms")
+    unsupported += lm_head_bias_notes(g, "torchtitan")
     if g.norm is NormKind.LAYERNORM:
         unsupported.append("LayerNorm: torchtitan's model families normalise with RMSNorm "
                            "(the flavor must change the module)")

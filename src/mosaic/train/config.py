@@ -38,8 +38,8 @@ from mosaic.train.schedule import WSDSchedule
 BYTE_VOCAB = 256  # byte-level fallback: one token per byte
 # Geometry features of other model families (mosaic.arch) that the paper's recipe lacks.
 _UNSUPPORTED_FEATURES = ("expert_bias", "router_bias", "shared_expert_gate", "qk_norm",
-                         "qkv_bias", "output_bias", "attention_sinks", "mtp_layers",
-                         "sliding_window")
+                         "qkv_bias", "output_bias", "lm_head_bias", "attention_sinks",
+                         "mtp_layers", "sliding_window")
 
 
 class _Strict(NoBooleanNumbers):

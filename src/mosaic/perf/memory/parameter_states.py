@@ -131,8 +131,10 @@ def stage_parameters(geometry: Geometry, plans: ParallelPlans, stage: Stage,
     tp = plans.tp.astype(float)
     expert_split = (plans.ep * plans.etp).astype(float)
     lm_head = holds_lm_head(plans, stage)
-    # Tied embeddings still need a copy on the last stage when pp > 1 (Megatron-LM).
-    lm_head_params = np.where(plans.pp > 1, geometry.vocab * geometry.d_model, counts.lm_head)
+    # Tied embeddings still need a copy on the last stage when pp > 1 (Megatron-LM): the
+    # weight matrix, plus the head's bias where it has one (counts.lm_head holds the bias)
+    tied_copy = geometry.vocab * geometry.d_model if geometry.tied_embeddings else 0
+    lm_head_params = np.where(plans.pp > 1, counts.lm_head + tied_copy, counts.lm_head)
     embedding = np.where(_holds_embedding(plans, stage), counts.embedding / tp, 0.0)
     head = np.where(lm_head, lm_head_params / tp, 0.0)
 
