@@ -786,3 +786,11 @@ def test_every_target_says_it_leaves_out_an_lm_head_bias(target):
         spec = load_export_spec(JOB, [], JOB.parents[1] / "examples/hf/phi-3.5-moe-instruct.json")
     notes = [note for note in export(spec, target).unsupported if "LM-head bias" in note]
     assert len(notes) == 1 and "32,064 parameters" in notes[0]
+
+
+def test_a_yaml_export_names_the_node_type_as_the_catalog_does():
+    """appendix_e.yaml says the paper's 'p6-b200.48 xlarge'; the exported job file writes the
+    catalog's name (a trial found the alias in the canonical document)."""
+    text = export(load_export_spec(JOB, [], None), "yaml").text
+    assert yaml.safe_load(text)["hardware"]["system"] == "p6-b200.48xlarge"
+    assert "p6-b200.48 xlarge" in JOB.read_text()

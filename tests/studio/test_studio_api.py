@@ -105,6 +105,47 @@ def test_a_rule_on_two_fields_is_shown_beside_both(studio):
                for message in body["errors"].values())
 
 
+@pytest.mark.parametrize(("changes", "fields"), [
+    ({"performance.fp8_dot_product_attention": "true"},
+     ["performance.fp8_dot_product_attention", "performance.precision"]),
+    ({"performance.fused_grouped_mlp": "true"},
+     ["performance.fused_grouped_mlp", "performance.precision"]),
+    ({"hardware.system": "DGX-H100", "performance.precision": "nvfp4"},
+     ["performance.precision"]),
+    ({"performance.stack": "torchtitan"}, ["parallelism.sharding", "performance.stack"]),
+])
+def test_a_rule_between_settings_is_shown_beside_the_fields_it_names(studio, changes, fields):
+    """A trial found these messages above the form, beside no field: each goes beside the
+    fields it names ('fp8_dot_product_attention needs precision fp8 or mxfp8')."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, **changes}})
+    assert status == 422 and list(body["errors"]) == fields, body
+    assert "layout: layout" not in next(iter(body["errors"].values()))
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("plan.price_per_gpu_hour", "-1", "price per GPU-hour must be a positive number"),
+    ("plan.memory_fraction", "0", "memory fraction must be a number in (0, 1]"),
+    ("plan.nodes", "1000000", "devices (nodes x GPUs per node)"),
+])
+def test_plan_rules_are_shown_beside_their_field(studio, field, value, words):
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, field: value}})
+    assert status == 422 and list(body["errors"]) == [field], body
+    assert words in body["errors"][field]
+
+
+def test_messages_in_the_pages_words(studio):
+    """The export target and a missing editor are said without the CLI's --to or the
+    internal '_general' key; a left-out ladder field is missing, not "got ''" (a trial)."""
+    status, body = studio.call("/api/export", {"form": DEFAULT_FORM, "target": None})
+    assert status == 422 and body["errors"]["_general"].startswith("export target None is")
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.grid": "model"}})
+    assert status == 422 and "_general" not in body["errors"]["plan.grid"]
+    form = {k: v for k, v in DEFAULT_FORM.items() if k != "ladder.q"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422 and body["errors"] == {"ladder.q": "give an integer (the field is "
+                                                            "empty or missing)"}
+
+
 def test_devices_not_filling_the_model_axes_are_shown_beside_them(studio):
     """pp=3 on 32 nodes of 8: 256 devices are not a multiple of tp·pp·cp=3; the message
     goes beside tp, pp, cp and the node count, not above the results (a trial)."""
@@ -174,7 +215,7 @@ def test_launch_config_export(studio):
     status, body = studio.call("/api/export", {"form": DEFAULT_FORM, "target": "megatron"})
     assert status == 200 and "--pipeline-model-parallel-size 8" in body["text"]
     status, body = studio.call("/api/export", {"form": DEFAULT_FORM, "target": "nope"})
-    assert status == 422 and "not a target" in body["errors"]["_general"]
+    assert status == 422 and "export target 'nope' is not one of" in body["errors"]["_general"]
 
 
 def test_plan_runs_to_a_report_equal_to_the_cli(studio):
@@ -256,7 +297,9 @@ def test_plan_time_limit(studio):
     plans.start(TINY_PLAN)
     plans.wait(60)
     job = plans.status()["current"]
-    assert job["state"] == "timed out" and "limit 0.001 s" in job["message"]
+    assert job["state"] == "timed out" and "limit is 0.001 s" in job["message"]
+    # what to change, not only the count (a trial)
+    assert "--plan-time-limit-s" in job["message"] and "narrow the grid" in job["message"]
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
@@ -538,6 +581,10 @@ def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields(
     job_form = seeded["form"]
     assert {k: seeded["plan_form"][k] for k in ("plan.gpu", "plan.stack", "plan.nodes")} == {
         "plan.gpu": "H100-SXM-80GB", "plan.stack": "megatron-bridge", "plan.nodes": "128"}
+    # and the job's release and dispatcher, whose recipes the plan then runs (a trial)
+    assert (seeded["plan_form"]["plan.stack_version"], seeded["plan_form"]["plan.dispatcher"]) \
+        == (job_form["performance.stack_version"], job_form["parallelism.dispatcher"]) \
+        == ("26.04", "hybridep")
     # the job's node type, batch and sequence length, not the GPU's default node type and
     # the form's defaults (a trial planned a custom InfiniBand cluster on AWS p5 nodes)
     assert seeded["plan_form"]["plan.system"] == job_form["hardware.system"]

@@ -733,6 +733,15 @@ def _job_fp8_recipe(performance: PerformanceBlock, notes: list[str]) -> Fp8Recip
     return Fp8Recipe(stated)
 
 
+def _catalog_name(system: str) -> str:
+    """The catalog's name of a node type (an alias resolved); the name as given where the
+    active catalog lacks it (the loader reports that)."""
+    try:
+        return get_system(system).name
+    except MosaicInputError:
+        return system
+
+
 def job_document(spec: JobSpec) -> dict[str, Any]:
     """The canonical job document of a validated job: loading it gives the same workload
     and layout (plan results and exports write it; docs/schema.md)."""
@@ -807,7 +816,9 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["fused_grouped_mlp"] = workload.fused_grouped_mlp
     if workload.fp8_dot_product_attention or explicit:
         performance["fp8_dot_product_attention"] = workload.fp8_dot_product_attention
-    hardware: dict[str, Any] = {"system": spec.system_name}
+    # the catalog's spelling of the node type, not an alias the job was written with
+    # ('p6-b200.48 xlarge', the paper's; a trial found it in an exported job)
+    hardware: dict[str, Any] = {"system": _catalog_name(spec.system_name)}
     if spec.nodes is not None:
         hardware["nodes"] = spec.nodes
     default_fraction = memory_headroom(None, workload.stack).usable_fraction

@@ -178,5 +178,7 @@ def check_job_layout(spec: JobSpec) -> Cluster:
         # torchtitan, which offers none of it)
         unoffered = unoffered_layout(spec.workload, spec.plan)
         if unoffered is not None:
-            raise MosaicInputError(f"invalid parallel layout: {unoffered}")
+            # ('layout sharding: stack ... offers only': the heading says layout once)
+            raise MosaicInputError(
+                f"invalid parallel layout: {unoffered.removeprefix('layout ')}")
     return cluster

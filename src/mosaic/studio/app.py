@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from mosaic.errors import MosaicInputError
+from mosaic.export.targets import TARGETS
 from mosaic.schema_validation import parse_json
 from mosaic.studio.jobs import (
     DEFAULT_FORM,
@@ -93,9 +94,10 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
 
 def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
     """The plan form of a studio opened on a job: the job's node type (so its GPU),
-    node count, batch, sequence length, stack and precision (a studio started from a
-    Megatron-Bridge H100 job planned on megatron-core B200s; one opened on a catalog node
-    type planned on the GPU's default node type, another network, a trial)."""
+    node count, batch, sequence length, stack, its release and dispatcher, and precision (a
+    studio started from a Megatron-Bridge H100 job planned on megatron-core B200s; one
+    opened on a catalog node type planned on the GPU's default node type, another network;
+    one on a Bridge 26.04 HybridEP job planned on the stack's defaults: trials)."""
     from mosaic.hardware import get_system
 
     system = get_system(form["hardware.system"])
@@ -106,14 +108,14 @@ def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
             "plan.nodes": form.get("hardware.nodes", DEFAULT_PLAN_FORM["plan.nodes"]),
             "plan.stack": form.get("performance.stack", DEFAULT_PLAN_FORM["plan.stack"]),
             "plan.precision": form.get("performance.precision",
-                                       DEFAULT_PLAN_FORM["plan.precision"])}
+                                       DEFAULT_PLAN_FORM["plan.precision"]),
+            "plan.stack_version": form.get("performance.stack_version",
+                                           DEFAULT_PLAN_FORM["plan.stack_version"]),
+            "plan.dispatcher": form.get("parallelism.dispatcher",
+                                        DEFAULT_PLAN_FORM["plan.dispatcher"])}
 
 
 def _export_targets() -> list[str]:
-    try:
-        from mosaic.export import TARGETS
-    except ImportError:  # pragma: no cover - the export package is optional in old trees
-        return []
     return [t for t in TARGETS if t != "yaml"]  # the page offers the job YAML itself
 
 
@@ -350,7 +352,11 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
     async def export_job(request: Request) -> Any:
         form = await read_form(request)  # also checks the body is a JSON object
         body = json.loads(await request.body())
-        target = str(body.get("target", "yaml"))
+        target = body.get("target", "yaml")
+        if not isinstance(target, str) or target not in TARGETS:
+            # the page's words, not the CLI's --to (a trial)
+            raise FormError({GENERAL: f"export target {target!r} is not one of "
+                                      f"{', '.join(TARGETS)}"})
         job = validate_form(form, job_document)
         check_form_layout(job, form)  # the layout rules `mosaic export` and `perf` apply
         if target == "yaml":
@@ -372,8 +378,9 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             return validate_form(await read_form(request, "job"), job_document).geometry
         except FormError as exc:
             field, message = next(iter(exc.errors.items()))
+            where = "" if field == GENERAL else f"{field}: "  # no internal key on the page
             raise FormError({"plan.grid": f"the model editor above is not valid "
-                                          f"({field}: {message})"}) from None
+                                          f"({where}{message})"}) from None
 
     @app.post("/api/plan")
     async def plan_start(request: Request) -> Any:

@@ -72,7 +72,9 @@ def _int(form: dict[str, str], key: str) -> int:
     try:
         return int_from_text(text)  # '9_6' is not 96 (Python's int() says it is)
     except ValueError:
-        raise FormError({key: f"must be an integer, got {text!r}"}) from None
+        # an empty or left-out field is missing, not a bad integer '' (a trial)
+        raise FormError({key: f"must be an integer, got {text!r}" if text
+                         else "give an integer (the field is empty or missing)"}) from None
 
 
 def model_geometry(form: dict[str, str], job_document: dict[str, Any] | None) -> Geometry | None:
@@ -173,7 +175,11 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
         found = [key for key in dict.fromkeys(keys) if key in form_keys]
         if found:
             return dict.fromkeys(found, message)
-    return {field_of(message, form_keys): message}
+    field = field_of(message, form_keys)
+    if field == GENERAL or _FIELD_PATH.match(message):
+        return {field: message}
+    # a rule across fields beside each field it names ('needs precision fp8 (got bf16)')
+    return dict.fromkeys([field, *named_fields(message, form_keys)[:2]], message)
 
 
 def field_of(message: str, form_keys: set[str]) -> str:
@@ -194,7 +200,31 @@ def field_of(message: str, form_keys: set[str]) -> str:
             return key
     if "tp·pp·cp·dp = " in message:  # more devices than the limit: the node count
         return _axis_field("dp", form_keys)
-    return GENERAL
+    named = named_fields(message, form_keys)
+    return named[0] if named else GENERAL
+
+
+# Field names too common as words to place a message by (optimizer.kind, model.source, ...)
+GENERIC_FIELD_NAMES = frozenset({"kind", "source", "config"})
+
+
+def named_fields(message: str, form_keys: set[str]) -> list[str]:
+    """The form fields a message names, first named first: by the field's name
+    ('fp8_dot_product_attention needs precision fp8') or its words ('price per GPU-hour',
+    'memory fraction'); a rule across two fields ('needs precision fp8') names both. A trial
+    found such messages above the form, beside no field."""
+    text = " " + re.sub(r"[^a-z0-9_]+", " ", message.lower()) + " "
+    words = text.replace("_", " ")
+    found: dict[str, int] = {}
+    for key in form_keys:
+        name = key.partition(".")[2]
+        if len(name) < 3 or name in GENERIC_FIELD_NAMES:
+            continue
+        positions = [i for i in (text.find(f" {name} "), words.find(f" {name.replace('_', ' ')} "))
+                     if i >= 0]
+        if positions:
+            found[key] = min(positions)
+    return sorted(found, key=found.__getitem__)
 
 
 def _axis_field(axis: str, form_keys: set[str]) -> str:

@@ -38,7 +38,7 @@ from mosaic.plan.inputs import (
     plan_limits,
 )
 from mosaic.schema_validation import float_from_text, int_from_text
-from mosaic.studio.jobs import GENERAL, FormError
+from mosaic.studio.jobs import GENERAL, FormError, named_fields
 
 DEFAULT_TIME_LIMIT_S = 300.0
 MAX_GEOMETRIES = 2000  # Table 3's grid has 1,092 (paper Sec. 7.3)
@@ -158,7 +158,8 @@ def plan_field_of(message: str, keys: set[str]) -> str:
             return f"plan.{axis}"
     if "grid is empty" in message:
         return "plan.experts"
-    return GENERAL
+    named = named_fields(message, keys)  # 'price per GPU-hour must be ...', 'memory fraction'
+    return named[0] if named else GENERAL
 
 
 def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, Any, Any]:
@@ -348,9 +349,13 @@ class PlanRunner:
             job.state, job.message = "done", "finished"
         except _StoppedError as stop:
             job.state = stop.why
-            job.message = (f"stopped after {job.done}/{job.total} geometries"
-                           + (f" (limit {self.time_limit_s:g} s)" if stop.why == "timed out"
-                              else ""))
+            # a stopped search has no optimum to report (the ranking needs every
+            # geometry); say what to change (a trial found only the count)
+            job.message = (f"stopped after {job.done}/{job.total} geometries, no report: "
+                           + (f"the studio's limit is {self.time_limit_s:g} s; narrow the "
+                              "grid (fewer q, expert or top-k values) or restart the studio "
+                              "with a larger --plan-time-limit-s, or run `mosaic plan`"
+                              if stop.why == "timed out" else "cancelled"))
         except MosaicInputError as exc:
             job.state, job.message = "failed", str(exc)
         except Exception as exc:  # a bug: keep the server alive and say what happened
