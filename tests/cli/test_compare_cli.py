@@ -153,8 +153,8 @@ def test_compare_says_which_job_does_not_fit(tmp_path):
     assert doc["a"]["feasible"] is False and doc["b"]["feasible"] is True
     usable = perf["usable_memory_fraction"] * perf["memory_capacity_gib"]
     assert doc["a"]["usable_memory_gib"] == pytest.approx(usable)
-    assert doc["a"]["memory_fit"].endswith(f"({perf['overshoot_gib']:.2f} over the usable "
-                                           "90%)")
+    assert doc["a"]["memory_fit"].endswith(f"({perf['overshoot_gib']:.2f} GiB over the "
+                                           "usable 90%)")
     assert f"of {usable:.1f} usable (90% of" in doc["a"]["memory_fit"]
     assert doc["b"]["memory_fit"].endswith(", fits")
     table = runner.invoke(app, ["compare", str(oom), str(JOB)], terminal_width=200)

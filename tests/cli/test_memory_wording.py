@@ -25,8 +25,8 @@ def test_memory_fit_text_by_hand():
         "90.00 GiB of 80.0 usable (100% of 80.0 GiB), OUT OF MEMORY by 10.00 GiB")
     # above the device under a headroom: the device's shortfall first, then the headroom's
     assert memory_fit_text(80.28, 79.1, 0.9, 80.28 - 0.9 * 79.1) == (
-        "80.28 GiB of 71.2 usable (90% of 79.1 GiB), OUT OF MEMORY by 1.18 GiB (9.09 over "
-        "the usable 90%)")
+        "80.28 GiB of 71.2 usable (90% of 79.1 GiB), OUT OF MEMORY by 1.18 GiB over the "
+        "device (9.09 GiB over the usable 90%)")
     # above the 90% planning budget, below the device: not an out-of-memory verdict
     assert memory_fit_text(76.6, 79.1, 0.9, 76.6 - 0.9 * 79.1) == (
         "76.60 GiB of 71.2 usable (90% of 79.1 GiB), over the 90% planning headroom by "
@@ -55,7 +55,7 @@ def test_perf_explain_and_html_say_the_same(oom_job, tmp_path):
     # B200: 178.4 GiB, 90% usable = 160.5 GiB
     expected = (f"{document['memory_gib']:.2f} GiB of 160.5 usable (90% of 178.4 GiB), "
                 f"OUT OF MEMORY by {document['memory_gib'] - document['memory_capacity_gib']:.2f} "
-                f"GiB ({document['overshoot_gib']:.2f} over the usable 90%)")
+                f"GiB over the device ({document['overshoot_gib']:.2f} GiB over the usable 90%)")
     human = runner.invoke(app, ["perf", str(oom_job)], terminal_width=250)
     explain = runner.invoke(app, ["explain", str(oom_job)], terminal_width=250)
     html_path = tmp_path / "perf.html"

@@ -9,6 +9,7 @@ per file; the paper's Appendix E listing loads without one.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from dataclasses import replace
 from importlib import resources
@@ -468,3 +469,20 @@ def test_sequence_parallel_at_tp_1_is_off_as_megatron_turns_it_off(tmp_path: Pat
     spec = load_job(job)
     assert not bool(spec.plan.sequence_parallel[0])
     assert any("sequence_parallel with tp 1" in line for line in spec.assumptions)
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("parallelism.ep=", "parallelism: ep is empty: give the expert-parallel degree (1 for none)"),
+    ("parallelism.tp=", "parallelism: tp is empty: give the tensor-parallel degree (1 for none)"),
+    ("batch.micro_seqs=", "batch: micro_seqs is empty: give the micro-batch in sequences,"),
+])
+def test_an_empty_degree_is_refused_as_the_studio_refuses_it(override, words):
+    """A trial: `--set parallelism.ep=` predicted ep 1 ('not stated: 1 assumed'), `tp=` said
+    'Input should be a valid integer (got None)'; both are now one line, and vpp left empty
+    still means the stack's default."""
+    from mosaic.config.job_schema import load_job
+
+    job = Path(__file__).parents[2] / "examples" / "appendix_e.yaml"
+    with pytest.raises(MosaicInputError, match=re.escape(words)):
+        load_job(job, [override])
+    assert load_job(job, ["parallelism.vpp="]).plan.vpp[0] >= 1

@@ -167,6 +167,8 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
         assert html_escape(label) in validate, label
     signed = [f"{run['error']:+.1%}" for run in document["runs"] if run["error"] is not None]
     assert signed and all(f">{text}<" in validate for text in signed), signed
+    # flags in a reader's words, not Python's (a trial read 'OOM run False')
+    assert ">yes<" in validate and ">False<" not in validate and ">True<" not in validate
     layouts = (tmp_path / "layouts.html").read_text()
     assert "Why the other layouts are infeasible" in layouts and "must divide" in layouts
     # the rule as the CLI words it, not its template cut at the first slot ('pp·vpp=')

@@ -343,6 +343,17 @@ def test_requests_are_bounded(studio):
     assert status == 422 and "at most" in body["errors"]["hardware.nodes"]
 
 
+def test_a_layout_search_with_no_valid_layout_names_the_rule(studio):
+    """7 nodes of 8 and a prime batch of 1021 sequences: no dp·micro_batch divides it; the
+    studio names the rule most layouts break, as `mosaic layouts` does (a trial)."""
+    form = {**DEFAULT_FORM, "hardware.nodes": "7", "batch.global_seqs": "1021"}
+    status, body = studio.call("/api/layouts", {"form": form})
+    assert status == 422
+    message = body["errors"]["_general"]
+    assert message.startswith("no layout of 56 GPUs passes the divisibility rules")
+    assert "most fail" in message and "must divide global_batch=1021" in message
+
+
 def test_localhost_by_default_and_a_warning_elsewhere(monkeypatch):
     assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "127.0.0.2"))
     assert bind_warning("127.0.0.1") is None
@@ -719,7 +730,8 @@ def test_export_refuses_a_layout_perf_refuses(studio):
 @pytest.mark.parametrize("key", ["parallelism.ep", "parallelism.pp", "batch.micro_seqs"])
 def test_an_emptied_degree_is_an_error_not_a_degree_of_one(studio, key):
     status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, key: " "}})
-    assert status == 422 and "(1 for none)" in body["errors"][key]
+    assert status == 422 and body["errors"][key].startswith("give the ")
+    assert ("(1 for none)" in body["errors"][key]) == key.startswith("parallelism.")
 
 
 def test_a_ladder_plan_ignores_the_model_grid_fields_the_page_hides(studio):

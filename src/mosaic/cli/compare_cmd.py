@@ -330,8 +330,11 @@ DEFAULT_DAYS = 20.0  # the training window of a job comparison when --days is no
 
 
 def compare(
-    a: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
-    b: Annotated[Path, typer.Argument(help="job YAML or `mosaic plan --json` output")],
+    # metavars A and B: a missing side is named as the help names it (a trial read 'b')
+    a: Annotated[Path, typer.Argument(metavar="A", help="job YAML or `mosaic plan --json` "
+                                      "output")],
+    b: Annotated[Path, typer.Argument(metavar="B", help="the other side: job YAML or "
+                                      "`mosaic plan --json` output")],
     days: Annotated[float | None, typer.Option(
         help="jobs: training window T_train in days (tokens, loss, GPU-hours) of a job "
         "without training.tokens; default 20")

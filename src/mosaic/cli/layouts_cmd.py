@@ -49,7 +49,6 @@ from mosaic.perf.constraints import rule_text
 from mosaic.perf.coverage import shown_dimension_value
 from mosaic.perf.layouts import (
     LayoutLimits,
-    LayoutSearch,
     search_layouts,
     with_balanced_layouts,
     with_searched_remainder_last_layouts,
@@ -246,15 +245,6 @@ def unpinned_job_degrees(parallelism: dict[str, Any], limits: LayoutLimits
             and getattr(limits, axis) is None}
 
 
-def _no_valid_layout(search: LayoutSearch, n_devices: int) -> MosaicInputError:
-    counts = search.rejected_counts()
-    rule = max(counts, key=counts.__getitem__)
-    return MosaicInputError(
-        f"no layout of {n_devices} GPUs passes the divisibility rules "
-        f"({search.n_candidates} candidates); most fail {search.rule_example(rule)!r} "
-        f"({counts[rule]} layouts)")
-
-
 # --- Command -------------------------------------------------------------------------------
 def layouts(
     job: Annotated[Path, typer.Argument(
@@ -312,7 +302,7 @@ def layouts(
         search = search_layouts(workload, machine, constants, limits,
                                 progress=bar("evaluating layouts"))
     if search.n_plans == 0:
-        raise _no_valid_layout(search, cluster.n_devices)
+        raise MosaicInputError(search.no_valid_layout_message(cluster.n_devices))
     details = show_infeasible or search.n_feasible == 0  # nothing fits: say how close
     document = search_document(search, cluster, machine, top, details,
                                constants, workload)

@@ -536,6 +536,27 @@ def _system_name(hardware: HardwareBlock, where: str, notes: list[str]) -> str:
     return system.name
 
 
+# Job fields an empty value (YAML null, `--set parallelism.ep=`) must not stand in for: the
+# schema's default of 1 would be taken without a word (a trial's `ep=` predicted ep 1), and
+# the studio refuses the same fields empty. vpp, etp and dp left empty mean the stack's or
+# the derived value, as documented (docs/schema.md).
+REQUIRED_WHEN_GIVEN = {"parallelism.tp": "the tensor-parallel degree (1 for none)",
+                       "parallelism.pp": "the pipeline degree (1 for none)",
+                       "parallelism.cp": "the context-parallel degree (1 for none)",
+                       "parallelism.ep": "the expert-parallel degree (1 for none)",
+                       "batch.micro_seqs": "the micro-batch in sequences"}
+
+
+def _refuse_empty_degrees(document: dict[str, Any], where: str) -> None:
+    """One line for a degree or micro-batch given with an empty value."""
+    for key, meaning in REQUIRED_WHEN_GIVEN.items():
+        block, _, name = key.partition(".")
+        fields = document.get(block)
+        if isinstance(fields, dict) and name in fields and fields[name] is None:
+            raise MosaicInputError(f"{where}: {block}: {name} is empty: give {meaning}, or "
+                                   "leave the key out for the default")
+
+
 def job_from_document(document: dict[str, Any], where: str,
                       deprecated: set[str] | None = None) -> JobSpec:
     """Validate a parsed job document (any accepted spelling) into a :class:`JobSpec`."""
@@ -544,6 +565,7 @@ def job_from_document(document: dict[str, Any], where: str,
         if required not in document:
             hint = " (or the older data:)" if required == "batch" else ""
             raise MosaicInputError(f"{where}: missing required block {required!r}{hint}")
+    _refuse_empty_degrees(document, where)
     model = _block(ModelBlock, document, "model", where)
     batch = _block(BatchBlock, document, "batch", where)
     parallelism = _block(ParallelismBlock, document, "parallelism", where)

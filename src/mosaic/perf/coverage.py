@@ -438,7 +438,10 @@ def summary_lines(assessment: Assessment) -> list[tuple[str, str]]:
     if not assessment.has_envelope:
         return [("calibrated envelope", str(assessment.note))]
     if not assessment.outside:
-        rows = [("calibrated envelope", "inside")]
+        # what 'inside' covers, so a note on the node type beside it does not read as a
+        # contradiction (a trial)
+        rows = [("calibrated envelope", "inside (GPU, stack, model class and size, parallel "
+                                        "degrees)")]
     else:
         rows = [(f"OUTSIDE envelope: {o.dimension}",
                  f"{o.shown_value} not in {o.calibrated}"

@@ -79,8 +79,8 @@ def memory_headroom(user_fraction: float | None, stack: str) -> MemoryHeadroom:
 
 def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: float,
                     overshoot_gib: float) -> str:
-    """'M GiB of U usable (F% of C GiB), fits'; '..., OUT OF MEMORY by O GiB (H over the
-    usable F%)' above the device (O over the device, H over the usable share); or '..., over
+    """'M GiB of U usable (F% of C GiB), fits'; '..., OUT OF MEMORY by O GiB over the device
+    (H GiB over the usable F%)' above the device; or '..., over
     the F% planning headroom by O GiB (R GiB under device memory)' between the usable budget
     and the device: one wording for every command that reports a plan's memory against the
     usable budget."""
@@ -91,8 +91,9 @@ def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: flo
                    f"GiB ({capacity_gib - memory_gib:.2f} GiB under device memory)")
     elif usable_fraction < 1.0:  # the device's own shortfall first (a trial read the
         # headroom overshoot, 9.09 GiB, for a job 1.18 GiB over its GPUs)
-        verdict = (f"OUT OF MEMORY by {memory_gib - capacity_gib:.2f} GiB "
-                   f"({overshoot_gib:.2f} over the usable {usable_fraction:.0%})")
+        # both overshoots named (a trial read two bare figures as a contradiction)
+        verdict = (f"OUT OF MEMORY by {memory_gib - capacity_gib:.2f} GiB over the device "
+                   f"({overshoot_gib:.2f} GiB over the usable {usable_fraction:.0%})")
     else:
         verdict = f"OUT OF MEMORY by {overshoot_gib:.2f} GiB"
     return (f"{memory_gib:.2f} GiB of {usable_fraction * capacity_gib:.1f} usable "

@@ -610,6 +610,15 @@ class LayoutSearch:
         first = int(np.flatnonzero(self.rule_check.first_broken == index)[0])
         return rule.format(**self.candidates.row(first))
 
+    def no_valid_layout_message(self, n_devices: int) -> str:
+        """Why no candidate passed: the rule most of them break, with an example (`layouts`
+        and the studio; a trial found the studio's message naming no rule)."""
+        counts = self.rejected_counts()
+        rule = max(counts, key=counts.__getitem__)
+        return (f"no layout of {n_devices} GPUs passes the divisibility rules "
+                f"({self.n_candidates} candidates); most fail {self.rule_example(rule)!r} "
+                f"({counts[rule]} layouts)")
+
     def metrics(self, index: int) -> dict[str, float]:
         """Throughput, utilisation, step time and memory of plan ``index``."""
         p = self.prediction

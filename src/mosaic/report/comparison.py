@@ -44,7 +44,7 @@ def input_differences(a: dict[str, Any], b: dict[str, Any],
 
 
 SUMMARY = (  # key, label, unit for printing
-    ("gpus", "GPUs", "count"), ("step_time_s", "step time", "s"),
+    ("gpus", "GPUs", "count"), ("step_time_s", "step time (s)", "s"),
     ("tokens_per_s", "tokens/s", "rate"), ("tokens_per_s_per_gpu", "tokens/s per GPU", "rate"),
     ("mfu", "MFU (6·N_act, datasheet peak)", "share"), ("hfu", "HFU", "share"),
     ("memory_gib", "memory per GPU (GiB)", "gib"),
@@ -58,7 +58,7 @@ SUMMARY = (  # key, label, unit for printing
     ("cost", "cost", "money"),
 )
 # rows of run records' measurements, shown when a side has them
-MEASURED = (("measured_step_time_s", "measured step time", "s"),
+MEASURED = (("measured_step_time_s", "measured step time (s)", "s"),
             ("measured_tokens_per_s_per_gpu", "measured tokens/s per GPU", "rate"))
 
 

@@ -339,8 +339,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
                                                         LayoutLimits())
         search = search_layouts(workload, machine, calibration, LayoutLimits())
         if search.n_plans == 0:
-            raise FormError({GENERAL: f"no layout of {cluster.n_devices} GPUs passes the "
-                                      "divisibility rules"})
+            raise FormError({GENERAL: search.no_valid_layout_message(cluster.n_devices)})
         document = search_document(search, cluster, machine, LAYOUT_ROWS, True, calibration,
                                    workload)
         document["infeasible"]["out_of_memory_plans"] = out_of_memory_rows(search,

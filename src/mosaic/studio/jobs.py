@@ -21,6 +21,7 @@ from mosaic.arch.ladder import ladder_geometry
 from mosaic.config.convert import model_document
 from mosaic.config.job_schema import (
     KNOWN_BLOCKS,
+    REQUIRED_WHEN_GIVEN,
     JobSpec,
     canonical_job_document,
     field_value,
@@ -241,11 +242,6 @@ def _axis_field(axis: str, form_keys: set[str]) -> str:
 MODEL_FORM_FIELDS = ("model.source", "hf.config", *LADDER_FIELDS)
 
 
-REQUIRED_FORM_NUMBERS = {"parallelism.tp": "the tensor-parallel degree",
-                         "parallelism.pp": "the pipeline degree",
-                         "parallelism.cp": "the context-parallel degree",
-                         "parallelism.ep": "the expert-parallel degree",
-                         "batch.micro_seqs": "the micro-batch in sequences"}
 
 
 def check_form_fields(form: dict[str, str]) -> None:
@@ -261,9 +257,9 @@ def check_form_fields(form: dict[str, str]) -> None:
         errors["hardware.nodes"] = "give the number of nodes"
     # an empty degree or micro-batch would be read as the schema's default of 1: a trial's
     # cleared ep predicted ep 1 without a word (vpp and etp left empty mean the stack's)
-    for key, meaning in REQUIRED_FORM_NUMBERS.items():
+    for key, meaning in REQUIRED_WHEN_GIVEN.items():
         if key in form and not str(form[key]).strip():
-            errors[key] = f"give {meaning} (1 for none)"
+            errors[key] = f"give {meaning}"
     if errors:
         raise FormError(errors)
 

@@ -54,6 +54,11 @@ def fmt_float(digits: int) -> Callable[[Any], str]:
     return lambda v: "–" if v is None else f"{v:,.{digits}f}"
 
 
+def fmt_yes_no(value: Any) -> str:
+    """A flag as a reader says it (a trial read Python's True and False in a table)."""
+    return "–" if value is None else ("yes" if value else "no")
+
+
 def fmt_percent(digits: int = 1) -> Callable[[Any], str]:
     return lambda v: "–" if v is None else f"{v:.{digits}%}"
 

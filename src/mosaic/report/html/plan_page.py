@@ -363,8 +363,15 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
                                   "written by a mosaic without the report blocks)."))
     sections.append(frontier)
     columns = CANDIDATE_COLUMNS + (UNCERTAINTY_COLUMNS if has_uncertainty else [])
+    u = document.get("uncertainty") or {}
+    interval_note = (
+        f" Loss low and high: the {u.get('level', 0.9):.0%} interval of the "
+        f"{_sampled_uncertainties(u.get('sources'))} uncertainty (section Uncertainty); a "
+        "candidate held at the tokens-per-parameter cap gains no tokens from a faster "
+        "cluster, so throughput alone leaves it no width on the low side."
+        if has_uncertainty else "")  # a trial read equal low and high as an error
     sections.append(Section("candidates", f"Ranked candidates ({len(rows)} trainable)", [
-        note("Click a header to sort; the optimum is highlighted."),
+        note("Click a header to sort; the optimum is highlighted." + interval_note),
         table_html(columns, rows, table_id="candidates-table", filterable=True,
                    highlight=lambda r: r["rank"] == 1)]))
     step = document.get("optimum_step")
@@ -390,7 +397,6 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
     sections.append(chosen)
     uncertainty = Section("uncertainty", "Uncertainty")
     if has_uncertainty:
-        u = document.get("uncertainty", {})
         uncertainty.body.append(note(
             f"{u.get('samples', '?')} samples; robust choice: "
             f"{u.get('robust_choice_rule', '')}. Propagated: "

@@ -12,6 +12,7 @@ from mosaic.report.html.page import (
     fmt_percent,
     fmt_si,
     fmt_signed_percent,
+    fmt_yes_no,
     key_value_html,
     note,
     table_html,
@@ -116,7 +117,8 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
                Column("error", "error", fmt_signed_percent(1)),
                Column("predicted_memory_gib", "mem GiB", fmt_float(1)),
                Column("measured_memory_gib", "measured GiB", fmt_float(1)),
-               Column("oom", "OOM run", text=True), Column("feasible", "fits", text=True)]
+               Column("oom", "OOM run", fmt_yes_no, text=True),
+               Column("feasible", "fits", fmt_yes_no, text=True)]
     sections = [
         Section("summary", "Accuracy", [key_value_html(summary, table_id="validate-summary")]),
         Section("parity", "Parity", [figure_html(parity_figure(runs, a["mape"]), "fig-parity")]),
