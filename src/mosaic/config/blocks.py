@@ -41,6 +41,12 @@ MoePermuteName = Literal["te_fused", "torch_index", "torchtitan", "torchtitan_25
 EagerKernelsName = Literal["eager_fp32_norm", "eager_fused_rmsnorm"]
 # how the routed-expert GEMMs run (mosaic.perf.workload.EXPERT_GEMMS)
 ExpertGemmName = Literal["grouped", "xla_expanded"]
+# which GEMMs a low-precision recipe quantises (mosaic.perf.workload.QuantisedGemms)
+QuantisedGemmsName = Literal["all", "routed_experts"]
+QUANTISED_GEMMS_HELP = ("which GEMMs the fp8/mxfp8/nvfp4 precision runs: all, or "
+                        "routed_experts (the routed experts' grouped GEMMs alone, attention, "
+                        "dense and shared-expert GEMMs in bf16: torchtitan's "
+                        "quantize.grouped_mm converters with fqns ['experts'])")
 
 
 class StrictBlock(BaseModel):

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from mosaic.arch import Geometry
 from mosaic.config.blocks import (
+    QUANTISED_GEMMS_HELP,
     BatchBlock,
     CrossEntropyName,
     EagerKernelsName,
@@ -31,6 +32,7 @@ from mosaic.config.blocks import (
     MoePermuteName,
     OptimizerDtypeName,
     ParallelismBlock,
+    QuantisedGemmsName,
     RecomputeName,
     Routing,
     StrictBlock,
@@ -75,6 +77,7 @@ from mosaic.perf.workload import (
     Fp8Recipe,
     OptimizerKind,
     Precision,
+    QuantisedGemms,
     Workload,
     job_precision_name,
     precision_lane,
@@ -184,6 +187,8 @@ class PerformanceBlock(StrictBlock):
         "compiled: eager_fp32_norm (the fp32 composite before PyTorch 2.9) or "
         "eager_fused_rmsnorm (its fused kernel); read only by stacks whose eager code is "
         "RMSNorm torch; unset = the stack's (docs/evidence/elementwise_fusion.md)")
+    quantised_gemms: QuantisedGemmsName = Field(default="all",
+                                                description=QUANTISED_GEMMS_HELP)
     expert_gemm: ExpertGemmName = Field(
         default="grouped", description="how the routed-expert GEMMs run: grouped, or "
         "xla_expanded = jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs (a dense "
@@ -624,6 +629,7 @@ def job_from_document(document: dict[str, Any], where: str,
         moe_permute=performance.moe_permute,
         eager_kernels=performance.eager_kernels,
         expert_gemm=performance.expert_gemm,
+        quantised_gemms=QuantisedGemms(performance.quantised_gemms),
         full_iteration_cuda_graph=performance.full_iteration_cuda_graph,
         layer_cuda_graphs=performance.layer_cuda_graphs,
         recompute_block_fraction=performance.recompute_block_fraction,
@@ -824,6 +830,8 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         performance["eager_kernels"] = workload.eager_kernels
     if workload.expert_gemm != "grouped":
         performance["expert_gemm"] = workload.expert_gemm
+    if workload.quantised_gemms is not QuantisedGemms.ALL:
+        performance["quantised_gemms"] = str(workload.quantised_gemms)
     if workload.full_iteration_cuda_graph or explicit:
         performance["full_iteration_cuda_graph"] = workload.full_iteration_cuda_graph
     if workload.layer_cuda_graphs or explicit:

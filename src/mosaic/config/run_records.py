@@ -23,6 +23,7 @@ from typing import Any, Literal, NoReturn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mosaic.config.blocks import (
+    QUANTISED_GEMMS_HELP,
     BatchBlock,
     CrossEntropyName,
     EagerKernelsName,
@@ -31,6 +32,7 @@ from mosaic.config.blocks import (
     MoePermuteName,
     OptimizerDtypeName,
     ParallelismBlock,
+    QuantisedGemmsName,
     Routing,
 )
 from mosaic.config.convert import geometry_from_model
@@ -51,7 +53,7 @@ from mosaic.hardware import Cluster, System, active_catalog, get_device, get_sys
 from mosaic.limits import LIMITS
 from mosaic.perf.plan import Checkpointing, ParallelPlans
 from mosaic.perf.routing_load import routing_assumptions
-from mosaic.perf.workload import Precision, Workload, precision_lane
+from mosaic.perf.workload import Precision, QuantisedGemms, Workload, precision_lane
 from mosaic.schema_validation import (
     describe_validation_error,
     load_yaml_mapping,
@@ -203,6 +205,8 @@ class RunRecordEntry(_Strict):
         default=None, description="the attention core ran Transformer Engine's FP8 fused "
         "attention (Megatron-Core fp8_dot_product_attention, the recipes' fp8_dpa; needs FP8 "
         "and Megatron-Core); null = false, or the stack's recipe")
+    quantised_gemms: QuantisedGemmsName | None = Field(
+        default=None, description=QUANTISED_GEMMS_HELP + "; null = all")
     expert_gemm: ExpertGemmName | None = Field(
         default=None, description="how the routed-expert GEMMs ran: grouped, or xla_expanded "
         "(jax.lax.ragged_dot_general as XLA lowers it on NVIDIA GPUs: a dense dot over every "
@@ -608,6 +612,7 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
         fused_grouped_mlp=entry.fused_grouped_mlp is True,
         fp8_dot_product_attention=entry.fp8_dot_product_attention is True,
         expert_gemm=entry.expert_gemm or "grouped",
+        quantised_gemms=QuantisedGemms(entry.quantised_gemms or "all"),
         non_tn_fp8_gemms=system.device.runs_non_tn_fp8_gemms,
         gdn_context_parallel=gdn_context_parallel(stack, release),
     )
@@ -680,6 +685,7 @@ def _stated_settings(entry: RunRecordEntry) -> frozenset[str]:
         "fused_grouped_mlp": entry.fused_grouped_mlp is not None,
         "fp8_dot_product_attention": entry.fp8_dot_product_attention is not None,
         "expert_gemm": entry.expert_gemm is not None,
+        "quantised_gemms": entry.quantised_gemms is not None,
         "pipeline_layouts": entry.parallelism.pipeline_layout is not None,
         "mtp_layers": entry.model.mtp_layers is not None,
     }

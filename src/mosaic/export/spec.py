@@ -91,6 +91,7 @@ class ExportSpec:
     # the calibration profile a plan was predicted with (its name), for the job's header
     calibration: str | None = None
     fp8_dot_product_attention: bool = False
+    quantised_gemms: str = "all"  # Workload.quantised_gemms
     expert_gemm: str = "grouped"
     fsdp_keep_gathered: bool = False
     loss_chunks: int = 1
@@ -528,6 +529,7 @@ def spec_from_job(job: Any, source: str) -> ExportSpec:
         max_nodes_per_token=workload.max_nodes_per_token,
         fp8_glu_inputs=workload.fp8_glu_inputs, fused_grouped_mlp=workload.fused_grouped_mlp,
         fp8_dot_product_attention=workload.fp8_dot_product_attention,
+        quantised_gemms=str(workload.quantised_gemms),
         expert_gemm=str(workload.expert_gemm),
         fsdp_keep_gathered=workload.fsdp_keep_gathered, loss_chunks=workload.loss_chunks,
         torch_compile=workload.torch_compile,
@@ -568,7 +570,8 @@ WORKLOAD_SETTINGS: dict[str, object] = {
     "grad_reduce_in_fp32": True, "offloaded_activation_layers": 0, "optimizer_dtype": "fp32",
     "dp_comm_overlap": True, "max_nodes_per_token": None, "fp8_glu_inputs": False,
     "fused_grouped_mlp": False, "fp8_dot_product_attention": False,
-    "expert_gemm": "grouped", "fsdp_keep_gathered": False, "loss_chunks": 1,
+    "quantised_gemms": "all", "expert_gemm": "grouped", "fsdp_keep_gathered": False,
+    "loss_chunks": 1,
     "torch_compile": None, "moe_permute": None, "eager_kernels": None,
     "attention_kernel": None,
     "fsdp_gather": None, "vocab_in_pipeline_split": False, "pipeline_layout": None,

@@ -178,6 +178,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                            "parameters), not written; exported as 1F1B")
         written.add("pipeline_schedule")
     converters, quantize = fp8_converters(spec, unsupported)
+    written.add("quantised_gemms")  # (fp8_converters writes the expert converter alone)
     tables: dict[str, dict[str, Any]] = {
         "job": {"description": f"mosaic export of {spec.source}"},
         "model": {"name": model_name(spec), "flavor": "mosaic", "converters": converters},
@@ -328,6 +329,8 @@ def fp8_converters(spec: ExportSpec, unsupported: list[str]
     recipe = spec.fp8_recipe
     if recipe == "none":
         return [], {}
+    if spec.quantised_gemms == "routed_experts":
+        return _expert_converters(spec, unsupported)
     if recipe == "mxfp8":
         converters = ["quantize.linear.mx"] + (["quantize.grouped_mm.mx"] if g.moe else [])
         tables: dict[str, dict[str, Any]] = {"quantize.linear.mx": {"recipe_name":
@@ -372,6 +375,25 @@ def fp8_converters(spec: ExportSpec, unsupported: list[str]
             unsupported.append("expert GEMMs: torchtitan's float8 grouped GEMM scales rowwise, "
                                f"not {recipe}")
     return converters, tables
+
+
+def _expert_converters(spec: ExportSpec, unsupported: list[str]
+                       ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The routed experts' converter alone (quantised_gemms routed_experts), as the
+    nebius/ml-cookbook DeepSeek-V3 recipe launches it: --model.converters
+    quantize.grouped_mm.mx with fqns experts and recipe mxfp8; float8 grouped GEMMs
+    otherwise (the v0.2.2 prototype, pp = cp = 1)."""
+    if spec.fp8_recipe == "mxfp8":
+        return ["quantize.grouped_mm.mx"], {
+            "quantize.grouped_mm.mx": {"recipe_name": "mxfp8", "fqns": ["experts"]}}
+    if spec.pp > 1 or spec.cp > 1:
+        unsupported.append("float8 expert GEMMs with pp or cp > 1: the torchtitan v0.2.2 "
+                           "prototype asserts pp = cp = 1; no converter written, so every "
+                           "GEMM runs in bf16 where the prediction costed the experts in FP8")
+        return [], {}
+    unsupported.append(f"expert GEMMs: torchtitan's float8 grouped GEMM scales rowwise, not "
+                       f"{spec.fp8_recipe}")
+    return ["quantize.grouped_mm.float8"], {"quantize.grouped_mm.float8": {"fqns": ["experts"]}}
 
 
 def _toml_value(value: Any) -> str:

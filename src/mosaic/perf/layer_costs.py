@@ -40,7 +40,7 @@ from mosaic.perf.collectives import (
     reduce_scatter_time_s,
     send_recv_time_s,
 )
-from mosaic.perf.element_bytes import ACTIVATION_BYTES, FP32_BYTES
+from mosaic.perf.element_bytes import ACTIVATION_BYTES, BF16_BYTES, FP32_BYTES
 from mosaic.perf.factorise import plan_key
 from mosaic.perf.kernels import (
     FLASH_BACKWARD_TO_FORWARD_FLOPS,
@@ -173,9 +173,17 @@ def weighted_block_times(parts: list[tuple[np.ndarray | float, BlockTimes]]) -> 
 
 
 def gemm_s(
-    machine: Machine, workload: Workload, m: ArrayLike, n: ArrayLike, k: ArrayLike
+    machine: Machine, workload: Workload, m: ArrayLike, n: ArrayLike, k: ArrayLike,
+    routed_experts: bool = False,
 ) -> np.ndarray:
-    """Forward seconds of an m×k by k×n GEMM at the workload's GEMM precision."""
+    """Forward seconds of an m×k by k×n GEMM at the workload's GEMM precision; in bf16 when
+    only the routed experts are quantised and this GEMM is not theirs (``routed_experts``:
+    Workload.quantised_gemms)."""
+    if not (routed_experts or workload.dense_gemms_quantised):
+        return gemm_time_s(m, n, k, machine.bf16_gemm_rate_flops_per_s,
+                           machine.hbm_bw_bytes_per_s, machine.sm_count,
+                           bytes_per_element=BF16_BYTES, params=machine.gemm_params,
+                           table=machine.gemm_table, dtype=str(Precision.BF16))
     element_bytes = workload.gemm_element_bytes
     return gemm_time_s(m, n, k, machine.gemm_rate_flops_per_s, machine.hbm_bw_bytes_per_s,
                        machine.sm_count, bytes_per_element=element_bytes,
@@ -198,13 +206,15 @@ def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,
 
 
 def quantise_cast_s(machine: Machine, workload: Workload, tokens: ArrayLike,
-               gemms: tuple[tuple[ArrayLike, ArrayLike], ...]) -> tuple[np.ndarray, np.ndarray]:
+                    gemms: tuple[tuple[ArrayLike, ArrayLike], ...],
+                    routed_experts: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds quantising the operands of FP8 or NVFP4 GEMMs of
     ``tokens`` rows, each given as (k, n): forward casts the tokens×k input, backward the
     tokens×n output gradient (:data:`CAST_BYTES_PER_ELEMENT`). Zero unless the workload runs
-    low-precision GEMMs."""
+    these GEMMs in low precision (``routed_experts``: they are the routed experts', which
+    Workload.quantised_gemms routed_experts quantises alone)."""
     cast_bytes = CAST_BYTES_PER_ELEMENT.get(workload.precision)
-    if cast_bytes is None:
+    if cast_bytes is None or not (routed_experts or workload.dense_gemms_quantised):
         zero = np.zeros(np.shape(tokens))
         return zero, zero
     rows = cast_bytes * np.asarray(tokens, dtype=float)
@@ -712,9 +722,9 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
         # backward's input and weight gradients likewise, BACKWARD_TO_FORWARD_GEMM).
         copies_here = experts_here * m_per_expert
         experts_up = gemm_s(machine, workload, copies_here, glu_factor * expert_width,
-                           experts_here * geometry.d_model)
+                            experts_here * geometry.d_model, routed_experts=True)
         experts_down = gemm_s(machine, workload, copies_here, geometry.d_model,
-                             experts_here * expert_width)
+                              experts_here * expert_width, routed_experts=True)
     shared_fwd = np.zeros(len(plans))
     if moe.shared_experts:
         shared_width = moe.shared_total_width / plans.tp
@@ -747,12 +757,14 @@ def moe_ffn_parts(machine: Machine, workload: Workload, plans: ParallelPlans) ->
     permute_fwd, permute_bwd = moe_permute_excess_s(machine, workload, copies, experts_here)
     expert_gemms = ((geometry.d_model, glu_factor * expert_width),
                     (expert_width, geometry.d_model))
-    cast_fwd, cast_bwd = quantise_cast_s(machine, workload, copies, expert_gemms)
+    cast_fwd, cast_bwd = quantise_cast_s(machine, workload, copies, expert_gemms,
+                                         routed_experts=True)
     if fused.any():
         # fused: FC2's input is quantised in FC1's epilogue and FC1's output gradient in
         # FC2's dgrad epilogue; the routed tokens into FC1 and the gradient into FC2 remain
         fused_fwd, fused_bwd = quantise_cast_s(machine, workload, copies,
-                                               ((geometry.d_model, geometry.d_model),))
+                                               ((geometry.d_model, geometry.d_model),),
+                                               routed_experts=True)
         cast_fwd = np.where(fused, fused_fwd, cast_fwd)
         cast_bwd = np.where(fused, fused_bwd, cast_bwd)
     if moe.shared_experts:

@@ -14,6 +14,7 @@ from mosaic.perf.attention_kernels import (
     AttentionKernel,
     stack_default_kernel,
 )
+from mosaic.perf.element_bytes import BF16_BYTES
 from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts, with_remainder_last_layouts
 from mosaic.stacks import CrossEntropy, StackTraits, default_loss, get_stack, stacks_with
 
@@ -25,6 +26,18 @@ class Precision(StrEnum):
     FP16 = "fp16"
     FP8 = "fp8"
     FP4 = "fp4"  # NVFP4 block-scaled GEMMs (Blackwell); the only FP4 training recipe
+
+
+class QuantisedGemms(StrEnum):
+    """Which GEMMs a low-precision recipe quantises."""
+
+    ALL = "all"  # every block GEMM (Transformer Engine's autocast; torchao on every linear)
+    # the routed experts' grouped GEMMs alone, the rest in bf16: torchtitan's
+    # quantize.grouped_mm converters with fqns ["experts"] (torchtitan
+    # components/quantization/mx.py and float8.py), e.g. the nebius/ml-cookbook DeepSeek-V3
+    # recipe: "applies MXFP8 only to grouped GEMMs, not to attention or shared-expert
+    # linear layers"
+    ROUTED_EXPERTS = "routed_experts"
 
 
 class Fp8Recipe(StrEnum):
@@ -342,6 +355,10 @@ class Workload:
             MXFP8 GEMMs (hence Blackwell) and a stack that has it (trait
             fused_grouped_mlp); Megatron-Core falls back to the unfused ops with expert
             tensor parallelism, so plans with etp > 1 run unfused.
+        quantised_gemms: which GEMMs the low-precision recipe runs (:class:`QuantisedGemms`):
+            all (the default), or the routed experts' grouped GEMMs alone, the attention,
+            dense and shared-expert GEMMs then in bf16 with bf16 operands and no casts.
+            Needs FP8 or FP4 GEMMs and an MoE model.
         fp8_dot_product_attention: the attention core runs Transformer Engine's FP8
             fused attention (cuDNN FP8 SDPA; Megatron-Core TransformerConfig
             fp8_dot_product_attention, the recipes' fp8_dpa): its two score GEMMs forward and
@@ -400,6 +417,7 @@ class Workload:
     fp8_glu_inputs: bool = False
     fused_grouped_mlp: bool = False
     fp8_dot_product_attention: bool = False
+    quantised_gemms: QuantisedGemms = QuantisedGemms.ALL
 
     def __post_init__(self) -> None:
         # An unknown stack is an error naming the known ones; the name is stored as the
@@ -493,6 +511,7 @@ class Workload:
         self._check_cuda_graphs()
         self._check_fused_grouped_mlp()
         self._check_fp8_attention()
+        self._check_quantised_gemms()
         if self.fp8_glu_inputs and self.precision is not Precision.FP8:
             raise MosaicInputError(
                 f"fp8_glu_inputs needs precision fp8 (got {self.precision}): the SwiGLU "
@@ -565,6 +584,38 @@ class Workload:
                 f"fused_grouped_mlp needs precision mxfp8 (got {self._precision_label()}): "
                 "Transformer Engine fuses the grouped MLP only under MXFP8 block scaling, "
                 "on Blackwell")
+
+    def _check_quantised_gemms(self) -> None:
+        """Quantising the routed experts alone needs low-precision GEMMs and experts; the
+        settings that quantise other GEMMs or gather FP8/FP4 weights contradict it."""
+        object.__setattr__(self, "quantised_gemms", QuantisedGemms(self.quantised_gemms))
+        if self.quantised_gemms is QuantisedGemms.ALL:
+            return
+        if precision_lane(self.precision) not in (Precision.FP8, Precision.FP4):
+            raise MosaicInputError(
+                f"quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got "
+                f"{self._precision_label()}): it says which GEMMs that precision runs")
+        if self.geometry.moe is None:
+            raise MosaicInputError("quantised_gemms routed_experts needs an MoE model (a dense "
+                                   "model has no routed experts)")
+        for name in ("fp8_dot_product_attention", "fp8_param_gather", "fp4_param_gather"):
+            if getattr(self, name):
+                raise MosaicInputError(
+                    f"{name} with quantised_gemms routed_experts: the attention and the "
+                    "weights it covers stay in bf16 when only the experts are quantised")
+
+    @property
+    def dense_gemms_quantised(self) -> bool:
+        """The GEMMs other than the routed experts' run at the workload's precision (not
+        with ``quantised_gemms`` routed_experts, where they run in bf16)."""
+        return self.quantised_gemms is QuantisedGemms.ALL
+
+    @property
+    def dense_gemm_element_bytes(self) -> float:
+        """Bytes per operand element of the attention, dense and shared-expert GEMMs:
+        :attr:`gemm_element_bytes`, or bf16's 2 when only the routed experts are
+        quantised."""
+        return self.gemm_element_bytes if self.dense_gemms_quantised else float(BF16_BYTES)
 
     def _precision_label(self) -> str:
         """The precision as a job file spells it, with the FP8 recipe (e.g. 'fp8, recipe

@@ -90,13 +90,13 @@ def attention_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     SP, Sec. 4.2.2), rotated Q, K, V (2sb·(q + k + v)/tp), attention output (the output
     projection's input, 2sb·q/tp), softmax statistics, plus gate tensors for gated
     attention and MLA latents (replicated across TP). GEMM inputs (QKV and output
-    projection) take ``Workload.gemm_element_bytes`` (FP8 recipes save the FP8 copy
+    projection) take ``Workload.dense_gemm_element_bytes`` (FP8 recipes save the FP8 copy
     Transformer Engine cast for the forward GEMM).
     """
     geometry = workload.geometry
     widths = attention_widths(geometry)
     tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    gemm_in = workload.gemm_element_bytes
+    gemm_in = workload.dense_gemm_element_bytes
     sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model / (
         sequence_shard_divisor(plans))
     qkv = tokens * (widths.query / tp + widths.key_value_per_rank(tp))
@@ -123,7 +123,7 @@ def dense_mlp_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     """Dense FFN block: norm input + GEMM-1 input (2sbh each, SP-sharded) and intermediates."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    gemm_in = workload.gemm_element_bytes
+    gemm_in = workload.dense_gemm_element_bytes
     sequence_region = ((ACTIVATION_BYTES + gemm_in) * tokens * geometry.d_model
                        / sequence_shard_divisor(plans))
     return sequence_region + _ffn_bytes(tokens, geometry.ffn / plans.tp, geometry.glu, gemm_in)
@@ -141,8 +141,9 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     probability-weighted combine (2KTh) unless the stack scales the expert activation by the
     probabilities instead (trait ``moe_probs_in_activation``: the unpermute is then a plain
     sum that saves nothing), and shared-expert intermediates (TP-split).
-    Expert and shared-expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8);
-    the routed experts' GLU inputs 1 B under ``Workload.fp8_glu_inputs``.
+    Expert GEMM inputs take ``Workload.gemm_element_bytes`` (1 B under FP8), the shared
+    experts' ``Workload.dense_gemm_element_bytes`` (bf16 when only the routed experts are
+    quantised); the routed experts' GLU inputs 1 B under ``Workload.fp8_glu_inputs``.
     """
     geometry, moe = workload.geometry, workload.geometry.moe
     if moe is None:
@@ -164,7 +165,8 @@ def moe_block_activation_bytes(workload: Workload, plans: ParallelPlans) -> np.n
     combine = 0.0 if workload.traits.moe_probs_in_activation else (
         ACTIVATION_BYTES * moe.top_k * routed * h)
     shared_width = moe.shared_total_width / plans.tp
-    shared = _ffn_bytes(tokens_per_rank(workload, plans), shared_width, geometry.glu, gemm_in)
+    shared = _ffn_bytes(tokens_per_rank(workload, plans), shared_width, geometry.glu,
+                        workload.dense_gemm_element_bytes)
     return norm + router + expert_inputs + experts + combine + shared
 
 
@@ -190,7 +192,7 @@ def _mixer_layer_bytes(workload: Workload, plans: ParallelPlans, saved_bytes_per
     own tensors and the output projection's input at the GEMM input's precision, both over
     tp."""
     tokens, tp = tokens_per_rank(workload, plans), plans.tp
-    gemm_in = workload.gemm_element_bytes
+    gemm_in = workload.dense_gemm_element_bytes
     sequence_region = (ACTIVATION_BYTES + gemm_in) * tokens * workload.geometry.d_model / (
         sequence_shard_divisor(plans))
     return sequence_region + tokens * (saved_bytes_per_token + gemm_in * out_proj_width) / tp
@@ -444,7 +446,7 @@ def recompute_module_bytes(workload: Workload, plans: ParallelPlans, kind: Layer
                     * moe.expert_ffn / plans.etp)
     if "shared_experts" in modules:
         dropped += _ffn_bytes(tokens, moe.shared_total_width / tp, geometry.glu,
-                              workload.gemm_element_bytes)
+                              workload.dense_gemm_element_bytes)
     return dropped
 
 
