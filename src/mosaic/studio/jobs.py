@@ -242,8 +242,6 @@ def _axis_field(axis: str, form_keys: set[str]) -> str:
 MODEL_FORM_FIELDS = ("model.source", "hf.config", *LADDER_FIELDS)
 
 
-
-
 def check_form_fields(form: dict[str, str]) -> None:
     """Refuse a field no job block has (a typo, or a page of another version) and an empty
     node count; the schema names a bad field of a known block itself."""
