@@ -21,6 +21,14 @@ from mosaic.perf.workload import Fp8Recipe, QuantisedGemms, Workload
 B200 = Cluster(system=get_system("DGX-B200"), n_nodes=1)
 MOE = ladder_geometry(4, experts=64, top_k=4, split_factor=4)  # one shared expert
 PLAN = single_plan(ep=8, dp=8)
+# a torchtitan MXFP8 job on one B200 node with the routed experts quantised alone
+EXPERTS_ONLY_JOB = {"model": {"layers": 8, "d_model": 1024, "heads": 8, "ffn": 4096,
+                              "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
+                    "batch": {"global_seqs": 64, "seq_len": 2048, "micro_seqs": 1},
+                    "parallelism": {"ep": 8, "sharding": "fsdp"},
+                    "performance": {"precision": "mxfp8", "stack": "torchtitan",
+                                    "quantised_gemms": "routed_experts"},
+                    "hardware": {"system": "DGX-B200", "nodes": 1}}
 
 
 def _workload(**settings) -> Workload:
@@ -76,14 +84,7 @@ def test_contradictions_are_refused(settings, words):
 
 
 def test_a_job_file_states_it_and_writes_it_back():
-    document = {"model": {"layers": 8, "d_model": 1024, "heads": 8, "ffn": 4096,
-                          "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
-                "batch": {"global_seqs": 64, "seq_len": 2048, "micro_seqs": 1},
-                "parallelism": {"ep": 8, "sharding": "fsdp"},
-                "performance": {"precision": "mxfp8", "stack": "torchtitan",
-                                "quantised_gemms": "routed_experts"},
-                "hardware": {"system": "DGX-B200", "nodes": 1}}
-    spec = job_from_document(document, "job")
+    spec = job_from_document(EXPERTS_ONLY_JOB, "job")
     assert spec.workload.quantised_gemms is QuantisedGemms.ROUTED_EXPERTS
     written = job_document(spec)
     assert written["performance"]["quantised_gemms"] == "routed_experts"
@@ -98,14 +99,7 @@ def test_torchtitan_writes_the_expert_converter_alone_and_megatron_says_it_canno
 
     from mosaic.export import export, spec_from_job
 
-    document = {"model": {"layers": 8, "d_model": 1024, "heads": 8, "ffn": 4096,
-                          "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
-                "batch": {"global_seqs": 64, "seq_len": 2048, "micro_seqs": 1},
-                "parallelism": {"ep": 8, "sharding": "fsdp"},
-                "performance": {"precision": "mxfp8", "stack": "torchtitan",
-                                "quantised_gemms": "routed_experts"},
-                "hardware": {"system": "DGX-B200", "nodes": 1}}
-    spec = spec_from_job(job_from_document(document, "job"), "job.yaml")
+    spec = spec_from_job(job_from_document(EXPERTS_ONLY_JOB, "job"), "job.yaml")
     toml = tomllib.loads(export(spec, "torchtitan").text)
     assert toml["model"]["converters"] == ["quantize.grouped_mm.mx"]
     assert toml["quantize"]["grouped_mm"]["mx"] == {"recipe_name": "mxfp8", "fqns": ["experts"]}
