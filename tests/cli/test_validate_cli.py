@@ -441,6 +441,21 @@ def test_runs_of_one_source_are_cross_validated_leaving_one_run_out(tmp_path):
     assert json.loads(explicit.stdout)["cross_validation"] == doc["cross_validation"]
 
 
+def test_one_run_is_fitted_without_cross_validation_and_says_so(tmp_path):
+    """One measured run was refused with advice to name runs by source, which cannot help
+    one run (a trial): it is fitted as --cv none fits it, with a note."""
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    document["runs"] = document["runs"][:1]
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump(document))
+    result = runner.invoke(app, ["calibrate", str(one), "--out", str(tmp_path / "c.yaml"),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert "note: one run cannot be cross-validated" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["cross_validated"] is False and "cross_validation" not in doc
+
+
 def test_calibrate_shows_what_it_moved_and_labels_what_it_kept(tmp_path):
     out = tmp_path / "c.yaml"
     result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -396,3 +397,69 @@ def test_an_empty_peak_table_names_the_precisions_it_may_hold(tmp_path: Path) ->
     with pytest.raises(MosaicInputError, match="'peak_flops_per_s': needs the dense peak of "
                                                "one precision at least, of fp32, tf32"):
         load_catalog(path)
+
+
+def _fitted_h200(tmp_path: Path, **changes: str) -> Path:
+    """A user's H200 borrowing the shipped H200's kernel fits, its figures as CUDA and the
+    datasheet's dense, per-direction values give them, with ``changes`` (old -> new)."""
+    text = """
+devices:
+  - name: acme-H200
+    vendor: NVIDIA
+    kernel_fit: H200
+    peak_flops_per_s:
+      bf16: {value: 989.5e+12, source: "H200 datasheet: 1,979 TFLOPS with sparsity / 2"}
+    hbm_bytes: {value: 1.5011e+11, source: "torch total_memory on our nodes"}
+    hbm_bw_bytes_per_s: {value: 4.8e+12, source: "H200 datasheet"}
+    scale_up_bw_bytes_per_s: {value: 450.0e+9, source: "NVLink4 900 GB/s bidirectional / 2"}
+"""
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    return _write(tmp_path, text, "h200.yaml")
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"989.5e+12": "1979.0e+12"}, "peak_flops_per_s.bf16 1.979e+15 is 2x that of "
+                                  "H200-SXM-141GB, whose kernel fits it borrows: a datasheet's "
+                                  "'with sparsity' figure?"),
+    ({"450.0e+9": "900.0e+9"}, "scale_up_bw_bytes_per_s 9e+11 is 2x that of H200-SXM-141GB: a "
+                               "bidirectional NVLink total?"),
+    ({"1.5011e+11": "141.0e+9"}, "hbm_bytes 1.41e+11 is a whole number of decimal GB (141 GB): "
+                                 "a datasheet capacity?"),
+])
+def test_a_datasheet_figure_in_the_wrong_convention_is_warned_of(tmp_path, changes, words):
+    """A trial's user catalog took the 'with sparsity' peak (MFU halved), the bidirectional
+    NVLink total (the all-to-all twice as fast) and the datasheet's 141 GB (memory verdicts
+    against 131 GiB): each is accepted, with a warning naming the convention."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_catalog(_fitted_h200(tmp_path, **changes), override=True)
+    assert [str(w.message) for w in caught if words in str(w.message)], \
+        [str(w.message) for w in caught]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the figures as documented: no warning
+        load_catalog(_fitted_h200(tmp_path), override=True)
+
+
+def test_a_node_total_typed_as_one_nic_names_the_field_and_both_causes(tmp_path: Path) -> None:
+    """3.2 Tb/s of 4 NICs given as one NIC: the message named '(whole entry)' and only bits
+    typed as bytes (a trial)."""
+    text = (_MY_DEVICE + _systems("myaccel")).replace("50.0e+9", "400.0e+9").replace(
+        "nics_per_node: {value: 4", "nics_per_node: {value: 1")
+    with pytest.raises(MosaicInputError, match=r"field 'nic_bw_bytes_per_s': .* or the node's "
+                                               r"NICs summed\? give one NIC's rate"):
+        load_catalog(_write(tmp_path, text), override=True)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("schema_version: 1\nruns: []\n", "a run-record file (validate and calibrate read it), not "
+                                      "a hardware catalog"),
+    ("model: {layers: 2}\nbatch: {global_seqs: 8}\n", "a job file (perf, layouts and explain "
+                                                      "read it), not a hardware catalog"),
+])
+def test_another_input_given_as_a_catalog_is_named(tmp_path: Path, text: str, words: str) -> None:
+    """A run-record file given as --catalog said "field 'schema_version': Extra inputs are
+    not permitted" (a trial)."""
+    with pytest.raises(MosaicInputError, match=re.escape(words)):
+        load_catalog(_write(tmp_path, text), override=True)

@@ -442,6 +442,12 @@ def calibrate(
                                   {"id": run_id, "reason": reason}
                                   for run_id, reason in implausible.items()]}
     cv_result = None
+    if cv != "none" and len(baselines.ids) < 2:
+        # one run leaves nothing to hold out: fit it and say so (a trial was told to rename
+        # its runs by source, which cannot help one run)
+        typer.echo(f"note: one run cannot be cross-validated (nothing is left to fit when "
+                   f"it is held out): fitted without --cv {cv}, as --cv none does", err=True)
+        cv = "none"
     if cv != "none":
         cv, groups = _cv_groups(cv, [records[i] for i in baselines.ids])
         with progress_reporter(json_output) as bar:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -16,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware.device import Device
 from mosaic.hardware.schema import CatalogFile, DeviceEntry, SystemEntry, read_catalog_file
 from mosaic.hardware.system import System
@@ -120,7 +121,7 @@ def load_catalog(*extra_yaml_paths: str | Path, override: bool = False) -> Catal
     files: list[tuple[str, CatalogFile]] = []
     for file_name in _SHIPPED_FILES:
         with resources.as_file(data.joinpath(file_name)) as path:
-            files.append((f"shipped {file_name}", read_catalog_file(path)))
+            files.append((f"{SHIPPED_ORIGIN}{file_name}", read_catalog_file(path)))
     files += [(str(p), read_catalog_file(Path(p))) for p in extra_yaml_paths]
     return _build(files, override)
 
@@ -227,7 +228,12 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
         known = Catalog(devices=MappingProxyType(dict(devices)), systems=MappingProxyType({}))
         for name in added:
             if devices[name].kernel_fit is not None:
+                if not origin.startswith(SHIPPED_ORIGIN):  # a user's figures, checked
+                    _warn_doubled_figures(devices[name], known.device(devices[name].kernel_fit),
+                                          origin)
                 devices[name] = _with_fit_named_as_in_catalog(devices[name], known, origin)
+            if not origin.startswith(SHIPPED_ORIGIN):
+                _warn_datasheet_capacity(devices[name], origin)
     catalog_devices = Catalog(devices=MappingProxyType(devices), systems=MappingProxyType({}))
 
     system_names: dict[str, tuple[str, str]] = {}
@@ -279,6 +285,45 @@ def _with_default_system_checked(device: Device, catalog: Catalog, origin: str,
         raise MosaicInputError(f"{where}: {system.name} holds {system.device.name}, not "
                                f"{device.name}")
     return replace(device, default_system=system.name)
+
+
+SHIPPED_ORIGIN = "shipped "  # the origin of the shipped files' entries, before the file name
+# A user's figure this many times the one of the device whose kernel fits it borrows reads as
+# a datasheet's doubled figure: dense tensor peaks are half the "with sparsity" ones, and an
+# NVLink rate per direction half the bidirectional total (docs/hardware.md, "Units").
+DOUBLED_FIGURE_RATIO = 1.8
+
+
+def _warn_doubled_figures(device: Device, fit: Device, origin: str) -> None:
+    """Warn of a peak or NVLink rate about twice the ``kernel_fit`` device's (a trial gave a
+    'with sparsity' peak and a bidirectional NVLink rate; both were taken, the MFU halved
+    and the all-to-all ran twice as fast)."""
+    where = f"{origin}: device {device.name!r}"
+    for dtype, peak in device.peak_flops_per_s.items():
+        borrowed = fit.peak_flops_per_s.get(dtype)
+        if borrowed and peak >= DOUBLED_FIGURE_RATIO * borrowed:
+            warnings.warn(
+                f"{where}: peak_flops_per_s.{dtype} {peak:.4g} is {peak / borrowed:.2g}x that "
+                f"of {fit.name}, whose kernel fits it borrows: a datasheet's 'with sparsity' "
+                "figure? mosaic wants the dense peak, half of it (docs/hardware.md)",
+                MosaicWarning, stacklevel=2)
+    scale_up, borrowed_up = device.scale_up_bw_bytes_per_s, fit.scale_up_bw_bytes_per_s
+    if scale_up >= DOUBLED_FIGURE_RATIO * borrowed_up:
+        warnings.warn(
+            f"{where}: scale_up_bw_bytes_per_s {scale_up:.4g} is {scale_up / borrowed_up:.2g}x "
+            f"that of {fit.name}: a bidirectional NVLink total? mosaic wants one direction, "
+            "half of it (docs/hardware.md)", MosaicWarning, stacklevel=2)
+
+
+def _warn_datasheet_capacity(device: Device, origin: str) -> None:
+    """Warn of a memory capacity in whole decimal GB: the datasheet's figure, where the
+    model wants what CUDA reports (the budget every memory verdict is judged against)."""
+    if device.hbm_bytes % 1e9 == 0:
+        warnings.warn(
+            f"{origin}: device {device.name!r}: hbm_bytes {device.hbm_bytes:.4g} is a whole "
+            f"number of decimal GB ({device.hbm_bytes / 1e9:g} GB): a datasheet capacity? "
+            "give what CUDA reports (torch.cuda.get_device_properties(0).total_memory; an "
+            "80 GB H100 reports 8.49e10, docs/hardware.md)", MosaicWarning, stacklevel=2)
 
 
 def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str) -> Device:

@@ -52,7 +52,7 @@ class Device:
             vector rate). Sparse datasheet figures are halved before they get here.
         achievable_flops_per_s: measured best large-GEMM FLOP/s by dtype; a subset of the
             peak dtypes, possibly empty.
-        hbm_bytes: device memory capacity in bytes (datasheet GB x 1e9).
+        hbm_bytes: device memory capacity in bytes, as CUDA reports it (docs/hardware.md).
         hbm_bw_bytes_per_s: device memory bandwidth in bytes/s.
         scale_up_bw_bytes_per_s: NVLink (or equivalent) bandwidth per GPU, one direction.
         sources: provenance of every number, keyed by field path ("hbm_bytes",

@@ -7,6 +7,7 @@ A catalog file is a mapping with optional `devices:` and `systems:` lists; every
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -66,6 +67,8 @@ FlopsValue = _physical(1e12, 1e18, "FLOP/s", "2,250 TFLOP/s is 2.25e15")
 MemoryBytesValue = _physical(1e9, 1e13, "bytes",
                              "the capacity CUDA reports: an 80 GB H100 is 8.49e10")
 BandwidthValue = _physical(1e8, 1e14, "bytes/s", "900 GB/s is 9e11")
+# a NIC's example in the bits per second NICs are sold by (a trial read the NVLink example)
+NicBandwidthValue = _physical(1e8, 1e14, "bytes/s", "a 400 Gb/s NIC is 5e10")
 # One NIC's rate per direction: 1.6 Tb/s, the next generation announced (ConnectX-9);
 # NVIDIA's ConnectX-8 SuperNIC, the fastest shipping, runs 800 Gb/s
 MAX_NIC_BYTES_PER_S = 1.6e12 / 8
@@ -143,7 +146,7 @@ class SystemEntry(_Strict):
     gpus_per_node: SourcedCount
     scale_up_domain_gpus: SourcedCount
     nics_per_node: SourcedCount
-    nic_bw_bytes_per_s: BandwidthValue
+    nic_bw_bytes_per_s: NicBandwidthValue
     scale_out_fabric: NonEmptyStr
     # per-step collective latencies the model uses in place of its fitted defaults
     # (perf/data/microbench_fits.yaml); unstated, the defaults hold
@@ -161,7 +164,8 @@ class SystemEntry(_Strict):
             raise ValueError(
                 f"nic_bw_bytes_per_s = {rate:g} is {rate * 8 / 1e12:g} Tb/s per NIC, above "
                 f"the fastest NIC announced ({MAX_NIC_BYTES_PER_S * 8 / 1e12:g} Tb/s): bits "
-                "typed as bytes? 400 Gb/s is 5e10 bytes/s")
+                "typed as bytes (400 Gb/s is 5e10 bytes/s), or the node's NICs summed? give "
+                "one NIC's rate and their count as nics_per_node")
         return self
 
     @model_validator(mode="after")
@@ -192,6 +196,11 @@ def read_catalog_file(path: Path) -> CatalogFile:
             f"{path}: a hardware catalog file must be a mapping with 'devices:' and/or "
             f"'systems:' lists, got {type(raw).__name__}"
         )
+    if "runs" in raw or "model" in raw:  # another input given as --catalog (a trial)
+        kind = ("a run-record file (validate and calibrate read it)" if "runs" in raw
+                else "a job file (perf, layouts and explain read it)")
+        raise MosaicInputError(f"{path}: {kind}, not a hardware catalog, which holds "
+                               "'devices:' and/or 'systems:' lists (docs/hardware.md)")
     try:
         return CatalogFile.model_validate(raw)
     except ValidationError as exc:
@@ -213,8 +222,12 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         label = f"{kind} {name!r}" if isinstance(name, str) else kind
         where = f"{label} (entry {loc[1] + 1})"
         loc = loc[2:]
-    field = ".".join(str(part) for part in loc).replace(".[key]", " (key)") or "(whole entry)"
     message = error["msg"].removeprefix("Value error, ")
+    field = ".".join(str(part) for part in loc).replace(".[key]", " (key)")
+    if not field:  # a rule over the entry names its field first ('nic_bw_bytes_per_s = ...')
+        named = re.match(r"\w+", message)
+        field = (named.group(0) if named and named.group(0) in schema.model_fields
+                 else "(whole entry)")
     # a bare number where {value, source} belongs
     if error["type"] == "model_type" and ("Sourced" in message or "PhysicalValue" in message):
         message = "every number is written {value: NUMBER, source: \"where it comes from\"}"
