@@ -298,3 +298,15 @@ def test_a_misspelt_top_level_key_gets_a_suggestion(tmp_path):
     result = runner.invoke(app, ["hardware", "list", "--catalog", str(path)])
     assert result.exit_code == 2 and "did you mean 'devices'?" in result.output
 
+
+
+def test_show_reads_each_number_in_its_unit():
+    """Raw SI values (1.501e+11, 5e+10) beside their reading: GiB of memory, Gb/s of a NIC,
+    GB/s of NVLink, TFLOP/s of a peak (a trial read raw bytes)."""
+    device = runner.invoke(app, ["hardware", "show", "H200"], terminal_width=400)
+    system = runner.invoke(app, ["hardware", "show", "DGX-H200"], terminal_width=400)
+    assert device.exit_code == 0 and system.exit_code == 0
+    for text in ("1.501e+11 = 139.8 GiB", "bf16 9.894e+14 = 989 TFLOP/s",
+                 "4.5e+11 = 450 GB/s"):
+        assert text in device.stdout, text
+    assert "5e+10 = 400 Gb/s" in system.stdout and "3.4e-06 = 3.4 us" in system.stdout

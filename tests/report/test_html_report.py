@@ -119,6 +119,9 @@ def test_plan_page_states_the_stack_and_memory_in_gib(plan_files):
     assert " GB HBM" not in html and " GB per GPU" not in html
     assert (f'<td class="text">{envelope["stack"]}, MoE dispatcher {envelope["dispatcher"]}'
             in html)
+    # and the network the plan was costed on, from the catalog (a trial)
+    assert envelope["network"].startswith("NVLink domain of 8 GPUs")
+    assert f'<td class="text">{envelope["network"]}</td>' in html
 
 
 def test_plan_page_says_where_the_law_extrapolates(plan_files):
@@ -175,6 +178,14 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     assert "pp·vpp must divide layers=48" in layouts and "<td>pp·vpp=</td>" not in layouts
     # the GPU count and the node count, each as such (8-GPU p6-b200 nodes)
     assert "64 GPUs: 8 × p6-b200.48xlarge" in layouts
+    # the profile every page predicted with and the network a sweep assumed (a trial
+    # shared pages that named neither)
+    assert "<td class=\"text\">default</td>" in validate
+    assert ">calibration<" in layouts and ">default<" in layouts
+    sweep = (tmp_path / "sweep.html").read_text()
+    assert ("NVLink domain of 8 GPUs at 900 GB/s per GPU; AWS EFAv4 (SRD): 8 NICs of 400 Gb/s "
+            "per node, 400 Gb/s per GPU (one direction)") in sweep
+    assert "calibration default" in sweep
     perf = (tmp_path / "perf.html").read_text()
     assert "512 GPUs: 64 × p6-b200.48xlarge" in perf
     # what the CLI says of the job travels with the report: stack, calibration, precision,

@@ -257,7 +257,8 @@ def test_xla_expanded_ragged_dot_costs_every_local_expert(monkeypatch: pytest.Mo
     GEMMs counted in FLOPs, the routed-expert GEMMs cost E_loc (here 128) times the grouped
     GEMM's 2·copies·n·k. FINE_MOE on one rank of dp 256 (no EP), micro-batch 1 x 4096."""
     monkeypatch.setattr(layer_costs, "gemm_s",
-                        lambda machine, workload, m, n, k: 2.0 * np.asarray(m) * n * k)
+                        lambda machine, workload, m, n, k, routed_experts=False:
+                        2.0 * np.asarray(m) * n * k)
     monkeypatch.setattr(layer_costs, "_grouped_gemm",
                         lambda machine, workload, g, m, n, k: 2.0 * np.asarray(g) * m * n * k)
     machine = machine_for(Cluster(get_system("dgx-h100"), 32), "bf16")

@@ -162,13 +162,31 @@ def show_command(
         print_key_value_table(document["name"], rows)
 
 
+def _reading(key: str, value: float) -> str:
+    """The number in the unit people read it in, beside the catalog's SI value ('1.501e+11
+    = 139.8 GiB', '5e+10 = 400 Gb/s'; a trial read raw bytes)."""
+    if key == "hbm_bytes":
+        return f" = {value / GIB:,.1f} GiB"
+    if key.startswith("nic_bw") or key.startswith("scale_out_bw"):
+        return f" = {value * 8 / 1e9:,.0f} Gb/s"
+    if key.endswith("_bytes_per_s"):
+        return f" = {value / 1e9:,.0f} GB/s"
+    if key.endswith("flops_per_s"):
+        return f" = {value / 1e12:,.0f} TFLOP/s"
+    if key.endswith("latency_s"):
+        return f" = {value * 1e6:g} us"
+    return ""
+
+
 def _value_with_source(key: str, value: Any, sources: dict[str, str]) -> str:
     if isinstance(value, dict):
-        return "; ".join(f"{dtype} {v:.4g} ({sources.get(f'{key}.{dtype}', '')})"
+        return "; ".join(f"{dtype} {v:.4g}{_reading(key, v)} "
+                         f"({sources.get(f'{key}.{dtype}', '')})"
                          for dtype, v in value.items()) or "-"
     if value is None:
         return "-"
-    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    text = (f"{value:.4g}{_reading(key, value)}" if isinstance(value, float | int)
+            and not isinstance(value, bool) and key != "sm_count" else str(value))
     source = sources.get(key)
     return f"{text} ({source})" if source else text
 

@@ -175,7 +175,8 @@ def validate(
         if model_calibration.coverage is not None else frozenset())
     if html is not None:  # the page holds every run: built from the rows in one piece
         write_html({"runs": list(summary.rows()), "aggregate": aggregate,
-                    "skipped": skipped, "excluded": excluded}, html, "validate")
+                    "skipped": skipped, "excluded": excluded,
+                    "calibration": model_calibration.name}, html, "validate")
     if json_output:
         _print_json_streamed(summary, {"aggregate": aggregate, "skipped": skipped,
                                        "excluded": excluded})

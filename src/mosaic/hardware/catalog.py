@@ -228,9 +228,6 @@ def _build(files: list[tuple[str, CatalogFile]], override: bool = False) -> Cata
         known = Catalog(devices=MappingProxyType(dict(devices)), systems=MappingProxyType({}))
         for name in added:
             if devices[name].kernel_fit is not None:
-                if not origin.startswith(SHIPPED_ORIGIN):  # a user's figures, checked
-                    _warn_doubled_figures(devices[name], known.device(devices[name].kernel_fit),
-                                          origin)
                 devices[name] = _with_fit_named_as_in_catalog(devices[name], known, origin)
             if not origin.startswith(SHIPPED_ORIGIN):
                 _warn_datasheet_capacity(devices[name], origin)
@@ -338,6 +335,8 @@ def _with_fit_named_as_in_catalog(device: Device, catalog: Catalog, origin: str)
     except MosaicInputError as exc:
         raise MosaicInputError(f"{origin}: device {device.name!r}: field 'kernel_fit': "
                                f"{exc}") from None
+    if not origin.startswith(SHIPPED_ORIGIN):  # a user's figures, checked against the fit's
+        _warn_doubled_figures(device, fit, origin)
     return replace(device, kernel_fit=fit.kernel_fit or fit.name)
 
 

@@ -90,6 +90,16 @@ class System:
                      f"domains of {self.scale_up_domain_gpus}")
         return f"{n_nodes} × {self.name} trays of {self.gpus_per_node} GPUs ({where})"
 
+    def network_text(self) -> str:
+        """The links a prediction costs, in words: 'NVLink domain of 8 GPUs at 450 GB/s per
+        GPU; RoCE 400 Gb/s: 8 NICs of 400 Gb/s per node, 400 Gb/s per GPU' (one direction;
+        a trial's reports named the node type but not the network they assumed)."""
+        return (f"NVLink domain of {self.scale_up_domain_gpus} GPUs at "
+                f"{self.scale_up_bw_bytes_per_s / 1e9:g} GB/s per GPU; "
+                f"{self.scale_out_fabric}: {self.nics_per_node} NICs of "
+                f"{self.nic_bw_bytes_per_s * 8 / 1e9:g} Gb/s per node, "
+                f"{self.scale_out_bw_bytes_per_s * 8 / 1e9:g} Gb/s per GPU (one direction)")
+
     @property
     def scale_up_bw_bytes_per_s(self) -> float:
         """NVLink bandwidth per GPU, one direction (a property of the device)."""

@@ -294,6 +294,7 @@ class Envelope:
             "gpu": self.system.device.name,
             "nodes": self.n_nodes,
             "gpus_per_node": self.system.gpus_per_node,
+            "network": self.system.network_text(),
             "n_devices": self.n_devices,
             "days": self.days,
             **({"dollar_budget": self.dollar_budget.to_dict()}

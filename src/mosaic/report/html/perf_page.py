@@ -161,6 +161,11 @@ def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
     return figure
 
 
+def _overshoot_text(gib: float) -> str:
+    """'1.25 GiB', or in MiB below a hundredth of a GiB (a trial read 'misses by 0.00 GiB')."""
+    return f"{gib:.2f} GiB" if gib >= 0.01 else f"{gib * 1024:.2g} MiB"
+
+
 def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     infeasible = document["infeasible"]
     rows = []
@@ -168,7 +173,7 @@ def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
         closest = infeasible.get("min_overshoot_gib")
         rows.append({"reason": "out of memory", "plans": infeasible["out_of_memory"],
                      "example": ("" if closest is None
-                                 else f"closest misses by {closest:.2f} GiB")})
+                                 else f"closest misses by {_overshoot_text(closest)}")})
     rows += [{"reason": rule_text(item["rule"]),
               "plans": item["plans"], "example": item["example"]}
              for item in infeasible["rejected"]]
@@ -181,6 +186,7 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
     rows = document["rows"]
     summary = [
         ("hardware", hardware_text(hardware)),
+        *([("calibration", document["calibration"])] if "calibration" in document else []),
         ("candidates", f"{document['n_candidates']:,} enumerated, {document['n_plans']:,} "
                        f"pass the divisibility rules, {document['n_feasible']:,} fit memory"),
         ("MFU peak", document["mfu_peak"]),

@@ -242,6 +242,7 @@ def _summary(document: dict[str, Any]) -> list[tuple[str, Any]]:
     e = document["envelope"]
     rows = [
         ("cluster", f"{e['nodes']} × {e['system']} ({e['n_devices']} × {e['gpu']})"),
+        *([("network", e["network"])] if "network" in e else []),  # (older documents lack it)
         ("window", f"{e['days']:g} days, goodput {goodput_text(e['goodput'])}"
                    + _budget_text(e.get("dollar_budget"))),
         ("C_peak", f"{document['c_peak_flops']:.3g} FLOP"),

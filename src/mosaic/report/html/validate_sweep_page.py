@@ -110,6 +110,8 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
     a = document["aggregate"]
 
     summary = accuracy_rows(a, len(document.get("skipped", [])))
+    if "calibration" in document:  # which profile scored the runs (a trial)
+        summary.insert(0, ("calibration", document["calibration"]))
     ranks = rank_figure(runs)
     columns = [Column("id", "run", text=True), Column("group", "group", text=True),
                Column("predicted_tokens_per_s_per_gpu", "predicted tok/s/GPU", fmt_float(0)),
@@ -221,15 +223,20 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     if "price_usd_per_gpu_hour" in document:  # as the terminal table (a trial missed it)
         at = [c.key for c in columns].index("gpu_hours") + 1
         columns.insert(at, Column("cost_usd", "cost USD", fmt_float(0)))
-    fixed = (f"{e['nodes']} × {e['system']}" if axis == "days"
-             else f"{e['days']:g} days on {e['system']}" if budget is None
+    network = f" ({e['network']})" if "network" in e else ""
+    # the profile the points were predicted with, named as in the terminal (a trial)
+    calibration = (f", calibration {document['calibration']['name']}"
+                   if isinstance(document.get("calibration"), dict) else "")
+    fixed = (f"{e['nodes']} × {e['system']}{network}" if axis == "days"
+             else f"{e['days']:g} days on {e['system']}{network}" if budget is None
              else f"{budget['usd']:,.0f} USD at {budget['price_usd_per_gpu_hour']:g} USD per "
-                  f"GPU-hour on {e['system']} (each node count the window it buys)")
+                  f"GPU-hour on {e['system']}{network} (each node count the window it buys)")
     flags = sweep_extrapolation_rows(document)
     return [
         Section("curves", "Allocation curves", [
             note(f"Fixed: {fixed}, batch {e['global_batch']} × {e['seq_len']}, "
-                 f"{e['precision']}, software stack {stack_text(e)} (paper Sec. 7.4, "
+                 f"{e['precision']}, software stack {stack_text(e)}{calibration} (paper "
+                 "Sec. 7.4, "
                  "Fig. 11). Black: the optimum; dashed: the best configuration per split "
                  "factor G (the optimum's own G runs under the black line)."),
             *([note("The loss law is extrapolating beyond its fitted data range:"),
