@@ -27,17 +27,6 @@ def test_a_sparsity_out_of_range_names_sparsity():
     assert "sparsity S" in result.output and "split factor" not in result.output
 
 
-def test_calibrating_one_run_points_to_cv_none(tmp_path):
-    # (several runs of one source are cross-validated leaving one run out instead)
-    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
-    document["runs"] = document["runs"][:1]
-    path = tmp_path / "one.yaml"
-    path.write_text(yaml.safe_dump(document))
-    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml")])
-    assert result.exit_code == 2
-    assert "--cv none" in result.output
-
-
 def test_missing_files_are_one_line_naming_the_path(tmp_path):
     missing = tmp_path / "nope.json"
     result = runner.invoke(app, ["arch", "--model", str(missing)])
@@ -68,7 +57,6 @@ def test_a_misnamed_block_or_field_is_the_problem_named(tmp_path):
 def test_a_run_record_as_a_job_shows_its_measured_step_beside_the_prediction():
     import json
 
-    import yaml
 
     runs_file = EXAMPLES / "runs_example.yaml"
     record = yaml.safe_load(runs_file.read_text())["runs"][0]
@@ -178,7 +166,6 @@ def test_mosaics_own_warnings_name_no_source_line(tmp_path):
     import subprocess
     import sys
 
-    import yaml
 
     document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
     document["data"] = {"global_batch": 8192, "seq_len": 8192, "micro_batch": 2}  # older
