@@ -113,3 +113,13 @@ def test_compare_runs_a_job_on_its_calibrations_stack_as_perf_does():
                                  "paper-p6b200", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["a"]["step_time_s"] == pytest.approx(perf["step_time_s"])
+
+
+def test_an_overshoot_of_a_few_mib_reads_in_mib():
+    """'misses by 0.00 GiB' (layouts page) and 'over by 0.0' (explain) read as no miss (two
+    trials): one helper writes both, in MiB where the GiB figure would round to zero."""
+    from mosaic.perf.headroom import gib_or_mib_text
+
+    assert gib_or_mib_text(1.254) == "1.25 GiB"
+    assert gib_or_mib_text(0.0007) == "0.72 MiB"  # 0.0007 x 1024
+    assert gib_or_mib_text(0.04, decimals=1) == "41 MiB"

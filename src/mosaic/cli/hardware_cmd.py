@@ -167,7 +167,7 @@ def _reading(key: str, value: float) -> str:
     = 139.8 GiB', '5e+10 = 400 Gb/s'; a trial read raw bytes)."""
     if key == "hbm_bytes":
         return f" = {value / GIB:,.1f} GiB"
-    if key.startswith("nic_bw") or key.startswith("scale_out_bw"):
+    if key.startswith(("nic_bw", "scale_out_bw")):
         return f" = {value * 8 / 1e9:,.0f} Gb/s"
     if key.endswith("_bytes_per_s"):
         return f" = {value / 1e9:,.0f} GB/s"
@@ -185,8 +185,7 @@ def _value_with_source(key: str, value: Any, sources: dict[str, str]) -> str:
                          for dtype, v in value.items()) or "-"
     if value is None:
         return "-"
-    text = (f"{value:.4g}{_reading(key, value)}" if isinstance(value, float | int)
-            and not isinstance(value, bool) and key != "sm_count" else str(value))
+    text = f"{value:.4g}{_reading(key, value)}" if isinstance(value, float) else str(value)
     source = sources.get(key)
     return f"{text} ({source})" if source else text
 

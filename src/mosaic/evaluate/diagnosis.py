@@ -35,6 +35,7 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
+from mosaic.perf.headroom import gib_or_mib_text
 from mosaic.perf.machine import Machine
 from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
@@ -600,8 +601,7 @@ def memory_overshoot_text(memory_bytes: float, overshoot_bytes: float,
     need, budget, over = memory_bytes / GIB, usable / GIB, overshoot_bytes / GIB
     decimals = next((d for d in (1, 2, 3) if f"{need:.{d}f}" != f"{budget:.{d}f}"
                      and float(f"{over:.{d}f}") > 0), 3)
-    over_text = (f"{over:.{decimals}f} GiB" if float(f"{over:.{decimals}f}") > 0
-                 else f"{overshoot_bytes / 2**20:.2g} MiB")
+    over_text = gib_or_mib_text(over, decimals)
     return (f"needs {need:.{decimals}f} GiB of {budget:.{decimals}f} usable "
             f"({usable / capacity_bytes:.0%} of {capacity_bytes / GIB:.1f} GiB), over by "
             f"{over_text}")

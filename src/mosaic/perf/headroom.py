@@ -77,6 +77,13 @@ def memory_headroom(user_fraction: float | None, stack: str) -> MemoryHeadroom:
     return MemoryHeadroom(DEFAULT_USABLE_MEMORY_FRACTION, DEFAULT_SOURCE)
 
 
+def gib_or_mib_text(gib: float, decimals: int = 2) -> str:
+    """'1.25 GiB', in MiB where the figure would read as zero GiB at ``decimals`` (a trial
+    read 'over by 0.0' and 'misses by 0.00 GiB' for misses of a few MiB)."""
+    text = f"{gib:.{decimals}f}"
+    return f"{text} GiB" if float(text) > 0 else f"{gib * 1024:.2g} MiB"
+
+
 def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: float,
                     overshoot_gib: float) -> str:
     """'M GiB of U usable (F% of C GiB), fits'; '..., OUT OF MEMORY by O GiB over the device

@@ -92,6 +92,14 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+# The plan-form fields a job's form fills, by the job field that holds each
+PLAN_FIELDS_FROM_JOB = {"plan.global_batch": "batch.global_seqs", "plan.seq_len": "batch.seq_len",
+                        "plan.nodes": "hardware.nodes", "plan.stack": "performance.stack",
+                        "plan.precision": "performance.precision",
+                        "plan.stack_version": "performance.stack_version",
+                        "plan.dispatcher": "parallelism.dispatcher"}
+
+
 def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
     """The plan form of a studio opened on a job: the job's node type (so its GPU),
     node count, batch, sequence length, stack, its release and dispatcher, and precision (a
@@ -101,18 +109,10 @@ def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
     from mosaic.hardware import get_system
 
     system = get_system(form["hardware.system"])
+    taken = {plan_key: form[job_key] for plan_key, job_key in PLAN_FIELDS_FROM_JOB.items()
+             if job_key in form}
     return {**DEFAULT_PLAN_FORM, "plan.gpu": system.device.name, "plan.system": system.name,
-            "plan.global_batch": form.get("batch.global_seqs",
-                                          DEFAULT_PLAN_FORM["plan.global_batch"]),
-            "plan.seq_len": form.get("batch.seq_len", DEFAULT_PLAN_FORM["plan.seq_len"]),
-            "plan.nodes": form.get("hardware.nodes", DEFAULT_PLAN_FORM["plan.nodes"]),
-            "plan.stack": form.get("performance.stack", DEFAULT_PLAN_FORM["plan.stack"]),
-            "plan.precision": form.get("performance.precision",
-                                       DEFAULT_PLAN_FORM["plan.precision"]),
-            "plan.stack_version": form.get("performance.stack_version",
-                                           DEFAULT_PLAN_FORM["plan.stack_version"]),
-            "plan.dispatcher": form.get("parallelism.dispatcher",
-                                        DEFAULT_PLAN_FORM["plan.dispatcher"])}
+            **taken}
 
 
 def _export_targets() -> list[str]:

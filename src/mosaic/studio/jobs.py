@@ -164,8 +164,8 @@ _UNKNOWN = re.compile(r"^unknown (\w+) ")
 
 def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
     """``message`` beside each form field it is about: every axis a layout rule names
-    (dp·micro_batch must divide the batch: the node count and the micro-batch), else the
-    one field of :func:`field_of`."""
+    (dp·micro_batch must divide the batch: the node count and the micro-batch), the field
+    of a 'job: block: field' message, else the fields it names (:func:`named_fields`)."""
     # the devices (the node count) not filling tp·pp·cp names the axes too (a trial found it
     # above the results with no field marked)
     spread = "are not a multiple of tp·pp·cp" in message
@@ -176,24 +176,30 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
         found = [key for key in dict.fromkeys(keys) if key in form_keys]
         if found:
             return dict.fromkeys(found, message)
-    field = field_of(message, form_keys)
-    if field == GENERAL or _FIELD_PATH.match(message):
-        return {field: message}
-    # a rule across fields beside each field it names ('needs precision fp8 (got bf16)')
-    return dict.fromkeys([field, *named_fields(message, form_keys)[:2]], message)
-
-
-def field_of(message: str, form_keys: set[str]) -> str:
-    """The form field a validation message is about (GENERAL when none); a layout rule's
-    axes are :func:`message_fields`' to place."""
     match = _FIELD_PATH.match(message)
-    if match:
-        block, field = match.groups()
-        if block == "model":
-            return "hf.config" if "hf.config" in form_keys else "model.source"
-        key = f"{block}.{field}"
-        return key if key in form_keys else GENERAL
-    for pattern in (_UNKNOWN, _NAMED_VALUE):  # "unknown system 'x'", "stack 'abc': ..."
+    if match:  # 'job: block: field ...': that field alone
+        return {_path_field(match, form_keys): message}
+    # a rule across fields beside each field it names ('needs precision fp8 (got bf16)')
+    named = named_fields(message, form_keys)
+    field = _pattern_field(message, form_keys) or (named[0] if named else None)
+    if field is None:
+        return {GENERAL: message}
+    return dict.fromkeys([field, *named[:2]], message)
+
+
+def _path_field(match: re.Match[str], form_keys: set[str]) -> str:
+    """The form field of a 'job: block: field' message (GENERAL when the form has none)."""
+    block, field = match.groups()
+    if block == "model":
+        return "hf.config" if "hf.config" in form_keys else "model.source"
+    key = f"{block}.{field}"
+    return key if key in form_keys else GENERAL
+
+
+def _pattern_field(message: str, form_keys: set[str]) -> str | None:
+    """The form field a message names by its pattern: 'unknown system 'x'', "stack 'abc':
+    ...", or too many devices (the node count); None for none of them."""
+    for pattern in (_UNKNOWN, _NAMED_VALUE):
         named = pattern.match(message)
         key = None if named is None else next(
             (k for k in sorted(form_keys) if k.endswith("." + named.group(1))), None)
@@ -201,8 +207,7 @@ def field_of(message: str, form_keys: set[str]) -> str:
             return key
     if "tp·pp·cp·dp = " in message:  # more devices than the limit: the node count
         return _axis_field("dp", form_keys)
-    named = named_fields(message, form_keys)
-    return named[0] if named else GENERAL
+    return None
 
 
 # Field names too common as words to place a message by (optimizer.kind, model.source, ...)

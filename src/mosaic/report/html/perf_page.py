@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.perf.constraints import rule_text
-from mosaic.perf.headroom import memory_fit_text
+from mosaic.perf.headroom import gib_or_mib_text, memory_fit_text
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import term_meaning
 from mosaic.report.html.breakdown import (
@@ -161,11 +161,6 @@ def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
     return figure
 
 
-def _overshoot_text(gib: float) -> str:
-    """'1.25 GiB', or in MiB below a hundredth of a GiB (a trial read 'misses by 0.00 GiB')."""
-    return f"{gib:.2f} GiB" if gib >= 0.01 else f"{gib * 1024:.2g} MiB"
-
-
 def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     infeasible = document["infeasible"]
     rows = []
@@ -173,7 +168,7 @@ def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
         closest = infeasible.get("min_overshoot_gib")
         rows.append({"reason": "out of memory", "plans": infeasible["out_of_memory"],
                      "example": ("" if closest is None
-                                 else f"closest misses by {_overshoot_text(closest)}")})
+                                 else f"closest misses by {gib_or_mib_text(closest)}")})
     rows += [{"reason": rule_text(item["rule"]),
               "plans": item["plans"], "example": item["example"]}
              for item in infeasible["rejected"]]
