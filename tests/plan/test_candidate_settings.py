@@ -12,8 +12,9 @@ from mosaic.cli.main import app
 from mosaic.perf.layouts import LayoutLimits, enumerate_plans
 from mosaic.perf.machine import machine_for
 from mosaic.perf.step_time import predict_step
-from mosaic.perf.workload import Dispatcher, Precision, Workload
+from mosaic.perf.workload import Dispatcher, Precision, QuantisedGemms, Workload
 from mosaic.plan import Envelope, SearchSpace, profile_geometries, resolve_system
+from mosaic.plan.search import candidate_workload
 
 # EP over 32 GPUs spans four 8-GPU nodes, so the dispatcher matters.
 CROSS_NODE_EP = LayoutLimits(tp=(1,), pp=(1,), cp=(1,), ep=(32,), micro_batches=(1,),
@@ -61,3 +62,61 @@ def test_the_reports_breakdown_uses_the_candidates_stack_and_dispatcher(tmp_path
     optimum, step = document["optimum"], document["optimum_step"]
     assert step["step_time_s"] == pytest.approx(optimum["step_time_s"], rel=1e-12)
     assert step["memory_bytes"] == pytest.approx(optimum["memory_bytes"], rel=1e-12)
+
+
+def test_a_plan_quantising_the_routed_experts_alone_times_each_candidate_as_such_a_job(
+        calibration):
+    """--quantised-gemms routed_experts reaches every candidate: its rate is the single-plan
+    rate of the same workload, between the bf16 plan's and the all-MXFP8 plan's (only the
+    experts' GEMMs move to the faster lane)."""
+    base = Envelope(resolve_system("B200"), n_nodes=4, days=5.0, stack="torchtitan")
+    grid = SearchSpace(q=(4,), experts=(64,), top_k=(4,), split_factor=(4,)).enumerate()
+    limits = replace(CROSS_NODE_EP, sharding=("fsdp",))
+    rates = {}
+    for name, settings in (("bf16", {}),
+                           ("experts", {"precision": Precision.FP8, "fp8_recipe": "mxfp8",
+                                        "quantised_gemms": "routed_experts"}),
+                           ("all", {"precision": Precision.FP8, "fp8_recipe": "mxfp8"})):
+        envelope = replace(base, **settings)
+        table = profile_geometries(envelope, grid, calibration, limits, workers=1)
+        workload = candidate_workload(envelope, grid, 0)
+        machine = machine_for(envelope.cluster, envelope.precision,
+                              envelope.usable_memory_fraction,
+                              fp8_recipe=envelope.fp8_recipe)
+        plans = enumerate_plans(workload, machine.n_devices,
+                                machine.interconnect.scale_up_domain_gpus, limits)
+        alone = predict_step(workload, plans, machine, calibration).tokens_per_s[0]
+        assert table.tokens_per_s[0] == pytest.approx(alone, rel=1e-12)
+        rates[name] = alone
+    assert candidate_workload(replace(base, **{"precision": Precision.FP8,
+                                               "quantised_gemms": "routed_experts"}),
+                              grid, 0).quantised_gemms is QuantisedGemms.ROUTED_EXPERTS
+    assert rates["bf16"] < rates["experts"] < rates["all"]
+
+
+def test_quantising_the_experts_alone_is_refused_at_bf16_before_the_search():
+    out = CliRunner().invoke(app, ["plan", "--q", "4", "--quantised-gemms", "routed_experts"])
+    assert out.exit_code != 0
+    assert "quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got bf16)" \
+        in out.output
+    out = CliRunner().invoke(app, ["plan", "--q", "4", "--precision", "mxfp8", "--gpu",
+                                   "B200", "--quantised-gemms", "experts"])
+    assert out.exit_code != 0
+    assert "--quantised-gemms" in out.output and "routed_experts" in out.output
+
+
+def test_a_plan_of_the_experts_alone_exports_that_setting(tmp_path):
+    args = ["plan", "--q", "4", "--experts", "64", "--top-k", "4", "--split-factor", "4",
+            "--nodes", "2", "--days", "2", "--stack", "torchtitan", "--precision", "mxfp8",
+            "--quantised-gemms", "routed_experts", "--workers", "1", "--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(out.stdout)
+    assert json.loads(out.stdout)["envelope"]["quantised_gemms"] == "routed_experts"
+    job = CliRunner().invoke(app, ["export", str(plan_file), "--to", "yaml"])
+    assert job.exit_code == 0, job.output
+    assert "quantised_gemms: routed_experts" in job.stdout
+    toml = CliRunner().invoke(app, ["export", str(plan_file), "--to", "torchtitan"])
+    assert toml.exit_code == 0, toml.output
+    assert 'converters = ["quantize.grouped_mm.mx"]' in toml.stdout

@@ -113,6 +113,8 @@ def test_a_rule_on_two_fields_is_shown_beside_both(studio):
     ({"hardware.system": "DGX-H100", "performance.precision": "nvfp4"},
      ["performance.precision"]),
     ({"performance.stack": "torchtitan"}, ["parallelism.sharding", "performance.stack"]),
+    ({"performance.quantised_gemms": "routed_experts"},
+     ["performance.quantised_gemms", "performance.precision"]),
 ])
 def test_a_rule_between_settings_is_shown_beside_the_fields_it_names(studio, changes, fields):
     """A trial found these messages above the form, beside no field: each goes beside the
@@ -755,3 +757,31 @@ def test_a_report_address_that_is_no_plan_number_is_answered_in_words(studio):
     assert status == 404 and "reports are numbered by plan" in body
     status, body = studio.text("/report/987654")
     assert status == 404 and "no report 987654" in body
+
+
+def test_the_plan_form_quantises_the_routed_experts_alone_as_the_job_does():
+    """A job that quantises its routed experts alone seeds the plan form with it, and the
+    form's setting reaches the envelope as `mosaic plan --quantised-gemms` does."""
+    from mosaic.perf.workload import QuantisedGemms
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import FormError
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
+
+    job = {"model": {"layers": 8, "d_model": 1024, "heads": 8, "ffn": 4096,
+                     "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
+           "batch": {"global_seqs": 64, "seq_len": 2048, "micro_seqs": 1},
+           "parallelism": {"ep": 8, "sharding": "fsdp"},
+           "performance": {"precision": "mxfp8", "stack": "torchtitan",
+                           "quantised_gemms": "routed_experts"},
+           "hardware": {"system": "DGX-B200", "nodes": 1}}
+    seeded = options_document(job)
+    assert seeded["form"]["performance.quantised_gemms"] == "routed_experts"
+    assert seeded["plan_form"]["plan.quantised_gemms"] == "routed_experts"
+    assert set(seeded["quantised_gemms"]) == {"all", "routed_experts"}
+    envelope, _, _ = validate_plan_form({**seeded["plan_form"], "plan.q": "8",
+                                         "plan.experts": "16", "plan.top_k": "1",
+                                         "plan.split_factor": "1"})
+    assert envelope.quantised_gemms is QuantisedGemms.ROUTED_EXPERTS
+    with pytest.raises(FormError) as refused:
+        validate_plan_form({**DEFAULT_PLAN_FORM, "plan.quantised_gemms": "routed_experts"})
+    assert list(refused.value.errors) == ["plan.quantised_gemms"]

@@ -24,7 +24,7 @@ from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import STEP_TERMS, term_meaning
-from mosaic.report.plan_report import layout_line
+from mosaic.report.plan_report import ROUTED_EXPERTS_ONLY_TEXT, layout_line
 from mosaic.report.prediction_document import memory_scale_note, prediction_document
 from mosaic.units import GIB
 
@@ -54,6 +54,8 @@ def _render(document: dict[str, Any]) -> None:
              + (f" ({document['fp8_recipe']}"
                 + (", FP8 parameter gathers" if document["fp8_param_gather"] else "") + ")"
                 if document["fp8_recipe"] != "none" else "")
+             + (ROUTED_EXPERTS_ONLY_TEXT
+                if document["quantised_gemms"] == "routed_experts" else "")
              + f" / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")
              + (", FP8 dispatch" if document["dispatch_fp8"] else "")

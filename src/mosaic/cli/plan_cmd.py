@@ -136,6 +136,10 @@ DispatcherOpt = Annotated[str | None, typer.Option(
     "--dispatcher", help="EP token dispatch of every candidate: alltoall, deepep or hybridep "
     "(default: the stack's on the cluster's GPU, e.g. megatron-bridge: deepep on Hopper, "
     "hybridep on Blackwell; else alltoall; docs/plan.md).")]
+QuantisedGemmsOpt = Annotated[str, typer.Option(
+    "--quantised-gemms", help="Which GEMMs of every candidate --precision runs: all (default), "
+    "or routed_experts (the experts' grouped GEMMs alone, the rest bf16: torchtitan's "
+    "quantize.grouped_mm converters; needs fp8, mxfp8 or nvfp4).")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
 QValues = Annotated[str | None, typer.Option(
@@ -346,6 +350,7 @@ def plan(
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
+    quantised_gemms: QuantisedGemmsOpt = "all",
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     balanced_pipeline: BalancedPipelineOpt = False,
@@ -390,7 +395,8 @@ def plan(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
+        dispatcher=dispatcher, quantised_gemms=quantised_gemms, backbone=backbone,
+        layers=layers, d_model=d_model,
         stack_version=stack_version, balanced_pipeline=balanced_pipeline,
         max_total_params=max_total_params, max_active_params=max_active_params, s_max=s_max,
         unique_tokens=unique_tokens)
@@ -526,6 +532,7 @@ def sweep_days_command(
     as_json: JsonFlag = False, plot_dir: PlotDir = None,
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
+    quantised_gemms: QuantisedGemmsOpt = "all",
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
@@ -548,7 +555,8 @@ def sweep_days_command(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
+        dispatcher=dispatcher, quantised_gemms=quantised_gemms, backbone=backbone,
+        layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
@@ -589,6 +597,7 @@ def sweep_nodes_command(
     address: AddressOpt = None, as_json: JsonFlag = False,
     plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
+    quantised_gemms: QuantisedGemmsOpt = "all",
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
@@ -614,7 +623,8 @@ def sweep_nodes_command(
         memory_fraction=memory_fraction, q=q, experts=experts,
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
-        dispatcher=dispatcher, backbone=backbone, layers=layers, d_model=d_model,
+        dispatcher=dispatcher, quantised_gemms=quantised_gemms, backbone=backbone,
+        layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
     envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given

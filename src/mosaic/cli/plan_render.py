@@ -24,6 +24,7 @@ from mosaic.report.plan_report import (
     loss_gap_text,
     model_limits_text,
     pick_deliverable_text,
+    precision_text,
     untrainable_message,
 )
 from mosaic.units import GIB, significant
@@ -65,7 +66,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
         ("stack / calibration", f"{envelope.stack}"
                                 + (f" {envelope.stack_version}" if envelope.stack_version else "")
                                 + f" / {calibration}"),
-        ("precision / dispatcher", f"{_precision_text(envelope)} / {envelope.dispatcher}"),
+        ("precision / dispatcher", f"{precision_text(envelope.to_dict())} / {envelope.dispatcher}"),
         ("recipe settings", _recipe_text(envelope)),
         ("usable memory", _headroom_text(envelope)),
         ("pipeline split", "balanced Megatron layouts (embedding, loss, MTP as layer slots)"
@@ -93,13 +94,6 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
     rows.append(("searched", f"{len(result.grid)} geometries, {table.plans_evaluated:,} "
                              f"layouts checked, {table.plans_timed:,} timed"))
     print_key_value_table("Envelope", rows)
-
-
-def _precision_text(envelope: Any) -> str:
-    """'bf16', 'fp8 (mxfp8)' or 'fp4 (nvfp4)': the lane and the recipe that runs on it."""
-    document = envelope.to_dict()
-    recipe = document.get("fp8_recipe") or ("nvfp4" if document["precision"] == "fp4" else None)
-    return document["precision"] + (f" ({recipe})" if recipe else "")
 
 
 def _recipe_text(envelope: Any) -> str:

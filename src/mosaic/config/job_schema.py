@@ -328,7 +328,8 @@ class JobSpec:
 def training_block(tokens: float | None, goodput: float | None) -> dict[str, Any]:
     """The job's ``training`` block: what it states of the token budget and the goodput
     (goodput only below 1); none when it states neither."""
-    block: dict[str, Any] = {} if tokens is None else {"tokens": tokens}
+    # a token count is whole (a plan's D* = throughput x window is not)
+    block: dict[str, Any] = {} if tokens is None else {"tokens": round(tokens)}
     if goodput is not None and goodput < 1.0:
         block["goodput"] = goodput
     return {"training": block} if block else {}

@@ -759,6 +759,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         cross_entropy=envelope.get("cross_entropy"),
         fused_grouped_mlp=(bool(envelope.get("fused_grouped_mlp", False))
                            and experts_fuse_grouped_mlp(geometry)),
+        quantised_gemms=str(envelope.get("quantised_gemms", "all")),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=stack, source=source,
         router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
@@ -848,6 +849,8 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
             performance[name] = True
     if not spec.grad_reduce_in_fp32:
         performance["grad_reduce_in_fp32"] = False
+    if spec.quantised_gemms != "all":
+        performance["quantised_gemms"] = spec.quantised_gemms
     if spec.cross_entropy is not None:
         performance["cross_entropy"] = spec.cross_entropy
     hardware: dict[str, Any] = {"system": envelope.get("system")}

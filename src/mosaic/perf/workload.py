@@ -74,6 +74,24 @@ def job_precision_name(lane: str) -> str:
     return FP4_RECIPES[0] if lane == Precision.FP4.value else lane
 
 
+def check_quantised_gemms(quantised_gemms: QuantisedGemms, precision: Precision,
+                          precision_label: str, settings_on: dict[str, bool]) -> None:
+    """Quantising the routed experts alone needs low-precision GEMMs; the settings that
+    quantise other GEMMs or gather FP8/FP4 weights (``settings_on``: name -> set) contradict
+    it. One rule for a job's workload and a plan's envelope."""
+    if quantised_gemms is QuantisedGemms.ALL:
+        return
+    if precision_lane(precision) not in (Precision.FP8, Precision.FP4):
+        raise MosaicInputError(
+            f"quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got "
+            f"{precision_label}): it says which GEMMs that precision runs")
+    for name, on in settings_on.items():
+        if on:
+            raise MosaicInputError(
+                f"{name} with quantised_gemms routed_experts: the attention and the "
+                "weights it covers stay in bf16 when only the experts are quantised")
+
+
 def precision_lane(name: str) -> str:
     """The peak-FLOP/s lane a precision or recipe name runs on ('mxfp8' -> 'fp8', 'nvfp4' ->
     'fp4'); any other name unchanged (validated where it is used)."""
@@ -589,20 +607,13 @@ class Workload:
         """Quantising the routed experts alone needs low-precision GEMMs and experts; the
         settings that quantise other GEMMs or gather FP8/FP4 weights contradict it."""
         object.__setattr__(self, "quantised_gemms", QuantisedGemms(self.quantised_gemms))
-        if self.quantised_gemms is QuantisedGemms.ALL:
-            return
-        if precision_lane(self.precision) not in (Precision.FP8, Precision.FP4):
-            raise MosaicInputError(
-                f"quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got "
-                f"{self._precision_label()}): it says which GEMMs that precision runs")
-        if self.geometry.moe is None:
+        check_quantised_gemms(self.quantised_gemms, self.precision, self._precision_label(),
+                              {name: getattr(self, name) for name in
+                               ("fp8_dot_product_attention", "fp8_param_gather",
+                                "fp4_param_gather")})
+        if self.quantised_gemms is not QuantisedGemms.ALL and self.geometry.moe is None:
             raise MosaicInputError("quantised_gemms routed_experts needs an MoE model (a dense "
                                    "model has no routed experts)")
-        for name in ("fp8_dot_product_attention", "fp8_param_gather", "fp4_param_gather"):
-            if getattr(self, name):
-                raise MosaicInputError(
-                    f"{name} with quantised_gemms routed_experts: the attention and the "
-                    "weights it covers stay in bf16 when only the experts are quantised")
 
     @property
     def dense_gemms_quantised(self) -> bool:

@@ -28,6 +28,8 @@ from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
     Precision,
+    QuantisedGemms,
+    check_quantised_gemms,
     default_fp8_recipe,
     enum_member,
 )
@@ -157,6 +159,9 @@ class Envelope:
             with fp8_recipe mxfp8; Workload.fused_grouped_mlp).
         fp8_recipe: the FP8 recipe of every candidate under fp8 precision (e.g. mxfp8);
             None = the stack's default (``Workload.fp8_recipe``).
+        quantised_gemms: which GEMMs of every MoE candidate the low precision runs: all, or
+            the routed experts' grouped GEMMs alone with the rest in bf16 (torchtitan's
+            quantize.grouped_mm converters; ``Workload.quantised_gemms``).
         dollar_budget: a budget in USD that sets ``days`` for the cluster's GPUs
             (``--budget-usd``), also when the node count changes (a node sweep at equal
             cost); None when the window is given in days. Giving days drops it.
@@ -187,6 +192,7 @@ class Envelope:
     grad_reduce_in_fp32: bool = True
     cross_entropy: str | None = None
     fused_grouped_mlp: bool = False
+    quantised_gemms: QuantisedGemms = QuantisedGemms.ALL
     balanced_pipeline: bool = False
     dollar_budget: DollarBudget | None = None
 
@@ -207,6 +213,11 @@ class Envelope:
         # one line naming what the GPU lacks (NVFP4/MXFP8 need Blackwell; any other lane
         # needs a peak for it), the same words as a job's
         check_precision_on_device(self.system.device, self.precision, self.fp8_recipe)
+        object.__setattr__(self, "quantised_gemms", enum_member(
+            QuantisedGemms, self.quantised_gemms, "--quantised-gemms"))
+        check_quantised_gemms(self.quantised_gemms, self.precision, str(self.precision),
+                              {"fp8_param_gather": self.fp8_param_gather,
+                               "fp4_param_gather": self.fp4_param_gather})
         if self.fused_grouped_mlp and (self.precision is not Precision.FP8
                                        or (self.fp8_recipe or default_fp8_recipe(self.stack))
                                        is not Fp8Recipe.MXFP8):
@@ -316,6 +327,8 @@ class Envelope:
             "grad_reduce_in_fp32": self.grad_reduce_in_fp32,
             **({"cross_entropy": self.cross_entropy} if self.cross_entropy else {}),
             **({"fused_grouped_mlp": True} if self.fused_grouped_mlp else {}),
+            **({"quantised_gemms": str(self.quantised_gemms)}
+               if self.quantised_gemms is not QuantisedGemms.ALL else {}),
             "balanced_pipeline": self.balanced_pipeline,
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,

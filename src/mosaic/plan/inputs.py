@@ -109,7 +109,7 @@ def build_inputs(
     checkpoint_s: float | None, restart_s: float, global_batch: int, seq_len: int,
     memory_fraction: float | None, q: str | None, experts: str | None, top_k: str | None,
     split_factor: str | None, tpp: str, s_min: float, stack: str = DEFAULT_STACK,
-    precision: str = "bf16", dispatcher: str | None = None,
+    precision: str = "bf16", dispatcher: str | None = None, quantised_gemms: str = "all",
     backbone: Path | Geometry | None = None,
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
     balanced_pipeline: bool = False, max_total_params: str | None = None,
@@ -146,7 +146,7 @@ def build_inputs(
         goodput=build_goodput(goodput, mtbf_gpu_hours, checkpoint_s, restart_s),
         global_batch=global_batch, seq_len=seq_len, stack=stack,
         precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
-        dispatcher=dispatcher,
+        dispatcher=dispatcher, quantised_gemms=quantised_gemms,
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
         stack_version=stack_version, balanced_pipeline=balanced_pipeline, **settings,
     )

@@ -121,6 +121,7 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
         cross_entropy=envelope.cross_entropy,
         # the fused grouped MLP is the routed experts' FC1 + SwiGLU + FC2: MoE SwiGLU only
         fused_grouped_mlp=envelope.fused_grouped_mlp and experts_fuse_grouped_mlp(geometry),
+        quantised_gemms=envelope.quantised_gemms,  # every grid geometry is an MoE
     )
     if envelope.balanced_pipeline:
         workload = with_balanced_layouts(workload, envelope.n_devices, limits)

@@ -347,6 +347,23 @@ def sweep_extrapolation_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
                 "flags", [])]
 
 
+# what a precision covers when only the routed experts run at it (quantised_gemms)
+ROUTED_EXPERTS_ONLY_TEXT = " on the routed experts, bf16 elsewhere"
+
+
+def precision_text(document: Mapping[str, Any]) -> str:
+    """'bf16', 'fp8 (mxfp8)', 'fp4 (nvfp4)' or 'fp8 (mxfp8) on the routed experts, bf16
+    elsewhere': the lane, its recipe and the GEMMs it runs, of a plan's envelope or a
+    prediction document."""
+    lane = str(document["precision"])
+    recipe = document.get("fp8_recipe")
+    if recipe in (None, "none"):
+        recipe = "nvfp4" if lane == "fp4" else None
+    return (lane + (f" ({recipe})" if recipe else "")
+            + (ROUTED_EXPERTS_ONLY_TEXT
+               if document.get("quantised_gemms") == "routed_experts" else ""))
+
+
 def sharding_text(plan: Mapping[str, Any]) -> str:
     """A layout's sharding mode, HSDP with its shard group ('hsdp/8'; a trial found the
     shard size only in `layouts`)."""

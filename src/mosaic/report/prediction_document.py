@@ -51,6 +51,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
         "attention_kernel": p.attention_kernel,
         "precision": str(result.spec.workload.precision),
         "fp8_recipe": str(result.spec.workload.fp8_recipe),
+        "quantised_gemms": str(result.spec.workload.quantised_gemms),
         "fp8_param_gather": result.spec.workload.fp8_param_gather,
         "fp4_param_gather": result.spec.workload.fp4_param_gather,
         "dispatcher": str(result.spec.workload.dispatcher),

@@ -61,7 +61,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
     from mosaic.config.job_schema import PerformanceBlock
     from mosaic.hardware import list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
-    from mosaic.perf.workload import OptimizerKind, Precision
+    from mosaic.perf.workload import OptimizerKind, Precision, QuantisedGemms
     from mosaic.plan.inputs import PRECISION_NAMES
     from mosaic.stacks.registry import known_stacks
 
@@ -80,6 +80,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
                        if name != Precision.FP4.value],
         # `mosaic plan --precision`'s names: the lanes and the FP8/FP4 recipes (fp8-cs, ...)
         "plan_precisions": [name for name in PRECISION_NAMES if name != Precision.FP4.value],
+        "quantised_gemms": [str(q) for q in QuantisedGemms],
         "optimizers": [str(o) for o in OptimizerKind],
         "switches": list(SWITCH_CHOICES),
         "model_sources": list(MODEL_SOURCES) if job_document is not None
@@ -96,6 +97,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
 PLAN_FIELDS_FROM_JOB = {"plan.global_batch": "batch.global_seqs", "plan.seq_len": "batch.seq_len",
                         "plan.nodes": "hardware.nodes", "plan.stack": "performance.stack",
                         "plan.precision": "performance.precision",
+                        "plan.quantised_gemms": "performance.quantised_gemms",
                         "plan.stack_version": "performance.stack_version",
                         "plan.dispatcher": "parallelism.dispatcher"}
 

@@ -226,8 +226,9 @@ def named_fields(message: str, form_keys: set[str]) -> list[str]:
         name = key.partition(".")[2]
         if len(name) < 3 or name in GENERIC_FIELD_NAMES:
             continue
-        positions = [i for i in (text.find(f" {name} "), words.find(f" {name.replace('_', ' ')} "))
-                     if i >= 0]
+        # a one-word name only as a word of its own: 'experts' is not in 'routed_experts'
+        spaced = words.find(f" {name.replace('_', ' ')} ") if "_" in name else -1
+        positions = [i for i in (text.find(f" {name} "), spaced) if i >= 0]
         if positions:
             found[key] = min(positions)
     return sorted(found, key=found.__getitem__)

@@ -63,7 +63,7 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.q": TABLE3_Q_TEXT, "plan.experts": TABLE3_EXPERTS_TEXT, "plan.top_k": TABLE3_TOP_K_TEXT,
     "plan.split_factor": TABLE3_SPLIT_TEXT, "plan.tpp": TABLE3_TPP_TEXT,
     "plan.s_min": f"{TABLE3_S_MIN:g}",
-    "plan.stack": DEFAULT_STACK, "plan.precision": "bf16",
+    "plan.stack": DEFAULT_STACK, "plan.precision": "bf16", "plan.quantised_gemms": "all",
     # the stack's release recipes, dispatcher and usable memory (empty: the stack's defaults)
     "plan.stack_version": "", "plan.dispatcher": "", "plan.memory_fraction": "",
     # cost and failures: a price adds the cost; a USD budget sets the window instead of days
@@ -194,6 +194,7 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
             **axes, tpp=form["plan.tpp"],
             stack=get_stack(form["plan.stack"].strip()).name,
             precision=form["plan.precision"].strip(),
+            quantised_gemms=str(form["plan.quantised_gemms"]).strip() or "all",
             dispatcher=str(form["plan.dispatcher"]).strip() or None,
             stack_version=str(form["plan.stack_version"]).strip() or None,
             max_total_params=constraints["max_total_params"],

@@ -25,6 +25,7 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
+from mosaic.report.plan_report import precision_text
 from mosaic.report.prediction_document import memory_scale_note
 
 CHECKPOINTING_COLOURS = {"none": "#4C78A8", "selective": "#54A24B", "full": "#E45756"}
@@ -74,9 +75,7 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
           if plan.get("pp", 1) > 1 and "memory_stage" in document else []),
         ("software stack (calibration)",
          f"{document.get('stack', '?')} ({document.get('calibration', '?')})"),
-        ("precision", document.get("precision", "?")
-         + (f", FP8 recipe {document['fp8_recipe']}"
-            if document.get("fp8_recipe") not in (None, "none") else "")),
+        ("precision", precision_text(document)),
         *([("EP dispatcher", document["dispatcher"])]
           if plan.get("ep", 1) > 1 and "dispatcher" in document else []),
         ("attention kernel", document["attention_kernel"]),

@@ -37,6 +37,7 @@ from mosaic.report.plan_report import (
     loss_gap_text,
     model_limits_text,
     pick_deliverable_text,
+    precision_text,
 )
 from mosaic.units import GIB
 
@@ -302,7 +303,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     e = document["envelope"]
     s = document["search_space"]
     rows = [
-        ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {e['precision']}"),
+        ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {precision_text(e)}"),
         ("software stack", stack_text(e)),
         ("usable memory", _headroom_text(e.get("memory_headroom"))),
         ("device", f"{e['gpu']}: peak {e['peak_flops_per_s_per_device'] / 1e12:.0f} TFLOP/s, "

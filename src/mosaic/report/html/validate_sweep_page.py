@@ -21,6 +21,7 @@ from mosaic.report.html.plan_page import SPLIT_COLOURS, stack_text
 from mosaic.report.plan_report import (
     layout_limits_text,
     layout_text,
+    precision_text,
     sweep_extrapolation_rows,
 )
 from mosaic.report.validation_summary import accuracy_rows
@@ -235,7 +236,7 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     return [
         Section("curves", "Allocation curves", [
             note(f"Fixed: {fixed}, batch {e['global_batch']} × {e['seq_len']}, "
-                 f"{e['precision']}, software stack {stack_text(e)}{calibration} (paper "
+                 f"{precision_text(e)}, software stack {stack_text(e)}{calibration} (paper "
                  "Sec. 7.4, "
                  "Fig. 11). Black: the optimum; dashed: the best configuration per split "
                  "factor G (the optimum's own G runs under the black line)."),

@@ -14,7 +14,8 @@
     ["Cluster", [
       ["hardware.system", "system", "select:systems"],
       ["hardware.nodes", "nodes", "number"],
-      ["performance.precision", "precision", "select:precisions"]]],
+      ["performance.precision", "precision", "select:precisions"],
+      ["performance.quantised_gemms", "GEMMs at that precision", "select:quantised_gemms"]]],
     ["Batch", [
       ["batch.global_seqs", "global batch (seqs)", "number"],
       ["batch.seq_len", "sequence length", "number"],
@@ -50,6 +51,7 @@
     ["plan.tpp", "tokens per N_act MIN:MAX", "text"], ["plan.s_min", "sparsity floor", "number"],
     ["plan.stack", "software stack", "select:stacks"],
     ["plan.precision", "precision", "select:plan_precisions"],
+    ["plan.quantised_gemms", "GEMMs at that precision", "select:quantised_gemms"],
     ["plan.stack_version", "stack release YY.MM (empty: none)", "text"],
     ["plan.dispatcher", "EP dispatcher (empty: the stack's)", "text"],
     ["plan.memory_fraction", "usable memory fraction (empty: the stack's)", "number"],
