@@ -77,6 +77,10 @@ def test_saved_gemm_inputs_are_fp8_for_the_experts_alone():
     ({"geometry": ladder_geometry(4)}, "needs an MoE model"),
     ({"fp8_param_gather": True, "fp8_recipe": Fp8Recipe.CURRENT},
      "fp8_param_gather with quantised_gemms routed_experts"),
+    # Transformer Engine's autocast quantises every TE module: Megatron cannot split them
+    ({"stack": "megatron-core"},
+     "with stack megatron-core: it quantises every GEMM of its precision; stacks that "
+     "quantise the routed experts alone: torchtitan"),
 ])
 def test_contradictions_are_refused(settings, words):
     with pytest.raises(MosaicInputError, match=words):

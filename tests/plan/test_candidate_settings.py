@@ -95,7 +95,8 @@ def test_a_plan_quantising_the_routed_experts_alone_times_each_candidate_as_such
 
 
 def test_quantising_the_experts_alone_is_refused_at_bf16_before_the_search():
-    out = CliRunner().invoke(app, ["plan", "--q", "4", "--quantised-gemms", "routed_experts"])
+    out = CliRunner().invoke(app, ["plan", "--q", "4", "--quantised-gemms", "routed_experts",
+                                   "--stack", "torchtitan"])
     assert out.exit_code != 0
     assert "quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got bf16)" \
         in out.output
@@ -103,6 +104,10 @@ def test_quantising_the_experts_alone_is_refused_at_bf16_before_the_search():
                                    "B200", "--quantised-gemms", "experts"])
     assert out.exit_code != 0
     assert "--quantised-gemms" in out.output and "routed_experts" in out.output
+    out = CliRunner().invoke(app, ["plan", "--q", "4", "--precision", "mxfp8", "--gpu",
+                                   "B200", "--quantised-gemms", "routed_experts"])
+    assert out.exit_code != 0
+    assert "with stack megatron-core" in out.output
 
 
 def test_a_plan_of_the_experts_alone_exports_that_setting(tmp_path):

@@ -114,6 +114,9 @@ def test_a_rule_on_two_fields_is_shown_beside_both(studio):
      ["performance.precision"]),
     ({"performance.stack": "torchtitan"}, ["parallelism.sharding", "performance.stack"]),
     ({"performance.quantised_gemms": "routed_experts"},
+     ["performance.quantised_gemms", "performance.stack"]),
+    ({"performance.quantised_gemms": "routed_experts", "performance.stack": "torchtitan",
+      "parallelism.sharding": "fsdp"},
      ["performance.quantised_gemms", "performance.precision"]),
 ])
 def test_a_rule_between_settings_is_shown_beside_the_fields_it_names(studio, changes, fields):

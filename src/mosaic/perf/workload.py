@@ -75,12 +75,19 @@ def job_precision_name(lane: str) -> str:
 
 
 def check_quantised_gemms(quantised_gemms: QuantisedGemms, precision: Precision,
-                          precision_label: str, settings_on: dict[str, bool]) -> None:
-    """Quantising the routed experts alone needs low-precision GEMMs; the settings that
-    quantise other GEMMs or gather FP8/FP4 weights (``settings_on``: name -> set) contradict
-    it. One rule for a job's workload and a plan's envelope."""
+                          precision_label: str, settings_on: dict[str, bool],
+                          stack: StackTraits) -> None:
+    """Quantising the routed experts alone needs a stack that can (its
+    ``routed_expert_quantisation`` trait) and low-precision GEMMs; the settings that quantise
+    other GEMMs or gather FP8/FP4 weights (``settings_on``: name -> set) contradict it. One
+    rule for a job's workload and a plan's envelope."""
     if quantised_gemms is QuantisedGemms.ALL:
         return
+    if not stack.routed_expert_quantisation:
+        raise MosaicInputError(
+            f"quantised_gemms routed_experts with stack {stack.name}: it quantises every "
+            f"GEMM of its precision; stacks that quantise the routed experts alone: "
+            f"{', '.join(stacks_with('routed_expert_quantisation'))} (docs/stacks.md)")
     if precision_lane(precision) not in (Precision.FP8, Precision.FP4):
         raise MosaicInputError(
             f"quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got "
@@ -610,7 +617,7 @@ class Workload:
         check_quantised_gemms(self.quantised_gemms, self.precision, self._precision_label(),
                               {name: getattr(self, name) for name in
                                ("fp8_dot_product_attention", "fp8_param_gather",
-                                "fp4_param_gather")})
+                                "fp4_param_gather")}, self.traits)
         if self.quantised_gemms is not QuantisedGemms.ALL and self.geometry.moe is None:
             raise MosaicInputError("quantised_gemms routed_experts needs an MoE model (a dense "
                                    "model has no routed experts)")

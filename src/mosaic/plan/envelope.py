@@ -217,7 +217,7 @@ class Envelope:
             QuantisedGemms, self.quantised_gemms, "--quantised-gemms"))
         check_quantised_gemms(self.quantised_gemms, self.precision, str(self.precision),
                               {"fp8_param_gather": self.fp8_param_gather,
-                               "fp4_param_gather": self.fp4_param_gather})
+                               "fp4_param_gather": self.fp4_param_gather}, traits)
         if self.fused_grouped_mlp and (self.precision is not Precision.FP8
                                        or (self.fp8_recipe or default_fp8_recipe(self.stack))
                                        is not Fp8Recipe.MXFP8):

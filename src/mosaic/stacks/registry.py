@@ -130,6 +130,7 @@ class _Entry(BaseModel):
     expert_gemm_launch: Literal["per_group", "one_op"] = "per_group"
     hybrid_models: bool = False
     fused_grouped_mlp: bool = False
+    routed_expert_quantisation: bool = False
     ep_comm_overlap: bool = False
     fp8_primary_weights: bool = False
     activation_offload: bool = False
@@ -232,6 +233,10 @@ class StackTraits:
     # grouped MLP (Workload.fused_grouped_mlp): Megatron-Core's TEGroupedMLP through the TE
     # operation fuser
     fused_grouped_mlp: bool
+    # whether the stack can run the routed experts' grouped GEMMs alone at FP8/MXFP8/NVFP4,
+    # the rest in bf16 (Workload.quantised_gemms routed_experts: torchtitan's grouped-experts
+    # converters)
+    routed_expert_quantisation: bool
     # whether the stack can overlap a micro-batch's EP all-to-alls with another micro-batch's
     # compute (Workload.ep_overlap: Megatron-Core --overlap-moe-expert-parallel-comm)
     ep_comm_overlap: bool
