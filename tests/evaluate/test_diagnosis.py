@@ -618,3 +618,50 @@ def test_a_run_records_unstated_split_holds_for_its_levers():
                              diagnosis.result.machine, CALIBRATION)
     assert all(lever.reason and "must divide layers=61" in lever.reason
                for lever in job_levers if lever.plan["pp"] > 1)
+
+
+def test_a_bf16_job_gets_its_fp8_what_ifs_each_the_job_at_that_precision(tmp_path):
+    """A bf16 MoE job on B200s gets FP8 with the stack's default recipe, MXFP8 and, on
+    torchtitan, the routed experts alone in MXFP8: each lever's step is `mosaic perf` of
+    the job with that precision set, on the machine of that precision (its GEMM lane)."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "model: {layers: 8, d_model: 2048, heads: 16, ffn: 8192,\n"
+        "        moe: {experts: 32, top_k: 4, expert_ffn: 1024}}\n"
+        "batch: {global_seqs: 256, seq_len: 4096, micro_seqs: 2}\n"
+        "parallelism: {ep: 8, sharding: fsdp}\n"
+        "performance: {precision: bf16, stack: torchtitan}\n"
+        "hardware: {system: DGX-B200, nodes: 2}\n")
+    levers = {lever.name: lever for lever in diagnose(job(path), CALIBRATION).levers}
+    # torchtitan's default FP8 recipe is tensorwise (current) scaling
+    settings = {"precision_current": ["performance.precision=fp8",
+                                      "performance.fp8_recipe=current"],
+                "precision_mxfp8": ["performance.precision=mxfp8"],
+                "routed_experts_mxfp8": ["performance.precision=mxfp8",
+                                         "performance.quantised_gemms=routed_experts"]}
+    assert set(settings) <= set(levers) and set(settings) <= WORKLOAD_LEVERS
+    for name, overrides in settings.items():
+        alone = job(path, *overrides)
+        assert alone.prediction.step_time_s[0] == pytest.approx(levers[name].step_time_s,
+                                                                rel=1e-12)
+        assert "numerics change" in levers[name].description
+    assert "torchtitan converters quantize.linear.mx" in levers["precision_mxfp8"].description
+    # the experts alone sit between bf16 and every GEMM in MXFP8
+    current = job(path).prediction.step_time_s[0]
+    assert (levers["precision_mxfp8"].step_time_s < levers["routed_experts_mxfp8"].step_time_s
+            < current)
+
+
+def test_no_fp8_what_if_where_the_gpu_or_the_job_has_none(comm_bound, tmp_path):
+    """An FP8 job gets no precision lever; on an A100 (no FP8 peak) neither does a bf16
+    job; on Hopper there is no MXFP8 (Blackwell's block scaling), and a Megatron stack's
+    lever names its flag."""
+    fp8 = diagnose(job(COMM_BOUND, "performance.precision=fp8"), CALIBRATION)
+    assert not [lever for lever in fp8.levers if lever.name.startswith("precision_")]
+    hopper = {lever.name: lever for lever in comm_bound.levers}
+    assert "precision_mxfp8" not in hopper and "routed_experts_mxfp8" not in hopper
+    recipe = next(name for name in hopper if name.startswith("precision_"))
+    assert "Megatron --fp8-recipe" in hopper[recipe].description
+    a100 = diagnose(job(COMM_BOUND, "hardware.system=DGX-A100"), CALIBRATION)
+    assert not [lever for lever in a100.levers
+                if lever.name.startswith(("precision_", "routed_experts"))]

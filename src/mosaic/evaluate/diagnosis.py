@@ -18,7 +18,7 @@ Three parts, each built on :func:`mosaic.perf.step_time.predict_step`:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -36,7 +36,7 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.headroom import gib_or_mib_text
-from mosaic.perf.machine import Machine
+from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
@@ -46,8 +46,11 @@ from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
     Precision,
+    QuantisedGemms,
     Workload,
+    default_fp8_recipe,
     experts_fuse_grouped_mlp,
+    precision_lane,
 )
 from mosaic.stacks import MicroBatchDefault
 from mosaic.units import GIB
@@ -660,7 +663,8 @@ def _rank(lever: Lever) -> tuple[int, float]:
 
 
 def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
-                calibration: Calibration, split_stated: bool = True) -> list[Lever]:
+                calibration: Calibration, split_stated: bool = True,
+                machine_at: Callable[[Workload], Machine] | None = None) -> list[Lever]:
     """Every what-if of a one-plan job, predicted and ranked (best feasible gain first).
 
     Plan-only changes are predicted together in one call; doubling the global batch (more
@@ -673,7 +677,9 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     Software settings the job leaves off are offered the same way, each predicted with the
     workload changed: bf16 gradient reduction, TP communication overlap, batch-level EP
     overlap and one CUDA graph per step (:func:`_workload_what_ifs` lists every
-    workload change).
+    workload change). ``machine_at`` gives the machine of a workload at another GEMM
+    precision (the same cluster, tables and usable memory); with it, a bf16 job also gets
+    its FP8 what-ifs (:func:`_precision_what_ifs`).
     """
     current = predict_step(workload, plan, machine, calibration)
     current_tokens_per_s = float(current.tokens_per_s[0])
@@ -683,6 +689,10 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     for name, description, changed in _workload_what_ifs(workload, machine, row, current):
         levers += _evaluate([_Candidate(name, description, _row_for(name, changed, row))],
                             changed, machine, calibration, current_tokens_per_s, split_stated)
+    if machine_at is not None:
+        for name, description, changed, other in _precision_what_ifs(workload, machine_at):
+            levers += _evaluate([_Candidate(name, description, row)], changed, other,
+                                calibration, current_tokens_per_s, split_stated)
     return sorted(levers, key=_rank)
 
 
@@ -692,7 +702,9 @@ WORKLOAD_LEVERS = frozenset({"global_batch_double", "attention_cudnn", "grad_red
                              "torch_compile", "dp_comm_overlap", "drop_and_pad",
                              "balanced_pipeline_layout", "dispatcher_deepep",
                              "dispatcher_hybridep", "fused_grouped_mlp",
-                             "fp8_dot_product_attention", "offload_none", "offload_halve"})
+                             "fp8_dot_product_attention", "offload_none", "offload_halve",
+                             *(f"precision_{r}" for r in Fp8Recipe if r != Fp8Recipe.NONE),
+                             "routed_experts_mxfp8"})
 
 
 def _whole_local_batch(workload: Workload) -> bool:
@@ -800,6 +812,59 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "dispatcher): no host wait per MoE layer, but overflow tokens skip their experts",
                replace(workload, routing="token_drop", pad_to_capacity=True,
                        dispatcher=Dispatcher.ALLTOALL))
+
+
+# The FP8 recipes' switches as the stacks spell them: Megatron-Core --fp8 with --fp8-recipe
+# (TransformerConfig.fp8_recipe: tensorwise, delayed, mxfp8, blockwise;
+# megatron/core/transformer/transformer_config.py @ d98e8a64dd), torchtitan's converters
+# (components/quantization/float8.py and mx.py @ b5bcd76c6: float8 tensorwise or rowwise,
+# MXFP8 on Blackwell).
+_FP8_SWITCHES = {  # recipe -> (Megatron-Core, torchtitan)
+    Fp8Recipe.DELAYED: ("--fp8-recipe delayed", None),
+    Fp8Recipe.CURRENT: ("--fp8-recipe tensorwise", "converters quantize.linear.float8"),
+    Fp8Recipe.BLOCKWISE: ("--fp8-recipe blockwise", None),
+    Fp8Recipe.MXFP8: ("--fp8-recipe mxfp8", "converters quantize.linear.mx"),
+}
+
+
+def _fp8_switch(workload: Workload, recipe: Fp8Recipe) -> str:
+    """The job's stack's switch for ``recipe``: Megatron-Core's flag on the stacks built on
+    it (its DDP), torchtitan's converter, else the recipe's name."""
+    megatron, torchtitan = _FP8_SWITCHES[recipe]
+    if workload.traits.dp_last_bucket == "megatron":
+        return f"Megatron {megatron}"
+    if workload.stack == "torchtitan" and torchtitan is not None:
+        return f"torchtitan {torchtitan}"
+    return f"the stack's {recipe} FP8 recipe"
+
+
+def _precision_what_ifs(workload: Workload, machine_at: Callable[[Workload], Machine]
+                        ) -> Iterator[tuple[str, str, Workload, Machine]]:
+    """(name, description, changed workload, its machine) of each FP8 what-if of a bf16 or
+    fp16 job the GPU can run: every GEMM in FP8 with the stack's default recipe and, on
+    Blackwell, with MXFP8; on a stack that quantises the routed experts alone (trait
+    ``routed_expert_quantisation``), an MoE's experts in MXFP8 with the rest in bf16 (the
+    nebius/ml-cookbook DeepSeek-V3 recipe). The numerics change, which the model does not
+    judge: each description says so."""
+    if precision_lane(workload.precision) not in (Precision.BF16, Precision.FP16):
+        return
+    caveat = "; numerics change"
+    options = [(f"precision_{recipe}", f"GEMMs in FP8, {recipe} scaling "
+                f"({_fp8_switch(workload, recipe)}){caveat}",
+                {"precision": Precision.FP8, "fp8_recipe": recipe})
+               for recipe in dict.fromkeys((default_fp8_recipe(workload.stack),
+                                            Fp8Recipe.MXFP8))]
+    if workload.geometry.moe is not None and workload.traits.routed_expert_quantisation:
+        options.append(("routed_experts_mxfp8", "routed experts in MXFP8, the rest in bf16 "
+                        f"(torchtitan quantize.grouped_mm.mx, fqns experts){caveat}",
+                        {"precision": Precision.FP8, "fp8_recipe": Fp8Recipe.MXFP8,
+                         "quantised_gemms": QuantisedGemms.ROUTED_EXPERTS}))
+    for name, description, settings in options:
+        try:  # a recipe the GPU or the job's other settings cannot run is no lever
+            changed = replace(workload, **settings)
+            yield name, description, changed, machine_at(changed)
+        except MosaicInputError:
+            continue
 
 
 def _full_iteration_graph(workload: Workload) -> tuple[str, str, Workload] | None:
@@ -910,6 +975,10 @@ def diagnose(result: JobPrediction, calibration: Calibration,
              if measured_step_time_s is not None else None),
         levers=rank_levers(workload, result.spec.plan, result.machine, calibration,
                            split_stated=not (result.spec.recorded_layout
-                                             or result.spec.unstated_stage_split)),
+                                             or result.spec.unstated_stage_split),
+                           machine_at=lambda changed: machine_for(
+                               result.cluster, changed.precision,
+                               result.spec.usable_memory_fraction, result.spec.tables,
+                               fp8_recipe=changed.fp8_recipe)),
         imbalance=assumed_imbalance(result, calibration),
     )
