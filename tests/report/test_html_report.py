@@ -248,7 +248,8 @@ def test_kinds_are_recognised():
                "perf": {"step_time_s": 1, "breakdown_s": 1, "memory_breakdown_bytes": 1},
                "layouts": {"rows": 1, "n_plans": 1, "infeasible": 1},
                "validate": {"runs": 1, "aggregate": 1},
-               "compare": {"a": 1, "b": 1, "summary": 1, "input_differences": 1}}
+               "compare": {"a": 1, "b": 1, "summary": 1, "input_differences": 1},
+               "explain": {"current": 1, "bound": 1, "levers": 1, "prediction": 1}}
     assert set(samples) == set(KINDS)
     for kind, document in samples.items():
         assert detect_kind(document) == kind
@@ -639,3 +640,41 @@ def test_hsdp_names_its_shard_group_in_every_layout_line():
     assert "mb8 hsdp/8 ckpt=full" in layout_text(plan, compact=True)
     assert "hsdp/8" in layout_label(plan)
     assert comparison_layout({"layout": plan}) == layout_line(plan)
+
+
+def test_an_explanation_has_its_report_page(tmp_path):
+    """`mosaic explain --html`: the job's perf page with its bound, the measured gap and the
+    levers as bars of their gain drawn from 1x (the job as it is); `mosaic report` of the
+    --json draws the same page."""
+    job = str(EXAMPLES / "appendix_e.yaml")
+    html = tmp_path / "explain.html"
+    document = json.loads(invoke("explain", job, "--measured-step-time-s", "40", "--json",
+                                 "--html", str(html)))
+    assert detect_kind(document) == "explain"
+    assert document["prediction"]["step_time_s"] == document["current"]["step_time_s"]
+    page = html.read_text()
+    for part in ("fig-step", "fig-memory", "fig-levers", "levers-table", "bound-table",
+                 "gap-table", "Levers, best feasible first"):
+        assert part in page
+    (tmp_path / "explain.json").write_text(json.dumps(document))
+    invoke("report", str(tmp_path / "explain.json"), "--out", str(tmp_path / "again.html"))
+    assert "fig-levers" in (tmp_path / "again.html").read_text()
+
+
+def test_the_lever_bars_start_at_the_job_as_it_is():
+    from mosaic.report.html.explain_page import lever_figure, lever_kind
+
+    levers = [{"description": "faster", "gain": 1.25, "feasible": True, "reason": None},
+              {"description": "slower", "gain": 0.8, "feasible": True, "reason": None},
+              {"description": "too big", "gain": 1.5, "feasible": False, "reason": "OOM"},
+              {"description": "breaks a rule", "gain": None, "feasible": False,
+               "reason": "breaks a rule: x"}]
+    figure = lever_figure(levers)
+    bars = {trace["name"]: trace for trace in figure["data"]}
+    assert set(bars) == {"faster", "no gain", "out of memory"}
+    assert all(trace["base"] == 1.0 for trace in bars.values())
+    assert bars["faster"]["x"] == [pytest.approx(0.25)]
+    assert bars["no gain"]["x"] == [pytest.approx(-0.2)]
+    assert bars["out of memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 4
+    assert [lever_kind(lever) for lever in levers[:3]] == ["faster", "no gain",
+                                                           "out of memory"]

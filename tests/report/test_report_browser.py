@@ -30,6 +30,7 @@ def reports(tmp_path_factory) -> dict[str, Path]:
         "validate": ["validate", str(EXAMPLES / "runs_example.yaml")],
         "sweep": ["sweep", "nodes", "--values", "2,4", *TINY, "--days", "10", "--workers", "1"],
         "compare": ["compare", job, str(EXAMPLES / "deepseek_v3_h100.yaml")],
+        "explain": ["explain", job, "--measured-step-time-s", "40"],
     }
     paths = {}
     for kind, command in commands.items():
@@ -46,7 +47,8 @@ def offline_driver(browser):
     driver.quit()
 
 
-@pytest.mark.parametrize("kind", ["plan", "perf", "layouts", "validate", "sweep", "compare"])
+@pytest.mark.parametrize("kind", ["plan", "perf", "layouts", "validate", "sweep", "compare",
+                                  "explain"])
 def test_report_renders_offline(kind, reports, offline_driver, browser):
     driver = offline_driver
     driver.get(reports[kind].as_uri())

@@ -24,6 +24,7 @@ from mosaic.cli.common import (
     prose_table_width,
 )
 from mosaic.cli.model_option import ModelOption, model_block
+from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.config.layout import plan_row_document
 from mosaic.config.run_records import MEASUREMENT_DISAGREEMENT_PREFIX
 from mosaic.errors import MosaicInputError
@@ -44,7 +45,7 @@ from mosaic.perf.headroom import memory_fit_text
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.report.plan_report import layout_line
-from mosaic.report.prediction_document import memory_scale_note
+from mosaic.report.prediction_document import memory_scale_note, prediction_document
 
 
 def _finite(value: float) -> float | None:
@@ -64,6 +65,8 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
     return {
         # the profile every figure came from, and its fitted memory scale (1: as derived)
         "calibration": calibration.name,
+        # the job's step as `mosaic perf --json` gives it (the report draws its breakdowns)
+        "prediction": prediction_document(result, calibration),
         "memory_scale": calibration.memory_scale,
         "current": {
             "plan": plan_row_document(result.spec.plan.row(0)),
@@ -202,7 +205,7 @@ def _render_gap(diagnosis: Diagnosis) -> None:
         ("communication (with its bubble/overhead share)", share(gap.communication_s))]
     rows += [(label, share(seconds)) for label, seconds in (
         ("host-side work: launch floor, MoE host sync (with its share)", gap.host_s),
-        ("expert load imbalance (with its share)", gap.imbalance_s)) if seconds > 0]
+        ("expert load imbalance (with its share)", gap.imbalance_s)) if gap.weighs(seconds)]
     # a record whose tokens/s and step time disagree is explained at the step its tokens/s
     # implies; say so where the measured step is shown (a trial saw no word of it)
     rows += [("measurement", note) for note in diagnosis.result.spec.assumptions
@@ -261,11 +264,13 @@ def explain(
     set_: SetOption = None,
     calibration: CalibrationOption = None,
     json_output: JsonFlag = False,
+    html: HtmlOption = None,
     catalog: CatalogFileOption = None,
     model: ModelOption = None,
 ) -> None:
     """Explain a job's predicted step: what bounds it, a measured gap, and levers to try."""
     apply_catalog(catalog)
+    check_html(html, job, model, calibration, catalog)
     constants = load_calibration(calibration)
     spec = load_job_spec(job, set_ or [], model_block(model), default_stack=constants.stack)
     if measured_tokens_per_s is not None:  # physical ranges before work (mosaic.limits)
@@ -303,6 +308,7 @@ def explain(
     if warning is not None:
         document["measurement_warning"] = warning
         typer.echo(f"warning: {warning}", err=True)
+    write_html(document, html, "explain")
     if json_output:
         print_json(document)
         return

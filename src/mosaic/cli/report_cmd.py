@@ -28,7 +28,8 @@ def check_html(path: Path | None, *inputs: object) -> None:
 
 
 def write_html(document: dict, path: Path | None, kind: str) -> None:
-    """`--html FILE` of the plan, perf, layouts, validate, sweep and compare commands."""
+    """`--html FILE` of the plan, perf, layouts, validate, sweep, compare and explain
+    commands."""
     if path is None:
         return
     from mosaic.jsonable import to_jsonable
@@ -40,10 +41,11 @@ def write_html(document: dict, path: Path | None, kind: str) -> None:
 
 def report(
     result: Annotated[Path, typer.Argument(
-        help="JSON written by `mosaic plan|sweep|perf|layouts|validate|compare --json`")],
+        help="JSON written by `mosaic plan|sweep|perf|layouts|validate|compare|explain "
+        "--json`")],
     out: Annotated[Path, typer.Option("--out", help="HTML file to write")] = Path("report.html"),
     kind: Annotated[str | None, typer.Option(
-        "--kind", help="plan, sweep, perf, layouts, validate or compare (default: "
+        "--kind", help="plan, sweep, perf, layouts, validate, compare or explain (default: "
         "detected)")] = None,
 ) -> None:
     """Write the self-contained HTML report (interactive figures and tables) of a result."""

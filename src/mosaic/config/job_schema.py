@@ -984,6 +984,7 @@ RESULT_SIGNATURES: dict[str, tuple[str, ...]] = {
     "layouts": ("rows", "n_plans", "infeasible"),
     "validate": ("runs", "aggregate"),
     "compare": ("a", "b", "summary", "input_differences"),
+    "explain": ("current", "bound", "levers", "prediction"),
 }
 
 

@@ -60,6 +60,8 @@ from mosaic.units import GIB
 NEAR_CAPACITY_FRACTION = 0.9
 # A measurement within this relative distance of the prediction needs no attribution.
 AGREEMENT_TOLERANCE = 0.05
+# A part of the predicted step below this share is not named as a gap's source.
+NEGLIGIBLE_STEP_SHARE = 1e-3
 
 CLASS_DESCRIPTIONS = {
     "compute": "compute kernels",
@@ -319,6 +321,12 @@ class GapAttribution:
         """Measured over predicted step time (= predicted over measured tokens/s)."""
         return self.measured_step_time_s / self.predicted_step_time_s
 
+    def weighs(self, seconds: float) -> bool:
+        """Whether a source's predicted time is a part of the step worth naming: at least
+        :data:`NEGLIGIBLE_STEP_SHARE` of it (a balanced router's 1e-9 s of imbalance would
+        otherwise 'have to take 8e7x the predicted')."""
+        return seconds >= NEGLIGIBLE_STEP_SHARE * self.predicted_step_time_s
+
     def _sources(self) -> tuple[tuple[str, str, float | None, float], ...]:
         """(key, label, scale, effective seconds) of every source with time in the step."""
         return tuple(source for source in (
@@ -327,7 +335,7 @@ class GapAttribution:
              self.communication_s),
             ("host", "host-side work", self.host_scale, self.host_s),
             ("imbalance", "expert load imbalance", self.imbalance_scale, self.imbalance_s),
-        ) if source[3] > 0)
+        ) if self.weighs(source[3]))
 
     @property
     def more_plausible(self) -> str | None:

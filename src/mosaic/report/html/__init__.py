@@ -1,5 +1,5 @@
-"""The self-contained HTML report of plan, sweep, perf, layouts, validate and compare
-documents.
+"""The self-contained HTML report of plan, sweep, perf, layouts, validate, compare and
+explain documents.
 
 Every page is built from the JSON document the matching command writes with ``--json``
 (plus, for ``--html``, blocks too large for JSON), so ``mosaic report RESULT.json`` and
@@ -27,7 +27,7 @@ def detect_kind(document: Any) -> str:
         return kind
     raise MosaicInputError(
         "not a mosaic result: expected the JSON of `mosaic plan|sweep|perf|layouts|validate|"
-        "compare --json`")
+        "compare|explain --json`")
 
 
 def _kind_or_none(document: Any) -> str | None:
@@ -40,7 +40,13 @@ def _kind_or_none(document: Any) -> str | None:
 
 def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
                                    Callable[[dict[str, Any]], tuple[str, str]]]]:
-    from mosaic.report.html import compare_page, perf_page, plan_page, validate_sweep_page
+    from mosaic.report.html import (
+        compare_page,
+        explain_page,
+        perf_page,
+        plan_page,
+        validate_sweep_page,
+    )
 
     return {
         "plan": (plan_page.plan_sections, plan_page.plan_title),
@@ -53,6 +59,7 @@ def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
         "validate": (validate_sweep_page.validate_sections,
                      lambda d: ("mosaic validate", f"{len(d['runs'])} runs")),
         "compare": (compare_page.compare_sections, compare_page.compare_title),
+        "explain": (explain_page.explain_sections, explain_page.explain_title),
     }
 
 
