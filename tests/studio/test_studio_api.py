@@ -197,6 +197,24 @@ def test_out_of_memory_is_a_prediction_with_its_reason(studio):
         p["usable_memory_fraction"] * p["memory_capacity_gib"] + p["overshoot_gib"])
 
 
+def test_explain_ranks_the_levers_like_the_cli(studio, tmp_path):
+    form = {**DEFAULT_FORM, "hardware.nodes": "8"}
+    status, body = studio.call("/api/explain", {"form": form})
+    assert status == 200, body
+    _, exported = studio.call("/api/export", {"form": form, "target": "yaml"})
+    path = tmp_path / "job.yaml"
+    path.write_text(exported["text"])
+    document = cli_json("explain", str(path))
+    assert [lever["name"] for lever in body["levers"]] == [
+        lever["name"] for lever in document["levers"]]
+    assert [lever["gain"] for lever in body["levers"]] == pytest.approx(
+        [lever["gain"] for lever in document["levers"]], nan_ok=True)
+    assert body["bound"] == document["bound"]["summary"]
+    assert body["figure"]["data"] and all(t["base"] == 1.0 for t in body["figure"]["data"])
+    status, body = studio.call("/api/explain", {"form": {**form, "batch.micro_seqs": "3"}})
+    assert status == 422 and "batch.micro_seqs" in body["errors"]
+
+
 def test_layouts_rank_like_the_cli(studio, tmp_path):
     form = {**DEFAULT_FORM, "hardware.nodes": "8"}
     status, body = studio.call("/api/layouts", {"form": form})

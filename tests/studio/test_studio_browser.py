@@ -155,6 +155,21 @@ def test_layout_table_lists_layouts_and_reasons(page, browser):
                      what="the best layout to fit")
 
 
+def test_explain_draws_the_levers_of_the_edited_job(page, browser):
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.ID, "explain-run").click()
+    rows = browser.wait_for(lambda: page.find_elements(By.CSS_SELECTOR,
+                                                       "#levers-table tbody tr"),
+                            what="the lever table")
+    assert len(rows) >= 5 and text(page, "explain-summary").startswith("Bound: ")
+    browser.wait_for(lambda: page.execute_script(
+        "return document.querySelectorAll('#chart-levers .trace path').length > 0"),
+        what="the lever chart")
+    page.execute_script("document.getElementById('explain').scrollIntoView()")
+    browser.screenshot(page, "studio_explain")
+
+
 def test_the_page_fits_a_phone_width(studio, browser):
     """At 420 px the editor and the results stack, tables scroll inside their own box and
     the page never scrolls sideways (a trial: 695 px wide)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -25,7 +24,6 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.config.layout import plan_row_document
 from mosaic.config.run_records import MEASUREMENT_DISAGREEMENT_PREFIX
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.diagnosis import (
@@ -39,99 +37,11 @@ from mosaic.evaluate.diagnosis import (
 from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
 from mosaic.evaluate.plausibility import implausibility
 from mosaic.limits import check_range
-from mosaic.perf.calibration import Calibration, load_calibration
-from mosaic.perf.coverage import summary_lines
+from mosaic.perf.calibration import load_calibration
 from mosaic.perf.headroom import memory_fit_text
-from mosaic.perf.machine import usable_gib
-from mosaic.perf.prediction_coverage import assess_plan
+from mosaic.report.explain_document import explain_document
 from mosaic.report.plan_report import layout_line
-from mosaic.report.prediction_document import memory_scale_note, prediction_document
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str, Any]:
-    """The JSON document of `mosaic explain --json`."""
-    result = diagnosis.result
-    p = result.prediction
-    bound = diagnosis.bound
-    gap = diagnosis.gap
-    coverage = assess_plan(calibration, result.spec.workload, result.spec.plan,
-                           result.machine.device_name, p,
-                           usable_memory_gib=usable_gib(result.machine),
-                           system_name=result.cluster.system.name)
-    return {
-        # the profile every figure came from, and its fitted memory scale (1: as derived)
-        "calibration": calibration.name,
-        # the job's step as `mosaic perf --json` gives it (the report draws its breakdowns)
-        "prediction": prediction_document(result, calibration),
-        "memory_scale": calibration.memory_scale,
-        "current": {
-            "plan": plan_row_document(result.spec.plan.row(0)),
-            "global_batch": result.spec.workload.global_batch,
-            "step_time_s": float(p.step_time_s[0]),
-            "mfu": float(p.mfu[0]),
-            # with causal attention, against the GEMM lane's peak: what a measurement is
-            # checked against (over 1 is refused, mosaic.evaluate.plausibility)
-            "mfu_with_attention_gemm_lane": float(p.mfu_with_attention_gemm_lane[0]),
-            "tokens_per_s": float(p.tokens_per_s[0]),
-        },
-        "coverage": coverage.to_document(),
-        "coverage_summary": summary_lines(coverage),
-        "bound": {
-            "limiter": bound.limiter,
-            "class": bound.time_class,
-            "share": bound.time_share,
-            "part": bound.part,
-            "part_share": bound.part_share,
-            "summary": bound.summary,
-            "classes_s": bound.classes_s,
-            "parts_s": bound.parts_s,
-            "memory": {
-                "status": bound.memory.status,
-                "memory_gib": bound.memory.memory_bytes / GIB,
-                "capacity_gib": bound.memory.capacity_bytes / GIB,
-                "usable_gib": bound.memory.usable_bytes / GIB,
-                "overshoot_gib": bound.memory.overshoot_bytes / GIB,
-            },
-        },
-        "breakdown": [asdict(term) for term in diagnosis.terms],
-        "assumed_imbalance": (None if diagnosis.imbalance is None
-                              else asdict(diagnosis.imbalance)),
-        "gap": None if gap is None else {
-            "measured_step_time_s": gap.measured_step_time_s,
-            "predicted_step_time_s": gap.predicted_step_time_s,
-            "gap_s": gap.gap_s,
-            "ratio": gap.ratio,
-            "compute_kernel_s": gap.compute_kernel_s,
-            "communication_s": gap.communication_s,
-            "compute_scale": gap.compute_scale,
-            "communication_scale": gap.communication_scale,
-            "host_s": gap.host_s,
-            "host_scale": gap.host_scale,
-            "imbalance_s": gap.imbalance_s,
-            "imbalance_scale": gap.imbalance_scale,
-            "more_plausible": gap.more_plausible,
-            "findings": gap.findings,
-        },
-        "levers": [
-            {
-                "name": lever.name,
-                "description": lever.description,
-                "plan": plan_row_document(lever.plan),
-                "global_batch": lever.global_batch,
-                "step_time_s": _finite(lever.step_time_s),
-                "mfu": _finite(lever.mfu),
-                "tokens_per_s": _finite(lever.tokens_per_s),
-                "gain": _finite(lever.gain),
-                "feasible": lever.feasible,
-                "reason": lever.reason,
-            }
-            for lever in diagnosis.levers
-        ],
-    }
+from mosaic.report.prediction_document import memory_scale_note
 
 
 def _render_current(diagnosis: Diagnosis, document: dict[str, Any]) -> None:

@@ -277,6 +277,27 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
                       "predict_ms": predict_ms,
                       "total_ms": (time.perf_counter() - start) * 1e3})
 
+    @app.post("/api/explain")
+    async def explain(request: Request) -> Any:
+        form = await read_form(request)
+        return explain_response(form)
+
+    def explain_response(form: dict[str, str]) -> Any:
+        """What bounds the edited job and its levers, as `mosaic explain` ranks them, with
+        the report's lever chart."""
+        from mosaic.evaluate.diagnosis import diagnose
+        from mosaic.report.explain_document import explain_document
+        from mosaic.report.html.explain_page import lever_figure
+        from mosaic.report.html.page import figure_json
+
+        start = time.perf_counter()
+        _, result = predict_form(form, job_document, calibration)
+        document = explain_document(diagnose(result, calibration), calibration)
+        return _json({"ok": True, "bound": document["bound"]["summary"],
+                      "levers": document["levers"],
+                      "figure": figure_json(lever_figure(document["levers"])),
+                      "explain_ms": (time.perf_counter() - start) * 1e3})
+
     @app.post("/api/compare")
     async def compare(request: Request) -> Any:
         from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure

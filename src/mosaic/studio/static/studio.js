@@ -352,6 +352,34 @@
     location.hash = "#job";
   }
 
+  // --- explain ----------------------------------------------------------------------------
+  var LEVER_COLUMNS = [["rank", "#"], ["description", "what changes", null, true],
+    ["mfu", "MFU", function (v) { return v === null ? "–" : pct(v); }],
+    ["step_time_s", "step s", function (v) { return v === null ? "–" : v.toFixed(3); }],
+    ["gain", "gain", function (v) { return v === null ? "–" : v.toFixed(2) + "x"; }],
+    ["verdict", "feasible?", null, true]];
+
+  function explainJob() {
+    $("explain-error").textContent = "";
+    $("explain-summary").textContent = "explaining…";
+    return post("/api/explain", {form: readForm("job-form")}).then(function (body) {
+      if (!body.ok) {
+        $("explain-summary").textContent = "";
+        $("explain-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+        return;
+      }
+      $("explain-summary").textContent = "Bound: " + body.bound;
+      var rows = body.levers.map(function (lever, i) {
+        return Object.assign({}, lever, {rank: i + 1,
+          verdict: lever.feasible ? "yes" : "no: " + lever.reason});
+      });
+      $("explain-figure").hidden = false;
+      draw("chart-levers", body.figure);
+      $("levers-table-holder").innerHTML = tableHtml("levers-table", LEVER_COLUMNS, rows);
+      window.mosaicTables.init(document);
+    });
+  }
+
   // --- compare ----------------------------------------------------------------------------
   function pin() {
     // the shown result is the last valid job's while the form is invalid (greyed): pinning
@@ -491,6 +519,7 @@
       $("job-form").addEventListener("input", schedulePredict);
       $("job-form").addEventListener("change", function () { showModelFields(); schedulePredict(); });
       $("layouts-run").addEventListener("click", searchLayouts);
+      $("explain-run").addEventListener("click", explainJob);
       $("pin-a").addEventListener("click", pin);
       $("compare-run").addEventListener("click", compare);
       $("plan-run").addEventListener("click", runPlan);
