@@ -293,3 +293,21 @@ def test_a_pin_above_its_cap_is_refused_not_silently_kept():
     with pytest.raises(MosaicInputError, match="tp 8 exceeds max_tp 4"):
         LayoutLimits(max_tp=4, tp=(2, 8))
     assert LayoutLimits(max_tp=4, tp=(2, 4)).tp == (2, 4)
+
+
+def test_torchtitan_builds_its_expert_groups_inside_the_fsdp_shard_ranks():
+    """torchtitan's parallel_dims: efsdp = dp_shard·cp·tp / (etp·ep) must be whole, so EP
+    needs FSDP (or an HSDP shard group holding ep); Megatron folds experts over tp·cp·dp
+    whatever the sharding (a trial's top lever, DDP with ep 8, could not start)."""
+    from mosaic.perf.plan import single_plan
+
+    moe = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
+    cases = {(Sharding.FSDP, None): False, (Sharding.NONE, None): True,
+             (Sharding.HSDP, 8): False, (Sharding.HSDP, 4): True}
+    for (sharding, shard), broken in cases.items():
+        plan = single_plan(ep=8, dp=16, sharding=sharding, hsdp_shard=shard)
+        titan = plan_violations(Workload(moe, 64, 4096, stack="torchtitan"), plan, 16)
+        reason = first_reason(titan, plan, 0)
+        assert (reason is not None and "FSDP shard ranks" in reason) == broken, reason
+        megatron = plan_violations(Workload(moe, 64, 4096, stack="megatron-core"), plan, 16)
+        assert first_reason(megatron, plan, 0) is None

@@ -57,6 +57,19 @@ def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray
             remainder_leaves_empty_chunk(layers, np.maximum(chunks, 1)))
 
 
+def _fsdp_shard_expert_rule(plans: ParallelPlans) -> tuple[str, np.ndarray]:
+    """A stack that carves its expert groups out of the FSDP shard ranks (trait
+    ``expert_groups_in_fsdp_shard``: torchtitan's parallel_dims efsdp = dp_shard·cp·tp /
+    (etp·ep)): etp·ep must divide the shard ranks (dp under FSDP or ZeRO, which torchtitan
+    runs as FSDP; the HSDP shard group; none without sharding) times cp·tp."""
+    shard = np.where(plans.sharding == Sharding.NONE, 1,
+                     np.where(plans.sharding == Sharding.HSDP, plans.hsdp_shard, plans.dp))
+    return ("etp·ep={etp}·{ep} must divide the FSDP shard ranks·cp·tp (the stack builds its "
+            "expert groups inside them: sharding {sharding}, dp={dp}, cp={cp}, tp={tp})",
+            (plans.ep > 1) & _not_divisible(shard * plans.cp * plans.tp,
+                                            plans.etp * plans.ep))
+
+
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
                     split_stated: bool = True) -> list[Violation]:
     """Every rule with the plans that violate it (Appendix D.1 plus Megatron-Core rules).
@@ -127,6 +140,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
             "work with activation recomputation; checkpointing none)",
             plans.checkpointing != Checkpointing.NONE)]
           if workload.offloaded_activation_layers else []),
+        *([_fsdp_shard_expert_rule(plans)] if workload.traits.expert_groups_in_fsdp_shard
+          else []),
         (
             "hsdp_shard={hsdp_shard} must divide dp={dp}",
             (plans.sharding == Sharding.HSDP) & _not_divisible(plans.dp, plans.hsdp_shard),

@@ -131,6 +131,7 @@ class _Entry(BaseModel):
     hybrid_models: bool = False
     fused_grouped_mlp: bool = False
     routed_expert_quantisation: bool = False
+    expert_groups_in_fsdp_shard: bool = False
     ep_comm_overlap: bool = False
     fp8_primary_weights: bool = False
     activation_offload: bool = False
@@ -237,6 +238,9 @@ class StackTraits:
     # the rest in bf16 (Workload.quantised_gemms routed_experts: torchtitan's grouped-experts
     # converters)
     routed_expert_quantisation: bool
+    # whether the stack builds its expert groups inside the FSDP shard ranks, so that
+    # etp·ep must divide dp_shard·cp·tp (torchtitan's parallel_dims efsdp)
+    expert_groups_in_fsdp_shard: bool
     # whether the stack can overlap a micro-batch's EP all-to-alls with another micro-batch's
     # compute (Workload.ep_overlap: Megatron-Core --overlap-moe-expert-parallel-comm)
     ep_comm_overlap: bool
