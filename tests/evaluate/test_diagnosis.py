@@ -487,7 +487,8 @@ def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers()
     """Appendix E (Megatron-Core, all-to-all, ep 8): DeepEP and HybridEP levers, each the
     same plan predicted with only the dispatcher changed; on GB200 NVL72 (NVLink across
     nodes) HybridEP alone (Megatron-Core: "the only backend that supports the MNNVL case");
-    the paper's stack (no DeepEP, Appendix F.3) and torchtitan get none."""
+    the paper's stack (no DeepEP, Appendix F.3) gets none and torchtitan DeepEP (its
+    expert_parallel_comm_backend; a trial found no lever on a torchtitan all-to-all run)."""
     def dispatcher_levers(*overrides: str) -> dict:
         result = job(EXAMPLES / "appendix_e.yaml", *overrides)
         spec = result.spec
@@ -505,8 +506,8 @@ def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers()
     _, nvl72 = dispatcher_levers("hardware.system=GB200-NVL72")
     assert set(nvl72) == {"dispatcher_hybridep"}
     assert not dispatcher_levers("performance.stack=paper-nemo")[1]
-    assert not dispatcher_levers("performance.stack=torchtitan", "parallelism.vpp=1",
-                                 "parallelism.sharding=fsdp")[1]
+    assert set(dispatcher_levers("performance.stack=torchtitan", "parallelism.vpp=1",
+                                 "parallelism.sharding=fsdp")[1]) == {"dispatcher_deepep"}
 
 
 def test_a_dispatcher_lever_says_why_by_where_the_ep_group_runs():

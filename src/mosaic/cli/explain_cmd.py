@@ -129,17 +129,19 @@ def _render_levers(diagnosis: Diagnosis) -> None:
     table = Table(title="Levers, best feasible first (gain = tokens/s over current)",
                   title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("what changes", ratio=3, overflow="fold")
-    for column in ("MFU", "step s", "gain"):
+    table.add_column("what changes (--set that gives it)", ratio=3, overflow="fold")
+    for column in ("MFU", "step s", "gain", "GiB"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("feasible?", ratio=2, overflow="fold")
     for rank, lever in enumerate(diagnosis.levers, start=1):
         predicted = math.isfinite(lever.step_time_s)
         table.add_row(
-            str(rank), lever.description,
+            str(rank), lever.description + (f"\n  set {' '.join(lever.overrides)}"
+                                            if lever.overrides else ""),
             f"{lever.mfu:.2%}" if predicted else "-",
             f"{lever.step_time_s:.3f}" if predicted else "-",
             f"{lever.gain:.2f}x" if predicted else "-",
+            f"{lever.memory_bytes / GIB:.1f}" if predicted else "-",
             "yes" if lever.feasible else f"no: {lever.reason}",
         )
     console.print(table, width=prose_table_width(lever.description for lever in diagnosis.levers))
@@ -228,7 +230,8 @@ def explain(
     _render_bound(diagnosis)
     _render_gap(diagnosis)
     _render_levers(diagnosis)
-    console.print("These change one thing at a time; every layout of this job at once: "
+    console.print("These change one thing at a time ('set': the `--set` overrides of `mosaic "
+                  "perf` that give exactly that step); every layout of this job at once: "
                   f"mosaic layouts {job} (with the same --set, --model and --calibration)",
                   markup=False, highlight=False, soft_wrap=True)
 

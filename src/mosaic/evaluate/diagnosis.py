@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction
+from mosaic.evaluate.lever_overrides import lever_overrides
 from mosaic.perf.attention_kernels import (
     GEMM_COSTED_KERNELS,
     AttentionKernel,
@@ -433,6 +434,10 @@ class Lever:
     memory_bytes: float
     feasible: bool
     reason: str | None
+    # the workload the lever is predicted with (the job's, or the one it changes), and the
+    # job file's `--set` overrides that reproduce it (lever_overrides; None: not stated)
+    workload: Workload | None = field(default=None, repr=False, compare=False)
+    overrides: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -632,6 +637,7 @@ def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine
     ``split_stated`` False: the job's layer split is a run's, unstated, and so is each
     candidate's (no split rule applies, as for the job: perf.constraints.plan_violations)."""
     plans = plans_from_rows([candidate.plan for candidate in candidates])
+    given = workload
     # an uneven_stages job's other pipeline shapes are split as its own is (remainder last)
     workload = workload.with_remainder_last_layouts(
         set(zip(plans.pp.tolist(), plans.vpp.tolist(), strict=True)))
@@ -647,7 +653,7 @@ def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine
         if reasons[i] is not None:
             levers.append(Lever(candidate.name, candidate.description, candidate.plan,
                                 workload.global_batch, math.nan, math.nan, math.nan, math.nan,
-                                math.nan, False, f"breaks a rule: {reasons[i]}"))
+                                math.nan, False, f"breaks a rule: {reasons[i]}", given))
             continue
         assert prediction is not None
         k = position[i]
@@ -660,7 +666,7 @@ def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine
             tokens_per_s / current_tokens_per_s, memory, fits,
             None if fits else _memory_reason(memory, float(prediction.overshoot_bytes[k]),
                                              machine.hbm_bytes),
-        ))
+            given))
     return levers
 
 
@@ -974,6 +980,13 @@ def diagnose(result: JobPrediction, calibration: Calibration,
     """Bound, gap (when a measured step time is given) and ranked levers of one job."""
     prediction = result.prediction
     workload = result.spec.workload
+    levers = rank_levers(workload, result.spec.plan, result.machine, calibration,
+                         split_stated=not (result.spec.recorded_layout
+                                           or result.spec.unstated_stage_split),
+                         machine_at=lambda changed: machine_for(
+                             result.cluster, changed.precision,
+                             result.spec.usable_memory_fraction, result.spec.tables,
+                             fp8_recipe=changed.fp8_recipe))
     return Diagnosis(
         result=result,
         terms=breakdown_terms(prediction),
@@ -981,12 +994,10 @@ def diagnose(result: JobPrediction, calibration: Calibration,
                              usable_fraction=result.machine.usable_memory_fraction),
         gap=(attribute_gap(prediction, measured_step_time_s)
              if measured_step_time_s is not None else None),
-        levers=rank_levers(workload, result.spec.plan, result.machine, calibration,
-                           split_stated=not (result.spec.recorded_layout
-                                             or result.spec.unstated_stage_split),
-                           machine_at=lambda changed: machine_for(
-                               result.cluster, changed.precision,
-                               result.spec.usable_memory_fraction, result.spec.tables,
-                               fp8_recipe=changed.fp8_recipe)),
+        # a rule breaker has no step to reproduce
+        levers=[replace(lever, overrides=lever_overrides(
+                    result.spec, lever.workload, plans_from_rows([lever.plan])))
+                if lever.workload is not None and math.isfinite(lever.step_time_s)
+                else lever for lever in levers],
         imbalance=assumed_imbalance(result, calibration),
     )

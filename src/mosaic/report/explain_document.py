@@ -94,6 +94,9 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
                 "mfu": _finite(lever.mfu),
                 "tokens_per_s": _finite(lever.tokens_per_s),
                 "gain": _finite(lever.gain),
+                "memory_gib": _finite(lever.memory_bytes / GIB),
+                # the job file's --set overrides that give exactly this lever's step
+                "overrides": None if lever.overrides is None else list(lever.overrides),
                 "feasible": lever.feasible,
                 "reason": lever.reason,
             }

@@ -26,7 +26,9 @@ LEVER_LABEL_CHARS = 60  # a bar's name beside the axis: the description's first 
 LEVER_COLUMNS = [
     Column("rank", "#"), Column("description", "what changes", text=True),
     Column("mfu", "MFU", fmt_percent(2)), Column("step_time_s", "step s", fmt_float(3)),
-    Column("gain", "gain (x)", fmt_float(2)), Column("verdict", "feasible?", text=True),
+    Column("gain", "gain (x)", fmt_float(2)), Column("memory_gib", "GiB", fmt_float(1)),
+    Column("verdict", "feasible?", text=True),
+    Column("set", "--set that gives it", text=True),
 ]
 
 
@@ -129,7 +131,8 @@ def _label(lever: dict[str, Any], rank: int) -> str:
 
 def _levers_section(document: dict[str, Any]) -> Section:
     levers = document["levers"]
-    rows = [{**lever, "rank": rank, "verdict": _verdict(lever)}
+    rows = [{**lever, "rank": rank, "verdict": _verdict(lever),
+             "set": " ".join(lever.get("overrides") or [])}
             for rank, lever in enumerate(levers, start=1)]
     broken = sum(1 for lever in levers if lever["gain"] is None)
     return Section("levers", "Levers, best feasible first", [

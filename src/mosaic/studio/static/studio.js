@@ -357,7 +357,9 @@
     ["mfu", "MFU", function (v) { return v === null ? "–" : pct(v); }],
     ["step_time_s", "step s", function (v) { return v === null ? "–" : v.toFixed(3); }],
     ["gain", "gain", function (v) { return v === null ? "–" : v.toFixed(2) + "x"; }],
-    ["verdict", "feasible?", null, true]];
+    ["memory_gib", "GiB", function (v) { return v === null ? "–" : v.toFixed(1); }],
+    ["verdict", "feasible?", null, true],
+    ["set", "fields it sets", null, true]];
 
   function explainJob() {
     $("explain-error").textContent = "";
@@ -371,7 +373,8 @@
       $("explain-summary").textContent = "Bound: " + body.bound;
       var rows = body.levers.map(function (lever, i) {
         return Object.assign({}, lever, {rank: i + 1,
-          verdict: lever.feasible ? "yes" : "no: " + lever.reason});
+          verdict: lever.feasible ? "yes" : "no: " + lever.reason,
+          set: (lever.overrides || []).join(" ")});
       });
       $("explain-figure").hidden = false;
       draw("chart-levers", body.figure);

@@ -1,0 +1,62 @@
+"""Each lever of `mosaic explain` says the `--set` overrides that give it, and applying them
+to the job file predicts exactly the lever's step (a trial applied a tp lever by hand and got
+another expert tp, which an unstated etp follows; an FP8 lever on a job that names its
+release got the release's FP8 recipe)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from mosaic.config.job_schema import load_job
+from mosaic.evaluate.diagnosis import diagnose
+from mosaic.evaluate.job import load_job_spec, predict_job
+from mosaic.perf.calibration import default_calibration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CALIBRATION = default_calibration()
+# the examples that are jobs (the others are ladders, run files and a job of one block)
+JOBS = ["appendix_e.yaml", "deepseek_v3_h100.yaml", "fsdp_moe_comm_bound.yaml",
+        "nemotron_3_nano_b200.yaml", "qwen3_next_80b_b200.yaml"]
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_every_predicted_lever_is_its_overrides_applied_to_the_job(name):
+    path = EXAMPLES / name
+    levers = diagnose(predict_job(load_job(path), CALIBRATION), CALIBRATION).levers
+    predicted = [lever for lever in levers if math.isfinite(lever.step_time_s)]
+    assert len(predicted) >= 8
+    for lever in predicted:
+        assert lever.overrides, lever.name
+        applied = predict_job(load_job(path, list(lever.overrides)), CALIBRATION)
+        assert applied.prediction.step_time_s[0] == pytest.approx(lever.step_time_s,
+                                                                   rel=1e-12), lever.name
+        assert applied.prediction.memory_bytes[0] == pytest.approx(lever.memory_bytes,
+                                                                    rel=1e-12), lever.name
+
+
+def test_a_tp_lever_states_the_expert_tp_and_a_pp_lever_the_stages_it_ran():
+    """An unstated etp follows tp and an unstated vpp and micro-batch follow pp when the
+    job loads: the lever states the values it was predicted with."""
+    levers = {lever.name: lever for lever in diagnose(
+        predict_job(load_job(EXAMPLES / "fsdp_moe_comm_bound.yaml"), CALIBRATION),
+        CALIBRATION).levers}
+    tp = levers["tp_double"].overrides
+    assert "parallelism.tp=2" in tp and "parallelism.etp=1" in tp
+    assert "parallelism.sequence_parallel=true" in tp
+
+
+def test_a_release_job_keeps_its_recipe_settings_under_an_fp8_lever():
+    levers = diagnose(predict_job(load_job(EXAMPLES / "deepseek_v3_h100.yaml"),
+                                  CALIBRATION), CALIBRATION).levers
+    fp8 = next(lever for lever in levers if lever.name.startswith("precision_"))
+    assert "parallelism.dispatcher=hybridep" in fp8.overrides  # the bf16 cell's, kept
+
+
+def test_a_run_records_levers_state_no_job_overrides():
+    record = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+    spec = load_job_spec(Path(f"{record}#nebius2603-deepseek-v3-b200-256-tp2pp2ep32-bf16-deepep"))
+    levers = diagnose(predict_job(spec, CALIBRATION), CALIBRATION).levers
+    assert levers and all(lever.overrides is None for lever in levers)
