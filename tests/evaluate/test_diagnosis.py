@@ -394,8 +394,9 @@ def test_the_ep_overlap_lever_is_offered_only_where_the_stack_has_it():
 
 def test_eager_torch_job_gets_a_compile_lever_and_no_megatron_flags():
     """An eager torchtitan job is offered torch.compile, predicted with the Inductor-fused
-    element-wise kernels; the same job compiled is not; the bf16-reduce lever of a
-    non-Megatron stack names no Megatron flag; a run without DP overlap is offered it."""
+    element-wise kernels; the same job compiled is not; torchtitan, whose FSDP reduces in
+    float32 only (training.mixed_precision_reduce Literal["float32"]), gets no bf16-reduce
+    lever, and DeepSpeed's names no Megatron flag; a run without DP overlap is offered it."""
     eager = job(EXAMPLES / "appendix_e.yaml", "performance.stack=torchtitan",
                 "performance.torch_compile=false", "parallelism.vpp=1",
                 "parallelism.sharding=fsdp")
@@ -403,7 +404,10 @@ def test_eager_torch_job_gets_a_compile_lever_and_no_megatron_flags():
     levers = {lever.name: lever for lever in rank_levers(
         eager.spec.workload, eager.spec.plan, machine, CALIBRATION)}
     assert levers["torch_compile"].gain > 1.0
-    assert "Megatron" not in levers["grad_reduce_bf16"].description
+    assert "grad_reduce_bf16" not in levers
+    deepspeed = replace(eager.spec.workload, stack="deepspeed")
+    assert "Megatron" not in {lever.name: lever for lever in rank_levers(
+        deepspeed, eager.spec.plan, machine, CALIBRATION)}["grad_reduce_bf16"].description
     compiled = replace(eager.spec.workload, torch_compile=True)
     assert "torch_compile" not in {lever.name for lever in rank_levers(
         compiled, eager.spec.plan, machine, CALIBRATION)}
@@ -622,9 +626,10 @@ def test_a_run_records_unstated_split_holds_for_its_levers():
 
 
 def test_a_bf16_job_gets_its_fp8_what_ifs_each_the_job_at_that_precision(tmp_path):
-    """A bf16 MoE job on B200s gets FP8 with the stack's default recipe, MXFP8 and, on
-    torchtitan, the routed experts alone in MXFP8: each lever's step is `mosaic perf` of
-    the job with that precision set, on the machine of that precision (its GEMM lane)."""
+    """A bf16 MoE job on B200s gets FP8 with the stack's default recipe (one lever: the
+    recipes cost alike) and, on torchtitan, the routed experts alone in MXFP8: each lever's
+    step is `mosaic perf` of the job with that precision set, on the machine of that
+    precision (its GEMM lane)."""
     path = tmp_path / "job.yaml"
     path.write_text(
         "model: {layers: 8, d_model: 2048, heads: 16, ffn: 8192,\n"
@@ -637,20 +642,22 @@ def test_a_bf16_job_gets_its_fp8_what_ifs_each_the_job_at_that_precision(tmp_pat
     # torchtitan's default FP8 recipe is tensorwise (current) scaling
     settings = {"precision_current": ["performance.precision=fp8",
                                       "performance.fp8_recipe=current"],
-                "precision_mxfp8": ["performance.precision=mxfp8"],
                 "routed_experts_mxfp8": ["performance.precision=mxfp8",
                                          "performance.quantised_gemms=routed_experts"]}
     assert set(settings) <= set(levers) and set(settings) <= WORKLOAD_LEVERS
+    assert not [name for name in levers if name.startswith("precision_")
+                and name != "precision_current"]
     for name, overrides in settings.items():
         alone = job(path, *overrides)
         assert alone.prediction.step_time_s[0] == pytest.approx(levers[name].step_time_s,
                                                                 rel=1e-12)
         assert "numerics change" in levers[name].description
-    assert "torchtitan converters quantize.linear.mx" in levers["precision_mxfp8"].description
-    # the experts alone sit between bf16 and every GEMM in MXFP8
+    assert ("torchtitan converters quantize.linear.float8 and quantize.grouped_mm.float8"
+            in levers["precision_current"].description)
+    # the experts alone sit between bf16 and every GEMM in FP8
     current = job(path).prediction.step_time_s[0]
-    assert (levers["precision_mxfp8"].step_time_s < levers["routed_experts_mxfp8"].step_time_s
-            < current)
+    assert (levers["precision_current"].step_time_s
+            < levers["routed_experts_mxfp8"].step_time_s < current)
 
 
 def test_no_fp8_what_if_where_the_gpu_or_the_job_has_none(comm_bound, tmp_path):

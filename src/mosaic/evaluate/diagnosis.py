@@ -763,7 +763,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
         yield ("dp_comm_overlap", "DDP/ZeRO collectives overlapped with the passes "
                "(Megatron --overlap-grad-reduce --overlap-param-gather)",
                replace(workload, dp_comm_overlap=True))
-    if workload.grad_reduce_in_fp32:
+    if workload.grad_reduce_in_fp32 and workload.traits.bf16_grad_reduce:
         # Megatron-LM's flag where the stack reduces through Megatron-Core DDP
         how = ("Megatron-LM --grad-reduce-in-bf16; the Bridge recipes' grad_reduce_in_fp32 "
                "false" if workload.traits.dp_last_bucket == "megatron"
@@ -833,41 +833,46 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
 # megatron/core/transformer/transformer_config.py @ d98e8a64dd), torchtitan's converters
 # (components/quantization/float8.py and mx.py @ b5bcd76c6: float8 tensorwise or rowwise,
 # MXFP8 on Blackwell).
-_FP8_SWITCHES = {  # recipe -> (Megatron-Core, torchtitan)
+_FP8_SWITCHES = {  # recipe -> (Megatron-Core, torchtitan's converter family)
     Fp8Recipe.DELAYED: ("--fp8-recipe delayed", None),
-    Fp8Recipe.CURRENT: ("--fp8-recipe tensorwise", "converters quantize.linear.float8"),
+    Fp8Recipe.CURRENT: ("--fp8-recipe tensorwise", "float8"),
     Fp8Recipe.BLOCKWISE: ("--fp8-recipe blockwise", None),
-    Fp8Recipe.MXFP8: ("--fp8-recipe mxfp8", "converters quantize.linear.mx"),
+    Fp8Recipe.MXFP8: ("--fp8-recipe mxfp8", "mx"),
 }
 
 
 def _fp8_switch(workload: Workload, recipe: Fp8Recipe) -> str:
     """The job's stack's switch for ``recipe``: Megatron-Core's flag on the stacks built on
-    it (its DDP), torchtitan's converter, else the recipe's name."""
-    megatron, torchtitan = _FP8_SWITCHES[recipe]
+    it (its DDP), torchtitan's converters (the grouped experts' too for an MoE, as the
+    export writes them), else the recipe's name."""
+    megatron, family = _FP8_SWITCHES[recipe]
     if workload.traits.dp_last_bucket == "megatron":
         return f"Megatron {megatron}"
-    if workload.stack == "torchtitan" and torchtitan is not None:
-        return f"torchtitan {torchtitan}"
+    if workload.stack == "torchtitan" and family is not None:
+        grouped = (f" and quantize.grouped_mm.{family}"
+                   if workload.geometry.moe is not None else "")
+        return f"torchtitan converters quantize.linear.{family}{grouped}"
     return f"the stack's {recipe} FP8 recipe"
 
 
 def _precision_what_ifs(workload: Workload, machine_at: Callable[[Workload], Machine]
                         ) -> Iterator[tuple[str, str, Workload, Machine]]:
     """(name, description, changed workload, its machine) of each FP8 what-if of a bf16 or
-    fp16 job the GPU can run: every GEMM in FP8 with the stack's default recipe and, on
-    Blackwell, with MXFP8; on a stack that quantises the routed experts alone (trait
-    ``routed_expert_quantisation``), an MoE's experts in MXFP8 with the rest in bf16 (the
-    nebius/ml-cookbook DeepSeek-V3 recipe). The numerics change, which the model does not
-    judge: each description says so."""
+    fp16 job the GPU can run: every GEMM in FP8 with the stack's default recipe (one lever:
+    the model costs the FP8 recipes alike, docs/evidence/fp8_recipes.md, so a second recipe
+    would repeat its number; a trial found two) and, on a stack that quantises the routed
+    experts alone (trait ``routed_expert_quantisation``), an MoE's experts in MXFP8 with
+    the rest in bf16 (Blackwell; the nebius/ml-cookbook DeepSeek-V3 recipe, which keeps
+    the linears in bf16 because "torch.compile does not yet support MXFP8 linear layers
+    when combined with tensor parallelism", its README). The numerics change, which the
+    model does not judge: each description says so."""
     if precision_lane(workload.precision) not in (Precision.BF16, Precision.FP16):
         return
     caveat = "; numerics change"
+    recipe = default_fp8_recipe(workload.stack)
     options = [(f"precision_{recipe}", f"GEMMs in FP8, {recipe} scaling "
                 f"({_fp8_switch(workload, recipe)}){caveat}",
-                {"precision": Precision.FP8, "fp8_recipe": recipe})
-               for recipe in dict.fromkeys((default_fp8_recipe(workload.stack),
-                                            Fp8Recipe.MXFP8))]
+                {"precision": Precision.FP8, "fp8_recipe": recipe})]
     if workload.geometry.moe is not None and workload.traits.routed_expert_quantisation:
         options.append(("routed_experts_mxfp8", "routed experts in MXFP8, the rest in bf16 "
                         f"(torchtitan quantize.grouped_mm.mx, fqns experts){caveat}",
