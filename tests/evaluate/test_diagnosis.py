@@ -683,3 +683,21 @@ def test_a_source_with_almost_no_predicted_time_is_not_named_for_a_gap():
     assert gap.imbalance_s == pytest.approx(1e-9)
     assert not any("expert load imbalance" in finding for finding in gap.findings)
     assert any(finding.startswith("communication alone") for finding in gap.findings)
+
+
+def test_the_bound_names_a_larger_part_of_another_class():
+    """Compute kernels (55%) bound the step, but the host sync alone (30%) outweighs its
+    largest part (experts, 20%): the summary names it too (a trial read a compute-bound
+    summary while the largest single term was the host sync its top levers removed)."""
+    from mosaic.evaluate.diagnosis import classify_bound
+
+    step = hand_prediction({"compute_experts": 0.2, "compute_attention_core": 0.19,
+                            "compute_mlp": 0.16, "moe_host_sync": 0.3,
+                            "ep_all_to_all": 0.15})
+    summary = classify_bound(step, 80 * GIB).summary
+    assert summary.startswith("compute-bound")
+    assert summary.endswith("the largest single part is moe_host_sync (30% of the step, "
+                            "dispatch)")
+    balanced = hand_prediction({"compute_experts": 0.5, "moe_host_sync": 0.3,
+                                "ep_all_to_all": 0.2})
+    assert "largest single part" not in classify_bound(balanced, 80 * GIB).summary

@@ -40,7 +40,7 @@ from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.headroom import memory_fit_text
 from mosaic.report.explain_document import explain_document
-from mosaic.report.plan_report import layout_line
+from mosaic.report.plan_report import layout_line, precision_text
 from mosaic.report.prediction_document import memory_scale_note
 
 
@@ -53,6 +53,9 @@ def _render_current(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
         ("calibration", document["calibration"] + (f" (memory: {scaled})" if scaled else "")),
         ("hardware", result.cluster.description),
         ("layout", layout_line(result.spec.plan.row(0))),
+        ("precision / EP dispatcher", precision_text(document["prediction"])
+         + (f" / {document['prediction']['dispatcher']}"
+            if result.spec.workload.geometry.moe is not None else "")),
         ("global batch", f"{result.spec.workload.global_batch} x "
                          f"{result.spec.workload.seq_len} tokens"),
         ("step time", f"{p.step_time_s[0]:.3f} s"),

@@ -180,6 +180,7 @@ class Bound:
                 # a trial looked for the lever of a fitted residual
                 text += (": a fitted residual, time the model attributes to no mechanism, "
                          "so no lever acts on it (docs/perf.md, Calibration)")
+        text += self._larger_part_elsewhere()
         if not self.memory.fits:
             return ("does not fit: " + memory_overshoot_text(
                 self.memory.memory_bytes, self.memory.overshoot_bytes,
@@ -188,6 +189,22 @@ class Bound:
             return (text + f"; memory is near capacity ({self.memory.fraction:.0%} of "
                     f"{self.memory.usable_bytes / GIB:.1f} GiB usable)")
         return text
+
+
+    def _larger_part_elsewhere(self) -> str:
+        """'; the largest single part is moe_host_sync (35% of the step, overhead)' where a
+        part of another class outweighs the part named (a trial read 'compute-bound, its
+        largest part a fitted residual' while the host sync it could remove was larger)."""
+        step_s = self.classes_s[self.time_class] / self.time_share if self.time_share else 0.0
+        named_s = self.part_share * step_s if self.time_class in PARTED_CLASSES else 0.0
+        group, part, seconds = max(((group, part, seconds)
+                                    for group, parts in self.parts_s.items()
+                                    if group != self.time_class
+                                    for part, seconds in parts.items()),
+                                   key=lambda item: item[2], default=(None, None, 0.0))
+        if part is None or seconds <= max(named_s, 0.0) or step_s <= 0:
+            return ""
+        return f"; the largest single part is {part} ({seconds / step_s:.0%} of the step, {group})"
 
 
 def _sorted(values: dict[str, float]) -> dict[str, float]:
@@ -751,9 +768,12 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
     if runs_nvidia_kernels(machine.device_name) and (
             min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0
             or kernel.kernel in GEMM_COSTED_KERNELS):
-        yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn (torch SDPA "
-               "cuDNN backend or Transformer Engine; levanter: Transformer Engine installed "
-               "for its nvte backend)",
+        # how the stack reaches cuDNN: levanter (a JAX stack) through Transformer
+        # Engine's nvte backend, the others through torch SDPA or Transformer Engine
+        how = ("Transformer Engine installed for levanter's nvte backend"
+               if _whole_local_batch(workload) else
+               "torch SDPA's cuDNN backend or Transformer Engine")
+        yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn ({how})",
                replace(workload, attention_kernel=AttentionKernel.CUDNN))
     if elementwise_kernels(workload) in EAGER_TORCH_KERNELS:
         yield ("torch_compile", "model code compiled with torch.compile (Inductor fuses "
@@ -815,8 +835,9 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
         # 13); a layout that counts them as layer slots gives those ranks fewer blocks
         layout = parse_balanced_layout(geometry.layers, geometry.mtp_layers, pp, vpp)
         others = tuple(other for other in workload.pipeline_layouts if other is not current_layout)
-        yield ("balanced_pipeline_layout", "embedding, loss and MTP modules counted as layer "
-               f"slots (Megatron --pipeline-model-parallel-layout '{layout.text}')",
+        modules = "embedding, loss and MTP modules" if geometry.mtp_layers else "embedding and loss"
+        yield ("balanced_pipeline_layout", f"{modules} counted as layer slots (Megatron "
+               f"--pipeline-model-parallel-layout '{layout.text}')",
                replace(workload, pipeline_layouts=(*others, layout)))
     if current.breakdown_s["moe_host_sync"][0] > 0:
         # the only routing Megatron-Core's all-to-all dispatcher runs without the host wait
