@@ -195,7 +195,8 @@ class Bound:
         """'; the largest single part is moe_host_sync (35% of the step, overhead)' where a
         part of another class outweighs the part named (a trial read 'compute-bound, its
         largest part a fitted residual' while the host sync it could remove was larger)."""
-        step_s = self.classes_s[self.time_class] / self.time_share if self.time_share else 0.0
+        class_s = self.classes_s.get(self.time_class, 0.0)
+        step_s = class_s / self.time_share if self.time_share else 0.0
         named_s = self.part_share * step_s if self.time_class in PARTED_CLASSES else 0.0
         group, part, seconds = max(((group, part, seconds)
                                     for group, parts in self.parts_s.items()
