@@ -587,13 +587,20 @@ def _micro_batch(row: PlanRow) -> Iterator[_Candidate]:
 
 
 def _tensor_parallel(row: PlanRow) -> Iterator[_Candidate]:
-    tp, dp = int(row["tp"]), int(row["dp"])
+    """tp doubled or halved against dp; an expert tp equal to tp moves with it, as an
+    unstated etp follows tp (a trial's tp 2 -> 1 lever kept etp 2, a layout the search
+    never lists and `--set parallelism.tp=1` does not give)."""
+    tp, dp, etp = int(row["tp"]), int(row["dp"]), int(row.get("etp", 1))
+    follows = etp == tp > 1
+    note = "; expert tp with it" if follows else ""
     if dp % 2 == 0:
+        moved = {"etp": 2 * etp} if follows else {}
         yield _Candidate("tp_double", f"tensor parallel tp {tp} -> {2 * tp} (dp {dp} -> "
-                         f"{dp // 2})", _with(row, tp=2 * tp, dp=dp // 2))
+                         f"{dp // 2}{note})", _with(row, tp=2 * tp, dp=dp // 2, **moved))
     if tp % 2 == 0:
+        moved = {"etp": etp // 2} if follows else {}
         yield _Candidate("tp_halve", f"tensor parallel tp {tp} -> {tp // 2} (dp {dp} -> "
-                         f"{2 * dp})", _with(row, tp=tp // 2, dp=2 * dp))
+                         f"{2 * dp}{note})", _with(row, tp=tp // 2, dp=2 * dp, **moved))
 
 
 def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[_Candidate]:
