@@ -66,7 +66,7 @@ def main() -> None:
         print_rows("Appendix E listing (512 B200, pp16 ep8)", paper.appendix_e(calibration))
         result = paper.table3_plan(calibration, workers=args.workers)
         print_rows("Table 4: the Table 3 envelope (32 p6-b200 nodes, 20 days)",
-                   paper.table4(result))
+                   paper.table4(result) + paper.table4_own_layout(calibration))
         ruled = paper.table3_plan(calibration, workers=args.workers,
                                   limits=paper.F2_RULE_LIMITS)
         print_rows("Table 4 under Appendix F.2's rules (tp = 1, EP inside the NVLink domain)",

@@ -111,3 +111,21 @@ def test_figure9_reports_the_layout_ranking_validate_reports() -> None:
                                       "paper-p6b200", "--json"])
     groups = json.loads(result.stdout)["aggregate"]["spearman_groups"]
     assert {row["group"]: row["spearman"] for row in rows} == pytest.approx(groups)
+
+
+def test_table4_geometry_on_its_own_layout_is_a_plan_of_that_layout() -> None:
+    """The like-for-like row (Table 4's geometry on pp8 ep8 mb4) is the plan search's own
+    score of that layout: the same step as the Table 3 search pinned to it."""
+    from mosaic.perf.layouts import LayoutLimits
+
+    calibration = built_in_calibration("paper-p6b200")
+    rows = _by_quantity(paper.table4_own_layout(calibration))
+    space = SearchSpace(q=(12,), experts=(96,), top_k=(2,), split_factor=(4,))
+    pinned = LayoutLimits(tp=(1,), pp=(8,), vpp=(1,), cp=(1,), ep=(8,), micro_batches=(4,),
+                          sharding=("zero1",), checkpointing=("full",))
+    result = paper.table3_plan(calibration, workers=1, space=space, limits=pinned)
+    best = result.candidate(int(result.optimum_index))
+    assert rows["Table 4 geometry on pp8 ep8 mb4: MFU"].mosaic == pytest.approx(best["mfu"],
+                                                                                rel=1e-9)
+    assert rows["Table 4 geometry on pp8 ep8 mb4: step (s)"].mosaic == pytest.approx(
+        best["step_time_s"], rel=1e-9)

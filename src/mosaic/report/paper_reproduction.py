@@ -27,6 +27,9 @@ from mosaic.law import default_law
 from mosaic.perf.accuracy import spearman_within_groups
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.machine import machine_for
+from mosaic.perf.plan import Checkpointing, single_plan
+from mosaic.perf.step_time import predict_step
 from mosaic.plan.analysis import LAW_SPARSITY_SUPPORT_MAX, compare_model_flops
 from mosaic.plan.envelope import (
     TABLE3_LAYOUT_LIMITS,
@@ -34,7 +37,7 @@ from mosaic.plan.envelope import (
     SearchSpace,
     planning_stack,
 )
-from mosaic.plan.search import PlanResult, search
+from mosaic.plan.search import PlanResult, candidate_workload, search
 from mosaic.plan.sweep import sweep_days, sweep_nodes
 from mosaic.report.plan_report import layout_text
 from mosaic.units import GIB
@@ -155,6 +158,25 @@ def table4(result: PlanResult) -> list[Row]:
         rows.append(Row("Table 4 geometry: layout", "pp8 ep8 mb4",
                         layout_text(own["plan"], compact=True)))
     return rows
+
+
+def table4_own_layout(calibration: Calibration) -> list[Row]:
+    """Table 4's geometry on Table 4's own layout (pp8 ep8 mb4, tp 1, full recompute) in the
+    Table 3 envelope: the like-for-like step and MFU (the plan scores its best layout)."""
+    envelope = Envelope(system=resolve_system("B200"), stack=planning_stack(calibration))
+    grid = SearchSpace(**{axis: (TABLE_4[key],) for axis, key in (
+        ("q", "q"), ("experts", "experts"), ("top_k", "top_k"),
+        ("split_factor", "split_factor"))}).enumerate()
+    workload = candidate_workload(envelope, grid, 0)
+    machine = machine_for(envelope.cluster, envelope.precision,
+                          envelope.usable_memory_fraction, fp8_recipe=envelope.fp8_recipe)
+    pp, ep = TABLE_4["pp"], TABLE_4["ep"]
+    plan = single_plan(pp=pp, ep=ep, dp=envelope.n_devices // pp,
+                       micro_batch=TABLE_4["micro_batch"], checkpointing=Checkpointing.FULL)
+    step = predict_step(workload, plan, machine, calibration)
+    return [Row("Table 4 geometry on pp8 ep8 mb4: MFU", TABLE_4["mfu"], float(step.mfu[0])),
+            Row("Table 4 geometry on pp8 ep8 mb4: step (s)", "not printed",
+                float(step.step_time_s[0]))]
 
 
 def _row_of(result: PlanResult, geometry: tuple[int, int, int, int]) -> int | None:
