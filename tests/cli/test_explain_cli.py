@@ -198,3 +198,22 @@ def test_a_measurement_given_for_a_run_record_says_it_replaces_the_records():
     assert json.loads(given.stdout)["gap"]["measured_step_time_s"] == 5.0
     own = runner.invoke(app, ["explain", record, "--json"])
     assert own.exit_code == 0 and "replaces" not in own.stderr
+
+
+def test_a_job_that_does_not_fit_is_told_which_levers_make_it_fit():
+    """A trial looked through the table for the levers that fit an out-of-memory job: the
+    lines after it name them by rank, and each lever states its memory."""
+    result = runner.invoke(app, ["explain", EXAMPLE, "--json", "--set",
+                                 "hardware.usable_memory_fraction=0.15"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["bound"]["memory"]["status"] != "fits"
+    fitting = [str(rank) for rank, lever in enumerate(document["levers"], start=1)
+               if lever["feasible"]]
+    assert all(lever["memory_gib"] is not None for lever in document["levers"]
+               if lever["gain"] is not None)
+    text = runner.invoke(app, ["explain", EXAMPLE, "--set",
+                               "hardware.usable_memory_fraction=0.15"]).output
+    expected = ("the levers that make it fit: " + ", ".join(fitting) if fitting
+                else "no single lever makes it fit")
+    assert "The job does not fit; " + expected in " ".join(text.split())

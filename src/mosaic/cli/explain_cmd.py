@@ -148,6 +148,15 @@ def _render_levers(diagnosis: Diagnosis) -> None:
             "yes" if lever.feasible else f"no: {lever.reason}",
         )
     console.print(table, width=prose_table_width(lever.description for lever in diagnosis.levers))
+    if not diagnosis.bound.memory.fits:
+        # a trial looked through the table for what makes an out-of-memory job fit
+        fitting = [str(rank) for rank, lever in enumerate(diagnosis.levers, start=1)
+                   if lever.feasible]
+        console.print("The job does not fit; "
+                      + (f"the levers that make it fit: {', '.join(fitting)} (combine one of "
+                         "them with the faster ones)" if fitting else
+                         "no single lever makes it fit: `mosaic layouts` searches every "
+                         "layout at once"), markup=False, highlight=False, soft_wrap=True)
 
 
 def _hint_if_per_gpu(measured_tokens_per_s: float, result: JobPrediction) -> None:
