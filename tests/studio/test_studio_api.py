@@ -788,13 +788,13 @@ def test_the_plan_form_quantises_the_routed_experts_alone_as_the_job_does():
     from mosaic.studio.jobs import FormError
     from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
 
-    job = {"model": {"layers": 8, "d_model": 1024, "heads": 8, "ffn": 4096,
-                     "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
-           "batch": {"global_seqs": 64, "seq_len": 2048, "micro_seqs": 1},
-           "parallelism": {"ep": 8, "sharding": "fsdp"},
-           "performance": {"precision": "mxfp8", "stack": "torchtitan",
+    moe = {"experts": 32, "top_k": 4, "expert_ffn": 768}
+    job = {"model": {"layers": 4, "d_model": 2048, "heads": 16, "ffn": 8192, "moe": moe},
+           "batch": {"global_seqs": 128, "seq_len": 4096, "micro_seqs": 2},
+           "parallelism": {"ep": 4, "sharding": "fsdp"},
+           "performance": {"stack": "torchtitan", "precision": "mxfp8",
                            "quantised_gemms": "routed_experts"},
-           "hardware": {"system": "DGX-B200", "nodes": 1}}
+           "hardware": {"nodes": 1, "system": "DGX-B200"}}
     seeded = options_document(job)
     assert seeded["form"]["performance.quantised_gemms"] == "routed_experts"
     assert seeded["plan_form"]["plan.quantised_gemms"] == "routed_experts"

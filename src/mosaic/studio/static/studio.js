@@ -299,15 +299,19 @@
     ["step_time_s", "step s", function (v) { return v.toFixed(3); }],
     ["memory_gib", "GiB", function (v) { return v.toFixed(1); }]];
 
+  // a panel's request refused: its summary cleared, every error message in its error line
+  function failed(body, summaryId, errorId) {
+    if (body.ok) { return false; }
+    $(summaryId).textContent = "";
+    $(errorId).textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
+    return true;
+  }
+
   function searchLayouts() {
     $("layouts-error").textContent = "";
     $("layouts-summary").textContent = "searching…";
     return post("/api/layouts", {form: readForm("job-form")}).then(function (body) {
-      if (!body.ok) {
-        $("layouts-summary").textContent = "";
-        $("layouts-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
-        return;
-      }
+      if (failed(body, "layouts-summary", "layouts-error")) { return; }
       $("layouts-summary").textContent = body.n_candidates.toLocaleString() + " candidates, " +
         body.n_plans.toLocaleString() + " pass the divisibility rules, " + body.n_feasible.toLocaleString() +
         " fit in memory (" + body.search_ms.toFixed(0) + " ms); best " + body.rows.length + " listed.";
@@ -365,11 +369,7 @@
     $("explain-error").textContent = "";
     $("explain-summary").textContent = "explaining…";
     return post("/api/explain", {form: readForm("job-form")}).then(function (body) {
-      if (!body.ok) {
-        $("explain-summary").textContent = "";
-        $("explain-error").textContent = Object.keys(body.errors).map(function (k) { return body.errors[k]; }).join("; ");
-        return;
-      }
+      if (failed(body, "explain-summary", "explain-error")) { return; }
       $("explain-summary").textContent = "Bound: " + body.bound;
       var rows = body.levers.map(function (lever, i) {
         return Object.assign({}, lever, {rank: i + 1,
