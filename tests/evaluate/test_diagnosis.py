@@ -701,3 +701,9 @@ def test_the_bound_names_a_larger_part_of_another_class():
     balanced = hand_prediction({"compute_experts": 0.5, "moe_host_sync": 0.3,
                                 "ep_all_to_all": 0.2})
     assert "largest single part" not in classify_bound(balanced, 80 * GIB).summary
+    # a class without parts is its own part: no smaller part of another class is 'larger'
+    # (a review: 'dispatch-bound ... 46%; the largest single part is dp/fsdp (42%)')
+    floored = hand_prediction({"dispatch_floor": 0.46, "dp_reduce_scatter": 0.42,
+                               "compute_experts": 0.12})
+    summary = classify_bound(floored, 80 * GIB).summary
+    assert summary.startswith("dispatch-bound") and "largest single part" not in summary

@@ -98,7 +98,7 @@ def test_quantising_the_experts_alone_is_refused_at_bf16_before_the_search():
     out = CliRunner().invoke(app, ["plan", "--q", "4", "--quantised-gemms", "routed_experts",
                                    "--stack", "torchtitan"])
     assert out.exit_code != 0
-    assert "quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got bf16)" \
+    assert "quantised_gemms routed_experts needs precision fp8 or mxfp8 (got bf16)" \
         in out.output
     out = CliRunner().invoke(app, ["plan", "--q", "4", "--precision", "mxfp8", "--gpu",
                                    "B200", "--quantised-gemms", "experts"])

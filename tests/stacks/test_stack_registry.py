@@ -126,3 +126,17 @@ def test_an_entry_inherits_the_traits_it_does_not_state():
                      "dropless_host_sync": True, "unstated_recompute": "full"}
     with pytest.raises(MosaicInputError, match="inherits 'nope'"):
         with_inherited_traits({"child": {**stacks["child"], "inherits": "nope"}})
+
+
+def test_a_bf16_gradient_reduce_is_refused_where_the_stack_has_none():
+    """torchtitan's FSDP reduces in float32 only (training.mixed_precision_reduce
+    Literal["float32"], config/job_config.py @ 1a36996b8): a job saying otherwise is one
+    line, not a prediction of a setting the stack cannot run; Megatron-Core has it."""
+    from mosaic.arch import ladder_geometry
+    from mosaic.perf.workload import Workload
+
+    moe = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
+    with pytest.raises(MosaicInputError, match="reduces gradients in float32 only"):
+        Workload(moe, 64, 4096, stack="torchtitan", grad_reduce_in_fp32=False)
+    assert not Workload(moe, 64, 4096, stack="megatron-core",
+                        grad_reduce_in_fp32=False).grad_reduce_in_fp32

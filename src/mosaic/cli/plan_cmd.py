@@ -42,6 +42,7 @@ from mosaic.law.law import load_law_file
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.layouts import LayoutLimits
+from mosaic.perf.workload import QuantisedGemms
 from mosaic.plan.analysis import (
     compare_model_flops,
     flop_cost_profile,
@@ -139,7 +140,7 @@ DispatcherOpt = Annotated[str | None, typer.Option(
 QuantisedGemmsOpt = Annotated[str, typer.Option(
     "--quantised-gemms", help="Which GEMMs of every candidate --precision runs: all (default), "
     "or routed_experts (the experts' grouped GEMMs alone, the rest bf16: torchtitan's "
-    "quantize.grouped_mm converters; needs fp8, mxfp8 or nvfp4).")]
+    "quantize.grouped_mm converters; needs fp8 or mxfp8).")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
 QValues = Annotated[str | None, typer.Option(
@@ -286,7 +287,7 @@ def versus_envelope(envelope: Envelope, other: Calibration) -> Envelope:
     # A release's defaults belong to the first stack; the other plans without them.
     return replace(envelope, stack=planning_stack(other), headroom=headroom,
                    stack_version=None, ep_overlap=False, full_iteration_cuda_graph=False,
-                   fused_grouped_mlp=False)
+                   fused_grouped_mlp=False, quantised_gemms=QuantisedGemms.ALL)
 
 
 def _backend(backend: str, address: str | None, workers: int | None) -> Any:

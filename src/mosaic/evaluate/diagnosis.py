@@ -37,6 +37,7 @@ from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.headroom import gib_or_mib_text
+from mosaic.perf.layouts import unoffered_layout
 from mosaic.perf.machine import Machine, machine_for
 from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
@@ -197,7 +198,8 @@ class Bound:
         largest part a fitted residual' while the host sync it could remove was larger)."""
         class_s = self.classes_s.get(self.time_class, 0.0)
         step_s = class_s / self.time_share if self.time_share else 0.0
-        named_s = self.part_share * step_s if self.time_class in PARTED_CLASSES else 0.0
+        # a class without parts (the dispatch floor, the vocabulary stage) is its own part
+        named_s = self.part_share * step_s if self.time_class in PARTED_CLASSES else class_s
         group, part, seconds = max(((group, part, seconds)
                                     for group, parts in self.parts_s.items()
                                     if group != self.time_class
@@ -655,9 +657,15 @@ def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: 
     return f"{status}: " + memory_overshoot_text(memory_bytes, overshoot_bytes, capacity_bytes)
 
 
+def _moves_layout(plan: PlanRow, current: PlanRow | None) -> bool:
+    """Whether ``plan`` changes the sharding, pp or vpp of ``current`` (None: unknown)."""
+    return current is None or any(plan[key] != current[key]
+                                  for key in ("sharding", "pp", "vpp"))
+
+
 def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine,
               calibration: Calibration, current_tokens_per_s: float,
-              split_stated: bool = True) -> list[Lever]:
+              split_stated: bool = True, current: PlanRow | None = None) -> list[Lever]:
     """Predict every candidate plan in one vectorised call; rule breakers get NaN times.
     ``split_stated`` False: the job's layer split is a run's, unstated, and so is each
     candidate's (no split rule applies, as for the job: perf.constraints.plan_violations)."""
@@ -668,7 +676,13 @@ def _evaluate(candidates: list[_Candidate], workload: Workload, machine: Machine
         set(zip(plans.pp.tolist(), plans.vpp.tolist(), strict=True)))
     violations = plan_violations(workload, plans, machine.n_devices,
                                  split_stated=split_stated)
-    reasons = [first_reason(violations, plans, i) for i in range(len(plans))]
+    # a rule, or a sharding, pp or vpp the stack does not offer that the lever moves to (a
+    # review: levanter's pp lever was ranked feasible and its `--set` refused; a run
+    # record's own recorded sharding stays as recorded)
+    reasons = [first_reason(violations, plans, i)
+               or (unoffered_layout(workload, plans, i)
+                   if _moves_layout(candidate.plan, current) else None)
+               for i, candidate in enumerate(candidates)]
     valid = np.flatnonzero([reason is None for reason in reasons])
     prediction = (predict_step(workload, plans.take(valid), machine, calibration)
                   if valid.size else None)
@@ -724,14 +738,15 @@ def rank_levers(workload: Workload, plan: ParallelPlans, machine: Machine,
     current_tokens_per_s = float(current.tokens_per_s[0])
     row = plan.row(0)
     levers = _evaluate(plan_candidates(workload, machine, row), workload, machine,
-                       calibration, current_tokens_per_s, split_stated)
+                       calibration, current_tokens_per_s, split_stated, row)
     for name, description, changed in _workload_what_ifs(workload, machine, row, current):
         levers += _evaluate([_Candidate(name, description, _row_for(name, changed, row))],
-                            changed, machine, calibration, current_tokens_per_s, split_stated)
+                            changed, machine, calibration, current_tokens_per_s, split_stated,
+                            row)
     if machine_at is not None:
         for name, description, changed, other in _precision_what_ifs(workload, machine_at):
             levers += _evaluate([_Candidate(name, description, row)], changed, other,
-                                calibration, current_tokens_per_s, split_stated)
+                                calibration, current_tokens_per_s, split_stated, row)
     return sorted(levers, key=_rank)
 
 
@@ -776,10 +791,11 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
     if runs_nvidia_kernels(machine.device_name) and (
             min(kernel.fwd_multiplier, kernel.bwd_multiplier) < 1.0
             or kernel.kernel in GEMM_COSTED_KERNELS):
-        # how the stack reaches cuDNN: levanter (a JAX stack) through Transformer
-        # Engine's nvte backend, the others through torch SDPA or Transformer Engine
+        # how the stack reaches cuDNN: levanter's blockwise XLA attention (jax_flash)
+        # through Transformer Engine's nvte backend, the others through torch SDPA or
+        # Transformer Engine
         how = ("Transformer Engine installed for levanter's nvte backend"
-               if _whole_local_batch(workload) else
+               if kernel.kernel == AttentionKernel.JAX_FLASH else
                "torch SDPA's cuDNN backend or Transformer Engine")
         yield ("attention_cudnn", f"attention kernel {kernel.kernel} -> cudnn ({how})",
                replace(workload, attention_kernel=AttentionKernel.CUDNN))

@@ -52,8 +52,7 @@ def _text(value: Any) -> str:
 def lever_overrides(spec: JobSpec, workload: Workload, plan: ParallelPlans
                     ) -> tuple[str, ...] | None:
     """``block.field=value`` for each field the lever changes, in document order; None for a
-    run record (its `--set` takes the record's own field names) or where a field the lever
-    drops from the document has no workload setting of that name to state."""
+    run record (its `--set` takes the record's own field names)."""
     if spec.recorded_layout:
         return None
     changed_spec = replace(spec, workload=workload, plan=plan, as_recorded=None)
@@ -65,9 +64,10 @@ def lever_overrides(spec: JobSpec, workload: Workload, plan: ParallelPlans
         changed += [key for key in after if key not in changed
                     and key.partition(".")[2] in RECIPE_FIELDS]
     overrides = [f"{key}={_text(after[key])}" for key in changed]
-    for key in before.keys() - after.keys():  # back at its default, which the document omits
+    for key in sorted(before.keys() - after.keys()):  # at its default, which the document omits
         field = key.partition(".")[2]
-        if not hasattr(workload, field):
-            return None
-        overrides.append(f"{key}={_text(getattr(workload, field))}")
+        # a workload setting states its value; a layout field (an HSDP shard group the
+        # lever's sharding has none of) is cleared to what the loader derives
+        overrides.append(f"{key}={_text(getattr(workload, field))}" if hasattr(workload, field)
+                         else f"{key}=null")
     return tuple(overrides)

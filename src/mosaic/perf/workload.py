@@ -88,10 +88,13 @@ def check_quantised_gemms(quantised_gemms: QuantisedGemms, precision: Precision,
             f"quantised_gemms routed_experts with stack {stack.name}: it quantises every "
             f"GEMM of its precision; stacks that quantise the routed experts alone: "
             f"{', '.join(stacks_with('routed_expert_quantisation'))} (docs/stacks.md)")
-    if precision_lane(precision) not in (Precision.FP8, Precision.FP4):
+    if precision_lane(precision) is not Precision.FP8:
+        # torchtitan's grouped-experts converters are float8 and MXFP8 (float8.py, mx.py);
+        # its NVFP4 converter quantises linears only (nvfp4.py @ b5bcd76c6)
         raise MosaicInputError(
-            f"quantised_gemms routed_experts needs precision fp8, mxfp8 or nvfp4 (got "
-            f"{precision_label}): it says which GEMMs that precision runs")
+            f"quantised_gemms routed_experts needs precision fp8 or mxfp8 (got "
+            f"{precision_label}): the routed experts' grouped-GEMM converters are float8 "
+            "and MXFP8")
     for name, on in settings_on.items():
         if on:
             raise MosaicInputError(
@@ -488,6 +491,10 @@ class Workload:
         if self.offloaded_activation_layers < 0:
             raise MosaicInputError("offloaded_activation_layers must be >= 0, got "
                                    f"{self.offloaded_activation_layers}")
+        if not self.grad_reduce_in_fp32 and not self.traits.bf16_grad_reduce:
+            raise MosaicInputError(
+                f"grad_reduce_in_fp32 false: stack {self.stack!r} reduces gradients in "
+                "float32 only (stack trait bf16_grad_reduce; docs/stacks.md)")
         if self.offloaded_activation_layers and not self.traits.activation_offload:
             raise MosaicInputError(
                 f"offloaded_activation_layers: stack {self.stack!r} has no activation CPU "
