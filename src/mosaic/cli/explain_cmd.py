@@ -39,7 +39,7 @@ from mosaic.evaluate.plausibility import implausibility
 from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.headroom import memory_fit_text
-from mosaic.report.explain_document import explain_document
+from mosaic.report.explain_document import explain_document, levers_that_fit_text
 from mosaic.report.plan_report import layout_line, precision_text
 from mosaic.report.prediction_document import memory_scale_note
 
@@ -55,7 +55,7 @@ def _render_current(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
         ("layout", layout_line(result.spec.plan.row(0))),
         ("precision / EP dispatcher", precision_text(document["prediction"])
          + (f" / {document['prediction']['dispatcher']}"
-            if result.spec.workload.geometry.moe is not None else "")),
+            if int(result.spec.plan.ep[0]) > 1 else "")),
         ("global batch", f"{result.spec.workload.global_batch} x "
                          f"{result.spec.workload.seq_len} tokens"),
         ("step time", f"{p.step_time_s[0]:.3f} s"),
@@ -148,15 +148,6 @@ def _render_levers(diagnosis: Diagnosis) -> None:
             "yes" if lever.feasible else f"no: {lever.reason}",
         )
     console.print(table, width=prose_table_width(lever.description for lever in diagnosis.levers))
-    if not diagnosis.bound.memory.fits:
-        # a trial looked through the table for what makes an out-of-memory job fit
-        fitting = [str(rank) for rank, lever in enumerate(diagnosis.levers, start=1)
-                   if lever.feasible]
-        console.print("The job does not fit; "
-                      + (f"the levers that make it fit: {', '.join(fitting)} (combine one of "
-                         "them with the faster ones)" if fitting else
-                         "no single lever makes it fit: `mosaic layouts` searches every "
-                         "layout at once"), markup=False, highlight=False, soft_wrap=True)
 
 
 def _hint_if_per_gpu(measured_tokens_per_s: float, result: JobPrediction) -> None:
@@ -242,9 +233,15 @@ def explain(
     _render_bound(diagnosis)
     _render_gap(diagnosis)
     _render_levers(diagnosis)
-    console.print("These change one thing at a time ('set': the `--set` overrides of `mosaic "
-                  "perf` that give exactly that step); every layout of this job at once: "
-                  f"mosaic layouts {job} (with the same --set, --model and --calibration)",
+    fit = levers_that_fit_text(document)
+    if fit is not None:
+        console.print(fit, markup=False, highlight=False, soft_wrap=True)
+    stated = any(lever.overrides for lever in diagnosis.levers)
+    console.print("These change one thing at a time"
+                  + (" ('set': the `--set` overrides of `mosaic perf` that give exactly that "
+                     "step, on top of any --set of yours)" if stated else "")
+                  + f"; every layout of this job at once: mosaic layouts {job} (with the same "
+                  "--set, --model and --calibration)",
                   markup=False, highlight=False, soft_wrap=True)
 
 

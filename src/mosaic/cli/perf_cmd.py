@@ -24,7 +24,7 @@ from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import STEP_TERMS, term_meaning
-from mosaic.report.plan_report import ROUTED_EXPERTS_ONLY_TEXT, layout_line
+from mosaic.report.plan_report import layout_line, precision_text
 from mosaic.report.prediction_document import memory_scale_note, prediction_document
 from mosaic.units import GIB
 
@@ -48,14 +48,9 @@ def _render(document: dict[str, Any]) -> None:
             ("layout", layout_line(plan)
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",
-             f"{document['precision']}"
-             + (" (nvfp4" + (", FP4 parameter gathers" if document["fp4_param_gather"]
-                             else "") + ")" if document["precision"] == "fp4" else "")
-             + (f" ({document['fp8_recipe']}"
-                + (", FP8 parameter gathers" if document["fp8_param_gather"] else "") + ")"
-                if document["fp8_recipe"] != "none" else "")
-             + (ROUTED_EXPERTS_ONLY_TEXT
-                if document["quantised_gemms"] == "routed_experts" else "")
+             precision_text(document)  # the lane, its recipe and the GEMMs it runs
+             + (", FP4 parameter gathers" if document["fp4_param_gather"] else "")
+             + (", FP8 parameter gathers" if document["fp8_param_gather"] else "")
              + f" / {document['dispatcher']}"
              + (", EP overlap" if document["ep_overlap"] else "")
              + (", FP8 dispatch" if document["dispatch_fp8"] else "")

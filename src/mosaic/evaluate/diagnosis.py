@@ -886,10 +886,10 @@ _FP8_SWITCHES = {  # recipe -> (Megatron-Core, torchtitan's converter family)
 }
 
 
-def _fp8_switch(workload: Workload, recipe: Fp8Recipe) -> str:
+def _fp8_switch(workload: Workload, recipe: Fp8Recipe) -> str | None:
     """The job's stack's switch for ``recipe``: Megatron-Core's flag on the stacks built on
     it (its DDP), torchtitan's converters (the grouped experts' too for an MoE, as the
-    export writes them), else the recipe's name."""
+    export writes them); None for a stack whose switch the project has no source for."""
     megatron, family = _FP8_SWITCHES[recipe]
     if workload.traits.dp_last_bucket == "megatron":
         return f"Megatron {megatron}"
@@ -897,7 +897,7 @@ def _fp8_switch(workload: Workload, recipe: Fp8Recipe) -> str:
         grouped = (f" and quantize.grouped_mm.{family}"
                    if workload.geometry.moe is not None else "")
         return f"torchtitan converters quantize.linear.{family}{grouped}"
-    return f"the stack's {recipe} FP8 recipe"
+    return None
 
 
 def _precision_what_ifs(workload: Workload, machine_at: Callable[[Workload], Machine]
@@ -915,8 +915,9 @@ def _precision_what_ifs(workload: Workload, machine_at: Callable[[Workload], Mac
         return
     caveat = "; numerics change"
     recipe = default_fp8_recipe(workload.stack)
-    options = [(f"precision_{recipe}", f"GEMMs in FP8, {recipe} scaling "
-                f"({_fp8_switch(workload, recipe)}){caveat}",
+    switch = _fp8_switch(workload, recipe)
+    options = [(f"precision_{recipe}", f"GEMMs in FP8, {recipe} scaling"
+                + (f" ({switch})" if switch else "") + caveat,
                 {"precision": Precision.FP8, "fp8_recipe": recipe})]
     if workload.geometry.moe is not None and workload.traits.routed_expert_quantisation:
         options.append(("routed_experts_mxfp8", "routed experts in MXFP8, the rest in bf16 "
@@ -969,7 +970,9 @@ def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
         if name == Dispatcher.DEEPEP and multi_node_nvlink:
             continue
         how = (f"Megatron --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {name}"
-               if megatron else f"{workload.stack}'s {name} dispatcher")
+               if megatron else
+               f"torchtitan --parallelism.expert_parallel_comm_backend {name}"
+               if workload.stack == "torchtitan" else f"{workload.stack}'s {name} dispatcher")
         # the expert ranks of one EP group are etp·ep consecutive ranks (Megatron-Core's
         # expert rank order tp-ep-dp-pp): inside one NVLink domain nothing crosses the network
         in_domain = int(row["ep"]) * int(row.get("etp", 1)) <= interconnect.scale_up_domain_gpus

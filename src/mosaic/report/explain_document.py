@@ -8,12 +8,13 @@ from dataclasses import asdict
 from typing import Any
 
 from mosaic.config.layout import plan_row_document
-from mosaic.evaluate.diagnosis import GIB, Diagnosis
+from mosaic.evaluate.diagnosis import Diagnosis
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.machine import usable_gib
 from mosaic.perf.prediction_coverage import assess_plan
 from mosaic.report.prediction_document import prediction_document
+from mosaic.units import GIB
 
 
 def _finite(value: float) -> float | None:
@@ -81,6 +82,10 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             "host_scale": gap.host_scale,
             "imbalance_s": gap.imbalance_s,
             "imbalance_scale": gap.imbalance_scale,
+            # the sources of the step the gap is attributed to (GapAttribution.weighs)
+            "sources": [key for key, seconds in (
+                ("compute", gap.compute_kernel_s), ("communication", gap.communication_s),
+                ("host", gap.host_s), ("imbalance", gap.imbalance_s)) if gap.weighs(seconds)],
             "more_plausible": gap.more_plausible,
             "findings": gap.findings,
         },
@@ -103,3 +108,16 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             for lever in diagnosis.levers
         ],
     }
+
+
+def levers_that_fit_text(document: dict[str, Any]) -> str | None:
+    """For a job that does not fit, which levers (by rank) make it fit, or that none does
+    alone; None for a job that fits (a trial looked through the table for them)."""
+    if document["bound"]["memory"]["status"] in ("fits", "near capacity"):
+        return None
+    fitting = [str(rank) for rank, lever in enumerate(document["levers"], start=1)
+               if lever["feasible"]]
+    return "The job does not fit; " + (
+        f"the levers that make it fit: {', '.join(fitting)} (combine one of them with the "
+        "faster ones)" if fitting else
+        "no single lever makes it fit: `mosaic layouts` searches every layout at once")

@@ -286,7 +286,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         """What bounds the edited job and its levers, as `mosaic explain` ranks them, with
         the report's lever chart."""
         from mosaic.evaluate.diagnosis import diagnose
-        from mosaic.report.explain_document import explain_document
+        from mosaic.report.explain_document import explain_document, levers_that_fit_text
         from mosaic.report.html.explain_page import lever_figure
         from mosaic.report.html.page import figure_json
 
@@ -294,6 +294,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         _, result = predict_form(form, job_document, calibration)
         document = explain_document(diagnose(result, calibration), calibration)
         return _json({"ok": True, "bound": document["bound"]["summary"],
+                      "fit": levers_that_fit_text(document),
                       "levers": document["levers"],
                       "figure": figure_json(lever_figure(document["levers"])),
                       "explain_ms": (time.perf_counter() - start) * 1e3})

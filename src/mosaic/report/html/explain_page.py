@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mosaic.evaluate.diagnosis import NEGLIGIBLE_STEP_SHARE
+from mosaic.report.explain_document import levers_that_fit_text
 from mosaic.report.html.page import (
     Column,
     Section,
@@ -70,10 +70,10 @@ def _gap_sections(document: dict[str, Any]) -> list[Section]:
             ("compute kernels (with their bubble/overhead share)",
              share(gap["compute_kernel_s"])),
             ("communication (with its bubble/overhead share)", share(gap["communication_s"]))]
-    rows += [(label, share(gap[key])) for label, key in (
-        ("host-side work: launch floor, MoE host sync", "host_s"),
-        ("expert load imbalance", "imbalance_s"))
-        if gap[key] >= NEGLIGIBLE_STEP_SHARE * predicted]
+    sources = gap.get("sources", ["host", "imbalance"])
+    rows += [(label, share(gap[f"{key}_s"])) for label, key in (
+        ("host-side work: launch floor, MoE host sync", "host"),
+        ("expert load imbalance", "imbalance")) if key in sources]
     return [Section("gap", "Measured vs predicted", [
         key_value_html(rows, table_id="gap-table"),
         *[note(finding) for finding in gap["findings"]]])]
@@ -140,6 +140,7 @@ def _levers_section(document: dict[str, Any]) -> Section:
              "the job with that change; the numerics of a precision change are not judged."
              + (f" {broken} that break a layout rule have no bar (the table says which rule)."
                 if broken else "")),
+        *([note(fit)] if (fit := levers_that_fit_text(document)) else []),
         figure_html(lever_figure(levers), "fig-levers") if len(rows) > broken
         else note("No lever could be predicted."),
         table_html(LEVER_COLUMNS, rows, table_id="levers-table")])

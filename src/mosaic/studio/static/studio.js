@@ -370,7 +370,7 @@
     $("explain-summary").textContent = "explaining…";
     return post("/api/explain", {form: readForm("job-form")}).then(function (body) {
       if (failed(body, "explain-summary", "explain-error")) { return; }
-      $("explain-summary").textContent = "Bound: " + body.bound;
+      $("explain-summary").textContent = "Bound: " + body.bound + (body.fit ? " " + body.fit : "");
       var rows = body.levers.map(function (lever, i) {
         return Object.assign({}, lever, {rank: i + 1,
           verdict: lever.feasible ? "yes" : "no: " + lever.reason,
