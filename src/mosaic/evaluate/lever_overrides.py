@@ -39,7 +39,10 @@ def _leaves(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _text(value: Any) -> str:
-    """A value as `--set` reads it (YAML): true/false, an enum's name, a list as [a, b]."""
+    """A value as `--set` reads it (YAML): true/false, null, an enum's name, a list as
+    [a, b]."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, Enum):
