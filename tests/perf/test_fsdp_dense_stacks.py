@@ -157,8 +157,9 @@ def _hsdp_moe_step(experts: int, ep: int):
     all-reduce across the 4 replicas plus the last block's reduce-scatter (by hand)."""
     geometry = ladder_geometry(4, experts=experts, top_k=2, split_factor=2)
     machine = machine_for(Cluster(system=get_system("DGX-H100"), n_nodes=4), "bf16")
-    workload = Workload(geometry=geometry, global_batch=32, seq_len=32768,
-                        stack="torchtitan", grad_reduce_in_fp32=False)
+    # torchtitan's FSDP reduces gradients in float32 (4 bytes; its mixed_precision_reduce is
+    # Literal["float32"])
+    workload = Workload(geometry=geometry, global_batch=32, seq_len=32768, stack="torchtitan")
     plan = single_plan(dp=32, ep=ep, micro_batch=1, sharding=Sharding.HSDP, hsdp_shard=8)
     step = predict_step(workload, plan, machine, replace(CALIBRATION, stack_overhead={}))
     counts = count_parameters(geometry)
@@ -169,9 +170,9 @@ def _hsdp_moe_step(experts: int, ep: int):
              + (1 - share) * counts.dense_ffn_per_layer)
     # dense shards over the node's 8 GPUs, all-reduced across 4 replicas; the last block's
     # reduce-scatter inside the shard group
-    dense_tail = (all_reduce_time_s(np.array([dense * 2 / 8]), np.array([4]), np.array([8]),
+    dense_tail = (all_reduce_time_s(np.array([dense * 4 / 8]), np.array([4]), np.array([8]),
                                     machine.interconnect)[0]
-                  + reduce_scatter_time_s(np.array([dense * 2]), 8, 1, machine.interconnect)[0])
+                  + reduce_scatter_time_s(np.array([dense * 4]), 8, 1, machine.interconnect)[0])
     return counts, machine, step, dense_tail
 
 
@@ -184,7 +185,7 @@ def test_hsdp_replica_all_reduce_carries_the_routed_experts_too():
     # 16 experts over ep = 8, in the MoE blocks' share of the mean block
     experts = counts.moe_layers / counts.layers * counts.experts * counts.routed_expert / 8
     # each expert's 1 (= edp 4 x 8 / 32) copy per node
-    expert_ar = all_reduce_time_s(np.array([experts * 2 / 1]), np.array([4]), np.array([8]),
+    expert_ar = all_reduce_time_s(np.array([experts * 4 / 1]), np.array([4]), np.array([8]),
                                   machine.interconnect)[0]
     assert step.breakdown_s["fsdp_reduce_scatter"][0] == pytest.approx(dense_tail + expert_ar)
 
