@@ -191,9 +191,8 @@ class Bound:
                     f"{self.memory.usable_bytes / GIB:.1f} GiB usable)")
         return text
 
-
     def _larger_part_elsewhere(self) -> str:
-        """'; the largest single part is moe_host_sync (35% of the step, overhead)' where a
+        """'; the largest single part is moe_host_sync (35% of the step, dispatch)' where a
         part of another class outweighs the part named (a trial read 'compute-bound, its
         largest part a fitted residual' while the host sync it could remove was larger)."""
         class_s = self.classes_s.get(self.time_class, 0.0)
@@ -205,7 +204,7 @@ class Bound:
                                     if group != self.time_class
                                     for part, seconds in parts.items()),
                                    key=lambda item: item[2], default=(None, None, 0.0))
-        if part is None or seconds <= max(named_s, 0.0) or step_s <= 0:
+        if part is None or seconds <= named_s or step_s <= 0:
             return ""
         return f"; the largest single part is {part} ({seconds / step_s:.0%} of the step, {group})"
 
