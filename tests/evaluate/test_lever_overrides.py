@@ -27,7 +27,9 @@ JOBS = ["appendix_e.yaml", "deepseek_v3_h100.yaml", "fsdp_moe_comm_bound.yaml",
 VARIANTS = [*((name, ()) for name in JOBS),
             ("fsdp_moe_comm_bound.yaml", ("parallelism.sharding=hsdp",
                                           "parallelism.hsdp_shard=8")),
-            ("fsdp_moe_comm_bound.yaml", ("performance.stack=levanter",))]
+            ("fsdp_moe_comm_bound.yaml", ("performance.stack=levanter",)),
+            ("fsdp_moe_comm_bound.yaml", ("performance.stack=torchtitan",
+                                          "parallelism.sharding=fsdp"))]
 
 
 @pytest.mark.parametrize(("name", "job_overrides"), VARIANTS)
@@ -69,3 +71,19 @@ def test_a_run_records_levers_state_no_job_overrides():
     spec = load_job_spec(Path(f"{record}#nebius2603-deepseek-v3-b200-256-tp2pp2ep32-bf16-deepep"))
     levers = diagnose(predict_job(spec, CALIBRATION), CALIBRATION).levers
     assert levers and all(lever.overrides is None for lever in levers)
+
+
+def test_a_job_without_a_pipeline_is_offered_one_with_its_stacks_default_interleaving():
+    """torchtitan interleaves 2 virtual stages per rank by default: a job without a
+    pipeline gets pp 2 with vpp 2 beside the plain pp lever (a trial found it faster by
+    hand), each reproduced by its overrides (above)."""
+    path = EXAMPLES / "fsdp_moe_comm_bound.yaml"
+    levers = {lever.name: lever for lever in diagnose(predict_job(load_job(
+        path, ["performance.stack=torchtitan", "parallelism.sharding=fsdp"]), CALIBRATION),
+        CALIBRATION).levers}
+    interleaved = levers["pp_double_interleaved"]
+    assert (interleaved.plan["pp"], interleaved.plan["vpp"]) == (2, 2)
+    assert "parallelism.vpp=2" in interleaved.overrides
+    megatron = {lever.name for lever in diagnose(predict_job(load_job(path), CALIBRATION),
+                                                 CALIBRATION).levers}
+    assert "pp_double_interleaved" not in megatron  # Megatron's default is one stage

@@ -565,9 +565,17 @@ def _checkpointing(row: PlanRow) -> Iterator[_Candidate]:
                              _with(row, checkpointing=name))
 
 
-def _pipeline(row: PlanRow) -> Iterator[_Candidate]:
-    """Interleaving and pipeline depth (Eq. 12: bubble (pp-1)/(vpp·n_mb))."""
+def _pipeline(row: PlanRow, vpp_default: int = 1) -> Iterator[_Candidate]:
+    """Interleaving and pipeline depth (Eq. 12: bubble (pp-1)/(vpp·n_mb)); a job without a
+    pipeline is also offered one with the virtual stages its stack runs by default (trait
+    ``interleaved_vpp_default``: torchtitan's 2, which a trial's `--set parallelism.pp=2`
+    got and found faster than the plain pp lever)."""
     pp, vpp, dp = int(row["pp"]), int(row["vpp"]), int(row["dp"])
+    if pp == 1 and vpp_default > 1 and dp % 2 == 0:
+        yield _Candidate("pp_double_interleaved",
+                         f"pipeline pp {pp} -> {2 * pp} with the stack's default vpp "
+                         f"{vpp_default} (dp {dp} -> {dp // 2})",
+                         _with(row, pp=2 * pp, dp=dp // 2, vpp=vpp_default))
     if pp > 1 and vpp == 1:
         yield _Candidate("vpp_2", "interleaved pipeline: vpp 1 -> 2", _with(row, vpp=2))
     if pp > 1 and pp % 2 == 0:
@@ -610,7 +618,9 @@ def plan_candidates(workload: Workload, machine: Machine, row: PlanRow) -> list[
     unique = []
     for candidate in (*_ep_in_domain(workload, machine, row), *_expert_parallel(workload, row),
                       *_sharding(workload, machine, row),
-                      *_checkpointing(row), *_pipeline(row), *_micro_batch(row),
+                      *_checkpointing(row),
+                      *_pipeline(row, workload.traits.interleaved_vpp_default),
+                      *_micro_batch(row),
                       *_tensor_parallel(row)):
         key = tuple(candidate.plan.items())
         if key not in seen:
