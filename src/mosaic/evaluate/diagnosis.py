@@ -1049,6 +1049,7 @@ def diagnose(result: JobPrediction, calibration: Calibration,
                              result.cluster, changed.precision,
                              result.spec.usable_memory_fraction, result.spec.tables,
                              fp8_recipe=changed.fp8_recipe))
+    overrides_of = lever_overrides(result.spec)
     return Diagnosis(
         result=result,
         terms=breakdown_terms(prediction),
@@ -1057,8 +1058,8 @@ def diagnose(result: JobPrediction, calibration: Calibration,
         gap=(attribute_gap(prediction, measured_step_time_s)
              if measured_step_time_s is not None else None),
         # a rule breaker has no step to reproduce
-        levers=[replace(lever, overrides=lever_overrides(
-                    result.spec, lever.workload, plans_from_rows([lever.plan])))
+        levers=[replace(lever, overrides=overrides_of(lever.workload,
+                                                      plans_from_rows([lever.plan])))
                 if lever.workload is not None and math.isfinite(lever.step_time_s)
                 else lever for lever in levers],
         imbalance=assumed_imbalance(result, calibration),

@@ -5,6 +5,7 @@ lever by hand and got another expert tp, which an unstated etp follows)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from typing import Any
@@ -52,14 +53,24 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def lever_overrides(spec: JobSpec, workload: Workload, plan: ParallelPlans
-                    ) -> tuple[str, ...] | None:
-    """``block.field=value`` for each field the lever changes, in document order; None for a
-    run record (its `--set` takes the record's own field names)."""
-    if spec.recorded_layout:
-        return None
+def lever_overrides(spec: JobSpec
+                    ) -> Callable[[Workload, ParallelPlans], tuple[str, ...] | None]:
+    """The overrides of each lever of ``spec`` (the job's document is read once): for a
+    lever's workload and plan, ``block.field=value`` for each field it changes, in document
+    order; None for a run record (its `--set` takes the record's own field names)."""
+    before = None if spec.recorded_layout else _leaves(job_document(spec))
+
+    def overrides(workload: Workload, plan: ParallelPlans) -> tuple[str, ...] | None:
+        return None if before is None else _changed(spec, before, workload, plan)
+    return overrides
+
+
+def _changed(spec: JobSpec, before: dict[str, Any], workload: Workload, plan: ParallelPlans
+             ) -> tuple[str, ...]:
+    """The overrides that turn the job of ``before`` (its leaves) into ``workload`` on
+    ``plan``."""
     changed_spec = replace(spec, workload=workload, plan=plan, as_recorded=None)
-    before, after = _leaves(job_document(spec)), _leaves(job_document(changed_spec))
+    after = _leaves(job_document(changed_spec))
     changed = [key for key, value in after.items() if before.get(key) != value]
     changed += [dependent for key in list(changed) for dependent in DEPENDENT_FIELDS.get(key, ())
                 if dependent in after and dependent not in changed]
