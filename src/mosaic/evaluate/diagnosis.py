@@ -358,6 +358,12 @@ class GapAttribution:
         ) if self.weighs(source[3]))
 
     @property
+    def source_keys(self) -> tuple[str, ...]:
+        """The sources the gap is attributed to (compute, communication, host, imbalance),
+        each with time worth naming in the step (:meth:`weighs`)."""
+        return tuple(key for key, *_ in self._sources())
+
+    @property
     def more_plausible(self) -> str | None:
         """The source (PLAUSIBLE_SOURCES) needing the smallest departure from the model
         (closest to 1 on a log scale); None when measured and predicted agree or no source

@@ -83,9 +83,7 @@ def explain_document(diagnosis: Diagnosis, calibration: Calibration) -> dict[str
             "imbalance_s": gap.imbalance_s,
             "imbalance_scale": gap.imbalance_scale,
             # the sources of the step the gap is attributed to (GapAttribution.weighs)
-            "sources": [key for key, seconds in (
-                ("compute", gap.compute_kernel_s), ("communication", gap.communication_s),
-                ("host", gap.host_s), ("imbalance", gap.imbalance_s)) if gap.weighs(seconds)],
+            "sources": list(gap.source_keys),
             "more_plausible": gap.more_plausible,
             "findings": gap.findings,
         },
