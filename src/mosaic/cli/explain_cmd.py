@@ -39,7 +39,7 @@ from mosaic.evaluate.plausibility import implausibility
 from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.headroom import memory_fit_text
-from mosaic.report.explain_document import explain_document, levers_that_fit_text
+from mosaic.report.explain_document import explain_document, gap_rows, levers_that_fit_text
 from mosaic.report.plan_report import layout_line, precision_text
 from mosaic.report.prediction_document import memory_scale_note
 
@@ -102,23 +102,11 @@ def _render_bound(diagnosis: Diagnosis) -> None:
             "know it", markup=False, highlight=False)
 
 
-def _render_gap(diagnosis: Diagnosis) -> None:
+def _render_gap(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
     gap = diagnosis.gap
     if gap is None:
         return
-    def share(seconds: float) -> str:
-        return f"{seconds:.3f} s ({seconds / gap.predicted_step_time_s:.0%})"
-
-    rows = [
-        ("measured step time", f"{gap.measured_step_time_s:.3f} s"),
-        ("predicted step time", f"{gap.predicted_step_time_s:.3f} s"),
-        ("measured / predicted", f"{gap.ratio:.2f}x"),
-        ("compute kernels: block, LM head and loss, optimizer (with their bubble/overhead "
-         "share)", share(gap.compute_kernel_s)),
-        ("communication (with its bubble/overhead share)", share(gap.communication_s))]
-    rows += [(label, share(seconds)) for label, seconds in (
-        ("host-side work: launch floor, MoE host sync (with its share)", gap.host_s),
-        ("expert load imbalance (with its share)", gap.imbalance_s)) if gap.weighs(seconds)]
+    rows = gap_rows(document["gap"])
     # a record whose tokens/s and step time disagree is explained at the step its tokens/s
     # implies; say so where the measured step is shown (a trial saw no word of it)
     rows += [("measurement", note) for note in diagnosis.result.spec.assumptions
@@ -231,7 +219,7 @@ def explain(
     print_key_value_table("Calibration coverage (intervals from held-out residuals)",
                           [tuple(row) for row in document["coverage_summary"]])
     _render_bound(diagnosis)
-    _render_gap(diagnosis)
+    _render_gap(diagnosis, document)
     _render_levers(diagnosis)
     fit = levers_that_fit_text(document)
     if fit is not None:

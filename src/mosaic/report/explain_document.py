@@ -119,3 +119,24 @@ def levers_that_fit_text(document: dict[str, Any]) -> str | None:
         f"the levers that make it fit: {', '.join(fitting)} (combine one of them with the "
         "faster ones)" if fitting else
         "no single lever makes it fit: `mosaic layouts` searches every layout at once")
+
+
+def gap_rows(gap: dict[str, Any]) -> list[tuple[str, str]]:
+    """The measured-vs-predicted table of a gap document: the two steps, their ratio, and
+    each source's share of the predicted step (host and imbalance only where they weigh),
+    for the terminal and the report alike."""
+    predicted = gap["predicted_step_time_s"]
+
+    def share(seconds: float) -> str:
+        return f"{seconds:.3f} s ({seconds / predicted:.0%})"
+
+    rows = [("measured step time", f"{gap['measured_step_time_s']:.3f} s"),
+            ("predicted step time", f"{predicted:.3f} s"),
+            ("measured / predicted", f"{gap['ratio']:.2f}x"),
+            ("compute kernels: block, LM head and loss, optimizer (with their "
+             "bubble/overhead share)", share(gap["compute_kernel_s"])),
+            ("communication (with its bubble/overhead share)", share(gap["communication_s"]))]
+    sources = gap.get("sources", ["host", "imbalance"])  # a document saved before them
+    return rows + [(label, share(gap[f"{key}_s"])) for label, key in (
+        ("host-side work: launch floor, MoE host sync (with its share)", "host"),
+        ("expert load imbalance (with its share)", "imbalance")) if key in sources]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mosaic.report.explain_document import levers_that_fit_text
+from mosaic.report.explain_document import gap_rows, levers_that_fit_text
 from mosaic.report.html.page import (
     Column,
     Section,
@@ -59,23 +59,8 @@ def _gap_sections(document: dict[str, Any]) -> list[Section]:
     gap = document.get("gap")
     if not gap:
         return []
-    predicted = gap["predicted_step_time_s"]
-
-    def share(seconds: float) -> str:
-        return f"{seconds:.3f} s ({seconds / predicted:.0%})"
-
-    rows = [("measured step time", f"{gap['measured_step_time_s']:.3f} s"),
-            ("predicted step time", f"{predicted:.3f} s"),
-            ("measured / predicted", f"{gap['ratio']:.2f}x"),
-            ("compute kernels (with their bubble/overhead share)",
-             share(gap["compute_kernel_s"])),
-            ("communication (with its bubble/overhead share)", share(gap["communication_s"]))]
-    sources = gap.get("sources", ["host", "imbalance"])
-    rows += [(label, share(gap[f"{key}_s"])) for label, key in (
-        ("host-side work: launch floor, MoE host sync", "host"),
-        ("expert load imbalance", "imbalance")) if key in sources]
     return [Section("gap", "Measured vs predicted", [
-        key_value_html(rows, table_id="gap-table"),
+        key_value_html(gap_rows(gap), table_id="gap-table"),
         *[note(finding) for finding in gap["findings"]]])]
 
 
