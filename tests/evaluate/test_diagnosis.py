@@ -514,6 +514,29 @@ def test_an_all_to_all_moe_job_is_offered_the_stacks_deduplicating_dispatchers()
                                  "parallelism.sharding=fsdp")[1]) == {"dispatcher_deepep"}
 
 
+def test_hybridep_needs_a_gpu_with_the_tensor_memory_accelerator():
+    """HybridEP's NVLink kernels use the TMA of Hopper and Blackwell (DeepEP
+    docs/README_Hybrid-EP.md), DeepEP's V1 kernels list Ampere: on DGX A100 a job stating
+    HybridEP is refused with the reason, explain offers DeepEP alone, and the whole-step
+    graph lever (which needs HybridEP on a dropless MoE) is not offered."""
+    def lever_names(system: str) -> set[str]:
+        result = job(EXAMPLES / "appendix_e.yaml", f"hardware.system={system}")
+        spec = result.spec
+        return {lever.name for lever in rank_levers(spec.workload, spec.plan, result.machine,
+                                                    CALIBRATION)}
+
+    needs_hybridep = {"dispatcher_hybridep", "full_iteration_cuda_graph"}
+    assert needs_hybridep | {"dispatcher_deepep"} <= lever_names("DGX-H100")
+    a100 = lever_names("DGX-A100")
+    assert "dispatcher_deepep" in a100 and not a100 & needs_hybridep
+    a100_system = ("hardware.system=DGX-A100",)
+    with pytest.raises(MosaicInputError, match=r"hybridep on A100-SXM-80GB.*Tensor Memory"):
+        job(EXAMPLES / "appendix_e.yaml", *a100_system, "parallelism.dispatcher=hybridep")
+    hopper = job(EXAMPLES / "appendix_e.yaml", "hardware.system=DGX-H100",
+                 "parallelism.dispatcher=hybridep")
+    assert hopper.prediction.step_time_s[0] > 0
+
+
 def test_a_dispatcher_lever_says_why_by_where_the_ep_group_runs():
     """Inside one NVLink domain a deduplicating dispatcher saves no network copies (a trial
     read 'one network copy per remote node' for ep 8 on one node)."""

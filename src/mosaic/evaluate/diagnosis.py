@@ -38,7 +38,7 @@ from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
 from mosaic.perf.headroom import gib_or_mib_text
 from mosaic.perf.layouts import unoffered_layout
-from mosaic.perf.machine import Machine, machine_for
+from mosaic.perf.machine import Machine, dispatcher_refusal, machine_for
 from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
@@ -862,7 +862,7 @@ def _workload_what_ifs(workload: Workload, machine: Machine, row: PlanRow,
                "--cpu-offloading-num-layers)",
                replace(workload, offloaded_activation_layers=fewer))
     host = current.breakdown_s["moe_host_sync"][0] + current.breakdown_s["dispatch_floor"][0]
-    graphed = _full_iteration_graph(workload)
+    graphed = _full_iteration_graph(workload, machine.device_name)
     if host > 0 and graphed is not None:
         yield graphed
     pp, vpp = int(row["pp"]), int(row["vpp"])
@@ -947,12 +947,13 @@ def _precision_what_ifs(workload: Workload, machine_at: Callable[[Workload], Mac
             continue
 
 
-def _full_iteration_graph(workload: Workload) -> tuple[str, str, Workload] | None:
+def _full_iteration_graph(workload: Workload, device_name: str
+                          ) -> tuple[str, str, Workload] | None:
     """One CUDA graph per step, as the job would have to run it: a dropless MoE step is
     captured whole only with static per-rank token budgets, i.e. HybridEP with
     --moe-expert-rank-capacity-factor (Megatron-Bridge perf_recipes qwen/common.py
     _enable_hybridep_full_iteration_mxfp8), so the lever moves its tokens to HybridEP and
-    is not offered on a stack without it; drop-and-pad routing keeps its all-to-all."""
+    is not offered on a stack or GPU without it; drop-and-pad routing keeps its all-to-all."""
     if workload.full_iteration_cuda_graph:
         return None
     graphed = replace(workload, full_iteration_cuda_graph=True, layer_cuda_graphs=False)
@@ -960,7 +961,8 @@ def _full_iteration_graph(workload: Workload) -> tuple[str, str, Workload] | Non
     if (workload.geometry.moe is None or workload.pad_to_capacity
             or workload.dispatcher is Dispatcher.HYBRIDEP):
         return ("full_iteration_cuda_graph", how + ")", graphed)
-    if Dispatcher.HYBRIDEP not in workload.traits.moe_flex_dispatchers:
+    if (Dispatcher.HYBRIDEP not in workload.traits.moe_flex_dispatchers
+            or dispatcher_refusal(device_name, Dispatcher.HYBRIDEP) is not None):
         return None
     return ("full_iteration_cuda_graph", how + "; the MoE tokens through HybridEP with "
             "--moe-expert-rank-capacity-factor, static per-rank buffers a graph can hold)",
@@ -982,7 +984,8 @@ def _dispatcher_what_ifs(workload: Workload, machine: Machine, row: PlanRow
     multi_node_nvlink = interconnect.scale_up_domain_gpus > interconnect.gpus_per_node
     megatron = workload.traits.dp_last_bucket == "megatron"  # Megatron-Core's DDP: its flags
     for name in workload.traits.moe_flex_dispatchers:
-        if name == Dispatcher.DEEPEP and multi_node_nvlink:
+        if ((name == Dispatcher.DEEPEP and multi_node_nvlink)
+                or dispatcher_refusal(machine.device_name, Dispatcher(name)) is not None):
             continue
         how = (f"Megatron --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {name}"
                if megatron else

@@ -22,7 +22,7 @@ from mosaic.perf.kernels import (
     exp_rescaled_attention_efficiency,
     fp8_attention_efficiency,
 )
-from mosaic.perf.workload import Fp8Recipe, Precision
+from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision
 from mosaic.units import GIB
 
 # Streaming multiprocessors assumed for a device whose catalog entry states no count and
@@ -127,6 +127,28 @@ def check_precision_on_device(device: Device, precision: Precision,
             f"capability 10.0, Transformer Engine check_mxfp8_support); {device.name} is "
             f"{device.architecture or 'not Blackwell'}: use fp8 (per-tensor or blockwise "
             "scaling) there")
+
+
+# Architectures with the Tensor Memory Accelerator that HybridEP's NVLink kernels move
+# tokens with: deepseek-ai/DeepEP docs/README_Hybrid-EP.md @ 5fbafce ("NVLink-optimized data
+# transfer using Tensor Memory Accelerator (TMA) instructions", built for
+# TORCH_CUDA_ARCH_LIST "9.0 10.0"); TMA first shipped with Hopper (compute capability 9.0).
+# DeepEP's own kernels need no gate: its V1 lists Ampere (SM80) among its requirements
+# (docs/legacy.md @ 0297fc8).
+TMA_ARCHITECTURES = frozenset({"hopper", "blackwell"})
+
+
+def dispatcher_refusal(device_name: str, dispatcher: Dispatcher) -> str | None:
+    """Why ``dispatcher`` cannot run on the catalog device ``device_name``, or None: HybridEP
+    needs a GPU with TMA. A device that states no architecture is not refused."""
+    if dispatcher is not Dispatcher.HYBRIDEP:
+        return None
+    architecture = gpu_generation(device_name)
+    if architecture is None or architecture in TMA_ARCHITECTURES:
+        return None
+    return (f"dispatcher hybridep on {device_name} ({architecture}): HybridEP's kernels use "
+            "the Tensor Memory Accelerator of Hopper and Blackwell GPUs (DeepEP "
+            "docs/README_Hybrid-EP.md); use deepep or alltoall there")
 
 
 def _achieved_fraction(device: Device, dtype: str) -> float | None:

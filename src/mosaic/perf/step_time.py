@@ -59,7 +59,12 @@ from mosaic.perf.layer_costs import (
     repeated_block_forward_s,
     weighted_block_times,
 )
-from mosaic.perf.machine import Machine, with_attention_efficiency, with_fp8_attention
+from mosaic.perf.machine import (
+    Machine,
+    dispatcher_refusal,
+    with_attention_efficiency,
+    with_fp8_attention,
+)
 from mosaic.perf.memo_keys import without_top_k
 from mosaic.perf.memory import (
     feasibility,
@@ -501,6 +506,9 @@ def predict_step(workload: Workload, plans: ParallelPlans, machine: Machine,
     timing); else it is computed here.
     """
     geometry = workload.geometry
+    refusal = dispatcher_refusal(machine.device_name, workload.dispatcher)
+    if refusal is not None and geometry.moe is not None:
+        raise MosaicInputError(refusal)
     kernel = resolve_attention_kernel(workload.attention_kernel, workload.stack,
                                       machine.device_name)
     stack_factor = calibration.attention_multiplier(workload.stack)
