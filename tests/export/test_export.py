@@ -192,8 +192,15 @@ def test_nemo_overrides_round_trip():
     assert m["moe_flex_dispatcher_backend"] == "deepep"
     assert doc["train"] == {"global_batch_size": 8192, "micro_batch_size": 2}
     assert doc["dataset"]["seq_length"] == 8192
-    # plain fp8 on megatron-core: its default delayed recipe (docs/stacks.md)
-    assert doc["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
+    # plain fp8 on megatron-core: its default delayed recipe (docs/stacks.md), whose name
+    # gathers parameters in FP8 (Bridge mixed_precision.py @ 067f987): the job's bf16 gathers
+    # write the recipe's fields in full, instantiated by Bridge's override step
+    mixed = doc["mixed_precision"]
+    assert mixed["_target_"] == "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"
+    assert (mixed["fp8"], mixed["fp8_recipe"], mixed["fp8_amax_history_len"]) == \
+        ("hybrid", "delayed", 1024)
+    assert mixed["fp8_param_gather"] is False and mixed["bf16"] is True
+    assert mixed["params_dtype"] == {"_target_": "torch.bfloat16", "_call_": False}
 
 
 def test_nemo_states_every_overlap_it_costed_true_or_false():

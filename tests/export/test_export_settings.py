@@ -118,10 +118,13 @@ def test_recipe_recompute_modules_bf16_reduction_and_te_loss(bridge_record):
     assert nemo["model"]["recompute_modules"] == ["mla_up_proj"]
     assert (nemo["model"]["cross_entropy_loss_fusion"],
             nemo["model"]["cross_entropy_fusion_impl"]) == (True, "te")
-    # bf16_mixed carries grad_reduce_in_fp32 True and overrides ddp: flagged, not lost
-    assert nemo["mixed_precision"] == "bf16_mixed"
-    assert any(line.startswith("# NOT EXPRESSED: grad_reduce_in_fp32 false")
-               for line in _not_expressed(export(spec, "nemo").text))
+    # the name bf16_mixed carries grad_reduce_in_fp32 True, which Bridge copies over ddp
+    # (a trial's plan would not have fitted): its fields in full, with the job's false
+    mixed = nemo["mixed_precision"]
+    assert (mixed["bf16"], mixed["grad_reduce_in_fp32"]) == (True, False)
+    assert mixed["pipeline_dtype"] == {"_target_": "torch.bfloat16", "_call_": False}
+    assert not any("grad_reduce_in_fp32" in line
+                   for line in _not_expressed(export(spec, "nemo").text))
     for target in ("torchtitan", "maxtext"):
         lines = _not_expressed(export(spec, target).text)
         for setting in ("recompute_modules mla_up_proj", "grad_reduce_in_fp32 False",

@@ -6,7 +6,8 @@ Megatron-Bridge merges such a file over a recipe's ``ConfigContainer`` with Omeg
 (``global_batch_size``, ``micro_batch_size``), ``dataset`` (``seq_length``), ``ddp``
 (``use_distributed_optimizer``, ``data_parallel_sharding_strategy``,
 ``use_megatron_fsdp``) and ``mixed_precision`` (a registered recipe name such as
-``bf16_mixed``; ``src/megatron/bridge/training/mixed_precision.py``). Checked at
+``bf16_mixed``, or the recipe's fields in full where the job differs from them;
+``src/megatron/bridge/training/mixed_precision.py``). Checked at
 NVIDIA-NeMo/Megatron-Bridge commit 067f987 (2026-08-22).
 """
 
@@ -38,50 +39,86 @@ from mosaic.export.targets import ExportResult, header_lines
 from mosaic.stacks.registry import parse_release
 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None}
-# FP8 recipe -> (registered recipe, its fp8_param_gather): mixed_precision.py @ 067f987
+# FP8 recipe -> registered recipe: mixed_precision.py @ 067f987
 # bf16_with_fp8_delayed_scaling_mixed (fp8_recipe 'delayed'), bf16_with_fp8_current_scaling_
 # mixed ('tensorwise'; first and last block in bf16), bf16_with_fp8_subchannel_scaling_mixed
 # ('blockwise', 128x128 / 1x128 blocks) and bf16_with_mxfp8_mixed ('mxfp8').
-FP8_MIXED_PRECISION = {"delayed": ("bf16_with_fp8_delayed_scaling_mixed", True),
-                       "current": ("bf16_with_fp8_current_scaling_mixed", True),
-                       "blockwise": ("bf16_with_fp8_subchannel_scaling_mixed", False),
-                       "mxfp8": ("bf16_with_mxfp8_mixed", True)}
+FP8_MIXED_PRECISION = {"delayed": "bf16_with_fp8_delayed_scaling_mixed",
+                       "current": "bf16_with_fp8_current_scaling_mixed",
+                       "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+                       "mxfp8": "bf16_with_mxfp8_mixed"}
 
 
-def mixed_precision(spec: ExportSpec, unsupported: list[str]) -> str | None:
-    """The registered mixed-precision recipe name for the job's precision and FP8 recipe;
-    what the name cannot carry is added to ``unsupported``."""
-    if not spec.grad_reduce_in_fp32 and spec.precision != "fp16":
-        # every bf16 recipe sets MixedPrecisionConfig.grad_reduce_in_fp32 True, and setup()
-        # copies it over ddp.grad_reduce_in_fp32 (mixed_precision.py @ 067f987)
-        unsupported.append("grad_reduce_in_fp32 false (bf16 gradient reduction): the recipe "
-                           "sets mixed_precision.grad_reduce_in_fp32 true; set it false in the "
-                           "recipe script (a recipe name carries no field overrides)")
+MIXED_PRECISION_TARGET = "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"
+
+
+def torch_dtype(name: str) -> dict[str, Any]:
+    """A torch dtype in a Bridge YAML: a ``_target_`` resolved, not called (``_call_: false``,
+    Megatron-LM megatron/training/config/instantiate_utils.py @ d98e8a64dd)."""
+    return {"_target_": f"torch.{name}", "_call_": False}
+
+
+# The fields each registered recipe sets beyond MixedPrecisionConfig's defaults
+# (mixed_precision.py @ 067f987: bf16_mixed, fp16_mixed and the bf16 FP8/NVFP4 recipes built
+# on bf16_mixed), written out whole when the job needs a field the name cannot carry.
+_BF16_MIXED = {"bf16": True, "params_dtype": torch_dtype("bfloat16"),
+               "pipeline_dtype": torch_dtype("bfloat16"), "autocast_enabled": False,
+               "grad_reduce_in_fp32": True}
+RECIPE_FIELDS: dict[str, dict[str, Any]] = {
+    "bf16_mixed": _BF16_MIXED,
+    "fp16_mixed": {"fp16": True, "params_dtype": torch_dtype("float16"),
+                   "pipeline_dtype": torch_dtype("float16"), "autocast_enabled": False,
+                   "grad_reduce_in_fp32": False},
+    "bf16_with_fp8_delayed_scaling_mixed": _BF16_MIXED | {
+        "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,
+        "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max",
+        "fp8_param_gather": True},
+    "bf16_with_fp8_current_scaling_mixed": _BF16_MIXED | {
+        "fp8": "hybrid", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True,
+        "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1,
+        "fp8_param_gather": True},
+    "bf16_with_fp8_subchannel_scaling_mixed": _BF16_MIXED | {
+        "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
+    "bf16_with_mxfp8_mixed": _BF16_MIXED | {
+        "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True,
+        "reuse_grad_buf_for_mxfp8_param_ag": True},
+    "bf16_with_nvfp4_mixed": _BF16_MIXED | {
+        "fp8": None, "fp4": "e2m1", "fp4_recipe": "nvfp4", "fp8_param_gather": False,
+        "fp4_param_gather": True},
+}
+
+
+def mixed_precision(spec: ExportSpec) -> str | dict[str, Any] | None:
+    """The registered mixed-precision recipe for the job's precision and FP8 recipe: its
+    name where the name carries every setting mosaic costed, else the recipe's fields in
+    full with the job's own (a ``_target_`` block Bridge's override step instantiates, as
+    its performance scripts set these fields on the recipe's object, perf_recipes/_common.py
+    @ 067f987). A trial: the name alone put back fp32 gradient buffers, 143 GiB on a
+    139.8 GiB GPU."""
     if spec.precision == "fp4":
-        # bf16_with_nvfp4_mixed: fp4 e2m1, fp4_recipe nvfp4, fp4_param_gather True
-        # (Megatron-Bridge src/megatron/bridge/training/mixed_precision.py @ 067f987)
-        if not spec.fp4_param_gather:
-            unsupported.append("fp4_param_gather false: the recipe bf16_with_nvfp4_mixed sets "
-                               "mixed_precision.fp4_param_gather true; change it in the recipe "
-                               "script (a recipe name carries no field overrides)")
-        return "bf16_with_nvfp4_mixed"
-    if spec.precision != "fp8":
-        return MIXED_PRECISION.get(spec.precision, "bf16_mixed")
-    name, gathers = FP8_MIXED_PRECISION[spec.fp8_recipe]
-    if gathers != spec.fp8_param_gather:
-        unsupported.append(f"fp8_param_gather {str(spec.fp8_param_gather).lower()}: the recipe "
-                           f"{name} sets mixed_precision.fp8_param_gather "
-                           f"{str(gathers).lower()}; change it in the recipe script (a recipe "
-                           "name carries no field overrides)")
-    if spec.fp8_dot_product_attention:
-        unsupported.append("fp8_dot_product_attention: set mixed_precision."
-                           "fp8_dot_product_attention true in the recipe script (a recipe name "
-                           "carries no field overrides), as the 26.06 MXFP8 recipes do")
-    if spec.fp8_recipe == "current":
-        unsupported.append(f"{name} keeps the first and last transformer block in bf16 "
-                           "(first_last_layers_bf16); mosaic modelled every block in FP8 (the "
-                           "Megatron-Bridge performance scripts turn it off)")
-    return name
+        name = "bf16_with_nvfp4_mixed"
+    elif spec.precision == "fp8":
+        name = FP8_MIXED_PRECISION[spec.fp8_recipe]
+    else:
+        name = MIXED_PRECISION.get(spec.precision, "bf16_mixed")
+    if name is None:
+        return None
+    recipe = RECIPE_FIELDS[name]
+    job: dict[str, Any] = {"grad_reduce_in_fp32": spec.grad_reduce_in_fp32
+                           and spec.precision != "fp16"}
+    if spec.precision == "fp4":
+        job["fp4_param_gather"] = spec.fp4_param_gather
+    if spec.precision == "fp8":
+        job["fp8_param_gather"] = spec.fp8_param_gather
+        job["fp8_dot_product_attention"] = spec.fp8_dot_product_attention
+        if spec.fp8_recipe == "current":
+            # mosaic costs every block in FP8, as the performance scripts run this recipe
+            job |= {"first_last_layers_bf16": False, "num_layers_at_start_in_bf16": 0,
+                    "num_layers_at_end_in_bf16": 0}
+    differs = {key: value for key, value in job.items() if recipe.get(key, False) != value}
+    if not differs:
+        return name
+    return {"_target_": MIXED_PRECISION_TARGET, **recipe, **differs}
 
 
 # Megatron-Bridge names the layer pattern hybrid_layer_pattern from v0.4.0 (NeMo 26.04; the
@@ -384,7 +421,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "dataset": {"seq_length": spec.seq_len},
         "ddp": ddp,
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
-        "mixed_precision": mixed_precision(spec, unsupported),
+        "mixed_precision": mixed_precision(spec),
     }
     if spec.megatron_fsdp:
         # ConfigContainer validation asserts the fsdp_dtensor format with Megatron-FSDP
