@@ -802,3 +802,37 @@ def test_a_yaml_export_names_the_node_type_as_the_catalog_does():
     text = export(load_export_spec(JOB, [], None), "yaml").text
     assert yaml.safe_load(text)["hardware"]["system"] == "p6-b200.48xlarge"
     assert "p6-b200.48 xlarge" in JOB.read_text()
+
+
+def test_a_plan_job_names_its_release_and_predicts_the_plans_step(plan_json, tmp_path):
+    """A plan on a stack release writes that release into its job file, with every setting
+    the release's recipes could fill stated as the plan ran it: the job predicts the same
+    step and memory as without the release, while naming the release alone would let the
+    recipe force-balance the routing (Megatron-Bridge MoE recipes from 25.11) and change it
+    (a trial's exported job had lost '26.04')."""
+    document = json.loads(plan_json.read_text())
+    document["envelope"] |= {"stack": "megatron-bridge", "stack_version": "26.04"}
+    released = tmp_path / "released.json"
+    released.write_text(json.dumps(document))
+    del document["envelope"]["stack_version"]
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(document))
+
+    def job_and_perf(plan: Path, *overrides: str) -> tuple[dict, dict]:
+        job = plan.with_suffix(".yaml")
+        result = runner.invoke(app, ["export", str(plan), "--to", "yaml", "--out", str(job)])
+        assert result.exit_code == 0, result.output
+        sets = [arg for override in overrides for arg in ("--set", override)]
+        result = runner.invoke(app, ["perf", str(job), "--json", *sets])
+        assert result.exit_code == 0, result.output
+        return yaml.safe_load(job.read_text()), json.loads(result.stdout)
+
+    job, with_release = job_and_perf(released)
+    assert job["performance"]["stack_version"] == "26.04"
+    assert job["performance"]["routing"] == "dropless"
+    plain_job, without = job_and_perf(plain)
+    assert "stack_version" not in plain_job["performance"]
+    assert with_release["step_time_s"] == pytest.approx(without["step_time_s"], rel=1e-12)
+    assert with_release["memory_gib"] == pytest.approx(without["memory_gib"], rel=1e-12)
+    _, release_alone = job_and_perf(plain, "performance.stack_version=26.04")
+    assert release_alone["step_time_s"] != pytest.approx(without["step_time_s"], rel=1e-6)

@@ -44,7 +44,9 @@ def _render(document: dict[str, Any]) -> None:
         "Predicted step",
         [
             ("hardware", document["hardware"]["description"]),
-            ("stack / calibration", f"{document['stack']} / {document['calibration']}"),
+            ("stack / calibration", f"{document['stack']}"
+             + (f" {document['stack_version']}" if document.get("stack_version") else "")
+             + f" / {document['calibration']}"),
             ("layout", layout_line(plan)
              + (", TP comm overlap" if document["tp_comm_overlap"] else "")),
             ("precision / EP dispatcher",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Set as AbstractSet
+from copy import deepcopy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -773,7 +774,28 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         # Hopper's CUDA_DEVICE_MAX_CONNECTIONS rule, which a job file of it was not)
         architecture=_plan_architecture(envelope),
     )
-    return replace(spec, job=_plan_job_document(spec, envelope))
+    release = envelope.get("stack_version")
+    return replace(spec, stack_version=None if release is None else str(release),
+                   job=_with_release(_plan_job_document(spec, envelope), release, source))
+
+
+def _with_release(document: dict[str, Any], release: Any, source: str) -> dict[str, Any]:
+    """The plan's job document naming the stack release it was planned on, with every
+    setting that release's recipes could fill written as the plan ran it (the canonical
+    :func:`~mosaic.config.job_schema.job_document`), so the job predicts the plan's step
+    again (a trial's exported job lost '26.04'; naming it alone would have let the release's
+    routing recipe change the step). Without a release, or where the job's node type is not
+    in the active catalog (the plan's ``--catalog`` not given again), as it is."""
+    if release is None:
+        return document
+    from mosaic.config.job_schema import job_document, job_from_document
+
+    try:
+        spec = job_from_document(deepcopy(document), source)
+    except MosaicInputError:
+        return document
+    return job_document(replace(spec, stack_version=str(release))) | {
+        block: document[block] for block in ("search", "training") if block in document}
 
 
 def _plan_architecture(envelope: dict[str, Any]) -> str | None:

@@ -28,6 +28,7 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
                            system_name=result.cluster.system.name)
     return {
         "stack": result.spec.workload.stack,
+        "stack_version": result.spec.stack_version,  # the release the job names, if any
         "calibration": calibration.name,
         "step_time_s": float(p.step_time_s[0]),
         "tokens_per_s": float(p.tokens_per_s[0]),

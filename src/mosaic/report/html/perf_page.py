@@ -74,7 +74,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
                                    f"{plan['pp']}, the heaviest")]
           if plan.get("pp", 1) > 1 and "memory_stage" in document else []),
         ("software stack (calibration)",
-         f"{document.get('stack', '?')} ({document.get('calibration', '?')})"),
+         f"{document.get('stack', '?')}"
+         + (f" {document['stack_version']}" if document.get("stack_version") else "")
+         + f" ({document.get('calibration', '?')})"),
         ("precision", precision_text(document)),
         *([("EP dispatcher", document["dispatcher"])]
           if plan.get("ep", 1) > 1 and "dispatcher" in document else []),
