@@ -52,6 +52,24 @@ def test_stack_multipliers_are_shrunk_towards_the_shared_value():
     assert torchtitan == pytest.approx(1.5, rel=3e-2)
 
 
+def test_a_stack_multiplier_stops_where_the_gemms_would_outrun_the_fastest_measured():
+    """A multiplier scales the GEMMs too: below the analytical plateau (0.695 of peak) over
+    B200's measured best GEMM rate (1,745 of 2,250 TFLOP/s, the catalog's MAMF), i.e.
+    0.695 x 2250 / 1745 = 0.896, they would run faster than any measured GEMM. Runs asking
+    for 0.80 get the floor, listed as a bound the fit ended on; 0.95 is left alone."""
+    from mosaic.perf.machine import least_step_multiplier
+
+    assert least_step_multiplier() == pytest.approx(0.695 * 2250 / 1745, rel=1e-9)
+    low = fit_calibration(synthetic_baselines({"megatron-bridge": 0.80}), BASE, name="t",
+                          provenance="test")
+    assert low.stack_multiplier("megatron-bridge") == pytest.approx(0.695 * 2250 / 1745)
+    assert "stack_overhead[megatron-bridge]" in low.at_bounds
+    fine = fit_calibration(synthetic_baselines({"megatron-bridge": 0.95}), BASE, name="t",
+                           provenance="test")
+    assert fine.stack_multiplier("megatron-bridge") == pytest.approx(0.95, rel=1e-3)
+    assert not any(label.startswith("stack_overhead") for label in fine.at_bounds)
+
+
 def test_fit_recovers_attention_efficiency_factor():
     baselines = synthetic_baselines({"torchtitan": 1.0})
     attention = baselines.analytic_step_time_s * 0.4

@@ -34,7 +34,7 @@ from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.plausibility import implausibility, implausible_record_reason
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration
-from mosaic.perf.machine import machine_for
+from mosaic.perf.machine import least_step_multiplier, machine_for
 from mosaic.perf.step_time import predict_step
 
 STACK_PRIOR_LOG_SD = 0.3  # a stack is rarely more than ~1.35x off the shared multiplier
@@ -331,6 +331,14 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     multipliers[DEFAULT_STACK_KEY] = (base.stack_multiplier(DEFAULT_STACK_KEY)
                                       if keep_unseen and len(stacks) == 1
                                       else float(np.exp(shared)))
+    # no lower than the multiplier at which the GEMMs would outrun the fastest measured GEMM
+    # (the fit's vector holds the shared multiplier and each stack's ratio to it, so the
+    # floor of their product is applied here and reported as a bound the fit ended on)
+    floor = least_step_multiplier()
+    raised = tuple(f"stack_overhead[{stack}]" for stack, value in multipliers.items()
+                   if value < floor and "stack_overhead" in base.fitted_constants)
+    multipliers = {stack: max(value, floor) for stack, value in multipliers.items()}
+    at_bound = (*at_bound, *(label for label in raised if label not in at_bound))
     attention = {stack: float(np.exp(log_attention[i])) for i, stack in enumerate(stacks)}
     attention[DEFAULT_STACK_KEY] = 1.0
     imbalance = {routing: float(np.exp(log_routing[i])) for i, routing in enumerate(routings)}
@@ -342,7 +350,9 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
         "chi_pp": "c_PP of Eq. 15 (per extra node a pipeline spans)",
         "chi_overlap": "c_ovl of Eq. 15 (deep pipeline inside one node)",
         "stack_overhead": "step-time multiplier per software stack; 'default' for any "
-                          f"other stack{unseen}",
+                          f"other stack{unseen}; none below {floor:.4g}, where the GEMMs would "
+                          "outrun the best measured GEMM rate (perf.machine."
+                          "least_step_multiplier)",
         "attention_efficiency": f"flash-attention efficiency factor per stack{unseen}",
         "routing_imbalance": f"routed-expert load-imbalance factor per routing regime{unseen}",
         "elementwise_traffic_factor": "1 + element-wise traffic beyond each implementation's "

@@ -176,6 +176,18 @@ def _analytical_fit_fraction(dtype: str) -> float | None:
     return sum(fractions) / len(fractions)
 
 
+def least_step_multiplier(dtype: str = "bf16") -> float:
+    """The smallest stack step multiplier that keeps the analytical GEMM plateau
+    (kernels.gemm_max_fraction_of_peak of the datasheet peak) at or below the best measured
+    GEMM rate (the catalog's ``achievable_flops_per_s``, stas00/ml-engineering MAMF) of every
+    device it was fitted on: a multiplier scales every term, the GEMMs too, so one below
+    this runs them faster than any measured GEMM (a trial's two-run fit of 0.80 put an
+    H200's shared-expert GEMMs at 105% of MAMF). 0 where no fit device states the rate."""
+    fractions = [fraction for name in ANALYTICAL_GEMM_FIT_DEVICES
+                 if (fraction := _achieved_fraction(_fitted_device(name), dtype)) is not None]
+    return DEFAULT_GEMM.max_fraction_of_peak / min(fractions) if fractions else 0.0
+
+
 def _fitted_device(name: str) -> Device:
     """The shipped device whose measurements a kernel fit was made on: a user catalog that
     replaces, say, H100 does not change what the H100 fits were measured on."""
