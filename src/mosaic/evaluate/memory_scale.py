@@ -51,7 +51,7 @@ class MemoryScaleFit:
     start_scale: float  # the starting calibration's (1: the memory model as derived)
     mape_before: float  # with the starting calibration's scale
     mape_after: float  # in sample, with the fitted scale
-    mape_held_out: float | None  # refitted without each run in turn; None for one run
+    mape_held_out: float | None  # refitted without each run in turn; None below 3 runs
     trained_over_device_before: int  # runs that trained, predicted above device memory
     trained_over_device_after: int
     ooms_predicted_to_fit_before: int  # recorded OOMs predicted to fit the device
@@ -126,8 +126,8 @@ def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float
     def mape(scales: np.ndarray | float) -> float:
         return float(np.mean(np.abs((scales * allocator + offset) / measured - 1)))
 
-    held_out = None
-    if len(kept) > 1:
+    held_out = None  # below MIN_MEMORY_SCALE_RUNS none, as calibrate's warning says
+    if len(kept) >= MIN_MEMORY_SCALE_RUNS:
         loo = np.array([_median_scale(np.delete(log_ratios, i)) for i in range(len(kept))])
         held_out = mape(loo)
     # each run's model total over its device memory, at the starting and the fitted scale
