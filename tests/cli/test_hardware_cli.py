@@ -310,3 +310,14 @@ def test_show_reads_each_number_in_its_unit():
                  "4.5e+11 = 450 GB/s"):
         assert text in device.stdout, text
     assert "5e+10 = 400 Gb/s" in system.stdout and "3.4e-06 = 3.4 us" in system.stdout
+
+
+def test_validate_names_the_profile_and_catalog_that_scored_its_runs(user_catalog):
+    """validate --json said neither which calibration nor which hardware catalog scored
+    the runs (a trial); a run without --catalog names no catalog."""
+    runs = str(ROOT / "examples" / "runs_example.yaml")
+    document = run("validate", runs, "--catalog", str(user_catalog))
+    assert (document["calibration"], document["catalog"]) == ("default", [str(user_catalog)])
+    use_catalog()
+    plain = run("validate", runs, "--calibration", "paper-p6b200")
+    assert plain["calibration"] == "paper-p6b200" and "catalog" not in plain

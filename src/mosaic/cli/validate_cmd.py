@@ -51,6 +51,7 @@ from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
 from mosaic.evaluate.memory_scale import MIN_MEMORY_SCALE_RUNS, with_memory_scale
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
 from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
+from mosaic.hardware import active_catalog_paths
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
 from mosaic.perf.coverage import MIN_SCOPE_RUNS, parse_coverage
@@ -173,13 +174,17 @@ def validate(
     aggregate = summary.aggregate(
         frozenset(model_calibration.coverage.fitted_runs)
         if model_calibration.coverage is not None else frozenset())
+    # which profile and hardware catalog scored the runs (a trial could not tell from the
+    # JSON or the page)
+    inputs = {"calibration": model_calibration.name,
+              **({"catalog": [str(path) for path in active_catalog_paths()]}
+                 if active_catalog_paths() else {})}
     if html is not None:  # the page holds every run: built from the rows in one piece
         write_html({"runs": list(summary.rows()), "aggregate": aggregate,
-                    "skipped": skipped, "excluded": excluded,
-                    "calibration": model_calibration.name}, html, "validate")
+                    "skipped": skipped, "excluded": excluded, **inputs}, html, "validate")
     if json_output:
         _print_json_streamed(summary, {"aggregate": aggregate, "skipped": skipped,
-                                       "excluded": excluded})
+                                       "excluded": excluded, **inputs})
         return
     print_table_streamed(
         console,

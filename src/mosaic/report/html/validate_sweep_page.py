@@ -113,6 +113,8 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
     summary = accuracy_rows(a, len(document.get("skipped", [])))
     if "calibration" in document:  # which profile scored the runs (a trial)
         summary.insert(0, ("calibration", document["calibration"]))
+    if document.get("catalog"):  # the hardware catalog files merged over the shipped one
+        summary.insert(1, ("hardware catalog", ", ".join(document["catalog"])))
     ranks = rank_figure(runs)
     columns = [Column("id", "run", text=True), Column("group", "group", text=True),
                Column("predicted_tokens_per_s_per_gpu", "predicted tok/s/GPU", fmt_float(0)),
