@@ -185,3 +185,26 @@ def test_a_run_record_is_searched_under_the_planning_headroom():
     assert document["hardware"]["usable_memory_fraction"] == 0.9
     capacity_gib = document["capacity_bytes"] / 2**30
     assert all(row["memory_gib"] <= 0.9 * capacity_gib for row in document["rows"])
+
+
+def test_a_jobs_search_block_limits_the_layouts_and_an_option_overrides_it(q4_job, tmp_path):
+    """A plan's --pp 1 --sharding zero1 travels with its job file (search block): layouts
+    ranks only those, says so, and an option of the same name wins (a trial: the exported
+    job's layouts ranked zero2 first although the plan allowed zero1 alone)."""
+    job = yaml.safe_load(q4_job.read_text())
+    job["search"] = {"pp": [1], "sharding": ["zero1"], "micro_batches": [1, 2]}
+    limited = tmp_path / "limited.yaml"
+    limited.write_text(yaml.safe_dump(job))
+    document = run_json(str(limited), "--top", "50")
+    assert document["limits_from_job"] == job["search"]
+    assert {(r["pp"], r["sharding"], r["micro_batch"] <= 2) for r in document["rows"]} == \
+        {(1, "zero1", True)}
+    free = run_json(str(q4_job), "--top", "200")
+    assert {r["sharding"] for r in free["rows"]} > {"zero1"}  # the limit is what narrows it
+    overridden = run_json(str(limited), "--sharding", "zero2", "--top", "50")
+    assert {r["sharding"] for r in overridden["rows"]} == {"zero2"}
+    assert "sharding" not in overridden["limits_from_job"]
+    job["search"]["sharding"] = ["zero9"]
+    limited.write_text(yaml.safe_dump(job))
+    result = runner.invoke(app, ["layouts", str(limited)])
+    assert result.exit_code == 2 and "search" in result.output and "zero9" in result.output

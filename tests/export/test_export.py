@@ -836,3 +836,23 @@ def test_a_plan_job_names_its_release_and_predicts_the_plans_step(plan_json, tmp
     assert with_release["memory_gib"] == pytest.approx(without["memory_gib"], rel=1e-12)
     _, release_alone = job_and_perf(plain, "performance.stack_version=26.04")
     assert release_alone["step_time_s"] != pytest.approx(without["step_time_s"], rel=1e-6)
+
+
+def test_a_plan_job_keeps_the_layouts_its_plan_allowed(plan_json, tmp_path):
+    """The plan's narrowed layout options and its micro-batch sizes (Table 3's 1, 2, 4) go
+    to the job's search block, and a job document written from that job keeps them."""
+    from mosaic.config.job_schema import job_document, load_job
+
+    document = json.loads(plan_json.read_text())
+    assert document["layout_limits"] == {"micro_batches": [1, 2, 4]}  # nothing narrowed
+    plan = document["optimum"]["plan"]
+    document["layout_limits"] |= {"pp": [plan["pp"]], "sharding": [plan["sharding"]]}
+    narrowed = tmp_path / "narrowed.json"
+    narrowed.write_text(json.dumps(document))
+    job = tmp_path / "job.yaml"
+    result = runner.invoke(app, ["export", str(narrowed), "--to", "yaml", "--out", str(job)])
+    assert result.exit_code == 0, result.output
+    search = yaml.safe_load(job.read_text())["search"]
+    assert search == {"devices": document["envelope"]["n_devices"], "pp": [plan["pp"]],
+                      "sharding": [plan["sharding"]], "micro_batches": [1, 2, 4]}
+    assert job_document(load_job(job))["search"] == search

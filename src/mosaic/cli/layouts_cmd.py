@@ -175,6 +175,13 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
         pins = " ".join(f"--{axis} {value}" for axis, value in searched.items())
         console.print(f"The job's {stated} are searched over, not kept (pin them: {pins}).",
                       highlight=False)
+    from_job = document.get("limits_from_job")
+    if from_job:
+        shown = "; ".join(
+            f"{name} {','.join(map(str, value)) if isinstance(value, list) else value}"
+            for name, value in from_job.items())
+        console.print(f"Searched within the job's search block: {shown} (an option of the "
+                      "same name overrides it).", highlight=False)
     rows = document["rows"]
     if rows:
         _print_compact_table("Layouts by predicted throughput", TABLE_COLUMNS,
@@ -235,6 +242,20 @@ def _render_infeasible(infeasible: dict[str, Any]) -> None:
                               for item in rejected], wrap=True)
 
 
+def with_job_search_limits(options: dict[str, Any], stated: dict[str, Any]
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The layout options (``layout_limits``' keywords) with each limit the job's search
+    block states (``JobSpec.search_limits``) where the option is not given, and the limits
+    taken from the job."""
+    merged, from_job = dict(options), {}
+    for name, value in stated.items():
+        option = "mbs" if name == "micro_batches" else name
+        if merged.get(option) is None:
+            from_job[name] = value
+            merged[option] = value if name == "max_tp" else ",".join(map(str, value))
+    return merged, from_job
+
+
 def unpinned_job_degrees(parallelism: dict[str, Any], limits: LayoutLimits
                          ) -> dict[str, int]:
     """{'tp': 2, 'ep': 8}: the degrees above 1 a job's ``parallelism`` block states that
@@ -291,8 +312,10 @@ def layouts(
     workload = spec.workload
     if uneven_stages:
         workload = replace(workload, uneven_pipeline_stages=True)
-    limits = layout_limits(max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
-                           mbs=mbs, sharding=sharding, checkpointing=checkpointing)
+    options, from_job = with_job_search_limits(
+        {"max_tp": max_tp, "tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "etp": etp,
+         "mbs": mbs, "sharding": sharding, "checkpointing": checkpointing}, spec.search_limits)
+    limits = layout_limits(**options)
     if balanced_pipeline:
         workload = with_balanced_layouts(workload, cluster.n_devices, limits)
     workload = with_searched_remainder_last_layouts(workload, cluster.n_devices, limits)
@@ -307,6 +330,7 @@ def layouts(
     document = search_document(search, cluster, machine, top, details,
                                constants, workload)
     document["job_degrees_searched"] = unpinned_job_degrees(stated, limits)
+    document["limits_from_job"] = from_job
     if json_output or html is not None:  # `mosaic report` draws them from the JSON too
         from mosaic.report.html.documents import layout_breakdowns
 

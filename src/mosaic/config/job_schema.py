@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -38,6 +38,7 @@ from mosaic.config.blocks import (
     StrictBlock,
     TrainingBlock,
 )
+from mosaic.config.blocks import Sharding as ShardingName
 from mosaic.config.convert import geometry_from_model, model_document
 from mosaic.config.layout import (
     batch_document,
@@ -265,9 +266,33 @@ class OptimizerBlock(StrictBlock):
     kind: OptimizerKind = Field(default=OptimizerKind.ADAMW, strict=False)
 
 
+SEARCH_LIMIT_FIELDS = ("max_tp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batches",
+                       "sharding", "checkpointing")
+_LIMIT_HELP = ("`mosaic layouts` searches only these (a plan's layout options, which `export "
+               "--to yaml` of a plan writes here); the option of the same name overrides it")
+
+
 class SearchBlock(StrictBlock):
     devices: int | None = Field(strict=True, default=None, gt=0, le=LIMITS["devices"].high,
                                 description="GPUs in the job")
+    # the layouts the team runs (perf.layouts.LayoutLimits): a plan's --pp 1,2,4 --sharding
+    # zero1 kept with the job it exports (a trial's `layouts` ranked zero2 layouts first)
+    max_tp: int | None = Field(default=None, gt=0, description=f"largest tp; {_LIMIT_HELP}")
+    tp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
+    pp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
+    vpp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
+    cp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
+    ep: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
+    etp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
+    micro_batches: list[Annotated[int, Field(gt=0)]] | None = Field(
+        default=None, description=f"micro-batch sizes; {_LIMIT_HELP} (--mbs)")
+    sharding: list[ShardingName] | None = Field(default=None, description=_LIMIT_HELP)
+    checkpointing: list[RecomputeName] | None = Field(default=None, description=_LIMIT_HELP)
+
+    def layout_limits(self) -> dict[str, Any]:
+        """The layout limits the block states (LayoutLimits field names), none unstated."""
+        return {name: getattr(self, name) for name in SEARCH_LIMIT_FIELDS
+                if getattr(self, name) is not None}
 
 
 class HardwareBlock(StrictBlock):
@@ -323,6 +348,9 @@ class JobSpec:
     model_name: str | None = None  # model.name as stated (the job document keeps it)
     train_tokens: float | None = None  # training.tokens as stated; None: no budget given
     train_goodput: float | None = None  # training.goodput as stated; None: 1
+    # search block's layout limits as stated (SearchBlock.layout_limits): what `mosaic
+    # layouts` searches unless an option says otherwise
+    search_limits: dict[str, Any] = field(default_factory=dict)
 
 
 def training_block(tokens: float | None, goodput: float | None) -> dict[str, Any]:
@@ -745,6 +773,7 @@ def job_from_document(document: dict[str, Any], where: str,
         model_name=model.name,
         train_tokens=training.tokens,
         train_goodput=training.goodput,
+        search_limits=search.layout_limits(),
     )
 
 
@@ -872,7 +901,7 @@ def job_document(spec: JobSpec) -> dict[str, Any]:
         "performance": performance,
         "optimizer": {"kind": str(workload.optimizer)},
         "search": {"devices": spec.n_devices if spec.n_devices is not None
-                   else int(spec.plan.n_devices[0])},
+                   else int(spec.plan.n_devices[0]), **spec.search_limits},
         "hardware": hardware,
     } | training_block(spec.train_tokens, spec.train_goodput)
 

@@ -776,7 +776,9 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
     )
     release = envelope.get("stack_version")
     return replace(spec, stack_version=None if release is None else str(release),
-                   job=_with_release(_plan_job_document(spec, envelope), release, source))
+                   job=_with_release(_plan_job_document(spec, envelope,
+                                                        document.get("layout_limits") or {}),
+                                     release, source))
 
 
 def _with_release(document: dict[str, Any], release: Any, source: str) -> dict[str, Any]:
@@ -839,11 +841,13 @@ def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]
     return name, str(Fp8Recipe.NONE), ()
 
 
-def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, Any]:
+def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any],
+                       layout_limits: dict[str, Any]) -> dict[str, Any]:
     """The job file of a plan's optimum (docs/schema.md blocks): what `mosaic perf` reads to
-    predict that one layout again."""
+    predict that one layout again, and the layout options the plan narrowed in its search
+    block, which `mosaic layouts` keeps to."""
     from mosaic.config.convert import model_document
-    from mosaic.config.job_schema import training_block
+    from mosaic.config.job_schema import SEARCH_LIMIT_FIELDS, training_block
     from mosaic.config.layout import batch_document
 
     parallelism: dict[str, Any] = {
@@ -886,6 +890,8 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any]) -> dict[str, 
             "batch": batch_document(spec.global_seqs, spec.seq_len, spec.micro_seqs),
             "performance": performance,
             "optimizer": {"kind": spec.optimizer},
-            "search": {"devices": spec.n_devices},
+            "search": {"devices": spec.n_devices} | {
+                name: value for name, value in layout_limits.items()
+                if name in SEARCH_LIMIT_FIELDS},
             "hardware": {k: v for k, v in hardware.items() if v is not None}} | (
         training_block(spec.train_tokens, spec.train_goodput))
