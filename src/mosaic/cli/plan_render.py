@@ -138,7 +138,9 @@ def print_optimum(candidate: dict[str, Any]) -> None:
         ("tokens/s", f"{candidate['tokens_per_s']:,.0f}"),
         ("step time", f"{candidate['step_time_s']:.3f} s"),
         ("memory per GPU", f"{candidate['memory_bytes'] / GIB:.1f} GiB"),
-        ("predicted loss", f"{candidate['loss']:.4f}"),
+        # nats per token of the law's own training data and tokenizer (the paper's Table 2:
+        # its corpus, GPT-2 BPE): a trial read it as the loss on their data
+        ("predicted loss (nats/token, the law's data)", f"{candidate['loss']:.4f}"),
         ("layout", layout_text(candidate["plan"])),
         *([("pipeline layout", candidate["plan"]["pipeline_layout"])]
           if candidate["plan"] and "pipeline_layout" in candidate["plan"] else []),
