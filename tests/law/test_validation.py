@@ -28,6 +28,23 @@ def test_holdout_takes_the_largest_tenth_of_each_stratum():
         holdout_mask(runs, 1.0)
 
 
+def test_holdout_ties_are_broken_by_tokens_whatever_the_row_order():
+    """Ten runs of one stratum, the largest geometry at two token budgets: round(0.1 * 10)
+    = 1 held out, the larger budget, in either row order (a trial's reordered table held
+    out the other and fitted another law)."""
+    n_active = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 9]) * 1e8
+    tokens = np.array([1e10] * 9 + [2e10])
+
+    def held(order: np.ndarray) -> set[tuple[float, float]]:
+        runs = RunData(n_total=n_active[order] * 20, tokens=tokens[order],
+                       loss=np.full(10, 2.0), n_active=n_active[order],
+                       split_factor=np.full(10, 4.0))
+        mask = holdout_mask(runs)
+        return set(zip(runs.n_active[mask], runs.tokens[mask], strict=True))
+
+    assert held(np.arange(10)) == held(np.arange(10)[::-1]) == {(9e8, 2e10)}
+
+
 def test_metrics_by_hand():
     law = default_law()
     runs = runs_with_strata({4.0: 4})

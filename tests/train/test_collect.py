@@ -74,3 +74,20 @@ def test_two_results_of_one_job_are_refused(tmp_path):
         _result(tmp_path / name, job_id="the same job")
     with pytest.raises(MosaicInputError, match="hold results of the same job"):
         collect_result_rows([tmp_path / "t1", tmp_path / "t2"])
+
+
+def test_a_parent_with_an_unfinished_run_is_refused_and_a_ladder_folder_is_read(tmp_path):
+    """A parent of run folders whose one run has run.json but no result.json (stopped, or
+    diverged) is refused naming it, not collected without a word (a trial got 2 of 4); a
+    ladder's --out folder (its runs under runs/) is read as ladder fit reads it."""
+    _result(tmp_path / "coll" / "done")
+    stopped = tmp_path / "coll" / "stopped"
+    stopped.mkdir()
+    (stopped / "run.json").write_text("{}")
+    with pytest.raises(MosaicInputError, match=r"stopped: a run without result\.json"):
+        collect_result_rows([tmp_path / "coll"])
+    with pytest.raises(MosaicInputError, match=r"stopped: a run without result\.json"):
+        collect_result_rows([stopped])
+    _result(tmp_path / "ladder" / "runs" / "q2_rung")
+    (tmp_path / "ladder" / "runs.csv").write_text("")
+    assert [r["name"] for r in collect_result_rows([tmp_path / "ladder"])] == ["q2_rung"]

@@ -301,8 +301,10 @@ def _other_rungs_hint(csv_path: Path) -> str:
     refused with no word of why). Rungs listed but left out of the fit (unbalanced, another
     G) are not this."""
     from mosaic.table_files import read_table
-    from mosaic.train.ladder import finished_rungs
+    from mosaic.train.ladder import RUNS_CSV, finished_rungs
 
+    if csv_path.name != RUNS_CSV:  # not a ladder's own table (a trial's collect output
+        return ""                  # beside a runs/ folder of its own train runs)
     finished = finished_rungs(csv_path.parent)
     listed = read_table(csv_path, "runs file", allow_no_rows=True)
     names = set(listed["name"].astype(str)) if "name" in listed.columns else set()
@@ -392,7 +394,10 @@ def record(
         staged = Path(folder) / out.name
         if out.exists():
             staged.write_text(out.read_text())
-        total = add_to_record_file(entries, staged)
+        try:
+            total = add_to_record_file(entries, staged)
+        except MosaicInputError as exc:  # name the user's file, not the staged copy (a trial)
+            raise MosaicInputError(str(exc).replace(str(staged), str(out))) from None
         skipped = [reason for run_id, reason in load_run_records(staged).skipped
                    if run_id in new]
         if skipped:

@@ -49,7 +49,10 @@ def check_fittable(runs: RunData, law_form: LawForm) -> None:
 
 
 def holdout_mask(data: RunData, fraction: float = HOLDOUT_FRACTION) -> np.ndarray:
-    """True for held-out runs: per G stratum, the round(fraction * n) largest by N_act."""
+    """True for held-out runs: per G stratum, the round(fraction * n) largest by N_act, ties
+    (one geometry at several token budgets) broken by the larger D, then the lower loss: the
+    same runs in any row order hold out the same ones (a trial's `ladder collect` table, its
+    ladder's runs.csv reordered, fitted alpha 10.0 against 0.976)."""
     if not 0 <= fraction < 1:
         raise MosaicInputError(f"holdout fraction must satisfy 0 <= f < 1, got {fraction}")
     held_out = np.zeros(data.n_runs, dtype=bool)
@@ -57,7 +60,8 @@ def holdout_mask(data: RunData, fraction: float = HOLDOUT_FRACTION) -> np.ndarra
         rows = np.flatnonzero(data.strata == g)
         count = int(np.floor(fraction * rows.size + 0.5))
         if count:
-            largest_first = rows[np.argsort(-data.active_params[rows], kind="stable")]
+            largest_first = rows[np.lexsort((data.loss[rows], -data.tokens[rows],
+                                             -data.active_params[rows]))]
             held_out[largest_first[:count]] = True
     return held_out
 

@@ -35,7 +35,7 @@ from mosaic.train.config import (
     resolve_data_paths,
     train_config_from_mapping,
 )
-from mosaic.train.result_files import RESULT_FILE, RESULT_FINGERPRINT
+from mosaic.train.result_files import RESULT_FILE, RESULT_FINGERPRINT, RUN_INFO_FILE
 
 RUNS_CSV = "runs.csv"
 # The columns `mosaic law fit` reads (mosaic/law/rundata.py), then bookkeeping columns.
@@ -211,18 +211,37 @@ def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
 
 def result_folders(folders: list[Path]) -> list[Path]:
     """The run folders of ``folders``: each one holding a ``result.json``, else its
-    subfolders that do (a parent of run folders); MosaicInputError for one with neither."""
+    subfolders that do (a parent of run folders, or a ladder's ``--out`` with its
+    ``runs/``); MosaicInputError for one with neither, and for a run folder without a
+    result (stopped before its budget, or failed), which a parent would otherwise skip
+    without a word (a trial collected 2 of 4 runs and was told nothing)."""
     found: list[Path] = []
     for folder in folders:
         if (folder / RESULT_FILE).is_file():
             found.append(folder)
-        elif folder.is_dir() and (inner := sorted(p.parent for p in folder.glob(
-                f"*/{RESULT_FILE}"))):
-            found += inner
-        else:
+            continue
+        _refuse_unfinished([folder])
+        parent = folder / "runs" if (folder / "runs").is_dir() else folder  # a ladder's --out
+        inner = sorted(p for p in parent.iterdir()) if parent.is_dir() else []
+        finished = [p for p in inner if (p / RESULT_FILE).is_file()]
+        if not finished:
             raise MosaicInputError(f"{folder}: no {RESULT_FILE} in it or one level down (give "
-                                   "`mosaic train --out` folders, or their parent)")
+                                   "`mosaic train --out` folders, their parent, or a ladder's "
+                                   "--out folder)")
+        _refuse_unfinished([p for p in inner if p not in finished])
+        found += finished
     return found
+
+
+def _refuse_unfinished(folders: list[Path]) -> None:
+    """A run folder (its ``run.json``) without ``result.json``: the run stopped before its
+    token budget or failed, and its loss is not the budget's."""
+    unfinished = [folder for folder in folders if (folder / RUN_INFO_FILE).is_file()]
+    if unfinished:
+        raise MosaicInputError(
+            f"{', '.join(map(str, unfinished))}: a run without {RESULT_FILE} (stopped before "
+            "its token budget, or failed): finish it (rerun the same `mosaic train` command) "
+            "or leave its folder out")
 
 
 def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
