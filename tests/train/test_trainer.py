@@ -476,8 +476,14 @@ def test_many_passes_over_the_data_are_named(tmp_path):
         warnings.simplefilter("error")
         train(quiet, tmp_path / "quiet", stop_after_steps=1)
     many = train_config_from_mapping(tiny_job(run={"tokens": 64 * 8 * 32}), "job")
-    with pytest.warns(UserWarning, match=r"reads its data 5.0 times"):
-        train(many, tmp_path / "many", stop_after_steps=1)
+    # said before the first step, when `started` tells the CLI to print what it held (a
+    # trial's run with minutes per step said nothing until it was killed)
+    events: list[str] = []
+    with pytest.warns(UserWarning, match=r"reads its data 5.0 times") as caught:
+        train(many, tmp_path / "many", stop_after_steps=1,
+              log=lambda record: events.append(f"step {record['step']}"),
+              started=lambda: events.append(f"started after {len(caught)} warning(s)"))
+    assert events == ["started after 1 warning(s)", "step 0"]
 
 
 @pytest.mark.parametrize("key", ["vocab", "vocab_sz"])

@@ -23,6 +23,7 @@ from mosaic.cli.common import (
     print_json,
     print_table,
 )
+from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError, missing_extra
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.text_values import parse_ints
@@ -198,7 +199,8 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
                         json_output)
         return
     prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before any work
-    reports = run_kernels(out, families, shapes, options, torch_device, budget, progress)
+    reports = run_kernels(out, families, shapes, options, torch_device, budget,
+                          progress and not is_quiet())  # `mosaic --quiet bench ...` too
     _render_reports(reports, out, json_output, shapes.notes)
 
 
@@ -296,7 +298,7 @@ def collectives_command(
     if not dry_run:
         prepare_output_dir(out, "--out")
     result = run_collectives(out, options, QUICK if quick else TimingPolicy(), budget,
-                             progress, backend, dry_run)
+                             progress and not is_quiet(), backend, dry_run)
     import os
 
     if os.environ.get("RANK", "0") != "0":
@@ -403,8 +405,16 @@ def calibrate_microbench(directory: Path, out: Path, base: str | None, name: str
     print_table("Fitted vs built-in constants",
                 ["family", "constant", "built-in", "fitted", "written"],
                 [[f, c, f"{b:.4g}", f"{v:.4g}",
-                  "yes" if is_written(block, f, c, report) else "no (built-in kept)"]
+                  "yes" if is_written(block, f, c, report) else _kept_cell(report, c)]
                  for f, c, b, v in comparison_rows(report)])
+
+
+def _kept_cell(report: dict[str, Any], constant: str) -> str:
+    """'no (built-in kept)', with the reason where the report gives one (a trial saw the
+    launch gap of a CPU run kept without a word of why)."""
+    reason = (report.get(constant) or {}).get("kept_because") if isinstance(
+        report.get(constant), dict) else None
+    return f"no (built-in kept: {reason})" if reason else "no (built-in kept)"
 
 
 def register(app: typer.Typer) -> None:

@@ -111,7 +111,8 @@ def train_command(
 
     log = None if quiet or is_quiet() or as_json else log_line
     try:
-        result = train(config, out, stop_after_steps=stop_after, log=log)
+        result = train(config, out, stop_after_steps=stop_after, log=log,
+                       started=warning_lines.release)
     except MosaicInputError:  # refused before its first step: no empty folder left behind
         if created and os.environ.get("RANK", "0") == "0":  # one process tidies up
             with contextlib.suppress(OSError):  # not empty (another rank's file): kept
@@ -130,9 +131,10 @@ def train_command(
          ("peak lr", f"{result.peak_lr:.3e}"),
          ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"),
          *([] if result.mfu_paper is None else [
-             ("MFU (6·N_act, dense bf16 datasheet peak)", f"{result.mfu_paper:.2%}")]),
+             ("MFU (6·N_act, dense bf16 datasheet peak)", _share(result.mfu_paper))]),
          *([] if result.mfu_paper_vs_achievable is None else [
-             ("MFU against the measured GEMM peak", f"{result.mfu_paper_vs_achievable:.2%}")]),
+             ("MFU against the measured GEMM peak",
+              _share(result.mfu_paper_vs_achievable))]),
          *([] if result.starved_experts is None else [
              (f"starved experts / MoE layer (last {FINAL_WINDOW_FRACTION:.0%} of steps)",
               _starved_cell(result.starved_experts)
@@ -270,6 +272,12 @@ def _check_perf_job(document: dict[str, Any], gpus: int) -> None:
                                    f"perf can predict ({error}); choose --gpus, or the "
                                    "job's run.global_batch_seqs and run.micro_batch_seqs, "
                                    "so that it is") from None
+
+
+def _share(value: float) -> str:
+    """A percentage, in significant figures below 0.01% (a CPU run's 3.2e-6 of a GPU's
+    peak read '0.00%' in a trial)."""
+    return f"{value:.2%}" if value >= 1e-4 or value == 0 else f"{value * 100:.2g}%"
 
 
 def _starved_cell(starved: float | None) -> str:

@@ -460,9 +460,12 @@ def calibrate_from_microbench(directory: Path, base: Calibration, *,
         launch = streams[streams["op"] == "launch"]
         if not launch.empty:
             # written where the launch gap is a GPU's (a CPU's is not: below)
+            on_cpu = measured_on_cpu(metadata)
             report["dispatch_gap_s"] = {"fitted": float(launch["time_s"].median()),
                                         "built_in": base.dispatch_gap_s,
-                                        "written": not measured_on_cpu(metadata)}
+                                        "written": not on_cpu,
+                                        **({"kept_because": "launched on a CPU, not a GPU"}
+                                           if on_cpu else {})}
         sync = streams[streams["op"] == "host_sync"]
         if not sync.empty:
             report["host_sync_s"] = float(sync["time_s"].median())

@@ -20,6 +20,7 @@ import pickle
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -536,8 +537,10 @@ class Trainer:
         return total
 
     # ----------------------------------------------------------------- the run
-    def run(self, stop_after_steps: int | None = None, log: Any = None) -> TrainResult:
-        """Train to the end (or until ``stop_after_steps`` total steps), checkpointing."""
+    def run(self, stop_after_steps: int | None = None, log: Any = None,
+            started: Callable[[], None] | None = None) -> TrainResult:
+        """Train to the end (or until ``stop_after_steps`` total steps), checkpointing;
+        ``started`` is called once the run's checks have passed, before its first step."""
         run = self.config.run
         if self.context.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -561,6 +564,8 @@ class Trainer:
                              enabled=self.context.is_main)
         if self.context.is_main:
             self._write_run_info()
+        if started is not None:
+            started()
         last = self.total_steps if stop_after_steps is None else min(stop_after_steps,
                                                                      self.total_steps)
         self._started = time.perf_counter()
@@ -687,8 +692,13 @@ MAX_EPOCHS_LIKE_UNIQUE = 4.0
 
 
 def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | None = None,
-          log: Any = None, context: DistContext | None = None) -> TrainResult:
+          log: Any = None, context: DistContext | None = None,
+          started: Callable[[], None] | None = None) -> TrainResult:
     """Train ``config`` into ``out_dir`` (resuming from its checkpoint if present).
+
+    ``started``: called once the run's checks have passed, before its first step (the CLI
+    prints the warnings it held then: a run whose first step takes minutes said nothing of
+    its 16 epochs of data until it ended, a trial).
 
     ``context``: a process group the caller set up and will shut down (the ladder keeps one
     for all its rungs); by default the run joins torchrun's group and leaves it at the end.
@@ -711,7 +721,7 @@ def train(config: TrainConfig, out_dir: str | Path, *, stop_after_steps: int | N
     owned = context is None
     context = context or init_distributed(config.run.device)
     try:
-        return Trainer(config, out_dir, context).run(stop_after_steps, log)
+        return Trainer(config, out_dir, context).run(stop_after_steps, log, started)
     finally:
         if owned:
             shutdown(context)
