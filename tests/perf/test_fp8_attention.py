@@ -7,6 +7,7 @@ W·(d + d_half)/(peak·f·ramp), of which W·d is the GEMMs."""
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from mosaic.arch import ladder_geometry
 from mosaic.config.job_schema import job_from_document
@@ -159,7 +160,8 @@ def _qwen3_job_document(**performance) -> dict:
 
 def test_the_exports_say_where_fp8_attention_is_set():
     """Megatron-LM's arguments.py lists fp8_dot_product_attention among the TransformerConfig
-    fields with no flag; a Megatron-Bridge recipe name carries no field overrides."""
+    fields with no flag; a Megatron-Bridge recipe name carries no field overrides, so the
+    NeMo file writes the recipe's fields with it set."""
     from mosaic.export.megatron import arguments
     from mosaic.export.nemo import render as render_nemo
     from mosaic.export.spec import spec_from_job
@@ -170,7 +172,8 @@ def test_the_exports_say_where_fp8_attention_is_set():
     _, unsupported = arguments(spec)
     assert any(line.startswith("fp8_dot_product_attention: Megatron-LM has no flag")
                for line in unsupported)
-    assert "mixed_precision.fp8_dot_product_attention true" in render_nemo(spec).text
+    mixed = yaml.safe_load(render_nemo(spec).text)["mixed_precision"]
+    assert (mixed["fp8_recipe"], mixed["fp8_dot_product_attention"]) == ("mxfp8", True)
     plain = spec_from_job(job_from_document(_qwen3_job_document(), "test"), "test")
     assert not any("fp8_dot_product_attention" in line for line in arguments(plain)[1])
 
