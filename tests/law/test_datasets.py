@@ -139,3 +139,31 @@ def test_a_bad_unique_tokens_cell_is_no_crash(tmp_path):
                                  "--holdout", "0", "--starts", "64", "--refine", "2", "--json"])
     assert result.exit_code == 0, result.output
     assert "1 of 6 runs repeat their data (up to 2.0 epochs)" in result.stderr
+
+
+def test_convert_names_a_bad_cell_and_never_writes_nonsense(tmp_path):
+    """A fuzz trial: a non-numeric cell and a file of two rows ended in tracebacks, and a
+    size of 0 or a NaN loss were written on (tokens = inf). Each is one line naming the
+    file, its line or row and column; nothing is written."""
+    header = "x,y,color,Model Size,Training FLOP,hex_color,loss\n"
+    def row(size: str = "1e9", loss: str = "2.5") -> str:
+        return f"0,0,#fff,{size},1.2e20,#fff,{loss}\n"
+
+    rows = [row(f"{n:.6g}", f"{2 + 1e9 / n:.6g}") for n in np.geomspace(1e8, 1e10, 8)]
+
+    def convert(lines: list[str], *options: str) -> str:
+        source, out = tmp_path / "epoch.csv", tmp_path / "out.csv"
+        source.write_text(header + "".join(lines))
+        result = runner.invoke(app, ["law", "convert", "epoch", str(source), "--out",
+                                     str(out), *options])
+        assert result.exit_code == 2 and not out.exists(), result.output
+        return result.output
+
+    assert "2 row(s); Epoch's analysis drops the 5 largest-loss rows" in convert(rows[:2])
+    text = convert([*rows[:3], row(loss="abc"), *rows[4:]])
+    assert "line 5, column 'loss': 'abc' is not a finite number" in text
+    assert "line 2, column 'loss': 'nan' is not a finite number" in convert(
+        [row(loss="nan"), *rows[1:]])
+    text = convert([*rows[:5], row(size="0"), *rows[6:]], "--keep-all")
+    assert "column 'n_total' is 0" in text
+    assert "no rows in the Epoch Chinchilla CSV" in convert([])

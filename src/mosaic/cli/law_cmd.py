@@ -44,6 +44,7 @@ from mosaic.law.optimum import (
     compute_optimum,
     sparsity_profile,
 )
+from mosaic.law.rundata import RunData
 from mosaic.law.validation import check_fittable
 from mosaic.limits import LIMITS, check_range
 from mosaic.threads import limit_blas_threads
@@ -688,6 +689,15 @@ def convert(
         table = datasets.clark_routing_table(source, router=router)
     else:
         table = datasets.muennighoff_table(source, single_epoch=single_epoch)
+    if table.empty:
+        raise MosaicInputError(f"{source}: no {dataset} runs left to write"
+                               + (" with --single-epoch" if single_epoch else "")
+                               + (f" for --router {router}" if router else ""))
+    # the checks `law fit` applies to the table it reads (positive sizes, tokens and
+    # losses, ...): a bad row is named here, not written on (a fuzz trial: Model Size 0
+    # wrote tokens = inf)
+    RunData.from_frame(table.reset_index(drop=True),
+                       source=f"{source} (as the converted {dataset} table)")
     with atomic_path(out) as temp:
         table.to_csv(temp, index=False)
     payload = {"dataset": dataset, "out": str(out), "runs": len(table),

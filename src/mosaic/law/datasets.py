@@ -42,7 +42,13 @@ BESIROGLU_2024_PRINTED = MappingProxyType(
 DATASETS = ("epoch", "clark", "muennighoff")
 
 
-def _read(path: str | Path, what: str, needed: list[str]) -> pd.DataFrame:
+def _read(path: str | Path, what: str, needed: list[str],
+          numeric: Iterable[str] = (), allow_missing: bool = False) -> pd.DataFrame:
+    """The CSV with its ``needed`` columns, each of ``numeric`` a finite number in every row
+    (a fuzz trial: a non-numeric cell ended in a traceback, NaN and inf were written on),
+    or an empty cell where ``allow_missing`` (Clark et al.'s curves leave some evaluations
+    empty; a run table built from them is checked as `law fit` checks it); at least one
+    row."""
     path = Path(path)
     if not path.is_file():
         raise MosaicInputError(f"{what} {str(path)!r} does not exist or is not a file")
@@ -53,6 +59,18 @@ def _read(path: str | Path, what: str, needed: list[str]) -> pd.DataFrame:
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise MosaicInputError(f"{path}: missing column(s) {missing} of the {what}")
+    if frame.empty:
+        raise MosaicInputError(f"{path}: no rows in the {what}")
+    for column in numeric:
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        missing_cell = frame[column].isna().to_numpy()
+        bad = np.flatnonzero(~np.isfinite(values) & ~(allow_missing & missing_cell))
+        if bad.size:
+            row = int(bad[0])
+            raise MosaicInputError(
+                f"{path}: line {row + 2}, column {column!r}: {str(frame[column].iloc[row])!r} "
+                "is not a finite number" + (f" ({bad.size} such rows)" if bad.size > 1 else ""))
+        frame[column] = values
     return frame
 
 
@@ -60,7 +78,12 @@ def epoch_chinchilla_table(path: str | Path, keep_all: bool = False) -> pd.DataF
     """Epoch's ``svg_extracted_data.csv`` as a run table: n_total = "Model Size", tokens =
     C / (6 N); the five rows with the largest loss dropped as in Epoch's analysis (240
     left) unless ``keep_all``."""
-    frame = _read(path, "Epoch Chinchilla CSV", ["Model Size", "Training FLOP", "loss"])
+    columns = ["Model Size", "Training FLOP", "loss"]
+    frame = _read(path, "Epoch Chinchilla CSV", columns, numeric=columns)
+    if not keep_all and len(frame) <= EPOCH_DROPPED_ROWS:
+        raise MosaicInputError(f"{path}: {len(frame)} row(s); Epoch's analysis drops the "
+                               f"{EPOCH_DROPPED_ROWS} largest-loss rows, which would leave "
+                               "none (--keep-all keeps them)")
     if not keep_all:
         cutoff = np.sort(frame["loss"].to_numpy())[-EPOCH_DROPPED_ROWS]
         frame = frame[frame["loss"] < cutoff]
@@ -88,9 +111,10 @@ def clark_routing_table(path: str | Path, router: str | None = None) -> pd.DataF
     raised k-fold (``flop_increase``): every copy is then active, n_active = N_tot. (Both
     give P = 8.39M for the 25M base: E = 64, k = 1 at N_tot 555.9M and dense k = 4 at
     52.5M.)"""
-    frame = _read(path, "Clark et al. routing CSV",
-                  ["hyper_id", "step", "loss_validation", "total_parameter_count",
-                   "dense_parameter_count", "num_experts", "k", "router_type"])
+    numeric = ["step", "loss_validation", "total_parameter_count", "dense_parameter_count",
+               "num_experts", "k"]
+    frame = _read(path, "Clark et al. routing CSV", ["hyper_id", *numeric, "router_type"],
+                  numeric=numeric, allow_missing=True)
     if router is not None:
         if router not in CLARK_ROUTERS:
             raise MosaicInputError(f"--router {router!r}: allowed: {', '.join(CLARK_ROUTERS)}")
@@ -123,8 +147,8 @@ def muennighoff_table(path: str | Path, single_epoch: bool = False) -> pd.DataFr
     unique_tokens (billions in the file) and loss = val_loss; only the runs that saw each
     token once (tokens = unique_tokens) when ``single_epoch``: the law forms here treat
     every token as new, and repeated tokens are worth less (R_D*, mosaic.law.repetition)."""
-    frame = _read(path, "data-constrained runs CSV",
-                  ["params_billion", "tokens_billion", "unique_tokens_billion", "val_loss"])
+    columns = ["params_billion", "tokens_billion", "unique_tokens_billion", "val_loss"]
+    frame = _read(path, "data-constrained runs CSV", columns, numeric=columns)
     table = pd.DataFrame({
         "n_total": frame["params_billion"].to_numpy(dtype=float) * 1e9,
         "tokens": frame["tokens_billion"].to_numpy(dtype=float) * 1e9,
