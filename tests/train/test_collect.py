@@ -4,6 +4,7 @@ instead of the smoothed loss the law is fitted to). Needs no torch: result files
 written here as the trainer writes them."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,23 @@ def test_a_parent_with_an_unfinished_run_is_refused_and_a_ladder_folder_is_read(
     _result(tmp_path / "ladder" / "runs" / "q2_rung")
     (tmp_path / "ladder" / "runs.csv").write_text("")
     assert [r["name"] for r in collect_result_rows([tmp_path / "ladder"])] == ["q2_rung"]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("smoothed_loss", None, "smoothed_loss is None"),
+    ("tokens", "many", "tokens is 'many'"),
+    ("n_active", -1, "n_active is -1"),
+    ("experts", "abc", "experts is 'abc'"),
+    ("top_k", 16, "top_k 16 exceeds experts 8"),
+    ("starved_experts", [1], "starved_experts is [1]"),
+    ("vocab", 0.5, "vocab is 0.5"),
+])
+def test_a_damaged_result_is_named_not_collected(tmp_path, field, value, message):
+    """A fuzz trial: a null loss ended in a traceback, n_active -1 and experts 'abc' were
+    written into runs.csv."""
+    path = _result(tmp_path / "run") / "result.json"
+    result = json.loads(path.read_text())
+    result[field] = value
+    path.write_text(json.dumps(result))
+    with pytest.raises(MosaicInputError, match=rf"result\.json: {re.escape(message)}"):
+        collect_result_rows([tmp_path / "run"])

@@ -275,19 +275,45 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
         if isinstance(fingerprint, str):
             jobs[fingerprint] = str(folder)
         try:
+            _check_result_numbers(result)
             rows.append(csv_row(folder.name, result, _ladder_rung(result)))
         except KeyError as exc:
             raise MosaicInputError(f"{path}: no {exc.args[0]!r}; not a `mosaic train` "
                                    "result") from None
-        except (TypeError, ZeroDivisionError) as exc:  # a count that is no number, or 0
-            raise MosaicInputError(f"{path}: n_total and n_active must be positive numbers "
-                                   f"({exc})") from None
+        except ValueError as exc:  # a damaged or hand-edited field
+            raise MosaicInputError(f"{path}: {exc}") from None
     names = [row["name"] for row in rows]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise MosaicInputError(f"two runs share a folder name ({', '.join(twice)}): rename one "
                                "(runs.csv names each run by its folder)")
     return rows
+
+
+# result.json fields a runs.csv row copies: each a positive finite number (a fuzz trial's
+# null loss ended in a traceback, n_active -1 and experts "abc" were written on)
+_POSITIVE_RESULT_FIELDS = ("n_total", "n_active", "tokens", "smoothed_loss", "split_factor",
+                           "experts", "top_k", "layers", "d_model", "steps")
+
+
+def _check_result_numbers(result: dict[str, Any]) -> None:
+    """ValueError naming the first field of ``result`` that is not what a run writes."""
+    for name in _POSITIVE_RESULT_FIELDS:
+        value = result[name]
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"{name} is {value!r}; a run writes a positive number there")
+    if result["n_active"] > result["n_total"]:
+        raise ValueError(f"n_active {result['n_active']} exceeds n_total {result['n_total']}")
+    if result["top_k"] > result["experts"]:
+        raise ValueError(f"top_k {result['top_k']} exceeds experts {result['experts']}")
+    starved, vocab = result.get("starved_experts"), result.get("vocab")
+    if starved is not None and (isinstance(starved, bool) or not isinstance(starved, int | float)
+                                or not math.isfinite(starved) or starved < 0):
+        raise ValueError(f"starved_experts is {starved!r}; a run writes a count >= 0 or null")
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int)
+                              or vocab < 1):
+        raise ValueError(f"vocab is {vocab!r}; a run writes a positive whole number or null")
 
 
 def _ladder_rung(result: dict[str, Any]) -> int:
