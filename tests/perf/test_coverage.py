@@ -174,3 +174,23 @@ def test_ratio_quantiles_out_of_order_or_range_are_refused(quantiles, message) -
     document["tokens_per_s_ratio"] = [{"scope": "all", "n_runs": 5, **quantiles}]
     with pytest.raises(MosaicInputError, match=message):
         parse_coverage(document, "f")
+
+
+@pytest.mark.parametrize(("field", "value"), [("degrees.tp", [1, 0]), ("n_total", [-1, 1e12]),
+                                              ("n_active", [1e9, float("inf")]),
+                                              ("degrees.ep", [8, 2])])
+def test_a_coverage_range_that_is_no_range_is_refused(field, value) -> None:
+    """A fuzz trial: a tp range [1, 0] in a calibration file ended every prediction in a
+    division by zero; negative and infinite bounds loaded without a word."""
+    import copy
+    from importlib import resources
+
+    import yaml
+
+    document = yaml.safe_load(resources.files("mosaic.perf").joinpath(
+        "data", "calibration_default.yaml").read_text())
+    coverage = copy.deepcopy(document["coverage"])
+    block, _, key = field.rpartition(".")
+    (coverage[block] if block else coverage)[key] = value
+    with pytest.raises(MosaicInputError, match=rf"coverage\.{field} .*a range is two positive"):
+        parse_coverage(coverage, "cal.yaml")

@@ -26,6 +26,7 @@ both are reported together.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -90,6 +91,18 @@ class _CoverageFile(BaseModel):
     memory_ratio_from: str | None = Field(default=None, min_length=1)
     systems: tuple[str, ...] = ()
     fitted_runs: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _ranges(self) -> _CoverageFile:
+        """Each range a positive finite low <= high (a fuzz trial's tp range [1, 0] ended
+        in a division by zero in every prediction)."""
+        ranges = {"n_total": self.n_total, "n_active": self.n_active,
+                  **{f"degrees.{name}": pair for name, pair in self.degrees.items()}}
+        for name, (low, high) in ranges.items():
+            if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+                raise ValueError(f"coverage.{name} [{low}, {high}]: a range is two positive "
+                                 "finite numbers, low <= high")
+        return self
 
 
 @dataclass(frozen=True)
