@@ -38,6 +38,21 @@ def test_a_measured_row_without_a_positive_time_is_refused(tmp_path):
     assert len(read_family(tmp_path, "gemm")) == 1
 
 
+@pytest.mark.parametrize(("row", "message"), [
+    ("gemm,b,x,64,64,64,bf16,peak,inf,ok", r"row 2: time_s = inf; a measured time"),
+    ("gemm,b,x,abc,64,64,bf16,peak,0.001,ok", r"row 2: m = abc; a measured shape's sizes"),
+    ("gemm,b,x,64,64,-5,bf16,peak,0.001,ok", r"row 2: k = -5(\.0)?; a measured shape's"),
+    ("gemm,b,x,64,64,64,,peak,0.001,ok", r"row 2 has no dtype"),
+])
+def test_a_measured_row_a_fit_cannot_read_is_named(tmp_path, row, message):
+    """A fuzz trial: an infinite time, a size 'abc' and an empty dtype ended in tracebacks
+    inside the fit, and a negative size was fitted."""
+    _write(tmp_path, "gemm.csv", COLUMNS + "gemm,a,x,64,64,64,bf16,peak,0.001,ok\n" + row
+           + "\n")
+    with pytest.raises(MosaicInputError, match=r"gemm\.csv: " + message):
+        read_family(tmp_path, "gemm")
+
+
 def test_a_truncated_row_is_named_not_dropped(tmp_path):
     _write(tmp_path, "gemm.csv", COLUMNS + "gemm,a,x,64,64,64,bf16,peak,0.001,ok\ngemm,bf16\n")
     with pytest.raises(MosaicInputError, match=r"gemm\.csv: row 2 has no status"):

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mosaic.bench.families import FAMILIES
@@ -63,6 +64,13 @@ def read_family(directory: Path, family: str) -> pd.DataFrame:
     return frame
 
 
+# The size columns the bench writes (gemm m n k; grouped groups m_per_group; attention
+# batch heads kv_heads seq head_dim; kernels elements moved_bytes, none for the launch op).
+SHAPE_COLUMNS = frozenset({"m", "n", "k", "groups", "m_per_group", "batch", "heads",
+                           "kv_heads", "seq", "head_dim", "elements", "moved_bytes"})
+MAY_BE_ZERO = frozenset({"elements", "moved_bytes"})
+
+
 def check_rows(frame: pd.DataFrame, path: Path) -> None:
     """Refuse rows a fit would misread: a row without a status (a truncated line: it was
     dropped without a word, a trial) and a measured row whose times are not positive (a
@@ -81,13 +89,30 @@ def check_rows(frame: pd.DataFrame, path: Path) -> None:
     for column in [c for c in measured.columns if c == "time_s" or c.endswith("_time_s")]:
         times = pd.to_numeric(measured[column], errors="coerce")
         # time_s is every measured row's; another family's *_time_s may be left empty
-        bad = (~(times > 0) if column == "time_s"
-               else (times <= 0) | (times.isna() & measured[column].notna()))
+        bad = (~np.isfinite(times) | ~(times > 0) if column == "time_s"
+               else (times <= 0) | np.isinf(times) | (times.isna() & measured[column].notna()))
         if bad.any():
             index = bad[bad].index[0]
             raise MosaicInputError(f"{path}: row {int(index) + 1}: {column} = "
                                    f"{measured.loc[index, column]}; a measured time must be "
                                    "a positive number of seconds")
+    # a measured shape is positive whole sizes, its dtype named (a fuzz trial's 'abc', inf
+    # and empty dtype ended in tracebacks inside the fit; negative sizes were fitted)
+    for column in [c for c in measured.columns if c in SHAPE_COLUMNS]:
+        sizes = pd.to_numeric(measured[column], errors="coerce")
+        bad = (sizes.isna() & measured[column].notna()) | ~np.isfinite(sizes.fillna(1)) | (
+            sizes < 0 if column in MAY_BE_ZERO else sizes <= 0)
+        if bad.any():
+            index = bad[bad].index[0]
+            raise MosaicInputError(f"{path}: row {int(index) + 1}: {column} = "
+                                   f"{measured.loc[index, column]}; a measured shape's sizes "
+                                   "are positive numbers")
+    if "dtype" in measured.columns:
+        unnamed = measured["dtype"].isna() | (measured["dtype"].astype(str).str.strip() == "")
+        if unnamed.any():
+            index = unnamed[unnamed].index[0]
+            raise MosaicInputError(f"{path}: row {int(index) + 1} has no dtype; every measured "
+                                   "row names the precision it ran in")
 
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
