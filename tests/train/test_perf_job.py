@@ -2,6 +2,7 @@
 trial had to write it by hand; docs/train.md gives the hand-written file for the q4 example,
 and the written one must predict the same step)."""
 
+import json
 from pathlib import Path
 
 import yaml
@@ -43,6 +44,13 @@ def test_the_written_job_predicts_what_the_hand_written_one_does(tmp_path):
     hand = tmp_path / "hand.yaml"
     hand.write_text(HAND_WRITTEN)
     assert _step_s(written) == _step_s(hand)
+    # --json keeps stdout JSON: the file written and the job it holds (a fuzz trial)
+    again = tmp_path / "again.yaml"
+    result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(again), "--system",
+                                 "DGX-H200", "--json"])
+    assert result.exit_code == 0, result.output
+    reply = json.loads(result.stdout)
+    assert reply["written"] == str(again) and reply["job"] == yaml.safe_load(again.read_text())
 
 
 def test_perf_job_needs_a_system_and_no_output_folder(tmp_path):

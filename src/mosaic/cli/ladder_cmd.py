@@ -90,7 +90,7 @@ def train_command(
         if stop_after is not None or quiet:
             raise MosaicInputError("--perf-job writes a file and trains nothing: leave out "
                                    "--stop-after and --quiet")
-        _write_perf_job(config, job, perf_job, system, gpus, out)
+        _write_perf_job(config, job, perf_job, system, gpus, out, as_json)
         return
     if system is not None or gpus is not None:
         raise MosaicInputError("--system and --gpus describe the cluster of --perf-job; the "
@@ -223,7 +223,7 @@ def run(
 
 
 def _write_perf_job(config: Any, job: Path, path: Path, system: str | None,
-                   gpus: int | None, out: Path | None) -> None:
+                   gpus: int | None, out: Path | None, as_json: bool = False) -> None:
     """`mosaic train JOB --perf-job FILE`: the perf job of the run, written, not trained."""
     import yaml
 
@@ -247,6 +247,10 @@ def _write_perf_job(config: Any, job: Path, path: Path, system: str | None,
               "recompute, torchtitan's stack (mosaic/train/perf_job.py)\n")
     write_text_atomic(path, header + yaml.safe_dump(document, sort_keys=False,
                                                     default_flow_style=None, width=100))
+    if as_json:  # stdout stays JSON (a fuzz trial: the text line broke --json)
+        print_json({"written": str(path), "predict_with": f"mosaic perf {path}",
+                    "job": document})
+        return
     console.print(f"wrote {path}: `mosaic perf {path}` predicts the run", markup=False,
                   highlight=False)
 
