@@ -486,3 +486,15 @@ def test_an_empty_degree_is_refused_as_the_studio_refuses_it(override, words):
     with pytest.raises(MosaicInputError, match=re.escape(words)):
         load_job(job, [override])
     assert load_job(job, ["parallelism.vpp="]).plan.vpp[0] >= 1
+
+
+def test_a_set_value_starting_with_a_yaml_alias_sign_is_text():
+    """`--set model.hybrid_pattern=*E*E...` (* is attention) was refused as malformed YAML
+    (a fuzz trial): a value starting with * or & is the text typed, since an alias or
+    anchor is never one field's value; other values still read as YAML scalars."""
+    from mosaic.config.job_schema import field_value
+
+    assert field_value("hybrid_pattern", "*E*E", "--set") == "*E*E"
+    assert field_value("hybrid_pattern", " &M ", "--set") == "&M"
+    assert field_value("layers", "52", "--set") == 52
+    assert field_value("stack_version", "25.10", "--set") == "25.10"

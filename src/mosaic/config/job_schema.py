@@ -410,8 +410,13 @@ def canonical_job_document(document: dict[str, Any], where: str,
 
 def field_value(field: str, text: str, where: str) -> Any:
     """A field's value typed as text (``--set``, a studio form) as the YAML scalar it reads
-    as, except a release, kept as typed: 25.10 would read as the number 25.1."""
+    as, except a release, kept as typed: 25.10 would read as the number 25.1, and text
+    starting with ``*`` or ``&``, which YAML reads as an alias or anchor, never a value of
+    one field: a hybrid pattern such as ``*E*E`` (``*`` is attention) was refused as
+    malformed YAML (a fuzz trial)."""
     if field == "stack_version" and re.fullmatch(STACK_VERSION_PATTERN, text.strip()):
+        return text.strip()
+    if text.strip().startswith(("*", "&")):
         return text.strip()
     return parse_yaml(text, where)
 
