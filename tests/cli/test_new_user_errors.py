@@ -483,3 +483,14 @@ def test_a_whole_number_in_float_notation_is_asked_for_as_an_integer():
     result = CliRunner().invoke(app, ["perf", str(job), "--set", "batch.global_seqs=2e3"])
     assert result.exit_code == 2
     assert "a number in float notation: write the integer 2000" in result.output
+
+
+def test_a_layout_perf_refuses_names_the_file_and_the_set():
+    """'invalid parallel layout: ep=3 must divide experts=128' named neither (a fuzz
+    trial)."""
+    job = Path(__file__).resolve().parents[2] / "examples" / "appendix_e.yaml"
+    for command in ("perf", "explain"):
+        result = CliRunner().invoke(app, [command, str(job), "--set", "parallelism.ep=3"])
+        assert result.exit_code == 2
+        assert (f"{job}: invalid parallel layout: ep=3 must divide experts=128 (from --set "
+                "parallelism.ep=3)") in " ".join(result.output.split())

@@ -498,3 +498,19 @@ def test_a_set_value_starting_with_a_yaml_alias_sign_is_text():
     assert field_value("hybrid_pattern", " &M ", "--set") == "&M"
     assert field_value("layers", "52", "--set") == 52
     assert field_value("stack_version", "25.10", "--set") == "25.10"
+
+
+def test_the_set_a_message_names_most_fully_is_blamed():
+    """A fuzz trial: 'top_groups (65) must lie in 1..groups (64)' was blamed on
+    '--set ...groups=64'; and a layout perf refuses named neither file nor --set."""
+    from mosaic.config.job_schema import blame_override
+    from mosaic.errors import MosaicInputError
+
+    both = ["model.moe.router.groups=64", "model.moe.router.top_groups=65"]
+    error = MosaicInputError("job.yaml: moe.router.top_groups (65) must lie in 1..groups (64)")
+    assert str(blame_override(error, both)).endswith("(from --set model.moe.router.top_groups=65)")
+    layout = MosaicInputError("job.yaml: invalid parallel layout: ep=3 must divide experts=128")
+    assert str(blame_override(layout, ["parallelism.ep=3"])).endswith(
+        "(from --set parallelism.ep=3)")
+    step = MosaicInputError("job.yaml: the step is 3 s")  # 'ep' inside a word is no match
+    assert str(blame_override(step, ["parallelism.ep=3"])) == str(step)

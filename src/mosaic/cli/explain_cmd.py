@@ -34,7 +34,7 @@ from mosaic.evaluate.diagnosis import (
     diagnose,
     measured_step_time,
 )
-from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job
+from mosaic.evaluate.job import JobPrediction, load_job_spec, predict_job_file
 from mosaic.evaluate.plausibility import implausibility
 from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
@@ -188,7 +188,7 @@ def explain(
     if measured_step_time_s is not None:
         check_range("--measured-step-time-s", measured_step_time_s, "seconds", low=1e-6,
                     high=1e6)
-    result = predict_job(spec, constants)
+    result = predict_job_file(spec, constants, job, set_ or [])
     if measured_tokens_per_s_per_gpu is not None:
         measured_tokens_per_s = measured_tokens_per_s_per_gpu * result.cluster.n_devices
     elif measured_tokens_per_s is not None:

@@ -20,7 +20,7 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.evaluate.job import load_job_spec, predict_job
+from mosaic.evaluate.job import load_job_spec, predict_job_file
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import STEP_TERMS, term_meaning
@@ -144,7 +144,7 @@ def perf(
     apply_catalog(catalog)
     constants = load_calibration(calibration)
     spec = load_job_spec(job, set_ or [], model_block(model), default_stack=constants.stack)
-    result = predict_job(spec, constants)
+    result = predict_job_file(spec, constants, job, set_ or [])
     document = prediction_document(result, constants)
     write_html(document, html, "perf")
     if json_output:

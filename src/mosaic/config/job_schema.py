@@ -1126,21 +1126,34 @@ def load_job(path: Path, overrides: list[str] | None = None,
     try:
         spec = job_from_document(document, str(path), deprecated)
     except MosaicInputError as error:
-        raise _blame_override(error, overrides or []) from None
+        raise blame_override(error, overrides or []) from None
     if note is not None:
         spec = replace(spec, assumptions=(*spec.assumptions, note))
     warn_deprecated(deprecated, str(path))
     return spec
 
 
-def _blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInputError:
+def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInputError:
     """``error`` with the ``--set`` that caused it named: the file is named first in every
     message, though the value came from the command line (a fuzz trial: '--set
-    model.layrs=3' read as 'job.yaml: model: layrs: unknown field')."""
+    model.layrs=3' read as 'job.yaml: model: layrs: unknown field'). The override whose
+    field path the message names most fully wins (a fuzz trial blamed '...groups=64' for
+    'moe.router.top_groups (65) must lie in 1..groups (64)')."""
     message = str(error)
-    for override in overrides:
-        path = override.split("=", 1)[0].strip()
-        leaf = path.rsplit(".", 1)[-1]
-        if leaf and (path in message or f"{leaf}:" in message or f"{leaf} " in message):
-            return MosaicInputError(f"{message} (from --set {override})")
-    return error
+    scores = [(_named_depth(override.split("=", 1)[0].strip(), message), override)
+              for override in overrides]
+    depth, override = max(scores, key=lambda pair: pair[0], default=(0, ""))
+    return MosaicInputError(f"{message} (from --set {override})") if depth else error
+
+
+def _named_depth(path: str, message: str) -> int:
+    """How many trailing parts of the dotted ``path`` the message names as a whole word
+    (a field alone only followed by ':', '=', ' ' or '(', as messages name a value); 0 for
+    none."""
+    parts = [part for part in path.split(".") if part]
+    for depth in range(len(parts), 0, -1):
+        suffix = re.escape(".".join(parts[-depth:]))
+        after = r"(?![\w.])" if depth > 1 else r"(?=[:= (])"
+        if re.search(rf"(?<!\w){suffix}{after}", message):
+            return depth
+    return 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.config.job_schema import JobSpec, load_job
+from mosaic.config.job_schema import JobSpec, blame_override, load_job
 from mosaic.config.layout import VPP_DEFAULT_NOTE
 from mosaic.errors import MosaicInputError
 from mosaic.hardware import Cluster, get_system
@@ -153,6 +153,19 @@ def predict_job(spec: JobSpec, calibration: Calibration,
     if spec.tables != MeasuredTables():
         prediction = _label_measured_terms(prediction, spec, cluster, calibration)
     return JobPrediction(spec=spec, cluster=cluster, machine=machine, prediction=prediction)
+
+
+def predict_job_file(spec: JobSpec, calibration: Calibration, path: Path,
+                     overrides: list[str]) -> JobPrediction:
+    """:func:`predict_job` of a job loaded from ``path`` with ``overrides``: a layout the
+    rules refuse names the file and the ``--set`` that made it (a fuzz trial read 'invalid
+    parallel layout: ep=3 must divide experts=128' with neither)."""
+    try:
+        return predict_job(spec, calibration)
+    except MosaicInputError as exc:
+        if not str(exc).startswith("invalid parallel layout"):
+            raise
+        raise blame_override(MosaicInputError(f"{path}: {exc}"), overrides) from None
 
 
 def check_job_layout(spec: JobSpec) -> Cluster:
