@@ -251,7 +251,8 @@ def test_files_that_are_not_what_they_seem_are_named_for_what_they_are(tmp_path)
     result = runner.invoke(app, ["arch", "--model", str(config)])
     assert "no model_type field" in result.output  # was 'model_type None is not supported'
     result = runner.invoke(app, ["compare", str(EXAMPLES / "appendix_e.yaml"), str(config)])
-    assert "a .json file is read as a plan, any other as a job" in result.output
+    assert "a .json file holding a job's model block is read as a job, any other .json " \
+        "file as a plan" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize("command, resumes", [("plan", False), ("train", True)])

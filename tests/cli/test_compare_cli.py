@@ -238,7 +238,18 @@ def test_two_plans_carry_what_each_said_of_itself(plans):
 def test_job_with_plan_is_one_line_error(plans):
     result = runner.invoke(app, ["compare", str(JOB), str(plans[0])])
     assert result.exit_code == 2
-    assert "compare two jobs (YAML) or two plans" in result.output
+    assert "compare two jobs (YAML or JSON) or two plans" in result.output
+
+
+def test_a_job_written_as_json_compares_as_a_job(tmp_path):
+    """perf and export read a job written as JSON; compare refused it as 'not a plan
+    document' (a fuzz trial)."""
+    as_json = tmp_path / "job.json"
+    as_json.write_text(json.dumps(yaml.safe_load(JOB.read_text())))
+    result = runner.invoke(app, ["compare", str(as_json), str(JOB), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["a"]["step_time_s"] == document["b"]["step_time_s"]
 
 
 @pytest.mark.parametrize("option", [["--days", "5"], ["--goodput", "0.9"],

@@ -321,9 +321,24 @@ def side_prices(text: str | None, currency: str) -> tuple[float | None, float | 
 
 
 def _kind(path: Path) -> str:
+    """'job' for a YAML file or a JSON one holding a job's model block (perf and export read
+    a job written as JSON; a fuzz trial's compare refused it as 'not a plan document'),
+    else 'plan' (a `mosaic plan --json` document, a PLAN.json#N candidate, or a damaged
+    one, refused as such)."""
+    from mosaic.config.job_schema import is_plan_document
     from mosaic.export.spec import split_plan_reference
 
-    return "plan" if split_plan_reference(path)[0].suffix.lower() == ".json" else "job"
+    file, rank = split_plan_reference(path)
+    if file.suffix.lower() != ".json":
+        return "job"
+    if rank is not None:
+        return "plan"
+    try:
+        document = parse_json(read_text(file, "plan document"), str(file))
+    except MosaicInputError:  # unreadable: read as the plan it is named like, and refused
+        return "plan"
+    return ("job" if isinstance(document, dict) and "model" in document
+            and not is_plan_document(document) else "plan")
 
 
 DEFAULT_DAYS = 20.0  # the training window of a job comparison when --days is not given
@@ -358,9 +373,10 @@ def compare(
     check_html(html, a, b, law_file, calibration, model, catalog)
     kinds = {_kind(a), _kind(b)}
     if len(kinds) != 1:
-        raise MosaicInputError("compare two jobs (YAML) or two plans (JSON of `mosaic plan "
+        raise MosaicInputError("compare two jobs (YAML or JSON) or two plans (JSON of `mosaic plan "
                                f"--json`), not a {_kind(a)} ({a}) with a {_kind(b)} ({b}); "
-                               "a .json file is read as a plan, any other as a job")
+                               "a .json file holding a job's model block is read as a job, any "
+                               "other .json file as a plan")
     if kinds == {"plan"}:
         given = [flag for flag, value in (("--days", days), ("--goodput", goodput),
                                            ("--law", law_file), ("--calibration", calibration),
