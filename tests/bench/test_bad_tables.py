@@ -85,3 +85,12 @@ def test_a_law_and_a_calibration_given_for_each_other_say_what_they_are(tmp_path
     result = runner.invoke(app, ["law", "predict", "--law", str(calibration), "--n-total",
                                  "1e9", "--sparsity", "0.9", "--tokens", "1e10"])
     assert result.exit_code == 2 and "a calibration profile (constants:)" in result.output
+
+
+def test_a_size_option_of_no_bytes_is_refused():
+    """`bench gemm --max-tensor-bytes 0` skipped every case and exited 0 (a fuzz trial)."""
+    from mosaic.cli.bench_cmd import parse_bytes
+
+    assert parse_bytes("--max-tensor-bytes", "4GiB") == 4 * 2**30
+    with pytest.raises(MosaicInputError, match="a size of at least one byte"):
+        parse_bytes("--max-tensor-bytes", "0")

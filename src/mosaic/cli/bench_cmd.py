@@ -45,7 +45,10 @@ def parse_bytes(option: str, text: str) -> int:
     unit = (match.group(2) or "").upper() if match else ""
     if not match or unit not in _UNITS:
         raise MosaicInputError(f"{option} {text!r}: expected a size such as 1024, 64MiB, 4GiB")
-    return int(float(match.group(1)) * _UNITS[unit])
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 1:  # 0 skipped every case and exited 0 (a fuzz trial)
+        raise MosaicInputError(f"{option} {text!r}: a size of at least one byte")
+    return size
 
 
 def parse_duration_s(option: str, text: str) -> float:
