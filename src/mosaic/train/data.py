@@ -36,6 +36,16 @@ def write_token_file(tokens: np.ndarray, path: str | Path, dtype: str = "uint16"
     return path
 
 
+def data_files(path: str | Path | list[Path]) -> list[Path]:
+    """The files of ``data.path``, each an existing file (MosaicInputError naming one that
+    is not)."""
+    paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
+    for one in paths:
+        if not one.is_file():
+            raise MosaicInputError(f"data.path {str(one)!r} does not exist or is not a file")
+    return paths
+
+
 class TokenStream:
     """Deterministic (seed, step, micro-batch) -> (inputs, targets) over a token array."""
 
@@ -52,10 +62,7 @@ class TokenStream:
             return
         if fmt not in _DTYPES:
             raise MosaicInputError(f"data.format must be one of {sorted(_DTYPES)}, got {fmt!r}")
-        paths = [Path(p) for p in path] if isinstance(path, list) else [Path(path)]
-        for one in paths:
-            if not one.is_file():
-                raise MosaicInputError(f"data.path {str(one)!r} does not exist or is not a file")
+        paths = data_files(path)
         if fmt == "bytes":  # small text corpora: concatenated in memory
             self.tokens = np.frombuffer(b"".join(p.read_bytes() for p in paths), dtype=np.uint8)
         elif len(paths) != 1:

@@ -352,6 +352,11 @@ def run_ladder(jobs: list[LadderJob], out_dir: str | Path,
     selected = [j for j in jobs if only is None or j.name in only]
     finished_results(jobs, out_dir)  # a rung finished by another job stops the ladder first
     _refuse_to_drop_listed_rungs(jobs, out_dir)
+    from mosaic.train.data import data_files
+
+    for job in selected:  # once, not as every rung's failure (a fuzz trial: 19 of them)
+        if job.config.data.format != "synthetic" and job.config.data.path is not None:
+            data_files(job.config.data.path)
     context = init_distributed(jobs[0].config.run.device)  # one process group for all rungs
     try:
         _run_selected(selected, jobs, out_dir, progress, main, context)
