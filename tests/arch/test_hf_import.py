@@ -416,6 +416,15 @@ def test_a_bad_routed_scaling_factor_is_refused_by_name(value):
         geometry_from_hf_config(config, "v3.json")
 
 
+def test_an_unknown_topk_method_is_refused_not_read_as_greedy():
+    """A fuzz trial's DeepSeek config with topk_method 'banana' was accepted without a word
+    (DeepSeek-V2 read it as greedy)."""
+    config = json.loads((HF / "deepseek-v3.json").read_text()) | {"topk_method": "banana"}
+    with pytest.raises(MosaicInputError, match="topk_method 'banana' is not supported; "
+                                               "allowed: greedy, group_limited_greedy, noaux_tc"):
+        geometry_from_hf_config(config, "v3.json")
+
+
 def test_group_limited_routing_is_read_with_each_class_default():
     """DeepSeek-V3's config.json: n_group 8, topk_group 4 (its router always limits groups;
     DeepseekV3Config defaults 8 and 4); NemotronHConfig's 1 and 1 limit nothing; DeepSeek-V2

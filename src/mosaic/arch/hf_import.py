@@ -158,11 +158,21 @@ _GROUP_DEFAULTS: dict[str, tuple[int, int] | None] = {
     "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "glm4_moe": (1, 1), "deepseek_v2": None}
 
 
+# The expert-selection methods of DeepSeek's configs: DeepseekV2Config 'greedy' and
+# 'group_limited_greedy', DeepSeek-V3's 'noaux_tc' (its config.json; the bias-corrected
+# group-limited top-k). Another value is refused, not read as greedy (a fuzz trial).
+_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
 def _router_groups(fields: ConfigFields, model_type: str) -> tuple[int | None, int | None]:
     """(groups, top_groups) of a group-limited router; (None, None) where every group is in
     reach (:data:`_GROUP_DEFAULTS`)."""
     if model_type not in _GROUP_DEFAULTS:
         return None, None
+    method = fields.config.get("topk_method")
+    if method is not None and method not in _TOPK_METHODS:
+        raise MosaicInputError(f"{fields.where}: topk_method {method!r} is not supported; "
+                               f"allowed: {', '.join(_TOPK_METHODS)}")
     defaults = _GROUP_DEFAULTS[model_type]
     if defaults is None:
         if fields.config.get("topk_method", "greedy") != "group_limited_greedy":
