@@ -67,6 +67,14 @@ def test_each_fp8_recipe_reaches_each_target(recipe):
                                                                       megatron_recipe)
     if recipe == "current":  # mosaic costs every block in FP8, as the perf scripts run it
         assert mixed["first_last_layers_bf16"] is False
+    if isinstance(mixed, dict):
+        # every field stated: a recipe holding its own config object is merged key by key
+        from mosaic.export.nemo import MIXED_PRECISION_DEFAULTS
+
+        assert set(MIXED_PRECISION_DEFAULTS) <= set(mixed)
+        # Megatron-LM's DDP config asserts fp8_param_gather under the MXFP8 buffer reuse
+        assert not mixed["reuse_grad_buf_for_mxfp8_param_ag"] or mixed["fp8_param_gather"]
+        assert mixed["fp8_param"] == mixed["fp8_param_gather"]
     assert yaml.safe_load(export(spec, "maxtext").text)["quantization"] == maxtext
     titan = export(spec, "torchtitan")
     doc = tomllib.loads(titan.text)
@@ -328,3 +336,13 @@ def test_an_mxfp8_plan_exports_its_recipe(tmp_path):
     assert yaml.safe_load(job.stdout)["performance"]["fp8_recipe"] == "mxfp8"
     flags = runner.invoke(app, ["export", str(plan_file), "--to", "megatron"]).stdout
     assert "--fp8-recipe mxfp8" in flags and "not stated in the plan" not in flags
+
+
+def test_an_fp16_job_states_the_fp32_gradient_reduce_it_was_costed_with():
+    """fp16_mixed sets grad_reduce_in_fp32 false, while a default fp16 job is costed with
+    fp32 gradient buffers (a review: 63.7 GiB against 53.9 GiB): the file says true."""
+    mixed = yaml.safe_load(export(job("performance.precision=fp16"), "nemo").text)[
+        "mixed_precision"]
+    assert (mixed["fp16"], mixed["grad_reduce_in_fp32"]) == (True, True)
+    bf16_reduce = job("performance.precision=fp16", "performance.grad_reduce_in_fp32=false")
+    assert yaml.safe_load(export(bf16_reduce, "nemo").text)["mixed_precision"] == "fp16_mixed"

@@ -58,9 +58,22 @@ def torch_dtype(name: str) -> dict[str, Any]:
     return {"_target_": f"torch.{name}", "_call_": False}
 
 
-# The fields each registered recipe sets beyond MixedPrecisionConfig's defaults
-# (mixed_precision.py @ 067f987: bf16_mixed, fp16_mixed and the bf16 FP8/NVFP4 recipes built
-# on bf16_mixed), written out whole when the job needs a field the name cannot carry.
+# MixedPrecisionConfig's fields at their defaults (mixed_precision.py @ 067f987): the block
+# states every one, so a recipe holding its own config object (DeepSeek-V4's
+# bf16_with_mxfp8_mixed()), which Bridge merges key by key, keeps none of its values.
+MIXED_PRECISION_DEFAULTS: dict[str, Any] = {
+    "fp32": False, "fp16": False, "bf16": False, "params_dtype": None, "pipeline_dtype": None,
+    "autocast_dtype": None, "autocast_enabled": False, "grad_reduce_in_fp32": True,
+    "fp8": None, "fp8_recipe": "tensorwise", "first_last_layers_bf16": False,
+    "fp8_margin": 0, "fp8_amax_history_len": 1, "fp8_amax_compute_algo": "most_recent",
+    "fp8_wgrad": True, "fp8_dot_product_attention": False,
+    "fp8_multi_head_attention": False, "fp8_param": None, "fp8_param_gather": False,
+    "fp4": None, "fp4_recipe": "nvfp4", "fp4_param": None, "fp4_param_gather": False,
+    "loss_scale": None, "initial_loss_scale": 4294967296, "min_loss_scale": 1.0,
+    "loss_scale_window": 1000, "hysteresis": 2, "num_layers_at_start_in_bf16": 0,
+    "num_layers_at_end_in_bf16": 0, "reuse_grad_buf_for_mxfp8_param_ag": False}
+# The fields each registered recipe sets beyond those defaults (mixed_precision.py @
+# 067f987: bf16_mixed, fp16_mixed and the bf16 FP8/NVFP4 recipes built on bf16_mixed).
 _BF16_MIXED = {"bf16": True, "params_dtype": torch_dtype("bfloat16"),
                "pipeline_dtype": torch_dtype("bfloat16"), "autocast_enabled": False,
                "grad_reduce_in_fp32": True}
@@ -90,11 +103,11 @@ RECIPE_FIELDS: dict[str, dict[str, Any]] = {
 
 def mixed_precision(spec: ExportSpec) -> str | dict[str, Any] | None:
     """The registered mixed-precision recipe for the job's precision and FP8 recipe: its
-    name where the name carries every setting mosaic costed, else the recipe's fields in
-    full with the job's own (a ``_target_`` block Bridge's override step instantiates, as
-    its performance scripts set these fields on the recipe's object, perf_recipes/_common.py
-    @ 067f987). A trial: the name alone put back fp32 gradient buffers, 143 GiB on a
-    139.8 GiB GPU."""
+    name where the name carries every setting mosaic costed, else every field of
+    MixedPrecisionConfig, the recipe's with the job's own (a ``_target_`` block Bridge's
+    override step instantiates, as its performance scripts set these fields on the
+    recipe's object, perf_recipes/_common.py @ 067f987). A trial: the name alone put back
+    fp32 gradient buffers, 143 GiB on a 139.8 GiB GPU."""
     if spec.precision == "fp4":
         name = "bf16_with_nvfp4_mixed"
     elif spec.precision == "fp8":
@@ -103,22 +116,29 @@ def mixed_precision(spec: ExportSpec) -> str | dict[str, Any] | None:
         name = MIXED_PRECISION.get(spec.precision, "bf16_mixed")
     if name is None:
         return None
-    recipe = RECIPE_FIELDS[name]
-    job: dict[str, Any] = {"grad_reduce_in_fp32": spec.grad_reduce_in_fp32
-                           and spec.precision != "fp16"}
+    recipe = MIXED_PRECISION_DEFAULTS | RECIPE_FIELDS[name]
+    job: dict[str, Any] = {"grad_reduce_in_fp32": spec.grad_reduce_in_fp32}
     if spec.precision == "fp4":
         job["fp4_param_gather"] = spec.fp4_param_gather
     if spec.precision == "fp8":
         job["fp8_param_gather"] = spec.fp8_param_gather
         job["fp8_dot_product_attention"] = spec.fp8_dot_product_attention
+        if spec.fp8_recipe == "mxfp8":
+            # Megatron-LM's DistributedDataParallelConfig asserts fp8_param_gather whenever
+            # the gradient buffer is reused for the MXFP8 parameter all-gather (a review)
+            job["reuse_grad_buf_for_mxfp8_param_ag"] = spec.fp8_param_gather
         if spec.fp8_recipe == "current":
             # mosaic costs every block in FP8, as the performance scripts run this recipe
             job |= {"first_last_layers_bf16": False, "num_layers_at_start_in_bf16": 0,
                     "num_layers_at_end_in_bf16": 0}
-    differs = {key: value for key, value in job.items() if recipe.get(key, False) != value}
+    differs = {key: value for key, value in job.items() if recipe[key] != value}
     if not differs:
         return name
-    return {"_target_": MIXED_PRECISION_TARGET, **recipe, **differs}
+    block = recipe | differs
+    # fp8_param / fp4_param follow their gathers (MixedPrecisionConfig.__setattr__ keeps
+    # them in sync): stated equal, whatever order the fields are set in
+    block |= {"fp8_param": block["fp8_param_gather"], "fp4_param": block["fp4_param_gather"]}
+    return {"_target_": MIXED_PRECISION_TARGET, **block}
 
 
 # Megatron-Bridge names the layer pattern hybrid_layer_pattern from v0.4.0 (NeMo 26.04; the
