@@ -99,7 +99,8 @@ def test_a_parent_with_an_unfinished_run_is_refused_and_a_ladder_folder_is_read(
     ("tokens", "many", "tokens is 'many'"),
     ("n_active", -1, "n_active is -1"),
     ("experts", "abc", "experts is 'abc'"),
-    ("top_k", 16, "top_k 16 exceeds experts 8"),
+    ("top_k", 16, "top_k 16 with experts 8"),
+    ("top_k", 0, "top_k 0 with experts 8"),
     ("starved_experts", [1], "starved_experts is [1]"),
     ("vocab", 0.5, "vocab is 0.5"),
 ])
@@ -112,3 +113,13 @@ def test_a_damaged_result_is_named_not_collected(tmp_path, field, value, message
     path.write_text(json.dumps(result))
     with pytest.raises(MosaicInputError, match=rf"result\.json: {re.escape(message)}"):
         collect_result_rows([tmp_path / "run"])
+
+
+def test_a_dense_run_is_collected(tmp_path):
+    """A dense model's result writes experts 0 and top_k 0 (trainer.py): collected, not
+    refused as a damaged field (a review)."""
+    path = _result(tmp_path / "dense") / "result.json"
+    result = json.loads(path.read_text()) | {"experts": 0, "top_k": 0, "n_active": 2e6}
+    path.write_text(json.dumps(result))
+    assert [(r["experts"], r["top_k"]) for r in collect_result_rows([tmp_path / "dense"])] \
+        == [(0, 0)]

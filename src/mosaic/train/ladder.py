@@ -291,22 +291,28 @@ def collect_result_rows(folders: list[Path]) -> list[dict[str, Any]]:
 
 
 # result.json fields a runs.csv row copies: each a positive finite number (a fuzz trial's
-# null loss ended in a traceback, n_active -1 and experts "abc" were written on)
+# null loss ended in a traceback, n_active -1 and experts "abc" were written on); experts
+# and top_k are 0 for a dense model (trainer.py's result).
 _POSITIVE_RESULT_FIELDS = ("n_total", "n_active", "tokens", "smoothed_loss", "split_factor",
-                           "experts", "top_k", "layers", "d_model", "steps")
+                           "layers", "d_model", "steps")
+_COUNT_RESULT_FIELDS = ("experts", "top_k")
 
 
 def _check_result_numbers(result: dict[str, Any]) -> None:
     """ValueError naming the first field of ``result`` that is not what a run writes."""
-    for name in _POSITIVE_RESULT_FIELDS:
+    for name in (*_POSITIVE_RESULT_FIELDS, *_COUNT_RESULT_FIELDS):
         value = result[name]
+        count = name in _COUNT_RESULT_FIELDS
         if (isinstance(value, bool) or not isinstance(value, int | float)
-                or not math.isfinite(value) or value <= 0):
-            raise ValueError(f"{name} is {value!r}; a run writes a positive number there")
+                or not math.isfinite(value) or value < 0 or (value == 0 and not count)):
+            raise ValueError(f"{name} is {value!r}; a run writes a "
+                             + ("count >= 0" if count else "positive number") + " there")
     if result["n_active"] > result["n_total"]:
         raise ValueError(f"n_active {result['n_active']} exceeds n_total {result['n_total']}")
-    if result["top_k"] > result["experts"]:
-        raise ValueError(f"top_k {result['top_k']} exceeds experts {result['experts']}")
+    if result["top_k"] > result["experts"] or (result["top_k"] == 0) != (
+            result["experts"] == 0):
+        raise ValueError(f"top_k {result['top_k']} with experts {result['experts']}: a dense "
+                         "run writes 0 for both, an MoE run 1 <= top_k <= experts")
     starved, vocab = result.get("starved_experts"), result.get("vocab")
     if starved is not None and (isinstance(starved, bool) or not isinstance(starved, int | float)
                                 or not math.isfinite(starved) or starved < 0):
