@@ -856,3 +856,21 @@ def test_a_plan_job_keeps_the_layouts_its_plan_allowed(plan_json, tmp_path):
     assert search == {"devices": document["envelope"]["n_devices"], "pp": [plan["pp"]],
                       "sharding": [plan["sharding"]], "micro_batches": [1, 2, 4]}
     assert job_document(load_job(job))["search"] == search
+
+
+def test_a_release_whose_recipes_would_change_the_plans_step_is_not_written():
+    """A DeepSeek-V3 shape at pp 1 with selective checkpointing: naming 26.04 would let the
+    release's recipe add its recompute modules and pipeline layouts on reload (a review:
+    30.106 s / 169.2 GiB became 29.973 s / 153.3 GiB), so the job keeps no release; a job
+    whose prediction the release leaves as it is names it."""
+    from mosaic.export.spec import _with_release
+
+    deepseek = yaml.safe_load((ROOT / "examples" / "deepseek_v3_h100.yaml").read_text())
+    del deepseek["performance"]["stack_version"]
+    deepseek["parallelism"] |= {"pp": 1, "vpp": 1}
+    deepseek["performance"]["checkpointing"] = "selective"
+    assert "stack_version" not in _with_release(deepseek, "26.04", "t")["performance"]
+    plain = yaml.safe_load(JOB.read_text())
+    plain["performance"] = (plain.get("performance") or {}) | {
+        "stack": "megatron-bridge", "cross_entropy": "te"}
+    assert _with_release(plain, "26.04", "t")["performance"]["stack_version"] == "26.04"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Set as AbstractSet
 from copy import deepcopy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mosaic.arch import Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
@@ -785,19 +788,41 @@ def _with_release(document: dict[str, Any], release: Any, source: str) -> dict[s
     """The plan's job document naming the stack release it was planned on, with every
     setting that release's recipes could fill written as the plan ran it (the canonical
     :func:`~mosaic.config.job_schema.job_document`), so the job predicts the plan's step
-    again (a trial's exported job lost '26.04'; naming it alone would have let the release's
-    routing recipe change the step). Without a release, or where the job's node type is not
-    in the active catalog (the plan's ``--catalog`` not given again), as it is."""
+    again (a trial's exported job lost '26.04'). Checked by loading it: where the release's
+    recipes for this model would still change what the plan ran (a recipe's recompute
+    modules or pipeline layout for a DeepSeek-V3 shape, a review), where the job's node type
+    is not in the active catalog (the plan's ``--catalog`` not given again), or without a
+    release, the document as it is."""
     if release is None:
         return document
     from mosaic.config.job_schema import job_document, job_from_document
 
+    with warnings.catch_warnings():  # the job's own load says them once, not here again
+        warnings.simplefilter("ignore")
+        try:
+            planned = job_from_document(deepcopy(document), source)
+            released = job_document(replace(planned, stack_version=str(release))) | {
+                block: document[block] for block in ("search", "training") if block in document}
+            reloaded = job_from_document(deepcopy(released), source)
+        except MosaicInputError:
+            return document
+    return released if _same_prediction(planned, reloaded) else document
+
+
+def _same_prediction(a: Any, b: Any) -> bool:
+    """Whether two job specs predict the same step time and memory (under the default
+    calibration: a setting that changes neither, e.g. a GDN option of a model without
+    GDN layers, is no difference)."""
+    from mosaic.evaluate.job import predict_job
+    from mosaic.perf.calibration import default_calibration
+
+    calibration = default_calibration()
     try:
-        spec = job_from_document(deepcopy(document), source)
+        first, second = (predict_job(spec, calibration).prediction for spec in (a, b))
     except MosaicInputError:
-        return document
-    return job_document(replace(spec, stack_version=str(release))) | {
-        block: document[block] for block in ("search", "training") if block in document}
+        return False
+    return bool(np.isclose(first.step_time_s[0], second.step_time_s[0], rtol=1e-12)
+                and np.isclose(first.memory_bytes[0], second.memory_bytes[0], rtol=1e-12))
 
 
 def _plan_architecture(envelope: dict[str, Any]) -> str | None:
