@@ -208,3 +208,15 @@ def test_a_jobs_search_block_limits_the_layouts_and_an_option_overrides_it(q4_jo
     limited.write_text(yaml.safe_dump(job))
     result = runner.invoke(app, ["layouts", str(limited)])
     assert result.exit_code == 2 and "search" in result.output and "zero9" in result.output
+
+
+def test_an_option_for_tp_sets_aside_the_jobs_tp_cap_and_pins(q4_job, tmp_path):
+    """A job's search max_tp 2 with --tp 4 was refused as '--tp 4 exceeds --max-tp 2', an
+    option the user never gave (a review)."""
+    job = yaml.safe_load(q4_job.read_text())
+    job["search"] = {"max_tp": 2, "pp": [1]}
+    capped = tmp_path / "capped.yaml"
+    capped.write_text(yaml.safe_dump(job))
+    pinned = run_json(str(capped), "--tp", "4", "--top", "20")
+    assert {r["tp"] for r in pinned["rows"]} == {4}
+    assert pinned["limits_from_job"] == {"pp": [1]}

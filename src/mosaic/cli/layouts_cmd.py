@@ -248,9 +248,12 @@ def with_job_search_limits(options: dict[str, Any], stated: dict[str, Any]
     block states (``JobSpec.search_limits``) where the option is not given, and the limits
     taken from the job."""
     merged, from_job = dict(options), {}
+    # tp's pins and cap go together: an option for one sets aside the job's other (a review:
+    # a job's max_tp 2 with --tp 4 was refused as '--tp 4 exceeds --max-tp 2')
+    tp_given = options.get("tp") is not None or options.get("max_tp") is not None
     for name, value in stated.items():
         option = "mbs" if name == "micro_batches" else name
-        if merged.get(option) is None:
+        if merged.get(option) is None and not (tp_given and name in ("tp", "max_tp")):
             from_job[name] = value
             merged[option] = value if name == "max_tp" else ",".join(map(str, value))
     return merged, from_job
