@@ -190,7 +190,7 @@ CASES = [
     ("collect-count-not-a-number", ["ladder", "collect", "{dir}/runs", "--out", "{dir}/r.csv",
                                     "--json"],
      {"runs/r0/result.json": json.dumps({**RESULT, "n_total": "abc"}).encode()},
-     2, "must be positive numbers"),
+     2, "n_total is 'abc'; a run writes a positive number there"),
     # ladder record over hand-broken trainer folders (the fuzzer's record cases, seed 62):
     # a run.json whose job is not a mapping, and a 400-digit throughput, each one line
     ("record-config-not-a-job", ["ladder", "record", "{dir}/runs", "--system", "DGX-H200",
