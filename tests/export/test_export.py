@@ -874,3 +874,12 @@ def test_a_release_whose_recipes_would_change_the_plans_step_is_not_written():
     plain["performance"] = (plain.get("performance") or {}) | {
         "stack": "megatron-bridge", "cross_entropy": "te"}
     assert _with_release(plain, "26.04", "t")["performance"]["stack_version"] == "26.04"
+
+
+def test_hybridep_on_a100_is_refused_as_perf_refuses_it():
+    """HybridEP needs TMA (Hopper, Blackwell): export wrote a Megatron file of it for DGX
+    A100 with only a note (a review), where perf refuses the job."""
+    overrides = ["--set", "hardware.system=DGX-A100", "--set", "parallelism.dispatcher=hybridep"]
+    for command in (["export", str(JOB), "--to", "megatron"], ["perf", str(JOB)]):
+        result = runner.invoke(app, [*command, *overrides])
+        assert result.exit_code == 2 and "Tensor Memory Accelerator" in result.output
