@@ -334,10 +334,15 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     # no lower than the multiplier at which the GEMMs would outrun the fastest measured GEMM
     # (the fit's vector holds the shared multiplier and each stack's ratio to it, so the
     # floor of their product is applied here and reported as a bound the fit ended on)
+    # (reported in the fit's own labels, 'shared' for the default; a default kept from the
+    # base profile is not this fit's, a review)
     floor = least_step_multiplier()
-    raised = tuple(f"stack_overhead[{stack}]" for stack, value in multipliers.items()
-                   if value < floor and "stack_overhead" in base.fitted_constants)
-    multipliers = {stack: max(value, floor) for stack, value in multipliers.items()}
+    fitted_keys = [*stacks, *([] if keep_unseen and len(stacks) == 1 else [DEFAULT_STACK_KEY])]
+    raised = tuple(f"stack_overhead[{'shared' if key == DEFAULT_STACK_KEY else key}]"
+                   for key in fitted_keys if multipliers[key] < floor
+                   and "stack_overhead" in base.fitted_constants)
+    multipliers = {key: max(value, floor) if key in fitted_keys else value
+                   for key, value in multipliers.items()}
     at_bound = (*at_bound, *(label for label in raised if label not in at_bound))
     attention = {stack: float(np.exp(log_attention[i])) for i, stack in enumerate(stacks)}
     attention[DEFAULT_STACK_KEY] = 1.0
