@@ -800,3 +800,26 @@ def test_the_plan_form_quantises_the_routed_experts_alone_as_the_job_does():
     with pytest.raises(FormError) as refused:
         validate_plan_form({**DEFAULT_PLAN_FORM, "plan.quantised_gemms": "routed_experts"})
     assert list(refused.value.errors) == ["plan.quantised_gemms"]
+
+
+def test_the_studio_searches_within_a_jobs_search_block(tmp_path):
+    """A plan's job keeps the layouts its team runs in its search block; the studio searched
+    every layout regardless (a review). It now finds what `mosaic layouts` finds."""
+    from mosaic.studio.app import options_document
+    from mosaic.studio.server import load_job_document
+
+    document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+    document["search"] = (document.get("search") or {}) | {"pp": [1, 2], "sharding": ["zero1"]}
+    path = tmp_path / "limited.yaml"
+    path.write_text(yaml.safe_dump(document))
+    job = load_job_document(path)
+    running, server, thread = start_studio(job_document=job)
+    try:
+        status, body = running.call("/api/layouts", {"form": options_document(job)["form"]})
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert status == 200, body
+    assert {(r["pp"] in (1, 2), r["sharding"]) for r in body["rows"]} == {(True, "zero1")}
+    cli = cli_json("layouts", str(path), "--top", "1")
+    assert (body["n_plans"], body["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])

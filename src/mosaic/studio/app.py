@@ -359,9 +359,12 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
                               fp8_recipe=spec.workload.fp8_recipe)
         start = time.perf_counter()
         # as `mosaic layouts`: an uneven_stages job's shapes split remainder last
+        # within the job's search block, as `mosaic layouts` searches it
+        limits = LayoutLimits(**{name: tuple(value) if isinstance(value, list) else value
+                                 for name, value in spec.search_limits.items()})
         workload = with_searched_remainder_last_layouts(spec.workload, cluster.n_devices,
-                                                        LayoutLimits())
-        search = search_layouts(workload, machine, calibration, LayoutLimits())
+                                                        limits)
+        search = search_layouts(workload, machine, calibration, limits)
         if search.n_plans == 0:
             raise FormError({GENERAL: search.no_valid_layout_message(cluster.n_devices)})
         document = search_document(search, cluster, machine, LAYOUT_ROWS, True, calibration,
