@@ -555,12 +555,17 @@ def test_layout_search_of_a_job_that_states_its_dp_or_pipeline_layout(name, stat
     """A job stating dp (every exported plan does) or a pipeline layout (the DeepSeek-V3
     recipe's Et|(tt|)*30mL, resolved into the form) searched no layout in the studio: 422.
     The search sets them aside as `mosaic layouts` does and finds the CLI's count."""
+    document = yaml.safe_load((EXAMPLES / name).read_text())
+    document["parallelism"] = {**document["parallelism"], **stated}
+    _studio_layouts_equal_the_clis(document, tmp_path / name)
+
+
+def _studio_layouts_equal_the_clis(document: dict, path: Path) -> dict:
+    """The studio's layout search of a job file opened in it, checked against `mosaic
+    layouts` of the file (candidates and feasible counts); the studio's reply."""
     from mosaic.studio.app import options_document
     from mosaic.studio.server import load_job_document
 
-    document = yaml.safe_load((EXAMPLES / name).read_text())
-    document["parallelism"] = {**document["parallelism"], **stated}
-    path = tmp_path / name
     path.write_text(yaml.safe_dump(document))
     job = load_job_document(path)
     running, server, thread = start_studio(job_document=job)
@@ -572,6 +577,7 @@ def test_layout_search_of_a_job_that_states_its_dp_or_pipeline_layout(name, stat
     assert status == 200, body
     cli = cli_json("layouts", str(path), "--top", "1")
     assert (body["n_plans"], body["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])
+    return body
 
 
 def test_the_plan_form_takes_the_stack_and_precision_and_refuses_unknown_fields():
@@ -805,21 +811,7 @@ def test_the_plan_form_quantises_the_routed_experts_alone_as_the_job_does():
 def test_the_studio_searches_within_a_jobs_search_block(tmp_path):
     """A plan's job keeps the layouts its team runs in its search block; the studio searched
     every layout regardless (a review). It now finds what `mosaic layouts` finds."""
-    from mosaic.studio.app import options_document
-    from mosaic.studio.server import load_job_document
-
     document = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
     document["search"] = (document.get("search") or {}) | {"pp": [1, 2], "sharding": ["zero1"]}
-    path = tmp_path / "limited.yaml"
-    path.write_text(yaml.safe_dump(document))
-    job = load_job_document(path)
-    running, server, thread = start_studio(job_document=job)
-    try:
-        status, body = running.call("/api/layouts", {"form": options_document(job)["form"]})
-    finally:
-        server.should_exit = True
-        thread.join(10)
-    assert status == 200, body
+    body = _studio_layouts_equal_the_clis(document, tmp_path / "limited.yaml")
     assert {(r["pp"] in (1, 2), r["sharding"]) for r in body["rows"]} == {(True, "zero1")}
-    cli = cli_json("layouts", str(path), "--top", "1")
-    assert (body["n_plans"], body["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])
