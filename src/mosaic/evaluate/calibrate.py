@@ -331,11 +331,10 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     multipliers[DEFAULT_STACK_KEY] = (base.stack_multiplier(DEFAULT_STACK_KEY)
                                       if keep_unseen and len(stacks) == 1
                                       else float(np.exp(shared)))
-    # no lower than the multiplier at which the GEMMs would outrun the fastest measured GEMM
-    # (the fit's vector holds the shared multiplier and each stack's ratio to it, so the
-    # floor of their product is applied here and reported as a bound the fit ended on)
-    # (reported in the fit's own labels, 'shared' for the default; a default kept from the
-    # base profile is not this fit's, a review)
+    # No multiplier below the one at which the GEMMs would outrun the fastest measured GEMM.
+    # The fit's vector holds the shared multiplier and each stack's ratio to it, so the floor
+    # of their product is applied here, to the multipliers this fit set (a default kept from
+    # the base profile is not one, a review), and reported as a bound in the fit's labels.
     floor = least_step_multiplier()
     fitted_keys = [*stacks, *([] if keep_unseen and len(stacks) == 1 else [DEFAULT_STACK_KEY])]
     raised = tuple(f"stack_overhead[{'shared' if key == DEFAULT_STACK_KEY else key}]"
