@@ -95,20 +95,20 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
         return spec, None
     from mosaic.evaluate.job import check_job_layout, load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration
-    from mosaic.perf.machine import check_precision_on_device, dispatcher_refusal
+    from mosaic.perf.machine import check_dispatcher_on_device, check_precision_on_device
 
     # a profile asked for by name is loaded before anything is costed: a bad one is an
     # error, as in every other command (a trial got a note and exit 0)
     profile = load_calibration(calibration)
     job = load_job_spec(path, overrides, model_block(model))
     cluster = check_job_layout(job)  # the layout checks of `mosaic perf`, same errors
-    # a precision the GPUs cannot run is refused as perf refuses it, not exported with a
-    # note (a trial: MXFP8 on H100 was written out; TE's check_mxfp8_support fails there)
+    # a precision or dispatcher the GPUs cannot run is refused as perf refuses it, not
+    # exported with a note (a trial: MXFP8 on H100 was written out; TE's
+    # check_mxfp8_support fails there; a review: HybridEP on A100)
     check_precision_on_device(cluster.system.device, job.workload.precision,
                               job.workload.fp8_recipe)
-    refusal = dispatcher_refusal(cluster.system.device.name, job.workload.dispatcher)
-    if refusal is not None and job.workload.geometry.moe is not None:  # as perf refuses it
-        raise MosaicInputError(refusal)
+    check_dispatcher_on_device(cluster.system.device.name, job.workload.dispatcher,
+                               job.workload.geometry.moe is not None)
     try:  # and its memory verdict, where the model can cost the job
         # (under the calibration the user plans with: a fitted memory scale moves the
         # verdict, a review)

@@ -138,17 +138,28 @@ def check_precision_on_device(device: Device, precision: Precision,
 TMA_ARCHITECTURES = frozenset({"hopper", "blackwell"})
 
 
-def dispatcher_refusal(device_name: str, dispatcher: Dispatcher) -> str | None:
+def dispatcher_refusal(device_name: str, dispatcher: Dispatcher,
+                       named: str = "dispatcher") -> str | None:
     """Why ``dispatcher`` cannot run on the catalog device ``device_name``, or None: HybridEP
-    needs a GPU with TMA. A device that states no architecture is not refused."""
+    needs a GPU with TMA. A device that states no architecture is not refused. ``named``:
+    the setting as the user gave it (a job's dispatcher, a plan's --dispatcher)."""
     if dispatcher is not Dispatcher.HYBRIDEP:
         return None
     architecture = gpu_generation(device_name)
     if architecture is None or architecture in TMA_ARCHITECTURES:
         return None
-    return (f"dispatcher hybridep on {device_name} ({architecture}): HybridEP's kernels use "
+    return (f"{named} hybridep on {device_name} ({architecture}): HybridEP's kernels use "
             "the Tensor Memory Accelerator of Hopper and Blackwell GPUs (DeepEP "
             "docs/README_Hybrid-EP.md); use deepep or alltoall there")
+
+
+def check_dispatcher_on_device(device_name: str, dispatcher: Dispatcher, moe: bool,
+                               named: str = "dispatcher") -> None:
+    """Refuse an MoE's EP dispatcher the device cannot run (:func:`dispatcher_refusal`); a
+    dense model dispatches no tokens. One check for a job, its export and a plan."""
+    refusal = dispatcher_refusal(device_name, dispatcher, named) if moe else None
+    if refusal is not None:
+        raise MosaicInputError(refusal)
 
 
 def _achieved_fraction(device: Device, dtype: str) -> float | None:
