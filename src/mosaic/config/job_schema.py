@@ -268,6 +268,7 @@ class OptimizerBlock(StrictBlock):
 
 SEARCH_LIMIT_FIELDS = ("max_tp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batches",
                        "sharding", "checkpointing")
+_Sizes = list[Annotated[int, Field(gt=0)]]  # a layout axis's allowed degrees
 _LIMIT_HELP = ("`mosaic layouts` searches only these (a plan's layout options, which `export "
                "--to yaml` of a plan writes here); the option of the same name overrides it")
 
@@ -278,13 +279,13 @@ class SearchBlock(StrictBlock):
     # the layouts the team runs (perf.layouts.LayoutLimits): a plan's --pp 1,2,4 --sharding
     # zero1 kept with the job it exports (a trial's `layouts` ranked zero2 layouts first)
     max_tp: int | None = Field(default=None, gt=0, description=f"largest tp; {_LIMIT_HELP}")
-    tp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
-    pp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
-    vpp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
-    cp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
-    ep: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
-    etp: list[Annotated[int, Field(gt=0)]] | None = Field(default=None, description=_LIMIT_HELP)
-    micro_batches: list[Annotated[int, Field(gt=0)]] | None = Field(
+    tp: _Sizes | None = Field(default=None, description=_LIMIT_HELP)
+    pp: _Sizes | None = Field(default=None, description=_LIMIT_HELP)
+    vpp: _Sizes | None = Field(default=None, description=_LIMIT_HELP)
+    cp: _Sizes | None = Field(default=None, description=_LIMIT_HELP)
+    ep: _Sizes | None = Field(default=None, description=_LIMIT_HELP)
+    etp: _Sizes | None = Field(default=None, description=_LIMIT_HELP)
+    micro_batches: _Sizes | None = Field(
         default=None, description=f"micro-batch sizes; {_LIMIT_HELP} (--mbs)")
     sharding: list[ShardingName] | None = Field(default=None, description=_LIMIT_HELP)
     checkpointing: list[RecomputeName] | None = Field(default=None, description=_LIMIT_HELP)

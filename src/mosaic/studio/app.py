@@ -360,8 +360,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         start = time.perf_counter()
         # as `mosaic layouts`: an uneven_stages job's shapes split remainder last
         # within the job's search block, as `mosaic layouts` searches it
-        limits = LayoutLimits(**{name: tuple(value) if isinstance(value, list) else value
-                                 for name, value in spec.search_limits.items()})
+        limits = LayoutLimits(**spec.search_limits)
         workload = with_searched_remainder_last_layouts(spec.workload, cluster.n_devices,
                                                         limits)
         search = search_layouts(workload, machine, calibration, limits)
