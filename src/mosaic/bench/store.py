@@ -96,8 +96,9 @@ def check_rows(frame: pd.DataFrame, path: Path) -> None:
             raise MosaicInputError(f"{path}: row {int(index) + 1}: {column} = "
                                    f"{measured.loc[index, column]}; a measured time must be "
                                    "a positive number of seconds")
-    # a measured shape is positive whole sizes, its dtype named (a fuzz trial's 'abc', inf
-    # and empty dtype ended in tracebacks inside the fit; negative sizes were fitted)
+    # a measured shape's sizes are positive numbers (the launch op's may be 0), its dtype
+    # named (a fuzz trial's 'abc', inf and empty dtype ended in tracebacks inside the fit;
+    # negative sizes were fitted)
     for column in [c for c in measured.columns if c in SHAPE_COLUMNS]:
         sizes = pd.to_numeric(measured[column], errors="coerce")
         bad = (sizes.isna() & measured[column].notna()) | ~np.isfinite(sizes.fillna(1)) | (

@@ -260,14 +260,14 @@ def plan_document(result: PlanResult, cost: RunCost) -> dict[str, Any]:
     envelope = result.envelope
     table = result.throughput
     row = result.optimum_index
+    limits = table.limits.to_dict()
     return {
         "envelope": envelope.to_dict(),
         "search_space": result.space.to_dict(),
         # the layout options the plan narrowed (--pp, --sharding, ...) and its micro-batch
         # sizes (Table 3's 1, 2, 4, not `layouts`' default up to 8): its job file keeps them
         # (export --to yaml writes them to the search block `mosaic layouts` reads)
-        "layout_limits": dict(_narrowed(table.limits.to_dict()))
-        | {"micro_batches": table.limits.to_dict()["micro_batches"]},
+        "layout_limits": dict(_narrowed(limits)) | {"micro_batches": limits["micro_batches"]},
         "c_peak_flops": envelope.c_peak_flops,
         **cost_document(cost),
         "counts": {

@@ -143,8 +143,9 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
         document.update({block: dict(fields) for block, fields in canonical.items()
                          if block not in ("model", "search") and isinstance(fields, dict)})
         # the layouts the job's team runs travel with it (its GPUs come from the form)
-        limits = {name: value for name, value in (canonical.get("search") or {}).items()
-                  if name != "devices"} if isinstance(canonical.get("search"), dict) else {}
+        search = canonical.get("search")
+        limits = ({name: value for name, value in search.items() if name != "devices"}
+                  if isinstance(search, dict) else {})
         if limits:
             document["search"] = limits
     for key, value in form.items():
