@@ -3,7 +3,7 @@
 import pytest
 
 from mosaic.errors import MosaicInputError
-from mosaic.text_values import parse_floats, parse_ints
+from mosaic.text_values import parse_floats, parse_ints, parse_names
 
 
 def test_a_value_left_out_between_commas_is_refused_a_trailing_comma_is_not():
@@ -16,3 +16,25 @@ def test_a_value_left_out_between_commas_is_refused_a_trailing_comma_is_not():
     assert parse_floats("--values", " 10 , 20.5 ") == (10.0, 20.5)
     with pytest.raises(MosaicInputError, match="is empty"):
         parse_ints("--q", " , ")
+
+
+def test_a_name_list_is_read_like_a_number_list_and_checked_against_what_is_allowed():
+    """'--fit a,,b' and '--exclude x,,y' were read as two names; every name list (calibrate's
+    --fit, validate's --exclude, bench's --dtypes/--ops, layouts' --sharding) now reads
+    through one function that names the option."""
+    assert parse_names("--dtypes", " bf16, fp8 ,bf16,") == ("bf16", "fp8")
+    with pytest.raises(MosaicInputError, match=r"--fit 'a,,b' has an empty value"):
+        parse_names("--fit", "a,,b")
+    with pytest.raises(MosaicInputError, match="--ops is empty"):
+        parse_names("--ops", ",")
+    with pytest.raises(MosaicInputError,
+                       match=r"--dtypes 'bf16,fp7': unknown fp7; allowed: bf16, fp8"):
+        parse_names("--dtypes", "bf16,fp7", ("bf16", "fp8"))
+
+
+def test_calibrate_fit_and_layout_sharding_lists_refuse_a_gap(tmp_path):
+    from mosaic.plan.inputs import layout_limits
+
+    with pytest.raises(MosaicInputError, match=r"--sharding 'zero1,,fsdp' has an empty"):
+        layout_limits(sharding="zero1,,fsdp")
+    assert layout_limits(sharding="zero1,fsdp").sharding is not None

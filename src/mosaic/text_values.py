@@ -4,21 +4,39 @@ the studio's form read them through the same functions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mosaic.errors import MosaicInputError
 
 
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+def _csv(option: str, text: str) -> list[str]:
+    """The comma-separated parts of ``text``; '20,30,,40' (a value left out between commas)
+    refused, a trailing comma harmless."""
+    parts = [part.strip() for part in text.split(",")]
+    if any(not part for part in parts[:-1]) and any(parts):
+        raise MosaicInputError(f"{option} {text!r} has an empty value between commas; "
+                               "list each value once, separated by commas")
+    return [part for part in parts if part]
+
+
+def parse_names(option: str, text: str, allowed: Sequence[str] | None = None
+                ) -> tuple[str, ...]:
+    """'bf16,fp8' -> ('bf16', 'fp8'), each once and in order; one line names the option
+    when the list is empty, has a gap, or (``allowed`` given) names something else."""
+    names = tuple(dict.fromkeys(_csv(option, text)))
+    if not names:
+        raise MosaicInputError(f"{option} is empty; give at least one name")
+    unknown = [name for name in names if allowed is not None and name not in allowed]
+    if unknown:
+        raise MosaicInputError(f"{option} {text!r}: unknown {', '.join(unknown)}; allowed: "
+                               f"{', '.join(allowed or ())}")
+    return names
 
 
 def _parse_numbers(option: str, text: str, kind: type, what: str) -> tuple:
-    parts = [part.strip() for part in text.split(",")]
-    if any(not part for part in parts[:-1]) and any(parts):
-        # '20,30,,40': a value left out between commas (a trailing comma is harmless)
-        raise MosaicInputError(f"{option} {text!r} has an empty value between commas; "
-                               "list each value once, separated by commas")
+    parts = _csv(option, text)
     try:
-        values = tuple(kind(part) for part in _csv(text))
+        values = tuple(kind(part) for part in parts)
     except ValueError:
         raise MosaicInputError(f"{option} must be comma-separated {what}, got {text!r}"
                                ) from None

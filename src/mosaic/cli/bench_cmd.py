@@ -26,7 +26,7 @@ from mosaic.cli.common import (
 from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError, missing_extra
 from mosaic.io_atomic import prepare_output_dir
-from mosaic.text_values import parse_ints
+from mosaic.text_values import parse_ints, parse_names
 
 HELP = "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."
 bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -130,15 +130,8 @@ def _options(dtypes: str, max_tensor_bytes: str, backends: str, quick: bool) -> 
     from mosaic.bench.cases import BenchOptions
     from mosaic.bench.timer import QUICK, TimingPolicy
 
-    dtype_list = tuple(d.strip() for d in dtypes.split(",") if d.strip())
-    bad = [d for d in dtype_list if d not in ("bf16", "fp16", "fp32", "fp8", "mxfp8")]
-    if bad or not dtype_list:
-        raise MosaicInputError(f"--dtypes {dtypes!r}: allowed: bf16, fp16, fp32, fp8, mxfp8")
-    backend_list = tuple(b.strip() for b in backends.split(",") if b.strip())
-    unknown = [b for b in backend_list if b not in BACKENDS]
-    if unknown or not backend_list:
-        raise MosaicInputError(f"--attention-backends {backends!r}: allowed: "
-                               f"{', '.join(BACKENDS)}")
+    dtype_list = parse_names("--dtypes", dtypes, ("bf16", "fp16", "fp32", "fp8", "mxfp8"))
+    backend_list = parse_names("--attention-backends", backends, BACKENDS)
     return BenchOptions(policy=QUICK if quick else TimingPolicy(), dtypes=dtype_list,
                         max_tensor_bytes=parse_bytes("--max-tensor-bytes", max_tensor_bytes),
                         attention_backends=backend_list)
@@ -268,7 +261,7 @@ def _collective_options(job_shapes: Any, min_bytes: str, max_bytes: str, size_fa
     return CollectiveOptions(
         min_bytes=parse_bytes("--min-bytes", min_bytes), max_bytes=cap,
         size_factor=size_factor,
-        ops=tuple(o.strip() for o in ops.split(",") if o.strip()) if ops else OPS,
+        ops=parse_names("--ops", ops, OPS) if ops else OPS,
         group_sizes=sizes, strides=parse_ints("--strides", strides) if strides else None,
         domain_gpus=domain_gpus, placements=placements, world_size=world_size,
         ranks_per_node=ranks_per_node)

@@ -56,6 +56,7 @@ from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
 from mosaic.perf.coverage import MIN_SCOPE_RUNS, parse_coverage
 from mosaic.report.validation_summary import accuracy_rows, percent
+from mosaic.text_values import parse_names
 
 CV_GROUPINGS = ("source", "group", "run", "none")
 
@@ -70,7 +71,7 @@ ValidateExcludeOption = Annotated[  # validate fits nothing
 
 
 def _excluded_ids(exclude: str | None) -> tuple[str, ...]:
-    return tuple(sorted({i.strip() for i in (exclude or "").split(",") if i.strip()}))
+    return () if exclude is None else tuple(sorted(parse_names("--exclude", exclude)))
 
 
 SKIPPED_SHOWN = 10  # skipped records whose reason the table output prints

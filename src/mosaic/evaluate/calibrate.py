@@ -36,6 +36,7 @@ from mosaic.evaluate.plausibility import implausibility, implausible_record_reas
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration
 from mosaic.perf.machine import least_step_multiplier, machine_for
 from mosaic.perf.step_time import predict_step
+from mosaic.text_values import parse_names
 
 STACK_PRIOR_LOG_SD = 0.3  # a stack is rarely more than ~1.35x off the shared multiplier
 # Attention kernels differ up to ~2x: FlashAttention-2 reaches 35% of an H100's bf16 peak,
@@ -207,12 +208,11 @@ def chosen_constants(fit: str, baselines: RecordBaselines, base: Calibration
         return constants_to_fit(baselines, base)
     if text == "all":
         return base.fitted_constants
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [name for name in names if name not in FITTABLE_CONSTANTS]
-    if unknown or not names:
+    names = parse_names("--fit", text)
+    if any(name not in FITTABLE_CONSTANTS for name in names):
         raise MosaicInputError(f"--fit {fit!r}: allowed are auto, all, or names from "
                                f"{', '.join(FITTABLE_CONSTANTS)}")
-    return tuple(dict.fromkeys(names))
+    return names
 
 
 def without_implausible_throughput(baselines: RecordBaselines

@@ -44,7 +44,7 @@ from mosaic.plan.envelope import (
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
 from mosaic.plan.search import check_layout_limits
 from mosaic.stacks.registry import check_release
-from mosaic.text_values import parse_count, parse_ints
+from mosaic.text_values import parse_count, parse_ints, parse_names
 
 # the grid's Table 3 defaults as the options spell them (the values: plan.envelope)
 TABLE3_Q_TEXT = ",".join(map(str, TABLE3_Q))
@@ -232,9 +232,9 @@ def int_list(option: str, text: str | None) -> tuple[int, ...] | None:
     return values
 
 
-def name_list(text: str | None) -> tuple[str, ...] | None:
+def name_list(option: str, text: str | None) -> tuple[str, ...] | None:
     """Parse "zero1,fsdp" into names; None when the option is not given."""
-    return None if text is None else tuple(part.strip() for part in text.split(","))
+    return None if text is None else parse_names(option, text)
 
 
 def layout_limits(*, max_tp: int | None = None, tp: str | None = None, pp: str | None = None,
@@ -256,5 +256,6 @@ def layout_limits(*, max_tp: int | None = None, tp: str | None = None, pp: str |
         vpp=int_list("--vpp", vpp), cp=int_list("--cp", cp), ep=int_list("--ep", ep),
         etp=int_list("--etp", etp),
         micro_batches=default_micro_batches if micro_batches is None else micro_batches,
-        sharding=name_list(sharding), checkpointing=name_list(checkpointing),
+        sharding=name_list("--sharding", sharding),
+        checkpointing=name_list("--checkpointing", checkpointing),
     )
