@@ -128,6 +128,10 @@ def test_infeasible_layout_shows_its_reason(page, studio, browser):
     assert f"of {usable:.1f} usable (90% of" in text(page, "m-verdict")
     assert f"of {usable:.1f} GiB usable (90% of" in text(page, "m-memory")
     assert "bad" in page.execute_script("return document.getElementById('m-verdict').className")
+    # the long verdict wraps in its cell: the page does not scroll sideways (a trial's
+    # out-of-memory line widened it to 1,457 px in a 1,385 px window)
+    assert page.execute_script(
+        "return document.documentElement.scrollWidth <= window.innerWidth")
     page.execute_script("document.getElementById('m-verdict').scrollIntoView()")
     browser.screenshot(page, "studio_infeasible")
 
@@ -271,3 +275,23 @@ def test_a_model_grid_plans_around_the_edited_model(page, studio, browser):
     _, summary = studio.call("/api/plan/status")
     assert summary["current"]["summary"]["geometry"].startswith("L=32 d=4096 ")
     assert browser.console_errors(page) == []
+
+
+def test_the_plan_form_follows_the_edited_cluster_until_typed_in(studio, browser):
+    """Picking DGX-H100 x 16 in the job editor plans on H100s, 16 nodes (a trial's plan
+    stayed on B200 x 32); a plan field the user typed in keeps the user's value."""
+    driver = browser.start_driver(height=900)
+    try:
+        driver.get(studio.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-ready') === '1'"), what="the forms")
+        set_field(driver, "plan.global_batch", "512")  # typed: kept
+        set_field(driver, "hardware.system", "DGX-H100")
+        set_field(driver, "hardware.nodes", "16")
+        set_field(driver, "batch.global_seqs", "2048")
+        assert field(driver, "plan.gpu").get_attribute("value") == "H100-SXM-80GB"
+        assert field(driver, "plan.system").get_attribute("value") == "DGX-H100"
+        assert field(driver, "plan.nodes").get_attribute("value") == "16"
+        assert field(driver, "plan.global_batch").get_attribute("value") == "512"
+    finally:
+        driver.quit()

@@ -59,7 +59,7 @@ def _errors(errors: dict[str, str], status: int = 422) -> Any:
 def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
     """Choices of the page's selects and the initial forms."""
     from mosaic.config.job_schema import PerformanceBlock
-    from mosaic.hardware import list_systems
+    from mosaic.hardware import get_system, list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
     from mosaic.perf.workload import OptimizerKind, Precision, QuantisedGemms
     from mosaic.plan.inputs import PRECISION_NAMES
@@ -88,6 +88,10 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "form": form,
         "plan_form": plan_form_from_job(form) if job_document is not None
         else DEFAULT_PLAN_FORM,
+        # the plan form follows the job editor's cluster, batch and stack until its own
+        # field is typed in (a trial picked DGX-H100 x 16 above and planned on B200 x 32)
+        "plan_fields_from_job": PLAN_FIELDS_FROM_JOB,
+        "system_gpus": {name: get_system(name).device.name for name in list_systems()},
         "export_targets": _export_targets(),
         "grids": list(GRIDS),
     }

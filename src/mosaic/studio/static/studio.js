@@ -512,6 +512,23 @@
     });
   }
 
+  // A plan field takes the job editor's value (its cluster, batch, stack) until it is
+  // typed in: the plan then searches the cluster the edited job runs on.
+  function followJob(event) {
+    var key = event.target.name, follows = {};
+    Object.keys(options.plan_fields_from_job || {}).forEach(function (planKey) {
+      if (options.plan_fields_from_job[planKey] === key) { follows[planKey] = event.target.value; }
+    });
+    if (key === "hardware.system") {
+      follows["plan.system"] = event.target.value;
+      follows["plan.gpu"] = (options.system_gpus || {})[event.target.value] || "";
+    }
+    Object.keys(follows).forEach(function (planKey) {
+      var input = $(fieldId(planKey));
+      if (input && !input.hasAttribute("data-typed")) { input.value = follows[planKey]; }
+    });
+  }
+
   function start() {
     fetch("/api/options").then(function (r) { return r.json(); }).then(function (body) {
       options = body;
@@ -520,6 +537,11 @@
       showPlanGrid(false);
       $(fieldId("plan.grid")).addEventListener("change", function () { showPlanGrid(true); });
       $("job-form").addEventListener("input", schedulePredict);
+      $("job-form").addEventListener("input", followJob);
+      $("job-form").addEventListener("change", followJob);
+      $("plan-form").addEventListener("input", function (event) {
+        event.target.setAttribute("data-typed", "1");  // the user's value: kept
+      });
       $("job-form").addEventListener("change", function () { showModelFields(); schedulePredict(); });
       $("layouts-run").addEventListener("click", searchLayouts);
       $("explain-run").addEventListener("click", explainJob);
