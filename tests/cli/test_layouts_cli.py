@@ -70,8 +70,16 @@ def test_the_jobs_own_degrees_are_said_to_be_searched_unless_pinned(q4_job):
     assert run_json(str(q4_job), "--top", "1", "--pp", "2")["job_degrees_searched"] == {
         "tp": 3}
     text = runner.invoke(app, ["layouts", str(q4_job), "--top", "1"], terminal_width=200)
-    assert "The job's tp=3, pp=5 are searched over, not kept (pin them: --tp 3 --pp 5)." \
-        in text.stdout
+    said = "The job's tp=3, pp=5 are searched over, not kept (pin them: --tp 3 --pp 5)."
+    assert said in text.stdout
+
+
+def test_the_layouts_page_says_what_the_terminal_says_of_the_jobs_degrees(q4_job, tmp_path):
+    """The page left out the line the terminal printed (a trial)."""
+    html = tmp_path / "layouts.html"
+    runner.invoke(app, ["layouts", str(q4_job), "--top", "1", "--html", str(html)])
+    assert ("The job&#x27;s tp=3, pp=5 are searched over, not kept (pin them: --tp 3 --pp 5)."
+            in html.read_text())
 
 
 def test_devices_option_and_nodes_default(q4_job):

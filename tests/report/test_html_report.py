@@ -190,8 +190,11 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     assert "512 GPUs: 64 × p6-b200.48xlarge" in perf
     # what the CLI says of the job travels with the report: stack, calibration, precision,
     # dispatcher, each term's and component's meaning, and every assumption (a trial)
-    for text in ("megatron-core (default)", "EP dispatcher", 'id="memory-table"',
-                 "routed experts&#x27; grouped GEMMs", "model.norm not stated"):
+    # (its 'Predicted step' rows are the terminal's: the load of the busiest EP rank and
+    # the calibration's step multiplier were missing; a trial)
+    for text in ("megatron-core / default", "EP dispatcher", 'id="memory-table"',
+                 "routed experts&#x27; grouped GEMMs", "model.norm not stated",
+                 "busiest EP rank&#x27;s load", "the calibration&#x27;s step multiplier"):
         assert text in perf, text
     # the page header too (it put the GPU count where the node count goes: '512 ×
     # p6-b200.48xlarge' for 64 nodes; a trial)
@@ -667,14 +670,15 @@ def test_the_lever_bars_start_at_the_job_as_it_is():
     levers = [{"description": "faster", "gain": 1.25, "feasible": True, "reason": None},
               {"description": "slower", "gain": 0.8, "feasible": True, "reason": None},
               {"description": "too big", "gain": 1.5, "feasible": False, "reason": "OOM"},
+              {"description": "same", "gain": 1.0, "feasible": True, "reason": None},
               {"description": "breaks a rule", "gain": None, "feasible": False,
                "reason": "breaks a rule: x"}]
     figure = lever_figure(levers)
     bars = {trace["name"]: trace for trace in figure["data"]}
-    assert set(bars) == {"faster", "no gain", "out of memory"}
+    assert set(bars) == {"faster", "slower", "unchanged", "out of memory"}
     assert all(trace["base"] == 1.0 for trace in bars.values())
     assert bars["faster"]["x"] == [pytest.approx(0.25)]
-    assert bars["no gain"]["x"] == [pytest.approx(-0.2)]
-    assert bars["out of memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 4
-    assert [lever_kind(lever) for lever in levers[:3]] == ["faster", "no gain",
-                                                           "out of memory"]
+    assert bars["slower"]["x"] == [pytest.approx(-0.2)]
+    assert bars["out of memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 5
+    assert [lever_kind(lever) for lever in levers[:4]] == ["faster", "slower",
+                                                           "out of memory", "unchanged"]

@@ -55,7 +55,7 @@ from mosaic.perf.layouts import (
 )
 from mosaic.perf.machine import machine_for
 from mosaic.plan.inputs import layout_limits
-from mosaic.report.layout_search_document import search_document
+from mosaic.report.layout_search_document import job_limit_notes, search_document
 from mosaic.report.plan_report import sharding_text
 from mosaic.schema_validation import load_yaml_mapping
 from mosaic.units import GIB
@@ -169,19 +169,8 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
         f"{document['n_feasible']:,} fit in {hardware['usable_memory_fraction']:.0%} of "
         f"{capacity_gib:.1f} GiB per GPU. "
         f"MFU against the {document['mfu_peak']}.", highlight=False)
-    searched = document.get("job_degrees_searched")
-    if searched:
-        stated = ", ".join(f"{axis}={value}" for axis, value in searched.items())
-        pins = " ".join(f"--{axis} {value}" for axis, value in searched.items())
-        console.print(f"The job's {stated} are searched over, not kept (pin them: {pins}).",
-                      highlight=False)
-    from_job = document.get("limits_from_job")
-    if from_job:
-        shown = "; ".join(
-            f"{name} {','.join(map(str, value)) if isinstance(value, list) else value}"
-            for name, value in from_job.items())
-        console.print(f"Searched within the job's search block: {shown} (an option of the "
-                      "same name overrides it).", highlight=False)
+    for line in job_limit_notes(document):
+        console.print(line, highlight=False)
     rows = document["rows"]
     if rows:
         _print_compact_table("Layouts by predicted throughput", TABLE_COLUMNS,

@@ -111,3 +111,22 @@ def best_inside_envelope(search: LayoutSearch, calibration: Calibration, best: A
     position = int(np.argmax(inside))
     index = int(ranked[position])
     return {"rank": position + 1, **_plan_fields(search, index), **search.metrics(index)}
+
+
+def job_limit_notes(document: dict[str, Any]) -> list[str]:
+    """What the search did with the job's own layout: its degrees searched over rather than
+    kept, and its search block's limits (`mosaic layouts` prints them, its page shows them)."""
+    notes = []
+    searched = document.get("job_degrees_searched")
+    if searched:
+        stated = ", ".join(f"{axis}={value}" for axis, value in searched.items())
+        pins = " ".join(f"--{axis} {value}" for axis, value in searched.items())
+        notes.append(f"The job's {stated} are searched over, not kept (pin them: {pins}).")
+    from_job = document.get("limits_from_job")
+    if from_job:
+        shown = "; ".join(
+            f"{name} {','.join(map(str, value)) if isinstance(value, list) else value}"
+            for name, value in from_job.items())
+        notes.append(f"Searched within the job's search block: {shown} (an option of the "
+                     "same name overrides it).")
+    return notes

@@ -47,15 +47,16 @@ def _builders() -> dict[str, tuple[Callable[[dict[str, Any]], list[Any]],
         plan_page,
         validate_sweep_page,
     )
+    from mosaic.report.prediction_summary import hardware_text
 
     return {
         "plan": (plan_page.plan_sections, plan_page.plan_title),
         "sweep": (validate_sweep_page.sweep_sections,
                   lambda d: ("mosaic sweep", f"optimum against {d['axis']}")),
         "perf": (perf_page.perf_sections,
-                 lambda d: ("mosaic perf", perf_page.hardware_text(d["hardware"]))),
+                 lambda d: ("mosaic perf", hardware_text(d["hardware"]))),
         "layouts": (perf_page.layouts_sections,
-                    lambda d: ("mosaic layouts", perf_page.hardware_text(d["hardware"]))),
+                    lambda d: ("mosaic layouts", hardware_text(d["hardware"]))),
         "validate": (validate_sweep_page.validate_sections,
                      lambda d: ("mosaic validate", f"{len(d['runs'])} runs")),
         "compare": (compare_page.compare_sections, compare_page.compare_title),

@@ -17,10 +17,13 @@ from mosaic.report.html.page import (
     note,
     table_html,
 )
-from mosaic.report.html.perf_page import hardware_text, perf_sections
+from mosaic.report.html.perf_page import perf_sections
+from mosaic.report.prediction_summary import hardware_text
 
-# A lever's bar by what it would do: faster and fits, no faster, or out of memory.
-LEVER_COLOURS = {"faster": "#54A24B", "no gain": "#9ECAE9", "out of memory": "#F58518"}
+# A lever's bar by what it would do: faster, unchanged or slower (and fits), or out of memory
+# (a trial read 2.7x slower levers labelled 'no gain')
+LEVER_COLOURS = {"faster": "#54A24B", "unchanged": "#9ECAE9", "slower": "#B279A2",
+                 "out of memory": "#F58518"}
 LEVER_ROW_PX, LEVER_FRAME_PX = 28, 140  # bar height and the figure's title and axes
 LEVER_LABEL_CHARS = 60  # a bar's name beside the axis: the description's first characters
 LEVER_COLUMNS = [
@@ -69,10 +72,12 @@ def _verdict(lever: dict[str, Any]) -> str:
 
 
 def lever_kind(lever: dict[str, Any]) -> str:
-    """'faster', 'no gain' or 'out of memory' (a lever that breaks a rule has no bar)."""
+    """'faster', 'unchanged', 'slower' or 'out of memory' (a lever that breaks a rule has
+    no bar)."""
     if not lever["feasible"]:
         return "out of memory"
-    return "faster" if lever["gain"] > 1.0 else "no gain"
+    return ("faster" if lever["gain"] > 1.0 else "slower" if lever["gain"] < 1.0
+            else "unchanged")
 
 
 def lever_figure(levers: list[dict[str, Any]]) -> dict[str, Any]:

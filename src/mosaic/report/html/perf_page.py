@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.perf.constraints import rule_text
-from mosaic.perf.headroom import gib_or_mib_text, memory_fit_text
+from mosaic.perf.headroom import gib_or_mib_text
 from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import term_meaning
 from mosaic.report.html.breakdown import (
@@ -25,8 +25,13 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
-from mosaic.report.plan_report import precision_text
+from mosaic.report.layout_search_document import job_limit_notes
 from mosaic.report.prediction_document import memory_scale_note
+from mosaic.report.prediction_summary import (
+    breakdown_scale_note,
+    hardware_text,
+    prediction_summary_rows,
+)
 
 CHECKPOINTING_COLOURS = {"none": "#4C78A8", "selective": "#54A24B", "full": "#E45756"}
 LAYOUT_COLUMNS = [
@@ -40,47 +45,16 @@ LAYOUT_COLUMNS = [
 
 
 # --- perf -----------------------------------------------------------------------------------
-def hardware_text(hardware: dict[str, Any]) -> str:
-    """'512 GPUs: 64 × p6-b200.48xlarge' (the GPUs alone where the node count is not known)."""
-    if "description" in hardware:  # the cluster's own words (a part of one host, too)
-        return str(hardware["description"])
-    nodes = hardware.get("nodes")
-    if nodes is None:
-        return f"{hardware['devices']} GPUs of {hardware['system']}"
-    return f"{hardware['devices']} GPUs: {nodes} × {hardware['system']}"
-
-
 def perf_sections(document: dict[str, Any]) -> list[Section]:
     """One job: metrics, step-time and memory breakdowns (`mosaic perf --json`)."""
     plan = document["plan"]
     name = layout_label(plan)
-    hardware = document["hardware"]
     summary = [
-        ("hardware", hardware_text(hardware)),
-        ("layout", name),
-        ("step time", f"{document['step_time_s']:.4f} s"),
-        ("tokens/s (per GPU)",
-         f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})"),
-        ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"),
-        ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
-        ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
-        ("MFU peak", document["mfu_peak"]),
-        ("memory per GPU", memory_fit_text(
-            document["memory_gib"], document["memory_capacity_gib"],
-            document.get("usable_memory_fraction", 1.0), document["overshoot_gib"])),
+        *prediction_summary_rows(document),  # the terminal's rows, in its words
         *([("memory scale", scaled)] if (scaled := memory_scale_note(document)) else []),
-        ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
         *([("memory breakdown of", f"pipeline rank {document['memory_stage']} of "
                                    f"{plan['pp']}, the heaviest")]
           if plan.get("pp", 1) > 1 and "memory_stage" in document else []),
-        ("software stack (calibration)",
-         f"{document.get('stack', '?')}"
-         + (f" {document['stack_version']}" if document.get("stack_version") else "")
-         + f" ({document.get('calibration', '?')})"),
-        ("precision", precision_text(document)),
-        *([("EP dispatcher", document["dispatcher"])]
-          if plan.get("ep", 1) > 1 and "dispatcher" in document else []),
-        ("attention kernel", document["attention_kernel"]),
         *(tuple(row) for row in document.get("coverage_summary", [])),
     ]
     terms = [{"term": k, "seconds": v, "share": v / document["step_time_s"],
@@ -95,7 +69,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
         Section("summary", "Predicted step", [key_value_html(summary, table_id="perf-summary")]),
         Section("breakdown", "Step time and memory", [
             note("Communication bars are the exposed time per parallel axis (the model hides "
-                 "overlapped communication behind compute)."),
+                 "overlapped communication behind compute)."
+                 + (f" Step-time terms{scale}." if (scale := breakdown_scale_note(document))
+                    else "")),
             row_html(
                 figure_html(step_breakdown_figure([(name, document["breakdown_s"])],
                                                   document["labels"]), "fig-step"),
@@ -189,7 +165,8 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
         *((f"layout #1: {key}", value) for key, value in document.get("coverage_summary", [])),
     ]
     sections = [Section("summary", "Layout search",
-                        [key_value_html(summary, table_id="layouts-summary")])]
+                        [key_value_html(summary, table_id="layouts-summary"),
+                         *(note(line) for line in job_limit_notes(document))])]
     breakdowns = document.get("top_breakdowns")
     compare = Section("breakdowns", "Best layouts side by side")
     if breakdowns:

@@ -1,0 +1,110 @@
+"""One job's prediction in words: the summary rows and the breakdown's scale note that
+`mosaic perf` prints and its HTML page shows (a trial found lines of the terminal missing
+from the page when each wrote its own list)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mosaic.perf.headroom import memory_fit_text
+from mosaic.report.plan_report import layout_line, precision_text
+
+
+def hardware_text(hardware: Mapping[str, Any]) -> str:
+    """'512 GPUs: 64 × p6-b200.48xlarge' (the GPUs alone where the node count is not known)."""
+    if "description" in hardware:  # the cluster's own words (a part of one host, too)
+        return str(hardware["description"])
+    nodes = hardware.get("nodes")
+    if nodes is None:
+        return f"{hardware['devices']} GPUs of {hardware['system']}"
+    return f"{hardware['devices']} GPUs: {nodes} × {hardware['system']}"
+
+
+def training_text(training: Mapping[str, Any]) -> str:
+    """'D days of steps (no restarts)', with the window at a stated goodput."""
+    text = f"{training['compute_days']:.1f} days of steps (no restarts)"
+    if training.get("goodput", 1.0) < 1.0:
+        text += (f"; a {training['window_days']:.1f}-day window at goodput "
+                 f"{training['goodput']:.4g}")
+    return text
+
+
+def _switches(document: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """', TP comm overlap, EP overlap': the named settings the document has on (a document
+    written before a setting existed has it off)."""
+    return "".join(f", {text}" for key, text in names.items() if document.get(key))
+
+
+def _measured_step_text(document: Mapping[str, Any]) -> str:
+    """Both errors, each named: `validate` reports the tokens/s one (a trial read +25% there
+    and -20% here as a contradiction)."""
+    if "measured_step_time_s" not in document:
+        return ""
+    predicted_s, measured_s = document["step_time_s"], document["measured_step_time_s"]
+    return (f" (measured {measured_s:.3f} s: predicted step time "
+            f"{predicted_s / measured_s - 1:+.1%}, tokens/s {measured_s / predicted_s - 1:+.1%}"
+            " as `validate` reports it)")
+
+
+def _memory_fit(document: Mapping[str, Any]) -> str:
+    """The verdict in the one wording of every command (a document written before it held
+    its verdict gets it from its numbers)."""
+    if "memory_fit" in document:
+        return str(document["memory_fit"])
+    return memory_fit_text(document["memory_gib"], document["memory_capacity_gib"],
+                           document.get("usable_memory_fraction", 1.0),
+                           document["overshoot_gib"])
+
+
+def prediction_summary_rows(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The 'Predicted step' rows of a `mosaic perf --json` document."""
+    plan = document["plan"]
+    version = f" {document['stack_version']}" if document.get("stack_version") else ""
+    return [
+        ("hardware", hardware_text(document["hardware"])),
+        ("stack / calibration", f"{document.get('stack', '?')}{version} / "
+                                f"{document.get('calibration', '?')}"),
+        ("layout", layout_line(plan)
+         + _switches(document, {"tp_comm_overlap": "TP comm overlap"})),
+        ("precision / EP dispatcher",
+         precision_text(document)  # the lane, its recipe and the GEMMs it runs
+         + _switches(document, {"fp4_param_gather": "FP4 parameter gathers",
+                                "fp8_param_gather": "FP8 parameter gathers"})
+         + f" / {document.get('dispatcher', '?')}"
+         + _switches(document, {"ep_overlap": "EP overlap", "dispatch_fp8": "FP8 dispatch",
+                                "fp8_dot_product_attention": "FP8 attention",
+                                "full_iteration_cuda_graph": "one CUDA graph per step",
+                                "layer_cuda_graphs": "a CUDA graph per layer"})),
+        ("step time", f"{document['step_time_s']:.3f} s" + _measured_step_text(document)),
+        ("tokens/s (per GPU)",
+         f"{document['tokens_per_s']:,.0f} ({document['tokens_per_s_per_gpu']:,.0f})"),
+        ("MFU (6·N_act, paper Eq. 1)", f"{document['mfu']:.2%}"
+         + (f" ({document['mfu_gemm_lane']:.2%} of the GEMM lane's peak)"
+            if document.get("mfu_gemm_lane", document["mfu"]) < document["mfu"] else "")),
+        ("MFU with causal attention", f"{document['mfu_with_attention']:.2%}"),
+        ("HFU (recompute counted)", f"{document['hfu']:.2%}"),
+        ("MFU peak", document["mfu_peak"]),
+        ("memory per GPU", _memory_fit(document)
+         + ("; measured: out of memory" if document.get("measured_oom") else "")),
+        *([] if "routed_load_factor" not in document else [(
+            "busiest EP rank's load",
+            f"{document['routed_load_factor']:.3f}x the even share "
+            f"(routing {document['routing']})")]),
+        *([] if "training" not in document else [(
+            "training (training.tokens)",
+            f"{document['training']['tokens']:.4g} tokens = "
+            f"{document['training']['steps']:,} steps, "
+            + training_text(document["training"]))]),
+        ("chi_sys (Eq. 15)", f"{document['chi_sys']:.3f}"),
+        ("attention kernel", document["attention_kernel"]),
+    ]
+
+
+def breakdown_scale_note(document: Mapping[str, Any]) -> str:
+    """' (every term x0.948, ...)' where the calibration's step multiplier is below 1: it
+    scales every term, "analytical" ones too (a trial compared two profiles' "analytical"
+    terms and found them different, unexplained)."""
+    multiplier = document.get("step_multiplier", 1.0)
+    return (f" (every term x{multiplier:.4g}, the calibration's step multiplier: this stack "
+            "runs faster than the analytical model)" if multiplier < 1 else "")
