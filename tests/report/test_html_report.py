@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from html import escape as html_escape
 from pathlib import Path
@@ -682,3 +683,43 @@ def test_the_lever_bars_start_at_the_job_as_it_is():
     assert bars["out of memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 5
     assert [lever_kind(lever) for lever in levers[:4]] == ["faster", "slower",
                                                            "out of memory", "unchanged"]
+
+
+def test_a_short_table_is_shown_whole_a_long_one_scrolls_in_its_box():
+    """The step-time table's 18th row hid below a 460 px scroll box (a trial)."""
+    from mosaic.report.html.page import WHOLE_TABLE_ROWS, Column, table_html
+
+    columns = [Column("term", "term", text=True)]
+    short = table_html(columns, [{"term": "x"}] * WHOLE_TABLE_ROWS, table_id="t")
+    long = table_html(columns, [{"term": "x"}] * (WHOLE_TABLE_ROWS + 1), table_id="t")
+    assert short.startswith('<div class="whole">') and long.startswith('<div class="scroll">')
+
+
+def test_every_k_line_of_the_frontier_is_drawn_its_own_way():
+    """Twelve K values give twelve distinct (dash, marker) styles: a trial's seventh K drew
+    the first one's solid line."""
+    from mosaic.report.html.plan_page import k_line_style
+
+    styles = [k_line_style(i, "square") for i in range(12)]
+    assert len(set(styles)) == 12
+    assert styles[0] == ("solid", "square") and styles[6][0] == "solid"
+
+
+def test_the_parity_plot_shares_one_range_names_units_and_counts_undrawn_runs():
+    """y = x is the diagonal only when both axes span one range; an OOM record has no
+    measured tokens/s, and the title says it is not drawn (a trial)."""
+    from mosaic.report.html.validate_sweep_page import parity_figure
+
+    def run(measured, predicted):
+        return {"id": "r", "moe": False, "feasible": True, "error": 0.0, "group": "g",
+                "measured_tokens_per_s_per_gpu": measured,
+                "predicted_tokens_per_s_per_gpu": predicted}
+
+    figure = parity_figure([run(1000.0, 1300.0), run(12000.0, 14000.0), run(None, 900.0)],
+                           band=0.1)
+    layout = figure.layout
+    assert tuple(layout.xaxis.range) == tuple(layout.yaxis.range)
+    assert layout.xaxis.range[0] == pytest.approx(math.log10(1000 / 1.3))
+    assert layout.xaxis.range[1] == pytest.approx(math.log10(14000 * 1.3))
+    assert "tokens/s per GPU" in layout.xaxis.title.text
+    assert "1 run with no measured tokens/s" in layout.title.text

@@ -91,6 +91,9 @@ def _sort_value(value: Any) -> str:
     return ""
 
 
+WHOLE_TABLE_ROWS = 30  # a table of at most this many rows is not put in a scroll box
+
+
 def table_html(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, table_id: str,
                sortable: bool = True, highlight: Callable[[dict[str, Any]], bool] | None = None,
                filterable: bool = False) -> str:
@@ -110,7 +113,10 @@ def table_html(columns: Sequence[Column], rows: Sequence[dict[str, Any]], *, tab
         body.append(f"<tr{marked}>{''.join(cells)}</tr>")
     search = (f'<input class="filter" placeholder="filter rows" data-filter-for="{table_id}">'
               if filterable else "")
-    return (f'{search}<div class="scroll"><table id="{table_id}" class="{classes}">'
+    # a long table scrolls in its own box; a short one is shown whole (a trial missed the
+    # step-time table's 18th row, its wrapped text past the box's height)
+    box = "scroll" if len(rows) > WHOLE_TABLE_ROWS else "whole"
+    return (f'{search}<div class="{box}"><table id="{table_id}" class="{classes}">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
 

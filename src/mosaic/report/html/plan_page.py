@@ -80,8 +80,18 @@ def _candidate_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-# Line dashes of the top-k values in the frontier figure (six before one repeats).
+# Line dashes of the top-k values in the frontier figure, and the marker that tells a
+# seventh K from the first (a trial's K = 1 and K = 8 drew the same solid line)
 K_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+K_EXTRA_SYMBOLS = ("triangle-up", "star", "cross")
+
+
+def k_line_style(index: int, symbol: str) -> tuple[str, str]:
+    """(dash, marker symbol) of the frontier's ``index``-th K line: the view's own symbol
+    for the first six dashes, then another symbol for each further round of them."""
+    lap = index // len(K_DASHES)
+    return (K_DASHES[index % len(K_DASHES)],
+            symbol if lap == 0 else K_EXTRA_SYMBOLS[(lap - 1) % len(K_EXTRA_SYMBOLS)])
 
 
 def frontier_figure(document: dict[str, Any]) -> Any:
@@ -103,13 +113,14 @@ def frontier_figure(document: dict[str, Any]) -> Any:
         # the model-FLOPs view one curve, the cluster view one line per K
         for i, (k, order) in enumerate(frontier_series(view, top_k, x)):
             # the view's colour, a dash per K; grouped under the view's title in the legend
+            dash, k_symbol = k_line_style(i, symbol)
             figure.add_trace(go.Scatter(
                 x=x[order].tolist(), y=[f[f"{view}_loss"][j] for j in order],
                 mode="lines+markers", name=f"K = {k}" if k else "every (E, K)",
                 legendgroup=view,
                 legendgrouptitle_text=name if i == 0 else None,
-                line={"color": colour, "dash": K_DASHES[i % len(K_DASHES)]},
-                marker={"symbol": symbol}, text=[ek[j] for j in order],
+                line={"color": colour, "dash": dash},
+                marker={"symbol": k_symbol}, text=[ek[j] for j in order],
                 hovertemplate="%{text}<br>S=%{x:.4f}<br>loss=%{y:.5f}<extra></extra>"))
     undeliverable = [i for i, ok in enumerate(f["delivers_c_model"]) if not ok]
     if undeliverable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mosaic.report.html.page import (
@@ -30,7 +31,9 @@ from mosaic.units import GIB
 
 # --- validate -------------------------------------------------------------------------------
 def parity_figure(runs: list[dict[str, Any]], band: float | None) -> Any:
-    """Predicted against measured tokens/s per GPU (log-log), y = x and a ±band."""
+    """Predicted against measured tokens/s per GPU (log-log, one range on both axes so
+    y = x is the diagonal), y = x and a ±band; a run with no measured throughput (an OOM
+    record) has no point, and the title counts them."""
     import plotly.graph_objects as go
 
     measured = [r for r in runs if r["measured_tokens_per_s_per_gpu"] is not None]
@@ -48,10 +51,12 @@ def parity_figure(runs: list[dict[str, Any]], band: float | None) -> Any:
             hovertemplate="%{customdata[0]}<br>%{customdata[2]}<br>measured %{x:,.0f}"
                           "<br>predicted %{y:,.0f}<br>error %{customdata[1]:+.1%}"
                           "<extra></extra>"))
+    axis_range = None
     if measured:
         values = [v for r in measured for v in (r["measured_tokens_per_s_per_gpu"],
                                                 r["predicted_tokens_per_s_per_gpu"])]
         low, high = min(values) / 1.3, max(values) * 1.3
+        axis_range = [math.log10(low), math.log10(high)]
         figure.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines",
                                     name="predicted = measured",
                                     line={"color": "black", "dash": "dash"}))
@@ -61,10 +66,15 @@ def parity_figure(runs: list[dict[str, Any]], band: float | None) -> Any:
                     x=[low, high], y=[low * (1 + sign * band), high * (1 + sign * band)],
                     mode="lines", line={"color": "gray", "dash": "dot"},
                     name=f"±{band:.1%} (MAPE)", showlegend=sign == 1, legendgroup="band"))
-    figure.update_layout(title="Predicted vs measured tokens/s per GPU (x: predicted "
-                               "infeasible)", xaxis={"type": "log", "title": "measured"},
-                         yaxis={"type": "log", "title": "predicted"}, height=500,
-                         margin={"t": 50, "b": 50, "l": 70, "r": 20})
+    unplotted = len(runs) - len(measured)
+    title = ("Predicted vs measured tokens/s per GPU (x: predicted infeasible)"
+             + (f"; {unplotted} run{'s' * (unplotted > 1)} with no measured tokens/s "
+                "(an out-of-memory record) not drawn" if unplotted else ""))
+    figure.update_layout(title=title, height=500, margin={"t": 50, "b": 50, "l": 70, "r": 20},
+                         xaxis={"type": "log", "title": "measured tokens/s per GPU",
+                                "range": axis_range},
+                         yaxis={"type": "log", "title": "predicted tokens/s per GPU",
+                                "range": axis_range})
     return figure
 
 
