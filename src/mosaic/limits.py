@@ -82,7 +82,9 @@ LIMITS: dict[str, Range] = {
     "sparsity": Range(0.0, 0.9999, "sparsity S = 1 - N_act/N_tot, below 1"),
     # Cross-entropy of a language model: ln(vocab) < 17 nats for any real vocabulary.
     "loss": Range(0.0, 50.0, "nats per token"),
-    "ladder_q": Range(1, 1024, "ladder seed q (d_model = 256·q stays below 2^20)"),
+    # the widest rung's d_ff = 2.5·512·q = 1280·q within the width range (a trial's q = 999
+    # was refused as 'model.ffn 1278720', a field it never typed)
+    "ladder_q": Range(1, 819, "ladder seed q (d_ff = 1280·q stays within 2^20)"),
     "tpp": Range(1e-3, 1e6, "tokens per active parameter"),
     "grid": Range(1, 10**6, "geometries in one search grid"),
     "workers": Range(1, 1024, "worker processes"),

@@ -160,7 +160,9 @@ def describe_validation_error(exc: ValidationError, where: str,
     got = first.get("input")
     detail = "" if first["type"] == "missing" else f" (got {_shown(got)})"
     if (first["type"].startswith("int_") and isinstance(got, float) and math.isfinite(got)
-            and got.is_integer()):  # 1e9: a whole number in float notation (a trial)
+            and got.is_integer() and abs(got) < 2**53):
+        # 1e9: a whole number in float notation (a trial); not 1e30, whose integer is a
+        # float's rounding and beyond every range anyway
         detail = (f" (got {got:g}, a number in float notation: write the integer "
                   f"{int(got)})")
     if first["type"] == "extra_forbidden" and (

@@ -127,3 +127,14 @@ def test_llama2_7b_exact_count():
         norm="rmsnorm",
     )
     assert count_parameters(geometry).n_total_with_embedding == 6_738_415_616
+
+
+def test_the_widest_ladder_seed_is_the_one_whose_widths_fit_the_width_range():
+    """d_ff = 2.5 · 512 · q (Sec. 7.1) reaches the 2^20 width limit past q = 819; q = 999
+    was refused as 'model.ffn: got 1278720', a field the user never typed (a trial)."""
+    from mosaic.errors import MosaicInputError
+    from mosaic.limits import LIMITS
+
+    assert ladder_backbone(819).ffn == 1280 * 819 <= LIMITS["width"].high
+    with pytest.raises(MosaicInputError, match="ladder seed q"):
+        ladder_backbone(820)

@@ -483,6 +483,10 @@ def test_a_whole_number_in_float_notation_is_asked_for_as_an_integer():
     result = CliRunner().invoke(app, ["perf", str(job), "--set", "batch.global_seqs=2e3"])
     assert result.exit_code == 2
     assert "a number in float notation: write the integer 2000" in result.output
+    # 1e30's integer is a float's rounding (1000000000000000019884624838656), never asked for
+    huge = CliRunner().invoke(app, ["perf", str(job), "--set", "batch.seq_len=1e30"])
+    assert huge.exit_code == 2 and "write the integer" not in huge.output
+    assert "batch.seq_len" in huge.output
 
 
 def test_a_layout_perf_refuses_names_the_file_and_the_set():
