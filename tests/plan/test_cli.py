@@ -193,7 +193,7 @@ def test_a_plan_near_its_memory_limit_says_its_interval_reaches_past_it():
     usable = document["envelope"]["memory_headroom"]["usable_memory_bytes"] / 2**30
     assert high > usable
     assert coverage["note"].endswith(f"the memory interval reaches {high:.1f} GiB, above the "
-                                     f"usable {usable:.1f} GiB: the plan may not fit")
+                                     f"usable {usable:.1f} GiB: it may not fit")
 
 
 def test_a_capped_optimum_says_how_much_of_the_window_it_trains(plan_doc):

@@ -3,6 +3,7 @@ a plan to its report. Screenshots go to $MOSAIC_TEST_ARTIFACTS (default <tmp>/..
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -211,6 +212,11 @@ def test_compare_pinned_job_with_the_edited_one(page, browser):
                                                      "#compare-table tbody tr").text,
                            what="the comparison")
     assert step_a.split()[0] in row and step_b.split()[0] in row
+    # tokens/s grouped and the change signed, as the CLI prints them (a trial saw '4414'
+    # and '4.2%' beside '-4.1%')
+    rows = [r.text for r in page.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr")]
+    tokens = next(r for r in rows if r.startswith("tokens/s"))
+    assert re.search(r"\d,\d{3}", tokens) and re.search(r"[+-]\d+\.\d%$", tokens), tokens
     # the inputs that differ come first (docs/studio.md: "a table of the changes")
     changes = [r.text for r in page.find_elements(By.CSS_SELECTOR, "#compare-changes tbody tr")]
     assert len(changes) == 1 and changes[0].startswith("performance.checkpointing")

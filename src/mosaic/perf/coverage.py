@@ -435,7 +435,7 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
     if (memory_interval is not None and usable_memory_gib is not None
             and memory_interval.high > usable_memory_gib):
         notes.append(f"the memory interval reaches {memory_interval.high:.1f} GiB, above the "
-                     f"usable {usable_memory_gib:.1f} GiB: the plan may not fit")
+                     f"usable {usable_memory_gib:.1f} GiB: it may not fit")
     return Assessment(
         calibration, outside,
         tokens_per_s=interval(tokens_per_s, speed, level),

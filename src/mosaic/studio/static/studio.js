@@ -97,7 +97,7 @@
       (options[kind.slice(7)] || []).forEach(function (choice) {
         var opt = document.createElement("option");
         // a switch's empty choice leaves the setting to the job file or the stack's recipe
-        opt.value = choice; opt.textContent = choice === "" ? "as the job or recipe says" : choice;
+        opt.value = choice; opt.textContent = choice === "" ? "(job or recipe)" : choice;
         input.appendChild(opt);
       });
     } else if (kind === "textarea") {
@@ -419,8 +419,13 @@
       var rows = [["step time (s)", "step_time_s", 4], ["tokens/s per GPU", "tokens_per_s_per_gpu", 0],
                   ["MFU", "mfu", -1], ["memory (GiB)", "memory_gib", 2]].map(function (r) {
         var a = body.predictions[0][r[1]], b = body.predictions[1][r[1]];
-        var show = function (v) { return r[2] < 0 ? pct(v) : v.toFixed(r[2]); };
-        return {quantity: r[0], a: show(a), b: show(b), change: pct((b - a) / a, 1)};
+        // the CLI's grouping (4,414) and a signed change (+4.2%), as `mosaic compare` prints
+        var show = function (v) {
+          return r[2] < 0 ? pct(v) : Number(v).toLocaleString("en-US", {
+            minimumFractionDigits: r[2], maximumFractionDigits: r[2]});
+        };
+        var change = (b - a) / a;
+        return {quantity: r[0], a: show(a), b: show(b), change: (change > 0 ? "+" : "") + pct(change, 1)};
       });
       $("compare-table-holder").innerHTML = tableHtml("compare-table",
         [["quantity", "", null, true], ["a", "A"], ["b", "B"], ["change", "B vs A"]], rows);
