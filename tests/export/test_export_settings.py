@@ -206,6 +206,31 @@ def test_full_recompute_of_a_share_of_the_blocks():
     assert any("not a whole number of blocks" in line for line in odd.unsupported)
 
 
+
+def test_torchtitan_writes_full_recompute_of_every_nth_block_as_layer_sac():
+    """A share 1/n of the blocks is torchtitan's layer SAC, every n-th block checkpointed
+    whole (activation_checkpoint.py _apply_layer_sac @ v0.2.2); it was written as full
+    recompute of every block (a trial). Appendix E has 3 blocks a rank (48 on pp 16): a
+    half is 1 of them, said; a third is exact."""
+    import tomllib
+
+    half = export(_spec(APPENDIX_E, "performance.checkpointing=full",
+                        "performance.recompute_block_fraction=0.5"), "torchtitan")
+    table = tomllib.loads(half.text)["activation_checkpoint"]
+    assert table == {"mode": "selective", "selective_ac_option": "2"}
+    assert any("one block in every 2, 1 of a rank's 3, not 1.5" in line
+               for line in half.unsupported), half.unsupported
+    third = export(_spec(APPENDIX_E, "performance.checkpointing=full",
+                         f"performance.recompute_block_fraction={1 / 3!r}"), "torchtitan")
+    assert tomllib.loads(third.text)["activation_checkpoint"]["selective_ac_option"] == "3"
+    assert not any("recompute_block_fraction" in line for line in third.unsupported)
+    two_thirds = export(_spec(APPENDIX_E, "performance.checkpointing=full",
+                              f"performance.recompute_block_fraction={2 / 3!r}"), "torchtitan")
+    assert tomllib.loads(two_thirds.text)["activation_checkpoint"] == {"mode": "full"}
+    assert any(line.startswith("performance.recompute_block_fraction")
+               for line in two_thirds.unsupported)
+
+
 def test_data_parallel_overlap_is_written_for_megatron_and_nemo():
     overlapped = parse_megatron(export(_spec(APPENDIX_E), "megatron").text)
     assert overlapped.overlap_grad_reduce and overlapped.overlap_param_gather
