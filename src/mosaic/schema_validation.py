@@ -338,9 +338,32 @@ def read_text(path: str | Path, what: str = "file") -> str:
                                f"at offset {exc.start})") from None
 
 
+# The first line of every file `mosaic export` writes (export/targets.py header_lines)
+EXPORT_HEADER = re.compile(r"# (?P<target>.+?) launch config written by `mosaic export` "
+                           r"from (?P<source>.+)")
+
+
+def refuse_launch_config(text: str | bytes, where: str) -> None:
+    """One line where ``text`` is a launch config `mosaic export` wrote: a framework's file,
+    not an input of mosaic (a trial read one back and got 'malformed YAML' or a list of 35
+    unknown blocks)."""
+    first = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:2000]
+    match = EXPORT_HEADER.match(first.splitlines()[0] if first else "")
+    if match:
+        raise MosaicInputError(
+            f"{where}: a {match['target']} launch config written by `mosaic export` from "
+            f"{match['source']}, not a mosaic input; read that source instead, or keep a job "
+            "of it with `mosaic export SOURCE --to yaml`")
+
+
 def parse_json(text: str | bytes, where: str) -> Any:
-    """Parsed JSON, or one line saying why not: malformed, or nested deeper than the parser
-    can follow (json raises RecursionError there, which no caller expects)."""
+    """Parsed JSON, or one line saying why not: empty, a launch config, malformed, or nested
+    deeper than the parser can follow (json raises RecursionError there, which no caller
+    expects)."""
+    if not text.strip():  # a `mosaic plan --json > p.json` that failed leaves it empty
+        raise MosaicInputError(f"{where}: empty, no JSON in it (did the command that wrote "
+                               "it fail?)")
+    refuse_launch_config(text, where)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -361,6 +384,7 @@ def _short(path: Path) -> str:
 
 def parse_yaml(text: str, where: str) -> Any:
     """Parse YAML text safely: no tags, bounded nesting and size, string keys only."""
+    refuse_launch_config(text, where)
     try:
         data = yaml.load(text, Loader=SafeLoader)  # a safe loader: no tags
     except yaml.YAMLError as exc:

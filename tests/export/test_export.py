@@ -883,3 +883,29 @@ def test_hybridep_on_a100_is_refused_as_perf_refuses_it():
     for command in (["export", str(JOB), "--to", "megatron"], ["perf", str(JOB)]):
         result = runner.invoke(app, [*command, *overrides])
         assert result.exit_code == 2 and "Tensor Memory Accelerator" in result.output
+
+
+@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "maxtext"])
+def test_a_launch_config_read_back_is_named_as_such(target, tmp_path):
+    """`mosaic perf` on an exported torchtitan TOML said 'malformed YAML', on a MaxText file
+    it listed 35 unknown blocks (a trial): one line names the file for what it is, and the
+    job it came from."""
+    out = tmp_path / f"job.{target}"
+    assert runner.invoke(app, ["export", str(JOB), "--to", target, "--out", str(out)]
+                         ).exit_code == 0
+    for command in (["perf", str(out)], ["export", str(out), "--to", "megatron"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2
+        assert (f"launch config written by `mosaic export` from {JOB}, not a mosaic input"
+                in result.output), result.output
+
+
+def test_an_empty_plan_file_says_it_is_empty(tmp_path):
+    """A failed `mosaic plan --json > p.json` leaves p.json empty; exporting it said 'not
+    valid JSON (Expecting value at line 1)' (a trial)."""
+    empty = tmp_path / "p.json"
+    empty.write_text("")
+    result = runner.invoke(app, ["export", str(empty), "--to", "megatron"])
+    assert result.exit_code == 2
+    assert "p.json: empty, no JSON in it (did the command that wrote it fail?)" in " ".join(
+        result.output.split())
