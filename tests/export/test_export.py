@@ -54,7 +54,7 @@ def megatron_parser() -> argparse.ArgumentParser:
             "micro-batch-size", "global-batch-size", "recompute-num-layers",
             "num-distributed-optimizer-instances", "cpu-offloading-num-layers",
             "moe-router-num-groups", "moe-router-group-topk",
-            "train-iters"]  # megatron/training/arguments.py _add_training_args
+            "train-iters", "fp8-amax-history-len"]  # megatron/training/arguments.py _add_training_args
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float
@@ -73,6 +73,7 @@ def megatron_parser() -> argparse.ArgumentParser:
                "recompute-granularity": ["full", "selective"],
                "recompute-method": ["uniform", "block"],
                "fp8-format": ["e4m3", "hybrid"],
+               "fp8-amax-compute-algo": ["most_recent", "max"],  # TransformerConfig Literal
                # TransformerConfig.fp8_recipe Literal
                "fp8-recipe": ["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
                "optimizer": ["adam", "sgd", "muon"],
@@ -165,6 +166,11 @@ def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
     assert (a.moe_token_dispatcher_type, a.moe_flex_dispatcher_backend) == ("flex", "deepep")
     assert a.fp8_format == "hybrid" and a.bf16 and a.recompute_granularity == "selective"
     assert a.fp8_recipe == "delayed"  # megatron-core's default recipe (stack trait)
+    # its scaling history as the NeMo file of the job writes it (a trial: the Megatron file
+    # left TransformerConfig's 1 and most_recent)
+    nemo = yaml.safe_load(export(deepseek_spec(), "nemo").text)["mixed_precision"]
+    assert (a.fp8_amax_history_len, a.fp8_amax_compute_algo) == (
+        nemo["fp8_amax_history_len"], nemo["fp8_amax_compute_algo"]) == (1024, "max")
     # 61 blocks on pp 4 x vpp 2 (uneven_stages true): chunks of 8, the 5-block remainder
     # last with the MTP module and the loss, written as the layout (which sets vpp itself)
     assert a.tensor_model_parallel_size == 2 and a.num_virtual_stages_per_pipeline_rank is None

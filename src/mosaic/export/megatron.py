@@ -315,6 +315,12 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if spec.precision == "fp8":
         recipe, fp8_format = FP8_RECIPE_ARGS[spec.fp8_recipe]
         args += [("--fp8-format", fp8_format), ("--fp8-recipe", recipe)]
+        if spec.fp8_recipe == "delayed":
+            # the scaling history Megatron-LM's FP8 examples and Bridge's delayed recipes
+            # use, not TransformerConfig's defaults (1, 'most_recent'): examples/llama/
+            # train_llama3_8b_h100_fp8.sh @ d98e8a6, Bridge mixed_precision.py @ 067f987
+            # (a trial: the NeMo file of the same job wrote 1024 and max)
+            args += [("--fp8-amax-history-len", "1024"), ("--fp8-amax-compute-algo", "max")]
         if spec.fp8_param_gather:
             args.append(("--fp8-param-gather", None))
             if spec.sharding == "none":  # arguments.py validate_args asserts it
