@@ -54,7 +54,8 @@ def megatron_parser() -> argparse.ArgumentParser:
             "micro-batch-size", "global-batch-size", "recompute-num-layers",
             "num-distributed-optimizer-instances", "cpu-offloading-num-layers",
             "moe-router-num-groups", "moe-router-group-topk",
-            "train-iters", "fp8-amax-history-len"]  # megatron/training/arguments.py _add_training_args
+            "train-iters",  # megatron/training/arguments.py _add_training_args
+            "fp8-amax-history-len"]  # TransformerConfig int
     for name in ints:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--moe-expert-capacity-factor", type=float)  # TransformerConfig float

@@ -185,6 +185,13 @@ def test_token_drop_writes_the_capacity_factor_and_padding():
     unpadded = parse_megatron(export(job("performance.routing=token_drop"), "megatron").text)
     assert unpadded.moe_expert_capacity_factor == 1.0
     assert not unpadded.moe_pad_expert_input_to_capacity
+    # MaxText's capacity is per sequence (layers/moe.py generate_masks), Megatron's per
+    # micro-batch: said where the micro-batch holds more than one sequence
+    for micro_seqs, said in ((2, True), (1, False)):
+        notes = export(job("performance.routing=token_drop", "performance.pad_to_capacity=true",
+                           f"batch.micro_seqs={micro_seqs}"), "maxtext").unsupported
+        assert any(n.startswith("token_drop capacity: MaxText caps each sequence")
+                   for n in notes) is said, micro_seqs
 
 
 # --- 4. one target list; the yaml target ------------------------------------------------

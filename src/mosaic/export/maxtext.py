@@ -188,6 +188,13 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     elif dropping and not spec.pad_to_capacity:
         unsupported.append("token_drop without padding: MaxText's dropping path computes "
                            "capacity-sized (padded) expert buffers")
+    if dropping and spec.micro_seqs > 1:
+        # layers/moe.py generate_masks @ e591f30: expert_capacity_per_batch = ceil(seq_len
+        # · top_k / experts) · capacity_factor for each sequence of the batch, where
+        # Megatron-Core caps a rank's whole micro-batch (a trial)
+        unsupported.append(f"token_drop capacity: MaxText caps each sequence's tokens per "
+                           f"expert, not the {spec.micro_seqs}-sequence micro-batch's: the "
+                           "padded compute is the same, more tokens may be dropped")
     if spec.checkpointing == "none":
         unsupported.append("no recompute: MaxText has no 'none' remat policy; exported as "
                            "'minimal_with_context' (saves the most)")
