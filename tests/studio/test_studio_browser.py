@@ -59,6 +59,9 @@ def test_page_loads_with_a_prediction(page, studio, browser):
     expected = f"{body['prediction']['step_time_s']:.4f} s"
     assert browser.wait_for(lambda: text(page, "m-step") == expected, what="the step time")
     assert "fits in memory" in text(page, "m-verdict")
+    # the EP dispatcher costed, and the coverage a line per part (a trial)
+    assert f"; EP dispatcher {body['prediction']['dispatcher']}" in text(page, "m-layout")
+    assert text(page, "m-coverage").startswith("calibration default\n")
     assert browser.wait_for(lambda: page.execute_script(
         "return document.querySelectorAll('#chart-step .trace path').length > 0"))
     assert browser.console_errors(page) == []

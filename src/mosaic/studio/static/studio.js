@@ -250,11 +250,13 @@
       var m = body.model;
       $("m-model").textContent = m.layers + " layers, d=" + m.d_model + ", N_tot " + si(m.n_total) +
         ", N_act " + si(m.n_active) + " (non-embedding)" + (m.experts ? ", E=" + m.experts + " K=" + m.top_k : ", dense");
-      $("m-layout").textContent = body.layout + " on " + p.hardware.devices + " × " + p.hardware.system;
-      $("m-coverage").textContent = "calibration " + p.calibration + ": " +
-        (p.coverage_summary || []).map(function (row) {
-          return row[0] + ": " + row[1];
-        }).join("; ");
+      // the EP dispatcher the prediction costed, a job file's or the stack's (a trial found
+      // it nowhere on the page)
+      $("m-layout").textContent = body.layout + " on " + p.hardware.devices + " × " + p.hardware.system +
+        (p.plan.ep > 1 && p.dispatcher ? "; EP dispatcher " + p.dispatcher : "");
+      // one line per part, as the report's rows (a trial read one run-on paragraph)
+      $("m-coverage").textContent = ["calibration " + p.calibration].concat(
+        (p.coverage_summary || []).map(function (row) { return row[0] + ": " + row[1]; })).join("\n");
       $("m-latency").textContent = "predicted in " + body.predict_ms.toFixed(1) + " ms (server, with charts " +
         body.total_ms.toFixed(1) + " ms)";
       draw("chart-step", body.figures.step);
