@@ -73,6 +73,7 @@ def prediction_summary_rows(document: Mapping[str, Any]) -> list[tuple[str, str]
                                 "fp8_param_gather": "FP8 parameter gathers"})
          + f" / {document.get('dispatcher', '?')}"
          + _switches(document, {"ep_overlap": "EP overlap", "dispatch_fp8": "FP8 dispatch",
+                                "fused_grouped_mlp": "fused grouped MLP",
                                 "fp8_dot_product_attention": "FP8 attention",
                                 "full_iteration_cuda_graph": "one CUDA graph per step",
                                 "layer_cuda_graphs": "a CUDA graph per layer"})),
