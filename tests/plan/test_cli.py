@@ -291,3 +291,23 @@ def test_a_law_files_caveats_are_repeated_when_planning_with_it(law):
     clark_like = replace(law, provenance={"unidentified": {"split_factor": ["eta"]}})
     (note,) = fit_caveats(clark_like)
     assert "exponent eta" in note and "not identified" in note
+
+
+def test_a_law_that_could_not_identify_the_token_exponent_plans_nothing(law, tmp_path):
+    """Clark et al.'s runs all train on ~130 B tokens: a law fitted to them has an arbitrary
+    beta (on its bound of 10), and `law optimum` answered a 1.9-token run with exit 0 (a
+    trial). Both commands that trade size against tokens refuse it in one line; G alone
+    unidentified is a caveat, not a refusal."""
+    from dataclasses import replace
+
+    clark_like = tmp_path / "clark.json"
+    replace(law, provenance={"unidentified": {"tokens": ["beta"], "split_factor": ["eta"]}}
+            ).save(clark_like)
+    for args in (["law", "optimum", "--compute", "1e21"], ["plan", *SMALL]):
+        result = runner.invoke(app, [*args, "--law", str(clark_like)])
+        assert result.exit_code == 2, result.output
+        assert "could not identify D (exponent beta)" in result.output, result.output
+    g_only = tmp_path / "g_only.json"
+    replace(law, provenance={"unidentified": {"split_factor": ["eta"]}}).save(g_only)
+    result = runner.invoke(app, ["law", "optimum", "--compute", "1e21", "--law", str(g_only)])
+    assert result.exit_code == 0, result.output

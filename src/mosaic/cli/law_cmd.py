@@ -37,7 +37,7 @@ from mosaic.law.fit import (
     FitSettings,
 )
 from mosaic.law.forms import FORMS, get_form
-from mosaic.law.law import ScalingLaw, load_law_file
+from mosaic.law.law import ScalingLaw, load_law_file, require_identified
 from mosaic.law.optimum import (
     DEFAULT_SPARSITY_RANGE,
     EQ17_MIN_C_MODEL_FLOPS,
@@ -739,6 +739,7 @@ def optimum(
         check_range("--split-factor", split_factor, "split_factor")
     check_range("--profile", profile_points, "top", integer=True, high=MAX_PROFILE_POINTS)
     law = load_law_file(law_file)
+    require_identified(law, f"--law {law_file}", "the compute-optimal allocation")
     if law.form.is_dense:  # no sparsity to bound or profile (a trial: both were ignored)
         given = [option for option, value, default in (
             ("--s-min", s_min, DEFAULT_SPARSITY_RANGE[0]),

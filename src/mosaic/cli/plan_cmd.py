@@ -38,7 +38,7 @@ from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw
-from mosaic.law.law import load_law_file
+from mosaic.law.law import load_law_file, require_identified
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
 from mosaic.perf.layouts import LayoutLimits
@@ -203,6 +203,8 @@ PlanMbs = Annotated[str | None, typer.Option(
 def load_models(law_file: Path | None, calibration_file: str | None
                 ) -> tuple[ScalingLaw, Calibration]:
     law = load_law_file(law_file)
+    # each candidate's tokens are what its throughput delivers in the window
+    require_identified(law, f"--law {law_file}", "a plan")
     if law.form.is_dense:
         raise MosaicInputError(
             f"--law {law_file}: form '{law.form.name}' is a dense law, with no sparsity "

@@ -11,7 +11,7 @@ Law file (JSON, ``"format": "mosaic-law/1"``)::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -233,6 +233,27 @@ def fit_caveats(law: ScalingLaw) -> list[str]:
     if isinstance(metrics.get("r2"), int | float) and metrics["r2"] <= 0:
         notes.append(f"its fit explains none of its runs' variance (R^2 {metrics['r2']:.3g})")
     return notes
+
+
+# The features every allocation of compute trades: the loss against model size and tokens
+ALLOCATION_FEATURES = ("n_total", "tokens")
+
+
+def require_identified(law: ScalingLaw, where: str, use: str,
+                       features: Sequence[str] = ALLOCATION_FEATURES) -> None:
+    """Refuse ``use`` of a law whose fit could not identify an exponent on ``features``: its
+    answer would be that arbitrary exponent's (a trial: `law optimum` on a law fitted to runs
+    of one token count, beta on its bound of 10, answered a 1.9-token run, exit 0)."""
+    from mosaic.law.fit import FEATURE_SYMBOLS  # the fitting stack loads here
+
+    unidentified = (law.provenance or {}).get("unidentified") or {}
+    named = [f"{FEATURE_SYMBOLS.get(f, f)} (exponent {', '.join(unidentified[f])})"
+             for f in features if unidentified.get(f)]
+    if named:
+        raise MosaicInputError(
+            f"{where}: {use} trades model size against tokens, and this law's fit "
+            f"could not identify {' or '.join(named)}: its runs hold that quantity (nearly) "
+            "constant; fit a law on runs that vary it")
 
 
 def load_law_file(path: Path | None) -> ScalingLaw:
