@@ -84,7 +84,7 @@ def test_prediction_reports_its_server_time_and_valid_charts(studio):
     ("parallelism.ep", "5", "ep=5 must divide experts=96"),
     ("parallelism.sharding", "zero9", "sharding"),
     ("hardware.system", "no-such-node", "unknown system"),
-    ("ladder.q", "0", "1..1024"),
+    ("ladder.q", "0", "1..819"),
     ("ladder.split_factor", "7", "divisor of d_ff"),
 ])
 def test_errors_name_the_field(studio, field, value, words):

@@ -73,11 +73,18 @@ def _check_positive(name: str, values: np.ndarray, source: str) -> None:
 
 # The physical range of each column (mosaic.limits), the ranges `law predict` takes: a fit
 # row above them (1e300 parameters, a loss of 1e6 nats) or a G below 1 (Eq. 8: d_expert
-# = d_ff / G is never wider than the dense FFN) is a typo, not a run. Below the floors of
-# counts a run is merely tiny (a test ladder trains on 512 tokens): fitted as given.
+# = d_ff / G is never wider than the dense FFN) is a typo, not a run; so is a model of
+# fewer than 1,000 parameters (counts in billions: a trial's n_total 0.057 was fitted, and
+# `law predict` then refused the law's own range). Below the token floor a run is merely
+# tiny (a test ladder trains on 512 tokens): fitted as given.
 COLUMN_RANGES = {"n_total": "n_params", "n_active": "n_params", "tokens": "tokens",
                  "split_factor": "split_factor", "loss": "loss"}
-FLOORED_COLUMNS = ("split_factor",)
+FLOORED_COLUMNS = ("split_factor", "n_total", "n_active")
+# Fewer tokens per parameter than any run trains on: tokens and parameters in different
+# units (a trial's tokens in billions beside raw parameter counts: 1e-9 tokens per
+# parameter, fitted without a word). The smallest real ratio is orders above it (a
+# test ladder's 512 tokens on its ~1e5 parameters: 5e-3).
+MIN_TOKENS_PER_PARAM = 1e-4
 
 
 def _check_range(name: str, values: np.ndarray, source: str) -> None:
@@ -90,7 +97,21 @@ def _check_range(name: str, values: np.ndarray, source: str) -> None:
         allowed = limits.describe() if floored else f"at most {limits.high:g}"
         raise MosaicInputError(
             f"{source}: row {row + 1}: column '{name}' is {values[row]:g}; allowed "
-            f"{allowed} ({limits.why}; {bad.size} bad row(s) in total)")
+            f"{allowed} ({limits.why}; {bad.size} bad row(s) in total)"
+            + ("; counts are plain numbers (7e9, not 7 in billions)"
+               if name in ("n_total", "n_active") and values[row] < limits.low else ""))
+
+
+def _check_units(tokens: np.ndarray, n_total: np.ndarray, source: str) -> None:
+    """Refuse rows with fewer than MIN_TOKENS_PER_PARAM tokens per parameter."""
+    bad = np.flatnonzero(tokens < MIN_TOKENS_PER_PARAM * n_total)
+    if bad.size:
+        row = int(bad[0])
+        raise MosaicInputError(
+            f"{source}: row {row + 1}: tokens {tokens[row]:g} for n_total {n_total[row]:g} "
+            f"is {tokens[row] / n_total[row]:.3g} tokens per parameter, below any run's "
+            f"{MIN_TOKENS_PER_PARAM:g}: are tokens and parameters in the same units (plain "
+            f"counts, not billions)? ({bad.size} such row(s))")
 
 
 @dataclass(frozen=True)
@@ -128,6 +149,7 @@ class RunData:
                             if name in UNRECORDED_OK else values, self.source)
             if name in COLUMN_RANGES:
                 _check_range(name, values, self.source)
+        _check_units(self.tokens, self.n_total, self.source)
         vocabularies = _known_values(self.extra.get("vocab"))
         if len(vocabularies) > 1:
             raise MosaicInputError(
