@@ -91,6 +91,13 @@ def test_form_needs_its_columns():
     ("n_total", 1e300, "column 'n_total' is 1e+300; allowed"),
     ("split_factor", 0.5, "column 'split_factor' is 0.5; allowed 1..1024"),
     ("loss", 1e6, "column 'loss' is 1e+06; allowed at most 50"),
+    # counts in billions (a trial): below any model's size, said as a unit slip
+    ("n_total", 7.0, "column 'n_total' is 7; allowed 1000..1e+16 (parameters of a trainable "
+                     "model; 1 bad row(s) in total); counts are plain numbers"),
+    ("n_active", 0.5, "column 'n_active' is 0.5; allowed 1000..1e+16"),
+    ("tokens", 317.8, "row 2: tokens 317.8 for n_total 2e+09 is 1.59e-07 tokens per "
+                      "parameter, below any run's 0.0001: are tokens and parameters in the "
+                      "same units"),
 ])
 def test_a_row_outside_what_predict_takes_is_refused(column, value, fragment):
     """`law fit` took rows `law predict` refuses (it fitted a loss of 1e6 nats to R^2 -0.02)."""
