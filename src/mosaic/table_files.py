@@ -7,6 +7,7 @@ MosaicInputError naming the file, instead of a pandas/pyarrow traceback.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,8 +43,16 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
         raise MosaicInputError(f"{what} {path}: {size:,} bytes; the limit is "
                                f"{MAX_FILE_BYTES:,}")
     try:
-        frame = (pd.read_csv(path, encoding="utf-8") if suffix == ".csv"
-                 else pd.read_parquet(path))
+        with warnings.catch_warnings():
+            # index_col=False: a row's trailing comma is no extra column (pandas otherwise
+            # makes the first column the index and shifts every name: a trial's loss read
+            # as empty); a row with more values than the header names is refused
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = (pd.read_csv(path, encoding="utf-8", index_col=False) if suffix == ".csv"
+                     else pd.read_parquet(path))
+    except pd.errors.ParserWarning:
+        raise MosaicInputError(f"{what} {path}: a row holds more values than the header has "
+                               "column names") from None
     except ImportError:
         raise MosaicInputError(f"{what} {path}: reading Parquet needs `pip install pyarrow`"
                                ) from None

@@ -341,3 +341,17 @@ def test_a_note_prints_as_a_note_line_and_a_warning_as_a_warning_line(capsys) ->
     warning_lines.flush(0)
     assert capsys.readouterr().err.splitlines() == ["note: recipes also set routing",
                                                     "warning: slow"]
+
+
+def test_ladder_fit_on_a_folder_of_training_runs_says_to_collect_them(tmp_path):
+    """`ladder fit runs` on a folder of `mosaic train` outputs said only 'runs/runs.csv:
+    does not exist' (a trial)."""
+    for name in ("q2-e4", "q3-e4"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text("{}")
+    result = runner.invoke(app, ["ladder", "fit", str(tmp_path), "--out",
+                                 str(tmp_path / "law.json")])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "holds 2 `mosaic train` run(s) (q2-e4, q3-e4)" in text
+    assert f"mosaic ladder collect {tmp_path}/* --out {tmp_path / 'runs.csv'}" in text

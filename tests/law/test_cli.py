@@ -325,3 +325,19 @@ def test_a_model_files_split_factor_below_one_names_the_model_not_a_flag(tmp_pat
     assert result.exit_code == 2
     assert "the model's split factor G = ffn / moe.expert_ffn = 1 / 256" in result.output
     assert "--split-factor" not in result.output
+
+
+def test_every_missing_column_is_named_at_once_with_the_renames_it_needs(tmp_path):
+    """A table with params, active_params and granularity learnt the names one error at a
+    time (a trial): one line names all three and which of its columns to rename."""
+    path = tmp_path / "mine.csv"
+    pd.DataFrame({"params": [6e8, 1.2e9], "active_params": [1.5e8, 3e8],
+                  "tokens": [1.5e9, 3e9], "loss": [2.7, 2.5], "granularity": [4, 4]}
+                 ).to_csv(path, index=False)
+    result = runner.invoke(app, ["law", "fit", str(path)])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert ("form 'joint' needs column(s) ['n_total', 'n_active or sparsity', "
+            "'split_factor']") in text
+    assert "rename params -> n_total, active_params -> n_active, granularity -> split_factor" \
+        in text

@@ -138,3 +138,16 @@ def test_a_split_factor_on_data_without_the_column_says_so():
                    loss=np.array([2.5, 2.4]), source="dense.csv")
     with pytest.raises(MosaicInputError, match=r"no split_factor column \(every run counts as G"):
         runs.with_split_factor(4)
+
+
+def test_a_trailing_comma_is_no_column_a_row_too_long_is_refused(tmp_path):
+    """Rows ending in ',' made pandas index by the first column, and every loss read as
+    empty (a trial); a row with more values than names is said as such."""
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text("n_total,tokens,loss\n1e9,2e10,2.5,\n2e9,4e10,2.3,\n")
+    runs = load_run_data(trailing)
+    assert runs.loss.tolist() == [2.5, 2.3] and runs.n_total.tolist() == [1e9, 2e9]
+    long = tmp_path / "long.csv"
+    long.write_text("n_total,tokens,loss\n1e9,2e10,2.5,7\n")
+    with pytest.raises(MosaicInputError, match="a row holds more values than the header"):
+        load_run_data(long)

@@ -483,6 +483,14 @@ def fit(
         raise MosaicInputError(f"{folder}: does not exist (give a `mosaic ladder run` output "
                                "folder or its runs.csv)")
     csv_path = folder / "runs.csv" if folder.is_dir() else folder
+    if folder.is_dir() and not csv_path.exists():  # a folder of `mosaic train` runs (a trial)
+        trained = sorted(p.parent.name for p in folder.glob("*/result.json"))
+        raise MosaicInputError(
+            f"{folder}: no runs.csv" + (
+                f"; it holds {len(trained)} `mosaic train` run(s) ({', '.join(trained[:3])}"
+                f"{', ...' if len(trained) > 3 else ''}): gather them with `mosaic ladder "
+                f"collect {folder}/* --out {csv_path}`, then fit" if trained else
+                " (give a `mosaic ladder run` output folder or its runs.csv)"))
     for option, path in (("--out", out), ("--samples-out", samples_out)):
         if path is not None:  # before the fit, not after it
             check_output_file(path, option, inputs=[csv_path])

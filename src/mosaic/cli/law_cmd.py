@@ -413,7 +413,8 @@ def fit(
     import pandas as pd
 
     from mosaic.law.bootstrap import identifiability_scan
-    from mosaic.law.rundata import RunData, read_run_table
+    from mosaic.law.datasets import dataset_hint
+    from mosaic.law.rundata import RunData, check_columns, read_run_table
     from mosaic.law.validation import fit_with_holdout, holdout_to_fit
 
     check_bootstrap_options(n_bootstrap, method, samples_out)
@@ -424,6 +425,8 @@ def fit(
                         holdout=holdout, scan=scan)
     law_form = get_form(form)
     frame = read_run_table(data)  # read once: the fit's data and the router-health columns
+    if not dataset_hint(frame.columns):  # (a public dataset's own columns: its convert hint)
+        check_columns(list(frame.columns), law_form, str(data), split_factor is not None)
     runs = RunData.from_frame(frame, source=str(data))
     _warn_unbalanced_rungs(frame, split_factor)
     _warn_repeated_data(frame)

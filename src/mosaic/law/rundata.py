@@ -12,7 +12,7 @@ Columns (names are exact; extra columns are ignored):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -112,6 +112,39 @@ def _check_units(tokens: np.ndarray, n_total: np.ndarray, source: str) -> None:
             f"is {tokens[row] / n_total[row]:.3g} tokens per parameter, below any run's "
             f"{MIN_TOKENS_PER_PARAM:g}: are tokens and parameters in the same units (plain "
             f"counts, not billions)? ({bad.size} such row(s))")
+
+
+# Column names run tables often use for the documented ones (a trial's table had params,
+# active_params and granularity, and learnt the names one error at a time)
+COLUMN_SYNONYMS = {
+    "n_total": ("params", "parameters", "n_params", "model_size", "total_params", "N"),
+    "n_active": ("active_params", "n_act", "activated_params", "active_parameters"),
+    "tokens": ("D", "train_tokens", "num_tokens", "training_tokens", "n_tokens"),
+    "split_factor": ("granularity", "G"),
+    "loss": ("final_loss", "val_loss", "eval_loss", "validation_loss"),
+}
+
+
+def check_columns(columns: Sequence[str], form: LawForm, source: str,
+                  split_factor_given: bool = False) -> None:
+    """One line naming every column ``form`` needs that the table lacks, and the table's
+    columns that look like them."""
+    present = set(columns)
+    needed = [*REQUIRED_COLUMNS]
+    if "active_fraction" in form.features and not {"n_active", "sparsity"} & present:
+        needed.append("n_active or sparsity")
+    if "split_factor" in form.features and not split_factor_given:
+        needed.append("split_factor")
+    missing = [name for name in needed if name not in present]
+    if not missing:
+        return
+    renames = [f"{other} -> {name.split()[0]}" for name in missing
+               for other in COLUMN_SYNONYMS.get(name.split()[0], ()) if other in present]
+    raise MosaicInputError(
+        f"{source}: form '{form.name}' needs column(s) {missing}; found {list(columns)}"
+        + (f"; rename {', '.join(renames)}" if renames else "")
+        + ("" if "split_factor" not in missing else
+           "; or give every run's G with --split-factor"))
 
 
 @dataclass(frozen=True)
