@@ -341,3 +341,31 @@ def test_every_missing_column_is_named_at_once_with_the_renames_it_needs(tmp_pat
             "'split_factor']") in text
     assert "rename params -> n_total, active_params -> n_active, granularity -> split_factor" \
         in text
+
+
+def test_a_table_written_twice_is_fitted_with_a_warning(tmp_path, epoch_runs):
+    """Epoch's 240 runs written twice fitted as '480 / 0 runs' without a word (a trial):
+    each copy is one more run to the bootstrap."""
+    data = tmp_path / "twice.csv"
+    write_runs(data, epoch_runs)
+    frame = pd.read_csv(data)
+    pd.concat([frame, frame]).to_csv(data, index=False)
+    result = runner.invoke(app, ["law", "fit", str(data), "--form", "chinchilla",
+                                 "--holdout", "0", "--starts", "8", "--refine", "1"])
+    assert result.exit_code == 0, result.output
+    assert "warning: 240 of 480 rows repeat another row exactly" in " ".join(
+        result.output.split())
+
+
+
+def test_a_dense_form_on_sparse_runs_says_it_drops_their_sparsity(tmp_path):
+    """An MoE table fitted as chinchilla read n_total alone, silently (a trial)."""
+    data = tmp_path / "moe.csv"
+    n_total = np.geomspace(1e8, 1e10, 8)
+    pd.DataFrame({"n_total": n_total, "n_active": n_total / 4,
+                  "tokens": 20 * n_total, "loss": 2 + 400 / n_total ** 0.3}
+                 ).to_csv(data, index=False)
+    result = runner.invoke(app, ["law", "fit", str(data), "--form", "chinchilla",
+                                 "--holdout", "0", "--starts", "8", "--refine", "1"])
+    assert "warning: 8 of 8 runs are sparse (n_active below n_total); form 'chinchilla' " \
+        "has no sparsity term" in " ".join(result.output.split())

@@ -430,6 +430,8 @@ def fit(
     runs = RunData.from_frame(frame, source=str(data))
     _warn_unbalanced_rungs(frame, split_factor)
     _warn_repeated_data(frame)
+    _warn_duplicate_rows(frame)
+    _warn_sparsity_dropped(runs, law_form)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
@@ -516,6 +518,32 @@ def _warn_repeated_data(frame: Any) -> None:
             "repeated token is worth less (Muennighoff et al. 2023); fit the single-epoch "
             "runs (`mosaic law convert muennighoff FILE --single-epoch --out runs.csv`, or "
             "drop the rows with tokens > unique_tokens)",
+            markup=False, highlight=False, soft_wrap=True)
+
+
+def _warn_sparsity_dropped(runs: Any, form: Any) -> None:
+    """Sparse runs fitted by a form without a sparsity term: it reads n_total alone (a
+    trial's MoE table fitted as chinchilla, its n_active dropped without a word)."""
+    if "active_fraction" in form.features or runs.n_active is None:
+        return
+    sparse = int((runs.n_active < runs.n_total).sum())
+    if sparse:
+        error_console.print(
+            f"warning: {sparse} of {runs.n_runs} runs are sparse (n_active below n_total); "
+            f"form '{form.name}' has no sparsity term and fits n_total alone (--form joint "
+            "fits both)", markup=False, highlight=False, soft_wrap=True)
+
+
+def _warn_duplicate_rows(frame: Any) -> None:
+    """Rows that repeat another row in every column: each would count as one more
+    independent run in the fit and in its bootstrap, whose intervals narrow (a trial fitted
+    a table written twice, '480 / 0 runs', without a word)."""
+    repeated = int(frame.duplicated().sum())
+    if repeated:
+        error_console.print(
+            f"warning: {repeated} of {len(frame)} rows repeat another row exactly: each "
+            "counts as one more run in the fit and its bootstrap, whose intervals narrow as "
+            "if the data were larger; drop the copies (a table concatenated twice?)",
             markup=False, highlight=False, soft_wrap=True)
 
 
