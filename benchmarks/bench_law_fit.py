@@ -18,13 +18,13 @@ import numpy as np
 
 from mosaic.law import (
     CHINCHILLA,
-    JOINT,
-    RunData,
-    default_law,
     EPOCH_HUBER_FIT,
     EPOCH_HUBER_OBJECTIVE,
     HOFFMANN_2022_FIT,
+    JOINT,
     FitSettings,
+    RunData,
+    default_law,
     fit_law,
     load_epoch_chinchilla,
     starts_from_values,

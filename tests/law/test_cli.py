@@ -369,3 +369,21 @@ def test_a_dense_form_on_sparse_runs_says_it_drops_their_sparsity(tmp_path):
                                  "--holdout", "0", "--starts", "8", "--refine", "1"])
     assert "warning: 8 of 8 runs are sparse (n_active below n_total); form 'chinchilla' " \
         "has no sparsity term" in " ".join(result.output.split())
+
+
+def test_the_prefactor_of_an_unidentified_term_is_labelled_as_its_exponent(tmp_path):
+    """Runs all at one token count: beta is 'not identified', and so is B of B/D^beta (a
+    trial saw B's interval called 'replicates pile on one value')."""
+    data = tmp_path / "one_d.csv"
+    n_total = np.geomspace(1e8, 1e10, 10)
+    pd.DataFrame({"n_total": n_total, "tokens": 1.3e11,
+                  "loss": 1.8 + 400 / n_total ** 0.34}).to_csv(data, index=False)
+    result = runner.invoke(app, ["law", "fit", str(data), "--form", "chinchilla",
+                                 "--holdout", "0", "--starts", "16", "--refine", "2",
+                                 "--bootstrap", "20"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines()
+            if line.startswith("│")}
+    for name in ("B", "beta"):
+        assert "n/a (not identified: no run varies D)" in rows[name], rows[name]
+    assert "not identified" not in rows["alpha"]

@@ -651,6 +651,12 @@ def print_fit(payload: dict[str, Any]) -> None:
     unidentified = {name: FEATURE_SYMBOLS.get(feature, feature)
                     for feature, names in payload.get("unidentified", {}).items()
                     for name in names}
+    # so is the prefactor of a term whose every exponent is: the term is then a constant
+    # the irreducible loss absorbs (a trial saw B/D^beta's b called 'replicates pile on one
+    # value' beside beta's 'not identified')
+    for term in get_form(payload["form"]).terms:
+        if term.factors and all(exponent in unidentified for _, exponent in term.factors):
+            unidentified[term.prefactor] = unidentified[term.factors[0][1]]
     for name, value in payload["coefficients"].items():
         row = [name, f"{value:.6g}"]
         if "intervals" in payload:
