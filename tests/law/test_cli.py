@@ -387,3 +387,5 @@ def test_the_prefactor_of_an_unidentified_term_is_labelled_as_its_exponent(tmp_p
     for name in ("B", "beta"):
         assert "n/a (not identified: no run varies D)" in rows[name], rows[name]
     assert "not identified" not in rows["alpha"]
+    # 20 resamples leave no BCa interval at 95% (each tail under one replicate): said so
+    assert "n/a (too few resamples: --bootstrap 40 or more)" in rows["alpha"], rows["alpha"]

@@ -657,6 +657,11 @@ def print_fit(payload: dict[str, Any]) -> None:
     for term in get_form(payload["form"]).terms:
         if term.factors and all(exponent in unidentified for _, exponent in term.factors):
             unidentified[term.prefactor] = unidentified[term.factors[0][1]]
+    # BCa needs each tail to hold more than one replicate's share (bootstrap.bca_defined):
+    # 20 resamples at 95% never do (a trial read 'pile on one value' there)
+    bootstrap = payload.get("bootstrap") or {}
+    fewest = math.ceil(round(2 / (1 - bootstrap.get("level", 0.95)), 6))
+    too_few = bootstrap.get("resamples", fewest) < fewest
     for name, value in payload["coefficients"].items():
         row = [name, f"{value:.6g}"]
         if "intervals" in payload:
@@ -664,6 +669,8 @@ def print_fit(payload: dict[str, Any]) -> None:
             row += [f"[{iv['percentile'][0]:.4g}, {iv['percentile'][1]:.4g}]"]
             row += [f"n/a (not identified: no run varies {unidentified[name]})"
                     if name in unidentified
+                    else f"n/a (too few resamples: --bootstrap {fewest} or more)"
+                    if iv["bca"] is None and too_few
                     else "n/a (replicates pile on one value)" if iv["bca"] is None
                     else f"[{iv['bca'][0]:.4g}, {iv['bca'][1]:.4g}]"]
         if "identifiability" in payload:
