@@ -320,6 +320,9 @@ def test_plan_time_limit(studio):
     ("plan.days", "-1", "days"), ("plan.q", "8,y", "integers"),
     ("plan.gpu", "Z80", "unknown device"),
     ("plan.experts", ",".join(str(e) for e in range(2, 400)), str(MAX_GEOMETRIES)),
+    # a grid too large is said under the field that lists the most values (a trial grew q
+    # and saw it under experts)
+    ("plan.q", ",".join(str(q) for q in range(4, 400)), str(MAX_GEOMETRIES)),
     ("plan.max_total_params", "lots", "a count such as 235B"),
     ("plan.max_active_params", "1e3", "no geometry"),
     ("plan.sharding", "zero9", "unknown sharding"), ("plan.pp", "0", "pp"),

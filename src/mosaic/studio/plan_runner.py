@@ -211,9 +211,23 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
                                        f"{MAX_DEVICES} (use `mosaic plan` for more)"})
     n = len(space.enumerate())
     if n > MAX_GEOMETRIES:
-        raise FormError({"plan.experts": f"the grid has {n} geometries; the studio plans at "
-                                         f"most {MAX_GEOMETRIES} (use `mosaic plan` for more)"})
+        raise FormError({_longest_axis(form): f"the grid has {n} geometries; the studio plans "
+                                              f"at most {MAX_GEOMETRIES} (use `mosaic plan` "
+                                              "for more)"})
     return envelope, space, limits
+
+
+# The grid's fields: the ladder's seed or the model's depth and width, then E, K and G
+GRID_AXES = {"ladder": ("plan.q",), "model": ("plan.layers", "plan.d_model")}
+SHARED_GRID_AXES = ("plan.experts", "plan.top_k", "plan.split_factor")
+
+
+def _longest_axis(form: dict[str, str]) -> str:
+    """The grid field (of the form's grid) listing the most values: the one to shorten when
+    the grid is too large (a trial grew q and saw the error under the experts field)."""
+    axes = (*GRID_AXES.get(str(form.get("plan.grid", "ladder")), ()), *SHARED_GRID_AXES)
+    return max(axes, key=lambda key: len([v for v in str(form.get(key, "")).split(",")
+                                          if v.strip()]))
 
 
 def _grid_fields(form: dict[str, str], model: Any) -> dict[str, Any]:
