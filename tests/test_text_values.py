@@ -32,8 +32,12 @@ def test_a_name_list_is_read_like_a_number_list_and_checked_against_what_is_allo
         parse_names("--dtypes", "bf16,fp7", ("bf16", "fp8"))
 
 
-def test_calibrate_fit_and_layout_sharding_lists_refuse_a_gap(tmp_path):
+def test_calibrate_fit_and_layout_sharding_lists_refuse_a_gap():
+    from mosaic.evaluate.calibrate import chosen_constants
     from mosaic.plan.inputs import layout_limits
+
+    with pytest.raises(MosaicInputError, match=r"--fit 'a,,b' has an empty value"):
+        chosen_constants("a,,b", None, None)  # (the base and runs matter for auto alone)
 
     with pytest.raises(MosaicInputError, match=r"--sharding 'zero1,,fsdp' has an empty"):
         layout_limits(sharding="zero1,,fsdp")

@@ -338,9 +338,11 @@ def read_text(path: str | Path, what: str = "file") -> str:
                                f"at offset {exc.start})") from None
 
 
-# The first line of every file `mosaic export` writes (export/targets.py header_lines)
-EXPORT_HEADER = re.compile(r"# (?P<target>.+?) launch config written by `mosaic export` "
-                           r"from (?P<source>.+)")
+# The first line of every file `mosaic export` writes (export/targets.py header_lines),
+# after its comment marker, and the pattern that knows it again
+EXPORT_HEADER_TEXT = "{target} launch config written by `mosaic export` from {source}"
+EXPORT_HEADER = re.compile("# " + re.escape(EXPORT_HEADER_TEXT).replace(
+    r"\{target\}", "(?P<target>.+?)").replace(r"\{source\}", "(?P<source>.+)"))
 
 
 def refuse_launch_config(text: str | bytes, where: str) -> None:

@@ -206,7 +206,6 @@ def test_full_recompute_of_a_share_of_the_blocks():
     assert any("not a whole number of blocks" in line for line in odd.unsupported)
 
 
-
 def test_torchtitan_writes_full_recompute_of_every_nth_block_as_layer_sac():
     """A share 1/n of the blocks is torchtitan's layer SAC, every n-th block checkpointed
     whole (activation_checkpoint.py _apply_layer_sac @ v0.2.2); it was written as full

@@ -357,7 +357,6 @@ def test_a_table_written_twice_is_fitted_with_a_warning(tmp_path, epoch_runs):
         result.output.split())
 
 
-
 def test_a_dense_form_on_sparse_runs_says_it_drops_their_sparsity(tmp_path):
     """An MoE table fitted as chinchilla read n_total alone, silently (a trial)."""
     data = tmp_path / "moe.csv"
@@ -380,11 +379,15 @@ def test_the_prefactor_of_an_unidentified_term_is_labelled_as_its_exponent(tmp_p
                   "loss": 1.8 + 400 / n_total ** 0.34}).to_csv(data, index=False)
     result = runner.invoke(app, ["law", "fit", str(data), "--form", "chinchilla",
                                  "--holdout", "0", "--starts", "16", "--refine", "2",
-                                 "--bootstrap", "20"], terminal_width=200)
+                                 "--bootstrap", "20", "--out", str(tmp_path / "law.json")],
+                           terminal_width=200)
     assert result.exit_code == 0, result.output
+    # the file is written, and the planning commands' refusal said beside it (a review)
+    assert ("warning: the law: `mosaic plan`, `sweep` and `law optimum` will refuse it"
+            in " ".join(result.output.split()))
     rows = {line.split("│")[1].strip(): line for line in result.output.splitlines()
             if line.startswith("│")}
-    for name in ("B", "beta"):
+    for name in ("B", "beta", "E"):  # (E trades with the constant B/D^beta)
         assert "n/a (not identified: no run varies D)" in rows[name], rows[name]
     assert "not identified" not in rows["alpha"]
     # 20 resamples leave no BCa interval at 95% (each tail under one replicate): said so

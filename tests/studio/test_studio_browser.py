@@ -302,5 +302,10 @@ def test_the_plan_form_follows_the_edited_cluster_until_typed_in(studio, browser
         assert field(driver, "plan.system").get_attribute("value") == "DGX-H100"
         assert field(driver, "plan.nodes").get_attribute("value") == "16"
         assert field(driver, "plan.global_batch").get_attribute("value") == "512"
+        # a typed GPU keeps its node type too: the two are a pair
+        set_field(driver, "plan.gpu", "B200")
+        set_field(driver, "hardware.system", "DGX-H200")
+        assert field(driver, "plan.gpu").get_attribute("value") == "B200"
+        assert field(driver, "plan.system").get_attribute("value") == "DGX-H100"
     finally:
         driver.quit()

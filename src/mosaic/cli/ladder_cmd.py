@@ -489,7 +489,7 @@ def fit(
             f"{folder}: no runs.csv" + (
                 f"; it holds {len(trained)} `mosaic train` run(s) ({', '.join(trained[:3])}"
                 f"{', ...' if len(trained) > 3 else ''}): gather them with `mosaic ladder "
-                f"collect {folder}/* --out {csv_path}`, then fit" if trained else
+                f"collect {folder} --out {csv_path}`, then fit" if trained else
                 " (give a `mosaic ladder run` output folder or its runs.csv)"))
     for option, path in (("--out", out), ("--samples-out", samples_out)):
         if path is not None:  # before the fit, not after it
@@ -514,7 +514,12 @@ def fit(
     payload = {"law_file": str(out), "form": law_form.name, "data": str(csv_path),
                "coefficients": dict(validated.law.coefficients), "metrics": metrics,
                "unbalanced_rungs_left_out": left_out}
-    from mosaic.cli.law_cmd import bootstrap_into, print_fit, report_bounds
+    from mosaic.cli.law_cmd import (
+        bootstrap_into,
+        print_fit,
+        report_bounds,
+        warn_if_unplannable,
+    )
     from mosaic.law.law import ScalingLaw
 
     report_bounds(validated.law, payload)
@@ -538,7 +543,8 @@ def fit(
         "unbalanced_rungs_left_out": left_out,
         **{key: payload[key] for key in ("intervals", "bootstrap", "samples_file")
            if key in payload}})
-    replace(validated.law, provenance=provenance).save(out)
+    written = replace(validated.law, provenance=provenance)
+    written.save(out)
     try:  # the planner reads it back with the same checks
         ScalingLaw.load(out)
     except MosaicInputError as exc:
@@ -547,6 +553,8 @@ def fit(
                               f"varied runs")
         error_console.print(f"warning: {payload['warning']}", markup=False, highlight=False,
                             soft_wrap=True)
+    else:  # and refuses a law that cannot trade size against tokens
+        warn_if_unplannable(written, payload)
     if as_json:
         print_json(payload)
         return

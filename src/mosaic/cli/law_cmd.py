@@ -426,15 +426,15 @@ def fit(
     law_form = get_form(form)
     frame = read_run_table(data)  # read once: the fit's data and the router-health columns
     if not dataset_hint(frame.columns):  # (a public dataset's own columns: its convert hint)
-        check_columns(list(frame.columns), law_form, str(data), split_factor is not None)
+        check_columns(list(frame.columns), law_form, str(data))
     runs = RunData.from_frame(frame, source=str(data))
     _warn_unbalanced_rungs(frame, split_factor)
     _warn_repeated_data(frame)
-    _warn_duplicate_rows(frame)
-    _warn_sparsity_dropped(runs, law_form)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
+    _warn_duplicate_rows(frame)  # (after the refusals: a refused table gets its one line)
+    _warn_sparsity_dropped(runs, law_form)
     holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
     if holdout_note:
         _warn(holdout_note)
@@ -473,8 +473,10 @@ def fit(
     if out is not None:
         provenance = {key: payload[key] for key in payload if key != "coefficients"}
         provenance = to_jsonable({"source": f"fitted to {data}", **provenance})
-        replace(validated.law, provenance=provenance).save(out)
+        written = replace(validated.law, provenance=provenance)
+        written.save(out)
         payload["law_file"] = str(out)
+        warn_if_unplannable(written, payload)
     if as_json:
         print_json(payload)
         return
@@ -521,6 +523,18 @@ def _warn_repeated_data(frame: Any) -> None:
             markup=False, highlight=False, soft_wrap=True)
 
 
+def warn_if_unplannable(law: ScalingLaw, payload: dict[str, Any]) -> None:
+    """Say now, beside the written file, that `plan`, `sweep` and `law optimum` will refuse
+    the law (:func:`mosaic.law.law.require_identified`): a review found a fit that wrote, with
+    exit 0, a law every planning command then refused."""
+    try:
+        require_identified(law, "the law", "`mosaic plan`, `sweep` and `law optimum` "
+                           "will refuse it: each")
+    except MosaicInputError as exc:
+        payload["warning"] = str(exc)
+        error_console.print(f"warning: {exc}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _warn_sparsity_dropped(runs: Any, form: Any) -> None:
     """Sparse runs fitted by a form without a sparsity term: it reads n_total alone (a
     trial's MoE table fitted as chinchilla, its n_active dropped without a word)."""
@@ -530,8 +544,8 @@ def _warn_sparsity_dropped(runs: Any, form: Any) -> None:
     if sparse:
         error_console.print(
             f"warning: {sparse} of {runs.n_runs} runs are sparse (n_active below n_total); "
-            f"form '{form.name}' has no sparsity term and fits n_total alone (--form joint "
-            "fits both)", markup=False, highlight=False, soft_wrap=True)
+            f"form '{form.name}' has no sparsity term and fits n_total alone (the joint and "
+            "per-g forms have one)", markup=False, highlight=False, soft_wrap=True)
 
 
 def _warn_duplicate_rows(frame: Any) -> None:
@@ -651,16 +665,21 @@ def print_fit(payload: dict[str, Any]) -> None:
     unidentified = {name: FEATURE_SYMBOLS.get(feature, feature)
                     for feature, names in payload.get("unidentified", {}).items()
                     for name in names}
-    # so is the prefactor of a term whose every exponent is: the term is then a constant
-    # the irreducible loss absorbs (a trial saw B/D^beta's b called 'replicates pile on one
-    # value' beside beta's 'not identified')
-    for term in get_form(payload["form"]).terms:
+    # so is the prefactor of a term whose every exponent is: the term is then a constant,
+    # and only its sum with the irreducible loss is fitted (a trial saw B/D^beta's b called
+    # 'replicates pile on one value' beside beta's 'not identified'; E trades with it)
+    terms = get_form(payload["form"]).terms
+    for term in terms:
         if term.factors and all(exponent in unidentified for _, exponent in term.factors):
             unidentified[term.prefactor] = unidentified[term.factors[0][1]]
+            for constant in (t.prefactor for t in terms if not t.factors):
+                unidentified.setdefault(constant, unidentified[term.prefactor])
     # BCa needs each tail to hold more than one replicate's share (bootstrap.bca_defined):
     # 20 resamples at 95% never do (a trial read 'pile on one value' there)
+    from mosaic.law.bootstrap import min_bca_resamples
+
     bootstrap = payload.get("bootstrap") or {}
-    fewest = math.ceil(round(2 / (1 - bootstrap.get("level", 0.95)), 6))
+    fewest = min_bca_resamples(bootstrap.get("level", 0.95))
     too_few = bootstrap.get("resamples", fewest) < fewest
     for name, value in payload["coefficients"].items():
         row = [name, f"{value:.6g}"]

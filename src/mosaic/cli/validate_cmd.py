@@ -71,7 +71,9 @@ ValidateExcludeOption = Annotated[  # validate fits nothing
 
 
 def _excluded_ids(exclude: str | None) -> tuple[str, ...]:
-    return () if exclude is None else tuple(sorted(parse_names("--exclude", exclude)))
+    if exclude is None or not exclude.strip():  # --exclude "$EMPTY": nothing left out
+        return ()
+    return tuple(sorted(parse_names("--exclude", exclude)))
 
 
 SKIPPED_SHOWN = 10  # skipped records whose reason the table output prints

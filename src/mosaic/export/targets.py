@@ -8,6 +8,7 @@ from typing import Any
 
 from mosaic.errors import MosaicInputError
 from mosaic.export.spec import ExportSpec
+from mosaic.schema_validation import EXPORT_HEADER_TEXT
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
     (``ASSUMED``), then what the target cannot express (``NOT EXPRESSED``)."""
     g = spec.geometry
     lines = [
-        f"{target} launch config written by `mosaic export` from {spec.source or 'a job'}",
+        EXPORT_HEADER_TEXT.format(target=target, source=spec.source or "a job"),
         f"{spec.n_devices} GPUs = tp {spec.tp} x pp {spec.pp} x cp {spec.cp} x dp {spec.dp}; "
         f"ep {spec.ep}, etp {spec.etp}, vpp {spec.vpp}",
         f"model: {g.layers} layers, d_model {g.d_model}, {g.heads} heads ({g.kv_heads} kv, "

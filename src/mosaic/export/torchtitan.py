@@ -217,7 +217,7 @@ def activation_checkpoint_table(spec: ExportSpec, written: set[str],
                 unsupported.append(
                     f"recompute_block_fraction {fraction:g}: torchtitan checkpoints one block in "
                     f"every {every}, {rank_blocks // every} of a rank's {rank_blocks}, "
-                    f"not {fraction * rank_blocks:g}")
+                    f"not {fraction * rank_blocks:g} (counted on an even pipeline split)")
             return {"mode": "selective", "selective_ac_option": str(every)}
     return {"mode": spec.checkpointing} | (
         {"selective_ac_option": "op"} if spec.checkpointing == "selective" else {})

@@ -8,6 +8,7 @@ as the classical alternative (Efron & Tibshirani 1993, Ch. 6).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -38,6 +39,12 @@ def percentile_interval(samples: np.ndarray, level: float) -> np.ndarray:
     return np.quantile(samples, [tail, 1.0 - tail], axis=0)
 
 
+def min_bca_resamples(level: float) -> int:
+    """The fewest replicates whose single one is at most a tail's share, (1 - level) / 2:
+    below it every atom outweighs a tail and :func:`bca_defined` is False (40 at 95%)."""
+    return math.ceil(round(2.0 / (1.0 - level), 9))
+
+
 def bca_defined(samples: np.ndarray, level: float) -> np.ndarray:
     """(Q,) whether BCa applies: it assumes a bootstrap distribution continuous around the
     estimate (E&T 1993, Ch. 14; its bias correction z0 is a normal quantile of the share of
@@ -50,7 +57,8 @@ def bca_defined(samples: np.ndarray, level: float) -> np.ndarray:
     interval just the same (a trial). A continuous distribution has no such ties."""
     atom = np.array([np.unique(column, return_counts=True)[1].max()
                      for column in np.asarray(samples).reshape(len(samples), -1).T])
-    return atom / len(samples) <= (1.0 - level) / 2.0
+    enough = len(samples) >= min_bca_resamples(level)
+    return enough & (atom <= len(samples) * (1.0 - level) / 2.0 + 1e-9)
 
 
 def bca_interval(

@@ -125,15 +125,14 @@ COLUMN_SYNONYMS = {
 }
 
 
-def check_columns(columns: Sequence[str], form: LawForm, source: str,
-                  split_factor_given: bool = False) -> None:
+def check_columns(columns: Sequence[str], form: LawForm, source: str) -> None:
     """One line naming every column ``form`` needs that the table lacks, and the table's
     columns that look like them."""
     present = set(columns)
     needed = [*REQUIRED_COLUMNS]
     if "active_fraction" in form.features and not {"n_active", "sparsity"} & present:
         needed.append("n_active or sparsity")
-    if "split_factor" in form.features and not split_factor_given:
+    if "split_factor" in form.features:
         needed.append("split_factor")
     missing = [name for name in needed if name not in present]
     if not missing:
@@ -144,7 +143,7 @@ def check_columns(columns: Sequence[str], form: LawForm, source: str,
         f"{source}: form '{form.name}' needs column(s) {missing}; found {list(columns)}"
         + (f"; rename {', '.join(renames)}" if renames else "")
         + ("" if "split_factor" not in missing else
-           "; or give every run's G with --split-factor"))
+           "; add each run's G = d_ff / d_expert as split_factor, or fit --form per-g"))
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ def lever_kind(lever: dict[str, Any]) -> str:
     no bar)."""
     if not lever["feasible"]:
         return "out of memory"
-    return ("faster" if lever["gain"] > 1.0 else "slower" if lever["gain"] < 1.0
-            else "unchanged")
+    shown = round(lever["gain"], 2)  # as the table and the terminal print it (1.00x)
+    return "faster" if shown > 1.0 else "slower" if shown < 1.0 else "unchanged"
 
 
 def lever_figure(levers: list[dict[str, Any]]) -> dict[str, Any]:

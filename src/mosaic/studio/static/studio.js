@@ -427,7 +427,7 @@
             minimumFractionDigits: r[2], maximumFractionDigits: r[2]});
         };
         var change = (b - a) / a;
-        return {quantity: r[0], a: show(a), b: show(b), change: (change > 0 ? "+" : "") + pct(change, 1)};
+        return {quantity: r[0], a: show(a), b: show(b), change: (change >= 0 ? "+" : "") + pct(change, 1)};
       });
       $("compare-table-holder").innerHTML = tableHtml("compare-table",
         [["quantity", "", null, true], ["a", "A"], ["b", "B"], ["change", "B vs A"]], rows);
@@ -526,7 +526,10 @@
     Object.keys(options.plan_fields_from_job || {}).forEach(function (planKey) {
       if (options.plan_fields_from_job[planKey] === key) { follows[planKey] = event.target.value; }
     });
-    if (key === "hardware.system") {
+    // the node type and its GPU are a pair: either typed keeps both (a review: a typed B200
+    // beside a followed DGX-H100 planned neither)
+    var typed = function (planKey) { return $(fieldId(planKey)).hasAttribute("data-typed"); };
+    if (key === "hardware.system" && !typed("plan.system") && !typed("plan.gpu")) {
       follows["plan.system"] = event.target.value;
       follows["plan.gpu"] = (options.system_gpus || {})[event.target.value] || "";
     }
