@@ -549,3 +549,20 @@ def test_a_plan_side_says_what_its_search_lost_and_what_a_candidate_lacks():
     assert candidate == ["calibration coverage not assessed: a plan assesses its optimum only "
                          "(`mosaic export PLAN.json#N --to yaml` and `mosaic perf` assess a "
                          "candidate)"]
+
+
+def test_an_option_neither_job_reads_is_refused(tmp_path, job_b):
+    """Two exported plans state training.tokens: `--days 10` changed nothing and the
+    30-day window stood without a word (a trial). One job without them reads it."""
+    stated = []
+    for name, source in (("a.yaml", JOB), ("b.yaml", job_b)):
+        document = yaml.safe_load(source.read_text())
+        document["training"] = {"tokens": 1e12}
+        (tmp_path / name).write_text(yaml.safe_dump(document))
+        stated.append(str(tmp_path / name))
+    result = runner.invoke(app, ["compare", *stated, "--days", "10"])
+    assert result.exit_code == 2
+    assert "neither job reads --days (both state training.tokens" in " ".join(
+        result.output.split())
+    assert runner.invoke(app, ["compare", stated[0], str(job_b), "--days", "10"]
+                         ).exit_code == 0

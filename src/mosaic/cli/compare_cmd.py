@@ -392,6 +392,7 @@ def compare(
              "(--days)", days),
             ("goodput 1, every second of the window training (--goodput)", goodput))
         if given is None]
+    days_given, goodput_given = days, goodput
     days = DEFAULT_DAYS if days is None else days
     goodput = 1.0 if goodput is None else goodput
     check_range("--days", days, "days")  # 1e-320 days would train ~0 tokens (a fuzz case)
@@ -417,6 +418,17 @@ def compare(
             assumed = [text for text in assumed if "(--days)" not in text]
         if all(side["goodput_stated"] for side in sides):  # each job states its own
             assumed = [text for text in assumed if "(--goodput)" not in text]
+        # an option neither job read (a trial's --days 10 beside two exported plans, whose
+        # 30-day window stood without a word)
+        unread = [f"{flag} (both state {field})" for flag, value, key, field in (
+            ("--days", days_given, "tokens_stated", "training.tokens: the window is the time "
+             "their steps take"),
+            ("--goodput", goodput_given, "goodput_stated", "training.goodput"))
+            if value is not None and all(side[key] for side in sides)]
+        if unread:
+            raise MosaicInputError(f"neither job reads {'; '.join(unread)}, as a plan's "
+                                   "exported job does; drop the option, or the jobs' "
+                                   "training block")
     else:
         sides = []
         from mosaic.export.spec import plan_candidate, split_plan_reference
