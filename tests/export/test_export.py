@@ -916,3 +916,24 @@ def test_an_empty_plan_file_says_it_is_empty(tmp_path):
     assert result.exit_code == 2
     assert "p.json: empty, no JSON in it (did the command that wrote it fail?)" in " ".join(
         result.output.split())
+
+
+def test_a_plan_on_repeated_data_says_its_job_cannot_hold_the_unique_tokens(plan_json,
+                                                                           tmp_path):
+    """A plan with --unique-tokens scored its optimum on D'; the exported job reads every
+    token as new, and `compare` gave it a lower loss, unsaid (a trial)."""
+    document = json.loads(plan_json.read_text())
+    tokens = document["optimum"]["tokens"]
+    document["search_space"]["unique_tokens"] = tokens / 8
+    document["optimum"] |= {"epochs": 8.0, "effective_tokens": 0.8 * tokens}
+    repeated = tmp_path / "repeated.json"
+    repeated.write_text(json.dumps(document))
+    out = tmp_path / "job.yaml"
+    result = runner.invoke(app, ["export", str(repeated), "--to", "yaml", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    said = "the plan's loss counts repeated data"
+    assert f"# NOT EXPRESSED: {said}" in out.read_text()
+    assert said in result.output
+    plain = tmp_path / "plain.yaml"
+    runner.invoke(app, ["export", str(plan_json), "--to", "yaml", "--out", str(plain)])
+    assert said not in plain.read_text()

@@ -25,9 +25,11 @@ def render(spec: ExportSpec) -> ExportResult:
               *warning_lines(spec)]
     header += [f"ASSUMED (not stated in the source): {item}"
                for item in spec.architecture_assumptions]
+    unexpressed = [spec.repeated_data_note] if spec.repeated_data_note else []
+    header += [f"NOT EXPRESSED: {item}" for item in unexpressed]
     text = "".join(f"# {line}\n" for line in header)
     text += yaml.safe_dump(spec.job, sort_keys=False, default_flow_style=None, width=100)
-    return ExportResult("yaml", text, ".yaml", [])
+    return ExportResult("yaml", text, ".yaml", unexpressed)
 
 
 def _catalog_option(job: dict) -> str:

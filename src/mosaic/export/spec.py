@@ -127,6 +127,8 @@ class ExportSpec:
     # None where the source gives no budget
     train_tokens: float | None = None
     train_goodput: float | None = None  # a plan's goodput, a job's training.goodput
+    # a plan's loss on repeated data (--unique-tokens): what a job file cannot hold
+    repeated_data_note: str | None = None
     job: dict[str, Any] | None = None
     source: str = ""
 
@@ -769,6 +771,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
         train_goodput=(envelope.get("goodput") or {}).get("goodput"),
+        repeated_data_note=_repeated_data_note(document),
         # the profile's file where the plan recorded one (a user's profile), else its name
         calibration=((document.get("calibration") or {}).get("file")
                      or (document.get("calibration") or {}).get("name")),
@@ -782,6 +785,22 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
                    job=_with_release(_plan_job_document(spec, envelope,
                                                         document.get("layout_limits") or {}),
                                      release, source))
+
+
+def _repeated_data_note(document: dict[str, Any]) -> str | None:
+    """The plan's loss counted its tokens as repeats of ``--unique-tokens`` (Muennighoff et
+    al. 2023's effective data D'); a job has no field for it, so `compare` of the exported
+    job reads every token as new and its loss is lower (a trial: 1.3371 against the plan's
+    1.3472, unsaid)."""
+    unique = (document.get("search_space") or {}).get("unique_tokens")
+    optimum = document["optimum"]
+    if not unique or not optimum.get("effective_tokens"):
+        return None
+    return (f"the plan's loss counts repeated data: {float(unique):.4g} unique tokens, "
+            f"{float(optimum.get('epochs') or 0):.3g} epochs, effective D' "
+            f"{float(optimum['effective_tokens']):.4g} of {float(optimum['tokens']):.4g}; a job "
+            "has no field for unique tokens, so `mosaic compare` of this job reads every token "
+            "as new (a lower loss)")
 
 
 def _with_release(document: dict[str, Any], release: Any, source: str) -> dict[str, Any]:
