@@ -269,6 +269,14 @@ def test_target_loss_prints_every_budget_it_evaluated():
         cells = [str(option["nodes"]), f"{option['days']:g}", f"{option['gpu_hours']:,.0f}",
                  f"{option['loss']:.4f}", reaches]
         assert any(all(cell in line for cell in cells) for line in table.splitlines()), cells
+    # the chosen window's node count missed at a shorter one: the true minimum lies between
+    # them, said (a trial paid 1.7x the budget a finer window reached)
+    choice = doc["cheapest"]["choice"]
+    missed = [o["days"] for o in doc["cheapest"]["options"]
+              if o["nodes"] == choice["nodes"] and o["days"] < choice["days"]]
+    text = " ".join(result.stdout.split())
+    assert (f"at {choice['nodes']} nodes it lies between {max(missed):.4g} days (misses)"
+            in text) is bool(missed), text
 
 
 def test_a_law_files_caveats_are_repeated_when_planning_with_it(law):

@@ -65,6 +65,17 @@ def test_a_dollar_budget_buys_the_window_the_run_cost_inverts():
         DollarBudget(-1.0, 3.0)
     with pytest.raises(MosaicInputError, match=r"buys .* days, outside"):
         DollarBudget(1e12, 0.01).days(8)
+    # the run's cost under a budget is the budget itself: 1e6 at 3.5 on 512 GPUs went round
+    # the window to 999,999.9999 (a trial)
+    from dataclasses import replace
+
+    from mosaic.plan import Envelope, resolve_system
+    from mosaic.plan.cost import run_cost
+
+    envelope = Envelope(resolve_system("H100"), n_nodes=64, days=1.0)
+    budgeted = replace(envelope, dollar_budget=DollarBudget(1e6, 3.5))
+    assert run_cost(budgeted, 3.5).cost_usd == 1e6
+    assert run_cost(budgeted, 7.0).cost_usd == pytest.approx(2e6)  # another price: its own cost
 
 
 def test_layout_limits_document_round_trips():

@@ -286,13 +286,21 @@ def print_cheapest(document: dict[str, Any]) -> None:
         print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}",
                               rows)
         return
-    rows = [("budget", f"{choice['nodes']} nodes × {choice['days']:g} days"),
+    rows = [("budget", f"{choice['nodes']} nodes × {choice['days']:.4g} days"),
             ("GPU-hours", f"{choice['gpu_hours']:,.0f}")]
     if choice["cost_usd"] is not None:
         rows.append(("cost (USD)", f"{choice['cost_usd']:,.0f}"))
     optimum = choice["optimum"]
     rows += [("optimum loss", f"{choice['loss']:.4f}"),
              ("geometry", f"{geometry_label(optimum)} S={optimum['sparsity']:.4f}")]
+    missed = [o for o in document["options"] if o["nodes"] == choice["nodes"]
+              and o["days"] < choice["days"]]
+    if missed:  # the cheapest budget lies between the two windows (a trial: 1.7x off)
+        below = max(missed, key=lambda o: o["days"])
+        rows.append(("cheapest of those evaluated",
+                     f"at {choice['nodes']} nodes it lies between {below['days']:.4g} days "
+                     f"(misses) and {choice['days']:.4g}: --cheapest-days with windows "
+                     "between them narrows it"))
     print_key_value_table(f"Cheapest budget reaching loss {document['target_loss']:.4f}", rows)
     _print_budget_options(document)
 
@@ -303,8 +311,12 @@ def _print_budget_options(document: dict[str, Any]) -> None:
     if len(options) < 2:
         return
     target = document["target_loss"]
-    print_table("Budgets evaluated", ["nodes", "days", "GPU-hours", "optimum loss", "reaches"],
-                [[str(o["nodes"]), f"{o['days']:g}", f"{o['gpu_hours']:,.0f}",
+    priced = any(o.get("cost_usd") is not None for o in options)  # the JSON's cost, shown
+    print_table("Budgets evaluated",
+                ["nodes", "days", "GPU-hours", *(["cost (USD)"] if priced else []),
+                 "optimum loss", "reaches"],
+                [[str(o["nodes"]), f"{o['days']:.4g}", f"{o['gpu_hours']:,.0f}",
+                  *([f"{o['cost_usd']:,.0f}"] if priced else []),
                   "-" if o["loss"] is None else f"{o['loss']:.4f}",
                   "yes" if o["loss"] is not None and o["loss"] <= target else "no"]
                  for o in options])

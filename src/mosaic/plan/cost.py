@@ -67,6 +67,11 @@ def check_price(price_per_gpu_hour: float | None,
 def run_cost(envelope: Envelope, price_per_gpu_hour: float | None = None) -> RunCost:
     price = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
     hours = envelope.gpu_hours
+    budget = envelope.dollar_budget
+    if budget is not None and price == budget.price_usd_per_gpu_hour:
+        # the window is the budget's: its cost is the budget, not the round trip's
+        # 999,999.9999 (a trial)
+        return RunCost(hours, price, budget.usd)
     return RunCost(hours, price, None if price is None else hours * price)
 
 
