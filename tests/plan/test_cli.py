@@ -319,3 +319,21 @@ def test_a_law_that_could_not_identify_the_token_exponent_plans_nothing(law, tmp
     replace(law, provenance={"unidentified": {"split_factor": ["eta"]}}).save(g_only)
     result = runner.invoke(app, ["law", "optimum", "--compute", "1e21", "--law", str(g_only)])
     assert result.exit_code == 0, result.output
+
+
+def test_a_sweeps_best_per_g_held_at_the_token_cap_is_marked():
+    """A G's best held at the tokens-per-parameter cap read the same loss at every window,
+    unmarked (a trial took the column for a bug): its cell says (capped), as D's does."""
+    args = ["--values", "2,8", *SMALL[:2], *SMALL[4:], "--tpp", "5:30"]
+    doc = run_json("sweep", "days", *args)
+    capped = [(point["days"], g) for point in doc["points"]
+              for g, best in point["best_per_split"].items() if best["tpp_capped"]]
+    assert capped  # G = 4's best trains past 30 tokens per parameter at both windows
+    table = runner.invoke(app, ["sweep", "days", *args], terminal_width=400)
+    rows = [line for line in table.stdout.splitlines() if line.startswith("│")]
+    for days, g in capped:
+        best = doc["points"][[p["days"] for p in doc["points"]].index(days)][
+            "best_per_split"][g]
+        row = next(r for r in rows if r.split("│")[1].strip() == f"{days:g}")
+        assert f"{best['loss']:.4f} (capped)" in row, row
+    assert "(capped): D held at the tokens-per-parameter cap" in table.stdout

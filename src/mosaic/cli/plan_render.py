@@ -357,8 +357,12 @@ def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None =
                       f"{c['loss']:.4f}"]
         if costs_usd is not None:  # the budget's cost, with or without an optimum
             cells.append(f"{costs_usd[index]:,.0f}")
-        cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}" if g in p.best_per_split
-                  else "-" for g in splits]
+        # a G's best held at the tokens-per-parameter cap reads the same at every window:
+        # marked as a capped D is (a trial took the constant column for a bug)
+        cells += [f"{p.result.loss[p.best_per_split[g]]:.4f}"
+                  + (" (capped)" if p.result.candidate(p.best_per_split[g])["tpp_capped"]
+                     else "")
+                  if g in p.best_per_split else "-" for g in splits]
         rows.append(cells)
     title = f"MOSAIC optimum per {axis} (Fig. 11)" + (
         "" if budget is None else f" at {budget.usd:,.0f} USD ({budget.price_usd_per_gpu_hour:g}"
@@ -367,10 +371,12 @@ def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None =
     for p in points:  # why a budget has no optimum (a fuzz trial saw only dashes)
         if p.result.optimum_index is None:
             typer.echo(f"{axis} {p.value:g}: {untrainable_message(p.result)}")
-    if any(p.result.optimum_index is not None
-           and p.result.candidate(p.result.optimum_index)["tpp_capped"] for p in points):
+    if any(p.result.candidate(row)["tpp_capped"] for p in points
+           for row in [*p.best_per_split.values(), p.result.optimum_index] if row is not None):
         typer.echo("(capped): D held at the tokens-per-parameter cap (--tpp), not what the "
                    "cluster could process in the window, so more of the axis buys no loss")
+    typer.echo("G*, S*, loss*: the optimum's split factor, sparsity and loss; best G=g: the "
+               "lowest loss among geometries of that split factor")
 
 
 def print_versus(versus: dict[str, Any]) -> None:
