@@ -337,3 +337,14 @@ def test_a_sweeps_best_per_g_held_at_the_token_cap_is_marked():
         row = next(r for r in rows if r.split("│")[1].strip() == f"{days:g}")
         assert f"{best['loss']:.4f} (capped)" in row, row
     assert "(capped): D held at the tokens-per-parameter cap" in table.stdout
+
+
+def test_the_uncertainty_rows_say_what_each_rule_trades():
+    """The minimax-regret choice read 'P(opt) 0.00' beside the optimum with no figure of what
+    it minimises (a trial): each row gives its expected loss and its worst regret."""
+    doc = run_json("plan", *SMALL)["uncertainty"]
+    text = " ".join(runner.invoke(app, ["plan", *SMALL], terminal_width=300).stdout.split())
+    for key in ("optimum", "robust_choice", "minimax_regret_choice"):
+        choice = doc[key]
+        assert (f"expected {choice['expected_loss']:.4f}, worst regret "
+                f"{choice['max_regret']:.4f}") in text, key

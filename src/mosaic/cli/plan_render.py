@@ -249,8 +249,13 @@ def print_uncertainty(document: dict[str, Any]) -> None:
     def label(c: dict[str, Any]) -> str:
         low, high = c["loss_interval"]
         flags = [f["quantity"] for f in (c.get("extrapolation") or {}).get("flags", [])]
+        # expected loss and worst regret, the two rules' own figures: a minimax choice
+        # showed P(opt) 0.00 with no word of what it trades (a trial; at the token cap its
+        # loss ignores the throughput draws, so its worst case is the least bad)
+        trade = "".join(f", {name} {c[key]:.4f}" for name, key in (
+            ("expected", "expected_loss"), ("worst regret", "max_regret")) if key in c)
         return (f"{geometry_label(c)}: "
-                f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]"
+                f"P(opt) {c['p_optimal']:.2f}, loss [{low:.4f}, {high:.4f}]{trade}"
                 + (f"; the law extrapolates in {', '.join(flags)}" if flags else ""))
 
     # one row per distinct candidate: the three choices are often the same one (a trial
