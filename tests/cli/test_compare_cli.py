@@ -566,3 +566,23 @@ def test_an_option_neither_job_reads_is_refused(tmp_path, job_b):
         result.output.split())
     assert runner.invoke(app, ["compare", stated[0], str(job_b), "--days", "10"]
                          ).exit_code == 0
+
+
+def test_a_plan_on_repeated_data_shows_the_tokens_its_loss_counted(plans, tmp_path):
+    """Raw D stood beside a loss the law had scored on D' (a trial): the effective tokens
+    and epochs get their own rows where a side planned with --unique-tokens."""
+    document = json.loads(Path(plans[1]).read_text())
+    tokens = document["optimum"]["tokens"]
+    document["search_space"]["unique_tokens"] = tokens / 8
+    document["optimum"] |= {"epochs": 8.0, "effective_tokens": 0.8 * tokens}
+    repeated = tmp_path / "repeated.json"
+    repeated.write_text(json.dumps(document))
+    doc = invoke_json("compare", str(plans[0]), str(repeated))
+    rows = {row["quantity"]: row for row in doc["summary"]}
+    assert rows["effective_tokens"]["b"] == pytest.approx(0.8 * tokens)
+    assert rows["effective_tokens"]["a"] is None and rows["epochs"]["b"] == 8.0
+    table = " ".join(runner.invoke(app, ["compare", str(plans[0]), str(repeated)],
+                                   terminal_width=200).stdout.split())
+    assert "effective tokens D' the law sees (repeated data)" in table
+    plain = invoke_json("compare", str(plans[0]), str(plans[1]))
+    assert "effective_tokens" not in {row["quantity"] for row in plain["summary"]}

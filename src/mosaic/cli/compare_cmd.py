@@ -257,6 +257,10 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "days": envelope.get("days"),
         "goodput": (envelope.get("goodput") or {}).get("goodput"),
         "tokens": optimum.get("tokens"),
+        # the data the loss counted where the plan had --unique-tokens (Muennighoff et al.)
+        **({"effective_tokens": optimum["effective_tokens"], "epochs": optimum.get("epochs")}
+           if (document.get("search_space") or {}).get("unique_tokens")
+           and optimum.get("effective_tokens") else {}),
         # D held at the plan's tokens-per-parameter cap, below tokens/s x T x goodput
         "tokens_capped": bool(optimum.get("tpp_capped")),
         "loss": optimum.get("loss"),

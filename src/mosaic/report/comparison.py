@@ -60,14 +60,20 @@ SUMMARY = (  # key, label, unit for printing
 # rows of run records' measurements, shown when a side has them
 MEASURED = (("measured_step_time_s", "measured step time (s)", "s"),
             ("measured_tokens_per_s_per_gpu", "measured tokens/s per GPU", "rate"))
+# the data a plan on repeated tokens (--unique-tokens) scored its loss on, shown when a side
+# has it (a trial read raw D beside a loss of D')
+REPEATED = (("effective_tokens", "effective tokens D' the law sees (repeated data)", "count"),
+            ("epochs", "epochs of the unique data", "plain"))
 
 
 def summary_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
     """SUMMARY, with the measured rows after the predicted tokens/s per GPU when a side
-    is a run record."""
+    is a run record, and the effective-data rows after D when a side trained on repeats."""
+    keys = [key for key, _, _ in SUMMARY]
     measured = [row for row in MEASURED if row[0] in a or row[0] in b]
-    at = [key for key, _, _ in SUMMARY].index("tokens_per_s_per_gpu") + 1
-    return [*SUMMARY[:at], *measured, *SUMMARY[at:]]
+    repeated = [row for row in REPEATED if a.get(row[0]) or b.get(row[0])]
+    at, tokens = keys.index("tokens_per_s_per_gpu") + 1, keys.index("tokens") + 1
+    return [*SUMMARY[:at], *measured, *SUMMARY[at:tokens], *repeated, *SUMMARY[tokens:]]
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -185,7 +191,7 @@ def marks(quantity: str, side: dict[str, Any]) -> str:
 
 def side_by_side_rows(document: dict[str, Any]) -> list[list[str]]:
     """The "Side by side" rows: quantity, A, B (with their marks) and B / A."""
-    units = {key: (label, unit) for key, label, unit in (*SUMMARY, *MEASURED)}
+    units = {key: (label, unit) for key, label, unit in (*SUMMARY, *MEASURED, *REPEATED)}
     rows = []
     for row in document["summary"]:
         label, unit = units[row["quantity"]]
