@@ -266,7 +266,7 @@ def test_target_loss_prints_every_budget_it_evaluated():
     table = result.stdout.split("Budgets evaluated", 1)[1]
     for option in doc["cheapest"]["options"]:
         reaches = "yes" if option["loss"] is not None and option["loss"] <= 1.8 else "no"
-        cells = [str(option["nodes"]), f"{option['days']:g}", f"{option['gpu_hours']:,.0f}",
+        cells = [str(option["nodes"]), f"{option['days']:.4g}", f"{option['gpu_hours']:,.0f}",
                  f"{option['loss']:.4f}", reaches]
         assert any(all(cell in line for cell in cells) for line in table.splitlines()), cells
     # the chosen window's node count missed at a shorter one: the true minimum lies between

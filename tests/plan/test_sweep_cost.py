@@ -162,3 +162,30 @@ def test_a_priced_sweep_gives_each_point_its_cost(one_node, law, calibration):
     assert f">{one_node.n_devices * 4 * 24 * 3.0:,.0f}</td>" in page
     assert "cost_usd" not in sweep_document(sweep_days(one_node, SPACE, law, calibration, [2],
                                                        workers=1))["points"][0]
+
+
+def test_refined_windows_lie_between_the_last_miss_and_the_first_reach():
+    from mosaic.plan.cost import REFINED_WINDOWS, refined_windows
+
+    windows = refined_windows([(7.5, 1.44), (15.0, 1.40), (30.0, 1.365), (60.0, 1.33)], 1.36)
+    assert len(windows) == REFINED_WINDOWS and 30.0 < min(windows) < max(windows) < 60.0
+    ratios = np.diff(np.log([30.0, *windows, 60.0]))
+    np.testing.assert_allclose(ratios, ratios[0])  # geometric steps
+    assert refined_windows([(7.5, 1.35), (15.0, 1.33)], 1.36) == []  # the first reaches
+    assert refined_windows([(7.5, 1.45), (15.0, None)], 1.36) == []  # none reaches
+
+
+def test_the_cheapest_budget_is_searched_between_the_grids_windows(one_node, law,
+                                                                   calibration):
+    """A trial paid 1.7x: 32 nodes x 60 days where 35 days reached the target. Windows
+    between a node count's last miss and first reach are rescored on its layouts: the
+    choice is no dearer than the grid's own, and lies in that bracket."""
+    grid = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.8, nodes=[1],
+                         days=[1, 2, 4], workers=1)
+    coarse = [o for o in grid.options if o.days in (1.0, 2.0, 4.0)]
+    reach = [o for o in coarse if o.loss is not None and o.loss <= 1.8]
+    assert reach and grid.choice.cost.gpu_hours <= min(o.cost.gpu_hours for o in reach)
+    missed = [o.days for o in coarse if o.loss is None or o.loss > 1.8]
+    if missed:  # (the grid's shortest window may already reach it)
+        assert max(missed) < grid.choice.days <= min(o.days for o in reach)
+        assert len(grid.options) > len(coarse)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from mosaic.errors import MosaicInputError, MosaicNote
 from mosaic.law import ScalingLaw
@@ -22,7 +24,7 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
 from mosaic.plan.peak_bound import peak_bound
-from mosaic.plan.search import PlanResult, ProgressFn
+from mosaic.plan.search import PlanResult, ProgressFn, score
 from mosaic.plan.sweep import sweep_days
 
 
@@ -86,8 +88,33 @@ class BudgetOption:
 
     @property
     def loss(self) -> float | None:
-        row = self.result.optimum_index
-        return None if row is None else float(self.result.loss[row])
+        return _loss(self.result)
+
+
+# Windows rescored between a node count's last missing and first reaching window: the
+# doubling grid alone priced a trial's answer 1.7x above a window between two of its own
+REFINED_WINDOWS = 8
+
+
+def _loss(result: PlanResult) -> float | None:
+    row = result.optimum_index
+    return None if row is None else float(result.loss[row])
+
+
+def refined_windows(losses: Sequence[tuple[float, float | None]], target_loss: float
+                    ) -> list[float]:
+    """Windows (geometrically spaced) between the longest window of ``(days, optimum
+    loss)`` that misses ``target_loss`` and the shortest that reaches it, where both exist:
+    the optimum loss never rises with the window on fixed layouts (each geometry's tokens
+    grow with it), so the cheapest window at that node count lies between them."""
+    reach = [d for d, loss in losses if loss is not None and loss <= target_loss]
+    if not reach:
+        return []
+    first = min(reach)
+    missed = [d for d, _ in losses if d < first]
+    if not missed:
+        return []
+    return [float(d) for d in np.geomspace(max(missed), first, REFINED_WINDOWS + 2)[1:-1]]
 
 
 @dataclass(frozen=True)
@@ -146,18 +173,25 @@ def cheapest_plan(
     progress: Callable[[int], ProgressFn | None] | None = None,
     workers: int | None = None,
 ) -> CheapestPlan:
-    """Search every (nodes, days) budget; layouts are profiled once per node count."""
+    """Search every (nodes, days) budget; layouts are profiled once per node count. Where a
+    node count's shorter window misses the target and a longer one reaches it, windows
+    between the two are rescored on the same layouts (:func:`refined_windows`)."""
     node_counts, windows = check_target_reachable(envelope, space, law, target_loss, nodes,
                                                   days)
     options = []
     for n_nodes in node_counts:
         cluster = envelope.with_budget(n_nodes=int(n_nodes))
         callback = progress(cluster.n_nodes) if progress is not None else None
-        for point in sweep_days(cluster, space, law, calibration, windows, limits, callback,
-                                workers):
-            window = point.result.envelope
-            options.append(BudgetOption(cluster.n_nodes, window.days,
-                                        run_cost(window, price_per_gpu_hour), point.result))
+        points = sweep_days(cluster, space, law, calibration, windows, limits, callback,
+                            workers)
+        results = [point.result for point in points]
+        between = refined_windows([(r.envelope.days, _loss(r)) for r in results],
+                                  target_loss)
+        table = points[0].result.throughput  # one layout search serves every window
+        results += [score(table, cluster.with_budget(days=d), space, law) for d in between]
+        options += [BudgetOption(cluster.n_nodes, r.envelope.days,
+                                 run_cost(r.envelope, price_per_gpu_hour), r)
+                    for r in results]
     # equal GPU-hours cost the same: the lower loss first, then the shorter window
     options.sort(key=lambda o: (o.cost.gpu_hours, math.inf if o.loss is None else o.loss,
                                 o.days, o.n_nodes))
