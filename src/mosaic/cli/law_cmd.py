@@ -414,7 +414,7 @@ def fit(
 
     from mosaic.law.bootstrap import identifiability_scan
     from mosaic.law.datasets import dataset_hint
-    from mosaic.law.rundata import RunData, check_columns, read_run_table
+    from mosaic.law.rundata import check_columns, read_run_table
     from mosaic.law.validation import fit_with_holdout, holdout_to_fit
 
     check_bootstrap_options(n_bootstrap, method, samples_out)

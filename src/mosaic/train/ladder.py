@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field
 from mosaic.arch import count_parameters
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
 from mosaic.errors import MosaicInputError
-from mosaic.limits import LIMITS
+from mosaic.limits import LIMITS, is_finite_number
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
     LadderModel,
@@ -298,18 +298,12 @@ _POSITIVE_RESULT_FIELDS = ("n_total", "n_active", "tokens", "smoothed_loss", "sp
 _COUNT_RESULT_FIELDS = ("experts", "top_k")
 
 
-def _is_number(value: Any) -> bool:
-    """A finite JSON number (not a boolean, a string or null)."""
-    return (not isinstance(value, bool) and isinstance(value, int | float)
-            and math.isfinite(value))
-
-
 def _check_result_numbers(result: dict[str, Any]) -> None:
     """ValueError naming the first field of ``result`` that is not what a run writes."""
     for name in (*_POSITIVE_RESULT_FIELDS, *_COUNT_RESULT_FIELDS):
         value = result[name]
         count = name in _COUNT_RESULT_FIELDS
-        if not _is_number(value) or value < 0 or (value == 0 and not count):
+        if not is_finite_number(value) or value < 0 or (value == 0 and not count):
             raise ValueError(f"{name} is {value!r}; a run writes a "
                              + ("count >= 0" if count else "positive number") + " there")
     if result["n_active"] > result["n_total"]:
@@ -319,7 +313,7 @@ def _check_result_numbers(result: dict[str, Any]) -> None:
         raise ValueError(f"top_k {result['top_k']} with experts {result['experts']}: a dense "
                          "run writes 0 for both, an MoE run 1 <= top_k <= experts")
     starved, vocab = result.get("starved_experts"), result.get("vocab")
-    if starved is not None and (not _is_number(starved) or starved < 0):
+    if starved is not None and (not is_finite_number(starved) or starved < 0):
         raise ValueError(f"starved_experts is {starved!r}; a run writes a count >= 0 or null")
     if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int)
                               or vocab < 1):
