@@ -33,6 +33,11 @@ from mosaic.export.targets import ExportResult, header_lines
 # attention, flash = FlashAttention, unfused = the materialised softmax(QK^T)V path.
 ATTENTION_BACKEND = {"cudnn": "fused", "fa2": "flash", "fa3": "flash", "reference": "unfused"}
 
+# The amax history delayed scaling keeps, as Megatron-LM's FP8 examples
+# (examples/llama/train_llama3_8b_h100_fp8.sh @ d98e8a6) and Bridge's delayed recipe
+# (mixed_precision.py @ 067f987) set it, not TransformerConfig's defaults (1, 'most_recent')
+DELAYED_SCALING_HISTORY = {"fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max"}
+
 FP8_RECIPE_ARGS = {"delayed": ("delayed", "hybrid"), "current": ("tensorwise", "hybrid"),
                    "blockwise": ("blockwise", "hybrid"), "mxfp8": ("mxfp8", "e4m3")}
 
@@ -315,12 +320,9 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if spec.precision == "fp8":
         recipe, fp8_format = FP8_RECIPE_ARGS[spec.fp8_recipe]
         args += [("--fp8-format", fp8_format), ("--fp8-recipe", recipe)]
-        if spec.fp8_recipe == "delayed":
-            # the scaling history Megatron-LM's FP8 examples and Bridge's delayed recipes
-            # use, not TransformerConfig's defaults (1, 'most_recent'): examples/llama/
-            # train_llama3_8b_h100_fp8.sh @ d98e8a6, Bridge mixed_precision.py @ 067f987
-            # (a trial: the NeMo file of the same job wrote 1024 and max)
-            args += [("--fp8-amax-history-len", "1024"), ("--fp8-amax-compute-algo", "max")]
+        if spec.fp8_recipe == "delayed":  # (a trial: the NeMo file wrote them, this not)
+            args += [("--" + name.replace("_", "-"), str(value))
+                     for name, value in DELAYED_SCALING_HISTORY.items()]
         if spec.fp8_param_gather:
             args.append(("--fp8-param-gather", None))
             if spec.sharding == "none":  # arguments.py validate_args asserts it

@@ -19,6 +19,7 @@ import yaml
 
 from mosaic.arch.geometry import AttentionKind, NormKind
 from mosaic.export.megatron import (
+    DELAYED_SCALING_HISTORY,
     FUSED_GROUPED_MLP_ENV,
     LAYER_GRAPH_DROPLESS_NOTE,
     MAMBA_CONV_BIAS_NOTE,
@@ -83,8 +84,7 @@ RECIPE_FIELDS: dict[str, dict[str, Any]] = {
                    "pipeline_dtype": torch_dtype("float16"), "autocast_enabled": False,
                    "grad_reduce_in_fp32": False},
     "bf16_with_fp8_delayed_scaling_mixed": _BF16_MIXED | {
-        "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,
-        "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max",
+        "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0, **DELAYED_SCALING_HISTORY,
         "fp8_param_gather": True},
     "bf16_with_fp8_current_scaling_mixed": _BF16_MIXED | {
         "fp8": "hybrid", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True,
