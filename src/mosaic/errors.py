@@ -9,6 +9,11 @@ class MosaicInputError(ValueError):
     """Bad user input: the message names the field, the bad value and what is allowed."""
 
 
+class InvalidLayoutError(MosaicInputError):
+    """A job's parallel layout breaks a layout rule; the message starts 'invalid parallel
+    layout' and names the rule (callers add the file and the ``--set`` that made it)."""
+
+
 def install_hint(extra: str) -> str:
     """How to install an optional extra, quoted for every shell: from the mosaic checkout
     (the name 'mosaic' on PyPI is another project)."""

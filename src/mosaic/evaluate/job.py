@@ -10,7 +10,7 @@ import numpy as np
 
 from mosaic.config.job_schema import JobSpec, blame_override, load_job
 from mosaic.config.layout import VPP_DEFAULT_NOTE
-from mosaic.errors import MosaicInputError
+from mosaic.errors import InvalidLayoutError, MosaicInputError
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import first_reason, plan_violations
@@ -132,7 +132,7 @@ def _refuse_rules_the_change_breaks(spec: JobSpec, n_devices: int) -> None:
                                          split_stated=False)
               if v.violated[0] and v.rule not in kept]
     if broken:
-        raise MosaicInputError("invalid parallel layout after --set: "
+        raise InvalidLayoutError("invalid parallel layout after --set: "
                                f"{broken[0].message(spec.plan, 0)}")
 
 
@@ -162,9 +162,7 @@ def predict_job_file(spec: JobSpec, calibration: Calibration, path: Path,
     parallel layout: ep=3 must divide experts=128' with neither)."""
     try:
         return predict_job(spec, calibration)
-    except MosaicInputError as exc:
-        if not str(exc).startswith("invalid parallel layout"):
-            raise
+    except InvalidLayoutError as exc:
         raise blame_override(MosaicInputError(f"{path}: {exc}"), overrides) from None
 
 
@@ -186,12 +184,12 @@ def check_job_layout(spec: JobSpec) -> Cluster:
                 # a vpp the stack's default chose, not the job: say so
                 reason += "".join(f"; {note}" for note in spec.assumptions
                                   if note.startswith(VPP_DEFAULT_NOTE))
-            raise MosaicInputError(f"invalid parallel layout: {reason}")
+            raise InvalidLayoutError(f"invalid parallel layout: {reason}")
         # what `layouts` and `plan` would refuse to search (a trial: perf costed zero1 on
         # torchtitan, which offers none of it)
         unoffered = unoffered_layout(spec.workload, spec.plan)
         if unoffered is not None:
             # ('layout sharding: stack ... offers only': the heading says layout once)
-            raise MosaicInputError(
+            raise InvalidLayoutError(
                 f"invalid parallel layout: {unoffered.removeprefix('layout ')}")
     return cluster
