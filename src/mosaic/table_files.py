@@ -8,8 +8,9 @@ MosaicInputError naming the file, instead of a pandas/pyarrow traceback.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import MAX_FILE_BYTES
@@ -67,3 +68,32 @@ def read_table(path: str | Path, what: str = "table", *, allow_no_rows: bool = F
     if len(frame) == 0 and not allow_no_rows:
         raise MosaicInputError(f"{what} {path}: has a header but no rows")
     return frame
+
+
+def bad_row_error(what: str, frame: pd.DataFrame, column: str, bad: Any,
+                  allowed: str) -> MosaicInputError:
+    """The one-line error for the first row of ``frame`` flagged in ``bad`` (a boolean mask):
+    rows counted from 1, the first after the header, and the value as the file has it (a
+    trial read 'row 0: time_s=np.float64(-0.0001)')."""
+    import numpy as np
+
+    row = int(np.flatnonzero(np.asarray(bad, dtype=bool))[0])
+    value = frame[column].iloc[row]
+    shown = value.item() if hasattr(value, "item") else value
+    return MosaicInputError(f"{what} row {row + 1}: {column}={shown!r}; allowed: {allowed}")
+
+
+def numeric_columns(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
+    """``frame`` with ``columns`` as floats; :func:`bad_row_error` for the first value that
+    is not a finite number (a trial's time_s=abc ended in a ValueError traceback)."""
+    import numpy as np
+    import pandas as pd
+
+    converted = {}
+    for column in columns:
+        values = pd.to_numeric(frame[column], errors="coerce").astype(float)
+        bad = ~np.isfinite(values.to_numpy())
+        if bad.any():
+            raise bad_row_error(what, frame, column, bad, "a finite number")
+        converted[column] = values
+    return frame.assign(**converted)

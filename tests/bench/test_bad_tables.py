@@ -60,9 +60,59 @@ def test_a_truncated_row_is_named_not_dropped(tmp_path):
 
 
 def test_a_well_formed_table_reads_back(tmp_path):
-    frame = pd.DataFrame({"case": ["a"], "time_s": [1e-3], "status": ["ok"]})
+    frame = pd.DataFrame({"case": ["a"], "metadata_id": ["x"], "dtype": ["bf16"], "m": [64],
+                          "n": [64], "k": [64], "pass": ["peak"], "time_s": [1e-3],
+                          "status": ["ok"]})
     frame.to_parquet(tmp_path / "gemm.parquet", index=False)
     assert read_family(tmp_path, "gemm")["time_s"].tolist() == [1e-3]
+
+
+def test_a_table_without_the_bench_columns_is_named_not_a_key_error(tmp_path):
+    # a trial pointed --microbench at measured/ (the job-format copies): KeyError 'metadata_id'
+    _write(tmp_path / "measured", "gemm.csv", "m,n,k,dtype,time_s\n64,64,64,bf16,0.001\n")
+    with pytest.raises(MosaicInputError, match=r"measured/gemm\.csv: not a `mosaic bench` gemm "
+                       r"table: no column case, metadata_id, pass; .*point --microbench at"):
+        read_family(tmp_path / "measured", "gemm", for_fit=True)
+    _write(tmp_path, "gemm.csv",
+           COLUMNS.replace(",k,", ",") + "gemm,a,x,64,64,bf16,peak,0.001,ok\n")
+    with pytest.raises(MosaicInputError, match=r"no column k; tables written by `mosaic bench`"):
+        read_family(tmp_path, "gemm", for_fit=True)
+
+
+@pytest.mark.parametrize("text", ["", '{"runs": {"a": 1', "[1, 2]", '{"runs": "x"}'])
+def test_unreadable_bench_metadata_is_named(tmp_path, text):
+    from mosaic.bench.store import read_metadata
+
+    _write(tmp_path, "metadata.json", text)
+    with pytest.raises(MosaicInputError, match=r"metadata\.json: not (readable as )?the bench's "
+                       "metadata"):
+        read_metadata(tmp_path)
+
+
+def test_a_csv_edited_after_its_parquet_file_is_named(tmp_path):
+    import os
+
+    from mosaic.errors import MosaicWarning
+
+    frame = pd.read_csv(pd.io.common.StringIO(COLUMNS + "gemm,a,x,64,64,64,bf16,peak,0.001,ok\n"))
+    frame.to_parquet(tmp_path / "gemm.parquet", index=False)
+    frame.to_csv(tmp_path / "gemm.csv", index=False)
+    read_family(tmp_path, "gemm")  # written together: nothing to say
+    stamp = (tmp_path / "gemm.parquet").stat().st_mtime
+    os.utime(tmp_path / "gemm.csv", (stamp + 60, stamp + 60))
+    with pytest.warns(MosaicWarning, match=r"gemm\.csv was changed after gemm\.parquet, which "
+                      "is the table read"):
+        read_family(tmp_path, "gemm")
+
+
+def test_a_folder_without_bench_tables_says_what_it_holds(tmp_path):
+    from mosaic.evaluate.microbench_calibration import load_tables
+
+    _write(tmp_path, "gemm_grouped_b200.csv", "a,b\n1,2\n")
+    with pytest.raises(MosaicInputError, match=r"no `mosaic bench` table .*gemm_grouped_b200\.csv "
+                       r"are not bench tables; the ScalePlan reference tables are fitted by "
+                       r"benchmarks/fit_microbench_constants\.py"):
+        load_tables(tmp_path)
 
 
 def test_calibrate_takes_runs_or_tables_not_both(tmp_path):

@@ -119,7 +119,14 @@ def test_calibrate_then_perf_with_the_result(bench_dir, tmp_path):
     default = json.loads(run([*MOSAIC, "perf", str(JOB), "--json"]).stdout)
     fitted = json.loads(run([*MOSAIC, "perf", str(JOB), "--calibration", str(calibration),
                              "--json"]).stdout)
-    assert fitted["step_time_s"] != default["step_time_s"]
+    constants = loaded.microbench
+    # (the launch gap the file may also carry is hidden under this job's GPU time, Eq. 11)
+    if (constants.gemm or constants.attention_fwd or constants.attention_bwd
+            or constants.elementwise_hbm_efficiency is not None or constants.collectives):
+        assert fitted["step_time_s"] != default["step_time_s"]
+    else:  # a noisy CPU's kernel fits all dropped, each named: the built-ins predict alike
+        assert fitted["step_time_s"] == default["step_time_s"]
+        assert any(w.startswith("gemm ") and "not written" in w for w in report["warnings"])
     # constants of another device apply to any device, so the B200 job is outside their
     # envelope (a trial saw a B200 job called 'inside' a calibration measured on a CPU)
     assert default["coverage"]["inside_calibrated_envelope"]
@@ -187,6 +194,8 @@ def test_collectives_dry_run_plans_a_job_without_torchrun(tmp_path):
 
 
 def test_a_job_can_name_the_exported_tables(bench_dir, tmp_path):
+    import shutil
+
     import yaml
 
     document = yaml.safe_load(JOB.read_text())
@@ -194,7 +203,22 @@ def test_a_job_can_name_the_exported_tables(bench_dir, tmp_path):
     document["hardware"]["collective_table"] = str(bench_dir / "measured" / "collectives.csv")
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(document))
-    result = json.loads(run([*MOSAIC, "perf", str(job), "--json"]).stdout)
-    # the tiny CPU tables cover none of the job's shapes: every term stays analytical
+    # the bench's metadata names the CPU they were measured on: not the job's B200
+    refused = subprocess.run([*MOSAIC, "perf", str(job)], capture_output=True, text=True,
+                             timeout=240, check=False,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert refused.returncode == 2
+    assert "was measured on cpu" in refused.stderr and "not on the job's B200" in refused.stderr
+    # the same tables without metadata are used as named; the tiny CPU tables cover none of
+    # the job's shapes, every term stays analytical, and perf says so
+    copies = tmp_path / "tables"
+    shutil.copytree(bench_dir / "measured", copies)
+    document["hardware"]["gemm_table"] = str(copies / "gemm.csv")
+    document["hardware"]["collective_table"] = str(copies / "collectives.csv")
+    job.write_text(yaml.safe_dump(document))
+    done = run([*MOSAIC, "perf", str(job), "--json"])
+    result = json.loads(done.stdout)
+    assert "hardware.gemm_table covers none of this job's shapes" in done.stderr
+    assert "hardware.collective_table covers none of this job's shapes" in done.stderr
     assert result["step_time_s"] == json.loads(run([*MOSAIC, "perf", str(JOB),
                                                      "--json"]).stdout)["step_time_s"]

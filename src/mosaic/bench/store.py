@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mosaic.bench.families import FAMILIES
-from mosaic.errors import MosaicInputError
+from mosaic.bench.families import FAMILIES, FIT_COLUMNS, ROW_COLUMNS
+from mosaic.errors import MosaicInputError, MosaicWarning
 
 METADATA_FILE = "metadata.json"
 OK = "ok"
@@ -45,14 +46,20 @@ def _atomic_frame(frame: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def read_family(directory: Path, family: str) -> pd.DataFrame:
+def read_family(directory: Path, family: str, for_fit: bool = False) -> pd.DataFrame:
     """The table of ``family`` in ``directory`` (Parquet, else CSV), empty when absent;
-    MosaicInputError naming the file for one that cannot be read or holds a measured row
-    without a positive time (:func:`check_rows`)."""
+    MosaicInputError naming the file for one that cannot be read, lacks the bench's columns
+    (those a fit reads too, ``for_fit``) or holds a measured row without a positive time
+    (:func:`check_rows`)."""
     parquet, csv = directory / f"{family}.parquet", directory / f"{family}.csv"
     path = parquet if parquet.exists() else csv if csv.exists() else None
     if path is None:
         return pd.DataFrame()
+    if path is parquet and csv.exists() and _edited_after(csv, parquet):
+        # a trial's negative time typed into the CSV was never read, without a word
+        warnings.warn(f"{csv} was changed after {parquet.name}, which is the table read (the "
+                      "CSV is a copy for people): to use the edited CSV, delete "
+                      f"{parquet.name}", MosaicWarning, stacklevel=2)
     try:  # pyarrow's ArrowInvalid and pandas' ParserError are ValueErrors
         frame = pd.read_parquet(path) if path is parquet else pd.read_csv(path)
     except (OSError, ValueError) as exc:
@@ -60,8 +67,36 @@ def read_family(directory: Path, family: str) -> pd.DataFrame:
         raise MosaicInputError(f"{path}: not a readable {family} table ({reason}); measure "
                                "it again or remove it (the Parquet file is the source, the "
                                "CSV a copy)") from None
+    check_columns(frame, path, family, for_fit)
     check_rows(frame, path)
     return frame
+
+
+def _edited_after(copy: Path, source: Path) -> bool:
+    """Whether ``copy`` was modified after ``source`` (the bench writes the CSV a moment
+    after the Parquet file, so only a later edit is past a second's slack)."""
+    return copy.stat().st_mtime > source.stat().st_mtime + 1.0
+
+
+def check_columns(frame: pd.DataFrame, path: Path, family: str, for_fit: bool) -> None:
+    """Refuse a table without the columns `mosaic bench` writes for ``family``
+    (:data:`~mosaic.bench.families.ROW_COLUMNS`, and for a fit of measured rows
+    :data:`~mosaic.bench.families.FIT_COLUMNS`), naming them: the job-format copy in
+    measured/ or a hand-made table ended in a KeyError inside the fit (a trial)."""
+    if frame.empty and len(frame.columns) == 0:
+        return
+    measured = "status" not in frame.columns or bool((frame["status"] == OK).any())
+    fitted = FIT_COLUMNS.get(family, ()) if for_fit and measured else ()
+    required = (*ROW_COLUMNS, *fitted)
+    missing = [name for name in required if name not in frame.columns]
+    if not missing:
+        return
+    hint = (f"; {path.parent} holds the job-format copies `mosaic bench` writes for "
+            f"hardware.*_table: point --microbench at {path.parent.parent}, the bench's "
+            "output folder" if path.parent.name == "measured" else
+            "; tables written by `mosaic bench` carry them (a hand-edited or foreign table?)")
+    raise MosaicInputError(f"{path}: not a `mosaic bench` {family} table: no column "
+                           f"{', '.join(missing)}{hint}")
 
 
 # The size columns the bench writes (gemm m n k; grouped groups m_per_group; attention
@@ -164,11 +199,23 @@ class FamilyTable:
 
 
 def read_metadata(directory: Path) -> dict[str, Any]:
-    """metadata.json: {"runs": {metadata_id: metadata}}; empty when absent."""
+    """metadata.json: {"runs": {metadata_id: metadata}}; empty when absent; MosaicInputError
+    naming the file when it is not that (empty, truncated, a list: a trial's tracebacks)."""
     path = directory / METADATA_FILE
     if not path.exists():
         return {"runs": {}}
-    return json.loads(path.read_text())
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MosaicInputError(f"{path}: not readable as the bench's metadata ({reason}); "
+                               "rerun `mosaic bench` into a new folder") from None
+    runs = document.get("runs") if isinstance(document, dict) else None
+    if not isinstance(runs, dict) or not all(isinstance(v, dict) for v in runs.values()):
+        raise MosaicInputError(f"{path}: not the bench's metadata: expected "
+                               '{"runs": {metadata_id: {...}}}; rerun `mosaic bench` into '
+                               "a new folder")
+    return document
 
 
 def record_metadata(directory: Path, metadata: dict[str, Any]) -> None:

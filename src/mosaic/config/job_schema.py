@@ -62,13 +62,13 @@ from mosaic.config.spelling import (
     warn_deprecated,
 )
 from mosaic.errors import MosaicInputError, MosaicWarning
-from mosaic.hardware import get_system
+from mosaic.hardware import get_device, get_system
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
-from mosaic.perf.machine import MeasuredTables, device_model_notes
+from mosaic.perf.machine import MeasuredTables, check_measured_rates, device_model_notes
 from mosaic.perf.pipeline_layout import layout_for
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.routing_load import routing_assumptions
@@ -489,13 +489,13 @@ def _same_gpu_model(measured_name: str, catalog_name: str) -> bool:
     return bool(words) and catalog_name.upper().startswith(words[0].upper())
 
 
-def table_device_notes(hardware: HardwareBlock, base: Path, device_name: str) -> list[str]:
-    """A note for each measured table whose bench metadata (``mosaic bench`` writes
-    metadata.json beside the tables or one folder up) names another device than the job's:
-    the table's times still replace the model's, as measured."""
+def refuse_foreign_tables(hardware: HardwareBlock, base: Path, device_name: str) -> None:
+    """MosaicInputError for a measured table whose bench metadata (``mosaic bench`` writes
+    metadata.json beside the tables or one folder up) names other devices than the job's:
+    a CPU's GEMM times replaced an H100 job's and doubled its step, with one assumption
+    line to say so (a trial). Tables without metadata are used as the job names them."""
     from mosaic.bench.store import METADATA_FILE, read_metadata  # the bench's own format
 
-    notes = []
     for field_name, path in _table_paths(hardware, base).items():
         found = [folder for folder in (path.parent, path.parent.parent)
                  if (folder / METADATA_FILE).is_file()]
@@ -507,10 +507,10 @@ def table_device_notes(hardware: HardwareBlock, base: Path, device_name: str) ->
         except (OSError, ValueError, AttributeError):
             continue
         if measured and not any(_same_gpu_model(name, device_name) for name in measured):
-            notes.append(f"hardware.{field_name} was measured on {', '.join(measured)}, not "
-                         f"on the job's {device_name}: its times replace the model's as "
-                         "measured")
-    return notes
+            raise MosaicInputError(
+                f"hardware.{field_name}: {path} was measured on {', '.join(measured)} "
+                f"({found[0] / METADATA_FILE}), not on the job's {device_name}; measure on "
+                f"the job's GPUs (`mosaic bench`) or leave hardware.{field_name} out")
 
 
 def _block(schema: type[BaseModel], document: dict[str, Any], name: str, where: str) -> Any:
@@ -759,8 +759,16 @@ def job_from_document(document: dict[str, Any], where: str,
                       f"NVLink domains of {domain} GPUs: every tensor-parallel collective "
                       "crosses the network", MosaicWarning, stacklevel=2)
     n_devices = search.devices if search.devices is not None else int(plan.n_devices[0])
+    tables = _measured_tables(hardware, Path(where).parent)
     if device_name:
-        notes.extend(table_device_notes(hardware, Path(where).parent, device_name))
+        refuse_foreign_tables(hardware, Path(where).parent, device_name)
+        fields = {name: f"hardware.{name} {path}"
+                  for name, path in _table_paths(hardware, Path(where).parent).items()}
+        for line in check_measured_rates(tables, get_device(device_name),
+                                         {"gemm": fields.get("gemm_table", ""),
+                                          "grouped_gemm": fields.get("grouped_gemm_table", "")}):
+            notes.append(line)
+            warnings.warn(line, MosaicWarning, stacklevel=2)
     headroom = memory_headroom(hardware.usable_memory_fraction, workload.stack)
     if hardware.usable_memory_fraction is None:
         notes.append(f"hardware.usable_memory_fraction unstated: {headroom.usable_fraction:g} "
@@ -772,7 +780,7 @@ def job_from_document(document: dict[str, Any], where: str,
         n_devices=n_devices,
         nodes=hardware.nodes,
         usable_memory_fraction=headroom.usable_fraction,
-        tables=_measured_tables(hardware, Path(where).parent),
+        tables=tables,
         assumptions=tuple(notes),
         unstated_stage_split=performance.uneven_stages == "unstated",
         stack_version=performance.stack_version,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import numpy as np
 
 from mosaic.config.job_schema import JobSpec, blame_override, load_job
 from mosaic.config.layout import VPP_DEFAULT_NOTE
-from mosaic.errors import InvalidLayoutError, MosaicInputError
+from mosaic.errors import InvalidLayoutError, MosaicInputError, MosaicWarning
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import first_reason, plan_violations
@@ -81,6 +82,10 @@ def cluster_for(spec: JobSpec) -> Cluster:
     return Cluster.from_n_devices(system, spec.n_devices)
 
 
+# the one step term the grouped expert GEMMs (a grouped_gemm_table) are costed in
+GROUPED_GEMM_TERM = "compute_experts"
+
+
 def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cluster,
                           calibration: Calibration) -> StepPrediction:
     """Label the breakdown terms that the measured tables changed as "measured"."""
@@ -101,6 +106,22 @@ def _label_measured_terms(prediction: StepPrediction, spec: JobSpec, cluster: Cl
                 and not np.allclose(seconds, analytical.breakdown_s[name], rtol=1e-12,
                                     atol=0.0)):
             labels[name] = "measured"
+    measured = [name for name, label in labels.items() if label == "measured"]
+    covered = {
+        "gemm_table": any(step_term(name).group in {"compute", "vocab_stage"}
+                          and name != GROUPED_GEMM_TERM for name in measured),
+        "grouped_gemm_table": GROUPED_GEMM_TERM in measured,
+        "collective_table": any(step_term(name).group == "communication"
+                                for name in measured)}
+    for field_name, table in (("gemm_table", tables.gemm),
+                              ("grouped_gemm_table", tables.grouped_gemm),
+                              ("collective_table", tables.collectives)):
+        if table is not None and not covered[field_name]:
+            # a trial's table of 2-rank collectives on a dp=8 job changed nothing, and the
+            # job's assumptions still said its times replaced the model's
+            warnings.warn(f"hardware.{field_name} covers none of this job's shapes (outside "
+                          "its measured sizes, group sizes or dtypes): those terms are "
+                          "analytical", MosaicWarning, stacklevel=2)
     return replace(prediction, labels=labels)
 
 

@@ -5,9 +5,10 @@ turned into the column vocabulary of :mod:`mosaic.evaluate.microbench_fit` and f
 the same functions that derive the built-in constants from the ScalePlan tables. Fractions
 (GEMM plateau, HBM and attention efficiencies) are relative to *reference rates*: the
 datasheet peak, HBM bandwidth and SM count of the catalog device the run measured
-(matched from the metadata, or ``device``); for a device outside the catalog (a CPU test
-run) the measured achievable peak (best GEMM of the peak sweep) and the best streaming
-bandwidth, and the constants then apply to any job ("applies_to: [any]"). Collective
+(matched from the metadata, or ``device``); for a device outside the catalog the measured
+achievable peak (best GEMM of the peak sweep) and the best streaming bandwidth. Constants of
+a GPU outside the catalog then apply to any job ("applies_to: [any]"); a CPU test run's to
+that CPU alone. Collective
 efficiencies need the link bandwidths of the measured system (``system`` from the
 catalog); without it only the collective latencies are fitted and applied.
 
@@ -26,7 +27,13 @@ import numpy as np
 import pandas as pd
 
 from mosaic.bench.metadata import busy_host_warning
-from mosaic.bench.store import FAMILIES, ok_rows, read_family, read_metadata
+from mosaic.bench.store import (
+    FAMILIES,
+    families_present,
+    ok_rows,
+    read_family,
+    read_metadata,
+)
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.microbench_fit import (
     GEMM_LATENCY_CEILING_S,
@@ -76,6 +83,21 @@ class Reference:
     source: str
 
 
+def _nothing_measured(directory: Path) -> str:
+    """Why ``directory`` gives no rows to fit: no bench table at all (the shipped ScalePlan
+    tables were read as one, a trial), or tables whose every case was skipped."""
+    present = list(families_present(directory))
+    if present:
+        return (f"{directory}: the {', '.join(present)} tables hold no row with status ok "
+                "(no case measured on this machine; their status column says why)")
+    other = sorted(p.name for p in directory.iterdir()
+                   if p.suffix in (".csv", ".parquet"))[:3]
+    foreign = (f" ({', '.join(other)} are not bench tables; the ScalePlan reference tables "
+               "are fitted by benchmarks/fit_microbench_constants.py)" if other else "")
+    return (f"{directory}: no `mosaic bench` table ({', '.join(f + '.parquet' for f in FAMILIES)})"
+            f"{foreign}; run `mosaic bench` first")
+
+
 def _newest_id(directory: Path, frames: dict[str, pd.DataFrame]) -> str:
     runs = read_metadata(directory).get("runs", {})
     ids = {str(i) for f in frames.values() if not f.empty for i in f["metadata_id"].unique()}
@@ -83,7 +105,7 @@ def _newest_id(directory: Path, frames: dict[str, pd.DataFrame]) -> str:
                   for i in f["metadata_id"].unique()}
     pool = kernel_ids or ids
     if not pool:
-        raise MosaicInputError(f"{directory}: no measured rows (run `mosaic bench` first)")
+        raise MosaicInputError(_nothing_measured(directory))
     return max(pool, key=lambda i: runs.get(i, {}).get("created_utc", ""))
 
 
@@ -110,7 +132,7 @@ def load_tables(directory: Path, metadata_id: str | None = None
     """
     if not directory.is_dir():
         raise MosaicInputError(f"--microbench {directory}: not a directory")
-    frames = {f: ok_rows(read_family(directory, f)) for f in FAMILIES}
+    frames = {f: ok_rows(read_family(directory, f, for_fit=True)) for f in FAMILIES}
     runs = read_metadata(directory).get("runs", {})
     chosen = metadata_id or _newest_id(directory, frames)
     if chosen not in runs:
@@ -578,6 +600,7 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
           for k in list(collectives) if k.endswith("_latency_s")),
         *((f"collectives {k}", collectives, k, "above")
           for k in list(collectives) if k.endswith("_efficiency"))]
+    gemm_dropped = False
     for label, container, key, rule in checks:
         value = container.get(key)
         if value is None:
@@ -602,7 +625,15 @@ def implausible_constants(block: dict[str, Any], metadata: dict[str, Any]) -> li
         else:
             continue
         del container[key]
+        gemm_dropped = gemm_dropped or container is gemm
         warnings.append(f"{why}: not a physical constant, not written (the built-in is kept)")
+    # The GEMM constants are one least-squares fit (microbench_fit.fit_gemm): with one
+    # dropped, the others absorbed its error, and a trial's file mixed three fitted values
+    # with the built-in plateau. All or none are written.
+    if gemm_dropped and gemm:
+        warnings.append(f"gemm {', '.join(sorted(gemm))}: fitted jointly with the dropped "
+                        "constant, so not written either (the built-ins are kept)")
+        gemm.clear()
     for direction in list(attention):
         max_fraction, seq_half, head_dim_half = attention[direction]
         if max_fraction > 1.0:

@@ -511,7 +511,7 @@ class BusBandwidthTable:
     """
 
     def __init__(self, frame: pd.DataFrame) -> None:
-        _validate_table(frame)
+        frame = _validate_table(frame)
         self._by_layout = "ranks_per_domain" in frame.columns
         layout = (np.where(frame["scope"] == "inter", frame["ranks_per_domain"], 0)
                   if self._by_layout else np.zeros(len(frame)))
@@ -586,20 +586,26 @@ def _read_table(path: Path) -> pd.DataFrame:
     return read_table(path, "measured collective table")
 
 
-def _validate_table(frame: pd.DataFrame) -> None:
+def _validate_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its number columns as floats, or MosaicInputError naming the first bad
+    row (counted from 1, the first after the header) and value."""
+    from mosaic.table_files import bad_row_error, numeric_columns
+
     missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
     if missing:
         raise MosaicInputError(f"bus-bandwidth table lacks columns {missing}; "
                                f"required: {', '.join(TABLE_COLUMNS)}")
+    what = "bus-bandwidth table"
+    frame = numeric_columns(frame, ["group_size", "message_bytes", "bus_bw_bytes_per_s"], what)
     checks = (
         ("collective", ~frame["collective"].isin(COLLECTIVES), ", ".join(COLLECTIVES)),
         ("scope", ~frame["scope"].isin(SCOPES), ", ".join(SCOPES)),
-        ("group_size", ~(frame["group_size"] >= 2), "integers >= 2"),
+        ("group_size", ~((frame["group_size"] >= 2) & (frame["group_size"] % 1 == 0)),
+         "integers >= 2"),
         ("message_bytes", ~(frame["message_bytes"] > 0), "> 0"),
         ("bus_bw_bytes_per_s", ~(frame["bus_bw_bytes_per_s"] > 0), "> 0"),
     )
     for column, bad, allowed in checks:
         if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise MosaicInputError(f"bus-bandwidth table row {row}: {column}="
-                                   f"{frame[column].iloc[row]!r}; allowed: {allowed}")
+            raise bad_row_error(what, frame, column, bad.to_numpy(), allowed)
+    return frame

@@ -12,19 +12,15 @@ from mosaic.perf.kernels import te_grouped_linear_host_floor_s
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.routing_load import expert_counts_reach_host
 from mosaic.perf.shapes import local_experts
-from mosaic.perf.workload import Fp8Recipe, Precision, Workload, precision_lane
+from mosaic.perf.workload import Workload, measured_table_dtype
 
 
 def floor_precision(workload: Workload) -> str | None:
     """The precision a measured GroupedLinear host floor of ``workload``'s GEMMs is keyed by
     (``mosaic bench te-grouped``): bf16 for 16-bit GEMMs, mxfp8 or fp8 for the FP8 lane by
     recipe; None for FP4 (not measured)."""
-    lane = precision_lane(workload.precision)
-    if lane in (Precision.BF16, Precision.FP16):
-        return "bf16"
-    if lane == Precision.FP8:
-        return "mxfp8" if workload.fp8_recipe is Fp8Recipe.MXFP8 else "fp8"
-    return None
+    key = measured_table_dtype(workload.precision, workload.fp8_recipe)
+    return {"fp16": "bf16", "fp4": None}.get(key, key)
 
 
 def grouped_linear_host_floor_s(workload: Workload, calibration: Calibration, device_name: str,

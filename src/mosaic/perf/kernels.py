@@ -384,6 +384,11 @@ class _LogGridInterpolator:
         return np.where(covered, np.exp(total), np.nan)
 
 
+# The dtype keys of measured kernel tables: those `mosaic bench` measures (bench.device
+# ELEMENT_BYTES) and NVFP4's fp4; a model lookup uses Workload precision's table key.
+TABLE_DTYPES = ("bf16", "fp16", "fp32", "fp8", "mxfp8", "fp4")
+
+
 class _KernelTable:
     """Measured kernel times per dtype over shape columns ``_DIMS`` (log-space grid)."""
 
@@ -392,6 +397,7 @@ class _KernelTable:
 
     def __init__(self, frame: pd.DataFrame) -> None:
         frame = self._with_time(frame)
+        self._frame = frame
         self._by_dtype = {
             str(dtype): _LogGridInterpolator(rows[list(self._DIMS)].to_numpy(float),
                                               rows["time_s"].to_numpy(float))
@@ -400,30 +406,54 @@ class _KernelTable:
 
     @classmethod
     def from_file(cls, path: str | Path) -> _KernelTable:
-        """Load a CSV or Parquet file of measurements."""
+        """Load a CSV or Parquet file of measurements; errors name the file."""
         from mosaic.table_files import read_table
 
-        return cls(read_table(path, f"{cls._NAME} table"))
+        try:
+            return cls(read_table(path, f"{cls._NAME} table"))
+        except MosaicInputError as exc:
+            text = str(exc)
+            raise (exc if str(path) in text else MosaicInputError(f"{path}: {text}")) from None
 
     def _flops(self, frame: pd.DataFrame) -> np.ndarray:
         return 2.0 * np.prod(frame[list(self._DIMS)].to_numpy(float), axis=1)
 
     def _with_time(self, frame: pd.DataFrame) -> pd.DataFrame:
+        from mosaic.table_files import bad_row_error, numeric_columns
+
         required = (*self._DIMS, "dtype")
         missing = [c for c in required if c not in frame.columns]
         if missing or not ({"time_s", "tflops"} & set(frame.columns)):
             raise MosaicInputError(
                 f"{self._NAME} table lacks columns {missing or ['time_s or tflops']}; "
                 f"required: {', '.join(required)} and time_s or tflops")
+        what = f"{self._NAME} table"
+        unknown = ~frame["dtype"].astype(str).isin(TABLE_DTYPES)
+        if unknown.any():  # a trial's 'float77' was accepted and read as no dtype
+            raise bad_row_error(what, frame, "dtype", unknown, ", ".join(TABLE_DTYPES))
+        frame = numeric_columns(frame, [c for c in (*self._DIMS, "time_s", "tflops")
+                                        if c in frame.columns], what)
         if "time_s" not in frame.columns:
             frame = frame.assign(time_s=self._flops(frame) / (frame["tflops"] * 1e12))
         for column in (*self._DIMS, "time_s"):
             bad = ~(frame[column].to_numpy(float) > 0)
             if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise MosaicInputError(f"{self._NAME} table row {row}: {column}="
-                                       f"{frame[column].iloc[row]!r}; allowed: > 0")
-        return frame
+                raise bad_row_error(what, frame, column, bad, "> 0")
+        return frame.assign(dtype=frame["dtype"].astype(str))
+
+    def fastest_flops_per_s(self) -> dict[str, tuple[float, int, float]]:
+        """Per dtype: the highest FLOP/s a measured row implies, its row (from 1, the first
+        after the header) and its FLOPs."""
+        frame = self._frame
+        flops = self._flops(frame)
+        rates = flops / frame["time_s"].to_numpy(float)
+        dtypes = frame["dtype"].to_numpy()
+        best: dict[str, tuple[float, int, float]] = {}
+        for dtype in np.unique(dtypes):
+            rows = np.flatnonzero(dtypes == dtype)
+            top = rows[int(np.argmax(rates[rows]))]
+            best[str(dtype)] = (float(rates[top]), int(top) + 1, float(flops[top]))
+        return best
 
     def _lookup(self, dtype: str, *coords: npt.ArrayLike) -> np.ndarray:
         arrays = np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in coords))

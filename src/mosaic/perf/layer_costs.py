@@ -72,7 +72,13 @@ from mosaic.perf.shapes import (
     tokens_per_expert,
     tokens_per_rank,
 )
-from mosaic.perf.workload import NVFP4_ELEMENT_BYTES, Dispatcher, Precision, Workload
+from mosaic.perf.workload import (
+    NVFP4_ELEMENT_BYTES,
+    Dispatcher,
+    Precision,
+    Workload,
+    measured_table_dtype,
+)
 from mosaic.stacks import SelectiveRecompute
 
 # dgrad + wgrad, each the forward's FLOPs: training's 3x forward less the forward itself
@@ -193,7 +199,7 @@ def gemm_s(
 
 def gemm_dtype(workload: Workload) -> str:
     """Dtype key of measured GEMM tables for the workload's precision."""
-    return str(workload.precision)
+    return measured_table_dtype(workload.precision, workload.fp8_recipe)
 
 
 def _grouped_gemm(machine: Machine, workload: Workload, groups: ArrayLike,

@@ -22,7 +22,7 @@ from mosaic.perf.kernels import (
     exp_rescaled_attention_efficiency,
     fp8_attention_efficiency,
 )
-from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision
+from mosaic.perf.workload import Dispatcher, Fp8Recipe, Precision, precision_lane
 from mosaic.units import GIB
 
 # Streaming multiprocessors assumed for a device whose catalog entry states no count and
@@ -39,6 +39,44 @@ class MeasuredTables:
     gemm: GemmTable | None = None
     grouped_gemm: GroupedGemmTable | None = None
     collectives: BusBandwidthTable | None = None
+
+
+# A measured rate this far above the dense datasheet peak is not a timing (times in another
+# unit, or a table of another device); a little above allows clock boost and timer noise.
+MAX_MEASURED_FRACTION_OF_PEAK = 1.05
+# A GEMM of at least this many FLOPs (a 4096^3 GEMM is 1.4e11) runs at well over a tenth of
+# any GPU's peak (the built-in fits' plateaus are 0.7 of it, perf/data/microbench_fits.yaml);
+# under 1% of the peak at that size, the times are likely milliseconds read as seconds.
+LARGE_GEMM_FLOPS = 1e11
+MIN_LARGE_GEMM_FRACTION_OF_PEAK = 0.01
+
+
+def check_measured_rates(tables: MeasuredTables, device: Device, fields: dict[str, str]
+                         ) -> list[str]:
+    """MosaicInputError for a measured GEMM table whose times imply FLOP/s above the
+    device's dense datasheet peak (a trial's table with times divided by 1e6 was used as
+    'measured'); warning lines for one whose large GEMMs run under 1% of it (times in
+    milliseconds?). ``fields`` names each table's job field (gemm, grouped_gemm)."""
+    warnings_out = []
+    for key, table in (("gemm", tables.gemm), ("grouped_gemm", tables.grouped_gemm)):
+        if table is None:
+            continue
+        for dtype, (rate, row, flops) in table.fastest_flops_per_s().items():
+            lane = precision_lane(dtype)
+            if lane not in device.peak_flops_per_s:
+                continue
+            fraction = rate / device.peak_flops_per_s[lane]
+            if fraction > MAX_MEASURED_FRACTION_OF_PEAK:
+                raise MosaicInputError(
+                    f"{fields[key]} row {row}: {dtype} at {rate:.3g} FLOP/s, {fraction:.3g}x "
+                    f"the {device.name}'s dense {lane} datasheet peak; time_s must be seconds "
+                    "measured on this GPU")
+            if flops >= LARGE_GEMM_FLOPS and fraction < MIN_LARGE_GEMM_FRACTION_OF_PEAK:
+                warnings_out.append(
+                    f"{fields[key]}: its fastest large {dtype} GEMM (row {row}) runs at "
+                    f"{fraction:.2%} of the {device.name}'s datasheet peak: are its times in "
+                    "seconds?")
+    return warnings_out
 
 
 # Generations the catalog accepts that no kernel table or stack recipe has entries for.

@@ -110,6 +110,16 @@ def precision_lane(name: str) -> str:
     return Precision.FP8.value if name in FP8_RECIPES else name
 
 
+def measured_table_dtype(precision: Precision, fp8_recipe: Fp8Recipe | None) -> str:
+    """The dtype key of measured kernel tables (`mosaic bench`'s names: bench.device
+    ELEMENT_BYTES) for GEMMs in ``precision``: mxfp8 for the FP8 lane under the MXFP8
+    recipe (the bench times MXFP8 and per-tensor FP8 GEMMs as separate dtypes), else the
+    precision's own name."""
+    if precision is Precision.FP8 and fp8_recipe is Fp8Recipe.MXFP8:
+        return "mxfp8"
+    return str(precision)
+
+
 # An NVFP4 tensor: a 4-bit E2M1 value per element plus one 1-byte E4M3 scale per 16-element
 # block (the per-tensor fp32 scale is negligible): 0.5 + 1/16 bytes per element
 # (transformer_engine/common/recipe/__init__.py NVFP4BlockScaling; NVIDIA, "Pretraining Large
