@@ -572,6 +572,14 @@ def test_ladder_fit_warns_when_the_smoothed_loss_lags_more_than_the_fit_error(tm
     assert lagging.exit_code == 0, lagging.output
     assert "lag the rungs' last-step losses by +0.050 nats" in lagging.stderr
     assert "+0.050" in json.loads(lagging.stdout)["smoothing_lag"]
+    # the rungs of one token budget alone lagging (their median over all rows is 0): they
+    # pin the D term all the same (a later trial's three short rungs went unwarned)
+    short = frame["tokens"] == 1e8
+    frame.assign(final_loss=frame["loss"] - 0.05 * short).to_csv(path, index=False)
+    few = CliRunner().invoke(_app(), args)
+    assert few.exit_code == 0, few.output
+    assert ("by +0.050 nats (median of the rungs of 1e+08 tokens; up to +0.050)"
+            in few.stderr) and "at token budget(s) 1e+08:" in few.stderr
 
 
 @pytest.mark.parametrize(("recipe_change", "ladder_change", "message"), [

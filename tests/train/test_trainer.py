@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,25 +65,31 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, capsys):
     assert (tmp_path / "whole" / "result.json").read_text() == before
 
 
-def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_resumes_exactly(tmp_path, capsys):
-    """The first SIGINT stops after the step it arrives in, with a checkpoint of that step
-    (checkpoint_every 100 would otherwise lose them all); the rerun matches a whole run."""
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_resumes_exactly(tmp_path, capsys,
+                                                                          signal_name):
+    """The first SIGINT (Ctrl-C) or SIGTERM (how Slurm and Kubernetes stop a job; a trial's
+    rung lost its steps since the last checkpoint) stops after the step it arrives in, with a
+    checkpoint of that step (checkpoint_every 100 would otherwise lose them all); the rerun
+    matches a whole run."""
     import os
     import signal
 
+    number = getattr(signal, signal_name)
     config = train_config_from_mapping(tiny_job(run={"tokens": 8 * 8 * 32,
                                                      "checkpoint_every": 100}), "job")
     whole = train(config, tmp_path / "whole")
 
     def press_ctrl_c(record):
         if record["step"] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), number)
 
-    handler = signal.getsignal(signal.SIGINT)
+    handler = signal.getsignal(number)
     with pytest.raises(KeyboardInterrupt):
         train(config, tmp_path / "split", log=press_ctrl_c)
-    assert signal.getsignal(signal.SIGINT) is handler  # the usual Ctrl-C is back
-    assert "stopping after this step to write a checkpoint" in capsys.readouterr().err
+    assert signal.getsignal(number) is handler  # the usual meaning is back
+    assert (f"interrupted ({signal_name}); stopping after this step to write a checkpoint"
+            in capsys.readouterr().err)
     saved = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 4  # the next step read the request, then saved and stopped
     assert not (tmp_path / "split" / "result.json").exists()
@@ -585,3 +592,51 @@ def test_an_absurd_token_budget_is_refused():
     as every command bounds them (mosaic.limits, 1e18)."""
     with pytest.raises(MosaicInputError, match=r"run\.tokens"):
         train_config_from_mapping(tiny_job(run={"tokens": 1e30}), "job")
+
+
+def test_a_checkpoint_that_cannot_be_written_or_read_is_one_line(tmp_path, monkeypatch):
+    """A full disk made torch.save raise 'enforce fail at inline_container.cc' (an internal
+    error) and left its partial file; a checkpoint cut to 50,000 bytes failed torch.load
+    with OSError EINVAL, another internal error (a trial)."""
+    import mosaic.train.trainer as trainer
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                     "checkpoint_every": 2}), "job")
+    train(config, tmp_path / "run", stop_after_steps=2)
+    saved = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+
+    def disk_full(payload, path):
+        Path(path).write_bytes(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 128")
+
+    monkeypatch.setattr(trainer.torch, "save", disk_full)
+    with pytest.raises(MosaicInputError, match=r"checkpoint\.pt: the checkpoint could not be "
+                       r"written \(.*\); .*checkpoint\.pt from the last checkpoint is kept"):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoint.tmp").exists()
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == saved
+    monkeypatch.undo()
+
+    def seek_fails(*args, **kwargs):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(trainer.torch, "load", seek_fails)
+    with pytest.raises(MosaicInputError, match=r"not a readable mosaic checkpoint \(OSError"):
+        train(config, tmp_path / "run")
+
+
+def test_a_restart_from_step_zero_keeps_the_earlier_metrics(tmp_path):
+    # a run whose checkpoint was lost starts again; a trial's 73 logged steps were replaced
+    # by the new start's 3 without a word
+    from mosaic.errors import MosaicWarning
+
+    config = train_config_from_mapping(tiny_job(run={"tokens": 4 * 8 * 32,
+                                                     "checkpoint_every": 2}), "job")
+    train(config, tmp_path, stop_after_steps=3)
+    earlier = (tmp_path / "metrics.jsonl").read_text()
+    (tmp_path / "checkpoint.pt").unlink()
+    with pytest.warns(MosaicWarning, match="starts from step 0 .*kept in "
+                      r"metrics\.before-restart\.jsonl"):
+        train(config, tmp_path, stop_after_steps=1)
+    assert (tmp_path / "metrics.before-restart.jsonl").read_text() == earlier
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0]

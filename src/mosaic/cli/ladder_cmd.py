@@ -292,17 +292,28 @@ def _smoothing_lag_note(fitted_rows: Any, fit_rmse: float) -> str | None:
     """A warning when the smoothed losses the law is fitted to (the bias-corrected EMA of
     paper Sec. 3.1) lag the rungs' last-step losses by more than the fit's own RMSE: on
     short rungs the EMA still carries earlier, higher losses, so the D term is fitted to a
-    lag (a trial's 200-step rungs: +0.04 to +0.055 against an RMSE of 0.02). Over the rows
-    the fit read (``fitted_rows``, from :func:`_healthy_runs`)."""
+    lag (a trial's 200-step rungs: +0.04 to +0.055 against an RMSE of 0.02). Judged per
+    token budget (the rungs of one D), the median lag of each: the short rungs alone may pin
+    the D term while the longer ones hold the median over all rows down (a later trial's
+    three 200-step rungs lagged +0.04-0.056, its 100-step rungs +0.01: no warning). Over the
+    rows the fit read (``fitted_rows``, from :func:`_healthy_runs`)."""
     if "final_loss" not in fitted_rows.columns:
         return None
-    lag = (fitted_rows["loss"].astype(float)
-           - fitted_rows["final_loss"].astype(float)).dropna()
-    if lag.empty or float(lag.median()) <= fit_rmse:
+    frame = fitted_rows.assign(
+        lag=fitted_rows["loss"].astype(float) - fitted_rows["final_loss"].astype(float)
+    ).dropna(subset=["lag"])
+    if frame.empty:
         return None
+    by_budget = frame.groupby(frame["tokens"].astype(float))["lag"].median()
+    lagging = by_budget[by_budget > fit_rmse]
+    if lagging.empty:
+        return None
+    worst_tokens = float(lagging.idxmax())
+    budgets = ", ".join(f"{tokens:.3g}" for tokens in lagging.index)
     return (f"the smoothed losses the law is fitted to lag the rungs' last-step losses by "
-            f"{float(lag.median()):+.3f} nats (median; up to {float(lag.max()):+.3f}), more "
-            f"than the fit's RMSE {fit_rmse:.3f}: the rungs are short for the EMA "
+            f"{float(lagging.max()):+.3f} nats (median of the rungs of {worst_tokens:.3g} "
+            f"tokens; up to {float(frame['lag'].max()):+.3f}), more than the fit's RMSE "
+            f"{fit_rmse:.3f}, at token budget(s) {budgets}: the rungs are short for the EMA "
             "(run.smoothing_beta, paper Sec. 3.1), so the tokens term is fitted partly to the "
             "lag; train more steps per rung before reading D from this law")
 

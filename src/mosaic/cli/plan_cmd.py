@@ -6,6 +6,7 @@ on the built-in law, hardware catalog and calibration.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,9 +36,10 @@ from mosaic.cli.layout_options import (
 )
 from mosaic.cli.progress import progress_reporter
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.law import ScalingLaw
+from mosaic.law.extrapolation import far_outside_messages
 from mosaic.law.law import load_law_file, require_identified
 from mosaic.limits import LIMITS, check_range
 from mosaic.perf.calibration import Calibration, load_calibration
@@ -448,6 +450,10 @@ def plan(
         extra["cheapest"] = plan_report.cheapest_document(cheapest)
     document, uncertainty = plan_result_document(result, law, calibration, cost, samples,
                                                  extra)
+    far = far_outside_messages(document["optimum"].get("extrapolation"))
+    if far:
+        warnings.warn("the loss law is far outside the runs it was fitted to at this "
+                      f"optimum: {'; '.join(far)}", MosaicWarning, stacklevel=2)
     written = _plots(result, law, plot_dir)
     if written:
         document["plots"] = written

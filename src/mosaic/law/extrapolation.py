@@ -182,6 +182,20 @@ def extrapolation_rows(extrapolation: dict[str, Any] | None) -> list[tuple[str, 
     return [("law extrapolates", flag["message"]) for flag in extrapolation["flags"]]
 
 
+# A law input this many times outside its fitted range is said on stderr too, not only in
+# the plan's table and JSON (a trial's --json plan at 4e4x the runs' N_tot and 6.5e6x their
+# D warned of neither); a vocabulary mismatch always is (the loss is not comparable).
+FAR_OUTSIDE_RATIO = 10.0
+
+
+def far_outside_messages(extrapolation: dict[str, Any] | None) -> list[str]:
+    """The messages of an :func:`extrapolation_document`'s flags that make its loss a guess:
+    a ratio of :data:`FAR_OUTSIDE_RATIO` or more, or another vocabulary."""
+    flags = (extrapolation or {}).get("flags") or []
+    return [flag["message"] for flag in flags
+            if flag["quantity"] == "vocab" or flag["ratio"] >= FAR_OUTSIDE_RATIO]
+
+
 def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarray | None = None,
                     split_factor: np.ndarray | None = None, vocab: np.ndarray | None = None
                     ) -> dict[str, list[float]]:

@@ -1,8 +1,11 @@
-"""Ctrl-C during training: finish the optimizer step, write a checkpoint, then stop.
+"""Ctrl-C or SIGTERM during training: finish the optimizer step, write a checkpoint, then stop.
 
-The first SIGINT only records the request; the trainer reads it after each step, and the
+SIGTERM is how Slurm (scancel, a time limit: SIGTERM, then SIGKILL after KillWait, 30 s by
+default, slurm.conf) and Kubernetes (terminationGracePeriodSeconds, 30 s by default) stop a
+job; a trial's killed rung lost every step since its last checkpoint. Both signals are
+handled alike. The first only records the request; the trainer reads it after each step, and the
 ranks agree on it through the step's own all-reduce (so every rank saves the same step and
-no collective is left half-entered). A second SIGINT stops at once, as Ctrl-C always did.
+no collective is left half-entered). A second signal stops at once, as Ctrl-C always did.
 torchrun's agent forwards the terminal's SIGINT to its workers, which already received it
 from the terminal (torch.distributed.elastic: the agent's ``_shutdown`` sends the signal
 it got to every worker, then SIGKILL after its grace period), so a second signal within
@@ -20,10 +23,11 @@ from contextlib import contextmanager
 from types import FrameType
 
 REPEAT_WINDOW_S = 2.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopRequest:
-    """Whether Ctrl-C asked this process to stop after the current step."""
+    """Whether Ctrl-C or SIGTERM asked this process to stop after the current step."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -35,22 +39,24 @@ class StopRequest:
         if not self.requested:
             self.requested, self._first_s = True, now
             if self._announce:
-                print("progress: interrupted; stopping after this step to write a checkpoint "
-                      "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+                name = signal.Signals(signum).name
+                print(f"progress: interrupted ({name}); stopping after this step to write a "
+                      "checkpoint (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
             return
         if self._first_s is not None and now - self._first_s > REPEAT_WINDOW_S:
             raise KeyboardInterrupt
 
     @contextmanager
     def installed(self, announce: bool) -> Iterator[StopRequest]:
-        """Handle SIGINT this way inside the block (only the main thread can take signals;
-        elsewhere Ctrl-C keeps its usual meaning)."""
+        """Handle SIGINT and SIGTERM this way inside the block (only the main thread can take
+        signals; elsewhere they keep their usual meaning)."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
         self._announce = announce
-        previous = signal.signal(signal.SIGINT, self._handle)
+        previous = {number: signal.signal(number, self._handle) for number in STOP_SIGNALS}
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)

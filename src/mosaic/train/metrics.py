@@ -147,6 +147,8 @@ class MetricsLog:
             return
         kept: list[str] = []
         damaged: list[int] = []
+        if not resume_step and path.exists() and path.stat().st_size > 0:
+            _set_aside(path)
         if resume_step and path.exists():  # a fresh start (0) keeps nothing
             for number, line in enumerate(path.read_text().splitlines(), start=1):
                 try:
@@ -169,6 +171,21 @@ class MetricsLog:
         if self.enabled:
             with self.path.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename the metrics of an earlier start to a free ``metrics.before-restart[.N].jsonl``
+    and say so: a run whose checkpoint was lost starts again from step 0, and a trial's 73
+    logged steps were replaced by the new run's 3 without a word."""
+    number, backup = 0, path.with_name(f"{path.stem}.before-restart{path.suffix}")
+    while backup.exists():
+        number += 1
+        backup = path.with_name(f"{path.stem}.before-restart.{number}{path.suffix}")
+    path.rename(backup)
+    warnings.warn(f"{path}: the run starts from step 0 (no checkpoint to resume from); the "
+                  f"metrics of the earlier start are kept in {backup.name}", MosaicWarning,
+                  stacklevel=3)
+    return backup
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

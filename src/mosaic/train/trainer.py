@@ -17,6 +17,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import sys
 import time
 import warnings
@@ -232,6 +233,26 @@ def _optimizer(model: torch.nn.Module, config: TrainConfig,
     return torch.optim.AdamW(groups, lr=0.0, betas=(o.beta1, o.beta2), eps=o.eps)
 
 
+def _write_checkpoint(payload: dict[str, Any], path: Path) -> None:
+    """Write ``payload`` beside ``path`` and rename it over ``path`` (atomic: a crash keeps
+    the old checkpoint). A write that fails (a full disk: a trial's torch.save raised
+    'enforce fail at inline_container.cc ... unexpected pos', an internal error, and left
+    its partial file on the full disk) removes the partial file and says so in one line."""
+    partial = path.with_suffix(".tmp")
+    try:
+        torch.save(payload, partial)
+    except (OSError, RuntimeError) as exc:
+        partial.unlink(missing_ok=True)
+        free_bytes = shutil.disk_usage(path.parent).free
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                  else f"{free_bytes / 2**20:.0f} MiB free on its disk" if free_bytes < 2**30
+                  else str(exc).splitlines()[0][:120])
+        kept = f"; {path} from the last checkpoint is kept" if path.exists() else ""
+        raise MosaicInputError(f"{path}: the checkpoint could not be written ({reason}){kept}; "
+                               "free space or use another --out, then rerun to resume") from None
+    os.replace(partial, path)
+
+
 def _state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
@@ -365,9 +386,7 @@ class Trainer:
                        "smoother": self.smoother.state(), "final_starved": self.final_starved,
                        "fingerprint": _fingerprint(self.config),
                        "wall_s": self.wall_s, "data_tokens": self.data.n_tokens}
-            partial = self.checkpoint_path.with_suffix(".tmp")
-            torch.save(payload, partial)
-            os.replace(partial, self.checkpoint_path)  # atomic: a crash keeps the old one
+            _write_checkpoint(payload, self.checkpoint_path)
         barrier(self.context)
 
     def load_checkpoint(self) -> bool:
@@ -377,8 +396,9 @@ class Trainer:
         try:
             payload = torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
             fingerprint = payload["fingerprint"]
-        except (RuntimeError, EOFError, ValueError, KeyError, TypeError,
+        except (RuntimeError, EOFError, ValueError, KeyError, TypeError, OSError,
                 pickle.UnpicklingError) as exc:
+            # (OSError: a trial's checkpoint cut to 50,000 bytes failed a seek, EINVAL)
             raise MosaicInputError(
                 f"{self.checkpoint_path} is not a readable mosaic checkpoint ({type(exc).__name__}"
                 "; truncated or overwritten?): remove it to start the run again, or use a new "
