@@ -358,6 +358,20 @@ def refuse_launch_config(text: str | bytes, where: str) -> None:
             "of it with `mosaic export SOURCE --to yaml`")
 
 
+class _RepeatedKeyError(Exception):
+    """A key repeated in one JSON object (a trial's config.json with two hidden_size values
+    was read as the last without a word)."""
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _RepeatedKeyError(key)
+        document[key] = value
+    return document
+
+
 def parse_json(text: str | bytes, where: str) -> Any:
     """Parsed JSON, or one line saying why not: empty, a launch config, malformed, or nested
     deeper than the parser can follow (json raises RecursionError there, which no caller
@@ -367,7 +381,10 @@ def parse_json(text: str | bytes, where: str) -> Any:
                                "it fail?)")
     refuse_launch_config(text, where)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_refuse_repeated_keys)
+    except _RepeatedKeyError as exc:
+        raise MosaicInputError(f"{where}: key {exc.args[0]!r} appears twice in one object; "
+                               "JSON readers keep the last silently, so say it once") from None
     except json.JSONDecodeError as exc:
         raise MosaicInputError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})"
                                ) from None

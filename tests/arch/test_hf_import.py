@@ -187,6 +187,37 @@ def test_invalid_json_is_one_line(tmp_path):
         load_hf_config(path)
 
 
+def test_a_repeated_key_and_a_layer_index_past_the_model_are_refused(tmp_path):
+    # a trial: two hidden_size values read as the last; mlp_only_layers [99] on 48 layers and
+    # Llama-4 moe_layers [..., 100] dropped without a word
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 4096, "hidden_size": 2048}')
+    with pytest.raises(MosaicInputError, match="key 'hidden_size' appears twice"):
+        load_hf_config(path)
+    qwen = json.loads((HF / "qwen3-30b-a3b.json").read_text())
+    with pytest.raises(MosaicInputError, match=r"mlp_only_layers names layer\(s\) \[99\] past "
+                       r"the last of num_hidden_layers=48"):
+        geometry_from_hf_config(qwen | {"mlp_only_layers": [99]}, "cfg.json")
+
+
+def test_a_config_of_any_file_name_and_a_snapshot_folder_are_read(tmp_path):
+    # a trial's config saved as .cfg or without a suffix read as a mosaic YAML ('missing
+    # required block model'); a snapshot folder was 'a directory; expected a YAML file'
+    from mosaic.config.model_file import load_model_file
+
+    reference = count_parameters(load_model_file(HF / "qwen3-30b-a3b.json"))
+    for name in ("config", "qwen.cfg", "QWEN.JSON"):
+        copy = tmp_path / name
+        copy.write_text((HF / "qwen3-30b-a3b.json").read_text())
+        assert count_parameters(load_model_file(copy)) == reference
+    snapshot = tmp_path / "Qwen3-30B-A3B"
+    snapshot.mkdir()
+    with pytest.raises(MosaicInputError, match=r"a folder without a config\.json"):
+        load_model_file(snapshot)
+    (snapshot / "config.json").write_text((HF / "qwen3-30b-a3b.json").read_text())
+    assert count_parameters(load_model_file(snapshot)) == reference
+
+
 # --- `--model config.json` on arch, perf and layouts ---------------------------------------
 def _cli_json(*args: str) -> dict:
     from typer.testing import CliRunner

@@ -154,14 +154,20 @@ class ConfigFields:
                 f"{self.where}: {name} must be a non-negative integer, got {value!r}")
         return self._bounded(name, value)
 
-    def index_list(self, name: str) -> list[int]:
-        """A list of non-negative integers (layer indices); absent or null = empty."""
+    def index_list(self, name: str, layers: int | None = None) -> list[int]:
+        """A list of non-negative integers (layer indices), each below ``layers`` where
+        given (a trial's mlp_only_layers [99] on 48 layers was dropped without a word);
+        absent or null = empty."""
         value = self.config.get(name)
         value = [] if value is None else value  # (0 or "" is not a list: refused below)
         if not isinstance(value, list) or any(
                 isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value):
             raise MosaicInputError(
                 f"{self.where}: {name} must be a list of layer indices, got {value!r}")
+        past = [i for i in value if layers is not None and i >= layers]
+        if past:
+            raise MosaicInputError(f"{self.where}: {name} names layer(s) {past} past the "
+                                   f"last of num_hidden_layers={layers} (indices 0..{layers - 1})")
         return value
 
     def positive_float(self, name: str, default: float | None = None) -> float | None:

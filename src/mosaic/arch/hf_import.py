@@ -229,7 +229,7 @@ def _qwen_sparse_layers(fields: ConfigFields, layers: int) -> list[int]:
     """The blocks HF Qwen2/3-MoE and Qwen3-Next make sparse: block i when i is not in
     ``mlp_only_layers`` and (i + 1) % decoder_sparse_step == 0."""
     step = fields.int("decoder_sparse_step", 1)
-    dense_list = fields.index_list("mlp_only_layers")
+    dense_list = fields.index_list("mlp_only_layers", layers)
     return [i for i in range(layers) if i not in dense_list and (i + 1) % step == 0]
 
 
@@ -644,7 +644,7 @@ def _llama4_text(fields: ConfigFields, common: dict[str, Any], attention_bias: b
     layers, where = common["layers"], fields.where
     step = fields.int("interleave_moe_layer_step", 1)
     if fields.config.get("moe_layers") is not None:  # as stated, an empty list included
-        sparse = sorted({i for i in fields.index_list("moe_layers") if i < layers})
+        sparse = sorted(set(fields.index_list("moe_layers", layers)))
         placed_by = "moe_layers"
     else:
         sparse, placed_by = list(range(step - 1, layers, step)), "interleave_moe_layer_step"
@@ -920,10 +920,7 @@ def _qwen3_next(fields: ConfigFields) -> Geometry:
     d_model = fields.int("hidden_size")
     layers = fields.int("num_hidden_layers")
     types = _qwen3_next_layer_types(fields, layers)
-    dense_list = fields.index_list("mlp_only_layers")
-    if any(i >= layers for i in dense_list):
-        raise MosaicInputError(f"{where}: mlp_only_layers {dense_list} name layers past "
-                               f"num_hidden_layers ({layers})")
+    fields.index_list("mlp_only_layers", layers)  # every index names a layer
     sparse = _qwen_sparse_layers(fields, layers) if fields.count("num_experts", 0) else []
     pattern = "".join(("G" if kind == "linear_attention" else "*") + ("E" if i in sparse else "-")
                       for i, kind in enumerate(types))

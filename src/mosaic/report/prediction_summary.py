@@ -21,6 +21,21 @@ def hardware_text(hardware: Mapping[str, Any]) -> str:
     return f"{hardware['devices']} GPUs: {nodes} × {hardware['system']}"
 
 
+def model_text(model: Mapping[str, Any]) -> str:
+    """'DeepSeek-V3: 671.03 B parameters (669.17 B non-embedding, 35.70 B active); 1 MTP
+    module (11.61 B) costed in step and memory': the counts of `mosaic arch`, the
+    non-embedding ones those the paper's MFU uses (Eq. 1)."""
+    name = f"{model['name']}: " if model.get("name") else ""
+    total = model.get("n_total_with_embedding", model["n_total"])
+    text = (f"{name}{total / 1e9:,.2f} B parameters ({model['n_total'] / 1e9:,.2f} B "
+            f"non-embedding, {model['n_active'] / 1e9:,.2f} B active)")
+    modules = int(model.get("mtp_modules") or 0)
+    if modules:
+        text += (f"; {modules} MTP module{'s' if modules > 1 else ''} "
+                 f"({model['mtp_params'] / 1e9:,.2f} B) costed in step and memory")
+    return text
+
+
 def training_text(training: Mapping[str, Any]) -> str:
     """'D days of steps (no restarts)', with the window at a stated goodput."""
     text = f"{training['compute_days']:.1f} days of steps (no restarts)"
@@ -62,6 +77,7 @@ def prediction_summary_rows(document: Mapping[str, Any]) -> list[tuple[str, str]
     plan = document["plan"]
     version = f" {document['stack_version']}" if document.get("stack_version") else ""
     return [
+        *([] if "model" not in document else [("model", model_text(document["model"]))]),
         ("hardware", hardware_text(document["hardware"])),
         ("stack / calibration", f"{document.get('stack', '?')}{version} / "
                                 f"{document.get('calibration', '?')}"),
