@@ -151,3 +151,71 @@ def test_a_bad_workers_count_is_refused_before_ray_starts(monkeypatch):
     monkeypatch.setattr(plan_cmd, "backend_from_options", no_backend)
     result = CliRunner().invoke(app, ["plan", "--backend", "ray", "--workers", "0", "--q", "8"])
     assert result.exit_code == 2 and "--workers: got 0" in result.output
+
+
+def _one_reply_server(reply: bytes):
+    """A TCP server on a free local port that answers its first connection with ``reply``."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(64)
+            connection.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def test_an_address_whose_service_is_not_grpc_fails_at_once():
+    """A trial's --address on an HTTP server's port passed the TCP check, and ray.init then
+    retried for minutes; a gRPC server (a GCS) answers the HTTP/2 preface with SETTINGS."""
+    from mosaic.plan.ray_backend import _check_reachable
+
+    server, port = _one_reply_server(b"HTTP/1.0 400 Bad request\r\n\r\n")
+    with server, pytest.raises(MosaicInputError, match=rf"127\.0\.0\.1:{port} answers, but not "
+                               r"as a Ray head node's GCS port does \(gRPC\)"):
+        _check_reachable(f"127.0.0.1:{port}")
+    settings = bytes([0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100])  # RFC 9113 SETTINGS
+    server, port = _one_reply_server(settings)
+    with server:
+        _check_reachable(f"127.0.0.1:{port}")  # passes: left to ray.init
+
+
+def test_cluster_messages_go_to_stderr_and_a_dead_worker_is_one_line(monkeypatch):
+    """Ray printed '(raylet) A worker died ...' on stdout, corrupting a `plan --json`; a
+    worker that kept dying ended as 'internal error (WorkerCrashedError ...)' (a trial)."""
+    from types import SimpleNamespace
+
+    from mosaic.plan import ray_backend
+
+    printed = []
+    worker = SimpleNamespace(print_to_stdstream=lambda data, ignore_prefix: printed.append(data))
+    fake = SimpleNamespace(_private=SimpleNamespace(worker=worker))
+    ray_backend._route_cluster_messages_to_stderr(fake)
+    ray_backend._route_cluster_messages_to_stderr(fake)  # once only
+    worker.print_to_stdstream({"lines": ["x"], "pid": "raylet", "is_err": False},
+                              ignore_prefix=False)
+    assert printed == [{"lines": ["x"], "pid": "raylet", "is_err": True}]
+
+    class RayError(Exception):
+        pass
+
+    class WorkerCrashedError(RayError):
+        pass
+
+    def crashed(refs, num_returns):
+        raise WorkerCrashedError("The worker died unexpectedly while executing this task.")
+
+    cluster = SimpleNamespace(exceptions=SimpleNamespace(RayError=RayError),
+                              remote=lambda **_: lambda f: SimpleNamespace(
+                                  remote=lambda *args: object()),
+                              put=lambda value: value, wait=crashed)
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    with pytest.raises(MosaicInputError, match=r"--backend ray: the Ray cluster failed during "
+                       r"the search \(WorkerCrashedError: The worker died .*0 of 4 geometries "
+                       r"were done\. Rerun, or use --backend local"):
+        RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)

@@ -84,10 +84,17 @@ class RayBackend:
                      ignore_reinit_error=True, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # a cluster that answered gRPC and still refused: Ray's token authentication
+            # (its default since `ray start` warns 'Token authentication is enabled'; a
+            # trial's driver without the token read 'Failed to connect')
+            token = ("" if target is None else
+                     "; a cluster with token authentication also needs its token here "
+                     "(RAY_AUTH_TOKEN or ~/.ray/auth_token, docs/ray.md)")
             raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {where}: "
-                                   f"{first[:200]}") from None
+                                   f"{first[:200]}{token}") from None
         finally:
             ray_logger.setLevel(level)
+        _route_cluster_messages_to_stderr(ray)
         return ray
 
     def run_blocks(self, function: Callable[..., Any], state: tuple[Any, ...],
@@ -106,14 +113,25 @@ class RayBackend:
                    for index, block in enumerate(blocks)}
         results: list[Any] = [None] * len(blocks)
         done = 0
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                index = pending.pop(ref)
-                results[index] = ray.get(ref)
-                done += len(blocks[index])
-                if progress is not None:
-                    progress(done, total)
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    index = pending.pop(ref)
+                    results[index] = ray.get(ref)
+                    done += len(blocks[index])
+                    if progress is not None:
+                        progress(done, total)
+        except ray.exceptions.RayError as exc:
+            if isinstance(exc, MosaicInputError):  # a task's own input error (RayTaskError
+                raise                              # subclasses the cause's type)
+            # a worker or node that died past Ray's retries (WorkerCrashedError,
+            # LocalRayletDiedError, ...) is the cluster's failure, not a mosaic bug (a trial)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise MosaicInputError(
+                f"--backend ray: the Ray cluster failed during the search "
+                f"({type(exc).__name__}: {first[:160]}); {done} of {total} geometries were "
+                "done. Rerun, or use --backend local") from None
         return results
 
 
@@ -167,12 +185,56 @@ def _check_reachable(address: str, where: str | None = None, remedy: str = "chec
     it (default: the address), ``remedy`` what to change."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      timeout=timeout_s) as connection:
+            grpc = _answers_grpc(connection)
     except (OSError, ValueError) as exc:
         raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at "
                                f"{where or address} within {timeout_s:g} s ({exc}); start it "
                                f"with `ray start --head` (docs/ray.md) or {remedy}") from None
+    if grpc is False:
+        # another service on the port (a trial's HTTP server: ray.init retried for minutes)
+        raise MosaicInputError(f"--backend ray: {where or address} answers, but not as a Ray "
+                               "head node's GCS port does (gRPC); `ray start --head` prints "
+                               f"the address to use (port 6379 by default), or {remedy}")
+
+
+def _route_cluster_messages_to_stderr(ray: Any) -> None:
+    """Ray's driver prints the cluster's error messages ('(raylet) A worker died or was
+    killed ...') as is_err False, so on stdout (ray/_private/worker.py
+    listen_error_messages, Ray 2.x), where they corrupted a `plan --json` when a worker
+    died (a trial): they are diagnostics, and go to stderr here. A Ray without that function
+    is left as it is."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> Any:
+        return original({**data, "is_err": True}, ignore_prefix=ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
+# The HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113 Sec. 3.4 and 6.5): a
+# gRPC server, as a Ray head node's GCS is, answers with a SETTINGS frame of its own.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_HTTP2_SETTINGS = 4  # frame type
+
+
+def _answers_grpc(connection: socket.socket) -> bool | None:
+    """Whether the server on ``connection`` speaks HTTP/2 as gRPC does: its first frame is
+    a SETTINGS frame (True); it sent something else or closed (False); it said nothing
+    within the socket's timeout (None: undecided, left to ray.init)."""
+    try:
+        connection.sendall(_HTTP2_PREFACE)
+        header = connection.recv(9)
+    except TimeoutError:
+        return None
+    except OSError:
+        return False
+    return len(header) >= 4 and header[3] == _HTTP2_SETTINGS
 
 
 def _looks_like_host_port(text: str) -> bool:
