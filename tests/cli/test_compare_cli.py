@@ -367,6 +367,11 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
     (lambda doc: doc | {"envelope": doc["envelope"] | {"days": -20.0}}, "envelope.days is -20.0"),
     (lambda doc: doc | {"optimum": doc["optimum"] | {"experts": 0}},
      "damaged.json: moe.experts must be a positive integer"),
+    # a later fuzz trial: nodes "12" was listed as a difference, both costed on 256 GPUs
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"nodes": "12"}},
+     "envelope.nodes is '12'; a `mosaic plan --json` document holds a whole number"),
+    (lambda doc: doc | {"envelope": doc["envelope"] | {"nodes": doc["envelope"]["nodes"] + 1}},
+     "x gpus_per_node 8 is not its n_devices"),
 ])
 def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message):
     """compare crashed ("internal error") on a list, a list optimum or a string loss, and

@@ -392,3 +392,21 @@ def test_the_prefactor_of_an_unidentified_term_is_labelled_as_its_exponent(tmp_p
     assert "not identified" not in rows["alpha"]
     # 20 resamples leave no BCa interval at 95% (each tail under one replicate): said so
     assert "n/a (too few resamples: --bootstrap 40 or more)" in rows["alpha"], rows["alpha"]
+
+
+def test_a_loss_far_under_the_others_is_named_by_row(tmp_path, epoch_runs):
+    """A trial's loss typed as 1e-6 in one row moved the fitted exponents tenfold with only a
+    generic bound warning."""
+    data = tmp_path / "typo.csv"
+    write_runs(data, epoch_runs)
+    frame = pd.read_csv(data)
+    frame.loc[24, "loss"] = 1e-6
+    frame.to_csv(data, index=False)
+    args = ["law", "fit", str(data), "--form", "chinchilla", "--holdout", "0", "--starts", "8",
+            "--refine", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "warning: row(s) 25 (1e-06) have a loss under a tenth of the table's median" in text
+    write_runs(data, epoch_runs)
+    assert "under a tenth" not in runner.invoke(app, args).output

@@ -35,6 +35,17 @@ def test_bad_backend_options(backend, address, words):
         backend_from_options(backend, address)
 
 
+def test_workers_size_a_local_ray_instance_and_not_a_cluster(monkeypatch):
+    # a trial found --workers ignored under --backend ray
+    from mosaic.plan.ray_backend import backend_from_options
+
+    monkeypatch.setattr(RayBackend, "connect", lambda self: None)
+    assert backend_from_options("ray", None, 3).num_cpus == 3
+    with pytest.raises(MosaicInputError, match="a cluster .* drop --workers"):
+        backend_from_options("ray", "auto", 3)
+
+
+
 def test_a_new_local_instance_starts_without_rays_notices(monkeypatch, caplog):
     """Ray 2.5x logs "Token authentication is enabled for this Ray cluster..." when it
     starts a local instance: the only stderr line of a `--quiet` plan (a trial). The

@@ -197,6 +197,24 @@ def _plan_loss_interval(document: dict[str, Any], geometry: dict[str, Any]
     return None
 
 
+def _check_envelope_devices(path: Path, envelope: dict[str, Any]) -> None:
+    """A plan's node count is a whole number and, with its GPUs per node, its device count:
+    a hand-edited nodes "12" was listed among the inputs that differ while both plans were
+    costed on the document's 256 GPUs (a fuzz trial; `export` refused it)."""
+    nodes, per_node, devices = (envelope.get(k) for k in ("nodes", "gpus_per_node",
+                                                          "n_devices"))
+    if nodes is None:
+        return
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise MosaicInputError(f"{path}: envelope.nodes is {nodes!r}; a `mosaic plan --json` "
+                               "document holds a whole number of nodes there")
+    if (isinstance(per_node, int) and isinstance(devices, int)
+            and nodes * per_node != devices):
+        raise MosaicInputError(f"{path}: envelope.nodes {nodes} x gpus_per_node {per_node} is "
+                               f"not its n_devices {devices} (an edited plan?); rerun "
+                               "`mosaic plan` for another node count")
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
     from mosaic.export.spec import spec_from_plan_document
@@ -218,6 +236,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                 raise MosaicInputError(f"{path}: {block}.{name} is {value!r}; a `mosaic plan "
                                        "--json` document holds a finite, non-negative number "
                                        "there")
+    _check_envelope_devices(path, envelope)
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")

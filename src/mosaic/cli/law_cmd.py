@@ -434,6 +434,7 @@ def fit(
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
     _warn_duplicate_rows(frame)  # (after the refusals: a refused table gets its one line)
+    _warn_stray_losses(runs)
     _warn_sparsity_dropped(runs, law_form)
     holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
     if holdout_note:
@@ -559,6 +560,26 @@ def _warn_duplicate_rows(frame: Any) -> None:
             "counts as one more run in the fit and its bootstrap, whose intervals narrow as "
             "if the data were larger; drop the copies (a table concatenated twice?)",
             markup=False, highlight=False, soft_wrap=True)
+
+
+# A loss this far under the table's median is no point of the same curve: cross-entropy
+# losses of one ladder span a factor of 2-3 (paper Table 6: 2.3-3.6 nats; Chinchilla's runs
+# 1.9-5), and a trial's 1e-6 (a typo) moved the fitted exponents by an order of magnitude
+# with no word of the row.
+STRAY_LOSS_FRACTION = 0.1
+
+
+def _warn_stray_losses(runs: RunData) -> None:
+    """Rows whose loss is under :data:`STRAY_LOSS_FRACTION` of the median loss, by row."""
+    median = float(np.median(runs.loss))
+    rows = np.flatnonzero(runs.loss < STRAY_LOSS_FRACTION * median)
+    if rows.size:
+        shown = ", ".join(f"{int(i) + 1} ({runs.loss[i]:.3g})" for i in rows[:5])
+        error_console.print(
+            f"warning: row(s) {shown} have a loss under a tenth of the table's median "
+            f"{median:.3g}: a typo or another unit (bits, a sum over tokens)? The fit reads "
+            "them as they are; fix or drop them", markup=False, highlight=False,
+            soft_wrap=True)
 
 
 def heldout_rmse_text(metrics: dict[str, Any]) -> str:

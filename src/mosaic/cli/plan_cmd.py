@@ -168,7 +168,8 @@ DModelOpt = Annotated[str | None, typer.Option(
 Tpp = Annotated[str, typer.Option("--tpp", help="Tokens per active parameter MIN:MAX.")]
 SMin = Annotated[float, typer.Option("--s-min", help="Sparsity guard S >= s_min.")]
 Workers = Annotated[int | None, typer.Option(
-    "--workers", help="Processes for the layout search (default: all CPUs).")]
+    "--workers", help="Processes for the layout search (default: all CPUs); with --backend "
+    "ray, the CPUs of the local Ray instance it starts")]
 StackOpt = Annotated[str | None, typer.Option(
     "--stack", help="Software stack of every candidate (see docs/stacks.md; default: the "
     "calibration profile's, else megatron-core).")]
@@ -299,7 +300,7 @@ def _backend(backend: str, address: str | None, workers: int | None) -> Any:
     backend_from_options: a bad --workers should not wait for it)."""
     if workers is not None:
         check_range("--workers", workers, "workers", integer=True)
-    return backend_from_options(backend, address)
+    return backend_from_options(backend, address, workers)
 
 
 def _versus(envelope: Envelope, space: SearchSpace, law: ScalingLaw,

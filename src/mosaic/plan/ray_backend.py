@@ -161,8 +161,11 @@ def execution_backend(backend: RayBackend | None) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def backend_from_options(backend: str, address: str | None) -> RayBackend | None:
-    """``--backend local|ray`` and ``--address`` into a backend (None = local)."""
+def backend_from_options(backend: str, address: str | None,
+                         workers: int | None = None) -> RayBackend | None:
+    """``--backend local|ray``, ``--address`` and ``--workers`` into a backend (None =
+    local); under Ray, ``workers`` caps the CPUs of a local instance started here (a trial
+    found it ignored), and a cluster's size is its own."""
     if backend not in BACKENDS:
         raise MosaicInputError(f"--backend {backend!r}: allowed values are "
                                f"{', '.join(BACKENDS)}")
@@ -173,7 +176,10 @@ def backend_from_options(backend: str, address: str | None) -> RayBackend | None
     if address is not None and address != "auto" and not _looks_like_host_port(address):
         raise MosaicInputError(f"--address {address!r}: allowed: auto or HOST:PORT "
                                "(e.g. 10.0.0.5:6379)")
-    backend_obj = RayBackend(address=address)
+    if workers is not None and address is not None:
+        raise MosaicInputError("--workers sizes the local Ray instance --backend ray starts; "
+                               "a cluster (--address) runs on the CPUs it has: drop --workers")
+    backend_obj = RayBackend(address=address, num_cpus=workers)
     backend_obj.connect()  # fail before any work when ray is missing or unreachable
     return backend_obj
 

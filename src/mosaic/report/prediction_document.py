@@ -23,9 +23,9 @@ from mosaic.units import GIB, SECONDS_PER_DAY
 def model_summary(spec: JobSpec) -> dict[str, Any]:
     """Which model a prediction is of: its name as the job states it, parameter counts
     (arch.counts: non-embedding N_total and N_active, as the paper's MFU counts them, and the
-    total with embeddings that model cards quote) and its MTP modules, which the step and memory cost (a trial's imported
-    DeepSeek-V3 config added 0.9 s a step and 11.6 GiB a GPU through one MTP module that no
-    line of `mosaic perf` named)."""
+    total with embeddings that model cards quote) and its MTP modules, which the step and
+    memory cost (a trial's imported DeepSeek-V3 config added 0.9 s a step and 11.6 GiB a GPU
+    through one MTP module that no line of `mosaic perf` named)."""
     geometry = spec.workload.geometry
     counts = count_parameters(geometry)
     return {"name": spec.model_name, "n_total": float(counts.n_total),
