@@ -926,3 +926,17 @@ def test_an_lm_head_bias_travels_through_a_job_file_and_is_said_by_every_export(
 
 def load_hf_config_from(config: dict) -> object:
     return geometry_from_hf_config(config)
+
+
+def test_arch_says_the_features_it_imported():
+    """A trial could check an import's sinks, biases, QK norm and shared-expert width only
+    through `export --to yaml`; arch prints them (gpt-oss model card Sec. 2.1: attention
+    sinks and biases; Qwen3: per-head QK norm, tied embeddings off)."""
+    gpt_oss = _cli_json("arch", "--model", str(HF / "gpt-oss-20b.json"))
+    assert {"attention sinks", "q/k/v biases", "attention output bias"} <= set(
+        gpt_oss["features"])
+    qwen = _cli_json("arch", "--model", str(HF / "qwen3-30b-a3b.json"))
+    assert "QK norm per head" in qwen["features"] and "tied embeddings" not in qwen["features"]
+    deepseek = _cli_json("arch", "--model", str(HF / "deepseek-v3.json"))
+    assert "MLA" in deepseek["features"] and deepseek["shared_expert_ffn"] == 2048
+    assert deepseek["mtp_layers"] == 1

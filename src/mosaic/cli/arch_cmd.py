@@ -208,6 +208,9 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "top_k": moe.top_k if moe else None,
         "expert_ffn": moe.expert_ffn if moe else None,
         "shared_experts": moe.shared_experts if moe else 0,
+        "shared_expert_ffn": moe.shared_width if moe and moe.shared_experts else None,
+        "mtp_layers": geometry.mtp_layers,
+        "features": geometry_features(geometry),
         # the trained router as stated (None: not stated, the stack's)
         "router": asdict(moe.router) if moe and moe.router else None,
         "dense_layers": geometry.dense_layer_count,
@@ -230,6 +233,27 @@ def geometry_summary(geometry: Geometry, seq_len: int) -> dict[str, Any]:
         "lm_head_flops_per_token": lm_head_flops_per_token(geometry),
         **_hybrid_summary(geometry, counts),
     }
+
+
+def geometry_features(geometry: Geometry) -> list[str]:
+    """The geometry's features beyond its sizes, in words, each counted in its parameters
+    and FLOPs (a trial checked an import's QK norm, biases, sinks and tied embeddings only
+    through `export --to yaml`)."""
+    named = [
+        (True, f"{geometry.norm}"),
+        (True, geometry.activation or ("gated FFN" if geometry.glu else "plain FFN")),
+        (geometry.mla is not None, "MLA"),
+        (geometry.tied_embeddings, "tied embeddings"),
+        (geometry.qk_norm, f"QK norm per {geometry.qk_norm_span}"),
+        (geometry.qkv_bias, "q/k/v biases"),
+        (geometry.output_bias, "attention output bias"),
+        (geometry.lm_head_bias, "LM-head bias"),
+        (geometry.attention_sinks, "attention sinks"),
+        (geometry.gated_attention, "gated attention"),
+        (geometry.attention_output_gate, "attention output gate"),
+        (geometry.mtp_layers > 0, f"{geometry.mtp_layers} MTP module(s)"),
+    ]
+    return [text for present, text in named if present]
 
 
 def _hybrid_summary(geometry: Geometry, counts: ParameterCounts) -> dict[str, Any]:
@@ -299,11 +323,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
             ),
             (
                 "shared experts, dense / MoE blocks",
-                f"{summary['shared_experts']}, {summary['dense_layers']} / {summary['moe_layers']}",
+                f"{summary['shared_experts']}"
+                + (f" of width {summary['shared_expert_ffn']}"
+                   if summary.get("shared_expert_ffn") else "")
+                + f", {summary['dense_layers']} / {summary['moe_layers']}",
             ),
         ]
         if summary.get("router"):
             rows.append(("router", RouterConfig(**summary["router"]).describe()))
+    if summary.get("features"):
+        rows.append(("features", ", ".join(summary["features"])))
     rows += [
         ("N_total (non-embedding)", _param_count(summary["n_total"])),
         ("N_active (non-embedding)", _param_count(summary["n_active"])),
