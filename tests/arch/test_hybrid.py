@@ -205,7 +205,8 @@ def test_a_qwen3_next_config_without_linear_attention_is_a_transformer():
     config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
     geometry = geometry_from_hf_config(config | {"full_attention_interval": 1})
     assert not geometry.is_hybrid and geometry.layers == 48 and geometry.attention_output_gate
-    with pytest.raises(MosaicInputError, match=r"mlp_only_layers names layer\(s\) \[100\] past the last of num_hidden_layers=48"):
+    with pytest.raises(MosaicInputError, match=r"mlp_only_layers names layer\(s\) \[100\] "
+                       r"past the last of num_hidden_layers=48"):
         geometry_from_hf_config(config | {"mlp_only_layers": [100]})
 
 

@@ -41,7 +41,7 @@ def test_workers_size_a_local_ray_instance_and_not_a_cluster(monkeypatch):
 
     monkeypatch.setattr(RayBackend, "connect", lambda self: None)
     assert backend_from_options("ray", None, 3).num_cpus == 3
-    with pytest.raises(MosaicInputError, match="a cluster .* drop --workers"):
+    with pytest.raises(MosaicInputError, match=r"a cluster .* drop --workers"):
         backend_from_options("ray", "auto", 3)
 
 
