@@ -364,9 +364,11 @@ class _RepeatedKeyError(Exception):
 
 
 def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The object of ``pairs``; a key repeated with another value is refused (the same value
+    twice is harmless, and transformers reads such configs)."""
     document: dict[str, Any] = {}
     for key, value in pairs:
-        if key in document:
+        if key in document and document[key] != value:
             raise _RepeatedKeyError(key)
         document[key] = value
     return document
@@ -383,8 +385,9 @@ def parse_json(text: str | bytes, where: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_refuse_repeated_keys)
     except _RepeatedKeyError as exc:
-        raise MosaicInputError(f"{where}: key {exc.args[0]!r} appears twice in one object; "
-                               "JSON readers keep the last silently, so say it once") from None
+        raise MosaicInputError(f"{where}: key {exc.args[0]!r} appears twice in one object, "
+                               "with two values; JSON readers keep the last silently, so say "
+                               "it once") from None
     except json.JSONDecodeError as exc:
         raise MosaicInputError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})"
                                ) from None

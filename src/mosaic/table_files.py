@@ -83,16 +83,34 @@ def bad_row_error(what: str, frame: pd.DataFrame, column: str, bad: Any,
     return MosaicInputError(f"{what} row {row + 1}: {column}={shown!r}; allowed: {allowed}")
 
 
+def float_column(raw: pd.Series) -> Any:
+    """A column as a float array; entries that are no number (or overflow a float, an
+    integer of hundreds of digits) become NaN."""
+    import numpy as np
+    import pandas as pd
+
+    try:
+        return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    except OverflowError:
+        return np.array([_float_or_nan(value) for value in raw], dtype=float)
+
+
+def _float_or_nan(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        return float("nan")
+
+
 def numeric_columns(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
     """``frame`` with ``columns`` as floats; :func:`bad_row_error` for the first value that
     is not a finite number (a trial's time_s=abc ended in a ValueError traceback)."""
     import numpy as np
-    import pandas as pd
 
     converted = {}
     for column in columns:
-        values = pd.to_numeric(frame[column], errors="coerce").astype(float)
-        bad = ~np.isfinite(values.to_numpy())
+        values = float_column(frame[column])
+        bad = ~np.isfinite(values)
         if bad.any():
             raise bad_row_error(what, frame, column, bad, "a finite number")
         converted[column] = values

@@ -194,6 +194,10 @@ def test_an_address_whose_service_is_not_grpc_fails_at_once():
     server, port = _one_reply_server(settings)
     with server:
         _check_reachable(f"127.0.0.1:{port}")  # passes: left to ray.init
+    # a TLS cluster (RAY_USE_TLS) answers a plain preface with a TLS alert: left to ray.init
+    server, port = _one_reply_server(bytes([0x15, 3, 3, 0, 2, 2, 70]))
+    with server:
+        _check_reachable(f"127.0.0.1:{port}")
 
 
 def test_cluster_messages_go_to_stderr_and_a_dead_worker_is_one_line(monkeypatch):
@@ -212,21 +216,28 @@ def test_cluster_messages_go_to_stderr_and_a_dead_worker_is_one_line(monkeypatch
                               ignore_prefix=False)
     assert printed == [{"lines": ["x"], "pid": "raylet", "is_err": True}]
 
-    class RayError(Exception):
+    class WorkerCrashedError(Exception):
         pass
 
-    class WorkerCrashedError(RayError):
+    class RayTaskError(Exception):  # an error inside a task: not the cluster's (a review)
         pass
 
-    def crashed(refs, num_returns):
-        raise WorkerCrashedError("The worker died unexpectedly while executing this task.")
+    def failing(error):
+        def wait(refs, num_returns):
+            raise error
+        return wait
 
-    cluster = SimpleNamespace(exceptions=SimpleNamespace(RayError=RayError),
+    cluster = SimpleNamespace(exceptions=SimpleNamespace(WorkerCrashedError=WorkerCrashedError,
+                                                         RayTaskError=RayTaskError),
                               remote=lambda **_: lambda f: SimpleNamespace(
                                   remote=lambda *args: object()),
-                              put=lambda value: value, wait=crashed)
+                              put=lambda value: value)
     monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    cluster.wait = failing(WorkerCrashedError("The worker died unexpectedly while executing"))
     with pytest.raises(MosaicInputError, match=r"--backend ray: the Ray cluster failed during "
                        r"the search \(WorkerCrashedError: The worker died .*0 of 4 geometries "
                        r"were done\. Rerun, or use --backend local"):
+        RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+    cluster.wait = failing(RayTaskError("ZeroDivisionError in _call_block"))
+    with pytest.raises(RayTaskError):
         RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)

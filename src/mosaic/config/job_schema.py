@@ -63,6 +63,7 @@ from mosaic.config.spelling import (
 )
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import get_device, get_system
+from mosaic.hardware.catalog import device_for_reported_name
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
@@ -81,6 +82,7 @@ from mosaic.perf.workload import (
     QuantisedGemms,
     Workload,
     job_precision_name,
+    measured_table_dtype,
     precision_lane,
     stated_fp8_recipe,
 )
@@ -482,18 +484,37 @@ def _measured_tables(hardware: HardwareBlock, base: Path) -> MeasuredTables:
     )
 
 
+def _foreign_devices(measured: list[str], device_name: str) -> list[str]:
+    """The measured device names that are not the job's device: a CPU (the bench's
+    'cpu:...'), or a GPU the catalog resolves to another device of another model
+    (:func:`~mosaic.hardware.catalog.device_for_reported_name`: 'NVIDIA A100-SXM4-80GB' is
+    the A100-SXM-80GB; an H100 table serves every H100 variant). A GPU the catalog does not
+    know is not judged."""
+    job = get_device(device_name)
+    foreign = []
+    for name in measured:
+        if name.lower().startswith("cpu"):
+            foreign.append(name)
+            continue
+        device = device_for_reported_name(name)
+        if device is not None and device.name != job.name and not _same_gpu_model(
+                device.name, job.name):
+            foreign.append(name)
+    return foreign
+
+
 def _same_gpu_model(measured_name: str, catalog_name: str) -> bool:
-    """Whether a device as torch names it ('NVIDIA H100 80GB HBM3') is the catalog device's
-    GPU model (H100-SXM-80GB): its model token ('H100') begins the catalog name."""
-    words = measured_name.removeprefix("NVIDIA ").split()
-    return bool(words) and catalog_name.upper().startswith(words[0].upper())
+    """Whether two catalog devices are one GPU model: their first name token ('H100' of
+    H100-SXM-80GB and H100-SXM-96GB-500W) is the same."""
+    return measured_name.split("-")[0].upper() == catalog_name.split("-")[0].upper()
 
 
 def refuse_foreign_tables(hardware: HardwareBlock, base: Path, device_name: str) -> None:
     """MosaicInputError for a measured table whose bench metadata (``mosaic bench`` writes
-    metadata.json beside the tables or one folder up) names other devices than the job's:
-    a CPU's GEMM times replaced an H100 job's and doubled its step, with one assumption
-    line to say so (a trial). Tables without metadata are used as the job names them."""
+    metadata.json beside the tables or one folder up) names another device than the job's
+    (:func:`_foreign_devices`): a CPU's GEMM times replaced an H100 job's and doubled its
+    step, with one assumption line to say so (a trial). Tables without metadata are used as
+    the job names them."""
     from mosaic.bench.store import METADATA_FILE, read_metadata  # the bench's own format
 
     for field_name, path in _table_paths(hardware, base).items():
@@ -506,9 +527,10 @@ def refuse_foreign_tables(hardware: HardwareBlock, base: Path, device_name: str)
             measured = sorted({str(run.get("device_name")) for run in runs.values()})
         except (OSError, ValueError, AttributeError):
             continue
-        if measured and not any(_same_gpu_model(name, device_name) for name in measured):
+        foreign = _foreign_devices(measured, device_name)
+        if foreign:
             raise MosaicInputError(
-                f"hardware.{field_name}: {path} was measured on {', '.join(measured)} "
+                f"hardware.{field_name}: {path} was measured on {', '.join(foreign)} "
                 f"({found[0] / METADATA_FILE}), not on the job's {device_name}; measure on "
                 f"the job's GPUs (`mosaic bench`) or leave hardware.{field_name} out")
 
@@ -764,9 +786,11 @@ def job_from_document(document: dict[str, Any], where: str,
         refuse_foreign_tables(hardware, Path(where).parent, device_name)
         fields = {name: f"hardware.{name} {path}"
                   for name, path in _table_paths(hardware, Path(where).parent).items()}
+        read = {"bf16", measured_table_dtype(workload.precision, workload.fp8_recipe)}
         for line in check_measured_rates(tables, get_device(device_name),
                                          {"gemm": fields.get("gemm_table", ""),
-                                          "grouped_gemm": fields.get("grouped_gemm_table", "")}):
+                                          "grouped_gemm": fields.get("grouped_gemm_table", "")},
+                                         read):
             notes.append(line)
             warnings.warn(line, MosaicWarning, stacklevel=2)
     headroom = memory_headroom(hardware.usable_memory_fraction, workload.stack)

@@ -185,6 +185,27 @@ def get_device(name: str) -> Device:
     return active_catalog().device(name)
 
 
+def device_for_reported_name(reported_name: str, catalog: Catalog | None = None
+                             ) -> Device | None:
+    """The catalog device whose name or alias appears in a driver-reported name, longest
+    match ("NVIDIA H100 80GB HBM3" -> H100-SXM-80GB, "NVIDIA A100-SXM4-80GB" ->
+    A100-SXM-80GB); None when nothing matches (a CPU, a GPU the catalog lacks). ``catalog``
+    defaults to the active one."""
+    catalog = catalog or active_catalog()
+    try:
+        return catalog.device(reported_name)
+    except MosaicInputError:
+        pass
+    key = name_key(reported_name)
+    best: tuple[int, Device] | None = None
+    for device in catalog.devices.values():
+        for name in (device.name, *device.aliases):
+            alias = name_key(name)
+            if alias in key and (best is None or len(alias) > best[0]):
+                best = (len(alias), device)
+    return best[1] if best else None
+
+
 def get_system(name: str) -> System:
     """A system by name or alias, e.g. get_system("p6-b200.48xlarge") (active catalog)."""
     return active_catalog().system(name)

@@ -23,6 +23,7 @@ import numpy as np
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import LawForm
 from mosaic.limits import LIMITS
+from mosaic.table_files import float_column
 
 if TYPE_CHECKING:  # pandas loads only where run tables are read (fast CLI start-up)
     import pandas as pd
@@ -215,7 +216,7 @@ class RunData:
         for name in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
             if name in frame.columns:
                 raw = frame[name]
-                numeric = _as_floats(raw)
+                numeric = float_column(raw)
                 not_number = np.flatnonzero(np.isnan(numeric) & raw.notna().to_numpy())
                 if not_number.size:
                     row = int(not_number[0])
@@ -324,23 +325,6 @@ class RunData:
                 f"{self.source}: form '{form.name}' needs column(s) {missing}, which are absent"
             )
         return np.column_stack([logs[f] for f in form.features])
-
-
-def _as_floats(raw: pd.Series) -> np.ndarray:
-    """A column as floats; entries that are no number (or overflow a float) become NaN."""
-    try:
-        import pandas as pd
-
-        return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-    except OverflowError:  # an integer with hundreds of digits
-        return np.array([_float_or_nan(value) for value in raw], dtype=float)
-
-
-def _float_or_nan(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (OverflowError, TypeError, ValueError):
-        return float("nan")
 
 
 def read_run_table(path: str | Path) -> pd.DataFrame:

@@ -51,17 +51,21 @@ LARGE_GEMM_FLOPS = 1e11
 MIN_LARGE_GEMM_FRACTION_OF_PEAK = 0.01
 
 
-def check_measured_rates(tables: MeasuredTables, device: Device, fields: dict[str, str]
-                         ) -> list[str]:
+def check_measured_rates(tables: MeasuredTables, device: Device, fields: dict[str, str],
+                         dtypes: set[str]) -> list[str]:
     """MosaicInputError for a measured GEMM table whose times imply FLOP/s above the
     device's dense datasheet peak (a trial's table with times divided by 1e6 was used as
     'measured'); warning lines for one whose large GEMMs run under 1% of it (times in
-    milliseconds?). ``fields`` names each table's job field (gemm, grouped_gemm)."""
+    milliseconds?). Only the rows of ``dtypes``, those the job reads, are judged (fp32 rows
+    timed with TF32 on run above the fp32 peak, and no job reads them). ``fields`` names
+    each table's job field (gemm, grouped_gemm)."""
     warnings_out = []
     for key, table in (("gemm", tables.gemm), ("grouped_gemm", tables.grouped_gemm)):
         if table is None:
             continue
         for dtype, (rate, row, flops) in table.fastest_flops_per_s().items():
+            if dtype not in dtypes:
+                continue
             lane = precision_lane(dtype)
             if lane not in device.peak_flops_per_s:
                 continue

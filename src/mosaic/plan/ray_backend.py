@@ -62,7 +62,9 @@ class RayBackend:
         # (https://docs.ray.io/en/latest/ray-core/api/doc/ray.init.html), and retries a dead
         # one for minutes: check it as a stated address is checked
         environment = os.environ.get("RAY_ADDRESS", "").strip()
-        from_environment = self.address in (None, "auto") and bool(environment)
+        from_environment = (self.address == "auto" or (self.address is None
+                                                       and self.num_cpus is None)
+                            ) and bool(environment)
         target = environment if from_environment else self.address
         where = (f"RAY_ADDRESS={target}" if from_environment
                  else target or "a new local instance")
@@ -79,8 +81,12 @@ class RayBackend:
         if target is None:
             ray_logger.setLevel(logging.ERROR)
         try:
-            ray.init(address=self.address, num_cpus=self.num_cpus if self.address is None
-                     else None, include_dashboard=False, log_to_driver=False,
+            # a CPU count sizes a new local instance ("local": not a cluster this machine
+            # runs, which would refuse num_cpus; a review)
+            local = self.address is None and self.num_cpus is not None
+            ray.init(address="local" if local else self.address,
+                     num_cpus=self.num_cpus if self.address is None else None,
+                     include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -122,11 +128,9 @@ class RayBackend:
                     done += len(blocks[index])
                     if progress is not None:
                         progress(done, total)
-        except ray.exceptions.RayError as exc:
-            if isinstance(exc, MosaicInputError):  # a task's own input error (RayTaskError
-                raise                              # subclasses the cause's type)
-            # a worker or node that died past Ray's retries (WorkerCrashedError,
-            # LocalRayletDiedError, ...) is the cluster's failure, not a mosaic bug (a trial)
+        except _cluster_failures(ray) as exc:
+            # a worker or node that died past Ray's retries is the cluster's failure, not a
+            # mosaic bug (a trial); an error inside a task (RayTaskError) keeps its own
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise MosaicInputError(
                 f"--backend ray: the Ray cluster failed during the search "
@@ -205,6 +209,18 @@ def _check_reachable(address: str, where: str | None = None, remedy: str = "chec
                                f"the address to use (port 6379 by default), or {remedy}")
 
 
+# Ray's exceptions for a worker, node or object lost under a task (ray.exceptions, Ray 2.x):
+# the cluster failed, whatever the task computes
+CLUSTER_FAILURES = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError",
+                    "ObjectLostError", "RaySystemError")
+
+
+def _cluster_failures(ray: Any) -> tuple[type[BaseException], ...]:
+    """The :data:`CLUSTER_FAILURES` this Ray defines."""
+    return tuple(getattr(ray.exceptions, name) for name in CLUSTER_FAILURES
+                 if isinstance(getattr(ray.exceptions, name, None), type))
+
+
 def _route_cluster_messages_to_stderr(ray: Any) -> None:
     """Ray's driver prints the cluster's error messages ('(raylet) A worker died or was
     killed ...') as is_err False, so on stdout (ray/_private/worker.py
@@ -229,17 +245,31 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 
 _HTTP2_SETTINGS = 4  # frame type
 
 
+# First bytes of a TLS record (RFC 8446 Sec. 5.1: alert 21, handshake 22): a cluster run
+# with RAY_USE_TLS answers a plain preface so, and is left to ray.init
+_TLS_RECORD_TYPES = (0x15, 0x16)
+
+
 def _answers_grpc(connection: socket.socket) -> bool | None:
     """Whether the server on ``connection`` speaks HTTP/2 as gRPC does: its first frame is
     a SETTINGS frame (True); it sent something else or closed (False); it said nothing
-    within the socket's timeout (None: undecided, left to ray.init)."""
+    within the socket's timeout, or speaks TLS (None: undecided, left to ray.init)."""
+    if os.environ.get("RAY_USE_TLS", "").strip() not in ("", "0"):
+        return None
+    header = b""
     try:
         connection.sendall(_HTTP2_PREFACE)
-        header = connection.recv(9)
+        while len(header) < 4:
+            chunk = connection.recv(9 - len(header))
+            if not chunk:
+                break
+            header += chunk
     except TimeoutError:
         return None
     except OSError:
         return False
+    if header[:1] and header[0] in _TLS_RECORD_TYPES:
+        return None
     return len(header) >= 4 and header[3] == _HTTP2_SETTINGS
 
 

@@ -20,18 +20,25 @@ from mosaic.perf.routing_load import routed_load_factor
 from mosaic.units import GIB, SECONDS_PER_DAY
 
 
-def model_summary(spec: JobSpec) -> dict[str, Any]:
-    """Which model a prediction is of: its name as the job states it, parameter counts
-    (arch.counts: non-embedding N_total and N_active, as the paper's MFU counts them, and the
-    total with embeddings that model cards quote) and its MTP modules, which the step and
-    memory cost (a trial's imported DeepSeek-V3 config added 0.9 s a step and 11.6 GiB a GPU
-    through one MTP module that no line of `mosaic perf` named)."""
-    geometry = spec.workload.geometry
+def geometry_counts(geometry: Any) -> dict[str, float]:
+    """A geometry's parameter counts as every page shows them (arch.counts): non-embedding
+    N_total and N_active, as the paper's MFU counts them, and both with embeddings, which
+    model cards quote."""
     counts = count_parameters(geometry)
-    return {"name": spec.model_name, "n_total": float(counts.n_total),
-            "n_active": float(counts.n_active),
+    return {"n_total": float(counts.n_total), "n_active": float(counts.n_active),
             "n_total_with_embedding": float(counts.n_total_with_embedding),
-            "mtp_modules": int(geometry.mtp_layers), "mtp_params": float(counts.mtp)}
+            "n_active_with_embedding": float(counts.n_active_with_embedding)}
+
+
+def model_summary(spec: JobSpec) -> dict[str, Any]:
+    """Which model a prediction is of: its name as the job states it, its counts
+    (:func:`geometry_counts`) and its MTP modules, which the step and memory cost (a trial's
+    imported DeepSeek-V3 config added 0.9 s a step and 11.6 GiB a GPU through one MTP module
+    that no line of `mosaic perf` named)."""
+    geometry = spec.workload.geometry
+    return {"name": spec.model_name, **geometry_counts(geometry),
+            "mtp_modules": int(geometry.mtp_layers),
+            "mtp_params": float(count_parameters(geometry).mtp)}
 
 
 def prediction_document(result: JobPrediction, calibration: Calibration) -> dict[str, Any]:

@@ -126,15 +126,11 @@ def _export_targets() -> list[str]:
 
 
 def model_summary(geometry: Any) -> dict[str, Any]:
-    """Parameter counts of the edited model (`mosaic arch`'s counts)."""
-    from mosaic.arch import count_parameters
+    """Parameter counts of the edited model (`mosaic perf`'s, report.prediction_document)."""
+    from mosaic.report.prediction_document import geometry_counts
 
-    counts = count_parameters(geometry)
     moe = geometry.moe
-    return {"layers": geometry.layers, "d_model": geometry.d_model,
-            "n_total": float(counts.n_total), "n_active": float(counts.n_active),
-            "n_total_with_embedding": float(counts.n_total_with_embedding),
-            "n_active_with_embedding": float(counts.n_active_with_embedding),
+    return {"layers": geometry.layers, "d_model": geometry.d_model, **geometry_counts(geometry),
             "experts": None if moe is None else moe.experts,
             "top_k": None if moe is None else moe.top_k}
 

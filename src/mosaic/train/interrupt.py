@@ -41,7 +41,8 @@ class StopRequest:
             if self._announce:
                 name = signal.Signals(signum).name
                 print(f"progress: interrupted ({name}); stopping after this step to write a "
-                      "checkpoint (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+                      "checkpoint (the same signal again stops at once)", file=sys.stderr,
+                      flush=True)
             return
         if self._first_s is not None and now - self._first_s > REPEAT_WINDOW_S:
             raise KeyboardInterrupt

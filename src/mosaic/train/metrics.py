@@ -24,7 +24,7 @@ from mosaic.arch import (
 )
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import Device, shipped_catalog
-from mosaic.hardware.catalog import name_key
+from mosaic.hardware.catalog import device_for_reported_name
 from mosaic.hardware.device import MFU_PEAK_DTYPE
 
 
@@ -53,25 +53,9 @@ def achievable_from_bench(bench_dir: str | Path, dtype: str) -> float:
 
 
 def resolve_device(reported_name: str) -> Device | None:
-    """Catalog device whose name or alias appears in a driver-reported name, longest match.
-
-    "NVIDIA H100 80GB HBM3" -> H100-SXM-80GB; None when nothing matches.
-    """
-    catalog = shipped_catalog()
-    try:
-        return catalog.device(reported_name)
-    except MosaicInputError:
-        pass
-    key = name_key(reported_name)
-    best: tuple[int, Device] | None = None
-    for device in catalog.devices.values():
-        for name in (device.name, *device.aliases):
-            alias = name_key(name)
-            if alias in key and (best is None or len(alias) > best[0]):
-                best = (len(alias), device)
-    return best[1] if best else None
-
-
+    """Catalog device of a driver-reported name, longest match (shipped catalog):
+    "NVIDIA H100 80GB HBM3" -> H100-SXM-80GB; None when nothing matches."""
+    return device_for_reported_name(reported_name, shipped_catalog())
 
 
 @dataclass(frozen=True)
