@@ -383,3 +383,28 @@ def test_a_flat_hf_moe_name_points_at_the_moe_block(tmp_path: Path) -> None:
     run["model"]["num_experts"] = 128
     reason = _skip_reason(tmp_path, run)
     assert "model.num_experts (did you mean model.moe.experts?)" in reason
+
+
+def test_unstated_degrees_of_a_record_are_said_and_a_mistyped_release_is_named(tmp_path):
+    """A trial's pp=4 record without pp and dp was scored as pp=1 with no line; its
+    stack_version '25.O9' read as no release, so the recipes' settings were left out
+    unsaid. A commit or tag (600d069b, core_v0.6.0) is a version, not a mistyped release."""
+    from mosaic.errors import MosaicWarning
+
+    run = copy.deepcopy(_example_runs()[0])
+    for name in ("pp", "dp"):
+        run["parallelism"].pop(name, None)
+    (record,) = _load_one(tmp_path, run).records
+    assert "parallelism.pp not stated: 1 assumed" in record.assumptions
+    assert any(line.startswith("parallelism.dp not stated: ") for line in record.assumptions)
+    bridge = copy.deepcopy(_example_runs()[0]) | {"stack": "megatron-bridge"}
+    for version, warned in (("25.O9", True), ("25.9", True), ("25.09", False),
+                            ("600d069b", False), ("core_v0.6.0", False)):
+        path = tmp_path / "runs.yaml"
+        path.write_text(yaml.safe_dump({"runs": [bridge | {"stack_version": version}]}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load_run_records(path)
+        said = [w for w in caught if issubclass(w.category, MosaicWarning)
+                and "names no YY.MM release" in str(w.message)]
+        assert bool(said) == warned, version

@@ -294,6 +294,13 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
     """The length-1 :class:`ParallelPlans` of a parallelism and a batch block
     (``expert_ffn``: the routed experts' width, which an unstated etp must divide)."""
     vpp, micro = _vpp_and_micro(parallelism, batch, dp, stack, notes)
+    if measured:
+        # a record's unstated degree is the schema's 1: said, as every filled default is (a
+        # trial's pp=4 record without pp was scored as pp=1, unsaid)
+        notes.extend(f"parallelism.{name} not stated: 1 assumed" for name in ("tp", "pp", "cp")
+                     if name not in parallelism.model_fields_set)
+        if parallelism.dp is None:
+            notes.append(f"parallelism.dp not stated: {dp} (the GPUs over tp·pp·cp)")
     if is_moe and parallelism.ep is None and measured:
         # Expert parallelism sets the MoE layer's cost; guessing it would be a silent error.
         raise MosaicInputError("parallelism.ep: not stated (null) for an MoE run")

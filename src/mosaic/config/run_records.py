@@ -13,6 +13,7 @@ Schema, units and rules: docs/run_records.md (the schema of the shared calibrati
 from __future__ import annotations
 
 import difflib
+import re
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -48,7 +49,7 @@ from mosaic.config.layout import (
     with_recipe_mtp_modules,
 )
 from mosaic.config.spelling import RECORD_RULES, canonical_document, warn_deprecated
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware import Cluster, System, active_catalog, get_device, get_system
 from mosaic.limits import LIMITS
 from mosaic.perf.plan import Checkpointing, ParallelPlans
@@ -476,6 +477,9 @@ def _check_layout(entry: RunRecordEntry, plan: Mapping[str, Any]) -> None:
         )
 
 
+# what a YY.MM release with a typo looks like: two digits, a point, a short tail
+_LIKE_A_RELEASE = re.compile(r"\d{2}\.\w{1,3}(\.\w{1,3})?")
+
 # how the note on a record stating ``measured.consistent: false`` begins (commands find it)
 MEASUREMENT_DISAGREEMENT_PREFIX = "measured tokens/s and step time disagree by"
 
@@ -569,6 +573,14 @@ def run_record_from_entry(entry: RunRecordEntry) -> RunRecord:
     # the release the record names, read once: its recipes, its rules and its job's
     # stack_version all take this one
     release = release_text(entry.stack_version or entry.software)
+    if (entry.stack_version and release is None and has_release_recipes(stack)
+            and _LIKE_A_RELEASE.fullmatch(entry.stack_version.strip())):
+        # a typo ('25.O9', '25.9') read as no release: the recipes' settings silently left
+        # out moved a trial's prediction and memory with no line in validate (a commit or
+        # a tag such as core_v0.6.0 is a version, not a mistyped release)
+        warnings.warn(f"{entry.id}: stack_version {entry.stack_version!r} names no YY.MM "
+                      f"release, so none of {stack}'s release recipes applies (e.g. '25.09')",
+                      MosaicWarning, stacklevel=2)
     recipe = recipe_defaults(stack, release, entry.software,
                              geometry, system.device.name, entry.precision,
                              geometry.moe is not None, stated, notes,
