@@ -76,6 +76,25 @@ def test_a_catalog_gpu_the_data_lacks_and_a_huge_model_are_flagged_with_ratios()
     assert outside["tp"].text() == "tp=16 not in 1..8 (2x outside)"
 
 
+def test_a_stack_known_only_for_the_other_class_and_a_dense_jobs_ep_are_judged() -> None:
+    """A trial's torchtitan MoE job read 'inside' a profile whose torchtitan runs were all
+    dense; the ep range is the MoE runs' (a dense run's ep is 1 by definition)."""
+    coverage = dataclasses.replace(
+        COVERAGE, stacks=("megatron-core", "torchtitan"),
+        stack_classes=("megatron-core/moe", "torchtitan/dense"),
+        degrees=dict(COVERAGE.degrees, ep=(8, 64)))
+    moe = dict(INSIDE, stack="torchtitan")
+    (outside,) = outside_dimensions(coverage, **moe)
+    assert outside.text().startswith("stack/class=torchtitan/moe not in {megatron-core/moe")
+    dense = dict(INSIDE, stack="torchtitan", is_moe=False,
+                 degrees=dict(INSIDE["degrees"], ep=1))
+    assert outside_dimensions(coverage, **dense) == []  # ep=1 of a dense job is not judged
+    assert [o.dimension for o in outside_dimensions(
+        coverage, **dict(INSIDE, degrees=dict(INSIDE["degrees"], ep=1)))] == ["ep"]
+    # a profile written before the pairs were recorded judges stack and class alone
+    assert outside_dimensions(dataclasses.replace(coverage, stack_classes=()), **moe) == []
+
+
 def test_assessment_carries_intervals_and_says_when_memory_residuals_are_missing() -> None:
     a = assess(COVERAGE, "t", tokens_per_s=1000.0, tokens_per_s_per_gpu=125.0, mfu=0.4,
                step_time_s=2.0, memory_gib=50.0, **INSIDE)

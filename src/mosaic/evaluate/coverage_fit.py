@@ -23,12 +23,21 @@ from mosaic.perf.coverage import (
     model_class,
     scoped_quantiles,
     shared_fraction,
+    stack_class,
 )
 from mosaic.units import GIB
 
 
 def _span(values: Sequence[float]) -> tuple[float, float]:
     return float(min(values)), float(max(values))
+
+
+def _degree_runs(name: str, fitted: list[RunRecord]) -> list[RunRecord]:
+    """The runs whose ``name`` degree the envelope spans: ep over the MoE runs where there
+    are any (a dense run's ep is 1 by definition; a trial's profile spanned ep 1..8 from its
+    dense runs, and called an ep=1 MoE layout inside), every other degree over all."""
+    moe = [r for r in fitted if r.workload.geometry.is_moe]
+    return moe if name == "ep" and moe else fitted
 
 
 def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
@@ -66,8 +75,11 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         stacks=tuple(sorted(set(stacks))), classes=tuple(sorted(set(classes))),
         n_total=_span([float(c.n_total) for c in counts]),
         n_active=_span([float(c.n_active) for c in counts]),
-        degrees={name: tuple(int(v) for v in _span([getattr(r.plan, name)[0] for r in fitted]))
+        degrees={name: tuple(int(v) for v in _span([getattr(r.plan, name)[0]
+                                                     for r in _degree_runs(name, fitted)]))
                  for name in DEGREES},
+        stack_classes=tuple(sorted({stack_class(s, c)
+                                    for s, c in zip(stacks, classes, strict=True)})),
         tokens_per_s_ratio=tokens, tokens_per_s_shared_fraction=shared, memory_ratio=memory)
 
 

@@ -91,6 +91,7 @@ class _CoverageFile(BaseModel):
     memory_ratio_from: str | None = Field(default=None, min_length=1)
     systems: tuple[str, ...] = ()
     fitted_runs: tuple[str, ...] = ()
+    stack_classes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _ranges(self) -> _CoverageFile:
@@ -139,6 +140,9 @@ class CalibrationCoverage:
     systems: tuple[str, ...] = ()
     # the ids of the runs the constants were fitted on (validate calls their scores in-sample)
     fitted_runs: tuple[str, ...] = ()
+    # the (stack, class) pairs the fitted runs hold, as "stack/class" (empty: not recorded):
+    # a trial's torchtitan MoE job read 'inside' a profile whose torchtitan runs were dense
+    stack_classes: tuple[str, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
         """The YAML ``coverage`` section."""
@@ -158,6 +162,7 @@ class CalibrationCoverage:
                 ("memory_ratio_from", self.memory_ratio_from)) if value is not None},
             **({"systems": list(self.systems)} if self.systems else {}),
             **({"fitted_runs": list(self.fitted_runs)} if self.fitted_runs else {}),
+            **({"stack_classes": list(self.stack_classes)} if self.stack_classes else {}),
         }
 
 
@@ -176,7 +181,7 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         memory_ratio=quantiles(parsed.memory_ratio),
         tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from,
         memory_ratio_from=parsed.memory_ratio_from, systems=parsed.systems,
-        fitted_runs=parsed.fitted_runs)
+        fitted_runs=parsed.fitted_runs, stack_classes=parsed.stack_classes)
 
 
 def ratio_quantiles(ratios: np.ndarray, scope: str, level: float) -> RatioQuantiles:
@@ -279,17 +284,22 @@ def outside_dimensions(coverage: CalibrationCoverage, *, device: str, stack: str
                        ) -> list[OutsideDimension]:
     """Every dimension of one job outside the calibrated envelope (empty = inside)."""
     outside = []
+    cls = model_class(is_moe, is_hybrid)
     for name, value, known in (("gpu", device, coverage.devices),
                                ("stack", stack, coverage.stacks),
-                               ("class", model_class(is_moe, is_hybrid), coverage.classes)):
+                               ("class", cls, coverage.classes)):
         if value not in known:
             outside.append(OutsideDimension(name, value, "{" + ", ".join(known) + "}", None))
+    pair = stack_class(stack, cls)
+    if (coverage.stack_classes and not outside and pair not in coverage.stack_classes):
+        outside.append(OutsideDimension("stack/class", pair,
+                                        "{" + ", ".join(coverage.stack_classes) + "}", None))
     for name, value, bounds in (("n_total", n_total, coverage.n_total),
                                 ("n_active", n_active, coverage.n_active)):
         hit = _range_check(name, float(value), bounds)
         if hit is not None:
             outside.append(hit)
-    for name in DEGREES:
+    for name in job_degrees(is_moe):
         if name in coverage.degrees and name in degrees:
             hit = _range_check(name, int(degrees[name]), coverage.degrees[name])
             if hit is not None:
@@ -297,12 +307,23 @@ def outside_dimensions(coverage: CalibrationCoverage, *, device: str, stack: str
     return outside
 
 
-def degrees_inside(coverage: CalibrationCoverage, degrees: Mapping[str, np.ndarray]
-                   ) -> np.ndarray:
+def stack_class(stack: str, cls: str) -> str:
+    """The envelope's joint key of a stack and a model class ('torchtitan/moe')."""
+    return f"{stack}/{cls}"
+
+
+def job_degrees(is_moe: bool) -> tuple[str, ...]:
+    """The parallel degrees the envelope judges for a job: ep only for an MoE model (a dense
+    model's ep is 1 by definition, and the calibrated ep range is the MoE runs')."""
+    return DEGREES if is_moe else tuple(name for name in DEGREES if name != "ep")
+
+
+def degrees_inside(coverage: CalibrationCoverage, degrees: Mapping[str, np.ndarray],
+                   is_moe: bool = True) -> np.ndarray:
     """Per plan, whether its parallel degrees (``degrees``: name -> array over plans) all lie
     in the calibrated ranges, as :func:`outside_dimensions` checks one plan's."""
     inside = np.ones(len(next(iter(degrees.values()))), dtype=bool)
-    for name in DEGREES:
+    for name in job_degrees(is_moe):
         if name in coverage.degrees and name in degrees:
             low, high = coverage.degrees[name]
             values = np.asarray(degrees[name])

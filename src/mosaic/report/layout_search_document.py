@@ -89,12 +89,13 @@ def search_document(search: LayoutSearch, cluster: Cluster, machine: Machine, to
         "memory_scale": calibration.memory_scale,  # a team's fitted scale (1: as derived)
         "coverage_summary": [] if best is None else summary_lines(best),
         "best_inside_envelope": (None if best is None else
-                                 best_inside_envelope(search, calibration, best)),
+                                 best_inside_envelope(search, calibration, best,
+                                                      workload.geometry.is_moe)),
     }
 
 
-def best_inside_envelope(search: LayoutSearch, calibration: Calibration, best: Assessment
-                         ) -> dict[str, Any] | None:
+def best_inside_envelope(search: LayoutSearch, calibration: Calibration, best: Assessment,
+                         is_moe: bool) -> dict[str, Any] | None:
     """The best-ranked layout whose parallel degrees lie in the calibrated ranges, with its
     rank, where the best layout's (``best``: its assessment) do not and the job itself
     (GPU, stack, class, size) is inside the envelope; else None. A trial took a layout 4x
@@ -104,7 +105,7 @@ def best_inside_envelope(search: LayoutSearch, calibration: Calibration, best: A
         return None
     ranked = search.ranking
     degrees = {name: getattr(search.plans, name)[ranked] for name in DEGREES}
-    inside = degrees_inside(calibration.coverage, degrees)
+    inside = degrees_inside(calibration.coverage, degrees, is_moe)
     job_outside = [o for o in best.outside if o.dimension not in DEGREES]
     if inside[0] or job_outside or not inside.any():
         return None
