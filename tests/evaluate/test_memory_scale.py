@@ -240,3 +240,21 @@ def test_a_memory_measure_named_by_its_tool_gets_the_value_it_means(tmp_path):
     with pytest.raises(ValueError, match="is measured as 'allocated'"):
         MeasuredEntry(memory_gib=70.0, memory_measure="max_memory_allocated")
     assert MeasuredEntry(memory_gib=70.0, memory_measure="device").memory_measure == "device"
+
+
+def test_a_memory_scale_that_predicts_worse_is_named(capsys):
+    """A trial's --fit-memory scale took the in-sample memory error 24.1% -> 25.3% (held out
+    38.5%) and one more trained run above its device, and was written with no word of it."""
+    from mosaic.cli.validate_cmd import _echo_memory_scale_notes
+
+    fit = {"applied": True, "left_out_implausible": [], "n_runs": 6, "at_bound": False,
+           "trained_over_headroom": [], "scale": 1.05, "mape_before": 0.241,
+           "mape_after": 0.253, "mape_held_out": 0.385, "trained_over_device_before": 1,
+           "trained_over_device_after": 2}
+    _echo_memory_scale_notes(fit, requested=True)
+    assert ("the memory scale 1.05 predicts these runs' memory worse than the model as derived"
+            " (MAPE 24.1% -> 25.3%, held out 38.5%; trained runs predicted above their device "
+            "1 -> 2): leave out --fit-memory") in capsys.readouterr().err
+    _echo_memory_scale_notes(fit | {"mape_after": 0.2, "mape_held_out": 0.22,
+                                    "trained_over_device_after": 1}, requested=True)
+    assert "worse than the model" not in capsys.readouterr().err
