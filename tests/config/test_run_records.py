@@ -408,3 +408,12 @@ def test_unstated_degrees_of_a_record_are_said_and_a_mistyped_release_is_named(t
         said = [w for w in caught if issubclass(w.category, MosaicWarning)
                 and "names no YY.MM release" in str(w.message)]
         assert bool(said) == warned, version
+
+
+def test_a_model_given_as_a_path_says_the_block_is_inline(tmp_path):
+    # a trial's record named its HF config.json and read "Input should be a valid dictionary
+    # or instance of ModelBlock"
+    run = copy.deepcopy(_example_runs()[0]) | {"model": "examples/hf/mixtral-8x7b.json"}
+    reason = _skip_reason(tmp_path, run)
+    assert "a run record holds the model block inline" in reason
+    assert "--model CONFIG.json --to yaml" in reason

@@ -231,6 +231,19 @@ class RunRecordEntry(_Strict):
         """An unquoted YAML release (26.06) arrives as a number: read it as YY.MM."""
         return release_number_text(value)
 
+    @field_validator("model", mode="before")
+    @classmethod
+    def _inline_model(cls, value: object) -> object:
+        """A model given as a path (a trial's HF config.json) is not read: say how to get
+        the inline block, not pydantic's 'a valid dictionary or instance of ModelBlock'."""
+        if isinstance(value, str):
+            raise ValueError(
+                "a name or path is not read here: a run record holds the model block inline "
+                "(layers, d_model, heads, ... as in docs/schema.md). For a HuggingFace "
+                "config.json, `mosaic export JOB.yaml --model CONFIG.json --to yaml` writes a "
+                "job whose model block can be pasted here")
+        return value
+
 
 # ---------------------------------------------------------------- mapping rules
 
