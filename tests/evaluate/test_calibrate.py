@@ -168,3 +168,15 @@ def test_a_fit_on_one_stack_keeps_the_default_multiplier_for_the_others():
     two = synthetic_baselines({"torchtitan": 1.5, "megatron-core": 1.2})
     refit = fit_calibration(two, BASE, name="t", provenance="test", keep_unseen=True)
     assert refit.stack_multiplier("default") != BASE.stack_multiplier("default")
+
+
+def test_a_group_holding_most_runs_is_named_when_cross_validating(capsys):
+    """A trial's 7 'acme' runs beside one 'bad' run: holding out acme fitted on one run, and
+    its 24% held-out error came with no word of it."""
+    from mosaic.cli.validate_cmd import _note_lopsided_groups
+
+    _note_lopsided_groups("source", ["acme"] * 7 + ["bad"])
+    assert ("note: --cv source: holding out 'acme' (7 of 8 runs) leaves 1 run(s) to fit"
+            in capsys.readouterr().err)
+    _note_lopsided_groups("source", ["a", "a", "b", "b", "c"])
+    assert capsys.readouterr().err == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -628,10 +629,24 @@ def _cv_groups(cv: str, records: Sequence[Any]) -> tuple[str, list[str]]:
     if cv != "run":
         groups = [r.source_key if cv == "source" else r.group_key for r in records]
         if len(set(groups)) > 1 or len(records) < 2:
+            _note_lopsided_groups(cv, groups)
             return cv, groups
         typer.echo(f"note: --cv {cv} puts every run in one group ({groups[0]!r}): "
                    "cross-validated leave-one-run-out instead", err=True)
     return "run", [r.id for r in records]
+
+
+def _note_lopsided_groups(cv: str, groups: list[str]) -> None:
+    """A group holding more than half of the runs leaves fewer than half to fit when it is
+    held out: its held-out error measures a fit on the few others (a trial's 7 'acme' runs
+    beside one 'bad' run were scored on a fit to that one, unsaid)."""
+    counts = Counter(groups)
+    largest, size = counts.most_common(1)[0]
+    if 2 * size > len(groups):
+        typer.echo(f"note: --cv {cv}: holding out {largest!r} ({size} of {len(groups)} runs) "
+                   f"leaves {len(groups) - size} run(s) to fit, so its held-out error says "
+                   "more about that small fit than the model; --cv run leaves one run out",
+                   err=True)
 
 
 def _echo_fit_size(report: dict[str, Any]) -> None:
