@@ -71,3 +71,15 @@ def test_a_plan_on_a_stack_with_a_dispatcher_default_takes_it_unless_told():
     assert core.dispatcher is Dispatcher.ALLTOALL
     told, _ = build_inputs(**common, stack="megatron-bridge", dispatcher="alltoall")
     assert told.dispatcher is Dispatcher.ALLTOALL
+
+
+def test_megatrons_flex_dispatcher_is_its_default_backend_deepep():
+    """A trial's record named Megatron's own `flex` and was refused; Megatron-Core's flex
+    dispatcher runs its default backend, DeepEP (TransformerConfig.moe_flex_dispatcher_backend
+    = "deepep" @ d98e8a64dd), and the record says so."""
+    raw = _bridge_moe_record()
+    raw["parallelism"]["dispatcher"] = "flex"
+    record = _load(raw)
+    assert record.workload.dispatcher is Dispatcher.DEEPEP
+    assert any(line.startswith("parallelism.dispatcher flex: Megatron-Core's flex dispatcher")
+               for line in record.assumptions)

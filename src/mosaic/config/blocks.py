@@ -228,7 +228,8 @@ class ParallelismBlock(StrictBlock):
     dispatcher: str | None = Field(
         default=None, min_length=1,
         description="MoE token dispatcher: alltoall, deepep or hybridep (a name containing "
-                    "one of them); None = alltoall")
+                    "one of them), or Megatron's flex (its default backend, deepep); None = "
+                    "alltoall")
     vocab_in_pipeline_split: bool = Field(
         default=False,
         description="the embedding and the loss each take one layer slot when blocks are split "

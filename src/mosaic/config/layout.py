@@ -58,17 +58,30 @@ VPP_DEFAULT_NOTE = "parallelism.vpp not stated"
 PER_PIPELINE_SETTINGS = frozenset({"pipeline_layouts"})
 
 
+# Megatron-Core's own name for the DeepEP/HybridEP path (--moe-token-dispatcher-type flex),
+# whose backend defaults to DeepEP: TransformerConfig.moe_flex_dispatcher_backend = "deepep"
+# (megatron/core/transformer/transformer_config.py @ d98e8a64dd)
+FLEX_DISPATCHER = "flex"
+
+
+def _dispatcher_key(name: str | None) -> str:
+    return (name or "").strip().casefold().replace("-", "").replace("_", "")
+
+
 def dispatcher_from_name(name: str | None) -> Dispatcher:
-    """``parallelism.dispatcher``: a name containing deepep/hybridep/alltoall; None = alltoall."""
-    stated = (name or "").strip().casefold().replace("-", "").replace("_", "")
+    """``parallelism.dispatcher``: a name containing deepep/hybridep/alltoall, or Megatron's
+    ``flex`` (its default backend, DeepEP); None = alltoall."""
+    stated = _dispatcher_key(name)
     if not stated:
         return Dispatcher.ALLTOALL
+    if stated == FLEX_DISPATCHER:
+        return Dispatcher.DEEPEP
     for dispatcher in (Dispatcher.HYBRIDEP, Dispatcher.DEEPEP, Dispatcher.ALLTOALL):
         if dispatcher.value in stated:
             return dispatcher
     allowed = ", ".join(d.value for d in Dispatcher)
     raise MosaicInputError(f"parallelism.dispatcher: {name!r} is not a known dispatcher; "
-                           f"allowed: {allowed} (or a name containing one)")
+                           f"allowed: {allowed} (or a name containing one), or flex")
 
 
 # The assumption line an MoE record or job gets when it names no dispatcher.
@@ -79,6 +92,10 @@ def dispatcher_for(name: str | None, stack: str, device_name: str, moe: bool,
                    notes: list[str]) -> Dispatcher:
     """The stated dispatcher; unstated on an MoE job, the stack's default on the device's GPU
     generation (stack trait ``moe_dispatcher``), else the pairwise all-to-all."""
+    if _dispatcher_key(name) == FLEX_DISPATCHER:
+        notes.append("parallelism.dispatcher flex: Megatron-Core's flex dispatcher with its "
+                     "default backend, deepep (moe_flex_dispatcher_backend); state hybridep "
+                     "for the HybridEP backend")
     if name is not None or not moe:
         return dispatcher_from_name(name)
     generation = gpu_generation(device_name)
