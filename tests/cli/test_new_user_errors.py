@@ -448,6 +448,22 @@ def test_validate_strict_fails_on_a_skipped_record(tmp_path):
     assert "--strict: 1 record(s) skipped, the first broken:" in line
 
 
+def test_validate_strict_fails_on_a_mis_entered_run(tmp_path):
+    """A trial's per-GPU tokens/s given as the cluster total (1195% MFU) passed --strict,
+    which failed only on skipped records; it is scored as given without --strict."""
+    record = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples"
+                             / "runs_example.yaml").read_text())
+    slip = dict(record["runs"][0], id="slip")
+    gpus = slip["num_gpus"]
+    slip["measured"] = {k: v for k, v in slip["measured"].items() if k != "step_time_s"}
+    slip["measured"]["tokens_per_s_per_gpu"] *= gpus  # the cluster total
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**record, "runs": [*record["runs"], slip]}))
+    assert runner.invoke(app, ["validate", str(path), "--json"]).exit_code == 0
+    line = _error("validate", str(path), "--strict")
+    assert "--strict: 1 run(s) look mis-entered, the first slip:" in line
+
+
 def test_other_schemas_words_for_a_field_are_suggested(tmp_path):
     """A run record's recompute is a job's checkpointing, and 'pipline' is pp (a trial
     got only the list of allowed fields)."""

@@ -106,14 +106,24 @@ def _require_usable(runs: Path, excluded: set[str] | frozenset[str], found: set[
 
 
 StrictOption = Annotated[bool, typer.Option(
-    "--strict", help="fail (exit 2) when any record is skipped, rather than using the rest "
-    "(for CI over your own run files)")]
+    "--strict", help="fail (exit 2) when any record is skipped or looks mis-entered (an MFU "
+    "no GPU reaches, a unit slip), rather than using the rest (for CI over your own run "
+    "files)")]
 
 
 def _check_strict(runs: Path, skipped: Sequence[dict[str, str]], strict: bool) -> None:
     if strict and skipped:
         raise MosaicInputError(f"{runs}: --strict: {len(skipped)} record(s) skipped, the first "
                                f"{skipped[0]['id']}: {skipped[0]['reason']}")
+
+
+def _check_strict_plausible(runs: Path, implausible: Sequence[dict[str, str]],
+                            strict: bool) -> None:
+    """--strict over runs scored as given though they look mis-entered (a trial's 1195% MFU
+    and a 700x step time passed --strict, which failed only on skipped records)."""
+    if strict and implausible:
+        raise MosaicInputError(f"{runs}: --strict: {len(implausible)} run(s) look mis-entered, "
+                               f"the first {implausible[0]['id']}: {implausible[0]['reason']}")
 
 
 def _echo_skipped(skipped: Sequence[dict[str, str]], heading: str, err: bool = False) -> None:
@@ -178,6 +188,7 @@ def validate(
     aggregate = summary.aggregate(
         frozenset(model_calibration.coverage.fitted_runs)
         if model_calibration.coverage is not None else frozenset())
+    _check_strict_plausible(runs, aggregate["implausible_measurements"], strict)
     # which profile and hardware catalog scored the runs (a trial could not tell from the
     # JSON or the page)
     inputs = {"calibration": model_calibration.name,
@@ -203,7 +214,8 @@ def validate(
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
-    _echo_implausible(aggregate["implausible_measurements"])
+    _echo_implausible(aggregate["implausible_measurements"],
+                      "scored as given, and --strict fails on them")
     _echo_stated_inconsistent(aggregate["stated_inconsistent"])
     _echo_unrecognised_software(aggregate["unrecognised_software"])
     if aggregate["in_sample_runs"]:
