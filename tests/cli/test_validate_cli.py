@@ -31,6 +31,14 @@ def test_validate_json_keys_and_oom_rule():
     # The example's constructed OOM run (an 8B model under plain DDP on 80 GB GPUs) is
     # predicted infeasible, which counts as correct.
     assert aggregate["oom_runs"] == 1 and aggregate["oom_correct"] == 1
+    # each run's assumptions, as its record loads them (a trial saw them only one run at a
+    # time through `perf RUNS#ID`)
+    from mosaic.config.run_records import load_run_records
+
+    records = {r.id: r for r in load_run_records(EXAMPLES / "runs_example.yaml").records}
+    for row in doc["runs"]:
+        assert row["assumptions"] == list(records[row["id"]].assumptions)
+    assert any(row["assumptions"] for row in doc["runs"])
 
 
 def test_calibrate_writes_a_loadable_file(tmp_path):

@@ -497,16 +497,15 @@ def _foreign_devices(measured: list[str], device_name: str) -> list[str]:
             foreign.append(name)
             continue
         device = device_for_reported_name(name)
-        if device is not None and device.name != job.name and not _same_gpu_model(
-                device.name, job.name):
+        if device is not None and not _same_gpu_model(device.name, job.name):
             foreign.append(name)
     return foreign
 
 
-def _same_gpu_model(measured_name: str, catalog_name: str) -> bool:
+def _same_gpu_model(first: str, second: str) -> bool:
     """Whether two catalog devices are one GPU model: their first name token ('H100' of
     H100-SXM-80GB and H100-SXM-96GB-500W) is the same."""
-    return measured_name.split("-")[0].upper() == catalog_name.split("-")[0].upper()
+    return first.split("-")[0].upper() == second.split("-")[0].upper()
 
 
 def refuse_foreign_tables(hardware: HardwareBlock, base: Path, device_name: str) -> None:

@@ -233,6 +233,9 @@ class ValidationSummary:
         self._disagreements: dict[str, str] = {}  # id -> its stated consistent: false
         # id -> software text no stack is recognised in (costed as the generic stack)
         self._unrecognised_software: dict[str, str] = {}
+        # per run: its assumption lines (the defaults filled in for what its record leaves
+        # unstated), as indices into _labels: they repeat across runs
+        self._assumptions: list[tuple[int, ...]] = []
         self._group = array("l")  # index into _labels (model @ GPU)
         self._software = array("l")  # index into _labels (software as recorded, or None)
         self._labels: dict[str | None, int] = {}
@@ -280,6 +283,7 @@ class ValidationSummary:
                 self._unrecognised_software[record.id] = record.software
             self._group.append(self._label(record.group_key))
             self._software.append(self._label(record.software))
+            self._assumptions.append(tuple(map(self._label, record.assumptions)))
 
     def _columns(self) -> tuple[list[float | None], ...]:
         """(predicted, measured, predicted GiB, measured bytes) per run, None where unknown."""
@@ -315,6 +319,9 @@ class ValidationSummary:
                 "moe": bool(flags & 4),
                 "group": labels[self._group[index]],
                 "throughput_scored": not flags & 8,
+                # what the model filled in for the record (a trial could see them only
+                # through `mosaic perf RUNS.yaml#ID`, one run at a time)
+                "assumptions": [labels[i] for i in self._assumptions[index]],
             }
 
     def aggregate(self, fitted_runs: frozenset[str] = frozenset()) -> dict[str, Any]:
