@@ -617,3 +617,17 @@ def test_a_missing_corpus_is_one_error_before_any_rung(tmp_path):
     assert result.exit_code == 2
     assert result.output.count("does not exist or is not a file") == 1
     assert not list((tmp_path / "out").glob("runs/*"))
+
+
+def test_ladder_fit_reports_the_fits_progress_as_law_fit_does(tmp_path, monkeypatch):
+    """A trial's `ladder fit --bootstrap 50` was silent for 17-86 s during the main fit,
+    whose progress `mosaic law fit` reports."""
+    import mosaic.cli.progress as progress
+
+    monkeypatch.setattr(progress, "FIRST_LINE_S", 0.0)
+    path = _runs_csv_with_starved(tmp_path, {})
+    result = CliRunner().invoke(_app(), ["ladder", "fit", str(path), "--out",
+                                         str(tmp_path / "law.json"), "--form", "chinchilla",
+                                         "--holdout", "0", "--starts", "8", "--refine", "1"])
+    assert result.exit_code == 0, result.output
+    assert "progress: law fit (screened blocks, refined starts)" in result.stderr

@@ -519,8 +519,12 @@ def fit(
     if holdout_note:
         error_console.print(f"warning: {holdout_note}", markup=False, highlight=False,
                             soft_wrap=True)
-    validated = fit_with_holdout(runs, law_form, settings,
-                                 holdout_fraction=holdout)
+    from mosaic.cli.progress import progress_reporter
+
+    # the fit's progress, as `mosaic law fit` shows it (a trial's fit was silent 17-86 s)
+    with progress_reporter(as_json) as bar:
+        validated = fit_with_holdout(runs, law_form, settings, holdout_fraction=holdout,
+                                     progress=bar("law fit (screened blocks, refined starts)"))
     metrics = asdict(validated.metrics)
     payload = {"law_file": str(out), "form": law_form.name, "data": str(csv_path),
                "coefficients": dict(validated.law.coefficients), "metrics": metrics,
