@@ -29,6 +29,15 @@ FINGERPRINT_FIELDS = ("device_name", "device_count", "driver_version", "cuda_ver
                       "hostname_hash", "world_size", "power_limit_w", "backend")
 
 
+# How the bench names a CPU it measured on: cpu:ARCH (no catalog device has such a name)
+CPU_DEVICE_PREFIX = "cpu:"
+
+
+def is_cpu_device_name(name: str) -> bool:
+    """Whether a bench device name is a CPU's (:data:`CPU_DEVICE_PREFIX`)."""
+    return name.lower().startswith("cpu")
+
+
 def hostname_hash(name: str | None = None) -> str:
     """First 12 hex digits of SHA-256 of the host name (identifies a host, reveals nothing)."""
     return hashlib.sha256((name or socket.gethostname()).encode()).hexdigest()[:12]
@@ -117,7 +126,7 @@ def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dic
         meta["power_limit_w"] = _float(smi.get("power.limit"))
         meta["topology"] = topology()
     else:
-        meta.update({"device_name": f"cpu:{meta['cpu']}", "device_count": 1})
+        meta.update({"device_name": f"{CPU_DEVICE_PREFIX}{meta['cpu']}", "device_count": 1})
     # a CPU's timings depend on the threads torch computes with (bench --threads): part of
     # what a rerun must match to skip measured cases
     fields = FINGERPRINT_FIELDS + (("torch_threads",) if device.type == "cpu" else ())

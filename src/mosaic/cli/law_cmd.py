@@ -502,8 +502,7 @@ def _warn_unbalanced_rungs(frame: Any, split_factor: float | None) -> None:
         rows, rows_of_split_factor(rows, split_factor), strict=True) if kept])
     if names:
         consequence = "`law fit` fits them anyway (`mosaic ladder fit` leaves them out)"
-        error_console.print(f"warning: {unbalanced_warning(names, consequence)}",
-                            markup=False, highlight=False, soft_wrap=True)
+        _warn(unbalanced_warning(names, consequence))
 
 
 def _warn_repeated_data(frame: Any) -> None:
@@ -515,13 +514,11 @@ def _warn_repeated_data(frame: Any) -> None:
     repeated = repeats_data(frame)
     if repeated.any():  # (non-numbers and zeros are NaN: no crash, a trial's review)
         epochs = epochs_over_data(frame)[repeated]
-        error_console.print(
-            f"warning: {int(repeated.sum())} of {len(frame)} runs repeat their data (up to "
-            f"{epochs.max():,.1f} epochs): the law forms count every token as new, and a "
-            "repeated token is worth less (Muennighoff et al. 2023); fit the single-epoch "
-            "runs (`mosaic law convert muennighoff FILE --single-epoch --out runs.csv`, or "
-            "drop the rows with tokens > unique_tokens)",
-            markup=False, highlight=False, soft_wrap=True)
+        _warn(f"{int(repeated.sum())} of {len(frame)} runs repeat their data (up to "
+              f"{epochs.max():,.1f} epochs): the law forms count every token as new, and a "
+              "repeated token is worth less (Muennighoff et al. 2023); fit the single-epoch "
+              "runs (`mosaic law convert muennighoff FILE --single-epoch --out runs.csv`, or "
+              "drop the rows with tokens > unique_tokens)")
 
 
 def warn_if_unplannable(law: ScalingLaw, payload: dict[str, Any]) -> None:
@@ -533,7 +530,7 @@ def warn_if_unplannable(law: ScalingLaw, payload: dict[str, Any]) -> None:
                            "will refuse it: each")
     except MosaicInputError as exc:
         payload["warning"] = str(exc)
-        error_console.print(f"warning: {exc}", markup=False, highlight=False, soft_wrap=True)
+        _warn(str(exc))
 
 
 def _warn_sparsity_dropped(runs: Any, form: Any) -> None:
@@ -543,10 +540,9 @@ def _warn_sparsity_dropped(runs: Any, form: Any) -> None:
         return
     sparse = int((runs.n_active < runs.n_total).sum())
     if sparse:
-        error_console.print(
-            f"warning: {sparse} of {runs.n_runs} runs are sparse (n_active below n_total); "
-            f"form '{form.name}' has no sparsity term and fits n_total alone (the joint and "
-            "per-g forms have one)", markup=False, highlight=False, soft_wrap=True)
+        _warn(f"{sparse} of {runs.n_runs} runs are sparse (n_active below n_total); form "
+              f"'{form.name}' has no sparsity term and fits n_total alone (the joint and "
+              "per-g forms have one)")
 
 
 def _warn_duplicate_rows(frame: Any) -> None:
@@ -555,11 +551,9 @@ def _warn_duplicate_rows(frame: Any) -> None:
     a table written twice, '480 / 0 runs', without a word)."""
     repeated = int(frame.duplicated().sum())
     if repeated:
-        error_console.print(
-            f"warning: {repeated} of {len(frame)} rows repeat another row exactly: each "
-            "counts as one more run in the fit and its bootstrap, whose intervals narrow as "
-            "if the data were larger; drop the copies (a table concatenated twice?)",
-            markup=False, highlight=False, soft_wrap=True)
+        _warn(f"{repeated} of {len(frame)} rows repeat another row exactly: each counts as "
+              "one more run in the fit and its bootstrap, whose intervals narrow as if the "
+              "data were larger; drop the copies (a table concatenated twice?)")
 
 
 # A loss this far under the table's median is no point of the same curve: cross-entropy
@@ -575,11 +569,9 @@ def _warn_stray_losses(runs: RunData) -> None:
     rows = np.flatnonzero(runs.loss < STRAY_LOSS_FRACTION * median)
     if rows.size:
         shown = ", ".join(f"{int(i) + 1} ({runs.loss[i]:.3g})" for i in rows[:5])
-        error_console.print(
-            f"warning: row(s) {shown} have a loss under a tenth of the table's median "
-            f"{median:.3g}: a typo or another unit (bits, a sum over tokens)? The fit reads "
-            "them as they are; fix or drop them", markup=False, highlight=False,
-            soft_wrap=True)
+        _warn(f"row(s) {shown} have a loss under a tenth of the table's median {median:.3g}: "
+              "a typo or another unit (bits, a sum over tokens)? The fit reads them as they "
+              "are; fix or drop them")
 
 
 def heldout_rmse_text(metrics: dict[str, Any]) -> str:

@@ -111,19 +111,14 @@ StrictOption = Annotated[bool, typer.Option(
     "files)")]
 
 
-def _check_strict(runs: Path, skipped: Sequence[dict[str, str]], strict: bool) -> None:
-    if strict and skipped:
-        raise MosaicInputError(f"{runs}: --strict: {len(skipped)} record(s) skipped, the first "
-                               f"{skipped[0]['id']}: {skipped[0]['reason']}")
-
-
-def _check_strict_plausible(runs: Path, implausible: Sequence[dict[str, str]],
-                            strict: bool) -> None:
-    """--strict over runs scored as given though they look mis-entered (a trial's 1195% MFU
-    and a 700x step time passed --strict, which failed only on skipped records)."""
-    if strict and implausible:
-        raise MosaicInputError(f"{runs}: --strict: {len(implausible)} run(s) look mis-entered, "
-                               f"the first {implausible[0]['id']}: {implausible[0]['reason']}")
+def _check_strict(runs: Path, flagged: Sequence[dict[str, str]], strict: bool,
+                  what: str = "record(s) skipped") -> None:
+    """--strict over the ``flagged`` entries (id, reason): skipped records, or runs scored
+    as given though they look mis-entered (``what``; a trial's 1195% MFU and a 700x step
+    time passed --strict when it failed only on skipped records)."""
+    if strict and flagged:
+        raise MosaicInputError(f"{runs}: --strict: {len(flagged)} {what}, the first "
+                               f"{flagged[0]['id']}: {flagged[0]['reason']}")
 
 
 def _echo_skipped(skipped: Sequence[dict[str, str]], heading: str, err: bool = False) -> None:
@@ -188,7 +183,8 @@ def validate(
     aggregate = summary.aggregate(
         frozenset(model_calibration.coverage.fitted_runs)
         if model_calibration.coverage is not None else frozenset())
-    _check_strict_plausible(runs, aggregate["implausible_measurements"], strict)
+    _check_strict(runs, aggregate["implausible_measurements"], strict,
+                  "run(s) look mis-entered")
     # which profile and hardware catalog scored the runs (a trial could not tell from the
     # JSON or the page)
     inputs = {"calibration": model_calibration.name,

@@ -490,10 +490,12 @@ def _foreign_devices(measured: list[str], device_name: str) -> list[str]:
     (:func:`~mosaic.hardware.catalog.device_for_reported_name`: 'NVIDIA A100-SXM4-80GB' is
     the A100-SXM-80GB; an H100 table serves every H100 variant). A GPU the catalog does not
     know is not judged."""
+    from mosaic.bench.metadata import is_cpu_device_name  # the bench's own naming
+
     job = get_device(device_name)
     foreign = []
     for name in measured:
-        if name.lower().startswith("cpu"):
+        if is_cpu_device_name(name):
             foreign.append(name)
             continue
         device = device_for_reported_name(name)
@@ -786,10 +788,7 @@ def job_from_document(document: dict[str, Any], where: str,
         fields = {name: f"hardware.{name} {path}"
                   for name, path in _table_paths(hardware, Path(where).parent).items()}
         read = {"bf16", measured_table_dtype(workload.precision, workload.fp8_recipe)}
-        for line in check_measured_rates(tables, get_device(device_name),
-                                         {"gemm": fields.get("gemm_table", ""),
-                                          "grouped_gemm": fields.get("grouped_gemm_table", "")},
-                                         read):
+        for line in check_measured_rates(tables, get_device(device_name), fields, read):
             notes.append(line)
             warnings.warn(line, MosaicWarning, stacklevel=2)
     headroom = memory_headroom(hardware.usable_memory_fraction, workload.stack)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mosaic.bench.metadata import busy_host_warning
+from mosaic.bench.metadata import busy_host_warning, is_cpu_device_name
 from mosaic.bench.store import (
     FAMILIES,
     families_present,
@@ -213,7 +213,7 @@ def reference(tables: dict[str, pd.DataFrame], metadata: dict[str, Any],
 
 def measured_on_cpu(metadata: dict[str, Any]) -> bool:
     """Whether the bench tables were measured on a CPU (``mosaic bench`` names it cpu:ARCH)."""
-    return str(metadata.get("device_name", "")).lower().startswith("cpu")
+    return is_cpu_device_name(str(metadata.get("device_name", "")))
 
 
 def _require_measured_on(device: str, catalog_name: str, metadata: dict[str, Any]) -> None:

@@ -58,9 +58,10 @@ def check_measured_rates(tables: MeasuredTables, device: Device, fields: dict[st
     'measured'); warning lines for one whose large GEMMs run under 1% of it (times in
     milliseconds?). Only the rows of ``dtypes``, those the job reads, are judged (fp32 rows
     timed with TF32 on run above the fp32 peak, and no job reads them). ``fields`` names
-    each table's job field (gemm, grouped_gemm)."""
+    each table as the job does, by its field (gemm_table, grouped_gemm_table)."""
     warnings_out = []
-    for key, table in (("gemm", tables.gemm), ("grouped_gemm", tables.grouped_gemm)):
+    for key, table in (("gemm_table", tables.gemm),
+                       ("grouped_gemm_table", tables.grouped_gemm)):
         if table is None:
             continue
         for dtype, (rate, row, flops) in table.fastest_flops_per_s().items():

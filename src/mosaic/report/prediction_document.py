@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mosaic.arch.counts import count_parameters
+from mosaic.arch.counts import ParameterCounts, count_parameters
 from mosaic.config.blocks import training_steps
 from mosaic.config.job_schema import JobSpec
 from mosaic.config.layout import plan_row_document
@@ -20,11 +20,12 @@ from mosaic.perf.routing_load import routed_load_factor
 from mosaic.units import GIB, SECONDS_PER_DAY
 
 
-def geometry_counts(geometry: Any) -> dict[str, float]:
-    """A geometry's parameter counts as every page shows them (arch.counts): non-embedding
-    N_total and N_active, as the paper's MFU counts them, and both with embeddings, which
-    model cards quote."""
-    counts = count_parameters(geometry)
+def geometry_counts(geometry: Any, counts: ParameterCounts | None = None
+                    ) -> dict[str, float]:
+    """A geometry's parameter counts as every page shows them (arch.counts, ``counts`` where
+    the caller has them): non-embedding N_total and N_active, as the paper's MFU counts
+    them, and both with embeddings, which model cards quote."""
+    counts = count_parameters(geometry) if counts is None else counts
     return {"n_total": float(counts.n_total), "n_active": float(counts.n_active),
             "n_total_with_embedding": float(counts.n_total_with_embedding),
             "n_active_with_embedding": float(counts.n_active_with_embedding)}
@@ -36,9 +37,9 @@ def model_summary(spec: JobSpec) -> dict[str, Any]:
     imported DeepSeek-V3 config added 0.9 s a step and 11.6 GiB a GPU through one MTP module
     that no line of `mosaic perf` named)."""
     geometry = spec.workload.geometry
-    return {"name": spec.model_name, **geometry_counts(geometry),
-            "mtp_modules": int(geometry.mtp_layers),
-            "mtp_params": float(count_parameters(geometry).mtp)}
+    counts = count_parameters(geometry)
+    return {"name": spec.model_name, **geometry_counts(geometry, counts),
+            "mtp_modules": int(geometry.mtp_layers), "mtp_params": float(counts.mtp)}
 
 
 def prediction_document(result: JobPrediction, calibration: Calibration) -> dict[str, Any]:
