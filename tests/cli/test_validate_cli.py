@@ -41,6 +41,25 @@ def test_validate_json_keys_and_oom_rule():
     assert any(row["assumptions"] for row in doc["runs"])
 
 
+def test_the_table_output_lists_the_assumptions_by_how_many_runs_they_cover():
+    runs = EXAMPLES / "runs_example.yaml"
+    rows = json.loads(runner.invoke(app, ["validate", str(runs), "--json"]).stdout)["runs"]
+    text = runner.invoke(app, ["-q", "validate", str(runs)]).stdout
+    distinct = {a for row in rows for a in row["assumptions"]}
+    assert f"Assumptions made for the runs ({len(distinct)} distinct" in text
+    # the example's four records all leave the optimizer out: one line, counted once
+    assert all("optimizer not recorded: AdamW assumed" in row["assumptions"] for row in rows)
+    assert text.count("optimizer not recorded") == 1
+    assert f"[{len(rows)} runs] optimizer not recorded: AdamW assumed" in text
+    # each line shown names its runs: a count, or the one run's id
+    by_id = {row["id"]: row["assumptions"] for row in rows}
+    shown = [line[3:].split("] ", 1) for line in text.splitlines() if line.startswith("  [")]
+    assert len(shown) == min(len(distinct), 10)
+    for who, assumption in shown:
+        covered = [run for run, made in by_id.items() if assumption in made]
+        assert who == (covered[0] if len(covered) == 1 else f"{len(covered)} runs")
+
+
 def test_calibrate_writes_a_loadable_file(tmp_path):
     out = tmp_path / "calib.yaml"
     result = runner.invoke(app, ["calibrate", str(EXAMPLES / "runs_example.yaml"),

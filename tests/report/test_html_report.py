@@ -182,6 +182,11 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
     # the profile every page predicted with and the network a sweep assumed (a trial
     # shared pages that named neither)
     assert "<td class=\"text\">default</td>" in validate
+    # the assumptions made for the runs, each once with the runs it covers (a trial)
+    assumed = {a for row in document["runs"] for a in row["assumptions"]}
+    assert 'id="assumptions-table"' in validate
+    assert all(validate.count(f'<td class="text" data-value="">{html_escape(a)}</td>') == 1
+               for a in assumed)
     assert ">calibration<" in layouts and ">default<" in layouts
     sweep = (tmp_path / "sweep.html").read_text()
     assert ("NVLink domain of 8 GPUs at 900 GB/s per GPU; AWS EFAv4 (SRD): 8 NICs of 400 Gb/s "

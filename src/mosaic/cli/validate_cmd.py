@@ -56,7 +56,7 @@ from mosaic.hardware import active_catalog_paths
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
 from mosaic.perf.coverage import MIN_SCOPE_RUNS, parse_coverage
-from mosaic.report.validation_summary import accuracy_rows, percent
+from mosaic.report.validation_summary import accuracy_rows, assumption_counts, percent
 from mosaic.text_values import parse_names
 
 CV_GROUPINGS = ("source", "group", "run", "none")
@@ -214,11 +214,25 @@ def validate(
                       "scored as given, and --strict fails on them")
     _echo_stated_inconsistent(aggregate["stated_inconsistent"])
     _echo_unrecognised_software(aggregate["unrecognised_software"])
+    _echo_assumptions(assumption_counts(summary.rows()))
     if aggregate["in_sample_runs"]:
         typer.echo(f"note: {aggregate['in_sample_runs']} of these runs are runs calibration "
                    f"{model_calibration.name!r} was fitted on: their errors are in-sample, "
                    "not a test of the model (calibrate's cross-validation gives held-out "
                    "ones)", err=True)
+
+
+def _echo_assumptions(counts: list[dict[str, Any]]) -> None:
+    """What the model assumed or approximated for the runs, the most common first."""
+    if not counts:
+        return
+    typer.echo(f"Assumptions made for the runs ({len(counts)} distinct; --json lists "
+               "each run's):")
+    for entry in counts[:SKIPPED_SHOWN]:
+        runs = entry["ids"][0] if entry["runs"] == 1 else f"{entry['runs']} runs"
+        typer.echo(f"  [{runs}] {entry['assumption']}")
+    if len(counts) > SKIPPED_SHOWN:
+        typer.echo(f"  ... and {len(counts) - SKIPPED_SHOWN} more")
 
 
 def _echo_unrecognised_software(unrecognised: list[dict[str, str]]) -> None:

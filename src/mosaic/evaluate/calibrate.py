@@ -337,8 +337,7 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     # the base profile is not one, a review), and reported as a bound in the fit's labels.
     floor = least_step_multiplier()
     fitted_keys = [*stacks, *([] if keep_unseen and len(stacks) == 1 else [DEFAULT_STACK_KEY])]
-    raised = tuple(f"stack_overhead[{'shared' if key == DEFAULT_STACK_KEY else key}]"
-                   for key in fitted_keys if multipliers[key] < floor
+    raised = tuple(f"stack_overhead[{key}]" for key in fitted_keys if multipliers[key] < floor
                    and "stack_overhead" in base.fitted_constants)
     multipliers = {key: max(value, floor) if key in fitted_keys else value
                    for key, value in multipliers.items()}
@@ -404,7 +403,9 @@ def _parameter_table(base: Calibration, stacks: list[str], routings: list[str]
         ("chi_a2a", "chi_a2a", CHI_BOUNDS["chi_a2a"], base.chi_a2a),
         ("chi_pp", "chi_pp", CHI_BOUNDS["chi_pp"], base.chi_pp),
         ("chi_overlap", "chi_overlap", CHI_BOUNDS["chi_overlap"], base.chi_overlap),
-        ("stack_overhead[shared]", "stack_overhead", STACK_LOG_BOUNDS, np.log(shared)),
+        # labelled by its key in the calibration file (a trial read '[shared]' as a stack)
+        (f"stack_overhead[{DEFAULT_STACK_KEY}]", "stack_overhead", STACK_LOG_BOUNDS,
+         np.log(shared)),
         ("elementwise_traffic_factor", "elementwise_traffic_factor", ELEMENTWISE_LOG_BOUNDS,
          np.log(base.elementwise_traffic_factor)),
         *((f"stack_overhead[{st}]", "stack_overhead", STACK_LOG_BOUNDS,

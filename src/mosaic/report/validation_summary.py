@@ -4,6 +4,7 @@ HTML had lost the infeasible-run, headroom, median/max and same-release rows; a 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -55,3 +56,17 @@ def accuracy_rows(stats: dict[str, Any], n_skipped: int) -> list[tuple[str, str]
             f"{stats['in_sample_runs']} (their errors are in-sample)")]
           if stats.get("in_sample_runs") else []),
     ]
+
+
+def assumption_counts(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each distinct assumption the model made for the runs (``assumptions`` of a validation
+    row) with the runs it was made for, the most common first: what the records left
+    unstated or the model approximated (a trial saw them only in --json, one run at a
+    time)."""
+    ids_by_text: dict[str, list[str]] = {}
+    for run in runs:
+        for text in run["assumptions"]:
+            ids_by_text.setdefault(text, []).append(run["id"])
+    return [{"assumption": text, "runs": len(ids), "ids": ids}
+            for text, ids in sorted(ids_by_text.items(), key=lambda item: (-len(item[1]),
+                                                                           item[0]))]

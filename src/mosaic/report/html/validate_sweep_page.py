@@ -25,7 +25,7 @@ from mosaic.report.plan_report import (
     precision_text,
     sweep_extrapolation_rows,
 )
-from mosaic.report.validation_summary import accuracy_rows
+from mosaic.report.validation_summary import accuracy_rows, assumption_counts
 from mosaic.units import GIB
 
 
@@ -143,6 +143,13 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
         Section("runs", f"Runs ({len(runs)})", [
             table_html(columns, runs, table_id="runs-table", filterable=True)]),
     ]
+    assumed = [{**entry, "ids": ", ".join(entry["ids"])} for entry in assumption_counts(runs)]
+    if assumed:  # what the model filled in or approximated (a trial saw it only in the JSON)
+        sections.append(Section("assumptions", "Assumptions made for the runs", [
+            table_html([Column("assumption", "assumption", text=True),
+                        Column("runs", "runs", fmt_float(0)),
+                        Column("ids", "run ids", text=True)], assumed,
+                       table_id="assumptions-table", filterable=True)]))
     reason_columns = [Column("id", "run", text=True), Column("reason", "reason", text=True)]
     implausible = a.get("implausible_measurements", [])
     if implausible:
