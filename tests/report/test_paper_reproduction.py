@@ -66,17 +66,23 @@ def test_table5_order_by_predicted_loss_and_measured_mfu_order() -> None:
 def test_table4_geometry_under_the_papers_stack() -> None:
     """Table 4: q=12, E=96, K=2, G=4 at 12.38% MFU, 1.42 T tokens, loss 1.3898.
 
-    Searched over Table 4's own geometry on the Table 3 envelope. Tolerances: MFU and
-    tokens within 20%, the profile's held-out error on the 5.4B sweep (19.7%, the measured
-    panel nearest Table 4's 14.5 B active), and the loss within 0.015 nats (the Table 2
-    law's slope over a 20% token change). The prediction sits at -19.7% MFU and -20.0%
-    tokens (docs/paper_reproduction.md): this is a reproduction at the edge of the model's
-    measured error, and a change that moves it further fails here."""
+    Table 4's MFU and tokens are the paper estimator's predictions at 14.5 B active, 3.3x
+    beyond the largest model of the measured sweeps the profile is fitted to. mosaic predicts
+    them 20% lower (9.9% MFU, 1.14 T: docs/paper_reproduction.md, pinned here within 1%),
+    just outside its own 90% held-out interval (top 12.25%): the gap is documented, not
+    tested away (a 20% tolerance used to sit 0.02% from failing; a trial).
+    Independent checks: the tokens per point of MFU are the paper's (Eq. 25: D = MFU x peak x
+    window / 6 N_act, the same for both at one geometry, window and goodput) to within the
+    paper's own rounding (its 1.42 T is 0.4% above Eq. 25 at its 12.38%), and the loss is
+    the Table 2 law's at those tokens, within 0.015 nats of the paper's."""
     space = SearchSpace(q=(12,), experts=(96,), top_k=(2,), split_factor=(4,))
     result = paper.table3_plan(built_in_calibration("paper-p6b200"), workers=1, space=space)
     best = result.candidate(int(result.optimum_index))
-    assert best["mfu"] == pytest.approx(paper.TABLE_4["mfu"], rel=0.20)
-    assert best["tokens"] / 1e12 == pytest.approx(paper.TABLE_4["tokens_t"], rel=0.20)
+    assert best["mfu"] == pytest.approx(0.0995, rel=0.01)  # printed 9.9% in the docs
+    assert best["tokens"] / 1e12 == pytest.approx(1.136, rel=0.01)  # printed 1.14 T
+    per_point = best["tokens"] / best["mfu"]
+    paper_per_point = paper.TABLE_4["tokens_t"] * 1e12 / paper.TABLE_4["mfu"]
+    assert per_point == pytest.approx(paper_per_point, rel=0.01)
     assert best["loss"] == pytest.approx(paper.TABLE_4["loss"], abs=0.015)
 
 
@@ -129,3 +135,21 @@ def test_table4_geometry_on_its_own_layout_is_a_plan_of_that_layout() -> None:
                                                                                 rel=1e-9)
     assert rows["Table 4 geometry on pp8 ep8 mb4: step (s)"].mosaic == pytest.approx(
         best["step_time_s"], rel=1e-9)
+
+
+def test_table4_own_layout_bubble_is_seven_eighths_of_its_launch_bound_blocks() -> None:
+    """Table 4's layout runs 1024 sequences over dp 32 at micro-batch 4: 8 micro-batches on
+    8 stages, so the 1F1B bubble is (8 - 1)/8 of the block time (Narayanan et al. 2021),
+    and on the paper's stack that block time is its host launch floor (Eq. 11's max), as
+    docs/paper_reproduction.md says: the bubble row is 7/8 of the floor's per-step time."""
+    calibration = built_in_calibration("paper-p6b200")
+    rows = _by_quantity(paper.table4_own_layout(calibration))
+    bubble = rows["Table 4 geometry on pp8 ep8 mb4: pipeline bubble (s)"].mosaic
+    exposed_floor = rows["Table 4 geometry on pp8 ep8 mb4: launch floor beyond the GPU work "
+                         "(s)"].mosaic
+    step = paper.table4_own_layout_step(calibration)
+    assert exposed_floor > 0  # launch-bound: the floor is longer than the GPU work
+    assert step.block_dispatch_floor_s[0] > step.block_compute_s[0]
+    # block_dispatch_floor_s is n_mb·t_disp·(1 + f_bubble), f_bubble = 7/8: the bubble is
+    # f_bubble·n_mb·t_disp = (7/8)/(15/8) of it
+    assert bubble == pytest.approx(7 / 15 * float(step.block_dispatch_floor_s[0]), rel=1e-9)
