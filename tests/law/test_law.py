@@ -37,6 +37,14 @@ def test_table4_counts_match_the_paper():
     assert n_active == pytest.approx(14.517e9, rel=2e-4)  # Table 4: N_act 14.5 B
     assert n_total == pytest.approx(327.24e9, rel=2e-4)
     assert 1 - n_active / n_total == pytest.approx(0.956, abs=5e-4)  # Table 4: S 0.956
+    # and mosaic's own count of the ladder rung is this hand count plus the norms the hand
+    # count leaves out, exactly (a trial: the lines above check only the hand count): two
+    # pre-LN LayerNorms per layer and a final one, weight and bias each (App. A.1)
+    from mosaic.arch import count_parameters, ladder_geometry
+
+    counts = count_parameters(ladder_geometry(12, 96, 2, 4))
+    norms = (2 * 48 + 1) * 2 * 6144
+    assert (counts.n_total, counts.n_active) == (n_total + norms, n_active + norms)
 
 
 @pytest.mark.parametrize("tokens", [1.42e12, 98 * table4_counts()[1]], ids=["D=1.42T", "TPP=98"])
