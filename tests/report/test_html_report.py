@@ -474,9 +474,11 @@ def _layout_shapes(html: str, div_id: str) -> list[dict]:
     return layout.get("shapes", [])
 
 
-def test_the_compare_memory_bars_draw_capacity_only_where_both_sides_share_it(tmp_path):
-    """Same GPUs: the capacity line and the usable share (the jobs' own 90%); an H100 job
-    against a B200 one: neither, as no one line is both sides' capacity."""
+def test_the_compare_memory_bars_draw_one_capacity_line_only_where_both_sides_share_it(
+        tmp_path):
+    """Same GPUs: the capacity line and the usable share (the jobs' own 90%) across the
+    plot; an H100 job against a B200 one: each bar's own two lines over that bar alone (no
+    one line is both sides' capacity; drawing none hid an out-of-memory side, a trial)."""
     job = EXAMPLES / "appendix_e.yaml"
     same = tmp_path / "same.html"
     document = json.loads(invoke("compare", str(job), str(job), "--json", "--html", str(same)))
@@ -486,8 +488,16 @@ def test_the_compare_memory_bars_draw_capacity_only_where_both_sides_share_it(tm
                                                            "fig-compare-memory"))
     assert lines == pytest.approx(sorted([capacity, capacity * fraction]))
     other = tmp_path / "other.html"
-    invoke("compare", str(job), str(EXAMPLES / "deepseek_v3_h100.yaml"), "--html", str(other))
-    assert _layout_shapes(other.read_text(), "fig-compare-memory") == []
+    document = json.loads(invoke("compare", str(job), str(EXAMPLES / "deepseek_v3_h100.yaml"),
+                                 "--json", "--html", str(other)))
+    shapes = _layout_shapes(other.read_text(), "fig-compare-memory")
+    assert all(shape["xref"] == "x" for shape in shapes)
+    for index, side in enumerate(("a", "b")):
+        capacity = document[side]["memory_capacity_gib"]
+        usable = capacity * document[side]["usable_memory_fraction"]
+        mine = sorted(shape["y0"] for shape in shapes
+                      if (shape["x0"], shape["x1"]) == (index - 0.4, index + 0.4))
+        assert mine == pytest.approx(sorted([capacity, usable]))
 
 
 def test_a_comparison_saved_with_empty_breakdowns_says_so_once(tmp_path):

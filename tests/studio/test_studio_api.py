@@ -421,6 +421,25 @@ def test_compare_two_jobs(studio):
     assert status == 422 and "two forms" in body["errors"]["_general"]
 
 
+def test_compare_on_two_gpus_draws_each_sides_own_memory_limits(studio):
+    """A on the default B200 node, B on a DGX-H100: one capacity line across both bars
+    would put B under A's 178 GiB (a trial's out-of-memory B looked comfortable)."""
+    a = dict(DEFAULT_FORM)
+    b = {**DEFAULT_FORM, "hardware.system": "DGX-H100"}
+    status, body = studio.call("/api/compare", {"forms": [a, b]})
+    assert status == 200, body
+    capacities = [p["memory_capacity_gib"] for p in body["predictions"]]
+    assert capacities[0] != capacities[1]
+    layout = body["figures"]["memory"]["layout"]
+    # each bar's lines span that bar alone (category i: i - 0.4 .. i + 0.4), at its own GiB
+    for index, prediction in enumerate(body["predictions"]):
+        mine = [shape for shape in layout["shapes"]
+                if shape["x0"] == index - 0.4 and shape["x1"] == index + 0.4]
+        assert prediction["memory_capacity_gib"] in [shape["y0"] for shape in mine]
+        usable = prediction["memory_capacity_gib"] * prediction["usable_memory_fraction"]
+        assert any(abs(shape["y0"] - usable) < 1e-9 for shape in mine)
+
+
 def test_exported_yaml_holds_the_whole_hf_model(studio):
     from mosaic.arch.hf_import import load_hf_config
     from mosaic.config.job_schema import job_from_document

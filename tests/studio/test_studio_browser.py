@@ -223,6 +223,9 @@ def test_compare_pinned_job_with_the_edited_one(page, browser):
     # the inputs that differ come first (docs/studio.md: "a table of the changes")
     changes = [r.text for r in page.find_elements(By.CSS_SELECTOR, "#compare-changes tbody tr")]
     assert len(changes) == 1 and changes[0].startswith("performance.checkpointing")
+    # each side's memory verdict (a trial's B, out of memory on another GPU, had no row)
+    verdict = next(r for r in rows if r.startswith("fits in memory?"))
+    assert verdict.count("fits") == 3, verdict  # the label, A's and B's: both fit
     browser.wait_for(lambda: page.execute_script(
         "return document.querySelectorAll('#chart-compare-step .trace path').length > 0"))
     page.execute_script("document.getElementById('compare').scrollIntoView()")
@@ -309,3 +312,22 @@ def test_the_plan_form_follows_the_edited_cluster_until_typed_in(studio, browser
         assert field(driver, "plan.system").get_attribute("value") == "DGX-H100"
     finally:
         driver.quit()
+
+
+def test_a_request_that_gets_no_answer_says_so(page, browser):
+    """With the server gone, the panels said "searching…" or nothing, forever (a trial
+    stopped the server with the page open). A fetch that rejects stands in for it here."""
+    page.execute_script("window._fetch = window.fetch;"
+                        "window.fetch = function () { return Promise.reject("
+                        "new TypeError('Failed to fetch')); };")
+    try:
+        for button, summary, error in (("layouts-run", "layouts-summary", "layouts-error"),
+                                       ("explain-run", "explain-summary", "explain-error"),
+                                       ("export-run", None, "export-error")):
+            page.execute_script(f"document.getElementById('{button}').click()")
+            message = browser.wait_for(lambda error=error: text(page, error), what=error)
+            assert message.startswith("request failed") and "Failed to fetch" in message
+            if summary is not None:
+                assert text(page, summary) == ""  # not "searching…" forever
+    finally:
+        page.execute_script("window.fetch = window._fetch;")

@@ -33,7 +33,6 @@ from mosaic.studio.jobs import (
     validate_form,
 )
 from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, GRIDS, PlanBusyError, PlanRunner
-from mosaic.units import GIB
 
 MAX_BODY_BYTES = 1_000_000
 MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
@@ -234,7 +233,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             if "js" not in plotly_cache:
                 plotly_cache["js"] = plotly_js()
             text = plotly_cache["js"]
-        elif name in ("table.js", "report.css"):
+        elif name in ("table.js", "figures.js", "report.css"):
             text = asset_text(name)
         elif name in ("studio.js", "studio.css"):
             text = _static(name)
@@ -301,7 +300,11 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
 
     @app.post("/api/compare")
     async def compare(request: Request) -> Any:
-        from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
+        from mosaic.report.html.breakdown import (
+            memory_breakdown_figure,
+            memory_limit_lines,
+            step_breakdown_figure,
+        )
         from mosaic.report.html.page import figure_json
         from mosaic.report.prediction_document import prediction_document
 
@@ -323,10 +326,11 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
             "step": figure_json(step_breakdown_figure(
                 [(n, d["breakdown_s"]) for n, d in bars], documents[0]["labels"],
                 "Step time: A vs B")),
+            # each side's own memory lines when A and B run on different GPUs (a trial's
+            # out-of-memory B sat under A's lines)
             "memory": figure_json(memory_breakdown_figure(
                 [(n, d["memory_breakdown_bytes"]) for n, d in bars],
-                documents[0]["memory_capacity_gib"] * GIB, "Memory per GPU: A vs B",
-                usable_fraction=documents[0]["usable_memory_fraction"]))}})
+                title="Memory per GPU: A vs B", **memory_limit_lines(*documents)))}})
 
     @app.post("/api/layouts")
     async def layouts(request: Request) -> Any:

@@ -151,11 +151,14 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
 
 def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
                             capacity_bytes: float | None = None,
-                            title: str = "", usable_fraction: float | None = None
+                            title: str = "", usable_fraction: float | None = None,
+                            bar_limits: Sequence[tuple[float, float | None]] | None = None
                             ) -> dict[str, Any]:
     """Stacked bar of per-GPU memory components (bytes in, GiB shown), capacity as a
     dotted line across the plot and, below it, the usable share feasibility is judged
-    against (a plotly figure dictionary, as ``step_breakdown_figure``)."""
+    against (a plotly figure dictionary, as ``step_breakdown_figure``). ``bar_limits``
+    (capacity bytes and usable fraction of each bar, for bars on different GPUs) draws
+    each bar's own lines over that bar alone instead."""
     names = bar_names(bars)
     components = list(dict.fromkeys(c for _, b in bars for c in b))
     traces = [{"type": "bar", "x": names, "name": component.replace("_", " "),
@@ -166,7 +169,9 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
               for component in components]
     layout: dict[str, Any] = {"barmode": "stack", "title": {"text": title or "Memory per GPU"},
                               "yaxis": {"title": {"text": "GiB"}}, **_FRAME}
-    if capacity_bytes:
+    if bar_limits is not None:
+        layout["shapes"], layout["annotations"] = _per_bar_limit_lines(bar_limits)
+    elif capacity_bytes:
         capacity_gib = capacity_bytes / GIB
         lines = [(capacity_gib, f"capacity {capacity_gib:.1f} GiB", "dot", "left")]
         if usable_fraction is not None and usable_fraction < 1:
@@ -183,6 +188,46 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
                                   "yref": "y", "y": gib, "yanchor": "bottom"}
                                  for gib, text, _, end in lines]
     return {"data": traces, "layout": layout}
+
+
+def memory_limit_lines(*sides: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of :func:`memory_breakdown_figure` for bars of ``sides`` (prediction
+    documents): one capacity line where every side has the same device memory (and the
+    usable share where they share one), else each side's own lines; none where a side
+    states no device memory (a plan's document)."""
+    capacities = [side.get("memory_capacity_gib") for side in sides]
+    usable = [side.get("usable_memory_fraction") for side in sides]
+    if len(set(capacities)) == 1:
+        return {"capacity_bytes": capacities[0] * GIB if capacities[0] else None,
+                "usable_fraction": usable[0] if len(set(usable)) == 1 else None}
+    if any(capacity is None for capacity in capacities):
+        return {}
+    return {"bar_limits": [(capacity * GIB, fraction)
+                           for capacity, fraction in zip(capacities, usable, strict=True)]}
+
+
+def _per_bar_limit_lines(bar_limits: Sequence[tuple[float, float | None]]
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each bar's capacity (dotted) and usable share (dashed) as segments over that bar
+    alone (category i spans i - 0.4 .. i + 0.4 on plotly's category axis), the usable one
+    labelled: two GPUs' lines across the whole plot would misplace one bar's limit (a
+    trial's B, out of memory on an H100, drawn under A's B200 lines)."""
+    shapes: list[dict[str, Any]] = []
+    labels: list[dict[str, Any]] = []
+    for index, (capacity_bytes, usable_fraction) in enumerate(bar_limits):
+        capacity_gib = capacity_bytes / GIB
+        lines = [(capacity_gib, "dot")]
+        if usable_fraction is not None and usable_fraction < 1:
+            lines.append((capacity_gib * usable_fraction, "dash"))
+        shapes += [{"type": "line", "xref": "x", "x0": index - 0.4, "x1": index + 0.4,
+                    "yref": "y", "y0": gib, "y1": gib,
+                    "line": {"color": "#b3261e", "dash": dash}} for gib, dash in lines]
+        usable_gib, _ = lines[-1]
+        text = (f"usable {usable_gib:.1f} of {capacity_gib:.1f} GiB" if len(lines) > 1
+                else f"capacity {capacity_gib:.1f} GiB")
+        labels.append({"text": text, "showarrow": False, "xref": "x", "x": index,
+                       "yref": "y", "y": usable_gib, "yanchor": "bottom"})
+    return shapes, labels
 
 
 def layout_label(plan: Mapping[str, Any]) -> str:

@@ -6,7 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.report import comparison
-from mosaic.report.html.breakdown import memory_breakdown_figure, step_breakdown_figure
+from mosaic.report.html.breakdown import (
+    memory_breakdown_figure,
+    memory_limit_lines,
+    step_breakdown_figure,
+)
 from mosaic.report.html.page import (
     Column,
     Section,
@@ -16,7 +20,6 @@ from mosaic.report.html.page import (
     row_html,
     table_html,
 )
-from mosaic.units import GIB
 
 SIDES = ("a", "b")
 
@@ -42,13 +45,6 @@ def _breakdowns(document: dict[str, Any]) -> list[str]:
         return [note(comparison.NO_BREAKDOWNS)]
     names = [_side_name(document, side) for side in SIDES]
     a, b = document["a"], document["b"]
-    # one capacity line where both sides have the same GPU memory (two GPU kinds: none),
-    # and the usable share where both plan against the same one
-    same = a.get("memory_capacity_gib") == b.get("memory_capacity_gib")
-    capacity = a.get("memory_capacity_gib") if same else None
-    usable = (a.get("usable_memory_fraction")
-              if same and a.get("usable_memory_fraction") == b.get("usable_memory_fraction")
-              else None)
     return [
         note("Communication bars are the exposed time per parallel axis (the model hides "
              "overlapped communication behind compute)."),
@@ -59,8 +55,8 @@ def _breakdowns(document: dict[str, Any]) -> list[str]:
             figure_html(memory_breakdown_figure(
                 [(name, document[side]["memory_breakdown_bytes"]) for name, side in zip(
                     names, SIDES, strict=True)],
-                capacity * GIB if capacity else None, usable_fraction=usable),
-                "fig-compare-memory")),
+                # one capacity line for one GPU kind, each side's own for two
+                **memory_limit_lines(a, b)), "fig-compare-memory")),
         row_html(
             _text_table(["term", "A (s)", "B (s)", "B - A (s)"], comparison.step_rows(document),
                         "compare-steps"),

@@ -210,8 +210,18 @@
     return String(value);
   }
 
+  // the toolbar keeps the few buttons a reader uses: a full one covered the charts' titles
+  // at desktop widths (a trial); on a phone the report's figures.js puts legends under the
+  // plot (report.css hides the toolbar there)
+  var MODEBAR_REMOVED = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"];
   function draw(id, figure) {
-    Plotly.react(id, figure.data, figure.layout, {displaylogo: false, responsive: true});
+    Plotly.react(id, figure.data, figure.layout, {displaylogo: false, responsive: true,
+                                                  modeBarButtonsToRemove: MODEBAR_REMOVED})
+      .then(function (plot) {
+        if (window.mosaicFigures && window.innerWidth < window.mosaicFigures.narrowPx) {
+          window.mosaicFigures.adapt(plot);
+        }
+      });
   }
 
   function predict() {
@@ -301,6 +311,15 @@
     ["step_time_s", "step s", function (v) { return v.toFixed(3); }],
     ["memory_gib", "GiB", function (v) { return v.toFixed(1); }]];
 
+  // a request that never got an answer (the server stopped, the network dropped): the panel
+  // says so instead of "searching…" forever (a trial stopped the server with the page open)
+  function lost(summaryId, errorId) {
+    return function (err) {
+      if (summaryId) { $(summaryId).textContent = ""; }
+      $(errorId).textContent = "request failed (is `mosaic studio` still running?): " + err;
+    };
+  }
+
   // a panel's request refused: its summary cleared, every error message in its error line
   function failed(body, summaryId, errorId) {
     if (body.ok) { return false; }
@@ -346,7 +365,7 @@
       window.mosaicTables.init(document);
       var filter = document.querySelector("input[data-filter-for='layouts-table']");
       if (filter.value) { filter.dispatchEvent(new Event("input")); }
-    });
+    }).catch(lost("layouts-summary", "layouts-error"));
   }
 
   function useLayout(row) {
@@ -382,7 +401,7 @@
       draw("chart-levers", body.figure);
       $("levers-table-holder").innerHTML = tableHtml("levers-table", LEVER_COLUMNS, rows);
       window.mosaicTables.init(document);
-    });
+    }).catch(lost("explain-summary", "explain-error"));
   }
 
   // --- compare ----------------------------------------------------------------------------
@@ -429,12 +448,19 @@
         var change = (b - a) / a;
         return {quantity: r[0], a: show(a), b: show(b), change: (change >= 0 ? "+" : "") + pct(change, 1)};
       });
+      // each side's memory verdict on its own GPU (a trial's B was out of memory on another
+      // GPU, with no row saying so)
+      var verdict = function (p) {
+        return p.feasible ? "fits" : (p.memory_fit || "does not fit");
+      };
+      rows.push({quantity: "fits in memory?", a: verdict(body.predictions[0]),
+                 b: verdict(body.predictions[1]), change: ""});
       $("compare-table-holder").innerHTML = tableHtml("compare-table",
         [["quantity", "", null, true], ["a", "A"], ["b", "B"], ["change", "B vs A"]], rows);
       $("compare-charts").hidden = false;
       draw("chart-compare-step", body.figures.step);
       draw("chart-compare-memory", body.figures.memory);
-    });
+    }).catch(lost(null, "compare-error"));
   }
 
   // --- plan -------------------------------------------------------------------------------
@@ -448,7 +474,7 @@
       }
       $("plan-report-link").hidden = true;
       pollPlan();
-    });
+    }).catch(lost(null, "plan-error"));
   }
 
   function pollPlan() {
@@ -471,6 +497,11 @@
       }
       renderHistory(body.history);
       if (running) { pollTimer = setTimeout(pollPlan, 400); }
+    }).catch(function (err) {  // the run button back, with why (no stuck "running")
+      $("plan-state").textContent = "lost contact with the studio server";
+      $("plan-run").disabled = false;
+      $("plan-cancel").disabled = true;
+      lost(null, "plan-error")(err);
     });
   }
 
@@ -494,12 +525,13 @@
   }
 
   function cancelPlan() {
-    return post("/api/plan/cancel", {}).then(pollPlan);
+    return post("/api/plan/cancel", {}).then(pollPlan).catch(lost(null, "plan-error"));
   }
 
   // --- export -----------------------------------------------------------------------------
   function exportJob() {
     $("export-error").textContent = "";
+    $("export-notes").textContent = "";
     var target = $("export-target").value;
     return post("/api/export", {form: readForm("job-form"), target: target}).then(function (body) {
       if (!body.ok) {
@@ -507,16 +539,16 @@
         return;
       }
       var text = body.text;
-      if (body.unsupported && body.unsupported.length) {
-        $("export-error").textContent = "not expressible in " + target + ": " + body.unsupported.join("; ");
-      }
+      // what the target cannot express is a note about a good export, not an error
+      $("export-notes").textContent = body.unsupported && body.unsupported.length ?
+        "not expressible in " + target + ": " + body.unsupported.join("; ") : "";
       $("export-text").textContent = text;
       var link = $("export-download");
       link.href = URL.createObjectURL(new Blob([text], {type: "text/plain"}));
       link.download = body.filename;
       link.textContent = "download " + body.filename;
       link.hidden = false;
-    });
+    }).catch(lost(null, "export-error"));
   }
 
   // A plan field takes the job editor's value (its cluster, batch, stack) until it is

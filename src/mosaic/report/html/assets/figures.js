@@ -11,22 +11,48 @@
     var panels = Object.keys(layout).filter(function (key) {
       return /^xaxis\d*$/.test(key);
     }).length;
+    // the legend at the figure's bottom edge (yref container), where plotly's margin
+    // auto-expansion makes room for it below the axis labels: at y -0.2 of the plot it
+    // covered two-line category labels (a trial at 390 px)
     var update = {"legend.orientation": "h", "legend.x": 0, "legend.xanchor": "left",
-                  "legend.y": -0.2, "legend.yanchor": "top", "margin.l": 48, "margin.r": 12};
+                  "legend.yref": "container", "legend.y": 0, "legend.yanchor": "bottom",
+                  "margin.l": 48, "margin.r": 12};
     (layout.annotations || []).forEach(function (annotation, index) {
       update["annotations[" + index + "].font.size"] = 10;
     });
-    if (panels > 1) {
+    if (panels <= 1) {
+      // the legend now takes height, not width: the plot keeps its own (a trial's ten-entry
+      // legend scrolled inside a 130 px plot, its last entry hidden)
+      update.height = (layout.height || 450) + LEGEND_ROW_PX * legendEntries(plot);
+      setHeight(plot, update.height);
+    } else {
       stackPanels(layout, panels, update);
-      update["legend.y"] = -60 / update.height;  // just under the last panel's axis title
-      // the plot's div and the wrapper plotly writes around it keep the height they were
-      // written with (a responsive plot fills its div)
-      plot.style.height = update.height + "px";
-      if (plot.parentElement && plot.parentElement.style.height) {
-        plot.parentElement.style.height = update.height + "px";
-      }
+      setHeight(plot, update.height);
     }
     window.Plotly.relayout(plot, update);
+  }
+
+  var LEGEND_ROW_PX = 22;  // one horizontal legend row at plotly's default 12 px font
+
+  /* Legend entries the plot shows (a legend group counts once), each taken as a row. */
+  function legendEntries(plot) {
+    var seen = {};
+    return (plot.data || []).filter(function (trace) {
+      if (trace.showlegend === false) { return false; }
+      var key = trace.legendgroup || trace.name;
+      if (seen[key]) { return false; }
+      seen[key] = true;
+      return true;
+    }).length;
+  }
+
+  /* The plot's div and the wrapper plotly writes around it keep the height they were
+     written with (a responsive plot fills its div). */
+  function setHeight(plot, heightPx) {
+    plot.style.height = heightPx + "px";
+    if (plot.parentElement && plot.parentElement.style.height) {
+      plot.parentElement.style.height = heightPx + "px";
+    }
   }
 
   /* A grid of subplots (make_subplots: xaxis, xaxis2, ... row by row, one title annotation
@@ -58,7 +84,8 @@
       document.querySelectorAll("[data-figure] .js-plotly-plot"), adapt);
   }
 
-  window.mosaicFigures = { adaptAll: adaptAll, narrowPx: NARROW_PX };
+  // adapt: one plot (the studio draws its charts after load and adapts each)
+  window.mosaicFigures = { adapt: adapt, adaptAll: adaptAll, narrowPx: NARROW_PX };
   if (document.readyState === "complete") {
     adaptAll();
   } else {
