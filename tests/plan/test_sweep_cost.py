@@ -62,13 +62,15 @@ def test_cost_and_cheapest_plan(one_node, law, calibration):
             assert first.loss <= second.loss
     # Below the real optimum but above the loss at the full bf16 peak: searched, not reached.
     window = one_node.with_budget(days=1)
-    best = cheapest_plan(one_node, SPACE, law, calibration, target_loss=5.0, nodes=[1],
-                         days=[1], workers=1).options[0].loss
+    best = next(o.loss for o in cheapest_plan(one_node, SPACE, law, calibration,
+                                              target_loss=5.0, nodes=[1], days=[1],
+                                              workers=1).options if o.days == 1.0)
     floor = peak_bound(window, SPACE, law).best_loss
     assert floor < best
     unreached = cheapest_plan(one_node, SPACE, law, calibration,
                               target_loss=0.5 * (floor + best), nodes=[1], days=[1], workers=1)
-    assert unreached.choice is None and unreached.options[0].loss == pytest.approx(best)
+    assert unreached.choice is None
+    assert [o.loss for o in unreached.options] == pytest.approx([best])
     # Below what even 100% of the peak could train: refused before any layout search.
     with pytest.raises(MosaicInputError, match=r"out of reach .* best any budget could reach"):
         cheapest_plan(one_node, SPACE, law, calibration, target_loss=0.999 * floor, nodes=[1],
@@ -189,3 +191,24 @@ def test_the_cheapest_budget_is_searched_between_the_grids_windows(one_node, law
     if missed:  # (the grid's shortest window may already reach it)
         assert max(missed) < grid.choice.days <= min(o.days for o in reach)
         assert len(grid.options) > len(coarse)
+
+
+def test_a_window_that_already_reaches_is_searched_below(one_node, law, calibration):
+    """A trial's 8 nodes reached the target at 5 days, its shortest window, and 2.5 days
+    (cheaper than the answer) was never tried: the shortest window is halved until one
+    misses, then the bracket is refined as between the grid's own windows."""
+    from mosaic.plan.cost import MAX_WINDOW_HALVINGS
+
+    coarse = cheapest_plan(one_node, SPACE, law, calibration, target_loss=1.8, nodes=[1],
+                           days=[1, 2, 4, 8], workers=1)
+    target = coarse.choice.loss + 1e-9  # what the grid's cheapest reaches, exactly
+    start = 4 * coarse.choice.days  # a grid whose shortest window reaches it with room
+    found = cheapest_plan(one_node, SPACE, law, calibration, target_loss=target, nodes=[1],
+                          days=[start], workers=1)
+    shorter = sorted(o.days for o in found.options if o.days < start)
+    assert shorter[-1] == start / 2 and len(shorter) > 2
+    assert found.choice.days <= coarse.choice.days * 1.0000001 < start
+    misses = [o.days for o in found.options if o.loss is None or o.loss > target]
+    assert misses and max(misses) < found.choice.days
+    halvings = [d for d in shorter if np.log2(start / d).is_integer()]
+    assert len(halvings) <= MAX_WINDOW_HALVINGS

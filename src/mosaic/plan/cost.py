@@ -15,6 +15,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,28 @@ def refined_windows(losses: Sequence[tuple[float, float | None]], target_loss: f
     return [float(d) for d in np.geomspace(max(missed), first, REFINED_WINDOWS + 2)[1:-1]]
 
 
+# Halvings of a node count's shortest window tried when that window already reaches the
+# target: without them its cheapest window was never looked for below it (a trial's 8 nodes
+# reached the target at 2.5 days, cheaper than the answer, with 5 days the shortest tried)
+MAX_WINDOW_HALVINGS = 8
+
+
+def _windows_below_reach(results: Sequence[PlanResult], target_loss: float,
+                         at: Callable[[float], PlanResult]) -> list[PlanResult]:
+    """Where the shortest window of ``results`` reaches ``target_loss``, shorter ones (each
+    half the last, scored by ``at``) down to the first that misses it, so that
+    :func:`refined_windows` has a missing window below the reaching one to refine between."""
+    losses = [(r.envelope.days, _loss(r)) for r in results]
+    shortest, loss = min(losses, key=lambda pair: pair[0])
+    below: list[PlanResult] = []
+    days = shortest
+    while loss is not None and loss <= target_loss and len(below) < MAX_WINDOW_HALVINGS:
+        days /= 2
+        below.append(at(days))
+        loss = _loss(below[-1])
+    return below
+
+
 @dataclass(frozen=True)
 class CheapestPlan:
     """Every budget evaluated (cheapest first) and the cheapest that reaches the target."""
@@ -185,10 +208,15 @@ def cheapest_plan(
         points = sweep_days(cluster, space, law, calibration, windows, limits, callback,
                             workers)
         results = [point.result for point in points]
+        table = points[0].result.throughput  # one layout search serves every window
+
+        def at(days: float, cluster: Envelope = cluster, table: Any = table) -> PlanResult:
+            return score(table, cluster.with_budget(days=days), space, law)
+
+        results += _windows_below_reach(results, target_loss, at)
         between = refined_windows([(r.envelope.days, _loss(r)) for r in results],
                                   target_loss)
-        table = points[0].result.throughput  # one layout search serves every window
-        results += [score(table, cluster.with_budget(days=d), space, law) for d in between]
+        results += [at(d) for d in between]
         options += [BudgetOption(cluster.n_nodes, r.envelope.days,
                                  run_cost(r.envelope, price_per_gpu_hour), r)
                     for r in results]
