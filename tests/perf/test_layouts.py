@@ -311,3 +311,24 @@ def test_torchtitan_builds_its_expert_groups_inside_the_fsdp_shard_ranks():
         assert (reason is not None and "FSDP shard ranks" in reason) == broken, reason
         megatron = plan_violations(Workload(moe, 64, 4096, stack="megatron-core"), plan, 16)
         assert first_reason(megatron, plan, 0) is None
+
+
+
+def test_a_layout_under_device_memory_is_refused_by_the_headroom_not_out_of_memory(
+        tight_search):
+    """Between the usable share and the device's memory a layout is over the planning
+    headroom, as perf and explain say; a trial read "out of memory by 0.00 GiB" for a
+    layout needing 160.5 of 178.4 GiB. Above the device it is out of memory."""
+    _, search = tight_search
+    memory = search.prediction.memory_bytes
+    for index in search.out_of_memory():
+        reason = search.oom_reason(int(index))
+        overshoot = f"{search.prediction.overshoot_bytes[index] / GIB:.2f} GiB"
+        if memory[index] > search.capacity_bytes:
+            assert reason.startswith(f"out of memory by {overshoot}")
+        else:
+            under = (search.capacity_bytes - memory[index]) / GIB
+            assert reason.startswith(f"over the 90% planning headroom by {overshoot}")
+            assert f"{under:.2f} GiB under device memory" in reason
+    headroom_only = (memory > 0.9 * search.capacity_bytes) & (memory <= search.capacity_bytes)
+    assert headroom_only.any()  # the search has both kinds

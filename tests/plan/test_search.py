@@ -112,3 +112,25 @@ def test_layout_reason_when_nothing_fits(one_node, law, calibration):
     result = search(one_node, space, law, calibration, workers=1)
     assert result.optimum_index is None
     assert "run out of memory" in result.reasons[0]
+
+
+
+def test_a_geometry_refused_by_the_headroom_alone_is_reported_so(one_node, law, calibration):
+    """A geometry whose closest layout fits the device but not the usable share: the
+    reason says the planning headroom refused it (a trial read "run out of memory" for
+    172.7 GiB on a 178.4 GiB GPU), and the report groups it apart."""
+    from dataclasses import replace
+
+    from mosaic.perf.headroom import MemoryHeadroom
+    from mosaic.report.plan_report import HEADROOM_CATEGORY, reason_category
+
+    space = SearchSpace(q=(6,), experts=(32,), top_k=(2,), split_factor=(1,))
+    tight = replace(one_node, headroom=MemoryHeadroom(0.01, "a test's 1%"))
+    result = search(tight, space, law, calibration, workers=1)
+    assert result.optimum_index is None
+    reason = result.reasons[0]
+    needed_gib = float(reason.split("the closest needs ")[1].split(" GiB")[0])
+    assert needed_gib < one_node.system.device.hbm_bytes / 2**30
+    assert "layouts exceed the 1% planning headroom (--memory-fraction)" in reason
+    assert "out of memory" not in reason
+    assert reason_category(reason) == HEADROOM_CATEGORY

@@ -582,10 +582,17 @@ class LayoutSearch:
         largest = ", ".join(f"{name} {size / GIB:.1f} GiB"
                             for name, size in largest_components(p.memory_breakdown_bytes, index))
         # feasibility is judged against the usable share: needed - overshoot
-        usable = p.memory_bytes[index] - p.overshoot_bytes[index]
-        return (f"out of memory by {p.overshoot_bytes[index] / GIB:.2f} GiB "
-                f"({p.memory_bytes[index] / GIB:.2f} GiB needed, {usable / GIB:.2f} usable of "
-                f"{self.capacity_bytes / GIB:.2f} GiB per GPU; largest: {largest})")
+        needed = p.memory_bytes[index]
+        usable = needed - p.overshoot_bytes[index]
+        # below the device's memory it is the planning headroom that refuses it, as perf
+        # and explain say (a trial read "out of memory by 0.00 GiB" for a 160.5 of 178 GiB)
+        verdict = ("out of memory" if needed > self.capacity_bytes
+                   else f"over the {usable / self.capacity_bytes:.0%} planning headroom")
+        under = ("" if needed > self.capacity_bytes
+                 else f", {(self.capacity_bytes - needed) / GIB:.2f} GiB under device memory")
+        return (f"{verdict} by {p.overshoot_bytes[index] / GIB:.2f} GiB "
+                f"({needed / GIB:.2f} GiB needed, {usable / GIB:.2f} usable of "
+                f"{self.capacity_bytes / GIB:.2f} GiB per GPU{under}; largest: {largest})")
 
     def rejected_counts(self) -> dict[str, int]:
         """Candidates rejected per rule (first broken rule only), in rule order."""

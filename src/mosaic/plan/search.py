@@ -174,7 +174,12 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
     if not fits.any():
         closest = int(np.argmin(overshoot))
         usable_gib = machine.usable_memory_fraction * machine.hbm_bytes / GIB
-        reason = (f"all {len(plans)} layouts run out of memory; the closest needs "
+        # the closest under the device's memory is refused by the planning headroom alone
+        # (a trial read "run out of memory" for 172.7 GiB on a 178.4 GiB GPU)
+        refused = ("run out of memory" if memory[closest] > machine.hbm_bytes
+                   else f"exceed the {machine.usable_memory_fraction:.0%} planning headroom "
+                        "(--memory-fraction)")
+        reason = (f"all {len(plans)} layouts {refused}; the closest needs "
                   f"{memory[closest] / GIB:.1f} GiB per GPU, {usable_gib:.1f} usable "
                   f"({machine.usable_memory_fraction:.0%} of {machine.hbm_bytes / GIB:.1f} "
                   f"GiB; {plans.row(closest)['checkpointing']} checkpointing)")

@@ -19,12 +19,15 @@ from mosaic.plan.uncertainty import Uncertainty
 
 DIVISIBILITY_CATEGORY = NO_DIVIDING_LAYOUT
 WINDOW_CATEGORY = "window too short for tpp_min·N_act tokens"
+HEADROOM_CATEGORY = "no layout fits the planning headroom (all under device memory)"
 
 
 def reason_category(reason: str) -> str:
     """A short label for an infeasibility reason."""
     if "out of memory" in reason:
         return "no layout fits device memory"
+    if "planning headroom" in reason:  # under the device's memory, over the usable share
+        return HEADROOM_CATEGORY
     if "divisibility" in reason or "no layout candidates" in reason:
         return DIVISIBILITY_CATEGORY
     if "window delivers" in reason:
@@ -44,6 +47,7 @@ SMALLER_MODELS = "search smaller models (--q, --max-total-params)"
 _LEVERS = {
     "no layout fits device memory": ("add nodes", SMALLER_MODELS,
                                       "allow more memory (--memory-fraction)"),
+    HEADROOM_CATEGORY: ("allow more memory (--memory-fraction)", "add nodes", SMALLER_MODELS),
     DIVISIBILITY_CATEGORY: (
         "choose --nodes, --gpus-per-node and --global-batch that the layouts can divide",),
     WINDOW_CATEGORY: ("add nodes", "add days", "lower --tpp", SMALLER_MODELS),
