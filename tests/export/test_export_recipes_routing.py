@@ -229,6 +229,11 @@ def test_job_commands_refuse_a_plan_in_one_line(plan_out, command):
     assert result.output.strip().count("\n") == 0
     assert "a plan (`mosaic plan --json` output), not a job file" in result.output
     assert f"mosaic export {plan_out} --to yaml" in result.output
+    # a candidate's reference is kept in the advice (a trial's #2 was sent to #1's export)
+    second = runner.invoke(app, [command, f"{plan_out}#2"])
+    assert second.exit_code == 2
+    assert f"write candidate #2's job with `mosaic export {plan_out}#2 --to yaml" in \
+        second.output
 
 
 def test_a_plans_job_file_predicts_the_plans_optimum(plan_out, tmp_path):

@@ -1130,8 +1130,11 @@ def load_job(path: Path, overrides: list[str] | None = None,
     file, run_id = split_record_reference(path)
     raw_document = load_yaml_mapping(file)
     if is_plan_document(raw_document):
+        # the candidate the reference names, not the optimum (a trial's plan.json#2 was sent
+        # to an export of #1)
+        chosen = f"candidate #{run_id}'s" if run_id else "its chosen"
         raise MosaicInputError(f"{file}: a plan (`mosaic plan --json` output), not a job file; "
-                               f"write its chosen job with `mosaic export {file} --to yaml "
+                               f"write {chosen} job with `mosaic export {path} --to yaml "
                                "--out job.yaml`")
     if is_run_record_document(raw_document):
         if model is not None:
