@@ -47,6 +47,22 @@ def test_gpus_per_node_variant_keeps_per_gpu_links():
         with_gpus_per_node(resolve_system("GB200"), 5)
 
 
+
+def test_a_host_size_variant_is_found_by_its_own_name():
+    """A plan made with --gpus-per-node names its node type 'p6-b200.48xlarge (4
+    GPUs/node)'; the catalog resolves that name to the same variant, so the plan exports
+    and predicts as a job (a trial: "unknown system"), and a variant's typo still fails."""
+    from mosaic.hardware import get_system
+
+    p6 = resolve_system("B200")
+    four = with_gpus_per_node(p6, 4)
+    assert get_system(four.name) == four
+    with pytest.raises(MosaicInputError, match="must divide"):
+        get_system("GB200-NVL72 (5 GPUs/node)")
+    with pytest.raises(MosaicInputError, match="unknown system"):
+        get_system("no-such-node (4 GPUs/node)")
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"days": 0.0}, "days: got 0.0; allowed: a number in 1e-06..3650"),
     ({"days": float("nan")}, "days: got nan"),

@@ -20,7 +20,7 @@ from typing import TypeVar
 from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.hardware.device import Device
 from mosaic.hardware.schema import CatalogFile, DeviceEntry, SystemEntry, read_catalog_file
-from mosaic.hardware.system import System
+from mosaic.hardware.system import System, parse_host_size_variant, with_gpus_per_node
 
 _SHIPPED_FILES = ("devices.yaml", "systems.yaml")
 
@@ -65,6 +65,10 @@ class Catalog:
         found = self._systems_by_key.get(name_key(name))
         if found is not None:
             return found
+        variant = parse_host_size_variant(name)
+        if variant is not None:  # a plan's --gpus-per-node node type, by its own name
+            base, gpus_per_node = variant
+            return with_gpus_per_node(self.system(base), gpus_per_node)
         hint = ""
         for device in self.devices.values():
             if _names(device, name):

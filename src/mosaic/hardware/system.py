@@ -7,11 +7,13 @@ scale-up domain is 72 GPUs. A Cluster is `n_nodes` hosts of one System.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mosaic.errors import MosaicInputError
 from mosaic.hardware.device import Device
+from mosaic.limits import check_range
 
 
 def job_domain_gpus(domain_gpus: int, gpus_per_node: int, n_devices: int) -> int:
@@ -199,3 +201,45 @@ class Cluster:
     def peak_flops_per_s_for(self, dtype: str) -> float:
         """Whole-cluster dense datasheet peak, F_peak * N_dev (paper Sec. 2.1)."""
         return self.device.peak_flops_per_s_for(dtype) * self.n_devices
+
+
+# The name of a host-size variant (`mosaic plan --gpus-per-node`): the catalog resolves it back
+# to the variant, so a plan made on one exports and predicts as a job (a trial's plan could
+# not be exported: "unknown system 'p6-b200.48xlarge (4 GPUs/node)'")
+_HOST_SIZE_VARIANT = re.compile(r"^(?P<base>.+) \((?P<gpus>\d+) GPUs/node\)$")
+
+
+def host_size_variant_name(system_name: str, gpus_per_node: int) -> str:
+    return f"{system_name} ({gpus_per_node} GPUs/node)"
+
+
+def parse_host_size_variant(name: str) -> tuple[str, int] | None:
+    """(catalog system name, GPUs per node) of a variant's name; None for any other name."""
+    match = _HOST_SIZE_VARIANT.match(name.strip())
+    return None if match is None else (match["base"], int(match["gpus"]))
+
+
+def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
+    """A what-if variant of ``system`` with a different host size, same per-GPU links.
+
+    The NIC rate is rescaled so per-GPU scale-out bandwidth is unchanged. HGX-style hosts
+    (NVLink domain = host) keep domain = host; rack-scale domains must be a multiple.
+    """
+    if gpus_per_node == system.gpus_per_node:
+        return system
+    check_range("--gpus-per-node", gpus_per_node, "gpus_per_node", integer=True)
+    domain = system.scale_up_domain_gpus
+    if domain == system.gpus_per_node:
+        domain = gpus_per_node
+    elif domain % gpus_per_node:
+        raise MosaicInputError(
+            f"{system.name}: --gpus-per-node {gpus_per_node} must divide its "
+            f"{domain}-GPU NVLink domain"
+        )
+    return replace(
+        system,
+        name=host_size_variant_name(system.name, gpus_per_node),
+        gpus_per_node=gpus_per_node,
+        scale_up_domain_gpus=domain,
+        nic_bw_bytes_per_s=system.nic_bw_bytes_per_s * gpus_per_node / system.gpus_per_node,
+    )

@@ -12,6 +12,7 @@ Quick use::
 """
 
 from mosaic.hardware.default_systems import resolve_system
+from mosaic.hardware.system import with_gpus_per_node
 from mosaic.plan.analysis import (
     AllocationExponents,
     FlopCostProfile,
@@ -29,7 +30,6 @@ from mosaic.plan.envelope import (
     TABLE3_LAYOUT_LIMITS,
     Envelope,
     SearchSpace,
-    with_gpus_per_node,
 )
 from mosaic.plan.goodput import ConstantGoodput, Goodput, YoungDalyGoodput
 from mosaic.plan.search import (

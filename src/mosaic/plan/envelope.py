@@ -66,32 +66,6 @@ TABLE3_SPLIT = (1, 2, 4, 8)
 # performance model has (none, selective, full), every other axis at the search default.
 TABLE3_LAYOUT_LIMITS = LayoutLimits(micro_batches=(1, 2, 4))
 
-def with_gpus_per_node(system: System, gpus_per_node: int) -> System:
-    """A what-if variant of ``system`` with a different host size, same per-GPU links.
-
-    The NIC rate is rescaled so per-GPU scale-out bandwidth is unchanged. HGX-style hosts
-    (NVLink domain = host) keep domain = host; rack-scale domains must be a multiple.
-    """
-    if gpus_per_node == system.gpus_per_node:
-        return system
-    check_range("--gpus-per-node", gpus_per_node, "gpus_per_node", integer=True)
-    domain = system.scale_up_domain_gpus
-    if domain == system.gpus_per_node:
-        domain = gpus_per_node
-    elif domain % gpus_per_node:
-        raise MosaicInputError(
-            f"{system.name}: --gpus-per-node {gpus_per_node} must divide its "
-            f"{domain}-GPU NVLink domain"
-        )
-    return replace(
-        system,
-        name=f"{system.name} ({gpus_per_node} GPUs/node)",
-        gpus_per_node=gpus_per_node,
-        scale_up_domain_gpus=domain,
-        nic_bw_bytes_per_s=system.nic_bw_bytes_per_s * gpus_per_node / system.gpus_per_node,
-    )
-
-
 @dataclass(frozen=True)
 class DollarBudget:
     """A budget in USD at a price per GPU-hour: the window it buys on N GPUs is

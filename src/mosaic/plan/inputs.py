@@ -16,6 +16,7 @@ from mosaic.arch.backbone import backbone_split_factor
 from mosaic.config.layout import dispatcher_for, grid_recipe_defaults, release_outside_recipes
 from mosaic.errors import MosaicInputError, MosaicNote
 from mosaic.hardware.default_systems import resolve_system
+from mosaic.hardware.system import with_gpus_per_node
 from mosaic.limits import check_range
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.layouts import LayoutLimits
@@ -39,7 +40,6 @@ from mosaic.plan.envelope import (
     DollarBudget,
     Envelope,
     SearchSpace,
-    with_gpus_per_node,
 )
 from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
 from mosaic.plan.search import check_layout_limits
