@@ -725,6 +725,41 @@ def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
     assert "run it with `mosaic perf FILE`" in shipped.stdout
 
 
+def test_a_plan_on_a_user_node_type_names_the_catalog_to_pass_again(tmp_path):
+    """A plan made with --catalog records its files; exported without them, the one-line
+    error says to pass them again (a trial got only "unknown system"), and with them the
+    export works."""
+    from mosaic.hardware import use_catalog
+
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(yaml.safe_dump({"systems": [{
+        "name": "acme-h100-ib", "device": "H100-SXM-80GB",
+        "gpus_per_node": {"value": 8, "source": "our BOM"},
+        "scale_up_domain_gpus": {"value": 8, "source": "our BOM"},
+        "nics_per_node": {"value": 8, "source": "8x CX7"},
+        "nic_bw_bytes_per_s": {"value": 5.0e10, "source": "400 Gb/s"},
+        "scale_out_fabric": "InfiniBand NDR"}]}))
+    try:
+        planned = runner.invoke(app, ["--catalog", str(catalog), "plan", "--system",
+                                      "acme-h100-ib", "--nodes", "1", "--q", "4", "--experts",
+                                      "8", "--top-k", "1", "--split-factor", "1", "--json"])
+    finally:
+        use_catalog()
+    assert planned.exit_code == 0, planned.output
+    plan = tmp_path / "plan.json"
+    plan.write_text(planned.stdout)
+    assert json.loads(planned.stdout)["envelope"]["catalog"] == [str(catalog)]
+    bare = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
+    assert bare.exit_code == 2
+    assert f"the plan was made with --catalog {catalog}: pass it again" in bare.output
+    try:
+        again = runner.invoke(app, ["--catalog", str(catalog), "export", str(plan), "--to",
+                                    "yaml"])
+    finally:
+        use_catalog()
+    assert again.exit_code == 0, again.output
+
+
 def test_export_checks_memory_under_the_calibration_it_is_given(tmp_path, plan_json):
     """`export --calibration FILE` costs the job's memory under that profile and its yaml
     header says how to reproduce it; a bad profile is an error, not a note (a trial: exit 0);

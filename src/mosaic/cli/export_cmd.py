@@ -66,6 +66,18 @@ def check_plan_layout(spec: ExportSpec, source: str) -> None:
                                f"{source}: the optimum's job: {text}") from None
 
 
+def _catalog_hint(document: dict[str, Any]) -> str:
+    """'; the plan was made with --catalog F: pass it again' where the plan's hardware
+    catalog files are not the active ones (a trial's export failed on its own node type)."""
+    from mosaic.hardware import active_catalog_paths
+
+    planned = (document.get("envelope") or {}).get("catalog") or []
+    active = {str(p) for p in active_catalog_paths()}
+    missing = [str(p) for p in planned if str(p) not in active]
+    return (f"; the plan was made with --catalog {' --catalog '.join(missing)}: pass it again"
+            if missing else "")
+
+
 def load_export_spec(path: Path, overrides: list[str], model: Path | None) -> ExportSpec:
     """A job YAML or run record (with ``--set`` overrides) or a ``mosaic plan --json``
     document, told apart by content."""
@@ -90,8 +102,11 @@ def load_export_spec_and_fit(path: Path, overrides: list[str], model: Path | Non
                 f"{planned!r}, and its pick is that plan's (plan again with --calibration "
                 f"{calibration}, or export the pick's job with --to yaml and check it with "
                 f"`mosaic perf JOB --calibration {calibration}`)")
-        spec = spec_from_plan_document(document, str(path))
-        check_plan_layout(spec, str(path))
+        try:
+            spec = spec_from_plan_document(document, str(path))
+            check_plan_layout(spec, str(path))
+        except MosaicInputError as exc:  # a node type of the planner's own catalog files
+            raise MosaicInputError(f"{exc}{_catalog_hint(document)}") from None
         return spec, None
     from mosaic.evaluate.job import check_job_layout, load_job_spec, predict_job
     from mosaic.perf.calibration import load_calibration

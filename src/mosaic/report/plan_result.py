@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mosaic.hardware import active_catalog_paths
 from mosaic.law import ScalingLaw
 from mosaic.law.extrapolation import extrapolation_document, extrapolation_flags
 from mosaic.perf.calibration import Calibration
@@ -60,6 +61,8 @@ def plan_result_document(result: PlanResult, law: ScalingLaw, calibration: Calib
     document = plan_report.plan_document(result, cost)
     document |= extra or {}
     document["calibration"] = calibration_document(calibration)
+    if active_catalog_paths():  # the hardware files it planned on, for export's advice
+        document["envelope"]["catalog"] = [str(path) for path in active_catalog_paths()]
     vocab = plan_report.grid_vocab(result.space.to_dict())
     for candidate in document["candidates"]:  # `export`/`compare` PLAN.json#N read them
         candidate["extrapolation"] = _flags_only(law, candidate, vocab)
