@@ -300,7 +300,9 @@ def _cost(document: dict[str, Any]) -> list[tuple[str, Any]]:
                                    f"{document['price_usd_per_gpu_hour']:g} USD "
                                    "per GPU-hour"))
     else:
-        rows.append(("cost", "not computed (pass --price-per-gpu-hour)"))
+        # the CLI's flag and the studio's field (a trial's studio report named the flag only)
+        rows.append(("cost", "not computed: no price per GPU-hour was given "
+                             "(--price-per-gpu-hour, or the studio's price field)"))
     cheapest = document.get("cheapest")
     if cheapest and cheapest.get("choice"):
         c = cheapest["choice"]

@@ -237,6 +237,9 @@
         showErrors(body.errors, "job-form", "general-error");
         return;
       }
+      // a panel's error about an earlier, invalid job is gone once the job is valid again
+      // (a trial saw Explain's and Export's errors stay after the fix)
+      ["layouts-error", "explain-error", "export-error"].forEach(function (id) { $(id).textContent = ""; });
       var p = body.prediction;
       $("m-step").textContent = p.step_time_s.toFixed(4) + " s";
       $("m-tokens").textContent = fmt(p.tokens_per_s, 0) + " (" + fmt(p.tokens_per_s_per_gpu, 0) + ")";
