@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from mosaic.cli.export_cmd import load_export_spec
 from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
 from mosaic.export import ExportSpec, export, spec_from_plan_document
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,7 +291,7 @@ def test_torchtitan_fp8_deepep_and_accumulation_without_pp():
 
 # --- MaxText -----------------------------------------------------------------------------
 MAXTEXT_KEYS = {  # keys of src/maxtext/configs/base.yml
-    "decoder_block", "base_emb_dim", "base_num_query_heads", "base_num_kv_heads",
+    "hardware", "decoder_block", "base_emb_dim", "base_num_query_heads", "base_num_kv_heads",
     "base_mlp_dim", "base_num_decoder_layers", "head_dim", "vocab_size", "mlp_activations",
     "logits_via_embedding", "use_qk_norm", "attention_bias", "attention_sink",
     "attention_type", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
@@ -331,6 +332,30 @@ def test_maxtext_puts_whole_nodes_on_the_outer_axes_or_says_one_slice():
                for item in result.unsupported)
 
 
+def test_maxtext_group_limited_routing_is_said_to_need_a_deepseek_model_name():
+    """n_routing_groups is read only by deepseek_routing, which MaxText calls for a
+    model_name starting deepseek3/deepseek4 (layers/moe.py): the file says so (a trial)."""
+    result = export(deepseek_spec(), "maxtext")
+    doc = yaml.safe_load(result.text)
+    assert (doc["n_routing_groups"], doc["topk_routing_group"]) == (8, 4)
+    assert "model_name" not in doc
+    assert any(note.startswith("group-limited routing (4 of 8 groups)")
+               and "model_name: deepseek3-671b" in note for note in result.unsupported)
+
+
+def test_maxtext_refuses_hsdp_replicas_its_mesh_cannot_hold():
+    """HSDP replicas beyond dp/ep leave MaxText an fsdp axis of 0 (its mesh must cover the
+    devices, max_utils.py): refused with the way out, before a file is written (a trial)."""
+    spec = load_export_spec(JOB, ["parallelism.sharding=hsdp", "parallelism.hsdp_shard=4",
+                                  "parallelism.pp=1", "parallelism.vpp=1", "parallelism.tp=1",
+                                  "parallelism.ep=16"], None)
+    replicas, per_group = spec.hsdp_replicas, spec.dp // spec.ep
+    assert per_group % replicas  # the case: more replicas than each expert group's ranks
+    with pytest.raises(MosaicInputError, match=rf"{replicas} HSDP replicas over the "
+                                               rf"{per_group} data ranks"):
+        export(spec, "maxtext")
+
+
 def test_maxtext_yaml_round_trip():
     spec = deepseek_spec()
     text = export(spec, "maxtext").text
@@ -340,6 +365,9 @@ def test_maxtext_yaml_round_trip():
     assert doc.pop("base_config") == "base.yml"
     assert "# launch: python3 -m maxtext.trainers.pre_train.train FILE.yml" in text
     assert set(doc) <= MAXTEXT_KEYS
+    # on GPUs (base.yml's default is tpu), with ragged_dot rather than megablox's Pallas
+    # kernel, which runs interpreted off TPU (layers/moe.py; a trial)
+    assert doc["hardware"] == "gpu" and doc["megablox"] is False and doc["sparse_matmul"]
     assert doc["decoder_block"] == "deepseek" and doc["attention_type"] == "mla"
     assert (doc["base_num_decoder_layers"], doc["first_num_dense_layers"],
             doc["num_experts"], doc["shared_experts"], doc["mtp_num_layers"]) == \

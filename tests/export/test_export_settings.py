@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from mosaic.cli.export_cmd import load_export_spec
+from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import load_job_spec, predict_job
 from mosaic.export import TARGETS, export
 from mosaic.perf.calibration import load_calibration
@@ -159,12 +160,14 @@ def test_hai_llm_settings_written_or_flagged(hai_record):
         (8, 4)
     flagged = " | ".join(nemo.unsupported)
     assert "DualPipe" in flagged and "bf16_moments" in flagged and "fp8_glu_inputs" in flagged
-    for target in ("torchtitan", "maxtext"):
-        text = " | ".join(export(spec, target).unsupported)
-        for setting in ("DualPipe" if target == "torchtitan" else "pipeline_schedule dualpipe",
-                        "optimizer_dtype bf16_moments", "max_nodes_per_token 4",
-                        "fp8_glu_inputs True", "ep_overlap True"):
-            assert setting in text, (target, setting)
+    text = " | ".join(export(spec, "torchtitan").unsupported)
+    for setting in ("DualPipe", "optimizer_dtype bf16_moments", "max_nodes_per_token 4",
+                    "fp8_glu_inputs True", "ep_overlap True"):
+        assert setting in text, setting
+    # its 120 micro-batches over 16 stages: MaxText's validation refuses them (types.py
+    # "The number of microbatches must be divisible by the number of stages"; a trial)
+    with pytest.raises(MosaicInputError, match=r"120 pipeline micro-batches over pp=16"):
+        export(spec, "maxtext")
 
 
 def test_nemo_writes_ep_overlap_and_the_full_iteration_graph():

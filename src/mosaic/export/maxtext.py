@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
+from mosaic.errors import MosaicInputError
 from mosaic.export.spec import (
     AUX_LOSS_COEFF,
     BIAS_UPDATE_RATE,
@@ -106,6 +107,13 @@ def router_keys(spec: ExportSpec, block: str, unsupported: list[str]) -> dict[st
         if router.limits_groups:  # moe.py expert_group_mask: a group's top-2 scores summed
             keys |= {"n_routing_groups": router.groups,
                      "topk_routing_group": router.top_groups}
+            # read only by deepseek_routing, which GateLogit calls for a model_name starting
+            # deepseek3/deepseek4 (layers/moe.py @ e591f30; a trial)
+            unsupported.append(
+                f"group-limited routing ({router.top_groups} of {router.groups} groups): "
+                "MaxText limits groups only under a model_name starting deepseek3/deepseek4, "
+                "which this file does not set; without it routing is a plain top-k (add "
+                "model_name: deepseek3-671b with override_model_config: true)")
         if router.normalize_top_k != (router.score == "sigmoid"):
             unsupported.append(f"router weights {'' if router.normalize_top_k else 'not '}"
                                f"renormalised with {router.score} scores: MaxText's deepseek "
@@ -230,7 +238,7 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         unsupported.append("attention output gate (elementwise, Qwen3-Next)")
     if g.zero_centered_norm and cycle is None:
         unsupported.append("zero-centred norm gains (1 + w): no base.yml key")
-    fsdp = spec.dp // spec.ep if spec.dp % spec.ep == 0 else spec.dp
+    fsdp = _data_ranks_per_expert_group(spec)
     data = 1
     if spec.sharding == "none":
         data, fsdp = fsdp, 1
@@ -256,7 +264,15 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             unsupported.append(f"{' and '.join(dropped)}: MaxText's {block} decoder builds "
                                "routed experts alone in every block; its deepseek decoder "
                                "reads shared_experts and first_num_dense_layers")
+    refused = _refused_by_maxtext(spec, quantization, accumulation)
+    if refused:  # files MaxText's config validation would stop at start-up (a trial)
+        raise MosaicInputError(f"{spec.source or 'this job'}: --to maxtext: "
+                               + "; ".join(refused))
     document: dict[str, Any] = {
+        # base.yml's default hardware is tpu; its GPU configs set gpu, which the GPU
+        # distributed init and gradient accumulation read (configs/gpu/models/*.yml,
+        # utils/max_utils.py @ e591f30)
+        "hardware": "gpu",
         "decoder_block": block,
         "base_emb_dim": g.d_model,
         "base_num_query_heads": g.heads,
@@ -292,7 +308,10 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                          "first_num_dense_layers": m.dense_layers} if reads_shared else {}),
                      "interleave_moe_layer_step": m.moe_every,
                      "mlp_bias": m.expert_bias, "routed_bias": m.router_bias,
-                     "megablox": not dropping, "sparse_matmul": not dropping,
+                     # megablox's Pallas kernel runs interpreted off TPU (layers/moe.py:
+                     # interpret = platform != "tpu"); MaxText's GPU configs set it false,
+                     # which takes jax.lax.ragged_dot (configs/gpu/models/mixtral_8x7b.yml)
+                     "megablox": False, "sparse_matmul": not dropping,
                      # MaxText's capacity_factor: -1 = dropless, else token dropping.
                      "capacity_factor": (spec.capacity_factor if dropping else -1.0)}
     document |= router_keys(spec, block, unsupported)
@@ -329,6 +348,34 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                      "num_layers_per_pipeline_stage": max(1, piped // (spec.pp * spec.vpp))}
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
+
+
+def _data_ranks_per_expert_group(spec: ExportSpec) -> int:
+    """dp/ep, MaxText's data and fsdp axes beside its expert axis (dp where ep does not
+    divide it)."""
+    return spec.dp // spec.ep if spec.dp % spec.ep == 0 else spec.dp
+
+
+def _refused_by_maxtext(spec: ExportSpec, quantization: str, accumulation: int
+                        ) -> list[str]:
+    """What MaxText's config validation refuses in this job (src/maxtext/configs/types.py
+    and utils/max_utils.py @ e591f30), each with the way out."""
+    refused = []
+    if quantization == "te_fp8_delayedscaling" and accumulation > 1:
+        refused.append(f"FP8 delayed scaling with {accumulation} gradient-accumulation steps "
+                       "('FP8 quantization is not compatible with gradient accumulation'): use "
+                       "performance.fp8_recipe current, or one micro-batch per step")
+    if spec.pp > 1 and spec.micro_batches_per_step % spec.pp:
+        refused.append(f"{spec.micro_batches_per_step} pipeline micro-batches over pp={spec.pp}"
+                       " ('The number of microbatches must be divisible by the number of "
+                       "stages'): choose a global batch or micro-batch that gives a multiple")
+    fsdp = _data_ranks_per_expert_group(spec)
+    if spec.sharding == "hsdp" and fsdp % spec.hsdp_replicas:
+        refused.append(f"{spec.hsdp_replicas} HSDP replicas over the {fsdp} data ranks of "
+                       f"each expert group (dp/ep = {spec.dp}/{spec.ep}): MaxText's fsdp axis "
+                       "would be 0 and its mesh would not cover the devices; choose "
+                       "parallelism.hsdp_shard so the replicas divide dp/ep")
+    return refused
 
 
 def pipelined_layers(spec: ExportSpec, block: str, decoder_layers: int) -> int:
