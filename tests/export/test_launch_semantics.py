@@ -45,18 +45,31 @@ def test_a_precision_the_gpus_cannot_run_is_refused_not_exported():
 
 def test_torchtitan_names_model_parts_no_flavor_can_build():
     """torchtitan v0.2.2's families have no MTP (DeepSeekV3ModelArgs has no such field),
-    llama4 has no dense prefix and makes every second block MoE by default
-    (interleave_moe_layer_step 2), and the file says which release reads TOML."""
+    llama4 makes block i MoE where (i + 1) % interleave_moe_layer_step == 0 (default 2),
+    so a dense prefix it builds only as step - 1 blocks, and the file says which release
+    reads TOML."""
     deepseek = export(_spec("deepseek_v3_h100.yaml"), "torchtitan")
     assert any("1 multi-token-prediction module(s)" in note for note in deepseek.unsupported)
     assert not any("dense first block" in note for note in deepseek.unsupported)  # it has one
     assert "--job.config_file" in deepseek.text and "v0.2.2" in deepseek.text
     tomllib.loads(deepseek.text)  # the launch line is a comment
-    # a ladder geometry (the paper's: a dense first block) in the llama4 family
+    # a ladder geometry (the paper's: a dense first block, then every block MoE): llama4
+    # cannot place it (step 1 makes block 0 MoE, step 2 every second block)
     ladder = export(_spec("appendix_e.yaml", ["model.moe.dense_layers=1"]), "torchtitan")
-    assert any("interleave_moe_layer_step=1" in note for note in ladder.unsupported)
-    assert any("1 dense first block(s)" in note and "llama4" in note
+    assert not any("interleave_moe_layer_step=" in note for note in ladder.unsupported)
+    assert any("after 1 dense first block(s), then every 1" in note and "llama4" in note
                for note in ladder.unsupported)
+    # every block MoE: step 1; Llama 4's own alternation (a dense block, then every second
+    # block MoE): step 2, its default, with no dense-prefix note (a trial's note asked for
+    # 1, which made every block MoE)
+    every = export(_spec("appendix_e.yaml", ["model.moe.dense_layers=0"]), "torchtitan")
+    assert any("interleave_moe_layer_step=1 (its default 2" in n for n in every.unsupported)
+    alternating = export(_spec("appendix_e.yaml", ["model.moe.dense_layers=1",
+                                                   "model.moe.moe_every=2"]), "torchtitan")
+    assert any("interleave_moe_layer_step=2" in note for note in alternating.unsupported)
+    assert not any("dense first block" in note for note in alternating.unsupported)
+    assert any("num_shared_experts=0 and score_before_experts=False" in note
+               for note in alternating.unsupported)
 
 
 def test_a_hybrid_megatron_file_trains_its_router_balanced():
@@ -164,3 +177,13 @@ def test_torchtitan_says_what_its_families_do_not_build():
     tied = export(_spec("appendix_e.yaml", ["model.tied_embeddings=true"]), "torchtitan")
     assert any(note.startswith("tied input and output embeddings: torchtitan's llama4")
                for note in tied.unsupported)
+
+
+def test_torchtitan_without_fsdp_under_tp_says_it_trains_in_fp32():
+    """torchtitan v0.2.2's maybe_enable_amp disables mixed precision with TP or PP and
+    neither FSDP nor CP (distributed/utils.py): the file would train in fp32 where mosaic
+    costed bf16, which the notes say (a trial); with FSDP they do not."""
+    plain = export(_spec("appendix_e.yaml", ["parallelism.sharding=none"]), "torchtitan")
+    assert any(note.startswith("sharding none with tp or pp > 1") for note in plain.unsupported)
+    sharded = export(_spec("appendix_e.yaml", ["parallelism.sharding=fsdp"]), "torchtitan")
+    assert not any("sharding none with tp or pp" in note for note in sharded.unsupported)

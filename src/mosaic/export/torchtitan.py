@@ -37,6 +37,18 @@ def model_name(spec: ExportSpec) -> str:
     return "llama4" if g.moe else "llama3"
 
 
+def llama4_moe_step(spec: ExportSpec) -> int | None:
+    """torchtitan llama4's ``interleave_moe_layer_step`` that builds the geometry's MoE
+    blocks, None where none does. Block i (from 0) is MoE where (i + 1) % step == 0
+    (``llama4/model/model.py`` @ v0.2.2), i.e. a dense prefix of step - 1 blocks and then
+    every step-th: mosaic's dense_layers = step - 1 and moe_every = step (Llama 4 Maverick:
+    step 2, the default; a trial's note asked for 1, which made every block MoE)."""
+    moe = spec.geometry.moe
+    if moe is None or moe.dense_layers != moe.moe_every - 1:
+        return None
+    return moe.moe_every
+
+
 def end_stage_weight(spec: ExportSpec) -> int:
     """``pipeline_parallel_first/last_stage_less_layers``: the layers the embedding and the
     output each weigh in torchtitan's split (``generate_llm_fqn_per_model_part``, v0.2.2
@@ -60,8 +72,10 @@ def layers_per_stage(layers: int, stages: int, end_weight: int = 1) -> int | Non
 def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The TOML tables and what torchtitan cannot express."""
     g = spec.geometry
-    every_block = (", with interleave_moe_layer_step=1 (its default 2 makes every second "
-                   "block MoE)" if model_name(spec) == "llama4" else "")
+    step = llama4_moe_step(spec)
+    every_block = (f", with interleave_moe_layer_step={step}" + (
+        " (its default 2 makes every second block MoE)" if step == 1 else "")
+        if model_name(spec) == "llama4" and step is not None else "")
     unsupported = [
         "model dimensions: torchtitan reads them from a registered flavor (Python), "
         f"not from TOML; register flavor 'mosaic' of '{model_name(spec)}' with the "
@@ -81,6 +95,15 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     if g.norm is NormKind.LAYERNORM:
         unsupported.append("LayerNorm: torchtitan's model families normalise with RMSNorm "
                            "(the flavor must change the module)")
+    if (spec.sharding == "none" and spec.cp == 1 and (spec.tp > 1 or spec.pp > 1)
+            and spec.precision != "fp32"):
+        # maybe_enable_amp: mixed precision comes from fully_shard, or from autocast for
+        # DDP alone; with TP or PP and neither FSDP nor CP it is disabled
+        # (torchtitan/distributed/utils.py @ v0.2.2; a trial)
+        unsupported.append("sharding none with tp or pp > 1: torchtitan v0.2.2 then trains in "
+                           "fp32 ('Mixed precision training is disabled'), not the costed "
+                           f"{spec.precision}; shard with FSDP (data_parallel_shard_degree) "
+                           "to train in mixed precision")
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")
@@ -260,7 +283,12 @@ def family_notes(spec: ExportSpec) -> list[str]:
                      "model family has MTP; exported without them")
     if g.moe is None:
         return notes
-    if g.moe.dense_layers and family != "deepseek_v3":
+    if family == "llama4" and llama4_moe_step(spec) is None:
+        notes.append(f"MoE blocks after {g.moe.dense_layers} dense first block(s), then every "
+                     f"{g.moe.moe_every}: torchtitan's llama4 makes block i MoE where (i + 1) "
+                     "% interleave_moe_layer_step == 0, which cannot place them so; the "
+                     "flavor's model must")
+    elif g.moe.dense_layers and family not in ("deepseek_v3", "llama4"):
         notes.append(f"{g.moe.dense_layers} dense first block(s) (ffn {g.ffn}): torchtitan's "
                      f"{family} family has no dense prefix; the flavor's model must add it")
     shared = g.moe.shared_expert_ffn
@@ -292,6 +320,13 @@ def router_notes(spec: ExportSpec) -> list[str]:
                      f"score_func={router.score!r}, route_norm={router.normalize_top_k}, "
                      f"route_scale={router.top_k_scaling:g}{groups}, load_balance_coeff="
                      + ("1e-3" if loss_free else "None (or 1e-3 for the expert bias)"))
+    # MoEArgs defaults num_shared_experts=1 and score_before_experts=True (Llama 4's own:
+    # the score scales the expert input); qwen3's flavors set 0 and False (models/moe/
+    # moe.py, qwen3/__init__.py @ v0.2.2): a flavor leaving them gains a shared expert and
+    # scales inputs where mosaic costed weighted outputs (a trial)
+    notes.append(f"MoEArgs num_shared_experts={g.moe.shared_experts} and "
+                 "score_before_experts=False (weights on the expert outputs; the defaults "
+                 "are 1 and True)")
     return notes
 
 
