@@ -346,7 +346,8 @@ def test_maxtext_group_limited_routing_is_said_to_need_a_deepseek_model_name():
 def test_maxtext_refuses_hsdp_replicas_its_mesh_cannot_hold():
     """HSDP replicas beyond dp/ep leave MaxText an fsdp axis of 0 (its mesh must cover the
     devices, max_utils.py): refused with the way out, before a file is written (a trial)."""
-    spec = load_export_spec(JOB, ["parallelism.sharding=hsdp", "parallelism.hsdp_shard=4",
+    spec = load_export_spec(JOB, ["performance.stack=jax-xla", "parallelism.sharding=hsdp",
+                                  "parallelism.hsdp_shard=4",
                                   "parallelism.pp=1", "parallelism.vpp=1", "parallelism.tp=1",
                                   "parallelism.ep=16"], None)
     replicas, per_group = spec.hsdp_replicas, spec.dp // spec.ep

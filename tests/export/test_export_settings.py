@@ -318,7 +318,7 @@ def test_a_loss_free_stack_exports_the_expert_bias_with_sigmoid_scores():
 def test_megatron_fsdp_exports_the_checkpoint_format_it_requires(sharding):
     """validate_args: 'Megatron-FSDP requires the fsdp_dtensor checkpointing format'
     (arguments.py @ d98e8a6); Megatron-Bridge asserts it when a checkpoint is saved."""
-    spec = _appendix_e(**{"parallelism.sharding": sharding})
+    spec = _appendix_e(**{"parallelism.sharding": sharding, "optimizer.kind": "adamw"})
     a = parse_megatron(export(spec, "megatron").text)
     assert a.use_megatron_fsdp and a.ckpt_format == "fsdp_dtensor"
     assert yaml.safe_load(export(spec, "nemo").text)["checkpoint"] == {
@@ -361,7 +361,7 @@ def test_launch_requirements_and_unwritable_norms_are_named():
     hopper = {"parallelism.tp": "2", "hardware.node_type": "p5.48xlarge"}
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in notes(**hopper)
     # with Megatron-FSDP validate_args only warns: the two want different settings
-    fsdp = notes(**hopper, **{"parallelism.sharding": "fsdp"})
+    fsdp = notes(**hopper, **{"parallelism.sharding": "fsdp", "optimizer.kind": "adamw"})
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1 in the launch" not in fsdp
     assert "(1 for TP/CP, unset for Megatron-FSDP)" in fsdp
     for target in ("maxtext", "torchtitan"):

@@ -12,11 +12,13 @@ import shlex
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from mosaic.cli.export_cmd import load_export_spec
 from mosaic.cli.main import app
+from mosaic.errors import MosaicInputError
 from mosaic.export import export
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +165,12 @@ def test_torchtitan_says_what_its_families_do_not_build():
     """torchtitan v0.2.2 carves expert groups out of the FSDP shard ranks (parallel_dims.py:
     efsdp = dp_shard·cp·tp/(etp·ep)), unties embeddings outside qwen3 and has no DeepEP path
     for gpt_oss: each is said where a trial found the file silently different or unlaunchable."""
-    hsdp = export(_spec("appendix_e.yaml", ["parallelism.sharding=hsdp",
+    # the same divisibility Megatron-Core asks of HSDP's optimizer instances (ep·etp must
+    # divide hsdp_shard·tp·cp either way): the Megatron job is refused before any export
+    with pytest.raises(MosaicInputError, match="optimizer instances must divide"):
+        _spec("appendix_e.yaml", ["parallelism.sharding=hsdp", "parallelism.hsdp_shard=2"])
+    hsdp = export(_spec("appendix_e.yaml", ["performance.stack=deepspeed",
+                                            "parallelism.sharding=hsdp",
                                             "parallelism.hsdp_shard=2"]), "torchtitan")
     assert any("over 2 FSDP-shard ranks" in note and "does not start" in note
                for note in hsdp.unsupported)
@@ -187,3 +194,27 @@ def test_torchtitan_without_fsdp_under_tp_says_it_trains_in_fp32():
     assert any(note.startswith("sharding none with tp or pp > 1") for note in plain.unsupported)
     sharded = export(_spec("appendix_e.yaml", ["parallelism.sharding=fsdp"]), "torchtitan")
     assert not any("sharding none with tp or pp" in note for note in sharded.unsupported)
+
+
+def test_a_muon_job_is_not_exported_as_megatron_fsdp():
+    """Megatron-FSDP takes SGD and Adam only (arguments.py "Megatron-FSDP does not support
+    the muon optimizer yet"): the Appendix E job (Muon) sharded as FSDP is refused for
+    megatron and nemo with the way out, and exports as zero1 (a trial's file stopped at
+    start-up)."""
+    spec = _spec("appendix_e.yaml", ["parallelism.sharding=fsdp"])
+    assert spec.optimizer == "muon"
+    for target in ("megatron", "nemo"):
+        with pytest.raises(MosaicInputError, match="does not support the muon optimizer"):
+            export(spec, target)
+    assert "--optimizer" in export(_spec("appendix_e.yaml"), "megatron").text
+
+
+def test_a_phi_moe_export_says_add_bias_linear_biases_its_experts_too():
+    """Phi-3.5-MoE has attention-output biases and bias-free experts; Megatron's one
+    add_bias_linear biases the experts and the router as well (router.py, experts.py): the
+    megatron and nemo files say so; gpt-oss, whose experts have biases, needs no note."""
+    phi = load_export_spec(EXAMPLES / "appendix_e.yaml", ["parallelism.etp=1"],
+                           EXAMPLES / "hf" / "phi-3.5-moe-instruct.json")
+    for target in ("megatron", "nemo"):
+        assert any(note.startswith("add_bias_linear (for the attention output bias)")
+                   for note in export(phi, target).unsupported), target

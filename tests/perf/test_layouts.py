@@ -310,7 +310,34 @@ def test_torchtitan_builds_its_expert_groups_inside_the_fsdp_shard_ranks():
         reason = first_reason(titan, plan, 0)
         assert (reason is not None and "FSDP shard ranks" in reason) == broken, reason
         megatron = plan_violations(Workload(moe, 64, 4096, stack="megatron-core"), plan, 16)
-        assert first_reason(megatron, plan, 0) is None
+        # Megatron's own HSDP rule instead: its dp/hsdp_shard = 4 optimizer instances must
+        # divide the expert data-parallel size 16/8 = 2 (parallel_state.py)
+        refused = first_reason(megatron, plan, 0)
+        assert (refused is not None and "optimizer instances" in refused) == (
+            (sharding, shard) == (Sharding.HSDP, 4)), refused
+
+
+def test_megatron_refuses_biased_moe_linears_beyond_etp_one():
+    """Megatron-Core's TransformerConfig: "Bias in Moe is only supported when ETP==1"; an
+    attention-output or expert bias turns add_bias_linear on (gpt-oss, Phi-3.5-MoE). A
+    trial's gpt-oss export at tp 2 (etp = tp) stopped at start-up; torchtitan has no such
+    check."""
+    from dataclasses import replace
+
+    from mosaic.perf.plan import single_plan
+
+    base = ladder_geometry(4, experts=64, top_k=4, split_factor=4)
+    biased = replace(base, moe=replace(base.moe, expert_bias=True))
+    for etp, broken in ((1, False), (2, True)):
+        plan = single_plan(tp=2, etp=etp, ep=4, dp=8)
+        for geometry, stack, expected in ((biased, "megatron-core", broken),
+                                          (biased, "megatron-bridge", broken),
+                                          (base, "megatron-core", False),
+                                          (biased, "torchtitan", False)):
+            reason = first_reason(plan_violations(Workload(geometry, 64, 4096, stack=stack),
+                                                  plan, 16), plan, 0)
+            assert (reason is not None and "with linear biases" in reason) == expected, (
+                etp, stack, reason)
 
 
 

@@ -16,6 +16,7 @@ from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
     lm_head_bias_notes,
+    megatron_bias_notes,
     projection_qk_norm_notes,
     unexpressed,
 )
@@ -143,7 +144,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     unsupported += projection_qk_norm_notes(g, "--qk-layernorm's per-head norms")
     # GPTModel.output_layer is built with bias=False (megatron/core/models/gpt/
     # gpt_model.py @ d98e8a64dd)
-    unsupported += lm_head_bias_notes(g, "Megatron-LM")
+    unsupported += lm_head_bias_notes(g, "Megatron-LM") + megatron_bias_notes(g)
     args += rope_and_norm_arguments(g)
     if g.gated_attention:
         unsupported.append("gated attention (per-head output gate) has no Megatron-LM flag")
@@ -277,6 +278,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
     elif spec.megatron_fsdp:
+        spec.check_megatron_fsdp_optimizer("megatron")
         strategy = "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"
         # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
         # (arguments.py @ d98e8a64dd; the default torch_dist is refused)

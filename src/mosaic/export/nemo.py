@@ -33,6 +33,7 @@ from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
     lm_head_bias_notes,
+    megatron_bias_notes,
     projection_qk_norm_notes,
     unexpressed,
 )
@@ -282,7 +283,8 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     unsupported += projection_qk_norm_notes(
         g, "qk_layernorm's per-head norms", "; Megatron-Bridge's OlMoEModelProvider layer "
         "spec builds projection-wide ones")
-    unsupported += lm_head_bias_notes(g, "Megatron-Bridge (Megatron-Core's GPTModel)")
+    unsupported += (lm_head_bias_notes(g, "Megatron-Bridge (Megatron-Core's GPTModel)")
+                    + megatron_bias_notes(g))
     if g.attention_output_gate:  # Megatron-Bridge Qwen3NextBridge: attention_output_gate
         model["attention_output_gate"] = True
     if g.sliding_window is not None:  # TransformerConfig fields, as Megatron's flags set them
@@ -430,6 +432,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            **{key: comm_overlap[key]
                               for key in ("overlap_grad_reduce", "overlap_param_gather")}}
     if spec.megatron_fsdp:
+        spec.check_megatron_fsdp_optimizer("nemo")
         ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
                 "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
         if spec.sharding == "hsdp":

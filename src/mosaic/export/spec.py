@@ -406,6 +406,17 @@ class ExportSpec:
         """The sharding modes Megatron-Core runs as Megatron-FSDP (ZeRO-2, FSDP, HSDP)."""
         return self.sharding in ("zero2", "fsdp", "hsdp")
 
+    def check_megatron_fsdp_optimizer(self, target: str) -> None:
+        """Megatron-FSDP takes only SGD and Adam(W) (megatron/training/arguments.py @
+        d98e8a64dd: "Megatron-FSDP does not support the {optimizer} optimizer yet"; the
+        emerging optimizers, Muon among them, assert the same): a Muon job sharded as
+        ZeRO-2/FSDP/HSDP is refused with the way out (a trial's file stopped at start-up)."""
+        if self.megatron_fsdp and self.optimizer not in ("adamw", "adam", "sgd"):
+            raise MosaicInputError(
+                f"{self.source}: --to {target}: sharding {self.sharding} runs as Megatron-FSDP, "
+                f"which does not support the {self.optimizer} optimizer (Megatron-LM "
+                "arguments.py); use sharding zero1 or none, or optimizer adamw")
+
     @property
     def hsdp_replicas(self) -> int:
         """Replica groups of HSDP (dp / shard group size); 1 for the other modes."""
@@ -497,6 +508,19 @@ def lm_head_bias_notes(geometry: Geometry, target: str) -> list[str]:
         return []
     return [f"an LM-head bias ({geometry.vocab:,} parameters, Phi-3.5-MoE): {target} builds "
             "its output layer without one; the exported model lacks it"]
+
+
+def megatron_bias_notes(geometry: Geometry) -> list[str]:
+    """What Megatron-Core's one add_bias_linear switch does to a MoE model with an attention
+    output bias and bias-free experts (Phi-3.5-MoE): it biases every linear, the experts'
+    and the router's too (megatron/core/transformer/moe/router.py, experts.py @
+    d98e8a64dd), parameters the model lacks (a trial)."""
+    moe = geometry.moe
+    if moe is None or not geometry.output_bias or moe.expert_bias:
+        return []
+    return ["add_bias_linear (for the attention output bias) also gives the experts and the "
+            "router biases this model does not have: the exported model has a few more "
+            "parameters than the costed one"]
 
 
 def spec_from_job(job: Any, source: str) -> ExportSpec:

@@ -70,6 +70,27 @@ def _fsdp_shard_expert_rule(plans: ParallelPlans) -> tuple[str, np.ndarray]:
                                             plans.etp * plans.ep))
 
 
+def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
+                        ) -> list[tuple[str, np.ndarray]]:
+    """Megatron-Core's MoE configuration checks (stack trait megatron_moe_rules; a trial's
+    exports of layouts mosaic ranked feasible stopped at start-up): add_bias_linear, which
+    an attention-output or expert bias needs, only with etp 1 (transformer_config.py
+    l. 2612-2615 @ d98e8a64dd); HSDP's dp/hsdp_shard distributed-optimizer instances must
+    divide the expert data-parallel size tp·cp·dp/(ep·etp) (parallel_state.py l. 1447)."""
+    geometry, moe = workload.geometry, workload.geometry.moe
+    assert moe is not None
+    rules = []
+    if geometry.output_bias or moe.expert_bias:
+        rules.append(("etp={etp} > 1 with linear biases: Megatron-Core runs biases in an MoE "
+                      "model only with etp=1", plans.etp > 1))
+    instances = np.maximum(plans.dp // np.maximum(plans.hsdp_shard, 1), 1)
+    expert_dp = plans.stage_ranks // plans.expert_group_stride
+    rules.append(("hsdp_shard={hsdp_shard}: its dp/hsdp_shard optimizer instances must divide "
+                  "the expert data-parallel size tp·cp·dp/(ep·etp) (Megatron-Core)",
+                  (plans.sharding == Sharding.HSDP) & _not_divisible(expert_dp, instances)))
+    return rules
+
+
 def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
                     split_stated: bool = True) -> list[Violation]:
     """Every rule with the plans that violate it (Appendix D.1 plus Megatron-Core rules).
@@ -158,6 +179,8 @@ def plan_violations(workload: Workload, plans: ParallelPlans, n_devices: int, *,
                 _not_divisible(moe.expert_ffn, plans.etp),
             )
         )
+    if moe is not None and workload.traits.megatron_moe_rules:
+        rules += _megatron_moe_rules(workload, plans)
     if moe is not None and moe.shared_experts > 0:
         # the shared experts' one MLP splits over tp (its ColumnParallelLinear divides the
         # output size by the tp world size)

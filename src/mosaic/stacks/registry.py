@@ -132,6 +132,7 @@ class _Entry(BaseModel):
     fused_grouped_mlp: bool = False
     routed_expert_quantisation: bool = False
     expert_groups_in_fsdp_shard: bool = False
+    megatron_moe_rules: bool = False
     bf16_grad_reduce: bool = True
     ep_comm_overlap: bool = False
     fp8_primary_weights: bool = False
@@ -242,6 +243,10 @@ class StackTraits:
     # whether the stack builds its expert groups inside the FSDP shard ranks, so that
     # etp·ep must divide dp_shard·cp·tp (torchtitan's parallel_dims efsdp)
     expert_groups_in_fsdp_shard: bool
+    # whether Megatron-Core's MoE configuration checks apply: biased linears only with etp 1
+    # (TransformerConfig), and a partial distributed optimizer (HSDP) whose instances divide
+    # the expert data-parallel size (parallel_state)
+    megatron_moe_rules: bool
     # whether the stack can reduce gradients in bf16 (Megatron --grad-reduce-in-bf16, an
     # FSDP reduce dtype); `mosaic explain` offers it as a lever only there
     bf16_grad_reduce: bool
