@@ -731,11 +731,9 @@ def test_a_plan_job_names_the_calibration_its_plan_was_predicted_with(plan_json,
             assert f"predicted under mosaic calibration profile '{name}'" in launch.stdout
 
 
-def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
-    """A job on a node type from the user's catalog was exported with "run it with `mosaic
-    perf FILE`", which then says "unknown system" (a trial): the header names the catalog;
-    a shipped node type still needs none."""
-    catalog = tmp_path / "hw.yaml"
+def _user_catalog(folder: Path) -> Path:
+    """A hardware catalog file with one node type of its own, acme-h100-ib."""
+    catalog = folder / "hw.yaml"
     catalog.write_text(yaml.safe_dump({"systems": [{
         "name": "acme-h100-ib", "device": "H100-SXM-80GB",
         "gpus_per_node": {"value": 8, "source": "our BOM"},
@@ -743,6 +741,14 @@ def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
         "nics_per_node": {"value": 8, "source": "8x CX7"},
         "nic_bw_bytes_per_s": {"value": 5.0e10, "source": "400 Gb/s"},
         "scale_out_fabric": "InfiniBand NDR"}]}))
+    return catalog
+
+
+def test_a_job_on_a_user_node_type_names_the_catalog_it_needs(tmp_path):
+    """A job on a node type from the user's catalog was exported with "run it with `mosaic
+    perf FILE`", which then says "unknown system" (a trial): the header names the catalog;
+    a shipped node type still needs none."""
+    catalog = _user_catalog(tmp_path)
     document = yaml.safe_load(JOB.read_text())
     document["hardware"] = {"system": "acme-h100-ib"}
     job = tmp_path / "job.yaml"
@@ -760,14 +766,7 @@ def test_a_plan_on_a_user_node_type_names_the_catalog_to_pass_again(tmp_path):
     export works."""
     from mosaic.hardware import use_catalog
 
-    catalog = tmp_path / "hw.yaml"
-    catalog.write_text(yaml.safe_dump({"systems": [{
-        "name": "acme-h100-ib", "device": "H100-SXM-80GB",
-        "gpus_per_node": {"value": 8, "source": "our BOM"},
-        "scale_up_domain_gpus": {"value": 8, "source": "our BOM"},
-        "nics_per_node": {"value": 8, "source": "8x CX7"},
-        "nic_bw_bytes_per_s": {"value": 5.0e10, "source": "400 Gb/s"},
-        "scale_out_fabric": "InfiniBand NDR"}]}))
+    catalog = _user_catalog(tmp_path)
     try:
         planned = runner.invoke(app, ["--catalog", str(catalog), "plan", "--system",
                                       "acme-h100-ib", "--nodes", "1", "--q", "4", "--experts",
