@@ -102,7 +102,13 @@ def test_every_shipped_record_loads_and_predicts_the_same_as_a_job(path: Path) -
                 with pytest.raises(MosaicInputError, match="hybrid SSM"):
                     export(spec, target)
                 continue
-            assert export(spec, target).text, (record.id, target)
+            try:
+                text = export(spec, target).text
+            except MosaicInputError as exc:  # what the target's own validation refuses
+                # (MaxText: FP8 delayed scaling with accumulation, ...), said as such
+                assert f": --to {target}: " in str(exc), (record.id, target, str(exc))
+                continue
+            assert text, (record.id, target)
 
 
 def test_example_records_through_the_cli() -> None:
