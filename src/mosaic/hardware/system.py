@@ -210,6 +210,7 @@ _HOST_SIZE_VARIANT = re.compile(r"^(?P<base>.+) \((?P<gpus>\d+) GPUs/node\)$")
 
 
 def host_size_variant_name(system_name: str, gpus_per_node: int) -> str:
+    """'p6-b200.48xlarge (4 GPUs/node)': the name of a variant with another host size."""
     return f"{system_name} ({gpus_per_node} GPUs/node)"
 
 

@@ -15,7 +15,6 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
 from mosaic.plan.peak_bound import peak_bound
-from mosaic.plan.search import PlanResult, ProgressFn, score
+from mosaic.plan.search import PlanResult, ProgressFn, ThroughputTable, score
 from mosaic.plan.sweep import sweep_days
 
 
@@ -210,7 +209,8 @@ def cheapest_plan(
         results = [point.result for point in points]
         table = points[0].result.throughput  # one layout search serves every window
 
-        def at(days: float, cluster: Envelope = cluster, table: Any = table) -> PlanResult:
+        def at(days: float, cluster: Envelope = cluster,
+               table: ThroughputTable = table) -> PlanResult:
             return score(table, cluster.with_budget(days=days), space, law)
 
         results += _windows_below_reach(results, target_loss, at)
