@@ -190,23 +190,33 @@ def test_torchtitan_without_fsdp_under_tp_says_it_trains_in_fp32():
     """torchtitan v0.2.2's maybe_enable_amp disables mixed precision with TP or PP and
     neither FSDP nor CP (distributed/utils.py): the file would train in fp32 where mosaic
     costed bf16, which the notes say (a trial); with FSDP they do not."""
+    note = "no FSDP shard degree with tp or pp > 1"
     plain = export(_spec("appendix_e.yaml", ["parallelism.sharding=none"]), "torchtitan")
-    assert any(note.startswith("sharding none with tp or pp > 1") for note in plain.unsupported)
+    assert any(n.startswith(note) for n in plain.unsupported)
     sharded = export(_spec("appendix_e.yaml", ["parallelism.sharding=fsdp"]), "torchtitan")
-    assert not any("sharding none with tp or pp" in note for note in sharded.unsupported)
+    assert not any(n.startswith(note) for n in sharded.unsupported)
+    # zero1 over one data-parallel rank: a shard degree of 1 too (a review)
+    alone = export(_spec("appendix_e.yaml", ["search.devices=64", "parallelism.tp=8",
+                                             "parallelism.pp=8", "parallelism.dp=1",
+                                             "parallelism.ep=1", "batch.micro_seqs=1"]),
+                   "torchtitan")
+    assert any(n.startswith(note) for n in alone.unsupported)
 
 
 def test_a_muon_job_is_not_exported_as_megatron_fsdp():
-    """Megatron-FSDP takes SGD and Adam only (arguments.py "Megatron-FSDP does not support
-    the muon optimizer yet"): the Appendix E job (Muon) sharded as FSDP is refused for
-    megatron and nemo with the way out, and exports as zero1 (a trial's file stopped at
-    start-up)."""
+    """Megatron-LM's validate_args: Megatron-FSDP takes SGD and Adam only ("Megatron-FSDP
+    does not support the muon optimizer yet"): the Appendix E job (Muon) sharded as FSDP is
+    refused for megatron with the way out, and exports as zero1 (a trial's file stopped at
+    start-up). Megatron-Bridge does not run that check, and its file names no Muon config
+    (a review), so nemo still writes one."""
     spec = _spec("appendix_e.yaml", ["parallelism.sharding=fsdp"])
     assert spec.optimizer == "muon"
-    for target in ("megatron", "nemo"):
-        with pytest.raises(MosaicInputError, match="does not support the muon optimizer"):
-            export(spec, target)
-    assert "--optimizer" in export(_spec("appendix_e.yaml"), "megatron").text
+    with pytest.raises(MosaicInputError, match="does not support the muon optimizer"):
+        export(spec, "megatron")
+    assert export(spec, "nemo").text
+    zero1 = export(_spec("appendix_e.yaml"), "megatron").text.splitlines()
+    assert "--optimizer muon" in zero1 and "--use-distributed-optimizer" in zero1
+    assert "--use-megatron-fsdp" not in zero1
 
 
 def test_a_phi_moe_export_says_add_bias_linear_biases_its_experts_too():

@@ -72,8 +72,8 @@ def _catalog_hint(document: dict[str, Any]) -> str:
     from mosaic.hardware import active_catalog_paths
 
     planned = (document.get("envelope") or {}).get("catalog") or []
-    active = {str(p) for p in active_catalog_paths()}
-    missing = [str(p) for p in planned if str(p) not in active]
+    active = {Path(p).resolve() for p in active_catalog_paths()}  # ./hw.yaml is hw.yaml
+    missing = [str(p) for p in planned if Path(p).resolve() not in active]
     return (f"; the plan was made with --catalog {' --catalog '.join(missing)}: pass it again"
             if missing else "")
 

@@ -373,7 +373,8 @@ def _refused_by_maxtext(spec: ExportSpec, quantization: str, accumulation: int
     if spec.sharding == "hsdp" and fsdp % spec.hsdp_replicas:
         refused.append(f"{spec.hsdp_replicas} HSDP replicas over the {fsdp} data ranks of "
                        f"each expert group (dp/ep = {spec.dp}/{spec.ep}): MaxText's fsdp axis "
-                       "would be 0 and its mesh would not cover the devices; choose "
+                       f"would be {fsdp // spec.hsdp_replicas} and its mesh would not cover the "
+                       "devices; choose "
                        "parallelism.hsdp_shard so the replicas divide dp/ep")
     return refused
 

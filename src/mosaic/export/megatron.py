@@ -12,6 +12,7 @@ d98e8a6 (2026-08-22).
 from __future__ import annotations
 
 from mosaic.arch.geometry import AttentionKind, Geometry, NormKind
+from mosaic.errors import MosaicInputError
 from mosaic.export.spec import (
     WINDOW_CP_NOTE,
     ExportSpec,
@@ -278,7 +279,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     if spec.sharding == "zero1":
         args.append(("--use-distributed-optimizer", None))
     elif spec.megatron_fsdp:
-        spec.check_megatron_fsdp_optimizer("megatron")
+        _check_fsdp_optimizer(spec)
         strategy = "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"
         # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
         # (arguments.py @ d98e8a64dd; the default torch_dist is refused)
@@ -365,6 +366,18 @@ def attention_backend(spec: ExportSpec, unsupported: list[str], option: str) -> 
         unsupported.append(f"attention_kernel {spec.attention_kernel}: no {option} runs it "
                            "(flash, fused, unfused, local)")
     return backend
+
+
+def _check_fsdp_optimizer(spec: ExportSpec) -> None:
+    """Megatron-FSDP takes only SGD and Adam(W) (megatron/training/arguments.py l. 1150 @
+    d98e8a64dd: "Megatron-FSDP does not support the {optimizer} optimizer yet"; the
+    emerging optimizers, Muon among them, assert the same at l. 1739): a Muon job sharded
+    as ZeRO-2/FSDP/HSDP is refused with the way out (a trial's file stopped at start-up)."""
+    if spec.optimizer not in ("adamw", "adam", "sgd"):
+        raise MosaicInputError(
+            f"{spec.source}: --to megatron: sharding {spec.sharding} runs as Megatron-FSDP, "
+            f"which does not support the {spec.optimizer} optimizer (Megatron-LM "
+            "arguments.py); use sharding zero1 or none, or optimizer adamw")
 
 
 def kv_head_replication_note(spec: ExportSpec) -> list[str]:

@@ -432,7 +432,6 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
                            **{key: comm_overlap[key]
                               for key in ("overlap_grad_reduce", "overlap_param_gather")}}
     if spec.megatron_fsdp:
-        spec.check_megatron_fsdp_optimizer("nemo")
         ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
                 "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
         if spec.sharding == "hsdp":

@@ -406,17 +406,6 @@ class ExportSpec:
         """The sharding modes Megatron-Core runs as Megatron-FSDP (ZeRO-2, FSDP, HSDP)."""
         return self.sharding in ("zero2", "fsdp", "hsdp")
 
-    def check_megatron_fsdp_optimizer(self, target: str) -> None:
-        """Megatron-FSDP takes only SGD and Adam(W) (megatron/training/arguments.py @
-        d98e8a64dd: "Megatron-FSDP does not support the {optimizer} optimizer yet"; the
-        emerging optimizers, Muon among them, assert the same): a Muon job sharded as
-        ZeRO-2/FSDP/HSDP is refused with the way out (a trial's file stopped at start-up)."""
-        if self.megatron_fsdp and self.optimizer not in ("adamw", "adam", "sgd"):
-            raise MosaicInputError(
-                f"{self.source}: --to {target}: sharding {self.sharding} runs as Megatron-FSDP, "
-                f"which does not support the {self.optimizer} optimizer (Megatron-LM "
-                "arguments.py); use sharding zero1 or none, or optimizer adamw")
-
     @property
     def hsdp_replicas(self) -> int:
         """Replica groups of HSDP (dp / shard group size); 1 for the other modes."""

@@ -95,15 +95,6 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     if g.norm is NormKind.LAYERNORM:
         unsupported.append("LayerNorm: torchtitan's model families normalise with RMSNorm "
                            "(the flavor must change the module)")
-    if (spec.sharding == "none" and spec.cp == 1 and (spec.tp > 1 or spec.pp > 1)
-            and spec.precision != "fp32"):
-        # maybe_enable_amp: mixed precision comes from fully_shard, or from autocast for
-        # DDP alone; with TP or PP and neither FSDP nor CP it is disabled
-        # (torchtitan/distributed/utils.py @ v0.2.2; a trial)
-        unsupported.append("sharding none with tp or pp > 1: torchtitan v0.2.2 then trains in "
-                           "fp32 ('Mixed precision training is disabled'), not the costed "
-                           f"{spec.precision}; shard with FSDP (data_parallel_shard_degree) "
-                           "to train in mixed precision")
     if spec.tp > 1 and not spec.sequence_parallel:
         unsupported.append("tensor parallelism without sequence parallelism (torchtitan's TP "
                            "always shards the sequence)")
@@ -140,6 +131,16 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
         replicate, shard = 1, spec.dp
     elif spec.sharding == "hsdp":
         replicate, shard = spec.hsdp_replicas, spec.dp // spec.hsdp_replicas
+    if shard == 1 and spec.cp == 1 and (spec.tp > 1 or spec.pp > 1) and (
+            spec.precision != "fp32"):
+        # maybe_enable_amp: mixed precision comes from fully_shard (FSDP on: a shard degree
+        # above 1, or cp > 1; parallel_dims.fsdp_enabled), or from autocast for DDP alone;
+        # with TP or PP and no FSDP it is disabled (torchtitan/distributed/utils.py @ v0.2.2;
+        # a trial and a review: dp 1 under zero1 is the same case)
+        unsupported.append("no FSDP shard degree with tp or pp > 1 (data_parallel_shard_degree "
+                           "1, cp 1): torchtitan v0.2.2 then trains in fp32 ('Mixed precision "
+                           f"training is disabled'), not the costed {spec.precision}; shard "
+                           "with FSDP over 2 or more ranks to train in mixed precision")
     # torchtitan v0.2.2 carves the expert groups out of the FSDP shard ranks
     # (distributed/parallel_dims.py: efsdp = dp_shard·cp·tp / (etp·ep) must be a whole >= 1)
     sharded = shard * spec.cp * spec.tp

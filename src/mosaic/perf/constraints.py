@@ -84,7 +84,7 @@ def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
         rules.append(("etp={etp} > 1 with linear biases: Megatron-Core runs biases in an MoE "
                       "model only with etp=1", plans.etp > 1))
     instances = np.maximum(plans.dp // np.maximum(plans.hsdp_shard, 1), 1)
-    expert_dp = plans.stage_ranks // plans.expert_group_stride
+    expert_dp = plans.edp
     rules.append(("hsdp_shard={hsdp_shard}: its dp/hsdp_shard optimizer instances must divide "
                   "the expert data-parallel size tp·cp·dp/(ep·etp) (Megatron-Core)",
                   (plans.sharding == Sharding.HSDP) & _not_divisible(expert_dp, instances)))

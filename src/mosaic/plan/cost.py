@@ -197,7 +197,9 @@ def cheapest_plan(
 ) -> CheapestPlan:
     """Search every (nodes, days) budget; layouts are profiled once per node count. Where a
     node count's shorter window misses the target and a longer one reaches it, windows
-    between the two are rescored on the same layouts (:func:`refined_windows`)."""
+    between the two are rescored on the same layouts (:func:`refined_windows`); where its
+    shortest window already reaches it, shorter ones are tried first
+    (:func:`_windows_below_reach`)."""
     node_counts, windows = check_target_reachable(envelope, space, law, target_loss, nodes,
                                                   days)
     options = []

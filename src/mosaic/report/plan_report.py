@@ -19,7 +19,7 @@ from mosaic.plan.uncertainty import Uncertainty
 
 DIVISIBILITY_CATEGORY = NO_DIVIDING_LAYOUT
 WINDOW_CATEGORY = "window too short for tpp_min·N_act tokens"
-HEADROOM_CATEGORY = "no layout fits the planning headroom (all under device memory)"
+HEADROOM_CATEGORY = "no layout fits the planning headroom (the closest under device memory)"
 
 
 def reason_category(reason: str) -> str:

@@ -316,10 +316,14 @@
 
   // a request that never got an answer (the server stopped, the network dropped): the panel
   // says so instead of "searching…" forever (a trial stopped the server with the page open)
+  // (the request's own failure only: an error while showing a result stays a console error,
+  // not a "server gone" message; a review)
   function lost(summaryId, errorId) {
     return function (err) {
       if (summaryId) { $(summaryId).textContent = ""; }
-      $(errorId).textContent = "request failed (is `mosaic studio` still running?): " + err;
+      var unreachable = err instanceof TypeError && /fetch/i.test(err.message);
+      $(errorId).textContent = "request failed" +
+        (unreachable ? " (is `mosaic studio` still running?)" : "") + ": " + err;
     };
   }
 
@@ -368,7 +372,7 @@
       window.mosaicTables.init(document);
       var filter = document.querySelector("input[data-filter-for='layouts-table']");
       if (filter.value) { filter.dispatchEvent(new Event("input")); }
-    }).catch(lost("layouts-summary", "layouts-error"));
+    }, lost("layouts-summary", "layouts-error"));
   }
 
   function useLayout(row) {
@@ -404,7 +408,7 @@
       draw("chart-levers", body.figure);
       $("levers-table-holder").innerHTML = tableHtml("levers-table", LEVER_COLUMNS, rows);
       window.mosaicTables.init(document);
-    }).catch(lost("explain-summary", "explain-error"));
+    }, lost("explain-summary", "explain-error"));
   }
 
   // --- compare ----------------------------------------------------------------------------
@@ -463,7 +467,7 @@
       $("compare-charts").hidden = false;
       draw("chart-compare-step", body.figures.step);
       draw("chart-compare-memory", body.figures.memory);
-    }).catch(lost(null, "compare-error"));
+    }, lost(null, "compare-error"));
   }
 
   // --- plan -------------------------------------------------------------------------------
@@ -477,7 +481,7 @@
       }
       $("plan-report-link").hidden = true;
       pollPlan();
-    }).catch(lost(null, "plan-error"));
+    }, lost(null, "plan-error"));
   }
 
   function pollPlan() {
@@ -500,7 +504,7 @@
       }
       renderHistory(body.history);
       if (running) { pollTimer = setTimeout(pollPlan, 400); }
-    }).catch(function (err) {  // the run button back, with why (no stuck "running")
+    }, function (err) {  // the run button back, with why (no stuck "running")
       $("plan-state").textContent = "lost contact with the studio server";
       $("plan-run").disabled = false;
       $("plan-cancel").disabled = true;
@@ -528,7 +532,7 @@
   }
 
   function cancelPlan() {
-    return post("/api/plan/cancel", {}).then(pollPlan).catch(lost(null, "plan-error"));
+    return post("/api/plan/cancel", {}).then(pollPlan, lost(null, "plan-error"));
   }
 
   // --- export -----------------------------------------------------------------------------
@@ -551,7 +555,7 @@
       link.download = body.filename;
       link.textContent = "download " + body.filename;
       link.hidden = false;
-    }).catch(lost(null, "export-error"));
+    }, lost(null, "export-error"));
   }
 
   // A plan field takes the job editor's value (its cluster, batch, stack) until it is

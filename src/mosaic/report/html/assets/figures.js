@@ -36,6 +36,7 @@
 
   /* Legend entries the plot shows (a legend group counts once), each taken as a row. */
   function legendEntries(plot) {
+    if ((plot.layout || {}).showlegend === false) { return 0; }  // no legend drawn
     var seen = {};
     return (plot.data || []).filter(function (trace) {
       if (trace.showlegend === false) { return false; }
