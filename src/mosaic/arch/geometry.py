@@ -601,6 +601,12 @@ class Geometry:
         return self.moe is not None
 
     @property
+    def linear_biases(self) -> bool:
+        """Biases on the attention-output or expert linears: what Megatron-Core's one
+        add_bias_linear switch turns on (its QKV bias has a switch of its own)."""
+        return self.output_bias or (self.moe is not None and self.moe.expert_bias)
+
+    @property
     def activation_name(self) -> str:
         """The FFN activation: the stated one, else SwiGLU when gated and GELU when not."""
         return self.activation or ("swiglu" if self.glu else "gelu")

@@ -34,7 +34,8 @@ CPU_DEVICE_PREFIX = "cpu:"
 
 
 def is_cpu_device_name(name: str) -> bool:
-    """Whether a bench device name is a CPU's (:data:`CPU_DEVICE_PREFIX`)."""
+    """Whether a bench device name is a CPU's: it begins with 'cpu' (the bench writes
+    :data:`CPU_DEVICE_PREFIX` and the CPU's architecture)."""
     return name.lower().startswith("cpu")
 
 

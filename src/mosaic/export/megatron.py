@@ -131,8 +131,7 @@ def arguments(spec: ExportSpec) -> tuple[list[tuple[str, str | None]], list[str]
     args += activation_arguments(g, unsupported)
     if not g.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
-    expert_bias = bool(g.moe and g.moe.expert_bias)
-    if not (g.output_bias or expert_bias):
+    if not g.linear_biases:
         args.append(("--disable-bias-linear", None))
         if g.qkv_bias:
             args.append(("--add-qkv-bias", None))

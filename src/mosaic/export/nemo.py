@@ -257,7 +257,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "normalization": "RMSNorm" if g.norm is NormKind.RMSNORM else "LayerNorm",
         "gated_linear_unit": g.glu,
         "share_embeddings_and_output_weights": g.tied_embeddings,
-        "add_bias_linear": bool(g.output_bias or (g.moe and g.moe.expert_bias)),
+        "add_bias_linear": g.linear_biases,
         "add_qkv_bias": g.qkv_bias,
         # with MLA: the q/kv latent norms (as the Megatron export's --qk-layernorm)
         "qk_layernorm": g.qk_norm or g.attention is AttentionKind.MLA,

@@ -77,10 +77,8 @@ def _megatron_moe_rules(workload: Workload, plans: ParallelPlans
     an attention-output or expert bias needs, only with etp 1 (transformer_config.py
     l. 2612-2615 @ d98e8a64dd); HSDP's dp/hsdp_shard distributed-optimizer instances must
     divide the expert data-parallel size tp·cp·dp/(ep·etp) (parallel_state.py l. 1447)."""
-    geometry, moe = workload.geometry, workload.geometry.moe
-    assert moe is not None
     rules = []
-    if geometry.output_bias or moe.expert_bias:
+    if workload.geometry.linear_biases:
         rules.append(("etp={etp} > 1 with linear biases: Megatron-Core runs biases in an MoE "
                       "model only with etp=1", plans.etp > 1))
     instances = np.maximum(plans.dp // np.maximum(plans.hsdp_shard, 1), 1)
