@@ -99,9 +99,18 @@ def test_show_infeasible_lists_reasons():
         assert plan["overshoot_gib"] > 0
         # over the device's memory, or under it and over the planning headroom (perf's
         # wording for the two, a trial), judged from the plan's memory and the device's
-        verdict = ("out of memory" if plan["memory_gib"] * 2**30 > doc["capacity_bytes"]
-                   else "over the 90% planning headroom")
-        assert plan["reason"].startswith(f"{verdict} by {plan['overshoot_gib']:.2f} GiB")
+        above_gib = plan["memory_gib"] - doc["capacity_bytes"] / 2**30
+        verdict = (f"out of memory by {above_gib:.2f} GiB over the device "
+                   f"({plan['overshoot_gib']:.2f} GiB over the usable 90%)" if above_gib > 0
+                   else f"over the 90% planning headroom by {plan['overshoot_gib']:.2f} GiB")
+        assert plan["reason"].startswith(verdict)
+    # the count of those under the device's memory, by hand from the listed plans
+    under = sum(plan["memory_gib"] * 2**30 <= doc["capacity_bytes"]
+                for plan in infeasible["out_of_memory_plans"])
+    if len(infeasible["out_of_memory_plans"]) == infeasible["out_of_memory"]:
+        assert infeasible["over_planning_headroom"] == under
+    else:
+        assert infeasible["over_planning_headroom"] >= under
     assert infeasible["rejected"][0]["rule"] == "pp·vpp={pp}·{vpp} must divide layers=48"
     assert infeasible["rejected_plans"][0]["reason"].endswith("must divide layers=48")
 

@@ -33,6 +33,34 @@ def test_memory_fit_text_by_hand():
         "5.41 GiB (2.50 GiB under device memory)")
 
 
+def test_memory_verdict_by_hand():
+    """One verdict for every command: within the usable budget it fits; above the device's
+    memory it is out of memory; between the two only the planning headroom refuses it."""
+    from mosaic.perf.headroom import FITS, OUT_OF_MEMORY, OVER_HEADROOM, memory_verdict
+
+    # 90% of 80 GiB = 72 usable
+    assert memory_verdict(70.0, 80.0, 0.0) == FITS
+    assert memory_verdict(76.0, 80.0, 76.0 - 72.0) == OVER_HEADROOM
+    assert memory_verdict(80.0, 80.0, 8.0) == OVER_HEADROOM  # at the device's capacity
+    assert memory_verdict(81.0, 80.0, 9.0) == OUT_OF_MEMORY
+    assert (FITS, OVER_HEADROOM, OUT_OF_MEMORY) == ("fits", "over the planning headroom",
+                                                    "out of memory")
+
+
+def test_every_command_reads_the_one_verdict():
+    """explain's status and its lever reasons, and the plan search, say what memory_verdict
+    says (a review found it decided in four modules)."""
+    from mosaic.evaluate.diagnosis import MemoryStatus, _memory_reason
+
+    gib = 2**30
+    for memory, overshoot, expected in ((76.0, 4.0, "over the planning headroom"),
+                                        (81.0, 9.0, "out of memory")):
+        status = MemoryStatus(memory * gib, 80.0 * gib, overshoot * gib, 0.9)
+        assert status.status == expected
+        assert _memory_reason(memory * gib, overshoot * gib, 80.0 * gib).startswith(
+            expected + ": needs")
+
+
 def _words(text: str) -> str:
     return re.sub(r"[│\s]+", " ", text)
 

@@ -346,16 +346,27 @@ def test_a_layout_under_device_memory_is_refused_by_the_headroom_not_out_of_memo
     """Between the usable share and the device's memory a layout is over the planning
     headroom, as perf and explain say; a trial read "out of memory by 0.00 GiB" for a
     layout needing 160.5 of 178.4 GiB. Above the device it is out of memory."""
-    _, search = tight_search
+    from dataclasses import replace as replace_machine
+
+    workload, _ = tight_search
+    machine = replace_machine(b200_machine(1), usable_memory_fraction=0.9)
+    search = search_layouts(workload, machine, CALIBRATION, LayoutLimits())
+    assert search.usable_fraction == 0.9
     memory = search.prediction.memory_bytes
     for index in search.out_of_memory():
         reason = search.oom_reason(int(index))
         overshoot = f"{search.prediction.overshoot_bytes[index] / GIB:.2f} GiB"
         if memory[index] > search.capacity_bytes:
-            assert reason.startswith(f"out of memory by {overshoot}")
+            # the device's shortfall first, then the usable share's, as perf says them
+            device = (memory[index] - search.capacity_bytes) / GIB
+            assert reason.startswith(f"out of memory by {device:.2f} GiB over the device "
+                                     f"({overshoot} over the usable 90%)")
         else:
             under = (search.capacity_bytes - memory[index]) / GIB
             assert reason.startswith(f"over the 90% planning headroom by {overshoot}")
             assert f"{under:.2f} GiB under device memory" in reason
     headroom_only = (memory > 0.9 * search.capacity_bytes) & (memory <= search.capacity_bytes)
     assert headroom_only.any()  # the search has both kinds
+    assert (memory > search.capacity_bytes).any()
+    assert search.over_headroom().tolist() == [i for i in search.out_of_memory().tolist()
+                                               if headroom_only[i]]

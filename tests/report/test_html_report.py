@@ -691,14 +691,15 @@ def test_the_lever_bars_start_at_the_job_as_it_is():
                "reason": "breaks a rule: x"}]
     figure = lever_figure(levers)
     bars = {trace["name"]: trace for trace in figure["data"]}
-    assert set(bars) == {"faster", "slower", "unchanged", "out of memory"}
+    assert set(bars) == {"faster", "slower", "unchanged", "does not fit in memory"}
     assert all(trace["base"] == 1.0 for trace in bars.values())
     assert bars["faster"]["x"] == [pytest.approx(0.25)]
     assert bars["slower"]["x"] == [pytest.approx(-0.2)]
-    assert bars["out of memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 5
+    assert bars["does not fit in memory"]["y"] == ["3. too big"]  # ranked as listed; no bar for 5
     # 0.9996 prints as 1.00x: unchanged, not slower (a review)
     assert [lever_kind(lever) for lever in levers[:4]] == ["faster", "slower",
-                                                           "out of memory", "unchanged"]
+                                                           "does not fit in memory",
+                                                           "unchanged"]
 
 
 def test_a_short_table_is_shown_whole_a_long_one_scrolls_in_its_box():

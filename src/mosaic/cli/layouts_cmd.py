@@ -187,9 +187,19 @@ def _render(document: dict[str, Any], capacity_gib: float) -> None:
         _render_infeasible(infeasible)
     else:
         rejected = sum(item["plans"] for item in infeasible["rejected"])
-        console.print(f"{infeasible['out_of_memory']:,} layouts run out of memory, {rejected:,} "
-                      "break a divisibility rule (--show-infeasible lists them).",
-                      highlight=False)
+        console.print(f"{_over_memory_text(infeasible)}, {rejected:,} break a divisibility "
+                      "rule (--show-infeasible lists them).", highlight=False)
+
+
+def _over_memory_text(infeasible: dict[str, Any]) -> str:
+    """'N layouts do not fit the usable memory (M of them under device memory, over the
+    planning headroom)', or 'N layouts run out of memory' when none is under the device's
+    memory (a review: the headroom's refusals were counted as out of memory)."""
+    over, headroom = infeasible["out_of_memory"], infeasible["over_planning_headroom"]
+    if not headroom:
+        return f"{over:,} layouts run out of memory"
+    return (f"{over:,} layouts do not fit the usable memory ({headroom:,} of them under "
+            "device memory, over the planning headroom: --memory-fraction)")
 
 
 def _render_coverage(document: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from mosaic.perf.calibration import Calibration
 from mosaic.perf.collectives import group_placement
 from mosaic.perf.constraints import first_reason, plan_violations
 from mosaic.perf.elementwise_traffic import EAGER_TORCH_KERNELS, elementwise_kernels
-from mosaic.perf.headroom import gib_or_mib_text
+from mosaic.perf.headroom import FITS, gib_or_mib_text, memory_verdict
 from mosaic.perf.layouts import unoffered_layout
 from mosaic.perf.machine import Machine, dispatcher_refusal, machine_for
 from mosaic.perf.memory import shard_degrees
@@ -134,14 +134,12 @@ class MemoryStatus:
 
     @property
     def status(self) -> str:
-        """'out of memory' above the device; 'over the planning headroom' between the usable
-        budget and the device (the wording of perf.headroom.memory_fit_text: a trial read
-        'out of memory' for a job 2 GiB under its GPUs' memory); else 'near capacity' or
-        'fits'."""
-        if not self.fits:
-            return ("out of memory" if self.memory_bytes > self.capacity_bytes
-                    else "over the planning headroom")
-        return "near capacity" if self.fraction >= NEAR_CAPACITY_FRACTION else "fits"
+        """perf.headroom.memory_verdict's 'out of memory' or 'over the planning headroom'
+        when it does not fit; else 'near capacity' or 'fits'."""
+        verdict = memory_verdict(self.memory_bytes, self.capacity_bytes, self.overshoot_bytes)
+        if verdict != FITS:
+            return verdict
+        return "near capacity" if self.fraction >= NEAR_CAPACITY_FRACTION else FITS
 
 
 @dataclass(frozen=True)
@@ -666,10 +664,10 @@ def memory_overshoot_text(memory_bytes: float, overshoot_bytes: float,
 
 
 def _memory_reason(memory_bytes: float, overshoot_bytes: float, capacity_bytes: float) -> str:
-    """Why a lever's plan does not fit, in MemoryStatus's words (out of memory, or over the
-    planning headroom) with its figures."""
-    status = MemoryStatus(memory_bytes, capacity_bytes, overshoot_bytes).status
-    return f"{status}: " + memory_overshoot_text(memory_bytes, overshoot_bytes, capacity_bytes)
+    """Why a lever's plan does not fit, in perf.headroom.memory_verdict's words (out of
+    memory, or over the planning headroom) with its figures."""
+    verdict = memory_verdict(memory_bytes, capacity_bytes, overshoot_bytes)
+    return f"{verdict}: " + memory_overshoot_text(memory_bytes, overshoot_bytes, capacity_bytes)
 
 
 def _moves_layout(plan: PlanRow, current: PlanRow | None) -> bool:

@@ -84,6 +84,23 @@ def gib_or_mib_text(gib: float, decimals: int = 2) -> str:
     return f"{text} GiB" if float(text) > 0 else f"{gib * 1024:.2g} MiB"
 
 
+# The three verdicts on a plan's memory against the usable budget, decided by
+# :func:`memory_verdict` alone (a review found them decided in four modules, worded apart).
+FITS = "fits"
+OVER_HEADROOM = "over the planning headroom"
+OUT_OF_MEMORY = "out of memory"
+
+
+def memory_verdict(memory_bytes: float, capacity_bytes: float, overshoot_bytes: float) -> str:
+    """:data:`FITS` within the usable budget (no overshoot); :data:`OUT_OF_MEMORY` above
+    the device's memory; :data:`OVER_HEADROOM` between the two, where only the planning
+    headroom refuses the plan (a trial read "out of memory" for a job 2 GiB under its
+    GPUs' memory). Any unit, as long as all three share it."""
+    if overshoot_bytes <= 0:
+        return FITS
+    return OUT_OF_MEMORY if memory_bytes > capacity_bytes else OVER_HEADROOM
+
+
 def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: float,
                     overshoot_gib: float) -> str:
     """'M GiB of U usable (F% of C GiB), fits'; '..., OUT OF MEMORY by O GiB over the device
@@ -91,17 +108,26 @@ def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: flo
     the F% planning headroom by O GiB (R GiB under device memory)' between the usable budget
     and the device: one wording for every command that reports a plan's memory against the
     usable budget."""
-    if overshoot_gib <= 0:
-        verdict = "fits"
-    elif memory_gib <= capacity_gib:
+    kind = memory_verdict(memory_gib, capacity_gib, overshoot_gib)
+    if kind == FITS:
+        verdict = FITS
+    elif kind == OVER_HEADROOM:
         verdict = (f"over the {usable_fraction:.0%} planning headroom by {overshoot_gib:.2f} "
                    f"GiB ({capacity_gib - memory_gib:.2f} GiB under device memory)")
-    elif usable_fraction < 1.0:  # the device's own shortfall first (a trial read the
-        # headroom overshoot, 9.09 GiB, for a job 1.18 GiB over its GPUs)
-        # both overshoots named (a trial read two bare figures as a contradiction)
-        verdict = (f"OUT OF MEMORY by {memory_gib - capacity_gib:.2f} GiB over the device "
-                   f"({overshoot_gib:.2f} GiB over the usable {usable_fraction:.0%})")
     else:
-        verdict = f"OUT OF MEMORY by {overshoot_gib:.2f} GiB"
+        verdict = "OUT OF MEMORY by " + overshoot_text(memory_gib, capacity_gib,
+                                                       usable_fraction, overshoot_gib)
     return (f"{memory_gib:.2f} GiB of {usable_fraction * capacity_gib:.1f} usable "
             f"({usable_fraction:.0%} of {capacity_gib:.1f} GiB), {verdict}")
+
+
+def overshoot_text(memory_gib: float, capacity_gib: float, usable_fraction: float,
+                   overshoot_gib: float) -> str:
+    """How far a plan above the device's memory misses: 'X GiB over the device (Y GiB over
+    the usable F%)', the device's own shortfall first (a trial read the headroom overshoot,
+    9.09 GiB, for a job 1.18 GiB over its GPUs), both named (a trial read two bare figures
+    as a contradiction); 'X GiB' alone when the whole device is usable."""
+    if usable_fraction >= 1.0:
+        return f"{overshoot_gib:.2f} GiB"
+    return (f"{memory_gib - capacity_gib:.2f} GiB over the device ({overshoot_gib:.2f} GiB "
+            f"over the usable {usable_fraction:.0%})")

@@ -42,6 +42,7 @@ from mosaic.allocator import keep_freed_memory
 from mosaic.errors import MosaicInputError
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import plan_violations
+from mosaic.perf.headroom import OUT_OF_MEMORY, memory_verdict, overshoot_text
 from mosaic.perf.machine import Machine
 from mosaic.perf.memory import (
     feasibility,
@@ -550,6 +551,7 @@ class LayoutSearch:
         prediction: the performance model's arrays over ``plans``.
         ranking: indices into ``plans`` of the plans that fit in memory, best first.
         capacity_bytes: HBM per GPU the memory was checked against.
+        usable_fraction: the share of it a plan may fill (perf.headroom).
     """
 
     candidates: ParallelPlans
@@ -558,6 +560,7 @@ class LayoutSearch:
     prediction: StepPrediction
     ranking: np.ndarray
     capacity_bytes: float
+    usable_fraction: float
 
     @property
     def n_candidates(self) -> int:
@@ -581,18 +584,26 @@ class LayoutSearch:
         p = self.prediction
         largest = ", ".join(f"{name} {size / GIB:.1f} GiB"
                             for name, size in largest_components(p.memory_breakdown_bytes, index))
-        # feasibility is judged against the usable share: needed - overshoot
         needed = p.memory_bytes[index]
-        usable = needed - p.overshoot_bytes[index]
-        # below the device's memory it is the planning headroom that refuses it, as perf
-        # and explain say (a trial read "out of memory by 0.00 GiB" for a 160.5 of 178 GiB)
-        verdict = ("out of memory" if needed > self.capacity_bytes
-                   else f"over the {usable / self.capacity_bytes:.0%} planning headroom")
-        under = ("" if needed > self.capacity_bytes
-                 else f", {(self.capacity_bytes - needed) / GIB:.2f} GiB under device memory")
-        return (f"{verdict} by {p.overshoot_bytes[index] / GIB:.2f} GiB "
-                f"({needed / GIB:.2f} GiB needed, {usable / GIB:.2f} usable of "
+        over = p.overshoot_bytes[index]
+        fraction = self.usable_fraction
+        usable = fraction * self.capacity_bytes
+        if memory_verdict(needed, self.capacity_bytes, over) == OUT_OF_MEMORY:
+            # the device's shortfall first, as perf says it (headroom.overshoot_text)
+            verdict = f"{OUT_OF_MEMORY} by " + overshoot_text(
+                needed / GIB, self.capacity_bytes / GIB, fraction, over / GIB)
+            under = ""
+        else:  # below the device's memory only the planning headroom refuses it
+            verdict = f"over the {fraction:.0%} planning headroom by {over / GIB:.2f} GiB"
+            under = f", {(self.capacity_bytes - needed) / GIB:.2f} GiB under device memory"
+        return (f"{verdict} ({needed / GIB:.2f} GiB needed, {usable / GIB:.2f} usable of "
                 f"{self.capacity_bytes / GIB:.2f} GiB per GPU{under}; largest: {largest})")
+
+    def over_headroom(self) -> np.ndarray:
+        """Indices of :meth:`out_of_memory`'s plans that only the planning headroom refuses
+        (under the device's memory), closest to fitting first."""
+        oom = self.out_of_memory()
+        return oom[self.prediction.memory_bytes[oom] <= self.capacity_bytes]
 
     def rejected_counts(self) -> dict[str, int]:
         """Candidates rejected per rule (first broken rule only), in rule order."""
@@ -654,7 +665,8 @@ def search_layouts(workload: Workload, machine: Machine, calibration: Calibratio
                                    chunk_plans=chunk_plans, progress=progress)
     return LayoutSearch(candidates=candidates, rule_check=rule_check, plans=plans,
                         prediction=prediction, ranking=rank_feasible(prediction),
-                        capacity_bytes=machine.hbm_bytes)
+                        capacity_bytes=machine.hbm_bytes,
+                        usable_fraction=machine.usable_memory_fraction)
 
 
 def best_layout(workload: Workload, machine: Machine, calibration: Calibration,

@@ -38,6 +38,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.factorise import take_plans
+from mosaic.perf.headroom import OUT_OF_MEMORY, memory_verdict
 from mosaic.perf.layouts import (
     LayoutLimits,
     best_feasible,
@@ -176,7 +177,9 @@ def best_feasible_layout(workload: Workload, machine: Machine, calibration: Cali
         usable_gib = machine.usable_memory_fraction * machine.hbm_bytes / GIB
         # the closest under the device's memory is refused by the planning headroom alone
         # (a trial read "run out of memory" for 172.7 GiB on a 178.4 GiB GPU)
-        refused = ("run out of memory" if memory[closest] > machine.hbm_bytes
+        refused = ("run out of memory"
+                   if memory_verdict(memory[closest], machine.hbm_bytes,
+                                     overshoot[closest]) == OUT_OF_MEMORY
                    else f"exceed the {machine.usable_memory_fraction:.0%} planning headroom "
                         "(--memory-fraction)")
         reason = (f"all {len(plans)} layouts {refused}; the closest needs "

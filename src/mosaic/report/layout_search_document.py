@@ -54,7 +54,10 @@ def infeasible_document(search: LayoutSearch, top: int, details: bool) -> dict[s
     """Counts of plans out of memory and rejected per rule (and examples with ``details``)."""
     oom = search.out_of_memory()
     document: dict[str, Any] = {
+        # every plan over the usable memory; of them, those under the device's memory
+        # (perf.headroom.memory_verdict: only the planning headroom refuses them)
         "out_of_memory": int(oom.size),
+        "over_planning_headroom": int(search.over_headroom().size),
         "min_overshoot_gib": (float(search.prediction.overshoot_bytes[oom[0]] / GIB)
                               if oom.size else None),
         "rejected": [{"rule": rule, "plans": count, "example": search.rule_example(rule)}

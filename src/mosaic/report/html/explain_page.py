@@ -20,10 +20,12 @@ from mosaic.report.html.page import (
 from mosaic.report.html.perf_page import perf_sections
 from mosaic.report.prediction_summary import hardware_text
 
-# A lever's bar by what it would do: faster, unchanged or slower (and fits), or out of memory
-# (a trial read 2.7x slower levers labelled 'no gain')
+# A lever's bar by what it would do: faster, unchanged or slower (and fits), or does not fit
+# (a trial read 2.7x slower levers labelled 'no gain'); whether out of memory or only over
+# the planning headroom, its hover's reason says (perf.headroom.memory_verdict)
+DOES_NOT_FIT = "does not fit in memory"
 LEVER_COLOURS = {"faster": "#54A24B", "unchanged": "#9ECAE9", "slower": "#B279A2",
-                 "out of memory": "#F58518"}
+                 DOES_NOT_FIT: "#F58518"}
 LEVER_ROW_PX, LEVER_FRAME_PX = 28, 140  # bar height and the figure's title and axes
 LEVER_LABEL_CHARS = 60  # a bar's name beside the axis: the description's first characters
 LEVER_COLUMNS = [
@@ -72,10 +74,10 @@ def _verdict(lever: dict[str, Any]) -> str:
 
 
 def lever_kind(lever: dict[str, Any]) -> str:
-    """'faster', 'unchanged', 'slower' or 'out of memory' (a lever that breaks a rule has
-    no bar)."""
+    """'faster', 'unchanged', 'slower' or :data:`DOES_NOT_FIT` (a lever that breaks a rule
+    has no bar)."""
     if not lever["feasible"]:
-        return "out of memory"
+        return DOES_NOT_FIT
     shown = round(lever["gain"], 2)  # as the table and the terminal print it (1.00x)
     return "faster" if shown > 1.0 else "slower" if shown < 1.0 else "unchanged"
 

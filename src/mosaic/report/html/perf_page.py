@@ -143,7 +143,11 @@ def _infeasible_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     if infeasible["out_of_memory"]:
         closest = infeasible.get("min_overshoot_gib")
-        rows.append({"reason": "out of memory", "plans": infeasible["out_of_memory"],
+        headroom = infeasible.get("over_planning_headroom", 0)
+        reason = ("out of memory" if not headroom else
+                  f"over the usable memory ({headroom:,} under device memory, over the "
+                  "planning headroom)")
+        rows.append({"reason": reason, "plans": infeasible["out_of_memory"],
                      "example": ("" if closest is None
                                  else f"closest misses by {gib_or_mib_text(closest)}")})
     rows += [{"reason": rule_text(item["rule"]),
