@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.arch import Geometry, QKNormSpan, RouterConfig, ladder_geometry
+from mosaic.arch import AttentionKind, Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
 from mosaic.perf.routing_load import router_balancing
@@ -499,17 +499,50 @@ def lm_head_bias_notes(geometry: Geometry, target: str) -> list[str]:
             "its output layer without one; the exported model lacks it"]
 
 
-def megatron_bias_notes(geometry: Geometry) -> list[str]:
-    """What Megatron-Core's one add_bias_linear switch does to a MoE model with an attention
-    output bias and bias-free experts (Phi-3.5-MoE): it biases every linear, the experts'
-    and the router's too (megatron/core/transformer/moe/router.py, experts.py @
-    d98e8a64dd), parameters the model lacks (a trial)."""
+def _add_bias_linear_parts(geometry: Geometry) -> list[tuple[str, bool]]:
+    """(part, whether the model has its bias) for every linear Megatron-Core's
+    add_bias_linear biases, @ d98e8a64dd: attention.py's linear_qkv (add_bias_linear or
+    add_qkv_bias; MLA's down and up projections never, multi_latent_attention.py) and
+    linear_proj; mlp.py's fc1 and fc2 (dense blocks and shared experts); moe/experts.py's
+    grouped fc1 and fc2; moe/router.py's bias."""
+    parts = [("the attention output", geometry.output_bias)]
+    if geometry.attention is not AttentionKind.MLA:
+        parts.insert(0, ("the Q, K and V projections", geometry.qkv_bias))
     moe = geometry.moe
-    if moe is None or not geometry.output_bias or moe.expert_bias:
-        return []
-    return ["add_bias_linear (for the attention output bias) also gives the experts and the "
-            "router biases this model does not have: the exported model has a few more "
-            "parameters than the costed one"]
+    if moe is None or moe.dense_layers > 0 or moe.moe_every > 1:
+        parts.append(("the dense blocks' MLPs", False))  # arch.counts: dense FFNs bias-free
+    if moe is not None:
+        parts += [("the experts", moe.expert_bias), ("the router", moe.router_bias)]
+    return parts
+
+
+def megatron_bias_notes(geometry: Geometry) -> list[str]:
+    """What Megatron-Core's one add_bias_linear switch does to a model whose biases differ
+    by part (:func:`_add_bias_linear_parts`). On (geometry.linear_biases: an attention
+    output or expert bias), it also biases the parts that have none: Phi-3.5-MoE's
+    bias-free experts and router (a trial). Off, a router bias has no switch of its own and
+    is dropped."""
+    parts = _add_bias_linear_parts(geometry)
+    if geometry.linear_biases:
+        extra = [part for part, has in parts if not has]
+        if not extra:
+            return []
+        reasons = " and ".join(reason for reason, has in (
+            ("attention output", geometry.output_bias),
+            ("expert", geometry.moe is not None and geometry.moe.expert_bias)) if has)
+        return [f"add_bias_linear (for the {reasons} biases) also biases {_joined(extra)}, "
+                "which this model does not: the exported model has a few more parameters "
+                "than the costed one"]
+    if geometry.moe is not None and geometry.moe.router_bias:
+        return ["the router bias has no Megatron-Core switch but add_bias_linear, which this "
+                "model's bias-free attention output and experts leave off: the exported "
+                "router has no bias"]
+    return []
+
+
+def _joined(parts: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def spec_from_job(job: Any, source: str) -> ExportSpec:
