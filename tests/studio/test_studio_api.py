@@ -140,6 +140,41 @@ def test_messages_in_the_pages_words(studio):
                                                             "empty or missing)"}
 
 
+def test_a_stage_count_rule_is_shown_beside_pp_and_vpp(studio):
+    """pp·vpp = 16·4 = 64 stages for 48 layers: the schema's message goes beside both
+    fields of the product (a trial found it beside pp alone)."""
+    status, body = studio.call("/api/perf", {"form": {**DEFAULT_FORM, "parallelism.pp": "16",
+                                                      "parallelism.vpp": "4"}})
+    assert status == 422
+    assert sorted(body["errors"]) == ["parallelism.pp", "parallelism.vpp"], body
+    assert all("pp·vpp = 16·4 = 64 pipeline stages for 48 layers" in m
+               for m in body["errors"].values())
+
+
+def test_the_ways_out_of_an_uneven_pipeline_are_form_fields(studio):
+    """q=13 has 52 layers, which pp 8 does not divide; the message names
+    performance.uneven_stages and parallelism.pipeline_layout, and the page has both (a
+    trial found the message naming fields the page lacked): either makes the job valid."""
+    form = {**DEFAULT_FORM, "ladder.q": "13"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422
+    message = body["errors"]["parallelism.pp"]
+    assert "pp·vpp=8·1 must divide layers=52 (or set performance.uneven_stages" in message
+    script = studio.text("/assets/studio.js")[1]
+    for field in ("performance.uneven_stages", "parallelism.pipeline_layout"):
+        assert f'["{field}", ' in script
+    status, uneven = studio.call("/api/perf", {"form": {**form,
+                                                        "performance.uneven_stages": "true"}})
+    assert status == 200 and uneven["ok"], uneven
+    # 52 blocks on 8 stages by hand: 7 on each of the first seven, 3 on the last
+    stated = "Et*7|(t*7|)*6t*3L"
+    status, given = studio.call("/api/perf", {"form": {**form,
+                                                       "parallelism.pipeline_layout": stated}})
+    assert status == 200 and given["ok"], given
+    assert given["prediction"]["step_time_s"] == pytest.approx(
+        uneven["prediction"]["step_time_s"], rel=1e-9)
+
+
 def test_devices_not_filling_the_model_axes_are_shown_beside_them(studio):
     """pp=3 on 32 nodes of 8: 256 devices are not a multiple of tp·pp·cp=3; the message
     goes beside tp, pp, cp and the node count, not above the results (a trial)."""

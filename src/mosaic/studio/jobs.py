@@ -162,7 +162,8 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
     return document
 
 
-_FIELD_PATH = re.compile(rf"^{WHERE}: (\w+)(?::\s|\.)(\w+)")  # "block: field" or "block.field"
+# "block: field" or "block.field"; a product of fields ("parallelism: pp·vpp = 16·4 ...")
+_FIELD_PATH = re.compile(rf"^{WHERE}: (\w+)(?::\s|\.)(\w+(?:·\w+)*)")
 _NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known ..."
 _AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch")) + r")\b")
 _UNKNOWN = re.compile(r"^unknown (\w+) ")
@@ -183,8 +184,11 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
         if found:
             return dict.fromkeys(found, message)
     match = _FIELD_PATH.match(message)
-    if match:  # 'job: block: field ...': that field alone
-        return {_path_field(match, form_keys): message}
+    if match:  # 'job: block: field ...': that field alone, or each of a product's fields
+        # (a trial found pp·vpp's message beside pp only)
+        block, fields = match.groups()
+        keys = [_path_field(block, field, form_keys) for field in fields.split("·")]
+        return dict.fromkeys([key for key in keys if key != GENERAL] or [GENERAL], message)
     # a rule across fields beside each field it names ('needs precision fp8 (got bf16)')
     named = named_fields(message, form_keys)
     field = _pattern_field(message, form_keys) or (named[0] if named else None)
@@ -193,9 +197,8 @@ def message_fields(message: str, form_keys: set[str]) -> dict[str, str]:
     return dict.fromkeys([field, *named[:2]], message)
 
 
-def _path_field(match: re.Match[str], form_keys: set[str]) -> str:
+def _path_field(block: str, field: str, form_keys: set[str]) -> str:
     """The form field of a 'job: block: field' message (GENERAL when the form has none)."""
-    block, field = match.groups()
     if block == "model":
         return "hf.config" if "hf.config" in form_keys else "model.source"
     key = f"{block}.{field}"

@@ -27,6 +27,10 @@
       ["parallelism.cp", "context parallel cp", "number"],
       ["parallelism.ep", "expert parallel ep", "number"],
       ["parallelism.etp", "expert tensor etp", "number"],
+      // the two ways out of a pp·vpp that does not divide the layers, which the error names
+      // (a trial found the message pointing at fields the page lacked)
+      ["performance.uneven_stages", "uneven pipeline stages", "select:switches"],
+      ["parallelism.pipeline_layout", "pipeline layout (Megatron's string; empty: none stated)", "text"],
       ["parallelism.sharding", "sharding", "select:sharding"],
       ["performance.stack", "software stack", "select:stacks"]]],
     ["Recompute and optimizer", [
@@ -377,6 +381,8 @@
 
   function useLayout(row) {
     ["tp", "pp", "vpp", "cp", "ep", "etp"].forEach(function (k) { $(fieldId("parallelism." + k)).value = row[k]; });
+    // the search chose its own split for the row's pp and vpp: a stated one would not fit it
+    $(fieldId("parallelism.pipeline_layout")).value = "";
     $(fieldId("parallelism.sharding")).value = row.sharding;
     $(fieldId("batch.micro_seqs")).value = row.micro_batch;
     $(fieldId("performance.checkpointing")).value = row.checkpointing;
