@@ -45,4 +45,22 @@ def test_etp_falls_back_to_one_where_tp_would_break_the_expert_mesh():
     # 16 GPUs at tp 4: dp 4, so etp·ep = 4·8 = 32 does not divide tp·cp·dp = 16
     etp, notes = _etp(_mixtral_job("megatron-core", tp=4, ep=8, nodes=2))
     assert etp == 1
-    assert "does not divide" in notes[0]
+    assert "but etp·ep=4·8 must divide tp·cp·dp=4·1·4 (expert mesh" in notes[0]
+
+
+def test_etp_falls_back_to_one_where_megatron_refuses_biases_at_tp():
+    """An attention-output bias turns Megatron's add_bias_linear on, which it runs in an
+    MoE model only with etp 1 (transformer_config.py); the default reads that rule too (a
+    review found the job refused for an etp it never stated)."""
+    document = _mixtral_job("megatron-core", tp=2, ep=8)
+    document["model"]["output_bias"] = True
+    etp, notes = _etp(document)
+    assert etp == 1
+    assert "but etp=2 > 1 with linear biases" in notes[0]
+
+
+def test_etp_falls_back_to_one_where_tp_does_not_divide_the_expert_width():
+    document = _mixtral_job("megatron-core", tp=2, ep=8)
+    document["model"]["moe"]["expert_ffn"] = 14335  # odd: etp 2 cannot split it
+    etp, notes = _etp(document)
+    assert etp == 1 and "14335" in notes[0], notes

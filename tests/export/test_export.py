@@ -663,6 +663,29 @@ def test_export_checks_the_target_first_and_needs_no_costing(tmp_path, offload_j
     assert "# WARNING: memory not checked" in result.stdout
 
 
+def test_a_plan_optimum_that_leaves_fields_out_gets_the_jobs_defaults(plan_json):
+    """An optimum whose parallelism and batch blocks leave sequence parallelism, etp, vpp,
+    sharding and the micro-batch unstated is resolved as a job file is (a review: the export
+    read sequence parallelism off and etp 1 where the job path costs tp 2 with them on), and
+    each defaulted field is said."""
+    document = json.loads(plan_json.read_text())
+    optimum = document["optimum"]
+    optimum["parallelism"] = {**{k: v for k, v in optimum["parallelism"].items()
+                                 if k not in ("sequence_parallel", "etp", "vpp", "sharding",
+                                              "hsdp_shard")},
+                              "tp": 2, "dp": optimum["parallelism"]["dp"] // 2}
+    optimum["batch"] = {k: v for k, v in optimum["batch"].items() if k != "micro_seqs"}
+    if optimum["parallelism"]["ep"] == 1 or document["envelope"].get("stack", "megatron-core") \
+            != "megatron-core":
+        pytest.skip("the fixture plan is not a megatron-core MoE plan")
+    spec = spec_from_plan_document(document, "p")
+    assert (spec.tp, spec.sequence_parallel, spec.etp, spec.vpp, spec.micro_seqs,
+            spec.sharding) == (2, True, 2, 1, 1, "zero1")
+    said = " ".join(spec.assumptions)
+    for field in ("sequence_parallel", "etp", "vpp", "micro_seqs", "sharding"):
+        assert f"{field} not stated" in said, field
+
+
 def test_a_hand_edited_plan_is_refused_in_one_line(plan_json, tmp_path):
     """A plan's optimum goes through the job checks of `mosaic perf`; a field of the wrong
     shape is refused, where it raised an internal error (TypeError, AttributeError)."""

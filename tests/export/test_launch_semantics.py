@@ -269,3 +269,30 @@ def test_add_bias_linear_notes_name_each_part_megatron_biases_that_the_model_lac
     assert megatron_bias_notes(biased)[0].startswith(
         "add_bias_linear (for the attention output and expert biases) also biases the dense "
         "blocks' MLPs, which")
+
+
+def test_stages_even_with_the_embedding_and_loss_in_the_split_are_not_called_uneven(tmp_path):
+    """30 blocks on pp 4 with both of Megatron-LM's account-for flags: 30 + 2 = 32 slots
+    split evenly into 4 stages of 8 (its assert (layers + 1 + 1) % pp == 0), so the export
+    writes the flags and no uneven-stages note (a review found both in one file); without
+    the flags 30 % 4 leaves them uneven, by hand, as the layout rule says."""
+    from mosaic.perf.pipeline_layout import split_slots, stages_uneven
+
+    assert split_slots(30, True) == 32 and not stages_uneven(30, 4, True)
+    assert stages_uneven(30, 4, False) and not stages_uneven(32, 4, False)
+    job = {"model": {"layers": 30, "d_model": 2048, "ffn": 8192, "heads": 16, "kv_heads": 4,
+                     "head_dim": 128, "vocab": 32000,
+                     "moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}},
+           "parallelism": {"tp": 1, "pp": 4, "cp": 1, "dp": 8, "ep": 8,
+                           "vocab_in_pipeline_split": True},
+           "batch": {"global_seqs": 256, "micro_seqs": 1, "seq_len": 4096},
+           "performance": {"precision": "bf16", "checkpointing": "none"},
+           "hardware": {"system": "p6-b200.48xlarge", "nodes": 4}}
+    path = tmp_path / "vocab_split.yaml"
+    path.write_text(yaml.safe_dump(job))
+    spec = load_export_spec(path, [], None)
+    assert not spec.uneven_stages
+    for target in ("megatron", "nemo"):
+        result = export(spec, target)
+        assert "account_for_embedding_in_pipeline_split" in result.text.replace("-", "_")
+        assert not any("uneven pipeline stages" in note for note in result.unsupported), target

@@ -9,7 +9,7 @@ expert-parallel degree of an MoE run, which sets its cost; a job takes ep = 1.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -304,12 +304,18 @@ def data_parallel(parallelism: ParallelismBlock, n_devices: int | None, where: s
     return n_devices // model_ranks
 
 
+# The layout rules a length-1 plan breaks, template -> message (perf.constraints.broken_rules
+# of the job's rules)
+LayoutRules = Callable[[ParallelPlans], dict[str, str]]
+
+
 def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: int,
                      layers: int, is_moe: bool, stack: str, checkpointing: Checkpointing,
                      measured: bool, notes: list[str], where: str,
-                     expert_ffn: int | None = None) -> ParallelPlans:
+                     layout_rules: LayoutRules | None = None) -> ParallelPlans:
     """The length-1 :class:`ParallelPlans` of a parallelism and a batch block
-    (``expert_ffn``: the routed experts' width, which an unstated etp must divide)."""
+    (``layout_rules``: the job's layout rules, which an unstated etp must pass;
+    :func:`_unstated_etp`)."""
     vpp, micro = _vpp_and_micro(parallelism, batch, dp, stack, notes)
     if measured:
         # a record's unstated degree is the schema's 1: said, as every filled default is (a
@@ -346,45 +352,51 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         sequence_parallel = False
         notes.append("parallelism.sequence_parallel with tp 1 has nothing to shard: off, as "
                      "Megatron-LM turns it off")
-    return single_plan(
+    fields = dict(
         tp=parallelism.tp, pp=parallelism.pp,
         vpp=_stated(vpp, "parallelism.vpp", notes, " (no interleaving)"),
         cp=parallelism.cp, dp=dp,
         ep=_stated(parallelism.ep, "parallelism.ep", notes),
-        etp=_unstated_etp(parallelism, dp, is_moe=is_moe, stack=stack, measured=measured,
-                          expert_ffn=expert_ffn, notes=notes),
         micro_batch=_stated(micro, "batch.micro_seqs", notes),
         sharding=Sharding.parse(sharding),
         checkpointing=checkpointing,
         hsdp_shard=parallelism.hsdp_shard,
         sequence_parallel=sequence_parallel,
     )
+    return _unstated_etp(parallelism, fields, is_moe=is_moe, stack=stack, measured=measured,
+                         layout_rules=layout_rules, notes=notes)
 
 
-def _unstated_etp(parallelism: ParallelismBlock, dp: int, *, is_moe: bool, stack: str,
-                  measured: bool, expert_ffn: int | None, notes: list[str]) -> int:
-    """``parallelism.etp``, or for a job that states none its stack's default (trait
-    ``unstated_etp``): Megatron-Core's etp = tp where the expert mesh allows it (etp·ep
-    divides tp·cp·dp) and tp divides the experts' width, else 1. A run record's unstated
-    etp stays 1 (docs/run_records.md)."""
+def _unstated_etp(parallelism: ParallelismBlock, fields: dict[str, Any], *, is_moe: bool,
+                  stack: str, measured: bool, layout_rules: LayoutRules | None,
+                  notes: list[str]) -> ParallelPlans:
+    """The plan of ``fields`` with ``parallelism.etp``, or for a job that states none its
+    stack's default (trait ``unstated_etp``): Megatron-Core's etp = tp, unless that breaks
+    a layout rule of the job's (``layout_rules``: the expert mesh, tp dividing the experts'
+    width, linear biases only with etp 1; perf.constraints, read rather than restated: a
+    review found a copy without the bias rule refusing a job for an etp it never stated)
+    that etp 1 does not, then 1. A run record's unstated etp stays 1
+    (docs/run_records.md)."""
     if parallelism.etp is not None:
-        return parallelism.etp
-    tp, ep = parallelism.tp, parallelism.ep or 1
+        return single_plan(**fields, etp=parallelism.etp)
+    tp = parallelism.tp
     if (not is_moe or measured or tp == 1 or get_stack(stack).unstated_etp != "tp"):
-        return _stated(None, "parallelism.etp", notes,
-                       " (Megatron-Core's default is tp; a run record keeps 1)"
-                       if measured and tp > 1 and is_moe else "")
-    broken = (f"etp·ep={tp * ep} does not divide tp·cp·dp={tp * parallelism.cp * dp}"
-              if (parallelism.cp * dp) % ep else
-              f"tp={tp} does not divide expert_ffn={expert_ffn}"
-              if expert_ffn is not None and expert_ffn % tp else None)
-    if broken is not None:
-        notes.append(f"parallelism.etp not stated: 1 assumed ({stack} defaults to tp={tp}, "
-                     f"but {broken})")
-        return 1
+        return single_plan(**fields, etp=_stated(
+            None, "parallelism.etp", notes,
+            " (Megatron-Core's default is tp; a run record keeps 1)"
+            if measured and tp > 1 and is_moe else ""))
+    at_tp, at_one = single_plan(**fields, etp=tp), single_plan(**fields, etp=1)
+    if layout_rules is not None:
+        # the rules etp = tp breaks that etp = 1 does not (any other is the job's own)
+        kept = layout_rules(at_one)
+        broken = [message for rule, message in layout_rules(at_tp).items() if rule not in kept]
+        if broken:
+            notes.append(f"parallelism.etp not stated: 1 assumed ({stack} defaults to "
+                         f"tp={tp}, but {broken[0]})")
+            return at_one
     notes.append(f"parallelism.etp not stated: {tp} assumed ({stack} sets expert tensor "
                  "parallelism to tp when it is not given)")
-    return tp
+    return at_tp
 
 
 def layout_parallelism(parallelism: ParallelismBlock, notes: list[str]) -> ParallelismBlock:

@@ -14,7 +14,7 @@ import numpy as np
 
 from mosaic.arch import AttentionKind, Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
-from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for
+from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for, stages_uneven
 from mosaic.perf.routing_load import router_balancing
 from mosaic.perf.workload import experts_fuse_grouped_mlp
 from mosaic.stacks import get_stack
@@ -389,8 +389,10 @@ class ExportSpec:
 
     @property
     def uneven_stages(self) -> bool:
-        """pp·vpp does not divide the layers (the job allowed uneven pipeline stages)."""
-        return self.geometry.layers % (self.pp * self.vpp) != 0
+        """pp·vpp leaves the stages uneven (perf.pipeline_layout.stages_uneven: with the
+        embedding and loss in the split, pp·vpp divides layers + 2 and is even)."""
+        return bool(stages_uneven(self.geometry.layers, self.pp * self.vpp,
+                                  self.vocab_in_pipeline_split))
 
     @property
     def n_devices(self) -> int:
@@ -685,31 +687,51 @@ def _plan_geometry(optimum: dict[str, Any], source: str) -> Geometry:
                                "the output of `mosaic plan --json`") from None
 
 
-def _optimum_layout(document: dict[str, Any], source: str
-                    ) -> tuple[dict[str, Any], int, int, str | None]:
-    """(layout, global batch, sequence length, dispatcher) of a plan document's optimum.
+def _optimum_layout(document: dict[str, Any], source: str, geometry: Geometry, stack: str
+                    ) -> tuple[dict[str, Any], int, int, str | None, tuple[str, ...]]:
+    """(layout, global batch, sequence length, dispatcher, assumptions) of a plan
+    document's optimum.
 
-    Its ``parallelism`` and ``batch`` blocks (docs/schema.md) when present; else the
-    ``plan`` row and the envelope's batch of older plan documents.
+    Its ``parallelism`` and ``batch`` blocks (docs/schema.md) when present, resolved as a
+    job's are (config.layout.plan_from_blocks: an unstated field gets the job's default, not
+    one of the export's own; a review found sequence parallelism off and etp 1 for blocks
+    a job costs with them on); else the ``plan`` row and the envelope's batch of older plan
+    documents.
     """
     optimum, envelope = document["optimum"], document.get("envelope") or {}
     if "parallelism" in optimum and "batch" in optimum:
         from mosaic.config.blocks import BatchBlock, ParallelismBlock
+        from mosaic.config.layout import plan_from_blocks
+        from mosaic.perf.constraints import broken_rules, plan_violations
+        from mosaic.perf.plan import Checkpointing
+        from mosaic.perf.workload import Workload
         from mosaic.schema_validation import validate_mapping
 
-        layout = validate_mapping(ParallelismBlock, optimum["parallelism"],
-                                  f"{source}: optimum.parallelism").model_dump()
+        where = f"{source}: optimum.parallelism"
+        block = validate_mapping(ParallelismBlock, optimum["parallelism"], where)
         batch = validate_mapping(BatchBlock, optimum["batch"], f"{source}: optimum.batch")
-        row = optimum.get("plan") or {}
-        layout.update(micro_batch=batch.micro_seqs or 1,
-                      checkpointing=row.get("checkpointing", "none"))
-        return layout, batch.global_seqs, batch.seq_len, layout.get("dispatcher")
+        if block.dp is None:
+            raise MosaicInputError(f"{where}: dp not stated (a plan's optimum states it)")
+        workload = Workload(geometry, batch.global_seqs, batch.seq_len, stack=stack)
+        notes: list[str] = []
+        plans = plan_from_blocks(
+            block, batch, dp=block.dp, layers=geometry.layers, is_moe=geometry.is_moe,
+            stack=stack, measured=False, notes=notes, where=where,
+            checkpointing=Checkpointing.parse((optimum.get("plan") or {}).get(
+                "checkpointing", "none")),
+            layout_rules=lambda plans: broken_rules(
+                plan_violations(workload, plans, int(plans.n_devices[0])), plans, 0))
+        layout = {**plans.row(0), **block.model_dump(include={
+            "pipeline_layout", "ep_overlap", "dispatch_fp8", "tp_comm_overlap",
+            "hsdp_shard"})}  # unstated: the whole dp group, as the file says it
+        return (layout, batch.global_seqs, batch.seq_len, block.dispatcher,
+                tuple(f"plan {note}" for note in notes))
     step = document.get("optimum_step") or {}
     plan = dict(optimum.get("plan") or {}) | dict(step.get("plan") or {})
     missing = [k for k in ("tp", "pp", "cp", "dp", "ep", "micro_batch") if k not in plan]
     if missing or "global_batch" not in envelope or "seq_len" not in envelope:
         raise MosaicInputError(f"{source}: plan document lacks {missing or 'envelope batch'}")
-    return plan, int(envelope["global_batch"]), int(envelope["seq_len"]), None
+    return plan, int(envelope["global_batch"]), int(envelope["seq_len"]), None, ()
 
 
 def _exists(text: str) -> bool:
@@ -785,10 +807,11 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
     if not optimum:
         raise MosaicInputError(f"{source}: the plan has no trainable optimum to export")
     envelope = document.get("envelope") or {}
-    plan, global_batch, seq_len, dispatcher = _optimum_layout(document, source)
-    precision, recipe, assumed = _plan_precision(envelope)
     geometry = _plan_geometry(optimum, source)
     stack = str(envelope.get("stack", "megatron-core"))
+    plan, global_batch, seq_len, dispatcher, defaulted = _optimum_layout(document, source,
+                                                                         geometry, stack)
+    precision, recipe, assumed = _plan_precision(envelope)
     spec = ExportSpec(
         geometry=geometry,
         tp=int(plan["tp"]), pp=int(plan["pp"]), vpp=int(plan.get("vpp") or 1),
@@ -799,7 +822,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         hsdp_shard=plan.get("hsdp_shard") or None,
         sequence_parallel=bool(plan.get("sequence_parallel", int(plan["tp"]) > 1)),
         checkpointing=str(plan.get("checkpointing", "none")),
-        precision=precision, fp8_recipe=recipe, assumptions=assumed,
+        precision=precision, fp8_recipe=recipe, assumptions=(*defaulted, *assumed),
         dispatcher=str(dispatcher or envelope.get("dispatcher", "alltoall")),
         ep_overlap=bool(plan.get("ep_overlap") or envelope.get("ep_overlap", False)),
         dispatch_fp8=bool(plan.get("dispatch_fp8", False)),

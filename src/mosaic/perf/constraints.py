@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic.perf.pipeline_layout import remainder_leaves_empty_chunk
+from mosaic.perf.pipeline_layout import (
+    remainder_leaves_empty_chunk,
+    split_slots,
+    stages_uneven,
+)
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import laid_out, n_microbatches
 from mosaic.perf.workload import Workload
@@ -46,13 +50,14 @@ def _pipeline_split_rule(workload: Workload, plans: ParallelPlans) -> tuple[str,
 
 def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray]:
     layers = workload.geometry.layers
+    uneven = (np.asarray(chunks) <= 0) | stages_uneven(layers, np.maximum(chunks, 1),
+                                                     workload.vocab_in_pipeline_split)
     if workload.vocab_in_pipeline_split:
-        # Megatron-LM asserts (layers + 1 + 1) % pp == 0 with both account-for flags.
-        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers + 2 = {layers + 2} (embedding and "
-                "loss each take a pipeline slot)", _not_divisible(layers + 2, chunks))
+        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers + 2 = "
+                f"{split_slots(layers, True)} (embedding and loss each take a pipeline slot)",
+                uneven)
     if not workload.uneven_pipeline_stages:
-        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}",
-                _not_divisible(layers, chunks))
+        return f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}", uneven
     return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
             remainder_leaves_empty_chunk(layers, np.maximum(chunks, 1)))
 
@@ -232,6 +237,13 @@ def valid_mask(violations: list[Violation], n_plans: int) -> np.ndarray:
     for violation in violations:
         mask &= ~violation.violated
     return mask
+
+
+def broken_rules(violations: list[Violation], plans: ParallelPlans, index: int
+                 ) -> dict[str, str]:
+    """Every rule plan ``index`` breaks: its template -> the message with the plan's values."""
+    return {violation.rule: violation.message(plans, index) for violation in violations
+            if violation.violated[index]}
 
 
 def first_reason(violations: list[Violation], plans: ParallelPlans, index: int) -> str | None:

@@ -224,6 +224,20 @@ def blocks_per_chunk(slots: Any, chunks: Any) -> Any:
     return -(-slots // chunks)
 
 
+def split_slots(layers: int, vocab_in_pipeline_split: bool) -> int:
+    """What pp·vpp must divide for even pipeline stages: the blocks, plus the embedding and
+    the loss where each takes a slot (Megatron-LM's --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split: it asserts (layers + 1 + 1) % pp == 0)."""
+    return layers + 2 if vocab_in_pipeline_split else layers
+
+
+def stages_uneven(layers: int, chunks: Any, vocab_in_pipeline_split: bool) -> Any:
+    """Whether ``chunks`` (pp·vpp; int or array) leave the pipeline stages uneven: they do
+    not divide :func:`split_slots`. The one definition the layout rules and the exports
+    read (a review found an export ignoring the vocab slots)."""
+    return split_slots(layers, vocab_in_pipeline_split) % chunks != 0
+
+
 def remainder_leaves_empty_chunk(layers: Any, chunks: Any) -> Any:
     """Whether cutting ``layers`` blocks into ``chunks`` chunks of
     :func:`blocks_per_chunk` in order, the remainder last, leaves the last chunk (or more)
