@@ -138,3 +138,22 @@ def test_a_cpu_measures_a_cpu_sized_peak_sweep_and_optimizer():
     big = replace(GENERIC, peak_sizes=(8192, 16384), optimizer_params=(1 << 28,))
     assert sized_for_device(big, "cpu").peak_sizes == (8192,)
     assert sized_for_device(cpu, "cpu") is cpu  # nothing left to drop: no second note
+
+
+def test_norms_are_timed_on_the_sequence_shard_perf_prices():
+    """Appendix E at tp 2 with sequence parallelism: norms and residual adds run on a
+    rank's sequence shard, 2 x 8192 / 2 = 8192 tokens (perf.shapes.sequence_shard_tokens;
+    a review found bench timing them on all 16384), while the SwiGLU and the loss keep
+    the micro-batch's 16384 tokens."""
+    from mosaic.bench import streams
+
+    spec = load_job(EXAMPLES / "appendix_e.yaml", ["parallelism.tp=2",
+                                                   "parallelism.sequence_parallel=true"])
+    (stream,) = shapes_from_model(spec.workload, spec.plan, cluster_for(spec), "tp2").streams
+    assert (stream.tokens, stream.residual_tokens) == (16384, 8192)
+    cases = {c.columns["op"]: c.columns["elements"]
+             for c in streams.build_cases(replace(TINY, streams=(stream,)),
+                                          BenchOptions(dtypes=("bf16",)))
+             if c.columns.get("source") == "model"}
+    assert cases["rmsnorm"] == cases["add"] == 8192 * 6144
+    assert cases["swiglu"] == 16384 * stream.width

@@ -62,13 +62,21 @@ class AttentionShape:
 @dataclass(frozen=True, order=True)
 class StreamShape:
     """Element-wise kernels of ``tokens`` x ``d_model`` activations, an FFN of ``width``
-    and a vocabulary shard of ``vocab`` logits per token."""
+    and a vocabulary shard of ``vocab`` logits per token; the norms and residual adds run
+    on ``norm_tokens`` (None: ``tokens``), a rank's sequence shard under sequence
+    parallelism (perf.shapes.sequence_shard_tokens)."""
 
     tokens: int
     d_model: int
     width: int
     vocab: int
     source: str = ""
+    norm_tokens: int | None = None
+
+    @property
+    def residual_tokens(self) -> int:
+        """Tokens the norms and residual adds see."""
+        return self.tokens if self.norm_tokens is None else self.norm_tokens
 
 
 @dataclass(frozen=True, order=True)
@@ -218,7 +226,7 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
     (a length-1 :class:`~mosaic.perf.plan.ParallelPlans`)."""
     from mosaic.perf.calibration import default_calibration
     from mosaic.perf.machine import MeasuredTables, machine_for
-    from mosaic.perf.shapes import attention_widths, tokens_per_rank
+    from mosaic.perf.shapes import attention_widths, sequence_shard_tokens, tokens_per_rank
     from mosaic.perf.step_time import predict_step
 
     gemm, grouped, bus = _recorders()
@@ -238,7 +246,8 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
         kv_heads=max(getattr(geometry, "kv_heads", geometry.heads) // tp, 1),
         seq=workload.seq_len // cp, head_dim=widths.head_dim, source="model")
     width = geometry.moe.expert_ffn if geometry.moe else geometry.ffn // tp
-    streams = StreamShape(tokens, geometry.d_model, width, vocab_shard, "model")
+    streams = StreamShape(tokens, geometry.d_model, width, vocab_shard, "model",
+                          norm_tokens=int(sequence_shard_tokens(workload, plan)[0]))
     notes = []
     if cp > 1:
         notes.append(f"cp={cp}: attention timed on the local {workload.seq_len // cp}-token "

@@ -46,7 +46,7 @@ def build_cases(shapes: BenchShapes, options: BenchOptions) -> list[Case]:
                                                  "source": source, **extra}))
 
     for s in shapes.streams:
-        n = s.tokens * s.d_model
+        n = s.residual_tokens * s.d_model
         add("add", n, 3 * n * BF16_BYTES, s.source)
         add("rmsnorm", n, 2 * n * BF16_BYTES, s.source, width=s.d_model)
         add("swiglu", s.tokens * s.width, 5 * s.tokens * s.width * BF16_BYTES, s.source,
