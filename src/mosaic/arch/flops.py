@@ -21,6 +21,8 @@ from mosaic.errors import MosaicInputError
 # Training = forward + backward; backward costs twice the forward (Kaplan et al., 2020).
 TRAIN_TO_FORWARD_FLOPS = 3
 FLOPS_PER_MULTIPLY_ADD = 2
+# C_model = 6·N_act·D (paper Sec. 2.1, Eq. 1 and Eq. 16): training FLOPs per parameter and token
+FLOPS_PER_PARAM_TOKEN = float(FLOPS_PER_MULTIPLY_ADD * TRAIN_TO_FORWARD_FLOPS)
 
 
 class FlopConvention(StrEnum):
@@ -32,7 +34,7 @@ class FlopConvention(StrEnum):
 
 def model_flops_per_token(counts: ParameterCounts) -> float:
     """6·N_act: forward + backward matmul FLOPs per trained token (paper Eq. 1)."""
-    return 2 * TRAIN_TO_FORWARD_FLOPS * counts.n_active
+    return FLOPS_PER_PARAM_TOKEN * counts.n_active
 
 
 def attended_keys_per_query(seq_len: int, causal: bool, window: int | None = None) -> float:

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from mosaic.bench.stats import TimingSummary
 from mosaic.bench.store import OK, FamilyTable
 from mosaic.bench.timer import OutOfBudget, TimingPolicy, budget_deadline
+from mosaic.units import GIB
 
 
 class Unsupported(Exception):  # noqa: N818 (a skip reason, not an error)
@@ -47,7 +48,7 @@ class BenchOptions:
     dtypes: tuple[str, ...] = ("bf16", "fp8", "mxfp8")
     """GEMM precisions; fp8 runs where the device supports it (CUDA capability >= 8.9),
     mxfp8 on Blackwell (>= 10.0); elsewhere their cases are recorded as skipped."""
-    max_tensor_bytes: float = 8 * 2**30
+    max_tensor_bytes: float = 8 * GIB
     """Cases whose operands exceed this are skipped (a memory cap)."""
     skew_alpha: float = 1.0
     """Zipf exponent of the skewed expert loads (tokens of expert i proportional to

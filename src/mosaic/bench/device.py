@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mosaic.bench.cases import Unsupported
+from mosaic.units import GIB
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "mxfp8": 1}
 SEED = 1234
@@ -73,10 +74,10 @@ def check_memory(needed_bytes: float, cap_bytes: float, device: Any) -> None:
     import torch
 
     if needed_bytes > cap_bytes:
-        raise Unsupported(f"needs {needed_bytes / 2**30:.2f} GiB > cap "
-                          f"{cap_bytes / 2**30:.2f} GiB (--max-tensor-bytes)")
+        raise Unsupported(f"needs {needed_bytes / GIB:.2f} GiB > cap "
+                          f"{cap_bytes / GIB:.2f} GiB (--max-tensor-bytes)")
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         if needed_bytes > 0.9 * free:
-            raise Unsupported(f"needs {needed_bytes / 2**30:.2f} GiB, "
-                              f"{free / 2**30:.2f} GiB free")
+            raise Unsupported(f"needs {needed_bytes / GIB:.2f} GiB, "
+                              f"{free / GIB:.2f} GiB free")

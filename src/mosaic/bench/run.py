@@ -27,6 +27,7 @@ from mosaic.bench.metadata import busy_host_warning, collect
 from mosaic.bench.shapes import BenchShapes
 from mosaic.bench.store import FamilyTable, ok_rows, read_family, record_metadata
 from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.units import GIB
 
 KERNEL_FAMILIES: dict[str, ModuleType] = dict(zip(
     KERNEL_FAMILY_NAMES, (gemm, grouped, attention, streams, te_grouped), strict=True))
@@ -38,7 +39,7 @@ class CollectiveOptions:
     """Message sizes and layouts of the collective sweep."""
 
     min_bytes: int = 1024
-    max_bytes: int = 4 * 2**30
+    max_bytes: int = 4 * GIB
     size_factor: int = 2
     ops: tuple[str, ...] = collectives.OPS
     group_sizes: tuple[int, ...] | None = None

@@ -89,6 +89,7 @@ from mosaic.perf.workload import (
 )
 from mosaic.schema_validation import load_yaml_mapping, parse_yaml, validate_mapping
 from mosaic.stacks.registry import (
+    DEFAULT_STACK,
     STACK_VERSION_PATTERN,
     gdn_context_parallel,
     release_number_text,
@@ -101,7 +102,6 @@ KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "se
                 "hardware", "training")
 
 # the stack of a job that names none (and whose calibration names none)
-DEFAULT_JOB_STACK = "megatron-core"
 
 
 class PerformanceBlock(StrictBlock):
@@ -127,7 +127,7 @@ class PerformanceBlock(StrictBlock):
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3", "triton", "fa1", "reference",
                               "jax_flash"] = Field(
         default="auto", description="flash-attention kernel; auto = the stack's default")
-    stack: str = Field(default=DEFAULT_JOB_STACK, description="a mosaic.stacks name")
+    stack: str = Field(default=DEFAULT_STACK, description="a mosaic.stacks name")
     stack_version: str | None = Field(
         default=None, description="the stack's release (YY.MM, e.g. "
         "the NeMo container 26.06): the stack's recipes for it fill what the job leaves "
@@ -1155,7 +1155,7 @@ def load_job(path: Path, overrides: list[str] | None = None,
     document = apply_overrides(document, overrides or [], deprecated)
     note = None
     performance = document.get("performance") or {}
-    if default_stack not in (None, DEFAULT_JOB_STACK) and performance.get("stack") is None:
+    if default_stack not in (None, DEFAULT_STACK) and performance.get("stack") is None:
         document["performance"] = {**performance, "stack": default_stack}
         note = (f"performance.stack not stated: {default_stack} (the calibration profile's "
                 "stack)")

@@ -17,7 +17,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for, stages_uneven
 from mosaic.perf.routing_load import router_balancing
 from mosaic.perf.workload import experts_fuse_grouped_mlp
-from mosaic.stacks import get_stack
+from mosaic.stacks import DEFAULT_STACK, get_stack
 
 # The auxiliary-loss coefficient of an aux_loss router: the one Wang et al. 2024
 # (arXiv:2408.15664, Table 2) measured the MaxVio mosaic costs at, and the value
@@ -70,7 +70,7 @@ class ExportSpec:
     tp_comm_overlap: bool = False
     full_iteration_cuda_graph: bool = False
     layer_cuda_graphs: bool = False
-    stack: str = "megatron-core"
+    stack: str = DEFAULT_STACK
     optimizer: str = "adamw"
     fp8_recipe: str = "none"
     fp8_param_gather: bool = False
@@ -808,7 +808,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         raise MosaicInputError(f"{source}: the plan has no trainable optimum to export")
     envelope = document.get("envelope") or {}
     geometry = _plan_geometry(optimum, source)
-    stack = str(envelope.get("stack", "megatron-core"))
+    stack = str(envelope.get("stack", DEFAULT_STACK))
     plan, global_batch, seq_len, dispatcher, defaulted = _optimum_layout(document, source,
                                                                          geometry, stack)
     precision, recipe, assumed = _plan_precision(envelope)
@@ -940,7 +940,7 @@ def _plan_precision(envelope: dict[str, Any]) -> tuple[str, str, tuple[str, ...]
     from mosaic.perf.workload import FP8_RECIPES as RECIPE_NAMES
 
     name = str(envelope.get("precision", "bf16"))
-    stack = str(envelope.get("stack", "megatron-core"))
+    stack = str(envelope.get("stack", DEFAULT_STACK))
     recipe = stated_fp8_recipe(name)
     if recipe is None and envelope.get("fp8_recipe"):  # the recipe the plan ran
         return "fp8", str(Fp8Recipe(envelope["fp8_recipe"])), ()

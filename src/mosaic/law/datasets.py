@@ -9,6 +9,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.errors import MosaicInputError
 from mosaic.law.rundata import RunData
 
@@ -90,7 +91,7 @@ def epoch_chinchilla_table(path: str | Path, keep_all: bool = False) -> pd.DataF
     n_params = frame["Model Size"].to_numpy(dtype=float)
     return pd.DataFrame({
         "n_total": n_params,
-        "tokens": frame["Training FLOP"].to_numpy(dtype=float) / (6.0 * n_params),  # C = 6ND
+        "tokens": frame["Training FLOP"].to_numpy(dtype=float) / (FLOPS_PER_PARAM_TOKEN * n_params),
         "loss": frame["loss"].to_numpy(dtype=float)})
 
 

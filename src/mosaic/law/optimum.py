@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.errors import MosaicInputError
 from mosaic.law.extrapolation import data_support
 from mosaic.law.forms import FEATURES
@@ -23,7 +24,6 @@ DEFAULT_SPARSITY_RANGE: tuple[float, float] = (0.0, 0.981)  # App. C, Table 6: S
 DEFAULT_SPLIT_FACTOR = 4.0  # G of Fig. 4 and of the Table 4 optimum
 LR_PREFACTOR = 3.30  # Eq. 17
 LR_EXPONENT = -0.199  # Eq. 17
-FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Eq. 16; Sec. 2.1)
 _BISECTION_STEPS = 80  # halves a bracket of width log(C/6) < 150 to below 1e-22
 _SPARSITY_GRID = 257
 

@@ -16,7 +16,14 @@ from mosaic.perf.attention_kernels import (
 )
 from mosaic.perf.element_bytes import BF16_BYTES
 from mosaic.perf.pipeline_layout import BLOCK, MTP, Layouts, with_remainder_last_layouts
-from mosaic.stacks import CrossEntropy, StackTraits, default_loss, get_stack, stacks_with
+from mosaic.stacks import (
+    DEFAULT_STACK,
+    CrossEntropy,
+    StackTraits,
+    default_loss,
+    get_stack,
+    stacks_with,
+)
 
 
 class Precision(StrEnum):
@@ -418,7 +425,7 @@ class Workload:
     seq_len: int
     precision: Precision = Precision.BF16
     optimizer: OptimizerKind = OptimizerKind.ADAMW
-    stack: str = "megatron-core"
+    stack: str = DEFAULT_STACK
     routing: str = "dropless"
     attention_kernel: AttentionKernel | None = None
     fsdp_gather: FsdpGather | None = None

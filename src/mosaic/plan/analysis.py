@@ -19,10 +19,11 @@ from typing import Literal
 
 import numpy as np
 
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.errors import MosaicInputError
 from mosaic.law import ComputeOptimum, ScalingLaw, compute_optimum
 from mosaic.law.optimum import DEFAULT_SPARSITY_RANGE
-from mosaic.plan.search import FLOPS_PER_PARAM_TOKEN, PlanResult
+from mosaic.plan.search import PlanResult
 
 DEFAULT_SPARSITY_TOLERANCE = 0.01  # |S − target| for the "fixed S" row of Fig. 8
 # Sec. 6.1 claims boundary-seeking only inside the law's data support (S <= 0.981, App. C).

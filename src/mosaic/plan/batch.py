@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.arch import LadderGrid
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.errors import MosaicInputError
 from mosaic.law import ScalingLaw
 from mosaic.limits import check_range
@@ -44,7 +45,6 @@ from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS, Envelope, SearchSpace
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import (
-    FLOPS_PER_PARAM_TOKEN,
     PlanResult,
     ProgressFn,
     ThroughputTable,

@@ -33,12 +33,11 @@ from mosaic.perf.workload import (
     default_fp8_recipe,
     enum_member,
 )
-from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput
-from mosaic.stacks import get_stack
-from mosaic.units import SECONDS_PER_DAY
+from mosaic.plan.goodput import ConstantGoodput, Goodput
+from mosaic.stacks import DEFAULT_STACK, get_stack
+from mosaic.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 # The stack a plan assumes when neither the user nor the calibration profile names one.
-DEFAULT_STACK = "megatron-core"
 
 
 def planning_stack(calibration: Calibration, stack: str | None = None) -> str:

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mosaic.errors import MosaicInputError
-
-SECONDS_PER_HOUR = 3600.0
+from mosaic.units import SECONDS_PER_HOUR
 
 
 class Goodput(Protocol):

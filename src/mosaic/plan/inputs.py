@@ -29,7 +29,6 @@ from mosaic.perf.workload import (
     stated_fp8_recipe,
 )
 from mosaic.plan.envelope import (
-    DEFAULT_STACK,
     ENVELOPE_RECIPE_SETTINGS,
     TABLE3_EXPERTS,
     TABLE3_LAYOUT_LIMITS,
@@ -41,10 +40,12 @@ from mosaic.plan.envelope import (
     Envelope,
     SearchSpace,
 )
-from mosaic.plan.goodput import SECONDS_PER_HOUR, ConstantGoodput, Goodput, YoungDalyGoodput
+from mosaic.plan.goodput import ConstantGoodput, Goodput, YoungDalyGoodput
 from mosaic.plan.search import check_layout_limits
+from mosaic.stacks import DEFAULT_STACK
 from mosaic.stacks.registry import check_release
 from mosaic.text_values import parse_count, parse_ints, parse_names
+from mosaic.units import SECONDS_PER_HOUR
 
 # the grid's Table 3 defaults as the options spell them (the values: plan.envelope)
 TABLE3_Q_TEXT = ",".join(map(str, TABLE3_Q))

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic.arch import LadderGrid
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.law import ScalingLaw
 from mosaic.plan.envelope import Envelope, SearchSpace
-from mosaic.plan.search import FLOPS_PER_PARAM_TOKEN
 
 
 @dataclass(frozen=True)

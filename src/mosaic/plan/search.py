@@ -32,6 +32,7 @@ import numpy as np
 
 from mosaic.allocator import keep_freed_memory
 from mosaic.arch import LadderGrid
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.config.convert import model_document
 from mosaic.config.layout import batch_document, parallelism_document, plan_row_document
 from mosaic.errors import MosaicInputError
@@ -61,7 +62,6 @@ from mosaic.plan.ray_backend import current_backend
 from mosaic.threads import limit_blas_threads
 from mosaic.units import GIB
 
-FLOPS_PER_PARAM_TOKEN = 6.0  # C_model = 6 N_act D (Sec. 2.1)
 PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "hsdp_shard", "micro_batch",
              "checkpointing")
 GEOMETRY_KEYS = ("q", "layers", "d_model", "experts", "top_k", "split_factor", "expert_ffn")

@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.arch.ladder import PAPER_DENSE_LAYERS, PAPER_SHARED_EXPERTS, PAPER_VOCAB
 from mosaic.plan.analysis import MIN_SLOPE_POINTS, AllocationExponents, ModelFlopsComparison
 from mosaic.plan.cost import CheapestPlan, RunCost
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
-from mosaic.plan.search import FLOPS_PER_PARAM_TOKEN, NO_DIVIDING_LAYOUT, PlanResult
+from mosaic.plan.search import NO_DIVIDING_LAYOUT, PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
 

@@ -1,6 +1,7 @@
 """Software stacks as a validated registry: each stack's traits and defaults, with sources."""
 
 from mosaic.stacks.registry import (
+    DEFAULT_STACK,
     CrossEntropy,
     FsdpShardStorage,
     MicroBatchDefault,
@@ -14,6 +15,7 @@ from mosaic.stacks.registry import (
 )
 
 __all__ = [
+    "DEFAULT_STACK",
     "CrossEntropy",
     "FsdpShardStorage",
     "MicroBatchDefault",

@@ -22,6 +22,9 @@ from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import validate_mapping
 
 OTHER_STACK = "other"
+# The stack a job, plan or export that names none runs: Megatron-Core, the paper's training
+# stack (App. F, NeMo on Megatron-Core) and the one every shipped calibration was fitted on
+DEFAULT_STACK = "megatron-core"
 
 
 class MicroBatchDefault(StrEnum):

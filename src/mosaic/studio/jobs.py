@@ -31,6 +31,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.evaluate.job import JobPrediction, check_job_layout, cluster_for, predict_job
 from mosaic.perf.calibration import Calibration
 from mosaic.schema_validation import int_from_text, parse_json
+from mosaic.stacks import DEFAULT_STACK
 
 WHERE = "job"  # the name validation messages start with ("job: batch: micro_seqs: ...")
 MODEL_SOURCES = ("ladder", "job", "hf")
@@ -63,7 +64,7 @@ DEFAULT_FORM: dict[str, str] = {
     "batch.global_seqs": "1024", "batch.seq_len": "2048", "batch.micro_seqs": "4",
     "parallelism.tp": "1", "parallelism.pp": "8", "parallelism.vpp": "1",
     "parallelism.cp": "1", "parallelism.ep": "8", "parallelism.etp": "1",
-    "parallelism.sharding": "zero1", "performance.stack": "megatron-core",
+    "parallelism.sharding": "zero1", "performance.stack": DEFAULT_STACK,
     "performance.checkpointing": "full", "optimizer.kind": "adamw",
 }
 

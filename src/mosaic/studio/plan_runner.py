@@ -20,7 +20,6 @@ from typing import Any
 from mosaic.errors import MosaicInputError
 from mosaic.plan.cost import check_price
 from mosaic.plan.envelope import (
-    DEFAULT_STACK,
     TABLE3_DAYS,
     TABLE3_GLOBAL_BATCH,
     TABLE3_NODES,
@@ -38,6 +37,7 @@ from mosaic.plan.inputs import (
     plan_limits,
 )
 from mosaic.schema_validation import float_from_text, int_from_text
+from mosaic.stacks import DEFAULT_STACK
 from mosaic.studio.jobs import GENERAL, FormError, named_fields
 
 DEFAULT_TIME_LIMIT_S = 300.0

@@ -10,12 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mosaic.arch.flops import FLOPS_PER_PARAM_TOKEN
 from mosaic.errors import MosaicInputError
-from mosaic.law.optimum import (
-    EQ17_MIN_C_MODEL_FLOPS,
-    FLOPS_PER_PARAM_TOKEN,
-    peak_learning_rate,
-)
+from mosaic.law.optimum import EQ17_MIN_C_MODEL_FLOPS, peak_learning_rate
 
 # Below EQ17_MIN_C_MODEL_FLOPS (the smallest run Eq. 17 was fitted on) the rate grows
 # without bound (C = 2e10, a tiny ladder rung: 0.032). Measured on such a rung at 0.032

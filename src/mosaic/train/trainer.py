@@ -78,6 +78,7 @@ from mosaic.train.result_files import (
 from mosaic.train.router_health import final_window_steps
 from mosaic.train.routing import load_statistics, update_bias
 from mosaic.train.schedule import WSDSchedule, default_peak_lr
+from mosaic.units import GIB, MIB
 
 # Fields that may change between a run and its resumption without changing the numbers.
 _RESUMABLE_FIELDS = ("log_every", "checkpoint_every", "plot", "device_name",
@@ -245,7 +246,7 @@ def _write_checkpoint(payload: dict[str, Any], path: Path) -> None:
         partial.unlink(missing_ok=True)
         free_bytes = shutil.disk_usage(path.parent).free
         reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
-                  else f"{free_bytes / 2**20:.0f} MiB free on its disk" if free_bytes < 2**30
+                  else f"{free_bytes / MIB:.0f} MiB free on its disk" if free_bytes < GIB
                   else str(exc).splitlines()[0][:120])
         kept = f"; {path} from the last checkpoint is kept" if path.exists() else ""
         raise MosaicInputError(f"{path}: the checkpoint could not be written ({reason}){kept}; "
@@ -665,7 +666,7 @@ class Trainer:
             return None
         peak = torch.tensor([float(torch.cuda.max_memory_reserved(self.device))],
                             device=self.device)
-        return float(all_reduce_max(peak, self.context).item()) / 2**30
+        return float(all_reduce_max(peak, self.context).item()) / GIB
 
     def _result_mfu(self, tokens_per_s: float) -> dict[str, float | None]:
         """The result's MFU fields at the median step's throughput (None where unknown)."""
