@@ -27,7 +27,13 @@ from mosaic.perf.pipeline_layout import (
     parse_pipeline_layout,
     shape_key,
 )
-from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
+from mosaic.perf.plan import (
+    Checkpointing,
+    ParallelPlans,
+    Sharding,
+    default_sequence_parallel,
+    single_plan,
+)
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
@@ -343,7 +349,7 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
     check_pipeline(parallelism.pp, vpp or 1, layers, f"{where}: parallelism")
     sequence_parallel = parallelism.sequence_parallel
     if sequence_parallel is None:
-        sequence_parallel = parallelism.tp > 1
+        sequence_parallel = bool(default_sequence_parallel(parallelism.tp))
         notes.append(f"parallelism.sequence_parallel not stated: {sequence_parallel} "
                      "assumed (on with tp > 1)")
     elif sequence_parallel and parallelism.tp == 1:
@@ -467,7 +473,8 @@ def parallelism_document(row: dict[str, int | str | bool], dispatcher: str) -> d
     document: dict[str, object] = {key: row[key] for key in ("tp", "pp", "vpp", "cp", "dp",
                                                              "ep", "etp")}
     # A row without it comes from the layout search, which sets it with tp > 1.
-    document["sequence_parallel"] = bool(row.get("sequence_parallel", int(row["tp"]) > 1))
+    document["sequence_parallel"] = bool(row.get("sequence_parallel",
+                                                 default_sequence_parallel(int(row["tp"]))))
     document["sharding"] = str(row["sharding"])
     if row["sharding"] == "hsdp" and row.get("hsdp_shard") is not None:
         document["hsdp_shard"] = row["hsdp_shard"]

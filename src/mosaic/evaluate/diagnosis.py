@@ -41,7 +41,13 @@ from mosaic.perf.layouts import unoffered_layout
 from mosaic.perf.machine import Machine, dispatcher_refusal, machine_for
 from mosaic.perf.memory import shard_degrees
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
-from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, plans_from_columns
+from mosaic.perf.plan import (
+    Checkpointing,
+    ParallelPlans,
+    Sharding,
+    default_sequence_parallel,
+    plans_from_columns,
+)
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.terms import RESIDUAL_PARTS, step_term
 from mosaic.perf.workload import (
@@ -480,7 +486,7 @@ def _with(row: PlanRow, **changes: int | str | bool) -> PlanRow:
     if new["sharding"] != "hsdp":
         new["hsdp_shard"] = new["dp"]
     if "tp" in changes:
-        new["sequence_parallel"] = int(new["tp"]) > 1
+        new["sequence_parallel"] = bool(default_sequence_parallel(int(new["tp"])))
     return new
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from mosaic.arch import AttentionKind, Geometry, QKNormSpan, RouterConfig, ladder_geometry
 from mosaic.errors import MosaicInputError
 from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for, stages_uneven
+from mosaic.perf.plan import default_sequence_parallel
 from mosaic.perf.routing_load import router_balancing
 from mosaic.perf.workload import experts_fuse_grouped_mlp
 from mosaic.stacks import DEFAULT_STACK, get_stack
@@ -820,7 +821,8 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         global_seqs=global_batch, seq_len=seq_len,
         sharding=str(plan.get("sharding", "zero1")),
         hsdp_shard=plan.get("hsdp_shard") or None,
-        sequence_parallel=bool(plan.get("sequence_parallel", int(plan["tp"]) > 1)),
+        sequence_parallel=bool(plan.get("sequence_parallel",
+                                        default_sequence_parallel(int(plan["tp"])))),
         checkpointing=str(plan.get("checkpointing", "none")),
         precision=precision, fp8_recipe=recipe, assumptions=(*defaulted, *assumed),
         dispatcher=str(dispatcher or envelope.get("dispatcher", "alltoall")),

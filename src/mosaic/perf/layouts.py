@@ -51,7 +51,13 @@ from mosaic.perf.memory import (
     total_memory_bytes,
 )
 from mosaic.perf.pipeline_layout import layout_for, parse_balanced_layout
-from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding, single_plan
+from mosaic.perf.plan import (
+    Checkpointing,
+    ParallelPlans,
+    Sharding,
+    default_sequence_parallel,
+    single_plan,
+)
 from mosaic.perf.schedule import uses_dualpipe
 from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.perf.workload import Workload
@@ -376,7 +382,7 @@ def candidate_plans(workload: Workload, n_devices: int, domain_gpus: int,
         tp=tp_, pp=pp[i_pp], vpp=vpp[i_pp], cp=cp_, dp=dp, ep=ep[i_ep], etp=etp[i_tp],
         micro_batch=micro_batch[i_mb], sharding=shard, checkpointing=checkpointing[i_ck],
         hsdp_shard=np.where(shard == Sharding.HSDP, np.gcd(dp, domain_dp), dp),
-        sequence_parallel=tp_ > 1,
+        sequence_parallel=default_sequence_parallel(tp_),
     )
     if Sharding.FSDP not in limits.sharding:
         return plans

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -159,9 +160,10 @@ def single_plan(
     sharding: Sharding = Sharding.ZERO1,
     checkpointing: Checkpointing = Checkpointing.NONE,
     hsdp_shard: int | None = None,
-    sequence_parallel: bool = True,
+    sequence_parallel: bool | None = None,
 ) -> ParallelPlans:
-    """A length-1 :class:`ParallelPlans`."""
+    """A length-1 :class:`ParallelPlans` (``sequence_parallel`` None: the default of
+    :func:`default_sequence_parallel`)."""
     return plans_from_columns(
         tp=[tp],
         pp=[pp],
@@ -174,8 +176,17 @@ def single_plan(
         sharding=[int(sharding)],
         checkpointing=[int(checkpointing)],
         hsdp_shard=[hsdp_shard if hsdp_shard is not None else dp],
-        sequence_parallel=[sequence_parallel],
+        sequence_parallel=[default_sequence_parallel(tp) if sequence_parallel is None
+                           else sequence_parallel],
     )
+
+
+def default_sequence_parallel(tp: Any) -> Any:
+    """Sequence parallelism where a job or plan leaves it unstated: on with tp > 1, as the
+    Megatron-Core recipes run every tp > 1 (Korthikanti et al. 2022), and off at tp 1, where
+    it has nothing to shard (Megatron-LM arguments.py: "Disabling sequence parallelism
+    because tensor model parallelism is disabled"). Ints or arrays."""
+    return tp > 1
 
 
 def plans_from_columns(**columns: Iterable[int]) -> ParallelPlans:
