@@ -38,3 +38,19 @@ def test_without_nvidia_smi_there_is_nothing_to_query(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert metadata.nvidia_smi() == {}
     assert metadata.topology() is None
+
+
+def test_a_cpu_is_named_by_its_model_not_only_its_architecture():
+    """Two x86_64 CPUs were both 'cpu:x86_64' (a trial): the model name from /proc/cpuinfo
+    ('model name' on x86, 'Model' on Arm boards) names the device, the architecture only
+    where the system gives no model."""
+    xeon = ("processor\t: 0\nvendor_id\t: GenuineIntel\n"
+            "model name\t: Intel(R) Xeon(R)  Platinum 8480C\n")
+    assert metadata.cpu_model(xeon) == "Intel(R) Xeon(R) Platinum 8480C"
+    assert metadata.cpu_model("Hardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B\n") == (
+        "Raspberry Pi 4 Model B")
+    import platform
+
+    assert metadata.cpu_model("") == (platform.processor() or platform.machine())
+    meta = metadata.collect(torch.device("cpu"))
+    assert meta["device_name"] == "cpu:" + meta["cpu_model"] == "cpu:" + metadata.cpu_model()

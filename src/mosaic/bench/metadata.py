@@ -15,10 +15,12 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem",
@@ -29,14 +31,32 @@ FINGERPRINT_FIELDS = ("device_name", "device_count", "driver_version", "cuda_ver
                       "hostname_hash", "world_size", "power_limit_w", "backend")
 
 
-# How the bench names a CPU it measured on: cpu:ARCH (no catalog device has such a name)
+# How the bench names a CPU it measured on: cpu:MODEL, the processor's model name where the
+# system gives one, else its architecture (no catalog device has such a name)
 CPU_DEVICE_PREFIX = "cpu:"
+CPUINFO = Path("/proc/cpuinfo")
 
 
 def is_cpu_device_name(name: str) -> bool:
     """Whether a bench device name is a CPU's: it begins with 'cpu' (the bench writes
     :data:`CPU_DEVICE_PREFIX` and the CPU's architecture)."""
     return name.lower().startswith("cpu")
+
+
+def cpu_model(cpuinfo_text: str | None = None) -> str:
+    """The processor's model name: Linux's /proc/cpuinfo 'model name' (x86) or 'Model'
+    (Arm boards), else what Python's platform module gives (often only the architecture,
+    'x86_64': a trial found two different CPUs' tables under that one name)."""
+    if cpuinfo_text is None:
+        try:
+            cpuinfo_text = CPUINFO.read_text(errors="replace")
+        except OSError:
+            cpuinfo_text = ""
+    for key in ("model name", "Model"):
+        match = re.search(rf"^{key}\s*:\s*(\S.*?)\s*$", cpuinfo_text, flags=re.M)
+        if match:
+            return re.sub(r"\s+", " ", match.group(1))
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def hostname_hash(name: str | None = None) -> str:
@@ -91,6 +111,7 @@ def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dic
         "platform": platform.platform(),
         "hostname_hash": hostname_hash(),
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "load_average_1m": _load_average(),
         "torch_threads": torch.get_num_threads(),
@@ -127,7 +148,8 @@ def collect(device: Any, world_size: int = 1, backend: str | None = None) -> dic
         meta["power_limit_w"] = _float(smi.get("power.limit"))
         meta["topology"] = topology()
     else:
-        meta.update({"device_name": f"{CPU_DEVICE_PREFIX}{meta['cpu']}", "device_count": 1})
+        meta.update({"device_name": f"{CPU_DEVICE_PREFIX}{meta['cpu_model']}",
+                     "device_count": 1})
     # a CPU's timings depend on the threads torch computes with (bench --threads): part of
     # what a rerun must match to skip measured cases
     fields = FINGERPRINT_FIELDS + (("torch_threads",) if device.type == "cpu" else ())
