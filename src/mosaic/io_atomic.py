@@ -62,7 +62,11 @@ def _check_can_create_in(directory: Path, what: str) -> None:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".mosaic-check-"):
             pass
     except OSError as exc:
-        raise MosaicInputError(f"{what} is not writable ({exc.strerror or exc})") from None
+        # a pseudo file system (/proc, /sys) answers creating a file with "No such file or
+        # directory" for a directory that is there (a trial): say what it means
+        why = ("no file can be created there" if isinstance(exc, FileNotFoundError)
+               and directory.is_dir() else exc.strerror or str(exc))
+        raise MosaicInputError(f"{what} is not writable ({why})") from None
 
 
 def prepare_output_dir(path: str | Path, option: str) -> Path:

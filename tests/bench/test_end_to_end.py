@@ -145,6 +145,48 @@ def test_dry_run_lists_without_measuring(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def test_a_cpu_dry_run_lists_the_cases_the_run_would_skip():
+    """FP8 and MXFP8 GEMMs need a GPU: on a CPU the dry run lists them as skipped, with the
+    reason the run gives (a trial's dry run listed them "to measure"); bf16 is measured."""
+    from mosaic.bench import gemm
+    from mosaic.bench.cases import BenchOptions
+    from mosaic.bench.run import kernel_cases, listing
+    from mosaic.bench.shapes import TINY as TINY_SHAPES
+
+    torch = pytest.importorskip("torch")
+    cases = kernel_cases(("gemm",), TINY_SHAPES, BenchOptions(dtypes=("bf16", "fp8")))
+    rows = listing(Path("/nonexistent"), cases, None, torch.device("cpu"))
+    states = {row["case"].split(":")[0]: row["state"] for row in rows}
+    assert states["bf16"] == "to measure"
+    assert states["fp8"] == ("skip: fp8 GEMMs need a CUDA device of compute capability >= 8.9")
+    fp8 = next(case for case in cases["gemm"] if case.key.startswith("fp8"))
+    with pytest.raises(gemm.Unsupported, match=r"compute capability >= 8\.9"):
+        gemm.measure(fp8, torch.device("cpu"), BenchOptions())
+
+
+def test_the_kernel_families_run_on_rank_zero_alone(tmp_path):
+    """Under torchrun a rank other than 0 leaves at once: two ranks timing the same kernels on
+    shared cores into one folder measured each other (a trial)."""
+    out = tmp_path / "rank1"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RANK": "1"}
+    done = subprocess.run([*BENCH, "kernels", "--out", str(out), *TINY], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert not out.exists()
+
+
+def test_compare_names_an_empty_directory(bench_dir, tmp_path):
+    """An empty folder holds no table: said so, not "no measured case in common" (a
+    trial)."""
+    from mosaic.bench.compare import compare
+    from mosaic.errors import MosaicInputError
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(MosaicInputError, match=f"bench directory {empty} holds no measured"):
+        compare(empty, bench_dir)
+
+
 def test_compare_a_directory_with_itself(bench_dir, tmp_path):
     plot = tmp_path / "compare.png"
     done = run([*MOSAIC, "bench", "compare", str(bench_dir), str(bench_dir), "--plot",

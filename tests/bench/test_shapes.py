@@ -138,6 +138,11 @@ def test_a_cpu_measures_a_cpu_sized_peak_sweep_and_optimizer():
     big = replace(GENERIC, peak_sizes=(8192, 16384), optimizer_params=(1 << 28,))
     assert sized_for_device(big, "cpu").peak_sizes == (8192,)
     assert sized_for_device(cpu, "cpu") is cpu  # nothing left to drop: no second note
+    # a family that measures neither is told of neither (a trial read it under te-grouped)
+    assert sized_for_device(GENERIC, "cpu", ("te_grouped",)).notes == GENERIC.notes
+    (gemm_note,) = sized_for_device(GENERIC, "cpu", ("gemm",)).notes[len(GENERIC.notes):]
+    assert gemm_note == ("on a CPU the peak sweep stops at 4096 (not measured: peak 8192, "
+                         "peak 12288, peak 16384)")
 
 
 def test_norms_are_timed_on_the_sequence_shard_perf_prices():

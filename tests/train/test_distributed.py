@@ -68,3 +68,20 @@ def test_expert_parallel_with_a_rank_that_receives_no_token():
                           check=False)  # a skipped backward collective would hang here
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 0 ok" in done.stdout and "rank 1 ok" in done.stdout
+
+
+def test_the_launcher_entry_point_prints_warnings_as_one_line_each(tmp_path):
+    """`python -m mosaic.train` (torchrun's entry) says a warning as `mosaic train` does, one
+    `warning:` line, not Python's form with the source line under it (a trial): a GPU's
+    name on a CPU run measures nothing."""
+    job = tiny_job(run={"tokens": 2 * 8 * 32, "device_name": "H200-SXM-141GB"})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    done = subprocess.run([sys.executable, "-m", "mosaic.train", str(path), "--out",
+                           str(tmp_path / "run"), "--quiet"],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if "device_name" in line]
+    assert lines and all(line.startswith("warning: ") for line in lines), done.stderr
+    assert "MosaicWarning" not in done.stderr and "trainer.py" not in done.stderr

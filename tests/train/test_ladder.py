@@ -592,6 +592,9 @@ def test_ladder_fit_warns_when_the_smoothed_loss_lags_more_than_the_fit_error(tm
      "ladder.tokens.0: Input should be less than or equal to 1000000000000000000"),
     ({"run": {**RECIPE["run"], "global_batch_seqs": 10**40}}, {},
      "run.global_batch_seqs: Input should be less than or equal to 16777216"),
+    # a trial's recipe budget was dropped without a word: each rung's is the ladder's
+    ({"run": {**RECIPE["run"], "tokens": 5000}}, {},
+     r"recipe.run.tokens: the ladder sets each rung's tokens"),
 ])
 def test_grid_out_of_shape_or_range_is_one_line(tmp_path, recipe_change, ladder_change,
                                                  message):

@@ -76,6 +76,11 @@ def test_a_run_perf_cannot_predict_is_refused_before_the_file_is_written(tmp_pat
         assert result.exit_code == 2, result.output
         assert reason in result.output and "choose --gpus" in result.output
         assert not written.exists()
+    for gpus in ("0", "-2"):  # 0 was read as unstated, one node's 8 GPUs (a trial)
+        result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(written),
+                                     "--system", "DGX-H200", "--gpus", gpus])
+        assert result.exit_code == 2 and "give a positive number of GPUs" in result.output
+        assert not written.exists()
     result = runner.invoke(app, ["train", str(JOB), "--perf-job", str(written),
                                  "--system", "DGX-H200", "--gpus", "16"])
     assert result.exit_code == 0, result.output

@@ -75,6 +75,29 @@ def test_tiny_job_fits_and_huge_job_is_refused():
     check_training_memory(big, None, "cpu", 2, 2048)  # unknown free memory: no verdict
 
 
+def test_processes_on_one_cpu_host_share_its_memory(monkeypatch):
+    """Two torchrun processes on one CPU host each passed against the whole host's free
+    memory, and together needed more (a trial): the check counts every process on the host,
+    each at its peak, the unsharded fp32 model it builds before FSDP2 shards it included;
+    a GPU process has its own memory."""
+    gib = 2**30
+    # 1e9 parameters on 2 ranks: 8 GiB-ish sharded states, but 4e9 bytes built whole first
+    estimate = preflight.MemoryEstimate(params=10**9, model_state_bytes=2.0 * gib,
+                                        activation_bytes=0.5 * gib, logits_bytes=0.5 * gib)
+    assert estimate.total_bytes == 3 * gib and estimate.init_bytes == 4e9
+    assert estimate.peak_bytes == 4e9
+    free = (10 * gib, "test")
+    preflight.check_training_memory(estimate, free, "cpu", 1, 256, processes=2)  # 9.6e9 fits
+    with pytest.raises(MosaicInputError) as refused:
+        preflight.check_training_memory(estimate, free, "cpu", 1, 256, processes=3)
+    message = str(refused.value)
+    assert "x 3 processes on this host" in message and "built before sharding" in message
+    assert "more processes" not in message  # they share the host: no help on a CPU
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    assert preflight.processes_sharing_memory("cpu") == 3
+    assert preflight.processes_sharing_memory("cuda") == 1
+
+
 def test_trainer_refuses_before_allocating(monkeypatch, tmp_path):
     from mosaic.train import trainer
 

@@ -640,3 +640,24 @@ def test_a_restart_from_step_zero_keeps_the_earlier_metrics(tmp_path):
         train(config, tmp_path, stop_after_steps=1)
     assert (tmp_path / "metrics.before-restart.jsonl").read_text() == earlier
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0]
+
+
+def test_the_summary_of_a_run_whose_metrics_are_gone_says_so(tmp_path):
+    """Its median-step tokens/s is unknown: the summary said 'nan' (a trial)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job(run={"tokens": 2 * 8 * 32})))
+    out = tmp_path / "out"
+    first = CliRunner().invoke(app, ["train", str(job), "--out", str(out), "--quiet"])
+    assert first.exit_code == 0, first.output
+    (out / "result.json").unlink()
+    (out / "metrics.jsonl").unlink()
+    again = CliRunner().invoke(app, ["train", str(job), "--out", str(out), "--quiet"],
+                               terminal_width=200)
+    assert again.exit_code == 0, again.output
+    assert "unknown (the step metrics are gone)" in again.output
+    assert "nan" not in again.stdout

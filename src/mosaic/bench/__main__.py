@@ -8,6 +8,9 @@ import sys
 
 def main() -> None:
     from mosaic.cli.bench_cmd import bench_app
+    from mosaic.cli.warning_lines import install_immediate
+
+    install_immediate()  # one `warning:` line each, as `mosaic bench` prints them
 
     sys.exit(bench_app(prog_name="python -m mosaic.bench"))
 

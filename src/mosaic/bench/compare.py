@@ -33,6 +33,10 @@ def compare(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     for d in (dir_a, dir_b):
         if not d.is_dir():
             raise MosaicInputError(f"bench directory {d} does not exist")
+        if all(newest_rows(d, family).empty for family in FAMILIES):  # (a trial read "no
+            # case in common" for an empty folder)
+            raise MosaicInputError(f"bench directory {d} holds no measured case (no bench "
+                                   "table, or only failed and skipped rows)")
     matched = []
     for family in FAMILIES:
         a, b = newest_rows(dir_a, family), newest_rows(dir_b, family)

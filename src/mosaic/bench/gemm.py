@@ -55,17 +55,35 @@ def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
-def _mxfp8_call(m: int, n: int, k: int, device: Any) -> Any:
-    """MXFP8 GEMM on Blackwell (Unsupported elsewhere)."""
+def skip_reason(case: Case, device: Any) -> str | None:
+    """Why ``device`` cannot run ``case`` before anything is allocated (the dry run lists it
+    as skipped, as the run skips it: a trial's CPU dry run listed FP8 cases "to measure"),
+    or None."""
     import torch
 
-    e8m0 = getattr(torch, "float8_e8m0fnu", None)
-    if device.type != "cuda" or e8m0 is None or torch.cuda.get_device_capability(device) < (
-            10, 0):
-        raise Unsupported("mxfp8 GEMMs need a Blackwell GPU (capability >= 10.0) and "
-                          "torch with float8_e8m0fnu")
-    if any(x % MX_ALIGNMENT for x in (m, n, k)):
-        raise Unsupported(f"mxfp8 GEMMs need m, n, k divisible by {MX_ALIGNMENT}")
+    c = case.columns
+    m, n, k, dtype = c["m"], c["n"], c["k"], c["dtype"]
+    if dtype == "mxfp8":
+        e8m0 = getattr(torch, "float8_e8m0fnu", None)
+        if (device.type != "cuda" or e8m0 is None
+                or torch.cuda.get_device_capability(device) < (10, 0)):
+            return ("mxfp8 GEMMs need a Blackwell GPU (capability >= 10.0) and torch with "
+                    "float8_e8m0fnu")
+        if any(x % MX_ALIGNMENT for x in (m, n, k)):
+            return f"mxfp8 GEMMs need m, n, k divisible by {MX_ALIGNMENT}"
+    if dtype == "fp8":
+        if not fp8_supported(device):
+            return "fp8 GEMMs need a CUDA device of compute capability >= 8.9"
+        if any(x % FP8_ALIGNMENT for x in (m, n, k)):
+            return f"fp8 GEMMs need m, n, k divisible by {FP8_ALIGNMENT}"
+    return None
+
+
+def _mxfp8_call(m: int, n: int, k: int, device: Any) -> Any:
+    """MXFP8 GEMM on Blackwell (its device and alignment checked by :func:`skip_reason`)."""
+    import torch
+
+    e8m0 = torch.float8_e8m0fnu
     a = random((m, k), device, torch.bfloat16).to(torch.float8_e4m3fn)
     b = random((n, k), device, torch.bfloat16).to(torch.float8_e4m3fn).t()
 
@@ -87,14 +105,13 @@ def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
     # FP8 GEMMs write bf16 (out_dtype below); the others write their own dtype
     out_dtype = "bf16" if dtype in ("fp8", "mxfp8") else dtype
     operand_bytes = (m * k + k * n) * ELEMENT_BYTES[dtype] + m * n * ELEMENT_BYTES[out_dtype]
+    reason = skip_reason(case, device)
+    if reason is not None:
+        raise Unsupported(reason)
     check_memory(operand_bytes, options.max_tensor_bytes, device)
     if dtype == "mxfp8":
         call = _mxfp8_call(m, n, k, device)
     elif dtype == "fp8":
-        if not fp8_supported(device):
-            raise Unsupported("fp8 GEMMs need a CUDA device of compute capability >= 8.9")
-        if any(x % FP8_ALIGNMENT for x in (m, n, k)):
-            raise Unsupported(f"fp8 GEMMs need m, n, k divisible by {FP8_ALIGNMENT}")
         a = random((m, k), device, torch.bfloat16).to(torch.float8_e4m3fn)
         b = random((n, k), device, torch.bfloat16).to(torch.float8_e4m3fn).t()  # col-major
         scale = torch.ones((), device=device, dtype=torch.float32)

@@ -67,15 +67,19 @@ def kernel_cases(families: Sequence[str], shapes: BenchShapes, options: BenchOpt
     return {f: KERNEL_FAMILIES[f].build_cases(shapes, options) for f in families}
 
 
-def listing(out_dir: Path, cases: dict[str, list[Case]], metadata_id: str | None
-            ) -> list[dict[str, Any]]:
-    """What a run would do: one entry per case with ``state`` "to measure" or "done"."""
+def listing(out_dir: Path, cases: dict[str, list[Case]], metadata_id: str | None,
+            device: Any = None) -> list[dict[str, Any]]:
+    """What a run would do: one entry per case with ``state`` "to measure", "done", or
+    "skip: REASON" where ``device`` cannot run it (a family's ``skip_reason``)."""
     rows = []
     for family, family_cases in cases.items():
         done = FamilyTable(out_dir, family).done(metadata_id) if metadata_id else set()
+        skip = getattr(KERNEL_FAMILIES.get(family), "skip_reason", None)
         for case in family_cases:
-            rows.append({"family": family, "case": case.key,
-                         "state": "done" if case.key in done else "to measure"})
+            reason = None if device is None or skip is None else skip(case, device)
+            state = ("done" if case.key in done else "to measure" if reason is None
+                     else f"skip: {reason}")
+            rows.append({"family": family, "case": case.key, "state": state})
     return rows
 
 

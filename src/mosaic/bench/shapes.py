@@ -203,10 +203,13 @@ def _capped(sizes: tuple[int, ...], cap: int) -> tuple[int, ...]:
     return tuple(size for size in sizes if size <= cap) or tuple(sorted(sizes))[:1]
 
 
-def sized_for_device(shapes: BenchShapes, device_type: str) -> BenchShapes:
+def sized_for_device(shapes: BenchShapes, device_type: str,
+                     families: tuple[str, ...] = ("gemm", "kernels")) -> BenchShapes:
     """``shapes`` with the peak sweep and the optimizer sizes a ``device_type`` needs: a
     CPU's stop at :data:`CPU_MAX_PEAK_SIZE` and :data:`CPU_MAX_OPTIMIZER_PARAMS` (the
-    smallest of each kept), said in a note; a GPU's as given."""
+    smallest of each kept), said in a note naming only what ``families`` measure (the peak
+    sweep is gemm's, the optimizer step kernels'; a trial read the note under te-grouped);
+    a GPU's as given."""
     if device_type != "cpu":
         return shapes
     peak = _capped(shapes.peak_sizes, CPU_MAX_PEAK_SIZE)
@@ -215,9 +218,16 @@ def sized_for_device(shapes: BenchShapes, device_type: str) -> BenchShapes:
                *(f"adamw {p:,} params" for p in shapes.optimizer_params if p not in optimizer)]
     if not dropped:
         return shapes
-    return replace(shapes, peak_sizes=peak, optimizer_params=optimizer, notes=(
-        *shapes.notes, f"on a CPU the peak sweep stops at {CPU_MAX_PEAK_SIZE} and the optimizer "
-        f"at {CPU_MAX_OPTIMIZER_PARAMS:,} parameters (not measured: {', '.join(dropped)})"))
+    parts = [part for family, part in (
+        ("gemm", f"the peak sweep stops at {CPU_MAX_PEAK_SIZE}"),
+        ("kernels", f"the optimizer at {CPU_MAX_OPTIMIZER_PARAMS:,} parameters"))
+        if family in families]
+    shown = [item for item in dropped
+             if ("gemm" in families and item.startswith("peak"))
+             or ("kernels" in families and item.startswith("adamw"))]
+    notes = (shapes.notes if not shown else (
+        *shapes.notes, f"on a CPU {' and '.join(parts)} (not measured: {', '.join(shown)})"))
+    return replace(shapes, peak_sizes=peak, optimizer_params=optimizer, notes=notes)
 
 
 def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,

@@ -74,17 +74,28 @@ def _autocast(te: Any, precision: str) -> Any:
     return te.fp8_autocast(enabled=instance is not None, fp8_recipe=instance)
 
 
+def skip_reason(case: Case, device: Any) -> str | None:
+    """Why ``device`` cannot run ``case`` (listed so by the dry run, skipped by the run)."""
+    import torch
+
+    precision = case.columns["dtype"]
+    if device.type != "cuda":
+        return "Transformer Engine runs on CUDA GPUs only"
+    if torch.cuda.get_device_capability(device) < MIN_CAPABILITY[precision]:
+        return (f"{precision} GEMMs need compute capability >= "
+                f"{'.'.join(map(str, MIN_CAPABILITY[precision]))}")
+    return None
+
+
 def measure(case: Case, device: Any, options: BenchOptions) -> dict[str, Any]:
     """Wall time of one GroupedLinear call (forward, or forward and backward)."""
     import torch
 
     c = case.columns
     precision, groups = c["dtype"], c["groups"]
-    if device.type != "cuda":
-        raise Unsupported("Transformer Engine runs on CUDA GPUs only")
-    if torch.cuda.get_device_capability(device) < MIN_CAPABILITY[precision]:
-        raise Unsupported(f"{precision} GEMMs need compute capability >= "
-                          f"{'.'.join(map(str, MIN_CAPABILITY[precision]))}")
+    reason = skip_reason(case, device)
+    if reason is not None:
+        raise Unsupported(reason)
     te = _transformer_engine()
     tokens = groups * c["m_per_group"]
     module = te.GroupedLinear(groups, c["k"], c["n"], bias=False, params_dtype=torch.bfloat16,

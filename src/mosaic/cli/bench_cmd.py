@@ -144,9 +144,9 @@ def _render_listing(rows: list[dict[str, Any]], json_output: bool) -> None:
     for row in rows:
         typer.echo(f"{row['family']:<12} {row['case']:<48} {row['state']}")
     families = sorted({r["family"] for r in rows})
-    print_table("Dry run", ["family", "to measure", "already done"], [
-        [f, str(sum(1 for r in rows if r["family"] == f and r["state"] != "done")),
-         str(sum(1 for r in rows if r["family"] == f and r["state"] == "done"))]
+    print_table("Dry run", ["family", "to measure", "already done", "skipped (device)"], [
+        [f, *(str(sum(1 for r in rows if r["family"] == f and r["state"].startswith(state)))
+              for state in ("to measure", "done", "skip"))]
         for f in families])
 
 
@@ -174,6 +174,12 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
              device: str | None, dtypes: str, max_tensor_bytes: str, backends: str,
              quick: bool, progress: bool, json_output: bool, threads: int | None = None
              ) -> None:
+    import os
+
+    if os.environ.get("RANK", "0") != "0":
+        # under torchrun the kernels are timed on rank 0 alone: every rank timing them at once
+        # on shared cores, into one folder, measured the contention (a trial)
+        return
     _require_torch()
     if threads is not None:  # recorded in the run's metadata (torch_threads)
         import torch
@@ -188,11 +194,11 @@ def _kernels(families: tuple[str, ...], out: Path, job: Path | None, shapes_file
     options = _options(dtypes, max_tensor_bytes, backends, quick)
     budget = None if time_budget is None else parse_duration_s("--time-budget", time_budget)
     torch_device = resolve_device(device)
-    shapes = sized_for_device(shapes, torch_device.type)
+    shapes = sized_for_device(shapes, torch_device.type, families)
     if dry_run:
         metadata_id = collect(torch_device)["metadata_id"]
-        _render_listing(listing(out, kernel_cases(families, shapes, options), metadata_id),
-                        json_output)
+        _render_listing(listing(out, kernel_cases(families, shapes, options), metadata_id,
+                                torch_device), json_output)
         return
     prepare_output_dir(out, "--out")  # a file or unwritable path: one line, before any work
     reports = run_kernels(out, families, shapes, options, torch_device, budget,
@@ -317,10 +323,6 @@ def all_command(
     threads: ThreadsOption = None,
 ) -> None:
     """Every kernel family (under torchrun on rank 0 only; collectives: see `collectives`)."""
-    import os
-
-    if os.environ.get("RANK", "0") != "0":
-        return
     _kernels(KERNEL_FAMILY_NAMES, out, job, shapes_file, preset, set_ or [], dry_run,
              time_budget, device, dtypes, max_tensor_bytes, attention_backends, quick,
              progress, json_output, threads)

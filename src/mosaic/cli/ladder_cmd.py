@@ -7,6 +7,7 @@ Thin: parse, call mosaic.train, render. torch is imported only when a run starts
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 from dataclasses import asdict, replace
@@ -129,7 +130,8 @@ def train_command(
          ("smoothed final loss", f"{result.smoothed_loss:.4f}"),
          ("N_tot / N_act", f"{result.n_total:,} / {result.n_active:,}"),
          ("peak lr", f"{result.peak_lr:.3e}"),
-         ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"),
+         ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"
+          if math.isfinite(result.tokens_per_s) else "unknown (the step metrics are gone)"),
          *([] if result.mfu_paper is None else [
              ("MFU (6·N_act, dense bf16 datasheet peak)", _share(result.mfu_paper))]),
          *([] if result.mfu_paper_vs_achievable is None else [
@@ -236,9 +238,11 @@ def _write_perf_job(config: Any, job: Path, path: Path, system: str | None,
     if system is None:
         raise MosaicInputError("--perf-job needs --system NAME, the catalog node type the run "
                                "uses (`mosaic hardware list`)")
+    if gpus is not None and gpus < 1:  # 0 was read as "unstated", one node (a trial)
+        raise MosaicInputError(f"--gpus: give a positive number of GPUs, got {gpus}")
     check_output_file(path, "--perf-job", inputs=[job])
     node = get_system(system)
-    gpus = gpus or node.gpus_per_node
+    gpus = node.gpus_per_node if gpus is None else gpus
     document = perf_job_document(config, node.name, gpus)
     _check_perf_job(document, gpus)
     header = (f"# mosaic perf job for the trainer run {job} (written by `mosaic train "

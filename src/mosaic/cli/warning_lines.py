@@ -64,3 +64,13 @@ def reset() -> None:
     global _released
     _held.clear()
     _released = False
+
+
+def install_immediate() -> None:
+    """For an entry point outside the ``mosaic`` command (``python -m mosaic.bench`` or
+    ``mosaic.train`` under torchrun): each warning as its one line, printed at once (a trial
+    read them in Python's raw form, with the source line under them)."""
+    import warnings
+
+    warnings.showwarning = warning_line
+    release()

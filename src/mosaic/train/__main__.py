@@ -22,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop (with a checkpoint) after this many steps in total")
     parser.add_argument("--quiet", action="store_true", help="no per-step lines on stdout")
     args = parser.parse_args(argv)
+    from mosaic.cli.warning_lines import install_immediate
     from mosaic.train.config import load_train_config
+
+    install_immediate()  # one `warning:` line each, as `mosaic train` prints them
     from mosaic.train.trainer import format_record, train
 
     try:

@@ -124,6 +124,11 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                                f"{recipe['run']!r:.60}")
     if "model" in recipe or "ladder" in recipe or "moe" in recipe:
         raise MosaicInputError(f"{path}: recipe must not hold a model; the ladder block sets it")
+    if "tokens" in recipe.get("run", {}):  # each rung's budget is the ladder's (a trial's
+        # recipe.run.tokens: 5000 was dropped without a word)
+        raise MosaicInputError(f"{path}: recipe.run.tokens: the ladder sets each rung's "
+                               "tokens (ladder.tokens, ladder.tokens_per_active_param or "
+                               "ladder.runs[].tokens); drop it from the recipe")
     recipe = resolve_data_paths(recipe, path.parent, f"{path}: recipe")
     block = grid.ladder
     points = [(r.q, r.experts, r.top_k, r.split_factor, ("D", r.tokens)) for r in block.runs]

@@ -14,7 +14,11 @@ layout is fixed and simple):
 * the logits: the LM head output plus its fp32 copy and the cross-entropy gradient.
 
 It is compared with the free device memory (``torch.cuda.mem_get_info``) or, on CPU, the
-``MemAvailable`` of ``/proc/meminfo`` (Linux; ``os.sysconf`` elsewhere).
+``MemAvailable`` of ``/proc/meminfo`` (Linux; ``os.sysconf`` elsewhere). Each process builds
+the whole fp32 model before FSDP2 shards it, so its peak is at least that; on CPU the
+processes torchrun starts on one host (``LOCAL_WORLD_SIZE``) share its memory, so the host
+must hold all of them (a trial's two processes passed one by one and together needed more
+than the host had).
 """
 
 from __future__ import annotations
@@ -47,6 +51,16 @@ class MemoryEstimate:
     @property
     def total_bytes(self) -> float:
         return self.model_state_bytes + self.activation_bytes + self.logits_bytes
+
+    @property
+    def init_bytes(self) -> float:
+        """The whole fp32 model each process builds before FSDP2 shards it."""
+        return FP32_BYTES * self.params
+
+    @property
+    def peak_bytes(self) -> float:
+        """The larger of the training step's bytes and the unsharded model at start-up."""
+        return max(self.total_bytes, self.init_bytes)
 
 
 def _layer_activation_elements(geometry: Geometry, moe_layer: bool) -> float:
@@ -116,21 +130,40 @@ def _gb(value: float) -> str:
     return f"{value / GIB:.3g} GiB"
 
 
+def processes_sharing_memory(device_type: str) -> int:
+    """Processes whose memory this one's device shares: on CPU every process torchrun
+    started on this host (``LOCAL_WORLD_SIZE``), on a GPU none but itself."""
+    if device_type != "cpu":
+        return 1
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str] | None,
-                          device: str, micro_batch_seqs: int, seq_len: int) -> None:
-    """Raise a one-line MosaicInputError when the job cannot fit (exit status 2)."""
+                          device: str, micro_batch_seqs: int, seq_len: int,
+                          processes: int = 1) -> None:
+    """Raise a one-line MosaicInputError when the job cannot fit (exit status 2):
+    ``processes`` (:func:`processes_sharing_memory`) each at the estimate's peak."""
     if available is None:
         return
     free, source = available
-    needed = estimate.total_bytes * SAFETY_FACTOR
+    needed = estimate.peak_bytes * SAFETY_FACTOR * processes
     if needed <= free:
         return
+    shared = (f" x {processes} processes on this host (they share its memory)"
+              if processes > 1 else "")
+    start_up = (f"; the whole model, {_gb(estimate.init_bytes)}, is built before sharding"
+                if estimate.init_bytes > estimate.total_bytes else "")
+    # more processes shard the states of GPUs, each with its own memory, not a CPU host's
+    more = "" if device.startswith("cpu") else ", more processes (torchrun shards the states)"
     raise MosaicInputError(
-        f"the job does not fit in memory: estimated {_gb(needed)} per process "
-        f"({_gb(estimate.model_state_bytes)} fp32 weights, gradients and AdamW state for "
-        f"{estimate.params / 1e9:.3g} B parameters, {_gb(estimate.activation_bytes)} "
-        f"activations and {_gb(estimate.logits_bytes)} logits at run.micro_batch_seqs "
-        f"{micro_batch_seqs} x run.seq_len {seq_len}, x{SAFETY_FACTOR} headroom) > "
-        f"{_gb(free)} available on {device} ({source}); use a smaller model (e.g. "
-        f"examples/ladder_tiny.yaml), a smaller run.micro_batch_seqs, a GPU or more "
-        f"processes (torchrun shards the states), or set run.memory_check: false")
+        f"the job does not fit in memory: estimated {_gb(needed / processes)} per process"
+        f"{shared} ({_gb(estimate.model_state_bytes)} fp32 weights, gradients and AdamW "
+        f"state for {estimate.params / 1e9:.3g} B parameters, "
+        f"{_gb(estimate.activation_bytes)} activations and {_gb(estimate.logits_bytes)} "
+        f"logits at run.micro_batch_seqs {micro_batch_seqs} x run.seq_len {seq_len}"
+        f"{start_up}, x{SAFETY_FACTOR} headroom) > {_gb(free)} available on {device} "
+        f"({source}); use a smaller model (e.g. examples/ladder_tiny.yaml), a smaller "
+        f"run.micro_batch_seqs, a GPU{more}, or set run.memory_check: false")

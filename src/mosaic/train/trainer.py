@@ -67,6 +67,7 @@ from mosaic.train.preflight import (
     available_memory_bytes,
     check_training_memory,
     estimate_training_memory,
+    processes_sharing_memory,
 )
 from mosaic.train.result_files import (
     CHECKPOINT_FILE,
@@ -317,7 +318,8 @@ class Trainer:
                                                 run.seq_len, element, world)
             check_training_memory(estimate, available_memory_bytes(self.device.type,
                                                                     self.device.index),
-                                  str(self.device), run.micro_batch_seqs, run.seq_len)
+                                  str(self.device), run.micro_batch_seqs, run.seq_len,
+                                  processes_sharing_memory(self.device.type))
         torch.manual_seed(run.seed)
         model = MoETransformer(self.geometry, config.routing, run.expert_compute).to(self.device)
         self.ep: ExpertParallel | None = None
