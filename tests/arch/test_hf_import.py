@@ -940,3 +940,49 @@ def test_arch_says_the_features_it_imported():
     deepseek = _cli_json("arch", "--model", str(HF / "deepseek-v3.json"))
     assert "MLA" in deepseek["features"] and deepseek["shared_expert_ffn"] == 2048
     assert deepseek["mtp_layers"] == 1
+
+
+MISTRAL_7B_V03 = {  # Mistral-7B-Instruct-v0.3's config.json: head_dim and window stated null
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None,
+    "vocab_size": 32768, "rope_theta": 1000000.0, "sliding_window": None,
+    "tie_word_embeddings": False, "rms_norm_eps": 1e-05}
+
+
+def test_a_field_stated_null_takes_its_default():
+    """transformers reads a null head_dim as hidden_size / heads and a null
+    num_key_value_heads as the heads: Mistral-7B-Instruct-v0.3's config was refused as
+    "missing required field 'head_dim'" (a trial). Its 7,248,023,552 parameters (the
+    checkpoint's total; 7,241,732,096 of v0.1 plus 768 more tokens in embedding and head),
+    with no warning for the null window."""
+    geometry, c = _strict_counts(MISTRAL_7B_V03)
+    assert geometry.head_dim == 128
+    assert int(c.n_total_with_embedding) == 7_241_732_096 + 2 * 768 * 4096 == 7_248_023_552
+    geometry, _ = _strict_counts({**MISTRAL_7B_V03, "num_key_value_heads": None})
+    assert geometry.kv_heads == geometry.heads == 32
+    with pytest.raises(MosaicInputError, match="missing required field 'hidden_size'"):
+        geometry_from_hf_config({**MISTRAL_7B_V03, "hidden_size": None})
+
+
+def test_nemotron_h_reads_its_remote_code_attention_head_dim(tmp_path):
+    """Nemotron-H 8B/47B/56B configs name the head width attention_head_dim (the
+    remote-code NemotronHConfig): read where head_dim is not stated, not only warned of."""
+    config = json.loads((HF / "nemotron-3-nano-30b-a3b.json").read_text())
+    heads, d_model = config["num_attention_heads"], config["hidden_size"]
+    config.pop("head_dim", None)
+    config["attention_head_dim"] = 2 * d_model // heads  # not hidden / heads: it must be read
+    geometry, _ = _strict_counts(config)
+    assert geometry.head_dim == 2 * d_model // heads
+
+
+def test_a_qwen3_next_interval_beside_its_layer_types_is_not_warned_of():
+    """The released Qwen3-Next config states layer_types and the full_attention_interval
+    they were built from; transformers reads the list, so the interval is no unread field
+    (a trial)."""
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    layers = config["num_hidden_layers"]
+    config["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                             for i in range(layers)]
+    config["full_attention_interval"] = 4
+    _strict_counts(config)

@@ -130,7 +130,7 @@ def test_ray_results_equal_local_results(tmp_path):
     local = search(envelope, space, law, calibration, workers=1)
     catalog_file = tmp_path / "hw.yaml"
     catalog_file.write_text(_USER_CATALOG, encoding="utf-8")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         seen: list[tuple[int, int]] = []
         with execution_backend(RayBackend()):

@@ -44,6 +44,9 @@ NO_SHAPE_FIELDS = frozenset((
     # scalars that scale activations (GraniteMoeConfig) or clamp them (OlmoeConfig.clip_qkv)
     "embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier",
     "clip_qkv",
+    # the inference SSM cache's dtype (NemotronHConfig.mamba_ssm_cache_dtype) and the dtype
+    # the router computes in (Glm4MoeConfig-style moe_router_dtype): precision, not shape
+    "mamba_ssm_cache_dtype", "moe_router_dtype",
 ))
 
 
@@ -103,10 +106,12 @@ class ReadTracker(Mapping[str, Any]):
 
 def unread_fields(tracker: ReadTracker) -> list[str]:
     """The config's fields never read that may change its shape (not in
-    :data:`NO_SHAPE_FIELDS`, and not a ``_``-prefixed comment or path), in the config's
-    order."""
+    :data:`NO_SHAPE_FIELDS`, not a ``_``-prefixed comment or path, and not null: a null
+    states nothing, the config class's default applies; a trial found released Nemotron 3
+    configs warned of their ``sliding_window: null``), in the config's order."""
+    values = dict(tracker.items())
     return [key for key in tracker if key not in tracker.read and key not in NO_SHAPE_FIELDS
-            and not key.startswith("_")]
+            and not key.startswith("_") and values[key] is not None]
 
 
 class ConfigFields:
@@ -117,7 +122,12 @@ class ConfigFields:
         self.where = where
 
     def int(self, name: str, default: int | None = None) -> int:
-        value = self.config.get(name, default)
+        """A positive integer; absent or null, ``default`` (a stated null means "derive it",
+        as transformers' config classes read it: Mistral-7B-Instruct-v0.3's ``head_dim:
+        null`` was refused as missing; a trial), and without one an error."""
+        value = self.config.get(name)
+        if value is None:
+            value = default
         if value is None:
             raise MosaicInputError(f"{self.where}: missing required field {name!r}")
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

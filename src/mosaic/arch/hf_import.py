@@ -880,7 +880,10 @@ def _nemotron_h(fields: ConfigFields) -> Geometry:
     common = {"layers": fields.int("num_hidden_layers"), "d_model": d_model,
               "vocab": fields.int("vocab_size"), "norm": NormKind.RMSNORM,
               "tied_embeddings": fields.bool("tie_word_embeddings", False),
-              **_attention(fields, d_model)}
+              # the remote-code NemotronHConfig's attention_head_dim (Nemotron-H 8B/47B/56B
+              # config.json), read where head_dim is not stated (a trial: only warned of)
+              **_attention(fields, d_model, fields.config.get("attention_head_dim") and
+                           fields.int("attention_head_dim"))}
     try:  # the geometry's own rules (pattern, mixer): name the file
         mamba = MambaConfig(heads=heads, head_dim=head_dim, state_dim=state_dim, groups=groups,
                             conv_kernel=conv_kernel, chunk_size=chunk_size,
@@ -900,6 +903,9 @@ def _qwen3_next_layer_types(fields: ConfigFields, layers: int) -> list[str]:
         interval = fields.int("full_attention_interval", 4)
         return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
                 for i in range(layers)]
+    # the interval only builds layer_types when they are not given (Qwen3NextConfig), as the
+    # released config's are: not warned of as unread (a trial)
+    fields.ignored("full_attention_interval")
     allowed = ("linear_attention", "full_attention")
     if (not isinstance(types, list) or len(types) != layers
             or any(t not in allowed for t in types)):
