@@ -3,6 +3,7 @@
 GIB = 2**30  # bytes in a GiB: memory is printed in GiB everywhere (device HBM, predictions)
 SECONDS_PER_DAY = 86_400.0  # training windows are given in days, the model works in seconds
 SECONDS_PER_HOUR = 3_600.0  # GPU-hours, MTBFs and prices per GPU-hour
+HOURS_PER_DAY = SECONDS_PER_DAY / SECONDS_PER_HOUR  # a window in days as GPU-hours
 MIB = 2**20  # bytes in a MiB: small misses and free disk are printed in MiB
 # bytes per element of the two dtypes every layer stores and moves (IEEE 754 binary32;
 # bfloat16 keeps its top 16 bits)

@@ -163,6 +163,11 @@ def params_router(d_model: ArrayLike, experts: ArrayLike) -> ArrayLike:
     return experts * d_model
 
 
+def sparsity(n_active: ArrayLike, n_total: ArrayLike) -> ArrayLike:
+    """S = 1 − N_act / N_tot (paper Table 1, Sec. 3.4), of counts or of stated totals."""
+    return 1.0 - np.asarray(n_active, dtype=float) / np.asarray(n_total, dtype=float)
+
+
 @dataclass(frozen=True)
 class ParameterCounts:
     """Parameter counts by component; fields are ints or equally shaped numpy arrays.
@@ -261,7 +266,7 @@ class ParameterCounts:
     @property
     def sparsity(self) -> ArrayLike:
         """S = 1 − N_act / N_tot (paper Table 1, Sec. 3.4)."""
-        return 1.0 - np.asarray(self.n_active, dtype=float) / np.asarray(self.n_total, dtype=float)
+        return sparsity(self.n_active, self.n_total)
 
 
 def build_counts(

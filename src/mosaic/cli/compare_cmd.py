@@ -36,7 +36,7 @@ from mosaic.report.comparison import (
     step_rows,
 )
 from mosaic.schema_validation import parse_json, read_text
-from mosaic.units import GIB, SECONDS_PER_DAY
+from mosaic.units import GIB, HOURS_PER_DAY, SECONDS_PER_DAY
 
 
 # --- One side --------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
     else:  # D = tokens/s x T_train x goodput (paper Eq. 25)
         tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
     loss, flags = _loss_and_flags(spec.workload.geometry, tokens, law)
-    gpu_hours = gpus * days * 24.0
+    gpu_hours = gpus * days * HOURS_PER_DAY
     return {
         "kind": "job", "source": str(path), "gpus": gpus,
         "system": doc["hardware"]["system"], "layout": doc["plan"],

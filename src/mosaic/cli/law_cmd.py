@@ -11,6 +11,7 @@ import numpy as np
 import typer
 
 from mosaic.arch import Geometry, count_parameters, ladder_geometry
+from mosaic.arch.counts import sparsity as arch_sparsity
 from mosaic.cli.common import (
     JsonFlag,
     error_console,
@@ -157,7 +158,7 @@ def _inputs_from_counts(
                 and 0 < n_active <= n_total):
             raise MosaicInputError(f"--n-active must satisfy 0 < N_act <= N_tot = "
                                    f"{n_total:g}, got {n_active:g}")
-        sparsity = 1.0 - n_active / n_total
+        sparsity = float(arch_sparsity(n_active, n_total))
     return LawInputs(n_total, tokens, sparsity, split)
 
 

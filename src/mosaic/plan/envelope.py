@@ -35,7 +35,7 @@ from mosaic.perf.workload import (
 )
 from mosaic.plan.goodput import ConstantGoodput, Goodput
 from mosaic.stacks import DEFAULT_STACK, get_stack
-from mosaic.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+from mosaic.units import HOURS_PER_DAY, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 # The stack a plan assumes when neither the user nor the calibration profile names one.
 
@@ -83,7 +83,7 @@ class DollarBudget:
     def days(self, n_devices: int) -> float:
         """The window the budget buys on ``n_devices`` GPUs; one outside the physical range
         of a window is an error naming the budget."""
-        days = self.usd / (self.price_usd_per_gpu_hour * n_devices * 24.0)
+        days = self.usd / (self.price_usd_per_gpu_hour * n_devices * HOURS_PER_DAY)
         window = LIMITS["days"]
         if not window.low <= days <= window.high:
             raise MosaicInputError(

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from mosaic.arch.counts import sparsity as arch_sparsity
 from mosaic.report.plan_report import layout_line
 from mosaic.units import GIB
 
@@ -168,7 +169,8 @@ def model_text(side: dict[str, Any]) -> str:
     if not g.get("experts"):
         return f"{shape}, dense"
     n_total, n_active = side.get("n_total"), side.get("n_active")
-    sparsity = f", S = {1 - n_active / n_total:.4f}" if n_total and n_active else ""
+    sparsity = (f", S = {float(arch_sparsity(n_active, n_total)):.4f}" if n_total and n_active
+                else "")
     split = g.get("split_factor")
     return (f"{shape}, E={g['experts']} K={g['top_k']}"
             + (f" G={split:g}" if split is not None else "") + sparsity)
