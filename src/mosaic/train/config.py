@@ -7,7 +7,6 @@ here imports torch, so the planner can read and check a job without the ``train`
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from mosaic.arch.ladder import (
     ladder_geometry,
     ladder_kv_heads,
 )
+from mosaic.config.blocks import training_steps
 from mosaic.config.convert import geometry_from_model
 from mosaic.config.model_schema import model_block_from_document
 from mosaic.errors import MosaicInputError, MosaicWarning
@@ -290,7 +290,8 @@ class TrainConfig(_Strict):
 
     @property
     def total_steps(self) -> int:
-        return max(1, math.ceil(self.run.tokens / self.tokens_per_step))
+        """Optimizer steps of ``run.tokens``, the last one whole (as a job's)."""
+        return training_steps(self.run.tokens, self.run.global_batch_seqs, self.run.seq_len)
 
 
 def train_config_from_mapping(data: Any, where: str) -> TrainConfig:
