@@ -1,6 +1,6 @@
 """Speed of the co-design search: local backend (1 and N processes) vs Ray with N CPUs.
 
-Usage: `python benchmarks/bench_ray.py [--cpus 2] [--full]` (default: a 120-geometry slice
+Usage: `python benchmarks/bench_ray.py [--cpus 2] [--full]` (default: a 51-geometry slice
 of the Table 3 grid; --full: the whole grid). Needs `pip install mosaic[ray]`.
 """
 
@@ -39,7 +39,7 @@ def main() -> None:
     search(envelope, space, law, calibration, workers=args.cpus)
     timings[f"local, {args.cpus} processes"] = time.perf_counter() - start
     start = time.perf_counter()
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     timings["ray.init"] = time.perf_counter() - start
     backend = RayBackend()
     with execution_backend(backend):

@@ -102,6 +102,9 @@ def test_samples_name_the_fit_they_scatter_around(tmp_path, law):
                                  str(tmp_path / "near.json")])
     assert result.exit_code == 2
     assert "bootstrapped around another fit than the plan's law (11 of 11" in result.output
+    # each coefficient's relative gap, exp(0.001) - 1 = 1.0e-03 by hand (six digits of two
+    # seeds' fits read alike, a trial)
+    assert "1.0e-03 apart" in " ".join(result.output.split())
     save_samples(LawSamples(law.form, scattered, law.log_coefs), tmp_path / "own.json")
     doc = run_json("plan", *SMALL, "--bootstrap-samples", str(tmp_path / "own.json"))
     assert doc["uncertainty"]["samples"] == 40

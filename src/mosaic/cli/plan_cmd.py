@@ -444,9 +444,10 @@ def plan(
     extra: dict[str, Any] = {
         "batch": ({"mode": "fixed", "global_batch": envelope.global_batch}
                   if batch_choice is None else batch_choice.to_dict())}
-    if versus_calibration is not None:
-        extra["versus"] = _versus(envelope, space, law, versus_calibration, result,
-                                  calibration, limits, workers, as_json)
+    if versus_calibration is not None:  # on the same backend (a trial: it ran locally)
+        with execution_backend(runner):
+            extra["versus"] = _versus(envelope, space, law, versus_calibration, result,
+                                      calibration, limits, workers, as_json)
     if cheapest is not None:
         extra["cheapest"] = plan_report.cheapest_document(cheapest)
     document, uncertainty = plan_result_document(result, law, calibration, cost, samples,

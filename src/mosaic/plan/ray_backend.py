@@ -24,11 +24,12 @@ import logging
 import os
 import socket
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from mosaic.errors import MosaicInputError, missing_extra
+from mosaic.errors import MosaicInputError, MosaicWarning, missing_extra
 
 BACKENDS = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
@@ -43,8 +44,10 @@ def _reduce_mapping_proxy(proxy: types.MappingProxyType) -> tuple[Any, tuple[dic
 
 @dataclass
 class RayBackend:
-    """Where to run: ``address`` None starts a local Ray instance, "auto" joins the cluster
-    this machine belongs to (``ray start``), "HOST:PORT" a given head node."""
+    """Where to run: "auto" joins the cluster this machine belongs to (``ray start``),
+    "HOST:PORT" a given head node; ``address`` None is Ray's own choice, RAY_ADDRESS or a
+    cluster this machine runs, else a new local instance, and with ``num_cpus`` always a
+    new local instance of that size."""
 
     address: str | None = None
     num_cpus: int | None = None  # only for a local instance started here
@@ -62,6 +65,17 @@ class RayBackend:
         # (https://docs.ray.io/en/latest/ray-core/api/doc/ray.init.html), and retries a dead
         # one for minutes: check it as a stated address is checked
         environment = os.environ.get("RAY_ADDRESS", "").strip()
+        if environment and self.address is None and self.num_cpus is not None:
+            # --workers sizes a new local instance, which would leave RAY_ADDRESS's cluster
+            # unused without a word (a trial), as --address with --workers is refused
+            raise MosaicInputError(
+                f"--workers sizes the local Ray instance --backend ray starts, but "
+                f"RAY_ADDRESS={environment} names a cluster: unset RAY_ADDRESS, or drop "
+                "--workers to run on that cluster")
+        if environment and environment != "auto" and not _looks_like_host_port(environment):
+            # Ray's own "Invalid address format" came after its retries (a trial)
+            raise MosaicInputError(f"RAY_ADDRESS={environment!r}: allowed: auto or HOST:PORT "
+                                   "(e.g. 10.0.0.5:6379); check or unset RAY_ADDRESS")
         from_environment = (self.address == "auto" or (self.address is None
                                                        and self.num_cpus is None)
                             ) and bool(environment)
@@ -90,12 +104,15 @@ class RayBackend:
                      ignore_reinit_error=True, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            # a cluster that answered gRPC and still refused: Ray's token authentication
-            # (its default since `ray start` warns 'Token authentication is enabled'; a
-            # trial's driver without the token read 'Failed to connect')
-            token = ("" if target is None else
-                     "; a cluster with token authentication also needs its token here "
-                     "(RAY_AUTH_TOKEN or ~/.ray/auth_token, docs/ray.md)")
+            # a head node that answered gRPC (checked above) and still refused: Ray's token
+            # authentication, on by default for `ray start` clusters since Ray 2.59; a driver
+            # sends the token to a stated address only with RAY_AUTH_MODE=token
+            # (docs.ray.io ray-security/token-auth; a trial read only 'Failed to connect').
+            # Not said of other failures: no cluster for 'auto', a malformed address.
+            token = ("; a cluster with token authentication also needs RAY_AUTH_MODE=token "
+                     "and its token here (RAY_AUTH_TOKEN or ~/.ray/auth_token, docs/ray.md)"
+                     if target not in (None, "auto") and _looks_like_host_port(target)
+                     else "")
             raise MosaicInputError(f"--backend ray: cannot reach the Ray cluster at {where}: "
                                    f"{first[:200]}{token}") from None
         finally:
@@ -132,11 +149,24 @@ class RayBackend:
             # a worker or node that died past Ray's retries is the cluster's failure, not a
             # mosaic bug (a trial); an error inside a task (RayTaskError) keeps its own
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            _abandon(ray, pending)
             raise MosaicInputError(
                 f"--backend ray: the Ray cluster failed during the search "
                 f"({type(exc).__name__}: {first[:160]}); {done} of {total} geometries were "
                 "done. Rerun, or use --backend local") from None
         return results
+
+
+def _abandon(ray: Any, pending: dict[Any, int]) -> None:
+    """After a cluster failure: cancel the tasks still pending and leave Ray, so its
+    notices of them do not follow mosaic's one error line and its dying core worker does
+    not end the process with status 1 before the CLI's 2 (a trial: `ray stop` mid-plan
+    exited 1, with 'Unhandled error' lines after the error)."""
+    for ref in pending:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+    with contextlib.suppress(Exception):
+        ray.shutdown()
 
 
 def _call_block(packed: tuple[Callable[..., Any], tuple[Any, ...], Any], start: int,
@@ -183,6 +213,13 @@ def backend_from_options(backend: str, address: str | None,
     if workers is not None and address is not None:
         raise MosaicInputError("--workers sizes the local Ray instance --backend ray starts; "
                                "a cluster (--address) runs on the CPUs it has: drop --workers")
+    cpus = os.cpu_count() or 1
+    if workers is not None and workers > cpus:  # (a trial's 1000 started 23 cold workers
+        # on 2 cores: 43 s against 19 s with 2)
+        warnings.warn(f"--workers {workers} exceeds this machine's {cpus} CPUs: the local Ray "
+                      "instance starts a worker process, which imports mosaic cold, for each "
+                      f"task it runs at once; --workers {cpus} is faster", MosaicWarning,
+                      stacklevel=2)
     backend_obj = RayBackend(address=address, num_cpus=workers)
     backend_obj.connect()  # fail before any work when ray is missing or unreachable
     return backend_obj

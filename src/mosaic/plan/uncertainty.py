@@ -124,7 +124,10 @@ def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> 
     if samples.estimate is not None:
         # the file names the fit it scattered around: it must be this law (a trial: samples
         # of a 19-run fit passed the range check below for the law of 13 of those runs)
-        differ = [f"{name} {np.exp(own):.6g} (samples' fit {np.exp(theirs):.6g})"
+        # with the relative gap: two fits of one table under other seeds agree to ~1e-6,
+        # which six digits showed as equal figures (a trial)
+        differ = [f"{name} {np.exp(own):.6g} (samples' fit {np.exp(theirs):.6g}, "
+                  f"{abs(np.expm1(own - theirs)):.1e} apart)"
                   for name, own, theirs in zip(law.form.params, point, samples.estimate,
                                                strict=True)
                   if abs(own - theirs) > ESTIMATE_LOG_TOLERANCE]
@@ -132,8 +135,9 @@ def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> 
             raise MosaicInputError(
                 f"{where}: these samples were bootstrapped around another fit than the "
                 f"plan's law ({len(differ)} of {len(point)} coefficients differ: "
-                f"{'; '.join(differ[:3])}): pass the law of the same fit with --law, or "
-                "bootstrap this one (`mosaic law fit ... --bootstrap N --samples-out`)")
+                f"{'; '.join(differ[:3])}): pass the law of the same fit (its seed "
+                "included) with --law, or bootstrap this one (`mosaic law fit ... --bootstrap "
+                "N --samples-out`)")
         return
     low, high = samples.log_coefs.min(axis=0), samples.log_coefs.max(axis=0)
     outside = [name for name, value, lo, hi in zip(law.form.params, point, low, high,
