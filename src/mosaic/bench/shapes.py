@@ -237,6 +237,7 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
     from mosaic.perf.calibration import default_calibration
     from mosaic.perf.machine import MeasuredTables, machine_for
     from mosaic.perf.shapes import attention_widths, sequence_shard_tokens, tokens_per_rank
+    from mosaic.perf.shapes import vocab_shard as vocab_shard_of
     from mosaic.perf.step_time import predict_step
 
     gemm, grouped, bus = _recorders()
@@ -247,7 +248,7 @@ def shapes_from_model(workload: Any, plan: Any, cluster: Any, name: str,
     geometry = workload.geometry
     tp, cp = int(plan.tp[0]), int(plan.cp[0])
     tokens = int(tokens_per_rank(workload, plan)[0])
-    vocab_shard = -(-geometry.vocab // tp)
+    vocab_shard = int(np.ceil(vocab_shard_of(workload, plan)[0]))  # whole entries per rank
     gemm_shapes = {GemmShape(m, n, k, "model") for m, n, k in gemm.shapes}
     gemm_shapes.add(GemmShape(tokens, vocab_shard, geometry.d_model, "lm_head"))
     widths = attention_widths(workload.geometry)

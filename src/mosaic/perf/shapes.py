@@ -25,6 +25,12 @@ def tokens_per_rank(workload: Workload, plans: ParallelPlans) -> np.ndarray:
     return plans.micro_batch * workload.seq_len / plans.cp
 
 
+def vocab_shard(workload: Workload, plans: ParallelPlans) -> np.ndarray:
+    """Vocabulary entries of one tensor-parallel rank's LM head and logits, V/tp
+    (Megatron-Core's vocab-parallel output layer; Shoeybi et al. 2019, Sec. 3)."""
+    return workload.geometry.vocab / plans.tp
+
+
 def sequence_shard_divisor(plans: ParallelPlans) -> np.ndarray:
     """tp where sequence parallelism shards norm/residual regions, else 1."""
     return np.where(plans.sequence_parallel, plans.tp, 1).astype(float)

@@ -93,7 +93,7 @@ from mosaic.perf.schedule import (
     uses_dualpipe,
     vocab_ends_share_a_rank,
 )
-from mosaic.perf.shapes import sequence_shard_tokens, tokens_per_rank
+from mosaic.perf.shapes import sequence_shard_tokens, tokens_per_rank, vocab_shard
 from mosaic.perf.terms import step_term
 from mosaic.perf.workload import Workload
 from mosaic.stacks import SelectiveRecompute
@@ -360,10 +360,10 @@ def _vocab_stage_times(machine: Machine, workload: Workload, plans: ParallelPlan
     its transformer block (:func:`_mtp_module_extra_s`), on the module's rank."""
     geometry = workload.geometry
     tokens = tokens_per_rank(workload, plans)
-    vocab_shard = geometry.vocab / plans.tp
-    head = gemm_time_s(tokens, vocab_shard, geometry.d_model, machine.bf16_gemm_rate_flops_per_s,
+    vocab = vocab_shard(workload, plans)
+    head = gemm_time_s(tokens, vocab, geometry.d_model, machine.bf16_gemm_rate_flops_per_s,
                        machine.hbm_bw_bytes_per_s, machine.sm_count, params=machine.gemm_params)
-    cross_entropy = streaming_time_s(tokens * vocab_shard * CROSS_ENTROPY_BYTES_PER_LOGIT,
+    cross_entropy = streaming_time_s(tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT,
                                      machine.hbm_bw_bytes_per_s)
     # the LM head's forward GEMM and its two backward ones
     t_last = (1 + geometry.mtp_layers) * (TRAIN_TO_FORWARD_FLOPS * head + cross_entropy)

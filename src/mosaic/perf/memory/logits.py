@@ -11,7 +11,7 @@ from mosaic.perf.factorise import plan_key
 from mosaic.perf.memory.parameter_states import holds_lm_head
 from mosaic.perf.plan import ParallelPlans
 from mosaic.perf.schedule import Stage
-from mosaic.perf.shapes import tokens_per_rank
+from mosaic.perf.shapes import tokens_per_rank, vocab_shard
 from mosaic.perf.workload import Workload
 from mosaic.stacks import CrossEntropy
 
@@ -84,7 +84,7 @@ def logits_bytes(workload: Workload, plans: ParallelPlans, stage: Stage) -> np.n
     the loss chunk by chunk along the sequence, each chunk's backward before the next
     chunk's forward ("reduces peak memory from O(B*L*V) to O(B*L/N*V)", components/loss.py
     @ 786e26f8e)."""
-    elements = (tokens_per_rank(workload, plans) * workload.geometry.vocab / plans.tp
+    elements = (tokens_per_rank(workload, plans) * vocab_shard(workload, plans)
                 / workload.loss_chunks)
     per_element = loss_bytes_per_logit(workload, plans)
     # Each MTP module's logits and loss come from the same output layer on the same rank,
