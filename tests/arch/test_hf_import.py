@@ -974,6 +974,9 @@ def test_nemotron_h_reads_its_remote_code_attention_head_dim(tmp_path):
     config["attention_head_dim"] = 2 * d_model // heads  # not hidden / heads: it must be read
     geometry, _ = _strict_counts(config)
     assert geometry.head_dim == 2 * d_model // heads
+    for bad in (0, False, -64):  # refused, not skipped for hidden / heads (a review)
+        with pytest.raises(MosaicInputError, match="attention_head_dim must be a positive"):
+            geometry_from_hf_config({**config, "attention_head_dim": bad})
 
 
 def test_a_qwen3_next_interval_beside_its_layer_types_is_not_warned_of():

@@ -76,6 +76,11 @@ def test_shapes_file_round_trip(tmp_path):
     assert [(s.m, s.n, s.k) for s in shapes.gemm] == [(8, 16, 32)] and shapes.peak_sizes == (64,)
     path.write_text("gemm:\n  - {m: 1e3, n: 1_024, k: 64}\n")  # whole numbers, grouped
     assert [(s.m, s.n) for s in shapes_from_file(path).gemm] == [(1000, 1024)]
+    # a stream with and without its optional norm_tokens (a review: the first crashed)
+    path.write_text("streams:\n  - {tokens: 64, d_model: 64, width: 96, vocab: 512}\n"
+                    "  - {tokens: 64, d_model: 64, width: 96, vocab: 512, norm_tokens: 32}\n")
+    plain, sharded = shapes_from_file(path).streams
+    assert (plain.residual_tokens, sharded.residual_tokens) == (64, 32)
 
 
 @pytest.mark.parametrize(("text", "match"), [

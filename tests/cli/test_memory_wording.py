@@ -48,8 +48,9 @@ def test_memory_verdict_by_hand():
 
 
 def test_every_command_reads_the_one_verdict():
-    """explain's status and its lever reasons, and the plan search, say what memory_verdict
-    says (a review found it decided in four modules)."""
+    """explain's status and its lever reasons say what memory_verdict says (a review found
+    it decided in four modules; layouts and the plan search: tests/perf/test_layouts.py and
+    tests/plan/test_search.py)."""
     from mosaic.evaluate.diagnosis import MemoryStatus, _memory_reason
 
     gib = 2**30

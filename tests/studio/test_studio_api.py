@@ -873,3 +873,20 @@ def test_the_studio_searches_within_a_jobs_search_block(tmp_path):
     document["search"] = (document.get("search") or {}) | {"pp": [1, 2], "sharding": ["zero1"]}
     body = _studio_layouts_equal_the_clis(document, tmp_path / "limited.yaml")
     assert {(r["pp"] in (1, 2), r["sharding"]) for r in body["rows"]} == {(True, "zero1")}
+
+
+def test_a_cleared_pipeline_layout_field_drops_the_job_files_split():
+    """The pipeline-layout field shows a --job file's stated split; cleared (by hand, or by
+    a layouts row whose pp it would not fit), the split is no longer stated: the job file's
+    came back from the base document (a review)."""
+    from mosaic.studio.app import form_from_job
+    from mosaic.studio.jobs import job_document
+
+    base = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+    base["parallelism"]["pipeline_layout"] = "Et*6|(t*6|)*6t*6L"
+    form = form_from_job(base)
+    assert form["parallelism.pipeline_layout"] == "Et*6|(t*6|)*6t*6L"
+    assert job_document(form, None, base)["parallelism"]["pipeline_layout"] == (
+        "Et*6|(t*6|)*6t*6L")
+    cleared = job_document({**form, "parallelism.pipeline_layout": ""}, None, base)
+    assert "pipeline_layout" not in cleared["parallelism"]

@@ -882,8 +882,7 @@ def _nemotron_h(fields: ConfigFields) -> Geometry:
               "tied_embeddings": fields.bool("tie_word_embeddings", False),
               # the remote-code NemotronHConfig's attention_head_dim (Nemotron-H 8B/47B/56B
               # config.json), read where head_dim is not stated (a trial: only warned of)
-              **_attention(fields, d_model, fields.config.get("attention_head_dim") and
-                           fields.int("attention_head_dim"))}
+              **_attention(fields, d_model, fields.optional_int("attention_head_dim"))}
     try:  # the geometry's own rules (pattern, mixer): name the file
         mamba = MambaConfig(heads=heads, head_dim=head_dim, state_dim=state_dim, groups=groups,
                             conv_kernel=conv_kernel, chunk_size=chunk_size,

@@ -39,7 +39,7 @@ CPUINFO = Path("/proc/cpuinfo")
 
 def is_cpu_device_name(name: str) -> bool:
     """Whether a bench device name is a CPU's: it begins with 'cpu' (the bench writes
-    :data:`CPU_DEVICE_PREFIX` and the CPU's architecture)."""
+    :data:`CPU_DEVICE_PREFIX` and the CPU's model, :func:`cpu_model`)."""
     return name.lower().startswith("cpu")
 
 

@@ -322,7 +322,9 @@ def shapes_from_file(path: Path) -> BenchShapes:
                            else [])) + f"; fields: {', '.join(names)}")
             shape = cls(**{k: (str(v) if k == "source" else _size(v, f"{where}: {k}"))
                            for k, v in entry.items()})
-            if min(getattr(shape, f) for f in names) < 1:
+            # an optional size left out (a stream's norm_tokens) is None, not a size (a
+            # review: a streams section crashed the comparison)
+            if min(v for f in names if (v := getattr(shape, f)) is not None) < 1:
                 raise MosaicInputError(f"{path}: {section}[{i}]: every size must be >= 1")
             items.append(shape)
         sections[section] = tuple(items)

@@ -27,6 +27,7 @@ from mosaic.cli.progress import is_quiet
 from mosaic.errors import MosaicInputError, missing_extra
 from mosaic.io_atomic import prepare_output_dir
 from mosaic.text_values import parse_ints, parse_names
+from mosaic.units import GIB, MIB, SECONDS_PER_HOUR
 
 HELP = "Microbenchmarks of your GPUs and network: tables for calibrate --microbench."
 bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -35,7 +36,7 @@ bench_app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enabl
 PRESETS = ("paper", "generic", "tiny")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6,
-          "MIB": 2**20, "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12,
+          "MIB": MIB, "G": 1e9, "GB": 1e9, "GIB": GIB, "T": 1e12, "TB": 1e12,
           "TIB": 2**40}
 
 
@@ -56,7 +57,8 @@ def parse_duration_s(option: str, text: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not match:
         raise MosaicInputError(f"{option} {text!r}: expected seconds or a duration like 8m, 1h")
-    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": SECONDS_PER_HOUR}[
+        match.group(2)]
 
 
 def _require_torch() -> None:

@@ -67,7 +67,7 @@ from mosaic.hardware.catalog import device_for_reported_name
 from mosaic.hardware.default_systems import resolve_system
 from mosaic.limits import LIMITS
 from mosaic.perf.collectives import BusBandwidthTable
-from mosaic.perf.constraints import broken_rules, plan_violations
+from mosaic.perf.constraints import layout_rules
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.kernels import GemmTable, GroupedGemmTable
 from mosaic.perf.machine import MeasuredTables, check_measured_rates, device_model_notes
@@ -100,8 +100,6 @@ if TYPE_CHECKING:
 
 KNOWN_BLOCKS = ("model", "parallelism", "batch", "performance", "optimizer", "search",
                 "hardware", "training")
-
-# the stack of a job that names none (and whose calibration names none)
 
 
 class PerformanceBlock(StrictBlock):
@@ -741,8 +739,7 @@ def job_from_document(document: dict[str, Any], where: str,
             parallelism, batch, dp=dp, layers=geometry.layers, is_moe=geometry.is_moe,
             stack=workload.stack, checkpointing=Checkpointing.parse(checkpointing),
             measured=False, notes=notes, where=where,
-            layout_rules=lambda plans: broken_rules(
-                plan_violations(workload, plans, int(plans.n_devices[0])), plans, 0))
+            layout_rules=layout_rules(workload))
         workload = replace(workload, pipeline_layouts=resolve_pipeline_layouts(
             parallelism, recipe_layouts, geometry, plan, notes))
         # uneven_stages true: its remainder-last split as a layout, costed rank by rank

@@ -703,7 +703,7 @@ def _optimum_layout(document: dict[str, Any], source: str, geometry: Geometry, s
     if "parallelism" in optimum and "batch" in optimum:
         from mosaic.config.blocks import BatchBlock, ParallelismBlock
         from mosaic.config.layout import plan_from_blocks
-        from mosaic.perf.constraints import broken_rules, plan_violations
+        from mosaic.perf.constraints import layout_rules
         from mosaic.perf.plan import Checkpointing
         from mosaic.perf.workload import Workload
         from mosaic.schema_validation import validate_mapping
@@ -720,8 +720,7 @@ def _optimum_layout(document: dict[str, Any], source: str, geometry: Geometry, s
             stack=stack, measured=False, notes=notes, where=where,
             checkpointing=Checkpointing.parse((optimum.get("plan") or {}).get(
                 "checkpointing", "none")),
-            layout_rules=lambda plans: broken_rules(
-                plan_violations(workload, plans, int(plans.n_devices[0])), plans, 0))
+            layout_rules=layout_rules(workload))
         layout = {**plans.row(0), **block.model_dump(include={
             "pipeline_layout", "ep_overlap", "dispatch_fp8", "tp_comm_overlap",
             "hsdp_shard"})}  # unstated: the whole dp group, as the file says it

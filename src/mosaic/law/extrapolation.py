@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from mosaic.arch.counts import sparsity as sparsity_of
+
 ArrayLike = float | np.ndarray
 
 QUANTITIES = ("n_total", "n_active", "tokens", "sparsity", "split_factor", "tokens_per_param",
@@ -207,7 +209,7 @@ def support_of_runs(n_total: np.ndarray, tokens: np.ndarray, n_active: np.ndarra
     support["tokens_per_param"] = span(tokens_per_param(tokens, n_active, n_total))
     if n_active is not None:
         support["n_active"] = span(n_active)
-        support["sparsity"] = span(1.0 - np.asarray(n_active) / np.asarray(n_total))
+        support["sparsity"] = span(sparsity_of(n_active, n_total))
     if split_factor is not None:
         support["split_factor"] = span(split_factor)
     if vocab is not None:

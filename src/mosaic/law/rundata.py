@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mosaic.arch.counts import sparsity as stated_sparsity
 from mosaic.errors import MosaicInputError
 from mosaic.law.forms import LawForm
 from mosaic.limits import LIMITS
@@ -241,13 +242,15 @@ class RunData:
                 n_active = from_sparsity
             else:
                 mismatch = np.flatnonzero(
-                    np.abs(1.0 - n_active / columns["n_total"] - sparsity) > SPARSITY_AGREEMENT_TOL
+                    np.abs(stated_sparsity(n_active, columns["n_total"]) - sparsity)
+                    > SPARSITY_AGREEMENT_TOL
                 )
                 if mismatch.size:
                     row = int(mismatch[0])
                     raise MosaicInputError(
                         f"{source}: row {row + 1}: sparsity {sparsity[row]:g} disagrees with "
-                        f"1 - n_active/n_total = {1 - n_active[row] / columns['n_total'][row]:g}"
+                        f"1 - n_active/n_total = "
+                        f"{stated_sparsity(n_active[row], columns['n_total'][row]):g}"
                     )
         return cls(
             n_total=columns.pop("n_total"),
@@ -278,7 +281,7 @@ class RunData:
     @property
     def sparsity(self) -> np.ndarray | None:
         """S = 1 - N_act / N_tot (Sec. 3.4), or None for dense data."""
-        return None if self.n_active is None else 1.0 - self.n_active / self.n_total
+        return None if self.n_active is None else stated_sparsity(self.n_active, self.n_total)
 
     @property
     def strata(self) -> np.ndarray:

@@ -8,6 +8,7 @@ is rejected with the same message.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -244,6 +245,14 @@ def broken_rules(violations: list[Violation], plans: ParallelPlans, index: int
     """Every rule plan ``index`` breaks: its template -> the message with the plan's values."""
     return {violation.rule: violation.message(plans, index) for violation in violations
             if violation.violated[index]}
+
+
+def layout_rules(workload: Workload) -> Callable[[ParallelPlans], dict[str, str]]:
+    """The rules a length-1 plan of ``workload`` breaks, on its own device count
+    (:func:`broken_rules`): what a stated layout's unstated defaults are checked against
+    (config.layout.plan_from_blocks)."""
+    return lambda plans: broken_rules(plan_violations(workload, plans,
+                                                      int(plans.n_devices[0])), plans, 0)
 
 
 def first_reason(violations: list[Violation], plans: ParallelPlans, index: int) -> str | None:

@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from mosaic.errors import MosaicInputError
 from mosaic.stacks import get_stack
 
@@ -91,6 +93,12 @@ OVER_HEADROOM = "over the planning headroom"
 OUT_OF_MEMORY = "out of memory"
 
 
+def above_device(memory_bytes: Any, capacity_bytes: float) -> Any:
+    """Whether a plan needs more than the device has (numbers or arrays): out of memory,
+    not only over the planning headroom."""
+    return np.asarray(memory_bytes) > capacity_bytes
+
+
 def memory_verdict(memory_bytes: float, capacity_bytes: float, overshoot_bytes: float) -> str:
     """:data:`FITS` within the usable budget (no overshoot); :data:`OUT_OF_MEMORY` above
     the device's memory; :data:`OVER_HEADROOM` between the two, where only the planning
@@ -98,7 +106,7 @@ def memory_verdict(memory_bytes: float, capacity_bytes: float, overshoot_bytes: 
     GPUs' memory). Any unit, as long as all three share it."""
     if overshoot_bytes <= 0:
         return FITS
-    return OUT_OF_MEMORY if memory_bytes > capacity_bytes else OVER_HEADROOM
+    return OUT_OF_MEMORY if above_device(memory_bytes, capacity_bytes) else OVER_HEADROOM
 
 
 def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: float,

@@ -42,7 +42,12 @@ from mosaic.allocator import keep_freed_memory
 from mosaic.errors import MosaicInputError
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import plan_violations
-from mosaic.perf.headroom import OUT_OF_MEMORY, memory_verdict, overshoot_text
+from mosaic.perf.headroom import (
+    OUT_OF_MEMORY,
+    above_device,
+    memory_verdict,
+    overshoot_text,
+)
 from mosaic.perf.machine import Machine
 from mosaic.perf.memory import (
     feasibility,
@@ -609,7 +614,7 @@ class LayoutSearch:
         """Indices of :meth:`out_of_memory`'s plans that only the planning headroom refuses
         (under the device's memory), closest to fitting first."""
         oom = self.out_of_memory()
-        return oom[self.prediction.memory_bytes[oom] <= self.capacity_bytes]
+        return oom[~above_device(self.prediction.memory_bytes[oom], self.capacity_bytes)]
 
     def rejected_counts(self) -> dict[str, int]:
         """Candidates rejected per rule (first broken rule only), in rule order."""

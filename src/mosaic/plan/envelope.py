@@ -37,8 +37,6 @@ from mosaic.plan.goodput import ConstantGoodput, Goodput
 from mosaic.stacks import DEFAULT_STACK, get_stack
 from mosaic.units import HOURS_PER_DAY, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
-# The stack a plan assumes when neither the user nor the calibration profile names one.
-
 
 def planning_stack(calibration: Calibration, stack: str | None = None) -> str:
     """The stack a plan runs on: the user's, else the calibration profile's, else

@@ -72,13 +72,15 @@ class RayBackend:
                 f"--workers sizes the local Ray instance --backend ray starts, but "
                 f"RAY_ADDRESS={environment} names a cluster: unset RAY_ADDRESS, or drop "
                 "--workers to run on that cluster")
-        if environment and environment != "auto" and not _looks_like_host_port(environment):
-            # Ray's own "Invalid address format" came after its retries (a trial)
-            raise MosaicInputError(f"RAY_ADDRESS={environment!r}: allowed: auto or HOST:PORT "
-                                   "(e.g. 10.0.0.5:6379); check or unset RAY_ADDRESS")
         from_environment = (self.address == "auto" or (self.address is None
                                                        and self.num_cpus is None)
                             ) and bool(environment)
+        if (from_environment and environment != "auto"
+                and not _looks_like_host_port(environment)):
+            # Ray's own "Invalid address format" came after its retries (a trial); a stated
+            # --address HOST:PORT leaves RAY_ADDRESS unread, so it is not judged then
+            raise MosaicInputError(f"RAY_ADDRESS={environment!r}: allowed: auto or HOST:PORT "
+                                   "(e.g. 10.0.0.5:6379); check or unset RAY_ADDRESS")
         target = environment if from_environment else self.address
         where = (f"RAY_ADDRESS={target}" if from_environment
                  else target or "a new local instance")

@@ -156,6 +156,11 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
             if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
                 document.setdefault(block, {})[field] = field_value(field, text, key)
     parallelism = document.get("parallelism", {})
+    if not str(form.get("parallelism.pipeline_layout", "x")).strip():
+        # the field shows a job file's stated split; cleared (or cleared by a layouts row,
+        # whose pp and vpp it would not fit), the split is no longer stated (a review: the
+        # job file's came back)
+        parallelism.pop("pipeline_layout", None)
     if parallelism.get("sharding", "hsdp") != "hsdp":
         # the job file's shard group of hybrid sharding, which the form cannot clear, means
         # nothing once the form picks another sharding (and would be refused)

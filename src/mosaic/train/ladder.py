@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field
 
 from mosaic.arch import count_parameters
+from mosaic.arch.counts import sparsity as sparsity_of
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
 from mosaic.errors import MosaicInputError
 from mosaic.limits import LIMITS, is_finite_number
@@ -208,7 +209,7 @@ def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
                                         "split_factor", "experts", "top_k", "layers",
                                         "d_model", "peak_lr", "steps", "wall_s",
                                         "tokens_per_s", "final_loss")}
-    row["sparsity"] = 1.0 - result["n_active"] / result["n_total"]  # exactly as law fit checks
+    row["sparsity"] = float(sparsity_of(result["n_active"], result["n_total"]))  # as law fit checks
     row["starved_experts"] = result.get("starved_experts")  # absent from older result files
     row["vocab"] = result.get("vocab")  # the loss's unit; absent from older result files
     return {"name": name, "q": q, "loss": result["smoothed_loss"], **row}
