@@ -68,6 +68,9 @@ def main() -> int:
     import scipy.optimize
     import scipy.stats  # noqa: F401
 
+    from mosaic.threads import limit_blas_threads
+
+    limit_blas_threads()  # as `mosaic law fit` runs it: one BLAS thread (mosaic.threads)
     start = time.perf_counter()
     fit = fit_law(runs, CHINCHILLA, settings)
     report("multi-start fit (default settings)", time.perf_counter() - start, fit)

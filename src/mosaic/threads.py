@@ -13,6 +13,7 @@ imported, which is too late in forked workers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -35,4 +36,10 @@ def limit_blas_threads(threads: int | None = None) -> Any:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return None
+    # threadpoolctl reaches only the BLAS libraries already loaded: scipy's wheels bundle an
+    # OpenBLAS of their own besides numpy's, loaded on scipy's first import, which in the
+    # CLI comes after this call (a trial: the law fit ran scipy's on 2 threads, 9.0 s
+    # against 2.7 s with OMP_NUM_THREADS=1); load it first
+    with contextlib.suppress(ImportError):
+        import scipy.linalg  # noqa: F401
     return threadpool_limits(limits=threads or blas_threads(), user_api="blas")
