@@ -296,3 +296,13 @@ def test_stages_even_with_the_embedding_and_loss_in_the_split_are_not_called_une
         result = export(spec, target)
         assert "account_for_embedding_in_pipeline_split" in result.text.replace("-", "_")
         assert not any("uneven pipeline stages" in note for note in result.unsupported), target
+
+
+def test_a_hybrid_models_header_says_its_pattern_counts_mixers_and_ffns_apart():
+    """Qwen3-Next's 48 decoder layers are 96 pattern layers (a gated DeltaNet or attention
+    mixer, then an MoE block): the nemo file's num_layers is 48, and its header's 96 now says
+    what it counts (a trial read the two as a contradiction); a uniform model's does not."""
+    hybrid = export(_spec("qwen3_next_80b_b200.yaml"), "nemo").text
+    assert "# model: 96 layers of the hybrid pattern (mixers and FFN/MoE blocks counted apart)" \
+        in hybrid and "num_layers: 48" in hybrid
+    assert "# model: 48 layers, d_model 6144" in export(_spec("appendix_e.yaml"), "megatron").text

@@ -119,7 +119,12 @@ def header_lines(spec: ExportSpec, target: str, unsupported: list[str]) -> list[
         EXPORT_HEADER_TEXT.format(target=target, source=spec.source or "a job"),
         f"{spec.n_devices} GPUs = tp {spec.tp} x pp {spec.pp} x cp {spec.cp} x dp {spec.dp}; "
         f"ep {spec.ep}, etp {spec.etp}, vpp {spec.vpp}",
-        f"model: {g.layers} layers, d_model {g.d_model}, {g.heads} heads ({g.kv_heads} kv, "
+        # a hybrid pattern counts its mixers and its FFN/MoE blocks apart, which a target
+        # may pair into decoder layers (a trial read "96 layers" over num_layers: 48)
+        f"model: {g.layers} "
+        + ("layers of the hybrid pattern (mixers and FFN/MoE blocks counted apart)"
+           if g.is_hybrid else "layers")
+        + f", d_model {g.d_model}, {g.heads} heads ({g.kv_heads} kv, "
         f"head_dim {g.head_dim}), ffn {g.ffn}, vocab {g.vocab}"
         + (f", {g.moe.experts} experts top-{g.moe.top_k} width {g.moe.expert_ffn}, "
            f"{g.moe.shared_experts} shared, {g.moe.dense_layers} dense-first"
