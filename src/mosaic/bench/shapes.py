@@ -214,19 +214,19 @@ def sized_for_device(shapes: BenchShapes, device_type: str,
         return shapes
     peak = _capped(shapes.peak_sizes, CPU_MAX_PEAK_SIZE)
     optimizer = _capped(shapes.optimizer_params, CPU_MAX_OPTIMIZER_PARAMS)
-    dropped = [*(f"peak {s}" for s in shapes.peak_sizes if s not in peak),
-               *(f"adamw {p:,} params" for p in shapes.optimizer_params if p not in optimizer)]
-    if not dropped:
+    # family -> (its cap, the sizes the cap leaves out)
+    capped = {"gemm": (f"the peak sweep stops at {CPU_MAX_PEAK_SIZE}",
+                       [f"peak {s}" for s in shapes.peak_sizes if s not in peak]),
+              "kernels": (f"the optimizer at {CPU_MAX_OPTIMIZER_PARAMS:,} parameters",
+                          [f"adamw {p:,} params" for p in shapes.optimizer_params
+                           if p not in optimizer])}
+    if not any(dropped for _, dropped in capped.values()):
         return shapes
-    parts = [part for family, part in (
-        ("gemm", f"the peak sweep stops at {CPU_MAX_PEAK_SIZE}"),
-        ("kernels", f"the optimizer at {CPU_MAX_OPTIMIZER_PARAMS:,} parameters"))
-        if family in families]
-    shown = [item for item in dropped
-             if ("gemm" in families and item.startswith("peak"))
-             or ("kernels" in families and item.startswith("adamw"))]
+    ours = [capped[family] for family in capped if family in families]
+    shown = [item for _, dropped in ours for item in dropped]
     notes = (shapes.notes if not shown else (
-        *shapes.notes, f"on a CPU {' and '.join(parts)} (not measured: {', '.join(shown)})"))
+        *shapes.notes, f"on a CPU {' and '.join(cap for cap, _ in ours)} (not measured: "
+                       f"{', '.join(shown)})"))
     return replace(shapes, peak_sizes=peak, optimizer_params=optimizer, notes=notes)
 
 

@@ -391,9 +391,10 @@ def _unstated_etp(parallelism: ParallelismBlock, fields: dict[str, Any], *, is_m
             None, "parallelism.etp", notes,
             " (Megatron-Core's default is tp; a run record keeps 1)"
             if measured and tp > 1 and is_moe else ""))
-    at_tp, at_one = single_plan(**fields, etp=tp), single_plan(**fields, etp=1)
+    at_tp = single_plan(**fields, etp=tp)
     if layout_rules is not None:
         # the rules etp = tp breaks that etp = 1 does not (any other is the job's own)
+        at_one = single_plan(**fields, etp=1)
         kept = layout_rules(at_one)
         broken = [message for rule, message in layout_rules(at_tp).items() if rule not in kept]
         if broken:

@@ -13,11 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic.perf.pipeline_layout import (
-    remainder_leaves_empty_chunk,
-    split_slots,
-    stages_uneven,
-)
+from mosaic.perf.pipeline_layout import remainder_leaves_empty_chunk, split_slots
 from mosaic.perf.plan import Checkpointing, ParallelPlans, Sharding
 from mosaic.perf.schedule import laid_out, n_microbatches
 from mosaic.perf.workload import Workload
@@ -51,14 +47,12 @@ def _pipeline_split_rule(workload: Workload, plans: ParallelPlans) -> tuple[str,
 
 def _split_rule(workload: Workload, chunks: np.ndarray) -> tuple[str, np.ndarray]:
     layers = workload.geometry.layers
-    uneven = (np.asarray(chunks) <= 0) | stages_uneven(layers, np.maximum(chunks, 1),
-                                                     workload.vocab_in_pipeline_split)
+    slots = split_slots(layers, workload.vocab_in_pipeline_split)
     if workload.vocab_in_pipeline_split:
-        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers + 2 = "
-                f"{split_slots(layers, True)} (embedding and loss each take a pipeline slot)",
-                uneven)
+        return (f"pp·vpp={{pp}}·{{vpp}} must divide layers + 2 = {slots} (embedding and loss "
+                "each take a pipeline slot)", _not_divisible(slots, chunks))
     if not workload.uneven_pipeline_stages:
-        return f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}", uneven
+        return f"pp·vpp={{pp}}·{{vpp}} must divide layers={layers}", _not_divisible(slots, chunks)
     return (f"pp·vpp={{pp}}·{{vpp}} leaves a pipeline chunk without blocks (layers={layers})",
             remainder_leaves_empty_chunk(layers, np.maximum(chunks, 1)))
 

@@ -120,13 +120,19 @@ def memory_fit_text(memory_gib: float, capacity_gib: float, usable_fraction: flo
     if kind == FITS:
         verdict = FITS
     elif kind == OVER_HEADROOM:
-        verdict = (f"over the {usable_fraction:.0%} planning headroom by {overshoot_gib:.2f} "
-                   f"GiB ({capacity_gib - memory_gib:.2f} GiB under device memory)")
+        verdict = (headroom_overshoot_text(usable_fraction, overshoot_gib)
+                   + f" ({capacity_gib - memory_gib:.2f} GiB under device memory)")
     else:
         verdict = "OUT OF MEMORY by " + overshoot_text(memory_gib, capacity_gib,
                                                        usable_fraction, overshoot_gib)
     return (f"{memory_gib:.2f} GiB of {usable_fraction * capacity_gib:.1f} usable "
             f"({usable_fraction:.0%} of {capacity_gib:.1f} GiB), {verdict}")
+
+
+def headroom_overshoot_text(usable_fraction: float, overshoot_gib: float) -> str:
+    """'over the F% planning headroom by O GiB': a plan under the device's memory that only
+    the headroom refuses."""
+    return f"over the {usable_fraction:.0%} planning headroom by {overshoot_gib:.2f} GiB"
 
 
 def overshoot_text(memory_gib: float, capacity_gib: float, usable_fraction: float,

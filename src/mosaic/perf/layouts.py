@@ -45,6 +45,7 @@ from mosaic.perf.constraints import plan_violations
 from mosaic.perf.headroom import (
     OUT_OF_MEMORY,
     above_device,
+    headroom_overshoot_text,
     memory_verdict,
     overshoot_text,
 )
@@ -605,7 +606,7 @@ class LayoutSearch:
                 needed / GIB, self.capacity_bytes / GIB, fraction, over / GIB)
             under = ""
         else:  # below the device's memory only the planning headroom refuses it
-            verdict = f"over the {fraction:.0%} planning headroom by {over / GIB:.2f} GiB"
+            verdict = headroom_overshoot_text(fraction, over / GIB)
             under = f", {(self.capacity_bytes - needed) / GIB:.2f} GiB under device memory"
         return (f"{verdict} ({needed / GIB:.2f} GiB needed, {usable / GIB:.2f} usable of "
                 f"{self.capacity_bytes / GIB:.2f} GiB per GPU{under}; largest: {largest})")

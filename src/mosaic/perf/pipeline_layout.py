@@ -233,8 +233,8 @@ def split_slots(layers: int, vocab_in_pipeline_split: bool) -> int:
 
 def stages_uneven(layers: int, chunks: Any, vocab_in_pipeline_split: bool) -> Any:
     """Whether ``chunks`` (pp·vpp; int or array) leave the pipeline stages uneven: they do
-    not divide :func:`split_slots`. The one definition the layout rules and the exports
-    read (a review found an export ignoring the vocab slots)."""
+    not divide :func:`split_slots`, the slots the layout rules divide too (a review found an
+    export ignoring the vocab slots)."""
     return split_slots(layers, vocab_in_pipeline_split) % chunks != 0
 
 

@@ -156,7 +156,8 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
             if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
                 document.setdefault(block, {})[field] = field_value(field, text, key)
     parallelism = document.get("parallelism", {})
-    if not str(form.get("parallelism.pipeline_layout", "x")).strip():
+    if "parallelism.pipeline_layout" in form and not str(
+            form["parallelism.pipeline_layout"]).strip():
         # the field shows a job file's stated split; cleared (or cleared by a layouts row,
         # whose pp and vpp it would not fit), the split is no longer stated (a review: the
         # job file's came back)

@@ -149,8 +149,8 @@ def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str]
     if available is None:
         return
     free, source = available
-    needed = estimate.peak_bytes * SAFETY_FACTOR * processes
-    if needed <= free:
+    per_process = estimate.peak_bytes * SAFETY_FACTOR
+    if per_process * processes <= free:
         return
     shared = (f" x {processes} processes on this host (they share its memory)"
               if processes > 1 else "")
@@ -159,7 +159,7 @@ def check_training_memory(estimate: MemoryEstimate, available: tuple[float, str]
     # more processes shard the states of GPUs, each with its own memory, not a CPU host's
     more = "" if device.startswith("cpu") else ", more processes (torchrun shards the states)"
     raise MosaicInputError(
-        f"the job does not fit in memory: estimated {_gb(needed / processes)} per process"
+        f"the job does not fit in memory: estimated {_gb(per_process)} per process"
         f"{shared} ({_gb(estimate.model_state_bytes)} fp32 weights, gradients and AdamW "
         f"state for {estimate.params / 1e9:.3g} B parameters, "
         f"{_gb(estimate.activation_bytes)} activations and {_gb(estimate.logits_bytes)} "
