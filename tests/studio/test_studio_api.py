@@ -890,3 +890,52 @@ def test_a_cleared_pipeline_layout_field_drops_the_job_files_split():
         "Et*6|(t*6|)*6t*6L")
     cleared = job_document({**form, "parallelism.pipeline_layout": ""}, None, base)
     assert "pipeline_layout" not in cleared["parallelism"]
+
+
+RECORD = "runs_example.yaml#example-bridge-deepseekv3-gb200-256-bf16"
+
+
+def test_a_run_record_opens_as_the_job_it_measured():
+    """`mosaic studio --job RUNS.yaml#ID` was refused ("tp·pp·cp·dp = 1·1·1·1 = 1, not
+    num_gpus=8": the dp=1 of the check) while `mosaic perf` reads the record (a trial): it
+    opens on the record's job and predicts what `mosaic perf RUNS.yaml#ID` prints."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import predict_form
+    from mosaic.studio.server import load_job_document
+
+    document = load_job_document(EXAMPLES / RECORD)
+    form = options_document(document)["form"]
+    assert (form["model.source"], form["hardware.system"], form["hardware.nodes"]) == (
+        "job", "GB200-NVL72", "64")
+    _, result = predict_form(form, document, load_calibration(None))
+    expected = cli_json("perf", str(EXAMPLES / RECORD))
+    assert float(result.prediction.step_time_s[0]) == pytest.approx(expected["step_time_s"],
+                                                                    rel=1e-12)
+
+
+@pytest.mark.parametrize("source", ["appendix_e", "record"])
+def test_a_stated_dp_follows_the_edited_node_count(source, tmp_path):
+    """The editor has no dp field: a job file's stated dp (every exported plan states one)
+    or a run record's refused every edit of the node count ("make them equal") and every
+    layouts row of another dp. dp is what the nodes leave, as for a job that states none."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import predict_form
+    from mosaic.studio.server import load_job_document
+
+    if source == "record":
+        path = EXAMPLES / RECORD
+    else:
+        stated = yaml.safe_load((EXAMPLES / "appendix_e.yaml").read_text())
+        stated["parallelism"]["dp"] = 32
+        path = tmp_path / "stated_dp.yaml"
+        path.write_text(yaml.safe_dump(stated))
+    document = load_job_document(path)
+    form = {k: v for k, v in options_document(document)["form"].items()
+            if k != "parallelism.dp"}  # the page's form: no dp field
+    nodes = int(form["hardware.nodes"])
+    calibration = load_calibration(None)
+    before = predict_form(form, document, calibration)[1].spec.plan.row(0)["dp"]
+    _, result = predict_form({**form, "hardware.nodes": str(2 * nodes)}, document, calibration)
+    assert result.spec.plan.row(0)["dp"] == 2 * before

@@ -156,6 +156,11 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
             if text != "":  # a YAML scalar, as a job file would hold it ("4" -> 4)
                 document.setdefault(block, {})[field] = field_value(field, text, key)
     parallelism = document.get("parallelism", {})
+    if "parallelism.dp" not in form:
+        # the editor has no dp field: dp is what the node count leaves, as for a job file
+        # that states none. A job file's (or a run record's) stated dp refused every edit
+        # of the nodes or a degree, and every layouts row of another dp (a trial)
+        parallelism.pop("dp", None)
     if "parallelism.pipeline_layout" in form and not str(
             form["parallelism.pipeline_layout"]).strip():
         # the field shows a job file's stated split; cleared (or cleared by a layouts row,

@@ -45,14 +45,22 @@ def require_studio() -> None:
 
 
 def load_job_document(path: Path | None) -> dict[str, Any] | None:
-    """The `--job` file, checked with the CLI's schema before the server starts."""
+    """The `--job` file, checked with the CLI's schema before the server starts; a run
+    record (``RUNS.yaml#ID``, as `mosaic perf` reads one) becomes the job it measured, with
+    the settings `mosaic perf` reads it with (a trial's record was refused with a message
+    about the dp=1 the check below sets)."""
     if path is None:
         return None
-    from mosaic.config.job_schema import load_job
+    from mosaic.config.job_schema import job_document, load_job
+    from mosaic.config.run_records import is_run_record_document, split_record_reference
+    from mosaic.evaluate.job import load_job_spec
     from mosaic.schema_validation import load_yaml_mapping
 
+    document = load_yaml_mapping(split_record_reference(path)[0])
+    if is_run_record_document(document):
+        return job_document(load_job_spec(path))
     load_job(path, ["parallelism.dp=1"])  # same checks as `mosaic layouts`; layout is edited
-    return load_yaml_mapping(path)
+    return document
 
 
 def require_free_port(host: str, port: int) -> None:
