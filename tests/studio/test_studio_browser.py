@@ -336,3 +336,67 @@ def test_a_request_that_gets_no_answer_says_so(page, browser):
                 assert text(page, summary) == ""  # not "searching…" forever
     finally:
         page.execute_script("window.fetch = window._fetch;")
+
+
+def test_a_panel_of_the_job_before_an_edit_says_so(studio, browser):
+    """A trial searched the layouts, then halved the nodes and clicked the best row: the
+    editor got its degrees with the new job's dp, another step time than the row's, and
+    nothing said the table was the old job's. An edit no row sets greys the table, says
+    which field changed and loads no row; a row's own fields keep it current. Explain's
+    result of the job before an edit says so too; its bound and what makes the job fit are
+    two sentences (they ran on as "... of the step The job does not fit")."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser.start_driver(height=1100)
+    try:
+        driver.get(studio.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+            what="first prediction")
+        driver.find_element(By.ID, "layouts-run").click()
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
+                         what="the layout table")
+
+        def best_row() -> tuple[Any, float]:
+            row = driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr")[0]
+            return row, float(row.find_elements(By.TAG_NAME, "td")[13].text)
+
+        def holder_is_stale() -> bool:
+            return "stale" in driver.execute_script(
+                "return document.getElementById('layouts-table-holder').className")
+
+        set_field(driver, "batch.micro_seqs", "1")  # a field a row sets: still this job's
+        assert text(driver, "layouts-stale") == "" and not holder_is_stale()
+        set_field(driver, "hardware.nodes", "16")
+        assert "edit of hardware.nodes" in text(driver, "layouts-stale") and holder_is_stale()
+        browser.wait_for(lambda: " on 128 " in text(driver, "m-layout"), what="16 nodes")
+        step = text(driver, "m-step")
+        best_row()[0].click()
+        assert "Not loaded" in text(driver, "layouts-error")
+        assert field(driver, "parallelism.pp").get_attribute("value") == "8"  # nothing loaded
+        assert text(driver, "m-step") == step
+        set_field(driver, "hardware.nodes", "32")  # the searched job again
+        assert text(driver, "layouts-stale") == "" and not holder_is_stale()
+        row, row_step = best_row()
+        row.click()
+        browser.wait_for(lambda: abs(float(text(driver, "m-step").split()[0]) - row_step)
+                         < 6e-4, what="the row's step time")
+
+        # explain an out-of-memory job (the default layout, no recompute, no sharding, mb 8)
+        layout = {key: DEFAULT_FORM[key] for key in DEFAULT_FORM if key.startswith("parallelism.")}
+        for key, value in {**layout, "performance.checkpointing": "none",
+                           "batch.micro_seqs": "8", "parallelism.sharding": "none"}.items():
+            set_field(driver, key, value)
+        browser.wait_for(lambda: "infeasible" in text(driver, "m-verdict"), what="out of memory")
+        driver.find_element(By.ID, "explain-run").click()
+        summary = browser.wait_for(lambda: text(driver, "explain-summary").startswith("Bound")
+                                   and text(driver, "explain-summary"), what="the explanation")
+        assert "of the step. The job does not fit" in summary, summary
+        assert text(driver, "explain-stale") == ""
+        set_field(driver, "parallelism.sharding", "zero1")
+        assert "edit of parallelism.sharding" in text(driver, "explain-stale")
+        assert "stale" in driver.execute_script(
+            "return document.getElementById('levers-table-holder').className")
+        assert all("/api/perf" in e["message"] for e in browser.console_errors(driver))
+    finally:
+        driver.quit()

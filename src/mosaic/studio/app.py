@@ -92,6 +92,7 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
         "plan_fields_from_job": PLAN_FIELDS_FROM_JOB,
         "system_gpus": {name: get_system(name).device.name for name in list_systems()},
         "export_targets": _export_targets(),
+        "layout_searched_fields": list(LAYOUT_SEARCHED_FIELDS),
         "grids": list(GRIDS),
     }
 
@@ -163,6 +164,11 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
 
 # Layout fields a job may state that the layout search replaces with its own choice
 SEARCHED_AWAY = ("dp", "pipeline_layout")
+# The job fields a layouts row sets: the search's rows stay the edited job's while only
+# these change (the page greys them after any other edit)
+LAYOUT_SEARCHED_FIELDS = (*(f"parallelism.{name}" for name in (
+    "tp", "pp", "vpp", "cp", "ep", "etp", *SEARCHED_AWAY, "sharding")),
+    "batch.micro_seqs", "performance.checkpointing")
 
 
 def _without_searched_layout(document: dict[str, Any] | None) -> dict[str, Any] | None:

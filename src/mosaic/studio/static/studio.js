@@ -75,6 +75,8 @@
   var sequence = 0;
   var pinned = null;
   var pollTimer = null;
+  // the job form each panel's shown result was computed for (null: none shown yet)
+  var searchedForm = null, explainedForm = null;
 
   function $(id) { return document.getElementById(id); }
   function fieldId(key) { return "f-" + key.replace(/\./g, "-"); }
@@ -339,11 +341,39 @@
     return true;
   }
 
+  function editedSince(form, ignored) {  // the job fields edited since `form`, by name
+    if (!form) { return []; }
+    return changedFields(form, readForm("job-form")).map(function (c) { return c.field; })
+      .filter(function (key) { return ignored.indexOf(key) < 0; });
+  }
+
+  // A panel's result of the job before an edit is greyed and says so (for the layouts, an
+  // edit of a field no row sets: options.layout_searched_fields). A trial searched 512 GPUs,
+  // set 256, and a click on the dp256 row loaded dp128, another step time than the row's,
+  // without a word; the next search or explain is of the edited job.
+  function markStale() {
+    var layouts = editedSince(searchedForm, options.layout_searched_fields);
+    ["layouts-table-holder", "infeasible-holder"].forEach(function (id) {
+      $(id).classList.toggle("stale", layouts.length > 0);
+    });
+    $("layouts-stale").textContent = layouts.length ? "These layouts are of the job before your edit of " +
+      layouts.join(", ") + ": search again to list the edited job's." : "";
+    var explained = editedSince(explainedForm, []);
+    ["explain-figure", "levers-table-holder"].forEach(function (id) {
+      $(id).classList.toggle("stale", explained.length > 0);
+    });
+    $("explain-stale").textContent = explained.length ? "This explains the job before your edit of " +
+      explained.join(", ") + ": explain again for the edited job." : "";
+  }
+
   function searchLayouts() {
     $("layouts-error").textContent = "";
     $("layouts-summary").textContent = "searching…";
-    return post("/api/layouts", {form: readForm("job-form")}).then(function (body) {
+    var form = readForm("job-form");
+    return post("/api/layouts", {form: form}).then(function (body) {
       if (failed(body, "layouts-summary", "layouts-error")) { return; }
+      searchedForm = form;
+      markStale();
       $("layouts-summary").textContent = body.n_candidates.toLocaleString() + " candidates, " +
         body.n_plans.toLocaleString() + " pass the divisibility rules, " + body.n_feasible.toLocaleString() +
         " fit in memory (" + body.search_ms.toFixed(0) + " ms); best " + body.rows.length + " listed.";
@@ -380,12 +410,22 @@
   }
 
   function useLayout(row) {
+    // a row of another job's search would load its degrees into this job: another dp,
+    // another step time than the row says
+    var edited = editedSince(searchedForm, options.layout_searched_fields);
+    if (edited.length) {
+      $("layouts-error").textContent = "Not loaded: this row is of the job before your edit of " +
+        edited.join(", ") + "; search again.";
+      return;
+    }
+    $("layouts-error").textContent = "";
     ["tp", "pp", "vpp", "cp", "ep", "etp"].forEach(function (k) { $(fieldId("parallelism." + k)).value = row[k]; });
     // the search chose its own split for the row's pp and vpp: a stated one would not fit it
     $(fieldId("parallelism.pipeline_layout")).value = "";
     $(fieldId("parallelism.sharding")).value = row.sharding;
     $(fieldId("batch.micro_seqs")).value = row.micro_batch;
     $(fieldId("performance.checkpointing")).value = row.checkpointing;
+    markStale();
     predict();
     location.hash = "#job";
   }
@@ -402,9 +442,14 @@
   function explainJob() {
     $("explain-error").textContent = "";
     $("explain-summary").textContent = "explaining…";
-    return post("/api/explain", {form: readForm("job-form")}).then(function (body) {
+    var form = readForm("job-form");
+    return post("/api/explain", {form: form}).then(function (body) {
       if (failed(body, "explain-summary", "explain-error")) { return; }
-      $("explain-summary").textContent = "Bound: " + body.bound + (body.fit ? " " + body.fit : "");
+      explainedForm = form;
+      markStale();
+      // the bound and which levers make it fit are two sentences (they ran on: "... of the
+      // step The job does not fit")
+      $("explain-summary").textContent = "Bound: " + body.bound + (body.fit ? ". " + body.fit : "");
       var rows = body.levers.map(function (lever, i) {
         return Object.assign({}, lever, {rank: i + 1,
           verdict: lever.feasible ? "yes" : "no: " + lever.reason,
@@ -592,6 +637,8 @@
       showPlanGrid(false);
       $(fieldId("plan.grid")).addEventListener("change", function () { showPlanGrid(true); });
       $("job-form").addEventListener("input", schedulePredict);
+      $("job-form").addEventListener("input", markStale);
+      $("job-form").addEventListener("change", markStale);
       $("job-form").addEventListener("input", followJob);
       $("job-form").addEventListener("change", followJob);
       $("plan-form").addEventListener("input", function (event) {
