@@ -939,3 +939,20 @@ def test_a_stated_dp_follows_the_edited_node_count(source, tmp_path):
     before = predict_form(form, document, calibration)[1].spec.plan.row(0)["dp"]
     _, result = predict_form({**form, "hardware.nodes": str(2 * nodes)}, document, calibration)
     assert result.spec.plan.row(0)["dp"] == 2 * before
+
+
+def test_an_untrainable_plan_says_why_in_the_forms_words(studio):
+    """The page's plan with pp 3 on 32 GPUs failed with the CLI's advice, "loosen --pp 3 or
+    choose --nodes, ... and --global-batch": the fields are pp, nodes and global batch (a
+    trial). An option the form lacks (--gpus-per-node) keeps its CLI spelling."""
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM
+
+    form = {**DEFAULT_PLAN_FORM, **TINY_PLAN, "plan.pp": "3"}
+    status, body = studio.call("/api/plan", {"form": form})
+    assert status == 200, body
+    current = wait_plan(studio)
+    assert current["state"] == "failed", current
+    message = current["message"]
+    assert message.startswith("no geometry of the grid is trainable"), message
+    assert "loosen pp 3" in message and "global_batch" in message, message
+    assert "--pp" not in message and "--nodes" not in message and "--global-batch" not in message

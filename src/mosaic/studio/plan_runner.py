@@ -372,7 +372,9 @@ class PlanRunner:
                               "with a larger --plan-time-limit-s, or run `mosaic plan`"
                               if stop.why == "timed out" else "cancelled"))
         except MosaicInputError as exc:
-            job.state, job.message = "failed", str(exc)
+            # why nothing is trainable, in the form's words ("loosen pp 3 or choose nodes"
+            # where the CLI says --pp 3 and --nodes: a trial looked for the flags)
+            job.state, job.message = "failed", in_form_words(str(exc), set(DEFAULT_PLAN_FORM))
         except Exception as exc:  # a bug: keep the server alive and say what happened
             job.state, job.message = "failed", f"internal error ({type(exc).__name__}: {exc})"
         finally:
