@@ -400,3 +400,51 @@ def test_a_panel_of_the_job_before_an_edit_says_so(studio, browser):
         assert all("/api/perf" in e["message"] for e in browser.console_errors(driver))
     finally:
         driver.quit()
+
+
+@pytest.mark.parametrize("job, wanted", [
+    ("nemotron_h_56b_b200.yaml", "hsdp"),  # the search's shard group of each HSDP row
+    # the record states sequence parallelism off (tp 1); a tp 2 row has it on
+    ("runs_example.yaml#example-torchtitan-llama3.1-8b-h100-8-fsdp", "tp2")])
+def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
+    """A row of the layout table loaded its degrees, sharding, micro-batch and recompute
+    but not the search's own choices of sequence parallelism and the HSDP shard group: a
+    trial's HSDP row of Nemotron-H said 122.6 GiB and loaded a 36.3 GiB job, a tp 2 row of a
+    run record 2.44 s and loaded 2.56 s. Loaded, the editor predicts the row."""
+    from pathlib import Path
+
+    from selenium.webdriver.common.by import By
+
+    from mosaic.studio.server import load_job_document
+
+    from .conftest import start_studio
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    running, server, thread = start_studio(job_document=load_job_document(examples / job))
+    driver = browser.start_driver(height=1100)
+    try:
+        driver.get(running.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+            what="first prediction")
+        driver.find_element(By.ID, "layouts-run").click()
+        rows = browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                             "#layouts-table tbody tr"),
+                                what="the layout table")
+        cells = [[c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows[:80]]
+        pick = next(i for i, c in enumerate(cells)
+                    if (c[8] == "hsdp" if wanted == "hsdp" else c[1] == "2"))
+        step, memory = float(cells[pick][13]), float(cells[pick][14])
+        rows[pick].click()
+        browser.wait_for(lambda: abs(float(text(driver, "m-step").split()[0]) - step) < 6e-4,
+                         what=f"the row's step time {step}")
+        assert abs(float(text(driver, "m-memory").split()[0]) - memory) < 0.051
+        if wanted == "tp2":
+            assert field(driver, "parallelism.sequence_parallel").get_attribute("value") == "true"
+        else:
+            assert field(driver, "parallelism.hsdp_shard").get_attribute("value") != ""
+        assert browser.console_errors(driver) == []
+    finally:
+        driver.quit()
+        server.should_exit = True
+        thread.join(10)

@@ -154,6 +154,15 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
                 form[f"{block}.{name}"] = str(value).lower()
             elif value is not None and not isinstance(value, dict | list):
                 form[f"{block}.{name}"] = str(value)
+    # what the job states of the row choices, not what the layout resolves them to: a
+    # resolved "false" of a tp 1 job would state sequence parallelism off for a tp 2 edit,
+    # which the CLI turns on
+    stated = canonical_job_document(document, "job").get("parallelism")
+    for name in ROW_CHOICES:
+        value = stated.get(name) if isinstance(stated, dict) else None
+        form[f"parallelism.{name}"] = ("" if value is None else
+                                       str(value).lower() if isinstance(value, bool) else
+                                       str(value))
     system = get_system(form.get("hardware.system", DEFAULT_FORM["hardware.system"]))
     form["hardware.system"] = system.name  # the catalog's spelling (the select's option)
     devices = (canonical.get("search") or {}).get("devices")
@@ -164,10 +173,13 @@ def form_from_job(document: dict[str, Any]) -> dict[str, str]:
 
 # Layout fields a job may state that the layout search replaces with its own choice
 SEARCHED_AWAY = ("dp", "pipeline_layout")
+# Layout fields the search chooses per row whatever the job states (perf.layouts): the
+# editor shows them as stated only (empty: the job's, or the default for the layout)
+ROW_CHOICES = ("sequence_parallel", "hsdp_shard")
 # The job fields a layouts row sets: the search's rows stay the edited job's while only
 # these change (the page greys them after any other edit)
 LAYOUT_SEARCHED_FIELDS = (*(f"parallelism.{name}" for name in (
-    "tp", "pp", "vpp", "cp", "ep", "etp", *SEARCHED_AWAY, "sharding")),
+    "tp", "pp", "vpp", "cp", "ep", "etp", *SEARCHED_AWAY, "sharding", *ROW_CHOICES)),
     "batch.micro_seqs", "performance.checkpointing")
 
 
@@ -358,7 +370,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         # which states dp, failed the search)
         form = {**form, "parallelism.tp": "1", "parallelism.pp": "1", "parallelism.cp": "1",
                 "parallelism.vpp": "1", "parallelism.ep": "1", "parallelism.etp": "1",
-                **{f"parallelism.{name}": "" for name in SEARCHED_AWAY}}
+                **{f"parallelism.{name}": "" for name in (*SEARCHED_AWAY, *ROW_CHOICES)}}
         job = validate_form(form, _without_searched_layout(job_document))
         spec = job.spec
         cluster = cluster_for(spec)

@@ -27,11 +27,15 @@
       ["parallelism.cp", "context parallel cp", "number"],
       ["parallelism.ep", "expert parallel ep", "number"],
       ["parallelism.etp", "expert tensor etp", "number"],
+      // a layouts row states both, as its search chose them (a row loaded without them
+      // predicted another step and memory than the row said: a trial)
+      ["parallelism.sequence_parallel", "sequence parallel (with tp > 1)", "select:switches"],
       // the two ways out of a pp·vpp that does not divide the layers, which the error names
       // (a trial found the message pointing at fields the page lacked)
       ["performance.uneven_stages", "uneven pipeline stages", "select:switches"],
       ["parallelism.pipeline_layout", "pipeline layout (Megatron's string; empty: none stated)", "text"],
       ["parallelism.sharding", "sharding", "select:sharding"],
+      ["parallelism.hsdp_shard", "HSDP shard group (empty: the job's)", "number"],
       ["performance.stack", "software stack", "select:stacks"]]],
     ["Recompute and optimizer", [
       ["performance.checkpointing", "recompute", "select:checkpointing"],
@@ -423,6 +427,10 @@
     // the search chose its own split for the row's pp and vpp: a stated one would not fit it
     $(fieldId("parallelism.pipeline_layout")).value = "";
     $(fieldId("parallelism.sharding")).value = row.sharding;
+    // the search's own choices of the row (sequence parallelism only means something with
+    // tp > 1; the shard group only with HSDP): empty otherwise, the job's
+    $(fieldId("parallelism.sequence_parallel")).value = row.tp > 1 ? String(row.sequence_parallel) : "";
+    $(fieldId("parallelism.hsdp_shard")).value = row.sharding === "hsdp" ? String(row.hsdp_shard) : "";
     $(fieldId("batch.micro_seqs")).value = row.micro_batch;
     $(fieldId("performance.checkpointing")).value = row.checkpointing;
     markStale();
