@@ -956,3 +956,14 @@ def test_an_untrainable_plan_says_why_in_the_forms_words(studio):
     assert message.startswith("no geometry of the grid is trainable"), message
     assert "loosen pp 3" in message and "global_batch" in message, message
     assert "--pp" not in message and "--nodes" not in message and "--global-batch" not in message
+
+
+def test_a_bad_hsdp_shard_group_is_shown_beside_its_field(studio):
+    """The editor's HSDP shard group: "hsdp_shard=3 must divide dp=32" was shown beside the
+    node count alone."""
+    form = {**DEFAULT_FORM, "parallelism.sharding": "hsdp", "parallelism.hsdp_shard": "3"}
+    status, body = studio.call("/api/perf", {"form": form})
+    assert status == 422
+    assert "hsdp_shard=3 must divide" in body["errors"]["parallelism.hsdp_shard"]
+    status, body = studio.call("/api/perf", {"form": {**form, "parallelism.hsdp_shard": "8"}})
+    assert status == 200 and body["prediction"]["plan"]["hsdp_shard"] == 8

@@ -177,7 +177,7 @@ def job_document(form: dict[str, str], geometry: Geometry | None,
 # "block: field" or "block.field"; a product of fields ("parallelism: pp·vpp = 16·4 ...")
 _FIELD_PATH = re.compile(rf"^{WHERE}: (\w+)(?::\s|\.)(\w+(?:·\w+)*)")
 _NAMED_VALUE = re.compile(rf"^{WHERE}: (\w+) '")  # "stack 'abc': unknown; known ..."
-_AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch")) + r")\b")
+_AXIS = re.compile(r"\b(" + "|".join((*PARALLEL_AXES, "micro_batch", "hsdp_shard")) + r")\b")
 _UNKNOWN = re.compile(r"^unknown (\w+) ")
 
 
