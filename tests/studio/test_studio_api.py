@@ -967,3 +967,27 @@ def test_a_bad_hsdp_shard_group_is_shown_beside_its_field(studio):
     assert "hsdp_shard=3 must divide" in body["errors"]["parallelism.hsdp_shard"]
     status, body = studio.call("/api/perf", {"form": {**form, "parallelism.hsdp_shard": "8"}})
     assert status == 200 and body["prediction"]["plan"]["hsdp_shard"] == 8
+
+
+def test_every_step_term_is_drawn_in_a_named_group():
+    """Nemotron-H's Mamba-2 GEMMs and scan (a third of its step) were drawn as a black
+    "other" bar in the studio and every perf report: every term of the model has a group,
+    and the hybrid job's step chart has no "other"."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.perf.terms import STEP_TERMS
+    from mosaic.report.html.breakdown import TERM_GROUPS
+    from mosaic.studio.app import options_document
+    from mosaic.studio.server import load_job_document
+
+    assert [term for term in STEP_TERMS if term not in TERM_GROUPS] == []
+    document = load_job_document(EXAMPLES / "nemotron_h_56b_b200.yaml")
+    running, server, thread = start_studio(job_document=document,
+                                           calibration=load_calibration(None))
+    try:
+        status, body = running.call("/api/perf", {"form": options_document(document)["form"]})
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert status == 200, body
+    groups = {trace["name"] for trace in body["figures"]["step"]["data"]}
+    assert "compute" in groups and "other" not in groups, groups

@@ -28,6 +28,10 @@ TERM_GROUPS: dict[str, str] = {
     "compute_quantise_cast": "compute",
     "compute_elementwise_unfused": "compute",
     "compute_elementwise_extra": "compute",
+    # a hybrid model's Mamba-2 / DeltaNet mixers (a trial found a third of Nemotron-H's
+    # step drawn as "other")
+    "compute_ssm_gemm": "compute",
+    "compute_ssm_scan": "compute",
     "compute_recompute": "recompute",
     "routing_imbalance": "EP (routing imbalance)",
     "expert_load_imbalance": "EP (routing imbalance)",
