@@ -98,8 +98,9 @@ def test_bad_value_is_shown_next_to_its_field(page, browser):
     # pinning now would describe the greyed job and compare the invalid one (a trial)
     from selenium.webdriver.common.by import By
 
-    page.find_element(By.ID, "pin-a").click()
-    assert "Fix the job's fields first" in text(page, "pin-note")
+    page.find_element(By.ID, "pin-a").click()  # (predicts the form first: asynchronous)
+    browser.wait_for(lambda: "Fix the job's fields first" in text(page, "pin-note"),
+                     what="the refusal to pin")
     assert page.find_element(By.ID, "compare-run").get_attribute("disabled") is not None
     set_field(page, "parallelism.ep", "8")
     browser.wait_for(lambda: text(page, "err-parallelism-ep") == "" and "stale" not in
@@ -448,3 +449,32 @@ def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
         driver.quit()
         server.should_exit = True
         thread.join(10)
+
+
+def test_pinning_right_after_an_edit_pins_the_edited_job(studio, browser):
+    """Pin clicked within the prediction's debounce of an edit pinned the edited form under
+    the numbers of the job before it ("A pinned: ... mb4" for mb 1), and an invalid form
+    (ep 5) past the greyed-result guard (a trial)."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser.start_driver(height=900)
+    edit_and_pin = ("const el = document.getElementById(arguments[0]); el.value = arguments[1];"
+                    "el.dispatchEvent(new Event('input', {bubbles: true}));"
+                    "document.getElementById('pin-a').click();")
+    try:
+        driver.get(studio.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+            what="first prediction")
+        driver.execute_script(edit_and_pin, "f-batch-micro_seqs", "1")
+        note = browser.wait_for(lambda: text(driver, "pin-note"), what="the pin note")
+        assert " mb1 " in note and note.endswith(text(driver, "m-step")), note
+        driver.execute_script(edit_and_pin, "f-parallelism-ep", "5")
+        browser.wait_for(lambda: "Fix the job's fields first" in text(driver, "pin-note"),
+                         what="the refusal to pin an invalid job")
+        driver.execute_script(edit_and_pin, "f-parallelism-ep", "8")
+        browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"),
+                         what="the valid job pinned")
+        assert driver.find_element(By.ID, "compare-run").is_enabled()
+    finally:
+        driver.quit()

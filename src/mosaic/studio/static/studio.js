@@ -472,6 +472,14 @@
 
   // --- compare ----------------------------------------------------------------------------
   function pin() {
+    // an edit within the prediction's debounce was pinned beside the result of the job
+    // before it (a trial: "A pinned: ... mb4" for an mb1 form, or an invalid ep 5 pinned
+    // under the last valid job's numbers): the form is predicted first, then pinned
+    clearTimeout(debounce);
+    return predict().then(pinPredicted);
+  }
+
+  function pinPredicted() {
     // the shown result is the last valid job's while the form is invalid (greyed): pinning
     // then would describe one job and compare another (a trial)
     if ($("metrics").classList.contains("stale")) {
