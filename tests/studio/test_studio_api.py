@@ -991,3 +991,28 @@ def test_every_step_term_is_drawn_in_a_named_group():
     assert status == 200, body
     groups = {trace["name"] for trace in body["figures"]["step"]["data"]}
     assert "compute" in groups and "other" not in groups, groups
+
+
+def test_a_run_records_layouts_are_searched_as_mosaic_layouts_searches_them():
+    """The record's job is predicted against its device (as `mosaic perf` reads a record)
+    but its layouts are searched under the planning headroom, as `mosaic layouts
+    RUNS.yaml#ID` plans the next run: the studio listed 3,860 fitting layouts where the CLI
+    lists 3,788."""
+    from mosaic.studio.app import options_document
+    from mosaic.studio.server import is_run_record, load_job_document
+
+    path = EXAMPLES / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
+    assert is_run_record(path) and not is_run_record(EXAMPLES / "appendix_e.yaml")
+    document = load_job_document(path)
+    running, server, thread = start_studio(job_document=document, job_is_record=True)
+    try:
+        form = options_document(document)["form"]
+        status, perf = running.call("/api/perf", {"form": form})
+        status_layouts, layouts = running.call("/api/layouts", {"form": form})
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert status == status_layouts == 200
+    assert perf["prediction"]["usable_memory_fraction"] == 1.0  # `mosaic perf`'s reading
+    cli = cli_json("layouts", str(path), "--top", "1")
+    assert (layouts["n_plans"], layouts["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])

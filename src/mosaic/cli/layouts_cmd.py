@@ -41,7 +41,7 @@ from mosaic.config.job_schema import (
     load_job,
 )
 from mosaic.errors import MosaicInputError
-from mosaic.evaluate.job import cluster_for, load_job_spec
+from mosaic.evaluate.job import cluster_for, load_job_spec, searched_under_planning_headroom
 from mosaic.hardware import Cluster
 from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
@@ -108,7 +108,6 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
     (``RUNS.yaml#ID``) loads as ``validate`` reads it; its GPUs are the run's.
     """
     from mosaic.config.run_records import is_run_record_document, split_record_reference
-    from mosaic.perf.headroom import memory_headroom
 
     if devices is not None:  # bounded before the divisor enumeration sizes arrays by it
         check_range("--devices", devices, "devices", integer=True)
@@ -117,14 +116,7 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
         spec = load_job_spec(path, overrides, model)
         if devices is not None:
             spec = replace(spec, n_devices=devices)
-        # a record is read against its device (did the run fit?), a search plans the next
-        # run under the planning headroom as a job file does (a trial found a record's
-        # search admitting layouts that `validate` says layouts and plan leave out)
-        headroom = memory_headroom(None, spec.workload.stack)
-        note = (f"searched under the planning headroom: {headroom.usable_fraction:g} of device "
-                f"memory ({headroom.source})")
-        spec = replace(spec, usable_memory_fraction=headroom.usable_fraction,
-                       assumptions=(*spec.assumptions, note))
+        spec = searched_under_planning_headroom(spec)
         return spec, cluster_for(spec), {}
     spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER], model=model,
                     default_stack=default_stack)

@@ -196,9 +196,11 @@ def _without_searched_layout(document: dict[str, Any] | None) -> dict[str, Any] 
 
 
 def create_app(job_document: dict[str, Any] | None = None, calibration: Any = None,
-               plan_time_limit_s: float | None = None) -> Any:
+               plan_time_limit_s: float | None = None, job_is_record: bool = False) -> Any:
     """The FastAPI app; ``job_document`` is the parsed `--job` file (its model can be
-    chosen in the editor)."""
+    chosen in the editor), with ``job_is_record`` the job of a run record: predicted
+    against its device as `mosaic perf` reads a record, its layouts searched under the
+    planning headroom as `mosaic layouts` searches one."""
     from mosaic.perf.calibration import load_calibration
 
     calibration = calibration or load_calibration(None)
@@ -356,7 +358,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         return layouts_response(form)
 
     def layouts_response(form: dict[str, str]) -> Any:
-        from mosaic.evaluate.job import cluster_for
+        from mosaic.evaluate.job import cluster_for, searched_under_planning_headroom
         from mosaic.perf.layouts import (
             LayoutLimits,
             search_layouts,
@@ -372,7 +374,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
                 "parallelism.vpp": "1", "parallelism.ep": "1", "parallelism.etp": "1",
                 **{f"parallelism.{name}": "" for name in (*SEARCHED_AWAY, *ROW_CHOICES)}}
         job = validate_form(form, _without_searched_layout(job_document))
-        spec = job.spec
+        spec = searched_under_planning_headroom(job.spec) if job_is_record else job.spec
         cluster = cluster_for(spec)
         if cluster.n_devices > MAX_LAYOUT_DEVICES:
             raise FormError({"hardware.nodes": f"{cluster.n_devices} GPUs; the studio searches "

@@ -52,15 +52,23 @@ def load_job_document(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     from mosaic.config.job_schema import job_document, load_job
-    from mosaic.config.run_records import is_run_record_document, split_record_reference
     from mosaic.evaluate.job import load_job_spec
     from mosaic.schema_validation import load_yaml_mapping
 
-    document = load_yaml_mapping(split_record_reference(path)[0])
-    if is_run_record_document(document):
+    if is_run_record(path):
         return job_document(load_job_spec(path))
     load_job(path, ["parallelism.dp=1"])  # same checks as `mosaic layouts`; layout is edited
-    return document
+    return load_yaml_mapping(path)
+
+
+def is_run_record(path: Path | None) -> bool:
+    """Whether `--job` names a run record (``RUNS.yaml#ID``), not a job file."""
+    if path is None:
+        return False
+    from mosaic.config.run_records import is_run_record_document, split_record_reference
+    from mosaic.schema_validation import load_yaml_mapping
+
+    return is_run_record_document(load_yaml_mapping(split_record_reference(path)[0]))
 
 
 def require_free_port(host: str, port: int) -> None:
@@ -94,7 +102,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None =
         raise MosaicInputError(f"--port must be in 1..65535, got {port}")
     require_free_port(host, port)
     app = create_app(load_job_document(job), calibration=calibration,
-                     plan_time_limit_s=plan_time_limit_s)
+                     plan_time_limit_s=plan_time_limit_s, job_is_record=is_run_record(job))
     warning = bind_warning(host)
     if warning:
         log(warning)
