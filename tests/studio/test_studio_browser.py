@@ -478,3 +478,41 @@ def test_pinning_right_after_an_edit_pins_the_edited_job(studio, browser):
         assert driver.find_element(By.ID, "compare-run").is_enabled()
     finally:
         driver.quit()
+
+
+def test_a_comparison_of_two_models_stays_legible(studio, browser):
+    """A pasted config.json as job B filled the table of changes with its whole text, and
+    B's out-of-memory line, unwrapped, widened B's column so that its numbers sat far from
+    their labels (a trial): the config is shown by its start and length, the line wraps."""
+    from pathlib import Path
+
+    from selenium.webdriver.common.by import By
+
+    config = (Path(__file__).resolve().parents[2] / "examples" / "hf" /
+              "deepseek-v3.json").read_text()
+    driver = browser.start_driver(height=1100)
+    try:
+        driver.get(studio.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+            what="first prediction")
+        driver.find_element(By.ID, "pin-a").click()
+        browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"), what="A")
+        set_field(driver, "model.source", "hf")
+        set_field(driver, "hf.config", config)
+        set_field(driver, "parallelism.pp", "1")
+        browser.wait_for(lambda: "d=7168" in text(driver, "m-model"), what="DeepSeek-V3 as B")
+        driver.find_element(By.ID, "compare-run").click()
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr"),
+                         what="the comparison")
+        changes = {row.find_elements(By.TAG_NAME, "td")[0].text:
+                   row.find_elements(By.TAG_NAME, "td")[2].text
+                   for row in driver.find_elements(By.CSS_SELECTOR, "#compare-changes tbody tr")}
+        shown = changes["hf.config"]
+        assert shown.endswith(f"… ({len(config):,} characters)") and len(shown) < 140, shown
+        rows = driver.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr")
+        verdict_b = rows[-1].find_elements(By.TAG_NAME, "td")[2]
+        assert "OUT OF MEMORY" in verdict_b.text
+        assert verdict_b.size["width"] < 450, verdict_b.size  # wrapped, not one long line
+    finally:
+        driver.quit()

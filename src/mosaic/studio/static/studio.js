@@ -498,12 +498,22 @@
     });
   }
 
+  // a long input (a pasted config.json) shown by its start and length: whole, it filled
+  // the comparison's table of changes (a trial)
+  var SHOWN_CHARS = 100;
+  function shortened(value) {
+    var text = String(value);
+    return text.length <= SHOWN_CHARS ? text : text.slice(0, SHOWN_CHARS) + "… (" +
+      text.length.toLocaleString("en-US") + " characters)";
+  }
+
   function compare() {
     $("compare-error").textContent = "";
     var current = readForm("job-form");
     var changes = changedFields(pinned, current);
     $("compare-changes-holder").innerHTML = changes.length ? tableHtml("compare-changes",
-      [["field", "input changed", null, true], ["a", "A", null, true], ["b", "B", null, true]], changes)
+      [["field", "input changed", null, true], ["a", "A", shortened, true], ["b", "B", shortened, true]],
+      changes)
       : "<p class='note'>No input differs: A and B are the same job.</p>";
     return post("/api/compare", {forms: [pinned, current]}).then(function (body) {
       if (!body.ok) {
