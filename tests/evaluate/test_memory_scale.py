@@ -19,6 +19,7 @@ from mosaic.evaluate.memory_scale import (
 from mosaic.evaluate.record_settings import apply_record_settings
 from mosaic.evaluate.validation_report import predict_runs
 from mosaic.perf.calibration import built_in_calibration, load_calibration
+from mosaic.perf.coverage import SPREAD_ONLY_TEXT, assess, parse_coverage
 from mosaic.perf.layouts import LayoutLimits, fits_in_memory, search_layouts
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES, scaled_memory_breakdown
@@ -178,8 +179,19 @@ def test_borrowed_memory_residuals_keep_their_spread_about_the_fitted_scale(reco
         assert mine.low == pytest.approx(theirs.low / theirs.median)
         assert mine.high == pytest.approx(theirs.high / theirs.median)
         assert mine.low < 1.0 < mine.high
-    assert borrowed.memory_ratio_from.endswith(
-        "; its spread only, centred on this profile's memory scale")
+    # the lender's name stays a profile name, the spread-only state a field of its own that
+    # survives the file and labels the interval (a trial read the interval's residuals as
+    # those of profile "default; its spread only, ...")
+    assert borrowed.memory_ratio_from == START.name and borrowed.memory_ratio_spread_only
+    reread = parse_coverage(borrowed.to_document(), "calibration.yaml")
+    assert reread.memory_ratio_from == START.name and reread.memory_ratio_spread_only
+    memory = assess(reread, "mine", device="B200", stack="megatron-core", is_moe=False,
+                    n_total=8e9, n_active=8e9, degrees={}, tokens_per_s=1e5,
+                    tokens_per_s_per_gpu=1e4, mfu=0.4, step_time_s=1.0,
+                    memory_gib=50.0).memory_gib
+    assert memory is not None and memory.scope.endswith(
+        f"of profile {START.name!r}, borrowed, {SPREAD_ONLY_TEXT}")
+    assert not with_borrowed_residuals(own, START).memory_ratio_spread_only
     assert with_borrowed_residuals(own, START).memory_ratio == lender.memory_ratio
     assert with_borrowed_residuals(own, START, memory_scale=1.0).memory_ratio == \
         lender.memory_ratio

@@ -55,7 +55,7 @@ from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batc
 from mosaic.hardware import active_catalog_paths
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
-from mosaic.perf.coverage import MIN_SCOPE_RUNS, parse_coverage
+from mosaic.perf.coverage import MIN_SCOPE_RUNS, SPREAD_ONLY_TEXT, parse_coverage
 from mosaic.report.validation_summary import accuracy_rows, assumption_counts, percent
 from mosaic.text_values import parse_names
 
@@ -500,6 +500,7 @@ def calibrate(
                                                               fitted.memory_scale))
     report["tokens_per_s_residuals_borrowed_from"] = fitted.coverage.tokens_per_s_ratio_from
     report["memory_residuals_borrowed_from"] = fitted.coverage.memory_ratio_from
+    report["memory_residuals_spread_only"] = fitted.coverage.memory_ratio_spread_only
     report["cross_validated"] = cv_result is not None
     report["calibration"] = fitted.to_document()
     if cv_result is not None:
@@ -701,9 +702,11 @@ def _echo_fit_size(report: dict[str, Any]) -> None:
             ("memory", report["memory_residuals_borrowed_from"],
              f"too few runs reporting memory (at least {MIN_SCOPE_RUNS})")):
         if borrowed is not None:
+            spread = (f", {SPREAD_ONLY_TEXT}" if what == "memory"
+                      and report["memory_residuals_spread_only"] else "")
             typer.echo(f"note: {why} for {what} intervals of this profile's own: it keeps "
-                       f"the {what} residuals of profile {borrowed} (measured on other "
-                       "runs), and every interval that uses them says so", err=True)
+                       f"the {what} residuals of profile {borrowed}{spread} (measured on "
+                       "other runs), and every interval that uses them says so", err=True)
     runs, constants = report["n_runs"], report["n_fitted_constants"]
     if runs < 2 * constants:
         fewer = ("" if list(report["fitted"]) == ["stack_overhead"]

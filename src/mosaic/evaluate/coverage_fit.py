@@ -106,12 +106,11 @@ def with_borrowed_residuals(coverage: CalibrationCoverage, base: Calibration,
                            tokens_per_s_shared_fraction=lender.tokens_per_s_shared_fraction,
                            tokens_per_s_ratio_from=lender.tokens_per_s_ratio_from or base.name)
     if not coverage.memory_ratio and lender.memory_ratio:
-        lent = lender.memory_ratio_from or base.name
         centred = memory_scale is not None and memory_scale != base.memory_scale
         coverage = replace(
             coverage, memory_ratio=tuple(
                 replace(q, low=q.low / q.median, median=1.0, high=q.high / q.median)
                 if centred else q for q in lender.memory_ratio),
-            memory_ratio_from=f"{lent}; its spread only, centred on this profile's memory scale"
-            if centred else lent)
+            memory_ratio_from=lender.memory_ratio_from or base.name,
+            memory_ratio_spread_only=centred or lender.memory_ratio_spread_only)
     return coverage

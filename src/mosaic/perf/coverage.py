@@ -40,6 +40,8 @@ MIN_SCOPE_RUNS = 10  # fewer held-out runs give no usable 5%/95% quantiles of th
 DEFAULT_LEVEL = 0.90  # central interval: 5th to 95th percentile
 DEGREES = ("tp", "pp", "ep", "cp", "dp")
 POOLED = "all"
+# how borrowed memory residuals whose median was divided out are labelled
+SPREAD_ONLY_TEXT = "its spread only, centred on this profile's memory scale"
 
 
 def model_class(is_moe: bool, is_hybrid: bool = False) -> str:
@@ -89,6 +91,7 @@ class _CoverageFile(BaseModel):
     memory_ratio: tuple[_Quantiles, ...] = ()
     tokens_per_s_ratio_from: str | None = Field(default=None, min_length=1)
     memory_ratio_from: str | None = Field(default=None, min_length=1)
+    memory_ratio_spread_only: bool = False
     systems: tuple[str, ...] = ()
     fitted_runs: tuple[str, ...] = ()
     stack_classes: tuple[str, ...] = ()
@@ -136,6 +139,9 @@ class CalibrationCoverage:
     # own (too few held-out runs of its own: evaluate.coverage_fit.with_borrowed_residuals)
     tokens_per_s_ratio_from: str | None = None
     memory_ratio_from: str | None = None  # the same for the memory residuals
+    # the borrowed memory ratios were divided by their median: only their spread is the
+    # lender's, centred on this profile's own memory scale
+    memory_ratio_spread_only: bool = False
     # the node types the fitted runs ran on (empty: not recorded, a profile written before)
     systems: tuple[str, ...] = ()
     # the ids of the runs the constants were fitted on (validate calls their scores in-sample)
@@ -160,6 +166,7 @@ class CalibrationCoverage:
             **{key: value for key, value in (
                 ("tokens_per_s_ratio_from", self.tokens_per_s_ratio_from),
                 ("memory_ratio_from", self.memory_ratio_from)) if value is not None},
+            **({"memory_ratio_spread_only": True} if self.memory_ratio_spread_only else {}),
             **({"systems": list(self.systems)} if self.systems else {}),
             **({"fitted_runs": list(self.fitted_runs)} if self.fitted_runs else {}),
             **({"stack_classes": list(self.stack_classes)} if self.stack_classes else {}),
@@ -180,7 +187,8 @@ def parse_coverage(document: Any, where: str) -> CalibrationCoverage:
         tokens_per_s_shared_fraction=parsed.tokens_per_s_shared_fraction,
         memory_ratio=quantiles(parsed.memory_ratio),
         tokens_per_s_ratio_from=parsed.tokens_per_s_ratio_from,
-        memory_ratio_from=parsed.memory_ratio_from, systems=parsed.systems,
+        memory_ratio_from=parsed.memory_ratio_from,
+        memory_ratio_spread_only=parsed.memory_ratio_spread_only, systems=parsed.systems,
         fitted_runs=parsed.fitted_runs, stack_classes=parsed.stack_classes)
 
 
@@ -411,11 +419,14 @@ def uninformed_notes(calibration: str, not_informed: Sequence[str], *,
             for name, what in UNINFORMED_DRIVERS.items() if has[name] and name in not_informed]
 
 
-def _labelled(quantiles: RatioQuantiles | None, lender: str | None) -> RatioQuantiles | None:
-    """Quantiles whose scope names the profile they were borrowed from, if any."""
+def _labelled(quantiles: RatioQuantiles | None, lender: str | None,
+              spread_only: bool = False) -> RatioQuantiles | None:
+    """Quantiles whose scope names the profile they were borrowed from, if any, and whether
+    only their spread was borrowed."""
     if quantiles is None or lender is None:
         return quantiles
-    return replace(quantiles, scope=f"{quantiles.scope} of profile {lender!r}, borrowed")
+    return replace(quantiles, scope=f"{quantiles.scope} of profile {lender!r}, borrowed"
+                   + (f", {SPREAD_ONLY_TEXT}" if spread_only else ""))
 
 
 def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: str,
@@ -440,7 +451,7 @@ def assess(coverage: CalibrationCoverage | None, calibration: str, *, device: st
     speed = _labelled(pick_scope(coverage.tokens_per_s_ratio, stack, cls),
                       coverage.tokens_per_s_ratio_from)
     memory = _labelled(pick_scope(coverage.memory_ratio, stack, cls),
-                       coverage.memory_ratio_from)
+                       coverage.memory_ratio_from, coverage.memory_ratio_spread_only)
     level = coverage.level
     missing = [what for what, q in (("tokens/s", speed), ("memory", memory)) if q is None]
     notes = ([f"no residuals for {' or '.join(missing)} in calibration {calibration!r}: a "
