@@ -81,9 +81,11 @@ def implausible_reason(measured_tokens_per_s_per_gpu: float, throughput_ratio: f
                 f"{found.measured_mfu:.0%} MFU (with attention, against the GEMM "
                 "precision's datasheet peak), above what the device can do: a cluster "
                 "total given per GPU, or step_time_s too short?")
+    slip = ("step_time_s in milliseconds, or tokens/s divided by the GPUs twice"
+            if found.throughput_ratio < 1 else
+            "tokens/s per node or per cluster given per GPU, or step_time_s too short")
     return (f"measured {measured:,.6g} tokens/s per GPU is {found.times_off_text}x "
-            f"{found.direction} the prediction: a unit slip (step_time_s in "
-            "milliseconds, tokens/s per node or per cluster)?")
+            f"{found.direction} the prediction: a unit slip ({slip})?")
 
 
 def implausible_memory_reason(measured_memory_bytes: float, hbm_bytes: float) -> str | None:
