@@ -241,3 +241,23 @@ def test_an_option_for_tp_sets_aside_the_jobs_tp_cap_and_pins(q4_job, tmp_path):
     pinned = run_json(str(capped), "--tp", "4", "--top", "20")
     assert {r["tp"] for r in pinned["rows"]} == {4}
     assert pinned["limits_from_job"] == {"pp": [1]}
+
+
+def test_memory_fraction_option_the_over_headroom_line_names(tmp_path):
+    """The over-headroom count names --memory-fraction; layouts takes it (a trial got 'No
+    such option'), for a run record as for a job file: the layouts under the device's memory
+    but over the 90% headroom are admitted at 1, and a value outside (0, 1] is refused."""
+    record = f"{EXAMPLES / 'runs_example.yaml'}#example-torchtitan-llama3.1-8b-h100-8-fsdp"
+    result = runner.invoke(app, ["layouts", record, "--top", "1"])
+    assert result.exit_code == 0, result.output
+    assert "--memory-fraction" in result.output
+    headroom = run_json(record, "--top", "1")
+    whole = run_json(record, "--top", "1", "--memory-fraction", "1")
+    assert whole["hardware"]["usable_memory_fraction"] == 1.0
+    assert headroom["hardware"]["usable_memory_fraction"] == 0.9
+    assert whole["n_feasible"] == (headroom["n_feasible"]
+                                   + headroom["infeasible"]["over_planning_headroom"])
+    job = run_json(str(EXAMPLES / "appendix_e.yaml"), "--top", "1", "--memory-fraction", "0.5")
+    assert job["hardware"]["usable_memory_fraction"] == 0.5
+    refused = runner.invoke(app, ["layouts", record, "--memory-fraction", "1.5"])
+    assert refused.exit_code == 2 and "(0, 1]" in refused.output

@@ -26,6 +26,7 @@ from mosaic.cli.layout_options import (
     Ep,
     Etp,
     MaxTp,
+    MemoryFraction,
     Pp,
     ShardingModes,
     Tp,
@@ -58,6 +59,7 @@ from mosaic.plan.inputs import layout_limits
 from mosaic.report.layout_search_document import job_limit_notes, search_document
 from mosaic.report.plan_report import sharding_text
 from mosaic.schema_validation import load_yaml_mapping
+from mosaic.stacks import DEFAULT_STACK
 from mosaic.units import GIB
 
 TABLE_COLUMNS = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sharding", "mbs", "ckpt",
@@ -97,7 +99,8 @@ def _gives_devices(document: dict[str, Any]) -> bool:
 
 
 def load_search_job(path: Path, overrides: list[str], devices: int | None,
-                    model: dict[str, Any] | None = None, default_stack: str | None = None
+                    model: dict[str, Any] | None = None, default_stack: str | None = None,
+                    memory_fraction: float | None = None
                     ) -> tuple[JobSpec, Cluster, dict[str, Any]]:
     """The job and cluster of a job file, ignoring its layout, and the parallelism block it
     states (empty for a run record), whose degrees the search replaces.
@@ -106,8 +109,11 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
     parallelism block must be well-formed but its degrees are not checked: dp=1 is set
     so that any layout validates, and the search replaces the whole layout. A run record
     (``RUNS.yaml#ID``) loads as ``validate`` reads it; its GPUs are the run's.
+    ``memory_fraction`` (--memory-fraction) replaces the share of device memory a layout
+    may fill: a job file's ``hardware.usable_memory_fraction``, a record's planning headroom.
     """
     from mosaic.config.run_records import is_run_record_document, split_record_reference
+    from mosaic.perf.headroom import memory_headroom
 
     if devices is not None:  # bounded before the divisor enumeration sizes arrays by it
         check_range("--devices", devices, "devices", integer=True)
@@ -116,8 +122,11 @@ def load_search_job(path: Path, overrides: list[str], devices: int | None,
         spec = load_job_spec(path, overrides, model)
         if devices is not None:
             spec = replace(spec, n_devices=devices)
-        spec = searched_under_planning_headroom(spec)
+        spec = searched_under_planning_headroom(spec, memory_fraction)
         return spec, cluster_for(spec), {}
+    if memory_fraction is not None:  # refused out of (0, 1] as plan refuses it
+        fraction = memory_headroom(memory_fraction, DEFAULT_STACK).usable_fraction
+        overrides = [*overrides, f"hardware.usable_memory_fraction={fraction!r}"]
     spec = load_job(path, [*overrides, LAYOUT_PLACEHOLDER], model=model,
                     default_stack=default_stack)
     canonical = canonical_job_document(document, str(path), set())
@@ -291,6 +300,7 @@ def layouts(
     model: ModelOption = None,
     html: HtmlOption = None,
     catalog: CatalogFileOption = None,
+    memory_fraction: MemoryFraction = None,
 ) -> None:
     """Rank every parallel layout of a job by predicted tokens/s (paper Sec. 5.2, App. E).
 
@@ -302,7 +312,8 @@ def layouts(
     constants = load_calibration(calibration)
     check_searched_overrides(set_ or [])
     spec, cluster, stated = load_search_job(job, set_ or [], devices, model_block(model),
-                                    default_stack=constants.stack)
+                                            default_stack=constants.stack,
+                                            memory_fraction=memory_fraction)
     workload = spec.workload
     if uneven_stages:
         workload = replace(workload, uneven_pipeline_stages=True)

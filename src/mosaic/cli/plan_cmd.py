@@ -29,6 +29,7 @@ from mosaic.cli.layout_options import (
     Ep,
     Etp,
     MaxTp,
+    MemoryFraction,
     Pp,
     ShardingModes,
     Tp,
@@ -123,9 +124,6 @@ BatchRuleOpt = Annotated[str, typer.Option(
     "(B_opt = 0.292·C^0.3271, DeepSeek LLM 2024), kaplan (B_crit = 2e8/L^(1/0.21), Kaplan "
     "et al. 2020) or tokens:N.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="T_seq, tokens per sequence.")]
-MemoryFraction = Annotated[float | None, typer.Option(
-    "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: the "
-    "stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="GEMM precision of every candidate: bf16, fp16, fp8 (the stack's "
     "default FP8 recipe), fp8-cs (current scaling), fp8-blockwise (128x128 / 1x128 blocks), "

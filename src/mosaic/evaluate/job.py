@@ -56,14 +56,16 @@ def load_job_spec(path: Path, overrides: list[str] | None = None,
                     default_stack=default_stack)
 
 
-def searched_under_planning_headroom(spec: JobSpec) -> JobSpec:
+def searched_under_planning_headroom(spec: JobSpec,
+                                     memory_fraction: float | None = None) -> JobSpec:
     """A run record's job as a layout search plans its next run: a record is read against
-    its device (did the run fit?), a search under the stack's planning headroom as a job
-    file is (a trial found a record's search admitting layouts that `validate` says layouts
-    and plan leave out), said in its assumptions."""
+    its device (did the run fit?), a search under the planning headroom as a job file is
+    (a trial found a record's search admitting layouts that `validate` says layouts and
+    plan leave out), said in its assumptions. ``memory_fraction`` (--memory-fraction)
+    replaces the stack's headroom."""
     from mosaic.perf.headroom import memory_headroom
 
-    headroom = memory_headroom(None, spec.workload.stack)
+    headroom = memory_headroom(memory_fraction, spec.workload.stack)
     note = (f"searched under the planning headroom: {headroom.usable_fraction:g} of device "
             f"memory ({headroom.source})")
     return replace(spec, usable_memory_fraction=headroom.usable_fraction,
