@@ -302,6 +302,30 @@ def test_perf_says_what_a_record_measured_and_the_routed_load_it_costs():
         1 + 0.72 * math.sqrt(math.log(8) / math.log(64)) / math.sqrt(16))
 
 
+def test_perf_warns_of_a_records_mis_entered_measurement_as_validate_does(tmp_path):
+    """A record whose step time is in milliseconds (the torchtitan 8B run's 2.8435 s as
+    2843.5) is named a unit slip by `perf RUNS.yaml#ID` in `validate`'s words (a trial saw
+    validate flag it and perf show it without a word); the record as published is not."""
+    import yaml
+
+    runs = EXAMPLES / "runs_example.yaml"
+    document = yaml.safe_load(runs.read_text())
+    run = dict(document["runs"][0], id="in-ms")
+    run["measured"] = {"step_time_s": 1000 * run["measured"]["step_time_s"]}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**document, "runs": [document["runs"][0], run]}))
+    validated = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    [flagged] = validated["aggregate"]["implausible_measurements"]
+    slipped = runner.invoke(app, ["perf", f"{path}#in-ms"])
+    assert slipped.exit_code == 0, slipped.output
+    assert f"warning: {flagged['reason']}" in slipped.stderr
+    assert json.loads(runner.invoke(app, ["perf", f"{path}#in-ms", "--json"]).stdout)[
+        "measurement_warning"] == flagged["reason"]
+    good = f"{path}#{document['runs'][0]['id']}"
+    assert "measurement_warning" not in json.loads(
+        runner.invoke(app, ["perf", good, "--json"]).stdout)
+
+
 def test_set_on_a_record_rederives_dp_when_tp_pp_or_cp_change():
     """A record's dp was recorded as num_gpus/(tp·pp·cp); `--set parallelism.tp=2` on the
     8-GPU Qwen3 record was refused (tp·pp·cp·dp = 16, not 8; a trial). dp now follows: 8/2 = 4,

@@ -78,6 +78,10 @@ def perf(
     spec = load_job_spec(job, set_ or [], model_block(model), default_stack=constants.stack)
     result = predict_job_file(spec, constants, job, set_ or [])
     document = prediction_document(result, constants)
+    warning = result.implausible_measurement  # validate's check, on a record's measurement
+    if warning is not None:
+        document["measurement_warning"] = warning
+        typer.echo(f"warning: {warning}", err=True)
     write_html(document, html, "perf")
     if json_output:
         print_json(document)

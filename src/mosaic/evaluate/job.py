@@ -12,6 +12,7 @@ import numpy as np
 from mosaic.config.job_schema import JobSpec, blame_override, load_job
 from mosaic.config.layout import VPP_DEFAULT_NOTE
 from mosaic.errors import InvalidLayoutError, MosaicInputError, MosaicWarning
+from mosaic.evaluate.plausibility import implausible_reason
 from mosaic.hardware import Cluster, get_system
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.constraints import first_reason, plan_violations
@@ -31,6 +32,20 @@ class JobPrediction:
     cluster: Cluster
     machine: Machine
     prediction: StepPrediction
+
+    @property
+    def implausible_measurement(self) -> str | None:
+        """Why a run record's measured step looks mis-entered, in `validate`'s words
+        (:func:`~mosaic.evaluate.plausibility.implausible_reason`), or None (a job, or a
+        plausible measurement)."""
+        measured_s = self.spec.measured_step_time_s
+        if measured_s is None:
+            return None
+        tokens_per_s_per_gpu = self.spec.workload.tokens_per_step / (
+            measured_s * self.cluster.n_devices)
+        return implausible_reason(tokens_per_s_per_gpu,
+                                  float(self.prediction.step_time_s[0]) / measured_s,
+                                  float(self.prediction.mfu_with_attention_gemm_lane[0]))
 
     @property
     def memory_fit(self) -> str:
