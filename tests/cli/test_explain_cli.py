@@ -200,6 +200,33 @@ def test_a_measurement_given_for_a_run_record_says_it_replaces_the_records():
     assert own.exit_code == 0 and "replaces" not in own.stderr
 
 
+def test_a_records_own_mis_entered_measurement_names_the_record_not_the_options(tmp_path):
+    """explain RUNS.yaml#ID on a record whose measurement looks mis-entered speaks of the
+    record's measured block in `validate`'s words, not of --measured-... options the user
+    never gave (a trial): a cluster total given per GPU is refused naming the record, a step
+    time in milliseconds is explained with validate's warning."""
+    import yaml
+
+    runs = Path(__file__).resolve().parents[2] / "examples/runs_example.yaml"
+    document = yaml.safe_load(runs.read_text())
+    published = document["runs"][0]
+    cluster = dict(published, id="cluster", measured={
+        "tokens_per_s_per_gpu": published["measured"]["tokens_per_s_per_gpu"] * 8})
+    in_ms = dict(published, id="in-ms", measured={
+        "step_time_s": published["measured"]["step_time_s"] * 1000})
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**document, "runs": [published, cluster, in_ms]}))
+    reasons = {flagged["id"]: flagged["reason"] for flagged in json.loads(runner.invoke(
+        app, ["validate", str(path), "--json"]).stdout)["aggregate"]["implausible_measurements"]}
+    refused = runner.invoke(app, ["explain", f"{path}#cluster"])
+    assert refused.exit_code == 2
+    assert f"{path}#cluster" in refused.output and reasons["cluster"] in refused.output
+    assert "--measured-tokens-per-s is" not in refused.output
+    slow = runner.invoke(app, ["explain", f"{path}#in-ms", "--json"])
+    assert slow.exit_code == 0, slow.output
+    assert reasons["in-ms"] in json.loads(slow.stdout)["measurement_warning"]
+
+
 def test_a_job_that_does_not_fit_is_told_which_levers_make_it_fit():
     """A trial looked through the table for the levers that fit an out-of-memory job: the
     lines after it name them by rank, and each lever states its memory."""

@@ -193,7 +193,9 @@ def explain(
         measured_tokens_per_s = measured_tokens_per_s_per_gpu * result.cluster.n_devices
     elif measured_tokens_per_s is not None:
         _hint_if_per_gpu(measured_tokens_per_s, result)
-    if measured_tokens_per_s is None and measured_step_time_s is None:
+    from_record = (measured_tokens_per_s is None and measured_step_time_s is None
+                   and spec.measured_step_time_s is not None)
+    if from_record:
         measured_step_time_s = spec.measured_step_time_s  # a run record's own measurement
     measured = measured_step_time(spec.workload.tokens_per_step, measured_tokens_per_s,
                                   measured_step_time_s)
@@ -205,7 +207,8 @@ def explain(
         ("--measured-tokens-per-s-per-gpu", measured_tokens_per_s_per_gpu),
         ("--measured-tokens-per-s", measured_tokens_per_s),
         ("--measured-step-time-s", measured_step_time_s)) if value is not None), "")
-    warning = None if measured is None else _measurement_warning(measured, result, given)
+    warning = None if measured is None else _measurement_warning(
+        measured, result, given, str(job) if from_record else None)
     diagnosis = diagnose(result, constants, measured)
     document = explain_document(diagnosis, constants)
     if warning is not None:
@@ -234,16 +237,25 @@ def explain(
 
 
 def _measurement_warning(measured_step_time_s: float, result: JobPrediction,
-                         given: str) -> str | None:
+                         given: str, record: str | None = None) -> str | None:
     """A measured step that beats the device's peak (MFU with attention above 100% of the
     GEMM lane's datasheet peak) is a unit or scale slip, refused; one more than 3.5x off the
     prediction is explained but warned about (:mod:`mosaic.evaluate.plausibility`).
-    ``given``: the option as given (a tokens/s figure is said with the step it means)."""
+    ``given``: the option as given (a tokens/s figure is said with the step it means);
+    ``record``: the run record (RUNS.yaml#ID) whose own measurement it is, said in
+    `validate`'s words about the record's fields rather than the options (a trial was told
+    to check options it had not given)."""
     prediction = result.prediction
     found = implausibility(float(prediction.step_time_s[0]) / measured_step_time_s,
                            float(prediction.mfu_with_attention_gemm_lane[0]))
     if found is None:
         return None
+    if record is not None:
+        reason = f"the record's measurement: {result.implausible_measurement}"
+        if found.above_peak:
+            raise MosaicInputError(f"{record}: {reason} Fix its measured block, or give "
+                                   "the measurement to explain with --measured-step-time-s")
+        return reason
     step = f"{measured_step_time_s:.4g} s"
     if given and not given.startswith("--measured-step-time-s"):
         step += f" ({given})"
