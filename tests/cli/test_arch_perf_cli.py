@@ -326,6 +326,38 @@ def test_perf_warns_of_a_records_mis_entered_measurement_as_validate_does(tmp_pa
         runner.invoke(app, ["perf", good, "--json"]).stdout)
 
 
+def test_perf_gives_a_records_measured_memory_as_validate_compares_it(tmp_path):
+    """perf RUNS.yaml#ID shows the record's measured memory beside the model's figure read
+    as it measures it, validate's predicted memory of the record, for each memory_measure (a
+    trial read validate's 48.1 GiB and perf's 50.06 GiB for one 'allocated' record); a
+    what-if (--set) compares no memory."""
+    import yaml
+
+    runs = EXAMPLES / "runs_example.yaml"
+    document = yaml.safe_load(runs.read_text())
+    published = document["runs"][0]
+    variants = [dict(published, id=measure, measured=dict(
+        published["measured"], memory_gib=60.0, memory_measure=measure))
+        for measure in ("allocator", "allocated", "device")]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**document, "runs": variants}))
+    validated = {run["id"]: run for run in json.loads(
+        runner.invoke(app, ["validate", str(path), "--json"]).stdout)["runs"]}
+    as_measured = set()
+    for measure, run in validated.items():
+        shown = json.loads(runner.invoke(app, ["perf", f"{path}#{measure}", "--json"]).stdout)
+        assert shown["measured_memory_gib"] == pytest.approx(60.0)
+        assert shown["memory_gib_as_measured"] == pytest.approx(run["predicted_memory_gib"])
+        as_measured.add(round(shown["memory_gib_as_measured"], 3))
+        text = " ".join(line.strip("│ ") for line in runner.invoke(
+            app, ["perf", f"{path}#{measure}"]).output.splitlines())
+        assert f"predicted {run['memory_error']:+.1%} as `validate` reports it" in text
+    assert len(as_measured) == 3  # the three measures read the model three ways
+    what_if = json.loads(runner.invoke(app, ["perf", f"{path}#device", "--json", "--set",
+                                             "batch.micro_seqs=1"]).stdout)
+    assert "measured_memory_gib" not in what_if
+
+
 def test_set_on_a_record_rederives_dp_when_tp_pp_or_cp_change():
     """A record's dp was recorded as num_gpus/(tp·pp·cp); `--set parallelism.tp=2` on the
     8-GPU Qwen3 record was refused (tp·pp·cp·dp = 16, not 8; a trial). dp now follows: 8/2 = 4,

@@ -343,6 +343,10 @@ class JobSpec:
     unstated_stage_split: bool = False
     measured_step_time_s: float | None = None  # a run record's measured step; None for a job
     measured_oom: bool = False  # a run record that ran out of memory (measured.oom)
+    # a run record's measured peak memory per GPU, bytes, and what it measures
+    # (measured.memory_gib, measured.memory_measure); None for a job
+    measured_memory_bytes: float | None = None
+    memory_measure: str = "allocator"
     # a run record changed by --set: its workload and layout as recorded, so that only the
     # layout rules the change breaks are applied (mosaic.evaluate.job.predict_job)
     as_recorded: tuple[Workload, ParallelPlans] | None = None
@@ -973,7 +977,9 @@ def job_from_run_record(record: RunRecord) -> JobSpec:
                    n_devices=record.n_devices, nodes=None, assumptions=record.assumptions,
                    recorded_layout=True, measured_step_time_s=record.measured_step_time_s,
                    measured_oom=record.oom, stack_version=record.stack_version,
-                   model_name=record.model_name)
+                   model_name=record.model_name,
+                   measured_memory_bytes=None if record.oom else record.measured_memory_bytes,
+                   memory_measure=record.memory_measure)
 
 
 def _rederived_dp(recorded: dict[str, Any], changed: dict[str, Any]) -> str | None:
@@ -1034,6 +1040,7 @@ def _load_run_record_job(document: dict[str, Any], path: Path, run_id: str | Non
         spec = replace(spec, assumptions=(*spec.assumptions, rederived))
     # a what-if: the run as measured is no longer what is predicted
     return replace(spec, measured_step_time_s=None, measured_oom=False,
+                   measured_memory_bytes=None,
                    as_recorded=(recorded.workload, recorded.plan), assumptions=(
                        *spec.assumptions, "--set changed the recorded run: its measured step "
                                           "is not compared"))

@@ -30,7 +30,7 @@ from mosaic.perf.device_memory import outside_allocator_bytes
 from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
-from mosaic.perf.plan import concatenate_plans
+from mosaic.perf.plan import ParallelPlans, concatenate_plans
 from mosaic.perf.step_time import predict_step
 from mosaic.units import GIB
 
@@ -98,14 +98,21 @@ class RunPrediction:
 
 
 def measured_like(record: RunRecord, memory_bytes: float) -> float:
-    """The model's per-GPU memory as the record's figure measures it: the memory model's
-    total for an allocator figure (its runtime reserve standing for what the allocator holds
-    beyond live tensors); its tensors alone, the total less that reserve, for an allocated
-    (peak active) figure; for a device figure (nvidia-smi) the total plus what lives outside
-    the caching allocator (CUDA context, NCCL buffers: perf.device_memory)."""
-    if record.memory_measure == "device":
-        return memory_bytes + float(outside_allocator_bytes(record.plan)[0])
-    if record.memory_measure == "allocated":
+    """The model's per-GPU memory as the record's figure measures it
+    (:func:`memory_as_measured`)."""
+    return memory_as_measured(record.memory_measure, record.plan, memory_bytes)
+
+
+def memory_as_measured(memory_measure: str, plan: ParallelPlans, memory_bytes: float) -> float:
+    """The model's per-GPU memory (``plan``'s first row) as a figure of ``memory_measure``
+    reads it: the memory model's total for an allocator figure (its runtime reserve standing
+    for what the allocator holds beyond live tensors); its tensors alone, the total less that
+    reserve, for an allocated (peak active) figure; for a device figure (nvidia-smi) the total
+    plus what lives outside the caching allocator (CUDA context, NCCL buffers:
+    perf.device_memory)."""
+    if memory_measure == "device":
+        return memory_bytes + float(outside_allocator_bytes(plan)[0])
+    if memory_measure == "allocated":
         return memory_bytes - RUNTIME_RESERVE_BYTES
     return memory_bytes
 

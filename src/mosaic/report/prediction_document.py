@@ -10,6 +10,7 @@ from mosaic.config.blocks import training_steps
 from mosaic.config.job_schema import JobSpec
 from mosaic.config.layout import plan_row_document
 from mosaic.evaluate.job import JobPrediction
+from mosaic.evaluate.validation_report import memory_as_measured
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.coverage import summary_lines
 from mosaic.perf.elementwise_traffic import kernel_assumptions
@@ -116,6 +117,13 @@ def prediction_document(result: JobPrediction, calibration: Calibration) -> dict
            else {"measured_step_time_s": result.spec.measured_step_time_s}),
         # a run record that ran out of memory, as measured (the verdict above is predicted)
         **({"measured_oom": True} if result.spec.measured_oom else {}),
+        # a run record's measured memory, and the model's figure read as it measures it
+        # (validate's predicted memory of the record)
+        **({} if result.spec.measured_memory_bytes is None else {
+            "measured_memory_gib": result.spec.measured_memory_bytes / GIB,
+            "memory_measure": result.spec.memory_measure,
+            "memory_gib_as_measured": memory_as_measured(
+                result.spec.memory_measure, result.spec.plan, float(p.memory_bytes[0])) / GIB}),
         # the busiest EP rank's routed tokens over the even share the MoE terms are costed
         # with (perf.routing_load: stated, or derived from the router's balancing)
         **({} if not result.spec.workload.geometry.is_moe else {
