@@ -271,6 +271,28 @@ def test_validate_lists_a_record_its_catalog_cannot_predict_and_goes_on(user_cat
     assert len(doc["runs"]) == 3
 
 
+def test_calibrate_skips_a_record_its_catalog_cannot_predict_as_validate_does(
+        user_catalog, tmp_path):
+    """The same record stops no fit either: `calibrate` lists it with validate's reason and
+    fits the others (a trial's nvfp4 record on H100s stopped calibrate with an error naming
+    no record), and --strict refuses it."""
+    runs = str(ROOT / "examples" / "runs_example.yaml")
+    validated = json.loads(runner.invoke(app, ["validate", runs, "--catalog",
+                                               str(user_catalog), "--json"]).stdout)
+    out = tmp_path / "mine.yaml"
+    result = runner.invoke(app, ["calibrate", runs, "--catalog", str(user_catalog), "--out",
+                                 str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["skipped"] == validated["skipped"]
+    assert doc["n_runs"] == len([r for r in validated["runs"] if not r["oom"]])
+    assert out.exists()
+    strict = runner.invoke(app, ["calibrate", runs, "--catalog", str(user_catalog), "--out",
+                                 str(tmp_path / "strict.yaml"), "--strict"])
+    assert strict.exit_code == 2
+    assert "example-bridge-qwen3-30b-a3b-b200-8-mxfp8" in strict.output
+
+
 def test_a_misspelt_catalog_field_gets_a_suggestion(tmp_path):
     path = tmp_path / "typo.yaml"
     path.write_text(USER_CATALOG.replace("    scale_up_bw_bytes_per_s: {value: 400.0e+9",

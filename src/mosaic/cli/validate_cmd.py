@@ -51,7 +51,11 @@ from mosaic.evaluate.calibrate import (
 from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
 from mosaic.evaluate.memory_scale import MIN_MEMORY_SCALE_RUNS, with_memory_scale
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
-from mosaic.evaluate.validation_report import ValidationSummary, predict_in_batches
+from mosaic.evaluate.validation_report import (
+    ValidationSummary,
+    predict_in_batches,
+    predict_runs,
+)
 from mosaic.hardware import active_catalog_paths
 from mosaic.io_atomic import check_output_file, write_text_atomic
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration, load_calibration
@@ -90,6 +94,23 @@ def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
     _require_usable(runs, excluded, {r.id for r in record_set.records}, len(records),
                     record_set.skipped)
     return replace(record_set, records=records)
+
+
+def _without_unpredictable(runs: Path, record_set: RunRecordSet, calibration: Calibration
+                           ) -> RunRecordSet:
+    """``record_set`` less the records the model cannot predict (e.g. a precision their GPU
+    lacks), each added to its skipped records with the reason, as `validate` lists them (a
+    trial: one such record stopped `calibrate` with an error naming no record)."""
+    unpredictable: list[tuple[str, str]] = []
+    predict_runs(record_set.records, calibration, unpredictable=lambda record, why: (
+        unpredictable.append((record.id, f"cannot be predicted: {why}"))))
+    if not unpredictable:
+        return record_set
+    left_out = {run_id for run_id, _ in unpredictable}
+    records = tuple(r for r in record_set.records if r.id not in left_out)
+    skipped = (*record_set.skipped, *unpredictable)
+    _require_usable(runs, frozenset(), set(), len(records), skipped)
+    return replace(record_set, records=records, skipped=skipped)
 
 
 def _require_usable(runs: Path, excluded: set[str] | frozenset[str], found: set[str],
@@ -428,12 +449,13 @@ def calibrate(
         raise MosaicInputError(f"--cv {cv!r}: allowed values are {', '.join(CV_GROUPINGS)}")
     check_output_file(out, "--out", inputs=[runs, *([] if base is None else [base])])
     record_set = _load(runs, exclude)
+    start = load_calibration(base)
+    record_set = _without_unpredictable(runs, record_set, start)
     # records the file holds that cannot be read are not fitted, and said so (a trial: a
     # record with a misspelt field left the fit without a word, where validate named it)
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
     _check_strict(runs, skipped, strict)
     excluded = list(_excluded_ids(exclude))
-    start = load_calibration(base)
     with progress_reporter(json_output) as bar:
         baselines = record_baselines(record_set.records, start, bar("runs predicted"))
     implausible = implausible_measurements(baselines, record_set.records)
