@@ -170,6 +170,22 @@ def test_a_fit_on_one_stack_keeps_the_default_multiplier_for_the_others():
     assert refit.stack_multiplier("default") != BASE.stack_multiplier("default")
 
 
+def test_a_fit_names_the_stack_its_runs_ran_on():
+    """The profile's stack (what plans and job files naming none run on) is the base's where
+    the runs hold it, else the runs' one stack, else none: a fit on megatron-core runs over
+    paper-p6b200 (stack paper-nemo) planned on paper-nemo, outside its own envelope (a
+    trial)."""
+    paper = load_calibration("paper-p6b200")
+    assert paper.stack == "paper-nemo"
+    mcore = synthetic_baselines({"megatron-core": 1.2})
+    assert fit_calibration(mcore, paper, name="t", provenance="test").stack == "megatron-core"
+    assert fit_calibration(mcore, BASE, name="t", provenance="test").stack == "megatron-core"
+    both = synthetic_baselines({"megatron-core": 1.2, "torchtitan": 1.4})
+    assert fit_calibration(both, paper, name="t", provenance="test").stack is None
+    own = synthetic_baselines({"paper-nemo": 1.1, "torchtitan": 1.4})
+    assert fit_calibration(own, paper, name="t", provenance="test").stack == "paper-nemo"
+
+
 def test_a_group_holding_most_runs_is_named_when_cross_validating(capsys):
     """A trial's 7 'acme' runs beside one 'bad' run: holding out acme fitted on one run, and
     its 24% held-out error came with no word of it."""

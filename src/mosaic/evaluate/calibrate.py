@@ -381,8 +381,13 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
         multipliers = {**base.stack_overhead, **multipliers}
         attention = {**base.attention_efficiency, **attention}
         imbalance = {**base.routing_imbalance, **imbalance}
-    return replace(base, name=name, provenance=provenance, chi_a2a=chi_a2a, chi_pp=chi_pp,
-                   chi_overlap=chi_ovl, stack_overhead=multipliers,
+    # the stack the profile describes, which plans naming none run on: the base's where the
+    # runs hold it, else the runs' one stack (a trial's fit on megatron-core runs over
+    # paper-p6b200 planned on paper-nemo, outside its own envelope), else none
+    stack = (base.stack if base.stack in stacks
+             else stacks[0] if len(stacks) == 1 else None)
+    return replace(base, name=name, provenance=provenance, stack=stack, chi_a2a=chi_a2a,
+                   chi_pp=chi_pp, chi_overlap=chi_ovl, stack_overhead=multipliers,
                    attention_efficiency=attention, routing_imbalance=imbalance,
                    elementwise_traffic_factor=float(f"{np.exp(log_elementwise):.6g}"),
                    sources=sources, at_bounds=at_bound, not_informed=not_informed,
