@@ -321,6 +321,9 @@ def test_perf_warns_of_a_records_mis_entered_measurement_as_validate_does(tmp_pa
     assert f"warning: {flagged['reason']}" in slipped.stderr
     assert json.loads(runner.invoke(app, ["perf", f"{path}#in-ms", "--json"]).stdout)[
         "measurement_warning"] == flagged["reason"]
+    page = tmp_path / "perf.html"  # the page says what the terminal says
+    assert runner.invoke(app, ["perf", f"{path}#in-ms", "--html", str(page)]).exit_code == 0
+    assert "unit slip" in page.read_text()
     good = f"{path}#{document['runs'][0]['id']}"
     assert "measurement_warning" not in json.loads(
         runner.invoke(app, ["perf", good, "--json"]).stdout)

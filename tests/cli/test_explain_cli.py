@@ -225,6 +225,9 @@ def test_a_records_own_mis_entered_measurement_names_the_record_not_the_options(
     slow = runner.invoke(app, ["explain", f"{path}#in-ms", "--json"])
     assert slow.exit_code == 0, slow.output
     assert reasons["in-ms"] in json.loads(slow.stdout)["measurement_warning"]
+    page = tmp_path / "explain.html"  # the page says what the terminal says
+    assert runner.invoke(app, ["explain", f"{path}#in-ms", "--html", str(page)]).exit_code == 0
+    assert "unit slip" in page.read_text()
 
 
 def test_a_job_that_does_not_fit_is_told_which_levers_make_it_fit():

@@ -64,7 +64,9 @@ def _gap_sections(document: dict[str, Any]) -> list[Section]:
     gap = document.get("gap")
     if not gap:
         return []
+    warning = document.get("measurement_warning")  # the terminal's warning: line
     return [Section("gap", "Measured vs predicted", [
+        *([note(f"Warning: {warning}")] if warning else []),
         key_value_html(gap_rows(gap), table_id="gap-table"),
         *[note(finding) for finding in gap["findings"]]])]
 

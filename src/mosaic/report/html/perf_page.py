@@ -51,6 +51,9 @@ def perf_sections(document: dict[str, Any]) -> list[Section]:
     name = layout_label(plan)
     summary = [
         *prediction_summary_rows(document),  # the terminal's rows, in its words
+        # a run record's measurement that looks mis-entered (the terminal's warning: line)
+        *([("measurement", warning)] if (warning := document.get("measurement_warning"))
+          else []),
         *([("memory scale", scaled)] if (scaled := memory_scale_note(document)) else []),
         *([("memory breakdown of", f"pipeline rank {document['memory_stage']} of "
                                    f"{plan['pp']}, the heaviest")]
