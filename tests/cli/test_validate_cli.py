@@ -111,6 +111,23 @@ def test_a_file_without_usable_records_is_an_error_not_an_empty_report(tmp_path)
     assert "no usable run record" in result.output
 
 
+def test_a_file_of_broken_records_names_each_records_reason(tmp_path):
+    """With no usable record left, the error gives the reason of each skipped record (the
+    first three, then a count), not the first alone (a trial fixed them one run at a time)."""
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    published = document["runs"][0]
+    broken = [dict(published, id=f"broken-{i}", num_gpus=8 * (i + 2)) for i in range(4)]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({**document, "runs": broken}))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    for i in range(3):
+        assert f"run 'broken-{i}'" in result.output
+    assert "broken-3" not in result.output and "and 1 more" in result.output
+
+
 def test_rank_agreement_within_one_software_release_is_reported_apart(tmp_path):
     import copy
 

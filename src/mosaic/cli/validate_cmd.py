@@ -113,6 +113,9 @@ def _without_unpredictable(runs: Path, record_set: RunRecordSet, calibration: Ca
     return replace(record_set, records=records, skipped=skipped)
 
 
+MAX_SKIPPED_IN_ERROR = 3  # skipped records whose reasons a 'no usable run record' error gives
+
+
 def _require_usable(runs: Path, excluded: set[str] | frozenset[str], found: set[str],
                     n_usable: int, skipped: Sequence[tuple[str, str]]) -> None:
     """Each --exclude id names a usable run (``found``) and some run is left to predict."""
@@ -120,8 +123,12 @@ def _require_usable(runs: Path, excluded: set[str] | frozenset[str], found: set[
     if unknown:
         raise MosaicInputError(f"--exclude: no usable run with id {', '.join(sorted(unknown))} "
                                f"in {runs}")
-    if not n_usable:
-        why = f"; skipped: {skipped[0][1]}" if skipped else ""
+    if not n_usable:  # each skipped record's reason, the first few (a trial fixed five
+        # broken records one run at a time, seeing one reason a run)
+        shown = "; ".join(reason for _, reason in skipped[:MAX_SKIPPED_IN_ERROR])
+        more = len(skipped) - MAX_SKIPPED_IN_ERROR
+        why = (f"; skipped: {shown}" + (f"; and {more} more" if more > 0 else "")
+               if skipped else "")
         raise MosaicInputError(f"{runs}: no usable run record ({len(skipped)} "
                                f"skipped, {len(excluded)} excluded){why}")
 
