@@ -178,12 +178,15 @@ def test_a_fit_names_the_stack_its_runs_ran_on():
     paper = load_calibration("paper-p6b200")
     assert paper.stack == "paper-nemo"
     mcore = synthetic_baselines({"megatron-core": 1.2})
-    assert fit_calibration(mcore, paper, name="t", provenance="test").stack == "megatron-core"
+    moved = fit_calibration(mcore, paper, name="t", provenance="test")
+    assert moved.stack == "megatron-core"
+    assert paper.description and not moved.description  # it told of the paper's stack
     assert fit_calibration(mcore, BASE, name="t", provenance="test").stack == "megatron-core"
     both = synthetic_baselines({"megatron-core": 1.2, "torchtitan": 1.4})
     assert fit_calibration(both, paper, name="t", provenance="test").stack is None
     own = synthetic_baselines({"paper-nemo": 1.1, "torchtitan": 1.4})
-    assert fit_calibration(own, paper, name="t", provenance="test").stack == "paper-nemo"
+    kept = fit_calibration(own, paper, name="t", provenance="test")
+    assert kept.stack == "paper-nemo" and kept.description == paper.description
 
 
 def test_a_group_holding_most_runs_is_named_when_cross_validating(capsys):

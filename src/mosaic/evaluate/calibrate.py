@@ -386,7 +386,10 @@ def fit_calibration(baselines: RecordBaselines, base: Calibration, name: str,
     # paper-p6b200 planned on paper-nemo, outside its own envelope), else none
     stack = (base.stack if base.stack in stacks
              else stacks[0] if len(stacks) == 1 else None)
-    return replace(base, name=name, provenance=provenance, stack=stack, chi_a2a=chi_a2a,
+    # the base's account of its stack and platform holds only for a fit on that stack
+    description = base.description if stack == base.stack else ""
+    return replace(base, name=name, provenance=provenance, stack=stack,
+                   description=description, chi_a2a=chi_a2a,
                    chi_pp=chi_pp, chi_overlap=chi_ovl, stack_overhead=multipliers,
                    attention_efficiency=attention, routing_imbalance=imbalance,
                    elementwise_traffic_factor=float(f"{np.exp(log_elementwise):.6g}"),
