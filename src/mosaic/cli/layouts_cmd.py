@@ -272,8 +272,9 @@ def unpinned_job_degrees(parallelism: dict[str, Any], limits: LayoutLimits
 # --- Command -------------------------------------------------------------------------------
 def layouts(
     job: Annotated[Path, typer.Argument(
-        help="job YAML; its layout (degrees, sharding, micro-batch, checkpointing) is "
-             "searched, its other settings (dispatcher, overlaps, kernels) kept")],
+        help="job YAML or a run record as RUNS.yaml#ID; its layout (degrees, sharding, "
+             "micro-batch, checkpointing) is searched, its other settings (dispatcher, "
+             "overlaps, kernels) kept")],
     devices: Annotated[int | None, typer.Option(
         min=1, help="GPUs to lay out (default: search.devices, else hardware.nodes × "
         "the system's GPUs per node)")] = None,

@@ -16,7 +16,8 @@ def studio(
         "--host", help="address to listen on (default: this machine only)")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port")] = 8765,
     job: Annotated[Path | None, typer.Option(
-        "--job", help="job YAML to start from (its model becomes a choice)")] = None,
+        "--job", help="job YAML or a run record as RUNS.yaml#ID to start from (its model "
+                      "becomes a choice)")] = None,
     no_browser: Annotated[bool, typer.Option(
         "--no-browser", help="do not open a browser window")] = False,
     plan_time_limit_s: Annotated[float, typer.Option(
