@@ -152,3 +152,23 @@ def test_an_overshoot_of_a_few_mib_reads_in_mib():
     assert gib_or_mib_text(1.254) == "1.25 GiB"
     assert gib_or_mib_text(0.0007) == "0.72 MiB"  # 0.0007 x 1024
     assert gib_or_mib_text(0.04, decimals=1) == "41 MiB"
+
+
+def test_a_layout_refused_under_a_calibrations_stack_names_where_the_stack_came_from(
+        tmp_path):
+    """A profile fitted on torchtitan runs names torchtitan; the Appendix E job, which names
+    no stack, is then refused for torchtitan's default vpp of 2 (48 layers on pp 16): the
+    refusal says the stack is the profile's, not the job's (a trial read it without)."""
+    from mosaic.perf.calibration import load_calibration
+
+    document = load_calibration("default").to_document()
+    profile = tmp_path / "torchtitan_profile.yaml"
+    profile.write_text(yaml.safe_dump({**document, "stack": "torchtitan"}, sort_keys=False))
+    refused = runner.invoke(app, ["perf", str(JOB), "--calibration", str(profile)])
+    assert refused.exit_code == 2
+    assert "pp·vpp=16·2 must divide layers=48" in refused.output
+    assert ("performance.stack not stated: torchtitan (the calibration profile's stack)"
+            in refused.output)
+    stated = runner.invoke(app, ["perf", str(JOB), "--calibration", str(profile), "--set",
+                                 "performance.stack=megatron-core"])
+    assert stated.exit_code == 0, stated.output

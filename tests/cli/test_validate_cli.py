@@ -1,5 +1,6 @@
 """`mosaic validate` and `mosaic calibrate` on the shipped example records."""
 
+import copy
 import json
 from pathlib import Path
 
@@ -577,3 +578,29 @@ def test_scores_on_the_runs_a_profile_was_fitted_on_are_called_in_sample(tmp_pat
     assert f"note: {len(fitted_runs)} of these runs are runs calibration 'mine'" in shown.output
     default = json.loads(runner.invoke(app, ["validate", runs, "--json"]).stdout)
     assert default["aggregate"]["in_sample_runs"] == 0
+
+
+def test_calibrate_cross_validates_runs_without_a_moe_run(tmp_path):
+    """A cross-validated fit on dense runs alone stopped with an internal error writing its
+    MoE figure (a trial's torchtitan runs); the provenance gives the overall figure only."""
+    document = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    dense = next(r for r in document["runs"]
+                 if r["id"] == "example-torchtitan-llama3.1-8b-h100-8-fsdp")
+    runs = []
+    for index, scale in enumerate((1.0, 0.9, 1.1)):
+        run = copy.deepcopy(dense)
+        run["id"] = f"dense-{index}"
+        run["measured"]["tokens_per_s_per_gpu"] *= scale
+        run["measured"].pop("step_time_s", None)
+        runs.append(run)
+    path = tmp_path / "dense.yaml"
+    path.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+    out = tmp_path / "calib.yaml"
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(out), "--cv", "run",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["cross_validation"]["moe_mape"] is None
+    provenance = load_calibration(out).provenance
+    assert f"tokens/s MAPE {report['cross_validation']['mape']:.1%}" in provenance
+    assert "MoE" not in provenance.split("cross-validated")[1]

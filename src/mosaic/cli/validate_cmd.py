@@ -534,11 +534,14 @@ def calibrate(
     report["calibration"] = fitted.to_document()
     if cv_result is not None:
         fitted_doc = fitted.to_document()
+        held_out = report["cross_validation"]
+        # the MoE figure only where MoE runs were held out (a fit on dense runs alone
+        # stopped here with an internal error)
+        moe_part = ("" if held_out["moe_mape"] is None
+                    else f" (MoE {held_out['moe_mape']:.1%})")
         fitted_doc["provenance"] += (
-            f"; leave-one-{cv}-out cross-validated tokens/s MAPE "
-            f"{report['cross_validation']['mape']:.1%} (MoE "
-            f"{report['cross_validation']['moe_mape']:.1%})"
-        )
+            f"; leave-one-{cv}-out cross-validated tokens/s MAPE {held_out['mape']:.1%}"
+            f"{moe_part}")
         report["calibration"] = fitted_doc
     if report["calibration"].get("coverage") is not None:  # what the next command will load
         parse_coverage(report["calibration"]["coverage"], f"{out} (as fitted)")

@@ -1161,16 +1161,23 @@ def load_job(path: Path, overrides: list[str] | None = None,
     performance = document.get("performance") or {}
     if default_stack not in (None, DEFAULT_STACK) and performance.get("stack") is None:
         document["performance"] = {**performance, "stack": default_stack}
-        note = (f"performance.stack not stated: {default_stack} (the calibration profile's "
-                "stack)")
+        note = f"{CALIBRATION_STACK_NOTE}: {default_stack} (the calibration profile's stack)"
     try:
         spec = job_from_document(document, str(path), deprecated)
     except MosaicInputError as error:
-        raise blame_override(error, overrides or []) from None
+        error = blame_override(error, overrides or [])
+        if note is not None:  # the stack the user never named (a trial's torchtitan-fitted
+            # profile refused a Megatron job for torchtitan's default vpp, without a word)
+            error = type(error)(f"{error} ({note}; state performance.stack for another)")
+        raise error from None
     if note is not None:
         spec = replace(spec, assumptions=(*spec.assumptions, note))
     warn_deprecated(deprecated, str(path))
     return spec
+
+
+# how a job's assumptions begin where a calibration profile chose its stack (a refusal names it)
+CALIBRATION_STACK_NOTE = "performance.stack not stated"
 
 
 def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInputError:
@@ -1183,7 +1190,7 @@ def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInput
     scores = [(_named_depth(override.split("=", 1)[0].strip(), message), override)
               for override in overrides]
     depth, override = max(scores, key=lambda pair: pair[0], default=(0, ""))
-    return MosaicInputError(f"{message} (from --set {override})") if depth else error
+    return type(error)(f"{message} (from --set {override})") if depth else error
 
 
 def _named_depth(path: str, message: str) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic.config.job_schema import JobSpec, blame_override, load_job
+from mosaic.config.job_schema import CALIBRATION_STACK_NOTE, JobSpec, blame_override, load_job
 from mosaic.config.layout import VPP_DEFAULT_NOTE
 from mosaic.errors import InvalidLayoutError, MosaicInputError, MosaicWarning
 from mosaic.evaluate.plausibility import implausible_reason
@@ -229,6 +229,10 @@ def check_job_layout(spec: JobSpec) -> Cluster:
         # can place (perf.constraints.plan_violations)
         violations = plan_violations(spec.workload, spec.plan, cluster.n_devices,
                                      split_stated=not spec.unstated_stage_split)
+        # a stack the calibration profile chose, not the job: said with every refusal (a
+        # trial's torchtitan-fitted profile refused a Megatron job without naming it)
+        stack_note = "".join(f"; {note}" for note in spec.assumptions
+                             if note.startswith(CALIBRATION_STACK_NOTE))
         reason = first_reason(violations, spec.plan, 0)
         if reason is not None:
             if "must divide layers=" in reason and not spec.workload.uneven_pipeline_stages:
@@ -236,12 +240,12 @@ def check_job_layout(spec: JobSpec) -> Cluster:
                 # a vpp the stack's default chose, not the job: say so
                 reason += "".join(f"; {note}" for note in spec.assumptions
                                   if note.startswith(VPP_DEFAULT_NOTE))
-            raise InvalidLayoutError(f"invalid parallel layout: {reason}")
+            raise InvalidLayoutError(f"invalid parallel layout: {reason}{stack_note}")
         # what `layouts` and `plan` would refuse to search (a trial: perf costed zero1 on
         # torchtitan, which offers none of it)
         unoffered = unoffered_layout(spec.workload, spec.plan)
         if unoffered is not None:
             # ('layout sharding: stack ... offers only': the heading says layout once)
             raise InvalidLayoutError(
-                f"invalid parallel layout: {unoffered.removeprefix('layout ')}")
+                f"invalid parallel layout: {unoffered.removeprefix('layout ')}{stack_note}")
     return cluster
