@@ -119,14 +119,21 @@ def test_maxtext_files_pass_its_moe_checks():
         "model.layers=64", "parallelism.pp=8", "parallelism.vpp=1", "model.mtp_layers=0",
         "performance.stack=megatron-core", "performance.stack_version=null",
         "parallelism.ep=32"]), "maxtext")
-    assert yaml.safe_load(deepseek.text)["num_layers_per_pipeline_stage"] == 61 // 8
+    document = yaml.safe_load(deepseek.text)
+    assert document["num_layers_per_pipeline_stage"] == 61 // 8
     assert any(note.startswith("uneven pipeline stages (61 pipelined layers (the deepseek")
                for note in deepseek.unsupported)
+    # types.py l. 3576-3582 @ e591f30 asserts stages x layers per stage divides the
+    # pipelined layers: 56 of the 61 are pipelined, the other 5 run outside (a review's
+    # files stopped at start-up without pipeline_parallel_layers)
+    assert document["pipeline_parallel_layers"] == 56
+    assert any("the other 5 run outside the pipeline" in note for note in deepseek.unsupported)
     # 61 layers on pp 2 are uneven as costed, but MaxText's 58 MoE layers split evenly: the
     # file is launchable, and says it runs equal stages (a review found it called unlaunchable)
     even = export(_spec("deepseek_v3_h100.yaml", ["parallelism.pp=2", "parallelism.vpp=1",
                                                   "performance.uneven_stages=true"]), "maxtext")
     assert yaml.safe_load(even.text)["num_layers_per_pipeline_stage"] == 29
+    assert "pipeline_parallel_layers" not in yaml.safe_load(even.text)
     notes = " | ".join(even.unsupported)
     assert "MaxText needs equal stages" not in notes
     assert "MaxText runs 2 equal stages of its 58 pipelined layers" in notes

@@ -344,8 +344,11 @@ def config(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
             f"while mosaic costed Megatron's EP group of {spec.ep * spec.etp} ranks inside "
             "one node; expect a slower all-to-all than predicted")
     if spec.pp > 1:
+        per_stage = layers_per_stage(spec, piped)
         document |= {"num_pipeline_microbatches": spec.micro_batches_per_step,
-                     "num_layers_per_pipeline_stage": max(1, piped // (spec.pp * spec.vpp))}
+                     "num_layers_per_pipeline_stage": per_stage}
+        if piped % (spec.pp * per_stage):  # else types.py's default pipelines them all
+            document["pipeline_parallel_layers"] = pipelined_in_stages(spec, piped)
     unsupported += unexpressed(spec, set(), "MaxText")
     return document, unsupported
 
@@ -387,14 +390,36 @@ def pipelined_layers(spec: ExportSpec, block: str, decoder_layers: int) -> int:
     return decoder_layers - (moe.dense_layers if block == "deepseek" and moe else 0)
 
 
+def layers_per_stage(spec: ExportSpec, piped: int) -> int:
+    """``num_layers_per_pipeline_stage``: ``piped`` layers over pp·vpp stages, at least 1."""
+    return max(1, piped // (spec.pp * spec.vpp))
+
+
+def pipelined_in_stages(spec: ExportSpec, piped: int) -> int:
+    """``pipeline_parallel_layers``: the most of ``piped`` layers that whole repeats of pp
+    stages of :func:`layers_per_stage` hold. MaxText asserts stages x layers per stage
+    divides them (src/maxtext/configs/types.py l. 3576-3582 @ e591f30: a review's
+    DeepSeek-V3 file, 58 MoE layers on pp 8, stopped at start-up) and runs the rest outside
+    the pipeline, the stage axis acting as data parallelism (base.yml
+    pipeline_parallel_layers, layers/decoders.py)."""
+    stage_layers = spec.pp * layers_per_stage(spec, piped)
+    return piped // stage_layers * stage_layers
+
+
 def stage_notes(spec: ExportSpec, block: str, piped: int) -> list[str]:
     """What MaxText's equal pipeline stages of ``piped`` layers do to the costed split."""
     stages = spec.pp * spec.vpp
     which = " (the deepseek decoder pipelines its MoE layers only)" if block == "deepseek" \
         else ""
     if piped % stages:
+        inside = pipelined_in_stages(spec, piped)
+        outside = (f"; pipeline_parallel_layers {inside}: the other {piped - inside} run "
+                   "outside the pipeline, its stage axis acting as data parallelism"
+                   if inside < piped else "")
         return [f"uneven pipeline stages ({piped} pipelined layers{which} on pp·vpp = "
-                f"{stages}): MaxText needs equal stages; choose pp and vpp dividing them"]
+                f"{stages}): MaxText needs equal stages; {inside // layers_per_stage(spec, piped)}"
+                f" stages of {layers_per_stage(spec, piped)} layers written{outside}; choose "
+                "pp and vpp dividing them for the split mosaic costed"]
     if spec.uneven_stages:
         return [f"the uneven split mosaic costed: MaxText runs {stages} equal stages of its "
                 f"{piped} pipelined layers{which}"]
