@@ -313,3 +313,22 @@ def test_a_hybrid_models_header_says_its_pattern_counts_mixers_and_ffns_apart():
     assert "# model: 96 layers of the hybrid pattern (mixers and FFN/MoE blocks counted apart)" \
         in hybrid and "num_layers: 48" in hybrid
     assert "# model: 48 layers, d_model 6144" in export(_spec("appendix_e.yaml"), "megatron").text
+
+
+def test_bridge_overrides_state_the_whole_pipeline_split():
+    """The NeMo file is merged over a recipe, whose own split fields would stay: Bridge's
+    Qwen3-235B recipe sets account_for_*_in_pipeline_split (recipes/qwen/h100/qwen3_moe.py
+    l. 261 @ 067f987), GLM-5's num_layers_in_first_pipeline_stage (recipes/glm/gb200/
+    glm5.py l. 54), DeepSeek-V3's a layout. Beside the file's layout TransformerConfig
+    raises "pipeline_model_parallel_layout cannot be set with other pipeline layout
+    arguments" (transformer_config.py l. 2242-2259 @ d98e8a64dd); without one the recipe's
+    split replaced the even one mosaic costed."""
+    recipe = {"account_for_embedding_in_pipeline_split": True,
+              "account_for_loss_in_pipeline_split": True,
+              "num_layers_in_first_pipeline_stage": 14,
+              "num_layers_in_last_pipeline_stage": 12,
+              "pipeline_model_parallel_layout": "Et|(tt|)*30mL"}
+    for job, layout in (("appendix_e.yaml", None), ("deepseek_v3_h100.yaml", "Et|(tt|)*30mL")):
+        model = recipe | yaml.safe_load(export(_spec(job), "nemo").text)["model"]
+        assert model["pipeline_model_parallel_layout"] == layout, job
+        assert not any(model[key] for key in recipe if key != "pipeline_model_parallel_layout")

@@ -54,6 +54,21 @@ FP8_MIXED_PRECISION = {"delayed": "bf16_with_fp8_delayed_scaling_mixed",
 MIXED_PRECISION_TARGET = "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"
 
 
+def pipeline_split_fields(spec: ExportSpec) -> dict[str, Any]:
+    """TransformerConfig's pipeline-split fields, every one stated: the file is merged over a
+    recipe, and a recipe's own split would stay (Megatron-Bridge recipes/qwen/h100/
+    qwen3_moe.py l. 261 @ 067f987 sets account_for_*_in_pipeline_split, recipes/glm/gb200/
+    glm5.py l. 54 num_layers_in_first_pipeline_stage, recipes/deepseek/h100/deepseek_v3.py
+    a layout): another split than mosaic costed, or, beside the file's layout, a ValueError
+    ("pipeline_model_parallel_layout cannot be set with other pipeline layout arguments",
+    megatron/core/transformer/transformer_config.py l. 2242-2259 @ d98e8a64dd)."""
+    return {"account_for_embedding_in_pipeline_split": spec.vocab_in_pipeline_split,
+            "account_for_loss_in_pipeline_split": spec.vocab_in_pipeline_split,
+            "num_layers_in_first_pipeline_stage": None,
+            "num_layers_in_last_pipeline_stage": None,
+            "pipeline_model_parallel_layout": spec.pipeline_layout}
+
+
 def torch_dtype(name: str) -> dict[str, Any]:
     """A torch dtype in a Bridge YAML: a ``_target_`` resolved, not called (``_call_: false``,
     Megatron-LM megatron/training/config/instantiate_utils.py @ d98e8a64dd)."""
@@ -382,11 +397,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         "recompute_granularity": None if spec.checkpointing == "none" else spec.checkpointing,
     }
     model |= recompute_fields(spec, unsupported)
-    if spec.vocab_in_pipeline_split:
-        model |= {"account_for_embedding_in_pipeline_split": True,
-                  "account_for_loss_in_pipeline_split": True}
-    if spec.pipeline_layout is not None:  # TransformerConfig pipeline_model_parallel_layout
-        model["pipeline_model_parallel_layout"] = spec.pipeline_layout
+    model |= pipeline_split_fields(spec)
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append(dualpipe_note(spec, "Megatron-Bridge"))
     if spec.offloaded_activation_layers:  # ModelParallelConfig cpu_offloading(_num_layers)
