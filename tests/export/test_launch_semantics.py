@@ -332,3 +332,25 @@ def test_bridge_overrides_state_the_whole_pipeline_split():
         model = recipe | yaml.safe_load(export(_spec(job), "nemo").text)["model"]
         assert model["pipeline_model_parallel_layout"] == layout, job
         assert not any(model[key] for key in recipe if key != "pipeline_model_parallel_layout")
+
+
+def test_bridge_overrides_reset_what_a_recipe_would_leave_on():
+    """Fields the file wrote only when set kept a recipe's values under the merge: Qwen3-MoE's
+    CUDA graphs (recipes/qwen/h100/qwen3_moe.py l. 213 @ 067f987, refused by Megatron-Core
+    with full recompute), Nemotron 3 Super's capacity factor 1.10, DeepSeek-V3's MTP module,
+    a recipe's activation offload and its recompute modules."""
+    recipe = {"cuda_graph_impl": "transformer_engine", "moe_expert_capacity_factor": 1.1,
+              "moe_pad_expert_input_to_capacity": True, "mtp_num_layers": 1,
+              "cpu_offloading": True, "cpu_offloading_num_layers": 4,
+              "recompute_modules": ["mla_up_proj", "mlp"]}
+    spec = _spec("appendix_e.yaml", ["performance.checkpointing=selective"])
+    model = recipe | yaml.safe_load(export(spec, "nemo").text)["model"]
+    assert model["cuda_graph_impl"] == "none" and model["cpu_offloading"] is False
+    assert model["moe_expert_capacity_factor"] is None and model["mtp_num_layers"] is None
+    assert not model["moe_pad_expert_input_to_capacity"]
+    assert model["recompute_modules"] == ["core_attn"]
+    # what the job states is written, not reset
+    graphs = _spec("appendix_e.yaml", ["performance.checkpointing=selective",
+                                       "performance.full_iteration_cuda_graph=true"])
+    assert yaml.safe_load(export(graphs, "nemo").text)["model"]["cuda_graph_impl"] == \
+        "full_iteration"

@@ -69,6 +69,29 @@ def pipeline_split_fields(spec: ExportSpec) -> dict[str, Any]:
             "pipeline_model_parallel_layout": spec.pipeline_layout}
 
 
+def recipe_resets(spec: ExportSpec) -> dict[str, Any]:
+    """TransformerConfig fields at what mosaic costed where the job leaves them off (the
+    file writes them only when set otherwise), so that a recipe's own values do not stay
+    under the merge: Bridge's Qwen3-MoE recipe captures CUDA graphs (recipes/qwen/h100/
+    qwen3_moe.py l. 213 @ 067f987: cuda_graph_impl transformer_engine, which Megatron-Core
+    refuses with full recompute), Nemotron 3 Super drops tokens (recipes/nemotronh/h100/
+    nemotron_3_super.py l. 203: moe_expert_capacity_factor 1.10), DeepSeek-V3 trains an MTP
+    module (recipes/deepseek/h100/deepseek_v3.py l. 137), some recipes offload activations
+    (cpu_offloading); a selective recompute without modules is Megatron's default,
+    core_attn (transformer_config.py recompute_modules @ d98e8a64dd), not the recipe's."""
+    g = spec.geometry
+    resets: dict[str, Any] = {"cuda_graph_impl": "none", "cpu_offloading": False,
+                              "cpu_offloading_num_layers": 0}
+    if spec.checkpointing == "selective":
+        resets["recompute_modules"] = ["core_attn"]
+    if not g.is_hybrid:  # (a hybrid's MTP module is the recipe's, QWEN3_NEXT_RECIPE_NOTE)
+        resets["mtp_num_layers"] = None
+    if g.moe is not None:
+        resets |= {"moe_expert_capacity_factor": None,
+                   "moe_pad_expert_input_to_capacity": False}
+    return resets
+
+
 def torch_dtype(name: str) -> dict[str, Any]:
     """A torch dtype in a Bridge YAML: a ``_target_`` resolved, not called (``_call_: false``,
     Megatron-LM megatron/training/config/instantiate_utils.py @ d98e8a64dd)."""
@@ -436,6 +459,7 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
         # (src/megatron/bridge/models/gpt_provider.py @ 067f987); the 25.09 scripts set both
         # trackers with their graphs (scripts/performance/utils/helpers.py @ v0.1.0rc4)
         model["use_te_rng_tracker"] = True
+    model |= {name: value for name, value in recipe_resets(spec).items() if name not in model}
     comm_overlap = comm_overlap_block(spec)
     # DistributedDataParallelConfig; mosaic's default is overlapped (the same values as the
     # comm_overlap block, which Bridge copies onto this one)
