@@ -354,3 +354,19 @@ def test_bridge_overrides_reset_what_a_recipe_would_leave_on():
                                        "performance.full_iteration_cuda_graph=true"])
     assert yaml.safe_load(export(graphs, "nemo").text)["model"]["cuda_graph_impl"] == \
         "full_iteration"
+
+
+def test_torchtitan_async_tp_is_written_only_with_the_compiled_model():
+    """torchtitan v0.2.2 raises "Async TP requires 'model' in --compile.components and
+    --compile.enable" (torchtitan/distributed/tensor_parallel.py l. 20-23 @ 73a0e69): an
+    eager job's tp_comm_overlap is said, not written (the file stopped at start-up)."""
+    base = ["parallelism.tp=2", "parallelism.tp_comm_overlap=true"]
+    compiled = tomllib.loads(export(_spec("appendix_e.yaml", base), "torchtitan").text)
+    assert compiled["parallelism"]["enable_async_tensor_parallel"] is True
+    assert compiled["compile"]["enable"] and "model" in compiled["compile"]["components"]
+    eager = export(_spec("appendix_e.yaml", [*base, "performance.torch_compile=false"]),
+                   "torchtitan")
+    table = tomllib.loads(eager.text)
+    assert "enable_async_tensor_parallel" not in table["parallelism"]
+    assert table["compile"] == {"enable": False}
+    assert any("enable_async_tensor_parallel not written" in note for note in eager.unsupported)

@@ -190,11 +190,16 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                                    "than blocks")
     written = set()
     if spec.tp_comm_overlap and spec.tp > 1:  # ParallelismConfig.enable_async_tensor_parallel
-        parallelism["enable_async_tensor_parallel"] = True
         written.add("tp_comm_overlap")
         if spec.torch_compile is False:
+            # maybe_enable_async_tp raises "Async TP requires 'model' in --compile.components
+            # and --compile.enable" (torchtitan/distributed/tensor_parallel.py l. 20-23 @
+            # v0.2.2, 73a0e69): the file would stop at start-up
             unsupported.append("tp_comm_overlap without torch.compile: torchtitan's async TP "
-                               "is only effective when compile is enabled")
+                               "needs the compiled model (it raises otherwise); "
+                               "enable_async_tensor_parallel not written")
+        else:
+            parallelism["enable_async_tensor_parallel"] = True
     if spec.pipeline_schedule == "dualpipe" and spec.pp > 1:
         unsupported.append("DualPipe pipeline schedule (stack " + spec.stack + "; arXiv:"
                            "2412.19437 Sec. 3.2.1): torchtitan's pipeline_parallel_schedule "
