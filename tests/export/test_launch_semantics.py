@@ -370,3 +370,15 @@ def test_torchtitan_async_tp_is_written_only_with_the_compiled_model():
     assert "enable_async_tensor_parallel" not in table["parallelism"]
     assert table["compile"] == {"enable": False}
     assert any("enable_async_tensor_parallel not written" in note for note in eager.unsupported)
+
+
+def test_torchtitan_ddp_beside_tp_or_pp_is_said_not_to_start():
+    """torchtitan v0.2.2 raises "DDP has not supported > 1D parallelism" when the replicate
+    mesh is not the world (models/llama3/infra/parallelize.py l. 151 @ 73a0e69): sharding
+    none with dp > 1 and tp or pp > 1 was written with only the fp32 note."""
+    ddp = export(_spec("appendix_e.yaml", ["parallelism.sharding=none"]), "torchtitan")
+    table = tomllib.loads(ddp.text)["parallelism"]
+    assert table["data_parallel_replicate_degree"] > 1 == table["data_parallel_shard_degree"]
+    assert any("DDP has not supported > 1D parallelism" in note for note in ddp.unsupported)
+    fsdp = export(_spec("appendix_e.yaml", ["parallelism.sharding=fsdp"]), "torchtitan")
+    assert not any("DDP has not supported" in note for note in fsdp.unsupported)

@@ -141,6 +141,15 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
                            "1, cp 1): torchtitan v0.2.2 then trains in fp32 ('Mixed precision "
                            f"training is disabled'), not the costed {spec.precision}; shard "
                            "with FSDP over 2 or more ranks to train in mixed precision")
+    if replicate > 1 and shard == 1 and spec.cp == 1 and (spec.tp > 1 or spec.pp > 1):
+        # DDP alone (no FSDP) beside tp or pp: "DDP has not supported > 1D parallelism"
+        # (torchtitan/models/llama3/infra/parallelize.py l. 151, llama4 l. 219, qwen3,
+        # deepseek_v3, gpt_oss @ v0.2.2, 73a0e69: world size != the replicate mesh)
+        unsupported.append(f"sharding {spec.sharding} (DDP, data_parallel_replicate_degree "
+                           f"{replicate}) with tp {spec.tp} x pp {spec.pp}: torchtitan v0.2.2 "
+                           "runs DDP only as the sole parallelism ('DDP has not supported > "
+                           "1D parallelism'), so this file does not start; shard with FSDP "
+                           "(sharding fsdp, zero1/zero2 or hsdp)")
     # torchtitan v0.2.2 carves the expert groups out of the FSDP shard ranks
     # (distributed/parallel_dims.py: efsdp = dp_shard·cp·tp / (etp·ep) must be a whole >= 1)
     sharded = shard * spec.cp * spec.tp
