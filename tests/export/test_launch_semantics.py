@@ -382,3 +382,17 @@ def test_torchtitan_ddp_beside_tp_or_pp_is_said_not_to_start():
     assert any("DDP has not supported > 1D parallelism" in note for note in ddp.unsupported)
     fsdp = export(_spec("appendix_e.yaml", ["parallelism.sharding=fsdp"]), "torchtitan")
     assert not any("DDP has not supported" in note for note in fsdp.unsupported)
+
+
+def test_torchtitan_deepep_is_written_with_etp_1_only():
+    """torchtitan v0.2.2 raises NotImplementedError "DeepEP with Expert Tensor Parallelism
+    (ETP) is not supported yet" (models/llama4/infra/parallelize.py l. 121-125 @ 73a0e69):
+    a DeepEP job with etp = tp > 1 is written with the standard all-to-all, said."""
+    base = ["parallelism.dispatcher=deepep", "parallelism.tp=2"]
+    etp = export(_spec("appendix_e.yaml", [*base, "parallelism.etp=2"]), "torchtitan")
+    table = tomllib.loads(etp.text)["parallelism"]
+    assert (table["expert_tensor_parallel_degree"], table["expert_parallel_comm_backend"]) \
+        == (2, "standard")
+    assert any(note.startswith("DeepEP dispatcher with etp 2") for note in etp.unsupported)
+    one = export(_spec("appendix_e.yaml", [*base, "parallelism.etp=1"]), "torchtitan")
+    assert tomllib.loads(one.text)["parallelism"]["expert_parallel_comm_backend"] == "deepep"
