@@ -415,6 +415,15 @@ def fp8_converters(spec: ExportSpec, unsupported: list[str]
         converters = ["quantize.linear.mx"] + (["quantize.grouped_mm.mx"] if g.moe else [])
         tables: dict[str, dict[str, Any]] = {"quantize.linear.mx": {"recipe_name":
                                                                      "mxfp8_cublas"}}
+        if spec.tp > 1 and "model" in compile_table(spec).get("components", []):
+            # MXLinearConverter asserts "TP not yet supported with torch.compile for mxfp8"
+            # (torchtitan/components/quantization/mx.py l. 47-53 @ v0.2.2, 73a0e69)
+            converters.remove("quantize.linear.mx")
+            del tables["quantize.linear.mx"]
+            unsupported.append(f"MXFP8 linear layers with tp {spec.tp}: torchtitan v0.2.2's MX "
+                               "linear converter refuses TP under torch.compile; the dense "
+                               "linears run in bf16 (set [compile] enable = false to add "
+                               "quantize.linear.mx)")
         if g.moe:
             tables["quantize.grouped_mm.mx"] = {"recipe_name": "mxfp8", "fqns": ["experts"]}
         if spec.fp8_param_gather:
