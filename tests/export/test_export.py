@@ -188,8 +188,8 @@ def test_megatron_round_trip_deepseek_mla_mtp_deepep_fp8():
 def test_nemo_overrides_round_trip():
     spec = deepseek_spec()
     doc = yaml.safe_load(export(spec, "nemo").text)
-    assert set(doc) == {"model", "train", "dataset", "ddp", "optimizer", "mixed_precision",
-                        "comm_overlap"}
+    assert set(doc) == {"model", "train", "dataset", "ddp", "dist", "optimizer",
+                        "mixed_precision", "comm_overlap"}
     m = doc["model"]
     assert (m["num_layers"], m["hidden_size"], m["num_moe_experts"], m["moe_router_topk"]) == \
         (61, 7168, 256, 8)

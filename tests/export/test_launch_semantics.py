@@ -411,3 +411,20 @@ def test_torchtitan_mxfp8_linears_are_left_out_under_tp_and_compile():
     assert any(note.startswith("MXFP8 linear layers with tp 2") for note in tp.unsupported)
     one = tomllib.loads(export(_spec("appendix_e.yaml", base), "torchtitan").text)
     assert "quantize.linear.mx" in one["model"]["converters"]
+
+
+def test_bridge_overrides_state_megatron_fsdp_either_way():
+    """Bridge runs Megatron-FSDP when dist or ddp says so (training/config.py l. 1484 @
+    067f987) and its Nemotron 3 FSDP recipe sets both (recipes/nemotronh/gb200/
+    nemotron_3_nano.py l. 193-196): a zero1 file over it ran FSDP. Both are stated, with
+    the HSDP replica count."""
+    recipe = {"dist": {"use_megatron_fsdp": True},
+              "ddp": {"use_megatron_fsdp": True, "num_distributed_optimizer_instances": 4}}
+    zero1 = yaml.safe_load(export(_spec("nemotron_3_nano_b200.yaml"), "nemo").text)
+    for section in recipe:
+        merged = recipe[section] | zero1[section]
+        assert merged["use_megatron_fsdp"] is False, section
+    assert zero1["ddp"]["num_distributed_optimizer_instances"] == 1
+    fsdp = yaml.safe_load(export(_spec("nemotron_3_nano_b200.yaml",
+                                       ["parallelism.sharding=fsdp"]), "nemo").text)
+    assert fsdp["dist"]["use_megatron_fsdp"] and fsdp["ddp"]["use_megatron_fsdp"]

@@ -466,17 +466,23 @@ def overrides(spec: ExportSpec) -> tuple[dict[str, Any], list[str]]:
     ddp: dict[str, Any] = {"use_distributed_optimizer": spec.sharding != "none",
                            **{key: comm_overlap[key]
                               for key in ("overlap_grad_reduce", "overlap_param_gather")}}
+    # stated either way, with the HSDP replica count (1 without HSDP): Bridge runs
+    # Megatron-FSDP when dist or ddp says so (training/config.py l. 1484 @ 067f987), and a
+    # recipe's own would stay under the merge (recipes/nemotronh/gb200/nemotron_3_nano.py
+    # l. 193-196 sets both)
+    ddp |= {"use_megatron_fsdp": spec.megatron_fsdp,
+            "num_distributed_optimizer_instances":
+                spec.hsdp_replicas if spec.megatron_fsdp and spec.sharding == "hsdp" else 1}
     if spec.megatron_fsdp:
-        ddp |= {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
-                "optim_grads" if spec.sharding == "zero2" else "optim_grads_params"}
-        if spec.sharding == "hsdp":
-            ddp["num_distributed_optimizer_instances"] = spec.hsdp_replicas
+        ddp["data_parallel_sharding_strategy"] = ("optim_grads" if spec.sharding == "zero2"
+                                                  else "optim_grads_params")
     document = {
         "model": model,
         "train": {"global_batch_size": spec.global_seqs, "micro_batch_size": spec.micro_seqs}
         | ({} if spec.train_steps is None else {"train_iters": spec.train_steps}),
         "dataset": {"seq_length": spec.seq_len},
         "ddp": ddp,
+        "dist": {"use_megatron_fsdp": spec.megatron_fsdp},
         "optimizer": {"use_distributed_optimizer": spec.sharding != "none"},
         "mixed_precision": mixed_precision(spec),
     }
