@@ -604,3 +604,25 @@ def test_calibrate_cross_validates_runs_without_a_moe_run(tmp_path):
     provenance = load_calibration(out).provenance
     assert f"tokens/s MAPE {report['cross_validation']['mape']:.1%}" in provenance
     assert "MoE" not in provenance.split("cross-validated")[1]
+
+
+def test_calibrates_memory_table_counts_runs_over_the_headroom_before_and_after(tmp_path):
+    """The memory-scale row for trained runs over the planning headroom gives its count at
+    the starting scale beside the fitted one, as its other rows do (a trial read a lone
+    number); the starting count is the runs validate puts over the headroom."""
+    extra = Path(__file__).resolve().parents[2] / "src/mosaic/evaluate/data/extra_runs.yaml"
+    document = yaml.safe_load(extra.read_text())
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": document["runs"][:60]}, sort_keys=False))
+    validated = json.loads(runner.invoke(app, ["validate", str(path), "--json"]).stdout)
+    over_before = validated["aggregate"]["trained_runs_over_planning_headroom_ids"]
+    assert over_before  # the first 60 records hold runs the headroom refuses
+    result = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
+                                 "--cv", "none", "--fit-memory", "--json"])
+    assert result.exit_code == 0, result.output
+    fit = json.loads(result.stdout)["memory_scale"]
+    assert fit["trained_over_headroom_before"] == len(over_before)
+    text = runner.invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "c.yaml"),
+                               "--cv", "none", "--fit-memory"]).output
+    row = next(line for line in text.splitlines() if "over the planning headroom" in line)
+    assert f"{len(over_before)} -> {len(fit['trained_over_headroom'])}" in row

@@ -611,7 +611,8 @@ def _print_memory_scale(fit: dict[str, Any] | None) -> None:
             ("trained runs predicted above device memory",
              f"{fit['trained_over_device_before']} -> {fit['trained_over_device_after']}"),
             ("trained runs over the planning headroom",
-             f"{len(over)}" + (f": {', '.join(over)}" if over else "")),
+             f"{fit['trained_over_headroom_before']} -> {len(over)}"
+             + (f": {', '.join(over)}" if over else "")),
             ("recorded OOMs predicted to fit",
              f"{fit['ooms_predicted_to_fit_before']} -> {fit['ooms_predicted_to_fit_after']}")]
     title = "Memory scale"

@@ -62,6 +62,7 @@ class MemoryScaleFit:
     # `layouts` and `plan` keep (perf.headroom), and the least usable fraction admitting all
     trained_over_headroom: tuple[str, ...] = ()
     fraction_admitting_trained: float | None = None
+    trained_over_headroom_before: int = 0  # the same count at the starting scale
 
     def to_dict(self) -> dict[str, object]:
         """The fit as a JSON-ready mapping (calibrate --json's ``memory_scale``)."""
@@ -75,6 +76,7 @@ class MemoryScaleFit:
                 "ooms_predicted_to_fit_after": self.ooms_predicted_to_fit_after,
                 "left_out_implausible": list(self.left_out_implausible),
                 "trained_over_headroom": list(self.trained_over_headroom),
+                "trained_over_headroom_before": self.trained_over_headroom_before,
                 "fraction_admitting_trained": self.fraction_admitting_trained}
 
 
@@ -135,9 +137,10 @@ def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float
     ooms = [p for p in predictions if p.record.oom]
     trained_before, trained_after = _shares_of_device(trained, start_scale, scale)
     ooms_before, ooms_after = _shares_of_device(ooms, start_scale, scale)
-    over_headroom = tuple(p.record.id for p, share in zip(trained, trained_after, strict=True)
-                          if share > memory_headroom(None, p.record.workload.stack)
-                          .usable_fraction)
+    usable = np.array([memory_headroom(None, p.record.workload.stack).usable_fraction
+                       for p in trained])
+    over_headroom = tuple(p.record.id for p, over in zip(trained, trained_after > usable,
+                                                         strict=True) if over)
     return MemoryScaleFit(
         scale=scale, at_bound=not math.isclose(raw, scale),
         run_ids=tuple(p.record.id for p, _, _ in kept), start_scale=start_scale,
@@ -147,6 +150,7 @@ def fit_memory_scale(predictions: Sequence[RunPrediction], start_scale: float
         ooms_predicted_to_fit_before=int(np.sum(ooms_before <= 1)),
         ooms_predicted_to_fit_after=int(np.sum(ooms_after <= 1)),
         left_out_implausible=implausible, trained_over_headroom=over_headroom,
+        trained_over_headroom_before=int(np.sum(trained_before > usable)),
         fraction_admitting_trained=(math.ceil(trained_after.max() * 100) / 100
                                     if over_headroom and trained_after.max() <= 1 else None))
 
