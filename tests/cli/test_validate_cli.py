@@ -626,3 +626,32 @@ def test_calibrates_memory_table_counts_runs_over_the_headroom_before_and_after(
                                "--cv", "none", "--fit-memory"]).output
     row = next(line for line in text.splitlines() if "over the planning headroom" in line)
     assert f"{len(over_before)} -> {len(fit['trained_over_headroom'])}" in row
+
+
+@pytest.mark.parametrize("calibration", ["paper-p6b200", "default"])
+def test_validate_counts_runs_outside_the_calibrations_envelope_as_perf_places_each(
+        calibration):
+    """validate names how many runs lie outside its calibration's envelope, and in which
+    dimensions (a trial scored H100 runs against paper-p6b200, fitted on B200 runs, without
+    a word); each run's verdict is the one `mosaic perf RUNS.yaml#ID` gives it."""
+    runs = EXAMPLES / "runs_example.yaml"
+    result = runner.invoke(app, ["validate", str(runs), "--calibration", calibration,
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    tally = json.loads(result.stdout)["outside_calibration_envelope"]
+    expected: dict[str, int] = {}
+    outside_ids = []
+    for run in yaml.safe_load(runs.read_text())["runs"]:
+        perf = runner.invoke(app, ["perf", f"{runs}#{run['id']}", "--calibration",
+                                   calibration, "--json"])
+        outside = json.loads(perf.stdout)["coverage"]["outside"]
+        if outside:
+            outside_ids.append(run["id"])
+        for entry in outside:
+            expected[entry["dimension"]] = expected.get(entry["dimension"], 0) + 1
+    assert tally["runs"] == 4 and tally["ids"] == outside_ids
+    assert tally["runs_outside"] == len(outside_ids) and tally["by_dimension"] == expected
+    if calibration == "paper-p6b200":  # fitted on B200 NeMo MoE runs only
+        assert tally["runs_outside"] == 4 and expected["stack"] == 4
+    text = runner.invoke(app, ["validate", str(runs), "--calibration", calibration]).output
+    assert (f"note: {len(outside_ids)} of 4 run(s)" in text) == bool(outside_ids)

@@ -49,6 +49,7 @@ from mosaic.evaluate.calibrate import (
     without_implausible_throughput,
 )
 from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
+from mosaic.evaluate.envelope_tally import EnvelopeTally
 from mosaic.evaluate.memory_scale import MIN_MEMORY_SCALE_RUNS, with_memory_scale
 from mosaic.evaluate.record_settings import apply_record_settings, with_record_settings
 from mosaic.evaluate.validation_report import (
@@ -201,7 +202,8 @@ def validate(
     except MosaicInputError:
         _check_usable(reader, exclusions, runs, sum(map(exclusions.keep, reader)))
         raise  # the runs were fine
-    summary = _predict_streamed(reader, exclusions, model_calibration, json_output)
+    envelope = EnvelopeTally(model_calibration)
+    summary = _predict_streamed(reader, exclusions, model_calibration, json_output, envelope)
     _check_usable(reader, exclusions, runs, len(summary))
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in reader.skipped]
     _check_strict(runs, skipped, strict)
@@ -216,6 +218,7 @@ def validate(
     # which profile and hardware catalog scored the runs (a trial could not tell from the
     # JSON or the page)
     inputs = {"calibration": model_calibration.name,
+              "outside_calibration_envelope": envelope.to_document(),
               **({"catalog": [str(path) for path in active_catalog_paths()]}
                  if active_catalog_paths() else {})}
     if html is not None:  # the page holds every run: built from the rows in one piece
@@ -238,6 +241,8 @@ def validate(
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
+    if envelope.note() is not None:
+        typer.echo(envelope.note(), err=True)
     _echo_implausible(aggregate["implausible_measurements"],
                       "scored as given, and --strict fails on them")
     _echo_stated_inconsistent(aggregate["stated_inconsistent"])
@@ -329,9 +334,11 @@ class _Exclusions:
 
 
 def _predict_streamed(reader: RunRecordReader, exclusions: _Exclusions,
-                      calibration: Calibration, json_output: bool) -> ValidationSummary:
+                      calibration: Calibration, json_output: bool,
+                      envelope: EnvelopeTally) -> ValidationSummary:
     """Stream the file's usable, not excluded records (with their documented settings)
-    through the model in batches, keeping only each run's summary numbers."""
+    through the model in batches, keeping only each run's summary numbers and ``envelope``'s
+    count of runs outside the calibration's envelope."""
     summary = ValidationSummary()
     records = map(with_record_settings, filter(exclusions.keep, reader))
     with progress_reporter(json_output) as bar:
@@ -343,6 +350,8 @@ def _predict_streamed(reader: RunRecordReader, exclusions: _Exclusions,
         for predictions in predict_in_batches(records, calibration,
                                               unpredictable=unpredictable):
             summary.extend(predictions)
+            for prediction in predictions:
+                envelope.add(prediction.record)
             reported = reader.n_read
             progress(reported, reader.n_entries)
         if reported < reader.n_entries:  # entries after the last batch were all left out

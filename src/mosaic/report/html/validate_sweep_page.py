@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mosaic.evaluate.envelope_tally import outside_runs_text
 from mosaic.report.html.page import (
     Column,
     Section,
@@ -125,6 +126,9 @@ def validate_sections(document: dict[str, Any]) -> list[Section]:
         summary.insert(0, ("calibration", document["calibration"]))
     if document.get("catalog"):  # the hardware catalog files merged over the shipped one
         summary.insert(1, ("hardware catalog", ", ".join(document["catalog"])))
+    envelope = document.get("outside_calibration_envelope")
+    if envelope:  # runs the profile was not fitted to the like of (a trial)
+        summary.insert(1, ("outside the calibration's envelope", outside_runs_text(envelope)))
     ranks = rank_figure(runs)
     columns = [Column("id", "run", text=True), Column("group", "group", text=True),
                Column("predicted_tokens_per_s_per_gpu", "predicted tok/s/GPU", fmt_float(0)),
