@@ -440,11 +440,20 @@ def test_class_defaults_fill_unstated_router_fields():
     assert geometry_from_hf_config(v3).moe.router.top_k_scaling == 2.5
 
 
-@pytest.mark.parametrize("value", [0, -1.0, "2.5", 1e6])
+@pytest.mark.parametrize("value", [0, -1.0, "2.5", 1e6, pytest.param(10**400, id="huge-int"),
+                                   float("inf"), float("nan")])
 def test_a_bad_routed_scaling_factor_is_refused_by_name(value):
     config = json.loads((HF / "deepseek-v3.json").read_text()) | {"routed_scaling_factor": value}
     with pytest.raises(MosaicInputError, match="routed_scaling_factor"):
         geometry_from_hf_config(config, "v3.json")
+
+
+def test_a_huge_integer_partial_rotary_factor_is_refused_in_one_line():
+    """float() of a 400-digit integer raised OverflowError, a traceback (a fuzz trial)."""
+    config = json.loads((HF / "qwen3-next-80b-a3b.json").read_text())
+    config["partial_rotary_factor"] = 10**400
+    with pytest.raises(MosaicInputError, match=r"partial_rotary_factor .*a huge integer"):
+        geometry_from_hf_config(config, "next.json")
 
 
 def test_an_unknown_topk_method_is_refused_not_read_as_greedy():

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mosaic.errors import MosaicInputError
-from mosaic.limits import LIMITS
+from mosaic.limits import LIMITS, is_finite_number
 
 # Config fields that count layers (checked against LIMITS["layers"]; other counts and widths
 # against LIMITS["vocab"], the widest range of any field).
@@ -181,13 +181,16 @@ class ConfigFields:
         return value
 
     def positive_float(self, name: str, default: float | None = None) -> float | None:
-        """A positive number (int or float); absent or null = ``default``."""
+        """A positive, finite number (int or float); absent or null = ``default`` (a
+        400-digit integer made float() raise OverflowError, a traceback)."""
         value = self.config.get(name)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise MosaicInputError(f"{self.where}: {name} must be a positive number, "
-                                   f"got {value!r}")
+        if not is_finite_number(value) or not value > 0:
+            shown = ("a huge integer" if isinstance(value, int) and abs(value) >= 10**30
+                     else repr(value))
+            raise MosaicInputError(f"{self.where}: {name} must be a positive finite number, "
+                                   f"got {shown}")
         return float(value)
 
     def _rope_fields(self) -> ConfigFields:
