@@ -245,6 +245,17 @@ def test_fractional_gpu_count_is_rejected(tmp_path: Path) -> None:
     assert "system 'my-H200-node' (entry 1): field 'gpus_per_node.value'" in message
 
 
+@pytest.mark.parametrize(("field", "old"), [("gpus_per_node", "value: 8,"),
+                                             ("nics_per_node", "value: 4,")])
+def test_a_count_beyond_any_node_is_rejected(tmp_path: Path, field: str, old: str) -> None:
+    """A 10^30-NIC node was taken, 1.6e39 B/s of scale-out per GPU (a fuzz trial)."""
+    text = _systems("H200")
+    start = text.index(field)
+    text = text[:start] + text[start:].replace(old, "value: " + "1" + "0" * 40 + ",", 1)
+    message = _error(tmp_path, text)
+    assert f"field '{field}': {field} = a huge integer; allowed: an integer in 1..576" in message
+
+
 def test_system_with_unknown_device_lists_devices(tmp_path: Path) -> None:
     message = _error(tmp_path, _systems("Z100"))
     assert "system 'my-Z100-node': field 'device': unknown device 'Z100'" in message

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from mosaic.errors import MosaicInputError
+from mosaic.limits import LIMITS
 from mosaic.schema_validation import parse_yaml, read_text
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
@@ -154,6 +155,22 @@ class SystemEntry(_Strict):
     scale_out_latency_s: LatencyValue | None = None
     nccl_low_latency_protocols: SourcedFlag = SourcedFlag(
         value=True, source="NCCL default: LL, LL128 and Simple all enabled")
+
+    @model_validator(mode="after")
+    def _counts_in_range(self) -> SystemEntry:
+        """GPUs per node and per NVLink domain, and NICs per node, within the largest node
+        built: a 10^30-GPU node was shown, and a 10^30-NIC one gave 1.6e39 B/s of scale-out
+        per GPU (a fuzz trial)."""
+        bounds = LIMITS["gpus_per_node"]
+        for name in ("gpus_per_node", "scale_up_domain_gpus", "nics_per_node"):
+            value = getattr(self, name).value
+            if value > bounds.high:
+                shown = value if value < 10**30 else "a huge integer"
+                why = bounds.why if name != "nics_per_node" else "more NICs than GPUs in " \
+                    "the largest NVLink domain announced (NVL576)"
+                raise ValueError(f"{name} = {shown}; allowed: an integer in "
+                                 f"1..{bounds.high:g} ({why})")
+        return self
 
     @model_validator(mode="after")
     def _nic_rate_is_bytes(self) -> SystemEntry:
