@@ -372,6 +372,20 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
      "envelope.nodes is '12'; a `mosaic plan --json` document holds a whole number"),
     (lambda doc: doc | {"envelope": doc["envelope"] | {"nodes": doc["envelope"]["nodes"] + 1}},
      "x gpus_per_node 8 is not its n_devices"),
+    # a later fuzz trial: a block of the wrong type or a text price ended in a traceback
+    (lambda doc: doc | {"assumptions": doc["assumptions"] | {"law": 0.5}},
+     "'assumptions.law' is a float; a `mosaic plan --json` document holds a mapping there"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"extrapolation": 7}},
+     "'optimum.extrapolation' is a int"),
+    (lambda doc: doc | {"optimum": doc["optimum"] | {"coverage": {"outside": -1}}},
+     "'optimum.coverage.outside' is a int; a `mosaic plan --json` document holds a list"),
+    (lambda doc: doc | {"uncertainty_candidates": [1]},
+     "'uncertainty_candidates' holds a non-mapping entry"),
+    (lambda doc: doc | {"uncertainty_candidates": [{"loss_interval": "ab", **{
+        k: doc["optimum"][k] for k in ("q", "experts", "top_k", "split_factor")}}]},
+     "loss_interval is 'ab'; a `mosaic plan --json` document holds two finite numbers"),
+    (lambda doc: doc | {"price_usd_per_gpu_hour": "abc"},
+     "price_usd_per_gpu_hour is 'abc'; a `mosaic plan --json` document holds a finite"),
 ])
 def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message):
     """compare crashed ("internal error") on a list, a list optimum or a string loss, and

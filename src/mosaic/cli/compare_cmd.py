@@ -215,6 +215,47 @@ def _check_envelope_devices(path: Path, envelope: dict[str, Any]) -> None:
                                "`mosaic plan` for another node count")
 
 
+# the blocks of a plan document compare reads beyond export's, and what each holds
+_PLAN_BLOCKS: tuple[tuple[tuple[str, ...], type], ...] = (
+    (("optimum_step",), dict), (("assumptions",), dict), (("assumptions", "law"), dict),
+    (("assumptions", "law", "provenance"), dict), (("assumptions", "calibration"), dict),
+    (("assumptions", "layout_limits"), dict), (("search_space",), dict), (("counts",), dict),
+    (("infeasible_summary",), dict), (("uncertainty_candidates",), list),
+    (("envelope", "goodput"), dict), (("envelope", "memory_headroom"), dict),
+    (("optimum", "plan"), dict), (("optimum", "coverage"), dict),
+    (("optimum", "coverage", "outside"), list), (("optimum", "extrapolation"), dict),
+    (("optimum", "extrapolation", "flags"), list))
+
+
+def _check_plan_blocks(path: Path, document: dict[str, Any]) -> None:
+    """Each block compare reads is a mapping or a list where a plan writes one, and its
+    price a finite, non-negative number: a hand-edited plan's ``assumptions.law: 0.5`` or
+    ``price_usd_per_gpu_hour: "abc"`` ended in a traceback (a fuzz trial)."""
+    for keys, kind in _PLAN_BLOCKS:
+        value: Any = document
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, kind):
+            what = "a mapping" if kind is dict else "a list"
+            raise MosaicInputError(f"{path}: '{'.'.join(keys)}' is a {type(value).__name__}; "
+                                   f"a `mosaic plan --json` document holds {what} there")
+        if kind is list and any(not isinstance(item, dict) for item in value or []):
+            raise MosaicInputError(f"{path}: '{'.'.join(keys)}' holds a non-mapping entry; a "
+                                   "`mosaic plan --json` document lists mappings there")
+    for candidate in document.get("uncertainty_candidates") or []:
+        interval = candidate.get("loss_interval")
+        if interval is not None and not (isinstance(interval, list) and len(interval) == 2
+                                         and all(is_finite_number(v) for v in interval)):
+            raise MosaicInputError(f"{path}: an uncertainty candidate's loss_interval is "
+                                   f"{interval!r:.60}; a `mosaic plan --json` document holds "
+                                   "two finite numbers there")
+    for name in ("price_usd_per_gpu_hour", "price_per_gpu_hour"):
+        value = document.get(name)
+        if value is not None and (not is_finite_number(value) or value < 0):
+            raise MosaicInputError(f"{path}: {name} is {value!r:.60}; a `mosaic plan --json` "
+                                   "document holds a finite, non-negative number there")
+
+
 def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The optimum of a `mosaic plan --json` document on the common footing."""
     from mosaic.export.spec import spec_from_plan_document
@@ -237,6 +278,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                                        "--json` document holds a finite, non-negative number "
                                        "there")
     _check_envelope_devices(path, envelope)
+    _check_plan_blocks(path, document)
     step = document.get("optimum_step") or {}
     gpus = envelope.get("n_devices")
     gpu_hours = envelope.get("gpu_hours")
