@@ -10,6 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mosaic.arch import count_parameters
+from mosaic.cli.contract import json_problems
 from mosaic.cli.main import app
 from mosaic.config.job_schema import load_job
 from mosaic.config.model_file import load_model_file
@@ -460,6 +461,9 @@ def test_a_ranked_candidate_has_no_breakdowns_and_says_so(plans):
     path = plans[0]
     doc = invoke_json("compare", str(path), f"{path}#2")
     assert doc["breakdown_s"] == [] and doc["memory_breakdown_bytes"] == []
+    # its null HFU says why (the CLI contract: no bare null where a number belongs)
+    assert doc["b"]["hfu"] is None and "no HFU" in doc["b"]["hfu_note"]
+    assert not json_problems(doc) and "hfu_note" not in doc["a"]
     table = runner.invoke(app, ["compare", str(path), f"{path}#2"])
     assert table.exit_code == 0 and "a plan file holds its optimum's only" in table.output
     odd = runner.invoke(app, ["compare", str(path), f"{path}#²"])
