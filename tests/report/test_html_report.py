@@ -615,6 +615,18 @@ def test_a_malformed_document_names_the_field_it_failed_at(tmp_path):
     assert "'list' object has no attribute" in result.output and "Traced" not in result.output
 
 
+def test_a_400_digit_number_is_a_one_line_error(tmp_path):
+    """float() of a 400-digit integer raised OverflowError, reported as an internal error
+    (a fuzz trial's plan with a huge candidate loss)."""
+    document = json.loads(invoke("perf", str(EXAMPLES / "appendix_e.yaml"), "--json"))
+    document["step_time_s"] = 10**400
+    bad = tmp_path / "huge.json"
+    bad.write_text(json.dumps(document))
+    result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path / "x.html")])
+    assert result.exit_code == 2 and "malformed" in result.output, result.output
+    assert "the last field read: step_time_s" in result.output
+
+
 def test_the_traced_view_reads_as_the_document():
     from mosaic.report.html.traced import Trail, traced
 

@@ -89,8 +89,8 @@ def render_report(document: dict[str, Any], kind: str | None = None) -> str:
     try:
         parts = sections(view)
         heading, subtitle = title(view)
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError,
-            ZeroDivisionError) as exc:  # a hand-edited or truncated document
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError, ZeroDivisionError,
+            OverflowError) as exc:  # a hand-edited or truncated document (a 400-digit number)
         what = (f"it lacks the field {missing_field(exc, trail)}" if isinstance(exc, KeyError)
                 else f"a field is null or of the wrong type ({plain_types(str(exc))}; the "
                      f"last field read: {trail.last or 'none'})")
