@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from mosaic.cli.contract import json_problems
 from mosaic.cli.main import app
 from mosaic.hardware import shipped_catalog, use_catalog
 
@@ -73,6 +74,15 @@ def test_list_shows_the_shipped_catalog():
     assert {d["origin"] for d in doc["devices"] + doc["systems"]} == {"shipped"}
     b200 = next(d for d in doc["devices"] if d["name"] == "B200")
     assert b200["peak_flops_per_s"]["bf16"] == 2.25e15
+
+
+def test_a_devices_unstated_optional_numbers_say_why_they_are_null():
+    """hardware list --json printed sfu_exp2_per_s null for every device with no reason
+    beside it (the CLI contract: no bare null where a number belongs)."""
+    doc = run("hardware", "list")
+    assert not json_problems(doc)
+    a100 = next(d for d in doc["devices"] if d["name"] == "A100-SXM-80GB")
+    assert a100["sfu_exp2_per_s"] is None and "sfu_exp2_per_s" in a100["unstated_note"]
 
 
 def test_user_catalog_adds_and_replaces(user_catalog):

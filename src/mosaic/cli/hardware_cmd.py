@@ -34,7 +34,16 @@ def _origin(entry: Device | System, shipped: dict[str, Any]) -> str:
     return "user (replaces shipped)"
 
 
+# what the model does where a device leaves an optional figure unstated (docs/hardware.md)
+_UNSTATED = {
+    "host_link_bw_bytes_per_s": "a job that offloads activations on it is refused",
+    "sfu_exp2_per_s": "its attention softmax share is its kernel_fit device's, not rescaled",
+}
+
+
 def device_document(device: Device, origin: str) -> dict[str, Any]:
+    unstated = [f"{name} ({effect})" for name, effect in _UNSTATED.items()
+                if getattr(device, name) is None]
     return {
         "name": device.name, "aliases": list(device.aliases), "vendor": device.vendor,
         "description": device.description, "origin": origin,
@@ -46,6 +55,9 @@ def device_document(device: Device, origin: str) -> dict[str, Any]:
         "sfu_exp2_per_s": device.sfu_exp2_per_s, "sm_count": device.sm_count,
         "architecture": device.architecture, "kernel_fit": device.kernel_fit,
         "sources": dict(device.sources),
+        # why a number above is null (a --json reader saw bare nulls)
+        **({"unstated_note": "not stated in the catalog: " + "; ".join(unstated)}
+           if unstated else {}),
     }
 
 
