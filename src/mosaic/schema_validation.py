@@ -457,6 +457,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def path_exists(path: str | Path) -> bool:
+    """Whether a file is at ``path``; False for a name the OS cannot hold (a 400-character
+    name made ``Path.exists`` raise OSError: File name too long, a traceback)."""
+    try:
+        return Path(path).exists()
+    except OSError:
+        return False
+
+
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
     """Read a YAML file whose top level is a mapping; clear errors otherwise."""
     path = Path(path)

@@ -63,6 +63,12 @@ CASES = [
      "cannot read"),
     ("export-long-name-record", ["export", "{dir}/" + "x" * 300 + ".yaml#run", "--to",
                                  "megatron"], {}, 2, "cannot read"),
+    # a --calibration name too long for the OS: Path.exists raised OSError (a fuzz trial)
+    ("calibration-long-name", ["explain", "examples/appendix_e.yaml", "--calibration", HUGE,
+                               "--json"], {}, 2, "not a file and not a built-in profile"),
+    ("calibration-long-default-name", ["validate", "examples/runs_example.yaml",
+                                       "--calibration", "x" * 300 + "default", "--json"], {}, 2,
+     "not a built-in profile"),
     ("duplicate-key", ["perf", "{dir}/j.yaml", "--json"],
      {"j.yaml": JOB.replace(b"model:", b"model:\n  layers: 2\nmodel:", 1)}, 2, "given twice"),
     ("set-python-tag", ["perf", "examples/appendix_e.yaml", "--json", "--set",

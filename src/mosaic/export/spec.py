@@ -18,6 +18,7 @@ from mosaic.perf.pipeline_layout import blocks_per_chunk, layout_for, stages_une
 from mosaic.perf.plan import default_sequence_parallel
 from mosaic.perf.routing_load import router_balancing
 from mosaic.perf.workload import experts_fuse_grouped_mlp
+from mosaic.schema_validation import path_exists
 from mosaic.stacks import DEFAULT_STACK, get_stack
 
 # The auxiliary-loss coefficient of an aux_loss router: the one Wang et al. 2024
@@ -734,14 +735,6 @@ def _optimum_layout(document: dict[str, Any], source: str, geometry: Geometry, s
     return plan, int(envelope["global_batch"]), int(envelope["seq_len"]), None, ()
 
 
-def _exists(text: str) -> bool:
-    """Whether a file is at ``text``; False for a name the OS cannot hold (too long)."""
-    try:
-        return Path(text).exists()
-    except OSError:
-        return False
-
-
 def _megatron_scores_groups(top_k: int, router: RouterConfig) -> bool:
     """Whether Megatron-Core can run the router's group limit: it scores a group by the sum
     of its top K/top_groups scores (moe_utils.group_limited_topk), so K must be a multiple
@@ -755,7 +748,7 @@ def split_plan_reference(path: str | Path) -> tuple[Path, int | None]:
     a path without a rank, or one that exists as written, gives (path, None)."""
     text = str(path)
     head, _, tail = text.rpartition("#")
-    if not head or Path(head).suffix.lower() != ".json" or _exists(text):
+    if not head or Path(head).suffix.lower() != ".json" or path_exists(text):
         return Path(text), None
     if not re.fullmatch(r"[0-9]+", tail) or int(tail) < 1:
         raise MosaicInputError(f"{text}: #{tail} must be a candidate's rank, 1 for the "

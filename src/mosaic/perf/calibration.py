@@ -21,7 +21,7 @@ from mosaic.errors import MosaicInputError
 from mosaic.perf.coverage import CalibrationCoverage, parse_coverage
 from mosaic.perf.microbench_constants import MicrobenchConstants, parse_block
 from mosaic.perf.workload import ROUTING_REGIMES
-from mosaic.schema_validation import load_yaml_mapping, validate_mapping
+from mosaic.schema_validation import load_yaml_mapping, path_exists, validate_mapping
 from mosaic.stacks import known_stacks
 
 # A calibrated constant is finite and of bounded size (the fitted ones span 1e-21..1e2);
@@ -297,9 +297,9 @@ def load_calibration(source: str | Path | None) -> Calibration:
     if not str(source).strip():
         raise MosaicInputError("calibration: the name is empty; give a built-in profile ("
                                f"{', '.join(BUILT_IN_PROFILES)}) or a calibration YAML file")
-    if str(source) in BUILT_IN_PROFILES and not Path(source).exists():
+    if str(source) in BUILT_IN_PROFILES and not path_exists(source):
         return built_in_calibration(str(source))
     path = Path(source)
-    if not path.exists() and path.suffix not in (".yaml", ".yml", ".json"):
+    if not path_exists(path) and path.suffix not in (".yaml", ".yml", ".json"):
         built_in_calibration(str(source))  # raises: neither a file nor a profile name
     return replace(_from_document(load_yaml_mapping(path), str(path)), source_path=str(path))
