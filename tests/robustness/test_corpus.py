@@ -69,6 +69,13 @@ CASES = [
     ("calibration-long-default-name", ["validate", "examples/runs_example.yaml",
                                        "--calibration", "x" * 300 + "default", "--json"], {}, 2,
      "not a built-in profile"),
+    # too few tokens for the law: a loss of 4e65 nats (a fuzz trial)
+    ("compare-goodput-subnormal", ["compare", "examples/appendix_e.yaml",
+                                   "examples/appendix_e.yaml", "--goodput", "1e-320", "--json"],
+     {}, 2, "tokens = tokens/s x days x goodput"),
+    ("compare-days-goodput-tiny", ["compare", "examples/appendix_e.yaml",
+                                   "examples/appendix_e.yaml", "--days", "1e-6", "--goodput",
+                                   "1e-6", "--json"], {}, 2, "allowed: a number in 1000..1e+18"),
     ("duplicate-key", ["perf", "{dir}/j.yaml", "--json"],
      {"j.yaml": JOB.replace(b"model:", b"model:\n  layers: 2\nmodel:", 1)}, 2, "given twice"),
     ("set-python-tag", ["perf", "examples/appendix_e.yaml", "--json", "--set",

@@ -102,6 +102,10 @@ def job_side(path: Path, calibration: Any, law: Any, days: float, goodput: float
         days = training["compute_days"] / goodput
     else:  # D = tokens/s x T_train x goodput (paper Eq. 25)
         tokens = doc["tokens_per_s"] * days * SECONDS_PER_DAY * goodput
+        # within the law's range of D, as `law predict --tokens` (a --goodput of 1e-320 gave
+        # 3e-306 tokens and a loss of 4e65 nats; a fuzz trial)
+        check_range(f"{path}: tokens = tokens/s x days x goodput ({doc['tokens_per_s']:.3g} x "
+                    f"{days:g} x {goodput:g})", tokens, "tokens")
     loss, flags = _loss_and_flags(spec.workload.geometry, tokens, law)
     gpu_hours = gpus * days * HOURS_PER_DAY
     return {
