@@ -76,6 +76,11 @@ CASES = [
     ("compare-days-goodput-tiny", ["compare", "examples/appendix_e.yaml",
                                    "examples/appendix_e.yaml", "--days", "1e-6", "--goodput",
                                    "1e-6", "--json"], {}, 2, "allowed: a number in 1000..1e+18"),
+    # a 400-digit --max-tp was echoed into the JSON's layout_limits (a fuzz trial)
+    ("max-tp-huge-sweep", ["sweep", "days", "--values", "10,20", *FAST_PLAN, "--max-tp", HUGE,
+                           "--json"], {}, 2, "--max-tp: got a huge integer"),
+    ("max-tp-huge-layouts", ["layouts", "examples/appendix_e.yaml", "--max-tp", HUGE, "--json"],
+     {}, 2, "--max-tp: got a huge integer"),
     ("duplicate-key", ["perf", "{dir}/j.yaml", "--json"],
      {"j.yaml": JOB.replace(b"model:", b"model:\n  layers: 2\nmodel:", 1)}, 2, "given twice"),
     ("set-python-tag", ["perf", "examples/appendix_e.yaml", "--json", "--set",

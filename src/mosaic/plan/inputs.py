@@ -248,6 +248,8 @@ def layout_limits(*, max_tp: int | None = None, tp: str | None = None, pp: str |
     layout search's own default)."""
     micro_batches = int_list("--mbs", mbs)
     pinned_tp = int_list("--tp", tp)
+    if max_tp is not None:  # a 400-digit cap was echoed into the JSON (a fuzz trial)
+        check_range("--max-tp", max_tp, "parallel_degree", integer=True)
     if max_tp is not None and pinned_tp is not None and max(pinned_tp) > max_tp:
         # LayoutLimits refuses it too, in its field names; say it in the options' names
         raise MosaicInputError(f"--tp {max(pinned_tp)} exceeds --max-tp {max_tp}: pin tp "
