@@ -43,6 +43,8 @@ def test_a_measured_row_without_a_positive_time_is_refused(tmp_path):
     ("gemm,b,x,abc,64,64,bf16,peak,0.001,ok", r"row 2: m = abc; a measured shape's sizes"),
     ("gemm,b,x,64,64,-5,bf16,peak,0.001,ok", r"row 2: k = -5(\.0)?; a measured shape's"),
     ("gemm,b,x,64,64,64,,peak,0.001,ok", r"row 2 has no dtype"),
+    # a 400-digit size: pd.to_numeric raised OverflowError, a traceback (a fuzz trial)
+    ("gemm,b,x,64," + "1" + "0" * 400 + ",64,bf16,peak,0.001,ok", r"row 2: n = 10+; a measured"),
 ])
 def test_a_measured_row_a_fit_cannot_read_is_named(tmp_path, row, message):
     """A fuzz trial: an infinite time, a size 'abc' and an empty dtype ended in tracebacks

@@ -10,6 +10,7 @@ the same metadata. Parquet is the source of truth; the CSV is a copy for people.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -106,6 +107,24 @@ SHAPE_COLUMNS = frozenset({"m", "n", "k", "groups", "m_per_group", "batch", "hea
 MAY_BE_ZERO = frozenset({"elements", "moved_bytes"})
 
 
+def _numbers(column: pd.Series) -> pd.Series:
+    """``column`` as floats, NaN where not a number; a 400-digit integer reads as inf (where
+    pd.to_numeric raised OverflowError, a traceback; a fuzz trial)."""
+    try:
+        return pd.to_numeric(column, errors="coerce")
+    except OverflowError:
+        return column.map(_float_or_nan).astype(float)
+
+
+def _float_or_nan(value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond any float
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def check_rows(frame: pd.DataFrame, path: Path) -> None:
     """Refuse rows a fit would misread: a row without a status (a truncated line: it was
     dropped without a word, a trial) and a measured row whose times are not positive (a
@@ -122,7 +141,7 @@ def check_rows(frame: pd.DataFrame, path: Path) -> None:
                                "wrote")
     measured = frame[status == OK]
     for column in [c for c in measured.columns if c == "time_s" or c.endswith("_time_s")]:
-        times = pd.to_numeric(measured[column], errors="coerce")
+        times = _numbers(measured[column])
         # time_s is every measured row's; another family's *_time_s may be left empty
         bad = (~np.isfinite(times) | ~(times > 0) if column == "time_s"
                else (times <= 0) | np.isinf(times) | (times.isna() & measured[column].notna()))
@@ -135,7 +154,7 @@ def check_rows(frame: pd.DataFrame, path: Path) -> None:
     # named (a fuzz trial's 'abc', inf and empty dtype ended in tracebacks inside the fit;
     # negative sizes were fitted)
     for column in [c for c in measured.columns if c in SHAPE_COLUMNS]:
-        sizes = pd.to_numeric(measured[column], errors="coerce")
+        sizes = _numbers(measured[column])
         bad = (sizes.isna() & measured[column].notna()) | ~np.isfinite(sizes.fillna(1)) | (
             sizes < 0 if column in MAY_BE_ZERO else sizes <= 0)
         if bad.any():
