@@ -81,6 +81,22 @@ def test_a_table_without_the_bench_columns_is_named_not_a_key_error(tmp_path):
         read_family(tmp_path, "gemm", for_fit=True)
 
 
+def test_bench_compare_of_a_table_without_times_names_the_column(tmp_path):
+    """`bench compare` of a kernels table whose time_s column was deleted ended in a
+    KeyError traceback (a fuzz trial)."""
+    row = "kernels,add:4096,x,add,4096,24576.0,{time}ok\n"
+    _write(tmp_path / "a", "kernels.csv",
+           "family,case,metadata_id,op,elements,moved_bytes,time_s,status\n"
+           + row.format(time="0.001,"))
+    _write(tmp_path / "b", "kernels.csv",
+           "family,case,metadata_id,op,elements,moved_bytes,status\n" + row.format(time=""))
+    result = CliRunner().invoke(app, ["bench", "compare", str(tmp_path / "a"),
+                                      str(tmp_path / "b")])
+    assert result.exit_code == 2, result.output
+    assert "b/kernels.csv: not a `mosaic bench` kernels table: no column time_s" in " ".join(
+        result.output.split())
+
+
 @pytest.mark.parametrize("text", ["", '{"runs": {"a": 1', "[1, 2]", '{"runs": "x"}'])
 def test_unreadable_bench_metadata_is_named(tmp_path, text):
     from mosaic.bench.store import read_metadata

@@ -88,7 +88,8 @@ def check_columns(frame: pd.DataFrame, path: Path, family: str, for_fit: bool) -
         return
     measured = "status" not in frame.columns or bool((frame["status"] == OK).any())
     fitted = FIT_COLUMNS.get(family, ()) if for_fit and measured else ()
-    required = (*ROW_COLUMNS, *fitted)
+    # a measured row has its time (`bench compare` ended in a KeyError without it; a trial)
+    required = (*ROW_COLUMNS, *(("time_s",) if measured else ()), *fitted)
     missing = [name for name in required if name not in frame.columns]
     if not missing:
         return
