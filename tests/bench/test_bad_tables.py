@@ -107,6 +107,24 @@ def test_unreadable_bench_metadata_is_named(tmp_path, text):
         read_metadata(tmp_path)
 
 
+@pytest.mark.parametrize(("field", "value", "allowed"), [
+    ("load_average_1m", "abc", "a non-negative number"), ("cpu_count", "x", "a positive integer"),
+    ("sm_count", "x", "a positive integer"), ("device_name", 5, "text"),
+])
+def test_a_metadata_field_of_the_wrong_type_is_named(tmp_path, field, value, allowed):
+    """A text load average, core count or SM count ended in tracebacks in calibrate
+    --microbench, and a numeric device name was echoed as the device (a fuzz trial)."""
+    import json
+
+    from mosaic.bench.store import read_metadata
+
+    run = {"device_name": "H100", "cpu_count": 2, "load_average_1m": 0.5} | {field: value}
+    _write(tmp_path, "metadata.json", json.dumps({"runs": {"abc123": run}}))
+    with pytest.raises(MosaicInputError, match=rf"metadata\.json: run abc123: {field} is "
+                                               rf"{value!r}; the bench writes {allowed} there"):
+        read_metadata(tmp_path)
+
+
 def test_a_csv_edited_after_its_parquet_file_is_named(tmp_path):
     import os
 

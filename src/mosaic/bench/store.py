@@ -23,6 +23,7 @@ import pandas as pd
 
 from mosaic.bench.families import FAMILIES, FIT_COLUMNS, ROW_COLUMNS
 from mosaic.errors import MosaicInputError, MosaicWarning
+from mosaic.limits import is_finite_number
 
 METADATA_FILE = "metadata.json"
 OK = "ok"
@@ -235,7 +236,37 @@ def read_metadata(directory: Path) -> dict[str, Any]:
         raise MosaicInputError(f"{path}: not the bench's metadata: expected "
                                '{"runs": {metadata_id: {...}}}; rerun `mosaic bench` into '
                                "a new folder")
+    for run_id, run in runs.items():
+        _check_metadata_fields(run, f"{path}: run {run_id}")
     return document
+
+
+# the fields of a run's metadata that are read, and what each holds (the bench writes them)
+_METADATA_TEXT = ("device_name", "device_type", "created_utc")
+_METADATA_COUNTS = ("cpu_count", "sm_count", "device_count")
+
+
+def _check_metadata_fields(run: dict[str, Any], where: str) -> None:
+    """A hand-edited metadata.json's fields of the wrong type are named in one line: a text
+    load average or core count, or a text SM count, ended in tracebacks in calibrate, and a
+    numeric device name was echoed as the device (a fuzz trial)."""
+    for name in _METADATA_TEXT:
+        value = run.get(name)
+        if value is not None and not isinstance(value, str):
+            raise MosaicInputError(f"{where}: {name} is {value!r:.60}; the bench writes text "
+                                   "there (rerun `mosaic bench` into a new folder)")
+    for name in _METADATA_COUNTS:
+        value = run.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise MosaicInputError(f"{where}: {name} is {value!r:.60}; the bench writes a "
+                                   "positive integer there (rerun `mosaic bench` into a new "
+                                   "folder)")
+    load = run.get("load_average_1m")
+    if load is not None and (not is_finite_number(load) or load < 0):
+        raise MosaicInputError(f"{where}: load_average_1m is {load!r:.60}; the bench writes a "
+                               "non-negative number there (rerun `mosaic bench` into a new "
+                               "folder)")
 
 
 def record_metadata(directory: Path, metadata: dict[str, Any]) -> None:
