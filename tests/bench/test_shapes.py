@@ -93,6 +93,10 @@ def test_shapes_file_round_trip(tmp_path):
     ("gemms: []\n", "unknown section"),
     # a file with no shapes planned zero cases without a word (a trial)
     ("gemm: []\n", "no shapes to measure"),
+    # a scalar or a mapping where a list belongs ended in a TypeError (a fuzz trial)
+    ("peak_sizes: 4096\n", "peak_sizes must be a list of integers >= 1, got 4096"),
+    ("streams: ''\n", "streams must be a list of mappings of sizes, got ''"),
+    ("gemm: {m: 64, n: 64, k: 64}\n", "gemm must be a list of mappings of sizes"),
 ])
 def test_shapes_file_errors(tmp_path, text, match):
     path = tmp_path / "shapes.yaml"

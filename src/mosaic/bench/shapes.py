@@ -293,6 +293,17 @@ def _size(value: Any, where: str) -> int:
     return int(value)
 
 
+def _entries(document: dict[str, Any], key: str, path: Path, what: str) -> list[Any]:
+    """The list under ``key`` (absent or null: empty); a scalar or mapping there is named in
+    one line (``streams: ''`` or ``peak_sizes: 4096`` ended in a TypeError; a fuzz trial)."""
+    value = document.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise MosaicInputError(f"{path}: {key} must be a list of {what}, got {value!r:.60}")
+    return value
+
+
 def shapes_from_file(path: Path) -> BenchShapes:
     """A YAML file with optional sections gemm, grouped, attention, streams (lists of
     mappings with the fields of the shape classes), peak_sizes and optimizer_params."""
@@ -308,7 +319,7 @@ def shapes_from_file(path: Path) -> BenchShapes:
         names = [f for f in cls.__dataclass_fields__ if f != "source"]  # the sizes
         required = [f for f, spec in cls.__dataclass_fields__.items()
                     if spec.default is MISSING and spec.default_factory is MISSING]
-        for i, entry in enumerate(document.get(section) or []):
+        for i, entry in enumerate(_entries(document, section, path, "mappings of sizes")):
             where = f"{path}: {section}[{i}]"
             if not isinstance(entry, dict):
                 raise MosaicInputError(f"{where}: a mapping of sizes, got {entry!r}")
@@ -329,7 +340,8 @@ def shapes_from_file(path: Path) -> BenchShapes:
             items.append(shape)
         sections[section] = tuple(items)
     for key in ("peak_sizes", "optimizer_params"):
-        values = tuple(_size(v, f"{path}: {key}") for v in document.get(key) or ())
+        values = tuple(_size(v, f"{path}: {key}")
+                       for v in _entries(document, key, path, "integers >= 1"))
         if any(v < 1 for v in values):
             raise MosaicInputError(f"{path}: {key} must be integers >= 1")
         sections[key] = values
