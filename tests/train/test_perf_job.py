@@ -85,3 +85,16 @@ def test_a_run_perf_cannot_predict_is_refused_before_the_file_is_written(tmp_pat
                                  "--system", "DGX-H200", "--gpus", "16"])
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(written.read_text())["parallelism"]["dp"] == 16
+
+
+def test_an_empty_data_path_list_is_refused_at_the_config(tmp_path):
+    """data.path: [] passed the config, and each ladder rung then failed on its 0 tokens
+    (a fuzz trial); the config refuses it, naming the field."""
+    job = yaml.safe_load((ROOT / "examples/train_q4_h200.yaml").read_text())
+    job["data"] = {"format": "bytes", "path": []}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = runner.invoke(app, ["train", str(path), "--perf-job", str(tmp_path / "p.yaml"),
+                                 "--system", "DGX-H200", "--gpus", "8"])
+    assert result.exit_code == 2, result.output
+    assert "data.path is an empty list" in result.output

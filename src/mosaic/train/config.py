@@ -156,6 +156,9 @@ class DataConfig(_Strict):
     def _path_given(self) -> DataConfig:
         if self.path is None and self.format != "synthetic":
             raise ValueError(f"data.path is required for format {self.format!r}")
+        if self.path == []:  # every ladder rung failed on its 0 tokens (a fuzz trial)
+            raise ValueError("data.path is an empty list; give a file path or a list of one "
+                             "or more")
         if self.format == "bytes" and self.vocab not in (None, BYTE_VOCAB):
             raise ValueError(f"data.vocab {self.vocab} does not apply to format 'bytes', whose "
                              f"vocabulary is the {BYTE_VOCAB} byte values; leave it out, or "
