@@ -385,6 +385,9 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
     (lambda doc: doc | {"uncertainty_candidates": [{"loss_interval": "ab", **{
         k: doc["optimum"][k] for k in ("q", "experts", "top_k", "split_factor")}}]},
      "loss_interval is 'ab'; a `mosaic plan --json` document holds two finite numbers"),
+    # a 400-digit term of the optimum's step was echoed into the comparison (a fuzz trial)
+    (lambda doc: doc | {"optimum_step": doc["optimum_step"] | {"breakdown_s": {"dp": 10**400}}},
+     "optimum_step.breakdown_s.dp is a huge integer; a `mosaic plan --json` document holds"),
     (lambda doc: doc | {"price_usd_per_gpu_hour": "abc"},
      "price_usd_per_gpu_hour is 'abc'; a `mosaic plan --json` document holds a finite"),
 ])

@@ -246,6 +246,22 @@ def _check_plan_blocks(path: Path, document: dict[str, Any]) -> None:
         if kind is list and any(not isinstance(item, dict) for item in value or []):
             raise MosaicInputError(f"{path}: '{'.'.join(keys)}' holds a non-mapping entry; a "
                                    "`mosaic plan --json` document lists mappings there")
+    step = document.get("optimum_step") or {}
+    for block in ("breakdown_s", "memory_breakdown_bytes"):  # shown term by term
+        terms = step.get(block)
+        if terms is None:
+            continue
+        if not isinstance(terms, dict):
+            raise MosaicInputError(f"{path}: 'optimum_step.{block}' is a "
+                                   f"{type(terms).__name__}; a `mosaic plan --json` document "
+                                   "holds a mapping there")
+        for name, value in terms.items():
+            if not is_finite_number(value) or value < 0:
+                shown = ("a huge integer" if isinstance(value, int) and abs(value) >= 10**30
+                         else repr(value))
+                raise MosaicInputError(f"{path}: optimum_step.{block}.{name} is {shown:.60}; "
+                                       "a `mosaic plan --json` document holds a finite, "
+                                       "non-negative number there")
     for candidate in document.get("uncertainty_candidates") or []:
         interval = candidate.get("loss_interval")
         if interval is not None and not (isinstance(interval, list) and len(interval) == 2
