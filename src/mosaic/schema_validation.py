@@ -314,7 +314,12 @@ def read_text(path: str | Path, what: str = "file") -> str:
     path = Path(path)
     try:
         if not path.exists():
-            raise MosaicInputError(f"{path}: {what} not found")
+            # FILE#A#B reads as the file 'FILE#A' (a fuzz trial's 'plan.json#1#2'): say
+            # that one reference is read, where the name before its first '#' exists
+            head = str(path).split("#", 1)[0]
+            extra = (f" (a name takes one #ID or #N reference: {head} exists)"
+                     if "#" in str(path) and head and Path(head).exists() else "")
+            raise MosaicInputError(f"{path}: {what} not found{extra}")
         if path.is_dir():
             raise MosaicInputError(f"{path}: is a directory; expected a {what}")
         size = path.stat().st_size

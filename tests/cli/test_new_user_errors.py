@@ -514,3 +514,15 @@ def test_a_layout_perf_refuses_names_the_file_and_the_set():
         assert result.exit_code == 2
         assert (f"{job}: invalid parallel layout: ep=3 must divide experts=128 (from --set "
                 "parallelism.ep=3)") in " ".join(result.output.split())
+
+
+def test_a_second_reference_after_a_file_says_one_is_read():
+    """`RUNS.yaml#A#B` reads as the file 'RUNS.yaml#A', which is not there (a fuzz trial's
+    'plan.json#1#2' was told only 'YAML file not found'): the error says a name takes one
+    reference and that the file before it exists; a missing file is told as before."""
+    runs = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+    twice = runner.invoke(app, ["perf", f"{runs}#a#b"])
+    assert twice.exit_code == 2
+    assert f"a name takes one #ID or #N reference: {runs} exists" in twice.output
+    missing = runner.invoke(app, ["perf", str(runs.with_name("absent.yaml"))])
+    assert missing.exit_code == 2 and "reference" not in missing.output
