@@ -390,6 +390,9 @@ def test_input_differences_print_as_many_digits_as_tell_them_apart():
      "optimum_step.breakdown_s.dp is a huge integer; a `mosaic plan --json` document holds"),
     (lambda doc: doc | {"price_usd_per_gpu_hour": "abc"},
      "price_usd_per_gpu_hour is 'abc'; a `mosaic plan --json` document holds a finite"),
+    # a 400-digit search-space bound was listed among the inputs that differ (a fuzz trial)
+    (lambda doc: doc | {"search_space": doc["search_space"] | {"s_min": 10**400}},
+     "search_space.s_min is a huge integer; a `mosaic plan --json` document holds a finite"),
 ])
 def test_a_damaged_plan_is_refused_in_one_line(plans, tmp_path, damage, message):
     """compare crashed ("internal error") on a list, a list optimum or a string loss, and

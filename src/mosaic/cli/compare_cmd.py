@@ -21,7 +21,7 @@ from mosaic.cli.common import (
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError
-from mosaic.limits import check_range, is_finite_number
+from mosaic.limits import check_range, is_finite_number, is_number
 from mosaic.report.comparison import (
     NO_BREAKDOWNS,
     compare_document,
@@ -321,6 +321,11 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                       "law": {"form": law.get("form"),
                               "source": (law.get("provenance") or {}).get("source")},
                       "calibration": (assumptions.get("calibration") or {}).get("name")})
+    for field_name, value in inputs.items():  # listed among the inputs that differ
+        if is_number(value) and not is_finite_number(value):
+            shown = "a huge integer" if isinstance(value, int) else repr(value)
+            raise MosaicInputError(f"{path}: {field_name} is {shown}; a `mosaic plan --json` "
+                                   "document holds a finite number there")
     return {
         "kind": "plan", "source": str(path), "gpus": gpus, "system": envelope.get("system"),
         "layout": step.get("plan") or optimum.get("plan"),
