@@ -999,12 +999,12 @@ def test_a_run_records_layouts_are_searched_as_mosaic_layouts_searches_them():
     RUNS.yaml#ID` plans the next run: the studio listed 3,860 fitting layouts where the CLI
     lists 3,788."""
     from mosaic.studio.app import options_document
-    from mosaic.studio.server import is_run_record, load_job_document
+    from mosaic.studio.server import is_run_record, load_job_document, load_run_record
 
     path = EXAMPLES / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
     assert is_run_record(path) and not is_run_record(EXAMPLES / "appendix_e.yaml")
     document = load_job_document(path)
-    running, server, thread = start_studio(job_document=document, job_is_record=True)
+    running, server, thread = start_studio(job_document=document, record=load_run_record(path))
     try:
         form = options_document(document)["form"]
         status, perf = running.call("/api/perf", {"form": form})
@@ -1016,3 +1016,33 @@ def test_a_run_records_layouts_are_searched_as_mosaic_layouts_searches_them():
     assert perf["prediction"]["usable_memory_fraction"] == 1.0  # `mosaic perf`'s reading
     cli = cli_json("layouts", str(path), "--top", "1")
     assert (layouts["n_plans"], layouts["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])
+
+
+def test_a_run_records_explain_shows_its_measured_gap_as_the_cli_does():
+    """`mosaic explain RUNS.yaml#ID` prints the measured-vs-predicted gap; the studio opened
+    on the record explained its job without it (it kept only the job). The record's job as
+    recorded gets the CLI's rows and findings; an edit is a what-if, said, with no gap."""
+    from mosaic.report.explain_document import measured_gap_rows
+    from mosaic.studio.app import options_document
+    from mosaic.studio.server import load_job_document, load_run_record
+
+    path = EXAMPLES / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
+    document = load_job_document(path)
+    record = load_run_record(path)
+    running, server, thread = start_studio(job_document=document, record=record)
+    try:
+        form = options_document(document)["form"]
+        status, body = running.call("/api/explain", {"form": form})
+        status_edit, edited = running.call("/api/explain",
+                                           {"form": {**form, "batch.micro_seqs": "2"}})
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert status == status_edit == 200, (body, edited)
+    cli = cli_json("explain", str(path))
+    assert body["gap"]["rows"] == [list(row) for row in measured_gap_rows(
+        cli["gap"], record.assumptions)]
+    assert body["gap"]["findings"] == cli["gap"]["findings"]
+    assert body["gap_note"] is None
+    assert edited["gap"] is None and "not the recorded run" in edited["gap_note"]
+    assert load_run_record(EXAMPLES / "appendix_e.yaml") is None

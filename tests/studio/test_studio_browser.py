@@ -516,3 +516,41 @@ def test_a_comparison_of_two_models_stays_legible(studio, browser):
         assert verdict_b.size["width"] < 450, verdict_b.size  # wrapped, not one long line
     finally:
         driver.quit()
+
+
+def test_a_run_records_explain_panel_shows_the_measured_gap(browser):
+    """The explain panel of a studio opened on a run record shows the measured-vs-predicted
+    table `mosaic explain RUNS.yaml#ID` prints (it showed the bound and levers only)."""
+    from pathlib import Path
+
+    from selenium.webdriver.common.by import By
+
+    from mosaic.studio.server import load_job_document, load_run_record
+
+    from .conftest import start_studio
+
+    path = (Path(__file__).resolve().parents[2] / "examples"
+            / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8")
+    running, server, thread = start_studio(job_document=load_job_document(path),
+                                           record=load_run_record(path))
+    driver = browser.start_driver(height=1100)
+    try:
+        driver.get(running.url + "/")
+        browser.wait_for(lambda: driver.execute_script(
+            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+            what="first prediction")
+        driver.find_element(By.ID, "explain-run").click()
+        rows = browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
+                                                             "#gap-table tr"),
+                                what="the gap table")
+        cells = {row.find_elements(By.TAG_NAME, "td")[0].text:
+                 row.find_elements(By.TAG_NAME, "td")[1].text for row in rows}
+        assert cells["measured step time"] == "28.191 s", cells
+        assert driver.find_element(By.ID, "explain-gap").is_displayed()
+        assert "within 5%" in text(driver, "gap-findings")
+        browser.screenshot(driver, "studio_record_gap")
+        assert browser.console_errors(driver) == []
+    finally:
+        driver.quit()
+        server.should_exit = True
+        thread.join(10)

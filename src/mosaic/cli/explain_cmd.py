@@ -24,7 +24,6 @@ from mosaic.cli.common import (
 )
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
-from mosaic.config.run_records import MEASUREMENT_DISAGREEMENT_PREFIX
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.diagnosis import (
     GIB,
@@ -39,7 +38,11 @@ from mosaic.evaluate.plausibility import implausibility
 from mosaic.limits import check_range
 from mosaic.perf.calibration import load_calibration
 from mosaic.perf.headroom import memory_fit_text
-from mosaic.report.explain_document import explain_document, gap_rows, levers_that_fit_text
+from mosaic.report.explain_document import (
+    explain_document,
+    levers_that_fit_text,
+    measured_gap_rows,
+)
 from mosaic.report.plan_report import layout_line, precision_text
 from mosaic.report.prediction_document import memory_scale_note
 
@@ -106,12 +109,10 @@ def _render_gap(diagnosis: Diagnosis, document: dict[str, Any]) -> None:
     gap = diagnosis.gap
     if gap is None:
         return
-    rows = gap_rows(document["gap"])
     # a record whose tokens/s and step time disagree is explained at the step its tokens/s
-    # implies; say so where the measured step is shown (a trial saw no word of it)
-    rows += [("measurement", note) for note in diagnosis.result.spec.assumptions
-             if note.startswith(MEASUREMENT_DISAGREEMENT_PREFIX)]
-    print_key_value_table("Measured vs predicted", rows)
+    # implies; said where the measured step is shown (a trial saw no word of it)
+    print_key_value_table("Measured vs predicted",
+                          measured_gap_rows(document["gap"], diagnosis.result.spec.assumptions))
     for finding in gap.findings:
         console.print(f"- {finding}", markup=False, highlight=False)
 

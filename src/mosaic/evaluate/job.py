@@ -87,6 +87,23 @@ def searched_under_planning_headroom(spec: JobSpec,
                    assumptions=(*spec.assumptions, note))
 
 
+def recorded_measurement(spec: JobSpec, record: JobSpec | None) -> float | None:
+    """The run record's measured seconds per step when ``spec`` is the run it recorded (the
+    same model, batch, layout, hardware and memory share), else None: an edited job is a
+    what-if, and as `mosaic explain RUNS.yaml#ID --set ...` does, its step is not compared
+    with the record's measurement."""
+    from mosaic.config.layout import plan_row_document
+
+    if record is None or record.measured_step_time_s is None:
+        return None
+    same = (spec.workload == record.workload and spec.system_name == record.system_name
+            and spec.usable_memory_fraction == record.usable_memory_fraction
+            and spec.tables == record.tables
+            and cluster_for(spec).n_devices == cluster_for(record).n_devices
+            and plan_row_document(spec.plan.row(0)) == plan_row_document(record.plan.row(0)))
+    return record.measured_step_time_s if same else None
+
+
 def cluster_for(spec: JobSpec) -> Cluster:
     """The catalog cluster a job names: nodes, devices filling whole nodes, or fewer devices
     than one node holds (part of one host)."""

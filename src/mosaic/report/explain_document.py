@@ -121,6 +121,17 @@ def levers_that_fit_text(document: dict[str, Any]) -> str | None:
         "no single lever makes it fit: `mosaic layouts` searches every layout at once")
 
 
+def measured_gap_rows(gap: dict[str, Any], assumptions: tuple[str, ...] | list[str] = ()
+                      ) -> list[tuple[str, str]]:
+    """:func:`gap_rows` and, for a record whose tokens/s and step time disagree, the note
+    that it is explained at the step its tokens/s implies (from the job's ``assumptions``):
+    the "Measured vs predicted" table of `mosaic explain` and of the studio."""
+    from mosaic.config.run_records import MEASUREMENT_DISAGREEMENT_PREFIX
+
+    return gap_rows(gap) + [("measurement", note) for note in assumptions
+                            if note.startswith(MEASUREMENT_DISAGREEMENT_PREFIX)]
+
+
 def gap_rows(gap: dict[str, Any]) -> list[tuple[str, str]]:
     """The measured-vs-predicted table of a gap document: the two steps, their ratio, and
     each source's share of the predicted step (host and imbalance only where they weigh),

@@ -196,14 +196,16 @@ def _without_searched_layout(document: dict[str, Any] | None) -> dict[str, Any] 
 
 
 def create_app(job_document: dict[str, Any] | None = None, calibration: Any = None,
-               plan_time_limit_s: float | None = None, job_is_record: bool = False) -> Any:
+               plan_time_limit_s: float | None = None, record: Any = None) -> Any:
     """The FastAPI app; ``job_document`` is the parsed `--job` file (its model can be
-    chosen in the editor), with ``job_is_record`` the job of a run record: predicted
-    against its device as `mosaic perf` reads a record, its layouts searched under the
-    planning headroom as `mosaic layouts` searches one."""
+    chosen in the editor). ``record``: the run record's job spec (server.load_run_record)
+    when `--job` names one: predicted against its device as `mosaic perf` reads a record,
+    its layouts searched under the planning headroom as `mosaic layouts` searches one, and
+    explained against its measured step as `mosaic explain` explains it."""
     from mosaic.perf.calibration import load_calibration
 
     calibration = calibration or load_calibration(None)
+    job_is_record = record is not None
     runner = PlanRunner(calibration, **({} if plan_time_limit_s is None
                                         else {"time_limit_s": plan_time_limit_s}))
     app = FastAPI(title="mosaic studio", docs_url=None, redoc_url=None, openapi_url=None)
@@ -303,17 +305,33 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
 
     def explain_response(form: dict[str, str]) -> Any:
         """What bounds the edited job and its levers, as `mosaic explain` ranks them, with
-        the report's lever chart."""
+        the report's lever chart; for a run record's job as recorded, its measured-vs-
+        predicted gap as `mosaic explain RUNS.yaml#ID` prints it (rows and findings)."""
         from mosaic.evaluate.diagnosis import diagnose
-        from mosaic.report.explain_document import explain_document, levers_that_fit_text
+        from mosaic.evaluate.job import recorded_measurement
+        from mosaic.report.explain_document import (
+            explain_document,
+            levers_that_fit_text,
+            measured_gap_rows,
+        )
         from mosaic.report.html.explain_page import lever_figure
         from mosaic.report.html.page import figure_json
 
         start = time.perf_counter()
         _, result = predict_form(form, job_document, calibration)
-        document = explain_document(diagnose(result, calibration), calibration)
+        measured = recorded_measurement(result.spec, record)
+        document = explain_document(diagnose(result, calibration, measured), calibration)
+        gap = document["gap"]
         return _json({"ok": True, "bound": document["bound"]["summary"],
                       "fit": levers_that_fit_text(document),
+                      "gap": None if gap is None else {
+                          "rows": measured_gap_rows(gap, record.assumptions),
+                          "findings": gap["findings"]},
+                      # a record edited into a what-if: why no gap is shown
+                      "gap_note": None if gap is not None or record is None
+                      or record.measured_step_time_s is None else
+                      "the edited job is not the recorded run: its measured step "
+                      f"({record.measured_step_time_s:.4g} s) is not compared",
                       "levers": document["levers"],
                       "figure": figure_json(lever_figure(document["levers"])),
                       "explain_ms": (time.perf_counter() - start) * 1e3})

@@ -61,6 +61,16 @@ def load_job_document(path: Path | None) -> dict[str, Any] | None:
     return load_yaml_mapping(path)
 
 
+def load_run_record(path: Path | None) -> Any:
+    """The run record `--job` names (``RUNS.yaml#ID``) as the job spec `mosaic perf` and
+    `mosaic explain` read, its measured step included; None for a job file or no `--job`."""
+    if not is_run_record(path):
+        return None
+    from mosaic.evaluate.job import load_job_spec
+
+    return load_job_spec(path)
+
+
 def is_run_record(path: Path | None) -> bool:
     """Whether `--job` names a run record (``RUNS.yaml#ID``), not a job file."""
     if path is None:
@@ -102,7 +112,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, job: Path | None =
         raise MosaicInputError(f"--port must be in 1..65535, got {port}")
     require_free_port(host, port)
     app = create_app(load_job_document(job), calibration=calibration,
-                     plan_time_limit_s=plan_time_limit_s, job_is_record=is_run_record(job))
+                     plan_time_limit_s=plan_time_limit_s, record=load_run_record(job))
     warning = bind_warning(host)
     if warning:
         log(warning)

@@ -363,7 +363,7 @@
     $("layouts-stale").textContent = layouts.length ? "These layouts are of the job before your edit of " +
       layouts.join(", ") + ": search again to list the edited job's." : "";
     var explained = editedSince(explainedForm, []);
-    ["explain-figure", "levers-table-holder"].forEach(function (id) {
+    ["explain-figure", "levers-table-holder", "explain-gap"].forEach(function (id) {
       $(id).classList.toggle("stale", explained.length > 0);
     });
     $("explain-stale").textContent = explained.length ? "This explains the job before your edit of " +
@@ -447,6 +447,21 @@
     ["verdict", "feasible?", null, true],
     ["set", "fields it sets", null, true]];
 
+  // a run record's measured-vs-predicted gap, the rows and findings `mosaic explain` prints
+  // (the server computes them); a record edited into a what-if says why there is none
+  function showGap(gap, note) {
+    $("explain-gap").hidden = !gap;
+    $("gap-table-holder").innerHTML = gap ? "<table id='gap-table' class='data metrics'><tbody>" +
+      gap.rows.map(function (row) {
+        return "<tr><td>" + escapeHtml(row[0]) + "</td><td>" + escapeHtml(row[1]) + "</td></tr>";
+      }).join("") + "</tbody></table>" : "";
+    $("gap-findings").innerHTML = gap ? gap.findings.map(function (finding) {
+      return "<li>" + escapeHtml(finding) + "</li>";
+    }).join("") : "";
+    $("explain-gap-note").hidden = !note;
+    $("explain-gap-note").textContent = note || "";
+  }
+
   function explainJob() {
     $("explain-error").textContent = "";
     $("explain-summary").textContent = "explaining…";
@@ -463,6 +478,7 @@
           verdict: lever.feasible ? "yes" : "no: " + lever.reason,
           set: (lever.overrides || []).join(" ")});
       });
+      showGap(body.gap, body.gap_note);
       $("explain-figure").hidden = false;
       draw("chart-levers", body.figure);
       $("levers-table-holder").innerHTML = tableHtml("levers-table", LEVER_COLUMNS, rows);
