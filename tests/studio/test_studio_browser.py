@@ -262,6 +262,35 @@ def test_small_plan_runs_to_its_report(page, studio, browser):
     browser.screenshot(page, "studio_plan_report")
 
 
+def test_a_refused_plan_request_clears_the_previous_plans_status(page, studio, browser):
+    """A refused plan request left the status line on the previous plan ("plan 1: done",
+    its report link beside it) under the refusal: it says the plan did not start."""
+    from selenium.webdriver.common.by import By
+
+    page.get(studio.url + "/")  # the plan test before left the page on its report
+    browser.wait_for(lambda: page.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="the page's prediction")
+    one = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
+           "plan.split_factor": "1"}
+    for key, value in one.items():
+        set_field(page, key, value)
+    page.find_element(By.ID, "plan-run").click()
+    browser.wait_for(lambda: "done (1/1 geometries" in text(page, "plan-state")
+                     and page.find_element(By.ID, "plan-report-link").is_displayed(),
+                     timeout_s=90, what="the one-geometry plan to finish")
+    set_field(page, "plan.nodes", "0")
+    page.find_element(By.ID, "plan-run").click()
+    browser.wait_for(lambda: "not started" in text(page, "plan-state"), what="the refusal")
+    assert "done" not in text(page, "plan-state")
+    assert not page.find_element(By.ID, "plan-report-link").is_displayed()
+    assert page.execute_script("return document.getElementById('plan-progress').value") == 0
+    assert field(page, "plan.nodes").get_attribute("aria-invalid") == "true"
+    # the refused request's 422 is the only console error
+    assert all("/api/plan" in e["message"] for e in browser.console_errors(page))
+    set_field(page, "plan.nodes", TINY_PLAN["plan.nodes"])
+
+
 def test_a_model_grid_plans_around_the_edited_model(page, studio, browser):
     """`grid: model` hides the ladder's q, shows depth and width, clears the ladder's E, K
     and G lists (empty keeps the model's own) and plans variants of the edited model."""

@@ -570,11 +570,26 @@
     return post("/api/plan", {form: readForm("plan-form"), job: readForm("job-form")}).then(function (body) {
       if (!body.ok) {
         showErrors(body.errors, "plan-form", "plan-error");
+        if (body.status === 409) { pollPlan(); return; }  // busy: the running plan's state
+        planRefused();
         return;
       }
       $("plan-report-link").hidden = true;
       pollPlan();
     }, lost(null, "plan-error"));
+  }
+
+  // a refused request starts no plan: the status line, progress, message and report link
+  // of the previous plan go (a trial read "plan 2: done" under the refusal); it stays in
+  // the history table
+  function planRefused() {
+    clearTimeout(pollTimer);
+    $("plan-progress").max = 1;
+    $("plan-progress").value = 0;
+    $("plan-state").textContent = "not started: the plan request was refused (why: at the marked field, or above)";
+    $("plan-message").textContent = "";
+    $("plan-report-link").hidden = true;
+    document.body.setAttribute("data-plan-state", "refused");
   }
 
   function pollPlan() {
