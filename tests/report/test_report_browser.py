@@ -137,3 +137,40 @@ def test_the_step_legend_lists_every_group_without_scrolling(reports, offline_dr
         "return [p.querySelectorAll('.legend .traces').length,"
         "        bar ? bar.getBoundingClientRect().height : 0];")
     assert scrolls[0] >= 8 and scrolls[1] == 0, scrolls
+
+
+TITLE_BOXES = (
+    "return Array.prototype.map.call(document.querySelectorAll('[data-figure] .js-plotly-plot'),"
+    " function (p) { var t = p.querySelector('.gtitle'); var bar = p.querySelector('.modebar');"
+    "  var box = p.getBoundingClientRect(); var tb = t ? t.getBoundingClientRect() : null;"
+    "  var mb = bar && getComputedStyle(bar.parentElement).display !== 'none'"
+    "           ? bar.getBoundingClientRect() : null;"
+    "  return {id: p.id, right: box.right, title: tb && [tb.left, tb.top, tb.right, tb.bottom],"
+    "          bar: mb && mb.width > 0 ? [mb.left, mb.top, mb.right, mb.bottom] : null}; });")
+
+
+@pytest.mark.parametrize("width", [1280, 500])
+def test_figure_titles_fit_beside_the_toolbar_and_on_a_phone(width, reports, browser):
+    """The validate parity title (120 characters) ran under the plotly toolbar at 1280 px
+    and off the figure at 500 px: every report's titles stay inside their figure, clear of
+    the toolbar."""
+    driver = browser.start_driver(offline=True, height=900)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        for kind in ("validate", "layouts", "explain", "plan"):
+            driver.get(reports[kind].as_uri())
+            browser.wait_for(lambda: browser.figures_drawn(driver), what=f"{kind} figures")
+            for plot in driver.execute_script(TITLE_BOXES):
+                if plot["title"] is None:
+                    continue
+                left, top, right, bottom = plot["title"]
+                assert right <= plot["right"] + 1, (kind, plot)
+                if plot["bar"]:
+                    b_left, b_top, b_right, b_bottom = plot["bar"]
+                    apart = (right <= b_left or left >= b_right or bottom <= b_top
+                             or top >= b_bottom)
+                    assert apart, (kind, plot)
+            assert browser.console_errors(driver) == []
+    finally:
+        driver.quit()

@@ -128,13 +128,59 @@ def key_value_html(rows: Sequence[tuple[str, Any]], *, table_id: str) -> str:
 
 
 # --- Figures --------------------------------------------------------------------------------
+# A figure title's line at plotly's 17 px title font: ~44 characters are ~420 px, inside a
+# 500 px phone's plot and left of the toolbar of a full-width figure (the validate parity
+# title ran under the toolbar at 1280 px and off the figure at 500 px: a trial)
+TITLE_LINE_CHARS = 44
+TITLE_LINE_PX = 22  # the height a title line takes
+TITLE_TOP_PX = 12  # room above the title's first line
+
+
+def title_lines(text: str, line_chars: int = TITLE_LINE_CHARS) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``line_chars`` characters (a longer
+    word keeps its own line); a text with plotly line breaks (``<br>``) is kept as it is."""
+    if "<br>" in text or len(text) <= line_chars:
+        return [text]
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= line_chars:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines
+
+
+def with_wrapped_title(figure: dict[str, Any]) -> dict[str, Any]:
+    """A figure dictionary whose long title is broken into lines (:func:`title_lines`),
+    hung from the figure's top with the top margin and the height grown by the added lines,
+    so the plot keeps its size: the report's and the studio's one title look."""
+    layout = figure.get("layout") or {}
+    title = layout.get("title")
+    title = {"text": title} if isinstance(title, str) else dict(title or {})
+    lines = title_lines(str(title.get("text") or ""))
+    if len(lines) < 2:
+        return figure
+    margin = dict(layout.get("margin") or {})
+    extra_px = TITLE_LINE_PX * (len(lines) - 1)
+    margin["t"] = max(int(margin.get("t", 80)) + extra_px,
+                      TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 10)
+    title.update(text="<br>".join(lines), yref="container", y=1, yanchor="top",
+                 pad={"t": TITLE_TOP_PX})
+    wrapped = {**layout, "title": title, "margin": margin}
+    if layout.get("height"):
+        wrapped["height"] = layout["height"] + extra_px
+    return {**figure, "layout": wrapped}
+
+
 def figure_html(figure: Any, div_id: str) -> str:
     """A plotly figure (a ``Figure`` or its dictionary) as a <div> (plotly.js is inlined
-    once in the page head)."""
-    if isinstance(figure, dict):
-        import plotly.graph_objects as go
+    once in the page head), its title wrapped (:func:`with_wrapped_title`)."""
+    import plotly.graph_objects as go
 
-        figure = go.Figure(figure)  # validates the dictionary against plotly's schema
+    if not isinstance(figure, dict):
+        figure = figure.to_plotly_json()
+    # validates the dictionary against plotly's schema
+    figure = go.Figure(with_wrapped_title(figure))
     inner = figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                            config=PLOTLY_CONFIG)
     return f'<div class="figure" data-figure="{div_id}">{inner}</div>'
@@ -149,7 +195,9 @@ def _default_template() -> dict[str, Any]:
 
 def figure_json(figure: dict[str, Any]) -> dict[str, Any]:
     """A figure dictionary as ``Figure.to_plotly_json`` gives it: plotly.py's default
-    template written into the layout, so plotly.js draws it as the report does."""
+    template written into the layout and its title wrapped, so plotly.js draws it as the
+    report does."""
+    figure = with_wrapped_title(figure)
     return {**figure, "layout": {"template": _default_template(), **figure["layout"]}}
 
 
