@@ -567,6 +567,9 @@ def test_backbone_variants_keep_their_own_uncertainty_and_labels():
                                                "L=32 d=3072 E=128 K=8 G=8",
                                                "L=48 d=4096 E=128 K=8 G=8"]
     assert list(figure.data[1].customdata) == list(figure.data[0].customdata)
+    # both panels' axes say what they measure and in which unit (they were bare)
+    assert figure.layout.yaxis.title.text == "predicted loss (nats/token)"
+    assert figure.layout.yaxis2.title.text.startswith("P(optimal)")
 
 
 def test_goodput_reads_as_a_share_with_its_model():

@@ -41,6 +41,10 @@ from mosaic.report.plan_report import (
 )
 from mosaic.units import GIB
 
+# the loss axis of every plan figure, with its unit
+LOSS_AXIS_TITLE = "predicted loss (nats/token)"
+
+
 SPLIT_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#9D755D")
 
 CANDIDATE_COLUMNS = [
@@ -154,7 +158,7 @@ def frontier_figure(document: dict[str, Any]) -> Any:
                          annotation_position="top left")
     figure.update_layout(
         title=f"Loss vs sparsity at G = {f['split_factor']}",
-        xaxis_title="sparsity S = 1 − N_act/N_tot", yaxis_title="predicted loss (nats/token)",
+        xaxis_title="sparsity S = 1 − N_act/N_tot", yaxis_title=LOSS_AXIS_TITLE,
         height=520, margin={"t": 50, "b": 50, "l": 60, "r": 20},
         legend={"x": 1.02, "y": 1, "xanchor": "left", "yanchor": "top",
                 "tracegroupgap": 10, "groupclick": "toggleitem"})
@@ -180,7 +184,7 @@ def candidates_figure(rows: list[dict[str, Any]]) -> Any:
             marker={"symbol": "star", "size": 18, "color": "gold",
                     "line": {"color": "black", "width": 1}}, hoverinfo="skip"))
     figure.update_layout(title="Every trainable candidate", xaxis_title="sparsity S",
-                         yaxis_title="predicted loss (nats/token)", height=470,
+                         yaxis_title=LOSS_AXIS_TITLE, height=470,
                          margin={"t": 50, "b": 50, "l": 60, "r": 20})
     return figure
 
@@ -211,7 +215,11 @@ def uncertainty_figure(rows: list[dict[str, Any]], level: float, what: str,
                             hovertemplate="%{x} %{customdata}<br>P(optimal) %{y:.1%}"
                                           "<extra></extra>",
                             marker_color="#4C78A8"), row=1, col=2)
-    figure.update_yaxes(tickformat=".0%", row=1, col=2)
+    # each panel's quantity and unit on its axis (the titles above them name the panels;
+    # a reader saw two bare axes)
+    figure.update_yaxes(title_text=LOSS_AXIS_TITLE, row=1, col=1)
+    figure.update_yaxes(title_text="P(optimal), share of samples", tickformat=".0%",
+                        row=1, col=2)
     # short, in two lines: the long title under each panel ran into its neighbour's at 800 px
     figure.update_xaxes(title_text="candidate rank<br>(hover: geometry)")
     figure.update_layout(height=445, showlegend=False, margin={"t": 50, "b": 75})
