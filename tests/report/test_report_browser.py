@@ -174,3 +174,21 @@ def test_figure_titles_fit_beside_the_toolbar_and_on_a_phone(width, reports, bro
             assert browser.console_errors(driver) == []
     finally:
         driver.quit()
+
+
+def test_breakdown_legends_list_their_segments_top_down(reports, offline_driver, browser):
+    """Beside the memory chart, whose legend lists its components top down as stacked, the
+    step chart's legend read bottom up (compute, the bottom segment, first): both list the
+    top segment first."""
+    driver = offline_driver
+    driver.get(reports["perf"].as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(driver), what="the perf figures")
+    for figure in ("fig-step", "fig-memory"):
+        legend, stacked = driver.execute_script(
+            "var p = document.querySelector('[data-figure=' + arguments[0] + '] .js-plotly-plot');"
+            "var names = Array.prototype.map.call(p.querySelectorAll('.legend .traces'),"
+            "  function (t) { return t.textContent; });"
+            "var seen = [];  p.data.forEach(function (t) {"
+            "  if (t.showlegend !== false && seen.indexOf(t.name) < 0) { seen.push(t.name); } });"
+            "return [names, seen];", figure)
+        assert legend == stacked[::-1], (figure, legend, stacked)

@@ -137,6 +137,9 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
         traces.append({
             "type": "bar", "x": names, "y": values, "name": group, "legendgroup": group,
             "showlegend": group not in shown_groups, "marker": {"color": GROUP_COLOURS[group]},
+            # the legend lists the groups top down as they are stacked, as the memory chart
+            # beside it lists its components (it read compute, the bottom segment, first)
+            "legendrank": len(GROUP_COLOURS) - list(GROUP_COLOURS).index(group),
             "customdata": [[term, s, source, term_meaning(term)] for s in share],
             "hovertemplate": "%{customdata[0]}: %{y:.4f} s (%{customdata[1]:.1%})"
                              "<br>%{customdata[3]}<br>%{customdata[2]}<extra>%{x}</extra>"})
@@ -150,7 +153,8 @@ def step_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
     return {"data": traces, "layout": {
         "barmode": "relative", "title": {"text": title or "Step time"},
         "yaxis": {"title": {"text": "seconds per step"}},
-        "legend": {"title": {"text": "term group"}}, **_FRAME, "height": height}}
+        "legend": {"title": {"text": "term group"}},
+        **_FRAME, "height": height}}
 
 
 def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
