@@ -755,3 +755,33 @@ def test_the_parity_plot_shares_one_range_names_units_and_counts_undrawn_runs():
     assert layout.xaxis.range[1] == pytest.approx(math.log10(14000 * 1.3))
     assert "tokens/s per GPU" in layout.xaxis.title.text
     assert "1 run with no measured tokens/s" in layout.title.text
+
+
+def test_a_run_records_explain_page_has_the_terminals_gap_rows(tmp_path):
+    """`mosaic explain RUNS.yaml#ID --html` of a record whose tokens/s and step time
+    disagree: the page's gap table lacked the terminal's "measurement" row saying which
+    step is explained, and its lever table had a "--set that gives it" column empty on every
+    row (no --set states a record's levers)."""
+    import yaml
+
+    from mosaic.config.run_records import MEASUREMENT_DISAGREEMENT_PREFIX
+    from mosaic.report.explain_document import measured_gap_rows
+
+    runs = yaml.safe_load((EXAMPLES / "runs_example.yaml").read_text())
+    record = next(r for r in runs["runs"] if r["id"].startswith("example-bridge-qwen3"))
+    record["measured"].update(step_time_s=30.0, consistent=False)
+    runs["runs"] = [record]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(runs))
+    html = tmp_path / "explain.html"
+    document = json.loads(invoke("explain", f"{path}#{record['id']}", "--json",
+                                 "--html", str(html)))
+    rows = measured_gap_rows(document["gap"], document["prediction"]["assumptions"])
+    assert rows[-1][0] == "measurement" and rows[-1][1].startswith(
+        MEASUREMENT_DISAGREEMENT_PREFIX)
+    page = html.read_text()
+    gap_table = page[page.index('id="gap-table"'):]
+    gap_table = gap_table[:gap_table.index("</table>")]
+    assert html_escape(rows[-1][1], quote=False) in gap_table
+    assert all(not lever["overrides"] for lever in document["levers"])
+    assert "--set that gives it" not in page

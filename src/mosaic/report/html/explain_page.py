@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mosaic.report.explain_document import gap_rows, levers_that_fit_text
+from mosaic.report.explain_document import levers_that_fit_text, measured_gap_rows
 from mosaic.report.html.page import (
     Column,
     Section,
@@ -67,7 +67,9 @@ def _gap_sections(document: dict[str, Any]) -> list[Section]:
     warning = document.get("measurement_warning")  # the terminal's warning: line
     return [Section("gap", "Measured vs predicted", [
         *([note(f"Warning: {warning}")] if warning else []),
-        key_value_html(gap_rows(gap), table_id="gap-table"),
+        # the terminal's rows, with the record's note when its tokens/s and step disagree
+        key_value_html(measured_gap_rows(gap, document["prediction"].get("assumptions", [])),
+                       table_id="gap-table"),
         *[note(finding) for finding in gap["findings"]]])]
 
 
@@ -129,12 +131,16 @@ def _levers_section(document: dict[str, Any]) -> Section:
              "set": " ".join(lever.get("overrides") or [])}
             for rank, lever in enumerate(levers, start=1)]
     broken = sum(1 for lever in levers if lever["gain"] is None)
+    # a job whose levers no --set states (a run record's) has no column of empty cells
+    columns = [column for column in LEVER_COLUMNS
+               if column.key != "set" or any(row["set"] for row in rows)]
     return Section("levers", "Levers, best feasible first", [
         note("Each lever changes one thing and is predicted as `mosaic perf` would predict "
              "the job with that change; the numerics of a precision change are not judged."
-             + (f" {broken} that break a layout rule have no bar (the table says which rule)."
+             + (f" {broken} {'that breaks' if broken == 1 else 'that break'} a layout rule "
+                f"{'has' if broken == 1 else 'have'} no bar (the table says which rule)."
                 if broken else "")),
         *([note(fit)] if (fit := levers_that_fit_text(document)) else []),
         figure_html(lever_figure(levers), "fig-levers") if len(rows) > broken
         else note("No lever could be predicted."),
-        table_html(LEVER_COLUMNS, rows, table_id="levers-table")])
+        table_html(columns, rows, table_id="levers-table")])
