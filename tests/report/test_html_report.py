@@ -785,3 +785,23 @@ def test_a_run_records_explain_page_has_the_terminals_gap_rows(tmp_path):
     assert html_escape(rows[-1][1], quote=False) in gap_table
     assert all(not lever["overrides"] for lever in document["levers"])
     assert "--set that gives it" not in page
+
+
+def test_the_layouts_scatter_draws_the_memory_lines_of_the_bars():
+    """The layouts page's scatter said 'capacity 178 GiB' in red and 'usable 160.5 GiB' in
+    orange under the bars' 'capacity 178.4 GiB' and 'usable 160.5 GiB (90%)', both red: one
+    helper (breakdown.memory_limits) draws both."""
+    from mosaic.report.html.perf_page import mfu_memory_figure
+    from mosaic.units import GIB
+
+    capacity_gib, fraction = 178.4, 0.9
+    bars = memory_breakdown_figure([("a", {"weights": 10 * GIB})], capacity_gib * GIB,
+                                   usable_fraction=fraction)
+    points = {"checkpointing": ["none"], "memory_gib": [10.0], "mfu": [0.2],
+              "labels": ["a"], "step_time_s": [1.0]}
+    scatter = mfu_memory_figure(points, capacity_gib, "t", fraction).to_plotly_json()
+    texts = [a["text"] for a in bars["layout"]["annotations"]]
+    assert texts == ["capacity 178.4 GiB", "usable 160.6 GiB (90%)"]
+    assert [a["text"] for a in scatter["layout"]["annotations"]] == texts
+    assert ({s["line"]["color"] for s in scatter["layout"]["shapes"]}
+            == {s["line"]["color"] for s in bars["layout"]["shapes"]})

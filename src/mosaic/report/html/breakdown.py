@@ -180,22 +180,34 @@ def memory_breakdown_figure(bars: Sequence[tuple[str, Mapping[str, float]]],
     if bar_limits is not None:
         layout["shapes"], layout["annotations"] = _per_bar_limit_lines(bar_limits)
     elif capacity_bytes:
-        capacity_gib = capacity_bytes / GIB
-        lines = [(capacity_gib, f"capacity {capacity_gib:.1f} GiB", "dot", "left")]
-        if usable_fraction is not None and usable_fraction < 1:
-            usable_gib = capacity_gib * usable_fraction
-            lines.append((usable_gib, f"usable {usable_gib:.1f} GiB ({usable_fraction:.0%})",
-                          "dash", "right"))
+        lines = memory_limits(capacity_bytes / GIB, usable_fraction)
+        ends = ("left", "right")
         # horizontal lines over the x domain, each labelled above one end
         layout["shapes"] = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1,
                              "yref": "y", "y0": gib, "y1": gib,
-                             "line": {"color": "#b3261e", "dash": dash}}
-                            for gib, _, dash, _ in lines]
+                             "line": {"color": MEMORY_LIMIT_COLOUR, "dash": dash}}
+                            for gib, _, dash in lines]
         layout["annotations"] = [{"text": text, "showarrow": False, "xref": "x domain",
                                   "x": 0 if end == "left" else 1, "xanchor": end,
                                   "yref": "y", "y": gib, "yanchor": "bottom"}
-                                 for gib, text, _, end in lines]
+                                 for (gib, text, _), end in zip(lines, ends, strict=False)]
     return {"data": traces, "layout": layout}
+
+
+MEMORY_LIMIT_COLOUR = "#b3261e"  # the device's capacity (dotted) and usable share (dashed)
+
+
+def memory_limits(capacity_gib: float, usable_fraction: float | None
+                  ) -> list[tuple[float, str, str]]:
+    """(GiB, label, plotly dash) of the device's capacity and, below it, the usable share
+    feasibility is judged against: the lines of every memory chart (the bars and the
+    layouts' MFU-memory scatter said '178 GiB' and '178.4 GiB' in two colours)."""
+    lines = [(capacity_gib, f"capacity {capacity_gib:.1f} GiB", "dot")]
+    if usable_fraction is not None and usable_fraction < 1:
+        usable_gib = capacity_gib * usable_fraction
+        lines.append((usable_gib, f"usable {usable_gib:.1f} GiB ({usable_fraction:.0%})",
+                      "dash"))
+    return lines
 
 
 def memory_limit_lines(*sides: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,7 +241,7 @@ def _per_bar_limit_lines(bar_limits: Sequence[tuple[float, float | None]]
             lines.append((capacity_gib * usable_fraction, "dash"))
         shapes += [{"type": "line", "xref": "x", "x0": index - 0.4, "x1": index + 0.4,
                     "yref": "y", "y0": gib, "y1": gib,
-                    "line": {"color": "#b3261e", "dash": dash}} for gib, dash in lines]
+                    "line": {"color": MEMORY_LIMIT_COLOUR, "dash": dash}} for gib, dash in lines]
         usable_gib, _ = lines[-1]
         text = (f"usable {usable_gib:.1f} of {capacity_gib:.1f} GiB" if len(lines) > 1
                 else f"capacity {capacity_gib:.1f} GiB")

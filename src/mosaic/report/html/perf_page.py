@@ -10,8 +10,10 @@ from mosaic.perf.memory import COMPONENT_MEANINGS
 from mosaic.perf.terms import term_meaning
 from mosaic.report.html.breakdown import (
     GIB,
+    MEMORY_LIMIT_COLOUR,
     layout_label,
     memory_breakdown_figure,
+    memory_limits,
     step_breakdown_figure,
 )
 from mosaic.report.html.page import (
@@ -126,13 +128,12 @@ def mfu_memory_figure(points: dict[str, list[Any]], capacity_gib: float | None,
                                         "line": {"color": "black", "width": 1}},
             hoverinfo="skip"))
     if capacity_gib:
-        figure.add_vline(x=capacity_gib, line_dash="dot", line_color="#b3261e",
-                         annotation_text=f"capacity {capacity_gib:.0f} GiB")
-        if usable_fraction is not None and usable_fraction < 1:
-            # the share feasibility is judged against (as the memory bars draw it)
-            figure.add_vline(x=capacity_gib * usable_fraction, line_dash="dash",
-                             line_color="#e8710a", annotation_position="bottom left",
-                             annotation_text=f"usable {capacity_gib * usable_fraction:.1f} GiB")
+        # the lines and labels of the memory bars (breakdown.memory_limits), the usable
+        # share's label at the bottom, clear of the capacity's
+        for (gib, text, dash), position in zip(memory_limits(capacity_gib, usable_fraction),
+                                               ("top right", "bottom left"), strict=False):
+            figure.add_vline(x=gib, line_dash=dash, line_color=MEMORY_LIMIT_COLOUR,
+                             annotation_text=text, annotation_position=position)
     # a narrow MFU range needs decimals, or ticks repeat ('20%, 20%, 19%')
     spread = max(points["mfu"], default=0) - min(points["mfu"], default=0)
     figure.update_layout(title=title, xaxis_title="memory per GPU (GiB)",
