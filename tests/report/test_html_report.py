@@ -16,7 +16,9 @@ from mosaic.cli.main import app
 from mosaic.law import default_law
 from mosaic.report.html import KINDS, detect_kind, render_report
 from mosaic.report.html.breakdown import (
+    BAR_NAME_LINE_CHARS,
     TERM_GROUPS,
+    bar_names,
     grouped_seconds,
     layout_label,
     memory_breakdown_figure,
@@ -805,3 +807,14 @@ def test_the_layouts_scatter_draws_the_memory_lines_of_the_bars():
     assert [a["text"] for a in scatter["layout"]["annotations"]] == texts
     assert ({s["line"]["color"] for s in scatter["layout"]["shapes"]}
             == {s["line"]["color"] for s in bars["layout"]["shapes"]})
+
+
+def test_a_bar_named_by_a_path_is_cut_into_short_lines():
+    """A compare page names its bars by their files: 'B: examples/deepseek_v3_h100.yaml'
+    kept the path as one 30-character line, and at 500 px the two names slanted and ran
+    into each other. A long word is cut after '/', '_' or '-'."""
+    names = bar_names([("A: examples/appendix_e.yaml", None),
+                       ("B: examples/deepseek_v3_h100.yaml", None)])
+    assert names == ["A: examples/<br>appendix_e.yaml",
+                     "B: examples/<br>deepseek_v3_<br>h100.yaml"]
+    assert all(len(line) <= BAR_NAME_LINE_CHARS for n in names for line in n.split("<br>"))

@@ -192,3 +192,25 @@ def test_breakdown_legends_list_their_segments_top_down(reports, offline_driver,
             "  if (t.showlegend !== false && seen.indexOf(t.name) < 0) { seen.push(t.name); } });"
             "return [names, seen];", figure)
         assert legend == stacked[::-1], (figure, legend, stacked)
+
+
+def test_compare_bar_names_stay_level_and_apart_on_a_phone(reports, browser):
+    """At 500 px the compare page's bar names (its two files) slanted under the step chart,
+    squeezing its plot, and ran into each other under the memory chart."""
+    driver = browser.start_driver(offline=True, height=900)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": 500, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        driver.get(reports["compare"].as_uri())
+        browser.wait_for(lambda: browser.figures_drawn(driver), what="the compare figures")
+        for figure in ("fig-compare-step", "fig-compare-memory"):
+            ticks = driver.execute_script(
+                "var p = document.querySelector('[data-figure=' + arguments[0] + ']');"
+                "return Array.prototype.map.call(p.querySelectorAll('.xtick text'),"
+                "  function (t) { var b = t.getBoundingClientRect();"
+                "    return [t.getAttribute('transform') || '', b.left, b.right]; });", figure)
+            assert len(ticks) == 2, (figure, ticks)
+            assert not any("rotate" in transform for transform, _, _ in ticks), ticks
+            assert ticks[0][2] < ticks[1][1], (figure, ticks)  # A's name ends before B's
+    finally:
+        driver.quit()

@@ -8,6 +8,7 @@ and is not a term), so each parallel axis shows its exposed share.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -84,17 +85,33 @@ LEGEND_ROW_PX, LEGEND_BASE_PX, LABEL_LINE_PX = 30, 150, 16
 BAR_NAME_LINE_CHARS = 16
 
 
+def _word_pieces(word: str) -> list[str]:
+    """A word longer than ``BAR_NAME_LINE_CHARS`` cut after each '/', '_' or '-' (a file
+    path, 'examples/deepseek_v3_h100.yaml'), the pieces joined again up to the line's
+    length: a compare page's two paths ran into each other under their bars at 500 px."""
+    if len(word) <= BAR_NAME_LINE_CHARS:
+        return [word]
+    pieces: list[str] = []
+    for piece in re.split(r"(?<=[/_-])", word):
+        if pieces and len(pieces[-1]) + len(piece) <= BAR_NAME_LINE_CHARS:
+            pieces[-1] += piece
+        elif piece:
+            pieces.append(piece)
+    return pieces
+
+
 def bar_names(bars: Sequence[tuple[str, Any]]) -> list[str]:
     """Each bar's name broken at spaces into lines of at most ``BAR_NAME_LINE_CHARS``
-    characters (plotly's ``<br>``); a word longer than that keeps its own line."""
+    characters (plotly's ``<br>``); a longer word is cut after its '/', '_' or '-'
+    (:func:`_word_pieces`), else keeps its own line."""
     names = []
     for name, _ in bars:
         lines: list[str] = []
-        for word in name.split():
-            if lines and len(lines[-1]) + 1 + len(word) <= BAR_NAME_LINE_CHARS:
-                lines[-1] += f" {word}"
+        for piece in (piece for word in name.split() for piece in _word_pieces(word)):
+            if lines and len(lines[-1]) + 1 + len(piece) <= BAR_NAME_LINE_CHARS:
+                lines[-1] += f" {piece}"
             else:
-                lines.append(word)
+                lines.append(piece)
         names.append("<br>".join(lines) or name)
     return names
 
