@@ -214,3 +214,30 @@ def test_compare_bar_names_stay_level_and_apart_on_a_phone(reports, browser):
             assert ticks[0][2] < ticks[1][1], (figure, ticks)  # A's name ends before B's
     finally:
         driver.quit()
+
+
+def test_lever_names_leave_the_bars_room_on_a_phone(reports, browser):
+    """At 500 px the explain page's 60-character lever names beside the bars took the
+    figure's width: a 60 px plot, the names' ranks cut off its left edge. They are cut to
+    their start (rank first) and stay inside the figure; the plot keeps half the width."""
+    from mosaic.report.html.explain_page import LEVER_LABEL_CHARS
+
+    driver = browser.start_driver(offline=True, height=900)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": 500, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        driver.get(reports["explain"].as_uri())
+        browser.wait_for(lambda: browser.figures_drawn(driver), what="the explain figures")
+        names, figure_left, plot_width, figure_width = driver.execute_script(
+            "var p = document.querySelector('[data-figure=fig-levers] .js-plotly-plot');"
+            "var ticks = Array.prototype.map.call(p.querySelectorAll('.ytick text'),"
+            "  function (t) { return [t.textContent, t.getBoundingClientRect().left]; });"
+            "return [ticks, p.getBoundingClientRect().left, p._fullLayout._size.w,"
+            "        p._fullLayout.width];")
+        assert names and any(len(name) > 10 for name, _ in names)
+        assert all(name.split(".")[0].isdigit() for name, _ in names), names
+        assert all(left >= figure_left for _, left in names), (names, figure_left)
+        assert all(len(name) < LEVER_LABEL_CHARS for name, _ in names)
+        assert plot_width >= figure_width / 2, (plot_width, figure_width)
+    finally:
+        driver.quit()

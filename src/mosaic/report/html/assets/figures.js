@@ -20,6 +20,7 @@
     (layout.annotations || []).forEach(function (annotation, index) {
       update["annotations[" + index + "].font.size"] = 10;
     });
+    shortenCategoryLabels(layout.yaxis, update);
     if (panels <= 1) {
       // the legend now takes height, not width: the plot keeps its own (a trial's ten-entry
       // legend scrolled inside a 130 px plot, its last entry hidden)
@@ -32,7 +33,24 @@
     window.Plotly.relayout(plot, update);
   }
 
-  var LEGEND_ROW_PX = 22;  // one horizontal legend row at plotly's default 12 px font
+  var LEGEND_ROW_PX = 22;
+  var NARROW_LABEL_CHARS = 22;  // a category's name beside a phone's horizontal bars
+
+  /* The long category names beside horizontal bars (explain's levers, 60 characters each)
+     cut to their start, so the bars keep the width (a trial at 500 px: a 60 px plot, the
+     names' ranks cut off the figure's left edge); the hover keeps the whole name. */
+  function shortenCategoryLabels(axis, update) {
+    var names = (axis || {}).categoryarray;
+    if (!Array.isArray(names) || !names.some(function (n) {
+      return String(n).length > NARROW_LABEL_CHARS;
+    })) { return; }
+    update["yaxis.tickmode"] = "array";
+    update["yaxis.tickvals"] = names;
+    update["yaxis.ticktext"] = names.map(function (n) {
+      n = String(n);
+      return n.length > NARROW_LABEL_CHARS ? n.slice(0, NARROW_LABEL_CHARS - 1).trim() + "\u2026" : n;
+    });
+  }  // one horizontal legend row at plotly's default 12 px font
 
   /* Legend entries the plot shows (a legend group counts once), each taken as a row. */
   function legendEntries(plot) {
