@@ -451,9 +451,11 @@
   // (the server computes them); a record edited into a what-if says why there is none
   function showGap(gap, note) {
     $("explain-gap").hidden = !gap;
-    $("gap-table-holder").innerHTML = gap ? "<table id='gap-table' class='data metrics'><tbody>" +
+    // the report's key-value table (page.key_value_html): words left-aligned
+    $("gap-table-holder").innerHTML = gap ? "<table id='gap-table' class='data kv'><tbody>" +
       gap.rows.map(function (row) {
-        return "<tr><td>" + escapeHtml(row[0]) + "</td><td>" + escapeHtml(row[1]) + "</td></tr>";
+        return "<tr><td class='text'>" + escapeHtml(row[0]) + "</td><td class='text'>" +
+          escapeHtml(row[1]) + "</td></tr>";
       }).join("") + "</tbody></table>" : "";
     $("gap-findings").innerHTML = gap ? gap.findings.map(function (finding) {
       return "<li>" + escapeHtml(finding) + "</li>";
