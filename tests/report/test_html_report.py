@@ -163,6 +163,10 @@ def test_perf_layouts_validate_sweep_pages(tmp_path):
         assert f"mosaic {kind}" in html
         for figure in figures:
             assert f'data-figure="{figure}"' in html, (kind, figure)
+    # the layouts table's yellow first row is said (it was a colour without a word)
+    layouts = (tmp_path / "layouts.html").read_text()
+    table = layouts[layouts.index('id="table"'):layouts.index('id="layouts-table"')]
+    assert 'class="highlight"' in layouts and "is highlighted" in table
     # the HTML summary has every row the terminal table has (it had lost the infeasible,
     # headroom, median/max and same-release rows; a trial), and errors keep their sign
     from mosaic.report.validation_summary import accuracy_rows

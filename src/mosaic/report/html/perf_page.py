@@ -209,6 +209,8 @@ def layouts_sections(document: dict[str, Any]) -> list[Section]:
         usable_fraction=document["hardware"].get("usable_memory_fraction")),
         "fig-scatter")]))
     sections.append(Section("table", f"Ranked layouts ({len(rows)} listed)", [
+        # what the yellow row means, as the plan page says of its optimum
+        note("Click a header to sort; the best layout, the scatter's star, is highlighted."),
         table_html(LAYOUT_COLUMNS, rows, table_id="layouts-table", filterable=True,
                    highlight=lambda r: r["rank"] == 1)]))
     sections.append(Section("infeasible", "Why the other layouts are infeasible", [
