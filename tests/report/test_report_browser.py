@@ -241,3 +241,23 @@ def test_lever_names_leave_the_bars_room_on_a_phone(reports, browser):
         assert plot_width >= figure_width / 2, (plot_width, figure_width)
     finally:
         driver.quit()
+
+
+def test_memory_limit_labels_are_clear_of_their_lines(reports, offline_driver, browser):
+    """The compare page's H100 side labelled its usable line between it and the capacity
+    line 8 GiB above, and the dotted line ran through the text: no label crosses a line."""
+    driver = offline_driver
+    driver.get(reports["compare"].as_uri())
+    browser.wait_for(lambda: browser.figures_drawn(driver), what="the compare figures")
+    labels, lines = driver.execute_script(
+        "var p = document.querySelector('[data-figure=fig-compare-memory] .js-plotly-plot');"
+        "function box(e) { var b = e.getBoundingClientRect();"
+        "  return [b.left, b.top, b.right, b.bottom]; }"
+        "return [Array.prototype.map.call(p.querySelectorAll('.annotation-text'), box),"
+        "        Array.prototype.map.call(p.querySelectorAll('.shapelayer path'), box)];")
+    assert len(labels) == 2 and len(lines) == 4, (labels, lines)
+    for left, top, right, bottom in labels:
+        for l_left, l_top, l_right, l_bottom in lines:
+            crossed = (left < l_right and l_left < right and top < l_bottom
+                       and l_top < bottom)
+            assert not crossed, ((left, top, right, bottom), (l_left, l_top, l_right, l_bottom))
