@@ -13,7 +13,7 @@ import contextlib
 import json
 import time
 from importlib import resources
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
@@ -33,6 +33,9 @@ from mosaic.studio.jobs import (
     validate_form,
 )
 from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, GRIDS, PlanBusyError, PlanRunner
+
+if TYPE_CHECKING:
+    from mosaic.config.job_schema import JobSpec
 
 MAX_BODY_BYTES = 1_000_000
 MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
@@ -196,7 +199,7 @@ def _without_searched_layout(document: dict[str, Any] | None) -> dict[str, Any] 
 
 
 def create_app(job_document: dict[str, Any] | None = None, calibration: Any = None,
-               plan_time_limit_s: float | None = None, record: Any = None) -> Any:
+               plan_time_limit_s: float | None = None, record: JobSpec | None = None) -> Any:
     """The FastAPI app; ``job_document`` is the parsed `--job` file (its model can be
     chosen in the editor). ``record``: the run record's job spec (server.load_run_record)
     when `--job` names one: predicted against its device as `mosaic perf` reads a record,

@@ -7,9 +7,12 @@ import socket
 import threading
 import webbrowser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mosaic.errors import MosaicInputError, missing_extra
+
+if TYPE_CHECKING:
+    from mosaic.config.job_schema import JobSpec
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -61,7 +64,7 @@ def load_job_document(path: Path | None) -> dict[str, Any] | None:
     return load_yaml_mapping(path)
 
 
-def load_run_record(path: Path | None) -> Any:
+def load_run_record(path: Path | None) -> JobSpec | None:
     """The run record `--job` names (``RUNS.yaml#ID``) as the job spec `mosaic perf` and
     `mosaic explain` read, its measured step included; None for a job file or no `--job`."""
     if not is_run_record(path):
