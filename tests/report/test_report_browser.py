@@ -5,7 +5,10 @@ Screenshots go to $MOSAIC_TEST_ARTIFACTS (default: <tmp>/mosaic-browser-artifact
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -45,6 +48,19 @@ def offline_driver(browser):
     driver = browser.start_driver(offline=True, height=1600)
     yield driver
     driver.quit()
+
+
+@contextlib.contextmanager
+def page_at_width(browser: Any, width_px: int) -> Iterator[Any]:
+    """An offline browser whose viewport is ``width_px`` wide (a phone at 420-500 px), quit
+    after the test."""
+    driver = browser.start_driver(offline=True, height=900)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width_px, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.mark.parametrize("kind", ["plan", "perf", "layouts", "validate", "sweep", "compare",
@@ -97,10 +113,7 @@ def test_figures_fit_a_phone_width(reports, browser):
     """At 420 px the sweep's six panels stack in one column and their legend goes below,
     and the toolbar that covered titles is hidden (a trial: titles overlapping, a 40 px
     plot beside its legend); nothing logs an error."""
-    driver = browser.start_driver(offline=True, height=900)
-    try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    with page_at_width(browser, 420) as driver:
         driver.get(reports["sweep"].as_uri())
         browser.wait_for(lambda: browser.figures_drawn(driver)[1] >= 1, what="the sweep")
         browser.wait_for(lambda: driver.execute_script(
@@ -121,8 +134,6 @@ def test_figures_fit_a_phone_width(reports, browser):
         assert hidden
         assert browser.console_errors(driver) == []
         browser.screenshot(driver, "report_sweep_phone")
-    finally:
-        driver.quit()
 
 
 def test_the_step_legend_lists_every_group_without_scrolling(reports, offline_driver, browser):
@@ -154,10 +165,7 @@ def test_figure_titles_fit_beside_the_toolbar_and_on_a_phone(width, reports, bro
     """The validate parity title (120 characters) ran under the plotly toolbar at 1280 px
     and off the figure at 500 px: every report's titles stay inside their figure, clear of
     the toolbar."""
-    driver = browser.start_driver(offline=True, height=900)
-    try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    with page_at_width(browser, width) as driver:
         for kind in ("validate", "layouts", "explain", "plan"):
             driver.get(reports[kind].as_uri())
             browser.wait_for(lambda: browser.figures_drawn(driver), what=f"{kind} figures")
@@ -172,8 +180,6 @@ def test_figure_titles_fit_beside_the_toolbar_and_on_a_phone(width, reports, bro
                              or top >= b_bottom)
                     assert apart, (kind, plot)
             assert browser.console_errors(driver) == []
-    finally:
-        driver.quit()
 
 
 def test_breakdown_legends_list_their_segments_top_down(reports, offline_driver, browser):
@@ -197,10 +203,7 @@ def test_breakdown_legends_list_their_segments_top_down(reports, offline_driver,
 def test_compare_bar_names_stay_level_and_apart_on_a_phone(reports, browser):
     """At 500 px the compare page's bar names (its two files) slanted under the step chart,
     squeezing its plot, and ran into each other under the memory chart."""
-    driver = browser.start_driver(offline=True, height=900)
-    try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": 500, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    with page_at_width(browser, 500) as driver:
         driver.get(reports["compare"].as_uri())
         browser.wait_for(lambda: browser.figures_drawn(driver), what="the compare figures")
         for figure in ("fig-compare-step", "fig-compare-memory"):
@@ -212,8 +215,6 @@ def test_compare_bar_names_stay_level_and_apart_on_a_phone(reports, browser):
             assert len(ticks) == 2, (figure, ticks)
             assert not any("rotate" in transform for transform, _, _ in ticks), ticks
             assert ticks[0][2] < ticks[1][1], (figure, ticks)  # A's name ends before B's
-    finally:
-        driver.quit()
 
 
 def test_lever_names_leave_the_bars_room_on_a_phone(reports, browser):
@@ -222,10 +223,7 @@ def test_lever_names_leave_the_bars_room_on_a_phone(reports, browser):
     their start (rank first) and stay inside the figure; the plot keeps half the width."""
     from mosaic.report.html.explain_page import LEVER_LABEL_CHARS
 
-    driver = browser.start_driver(offline=True, height=900)
-    try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": 500, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    with page_at_width(browser, 500) as driver:
         driver.get(reports["explain"].as_uri())
         browser.wait_for(lambda: browser.figures_drawn(driver), what="the explain figures")
         names, figure_left, plot_width, figure_width = driver.execute_script(
@@ -239,8 +237,6 @@ def test_lever_names_leave_the_bars_room_on_a_phone(reports, browser):
         assert all(left >= figure_left for _, left in names), (names, figure_left)
         assert all(len(name) < LEVER_LABEL_CHARS for name, _ in names)
         assert plot_width >= figure_width / 2, (plot_width, figure_width)
-    finally:
-        driver.quit()
 
 
 def test_memory_limit_labels_are_clear_of_their_lines(reports, offline_driver, browser):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +68,17 @@ def start_studio(**kwargs: Any) -> tuple[Studio, Any, threading.Thread]:
             raise RuntimeError("the studio did not start")
         time.sleep(0.05)
     return Studio(f"http://127.0.0.1:{port}", app), server, thread
+
+
+@contextlib.contextmanager
+def running_studio(**kwargs: Any) -> Iterator[Studio]:
+    """A studio of its own (``create_app`` keywords) for one test, stopped after it."""
+    running, server, thread = start_studio(**kwargs)
+    try:
+        yield running
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 @pytest.fixture(scope="module")

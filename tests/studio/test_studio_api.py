@@ -16,7 +16,7 @@ from mosaic.studio.jobs import DEFAULT_FORM
 from mosaic.studio.plan_runner import MAX_GEOMETRIES, PlanRunner
 from mosaic.studio.server import bind_warning, is_loopback
 
-from .conftest import start_studio
+from .conftest import running_studio
 
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -626,12 +626,8 @@ def _studio_layouts_equal_the_clis(document: dict, path: Path) -> dict:
 
     path.write_text(yaml.safe_dump(document))
     job = load_job_document(path)
-    running, server, thread = start_studio(job_document=job)
-    try:
+    with running_studio(job_document=job) as running:
         status, body = running.call("/api/layouts", {"form": options_document(job)["form"]})
-    finally:
-        server.should_exit = True
-        thread.join(10)
     assert status == 200, body
     cli = cli_json("layouts", str(path), "--top", "1")
     assert (body["n_plans"], body["n_feasible"]) == (cli["n_plans"], cli["n_feasible"])
@@ -785,15 +781,11 @@ def test_the_studio_predicts_with_the_calibration_it_was_started_with():
     from mosaic.perf.calibration import default_calibration
 
     scaled = replace(default_calibration(), name="acme", memory_scale=1.25)
-    running, server, thread = start_studio(calibration=scaled, plan_time_limit_s=60)
-    try:
+    with running_studio(calibration=scaled, plan_time_limit_s=60) as running:
         status, body = running.call("/api/perf", {"form": DEFAULT_FORM})
         assert status == 200, body
         prediction = body["prediction"]
         assert prediction["calibration"] == "acme" and prediction["memory_scale"] == 1.25
-    finally:
-        server.should_exit = True
-        thread.join(10)
     result = CliRunner().invoke(cli, ["studio", "--calibration", "/no/such/cal.yaml",
                                       "--no-browser"])
     assert result.exit_code == 2 and "cal.yaml" in result.output
@@ -981,13 +973,9 @@ def test_every_step_term_is_drawn_in_a_named_group():
 
     assert [term for term in STEP_TERMS if term not in TERM_GROUPS] == []
     document = load_job_document(EXAMPLES / "nemotron_h_56b_b200.yaml")
-    running, server, thread = start_studio(job_document=document,
-                                           calibration=load_calibration(None))
-    try:
+    with running_studio(job_document=document,
+                        calibration=load_calibration(None)) as running:
         status, body = running.call("/api/perf", {"form": options_document(document)["form"]})
-    finally:
-        server.should_exit = True
-        thread.join(10)
     assert status == 200, body
     groups = {trace["name"] for trace in body["figures"]["step"]["data"]}
     assert "compute" in groups and "other" not in groups, groups
@@ -1004,14 +992,10 @@ def test_a_run_records_layouts_are_searched_as_mosaic_layouts_searches_them():
     path = EXAMPLES / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
     assert is_run_record(path) and not is_run_record(EXAMPLES / "appendix_e.yaml")
     document = load_job_document(path)
-    running, server, thread = start_studio(job_document=document, record=load_run_record(path))
-    try:
+    with running_studio(job_document=document, record=load_run_record(path)) as running:
         form = options_document(document)["form"]
         status, perf = running.call("/api/perf", {"form": form})
         status_layouts, layouts = running.call("/api/layouts", {"form": form})
-    finally:
-        server.should_exit = True
-        thread.join(10)
     assert status == status_layouts == 200
     assert perf["prediction"]["usable_memory_fraction"] == 1.0  # `mosaic perf`'s reading
     cli = cli_json("layouts", str(path), "--top", "1")
@@ -1029,15 +1013,11 @@ def test_a_run_records_explain_shows_its_measured_gap_as_the_cli_does():
     path = EXAMPLES / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8"
     document = load_job_document(path)
     record = load_run_record(path)
-    running, server, thread = start_studio(job_document=document, record=record)
-    try:
+    with running_studio(job_document=document, record=record) as running:
         form = options_document(document)["form"]
         status, body = running.call("/api/explain", {"form": form})
         status_edit, edited = running.call("/api/explain",
                                            {"form": {**form, "batch.micro_seqs": "2"}})
-    finally:
-        server.should_exit = True
-        thread.join(10)
     assert status == status_edit == 200, (body, edited)
     cli = cli_json("explain", str(path))
     assert body["gap"]["rows"] == [list(row) for row in measured_gap_rows(

@@ -3,7 +3,9 @@ a plan to its report. Screenshots go to $MOSAIC_TEST_ARTIFACTS (default <tmp>/..
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,13 +16,34 @@ TINY_PLAN = {"plan.q": "8,10", "plan.experts": "8,16", "plan.top_k": "1,2",
              "plan.split_factor": "1,2", "plan.nodes": "4", "plan.days": "10"}
 
 
+def wait_for_first_prediction(browser: Any, driver: Any) -> None:
+    """Wait until the page shows its first prediction (a cold server takes seconds)."""
+    browser.wait_for(lambda: driver.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="first prediction")
+
+
+
+@contextlib.contextmanager
+def studio_page(browser: Any, **studio_options: Any) -> Iterator[Any]:
+    """A studio of its own (``create_app`` keywords) open in a browser at its first
+    prediction; the browser and the studio stop after the test."""
+    from .conftest import running_studio
+
+    with running_studio(**studio_options) as running:
+        driver = browser.start_driver(height=1100)
+        try:
+            driver.get(running.url + "/")
+            wait_for_first_prediction(browser, driver)
+            yield driver
+        finally:
+            driver.quit()
+
 @pytest.fixture(scope="module")
 def page(studio, browser):
     driver = browser.start_driver(height=1300)
     driver.get(studio.url + "/")
-    browser.wait_for(lambda: driver.execute_script(
-        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-        what="first prediction")
+    wait_for_first_prediction(browser, driver)
     yield driver
     driver.quit()
 
@@ -191,9 +214,7 @@ def test_the_page_fits_a_phone_width(studio, browser):
         driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
             "width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": False})
         driver.get(studio.url + "/")
-        browser.wait_for(lambda: driver.execute_script(
-            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-            what="first prediction")
+        wait_for_first_prediction(browser, driver)
         driver.find_element(By.ID, "layouts-run").click()
         browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
                                                       "#layouts-table tbody tr"),
@@ -380,9 +401,7 @@ def test_a_panel_of_the_job_before_an_edit_says_so(studio, browser):
     driver = browser.start_driver(height=1100)
     try:
         driver.get(studio.url + "/")
-        browser.wait_for(lambda: driver.execute_script(
-            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-            what="first prediction")
+        wait_for_first_prediction(browser, driver)
         driver.find_element(By.ID, "layouts-run").click()
         browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#layouts-table tbody tr"),
                          what="the layout table")
@@ -447,16 +466,8 @@ def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
 
     from mosaic.studio.server import load_job_document
 
-    from .conftest import start_studio
-
     examples = Path(__file__).resolve().parents[2] / "examples"
-    running, server, thread = start_studio(job_document=load_job_document(examples / job))
-    driver = browser.start_driver(height=1100)
-    try:
-        driver.get(running.url + "/")
-        browser.wait_for(lambda: driver.execute_script(
-            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-            what="first prediction")
+    with studio_page(browser, job_document=load_job_document(examples / job)) as driver:
         driver.find_element(By.ID, "layouts-run").click()
         rows = browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
                                                              "#layouts-table tbody tr"),
@@ -474,10 +485,6 @@ def test_a_layouts_row_loads_the_job_the_row_predicts(job, wanted, browser):
         else:
             assert field(driver, "parallelism.hsdp_shard").get_attribute("value") != ""
         assert browser.console_errors(driver) == []
-    finally:
-        driver.quit()
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_pinning_right_after_an_edit_pins_the_edited_job(studio, browser):
@@ -492,9 +499,7 @@ def test_pinning_right_after_an_edit_pins_the_edited_job(studio, browser):
                     "document.getElementById('pin-a').click();")
     try:
         driver.get(studio.url + "/")
-        browser.wait_for(lambda: driver.execute_script(
-            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-            what="first prediction")
+        wait_for_first_prediction(browser, driver)
         driver.execute_script(edit_and_pin, "f-batch-micro_seqs", "1")
         note = browser.wait_for(lambda: text(driver, "pin-note"), what="the pin note")
         assert " mb1 " in note and note.endswith(text(driver, "m-step")), note
@@ -522,9 +527,7 @@ def test_a_comparison_of_two_models_stays_legible(studio, browser):
     driver = browser.start_driver(height=1100)
     try:
         driver.get(studio.url + "/")
-        browser.wait_for(lambda: driver.execute_script(
-            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-            what="first prediction")
+        wait_for_first_prediction(browser, driver)
         driver.find_element(By.ID, "pin-a").click()
         browser.wait_for(lambda: text(driver, "pin-note").startswith("A pinned"), what="A")
         set_field(driver, "model.source", "hf")
@@ -556,18 +559,10 @@ def test_a_run_records_explain_panel_shows_the_measured_gap(browser):
 
     from mosaic.studio.server import load_job_document, load_run_record
 
-    from .conftest import start_studio
-
     path = (Path(__file__).resolve().parents[2] / "examples"
             / "runs_example.yaml#example-bridge-qwen3-30b-a3b-b200-8-mxfp8")
-    running, server, thread = start_studio(job_document=load_job_document(path),
-                                           record=load_run_record(path))
-    driver = browser.start_driver(height=1100)
-    try:
-        driver.get(running.url + "/")
-        browser.wait_for(lambda: driver.execute_script(
-            "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
-            what="first prediction")
+    with studio_page(browser, job_document=load_job_document(path),
+                     record=load_run_record(path)) as driver:
         driver.find_element(By.ID, "explain-run").click()
         rows = browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR,
                                                              "#gap-table tr"),
@@ -579,7 +574,3 @@ def test_a_run_records_explain_panel_shows_the_measured_gap(browser):
         assert "within 5%" in text(driver, "gap-findings")
         browser.screenshot(driver, "studio_record_gap")
         assert browser.console_errors(driver) == []
-    finally:
-        driver.quit()
-        server.should_exit = True
-        thread.join(10)
