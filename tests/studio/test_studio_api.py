@@ -526,6 +526,31 @@ def test_job_file_starts_the_editor_with_its_own_numbers():
                                                                     rel=1e-12)
 
 
+def test_a_job_file_naming_no_stack_is_on_the_calibration_profiles_stack():
+    """`mosaic studio --job FILE --calibration P` predicts FILE as `mosaic perf FILE
+    --calibration P` does: a job naming no stack runs on the profile's (paper-nemo here; a
+    profile `mosaic calibrate` fits on one stack's runs names that stack), and the plan form
+    follows it. The studio put such a job on megatron-core."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+    from mosaic.studio.jobs import predict_form
+    from mosaic.studio.server import load_job_document
+
+    path = EXAMPLES / "appendix_e.yaml"
+    profile = load_calibration("paper-p6b200")
+    document = load_job_document(path)
+    assert "stack" not in (document.get("performance") or {})
+    options = options_document(document, profile)
+    assert options["form"]["performance.stack"] == options["plan_form"]["plan.stack"] == \
+        "paper-nemo"
+    _, result = predict_form(options["form"], document, profile)
+    expected = cli_json("perf", str(path), "--calibration", "paper-p6b200")
+    assert float(result.prediction.step_time_s[0]) == pytest.approx(expected["step_time_s"],
+                                                                    rel=1e-12)
+    # the editor's own starting job keeps the stack its layout is written for
+    assert options_document(None, profile)["form"]["performance.stack"] == "megatron-core"
+
+
 def test_studio_plans_under_the_same_memory_headroom_as_the_cli():
     """The plan form has no headroom field, so it takes the stack's default (90% of HBM for
     modern stacks), as `mosaic plan` does; it used to plan against the whole device."""

@@ -1157,11 +1157,7 @@ def load_job(path: Path, overrides: list[str] | None = None,
     if model is not None:
         document["model"] = model
     document = apply_overrides(document, overrides or [], deprecated)
-    note = None
-    performance = document.get("performance") or {}
-    if default_stack not in (None, DEFAULT_STACK) and performance.get("stack") is None:
-        document["performance"] = {**performance, "stack": default_stack}
-        note = f"{CALIBRATION_STACK_NOTE}: {default_stack} (the calibration profile's stack)"
+    document, note = on_default_stack(document, default_stack)
     try:
         spec = job_from_document(document, str(path), deprecated)
     except MosaicInputError as error:
@@ -1178,6 +1174,19 @@ def load_job(path: Path, overrides: list[str] | None = None,
 
 # how a job's assumptions begin where a calibration profile chose its stack (a refusal names it)
 CALIBRATION_STACK_NOTE = "performance.stack not stated"
+
+
+def on_default_stack(document: dict[str, Any], default_stack: str | None
+                     ) -> tuple[dict[str, Any], str | None]:
+    """A job document that states no ``performance.stack`` on ``default_stack`` (a
+    calibration profile's), and the assumption that says so; as given, with None, where it
+    states one or ``default_stack`` is None or the default stack (`load_job`, the studio's
+    `--job` form)."""
+    performance = document.get("performance") or {}
+    if default_stack in (None, DEFAULT_STACK) or performance.get("stack") is not None:
+        return document, None
+    return ({**document, "performance": {**performance, "stack": default_stack}},
+            f"{CALIBRATION_STACK_NOTE}: {default_stack} (the calibration profile's stack)")
 
 
 def blame_override(error: MosaicInputError, overrides: list[str]) -> MosaicInputError:

@@ -36,6 +36,7 @@ from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, GRIDS, PlanBusyError, P
 
 if TYPE_CHECKING:
     from mosaic.config.job_schema import JobSpec
+    from mosaic.perf.calibration import Calibration
 
 MAX_BODY_BYTES = 1_000_000
 MAX_LAYOUT_DEVICES = 65536  # layout enumeration grows with the divisors of the device count
@@ -58,9 +59,14 @@ def _errors(errors: dict[str, str], status: int = 422) -> Any:
     return _json({"ok": False, "errors": errors}, status)
 
 
-def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
-    """Choices of the page's selects and the initial forms."""
-    from mosaic.config.job_schema import PerformanceBlock
+def options_document(job_document: dict[str, Any] | None,
+                     calibration: Calibration | None = None) -> dict[str, Any]:
+    """Choices of the page's selects and the initial forms. A `--job` file that names no
+    stack is on ``calibration``'s, as `mosaic perf FILE --calibration` reads it
+    (job_schema.on_default_stack; `mosaic calibrate` names the stack of its runs): the
+    studio predicted and planned such a job on megatron-core. The editor's own starting
+    job keeps its stack, whose layout it states."""
+    from mosaic.config.job_schema import PerformanceBlock, on_default_stack
     from mosaic.hardware import get_system, list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
     from mosaic.perf.workload import OptimizerKind, Precision, QuantisedGemms
@@ -69,7 +75,8 @@ def options_document(job_document: dict[str, Any] | None) -> dict[str, Any]:
 
     form = dict(DEFAULT_FORM)
     if job_document is not None:
-        form.update(form_from_job(job_document))
+        form.update(form_from_job(on_default_stack(
+            job_document, None if calibration is None else calibration.stack)[0]))
     return {
         "systems": list(list_systems()),
         "stacks": list(known_stacks()),
@@ -268,7 +275,7 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
 
     @app.get("/api/options")
     def options() -> Any:
-        return _json(options_document(job_document))
+        return _json(options_document(job_document, calibration))
 
     @app.post("/api/perf")
     async def perf(request: Request) -> Any:
