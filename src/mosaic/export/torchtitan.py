@@ -207,7 +207,7 @@ def job_config(spec: ExportSpec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     written = set()
     if spec.tp_comm_overlap and spec.tp > 1:  # ParallelismConfig.enable_async_tensor_parallel
         written.add("tp_comm_overlap")
-        if spec.torch_compile is False:
+        if not compiles_model(spec):
             # maybe_enable_async_tp raises "Async TP requires 'model' in --compile.components
             # and --compile.enable" (torchtitan/distributed/tensor_parallel.py l. 20-23 @
             # v0.2.2, 73a0e69): the file would stop at start-up
@@ -266,6 +266,12 @@ def activation_checkpoint_table(spec: ExportSpec, written: set[str],
             return {"mode": "selective", "selective_ac_option": str(every)}
     return {"mode": spec.checkpointing} | (
         {"selective_ac_option": "op"} if spec.checkpointing == "selective" else {})
+
+
+def compiles_model(spec: ExportSpec) -> bool:
+    """Whether the file's ``[compile]`` compiles the model (:func:`compile_table`), which
+    torchtitan v0.2.2's async TP requires and its MX linear converter refuses beside TP."""
+    return "model" in compile_table(spec).get("components", [])
 
 
 def compile_table(spec: ExportSpec) -> dict[str, Any]:
@@ -415,7 +421,7 @@ def fp8_converters(spec: ExportSpec, unsupported: list[str]
         converters = ["quantize.linear.mx"] + (["quantize.grouped_mm.mx"] if g.moe else [])
         tables: dict[str, dict[str, Any]] = {"quantize.linear.mx": {"recipe_name":
                                                                      "mxfp8_cublas"}}
-        if spec.tp > 1 and "model" in compile_table(spec).get("components", []):
+        if spec.tp > 1 and compiles_model(spec):
             # MXLinearConverter asserts "TP not yet supported with torch.compile for mxfp8"
             # (torchtitan/components/quantization/mx.py l. 47-53 @ v0.2.2, 73a0e69)
             converters.remove("quantize.linear.mx")
