@@ -21,6 +21,6 @@ ShardingModes = Annotated[str | None, typer.Option(
 CheckpointingModes = Annotated[str | None, typer.Option(
     "--checkpointing", help="checkpointing modes: none, selective, full (default all)")]
 MemoryFraction = Annotated[float | None, typer.Option(
-    "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: a "
-    "job file's hardware.usable_memory_fraction, else the stack's documented share "
-    "(paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md).")]
+    "--memory-fraction", help="Share of device memory a layout may fill (0, 1]; default: "
+    "the stack's documented share (paper-nemo: 1.0, Table 3), else 0.9 (docs/plan.md); for "
+    "`layouts`, a job file's hardware.usable_memory_fraction where it states one.")]
