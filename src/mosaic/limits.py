@@ -43,6 +43,18 @@ def is_finite_number(value: object) -> bool:
         return False
 
 
+HUGE_INTEGER = 10**30  # an integer from here on is shown as words, not its digits
+
+
+def shown_number(value: object) -> str:
+    """How an error shows a refused value: an integer of :data:`HUGE_INTEGER` or more as 'a
+    huge integer' (a fuzz trial's 400 digits filled the message), anything else by its
+    repr."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= HUGE_INTEGER:
+        return "a huge integer"
+    return repr(value)
+
+
 def _fmt(value: float) -> str:
     if float(value).is_integer() and abs(value) < 1e10:
         return str(int(value))
@@ -112,7 +124,7 @@ def check_range(field: str, value: float | int, kind: str, *, integer: bool = Fa
         raise MosaicInputError(f"{field}: got {value!r}; allowed: {allowed}")
     finite = isinstance(value, int) or math.isfinite(value)
     if not finite or not lo <= value <= hi:
-        shown = value if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+        shown = shown_number(value)
         # the range's reason, where the range is the kind's own (a narrowed one has its own)
         why = f" ({bounds.why})" if finite and value > hi and high is None else ""
         raise MosaicInputError(f"{field}: got {shown}; allowed: {allowed}{why}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mosaic.errors import MosaicInputError
-from mosaic.limits import LIMITS
+from mosaic.limits import LIMITS, shown_number
 
 
 class AttentionKind(StrEnum):
@@ -81,7 +81,7 @@ def _require_below_bound(owner: str, name: str, value: int, low: int = 1) -> Non
     """``value`` at most its field's upper bound (mosaic.limits), with one line naming it."""
     bound = LIMITS[_RANGE_KIND.get(name, "width")]
     if value > bound.high:
-        shown = value if value < 10**30 else "a huge integer"
+        shown = shown_number(value)
         raise MosaicInputError(f"{owner}.{name}: got {shown}; allowed: an integer in "
                                f"{low}..{int(bound.high)} ({bound.why})")
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mosaic.errors import MosaicInputError
-from mosaic.limits import LIMITS, is_finite_number
+from mosaic.limits import LIMITS, is_finite_number, shown_number
 
 # Config fields that count layers (checked against LIMITS["layers"]; other counts and widths
 # against LIMITS["vocab"], the widest range of any field).
@@ -140,7 +140,7 @@ class ConfigFields:
         list is built from it (a config with 1e30 layers never returned; a trial)."""
         limit = LIMITS[_field_kind(name)]
         if value > limit.high:
-            shown = value if value < 10**30 else "a huge integer"
+            shown = shown_number(value)
             raise MosaicInputError(f"{self.where}: {name} is {shown}; allowed at most "
                                    f"{limit.high:g} ({limit.why})")
         return value
@@ -187,8 +187,7 @@ class ConfigFields:
         if value is None:
             return default
         if not is_finite_number(value) or not value > 0:
-            shown = ("a huge integer" if isinstance(value, int) and abs(value) >= 10**30
-                     else repr(value))
+            shown = shown_number(value)
             raise MosaicInputError(f"{self.where}: {name} must be a positive finite number, "
                                    f"got {shown}")
         return float(value)

@@ -21,7 +21,7 @@ from mosaic.cli.common import (
 from mosaic.cli.model_option import ModelOption, model_block
 from mosaic.cli.report_cmd import HtmlOption, check_html, write_html
 from mosaic.errors import MosaicInputError
-from mosaic.limits import check_range, is_finite_number, is_number
+from mosaic.limits import check_range, is_finite_number, is_number, shown_number
 from mosaic.report.comparison import (
     NO_BREAKDOWNS,
     compare_document,
@@ -257,8 +257,7 @@ def _check_plan_blocks(path: Path, document: dict[str, Any]) -> None:
                                    "holds a mapping there")
         for name, value in terms.items():
             if not is_finite_number(value) or value < 0:
-                shown = ("a huge integer" if isinstance(value, int) and abs(value) >= 10**30
-                         else repr(value))
+                shown = shown_number(value)
                 raise MosaicInputError(f"{path}: optimum_step.{block}.{name} is {shown:.60}; "
                                        "a `mosaic plan --json` document holds a finite, "
                                        "non-negative number there")
@@ -323,7 +322,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
                       "calibration": (assumptions.get("calibration") or {}).get("name")})
     for field_name, value in inputs.items():  # listed among the inputs that differ
         if is_number(value) and not is_finite_number(value):
-            shown = "a huge integer" if isinstance(value, int) else repr(value)
+            shown = shown_number(value)
             raise MosaicInputError(f"{path}: {field_name} is {shown}; a `mosaic plan --json` "
                                    "document holds a finite number there")
     return {

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from mosaic.errors import MosaicInputError
-from mosaic.limits import LIMITS
+from mosaic.limits import LIMITS, shown_number
 from mosaic.schema_validation import parse_yaml, read_text
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
@@ -165,7 +165,7 @@ class SystemEntry(_Strict):
         for name in ("gpus_per_node", "scale_up_domain_gpus", "nics_per_node"):
             value = getattr(self, name).value
             if value > bounds.high:
-                shown = value if value < 10**30 else "a huge integer"
+                shown = shown_number(value)
                 why = bounds.why if name != "nics_per_node" else "more NICs than GPUs in " \
                     "the largest NVLink domain announced (NVL576)"
                 raise ValueError(f"{name} = {shown}; allowed: an integer in "
