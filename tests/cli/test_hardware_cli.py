@@ -303,6 +303,21 @@ def test_calibrate_skips_a_record_its_catalog_cannot_predict_as_validate_does(
     assert "example-bridge-qwen3-30b-a3b-b200-8-mxfp8" in strict.output
 
 
+def test_calibrate_with_only_unpredictable_records_left_counts_the_excluded(
+        user_catalog, tmp_path):
+    """Where --exclude leaves only records the model cannot predict, the 'no usable run
+    record' error counts the runs excluded on request, as validate's does (it said 0)."""
+    runs = str(ROOT / "examples" / "runs_example.yaml")
+    others = ("example-torchtitan-llama3.1-8b-h100-8-fsdp,"
+              "example-bridge-deepseekv3-gb200-256-bf16,"
+              "example-constructed-llama3.1-8b-h100-8-ddp-oom")
+    result = runner.invoke(app, ["calibrate", runs, "--catalog", str(user_catalog), "--out",
+                                 str(tmp_path / "c.yaml"), "--exclude", others])
+    assert result.exit_code == 2
+    assert "no usable run record (1 skipped, 3 excluded)" in result.output
+    assert "example-bridge-qwen3-30b-a3b-b200-8-mxfp8" in result.output
+
+
 def test_a_misspelt_catalog_field_gets_a_suggestion(tmp_path):
     path = tmp_path / "typo.yaml"
     path.write_text(USER_CATALOG.replace("    scale_up_bw_bytes_per_s: {value: 400.0e+9",

@@ -97,20 +97,27 @@ def _load(runs: Path, exclude: str | None = None) -> RunRecordSet:
     return replace(record_set, records=records)
 
 
-def _without_unpredictable(runs: Path, record_set: RunRecordSet, calibration: Calibration
-                           ) -> RunRecordSet:
+def _unpredictable_reason(record: RunRecord, why: str) -> str:
+    """A skipped record's reason where the model cannot predict it, naming the run as the
+    reader's reasons do ('run ID (entry N): ...'), for validate and calibrate alike."""
+    return f"run {record.id!r}: cannot be predicted: {why}"
+
+
+def _without_unpredictable(runs: Path, record_set: RunRecordSet, calibration: Calibration,
+                           excluded: Sequence[str] = ()) -> RunRecordSet:
     """``record_set`` less the records the model cannot predict (e.g. a precision their GPU
     lacks), each added to its skipped records with the reason, as `validate` lists them (a
-    trial: one such record stopped `calibrate` with an error naming no record)."""
+    trial: one such record stopped `calibrate` with an error naming no record).
+    ``excluded``: the --exclude ids, counted where no usable record is left."""
     unpredictable: list[tuple[str, str]] = []
     predict_runs(record_set.records, calibration, unpredictable=lambda record, why: (
-        unpredictable.append((record.id, f"cannot be predicted: {why}"))))
+        unpredictable.append((record.id, _unpredictable_reason(record, why)))))
     if not unpredictable:
         return record_set
     left_out = {run_id for run_id, _ in unpredictable}
     records = tuple(r for r in record_set.records if r.id not in left_out)
     skipped = (*record_set.skipped, *unpredictable)
-    _require_usable(runs, frozenset(), set(), len(records), skipped)
+    _require_usable(runs, frozenset(excluded), set(excluded), len(records), skipped)
     return replace(record_set, records=records, skipped=skipped)
 
 
@@ -345,7 +352,7 @@ def _predict_streamed(reader: RunRecordReader, exclusions: _Exclusions,
         progress = bar("run records read")
         reported = 0
         def unpredictable(record: RunRecord, why: str) -> None:  # listed with the skipped
-            reader.skipped.append((record.id, f"cannot be predicted: {why}"))
+            reader.skipped.append((record.id, _unpredictable_reason(record, why)))
 
         for predictions in predict_in_batches(records, calibration,
                                               unpredictable=unpredictable):
@@ -466,7 +473,7 @@ def calibrate(
     check_output_file(out, "--out", inputs=[runs, *([] if base is None else [base])])
     record_set = _load(runs, exclude)
     start = load_calibration(base)
-    record_set = _without_unpredictable(runs, record_set, start)
+    record_set = _without_unpredictable(runs, record_set, start, _excluded_ids(exclude))
     # records the file holds that cannot be read are not fitted, and said so (a trial: a
     # record with a misspelt field left the fit without a word, where validate named it)
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
