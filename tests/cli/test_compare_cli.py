@@ -472,6 +472,13 @@ def test_a_ranked_candidate_has_no_breakdowns_and_says_so(plans):
     assert not json_problems(doc) and "hfu_note" not in doc["a"]
     table = runner.invoke(app, ["compare", str(path), f"{path}#2"])
     assert table.exit_code == 0 and "a plan file holds its optimum's only" in table.output
+    # an optimum without HFU (a plan written before plans recorded it) is no candidate
+    older = json.loads(path.read_text())
+    del older["optimum_step"]["hfu"]
+    old_path = path.with_name("older_plan.json")
+    old_path.write_text(json.dumps(older))
+    note = invoke_json("compare", str(path), str(old_path))["b"]["hfu_note"]
+    assert "written before" in note and "candidate" not in note
     odd = runner.invoke(app, ["compare", str(path), f"{path}#²"])
     assert odd.exit_code == 2 and "must be a candidate's rank" in odd.output
 

@@ -331,10 +331,15 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "step_time_s": optimum.get("step_time_s"), "tokens_per_s": tokens_per_s,
         "tokens_per_s_per_gpu": tokens_per_s / gpus if tokens_per_s and gpus else None,
         "mfu": optimum.get("mfu"), "hfu": step.get("hfu"),  # absent from older plan files
-        # why HFU is null: a ranked candidate (#N) carries no step of its own (a --json
-        # reader saw a bare null; the CLI contract asks for a reason beside it)
+        # why HFU is null: a ranked candidate (#N) carries no step of its own, and a plan
+        # written before HFU was recorded has none in its optimum's (a --json reader saw a
+        # bare null; the CLI contract asks for a reason beside it)
         **({"hfu_note": "no HFU: a plan file holds its optimum's step only; `mosaic export "
-                        "PLAN.json#N --to yaml` and `mosaic perf` give a ranked candidate's"}
+                        "PLAN.json#N --to yaml` and `mosaic perf` give a ranked candidate's"
+            if "optimum_step" not in document else
+                        "no HFU: this plan file was written before plans recorded it; rerun "
+                        "`mosaic plan`, or `mosaic export PLAN.json --to yaml` and `mosaic "
+                        "perf` give it"}
            if step.get("hfu") is None else {}),
         "memory_gib": optimum["memory_bytes"] / GIB if optimum.get("memory_bytes") else None,
         "memory_capacity_gib": capacity / GIB if capacity else None,
