@@ -47,6 +47,17 @@ def test_the_rules_by_hand():
         parse_batch_rule("mccandlish")
 
 
+def test_batch_rule_tokens_take_the_count_suffixes_of_the_other_token_options():
+    """tokens:4M is 4e6 tokens per step, as --unique-tokens 5T is 5e12 tokens."""
+    c = np.array([1e20])
+    assert parse_batch_rule("tokens:4M").bound_tokens(c, c)[0] == 4e6
+    assert parse_batch_rule("tokens:4.2k").fixed_tokens == 4200.0
+    with pytest.raises(MosaicInputError, match="tokens:N must be a count"):
+        parse_batch_rule("tokens:lots")
+    with pytest.raises(MosaicInputError):
+        parse_batch_rule("tokens:0")
+
+
 def test_chosen_batches_respect_the_bound_and_equal_fixed_batch_searches(
         four_nodes, law, calibration):
     result, choice = search_batch(four_nodes, SPACE, law, calibration, BATCHES,

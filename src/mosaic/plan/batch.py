@@ -51,6 +51,7 @@ from mosaic.plan.search import (
     profile_geometries,
     score,
 )
+from mosaic.text_values import parse_count
 
 # DeepSeek LLM (arXiv:2401.02954) Sec. 3.1, Eq. 1: B_opt = 0.2920 · C^0.3271 (tokens).
 DEEPSEEK_BATCH_COEFFICIENT = 0.2920
@@ -97,12 +98,9 @@ def parse_batch_rule(text: str) -> BatchRule:
     if text in RULES:
         return RULES[text]
     if text.startswith("tokens:"):
-        number = text.removeprefix("tokens:")
-        try:
-            tokens = float(number)
-        except ValueError:
-            raise MosaicInputError(f"--batch-rule {text!r}: tokens:N needs a number of tokens "
-                                   f"per step, got {number!r}") from None
+        # the token counts of the other options (--unique-tokens 5T): 4M, 4.2e6, 4194304
+        tokens = parse_count(f"--batch-rule {text!r}: tokens:N",
+                             text.removeprefix("tokens:"))
         check_range("--batch-rule tokens", tokens, "tokens", low=1.0)
         return BatchRule("tokens", f"user bound of {tokens:.4g} tokens per step",
                          fixed_tokens=tokens)
