@@ -1024,3 +1024,19 @@ def test_a_plan_on_repeated_data_says_its_job_cannot_hold_the_unique_tokens(plan
     plain = tmp_path / "plain.yaml"
     runner.invoke(app, ["export", str(plan_json), "--to", "yaml", "--out", str(plain)])
     assert said not in plain.read_text()
+
+
+def test_a_refused_runner_up_is_named_as_the_candidate_not_the_optimum(tmp_path, plan_json):
+    """`export PLAN.json#2` whose job the checks refuse said "the optimum's job" (a trial:
+    the runner-up on a node type of a catalog not passed again); it names the rank-2
+    candidate, and a bare PLAN.json still the optimum."""
+    document = json.loads(plan_json.read_text())
+    assert len(document["candidates"]) >= 2
+    document["envelope"]["system"] = "no-such-node"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(document))
+    runner_up = runner.invoke(app, ["export", f"{plan}#2", "--to", "yaml"])
+    assert runner_up.exit_code == 2
+    assert f"{plan}#2: the rank-2 candidate's job: unknown system" in runner_up.output
+    optimum = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
+    assert f"{plan}: the optimum's job: unknown system" in optimum.output

@@ -53,17 +53,20 @@ def _plan_document(path: Path) -> dict[str, Any] | None:
 
 
 def check_plan_layout(spec: ExportSpec, source: str) -> None:
-    """A plan's optimum through the job checks of `mosaic perf` (schema, divisibility, the
-    cluster): a hand-edited plan with tp=3 for 32 heads is refused as that job would be."""
+    """A plan's pick (the optimum, or the candidate of ``PLAN.json#N``) through the job
+    checks of `mosaic perf` (schema, divisibility, the cluster): a hand-edited plan with tp=3
+    for 32 heads is refused as that job would be."""
     from mosaic.config.job_schema import job_from_document
     from mosaic.evaluate.job import check_job_layout
+    from mosaic.export.spec import plan_pick_name
 
+    pick = plan_pick_name(source)
     try:
-        check_job_layout(job_from_document(dict(spec.job), f"{source}: optimum"))
+        check_job_layout(job_from_document(dict(spec.job), f"{source}: {pick}"))
     except MosaicInputError as exc:
         text = str(exc)
         raise MosaicInputError(text if text.startswith(source) else
-                               f"{source}: the optimum's job: {text}") from None
+                               f"{source}: {pick}'s job: {text}") from None
 
 
 def _catalog_hint(document: dict[str, Any]) -> str:

@@ -756,6 +756,12 @@ def split_plan_reference(path: str | Path) -> tuple[Path, int | None]:
     return Path(head), int(tail)
 
 
+def plan_pick_name(source: str | Path) -> str:
+    """What ``PLAN.json`` or ``PLAN.json#N`` exports: 'the optimum' or 'the rank-N candidate'."""
+    rank = split_plan_reference(source)[1]
+    return "the optimum" if rank in (None, 1) else f"the rank-{rank} candidate"
+
+
 def plan_candidate(document: dict[str, Any], rank: int, source: str) -> dict[str, Any]:
     """The plan document with its rank-``rank`` trainable candidate as the optimum (1 is the
     optimum itself): what `export` and `compare` read for ``PLAN.json#N``."""
