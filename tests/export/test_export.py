@@ -1040,3 +1040,30 @@ def test_a_refused_runner_up_is_named_as_the_candidate_not_the_optimum(tmp_path,
     assert f"{plan}#2: the rank-2 candidate's job: unknown system" in runner_up.output
     optimum = runner.invoke(app, ["export", str(plan), "--to", "yaml"])
     assert f"{plan}: the optimum's job: unknown system" in optimum.output
+
+
+def test_a_target_loss_plan_says_its_export_is_not_the_cheapest_budget(tmp_path, plan_json):
+    """`plan --target-loss` answers with its cheapest budget, but `export PLAN.json` wrote
+    the planned envelope's optimum (more nodes or days, more tokens) without a word (a
+    trial); every exported file and stderr now say so and how to export that budget."""
+    planned = runner.invoke(app, ["plan", "--nodes", "1", "--days", "2", "--q", "4,6",
+                                  "--experts", "8,16,32", "--top-k", "1,2", "--split-factor",
+                                  "1,4", "--s-min", "0.5", "--workers", "1", "--target-loss",
+                                  "1.8", "--cheapest-nodes", "1,2", "--cheapest-days", "1,2",
+                                  "--json"])
+    assert planned.exit_code == 0, planned.output
+    document = json.loads(planned.stdout)
+    choice = document["cheapest"]["choice"]
+    assert (choice["nodes"], choice["days"]) != (1, 2.0)
+    plan = tmp_path / "plan.json"
+    plan.write_text(planned.stdout)
+    advice = f"plan again with --nodes {choice['nodes']} --days {choice['days']:.6g}"
+    for target in ("yaml", "megatron"):
+        result = runner.invoke(app, ["export", str(plan), "--to", target])
+        assert result.exit_code == 0, result.output
+        header = [line for line in result.stdout.splitlines() if line.startswith("# WARNING")]
+        assert any("not the cheapest budget reaching the target loss 1.8" in line
+                   and advice in line for line in header), result.stdout[:2000]
+        assert "warning: this is the planned envelope's pick" in result.stderr
+    plain = runner.invoke(app, ["export", str(plan_json), "--to", "yaml"])
+    assert "cheapest budget" not in plain.output

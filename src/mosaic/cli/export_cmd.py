@@ -216,6 +216,10 @@ def export_command(
     if note is not None:
         error_console.print(f"{'warning' if note_infeasible else 'note'}: {note}",
                             markup=False, highlight=False, soft_wrap=True)
+    if _plan_document(source) is not None:  # a job's verdicts are the memory one below
+        for item in spec.warnings:
+            error_console.print(f"warning: {item}", markup=False, highlight=False,
+                                soft_wrap=True)
     if memory_verdict is not None:
         error_console.print(f"warning: {DOES_NOT_FIT}: {memory_verdict} per GPU "
                             f"(`mosaic explain {source}`, with the "

@@ -841,6 +841,7 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         train_tokens=float(optimum["tokens"]) if optimum.get("tokens") else None,
         train_goodput=(envelope.get("goodput") or {}).get("goodput"),
         repeated_data_note=_repeated_data_note(document),
+        warnings=_cheapest_budget_warnings(document),
         # the profile's file where the plan recorded one (a user's profile), else its name
         calibration=((document.get("calibration") or {}).get("file")
                      or (document.get("calibration") or {}).get("name")),
@@ -870,6 +871,27 @@ def _repeated_data_note(document: dict[str, Any]) -> str | None:
             f"{float(optimum['effective_tokens']):.4g} of {float(optimum['tokens']):.4g}; a job "
             "has no field for unique tokens, so `mosaic compare` of this job reads every token "
             "as new (a lower loss)")
+
+
+def _cheapest_budget_warnings(document: dict[str, Any]) -> tuple[str, ...]:
+    """A plan of ``--target-loss`` answers with its cheapest budget (``cheapest.choice``),
+    but its ``optimum`` and candidates are the planned envelope's: exported, a trial launched
+    the envelope's run (10 days, 629 B tokens) for a target the plan met in 7.35 days
+    (462 B tokens), unsaid. Says so, and how to export the cheapest budget's job."""
+    choice = (document.get("cheapest") or {}).get("choice") or {}
+    envelope = document.get("envelope") or {}
+    if not choice or ((choice.get("nodes"), choice.get("days"))
+                      == (envelope.get("nodes"), envelope.get("days"))):
+        return ()
+    nodes, days = choice["nodes"], float(choice["days"])
+    tokens = (choice.get("optimum") or {}).get("tokens")
+    budget = f"{nodes} nodes x {days:.4g} days" + (
+        f" ({float(tokens):.4g} tokens, loss {float(choice['loss']):.4f})"
+        if tokens and choice.get("loss") is not None else "")
+    return (f"this is the planned envelope's pick ({envelope.get('nodes')} nodes x "
+            f"{float(envelope.get('days') or 0):.4g} days), not the cheapest budget reaching "
+            f"the target loss {document['cheapest'].get('target_loss')}: {budget}; to export "
+            f"that one, plan again with --nodes {nodes} --days {days:.6g} (no --target-loss)",)
 
 
 def _with_release(document: dict[str, Any], release: Any, source: str) -> dict[str, Any]:
