@@ -240,6 +240,9 @@ def test_job_with_plan_is_one_line_error(plans):
     result = runner.invoke(app, ["compare", str(JOB), str(plans[0])])
     assert result.exit_code == 2
     assert "compare two jobs (YAML or JSON) or two plans" in result.output
+    # the way out: the plan's pick as a job file (a trial compared PLAN.json with its export)
+    text = " ".join(result.output.split())
+    assert f"mosaic export {plans[0]} --to yaml --out job.yaml" in text
 
 
 def test_a_job_written_as_json_compares_as_a_job(tmp_path):

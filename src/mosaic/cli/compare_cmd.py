@@ -472,10 +472,13 @@ def compare(
     check_html(html, a, b, law_file, calibration, model, catalog)
     kinds = {_kind(a), _kind(b)}
     if len(kinds) != 1:
+        plan = a if _kind(a) == "plan" else b
         raise MosaicInputError("compare two jobs (YAML or JSON) or two plans (JSON of `mosaic plan "
                                f"--json`), not a {_kind(a)} ({a}) with a {_kind(b)} ({b}); "
                                "a .json file holding a job's model block is read as a job, any "
-                               "other .json file as a plan")
+                               "other .json file as a plan; to compare the plan's chosen job, "
+                               f"write it with `mosaic export {plan} --to yaml --out job.yaml` "
+                               "and compare job.yaml")
     if kinds == {"plan"}:
         given = [flag for flag, value in (("--days", days), ("--goodput", goodput),
                                            ("--law", law_file), ("--calibration", calibration),
