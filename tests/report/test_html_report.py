@@ -822,3 +822,21 @@ def test_a_bar_named_by_a_path_is_cut_into_short_lines():
     assert names == ["A: examples/<br>appendix_e.yaml",
                      "B: examples/<br>deepseek_v3_<br>h100.yaml"]
     assert all(len(line) <= BAR_NAME_LINE_CHARS for n in names for line in n.split("<br>"))
+
+
+def test_plan_page_gives_the_cheapest_budget_as_the_terminal_does(tmp_path):
+    """`plan --target-loss --price-per-gpu-hour --html`: the page named the cheapest budget's
+    nodes, days (to 6 digits) and GPU-hours only; the terminal also gives its cost and the
+    loss it reaches (a trial). Both now say the same, from the same JSON."""
+    html = tmp_path / "plan.html"
+    args = ["plan", "--nodes", "1", "--days", "2", "--q", "4,6", "--experts", "8,16,32",
+            "--top-k", "1,2", "--split-factor", "1,4", "--s-min", "0.5", "--workers", "1",
+            "--target-loss", "1.8", "--cheapest-nodes", "1,2", "--cheapest-days", "1,2",
+            "--price-per-gpu-hour", "2"]
+    choice = json.loads(invoke(*args, "--json", "--html", str(html)))["cheapest"]["choice"]
+    terminal = " ".join(invoke(*args).split())
+    page = " ".join(re.sub(r"<[^>]+>", " ", html.read_text()).split())
+    for text in (f"{choice['nodes']} nodes × {choice['days']:.4g} days",
+                 f"{choice['cost_usd']:,.0f}", f"{choice['loss']:.4f}"):
+        assert text in terminal, text
+        assert text in page, text
