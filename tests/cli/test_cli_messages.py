@@ -223,7 +223,8 @@ def test_an_endless_device_is_refused_at_the_size_limit():
     (["plan", "--mtbf-gpu-hours", "-5", "--checkpoint-s", "10"],
      "error: --mtbf-gpu-hours: got -5.0; allowed: a number in 1e-06..1000000000"),
     (["plan", "--global-batch", "auto", "--batch-rule", "tokens:abc"],
-     "error: --batch-rule 'tokens:abc': tokens:N needs a number of tokens per step, got 'abc'"),
+     "error: --batch-rule 'tokens:abc': tokens:N needs a number of tokens per step "
+     "(e.g. 4194304 or 4M), got 'abc'"),
     (["plan", "--target-loss", "2", "--cheapest-nodes", "0,4"],
      "error: --cheapest-nodes: got 0; allowed: an integer in 1..1048576"),
     (["plan", "--cheapest-days", "3"],

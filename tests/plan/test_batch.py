@@ -52,7 +52,7 @@ def test_batch_rule_tokens_take_the_count_suffixes_of_the_other_token_options():
     c = np.array([1e20])
     assert parse_batch_rule("tokens:4M").bound_tokens(c, c)[0] == 4e6
     assert parse_batch_rule("tokens:4.2k").fixed_tokens == 4200.0
-    with pytest.raises(MosaicInputError, match="tokens:N must be a count"):
+    with pytest.raises(MosaicInputError, match="tokens:N needs a number of tokens per step"):
         parse_batch_rule("tokens:lots")
     with pytest.raises(MosaicInputError):
         parse_batch_rule("tokens:0")

@@ -99,8 +99,12 @@ def parse_batch_rule(text: str) -> BatchRule:
         return RULES[text]
     if text.startswith("tokens:"):
         # the token counts of the other options (--unique-tokens 5T): 4M, 4.2e6, 4194304
-        tokens = parse_count(f"--batch-rule {text!r}: tokens:N",
-                             text.removeprefix("tokens:"))
+        number = text.removeprefix("tokens:")
+        try:
+            tokens = parse_count("tokens:N", number)
+        except MosaicInputError:
+            raise MosaicInputError(f"--batch-rule {text!r}: tokens:N needs a number of tokens "
+                                   f"per step (e.g. 4194304 or 4M), got {number!r}") from None
         check_range("--batch-rule tokens", tokens, "tokens", low=1.0)
         return BatchRule("tokens", f"user bound of {tokens:.4g} tokens per step",
                          fixed_tokens=tokens)
