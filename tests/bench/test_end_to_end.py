@@ -66,6 +66,17 @@ def test_collectives_cover_every_op_and_report_bus_bandwidth(bench_dir):
             float(bus_factor(r.collective, 2)) * r.message_bytes / r.time_s)
 
 
+def test_every_measured_table_has_the_documented_timing_columns(bench_dir):
+    # docs/bench.md: every row also has these (the collectives once lacked min_s, mean_s)
+    common = {"case", "metadata_id", "status", "time_s", "p10_s", "p90_s", "min_s", "mean_s",
+              "repeats", "outliers", "calls_per_sample", "measured_utc"}
+    for family in ("gemm", "grouped", "attention", "kernels", "collectives"):
+        rows = pd.read_parquet(bench_dir / f"{family}.parquet")
+        assert common <= set(rows.columns), (family, common - set(rows.columns))
+        ok = rows[rows["status"] == "ok"]
+        assert (ok["min_s"] <= ok["mean_s"] * (1 + 1e-9)).all(), family
+
+
 def test_rerun_measures_nothing(bench_dir):
     done = run([*BENCH, "gemm", "--out", str(bench_dir), *TINY, "--json"])
     (report,) = json.loads(done.stdout)["families"]

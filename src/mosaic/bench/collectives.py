@@ -300,7 +300,8 @@ def run(out_dir: Path, cases: Sequence[Case], metadata: dict[str, Any], policy: 
                     _collective_call(op, tensor, extra, group, ranks, rank), device, policy)
                 slowest = _max_over_ranks(summary.time_s, device)
                 row.update({"status": OK, "time_s": slowest, "p10_s": summary.p10_s,
-                            "p90_s": summary.p90_s, "repeats": summary.repeats,
+                            "p90_s": summary.p90_s, "min_s": summary.min_s,
+                            "mean_s": summary.mean_s, "repeats": summary.repeats,
                             "outliers": summary.outliers, "calls_per_sample": calls,
                             "bus_bw_bytes_per_s": float(bus_factor(c["collective"],
                                                                    layout.group_size))
