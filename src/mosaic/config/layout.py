@@ -335,10 +335,16 @@ def plan_from_blocks(parallelism: ParallelismBlock, batch: BatchBlock, *, dp: in
         raise MosaicInputError("parallelism.ep: not stated (null) for an MoE run")
     sharding = parallelism.sharding
     if "sharding" not in parallelism.model_fields_set:
-        # a shard group is stated only for hybrid sharding
-        sharding = "hsdp" if parallelism.hsdp_shard is not None else sharding
-        notes.append(f"parallelism.sharding not stated: {sharding} assumed"
-                     + (" (hsdp_shard is given)" if sharding == "hsdp" else ""))
+        # a shard group is stated only for hybrid sharding; else the stack's own default (a
+        # torchtitan job without sharding was refused for the schema's zero1, which
+        # torchtitan does not offer)
+        traits = get_stack(stack)
+        sharding = ("hsdp" if parallelism.hsdp_shard is not None
+                    else traits.unstated_sharding)
+        why = (" (hsdp_shard is given)" if parallelism.hsdp_shard is not None
+               else "" if sharding == parallelism.sharding
+               else f" ({stack}'s default: it shards weights over the data ranks)")
+        notes.append(f"parallelism.sharding not stated: {sharding} assumed{why}")
     if sharding == "hsdp" and parallelism.hsdp_shard is None:
         notes.append("parallelism.hsdp_shard not stated: the whole dp group assumed")
     if sharding != "hsdp" and parallelism.hsdp_shard is not None:

@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mosaic.errors import MosaicInputError
 from mosaic.schema_validation import validate_mapping
@@ -123,6 +123,7 @@ class _Entry(BaseModel):
     context_parallel: Literal["ring_p2p", "torch_ring", "ulysses"] = "ring_p2p"
     dp_last_bucket: Literal["megatron", "unit", "none"] = "unit"
     unstated_etp: Literal["one", "tp"] = "one"
+    unstated_sharding: Literal["none", "zero1", "zero2", "fsdp", "hsdp"] = "zero1"
     elementwise_kernels: Literal["te_fused", "inductor", "xla", "eager_fp32_norm",
                                  "eager_native_norm", "eager_fused_rmsnorm"] = "te_fused"
     torch_compile: bool = False
@@ -141,6 +142,13 @@ class _Entry(BaseModel):
     fp8_primary_weights: bool = False
     activation_offload: bool = False
     source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unstated_sharding_offered(self) -> _Entry:
+        if self.layout_sharding is not None and self.unstated_sharding not in self.layout_sharding:
+            raise ValueError(f"unstated_sharding {self.unstated_sharding} is not among the "
+                             f"stack's layout_sharding {list(self.layout_sharding)}")
+        return self
 
 
 class _Registry(BaseModel):
@@ -212,6 +220,10 @@ class StackTraits:
     # the expert tensor parallelism a job that states none runs: "one", or "tp" (Megatron-Core
     # sets expert_tensor_parallel_size to the TP size when it is None)
     unstated_etp: str
+    # the data-parallel sharding a job that states none runs (zero1 by default, Megatron's
+    # distributed optimizer; fsdp where the stack shards weights over the data ranks unless
+    # told otherwise and offers no zero1)
+    unstated_sharding: str
     # how the model code runs norms, RoPE, activation and residual adds
     # (mosaic.perf.elementwise_traffic): te_fused, inductor, xla, eager_fp32_norm,
     # eager_native_norm or eager_fused_rmsnorm; torch_compile: eager model code is compiled
