@@ -61,11 +61,17 @@ def test_a_plan_exported_to_another_stack_is_costed_under_it(plan_json):
 
 
 def test_perf_refuses_a_sharding_mode_the_stack_does_not_offer():
-    """layouts and plan never search zero1 on torchtitan; perf costed it (a trial)."""
+    """layouts and plan never search zero1 on torchtitan; perf costed it (a trial). An
+    unstated sharding is torchtitan's own fsdp, said (stack trait unstated_sharding)."""
     result = runner.invoke(app, ["perf", str(JOB), *ONE_STAGE,
-                                 "--set", "performance.stack=torchtitan"])
+                                 "--set", "performance.stack=torchtitan",
+                                 "--set", "parallelism.sharding=zero1"])
     assert result.exit_code == 2
     assert "stack 'torchtitan' offers only none, fsdp, hsdp (not zero1)" in result.output
+    unstated = runner.invoke(app, ["perf", str(JOB), *ONE_STAGE,
+                                   "--set", "performance.stack=torchtitan", "--json"])
+    assert unstated.exit_code == 0, unstated.output
+    assert json.loads(unstated.stdout)["plan"]["sharding"] == "fsdp"
     result = runner.invoke(app, ["perf", str(JOB), *ONE_STAGE, "--set",
                                  "performance.stack=torchtitan", "--set",
                                  "parallelism.sharding=fsdp"])
