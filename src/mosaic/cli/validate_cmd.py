@@ -248,8 +248,9 @@ def validate(
     if excluded:
         typer.echo(f"{len(excluded)} run(s) excluded on request: {', '.join(excluded)}")
     _echo_not_scored(aggregate["throughput_not_scored"])
-    if envelope.note() is not None:
-        typer.echo(envelope.note(), err=True)
+    envelope_note = envelope.note()
+    if envelope_note is not None:
+        typer.echo(envelope_note, err=True)
     _echo_implausible(aggregate["implausible_measurements"],
                       "scored as given, and --strict fails on them")
     _echo_stated_inconsistent(aggregate["stated_inconsistent"])
