@@ -38,6 +38,7 @@ from mosaic.export.spec import (
     unexpressed,
 )
 from mosaic.export.targets import ExportResult, header_lines
+from mosaic.perf.workload import DEFAULT_RECOMPUTE_MODULES
 from mosaic.stacks.registry import parse_release
 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None}
@@ -83,7 +84,7 @@ def recipe_resets(spec: ExportSpec) -> dict[str, Any]:
     resets: dict[str, Any] = {"cuda_graph_impl": "none", "cpu_offloading": False,
                               "cpu_offloading_num_layers": 0}
     if spec.checkpointing == "selective":
-        resets["recompute_modules"] = ["core_attn"]
+        resets["recompute_modules"] = list(DEFAULT_RECOMPUTE_MODULES)
     if not g.is_hybrid:  # (a hybrid's MTP module is the recipe's, QWEN3_NEXT_RECIPE_NOTE)
         resets["mtp_num_layers"] = None
     if g.moe is not None:

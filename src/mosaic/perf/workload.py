@@ -161,6 +161,9 @@ def stated_fp8_recipe(name: str) -> Fp8Recipe | None:
 
 
 # Megatron-Core TransformerConfig.recompute_modules values (transformer_config.py).
+# what Megatron-Core's selective recompute repeats when recompute_modules is unstated
+# (megatron/core/transformer/transformer_config.py @ d98e8a64dd)
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 _RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                       "shared_experts")
 
@@ -749,7 +752,7 @@ class Workload:
         """What Megatron-Core's selective recompute repeats: ``recompute_modules``, or its
         default ``core_attn`` when unstated (megatron/core/transformer/transformer_config.py;
         core attention is checkpointed only when the list names it)."""
-        return frozenset(("core_attn",) if self.recompute_modules is None
+        return frozenset(DEFAULT_RECOMPUTE_MODULES if self.recompute_modules is None
                          else self.recompute_modules)
 
     @property
