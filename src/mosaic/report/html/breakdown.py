@@ -253,13 +253,12 @@ def _per_bar_limit_lines(bar_limits: Sequence[tuple[float, float | None]]
     labels: list[dict[str, Any]] = []
     for index, (capacity_bytes, usable_fraction) in enumerate(bar_limits):
         capacity_gib = capacity_bytes / GIB
-        lines = [(capacity_gib, "dot")]
-        if usable_fraction is not None and usable_fraction < 1:
-            lines.append((capacity_gib * usable_fraction, "dash"))
+        lines = memory_limits(capacity_gib, usable_fraction)
         shapes += [{"type": "line", "xref": "x", "x0": index - 0.4, "x1": index + 0.4,
                     "yref": "y", "y0": gib, "y1": gib,
-                    "line": {"color": MEMORY_LIMIT_COLOUR, "dash": dash}} for gib, dash in lines]
-        usable_gib, _ = lines[-1]
+                    "line": {"color": MEMORY_LIMIT_COLOUR, "dash": dash}}
+                   for gib, _, dash in lines]
+        usable_gib = lines[-1][0]
         text = (f"usable {usable_gib:.1f} of {capacity_gib:.1f} GiB" if len(lines) > 1
                 else f"capacity {capacity_gib:.1f} GiB")
         # above the top (capacity) line: between the two, an H100's 8 GiB gap was less than
