@@ -231,6 +231,24 @@ def test_restart_time_alone_is_refused_as_the_other_young_daly_inputs_are():
     assert "--restart-s enters the Young-Daly goodput" in result.output
 
 
+def test_a_zero_goodput_cluster_is_refused_by_plan_and_one_row_of_a_node_sweep():
+    """MTBF 1 GPU-hour, 60 s checkpoints: 8 GPUs fail every 450 s and keep
+    1 - sqrt(120/450) = 48% of the window, 32 GPUs every 112.5 s, under 2·60 s, so
+    sqrt(2·60/112.5) > 1: goodput 0. `plan` on 4 nodes says so in one line; a node sweep
+    over 1 and 4 nodes used to stop on the same line, and now plans 1 node with the 4-node
+    row empty and that reason under the table."""
+    young_daly = ["--mtbf-gpu-hours", "1", "--checkpoint-s", "60"]
+    grid = SMALL[4:]
+    plan = runner.invoke(app, ["plan", "--nodes", "4", "--days", "2", *grid, *young_daly])
+    assert plan.exit_code == 2
+    assert "Young-Daly goodput is 0 on 32 GPUs: the job fails every 112 s" in plan.output
+    sweep = runner.invoke(app, ["sweep", "nodes", "--values", "1,4", "--days", "2", *grid,
+                                *young_daly])
+    assert sweep.exit_code == 0, sweep.output
+    assert "nodes 4: nothing is trainable on 4 nodes in 2 days: Young-Daly goodput is 0" \
+        in " ".join(sweep.stdout.split())
+
+
 def test_an_fp4_plan_gives_its_mfu_against_the_fp4_lane_too():
     """An NVFP4 plan's MFU is against the bf16 peak (paper Eq. 1) and had no GEMM-lane
     figure (a trial); B200's datasheet dense peaks are 9 PFLOP/s NVFP4 and 2.25 bf16, so the

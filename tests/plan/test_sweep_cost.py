@@ -212,3 +212,38 @@ def test_a_window_that_already_reaches_is_searched_below(one_node, law, calibrat
     assert misses and max(misses) < found.choice.days
     halvings = [d for d in shorter if np.log2(start / d).is_integer()]
     assert len(halvings) <= MAX_WINDOW_HALVINGS
+
+
+def test_a_cluster_that_fails_faster_than_it_checkpoints_is_one_untrainable_sweep_point(
+        one_node, law, calibration):
+    """Young-Daly with MTBF 1 GPU-hour, 60 s checkpoints and 100 s restarts: on 8 GPUs the
+    job fails every M = 3600/8 = 450 s and loses sqrt(2·60/450) + 100/450 = 0.738 of the
+    window; on 16 GPUs (M = 225 s) sqrt(120/225) + 100/225 = 1.175, goodput 0. The 16-GPU
+    point used to abort the whole node sweep and cheapest-budget search (one refused
+    envelope); it is now one untrainable point with that reason, and no layout search is
+    spent on it. A single plan on it is still refused."""
+    from dataclasses import replace
+
+    from mosaic.plan import search
+    from mosaic.plan.goodput import YoungDalyGoodput
+    from mosaic.report.plan_report import sweep_document
+
+    failing = replace(one_node.with_budget(days=20), goodput=YoungDalyGoodput(
+        mtbf_gpu_s=3600.0, checkpoint_s=60.0, restart_s=100.0))
+    assert failing.goodput_fraction == pytest.approx(1 - (120 / 450) ** 0.5 - 100 / 450)
+    points = sweep_nodes(failing, SPACE, law, calibration, [1, 2], workers=1)
+    small, large = sweep_document(points)["points"]
+    assert small["optimum"] is not None
+    assert large["goodput"] == 0.0 and large["optimum"] is None
+    assert large["untrainable"].startswith(
+        "nothing is trainable on 2 nodes in 20 days: Young-Daly goodput is 0 on 16 GPUs: the "
+        "job fails every 225 s")
+    assert points[1].result.throughput.plans_evaluated == 0  # no layout search
+
+    cheapest = cheapest_plan(failing, SPACE, law, calibration, small["optimum"]["loss"],
+                             [1, 2], [20.0], workers=1)
+    assert cheapest.choice is not None and cheapest.choice.n_nodes == 1
+    assert all(o.loss is None for o in cheapest.options if o.n_nodes == 2)
+
+    with pytest.raises(MosaicInputError, match="Young-Daly goodput is 0 on 16 GPUs"):
+        search(failing.with_budget(n_nodes=2), SPACE, law, calibration, workers=1)

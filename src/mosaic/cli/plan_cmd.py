@@ -226,7 +226,9 @@ def require_physical_loss(result: PlanResult) -> None:
 
 def require_window_at_peak(envelope: Envelope, space: SearchSpace, law: ScalingLaw) -> None:
     """A window too short for any geometry even at the GPUs' full peak is refused before the
-    search (a trial waited 24 s for `--days 0.01` to say so)."""
+    search (a trial waited 24 s for `--days 0.01` to say so), and first a cluster that
+    fails faster than it checkpoints (goodput 0), with that reason."""
+    envelope.goodput.require_progress(envelope.n_devices)
     grid = space.enumerate()
     bound = peak_bound(envelope, space, law, grid)
     if not bound.trainable.any():

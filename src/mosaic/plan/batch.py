@@ -165,8 +165,10 @@ def search_batch(
 ) -> tuple[PlanResult, BatchChoice]:
     """Eq. 5 with B_global as a decision variable under ``rule`` (see module doc).
 
-    ``progress(batch)`` gives the progress callback of one batch's layout search.
+    ``progress(batch)`` gives the progress callback of one batch's layout search. A
+    cluster whose goodput is 0 is refused with the reason, as :func:`search` does.
     """
+    envelope.goodput.require_progress(envelope.n_devices)
     grid = space.enumerate()
     n = len(grid)
     ceiling = _bound_ceiling(envelope, space, law, grid, rule)

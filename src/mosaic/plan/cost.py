@@ -171,6 +171,11 @@ def check_target_reachable(
         reach = ("no geometry of the grid is trainable at any of them" if math.isinf(floor)
                  else f"the best any budget could reach is loss {floor:.4f} "
                       f"({n_best} nodes x {d_best:g} days)")
+        idle = [n for n in node_counts  # goodput 0 there: no window trains anything
+                if envelope.with_budget(n_nodes=n).goodput_fraction == 0.0]
+        if idle:
+            reach += (f" (on {', '.join(map(str, idle))} nodes the Young-Daly goodput is 0: "
+                      "the job fails faster than it checkpoints)")
         raise MosaicInputError(
             f"target loss {target_loss:g} is out of reach of every budget searched "
             f"(nodes {', '.join(map(str, node_counts))}; days "

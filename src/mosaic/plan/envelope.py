@@ -108,7 +108,10 @@ class Envelope:
         system: node type (device, host size, links).
         n_nodes: hosts in the cluster.
         days: training window T_train in days.
-        goodput: η_good model (Sec. 2.1).
+        goodput: η_good model (Sec. 2.1). A cluster whose goodput is 0 (it fails faster
+            than it checkpoints) trains nothing: one plan refuses it
+            (:func:`mosaic.plan.search.search`), a sweep or a cheapest-budget search shows
+            that budget as untrainable.
         global_batch: B_global, sequences per optimizer step.
         seq_len: T_seq, tokens per sequence.
         precision: GEMM precision of every candidate (MFU is against the bf16 peak either
@@ -175,7 +178,6 @@ class Envelope:
                                    "op-fuser path (docs/stacks.md)")
         if self.balanced_pipeline:  # refused before any worker starts
             require_pipeline_layout_flag(self.stack)
-        self.goodput.require_progress(self.n_devices)  # no training time at all: refused
         if self.headroom is None:
             object.__setattr__(self, "headroom", memory_headroom(None, self.stack))
         object.__setattr__(self, "precision", enum_member(Precision, self.precision, "--precision"))

@@ -34,6 +34,9 @@ class Goodput(Protocol):
 
     def describe(self, n_devices: int) -> dict[str, Any]: ...
 
+    def no_progress_reason(self, n_devices: int) -> str | None:
+        """Why no time trains at all on ``n_devices`` GPUs (goodput 0), else None."""
+
     def require_progress(self, n_devices: int) -> None:
         """MosaicInputError when no time trains at all on ``n_devices`` GPUs."""
 
@@ -62,6 +65,10 @@ class ConstantGoodput:
 
     def describe(self, n_devices: int) -> dict[str, Any]:
         return {"model": "constant", "goodput": float(self.value)}
+
+    def no_progress_reason(self, n_devices: int) -> str | None:
+        """None: the value is above 0 by construction."""
+        return None
 
     def require_progress(self, n_devices: int) -> None:
         """Nothing to refuse: the value is above 0 by construction."""
@@ -103,19 +110,24 @@ class YoungDalyGoodput:
     def fraction(self, n_devices: int) -> float:
         return max(0.0, 1.0 - self.lost_fraction(n_devices))
 
-    def require_progress(self, n_devices: int) -> None:
-        """MosaicInputError when the job on ``n_devices`` GPUs loses its whole window to
-        failures (goodput 0), saying why: the search would otherwise report every geometry
-        as 'window too short' (a fuzz trial)."""
+    def no_progress_reason(self, n_devices: int) -> str | None:
+        """Why the job on ``n_devices`` GPUs loses its whole window to failures (goodput
+        0), else None: a search would otherwise report every geometry as 'window too
+        short' (a fuzz trial)."""
         if self.fraction(n_devices) > 0.0:
-            return
+            return None
         mtbf = self.system_mtbf_s(n_devices)
-        raise MosaicInputError(
-            f"Young-Daly goodput is 0 on {n_devices} GPUs: the job fails every {mtbf:.3g} s "
-            f"(MTBF per GPU {self.mtbf_gpu_s / SECONDS_PER_HOUR:.3g} h / {n_devices}), and "
-            f"checkpoints of {self.checkpoint_s:g} s plus restarts of {self.restart_s:g} s "
-            "take all of it; check --mtbf-gpu-hours (hours per GPU), --checkpoint-s and "
-            "--restart-s")
+        return (f"Young-Daly goodput is 0 on {n_devices} GPUs: the job fails every "
+                f"{mtbf:.3g} s (MTBF per GPU {self.mtbf_gpu_s / SECONDS_PER_HOUR:.3g} h / "
+                f"{n_devices}), and checkpoints of {self.checkpoint_s:g} s plus restarts of "
+                f"{self.restart_s:g} s take all of it; check --mtbf-gpu-hours (hours per "
+                "GPU), --checkpoint-s and --restart-s")
+
+    def require_progress(self, n_devices: int) -> None:
+        """MosaicInputError with :meth:`no_progress_reason` when goodput is 0."""
+        reason = self.no_progress_reason(n_devices)
+        if reason is not None:
+            raise MosaicInputError(reason)
 
     def describe(self, n_devices: int) -> dict[str, Any]:
         return {

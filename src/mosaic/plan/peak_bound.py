@@ -43,7 +43,10 @@ def peak_bound(envelope: Envelope, space: SearchSpace, law: ScalingLaw,
              * envelope.goodput_fraction)
     budget = c_max / (FLOPS_PER_PARAM_TOKEN * grid.n_active)
     tokens = np.minimum(budget, space.tpp_max * grid.n_active)
-    loss = law.predict(grid.n_total, space.law_tokens(tokens), grid.sparsity,
-                       grid.split_factor)
-    return PeakBound(tokens, np.asarray(loss, dtype=float),
-                     budget >= space.tpp_min * grid.n_active)
+    # no tokens at all (a cluster whose goodput is 0): the law's limit as D -> 0, infinite
+    loss = np.full(len(grid), np.inf)
+    some = tokens > 0
+    if some.any():
+        loss[some] = law.predict(grid.n_total[some], space.law_tokens(tokens[some]),
+                                 grid.sparsity[some], grid.split_factor[some])
+    return PeakBound(tokens, loss, some & (budget >= space.tpp_min * grid.n_active))

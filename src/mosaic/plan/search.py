@@ -434,6 +434,31 @@ def profile_geometries(
     )
 
 
+def profile_or_idle(
+    envelope: Envelope,
+    grid: LadderGrid,
+    calibration: Calibration,
+    limits: LayoutLimits | None = None,
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
+) -> ThroughputTable:
+    """:func:`profile_geometries`, except on a cluster whose goodput is 0 (Young-Daly: it
+    fails faster than it checkpoints): no geometry trains there whatever its layout, so
+    every row is left without one, the goodput named as the reason, and no layout is
+    searched. A sweep keeps its other budgets (a node sweep ended on its largest cluster)."""
+    reason = envelope.goodput.no_progress_reason(envelope.n_devices)
+    if reason is None:
+        return profile_geometries(envelope, grid, calibration, limits, progress, workers)
+    n = len(grid)
+    if progress is not None:
+        progress(n, n)
+    return ThroughputTable(
+        grid=grid, n_devices=envelope.n_devices, tokens_per_s=np.zeros(n),
+        mfu=np.full(n, np.nan), step_time_s=np.full(n, np.nan),
+        memory_bytes=np.full(n, np.nan), plans=(None,) * n, layout_reasons=(reason,) * n,
+        plans_evaluated=0, plans_timed=0, limits=limits or TABLE3_LAYOUT_LIMITS)
+
+
 @dataclass(frozen=True)
 class PlanResult:
     """Every geometry of the grid scored under one envelope (arrays over grid rows).
@@ -598,7 +623,9 @@ def search(
     progress: ProgressFn | None = None,
     workers: int | None = None,
 ) -> PlanResult:
-    """Solve Eq. 5 exactly over the grid: profile every geometry, then score it."""
+    """Solve Eq. 5 exactly over the grid: profile every geometry, then score it. A cluster
+    whose goodput is 0 is refused with the reason."""
+    envelope.goodput.require_progress(envelope.n_devices)
     throughput = profile_geometries(envelope, space.enumerate(), calibration, limits, progress,
                                     workers)
     return score(throughput, envelope, space, law)

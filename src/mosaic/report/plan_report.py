@@ -90,7 +90,14 @@ MAX_BATCH_GROWTH_ADVISED = 4
 
 def untrainable_message(result: PlanResult) -> str:
     """Why no geometry of a search is trainable, each reason with its count, one example
-    of a broken divisibility rule, and what to change for each reason."""
+    of a broken divisibility rule, and what to change for each reason; on a cluster whose
+    goodput is 0, that alone (no layout was searched: none would train)."""
+    envelope = result.envelope
+    nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
+    days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
+    no_progress = envelope.goodput.no_progress_reason(envelope.n_devices)
+    if no_progress is not None:
+        return f"nothing is trainable on {nodes} in {days}: {no_progress}"
     reasons = [r["reason"] for r in result.infeasible()]
     counts = Counter(reason_category(r) for r in reasons)
     examples = {reason_category(r): example  # the first of each category
@@ -99,7 +106,6 @@ def untrainable_message(result: PlanResult) -> str:
         f"{n} geometr{'y' if n == 1 else 'ies'}: {category}"
         + (f" ({examples[category]})" if category in examples else "")
         for category, n in counts.items())
-    envelope = result.envelope
     advice = _advice(list(counts), layout_limits_flags(result.throughput.limits.to_dict()),
                      envelope.dollar_budget is not None)
     devices, batch = envelope.n_devices, envelope.global_batch
@@ -121,8 +127,6 @@ def untrainable_message(result: PlanResult) -> str:
                        f"{devices} GPUs"
                        + (f": e.g. --nodes {fitting}, whose {fitting * per_node} GPUs divide "
                           "it)" if fitting is not None else ")"))
-    nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
-    days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
     return f"no geometry of the grid is trainable on {nodes} in {days} ({summary}); {advice}"
 
 

@@ -201,6 +201,7 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
             max_active_params=constraints["max_active_params"],
             unique_tokens=constraints["unique_tokens"], **values)
         envelope = replace(envelope, dollar_budget=budget)  # its window, if given
+        envelope.goodput.require_progress(envelope.n_devices)  # a form error, as before
         limits = plan_limits(envelope, space, pp=constraints["pp"], ep=constraints["ep"],
                              sharding=constraints["sharding"])
     except MosaicInputError as exc:
