@@ -60,6 +60,50 @@ def test_job_placements_pick_the_layouts(paper_shapes):
     assert layouts == {(8, 1), (2, 1), (2, 8)}
 
 
+def test_stated_layouts_the_world_cannot_form_are_refused():
+    """A group of n ranks at stride s needs n >= 2 and n*s dividing the world: on 2 ranks
+    only (2, 1) exists. A trial's `--group-sizes 4` (or `--strides 2`) on 2 processes
+    measured 0 cases and said nothing; `--strides 0` divided by zero."""
+    assert {(c.columns["group_size"], c.columns["stride"])
+            for c in collectives.build_cases(2, 2, 1024, 1024, group_sizes=(2,))} == {(2, 1)}
+    for option, kwargs in (("--group-sizes 4", {"group_sizes": (4,)}),
+                           ("--group-sizes 3", {"group_sizes": (2, 3)}),
+                           ("--strides 2", {"strides": (2,)}),
+                           ("--strides 0", {"strides": (0,)})):
+        with pytest.raises(MosaicInputError, match=f"^{option}: no group layout of the 2"):
+            collectives.build_cases(2, 2, 1024, 1024, **kwargs)
+    with pytest.raises(MosaicInputError, match="at least 2 ranks"):
+        collectives.build_cases(1, 1, 1024, 1024)  # one process: no group at all
+
+
+def test_a_world_smaller_than_every_job_group_is_refused(paper_shapes):
+    # the Appendix E job's groups hold 2 (pipeline pairs), 4, 8 (EP) and 32 (DP) ranks: on 4
+    # ranks of one node the pairs are measured (docs/bench.md: "where the world can form them") ...
+    placements = sorted({(u.group_size, u.ranks_per_domain)
+                         for u in paper_shapes.collective_uses})
+    cases = collectives.build_cases(4, 4, 1024, 1024, ops=("all_reduce",),
+                                    placements=placements)
+    assert {c.columns["group_size"] for c in cases} == {2}
+    # ... and a job of 8-rank groups alone leaves nothing for 4 ranks: one line, not 0 cases
+    with pytest.raises(MosaicInputError, match=r"the job's groups hold 8 ranks"):
+        collectives.build_cases(4, 4, 1024, 1024, placements=[(8, 8)])
+
+
+def test_the_job_groups_a_run_leaves_out_are_named(paper_shapes):
+    from mosaic.bench.run import CollectiveOptions, _warn_unformed_job_groups
+    from mosaic.errors import MosaicWarning
+
+    placements = tuple(sorted({(u.group_size, u.ranks_per_domain)
+                               for u in paper_shapes.collective_uses}))
+    options = CollectiveOptions(placements=placements)
+    cases = collectives.build_cases(4, 4, 1024, 1024, placements=placements)
+    # pairs are measured; the 4-rank groups of one rank per node are not either (4 ranks on
+    # one node of 4)
+    with pytest.warns(MosaicWarning, match="groups of 4, 8, 32 ranks cannot be laid out on "
+                                           "the 4 ranks"):
+        _warn_unformed_job_groups(cases, options, 4)
+
+
 def test_backward_gemm_shapes_and_dedup():
     assert gemm.passes(10, 20, 30) == (("fwd", 10, 20, 30), ("dgrad", 10, 30, 20),
                                         ("wgrad", 30, 20, 10))

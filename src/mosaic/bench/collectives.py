@@ -33,6 +33,7 @@ from mosaic.bench.cases import Case, Progress, RunReport
 from mosaic.bench.stats import summarize
 from mosaic.bench.store import OK, FamilyTable
 from mosaic.bench.timer import TimingPolicy, synchronize
+from mosaic.errors import MosaicInputError
 
 FAMILY = "collectives"
 OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "all_to_all_uneven",
@@ -58,9 +59,22 @@ def layouts(world_size: int, local_size: int, group_sizes: Sequence[int] | None 
     out = []
     for n in sizes:
         for s in stride_set:
-            if n >= 2 and world_size % (n * s) == 0:
+            if n >= 2 and s >= 1 and world_size % (n * s) == 0:
                 out.append(Layout(n, s))
     return out
+
+
+def _refuse_unformable(option: str, stated: Sequence[int] | None, formed: set[int],
+                       world_size: int) -> None:
+    """One line for a stated group size or stride that no layout of the world uses (a
+    group of n ranks at stride s needs n >= 2 and n·s dividing the world): the run
+    measured nothing for it and said nothing."""
+    missing = [v for v in stated or () if v not in formed]
+    if missing:
+        raise MosaicInputError(
+            f"{option} {','.join(map(str, missing))}: no group layout of the {world_size} "
+            "ranks uses it (a group holds at least 2 ranks, and group size x stride must "
+            f"divide the ranks); launch more processes or leave {option} out")
 
 
 def group_ranks(layout: Layout, world_size: int) -> list[list[int]]:
@@ -92,17 +106,27 @@ def build_cases(world_size: int, local_size: int, min_bytes: int, max_bytes: int
     from mosaic.perf.collectives import group_placement
 
     domain = domain_gpus or local_size
-    candidates = layouts(world_size, local_size, group_sizes, strides)
+    job_sizes = sorted({int(g) for g, _ in placements}) if placements else None
+    candidates = layouts(world_size, local_size, group_sizes or job_sizes, strides)
+    _refuse_unformable("--group-sizes", group_sizes, {lay.group_size for lay in candidates},
+                       world_size)
+    _refuse_unformable("--strides", strides, {lay.stride for lay in candidates}, world_size)
     if placements and strides is None:
         all_strides = [2**i for i in range(int(math.log2(world_size)) + 1)]
         wanted = {(int(g), int(k)) for g, k in placements}
         matching: dict[tuple[int, int], Layout] = {}  # smallest stride per placement
-        for lay in layouts(world_size, local_size, group_sizes, all_strides):
+        for lay in layouts(world_size, local_size, group_sizes or job_sizes, all_strides):
             per_domain = int(group_placement(lay.group_size, lay.stride,
                                              domain).ranks_per_domain)
             if (lay.group_size, per_domain) in wanted:
                 matching.setdefault((lay.group_size, per_domain), lay)
         candidates = list(matching.values()) or candidates
+    if not candidates:  # one rank, or a job's groups all larger than the world
+        needs = (f"the job's groups hold {','.join(map(str, job_sizes))} ranks" if job_sizes
+                 else "a group holds at least 2 ranks")
+        raise MosaicInputError(
+            f"no collective group fits the {world_size} rank(s) of this run ({needs}), so "
+            "nothing would be measured: launch more processes")
     cases = []
     for layout in candidates:
         placement = group_placement(layout.group_size, layout.stride, domain)

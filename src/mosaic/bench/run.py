@@ -123,6 +123,7 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
                 options.world_size, options.ranks_per_node or options.world_size,
                 options.min_bytes, options.max_bytes, options.size_factor, options.ops,
                 options.group_sizes, options.strides, options.domain_gpus, options.placements)
+            _warn_unformed_job_groups(cases, options, options.world_size)
             return listing(out_dir, {collectives.FAMILY: cases}, None)
         raise MosaicInputError(
             "collectives run one process per device under torchrun, e.g. `torchrun "
@@ -144,6 +145,8 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
             world, collectives.local_size(), options.min_bytes, options.max_bytes,
             options.size_factor, options.ops, options.group_sizes, options.strides,
             options.domain_gpus, options.placements)
+        if rank == 0:
+            _warn_unformed_job_groups(cases, options, world)
         shared: list[Any] = [collect(device, world, backend) if rank == 0 else None]
         dist.broadcast_object_list(shared, src=0)
         metadata = shared[0]
@@ -159,6 +162,22 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
         return report
     finally:
         dist.destroy_process_group()
+
+
+def _warn_unformed_job_groups(cases: Sequence[Case], options: CollectiveOptions,
+                              world: int) -> None:
+    """Name the job's group sizes this world cannot form (docs/bench.md: the job's layouts
+    are measured "where the world can form them"), which the run leaves unmeasured."""
+    if options.group_sizes or not options.placements:
+        return
+    formed = {c.columns["group_size"] for c in cases}
+    missing = sorted({int(g) for g, _ in options.placements} - formed)
+    if missing:
+        warnings.warn(f"the job's groups of {', '.join(map(str, missing))} ranks cannot be "
+                      f"laid out on the {world} ranks of this run as the job places them "
+                      "(ranks per node), so none is measured; launch as many processes, and "
+                      "per node, as the job's groups need to measure them", MosaicWarning,
+                      stacklevel=2)
 
 
 def export_measured_tables(out_dir: Path, metadata_id: str) -> list[Path]:

@@ -262,7 +262,6 @@ def _collective_options(job_shapes: Any, min_bytes: str, max_bytes: str, size_fa
     placements = None
     if job_shapes is not None and job_shapes.collective_uses:
         uses = job_shapes.collective_uses
-        sizes = sizes or tuple(sorted({u.group_size for u in uses}))
         placements = tuple(sorted({(u.group_size, u.ranks_per_domain) for u in uses}))
         largest = max(u.message_bytes for u in uses)
         cap = min(cap, 1 << max(int(largest - 1).bit_length(), 10))
