@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from mosaic.errors import MosaicInputError
 from mosaic.evaluate.microbench_calibration import calibrate_from_microbench
 from mosaic.perf.calibration import default_calibration, load_calibration
 from mosaic.perf.collectives import BusBandwidthTable, bus_factor
@@ -244,6 +245,31 @@ def test_collectives_dry_run_plans_a_job_without_torchrun(tmp_path):
     layouts = {k.split(":")[1] for k in keys}
     assert layouts == {"n2s1", "n4s1", "n8s1", "n16s1", "n2s8"}
     assert len(keys) == 5 * 6
+
+
+def test_bad_collective_options_get_one_line(tmp_path):
+    """--domain-gpus 0 was taken as "ranks per node"; a backend this torch lacks (nccl in a
+    CPU build) or cannot drive the device with failed in init_process_group on every rank
+    with a traceback."""
+    from mosaic.bench.run import _check_backend
+
+    done = subprocess.run([*BENCH, "collectives", "--out", str(tmp_path / "c"), "--dry-run",
+                           "--world-size", "2", "--domain-gpus", "0"], capture_output=True,
+                          text=True, timeout=240, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 2 and "--domain-gpus" in done.stderr
+    assert "Traceback" not in done.stderr
+    _check_backend("gloo", "cpu")
+    with pytest.raises(MosaicInputError, match="--backend 'foo': unknown"):
+        _check_backend("foo", "cpu")
+    import torch.distributed as dist
+
+    if dist.is_nccl_available():  # a CUDA build: nccl exists but drives CUDA tensors only
+        with pytest.raises(MosaicInputError, match="--backend 'nccl' runs on cuda tensors"):
+            _check_backend("nccl", "cpu")
+    else:  # torch.distributed.Backend.backend_capability: nccl is CUDA's
+        with pytest.raises(MosaicInputError, match="--backend 'nccl': not built into torch"):
+            _check_backend("nccl", "cpu")
 
 
 def test_a_job_can_name_the_exported_tables(bench_dir, tmp_path):

@@ -135,6 +135,7 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
     else:
         device = torch.device("cpu")
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    _check_backend(backend, device.type)
     if device.type == "cuda":  # bind the rank to its GPU (barriers and NCCL communicators)
         dist.init_process_group(backend=backend, device_id=device)
     else:
@@ -178,6 +179,26 @@ def _warn_unformed_job_groups(cases: Sequence[Case], options: CollectiveOptions,
                       "(ranks per node), so none is measured; launch as many processes, and "
                       "per node, as the job's groups need to measure them", MosaicWarning,
                       stacklevel=2)
+
+
+def _check_backend(backend: str, device_type: str) -> None:
+    """One line for a --backend this torch build lacks or that cannot drive the device
+    (torch.distributed.Backend.backend_capability: nccl is CUDA only); init_process_group
+    would fail on every rank with a traceback."""
+    import torch
+    import torch.distributed as dist
+
+    names = [b for b in dist.Backend.backend_list if b not in ("undefined", "fake")]
+    built = [b for b in names if dist.is_backend_available(b)]
+    if backend not in built:
+        what = "unknown" if backend not in names else f"not built into torch {torch.__version__}"
+        raise MosaicInputError(f"--backend {backend!r}: {what}; this torch offers "
+                               f"{', '.join(built)}")
+    devices = dist.Backend.backend_capability.get(backend, [])
+    if device_type not in devices:
+        raise MosaicInputError(f"--backend {backend!r} runs on {', '.join(devices)} tensors, "
+                               f"and this run's device is {device_type}; use "
+                               f"{'gloo' if device_type == 'cpu' else 'nccl'} (the default)")
 
 
 def export_measured_tables(out_dir: Path, metadata_id: str) -> list[Path]:

@@ -245,7 +245,7 @@ GroupSizesOption = Annotated[str | None, typer.Option(
 StridesOption = Annotated[str | None, typer.Option(
     "--strides", help="rank strides (default: 1 and ranks per node across nodes)")]
 DomainOption = Annotated[int | None, typer.Option(
-    "--domain-gpus", help="GPUs per NVLink domain (default: ranks per node)")]
+    "--domain-gpus", min=1, help="GPUs per NVLink domain (default: ranks per node)")]
 BackendOption = Annotated[str | None, typer.Option(
     "--backend", help="torch.distributed backend (default: nccl on CUDA, gloo on CPU)")]
 
