@@ -321,6 +321,25 @@ def test_output_paths_and_ladder_axes_fail_before_any_work(tmp_path):
         assert words in result.output and len(result.output.strip().splitlines()) == 1
 
 
+def test_a_one_step_process_does_not_say_its_metrics_are_gone(tmp_path):
+    """tokens/s leaves out each process's first (warm-up) step (docs/train.md), so
+    `--stop-after 1` has no throughput; its summary said "the step metrics are gone" while
+    metrics.jsonl held the step."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(tiny_job()))
+    done = CliRunner().invoke(app, ["train", str(job), "--out", str(tmp_path / "run"),
+                                    "--quiet", "--stop-after", "1"])
+    assert done.exit_code == 0, done.output
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [0]
+    text = " ".join(done.output.split())
+    assert "metrics are gone" not in text and "first (warm-up) step" in text
+
+
 def test_a_different_job_is_named_by_its_differing_settings(tmp_path):
     """The refusal names what differs (a trial found it listed 'model, data, routing,
     optimiser or batch' whatever changed)."""

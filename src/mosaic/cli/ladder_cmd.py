@@ -130,8 +130,7 @@ def train_command(
          ("smoothed final loss", f"{result.smoothed_loss:.4f}"),
          ("N_tot / N_act", f"{result.n_total:,} / {result.n_active:,}"),
          ("peak lr", f"{result.peak_lr:.3e}"),
-         ("tokens/s (median step)", f"{result.tokens_per_s:.4g}"
-          if math.isfinite(result.tokens_per_s) else "unknown (the step metrics are gone)"),
+         ("tokens/s (median step)", _tokens_per_s_cell(result)),
          *([] if result.mfu_paper is None else [
              ("MFU (6·N_act, dense bf16 datasheet peak)", _share(result.mfu_paper))]),
          *([] if result.mfu_paper_vs_achievable is None else [
@@ -143,6 +142,18 @@ def train_command(
               + (" (unbalanced routers: docs/train.md)"
                  if is_unbalanced(result.starved_experts) else ""))]),
          ("metrics", str(Path(out) / "metrics.jsonl"))])
+
+
+def _tokens_per_s_cell(result: Any) -> str:
+    """The summary's throughput: unknown where no step after a process's first (warm-up)
+    step was timed, i.e. this process trained one step (`--stop-after 1`, or a resume one
+    step before the end), or a finished run's step metrics are gone (no last loss either)."""
+    if math.isfinite(result.tokens_per_s):
+        return f"{result.tokens_per_s:.4g}"
+    if math.isfinite(result.final_loss):
+        return ("unknown: no step after the process's first (warm-up) step, which tokens/s "
+                "leaves out, was timed")
+    return "unknown (the step metrics are gone)"
 
 
 @ladder_app.command("run")
