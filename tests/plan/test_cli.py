@@ -369,3 +369,19 @@ def test_the_uncertainty_rows_say_what_each_rule_trades():
         choice = doc[key]
         assert (f"expected {choice['expected_loss']:.4f}, worst regret "
                 f"{choice['max_regret']:.4f}") in text, key
+
+
+@pytest.mark.parametrize("sweep", [["days", "--values", "1,2", "--nodes", "1"],
+                                   ["nodes", "--values", "1,2", "--days", "2"]])
+def test_a_sweeps_node_price_note_divides_by_its_own_node_types_gpus(sweep):
+    """A GB200 node type (an NVL72 tray) holds 4 GPUs: 98 USD per 'GPU-hour' is 24.5 per GPU
+    if it is the tray's price. `plan` said so; both sweeps divided by an HGX node's 8 and an
+    NVL72 tray's 4 in general terms (a trial)."""
+    from mosaic.errors import MosaicNote
+
+    with pytest.warns(MosaicNote) as notes:
+        result = runner.invoke(app, ["sweep", *sweep, *SMALL[4:], "--gpu", "GB200",
+                                     "--price-per-gpu-hour", "98"])
+    assert result.exit_code == 0, result.output
+    said = [str(note.message) for note in notes if "a node's price?" in str(note.message)]
+    assert said and all(m.endswith("divided by its 4 GPUs it is 24.5") for m in said)

@@ -557,7 +557,6 @@ def sweep_days_command(
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     windows = parse_floats("--values", values)
-    price_per_gpu_hour = check_price(price_per_gpu_hour)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
         gpu=gpu, system=system, nodes=nodes, gpus_per_node=gpus_per_node, days=windows[0],
@@ -570,6 +569,9 @@ def sweep_days_command(
         layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
+    # checked on the node type, so a per-node price is divided by its own GPUs (a trial's
+    # GB200 sweep was told of 8-GPU HGX nodes, where `plan` names the tray's 4)
+    price_per_gpu_hour = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
@@ -622,8 +624,6 @@ def sweep_nodes_command(
     apply_catalog(catalog)
     _prepare_outputs(plot_dir, html, law_file, calibration_file, backbone, catalog)
     node_counts = parse_ints("--values", values)
-    if budget_usd is None:  # with a budget, dollar_budget_for checks the price
-        price_per_gpu_hour = check_price(price_per_gpu_hour)
     dollar_budget = dollar_budget_for(budget_usd, price_per_gpu_hour, days)
     law, calibration = load_models(law_file, calibration_file)
     envelope, space = build_inputs(
@@ -639,6 +639,7 @@ def sweep_nodes_command(
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
     envelope = replace(envelope, dollar_budget=dollar_budget)  # its window, if given
+    price_per_gpu_hour = check_price(price_per_gpu_hour, envelope.system.gpus_per_node)
     limits = plan_limits(envelope, space, max_tp=max_tp, tp=tp, pp=pp, vpp=vpp, cp=cp,
                           ep=ep, etp=etp, mbs=mbs, sharding=sharding,
                           checkpointing=checkpointing)
