@@ -17,3 +17,9 @@ def significant(value: float, digits: int = 3) -> str:
     are written out (1000, not 1.00e+03)."""
     text = f"{value:#.{digits}g}".rstrip(".")
     return f"{value:.0f}" if "e" in text else text
+
+
+def counted(value: float, unit: str) -> str:
+    """'1 day', '2 days', '1.5 days': ``value`` (shortest form) and ``unit``, plural unless
+    the value is one (a trial read '4 nodes x 1 days')."""
+    return f"{value:g} {unit}{'' if value == 1 else 's'}"

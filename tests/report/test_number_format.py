@@ -3,7 +3,7 @@ column of the ranked plan read 3.91T, 3.9T, 3T)."""
 
 from mosaic.cli.plan_render import short_count
 from mosaic.report.html.page import fmt_si
-from mosaic.units import significant
+from mosaic.units import counted, significant
 
 
 def test_three_significant_digits_keep_their_zeros():
@@ -15,3 +15,9 @@ def test_table_counts_read_alike():
     assert [short_count(x) for x in (3.91e12, 3.9e12, 2.998e12, 4.427e9)] == [
         "3.91T", "3.90T", "3.00T", "4.43B"]
     assert [fmt_si()(x) for x in (3.9e12, 1.42e12, 2.0e9)] == ["3.90 T", "1.42 T", "2.00 B"]
+
+
+def test_counts_of_one_are_singular():
+    """A trial read '4 nodes x 1 days' in the cheapest-budget search's refusal."""
+    assert [counted(v, "day") for v in (1, 1.0, 2, 1.5, 0.5)] == [
+        "1 day", "1 day", "2 days", "1.5 days", "0.5 days"]

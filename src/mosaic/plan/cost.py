@@ -26,6 +26,7 @@ from mosaic.plan.envelope import Envelope, SearchSpace
 from mosaic.plan.peak_bound import peak_bound
 from mosaic.plan.search import PlanResult, ProgressFn, ThroughputTable, score
 from mosaic.plan.sweep import sweep_days
+from mosaic.units import counted
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def check_target_reachable(
     if floor > target_loss:
         reach = ("no geometry of the grid is trainable at any of them" if math.isinf(floor)
                  else f"the best any budget could reach is loss {floor:.4f} "
-                      f"({n_best} nodes x {d_best:g} days)")
+                      f"({counted(n_best, 'node')} x {counted(d_best, 'day')})")
         idle = [n for n in node_counts  # goodput 0 there: no window trains anything
                 if envelope.with_budget(n_nodes=n).goodput_fraction == 0.0]
         if idle:

@@ -17,6 +17,7 @@ from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
 from mosaic.plan.search import NO_DIVIDING_LAYOUT, PlanResult
 from mosaic.plan.sweep import SweepPoint
 from mosaic.plan.uncertainty import Uncertainty
+from mosaic.units import counted
 
 DIVISIBILITY_CATEGORY = NO_DIVIDING_LAYOUT
 WINDOW_CATEGORY = "window too short for tpp_min·N_act tokens"
@@ -93,8 +94,7 @@ def untrainable_message(result: PlanResult) -> str:
     of a broken divisibility rule, and what to change for each reason; on a cluster whose
     goodput is 0, that alone (no layout was searched: none would train)."""
     envelope = result.envelope
-    nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
-    days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
+    nodes, days = counted(envelope.n_nodes, "node"), counted(envelope.days, "day")
     no_progress = envelope.goodput.no_progress_reason(envelope.n_devices)
     if no_progress is not None:
         return f"nothing is trainable on {nodes} in {days}: {no_progress}"
@@ -136,8 +136,7 @@ def window_untrainable_message(envelope: Any, space: Any, grid: Any, bound: Any)
     the fewest, against its tpp_min·N_act, and the levers."""
     needed = space.tpp_min * grid.n_active
     closest = int(np.argmax(bound.tokens / needed))
-    nodes = f"{envelope.n_nodes} node{'s' if envelope.n_nodes != 1 else ''}"
-    days = f"{envelope.days:g} day{'s' if envelope.days != 1 else ''}"
+    nodes, days = counted(envelope.n_nodes, "node"), counted(envelope.days, "day")
     return (f"no geometry of the grid is trainable on {nodes} in {days}: even with every "
             f"GEMM at the GPUs' full peak the window gives the closest geometry "
             f"({geometry_label(grid_row_identity(grid, closest))}) "
