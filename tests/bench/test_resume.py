@@ -165,3 +165,18 @@ def test_one_stalled_call_does_not_set_one_call_per_sample():
     summary, per_sample = time_call(call, torch.device("cpu"), policy)
     assert per_sample > 10
     assert summary.time_s < 1e-3
+
+
+def test_a_zero_time_budget_is_refused():
+    """--time-budget 0 measured nothing and said every case was left for the budget (a
+    trial); durations read as seconds, minutes or hours (8m = 480 s, 1.5h = 5400 s)."""
+    import pytest
+
+    from mosaic.cli.bench_cmd import parse_duration_s
+    from mosaic.errors import MosaicInputError
+
+    assert [parse_duration_s("--time-budget", t) for t in ("480", "8m", "1.5h")] == [
+        480.0, 480.0, 5400.0]
+    for zero in ("0", "0m", "0.0s"):
+        with pytest.raises(MosaicInputError, match="must be more than 0 s"):
+            parse_duration_s("--time-budget", zero)

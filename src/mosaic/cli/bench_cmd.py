@@ -53,12 +53,17 @@ def parse_bytes(option: str, text: str) -> int:
 
 
 def parse_duration_s(option: str, text: str) -> float:
-    """'480' or '480s' -> 480, '8m' -> 480, '1.5h' -> 5400."""
+    """'480' or '480s' -> 480, '8m' -> 480, '1.5h' -> 5400; a zero duration is refused (a
+    trial's --time-budget 0 measured nothing and left every case for a rerun)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not match:
         raise MosaicInputError(f"{option} {text!r}: expected seconds or a duration like 8m, 1h")
-    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": SECONDS_PER_HOUR}[
+    duration_s = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": SECONDS_PER_HOUR}[
         match.group(2)]
+    if duration_s <= 0:
+        raise MosaicInputError(f"{option} {text!r}: a duration must be more than 0 s "
+                               "(leave the option out for no limit)")
+    return duration_s
 
 
 def _require_torch() -> None:
