@@ -247,6 +247,21 @@ def test_a_zero_goodput_cluster_is_refused_by_plan_and_one_row_of_a_node_sweep()
     assert sweep.exit_code == 0, sweep.output
     assert "nodes 4: nothing is trainable on 4 nodes in 2 days: Young-Daly goodput is 0" \
         in " ".join(sweep.stdout.split())
+    # each node count's goodput is a column where it differs (it was only in the JSON)
+    header, one_node, four_nodes = (
+        [cell.strip() for cell in line.split("│" if "│" in line else "┃")[1:3]]
+        for line in sweep.stdout.splitlines() if line.startswith(("┃ nodes", "│     1 ",
+                                                                  "│     4 ")))
+    assert header == ["nodes", "goodput"]
+    assert one_node == ["1", f"{1 - (120 / 450) ** 0.5:.3f}"] and four_nodes == ["4", "0.000"]
+    pytest.importorskip("plotly")
+    from mosaic.report.html.validate_sweep_page import sweep_sections
+
+    document = run_json("sweep", "nodes", "--values", "1,4", "--days", "2", *grid,
+                        *young_daly)
+    page_table = "".join(next(section for section in sweep_sections(document)
+                              if section.anchor == "table").body)
+    assert '<th class="">goodput</th>' in page_table and ">0.000</td>" in page_table
 
 
 def test_an_fp4_plan_gives_its_mfu_against_the_fp4_lane_too():

@@ -344,10 +344,17 @@ def print_sweep(points: list[SweepPoint], costs_usd: list[float | None] | None =
     budget = points[0].result.envelope.dollar_budget  # each node count its own window
     if budget is not None:
         columns.insert(1, "days")
+    # Young-Daly goodput falls with the node count; shown where it differs between points
+    # (a trial found it only in the JSON)
+    goodputs = [p.result.envelope.goodput_fraction for p in points]
+    varies = len(set(goodputs)) > 1
+    if varies:
+        columns.insert(columns.index("q" if ladder else "L×d"), "goodput")
     rows = []
     for index, p in enumerate(points):
         row = p.result.optimum_index
         cells = [f"{p.value:g}"] + ([] if budget is None else [f"{p.result.envelope.days:.4g}"])
+        cells += [f"{goodputs[index]:.3f}"] if varies else []
         if row is None:
             cells += ["-"] * 13
         else:

@@ -224,6 +224,7 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
         o = p["optimum"] or {}
         rows.append({axis: p[axis], "days": p.get("days"), "c_peak_flops": p["c_peak_flops"],
                      "gpu_hours": p["gpu_hours"], "cost_usd": p.get("cost_usd"),
+                     "goodput": p.get("goodput"),
                      **{k: o.get(k) for k in (
                          "q", "layers", "d_model", "experts", "top_k", "split_factor",
                          "sparsity", "n_active", "n_total", "tokens", "mfu", "step_time_s",
@@ -244,6 +245,9 @@ def sweep_sections(document: dict[str, Any]) -> list[Section]:
     budget = e.get("dollar_budget")
     if budget is not None:  # an equal-cost node sweep: each node count its own window
         columns.insert(1, Column("days", "days", fmt_float(2)))
+    if len({row["goodput"] for row in rows}) > 1:  # Young-Daly: it falls with the nodes
+        at = [c.key for c in columns].index("gpu_hours") + 1
+        columns.insert(at, Column("goodput", "goodput", fmt_float(3)))
     if "price_usd_per_gpu_hour" in document:  # as the terminal table (a trial missed it)
         at = [c.key for c in columns].index("gpu_hours") + 1
         columns.insert(at, Column("cost_usd", "cost USD", fmt_float(0)))
