@@ -2,6 +2,7 @@
 
 import csv
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mosaic.arch import count_parameters
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.law.law import ScalingLaw
 from mosaic.law.rundata import load_run_data
 from mosaic.train.ladder import load_grid
@@ -84,6 +85,24 @@ def test_a_stated_rung_that_cannot_be_built_is_refused_not_skipped(tmp_path):
     with pytest.raises(MosaicInputError, match="split factor"):
         load_grid(uneven)
     assert len(load_grid(_grid(tmp_path, {**base, "top_k": [1, 8]}))) == 1  # K=8 > E=4 skipped
+
+
+def test_a_grid_value_that_gives_no_rung_is_named(tmp_path):
+    """split_factor [1, 3] on q = 1 rungs (d = 4·8 = 32, d_ff = 2.5·32 = 80, not a multiple
+    of 3) lost every G = 3 point without a word, 8 of a trial's 19 rungs; a value that some
+    points keep (K = 4 with E = 4, though not with E = 2) is the grid's ordinary pruning."""
+    base = {"head_dim": 8, "kv_heads": 2, "q": [1], "experts": [4], "top_k": [1],
+            "split_factor": [1], "tokens": [512]}
+    with pytest.warns(MosaicWarning, match=r"ladder.split_factor 3 \(G not dividing d_ff\)"):
+        jobs = load_grid(_grid(tmp_path, {**base, "split_factor": [1, 3]}))
+    assert [job.name for job in jobs] == ["q1_E4_K1_G1_D512"]
+    with pytest.warns(MosaicWarning, match=r"ladder.top_k 8 \(K > E\)"):
+        load_grid(_grid(tmp_path, {**base, "top_k": [1, 8]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MosaicWarning)
+        jobs = load_grid(_grid(tmp_path, {**base, "experts": [2, 4], "top_k": [1, 4]}))
+    assert sorted(job.name for job in jobs) == ["q1_E2_K1_G1_D512", "q1_E4_K1_G1_D512",
+                                                "q1_E4_K4_G1_D512"]
 
 
 def test_paper_width_grid_uses_the_arch_ladder(tmp_path):

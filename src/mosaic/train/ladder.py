@@ -15,6 +15,7 @@ import csv
 import itertools
 import json
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from pydantic import ConfigDict, Field
 from mosaic.arch import count_parameters
 from mosaic.arch.counts import sparsity as sparsity_of
 from mosaic.arch.ladder import LADDER_HEAD_DIM, LADDER_KV_HEADS
-from mosaic.errors import MosaicInputError
+from mosaic.errors import MosaicInputError, MosaicWarning
 from mosaic.limits import LIMITS, is_finite_number
 from mosaic.schema_validation import NoBooleanNumbers, load_yaml_mapping, validate_mapping
 from mosaic.train.config import (
@@ -149,14 +150,20 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
     head_dim = max(8, int(block.head_dim * scale) // 8 * 8) if scale < 1 else block.head_dim
     run_settings = dict(recipe.get("run", {}))
     jobs: dict[str, LadderJob] = {}
+    # why each grid point was skipped, by axis value: a value none of whose points is
+    # admissible is named (a trial's split_factor [1, 3] lost 8 of 19 rungs without a word)
+    skipped: dict[tuple[str, Any], set[str]] = {}
+    kept: set[tuple[str, Any]] = set()
     # kv_heads only where the grid states it: a rung warns about a stated one only
     stated_kv = {"kv_heads": block.kv_heads} if "kv_heads" in block.model_fields_set else {}
     for index, (q, experts, top_k, split, (kind, budget)) in enumerate(points):
         stated = index < explicit
+        values = _axis_values(q, experts, top_k, split, kind, budget)
         if top_k > experts:
             if stated:
                 raise MosaicInputError(f"{path}: ladder.runs[{index}]: top_k ({top_k}) must "
                                        f"not exceed experts ({experts})")
+            _note_skipped(skipped, values, "K > E")
             continue
         rung = LadderModel(q=q, experts=experts, top_k=top_k, split_factor=split,
                            head_dim=head_dim, gated_attention=block.gated_attention,
@@ -173,6 +180,7 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                      "run": {**run_settings, "tokens": tokens}}, where)
         except MosaicInputError as exc:
             if "split factor" in str(exc) and not stated:  # G must divide d_ff: no point
+                _note_skipped(skipped, values, "G not dividing d_ff")
                 continue
             raise
         if scale < 1:
@@ -188,6 +196,7 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
             if stated:
                 raise MosaicInputError(f"{where}: ladder.runs[{index}] has sparsity "
                                        f"{sparsity:.3f}, below ladder.s_min {block.s_min:g}")
+            _note_skipped(skipped, values, "S below s_min")
             continue
         check_schedule(config, where)
         name = (rung_name(q, experts, top_k, split, tokens) if kind == "D"
@@ -197,10 +206,33 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                                    "budgets equal to three significant digits); make them "
                                    "differ more or drop one")
         jobs[name] = LadderJob(name, config)
+        if not stated:
+            kept.update(values)
     if not jobs:
         raise MosaicInputError(f"{path}: every grid point was inadmissible (K > E, G not "
                                "dividing d_ff, or S below s_min)")
+    unused = [f"{axis} {value:g} ({', '.join(sorted(skipped[(axis, value)]))})"
+              for axis, value in skipped if (axis, value) not in kept]
+    if unused:
+        warnings.warn(f"{path}: grid value(s) that give no rung, every point with them "
+                      f"inadmissible: {'; '.join(unused)}; check them, or drop them from "
+                      "the grid", MosaicWarning, stacklevel=2)
     return list(jobs.values())
+
+
+def _axis_values(q: int, experts: int, top_k: int, split: int, kind: str,
+                 budget: float) -> tuple[tuple[str, Any], ...]:
+    """(grid axis, value) pairs of one grid point, named as the grid file names them."""
+    budget_axis = "ladder.tokens" if kind == "D" else "ladder.tokens_per_active_param"
+    return (("ladder.q", q), ("ladder.experts", experts), ("ladder.top_k", top_k),
+            ("ladder.split_factor", split), (budget_axis, budget))
+
+
+def _note_skipped(skipped: dict[tuple[str, Any], set[str]],
+                  values: tuple[tuple[str, Any], ...], reason: str) -> None:
+    """Record why a grid point was skipped under each of its axis values."""
+    for value in values:
+        skipped.setdefault(value, set()).add(reason)
 
 
 def csv_row(name: str, result: dict[str, Any], q: int) -> dict[str, Any]:
