@@ -96,6 +96,26 @@ def test_fit_saves_a_law_that_predict_and_optimum_accept(tmp_path, joint_runs_fa
         [np.percentile(losses, 5), np.percentile(losses, 95)], rel=1e-9)
 
 
+def test_samples_of_another_fit_are_refused_in_the_law_commands_own_words(tmp_path):
+    """`law optimum` and `law predict` share the planner's samples check, whose error spoke
+    of "the plan's law" (a trial); the law they were given is the one named."""
+    from mosaic.law.law import default_law
+    from mosaic.plan import LawSamples, save_samples
+
+    law = default_law()
+    shifted = law.log_coefs + 0.001
+    save_samples(LawSamples(law.form, shifted + np.zeros((4, 1)), shifted),
+                 tmp_path / "other.json")
+    for args in (["optimum", "--compute", "1e21"],
+                 ["predict", "--n-total", "1e10", "--sparsity", "0.9", "--tokens", "1e10",
+                  "--split-factor", "2"]):
+        result = runner.invoke(app, ["law", *args, "--bootstrap-samples",
+                                     str(tmp_path / "other.json")])
+        assert result.exit_code == 2
+        assert "another fit than the law in use (11 of 11" in result.output
+        assert "plan" not in result.output.split("(`mosaic law fit")[0]
+
+
 def test_fit_per_g_on_one_stratum(tmp_path, joint_runs_factory):
     runs, _ = joint_runs_factory(noise=0.0)
     data = tmp_path / "runs.csv"

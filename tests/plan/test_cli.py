@@ -87,7 +87,7 @@ def test_samples_of_another_law_are_refused(tmp_path, law):
     result = runner.invoke(app, ["plan", *SMALL, "--bootstrap-samples",
                                  str(tmp_path / "other.json")])
     assert result.exit_code == 2
-    assert "not drawn around the plan's law (11 of 11 coefficients" in result.output
+    assert "not drawn around the law in use (11 of 11 coefficients" in result.output
 
 
 def test_samples_name_the_fit_they_scatter_around(tmp_path, law):
@@ -101,7 +101,7 @@ def test_samples_name_the_fit_they_scatter_around(tmp_path, law):
     result = runner.invoke(app, ["plan", *SMALL, "--bootstrap-samples",
                                  str(tmp_path / "near.json")])
     assert result.exit_code == 2
-    assert "bootstrapped around another fit than the plan's law (11 of 11" in result.output
+    assert "bootstrapped around another fit than the law in use (11 of 11" in result.output
     # each coefficient's relative gap, exp(0.001) - 1 = 1.0e-03 by hand (six digits of two
     # seeds' fits read alike, a trial)
     assert "1.0e-03 apart" in " ".join(result.output.split())

@@ -134,7 +134,7 @@ def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> 
         if differ:
             raise MosaicInputError(
                 f"{where}: these samples were bootstrapped around another fit than the "
-                f"plan's law ({len(differ)} of {len(point)} coefficients differ: "
+                f"law in use ({len(differ)} of {len(point)} coefficients differ: "
                 f"{'; '.join(differ[:3])}): pass the law of the same fit (its seed "
                 "included) with --law, or bootstrap this one (`mosaic law fit ... --bootstrap "
                 "N --samples-out`)")
@@ -145,7 +145,7 @@ def check_samples_describe(samples: LawSamples, law: ScalingLaw, where: str) -> 
                if not lo - 1e-9 <= value <= hi + 1e-9]
     if 2 * len(outside) > len(point):
         raise MosaicInputError(
-            f"{where}: these samples were not drawn around the plan's law ({len(outside)} of "
+            f"{where}: these samples were not drawn around the law in use ({len(outside)} of "
             f"{len(point)} coefficients, {', '.join(outside[:4])}, lie outside their range): "
             "pass the law they were bootstrapped from with --law")
 
