@@ -285,6 +285,38 @@ def test_ladder_fit_leaves_out_rungs_with_unbalanced_routers(tmp_path):
     assert refused.exit_code == 2 and "every rung" in refused.output
 
 
+def test_a_refused_fit_prints_its_one_error_line_and_no_warning_before_it(tmp_path):
+    """A trial's `ladder fit --form per-g` of a two-G ladder printed the unbalanced-rungs
+    warning and "fitted all 12 with none held out", then refused the fit (two G for a form
+    without a G term); `law fit` printed the first warning too. A refused fit gets its one
+    error line (the CLI contract); the rungs left out as unbalanced are named in it where
+    they are why too few runs remain."""
+    path = _runs_csv_with_starved(tmp_path, {4: 3.0})
+    rows = path.read_text().splitlines()
+    two_g = tmp_path / "two_g.csv"  # G = 1 and 2 alternating, 9 rungs
+    two_g.write_text("\n".join([rows[0] + ",split_factor"]
+                               + [f"{row},{1 + i % 2}" for i, row in enumerate(rows[1:])])
+                     + "\n")
+    runner = CliRunner()
+    for command in (["ladder", "fit", str(two_g), "--out", str(tmp_path / "l.json")],
+                    ["law", "fit", str(two_g)]):
+        result = runner.invoke(_app(), [*command, "--form", "chinchilla"])
+        assert result.exit_code == 2
+        assert result.stderr.splitlines() == [
+            "error: form 'chinchilla' has no split-factor term, so it fits one G at a time; "
+            "the data has G in [1.0, 2.0]: fit the rows of one G (--split-factor G, or a runs "
+            "file holding one split_factor) or use --form joint"]
+    # 5 of 9 rungs unbalanced: 4 remain for chinchilla's 5 coefficients
+    starved = _runs_csv_with_starved(tmp_path, dict.fromkeys(range(5), 2.0))
+    result = runner.invoke(_app(), ["ladder", "fit", str(starved), "--out",
+                                    str(tmp_path / "l.json"), "--form", "chinchilla"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and "4 distinct run(s)" in line
+    assert ("(5 rung(s) with unbalanced routers left out: r0, r1, r2, ...; --keep-unbalanced "
+            "fits them)") in line
+
+
 def test_ladder_fit_holds_nothing_out_where_the_default_holdout_leaves_too_few(tmp_path):
     """The tiny ladder with one more unbalanced rung than usual kept 13 runs: holding out 2
     left 11 for the joint form's 11 coefficients and the documented `ladder fit` failed (a

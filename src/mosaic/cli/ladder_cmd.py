@@ -520,7 +520,8 @@ def fit(
     for option, path in (("--out", out), ("--samples-out", samples_out)):
         if path is not None:  # before the fit, not after it
             check_output_file(path, option, inputs=[csv_path])
-    fitted_rows, left_out = _healthy_runs(csv_path, keep_unbalanced, split_factor)
+    fitted_rows, left_out, health_note = _healthy_runs(csv_path, keep_unbalanced,
+                                                       split_factor)
     runs = RunData.from_frame(fitted_rows, source=str(csv_path))
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
@@ -528,7 +529,15 @@ def fit(
     try:
         check_fittable(runs, law_form)  # as `mosaic law fit` checks it
     except MosaicInputError as exc:
-        raise MosaicInputError(f"{exc}{_other_rungs_hint(csv_path)}") from None
+        unbalanced = (f" ({len(left_out)} rung(s) with unbalanced routers left out: "
+                      f"{', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}; "
+                      "--keep-unbalanced fits them)"
+                      if _fittable_with_them(csv_path, split_factor, law_form, left_out)
+                      else "")
+        raise MosaicInputError(f"{exc}{unbalanced}{_other_rungs_hint(csv_path)}") from None
+    if health_note:  # after the refusals: a refused fit gets its one line (contract)
+        error_console.print(f"warning: {health_note}", markup=False, highlight=False,
+                            soft_wrap=True)
     settings = FitSettings(seed=seed, starts=starts, n_polished=refine)
     holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)
     if holdout_note:
@@ -591,11 +600,32 @@ def fit(
     print_fit(payload)
 
 
+def _fittable_with_them(csv_path: Path, split_factor: float | None, law_form: Any,
+                        left_out: list[str]) -> bool:
+    """Whether the rungs left out as unbalanced are why a fit was refused: with them kept,
+    the same rows pass the checks the refused fit failed."""
+    from mosaic.law.rundata import RunData
+    from mosaic.law.validation import check_fittable
+
+    if not left_out:
+        return False
+    runs = RunData.from_frame(_healthy_runs(csv_path, True, split_factor)[0],
+                              source=str(csv_path))
+    if split_factor is not None:
+        runs = runs.with_split_factor(split_factor)
+    try:
+        check_fittable(runs, law_form)
+    except MosaicInputError:
+        return False
+    return True
+
+
 def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | None
-                  ) -> tuple[Any, list[str]]:
+                  ) -> tuple[Any, list[str], str | None]:
     """The rows of a ladder's runs.csv a fit reads (its rows of ``split_factor`` where
-    given), without the rungs whose routers ended unbalanced unless ``keep_unbalanced``; and
-    the names of those left out (a warning names them). Older runs.csv files without the
+    given), without the rungs whose routers ended unbalanced unless ``keep_unbalanced``; the
+    names of those left out; and the warning that names the unbalanced rungs (printed by
+    the caller once the fit is not refused). Older runs.csv files without the
     starved_experts column keep every row."""
     from mosaic.law.rundata import read_run_table
     from mosaic.train.router_health import (
@@ -611,11 +641,10 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
     rows = frame.to_dict("records") if "starved_experts" in frame.columns else []
     unbalanced = unbalanced_names(rows)
     if not unbalanced:
-        return frame, []
+        return frame, [], None
     if keep_unbalanced:
-        kept = unbalanced_warning(unbalanced, "this fit keeps them (--keep-unbalanced)")
-        error_console.print(f"warning: {kept}", markup=False, highlight=False, soft_wrap=True)
-        return frame, []
+        return frame, [], unbalanced_warning(unbalanced,
+                                             "this fit keeps them (--keep-unbalanced)")
     healthy = frame[[not bad for bad in unbalanced_rows(rows)]]
     if healthy.empty:
         raise MosaicInputError(f"{csv_path}: every rung ended with unbalanced routers "
@@ -623,5 +652,4 @@ def _healthy_runs(csv_path: Path, keep_unbalanced: bool, split_factor: float | N
                                "'Router collapse in short runs') or pass --keep-unbalanced")
     left_out = unbalanced_warning(unbalanced,
                                   "this fit leaves them out (--keep-unbalanced keeps them)")
-    error_console.print(f"warning: {left_out}", markup=False, highlight=False, soft_wrap=True)
-    return healthy.reset_index(drop=True), unbalanced
+    return healthy.reset_index(drop=True), unbalanced, left_out

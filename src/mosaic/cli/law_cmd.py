@@ -429,12 +429,12 @@ def fit(
     if not dataset_hint(frame.columns):  # (a public dataset's own columns: its convert hint)
         check_columns(list(frame.columns), law_form, str(data))
     runs = RunData.from_frame(frame, source=str(data))
-    _warn_unbalanced_rungs(frame, split_factor)
-    _warn_repeated_data(frame)
     if split_factor is not None:
         runs = runs.with_split_factor(split_factor)
     check_fittable(runs, law_form)
-    _warn_duplicate_rows(frame)  # (after the refusals: a refused table gets its one line)
+    _warn_unbalanced_rungs(frame, split_factor)  # (after the refusals: a refused table gets
+    _warn_repeated_data(frame)  # its one line; a trial's per-g fit of two G got two lines)
+    _warn_duplicate_rows(frame)
     _warn_stray_losses(runs)
     _warn_sparsity_dropped(runs, law_form)
     holdout, holdout_note = holdout_to_fit(runs, law_form, holdout)

@@ -296,7 +296,7 @@ class FitResult:
         return log_bounds(self.form, self.settings.bounds)
 
 
-def _single_split_factor(data: RunData, form: LawForm) -> float | None:
+def single_split_factor(data: RunData, form: LawForm) -> float | None:
     """For forms without a G term (Eq. 9 is fit per G, Sec. 4.1): the one G in the data."""
     if "split_factor" in form.features or data.split_factor is None:
         return None
@@ -325,7 +325,7 @@ def fit_law(
     total)`` is called after each screened block and each refined start.
     """
     settings = settings or FitSettings()
-    stratum = _single_split_factor(data, form)
+    stratum = single_split_factor(data, form)
     objective = HuberLogObjective.build(data, form, settings)
     box = log_bounds(form, settings.bounds)
     if initial is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic.errors import MosaicInputError
-from mosaic.law.fit import FitResult, FitSettings, fit_law
+from mosaic.law.fit import FitResult, FitSettings, fit_law, single_split_factor
 from mosaic.law.forms import LawForm
 from mosaic.law.law import ScalingLaw
 from mosaic.law.rundata import RunData
@@ -31,8 +31,10 @@ def distinct_runs(runs: RunData) -> int:
 def check_fittable(runs: RunData, law_form: LawForm) -> None:
     """A degenerate data set is an error before the fit, not a meaningless law after it: the
     columns the form reads, more distinct runs than it has coefficients, and losses that
-    vary."""
+    vary; one G for a form without a split-factor term (said before any warning about the
+    fit, as the fit itself would refuse it)."""
     runs.log_features(law_form)  # a column the form needs is missing: say so first
+    single_split_factor(runs, law_form)
     n_params = len(law_form.params)
     distinct = distinct_runs(runs)
     if distinct <= n_params:
