@@ -163,6 +163,20 @@ def test_identifiability_scan_calls_a_coefficient_pressed_on_its_bound_so():
     runs = RunData(n_total=n_params, tokens=tokens, loss=loss)
     fit = fit_law(runs, CHINCHILLA, FitSettings(huber_delta=1e-3, starts=256, n_polished=4))
     scan = identifiability_scan(fit, n_restarts=32)
-    assert scan.verdicts["beta"] == "on bound"
+    # the restarts split between beta on its bound and B on its own (the term vanishes
+    # either way): which of the two holds the median of the near-best restarts changes with
+    # the machine's floating-point rounding (20 near-best, 7 on beta's bound, on one CI
+    # machine), so either verdict is right; "identified" is not
+    assert scan.verdicts["beta"] in ("on bound", "ridge")
     assert scan.verdicts["B"] != "identified"
     assert scan.verdicts["A"] == scan.verdicts["alpha"] == "identified"
+    # losses whose floor lies below zero (E = -0.05, no law form allows it): E presses on
+    # its lower bound (1e-10) in most near-best restarts (16 of 17 here; 8 of 10 to 12 of 14
+    # for other seeds), and is called so, not identified at the bound's value
+    loss_without_floor = ((400 / n_params**0.34 + 410 / tokens**0.28 - 0.05)
+                          * np.exp(0.003 * rng.standard_normal(60)))
+    floorless = fit_law(RunData(n_total=n_params, tokens=tokens, loss=loss_without_floor),
+                        CHINCHILLA, FitSettings(huber_delta=1e-3, starts=256, n_polished=4))
+    scan = identifiability_scan(floorless, n_restarts=32)
+    assert scan.verdicts["E"] == "on bound"
+    assert all(scan.verdicts[name] == "identified" for name in ("A", "B", "alpha", "beta"))
