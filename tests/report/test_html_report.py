@@ -840,3 +840,20 @@ def test_plan_page_gives_the_cheapest_budget_as_the_terminal_does(tmp_path):
                  f"{choice['cost_usd']:,.0f}", f"{choice['loss']:.4f}"):
         assert text in terminal, text
         assert text in page, text
+
+
+def test_plan_page_repeats_the_law_fits_caveats(plan_files):
+    """Every --law command warns of a law whose fit left coefficients on their bounds or held
+    nothing out; the page of a plan on such a law (a tiny ladder's fit) did not say so."""
+    import copy
+
+    document, html_path = plan_files
+    assert "law fit caveats" not in html_path.read_text()  # Table 2's law: no caveat
+    on_bounds = copy.deepcopy(document)
+    provenance = on_bounds["assumptions"]["law"]["provenance"]
+    provenance["at_bound"] = {"b": {"side": "upper", "bound": 1e10}}
+    provenance["metrics"] = {"n_heldout": 0, "r2": 0.99}
+    html = render_report(on_bounds)
+    row = html[html.index("law fit caveats"):]
+    assert "b at its upper bound 1e+10" in row[:600]
+    assert "its fit held no run out" in row[:600]

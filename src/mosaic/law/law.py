@@ -215,9 +215,14 @@ def fit_caveats(law: ScalingLaw) -> list[str]:
     planned with a tiny ladder's law and saw none of it). Every command that takes --law
     repeats them (a trial: `law optimum` returned 436 tokens from a law whose fit had
     warned, silently)."""
+    return provenance_caveats(law.provenance or {})
+
+
+def provenance_caveats(provenance: dict[str, Any]) -> list[str]:
+    """:func:`fit_caveats` of a law's provenance as its file or a plan's JSON holds it (the
+    plan report shows them: a trial's report of a plan on a tiny ladder's law had none)."""
     from mosaic.law.fit import bound_note, unidentified_note  # the fitting stack loads here
 
-    provenance = law.provenance or {}
     notes = []
     at_bound = bound_note(provenance.get("at_bound") or {})
     if at_bound is not None:

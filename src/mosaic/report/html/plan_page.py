@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mosaic.law.extrapolation import extrapolation_rows
+from mosaic.law.law import provenance_caveats
 from mosaic.plan.analysis import frontier_series
 from mosaic.report.html.breakdown import (
     layout_label,
@@ -347,9 +348,11 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
         law = a["law"]
         coefficients = ", ".join(f"{k}={v:.4g}" for k, v in law["coefficients"].items())
         source = law["provenance"].get("source") or law["provenance"]
+        caveats = provenance_caveats(law["provenance"])
         rows += [
             ("scaling law", f"{law['form']}: {coefficients}"),
             ("law source", str(source)),
+            *([("law fit caveats", "; ".join(caveats))] if caveats else []),
             ("calibration", f"{a['calibration']['name']}: {a['calibration']['provenance']}"),
             ("layout search", layout_limits_text(a["layout_limits"], only_narrowed=False)),
             ("FLOP convention", a["flop_convention"]),
