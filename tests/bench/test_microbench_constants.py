@@ -77,3 +77,54 @@ def test_the_block_survives_a_round_trip(tmp_path):
     block = {"applies_to": ["B200"], "gemm": {"k_half": 100.0}}
     calibration = calibration_with(tmp_path, block)
     assert calibration.to_document()["microbench"] == block
+
+
+def _h20_catalog(folder: Path) -> Path:
+    """A user catalog with an H20 that borrows the H100's kernel fits (docs/hardware.md:
+    kernel_fit H100, sm_count 78); figures from NVIDIA's HGX H20 specifications."""
+    def number(value: float) -> dict:
+        return {"value": value, "source": "HGX H20 specifications"}
+    catalog = folder / "h20.yaml"
+    catalog.write_text(yaml.safe_dump({"devices": [{
+        "name": "H20-96GB", "vendor": "NVIDIA", "architecture": "hopper",
+        "kernel_fit": "H100", "peak_flops_per_s": {"bf16": number(148e12)},
+        "hbm_bytes": number(1.0205e11), "hbm_bw_bytes_per_s": number(4.0e12),
+        "scale_up_bw_bytes_per_s": number(450e9), "sm_count": number(78)}],
+        "systems": [{"name": "h20-node", "device": "H20-96GB",
+                     "gpus_per_node": number(8), "scale_up_domain_gpus": number(8),
+                     "nics_per_node": number(8), "nic_bw_bytes_per_s": number(50e9),
+                     "scale_out_fabric": "InfiniBand NDR"}]}))
+    return catalog
+
+
+def test_constants_measured_on_a_borrowing_device_stay_with_it(tmp_path):
+    """A user's H20 borrows the H100's kernel fits; its measured constants (GEMMs at a
+    tenth of peak here) were applied to every H100 and H800 job too, with no line saying
+    so (a trial: an H100 job's step 86 s -> 142 s). They now apply to the H20 alone, while
+    constants measured on the H100 still reach the devices that borrow its fits, named."""
+    from mosaic.hardware import use_catalog
+
+    use_catalog(_h20_catalog(tmp_path))
+    try:
+        def step_s(system: str, calibration: object) -> float:
+            job = load_job(JOB, [f"hardware.system={system}"])
+            return float(predict_job(job, calibration).prediction.step_time_s[0])
+
+        slow = {"max_fraction_of_peak": 0.1}  # a seventh of the built-in 0.695 plateau
+        on_h20 = calibration_with(tmp_path, {"applies_to": ["H20-96GB"], "gemm": slow})
+        default = default_calibration()
+        for system in ("DGX-H100", "H800-node"):
+            assert step_s(system, on_h20) == step_s(system, default), system
+            assert "measured on H20-96GB, not" in on_h20.microbench_notes(
+                "H100-SXM-80GB" if system == "DGX-H100" else "H800-SXM-80GB")[0]
+        assert step_s("h20-node", on_h20) > 1.5 * step_s("h20-node", default)
+        assert on_h20.microbench_notes("H20-96GB") == []
+
+        on_h100 = calibration_with(tmp_path, {"applies_to": ["H100-SXM-80GB"], "gemm": slow})
+        for system in ("DGX-H100", "H800-node", "h20-node"):
+            assert step_s(system, on_h100) > 1.5 * step_s(system, default), system
+        assert on_h100.microbench_notes("H100-SXM-80GB") == []
+        note, = on_h100.microbench_notes("H20-96GB")
+        assert "measured on H100-SXM-80GB, whose kernel fits H20-96GB uses" in note
+    finally:
+        use_catalog()

@@ -141,8 +141,17 @@ class Calibration:
 
     def microbench_notes(self, device_name: str) -> list[str]:
         """Where this profile's measured kernel constants do not apply to ``device_name``
-        (measured on another device), the line that says the built-in ones are used."""
-        if self.microbench is None or self.microbench.applies(device_name):
+        (measured on another device), the line that says the built-in ones are used; where
+        they apply through its ``kernel_fit`` (measured on the device whose fits it
+        borrows), the line that says so."""
+        if self.microbench is None:
+            return []
+        source = self.microbench.borrowed_by(device_name)
+        if source is not None:  # used, but measured on the device whose fits it borrows
+            return [f"calibration {self.name}'s microbenchmark constants were measured on "
+                    f"{source}, whose kernel fits {device_name} uses (kernel_fit): they "
+                    f"stand in for {device_name}'s own"]
+        if self.microbench.applies(device_name):
             return []
         return [f"calibration {self.name}'s microbenchmark constants were measured on "
                 f"{', '.join(self.microbench.applies_to)}, not {device_name}: its built-in "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from mosaic.errors import MosaicInputError
+from mosaic.hardware import get_device
 from mosaic.limits import is_number
 from mosaic.perf.collectives import Interconnect
 from mosaic.perf.fitted_constants import fitted
@@ -60,11 +61,44 @@ class MicrobenchConstants:
     grouped_host_floor: dict[str, tuple[FloorLine, FloorLine]] = field(default_factory=dict)
 
     def applies(self, device_name: str) -> bool:
-        """True for a device the block was measured on (same kernel-fit key) or "any"."""
+        """True for "any", a device the block was measured on, or one that borrows that
+        device's kernel fits (``kernel_fit``: an H800 takes an H100's constants). Not for
+        the device whose fits the measured one borrows: a user's H20 (``kernel_fit: H100``)
+        measured at a sixth of an H100's rate rewrote every H100 job's kernels (a trial)."""
         if ANY_DEVICE in self.applies_to:
             return True
-        key = device_fit_key(device_name)
-        return any(device_fit_key(d) == key for d in self.applies_to)
+        return any(_measured_or_borrowed(measured, device_name) for measured in self.applies_to)
+
+    def borrowed_by(self, device_name: str) -> str | None:
+        """The measured device whose constants ``device_name`` takes through its
+        ``kernel_fit`` (not measured on it itself), or None."""
+        if ANY_DEVICE in self.applies_to or any(
+                _same_device(measured, device_name) for measured in self.applies_to):
+            return None
+        return next((measured for measured in self.applies_to
+                     if _measured_or_borrowed(measured, device_name)), None)
+
+
+def _catalog_name(name: str) -> str:
+    """The canonical catalog name of ``name`` (itself when the catalog has no such device)."""
+    try:
+        return get_device(name).name
+    except MosaicInputError:
+        return name
+
+
+def _same_device(first: str, second: str) -> bool:
+    return _catalog_name(first).casefold() == _catalog_name(second).casefold()
+
+
+def _measured_or_borrowed(measured: str, device_name: str) -> bool:
+    """Whether constants measured on ``measured`` describe ``device_name``: the same device,
+    or ``measured`` is the device whose kernel fits ``device_name`` uses (its fit key names
+    ``measured`` itself, so ``measured`` borrows from nobody)."""
+    if _same_device(measured, device_name):
+        return True
+    key = device_fit_key(measured)
+    return device_fit_key(device_name) == key and _same_device(key, measured)
 
 
 def _number(where: str, value: Any) -> float:
