@@ -1051,3 +1051,42 @@ def test_a_run_records_explain_shows_its_measured_gap_as_the_cli_does():
     assert body["gap_note"] is None
     assert edited["gap"] is None and "not the recorded run" in edited["gap_note"]
     assert load_run_record(EXAMPLES / "appendix_e.yaml") is None
+
+
+def test_an_exported_job_names_the_catalog_and_profile_it_was_predicted_with(tmp_path):
+    """Started with --catalog, the studio exported a job on the user's node type headed "run
+    it with `mosaic perf job.yaml`", which then answers "unknown system" (a trial); and one
+    predicted under another profile named none, so perf used the default. The header's
+    command now reproduces the studio's step time, as `mosaic export --to yaml` does."""
+    from mosaic.hardware import use_catalog
+    from mosaic.perf.calibration import load_calibration
+
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(yaml.safe_dump({"systems": [{
+        "name": "acme-h100-roce", "device": "H100-SXM-80GB",
+        "gpus_per_node": {"value": 8, "source": "our BOM"},
+        "scale_up_domain_gpus": {"value": 8, "source": "our BOM"},
+        "nics_per_node": {"value": 8, "source": "8x 200G NICs"},
+        "nic_bw_bytes_per_s": {"value": 2.5e10, "source": "200 Gb/s"},
+        "scale_out_fabric": "RoCE 200 Gb/s"}]}))
+    form = {**DEFAULT_FORM, "hardware.system": "acme-h100-roce", "hardware.nodes": "8"}
+    use_catalog(catalog)
+    try:
+        with running_studio(calibration=load_calibration("paper-p6b200")) as studio:
+            status, body = studio.call("/api/perf", {"form": form})
+            assert status == 200, body
+            _, exported = studio.call("/api/export", {"form": form, "target": "yaml"})
+    finally:
+        use_catalog()
+    header = exported["text"].splitlines()[0]
+    command = f"`mosaic --catalog {catalog} perf job.yaml --calibration paper-p6b200`"
+    assert command in header, header
+    path = tmp_path / "job.yaml"
+    path.write_text(exported["text"])
+    try:
+        document = cli_json("--catalog", str(catalog), "perf", str(path),
+                            "--calibration", "paper-p6b200")
+    finally:
+        use_catalog()
+    assert document["step_time_s"] == pytest.approx(body["prediction"]["step_time_s"],
+                                                    rel=1e-12)

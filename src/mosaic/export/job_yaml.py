@@ -19,7 +19,7 @@ def render(spec: ExportSpec) -> ExportResult:
     if spec.job is None:
         raise MosaicInputError(f"{spec.source or 'this source'}: --to yaml needs a job, a run "
                                "record or a plan document")
-    command = _perf_command(spec.calibration, _catalog_option(spec.job))
+    command = perf_command(spec.calibration, catalog_option(spec.job))
     header = [f"mosaic job written by `mosaic export --to yaml` from {spec.source or 'a job'}; "
               f"run it with {command}", *training_lines(spec),
               *warning_lines(spec)]
@@ -32,7 +32,7 @@ def render(spec: ExportSpec) -> ExportResult:
     return ExportResult("yaml", text, ".yaml", unexpressed)
 
 
-def _catalog_option(job: dict) -> str:
+def catalog_option(job: dict) -> str:
     """``--catalog FILE `` when the job's node type is not the shipped one of its name (a
     user's catalog entry: `mosaic perf` without it says "unknown system", a trial)."""
     from mosaic.hardware import active_catalog, active_catalog_paths, shipped_catalog
@@ -49,7 +49,7 @@ def _catalog_option(job: dict) -> str:
     return "".join(f"--catalog {path} " for path in paths)
 
 
-def _perf_command(calibration: str | None, catalog: str = "") -> str:
+def perf_command(calibration: str | None, catalog: str = "") -> str:
     """How to predict the job as its plan did: under the plan's calibration profile (a job
     file names none, so `mosaic perf` would use the default one) and the user catalog that
     holds its node type."""

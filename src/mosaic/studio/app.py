@@ -437,7 +437,8 @@ def create_app(job_document: dict[str, Any] | None = None, calibration: Any = No
         job = validate_form(form, job_document)
         check_form_layout(job, form)  # the layout rules `mosaic export` and `perf` apply
         if target == "yaml":
-            return _json({"ok": True, "filename": "job.yaml", "text": export_yaml(job)})
+            return _json({"ok": True, "filename": "job.yaml",
+                          "text": export_yaml(job, calibration)})
         from mosaic.export import export, spec_from_job
 
         try:

@@ -340,10 +340,19 @@ def check_form_layout(job: StudioJob, form: dict[str, str]) -> None:
         raise FormError(message_fields(str(exc), set(form))) from None
 
 
-def export_yaml(job: StudioJob) -> str:
-    """The job as a YAML file `mosaic perf` reads."""
-    header = "# Exported by mosaic studio; run it with `mosaic perf job.yaml`.\n"
-    return header + yaml.safe_dump(_typed(job.document), sort_keys=False)
+def export_yaml(job: StudioJob, calibration: Calibration | None = None) -> str:
+    """The job as a YAML file `mosaic perf` reads, headed by the command that predicts it
+    as the studio did: with the studio's --catalog where the job's node type comes from it
+    (the header said `mosaic perf job.yaml`, which then answered "unknown system"; a trial)
+    and its calibration profile (``calibration``) where that is not the default."""
+    from mosaic.export.job_yaml import catalog_option, perf_command
+
+    document = _typed(job.document)
+    profile = None if calibration is None else (
+        str(calibration.source_path) if calibration.source_path else calibration.name)
+    command = perf_command(profile, catalog_option(document)).replace("FILE", "job.yaml")
+    header = f"# Exported by mosaic studio; run it with {command}.\n"
+    return header + yaml.safe_dump(document, sort_keys=False)
 
 
 def _typed(document: dict[str, Any]) -> dict[str, Any]:
