@@ -213,7 +213,40 @@ def test_a_catalog_that_is_not_text_or_nests_without_end_is_one_line(tmp_path: P
 
 def test_missing_field_names_entry_and_field(tmp_path: Path) -> None:
     message = _error(tmp_path, _MY_DEVICE.replace("    hbm_bytes:", "    # hbm_bytes:"))
-    assert "device 'MyAccel-1' (entry 1): field 'hbm_bytes': Field required" in message
+    assert "device 'MyAccel-1' (entry 1): field 'hbm_bytes': missing: a number in bytes" in message
+
+
+@pytest.mark.parametrize("edit, expected", [
+    # pydantic's "Field required" named neither the unit nor the {value, source} form (a
+    # trial); the units are those of docs/hardware.md's field table
+    (("    hbm_bw_bytes_per_s: {value: 4.0e+12, source: \"Acme datasheet rev 3\"}\n", ""),
+     "field 'hbm_bw_bytes_per_s': missing: a number in bytes/s, written {value: NUMBER, "
+     "source: \"where it comes from\"} (900 GB/s is 9e11)"),
+    (("bf16: {value: 1.0e+15, source", "bf16: {source"),
+     "field 'peak_flops_per_s.bf16.value': missing: a number in FLOP/s"),
+    (("    peak_flops_per_s:\n      bf16: {value: 1.0e+15, source: \"Acme datasheet rev 3\"}\n",
+      ""), "field 'peak_flops_per_s': missing: the dense peak FLOP/s of each precision"),
+    # a key left empty is as good as missing
+    (("      bf16: {value: 1.0e+15, source: \"Acme datasheet rev 3\"}\n", ""),
+     "field 'peak_flops_per_s': missing: the dense peak FLOP/s of each precision"),
+    (("    hbm_bytes: {value: 128.0e+9, source: \"Acme datasheet rev 3\"}", "    hbm_bytes:"),
+     "field 'hbm_bytes': missing: a number in bytes, written {value: NUMBER"),
+    (("{value: 128.0e+9, source:", "{value: 128.0e+9, sorce:"),
+     "field 'hbm_bytes.sorce': Extra inputs are not permitted; did you mean 'source'?"),
+    (("{value: 128.0e+9, source:", "{value: 128.0e+9, sorce:"),
+     "field 'hbm_bytes.source': missing: where the number comes from"),
+    (("    nics_per_node: {value: 4, source: \"rack drawing\"}\n", ""),
+     "system 'my-myaccel-node' (entry 1): field 'nics_per_node': missing: an integer count"),
+])
+def test_a_missing_field_says_its_unit_and_form(tmp_path: Path, edit: tuple[str, str],
+                                                expected: str) -> None:
+    text = _MY_DEVICE + _systems("myaccel")
+    assert edit[0] in text
+    # achievable needs its dtype's peak: drop it with the peak table
+    if "peak_flops_per_s'" in expected:
+        text = text.replace("      bf16: {value: 0.7e+15, source: \"our GEMM sweep, 2026-01\"}\n",
+                            "").replace("    achievable_flops_per_s:\n", "")
+    assert expected in _error(tmp_path, text.replace(*edit))
 
 
 def test_negative_value_names_entry_and_field(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -51,6 +51,9 @@ def _physical(low: float, high: float, unit: str, example: str) -> type[SourcedV
     (a trial's 2250 FLOP/s peak predicted a step of 3.8e10 s)."""
 
     class PhysicalValue(SourcedValue):
+        unit_text: ClassVar[str] = unit  # named by the message of a missing field
+        example_text: ClassVar[str] = example
+
         @model_validator(mode="after")
         def _in_range(self) -> PhysicalValue:
             if not low <= self.value <= high:
@@ -252,8 +255,37 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         error.get("input"), dict | list
     ):
         message += f" (got {error.get('input')!r})"
-    if error["type"] == "extra_forbidden" and len(loc) == 1:  # a misspelt field
-        close = difflib.get_close_matches(str(loc[0]), list(schema.model_fields), n=1)
+    # a key left empty ('hbm_bytes:' with nothing after it) is as good as missing
+    empty = error["type"] in ("dict_type", "model_type") and error.get("input") is None
+    if (error["type"] == "missing" or empty) and loc and str(loc[0]) in schema.model_fields:
+        message = f"missing: {_expected_form(schema, [str(part) for part in loc])}"
+    if error["type"] == "extra_forbidden" and loc:  # a misspelt field, or value/source
+        known = list(schema.model_fields) if len(loc) == 1 else list(SourcedValue.model_fields)
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         if close:
             message += f"; did you mean {close[0]!r}?"
     return f"{where}: field '{field}': {message}"
+
+
+_SOURCED = 'source: "where it comes from"'
+
+
+def _expected_form(schema: type[BaseModel], loc: list[str]) -> str:
+    """What the missing field at ``loc`` holds, in the words of docs/hardware.md: its unit
+    and the {value, source} form (pydantic said only "Field required"; a trial)."""
+    name = loc[0]
+    if len(loc) > 1 and loc[-1] == "source":
+        return "where the number comes from (a datasheet, URL or measurement)"
+    if name == "peak_flops_per_s" and len(loc) == 1:
+        return (f"the dense peak FLOP/s of each precision, e.g. bf16: {{value: 9.894e+14, "
+                f"{_SOURCED}}}; precisions: {', '.join(get_args(Dtype))}")
+    annotation = schema.model_fields[name].annotation
+    candidates = [annotation, *get_args(annotation)]  # X | None and dict[K, X]: X among them
+    physical = next((c for c in candidates if isinstance(c, type)
+                     and issubclass(c, SourcedValue) and hasattr(c, "unit_text")), None)
+    if physical is not None:
+        return (f"a number in {physical.unit_text}, written {{value: NUMBER, {_SOURCED}}} "
+                f"({physical.example_text})")
+    if SourcedCount in candidates:
+        return f"an integer count, written {{value: N, {_SOURCED}}}"
+    return "text" if annotation is str else "a value (docs/hardware.md)"
