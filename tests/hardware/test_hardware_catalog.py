@@ -507,3 +507,20 @@ def test_another_input_given_as_a_catalog_is_named(tmp_path: Path, text: str, wo
     not permitted" (a trial)."""
     with pytest.raises(MosaicInputError, match=re.escape(words)):
         load_catalog(_write(tmp_path, text), override=True)
+
+
+def test_the_docs_python_examples_run_on_the_docs_catalog_file(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """docs/hardware.md's Python blocks run as written against its my_hardware.yaml (the
+    first looked up a node type 'my-node' the file does not define; a trial)."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text()
+    start = docs.index("# my_hardware.yaml")
+    (tmp_path / "my_hardware.yaml").write_text(docs[start:docs.index("```", start)])
+    blocks = re.findall(r"```python\n(.*?)```", docs, flags=re.S)
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/hardware.md", "exec"), namespace)
+    assert namespace["cluster"].n_devices == 16 * 8  # the last block: our-b300-pod x 16
+    assert namespace["mine"].system("our-b300-pod").device.name == "B300-capped-1100W"
