@@ -192,3 +192,31 @@ def test_a_kernel_fit_naming_a_device_without_fits_borrows_no_fits(tmp_path, fit
     finally:
         use_catalog()
     assert f"its kernel_fit ({device.kernel_fit}) has none" in notes[0]
+
+
+def test_a_borrower_without_a_measured_rate_says_whose_share_of_peak_it_takes(tmp_path):
+    """A user's H20 (kernel_fit H100, no achievable_flops_per_s) was costed at the H100's
+    measured share of datasheet peak with no word in the job's assumptions (a trial); the
+    line now names the fits and the share: MAMF 794.5 of 989.4 TFLOP/s = 0.803 (catalog,
+    stas00/ml-engineering). With its own measured rate it is rescaled and needs no line."""
+    from mosaic.hardware import use_catalog
+    from mosaic.perf.machine import device_model_notes
+
+    h20 = CAPPED_H100.format(name="H20-like").replace(
+        "    achievable_flops_per_s:\n      bf16: {value: 6.6e+14, source: our mamf-finder run}\n",
+        "") + "    kernel_fit: H100\n    architecture: hopper\n"
+    measured = CAPPED_H100.format(name="H100-measured").removeprefix("devices:\n") + (
+        "    kernel_fit: H100\n    architecture: hopper\n")
+    catalog = tmp_path / "hw.yaml"
+    catalog.write_text(h20 + measured)
+    use_catalog(catalog)
+    try:
+        assert not get_device("H20-like").achievable_flops_per_s
+        note, = device_model_notes(get_device("H20-like"))
+        assert device_model_notes(get_device("H100-measured")) == []
+    finally:
+        use_catalog()
+    assert "costed with H100-SXM-80GB's measured kernel fits (kernel_fit)" in note
+    assert f"({794.5 / 989.4:.3f} in bf16, MAMF)" in note
+    assert device_model_notes(get_device("H100-SXM-80GB")) == []
+    assert device_model_notes(get_device("GB200")) == []  # states its own MAMF

@@ -304,6 +304,16 @@ def device_model_notes(device: Device) -> list[str]:
                      f"GEMMs {rate}, attention at the generic flash-attention efficiency; "
                      f"set kernel_fit ({', '.join(SM_COUNT)}) in its catalog entry to use the "
                      "nearest device's measured fits (docs/hardware.md)")
+    elif not device.achievable_flops_per_s:
+        fit = _fitted_device(device.kernel_fit or device.name)
+        fraction = _achieved_fraction(fit, "bf16")
+        if fit.name != device.name and fraction is not None:
+            notes.append(
+                f"device {device.name} is costed with {fit.name}'s measured kernel fits "
+                f"(kernel_fit) and states no achievable_flops_per_s: its GEMMs are taken to "
+                f"reach the share of its datasheet peak that {fit.name}'s do ({fraction:.3f} "
+                "in bf16, MAMF); state its measured large-GEMM rate to rescale them "
+                "(docs/hardware.md)")
     if device.architecture is None:
         notes.append(f"device {device.name} states no architecture: the generic defaults "
                      "for the attention kernel and its rate, NCCL protocol caps and a stack's "
