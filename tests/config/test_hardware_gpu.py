@@ -58,3 +58,14 @@ def test_a_job_names_one_of_the_two():
         job_from_document(_document(), "job.yaml")
     with pytest.raises(MosaicInputError, match=r"job.yaml: .*H1OO"):
         job_from_document(_document(gpu="H1OO"), "job.yaml")
+
+
+def test_a_gpu_that_a_stated_node_type_does_not_hold_names_the_ones_that_do():
+    """A file naming its node type, its GPU overridden with --set hardware.gpu, was told to
+    "drop one of them", which --set cannot do (a trial): the message names the node types
+    holding that GPU: for an A100, DGX-A100 and fms-fsdp's HGX-A100-400G
+    (docs/hardware.md "Shipped systems")."""
+    with pytest.raises(MosaicInputError) as info:
+        job_from_document(_document(gpu="A100", system="DGX-H100"), "job.yaml")
+    assert str(info.value).endswith("or give hardware.system one holding A100-SXM-80GB: "
+                                    "DGX-A100, HGX-A100-400G")

@@ -26,10 +26,16 @@ def resolve_system(gpu: str | None = None, system: str | None = None,
                                    f"or leave it out")
     if system is not None:
         chosen = get_system(system)
-        if gpu is not None and get_device(gpu).name != chosen.device.name:
+        if gpu is not None and (device := get_device(gpu)).name != chosen.device.name:
+            # a --set override cannot drop the file's node type: name those that fit (a
+            # trial overriding a job's GPU was told only to drop one)
+            holders = [s.name for s in active_catalog().systems.values()
+                       if s.device.name == device.name]
+            fits = (f", or give {system_field} one holding {device.name}: "
+                    f"{', '.join(holders)}" if holders else "")
             raise MosaicInputError(
                 f"{gpu_field} {gpu} does not match {system_field} {chosen.name}, which holds "
-                f"{chosen.device.name}; drop one of them"
+                f"{chosen.device.name}; drop one of them{fits}"
             )
         return chosen
     device = get_device("B200" if gpu is None else gpu)
