@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -203,8 +205,6 @@ def test_an_address_whose_service_is_not_grpc_fails_at_once():
 def test_cluster_messages_go_to_stderr_and_a_dead_worker_is_one_line(monkeypatch):
     """Ray printed '(raylet) A worker died ...' on stdout, corrupting a `plan --json`; a
     worker that kept dying ended as 'internal error (WorkerCrashedError ...)' (a trial)."""
-    from types import SimpleNamespace
-
     from mosaic.plan import ray_backend
 
     printed = []
@@ -219,24 +219,10 @@ def test_cluster_messages_go_to_stderr_and_a_dead_worker_is_one_line(monkeypatch
     class WorkerCrashedError(Exception):
         pass
 
-    class RayTaskError(Exception):  # an error inside a task: not the cluster's (a review)
-        pass
-
-    def failing(error):
-        def wait(refs, num_returns):
-            raise error
-        return wait
-
     calls = []
-    cluster = SimpleNamespace(exceptions=SimpleNamespace(WorkerCrashedError=WorkerCrashedError,
-                                                         RayTaskError=RayTaskError),
-                              remote=lambda **_: lambda f: SimpleNamespace(
-                                  remote=lambda *args: object()),
-                              put=lambda value: value,
-                              cancel=lambda ref, force: calls.append("cancel"),
-                              shutdown=lambda: calls.append("shutdown"))
+    cluster = _fake_cluster(calls, WorkerCrashedError=WorkerCrashedError)
     monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
-    cluster.wait = failing(WorkerCrashedError("The worker died unexpectedly while executing"))
+    cluster.wait = _raising(WorkerCrashedError("The worker died unexpectedly while executing"))
     with pytest.raises(MosaicInputError, match=r"--backend ray: the Ray cluster failed during "
                        r"the search \(WorkerCrashedError: The worker died .*0 of 4 geometries "
                        r"were done\. Rerun, or use --backend local"):
@@ -244,9 +230,95 @@ def test_cluster_messages_go_to_stderr_and_a_dead_worker_is_one_line(monkeypatch
     # the two pending tasks cancelled and Ray left before the error: nothing of Ray's after
     # it, and exit status 2 (a trial: 1, with 'Unhandled error' lines after the error)
     assert calls == ["cancel", "cancel", "shutdown"]
-    cluster.wait = failing(RayTaskError("ZeroDivisionError in _call_block"))
-    with pytest.raises(RayTaskError):
+
+
+class _RayTaskError(Exception):
+    """Ray's RayTaskError as ray.get raises it (ray/exceptions.py, Ray 2.x): the task's
+    exception is its ``cause``, the instance is of a class made from both RayTaskError and
+    the cause's class (as_instanceof_cause), and its message starts with the coloured task
+    name, its pid and its node's ip."""
+
+    def __init__(self, cause: BaseException):
+        self.cause = cause
+
+    @classmethod
+    def of(cls, cause: BaseException) -> _RayTaskError:
+        dual = type(f"RayTaskError({type(cause).__name__})", (cls, type(cause)), {
+            "__str__": lambda self: ("\x1b[36mray::_call_block()\x1b[39m (pid=4242, "
+                                     "ip=192.0.2.7)\n  At least one of the input arguments "
+                                     f"...\n{type(cause).__name__}: {cause}")})
+        return dual(cause)
+
+
+class _RaySystemError(Exception):
+    """Ray's RaySystemError: ``client_exc`` is the exception underneath (ray/exceptions.py)."""
+
+    def __init__(self, client_exc: BaseException, traceback_str: str | None = None):
+        super().__init__(client_exc, traceback_str)
+        self.client_exc = client_exc
+
+    def __str__(self) -> str:
+        return f"System error: {self.client_exc}"
+
+
+def _fake_cluster(calls: list[str], **exceptions: type[BaseException]) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        exceptions=SimpleNamespace(RayTaskError=_RayTaskError, RaySystemError=_RaySystemError,
+                                   **exceptions),
+        remote=lambda **_: lambda f: SimpleNamespace(remote=lambda *args: object()),
+        put=lambda value: value,
+        cancel=lambda ref, force: calls.append("cancel"),
+        shutdown=lambda: calls.append("shutdown"))
+
+
+def _raising(error: BaseException) -> Any:
+    """A fake ray.wait (its signature: refs, *, num_returns, timeout) that raises ``error``."""
+    def wait(refs, *, num_returns=1, timeout=None):
+        raise error
+    return wait
+
+
+def test_an_error_inside_a_task_is_raised_as_the_local_backend_raises_it(monkeypatch):
+    """ray.get raises a task's exception wrapped in RayTaskError, whose message is Ray's
+    coloured task line and traceback: a MosaicInputError inside a task printed that over
+    several lines (a trial). The local backend's processes re-raise the exception itself."""
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    cluster.wait = _raising(_RayTaskError.of(MosaicInputError("unknown device 'X'")))
+    with pytest.raises(MosaicInputError) as raised:
         RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+    assert str(raised.value) == "unknown device 'X'"
+    assert not isinstance(raised.value, _RayTaskError)
+    # the other block cancelled and Ray left: its 'Unhandled error' lines for the other
+    # blocks' errors followed mosaic's line (a trial)
+    assert calls == ["cancel", "cancel", "shutdown"]
+    cluster.wait = _raising(_RayTaskError.of(ZeroDivisionError("division by zero")))
+    with pytest.raises(ZeroDivisionError) as raised:  # a bug stays a bug (exit status 1)
+        RayBackend().run_blocks(len, (), [range(0, 2)], None, 2)
+    assert not isinstance(raised.value, _RayTaskError)
+
+
+def test_a_worker_without_mosaic_is_one_line_naming_the_fix(monkeypatch):
+    """A node without mosaic cannot unpickle the search state: Ray raises RayTaskError
+    (RaySystemError) whose client_exc is the ModuleNotFoundError (observed with Ray 2.60);
+    the error line read 'RayTaskError(RaySystemError): ray::_call_block() (pid=...)' in
+    terminal colours, and said 'Rerun' (a trial)."""
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    missing = ModuleNotFoundError("No module named 'mosaic'", name="mosaic")
+    cluster.wait = _raising(_RayTaskError.of(_RaySystemError(missing)))
+    with pytest.raises(MosaicInputError) as raised:
+        RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+    message = str(raised.value)
+    assert message == ("--backend ray: a Ray worker at 192.0.2.7 cannot load mosaic's search "
+                       "(ModuleNotFoundError: No module named 'mosaic'); every node needs "
+                       "this mosaic installed in the Python environment Ray runs "
+                       "(docs/ray.md), or use --backend local")
+    assert "\x1b" not in message and "Rerun" not in message
 
 
 def test_ray_address_in_the_environment_is_checked_before_ray_starts(monkeypatch):

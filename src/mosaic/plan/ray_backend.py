@@ -22,6 +22,7 @@ import contextvars
 import copyreg
 import logging
 import os
+import re
 import socket
 import types
 import warnings
@@ -147,23 +148,71 @@ class RayBackend:
                     done += len(blocks[index])
                     if progress is not None:
                         progress(done, total)
+        except _task_error(ray) as exc:
+            # an exception inside a task comes wrapped (RayTaskError, its `cause` the
+            # original, https://docs.ray.io/en/latest/ray-core/fault_tolerance/tasks.html);
+            # raised as the local backend's processes raise it, so a MosaicInputError is one
+            # line, not Ray's coloured traceback (a trial)
+            cause = getattr(exc, "cause", None)
+            _abandon(ray, pending)  # the other blocks' errors would follow as 'Unhandled
+            # error' lines (a trial: a node without mosaic)
+            if isinstance(cause, _system_error(ray)):
+                # the worker could not unpickle the task's inputs ("At least one of the input
+                # arguments for this task could not be computed"): its node lacks this mosaic
+                # (a trial: a node without mosaic read 'RayTaskError(RaySystemError):
+                # ray::_call_block() (pid=..., ip=...)', and 'Rerun')
+                inner = getattr(cause, "client_exc", None) or cause
+                raise MosaicInputError(
+                    f"--backend ray: a Ray worker{_worker_ip(exc)} cannot load mosaic's search "
+                    f"({type(inner).__name__}: {_first_line(inner)}); every node needs this "
+                    "mosaic installed in the Python environment Ray runs (docs/ray.md), or "
+                    "use --backend local") from None
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
         except _cluster_failures(ray) as exc:
             # a worker or node that died past Ray's retries is the cluster's failure, not a
-            # mosaic bug (a trial); an error inside a task (RayTaskError) keeps its own
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            # mosaic bug (a trial); an error inside a task (RayTaskError) is handled above
             _abandon(ray, pending)
             raise MosaicInputError(
                 f"--backend ray: the Ray cluster failed during the search "
-                f"({type(exc).__name__}: {first[:160]}); {done} of {total} geometries were "
-                "done. Rerun, or use --backend local") from None
+                f"({type(exc).__name__}: {_first_line(exc)}); {done} of {total} geometries "
+                "were done. Rerun, or use --backend local") from None
         return results
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the task name in its messages
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, without Ray's terminal colours."""
+    text = _ANSI.sub("", str(exc)).strip()
+    return text.splitlines()[0][:limit] if text else ""
+
+
+def _worker_ip(exc: BaseException) -> str:
+    """' at IP' of the worker a RayTaskError names ('ray::f() (pid=1, ip=10.0.0.5)'), or ''."""
+    found = re.search(r"\bip=([^),\s]+)", _ANSI.sub("", str(exc)))
+    return f" at {found.group(1)}" if found else ""
+
+
+def _task_error(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's RayTaskError, where this Ray defines it."""
+    error = getattr(ray.exceptions, "RayTaskError", None)
+    return (error,) if isinstance(error, type) else ()
+
+
+def _system_error(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's RaySystemError, where this Ray defines it."""
+    error = getattr(ray.exceptions, "RaySystemError", None)
+    return (error,) if isinstance(error, type) else ()
+
+
 def _abandon(ray: Any, pending: dict[Any, int]) -> None:
-    """After a cluster failure: cancel the tasks still pending and leave Ray, so its
-    notices of them do not follow mosaic's one error line and its dying core worker does
-    not end the process with status 1 before the CLI's 2 (a trial: `ray stop` mid-plan
-    exited 1, with 'Unhandled error' lines after the error)."""
+    """After a failure: cancel the tasks still pending and leave Ray, so its notices of
+    them do not follow mosaic's one error line and its dying core worker does not end the
+    process with status 1 before the CLI's 2 (a trial: `ray stop` mid-plan exited 1, with
+    'Unhandled error' lines after the error)."""
     for ref in pending:
         with contextlib.suppress(Exception):
             ray.cancel(ref, force=True)
