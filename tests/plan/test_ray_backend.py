@@ -321,6 +321,90 @@ def test_a_worker_without_mosaic_is_one_line_naming_the_fix(monkeypatch):
     assert "\x1b" not in message and "Rerun" not in message
 
 
+def _port(listening: bool) -> tuple[Any, str]:
+    """A local HOST:PORT that accepts connections (with its server) or refuses them."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    if not listening:
+        server.close()  # nothing listens there now: connections are refused
+        return None, address
+    return server, address
+
+
+@pytest.mark.parametrize("dead", ["gcs", "raylet"])
+def test_a_ray_node_that_dies_mid_search_is_one_line(monkeypatch, dead):
+    """Ray's driver does not notice its GCS or its own raylet die: ray.wait keeps returning
+    nothing (observed with Ray 2.60 after `ray stop --force`) until Ray ends the process
+    with status 1 and no mosaic line, 60 s later for the GCS
+    (RAY_gcs_rpc_server_reconnect_timeout_s), seconds later for the raylet ('The connection
+    to the plasma store is failed. Terminate the process'); a trial. The search watches
+    both ports (Ray's runtime context and ray.nodes()) while no block finishes."""
+    from mosaic.plan import ray_backend
+
+    gcs_server, gcs = _port(listening=dead != "gcs")
+    raylet_server, raylet = _port(listening=dead != "raylet")
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    waits: list[float | None] = []
+
+    def wait_nothing_ready(refs, *, num_returns=1, timeout=None):
+        waits.append(timeout)
+        if len(waits) > 50:
+            raise AssertionError("the search kept waiting on a dead cluster")
+        return [], list(refs)
+
+    host, port = raylet.rsplit(":", 1)
+    cluster.wait = wait_nothing_ready
+    cluster.get_runtime_context = lambda: SimpleNamespace(gcs_address=gcs,
+                                                          get_node_id=lambda: "n1")
+    cluster.nodes = lambda: [{"NodeID": "n0", "NodeManagerAddress": "10.0.0.9",
+                              "NodeManagerPort": 1},
+                             {"NodeID": "n1", "NodeManagerAddress": host,
+                              "NodeManagerPort": int(port)}]
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    monkeypatch.setattr(ray_backend, "GCS_LOST_AFTER_S", 0.0)
+    monkeypatch.setattr(ray_backend, "RAYLET_LOST_AFTER_S", 0.0)
+    what = (f"the Ray cluster's head node (GCS at {gcs})" if dead == "gcs"
+            else f"this machine's Ray node (raylet at {raylet})")
+    try:
+        with pytest.raises(MosaicInputError, match=re.escape(
+                f"--backend ray: {what} stopped answering during the search; 0 of 4 "
+                "geometries were done. Rerun once Ray runs again (a cluster: `ray start`, "
+                "docs/ray.md), or use --backend local")):
+            RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+    finally:
+        for server in (gcs_server, raylet_server):
+            if server is not None:
+                server.close()
+    assert waits and all(t == ray_backend.WAIT_POLL_S for t in waits)  # never a blind wait
+    assert calls == ["cancel", "cancel", "shutdown"]
+
+
+def test_a_slow_block_on_a_live_cluster_is_waited_for(monkeypatch):
+    """Nothing finished within a poll, but the GCS and the raylet answer: the search goes on."""
+    from mosaic.plan import ray_backend
+
+    gcs_server, gcs = _port(listening=True)
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    results = iter([([], None), ([], None), (["a"], None), (["b"], None)])
+    cluster.wait = lambda refs, *, num_returns=1, timeout=None: next(results)
+    cluster.get_runtime_context = lambda: SimpleNamespace(gcs_address=gcs,
+                                                          get_node_id=lambda: "n1")
+    cluster.nodes = lambda: []
+    refs = iter(["a", "b"])
+    cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
+    cluster.get = lambda ref: ref.upper()
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    monkeypatch.setattr(ray_backend, "GCS_LOST_AFTER_S", 0.0)
+    with gcs_server:
+        assert RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4) == [
+            "A", "B"]
+    assert calls == []
+
+
 def test_ray_address_in_the_environment_is_checked_before_ray_starts(monkeypatch):
     """RAY_ADDRESS beside --workers was silently left for a new local instance, and a
     malformed one failed only after Ray's retries (a trial): both are one line at once."""
