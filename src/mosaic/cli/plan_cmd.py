@@ -176,7 +176,8 @@ BackendOpt = Annotated[str, typer.Option(
     "(pip install 'mosaic\\[ray]'; docs/ray.md).")]
 AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="With --backend ray: auto (the cluster of `ray start`) or HOST:PORT "
-    "of a head node; default: a local Ray instance.")]
+    "of a head node; default: the cluster RAY_ADDRESS names, else one this machine runs "
+    "(`ray start`), else a new local instance (docs/ray.md).")]
 BalancedPipelineOpt = Annotated[bool, typer.Option(
     "--balanced-pipeline", help="Split every pipelined layout by a balanced Megatron layout "
     "(embedding, loss and MTP modules as layer slots), as `mosaic layouts "
