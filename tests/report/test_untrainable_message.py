@@ -4,6 +4,7 @@ broken divisibility rule quoted next to the divisibility count (not the memory o
 from types import SimpleNamespace
 
 from mosaic.plan.envelope import TABLE3_LAYOUT_LIMITS
+from mosaic.plan.goodput import ConstantGoodput
 from mosaic.report.plan_report import untrainable_message
 
 
@@ -12,7 +13,7 @@ def _result(reasons: list[str]) -> SimpleNamespace:
     return SimpleNamespace(
         infeasible=lambda: rows,
         envelope=SimpleNamespace(n_nodes=18, days=10.0, n_devices=72, global_batch=1024,
-                                 dollar_budget=None),
+                                 dollar_budget=None, goodput=ConstantGoodput(1.0)),
         throughput=SimpleNamespace(limits=TABLE3_LAYOUT_LIMITS))
 
 
@@ -85,6 +86,7 @@ def test_a_batch_far_too_small_for_the_cluster_is_told_fewer_nodes_not_a_huge_ba
                       "800000·1 must divide global_batch=1024)"])
     result.envelope = SimpleNamespace(n_nodes=100_000, days=20.0, n_devices=800_000,
                                       global_batch=1024, dollar_budget=None,
+                                      goodput=ConstantGoodput(1.0),
                                       system=SimpleNamespace(gpus_per_node=8))
     message = untrainable_message(result)
     assert "--global-batch 800000" not in message
