@@ -433,3 +433,37 @@ def test_more_workers_than_cpus_under_ray_is_warned_of(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     with pytest.warns(MosaicWarning, match="--workers 1000 exceeds this machine's 2 CPUs"):
         backend_from_options("ray", None, 1000)
+
+
+def test_a_search_through_ray_client_does_not_watch_the_clusters_inner_gcs_address(
+        monkeypatch):
+    """Through Ray Client (--address ray://HOST:10001) the runtime context's gcs_address is
+    the one the head node's client server uses (ray/util/client/server/server.py,
+    RUNTIME_CONTEXT), inside the cluster: a driver behind a port-forward reaches only the
+    client port. Watching that address ended a healthy search whose blocks each outlast a
+    poll, naming a head node that was running."""
+    from mosaic.plan import ray_backend
+
+    _, unreachable = _port(listening=False)  # as the cluster's inner address looks from here
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    results = iter([([], None), ([], None), (["a"], None), ([], None), (["b"], None)])
+    cluster.wait = lambda refs, *, num_returns=1, timeout=None: next(results)
+    cluster.get_runtime_context = lambda: SimpleNamespace(gcs_address=unreachable,
+                                                          get_node_id=lambda: "n1")
+    cluster.nodes = lambda: []
+    cluster.util = SimpleNamespace(client=SimpleNamespace(ray=SimpleNamespace(
+        is_connected=lambda: True)))
+    refs = iter(["a", "b"])
+    cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
+    cluster.get = lambda ref: ref.upper()
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    monkeypatch.setattr(ray_backend, "GCS_LOST_AFTER_S", 0.0)  # Ray's 15 s, already past
+    assert RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4) == ["A", "B"]
+    assert calls == []
+    # connected directly (not through Ray Client), the same refusing GCS is a lost cluster
+    cluster.util.client.ray.is_connected = lambda: False
+    results = iter([([], None)])
+    refs = iter(["a", "b"])
+    with pytest.raises(MosaicInputError, match=r"head node .* stopped answering"):
+        RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)

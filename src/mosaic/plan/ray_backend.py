@@ -243,8 +243,11 @@ class _ClusterWatch:
 
     @classmethod
     def of(cls, ray: Any) -> _ClusterWatch:
-        """The ports of the cluster ``ray`` is connected to (none where Ray does not say)."""
-        ports = []
+        """The ports of the cluster ``ray`` is connected to (none where Ray does not say,
+        and none through Ray Client: see :func:`_through_ray_client`)."""
+        ports: list[tuple[str, str, float]] = []
+        if _through_ray_client(ray):
+            return cls(ports, {})
         with contextlib.suppress(Exception):  # a Ray without these public APIs: no watch
             context = ray.get_runtime_context()
             if context.gcs_address:
@@ -267,6 +270,21 @@ class _ClusterWatch:
             elif now - self.silent_since.setdefault(address, now) >= allowed_s:
                 return what
         return None
+
+
+def _through_ray_client(ray: Any) -> bool:
+    """Whether ``ray`` is connected through Ray Client (``--address ray://HOST:10001``,
+    https://docs.ray.io/en/latest/cluster/running-applications/job-submission/ray-client.html).
+    Its runtime context reports the GCS address the head node's client server uses
+    (ray/util/client/server/server.py, RUNTIME_CONTEXT, Ray 2.x): an address inside the
+    cluster, which a driver that reaches only the client port (a port-forward, a firewall)
+    cannot open, so watching it ended a healthy search after GCS_LOST_AFTER_S. Ray Client
+    watches its own connection: a lost server raises ConnectionError once
+    RAY_CLIENT_RECONNECT_GRACE_PERIOD has passed (30 s: ray/_private/ray_constants.py
+    DEFAULT_CLIENT_RECONNECT_GRACE_PERIOD, raised in ray/util/client/worker.py)."""
+    with contextlib.suppress(Exception):  # a Ray without Ray Client, or a stand-in
+        return ray.util.client.ray.is_connected() is True
+    return False
 
 
 def _port_open(address: str, timeout_s: float = 2.0) -> bool:
