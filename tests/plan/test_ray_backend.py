@@ -467,3 +467,39 @@ def test_a_search_through_ray_client_does_not_watch_the_clusters_inner_gcs_addre
     refs = iter(["a", "b"])
     with pytest.raises(MosaicInputError, match=r"head node .* stopped answering"):
         RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+
+
+def test_a_refusal_before_a_finished_block_does_not_count_towards_one_after_it(monkeypatch):
+    """GCS_LOST_AFTER_S lets a GCS with fault tolerance refuse connections for 15 s while it
+    restarts (docs/ray.md). The ports are probed only while no block finishes, so a GCS
+    that refused once, came back while blocks finished for 20 s, and restarted again was
+    judged lost at the second restart's first refusal: its silence was timed from the
+    first. Each outage now has its own 15 s."""
+    from mosaic.plan import ray_backend
+
+    clock = [0.0]
+    monkeypatch.setattr(ray_backend.time, "monotonic", lambda: clock[0])
+    answering = iter([False, False])  # the GCS refuses at both empty polls
+    monkeypatch.setattr(ray_backend, "_port_open", lambda address: next(answering))
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    # poll 1 at 0 s: nothing finished, refused; polls at 1-3 s: blocks finish; poll at
+    # 21 s: nothing finished, refused (the second restart's first refusal); then 'd'
+    polls = iter([([], 0.0)] + [([ref], 1.0 + i) for i, ref in enumerate("abc")]
+                 + [([], 21.0), (["d"], 22.0)])
+
+    def wait(refs, *, num_returns=1, timeout=None):
+        ready, clock[0] = next(polls)
+        return ready, None
+
+    cluster.wait = wait
+    cluster.get_runtime_context = lambda: SimpleNamespace(gcs_address="192.0.2.1:6379",
+                                                          get_node_id=lambda: "n1")
+    cluster.nodes = lambda: []
+    refs = iter("abcd")
+    cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
+    cluster.get = lambda ref: ref.upper()
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    blocks = [range(i, i + 1) for i in range(4)]
+    assert RayBackend().run_blocks(len, (), blocks, None, 4) == ["A", "B", "C", "D"]
+    assert calls == []

@@ -157,6 +157,8 @@ class RayBackend:
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_POLL_S)
+                if ready:
+                    watch.progressed()
                 lost = watch.lost() if not ready else None
                 if lost is not None:
                     _abandon(ray, pending)
@@ -261,8 +263,16 @@ class _ClusterWatch:
                                   RAYLET_LOST_AFTER_S))
         return cls(ports, {})
 
+    def progressed(self) -> None:
+        """A block finished: the ports are looked at only while none does, so a refusal
+        seen before it and one after it are not known to be one outage (a GCS with fault
+        tolerance restarted twice, minutes apart, ended the search at the second's first
+        refusal); each silence is timed from its own first refusal."""
+        self.silent_since.clear()
+
     def lost(self) -> str | None:
-        """What has refused connections for longer than allowed (None: all answer)."""
+        """What has refused connections for longer than allowed, through polls in which no
+        block finished (None: all answer)."""
         now = time.monotonic()
         for what, address, allowed_s in self.ports:
             if _port_open(address):
