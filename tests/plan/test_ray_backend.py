@@ -503,3 +503,21 @@ def test_a_refusal_before_a_finished_block_does_not_count_towards_one_after_it(m
     blocks = [range(i, i + 1) for i in range(4)]
     assert RayBackend().run_blocks(len, (), blocks, None, 4) == ["A", "B", "C", "D"]
     assert calls == []
+
+
+def test_a_ray_client_server_lost_mid_search_is_one_line(monkeypatch):
+    """Through Ray Client the search watches no port (the client watches its connection):
+    a server lost past RAY_CLIENT_RECONNECT_GRACE_PERIOD makes ray.wait raise
+    ConnectionError with Ray's words (ray/util/client/worker.py, Ray 2.x), which ended the
+    command as an internal error; it is the cluster's failure, said in one line."""
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    cluster.wait = _raising(ConnectionError(
+        "Failed to reconnect within the reconnection grace period (30s)"))
+    with pytest.raises(MosaicInputError, match=re.escape(
+            "--backend ray: the Ray cluster failed during the search (ConnectionError: "
+            "Failed to reconnect within the reconnection grace period (30s)); 0 of 4 "
+            "geometries were done. Rerun, or use --backend local")):
+        RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+    assert calls == ["cancel", "cancel", "shutdown"]

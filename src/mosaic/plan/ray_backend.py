@@ -194,9 +194,11 @@ class RayBackend:
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
-        except _cluster_failures(ray) as exc:
+        except (*_cluster_failures(ray), ConnectionError) as exc:
             # a worker or node that died past Ray's retries is the cluster's failure, not a
-            # mosaic bug (a trial); an error inside a task (RayTaskError) is handled above
+            # mosaic bug (a trial); so is a Ray Client server lost past its reconnection
+            # grace period (ConnectionError, ray/util/client/worker.py); an error inside a
+            # task (RayTaskError) is handled above
             _abandon(ray, pending)
             raise MosaicInputError(
                 f"--backend ray: the Ray cluster failed during the search "
