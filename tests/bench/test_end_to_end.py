@@ -301,3 +301,27 @@ def test_a_job_can_name_the_exported_tables(bench_dir, tmp_path):
     assert "hardware.collective_table covers none of this job's shapes" in done.stderr
     assert result["step_time_s"] == json.loads(run([*MOSAIC, "perf", str(JOB),
                                                      "--json"]).stdout)["step_time_s"]
+
+
+def test_a_backend_is_read_as_torch_reads_it():
+    """torch.distributed takes a backend name in any case (Backend('GLOO') is 'gloo',
+    Backend's docstring) and device:backend pairs ('cpu:gloo,cuda:nccl', BackendConfig in
+    torch/distributed/distributed_c10d.py); the one-line check refused both as 'unknown'."""
+    from mosaic.bench.run import _check_backend
+
+    assert _check_backend("GLOO", "cpu") == "gloo"
+    assert _check_backend("cpu:gloo", "cpu") == "cpu:gloo"
+    with pytest.raises(MosaicInputError, match=r"--backend 'cuda:gloo' names no backend for "
+                                               r"cpu tensors"):
+        _check_backend("cuda:gloo", "cpu")
+    with pytest.raises(MosaicInputError, match=r"--backend 'cpu:foo': foo: unknown"):
+        _check_backend("cpu:foo", "cpu")
+    with pytest.raises(MosaicInputError, match=r"--backend 'cpu:': expected a backend name"):
+        _check_backend("cpu:", "cpu")
+    import torch.distributed as dist
+
+    if dist.is_nccl_available():
+        assert _check_backend("cpu:gloo,cuda:nccl", "cuda") == "cpu:gloo,cuda:nccl"
+    else:  # a CPU build: torch itself refuses the NCCL half (no NCCL built in)
+        with pytest.raises(MosaicInputError, match=r"nccl: not built into torch"):
+            _check_backend("cpu:gloo,cuda:nccl", "cpu")

@@ -134,8 +134,8 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-    _check_backend(backend, device.type)
+    backend = _check_backend(backend or ("nccl" if device.type == "cuda" else "gloo"),
+                             device.type)
     if device.type == "cuda":  # bind the rank to its GPU (barriers and NCCL communicators)
         dist.init_process_group(backend=backend, device_id=device)
     else:
@@ -181,24 +181,44 @@ def _warn_unformed_job_groups(cases: Sequence[Case], options: CollectiveOptions,
                       stacklevel=2)
 
 
-def _check_backend(backend: str, device_type: str) -> None:
-    """One line for a --backend this torch build lacks or that cannot drive the device
-    (torch.distributed.Backend.backend_capability: nccl is CUDA only); init_process_group
-    would fail on every rank with a traceback."""
+def _check_backend(backend: str, device_type: str) -> str:
+    """The --backend as torch names it, or one line for one this torch build lacks or that
+    cannot drive the device (torch.distributed.Backend.backend_capability: nccl is CUDA
+    only); init_process_group would fail on every rank with a traceback. Read as torch's
+    BackendConfig reads it (torch/distributed/distributed_c10d.py): a name in any case
+    ('GLOO' is gloo) or device:backend pairs ('cpu:gloo,cuda:nccl')."""
     import torch
     import torch.distributed as dist
 
     names = [b for b in dist.Backend.backend_list if b not in ("undefined", "fake")]
     built = [b for b in names if dist.is_backend_available(b)]
-    if backend not in built:
-        what = "unknown" if backend not in names else f"not built into torch {torch.__version__}"
-        raise MosaicInputError(f"--backend {backend!r}: {what}; this torch offers "
-                               f"{', '.join(built)}")
-    devices = dist.Backend.backend_capability.get(backend, [])
+    text = backend.strip().lower()
+    if ":" in text:  # device:backend pairs, each device its backend
+        pairs = [pair.split(":") for pair in text.split(",")]
+        if any(len(pair) != 2 or not all(pair) for pair in pairs):
+            raise MosaicInputError(f"--backend {backend!r}: expected a backend name or "
+                                   "device:backend pairs, e.g. cpu:gloo,cuda:nccl")
+        chosen = dict(pairs)
+    else:
+        chosen = dict.fromkeys(dist.Backend.backend_capability.get(text, [device_type]), text)
+    for name in set(chosen.values()):
+        if name not in built:
+            what = ("unknown" if name not in names
+                    else f"not built into torch {torch.__version__}")
+            named = f"{name}: " if ":" in text else ""  # which of the pairs
+            raise MosaicInputError(f"--backend {backend!r}: {named}{what}; this torch "
+                                   f"offers {', '.join(built)}")
+    name = chosen.get(device_type)
+    if name is None:
+        raise MosaicInputError(f"--backend {backend!r} names no backend for {device_type} "
+                               f"tensors, this run's device; add {device_type}:"
+                               f"{'gloo' if device_type == 'cpu' else 'nccl'}")
+    devices = dist.Backend.backend_capability.get(name, [])
     if device_type not in devices:
-        raise MosaicInputError(f"--backend {backend!r} runs on {', '.join(devices)} tensors, "
-                               f"and this run's device is {device_type}; use "
+        raise MosaicInputError(f"--backend {backend!r}: {name} runs on {', '.join(devices)} "
+                               f"tensors, and this run's device is {device_type}; use "
                                f"{'gloo' if device_type == 'cpu' else 'nccl'} (the default)")
+    return text
 
 
 def export_measured_tables(out_dir: Path, metadata_id: str) -> list[Path]:
