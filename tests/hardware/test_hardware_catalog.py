@@ -237,6 +237,14 @@ def test_missing_field_names_entry_and_field(tmp_path: Path) -> None:
      "field 'hbm_bytes.source': missing: where the number comes from"),
     (("    nics_per_node: {value: 4, source: \"rack drawing\"}\n", ""),
      "system 'my-myaccel-node' (entry 1): field 'nics_per_node': missing: an integer count"),
+    # an empty value or source (YAML's null) too: pydantic said 'Input should be a valid
+    # number (got None)'
+    (("{value: 128.0e+9, source:", "{value: , source:"),
+     "field 'hbm_bytes.value': missing: a number in bytes, written {value: NUMBER"),
+    (("{value: 128.0e+9, source: \"Acme datasheet rev 3\"}", "{value: 128.0e+9, source: }"),
+     "field 'hbm_bytes.source': missing: where the number comes from"),
+    (("    nics_per_node: {value: 4,", "    nics_per_node: {value: ,"),
+     "field 'nics_per_node.value': missing: an integer count"),
 ])
 def test_a_missing_field_says_its_unit_and_form(tmp_path: Path, edit: tuple[str, str],
                                                 expected: str) -> None:

@@ -255,8 +255,9 @@ def _describe(error: Any, raw: dict[str, Any]) -> str:
         error.get("input"), dict | list
     ):
         message += f" (got {error.get('input')!r})"
-    # a key left empty ('hbm_bytes:' with nothing after it) is as good as missing
-    empty = error["type"] in ("dict_type", "model_type") and error.get("input") is None
+    # a key left empty ('hbm_bytes:' or 'value:' with nothing after it: YAML's null, which
+    # no required field takes) is as good as missing
+    empty = error["type"].endswith("_type") and error.get("input") is None
     if (error["type"] == "missing" or empty) and loc and str(loc[0]) in schema.model_fields:
         message = f"missing: {_expected_form(schema, [str(part) for part in loc])}"
     if error["type"] == "extra_forbidden" and loc:  # a misspelt field, or value/source
