@@ -88,6 +88,7 @@ def _catalog_name(name: str) -> str:
 
 
 def _same_device(first: str, second: str) -> bool:
+    """Whether two device names are one catalog device (aliases and case aside)."""
     return _catalog_name(first).casefold() == _catalog_name(second).casefold()
 
 

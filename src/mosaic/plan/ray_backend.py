@@ -243,7 +243,7 @@ class _ClusterWatch:
     instance)."""
 
     ports: list[tuple[str, str, float]]
-    silent_since: dict[str, float]
+    first_refusal_s: dict[str, float]  # address -> time.monotonic() of its first refusal
 
     @classmethod
     def of(cls, ray: Any) -> _ClusterWatch:
@@ -270,7 +270,7 @@ class _ClusterWatch:
         seen before it and one after it are not known to be one outage (a GCS with fault
         tolerance restarted twice, minutes apart, ended the search at the second's first
         refusal); each silence is timed from its own first refusal."""
-        self.silent_since.clear()
+        self.first_refusal_s.clear()
 
     def lost(self) -> str | None:
         """What has refused connections for longer than allowed, through polls in which no
@@ -278,8 +278,8 @@ class _ClusterWatch:
         now = time.monotonic()
         for what, address, allowed_s in self.ports:
             if _port_open(address):
-                self.silent_since.pop(address, None)
-            elif now - self.silent_since.setdefault(address, now) >= allowed_s:
+                self.first_refusal_s.pop(address, None)
+            elif now - self.first_refusal_s.setdefault(address, now) >= allowed_s:
                 return what
         return None
 
