@@ -103,6 +103,13 @@ def test_a_grid_value_that_gives_no_rung_is_named(tmp_path):
         jobs = load_grid(_grid(tmp_path, {**base, "experts": [2, 4], "top_k": [1, 4]}))
     assert sorted(job.name for job in jobs) == ["q1_E2_K1_G1_D512", "q1_E4_K1_G1_D512",
                                                 "q1_E4_K4_G1_D512"]
+    # a stated run with G = 3 (q = 3: d_ff = 2.5·96 = 240, a multiple of 3) is a G = 3 rung:
+    # the value gives one, so it is not warned of (a review)
+    stated = {"q": 3, "experts": 4, "top_k": 1, "split_factor": 3, "tokens": 512}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MosaicWarning)
+        jobs = load_grid(_grid(tmp_path, {**base, "split_factor": [1, 3], "runs": [stated]}))
+    assert sorted(job.name for job in jobs) == ["q1_E4_K1_G1_D512", "q3_E4_K1_G3_D512"]
 
 
 def test_paper_width_grid_uses_the_arch_ladder(tmp_path):

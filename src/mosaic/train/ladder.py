@@ -206,8 +206,7 @@ def load_grid(path: str | Path, scale: float = 1.0) -> list[LadderJob]:
                                    "budgets equal to three significant digits); make them "
                                    "differ more or drop one")
         jobs[name] = LadderJob(name, config)
-        if not stated:
-            kept.update(values)
+        kept.update(values)  # a stated run's values give a rung too
     if not jobs:
         raise MosaicInputError(f"{path}: every grid point was inadmissible (K > E, G not "
                                "dividing d_ff, or S below s_min)")
