@@ -1,5 +1,5 @@
 """Benchmark: the full multi-start Chinchilla fit to Epoch's replication data, and the
-joint law (Eq. 10, 8 coefficients) fitted to runs drawn from Table 2.
+joint law (Eq. 10, 11 coefficients) fitted to runs drawn from Table 2.
 
 Run: .venv/bin/python benchmarks/bench_law_fit.py   (target: < 10 s on 2 cores)
 Prints wall time and the fitted coefficients against the minimum of Epoch's Huber objective
