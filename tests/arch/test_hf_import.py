@@ -998,3 +998,46 @@ def test_a_qwen3_next_interval_beside_its_layer_types_is_not_warned_of():
                              for i in range(layers)]
     config["full_attention_interval"] = 4
     _strict_counts(config)
+
+
+# --- dots.llm1 (dots1) ------------------------------------------------------------------------
+def test_dots_llm1_by_hand():
+    """Dots1DecoderLayer (transformers models/dots1: DeepSeek-V3's block with Qwen 3's
+    attention): bias-free MHA with per-head q/k RMSNorms; block 0 a dense MLP of 10944, blocks
+    1..61 128 routed experts of 1408 + 2 shared (one MLP of 2 x 1408) behind a bias-free
+    sigmoid router (its correction bias is a buffer). Model card
+    (huggingface.co/rednote-hilab/dots.llm1.base): "14B activated and 142B total"; by hand
+    142.77 B total and 14.02 B active with embeddings (141.53 B / 12.77 B without)."""
+    geometry, c = _strict_counts(json.loads((HF / "dots-llm1-base.json").read_text()))
+    d, vocab = 4096, 152064
+    attention = 4 * d * d + 2 * 128  # Q, K, V, O (32 heads of 128) + q/k norms
+    dense = attention + 3 * d * 10944 + 2 * d
+    moe = attention + (128 + 2) * 3 * d * 1408 + 128 * d + 2 * d
+    assert int(c.n_total) == dense + 61 * moe + d == 141_528_665_600
+    assert int(c.n_total_with_embedding) == int(c.n_total) + 2 * vocab * d
+    assert int(c.n_total_with_embedding / 1e9) == 142  # "142B total" (142.77 B)
+    active = dense + 61 * (attention + (6 + 2) * 3 * d * 1408 + 128 * d + 2 * d) + d
+    assert int(c.n_active) == active
+    assert round(c.n_active_with_embedding / 1e9) == 14  # "14B activated" (14.02 B)
+    router = geometry.moe.router
+    assert (router.score, router.balancing, router.normalize_top_k, router.top_k_scaling,
+            router.groups) == ("sigmoid", "loss_free", True, 2.5, None)
+    assert geometry.qk_norm and str(geometry.qk_norm_span) == "head"
+
+
+def test_dots_llm1_follows_its_config_class():
+    """Dots1Config: num_key_value_heads is the class's 32 when left out (must be stated);
+    norm_topk_prob defaults False; a window covers the layers from max_window_layers on;
+    another score function is refused."""
+    config = json.loads((HF / "dots-llm1-base.json").read_text())
+    with pytest.raises(MosaicInputError, match="num_key_value_heads not given"):
+        geometry_from_hf_config({k: v for k, v in config.items()
+                                 if k != "num_key_value_heads"})
+    unstated = {k: v for k, v in config.items() if k != "norm_topk_prob"}
+    assert not geometry_from_hf_config(unstated).moe.router.normalize_top_k
+    windowed = geometry_from_hf_config(config | {"sliding_window": 4096,
+                                                 "max_window_layers": 0})
+    assert windowed.sliding_window == 4096 and windowed.full_attention_every is None
+    assert geometry_from_hf_config(config | {"sliding_window": 4096}).sliding_window is None
+    with pytest.raises(MosaicInputError, match="allowed: sigmoid"):
+        geometry_from_hf_config(config | {"scoring_func": "softmax"}, "dots.json")

@@ -20,6 +20,9 @@ names (and defaults) they follow:
   shared experts, MoE blocks from ``moe_layer_start_index`` every ``moe_layer_interval``-th).
 - ``minimax_m2``: ``MiniMaxM2Config`` (MiniMax-M2: projection-wide q/k norms, a sigmoid
   router with a correction bias, ``rotary_dim`` of each head rotating).
+- ``dots1``: ``Dots1Config`` (dots.llm1: Qwen 3's attention with per-head q/k norms on
+  DeepSeek-V3's blocks: ``first_k_dense_replace``, ``n_routed_experts``,
+  ``n_shared_experts``, the sigmoid router with its correction bias).
 - ``nemotron_h``: ``NemotronHConfig`` (hybrid Mamba-2/attention/MLP/MoE layers from
   ``hybrid_override_pattern``; ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``,
   ``n_groups``, ``conv_kernel``, ``chunk_size``; squared-ReLU FFNs, ``mlp_hidden_act``
@@ -41,7 +44,7 @@ warned of otherwise.
 A field left out takes the value transformers derives (``head_dim`` = hidden_size / heads,
 ``num_key_value_heads`` = heads); where transformers' config class fills in a constant of its
 own instead (:data:`CLASS_CONSTANT_ATTENTION_FIELDS`: gpt_oss, qwen3, qwen3_moe, llama4_text,
-glm4_moe, minimax_m2, ernie4_5_moe), the config must state the field.
+glm4_moe, minimax_m2, ernie4_5_moe, phimoe, dots1), the config must state the field.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ from mosaic.errors import MosaicInputError
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
              "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
-             "minimax_m2", "ernie4_5_moe", "phimoe")
+             "minimax_m2", "ernie4_5_moe", "phimoe", "dots1")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
@@ -89,11 +92,13 @@ ARCHITECTURE_TYPES = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "PhimoeForCausalLM": "phimoe",
     # microsoft/Phi-3.5-MoE-instruct config.json names its remote-code class so
     "PhiMoEForCausalLM": "phimoe",
+    "Dots1ForCausalLM": "dots1",
 }
 
 # The families whose transformers attention takes a sliding window (``_window``); another
 # family's ``sliding_window`` is left unread and so named in the unread-fields warning
-WINDOW_TYPES = (*DENSE_TYPES, "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "phimoe")
+WINDOW_TYPES = (*DENSE_TYPES, "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "phimoe",
+                "dots1")
 
 # DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp config.json: index_n_heads,
 # index_head_dim, index_topk): mosaic has no geometry for it
@@ -112,10 +117,11 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 #   defaults False, False, True, False), auxiliary loss.
 # - DeepSeek-V2: softmax, never renormalised (DeepseekV2Moe ignores norm_topk_prob), scaled by
 #   routed_scaling_factor (default 1.0), auxiliary balance losses (arXiv:2405.04434 Sec. 3.3).
-# - DeepSeek-V3, Nemotron-H, GLM-4.5: sigmoid scores with the e_score_correction_bias of
-#   loss-free balancing, renormalised when norm_topk_prob (default True), scaled by
-#   routed_scaling_factor (DeepseekV3Config 2.5, NemotronHConfig and Glm4MoeConfig 1.0;
-#   Glm4MoeTopkRouter is DeepseekV3TopkRouter).
+# - DeepSeek-V3, Nemotron-H, GLM-4.5, dots.llm1: sigmoid scores with the
+#   e_score_correction_bias of loss-free balancing, renormalised when norm_topk_prob (default
+#   True; Dots1Config False), scaled by routed_scaling_factor (DeepseekV3Config 2.5,
+#   NemotronHConfig, Glm4MoeConfig and Dots1Config 1.0; Glm4MoeTopkRouter and
+#   Dots1TopkRouter are DeepseekV3TopkRouter).
 # - ERNIE 4.5: softmax scores with e_score_correction_bias (Ernie4_5_MoeStatics) choosing
 #   the experts, the chosen scores always renormalised (Ernie4_5_MoeSparseMoeBlock); the
 #   bias is updated only where moe_use_aux_free (ERNIE's own configs), read below.
@@ -146,16 +152,19 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "minimax_m2": ("sigmoid", "loss_free", True, 1.0),
     "ernie4_5_moe": ("softmax", "loss_free", True, 1.0),
     "phimoe": ("softmax", "aux_loss", False, 1.0),
+    "dots1": ("sigmoid", "loss_free", ("norm_topk_prob", False), ("routed_scaling_factor", 1.0)),
 }
 
 
 # Group-limited routing (n_group groups of consecutive experts, a token's experts inside its
 # topk_group best groups), read with each class's defaults: DeepseekV3Config 8 and 4 (its
-# router always limits groups), NemotronHConfig and Glm4MoeConfig 1 and 1 (no limit),
+# router always limits groups), NemotronHConfig, Glm4MoeConfig and Dots1Config 1 and 1 (no
+# limit),
 # DeepSeek-V2 only under topk_method 'group_limited_greedy' (DeepseekV2Config: 'greedy',
 # n_group None).
 _GROUP_DEFAULTS: dict[str, tuple[int, int] | None] = {
-    "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "glm4_moe": (1, 1), "deepseek_v2": None}
+    "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "glm4_moe": (1, 1), "deepseek_v2": None,
+    "dots1": (1, 1)}
 
 
 # The expert-selection methods of DeepSeek's configs: DeepseekV2Config 'greedy' and
@@ -291,6 +300,9 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
     "ernie4_5_moe": ("num_key_value_heads",),
     # PhimoeConfig num_key_value_heads 8 (models/phimoe/configuration_phimoe.py)
     "phimoe": ("num_key_value_heads",),
+    # Dots1Config num_key_value_heads 32 (models/dots1/configuration_dots1.py: __post_init__
+    # derives it from the heads only when stated null)
+    "dots1": ("num_key_value_heads",),
 }
 
 
@@ -330,8 +342,10 @@ def _window(fields: ConfigFields, model_type: str, layers: int) -> dict[str, Any
         if model_type == "gpt_oss":
             types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
                      for i in range(layers)]
-        elif qwen:
-            start = fields.count("max_window_layers", layers)
+        elif qwen or model_type == "dots1":
+            # Dots1Config.__post_init__: the layers from max_window_layers (class default 62)
+            # on take the window, with no use_sliding_window switch
+            start = fields.count("max_window_layers", 62 if model_type == "dots1" else layers)
             types = ["sliding_attention" if i >= start else "full_attention"
                      for i in range(layers)]
         else:
@@ -567,6 +581,8 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _ernie45_moe(fields, common)
     if model_type == "phimoe":
         return _phimoe(fields, common, attention_bias, window)
+    if model_type == "dots1":
+        return _dots1(fields, common, attention_bias, window)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -828,6 +844,36 @@ def _phimoe(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
                     **_attention(fields, common["d_model"]), **window, ffn=width, moe=moe,
                     qkv_bias=attention_bias, output_bias=attention_bias,
                     lm_head_bias=fields.bool("lm_head_bias", False))
+
+
+def _dots1(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
+           window: dict[str, Any]) -> Geometry:
+    """HF ``Dots1Config`` (dots.llm1; transformers models/dots1/modular_dots1.py): Qwen 3's
+    attention (per-head q/k RMSNorms, q/k/v/o biases when ``attention_bias``) on
+    DeepSeek-V3's blocks (``Dots1DecoderLayer`` is ``DeepseekV3DecoderLayer``: block i is MoE
+    when i >= ``first_k_dense_replace``, else a dense MLP of ``intermediate_size``), routed
+    experts of ``moe_intermediate_size``, ``n_shared_experts`` shared ones as one MLP of n
+    times that width, and DeepSeek-V3's sigmoid router with its correction bias (a buffer)."""
+    where, layers = fields.where, common["layers"]
+    dense_layers = fields.count("first_k_dense_replace", 0)
+    if dense_layers >= layers:
+        raise MosaicInputError(f"{where}: no MoE block left by first_k_dense_replace "
+                               f"({dense_layers} of {layers} blocks)")
+    scoring = fields.config.get("scoring_func", "sigmoid")
+    if scoring != "sigmoid":
+        raise MosaicInputError(f"{where}: scoring_func {scoring!r}: dots.llm1's router takes "
+                               "sigmoid scores (Dots1TopkRouter); allowed: sigmoid")
+    # DeepSeek's moe_layer_freq: Dots1Config has none, and its decoder layer places MoE
+    # blocks by first_k_dense_replace alone
+    freq = fields.config.get("moe_layer_freq")
+    if freq not in (None, 1):
+        warnings.warn(f"{where}: moe_layer_freq {freq!r} is ignored: transformers' dots.llm1 "
+                      "makes every block from first_k_dense_replace on MoE",
+                      IgnoredFieldWarning, stacklevel=4)
+    moe = _deepseek_style_moe(fields, "dots1", dense_layers, 1, shared_default=0)
+    return Geometry(**common, **_attention(fields, common["d_model"]), **window,
+                    ffn=fields.int("intermediate_size"), moe=moe, qkv_bias=attention_bias,
+                    output_bias=attention_bias, qk_norm=True)
 
 
 def _nemotron_h(fields: ConfigFields) -> Geometry:
