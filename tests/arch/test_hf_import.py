@@ -1041,3 +1041,45 @@ def test_dots_llm1_follows_its_config_class():
     assert geometry_from_hf_config(config | {"sliding_window": 4096}).sliding_window is None
     with pytest.raises(MosaicInputError, match="allowed: sigmoid"):
         geometry_from_hf_config(config | {"scoring_func": "softmax"}, "dots.json")
+
+
+# --- Hunyuan-A13B (hunyuan_v1_moe) -----------------------------------------------------------
+def test_hunyuan_a13b_by_hand():
+    """HunYuanMoEV1DecoderLayer (transformers models/hunyuan_v1_moe): bias-free GQA 32/8 of
+    128 with per-head q/k RMSNorms; every block 64 routed experts + 1 shared MLP, all of
+    3072, behind a bias-free softmax router (top-8, renormalised); embeddings tied. Model card
+    (huggingface.co/tencent/Hunyuan-A13B-Instruct): "80 billion total parameters and 13
+    billion active"; by hand 80.39 B total and 12.75 B active with the tied embedding
+    (12.22 B without)."""
+    geometry, c = _strict_counts(json.loads((HF / "hunyuan-a13b-instruct.json").read_text()))
+    d, vocab, expert = 4096, 128167, 3 * 4096 * 3072
+    attention = 2 * d * 32 * 128 + 2 * d * 8 * 128 + 2 * 128  # + q/k norms
+    block = attention + (64 + 1) * expert + 64 * d + 2 * d
+    assert int(c.n_total) == 32 * block + d == 79_868_211_200
+    assert int(c.n_total_with_embedding) == int(c.n_total) + vocab * d  # tied
+    assert round(c.n_total_with_embedding / 1e9) == 80  # "80B total" (80.39 B)
+    active = 32 * (attention + (8 + 1) * expert + 64 * d + 2 * d) + d
+    assert int(c.n_active) == active
+    assert round(c.n_active_with_embedding / 1e9) == 13  # "13B active" (12.75 B)
+    router = geometry.moe.router
+    assert (router.score, router.normalize_top_k, geometry.tied_embeddings) == (
+        "softmax", True, True)
+
+
+def test_hunyuan_refuses_what_transformers_would_not_build():
+    """transformers' HunYuanMoEV1 builds one shared MLP and experts of intermediate_size:
+    a per-layer moe_intermediate_size or num_shared_expert saying otherwise, per-layer counts
+    that differ, and cross-layer attention (use_cla) are refused rather than miscounted; the
+    remote code's model_type 'hunyuan' is read through its architectures class."""
+    config = json.loads((HF / "hunyuan-a13b-instruct.json").read_text())
+    for change, message in (({"moe_intermediate_size": [1536] * 32}, "builds one shared MLP"),
+                            ({"num_shared_expert": [2] * 32}, "builds one shared MLP"),
+                            ({"moe_topk": [8] * 31 + [4]}, "one equal value per layer"),
+                            ({"moe_topk": [8] * 30}, "one equal value per layer"),
+                            ({"use_cla": True}, "cross-layer attention")):
+        with pytest.raises(MosaicInputError, match=message):
+            geometry_from_hf_config(config | change, "a13b.json")
+    assert geometry_from_hf_config(config | {"moe_topk": 8}) == geometry_from_hf_config(config)
+    with pytest.warns(ModelTypeReadAsWarning, match="'hunyuan' is read as hunyuan_v1_moe"):
+        relabelled = geometry_from_hf_config(config | {"model_type": "hunyuan"}, "a13b.json")
+    assert relabelled == geometry_from_hf_config(config)

@@ -28,7 +28,8 @@ LAYER_COUNT_FIELDS = {name: "layers" for name in (
 NO_SHAPE_FIELDS = frozenset((
     "architectures", "model_type", "auto_map", "torch_dtype", "dtype",
     "transformers_version", "_name_or_path", "name_or_path", "tokenizer_class",
-    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+    "bos_token_id", "eos_token_id", "pad_token_id", "eod_token_id", "sep_token_id",
+    "initializer_range",
     "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
     "norm_eps", "max_position_embeddings", "use_cache", "rope_scaling", "rope_type",
     "attention_dropout", "hidden_dropout", "dropout", "output_router_logits",

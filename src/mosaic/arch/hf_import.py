@@ -23,6 +23,9 @@ names (and defaults) they follow:
 - ``dots1``: ``Dots1Config`` (dots.llm1: Qwen 3's attention with per-head q/k norms on
   DeepSeek-V3's blocks: ``first_k_dense_replace``, ``n_routed_experts``,
   ``n_shared_experts``, the sigmoid router with its correction bias).
+- ``hunyuan_v1_moe``: ``HunYuanMoEV1Config`` (Hunyuan-A13B: every block MoE, ``num_experts``
+  routed experts and one shared MLP, all of ``intermediate_size``, ``moe_topk``; per-head q/k
+  norms).
 - ``nemotron_h``: ``NemotronHConfig`` (hybrid Mamba-2/attention/MLP/MoE layers from
   ``hybrid_override_pattern``; ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``,
   ``n_groups``, ``conv_kernel``, ``chunk_size``; squared-ReLU FFNs, ``mlp_hidden_act``
@@ -72,7 +75,7 @@ from mosaic.errors import MosaicInputError
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
              "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
-             "minimax_m2", "ernie4_5_moe", "phimoe", "dots1")
+             "minimax_m2", "ernie4_5_moe", "phimoe", "dots1", "hunyuan_v1_moe")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
@@ -92,7 +95,7 @@ ARCHITECTURE_TYPES = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "PhimoeForCausalLM": "phimoe",
     # microsoft/Phi-3.5-MoE-instruct config.json names its remote-code class so
     "PhiMoEForCausalLM": "phimoe",
-    "Dots1ForCausalLM": "dots1",
+    "Dots1ForCausalLM": "dots1", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",
 }
 
 # The families whose transformers attention takes a sliding window (``_window``); another
@@ -131,6 +134,8 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 #   (router_aux_loss_coef). Read as softmax without renormalisation (_phimoe warns).
 # - MiniMax-M2: sigmoid scores with e_score_correction_bias choosing the experts, the chosen
 #   scores always renormalised, no scale (MiniMaxM2TopKRouter).
+# - Hunyuan-A13B: softmax over the experts, the top-k renormalised (HunYuanMoEV1Moe
+#   route_tokens_to_experts), an auxiliary loss (the remote code's topkgating l_aux).
 # - Llama 4: the sigmoid of each chosen expert's logit, not renormalised (Llama4TextMoe's
 #   router scatters the top-k logits and takes their sigmoid), auxiliary loss.
 _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, float]]] = {
@@ -153,6 +158,7 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "ernie4_5_moe": ("softmax", "loss_free", True, 1.0),
     "phimoe": ("softmax", "aux_loss", False, 1.0),
     "dots1": ("sigmoid", "loss_free", ("norm_topk_prob", False), ("routed_scaling_factor", 1.0)),
+    "hunyuan_v1_moe": ("softmax", "aux_loss", True, 1.0),
 }
 
 
@@ -583,6 +589,8 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _phimoe(fields, common, attention_bias, window)
     if model_type == "dots1":
         return _dots1(fields, common, attention_bias, window)
+    if model_type == "hunyuan_v1_moe":
+        return _hunyuan_v1_moe(fields, common, attention_bias)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -874,6 +882,58 @@ def _dots1(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
     return Geometry(**common, **_attention(fields, common["d_model"]), **window,
                     ffn=fields.int("intermediate_size"), moe=moe, qkv_bias=attention_bias,
                     output_bias=attention_bias, qk_norm=True)
+
+
+def _per_layer_int(fields: ConfigFields, name: str, layers: int, default: int) -> int:
+    """A count a config states as one integer or as a per-layer list (Hunyuan's
+    ``moe_topk``, ``num_experts``, ``moe_intermediate_size``, ``num_shared_expert``); a list
+    must hold one equal value per layer, which mosaic's geometry can hold."""
+    value = fields.config.get(name)
+    if not isinstance(value, list):
+        return fields.int(name, default)
+    if len(value) != layers or any(v != value[0] for v in value):
+        raise MosaicInputError(f"{fields.where}: {name} must be one value, or one equal value "
+                               f"per layer ({layers}); mosaic's geometry holds no per-layer "
+                               f"MoE shapes, got {value!r:.80}")
+    return ConfigFields({name: value[0]}, fields.where).int(name)
+
+
+def _hunyuan_v1_moe(fields: ConfigFields, common: dict[str, Any], attention_bias: bool
+                    ) -> Geometry:
+    """HF ``HunYuanMoEV1Config`` (Hunyuan-A13B; transformers models/hunyuan_v1_moe): Llama's
+    attention (q/k/v/o biases when ``attention_bias``) with per-head q/k RMSNorms
+    (``query_layernorm``, ``key_layernorm``: always built), and in every block
+    ``HunYuanMoEV1Moe``: a bias-free router over ``num_experts`` experts (``MixtralExperts``)
+    and one shared MLP, all of ``intermediate_size``, ``moe_topk`` chosen. Tencent's
+    config.json states per-layer lists its remote code reads (``moe_intermediate_size``,
+    ``num_shared_expert``): read where they agree with what transformers builds, else
+    refused, since the two would then count different models."""
+    where, layers = fields.where, common["layers"]
+    width = fields.int("intermediate_size")
+    expert_width = _per_layer_int(fields, "moe_intermediate_size", layers, width)
+    shared = _per_layer_int(fields, "num_shared_expert", layers, 1)
+    if expert_width != width or shared != 1:
+        raise MosaicInputError(
+            f"{where}: moe_intermediate_size {expert_width} and num_shared_expert {shared}: "
+            f"transformers' HunYuanMoEV1 builds one shared MLP and experts all of "
+            f"intermediate_size ({width}); mosaic reads the model transformers builds")
+    if fields.bool("use_cla", False):
+        raise MosaicInputError(f"{where}: use_cla=true (cross-layer attention: layers share "
+                               "key/value projections) is not supported: mosaic's geometry "
+                               "gives every layer its own")
+    # transformers builds the q/k norms and the shared MLP whatever these say, and drops no
+    # tokens (its HunYuanMoEV1Moe has no capacity)
+    fields.ignored("use_qk_norm", "use_mixed_mlp_moe", "moe_drop_tokens",
+                   "moe_random_routing_dropped_token")
+    moe = MoEConfig(experts=_per_layer_int(fields, "num_experts", layers, 1),
+                    top_k=_per_layer_int(fields, "moe_topk", layers, 1), expert_ffn=width,
+                    shared_experts=1, shared_expert_ffn=width,
+                    router=_router(fields, "hunyuan_v1_moe"))
+    # Tencent's config.json names the head width attention_head_dim (its remote code)
+    return Geometry(**common, **_attention(fields, common["d_model"],
+                                           fields.optional_int("attention_head_dim")),
+                    ffn=width, moe=moe, qkv_bias=attention_bias, output_bias=attention_bias,
+                    qk_norm=True)
 
 
 def _nemotron_h(fields: ConfigFields) -> Geometry:
