@@ -1090,3 +1090,17 @@ def test_an_exported_job_names_the_catalog_and_profile_it_was_predicted_with(tmp
         use_catalog()
     assert document["step_time_s"] == pytest.approx(body["prediction"]["step_time_s"],
                                                     rel=1e-12)
+
+
+def test_a_node_price_in_the_plan_form_is_noted_against_the_node_types_gpus():
+    """A GB200 tray holds 4 GPUs: 98 USD per 'GPU-hour' is 24.5 per GPU if it is the tray's
+    price, as `plan` and the sweeps say; the form's early check said '8 GPUs of an HGX node'
+    before the node type was known (a review)."""
+    from mosaic.errors import MosaicNote
+    from mosaic.studio.plan_runner import validate_plan_form
+
+    with pytest.warns(MosaicNote) as notes:
+        validate_plan_form({**TINY_PLAN, "plan.gpu": "GB200", "plan.system": "",
+                            "plan.price_per_gpu_hour": "98"})
+    said = [str(note.message) for note in notes if "a node's price?" in str(note.message)]
+    assert said and all(m.endswith("divided by its 4 GPUs it is 24.5") for m in said)

@@ -181,7 +181,6 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
                    for name in CONSTRAINT_FIELDS}
     axes = _grid_fields(form, model)
     try:
-        check_price(optional["price_per_gpu_hour"])  # before the search, as the CLI does
         budget = dollar_budget_for(optional["budget_usd"], optional["price_per_gpu_hour"],
                                    optional["days"])
         envelope, space = build_inputs(
@@ -201,6 +200,9 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
             max_active_params=constraints["max_active_params"],
             unique_tokens=constraints["unique_tokens"], **values)
         envelope = replace(envelope, dollar_budget=budget)  # its window, if given
+        # before the search, as the CLI does, on the node type's own GPUs (a per-node price
+        # is divided by them, as `plan` and the sweeps say it; a review)
+        check_price(optional["price_per_gpu_hour"], envelope.system.gpus_per_node)
         envelope.goodput.require_progress(envelope.n_devices)  # a form error, as before
         limits = plan_limits(envelope, space, pp=constraints["pp"], ep=constraints["ep"],
                              sharding=constraints["sharding"])
