@@ -721,6 +721,15 @@ def _olmoe_or_granite(fields: ConfigFields, common: dict[str, Any], attention_bi
 MINIMAX_QK_NORM_SPANS = {"per_layer": QKNormSpan.PROJECTION, "per_head": QKNormSpan.HEAD}
 
 
+def _require_sigmoid_scores(fields: ConfigFields, family: str, router_class: str) -> None:
+    """Refuse a ``scoring_func`` other than sigmoid (the default) for a family whose
+    transformers router (``router_class``) takes sigmoid scores only."""
+    scoring = fields.config.get("scoring_func", "sigmoid")
+    if scoring != "sigmoid":
+        raise MosaicInputError(f"{fields.where}: scoring_func {scoring!r}: {family}'s router "
+                               f"takes sigmoid scores ({router_class}); allowed: sigmoid")
+
+
 def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     """MiniMax-M2 (transformers models/minimax_m2 ``MiniMaxM2Config`` and modeling): every
     block MoE, ``num_local_experts`` routed experts of ``intermediate_size`` behind a sigmoid
@@ -742,10 +751,7 @@ def _minimax_m2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
     if kinds is not None and len(kinds) != common["layers"]:
         raise MosaicInputError(f"{where}: attn_type_list has {len(kinds)} entries for "
                                f"{common['layers']} layers (num_hidden_layers)")
-    scoring = fields.config.get("scoring_func", "sigmoid")
-    if scoring != "sigmoid":
-        raise MosaicInputError(f"{where}: scoring_func {scoring!r}: MiniMax-M2's router "
-                               "takes sigmoid scores (MiniMaxM2TopKRouter); allowed: sigmoid")
+    _require_sigmoid_scores(fields, "MiniMax-M2", "MiniMaxM2TopKRouter")
     fields.ignored("use_routing_bias", "mlp_intermediate_size")  # a buffer; no dense blocks
     if fields.count("shared_intermediate_size", 0):
         warnings.warn(f"{where}: shared_intermediate_size is ignored: transformers' "
@@ -867,10 +873,7 @@ def _dots1(fields: ConfigFields, common: dict[str, Any], attention_bias: bool,
     if dense_layers >= layers:
         raise MosaicInputError(f"{where}: no MoE block left by first_k_dense_replace "
                                f"({dense_layers} of {layers} blocks)")
-    scoring = fields.config.get("scoring_func", "sigmoid")
-    if scoring != "sigmoid":
-        raise MosaicInputError(f"{where}: scoring_func {scoring!r}: dots.llm1's router takes "
-                               "sigmoid scores (Dots1TopkRouter); allowed: sigmoid")
+    _require_sigmoid_scores(fields, "dots.llm1", "Dots1TopkRouter")
     # DeepSeek's moe_layer_freq: Dots1Config has none, and its decoder layer places MoE
     # blocks by first_k_dense_replace alone
     freq = fields.config.get("moe_layer_freq")
