@@ -404,12 +404,28 @@ def profile_geometries(
 
     Rows are independent, so blocks of rows run in ``workers`` forked processes (default:
     the CPUs available); the result does not depend on the number of workers.
+
+    On a cluster whose goodput is 0 (Young-Daly: it fails faster than it checkpoints) no
+    geometry trains whatever its layout: every row is left without one, the goodput named
+    as the reason, and no layout is searched, so a sweep keeps its other budgets (a node
+    sweep ended on its largest cluster). `plan` refuses such a cluster before this.
     """
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise MosaicInputError(f"workers must be >= 1, got {workers}")
-    keep_freed_memory()  # before the workers fork: they inherit it (mosaic.allocator)
     limits = limits or TABLE3_LAYOUT_LIMITS
+    idle_reason = envelope.goodput.no_progress_reason(envelope.n_devices)
+    if idle_reason is not None:
+        n = len(grid)
+        if progress is not None:
+            progress(n, n)
+        return ThroughputTable(
+            grid=grid, n_devices=envelope.n_devices, tokens_per_s=np.zeros(n),
+            mfu=np.full(n, np.nan), step_time_s=np.full(n, np.nan),
+            memory_bytes=np.full(n, np.nan), plans=(None,) * n,
+            layout_reasons=(idle_reason,) * n, plans_evaluated=0, plans_timed=0,
+            limits=limits)
+    keep_freed_memory()  # before the workers fork: they inherit it (mosaic.allocator)
     state = (envelope, grid, calibration, limits)
     blocks = _blocks(grid, BLOCK_ROWS)
     backend = current_backend()
@@ -432,31 +448,6 @@ def profile_geometries(
         plans_timed=sum(p.plans_timed for p in parts),
         limits=limits,
     )
-
-
-def profile_or_idle(
-    envelope: Envelope,
-    grid: LadderGrid,
-    calibration: Calibration,
-    limits: LayoutLimits | None = None,
-    progress: ProgressFn | None = None,
-    workers: int | None = None,
-) -> ThroughputTable:
-    """:func:`profile_geometries`, except on a cluster whose goodput is 0 (Young-Daly: it
-    fails faster than it checkpoints): no geometry trains there whatever its layout, so
-    every row is left without one, the goodput named as the reason, and no layout is
-    searched. A sweep keeps its other budgets (a node sweep ended on its largest cluster)."""
-    reason = envelope.goodput.no_progress_reason(envelope.n_devices)
-    if reason is None:
-        return profile_geometries(envelope, grid, calibration, limits, progress, workers)
-    n = len(grid)
-    if progress is not None:
-        progress(n, n)
-    return ThroughputTable(
-        grid=grid, n_devices=envelope.n_devices, tokens_per_s=np.zeros(n),
-        mfu=np.full(n, np.nan), step_time_s=np.full(n, np.nan),
-        memory_bytes=np.full(n, np.nan), plans=(None,) * n, layout_reasons=(reason,) * n,
-        plans_evaluated=0, plans_timed=0, limits=limits or TABLE3_LAYOUT_LIMITS)
 
 
 @dataclass(frozen=True)

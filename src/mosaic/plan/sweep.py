@@ -18,7 +18,7 @@ from mosaic.law import ScalingLaw
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.layouts import LayoutLimits
 from mosaic.plan.envelope import Envelope, SearchSpace
-from mosaic.plan.search import PlanResult, ProgressFn, profile_or_idle, score
+from mosaic.plan.search import PlanResult, ProgressFn, profile_geometries, score
 
 Axis = Literal["days", "nodes"]
 SweepProgress = Callable[[float], ProgressFn | None]
@@ -62,7 +62,7 @@ def sweep_days(
 ) -> list[SweepPoint]:
     """Optimum per training window on a fixed cluster (Fig. 11a)."""
     windows = [envelope.with_budget(days=float(d)) for d in _values("days", days)]
-    throughput = profile_or_idle(envelope, space.enumerate(), calibration, limits, progress,
+    throughput = profile_geometries(envelope, space.enumerate(), calibration, limits, progress,
                                  workers)
     points = []
     for window in windows:
@@ -88,7 +88,7 @@ def sweep_nodes(
     points = []
     for cluster in clusters:
         callback = progress(cluster.n_nodes) if progress is not None else None
-        throughput = profile_or_idle(cluster, grid, calibration, limits, callback, workers)
+        throughput = profile_geometries(cluster, grid, calibration, limits, callback, workers)
         result = score(throughput, cluster, space, law)
         points.append(SweepPoint("nodes", float(cluster.n_nodes), result,
                                  best_per_split(result)))
