@@ -77,6 +77,11 @@ def _refuse_unformable(option: str, stated: Sequence[int] | None, formed: set[in
             f"divide the ranks); launch more processes or leave {option} out")
 
 
+def job_group_sizes(placements: Sequence[tuple[int, int]]) -> list[int]:
+    """The distinct group sizes of a job's (group size, ranks per domain) placements."""
+    return sorted({int(group_size) for group_size, _ in placements})
+
+
 def group_ranks(layout: Layout, world_size: int) -> list[list[int]]:
     """All groups of a layout: blocks of n·s ranks, members base + i·s."""
     n, s = layout.group_size, layout.stride
@@ -106,7 +111,7 @@ def build_cases(world_size: int, local_size: int, min_bytes: int, max_bytes: int
     from mosaic.perf.collectives import group_placement
 
     domain = domain_gpus or local_size
-    job_sizes = sorted({int(g) for g, _ in placements}) if placements else None
+    job_sizes = job_group_sizes(placements) if placements else None
     candidates = layouts(world_size, local_size, group_sizes or job_sizes, strides)
     _refuse_unformable("--group-sizes", group_sizes, {lay.group_size for lay in candidates},
                        world_size)

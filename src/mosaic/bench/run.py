@@ -134,8 +134,7 @@ def run_collectives(out_dir: Path, options: CollectiveOptions, policy: Any,
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    backend = _check_backend(backend or ("nccl" if device.type == "cuda" else "gloo"),
-                             device.type)
+    backend = _check_backend(backend or _default_backend(device.type), device.type)
     if device.type == "cuda":  # bind the rank to its GPU (barriers and NCCL communicators)
         dist.init_process_group(backend=backend, device_id=device)
     else:
@@ -172,13 +171,18 @@ def _warn_unformed_job_groups(cases: Sequence[Case], options: CollectiveOptions,
     if options.group_sizes or not options.placements:
         return
     formed = {c.columns["group_size"] for c in cases}
-    missing = sorted({int(g) for g, _ in options.placements} - formed)
+    missing = sorted(set(collectives.job_group_sizes(options.placements)) - formed)
     if missing:
         warnings.warn(f"the job's groups of {', '.join(map(str, missing))} ranks cannot be "
                       f"laid out on the {world} ranks of this run as the job places them "
                       "(ranks per node), so none is measured; launch as many processes, and "
                       "per node, as the job's groups need to measure them", MosaicWarning,
                       stacklevel=2)
+
+
+def _default_backend(device_type: str) -> str:
+    """The collectives' backend when --backend is not given: NCCL on CUDA, gloo on CPU."""
+    return "nccl" if device_type == "cuda" else "gloo"
 
 
 def _check_backend(backend: str, device_type: str) -> str:
@@ -212,12 +216,12 @@ def _check_backend(backend: str, device_type: str) -> str:
     if name is None:
         raise MosaicInputError(f"--backend {backend!r} names no backend for {device_type} "
                                f"tensors, this run's device; add {device_type}:"
-                               f"{'gloo' if device_type == 'cpu' else 'nccl'}")
+                               f"{_default_backend(device_type)}")
     devices = dist.Backend.backend_capability.get(name, [])
     if device_type not in devices:
         raise MosaicInputError(f"--backend {backend!r}: {name} runs on {', '.join(devices)} "
                                f"tensors, and this run's device is {device_type}; use "
-                               f"{'gloo' if device_type == 'cpu' else 'nccl'} (the default)")
+                               f"{_default_backend(device_type)} (the default)")
     return text
 
 
