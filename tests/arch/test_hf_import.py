@@ -1083,3 +1083,69 @@ def test_hunyuan_refuses_what_transformers_would_not_build():
     with pytest.warns(ModelTypeReadAsWarning, match="'hunyuan' is read as hunyuan_v1_moe"):
         relabelled = geometry_from_hf_config(config | {"model_type": "hunyuan"}, "a13b.json")
     assert relabelled == geometry_from_hf_config(config)
+
+
+# --- Ling 2.0 / Ring 2.0 (bailing_moe with BailingMoeV2ForCausalLM) -------------------------
+def test_ling_mini_2_by_hand():
+    """BailingMoeV2 (the checkpoints' remote code, copied in Megatron-Bridge
+    models/bailing/modeling_bailing_moe_v2.py): a fused q/k/v projection, per-head q/k
+    RMSNorms, block 0 a dense MLP of 5120, blocks 1..19 256 routed experts of 512 + one shared
+    MLP of 512 behind a bias-free sigmoid router (its expert_bias is a buffer); the MTP layer
+    sits after the 20 decoder layers and is counted apart. Model card
+    (huggingface.co/inclusionAI/Ling-mini-2.0): "16B total parameters ... 1.4B activated
+    (non-embedding 789M)"; Ling-V2 README: 16.26 B total, 1.43 B activated."""
+    geometry, c = _strict_counts(json.loads((HF / "ling-mini-2.0.json").read_text()))
+    d, vocab, expert = 2048, 157184, 3 * 2048 * 512
+    attention = d * (16 + 2 * 4) * 128 + 16 * 128 * d + 2 * 128  # QKV, dense, q/k norms
+    dense = attention + 3 * d * 5120 + 2 * d
+    moe = attention + (256 + 1) * expert + 256 * d + 2 * d
+    assert int(c.n_total) == dense + 19 * moe + d
+    assert int(c.n_total_with_embedding) == int(c.n_total) + 2 * vocab * d == 16_255_638_528
+    assert round(c.n_total_with_embedding / 1e9, 2) == 16.26  # "16.26B"
+    active = dense + 19 * (attention + (8 + 1) * expert + 256 * d + 2 * d) + d
+    assert int(c.n_active) == active == 789_142_528  # "non-embedding 789M"
+    assert round(c.n_active_with_embedding / 1e9, 2) == 1.43  # "1.43B activated"
+    # the MTP layer (BailingMoeV2MTPLayer): an MoE block, eh_proj 2d -> d, enorm, hnorm and
+    # final_layernorm: DeepSeek-V3's module
+    assert geometry.mtp_layers == 1 and int(c.mtp) == moe + 2 * d * d + 3 * d
+    router = geometry.moe.router
+    assert (router.score, router.balancing, router.normalize_top_k, router.top_k_scaling,
+            router.groups, router.top_groups) == ("sigmoid", "loss_free", True, 2.5, 8, 4)
+    assert geometry.rope_fraction == 0.5 and geometry.qk_norm
+
+
+def test_ling_flash_2_matches_its_checkpoint_total():
+    """Ling-flash-2.0: its checkpoint holds 102,889,697,280 bf16 parameters (HF API
+    ``safetensors.parameters.BF16``; the 7,936 fp32 ones are the 31 MoE layers' expert_bias
+    buffers, not parameters); model card: 100 B total, 6.1 B activated (4.8 B non-embedding)."""
+    config = json.loads((HF / "ling-mini-2.0.json").read_text()) | {
+        "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 9216,
+        "moe_intermediate_size": 1024, "num_attention_heads": 32,
+        "moe_shared_expert_intermediate_size": 1024}
+    _, c = _strict_counts(config)
+    assert int(c.n_total_with_embedding) == 102_889_697_280
+    # 6.15 B and 4.86 B: the card truncates, as Ling-mini-2.0's "1.4B" (1.43 B) does
+    assert int(c.n_active_with_embedding / 1e8) == 61
+    assert int(c.n_active / 1e8) == 48
+
+
+def test_bailing_moe_v2_follows_its_modeling_code():
+    """The shared MLP is moe_intermediate_size x num_shared_experts wide (a stated
+    moe_shared_expert_intermediate_size saying otherwise is refused), another score function
+    is refused, a null num_shared_experts builds none, and the Ling 1.x class
+    (BailingMoeForCausalLM, another layout) is refused rather than read as Ling 2.0."""
+    config = json.loads((HF / "ling-mini-2.0.json").read_text())
+    with pytest.raises(MosaicInputError, match="moe_shared_expert_intermediate_size 1024"):
+        geometry_from_hf_config(config | {"moe_shared_expert_intermediate_size": 1024})
+    with pytest.raises(MosaicInputError, match="allowed: sigmoid"):
+        geometry_from_hf_config(config | {"score_function": "softmax"})
+    unshared = geometry_from_hf_config(config | {"num_shared_experts": None,
+                                                 "moe_shared_expert_intermediate_size": None})
+    assert unshared.moe.shared_experts == 0
+    with pytest.raises(MosaicInputError, match=r"BailingMoeForCausalLM.*not supported"):
+        geometry_from_hf_config(config | {"architectures": ["BailingMoeForCausalLM"]})
+    assert geometry_from_hf_config(config | {"model_type": "bailing_moe_v2"}) == \
+        geometry_from_hf_config(config)
+    with pytest.raises(MosaicInputError, match="head_dim not given"):
+        geometry_from_hf_config({k: v for k, v in config.items() if k != "head_dim"})
+

@@ -33,6 +33,8 @@ NO_SHAPE_FIELDS = frozenset((
     "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
     "norm_eps", "max_position_embeddings", "use_cache", "rope_scaling", "rope_type",
     "attention_dropout", "hidden_dropout", "dropout", "output_router_logits",
+    # BailingMoeV2Config's dropouts (Ling 2.0)
+    "embedding_dropout", "output_dropout",
     "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise",
     "router_z_loss_coef", "quantization_config", "pretraining_tp", "is_decoder",
     "return_dict", "output_attentions", "output_hidden_states", "ep_size",

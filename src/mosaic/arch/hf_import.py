@@ -38,6 +38,12 @@ names (and defaults) they follow:
   output gate, q/k norms; Qwen-MoE experts with a gated shared expert). Each decoder layer
   becomes a mixer layer (``G`` or ``*``) and an FFN layer (``E`` or ``-``). The MTP module
   (``mtp_num_hidden_layers``) is not part of the HF model and is left out.
+- ``bailing_moe_v2`` (and ``bailing_moe`` where ``architectures`` names
+  ``BailingMoeV2ForCausalLM``, as the released Ling 2.0 and Ring 2.0 configs do):
+  ``BailingMoeV2Config`` of the checkpoints' remote code (Ling-mini/flash-2.0, Ling-1T): a
+  fused q/k/v projection, per-head q/k norms, DeepSeek-V3's blocks (``first_k_dense_replace``
+  dense ones), a sigmoid router over ``n_group`` groups, ``num_nextn_predict_layers`` MTP
+  layers after the decoder. Ling 1.x (``BailingMoeForCausalLM``) is refused.
 
 All of these use RMSNorm, SwiGLU experts/FFNs (Nemotron-H: squared ReLU) and no FFN biases
 unless stated. Things
@@ -75,7 +81,8 @@ from mosaic.errors import MosaicInputError
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32",
              "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
-             "minimax_m2", "ernie4_5_moe", "phimoe", "dots1", "hunyuan_v1_moe")
+             "minimax_m2", "ernie4_5_moe", "phimoe", "dots1", "hunyuan_v1_moe",
+             "bailing_moe_v2")
 HYBRID_TYPES = ("nemotron_h", "qwen3_next")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
@@ -96,7 +103,13 @@ ARCHITECTURE_TYPES = {
     # microsoft/Phi-3.5-MoE-instruct config.json names its remote-code class so
     "PhiMoEForCausalLM": "phimoe",
     "Dots1ForCausalLM": "dots1", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",
+    "BailingMoeV2ForCausalLM": "bailing_moe_v2",
 }
+
+# inclusionAI's remote code names both Ling generations' model_type ``bailing_moe``: Ling 1.x
+# (Ling-lite, Ling-plus) through ``BailingMoeForCausalLM``, Ling 2.0 and Ring 2.0
+# (huggingface.co/inclusionAI/Ling-mini-2.0 config.json) through ``BailingMoeV2ForCausalLM``
+BAILING_V2_CLASS = "BailingMoeV2ForCausalLM"
 
 # The families whose transformers attention takes a sliding window (``_window``); another
 # family's ``sliding_window`` is left unread and so named in the unread-fields warning
@@ -138,6 +151,10 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 #   route_tokens_to_experts), an auxiliary loss (the remote code's topkgating l_aux).
 # - Llama 4: the sigmoid of each chosen expert's logit, not renormalised (Llama4TextMoe's
 #   router scatters the top-k logits and takes their sigmoid), auxiliary loss.
+# - Ling 2.0 (BailingMoeV2Gate, the checkpoints' modeling_bailing_moe_v2.py): sigmoid scores
+#   plus the expert_bias buffer choose the experts inside the topk_group best of n_group
+#   groups; the chosen scores are always renormalised (norm_topk_prob is not read) and
+#   scaled by routed_scaling_factor (BailingMoeV2Config 1.0; Ling 2.0's configs 2.5).
 _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, float]]] = {
     "mixtral": ("softmax", "aux_loss", True, 1.0),
     "gpt_oss": ("softmax", "aux_loss", True, 1.0),
@@ -159,18 +176,21 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "phimoe": ("softmax", "aux_loss", False, 1.0),
     "dots1": ("sigmoid", "loss_free", ("norm_topk_prob", False), ("routed_scaling_factor", 1.0)),
     "hunyuan_v1_moe": ("softmax", "aux_loss", True, 1.0),
+    "bailing_moe_v2": ("sigmoid", "loss_free", True, ("routed_scaling_factor", 1.0)),
 }
 
 
 # Group-limited routing (n_group groups of consecutive experts, a token's experts inside its
 # topk_group best groups), read with each class's defaults: DeepseekV3Config 8 and 4 (its
-# router always limits groups), NemotronHConfig, Glm4MoeConfig and Dots1Config 1 and 1 (no
-# limit),
+# router always limits groups; so do BailingMoeV2Config's and BailingMoeV2Gate),
+# NemotronHConfig, Glm4MoeConfig and Dots1Config 1 and 1 (no limit),
 # DeepSeek-V2 only under topk_method 'group_limited_greedy' (DeepseekV2Config: 'greedy',
 # n_group None).
 _GROUP_DEFAULTS: dict[str, tuple[int, int] | None] = {
     "deepseek_v3": (8, 4), "nemotron_h": (1, 1), "glm4_moe": (1, 1), "deepseek_v2": None,
-    "dots1": (1, 1)}
+    "dots1": (1, 1),
+    # BailingMoeV2Config n_group 8, topk_group 4; BailingMoeV2Gate always limits groups
+    "bailing_moe_v2": (8, 4)}
 
 
 # The expert-selection methods of DeepSeek's configs: DeepseekV2Config 'greedy' and
@@ -309,6 +329,9 @@ CLASS_CONSTANT_ATTENTION_FIELDS = {
     # Dots1Config num_key_value_heads 32 (models/dots1/configuration_dots1.py: __post_init__
     # derives it from the heads only when stated null)
     "dots1": ("num_key_value_heads",),
+    # BailingMoeV2Config head_dim 128 and num_key_value_heads 4 (the checkpoints'
+    # configuration_bailing_moe_v2.py, e.g. huggingface.co/inclusionAI/Ling-flash-base-2.0)
+    "bailing_moe_v2": ("head_dim", "num_key_value_heads"),
 }
 
 
@@ -459,6 +482,13 @@ def _supported_type(config: Mapping[str, Any], where: str) -> str:
     if model_type in SUPPORTED_TYPES:
         return model_type
     classes = config.get("architectures")
+    if model_type == "bailing_moe":
+        if isinstance(classes, list) and BAILING_V2_CLASS in classes:
+            return "bailing_moe_v2"  # Ling 2.0's own configs: not relabelled, not warned of
+        raise MosaicInputError(
+            f"{where}: model_type 'bailing_moe' with architectures {classes!r:.60} (Ling 1.x, "
+            f"BailingMoeForCausalLM) is not supported: only Ling 2.0's {BAILING_V2_CLASS} "
+            "layout is read (Ling 1.x's modeling code was not checked against this import)")
     named = [ARCHITECTURE_TYPES[c] for c in classes if isinstance(c, str)
              and c in ARCHITECTURE_TYPES] if isinstance(classes, list) else []
     if named:
@@ -591,6 +621,8 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _dots1(fields, common, attention_bias, window)
     if model_type == "hunyuan_v1_moe":
         return _hunyuan_v1_moe(fields, common, attention_bias)
+    if model_type == "bailing_moe_v2":
+        return _bailing_moe_v2(fields, common)
 
     # gpt_oss: every block is MoE; attention_bias covers Q, K, V and O (HF GptOssAttention),
     # experts carry biases (gate_up_proj_bias, down_proj_bias), the router has a bias.
@@ -1079,6 +1111,56 @@ def _qwen3_next(fields: ConfigFields) -> Geometry:
         return Geometry(**common, **gated, moe=moe, hybrid_pattern=pattern, gdn=gdn)
     except MosaicInputError as error:
         raise MosaicInputError(f"{where}: {error}") from None
+
+
+def _bailing_moe_v2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
+    """``BailingMoeV2Config`` (Ling 2.0, Ring 2.0; the checkpoints' remote code
+    modeling_bailing_moe_v2.py, as copied in Megatron-Bridge models/bailing and mapped by its
+    ``BailingMoeV2Bridge``): ``query_key_value`` d -> (heads + 2 kv) x head_dim with biases
+    when ``use_qkv_bias``, ``dense`` (the output) with a bias when ``use_bias``, per-head q/k
+    RMSNorms when ``use_qk_norm``; block i a dense MLP of ``intermediate_size`` when
+    i < ``first_k_dense_replace``, else ``num_experts`` routed experts of
+    ``moe_intermediate_size`` and one shared MLP of ``moe_intermediate_size`` x
+    ``num_shared_experts`` (``BailingMoeV2SparseMoeBlock``); ``num_nextn_predict_layers``
+    ``BailingMoeV2MTPLayer`` after the decoder layers, each an MoE block with eh_proj (2d -> d),
+    enorm, hnorm and final_layernorm: DeepSeek-V3's MTP module, counted apart."""
+    where, layers = fields.where, common["layers"]
+    dense_layers = fields.count("first_k_dense_replace", 1)
+    if dense_layers >= layers:
+        raise MosaicInputError(f"{where}: no MoE block left by first_k_dense_replace "
+                               f"({dense_layers} of {layers} blocks)")
+    scoring = fields.config.get("score_function", "sigmoid")
+    if scoring != "sigmoid":  # BailingMoeV2Gate takes torch.sigmoid whatever it says
+        raise MosaicInputError(f"{where}: score_function {scoring!r}: Ling 2.0's router takes "
+                               "sigmoid scores (BailingMoeV2Gate); allowed: sigmoid")
+    width = fields.int("moe_intermediate_size")
+    # a stated null builds no shared MLP (``if config.num_shared_experts is not None``)
+    stated_null = "num_shared_experts" in fields.config and fields.config[
+        "num_shared_experts"] is None
+    shared = 0 if stated_null else fields.count("num_shared_experts", 1)
+    # configs state the shared MLP's width too; the model builds width x shared experts
+    stated = fields.optional_int("moe_shared_expert_intermediate_size")
+    if stated is not None and stated != width * shared:
+        raise MosaicInputError(
+            f"{where}: moe_shared_expert_intermediate_size {stated}: Ling 2.0's modeling code "
+            f"builds one shared MLP of moe_intermediate_size x num_shared_experts "
+            f"({width} x {shared}); mosaic reads the model it builds")
+    router = _router(fields, "bailing_moe_v2")
+    if not fields.bool("moe_router_enable_expert_bias", True):
+        router = replace(router, balancing=None)  # no bias: the stack's balancing
+    # precision, a norm switch the code does not read (always RMSNorm), a Qwen leftover the
+    # code never reads, and the MTP loss weight
+    fields.ignored("router_dtype", "use_rmsnorm", "max_window_layers", "mtp_loss_scaling_factor")
+    moe = MoEConfig(experts=fields.int("num_experts"), top_k=fields.int("num_experts_per_tok"),
+                    expert_ffn=width, shared_experts=shared,
+                    shared_expert_ffn=width if shared else None, dense_layers=dense_layers,
+                    router=router)
+    return Geometry(**common, **_attention(fields, common["d_model"]),
+                    ffn=fields.int("intermediate_size"), moe=moe,
+                    qkv_bias=fields.bool("use_qkv_bias", False),
+                    output_bias=fields.bool("use_bias", False),
+                    qk_norm=fields.bool("use_qk_norm", True),
+                    mtp_layers=fields.count("num_nextn_predict_layers", 0))
 
 
 def load_hf_config(path: Path) -> Geometry:
