@@ -1149,3 +1149,58 @@ def test_bailing_moe_v2_follows_its_modeling_code():
     with pytest.raises(MosaicInputError, match="head_dim not given"):
         geometry_from_hf_config({k: v for k, v in config.items() if k != "head_dim"})
 
+
+# --- Granite 4.0 hybrid (granitemoehybrid) ---------------------------------------------------
+def test_granite_4_h_small_by_hand():
+    """GraniteMoeHybridDecoderLayer (transformers models/granitemoehybrid): a Mamba-2 mixer
+    (BambaMixer) or GQA attention, then the MoE (72 experts of 768, top-10, a bias-free
+    softmax router) plus a shared MLP of 1536, each half behind its own RMSNorm; embeddings
+    tied. The checkpoint holds 32,207,337,984 parameters (its GGUF's n-params); model card
+    (huggingface.co/ibm-granite/granite-4.0-h-small): 32 B total, 9 B active."""
+    geometry, c = _strict_counts(json.loads((HF / "granite-4.0-h-small.json").read_text()))
+    d, vocab, inner, heads, state = 4096, 100352, 8192, 128, 128
+    conv = inner + 2 * 1 * state  # x, B, C (one group)
+    mamba = d * (inner + conv + heads) + conv * (4 + 1) + 3 * heads + inner + inner * d
+    attention = 2 * d * 32 * 128 + 2 * d * 8 * 128
+    ffn = 72 * 3 * d * 768 + 72 * d + 3 * d * 1536
+    assert int(c.n_total) == 36 * mamba + 4 * attention + 40 * (ffn + 2 * d) + d
+    assert int(c.n_total_with_embedding) == int(c.n_total) + vocab * d == 32_207_337_984
+    active = 36 * mamba + 4 * attention + 40 * (ffn - 62 * 3 * d * 768 + 2 * d) + d
+    assert int(c.n_active) == active
+    assert round(c.n_active_with_embedding / 1e9) == 9  # "9B active" (8.80 B)
+    assert geometry.hybrid_pattern.count("M") == 36 and geometry.hybrid_pattern[10:12] == "*E"
+    router = geometry.moe.router
+    assert (router.score, router.normalize_top_k, geometry.tied_embeddings) == (
+        "softmax", True, True)
+
+
+def test_granite_4_h_tiny_and_micro_from_the_model_card():
+    """The model card's architecture table (huggingface.co/ibm-granite/granite-4.0-h-tiny):
+    H Tiny 1536 wide, 12 heads (4 KV) of 128, 48 Mamba-2 heads, 64 experts of 512 (6
+    active), a shared MLP of 1024: 7 B / 1 B. H Micro (granite-4.0-h-micro) has no experts:
+    num_local_experts 0 makes each FFN the dense shared MLP (8192 wide), 3 B."""
+    small = json.loads((HF / "granite-4.0-h-small.json").read_text())
+    tiny = small | {"hidden_size": 1536, "num_attention_heads": 12, "num_key_value_heads": 4,
+                    "mamba_n_heads": 48, "num_local_experts": 64, "num_experts_per_tok": 6,
+                    "intermediate_size": 512, "shared_intermediate_size": 1024}
+    _, c = _strict_counts(tiny)
+    assert round(c.n_total_with_embedding / 1e9) == 7 and int(c.n_active / 1e9) == 1
+    micro = small | {"hidden_size": 2048, "num_attention_heads": 32, "mamba_n_heads": 64,
+                     "mamba_d_head": 64, "num_local_experts": 0,
+                     "shared_intermediate_size": 8192}
+    geometry, c = _strict_counts(micro)
+    assert geometry.moe is None and "E" not in geometry.hybrid_pattern
+    assert geometry.ffn == 8192 and round(c.n_total_with_embedding / 1e9) == 3
+    assert c.n_total == c.n_active
+
+
+def test_granite_hybrid_refuses_what_mosaic_cannot_count():
+    """Biased Mamba projections (mamba_proj_bias) have no place in mosaic's Mamba mixer, and
+    a layer kind other than mamba or attention is not Granite's: both refused in one line."""
+    config = json.loads((HF / "granite-4.0-h-small.json").read_text())
+    with pytest.raises(MosaicInputError, match="mamba_proj_bias=true is not supported"):
+        geometry_from_hf_config(config | {"mamba_proj_bias": True})
+    with pytest.raises(MosaicInputError, match="layer_types must list 40 entries"):
+        geometry_from_hf_config(config | {"layer_types": ["mamba"] * 39 + ["mlp"]})
+    with pytest.raises(MosaicInputError, match="mamba_d_head 32 x mamba_n_heads 128"):
+        geometry_from_hf_config(config | {"mamba_d_head": 32})

@@ -44,6 +44,10 @@ names (and defaults) they follow:
   fused q/k/v projection, per-head q/k norms, DeepSeek-V3's blocks (``first_k_dense_replace``
   dense ones), a sigmoid router over ``n_group`` groups, ``num_nextn_predict_layers`` MTP
   layers after the decoder. Ling 1.x (``BailingMoeForCausalLM``) is refused.
+- ``granitemoehybrid``: ``GraniteMoeHybridConfig`` (Granite 4.0-H: each layer a Mamba-2 or an
+  attention mixer, per ``layer_types``, then Granite's MoE with a shared MLP, or the shared
+  MLP alone where ``num_local_experts`` is 0; ``mamba_n_heads``, ``mamba_d_head``,
+  ``mamba_n_groups``, ``mamba_d_state``, ``mamba_d_conv``, ``mamba_expand``).
 
 All of these use RMSNorm, SwiGLU experts/FFNs (Nemotron-H: squared ReLU) and no FFN biases
 unless stated. Things
@@ -83,7 +87,7 @@ MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", 
              "gpt_oss", "glm4_moe", "llama4", "llama4_text", "olmoe", "granitemoe",
              "minimax_m2", "ernie4_5_moe", "phimoe", "dots1", "hunyuan_v1_moe",
              "bailing_moe_v2")
-HYBRID_TYPES = ("nemotron_h", "qwen3_next")
+HYBRID_TYPES = ("nemotron_h", "qwen3_next", "granitemoehybrid")
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES + HYBRID_TYPES
 
 # The transformers model class each supported family's config names in ``architectures``:
@@ -104,6 +108,7 @@ ARCHITECTURE_TYPES = {
     "PhiMoEForCausalLM": "phimoe",
     "Dots1ForCausalLM": "dots1", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",
     "BailingMoeV2ForCausalLM": "bailing_moe_v2",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid",
 }
 
 # inclusionAI's remote code names both Ling generations' model_type ``bailing_moe``: Ling 1.x
@@ -155,6 +160,8 @@ DSA_INDEXER_FIELDS = ("index_n_heads", "index_head_dim", "index_topk")
 #   plus the expert_bias buffer choose the experts inside the topk_group best of n_group
 #   groups; the chosen scores are always renormalised (norm_topk_prob is not read) and
 #   scaled by routed_scaling_factor (BailingMoeV2Config 1.0; Ling 2.0's configs 2.5).
+# - Granite 4.0-H: Granite 3's GraniteMoeTopKGating (GraniteMoeHybridMoE is
+#   GraniteMoeSharedMoE, which is GraniteMoeMoE).
 _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, float]]] = {
     "mixtral": ("softmax", "aux_loss", True, 1.0),
     "gpt_oss": ("softmax", "aux_loss", True, 1.0),
@@ -177,6 +184,7 @@ _ROUTERS: dict[str, tuple[str, str, bool | tuple[str, bool], float | tuple[str, 
     "dots1": ("sigmoid", "loss_free", ("norm_topk_prob", False), ("routed_scaling_factor", 1.0)),
     "hunyuan_v1_moe": ("softmax", "aux_loss", True, 1.0),
     "bailing_moe_v2": ("sigmoid", "loss_free", True, ("routed_scaling_factor", 1.0)),
+    "granitemoehybrid": ("softmax", "aux_loss", True, 1.0),
 }
 
 
@@ -524,6 +532,8 @@ def _geometry_of_type(fields: ConfigFields, model_type: str) -> Geometry:
         return _nemotron_h(fields)
     if model_type == "qwen3_next":
         return _qwen3_next(fields)
+    if model_type == "granitemoehybrid":
+        return _granite_moe_hybrid(fields)
     _require_class_constant_fields(fields, model_type)
     activation = _gated_activation(fields)
     d_model = fields.int("hidden_size")
@@ -1161,6 +1171,85 @@ def _bailing_moe_v2(fields: ConfigFields, common: dict[str, Any]) -> Geometry:
                     output_bias=fields.bool("use_bias", False),
                     qk_norm=fields.bool("use_qk_norm", True),
                     mtp_layers=fields.count("num_nextn_predict_layers", 0))
+
+
+def _granite_layer_types(fields: ConfigFields, layers: int) -> list[str]:
+    """Per decoder layer ``mamba`` or ``attention``: ``layer_types`` (alias
+    ``layers_block_type``), else every layer Mamba (``GraniteMoeHybridConfig
+    .layers_block_type``)."""
+    types = fields.config.get("layer_types")
+    if types is None:
+        types = fields.config.get("layers_block_type")
+    if types is None:
+        return ["mamba"] * layers
+    allowed = ("mamba", "attention")
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in allowed for t in types)):
+        raise MosaicInputError(f"{fields.where}: layer_types must list {layers} entries, each "
+                               f"{' or '.join(allowed)}")
+    return types
+
+
+def _granite_moe_hybrid(fields: ConfigFields) -> Geometry:
+    """``GraniteMoeHybridConfig`` (Granite 4.0-H; transformers models/granitemoehybrid
+    modular_granitemoehybrid.py): decoder layer i is a Mamba-2 mixer (``BambaMixer``) or GQA
+    attention (``GraniteMoeSharedAttention``, q/k/v/o biases when ``attention_bias``) per
+    ``layer_types``, each behind ``input_layernorm``, then behind
+    ``post_attention_layernorm`` Granite's MoE (``num_local_experts`` experts of
+    ``intermediate_size``, a bias-free softmax top-k router) plus a shared MLP of
+    ``shared_intermediate_size``, or that MLP alone when ``num_local_experts`` is 0. Each
+    decoder layer becomes a mixer layer (``M`` or ``*``) and an FFN layer (``E`` or ``-``).
+    The embedding, residual, attention and logit multipliers carry no weights."""
+    where = fields.where
+    activation = _gated_activation(fields)
+    if fields.bool("mamba_proj_bias", False):
+        raise MosaicInputError(f"{where}: mamba_proj_bias=true is not supported (biases on the "
+                               "Mamba-2 in_proj and out_proj, which mosaic's mixer has not)")
+    d_model, layers = fields.int("hidden_size"), fields.int("num_hidden_layers")
+    types = _granite_layer_types(fields, layers)
+    experts = fields.count("num_local_experts", 8)
+    shared_width = fields.int("shared_intermediate_size", 1024)
+    pattern = "".join(("M" if kind == "mamba" else "*") + ("E" if experts else "-")
+                      for kind in types)
+    moe = None
+    if experts:
+        moe = MoEConfig(experts=experts, top_k=fields.int("num_experts_per_tok", 2),
+                        expert_ffn=fields.int("intermediate_size"), shared_experts=1,
+                        shared_expert_ffn=shared_width,
+                        router=_router(fields, "granitemoehybrid"))
+    else:  # the dense model builds no MoE: its router fields are not read
+        fields.ignored("intermediate_size", "num_experts_per_tok")
+    # GraniteMoeHybridConfig: the mixer is mamba_expand x hidden_size wide, mamba_d_head
+    # ("auto") that over mamba_n_heads, and the two must agree
+    heads = fields.int("mamba_n_heads", 128)
+    inner = fields.int("mamba_expand", 2) * d_model
+    head_dim = (inner // heads if fields.config.get("mamba_d_head", "auto") == "auto"
+                else fields.int("mamba_d_head"))
+    if head_dim * heads != inner:
+        raise MosaicInputError(f"{where}: mamba_d_head {head_dim} x mamba_n_heads {heads} must "
+                               f"equal mamba_expand x hidden_size ({inner}): the Mamba-2 "
+                               "mixer's width (GraniteMoeHybridConfig)")
+    # NoPE unless position_embedding_type is rope (GraniteMoeHybridModel.rotary_emb)
+    rope = fields.config.get("position_embedding_type") == "rope"
+    if not rope:
+        fields.ignored("rope_theta", "partial_rotary_factor", "rope_parameters")
+    fields.ignored("normalization_function")  # not a GraniteMoeHybridConfig field: RMSNorm
+    common = {"layers": 2 * layers, "d_model": d_model, "vocab": fields.int("vocab_size"),
+              "norm": NormKind.RMSNORM, "glu": True, "activation": activation,
+              "ffn": moe.expert_ffn if moe else shared_width,
+              "tied_embeddings": fields.bool("tie_word_embeddings", False),
+              **(fields.rope() if rope else {}), **_attention(fields, d_model)}
+    attention_bias = fields.bool("attention_bias", False)
+    try:  # the geometry's own rules (pattern, mixer): name the file
+        mamba = MambaConfig(
+            heads=heads, head_dim=head_dim, state_dim=fields.int("mamba_d_state", 256),
+            groups=fields.int("mamba_n_groups", 1), conv_kernel=fields.int("mamba_d_conv", 4),
+            chunk_size=fields.int("mamba_chunk_size", 256),
+            conv_bias=fields.bool("mamba_conv_bias", True)) if "M" in pattern else None
+        return Geometry(**common, moe=moe, hybrid_pattern=pattern, mamba=mamba,
+                        qkv_bias=attention_bias, output_bias=attention_bias)
+    except MosaicInputError as error:
+        raise MosaicInputError(f"{where}: {error}") from None
 
 
 def load_hf_config(path: Path) -> Geometry:
