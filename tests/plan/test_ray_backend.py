@@ -122,9 +122,12 @@ def _assert_same(remote, local) -> None:
 
 
 @pytest.mark.slow
-def test_ray_results_equal_local_results(tmp_path):
+def test_ray_results_equal_local_results(tmp_path, monkeypatch):
     """Also on a device of the user's catalog (--catalog), which the Ray workers did not
     know: every task failed with "unknown device"."""
+    from mosaic.plan import ray_backend
+    from mosaic.plan.ray_backend import InstalledMosaic
+
     ray = pytest.importorskip("ray")
     envelope = Envelope(resolve_system("B200"), n_nodes=2)
     space = SearchSpace(q=(8,), experts=(8, 16, 32), top_k=(1, 2), split_factor=(1, 4))
@@ -143,6 +146,14 @@ def test_ray_results_equal_local_results(tmp_path):
         local_mine = search(mine, space, law, calibration, workers=1)
         with execution_backend(RayBackend()):
             remote_mine = search(mine, space, law, calibration)
+        # a driver whose mosaic differs from the workers' (as another checkout's would):
+        # refused through Ray itself, the check's code shipped with the task
+        other = InstalledMosaic("0.0.9 (source 0123456789ab)", "/elsewhere/mosaic")
+        monkeypatch.setattr(ray_backend, "driver_mosaic", lambda: other)
+        with execution_backend(RayBackend()), pytest.raises(
+                MosaicInputError, match=r"runs mosaic .* this command mosaic 0\.0\.9 \(source "
+                r"0123456789ab\) from /elsewhere/mosaic: results would differ"):
+            search(envelope, space, law, calibration)
     finally:
         use_catalog()
         ray.shutdown()
@@ -244,7 +255,7 @@ class _RayTaskError(Exception):
     @classmethod
     def of(cls, cause: BaseException) -> _RayTaskError:
         dual = type(f"RayTaskError({type(cause).__name__})", (cls, type(cause)), {
-            "__str__": lambda self: ("\x1b[36mray::_call_block()\x1b[39m (pid=4242, "
+            "__str__": lambda self: ("\x1b[36mray::block_task()\x1b[39m (pid=4242, "
                                      "ip=192.0.2.7)\n  At least one of the input arguments "
                                      f"...\n{type(cause).__name__}: {cause}")})
         return dual(cause)
@@ -271,6 +282,15 @@ def _fake_cluster(calls: list[str], **exceptions: type[BaseException]) -> Any:
         put=lambda value: value,
         cancel=lambda ref, force: calls.append("cancel"),
         shutdown=lambda: calls.append("shutdown"))
+
+
+def _from_worker(value: Any, identity: str | None = None, error: str = "") -> Any:
+    """A block task's result as ray.get returns it: the worker's mosaic (identity, package
+    folder, node IP, import error) and the block's value; by default the driver's mosaic."""
+    from mosaic.plan.ray_backend import driver_mosaic
+
+    identity = driver_mosaic().identity if identity is None else identity
+    return (identity, "/opt/worker/mosaic", "192.0.2.7", error), value
 
 
 def _raising(error: BaseException) -> Any:
@@ -319,6 +339,94 @@ def test_a_worker_without_mosaic_is_one_line_naming_the_fix(monkeypatch):
                        "this mosaic installed in the Python environment Ray runs "
                        "(docs/ray.md), or use --backend local")
     assert "\x1b" not in message and "Rerun" not in message
+
+
+@pytest.mark.parametrize("error", ["", "ModuleNotFoundError: No module named 'mosaic'"])
+def test_a_worker_with_another_mosaic_is_one_line_naming_both(monkeypatch, error):
+    """A worker whose mosaic was older than the driver's (or another checkout) ran the
+    driver's search with its own code and returned other numbers without a word. Each task
+    now returns its worker's mosaic, and the driver refuses one that differs."""
+    from mosaic.plan.ray_backend import driver_mosaic
+
+    calls: list[str] = []
+    cluster = _fake_cluster(calls)
+    ready = iter([(["a"], None)])
+    cluster.wait = lambda refs, *, num_returns=1, timeout=None: next(ready)
+    refs = iter(["a", "b"])
+    cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
+    cluster.get = lambda ref: _from_worker(
+        "numbers", identity="" if error else "0.0.9 (source 0123456789ab)", error=error)
+    monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
+    with pytest.raises(MosaicInputError) as raised:
+        RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4)
+    driver = driver_mosaic()
+    if error:
+        assert str(raised.value) == (
+            "--backend ray: a Ray worker at 192.0.2.7 cannot load mosaic's search "
+            "(ModuleNotFoundError: No module named 'mosaic'); every node needs this mosaic "
+            "installed in the Python environment Ray runs (docs/ray.md), or use --backend "
+            "local")
+    else:
+        assert str(raised.value) == (
+            "--backend ray: the Ray worker at 192.0.2.7 runs mosaic 0.0.9 (source "
+            f"0123456789ab) from /opt/worker/mosaic, this command mosaic {driver.identity} "
+            f"from {driver.where}: results would differ; every node needs the same mosaic "
+            "(release or checkout, docs/ray.md), or use --backend local")
+    assert calls == ["cancel", "shutdown"]  # the other block cancelled, Ray left
+
+
+def test_the_block_task_checks_its_mosaic_before_it_reads_the_search():
+    """The task compares the worker's mosaic with the driver's first: with another mosaic
+    it returns its own, and neither reads the search state nor runs the block."""
+    from mosaic.plan.ray_backend import _block_task, driver_mosaic
+
+    pytest.importorskip("ray")
+
+    class Unreadable:
+        def __getitem__(self, index: int) -> Any:
+            raise AssertionError("the search state must not be read")
+
+    values, result = _block_task("0.0.9 (source 0123456789ab)", Unreadable(), 0, 2)
+    assert values[0] == driver_mosaic().identity and values[3] == "" and result is None
+
+
+def _fake_package(root: Any, files: dict[str, str]) -> Any:
+    """A package folder 'mosaic' under ``root`` holding ``files`` (relative path: text)."""
+    for name, text in files.items():
+        path = root / "mosaic" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return SimpleNamespace(__file__=str(root / "mosaic" / "__init__.py"), __version__="0.0.1")
+
+
+def test_the_mosaic_identity_follows_what_computes(monkeypatch, tmp_path):
+    """The identity is the version and the package's code and data: the same for two copies
+    in different folders (nodes install it in their own places), another for an edited
+    module, data file or a renamed module; not for caches or the studio's page assets."""
+    from mosaic.plan.ray_backend import _installed_mosaic
+
+    files = {"__init__.py": "__version__ = '0.0.1'\n", "perf/model.py": "EFF = 0.5\n",
+             "hardware/catalog.yaml": "devices: []\n", "studio/page.css": "a {}\n"}
+
+    def identity(root: Any, **changed: str) -> str:
+        monkeypatch.setitem(sys.modules, "mosaic", _fake_package(root, {**files, **changed}))
+        found, where, error = _installed_mosaic()
+        assert where == str(root / "mosaic") and error == ""
+        return found
+
+    base = identity(tmp_path / "a")
+    assert base.startswith("0.0.1 (source ")
+    assert identity(tmp_path / "b") == base
+    assert identity(tmp_path / "c", **{"perf/model.py": "EFF = 0.6\n"}) != base
+    assert identity(tmp_path / "d", **{"hardware/catalog.yaml": "devices: [x]\n"}) != base
+    assert identity(tmp_path / "e", **{"studio/page.css": "b {}\n",
+                                       "perf/__pycache__/model.cpython-311.pyc": "x"}) == base
+    renamed = {name: text for name, text in files.items() if name != "perf/model.py"}
+    monkeypatch.setitem(sys.modules, "mosaic", _fake_package(
+        tmp_path / "f", {**renamed, "perf/models.py": "EFF = 0.5\n"}))
+    assert _installed_mosaic()[0] != base
+    monkeypatch.setitem(sys.modules, "mosaic", None)  # a worker without mosaic
+    assert _installed_mosaic()[2].startswith("ModuleNotFoundError")
 
 
 def _port(listening: bool) -> tuple[Any, str]:
@@ -396,7 +504,7 @@ def test_a_slow_block_on_a_live_cluster_is_waited_for(monkeypatch):
     cluster.nodes = lambda: []
     refs = iter(["a", "b"])
     cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
-    cluster.get = lambda ref: ref.upper()
+    cluster.get = lambda ref: _from_worker(ref.upper())
     monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
     monkeypatch.setattr(ray_backend, "GCS_LOST_AFTER_S", 0.0)
     with gcs_server:
@@ -456,7 +564,7 @@ def test_a_search_through_ray_client_does_not_watch_the_clusters_inner_gcs_addre
         is_connected=lambda: True)))
     refs = iter(["a", "b"])
     cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
-    cluster.get = lambda ref: ref.upper()
+    cluster.get = lambda ref: _from_worker(ref.upper())
     monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
     monkeypatch.setattr(ray_backend, "GCS_LOST_AFTER_S", 0.0)  # Ray's 15 s, already past
     assert RayBackend().run_blocks(len, (), [range(0, 2), range(2, 4)], None, 4) == ["A", "B"]
@@ -498,7 +606,7 @@ def test_a_refusal_before_a_finished_block_does_not_count_towards_one_after_it(m
     cluster.nodes = lambda: []
     refs = iter("abcd")
     cluster.remote = lambda **_: lambda f: SimpleNamespace(remote=lambda *a: next(refs))
-    cluster.get = lambda ref: ref.upper()
+    cluster.get = lambda ref: _from_worker(ref.upper())
     monkeypatch.setattr(RayBackend, "connect", lambda self: cluster)
     blocks = [range(i, i + 1) for i in range(4)]
     assert RayBackend().run_blocks(len, (), blocks, None, 4) == ["A", "B", "C", "D"]

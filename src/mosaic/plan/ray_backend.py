@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copyreg
+import functools
 import logging
 import os
 import re
@@ -144,12 +145,16 @@ class RayBackend:
         from mosaic.hardware.catalog import active_catalog, active_catalog_paths
 
         ray = self.connect()
-        remote = ray.remote(num_cpus=1)(_call_block)
+        remote = ray.remote(num_cpus=1)(_block_task)
         # a user catalog (--catalog) travels with the state: a worker process has only the
         # shipped one, and a device of the user's would be unknown there
         catalog = active_catalog() if active_catalog_paths() else None
-        state_ref = ray.put((function, state, catalog))
-        pending = {remote.remote(state_ref, block.start, block.stop): index
+        # in a list, so Ray passes the reference and the task unpickles the state only once
+        # it knows its mosaic is this one (Ray resolves only top-level ObjectRef arguments:
+        # https://docs.ray.io/en/latest/ray-core/objects.html#passing-object-arguments)
+        state_refs = [ray.put((function, state, catalog))]
+        driver = driver_mosaic()
+        pending = {remote.remote(driver.identity, state_refs, block.start, block.stop): index
                    for index, block in enumerate(blocks)}
         results: list[Any] = [None] * len(blocks)
         done = 0
@@ -168,7 +173,11 @@ class RayBackend:
                         "cluster: `ray start`, docs/ray.md), or use --backend local")
                 for ref in ready:
                     index = pending.pop(ref)
-                    results[index] = ray.get(ref)
+                    values, results[index] = ray.get(ref)
+                    worker = InstalledMosaic(*values)
+                    if worker.error or worker.identity != driver.identity:
+                        _abandon(ray, pending)
+                        raise _other_mosaic_error(worker, driver)
                     done += len(blocks[index])
                     if progress is not None:
                         progress(done, total)
@@ -181,16 +190,13 @@ class RayBackend:
             _abandon(ray, pending)  # the other blocks' errors would follow as 'Unhandled
             # error' lines (a trial: a node without mosaic)
             if isinstance(cause, _system_error(ray)):
-                # the worker could not unpickle the task's inputs ("At least one of the input
-                # arguments for this task could not be computed"): its node lacks this mosaic
-                # (a trial: a node without mosaic read 'RayTaskError(RaySystemError):
-                # ray::_call_block() (pid=..., ip=...)', and 'Rerun')
+                # the worker could not unpickle the task's inputs or the search state: its
+                # node lacks what they need (a trial: a node without mosaic read
+                # 'RayTaskError(RaySystemError): ray::_call_block() (pid=..., ip=...)', and
+                # 'Rerun'; the task now finds a missing or other mosaic itself, first)
                 inner = getattr(cause, "client_exc", None) or cause
-                raise MosaicInputError(
-                    f"--backend ray: a Ray worker{_worker_ip(exc)} cannot load mosaic's search "
-                    f"({type(inner).__name__}: {_first_line(inner)}); every node needs this "
-                    "mosaic installed in the Python environment Ray runs (docs/ray.md), or "
-                    "use --backend local") from None
+                raise _cannot_load_error(_worker_ip(exc), f"{type(inner).__name__}: "
+                                         f"{_first_line(inner)}") from None
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
@@ -214,6 +220,14 @@ def _first_line(exc: BaseException, limit: int = 160) -> str:
     """The first line of an exception's message, without Ray's terminal colours."""
     text = _ANSI.sub("", str(exc)).strip()
     return text.splitlines()[0][:limit] if text else ""
+
+
+def _cannot_load_error(at: str, error: str) -> MosaicInputError:
+    """The one line for a worker (``at``: ' at IP' or '') that cannot load mosaic."""
+    return MosaicInputError(
+        f"--backend ray: a Ray worker{at} cannot load mosaic's search ({error}); every node "
+        "needs this mosaic installed in the Python environment Ray runs (docs/ray.md), or "
+        "use --backend local")
 
 
 def _worker_ip(exc: BaseException) -> str:
@@ -319,6 +333,95 @@ def _abandon(ray: Any, pending: dict[Any, int]) -> None:
             ray.cancel(ref, force=True)
     with contextlib.suppress(Exception):
         ray.shutdown()
+
+
+@dataclass(frozen=True)
+class InstalledMosaic:
+    """The mosaic a process imports: ``identity`` its version and a digest of the package
+    files that compute (``.py``, ``.yaml``, ``.json``: code and shipped data), the same on
+    two machines exactly when they run the same mosaic; ``where`` its package folder;
+    ``node`` the Ray node's IP ('' on the driver); ``error`` why a worker could not import
+    mosaic ('' where it could)."""
+
+    identity: str
+    where: str
+    node: str = ""
+    error: str = ""
+
+
+def _version_checked_task() -> tuple[Callable[[], tuple[str, str, str]],
+                                     Callable[..., tuple[tuple[str, ...], Any]]]:
+    """(what mosaic this process imports, the Ray task of one block). Both are nested here so
+    that cloudpickle ships their code with the task by value (a nested function cannot be
+    imported by name; module-level ones are pickled by reference: cloudpickle's README), so
+    the check runs on a worker whose mosaic is older, differs or is missing. The task
+    compares its mosaic with the driver's before it unpickles any of the search, and runs
+    the block only where they are the same: a worker with another mosaic computed other
+    numbers without a word. Its values are plain strings, which any mosaic unpickles."""
+
+    def installed() -> tuple[str, str, str]:
+        """(identity, package folder, '') of the mosaic this process imports, or ('', '',
+        the import error)."""
+        import hashlib
+        import pathlib
+
+        try:
+            import mosaic
+        except ImportError as exc:
+            return "", "", f"{type(exc).__name__}: {exc}"
+        root = pathlib.Path(mosaic.__file__).parent
+        digest = hashlib.sha256()
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".yaml", ".json") and "__pycache__" not in path.parts:
+                content = path.read_bytes()
+                digest.update(f"{path.relative_to(root).as_posix()}\0{len(content)}\0".encode()
+                              + content)
+        version = getattr(mosaic, "__version__", "?")
+        return f"{version} (source {digest.hexdigest()[:12]})", str(root), ""
+
+    worker: dict[str, tuple[str, str, str]] = {}  # filled on the worker only, once per
+    # process (Ray keeps a task's function loaded in its worker process)
+
+    def block_task(driver_identity: str, state_refs: list[Any], start: int,
+                   stop: int) -> tuple[tuple[str, ...], Any]:
+        import ray
+
+        try:
+            node = ray.util.get_node_ip_address()
+        except Exception:  # a Ray without it: the message names no node
+            node = ""
+        if "mosaic" not in worker:
+            worker["mosaic"] = installed()
+        identity, where, error = worker["mosaic"]
+        if error or identity != driver_identity:
+            return (identity, where, node, error), None
+        from mosaic.plan.ray_backend import _call_block
+
+        return (identity, where, node, ""), _call_block(ray.get(state_refs[0]), start, stop)
+
+    return installed, block_task
+
+
+_installed_mosaic, _block_task = _version_checked_task()
+
+
+@functools.cache
+def driver_mosaic() -> InstalledMosaic:
+    """The mosaic of this process (the driver), which every worker's must equal."""
+    identity, where, _ = _installed_mosaic()
+    return InstalledMosaic(identity, where)
+
+
+def _other_mosaic_error(worker: InstalledMosaic, driver: InstalledMosaic) -> MosaicInputError:
+    """The one line for a worker that cannot import mosaic or imports another one."""
+    at = f" at {worker.node}" if worker.node else ""
+    if worker.error:
+        return _cannot_load_error(at, worker.error)
+    return MosaicInputError(
+        f"--backend ray: the Ray worker{at} runs mosaic {worker.identity} from {worker.where}, "
+        f"this command mosaic {driver.identity} from {driver.where}: results would differ; "
+        "every node needs the same mosaic (release or checkout, docs/ray.md), or use "
+        "--backend local")
 
 
 def _call_block(packed: tuple[Callable[..., Any], tuple[Any, ...], Any], start: int,
