@@ -299,6 +299,14 @@ def test_plan_with_a_price_a_budget_and_failures_equals_the_cli(studio):
                    "--mtbf-gpu-hours", "50000", "--checkpoint-s", "120", "--restart-s", "600")
     assert cli["envelope"]["days"] == pytest.approx(10.0)
     assert job["summary"]["loss"] == pytest.approx(cli["optimum"]["loss"], rel=1e-12)
+    # the goodput that scaled the tokens, for the page's plan table (a trial: it showed
+    # none): Young-Daly on 32 GPUs, M = 50,000 h x 3,600 / 32 = 5.625e6 s, so
+    # 1 - sqrt(2 x 120 / M) - 600 / M = 0.99336 (plan/goodput.py)
+    job_mtbf_s = 50_000 * 3600 / 32
+    expected = 1 - (2 * 120 / job_mtbf_s) ** 0.5 - 600 / job_mtbf_s
+    assert job["summary"]["goodput"] == pytest.approx(expected, rel=1e-12)
+    assert job["summary"]["goodput"] == cli["envelope"]["goodput"]["goodput"]
+    assert job["summary"]["goodput_model"] == "young-daly"
     status, html = studio.text(job["report_url"])
     assert f"{cli['cost_usd']:,.0f} at 3 USD per GPU-hour" in html
     assert "set by the budget: 23,040 USD" in html

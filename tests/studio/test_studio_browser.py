@@ -312,6 +312,49 @@ def test_a_refused_plan_request_clears_the_previous_plans_status(page, studio, b
     set_field(page, "plan.nodes", TINY_PLAN["plan.nodes"])
 
 
+def test_the_plans_table_shows_the_goodput_that_scaled_the_tokens(page, studio, browser):
+    """A plan with an MTBF (Young-Daly goodput) was listed with its tokens and no goodput,
+    which `mosaic plan` prints and `mosaic sweep` tabulates where it differs: the plans
+    table gains a goodput column once a plan's is not the paper's 1. On 4 x 8 B200, an MTBF
+    of 50,000 h per GPU and 120 s checkpoints: M = 50,000 x 3,600 / 32 s and goodput
+    1 - sqrt(2 x 120 / M) = 0.9935 (plan/goodput.py, Young 1974)."""
+    from selenium.webdriver.common.by import By
+
+    page.get(studio.url + "/")
+    browser.wait_for(lambda: page.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="the page's prediction")
+    one = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
+           "plan.split_factor": "1"}
+    headers = ("return Array.from(document.querySelectorAll('#plan-history-table th'))"
+               ".map(function (th) { return th.textContent; })")
+
+    def run(form: dict[str, str]) -> None:
+        _, status = studio.call("/api/plan/status")
+        number = 1 + (status["current"]["id"] if status["current"] else 0)
+        for key, value in form.items():
+            set_field(page, key, value)
+        page.find_element(By.ID, "plan-run").click()
+        browser.wait_for(lambda: text(page, "plan-state").startswith(f"plan {number}: done"),
+                         timeout_s=90, what=f"plan {number} to finish")
+
+    run(one)  # the paper's goodput 1 (as every plan before it): no goodput column
+    assert "goodput" not in page.execute_script(headers)
+    run({**one, "plan.mtbf_gpu_hours": "50000", "plan.checkpoint_s": "120"})
+    assert "goodput" in page.execute_script(headers)
+    cells = page.execute_script(
+        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
+        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
+        ".map(function (th) { return th.textContent; }).indexOf('goodput');"
+        "return Array.from(rows).map(function (tr) { return tr.cells[i].textContent; })")
+    mtbf_s = 50_000 * 3600 / 32
+    assert cells[-1] == f"{1 - (2 * 120 / mtbf_s) ** 0.5:.4f} (young-daly)", cells
+    assert "1.0000 (constant)" in cells[:-1], cells
+    assert browser.console_errors(page) == []
+    for key in ("plan.mtbf_gpu_hours", "plan.checkpoint_s"):
+        set_field(page, key, "")
+
+
 def test_a_model_grid_plans_around_the_edited_model(page, studio, browser):
     """`grid: model` hides the ladder's q, shows depth and width, clears the ladder's E, K
     and G lists (empty keeps the model's own) and plans variants of the edited model."""

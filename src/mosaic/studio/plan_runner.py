@@ -417,7 +417,10 @@ def _summary(document: dict[str, Any]) -> dict[str, Any]:
 
     o = document["optimum"]
     e = document["envelope"]
+    # the goodput that scaled the tokens (D = tokens/s x T x goodput, Eq. 25), as the CLI's
+    # envelope prints it (a trial's Young-Daly plan showed its tokens with no goodput)
     return {"cluster": f"{e['nodes']} × {e['system']}", "days": e["days"],
+            "goodput": e["goodput"]["goodput"], "goodput_model": e["goodput"]["model"],
             "geometry": geometry_label(o),
             "sparsity": o["sparsity"], "n_active": o["n_active"], "tokens": o["tokens"],
             "mfu": o["mfu"], "loss": o["loss"], "trainable": document["counts"]["trainable"],

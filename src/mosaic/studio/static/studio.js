@@ -627,13 +627,23 @@
     if (!done.length) { $("plan-history").innerHTML = ""; return; }
     var rows = done.map(function (h) {
       var s = h.summary;
-      return {id: h.id, cluster: s.cluster, days: s.days, geometry: s.geometry, sparsity: s.sparsity,
-              n_active: s.n_active, tokens: s.tokens, mfu: s.mfu, loss: s.loss, report: h.report_url};
+      return {id: h.id, cluster: s.cluster, days: s.days, goodput: s.goodput, goodput_model: s.goodput_model,
+              geometry: s.geometry, sparsity: s.sparsity, n_active: s.n_active, tokens: s.tokens, mfu: s.mfu,
+              loss: s.loss, report: h.report_url};
     });
-    $("plan-history").innerHTML = tableHtml("plan-history-table", [["id", "plan"], ["cluster", "cluster", null, true],
-      ["days", "days"], ["geometry", "optimum", null, true], ["sparsity", "S", function (v) { return v.toFixed(4); }],
+    var columns = [["id", "plan"], ["cluster", "cluster", null, true], ["days", "days"],
+      ["geometry", "optimum", null, true], ["sparsity", "S", function (v) { return v.toFixed(4); }],
       ["n_active", "N_act", si], ["tokens", "tokens", si], ["mfu", "MFU", function (v) { return pct(v, 1); }],
-      ["loss", "loss", function (v) { return v.toFixed(5); }], ["report", "report", null, true]], rows);
+      ["loss", "loss", function (v) { return v.toFixed(5); }], ["report", "report", null, true]];
+    // the goodput that scaled each plan's tokens (D = tokens/s x T x goodput, Eq. 25), as
+    // `mosaic plan` prints it, where a plan's is not the paper's 1 (as `mosaic sweep` shows
+    // it where it differs); a Young-Daly plan showed its tokens with no goodput (a trial)
+    if (rows.some(function (r) { return r.goodput !== 1; })) {
+      columns.splice(3, 0, ["goodput", "goodput", function (v, row) {
+        return v.toFixed(4) + " (" + row.goodput_model + ")";
+      }, true]);
+    }
+    $("plan-history").innerHTML = tableHtml("plan-history-table", columns, rows);
     Array.prototype.forEach.call($("plan-history-table").tBodies[0].rows, function (tr, i) {
       var cell = tr.cells[tr.cells.length - 1];
       if (rows[i].report) { cell.innerHTML = "<a target='_blank' href='" + rows[i].report + "'>open</a>"; }
