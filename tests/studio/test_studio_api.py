@@ -795,6 +795,31 @@ def test_an_unchanged_plan_form_plans_what_mosaic_plan_plans():
         cli_envelope.system.name, cli_envelope.n_nodes, cli_envelope.days)
 
 
+def test_a_studio_on_a_profile_plans_what_mosaic_plan_plans_under_it():
+    """`mosaic plan --calibration paper-p6b200` plans on the profile's stack, paper-nemo,
+    with its whole HBM usable (envelope.planning_stack); `mosaic studio --calibration
+    paper-p6b200` opened its plan form on megatron-core at 90% (a trial), and a request that
+    left the stack out planned there too."""
+    from mosaic.perf.calibration import load_calibration
+    from mosaic.studio.app import options_document
+
+    profile = load_calibration("paper-p6b200")
+    assert profile.stack == "paper-nemo"
+    assert options_document(None, profile)["plan_form"]["plan.stack"] == "paper-nemo"
+    assert options_document(None, None)["plan_form"]["plan.stack"] == "megatron-core"
+    cli = cli_json("plan", *TINY_PLAN_ARGS, "--calibration", "paper-p6b200")
+    assert cli["envelope"]["stack"] == "paper-nemo"
+    with running_studio(calibration=profile, plan_time_limit_s=120) as studio:
+        status, body = studio.call("/api/plan", {"form": TINY_PLAN})  # no plan.stack
+        assert status == 200, body
+        job = wait_plan(studio)
+    assert job["state"] == "done", job
+    assert job["summary"]["loss"] == pytest.approx(cli["optimum"]["loss"], rel=1e-12)
+    assert job["summary"]["geometry"] == (f"q={cli['optimum']['q']} E={cli['optimum']['experts']} "
+                                          f"K={cli['optimum']['top_k']} "
+                                          f"G={cli['optimum']['split_factor']}")
+
+
 def test_the_plan_form_offers_the_precisions_mosaic_plan_takes(studio):
     """A trial: the plan form offered the job schema's lanes only (no fp8-cs or
     fp8-blockwise), which `mosaic plan --precision` takes."""

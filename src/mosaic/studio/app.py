@@ -32,7 +32,13 @@ from mosaic.studio.jobs import (
     predict_form,
     validate_form,
 )
-from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, GRIDS, PlanBusyError, PlanRunner
+from mosaic.studio.plan_runner import (
+    DEFAULT_PLAN_FORM,
+    GRIDS,
+    PlanBusyError,
+    PlanRunner,
+    plan_form_defaults,
+)
 
 if TYPE_CHECKING:
     from mosaic.config.job_schema import JobSpec
@@ -96,7 +102,7 @@ def options_document(job_document: dict[str, Any] | None,
         else [s for s in MODEL_SOURCES if s != "job"],
         "form": form,
         "plan_form": plan_form_from_job(form) if job_document is not None
-        else DEFAULT_PLAN_FORM,
+        else plan_form_defaults(calibration),
         # the plan form follows the job editor's cluster, batch and stack until its own
         # field is typed in (a trial picked DGX-H100 x 16 above and planned on B200 x 32)
         "plan_fields_from_job": PLAN_FIELDS_FROM_JOB,

@@ -80,6 +80,19 @@ CONSTRAINT_FIELDS = ("max_total_params", "max_active_params", "unique_tokens", "
                      "sharding")
 
 
+def plan_form_defaults(calibration: Any = None) -> dict[str, str]:
+    """The plan form as `mosaic plan` with no options reads it under ``calibration``: on
+    the profile's own stack (envelope.planning_stack; a profile `mosaic calibrate` fitted on
+    one stack's runs names it), so `mosaic studio --calibration P` plans what `mosaic plan
+    --calibration P` plans (a trial: the studio planned paper-p6b200 on megatron-core, at its
+    90% headroom, where the CLI planned paper-nemo at 100%)."""
+    from mosaic.plan.envelope import planning_stack
+
+    if calibration is None:
+        return dict(DEFAULT_PLAN_FORM)
+    return {**DEFAULT_PLAN_FORM, "plan.stack": planning_stack(calibration)}
+
+
 class PlanBusyError(Exception):
     """A plan is already running."""
 
@@ -294,6 +307,8 @@ class PlanRunner:
     def start(self, form: dict[str, str], model: Any = None) -> PlanJob:
         """Validate and start a plan (``model``: the backbone of a ``plan.grid: model``
         plan); PlanBusyError when one is running, FormError when invalid."""
+        # a request that leaves the stack out plans on the profile's, as the page's form
+        form = {"plan.stack": plan_form_defaults(self.calibration)["plan.stack"], **form}
         envelope, space, limits = validate_plan_form(form, model)
         price = plan_price(form)  # (checked with the rest just above)
         with self._lock:
