@@ -222,6 +222,11 @@ def test_an_endless_device_is_refused_at_the_size_limit():
 @pytest.mark.parametrize(("command", "line"), [
     (["plan", "--mtbf-gpu-hours", "-5", "--checkpoint-s", "10"],
      "error: --mtbf-gpu-hours: got -5.0; allowed: a number in 1e-06..1000000000"),
+    # the Young-Daly model's own check said 'checkpoint time' / 'restart time', no option
+    (["plan", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "-60"],
+     "error: --checkpoint-s: got -60.0; allowed: a finite number > 0"),
+    (["plan", "--mtbf-gpu-hours", "1000", "--checkpoint-s", "60", "--restart-s", "-1"],
+     "error: --restart-s: got -1.0; allowed: a number in 0..1000000000"),
     (["plan", "--global-batch", "auto", "--batch-rule", "tokens:abc"],
      "error: --batch-rule 'tokens:abc': tokens:N needs a number of tokens per step "
      "(e.g. 4194304 or 4M), got 'abc'"),

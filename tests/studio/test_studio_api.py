@@ -383,6 +383,19 @@ def test_plan_form_errors(studio, field, value, words):
     assert words in body["errors"][field]
 
 
+@pytest.mark.parametrize(("field", "value"), [("plan.checkpoint_s", "-60"),
+                                             ("plan.checkpoint_s", "0"),
+                                             ("plan.restart_s", "-1")])
+def test_a_bad_young_daly_time_is_shown_beside_its_field(studio, field, value):
+    """A negative checkpoint or restart time beside an MTBF was answered above the form as
+    'checkpoint time must be a finite number > 0', beside no field (a trial)."""
+    form = {**TINY_PLAN, "plan.mtbf_gpu_hours": "1000", "plan.checkpoint_s": "60", field: value}
+    status, body = studio.call("/api/plan", {"form": form})
+    name = field.partition(".")[2]
+    assert status == 422 and list(body["errors"]) == [field], body
+    assert body["errors"][field].startswith(f"{name}: got {float(value)}; allowed:"), body
+
+
 def test_plan_form_errors_name_the_form_fields_not_cli_options(studio):
     """'--q is empty' beside the q field (a trial); an option the form lacks keeps its
     spelling."""
