@@ -396,6 +396,27 @@ def test_a_bad_young_daly_time_is_shown_beside_its_field(studio, field, value):
     assert body["errors"][field].startswith(f"{name}: got {float(value)}; allowed:"), body
 
 
+@pytest.mark.parametrize(("form", "words"), [
+    # 1 GPU-hour MTBF over 4 x 8 GPUs: the job fails every 3600 / 32 = 112 s, less than
+    # one 600 s checkpoint, so goodput is 0 (plan/goodput.py)
+    ({"plan.mtbf_gpu_hours": "1", "plan.checkpoint_s": "600"},
+     "Young-Daly goodput is 0 on 32 GPUs: the job fails every 112 s"),
+    ({"plan.mtbf_gpu_hours": "1000"}, "needs both mtbf_gpu_hours and checkpoint_s"),
+    ({"plan.checkpoint_s": "60"}, "needs both mtbf_gpu_hours and checkpoint_s"),
+])
+def test_a_young_daly_goodput_error_is_shown_beside_the_mtbf(studio, form, words):
+    """A cluster that fails faster than it checkpoints (goodput 0) was refused beside the
+    constant-goodput field, which the user had left empty for the MTBF (a trial)."""
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, **form}})
+    assert status == 422 and list(body["errors"]) == ["plan.mtbf_gpu_hours"], body
+    assert words in body["errors"]["plan.mtbf_gpu_hours"]
+    # a constant goodput beside an MTBF stays the goodput field's error
+    status, body = studio.call("/api/plan", {"form": {**TINY_PLAN, "plan.goodput": "0.9",
+                                                      "plan.mtbf_gpu_hours": "1000",
+                                                      "plan.checkpoint_s": "60"}})
+    assert status == 422 and list(body["errors"]) == ["plan.goodput"], body
+
+
 def test_plan_form_errors_name_the_form_fields_not_cli_options(studio):
     """'--q is empty' beside the q field (a trial); an option the form lacks keeps its
     spelling."""

@@ -164,6 +164,9 @@ def plan_field_of(message: str, keys: set[str]) -> str:
         return f"plan.{token}"
     if message.startswith("unknown device"):
         return "plan.gpu"
+    if "Young-Daly goodput" in message:  # goodput 0, or an MTBF without its checkpoint:
+        # the MTBF's fields, not the goodput field left empty for them (a trial)
+        return "plan.mtbf_gpu_hours"
     words = message.split()
     if words[0] in ("layout", "unknown") and len(words) > 1:  # a layout limit's message
         axis = words[1].rstrip(":")
