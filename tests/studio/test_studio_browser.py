@@ -355,6 +355,37 @@ def test_the_plans_table_shows_the_goodput_that_scaled_the_tokens(page, studio, 
         set_field(page, key, "")
 
 
+def test_a_budgets_window_is_listed_as_the_report_rounds_it(page, studio, browser):
+    """A USD budget sets the window: 25,000 USD at 3 USD per GPU-hour on 4 x 8 GPUs buys
+    25,000 / (3 x 32) / 24 = 10.8507 days, which the plans table listed as
+    10.850694444444445 (a trial); the report says 10.851 days."""
+    from selenium.webdriver.common.by import By
+
+    page.get(studio.url + "/")
+    browser.wait_for(lambda: page.execute_script(
+        "return document.body.getAttribute('data-perf-state') === 'ok'"), timeout_s=90,
+        what="the page's prediction")
+    _, status = studio.call("/api/plan/status")
+    number = 1 + (status["current"]["id"] if status["current"] else 0)
+    form = {**TINY_PLAN, "plan.q": "8", "plan.experts": "8", "plan.top_k": "1",
+            "plan.split_factor": "1", "plan.days": "", "plan.price_per_gpu_hour": "3",
+            "plan.budget_usd": "25000"}
+    for key, value in form.items():
+        set_field(page, key, value)
+    page.find_element(By.ID, "plan-run").click()
+    browser.wait_for(lambda: text(page, "plan-state").startswith(f"plan {number}: done"),
+                     timeout_s=90, what="the budget's plan")
+    days = page.execute_script(
+        "var rows = document.querySelectorAll('#plan-history-table tbody tr');"
+        "var i = Array.from(document.querySelectorAll('#plan-history-table th'))"
+        ".map(function (th) { return th.textContent; }).indexOf('days');"
+        "return rows[rows.length - 1].cells[i].textContent")
+    assert days == f"{25_000 / (3 * 32) / 24:.3f}" == "10.851", days
+    for key in ("plan.price_per_gpu_hour", "plan.budget_usd"):
+        set_field(page, key, "")
+    set_field(page, "plan.days", TINY_PLAN["plan.days"])
+
+
 def test_a_model_grid_plans_around_the_edited_model(page, studio, browser):
     """`grid: model` hides the ladder's q, shows depth and width, clears the ladder's E, K
     and G lists (empty keeps the model's own) and plans variants of the edited model."""

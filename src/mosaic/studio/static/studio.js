@@ -631,7 +631,8 @@
               geometry: s.geometry, sparsity: s.sparsity, n_active: s.n_active, tokens: s.tokens, mfu: s.mfu,
               loss: s.loss, report: h.report_url};
     });
-    var columns = [["id", "plan"], ["cluster", "cluster", null, true], ["days", "days"],
+    // days to the report's 3 decimals: a USD budget's window read 130.20833333333334 (a trial)
+    var columns = [["id", "plan"], ["cluster", "cluster", null, true], ["days", "days", function (v) { return fmt(v, 3); }],
       ["geometry", "optimum", null, true], ["sparsity", "S", function (v) { return v.toFixed(4); }],
       ["n_active", "N_act", si], ["tokens", "tokens", si], ["mfu", "MFU", function (v) { return pct(v, 1); }],
       ["loss", "loss", function (v) { return v.toFixed(5); }], ["report", "report", null, true]];
