@@ -236,6 +236,30 @@ def test_two_plans_carry_what_each_said_of_itself(plans):
     assert f"loss gap {gap:.4f} nats; 90% loss intervals {high_a - low_a:.4f} (A)" in text
 
 
+def test_the_loss_gap_says_what_its_intervals_drew(plans, tmp_path):
+    """A plan made without --bootstrap-samples takes the law's coefficients as exact
+    (docs/plan.md): its loss interval holds the throughput's spread alone, zero wide at the
+    tokens-per-parameter cap. A review compared two such plans and read "0.0000 (A) and
+    0.0000 (B) wide: the intervals do not overlap", as if the law told them apart."""
+    a_path, b_path = plans
+    plan_a = json.loads(a_path.read_text())
+    assert [s.split(":")[0] for s in plan_a["uncertainty"]["sources"]] == [
+        "performance", "not the law's"]
+    doc = invoke_json("compare", str(a_path), str(b_path))
+    assert doc["a"]["loss_interval_draws"] == doc["b"]["loss_interval_draws"] == "throughput"
+    text = " ".join(runner.invoke(app, ["compare", str(a_path), str(b_path)]).stdout.split())
+    assert ("wide, over the throughput uncertainty (the law's coefficients taken as exact in "
+            "A and B: plan with --bootstrap-samples to include them):") in text
+    # a plan whose intervals drew the law's samples too is named as such
+    plan_a["uncertainty"]["sources"][1:] = []
+    plan_a["uncertainty"]["sources"].insert(0, "law: 40 coefficient samples")
+    with_law = tmp_path / "with_law.json"
+    with_law.write_text(json.dumps(plan_a))
+    text = " ".join(runner.invoke(app, ["compare", str(with_law), str(b_path)]).stdout.split())
+    assert ("over the law and throughput (A) and throughput (B) uncertainty (the law's "
+            "coefficients taken as exact in B:") in text
+
+
 def test_job_with_plan_is_one_line_error(plans):
     result = runner.invoke(app, ["compare", str(JOB), str(plans[0])])
     assert result.exit_code == 2

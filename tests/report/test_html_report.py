@@ -338,11 +338,11 @@ def test_plan_page_with_uncertainty_and_cost(tmp_path):
 
 
 def test_the_uncertainty_panel_names_what_was_sampled():
-    from mosaic.report.html.plan_page import _sampled_uncertainties
+    from mosaic.report.plan_report import sampled_uncertainties
 
-    assert _sampled_uncertainties(["performance: throughput multiplier ..."]) == "throughput"
-    assert _sampled_uncertainties(["law: 40 coefficient samples"]) == "law"
-    assert _sampled_uncertainties(None) == "law"  # plan files that do not say
+    assert sampled_uncertainties(["performance: throughput multiplier ..."]) == "throughput"
+    assert sampled_uncertainties(["law: 40 coefficient samples"]) == "law"
+    assert sampled_uncertainties(None) == "law"  # plan files that do not say
 
 
 def test_report_of_garbage_is_one_line(tmp_path):

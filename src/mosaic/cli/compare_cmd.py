@@ -190,6 +190,20 @@ def _plan_caveats(document: dict[str, Any], optimum: dict[str, Any]) -> list[str
     return caveats
 
 
+def _plan_interval_draws(document: dict[str, Any]) -> str:
+    """What the plan's loss intervals drew ('law', 'throughput' or both, from its
+    ``uncertainty.sources``): without --bootstrap-samples the law's coefficients are exact and
+    a candidate at the tokens-per-parameter cap gets a zero-width interval (a review's two
+    such plans read "the intervals do not overlap")."""
+    from mosaic.report.plan_report import sampled_uncertainties
+
+    uncertainty = document.get("uncertainty")
+    sources = uncertainty.get("sources") if isinstance(uncertainty, dict) else None
+    lines = [line for line in sources if isinstance(line, str)] \
+        if isinstance(sources, list) else None
+    return sampled_uncertainties(lines)
+
+
 def _plan_loss_interval(document: dict[str, Any], geometry: dict[str, Any]
                         ) -> list[float] | None:
     """The optimum's loss interval from the plan's uncertainty, where it drew one."""
@@ -372,6 +386,7 @@ def plan_side(path: Path, document: dict[str, Any], price: float | None) -> dict
         "replaced_price_per_gpu_hour": own_price if own_price not in (None, price) else None,
         "caveats": _plan_caveats(document, optimum),
         "loss_interval": _plan_loss_interval(document, geometry),
+        "loss_interval_draws": _plan_interval_draws(document),
     }
 
 

@@ -259,7 +259,24 @@ def loss_gap_text(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     verdict = ("the intervals overlap, so the model does not tell the two apart" if overlap
                else "the intervals do not overlap")
     return (f"loss gap {gap:.4f} nats; 90% loss intervals {widths[0]:.4f} (A) and "
-            f"{widths[1]:.4f} (B) wide: {verdict}")
+            f"{widths[1]:.4f} (B) wide{_interval_draws_text(a, b)}: {verdict}")
+
+
+def _interval_draws_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """What the two plans' loss intervals drew (``loss_interval_draws``: 'law',
+    'throughput' or both; absent from comparisons saved before it was recorded), and that
+    without the law's samples its coefficients were taken as exact (docs/plan.md, "Law and
+    performance uncertainty")."""
+    draws = [side.get("loss_interval_draws") for side in (a, b)]
+    if not all(draws):
+        return ""
+    text = (f", over the {draws[0]} uncertainty" if draws[0] == draws[1] else
+            f", over the {draws[0]} (A) and {draws[1]} (B) uncertainty")
+    without = [name for name, drew in zip("AB", draws, strict=True) if "law" not in drew]
+    if without:
+        text += (f" (the law's coefficients taken as exact in {' and '.join(without)}: plan "
+                 "with --bootstrap-samples to include them)")
+    return text
 
 
 def side_notes(document: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]] | str]:

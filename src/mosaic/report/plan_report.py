@@ -341,6 +341,15 @@ def pick_deliverable_text(pick: dict[str, Any], c_model_flops: float) -> str:
     return text
 
 
+def sampled_uncertainties(sources: list[str] | None) -> str:
+    """'law', 'throughput' or 'law and throughput': what a plan's uncertainty samples drew,
+    from its ``uncertainty.sources`` lines ('law: ...', 'performance: ...'); the law's alone
+    in plan files that do not say."""
+    kinds = [kind for kind, prefix in (("law", "law"), ("throughput", "performance"))
+             if any(line.startswith(prefix) for line in sources or [])]
+    return " and ".join(kinds) or "law"
+
+
 def loss_gap_text(gap: float | None, pick: dict[str, Any]) -> str:
     """The model-FLOPs pick's loss gap to the optimum, or why there is none."""
     if gap is not None:

@@ -39,6 +39,7 @@ from mosaic.report.plan_report import (
     model_limits_text,
     pick_deliverable_text,
     precision_text,
+    sampled_uncertainties,
 )
 from mosaic.units import GIB
 
@@ -363,15 +364,6 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
-def _sampled_uncertainties(sources: list[str] | None) -> str:
-    """'law', 'throughput' or 'law and throughput': what a plan's uncertainty samples drew,
-    from its ``uncertainty.sources`` lines ('law: ...', 'performance: ...'); the law's alone
-    in plan files that do not say."""
-    kinds = [kind for kind, prefix in (("law", "law"), ("throughput", "performance"))
-             if any(line.startswith(prefix) for line in sources or [])]
-    return " and ".join(kinds) or "law"
-
-
 def plan_sections(document: dict[str, Any]) -> list[Section]:
     rows = _candidate_rows(document)
     has_uncertainty = any("p_optimal" in r for r in rows)
@@ -396,7 +388,7 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
     u = document.get("uncertainty") or {}
     interval_note = (
         f" Loss low and high: the {u.get('level', 0.9):.0%} interval of the "
-        f"{_sampled_uncertainties(u.get('sources'))} uncertainty (section Uncertainty); a "
+        f"{sampled_uncertainties(u.get('sources'))} uncertainty (section Uncertainty); a "
         "candidate held at the tokens-per-parameter cap gains no tokens from a faster "
         "cluster, so throughput alone leaves it no width on the low side."
         if has_uncertainty else "")  # a trial read equal low and high as an error
@@ -432,7 +424,7 @@ def plan_sections(document: dict[str, Any]) -> list[Section]:
             f"{u.get('robust_choice_rule', '')}. Propagated: "
             + "; ".join(u.get("sources", ["law coefficient samples"])) + "."))
         uncertainty.body.append(figure_html(uncertainty_figure(
-            rows, u.get("level", 0.9), _sampled_uncertainties(u.get("sources"))),
+            rows, u.get("level", 0.9), sampled_uncertainties(u.get("sources"))),
             "fig-uncertainty"))
         capped = [r for r in rows if r.get("tpp_capped") and "loss_low" in r]
         if capped:  # why some intervals have no width (a trial asked)
