@@ -281,6 +281,26 @@ def test_a_dense_law_is_treated_as_dense_everywhere(tmp_path):
         assert f"{option}: the law (chinchilla) is dense" in refused.output
 
 
+def test_a_dense_laws_optimum_intervals_have_no_sparsity_row(tmp_path):
+    """The table says S* "- (dense law)"; its interval rows said "S* [0.0000, 0.0000]" under
+    it (a review). L*, N_tot*, N_act* and D* keep theirs: Eq. 16 solved under each sample."""
+    law = _chinchilla_law(tmp_path)
+    samples = tmp_path / "samples.json"
+    fitted = runner.invoke(app, ["law", "fit", str(tmp_path / "runs.csv"), "--form",
+                                 "chinchilla", "--holdout", "0", "--out", str(law),
+                                 "--starts", "64", "--refine", "2", "--bootstrap", "4",
+                                 "--samples-out", str(samples)])
+    assert fitted.exit_code == 0, fitted.output
+    shown = runner.invoke(app, ["law", "optimum", "--compute", "1e21", "--law", str(law),
+                                "--bootstrap-samples", str(samples)])
+    assert shown.exit_code == 0, shown.output
+    rows = [" ".join(line.split()) for line in shown.stdout.splitlines()]
+    assert any("sparsity S* │ - (dense law)" in row for row in rows)
+    labels = [row.split(":")[1].split("│")[0].strip() for row in rows
+              if "90% interval (4 samples):" in row]
+    assert labels == ["L*", "N_tot*", "N_act*", "D*"]
+
+
 def test_optimum_defaults_to_a_split_factor_the_law_was_fitted_on(tmp_path):
     """A law fitted on G 1-2 was asked at the paper's G = 4 by default and flagged its own
     default as extrapolation (a trial): the default is now the fitted G nearest to 4; the

@@ -311,14 +311,17 @@ def _sample_interval(values: np.ndarray, what: str) -> dict[str, Any]:
             "low": low, "high": high}
 
 
-def _optimum_interval_rows(intervals: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """The optimum table's interval rows (none without --bootstrap-samples)."""
+def _optimum_interval_rows(intervals: dict[str, Any] | None, dense: bool
+                           ) -> list[tuple[str, str]]:
+    """The optimum table's interval rows (none without --bootstrap-samples); no S* row for a
+    dense law, whose S* row reads "- (dense law)" (a review saw "S* [0.0000, 0.0000]" under
+    it)."""
     if not intervals:
         return []
     head = f"{intervals['level']:.0%} interval ({intervals['samples']} samples)"
     loss, sparsity = intervals["loss"], intervals["sparsity"]
     return [(f"{head}: L*", f"[{loss[0]:.4f}, {loss[1]:.4f}]"),
-            (f"{head}: S*", f"[{sparsity[0]:.4f}, {sparsity[1]:.4f}]"),
+            *([] if dense else [(f"{head}: S*", f"[{sparsity[0]:.4f}, {sparsity[1]:.4f}]")]),
             *((f"{head}: {label}", f"[{_count(intervals[key][0])}, "
                                    f"{_count(intervals[key][1])}]")
               for key, label in (("n_total", "N_tot*"), ("n_active", "N_act*"),
@@ -879,7 +882,7 @@ def optimum(
                 "mosaic train holds it at that rate below)" if payload["lr_extrapolated"]
                 else "")),
             *_extrapolation_rows(law, flags),
-            *_optimum_interval_rows(payload.get("intervals")),
+            *_optimum_interval_rows(payload.get("intervals"), law.form.is_dense),
         ],
     )
     if profile_points:
