@@ -526,3 +526,19 @@ def test_a_second_reference_after_a_file_says_one_is_read():
     assert f"a name takes one #ID or #N reference: {runs} exists" in twice.output
     missing = runner.invoke(app, ["perf", str(runs.with_name("absent.yaml"))])
     assert missing.exit_code == 2 and "reference" not in missing.output
+
+
+@pytest.mark.parametrize("blocks", [{"search": {"devices": 3}}, {"parallelism": {"dp": 3}}])
+def test_gpus_that_fill_no_cluster_name_where_the_count_came_from(tmp_path, blocks):
+    """Without hardware.nodes the job's GPUs are search.devices, else the layout's
+    tp·pp·cp·dp (docs/schema.md): 3 of an 8-GPU host is neither whole hosts nor a divisor of
+    one (1, 2, 4). The error named neither field, only "n_devices" (a review)."""
+    document = {"model": MODEL, "batch": {"global_seqs": 60, "seq_len": 1024},
+                "hardware": {"system": "DGX-H100"}, **blocks}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    message = _error("perf", str(path))
+    assert message.startswith("error: 3 GPUs (search.devices or --devices, else the layout's "
+                              "tp·pp·cp·dp) and no hardware.nodes:")
+    assert "multiple of 8 GPUs per node (whole hosts) or, on part of one host, one of 1, 2, 4" \
+        in message

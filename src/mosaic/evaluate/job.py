@@ -127,7 +127,12 @@ def cluster_for(spec: JobSpec) -> Cluster:
                 f"({spec.nodes} x {system.gpus_per_node} per node) but {asked}")
         return cluster
     assert spec.n_devices is not None
-    return Cluster.from_n_devices(system, spec.n_devices)
+    try:
+        return Cluster.from_n_devices(system, spec.n_devices)
+    except MosaicInputError as exc:  # it named neither field the count came from (a review)
+        raise MosaicInputError(
+            f"{spec.n_devices} GPUs (search.devices or --devices, else the layout's "
+            f"tp·pp·cp·dp) and no hardware.nodes: {exc}") from None
 
 
 # the one step term the grouped expert GEMMs (a grouped_gemm_table) are costed in
