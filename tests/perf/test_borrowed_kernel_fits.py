@@ -220,3 +220,28 @@ def test_a_borrower_without_a_measured_rate_says_whose_share_of_peak_it_takes(tm
     assert f"({794.5 / 989.4:.3f} in bf16, MAMF)" in note
     assert device_model_notes(get_device("H100-SXM-80GB")) == []
     assert device_model_notes(get_device("GB200")) == []  # states its own MAMF
+
+
+@pytest.mark.parametrize(("precision", "quoted"), [
+    ("bf16", f"({1745.0 / 2250.0:.3f} in bf16, MAMF)"),  # 0.776
+    ("mxfp8", f"({3432.5 / 4500.0:.3f} in fp8, MAMF)"),  # 0.763: B200's FP8 MAMF share
+    ("nvfp4", f"({1745.0 / 2250.0:.3f} in bf16, MAMF)"),  # no FP4 MAMF: the bf16 share
+])
+def test_a_borrowers_note_quotes_the_share_of_the_jobs_gemm_lane(precision, quoted):
+    """A GB300 (kernel_fit B200, no MAMF of its own) runs its GEMMs at the B200's share of
+    datasheet peak on the job's lane (borrowed_fit_rate_scale is 1, the B200 fits apply);
+    an FP8 job's assumptions quoted the bf16 share, 0.776, where the B200 measures 3432.5 of
+    4500 TFLOP/s FP8 (catalog, stas00/ml-engineering MAMF table): 0.763. A lane the B200 has
+    no MAMF for keeps the bf16 share, the fallback borrowed_fit_rate_scale uses."""
+    from mosaic.config.job_schema import job_from_document
+
+    job = {"model": {"name": "q8", "layers": 8, "d_model": 1024, "heads": 8, "kv_heads": 8,
+                     "ffn": 4096, "vocab": 32000,
+                     "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024}},
+           "parallelism": {"tp": 1, "pp": 1, "ep": 4},
+           "batch": {"global_seqs": 64, "micro_seqs": 1, "seq_len": 4096},
+           "performance": {"stack": "megatron-core", "precision": precision},
+           "hardware": {"system": "GB300-NVL72", "nodes": 1}}
+    note, = [line for line in job_from_document(job, "job").assumptions
+             if "costed with B200's measured kernel fits" in line]
+    assert quoted in note

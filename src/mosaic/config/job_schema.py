@@ -645,7 +645,8 @@ def job_from_document(document: dict[str, Any], where: str,
     try:
         device = get_system(system_name).device
         device_name, non_tn_fp8 = device.name, device.runs_non_tn_fp8_gemms
-        notes.extend(device_model_notes(device))
+        # the rates of the job's GEMM lane (mxfp8 -> fp8), as machine_for costs them
+        notes.extend(device_model_notes(device, precision_lane(performance.precision)))
     except MosaicInputError:
         device_name, non_tn_fp8 = "", False  # an unknown system is reported later
     try:

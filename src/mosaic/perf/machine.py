@@ -286,13 +286,16 @@ def borrowed_fit_rate_scale(device: Device, dtype: str) -> float:
     return 1.0
 
 
-def device_model_notes(device: Device) -> list[str]:
+def device_model_notes(device: Device, dtype: str = "bf16") -> list[str]:
     """What the model takes for a device that states neither fits nor a generation: one
     line each, for the job's assumptions (a user catalog entry without ``kernel_fit`` or
-    ``architecture`` was costed on generic defaults without a word; a trial)."""
+    ``architecture`` was costed on generic defaults without a word; a trial). ``dtype``: the
+    job's GEMM lane, whose rate the lines quote (:func:`machine_for` costs the GEMMs at
+    ``borrowed_fit_rate_scale(device, dtype)``; an FP8 job on a GB300 was told the B200's
+    bf16 share, 0.776, where its GEMMs run at the FP8 one, 0.763: a review)."""
     notes = []
     if not has_own_kernel_fits(device):
-        scale = borrowed_fit_rate_scale(device, "bf16")
+        scale = borrowed_fit_rate_scale(device, dtype)
         fit_devices = " and ".join(ANALYTICAL_GEMM_FIT_DEVICES)
         rate = (f"at the analytical plateau of {fit_devices} (no achievable_flops_per_s "
                 "to scale it)" if scale == 1.0 else
@@ -306,13 +309,17 @@ def device_model_notes(device: Device) -> list[str]:
                      "nearest device's measured fits (docs/hardware.md)")
     elif not device.achievable_flops_per_s:
         fit = _fitted_device(device.kernel_fit or device.name)
-        fraction = _achieved_fraction(fit, "bf16")
+        # the lane the GEMMs run on, else bf16 where the fit device has no measurement in
+        # it (borrowed_fit_rate_scale's fallback: one clock for every tensor-core lane)
+        lane, fraction = next(((lane, fraction) for lane in (dtype, "bf16")
+                               if (fraction := _achieved_fraction(fit, lane)) is not None),
+                              (dtype, None))
         if fit.name != device.name and fraction is not None:
             notes.append(
                 f"device {device.name} is costed with {fit.name}'s measured kernel fits "
                 f"(kernel_fit) and states no achievable_flops_per_s: its GEMMs are taken to "
                 f"reach the share of its datasheet peak that {fit.name}'s do ({fraction:.3f} "
-                "in bf16, MAMF); state its measured large-GEMM rate to rescale them "
+                f"in {lane}, MAMF); state its measured large-GEMM rate to rescale them "
                 "(docs/hardware.md)")
     if device.architecture is None:
         notes.append(f"device {device.name} states no architecture: the generic defaults "
