@@ -1,6 +1,7 @@
 """Calibration fit and cross-validation on runs with known answers."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -199,3 +200,38 @@ def test_a_group_holding_most_runs_is_named_when_cross_validating(capsys):
             in capsys.readouterr().err)
     _note_lopsided_groups("source", ["a", "a", "b", "b", "c"])
     assert capsys.readouterr().err == ""
+
+
+def test_calibrate_predicts_each_run_once(tmp_path, monkeypatch):
+    """`mosaic calibrate` predicted every run with the starting calibration to find those it
+    cannot predict, each scored run again uncorrected for the fit, every run again for the
+    memory-scale fit and those reporting memory once more for the coverage: 3-4 predictions
+    a run (a review). One uncorrected prediction serves all four: the memory model reads no
+    calibration constant but the memory scale (perf.memory.scaled_memory_breakdown), which
+    the time fit leaves as it was."""
+    from typer.testing import CliRunner
+
+    from mosaic.cli.main import app
+    from mosaic.config.run_records import load_run_records
+    from mosaic.evaluate import calibrate, validation_report
+
+    runs = Path(__file__).resolve().parents[2] / "examples" / "runs_example.yaml"
+    n_runs = len(load_run_records(runs).records)
+    predicted: list[int] = []
+    for module in (calibrate, validation_report):
+        real = module.predict_step
+
+        def counting(workload, plans, *args, _real=real, **kwargs):
+            predicted.append(len(plans))
+            return _real(workload, plans, *args, **kwargs)
+
+        monkeypatch.setattr(module, "predict_step", counting)
+    for options in ([], ["--fit-memory"]):  # a fitted scale: the coverage predicts again
+        predicted.clear()
+        result = CliRunner().invoke(app, ["calibrate", str(runs), "--base", "default",
+                                          "--cv", "none", "--out", str(tmp_path / "c.yaml"),
+                                          *options])
+        assert result.exit_code == 0, result.output
+        with_memory = sum(1 for r in load_run_records(runs).records
+                          if r.measured_memory_bytes and not r.oom)
+        assert sum(predicted) == n_runs + (with_memory if options else 0)

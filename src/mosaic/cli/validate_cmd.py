@@ -43,9 +43,9 @@ from mosaic.evaluate.calibrate import (
     calibrated_step_time_s,
     chosen_constants,
     fit_calibration,
+    fit_predictions,
     implausible_measurements,
     leave_one_group_out,
-    record_baselines,
     without_implausible_throughput,
 )
 from mosaic.evaluate.coverage_fit import build_coverage, with_borrowed_residuals
@@ -55,7 +55,6 @@ from mosaic.evaluate.record_settings import apply_record_settings, with_record_s
 from mosaic.evaluate.validation_report import (
     ValidationSummary,
     predict_in_batches,
-    predict_runs,
 )
 from mosaic.hardware import active_catalog_paths
 from mosaic.io_atomic import check_output_file, write_text_atomic
@@ -103,15 +102,14 @@ def _unpredictable_reason(record: RunRecord, why: str) -> str:
     return f"run {record.id!r}: cannot be predicted: {why}"
 
 
-def _without_unpredictable(runs: Path, record_set: RunRecordSet, calibration: Calibration,
+def _without_unpredictable(runs: Path, record_set: RunRecordSet,
+                           unpredictable: Sequence[tuple[str, str]],
                            excluded: Sequence[str] = ()) -> RunRecordSet:
     """``record_set`` less the records the model cannot predict (e.g. a precision their GPU
-    lacks), each added to its skipped records with the reason, as `validate` lists them (a
-    trial: one such record stopped `calibrate` with an error naming no record).
-    ``excluded``: the --exclude ids, counted where no usable record is left."""
-    unpredictable: list[tuple[str, str]] = []
-    predict_runs(record_set.records, calibration, unpredictable=lambda record, why: (
-        unpredictable.append((record.id, _unpredictable_reason(record, why)))))
+    lacks; ``unpredictable``: their ids and :func:`_unpredictable_reason`), each added to
+    its skipped records with the reason, as `validate` lists them (a trial: one such record
+    stopped `calibrate` with an error naming no record). ``excluded``: the --exclude ids,
+    counted where no usable record is left."""
     if not unpredictable:
         return record_set
     left_out = {run_id for run_id, _ in unpredictable}
@@ -474,14 +472,23 @@ def calibrate(
     check_output_file(out, "--out", inputs=[runs, *([] if base is None else [base])])
     record_set = _load(runs, exclude)
     start = load_calibration(base)
-    record_set = _without_unpredictable(runs, record_set, start, _excluded_ids(exclude))
+    # each run predicted once: the fit's inputs, which runs cannot be predicted at all, and
+    # the memory the memory-scale fit and the coverage read (evaluate.calibrate)
+    unpredictable: list[tuple[str, str]] = []
+    with progress_reporter(json_output) as bar:
+        baselines, predictions = fit_predictions(
+            record_set.records, start, bar("runs predicted"),
+            unpredictable=lambda record, why: unpredictable.append(
+                (record.id, _unpredictable_reason(record, why))))
+    record_set = _without_unpredictable(runs, record_set, unpredictable,
+                                        _excluded_ids(exclude))
     # records the file holds that cannot be read are not fitted, and said so (a trial: a
     # record with a misspelt field left the fit without a word, where validate named it)
     skipped = [{"id": run_id, "reason": reason} for run_id, reason in record_set.skipped]
     _check_strict(runs, skipped, strict)
     excluded = list(_excluded_ids(exclude))
-    with progress_reporter(json_output) as bar:
-        baselines = record_baselines(record_set.records, start, bar("runs predicted"))
+    if not baselines.ids:
+        raise MosaicInputError("no run with a measured step time to calibrate on")
     implausible = implausible_measurements(baselines, record_set.records)
     baselines, implausible_left_out = without_implausible_throughput(baselines)
     constants = chosen_constants(fit, baselines, start)
@@ -499,7 +506,8 @@ def calibrate(
                                      name=name or out.stem, provenance=provenance,
                                      keep_unseen=True),
                      fitted_constants=start.fitted_constants)  # a later refit may fit all
-    fitted, memory_fit = with_memory_scale(fitted, record_set.records, fit_memory)
+    fitted, memory_fit = with_memory_scale(fitted, record_set.records, fit_memory,
+                                           predictions)
     records = {r.id: r for r in record_set.records}
     not_scored = [{"id": r.id, "reason": r.throughput_not_scored}
                   for r in record_set.records if r.throughput_not_scored]
@@ -541,7 +549,9 @@ def calibrate(
     coverage = build_coverage(
         record_set.records, baselines.ids, cv_result, fitted,
         f"{len(baselines.ids)} runs of {runs.name}"
-        + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out"))
+        + ("" if cv_result is None else f", tokens/s ratios held out leave-one-{cv}-out"),
+        # the runs' memory as predicted, unless a fitted memory scale moved it
+        predictions=predictions if fitted.memory_scale == start.memory_scale else None)
     fitted = replace(fitted, coverage=with_borrowed_residuals(coverage, start,
                                                               fitted.memory_scale))
     report["tokens_per_s_residuals_borrowed_from"] = fitted.coverage.tokens_per_s_ratio_from

@@ -33,6 +33,7 @@ from scipy.optimize import least_squares
 from mosaic.config.run_records import RunRecord
 from mosaic.errors import MosaicInputError
 from mosaic.evaluate.plausibility import implausibility, implausible_record_reason
+from mosaic.evaluate.validation_report import RunPrediction, run_prediction
 from mosaic.perf.calibration import FITTABLE_CONSTANTS, Calibration
 from mosaic.perf.machine import least_step_multiplier, machine_for
 from mosaic.perf.step_time import predict_step
@@ -119,38 +120,76 @@ def _routing_key(record: RunRecord) -> str:
     return record.workload.routing if record.workload.geometry.is_moe else "dense"
 
 
+def scored(record: RunRecord) -> bool:
+    """Whether ``record`` enters the fit: a scored throughput (not OOM, hardware as
+    catalogued) and a measured step time."""
+    return bool(record.throughput_scored and record.measured_step_time_s)
+
+
+def uncorrected(base: Calibration) -> Calibration:
+    """``base`` without the constants the fit sets: the analytical step time the closed
+    form acts on (the memory scale and measured kernel constants stay ``base``'s)."""
+    return replace(base, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
+                   attention_efficiency={}, routing_imbalance={}, elementwise_traffic_factor=1.0)
+
+
 def record_baselines(records: Sequence[RunRecord], base: Calibration,
                      progress: ProgressFn | None = None) -> RecordBaselines:
     """Predict every run with a scored throughput (not OOM, hardware as catalogued) once,
     uncorrected, and keep the fit's inputs
     (``progress(done, total)`` after each run)."""
-    base = replace(base, chi_a2a=0.0, chi_pp=0.0, chi_overlap=0.0, stack_overhead={},
-                   attention_efficiency={}, routing_imbalance={}, elementwise_traffic_factor=1.0)
-    rows = [r for r in records if r.throughput_scored and r.measured_step_time_s]
+    rows = [r for r in records if scored(r)]
     if not rows:
         raise MosaicInputError("no run with a measured step time to calibrate on")
+    return fit_predictions(rows, base, progress)[0]
+
+
+def fit_predictions(records: Sequence[RunRecord], base: Calibration,
+                    progress: ProgressFn | None = None,
+                    unpredictable: Callable[[RunRecord, str], None] | None = None
+                    ) -> tuple[RecordBaselines, list[RunPrediction]]:
+    """Every record predicted once, uncorrected (:func:`uncorrected`): the fit's inputs of
+    the :func:`scored` ones, and each predictable record's prediction, whose memory (which
+    depends on the calibration's memory scale alone, perf.memory) serves the memory-scale
+    fit and the coverage at ``base``'s scale (`calibrate` predicted each run three or four
+    times: a review). A record the model cannot predict goes to ``unpredictable(record,
+    reason)``, as in :func:`~mosaic.evaluate.validation_report.predict_runs`; without that
+    callback the error propagates. ``progress(done, total)`` after each record."""
+    base = uncorrected(base)
+    rows: list[RunRecord] = []
+    predictions: list[RunPrediction] = []
     columns: dict[str, list[float]] = {
         name: [] for name in _PREDICTION_COLUMNS + _DRIVER_COLUMNS}
     lane_mfu: list[float] = []
-    for done, record in enumerate(rows, start=1):
-        machine = machine_for(record.cluster, record.workload.precision)
-        prediction = predict_step(record.workload, record.plan, machine, base)
-        for name in _PREDICTION_COLUMNS:
-            columns[name].append(getattr(prediction, name)[0])
-        for name in _DRIVER_COLUMNS:
-            columns[name].append(getattr(prediction.chi_drivers, name)[0])
-        lane_mfu.append(float(prediction.mfu_with_attention_gemm_lane[0]
-                              * prediction.step_time_s[0] / prediction.analytic_step_time_s[0]))
+    for done, record in enumerate(records, start=1):
+        try:
+            machine = machine_for(record.cluster, record.workload.precision)
+            prediction = predict_step(record.workload, record.plan, machine, base)
+        except MosaicInputError as exc:
+            if unpredictable is None:
+                raise
+            unpredictable(record, str(exc))
+        else:
+            predictions.append(run_prediction(record, prediction, 0))
+            if scored(record):
+                rows.append(record)
+                for name in _PREDICTION_COLUMNS:
+                    columns[name].append(getattr(prediction, name)[0])
+                for name in _DRIVER_COLUMNS:
+                    columns[name].append(getattr(prediction.chi_drivers, name)[0])
+                lane_mfu.append(float(prediction.mfu_with_attention_gemm_lane[0]
+                                      * prediction.step_time_s[0]
+                                      / prediction.analytic_step_time_s[0]))
         if progress is not None:
-            progress(done, len(rows))
+            progress(done, len(records))
     return RecordBaselines(
         ids=tuple(r.id for r in rows),
         stacks=tuple(r.workload.stack for r in rows),
         routings=tuple(_routing_key(r) for r in rows),
-        **{name: np.array(values) for name, values in columns.items()},
+        **{name: np.array(values, dtype=float) for name, values in columns.items()},
         measured_step_time_s=np.array([r.measured_step_time_s for r in rows], dtype=float),
-        analytic_lane_mfu_with_attention=np.array(lane_mfu),
-    )
+        analytic_lane_mfu_with_attention=np.array(lane_mfu, dtype=float),
+    ), predictions
 
 
 def implausible_measurements(baselines: RecordBaselines, records: Sequence[RunRecord]

@@ -14,7 +14,7 @@ import numpy as np
 from mosaic.arch.counts import count_parameters
 from mosaic.config.run_records import RunRecord
 from mosaic.evaluate.calibrate import CrossValidation
-from mosaic.evaluate.validation_report import predict_runs
+from mosaic.evaluate.validation_report import RunPrediction, predict_runs
 from mosaic.perf.calibration import Calibration
 from mosaic.perf.coverage import (
     DEFAULT_LEVEL,
@@ -42,9 +42,13 @@ def _degree_runs(name: str, fitted: list[RunRecord]) -> list[RunRecord]:
 
 def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
                    cv: CrossValidation | None, calibration: Calibration, source: str,
-                   level: float = DEFAULT_LEVEL) -> CalibrationCoverage:
+                   level: float = DEFAULT_LEVEL,
+                   predictions: Sequence[RunPrediction] | None = None) -> CalibrationCoverage:
     """Envelope of the fitted runs, held-out tokens/s ratios (when ``cv`` is given) and
-    memory ratios of the runs that report memory, predicted with ``calibration``."""
+    memory ratios of the runs that report memory, predicted with ``calibration``.
+    ``predictions``: those of ``records``, in their order, made at ``calibration``'s memory
+    scale (the memory model reads no other constant), when the caller has them; else the
+    runs reporting memory are predicted here."""
     by_id = {r.id: r for r in records}
     fitted = [by_id[i] for i in fitted_ids]
     counts = [count_parameters(r.workload.geometry) for r in fitted]
@@ -59,9 +63,13 @@ def build_coverage(records: Sequence[RunRecord], fitted_ids: Sequence[str],
         tokens = scoped_quantiles(ratios, stacks, classes, level)
         shared = shared_fraction(ratios, list(cv.groups))
     with_memory = [r for r in records if r.measured_memory_bytes and not r.oom]
+    if predictions is None:
+        predictions = predict_runs(with_memory, calibration)
+    else:
+        predictions = [p for r, p in zip(records, predictions, strict=True)
+                       if r.measured_memory_bytes and not r.oom]
     memory_ratios = [r.measured_memory_bytes / (p.predicted_memory_gib * GIB)
-                     for r, p in zip(with_memory, predict_runs(with_memory, calibration),
-                                     strict=True)]
+                     for r, p in zip(with_memory, predictions, strict=True)]
     memory = scoped_quantiles(np.array(memory_ratios), [r.workload.stack for r in with_memory],
                               [model_class(r.workload.geometry.is_moe,
                                            r.workload.geometry.is_hybrid)

@@ -165,16 +165,21 @@ def _shares_of_device(predictions: Sequence[RunPrediction], start_scale: float, 
             (scale * allocator + RUNTIME_RESERVE_BYTES) / hbm)
 
 
-def with_memory_scale(calibration: Calibration, records: Sequence[RunRecord], apply: bool
+def with_memory_scale(calibration: Calibration, records: Sequence[RunRecord], apply: bool,
+                      predictions: Sequence[RunPrediction] | None = None
                       ) -> tuple[Calibration, MemoryScaleFit | None]:
     """(``calibration`` with the memory scale its records' memory figures give when
     ``apply``, else unchanged; the fit, or None when no record reports memory). Records the
-    model cannot predict are left out, as in the time fit."""
+    model cannot predict are left out, as in the time fit. ``predictions``: the records'
+    own, made at ``calibration``'s memory scale (the memory model reads no other constant),
+    when the caller has them (`calibrate`'s one prediction of each run); else made here."""
     # every record: the scale may move a run without a memory figure across the device
-    fit = (fit_memory_scale(predict_runs(records, calibration,
-                                         unpredictable=lambda _record, _reason: None),
-                            calibration.memory_scale)
-           if any(r.measured_memory_bytes for r in records) else None)
+    if not any(r.measured_memory_bytes for r in records):
+        return calibration, None
+    if predictions is None:
+        predictions = predict_runs(records, calibration,
+                                   unpredictable=lambda _record, _reason: None)
+    fit = fit_memory_scale(predictions, calibration.memory_scale)
     if fit is None or not apply:
         return calibration, fit
     held_out = ("" if fit.mape_held_out is None

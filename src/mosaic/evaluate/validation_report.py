@@ -31,7 +31,7 @@ from mosaic.perf.headroom import memory_headroom
 from mosaic.perf.machine import machine_for
 from mosaic.perf.memory import RUNTIME_RESERVE_BYTES
 from mosaic.perf.plan import ParallelPlans, concatenate_plans
-from mosaic.perf.step_time import predict_step
+from mosaic.perf.step_time import StepPrediction, predict_step
 from mosaic.units import GIB
 
 TOP_K = 3  # top-k overlap inside a group of runs sharing model and cluster (Sec. 7.2.1)
@@ -117,6 +117,18 @@ def memory_as_measured(memory_measure: str, plan: ParallelPlans, memory_bytes: f
     return memory_bytes
 
 
+def run_prediction(record: RunRecord, step: StepPrediction, row: int) -> RunPrediction:
+    """``record`` beside row ``row`` of ``step``, the prediction of its plan."""
+    return RunPrediction(
+        record=record,
+        predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[row]),
+        predicted_memory_gib=float(measured_like(record, step.memory_bytes[row]) / GIB),
+        feasible=bool(step.feasible[row]),
+        predicted_lane_mfu_with_attention=float(step.mfu_with_attention_gemm_lane[row]),
+        model_memory_gib=float(step.memory_bytes[row] / GIB),
+    )
+
+
 def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
                  progress: Callable[[int, int], None] | None = None,
                  unpredictable: Callable[[RunRecord, str], None] | None = None
@@ -149,16 +161,7 @@ def predict_runs(records: Sequence[RunRecord], calibration: Calibration,
             done += len(members)
             continue
         for row, index in enumerate(members):
-            predictions[index] = RunPrediction(
-                record=records[index],
-                predicted_tokens_per_s_per_gpu=float(step.tokens_per_s_per_gpu[row]),
-                predicted_memory_gib=float(measured_like(records[index],
-                                                         step.memory_bytes[row]) / GIB),
-                feasible=bool(step.feasible[row]),
-                predicted_lane_mfu_with_attention=float(
-                    step.mfu_with_attention_gemm_lane[row]),
-                model_memory_gib=float(step.memory_bytes[row] / GIB),
-            )
+            predictions[index] = run_prediction(records[index], step, row)
         done += len(members)
         if progress is not None:
             progress(done, len(records))
