@@ -125,3 +125,66 @@ def test_a_plan_of_the_experts_alone_exports_that_setting(tmp_path):
     toml = CliRunner().invoke(app, ["export", str(plan_file), "--to", "torchtitan"])
     assert toml.exit_code == 0, toml.output
     assert 'converters = ["quantize.grouped_mm.mx"]' in toml.stdout
+
+
+def test_every_candidate_trains_with_the_envelopes_optimizer():
+    """A plan costed every candidate with AdamW's fp32 state whatever the team trains with
+    (the studio planned a Muon job so, a review). The envelope's optimizer reaches each
+    candidate: with bf16 AdamW moments (DeepSeek-V3 report arXiv:2412.19437 Sec. 3.3.3) the
+    moments take 2 B each of fp32's 4, so exactly half the memory, and the fp32 master
+    weights are unchanged; Muon keeps one 4 B momentum buffer where Adam keeps two
+    (Jordan et al. 2024), AdamW's 8 B only on the embedding and LM head."""
+    from mosaic.perf.memory import memory_breakdown_bytes
+    from mosaic.perf.plan import single_plan
+    from mosaic.perf.workload import OptimizerDtype, OptimizerKind
+
+    base = Envelope(resolve_system("B200"), n_nodes=1, days=5.0)
+    grid = SearchSpace(q=(4,), experts=(16,), top_k=(2,), split_factor=(1,)).enumerate()
+    plan = single_plan(dp=8, ep=8)
+
+    def memory(**settings):
+        workload = candidate_workload(replace(base, **settings), grid, 0)
+        return workload, memory_breakdown_bytes(workload, plan)
+
+    adamw, adamw_memory = memory()
+    assert (adamw.optimizer, adamw.optimizer_dtype) == (OptimizerKind.ADAMW,
+                                                        OptimizerDtype.FP32)
+    moments, moments_memory = memory(optimizer_dtype="bf16_moments")
+    assert moments.optimizer_dtype is OptimizerDtype.BF16_MOMENTS
+    assert moments_memory["optimizer_states"][0] == pytest.approx(
+        adamw_memory["optimizer_states"][0] / 2, rel=1e-12)
+    assert moments_memory["master_weights"][0] == adamw_memory["master_weights"][0]
+    muon, muon_memory = memory(optimizer="muon")
+    assert muon.optimizer is OptimizerKind.MUON
+    assert (adamw_memory["optimizer_states"][0] / 2 < muon_memory["optimizer_states"][0]
+            < adamw_memory["optimizer_states"][0])
+    envelope = replace(base, optimizer="muon", optimizer_dtype="bf16")
+    assert (envelope.to_dict()["optimizer"], envelope.to_dict()["optimizer_dtype"]) == (
+        "muon", "bf16")
+
+
+def test_plan_takes_the_optimizer_and_its_export_keeps_it(tmp_path):
+    """`mosaic plan --optimizer/--optimizer-dtype` state every candidate's optimizer in the
+    document's envelope, and the optimum exported as a job trains with it (the export wrote
+    adamw for every plan); a misspelt one is one line naming the allowed values."""
+    from mosaic.export.spec import spec_from_plan_document
+
+    args = ["plan", "--q", "4", "--experts", "16", "--top-k", "2", "--split-factor", "1",
+            "--nodes", "1", "--days", "2", "--workers", "1", "--json"]
+    out = CliRunner().invoke(app, [*args, "--optimizer", "muon", "--optimizer-dtype",
+                                   "bf16_moments"])
+    assert out.exit_code == 0, out.output
+    document = json.loads(out.stdout)
+    assert document["envelope"]["optimizer"] == "muon"
+    assert document["envelope"]["optimizer_dtype"] == "bf16_moments"
+    spec = spec_from_plan_document(document, "plan.json")
+    assert (spec.optimizer, spec.optimizer_dtype) == ("muon", "bf16_moments")
+    assert spec.job["optimizer"] == {"kind": "muon"}
+    assert spec.job["performance"]["optimizer_dtype"] == "bf16_moments"
+    table = CliRunner().invoke(app, [a for a in args if a != "--json"]
+                               + ["--optimizer", "muon", "--optimizer-dtype", "bf16_moments"])
+    assert table.exit_code == 0, table.output
+    assert "muon, bf16_moments state" in table.output
+    bad = CliRunner().invoke(app, [*args, "--optimizer", "adamx"])
+    assert bad.exit_code == 2
+    assert "--optimizer 'adamx': allowed values are adam, adamw, muon, sgd" in bad.output

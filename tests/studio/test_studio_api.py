@@ -1171,3 +1171,31 @@ def test_a_node_price_in_the_plan_form_is_noted_against_the_node_types_gpus():
                             "plan.price_per_gpu_hour": "98"})
     said = [str(note.message) for note in notes if "a node's price?" in str(note.message)]
     assert said and all(m.endswith("divided by its 4 GPUs it is 24.5") for m in said)
+
+
+def test_the_plan_form_takes_the_jobs_optimizer():
+    """A studio opened on a Muon job with bf16 optimizer state planned every candidate with
+    AdamW in fp32 (the form had no optimizer; a review): the job seeds the plan form's
+    optimizer fields, which reach the envelope as `mosaic plan --optimizer
+    --optimizer-dtype` do."""
+    from mosaic.perf.workload import OptimizerDtype, OptimizerKind
+    from mosaic.studio.app import options_document
+    from mosaic.studio.plan_runner import DEFAULT_PLAN_FORM, validate_plan_form
+
+    job = {"model": {"layers": 4, "d_model": 2048, "heads": 16, "ffn": 8192,
+                     "moe": {"experts": 32, "top_k": 4, "expert_ffn": 768}},
+           "batch": {"global_seqs": 128, "seq_len": 4096, "micro_seqs": 2},
+           "parallelism": {"ep": 4}, "optimizer": {"kind": "muon"},
+           "performance": {"optimizer_dtype": "bf16"},
+           "hardware": {"nodes": 1, "system": "DGX-B200"}}
+    seeded = options_document(job)
+    assert (seeded["plan_form"]["plan.optimizer"],
+            seeded["plan_form"]["plan.optimizer_dtype"]) == ("muon", "bf16")
+    assert set(seeded["optimizer_dtypes"]) == {"fp32", "bf16", "bf16_moments"}
+    grid = {"plan.q": "8", "plan.experts": "16", "plan.top_k": "1", "plan.split_factor": "1"}
+    envelope, _, _ = validate_plan_form({**seeded["plan_form"], **grid})
+    assert (envelope.optimizer, envelope.optimizer_dtype) == (OptimizerKind.MUON,
+                                                              OptimizerDtype.BF16)
+    envelope, _, _ = validate_plan_form({**DEFAULT_PLAN_FORM, **grid})
+    assert (envelope.optimizer, envelope.optimizer_dtype) == (OptimizerKind.ADAMW,
+                                                              OptimizerDtype.FP32)

@@ -141,6 +141,13 @@ QuantisedGemmsOpt = Annotated[str, typer.Option(
     "--quantised-gemms", help="Which GEMMs of every candidate --precision runs: all (default), "
     "or routed_experts (the experts' grouped GEMMs alone, the rest bf16: torchtitan's "
     "quantize.grouped_mm converters; needs fp8 or mxfp8).")]
+OptimizerOpt = Annotated[str, typer.Option(
+    "--optimizer", help="Optimizer every candidate trains with: adam, adamw (default), muon or "
+    "sgd (its state's memory and step time; a job's optimizer.kind).")]
+OptimizerDtypeOpt = Annotated[str, typer.Option(
+    "--optimizer-dtype", help="Dtype of every candidate's optimizer state: fp32 (default: fp32 "
+    "master weights and moments), bf16 or bf16_moments (a job's "
+    "performance.optimizer_dtype; docs/memory.md).")]
 LawFile = Annotated[Path | None, typer.Option(
     "--law", help="Law JSON (`mosaic law fit --out`); default: Table 2 joint law.")]
 QValues = Annotated[str | None, typer.Option(
@@ -358,6 +365,7 @@ def plan(
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     quantised_gemms: QuantisedGemmsOpt = "all",
+    optimizer: OptimizerOpt = "adamw", optimizer_dtype: OptimizerDtypeOpt = "fp32",
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     balanced_pipeline: BalancedPipelineOpt = False,
@@ -403,6 +411,7 @@ def plan(
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, quantised_gemms=quantised_gemms, backbone=backbone,
+        optimizer=optimizer, optimizer_dtype=optimizer_dtype,
         layers=layers, d_model=d_model,
         stack_version=stack_version, balanced_pipeline=balanced_pipeline,
         max_total_params=max_total_params, max_active_params=max_active_params, s_max=s_max,
@@ -545,6 +554,7 @@ def sweep_days_command(
     html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     quantised_gemms: QuantisedGemmsOpt = "all",
+    optimizer: OptimizerOpt = "adamw", optimizer_dtype: OptimizerDtypeOpt = "fp32",
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
@@ -567,6 +577,7 @@ def sweep_days_command(
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, quantised_gemms=quantised_gemms, backbone=backbone,
+        optimizer=optimizer, optimizer_dtype=optimizer_dtype,
         layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)
@@ -612,6 +623,7 @@ def sweep_nodes_command(
     plot_dir: PlotDir = None, html: HtmlOption = None, stack: StackOpt = None,
     precision: PrecisionOpt = "bf16", dispatcher: DispatcherOpt = None,
     quantised_gemms: QuantisedGemmsOpt = "all",
+    optimizer: OptimizerOpt = "adamw", optimizer_dtype: OptimizerDtypeOpt = "fp32",
     stack_version: StackVersionOpt = None,
     backbone: BackboneOpt = None, layers: LayersOpt = None, d_model: DModelOpt = None,
     catalog: CatalogFileOption = None,
@@ -636,6 +648,7 @@ def sweep_nodes_command(
         top_k=top_k, split_factor=split_factor, tpp=tpp, s_min=s_min,
         stack=planning_stack(calibration, stack), precision=precision,
         dispatcher=dispatcher, quantised_gemms=quantised_gemms, backbone=backbone,
+        optimizer=optimizer, optimizer_dtype=optimizer_dtype,
         layers=layers, d_model=d_model,
         stack_version=stack_version, max_total_params=max_total_params,
         max_active_params=max_active_params, s_max=s_max, unique_tokens=unique_tokens)

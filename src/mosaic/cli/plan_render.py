@@ -23,6 +23,7 @@ from mosaic.report.plan_report import (
     layout_text,
     loss_gap_text,
     model_limits_text,
+    optimizer_text,
     pick_deliverable_text,
     precision_text,
     untrainable_message,
@@ -67,6 +68,7 @@ def print_envelope(result: PlanResult, cost: RunCost, calibration: str = "defaul
                                 + (f" {envelope.stack_version}" if envelope.stack_version else "")
                                 + f" / {calibration}"),
         ("precision / dispatcher", f"{precision_text(envelope.to_dict())} / {envelope.dispatcher}"),
+        ("optimizer", optimizer_text(envelope.to_dict())),
         ("recipe settings", _recipe_text(envelope)),
         ("usable memory", _headroom_text(envelope)),
         ("pipeline split", "balanced Megatron layouts (embedding, loss, MTP as layer slots)"

@@ -835,6 +835,9 @@ def _spec_from_plan(document: dict[str, Any], source: str) -> ExportSpec:
         fused_grouped_mlp=(bool(envelope.get("fused_grouped_mlp", False))
                            and experts_fuse_grouped_mlp(geometry)),
         quantised_gemms=str(envelope.get("quantised_gemms", "all")),
+        # the optimizer the plan costed every candidate with (plans before it said: AdamW)
+        optimizer=str(envelope.get("optimizer", "adamw")),
+        optimizer_dtype=str(envelope.get("optimizer_dtype", "fp32")),
         pipeline_layout=plan.get("pipeline_layout") or None,
         stack=stack, source=source,
         router_balancing=router_balancing(geometry, get_stack(stack).router_balancing),
@@ -1014,6 +1017,8 @@ def _plan_job_document(spec: ExportSpec, envelope: dict[str, Any],
         performance["quantised_gemms"] = spec.quantised_gemms
     if spec.cross_entropy is not None:
         performance["cross_entropy"] = spec.cross_entropy
+    if spec.optimizer_dtype != "fp32":
+        performance["optimizer_dtype"] = spec.optimizer_dtype
     hardware: dict[str, Any] = {"system": envelope.get("system")}
     if envelope.get("nodes") is not None:
         hardware["nodes"] = envelope["nodes"]

@@ -27,6 +27,8 @@ from mosaic.perf.machine import check_dispatcher_on_device, check_precision_on_d
 from mosaic.perf.workload import (
     Dispatcher,
     Fp8Recipe,
+    OptimizerDtype,
+    OptimizerKind,
     Precision,
     QuantisedGemms,
     check_quantised_gemms,
@@ -139,6 +141,10 @@ class Envelope:
         dollar_budget: a budget in USD that sets ``days`` for the cluster's GPUs
             (``--budget-usd``), also when the node count changes (a node sweep at equal
             cost); None when the window is given in days. Giving days drops it.
+        optimizer, optimizer_dtype: the optimizer every candidate trains with and the dtype
+            of its parameter copy and moments (``Workload.optimizer``/``optimizer_dtype``:
+            they set the optimizer state's memory, perf.memory.parameter_states, and its
+            step time); a job's ``optimizer.kind`` and ``performance.optimizer_dtype``.
         balanced_pipeline: every pipelined layout of every candidate is split by a balanced
             Megatron-Core pipeline layout (the embedding, the loss and the MTP modules as
             layer slots, :func:`mosaic.perf.pipeline_layout.balanced_layout`), as
@@ -167,6 +173,8 @@ class Envelope:
     cross_entropy: str | None = None
     fused_grouped_mlp: bool = False
     quantised_gemms: QuantisedGemms = QuantisedGemms.ALL
+    optimizer: OptimizerKind = OptimizerKind.ADAMW
+    optimizer_dtype: OptimizerDtype = OptimizerDtype.FP32
     balanced_pipeline: bool = False
     dollar_budget: DollarBudget | None = None
 
@@ -188,6 +196,10 @@ class Envelope:
         check_precision_on_device(self.system.device, self.precision, self.fp8_recipe)
         check_dispatcher_on_device(self.system.device.name, self.dispatcher, moe=True,
                                    named="--dispatcher")  # every candidate is an MoE
+        object.__setattr__(self, "optimizer",
+                           enum_member(OptimizerKind, self.optimizer, "--optimizer"))
+        object.__setattr__(self, "optimizer_dtype", enum_member(
+            OptimizerDtype, self.optimizer_dtype, "--optimizer-dtype"))
         object.__setattr__(self, "quantised_gemms", enum_member(
             QuantisedGemms, self.quantised_gemms, "--quantised-gemms"))
         check_quantised_gemms(self.quantised_gemms, self.precision, str(self.precision),
@@ -304,6 +316,10 @@ class Envelope:
             **({"fused_grouped_mlp": True} if self.fused_grouped_mlp else {}),
             **({"quantised_gemms": str(self.quantised_gemms)}
                if self.quantised_gemms is not QuantisedGemms.ALL else {}),
+            # every candidate's optimizer: its state's memory and step (a plan assumed
+            # AdamW in fp32 without a word, and the studio planned a Muon job on it)
+            "optimizer": str(self.optimizer),
+            "optimizer_dtype": str(self.optimizer_dtype),
             "balanced_pipeline": self.balanced_pipeline,
             "peak_flops_per_s_per_device": self.peak_flops_per_s_per_device,
             "hbm_bytes_per_device": self.system.device.hbm_bytes,

@@ -120,7 +120,7 @@ def build_inputs(
     layers: str | None = None, d_model: str | None = None, stack_version: str | None = None,
     balanced_pipeline: bool = False, max_total_params: str | None = None,
     max_active_params: str | None = None, s_max: float | None = None,
-    unique_tokens: str | None = None,
+    unique_tokens: str | None = None, optimizer: str = "adamw", optimizer_dtype: str = "fp32",
 ) -> tuple[Envelope, SearchSpace]:
     """Validate the shared options into an envelope and a search space."""
     if precision not in PRECISION_NAMES:
@@ -154,7 +154,8 @@ def build_inputs(
         precision=precision_lane(precision), fp8_recipe=stated_fp8_recipe(precision),
         dispatcher=dispatcher, quantised_gemms=quantised_gemms,
         headroom=None if memory_fraction is None else memory_headroom(memory_fraction, stack),
-        stack_version=stack_version, balanced_pipeline=balanced_pipeline, **settings,
+        stack_version=stack_version, balanced_pipeline=balanced_pipeline,
+        optimizer=optimizer, optimizer_dtype=optimizer_dtype, **settings,
     )
     tpp_min, tpp_max = parse_tpp(tpp)
     axes = grid_axes(backbone, q=q, experts=experts, top_k=top_k, split_factor=split_factor,

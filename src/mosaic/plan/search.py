@@ -101,9 +101,9 @@ class ThroughputTable:
 def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
                        limits: LayoutLimits = TABLE3_LAYOUT_LIMITS) -> Workload:
     """What grid row ``row`` trains under ``envelope``: the one workload every candidate's
-    layout search, breakdown and report uses (batch, precision, stack, dispatcher and the
-    envelope's workload settings; under ``balanced_pipeline``, a balanced layout for each
-    pipeline shape ``limits`` allows)."""
+    layout search, breakdown and report uses (batch, precision, stack, dispatcher, optimizer
+    and the envelope's workload settings; under ``balanced_pipeline``, a balanced layout for
+    each pipeline shape ``limits`` allows)."""
     geometry = grid.geometry(row)
     workload = Workload(
         geometry=geometry,
@@ -123,6 +123,8 @@ def candidate_workload(envelope: Envelope, grid: LadderGrid, row: int,
         # the fused grouped MLP is the routed experts' FC1 + SwiGLU + FC2: MoE SwiGLU only
         fused_grouped_mlp=envelope.fused_grouped_mlp and experts_fuse_grouped_mlp(geometry),
         quantised_gemms=envelope.quantised_gemms,  # every grid geometry is an MoE
+        optimizer=envelope.optimizer,
+        optimizer_dtype=envelope.optimizer_dtype,
     )
     if envelope.balanced_pipeline:
         workload = with_balanced_layouts(workload, envelope.n_devices, limits)

@@ -373,6 +373,13 @@ def sweep_extrapolation_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
 ROUTED_EXPERTS_ONLY_TEXT = " on the routed experts, bf16 elsewhere"
 
 
+def optimizer_text(envelope: Mapping[str, Any]) -> str:
+    """'adamw, fp32 state': every candidate's optimizer and its state's dtype, of a plan's
+    envelope (a plan written before it stated them costed AdamW in fp32)."""
+    return (f"{envelope.get('optimizer', 'adamw')}, "
+            f"{envelope.get('optimizer_dtype', 'fp32')} state")
+
+
 def precision_text(document: Mapping[str, Any]) -> str:
     """'bf16', 'fp8 (mxfp8)', 'fp4 (nvfp4)' or 'fp8 (mxfp8) on the routed experts, bf16
     elsewhere': the lane, its recipe and the GEMMs it runs, of a plan's envelope or a

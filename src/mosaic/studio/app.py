@@ -75,7 +75,7 @@ def options_document(job_document: dict[str, Any] | None,
     from mosaic.config.job_schema import PerformanceBlock, on_default_stack
     from mosaic.hardware import get_system, list_systems
     from mosaic.perf.plan import Checkpointing, Sharding
-    from mosaic.perf.workload import OptimizerKind, Precision, QuantisedGemms
+    from mosaic.perf.workload import OptimizerDtype, OptimizerKind, Precision, QuantisedGemms
     from mosaic.plan.inputs import PRECISION_NAMES
     from mosaic.stacks.registry import known_stacks
 
@@ -97,6 +97,7 @@ def options_document(job_document: dict[str, Any] | None,
         "plan_precisions": [name for name in PRECISION_NAMES if name != Precision.FP4.value],
         "quantised_gemms": [str(q) for q in QuantisedGemms],
         "optimizers": [str(o) for o in OptimizerKind],
+        "optimizer_dtypes": [str(d) for d in OptimizerDtype],
         "switches": list(SWITCH_CHOICES),
         "model_sources": list(MODEL_SOURCES) if job_document is not None
         else [s for s in MODEL_SOURCES if s != "job"],
@@ -119,15 +120,18 @@ PLAN_FIELDS_FROM_JOB = {"plan.global_batch": "batch.global_seqs", "plan.seq_len"
                         "plan.precision": "performance.precision",
                         "plan.quantised_gemms": "performance.quantised_gemms",
                         "plan.stack_version": "performance.stack_version",
-                        "plan.dispatcher": "parallelism.dispatcher"}
+                        "plan.dispatcher": "parallelism.dispatcher",
+                        "plan.optimizer": "optimizer.kind",
+                        "plan.optimizer_dtype": "performance.optimizer_dtype"}
 
 
 def plan_form_from_job(form: dict[str, str]) -> dict[str, str]:
     """The plan form of a studio opened on a job: the job's node type (so its GPU),
-    node count, batch, sequence length, stack, its release and dispatcher, and precision (a
-    studio started from a Megatron-Bridge H100 job planned on megatron-core B200s; one
-    opened on a catalog node type planned on the GPU's default node type, another network;
-    one on a Bridge 26.04 HybridEP job planned on the stack's defaults: trials)."""
+    node count, batch, sequence length, stack, its release and dispatcher, precision and
+    optimizer (a studio started from a Megatron-Bridge H100 job planned on megatron-core
+    B200s; one opened on a catalog node type planned on the GPU's default node type, another
+    network; one on a Bridge 26.04 HybridEP job planned on the stack's defaults: trials; a
+    Muon job's plan was costed with AdamW's state: a review)."""
     from mosaic.hardware import get_system
 
     system = get_system(form["hardware.system"])

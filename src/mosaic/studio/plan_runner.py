@@ -64,6 +64,8 @@ DEFAULT_PLAN_FORM: dict[str, str] = {
     "plan.split_factor": TABLE3_SPLIT_TEXT, "plan.tpp": TABLE3_TPP_TEXT,
     "plan.s_min": f"{TABLE3_S_MIN:g}",
     "plan.stack": DEFAULT_STACK, "plan.precision": "bf16", "plan.quantised_gemms": "all",
+    # every candidate's optimizer and its state's dtype (`mosaic plan --optimizer`)
+    "plan.optimizer": "adamw", "plan.optimizer_dtype": "fp32",
     # the stack's release recipes, dispatcher and usable memory (empty: the stack's defaults)
     "plan.stack_version": "", "plan.dispatcher": "", "plan.memory_fraction": "",
     # cost and failures: a price adds the cost; a USD budget sets the window instead of days
@@ -210,6 +212,8 @@ def validate_plan_form(form: dict[str, str], model: Any = None) -> tuple[Any, An
             stack=get_stack(form["plan.stack"].strip()).name,
             precision=form["plan.precision"].strip(),
             quantised_gemms=str(form["plan.quantised_gemms"]).strip() or "all",
+            optimizer=str(form["plan.optimizer"]).strip() or "adamw",
+            optimizer_dtype=str(form["plan.optimizer_dtype"]).strip() or "fp32",
             dispatcher=str(form["plan.dispatcher"]).strip() or None,
             stack_version=str(form["plan.stack_version"]).strip() or None,
             max_total_params=constraints["max_total_params"],

@@ -37,6 +37,7 @@ from mosaic.report.plan_report import (
     layout_limits_text,
     loss_gap_text,
     model_limits_text,
+    optimizer_text,
     pick_deliverable_text,
     precision_text,
     sampled_uncertainties,
@@ -332,6 +333,7 @@ def _assumptions(document: dict[str, Any]) -> list[tuple[str, Any]]:
     rows = [
         ("batch", f"{e['global_batch']} sequences × {e['seq_len']} tokens, {precision_text(e)}"),
         ("software stack", stack_text(e)),
+        ("optimizer", optimizer_text(e)),
         ("usable memory", _headroom_text(e.get("memory_headroom"))),
         ("device", f"{e['gpu']}: peak {e['peak_flops_per_s_per_device'] / 1e12:.0f} TFLOP/s, "
                    f"{e['hbm_bytes_per_device'] / GIB:.1f} GiB HBM (hardware catalog)"),

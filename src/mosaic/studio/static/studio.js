@@ -60,6 +60,8 @@
     ["plan.stack", "software stack", "select:stacks"],
     ["plan.precision", "precision", "select:plan_precisions"],
     ["plan.quantised_gemms", "GEMMs at that precision", "select:quantised_gemms"],
+    ["plan.optimizer", "optimizer", "select:optimizers"],
+    ["plan.optimizer_dtype", "optimizer state dtype", "select:optimizer_dtypes"],
     ["plan.stack_version", "stack release YY.MM (empty: none)", "text"],
     ["plan.dispatcher", "EP dispatcher (empty: the stack's)", "text"],
     ["plan.memory_fraction", "usable memory fraction (empty: the stack's)", "number"],
